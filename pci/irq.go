@@ -1,0 +1,148 @@
+package pci
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Interrupt is one interrupt vector delivered through a Linux eventfd: VFIO
+// signals it from the kernel's interrupt handler, an emulated device signals
+// it from its model. Waiting parks the goroutine in Go's network poller, so a
+// sleeping waiter costs no CPU.
+//
+// Several goroutines may Wait at once; each signal wakes at least one of
+// them and every waiter wakes when the Interrupt is closed.
+type Interrupt struct {
+	f  *os.File
+	fd int
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewInterrupt makes an Interrupt around a fresh non-blocking eventfd.
+func NewInterrupt() (*Interrupt, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, &OpError{Op: "eventfd", Err: err}
+	}
+	return &Interrupt{f: os.NewFile(uintptr(fd), "eventfd"), fd: fd}, nil
+}
+
+// FD is the eventfd, for handing to VFIO_DEVICE_SET_IRQS.
+func (i *Interrupt) FD() int { return i.fd }
+
+// Signal raises the interrupt (adds one to the eventfd counter).
+func (i *Interrupt) Signal() error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], 1)
+	_, err := i.f.Write(b[:])
+	if err != nil && !errors.Is(err, os.ErrClosed) {
+		return &OpError{Op: "eventfd write", Err: err}
+	}
+	if err != nil {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Poll consumes pending signals without blocking and returns how many there
+// were (0 when none).
+func (i *Interrupt) Poll() uint64 {
+	var b [8]byte
+	n, err := unix.Read(i.fd, b[:])
+	if err != nil || n != 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// Wait blocks until the interrupt fires, ctx is done, or the Interrupt is
+// closed, and returns how many signals it consumed.
+func (i *Interrupt) Wait(ctx context.Context) (uint64, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		return i.wait(ctx, dl)
+	}
+	return i.wait(ctx, time.Time{})
+}
+
+// WaitTimeout is Wait with a timeout instead of a context; it returns 0 and
+// no error when the timeout passes.
+func (i *Interrupt) WaitTimeout(d time.Duration) (uint64, error) {
+	n, err := i.wait(context.Background(), time.Now().Add(d))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error) {
+	rc, err := i.f.SyscallConn()
+	if err != nil {
+		return 0, ErrClosed
+	}
+	// The read deadline is per file, shared by concurrent waiters: a waiter
+	// woken by someone else's deadline goes back to sleep with its own.
+	stop := context.AfterFunc(ctx, func() { _ = i.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	for {
+		if n := i.Poll(); n > 0 {
+			return n, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return 0, os.ErrDeadlineExceeded
+		}
+		_ = i.f.SetReadDeadline(deadline)
+		var n uint64
+		var rerr error
+		err = rc.Read(func(fd uintptr) bool {
+			var b [8]byte
+			m, e := unix.Read(int(fd), b[:])
+			if e == unix.EAGAIN {
+				return false
+			}
+			if e != nil {
+				rerr = e
+			} else if m == 8 {
+				n = binary.LittleEndian.Uint64(b[:])
+			}
+			return true
+		})
+		switch {
+		case err == nil && rerr == nil:
+			return n, nil
+		case err == nil:
+			return 0, &OpError{Op: "eventfd read", Err: rerr}
+		case errors.Is(err, os.ErrClosed):
+			return 0, ErrClosed
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
+		default:
+			return 0, &OpError{Op: "eventfd read", Err: err}
+		}
+	}
+}
+
+// Close closes the eventfd and wakes every waiter with ErrClosed.
+func (i *Interrupt) Close() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return nil
+	}
+	i.closed = true
+	if err := i.f.Close(); err != nil {
+		return fmt.Errorf("pci: close eventfd: %w", err)
+	}
+	return nil
+}
