@@ -1,0 +1,244 @@
+package emulated
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// model is what a device model plugs into a Function: its BAR0 register
+// behaviour and its reactions to configuration writes.
+type model interface {
+	read(off, width int) uint64
+	write(off, width int, v uint64)
+	// configWrite is called after a write to configuration space changed
+	// bytes [off, off+n).
+	configWrite(off, n int)
+	// flr resets the function's model state (function-level reset).
+	flr()
+	// close stops the model's goroutines.
+	close()
+}
+
+// Function is one emulated PCI function. It implements pci.Device over a
+// model of the device's registers.
+type Function struct {
+	addr pci.Address
+	dom  *IOMMU
+	m    model
+
+	cfgMu  sync.Mutex
+	cfg    [4096]byte
+	cfgW   [4096]byte // writable bits
+	cfgW1C [4096]byte // write-1-to-clear bits
+	cmd    atomic.Uint32
+
+	bar *bar
+
+	irqMu  sync.Mutex
+	irqs   []*pci.Interrupt
+	nIRQ   int // vectors the function offers
+	closed atomic.Bool
+}
+
+var _ pci.Device = (*Function)(nil)
+
+// Address implements pci.Device.
+func (f *Function) Address() pci.Address { return f.addr }
+
+// DMA implements pci.Device: every function of one emulated platform shares
+// its IOMMU.
+func (f *Function) DMA() pci.DMA { return f.dom }
+
+// IOMMU returns the platform IOMMU the function sits behind.
+func (f *Function) IOMMU() *IOMMU { return f.dom }
+
+func (f *Function) checkCfg(off, n int) error {
+	if f.closed.Load() {
+		return &pci.OpError{Op: "config access", Addr: f.addr, Err: pci.ErrClosed}
+	}
+	if off < 0 || n <= 0 || off+n > len(f.cfg) {
+		return &pci.OpError{Op: fmt.Sprintf("config access at %#x+%d", off, n), Addr: f.addr, Err: pci.ErrBadRange}
+	}
+	return nil
+}
+
+// ReadConfig implements pci.Device.
+func (f *Function) ReadConfig(off int, b []byte) error {
+	if err := f.checkCfg(off, len(b)); err != nil {
+		return err
+	}
+	f.cfgMu.Lock()
+	copy(b, f.cfg[off:])
+	f.cfgMu.Unlock()
+	return nil
+}
+
+// WriteConfig implements pci.Device. Read-only bits keep their value,
+// write-1-to-clear bits clear where a 1 is written.
+func (f *Function) WriteConfig(off int, b []byte) error {
+	if err := f.checkCfg(off, len(b)); err != nil {
+		return err
+	}
+	f.cfgMu.Lock()
+	for i, v := range b {
+		o := off + i
+		cur := f.cfg[o]
+		cur = cur&^f.cfgW[o] | v&f.cfgW[o]
+		cur &^= v & f.cfgW1C[o]
+		f.cfg[o] = cur
+	}
+	f.cmd.Store(uint32(binary.LittleEndian.Uint16(f.cfg[pci.ConfigCommand:])))
+	f.cfgMu.Unlock()
+	f.m.configWrite(off, len(b))
+	return nil
+}
+
+// config32 and setConfig32 let the model read and set its own registers.
+func (f *Function) config32(off int) uint32 {
+	f.cfgMu.Lock()
+	defer f.cfgMu.Unlock()
+	return binary.LittleEndian.Uint32(f.cfg[off:])
+}
+
+func (f *Function) orConfig32(off int, v uint32) {
+	f.cfgMu.Lock()
+	defer f.cfgMu.Unlock()
+	binary.LittleEndian.PutUint32(f.cfg[off:], binary.LittleEndian.Uint32(f.cfg[off:])|v)
+}
+
+func (f *Function) busMaster() bool  { return f.cmd.Load()&pci.CommandBusMaster != 0 }
+func (f *Function) memEnabled() bool { return f.cmd.Load()&pci.CommandMemory != 0 }
+
+// BAR implements pci.Device. Only BAR0 exists.
+func (f *Function) BAR(i int) (pci.Registers, error) {
+	if f.closed.Load() {
+		return nil, &pci.OpError{Op: fmt.Sprintf("BAR%d", i), Addr: f.addr, Err: pci.ErrClosed}
+	}
+	if i != 0 {
+		return nil, &pci.OpError{Op: fmt.Sprintf("BAR%d", i), Addr: f.addr, Err: pci.ErrNotSupported}
+	}
+	return f.bar, nil
+}
+
+// EnableInterrupts implements pci.Device: the model offers one MSI-X vector
+// per function, as CBDMA does.
+func (f *Function) EnableInterrupts(n int) ([]*pci.Interrupt, error) {
+	if f.closed.Load() {
+		return nil, &pci.OpError{Op: "enable MSI-X", Addr: f.addr, Err: pci.ErrClosed}
+	}
+	if n < 1 || n > f.nIRQ {
+		return nil, &pci.OpError{Op: fmt.Sprintf("enable %d MSI-X vectors (function has %d)", n, f.nIRQ), Addr: f.addr, Err: pci.ErrNotSupported}
+	}
+	f.irqMu.Lock()
+	defer f.irqMu.Unlock()
+	f.disableLocked()
+	irqs := make([]*pci.Interrupt, n)
+	for i := range irqs {
+		irq, err := pci.NewInterrupt()
+		if err != nil {
+			for _, q := range irqs[:i] {
+				q.Close()
+			}
+			return nil, err
+		}
+		irqs[i] = irq
+	}
+	f.irqs = irqs
+	return append([]*pci.Interrupt(nil), irqs...), nil
+}
+
+// DisableInterrupts implements pci.Device.
+func (f *Function) DisableInterrupts() error {
+	f.irqMu.Lock()
+	defer f.irqMu.Unlock()
+	f.disableLocked()
+	return nil
+}
+
+func (f *Function) disableLocked() {
+	for _, q := range f.irqs {
+		q.Close()
+	}
+	f.irqs = nil
+}
+
+// raise signals vector v; it reports whether an interrupt was delivered.
+func (f *Function) raise(v int) bool {
+	f.irqMu.Lock()
+	defer f.irqMu.Unlock()
+	if v >= len(f.irqs) {
+		return false
+	}
+	return f.irqs[v].Signal() == nil
+}
+
+// wipeInterrupts models a reset that clears the MSI-X table: the vectors
+// stay allocated but deliver nothing until re-enabled.
+func (f *Function) wipeInterrupts() {
+	f.irqMu.Lock()
+	defer f.irqMu.Unlock()
+	f.disableLocked()
+}
+
+// Reset implements pci.Device: a function-level reset.
+func (f *Function) Reset() error {
+	if f.closed.Load() {
+		return &pci.OpError{Op: "reset", Addr: f.addr, Err: pci.ErrClosed}
+	}
+	f.m.flr()
+	_ = f.WriteConfig(pci.ConfigCommand, []byte{0, 0})
+	return nil
+}
+
+// Close implements pci.Device. The model stops, so no DMA happens after
+// Close returns.
+func (f *Function) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	f.m.close()
+	return f.DisableInterrupts()
+}
+
+// bar is BAR0 of an emulated function: a register file whose accesses go to
+// the model, one call per access.
+type bar struct {
+	f    *Function
+	size int
+}
+
+func (b *bar) check(off, w int) {
+	if off < 0 || off+w > b.size || off%w != 0 {
+		panic(fmt.Sprintf("emulated %s: BAR0 access of %d bytes at %#x: out of range or misaligned (BAR is %#x bytes)", b.f.addr, w, off, b.size))
+	}
+}
+
+func (b *bar) read(off, w int) uint64 {
+	b.check(off, w)
+	if !b.f.memEnabled() {
+		return ^uint64(0) >> (64 - 8*w) // memory decode off: all ones
+	}
+	return b.f.m.read(off, w)
+}
+
+func (b *bar) write(off, w int, v uint64) {
+	b.check(off, w)
+	if !b.f.memEnabled() {
+		return
+	}
+	b.f.m.write(off, w, v)
+}
+
+func (b *bar) Len() int                  { return b.size }
+func (b *bar) Read8(off int) uint8       { return uint8(b.read(off, 1)) }
+func (b *bar) Read16(off int) uint16     { return uint16(b.read(off, 2)) }
+func (b *bar) Read32(off int) uint32     { return uint32(b.read(off, 4)) }
+func (b *bar) Read64(off int) uint64     { return b.read(off, 8) }
+func (b *bar) Write8(off int, v uint8)   { b.write(off, 1, uint64(v)) }
+func (b *bar) Write16(off int, v uint16) { b.write(off, 2, uint64(v)) }
+func (b *bar) Write32(off int, v uint32) { b.write(off, 4, uint64(v)) }
+func (b *bar) Write64(off int, v uint64) { b.write(off, 8, v) }

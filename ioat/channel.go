@@ -1,0 +1,884 @@
+package ioat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/dmasync"
+	"github.com/gomx-dev/gomx/ioat/hw"
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// Options configures a channel.
+type Options struct {
+	// RingSize is the number of descriptors in the ring, a power of two from
+	// 16 to 65536 (default 4096). At most RingSize-1 are outstanding.
+	RingSize int
+	// Interrupts enables the channel's MSI-X vector so waits can sleep
+	// instead of spinning.
+	Interrupts bool
+	// ResetTimeout bounds the wait for CHANCMD.RESET to clear (default
+	// 200ms, as Linux).
+	ResetTimeout time.Duration
+	// StartTimeout bounds the wait for the start-up null descriptor
+	// (default 100ms).
+	StartTimeout time.Duration
+	// Memory says where the ring and completion word live (default:
+	// 2 MiB hugepages, falling back to locked 4 KiB pages).
+	Memory hugepage.Options
+}
+
+// DefaultOptions returns a 4096-entry ring without interrupts.
+func DefaultOptions() Options {
+	return Options{RingSize: 4096, ResetTimeout: 200 * time.Millisecond, StartTimeout: 100 * time.Millisecond, Memory: hugepage.DefaultOptions()}
+}
+
+func (o *Options) fill() error {
+	d := DefaultOptions()
+	if o.RingSize == 0 {
+		o.RingSize = d.RingSize
+	}
+	if o.ResetTimeout == 0 {
+		o.ResetTimeout = d.ResetTimeout
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = d.StartTimeout
+	}
+	if o.Memory.PageSize == 0 {
+		o.Memory = d.Memory
+	}
+	if o.RingSize < 16 || o.RingSize > 65536 || bits.OnesCount(uint(o.RingSize)) != 1 {
+		return fmt.Errorf("ioat: ring size %d: want a power of two from 16 to 65536: %w", o.RingSize, ErrBadRequest)
+	}
+	return nil
+}
+
+// Info describes an open channel.
+type Info struct {
+	Addr     pci.Address
+	Device   uint16
+	Platform hw.Platform
+	// Version is CBVER as read; Effective is the version whose access
+	// rules the driver follows (3.2 for SKX, whatever CBVER says).
+	Version, Effective uint8
+	// MaxTransfer is the largest transfer per descriptor (2^XFERCAP).
+	MaxTransfer int
+	Fill        bool
+	RingSize    int
+	Interrupts  bool
+	// WasInUse is set when CHANCTRL.IN_USE was already claimed at open:
+	// a previous owner did not release the channel (it crashed, or another
+	// driver holds it).
+	WasInUse bool
+	// MemoryDegraded is why ring memory is not on hugepages ("" if it is).
+	MemoryDegraded string
+}
+
+// Stats counts a channel's work.
+type Stats struct {
+	Submitted   uint64 // descriptors handed to the engine
+	Completed   uint64 // descriptors completed
+	Ops         uint64 // requests completed (success or failure)
+	Failed      uint64 // requests failed
+	Retried     uint64 // descriptors re-queued after a recovery
+	Recoveries  uint64 // channel resets after an error
+	Doorbells   uint64
+	Interrupts  uint64 // interrupt waits that woke on a signal
+	StallChecks uint64 // CHANSTS MMIO reads after the write-back did not move
+}
+
+// Completion reports one finished request.
+type Completion struct {
+	// Tag is the value given when the request was enqueued.
+	Tag uint64
+	// Err is nil on success, a *ChanError when the engine refused the
+	// request, or ErrClosed when the channel closed first.
+	Err error
+}
+
+// slot is the driver's record of one ring entry.
+type slot struct {
+	tag     uint64
+	opFirst uint64 // ring index of the request's first descriptor
+	last    bool   // last descriptor of its request
+	op      uint8  // 0 copy, 1 fill, 2 null
+	failed  error  // set when the request failed
+}
+
+var opNames = [...]string{"copy", "fill", "null"}
+
+// Channel drives one CBDMA channel through the device contract.
+//
+// A Channel is not safe for concurrent use: like a DPDK dmadev queue it has
+// one owner, who enqueues, submits and polls. Engine adds locking and
+// scheduling on top.
+type Channel struct {
+	dev   pci.Device
+	regs  pci.Registers
+	base  int // channel register block
+	info  Info
+	split bool // 64-bit registers as two 32-bit accesses
+	quirk hw.Quirks
+	opts  Options
+
+	mem      *hugepage.Region
+	memMap   *pci.Mapping
+	ring     []byte
+	slotIOVA []uint64
+	comp     []byte // 8-byte completion write-back word
+	compIOVA uint64
+	size     uint64
+	mask     uint64
+	maxXfer  int
+
+	irq atomic.Pointer[pci.Interrupt]
+
+	head      uint64 // next ring index to fill
+	submitted uint64 // ring indexes below this were handed to the engine
+	tail      uint64 // oldest ring index not yet completed
+	restart   uint64 // ring index where the chain last (re)started
+	lastSts   uint64 // last completion word processed
+	stall     int    // polls without progress
+	slots     []slot
+	reaped    uint64 // ops already delivered by Poll up to this ring index
+	broken    error
+	closed    bool
+	stats     Stats
+	failRun   int // recoveries in a row without progress
+}
+
+// Open brings up the CBDMA channel behind dev (spec §4.2): it checks the
+// IDs and version, enables memory decoding and bus mastering, claims the
+// channel, resets it, clears its errors, allocates and maps the descriptor
+// ring and completion word, programs the channel and starts it with a null
+// descriptor. Every step is undone if a later one fails.
+func Open(dev pci.Device, o Options) (_ *Channel, err error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	addr := dev.Address()
+	id, err := pci.ReadID(dev)
+	if err != nil {
+		return nil, err
+	}
+	model, ok := hw.Models[id.Device]
+	if id.Vendor != hw.VendorIntel || !ok {
+		return nil, opErr(addr, "probe", fmt.Errorf("%w: ID %04x:%04x is not in the CBDMA table (see `ioatctl list`)", ErrNotCBDMA, id.Vendor, id.Device))
+	}
+	regs, err := dev.BAR(0)
+	if err != nil {
+		return nil, err
+	}
+	if regs.Len() < 0x200 {
+		return nil, opErr(addr, "BAR0", fmt.Errorf("%w: BAR0 is %d bytes, want at least 512", ErrNotCBDMA, regs.Len()))
+	}
+	c := &Channel{dev: dev, regs: regs, base: hw.ChannelBase(0), quirk: model.Quirks, opts: o}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if err := pci.SetCommand(dev, pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { _ = pci.ClearCommand(dev, pci.CommandBusMaster) })
+
+	ver := regs.Read8(hw.RegCBVer)
+	if ver < hw.Ver30 || ver == 0xFF {
+		return nil, opErr(addr, "CBVER", fmt.Errorf("%w: CBVER %#x (legacy CB1/CB2 layouts are not supported; all ones means the device is gone)", ErrNotCBDMA, ver))
+	}
+	eff := ver
+	if model.Quirks&hw.QuirkForceV32 != 0 {
+		eff = hw.Ver32
+	}
+	c.split = eff < hw.Ver33
+	if n := regs.Read8(hw.RegChanCnt) & 0x1F; n != 1 {
+		return nil, opErr(addr, "CHANCNT", fmt.Errorf("%w: %d channels in one function; the driver handles one per function, as on Xeon", ErrNotCBDMA, n))
+	}
+	xc := regs.Read8(hw.RegXferCap) & 0x1F
+	switch {
+	case xc == 0:
+		c.maxXfer = 1 << 31 // 4 GiB, but the size field is 32 bits: keep it a power of two
+	case xc < 12:
+		return nil, opErr(addr, "XFERCAP", fmt.Errorf("%w: XFERCAP %d is invalid (minimum 12)", ErrNotCBDMA, xc))
+	default:
+		c.maxXfer = 1 << xc
+		if xc > 31 {
+			c.maxXfer = 1 << 31
+		}
+	}
+	dmacap := regs.Read32(hw.RegDMACap)
+	c.info = Info{
+		Addr: addr, Device: id.Device, Platform: model.Platform, Version: ver, Effective: eff,
+		MaxTransfer: c.maxXfer, Fill: dmacap&hw.CapFill != 0, RingSize: o.RingSize,
+	}
+
+	// Claim the channel: the first read of CHANCTRL sets IN_USE.
+	if regs.Read16(c.base+hw.ChanCtrl)&hw.CtrlInUse != 0 {
+		c.info.WasInUse = true
+	}
+	undo = append(undo, func() { c.regs.Write16(c.base+hw.ChanCtrl, 0) })
+
+	if err := c.reset(); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { _ = c.reset() })
+
+	if o.Interrupts {
+		irqs, err := dev.EnableInterrupts(1)
+		if err != nil {
+			return nil, fmt.Errorf("ioat: %s: interrupts requested but unavailable (open without Interrupts to poll): %w", addr, err)
+		}
+		c.irq.Store(irqs[0])
+		c.info.Interrupts = true
+		undo = append(undo, func() { _ = dev.DisableInterrupts() })
+	}
+
+	if err := c.allocRing(); err != nil {
+		return nil, err
+	}
+	undo = append(undo, c.freeRing)
+
+	if err := c.start(c.head); err != nil {
+		return nil, err
+	}
+	if err := c.selfStart(); err != nil {
+		return nil, err
+	}
+	if eff >= hw.Ver34 {
+		regs.Write8(c.base+hw.ChanLTRSwSel, 0) // active latency tolerance while open
+	}
+	return c, nil
+}
+
+// Info describes the channel.
+func (c *Channel) Info() Info { return c.info }
+
+// Stats returns the channel's counters.
+func (c *Channel) Stats() Stats { return c.stats }
+
+func (c *Channel) read64(off int) uint64 {
+	if c.split {
+		lo := c.regs.Read32(c.base + off)
+		hi := c.regs.Read32(c.base + off + 4)
+		return uint64(hi)<<32 | uint64(lo)
+	}
+	return c.regs.Read64(c.base + off)
+}
+
+func (c *Channel) write64(off int, v uint64) {
+	if c.split {
+		c.regs.Write32(c.base+off, uint32(v))
+		c.regs.Write32(c.base+off+4, uint32(v>>32))
+		return
+	}
+	c.regs.Write64(c.base+off, v)
+}
+
+func (c *Channel) state() hw.State { return hw.StatusState(c.read64(hw.ChanSts)) }
+
+// waitFor polls cond every few microseconds until it holds or the timeout
+// passes, and names the register in the error.
+func (c *Channel) waitFor(reg string, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for i := 0; ; i++ {
+		if cond() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return opErr(c.info.Addr, reg, fmt.Errorf("%w after %v (CHANSTS state %v, CHANERR %s)", ErrTimeout, timeout, c.state(), hw.ErrString(c.regs.Read32(c.base+hw.ChanErr))))
+		}
+		if i < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(5 * time.Microsecond)
+		}
+	}
+}
+
+// clearErrors writes back CHANERR and, below CB 3.3, CHANERR_INT in config
+// space (a channel refuses to leave HALTED otherwise), and returns both.
+func (c *Channel) clearErrors() (chanerr, chanerrInt uint32, err error) {
+	chanerr = c.regs.Read32(c.base + hw.ChanErr)
+	c.regs.Write32(c.base+hw.ChanErr, chanerr)
+	if c.split {
+		chanerrInt, err = pci.ReadConfig32(c.dev, hw.CfgChanErrInt)
+		if err != nil {
+			return 0, 0, fmt.Errorf("ioat: %s: read CHANERR_INT (config 0x180): %w", c.info.Addr, err)
+		}
+		if chanerrInt != 0 {
+			if err := pci.WriteConfig32(c.dev, hw.CfgChanErrInt, chanerrInt); err != nil {
+				return 0, 0, fmt.Errorf("ioat: %s: clear CHANERR_INT (config 0x180): %w", c.info.Addr, err)
+			}
+		}
+	}
+	return chanerr, chanerrInt, nil
+}
+
+// reset quiesces the channel, clears its errors and resets it (spec §4.2,
+// SPDK and Linux sequences). Afterwards the channel is HALTED and does no
+// DMA.
+func (c *Channel) reset() error {
+	if s := c.state(); s == hw.StateActive || s == hw.StateIdle {
+		c.regs.Write8(c.base+hw.ChanCmd, hw.CmdSuspend)
+		if err := c.waitFor("CHANSTS (suspend)", 20*time.Millisecond, func() bool {
+			s := c.state()
+			return s != hw.StateActive && s != hw.StateIdle
+		}); err != nil {
+			// Reset anyway: RESET stops an active channel too.
+			_ = err
+		}
+	}
+	if _, _, err := c.clearErrors(); err != nil {
+		return err
+	}
+	if c.quirk&hw.QuirkTBGParity != 0 {
+		_ = pci.WriteConfig32(c.dev, hw.CfgDMAUncErrSts, 0x10)
+	}
+	c.regs.Write8(c.base+hw.ChanCmd, hw.CmdReset)
+	if err := c.waitFor("CHANCMD.RESET", c.opts.ResetTimeout, func() bool {
+		return c.regs.Read8(c.base+hw.ChanCmd)&hw.CmdReset == 0
+	}); err != nil {
+		return err
+	}
+	if c.quirk&hw.QuirkMSIXResetWipe != 0 && c.irq.Load() != nil {
+		// The reset wiped the MSI-X entry: have the platform rewrite it.
+		irqs, err := c.dev.EnableInterrupts(1)
+		if err != nil {
+			return fmt.Errorf("ioat: %s: restore MSI-X after reset: %w", c.info.Addr, err)
+		}
+		c.irq.Store(irqs[0])
+	}
+	return nil
+}
+
+func (c *Channel) allocRing() error {
+	ringBytes := c.opts.RingSize * hw.DescSize
+	mem, err := hugepage.Alloc(ringBytes+hw.DescSize, c.opts.Memory)
+	if err != nil {
+		return fmt.Errorf("ioat: %s: descriptor ring: %w", c.info.Addr, err)
+	}
+	m, err := c.dev.DMA().Map(mem.Bytes())
+	if err != nil {
+		mem.Close()
+		return fmt.Errorf("ioat: %s: map descriptor ring for DMA: %w", c.info.Addr, err)
+	}
+	c.mem, c.memMap = mem, m
+	c.info.MemoryDegraded = mem.Degraded()
+	b := mem.Bytes()
+	c.ring = b[:ringBytes:ringBytes]
+	c.comp = b[ringBytes : ringBytes+8 : ringBytes+8]
+	c.size = uint64(c.opts.RingSize)
+	c.mask = c.size - 1
+	c.slotIOVA = make([]uint64, c.size)
+	c.slots = make([]slot, c.size)
+	for i := range c.slotIOVA {
+		iova, contig, err := m.IOVA(i * hw.DescSize)
+		if err != nil || contig < hw.DescSize || iova&(hw.DescSize-1) != 0 {
+			c.freeRing()
+			return fmt.Errorf("ioat: %s: ring slot %d is not a 64-byte aligned, contiguous IOVA (%#x): %w", c.info.Addr, i, iova, ErrBadRequest)
+		}
+		c.slotIOVA[i] = iova
+	}
+	if c.compIOVA, _, err = m.IOVA(ringBytes); err != nil {
+		c.freeRing()
+		return err
+	}
+	// Pre-link the ring: every descriptor points at the next, the last at
+	// the first.
+	var d hw.Descriptor
+	for i := range c.slotIOVA {
+		d.Next = c.slotIOVA[(i+1)%len(c.slotIOVA)]
+		d.Encode(c.ring[i*hw.DescSize:])
+	}
+	return nil
+}
+
+func (c *Channel) freeRing() {
+	if c.memMap != nil {
+		_ = c.dev.DMA().Unmap(c.memMap)
+		c.memMap = nil
+	}
+	if c.mem != nil {
+		c.mem.Close()
+		c.mem = nil
+	}
+}
+
+// start programs a halted channel to run a chain that begins at ring index
+// at: control, completion address, chain address. Descriptors from at up to
+// c.submitted are handed to the engine with one doorbell.
+func (c *Channel) start(at uint64) error {
+	ctrl := uint16(ctrlRun)
+	if c.irq.Load() != nil {
+		ctrl |= hw.CtrlIntRearm
+		c.regs.Write8(hw.RegIntrCtrl, hw.IntrCtrlMSIXVector|hw.IntrCtrlMasterEnable)
+	}
+	c.regs.Write16(c.base+hw.ChanCtrl, ctrl)
+	store64(c.comp, 0)
+	c.lastSts = 0
+	c.write64(hw.ChanCmp, c.compIOVA)
+	c.write64(hw.ChanChainAddr, c.slotIOVA[at&c.mask])
+	if err := c.waitFor("CHANSTS (arm)", c.opts.StartTimeout, func() bool { return c.state() == hw.StateArmed }); err != nil {
+		return err
+	}
+	c.restart = at
+	if c.submitted > at {
+		c.ring16(uint16(c.submitted - c.restart))
+	}
+	return nil
+}
+
+func (c *Channel) ring16(v uint16) {
+	c.regs.Write16(c.base+hw.ChanDMACount, v)
+	c.stats.Doorbells++
+}
+
+// selfStart runs one null descriptor through the freshly started channel
+// (SPDK and Linux do the same) and checks that it completes.
+func (c *Channel) selfStart() error {
+	if err := c.EnqueueNull(^uint64(0)); err != nil {
+		return err
+	}
+	c.Submit()
+	var out [1]Completion
+	deadline := time.Now().Add(c.opts.StartTimeout)
+	for c.Poll(out[:]) == 0 {
+		if time.Now().After(deadline) {
+			return opErr(c.info.Addr, "start", fmt.Errorf("%w: the start-up null descriptor did not complete in %v (CHANSTS %#x, CHANERR %s)",
+				ErrTimeout, c.opts.StartTimeout, c.read64(hw.ChanSts), hw.ErrString(c.regs.Read32(c.base+hw.ChanErr))))
+		}
+		time.Sleep(2 * time.Microsecond)
+	}
+	if out[0].Err != nil {
+		return fmt.Errorf("ioat: %s: start-up null descriptor failed: %w", c.info.Addr, out[0].Err)
+	}
+	return nil
+}
+
+// Free returns how many descriptors can be enqueued now.
+func (c *Channel) Free() int {
+	n := int(c.size - 1 - (c.head - c.tail))
+	if lim := 65535 - int(c.head-c.tail); lim < n {
+		n = lim
+	}
+	return n
+}
+
+// Outstanding returns how many descriptors are enqueued and not yet
+// completed.
+func (c *Channel) Outstanding() int { return int(c.head - c.reaped) }
+
+// MaxTransfer is the largest transfer one descriptor moves.
+func (c *Channel) MaxTransfer() int { return c.maxXfer }
+
+func (c *Channel) usable() error {
+	if c.closed {
+		return opErr(c.info.Addr, "enqueue", ErrClosed)
+	}
+	if c.broken != nil {
+		return c.broken
+	}
+	return nil
+}
+
+// descsFor counts the descriptors a transfer of n bytes needs.
+func (c *Channel) descsFor(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int) (int, error) {
+	count := 0
+	for done := 0; done < n; count++ {
+		l, err := c.chunk(dst, dstOff+done, src, srcOff+done, n-done, nil, nil)
+		if err != nil {
+			return 0, err
+		}
+		done += l
+	}
+	return count, nil
+}
+
+// chunk computes the next descriptor of a transfer: the longest run that is
+// IOVA-contiguous in both buffers and within the transfer cap.
+func (c *Channel) chunk(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int, dIOVA, sIOVA *uint64) (int, error) {
+	l := n
+	if l > c.maxXfer {
+		l = c.maxXfer
+	}
+	di, dc, err := dst.IOVA(dstOff)
+	if err != nil {
+		return 0, fmt.Errorf("ioat: destination: %w", err)
+	}
+	if dc < l {
+		l = dc
+	}
+	if src != nil {
+		si, sc, err := src.IOVA(srcOff)
+		if err != nil {
+			return 0, fmt.Errorf("ioat: source: %w", err)
+		}
+		if sc < l {
+			l = sc
+		}
+		if sIOVA != nil {
+			*sIOVA = si
+		}
+	}
+	if dIOVA != nil {
+		*dIOVA = di
+	}
+	return l, nil
+}
+
+func checkRange(what string, m *pci.Mapping, off, n int) error {
+	if m == nil {
+		return fmt.Errorf("ioat: %s: no mapping: %w", what, ErrBadRequest)
+	}
+	if off < 0 || n < 0 || off+n > len(m.Buf) {
+		return fmt.Errorf("ioat: %s: bytes [%d, %d) outside the %d-byte mapping: %w", what, off, off+n, len(m.Buf), ErrBadRequest)
+	}
+	return nil
+}
+
+// EnqueueCopy adds a copy of n bytes from src at srcOff to dst at dstOff to
+// the ring, split into descriptors at the transfer cap and wherever either
+// buffer's IOVAs are discontiguous. Nothing runs until Submit. A zero-length
+// copy becomes a null descriptor, so it still completes in order. It fails
+// with ErrRingFull, without enqueuing anything, when the ring lacks room.
+func (c *Channel) EnqueueCopy(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int, tag uint64) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if err := checkRange("copy destination", dst, dstOff, n); err != nil {
+		return err
+	}
+	if err := checkRange("copy source", src, srcOff, n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return c.EnqueueNull(tag)
+	}
+	need := 1
+	if n > c.maxXfer || len(dst.Segments) > 1 || len(src.Segments) > 1 {
+		var err error
+		if need, err = c.descsFor(dst, dstOff, src, srcOff, n); err != nil {
+			return err
+		}
+	}
+	if need > c.Free() {
+		return ErrRingFull
+	}
+	first := c.head
+	var d hw.Descriptor
+	for done := 0; done < n; {
+		l, _ := c.chunk(dst, dstOff+done, src, srcOff+done, n-done, &d.Dst, &d.Src)
+		d.Size = uint32(l)
+		d.Ctl = hw.OpCopy << hw.CtlOpShift
+		done += l
+		c.put(&d, tag, first, done == n, 0)
+	}
+	return nil
+}
+
+// EnqueueFill adds a fill of n bytes at dst/dstOff with the 64-bit pattern,
+// laid down little-endian from dstOff (byte i gets byte i%8 of the pattern),
+// split like EnqueueCopy.
+func (c *Channel) EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, tag uint64) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if !c.info.Fill {
+		return opErr(c.info.Addr, "fill", ErrNoFill)
+	}
+	if err := checkRange("fill destination", dst, dstOff, n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return c.EnqueueNull(tag)
+	}
+	need, err := c.descsFor(dst, dstOff, nil, 0, n)
+	if err != nil {
+		return err
+	}
+	if need > c.Free() {
+		return ErrRingFull
+	}
+	first := c.head
+	var d hw.Descriptor
+	for done := 0; done < n; {
+		l, _ := c.chunk(dst, dstOff+done, nil, 0, n-done, &d.Dst, nil)
+		d.Size = uint32(l)
+		d.Ctl = hw.OpFill << hw.CtlOpShift
+		// The engine lays the pattern from each descriptor's start: rotate
+		// it so the bytes keep their phase relative to the request.
+		d.Src = bits.RotateLeft64(pattern, -8*(done%8))
+		done += l
+		c.put(&d, tag, first, done == n, 1)
+	}
+	return nil
+}
+
+// EnqueueNull adds a null descriptor: no data moves, but it completes in
+// order, so it marks a point in the stream.
+func (c *Channel) EnqueueNull(tag uint64) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if c.Free() < 1 {
+		return ErrRingFull
+	}
+	d := hw.Descriptor{Size: 8, Ctl: hw.OpCopy<<hw.CtlOpShift | hw.CtlNull}
+	c.put(&d, tag, c.head, true, 2)
+	return nil
+}
+
+// put writes descriptor d into the next ring slot. The ring's next links
+// never change, so only the first four words are written.
+func (c *Channel) put(d *hw.Descriptor, tag, first uint64, last bool, op uint8) {
+	i := c.head & c.mask
+	b := c.ring[i*hw.DescSize : i*hw.DescSize+hw.DescSize]
+	putDesc(b, d.Size, d.Ctl, d.Src, d.Dst)
+	c.slots[i] = slot{tag: tag, opFirst: first, last: last, op: op}
+	c.head++
+}
+
+// Submit hands every enqueued descriptor to the engine with one doorbell.
+// The last one asks for a completion write-back (and an interrupt when
+// enabled), so one write reports the whole batch.
+func (c *Channel) Submit() {
+	if c.head == c.submitted || c.closed || c.broken != nil {
+		return
+	}
+	i := (c.head - 1) & c.mask
+	b := c.ring[i*hw.DescSize:]
+	ctl := loadCtl(b) | hw.CtlComplWrite
+	if c.irq.Load() != nil {
+		ctl |= hw.CtlIntEn
+	}
+	storeCtl(b, ctl)
+	c.stats.Submitted += c.head - c.submitted
+	c.submitted = c.head
+	// The doorbell store orders after the descriptor stores (x86 stores
+	// are not reordered with other stores; the emulated register is an
+	// atomic), so the engine never sees a half-written descriptor.
+	c.ring16(uint16(c.submitted - c.restart))
+}
+
+// Poll reaps completed requests into out, in submission order, and returns
+// how many it wrote. It reads the completion write-back word, not MMIO,
+// except when the word has not moved for a while with work outstanding, to
+// catch a channel that halted without writing back. When the engine
+// reports an error, Poll fails that request, resets the channel and
+// re-queues the requests behind it.
+func (c *Channel) Poll(out []Completion) int {
+	if c.closed {
+		return c.deliver(out)
+	}
+	sts := load64(c.comp)
+	if sts != c.lastSts {
+		dmasync.Observe()
+		c.lastSts = sts
+		c.stall = 0
+		c.advance(hw.StatusAddr(sts))
+		if hw.StatusState(sts) == hw.StateHalted {
+			c.recover()
+		}
+	} else if c.tail < c.submitted {
+		c.stall++
+		if c.stall&1023 == 0 {
+			c.stats.StallChecks++
+			mmio := c.read64(hw.ChanSts)
+			dmasync.Observe()
+			c.advance(hw.StatusAddr(mmio))
+			if hw.StatusState(mmio) == hw.StateHalted {
+				c.recover()
+			}
+		}
+	}
+	return c.deliver(out)
+}
+
+// advance marks every descriptor up to the one at bus address addr
+// complete.
+func (c *Channel) advance(addr uint64) {
+	if addr == 0 || c.tail == c.submitted {
+		return
+	}
+	k, ok := c.indexOf(addr)
+	if !ok {
+		return
+	}
+	c.stats.Completed += k + 1 - c.tail
+	c.tail = k + 1
+	c.failRun = 0
+}
+
+// indexOf converts a descriptor bus address to the outstanding ring index
+// it names.
+func (c *Channel) indexOf(addr uint64) (uint64, bool) {
+	off, ok := c.memMap.Contains(addr, hw.DescSize)
+	if !ok || off >= len(c.ring) {
+		return 0, false
+	}
+	s := uint64(off / hw.DescSize)
+	k := c.tail + ((s - c.tail) & c.mask)
+	return k, k < c.submitted
+}
+
+// deliver reports completed requests from the ring.
+func (c *Channel) deliver(out []Completion) int {
+	n := 0
+	for n < len(out) && c.reaped < c.tail {
+		s := &c.slots[c.reaped&c.mask]
+		c.reaped++
+		if !s.last {
+			continue
+		}
+		out[n] = Completion{Tag: s.tag, Err: s.failed}
+		n++
+		c.stats.Ops++
+		if s.failed != nil {
+			c.stats.Failed++
+		}
+	}
+	return n
+}
+
+// recover handles a halted channel (spec §4.5): the descriptor after the
+// last completed one failed. Its whole request fails with the CHANERR
+// bits; the channel is reset and restarted at the next request, so the
+// requests behind the failed one run again.
+func (c *Channel) recover() {
+	c.stats.Recoveries++
+	mmio := c.read64(hw.ChanSts)
+	dmasync.Observe()
+	c.advance(hw.StatusAddr(mmio))
+	chanerr, chanerrInt, err := c.clearErrors()
+	if err != nil {
+		c.breakChannel(err)
+		return
+	}
+	if c.tail < c.submitted {
+		// Fail the request that holds the failed descriptor and skip the
+		// rest of its descriptors.
+		fs := &c.slots[c.tail&c.mask]
+		opFirst := fs.opFirst
+		cerr := &ChanError{Addr: c.info.Addr, Op: opNames[fs.op], ChanErr: chanerr, ChanErrInt: chanerrInt, Desc: c.slotIOVA[c.tail&c.mask]}
+		var failed error = cerr
+		if chanerr == 0 && chanerrInt == 0 {
+			failed = opErr(c.info.Addr, "CHANSTS", fmt.Errorf("channel halted with no CHANERR bits (someone reset or aborted it)"))
+		}
+		for k := opFirst; k < c.submitted; k++ {
+			s := &c.slots[k&c.mask]
+			if k >= c.tail {
+				s.failed = failed
+			}
+			if s.last {
+				c.tail = k + 1
+				break
+			}
+		}
+	}
+	c.failRun++
+	if c.failRun > 8 {
+		c.breakChannel(opErr(c.info.Addr, "recover", fmt.Errorf("%w: %d recoveries without progress (last CHANERR %s)", ErrChannelBroken, c.failRun, hw.ErrString(chanerr))))
+		return
+	}
+	if err := c.reset(); err != nil {
+		c.breakChannel(err)
+		return
+	}
+	c.stats.Retried += c.submitted - c.tail
+	if err := c.start(c.tail); err != nil {
+		c.breakChannel(err)
+	}
+}
+
+// breakChannel fails everything outstanding and refuses new work.
+func (c *Channel) breakChannel(err error) {
+	if !errors.Is(err, ErrChannelBroken) {
+		err = opErr(c.info.Addr, "recover", fmt.Errorf("%w: %w", ErrChannelBroken, err))
+	}
+	c.broken = err
+	_ = c.reset()
+	c.failAll(err)
+}
+
+// failAll completes every outstanding descriptor with err.
+func (c *Channel) failAll(err error) {
+	for k := c.tail; k < c.head; k++ {
+		c.slots[k&c.mask].failed = err
+	}
+	c.tail = c.head
+	c.submitted = c.head
+}
+
+// Interrupt returns the channel's interrupt, nil when interrupts are off.
+func (c *Channel) Interrupt() *pci.Interrupt { return c.irq.Load() }
+
+// WaitInterrupt sleeps until the channel's interrupt fires, the timeout
+// passes or ctx is done. It re-arms the interrupt first; a completion that
+// happened while it was disarmed fires at once. Callers re-check their
+// condition afterwards: a wake-up is a hint, not a promise.
+func (c *Channel) WaitInterrupt(ctx context.Context, timeout time.Duration) error {
+	irq := c.irq.Load()
+	if irq == nil {
+		return opErr(c.info.Addr, "wait", fmt.Errorf("interrupts are off (open the channel with Options.Interrupts): %w", pci.ErrNotSupported))
+	}
+	c.rearm()
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	n, err := irq.Wait(tctx)
+	if n > 0 {
+		c.stats.Interrupts++
+	}
+	if err != nil && ctx.Err() == nil {
+		return nil // timeout or a vector swapped by a reset: re-check
+	}
+	return err
+}
+
+// rearm writes CHANCTRL with INT_REARM so the next completion interrupts.
+func (c *Channel) rearm() {
+	c.regs.Write16(c.base+hw.ChanCtrl, ctrlRun|hw.CtrlIntRearm)
+}
+
+// ctrlRun is CHANCTRL while the channel runs: write the status back and
+// interrupt on error, halt on any error, and keep the IN_USE claim.
+const ctrlRun = hw.CtrlErrCmplEn | hw.CtrlAnyErrAbortEn | hw.CtrlErrIntEn | hw.CtrlInUse
+
+// Close stops the channel and releases it. It suspends and resets the
+// engine and waits for the reset to finish, so no DMA reaches the ring or
+// any buffer after Close returns; only then is the ring unmapped and
+// freed. Requests still outstanding complete with ErrClosed (Poll still
+// reports them).
+func (c *Channel) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	err := c.reset()
+	if c.info.Effective >= hw.Ver34 {
+		c.regs.Write8(c.base+hw.ChanLTRSwSel, 1) // idle latency tolerance
+	}
+	c.failAll(opErr(c.info.Addr, "request", ErrClosed))
+	c.regs.Write16(c.base+hw.ChanCtrl, 0) // release IN_USE
+	if c.irq.Load() != nil {
+		_ = c.dev.DisableInterrupts()
+		c.irq.Store(nil)
+	}
+	_ = pci.ClearCommand(c.dev, pci.CommandBusMaster)
+	if err != nil {
+		// The engine may still be running: leak the ring rather than let
+		// it DMA into freed memory.
+		return fmt.Errorf("ioat: %s: close: channel did not stop, ring memory left mapped: %w", c.info.Addr, err)
+	}
+	c.freeRing()
+	return nil
+}
