@@ -275,7 +275,9 @@ type cbChannel struct {
 	nDesc, nBytes, nErr, nIRQ, nViol atomic.Uint64
 	lastViol                         atomic.Pointer[string]
 	bwStart                          time.Time
+	bwDue                            time.Time
 	bwBytes                          int64
+	gen                              uint64 // bumped by reset and arm
 }
 
 func (c *cbChannel) violation(format string, args ...any) {
@@ -559,6 +561,7 @@ func (c *cbChannel) command(v uint8) {
 // resetLocked returns the channel to HALTED with an empty chain. CHANERR is
 // kept: drivers clear it themselves, and below CB 3.3 so must CHANERR_INT.
 func (c *cbChannel) resetLocked() {
+	c.gen++
 	c.ctrl = 0
 	c.chain, c.chainLo, c.cmp, c.cmpLo = 0, 0, 0, 0
 	c.cnt, c.next, c.lastDone = 0, 0, 0
@@ -597,6 +600,7 @@ func (c *cbChannel) arm(addr uint64) {
 		c.haltLocked(hw.ErrChainAddr)
 		return
 	}
+	c.gen++
 	c.chain = addr
 	c.next = addr
 	c.first = true
@@ -607,26 +611,28 @@ func (c *cbChannel) arm(addr uint64) {
 	c.kick()
 }
 
-// haltLocked stops the channel on an error.
+// haltLocked stops the channel on an error. The status write-back lands
+// before CHANSTS changes, so whoever sees HALTED in CHANSTS also sees the
+// write-back.
 func (c *cbChannel) haltLocked(bits uint32) {
 	c.chanerr.Or(bits)
 	if c.ver < hw.Ver33 {
 		c.f.orConfig32(hw.CfgChanErrInt, bits)
 	}
 	c.nErr.Add(1)
-	c.setState(hw.StateHalted)
+	v := c.lastDone | uint64(hw.StateHalted)
 	if c.ctrl&hw.CtrlErrCmplEn != 0 {
-		c.writeCompletion()
+		c.writeCompletion(v)
 	}
+	c.setState(hw.StateHalted)
 	if c.ctrl&hw.CtrlErrIntEn != 0 {
 		c.interruptLocked()
 	}
 }
 
-// writeCompletion writes CHANSTS to the CHANCMP address; a failure halts
+// writeCompletion writes status v to the CHANCMP address; a failure halts
 // the channel with a completion address error.
-func (c *cbChannel) writeCompletion() bool {
-	v := c.sts.Load()
+func (c *cbChannel) writeCompletion(v uint64) bool {
 	if c.cmp&7 != 0 || c.cmp == 0 || !c.f.busMaster() {
 		c.failCompletion()
 		return false
@@ -727,11 +733,9 @@ func (c *cbChannel) run() {
 			c.execBatch()
 		}
 		c.mu.Unlock()
-		if work {
-			c.throttle()
-			continue
+		if !work {
+			c.idle()
 		}
-		c.idle()
 	}
 }
 
@@ -775,25 +779,43 @@ func (c *cbChannel) peekWork() bool {
 	return c.armedPub.Load() && uint16(c.dmacount.Load()) != uint16(c.cntPub.Load())
 }
 
-// throttle sleeps when the channel ran ahead of its bandwidth cap.
-func (c *cbChannel) throttle() {
+// pace holds a descriptor of n bytes until the channel's bandwidth cap
+// says its transfer is over. It releases mu while it sleeps, so register
+// writes (a RESET) go through; it reports false when the channel was reset
+// or stopped meanwhile, and the descriptor must not complete.
+func (c *cbChannel) pace(n int) bool {
 	limit := c.bwLimit.Load()
 	if limit == 0 {
 		limit = c.bandwidth
 	}
 	if limit <= 0 {
-		c.bwBytes, c.bwStart = 0, time.Time{}
-		return
+		return true
 	}
 	now := time.Now()
-	if c.bwStart.IsZero() || now.Sub(c.bwStart) > time.Second {
+	if c.bwDue.Before(now) {
+		// The channel was idle or behind: no credit for lost time, a new
+		// transfer starts now.
 		c.bwStart, c.bwBytes = now, 0
-		return
 	}
+	c.bwBytes += int64(n)
 	due := c.bwStart.Add(time.Duration(float64(c.bwBytes) / float64(limit) * float64(time.Second)))
-	if d := due.Sub(now); d > 20*time.Microsecond {
-		time.Sleep(d)
+	c.bwDue = due
+	d := due.Sub(now)
+	if d <= 0 {
+		return true
 	}
+	gen := c.gen
+	c.mu.Unlock()
+	// Go's timers are coarse (about a millisecond here): sleep for the bulk,
+	// then yield-spin to the due time, as an engine finishes on time.
+	if d > 2*time.Millisecond {
+		time.Sleep(d - 1500*time.Microsecond)
+	}
+	for time.Now().Before(due) && !c.stopping.Load() {
+		runtime.Gosched()
+	}
+	c.mu.Lock()
+	return gen == c.gen && c.state == hw.StateActive && !c.stopping.Load()
 }
 
 // execBatch executes descriptors up to the doorbell, at most 64 before it
@@ -858,7 +880,9 @@ func (c *cbChannel) execOne(target uint16) {
 			return
 		}
 		c.nBytes.Add(uint64(d.Size))
-		c.bwBytes += int64(d.Size)
+		if !c.pace(int(d.Size)) {
+			return
+		}
 	}
 	c.nDesc.Add(1)
 	c.cnt++
@@ -869,13 +893,14 @@ func (c *cbChannel) execOne(target uint16) {
 	if c.cnt == target {
 		st = hw.StateIdle
 	}
-	dmasync.Publish()
-	c.sts.Store(addr | uint64(st))
+	v := addr | uint64(st)
 	if d.Ctl&hw.CtlComplWrite != 0 {
-		if !c.writeCompletion() {
+		if !c.writeCompletion(v) {
 			return
 		}
 	}
+	dmasync.Publish()
+	c.sts.Store(v)
 	if d.Ctl&hw.CtlIntEn != 0 {
 		c.interruptLocked()
 	}
@@ -887,6 +912,13 @@ func (c *cbChannel) transfer(d *hw.Descriptor) uint32 {
 	n := int(d.Size)
 	dom.rlock()
 	defer dom.runlock()
+	var src []byte
+	if d.Op() == hw.OpCopy {
+		var ok bool
+		if src, ok = dom.translate(d.Src, n, false, &c.hint); !ok {
+			return hw.ErrReadData // the engine reads before it writes
+		}
+	}
 	dst, ok := dom.translate(d.Dst, n, true, &c.hint)
 	if !ok {
 		return hw.ErrWriteData
@@ -894,10 +926,6 @@ func (c *cbChannel) transfer(d *hw.Descriptor) uint32 {
 	if d.Op() == hw.OpFill {
 		fillPattern(dst, d.Src)
 		return 0
-	}
-	src, ok := dom.translate(d.Src, n, false, &c.hint)
-	if !ok {
-		return hw.ErrReadData
 	}
 	copy(dst, src)
 	return 0

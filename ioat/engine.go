@@ -547,7 +547,8 @@ func (e *Engine) release(c *Cookie) {
 
 // Wait blocks until the request completes or ctx is done. It polls for
 // SpinWait, then sleeps on the channel's interrupt when the engine has
-// interrupts, or in short growing sleeps when it has not. When ctx ends
+// interrupts; without them it keeps polling, yielding the CPU, and naps in
+// growing sleeps only after a millisecond. When ctx ends
 // first, the request goes on: Wait or Check it again later.
 func (e *Engine) Wait(ctx context.Context, c *Cookie) error {
 	if c.done {
@@ -600,8 +601,15 @@ func (e *Engine) Wait(ctx context.Context, c *Cookie) error {
 				continue
 			}
 		}
+		// No interrupts: poll, yielding the CPU between looks. Go's
+		// timers are too coarse for short sleeps, so nap only once the
+		// wait has gone on for a millisecond.
+		if time.Since(spinUntil) < time.Millisecond {
+			runtime.Gosched()
+			continue
+		}
 		time.Sleep(nap)
-		if nap < 100*time.Microsecond {
+		if nap < 200*time.Microsecond {
 			nap *= 2
 		}
 	}

@@ -239,6 +239,9 @@ func (m *Mapping) IOVA(off int) (iova uint64, contig int, err error) {
 // Contains reports whether IOVA range [iova, iova+n) lies inside one segment
 // of the mapping, and if so at which buffer offset it starts.
 func (m *Mapping) Contains(iova uint64, n int) (off int, ok bool) {
+	if n < 0 || iova+uint64(n) < iova {
+		return 0, false
+	}
 	base := 0
 	for _, s := range m.Segments {
 		if iova >= s.IOVA && iova-s.IOVA+uint64(n) <= uint64(s.Len) {

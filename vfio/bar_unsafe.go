@@ -1,0 +1,64 @@
+package vfio
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// mmioRegs is a BAR mmapped from the device file. Every method is exactly
+// one load or store of its width on the mapping, the way a device register
+// must be touched:
+//
+//   - 32 and 64-bit accesses use sync/atomic, which compiles to a single
+//     aligned MOV (a locked XCHG for stores on amd64) that the compiler may
+//     neither split, merge, reorder with other atomics, nor drop;
+//   - sync/atomic has no 8 or 16-bit operations, so those are plain loads
+//     and stores through an unsafe pointer in functions that are never
+//     inlined: a call boundary keeps the compiler from merging or
+//     eliminating them, and an aligned byte or halfword access is one
+//     instruction.
+//
+// Before each access the register file checks the device's gone flag, so a
+// driver that touches registers after Device.Close gets a panic that says
+// so instead of a fault on unmapped memory (a race between Close and an
+// access is still the driver's bug).
+type mmioRegs struct {
+	mem  []byte
+	gone *atomic.Bool
+	addr pci.Address
+	bar  int
+}
+
+func (r *mmioRegs) Len() int { return len(r.mem) }
+
+// at checks the access and returns a pointer to the register.
+func (r *mmioRegs) at(off, width int) unsafe.Pointer {
+	checkReg(r.addr, r.bar, off, width, len(r.mem))
+	if r.gone.Load() {
+		panic(fmt.Sprintf("vfio: %s BAR%d: register access after Device.Close", r.addr, r.bar))
+	}
+	return unsafe.Pointer(&r.mem[off])
+}
+
+//go:noinline
+func (r *mmioRegs) Read8(off int) uint8 { return *(*uint8)(r.at(off, 1)) }
+
+//go:noinline
+func (r *mmioRegs) Read16(off int) uint16 { return *(*uint16)(r.at(off, 2)) }
+
+func (r *mmioRegs) Read32(off int) uint32 { return atomic.LoadUint32((*uint32)(r.at(off, 4))) }
+
+func (r *mmioRegs) Read64(off int) uint64 { return atomic.LoadUint64((*uint64)(r.at(off, 8))) }
+
+//go:noinline
+func (r *mmioRegs) Write8(off int, v uint8) { *(*uint8)(r.at(off, 1)) = v }
+
+//go:noinline
+func (r *mmioRegs) Write16(off int, v uint16) { *(*uint16)(r.at(off, 2)) = v }
+
+func (r *mmioRegs) Write32(off int, v uint32) { atomic.StoreUint32((*uint32)(r.at(off, 4)), v) }
+
+func (r *mmioRegs) Write64(off int, v uint64) { atomic.StoreUint64((*uint64)(r.at(off, 8)), v) }
