@@ -12,6 +12,7 @@ import (
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
+	"golang.org/x/sys/unix"
 )
 
 // CBDMAOptions configures an emulated CBDMA platform.
@@ -48,7 +49,7 @@ type CBDMAOptions struct {
 // DefaultCBDMAOptions returns the options of an 8-channel CBVER 3.3
 // platform with fill, 1 MiB transfer cap and no bandwidth cap.
 func DefaultCBDMAOptions() CBDMAOptions {
-	return CBDMAOptions{Channels: 8, Version: hw.Ver33, XferCap: 20, ResetDelay: 20 * time.Microsecond, Spin: 50 * time.Microsecond}
+	return CBDMAOptions{Channels: 8, Version: hw.Ver33, XferCap: 20, ResetDelay: 20 * time.Microsecond, Spin: 250 * time.Microsecond}
 }
 
 // CBDMA is an emulated platform of CBDMA functions behind one IOMMU.
@@ -806,10 +807,14 @@ func (c *cbChannel) pace(n int) bool {
 	}
 	gen := c.gen
 	c.mu.Unlock()
-	// Go's timers are coarse (about a millisecond here): sleep for the bulk,
-	// then yield-spin to the due time, as an engine finishes on time.
-	if d > 2*time.Millisecond {
-		time.Sleep(d - 1500*time.Microsecond)
+	// Go's timers are coarse (about a millisecond here): sleep for the bulk
+	// in nanosleep, which blocks only this thread and is precise to tens of
+	// microseconds, then yield-spin to the due time. Sleeping rather than
+	// spinning leaves the CPU (and its SMT sibling) to the application,
+	// which is the point of an offload engine.
+	if d > 60*time.Microsecond {
+		ts := unix.NsecToTimespec(int64(d - 40*time.Microsecond))
+		_ = unix.Nanosleep(&ts, nil)
 	}
 	for time.Now().Before(due) && !c.stopping.Load() {
 		runtime.Gosched()

@@ -123,7 +123,7 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 			return n, nil
 		case err == nil:
 			return 0, &OpError{Op: "eventfd read", Err: rerr}
-		case errors.Is(err, os.ErrClosed):
+		case errors.Is(err, os.ErrClosed) || i.isClosed():
 			return 0, ErrClosed
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			continue
@@ -131,6 +131,12 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 			return 0, &OpError{Op: "eventfd read", Err: err}
 		}
 	}
+}
+
+func (i *Interrupt) isClosed() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.closed
 }
 
 // Close closes the eventfd and wakes every waiter with ErrClosed.

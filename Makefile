@@ -1,0 +1,49 @@
+# gomx build, test and benchmark entry points. `make test` is the README's
+# test command and what CI runs.
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+GOBIN := $(shell $(GO) env GOPATH)/bin
+PKGS := ./...
+
+.PHONY: all test test-short bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages
+
+all: lint test
+
+# Reserve 2 MiB hugepages for tests and benchmarks when root (harmless otherwise).
+hugepages:
+	@if [ "$$(id -u)" = 0 ] && [ "$$(cat /proc/sys/vm/nr_hugepages)" -lt 512 ]; then \
+		echo 512 > /proc/sys/vm/nr_hugepages || true; fi
+	@grep -E 'HugePages_(Total|Free)' /proc/meminfo || true
+
+test: hugepages
+	$(GO) test -race -count=1 $(PKGS)
+
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+# Every benchmark once: proves they run (CI). Use `make bench` for figures.
+bench-smoke: hugepages
+	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
+
+# The figures quoted in the README.
+bench: hugepages
+	$(GO) test -run '^$$' -bench 'ChannelBatch32' -benchtime=5000000x ./ioat/
+	$(GO) test -run '^$$' -bench 'Copy$$|ColdCopy4MiB' -benchtime=64x ./ioat/
+	$(GO) test -run '^$$' -bench 'Overlap' -benchtime=10x ./ioat/
+
+# A short run of every fuzzer.
+fuzz-smoke:
+	$(GO) test -run '^$$' -fuzz FuzzDescriptor -fuzztime 10s ./emulated/
+	$(GO) test -run '^$$' -fuzz FuzzRegisterWrites -fuzztime 10s ./emulated/
+
+lint: fmt-check vet staticcheck
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+staticcheck:
+	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN)/staticcheck $(PKGS)

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gomx-dev/gomx/ioat"
+)
+
+// sweepSizes are the sizes --sweep measures: 4 KiB to 8 MiB, doubling.
+func sweepSizes() []int64 {
+	var s []int64
+	for n := int64(4 << 10); n <= 8<<20; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+// limit says when a measurement stops: after iterations operations when
+// positive, else after duration.
+type limit struct {
+	iterations int64
+	duration   time.Duration
+}
+
+// done reports whether a run that has started n operations since start
+// should stop.
+func (l limit) done(n int64, start time.Time) bool {
+	if l.iterations > 0 {
+		return n >= l.iterations
+	}
+	return time.Since(start) >= l.duration
+}
+
+// describe describes the limit for a header, counting iterations as
+// what ("copies").
+func (l limit) describe(what string) string {
+	if l.iterations > 0 {
+		return fmt.Sprintf("%d %s", l.iterations, what)
+	}
+	return l.duration.String()
+}
+
+// waitBudget bounds how long a run may wait for the engine beyond its
+// nominal length before it declares the engine stuck.
+const waitBudget = 30 * time.Second
+
+// copyFlags are the flags of the copy subcommand.
+type copyFlags struct {
+	dev        deviceFlags
+	size       sizeFlag
+	sweep      bool
+	sizes      sizesFlag
+	window     int
+	cold, hot  bool
+	duration   time.Duration
+	iterations int64
+	verify     bool
+	json       bool
+}
+
+// copyRow is the result for one size, one JSON object per line with
+// --json.
+type copyRow struct {
+	Device     string  `json:"device"`
+	Emulated   bool    `json:"emulated"`
+	CBVER      string  `json:"cbver"`
+	Channels   int     `json:"channels"`
+	Policy     string  `json:"policy"`
+	Cache      string  `json:"cache"`
+	Size       int64   `json:"size"`
+	Window     int     `json:"window"`
+	Ops        int64   `json:"ops"`
+	Seconds    float64 `json:"seconds"`
+	MBPerS     float64 `json:"mb_per_s"`
+	OpsPerS    float64 `json:"ops_per_s"`
+	CPUOps     int64   `json:"cpu_ops"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CPUMBPerS  float64 `json:"cpu_mb_per_s"`
+	CPUOpsPerS float64 `json:"cpu_ops_per_s"`
+	Ratio      float64 `json:"ratio"`
+	Verified   bool    `json:"verified"`
+}
+
+// runCopy is the copy subcommand: engine and CPU copy throughput on the
+// same buffers.
+func runCopy(e *env, args []string) (err error) {
+	const cmd = "copy"
+	var f copyFlags
+	f.size.n = 4 << 20
+	fs := newFlags(cmd)
+	f.dev.register(fs)
+	fs.Var(&f.size, "size", "bytes per copy, e.g. 64K or 4MiB")
+	fs.BoolVar(&f.sweep, "sweep", false, "measure every size from 4 KiB to 8 MiB, doubling")
+	fs.Var(&f.sizes, "sizes", "comma-separated sizes to measure, e.g. 4K,64K,1M")
+	fs.IntVar(&f.window, "window", 128, "copies outstanding at once (128 as in the paper)")
+	fs.BoolVar(&f.cold, "cold", false, "cache-cold buffers: rotate over at least 64 MiB per side (the default)")
+	fs.BoolVar(&f.hot, "hot", false, "cache-hot buffers: copy the same buffer pair every time")
+	fs.DurationVar(&f.duration, "duration", 2*time.Second, "how long to measure each size, for the engine and again for the CPU")
+	fs.Int64Var(&f.iterations, "iterations", 0, "copies per size and mover instead of --duration")
+	fs.BoolVar(&f.verify, "verify", false, "check every destination against its source after the engine's run")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object per size (MB = 10^6 bytes)")
+	pos, err := parseFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef(cmd, "unexpected argument %q", pos[0])
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	sizes := []int64{f.size.n}
+	switch {
+	case f.sweep && f.sizes.set:
+		return usagef(cmd, "--sweep and --sizes both give the sizes: pick one")
+	case f.size.set && (f.sweep || f.sizes.set):
+		return usagef(cmd, "--size gives one size; drop it to use --sweep or --sizes")
+	case f.sweep:
+		sizes = sweepSizes()
+	case f.sizes.set:
+		sizes = f.sizes.v
+	}
+	for _, s := range sizes {
+		if s < 1 || s > 1<<30 {
+			return usagef(cmd, "size %s: want 1 byte to 1 GiB", formatSize(s))
+		}
+	}
+	if f.cold && f.hot {
+		return usagef(cmd, "--cold and --hot exclude each other")
+	}
+	if f.window < 1 {
+		return usagef(cmd, "--window %d: want at least 1", f.window)
+	}
+	lim, err := parseLimit(cmd, set, f.duration, f.iterations)
+	if err != nil {
+		return err
+	}
+	choice, err := f.dev.validate(cmd, fs)
+	if err != nil {
+		return err
+	}
+
+	r, err := openRig(e, choice)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, r.close()) }()
+	maxSize := int(slices.Max(sizes))
+	bufs, err := newBufSet(r.eng, maxSize, !f.hot)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, bufs.close()) }()
+
+	cache := "cold"
+	if f.hot {
+		cache = "hot"
+	}
+	if !f.json {
+		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
+		cacheNote := "cold (rotating over " + formatSize(int64(bufs.perSide(maxSize))) + " per side)"
+		if f.hot {
+			cacheNote = "hot (one buffer pair)"
+		}
+		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %d, cache %s, %s per size and mover\n",
+			plural(len(r.devs), "channel"), choice.policy, f.window, cacheNote, lim.describe("copies"))
+		if d := bufs.degraded(); d != "" {
+			fmt.Fprintf(e.stdout, "memory:  %s\n", d)
+		} else {
+			fmt.Fprintf(e.stdout, "memory:  hugepages, registered with the engine\n")
+		}
+		fmt.Fprintf(e.stdout, "MB = 10^6 bytes; CPU = Go's copy() on the same buffers, sizes and pattern.\n\n")
+		fmt.Fprintf(e.stdout, "%9s %12s %12s %12s %12s %8s", "SIZE", "ENGINE MB/s", "ENGINE op/s", "CPU MB/s", "CPU op/s", "RATIO")
+		if f.verify {
+			fmt.Fprintf(e.stdout, " %9s", "VERIFIED")
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	for i, size := range sizes {
+		row := copyRow{
+			Device: r.name, Emulated: r.emulated, CBVER: cbverString(r.info.Version), Channels: len(r.devs),
+			Policy: choice.policy.String(), Cache: cache, Size: size, Window: f.window,
+		}
+		verr, err := measureCopy(r.eng, bufs, int(size), f.window, lim, f.verify, &row)
+		if err != nil {
+			return fmt.Errorf("copy of %s: %w", formatSize(size), err)
+		}
+		if f.json {
+			b, _ := json.Marshal(row)
+			fmt.Fprintf(e.stdout, "%s\n", b)
+		} else {
+			fmt.Fprintf(e.stdout, "%9s %12.1f %12.1f %12.1f %12.1f %7.2fx", formatSize(size), row.MBPerS, row.OpsPerS, row.CPUMBPerS, row.CPUOpsPerS, row.Ratio)
+			if f.verify {
+				fmt.Fprintf(e.stdout, " %9s", yesNo(row.Verified))
+			}
+			fmt.Fprintln(e.stdout)
+		}
+		if len(sizes) > 1 {
+			fmt.Fprintf(e.stderr, "ioatctl: [%d/%d] %s: engine %.1f MB/s, CPU %.1f MB/s\n", i+1, len(sizes), formatSize(size), row.MBPerS, row.CPUMBPerS)
+		}
+		if verr != nil {
+			return fmt.Errorf("copy of %s: verification failed: %w", formatSize(size), verr)
+		}
+	}
+	return nil
+}
+
+// parseLimit checks --duration and --iterations (set names the flags given).
+func parseLimit(cmd string, set map[string]bool, d time.Duration, iterations int64) (limit, error) {
+	switch {
+	case set["duration"] && set["iterations"]:
+		return limit{}, usagef(cmd, "--duration and --iterations both bound the run: pick one")
+	case iterations < 0:
+		return limit{}, usagef(cmd, "--iterations %d: want a positive count", iterations)
+	case iterations == 0 && d <= 0:
+		return limit{}, usagef(cmd, "--duration %v: want a positive duration such as 2s", d)
+	}
+	return limit{iterations: iterations, duration: d}, nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// round1 rounds to one decimal, for JSON that reads well.
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// measureCopy runs copies of size bytes on the engine, verifies them when
+// asked, then runs the same copies with the CPU, and fills row. It returns
+// the verification failure apart from the errors that stop the run.
+func measureCopy(eng *ioat.Engine, b *bufSet, size, window int, lim limit, verify bool, row *copyRow) (verr, err error) {
+	n := b.slots(size)
+	if verify {
+		poison(b.dst.Bytes(), b.perSide(size))
+	}
+	ops, secs, err := engineCopies(eng, b, size, window, lim)
+	if err != nil {
+		return nil, err
+	}
+	if verify {
+		verr = checkSlots(b.src.Bytes(), b.dst.Bytes(), size, int(min(ops, int64(n))))
+		row.Verified = verr == nil
+	}
+	cops, csecs := cpuCopies(b, size, lim)
+	row.Ops, row.Seconds = ops, secs
+	row.MBPerS = round1(float64(ops) * float64(size) / secs / 1e6)
+	row.OpsPerS = round1(float64(ops) / secs)
+	row.CPUOps, row.CPUSeconds = cops, csecs
+	row.CPUMBPerS = round1(float64(cops) * float64(size) / csecs / 1e6)
+	row.CPUOpsPerS = round1(float64(cops) / csecs)
+	if row.CPUMBPerS > 0 {
+		row.Ratio = math.Round(row.MBPerS/row.CPUMBPerS*100) / 100
+	}
+	return verr, nil
+}
+
+// engineCopies keeps window copies outstanding on the engine, rotating
+// over the buffer slots, until the limit, then waits for the rest. It
+// returns the number of copies and the seconds from the first start to
+// the last completion.
+func engineCopies(eng *ioat.Engine, b *bufSet, size, window int, lim limit) (int64, float64, error) {
+	n := int64(b.slots(size))
+	src, dst := b.src.Bytes(), b.dst.Bytes()
+	ring := make([]*ioat.Cookie, window)
+	w := int64(window)
+	budget := lim.duration + waitBudget
+	if lim.iterations > 0 {
+		budget = waitBudget + time.Duration(lim.iterations)*time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	var sub, done int64
+	drain := func() error {
+		var errs []error
+		for ; done < sub; done++ {
+			errs = append(errs, eng.Wait(ctx, ring[done%w]))
+			ring[done%w] = nil
+		}
+		return errors.Join(errs...)
+	}
+	start := time.Now()
+	for !lim.done(sub, start) {
+		if sub-done == w {
+			if err := eng.Wait(ctx, ring[done%w]); err != nil {
+				done++
+				return 0, 0, errors.Join(stuck(err), drain())
+			}
+			ring[done%w] = nil
+			done++
+		}
+		k := int(sub % n)
+		c, err := eng.ICopy(slot(dst, k, size), slot(src, k, size))
+		if err != nil {
+			return 0, 0, errors.Join(err, drain())
+		}
+		ring[sub%w] = c
+		sub++
+	}
+	if err := drain(); err != nil {
+		return 0, 0, stuck(err)
+	}
+	return sub, time.Since(start).Seconds(), nil
+}
+
+// stuck explains a wait that ran out of time.
+func stuck(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("the engine stopped completing copies: %w (see `ioatctl verify`)", err)
+	}
+	return err
+}
+
+// cpuCopies does what engineCopies does with Go's copy, one at a time.
+func cpuCopies(b *bufSet, size int, lim limit) (int64, float64) {
+	n := int64(b.slots(size))
+	src, dst := b.src.Bytes(), b.dst.Bytes()
+	var ops int64
+	start := time.Now()
+	for !lim.done(ops, start) {
+		k := int(ops % n)
+		copy(slot(dst, k, size), slot(src, k, size))
+		ops++
+	}
+	return ops, time.Since(start).Seconds()
+}
+
+// checkSlots checks that the first used destination slots hold their
+// source slots.
+func checkSlots(src, dst []byte, size, used int) error {
+	for k := range used {
+		s, d := slot(src, k, size), slot(dst, k, size)
+		if i := firstDiff(d, s); i >= 0 {
+			return fmt.Errorf("destination slot %d, byte %d: got %#02x, want %#02x", k, i, d[i], s[i])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/ioat"
+	"github.com/gomx-dev/gomx/ioat/hw"
+	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/vfio"
+)
+
+// deviceFlags are the flags copy, verify and overlap share: which channels
+// to run on and how to drive them.
+type deviceFlags struct {
+	device     string
+	channels   int
+	policy     string
+	interrupts bool
+	bandwidth  sizeFlag
+	cbver      string
+}
+
+// register adds the device flags to fs.
+func (d *deviceFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.device, "device", "auto", "auto, emulated, or PCI addresses of CBDMA functions bound to vfio-pci (comma-separated); auto uses every bound function, else the emulated engine")
+	fs.IntVar(&d.channels, "channels", 1, "number of channels (with PCI addresses: defaults to their number)")
+	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels: round-robin, least-loaded, stripe or dedicated")
+	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
+	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
+	fs.StringVar(&d.cbver, "cbver", "3.3", "emulated engine only: CBVER of the model, 3.2, 3.3 or 3.4")
+}
+
+// deviceChoice is a validated --device and its companions.
+type deviceChoice struct {
+	kind      string        // "auto", "emulated" or "pci"
+	addrs     []pci.Address // for "pci"
+	channels  int
+	policy    ioat.Policy
+	version   uint8
+	bandwidth int64
+	// irq asks for interrupt-driven waits.
+	irq bool
+	// emuOnly names the emulated-only flags given explicitly.
+	emuOnly []string
+}
+
+// validate checks the device flags of subcommand cmd, before anything is
+// opened. Errors are usage errors.
+func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.n, irq: d.interrupts}
+	switch d.device {
+	case "auto", "emulated":
+		c.kind = d.device
+	default:
+		c.kind = "pci"
+		seen := map[pci.Address]bool{}
+		for _, s := range strings.Split(d.device, ",") {
+			a, err := pci.ParseAddress(strings.TrimSpace(s))
+			if err != nil {
+				return c, usagef(cmd, "--device %s: %v; want auto, emulated or PCI addresses such as 0000:00:04.0 (see `ioatctl list`)", d.device, err)
+			}
+			if seen[a] {
+				return c, usagef(cmd, "--device %s: %s is given twice", d.device, a)
+			}
+			seen[a] = true
+			c.addrs = append(c.addrs, a)
+		}
+		if !set["channels"] {
+			c.channels = len(c.addrs)
+		} else if c.channels != len(c.addrs) {
+			return c, usagef(cmd, "--channels %d but --device names %d functions: drop --channels, or name %d functions", c.channels, len(c.addrs), c.channels)
+		}
+	}
+	if c.channels < 1 {
+		return c, usagef(cmd, "--channels %d: want at least 1", c.channels)
+	}
+	if c.kind == "emulated" && c.channels > 16 {
+		return c, usagef(cmd, "--channels %d: the emulated engine has at most 16 channels", c.channels)
+	}
+	p, err := ioat.ParsePolicy(d.policy)
+	if err != nil {
+		return c, usagef(cmd, "--policy %s: want round-robin, least-loaded, stripe or dedicated", d.policy)
+	}
+	c.policy = p
+	switch d.cbver {
+	case "3.2":
+		c.version = hw.Ver32
+	case "3.3":
+		c.version = hw.Ver33
+	case "3.4":
+		c.version = hw.Ver34
+	default:
+		return c, usagef(cmd, "--cbver %s: want 3.2, 3.3 or 3.4", d.cbver)
+	}
+	if c.bandwidth < 0 {
+		return c, usagef(cmd, "--bandwidth must not be negative")
+	}
+	for _, n := range []string{"bandwidth", "cbver"} {
+		if set[n] {
+			c.emuOnly = append(c.emuOnly, "--"+n)
+		}
+	}
+	if c.kind == "pci" && len(c.emuOnly) > 0 {
+		return c, usagef(cmd, "%s apply to the emulated engine only: drop them, or use --device emulated", strings.Join(c.emuOnly, " and "))
+	}
+	return c, nil
+}
+
+// backend is a set of opened channels: the devices behind them and how to
+// release them.
+type backend struct {
+	devs []pci.Device
+	// emulated is true for the in-process model.
+	emulated bool
+	// name is "emulated" or the comma-separated PCI addresses, for JSON.
+	name string
+	// why says why this device was chosen.
+	why     string
+	closers []func() error
+}
+
+// close releases the devices, last opened first.
+func (b *backend) close() error {
+	var errs []error
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		errs = append(errs, b.closers[i]())
+	}
+	b.closers = nil
+	return errors.Join(errs...)
+}
+
+// isCBDMA reports whether a sysfs function is a CBDMA channel the driver
+// knows.
+func isCBDMA(f vfio.Function) bool {
+	_, ok := hw.Models[f.Device]
+	return f.Vendor == hw.VendorIntel && ok
+}
+
+// cbdmaFunctions lists the CBDMA functions in sysfs.
+func cbdmaFunctions(sys vfio.Sysfs) ([]vfio.Function, error) {
+	all, err := sys.Functions()
+	if err != nil {
+		return nil, err
+	}
+	var out []vfio.Function
+	for _, f := range all {
+		if isCBDMA(f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// openBackend opens the channels c asks for. For auto it uses the CBDMA
+// functions bound to vfio-pci when there are any, else the emulated engine.
+func openBackend(e *env, c deviceChoice) (*backend, error) {
+	sys := vfio.Sysfs{Root: e.sysfsRoot}
+	switch c.kind {
+	case "emulated":
+		return openEmulated(c, "asked for with --device emulated")
+	case "pci":
+		return openVFIO(e, sys, c.addrs, "asked for with --device")
+	}
+	fns, err := cbdmaFunctions(sys)
+	if err != nil {
+		return openEmulated(c, fmt.Sprintf("cannot list PCI functions in sysfs (%v)", err))
+	}
+	var bound []pci.Address
+	for _, f := range fns {
+		if f.Driver == "vfio-pci" {
+			bound = append(bound, f.Addr)
+		}
+	}
+	switch {
+	case len(fns) == 0:
+		return openEmulated(c, "no CBDMA function in sysfs (see `ioatctl list`)")
+	case len(bound) == 0:
+		return openEmulated(c, fmt.Sprintf("no CBDMA function is bound to vfio-pci (%d found; see `ioatctl list` / `ioatctl bind`)", len(fns)))
+	}
+	if len(c.emuOnly) > 0 {
+		return nil, fmt.Errorf("%s apply to the emulated engine, but --device auto found %d CBDMA functions bound to vfio-pci: add --device emulated, or drop them",
+			strings.Join(c.emuOnly, " and "), len(bound))
+	}
+	if c.channels > len(bound) {
+		return nil, fmt.Errorf("--channels %d, but only %s bound to vfio-pci: bind more with `ioatctl bind --all`, ask for --channels %d, or use --device emulated",
+			c.channels, plural(len(bound), "CBDMA function"), len(bound))
+	}
+	why := plural(len(bound), "CBDMA function") + " bound to vfio-pci"
+	if c.channels < len(bound) {
+		why += fmt.Sprintf(", using the first %d (--channels)", c.channels)
+	}
+	return openVFIO(e, sys, bound[:c.channels], why)
+}
+
+// openEmulated builds an emulated CBDMA platform of c.channels channels.
+func openEmulated(c deviceChoice, why string) (*backend, error) {
+	if c.channels > 16 {
+		return nil, fmt.Errorf("--channels %d: the emulated engine has at most 16 channels (%s)", c.channels, why)
+	}
+	p, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: c.channels, Version: c.version, Bandwidth: c.bandwidth})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{devs: p.Devices(), emulated: true, name: "emulated", why: why, closers: []func() error{p.Close}}, nil
+}
+
+// openVFIO opens the functions at addrs through one VFIO container, after
+// checking in sysfs that each is a CBDMA function bound to vfio-pci.
+func openVFIO(e *env, sys vfio.Sysfs, addrs []pci.Address, why string) (*backend, error) {
+	for _, a := range addrs {
+		f, err := sys.Function(a)
+		if err != nil {
+			return nil, fmt.Errorf("%w (see `ioatctl list`)", err)
+		}
+		if !isCBDMA(f) {
+			return nil, fmt.Errorf("%s is not a CBDMA function (ID %04x:%04x; see `ioatctl list`)", a, f.Vendor, f.Device)
+		}
+		if f.Driver != "vfio-pci" {
+			drv := f.Driver
+			if drv == "" {
+				drv = "no driver"
+			}
+			return nil, fmt.Errorf("%s is bound to %s, not vfio-pci: run `sudo ioatctl bind %s`, or use --device emulated", a, drv, a)
+		}
+	}
+	o := vfio.DefaultOptions()
+	o.Sysfs = sys
+	o.DevVFIO = e.devVFIO
+	ctr, err := vfio.OpenContainer(o)
+	if err != nil {
+		return nil, fmt.Errorf("%w (or use --device emulated)", err)
+	}
+	b := &backend{why: why, closers: []func() error{ctr.Close}}
+	var names []string
+	for _, a := range addrs {
+		d, err := ctr.Open(a)
+		if err != nil {
+			b.close()
+			return nil, fmt.Errorf("%w (see `ioatctl setup`; or use --device emulated)", err)
+		}
+		b.devs = append(b.devs, d)
+		b.closers = append(b.closers, d.Close)
+		names = append(names, a.String())
+	}
+	b.name = strings.Join(names, ",")
+	return b, nil
+}
+
+// rig is an engine on a backend, ready for a benchmark.
+type rig struct {
+	*backend
+	eng  *ioat.Engine
+	info ioat.Info // of the first channel
+}
+
+// openRig opens the backend and an engine over every channel, offloading
+// every request (CPUThreshold -1).
+func openRig(e *env, c deviceChoice) (*rig, error) {
+	b, err := openBackend(e, c)
+	if err != nil {
+		return nil, err
+	}
+	o := ioat.DefaultEngineOptions()
+	o.Policy = c.policy
+	o.CPUThreshold = -1
+	o.Channel.Interrupts = c.irq
+	eng, err := ioat.NewEngine(b.devs, o)
+	if err != nil {
+		b.close()
+		return nil, engineHint(err, b)
+	}
+	return &rig{backend: b, eng: eng, info: eng.Channels()[0].Info()}, nil
+}
+
+// engineHint adds what to do to an engine that failed to open.
+func engineHint(err error, b *backend) error {
+	if errors.Is(err, ioat.ErrNotCBDMA) {
+		return fmt.Errorf("%w (see `ioatctl list`)", err)
+	}
+	if b.emulated {
+		return err
+	}
+	return fmt.Errorf("%w (is another process using the channel? see `ioatctl list`; --device emulated works anyway)", err)
+}
+
+// close closes the engine, then the devices.
+func (r *rig) close() error {
+	return errors.Join(r.eng.Close(), r.backend.close())
+}
+
+// describe is the one-line account of the device: what it is and why it
+// was chosen.
+func (r *rig) describe() string {
+	v := "CBVER " + cbverString(r.info.Version)
+	if r.emulated {
+		return fmt.Sprintf("emulated CBDMA (%s, %s, modelled on %s): %s", plural(len(r.devs), "channel"), v, r.info.Platform, r.why)
+	}
+	return fmt.Sprintf("vfio-pci %s (%s, %s, %s): %s", r.name, plural(len(r.devs), "channel"), v, r.info.Platform, r.why)
+}
+
+// plural formats a count and a noun, adding an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// cbverString formats a CBVER value as "3.3".
+func cbverString(v uint8) string { return fmt.Sprintf("%d.%d", v>>4, v&0xF) }

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/gomx-dev/gomx/ioat/hw"
+	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/vfio"
+)
+
+// listEntry is one CBDMA function in list's output.
+type listEntry struct {
+	Address  string `json:"address"`
+	Device   string `json:"device"`
+	Platform string `json:"platform"`
+	// CBVER is "3.3" when read from the registers, "" when not readable
+	// (not bound to vfio-pci, or not openable).
+	CBVER      string `json:"cbver,omitempty"`
+	Driver     string `json:"driver"`
+	IOMMUGroup int    `json:"iommu_group"`
+	NUMANode   int    `json:"numa_node"`
+}
+
+// runList is the list subcommand.
+func runList(e *env, args []string) error {
+	const cmd = "list"
+	fs := newFlags(cmd)
+	asJSON := fs.Bool("json", false, "print a JSON array of functions")
+	pos, err := parseFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef(cmd, "unexpected argument %q", pos[0])
+	}
+	sys := vfio.Sysfs{Root: e.sysfsRoot}
+	fns, err := cbdmaFunctions(sys)
+	if err != nil {
+		return fmt.Errorf("%w (is sysfs mounted at %s? set %s to read another tree)", err, e.sysfsRoot, envSysfsRoot)
+	}
+	vers, why := readVersions(e, sys, fns)
+	entries := make([]listEntry, 0, len(fns))
+	for _, f := range fns {
+		entries = append(entries, listEntry{
+			Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
+			Platform: string(hw.Models[f.Device].Platform), CBVER: vers[f.Addr],
+			Driver: f.Driver, IOMMUGroup: f.IOMMUGroup, NUMANode: f.NUMANode,
+		})
+	}
+	if *asJSON {
+		b, err := json.MarshalIndent(entries, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s\n", b)
+		return nil
+	}
+	if len(entries) == 0 {
+		fmt.Fprintf(e.stdout, "No CBDMA (I/OAT) function found in %s.\n", filepath.Join(e.sysfsRoot, "bus/pci/devices"))
+		fmt.Fprintf(e.stdout, "`ioatctl copy --device emulated` works anyway: it runs the in-process model of the engine.\n")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ADDRESS\tDEVICE\tPLATFORM\tCBVER\tDRIVER\tIOMMU GROUP\tNUMA")
+	bound := 0
+	for _, x := range entries {
+		if x.Driver == "vfio-pci" {
+			bound++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Address, x.Device, x.Platform,
+			dash(x.CBVER), orNone(x.Driver), dashInt(x.IOMMUGroup), dashInt(x.NUMANode))
+	}
+	tw.Flush()
+	fmt.Fprintf(e.stdout, "\n%d CBDMA functions, %d bound to vfio-pci.", len(entries), bound)
+	if bound < len(entries) {
+		fmt.Fprintf(e.stdout, " Bind them with `sudo ioatctl bind --all` (or name them).")
+	}
+	fmt.Fprintln(e.stdout)
+	if why != "" {
+		fmt.Fprintf(e.stdout, "CBVER not read: %s\n", why)
+	}
+	return nil
+}
+
+// readVersions reads CBVER of each function bound to vfio-pci, through one
+// VFIO container. A function that cannot be opened gets no entry; why says
+// what stood in the way ("" when nothing did).
+func readVersions(e *env, sys vfio.Sysfs, fns []vfio.Function) (map[pci.Address]string, string) {
+	vers := map[pci.Address]string{}
+	var bound []pci.Address
+	for _, f := range fns {
+		if f.Driver == "vfio-pci" {
+			bound = append(bound, f.Addr)
+		}
+	}
+	if len(bound) == 0 {
+		return vers, ""
+	}
+	o := vfio.DefaultOptions()
+	o.Sysfs = sys
+	o.DevVFIO = e.devVFIO
+	ctr, err := vfio.OpenContainer(o)
+	if err != nil {
+		return vers, err.Error()
+	}
+	var errs []error
+	for _, a := range bound {
+		v, err := readCBVER(ctr, a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		vers[a] = cbverString(v)
+	}
+	if err := ctr.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return vers, err.Error()
+	}
+	return vers, ""
+}
+
+// readCBVER opens the function and reads its CBVER register, with memory
+// decoding enabled for the read and restored afterwards (vfio-pci refuses
+// BAR accesses while decoding is off).
+func readCBVER(ctr *vfio.Container, a pci.Address) (v uint8, err error) {
+	d, err := ctr.Open(a)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, d.Close()) }()
+	cmd, err := pci.ReadConfig16(d, pci.ConfigCommand)
+	if err != nil {
+		return 0, err
+	}
+	regs, err := d.BAR(0)
+	if err != nil {
+		return 0, err
+	}
+	if cmd&pci.CommandMemory == 0 {
+		if err := pci.SetCommand(d, pci.CommandMemory); err != nil {
+			return 0, err
+		}
+		defer func() { err = errors.Join(err, pci.ClearCommand(d, pci.CommandMemory)) }()
+	}
+	return regs.Read8(hw.RegCBVer), nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func dashInt(n int) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}

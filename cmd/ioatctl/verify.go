@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/gomx-dev/gomx/ioat"
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// Geometry of verify's random operations.
+const (
+	// verifyBuf is the size of each channel's source and destination.
+	verifyBuf = 4 << 20
+	// verifySmall is the usual largest length (SPDK verify's 512 KiB).
+	verifySmall = 512 << 10
+	// verifyGuard is how many bytes each side of a destination range are
+	// checked to be untouched.
+	verifyGuard = 4 << 10
+	// verifyBatch is the most operations in flight at once per channel.
+	// Their destination ranges, guards included, never overlap, so the
+	// result does not depend on the order the engine writes them.
+	verifyBatch = 16
+	// verifyFullEvery is how often (in batches) the whole destination is
+	// compared, to catch writes outside every range checked.
+	verifyFullEvery = 64
+)
+
+// verifyStats counts one channel's operations.
+type verifyStats struct {
+	Channel      string `json:"channel"`
+	CopiesOK     int64  `json:"copies_ok"`
+	CopiesFailed int64  `json:"copies_failed"`
+	FillsOK      int64  `json:"fills_ok"`
+	FillsFailed  int64  `json:"fills_failed"`
+	// StrayWrites counts whole-buffer checks that found bytes changed
+	// outside every operation's range.
+	StrayWrites int64 `json:"stray_writes"`
+	Bytes       int64 `json:"bytes"`
+	// CPUFills is set when the channel has no fill capability, so the
+	// engine's fills ran on the CPU.
+	CPUFills bool `json:"cpu_fills,omitempty"`
+	// First describes the first failure.
+	First string `json:"first_failure,omitempty"`
+}
+
+func (s *verifyStats) failed() int64 { return s.CopiesFailed + s.FillsFailed + s.StrayWrites }
+
+// fail records a failure description if it is the first.
+func (s *verifyStats) fail(format string, args ...any) {
+	if s.First == "" {
+		s.First = fmt.Sprintf(format, args...)
+	}
+}
+
+// runVerify is the verify subcommand.
+func runVerify(e *env, args []string) (err error) {
+	const cmd = "verify"
+	var dev deviceFlags
+	fset := newFlags(cmd)
+	dev.register(fset)
+	duration := fset.Duration("duration", 2*time.Second, "how long each channel runs")
+	iterations := fset.Int64("iterations", 0, "operations per channel instead of --duration")
+	seed := fset.Uint64("seed", 0, "random seed (0: pick one and print it)")
+	asJSON := fset.Bool("json", false, "print one JSON object per channel")
+	pos, err := parseFlags(e, fset, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef(cmd, "unexpected argument %q", pos[0])
+	}
+	set := map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	lim, err := parseLimit(cmd, set, *duration, *iterations)
+	if err != nil {
+		return err
+	}
+	choice, err := dev.validate(cmd, fset)
+	if err != nil {
+		return err
+	}
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano())&(1<<53-1) | 1
+	}
+
+	b, err := openBackend(e, choice)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.close()) }()
+	// One engine per channel, so that every operation is counted on the
+	// channel that ran it.
+	var engs []*ioat.Engine
+	defer func() {
+		for _, eng := range engs {
+			err = errors.Join(err, eng.Close())
+		}
+	}()
+	for _, d := range b.devs {
+		o := ioat.DefaultEngineOptions()
+		o.CPUThreshold = -1
+		o.Channel.Interrupts = choice.irq
+		eng, err := ioat.NewEngine([]pci.Device{d}, o)
+		if err != nil {
+			return engineHint(err, b)
+		}
+		engs = append(engs, eng)
+	}
+	r := &rig{backend: b, eng: engs[0], info: engs[0].Channels()[0].Info()}
+	if !*asJSON {
+		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
+		fmt.Fprintf(e.stdout, "seed:    %d (repeat this run with --seed %d)\n", *seed, *seed)
+		fmt.Fprintf(e.stdout, "run:     %s per channel; random copies and 64-bit pattern fills in %s buffers, %s guards checked\n\n",
+			lim.describe("operations"), formatSize(verifyBuf), formatSize(verifyGuard))
+	}
+
+	stats := make([]verifyStats, len(engs))
+	errs := make([]error, len(engs))
+	var wg sync.WaitGroup
+	for i, eng := range engs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stats[i].Channel = b.devs[i].Address().String()
+			errs[i] = verifyChannel(eng, *seed, uint64(i), lim, &stats[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	var total verifyStats
+	total.Channel = "total"
+	for _, s := range stats {
+		total.CopiesOK += s.CopiesOK
+		total.CopiesFailed += s.CopiesFailed
+		total.FillsOK += s.FillsOK
+		total.FillsFailed += s.FillsFailed
+		total.StrayWrites += s.StrayWrites
+		total.Bytes += s.Bytes
+		if total.First == "" && s.First != "" {
+			total.First = s.Channel + ": " + s.First
+		}
+	}
+	if *asJSON {
+		for _, s := range stats {
+			js, _ := json.Marshal(s)
+			fmt.Fprintf(e.stdout, "%s\n", js)
+		}
+	} else {
+		fmt.Fprintf(e.stdout, "%-14s %10s %13s %10s %12s %7s %10s\n", "CHANNEL", "COPIES OK", "COPIES FAILED", "FILLS OK", "FILLS FAILED", "STRAYS", "MB MOVED")
+		rows := stats
+		if len(stats) > 1 {
+			rows = append(rows[:len(rows):len(rows)], total)
+		}
+		for _, s := range rows {
+			fmt.Fprintf(e.stdout, "%-14s %10d %13d %10d %12d %7d %10.1f\n", s.Channel, s.CopiesOK, s.CopiesFailed, s.FillsOK, s.FillsFailed, s.StrayWrites, float64(s.Bytes)/1e6)
+		}
+		for _, s := range stats {
+			if s.CPUFills {
+				fmt.Fprintf(e.stdout, "%s has no fill capability: its fills ran on the CPU.\n", s.Channel)
+			}
+		}
+	}
+	if n := total.failed(); n > 0 {
+		ops := total.CopiesOK + total.CopiesFailed + total.FillsOK + total.FillsFailed
+		return fmt.Errorf("verify: %d failures in %d operations (seed %d); first: %s", n, ops, *seed, total.First)
+	}
+	if !*asJSON {
+		fmt.Fprintln(e.stdout, "\nall operations verified.")
+	}
+	return nil
+}
+
+// vop is one random operation of verify.
+type vop struct {
+	fill           bool
+	srcOff, dstOff int
+	n              int
+	pattern        uint64
+	cookie         *ioat.Cookie
+	err            error
+}
+
+// verifyChannel runs random operations on a one-channel engine until the
+// limit and checks each. It returns an error only when it cannot run;
+// failed operations are counted in st.
+func verifyChannel(eng *ioat.Engine, seed, ch uint64, lim limit, st *verifyStats) (err error) {
+	rng := rand.New(rand.NewPCG(seed, ch))
+	srcBuf, err := eng.Alloc(verifyBuf)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, srcBuf.Close()) }()
+	dstBuf, err := eng.Alloc(verifyBuf)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dstBuf.Close()) }()
+	src, dst := srcBuf.Bytes(), dstBuf.Bytes()
+	fillRandom(src, seed^ch<<32)
+	fillRandom(dst, ^seed^ch<<32)
+	srcWant := bytes.Clone(src)
+	want := bytes.Clone(dst)
+	st.CPUFills = !eng.Channels()[0].Info().Fill
+
+	budget := lim.duration + waitBudget
+	if lim.iterations > 0 {
+		budget = waitBudget + time.Duration(lim.iterations)*10*time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+
+	var ops int64
+	batch := make([]vop, 0, verifyBatch)
+	start := time.Now()
+	for batches := 1; !lim.done(ops, start); batches++ {
+		batch = batch[:0]
+		for len(batch) < verifyBatch && !lim.done(ops+int64(len(batch)), start) {
+			op := randomOp(rng)
+			if overlapsAny(batch, op) {
+				break
+			}
+			batch = append(batch, op)
+		}
+		if len(batch) == 0 {
+			// The first operation of a batch always fits.
+			return errors.New("verify: internal error: empty batch")
+		}
+		for i := range batch {
+			op := &batch[i]
+			if op.fill {
+				op.cookie, op.err = eng.IFill(dst[op.dstOff:op.dstOff+op.n], op.pattern)
+			} else {
+				op.cookie, op.err = eng.ICopy(dst[op.dstOff:op.dstOff+op.n], src[op.srcOff:op.srcOff+op.n])
+			}
+		}
+		for i := range batch {
+			op := &batch[i]
+			if op.err == nil {
+				op.err = eng.Wait(ctx, op.cookie)
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("verify: channel %s stopped completing operations after %d: %w", st.Channel, ops, ctx.Err())
+		}
+		for i := range batch {
+			checkOp(&batch[i], src, dst, want, st)
+		}
+		ops += int64(len(batch))
+		if batches%verifyFullEvery == 0 {
+			checkWhole(dst, want, st)
+		}
+	}
+	checkWhole(dst, want, st)
+	if i := firstDiff(src, srcWant); i >= 0 {
+		st.StrayWrites++
+		st.fail("the source buffer changed at byte %d", i)
+	}
+	return nil
+}
+
+// randomOp draws one operation: a copy or a fill, 512 KiB at most three
+// times in four and up to the whole buffer otherwise, at random offsets;
+// half the fills are 8-byte aligned in length and offset, as SPDK's.
+func randomOp(rng *rand.Rand) vop {
+	maxLen := verifySmall
+	if rng.IntN(4) == 0 {
+		maxLen = verifyBuf
+	}
+	op := vop{fill: rng.IntN(2) == 0, n: rng.IntN(maxLen + 1)}
+	op.srcOff = rng.IntN(verifyBuf - op.n + 1)
+	op.dstOff = rng.IntN(verifyBuf - op.n + 1)
+	if op.fill {
+		op.pattern = rng.Uint64()
+		if rng.IntN(2) == 0 {
+			op.n &^= 7
+			op.dstOff &^= 7
+		}
+	}
+	return op
+}
+
+// guardRange is the part of the destination an operation's check covers:
+// its range and verifyGuard bytes on each side, within the buffer.
+func guardRange(op vop) (lo, hi int) {
+	return max(0, op.dstOff-verifyGuard), min(verifyBuf, op.dstOff+op.n+verifyGuard)
+}
+
+// overlapsAny reports whether op's checked range meets one of batch's.
+func overlapsAny(batch []vop, op vop) bool {
+	lo, hi := guardRange(op)
+	for _, b := range batch {
+		blo, bhi := guardRange(b)
+		if lo < bhi && blo < hi {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOp applies op to the expected destination and compares the
+// operation's range and guards with the real one. A mismatch is counted
+// and the expected bytes resynchronised, so it is reported once.
+func checkOp(op *vop, src, dst, want []byte, st *verifyStats) {
+	what := "copy"
+	if op.fill {
+		what = "fill"
+		patternFill(want[op.dstOff:op.dstOff+op.n], op.pattern)
+	} else {
+		copy(want[op.dstOff:op.dstOff+op.n], src[op.srcOff:op.srcOff+op.n])
+	}
+	lo, hi := guardRange(*op)
+	ok := op.err == nil
+	if op.err != nil {
+		st.fail("%s of %d bytes to offset %d: %v", what, op.n, op.dstOff, op.err)
+	} else if i := firstDiff(dst[lo:hi], want[lo:hi]); i >= 0 {
+		ok = false
+		at := lo + i
+		where := "inside the range"
+		if at < op.dstOff || at >= op.dstOff+op.n {
+			where = "in the guard bytes"
+		}
+		st.fail("%s of %d bytes (src %d, dst %d, pattern %#x): byte %d %s: got %#02x, want %#02x",
+			what, op.n, op.srcOff, op.dstOff, op.pattern, at, where, dst[at], want[at])
+	}
+	if !ok {
+		copy(want[lo:hi], dst[lo:hi])
+	}
+	switch {
+	case op.fill && ok:
+		st.FillsOK++
+	case op.fill:
+		st.FillsFailed++
+	case ok:
+		st.CopiesOK++
+	default:
+		st.CopiesFailed++
+	}
+	if ok {
+		st.Bytes += int64(op.n)
+	}
+}
+
+// checkWhole compares the whole destination with what it should hold.
+func checkWhole(dst, want []byte, st *verifyStats) {
+	if i := firstDiff(dst, want); i >= 0 {
+		st.StrayWrites++
+		st.fail("byte %d of the destination changed outside every operation: got %#02x, want %#02x", i, dst[i], want[i])
+		copy(want, dst)
+	}
+}
+
+// patternFill lays the 64-bit pattern over b little-endian from its start,
+// as the engine's IFill does: byte i gets byte i%8 of the pattern.
+func patternFill(b []byte, pattern uint64) {
+	var p [8]byte
+	binary.LittleEndian.PutUint64(p[:], pattern)
+	n := copy(b, p[:])
+	for done := n; done < len(b); done *= 2 {
+		copy(b[done:], b[:done])
+	}
+}

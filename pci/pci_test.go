@@ -1,0 +1,109 @@
+package pci
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParseAddress(t *testing.T) {
+	good := map[string]Address{
+		"0000:00:04.0": {Device: 4},
+		"00:04.7":      {Device: 4, Function: 7},
+		"0001:80:1f.3": {Domain: 1, Bus: 0x80, Device: 0x1f, Function: 3},
+	}
+	for s, want := range good {
+		a, err := ParseAddress(s)
+		if err != nil || a != want {
+			t.Errorf("ParseAddress(%q) = %v, %v; want %v", s, a, err, want)
+		}
+		if s == "0000:00:04.0" && a.String() != s {
+			t.Errorf("String() = %q", a.String())
+		}
+	}
+	for _, s := range []string{"", "0:00:04.0", "00:04", "00:20.0", "00:04.8", "zz:04.0", "0000:00:04.0:1"} {
+		if _, err := ParseAddress(s); err == nil {
+			t.Errorf("ParseAddress(%q) accepted", s)
+		}
+	}
+}
+
+func FuzzParseAddress(f *testing.F) {
+	f.Add("0000:00:04.0")
+	f.Add("ff:1f.7")
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAddress(s)
+		if err != nil {
+			return
+		}
+		b, err := ParseAddress(a.String())
+		if err != nil || a != b {
+			t.Fatalf("%q -> %v does not round-trip: %v %v", s, a, b, err)
+		}
+	})
+}
+
+func TestMappingIOVA(t *testing.T) {
+	m := &Mapping{Buf: make([]byte, 300), Segments: []Segment{{IOVA: 0x1000, Len: 100}, {IOVA: 0x9000, Len: 200}}}
+	cases := []struct {
+		off    int
+		iova   uint64
+		contig int
+	}{{0, 0x1000, 100}, {99, 0x1063, 1}, {100, 0x9000, 200}, {299, 0x90C7, 1}}
+	for _, c := range cases {
+		iova, contig, err := m.IOVA(c.off)
+		if err != nil || iova != c.iova || contig != c.contig {
+			t.Errorf("IOVA(%d) = %#x, %d, %v; want %#x, %d", c.off, iova, contig, err, c.iova, c.contig)
+		}
+	}
+	if _, _, err := m.IOVA(300); !errors.Is(err, ErrBadRange) {
+		t.Errorf("IOVA past the end: %v", err)
+	}
+	if off, ok := m.Contains(0x9010, 16); !ok || off != 116 {
+		t.Errorf("Contains = %d, %v", off, ok)
+	}
+	if _, ok := m.Contains(0x1060, 64); ok {
+		t.Error("Contains accepted a range across segments")
+	}
+	if _, ok := m.Contains(^uint64(0)-1, 16); ok {
+		t.Error("Contains accepted a wrapping range")
+	}
+}
+
+func TestInterrupt(t *testing.T) {
+	irq, err := NewInterrupt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := irq.Poll(); n != 0 {
+		t.Fatalf("fresh interrupt has %d signals", n)
+	}
+	irq.Signal()
+	irq.Signal()
+	if n, err := irq.Wait(context.Background()); err != nil || n != 2 {
+		t.Fatalf("Wait = %d, %v; want 2 signals", n, err)
+	}
+	if n, err := irq.WaitTimeout(5 * time.Millisecond); err != nil || n != 0 {
+		t.Fatalf("WaitTimeout with nothing pending = %d, %v", n, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(5 * time.Millisecond); cancel() }()
+	if _, err := irq.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait after cancel: %v", err)
+	}
+	done := make(chan error)
+	go func() { _, err := irq.Wait(context.Background()); done <- err }()
+	time.Sleep(5 * time.Millisecond)
+	irq.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait across Close: %v", err)
+	}
+}
+
+func TestOpError(t *testing.T) {
+	err := &OpError{Op: "VFIO_GROUP_GET_DEVICE_FD", Addr: Address{Device: 4}, Err: ErrBusy}
+	if !errors.Is(err, ErrBusy) || err.Error() != "0000:00:04.0: VFIO_GROUP_GET_DEVICE_FD: device busy" {
+		t.Fatalf("%v", err)
+	}
+}
