@@ -1,7 +1,6 @@
 package vfio
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,58 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomx-dev/gomx/internal/sysfstest"
+
 	"github.com/gomx-dev/gomx/pci"
 )
 
-// buildSysfs creates the tree described by testdata/sysfs.txt in a
-// temporary directory and returns its root.
+// buildSysfs creates the tree described by testdata/sysfs.txt.
 func buildSysfs(t *testing.T) string {
 	t.Helper()
-	root := t.TempDir()
-	f, err := os.Open("testdata/sysfs.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			t.Fatalf("sysfs.txt:%d: bad line %q", n, line)
-		}
-		p := filepath.Join(root, fields[1])
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		switch fields[0] {
-		case "dir":
-			err = os.MkdirAll(p, 0o755)
-		case "file":
-			content := ""
-			if len(fields) > 2 {
-				content = strings.Join(fields[2:], " ") + "\n"
-			}
-			err = os.WriteFile(p, []byte(content), 0o644)
-		case "link":
-			if len(fields) != 3 {
-				t.Fatalf("sysfs.txt:%d: link needs a target", n)
-			}
-			err = os.Symlink(fields[2], p)
-		default:
-			t.Fatalf("sysfs.txt:%d: unknown kind %q", n, fields[0])
-		}
-		if err != nil {
-			t.Fatalf("sysfs.txt:%d: %v", n, err)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return root
+	return sysfstest.Build(t, "testdata/sysfs.txt")
 }
 
 func mustAddr(t testing.TB, s string) pci.Address {
