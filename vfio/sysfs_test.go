@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/gomx-dev/gomx/internal/sysfstest"
-
 	"github.com/gomx-dev/gomx/pci"
 )
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/gomx-dev/gomx/internal/sysfstest"
-
 	"github.com/gomx-dev/gomx/hugepage"
 )
 
