@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomx-dev/gomx/internal/sysfstest"
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/sysfstest"
 )
 
 // TestMain points VFIO at a directory that does not exist, so no test can
