@@ -929,23 +929,9 @@ func (c *cbChannel) transfer(d *hw.Descriptor) uint32 {
 		return hw.ErrWriteData
 	}
 	if d.Op() == hw.OpFill {
-		fillPattern(dst, d.Src)
+		hw.FillPattern(dst, d.Src)
 		return 0
 	}
 	copy(dst, src)
 	return 0
-}
-
-// fillPattern lays the 64-bit pattern down from the start of dst.
-func fillPattern(dst []byte, pat uint64) {
-	var p [8]byte
-	binary.LittleEndian.PutUint64(p[:], pat)
-	if len(dst) < 8 {
-		copy(dst, p[:])
-		return
-	}
-	copy(dst, p[:])
-	for done := 8; done < len(dst); done *= 2 {
-		copy(dst[done:], dst[:done])
-	}
 }

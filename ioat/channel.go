@@ -563,26 +563,7 @@ func (c *Channel) EnqueueCopy(dst *pci.Mapping, dstOff int, src *pci.Mapping, sr
 	if n == 0 {
 		return c.EnqueueNull(tag)
 	}
-	need := 1
-	if n > c.maxXfer || len(dst.Segments) > 1 || len(src.Segments) > 1 {
-		var err error
-		if need, err = c.descsFor(dst, dstOff, src, srcOff, n); err != nil {
-			return err
-		}
-	}
-	if need > c.Free() {
-		return ErrRingFull
-	}
-	first := c.head
-	var d hw.Descriptor
-	for done := 0; done < n; {
-		l, _ := c.chunk(dst, dstOff+done, src, srcOff+done, n-done, &d.Dst, &d.Src)
-		d.Size = uint32(l)
-		d.Ctl = hw.OpCopy << hw.CtlOpShift
-		done += l
-		c.put(&d, tag, first, done == n, 0)
-	}
-	return nil
+	return c.enqueue(hw.OpCopy, dst, dstOff, src, srcOff, n, 0, tag)
 }
 
 // EnqueueFill adds a fill of n bytes at dst/dstOff with the 64-bit pattern,
@@ -601,24 +582,40 @@ func (c *Channel) EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, t
 	if n == 0 {
 		return c.EnqueueNull(tag)
 	}
-	need, err := c.descsFor(dst, dstOff, nil, 0, n)
-	if err != nil {
-		return err
+	return c.enqueue(hw.OpFill, dst, dstOff, nil, 0, n, pattern, tag)
+}
+
+// enqueue splits a copy (src non-nil) or a fill (src nil) of n > 0 bytes
+// into descriptors and puts them on the ring, or none of them when the ring
+// lacks room.
+func (c *Channel) enqueue(op uint8, dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int, pattern, tag uint64) error {
+	need := 1
+	if n > c.maxXfer || len(dst.Segments) > 1 || (src != nil && len(src.Segments) > 1) {
+		var err error
+		if need, err = c.descsFor(dst, dstOff, src, srcOff, n); err != nil {
+			return err
+		}
 	}
 	if need > c.Free() {
 		return ErrRingFull
 	}
 	first := c.head
 	var d hw.Descriptor
+	var sIOVA *uint64
+	if src != nil {
+		sIOVA = &d.Src
+	}
 	for done := 0; done < n; {
-		l, _ := c.chunk(dst, dstOff+done, nil, 0, n-done, &d.Dst, nil)
+		l, _ := c.chunk(dst, dstOff+done, src, srcOff+done, n-done, &d.Dst, sIOVA)
 		d.Size = uint32(l)
-		d.Ctl = hw.OpFill << hw.CtlOpShift
-		// The engine lays the pattern from each descriptor's start: rotate
-		// it so the bytes keep their phase relative to the request.
-		d.Src = bits.RotateLeft64(pattern, -8*(done%8))
+		d.Ctl = uint32(op) << hw.CtlOpShift
+		if src == nil {
+			// The engine lays the pattern from each descriptor's start:
+			// rotate it so the bytes keep their phase in the request.
+			d.Src = bits.RotateLeft64(pattern, -8*(done%8))
+		}
 		done += l
-		c.put(&d, tag, first, done == n, 1)
+		c.put(&d, tag, first, done == n, op)
 	}
 	return nil
 }

@@ -186,7 +186,7 @@ func TestFills(t *testing.T) {
 			if err := e.Fill(buf[off:off+n], pat); err != nil {
 				t.Fatal(err)
 			}
-			cpuFill(want[off:off+n], pat)
+			hw.FillPattern(want[off:off+n], pat)
 			if !bytes.Equal(buf[off:off+n], want[off:off+n]) {
 				t.Fatalf("fill %d bytes at %d with %#x: wrong bytes", n, off, pat)
 			}

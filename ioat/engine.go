@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -357,7 +358,7 @@ func (e *Engine) IFill(dst []byte, pattern uint64) (*Cookie, error) {
 	}
 	n := len(dst)
 	if n < e.opts.CPUThreshold || n == 0 || !e.chans[0].ch.info.Fill {
-		cpuFill(dst, pattern)
+		hw.FillPattern(dst, pattern)
 		e.cpu.Add(1)
 		return doneCookie, nil
 	}
@@ -375,15 +376,6 @@ func (e *Engine) IFill(dst []byte, pattern uint64) (*Cookie, error) {
 		return nil, err
 	}
 	return ck, nil
-}
-
-func cpuFill(dst []byte, pattern uint64) {
-	for i := 0; i < len(dst) && i < 8; i++ {
-		dst[i] = byte(pattern >> (8 * i))
-	}
-	for done := 8; done < len(dst); done *= 2 {
-		copy(dst[done:], dst[:done])
-	}
 }
 
 // schedule places a request of n bytes on channels by the policy; enq

@@ -427,3 +427,15 @@ func (d *Descriptor) Validate(xferCap uint8, fill bool) uint32 {
 	}
 	return 0
 }
+
+// FillPattern lays the 64-bit pattern down over dst little-endian from its
+// first byte (byte i gets byte i%8 of the pattern), as a fill descriptor
+// does from its destination address.
+func FillPattern(dst []byte, pattern uint64) {
+	var p [8]byte
+	binary.LittleEndian.PutUint64(p[:], pattern)
+	copy(dst, p[:])
+	for done := 8; done < len(dst); done *= 2 {
+		copy(dst[done:], dst[:done])
+	}
+}
