@@ -1,0 +1,144 @@
+// Package transport is the one small interface between the mx message layer
+// and whatever moves its frames: an in-process loopback wire, kernel UDP
+// sockets, AF_XDP sockets, and later VFIO NIC queues and shared memory.
+//
+// # What a transport carries
+//
+// A transport moves opaque frames between boards. A board is a network
+// attachment with a 48-bit address, its NIC id ([NICID]), exactly as Open-MX
+// names a board by its MAC address. The frame's Data is everything the
+// Open-MX common head carries after the Ethernet header: the 2-byte peer
+// index followed by the packet-type header and payload. The transport adds and
+// strips its own link framing:
+//
+//   - raw Ethernet framing (Open-MX compatible): a 14-byte Ethernet header with
+//     EtherType [EtherType]; the NIC id is the MAC address. Frames shorter than
+//     the Ethernet minimum are padded on the wire, so a receiver may see Data
+//     longer than what was sent: the mx headers carry their own lengths and
+//     the message layer never trusts the frame length alone.
+//   - IPv4/UDP framing: the same Data as the UDP payload; the NIC id is the
+//     IPv4 address and UDP port packed as ip<<16 | port (see [UDPAddr]), so
+//     NIC receive-side scaling and ntuple rules can steer by port.
+//
+// # Contract
+//
+// Send may be called from several goroutines at once; Recv is called by one
+// goroutine at a time (the endpoint's progress goroutine). Data passed to Send
+// is copied or transmitted before Send returns, so the caller may reuse it.
+// Data returned by Recv points into transport-owned buffers that stay valid
+// until the next call to Recv or Close. Frames may be lost, duplicated,
+// reordered or corrupted by the wire: reliability belongs to the layer above.
+// Close makes a blocked Recv return [ErrClosed] and releases every buffer,
+// socket and mapping the transport owns.
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// EtherType is the Open-MX EtherType used by raw Ethernet framing.
+const EtherType = 0x86DF
+
+// NICID is a 48-bit board address: a MAC address for Ethernet framing, or an
+// IPv4 address and UDP port (ip<<16 | port) for UDP framing.
+type NICID uint64
+
+// NICIDMask keeps the 48 bits a NICID may use.
+const NICIDMask = 1<<48 - 1
+
+// MACNICID returns the NIC id of a 6-byte MAC address.
+func MACNICID(mac [6]byte) NICID {
+	var id NICID
+	for _, b := range mac {
+		id = id<<8 | NICID(b)
+	}
+	return id
+}
+
+// MAC returns the NIC id as a MAC address.
+func (id NICID) MAC() [6]byte {
+	var mac [6]byte
+	for i := 5; i >= 0; i-- {
+		mac[i] = byte(id)
+		id >>= 8
+	}
+	return mac
+}
+
+// UDPAddr returns the NIC id as an IPv4 address and UDP port.
+func (id NICID) UDPAddr() netip.AddrPort {
+	ip := uint32(id >> 16)
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)}), uint16(id))
+}
+
+// UDPNICID returns the NIC id of an IPv4 address and port. It fails for an
+// IPv6 address, which does not fit in 48 bits.
+func UDPNICID(ap netip.AddrPort) (NICID, error) {
+	addr := ap.Addr().Unmap()
+	if !addr.Is4() {
+		return 0, fmt.Errorf("transport: %v is not an IPv4 address: UDP framing packs IPv4 and port into a 48-bit NIC id", ap)
+	}
+	b := addr.As4()
+	ip := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	return NICID(ip)<<16 | NICID(ap.Port()), nil
+}
+
+// String formats the NIC id as a MAC address, the way Open-MX prints boards.
+func (id NICID) String() string {
+	m := id.MAC()
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+// Frame is one frame on its way out or in. On Send, Peer is the destination
+// board; on Recv, Peer is the board that sent it.
+type Frame struct {
+	Peer NICID
+	Data []byte
+}
+
+// Transport moves batches of frames between boards. See the package
+// documentation for the concurrency and buffer-ownership rules.
+type Transport interface {
+	// Addr returns the local board's NIC id.
+	Addr() NICID
+	// MTU returns the largest Data length one frame may carry.
+	MTU() int
+	// Send transmits frames in order. It returns how many were handed to the
+	// wire; when that is fewer than len(frames), err says why frames[n]
+	// could not be sent (for example ErrTooBig or ErrClosed). A transport
+	// whose queue is momentarily full waits briefly rather than failing.
+	Send(frames []Frame) (n int, err error)
+	// Recv fills frames with up to len(frames) received frames and returns
+	// how many. It waits at most timeout for the first one; a timeout of 0
+	// polls without waiting, and a negative timeout waits until a frame
+	// arrives or the transport is closed. It returns 0, nil on timeout.
+	Recv(frames []Frame, timeout time.Duration) (n int, err error)
+	// Close releases the transport. Blocked and later calls return ErrClosed.
+	Close() error
+}
+
+// Counter is one named statistic a transport may expose.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// Stats is implemented by transports that count what they drop or see, for
+// the per-endpoint counters the message layer reports.
+type Stats interface {
+	Counters() []Counter
+}
+
+// Errors a transport returns; implementations wrap them with detail.
+var (
+	// ErrClosed is returned by calls on a closed transport.
+	ErrClosed = errors.New("transport: closed")
+	// ErrTooBig is returned for a frame whose Data exceeds MTU().
+	ErrTooBig = errors.New("transport: frame larger than the MTU")
+	// ErrUnreachable is returned for a peer the transport cannot address
+	// (for example a NIC id that is not a valid address for its framing).
+	ErrUnreachable = errors.New("transport: peer address not reachable by this transport")
+)
