@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 )
 
@@ -40,12 +41,12 @@ func newBufSet(eng *ioat.Engine, maxSize int, cold bool) (*bufSet, error) {
 	}
 	src, err := eng.Alloc(total)
 	if err != nil {
-		return nil, fmt.Errorf("allocate a %s source buffer: %w (try a smaller --size, or --hot)", formatSize(int64(total)), err)
+		return nil, fmt.Errorf("allocate a %s source buffer: %w (try a smaller --size, or --hot)", units.Format(int64(total)), err)
 	}
 	dst, err := eng.Alloc(total)
 	if err != nil {
 		src.Close()
-		return nil, fmt.Errorf("allocate a %s destination buffer: %w (try a smaller --size, or --hot)", formatSize(int64(total)), err)
+		return nil, fmt.Errorf("allocate a %s destination buffer: %w (try a smaller --size, or --hot)", units.Format(int64(total)), err)
 	}
 	fillRandom(src.Bytes(), 1)
 	return &bufSet{src: src, dst: dst, cold: cold}, nil

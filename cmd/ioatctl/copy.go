@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 )
 
@@ -54,9 +55,9 @@ const waitBudget = 30 * time.Second
 // copyFlags are the flags of the copy subcommand.
 type copyFlags struct {
 	dev        deviceFlags
-	size       sizeFlag
+	size       units.Size
 	sweep      bool
-	sizes      sizesFlag
+	sizes      units.List
 	window     int
 	cold, hot  bool
 	duration   time.Duration
@@ -93,7 +94,7 @@ type copyRow struct {
 func runCopy(e *env, args []string) (err error) {
 	const cmd = "copy"
 	var f copyFlags
-	f.size.n = 4 << 20
+	f.size.N = 4 << 20
 	fs := newFlags(cmd)
 	f.dev.register(fs)
 	fs.Var(&f.size, "size", "bytes per copy, e.g. 64K or 4MiB")
@@ -115,20 +116,20 @@ func runCopy(e *env, args []string) (err error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	sizes := []int64{f.size.n}
+	sizes := []int64{f.size.N}
 	switch {
-	case f.sweep && f.sizes.set:
+	case f.sweep && f.sizes.IsSet:
 		return usagef(cmd, "--sweep and --sizes both give the sizes: pick one")
-	case f.size.set && (f.sweep || f.sizes.set):
+	case f.size.IsSet && (f.sweep || f.sizes.IsSet):
 		return usagef(cmd, "--size gives one size; drop it to use --sweep or --sizes")
 	case f.sweep:
 		sizes = sweepSizes()
-	case f.sizes.set:
-		sizes = f.sizes.v
+	case f.sizes.IsSet:
+		sizes = f.sizes.V
 	}
 	for _, s := range sizes {
 		if s < 1 || s > 1<<30 {
-			return usagef(cmd, "size %s: want 1 byte to 1 GiB", formatSize(s))
+			return usagef(cmd, "size %s: want 1 byte to 1 GiB", units.Format(s))
 		}
 	}
 	if f.cold && f.hot {
@@ -164,7 +165,7 @@ func runCopy(e *env, args []string) (err error) {
 	}
 	if !f.json {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
-		cacheNote := "cold (rotating over " + formatSize(int64(bufs.perSide(maxSize))) + " per side)"
+		cacheNote := "cold (rotating over " + units.Format(int64(bufs.perSide(maxSize))) + " per side)"
 		if f.hot {
 			cacheNote = "hot (one buffer pair)"
 		}
@@ -189,23 +190,23 @@ func runCopy(e *env, args []string) (err error) {
 		}
 		verr, err := measureCopy(r.eng, bufs, int(size), f.window, lim, f.verify, &row)
 		if err != nil {
-			return fmt.Errorf("copy of %s: %w", formatSize(size), err)
+			return fmt.Errorf("copy of %s: %w", units.Format(size), err)
 		}
 		if f.json {
 			b, _ := json.Marshal(row)
 			fmt.Fprintf(e.stdout, "%s\n", b)
 		} else {
-			fmt.Fprintf(e.stdout, "%9s %12.1f %12.1f %12.1f %12.1f %7.2fx", formatSize(size), row.MBPerS, row.OpsPerS, row.CPUMBPerS, row.CPUOpsPerS, row.Ratio)
+			fmt.Fprintf(e.stdout, "%9s %12.1f %12.1f %12.1f %12.1f %7.2fx", units.Format(size), row.MBPerS, row.OpsPerS, row.CPUMBPerS, row.CPUOpsPerS, row.Ratio)
 			if f.verify {
 				fmt.Fprintf(e.stdout, " %9s", yesNo(row.Verified))
 			}
 			fmt.Fprintln(e.stdout)
 		}
 		if len(sizes) > 1 {
-			fmt.Fprintf(e.stderr, "ioatctl: [%d/%d] %s: engine %.1f MB/s, CPU %.1f MB/s\n", i+1, len(sizes), formatSize(size), row.MBPerS, row.CPUMBPerS)
+			fmt.Fprintf(e.stderr, "ioatctl: [%d/%d] %s: engine %.1f MB/s, CPU %.1f MB/s\n", i+1, len(sizes), units.Format(size), row.MBPerS, row.CPUMBPerS)
 		}
 		if verr != nil {
-			return fmt.Errorf("copy of %s: verification failed: %w", formatSize(size), verr)
+			return fmt.Errorf("copy of %s: verification failed: %w", units.Format(size), verr)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
@@ -20,7 +21,7 @@ type deviceFlags struct {
 	channels   int
 	policy     string
 	interrupts bool
-	bandwidth  sizeFlag
+	bandwidth  units.Size
 	cbver      string
 }
 
@@ -53,7 +54,7 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.n, irq: d.interrupts}
+	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts}
 	switch d.device {
 	case "auto", "emulated":
 		c.kind = d.device

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 )
 
@@ -33,7 +34,7 @@ func runOverlap(e *env, args []string) (err error) {
 	var dev deviceFlags
 	fset := newFlags(cmd)
 	dev.register(fset)
-	sizes := sizesFlag{v: []int64{64 << 10, 256 << 10, 1 << 20, 4 << 20}}
+	sizes := units.List{V: []int64{64 << 10, 256 << 10, 1 << 20, 4 << 20}}
 	fset.Var(&sizes, "sizes", "comma-separated copy sizes")
 	iterations := fset.Int("iterations", 50, "measurements averaged per size")
 	asJSON := fset.Bool("json", false, "print one JSON object per size and mover")
@@ -47,9 +48,9 @@ func runOverlap(e *env, args []string) (err error) {
 	if *iterations < 1 {
 		return usagef(cmd, "--iterations %d: want at least 1", *iterations)
 	}
-	for _, s := range sizes.v {
+	for _, s := range sizes.V {
 		if s < 1 || s > 1<<30 {
-			return usagef(cmd, "size %s: want 1 byte to 1 GiB", formatSize(s))
+			return usagef(cmd, "size %s: want 1 byte to 1 GiB", units.Format(s))
 		}
 	}
 	choice, err := dev.validate(cmd, fset)
@@ -61,15 +62,15 @@ func runOverlap(e *env, args []string) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
-	maxSize := int(slices.Max(sizes.v))
+	maxSize := int(slices.Max(sizes.V))
 	src, err := r.eng.Alloc(maxSize)
 	if err != nil {
-		return fmt.Errorf("allocate a %s source buffer: %w", formatSize(int64(maxSize)), err)
+		return fmt.Errorf("allocate a %s source buffer: %w", units.Format(int64(maxSize)), err)
 	}
 	defer func() { err = errors.Join(err, src.Close()) }()
 	dst, err := r.eng.Alloc(maxSize)
 	if err != nil {
-		return fmt.Errorf("allocate a %s destination buffer: %w", formatSize(int64(maxSize)), err)
+		return fmt.Errorf("allocate a %s destination buffer: %w", units.Format(int64(maxSize)), err)
 	}
 	defer func() { err = errors.Join(err, dst.Close()) }()
 	fillRandom(src.Bytes(), 2)
@@ -84,14 +85,14 @@ func runOverlap(e *env, args []string) (err error) {
 		fmt.Fprintf(e.stdout, "overlap = (Tcopy + Tcompute - Ttotal) / Tcopy; 1 = the copy hides behind the computation.\n\n")
 		fmt.Fprintf(e.stdout, "%9s %-7s %12s %12s %12s %8s\n", "SIZE", "MOVER", "Tcopy us", "Tcompute us", "Ttotal us", "OVERLAP")
 	}
-	for _, size := range sizes.v {
+	for _, size := range sizes.V {
 		s, d := src.Bytes()[:size], dst.Bytes()[:size]
 		eng := &engineMover{eng: r.eng, dst: d, src: s}
 		cpu := &cpuMover{dst: d, src: s}
 		for _, m := range []mover{eng, cpu} {
 			t, err := measureOverlap(m, *iterations)
 			if err != nil {
-				return fmt.Errorf("overlap of %s: %w", formatSize(size), err)
+				return fmt.Errorf("overlap of %s: %w", units.Format(size), err)
 			}
 			row := overlapRow{
 				Device: r.name, Mover: m.name(), Size: size, Channels: len(r.devs), Policy: choice.policy.String(),
@@ -107,7 +108,7 @@ func runOverlap(e *env, args []string) (err error) {
 				b, _ := json.Marshal(row)
 				fmt.Fprintf(e.stdout, "%s\n", b)
 			} else {
-				fmt.Fprintf(e.stdout, "%9s %-7s %12.1f %12.1f %12.1f %8.2f\n", formatSize(size), row.Mover, row.TCopyUS, row.TComputeUS, row.TTotalUS, row.Overlap)
+				fmt.Fprintf(e.stdout, "%9s %-7s %12.1f %12.1f %12.1f %8.2f\n", units.Format(size), row.Mover, row.TCopyUS, row.TComputeUS, row.TTotalUS, row.Overlap)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/pci"
 )
@@ -120,7 +121,7 @@ func runVerify(e *env, args []string) (err error) {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
 		fmt.Fprintf(e.stdout, "seed:    %d (repeat this run with --seed %d)\n", *seed, *seed)
 		fmt.Fprintf(e.stdout, "run:     %s per channel; random copies and 64-bit pattern fills in %s buffers, %s guards checked\n\n",
-			lim.describe("operations"), formatSize(verifyBuf), formatSize(verifyGuard))
+			lim.describe("operations"), units.Format(verifyBuf), units.Format(verifyGuard))
 	}
 
 	stats := make([]verifyStats, len(engs))

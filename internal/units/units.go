@@ -1,4 +1,8 @@
-package main
+// Package units parses and prints byte sizes the way gomx's command-line
+// tools accept them: a decimal number with an optional binary suffix (K, M,
+// G, or KiB, MiB, GiB), and comma-separated lists of them. The decimal
+// spellings KB, MB and GB are refused as ambiguous rather than guessed.
+package units
 
 import (
 	"fmt"
@@ -20,10 +24,10 @@ var sizeSuffixes = map[string]int64{
 // sizeHelp is the grammar of a size, quoted in errors.
 const sizeHelp = "want bytes with an optional K, M or G suffix (or KiB, MiB, GiB; powers of 1024), e.g. 4096, 64K, 4MiB"
 
-// parseSize parses a size in bytes: a decimal number with an optional
+// Parse parses a size in bytes: a decimal number with an optional
 // suffix K, M, G, KiB, MiB, GiB or B, in any case. "4K" and "4KiB" are
 // both 4096. KB, MB and GB are refused as ambiguous (decimal or binary?).
-func parseSize(s string) (int64, error) {
+func Parse(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	i := 0
 	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
@@ -52,14 +56,14 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// parseSizes parses a comma-separated list of sizes ("4K,64K,1M").
-func parseSizes(s string) ([]int64, error) {
+// ParseList parses a comma-separated list of sizes ("4K,64K,1M").
+func ParseList(s string) ([]int64, error) {
 	var out []int64
 	for _, f := range strings.Split(s, ",") {
 		if strings.TrimSpace(f) == "" {
 			return nil, fmt.Errorf("bad size list %q: empty element (want e.g. 4K,64K,1M)", s)
 		}
-		n, err := parseSize(f)
+		n, err := Parse(f)
 		if err != nil {
 			return nil, err
 		}
@@ -68,9 +72,9 @@ func parseSizes(s string) ([]int64, error) {
 	return out, nil
 }
 
-// formatSize prints n in the largest binary unit that divides it exactly:
+// Format prints n in the largest binary unit that divides it exactly:
 // "4 KiB", "1536 KiB", "8 MiB", "100 B".
-func formatSize(n int64) string {
+func Format(n int64) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
 		return strconv.FormatInt(n>>30, 10) + " GiB"
@@ -82,52 +86,57 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10) + " B"
 }
 
-// sizeFlag is a flag.Value holding a size parsed by parseSize.
-type sizeFlag struct {
-	n   int64
-	set bool
+// Size is a flag.Value holding a size parsed by Parse. N is the value and
+// Set reports whether the flag was given on the command line.
+type Size struct {
+	N     int64
+	IsSet bool
 }
 
-func (f *sizeFlag) String() string {
+// String implements flag.Value.
+func (f *Size) String() string {
 	if f == nil {
 		return ""
 	}
-	return formatSize(f.n)
+	return Format(f.N)
 }
 
 // Set implements flag.Value.
-func (f *sizeFlag) Set(s string) error {
-	n, err := parseSize(s)
+func (f *Size) Set(s string) error {
+	n, err := Parse(s)
 	if err != nil {
 		return err
 	}
-	f.n, f.set = n, true
+	f.N, f.IsSet = n, true
 	return nil
 }
 
-// sizesFlag is a flag.Value holding a list of sizes parsed by parseSizes.
-type sizesFlag struct {
-	v   []int64
-	set bool
+// List is a flag.Value holding a list of sizes parsed by ParseList. V is
+// the value (a default may be preset) and IsSet reports whether the flag was
+// given on the command line.
+type List struct {
+	V     []int64
+	IsSet bool
 }
 
-func (f *sizesFlag) String() string {
+// String implements flag.Value.
+func (f *List) String() string {
 	if f == nil {
 		return ""
 	}
 	var parts []string
-	for _, n := range f.v {
-		parts = append(parts, strings.ReplaceAll(strings.TrimSuffix(formatSize(n), "iB"), " ", ""))
+	for _, n := range f.V {
+		parts = append(parts, strings.ReplaceAll(strings.TrimSuffix(Format(n), "iB"), " ", ""))
 	}
 	return strings.Join(parts, ",")
 }
 
 // Set implements flag.Value.
-func (f *sizesFlag) Set(s string) error {
-	v, err := parseSizes(s)
+func (f *List) Set(s string) error {
+	v, err := ParseList(s)
 	if err != nil {
 		return err
 	}
-	f.v, f.set = v, true
+	f.V, f.IsSet = v, true
 	return nil
 }

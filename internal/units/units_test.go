@@ -1,4 +1,4 @@
-package main
+package units
 
 import (
 	"strings"
@@ -39,33 +39,33 @@ func TestParseSize(t *testing.T) {
 		{"9223372036854775808", 0, "too large"},
 		{"8589934592G", 0, "too large"},
 	} {
-		got, err := parseSize(tc.in)
+		got, err := Parse(tc.in)
 		switch {
 		case tc.err == "" && err != nil:
-			t.Errorf("parseSize(%q): %v", tc.in, err)
+			t.Errorf("Parse(%q): %v", tc.in, err)
 		case tc.err != "" && err == nil:
-			t.Errorf("parseSize(%q) = %d, want an error containing %q", tc.in, got, tc.err)
+			t.Errorf("Parse(%q) = %d, want an error containing %q", tc.in, got, tc.err)
 		case tc.err != "" && !strings.Contains(err.Error(), tc.err):
-			t.Errorf("parseSize(%q): error %q does not contain %q", tc.in, err, tc.err)
+			t.Errorf("Parse(%q): error %q does not contain %q", tc.in, err, tc.err)
 		case tc.err == "" && got != tc.want:
-			t.Errorf("parseSize(%q) = %d, want %d", tc.in, got, tc.want)
+			t.Errorf("Parse(%q) = %d, want %d", tc.in, got, tc.want)
 		}
 	}
 }
 
-func TestParseSizes(t *testing.T) {
-	got, err := parseSizes("4K,64K,1M")
+func TestParseList(t *testing.T) {
+	got, err := ParseList("4K,64K,1M")
 	if err != nil || len(got) != 3 || got[0] != 4<<10 || got[1] != 64<<10 || got[2] != 1<<20 {
-		t.Errorf("parseSizes(4K,64K,1M) = %v, %v", got, err)
+		t.Errorf("ParseList(4K,64K,1M) = %v, %v", got, err)
 	}
 	for _, bad := range []string{"", "4K,", ",4K", "4K,,8K", "4K,12Q"} {
-		if v, err := parseSizes(bad); err == nil {
-			t.Errorf("parseSizes(%q) = %v, want an error", bad, v)
+		if v, err := ParseList(bad); err == nil {
+			t.Errorf("ParseList(%q) = %v, want an error", bad, v)
 		}
 	}
 }
 
-func TestFormatSize(t *testing.T) {
+func TestFormat(t *testing.T) {
 	for _, tc := range []struct {
 		n    int64
 		want string
@@ -73,41 +73,34 @@ func TestFormatSize(t *testing.T) {
 		{0, "0 B"}, {100, "100 B"}, {1024, "1 KiB"}, {1536, "1536 B"}, {12 << 10, "12 KiB"},
 		{1536 << 10, "1536 KiB"}, {4 << 20, "4 MiB"}, {1 << 30, "1 GiB"}, {3 << 30, "3 GiB"},
 	} {
-		if got := formatSize(tc.n); got != tc.want {
-			t.Errorf("formatSize(%d) = %q, want %q", tc.n, got, tc.want)
+		if got := Format(tc.n); got != tc.want {
+			t.Errorf("Format(%d) = %q, want %q", tc.n, got, tc.want)
 		}
 	}
 }
 
-func TestSweepSizes(t *testing.T) {
-	s := sweepSizes()
-	if len(s) != 12 || s[0] != 4<<10 || s[len(s)-1] != 8<<20 {
-		t.Errorf("sweepSizes() = %v, want 4 KiB to 8 MiB doubling", s)
-	}
-}
-
-// FuzzParseSize checks that parseSize never panics, accepts only
+// FuzzParse checks that parseSize never panics, accepts only
 // non-negative sizes, and that what it accepts prints back (formatSize) to
 // a string it parses to the same value.
-func FuzzParseSize(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"4096", "4K", "64KiB", "1M", "8MiB", "1G", "12Q", "4KB", "", "1.5M", "99999999999999999999"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := parseSize(s)
+		n, err := Parse(s)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "bad size") {
-				t.Errorf("parseSize(%q): error %q does not start with \"bad size\"", s, err)
+				t.Errorf("Parse(%q): error %q does not start with \"bad size\"", s, err)
 			}
 			return
 		}
 		if n < 0 {
-			t.Fatalf("parseSize(%q) = %d: negative", s, n)
+			t.Fatalf("Parse(%q) = %d: negative", s, n)
 		}
-		back := strings.ReplaceAll(formatSize(n), " ", "")
-		m, err := parseSize(back)
+		back := strings.ReplaceAll(Format(n), " ", "")
+		m, err := Parse(back)
 		if err != nil || m != n {
-			t.Fatalf("parseSize(%q) = %d, formatSize gives %q, which parses to %d, %v", s, n, back, m, err)
+			t.Fatalf("Parse(%q) = %d, formatSize gives %q, which parses to %d, %v", s, n, back, m, err)
 		}
 	})
 }
