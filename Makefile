@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all test test-short bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages
+.PHONY: all test test-short bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test
 
 all: lint test
 
@@ -20,6 +20,15 @@ test: hugepages
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
+
+# The packages' own tests inside QEMU guests against real VFIO devices
+# (hack/qemu): installs what it lacks from Debian, fetches the guest kernel,
+# boots every configuration. Needs root. QEMU_CONFIG=iommu (or iommu-smp2,
+# noiommu, a comma list) boots only those; GOMX_QEMU_KEEP=1 keeps the
+# artifacts and serial logs of a passing run (a failed run always keeps them).
+QEMU_CONFIG ?= all
+qemu-test:
+	$(GO) run ./hack/qemu/cmd/qemu-test -config $(QEMU_CONFIG)
 
 # Every benchmark once: proves they run (CI). Use `make bench` for figures.
 bench-smoke: hugepages

@@ -231,7 +231,11 @@ func (c *Container) Open(a pci.Address) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.IOMMUGroup < 0 { // vfio-pci cannot take such a function: say why first
+	// Without a group, vfio-pci cannot take the function: say why first.
+	// In no-IOMMU mode, though, vfio-pci makes the function's (fake) group
+	// when it binds, so an unbound function has none yet, and the fix is to
+	// bind it.
+	if f.IOMMUGroup < 0 && (!c.opts.NoIOMMU || f.Driver == vfioDriver) {
 		return nil, &pci.OpError{Op: "find IOMMU group", Addr: a, Err: errNoGroup}
 	}
 	switch f.Driver {

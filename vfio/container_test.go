@@ -114,6 +114,24 @@ func fakeContainer(t *testing.T, root string) *Container {
 	}
 }
 
+// In no-IOMMU mode vfio-pci makes a function's group only when it binds
+// the function, so a function without a group that vfio-pci does not own
+// must be bound, not given an IOMMU (the guest of hack/qemu found this).
+func TestContainerOpenNoIOMMUUnbound(t *testing.T) {
+	c := fakeContainer(t, buildSysfs(t))
+	c.opts.NoIOMMU = true
+	a := mustAddr(t, "0000:00:1f.3")
+	d, err := c.Open(a)
+	if err == nil {
+		d.Close()
+		t.Fatalf("Open(%s) succeeded", a)
+	}
+	if !errors.Is(err, pci.ErrBusy) || !strings.Contains(err.Error(), "bound to snd_hda_intel") ||
+		!strings.Contains(err.Error(), "bind it to vfio-pci") || strings.Contains(err.Error(), "intel_iommu=on") {
+		t.Errorf("Open(%s) in no-IOMMU mode = %v; want ErrBusy saying to bind it to vfio-pci, not to turn the IOMMU on", a, err)
+	}
+}
+
 func TestContainerOpenErrors(t *testing.T) {
 	checkNoFDLeak(t)
 	c := fakeContainer(t, buildSysfs(t))

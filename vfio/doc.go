@@ -85,4 +85,16 @@
 // open every function bound to vfio-pci; they skip, saying how to set up
 // VFIO, when /dev/vfio/vfio is absent, and fail instead when the
 // environment variable GOMX_REQUIRE_VFIO is 1 (as in the QEMU runs).
+//
+// The TestQEMU* tests need the devices of the QEMU test machine that
+// `make qemu-test` boots (hack/qemu): QEMU's edu device, whose DMA engine
+// copies between hugepage memory and its own buffer through the IOMMU (or
+// to physical addresses in no-IOMMU mode), raises MSI on an eventfd and is
+// stopped by the IOMMU at an unmapped IOVA with a DMAR fault in the kernel
+// log; two e1000e NICs on one wire, one sending a frame by DMA that the
+// other receives by DMA, and MSI-X on an eventfd; and an IOMMU group made
+// non-viable by a function bound to uio_pci_generic. Elsewhere they skip;
+// the VM runner lists the features it provides in GOMX_REQUIRE_QEMU (edu,
+// e1000e, nonviable, iommu, noiommu), which turns those skips into
+// failures.
 package vfio

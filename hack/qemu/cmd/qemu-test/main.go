@@ -1,0 +1,91 @@
+// Command qemu-test runs gomx's tests inside QEMU against real VFIO
+// devices; `make qemu-test` runs it. See package
+// github.com/gomx-dev/gomx/hack/qemu for what it builds and boots.
+//
+//	go run ./hack/qemu/cmd/qemu-test                     # every configuration
+//	go run ./hack/qemu/cmd/qemu-test -config iommu       # one
+//	GOMX_QEMU_KEEP=1 go run ./hack/qemu/cmd/qemu-test    # keep artifacts of a passing run too
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/gomx-dev/gomx/hack/qemu"
+)
+
+func main() {
+	if err := run(os.Stdout, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(stdout io.Writer, args []string) error {
+	fs := flag.NewFlagSet("qemu-test", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	config := fs.String("config", envOr("GOMX_QEMU_CONFIG", "all"),
+		"comma-separated configurations to boot, or all ("+strings.Join(qemu.ConfigNames(), ", ")+"); default from GOMX_QEMU_CONFIG")
+	keep := fs.Bool("keep", os.Getenv("GOMX_QEMU_KEEP") == "1",
+		"keep the initramfs, test binaries and serial logs even when the run passes (a failed run always keeps them); default from GOMX_QEMU_KEEP=1")
+	dir := fs.String("dir", os.Getenv("GOMX_QEMU_DIR"), "build directory for the cache and the runs (default REPO/build/qemu); default from GOMX_QEMU_DIR")
+	pkgs := fs.String("pkgs", strings.Join(qemu.DefaultPackages, ","), "comma-separated packages whose tests run in the guest")
+	vmTimeout := fs.Duration("vm-timeout", 0, "bound on each VM run (default: each configuration's, 5m)")
+	quiet := fs.Bool("quiet", false, "do not copy the guest console to stdout (it is in the serial logs)")
+	list := fs.Bool("list", false, "list the configurations and exit")
+	fs.Usage = func() {
+		fmt.Fprintln(stdout, "usage: qemu-test [flags]\n\nBoots QEMU guests that run gomx's tests against real VFIO devices.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("qemu-test: unexpected arguments %q (see -h)", fs.Args())
+	}
+	if *list {
+		for _, c := range qemu.Configs {
+			fmt.Fprintf(stdout, "%-11s %s\n", c.Name, c.Doc)
+		}
+		return nil
+	}
+	configs, err := qemu.Lookup(*config)
+	if err != nil {
+		return fmt.Errorf("qemu-test: %w", err)
+	}
+	if *vmTimeout < 0 {
+		return fmt.Errorf("qemu-test: -vm-timeout %v is negative", *vmTimeout)
+	}
+	for i := range configs {
+		if *vmTimeout > 0 {
+			configs[i].Timeout = *vmTimeout
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err = qemu.Run(ctx, qemu.Options{
+		BuildDir: *dir,
+		Configs:  configs,
+		Packages: strings.Split(*pkgs, ","),
+		Keep:     *keep,
+		Stream:   !*quiet,
+		Out:      stdout,
+	})
+	return err
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

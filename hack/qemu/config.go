@@ -1,0 +1,178 @@
+package qemu
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is one boot configuration: the machine QEMU emulates and what the
+// guest's init is told to set up.
+type Config struct {
+	// Name identifies the configuration on the command line and in logs.
+	Name string
+	// Doc is one sentence saying what the configuration covers.
+	Doc string
+	// SMP is the number of vCPUs; more than one turns on multi-threaded TCG.
+	SMP int
+	// MemMiB is the guest RAM in MiB.
+	MemMiB int
+	// NoIOMMU boots without the emulated Intel IOMMU and loads a vfio.ko
+	// built with CONFIG_VFIO_NOIOMMU in unsafe no-IOMMU mode.
+	NoIOMMU bool
+	// Hugepages is how many 2 MiB hugepages the init reserves.
+	Hugepages int
+	// Timeout bounds the whole VM run, from QEMU's start to its exit.
+	Timeout time.Duration
+}
+
+// Devices the guest tests expect, and where QEMU puts them (-nodefaults
+// leaves slot 0 to the host bridge).
+const (
+	// NIC A and NIC B: two e1000e (82574L, 8086:10d3) on one in-process hub,
+	// so a frame one sends is received by the other.
+	NICAAddr = "0000:00:01.0"
+	NICBAddr = "0000:00:02.0"
+	// EduAddr is QEMU's edu device (1234:11e8), a toy DMA engine.
+	EduAddr = "0000:00:03.0"
+	// The IOMMU configurations also get a PCIe-to-PCI bridge at 00:04.0 with
+	// two more edu devices behind it. Devices behind such a bridge share an
+	// IOMMU group; the init binds one of them to uio_pci_generic, so the
+	// group is not viable for VFIO, which the vfio tests check.
+	BridgeAddr = "0000:00:04.0"
+)
+
+// Configs are the boot configurations `make qemu-test` runs, in order.
+var Configs = []Config{
+	{
+		Name: "iommu", SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second,
+		Doc: "q35 with an emulated Intel IOMMU (caching mode, interrupt remapping), two cabled e1000e NICs, an edu DMA engine and a non-viable IOMMU group; VFIO type1v2",
+	},
+	{
+		Name: "iommu-smp2", SMP: 2, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second,
+		Doc: "the iommu configuration with 2 vCPUs (multi-threaded TCG)",
+	},
+	{
+		Name: "noiommu", SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, NoIOMMU: true,
+		Doc: "no IOMMU: vfio.ko rebuilt with CONFIG_VFIO_NOIOMMU, loaded with enable_unsafe_noiommu_mode=1; DMA to hugepage physical addresses",
+	},
+}
+
+// Lookup returns the configurations named in a comma-separated list, in
+// the order of Configs; "all" or "" means every one.
+func Lookup(names string) ([]Config, error) {
+	if names == "" || names == "all" {
+		return append([]Config(nil), Configs...), nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(names, ",") {
+		want[strings.TrimSpace(n)] = true
+	}
+	var out []Config
+	for _, c := range Configs {
+		if want[c.Name] {
+			out = append(out, c)
+			delete(want, c.Name)
+		}
+	}
+	if len(want) > 0 {
+		var unknown []string
+		for n := range want {
+			unknown = append(unknown, n)
+		}
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("unknown configuration %s; known: %s", strings.Join(unknown, ", "), strings.Join(ConfigNames(), ", "))
+	}
+	return out, nil
+}
+
+// ConfigNames lists the names of Configs.
+func ConfigNames() []string {
+	var n []string
+	for _, c := range Configs {
+		n = append(n, c.Name)
+	}
+	return n
+}
+
+// Require is the value of GOMX_REQUIRE_QEMU the guest tests get: the QEMU
+// devices that must be present, so that their tests fail instead of
+// skipping.
+func (c Config) Require() string {
+	if c.NoIOMMU {
+		return "edu,e1000e,noiommu"
+	}
+	return "edu,e1000e,nonviable,iommu"
+}
+
+// InitArgs are the arguments the guest's /init gets (after "--" on the
+// kernel command line).
+func (c Config) InitArgs() []string {
+	args := []string{
+		"-config=" + c.Name,
+		"-hugepages=" + strconv.Itoa(c.Hugepages),
+		"-env=GOMX_REQUIRE_VFIO=1",
+		"-env=GOMX_REQUIRE_HUGEPAGES=1",
+		"-env=GOMX_REQUIRE_QEMU=" + c.Require(),
+	}
+	if c.NoIOMMU {
+		args = append(args, "-modules=/mods/load-noiommu.txt")
+	} else {
+		args = append(args, "-modules=/mods/load-iommu.txt", "-nonviable")
+	}
+	return args
+}
+
+// Append is the kernel command line. no_timer_check skips the kernel's
+// early check that the IO-APIC timer ticks, which a TCG guest on a loaded
+// host can fail ("timer doesn't work through Interrupt-remapped IO-APIC"
+// and a panic).
+func (c Config) Append() string {
+	a := "console=ttyS0 panic=-1 loglevel=4 no_timer_check rdinit=/init"
+	if !c.NoIOMMU {
+		a += " intel_iommu=on"
+	}
+	return a + " -- " + strings.Join(c.InitArgs(), " ")
+}
+
+// QEMUArgs is the qemu-system-x86_64 command line (without the program
+// name) that boots kernel and initrd in this configuration, with the
+// serial console on stdout. TCG only: KVM guests hang on the project's
+// machines, and TCG behaves the same everywhere.
+func (c Config) QEMUArgs(kernel, initrd string) []string {
+	accel := "tcg"
+	if c.SMP > 1 {
+		accel = "tcg,thread=multi"
+	}
+	args := []string{
+		"-M", "q35,kernel-irqchip=split", "-accel", accel,
+		"-smp", strconv.Itoa(c.SMP), "-m", strconv.Itoa(c.MemMiB) + "M", "-cpu", "max",
+		"-nodefaults", "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
+	}
+	if !c.NoIOMMU {
+		// The IOMMU must come before the devices it translates for.
+		args = append(args, "-device", "intel-iommu,intremap=on,caching-mode=on")
+	}
+	edu := "edu,addr=03.0"
+	if c.NoIOMMU {
+		// Without an IOMMU the device sees physical addresses, which may
+		// lie above edu's default 28-bit DMA mask.
+		edu += ",dma_mask=0xffffffffffffffff"
+	}
+	args = append(args,
+		"-netdev", "hubport,id=n0,hubid=0", "-netdev", "hubport,id=n1,hubid=0",
+		"-device", "e1000e,netdev=n0,mac=52:54:00:12:34:01,romfile=,addr=01.0",
+		"-device", "e1000e,netdev=n1,mac=52:54:00:12:34:02,romfile=,addr=02.0",
+		"-device", edu,
+	)
+	if !c.NoIOMMU {
+		args = append(args,
+			"-device", "pcie-pci-bridge,id=br1,addr=04.0",
+			"-device", "edu,bus=br1,addr=01.0",
+			"-device", "edu,bus=br1,addr=02.0",
+		)
+	}
+	return append(args, "-kernel", kernel, "-initrd", initrd, "-append", c.Append())
+}

@@ -1,0 +1,352 @@
+// Command init is PID 1 of the QEMU test guest (see package
+// github.com/gomx-dev/gomx/hack/qemu). It is built static and put at /init
+// in the initramfs.
+//
+// It mounts /proc, /sys, /dev and a hugetlbfs, loads the kernel modules
+// listed in a load file (one "name.ko [parameters]" per line, in dependency
+// order), reserves hugepages, binds QEMU's edu and e1000e devices to
+// vfio-pci with the project's own vfio.Sysfs.Bind (and, with -nonviable,
+// one edu behind the PCIe-to-PCI bridge to uio_pci_generic, so that its
+// IOMMU group is not viable), then runs every /tests/PKG/PKG.test with
+// -test.v in the directory of its package's testdata. Each binary is killed
+// after -test-timeout. Output goes to the serial console; at the end the
+// init prints one summary line (hack/qemu.SummaryMarker followed by JSON)
+// and powers the machine off. Every step is bounded, and a panic in the
+// init still powers off, so QEMU always exits.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/hack/qemu"
+	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/vfio"
+)
+
+func main() {
+	defer powerOff()
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Printf("init: panic: %v\n", r)
+		}
+	}()
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Printf("init: %v\n", err)
+	}
+}
+
+// options are the init's flags, passed after "--" on the kernel command line.
+type options struct {
+	config      string
+	modules     string
+	hugepages   int
+	bind        string
+	nonviable   bool
+	tests       string
+	testTimeout time.Duration
+	env         []string
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	fs.StringVar(&o.config, "config", "", "name of the boot configuration, for the summary")
+	fs.StringVar(&o.modules, "modules", "/mods/load-iommu.txt", "module load file: one `name.ko [params]` per line, in order")
+	fs.IntVar(&o.hugepages, "hugepages", 64, "2 MiB hugepages to reserve")
+	fs.StringVar(&o.bind, "bind", "1234:11e8,8086:10d3", "vendor:device IDs to bind to vfio-pci")
+	fs.BoolVar(&o.nonviable, "nonviable", false, "bind one function of a shared IOMMU group to uio_pci_generic")
+	fs.StringVar(&o.tests, "tests", "/tests", "directory of PKG/PKG.test binaries")
+	fs.DurationVar(&o.testTimeout, "test-timeout", 150*time.Second, "kill a test binary after this long")
+	fs.Func("env", "K=V to add to the tests' environment (repeatable)", func(s string) error {
+		if !strings.Contains(s, "=") {
+			return fmt.Errorf("-env %q: want K=V", s)
+		}
+		o.env = append(o.env, s)
+		return nil
+	})
+	return o, fs.Parse(args)
+}
+
+func run(args []string) error {
+	start := time.Now()
+	// Each setup step is printed as it ends and recorded for the summary.
+	// PID 1 already writes to /dev/console, a node of the initramfs.
+	var s qemu.Summary
+	step := func(name string, err error) {
+		st := qemu.Step{Name: name}
+		if err != nil {
+			st.Err = err.Error()
+			fmt.Printf("init: FAIL %s: %v\n", name, err)
+		} else {
+			fmt.Printf("init: ok   %s\n", name)
+		}
+		s.Setup = append(s.Setup, st)
+	}
+	step("mount", mountAll())
+	o, err := parseFlags(args)
+	if err != nil {
+		step("flags", err)
+		printSummary(s)
+		return err
+	}
+	s.Config = o.config
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		s.Kernel = unix.ByteSliceToString(uts.Release[:])
+	}
+	fmt.Printf("init: config %q, kernel %s, args %q\n", o.config, s.Kernel, args)
+
+	loadModules(o.modules, step)
+	step(fmt.Sprintf("reserve %d hugepages", o.hugepages), reserveHugepages(o.hugepages))
+	bindDevices(o, step)
+	fmt.Printf("init: setup took %v\n", time.Since(start).Round(time.Millisecond))
+
+	s.Tests = runTests(o)
+	printSummary(s)
+	return nil
+}
+
+// mountAll mounts the pseudo file systems the tests need. The kernel does
+// not mount devtmpfs for an initramfs.
+func mountAll() error {
+	var errs []error
+	for _, m := range []struct{ src, dir, fstype, data string }{
+		{"proc", "/proc", "proc", ""},
+		{"sysfs", "/sys", "sysfs", ""},
+		{"devtmpfs", "/dev", "devtmpfs", ""},
+		{"tmpfs", "/tmp", "tmpfs", ""},
+		{"hugetlbfs", "/dev/hugepages", "hugetlbfs", "pagesize=2M"},
+	} {
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := unix.Mount(m.src, m.dir, m.fstype, 0, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
+			errs = append(errs, fmt.Errorf("mount %s on %s: %w", m.fstype, m.dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadModules loads every module of the load file, in order. A module the
+// kernel already has is fine.
+func loadModules(list string, step func(string, error)) {
+	b, err := os.ReadFile(list)
+	if err != nil {
+		step("read "+list, err)
+		return
+	}
+	dir := filepath.Dir(list)
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, params, _ := strings.Cut(line, " ")
+		step("load "+line, insmod(filepath.Join(dir, name), strings.TrimSpace(params)))
+	}
+}
+
+func insmod(path, params string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.FinitModule(int(f.Fd()), params, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("finit_module: %w (see the kernel log above)", err)
+	}
+	return nil
+}
+
+func reserveHugepages(n int) error {
+	const p = "/proc/sys/vm/nr_hugepages"
+	if err := os.WriteFile(p, []byte(strconv.Itoa(n)), 0); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if got, _ := strconv.Atoi(strings.TrimSpace(string(b))); got < n {
+		return fmt.Errorf("%s is %d after writing %d: give the guest more memory", p, got, n)
+	}
+	return nil
+}
+
+// bindDevices hands the functions with the wanted IDs to vfio-pci. With
+// -nonviable, the last of them in an IOMMU group shared with another goes
+// to uio_pci_generic instead.
+func bindDevices(o options, step func(string, error)) {
+	ids := map[[2]uint16]bool{}
+	for _, s := range strings.Split(o.bind, ",") {
+		v, d, ok := strings.Cut(strings.TrimSpace(s), ":")
+		vv, err1 := strconv.ParseUint(v, 16, 16)
+		dd, err2 := strconv.ParseUint(d, 16, 16)
+		if !ok || err1 != nil || err2 != nil {
+			step("parse -bind", fmt.Errorf("%q is not vendor:device in hex", s))
+			return
+		}
+		ids[[2]uint16{uint16(vv), uint16(dd)}] = true
+	}
+	sys := vfio.DefaultSysfs()
+	fns, err := sys.Functions()
+	if err != nil {
+		step("list PCI functions", err)
+		return
+	}
+	var want []vfio.Function
+	groups := map[int][]vfio.Function{}
+	for _, f := range fns {
+		fmt.Printf("init: pci %s %04x:%04x class %06x driver %q group %d\n", f.Addr, f.Vendor, f.Device, f.Class, f.Driver, f.IOMMUGroup)
+		if ids[[2]uint16{f.Vendor, f.Device}] {
+			want = append(want, f)
+			groups[f.IOMMUGroup] = append(groups[f.IOMMUGroup], f)
+		}
+	}
+	busy := map[pci.Address]bool{}
+	if o.nonviable {
+		var shared []int
+		for g, m := range groups {
+			if g >= 0 && len(m) > 1 {
+				shared = append(shared, g)
+			}
+		}
+		sort.Ints(shared)
+		if len(shared) == 0 {
+			step("find a shared IOMMU group", errors.New("no IOMMU group holds two of the devices: is the pcie-pci-bridge with two edu devices there?"))
+		} else {
+			m := groups[shared[0]]
+			busy[m[len(m)-1].Addr] = true
+		}
+	}
+	for _, f := range want {
+		if busy[f.Addr] {
+			step("bind "+f.Addr.String()+" to uio_pci_generic", bindUIO(f.Addr))
+			continue
+		}
+		step("bind "+f.Addr.String()+" to vfio-pci", sys.Bind(f.Addr))
+	}
+}
+
+// bindUIO binds a function to uio_pci_generic through driver_override.
+func bindUIO(a pci.Address) error {
+	dir := filepath.Join("/sys/bus/pci/devices", a.String())
+	if err := os.WriteFile(filepath.Join(dir, "driver_override"), []byte("uio_pci_generic"), 0); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "driver")); err == nil {
+		if err := os.WriteFile(filepath.Join(dir, "driver", "unbind"), []byte(a.String()), 0); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile("/sys/bus/pci/drivers_probe", []byte(a.String()), 0); err != nil {
+		return err
+	}
+	drv, err := os.Readlink(filepath.Join(dir, "driver"))
+	if err != nil || filepath.Base(drv) != "uio_pci_generic" {
+		return fmt.Errorf("uio_pci_generic did not take the function (driver link %q, %v); is uio_pci_generic.ko in the load file?", drv, err)
+	}
+	return nil
+}
+
+// runTests runs every test binary under dir, one at a time.
+func runTests(o options) []qemu.TestResult {
+	bins, _ := filepath.Glob(filepath.Join(o.tests, "*", "*.test"))
+	sort.Strings(bins)
+	if len(bins) == 0 {
+		return []qemu.TestResult{{Binary: o.tests, Exit: -1, Err: "no test binaries found"}}
+	}
+	var out []qemu.TestResult
+	for _, b := range bins {
+		out = append(out, runTest(b, o))
+	}
+	return out
+}
+
+// runTest runs one test binary with -test.v in its directory, copying its
+// output to the console while counting results, and kills it (and
+// anything it started) when the timeout passes.
+func runTest(bin string, o options) qemu.TestResult {
+	r := qemu.TestResult{Binary: filepath.Base(bin), Exit: -1}
+	fmt.Printf("init: === running %s\n", bin)
+	start := time.Now()
+
+	ctx, cancel := context.WithTimeout(context.Background(), o.testTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-test.v", "-test.count=1",
+		"-test.timeout="+(o.testTimeout-10*time.Second).String())
+	cmd.Dir = filepath.Dir(bin)
+	cmd.Env = append(append(os.Environ(), "PATH=/bin", "HOME=/tmp", "TMPDIR=/tmp"), o.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return unix.Kill(-cmd.Process.Pid, unix.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	var c qemu.Counter
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			c.Line(line)
+			os.Stdout.WriteString(line + "\n")
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	r.Seconds = time.Since(start).Seconds()
+	r.Passed, r.Failed, r.Skipped, r.Panicked = c.Passed, c.Failed, c.Skipped, c.Panicked
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		r.TimedOut = true
+	case err == nil:
+		r.Exit = 0
+	case errors.As(err, &ee):
+		r.Exit = ee.ExitCode()
+	default:
+		r.Err = err.Error()
+	}
+	fmt.Printf("init: === %s\n", r.Line())
+	return r
+}
+
+// printSummary quiets the kernel's console messages, so that none splits
+// the line, and prints the summary in one write.
+func printSummary(s qemu.Summary) {
+	_ = os.WriteFile("/proc/sys/kernel/printk", []byte("1"), 0)
+	for _, t := range s.Tests {
+		fmt.Printf("init: %s\n", t.Line())
+	}
+	os.Stdout.WriteString("\n" + qemu.FormatSummary(s) + "\n")
+}
+
+// powerOff syncs and powers the machine off; QEMU runs with -no-reboot, so
+// it exits. If that fails, returning from PID 1 panics the kernel, and
+// panic=-1 reboots, which also ends QEMU.
+func powerOff() {
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+		fmt.Printf("init: power off: %v\n", err)
+	}
+}

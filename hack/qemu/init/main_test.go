@@ -1,0 +1,31 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/hack/qemu"
+)
+
+// The init must understand every argument the host side passes it.
+func TestParseFlagsFromConfigs(t *testing.T) {
+	for _, c := range qemu.Configs {
+		o, err := parseFlags(c.InitArgs())
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if o.config != c.Name || o.hugepages != c.Hugepages || o.nonviable == c.NoIOMMU {
+			t.Errorf("%s: parsed %+v", c.Name, o)
+		}
+		if !slices.Contains(o.env, "GOMX_REQUIRE_VFIO=1") || !slices.Contains(o.env, "GOMX_REQUIRE_QEMU="+c.Require()) {
+			t.Errorf("%s: env %q", c.Name, o.env)
+		}
+		if o.testTimeout <= 10*time.Second {
+			t.Errorf("%s: test timeout %v leaves no room for -test.timeout", c.Name, o.testTimeout)
+		}
+	}
+	if _, err := parseFlags([]string{"-env=NOEQUALS"}); err == nil {
+		t.Error("-env without = accepted")
+	}
+}

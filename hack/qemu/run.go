@@ -1,0 +1,292 @@
+package qemu
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// BootResult is how one boot went.
+type BootResult struct {
+	// Config is the configuration booted.
+	Config Config
+	// Summary is the guest's summary, zero when it printed none.
+	Summary Summary
+	// Problems lists everything that makes the boot fail; empty when it
+	// passed.
+	Problems []string
+	// Log is the serial console log file.
+	Log string
+	// Wall is how long QEMU ran.
+	Wall time.Duration
+}
+
+// Boot runs QEMU in configuration c until the guest powers off or
+// c.Timeout passes, writes the serial console to logPath (its first line is
+// the QEMU command), copies each console line to stream (prefixed with the
+// configuration's name) when stream is not nil, and checks the log.
+func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream io.Writer) BootResult {
+	r := BootResult{Config: c, Log: logPath}
+	args := c.QEMUArgs(kernel, initrd)
+	lf, err := os.Create(logPath)
+	if err != nil {
+		r.Problems = []string{err.Error()}
+		return r
+	}
+	defer lf.Close()
+	fmt.Fprintf(lf, "# qemu-system-x86_64 %s\n", shellQuote(args))
+
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	var serial bytes.Buffer
+	var mu sync.Mutex
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.WaitDelay = 10 * time.Second
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			serial.WriteString(line + "\n")
+			mu.Unlock()
+			fmt.Fprintf(lf, "%7.2f %s\n", time.Since(start).Seconds(), line)
+			if stream != nil {
+				fmt.Fprintf(stream, "[%s %6.1fs] %s\n", c.Name, time.Since(start).Seconds(), strings.TrimRight(line, "\r"))
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	runErr := cmd.Run()
+	pw.Close()
+	<-done
+	r.Wall = time.Since(start)
+
+	mu.Lock()
+	r.Summary, r.Problems = ParseLog(serial.Bytes())
+	mu.Unlock()
+	switch {
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		r.Problems = append(r.Problems, fmt.Sprintf("QEMU killed after the %v timeout", c.Timeout))
+	case runErr != nil:
+		r.Problems = append(r.Problems, fmt.Sprintf("qemu-system-x86_64: %v", runErr))
+	}
+	fmt.Fprintf(lf, "# wall %v, problems: %q\n", r.Wall.Round(time.Millisecond), r.Problems)
+	return r
+}
+
+// shellQuote renders args for a shell, to paste when rerunning by hand.
+func shellQuote(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'$,=") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		} else {
+			q[i] = a
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// Options configures Run.
+type Options struct {
+	// Repo is the repository root; "" finds it from the working directory.
+	Repo string
+	// BuildDir holds the cache (kernel, modules) and the runs; "" means
+	// Repo/build/qemu, which git ignores.
+	BuildDir string
+	// Configs are the configurations to boot.
+	Configs []Config
+	// Packages are the Go packages whose tests run in the guest.
+	Packages []string
+	// Keep keeps the run directory (initramfs, test binaries, serial logs)
+	// even when every boot passed. A failed run is always kept. The newest
+	// five run directories stay; older ones are removed.
+	Keep bool
+	// Stream copies the guest's console to Out as it runs.
+	Stream bool
+	// Out receives progress and the results.
+	Out io.Writer
+}
+
+// Run is `make qemu-test`: it installs missing host tools, fetches the
+// guest kernel, builds the no-IOMMU vfio.ko when a configuration needs it,
+// builds the initramfs, boots every configuration and reports. It returns
+// the results and an error when any boot failed.
+func Run(ctx context.Context, o Options) ([]BootResult, error) {
+	start := time.Now()
+	out := o.Out
+	if out == nil {
+		out = io.Discard
+	}
+	log := func(format string, args ...any) {
+		fmt.Fprintf(out, "qemu-test %6.1fs: %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	if o.Repo == "" {
+		r, err := FindRepo()
+		if err != nil {
+			return nil, err
+		}
+		o.Repo = r
+	}
+	if o.BuildDir == "" {
+		o.BuildDir = filepath.Join(o.Repo, "build", "qemu")
+	}
+	if len(o.Packages) == 0 {
+		o.Packages = DefaultPackages
+	}
+	if len(o.Configs) == 0 {
+		return nil, errors.New("no configuration to boot")
+	}
+	cache := filepath.Join(o.BuildDir, "cache")
+	pruneRuns(o.BuildDir, keepRuns-1)
+	runDir := filepath.Join(o.BuildDir, "run-"+time.Now().Format("20060102-150405"))
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return nil, err
+	}
+	keep := o.Keep
+	defer func() {
+		if keep {
+			log("artifacts and serial logs kept in %s", runDir)
+		} else {
+			os.RemoveAll(runDir)
+			log("passed; removed %s (set GOMX_QEMU_KEEP=1 to keep it)", runDir)
+		}
+	}()
+	fail := func(err error) ([]BootResult, error) {
+		keep = true
+		return nil, err
+	}
+	// Tool output (apt, go build) goes to a file; it is shown on failure.
+	toolLog, err := os.Create(filepath.Join(runDir, "build.log"))
+	if err != nil {
+		return fail(err)
+	}
+	defer toolLog.Close()
+	wrap := func(err error) error {
+		return fmt.Errorf("%w (output in %s)", err, toolLog.Name())
+	}
+
+	if err := EnsureTools(ctx, toolLog, log); err != nil {
+		return fail(wrap(err))
+	}
+	k, err := FetchKernel(ctx, cache, toolLog, log)
+	if err != nil {
+		return fail(wrap(err))
+	}
+	mods, err := ResolveModules(ctx, k)
+	if err != nil {
+		return fail(wrap(err))
+	}
+	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages}
+	for _, c := range o.Configs {
+		if c.NoIOMMU {
+			if im.NoIOMMUVfio, err = BuildNoIOMMUVfio(ctx, o.Repo, cache, k, toolLog, log); err != nil {
+				return fail(wrap(err))
+			}
+			break
+		}
+	}
+	initrd, err := im.Build(ctx, runDir, toolLog, log)
+	if err != nil {
+		return fail(wrap(err))
+	}
+	log("guest kernel %s, initramfs %s", k.Release, initrd)
+
+	var results []BootResult
+	var failed []string
+	for _, c := range o.Configs {
+		log("booting %s: %s", c.Name, c.Doc)
+		var stream io.Writer
+		if o.Stream {
+			stream = out
+		}
+		r := Boot(ctx, c, k.Vmlinux, initrd, filepath.Join(runDir, c.Name+".serial.log"), stream)
+		results = append(results, r)
+		verdict := "PASS"
+		if len(r.Problems) > 0 {
+			verdict = "FAIL"
+			failed = append(failed, c.Name)
+		}
+		log("%s %s in %.1fs (serial log %s)", verdict, c.Name, r.Wall.Seconds(), r.Log)
+	}
+	fmt.Fprintln(out, Report(results))
+	log("total %.1fs", time.Since(start).Seconds())
+	if len(failed) > 0 {
+		keep = true
+		return results, fmt.Errorf("qemu-test: %s failed", strings.Join(failed, ", "))
+	}
+	return results, nil
+}
+
+// keepRuns is how many run directories (kept failed runs, or runs kept on
+// request) stay in the build directory; older ones are removed when a run
+// starts.
+const keepRuns = 5
+
+// pruneRuns removes all but the newest n run directories.
+func pruneRuns(buildDir string, n int) {
+	runs, _ := filepath.Glob(filepath.Join(buildDir, "run-*"))
+	sort.Strings(runs) // run-YYYYmmdd-HHMMSS sorts by time
+	for len(runs) > n {
+		os.RemoveAll(runs[0])
+		runs = runs[1:]
+	}
+}
+
+// Report renders the results as the summary table printed at the end of a
+// run: one line per configuration and test binary, then the problems.
+func Report(results []BootResult) string {
+	var b strings.Builder
+	b.WriteString("== qemu-test summary\n")
+	for _, r := range results {
+		verdict := "PASS"
+		if len(r.Problems) > 0 {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(&b, "%s %-11s %5.1fs  kernel %s\n", verdict, r.Config.Name, r.Wall.Seconds(), r.Summary.Kernel)
+		for _, t := range r.Summary.Tests {
+			fmt.Fprintf(&b, "     %s\n", t.Line())
+		}
+		for _, p := range r.Problems {
+			fmt.Fprintf(&b, "     problem: %s\n", p)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// FindRepo walks up from the working directory to the directory holding
+// the gomx go.mod.
+func FindRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for range 64 {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/gomx-dev/gomx\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return "", errors.New("not inside the gomx repository: run from the repository (go.mod with module github.com/gomx-dev/gomx)")
+}
