@@ -1,0 +1,315 @@
+package loopback
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// cacheLine pads fields written by different goroutines apart.
+type cacheLine [64]byte
+
+// txCounters are written by the goroutines sending from a port.
+type txCounters struct {
+	sent        atomic.Uint64
+	unknownPeer atomic.Uint64
+}
+
+// rxCounters are written by the senders into a port, under its producer
+// lock.
+type rxCounters struct {
+	delivered  atomic.Uint64
+	queueDrops atomic.Uint64
+}
+
+type portCounters struct {
+	tx txCounters
+	rx rxCounters
+}
+
+func (c *portCounters) add(tx *txCounters, rx *rxCounters) {
+	c.tx.sent.Add(tx.sent.Load())
+	c.tx.unknownPeer.Add(tx.unknownPeer.Load())
+	c.rx.delivered.Add(rx.delivered.Load())
+	c.rx.queueDrops.Add(rx.queueDrops.Load())
+}
+
+// slot is one frame in a port's receive ring. Its buffer grows to the largest
+// frame it has carried and is then reused.
+type slot struct {
+	peer transport.NICID
+	buf  []byte
+}
+
+// minSlotBuf is the smallest buffer a slot allocates, so that the small
+// frames of a ping-pong never make it grow twice.
+const minSlotBuf = 256
+
+// Port is one board attached to a [Network]. It implements
+// [transport.Transport] and [transport.Stats]. Send may be called from
+// several goroutines at once; Recv by one goroutine at a time.
+type Port struct {
+	net     *Network
+	id      transport.NICID
+	mtu     int
+	slots   []slot
+	mask    uint64
+	done    chan struct{} // closed by Close
+	wake    chan struct{} // one token: the receiver may have gone to sleep
+	timer   *time.Timer   // the receiver's bounded-wait timer
+	errDone error         // ErrClosed wrapped with the port, built once
+	once    sync.Once
+
+	_ cacheLine
+	// Producer side, under mu: any goroutine sending to this port.
+	mu    sync.Mutex
+	ptail uint64        // next slot to fill (mu)
+	tail  atomic.Uint64 // ptail as published to the receiver
+	rx    rxCounters    // frames sent to this port
+
+	_  cacheLine
+	tx txCounters // frames sent from this port
+
+	_ cacheLine
+	// Consumer side: the one goroutine in Recv.
+	next    uint64        // next slot to hand out
+	rhead   uint64        // head as last published
+	head    atomic.Uint64 // slots before head are free for producers
+	waiting atomic.Uint32 // 1: the receiver is about to sleep on wake
+	closed  atomic.Bool
+	recvd   atomic.Uint64 // frames handed out by Recv
+
+	_ cacheLine
+}
+
+func newPort(n *Network, id transport.NICID) *Port {
+	p := &Port{
+		net:   n,
+		id:    id,
+		mtu:   n.mtu,
+		slots: make([]slot, n.queueLen),
+		mask:  uint64(n.queueLen - 1),
+		done:  make(chan struct{}),
+		wake:  make(chan struct{}, 1),
+		timer: time.NewTimer(time.Hour),
+	}
+	p.timer.Stop()
+	p.errDone = fmt.Errorf("loopback: port %v: %w", id, transport.ErrClosed)
+	return p
+}
+
+// Addr returns the port's NIC id.
+func (p *Port) Addr() transport.NICID { return p.id }
+
+// MTU returns the largest Data a frame may carry.
+func (p *Port) MTU() int { return p.mtu }
+
+// Send copies frames onto the wire in order; it never waits. A frame to a NIC
+// id no port has attached, or to a port whose queue is full, is dropped and
+// counted, not refused: the loopback wire has no send queue of its own to
+// fill, and a receive queue that overflows is the wire losing frames. Send returns an error wrapping [transport.ErrTooBig] for the first
+// frame whose Data is longer than the MTU (frames before it are sent), and
+// one wrapping [transport.ErrClosed] once the port is closed.
+func (p *Port) Send(frames []transport.Frame) (int, error) {
+	if p.closed.Load() {
+		return 0, p.errDone
+	}
+	n := p.net
+	if n.faulty.Load() {
+		return n.fe.send(p, frames)
+	}
+	ports := *n.ports.Load()
+	i := 0
+	for i < len(frames) {
+		// Send the run of frames to one peer, up to the first too big one,
+		// with one lock and one wakeup.
+		peer := frames[i].Peer
+		j := i
+		for j < len(frames) && frames[j].Peer == peer && len(frames[j].Data) <= p.mtu {
+			j++
+		}
+		if j > i {
+			dst := ports[peer]
+			if dst == nil || !dst.enqueue(p.id, frames[i:j]) {
+				p.tx.unknownPeer.Add(uint64(j - i))
+			}
+			p.tx.sent.Add(uint64(j - i))
+			i = j
+			continue
+		}
+		return i, p.tooBig(i, len(frames[i].Data))
+	}
+	return i, nil
+}
+
+func (p *Port) tooBig(i, size int) error {
+	return fmt.Errorf("loopback: port %v: frame %d: %d bytes exceeds MTU %d: %w", p.id, i, size, p.mtu, transport.ErrTooBig)
+}
+
+// enqueue copies frames (all no larger than the MTU) from src into the
+// receive ring, dropping those that do not fit. It reports false if the port
+// is closed.
+func (p *Port) enqueue(src transport.NICID, frames []transport.Frame) bool {
+	p.mu.Lock()
+	if p.closed.Load() {
+		p.mu.Unlock()
+		return false
+	}
+	tail := p.ptail
+	// The acquire load of head orders our slot writes after the
+	// receiver's last reads of those slots (released by its store).
+	free := uint64(len(p.slots)) - (tail - p.head.Load())
+	var put, dropped uint64
+	for i := range frames {
+		if put == free {
+			dropped = uint64(len(frames) - i)
+			break
+		}
+		d := frames[i].Data
+		s := &p.slots[tail&p.mask]
+		if cap(s.buf) < len(d) {
+			s.buf = make([]byte, len(d), slotCap(len(d), p.mtu))
+		}
+		s.buf = s.buf[:len(d)]
+		copy(s.buf, d)
+		s.peer = src
+		tail++
+		put++
+	}
+	p.ptail = tail
+	// The release store of tail publishes the slot contents above.
+	p.tail.Store(tail)
+	p.mu.Unlock()
+	if put > 0 {
+		p.rx.delivered.Add(put)
+		// The receiver stores waiting=1 and then loads tail; we stored
+		// tail and now load waiting. Go atomics are sequentially
+		// consistent, so at least one side sees the other's store: the
+		// receiver finds the frame, or we find it waiting and wake it.
+		if p.waiting.Load() != 0 && p.waiting.CompareAndSwap(1, 0) {
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if dropped > 0 {
+		p.rx.queueDrops.Add(dropped)
+	}
+	return true
+}
+
+// slotCap is the capacity a slot allocates for a frame of n bytes: a power of
+// two (at least minSlotBuf) but never more than the MTU.
+func slotCap(n, mtu int) int {
+	c := minSlotBuf
+	for c < n {
+		c <<= 1
+	}
+	return max(min(c, mtu), n)
+}
+
+// Recv fills frames with up to len(frames) received frames; see
+// [transport.Transport.Recv]. Their Data points into the port's ring and
+// stays valid until the next Recv; its capacity is clipped to its length, so
+// appending to it cannot overwrite another frame. Recv with an empty frames
+// slice returns 0, nil at once. After Close it returns an error wrapping
+// [transport.ErrClosed], and a Recv blocked at Close returns that too.
+func (p *Port) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	// Hand the slots of the previous Recv back to the producers.
+	if p.rhead != p.next {
+		p.rhead = p.next
+		p.head.Store(p.next)
+	}
+	if p.closed.Load() {
+		return 0, p.errDone
+	}
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	if n := p.take(frames); n > 0 || timeout == 0 {
+		return n, nil
+	}
+	return p.wait(frames, timeout)
+}
+
+// take hands out up to len(frames) queued frames without releasing them.
+func (p *Port) take(frames []transport.Frame) int {
+	avail := p.tail.Load() - p.next
+	if avail == 0 {
+		return 0
+	}
+	n := min(int(avail), len(frames))
+	for i := range n {
+		s := &p.slots[(p.next+uint64(i))&p.mask]
+		frames[i] = transport.Frame{Peer: s.peer, Data: s.buf[:len(s.buf):len(s.buf)]}
+	}
+	p.next += uint64(n)
+	p.recvd.Add(uint64(n))
+	return n
+}
+
+// wait sleeps until a frame arrives, the timeout passes (timeout > 0) or the
+// port is closed.
+func (p *Port) wait(frames []transport.Frame, timeout time.Duration) (int, error) {
+	var expired <-chan time.Time
+	if timeout > 0 {
+		p.timer.Reset(timeout)
+		defer p.timer.Stop()
+		expired = p.timer.C
+	}
+	for {
+		p.waiting.Store(1)
+		if n := p.take(frames); n > 0 {
+			p.waiting.Store(0)
+			return n, nil
+		}
+		select {
+		case <-p.wake:
+		case <-p.done:
+			p.waiting.Store(0)
+			return 0, p.errDone
+		case <-expired:
+			p.waiting.Store(0)
+			// A frame may have arrived with the timer.
+			return p.take(frames), nil
+		}
+	}
+}
+
+// Close detaches the port from its network and makes a blocked Recv, and
+// every later call, return an error wrapping [transport.ErrClosed]. Frames
+// still queued are dropped. It is safe to call more than once.
+func (p *Port) Close() error {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed.Store(true)
+		p.mu.Unlock()
+		close(p.done)
+		p.net.detach(p)
+	})
+	return nil
+}
+
+// Counters returns the port's counters: frames sent from it, frames sent
+// from it to no attached port (unknown_peer), frames placed in its queue
+// (delivered), dropped because its queue was full (queue_drops), and handed
+// out by Recv (received).
+func (p *Port) Counters() []transport.Counter {
+	return []transport.Counter{
+		{Name: "sent", Value: p.tx.sent.Load()},
+		{Name: "unknown_peer", Value: p.tx.unknownPeer.Load()},
+		{Name: "delivered", Value: p.rx.delivered.Load()},
+		{Name: "queue_drops", Value: p.rx.queueDrops.Load()},
+		{Name: "received", Value: p.recvd.Load()},
+	}
+}
+
+// Interface checks.
+var (
+	_ transport.Transport = (*Port)(nil)
+	_ transport.Stats     = (*Port)(nil)
+)
