@@ -39,11 +39,16 @@ bench: hugepages
 	$(GO) test -run '^$$' -bench 'ChannelBatch32' -benchtime=5000000x ./ioat/
 	$(GO) test -run '^$$' -bench 'Copy$$|ColdCopy4MiB' -benchtime=64x ./ioat/
 	$(GO) test -run '^$$' -bench 'Overlap' -benchtime=10x ./ioat/
+	$(GO) test -run '^$$' -bench 'PingPong' -benchtime=20000x -count=5 ./xdp/
+	$(GO) test -run '^$$' -bench 'Stream' -benchtime=300000x -count=5 ./xdp/
 
 # A short run of every fuzzer.
 fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzDescriptor -fuzztime 10s ./emulated/
 	$(GO) test -run '^$$' -fuzz FuzzRegisterWrites -fuzztime 10s ./emulated/
+	$(GO) test -run '^$$' -fuzz FuzzParseUDP -fuzztime 10s ./xdp/
+	$(GO) test -run '^$$' -fuzz FuzzParseEthHeader -fuzztime 10s ./xdp/
+	$(GO) test -run '^$$' -fuzz FuzzNetlinkNeighbours -fuzztime 10s ./xdp/
 
 lint: fmt-check vet staticcheck
 

@@ -1,0 +1,748 @@
+package xdp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/hugepage"
+)
+
+// CopyMode says how frames move between the NIC and the UMEM.
+type CopyMode int
+
+const (
+	// AutoCopy lets the kernel use zero-copy when the driver supports it
+	// and copy mode otherwise; Socket.ZeroCopy reports which it chose.
+	AutoCopy CopyMode = iota
+	// ZeroCopy requires zero-copy: Open fails with ErrNotSupported on a
+	// driver without it (veth, for one).
+	ZeroCopy
+	// Copy forces copy mode.
+	Copy
+)
+
+// String names the mode.
+func (m CopyMode) String() string {
+	switch m {
+	case AutoCopy:
+		return "auto"
+	case ZeroCopy:
+		return "zero-copy"
+	case Copy:
+		return "copy"
+	}
+	return "CopyMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Options configures a socket and, for a socket that owns it, its UMEM.
+// The zero value means DefaultOptions.
+type Options struct {
+	// FrameSize is the size of one UMEM frame: a power of two from 2048 to
+	// 4096. A frame holds one Ethernet frame; 2048 when zero.
+	FrameSize int
+	// Frames is the number of UMEM frames, a power of two; 8192 when zero.
+	// Half go to the fill ring at start, half are kept for transmitting.
+	Frames int
+	// RingSize is the number of entries of each of the four rings, a power
+	// of two; Frames/2 when zero. The fill ring should be deep: a consumer
+	// descheduled for a few hundred microseconds otherwise loses frames.
+	RingSize int
+	// Mode chooses zero-copy or copy mode; AutoCopy when zero.
+	Mode CopyMode
+	// BusyPoll, when positive, sets SO_BUSY_POLL (microseconds of busy
+	// polling in the kernel per poll/recvfrom) and SO_PREFER_BUSY_POLL, and
+	// BusyPollBudget (64 when zero) as SO_BUSY_POLL_BUDGET.
+	BusyPoll       time.Duration
+	BusyPollBudget int
+	// TxBudget, when positive, sets XDP_MAX_TX_SKB_BUDGET: how many
+	// descriptors one copy-mode transmit syscall may send (the kernel's
+	// default is 32).
+	TxBudget int
+	// Memory says where the UMEM comes from; 2 MiB hugepages (falling back
+	// to locked 4 KiB pages, see Socket.Degraded) when zero.
+	Memory hugepage.Options
+}
+
+// DefaultOptions returns 8192 frames of 2048 bytes, rings of 4096 entries,
+// automatic zero-copy, no busy polling.
+func DefaultOptions() Options {
+	return Options{FrameSize: 2048, Frames: 8192, RingSize: 4096, Mode: AutoCopy}
+}
+
+// withDefaults fills in zero fields and validates, before any syscall.
+func (o Options) withDefaults() (Options, error) {
+	d := DefaultOptions()
+	if o.FrameSize == 0 {
+		o.FrameSize = d.FrameSize
+	}
+	if o.Frames == 0 {
+		o.Frames = d.Frames
+	}
+	if o.RingSize == 0 {
+		o.RingSize = o.Frames / 2
+	}
+	pow2 := func(n int) bool { return n > 0 && n&(n-1) == 0 }
+	switch {
+	case !pow2(o.FrameSize) || o.FrameSize < 2048 || o.FrameSize > 4096:
+		return o, configErr("options", fmt.Sprintf("FrameSize %d: want 2048 or 4096", o.FrameSize))
+	case !pow2(o.Frames) || o.Frames < 64 || o.Frames > 1<<20:
+		return o, configErr("options", fmt.Sprintf("Frames %d: want a power of two from 64 to 1048576", o.Frames))
+	case !pow2(o.RingSize) || o.RingSize > o.Frames:
+		return o, configErr("options", fmt.Sprintf("RingSize %d: want a power of two no larger than Frames (%d)", o.RingSize, o.Frames))
+	case o.Mode < AutoCopy || o.Mode > Copy:
+		return o, configErr("options", fmt.Sprintf("unknown %v", o.Mode))
+	case o.BusyPoll < 0 || o.BusyPollBudget < 0 || o.TxBudget < 0:
+		return o, configErr("options", "BusyPoll, BusyPollBudget and TxBudget must not be negative")
+	}
+	if o.BusyPoll > 0 && o.BusyPollBudget == 0 {
+		o.BusyPollBudget = 64
+	}
+	return o, nil
+}
+
+// Desc is one frame in the UMEM: its offset (the kernel's "address") and
+// its length. Receive hands out descriptors of received frames, Alloc of
+// free frames to transmit from; the frame's bytes are Socket.Frame(d).
+type Desc struct {
+	Addr uint64 // offset of the frame's first byte in the UMEM
+	Len  uint32 // length of the frame
+}
+
+// umem is the frame memory of one (interface, queue) and the rings that
+// feed it: the fill ring (frames the kernel may receive into) and the
+// completion ring (frames the kernel has transmitted). Every socket bound to
+// the queue shares it; mu serialises their use of the shared rings and of
+// the free list, once per batch.
+type umem struct {
+	mu        sync.Mutex
+	region    *hugepage.Region
+	mem       []byte
+	frameSize uint32
+	fill      prodRing[uint64]
+	comp      consRing[uint64]
+	free      []uint64 // frames nobody owns, a stack
+	refs      int      // open sockets using this UMEM
+	keep      int      // frames refill leaves on the free list for transmitting
+}
+
+// release frees the UMEM's rings and memory; the sockets are closed.
+func (u *umem) release() error {
+	err := errors.Join(unmapRing(&u.fill.ringMap), unmapRing(&u.comp.ringMap))
+	if u.region != nil {
+		err = errors.Join(err, u.region.Close())
+		u.region = nil
+	}
+	u.mem = nil
+	return err
+}
+
+// reap moves completed transmissions to the free list. u.mu is held.
+func (u *umem) reap() {
+	n := u.comp.avail(uint32(u.comp.size))
+	fs := uint64(u.frameSize)
+	for i := range n {
+		// A frame sent from an offset (a received frame sent back) comes
+		// back with that offset: keep the frame's start.
+		a := u.comp.at(i)
+		u.free = append(u.free, a-a%fs)
+	}
+	if n > 0 {
+		u.comp.release(n)
+	}
+}
+
+// refill moves free frames onto the fill ring, keeping keep frames back for
+// transmitting. Completed transmissions are reaped first, so that frames
+// parked on the completion ring count as free. u.mu is held.
+func (u *umem) refill(keep int) {
+	u.reap()
+	avail := len(u.free) - keep
+	if avail <= 0 {
+		return
+	}
+	n := u.fill.free(uint32(avail))
+	n = min(n, uint32(avail))
+	if n == 0 {
+		return
+	}
+	for i := range n {
+		*u.fill.slot(i) = u.free[len(u.free)-1-int(i)]
+	}
+	u.free = u.free[:len(u.free)-int(n)]
+	u.fill.produce(n)
+	u.fill.commit()
+}
+
+// Socket is an AF_XDP socket bound to one rx/tx queue of an interface. It
+// receives the frames the XDP program redirects to it (see Program) and
+// transmits on its queue. Its receive side (Receive, Release, Wait) and its
+// transmit side (Alloc, Transmit, Flush) may be used by two goroutines at
+// once, each side by one goroutine at a time; sockets sharing a queue
+// (OpenShared) may be used by different goroutines. Close must not race
+// with either side.
+type Socket struct {
+	fd       int
+	iface    string
+	ifindex  int
+	queue    int
+	zeroCopy bool
+	opts     Options
+	u        *umem
+	rx       consRing[xdpDesc]
+	tx       prodRing[xdpDesc]
+	closed   atomic.Bool
+	closeMu  sync.Mutex
+}
+
+// Open opens an AF_XDP socket on queue of the interface named iface (in the
+// calling thread's network namespace), with its own UMEM of hugepage
+// memory, and binds it. The socket receives nothing until a Program on the
+// interface redirects frames to it (Program.Register).
+//
+// Errors wrap ErrInterface (no such interface, or it is down), ErrQueue
+// (the interface has no such queue), ErrPermission (no CAP_NET_RAW),
+// ErrNotSupported (no AF_XDP, or Mode ZeroCopy on a driver without it),
+// ErrBusy (another socket holds the queue) or ErrConfig. A failed Open
+// undoes every step.
+func Open(iface string, queue int, o Options) (*Socket, error) {
+	return open(iface, queue, o, nil)
+}
+
+// OpenShared opens another socket on s's interface and queue sharing s's
+// UMEM (XDP_SHARED_UMEM), so that a Program can spread the queue's frames
+// among several sockets by endpoint. o's RX/TX ring sizes, busy polling and
+// TX budget apply to the new socket; its UMEM geometry and copy mode are
+// s's.
+func OpenShared(s *Socket, o Options) (*Socket, error) {
+	if s.closed.Load() {
+		return nil, &OpError{Op: "open shared socket", Iface: s.iface, Queue: s.queue, Err: ErrClosed}
+	}
+	return open(s.iface, s.queue, o, s)
+}
+
+func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err error) {
+	if share != nil {
+		// The UMEM is the owner's; so are the ring sizes unless asked.
+		o.FrameSize, o.Frames = share.opts.FrameSize, share.opts.Frames
+		if o.RingSize == 0 {
+			o.RingSize = share.opts.RingSize
+		}
+	}
+	o, err = o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ifi, err := usableInterface(iface)
+	if err != nil {
+		return nil, err
+	}
+	if queue < 0 {
+		return nil, &OpError{Op: "open", Iface: iface, Queue: queue, Err: ErrQueue}
+	}
+	if n, qerr := RxQueues(iface); qerr == nil && queue >= n {
+		return nil, &OpError{Op: "open", Iface: iface, Queue: queue, Err: ErrQueue,
+			Fix: fmt.Sprintf("%s has %d rx queues (0..%d); add channels with `ethtool -L %s combined N`", iface, n, n-1, iface)}
+	}
+	fail := func(op string, e error) *OpError { return opErr(op, iface, queue, e) }
+
+	// Setup is a stack of undo steps, run in reverse if a later step fails.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	fd, err := unix.Socket(afXDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fail("socket(AF_XDP)", err)
+	}
+	undo = append(undo, func() { unix.Close(fd) })
+	s := &Socket{fd: fd, iface: iface, ifindex: ifi.Index, queue: queue, opts: o}
+	ring := uint32(o.RingSize)
+
+	if share == nil {
+		mem := o.Memory
+		if mem.Name == "" {
+			mem.Name = "gomx-xdp-umem"
+		}
+		region, err := hugepage.Alloc(o.FrameSize*o.Frames, mem)
+		if err != nil {
+			return nil, &OpError{Op: "allocate UMEM", Iface: iface, Queue: queue, Err: err}
+		}
+		u := &umem{region: region, mem: region.Bytes()[:o.FrameSize*o.Frames], frameSize: uint32(o.FrameSize)}
+		undo = append(undo, func() { u.release() })
+		reg := umemReg{Addr: addrOf(u.mem), Len: uint64(len(u.mem)), ChunkSize: uint32(o.FrameSize)}
+		if err := setsockoptUmemReg(fd, &reg); err != nil {
+			return nil, fail("setsockopt XDP_UMEM_REG", err)
+		}
+		s.u = u
+	} else {
+		s.u = share.u
+	}
+	// Every socket of a queue needs a fill and completion ring of its own
+	// only when it owns the UMEM; sharers on the same queue use the owner's.
+	if share == nil {
+		for _, opt := range []int{optFillRing, optCompRing} {
+			if err := unix.SetsockoptInt(fd, solXDP, opt, int(ring)); err != nil {
+				return nil, fail("setsockopt XDP_UMEM_FILL/COMPLETION_RING", err)
+			}
+		}
+	}
+	for _, opt := range []int{optRxRing, optTxRing} {
+		if err := unix.SetsockoptInt(fd, solXDP, opt, int(ring)); err != nil {
+			return nil, fail("setsockopt XDP_RX/TX_RING", err)
+		}
+	}
+	off, err := getsockoptMmapOffsets(fd)
+	if err != nil {
+		return nil, fail("getsockopt XDP_MMAP_OFFSETS", err)
+	}
+	if share == nil {
+		s.u.fill.ringMap, s.u.fill.desc, err = mapRing[uint64](fd, off.Fill, pgoffFillRing, ring)
+		if err != nil {
+			return nil, fail("mmap fill ring", err)
+		}
+		s.u.comp.ringMap, s.u.comp.desc, err = mapRing[uint64](fd, off.Comp, pgoffCompRing, ring)
+		if err != nil {
+			return nil, fail("mmap completion ring", err)
+		}
+	}
+	s.rx.ringMap, s.rx.desc, err = mapRing[xdpDesc](fd, off.Rx, pgoffRxRing, ring)
+	if err != nil {
+		return nil, fail("mmap rx ring", err)
+	}
+	undo = append(undo, func() { unmapRing(&s.rx.ringMap) })
+	s.tx.ringMap, s.tx.desc, err = mapRing[xdpDesc](fd, off.Tx, pgoffTxRing, ring)
+	if err != nil {
+		return nil, fail("mmap tx ring", err)
+	}
+	undo = append(undo, func() { unmapRing(&s.tx.ringMap) })
+	s.rx.init()
+	s.tx.init()
+
+	sa := sockaddrXDP{Family: afXDP, Flags: bindNeedWakeup, Ifindex: uint32(ifi.Index), QueueID: uint32(queue)}
+	switch {
+	case share != nil:
+		sa.Flags |= bindSharedUmem
+		sa.SharedUmemFD = uint32(share.fd)
+		sa.Flags &^= bindNeedWakeup // the kernel takes the flags from the owner
+	case o.Mode == ZeroCopy:
+		sa.Flags |= bindZeroCopy
+	case o.Mode == Copy:
+		sa.Flags |= bindCopy
+	}
+	err = bindXDP(fd, &sa)
+	// The kernel lets go of a closed socket's queue in a deferred work
+	// item, so a queue closed a moment ago may still be busy: retry for a
+	// bounded time before calling it taken.
+	for try := 0; errors.Is(err, unix.EBUSY) && try < 100; try++ {
+		time.Sleep(2 * time.Millisecond)
+		err = bindXDP(fd, &sa)
+	}
+	if err != nil {
+		oe := fail("bind", err)
+		switch {
+		case errors.Is(err, unix.EINVAL):
+			oe.Err = &wrapped{ErrQueue, err}
+			oe.Fix = "the queue may not exist, or the interface may be down"
+		case errors.Is(err, unix.EOPNOTSUPP) && o.Mode == ZeroCopy:
+			oe.Fix = "the driver has no AF_XDP zero-copy; use Mode AutoCopy or Copy"
+		case errors.Is(err, unix.EBUSY):
+			oe.Fix = "another AF_XDP socket is bound to this queue; share its UMEM with OpenShared or close it"
+		}
+		return nil, oe
+	}
+	xo, err := getsockoptOptions(fd)
+	if err != nil {
+		return nil, fail("getsockopt XDP_OPTIONS", err)
+	}
+	s.zeroCopy = xo.Flags&optionsZeroCopy != 0
+
+	if o.BusyPoll > 0 {
+		us := int(o.BusyPoll / time.Microsecond)
+		for _, kv := range [][2]int{{soPreferBusyPoll, 1}, {soBusyPoll, max(us, 1)}, {soBusyPollBudget, o.BusyPollBudget}} {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, kv[0], kv[1]); err != nil {
+				oe := fail("setsockopt SO_BUSY_POLL/SO_PREFER_BUSY_POLL/SO_BUSY_POLL_BUDGET", err)
+				if errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EINVAL) {
+					oe.Err = &wrapped{ErrNotSupported, err}
+					oe.Fix = "busy polling needs Linux 5.11 and CONFIG_NET_RX_BUSY_POLL"
+				}
+				return nil, oe
+			}
+		}
+	}
+	if o.TxBudget > 0 {
+		if err := unix.SetsockoptInt(fd, solXDP, optMaxTxSkbBudge, o.TxBudget); err != nil {
+			oe := fail("setsockopt XDP_MAX_TX_SKB_BUDGET", err)
+			if errors.Is(err, unix.ENOPROTOOPT) {
+				oe.Err = &wrapped{ErrNotSupported, err}
+				oe.Fix = "XDP_MAX_TX_SKB_BUDGET needs Linux 6.13"
+			}
+			return nil, oe
+		}
+	}
+
+	u := s.u
+	u.mu.Lock()
+	if share == nil {
+		u.fill.init()
+		u.comp.init()
+		u.free = make([]uint64, 0, o.Frames)
+		for i := o.Frames - 1; i >= 0; i-- {
+			u.free = append(u.free, uint64(i*o.FrameSize))
+		}
+	}
+	u.refs++
+	u.keep = o.Frames / 2
+	u.refill(u.keep)
+	u.mu.Unlock()
+	return s, nil
+}
+
+// usableInterface looks iface up and checks it is up.
+func usableInterface(iface string) (*net.Interface, error) {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, &OpError{Op: "look up interface", Iface: iface, Queue: -1, Err: &wrapped{ErrInterface, err},
+			Fix: "no such interface in this network namespace (ip link show)"}
+	}
+	if ifi.Flags&net.FlagUp == 0 {
+		return nil, &OpError{Op: "check interface", Iface: iface, Queue: -1, Err: &wrapped{ErrInterface, errors.New("interface is down")},
+			Fix: "bring it up with `ip link set dev " + iface + " up`"}
+	}
+	return ifi, nil
+}
+
+// RxQueues returns how many rx queues the interface has in use, as the
+// network namespace of the calling thread sees it: rx plus combined
+// channels from ETHTOOL_GCHANNELS, or, for drivers without it, the
+// interface's IFLA_NUM_RX_QUEUES from rtnetlink.
+func RxQueues(iface string) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, opErr("socket", iface, -1, err)
+	}
+	defer unix.Close(fd)
+	ch, err := ethtoolChannelsOf(fd, iface)
+	if err == nil && ch.RxCount+ch.CombinedCount > 0 {
+		return int(ch.RxCount + ch.CombinedCount), nil
+	}
+	if errors.Is(err, unix.ENODEV) {
+		return 0, opErr("ETHTOOL_GCHANNELS", iface, -1, err)
+	}
+	return numRxQueues(iface)
+}
+
+// numRxQueues reads IFLA_NUM_RX_QUEUES of iface over rtnetlink.
+func numRxQueues(iface string) (int, error) {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return 0, &OpError{Op: "look up interface", Iface: iface, Queue: -1, Err: &wrapped{ErrInterface, err}}
+	}
+	rib, err := syscall.NetlinkRIB(unix.RTM_GETLINK, unix.AF_UNSPEC)
+	if err != nil {
+		return 0, opErr("RTM_GETLINK", iface, -1, err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(rib)
+	if err != nil {
+		return 0, opErr("RTM_GETLINK", iface, -1, err)
+	}
+	for _, m := range msgs {
+		if m.Header.Type != unix.RTM_NEWLINK || len(m.Data) < unix.SizeofIfInfomsg {
+			continue
+		}
+		index := int32(binary.NativeEndian.Uint32(m.Data[4:8]))
+		if int(index) != ifi.Index {
+			continue
+		}
+		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+		if err != nil {
+			return 0, opErr("RTM_GETLINK", iface, -1, err)
+		}
+		for _, a := range attrs {
+			if a.Attr.Type == unix.IFLA_NUM_RX_QUEUES && len(a.Value) >= 4 {
+				return int(binary.NativeEndian.Uint32(a.Value)), nil
+			}
+		}
+	}
+	return 0, &OpError{Op: "RTM_GETLINK", Iface: iface, Queue: -1, Err: &wrapped{ErrNotSupported, errors.New("no IFLA_NUM_RX_QUEUES")}}
+}
+
+// Interface is the name of the socket's interface.
+func (s *Socket) Interface() string { return s.iface }
+
+// Queue is the queue the socket is bound to.
+func (s *Socket) Queue() int { return s.queue }
+
+// FD is the socket's file descriptor, for Program.Register and poll(2).
+func (s *Socket) FD() int { return s.fd }
+
+// ZeroCopy reports whether the kernel bound the socket in zero-copy mode;
+// false means copy mode (every frame is copied between the driver's
+// buffers and the UMEM).
+func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
+
+// Degraded is "" when the UMEM is backed by hugepages; otherwise it says why
+// it is not and how to fix that (see hugepage.Region.Degraded).
+func (s *Socket) Degraded() string {
+	if s.u.region == nil {
+		return ""
+	}
+	return s.u.region.Degraded()
+}
+
+// FrameSize is the size of one UMEM frame: the largest frame Receive can
+// return and Transmit can send.
+func (s *Socket) FrameSize() int { return int(s.u.frameSize) }
+
+// Frame returns the bytes of frame d: d.Len bytes at d.Addr in the UMEM.
+// They stay valid while the caller owns d (until Release or Transmit).
+func (s *Socket) Frame(d Desc) []byte {
+	end := d.Addr - d.Addr%uint64(s.u.frameSize) + uint64(s.u.frameSize)
+	return s.u.mem[d.Addr : d.Addr+uint64(d.Len) : end]
+}
+
+// Receive takes up to len(descs) received frames off the RX ring and
+// returns how many. It does not wait and does not allocate. The frames
+// belong to the caller until it gives them back with Release, which lets
+// the kernel receive into them again. When nothing has arrived and frames
+// wait on the TX ring (a kick found the kernel busy), it kicks again (see
+// Flush).
+func (s *Socket) Receive(descs []Desc) int {
+	// Keep the fill ring topped up first: it is what the kernel receives
+	// into, and an empty fill ring drops frames (counted in Stats).
+	u := s.u
+	u.mu.Lock()
+	u.refill(u.keep)
+	kick := u.fill.needWakeup()
+	u.mu.Unlock()
+	if kick {
+		// Zero-copy drivers may sleep until told the fill ring has frames.
+		unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	}
+	n := s.rx.avail(uint32(len(descs)))
+	n = min(n, uint32(len(descs)))
+	for i := range n {
+		d := s.rx.at(i)
+		descs[i] = Desc{Addr: d.Addr, Len: d.Len}
+	}
+	if n > 0 {
+		s.rx.release(n)
+	} else if s.tx.pending() > 0 {
+		// Idle: push out frames a busy kernel left on the TX ring, so
+		// that a spinning receiver also keeps its transmissions moving.
+		s.kickTx()
+	}
+	return int(n)
+}
+
+// Release gives received (or allocated and unsent) frames back, straight to
+// the fill ring when it has room.
+func (s *Socket) Release(descs []Desc) {
+	if len(descs) == 0 {
+		return
+	}
+	u := s.u
+	u.mu.Lock()
+	for _, d := range descs {
+		u.free = append(u.free, d.Addr-d.Addr%uint64(u.frameSize))
+	}
+	u.refill(u.keep)
+	u.mu.Unlock()
+}
+
+// Alloc fills descs with free frames to transmit from, each with Len set to
+// the frame size, and returns how many it got: fewer than len(descs) when
+// transmissions have not completed yet. It does not allocate.
+func (s *Socket) Alloc(descs []Desc) int {
+	u := s.u
+	u.mu.Lock()
+	u.reap()
+	n := min(len(descs), len(u.free))
+	for i := range n {
+		descs[i] = Desc{Addr: u.free[len(u.free)-1-i], Len: u.frameSize}
+	}
+	u.free = u.free[:len(u.free)-n]
+	u.mu.Unlock()
+	return n
+}
+
+// Transmit puts frames on the TX ring, kicks the kernel when it asked to be
+// (NEED_WAKEUP; always in copy mode), and returns how many it queued: fewer
+// than len(descs) when the ring is full. Queued frames belong to the kernel
+// until they complete, when Alloc hands them out again; the caller still
+// owns descs[n:]. It does not allocate.
+func (s *Socket) Transmit(descs []Desc) (int, error) {
+	if s.closed.Load() {
+		return 0, &OpError{Op: "transmit", Iface: s.iface, Queue: s.queue, Err: ErrClosed}
+	}
+	n := min(s.tx.free(uint32(len(descs))), uint32(len(descs)))
+	for i := range n {
+		d := descs[i]
+		if !s.fits(d) {
+			n = i
+			break
+		}
+		*s.tx.slot(i) = xdpDesc{Addr: d.Addr, Len: d.Len}
+	}
+	if n > 0 {
+		s.tx.produce(n)
+		s.tx.commit()
+	}
+	if err := s.kickTx(); err != nil {
+		return int(n), err
+	}
+	if int(n) < len(descs) && !s.fits(descs[n]) {
+		return int(n), &OpError{Op: "transmit", Iface: s.iface, Queue: s.queue, Err: ErrTooBig}
+	}
+	return int(n), nil
+}
+
+// fits reports whether d lies within one UMEM frame.
+func (s *Socket) fits(d Desc) bool {
+	fs := uint64(s.u.frameSize)
+	return d.Addr < uint64(len(s.u.mem)) && d.Addr%fs+uint64(d.Len) <= fs
+}
+
+// kickTx tells the kernel to process the TX ring when it asked for it
+// (NEED_WAKEUP). In copy mode one sendto sends at most the kernel's TX
+// budget (32 by default, see Options.TxBudget) and returns EAGAIN if more
+// is left, so kickTx repeats while the ring drains, a bounded number of
+// times. EAGAIN with no progress, EBUSY and ENOBUFS mean the kernel is busy
+// or out of skbs: the descriptors stay on the ring and a later kick (Flush)
+// sends them.
+func (s *Socket) kickTx() error {
+	for range 64 {
+		if !s.tx.needWakeup() {
+			return nil
+		}
+		before := s.tx.consumer.Load()
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0, unix.EAGAIN:
+		case unix.EBUSY, unix.ENOBUFS:
+			return nil
+		default:
+			return opErr("sendto (tx kick)", s.iface, s.queue, e)
+		}
+		// The producer index is ours and the consumer index only grows,
+		// so an empty ring or a kick that moved nothing ends the loop.
+		after := s.tx.consumer.Load()
+		if after == s.tx.producer.Load() || after == before {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Flush kicks the kernel if TX descriptors are still on the ring and
+// returns how many are. In copy mode a kick that finds the kernel busy
+// (a full device queue) leaves descriptors on the ring; a sender that
+// stops sending calls Flush until it returns 0, or keeps calling Receive,
+// which flushes when idle. Flush only reads the ring's shared indices, so
+// it may run alongside the transmit side.
+func (s *Socket) Flush() (int, error) {
+	p := s.tx.pending()
+	if p == 0 {
+		return 0, nil
+	}
+	return int(p), s.kickTx()
+}
+
+// Wait blocks until the RX ring has a frame or timeout passes (a negative
+// timeout waits for ever), and reports whether a frame is ready. Spinning
+// callers do not need it.
+func (s *Socket) Wait(timeout time.Duration) (bool, error) {
+	if s.rx.avail(1) > 0 {
+		return true, nil
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, opErr("poll", s.iface, s.queue, err)
+		}
+		return s.rx.avail(1) > 0, nil
+	}
+}
+
+// Stats is what the kernel counts for one socket (XDP_STATISTICS).
+type Stats struct {
+	// RxDropped counts frames dropped for any reason other than an
+	// invalid descriptor: no fill ring entry, a full RX ring, a frame too
+	// big for a UMEM frame.
+	RxDropped uint64
+	// RxInvalidDescs and TxInvalidDescs count descriptors the kernel
+	// rejected (bad address or length).
+	RxInvalidDescs uint64
+	TxInvalidDescs uint64
+	// RxRingFull counts frames dropped because the RX ring was full: the
+	// consumer fell behind.
+	RxRingFull uint64
+	// RxFillRingEmpty counts times the kernel found the fill ring empty:
+	// frames were not given back (Release) fast enough.
+	RxFillRingEmpty uint64
+	// TxRingEmpty counts times the kernel found the TX ring empty when
+	// kicked.
+	TxRingEmpty uint64
+}
+
+// Stats reads the socket's kernel counters.
+func (s *Socket) Stats() (Stats, error) {
+	if s.closed.Load() {
+		return Stats{}, &OpError{Op: "statistics", Iface: s.iface, Queue: s.queue, Err: ErrClosed}
+	}
+	st, err := getsockoptStatistics(s.fd)
+	if err != nil {
+		return Stats{}, opErr("getsockopt XDP_STATISTICS", s.iface, s.queue, err)
+	}
+	return Stats{
+		RxDropped: st.RxDropped, RxInvalidDescs: st.RxInvalidDescs, TxInvalidDescs: st.TxInvalidDescs,
+		RxRingFull: st.RxRingFull, RxFillRingEmpty: st.RxFillRingEmptyDescs, TxRingEmpty: st.TxRingEmptyDescs,
+	}, nil
+}
+
+// Close closes the socket and unmaps its rings; the last socket of a UMEM
+// also unmaps the fill and completion rings and frees the UMEM memory. The
+// socket is closed before any memory it used is unmapped. Closing twice
+// returns nil. Frames the caller still holds must not be used after Close.
+func (s *Socket) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed.Swap(true) {
+		return nil
+	}
+	err := unix.Close(s.fd)
+	err = errors.Join(err, unmapRing(&s.rx.ringMap), unmapRing(&s.tx.ringMap))
+	u := s.u
+	u.mu.Lock()
+	u.refs--
+	last := u.refs == 0
+	u.mu.Unlock()
+	if last {
+		err = errors.Join(err, u.release())
+	}
+	if err != nil {
+		return &OpError{Op: "close", Iface: s.iface, Queue: s.queue, Err: err}
+	}
+	return nil
+}

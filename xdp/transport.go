@@ -1,0 +1,509 @@
+package xdp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+var _ transport.Transport = (*Transport)(nil)
+var _ transport.Stats = (*Transport)(nil)
+
+// TransportOptions configures NewTransport.
+type TransportOptions struct {
+	// Interface is the network interface to serve, in the calling thread's
+	// network namespace.
+	Interface string
+	// Queues lists the rx/tx queues to open sockets on; every rx queue of
+	// the interface when empty, since without ntuple rules any queue may
+	// receive our frames. Send uses the first.
+	Queues []int
+	// UDP, when valid, selects IPv4/UDP framing from this local address
+	// (the interface's IPv4 address and a UDP port); the zero value selects
+	// raw Ethernet framing with EtherType 0x86DF.
+	UDP netip.AddrPort
+	// Neighbors gives the MAC address of IPv4 peers for UDP framing. Peers
+	// not listed are looked up in the kernel's neighbour table of the
+	// namespace, or learnt from the frames they send.
+	Neighbors map[netip.Addr][6]byte
+	// Socket configures the sockets; Attach the program's attach mode.
+	Socket Options
+	Attach AttachMode
+	// Spin is how long Recv polls the rings before it sleeps in poll(2):
+	// spinning costs a CPU but saves the wake-up latency (tens of
+	// microseconds in a VM). 20µs when zero; negative means never spin.
+	Spin time.Duration
+}
+
+// Transport carries mx frames over AF_XDP sockets on some queues of one
+// interface: raw Ethernet framing (NIC id = MAC address, EtherType 0x86DF,
+// Data = the bytes after the 14-byte Ethernet header) or IPv4/UDP framing
+// (NIC id = ip<<16|port, Data = the UDP payload). It owns the steering
+// program of the interface. It implements transport.Transport and
+// transport.Stats.
+type Transport struct {
+	opts   TransportOptions
+	prog   *Program
+	socks  []*Socket
+	fds    []unix.PollFd
+	wake   int // eventfd that Close writes to end a blocked Recv
+	nl     int // rtnetlink socket in the interface's namespace, for neighbours
+	mac    [6]byte
+	ifMTU  int
+	addr   transport.NICID
+	udp    bool
+	ip     [4]byte
+	port   uint16
+	closed atomic.Bool
+
+	rxMu   sync.Mutex // Recv is one goroutine at a time; Close waits for it
+	held   [][]Desc   // per socket: frames handed out by the last Recv
+	rxDesc []Desc
+	next   int // socket Recv starts with, for fairness
+
+	txMu   sync.Mutex
+	txDesc []Desc
+	neigh  map[[4]byte][6]byte
+	lookup time.Time // last neighbour table dump
+
+	rxFrames, txFrames, rxBad, txUnreach atomic.Uint64
+}
+
+// NewTransport attaches the steering program to the interface, opens and
+// registers a socket on each queue and returns the transport. It must run
+// in the interface's network namespace. Errors are those of Attach and Open,
+// and ErrConfig for bad options; a failed NewTransport undoes every step.
+func NewTransport(o TransportOptions) (_ *Transport, err error) {
+	ifi, err := usableInterface(o.Interface)
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{opts: o, wake: -1, nl: -1, ifMTU: ifi.MTU, neigh: make(map[[4]byte][6]byte)}
+	copy(t.mac[:], ifi.HardwareAddr)
+	defer func() {
+		if err != nil {
+			t.release()
+		}
+	}()
+	po := ProgramOptions{Mode: o.Attach}
+	if o.UDP.IsValid() {
+		a := o.UDP.Addr().Unmap()
+		if !a.Is4() || o.UDP.Port() == 0 {
+			return nil, configErr("new transport", fmt.Sprintf("UDP address %v: want an IPv4 address and a non-zero port", o.UDP))
+		}
+		t.udp, t.ip, t.port = true, a.As4(), o.UDP.Port()
+		t.addr, _ = transport.UDPNICID(netip.AddrPortFrom(a, t.port))
+		po.NoEtherType, po.UDPPortLow, po.UDPPortHigh = true, t.port, t.port
+		for ip, mac := range o.Neighbors {
+			if ip.Unmap().Is4() {
+				t.neigh[ip.Unmap().As4()] = mac
+			}
+		}
+		if t.nl, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE); err != nil {
+			return nil, opErr("socket(AF_NETLINK)", o.Interface, -1, err)
+		}
+	} else {
+		t.addr = transport.MACNICID(t.mac)
+	}
+	queues := o.Queues
+	if len(queues) == 0 {
+		n, err := RxQueues(o.Interface)
+		if err != nil {
+			return nil, err
+		}
+		for q := range n {
+			queues = append(queues, q)
+		}
+		po.Queues = n
+	} else {
+		for _, q := range queues {
+			po.Queues = max(po.Queues, q+1)
+		}
+	}
+	if t.prog, err = Attach(o.Interface, po); err != nil {
+		return nil, err
+	}
+	for _, q := range queues {
+		s, err := Open(o.Interface, q, o.Socket)
+		if err != nil {
+			return nil, err
+		}
+		t.socks = append(t.socks, s)
+		if err := t.prog.Register(s, 0); err != nil {
+			return nil, err
+		}
+		t.fds = append(t.fds, unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN})
+	}
+	if t.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return nil, opErr("eventfd", o.Interface, -1, err)
+	}
+	t.fds = append(t.fds, unix.PollFd{Fd: int32(t.wake), Events: unix.POLLIN})
+	t.held = make([][]Desc, len(t.socks))
+	for i := range t.held {
+		t.held[i] = make([]Desc, 0, 256)
+	}
+	t.rxDesc = make([]Desc, 256)
+	t.txDesc = make([]Desc, 64)
+	return t, nil
+}
+
+// release closes whatever NewTransport opened.
+func (t *Transport) release() error {
+	var err error
+	for _, s := range t.socks {
+		err = errors.Join(err, s.Close())
+	}
+	if t.prog != nil {
+		err = errors.Join(err, t.prog.Close())
+	}
+	for _, fd := range []int{t.wake, t.nl} {
+		if fd >= 0 {
+			err = errors.Join(err, unix.Close(fd))
+		}
+	}
+	return err
+}
+
+// Addr returns the local board's NIC id: the interface's MAC address, or
+// its UDP address packed as ip<<16|port.
+func (t *Transport) Addr() transport.NICID { return t.addr }
+
+// headers is the framing overhead in front of the Data.
+func (t *Transport) headers() int {
+	if t.udp {
+		return UDPHeadersLen
+	}
+	return EthHeaderLen
+}
+
+// MTU is the largest Data one frame carries: the interface MTU less the IP
+// and UDP headers for UDP framing, bounded by what a UMEM frame holds after
+// the kernel's receive headroom.
+func (t *Transport) MTU() int {
+	mtu := t.ifMTU
+	if t.udp {
+		mtu -= UDPHeadersLen - EthHeaderLen
+	}
+	return min(mtu, t.socks[0].FrameSize()-xdpPacketHeadroom-t.headers())
+}
+
+// xdpPacketHeadroom is XDP_PACKET_HEADROOM: what the kernel keeps in front
+// of a received frame in its UMEM frame.
+const xdpPacketHeadroom = 256
+
+// Send transmits frames from the first queue's socket, copying each into a
+// UMEM frame. It waits up to a second for transmit frames to complete when
+// all are in flight.
+func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	t.txMu.Lock()
+	defer t.txMu.Unlock()
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	s := t.socks[0]
+	mtu, hdr := t.MTU(), t.headers()
+	sent := 0
+	var deadline time.Time
+	for sent < len(frames) {
+		want := min(len(frames)-sent, len(t.txDesc))
+		n := s.Alloc(t.txDesc[:want])
+		if n == 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(time.Second)
+			} else if time.Now().After(deadline) {
+				return sent, fmt.Errorf("xdp: send on %s: no transmit frame completed for 1s", t.opts.Interface)
+			}
+			if _, err := s.Flush(); err != nil {
+				return sent, err
+			}
+			time.Sleep(10 * time.Microsecond)
+			continue
+		}
+		deadline = time.Time{}
+		// Build up to n frames; stop at the first that cannot be sent.
+		built := 0
+		var ferr error
+		for i := range n {
+			f := frames[sent+i]
+			if len(f.Data) > mtu {
+				ferr = fmt.Errorf("xdp: %d bytes of Data, MTU %d: %w", len(f.Data), mtu, transport.ErrTooBig)
+				break
+			}
+			b := s.Frame(t.txDesc[i])
+			if t.udp {
+				ap := f.Peer.UDPAddr()
+				dst := ap.Addr().As4()
+				mac, ok := t.neighbour(dst)
+				if !ok {
+					t.txUnreach.Add(1)
+					ferr = fmt.Errorf("xdp: no MAC address known for %v: add a neighbour entry (ip neigh replace %v lladdr MAC dev %s) or TransportOptions.Neighbors: %w",
+						ap.Addr(), ap.Addr(), t.opts.Interface, transport.ErrUnreachable)
+					break
+				}
+				PutUDPHeaders(b, UDPHeader{Eth: EthHeader{Dst: mac, Src: t.mac}, SrcIP: t.ip, DstIP: dst, SrcPort: t.port, DstPort: ap.Port()}, len(f.Data))
+			} else {
+				PutEthHeader(b, EthHeader{Dst: f.Peer.MAC(), Src: t.mac, EtherType: EtherTypeOpenMX})
+			}
+			l := hdr + copy(b[hdr:], f.Data)
+			for ; l < minFrame; l++ {
+				b[l] = 0
+			}
+			t.txDesc[i].Len = uint32(l)
+			built++
+		}
+		if built < n {
+			s.Release(t.txDesc[built:n])
+		}
+		for off := 0; off < built; {
+			m, err := s.Transmit(t.txDesc[off:built])
+			if err != nil {
+				s.Release(t.txDesc[off:built])
+				t.txFrames.Add(uint64(off))
+				return sent + off, err
+			}
+			off += m
+			if m == 0 {
+				time.Sleep(time.Microsecond)
+			}
+		}
+		sent += built
+		t.txFrames.Add(uint64(built))
+		if ferr != nil {
+			return sent, ferr
+		}
+	}
+	return sent, nil
+}
+
+// neighbour returns the MAC address of an IPv4 peer: from the cache, else
+// from the kernel's neighbour table (dumped at most every 100ms). txMu is
+// held.
+func (t *Transport) neighbour(ip [4]byte) ([6]byte, bool) {
+	if mac, ok := t.neigh[ip]; ok {
+		return mac, true
+	}
+	if time.Since(t.lookup) < 100*time.Millisecond {
+		return [6]byte{}, false
+	}
+	t.lookup = time.Now()
+	dumpNeighbours(t.nl, t.neigh)
+	mac, ok := t.neigh[ip]
+	return mac, ok
+}
+
+// dumpNeighbours reads the IPv4 neighbour table over the rtnetlink socket
+// fd (whose namespace is the one it was created in) into m.
+func dumpNeighbours(fd int, m map[[4]byte][6]byte) {
+	req := make([]byte, unix.SizeofNlMsghdr+12)
+	binary.NativeEndian.PutUint32(req[0:4], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:6], unix.RTM_GETNEIGH)
+	binary.NativeEndian.PutUint16(req[6:8], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	req[unix.SizeofNlMsghdr] = unix.AF_INET // ndmsg.ndm_family
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return
+	}
+	buf := make([]byte, 1<<16)
+	for range 64 {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return
+		}
+		msgs, err := syscallParseNetlink(buf[:n])
+		if err != nil {
+			return
+		}
+		for _, msg := range msgs {
+			switch msg.typ {
+			case unix.NLMSG_DONE, unix.NLMSG_ERROR:
+				return
+			case unix.RTM_NEWNEIGH:
+				ip, mac, ok := parseNeighbour(msg.data)
+				if ok {
+					m[ip] = mac
+				}
+			}
+		}
+	}
+}
+
+// Recv returns received frames; see transport.Transport. Data points into
+// the UMEM and stays valid until the next Recv or Close.
+func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	t.rxMu.Lock()
+	defer t.rxMu.Unlock()
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	for i, s := range t.socks {
+		s.Release(t.held[i])
+		t.held[i] = t.held[i][:0]
+	}
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	spin := t.opts.Spin
+	if spin == 0 {
+		spin = 20 * time.Microsecond
+	}
+	var start time.Time
+	for {
+		if n := t.poll(frames); n > 0 {
+			return n, nil
+		}
+		if timeout == 0 {
+			return 0, nil
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		waited := time.Since(start)
+		if timeout > 0 && waited >= timeout {
+			return 0, nil
+		}
+		if waited < spin {
+			continue
+		}
+		var ts *unix.Timespec
+		if timeout > 0 {
+			v := unix.NsecToTimespec(int64(timeout - waited))
+			ts = &v
+		}
+		if _, err := unix.Ppoll(t.fds, ts, nil); err != nil && err != unix.EINTR {
+			return 0, opErr("ppoll", t.opts.Interface, -1, err)
+		}
+		if t.closed.Load() {
+			return 0, transport.ErrClosed
+		}
+	}
+}
+
+// poll takes what the sockets have received, up to len(frames), starting
+// with a different socket each time. rxMu is held.
+func (t *Transport) poll(frames []transport.Frame) int {
+	got := 0
+	for k := range t.socks {
+		if got == len(frames) {
+			break
+		}
+		i := (t.next + k) % len(t.socks)
+		s := t.socks[i]
+		room := min(len(frames)-got, len(t.rxDesc), cap(t.held[i])-len(t.held[i]))
+		n := s.Receive(t.rxDesc[:room])
+		for _, d := range t.rxDesc[:n] {
+			t.held[i] = append(t.held[i], d)
+			if f, ok := t.decode(s.Frame(d)); ok {
+				frames[got] = f
+				got++
+			} else {
+				t.rxBad.Add(1)
+			}
+		}
+	}
+	t.next++
+	t.rxFrames.Add(uint64(got))
+	return got
+}
+
+// decode turns a received frame into a transport frame, or reports it is
+// not one for us.
+func (t *Transport) decode(b []byte) (transport.Frame, bool) {
+	if t.udp {
+		h, data, err := ParseUDP(b)
+		if err != nil || h.DstIP != t.ip || h.DstPort != t.port {
+			return transport.Frame{}, false
+		}
+		id, err := transport.UDPNICID(netip.AddrPortFrom(netip.AddrFrom4(h.SrcIP), h.SrcPort))
+		if err != nil {
+			return transport.Frame{}, false
+		}
+		t.learn(h.SrcIP, h.Eth.Src)
+		return transport.Frame{Peer: id, Data: data}, true
+	}
+	h, data, err := ParseEthHeader(b)
+	if err != nil || h.EtherType != EtherTypeOpenMX || (h.Dst != t.mac && h.Dst[0]&1 == 0) {
+		return transport.Frame{}, false
+	}
+	return transport.Frame{Peer: transport.MACNICID(h.Src), Data: data}, true
+}
+
+// learn records the MAC address a UDP peer sends from, so that replies
+// need no neighbour lookup. It only takes the lock on a new or changed
+// entry, which allocates once per peer.
+func (t *Transport) learn(ip [4]byte, mac [6]byte) {
+	if t.txMu.TryLock() {
+		if t.neigh[ip] != mac {
+			t.neigh[ip] = mac
+		}
+		t.txMu.Unlock()
+	}
+}
+
+// Counters reports frames received, sent and dropped by the transport,
+// and the kernel's and the program's counts, summed over the queues.
+func (t *Transport) Counters() []transport.Counter {
+	c := []transport.Counter{
+		{Name: "xdp_rx_frames", Value: t.rxFrames.Load()},
+		{Name: "xdp_tx_frames", Value: t.txFrames.Load()},
+		{Name: "xdp_rx_not_ours", Value: t.rxBad.Load()},
+		{Name: "xdp_tx_unreachable", Value: t.txUnreach.Load()},
+	}
+	var sum Stats
+	for _, s := range t.socks {
+		st, err := s.Stats()
+		if err != nil {
+			continue
+		}
+		sum.RxDropped += st.RxDropped
+		sum.RxRingFull += st.RxRingFull
+		sum.RxFillRingEmpty += st.RxFillRingEmpty
+		sum.RxInvalidDescs += st.RxInvalidDescs
+		sum.TxInvalidDescs += st.TxInvalidDescs
+	}
+	c = append(c,
+		transport.Counter{Name: "xdp_rx_dropped", Value: sum.RxDropped},
+		transport.Counter{Name: "xdp_rx_ring_full", Value: sum.RxRingFull},
+		transport.Counter{Name: "xdp_rx_fill_ring_empty", Value: sum.RxFillRingEmpty},
+		transport.Counter{Name: "xdp_invalid_descs", Value: sum.RxInvalidDescs + sum.TxInvalidDescs},
+	)
+	if qs, err := t.prog.Counters(); err == nil {
+		var red, unc uint64
+		for _, q := range qs {
+			red += q.Redirected
+			unc += q.Unclaimed
+		}
+		c = append(c, transport.Counter{Name: "xdp_prog_redirected", Value: red}, transport.Counter{Name: "xdp_prog_unclaimed", Value: unc})
+	}
+	return c
+}
+
+// Program is the steering program the transport attached, for its
+// counters and for SetEndpoint.
+func (t *Transport) Program() *Program { return t.prog }
+
+// Sockets are the transport's sockets, one per served queue.
+func (t *Transport) Sockets() []*Socket { return t.socks }
+
+// Close ends a blocked Recv with transport.ErrClosed, waits for Recv and
+// Send to return, then closes the sockets and detaches the program.
+// Closing twice returns nil.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	var one [8]byte
+	one[0] = 1
+	unix.Write(t.wake, one[:])
+	t.rxMu.Lock()
+	t.txMu.Lock()
+	defer t.txMu.Unlock()
+	defer t.rxMu.Unlock()
+	return t.release()
+}

@@ -1,0 +1,212 @@
+package xdp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/netnstest"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/transporttest"
+)
+
+// newTransports opens a transport on each end of a fresh veth pair, with
+// UDP framing when udp is set.
+func newTransports(t *testing.T, queues int, udp bool) (a, b *Transport, p *netnstest.Pair) {
+	t.Helper()
+	requireXDP(t)
+	p = netnstest.NewPair(t, queues)
+	open := func(ns, iface string, ip netip.Addr) *Transport {
+		var tr *Transport
+		o := TransportOptions{Interface: iface, Socket: Options{Frames: 2048}}
+		if udp {
+			o.UDP = netip.AddrPortFrom(ip, 7000)
+		}
+		if err := netnstest.Do(ns, func() (err error) {
+			tr, err = NewTransport(o)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		return tr
+	}
+	return open(p.NSA, p.A, p.IPA), open(p.NSB, p.B, p.IPB), p
+}
+
+// recvAll receives until want frames came or 5s passed, copying their Data.
+func recvAll(t *testing.T, tr *Transport, want int) ([]transport.Frame, error) {
+	t.Helper()
+	var out []transport.Frame
+	buf := make([]transport.Frame, 32)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(out) < want && time.Now().Before(deadline) {
+		n, err := tr.Recv(buf, 100*time.Millisecond)
+		if err != nil {
+			return out, err
+		}
+		for _, f := range buf[:n] {
+			out = append(out, transport.Frame{Peer: f.Peer, Data: bytes.Clone(f.Data)})
+		}
+	}
+	return out, nil
+}
+
+// The transport carries frames both ways with either framing: Peer names
+// the sender, Data arrives intact (raw frames may be padded to 60 bytes).
+func TestTransport(t *testing.T) {
+	for _, udp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ethernet", true: "udp"}[udp], func(t *testing.T) {
+			a, b, p := newTransports(t, 2, udp)
+			if udp {
+				want, _ := transport.UDPNICID(netip.AddrPortFrom(p.IPA, 7000))
+				if a.Addr() != want {
+					t.Errorf("Addr() = %v, want %v", a.Addr(), want)
+				}
+			} else if a.Addr() != transport.MACNICID(p.MACA) {
+				t.Errorf("Addr() = %v, want %v", a.Addr(), transport.MACNICID(p.MACA))
+			}
+			if m := a.MTU(); m < 1400 || m > 1500 {
+				t.Errorf("MTU() = %d", m)
+			}
+			for _, dir := range []struct{ from, to *Transport }{{a, b}, {b, a}} {
+				const count = 500
+				var frames []transport.Frame
+				for i := range count {
+					d := make([]byte, 1+i*7%dir.from.MTU())
+					for j := range d {
+						d[j] = byte(i + j)
+					}
+					frames = append(frames, transport.Frame{Peer: dir.to.Addr(), Data: d})
+				}
+				for off := 0; off < count; off += 50 {
+					n, err := dir.from.Send(frames[off : off+50])
+					if n != 50 || err != nil {
+						t.Fatalf("Send = %d, %v", n, err)
+					}
+				}
+				got, err := recvAll(t, dir.to, count)
+				if err != nil || len(got) != count {
+					t.Fatalf("received %d of %d frames: %v", len(got), count, err)
+				}
+				for i, f := range got {
+					w := frames[i].Data
+					if f.Peer != dir.from.Addr() {
+						t.Fatalf("frame %d from %v, want %v", i, f.Peer, dir.from.Addr())
+					}
+					if len(f.Data) < len(w) || !bytes.Equal(f.Data[:len(w)], w) || (udp && len(f.Data) != len(w)) {
+						t.Fatalf("frame %d: %d bytes differ from the %d sent", i, len(f.Data), len(w))
+					}
+				}
+			}
+			big := make([]byte, a.MTU()+1)
+			if n, err := a.Send([]transport.Frame{{Peer: b.Addr(), Data: []byte{1}}, {Peer: b.Addr(), Data: big}}); n != 1 || !errors.Is(err, transport.ErrTooBig) {
+				t.Errorf("Send of an oversized second frame = %d, %v; want 1, ErrTooBig", n, err)
+			}
+			if udp {
+				nowhere, _ := transport.UDPNICID(netip.MustParseAddrPort("10.77.0.99:7000"))
+				if _, err := a.Send([]transport.Frame{{Peer: nowhere, Data: []byte{1}}}); !errors.Is(err, transport.ErrUnreachable) {
+					t.Errorf("Send to a peer without neighbour entry: %v, want ErrUnreachable", err)
+				}
+			}
+			t.Logf("counters of b: %v", b.Counters())
+		})
+	}
+}
+
+// Recv honours its timeout, and Close ends a blocked Recv with ErrClosed.
+func TestTransportRecvTimeoutAndClose(t *testing.T) {
+	a, _, _ := newTransports(t, 1, false)
+	buf := make([]transport.Frame, 4)
+	if n, err := a.Recv(buf, 0); n != 0 || err != nil {
+		t.Errorf("Recv(0) on an idle transport = %d, %v", n, err)
+	}
+	start := time.Now()
+	if n, err := a.Recv(buf, 50*time.Millisecond); n != 0 || err != nil {
+		t.Errorf("Recv(50ms) = %d, %v", n, err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Errorf("Recv(50ms) returned after %v", d)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Recv(buf, -1)
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Errorf("blocked Recv returned %v after Close, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a blocked Recv within 5s")
+	}
+	if _, err := a.Send([]transport.Frame{{Data: []byte{1}}}); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Send after Close: %v, want ErrClosed", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func ExampleNewTransport() {
+	// In the network namespace of eth1, serve every queue with raw
+	// Ethernet framing.
+	tr, err := NewTransport(TransportOptions{Interface: "eth1"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer tr.Close()
+	fmt.Println("board", tr.Addr(), "MTU", tr.MTU())
+}
+
+// The transport passes the conformance suite every gomx transport runs,
+// with raw Ethernet framing (short frames padded to the 60-byte minimum)
+// and with UDP framing. It is lossy like UDP: a receiver that falls behind
+// runs the fill ring dry and the kernel drops (and counts) frames.
+func TestTransportConformance(t *testing.T) {
+	for _, udp := range []bool{false, true} {
+		name, opts := "ethernet", transporttest.Options{Lossy: true, MinData: minFrame - EthHeaderLen}
+		if udp {
+			name, opts = "udp", transporttest.Options{Lossy: true}
+		}
+		t.Run(name, func(t *testing.T) {
+			requireXDP(t)
+			transporttest.RunWith(t, func(t *testing.T) (transport.Transport, transport.Transport) {
+				a, b, _ := newTransports(t, 2, udp)
+				return a, b
+			}, opts)
+		})
+	}
+}
+
+// Send and a Recv that finds frames waiting allocate nothing.
+func TestTransportDoesNotAllocate(t *testing.T) {
+	for _, udp := range []bool{false, true} {
+		a, b, _ := newTransports(t, 1, udp)
+		out := []transport.Frame{{Peer: b.Addr(), Data: make([]byte, 100)}}
+		in := make([]transport.Frame, 8)
+		// Warm up: neighbour lookup, learning the peer.
+		a.Send(out)
+		b.Recv(in, time.Second)
+		allocs := testing.AllocsPerRun(100, func() {
+			a.Send(out)
+			for range 1000 {
+				if n, _ := b.Recv(in, 0); n > 0 {
+					break
+				}
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("udp=%v: Send and Recv allocate %v times per frame", udp, allocs)
+		}
+	}
+}
