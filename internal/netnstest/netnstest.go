@@ -1,33 +1,20 @@
 // Package netnstest builds throwaway network namespaces joined by a veth
 // pair for tests that need a real wire: AF_XDP sockets, raw and UDP
-// transports. Everything it creates is deleted in t.Cleanup, also when the
-// test fails, and every name is unique to the process and the call, so
-// tests of several packages may run at once.
-//
-// It drives iproute2 (`ip`) for setup and unix.Setns on a locked OS thread
-// for work inside a namespace (Do). Tests call Skip-or-fail helpers when
-// they lack root or the ip tool: Require.
+// transports. It wraps package internal/netns: everything it creates is
+// deleted in t.Cleanup, also when the test fails, and tests that lack root
+// or the ip tool skip with the fix, or fail when the caller's environment
+// variable demands the wire (Require).
 package netnstest
 
 import (
-	"bytes"
-	"fmt"
-	"net"
-	"net/netip"
 	"os"
-	"os/exec"
-	"runtime"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/gomx-dev/gomx/internal/netns"
 )
 
-// seq makes names unique within the process; the pid makes them unique
-// across processes.
-var seq atomic.Uint32
+// Pair is two network namespaces joined by a veth pair; see netns.Pair.
+type Pair = netns.Pair
 
 // Require skips t, saying what is missing and how to fix it, unless the
 // process can create namespaces and veth pairs (root, or CAP_SYS_ADMIN and
@@ -35,7 +22,7 @@ var seq atomic.Uint32
 // "1" it fails the test instead of skipping it.
 func Require(t testing.TB, env string) {
 	t.Helper()
-	why := Missing()
+	why := netns.Missing()
 	if why == "" {
 		return
 	}
@@ -45,174 +32,31 @@ func Require(t testing.TB, env string) {
 	t.Skip(why)
 }
 
-// Missing says what this process lacks to build namespaces and veth pairs,
-// or "" when nothing is missing.
-func Missing() string {
-	if _, err := exec.LookPath("ip"); err != nil {
-		return "the ip tool (iproute2) is not installed: apt-get install iproute2"
-	}
-	if !hasCap(unix.CAP_SYS_ADMIN) || !hasCap(unix.CAP_NET_ADMIN) {
-		return "creating network namespaces needs CAP_SYS_ADMIN and CAP_NET_ADMIN: run the tests as root, e.g. `go test -exec sudo ./...`"
-	}
-	return ""
-}
-
-// HasCap reports whether the process has capability c in its effective
-// set.
-func HasCap(c int) bool { return hasCap(c) }
-
-func hasCap(c int) bool {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return false
-	}
-	return data[c/32].Effective&(1<<(uint(c)%32)) != 0
-}
-
-// Pair is two network namespaces joined by a veth pair, A and B, both up
-// with an IPv4 address (IPA in NSA on A, IPB in NSB on B, a /24) and
-// static neighbour entries for each other, so IP traffic needs no ARP.
-type Pair struct {
-	NSA, NSB   string     // namespace names (ip netns)
-	A, B       string     // interface names, A in NSA and B in NSB
-	MACA, MACB [6]byte    // MAC addresses of A and B
-	IPA, IPB   netip.Addr // IPv4 addresses of A and B
-	Queues     int        // rx and tx queues on each end
-}
-
-// NewPair creates a Pair with queues rx and tx queues per end. It fails
-// the test if any step fails, and deletes both namespaces (and so the veth
-// pair) in t.Cleanup.
+// NewPair creates a Pair with queues rx and tx queues per end, fails the
+// test if any step fails, and deletes both namespaces in t.Cleanup.
 func NewPair(t testing.TB, queues int) *Pair {
 	t.Helper()
-	n := seq.Add(1)
-	id := fmt.Sprintf("%d%d", os.Getpid()%100000, n)
-	p := &Pair{
-		NSA: "gomx-" + id + "-a", NSB: "gomx-" + id + "-b",
-		A: "gxa" + id, B: "gxb" + id,
-		IPA: netip.MustParseAddr("10.77.0.1"), IPB: netip.MustParseAddr("10.77.0.2"),
-		Queues: queues,
-	}
-	if len(p.A) > 15 {
-		p.A, p.B = p.A[:15], p.B[:15]
-	}
-	for _, ns := range []string{p.NSA, p.NSB} {
-		if err := run("ip", "netns", "add", ns); err != nil {
-			t.Fatalf("netnstest: %v", err)
-		}
-		t.Cleanup(func() {
-			if err := run("ip", "netns", "del", ns); err != nil {
-				t.Errorf("netnstest: cleanup: %v", err)
-			}
-		})
-	}
-	q := strconv.Itoa(queues)
-	steps := [][]string{
-		{"ip", "link", "add", p.A, "numtxqueues", q, "numrxqueues", q, "netns", p.NSA, "type", "veth",
-			"peer", "name", p.B, "numtxqueues", q, "numrxqueues", q, "netns", p.NSB},
-		{"ip", "-n", p.NSA, "addr", "add", p.IPA.String() + "/24", "dev", p.A},
-		{"ip", "-n", p.NSB, "addr", "add", p.IPB.String() + "/24", "dev", p.B},
-		{"ip", "-n", p.NSA, "link", "set", "lo", "up"},
-		{"ip", "-n", p.NSB, "link", "set", "lo", "up"},
-		{"ip", "-n", p.NSA, "link", "set", p.A, "up"},
-		{"ip", "-n", p.NSB, "link", "set", p.B, "up"},
-	}
-	for _, s := range steps {
-		if err := run(s...); err != nil {
-			t.Fatalf("netnstest: %v", err)
-		}
-	}
-	var err error
-	if p.MACA, err = p.mac(p.NSA, p.A); err != nil {
+	p, err := netns.NewPair(queues)
+	if err != nil {
 		t.Fatalf("netnstest: %v", err)
 	}
-	if p.MACB, err = p.mac(p.NSB, p.B); err != nil {
-		t.Fatalf("netnstest: %v", err)
-	}
-	for _, s := range [][]string{
-		{"ip", "-n", p.NSA, "neigh", "replace", p.IPB.String(), "lladdr", net.HardwareAddr(p.MACB[:]).String(), "dev", p.A, "nud", "permanent"},
-		{"ip", "-n", p.NSB, "neigh", "replace", p.IPA.String(), "lladdr", net.HardwareAddr(p.MACA[:]).String(), "dev", p.B, "nud", "permanent"},
-	} {
-		if err := run(s...); err != nil {
-			t.Fatalf("netnstest: %v", err)
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("netnstest: cleanup: %v", err)
 		}
-	}
+	})
 	return p
 }
 
-// mac reads an interface's MAC address inside a namespace.
-func (p *Pair) mac(ns, iface string) ([6]byte, error) {
-	var mac [6]byte
-	err := Do(ns, func() error {
-		ifi, err := net.InterfaceByName(iface)
-		if err != nil {
-			return err
-		}
-		copy(mac[:], ifi.HardwareAddr)
-		return nil
-	})
-	return mac, err
-}
+// Missing says what this process lacks to build namespaces and veth pairs,
+// or "" when nothing is missing.
+func Missing() string { return netns.Missing() }
 
-// InA runs fn on an OS thread inside NSA (see Do).
-func (p *Pair) InA(fn func() error) error { return Do(p.NSA, fn) }
+// HasCap reports whether the process has capability c in its effective set.
+func HasCap(c int) bool { return netns.HasCap(c) }
 
-// InB runs fn on an OS thread inside NSB (see Do).
-func (p *Pair) InB(fn func() error) error { return Do(p.NSB, fn) }
+// Do runs fn on an OS thread inside the named namespace; see netns.Do.
+func Do(ns string, fn func() error) error { return netns.Do(ns, fn) }
 
 // IP runs `ip -n ns args...` and returns its combined output.
-func IP(ns string, args ...string) (string, error) {
-	cmd := exec.Command("ip", append([]string{"-n", ns}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("ip -n %s %s: %v: %s", ns, strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return string(out), nil
-}
-
-// Do runs fn on a fresh goroutine locked to its OS thread, with the thread
-// switched into the named namespace, and returns fn's error. Sockets,
-// links and lookups made by fn belong to that namespace; file descriptors
-// made there keep working from any thread afterwards. fn must not start
-// goroutines that expect to be in the namespace. If the thread cannot be
-// switched back it is left locked, and so discarded by the runtime.
-func Do(ns string, fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("netnstest: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("netnstest: namespace %s: %w", ns, err)
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("netnstest: setns %s: %w", ns, err)
-			return
-		}
-		err = fn()
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- err
-	}()
-	return <-done
-}
-
-func run(args ...string) error {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
+func IP(ns string, args ...string) (string, error) { return netns.IP(ns, args...) }
