@@ -31,6 +31,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +76,7 @@ func RunWith(t *testing.T, newPair NewPair, opts Options) {
 	t.Run("EmptyBatches", s.emptyBatches)
 	t.Run("PollEmpty", s.pollEmpty)
 	t.Run("TimeoutEmpty", s.timeoutEmpty)
+	t.Run("PollAfterTimeout", s.pollAfterTimeout)
 	t.Run("CloseUnblocksRecv", s.closeUnblocks)
 	t.Run("CloseUnblocksBoundedRecv", s.closeUnblocksBounded)
 	t.Run("AfterClose", s.afterClose)
@@ -515,6 +517,43 @@ func (s *suite) timeoutEmpty(t *testing.T) {
 			t.Errorf("Recv(timeout %v) on an idle transport = %d, %v; want 0, nil", d, n, err)
 		}
 	}
+}
+
+// pollAfterTimeout checks that a bounded Recv that timed out leaves no
+// trace: the busy-poll loop that follows (timeout 0) still gets frames.
+// (A read deadline left armed once made every later poll fail at once.)
+func (s *suite) pollAfterTimeout(t *testing.T) {
+	a, b := s.pair(t)
+	frames := make([]transport.Frame, 8)
+	if n, err := b.Recv(frames, time.Millisecond); n != 0 || err != nil {
+		t.Fatalf("Recv(1ms) on an idle transport = %d, %v", n, err)
+	}
+	want := content(64, 0x706f6c6c)
+	attempts, window := 1, hangGuard
+	if s.opts.Lossy {
+		attempts, window = 50, 200*time.Millisecond
+	}
+	for range attempts {
+		if n, err := a.Send([]transport.Frame{{Peer: b.Addr(), Data: want}}); n != 1 || err != nil {
+			t.Fatalf("Send = %d, %v", n, err)
+		}
+		// Poll only (timeout 0), for at most window per attempt.
+		for deadline := time.Now().Add(window); time.Now().Before(deadline); {
+			n, err := b.Recv(frames, 0)
+			if err != nil {
+				t.Fatalf("Recv(0) after a timed-out Recv: %v", err)
+			}
+			for _, f := range frames[:n] {
+				if s.matches(f.Data, want) {
+					return
+				}
+			}
+			if n == 0 {
+				runtime.Gosched()
+			}
+		}
+	}
+	t.Fatal("after a bounded Recv timed out, polling with timeout 0 never returned the frame sent")
 }
 
 // blockedRecv starts a Recv with the timeout and returns its result channel.

@@ -400,6 +400,15 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		return 0, nil
 	}
 	want := min(len(frames), t.batch)
+	// A deadline left by an earlier bounded wait would fail the
+	// non-waiting read below at once, without reading: clear it. (The
+	// runtime keeps deadlines in memory; this costs no system call.)
+	if t.deadlineOn {
+		if err := t.conn.SetReadDeadline(time.Time{}); err != nil {
+			return 0, t.ioErr(err)
+		}
+		t.deadlineOn = false
+	}
 	// Try once without the poller: the busy-poll path and a full queue
 	// cost one syscall and no deadline.
 	n, err := t.recvBatch(frames, want, false)
@@ -412,11 +421,6 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return 0, t.ioErr(err)
 		}
 		t.deadlineOn = true
-	case t.deadlineOn:
-		if err := t.conn.SetReadDeadline(time.Time{}); err != nil {
-			return 0, t.ioErr(err)
-		}
-		t.deadlineOn = false
 	}
 	// Wait; a batch of nothing but oversized datagrams is no reason to
 	// return before the timeout. Each pass consumes datagrams, so the loop
