@@ -1,0 +1,520 @@
+package mx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// MaxEndpoints is the number of endpoint ids a board offers (the wire's
+// 1-byte endpoint field).
+const MaxEndpoints = 256
+
+// AnyEndpoint asks OpenEndpoint for the first free endpoint id.
+const AnyEndpoint = -1
+
+// MaxSegments is the largest number of segments in one request.
+const MaxSegments = 256
+
+// minMTU is the smallest transport MTU a board accepts: a full SMALL frame.
+const minMTU = 256
+
+// rxBatch is how many frames one Recv may return.
+const rxBatch = 64
+
+// In busy-poll mode the progress goroutine stays away from Recv for
+// pollGrace after the last waiter stopped polling, and then blocks in Recv
+// for at most pollHandover at a time, so a new waiter gets Recv quickly.
+const (
+	pollGrace    = 2 * time.Millisecond
+	pollHandover = 100 * time.Microsecond
+)
+
+// Board is one network attachment (a transport) with its endpoints. It owns
+// the transport and runs the progress goroutine that receives frames, answers
+// acks and pulls, resends on timers and completes requests, so progress
+// never depends on the application calling in.
+type Board struct {
+	tr   transport.Transport
+	opts BoardOptions
+	nic  transport.NICID
+	mtu  int
+	crc  bool
+	tick time.Duration
+	base time.Time
+
+	// mu protects every field below and all endpoint, partner and request
+	// state of the board.
+	mu        sync.Mutex
+	closed    bool
+	eps       [MaxEndpoints]*Endpoint
+	wasOpen   [MaxEndpoints]bool
+	peers     []transport.NICID
+	peerIdx   map[transport.NICID]uint16
+	freeReqs  []*Request
+	cnt       Counters
+	now       int64 // nanoseconds since base, refreshed per batch
+	nextTick  int64
+	txbuf     []byte
+	tx1       [1]transport.Frame
+	txFrames  []transport.Frame
+	txBufs    [][]byte
+	lens      []int
+	selfq     [][]byte
+	freeBufs  [][]byte
+	draining  bool
+	pool      pools
+	closeOnce sync.Once
+
+	// recvMu makes one goroutine at a time the owner of tr.Recv: the
+	// progress goroutine, or a busy-polling waiter.
+	recvMu   sync.Mutex
+	rx       []transport.Frame
+	pollers  atomic.Int32
+	pollIdle atomic.Int64 // clock() when the last busy poller stopped
+	pollWake chan struct{}
+	quit     chan struct{}
+	exited   chan struct{}
+}
+
+// NewBoard opens a board on tr and starts its progress goroutine. The board
+// owns tr from then on: Close closes it.
+func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	mtu := tr.MTU()
+	if mtu < minMTU {
+		return nil, fmt.Errorf("%w: transport MTU %d below %d", ErrBadOptions, mtu, minMTU)
+	}
+	if mtu > 65535 {
+		mtu = 65535
+	}
+	b := &Board{
+		tr:       tr,
+		opts:     o,
+		nic:      tr.Addr(),
+		mtu:      mtu,
+		crc:      !o.NoChecksum,
+		base:     time.Now(),
+		peerIdx:  make(map[transport.NICID]uint16),
+		txbuf:    make([]byte, mtu+wire.ChecksumLen),
+		rx:       make([]transport.Frame, rxBatch),
+		pollWake: make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		exited:   make(chan struct{}),
+	}
+	if max := wire.MaxMediumFrag * b.fragMax(mtu); b.opts.RendezvousThreshold > max {
+		b.opts.RendezvousThreshold = max
+	}
+	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
+	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
+	if o.Names != nil && o.Hostname != "" {
+		o.Names.Register(o.Hostname, b.nic)
+	}
+	go b.progress()
+	return b, nil
+}
+
+// NICID returns the board's NIC id.
+func (b *Board) NICID() transport.NICID { return b.nic }
+
+// MTU returns the transport's MTU.
+func (b *Board) MTU() int { return b.mtu }
+
+// Options returns the board's options with defaults filled in.
+func (b *Board) Options() BoardOptions { return b.opts }
+
+// RendezvousThreshold returns the largest message sent eagerly.
+func (b *Board) RendezvousThreshold() int { return b.opts.RendezvousThreshold }
+
+// Counters returns the board's counters: frames that reached no endpoint.
+func (b *Board) Counters() Counters {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cnt
+}
+
+// Close closes every endpoint, stops the progress goroutine and closes the
+// transport. Pending requests complete with ErrEndpointClosed.
+func (b *Board) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		for _, e := range b.eps {
+			if e != nil {
+				e.closeLocked()
+			}
+		}
+		b.mu.Unlock()
+		close(b.quit)
+		err = b.tr.Close()
+		<-b.exited
+		if b.opts.Names != nil && b.opts.Hostname != "" {
+			b.opts.Names.Unregister(b.opts.Hostname)
+		}
+	})
+	return err
+}
+
+// OpenEndpoint opens endpoint id (0..255, or AnyEndpoint for the first free
+// one) with the given key: peers must present the same key to connect.
+func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, &OpError{Op: "open endpoint", Err: ErrBoardClosed}
+	}
+	if id == AnyEndpoint {
+		id = -1
+		for i, e := range b.eps {
+			if e == nil {
+				id = i
+				break
+			}
+		}
+		if id < 0 {
+			return nil, &OpError{Op: "open endpoint", Err: ErrNoResources}
+		}
+	}
+	if id < 0 || id >= MaxEndpoints {
+		return nil, &OpError{Op: "open endpoint", Err: fmt.Errorf("%w: id %d", ErrBadEndpoint, id)}
+	}
+	if b.eps[id] != nil {
+		return nil, &OpError{Op: "open endpoint", Endpoint: uint8(id), Err: ErrBusy}
+	}
+	e := newEndpoint(b, uint8(id), key)
+	b.eps[id] = e
+	b.wasOpen[id] = true
+	return e, nil
+}
+
+// ---- time and timers ----
+
+func (b *Board) clock() int64 { return int64(time.Since(b.base)) }
+
+// timersLocked runs every periodic duty when a tick is due.
+func (b *Board) timersLocked(force bool) {
+	b.now = b.clock()
+	if !force && b.now < b.nextTick {
+		return
+	}
+	b.nextTick = b.now + int64(b.tick)
+	for _, e := range b.eps {
+		if e != nil {
+			e.timers()
+		}
+	}
+}
+
+// ---- progress ----
+
+func (b *Board) progress() {
+	defer close(b.exited)
+	timer := time.NewTimer(b.tick)
+	defer timer.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		default:
+		}
+		if b.pollers.Load() > 0 || (b.opts.BusyPoll && b.clock()-b.pollIdle.Load() < int64(pollGrace)) {
+			// A busy-polling waiter owns Recv, or did a moment ago and
+			// probably will again: keep only the timers running, so that
+			// the next waiter finds Recv free.
+			timer.Reset(min(b.tick, pollGrace))
+			select {
+			case <-b.quit:
+				return
+			case <-b.pollWake:
+			case <-timer.C:
+			}
+			b.mu.Lock()
+			b.timersLocked(false)
+			b.unlock()
+			continue
+		}
+		b.recvMu.Lock()
+		wait := time.Duration(b.nextTick - b.clock())
+		if wait < 0 {
+			wait = 0
+		}
+		wait = min(wait+time.Microsecond, b.tick)
+		if b.opts.BusyPoll {
+			wait = min(wait, pollHandover) // a poller may be waiting for Recv
+		}
+		n, err := b.tr.Recv(b.rx, wait)
+		b.mu.Lock()
+		b.handleBatchLocked(n)
+		b.timersLocked(false)
+		b.unlock()
+		b.recvMu.Unlock()
+		if err != nil {
+			if errors.Is(err, transport.ErrClosed) {
+				return
+			}
+			select {
+			case <-b.quit:
+				return
+			case <-time.After(time.Millisecond): // a transient transport error
+			}
+		}
+	}
+}
+
+// pollOnce receives and handles one batch if no one else owns Recv. It
+// reports whether it could poll.
+func (b *Board) pollOnce() bool {
+	if !b.recvMu.TryLock() {
+		return false
+	}
+	n, _ := b.tr.Recv(b.rx, 0)
+	if n > 0 {
+		b.mu.Lock()
+		b.handleBatchLocked(n)
+		if b.clock() >= b.nextTick {
+			b.timersLocked(true)
+		}
+		b.unlock()
+	}
+	b.recvMu.Unlock()
+	return true
+}
+
+// busyWait polls until cond holds, ctx is done, the endpoint is woken up
+// (its wake generation moves past gen) or closed.
+func (b *Board) busyWait(ctx context.Context, cond func() bool, e *Endpoint, gen uint64) error {
+	b.pollers.Add(1)
+	defer func() {
+		b.pollIdle.Store(b.clock())
+		if b.pollers.Add(-1) == 0 {
+			select {
+			case b.pollWake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	for i := 0; ; i++ {
+		if cond() {
+			return nil
+		}
+		if !b.pollOnce() {
+			// The progress goroutine is inside Recv: it will hand over.
+			if i&15 == 0 {
+				time.Sleep(0)
+			}
+		}
+		if i&63 == 63 {
+			if err := ctx.Err(); err != nil {
+				if cond() {
+					return nil
+				}
+				return fmt.Errorf("%w: %w", ErrTimeout, err)
+			}
+			if e != nil && e.wakeGen.Load() != gen {
+				return ErrWokenUp
+			}
+		}
+	}
+}
+
+func (b *Board) handleBatchLocked(n int) {
+	if n == 0 {
+		return
+	}
+	b.now = b.clock()
+	for i := 0; i < n; i++ {
+		f := &b.rx[i]
+		b.handleFrame(f.Peer, f.Data)
+		f.Data = nil
+	}
+}
+
+// unlock drains frames the board sent to itself, then releases mu.
+func (b *Board) unlock() {
+	if !b.draining {
+		b.draining = true
+		for i := 0; i < len(b.selfq); i++ {
+			f := b.selfq[i]
+			b.selfq[i] = nil
+			b.handleFrame(b.nic, f)
+			b.putBuf(f)
+		}
+		b.selfq = b.selfq[:0]
+		b.draining = false
+	}
+	b.mu.Unlock()
+}
+
+// ---- buffers and requests ----
+
+func (b *Board) getBuf() []byte {
+	if n := len(b.freeBufs); n > 0 {
+		x := b.freeBufs[n-1]
+		b.freeBufs = b.freeBufs[:n-1]
+		return x[:0]
+	}
+	return make([]byte, 0, b.mtu+wire.ChecksumLen)
+}
+
+func (b *Board) putBuf(x []byte) {
+	if cap(x) == b.mtu+wire.ChecksumLen && len(b.freeBufs) < 4096 {
+		b.freeBufs = append(b.freeBufs, x)
+	}
+}
+
+func (b *Board) getReq(e *Endpoint, kind reqKind) *Request {
+	var r *Request
+	if n := len(b.freeReqs); n > 0 {
+		r = b.freeReqs[n-1]
+		b.freeReqs = b.freeReqs[:n-1]
+	} else {
+		r = &Request{ch: make(chan struct{}, 1)}
+	}
+	r.ep = e
+	r.kind = kind
+	r.region = -1
+	return r
+}
+
+// maybeFree recycles r when neither the application nor the protocol holds it.
+func (b *Board) maybeFree(r *Request) {
+	if r.userHeld || r.protoHeld || r.kind == 0 {
+		return
+	}
+	select {
+	case <-r.ch:
+	default:
+	}
+	buf, segsBuf, ch := r.buf[:0], r.segsBuf[:0], r.ch
+	for i := range segsBuf[:cap(segsBuf)] {
+		segsBuf[:cap(segsBuf)][i] = nil
+	}
+	*r = Request{buf: buf, segsBuf: segsBuf, ch: ch}
+	r.done.Store(false)
+	if len(b.freeReqs) < 8192 {
+		b.freeReqs = append(b.freeReqs, r)
+	}
+}
+
+// ---- peers and sending ----
+
+// peerIndex returns the board's index for nic in its peer table, adding it.
+func (b *Board) peerIndex(nic transport.NICID) uint16 {
+	if i, ok := b.peerIdx[nic]; ok {
+		return i
+	}
+	if len(b.peers) >= wire.NoPeerIndex {
+		return wire.NoPeerIndex
+	}
+	i := uint16(len(b.peers))
+	b.peers = append(b.peers, nic)
+	b.peerIdx[nic] = i
+	return i
+}
+
+// frameBuf returns the scratch buffer to build one outgoing frame in.
+func (b *Board) frameBuf() []byte { return b.txbuf }
+
+// sendFrame seals buf[:n] (peer index included) and sends it to nic.
+func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int) {
+	if b.crc {
+		n = wire.SealInPlace(buf, n)
+	}
+	if nic == b.nic {
+		x := append(b.getBuf(), buf[:n]...)
+		b.selfq = append(b.selfq, x)
+		return
+	}
+	b.tx1[0] = transport.Frame{Peer: nic, Data: buf[:n]}
+	if _, err := b.tr.Send(b.tx1[:]); err != nil {
+		b.cnt[SendErrors]++
+	}
+	b.tx1[0].Data = nil
+}
+
+// batchBuf returns the i-th scratch buffer of an outgoing batch.
+func (b *Board) batchBuf(i int) []byte {
+	for len(b.txBufs) <= i {
+		b.txBufs = append(b.txBufs, make([]byte, b.mtu+wire.ChecksumLen))
+	}
+	return b.txBufs[i]
+}
+
+// sendBatch sends frames 0..n-1 built in batchBuf, sealing each (lengths in
+// lens).
+func (b *Board) sendBatch(nic transport.NICID, lens []int) {
+	b.txFrames = b.txFrames[:0]
+	for i, n := range lens {
+		buf := b.txBufs[i]
+		if b.crc {
+			n = wire.SealInPlace(buf, n)
+		}
+		if nic == b.nic {
+			b.selfq = append(b.selfq, append(b.getBuf(), buf[:n]...))
+			continue
+		}
+		b.txFrames = append(b.txFrames, transport.Frame{Peer: nic, Data: buf[:n]})
+	}
+	fr := b.txFrames
+	for len(fr) > 0 {
+		k, err := b.tr.Send(fr)
+		if err != nil {
+			b.cnt[SendErrors]++
+			break
+		}
+		if k == 0 {
+			break
+		}
+		fr = fr[k:]
+	}
+	for i := range b.txFrames {
+		b.txFrames[i].Data = nil
+	}
+	b.txFrames = b.txFrames[:0]
+}
+
+// fragMax is the medium fragment payload that fits a frame of mtu.
+func (b *Board) fragMax(mtu int) int {
+	n := mtu - wire.HeadLen - wire.MediumLen
+	if b.crc {
+		n -= wire.ChecksumLen
+	}
+	return min(n, 65535)
+}
+
+// replyMax is the pull reply payload that fits a frame of mtu.
+func (b *Board) replyMax(mtu int) int {
+	n := mtu - wire.HeadLen - wire.PullReplyLen
+	if b.crc {
+		n -= wire.ChecksumLen
+	}
+	return min(n, 65535)
+}
+
+func randSession() uint32 {
+	for {
+		if s := rand.Uint32(); s != 0 {
+			return s
+		}
+	}
+}
+
+// TransportCounters returns the transport's own counters when it keeps any
+// (see transport.Stats), else nil.
+func (b *Board) TransportCounters() []transport.Counter {
+	if s, ok := b.tr.(transport.Stats); ok {
+		return s.Counters()
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package mx
+
+// Counter names one statistic of an endpoint or board, like a line of
+// Open-MX's omx_counters.
+type Counter int
+
+// Counters kept per endpoint (and, for frames that reach no endpoint, per
+// board).
+const (
+	SendTiny Counter = iota
+	SendSmall
+	SendMediumFrag
+	SendRndv
+	SendPull
+	SendPullReply
+	SendNotify
+	SendConnectRequest
+	SendConnectReply
+	SendTruc
+	SendNackLib
+	SendNackMCP
+	RecvTiny
+	RecvSmall
+	RecvMediumFrag
+	RecvRndv
+	RecvPull
+	RecvPullReply
+	RecvNotify
+	RecvConnectRequest
+	RecvConnectReply
+	RecvTruc
+	RecvNackLib
+	RecvNackMCP
+	Resends
+	ConnectResends
+	PullRerequests
+	PullTimeouts
+	AcksImmediate
+	AcksDelayed
+	AcksPiggybacked
+	DupMessages
+	DupFrags
+	DupPullReplies
+	EarlyStored
+	ObsoleteDropped
+	DropBadHeader
+	DropBadChecksum
+	DropUnknownType
+	DropUnknownPeer
+	DropBadEndpoint
+	DropEndpointClosed
+	DropBadSession
+	DropBadSeq
+	DropBadKey
+	DropBadPull
+	DropBadPullReply
+	DropBadNack
+	DropStaleAck
+	DropUnexpectedFull
+	DropEarlyFull
+	DropNoPartner
+	UnexpectedQueued
+	UnexpectedHandled
+	Unreachable
+	SendErrors
+	numCounters
+)
+
+var counterNames = [numCounters]string{
+	"send tiny", "send small", "send medium frag", "send rndv", "send pull", "send pull reply",
+	"send notify", "send connect request", "send connect reply", "send truc (ack)", "send nack lib",
+	"send nack mcp",
+	"recv tiny", "recv small", "recv medium frag", "recv rndv", "recv pull", "recv pull reply",
+	"recv notify", "recv connect request", "recv connect reply", "recv truc (ack)", "recv nack lib",
+	"recv nack mcp",
+	"resent messages", "resent connects", "pull blocks re-requested", "pull timeouts",
+	"acks sent immediately", "acks sent after delay", "acks piggybacked",
+	"duplicate messages", "duplicate medium frags", "duplicate pull replies",
+	"early packets stored", "obsolete packets dropped",
+	"drop bad header", "drop bad checksum", "drop unknown type", "drop unknown peer",
+	"drop bad endpoint", "drop endpoint closed", "drop bad session", "drop bad seqnum",
+	"drop bad key", "drop bad pull", "drop bad pull reply", "drop bad nack", "drop stale ack",
+	"drop unexpected queue full", "drop early queue full", "drop no partner",
+	"unexpected messages queued", "unexpected messages handled by handler",
+	"partners declared unreachable", "transport send errors",
+}
+
+// String returns the counter's label.
+func (c Counter) String() string {
+	if c < 0 || c >= numCounters {
+		return "unknown counter"
+	}
+	return counterNames[c]
+}
+
+// NumCounters is the number of counters in a Counters snapshot.
+const NumCounters = int(numCounters)
+
+// Counters is a snapshot of every counter, indexed by Counter.
+type Counters [numCounters]uint64
+
+// Get returns one counter.
+func (c Counters) Get(k Counter) uint64 { return c[k] }
+
+// NonZero calls fn for every non-zero counter in order, like omx_counters -q.
+func (c Counters) NonZero(fn func(k Counter, v uint64)) {
+	for i, v := range c {
+		if v != 0 {
+			fn(Counter(i), v)
+		}
+	}
+}

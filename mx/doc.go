@@ -1,0 +1,106 @@
+// Package mx is the MX message-passing layer of gomx: Open-MX's protocol and
+// API in Go, over any [transport.Transport] (in-process loopback, kernel UDP
+// sockets, AF_XDP, later VFIO NIC queues and shared memory).
+//
+// # Boards, endpoints, addresses
+//
+// A [Board] is one transport: one network attachment with a 48-bit NIC id.
+// [NewBoard] takes ownership of the transport and starts the board's progress
+// goroutine. A board offers 256 endpoint ids; [Board.OpenEndpoint] opens one
+// (or [AnyEndpoint]) with a 32-bit key. Every open endpoint gets a random
+// session id, so an [Addr] (NIC id, endpoint id, session) names one
+// incarnation of an endpoint. [Endpoint.Connect] (blocking) and
+// [Endpoint.IConnect] exchange sessions and initial sequence numbers with a
+// peer endpoint and check its key (ErrBadKey). Board names ("host:0") map to
+// NIC ids through a [Names] table; for UDP boards "host:port" also resolves
+// through the system resolver.
+//
+// # Messages and matching
+//
+// [Endpoint.ISend], [Endpoint.ISSend] and [Endpoint.IRecv] take up to 256
+// segments and 64-bit match information. A receive (match, mask) takes the
+// first message m, in arrival order and in per-sender sequence order
+// (non-overtaking), with m&mask == match. Posting a receive first scans the
+// unexpected queue. A shorter receive buffer truncates (ErrTruncated in the
+// status). Completion is reported through [Request.Test], [Request.Wait]
+// (with a context), [Endpoint.TestAny] and [Endpoint.WaitAny] (with a match
+// filter) and [Endpoint.IPeek]/[Endpoint.Peek]. [Endpoint.IProbe] and
+// [Endpoint.Probe] look into the unexpected queue; the matched probe
+// [Endpoint.IMProbe]/[Endpoint.MProbe] removes the message and returns a
+// [Message] to receive it (MPI_Mprobe, which MX lacks). [Endpoint.Cancel]
+// cancels unmatched receives and pending connects, [Request.Forget] drops a
+// handle. An [UnexpectedHandler] sees messages that match no posted receive.
+// The unexpected queue is bounded (BoardOptions.UnexpectedMaxMessages and
+// UnexpectedMaxBytes): when it is full an arriving message is dropped
+// without an ack and its sender's resend delivers it later, so a slow
+// receiver costs bandwidth, never unbounded memory.
+//
+// Errors are sentinels (ErrTruncated, ErrUnreachable, ErrBadKey, ...) usable
+// with errors.Is; calls wrap them in *OpError. A request's final Status.Code
+// is nil or one of them, and Wait returns it as its error.
+//
+// # Protocol
+//
+// The wire format is Open-MX's native one (package [wire]): a 2-byte peer
+// index, then a typed header, big-endian. Messages come in four classes:
+//
+//   - tiny (0..32 bytes) and small (33..128): one TINY or SMALL packet;
+//   - medium (up to the rendezvous threshold, 32 KiB by default): up to 32
+//     MEDIUM fragments sized from the MTU, one sequence number for the whole
+//     message; any fragment may arrive first;
+//   - large (above the threshold, and every ISSend): a sequenced RNDV names a
+//     region holding the sender's segments; the receiver, once it matched,
+//     pulls the data with PULL requests, each for a block of PullBlockFrames
+//     PULL_REPLY frames, PullBlocks blocks in flight. When a later block
+//     completes before an earlier one, the missing frames of the earlier one
+//     are re-requested at once (RMPP's lesson: no bubble while the window
+//     waits), and a PullTimeout of silence re-requests every outstanding block.
+//     The region owner's board answers pulls by itself and validates each
+//     against the region it names (session, region id and generation, the
+//     puller's address, bounds), so a PULL can never read outside the message
+//     it was registered for; a bad one gets a NACK_MCP. When all frames are in,
+//     the receiver completes and sends a sequenced NOTIFY; the sender
+//     completes on it.
+//
+// # Reliability
+//
+// Each pair of endpoints (a partner) numbers its sequenced packets (TINY,
+// SMALL, MEDIUM, RNDV, NOTIFY) with 16-bit sequence numbers: 14 bits of
+// sequence and 2 session bits bumped when the partner is reset, so packets
+// of an older incarnation are rejected. The receiver matches strictly in
+// sequence order, keeps up to 255 early packets, drops duplicates (a
+// fragment bitmap per medium) and answers an obsolete duplicate with an
+// immediate ack. Acks ("everything below s") ride on every sequenced packet
+// the other way; otherwise an explicit TRUC ack goes out after NotAckedMax
+// messages or AckDelay. The sender keeps every sequenced packet until
+// acked and resends the oldest overdue ones every ResendDelay; after
+// ResendMax resends the peer is unreachable and every request involving it
+// fails with ErrUnreachable (sends to it fail until a new Connect). Eager
+// sends complete to the application once copied (at most ZombieSends at a
+// time) while resends continue in the background. A receiving board answers
+// packets for a missing or closed endpoint, or with a wrong session, with a
+// NACK_LIB, which fails the sender's requests with ErrBadEndpoint,
+// ErrEndpointClosed or ErrBadSession.
+//
+// Open-MX trusts the Ethernet CRC. Software wires (and the loopback
+// transport's fault injector) do not check one, so gomx frames end with a
+// CRC-32C trailer by default (BoardOptions.NoChecksum turns it off on both
+// sides); a frame that fails it, or any header check, is dropped and counted,
+// never a panic. Every counter is in [Counters], per endpoint and per board.
+//
+// # Progress
+//
+// Progress never depends on the application calling in: each board's
+// progress goroutine receives frame batches, demultiplexes them to endpoints,
+// matches, answers acks and pulls, resends on timers and completes requests.
+// Blocked waits sleep on a per-request channel. With BoardOptions.BusyPoll a
+// waiting goroutine instead polls the transport itself: the progress
+// goroutine steps aside (it keeps only the timers) while any waiter polls, so
+// a tiny message goes from Recv to completion in the waiting goroutine with
+// no goroutine hop. One mutex per board guards all protocol state; the
+// tiny-message path takes it once per call and allocates nothing once its
+// request pool is warm.
+//
+// Messages between endpoints of the same board are looped back inside the
+// board, through the same protocol.
+package mx

@@ -1,0 +1,656 @@
+package mx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// Endpoint is an open MX endpoint: a board, an endpoint id, a key and a
+// session id. All its methods are safe for concurrent use.
+type Endpoint struct {
+	b       *Board
+	id      uint8
+	key     uint32
+	session uint32
+
+	// Guarded by b.mu.
+	closed      bool
+	partners    map[partnerKey]*partner
+	plist       []*partner
+	posted      reqList
+	unexp       uxList
+	unexpBytes  int
+	doneq       doneList
+	zombies     int
+	regions     [256]region
+	regionHint  int
+	pulls       []*pull
+	pullFree    []int
+	handler     UnexpectedHandler
+	cnt         Counters
+	wake        chan struct{} // closed by Wakeup and Close, then replaced
+	ev          chan struct{} // closed on completions and arrivals when evWaiters > 0
+	evWaiters   int
+	wakeGen     atomic.Uint64
+	closedAtom  atomic.Bool
+	handlerBusy int
+}
+
+type partnerKey struct {
+	nic transport.NICID
+	ep  uint8
+}
+
+func newEndpoint(b *Board, id uint8, key uint32) *Endpoint {
+	return &Endpoint{
+		b:        b,
+		id:       id,
+		key:      key,
+		session:  randSession(),
+		partners: make(map[partnerKey]*partner),
+		wake:     make(chan struct{}),
+		ev:       make(chan struct{}),
+	}
+}
+
+// ID returns the endpoint id.
+func (e *Endpoint) ID() uint8 { return e.id }
+
+// Board returns the board the endpoint is open on.
+func (e *Endpoint) Board() *Board { return e.b }
+
+// Addr returns the endpoint's own address.
+func (e *Endpoint) Addr() Addr { return Addr{NIC: e.b.nic, Endpoint: e.id, Session: e.session} }
+
+// Counters returns a snapshot of the endpoint's counters.
+func (e *Endpoint) Counters() Counters {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	return e.cnt
+}
+
+// Close closes the endpoint: pending requests complete with
+// ErrEndpointClosed, blocked waits return, and peers that send to it get
+// ErrEndpointClosed. It must not be called from the unexpected handler.
+func (e *Endpoint) Close() error {
+	b := e.b
+	b.mu.Lock()
+	defer b.unlock()
+	if e.handlerBusy > 0 {
+		return &OpError{Op: "close endpoint", Endpoint: e.id, Err: ErrNotInHandler}
+	}
+	e.closeLocked()
+	return nil
+}
+
+func (e *Endpoint) closeLocked() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	e.closedAtom.Store(true)
+	b := e.b
+	for r := e.posted.pop(); r != nil; r = e.posted.pop() {
+		e.complete(r, ErrEndpointClosed)
+	}
+	for _, p := range e.plist {
+		p.failAll(ErrEndpointClosed)
+		for r := p.connecting.pop(); r != nil; r = p.connecting.pop() {
+			e.complete(r, ErrEndpointClosed)
+		}
+	}
+	for _, pl := range e.pulls {
+		if pl != nil {
+			e.endPull(pl, ErrEndpointClosed)
+		}
+	}
+	for u := e.unexp.head; u != nil; u = e.unexp.head {
+		e.dropUnexp(u)
+	}
+	if b.eps[e.id] == e {
+		b.eps[e.id] = nil
+	}
+	e.wakeupLocked()
+}
+
+// Wakeup makes every goroutine blocked in a wait on this endpoint return
+// ErrWokenUp.
+func (e *Endpoint) Wakeup() {
+	e.b.mu.Lock()
+	e.wakeupLocked()
+	e.b.mu.Unlock()
+}
+
+func (e *Endpoint) wakeupLocked() {
+	e.wakeGen.Add(1)
+	close(e.wake)
+	e.wake = make(chan struct{})
+}
+
+// signalEvent wakes WaitAny, Peek and Probe waiters.
+func (e *Endpoint) signalEvent() {
+	if e.evWaiters > 0 {
+		close(e.ev)
+		e.ev = make(chan struct{})
+	}
+}
+
+// complete finishes r with code (nil for success).
+func (e *Endpoint) complete(r *Request, code error) {
+	if r.done.Load() {
+		return
+	}
+	r.status.Code = code
+	r.done.Store(true)
+	if r.kind == kindNotify {
+		return
+	}
+	if r.forgotten {
+		r.userHeld = false
+		e.b.maybeFree(r)
+		return
+	}
+	e.doneq.push(r)
+	if r.waiters > 0 {
+		select {
+		case r.ch <- struct{}{}:
+		default:
+		}
+	}
+	e.signalEvent()
+}
+
+func (e *Endpoint) opErr(op string, err error) error {
+	return &OpError{Op: op, Endpoint: e.id, Err: err}
+}
+
+func segLen(segs [][]byte) (int, error) {
+	if len(segs) > MaxSegments {
+		return 0, ErrBadSegCount
+	}
+	n := 0
+	for _, s := range segs {
+		n += len(s)
+	}
+	if n > math.MaxUint32 {
+		return 0, ErrMessageTooLong
+	}
+	return n, nil
+}
+
+// Connect connects to endpoint epID on board nic presenting key, and
+// returns the peer's address. It blocks until the peer answers, ctx is done
+// (ErrTimeout), or the resend limit is hit (ErrUnreachable). A wrong key
+// fails with ErrBadKey, a missing endpoint with ErrBadEndpoint or
+// ErrEndpointClosed.
+func (e *Endpoint) Connect(ctx context.Context, nic transport.NICID, epID uint8, key uint32) (Addr, error) {
+	r, err := e.IConnect(nic, epID, key, 0, nil)
+	if err != nil {
+		return Addr{}, err
+	}
+	st, err := r.Wait(ctx)
+	if errors.Is(err, ErrTimeout) || errors.Is(err, ErrWokenUp) {
+		// Still pending: withdraw it (it may have completed meanwhile).
+		e.Cancel(r)
+		r.Forget()
+	}
+	if err != nil {
+		return Addr{}, e.opErr("connect", err)
+	}
+	return st.Source, nil
+}
+
+// IConnect starts a connect; the request completes with the peer's address
+// in Status.Source. match is reported in Status.Match (for TestAny filters).
+func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match uint64, ctx any) (*Request, error) {
+	b := e.b
+	b.mu.Lock()
+	defer b.unlock()
+	if e.closed {
+		return nil, e.opErr("iconnect", ErrEndpointClosed)
+	}
+	p := e.partner(nic, epID, true)
+	r := b.getReq(e, kindConnect)
+	r.userHeld = true
+	r.p = p
+	r.key = key
+	p.connAttempt++
+	r.attempt = p.connAttempt
+	r.match = match
+	r.status = Status{Match: match, Context: ctx, Source: Addr{NIC: nic, Endpoint: epID}}
+	p.connecting.push(r)
+	b.now = b.clock()
+	p.sendConnect(r)
+	return r, nil
+}
+
+// ISend starts sending the concatenation of segs to dest with match info.
+// Messages up to the rendezvous threshold are copied and sent eagerly and
+// may complete before the receiver has them; longer ones are pulled by the
+// receiver from segs, which must not change until the request completes.
+func (e *Endpoint) ISend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
+	return e.isend(segs, dest, match, ctx, false)
+}
+
+// ISSend is a synchronous send: it always uses the rendezvous protocol and
+// completes only when the receiver has matched the message and taken the
+// data.
+func (e *Endpoint) ISSend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
+	return e.isend(segs, dest, match, ctx, true)
+}
+
+func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync bool) (*Request, error) {
+	n, err := segLen(segs)
+	if err != nil {
+		return nil, e.opErr("isend", err)
+	}
+	b := e.b
+	b.mu.Lock()
+	if e.closed {
+		b.mu.Unlock()
+		return nil, e.opErr("isend", ErrEndpointClosed)
+	}
+	p := dest.p
+	if p == nil || p.ep != e {
+		p = e.partners[partnerKey{dest.NIC, dest.Endpoint}]
+	}
+	if p == nil || !p.rknown {
+		b.mu.Unlock()
+		return nil, e.opErr("isend", fmt.Errorf("%w: %v is not connected", ErrBadEndpoint, dest))
+	}
+	if dest.Session != 0 && dest.Session != p.rsession {
+		b.mu.Unlock()
+		return nil, e.opErr("isend", ErrBadSession)
+	}
+	r := b.getReq(e, kindSend)
+	r.userHeld = true
+	r.p = p
+	r.match = match
+	r.length = uint32(n)
+	r.status = Status{Source: p.addr(), Match: match, MsgLength: uint32(n), Context: ctx}
+	if p.dead {
+		e.complete(r, ErrUnreachable)
+		b.unlock()
+		return r, nil
+	}
+	stride := p.fragStride()
+	switch {
+	case sync || n > b.opts.RendezvousThreshold || n > stride*32:
+		r.class = classLarge
+		rid, ok := e.allocRegion(r)
+		if !ok {
+			r.userHeld = false
+			b.maybeFree(r)
+			b.mu.Unlock()
+			return nil, e.opErr("isend", fmt.Errorf("%w: too many large sends in flight", ErrNoResources))
+		}
+		r.region = rid
+		r.segs = append(r.segsBuf[:0], segs...)
+		r.segsBuf = r.segs
+	case n <= 32:
+		r.class = classTiny
+	case n <= 128:
+		r.class = classSmall
+	default:
+		r.class = classMedium
+	}
+	if r.class != classLarge {
+		r.buf = gather(r.buf[:0], segs)
+		r.status.XferLength = uint32(n)
+	}
+	r.protoHeld = true
+	b.now = b.clock()
+	p.enqueue(r)
+	if r.class != classLarge && e.zombies < b.opts.ZombieSends {
+		r.zombie = true
+		e.zombies++
+		e.complete(r, nil)
+	}
+	b.unlock()
+	return r, nil
+}
+
+// IRecv posts a receive into segs for the first message, in per-sender
+// order, whose match info m satisfies m&mask == match. Bits of match outside
+// mask are an error (ErrBadMatchMask). A message longer than segs is
+// truncated: Status.Code is ErrTruncated.
+func (e *Endpoint) IRecv(segs [][]byte, match, mask uint64, ctx any) (*Request, error) {
+	if match&^mask != 0 {
+		return nil, e.opErr("irecv", ErrBadMatchMask)
+	}
+	if len(segs) > MaxSegments {
+		return nil, e.opErr("irecv", ErrBadSegCount)
+	}
+	b := e.b
+	b.mu.Lock()
+	defer b.unlock()
+	if e.closed {
+		return nil, e.opErr("irecv", ErrEndpointClosed)
+	}
+	r := b.getReq(e, kindRecv)
+	r.userHeld = true
+	r.match = match
+	r.mask = mask
+	r.segs = append(r.segsBuf[:0], segs...)
+	r.segsBuf = r.segs
+	r.status.Context = ctx
+	for u := e.unexp.head; u != nil; u = u.next {
+		if u.match&mask == match {
+			e.unexp.remove(u)
+			e.takeUnexp(r, u)
+			return r, nil
+		}
+	}
+	e.posted.push(r)
+	return r, nil
+}
+
+// Cancel cancels a posted receive that has not matched yet or a pending
+// connect: it completes with ErrCancelled and Cancel returns true. It
+// returns false for a request that already completed or matched, and
+// ErrCancelNotSupported for sends.
+func (e *Endpoint) Cancel(r *Request) (bool, error) {
+	b := e.b
+	b.mu.Lock()
+	defer b.unlock()
+	if r == nil || r.ep != e || !r.userHeld {
+		return false, e.opErr("cancel", ErrBadRequest)
+	}
+	if r.kind == kindSend {
+		return false, e.opErr("cancel", ErrCancelNotSupported)
+	}
+	if r.done.Load() {
+		return false, nil
+	}
+	switch r.kind {
+	case kindRecv:
+		if r.qlist != &e.posted {
+			return false, nil
+		}
+		e.posted.remove(r)
+		e.complete(r, ErrCancelled)
+		return true, nil
+	case kindConnect:
+		r.p.connecting.remove(r)
+		e.complete(r, ErrCancelled)
+		return true, nil
+	}
+	return false, nil
+}
+
+// Forget releases the application's hold on r: the endpoint recycles it
+// when it completes, and it never appears in TestAny, WaitAny or Peek.
+func (r *Request) Forget() {
+	if r == nil || r.ep == nil {
+		return
+	}
+	b := r.ep.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !r.userHeld {
+		return
+	}
+	r.forgotten = true
+	if r.done.Load() {
+		r.ep.doneq.remove(r)
+		r.userHeld = false
+		b.maybeFree(r)
+	}
+}
+
+// Forget is the MX spelling of r.Forget.
+func (e *Endpoint) Forget(r *Request) { r.Forget() }
+
+// Test is the MX spelling of r.Test.
+func (e *Endpoint) Test(r *Request) (Status, bool) { return r.Test() }
+
+// Wait is the MX spelling of r.Wait.
+func (e *Endpoint) Wait(ctx context.Context, r *Request) (Status, error) { return r.Wait(ctx) }
+
+// TestAny completes and returns the status of the oldest completed request
+// whose match info m satisfies m&mask == match.
+func (e *Endpoint) TestAny(match, mask uint64) (Status, bool) {
+	b := e.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for r := e.doneq.head; r != nil; r = r.dnext {
+		if r.status.Match&mask == match {
+			st, _ := r.consumeLocked()
+			return st, true
+		}
+	}
+	return Status{}, false
+}
+
+// WaitAny blocks until TestAny(match, mask) succeeds, ctx is done
+// (ErrTimeout) or the endpoint is woken up (ErrWokenUp). Status.Code of the
+// request is returned as the error.
+func (e *Endpoint) WaitAny(ctx context.Context, match, mask uint64) (Status, error) {
+	var st Status
+	err := e.waitEvent(ctx, func() bool {
+		var ok bool
+		st, ok = e.testAnyLocked(match, mask)
+		return ok
+	})
+	if err != nil {
+		return Status{}, err
+	}
+	return st, st.Code
+}
+
+func (e *Endpoint) testAnyLocked(match, mask uint64) (Status, bool) {
+	for r := e.doneq.head; r != nil; r = r.dnext {
+		if r.status.Match&mask == match {
+			st, _ := r.consumeLocked()
+			return st, true
+		}
+	}
+	return Status{}, false
+}
+
+// IPeek returns the oldest completed request without completing it.
+func (e *Endpoint) IPeek() (*Request, bool) {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	r := e.doneq.head
+	return r, r != nil
+}
+
+// Peek blocks until some request has completed and returns it without
+// completing it.
+func (e *Endpoint) Peek(ctx context.Context) (*Request, error) {
+	var r *Request
+	err := e.waitEvent(ctx, func() bool { r = e.doneq.head; return r != nil })
+	return r, err
+}
+
+// IProbe reports whether a message matching (match, mask) waits in the
+// unexpected queue, and its status, without receiving it.
+func (e *Endpoint) IProbe(match, mask uint64) (Status, bool) {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if u := e.findUnexp(match, mask); u != nil {
+		return u.statusOf(), true
+	}
+	return Status{}, false
+}
+
+// Probe blocks until IProbe would succeed.
+func (e *Endpoint) Probe(ctx context.Context, match, mask uint64) (Status, error) {
+	var st Status
+	err := e.waitEvent(ctx, func() bool {
+		u := e.findUnexp(match, mask)
+		if u != nil {
+			st = u.statusOf()
+		}
+		return u != nil
+	})
+	return st, err
+}
+
+// Message is an unexpected message removed from the queue by a matched
+// probe; receive it with Recv or IRecv (once).
+type Message struct {
+	e  *Endpoint
+	u  *unexp
+	st Status
+}
+
+// Status returns the message's source, match info and length.
+func (m *Message) Status() Status { return m.st }
+
+// IMProbe removes the first unexpected message matching (match, mask) from
+// the queue and returns a handle to receive it: no other receive can match
+// it any more (MPI_Improbe).
+func (e *Endpoint) IMProbe(match, mask uint64) (*Message, bool) {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	return e.mprobeLocked(match, mask)
+}
+
+func (e *Endpoint) mprobeLocked(match, mask uint64) (*Message, bool) {
+	u := e.findUnexp(match, mask)
+	if u == nil {
+		return nil, false
+	}
+	e.unexp.remove(u)
+	return &Message{e: e, u: u, st: u.statusOf()}, true
+}
+
+// MProbe blocks until IMProbe would succeed.
+func (e *Endpoint) MProbe(ctx context.Context, match, mask uint64) (*Message, error) {
+	var m *Message
+	err := e.waitEvent(ctx, func() bool {
+		var ok bool
+		m, ok = e.mprobeLocked(match, mask)
+		return ok
+	})
+	return m, err
+}
+
+// IRecv receives the message into segs.
+func (m *Message) IRecv(segs [][]byte, ctx any) (*Request, error) {
+	e := m.e
+	if len(segs) > MaxSegments {
+		return nil, e.opErr("message irecv", ErrBadSegCount)
+	}
+	b := e.b
+	b.mu.Lock()
+	defer b.unlock()
+	if m.u == nil {
+		return nil, e.opErr("message irecv", ErrBadRequest)
+	}
+	if e.closed {
+		return nil, e.opErr("message irecv", ErrEndpointClosed)
+	}
+	r := b.getReq(e, kindRecv)
+	r.userHeld = true
+	r.match = m.st.Match
+	r.mask = ^uint64(0)
+	r.segs = append(r.segsBuf[:0], segs...)
+	r.segsBuf = r.segs
+	r.status.Context = ctx
+	u := m.u
+	m.u = nil
+	e.takeUnexp(r, u)
+	return r, nil
+}
+
+// Recv receives the message into segs and waits for completion.
+func (m *Message) Recv(ctx context.Context, segs [][]byte) (Status, error) {
+	r, err := m.IRecv(segs, nil)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Wait(ctx)
+}
+
+// waitEvent evaluates cond under the lock until it holds, waiting for
+// endpoint events in between.
+func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
+	b := e.b
+	if b.opts.BusyPoll {
+		gen := e.wakeGen.Load()
+		ok := false
+		err := b.busyWait(ctx, func() bool {
+			b.mu.Lock()
+			ok = cond()
+			b.mu.Unlock()
+			return ok || e.closedAtom.Load()
+		}, e, gen)
+		if err == nil && !ok {
+			err = ErrEndpointClosed
+		}
+		return err
+	}
+	b.mu.Lock()
+	for {
+		if cond() {
+			b.mu.Unlock()
+			return nil
+		}
+		if e.closed {
+			b.mu.Unlock()
+			return ErrEndpointClosed
+		}
+		e.evWaiters++
+		ev, wake := e.ev, e.wake
+		b.mu.Unlock()
+		var err error
+		select {
+		case <-ev:
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		case <-wake:
+			err = ErrWokenUp
+		}
+		b.mu.Lock()
+		e.evWaiters--
+		if err != nil {
+			if cond() {
+				err = nil
+			}
+			b.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// HandlerResult is what an unexpected handler returns.
+type HandlerResult int
+
+const (
+	// Continue: match again (the handler may have posted a receive), else
+	// queue the message as unexpected.
+	Continue HandlerResult = iota
+	// Finished: the handler consumed the message; it is dropped (a large
+	// message is answered with an empty notify so its sender completes).
+	Finished
+)
+
+// UnexpectedMessage describes a message that matched no posted receive.
+type UnexpectedMessage struct {
+	Source Addr
+	Match  uint64
+	Length uint32
+	// Data is the whole payload when it arrived in one frame (tiny, small
+	// or a one-fragment medium), else nil. It is valid only during the call.
+	Data []byte
+}
+
+// UnexpectedHandler is called from the progress engine, without the
+// endpoint lock held, for every message that matches no posted receive. It
+// may post receives, but must not block or close the endpoint.
+type UnexpectedHandler func(m UnexpectedMessage) HandlerResult
+
+// SetUnexpectedHandler installs h (nil removes it).
+func (e *Endpoint) SetUnexpectedHandler(h UnexpectedHandler) {
+	e.b.mu.Lock()
+	e.handler = h
+	e.b.mu.Unlock()
+}

@@ -1,0 +1,298 @@
+package mx
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+func shortResends() BoardOptions {
+	o := fastOptions()
+	o.ResendDelay = 2 * time.Millisecond
+	o.PullTimeout = 2 * time.Millisecond
+	o.ResendMax = 25
+	o.ZombieSends = -1 // eager sends complete on their ack, so failures show
+	return o
+}
+
+func TestPeerDisappears(t *testing.T) {
+	for _, tf := range transportFactories {
+		t.Run(tf.name, func(t *testing.T) {
+			pr := newPair(t, tf, shortResends(), loopback.Faults{})
+			// B sends a large message A has not asked for yet, then vanishes.
+			big, err := pr.b.ISend([][]byte{pattern(300000, 1)}, pr.btoa, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pr.a.Probe(testCtx(t, 10*time.Second), 1, ^uint64(0)); err != nil {
+				t.Fatal(err)
+			}
+			pr.bb.Close()
+			if _, err := big.Wait(testCtx(t, 10*time.Second)); !errors.Is(err, ErrEndpointClosed) {
+				t.Fatalf("send on a closed board: %v", err)
+			}
+			ctx := testCtx(t, 20*time.Second)
+			tiny, _ := pr.a.ISend([][]byte{[]byte("hello")}, pr.atob, 2, nil)
+			large, _ := pr.a.ISend([][]byte{make([]byte, 100000)}, pr.atob, 3, nil)
+			pulled, _ := pr.a.IRecv([][]byte{make([]byte, 300000)}, 1, ^uint64(0), nil)
+			for name, r := range map[string]*Request{"tiny": tiny, "large": large, "pull": pulled} {
+				if _, err := r.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+					t.Errorf("%s: want ErrUnreachable, got %v", name, err)
+				}
+			}
+			// Later sends fail at once until a new connect.
+			s, _ := pr.a.ISend(nil, pr.atob, 4, nil)
+			if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+				t.Errorf("send to a dead peer: %v", err)
+			}
+			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 2, testKey); !errors.Is(err, ErrUnreachable) {
+				t.Errorf("connect to a dead board: %v", err)
+			}
+			if pr.a.Counters().Get(Unreachable) == 0 {
+				t.Error("unreachable not counted")
+			}
+		})
+	}
+}
+
+func TestConnectErrors(t *testing.T) {
+	for _, tf := range transportFactories {
+		t.Run(tf.name, func(t *testing.T) {
+			pr := newPair(t, tf, shortResends(), loopback.Faults{})
+			ctx := testCtx(t, 10*time.Second)
+			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 2, testKey+1); !errors.Is(err, ErrBadKey) {
+				t.Errorf("wrong key: %v", err)
+			}
+			if pr.b.Counters().Get(DropBadKey) == 0 {
+				t.Error("bad key not counted")
+			}
+			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 9, testKey); !errors.Is(err, ErrBadEndpoint) {
+				t.Errorf("missing endpoint: %v", err)
+			}
+			c, _ := pr.bb.OpenEndpoint(3, testKey)
+			c.Close()
+			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 3, testKey); !errors.Is(err, ErrEndpointClosed) {
+				t.Errorf("closed endpoint: %v", err)
+			}
+			// The peer endpoint closes: sends get ErrEndpointClosed.
+			pr.b.Close()
+			s, _ := pr.a.ISend([][]byte{[]byte("x")}, pr.atob, 1, nil)
+			if _, err := s.Wait(ctx); !errors.Is(err, ErrEndpointClosed) {
+				t.Errorf("send to closed endpoint: %v", err)
+			}
+			// It reopens with a new session: the old address is stale.
+			b2, err := pr.bb.OpenEndpoint(2, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pr.a.ISend(nil, pr.atob, 1, nil); !errors.Is(err, ErrBadSession) && err != nil {
+				t.Errorf("stale address: %v", err)
+			}
+			addr, err := pr.a.Connect(ctx, pr.bb.NICID(), 2, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pr.a.ISend(nil, pr.atob, 1, nil); !errors.Is(err, ErrBadSession) {
+				t.Errorf("stale address after reconnect: %v", err)
+			}
+			buf := make([]byte, 5000)
+			r, _ := b2.IRecv([][]byte{buf}, 0, 0, nil)
+			s, _ = pr.a.ISend([][]byte{pattern(5000, 9)}, addr, 1, nil)
+			mustWait(t, s, 10*time.Second)
+			mustWait(t, r, 10*time.Second)
+			if !bytes.Equal(buf, pattern(5000, 9)) {
+				t.Fatal("payload after reconnect differs")
+			}
+		})
+	}
+}
+
+// rawFrame builds a sealed frame around a header written by put.
+func rawFrame(n int, put func(h []byte)) []byte {
+	f := make([]byte, wire.HeadLen+n+wire.ChecksumLen)
+	wire.PutPeerIndex(f, wire.NoPeerIndex)
+	put(f[wire.HeadLen:])
+	return f[:wire.SealInPlace(f, wire.HeadLen+n)]
+}
+
+// inject hands a frame to a board as if it came from nic.
+func inject(b *Board, nic transport.NICID, f []byte) {
+	b.mu.Lock()
+	b.now = b.clock()
+	b.handleFrame(nic, f)
+	b.unlock()
+}
+
+func TestForgedFrames(t *testing.T) {
+	w := newLoopbackWire(t, loopback.Faults{})
+	attacker := w.third()
+	pr := newPairOn(t, w, shortResends())
+	bs := pr.b.Addr().Session
+	recvKinds := func(tr transport.Transport) map[wire.Type]int {
+		got := map[wire.Type]int{}
+		frames := make([]transport.Frame, 64)
+		for {
+			n, _ := tr.Recv(frames, 20*time.Millisecond)
+			if n == 0 {
+				return got
+			}
+			for _, f := range frames[:n] {
+				if t, err := wire.PacketType(f.Data); err == nil {
+					got[t]++
+				}
+			}
+		}
+	}
+	send := func(f []byte) {
+		if _, err := attacker.Send([]transport.Frame{{Peer: pr.bb.NICID(), Data: f}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A TINY with the wrong session: dropped, counted, nacked.
+	before := pr.b.Counters().Get(DropBadSession)
+	send(rawFrame(wire.MsgLen+4, func(h []byte) {
+		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs + 1}).Put(h)
+	}))
+	if got := recvKinds(attacker); got[wire.TypeNackLib] != 1 {
+		t.Errorf("wrong session: want one NACK_LIB, got %v", got)
+	}
+	if pr.b.Counters().Get(DropBadSession) != before+1 {
+		t.Error("wrong session not counted")
+	}
+	// The right session from a board that never connected: dropped.
+	send(rawFrame(wire.MsgLen+4, func(h []byte) {
+		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs}).Put(h)
+	}))
+	// A connect with the wrong key: refused.
+	send(rawFrame(wire.ConnectLen, func(h []byte) {
+		(&wire.Connect{DstEP: 2, SrcEP: 1, SrcSession: 77, Key: testKey ^ 1, MaxFrame: 1500}).Put(h)
+	}))
+	recvKinds(attacker)
+	if _, ok := pr.b.IProbe(0, 0); ok {
+		t.Fatal("a forged message was delivered")
+	}
+	if c := pr.b.Counters(); c.Get(DropNoPartner) == 0 || c.Get(DropBadKey) == 0 {
+		t.Errorf("counters: no partner %d, bad key %d", c.Get(DropNoPartner), c.Get(DropBadKey))
+	}
+
+	// A large send from B to A that A has not matched: its region is live.
+	secret := pattern(100000, 5)
+	s, err := pr.b.ISend([][]byte{secret}, pr.btoa, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Forget()
+	if _, err := pr.a.Probe(testCtx(t, 10*time.Second), 1, ^uint64(0)); err != nil {
+		t.Fatal(err)
+	}
+	pull := wire.Pull{DstEP: 2, SrcEP: 1, Session: bs, TotalLength: 100000, RegionID: 0, RegionSeq: 1,
+		FrameLength: 8000, Handle: 1, Magic: 0x5B, BlockLength: 8000}
+	pullFrame := func(p wire.Pull) []byte { return rawFrame(wire.PullLen, p.Put) }
+	// From a board that is not the receiver: refused even with every field right.
+	send(pullFrame(pull))
+	if got := recvKinds(attacker); got[wire.TypePullReply] != 0 || got[wire.TypeNackMCP] != 1 {
+		t.Errorf("pull from a stranger: got %v", got)
+	}
+	// From the receiver's own NIC but outside the region.
+	replies := pr.b.Counters().Get(SendPullReply)
+	bad := []func(p *wire.Pull){
+		func(p *wire.Pull) { p.TotalLength = 100001; p.FirstFrame = 12; p.BlockLength = 4001 }, // past the end
+		func(p *wire.Pull) { p.RegionSeq = 2 },                                                 // stale generation
+		func(p *wire.Pull) { p.RegionID = 7 },                                                  // no such region
+		func(p *wire.Pull) { p.RegionID = 1 << 20 },                                            // out of range
+		func(p *wire.Pull) { p.RegionOffset = 50000 },                                          // offset into the region
+		func(p *wire.Pull) { p.FrameLength = 60000; p.BlockLength = 60000 },                    // frames larger than the MTU
+		func(p *wire.Pull) { p.Session = bs ^ 1 },                                              // wrong session
+		func(p *wire.Pull) { p.SrcEP = 9 },                                                     // another endpoint of the receiver's board
+	}
+	for i, mod := range bad {
+		p := pull
+		mod(&p)
+		inject(pr.bb, pr.ba.NICID(), pullFrame(p))
+		if got := pr.b.Counters().Get(SendPullReply); got != replies {
+			t.Fatalf("bad pull %d was answered with %d replies", i, got-replies)
+		}
+	}
+	if c := pr.b.Counters(); c.Get(DropBadPull) < uint64(len(bad)-1) {
+		t.Errorf("bad pulls counted %d", c.Get(DropBadPull))
+	}
+	// Forged pull replies and nacks for handles that do not exist.
+	inject(pr.ba, pr.bb.NICID(), rawFrame(wire.PullReplyLen+10, func(h []byte) {
+		(&wire.PullReply{FrameLength: 10, Handle: 3, Magic: 0x5B}).Put(h)
+	}))
+	inject(pr.ba, pr.bb.NICID(), rawFrame(wire.NackLibLen, func(h []byte) {
+		(&wire.NackLib{SrcEP: 2, DstEP: 1, Kind: wire.NackBadSession, Seq: 1234}).Put(h)
+	}))
+	if c := pr.a.Counters(); c.Get(DropBadPullReply) == 0 || c.Get(DropBadNack) == 0 {
+		t.Errorf("forged reply/nack not counted: %d %d", c.Get(DropBadPullReply), c.Get(DropBadNack))
+	}
+	// Garbage: random bytes, truncations and bit flips of valid frames.
+	rng := rand.New(rand.NewPCG(1, 2))
+	valid := pullFrame(pull)
+	for i := 0; i < 5000; i++ {
+		var f []byte
+		switch i % 3 {
+		case 0:
+			f = make([]byte, rng.IntN(100))
+			for j := range f {
+				f[j] = byte(rng.Uint32())
+			}
+		case 1:
+			f = valid[:rng.IntN(len(valid))]
+		default:
+			f = bytes.Clone(valid)
+			f[rng.IntN(len(f))] ^= 1 << rng.IntN(8)
+		}
+		inject(pr.bb, pr.ba.NICID(), f)
+	}
+	if got := pr.b.Counters().Get(SendPullReply); got != replies {
+		t.Fatalf("garbage was answered with %d pull replies", got-replies)
+	}
+	// The real receiver still gets the real message.
+	buf := make([]byte, 100000)
+	r, _ := pr.a.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
+	mustWait(t, r, 10*time.Second)
+	if !bytes.Equal(buf, secret) {
+		t.Fatal("payload differs after the attack")
+	}
+}
+
+// newPairOn opens a connected pair of boards on an existing wire.
+func newPairOn(t testing.TB, w *wire2, opts BoardOptions) *pair {
+	t.Helper()
+	ba, err := NewBoard(w.a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := NewBoard(w.b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &pair{w: w, ba: ba, bb: bb}
+	t.Cleanup(func() {
+		ba.Close()
+		bb.Close()
+		w.close()
+	})
+	if pr.a, err = ba.OpenEndpoint(1, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if pr.b, err = bb.OpenEndpoint(2, testKey); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 20*time.Second)
+	if pr.atob, err = pr.a.Connect(ctx, bb.NICID(), 2, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if pr.btoa, err = pr.b.Connect(ctx, ba.NICID(), 1, testKey); err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}

@@ -1,0 +1,103 @@
+package mx
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+const testKey = 0x600D
+
+// pair is two boards with one endpoint each, connected both ways.
+type pair struct {
+	w          *wire2
+	ba, bb     *Board
+	a, b       *Endpoint
+	atob, btoa Addr
+}
+
+func newPair(t testing.TB, tf transportFactory, opts BoardOptions, f loopback.Faults) *pair {
+	t.Helper()
+	checkLeaks(t)
+	w := tf.new(t, f)
+	ba, err := NewBoard(w.a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := NewBoard(w.b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &pair{w: w, ba: ba, bb: bb}
+	t.Cleanup(func() {
+		ba.Close()
+		bb.Close()
+		w.close()
+	})
+	if pr.a, err = ba.OpenEndpoint(1, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if pr.b, err = bb.OpenEndpoint(2, testKey); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 20*time.Second)
+	if pr.atob, err = pr.a.Connect(ctx, bb.NICID(), 2, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if pr.btoa, err = pr.b.Connect(ctx, ba.NICID(), 1, testKey); err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}
+
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// checkLeaks fails the test if goroutines started during it outlive it.
+func checkLeaks(t testing.TB) {
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n := runtime.NumGoroutine()
+			if n <= before {
+				return
+			}
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<16)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// pattern fills a buffer with bytes derived from seed and position.
+func pattern(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+	return b
+}
+
+func mustWait(t testing.TB, r *Request, d time.Duration) Status {
+	t.Helper()
+	st, err := r.Wait(testCtx(t, d))
+	if err != nil {
+		t.Fatalf("wait: %v (status %+v)", err, st)
+	}
+	return st
+}

@@ -1,0 +1,144 @@
+package mx
+
+// unexp is a message that arrived before a matching receive was posted.
+type unexp struct {
+	next, prev *unexp
+	inQ        bool
+
+	p         *partner
+	match     uint64
+	length    uint32
+	rndv      bool
+	regionID  uint8
+	regionSeq uint8
+	buf       []byte
+	complete  bool     // every byte is in buf (or it is an RNDV)
+	pt        *partial // the medium still filling buf
+	recv      *Request // the receive waiting for the rest of a medium
+	bytes     int      // charged to the endpoint's unexpected bytes
+	released  bool
+}
+
+type uxList struct {
+	head, tail *unexp
+	n          int
+}
+
+func (l *uxList) push(u *unexp) {
+	u.inQ = true
+	u.next = nil
+	u.prev = l.tail
+	if l.tail != nil {
+		l.tail.next = u
+	} else {
+		l.head = u
+	}
+	l.tail = u
+	l.n++
+}
+
+func (l *uxList) remove(u *unexp) {
+	if !u.inQ {
+		return
+	}
+	if u.prev != nil {
+		u.prev.next = u.next
+	} else {
+		l.head = u.next
+	}
+	if u.next != nil {
+		u.next.prev = u.prev
+	} else {
+		l.tail = u.prev
+	}
+	u.next, u.prev, u.inQ = nil, nil, false
+	l.n--
+}
+
+func (u *unexp) statusOf() Status {
+	return Status{Source: u.p.addr(), Match: u.match, MsgLength: u.length}
+}
+
+// matchPosted removes and returns the first posted receive that matches.
+func (e *Endpoint) matchPosted(match uint64) *Request {
+	for r := e.posted.head; r != nil; r = r.qnext {
+		if match&r.mask == r.match {
+			e.posted.remove(r)
+			return r
+		}
+	}
+	return nil
+}
+
+func (e *Endpoint) findUnexp(match, mask uint64) *unexp {
+	for u := e.unexp.head; u != nil; u = u.next {
+		if u.match&mask == match {
+			return u
+		}
+	}
+	return nil
+}
+
+// unexpRoom reports whether one more unexpected message of n bytes fits.
+func (e *Endpoint) unexpRoom(n int) bool {
+	o := &e.b.opts
+	return e.unexp.n < o.UnexpectedMaxMessages && e.unexpBytes+n <= o.UnexpectedMaxBytes
+}
+
+func (e *Endpoint) queueUnexp(u *unexp) {
+	e.unexp.push(u)
+	e.unexpBytes += u.bytes
+	e.cnt[UnexpectedQueued]++
+	e.signalEvent()
+}
+
+// release returns an entry's bytes to the endpoint's budget.
+func (e *Endpoint) release(u *unexp) {
+	if !u.released {
+		u.released = true
+		e.unexpBytes -= u.bytes
+	}
+}
+
+// dropUnexp discards an unexpected entry (endpoint close, partner reset).
+func (e *Endpoint) dropUnexp(u *unexp) {
+	e.unexp.remove(u)
+	e.release(u)
+	if u.recv != nil {
+		e.complete(u.recv, ErrEndpointClosed)
+		u.recv = nil
+	}
+	if u.pt != nil {
+		u.pt.u = nil
+		u.pt = nil
+	}
+}
+
+// takeUnexp gives an unexpected message (already out of the queue) to r.
+func (e *Endpoint) takeUnexp(r *Request, u *unexp) {
+	switch {
+	case u.rndv:
+		e.release(u)
+		e.startPull(r, u.p, u.match, u.length, u.regionID, u.regionSeq)
+		e.b.putUnexp(u)
+	case u.complete:
+		u.recv = r
+		e.finishUnexpRecv(u)
+	default:
+		u.recv = r
+		r.status.Source = u.p.addr()
+		r.status.Match = u.match
+		r.status.MsgLength = u.length
+	}
+}
+
+// finishUnexpRecv copies a complete unexpected message to its receive.
+func (e *Endpoint) finishUnexpRecv(u *unexp) {
+	r := u.recv
+	u.recv = nil
+	n := scatterAt(r.segs, 0, u.buf)
+	e.release(u)
+	e.finishRecv(r, u.p, u.match, u.length, uint32(n))
+	e.b.putUnexp(u) // nothing references it any more
+
+}

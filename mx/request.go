@@ -1,0 +1,287 @@
+package mx
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// Addr is the address of an endpoint: the board's NIC id, the endpoint id and
+// the endpoint's session id (random at every open, so an Addr names one
+// incarnation of an endpoint). Connect returns the Addr of a peer endpoint;
+// receive statuses carry the sender's Addr in Source, and a reply may be
+// sent to it without connecting back. Addr values are comparable.
+type Addr struct {
+	NIC      transport.NICID
+	Endpoint uint8
+	Session  uint32
+	p        *partner // the local endpoint's record of this peer, if any
+}
+
+// String formats the address as nic:endpoint.
+func (a Addr) String() string { return fmt.Sprintf("%v:%d", a.NIC, a.Endpoint) }
+
+// Status describes a completed request.
+type Status struct {
+	// Code is nil on success, otherwise one of the package's errors
+	// (ErrTruncated, ErrCancelled, ErrUnreachable, ErrBadKey, ...).
+	Code error
+	// Source is the peer: the sender for a receive, the destination for a
+	// send, the connected endpoint for a connect.
+	Source Addr
+	// Match is the message's match information.
+	Match uint64
+	// MsgLength is the sender's message length.
+	MsgLength uint32
+	// XferLength is the number of bytes delivered: min(MsgLength, receive
+	// buffer) for a receive, the bytes the receiver pulled for a large send,
+	// and MsgLength for an eager send.
+	XferLength uint32
+	// Context is the value given when the request was posted.
+	Context any
+}
+
+type reqKind uint8
+
+const (
+	kindSend reqKind = iota + 1
+	kindRecv
+	kindConnect
+	kindNotify // internal: a NOTIFY being delivered reliably
+)
+
+type msgClass uint8
+
+const (
+	classTiny msgClass = iota
+	classSmall
+	classMedium
+	classLarge
+	classNotify
+)
+
+// Request is an outstanding operation: a send, a receive or a connect. It
+// is completed by the stack's progress engine; the application learns about
+// completion with Test, Wait, TestAny, WaitAny or Peek. Once a Test or Wait
+// has reported completion (or Forget was called), the request is recycled by
+// the endpoint and must not be used again, as in MX.
+//
+// One goroutine at a time may wait on a given request.
+type Request struct {
+	done atomic.Bool // completed: status is final
+
+	ep   *Endpoint
+	kind reqKind
+
+	userHeld  bool // the application may still Test/Wait it
+	protoHeld bool // the protocol still references it (unacked, region, pull)
+	forgotten bool
+	zombie    bool // an eager send completed before its ack
+	waiters   int
+	ch        chan struct{}
+	status    Status
+
+	// intrusive lists: q* for posted/unacked/waitq/connecting, d* for done
+	qnext, qprev *Request
+	qlist        *reqList
+	dnext, dprev *Request
+	inDone       bool
+
+	// send
+	p        *partner
+	class    msgClass
+	seq      uint16
+	match    uint64
+	length   uint32
+	buf      []byte // eager payload copy
+	segsBuf  [][]byte
+	segs     [][]byte
+	lastSend int64
+	resends  int
+	acked    bool
+	region   int // -1: none
+	// notify (internal)
+	pulled               uint32
+	nRegionID, nRegionSq uint8
+	// recv
+	mask uint64
+	pl   *pull
+	// connect
+	key     uint32
+	attempt uint8
+}
+
+// reqList is an intrusive doubly linked list of requests.
+type reqList struct {
+	head, tail *Request
+	n          int
+}
+
+func (l *reqList) push(r *Request) {
+	r.qlist = l
+	r.qnext = nil
+	r.qprev = l.tail
+	if l.tail != nil {
+		l.tail.qnext = r
+	} else {
+		l.head = r
+	}
+	l.tail = r
+	l.n++
+}
+
+func (l *reqList) remove(r *Request) {
+	if r.qlist != l {
+		return
+	}
+	if r.qprev != nil {
+		r.qprev.qnext = r.qnext
+	} else {
+		l.head = r.qnext
+	}
+	if r.qnext != nil {
+		r.qnext.qprev = r.qprev
+	} else {
+		l.tail = r.qprev
+	}
+	r.qnext, r.qprev, r.qlist = nil, nil, nil
+	l.n--
+}
+
+func (l *reqList) pop() *Request {
+	r := l.head
+	if r != nil {
+		l.remove(r)
+	}
+	return r
+}
+
+// doneList is the endpoint's list of completed, unconsumed requests.
+type doneList struct{ head, tail *Request }
+
+func (l *doneList) push(r *Request) {
+	r.inDone = true
+	r.dnext = nil
+	r.dprev = l.tail
+	if l.tail != nil {
+		l.tail.dnext = r
+	} else {
+		l.head = r
+	}
+	l.tail = r
+}
+
+func (l *doneList) remove(r *Request) {
+	if !r.inDone {
+		return
+	}
+	if r.dprev != nil {
+		r.dprev.dnext = r.dnext
+	} else {
+		l.head = r.dnext
+	}
+	if r.dnext != nil {
+		r.dnext.dprev = r.dprev
+	} else {
+		l.tail = r.dprev
+	}
+	r.dnext, r.dprev, r.inDone = nil, nil, false
+}
+
+// Context returns the context value given when the request was posted.
+func (r *Request) Context() any { return r.status.Context }
+
+// Test reports whether the request has completed. If it has, it returns the
+// final status and recycles the request. Status.Code tells success or failure.
+func (r *Request) Test() (Status, bool) {
+	if r == nil || !r.done.Load() {
+		return Status{}, false
+	}
+	b := r.ep.b
+	b.mu.Lock()
+	st, ok := r.consumeLocked()
+	b.mu.Unlock()
+	return st, ok
+}
+
+// Wait blocks until the request completes, ctx is done (ErrTimeout, wrapping
+// the context's error) or the endpoint is woken up (ErrWokenUp) or closed.
+// When the request completed, Wait returns its status and Status.Code as the
+// error (nil on success; ErrTruncated for a truncated receive, ...), and the
+// request is recycled. Otherwise the request stays pending and Wait returns
+// a zero Status. In busy-poll mode (BoardOptions.BusyPoll) the waiting
+// goroutine polls the transport itself.
+func (r *Request) Wait(ctx context.Context) (Status, error) {
+	if r == nil || r.ep == nil {
+		return Status{}, ErrBadRequest
+	}
+	e := r.ep
+	b := e.b
+	if r.done.Load() {
+		return r.finish()
+	}
+	if b.opts.BusyPoll {
+		gen := e.wakeGen.Load()
+		err := b.busyWait(ctx, func() bool { return r.done.Load() }, e, gen)
+		if err != nil {
+			return Status{}, err
+		}
+		return r.finish()
+	}
+	b.mu.Lock()
+	for !r.done.Load() {
+		if !r.userHeld {
+			b.mu.Unlock()
+			return Status{}, ErrBadRequest
+		}
+		r.waiters++
+		wake := e.wake
+		b.mu.Unlock()
+		var err error
+		select {
+		case <-r.ch:
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		case <-wake:
+			err = ErrWokenUp
+		}
+		b.mu.Lock()
+		r.waiters--
+		if err != nil && !r.done.Load() {
+			b.mu.Unlock()
+			return Status{}, err
+		}
+	}
+	st, ok := r.consumeLocked()
+	b.mu.Unlock()
+	if !ok {
+		return Status{}, ErrBadRequest
+	}
+	return st, st.Code
+}
+
+func (r *Request) finish() (Status, error) {
+	b := r.ep.b
+	b.mu.Lock()
+	st, ok := r.consumeLocked()
+	b.mu.Unlock()
+	if !ok {
+		return Status{}, ErrBadRequest
+	}
+	return st, st.Code
+}
+
+// consumeLocked hands the final status to the application and recycles the
+// request once the protocol is done with it.
+func (r *Request) consumeLocked() (Status, bool) {
+	if !r.done.Load() || !r.userHeld {
+		return Status{}, false
+	}
+	st := r.status
+	r.ep.doneq.remove(r)
+	r.userHeld = false
+	r.ep.b.maybeFree(r)
+	return st, true
+}

@@ -1,0 +1,121 @@
+package mx
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/netnstest"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/udp"
+	"github.com/gomx-dev/gomx/xdp"
+)
+
+// A wire gives a test two connected transports (two boards) and, for wires
+// that can, a fault knob.
+type wire2 struct {
+	a, b   transport.Transport
+	faults func(loopback.Faults) // nil when the wire cannot inject faults
+	third  func() transport.Transport
+	close  func()
+}
+
+// transportFactory builds a fresh pair of boards' transports.
+type transportFactory struct {
+	name string
+	new  func(t testing.TB, f loopback.Faults) *wire2
+	// faulty reports whether new honours the faults argument.
+	faulty bool
+}
+
+// transportFactories lists every transport the conformance suite runs over.
+// Loopback and UDP are always available; add more (xdp, shm, vfio NIC
+// queues) here and every test that ranges over this table runs on them too.
+var transportFactories = []transportFactory{
+	{name: "loopback", new: newLoopbackWire, faulty: true},
+	{name: "udp", new: newUDPWire},
+	{name: "xdp", new: newXDPWire},
+}
+
+func newLoopbackWire(t testing.TB, f loopback.Faults) *wire2 {
+	n := loopback.NewNetwork(loopback.Options{Faults: f, QueueLen: 8192})
+	a, err := n.Attach(0x020000000001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.Attach(0x020000000002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := transport.NICID(0x020000000003)
+	return &wire2{a: a, b: b, faults: n.SetFaults,
+		third: func() transport.Transport {
+			p, err := n.Attach(next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next++
+			return p
+		},
+		close: func() { n.Close() }}
+}
+
+func newUDPWire(t testing.TB, _ loopback.Faults) *wire2 {
+	a, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		t.Skipf("udp transport unavailable (%v): needs an IPv4 loopback interface", err)
+	}
+	b, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		a.Close()
+		t.Skipf("udp transport unavailable (%v)", err)
+	}
+	return &wire2{a: a, b: b,
+		third: func() transport.Transport {
+			c, err := udp.Listen("127.0.0.1:0", udp.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		},
+		close: func() {}}
+}
+
+// newXDPWire puts the two boards on AF_XDP sockets at the ends of a veth
+// pair in two throwaway namespaces (raw Ethernet framing). It needs root;
+// without it the test skips saying so, or fails when GOMX_REQUIRE_XDP=1.
+// The wire has no third board: a veth pair has two ends.
+func newXDPWire(t testing.TB, _ loopback.Faults) *wire2 {
+	netnstest.Require(t, "GOMX_REQUIRE_XDP")
+	p := netnstest.NewPair(t, 1)
+	var a, b *xdp.Transport
+	if err := p.InA(func() (err error) {
+		a, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.A})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.InB(func() (err error) {
+		b, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.B})
+		return err
+	}); err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	return &wire2{a: a, b: b,
+		third: func() transport.Transport {
+			t.Fatal("the xdp wire has two ends only")
+			return nil
+		},
+		close: func() {}}
+}
+
+// fastOptions are board options with timers short enough for tests.
+func fastOptions() BoardOptions {
+	o := DefaultBoardOptions()
+	o.AckDelay = 500 * time.Microsecond
+	o.ResendDelay = 4 * time.Millisecond
+	o.PullTimeout = 4 * time.Millisecond
+	o.ResendMax = 2000
+	return o
+}

@@ -1,0 +1,286 @@
+// Package wire encodes and decodes the Open-MX frame headers that the mx
+// message layer puts on the wire. It is pure: no I/O, no state, no
+// allocation on the encode and decode paths, and every decoder validates
+// lengths before it reads, so a malformed frame from the network yields a
+// typed error, never a panic.
+//
+// # Frame layout
+//
+// A frame's Data (see package transport) is
+//
+//	peer index (2) | packet header (type-specific) | payload | CRC-32C (4)
+//
+// The 2-byte peer index is the sender's index in the receiver's peer table
+// ([NoPeerIndex] when unknown). The packet header starts with a 1-byte packet
+// type ([Type]) and follows the Open-MX native layouts of the mx spec §2.3,
+// big-endian. Every header carries, directly or through a length field, the
+// exact length of what follows it, so a receiver never trusts the frame length
+// (Ethernet pads short frames): [FrameLen] computes it.
+//
+// # Checksum
+//
+// Open-MX relies on the Ethernet CRC and has only a debug checksum. gomx
+// frames travel over wires and software transports that may not check a CRC
+// end to end, so by default every frame ends with a CRC-32C (Castagnoli) of
+// everything before it, big-endian ([Seal], [Verify]). Both boards must agree
+// on whether the trailer is present; it is the one place where the gomx wire
+// differs from Open-MX's native format.
+//
+// Where Open-MX leaves padding, gomx stores a few extra fields, all documented
+// on the header types: the medium fragment stride, the pull frame length, the
+// sender's largest frame in CONNECT, and an echoed session in NACK_LIB.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// Type is the 1-byte Open-MX packet type.
+type Type uint8
+
+// Packet types (mx spec §2.2).
+const (
+	TypeNone      Type = 0
+	TypeRaw       Type = 1
+	TypeHostQuery Type = 3
+	TypeHostReply Type = 4
+	TypeTruc      Type = 35 // library-level ack carrier
+	TypeConnect   Type = 36 // connect request and reply
+	TypeTiny      Type = 37
+	TypeSmall     Type = 38
+	TypeMedium    Type = 39 // one fragment of a medium message
+	TypeRndv      Type = 40
+	TypePull      Type = 41 // pull request
+	TypePullReply Type = 42
+	TypeNotify    Type = 43
+	TypeNackLib   Type = 44
+	TypeNackMCP   Type = 45
+)
+
+var typeNames = map[Type]string{
+	TypeNone: "NONE", TypeRaw: "RAW", TypeHostQuery: "HOST_QUERY", TypeHostReply: "HOST_REPLY",
+	TypeTruc: "TRUC", TypeConnect: "CONNECT", TypeTiny: "TINY", TypeSmall: "SMALL",
+	TypeMedium: "MEDIUM", TypeRndv: "RNDV", TypePull: "PULL", TypePullReply: "PULL_REPLY",
+	TypeNotify: "NOTIFY", TypeNackLib: "NACK_LIB", TypeNackMCP: "NACK_MCP",
+}
+
+// String returns the Open-MX name of the packet type.
+func (t Type) String() string {
+	if s, ok := typeNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("TYPE(%d)", uint8(t))
+}
+
+// Sizes of the fixed parts of a frame.
+const (
+	HeadLen       = 2  // peer index
+	MsgLen        = 24 // TINY and SMALL header
+	MediumLen     = 32 // MEDIUM fragment header
+	RndvLen       = 32 // RNDV header (message header + 8 bytes)
+	PullLen       = 44 // PULL request, native mode
+	PullReplyLen  = 16 // PULL_REPLY header
+	NotifyLen     = 24 // NOTIFY
+	ConnectLen    = 32 // CONNECT request or reply, data included
+	TrucLen       = 28 // TRUC ack
+	NackLibLen    = 16 // NACK_LIB
+	NackMCPLen    = 16 // NACK_MCP
+	ChecksumLen   = 4  // CRC-32C trailer
+	rndvPayload   = 8  // the RNDV message header's payload length field
+	connectData   = 16 // CONNECT data length
+	trucData      = 16 // TRUC data length (offsets 12..27)
+	TinyMax       = 32
+	SmallMax      = 128
+	MaxMediumFrag = 32 // fragments per medium message (a 32-bit bitmap)
+)
+
+// NoPeerIndex is the peer index a sender uses before the receiver has told it
+// its index: the receiver then finds the peer by NIC id.
+const NoPeerIndex = 0xFFFF
+
+// TrucAck is the TRUC data type of a library ack.
+const TrucAck = 0x55
+
+// NACK_LIB and NACK_MCP reasons.
+const (
+	NackBadEndpoint    = 1
+	NackEndpointClosed = 2
+	NackBadSession     = 3
+	NackBadRDMAWindow  = 4
+)
+
+// Connect reply statuses.
+const (
+	ConnectOK     = 0
+	ConnectBadKey = 11
+)
+
+// Errors returned by the decoders, wrapped in a *DecodeError.
+var (
+	// ErrShort means the frame ends before the header or payload does.
+	ErrShort = errors.New("wire: frame too short")
+	// ErrBadLength means a length field is out of range for its packet type.
+	ErrBadLength = errors.New("wire: bad length field")
+	// ErrUnknownType means the packet type is not one mx handles.
+	ErrUnknownType = errors.New("wire: unknown packet type")
+	// ErrChecksum means the CRC-32C trailer does not match.
+	ErrChecksum = errors.New("wire: checksum mismatch")
+)
+
+// DecodeError says which packet type and field failed to decode.
+type DecodeError struct {
+	Type  Type
+	Field string
+	Err   error
+}
+
+// Error formats the packet type, field and cause.
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("wire: %v %s: %v", e.Type, e.Field, e.Err)
+}
+
+// Unwrap returns the sentinel error.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+func derr(t Type, field string, err error) error {
+	return &DecodeError{Type: t, Field: field, Err: err}
+}
+
+var be = binary.BigEndian
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// PeerIndex returns the peer index at the start of data.
+func PeerIndex(data []byte) (uint16, error) {
+	if len(data) < HeadLen {
+		return 0, derr(TypeNone, "peer index", ErrShort)
+	}
+	return be.Uint16(data), nil
+}
+
+// PutPeerIndex writes the peer index at the start of data.
+func PutPeerIndex(data []byte, idx uint16) { be.PutUint16(data, idx) }
+
+// PacketType returns the packet type of data (which starts with the peer index).
+func PacketType(data []byte) (Type, error) {
+	if len(data) < HeadLen+1 {
+		return TypeNone, derr(TypeNone, "type", ErrShort)
+	}
+	return Type(data[HeadLen]), nil
+}
+
+// FrameLen returns the length of the frame that starts data, peer index,
+// header and payload included and checksum trailer excluded, as its own
+// header says. It validates the header's length fields but not the
+// checksum. Bytes after the returned length are padding or the trailer.
+func FrameLen(data []byte) (int, error) {
+	t, err := PacketType(data)
+	if err != nil {
+		return 0, err
+	}
+	p := data[HeadLen:]
+	need := func(n int) error {
+		if len(p) < n {
+			return derr(t, "header", ErrShort)
+		}
+		return nil
+	}
+	var n int
+	switch t {
+	case TypeTiny, TypeSmall:
+		if err := need(MsgLen); err != nil {
+			return 0, err
+		}
+		l := int(be.Uint16(p[4:]))
+		if (t == TypeTiny && l > TinyMax) || (t == TypeSmall && l > SmallMax) {
+			return 0, derr(t, "length", ErrBadLength)
+		}
+		n = MsgLen + l
+	case TypeMedium:
+		if err := need(MediumLen); err != nil {
+			return 0, err
+		}
+		n = MediumLen + int(be.Uint16(p[24:]))
+	case TypeRndv:
+		n = RndvLen
+	case TypePull:
+		n = PullLen
+	case TypePullReply:
+		if err := need(PullReplyLen); err != nil {
+			return 0, err
+		}
+		n = PullReplyLen + int(be.Uint16(p[2:]))
+	case TypeNotify:
+		n = NotifyLen
+	case TypeConnect:
+		n = ConnectLen
+	case TypeTruc:
+		n = TrucLen
+	case TypeNackLib:
+		n = NackLibLen
+	case TypeNackMCP:
+		n = NackMCPLen
+	default:
+		return 0, derr(t, "type", ErrUnknownType)
+	}
+	if err := need(n); err != nil {
+		return 0, derr(t, "payload", ErrShort)
+	}
+	return HeadLen + n, nil
+}
+
+// Seal appends the CRC-32C of frame to frame and returns the result; frame
+// must have ChecksumLen bytes of spare capacity to avoid an allocation.
+func Seal(frame []byte) []byte {
+	return be.AppendUint32(frame, crc32.Checksum(frame, castagnoli))
+}
+
+// SealInPlace writes the CRC-32C of buf[:n] to buf[n:n+4] and returns n+4.
+// buf must be at least n+ChecksumLen long.
+func SealInPlace(buf []byte, n int) int {
+	be.PutUint32(buf[n:], crc32.Checksum(buf[:n], castagnoli))
+	return n + ChecksumLen
+}
+
+// Verify finds the frame's length from its header and, when checksum is
+// true, checks the CRC-32C trailer. It returns the frame without trailer or
+// padding.
+func Verify(data []byte, checksum bool) ([]byte, error) {
+	n, err := FrameLen(data)
+	if err != nil {
+		return nil, err
+	}
+	if !checksum {
+		return data[:n], nil
+	}
+	if len(data) < n+ChecksumLen {
+		return nil, derr(Type(data[HeadLen]), "checksum", ErrShort)
+	}
+	if be.Uint32(data[n:]) != crc32.Checksum(data[:n], castagnoli) {
+		return nil, derr(Type(data[HeadLen]), "checksum", ErrChecksum)
+	}
+	return data[:n], nil
+}
+
+// putMatch and getMatch split and join the 64-bit match information into
+// the two 32-bit halves the headers carry.
+func putMatch(p []byte, m uint64) {
+	be.PutUint32(p, uint32(m>>32))
+	be.PutUint32(p[4:], uint32(m))
+}
+
+func getMatch(p []byte) uint64 { return uint64(be.Uint32(p))<<32 | uint64(be.Uint32(p[4:])) }
+
+// checkType validates the length and type byte of a header at p.
+func checkType(p []byte, want Type, n int) error {
+	if len(p) < n {
+		return derr(want, "header", ErrShort)
+	}
+	if Type(p[0]) != want {
+		return derr(Type(p[0]), "type", ErrUnknownType)
+	}
+	return nil
+}
