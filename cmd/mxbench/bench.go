@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomx-dev/gomx/mx"
+)
+
+// Match information of the benchmark's messages. The data messages of one
+// size all carry tagData; the control messages of a client/server session
+// have their own tags, so no control message can match a data receive.
+const (
+	tagData   uint64 = 0x6d78_0001
+	tagDone   uint64 = 0x6d78_0002
+	tagParams uint64 = 0x6d78_0003
+	tagReady  uint64 = 0x6d78_0004
+	matchAll  uint64 = ^uint64(0)
+)
+
+// result is one size's figures, for mx or for a baseline.
+type result struct {
+	Size       int     `json:"size"`
+	Iterations int     `json:"iterations"`
+	LatencyUS  float64 `json:"latency_us"`
+	MBPerS     float64 `json:"mb_per_s"`
+	MsgPerS    float64 `json:"msg_per_s,omitempty"`
+	Errors     int     `json:"errors"`
+	// Baseline is the plain UDP-socket exchange of the same size.
+	Baseline *baselineResult `json:"baseline,omitempty"`
+	// Raw is the same exchange directly on the run's transport, without
+	// mx, when that is not UDP (the raw AF_XDP ping-pong for xdp).
+	Raw *baselineResult `json:"raw,omitempty"`
+}
+
+// baselineResult is a figure without mx beside an mx result.
+type baselineResult struct {
+	Transport string  `json:"transport"`
+	LatencyUS float64 `json:"latency_us"`
+	MBPerS    float64 `json:"mb_per_s"`
+	MsgPerS   float64 `json:"msg_per_s,omitempty"`
+	Errors    int     `json:"errors"`
+}
+
+// side is one endpoint's end of a measurement: the endpoint, the peer's
+// address and the message buffers.
+type side struct {
+	ep     *mx.Endpoint
+	peer   mx.Addr
+	sync   bool
+	verify bool
+	sbufs  [][]byte // one per window slot: a large send is pulled from its buffer until it completes
+	rbufs  [][]byte
+	ssegs  [][]byte
+	rsegs  [][]byte
+}
+
+func newSide(ep *mx.Endpoint, peer mx.Addr, maxSize, window int, f *benchFlags) *side {
+	s := &side{ep: ep, peer: peer, sync: f.sync, verify: f.verify,
+		ssegs: make([][]byte, 1), rsegs: make([][]byte, 1)}
+	for range max(window, 1) {
+		s.sbufs = append(s.sbufs, newBuffer(maxSize, f.aligned))
+		s.rbufs = append(s.rbufs, newBuffer(maxSize, f.aligned))
+	}
+	return s
+}
+
+// newBuffer returns n bytes, page-aligned when aligned is set.
+func newBuffer(n int, aligned bool) []byte {
+	if !aligned {
+		return make([]byte, n)
+	}
+	const page = 4096
+	b := make([]byte, n+page)
+	off := 0
+	if r := int(uintptrOf(b) % page); r != 0 {
+		off = page - r
+	}
+	return b[off : off+n : off+n]
+}
+
+// pattern fills b with bytes that depend on the message number, so a
+// message delivered into the wrong buffer or out of order is caught.
+func pattern(b []byte, msg int) {
+	x := uint32(msg)*2654435761 + uint32(len(b))
+	for i := range b {
+		x = x*1664525 + 1013904223
+		b[i] = byte(x >> 24)
+	}
+}
+
+// check verifies b against pattern(msg) and returns the first bad offset,
+// or -1.
+func check(b []byte, msg int) int {
+	x := uint32(msg)*2654435761 + uint32(len(b))
+	for i := range b {
+		x = x*1664525 + 1013904223
+		if b[i] != byte(x>>24) {
+			return i
+		}
+	}
+	return -1
+}
+
+// errVerify reports a message whose bytes differ from what was sent.
+var errVerify = errors.New("received bytes differ from the bytes sent")
+
+// send posts one message of size bytes, numbered msg, from window slot k,
+// whose previous send must have completed.
+func (s *side) send(size, k, msg int, tag uint64) (*mx.Request, error) {
+	s.ssegs[0] = s.sbufs[k][:size]
+	if s.verify {
+		pattern(s.ssegs[0], msg)
+	}
+	if s.sync {
+		return s.ep.ISSend(s.ssegs, s.peer, tag, nil)
+	}
+	return s.ep.ISend(s.ssegs, s.peer, tag, nil)
+}
+
+// post posts a receive of up to size bytes into window slot k.
+func (s *side) post(size, k int, tag uint64) (*mx.Request, error) {
+	s.rsegs[0] = s.rbufs[k][:size]
+	return s.ep.IRecv(s.rsegs, tag, matchAll, nil)
+}
+
+// complete waits for a receive in slot k of message msg and checks it.
+func (s *side) complete(ctx context.Context, r *mx.Request, size, k, msg int) error {
+	st, err := r.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	if int(st.XferLength) != size {
+		return fmt.Errorf("message %d: received %d bytes, want %d", msg, st.XferLength, size)
+	}
+	if s.verify {
+		if at := check(s.rbufs[k][:size], msg); at >= 0 {
+			return fmt.Errorf("message %d of %d bytes, offset %d: %w", msg, size, at, errVerify)
+		}
+	}
+	return nil
+}
+
+// pingOnce is one measured or warmup round trip of the initiator.
+func (s *side) pingOnce(ctx context.Context, size, reply, msg int) error {
+	rr, err := s.post(reply, 0, tagData)
+	if err != nil {
+		return err
+	}
+	sr, err := s.send(size, 0, msg, tagData)
+	if err != nil {
+		return err
+	}
+	if _, err := sr.Wait(ctx); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	return s.complete(ctx, rr, reply, 0, msg)
+}
+
+// pingpong runs the initiator's side of one size: warmup+iterations round
+// trips of size bytes, answered with reply bytes.
+func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup int) (result, error) {
+	res := result{Size: size, Iterations: iterations}
+	var start time.Time
+	for i := 0; i < warmup+iterations; i++ {
+		if i == warmup {
+			start = time.Now()
+		}
+		if err := s.pingOnce(ctx, size, reply, i); err != nil {
+			res.Errors++
+			return res, fmt.Errorf("round trip %d of %d bytes: %w", i, size, err)
+		}
+	}
+	el := time.Since(start)
+	legs := 1
+	if reply == size {
+		legs = 2
+	}
+	if iterations > 0 {
+		res.LatencyUS = el.Seconds() * 1e6 / float64(2*iterations)
+		res.MBPerS = float64(legs*iterations*size) / el.Seconds() / 1e6
+	}
+	return res, nil
+}
+
+// pong is the responder's side of one size: it answers warmup+iterations
+// messages of size bytes with reply bytes. The next receive is posted
+// before the reply goes out, so the next ping never waits in the
+// unexpected queue.
+func (s *side) pong(ctx context.Context, size, reply, n int) error {
+	if n == 0 {
+		return nil
+	}
+	k := 0
+	rr, err := s.post(size, k, tagData)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		if err := s.complete(ctx, rr, size, k, i); err != nil {
+			return fmt.Errorf("message %d of %d bytes: %w", i, size, err)
+		}
+		if i+1 < n {
+			k = (k + 1) % len(s.rbufs)
+			if rr, err = s.post(size, k, tagData); err != nil {
+				return err
+			}
+		}
+		sr, err := s.send(reply, 0, i, tagData)
+		if err != nil {
+			return err
+		}
+		if _, err := sr.Wait(ctx); err != nil {
+			return fmt.Errorf("reply %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// stream runs the sender's side of one size: warmup+iterations messages
+// with window in flight, then waits for the receiver's done message. Only
+// the measured messages are timed: the warmup ones are drained first.
+func (s *side) stream(ctx context.Context, size, iterations, warmup, window int) (result, error) {
+	res := result{Size: size, Iterations: iterations}
+	window = min(window, len(s.sbufs))
+	inflight := make([]*mx.Request, 0, window)
+	drain := func(keep int) error {
+		for len(inflight) > keep {
+			if _, err := inflight[0].Wait(ctx); err != nil {
+				return err
+			}
+			inflight = inflight[1:]
+		}
+		return nil
+	}
+	done, err := s.post(0, 0, tagDone)
+	if err != nil {
+		return res, err
+	}
+	var start time.Time
+	for i := 0; i < warmup+iterations; i++ {
+		if i == warmup {
+			if err := drain(0); err != nil {
+				return res, err
+			}
+			start = time.Now()
+		}
+		if err := drain(window - 1); err != nil {
+			res.Errors++
+			return res, fmt.Errorf("message %d of %d bytes: %w", i, size, err)
+		}
+		r, err := s.send(size, i%window, i, tagData)
+		if err != nil {
+			return res, err
+		}
+		inflight = append(inflight, r)
+	}
+	if err := drain(0); err != nil {
+		return res, err
+	}
+	if _, err := done.Wait(ctx); err != nil {
+		return res, fmt.Errorf("waiting for the receiver's done message: %w", err)
+	}
+	el := time.Since(start)
+	if iterations > 0 {
+		res.LatencyUS = el.Seconds() * 1e6 / float64(iterations)
+		res.MBPerS = float64(iterations*size) / el.Seconds() / 1e6
+		res.MsgPerS = float64(iterations) / el.Seconds()
+	}
+	return res, nil
+}
+
+// sink is the receiver's side of a stream: n messages of size bytes with
+// window receives posted, then a done message to the sender.
+func (s *side) sink(ctx context.Context, size, n, window int) error {
+	window = min(window, len(s.rbufs))
+	posted := make([]*mx.Request, 0, window)
+	next := 0
+	for next < n && len(posted) < window {
+		r, err := s.post(size, next%window, tagData)
+		if err != nil {
+			return err
+		}
+		posted = append(posted, r)
+		next++
+	}
+	for i := 0; i < n; i++ {
+		if err := s.complete(ctx, posted[0], size, i%window, i); err != nil {
+			return fmt.Errorf("message %d of %d bytes: %w", i, size, err)
+		}
+		posted = posted[1:]
+		if next < n {
+			r, err := s.post(size, next%window, tagData)
+			if err != nil {
+				return err
+			}
+			posted = append(posted, r)
+			next++
+		}
+	}
+	sr, err := s.send(0, 0, 0, tagDone)
+	if err != nil {
+		return err
+	}
+	_, err = sr.Wait(ctx)
+	return err
+}

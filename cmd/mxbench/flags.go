@@ -1,0 +1,205 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/units"
+)
+
+// benchFlags are the flags pingpong and stream share.
+type benchFlags struct {
+	transport  string
+	peer       string
+	listen     string
+	remoteEP   int
+	key        uint
+	sizes      units.List
+	start, end units.Size
+	multiplier int
+	iterations int
+	warmup     int
+	unidir     bool
+	sync       bool
+	aligned    bool
+	verify     bool
+	wait       string
+	baseline   bool
+	jsonOut    bool
+	rndv       units.Size
+	window     int
+	timeout    time.Duration
+	faults     faultFlags
+	xdp        xdpFlags
+}
+
+// faultFlags configure the loopback wire's fault injection.
+type faultFlags struct {
+	loss, reorder, dup, corrupt float64
+	seed                        int64
+}
+
+func (f faultFlags) any() bool { return f.loss > 0 || f.reorder > 0 || f.dup > 0 || f.corrupt > 0 }
+
+// defaultIterations is omx_perf's default round-trip count per size.
+const defaultIterations = 1000
+
+// maxBytesPerSize bounds the default iteration count for large sizes, so a
+// 0..4 MiB sweep ends in seconds: each size moves at most this many bytes
+// one way unless --iterations is given.
+const maxBytesPerSize = 256 << 20
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
+	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), "loopback, udp or xdp (env MXBENCH_TRANSPORT)")
+	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an `mxbench serve` (udp); empty runs both sides in this process")
+	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, or the address that routes to --peer)")
+	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
+	fs.UintVar(&f.key, "key", 0x6d786265, "the 32-bit endpoint key both sides use")
+	fs.Var(&f.sizes, "sizes", "comma-separated message sizes with K/M suffixes, e.g. 0,8,1K,64K,4M (overrides --start/--end)")
+	f.end.N = 4 << 20
+	fs.Var(&f.start, "start", "first size of the sweep (omx_perf -S)")
+	fs.Var(&f.end, "end", "last size of the sweep (omx_perf -E)")
+	fs.IntVar(&f.multiplier, "multiplier", 2, "size multiplier of the sweep (omx_perf -M)")
+	fs.IntVar(&f.iterations, "iterations", 0, fmt.Sprintf("measured iterations per size (default %d, fewer above %s so each size moves at most that much)", defaultIterations, units.Format(maxBytesPerSize/defaultIterations)))
+	fs.IntVar(&f.warmup, "warmup", 10, "unmeasured iterations before each size (omx_perf -W)")
+	fs.BoolVar(&f.sync, "sync", false, "synchronous sends (issend: completes when the receiver has the data)")
+	fs.BoolVar(&f.aligned, "aligned", false, "page-aligned buffers")
+	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
+	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll the transport) or block (sleep until woken)")
+	fs.BoolVar(&f.baseline, "baseline", true, "also measure a plain UDP-socket exchange of the same sizes")
+	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")
+	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "give up on a size after this long")
+	fs.Float64Var(&f.faults.loss, "loss", 0, "loopback: fraction of frames lost")
+	fs.Float64Var(&f.faults.reorder, "reorder", 0, "loopback: fraction of frames reordered")
+	fs.Float64Var(&f.faults.dup, "dup", 0, "loopback: fraction of frames duplicated")
+	fs.Float64Var(&f.faults.corrupt, "corrupt", 0, "loopback: fraction of frames with a bit flipped")
+	fs.Int64Var(&f.faults.seed, "seed", 1, "loopback: fault PRNG seed")
+	f.xdp.register(fs)
+	if stream {
+		fs.IntVar(&f.window, "window", 16, "messages in flight")
+	} else {
+		fs.BoolVar(&f.unidir, "unidirectional", false, "the server answers with 0 bytes (omx_perf -U)")
+	}
+}
+
+// validate checks the flags and returns the sizes to run.
+func (f *benchFlags) validate(cmd string) ([]int, error) {
+	switch f.transport {
+	case "loopback", "udp", "xdp":
+	default:
+		return nil, usagef(cmd, "--transport %q: want loopback, udp or xdp", f.transport)
+	}
+	if f.peer != "" && f.transport == "loopback" {
+		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (loopback is in-process)")
+	}
+	if f.faults.any() && f.transport != "loopback" {
+		return nil, usagef(cmd, "--loss/--reorder/--dup/--corrupt inject faults into the loopback wire only: add --transport loopback")
+	}
+	for _, v := range []struct {
+		name string
+		x    float64
+	}{{"loss", f.faults.loss}, {"reorder", f.faults.reorder}, {"dup", f.faults.dup}, {"corrupt", f.faults.corrupt}} {
+		if v.x < 0 || v.x >= 1 {
+			return nil, usagef(cmd, "--%s %g: want a fraction in [0, 1)", v.name, v.x)
+		}
+	}
+	if f.wait != "spin" && f.wait != "block" {
+		return nil, usagef(cmd, "--wait %q: want spin or block", f.wait)
+	}
+	if f.iterations < 0 || f.warmup < 0 {
+		return nil, usagef(cmd, "--iterations and --warmup must not be negative")
+	}
+	if f.window < 0 || (cmd == "stream" && f.window == 0) {
+		return nil, usagef(cmd, "--window %d: want at least 1", f.window)
+	}
+	if f.remoteEP < 0 || f.remoteEP > 255 {
+		return nil, usagef(cmd, "--remote-endpoint %d: want 0..255", f.remoteEP)
+	}
+	if f.key > 0xFFFFFFFF {
+		return nil, usagef(cmd, "--key %#x: want a 32-bit value", f.key)
+	}
+	var sizes []int
+	if f.sizes.IsSet {
+		for _, s := range f.sizes.V {
+			sizes = append(sizes, int(s))
+		}
+	} else {
+		if f.multiplier < 2 {
+			return nil, usagef(cmd, "--multiplier %d: want at least 2", f.multiplier)
+		}
+		if f.start.N > f.end.N {
+			return nil, usagef(cmd, "--start %s is above --end %s", units.Format(f.start.N), units.Format(f.end.N))
+		}
+		for s := f.start.N; s <= f.end.N; {
+			sizes = append(sizes, int(s))
+			if s == 0 {
+				s = 1
+			} else {
+				s *= int64(f.multiplier)
+			}
+		}
+	}
+	for _, s := range sizes {
+		if s > maxMessage {
+			return nil, usagef(cmd, "size %s: the largest message mxbench sends is %s", units.Format(int64(s)), units.Format(maxMessage))
+		}
+	}
+	if len(sizes) == 0 {
+		return nil, usagef(cmd, "no sizes to run")
+	}
+	return sizes, nil
+}
+
+// maxMessage is the largest message size mxbench accepts (a buffer of this
+// size is allocated per side, per window slot for stream).
+const maxMessage = 64 << 20
+
+// iterationsFor returns how many measured iterations a size gets.
+func (f *benchFlags) iterationsFor(size int) int {
+	if f.iterations > 0 {
+		return f.iterations
+	}
+	if size > 0 && size*defaultIterations > maxBytesPerSize {
+		return max(10, maxBytesPerSize/size)
+	}
+	return defaultIterations
+}
+
+// spin reports whether waits busy-poll.
+func (f *benchFlags) spin() bool { return f.wait == "spin" }
+
+// describeWait names the wait mode for the report header.
+func (f *benchFlags) describeWait() string {
+	if f.spin() {
+		return "busy-poll"
+	}
+	return "blocking waits"
+}
+
+// pin locks the calling goroutine to its thread and, when the machine has
+// another CPU, binds the thread to cpu. The goroutine must not unlock: when
+// it exits, the runtime retires the pinned thread instead of reusing it.
+func pin(cpu int) {
+	runtime.LockOSThread()
+	if runtime.NumCPU() > 1 {
+		setAffinity(cpu % runtime.NumCPU())
+	}
+}
+
+// trimZeros prints a float without trailing zeros, for the report header.
+func trimZeros(x float64) string {
+	s := fmt.Sprintf("%.4f", x)
+	return strings.TrimRight(strings.TrimRight(s, "0"), ".")
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/netns"
+)
+
+// runOK runs mxbench with args and fails the test on an error.
+func runOK(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(&out, &errb, args); err != nil {
+		t.Fatalf("mxbench %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// jsonRows decodes one result per line.
+func jsonRows(t *testing.T, out string) []result {
+	t.Helper()
+	var rows []result
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var r result
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("bad JSON line %q: %v", sc.Text(), err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "no subcommand"},
+		{[]string{"frobnicate"}, "unknown subcommand"},
+		{[]string{"pingpong", "--transport", "carrier-pigeon"}, "want loopback, udp or xdp"},
+		{[]string{"pingpong", "--peer", "h:1"}, "--peer needs a network transport"},
+		{[]string{"pingpong", "--transport", "udp", "--loss", "0.1"}, "loopback wire only"},
+		{[]string{"pingpong", "--loss", "1.5"}, "want a fraction"},
+		{[]string{"pingpong", "--sizes", "4KB"}, "ambiguous"},
+		{[]string{"pingpong", "--start", "8K", "--end", "4K"}, "above --end"},
+		{[]string{"pingpong", "--wait", "sometimes"}, "want spin or block"},
+		{[]string{"stream", "--window", "0"}, "want at least 1"},
+		{[]string{"pingpong", "extra"}, "unexpected arguments"},
+		{[]string{"serve", "--listen", "nohost"}, "--listen"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(&out, &errb, tc.args)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("mxbench %v: error %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+		if code(err) != 2 {
+			t.Errorf("mxbench %v: exit status %d, want 2", tc.args, code(err))
+		}
+	}
+	var out bytes.Buffer
+	if err := run(&out, &out, []string{"pingpong", "-h"}); !errors.Is(err, flag.ErrHelp) || code(err) != 0 {
+		t.Errorf("-h: %v (status %d)", err, code(err))
+	}
+	if !strings.Contains(out.String(), "--iterations") && !strings.Contains(out.String(), "-iterations") {
+		t.Errorf("-h output lacks the flags:\n%s", out.String())
+	}
+}
+
+func TestDefaultSweep(t *testing.T) {
+	var f benchFlags
+	fs := newFlags("pingpong", new(bytes.Buffer))
+	f.register(fs, false)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	sizes, err := f.validate("pingpong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) != 24 || sizes[0] != 0 || sizes[1] != 1 || sizes[2] != 2 || sizes[len(sizes)-1] != 4<<20 {
+		t.Fatalf("default sweep %v: want 0, 1, 2, 4 ... 4 MiB", sizes)
+	}
+	if n := f.iterationsFor(4 << 20); n != 64 {
+		t.Errorf("iterations for 4 MiB = %d, want 64 (256 MiB per size)", n)
+	}
+	if n := f.iterationsFor(8); n != defaultIterations {
+		t.Errorf("iterations for 8 B = %d, want %d", n, defaultIterations)
+	}
+}
+
+func TestPingPongLoopbackVerified(t *testing.T) {
+	out := runOK(t, "pingpong", "--sizes", "0,1,32,33,128,129,4K,40K", "--iterations", "20", "--warmup", "2", "--verify", "--json")
+	rows := jsonRows(t, out)
+	if len(rows) != 8 {
+		t.Fatalf("%d rows, want 8:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		if r.Errors != 0 || r.Iterations != 20 || r.LatencyUS <= 0 {
+			t.Errorf("row %+v: want 20 iterations, no errors, a latency", r)
+		}
+		if r.Baseline == nil || r.Baseline.Transport != "udp" || r.Baseline.LatencyUS <= 0 {
+			t.Errorf("size %d: baseline %+v, want a UDP figure beside it", r.Size, r.Baseline)
+		}
+	}
+}
+
+func TestStreamAndBlockingWaits(t *testing.T) {
+	out := runOK(t, "stream", "--sizes", "8,64K", "--iterations", "50", "--window", "8", "--wait", "block", "--verify", "--baseline=false")
+	if !strings.Contains(out, "blocking waits") || !strings.Contains(out, "64 KiB") {
+		t.Fatalf("unexpected table:\n%s", out)
+	}
+}
+
+func TestFaultyWireEveryByte(t *testing.T) {
+	out := runOK(t, "pingpong", "--sizes", "8,1K,48K", "--iterations", "30", "--loss", "0.05", "--reorder", "0.05",
+		"--dup", "0.02", "--corrupt", "0.01", "--seed", "7", "--verify", "--baseline=false", "--sync")
+	if !strings.Contains(out, "every message arrived and every byte was verified") {
+		t.Fatalf("no wire summary:\n%s", out)
+	}
+}
+
+func TestParamsRoundTrip(t *testing.T) {
+	p := params{mode: modeStream, flags: flagVerify | flagBaseline, warmup: 3, window: 16,
+		sizes: []int{0, 8, 4 << 20}, iters: []int{1000, 1000, 64}}
+	q, err := decodeParams(p.encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.mode != p.mode || q.flags != p.flags || q.warmup != 3 || q.window != 16 || len(q.sizes) != 3 || q.sizes[2] != 4<<20 || q.iters[2] != 64 {
+		t.Fatalf("decoded %+v, want %+v", q, p)
+	}
+	bad := p.encode()
+	bad[4] = 9
+	if _, err := decodeParams(bad); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("bad mode: %v", err)
+	}
+	if _, err := decodeParams(p.encode()[:30]); err == nil {
+		t.Error("truncated parameters accepted")
+	}
+}
+
+// FuzzDecodeParams feeds the server's decoder of client bytes: it must
+// never panic, and what it accepts survives an encode/decode round trip.
+func FuzzDecodeParams(f *testing.F) {
+	f.Add((&params{mode: modePingPong, window: 1, sizes: []int{8}, iters: []int{10}}).encode())
+	f.Add((&params{mode: modeStream, flags: 15, warmup: 10, window: 16, sizes: []int{0, 1 << 20}, iters: []int{1, 2}}).encode())
+	f.Add([]byte("MXB1"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := decodeParams(b)
+		if err != nil {
+			return
+		}
+		q, err := decodeParams(p.encode())
+		if err != nil {
+			t.Fatalf("re-encoding %+v gives bytes the decoder refuses: %v", p, err)
+		}
+		if q.mode != p.mode || q.flags != p.flags || q.warmup != p.warmup || q.window != p.window ||
+			!slices.Equal(q.sizes, p.sizes) || !slices.Equal(q.iters, p.iters) {
+			t.Fatalf("round trip changed %+v into %+v", p, q)
+		}
+		if len(p.sizes) != len(p.iters) || len(p.sizes) == 0 {
+			t.Fatalf("accepted %d sizes and %d iteration counts", len(p.sizes), len(p.iters))
+		}
+	})
+}
+
+// freePortPair returns a UDP port p on 127.0.0.1 such that p and p+1 were
+// free a moment ago (serve uses p for mx and p+1 for the baseline).
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := c.LocalAddr().(*net.UDPAddr).Port
+		c.Close()
+		if p >= 65534 {
+			continue
+		}
+		if c2, err := net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", p+1)); err == nil {
+			c2.Close()
+			return p
+		}
+	}
+	t.Fatal("no pair of free UDP ports on 127.0.0.1")
+	return 0
+}
+
+// A client in this process runs pingpong and then stream against a server
+// started with `serve`, both over UDP, with the baseline beside each size.
+func TestServeClient(t *testing.T) {
+	for _, cmd := range []string{"pingpong", "stream"} {
+		t.Run(cmd, func(t *testing.T) {
+			addr := fmt.Sprintf("127.0.0.1:%d", freePortPair(t))
+			var sout, serr bytes.Buffer
+			done := make(chan error, 1)
+			go func() {
+				done <- run(&sout, &serr, []string{"serve", "--listen", addr, "--once", "--wait", "block", "--timeout", "60s"})
+			}()
+			var out string
+			for try := 0; ; try++ {
+				var o, e bytes.Buffer
+				err := run(&o, &e, []string{cmd, "--transport", "udp", "--peer", addr, "--sizes", "0,8,4K,100K",
+					"--iterations", "20", "--warmup", "2", "--verify", "--json", "--wait", "block"})
+				if err == nil {
+					out = o.String()
+					break
+				}
+				if try == 20 || !strings.Contains(err.Error(), "connect") {
+					t.Fatalf("client: %v\nserver output:\n%s%s", err, sout.String(), serr.String())
+				}
+				time.Sleep(100 * time.Millisecond) // the server is not listening yet
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("server: %v\n%s%s", err, sout.String(), serr.String())
+			}
+			rows := jsonRows(t, out)
+			if len(rows) != 4 {
+				t.Fatalf("%d rows, want 4:\n%s", len(rows), out)
+			}
+			for _, r := range rows {
+				if r.Errors != 0 || r.Baseline == nil || r.Baseline.Transport != "udp" {
+					t.Errorf("row %+v: want no errors and a UDP baseline", r)
+				}
+			}
+		})
+	}
+}
+
+// Over AF_XDP on a veth pair mxbench makes itself: mx, the UDP baseline
+// across the same pair and the raw AF_XDP exchange, all in one run, and no
+// namespace left behind.
+func TestXDPPingPong(t *testing.T) {
+	if why := netns.Missing(); why != "" {
+		if os.Getenv("GOMX_REQUIRE_XDP") == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	before, _ := os.ReadDir("/run/netns")
+	out := runOK(t, "pingpong", "--transport", "xdp", "--sizes", "0,8,1K,40K", "--iterations", "50", "--verify", "--json", "--wait", "block")
+	rows := jsonRows(t, out)
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		if r.Errors != 0 || r.Baseline == nil || r.Raw == nil || r.Raw.Transport != "xdp" {
+			t.Errorf("row %+v: want no errors, a UDP baseline and a raw AF_XDP figure", r)
+		}
+	}
+	// Other packages' tests make namespaces at the same time: look only
+	// for new ones named after this process.
+	had := map[string]bool{}
+	for _, e := range before {
+		had[e.Name()] = true
+	}
+	after, _ := os.ReadDir("/run/netns")
+	mine := fmt.Sprintf("gomx-%d", os.Getpid()%100000)
+	for _, e := range after {
+		if !had[e.Name()] && strings.HasPrefix(e.Name(), mine) {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/gomx-dev/gomx/mx"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/udp"
+)
+
+// pair is two connected endpoints in this process, each on its own board.
+type pair struct {
+	a, b  *mx.Endpoint
+	aAddr mx.Addr // a's address of b
+	bAddr mx.Addr // b's address of a
+	net   *loopback.Network
+	what  string // the transport, for the report header
+	close func() error
+}
+
+// boardOptions returns the board options the flags ask for.
+func (f *benchFlags) boardOptions() mx.BoardOptions {
+	o := mx.DefaultBoardOptions()
+	o.BusyPoll = f.spin()
+	if f.rndv.IsSet {
+		o.RendezvousThreshold = int(f.rndv.N)
+	}
+	if f.faults.any() {
+		// A lossy wire is the point of the run: resend soon rather than
+		// after Open-MX's half second, so a sweep finishes in seconds.
+		o.ResendDelay = 20 * time.Millisecond
+		o.PullTimeout = 50 * time.Millisecond
+	}
+	return o
+}
+
+// transports opens the two transports of an in-process run.
+func (f *benchFlags) transports() (a, b transport.Transport, what string, nw *loopback.Network, err error) {
+	switch f.transport {
+	case "loopback":
+		nw = loopback.NewNetwork(loopback.Options{Faults: loopback.Faults{
+			Loss: f.faults.loss, Reorder: f.faults.reorder, Duplicate: f.faults.dup,
+			Corrupt: f.faults.corrupt, Seed: f.faults.seed,
+		}})
+		pa, err := nw.Attach(0x02_00_00_00_00_01)
+		if err != nil {
+			nw.Close()
+			return nil, nil, "", nil, err
+		}
+		pb, err := nw.Attach(0x02_00_00_00_00_02)
+		if err != nil {
+			nw.Close()
+			return nil, nil, "", nil, err
+		}
+		what = "loopback (in-process wire)"
+		if f.faults.any() {
+			what += fmt.Sprintf(", faults: loss %s, reorder %s, dup %s, corrupt %s, seed %d",
+				trimZeros(f.faults.loss), trimZeros(f.faults.reorder), trimZeros(f.faults.dup), trimZeros(f.faults.corrupt), f.faults.seed)
+		}
+		return pa, pb, what, nw, nil
+	case "udp":
+		listen := f.listen
+		if listen == "" {
+			listen = "127.0.0.1:0"
+		}
+		ua, err := udp.Listen(listen, udp.Options{})
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		ub, err := udp.Listen(listen, udp.Options{})
+		if err != nil {
+			ua.Close()
+			return nil, nil, "", nil, err
+		}
+		return ua, ub, fmt.Sprintf("udp %v <-> %v", ua.Addr().UDPAddr(), ub.Addr().UDPAddr()), nil, nil
+	case "xdp":
+		return f.xdp.transports()
+	}
+	return nil, nil, "", nil, fmt.Errorf("unknown transport %q", f.transport)
+}
+
+// newPair opens both boards and endpoints and connects them both ways.
+func (f *benchFlags) newPair(ctx context.Context) (*pair, error) {
+	ta, tb, what, nw, err := f.transports()
+	if err != nil {
+		return nil, err
+	}
+	p := &pair{what: what, net: nw}
+	var closers []func() error
+	p.close = func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		if nw != nil {
+			errs = append(errs, nw.Close())
+		}
+		return errors.Join(errs...)
+	}
+	opts := f.boardOptions()
+	ba, err := mx.NewBoard(ta, opts)
+	if err != nil {
+		ta.Close()
+		tb.Close()
+		p.close()
+		return nil, err
+	}
+	closers = append(closers, ba.Close)
+	bb, err := mx.NewBoard(tb, opts)
+	if err != nil {
+		tb.Close()
+		p.close()
+		return nil, err
+	}
+	closers = append(closers, bb.Close)
+	key := uint32(f.key)
+	if p.a, err = ba.OpenEndpoint(0, key); err != nil {
+		p.close()
+		return nil, err
+	}
+	if p.b, err = bb.OpenEndpoint(0, key); err != nil {
+		p.close()
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if p.aAddr, err = p.a.Connect(cctx, bb.NICID(), p.b.ID(), key); err != nil {
+		p.close()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if p.bAddr, err = p.b.Connect(cctx, ba.NICID(), p.a.ID(), key); err != nil {
+		p.close()
+		return nil, fmt.Errorf("connect back: %w", err)
+	}
+	return p, nil
+}
+
+// localFor returns the local IPv4 address that routes toward peer, so a
+// udp board bound to it has a NIC id the peer can answer.
+func localFor(peer string) (string, error) {
+	c, err := net.Dial("udp4", peer)
+	if err != nil {
+		return "", fmt.Errorf("no route to %s: %w", peer, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String() + ":0", nil
+}
+
+// udpBaselinePair opens the two sockets of an in-process UDP baseline.
+func udpBaselinePair() (a, b transport.Transport, err error) {
+	ua, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	ub, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		ua.Close()
+		return nil, nil, err
+	}
+	return ua, ub, nil
+}

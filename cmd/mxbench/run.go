@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/units"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+func runPingPong(stdout, stderr io.Writer, args []string) error {
+	return runBench("pingpong", stdout, stderr, args)
+}
+
+func runStream(stdout, stderr io.Writer, args []string) error {
+	return runBench("stream", stdout, stderr, args)
+}
+
+// runBench parses the flags of pingpong or stream and runs every size,
+// in this process or against a server.
+func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
+	var f benchFlags
+	fs := newFlags(cmd, stderr)
+	f.register(fs, cmd == "stream")
+	if err := parse(cmd, fs, args); err != nil {
+		return err
+	}
+	sizes, err := f.validate(cmd)
+	if err != nil {
+		return err
+	}
+	if err := f.xdp.validate(cmd, f.transport, f.peer); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	var rep reporter
+	if f.jsonOut {
+		rep = &jsonReporter{enc: json.NewEncoder(stdout)}
+	} else {
+		rep = &tableReporter{w: stdout, cmd: cmd, raw: f.transport == "xdp" && f.baseline}
+	}
+	if f.peer != "" {
+		return runClient(ctx, cmd, &f, sizes, rep, stderr)
+	}
+	var raw map[int]*baselineResult
+	if f.transport == "xdp" {
+		if err := f.xdp.setup(); err != nil {
+			return err
+		}
+		defer f.xdp.close()
+		// An interrupted run must not leave its namespaces behind.
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(stop)
+		go func() {
+			if _, ok := <-stop; ok {
+				f.xdp.close()
+				os.Exit(130)
+			}
+		}()
+		if f.baseline {
+			if raw, err = f.xdp.rawXDP(cmd, &f, sizes); err != nil {
+				return err
+			}
+		}
+	}
+	p, err := f.newPair(ctx)
+	if err != nil {
+		return fmt.Errorf("%s over %s: %w", cmd, f.transport, err)
+	}
+	defer p.close()
+	rep.header(fmt.Sprintf("mxbench %s: %s, both sides in this process, %s%s", cmd, p.what, f.describeWait(), syncNote(&f)))
+	maxSize := 0
+	for _, s := range sizes {
+		maxSize = max(maxSize, s)
+	}
+	window := max(f.window, 1)
+	var ub *udpBaseline
+	if f.baseline {
+		if ub, err = newUDPBaseline(&f, maxSize); err != nil {
+			return fmt.Errorf("UDP baseline: %w", err)
+		}
+		defer ub.close()
+	}
+	sa := newSide(p.a, p.aAddr, maxSize, window, &f)
+	sb := newSide(p.b, p.bAddr, maxSize, window, &f)
+	for _, size := range sizes {
+		iters := f.iterationsFor(size)
+		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		res, err := measureLocal(sctx, cmd, &f, sa, sb, size, iters)
+		cancel()
+		if err != nil {
+			rep.row(res)
+			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)
+		}
+		if ub != nil {
+			res.Baseline, err = ub.measure(cmd, &f, size, iters)
+			if err != nil {
+				return fmt.Errorf("UDP baseline of %s: %w", units.Format(int64(size)), err)
+			}
+			res.Raw = raw[size]
+		}
+		rep.row(res)
+	}
+	if p.net != nil {
+		st := p.net.Stats()
+		if f.faults.any() && !f.jsonOut {
+			fmt.Fprintf(stdout, "# wire: %d frames sent, %d lost, %d duplicated, %d reordered, %d corrupted; every message arrived%s\n",
+				st.Sent, st.Dropped, st.Duplicated, st.Reordered, st.Corrupted, verifiedNote(&f))
+		}
+	}
+	return nil
+}
+
+func syncNote(f *benchFlags) string {
+	if f.sync {
+		return ", synchronous sends"
+	}
+	return ""
+}
+
+func verifiedNote(f *benchFlags) string {
+	if f.verify {
+		return " and every byte was verified"
+	}
+	return ""
+}
+
+// measureLocal runs one size with both sides in this process: b's side in
+// its own goroutine, pinned to another CPU.
+func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, size, iters int) (result, error) {
+	errc := make(chan error, 1)
+	reply := size
+	if f.unidir {
+		reply = 0
+	}
+	go func() {
+		if f.spin() {
+			pin(1) // never unlocked: the pinned thread retires with the goroutine
+		}
+		if cmd == "stream" {
+			errc <- sb.sink(ctx, size, f.warmup+iters, f.window)
+		} else {
+			errc <- sb.pong(ctx, size, reply, f.warmup+iters)
+		}
+	}()
+	resc := make(chan result, 1)
+	errA := make(chan error, 1)
+	go func() {
+		if f.spin() {
+			pin(0)
+		}
+		var res result
+		var err error
+		if cmd == "stream" {
+			res, err = sa.stream(ctx, size, iters, f.warmup, f.window)
+		} else {
+			res, err = sa.pingpong(ctx, size, reply, iters, f.warmup)
+		}
+		resc <- res
+		errA <- err
+	}()
+	res := <-resc
+	err := <-errA
+	if err != nil {
+		// The responder may still wait for messages that will not come.
+		select {
+		case <-errc:
+		case <-time.After(time.Second):
+		}
+		return res, err
+	}
+	if err := <-errc; err != nil {
+		return res, fmt.Errorf("responder: %w", err)
+	}
+	return res, nil
+}
+
+// udpBaseline is the plain UDP-socket exchange measured beside mx: two
+// sockets in this process, on 127.0.0.1 or across the run's veth pair.
+type udpBaseline struct {
+	a, b transport.Transport
+	raw  *rawPair
+}
+
+func newUDPBaseline(f *benchFlags, maxSize int) (*udpBaseline, error) {
+	a, b, err := udpBaselinePair()
+	if f.transport == "xdp" {
+		a, b, err = f.xdp.udpPair()
+	}
+	if err != nil {
+		return nil, err
+	}
+	raw, err := newRawPair(a, b, maxSize, f.spin())
+	if err != nil {
+		a.Close()
+		b.Close()
+		return nil, err
+	}
+	return &udpBaseline{a: a, b: b, raw: raw}, nil
+}
+
+func (u *udpBaseline) close() {
+	u.a.Close()
+	u.b.Close()
+}
+
+// measure runs one size.
+func (u *udpBaseline) measure(cmd string, f *benchFlags, size, iters int) (*baselineResult, error) {
+	var r rawResult
+	var err error
+	if cmd == "stream" {
+		r, err = u.raw.stream(size, iters, f.warmup)
+	} else {
+		r, err = u.raw.pingpong(size, iters, f.warmup, f.unidir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return toBaseline("udp", r, cmd), nil
+}
+
+func toBaseline(name string, r rawResult, cmd string) *baselineResult {
+	b := &baselineResult{Transport: name, LatencyUS: r.OneWay.Seconds() * 1e6, MBPerS: r.MBPerS, Errors: r.Errors}
+	if cmd == "stream" && r.OneWay > 0 {
+		b.MsgPerS = 1 / r.OneWay.Seconds()
+	}
+	return b
+}
+
+// reporter prints results as they come.
+type reporter interface {
+	header(what string)
+	row(r result)
+}
+
+type jsonReporter struct{ enc *json.Encoder }
+
+func (j *jsonReporter) header(string) {}
+func (j *jsonReporter) row(r result)  { _ = j.enc.Encode(r) }
+
+type tableReporter struct {
+	w   io.Writer
+	cmd string
+	raw bool // a raw-transport column follows the UDP one
+}
+
+func (t *tableReporter) header(what string) {
+	fmt.Fprintf(t.w, "# %s\n# %s, GOMAXPROCS %d\n", what, runtime.Version(), runtime.GOMAXPROCS(0))
+	lat := "latency_us"
+	if t.cmd == "stream" {
+		lat = "us_per_msg"
+	}
+	fmt.Fprintf(t.w, "%10s %8s %12s %10s %6s | %12s %10s %6s %7s",
+		"size", "iters", lat, "MB/s", "errors", "udp "+lat, "udp MB/s", "udp er", "lat x")
+	if t.raw {
+		fmt.Fprintf(t.w, " | %12s %10s %7s", "raw "+lat, "raw MB/s", "lat x")
+	}
+	fmt.Fprintln(t.w)
+}
+
+func (t *tableReporter) row(r result) {
+	fmt.Fprintf(t.w, "%10s %8d %12.2f %10.1f %6d |", units.Format(int64(r.Size)), r.Iterations, r.LatencyUS, r.MBPerS, r.Errors)
+	if b := r.Baseline; b != nil {
+		ratio := 0.0
+		if b.LatencyUS > 0 {
+			ratio = r.LatencyUS / b.LatencyUS
+		}
+		fmt.Fprintf(t.w, " %12.2f %10.1f %6d %6.2fx", b.LatencyUS, b.MBPerS, b.Errors, ratio)
+	}
+	if b := r.Raw; b != nil {
+		ratio := 0.0
+		if b.LatencyUS > 0 {
+			ratio = r.LatencyUS / b.LatencyUS
+		}
+		fmt.Fprintf(t.w, " | %12.2f %10.1f %6.2fx", b.LatencyUS, b.MBPerS, ratio)
+	}
+	fmt.Fprintln(t.w)
+}
+
+// stderrf prints a progress note.
+func stderrf(w io.Writer, format string, args ...any) {
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "mxbench: "+format+"\n", args...)
+}

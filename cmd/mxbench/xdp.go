@@ -1,0 +1,213 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+
+	"github.com/gomx-dev/gomx/internal/netns"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/udp"
+	"github.com/gomx-dev/gomx/xdp"
+)
+
+// xdpFlags select the wire of an xdp run. Both ends are in this process:
+// by default on a veth pair mxbench creates in two throwaway network
+// namespaces (the same wire as the xdp tests), or on two interfaces of this
+// namespace cabled to each other (--iface, --peer-iface).
+type xdpFlags struct {
+	iface, peerIface string
+	mode             string
+	udpFraming       bool
+
+	pair *netns.Pair // the veth pair of this run, when mxbench made it
+}
+
+func (x *xdpFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&x.iface, "iface", "", "xdp: this side's interface (default: a veth pair in throwaway namespaces)")
+	fs.StringVar(&x.peerIface, "peer-iface", "", "xdp: the other side's interface, cabled to --iface")
+	fs.StringVar(&x.mode, "xdp-mode", "auto", "xdp: program attach mode: auto (driver, else generic), driver or generic")
+	fs.BoolVar(&x.udpFraming, "xdp-udp", false, "xdp: carry frames in IPv4/UDP instead of raw Ethernet (veth pair only)")
+}
+
+func (x *xdpFlags) validate(cmd, tr, peer string) error {
+	if tr != "xdp" {
+		if x.iface != "" || x.peerIface != "" || x.udpFraming {
+			return usagef(cmd, "--iface, --peer-iface and --xdp-udp need --transport xdp")
+		}
+		return nil
+	}
+	if peer != "" {
+		return usagef(cmd, "--transport xdp runs both sides in this process: drop --peer (use --iface and --peer-iface for two cabled NICs)")
+	}
+	if (x.iface == "") != (x.peerIface == "") {
+		return usagef(cmd, "give both --iface and --peer-iface, or neither for a veth pair")
+	}
+	if x.udpFraming && x.iface != "" {
+		return usagef(cmd, "--xdp-udp works on the veth pair only (it knows the addresses there)")
+	}
+	switch x.mode {
+	case "auto", "driver", "generic":
+	default:
+		return usagef(cmd, "--xdp-mode %q: want auto, driver or generic", x.mode)
+	}
+	return nil
+}
+
+func (x *xdpFlags) attachMode() xdp.AttachMode {
+	switch x.mode {
+	case "driver":
+		return xdp.DriverMode
+	case "generic":
+		return xdp.GenericMode
+	}
+	return xdp.AutoAttach
+}
+
+// setup makes the veth pair when the run needs one. Close undoes it.
+func (x *xdpFlags) setup() error {
+	if x.iface != "" || x.pair != nil {
+		return nil
+	}
+	p, err := netns.NewPair(1)
+	if err != nil {
+		return fmt.Errorf("xdp: a veth pair for the run: %w (or give --iface and --peer-iface)", err)
+	}
+	x.pair = p
+	return nil
+}
+
+// close deletes the veth pair mxbench made.
+func (x *xdpFlags) close() error {
+	if x.pair == nil {
+		return nil
+	}
+	err := x.pair.Close()
+	x.pair = nil
+	return err
+}
+
+// in runs fn in side a's (or b's) namespace, or here for --iface.
+func (x *xdpFlags) in(a bool, fn func() error) error {
+	switch {
+	case x.pair == nil:
+		return fn()
+	case a:
+		return x.pair.InA(fn)
+	default:
+		return x.pair.InB(fn)
+	}
+}
+
+// open opens one side's xdp transport.
+func (x *xdpFlags) open(a bool, port uint16) (*xdp.Transport, error) {
+	o := xdp.TransportOptions{Attach: x.attachMode()}
+	switch {
+	case x.pair == nil && a:
+		o.Interface = x.iface
+	case x.pair == nil:
+		o.Interface = x.peerIface
+	case a:
+		o.Interface = x.pair.A
+	default:
+		o.Interface = x.pair.B
+	}
+	if x.udpFraming && x.pair != nil {
+		ip := x.pair.IPB
+		if a {
+			ip = x.pair.IPA
+		}
+		o.UDP = netip.AddrPortFrom(ip, port)
+	}
+	var t *xdp.Transport
+	err := x.in(a, func() error {
+		var err error
+		t, err = xdp.NewTransport(o)
+		return err
+	})
+	return t, err
+}
+
+// transports opens both ends of an xdp run.
+func (x *xdpFlags) transports() (a, b transport.Transport, what string, nw *loopback.Network, err error) {
+	if err := x.setup(); err != nil {
+		return nil, nil, "", nil, err
+	}
+	ta, err := x.open(true, 40100)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	tb, err := x.open(false, 40100)
+	if err != nil {
+		ta.Close()
+		return nil, nil, "", nil, err
+	}
+	framing := "raw Ethernet"
+	if x.udpFraming {
+		framing = "IPv4/UDP"
+	}
+	mode := ta.Program().Mode()
+	if x.pair != nil {
+		what = fmt.Sprintf("xdp on veth %s<->%s (namespaces %s, %s), %s framing, %v XDP", x.pair.A, x.pair.B, x.pair.NSA, x.pair.NSB, framing, mode)
+	} else {
+		what = fmt.Sprintf("xdp on %s<->%s, %s framing, %v XDP", x.iface, x.peerIface, framing, mode)
+	}
+	if s := ta.Sockets(); len(s) > 0 && !s[0].ZeroCopy() {
+		what += ", copy mode"
+	}
+	return ta, tb, what, nil, nil
+}
+
+// udpPair opens the UDP baseline's sockets: across the veth pair when there
+// is one, so the baseline crosses the same wire, else on 127.0.0.1.
+func (x *xdpFlags) udpPair() (a, b transport.Transport, err error) {
+	if x.pair == nil {
+		return udpBaselinePair()
+	}
+	var ua, ub *udp.Transport
+	if err := x.pair.InA(func() (err error) {
+		ua, err = udp.Listen(netip.AddrPortFrom(x.pair.IPA, 0).String(), udp.Options{})
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	if err := x.pair.InB(func() (err error) {
+		ub, err = udp.Listen(netip.AddrPortFrom(x.pair.IPB, 0).String(), udp.Options{})
+		return err
+	}); err != nil {
+		ua.Close()
+		return nil, nil, err
+	}
+	return ua, ub, nil
+}
+
+// rawXDP measures the raw AF_XDP exchange of every size, before the mx
+// boards take the interfaces (one XDP program per interface).
+func (x *xdpFlags) rawXDP(cmd string, f *benchFlags, sizes []int) (map[int]*baselineResult, error) {
+	out := map[int]*baselineResult{}
+	ta, tb, _, _, err := x.transports()
+	if err != nil {
+		return nil, err
+	}
+	defer ta.Close()
+	defer tb.Close()
+	raw, err := newRawPair(ta, tb, slicesMax(sizes), f.spin())
+	if err != nil {
+		return nil, err
+	}
+	for _, size := range sizes {
+		iters := f.iterationsFor(size)
+		var r rawResult
+		if cmd == "stream" {
+			r, err = raw.stream(size, iters, f.warmup)
+		} else {
+			r, err = raw.pingpong(size, iters, f.warmup, f.unidir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("raw AF_XDP %s of %d bytes: %w", cmd, size, err)
+		}
+		out[size] = toBaseline("xdp", r, cmd)
+	}
+	return out, nil
+}
