@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/gomx-dev/gomx/mx"
@@ -151,13 +152,14 @@ func localFor(peer string) (string, error) {
 	return c.LocalAddr().(*net.UDPAddr).IP.String() + ":0", nil
 }
 
-// udpBaselinePair opens the two sockets of an in-process UDP baseline.
+// udpBaselinePair opens the two sockets of an in-process UDP baseline on
+// 127.0.0.1.
 func udpBaselinePair() (a, b transport.Transport, err error) {
-	ua, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	ua, err := listenPlainUDP(netip.MustParseAddrPort("127.0.0.1:0"))
 	if err != nil {
 		return nil, nil, err
 	}
-	ub, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	ub, err := listenPlainUDP(netip.MustParseAddrPort("127.0.0.1:0"))
 	if err != nil {
 		ua.Close()
 		return nil, nil, err

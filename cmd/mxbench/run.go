@@ -49,7 +49,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 	if f.peer != "" {
 		return runClient(ctx, cmd, &f, sizes, rep, stderr)
 	}
-	var raw map[int]*baselineResult
+	var raw, udpFirst map[int]*baselineResult
 	if f.transport == "xdp" {
 		if err := f.xdp.setup(); err != nil {
 			return err
@@ -66,6 +66,12 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 			}
 		}()
 		if f.baseline {
+			// Both baselines first: UDP while no XDP program sits on the
+			// pair (one in the path slows the kernel's receive side), then
+			// raw AF_XDP, before the mx boards take the interfaces.
+			if udpFirst, err = measureUDPBaselines(cmd, &f, sizes); err != nil {
+				return err
+			}
 			if raw, err = f.xdp.rawXDP(cmd, &f, sizes); err != nil {
 				return err
 			}
@@ -83,7 +89,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 	}
 	window := max(f.window, 1)
 	var ub *udpBaseline
-	if f.baseline {
+	if f.baseline && udpFirst == nil {
 		if ub, err = newUDPBaseline(&f, maxSize); err != nil {
 			return fmt.Errorf("UDP baseline: %w", err)
 		}
@@ -105,7 +111,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 			if err != nil {
 				return fmt.Errorf("UDP baseline of %s: %w", units.Format(int64(size)), err)
 			}
-			res.Raw = raw[size]
+		}
+		if udpFirst != nil {
+			res.Baseline, res.Raw = udpFirst[size], raw[size]
 		}
 		rep.row(res)
 	}
@@ -205,6 +213,22 @@ func newUDPBaseline(f *benchFlags, maxSize int) (*udpBaseline, error) {
 		return nil, err
 	}
 	return &udpBaseline{a: a, b: b, raw: raw}, nil
+}
+
+// measureUDPBaselines measures the UDP baseline of every size.
+func measureUDPBaselines(cmd string, f *benchFlags, sizes []int) (map[int]*baselineResult, error) {
+	ub, err := newUDPBaseline(f, slicesMax(sizes))
+	if err != nil {
+		return nil, fmt.Errorf("UDP baseline: %w", err)
+	}
+	defer ub.close()
+	out := map[int]*baselineResult{}
+	for _, size := range sizes {
+		if out[size], err = ub.measure(cmd, f, size, f.iterationsFor(size)); err != nil {
+			return nil, fmt.Errorf("UDP baseline of %s: %w", units.Format(int64(size)), err)
+		}
+	}
+	return out, nil
 }
 
 func (u *udpBaseline) close() {

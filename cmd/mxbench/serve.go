@@ -162,7 +162,7 @@ func runServe(stdout, stderr io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	raw, err := udp.Listen(net.JoinHostPort(host, strconv.Itoa(port+1)), udp.Options{})
+	raw, err := listenPlainUDPString(net.JoinHostPort(host, strconv.Itoa(port+1)))
 	if err != nil {
 		return fmt.Errorf("the baseline's socket: %w", err)
 	}
@@ -322,7 +322,7 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	}
 	var rawSide *rawSide
 	if f.baseline {
-		raw, err := udp.Listen(listen, udp.Options{})
+		raw, err := listenPlainUDPString(listen)
 		if err != nil {
 			return err
 		}

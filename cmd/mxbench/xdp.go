@@ -8,7 +8,6 @@ import (
 	"github.com/gomx-dev/gomx/internal/netns"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
-	"github.com/gomx-dev/gomx/transport/udp"
 	"github.com/gomx-dev/gomx/xdp"
 )
 
@@ -165,15 +164,15 @@ func (x *xdpFlags) udpPair() (a, b transport.Transport, err error) {
 	if x.pair == nil {
 		return udpBaselinePair()
 	}
-	var ua, ub *udp.Transport
+	var ua, ub *plainUDP
 	if err := x.pair.InA(func() (err error) {
-		ua, err = udp.Listen(netip.AddrPortFrom(x.pair.IPA, 0).String(), udp.Options{})
+		ua, err = listenPlainUDP(netip.AddrPortFrom(x.pair.IPA, 0))
 		return err
 	}); err != nil {
 		return nil, nil, err
 	}
 	if err := x.pair.InB(func() (err error) {
-		ub, err = udp.Listen(netip.AddrPortFrom(x.pair.IPB, 0).String(), udp.Options{})
+		ub, err = listenPlainUDP(netip.AddrPortFrom(x.pair.IPB, 0))
 		return err
 	}); err != nil {
 		ua.Close()
