@@ -41,6 +41,10 @@ bench: hugepages
 	$(GO) test -run '^$$' -bench 'Overlap' -benchtime=10x ./ioat/
 	$(GO) test -run '^$$' -bench 'PingPong' -benchtime=20000x -count=5 ./xdp/
 	$(GO) test -run '^$$' -bench 'Stream' -benchtime=300000x -count=5 ./xdp/
+	$(GO) test -run '^$$' -bench 'PingPong/loopback/busypoll/8B' -benchtime=200000x -count=5 ./mx/
+	$(GO) run ./cmd/mxbench pingpong --sizes 8,1K,32K,1M --iterations 20000 --warmup 2000
+	$(GO) run ./cmd/mxbench pingpong --transport xdp --sizes 8,1K,32K --iterations 50000 --warmup 2000
+	$(GO) run ./cmd/mxbench stream --sizes 4K,64K,1M --iterations 2000
 
 # A short run of every fuzzer.
 fuzz-smoke:
@@ -49,6 +53,11 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzParseUDP -fuzztime 10s ./xdp/
 	$(GO) test -run '^$$' -fuzz FuzzParseEthHeader -fuzztime 10s ./xdp/
 	$(GO) test -run '^$$' -fuzz FuzzNetlinkNeighbours -fuzztime 10s ./xdp/
+	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 10s ./mx/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzPull$$' -fuzztime 10s ./mx/wire/
+	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 10s ./mx/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 10s ./cmd/mxbench/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./internal/units/
 
 lint: fmt-check vet staticcheck
 
