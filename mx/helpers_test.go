@@ -19,38 +19,12 @@ type pair struct {
 	atob, btoa Addr
 }
 
+// newPair opens a connected pair of boards on a fresh wire of tf and checks
+// for leaked goroutines when the test ends.
 func newPair(t testing.TB, tf transportFactory, opts BoardOptions, f loopback.Faults) *pair {
 	t.Helper()
 	checkLeaks(t)
-	w := tf.new(t, f)
-	ba, err := NewBoard(w.a, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bb, err := NewBoard(w.b, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr := &pair{w: w, ba: ba, bb: bb}
-	t.Cleanup(func() {
-		ba.Close()
-		bb.Close()
-		w.close()
-	})
-	if pr.a, err = ba.OpenEndpoint(1, testKey); err != nil {
-		t.Fatal(err)
-	}
-	if pr.b, err = bb.OpenEndpoint(2, testKey); err != nil {
-		t.Fatal(err)
-	}
-	ctx := testCtx(t, 20*time.Second)
-	if pr.atob, err = pr.a.Connect(ctx, bb.NICID(), 2, testKey); err != nil {
-		t.Fatal(err)
-	}
-	if pr.btoa, err = pr.b.Connect(ctx, ba.NICID(), 1, testKey); err != nil {
-		t.Fatal(err)
-	}
-	return pr
+	return newPairOn(t, tf.new(t, f), opts)
 }
 
 func testCtx(t testing.TB, d time.Duration) context.Context {

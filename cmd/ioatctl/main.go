@@ -39,53 +39,31 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/gomx-dev/gomx/internal/cli"
 )
 
 func main() {
 	os.Exit(code(run(os.Stdout, os.Stderr, os.Args[1:])))
 }
 
-// Exit statuses.
+// Exit statuses (see cli.Code).
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
+	exitOK      = cli.ExitOK
+	exitFailure = cli.ExitFailure
+	exitUsage   = cli.ExitUsage
 )
 
-// usageError is an error in the command line: a bad flag, a bad value, a
-// missing argument. It maps to exit status 2.
-type usageError struct {
-	cmd string // the subcommand, "" for the top level
-	err error
-}
+// usageError is an error in the command line; it maps to exit status 2.
+type usageError = cli.UsageError
 
-func (e *usageError) Error() string {
-	hint := "run `ioatctl help` for the subcommands"
-	if e.cmd != "" {
-		hint = "run `ioatctl " + e.cmd + " -h` for its flags"
-	}
-	return e.err.Error() + " (" + hint + ")"
-}
-
-func (e *usageError) Unwrap() error { return e.err }
-
-// usagef returns a usageError for subcommand cmd.
+// usagef returns a usage error of subcommand cmd.
 func usagef(cmd, format string, args ...any) error {
-	return &usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+	return cli.Usagef("ioatctl", cmd, format, args...)
 }
 
-// code maps run's error to the process exit status: 0 for success and for
-// an explicit request for help, 2 for usage errors, 1 for anything else.
-func code(err error) int {
-	var ue *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.As(err, &ue):
-		return exitUsage
-	}
-	return exitFailure
-}
+// code maps run's error to the process exit status.
+func code(err error) int { return cli.Code(err) }
 
 // command is one subcommand.
 type command struct {
@@ -159,14 +137,14 @@ func run(stdout, stderr io.Writer, args []string) (err error) {
 			if c, ok := commands[args[1]]; ok {
 				return c.run(newEnv(stdout, stderr), []string{"-h"})
 			}
-			return &usageError{err: fmt.Errorf("no subcommand %q", args[1])}
+			return usagef("", "no subcommand %q", args[1])
 		}
 		printUsage(stdout)
 		return nil
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		return &usageError{err: fmt.Errorf("unknown subcommand %q (want %s)", args[0], strings.Join(commandNames(), ", "))}
+		return usagef("", "unknown subcommand %q (want %s)", args[0], strings.Join(commandNames(), ", "))
 	}
 	return c.run(newEnv(stdout, stderr), args[1:])
 }
@@ -232,7 +210,7 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
 				printCommandHelp(e.stdout, fs)
 				return nil, err
 			}
-			return nil, &usageError{cmd: fs.Name(), err: err}
+			return nil, &usageError{Tool: "ioatctl", Cmd: fs.Name(), Err: err}
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

@@ -35,6 +35,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/gomx-dev/gomx/internal/cli"
 )
 
 func main() {
@@ -42,36 +44,14 @@ func main() {
 }
 
 // usageError is an error in the command line; it maps to exit status 2.
-type usageError struct {
-	cmd string
-	err error
-}
-
-func (e *usageError) Error() string {
-	hint := "run `mxbench help` for the subcommands"
-	if e.cmd != "" {
-		hint = "run `mxbench " + e.cmd + " -h` for its flags"
-	}
-	return e.err.Error() + " (" + hint + ")"
-}
-
-func (e *usageError) Unwrap() error { return e.err }
+type usageError = cli.UsageError
 
 func usagef(cmd, format string, args ...any) error {
-	return &usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+	return cli.Usagef("mxbench", cmd, format, args...)
 }
 
 // code maps run's error to the exit status.
-func code(err error) int {
-	var ue *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		return 2
-	}
-	return 1
-}
+func code(err error) int { return cli.Code(err) }
 
 type command struct {
 	args    string
