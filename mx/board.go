@@ -157,7 +157,14 @@ func (b *Board) Close() error {
 		}
 		b.mu.Unlock()
 		close(b.quit)
+		// Frames from Recv point into the transport's buffers (an
+		// AF_XDP UMEM, say) until the next Recv or Close: wait for
+		// whoever owns Recv to finish its batch before the transport
+		// unmaps them. Recv waits are bounded by the board's tick, so
+		// this takes at most one tick.
+		b.recvMu.Lock()
 		err = b.tr.Close()
+		b.recvMu.Unlock()
 		<-b.exited
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)

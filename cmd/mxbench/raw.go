@@ -295,6 +295,13 @@ func rawSink(s *rawSide, limit time.Duration) error {
 			}
 			return err
 		}
+		if n == 0 {
+			select {
+			case <-s.abort:
+				return errRawAborted
+			default:
+			}
+		}
 		for _, f := range s.in[:n] {
 			d := f.Data
 			if len(d) < rawHeader {
@@ -376,15 +383,15 @@ func (p *rawPair) stream(size, iterations, warmup int) (rawResult, error) {
 // with.
 func (p *rawPair) run(bPart func() error, aPart func() (rawResult, error)) (rawResult, error) {
 	done := make(chan error, 1)
-	abort := make(chan struct{})
-	p.a.abort = abort
+	abortA, abortB := make(chan struct{}), make(chan struct{})
+	p.a.abort, p.b.abort = abortA, abortB
 	go func() {
 		if p.spin {
 			pin(1) // never unlocked: the pinned thread retires with the goroutine
 		}
 		err := bPart()
 		if err != nil {
-			close(abort) // a's waits end instead of timing out one by one
+			close(abortA) // a's waits end instead of timing out one by one
 		}
 		done <- err
 	}()
@@ -403,9 +410,9 @@ func (p *rawPair) run(bPart func() error, aPart func() (rawResult, error)) (rawR
 	ar := <-ac
 	res, err := ar.res, ar.err
 	if err != nil && !errors.Is(err, errRawAborted) {
-		p.b.tr.Close() // stops b's part
+		close(abortB) // b's part stops at its next empty poll
 	}
-	if berr := <-done; berr != nil {
+	if berr := <-done; berr != nil && !errors.Is(berr, errRawAborted) {
 		err = fmt.Errorf("the other side: %w", berr)
 	}
 	return res, err
