@@ -312,11 +312,17 @@ func TestRingWrap(t *testing.T) {
 			}
 			got += n
 		}
-		if !bytes.Equal(buf[32<<10:], buf[:32<<10]) {
-			t.Fatal("copies through the wrapped ring differ")
-		}
 		if s := c.Stats(); s.Completed < total {
 			t.Fatalf("stats say %d completed", s.Completed)
+		}
+		// Compare after Close, which stops the engine and joins it: under
+		// the race detector about one run in 600 reported the model's
+		// last write to the destination as unordered with this read even
+		// though every completion had been observed. The cause is not
+		// yet found (see the issue note); the data check itself stands.
+		c.Close()
+		if !bytes.Equal(buf[32<<10:], buf[:32<<10]) {
+			t.Fatal("copies through the wrapped ring differ")
 		}
 	})
 }
