@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
@@ -61,7 +62,7 @@ func envOr(name, def string) string {
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
-	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), "loopback, udp or xdp (env MXBENCH_TRANSPORT)")
+	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), "loopback, udp or xdp (env MXBENCH_TRANSPORT); udp by default with --peer; xdp falls back to udp without root")
 	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an `mxbench serve` (udp); empty runs both sides in this process")
 	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, or the address that routes to --peer)")
 	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
@@ -91,6 +92,24 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 		fs.IntVar(&f.window, "window", 16, "messages in flight")
 	} else {
 		fs.BoolVar(&f.unidir, "unidirectional", false, "the server answers with 0 bytes (omx_perf -U)")
+	}
+}
+
+// chooseTransport settles --transport where the user left it open or asked
+// for more than this process may do: a run against a --peer defaults to
+// udp, and xdp without the privileges it needs falls back to udp, saying
+// why on stderr.
+func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "transport" })
+	if f.peer != "" && !set && os.Getenv("MXBENCH_TRANSPORT") == "" {
+		f.transport = "udp"
+	}
+	if f.transport == "xdp" && f.peer == "" {
+		if why := f.xdp.missing(); why != "" {
+			fmt.Fprintf(stderr, "mxbench: --transport xdp unavailable (%s): falling back to udp\n", why)
+			f.transport = "udp"
+		}
 	}
 }
 

@@ -50,7 +50,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, "no subcommand"},
 		{[]string{"frobnicate"}, "unknown subcommand"},
 		{[]string{"pingpong", "--transport", "carrier-pigeon"}, "want loopback, udp or xdp"},
-		{[]string{"pingpong", "--peer", "h:1"}, "--peer needs a network transport"},
+		{[]string{"pingpong", "--transport", "loopback", "--peer", "h:1"}, "--peer needs a network transport"},
 		{[]string{"pingpong", "--transport", "udp", "--loss", "0.1"}, "loopback wire only"},
 		{[]string{"pingpong", "--loss", "1.5"}, "want a fraction"},
 		{[]string{"pingpong", "--sizes", "4KB"}, "ambiguous"},

@@ -32,6 +32,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 	if err := parse(cmd, fs, args); err != nil {
 		return err
 	}
+	f.chooseTransport(fs, stderr)
 	sizes, err := f.validate(cmd)
 	if err != nil {
 		return err

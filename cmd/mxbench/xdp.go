@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gomx-dev/gomx/internal/netns"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
@@ -52,6 +54,26 @@ func (x *xdpFlags) validate(cmd, tr, peer string) error {
 		return usagef(cmd, "--xdp-mode %q: want auto, driver or generic", x.mode)
 	}
 	return nil
+}
+
+// missing says what this process lacks to run the xdp transport on a veth
+// pair it builds (root for namespaces, CAP_NET_ADMIN, CAP_NET_RAW and
+// CAP_BPF for AF_XDP), or "" when nothing is missing.
+func (x *xdpFlags) missing() string {
+	if x.iface == "" {
+		if why := netns.Missing(); why != "" {
+			return why
+		}
+	}
+	for _, c := range []struct {
+		cap  int
+		name string
+	}{{unix.CAP_NET_ADMIN, "CAP_NET_ADMIN"}, {unix.CAP_NET_RAW, "CAP_NET_RAW"}, {unix.CAP_BPF, "CAP_BPF"}} {
+		if !netns.HasCap(c.cap) {
+			return "AF_XDP needs " + c.name + " (run as root)"
+		}
+	}
+	return ""
 }
 
 func (x *xdpFlags) attachMode() xdp.AttachMode {
