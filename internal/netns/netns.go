@@ -35,7 +35,7 @@ func Missing() string {
 		return "the ip tool (iproute2) is not installed: apt-get install iproute2"
 	}
 	if !hasCap(unix.CAP_SYS_ADMIN) || !hasCap(unix.CAP_NET_ADMIN) {
-		return "creating network namespaces needs CAP_SYS_ADMIN and CAP_NET_ADMIN: run the tests as root, e.g. `go test -exec sudo ./...`"
+		return "creating network namespaces needs CAP_SYS_ADMIN and CAP_NET_ADMIN: run as root (tests: `go test -exec sudo ./...`)"
 	}
 	return ""
 }
