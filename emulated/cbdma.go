@@ -236,6 +236,14 @@ type cbChannel struct {
 
 	dmacount atomic.Uint32 // doorbell, 16 bits
 	sts      atomic.Uint64 // CHANSTS
+	// stsMu makes a completion write-back and the CHANSTS value it carries
+	// one event for register reads: it is held from the write-back to the
+	// CHANSTS store, and by CHANSTS reads. Without it a driver could see
+	// the write-back name descriptor n, then read CHANSTS still naming
+	// n-1, as hardware never shows (CHANSTS changes before the write-back
+	// of its value), while one that sees HALTED in CHANSTS must also see
+	// the halt's write-back.
+	stsMu    sync.Mutex
 	chanerr  atomic.Uint32
 	bwLimit  atomic.Int64
 	parked   atomic.Bool
@@ -316,13 +324,13 @@ func (c *cbChannel) read(off, w int) uint64 {
 	case r == hw.ChanSts && w == 8:
 		if c.split64() {
 			c.violation("64-bit read of CHANSTS below CB 3.3 (read two 32-bit halves, low first)")
-			return c.sts.Load() & 0xFFFFFFFF
+			return c.loadSts() & 0xFFFFFFFF
 		}
-		return c.sts.Load()
+		return c.loadSts()
 	case r == hw.ChanSts && w == 4:
-		return c.sts.Load() & 0xFFFFFFFF
+		return c.loadSts() & 0xFFFFFFFF
 	case r == hw.ChanSts+4 && w == 4:
-		return c.sts.Load() >> 32
+		return c.loadSts() >> 32
 	case r == hw.ChanErr && w == 4:
 		return uint64(c.chanerr.Load())
 	case r == hw.ChanDMACount && w == 2:
@@ -374,6 +382,13 @@ func (c *cbChannel) read(off, w int) uint64 {
 	}
 	c.violation("read of %d bytes at channel offset %#x: no such register", w, r)
 	return 0
+}
+
+// loadSts reads CHANSTS for a register read (see stsMu).
+func (c *cbChannel) loadSts() uint64 {
+	c.stsMu.Lock()
+	defer c.stsMu.Unlock()
+	return c.sts.Load()
 }
 
 func (c *cbChannel) chain64() uint64 {
@@ -622,10 +637,12 @@ func (c *cbChannel) haltLocked(bits uint32) {
 	}
 	c.nErr.Add(1)
 	v := c.lastDone | uint64(hw.StateHalted)
+	c.stsMu.Lock()
 	if c.ctrl&hw.CtrlErrCmplEn != 0 {
 		c.writeCompletion(v)
 	}
 	c.setState(hw.StateHalted)
+	c.stsMu.Unlock()
 	if c.ctrl&hw.CtrlErrIntEn != 0 {
 		c.interruptLocked()
 	}
@@ -899,13 +916,17 @@ func (c *cbChannel) execOne(target uint16) {
 		st = hw.StateIdle
 	}
 	v := addr | uint64(st)
+	// The write-back and CHANSTS change together (see stsMu).
+	c.stsMu.Lock()
 	if d.Ctl&hw.CtlComplWrite != 0 {
 		if !c.writeCompletion(v) {
+			c.stsMu.Unlock()
 			return
 		}
 	}
 	dmasync.Publish()
 	c.sts.Store(v)
+	c.stsMu.Unlock()
 	if d.Ctl&hw.CtlIntEn != 0 {
 		c.interruptLocked()
 	}

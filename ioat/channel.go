@@ -144,6 +144,7 @@ type Channel struct {
 	tail      uint64 // oldest ring index not yet completed
 	restart   uint64 // ring index where the chain last (re)started
 	lastSts   uint64 // last completion word processed
+	wbFloor   uint64 // ring index the next write-back names at or after (see Free)
 	stall     int    // polls without progress
 	slots     []slot
 	reaped    uint64 // ops already delivered by Poll up to this ring index
@@ -425,6 +426,7 @@ func (c *Channel) start(at uint64) error {
 	c.regs.Write16(c.base+hw.ChanCtrl, ctrl)
 	store64(c.comp, 0)
 	c.lastSts = 0
+	c.wbFloor = at
 	c.write64(hw.ChanCmp, c.compIOVA)
 	c.write64(hw.ChanChainAddr, c.slotIOVA[at&c.mask])
 	if err := c.waitFor("CHANSTS (arm)", c.opts.StartTimeout, func() bool { return c.state() == hw.StateArmed }); err != nil {
@@ -465,8 +467,18 @@ func (c *Channel) selfStart() error {
 }
 
 // Free returns how many descriptors can be enqueued now.
+//
+// A status names a descriptor by its ring slot, so it is read as the
+// index, among those a status can still name, that sits in that slot:
+// tail-1 onwards for CHANSTS (it never goes back, nor lags a write-back
+// already seen: the engine updates CHANSTS, then writes its value back),
+// wbFloor-1 onwards for the write-back. The write-back can lag behind a tail that a CHANSTS
+// read moved on (it reports only the last descriptor of each batch, and
+// one written before that read may land after it), so ring positions are
+// free from wbFloor, not tail: a late write-back must not name a slot that
+// has been refilled, or it would be taken for that new descriptor.
 func (c *Channel) Free() int {
-	n := int(c.size - 1 - (c.head - c.tail))
+	n := int(c.size - 1 - (c.head - c.wbFloor))
 	if lim := 65535 - int(c.head-c.tail); lim < n {
 		n = lim
 	}
@@ -681,7 +693,7 @@ func (c *Channel) Poll(out []Completion) int {
 		dmasync.Observe()
 		c.lastSts = sts
 		c.stall = 0
-		c.advance(hw.StatusAddr(sts))
+		c.advanceWB(hw.StatusAddr(sts))
 		if hw.StatusState(sts) == hw.StateHalted {
 			c.recover()
 		}
@@ -700,14 +712,35 @@ func (c *Channel) Poll(out []Completion) int {
 	return c.deliver(out)
 }
 
-// advance marks every descriptor up to the one at bus address addr
-// complete.
+// advance marks every descriptor up to the one at bus address addr, as
+// CHANSTS names it, complete.
 func (c *Channel) advance(addr uint64) {
 	if addr == 0 || c.tail == c.submitted {
 		return
 	}
-	k, ok := c.indexOf(addr)
+	if k, ok := c.indexOf(addr, c.tail-1); ok {
+		c.complete(k)
+	}
+}
+
+// advanceWB is advance for an address the completion write-back names. It
+// may be older than tail (see Free); it still moves wbFloor.
+func (c *Channel) advanceWB(addr uint64) {
+	if addr == 0 {
+		return
+	}
+	k, ok := c.indexOf(addr, c.wbFloor-1)
 	if !ok {
+		return
+	}
+	c.wbFloor = k + 1
+	c.complete(k)
+}
+
+// complete marks every descriptor up to ring index k complete; k below
+// tail changes nothing.
+func (c *Channel) complete(k uint64) {
+	if k < c.tail {
 		return
 	}
 	c.stats.Completed += k + 1 - c.tail
@@ -715,15 +748,17 @@ func (c *Channel) advance(addr uint64) {
 	c.failRun = 0
 }
 
-// indexOf converts a descriptor bus address to the outstanding ring index
-// it names.
-func (c *Channel) indexOf(addr uint64) (uint64, bool) {
+// indexOf converts a descriptor bus address to the ring index it names:
+// the first one from index from on that sits in its slot, which must have
+// been submitted. Free keeps every index a status can name within one lap
+// of from, so the answer is unambiguous.
+func (c *Channel) indexOf(addr, from uint64) (uint64, bool) {
 	off, ok := c.memMap.Contains(addr, hw.DescSize)
 	if !ok || off >= len(c.ring) {
 		return 0, false
 	}
 	s := uint64(off / hw.DescSize)
-	k := c.tail + ((s - c.tail) & c.mask)
+	k := from + ((s - from) & c.mask)
 	return k, k < c.submitted
 }
 
@@ -813,6 +848,7 @@ func (c *Channel) failAll(err error) {
 	}
 	c.tail = c.head
 	c.submitted = c.head
+	c.wbFloor = c.head
 }
 
 // Interrupt returns the channel's interrupt, nil when interrupts are off.

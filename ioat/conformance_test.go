@@ -272,7 +272,7 @@ func TestAllChannelsManyGoroutines(t *testing.T) {
 // both the ring index and the 16-bit DMACOUNT wrap many times.
 func TestRingWrap(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
-		devs, _ := b.open(t, 1)
+		devs, plat := b.open(t, 1)
 		c, err := Open(devs[0], Options{RingSize: 64})
 		if err != nil {
 			t.Fatal(err)
@@ -304,6 +304,13 @@ func TestRingWrap(t *testing.T) {
 			}
 			c.Submit()
 			n := c.Poll(out[:])
+			if plat != nil {
+				// A descriptor the driver completed must have run: a
+				// status misread as a ring lap ahead fails here.
+				if ran, done := plat.Stats(0).Descriptors, c.Stats().Completed; done > ran {
+					t.Fatalf("driver completed %d descriptors, engine ran %d", done, ran)
+				}
+			}
 			for _, cp := range out[:n] {
 				if cp.Err != nil || cp.Tag != next {
 					t.Fatalf("completion %+v, want tag %d and no error", cp, next)
@@ -312,17 +319,14 @@ func TestRingWrap(t *testing.T) {
 			}
 			got += n
 		}
-		if s := c.Stats(); s.Completed < total {
-			t.Fatalf("stats say %d completed", s.Completed)
-		}
-		// Compare after Close, which stops the engine and joins it: under
-		// the race detector about one run in 600 reported the model's
-		// last write to the destination as unordered with this read even
-		// though every completion had been observed. The cause is not
-		// yet found (see the issue note); the data check itself stands.
-		c.Close()
+		// Compare while the channel is open: every copy must have landed
+		// once Poll reported it (under -race, a copy the driver reported
+		// before the engine ran it shows up as a race with this read).
 		if !bytes.Equal(buf[32<<10:], buf[:32<<10]) {
 			t.Fatal("copies through the wrapped ring differ")
+		}
+		if s := c.Stats(); s.Completed < total {
+			t.Fatalf("stats say %d completed", s.Completed)
 		}
 	})
 }
