@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -84,10 +85,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 	}
 	defer p.close()
 	rep.header(fmt.Sprintf("mxbench %s: %s, both sides in this process, %s%s", cmd, p.what, f.describeWait(), syncNote(&f)))
-	maxSize := 0
-	for _, s := range sizes {
-		maxSize = max(maxSize, s)
-	}
+	maxSize := slices.Max(sizes) // validate refuses an empty list
 	window := max(f.window, 1)
 	var ub *udpBaseline
 	if f.baseline && udpFirst == nil {
@@ -218,7 +216,7 @@ func newUDPBaseline(f *benchFlags, maxSize int) (*udpBaseline, error) {
 
 // measureUDPBaselines measures the UDP baseline of every size.
 func measureUDPBaselines(cmd string, f *benchFlags, sizes []int) (map[int]*baselineResult, error) {
-	ub, err := newUDPBaseline(f, slicesMax(sizes))
+	ub, err := newUDPBaseline(f, slices.Max(sizes))
 	if err != nil {
 		return nil, fmt.Errorf("UDP baseline: %w", err)
 	}

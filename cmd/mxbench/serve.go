@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -206,11 +207,8 @@ func serveOne(ctx context.Context, ep *mx.Endpoint, key uint32, pbuf []byte, raw
 	if err != nil {
 		return fmt.Errorf("connect back to %v: %w", st.Source, err)
 	}
-	raw.seq, raw.last = 0, 0 // a new client numbers its messages from 1
-	maxSize := 0
-	for _, s := range p.sizes {
-		maxSize = max(maxSize, s)
-	}
+	raw.seq, raw.last = 0, 0       // a new client numbers its messages from 1
+	maxSize := slices.Max(p.sizes) // decodeParams refuses an empty list
 	f := &benchFlags{sync: p.flags&flagSync != 0, verify: p.flags&flagVerify != 0}
 	s := newSide(ep, back, maxSize, p.window, f)
 	ready, err := ep.ISend(nil, back, tagReady, nil)
@@ -320,6 +318,7 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	if _, err := ready.Wait(cctx); err != nil {
 		return fmt.Errorf("waiting for the server: %w", err)
 	}
+	maxSize := slices.Max(sizes)
 	var rawSide *rawSide
 	if f.baseline {
 		raw, err := listenPlainUDPString(listen)
@@ -327,12 +326,12 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 			return err
 		}
 		defer raw.Close()
-		if rawSide, err = newRawSide(raw, peerNIC+1, slicesMax(sizes), f.spin()); err != nil {
+		if rawSide, err = newRawSide(raw, peerNIC+1, maxSize, f.spin()); err != nil {
 			return err
 		}
 	}
 	rep.header(fmt.Sprintf("mxbench %s: udp %v -> server %s (endpoint %d), %s%s", cmd, board.NICID().UDPAddr(), f.peer, f.remoteEP, f.describeWait(), syncNote(f)))
-	s := newSide(ep, peer, slicesMax(sizes), f.window, f)
+	s := newSide(ep, peer, maxSize, f.window, f)
 	if f.spin() {
 		pin(0)
 		// The pinned thread stays with this goroutine until the command ends.
@@ -373,12 +372,4 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 		rep.row(res)
 	}
 	return nil
-}
-
-func slicesMax(v []int) int {
-	m := 0
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
 }

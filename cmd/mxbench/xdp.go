@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -213,7 +214,7 @@ func (x *xdpFlags) rawXDP(cmd string, f *benchFlags, sizes []int) (map[int]*base
 	}
 	defer ta.Close()
 	defer tb.Close()
-	raw, err := newRawPair(ta, tb, slicesMax(sizes), f.spin())
+	raw, err := newRawPair(ta, tb, slices.Max(sizes), f.spin())
 	if err != nil {
 		return nil, err
 	}
