@@ -118,10 +118,11 @@ func (c Config) InitArgs() []string {
 		"-env=GOMX_REQUIRE_QEMU=" + c.Require(),
 	}
 	if c.NoIOMMU {
-		args = append(args, "-modules=/mods/load-noiommu.txt")
+		args = append(args, "-insmod="+NoIOMMUVfioPath+":enable_unsafe_noiommu_mode=1")
 	} else {
-		args = append(args, "-modules=/mods/load-iommu.txt", "-nonviable")
+		args = append(args, "-nonviable")
 	}
+	args = append(args, "-modprobe="+strings.Join(GuestModules, ","))
 	return args
 }
 

@@ -14,15 +14,22 @@
 // kernel source package (build-vfio-noiommu.sh), because Debian's own
 // vfio.ko lacks that option.
 //
-// It then builds an initramfs, written by [Archive] without a cpio tool:
-// the static init of hack/qemu/init as /init, the VFIO and uio modules in
-// dependency order (from modinfo), and the test binaries of the packages
-// that need real devices, each built with `go test -c` next to its
-// testdata. Every configuration in [Configs] boots that one image.
+// It then builds an initramfs with u-root's initramfs and cpio packages
+// (github.com/u-root/mkuimage/uimage/initramfs, where u-root's
+// pkg/uroot/initramfs moved): the static init of hack/qemu/init as /init,
+// the test binaries of the packages that need real devices (each built with
+// `go test -c`, next to its testdata), and the kernel's modules.dep with the
+// .ko files the guest modules need, at lib/modules/RELEASE as in any root
+// file system. The set of .ko files is what u-root's kmodule would load,
+// asked in dry-run mode on the host. Every configuration in [Configs] boots
+// that one image.
 //
 // # In the guest
 //
-// The init loads the modules, reserves hugepages, binds QEMU's edu DMA
+// The init mounts the pseudo file systems with u-root's libinit creators,
+// loads the modules with u-root's kmodule (dependencies first, from
+// modules.dep; the no-IOMMU vfio.ko is loaded before, so kmodule keeps it),
+// reserves hugepages, binds QEMU's edu DMA
 // engine and its two e1000e NICs (cabled to each other through an
 // in-process hub) to vfio-pci, and runs every test binary with -test.v and
 // GOMX_REQUIRE_VFIO=1, GOMX_REQUIRE_HUGEPAGES=1 and GOMX_REQUIRE_QEMU set,

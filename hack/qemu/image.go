@@ -12,7 +12,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/u-root/mkuimage/cpio"
+	"github.com/u-root/mkuimage/uimage/initramfs"
+	"github.com/u-root/u-root/pkg/kmodule"
 )
 
 // Guest kernel: Debian's package, pinned, with a fallback.
@@ -59,7 +64,7 @@ func command(ctx context.Context, timeout time.Duration, out io.Writer, dir, nam
 // tools maps the programs the host side runs to their Debian packages.
 var tools = []struct{ prog, pkg string }{
 	{"qemu-system-x86_64", "qemu-system-x86"},
-	{"modinfo", "kmod"},
+	{"depmod", "kmod"},
 	{"xz", "xz-utils"},
 	{"dpkg-deb", "dpkg"},
 	{"apt-get", "apt"},
@@ -226,85 +231,50 @@ func extractVmlinux(ctx context.Context, vmlinuz, out string) error {
 	return os.Rename(out+".tmp", out)
 }
 
-// moduleRoots are the modules the guest needs; their dependencies come
-// from modinfo.
-var moduleRoots = []string{"vfio-pci", "vfio_iommu_type1", "uio_pci_generic"}
-
-// Modules lists kernel modules in load order: dependencies first.
+// Modules are the guest's kernel modules: the modules.dep that depmod wrote
+// for the kernel package, and the .ko files that GuestModules need.
 type Modules struct {
-	// Paths are the .ko files in load order.
+	// Dir is the kernel package's lib/modules/RELEASE directory on the host.
+	Dir string
+	// Paths are the .ko files GuestModules and their dependencies need,
+	// sorted; the guest's init loads them in dependency order itself.
 	Paths []string
 }
 
-// ResolveModules finds the guest's modules in the kernel package and
-// orders them so that every module comes after the ones it depends on.
-func ResolveModules(ctx context.Context, k Kernel) (Modules, error) {
-	byName := map[string]string{}
-	err := filepath.WalkDir(filepath.Join(k.Modules, "kernel"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, ".ko") {
-			byName[modName(filepath.Base(p))] = p
+// ResolveModules finds the modules GuestModules need in the kernel package.
+// Debian's package ships no modules.dep (its postinst runs depmod), so it
+// runs `depmod -b` on the unpacked package once; u-root's kmodule then walks
+// that file exactly as it will in the guest, in dry-run mode, and names
+// every .ko it would load.
+func ResolveModules(ctx context.Context, k Kernel, out io.Writer) (Modules, error) {
+	m := Modules{Dir: k.Modules}
+	root := filepath.Dir(filepath.Dir(filepath.Dir(k.Modules))) // ROOT/lib/modules/RELEASE
+	if _, err := os.Stat(filepath.Join(k.Modules, "modules.dep")); err != nil {
+		if err := command(ctx, 2*time.Minute, out, "", "depmod", "-b", root, k.Release); err != nil {
+			return Modules{}, fmt.Errorf("%w (depmod is in the kmod package)", err)
 		}
-		return err
+	}
+	var mu sync.Mutex // kmodule loads independent dependencies concurrently
+	p, err := kmodule.NewProber(kmodule.ProbeOpts{
+		RootDir:        root,
+		KVer:           k.Release,
+		IgnoreProcMods: true, // the host's loaded modules say nothing about the guest
+		DryRunCB: func(path string) {
+			mu.Lock()
+			m.Paths = append(m.Paths, path)
+			mu.Unlock()
+		},
 	})
 	if err != nil {
-		return Modules{}, err
+		return Modules{}, fmt.Errorf("reading %s: %w", filepath.Join(k.Modules, "modules.dep"), err)
 	}
-	deps := func(name string) ([]string, error) {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		b, err := exec.CommandContext(ctx, "modinfo", "-F", "depends", byName[name]).Output()
-		if err != nil {
-			return nil, fmt.Errorf("modinfo %s: %w (install kmod)", byName[name], err)
-		}
-		var out []string
-		for _, d := range strings.Split(strings.TrimSpace(string(b)), ",") {
-			if d != "" {
-				out = append(out, modName(d))
-			}
-		}
-		return out, nil
-	}
-	var m Modules
-	state := map[string]int{} // 1 visiting, 2 done
-	var visit func(name string, depth int) error
-	visit = func(name string, depth int) error {
-		if depth > 32 {
-			return fmt.Errorf("module dependencies of %s nest too deep", name)
-		}
-		switch state[name] {
-		case 1:
-			return fmt.Errorf("module dependency cycle through %s", name)
-		case 2:
-			return nil
-		}
-		if byName[name] == "" {
-			return fmt.Errorf("module %s is not in %s", name, k.Modules)
-		}
-		state[name] = 1
-		ds, err := deps(name)
-		if err != nil {
-			return err
-		}
-		for _, d := range ds {
-			if err := visit(d, depth+1); err != nil {
-				return err
-			}
-		}
-		state[name] = 2
-		m.Paths = append(m.Paths, byName[name])
-		return nil
-	}
-	for _, r := range moduleRoots {
-		if err := visit(modName(r), 0); err != nil {
-			return Modules{}, err
+	for _, name := range GuestModules {
+		if err := p.Probe(name, ""); err != nil {
+			return Modules{}, fmt.Errorf("module %s of kernel %s: %w", name, k.Release, err)
 		}
 	}
+	sort.Strings(m.Paths)
 	return m, nil
-}
-
-// modName normalises a module name: the kernel treats - and _ alike.
-func modName(s string) string {
-	return strings.ReplaceAll(strings.TrimSuffix(s, ".ko"), "-", "_")
 }
 
 // BuildNoIOMMUVfio builds (once, cached) a vfio.ko with CONFIG_VFIO_NOIOMMU
@@ -322,13 +292,31 @@ func BuildNoIOMMUVfio(ctx context.Context, repo, cache string, k Kernel, out io.
 	return ko, nil
 }
 
+// What the guest gets. These two lists are the places to extend when a new
+// package's tests need a real device (a `go test -c` binary and its
+// testdata per package) or the guest needs another kernel module.
+var (
+	// DefaultPackages are the packages whose tests run in the guest: the
+	// ones with tests that need root, hugepages or real VFIO devices.
+	DefaultPackages = []string{"./pci", "./hugepage", "./vfio"}
+
+	// GuestModules are the kernel modules the guest's init loads, by name;
+	// u-root's kmodule loads their dependencies first, from modules.dep.
+	GuestModules = []string{"vfio-pci", "vfio_iommu_type1", "uio_pci_generic"}
+)
+
+// NoIOMMUVfioPath is where the rebuilt vfio.ko sits in the initramfs. The
+// no-IOMMU configuration loads it before GuestModules, so that kmodule finds
+// vfio already loaded and does not load Debian's.
+const NoIOMMUVfioPath = "/mods/vfio-noiommu.ko"
+
 // Image describes what goes into the guest's initramfs.
 type Image struct {
 	// Repo is the repository root.
 	Repo string
 	// Kernel supplies the modules.
 	Kernel Kernel
-	// Modules are the stock modules in load order.
+	// Modules are the stock modules the guest loads.
 	Modules Modules
 	// NoIOMMUVfio is the rebuilt vfio.ko, "" when no configuration needs it.
 	NoIOMMUVfio string
@@ -337,25 +325,23 @@ type Image struct {
 	Packages []string
 }
 
-// DefaultPackages are the packages whose tests run in the guest: the ones
-// with tests that need root, hugepages or real VFIO devices.
-var DefaultPackages = []string{"./pci", "./hugepage", "./vfio"}
-
 // Build compiles the init and the test binaries (static, CGO_ENABLED=0) in
 // dir and writes the gzip-compressed initramfs to dir/initramfs.cpio.gz,
-// whose path it returns.
+// whose path it returns. The archive is laid out by u-root's initramfs
+// package: parents before children, host files read as they are written.
 func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) (string, error) {
-	a := NewArchive()
+	files := initramfs.NewFiles()
 	for _, d := range []string{"dev", "proc", "sys", "tmp", "mods", "tests", "bin"} {
-		a.Dir(d)
+		if err := files.AddRecord(cpio.Directory(d, 0o755)); err != nil {
+			return "", err
+		}
 	}
 	// PID 1 gets /dev/console as stdin, stdout and stderr only if the node
 	// exists before devtmpfs is mounted.
-	if err := a.CharDev("dev/console", 0o600, 5, 1); err != nil {
-		return "", err
-	}
-	if err := a.CharDev("dev/null", 0o666, 1, 3); err != nil {
-		return "", err
+	for _, r := range []cpio.Record{cpio.CharDev("dev/console", 0o600, 5, 1), cpio.CharDev("dev/null", 0o666, 1, 3)} {
+		if err := files.AddRecord(r); err != nil {
+			return "", err
+		}
 	}
 	build := func(args ...string) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
@@ -374,7 +360,7 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 	if err := build("build", "-trimpath", "-ldflags=-s -w", "-o", initBin, "./hack/qemu/init"); err != nil {
 		return "", err
 	}
-	if err := addFile(a, "init", initBin, 0o755); err != nil {
+	if err := files.AddFile(initBin, "init"); err != nil {
 		return "", err
 	}
 	for _, p := range im.Packages {
@@ -383,74 +369,79 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 		if err := build("test", "-c", "-o", bin, p); err != nil {
 			return "", err
 		}
-		if err := addFile(a, "tests/"+name+"/"+name+".test", bin, 0o755); err != nil {
+		if err := files.AddFile(bin, "tests/"+name+"/"+name+".test"); err != nil {
 			return "", err
 		}
-		if err := addTree(a, filepath.Join(im.Repo, p, "testdata"), "tests/"+name+"/testdata"); err != nil {
-			return "", err
+		testdata := filepath.Join(im.Repo, p, "testdata")
+		if _, err := os.Stat(testdata); err == nil {
+			if err := files.AddFile(testdata, "tests/"+name+"/testdata"); err != nil {
+				return "", err
+			}
 		}
 	}
-
-	var iommu, noiommu []string
-	for _, p := range im.Modules.Paths {
-		base := filepath.Base(p)
-		if err := addFile(a, "mods/"+base, p, 0o644); err != nil {
-			return "", err
-		}
-		iommu = append(iommu, base)
-		if modName(base) == "vfio" {
-			base = "vfio-noiommu.ko enable_unsafe_noiommu_mode=1"
-		}
-		noiommu = append(noiommu, base)
-	}
-	if err := a.File("mods/load-iommu.txt", []byte(strings.Join(iommu, "\n")+"\n"), 0o644); err != nil {
+	if err := im.Modules.add(files, im.Kernel.Release); err != nil {
 		return "", err
 	}
 	if im.NoIOMMUVfio != "" {
-		if err := addFile(a, "mods/vfio-noiommu.ko", im.NoIOMMUVfio, 0o644); err != nil {
-			return "", err
-		}
-		if err := a.File("mods/load-noiommu.txt", []byte(strings.Join(noiommu, "\n")+"\n"), 0o644); err != nil {
+		if err := files.AddFile(im.NoIOMMUVfio, strings.TrimPrefix(NoIOMMUVfioPath, "/")); err != nil {
 			return "", err
 		}
 	}
-
 	path := filepath.Join(dir, "initramfs.cpio.gz")
-	f, err := os.Create(path)
-	if err != nil {
+	if err := WriteInitramfs(path, files); err != nil {
 		return "", err
-	}
-	zw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-	_, werr := a.WriteTo(zw)
-	cerr := zw.Close()
-	ferr := f.Close()
-	if err := errors.Join(werr, cerr, ferr); err != nil {
-		return "", fmt.Errorf("writing %s: %w", path, err)
 	}
 	return path, nil
 }
 
-func addFile(a *Archive, name, src string, perm uint32) error {
-	b, err := os.ReadFile(src)
+// add puts modules.dep and the modules at their standard places,
+// lib/modules/RELEASE/..., where kmodule looks for them in the guest.
+func (m Modules) add(files *initramfs.Files, release string) error {
+	dst := "lib/modules/" + release
+	if err := files.AddFile(filepath.Join(m.Dir, "modules.dep"), dst+"/modules.dep"); err != nil {
+		return err
+	}
+	for _, p := range m.Paths {
+		rel, err := filepath.Rel(m.Dir, p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return fmt.Errorf("module %s is outside %s", p, m.Dir)
+		}
+		if err := files.AddFile(p, dst+"/"+filepath.ToSlash(rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteInitramfs writes files as a gzip-compressed newc cpio archive (the
+// format the kernel unpacks into its initial root file system) to path,
+// with u-root's cpio writer. Parent directories that were not added are
+// added, so the kernel creates every path.
+func WriteInitramfs(path string, files *initramfs.Files) (err error) {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	return a.File(name, b, perm)
+	zw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
+	w := gzipCPIO{RecordWriter: cpio.Newc.Writer(zw), zw: zw, f: f}
+	if err := files.WriteTo(w); err != nil {
+		w.Finish()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := w.Finish(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }
 
-// addTree adds the regular files under src (if it exists) below dst.
-func addTree(a *Archive, src, dst string) error {
-	if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		return addFile(a, filepath.ToSlash(filepath.Join(dst, rel)), p, 0o644)
-	})
+// gzipCPIO is an initramfs.Writer that compresses the archive as it goes.
+type gzipCPIO struct {
+	cpio.RecordWriter
+	zw *gzip.Writer
+	f  *os.File
+}
+
+// Finish writes the trailer record and closes the compressor and the file.
+func (w gzipCPIO) Finish() error {
+	return errors.Join(cpio.WriteTrailer(w), w.zw.Close(), w.f.Close())
 }

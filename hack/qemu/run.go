@@ -189,7 +189,7 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 	if err != nil {
 		return fail(wrap(err))
 	}
-	mods, err := ResolveModules(ctx, k)
+	mods, err := ResolveModules(ctx, k, toolLog)
 	if err != nil {
 		return fail(wrap(err))
 	}

@@ -2,9 +2,10 @@
 // github.com/gomx-dev/gomx/hack/qemu). It is built static and put at /init
 // in the initramfs.
 //
-// It mounts /proc, /sys, /dev and a hugetlbfs, loads the kernel modules
-// listed in a load file (one "name.ko [parameters]" per line, in dependency
-// order), reserves hugepages, binds QEMU's edu and e1000e devices to
+// It mounts /proc, /sys, /dev and a hugetlbfs (u-root's libinit creators),
+// loads the files given with -insmod, then the modules named by -modprobe
+// together with their dependencies (u-root's kmodule, reading the
+// modules.dep the host put in /lib/modules/RELEASE), reserves hugepages, binds QEMU's edu and e1000e devices to
 // vfio-pci with the project's own vfio.Sysfs.Bind (and, with -nonviable,
 // one edu behind the PCIe-to-PCI bridge to uio_pci_generic, so that its
 // IOMMU group is not viable), then runs every /tests/PKG/PKG.test with
@@ -31,6 +32,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/u-root/u-root/pkg/kmodule"
+	"github.com/u-root/u-root/pkg/libinit"
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/hack/qemu"
@@ -53,7 +56,8 @@ func main() {
 // options are the init's flags, passed after "--" on the kernel command line.
 type options struct {
 	config      string
-	modules     string
+	insmod      []string
+	modprobe    string
 	hugepages   int
 	bind        string
 	nonviable   bool
@@ -66,7 +70,14 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("init", flag.ContinueOnError)
 	fs.StringVar(&o.config, "config", "", "name of the boot configuration, for the summary")
-	fs.StringVar(&o.modules, "modules", "/mods/load-iommu.txt", "module load file: one `name.ko [params]` per line, in order")
+	fs.Func("insmod", "`PATH[:PARAM=V[:...]]` of a module file to load first (repeatable)", func(s string) error {
+		if !strings.HasPrefix(s, "/") {
+			return fmt.Errorf("-insmod %q: want an absolute path to a .ko file", s)
+		}
+		o.insmod = append(o.insmod, s)
+		return nil
+	})
+	fs.StringVar(&o.modprobe, "modprobe", "", "comma-separated modules to load with their dependencies from modules.dep")
 	fs.IntVar(&o.hugepages, "hugepages", 64, "2 MiB hugepages to reserve")
 	fs.StringVar(&o.bind, "bind", "1234:11e8,8086:10d3", "vendor:device IDs to bind to vfio-pci")
 	fs.BoolVar(&o.nonviable, "nonviable", false, "bind one function of a shared IOMMU group to uio_pci_generic")
@@ -111,7 +122,7 @@ func run(args []string) error {
 	}
 	fmt.Printf("init: config %q, kernel %s, args %q\n", o.config, s.Kernel, args)
 
-	loadModules(o.modules, step)
+	loadModules(o, step)
 	step(fmt.Sprintf("reserve %d hugepages", o.hugepages), reserveHugepages(o.hugepages))
 	bindDevices(o, step)
 	fmt.Printf("init: setup took %v\n", time.Since(start).Round(time.Millisecond))
@@ -121,44 +132,49 @@ func run(args []string) error {
 	return nil
 }
 
-// mountAll mounts the pseudo file systems the tests need. The kernel does
-// not mount devtmpfs for an initramfs.
+// mounts are the pseudo file systems the tests need. The kernel does not
+// mount devtmpfs for an initramfs.
+var mounts = []libinit.Creator{
+	libinit.Mount{Source: "proc", Target: "/proc", FSType: "proc"},
+	libinit.Mount{Source: "sysfs", Target: "/sys", FSType: "sysfs"},
+	libinit.Mount{Source: "devtmpfs", Target: "/dev", FSType: "devtmpfs"},
+	libinit.Mount{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs"},
+	libinit.Dir{Name: "/dev/hugepages", Mode: 0o755},
+	libinit.Mount{Source: "hugetlbfs", Target: "/dev/hugepages", FSType: "hugetlbfs", Opts: "pagesize=2M"},
+}
+
+// mountAll creates mounts. libinit.Create would only log a failure; the
+// summary needs it, so each creator runs here.
 func mountAll() error {
 	var errs []error
-	for _, m := range []struct{ src, dir, fstype, data string }{
-		{"proc", "/proc", "proc", ""},
-		{"sysfs", "/sys", "sysfs", ""},
-		{"devtmpfs", "/dev", "devtmpfs", ""},
-		{"tmpfs", "/tmp", "tmpfs", ""},
-		{"hugetlbfs", "/dev/hugepages", "hugetlbfs", "pagesize=2M"},
-	} {
-		if err := os.MkdirAll(m.dir, 0o755); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := unix.Mount(m.src, m.dir, m.fstype, 0, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
-			errs = append(errs, fmt.Errorf("mount %s on %s: %w", m.fstype, m.dir, err))
+	for _, c := range mounts {
+		if err := c.Create(); err != nil && !errors.Is(err, unix.EBUSY) {
+			errs = append(errs, fmt.Errorf("%s: %w", c, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// loadModules loads every module of the load file, in order. A module the
-// kernel already has is fine.
-func loadModules(list string, step func(string, error)) {
-	b, err := os.ReadFile(list)
-	if err != nil {
-		step("read "+list, err)
+// loadModules loads each -insmod file, then each -modprobe module with the
+// modules it depends on (in dependency order, independent ones at once). A
+// module the kernel already has is fine: kmodule reads /proc/modules, so a
+// vfio.ko loaded by -insmod stands in for the stock one.
+func loadModules(o options, step func(string, error)) {
+	for _, spec := range o.insmod {
+		path, params, _ := strings.Cut(spec, ":")
+		params = strings.ReplaceAll(params, ":", " ")
+		step(strings.TrimSpace("load "+path+" "+params), insmod(path, params))
+	}
+	if o.modprobe == "" {
 		return
 	}
-	dir := filepath.Dir(list)
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, params, _ := strings.Cut(line, " ")
-		step("load "+line, insmod(filepath.Join(dir, name), strings.TrimSpace(params)))
+	p, err := kmodule.NewProber(kmodule.ProbeOpts{})
+	if err != nil {
+		step("read modules.dep", err)
+		return
+	}
+	for _, name := range strings.Split(o.modprobe, ",") {
+		step("modprobe "+name, p.Probe(strings.TrimSpace(name), ""))
 	}
 }
 
@@ -168,7 +184,7 @@ func insmod(path, params string) error {
 		return err
 	}
 	defer f.Close()
-	if err := unix.FinitModule(int(f.Fd()), params, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := kmodule.FileInit(f, params, 0); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("finit_module: %w (see the kernel log above)", err)
 	}
 	return nil

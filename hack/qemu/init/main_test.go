@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,11 +22,20 @@ func TestParseFlagsFromConfigs(t *testing.T) {
 		if !slices.Contains(o.env, "GOMX_REQUIRE_VFIO=1") || !slices.Contains(o.env, "GOMX_REQUIRE_QEMU="+c.Require()) {
 			t.Errorf("%s: env %q", c.Name, o.env)
 		}
+		if o.modprobe != strings.Join(qemu.GuestModules, ",") {
+			t.Errorf("%s: -modprobe %q, want the guest modules %q", c.Name, o.modprobe, qemu.GuestModules)
+		}
+		if c.NoIOMMU != (len(o.insmod) == 1 && strings.HasPrefix(o.insmod[0], qemu.NoIOMMUVfioPath+":")) {
+			t.Errorf("%s: -insmod %q: the rebuilt vfio.ko must come first exactly when there is no IOMMU", c.Name, o.insmod)
+		}
 		if o.testTimeout <= 10*time.Second {
 			t.Errorf("%s: test timeout %v leaves no room for -test.timeout", c.Name, o.testTimeout)
 		}
 	}
 	if _, err := parseFlags([]string{"-env=NOEQUALS"}); err == nil {
 		t.Error("-env without = accepted")
+	}
+	if _, err := parseFlags([]string{"-insmod=mods/vfio.ko"}); err == nil {
+		t.Error("-insmod with a relative path accepted")
 	}
 }
