@@ -322,7 +322,7 @@ func TestOpenErrors(t *testing.T) {
 		check("bad slots", err, ErrConfig, "Slots 3")
 		return nil
 	})
-	if _, err := netnstest.IP(p.NSB, "link", "set", p.B, "down"); err != nil {
+	if err := netnstest.SetLinkUp(p.NSB, p.B, false); err != nil {
 		t.Fatal(err)
 	}
 	p.InB(func() error {
@@ -332,7 +332,7 @@ func TestOpenErrors(t *testing.T) {
 		check("attach to an interface that is down", err, ErrInterface, "is down")
 		return nil
 	})
-	if _, err := netnstest.IP(p.NSB, "link", "set", p.B, "up"); err != nil {
+	if err := netnstest.SetLinkUp(p.NSB, p.B, true); err != nil {
 		t.Fatal(err)
 	}
 	// Without CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF and CAP_SYS_ADMIN (dropped
@@ -442,14 +442,16 @@ func TestFillRingDry(t *testing.T) {
 	}
 }
 
-// xdpAttached reports whether ip(8) shows an XDP program on iface in ns.
+// xdpAttached reports whether the kernel reports an XDP program on iface in
+// ns (what `ip link` shows as prog/xdp).
 func xdpAttached(t *testing.T, ns, iface string) bool {
 	t.Helper()
-	out, err := netnstest.IP(ns, "-d", "link", "show", "dev", iface)
+	l, err := netnstest.Link(ns, iface)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Contains(out, "prog/xdp")
+	x := l.Attrs().Xdp
+	return x != nil && x.Attached
 }
 
 // openFDs counts the process's open file descriptors.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gomx-dev/gomx/internal/netns"
+	"github.com/vishvananda/netlink"
 )
 
 // Pair is two network namespaces joined by a veth pair; see netns.Pair.
@@ -18,7 +19,7 @@ type Pair = netns.Pair
 
 // Require skips t, saying what is missing and how to fix it, unless the
 // process can create namespaces and veth pairs (root, or CAP_SYS_ADMIN and
-// CAP_NET_ADMIN) and has the ip tool. When the environment variable env is
+// CAP_NET_ADMIN). When the environment variable env is
 // "1" it fails the test instead of skipping it.
 func Require(t testing.TB, env string) {
 	t.Helper()
@@ -58,5 +59,10 @@ func HasCap(c int) bool { return netns.HasCap(c) }
 // Do runs fn on an OS thread inside the named namespace; see netns.Do.
 func Do(ns string, fn func() error) error { return netns.Do(ns, fn) }
 
-// IP runs `ip -n ns args...` and returns its combined output.
-func IP(ns string, args ...string) (string, error) { return netns.IP(ns, args...) }
+// Link returns an interface in a namespace as netlink reports it; see
+// netns.Link.
+func Link(ns, iface string) (netlink.Link, error) { return netns.Link(ns, iface) }
+
+// SetLinkUp brings an interface in a namespace up or down; see
+// netns.SetLinkUp.
+func SetLinkUp(ns, iface string, up bool) error { return netns.SetLinkUp(ns, iface, up) }

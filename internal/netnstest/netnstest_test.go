@@ -3,7 +3,6 @@ package netnstest
 import (
 	"net"
 	"os"
-	"strings"
 	"testing"
 )
 
@@ -29,9 +28,12 @@ func TestPair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := IP(side.ns, "-d", "link", "show", side.iface)
-		if err != nil || !strings.Contains(out, "numrxqueues 2") {
-			t.Errorf("ip link show %s: %v\n%s", side.iface, err, out)
+		l, err := Link(side.ns, side.iface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := l.Attrs(); a.NumRxQueues != 2 || a.NumTxQueues != 2 {
+			t.Errorf("%s in %s has %d rx and %d tx queues, want 2 and 2", side.iface, side.ns, a.NumRxQueues, a.NumTxQueues)
 		}
 	}
 	// The calling thread is not moved: the pair's interfaces are not here.
