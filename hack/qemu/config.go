@@ -140,9 +140,18 @@ func (c Config) Append() string {
 
 // QEMUArgs is the qemu-system-x86_64 command line (without the program
 // name) that boots kernel and initrd in this configuration, with the
-// serial console on stdout. TCG only: KVM guests hang on the project's
-// machines, and TCG behaves the same everywhere.
+// serial console on stdout: MachineArgs, then the kernel, the initrd and
+// Append.
 func (c Config) QEMUArgs(kernel, initrd string) []string {
+	return append(c.MachineArgs(), "-kernel", kernel, "-initrd", initrd, "-append", c.Append())
+}
+
+// MachineArgs are the QEMU arguments that describe the machine: board,
+// accelerator, CPUs, memory, devices, and the serial console on stdio
+// (-nodefaults drops QEMU's own serial, monitor, NIC and VGA). TCG only:
+// KVM guests hang on the project's machines, and TCG behaves the same
+// everywhere.
+func (c Config) MachineArgs() []string {
 	accel := "tcg"
 	if c.SMP > 1 {
 		accel = "tcg,thread=multi"
@@ -175,5 +184,5 @@ func (c Config) QEMUArgs(kernel, initrd string) []string {
 			"-device", "edu,bus=br1,addr=02.0",
 		)
 	}
-	return append(args, "-kernel", kernel, "-initrd", initrd, "-append", c.Append())
+	return args
 }

@@ -39,10 +39,49 @@
 //
 // # Verdict
 //
-// [ParseLog] fails a boot on a missing summary, a failed setup step, a test
-// binary that did not pass, and any "--- FAIL", "panic: " or kernel panic
-// line in the log; [Boot] adds a timeout. Every step on both sides has a
+// [Boot] starts QEMU with vmtest's qemu package (github.com/hugelgupf/vmtest,
+// built on u-root), which runs it on a pseudo-terminal console and kills it
+// when the configuration's timeout passes. [ParseLog] fails a boot on a
+// missing summary, a failed setup step, a test binary that did not pass,
+// and any "--- FAIL", "panic: " or kernel panic line in the log; [Boot]
+// adds the timeout and QEMU's own exit status. Every step on both sides has a
 // bound. A failed run keeps its directory (initramfs, test binaries, build
 // output and one serial log per configuration, each starting with the QEMU
 // command line); [Options.Keep] (GOMX_QEMU_KEEP=1) keeps a passing one too.
+//
+// # What u-root does here, and what stays ours
+//
+// From u-root and vmtest: the archive layout and the newc writer
+// (mkuimage's initramfs and cpio packages), module dependency resolution
+// and loading (kmodule, on the host in dry-run mode and in the guest), the
+// guest's mounts (libinit's Mount and Dir creators), and starting, draining
+// and killing QEMU (vmtest's qemu.Options and VM). What is ours, and why:
+//
+//   - modules.dep comes from `depmod -b` on the host: Debian's kernel
+//     package ships none (its postinst writes it), and kmodule only reads it.
+//   - The init runs each libinit creator itself: libinit.Create only logs a
+//     failure to the kernel log, and the summary must carry it.
+//   - The init itself. u-root's init (cmds/core/init) starts a shell or a
+//     uinit and knows no verdict. vmtest's own guest side (vminit, govmtest)
+//     reports over 9P and virtio-serial, which Debian's kernel builds as
+//     modules (9p, 9pnet_virtio, virtio_pci, virtio_console) that are not
+//     loaded when vminit mounts; our init prints the summary on the serial
+//     console instead. Binding the devices to vfio-pci and building a
+//     non-viable IOMMU group are gomx's own.
+//   - Running the test binaries: libinit.RunCommands returns only how many
+//     commands it started, with no exit status and no timeout; ours kills a
+//     binary after -test-timeout and counts its results.
+//   - Powering off: u-root has it only as a command (cmds/core/shutdown), so
+//     the init calls reboot(2) itself.
+//   - The console lines: vmtest's LogSerialByLine reads them with a
+//     bufio.Scanner (64 KiB lines) through a pipe; a longer line stops the
+//     reader, then QEMU's output blocks for good (vmtest sets no WaitDelay),
+//     which would break the bound on every step. Boot gives vmtest a writer
+//     that never blocks (serialLog) instead.
+//   - The QEMU options are filled in directly, not through vmtest's
+//     OptionsFor, which adds -nographic (and with it QEMU's default devices
+//     unless -nodefaults, which the fixed PCI addresses need) and reads
+//     VMTEST_* variables.
+//   - Fetching the guest kernel and rebuilding vfio.ko for no-IOMMU: neither
+//     u-root nor vmtest fetches kernels (vmtest takes VMTEST_KERNEL).
 package qemu

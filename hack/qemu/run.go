@@ -1,19 +1,19 @@
 package qemu
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	vmqemu "github.com/hugelgupf/vmtest/qemu"
 )
 
 // BootResult is how one boot went.
@@ -35,59 +35,122 @@ type BootResult struct {
 // c.Timeout passes, writes the serial console to logPath (its first line is
 // the QEMU command), copies each console line to stream (prefixed with the
 // configuration's name) when stream is not nil, and checks the log.
+//
+// QEMU is started and waited for by vmtest's qemu package
+// (github.com/hugelgupf/vmtest/qemu): its console is a pseudo-terminal that
+// vmtest drains, it is killed when the timeout passes, and the output is
+// copied to a serialLog, which never blocks QEMU. The options are set here
+// rather than through vmtest's OptionsFor, which would add -nographic and
+// read VMTEST_* variables: the machine is exactly MachineArgs.
 func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream io.Writer) BootResult {
 	r := BootResult{Config: c, Log: logPath}
-	args := c.QEMUArgs(kernel, initrd)
 	lf, err := os.Create(logPath)
 	if err != nil {
 		r.Problems = []string{err.Error()}
 		return r
 	}
 	defer lf.Close()
-	fmt.Fprintf(lf, "# qemu-system-x86_64 %s\n", shellQuote(args))
+	fmt.Fprintf(lf, "# qemu-system-x86_64 %s\n", shellQuote(c.QEMUArgs(kernel, initrd)))
 
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
-	var serial bytes.Buffer
-	var mu sync.Mutex
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.WaitDelay = 10 * time.Second
-	done := make(chan struct{})
 	start := time.Now()
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			mu.Lock()
-			serial.WriteString(line + "\n")
-			mu.Unlock()
-			fmt.Fprintf(lf, "%7.2f %s\n", time.Since(start).Seconds(), line)
-			if stream != nil {
-				fmt.Fprintf(stream, "[%s %6.1fs] %s\n", c.Name, time.Since(start).Seconds(), strings.TrimRight(line, "\r"))
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	runErr := cmd.Run()
-	pw.Close()
-	<-done
+	serial := &serialLog{start: start, name: c.Name, file: lf, stream: stream}
+	opts := &vmqemu.Options{
+		QEMUCommand:  "qemu-system-x86_64",
+		QEMUArgs:     c.MachineArgs(),
+		Kernel:       kernel,
+		Initramfs:    initrd,
+		KernelArgs:   c.Append(),
+		SerialOutput: []io.WriteCloser{serial},
+	}
+	var runErr error
+	vm, err := opts.Start(ctx)
+	if err != nil {
+		runErr = err
+	} else {
+		runErr = vm.Wait()
+	}
 	r.Wall = time.Since(start)
+	serial.Close() // vm.Wait closed it too; a second Close is harmless
 
-	mu.Lock()
 	r.Summary, r.Problems = ParseLog(serial.Bytes())
-	mu.Unlock()
 	switch {
-	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		r.Problems = append(r.Problems, fmt.Sprintf("QEMU killed after the %v timeout", c.Timeout))
 	case runErr != nil:
 		r.Problems = append(r.Problems, fmt.Sprintf("qemu-system-x86_64: %v", runErr))
 	}
 	fmt.Fprintf(lf, "# wall %v, problems: %q\n", r.Wall.Round(time.Millisecond), r.Problems)
 	return r
+}
+
+// serialLog receives QEMU's console output: it keeps all of it for
+// ParseLog and writes each line, stamped with the seconds since start, to
+// the log file and (prefixed with the configuration's name) to stream.
+// Write never blocks on anything but those writers and never fails, so
+// QEMU's output always drains.
+type serialLog struct {
+	start  time.Time
+	name   string
+	file   io.Writer
+	stream io.Writer // nil: not streamed
+
+	mu      sync.Mutex
+	all     bytes.Buffer
+	partial []byte
+}
+
+// maxLine is the longest line serialLog holds back waiting for its end.
+const maxLine = 1 << 20
+
+// Write records p and emits every line it completes.
+func (s *serialLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all.Write(p)
+	s.partial = append(s.partial, p...)
+	for {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			break
+		}
+		s.emit(s.partial[:i])
+		s.partial = s.partial[i+1:]
+	}
+	if len(s.partial) > maxLine {
+		s.emit(s.partial)
+		s.partial = nil
+	}
+	s.partial = append([]byte(nil), s.partial...) // let the old array go
+	return len(p), nil
+}
+
+// Close emits an unterminated last line.
+func (s *serialLog) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.partial) > 0 {
+		s.emit(s.partial)
+		s.partial = nil
+	}
+	return nil
+}
+
+// Bytes returns everything written so far.
+func (s *serialLog) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.all.Bytes())
+}
+
+func (s *serialLog) emit(line []byte) {
+	t := time.Since(s.start).Seconds()
+	l := strings.TrimRight(string(line), "\r")
+	fmt.Fprintf(s.file, "%7.2f %s\n", t, l)
+	if s.stream != nil {
+		fmt.Fprintf(s.stream, "[%s %6.1fs] %s\n", s.name, t, l)
+	}
 }
 
 // shellQuote renders args for a shell, to paste when rerunning by hand.
