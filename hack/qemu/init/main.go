@@ -5,12 +5,12 @@
 // It mounts /proc, /sys, /dev and a hugetlbfs (u-root's libinit creators),
 // loads the files given with -insmod, then the modules named by -modprobe
 // together with their dependencies (u-root's kmodule, reading the
-// modules.dep the host put in /lib/modules/RELEASE), reserves hugepages, binds QEMU's edu and e1000e devices to
-// vfio-pci with the project's own vfio.Sysfs.Bind (and, with -nonviable,
-// one edu behind the PCIe-to-PCI bridge to uio_pci_generic, so that its
-// IOMMU group is not viable), then runs every /tests/PKG/PKG.test with
-// -test.v in the directory of its package's testdata. Each binary is killed
-// after -test-timeout. Output goes to the serial console; at the end the
+// modules.dep the host put in /lib/modules/RELEASE), reserves hugepages,
+// binds QEMU's edu and e1000e devices to vfio-pci with the project's own
+// vfio.Sysfs.Bind (and, with -nonviable, one edu behind the PCIe-to-PCI
+// bridge to uio_pci_generic, so that its IOMMU group is not viable), then
+// runs every /tests/PKG/PKG.test with -test.v in the directory of its
+// package's testdata. Each binary is killed after -test-timeout. Output goes to the serial console; at the end the
 // init prints one summary line (hack/qemu.SummaryMarker followed by JSON)
 // and powers the machine off. Every step is bounded, and a panic in the
 // init still powers off, so QEMU always exits.
