@@ -32,6 +32,12 @@ const (
 	FlagL4ChecksumBad
 	// FlagHash: Hash holds the NIC's RSS hash of the frame.
 	FlagHash
+	// FlagTxIPChecksum asks TxBatch to fill in the IPv4 header checksum of
+	// the frame (in hardware where the NIC can, else in the driver).
+	FlagTxIPChecksum
+	// FlagTxL4Checksum asks TxBatch to fill in the TCP or UDP checksum of an
+	// IPv4 frame (in hardware where the NIC can, else in the driver).
+	FlagTxL4Checksum
 )
 
 // Buffer is one packet buffer of a Pool. Data is the frame: on receive the
@@ -43,7 +49,8 @@ type Buffer struct {
 	Data []byte
 	// Queue is the RX queue the frame arrived on.
 	Queue int
-	// Flags and Hash report the NIC's receive offloads.
+	// Flags report the NIC's receive offloads, and ask for transmit
+	// offloads (FlagTx...).
 	Flags Flags
 	// Hash is the RSS hash when Flags has FlagHash.
 	Hash uint32
