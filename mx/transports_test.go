@@ -4,9 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/internal/netnstest"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/nic"
 	"github.com/gomx-dev/gomx/transport/udp"
 	"github.com/gomx-dev/gomx/xdp"
 )
@@ -35,6 +38,7 @@ var transportFactories = []transportFactory{
 	{name: "loopback", new: newLoopbackWire, faulty: true},
 	{name: "udp", new: newUDPWire},
 	{name: "xdp", new: newXDPWire},
+	{name: "nic", new: newNICWire},
 }
 
 func newLoopbackWire(t testing.TB, f loopback.Faults) *wire2 {
@@ -118,4 +122,37 @@ func fastOptions() BoardOptions {
 	o.PullTimeout = 4 * time.Millisecond
 	o.ResendMax = 2000
 	return o
+}
+
+// newNICWire puts the two boards on the user-space e1000e driver (transport
+// nic, raw Ethernet framing) over two cabled emulated 82574Ls. The wire has
+// no third board: the cable has two ends.
+func newNICWire(t testing.TB, _ loopback.Faults) *wire2 {
+	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts [2]transport.Transport
+	for i := range ts {
+		n, err := e1000e.Open(p.Functions()[i], e1000e.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts[i], err = nic.New(n, nic.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &wire2{a: ts[0], b: ts[1],
+		third: func() transport.Transport {
+			t.Fatal("the nic wire has two ends only")
+			return nil
+		},
+		close: func() {
+			for i := range 2 {
+				if s := p.Stats(i); s.Violations != 0 {
+					t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+				}
+			}
+			p.Close()
+		}}
 }
