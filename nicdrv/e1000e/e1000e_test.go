@@ -1,0 +1,85 @@
+package e1000e_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+)
+
+func newModel(t *testing.T, o emulated.E1000EOptions) *emulated.E1000E {
+	t.Helper()
+	p, err := emulated.NewE1000E(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := range p.Functions() {
+			if s := p.Stats(i); s.Violations != 0 {
+				t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+			}
+		}
+		if n, _ := p.IOMMU().Faults(); n != 0 {
+			t.Errorf("%d DMA faults", n)
+		}
+		if live := p.IOMMU().Live(); live != 0 {
+			t.Errorf("%d DMA mappings left", live)
+		}
+		p.Close()
+	})
+	return p
+}
+
+// The self-test needs no cable: frames turn back inside the NIC.
+func TestSelfTest(t *testing.T) {
+	p := newModel(t, emulated.E1000EOptions{Ports: 1})
+	for _, mode := range []e1000e.Loopback{e1000e.LoopbackMAC, e1000e.LoopbackPHY} {
+		if err := e1000e.SelfTest(p.Functions()[0], mode, e1000e.DefaultOptions()); err != nil {
+			t.Errorf("%v loopback: %v", mode, err)
+		}
+	}
+	// After a self-test the NIC opens normally, and with no cable its
+	// link is down.
+	o := e1000e.DefaultOptions()
+	o.LinkTimeout = 1
+	n, err := e1000e.Open(p.Functions()[0], o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := n.Link(); l.Up {
+		t.Errorf("link %v with no cable", l)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefuses(t *testing.T) {
+	cb, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	if _, err := e1000e.Open(cb.Functions()[0], e1000e.DefaultOptions()); !errors.Is(err, nicdrv.ErrNotNIC) {
+		t.Errorf("open on a DMA engine: %v, want ErrNotNIC", err)
+	}
+	p := newModel(t, emulated.E1000EOptions{Ports: 1})
+	for _, o := range []e1000e.Options{{Queues: 3}, {RxRing: 100}, {TxRing: 8192}, {Loopback: 7}} {
+		if _, err := e1000e.Open(p.Functions()[0], o); err == nil {
+			t.Errorf("options %+v accepted", o)
+		}
+	}
+	// A pool from another DMA domain would hand the NIC IOVAs it cannot
+	// reach.
+	other := newModel(t, emulated.E1000EOptions{Ports: 1})
+	pool, err := nicdrv.NewPool(other.IOMMU(), nicdrv.PoolOptions{Buffers: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := e1000e.Open(p.Functions()[0], e1000e.Options{Pool: pool}); err == nil {
+		t.Error("a pool of another DMA domain was accepted")
+	}
+}
