@@ -556,7 +556,7 @@ func (n *NIC) setupInterrupts() error {
 		return n.errorf("enable MSI-X", fmt.Errorf("%w (%w: use polling, Options.Interrupts false)", err, nicdrv.ErrNotSupported))
 	}
 	n.irqs = irqs
-	ivar := uint32(hw.IVARValid|0)<<hw.IVARRxQ0Shift | uint32(hw.IVARValid|1)<<hw.IVARRxQ1Shift | uint32(hw.IVARValid|2)<<hw.IVAROtherShift
+	ivar := uint32(hw.IVARValid)<<hw.IVARRxQ0Shift | uint32(hw.IVARValid|1)<<hw.IVARRxQ1Shift | uint32(hw.IVARValid|2)<<hw.IVAROtherShift
 	n.w32(hw.IVAR, ivar)
 	itr := uint32(n.opts.InterruptInterval / (256 * time.Nanosecond))
 	for v := 0; v < 3; v++ {

@@ -122,20 +122,18 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		b := r.slot[r.next]
 		r.slot[r.next] = nil
 		r.next = (r.next + 1) % r.size
-		eop := wb.Status&hw.RxStatEOP != 0
-		if r.discard || !eop || wb.Status&hw.RxErrFrame != 0 || b == nil {
-			// A frame over several buffers (never with 2 KiB buffers and
-			// standard frames) or received in error: drop it whole.
-			r.discard = !eop
-			if eop {
-				r.dropped.Add(1)
+		size, deliver, discardNext := rxAccept(wb, r.discard, nicdrv.BufferSize)
+		r.discard = discardNext
+		if !deliver || b == nil {
+			if !discardNext {
+				r.dropped.Add(1) // counted once per frame, at its last descriptor
 			}
 			if b != nil {
 				_ = r.nic.pool.Free(b)
 			}
 			continue
 		}
-		b.Data = b.Data[:0:b.Cap()][:wb.Length]
+		b.Data = b.Data[:0:b.Cap()][:size]
 		b.Queue = r.q
 		b.Flags, b.Hash = rxFlags(wb), 0
 		if wb.MRQ&0xF != hw.RSSTypeNone {
@@ -153,6 +151,21 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
 	}
 	return got, nil
+}
+
+// rxAccept decides what to do with a written-back RX descriptor: deliver
+// its frame of size bytes, or drop it. A frame spread over several
+// descriptors (never with 2 KiB buffers and standard frames), one the NIC
+// reports in error, and a length the buffer cannot hold (a NIC gone wrong)
+// are dropped whole; discardNext says the next descriptor continues a frame
+// being dropped. What the NIC writes back is outside input: nothing in it
+// may make the driver read past a buffer.
+func rxAccept(wb hw.RxWriteBack, discarding bool, bufCap int) (size int, deliver, discardNext bool) {
+	eop := wb.Status&hw.RxStatEOP != 0
+	if discarding || !eop || wb.Status&hw.RxErrFrame != 0 || int(wb.Length) > bufCap || wb.Length < 14 {
+		return 0, false, !eop
+	}
+	return int(wb.Length), true, false
 }
 
 func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
