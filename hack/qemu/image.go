@@ -339,7 +339,7 @@ type Image struct {
 
 // DefaultPackages are the packages whose tests run in the guest: the ones
 // with tests that need root, hugepages or real VFIO devices.
-var DefaultPackages = []string{"./pci", "./hugepage", "./vfio"}
+var DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e", "./transport/nic"}
 
 // Build compiles the init and the test binaries (static, CGO_ENABLED=0) in
 // dir and writes the gzip-compressed initramfs to dir/initramfs.cpio.gz,
