@@ -495,6 +495,9 @@ func (n *e1000eNIC) writeRctl(v uint32) {
 	if v&hw.RctlDTYPMask != 0 {
 		n.violation("RCTL.DTYP=%d: this model supports legacy and extended descriptors only", v&hw.RctlDTYPMask>>10)
 	}
+	if n.has(hw.MRQC, hw.MRQCEnableMask) && !n.has(hw.RFCTL, hw.RfctlEXTEN) {
+		n.violation("MRQC enables RSS with legacy descriptors (RFCTL.EXTEN clear): RSS needs extended descriptors")
+	}
 	n.rxExt = n.has(hw.RFCTL, hw.RfctlEXTEN)
 	switch {
 	case v&hw.RctlFLXBUFMask != 0:
@@ -1059,11 +1062,17 @@ func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {
 			wb.Hash = hash
 			wb.MRQ = rssType | uint32(q)<<8
 		}
-		if !n.rxExt {
-			n.violation("legacy RX descriptors: this model writes the extended format only; set RFCTL.EXTEN before RCTL")
-		}
 		var tmp [hw.DescSize]byte
-		wb.Encode(tmp[:])
+		if n.rxExt {
+			wb.Encode(tmp[:])
+		} else {
+			// Legacy write-back: the buffer address stays, then length,
+			// checksum, status, errors, VLAN.
+			copy(tmp[0:8], raw[0:8])
+			binary.LittleEndian.PutUint16(tmp[8:], uint16(k))
+			tmp[12] = byte(wb.Status & 0xFF)
+			tmp[13] = byte(wb.Status >> 24)
+		}
 		store64(raw[0:8], binary.LittleEndian.Uint64(tmp[0:]))
 		dmasync.Publish()
 		store64(raw[8:16], binary.LittleEndian.Uint64(tmp[8:]))

@@ -37,6 +37,15 @@
 // ring never looks empty. RxBatch and TxBatch write the tail register once
 // per call.
 //
+// # Close
+//
+// Close quiesces the NIC (interrupts masked, RX and TX off, ring registers
+// zeroed, bus mastering off) before it unmaps anything, then puts back the
+// reset values of what it changed in the data path's format (extended
+// descriptors, RSS, checksum reporting, loopback, interrupt routing):
+// QEMU 7.2's reset would not, and the next driver on the device may trust
+// them.
+//
 // # Interrupts
 //
 // With Options.Interrupts the driver enables three MSI-X vectors: RX queue
@@ -327,6 +336,41 @@ func (n *NIC) quiesce() error {
 		}
 	}
 	return nil
+}
+
+// restoreResetState puts back the reset values of what the driver changed
+// in the data path's format. QEMU 7.2's software reset resets none of it,
+// so without this the next driver on the device (the kernel's e1000e, a
+// test, an older gomx) would find extended descriptors, RSS, checksum
+// reporting or a loopback it did not ask for.
+func (n *NIC) restoreResetState() {
+	for _, r := range []int{hw.RFCTL, hw.PSRCTL, hw.RXCSUM, hw.MRQC, hw.IVAR, hw.EIAC, hw.IAM} {
+		n.w32(r, 0)
+	}
+	for v := 0; v < hw.MSIXVectors; v++ {
+		n.w32(hw.EITR(v), 0)
+	}
+	n.clr32(hw.CTRLEXT, hw.CtrlExtEIAME|hw.CtrlExtPBAClr|hw.CtrlExtDrvLoad)
+	for q := 0; q < hw.Queues; q++ {
+		n.set32(hw.Q(hw.TARC, q), hw.TARCEnable)
+	}
+	for i := 1; i < hw.RAREntries; i++ {
+		n.w32(hw.RAH(i), 0)
+		n.w32(hw.RAL(i), 0)
+	}
+	for i := 0; i < hw.MTAEntries; i++ {
+		n.w32(hw.MTA+4*i, 0)
+	}
+	for i := 0; i < hw.RETAEntries/4; i++ {
+		n.w32(hw.RETA+4*i, 0)
+	}
+	if bmcr, err := n.phyRead(hw.PHYControl); err == nil && bmcr&hw.PHYCtlLoop != 0 {
+		_ = n.phyWrite(hw.PHYControl, bmcr&^hw.PHYCtlLoop)
+	}
+	c := n.r32(hw.CTRL)
+	if c&(hw.CtrlFrcSpd|hw.CtrlFrcDpx) != 0 {
+		n.w32(hw.CTRL, c&^(hw.CtrlFrcSpd|hw.CtrlFrcDpx)|hw.CtrlASDE)
+	}
 }
 
 // reset is the software reset under the MDIO semaphore.
@@ -807,6 +851,7 @@ func (n *NIC) teardown() error {
 	var errs []error
 	if n.regs != nil {
 		errs = append(errs, n.quiesce())
+		n.restoreResetState()
 	}
 	if n.irqs != nil {
 		// n.irqs stays set: a WaitRx still looking at it finds the
