@@ -37,7 +37,11 @@ type BootResult struct {
 // configuration's name) when stream is not nil, and checks the log.
 func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream io.Writer) BootResult {
 	r := BootResult{Config: c, Log: logPath}
-	args := c.QEMUArgs(kernel, initrd)
+	// A human monitor on a socket beside the log, for the guest's
+	// set_link requests (setlink.go).
+	mon := logPath + ".mon"
+	args := monitorArgs(c.QEMUArgs(kernel, initrd), mon)
+	defer os.Remove(mon)
 	lf, err := os.Create(logPath)
 	if err != nil {
 		r.Problems = []string{err.Error()}
@@ -68,6 +72,10 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 			fmt.Fprintf(lf, "%7.2f %s\n", time.Since(start).Seconds(), line)
 			if stream != nil {
 				fmt.Fprintf(stream, "[%s %6.1fs] %s\n", c.Name, time.Since(start).Seconds(), strings.TrimRight(line, "\r"))
+			}
+			if mcmd, ok := setLinkRequest(line); ok {
+				err := monitorCommand(mon, mcmd)
+				fmt.Fprintf(lf, "%7.2f # monitor %q: %v\n", time.Since(start).Seconds(), mcmd, err)
 			}
 		}
 		_, _ = io.Copy(io.Discard, pr)

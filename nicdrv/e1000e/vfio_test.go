@@ -1,6 +1,7 @@
 package e1000e_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,8 +63,9 @@ func vfioNICs(t *testing.T) (vfio.Options, []pci.Address) {
 }
 
 // vfioRig opens the driver on two real (or QEMU) 82574Ls in one container.
-// The platform cannot pull the cable (SetLink is nil) nor count IOMMU
-// faults from user space (Faults is nil): those parts of the suite run on
+// In QEMU the host pulls the cables on request (GOMX_QEMU_SET_LINK); on
+// real hardware the rig cannot (SetLink is nil). Neither can count IOMMU
+// faults from user space (Faults is nil): that part of the suite runs on
 // the model only.
 func vfioRig(t *testing.T, c nictest.Config) *nictest.Rig {
 	vo, addrs := vfioNICs(t)
@@ -93,6 +95,20 @@ func vfioRig(t *testing.T, c nictest.Config) *nictest.Rig {
 	opts.Queues = c.Queues
 	opts.Interrupts = c.Interrupts
 	r := &nictest.Rig{}
+	if netdevs := os.Getenv("GOMX_QEMU_SET_LINK"); netdevs != "" {
+		// In `make qemu-test` the host pulls QEMU's cables (the monitor's
+		// set_link) when asked on the console (hack/qemu/setlink.go).
+		r.SetLink = func(up bool) error {
+			state := "off"
+			if up {
+				state = "on"
+			}
+			for _, nd := range strings.Split(netdevs, ",") {
+				fmt.Printf("GOMX-QEMU-SET-LINK %s %s\n", nd, state)
+			}
+			return nil
+		}
+	}
 	r.Reopen = func(i int) (nicdrv.NIC, error) {
 		if r.NICs[i] != nil {
 			if err := r.NICs[i].Close(); err != nil {
