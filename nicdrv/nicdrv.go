@@ -60,6 +60,13 @@
 // the rings unmapped and the buffers given back. After Close returns the NIC
 // performs no DMA. The driver does not close the pci.Device: the same
 // device may be opened again (a restart without a reboot).
+//
+// A process that dies without Close (a signal, a crash) cannot quiesce
+// anything itself. Through VFIO the kernel does it: releasing the device
+// file turns PCI bus mastering off (and resets the function where it can),
+// so a dead driver's NIC cannot DMA into memory that is being given back.
+// The next Open quiesces the NIC again before it trusts any register, since
+// a reset may not have cleared them (QEMU 7.2's does not).
 package nicdrv
 
 import (
