@@ -373,8 +373,17 @@ func (n *NIC) restoreResetState() {
 	}
 }
 
+// Fixed waits of the reset sequence (Linux e1000_reset_hw_82571): let
+// transactions in flight finish after RX and TX stop, and let the PHY load
+// its NVM configuration after the reset.
+const (
+	quiesceSettle = 10 * time.Millisecond
+	phySettle     = 25 * time.Millisecond
+)
+
 // reset is the software reset under the MDIO semaphore.
 func (n *NIC) reset() error {
+	time.Sleep(quiesceSettle)
 	if err := n.waitReg("EXTCNF_CTRL.MDIO_SW_OWNERSHIP", hw.EXTCNFCTRL, func(v uint32) bool {
 		if v&hw.ExtcnfMDIOSWOwn != 0 {
 			return true
@@ -392,6 +401,9 @@ func (n *NIC) reset() error {
 	if err := n.waitReg("EECD.AUTO_RD", hw.EECD, func(v uint32) bool { return v&hw.EECDAutoRd != 0 }); err != nil {
 		return err
 	}
+	// The 82573/82574 load PHY configuration from the NVM after the MAC's
+	// auto-read is done: Linux gives it 25 ms more.
+	time.Sleep(phySettle)
 	n.w32(hw.IMC, 0xFFFFFFFF)
 	n.r32(hw.ICR)
 	return nil

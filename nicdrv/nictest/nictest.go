@@ -549,7 +549,7 @@ func (s *suite) noDMAAfterClose(t *testing.T) {
 		bf.SetLen(Size(uint64(i)))
 	}
 	sendAll(t, a, 0, bufs)
-	if after := r.Faults(); after != before {
+	if after := r.Faults(); after > before {
 		t.Errorf("%d DMA faults after the NIC was closed", after-before)
 	}
 }
