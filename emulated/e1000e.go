@@ -54,14 +54,22 @@ func DefaultE1000EOptions() E1000EOptions {
 //     through the IOMMU, which records any access outside a mapping;
 //   - statistics registers are read-only, and clear on read.
 //
-// Ports are joined by a cable (Cable): a frame a NIC transmits is
-// delivered, synchronously on the TDT write as in QEMU, to the RX path of
-// the NIC at the other end. MAC loopback (RCTL.LBM) and PHY loopback (PHY
+// Ports are joined by a cable (Cable) or a hub (Hub): a frame a NIC
+// transmits is delivered, synchronously on the TDT write as in QEMU, to the
+// RX path of the NIC at the other end, or of every other NIC on the hub. MAC loopback (RCTL.LBM) and PHY loopback (PHY
 // control bit 14) turn the frame back into the sender's own RX path.
 type E1000E struct {
 	iommu *IOMMU
 	fns   []*Function
 	nics  []*e1000eNIC
+
+	cableMu sync.Mutex // Cable, Hub
+}
+
+// e1000eSegment is one cable or hub: the ports a transmitted frame reaches.
+// It is not changed once made; rewiring stores a new one.
+type e1000eSegment struct {
+	ports []*e1000eNIC
 }
 
 // E1000EStats counts what one emulated NIC saw and did.
@@ -160,33 +168,75 @@ func (p *E1000E) IOMMU() *IOMMU { return p.iommu }
 // MAC returns the address port i loads from its NVM into RAL0/RAH0.
 func (p *E1000E) MAC(i int) [6]byte { return p.nics[i].mac }
 
-// Cable joins ports a and b with a cable whose link is up. A port has at
-// most one cable; cabling a port again moves it.
-func (p *E1000E) Cable(a, b int) error {
-	if a < 0 || b < 0 || a >= len(p.nics) || b >= len(p.nics) || a == b {
-		return fmt.Errorf("emulated e1000e: cable %d-%d: want two different ports of 0..%d", a, b, len(p.nics)-1)
-	}
-	na, nb := p.nics[a], p.nics[b]
-	for _, n := range []*e1000eNIC{na, nb} {
-		if old := n.peer.Load(); old != nil {
-			old.peer.Store(nil)
-			old.setCable(false)
+// Cable joins ports a and b with a cable whose link is up. A port is on at
+// most one cable or hub; cabling it again moves it.
+func (p *E1000E) Cable(a, b int) error { return p.Hub(a, b) }
+
+// Hub joins ports on one hub, as QEMU's -netdev hubport does: a frame one of
+// them transmits reaches every other (each NIC's receive filter then
+// decides). A port leaves its previous cable or hub.
+func (p *E1000E) Hub(ports ...int) error {
+	seen := map[int]bool{}
+	for _, i := range ports {
+		if i < 0 || i >= len(p.nics) || seen[i] {
+			return fmt.Errorf("emulated e1000e: hub of ports %v: want different ports of 0..%d", ports, len(p.nics)-1)
 		}
+		seen[i] = true
 	}
-	na.peer.Store(nb)
-	nb.peer.Store(na)
-	na.setCable(true)
-	nb.setCable(true)
+	if len(ports) < 2 {
+		return fmt.Errorf("emulated e1000e: hub of ports %v: want at least two", ports)
+	}
+	p.cableMu.Lock()
+	defer p.cableMu.Unlock()
+	seg := &e1000eSegment{}
+	for _, i := range ports {
+		n := p.nics[i]
+		p.detachLocked(n)
+		seg.ports = append(seg.ports, n)
+	}
+	for _, n := range seg.ports {
+		n.seg.Store(seg)
+		n.setCable(true)
+	}
 	return nil
 }
 
-// SetLink plugs (up) or unplugs the cable at port i: both ends see the
-// link change and raise ICR.LSC, as QEMU's set_link does for a hub.
+// detachLocked takes n off its cable or hub; a port left alone loses its
+// link.
+func (p *E1000E) detachLocked(n *e1000eNIC) {
+	old := n.seg.Load()
+	if old == nil {
+		return
+	}
+	rest := &e1000eSegment{}
+	for _, o := range old.ports {
+		if o != n {
+			rest.ports = append(rest.ports, o)
+		}
+	}
+	for _, o := range rest.ports {
+		if len(rest.ports) < 2 {
+			o.seg.Store(nil)
+			o.setCable(false)
+		} else {
+			o.seg.Store(rest)
+		}
+	}
+	n.seg.Store(nil)
+}
+
+// SetLink plugs (up) or unplugs the cable at port i, which raises ICR.LSC.
+// On a cable between two ports both ends see the change; on a hub of more,
+// only port i does (as QEMU's set_link on one hubport).
 func (p *E1000E) SetLink(i int, up bool) {
 	n := p.nics[i]
 	n.setCable(up)
-	if peer := n.peer.Load(); peer != nil {
-		peer.setCable(up)
+	if seg := n.seg.Load(); seg != nil && len(seg.ports) == 2 {
+		for _, o := range seg.ports {
+			if o != n {
+				o.setCable(up)
+			}
+		}
 	}
 }
 
@@ -221,7 +271,7 @@ type e1000eNIC struct {
 	f   *Function
 	mac [6]byte
 
-	peer  atomic.Pointer[e1000eNIC]
+	seg   atomic.Pointer[e1000eSegment]
 	cable atomic.Bool
 
 	txMu  sync.Mutex
@@ -718,8 +768,12 @@ func (n *e1000eNIC) transmit(q int, tdt uint32) {
 		case !lu:
 			// Link down: the frame is lost on the wire.
 		default:
-			if peer := n.peer.Load(); peer != nil && n.cable.Load() {
-				peer.receive(fr)
+			if seg := n.seg.Load(); seg != nil && n.cable.Load() {
+				for _, peer := range seg.ports {
+					if peer != n && peer.cable.Load() {
+						peer.receive(fr)
+					}
+				}
 			}
 		}
 		n.spare = append(n.spare, fr)

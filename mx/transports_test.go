@@ -124,31 +124,42 @@ func fastOptions() BoardOptions {
 	return o
 }
 
-// newNICWire puts the two boards on the user-space e1000e driver (transport
-// nic, raw Ethernet framing) over two cabled emulated 82574Ls. The wire has
-// no third board: the cable has two ends.
+// newNICWire puts the boards on the user-space e1000e driver (transport
+// nic, raw Ethernet framing) over emulated 82574Ls on one hub; third()
+// opens the third port's NIC, so a test can forge frames from it.
 func newNICWire(t testing.TB, _ loopback.Faults) *wire2 {
-	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+	p, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ts [2]transport.Transport
-	for i := range ts {
+	if err := p.Hub(0, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	open := func(i int) transport.Transport {
 		n, err := e1000e.Open(p.Functions()[i], e1000e.DefaultOptions())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ts[i], err = nic.New(n, nic.Options{}); err != nil {
+		tr, err := nic.New(n, nic.Options{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		return tr
 	}
-	return &wire2{a: ts[0], b: ts[1],
+	var third transport.Transport
+	return &wire2{a: open(0), b: open(1),
 		third: func() transport.Transport {
-			t.Fatal("the nic wire has two ends only")
-			return nil
+			if third != nil {
+				t.Fatal("the nic wire has three ports")
+			}
+			third = open(2)
+			return third
 		},
 		close: func() {
-			for i := range 2 {
+			if third != nil {
+				third.Close()
+			}
+			for i := range 3 {
 				if s := p.Stats(i); s.Violations != 0 {
 					t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
 				}

@@ -3,11 +3,13 @@ package e1000e_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -122,5 +124,53 @@ func TestCloseLeavesResetValues(t *testing.T) {
 	}
 	if cmd, _ := pci.ReadConfig16(p.Functions()[0], pci.ConfigCommand); cmd&pci.CommandBusMaster != 0 {
 		t.Error("bus mastering left on after Close")
+	}
+}
+
+// On a hub (QEMU's -netdev hubport) a broadcast reaches every other port,
+// and a unicast only its owner (the others' filters drop it).
+func TestHub(t *testing.T) {
+	p := newModel(t, emulated.E1000EOptions{Ports: 3})
+	if err := p.Hub(0, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	var n [3]*e1000e.NIC
+	for i := range n {
+		var err error
+		if n[i], err = e1000e.Open(p.Functions()[i], e1000e.DefaultOptions()); err != nil {
+			t.Fatal(err)
+		}
+		defer n[i].Close()
+	}
+	send := func(dst nicdrv.MAC, seq uint64) {
+		b, err := n[0].Pool().Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nictest.Frame(b.SetLen(2048), dst, n[0].MAC(), seq, 100)
+		b.SetLen(100)
+		if k, err := n[0].TxBatch(0, []*nicdrv.Buffer{b}); k != 1 || err != nil {
+			t.Fatalf("send: %d %v", k, err)
+		}
+	}
+	recv := func(i int) int {
+		rx := make([]*nicdrv.Buffer, 8)
+		k, err := n[i].RxBatch(0, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n[i].Pool().Free(rx[:k]...)
+		return k
+	}
+	send(nicdrv.MAC{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, 1)
+	send(n[2].MAC(), 2)
+	if got1, got2 := recv(1), recv(2); got1 != 1 || got2 != 2 {
+		t.Errorf("port 1 got %d frames (want the broadcast), port 2 got %d (want both)", got1, got2)
+	}
+	if err := p.Cable(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := n[2].WaitLink(false, 5*time.Second); err != nil || l.Up {
+		t.Errorf("port 2 left alone: link %v, %v", l, err)
 	}
 }
