@@ -192,8 +192,9 @@ type Stats struct {
 	// RxBroadcast and RxMulticast count good broadcast and multicast frames.
 	RxBroadcast, RxMulticast uint64
 
-	// RxNoBuffer counts RX ring slots the driver could not refill because
-	// the pool was exhausted (refilled later).
+	// RxNoBuffer counts, per RxBatch, the RX ring slots the driver could
+	// not refill because the pool was exhausted (they are refilled later;
+	// a slot that stays empty over several calls counts each time).
 	RxNoBuffer uint64
 	// RxDropped counts frames the driver dropped: reported in error by the
 	// NIC, or spread over several descriptors.

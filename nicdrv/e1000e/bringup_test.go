@@ -124,6 +124,7 @@ func TestBringUpSequence(t *testing.T) {
 	o := e1000e.DefaultOptions()
 	o.Queues = 2
 	o.RxRing, o.TxRing = 64, 64
+	o.Interrupts = true // and its moderation: EITR
 	n, err := e1000e.Open(rec, o)
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +168,8 @@ func TestBringUpSequence(t *testing.T) {
 		{"TARC is written before TCTL enables TX", idx("write TARC0", 0) >= 0 && idx("write TARC0", 0) < idx("write TCTL", idx("write TARC0", 0))},
 		{"Close disables RX first thing", idx("write IMC = 0xffffffff", open) == open+1 && idx("write RCTL = 0x00000000", open) == open+2},
 		{"Close stops bus mastering", idx("config COMMAND", open) > open},
+		{"interrupts are moderated (EITR of the RX vectors = 50µs / 256 ns)", idx("write EITR0 = 0x000000c3", 0) > 0 && idx("write EITR1 = 0x000000c3", 0) > 0},
+		{"RX causes are routed, auto-cleared and auto-masked", idx("write IVAR = 0x000a0098", 0) > 0 && idx("write EIAC = 0x00300000", 0) > 0 && idx("write IAM = 0x00300000", 0) > 0},
 	}
 	for _, c := range checks {
 		if !c.ok {
