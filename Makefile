@@ -42,6 +42,7 @@ bench: hugepages
 	$(GO) test -run '^$$' -bench 'PingPong' -benchtime=20000x -count=5 ./xdp/
 	$(GO) test -run '^$$' -bench 'Stream' -benchtime=300000x -count=5 ./xdp/
 	$(GO) test -run '^$$' -bench 'PingPong/loopback/busypoll/8B' -benchtime=200000x -count=5 ./mx/
+	$(GO) test -run '^$$' -bench 'ModelPair' -benchtime=200000x -count=5 ./nicdrv/e1000e/
 	$(GO) run ./cmd/mxbench pingpong --sizes 8,1K,32K,1M --iterations 20000 --warmup 2000
 	$(GO) run ./cmd/mxbench pingpong --transport xdp --sizes 8,1K,32K --iterations 50000 --warmup 2000
 	$(GO) run ./cmd/mxbench stream --sizes 4K,64K,1M --iterations 2000
@@ -58,6 +59,8 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 10s ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 10s ./cmd/mxbench/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./internal/units/
+	$(GO) test -run '^$$' -fuzz FuzzRxAccept -fuzztime 20000x ./nicdrv/e1000e/
+	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 5000x ./transport/nic/
 
 lint: fmt-check vet staticcheck
 

@@ -130,7 +130,12 @@ func inject(b *Board, nic transport.NICID, f []byte) {
 }
 
 func TestForgedFrames(t *testing.T) {
-	w := newLoopbackWire(t, loopback.Faults{})
+	t.Run("loopback", func(t *testing.T) { forgedFrames(t, newLoopbackWire(t, loopback.Faults{})) })
+	t.Run("nic", func(t *testing.T) { forgedFrames(t, newNICWire(t, loopback.Faults{})) })
+}
+
+// forgedFrames attacks a connected pair from a third board on the same wire.
+func forgedFrames(t *testing.T, w *wire2) {
 	attacker := w.third()
 	pr := newPairOn(t, w, shortResends())
 	bs := pr.b.Addr().Session

@@ -4,9 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/internal/netnstest"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/nic"
 	"github.com/gomx-dev/gomx/transport/udp"
 	"github.com/gomx-dev/gomx/xdp"
 )
@@ -35,6 +38,7 @@ var transportFactories = []transportFactory{
 	{name: "loopback", new: newLoopbackWire, faulty: true},
 	{name: "udp", new: newUDPWire},
 	{name: "xdp", new: newXDPWire},
+	{name: "nic", new: newNICWire},
 }
 
 func newLoopbackWire(t testing.TB, f loopback.Faults) *wire2 {
@@ -118,4 +122,48 @@ func fastOptions() BoardOptions {
 	o.PullTimeout = 4 * time.Millisecond
 	o.ResendMax = 2000
 	return o
+}
+
+// newNICWire puts the boards on the user-space e1000e driver (transport
+// nic, raw Ethernet framing) over emulated 82574Ls on one hub; third()
+// opens the third port's NIC, so a test can forge frames from it.
+func newNICWire(t testing.TB, _ loopback.Faults) *wire2 {
+	p, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Hub(0, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	open := func(i int) transport.Transport {
+		n, err := e1000e.Open(p.Functions()[i], e1000e.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := nic.New(n, nic.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	var third transport.Transport
+	return &wire2{a: open(0), b: open(1),
+		third: func() transport.Transport {
+			if third != nil {
+				t.Fatal("the nic wire has three ports")
+			}
+			third = open(2)
+			return third
+		},
+		close: func() {
+			if third != nil {
+				third.Close()
+			}
+			for i := range 3 {
+				if s := p.Stats(i); s.Violations != 0 {
+					t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+				}
+			}
+			p.Close()
+		}}
 }

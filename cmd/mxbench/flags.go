@@ -36,6 +36,7 @@ type benchFlags struct {
 	timeout    time.Duration
 	faults     faultFlags
 	xdp        xdpFlags
+	nic        nicFlags
 }
 
 // faultFlags configure the loopback wire's fault injection.
@@ -62,7 +63,7 @@ func envOr(name, def string) string {
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
-	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), "loopback, udp or xdp (env MXBENCH_TRANSPORT); udp by default with --peer; xdp falls back to udp without root")
+	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), "loopback, udp, xdp or nic (env MXBENCH_TRANSPORT); udp by default with --peer; xdp falls back to udp without root")
 	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an `mxbench serve` (udp); empty runs both sides in this process")
 	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, or the address that routes to --peer)")
 	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
@@ -88,6 +89,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.Float64Var(&f.faults.corrupt, "corrupt", 0, "loopback: fraction of frames with a bit flipped")
 	fs.Int64Var(&f.faults.seed, "seed", 1, "loopback: fault PRNG seed")
 	f.xdp.register(fs)
+	f.nic.register(fs)
 	if stream {
 		fs.IntVar(&f.window, "window", 16, "messages in flight")
 	} else {
@@ -116,9 +118,12 @@ func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
 // validate checks the flags and returns the sizes to run.
 func (f *benchFlags) validate(cmd string) ([]int, error) {
 	switch f.transport {
-	case "loopback", "udp", "xdp":
+	case "loopback", "udp", "xdp", "nic":
 	default:
-		return nil, usagef(cmd, "--transport %q: want loopback, udp or xdp", f.transport)
+		return nil, usagef(cmd, "--transport %q: want loopback, udp or xdp (or nic, with --nic)", f.transport)
+	}
+	if err := f.nic.validate(cmd, f.transport, f.peer); err != nil {
+		return nil, err
 	}
 	if f.peer != "" && f.transport == "loopback" {
 		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (loopback is in-process)")

@@ -81,6 +81,8 @@ func (f *benchFlags) transports() (a, b transport.Transport, what string, nw *lo
 		return ua, ub, fmt.Sprintf("udp %v <-> %v", ua.Addr().UDPAddr(), ub.Addr().UDPAddr()), nil, nil
 	case "xdp":
 		return f.xdp.transports()
+	case "nic":
+		return f.nic.transports()
 	}
 	return nil, nil, "", nil, fmt.Errorf("unknown transport %q", f.transport)
 }

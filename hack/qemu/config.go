@@ -116,6 +116,7 @@ func (c Config) InitArgs() []string {
 		"-env=GOMX_REQUIRE_VFIO=1",
 		"-env=GOMX_REQUIRE_HUGEPAGES=1",
 		"-env=GOMX_REQUIRE_QEMU=" + c.Require(),
+		"-env=" + SetLinkEnv + "=" + setLinkNetdevs,
 	}
 	if c.NoIOMMU {
 		args = append(args, "-insmod="+NoIOMMUVfioPath+":enable_unsafe_noiommu_mode=1")

@@ -37,6 +37,14 @@
 // prints a [Summary] on the serial console, one line starting with
 // [SummaryMarker], and powers off.
 //
+// # Pulling cables
+//
+// QEMU runs with its human monitor on a socket beside the serial log. A
+// guest test that needs a link to go down or up prints a line
+// "GOMX-QEMU-SET-LINK n0 off" (the netdevs it may name are in
+// GOMX_QEMU_SET_LINK), and the host runs set_link on the monitor before
+// reading on (setlink.go). The NIC suite pulls both e1000e cables this way.
+//
 // # Verdict
 //
 // [Boot] starts QEMU with vmtest's qemu package (github.com/hugelgupf/vmtest,

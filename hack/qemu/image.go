@@ -298,7 +298,7 @@ func BuildNoIOMMUVfio(ctx context.Context, repo, cache string, k Kernel, out io.
 var (
 	// DefaultPackages are the packages whose tests run in the guest: the
 	// ones with tests that need root, hugepages or real VFIO devices.
-	DefaultPackages = []string{"./pci", "./hugepage", "./vfio"}
+	DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e", "./transport/nic"}
 
 	// GuestModules are the kernel modules the guest's init loads, by name;
 	// u-root's kmodule loads their dependencies first, from modules.dep.

@@ -44,6 +44,10 @@ type BootResult struct {
 // read VMTEST_* variables: the machine is exactly MachineArgs.
 func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream io.Writer) BootResult {
 	r := BootResult{Config: c, Log: logPath}
+	// A human monitor on a socket beside the log, for the guest's
+	// set_link requests (setlink.go).
+	mon := logPath + ".mon"
+	defer os.Remove(mon)
 	lf, err := os.Create(logPath)
 	if err != nil {
 		r.Problems = []string{err.Error()}
@@ -55,10 +59,12 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	start := time.Now()
-	serial := &serialLog{start: start, name: c.Name, file: lf, stream: stream}
+	links := newLinkPuller(mon, lf, start)
+	defer links.stop()
+	serial := &serialLog{start: start, name: c.Name, file: lf, stream: stream, onLine: links.request}
 	opts := &vmqemu.Options{
 		QEMUCommand:  "qemu-system-x86_64",
-		QEMUArgs:     c.MachineArgs(),
+		QEMUArgs:     monitorArgs(c.MachineArgs(), mon),
 		Kernel:       kernel,
 		Initramfs:    initrd,
 		KernelArgs:   c.Append(),
@@ -95,6 +101,9 @@ type serialLog struct {
 	name   string
 	file   io.Writer
 	stream io.Writer // nil: not streamed
+	// onLine, when set, sees every console line (set_link requests); it
+	// must not block.
+	onLine func(line string)
 
 	mu      sync.Mutex
 	all     bytes.Buffer
@@ -150,6 +159,9 @@ func (s *serialLog) emit(line []byte) {
 	fmt.Fprintf(s.file, "%7.2f %s\n", t, l)
 	if s.stream != nil {
 		fmt.Fprintf(s.stream, "[%s %6.1fs] %s\n", s.name, t, l)
+	}
+	if s.onLine != nil {
+		s.onLine(l)
 	}
 }
 

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/nic"
+	"github.com/gomx-dev/gomx/vfio"
+)
+
+// nicFlags select the NICs of a --transport nic run: both boards are in
+// this process, each on one of two cabled NICs driven from user space by
+// gomx's driver (package nicdrv/e1000e) through VFIO, or on two emulated
+// 82574Ls cabled in memory.
+type nicFlags struct {
+	nics       string
+	interrupts bool
+}
+
+func (n *nicFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated ones (env MXBENCH_NIC)")
+	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
+}
+
+// addrs parses --nic; nil for the model.
+func (n *nicFlags) addrs() ([]pci.Address, error) {
+	if n.nics == "model" {
+		return nil, nil
+	}
+	parts := strings.Split(n.nics, ",")
+	if len(parts) != 2 {
+		return nil, fmt.Errorf("--nic %q: want two PCI addresses A,B of cabled NICs, or \"model\"", n.nics)
+	}
+	var out []pci.Address
+	for _, p := range parts {
+		a, err := pci.ParseAddress(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("--nic: %w", err)
+		}
+		out = append(out, a)
+	}
+	if out[0] == out[1] {
+		return nil, fmt.Errorf("--nic names %v twice: want two NICs cabled to each other", out[0])
+	}
+	return out, nil
+}
+
+func (n *nicFlags) validate(cmd, tr, peer string) error {
+	if tr != "nic" {
+		if n.nics != "" || n.interrupts {
+			return usagef(cmd, "--nic and --nic-interrupts need --transport nic")
+		}
+		return nil
+	}
+	if peer != "" {
+		return usagef(cmd, "--transport nic runs both sides in this process on two cabled NICs: drop --peer")
+	}
+	if n.nics == "" {
+		return usagef(cmd, "--transport nic needs --nic A,B (two cabled 82574Ls bound to vfio-pci) or --nic model")
+	}
+	if _, err := n.addrs(); err != nil {
+		return usagef(cmd, "%v", err)
+	}
+	return nil
+}
+
+// transports opens the two NICs and a transport on each. Closing both
+// transports releases the devices and the container (or the model).
+func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loopback.Network, err error) {
+	addrs, err := n.addrs()
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	var devs [2]pci.Device
+	var release func() error
+	if addrs == nil {
+		p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		devs[0], devs[1] = p.Functions()[0], p.Functions()[1]
+		release = p.Close
+		what = "nic: gomx's e1000e driver on two emulated 82574Ls"
+	} else {
+		o := vfio.DefaultOptions()
+		c, err := vfio.OpenContainer(o)
+		if err != nil {
+			return nil, nil, "", nil, fmt.Errorf("nic: %w", err)
+		}
+		var opened []*vfio.Device
+		release = func() error {
+			var errs []error
+			for _, d := range opened {
+				errs = append(errs, d.Close())
+			}
+			return errors.Join(append(errs, c.Close())...)
+		}
+		for i, ad := range addrs {
+			d, err := c.Open(ad)
+			if err != nil {
+				release()
+				return nil, nil, "", nil, fmt.Errorf("nic %v: %w (is it bound to vfio-pci?)", ad, err)
+			}
+			opened = append(opened, d)
+			devs[i] = d
+		}
+		what = fmt.Sprintf("nic: gomx's e1000e driver on %v <-> %v through VFIO", addrs[0], addrs[1])
+	}
+	var once sync.Once
+	left := 2
+	var mu sync.Mutex
+	done := func() error {
+		mu.Lock()
+		left--
+		last := left == 0
+		mu.Unlock()
+		var err error
+		if last {
+			once.Do(func() { err = release() })
+		}
+		return err
+	}
+	var ts [2]transport.Transport
+	for i, d := range devs {
+		o := e1000e.DefaultOptions()
+		o.Interrupts = n.interrupts
+		drv, err := e1000e.Open(d, o)
+		if err == nil {
+			var t *nic.Transport
+			if t, err = nic.New(drv, nic.Options{}); err == nil {
+				ts[i] = &nicTransport{Transport: t, done: done}
+				continue
+			}
+			drv.Close()
+		}
+		if i == 1 {
+			ts[0].Close()
+		} else {
+			release()
+		}
+		return nil, nil, "", nil, fmt.Errorf("nic %v: %w", d.Address(), err)
+	}
+	if n.interrupts {
+		what += ", MSI-X interrupts"
+	}
+	return ts[0], ts[1], what, nil, nil
+}
+
+// nicTransport closes the devices under it after the last of the pair.
+type nicTransport struct {
+	*nic.Transport
+	done   func() error
+	closed sync.Once
+}
+
+func (t *nicTransport) Close() error {
+	err := t.Transport.Close()
+	t.closed.Do(func() { err = errors.Join(err, t.done()) })
+	return err
+}

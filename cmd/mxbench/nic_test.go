@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestNICPingPongModelVerified(t *testing.T) {
+	out := runOK(t, "pingpong", "--transport", "nic", "--nic", "model", "--sizes", "0,32,1K,40K", "--iterations", "20", "--warmup", "2", "--verify", "--json")
+	rows := jsonRows(t, out)
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		if r.Errors != 0 || r.Iterations != 20 || r.LatencyUS <= 0 {
+			t.Errorf("row %+v: want 20 iterations, no errors, a latency", r)
+		}
+	}
+}
+
+func TestNICUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pingpong", "--transport", "nic"}, "needs --nic"},
+		{[]string{"pingpong", "--transport", "nic", "--nic", "0000:00:01.0"}, "want two PCI addresses"},
+		{[]string{"pingpong", "--transport", "nic", "--nic", "0000:00:01.0,0000:00:01.0"}, "twice"},
+		{[]string{"pingpong", "--transport", "nic", "--nic", "00:01.0,zz"}, "bad address"},
+		{[]string{"pingpong", "--transport", "udp", "--nic", "model"}, "need --transport nic"},
+		{[]string{"pingpong", "--transport", "nic", "--nic", "model", "--peer", "h:1"}, "drop --peer"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(&out, &errb, tc.args)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("mxbench %v: error %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,898 @@
+// Package e1000e is the user-space driver of the Intel 82574L gigabit NIC
+// (PCI 8086:10D3), the device QEMU emulates as "e1000e". It implements
+// nicdrv.NIC over any pci.Device: a real function behind vfio-pci, or the
+// in-process model of package emulated.
+//
+// # Bring-up
+//
+// Open follows Linux's e1000_reset_hw_82571 and e1000_init_hw_82571, with
+// what QEMU 7.2's model adds (shared/spec/nic.md §1.3 and §1.11). QEMU 7.2
+// does not reset registers on CTRL.RST, so a previous driver's state
+// survives: Open first quiesces everything itself (interrupts masked, RX
+// and TX disabled, ring heads and tails zeroed, PCI mastering stopped and
+// waited out), then resets the MAC under the MDIO semaphore, waits for the
+// NVM auto-read, applies the 82574 initialisation bits, reads the MAC
+// address from receive address 0, clears the other receive addresses and
+// the multicast and VLAN tables, sets link up, clears the statistics, and
+// programs TX and then RX. RX is switched on last: QEMU needs bus mastering,
+// link up and RCTL.EN, and latches the descriptor format and buffer size
+// only when RCTL is written with EN, so RFCTL (extended descriptors), the
+// checksum and RSS registers come before it. TX needs TARC bit 10 and
+// TXDCTL bit 22.
+//
+// # Queues and descriptors
+//
+// One or two RX/TX queue pairs. RX uses extended descriptors with 2 KiB
+// buffers and the CRC stripped; with two queues, RSS spreads IPv4 and
+// IPv4/TCP flows by their Toeplitz hash through a 128-entry redirection
+// table (the 82574 has no other steering: non-IP frames land in queue 0,
+// and every steering rule but "destination MAC to queue 0" is refused with
+// nicdrv.ErrNotSupported). TX uses legacy descriptors, or a context and an
+// extended data descriptor when a frame asks for checksum offload on queue
+// 0 (the 82574 has one TX context for both queues, so queue 1 computes
+// checksums in the driver).
+//
+// Every ring is owned the usual way: the NIC owns RX slots [RDH, RDT) and
+// TX slots [TDH, TDT); the driver keeps one RX slot back so that a full
+// ring never looks empty. RxBatch and TxBatch write the tail register once
+// per call.
+//
+// # Close
+//
+// Close quiesces the NIC (interrupts masked, RX and TX off, ring registers
+// zeroed, bus mastering off) before it unmaps anything, then puts back the
+// reset values of what it changed in the data path's format (extended
+// descriptors, RSS, checksum reporting, loopback, interrupt routing):
+// QEMU 7.2's reset would not, and the next driver on the device may trust
+// them.
+//
+// # Interrupts
+//
+// With Options.Interrupts the driver enables three MSI-X vectors: RX queue
+// 0, RX queue 1, and "other" (link changes). RX causes auto-clear (EIAC) and
+// auto-mask (IAM with CTRL_EXT.EIAME); WaitRx re-arms its queue's cause,
+// checks the ring again, and only then sleeps on the eventfd, so no
+// interrupt is lost between the check and the sleep. EITR throttles each
+// vector to one message per Options.InterruptInterval.
+package e1000e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// Loopback selects a self-test loopback mode.
+type Loopback int
+
+// Loopback modes.
+const (
+	// LoopbackNone sends frames to the wire.
+	LoopbackNone Loopback = iota
+	// LoopbackMAC turns transmitted frames back inside the MAC (RCTL.LBM).
+	LoopbackMAC
+	// LoopbackPHY turns them back in the PHY (PHY control bit 14), as
+	// Linux's ethtool self-test does on copper 82574s.
+	LoopbackPHY
+)
+
+// Options configure Open. The zero value means DefaultOptions.
+type Options struct {
+	// Queues is the number of RX/TX queue pairs: 1 or 2 (default 1).
+	Queues int
+	// RxRing and TxRing are ring sizes in descriptors: multiples of 8 from
+	// 8 to 4096 (default 512).
+	RxRing, TxRing int
+	// Pool is the buffer pool to receive into. When nil, Open makes one of
+	// PoolBuffers buffers and Close closes it.
+	Pool *nicdrv.Pool
+	// PoolBuffers sizes the pool Open makes (default: enough to fill every
+	// ring twice, at least 4096).
+	PoolBuffers int
+	// Interrupts enables MSI-X interrupt mode for WaitRx.
+	Interrupts bool
+	// InterruptInterval is the least time between two interrupts of one
+	// vector (EITR; default 50µs, rounded to 256 ns units).
+	InterruptInterval time.Duration
+	// Promiscuous starts the NIC accepting every frame.
+	Promiscuous bool
+	// Loopback starts the NIC in a loopback mode (for self-tests).
+	Loopback Loopback
+	// LinkTimeout bounds Open's wait for the link (default 2s). Open does
+	// not fail when the link stays down: check Link or WaitLink.
+	LinkTimeout time.Duration
+	// RegisterTimeout bounds every wait on a register (default 1s).
+	RegisterTimeout time.Duration
+	// Memory is how ring memory is allocated (default hugepages).
+	Memory hugepage.Options
+}
+
+// DefaultOptions returns one queue pair of 512-descriptor rings, polling.
+func DefaultOptions() Options {
+	return Options{Queues: 1, RxRing: 512, TxRing: 512, InterruptInterval: 50 * time.Microsecond,
+		LinkTimeout: 2 * time.Second, RegisterTimeout: time.Second}
+}
+
+func (o *Options) fill() error {
+	d := DefaultOptions()
+	if o.Queues == 0 {
+		o.Queues = d.Queues
+	}
+	if o.RxRing == 0 {
+		o.RxRing = d.RxRing
+	}
+	if o.TxRing == 0 {
+		o.TxRing = d.TxRing
+	}
+	if o.InterruptInterval == 0 {
+		o.InterruptInterval = d.InterruptInterval
+	}
+	if o.LinkTimeout == 0 {
+		o.LinkTimeout = d.LinkTimeout
+	}
+	if o.RegisterTimeout == 0 {
+		o.RegisterTimeout = d.RegisterTimeout
+	}
+	if o.PoolBuffers == 0 {
+		o.PoolBuffers = max(4096, 2*o.Queues*(o.RxRing+o.TxRing))
+	}
+	switch {
+	case o.Queues < 1 || o.Queues > hw.Queues:
+		return fmt.Errorf("e1000e: %d queues: the 82574 has 1 or 2", o.Queues)
+	case o.RxRing < 8 || o.RxRing > 4096 || o.RxRing%8 != 0:
+		return fmt.Errorf("e1000e: RX ring of %d descriptors: want a multiple of 8 from 8 to 4096", o.RxRing)
+	case o.TxRing < 8 || o.TxRing > 4096 || o.TxRing%8 != 0:
+		return fmt.Errorf("e1000e: TX ring of %d descriptors: want a multiple of 8 from 8 to 4096", o.TxRing)
+	case o.InterruptInterval < 0 || o.InterruptInterval > 16*time.Millisecond:
+		return fmt.Errorf("e1000e: interrupt interval %v: want 0..16ms", o.InterruptInterval)
+	case o.Loopback < LoopbackNone || o.Loopback > LoopbackPHY:
+		return fmt.Errorf("e1000e: unknown loopback mode %d", o.Loopback)
+	case o.Pool != nil && o.Pool.BufferSize() != nicdrv.BufferSize:
+		return fmt.Errorf("e1000e: pool buffers of %d bytes: the driver programs 2048-byte RX buffers; make the pool with BufferSize %d", o.Pool.BufferSize(), nicdrv.BufferSize)
+	}
+	return nil
+}
+
+// rssKey is the default Toeplitz key (the one Microsoft's RSS document and
+// most drivers use).
+var rssKey = [hw.RSSKeyLen]byte{
+	0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+	0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+	0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+}
+
+// NIC is an open 82574L. It implements nicdrv.NIC.
+type NIC struct {
+	dev     pci.Device
+	regs    pci.Registers
+	addr    pci.Address
+	opts    Options
+	info    nicdrv.Info
+	mac     nicdrv.MAC
+	pool    *nicdrv.Pool
+	ownPool bool
+
+	ringMem *hugepage.Region
+	ringMap *pci.Mapping
+	rx      []*rxQueue
+	tx      []*txQueue
+	irqs    []*pci.Interrupt
+
+	ctlMu  sync.Mutex // control path: statistics, filters, link, close
+	hwStat nicdrv.Stats
+	nRAR   int // receive addresses in use beyond RAR0
+	closed atomic.Bool
+	nIntr  atomic.Uint64
+}
+
+var _ nicdrv.NIC = (*NIC)(nil)
+
+func (n *NIC) errorf(op string, err error) error {
+	return &nicdrv.Error{Addr: n.addr, Op: op, Err: err}
+}
+
+func (n *NIC) r32(off int) uint32      { return n.regs.Read32(off) }
+func (n *NIC) w32(off int, v uint32)   { n.regs.Write32(off, v) }
+func (n *NIC) set32(off int, b uint32) { n.w32(off, n.r32(off)|b) }
+func (n *NIC) clr32(off int, b uint32) { n.w32(off, n.r32(off)&^b) }
+
+// waitReg polls register reg (named name) until cond holds, at most
+// RegisterTimeout.
+func (n *NIC) waitReg(name string, reg int, cond func(uint32) bool) error {
+	deadline := time.Now().Add(n.opts.RegisterTimeout)
+	for i := 0; ; i++ {
+		v := n.r32(reg)
+		if cond(v) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return n.errorf(name, fmt.Errorf("%#08x after %v: %w", v, n.opts.RegisterTimeout, nicdrv.ErrTimeout))
+		}
+		if i < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// Open brings up the 82574L at dev and returns it ready to move frames. On
+// failure everything Open did is undone and the NIC is left quiesced.
+func Open(dev pci.Device, o Options) (_ *NIC, err error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	n := &NIC{dev: dev, addr: dev.Address(), opts: o}
+	vid, err := pci.ReadConfig16(dev, pci.ConfigVendorID)
+	if err != nil {
+		return nil, n.errorf("read vendor ID", err)
+	}
+	did, err := pci.ReadConfig16(dev, pci.ConfigDeviceID)
+	if err != nil {
+		return nil, n.errorf("read device ID", err)
+	}
+	if vid != hw.VendorIntel || (did != hw.Device82574L && did != hw.Device82574LA) {
+		return nil, n.errorf("identify", fmt.Errorf("PCI ID %04x:%04x, want 8086:10d3 (82574L) or 8086:10f6: %w", vid, did, nicdrv.ErrNotNIC))
+	}
+	if o.Pool != nil && o.Pool.DMA() != dev.DMA() {
+		return nil, n.errorf("pool", errors.New("the pool is mapped in another DMA domain than the NIC: make it with nicdrv.NewPool(dev.DMA(), ...)"))
+	}
+	if n.regs, err = dev.BAR(0); err != nil {
+		return nil, n.errorf("map BAR0", err)
+	}
+	if n.regs.Len() < hw.BAR0Size {
+		return nil, n.errorf("map BAR0", fmt.Errorf("BAR0 is %d bytes, the 82574 has %d: %w", n.regs.Len(), hw.BAR0Size, nicdrv.ErrNotNIC))
+	}
+	// Memory decode on, bus mastering off until the rings are valid.
+	cmd, err := pci.ReadConfig16(dev, pci.ConfigCommand)
+	if err != nil {
+		return nil, n.errorf("read COMMAND", err)
+	}
+	if err := pci.WriteConfig16(dev, pci.ConfigCommand, cmd|pci.CommandMemory|pci.CommandINTxDisable); err != nil {
+		return nil, n.errorf("write COMMAND", err)
+	}
+	defer func() {
+		if err != nil {
+			n.teardown()
+		}
+	}()
+	if err := n.quiesce(); err != nil {
+		return nil, err
+	}
+	if err := n.reset(); err != nil {
+		return nil, err
+	}
+	n.initHW()
+	n.readMAC()
+	n.link()
+	n.readStats() // clear the clear-on-read counters
+	n.hwStat = nicdrv.Stats{}
+
+	if o.Pool != nil {
+		n.pool = o.Pool
+	} else {
+		p, err := nicdrv.NewPool(dev.DMA(), nicdrv.PoolOptions{Buffers: o.PoolBuffers, Memory: o.Memory})
+		if err != nil {
+			return nil, n.errorf("buffer pool", err)
+		}
+		n.pool, n.ownPool = p, true
+	}
+	if err := n.allocRings(); err != nil {
+		return nil, err
+	}
+	n.setupTx()
+	if err := n.setupRx(); err != nil {
+		return nil, err
+	}
+	if o.Interrupts {
+		if err := n.setupInterrupts(); err != nil {
+			return nil, err
+		}
+	} else {
+		n.w32(hw.IMC, 0xFFFFFFFF)
+	}
+	// Bus mastering, then RCTL last (QEMU: setting bus master flushes
+	// queued frames into the rings at once, so they must be valid).
+	if err := pci.SetCommand(dev, pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable); err != nil {
+		return nil, n.errorf("enable bus mastering", err)
+	}
+	n.clr32(hw.CTRL, hw.CtrlGIOMasterDis)
+	n.w32(hw.RCTL, n.rctl())
+	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
+		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts}
+	// Wait (bounded) for the link; a link that stays down is a state, not
+	// an error.
+	_, _ = n.WaitLink(true, o.LinkTimeout)
+	return n, nil
+}
+
+// quiesce stops whatever a previous driver left running: QEMU 7.2 keeps
+// RCTL.EN, TCTL.EN and the ring pointers across a software reset.
+func (n *NIC) quiesce() error {
+	n.w32(hw.IMC, 0xFFFFFFFF)
+	n.w32(hw.RCTL, 0)
+	n.clr32(hw.TCTL, hw.TctlEN)
+	n.r32(hw.STATUS) // flush
+	n.set32(hw.CTRL, hw.CtrlGIOMasterDis)
+	if err := n.waitReg("STATUS.GIO_MASTER_ENABLE", hw.STATUS, func(v uint32) bool { return v&hw.StatusGIOMasterEn == 0 }); err != nil {
+		return err
+	}
+	if err := pci.ClearCommand(n.dev, pci.CommandBusMaster); err != nil {
+		return n.errorf("disable bus mastering", err)
+	}
+	for q := 0; q < hw.Queues; q++ {
+		for _, r := range []int{hw.RDH, hw.RDT, hw.TDH, hw.TDT, hw.RDLEN, hw.TDLEN, hw.RDBAL, hw.RDBAH, hw.TDBAL, hw.TDBAH} {
+			n.w32(hw.Q(r, q), 0)
+		}
+	}
+	return nil
+}
+
+// restoreResetState puts back the reset values of what the driver changed
+// in the data path's format. QEMU 7.2's software reset resets none of it,
+// so without this the next driver on the device (the kernel's e1000e, a
+// test, an older gomx) would find extended descriptors, RSS, checksum
+// reporting or a loopback it did not ask for.
+func (n *NIC) restoreResetState() {
+	for _, r := range []int{hw.RFCTL, hw.PSRCTL, hw.RXCSUM, hw.MRQC, hw.IVAR, hw.EIAC, hw.IAM} {
+		n.w32(r, 0)
+	}
+	for v := 0; v < hw.MSIXVectors; v++ {
+		n.w32(hw.EITR(v), 0)
+	}
+	n.clr32(hw.CTRLEXT, hw.CtrlExtEIAME|hw.CtrlExtPBAClr|hw.CtrlExtDrvLoad)
+	for q := 0; q < hw.Queues; q++ {
+		n.set32(hw.Q(hw.TARC, q), hw.TARCEnable)
+	}
+	for i := 1; i < hw.RAREntries; i++ {
+		n.w32(hw.RAH(i), 0)
+		n.w32(hw.RAL(i), 0)
+	}
+	for i := 0; i < hw.MTAEntries; i++ {
+		n.w32(hw.MTA+4*i, 0)
+	}
+	for i := 0; i < hw.RETAEntries/4; i++ {
+		n.w32(hw.RETA+4*i, 0)
+	}
+	if bmcr, err := n.phyRead(hw.PHYControl); err == nil && bmcr&hw.PHYCtlLoop != 0 {
+		_ = n.phyWrite(hw.PHYControl, bmcr&^hw.PHYCtlLoop)
+	}
+	c := n.r32(hw.CTRL)
+	if c&(hw.CtrlFrcSpd|hw.CtrlFrcDpx) != 0 {
+		n.w32(hw.CTRL, c&^(hw.CtrlFrcSpd|hw.CtrlFrcDpx)|hw.CtrlASDE)
+	}
+}
+
+// Fixed waits of the reset sequence (Linux e1000_reset_hw_82571): let
+// transactions in flight finish after RX and TX stop, and let the PHY load
+// its NVM configuration after the reset.
+const (
+	quiesceSettle = 10 * time.Millisecond
+	phySettle     = 25 * time.Millisecond
+)
+
+// reset is the software reset under the MDIO semaphore.
+func (n *NIC) reset() error {
+	time.Sleep(quiesceSettle)
+	if err := n.waitReg("EXTCNF_CTRL.MDIO_SW_OWNERSHIP", hw.EXTCNFCTRL, func(v uint32) bool {
+		if v&hw.ExtcnfMDIOSWOwn != 0 {
+			return true
+		}
+		n.w32(hw.EXTCNFCTRL, v|hw.ExtcnfMDIOSWOwn)
+		return false
+	}); err != nil {
+		return err
+	}
+	n.w32(hw.CTRL, n.r32(hw.CTRL)|hw.CtrlRST)
+	n.clr32(hw.EXTCNFCTRL, hw.ExtcnfMDIOSWOwn)
+	if err := n.waitReg("CTRL.RST", hw.CTRL, func(v uint32) bool { return v&hw.CtrlRST == 0 }); err != nil {
+		return err
+	}
+	if err := n.waitReg("EECD.AUTO_RD", hw.EECD, func(v uint32) bool { return v&hw.EECDAutoRd != 0 }); err != nil {
+		return err
+	}
+	// The 82573/82574 load PHY configuration from the NVM after the MAC's
+	// auto-read is done: Linux gives it 25 ms more.
+	time.Sleep(phySettle)
+	n.w32(hw.IMC, 0xFFFFFFFF)
+	n.r32(hw.ICR)
+	return nil
+}
+
+// initHW applies the 82574 initialisation bits (Linux init_hw_82571) and
+// clears what QEMU 7.2's reset keeps.
+func (n *NIC) initHW() {
+	for q := 0; q < hw.Queues; q++ {
+		n.w32(hw.Q(hw.TXDCTL, q), hw.TxdctlGRAN|hw.TxdctlBit22|1<<hw.TxdctlWTHRESHShift)
+		n.w32(hw.Q(hw.RXDCTL, q), hw.RxdctlGRAN)
+		tarc := n.r32(hw.Q(hw.TARC, q))
+		tarc = tarc&^hw.TARC82574Clr | hw.TARCBit26
+		if q < n.opts.Queues {
+			tarc |= hw.TARCEnable
+		} else {
+			tarc &^= hw.TARCEnable
+		}
+		n.w32(hw.Q(hw.TARC, q), tarc)
+	}
+	n.clr32(hw.CTRL, hw.Ctrl82574Bit29|hw.CtrlVME)
+	ext := n.r32(hw.CTRLEXT)
+	ext = ext&^(hw.CtrlExtBit23|hw.CtrlExtIAME|hw.CtrlExtEIAME) | hw.CtrlExtBit22 | hw.CtrlExtDrvLoad
+	n.w32(hw.CTRLEXT, ext)
+	n.set32(hw.GCR, hw.GCRBit22)
+	n.set32(hw.GCR2, hw.GCR2Bit0)
+	n.w32(hw.IVAR, 0)
+	for v := 0; v < hw.MSIXVectors; v++ {
+		n.w32(hw.EITR(v), 0)
+	}
+	n.w32(hw.ITR, 0)
+	n.w32(hw.EIAC, 0)
+	n.w32(hw.IAM, 0)
+	n.w32(hw.RDTR, 0)
+	n.w32(hw.RADV, 0)
+	n.w32(hw.TIDV, 0)
+	n.w32(hw.TADV, 0)
+	n.w32(hw.MRQC, 0)
+	n.w32(hw.RXCSUM, 0)
+	n.w32(hw.RFCTL, 0)
+	n.w32(hw.PSRCTL, 0)
+	for i := 1; i < hw.RAREntries; i++ {
+		n.w32(hw.RAH(i), 0)
+		n.w32(hw.RAL(i), 0)
+	}
+	for i := 0; i < hw.MTAEntries; i++ {
+		n.w32(hw.MTA+4*i, 0)
+		n.w32(hw.VFTA+4*i, 0)
+	}
+	for i := 0; i < hw.RETAEntries/4; i++ {
+		n.w32(hw.RETA+4*i, 0)
+	}
+}
+
+// readMAC takes the station address from receive address 0, which the NIC
+// loaded from its NVM.
+func (n *NIC) readMAC() {
+	lo, hi := n.r32(hw.RAL(0)), n.r32(hw.RAH(0))
+	n.mac = nicdrv.MAC{byte(lo), byte(lo >> 8), byte(lo >> 16), byte(lo >> 24), byte(hi), byte(hi >> 8)}
+	n.w32(hw.RAH(0), hi|1<<31) // address valid
+}
+
+// link tells the MAC to link and lets the PHY autonegotiate, or sets up the
+// requested loopback.
+func (n *NIC) link() {
+	c := n.r32(hw.CTRL)
+	c &^= hw.CtrlFrcSpd | hw.CtrlFrcDpx | hw.CtrlLRST | hw.CtrlPHYRST
+	c |= hw.CtrlSLU | hw.CtrlASDE
+	if n.opts.Loopback == LoopbackPHY {
+		// Linux's PHY loopback self-test forces 1000/full.
+		c = c&^hw.CtrlASDE | hw.CtrlFrcSpd | hw.CtrlFrcDpx | hw.CtrlSpeed1000 | hw.CtrlFD
+	}
+	n.w32(hw.CTRL, c)
+	bmcr, err := n.phyRead(hw.PHYControl)
+	if err == nil {
+		if n.opts.Loopback == LoopbackPHY {
+			bmcr |= hw.PHYCtlLoop
+		} else {
+			bmcr &^= hw.PHYCtlLoop
+		}
+		_ = n.phyWrite(hw.PHYControl, bmcr)
+	}
+}
+
+func (n *NIC) mdic(v uint32) (uint16, error) {
+	n.w32(hw.MDIC, v)
+	var got uint32
+	if err := n.waitReg("MDIC.READY", hw.MDIC, func(x uint32) bool { got = x; return x&hw.MDICReady != 0 }); err != nil {
+		return 0, err
+	}
+	if got&hw.MDICErr != 0 {
+		return 0, n.errorf("MDIC", fmt.Errorf("PHY register %d access failed (MDIC %#08x)", v>>hw.MDICRegShift&0x1F, got))
+	}
+	return uint16(got), nil
+}
+
+func (n *NIC) phyRead(reg int) (uint16, error) {
+	return n.mdic(uint32(reg)<<hw.MDICRegShift | hw.PHYAddr<<hw.MDICPHYShift | hw.MDICOpRead)
+}
+
+func (n *NIC) phyWrite(reg int, v uint16) error {
+	_, err := n.mdic(uint32(v) | uint32(reg)<<hw.MDICRegShift | hw.PHYAddr<<hw.MDICPHYShift | hw.MDICOpWrite)
+	return err
+}
+
+// allocRings allocates and maps one region for every descriptor ring.
+func (n *NIC) allocRings() error {
+	q := n.opts.Queues
+	size := q * (n.opts.RxRing + n.opts.TxRing) * hw.DescSize
+	mem := n.opts.Memory
+	if mem.Name == "" {
+		mem.Name = "gomx-e1000e-rings"
+	}
+	r, err := hugepage.Alloc(size, mem)
+	if err != nil {
+		return n.errorf("ring memory", err)
+	}
+	m, err := n.dev.DMA().Map(r.Bytes())
+	if err != nil {
+		r.Close()
+		return n.errorf("map rings", err)
+	}
+	n.ringMem, n.ringMap = r, m
+	off := 0
+	ring := func(count int) ([]byte, uint64, error) {
+		ln := count * hw.DescSize
+		iova, contig, err := m.IOVA(off)
+		if err == nil && contig < ln {
+			err = fmt.Errorf("a ring of %d bytes at offset %d crosses an IOVA segment edge: allocate ring memory in hugepages", ln, off)
+		}
+		b := r.Bytes()[off : off+ln : off+ln]
+		off += ln
+		return b, iova, err
+	}
+	for i := 0; i < q; i++ {
+		b, iova, err := ring(n.opts.RxRing)
+		if err != nil {
+			return n.errorf("RX ring", err)
+		}
+		n.rx = append(n.rx, &rxQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.RxRing),
+			slot: make([]*nicdrv.Buffer, n.opts.RxRing), scratch: make([]*nicdrv.Buffer, n.opts.RxRing)})
+	}
+	for i := 0; i < q; i++ {
+		b, iova, err := ring(n.opts.TxRing)
+		if err != nil {
+			return n.errorf("TX ring", err)
+		}
+		n.tx = append(n.tx, &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing),
+			slot: make([]*nicdrv.Buffer, n.opts.TxRing), scratch: make([]*nicdrv.Buffer, n.opts.TxRing)})
+	}
+	return nil
+}
+
+func (n *NIC) setupTx() {
+	for _, t := range n.tx {
+		clear(t.ring)
+		n.w32(hw.Q(hw.TDBAL, t.q), uint32(t.iova))
+		n.w32(hw.Q(hw.TDBAH, t.q), uint32(t.iova>>32))
+		n.w32(hw.Q(hw.TDLEN, t.q), t.size*hw.DescSize)
+		n.w32(hw.Q(hw.TDH, t.q), 0)
+		n.w32(hw.Q(hw.TDT, t.q), 0)
+	}
+	n.w32(hw.TIPG, hw.TIPGDefault)
+	n.w32(hw.TCTL, hw.TctlEN|hw.TctlPSP|15<<hw.TctlCTShift|63<<hw.TctlCOLDShift|hw.TctlRTLC|hw.TctlMULR)
+}
+
+func (n *NIC) setupRx() error {
+	for _, r := range n.rx {
+		if err := r.start(); err != nil {
+			return err
+		}
+	}
+	n.w32(hw.RFCTL, hw.RfctlEXTEN)
+	rxcsum := uint32(hw.RxcsumIPOFL | hw.RxcsumTUOFL)
+	if n.opts.Queues == 2 {
+		for i := 0; i < hw.RSSKeyLen/4; i++ {
+			k := rssKey[4*i:]
+			n.w32(hw.RSSRK+4*i, uint32(k[0])|uint32(k[1])<<8|uint32(k[2])<<16|uint32(k[3])<<24)
+		}
+		// Alternate entries between the queues.
+		for i := 0; i < hw.RETAEntries/4; i++ {
+			n.w32(hw.RETA+4*i, uint32(hw.RETAQueue1)<<8|uint32(hw.RETAQueue1)<<24)
+		}
+		n.w32(hw.MRQC, hw.MRQCEnableRSS2|hw.MRQCTCPIPv4|hw.MRQCIPv4)
+		rxcsum |= hw.RxcsumPCSD
+	}
+	n.w32(hw.RXCSUM, rxcsum)
+	return nil
+}
+
+// rctl is the RCTL value of the NIC's current configuration.
+func (n *NIC) rctl() uint32 {
+	v := uint32(hw.RctlEN | hw.RctlBAM | hw.RctlSECRC | hw.RctlBSIZE2048)
+	if n.opts.Promiscuous {
+		v |= hw.RctlUPE | hw.RctlMPE
+	}
+	if n.opts.Loopback == LoopbackMAC {
+		v |= hw.RctlLBMMAC
+	}
+	return v
+}
+
+func (n *NIC) setupInterrupts() error {
+	irqs, err := n.dev.EnableInterrupts(3)
+	if err != nil {
+		return n.errorf("enable MSI-X", fmt.Errorf("%w (%w: use polling, Options.Interrupts false)", err, nicdrv.ErrNotSupported))
+	}
+	n.irqs = irqs
+	ivar := uint32(hw.IVARValid)<<hw.IVARRxQ0Shift | uint32(hw.IVARValid|1)<<hw.IVARRxQ1Shift | uint32(hw.IVARValid|2)<<hw.IVAROtherShift
+	n.w32(hw.IVAR, ivar)
+	itr := uint32(n.opts.InterruptInterval / (256 * time.Nanosecond))
+	for v := 0; v < 3; v++ {
+		n.w32(hw.EITR(v), itr)
+	}
+	rxCauses := uint32(hw.IntRXQ0 | hw.IntRXQ1)
+	n.w32(hw.EIAC, rxCauses)
+	n.w32(hw.IAM, rxCauses)
+	n.set32(hw.CTRLEXT, hw.CtrlExtPBAClr|hw.CtrlExtEIAME)
+	n.w32(hw.IMS, hw.IntLSC|hw.IntOther)
+	return nil
+}
+
+// Info implements nicdrv.NIC.
+func (n *NIC) Info() nicdrv.Info { return n.info }
+
+// MAC implements nicdrv.NIC.
+func (n *NIC) MAC() nicdrv.MAC { return n.mac }
+
+// Pool implements nicdrv.NIC.
+func (n *NIC) Pool() *nicdrv.Pool { return n.pool }
+
+// Link implements nicdrv.NIC.
+func (n *NIC) Link() nicdrv.Link {
+	s := n.r32(hw.STATUS)
+	if s&hw.StatusLU == 0 || s == 0xFFFFFFFF {
+		return nicdrv.Link{}
+	}
+	speed := map[uint32]int{0: 10, hw.StatusSpeed100: 100, hw.StatusSpeed1000: 1000, hw.StatusSpeedMask: 1000}[s&hw.StatusSpeedMask]
+	return nicdrv.Link{Up: true, SpeedMbps: speed, FullDuplex: s&hw.StatusFD != 0}
+}
+
+// WaitLink implements nicdrv.NIC.
+func (n *NIC) WaitLink(want bool, timeout time.Duration) (nicdrv.Link, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if n.closed.Load() {
+			return nicdrv.Link{}, n.errorf("wait for link", nicdrv.ErrClosed)
+		}
+		l := n.Link()
+		if l.Up == want {
+			return l, nil
+		}
+		if !time.Now().Before(deadline) {
+			return l, n.errorf("STATUS.LU", fmt.Errorf("link still %v after %v: %w", l, timeout, nicdrv.ErrTimeout))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Stats implements nicdrv.NIC.
+func (n *NIC) Stats() (nicdrv.Stats, error) {
+	if n.closed.Load() {
+		return nicdrv.Stats{}, n.errorf("stats", nicdrv.ErrClosed)
+	}
+	n.ctlMu.Lock()
+	n.readStats()
+	s := n.hwStat
+	n.ctlMu.Unlock()
+	for _, r := range n.rx {
+		s.RxNoBuffer += r.noBuf.Load()
+		s.RxDropped += r.dropped.Load()
+	}
+	for _, t := range n.tx {
+		s.TxRingFull += t.full.Load()
+		s.TxRejected += t.rejected.Load()
+	}
+	s.Interrupts = n.nIntr.Load()
+	return s, nil
+}
+
+// readStats adds the clear-on-read counters to hwStat (ctlMu held, or
+// during Open).
+func (n *NIC) readStats() {
+	r64 := func(lo int) uint64 {
+		l := uint64(n.r32(lo)) // low half first: QEMU clears both on the high read
+		return l | uint64(n.r32(lo+4))<<32
+	}
+	s := &n.hwStat
+	s.RxErrors += uint64(n.r32(hw.CRCERRS)) + uint64(n.r32(hw.ALGNERRC)) + uint64(n.r32(hw.RXERRC)) + uint64(n.r32(hw.RUC)) + uint64(n.r32(hw.ROC))
+	s.RxMissed += uint64(n.r32(hw.MPC))
+	s.RxNoDescriptor += uint64(n.r32(hw.RNBC))
+	s.RxFrames += uint64(n.r32(hw.GPRC))
+	s.RxBroadcast += uint64(n.r32(hw.BPRC))
+	s.RxMulticast += uint64(n.r32(hw.MPRC))
+	s.TxFrames += uint64(n.r32(hw.GPTC))
+	s.RxBytes += r64(hw.GORCL)
+	s.TxBytes += r64(hw.GOTCL)
+	n.r32(hw.TPR)
+	n.r32(hw.TPT)
+	r64(hw.TORL)
+	r64(hw.TOTL)
+	n.r32(hw.MPTC)
+	n.r32(hw.BPTC)
+}
+
+// SetPromiscuous implements nicdrv.NIC.
+func (n *NIC) SetPromiscuous(on bool) error {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return n.errorf("RCTL.UPE", nicdrv.ErrClosed)
+	}
+	n.opts.Promiscuous = on
+	n.w32(hw.RCTL, n.rctl())
+	return nil
+}
+
+// SetMulticast implements nicdrv.NIC: the groups are hashed into the
+// 4096-bit multicast table (a hash match may let other groups through,
+// which the layer above filters).
+func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
+	var mta [hw.MTAEntries]uint32
+	for _, g := range groups {
+		if !g.IsMulticast() {
+			return n.errorf("MTA", fmt.Errorf("%v is not a group address (bit 0 of the first byte is clear)", g))
+		}
+		r, b := hw.MTAHash(g)
+		mta[r] |= 1 << b
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return n.errorf("MTA", nicdrv.ErrClosed)
+	}
+	for i, v := range mta {
+		n.w32(hw.MTA+4*i, v)
+	}
+	return nil
+}
+
+// AddRule implements nicdrv.NIC. The 82574 steers only by RSS hash, so the
+// one rule it carries out is "destination MAC M to queue 0" on a
+// single-queue NIC, by accepting M in a spare receive address register.
+// Everything else fails with nicdrv.ErrNotSupported.
+func (n *NIC) AddRule(r nicdrv.Rule) error {
+	if r.Queue < 0 || r.Queue >= n.opts.Queues {
+		return n.errorf("rule "+r.String(), nicdrv.ErrBadQueue)
+	}
+	if r.Kind != nicdrv.RuleDestMAC || r.Queue != 0 || n.opts.Queues != 1 {
+		return n.errorf("rule "+r.String(), fmt.Errorf("the 82574 steers only by RSS hash of IPv4 flows; demultiplex in software: %w", nicdrv.ErrNotSupported))
+	}
+	if r.MAC.IsMulticast() {
+		return n.errorf("rule "+r.String(), errors.New("a group address: use SetMulticast"))
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return n.errorf("rule", nicdrv.ErrClosed)
+	}
+	if n.nRAR+1 >= hw.RAREntries {
+		return n.errorf("rule "+r.String(), fmt.Errorf("all %d receive addresses in use: %w", hw.RAREntries, nicdrv.ErrNotSupported))
+	}
+	n.nRAR++
+	m := r.MAC
+	n.w32(hw.RAL(n.nRAR), uint32(m[0])|uint32(m[1])<<8|uint32(m[2])<<16|uint32(m[3])<<24)
+	n.w32(hw.RAH(n.nRAR), uint32(m[4])|uint32(m[5])<<8|1<<31)
+	return nil
+}
+
+// WaitRx implements nicdrv.NIC.
+func (n *NIC) WaitRx(ctx context.Context, q int) error {
+	if q < 0 || q >= len(n.rx) {
+		return n.errorf(fmt.Sprintf("wait on RX queue %d", q), nicdrv.ErrBadQueue)
+	}
+	r := n.rx[q]
+	for i := 0; ; i++ {
+		if n.closed.Load() {
+			return n.errorf("wait for RX", nicdrv.ErrClosed)
+		}
+		if r.ready() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if n.irqs == nil {
+			if i < 100 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(20 * time.Microsecond)
+			}
+			continue
+		}
+		// Arm the queue's cause, look again, then sleep: a frame that came
+		// between the first look and the arming raises the vector.
+		n.w32(hw.IMS, hw.IntRXQ0<<q)
+		if r.ready() {
+			return nil
+		}
+		c, err := n.irqs[q].Wait(ctx)
+		if err != nil {
+			if errors.Is(err, pci.ErrClosed) || n.closed.Load() {
+				return n.errorf("wait for RX", nicdrv.ErrClosed)
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// The eventfd's deadline is the context's, and may pass
+				// a moment before the context notices.
+				return context.DeadlineExceeded
+			}
+			return n.errorf("wait for RX interrupt", err)
+		}
+		n.nIntr.Add(c)
+	}
+}
+
+// RxBatch implements nicdrv.NIC.
+func (n *NIC) RxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
+	if q < 0 || q >= len(n.rx) {
+		return 0, n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
+	}
+	return n.rx[q].batch(bufs)
+}
+
+// TxBatch implements nicdrv.NIC.
+func (n *NIC) TxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
+	if q < 0 || q >= len(n.tx) {
+		return 0, n.errorf(fmt.Sprintf("TX queue %d", q), nicdrv.ErrBadQueue)
+	}
+	return n.tx[q].batch(bufs)
+}
+
+// Close implements nicdrv.NIC.
+func (n *NIC) Close() error {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Swap(true) {
+		return nil
+	}
+	// Wait out batches in flight; later ones see closed.
+	for _, r := range n.rx {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	for _, t := range n.tx {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+	}
+	return n.teardown()
+}
+
+// teardown quiesces the NIC and releases everything, for Close and for a
+// failed Open. Nothing is released before the NIC is quiet.
+func (n *NIC) teardown() error {
+	var errs []error
+	if n.regs != nil {
+		errs = append(errs, n.quiesce())
+		n.restoreResetState()
+	}
+	if n.irqs != nil {
+		// n.irqs stays set: a WaitRx still looking at it finds the
+		// Interrupt closed and returns ErrClosed.
+		errs = append(errs, n.dev.DisableInterrupts())
+	}
+	if n.pool != nil {
+		for _, r := range n.rx {
+			errs = append(errs, n.pool.Free(r.slot...))
+			clear(r.slot)
+		}
+		for _, t := range n.tx {
+			errs = append(errs, n.pool.Free(t.slot...))
+			clear(t.slot)
+		}
+	}
+	if n.ringMap != nil {
+		errs = append(errs, n.dev.DMA().Unmap(n.ringMap))
+		n.ringMap = nil
+	}
+	if n.ringMem != nil {
+		errs = append(errs, n.ringMem.Close())
+		n.ringMem = nil
+	}
+	if n.ownPool && n.pool != nil {
+		errs = append(errs, n.pool.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return n.errorf("close", err)
+	}
+	return nil
+}

@@ -1,0 +1,406 @@
+package e1000e
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomx-dev/gomx/internal/dmasync"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+)
+
+// rxQueue is one RX ring. The NIC owns slots [RDH, tail); the driver has
+// slots [next, RDH) to read and refills [tail, next-1), keeping slot next-1
+// back so that tail never catches up with the NIC's head.
+type rxQueue struct {
+	nic  *NIC
+	q    int
+	ring []byte
+	iova uint64
+	size uint32
+
+	mu      sync.Mutex // one batch at a time; Close waits on it
+	slot    []*nicdrv.Buffer
+	scratch []*nicdrv.Buffer
+	next    uint32 // next slot to look at
+	tail    uint32 // RDT as last written
+	discard bool   // dropping the rest of a multi-descriptor frame
+
+	noBuf, dropped atomic.Uint64
+}
+
+func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
+
+// start fills the ring and programs its registers (RX still disabled).
+func (r *rxQueue) start() error {
+	n := r.nic
+	r.next, r.tail = 0, 0
+	clear(r.ring)
+	if err := r.refill(); err != nil {
+		return err
+	}
+	if r.tail == 0 {
+		return n.errorf(fmt.Sprintf("fill RX ring %d", r.q), fmt.Errorf("no free buffer in the pool: %w", nicdrv.ErrPoolExhausted))
+	}
+	n.w32(hw.Q(hw.RDBAL, r.q), uint32(r.iova))
+	n.w32(hw.Q(hw.RDBAH, r.q), uint32(r.iova>>32))
+	n.w32(hw.Q(hw.RDLEN, r.q), r.size*hw.DescSize)
+	n.w32(hw.Q(hw.RDH, r.q), 0)
+	n.w32(hw.Q(hw.RDT, r.q), r.tail)
+	return nil
+}
+
+// refill gives the NIC fresh buffers in slots [tail, next-1) and reports
+// whether tail moved. It does not write RDT.
+func (r *rxQueue) refill() error {
+	stop := (r.next + r.size - 1) % r.size
+	want := int((stop + r.size - r.tail) % r.size)
+	if want == 0 {
+		return nil
+	}
+	// Slots may still hold a buffer (a refill cut short by an empty pool
+	// leaves none, a start leaves none): count those that need one.
+	need := 0
+	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
+		if r.slot[s] == nil {
+			need++
+		}
+	}
+	got, _ := r.nic.pool.Alloc(r.scratch[:need])
+	if got < need {
+		r.noBuf.Add(uint64(need - got))
+	}
+	k := 0
+	for i := 0; i < want; i++ {
+		s := r.tail
+		if r.slot[s] == nil {
+			if k == got {
+				break
+			}
+			r.slot[s] = r.scratch[k]
+			r.scratch[k] = nil
+			k++
+		}
+		hw.RxRead{Buffer: r.slot[s].IOVA()}.Encode(r.desc(s))
+		r.tail = (s + 1) % r.size
+	}
+	return nil
+}
+
+// ready reports whether the next slot holds a written-back descriptor.
+func (r *rxQueue) ready() bool {
+	if r.nic.closed.Load() {
+		return false
+	}
+	if !r.mu.TryLock() {
+		return true // a batch is running: let the caller look
+	}
+	defer r.mu.Unlock()
+	if r.nic.closed.Load() {
+		return false
+	}
+	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
+}
+
+func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nic.closed.Load() {
+		return 0, r.nic.errorf("RX batch", nicdrv.ErrClosed)
+	}
+	got := 0
+	for got < len(out) {
+		d := r.desc(r.next)
+		hi := load64(d[8:])
+		if uint32(hi)&hw.RxStatDD == 0 {
+			break
+		}
+		dmasync.Observe()
+		wb := hw.DecodeRxWriteBack(d)
+		b := r.slot[r.next]
+		r.slot[r.next] = nil
+		r.next = (r.next + 1) % r.size
+		size, deliver, discardNext := rxAccept(wb, r.discard, nicdrv.BufferSize)
+		r.discard = discardNext
+		if !deliver || b == nil {
+			if !discardNext {
+				r.dropped.Add(1) // counted once per frame, at its last descriptor
+			}
+			if b != nil {
+				_ = r.nic.pool.Free(b)
+			}
+			continue
+		}
+		b.Data = b.Data[:0:b.Cap()][:size]
+		b.Queue = r.q
+		b.Flags, b.Hash = rxFlags(wb), 0
+		if wb.MRQ&0xF != hw.RSSTypeNone {
+			b.Flags |= nicdrv.FlagHash
+			b.Hash = wb.Hash
+		}
+		out[got] = b
+		got++
+	}
+	old := r.tail
+	_ = r.refill()
+	if r.tail != old {
+		// The descriptors are written before the tail moves: Write32 on a
+		// BAR (or the model's lock) orders them.
+		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
+	}
+	return got, nil
+}
+
+// rxAccept decides what to do with a written-back RX descriptor: deliver
+// its frame of size bytes, or drop it. A frame spread over several
+// descriptors (never with 2 KiB buffers and standard frames), one the NIC
+// reports in error, and a length the buffer cannot hold (a NIC gone wrong)
+// are dropped whole; discardNext says the next descriptor continues a frame
+// being dropped. What the NIC writes back is outside input: nothing in it
+// may make the driver read past a buffer.
+func rxAccept(wb hw.RxWriteBack, discarding bool, bufCap int) (size int, deliver, discardNext bool) {
+	eop := wb.Status&hw.RxStatEOP != 0
+	if discarding || !eop || wb.Status&hw.RxErrFrame != 0 || int(wb.Length) > bufCap || wb.Length < 14 {
+		return 0, false, !eop
+	}
+	return int(wb.Length), true, false
+}
+
+func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
+	var f nicdrv.Flags
+	s := wb.Status
+	if s&hw.RxStatIPCS != 0 {
+		if s&hw.RxErrIPE != 0 {
+			f |= nicdrv.FlagIPChecksumBad
+		} else {
+			f |= nicdrv.FlagIPChecksumOK
+		}
+	}
+	if s&(hw.RxStatTCPCS|hw.RxStatUDPCS) != 0 {
+		if s&hw.RxErrTCPE != 0 {
+			f |= nicdrv.FlagL4ChecksumBad
+		} else {
+			f |= nicdrv.FlagL4ChecksumOK
+		}
+	}
+	return f
+}
+
+// txQueue is one TX ring: slots [clean, tail) are with the NIC, the rest
+// free; one slot stays empty so that a full ring is not mistaken for an
+// empty one.
+type txQueue struct {
+	nic  *NIC
+	q    int
+	ring []byte
+	iova uint64
+	size uint32
+
+	mu      sync.Mutex
+	slot    []*nicdrv.Buffer
+	scratch []*nicdrv.Buffer
+	clean   uint32
+	tail    uint32
+	ctx     hw.TxDesc // the checksum context last loaded (queue 0)
+
+	full, rejected atomic.Uint64
+}
+
+func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
+
+// reclaim frees the buffers of descriptors the NIC has finished.
+func (t *txQueue) reclaim() {
+	k := 0
+	for t.clean != t.tail {
+		d := t.desc(t.clean)
+		if load64(d[8:])>>32&hw.TxStatDD == 0 {
+			break
+		}
+		dmasync.Observe()
+		if b := t.slot[t.clean]; b != nil {
+			t.scratch[k] = b
+			k++
+			t.slot[t.clean] = nil
+		}
+		t.clean = (t.clean + 1) % t.size
+	}
+	if k > 0 {
+		_ = t.nic.pool.Free(t.scratch[:k]...)
+		clear(t.scratch[:k])
+	}
+}
+
+func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nic
+	if n.closed.Load() {
+		return 0, n.errorf("TX batch", nicdrv.ErrClosed)
+	}
+	t.reclaim()
+	free := (t.clean + t.size - t.tail - 1) % t.size
+	old := t.tail
+	sent := 0
+	var err error
+	for _, b := range bufs {
+		if l := len(b.Data); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool {
+			t.rejected.Add(1)
+			if b.Pool() != n.pool {
+				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", sent))
+			} else {
+				err = n.errorf("TX batch", fmt.Errorf("frame %d of %d bytes, want 14..%d: %w", sent, l, hw.MaxFrame, nicdrv.ErrFrameSize))
+			}
+			break
+		}
+		need := uint32(1)
+		ctx, offload := t.offload(b)
+		if offload && ctx != t.ctx {
+			need = 2
+		}
+		if free < need {
+			t.full.Add(1)
+			break
+		}
+		if offload && ctx != t.ctx {
+			t.put(ctx, nil)
+			t.ctx = ctx
+			free--
+		}
+		cmd := uint8(hw.TxCmdEOP | hw.TxCmdIFCS | hw.TxCmdRS)
+		if offload {
+			var popts uint8
+			if b.Flags&nicdrv.FlagTxIPChecksum != 0 {
+				popts |= hw.TxPoptsIXSM
+			}
+			if b.Flags&nicdrv.FlagTxL4Checksum != 0 {
+				popts |= hw.TxPoptsTXSM
+			}
+			t.put(hw.DataTx(b.IOVA(), len(b.Data), cmd, popts), b)
+		} else {
+			t.put(hw.LegacyTx(b.IOVA(), len(b.Data), cmd), b)
+		}
+		free--
+		sent++
+	}
+	if t.tail != old {
+		n.w32(hw.Q(hw.TDT, t.q), t.tail)
+		// QEMU transmits synchronously on the TDT write: reclaim now so
+		// buffers go back to the pool without waiting for the next batch.
+		t.reclaim()
+	}
+	return sent, err
+}
+
+// put writes a descriptor at tail: the word with the command last, in one
+// atomic store, so the NIC never fetches a half-written descriptor.
+func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer) {
+	var tmp [hw.DescSize]byte
+	d.Encode(tmp[:])
+	slot := t.desc(t.tail)
+	store64(slot[0:], binary.LittleEndian.Uint64(tmp[0:]))
+	store64(slot[8:], binary.LittleEndian.Uint64(tmp[8:]))
+	t.slot[t.tail] = b
+	t.tail = (t.tail + 1) % t.size
+}
+
+// offload prepares the checksums a frame asks for. On queue 0 it seeds the
+// TCP/UDP pseudo-header sum and returns the checksum context descriptor
+// for the NIC; on queue 1, which shares the NIC's single context with queue
+// 0, it computes the checksums itself and returns false.
+func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
+	var none hw.TxDesc
+	want := b.Flags & (nicdrv.FlagTxIPChecksum | nicdrv.FlagTxL4Checksum)
+	if want == 0 {
+		return none, false
+	}
+	fr := b.Data
+	if len(fr) < 34 || fr[12] != 0x08 || fr[13] != 0 || fr[14]>>4 != 4 {
+		return none, false // not IPv4: nothing to fill in
+	}
+	ihl := int(fr[14]&0xF) * 4
+	tot := int(binary.BigEndian.Uint16(fr[16:]))
+	if ihl < 20 || 14+tot > len(fr) || tot < ihl {
+		return none, false
+	}
+	proto := fr[23]
+	l4 := 14 + ihl
+	csumAt := -1
+	if want&nicdrv.FlagTxL4Checksum != 0 {
+		switch {
+		case proto == 6 && tot-ihl >= 20:
+			csumAt = l4 + 16
+		case proto == 17 && tot-ihl >= 8:
+			csumAt = l4 + 6
+		}
+	}
+	if t.q != 0 {
+		softChecksums(fr, ihl, tot, want&nicdrv.FlagTxIPChecksum != 0, csumAt)
+		return none, false
+	}
+	// RS on the context too, so the NIC reports it done and reclaim can
+	// step over it.
+	tucmd := uint8(hw.TxTucmdIP | hw.TxCmdRS)
+	if proto == 6 {
+		tucmd |= hw.TxTucmdTCP
+	}
+	if csumAt >= 0 {
+		// Seed the field with the folded pseudo-header sum; the NIC adds
+		// the rest.
+		s := pseudoSum(fr[26:34], proto, tot-ihl)
+		binary.BigEndian.PutUint16(fr[csumAt:], s)
+	} else if want&nicdrv.FlagTxIPChecksum == 0 {
+		return none, false
+	}
+	tucso := 0
+	if csumAt >= 0 {
+		tucso = csumAt
+	}
+	return hw.ContextTx(14, 24, uint16(l4-1), uint8(l4), uint8(tucso), uint16(14+tot-1), tucmd), true
+}
+
+// pseudoSum is the folded (not complemented) IPv4 pseudo-header sum.
+func pseudoSum(addrs []byte, proto byte, l4len int) uint16 {
+	s := uint32(proto) + uint32(l4len)
+	for i := 0; i+1 < len(addrs); i += 2 {
+		s += uint32(addrs[i])<<8 | uint32(addrs[i+1])
+	}
+	for s > 0xFFFF {
+		s = s&0xFFFF + s>>16
+	}
+	return uint16(s)
+}
+
+// softChecksums fills in the checksums in the driver.
+func softChecksums(fr []byte, ihl, tot int, ip bool, l4At int) {
+	sum := func(s uint32, b []byte) uint32 {
+		for len(b) >= 2 {
+			s += uint32(b[0])<<8 | uint32(b[1])
+			b = b[2:]
+		}
+		if len(b) == 1 {
+			s += uint32(b[0]) << 8
+		}
+		return s
+	}
+	fold := func(s uint32) uint16 {
+		for s > 0xFFFF {
+			s = s&0xFFFF + s>>16
+		}
+		return uint16(s)
+	}
+	if ip {
+		binary.BigEndian.PutUint16(fr[24:], 0)
+		binary.BigEndian.PutUint16(fr[24:], ^fold(sum(0, fr[14:14+ihl])))
+	}
+	if l4At >= 0 {
+		binary.BigEndian.PutUint16(fr[l4At:], 0)
+		s := uint32(pseudoSum(fr[26:34], fr[23], tot-ihl))
+		c := ^fold(sum(s, fr[14+ihl:14+tot]))
+		if c == 0 && fr[23] == 17 {
+			c = 0xFFFF
+		}
+		binary.BigEndian.PutUint16(fr[l4At:], c)
+	}
+}

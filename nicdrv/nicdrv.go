@@ -1,0 +1,316 @@
+// Package nicdrv is the one batch-shaped interface every user-space NIC
+// driver of gomx offers, and the packet-buffer pool the drivers share.
+//
+// # Shape
+//
+// A driver (package nicdrv/e1000e today; the 82599 and virtio-net later) is
+// opened on any implementation of the PCI device contract (package pci): a
+// real function behind vfio-pci or an in-process model from package
+// emulated. It never knows which. Opening brings the NIC up completely and
+// returns a value that implements [NIC]. The interface is deliberately
+// small and batch-shaped, in the manner of ixy's rx_batch/tx_batch and
+// SPDK's build/flush/poll:
+//
+//   - [NIC.RxBatch] fills a caller-provided slice with received [Buffer]s
+//     from one queue and gives the ring fresh buffers in their place, with
+//     one tail-register write per call;
+//   - [NIC.TxBatch] hands a slice of filled Buffers to one queue's ring with
+//     one tail-register write, and reclaims the buffers of frames the NIC
+//     has finished sending, giving them back to the pool.
+//
+// Neither allocates, and neither waits: a full TX ring takes fewer frames
+// than offered and says how many; an empty RX ring returns 0.
+//
+// # Buffers and the pool
+//
+// Every packet lives in a [Buffer] of a [Pool]: a fixed set of equal buffers
+// carved out of one hugepage region that is mapped for DMA once, so each
+// buffer has a fixed IOVA the driver programs into descriptors. The Buffer
+// headers are allocated once, when the pool is made; the fast path moves
+// pointers to them and never allocates. A received Buffer belongs to the
+// caller until it is transmitted or given back with [Pool.Free]. A
+// transmitted Buffer belongs to the driver until the NIC has sent it; the
+// driver then frees it. [Pool.Alloc] never waits: when every buffer is out it
+// fails with [ErrPoolExhausted], so a program that leaks buffers sees an
+// error, not a hang. A driver whose pool runs dry while refilling its RX ring
+// leaves the slots empty, counts the event in [Stats].RxNoBuffer, and
+// refills them on a later RxBatch.
+//
+// # Control path
+//
+// Link state with a bounded wait ([NIC.WaitLink]), statistics (the NIC's
+// own counters, accumulated across its clear-on-read registers, plus the
+// driver's own drops and errors), promiscuous and multicast control, and
+// steering rules. A rule the NIC cannot carry out in hardware is refused
+// with an error wrapping [ErrNotSupported] — never accepted and ignored —
+// so the caller knows to demultiplex in software.
+//
+// # Polling and interrupts
+//
+// Polling is the default and the fast path. With interrupts enabled in the
+// driver's options, [NIC.WaitRx] sleeps on the queue's MSI-X eventfd until a
+// frame arrives, ctx ends or the NIC closes; the driver programs the
+// NIC's interrupt moderation so that a busy queue does not interrupt per
+// frame.
+//
+// # Close
+//
+// [NIC.Close] quiesces the NIC before it releases anything: receive and
+// transmit are disabled, PCI bus mastering is turned off, and only then are
+// the rings unmapped and the buffers given back. After Close returns the NIC
+// performs no DMA. The driver does not close the pci.Device: the same
+// device may be opened again (a restart without a reboot).
+//
+// A process that dies without Close (a signal, a crash) cannot quiesce
+// anything itself. Through VFIO the kernel does it: releasing the device
+// file turns PCI bus mastering off (and resets the function where it can),
+// so a dead driver's NIC cannot DMA into memory that is being given back.
+// The next Open quiesces the NIC again before it trusts any register, since
+// a reset may not have cleared them (QEMU 7.2's does not).
+package nicdrv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// Sentinel errors. Drivers wrap them with the device and the detail; test
+// with errors.Is.
+var (
+	// ErrNotSupported means the NIC cannot do what was asked in hardware
+	// (a steering rule, a loopback mode, interrupts on this platform).
+	ErrNotSupported = errors.New("not supported by this NIC")
+	// ErrPoolExhausted means every buffer of the pool is handed out.
+	ErrPoolExhausted = errors.New("packet buffer pool exhausted")
+	// ErrClosed means the NIC or pool was closed.
+	ErrClosed = errors.New("closed")
+	// ErrBadQueue means a queue index outside [0, Queues).
+	ErrBadQueue = errors.New("no such queue")
+	// ErrTimeout means a register or the link did not reach the expected
+	// state in time.
+	ErrTimeout = errors.New("timed out")
+	// ErrNotNIC means the PCI function is not a NIC this driver knows.
+	ErrNotNIC = errors.New("not a supported NIC")
+	// ErrLinkDown means the operation needs the link up.
+	ErrLinkDown = errors.New("link down")
+	// ErrFrameSize means a frame is shorter than 14 bytes or longer than the
+	// NIC's largest frame.
+	ErrFrameSize = errors.New("bad frame size")
+)
+
+// Error is a failed driver operation: which NIC, which operation (a register
+// name, a ring, a rule), and why.
+type Error struct {
+	// Addr is the NIC's PCI function.
+	Addr pci.Address
+	// Op names the operation or the register.
+	Op string
+	// Err is the cause, usually one of this package's sentinels.
+	Err error
+}
+
+func (e *Error) Error() string {
+	return "nicdrv " + e.Addr.String() + ": " + e.Op + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// MAC is a 48-bit Ethernet address.
+type MAC [6]byte
+
+// String formats the address as "02:00:00:00:00:01".
+func (m MAC) String() string {
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+// IsMulticast reports whether the address is a group (multicast or
+// broadcast) address.
+func (m MAC) IsMulticast() bool { return m[0]&1 != 0 }
+
+// Info describes an open NIC.
+type Info struct {
+	// Driver names the driver ("e1000e").
+	Driver string
+	// Model names the device ("82574L").
+	Model string
+	// Addr is the PCI function.
+	Addr pci.Address
+	// Queues is the number of RX and of TX queues in use.
+	Queues int
+	// RxRing and TxRing are the descriptor ring sizes of every queue.
+	RxRing, TxRing int
+	// MaxFrame is the largest frame, Ethernet header included and FCS
+	// excluded, that TxBatch accepts and RxBatch delivers.
+	MaxFrame int
+	// Interrupts tells whether WaitRx sleeps on an interrupt (true) or
+	// polls (false).
+	Interrupts bool
+}
+
+// Link is the state of the NIC's link.
+type Link struct {
+	// Up is true when the link is up.
+	Up bool
+	// SpeedMbps is the negotiated speed (10, 100, 1000, 10000); 0 when down.
+	SpeedMbps int
+	// FullDuplex is the negotiated duplex.
+	FullDuplex bool
+}
+
+// String formats the link as "up 1000 Mb/s full duplex" or "down".
+func (l Link) String() string {
+	if !l.Up {
+		return "down"
+	}
+	d := "half"
+	if l.FullDuplex {
+		d = "full"
+	}
+	return fmt.Sprintf("up %d Mb/s %s duplex", l.SpeedMbps, d)
+}
+
+// Stats are a NIC's counters since it was opened: the hardware's (read from
+// clear-on-read registers and accumulated) and the driver's own.
+type Stats struct {
+	// RxFrames, RxBytes, TxFrames and TxBytes are good frames and their
+	// octets as the NIC counts them (FCS included in the byte counts, as
+	// the 82574 does).
+	RxFrames, RxBytes, TxFrames, TxBytes uint64
+	// RxMissed counts frames the NIC dropped for lack of room (MPC).
+	RxMissed uint64
+	// RxNoDescriptor counts times the NIC found no free RX descriptor
+	// (RNBC).
+	RxNoDescriptor uint64
+	// RxErrors counts frames received with CRC, alignment, symbol or
+	// length errors.
+	RxErrors uint64
+	// RxBroadcast and RxMulticast count good broadcast and multicast frames.
+	RxBroadcast, RxMulticast uint64
+
+	// RxNoBuffer counts, per RxBatch, the RX ring slots the driver could
+	// not refill because the pool was exhausted (they are refilled later;
+	// a slot that stays empty over several calls counts each time).
+	RxNoBuffer uint64
+	// RxDropped counts frames the driver dropped: reported in error by the
+	// NIC, or spread over several descriptors.
+	RxDropped uint64
+	// TxRingFull counts TxBatch calls that could not take every frame.
+	TxRingFull uint64
+	// TxRejected counts frames TxBatch refused (bad size).
+	TxRejected uint64
+	// Interrupts counts interrupts the driver consumed in WaitRx.
+	Interrupts uint64
+}
+
+// RuleKind is what a steering rule matches.
+type RuleKind int
+
+// Steering rule kinds (see [Rule]).
+const (
+	// RuleEtherType sends frames of one EtherType to a queue.
+	RuleEtherType RuleKind = iota + 1
+	// RuleDestMAC sends frames for one destination MAC to a queue.
+	RuleDestMAC
+	// RuleUDPDestPort sends IPv4/UDP datagrams for one destination port to
+	// a queue.
+	RuleUDPDestPort
+	// RuleByte sends frames whose byte at Offset equals Value to a queue
+	// (the Open-MX endpoint byte).
+	RuleByte
+)
+
+// String names the rule kind.
+func (k RuleKind) String() string {
+	switch k {
+	case RuleEtherType:
+		return "EtherType"
+	case RuleDestMAC:
+		return "destination MAC"
+	case RuleUDPDestPort:
+		return "UDP destination port"
+	case RuleByte:
+		return "byte at offset"
+	}
+	return fmt.Sprintf("RuleKind(%d)", int(k))
+}
+
+// Rule is one steering rule: frames that match go to RX queue Queue.
+type Rule struct {
+	Kind      RuleKind
+	EtherType uint16 // RuleEtherType
+	MAC       MAC    // RuleDestMAC
+	Port      uint16 // RuleUDPDestPort
+	Offset    int    // RuleByte: offset from the start of the frame
+	Value     byte   // RuleByte
+	Queue     int
+}
+
+// String describes the rule.
+func (r Rule) String() string {
+	switch r.Kind {
+	case RuleEtherType:
+		return fmt.Sprintf("EtherType %#04x to queue %d", r.EtherType, r.Queue)
+	case RuleDestMAC:
+		return fmt.Sprintf("destination MAC %v to queue %d", r.MAC, r.Queue)
+	case RuleUDPDestPort:
+		return fmt.Sprintf("UDP destination port %d to queue %d", r.Port, r.Queue)
+	case RuleByte:
+		return fmt.Sprintf("byte %d == %#02x to queue %d", r.Offset, r.Value, r.Queue)
+	}
+	return r.Kind.String()
+}
+
+// NIC is an open NIC, as every driver of this package family offers it.
+//
+// RxBatch and TxBatch of one queue must be called by one goroutine at a
+// time (a queue is single-producer, single-consumer); different queues, and
+// the control methods, may be used concurrently.
+type NIC interface {
+	// Info describes the NIC as opened.
+	Info() Info
+	// MAC is the NIC's station address (receive address 0).
+	MAC() MAC
+	// Pool is the buffer pool the NIC receives into; Alloc from it to
+	// build frames for TxBatch.
+	Pool() *Pool
+	// RxBatch moves up to len(bufs) received frames of queue q into bufs
+	// and returns how many. It does not wait. The Buffers belong to the
+	// caller: transmit them or Free them.
+	RxBatch(q int, bufs []*Buffer) (int, error)
+	// TxBatch queues bufs in order on TX queue q and returns how many it
+	// took; those belong to the driver from now on. Fewer than len(bufs)
+	// means the ring is full: retry the rest later. A frame of bad size
+	// fails with ErrFrameSize after the frames before it were taken.
+	TxBatch(q int, bufs []*Buffer) (int, error)
+	// WaitRx waits until queue q has a frame, ctx ends (its error) or the
+	// NIC closes (ErrClosed). With interrupts it sleeps on the queue's
+	// vector; without, it polls, yielding the processor between looks.
+	WaitRx(ctx context.Context, q int) error
+	// Link reads the link state now.
+	Link() Link
+	// WaitLink waits at most timeout for the link to be up (want true) or
+	// down (want false) and returns the state it saw; ErrTimeout when the
+	// link did not get there.
+	WaitLink(want bool, timeout time.Duration) (Link, error)
+	// Stats reads and accumulates the NIC's counters.
+	Stats() (Stats, error)
+	// SetPromiscuous makes the NIC accept every unicast and multicast
+	// frame (on) or only its own and the subscribed ones (off).
+	SetPromiscuous(on bool) error
+	// SetMulticast subscribes exactly to the given group addresses; an
+	// empty list unsubscribes from all (broadcast is always accepted).
+	SetMulticast(groups []MAC) error
+	// AddRule installs a steering rule in hardware, or fails with an error
+	// wrapping ErrNotSupported when the NIC cannot carry it out.
+	AddRule(r Rule) error
+	// Close quiesces the NIC (no DMA after it returns), releases its rings
+	// and gives the buffers in them back to the pool. A pool the driver
+	// made itself is closed too; one passed in by the caller stays open.
+	// Close does not close the PCI device.
+	Close() error
+}

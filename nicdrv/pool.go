@@ -1,0 +1,254 @@
+package nicdrv
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// BufferSize is the default packet buffer size: one 82574 RX buffer
+// (RCTL.BSIZE 2048), enough for any standard frame, and a divisor of both
+// the 4 KiB and 2 MiB page, so no buffer straddles a page (and so an IOVA
+// segment) whatever memory backs the pool.
+const BufferSize = 2048
+
+// Flags describe what the NIC found in a received frame.
+type Flags uint16
+
+// Receive flags.
+const (
+	// FlagIPChecksumOK: the NIC checked the IPv4 header checksum; it is
+	// right.
+	FlagIPChecksumOK Flags = 1 << iota
+	// FlagL4ChecksumOK: the NIC checked the TCP or UDP checksum; it is
+	// right.
+	FlagL4ChecksumOK
+	// FlagIPChecksumBad: the IPv4 header checksum is wrong.
+	FlagIPChecksumBad
+	// FlagL4ChecksumBad: the TCP or UDP checksum is wrong.
+	FlagL4ChecksumBad
+	// FlagHash: Hash holds the NIC's RSS hash of the frame.
+	FlagHash
+	// FlagTxIPChecksum asks TxBatch to fill in the IPv4 header checksum of
+	// the frame (in hardware where the NIC can, else in the driver).
+	FlagTxIPChecksum
+	// FlagTxL4Checksum asks TxBatch to fill in the TCP or UDP checksum of an
+	// IPv4 frame (in hardware where the NIC can, else in the driver).
+	FlagTxL4Checksum
+)
+
+// Buffer is one packet buffer of a Pool. Data is the frame: on receive the
+// driver sets it to the received bytes; to transmit, fill it (SetLen gives
+// a Data of the wanted length) and pass the Buffer to TxBatch.
+type Buffer struct {
+	// Data is the frame, starting with the Ethernet header. Its capacity
+	// is the buffer size; do not re-slice it to start elsewhere.
+	Data []byte
+	// Queue is the RX queue the frame arrived on.
+	Queue int
+	// Flags report the NIC's receive offloads, and ask for transmit
+	// offloads (FlagTx...).
+	Flags Flags
+	// Hash is the RSS hash when Flags has FlagHash.
+	Hash uint32
+
+	pool *Pool
+	mem  []byte
+	iova uint64
+	out  bool
+}
+
+// SetLen makes Data n bytes long (up to the buffer size) and returns it.
+func (b *Buffer) SetLen(n int) []byte {
+	b.Data = b.mem[:n]
+	return b.Data
+}
+
+// Cap is the buffer size: the largest Data it can hold.
+func (b *Buffer) Cap() int { return len(b.mem) }
+
+// IOVA is where the NIC sees the first byte of the buffer.
+func (b *Buffer) IOVA() uint64 { return b.iova }
+
+// Pool returns the pool the buffer belongs to.
+func (b *Buffer) Pool() *Pool { return b.pool }
+
+// PoolOptions configure NewPool.
+type PoolOptions struct {
+	// Buffers is the number of buffers (default 4096).
+	Buffers int
+	// BufferSize is the size of each (default BufferSize); a power of two
+	// from 256 to 4096, so buffers never straddle a page.
+	BufferSize int
+	// Memory is how the hugepage memory is allocated (default
+	// hugepage.DefaultOptions()).
+	Memory hugepage.Options
+}
+
+// Pool is a fixed set of packet buffers in one hugepage region, mapped once
+// into a DMA domain. Alloc and Free are safe for concurrent use and do not
+// allocate; they take one short lock per call, however many buffers move,
+// so batch them.
+type Pool struct {
+	dma     pci.DMA
+	region  *hugepage.Region
+	mapping *pci.Mapping
+	size    int
+	bufs    []Buffer
+
+	mu     sync.Mutex
+	free   []*Buffer // a stack: the most recently freed buffer is warm in cache
+	closed bool
+}
+
+// NewPool allocates and maps a pool in the DMA domain dma (the domain of the
+// NIC that will use it: pci.Device.DMA()).
+func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
+	if o.Buffers == 0 {
+		o.Buffers = 4096
+	}
+	if o.BufferSize == 0 {
+		o.BufferSize = BufferSize
+	}
+	if o.Buffers < 1 || o.Buffers > 1<<24 {
+		return nil, fmt.Errorf("nicdrv: pool of %d buffers: want 1..%d", o.Buffers, 1<<24)
+	}
+	if o.BufferSize < 256 || o.BufferSize > 4096 || o.BufferSize&(o.BufferSize-1) != 0 {
+		return nil, fmt.Errorf("nicdrv: buffer size %d: want a power of two from 256 to 4096", o.BufferSize)
+	}
+	mem := o.Memory
+	if mem.Name == "" {
+		mem.Name = "gomx-nic-pool"
+	}
+	r, err := hugepage.Alloc(o.Buffers*o.BufferSize, mem)
+	if err != nil {
+		return nil, fmt.Errorf("nicdrv: pool memory: %w", err)
+	}
+	m, err := dma.Map(r.Bytes())
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("nicdrv: map pool for DMA: %w", err)
+	}
+	p := &Pool{dma: dma, region: r, mapping: m, size: o.BufferSize, bufs: make([]Buffer, o.Buffers), free: make([]*Buffer, 0, o.Buffers)}
+	buf := r.Bytes()
+	for i := range p.bufs {
+		off := i * o.BufferSize
+		iova, contig, err := m.IOVA(off)
+		if err == nil && contig < o.BufferSize {
+			err = fmt.Errorf("buffer %d straddles an IOVA segment edge", i)
+		}
+		if err != nil {
+			dma.Unmap(m)
+			r.Close()
+			return nil, fmt.Errorf("nicdrv: pool: %w", err)
+		}
+		b := &p.bufs[i]
+		b.pool, b.iova = p, iova
+		b.mem = buf[off : off+o.BufferSize : off+o.BufferSize]
+	}
+	for i := len(p.bufs) - 1; i >= 0; i-- {
+		p.free = append(p.free, &p.bufs[i])
+	}
+	return p, nil
+}
+
+// Alloc fills bufs with free buffers, Data set to the whole buffer, and
+// returns how many it filled. When the pool has fewer free buffers than
+// len(bufs) it fills what it can and returns ErrPoolExhausted with the
+// count; it never waits.
+func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0, ErrClosed
+	}
+	n := min(len(bufs), len(p.free))
+	top := len(p.free) - n
+	for i := 0; i < n; i++ {
+		b := p.free[top+i]
+		b.out = true
+		b.Data = b.mem
+		b.Flags, b.Hash, b.Queue = 0, 0, 0
+		bufs[i] = b
+	}
+	p.free = p.free[:top]
+	p.mu.Unlock()
+	if n < len(bufs) {
+		return n, fmt.Errorf("nicdrv: alloc %d buffers, %d free of %d: %w", len(bufs), n, len(p.bufs), ErrPoolExhausted)
+	}
+	return n, nil
+}
+
+// Get allocates one buffer.
+func (p *Pool) Get() (*Buffer, error) {
+	var one [1]*Buffer
+	if _, err := p.Alloc(one[:]); err != nil {
+		return nil, err
+	}
+	return one[0], nil
+}
+
+// ErrNotPooled is wrapped by Free's error for a buffer freed twice or
+// belonging to another pool.
+var ErrNotPooled = errors.New("buffer not out of this pool")
+
+// Free gives buffers back. It frees every buffer it can and reports, in one
+// error wrapping ErrNotPooled, those that were already free or belong to
+// another pool (nil entries are skipped).
+func (p *Pool) Free(bufs ...*Buffer) error {
+	bad := 0
+	p.mu.Lock()
+	for _, b := range bufs {
+		if b == nil {
+			continue
+		}
+		if b.pool != p || !b.out {
+			bad++
+			continue
+		}
+		b.out = false
+		p.free = append(p.free, b)
+	}
+	p.mu.Unlock()
+	if bad > 0 {
+		return fmt.Errorf("nicdrv: free: %d buffers freed twice or from another pool: %w", bad, ErrNotPooled)
+	}
+	return nil
+}
+
+// Len is the number of buffers in the pool.
+func (p *Pool) Len() int { return len(p.bufs) }
+
+// BufferSize is the size of each buffer.
+func (p *Pool) BufferSize() int { return p.size }
+
+// Available is the number of free buffers.
+func (p *Pool) Available() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
+}
+
+// DMA is the DMA domain the pool is mapped in: a driver checks it is its
+// device's.
+func (p *Pool) DMA() pci.DMA { return p.dma }
+
+// Close unmaps and frees the pool's memory. It fails, changing nothing,
+// while buffers are still out (a NIC ring or the caller holds them), since
+// the NIC could still write into them.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	if out := len(p.bufs) - len(p.free); out > 0 {
+		return fmt.Errorf("nicdrv: close pool: %d of %d buffers still out: close the NIC and free them first", out, len(p.bufs))
+	}
+	p.closed = true
+	err := p.dma.Unmap(p.mapping)
+	return errors.Join(err, p.region.Close())
+}

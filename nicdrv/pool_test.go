@@ -1,0 +1,97 @@
+package nicdrv_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+)
+
+func newPool(t *testing.T, n int) (*nicdrv.Pool, *emulated.E1000E) {
+	t.Helper()
+	p, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	pool, err := nicdrv.NewPool(p.IOMMU(), nicdrv.PoolOptions{Buffers: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, p
+}
+
+func TestPool(t *testing.T) {
+	pool, plat := newPool(t, 64)
+	if pool.Len() != 64 || pool.Available() != 64 || pool.BufferSize() != nicdrv.BufferSize {
+		t.Fatalf("pool of %d, %d free, %d bytes", pool.Len(), pool.Available(), pool.BufferSize())
+	}
+	bufs := make([]*nicdrv.Buffer, 100)
+	n, err := pool.Alloc(bufs)
+	if n != 64 || !errors.Is(err, nicdrv.ErrPoolExhausted) {
+		t.Fatalf("alloc of 100 from 64: %d, %v", n, err)
+	}
+	seen := map[uint64]bool{}
+	for _, b := range bufs[:n] {
+		if len(b.Data) != nicdrv.BufferSize || b.Cap() != nicdrv.BufferSize {
+			t.Fatalf("buffer Data %d bytes, cap %d", len(b.Data), b.Cap())
+		}
+		if seen[b.IOVA()] || b.IOVA()%64 != 0 {
+			t.Fatalf("IOVA %#x repeated or unaligned", b.IOVA())
+		}
+		seen[b.IOVA()] = true
+		if b.Pool() != pool {
+			t.Fatal("buffer names another pool")
+		}
+	}
+	if _, err := pool.Get(); !errors.Is(err, nicdrv.ErrPoolExhausted) {
+		t.Errorf("Get from an empty pool: %v", err)
+	}
+	if err := pool.Close(); err == nil {
+		t.Error("Close with every buffer out succeeded: the NIC could still write into them")
+	}
+	if err := pool.Free(bufs[:n]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Free(bufs[0]); !errors.Is(err, nicdrv.ErrNotPooled) {
+		t.Errorf("double free: %v", err)
+	}
+	other, _ := newPool(t, 1)
+	ob, _ := other.Get()
+	if err := pool.Free(ob); !errors.Is(err, nicdrv.ErrNotPooled) {
+		t.Errorf("free into the wrong pool: %v", err)
+	}
+	other.Free(ob)
+	b, _ := pool.Get()
+	if d := b.SetLen(60); len(d) != 60 || len(b.Data) != 60 {
+		t.Errorf("SetLen(60) gave %d bytes", len(d))
+	}
+	pool.Free(b)
+	if err := pool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Get(); !errors.Is(err, nicdrv.ErrClosed) {
+		t.Errorf("Get after Close: %v", err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if live := plat.IOMMU().Live(); live != 0 {
+		t.Errorf("%d mappings left after Close", live)
+	}
+}
+
+func TestPoolOptions(t *testing.T) {
+	p, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, o := range []nicdrv.PoolOptions{{Buffers: -1}, {BufferSize: 100}, {BufferSize: 3000}, {BufferSize: 8192}} {
+		if pool, err := nicdrv.NewPool(p.IOMMU(), o); err == nil {
+			pool.Close()
+			t.Errorf("options %+v accepted", o)
+		}
+	}
+}

@@ -1,0 +1,370 @@
+// Package nic is the transport over a user-space NIC driver (package
+// nicdrv): mx frames in raw Open-MX Ethernet framing, moved by the driver's
+// RX and TX batches with no kernel in the path.
+//
+// # Framing
+//
+// Each frame is a 14-byte Ethernet header (destination MAC, source MAC,
+// EtherType transport.EtherType, 0x86DF) followed by the frame's Data, as
+// Open-MX puts it on the wire, so a board's NIC id is its MAC address. Short
+// frames are padded by the NIC to the Ethernet minimum of 60 bytes, so a
+// receiver may see up to 46 bytes of Data where fewer were sent (the mx
+// headers carry their own lengths). Frames of another EtherType, or too
+// short to hold a header, are dropped and counted.
+//
+// # Buffers
+//
+// Send copies each frame's Data into a packet buffer of the NIC's pool,
+// behind the header, and hands the batch to TX queue 0 with one TxBatch;
+// the driver gives the buffers back to the pool once the NIC has sent them.
+// Recv takes frames from every RX queue with RxBatch; their Data points into
+// the packet buffers, which the transport keeps until the next Recv or
+// Close, as the transport contract asks, and then frees.
+//
+// # Waiting
+//
+// Recv with a timeout waits with the driver's WaitRx: on the queue's MSI-X
+// eventfd in interrupt mode, by polling otherwise. A Send that finds the TX
+// ring full or the pool empty retries for a bounded time (the NIC drains
+// the ring and Recv's next call frees buffers) and then fails rather than
+// hang. Close makes a waiting Recv return transport.ErrClosed, gives every
+// buffer back and closes the NIC.
+package nic
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// headerLen is the Ethernet header.
+const headerLen = 14
+
+// minFrame is the shortest Ethernet frame without FCS.
+const minFrame = 60
+
+// Options configure New.
+type Options struct {
+	// SendTimeout bounds how long Send waits for room in the TX ring or
+	// the pool before it fails (default 1s).
+	SendTimeout time.Duration
+	// Batch is the most frames one RxBatch call takes per queue (default
+	// 64).
+	Batch int
+}
+
+// Transport is mx's transport over one NIC. It implements
+// transport.Transport and transport.Stats.
+type Transport struct {
+	nic  nicdrv.NIC
+	pool *nicdrv.Pool
+	mac  nicdrv.MAC
+	id   transport.NICID
+	opts Options
+	mtu  int
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+
+	txMu sync.Mutex
+	txb  []*nicdrv.Buffer
+
+	rxMu sync.Mutex
+	held []*nicdrv.Buffer
+	rxb  []*nicdrv.Buffer
+	next int // the queue Recv looks at first
+
+	foreign, short, sendWaits atomic.Uint64
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Stats     = (*Transport)(nil)
+)
+
+// New makes a transport over an open NIC. The transport owns the NIC from
+// now on: its Close closes the NIC.
+func New(n nicdrv.NIC, o Options) (*Transport, error) {
+	if o.SendTimeout == 0 {
+		o.SendTimeout = time.Second
+	}
+	if o.Batch == 0 {
+		o.Batch = 64
+	}
+	if o.SendTimeout < 0 || o.Batch < 1 || o.Batch > 4096 {
+		return nil, fmt.Errorf("transport/nic: bad options %+v: want a positive SendTimeout and Batch 1..4096", o)
+	}
+	info := n.Info()
+	if info.MaxFrame < minFrame+headerLen {
+		return nil, fmt.Errorf("transport/nic: %s NIC's largest frame is %d bytes: too small", info.Driver, info.MaxFrame)
+	}
+	mac := n.MAC()
+	t := &Transport{
+		nic: n, pool: n.Pool(), mac: mac, id: transport.MACNICID(mac), opts: o,
+		// An untagged frame of at most 1514 bytes: a 1500-byte payload.
+		mtu: min(info.MaxFrame, 1514) - headerLen,
+		txb: make([]*nicdrv.Buffer, 0, 64),
+		rxb: make([]*nicdrv.Buffer, o.Batch),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t, nil
+}
+
+// NIC returns the NIC the transport runs over.
+func (t *Transport) NIC() nicdrv.NIC { return t.nic }
+
+// Addr implements transport.Transport: the NIC's MAC address.
+func (t *Transport) Addr() transport.NICID { return t.id }
+
+// MTU implements transport.Transport.
+func (t *Transport) MTU() int { return t.mtu }
+
+// Send implements transport.Transport.
+func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	t.txMu.Lock()
+	defer t.txMu.Unlock()
+	sent := 0
+	for sent < len(frames) {
+		if t.closed.Load() {
+			return sent, transport.ErrClosed
+		}
+		// Build up to a batch of frames, stopping at a bad one.
+		batch := frames[sent:min(len(frames), sent+cap(t.txb))]
+		var bad error
+		for i, f := range batch {
+			if len(f.Data) > t.mtu {
+				bad = fmt.Errorf("transport/nic: frame of %d bytes, MTU %d: %w", len(f.Data), t.mtu, transport.ErrTooBig)
+				batch = batch[:i]
+				break
+			}
+		}
+		if len(batch) > 0 {
+			if err := t.sendBatch(batch); err != nil {
+				return sent, err
+			}
+			sent += len(batch)
+		}
+		if bad != nil {
+			return sent, bad
+		}
+	}
+	return sent, nil
+}
+
+// sendBatch transmits frames that all fit the MTU.
+func (t *Transport) sendBatch(frames []transport.Frame) error {
+	bufs := t.txb[:len(frames)]
+	deadline := time.Time{}
+	for got := 0; got < len(bufs); {
+		n, err := t.pool.Alloc(bufs[got:])
+		got += n
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, nicdrv.ErrPoolExhausted) {
+			_ = t.pool.Free(bufs[:got]...)
+			return t.closedOr(err)
+		}
+		if deadline, err = t.wait(deadline, "free packet buffers"); err != nil {
+			_ = t.pool.Free(bufs[:got]...)
+			return err
+		}
+	}
+	for i, f := range frames {
+		b := bufs[i].SetLen(headerLen + len(f.Data))
+		dst := f.Peer.MAC()
+		copy(b[0:6], dst[:])
+		copy(b[6:12], t.mac[:])
+		binary.BigEndian.PutUint16(b[12:], transport.EtherType)
+		copy(b[headerLen:], f.Data)
+	}
+	deadline = time.Time{}
+	for len(bufs) > 0 {
+		n, err := t.nic.TxBatch(0, bufs)
+		bufs = bufs[n:]
+		if err != nil {
+			_ = t.pool.Free(bufs...)
+			return t.closedOr(err)
+		}
+		if len(bufs) > 0 && n == 0 {
+			if deadline, err = t.wait(deadline, "room in the TX ring"); err != nil {
+				_ = t.pool.Free(bufs...)
+				return err
+			}
+		}
+	}
+	clear(t.txb[:len(frames)])
+	return nil
+}
+
+// wait yields while Send waits for a resource, and fails once the send
+// timeout has passed since the first wait.
+func (t *Transport) wait(deadline time.Time, what string) (time.Time, error) {
+	now := time.Now()
+	if deadline.IsZero() {
+		t.sendWaits.Add(1)
+		return now.Add(t.opts.SendTimeout), nil
+	}
+	if t.closed.Load() {
+		return deadline, transport.ErrClosed
+	}
+	if now.After(deadline) {
+		return deadline, fmt.Errorf("transport/nic: no %s for %v (is the receiver holding every buffer, or the link down?)", what, t.opts.SendTimeout)
+	}
+	runtime.Gosched()
+	return deadline, nil
+}
+
+func (t *Transport) closedOr(err error) error {
+	if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
+		return transport.ErrClosed
+	}
+	return fmt.Errorf("transport/nic: %w", err)
+}
+
+// Recv implements transport.Transport.
+func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	t.rxMu.Lock()
+	defer t.rxMu.Unlock()
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	if err := t.pool.Free(t.held...); err != nil {
+		return 0, fmt.Errorf("transport/nic: %w", err)
+	}
+	clear(t.held)
+	t.held = t.held[:0]
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	n, err := t.poll(frames)
+	if n > 0 || err != nil || timeout == 0 {
+		return n, err
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(t.ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(t.ctx)
+	}
+	defer cancel()
+	for {
+		if err := t.waitAny(ctx); err != nil {
+			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
+				return 0, transport.ErrClosed
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return 0, nil
+			}
+			return 0, fmt.Errorf("transport/nic: %w", err)
+		}
+		if n, err := t.poll(frames); n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// waitAny waits for a frame on any RX queue: on queue 0 with the driver's
+// WaitRx when there is one queue, by polling the queues otherwise.
+func (t *Transport) waitAny(ctx context.Context) error {
+	q := t.nic.Info().Queues
+	if q == 1 {
+		return t.nic.WaitRx(ctx, 0)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Microsecond)
+	defer cancel()
+	for i := range q {
+		if err := t.nic.WaitRx(short, (t.next+i)%q); err == nil {
+			return nil
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// poll takes what the NIC has received, up to len(frames). rxMu is held.
+func (t *Transport) poll(frames []transport.Frame) (int, error) {
+	got := 0
+	q := t.nic.Info().Queues
+	for k := 0; k < q && got < len(frames); k++ {
+		queue := (t.next + k) % q
+		n, err := t.nic.RxBatch(queue, t.rxb[:min(len(t.rxb), len(frames)-got)])
+		if err != nil {
+			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
+				return got, transport.ErrClosed
+			}
+			return got, fmt.Errorf("transport/nic: %w", err)
+		}
+		for _, b := range t.rxb[:n] {
+			t.held = append(t.held, b)
+			d := b.Data
+			if len(d) < headerLen {
+				t.short.Add(1)
+				continue
+			}
+			if binary.BigEndian.Uint16(d[12:]) != transport.EtherType {
+				t.foreign.Add(1)
+				continue
+			}
+			var src [6]byte
+			copy(src[:], d[6:12])
+			frames[got] = transport.Frame{Peer: transport.MACNICID(src), Data: d[headerLen:]}
+			got++
+		}
+		clear(t.rxb[:n])
+	}
+	t.next++
+	return got, nil
+}
+
+// Counters implements transport.Stats: the NIC's statistics and the
+// transport's own drops.
+func (t *Transport) Counters() []transport.Counter {
+	c := []transport.Counter{
+		{Name: "nic_foreign_ethertype", Value: t.foreign.Load()},
+		{Name: "nic_short_frames", Value: t.short.Load()},
+		{Name: "nic_send_waits", Value: t.sendWaits.Load()},
+	}
+	s, err := t.nic.Stats()
+	if err != nil {
+		return c
+	}
+	return append(c,
+		transport.Counter{Name: "nic_rx_frames", Value: s.RxFrames},
+		transport.Counter{Name: "nic_tx_frames", Value: s.TxFrames},
+		transport.Counter{Name: "nic_rx_missed", Value: s.RxMissed},
+		transport.Counter{Name: "nic_rx_no_descriptor", Value: s.RxNoDescriptor},
+		transport.Counter{Name: "nic_rx_errors", Value: s.RxErrors},
+		transport.Counter{Name: "nic_rx_no_buffer", Value: s.RxNoBuffer},
+		transport.Counter{Name: "nic_rx_dropped", Value: s.RxDropped},
+		transport.Counter{Name: "nic_tx_ring_full", Value: s.TxRingFull},
+	)
+}
+
+// Close implements transport.Transport: it wakes a waiting Recv, gives
+// back the buffers Recv handed out, and closes the NIC.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.cancel()
+	t.rxMu.Lock()
+	err := t.pool.Free(t.held...)
+	clear(t.held)
+	t.held = t.held[:0]
+	t.rxMu.Unlock()
+	t.txMu.Lock()
+	defer t.txMu.Unlock()
+	return errors.Join(err, t.nic.Close())
+}

@@ -1,0 +1,67 @@
+package nic_test
+
+import (
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/nic"
+	"github.com/gomx-dev/gomx/transport/transporttest"
+)
+
+// modelPair is two transports over the e1000e driver on two cabled
+// emulated 82574Ls.
+func modelPair(t *testing.T, o e1000e.Options) (a, b transport.Transport) {
+	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := range 2 {
+			if s := p.Stats(i); s.Violations != 0 {
+				t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+			}
+		}
+		if n, _ := p.IOMMU().Faults(); n != 0 {
+			t.Errorf("%d DMA faults", n)
+		}
+		if live := p.IOMMU().Live(); live != 0 {
+			t.Errorf("%d DMA mappings left after the transports closed", live)
+		}
+		p.Close()
+	})
+	var ts [2]transport.Transport
+	for i := range 2 {
+		n, err := e1000e.Open(p.Functions()[i], o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := nic.New(n, nic.Options{})
+		if err != nil {
+			n.Close()
+			t.Fatal(err)
+		}
+		ts[i] = tr
+	}
+	return ts[0], ts[1]
+}
+
+func TestConformance(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    func(*e1000e.Options)
+	}{
+		{"polling", func(*e1000e.Options) {}},
+		{"interrupts", func(o *e1000e.Options) { o.Interrupts = true }},
+		{"two-queues", func(o *e1000e.Options) { o.Queues = 2 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			transporttest.RunWith(t, func(t *testing.T) (a, b transport.Transport) {
+				o := e1000e.DefaultOptions()
+				c.o(&o)
+				return modelPair(t, o)
+			}, transporttest.Options{MinData: 60 - 14})
+		})
+	}
+}
