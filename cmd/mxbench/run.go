@@ -30,7 +30,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 	var f benchFlags
 	fs := newFlags(cmd, stderr)
 	f.register(fs, cmd == "stream")
-	if err := parse(cmd, fs, args); err != nil {
+	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
 	f.chooseTransport(fs, stderr)

@@ -127,7 +127,7 @@ func runServe(stdout, stderr io.Writer, args []string) error {
 	wait := fs.String("wait", "spin", "spin (busy-poll) or block")
 	once := fs.Bool("once", false, "serve one client and exit")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up on a client after this long")
-	if err := parse(cmd, fs, args); err != nil {
+	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
 	if *epID < 0 || *epID > 255 {
