@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/chart"
 	"github.com/gomx-dev/gomx/internal/units"
 )
 
@@ -31,6 +32,7 @@ type benchFlags struct {
 	wait       string
 	baseline   bool
 	jsonOut    bool
+	plot       string
 	rndv       units.Size
 	window     int
 	timeout    time.Duration
@@ -62,8 +64,8 @@ func envOr(name, def string) string {
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
-	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), "loopback, udp or xdp (env MXBENCH_TRANSPORT); udp by default with --peer; xdp falls back to udp without root")
-	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an `mxbench serve` (udp); empty runs both sides in this process")
+	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), wireHelp())
+	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an mxbench serve (udp); empty runs both sides in this process")
 	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, or the address that routes to --peer)")
 	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
 	fs.UintVar(&f.key, "key", 0x6d786265, "the 32-bit endpoint key both sides use")
@@ -81,7 +83,8 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.BoolVar(&f.baseline, "baseline", true, "also measure a plain UDP-socket exchange of the same sizes")
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")
 	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
-	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "give up on a size after this long")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on every wait: connecting (and resolving --peer), and each size")
+	fs.StringVar(&f.plot, "plot", "", "also draw latency and throughput against size, mx and its baselines, into `FILE`.svg or .png")
 	fs.Float64Var(&f.faults.loss, "loss", 0, "loopback: fraction of frames lost")
 	fs.Float64Var(&f.faults.reorder, "reorder", 0, "loopback: fraction of frames reordered")
 	fs.Float64Var(&f.faults.dup, "dup", 0, "loopback: fraction of frames duplicated")
@@ -105,9 +108,9 @@ func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
 	if f.peer != "" && !set && os.Getenv("MXBENCH_TRANSPORT") == "" {
 		f.transport = "udp"
 	}
-	if f.transport == "xdp" && f.peer == "" {
-		if why := f.xdp.missing(); why != "" {
-			fmt.Fprintf(stderr, "mxbench: --transport xdp unavailable (%s): falling back to udp\n", why)
+	if w, ok := wireNamed(f.transport); ok && w.missing != nil && f.peer == "" {
+		if why := w.missing(f); why != "" {
+			fmt.Fprintf(stderr, "mxbench: --transport %s unavailable (%s): falling back to udp\n", f.transport, why)
 			f.transport = "udp"
 		}
 	}
@@ -115,16 +118,36 @@ func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
 
 // validate checks the flags and returns the sizes to run.
 func (f *benchFlags) validate(cmd string) ([]int, error) {
-	switch f.transport {
-	case "loopback", "udp", "xdp":
-	default:
-		return nil, usagef(cmd, "--transport %q: want loopback, udp or xdp", f.transport)
+	w, ok := wireNamed(f.transport)
+	if !ok {
+		return nil, usagef(cmd, "--transport %q: want %s", f.transport, wireNames())
 	}
-	if f.peer != "" && f.transport == "loopback" {
-		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (loopback is in-process)")
+	if f.peer != "" && !w.peer {
+		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (%s runs both sides in this process)", w.name)
 	}
-	if f.faults.any() && f.transport != "loopback" {
+	if f.faults.any() && !w.faults {
 		return nil, usagef(cmd, "--loss/--reorder/--dup/--corrupt inject faults into the loopback wire only: add --transport loopback")
+	}
+	for _, o := range wires {
+		if o.validate != nil && o.name != w.name {
+			// A wire's own flags given for another wire are mistakes.
+			if err := o.validate(&benchFlags{transport: w.name, xdp: f.xdp}, cmd); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if w.validate != nil {
+		if err := w.validate(f, cmd); err != nil {
+			return nil, err
+		}
+	}
+	if f.timeout <= 0 {
+		return nil, usagef(cmd, "--timeout %v: want a positive duration such as 30s", f.timeout)
+	}
+	if f.plot != "" {
+		if err := chart.CheckPath(f.plot); err != nil {
+			return nil, usagef(cmd, "--plot %v", err)
+		}
 	}
 	for _, v := range []struct {
 		name string
@@ -177,6 +200,9 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 	}
 	if len(sizes) == 0 {
 		return nil, usagef(cmd, "no sizes to run")
+	}
+	if f.plot != "" && len(sizes) < 2 {
+		return nil, usagef(cmd, "--plot draws curves against size: give two sizes or more (--sizes 8,1K,64K)")
 	}
 	return sizes, nil
 }

@@ -260,11 +260,11 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	if err != nil || port <= 0 || port >= 65535 {
 		return usagef(cmd, "--peer %q: bad port", f.peer)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	peerNIC, err := mx.ResolveUDP(cctx, host, uint16(port))
 	if err != nil {
-		return err
+		return fmt.Errorf("--peer %s: %w (is the host name right?)", f.peer, err)
 	}
 	listen := f.listen
 	if listen == "" {
@@ -289,7 +289,8 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	}
 	peer, err := ep.Connect(cctx, peerNIC, uint8(f.remoteEP), key)
 	if err != nil {
-		return fmt.Errorf("connect to %s endpoint %d: %w (is `mxbench serve` running there, with the same --key?)", f.peer, f.remoteEP, err)
+		return fmt.Errorf("connect to %s endpoint %d: %w (no answer within --timeout %v: is `mxbench serve --listen %s` running there, with the same --key, and UDP port %d open?)",
+			f.peer, f.remoteEP, err, f.timeout, f.peer, port)
 	}
 	p := params{mode: modePingPong, warmup: f.warmup, window: max(f.window, 1)}
 	if cmd == "stream" {

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -48,6 +49,17 @@ func (x *xdpFlags) validate(cmd, tr, peer string) error {
 	}
 	if x.udpFraming && x.iface != "" {
 		return usagef(cmd, "--xdp-udp works on the veth pair only (it knows the addresses there)")
+	}
+	for _, n := range []struct{ flag, name string }{{"iface", x.iface}, {"peer-iface", x.peerIface}} {
+		if n.name == "" {
+			continue
+		}
+		if _, err := net.InterfaceByName(n.name); err != nil {
+			return usagef(cmd, "--%s %s: no such interface in this namespace (see `ip link`)", n.flag, n.name)
+		}
+	}
+	if x.iface != "" && x.iface == x.peerIface {
+		return usagef(cmd, "--iface and --peer-iface are both %s: name two interfaces cabled to each other", x.iface)
 	}
 	switch x.mode {
 	case "auto", "driver", "generic":

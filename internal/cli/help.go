@@ -43,12 +43,16 @@ func capitalize(s string) string {
 }
 
 // FlagHelp writes the flags of fs on w, two lines each: the flag and its
-// argument, then its usage with the default when that is not a zero value
+// argument (a backquoted word of the usage, as flag.UnquoteUsage finds it,
+// or the Placeholder() of a Value that has one), then its usage with the default when that is not a zero value
 // and the usage does not already state it. Unlike flag.PrintDefaults it
 // never prints "(default -1)" beside a usage that explains the default.
 func FlagHelp(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		arg, usage := flag.UnquoteUsage(f)
+		if p, ok := f.Value.(interface{ Placeholder() string }); ok && arg == "value" {
+			arg = p.Placeholder()
+		}
 		line := "  --" + f.Name
 		if arg != "" {
 			line += " " + arg
