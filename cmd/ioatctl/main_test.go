@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/sysfstest"
 )
 
@@ -267,8 +268,16 @@ func TestList(t *testing.T) {
 		t.Fatalf("list --json: %v", r.err)
 	}
 	var entries []listEntry
-	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
-		t.Fatalf("list --json: %v\n%s", err, r.stdout)
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var x listEntry
+		if err := json.Unmarshal([]byte(line), &x); err != nil {
+			t.Fatalf("list --json: %v\n%s", err, r.stdout)
+		}
+		if x.Schema != "ioatctl.list/1" || x.Run.Tool != "ioatctl" {
+			t.Errorf("list --json: schema %q, run %+v", x.Schema, x.Run)
+		}
+		x.Schema, x.Run = "", cli.Meta{}
+		entries = append(entries, x)
 	}
 	want := []listEntry{
 		{Address: "0000:00:04.0", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "ioatdma", IOMMUGroup: 10, NUMANode: 0},
@@ -294,8 +303,8 @@ func TestListNone(t *testing.T) {
 		t.Errorf("list with no function:\n%s", r.stdout)
 	}
 	r = ioatctl(t, "list", "--json")
-	if strings.TrimSpace(r.stdout) != "[]" {
-		t.Errorf("list --json with no function: %q, want []", r.stdout)
+	if r.err != nil || r.stdout != "" {
+		t.Errorf("list --json with no function: %q, %v; want no line", r.stdout, r.err)
 	}
 }
 
