@@ -22,9 +22,9 @@ test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
 # The tests as a user without privileges: nobody (uid 65534), with the 8 MiB
-# locked-memory limit most machines give a user, its own GOCACHE, and the
-# modules served from a copy of root's module cache (no network). What needs
-# root skips with a hint. Run as root (any other user is unprivileged
+# locked-memory limit most machines give a user, its own GOCACHE, the modules
+# served from a copy of root's module cache (no network), and a clean
+# environment (no GOMX_REQUIRE_*: what needs root skips with a hint). Run as root (any other user is unprivileged
 # already: `make test-short`).
 UNPRIV_DIR ?= /tmp/gomx-unprivileged
 test-unprivileged:
@@ -33,8 +33,8 @@ test-unprivileged:
 	cp -r "$$($(GO) env GOMODCACHE)/cache/download" $(UNPRIV_DIR)/proxy
 	chown -R 65534:65534 $(UNPRIV_DIR)
 	prlimit --memlock=8388608:8388608 setpriv --reuid=65534 --regid=65534 --clear-groups \
-		env -u GOMX_REQUIRE_HUGEPAGES -u GOMX_REQUIRE_XDP HOME=$(UNPRIV_DIR) GOCACHE=$(UNPRIV_DIR)/cache \
-		GOMODCACHE=$(UNPRIV_DIR)/mod GOPROXY=file://$(UNPRIV_DIR)/proxy GOTOOLCHAIN=local GOFLAGS="$$GOFLAGS -buildvcs=false" \
+		env -i PATH="$$PATH" HOME=$(UNPRIV_DIR) GOCACHE=$(UNPRIV_DIR)/cache GOMODCACHE=$(UNPRIV_DIR)/mod \
+		GOPROXY=file://$(UNPRIV_DIR)/proxy GOTOOLCHAIN=local GOFLAGS=-buildvcs=false \
 		$(GO) test -short -count=1 $(PKGS)
 
 # The packages' own tests inside QEMU guests against real VFIO devices

@@ -33,11 +33,14 @@ type benchFlags struct {
 	baseline   bool
 	jsonOut    bool
 	plot       string
-	rndv       units.Size
-	window     int
-	timeout    time.Duration
-	faults     faultFlags
-	xdp        xdpFlags
+	// unavailable says why the chosen wire cannot run in this process
+	// (chooseTransport), when it is not falling back.
+	unavailable string
+	rndv        units.Size
+	window      int
+	timeout     time.Duration
+	faults      faultFlags
+	xdp         xdpFlags
 }
 
 // faultFlags configure the loopback wire's fault injection.
@@ -102,18 +105,32 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 // for more than this process may do: a run against a --peer defaults to
 // udp, and xdp without the privileges it needs falls back to udp, saying
 // why on stderr.
+//
+// When the user gave one of the wire's own flags (--iface for xdp) there is
+// no fallback: the run fails, after the flags are validated, with what is
+// missing (unavailable).
 func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
-	set := false
-	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "transport" })
-	if f.peer != "" && !set && os.Getenv("MXBENCH_TRANSPORT") == "" {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if f.peer != "" && !given["transport"] && os.Getenv("MXBENCH_TRANSPORT") == "" {
 		f.transport = "udp"
 	}
-	if w, ok := wireNamed(f.transport); ok && w.missing != nil && f.peer == "" {
-		if why := w.missing(f); why != "" {
-			fmt.Fprintf(stderr, "mxbench: --transport %s unavailable (%s): falling back to udp\n", f.transport, why)
-			f.transport = "udp"
+	w, ok := wireNamed(f.transport)
+	if !ok || w.missing == nil || f.peer != "" {
+		return
+	}
+	why := w.missing(f)
+	if why == "" {
+		return
+	}
+	for _, n := range w.flags {
+		if given[n] {
+			f.unavailable = fmt.Sprintf("--transport %s: %s; --%s is %s's own flag, so mxbench does not fall back to udp", w.name, why, n, w.name)
+			return
 		}
 	}
+	fmt.Fprintf(stderr, "mxbench: --transport %s unavailable (%s): falling back to udp\n", f.transport, why)
+	f.transport = "udp"
 }
 
 // validate checks the flags and returns the sizes to run.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -39,6 +40,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		return err
 	}
 	w, _ := wireNamed(f.transport) // validate checked the name
+	if f.unavailable != "" {
+		return errors.New(f.unavailable)
+	}
 	ctx := context.Background()
 	var rep reporter
 	if f.jsonOut {

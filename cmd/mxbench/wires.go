@@ -22,8 +22,11 @@ type wire struct {
 	// --corrupt.
 	faults bool
 	// missing, when not nil, says what this process lacks to use the wire
-	// ("" when nothing); mxbench then falls back to udp and says why.
+	// ("" when nothing); mxbench then falls back to udp and says why,
+	// unless one of the wire's own flags was given.
 	missing func(f *benchFlags) string
+	// flags are the wire's own flags: given, they make a fallback wrong.
+	flags []string
 	// validate, when not nil, checks the wire's own flags (usage errors);
 	// it is also called with f.transport naming another wire, and must
 	// then refuse its own flags.
@@ -50,6 +53,7 @@ var wires = []wire{
 	{name: "udp", about: "kernel UDP sockets on 127.0.0.1, or toward --peer", peer: true, open: openUDP},
 	{name: "xdp", about: "AF_XDP on a veth pair in throwaway namespaces, or --iface/--peer-iface (root)",
 		missing:  func(f *benchFlags) string { return f.xdp.missing() },
+		flags:    []string{"iface", "peer-iface", "xdp-mode", "xdp-udp"},
 		validate: func(f *benchFlags, cmd string) error { return f.xdp.validate(cmd, f.transport, f.peer) },
 		setup:    func(f *benchFlags) error { return f.xdp.setup() },
 		cleanup:  func(f *benchFlags) { f.xdp.close() },
