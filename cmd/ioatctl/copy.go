@@ -30,6 +30,9 @@ func sweepSizes() []int64 {
 type limit struct {
 	iterations int64
 	duration   time.Duration
+	// wait bounds the waits for the engine beyond the run's length
+	// (--timeout).
+	wait time.Duration
 }
 
 // done reports whether a run that has started n operations since start
@@ -49,10 +52,6 @@ func (l limit) describe(what string) string {
 	}
 	return l.duration.String()
 }
-
-// waitBudget bounds how long a run may wait for the engine beyond its
-// nominal length before it declares the engine stuck.
-const waitBudget = 30 * time.Second
 
 // copyFlags are the flags of the copy subcommand.
 type copyFlags struct {
@@ -166,6 +165,7 @@ func runCopy(e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	lim.wait = choice.timeout
 
 	r, err := openRig(e, choice)
 	if err != nil {
@@ -326,9 +326,9 @@ func engineCopies(eng *ioat.Engine, b *bufSet, size, window int, lim limit) (int
 	src, dst := b.src.Bytes(), b.dst.Bytes()
 	ring := make([]*ioat.Cookie, window)
 	w := int64(window)
-	budget := lim.duration + waitBudget
+	budget := lim.duration + lim.wait
 	if lim.iterations > 0 {
-		budget = waitBudget + time.Duration(lim.iterations)*time.Millisecond
+		budget = lim.wait + time.Duration(lim.iterations)*time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -368,7 +368,7 @@ func engineCopies(eng *ioat.Engine, b *bufSet, size, window int, lim limit) (int
 // stuck explains a wait that ran out of time.
 func stuck(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("the engine stopped completing copies: %w (see `ioatctl verify`)", err)
+		return fmt.Errorf("the engine stopped completing copies: %w (see `ioatctl verify`; --timeout waits longer on a loaded machine)", err)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/hugepage"
@@ -24,6 +25,7 @@ type deviceFlags struct {
 	interrupts bool
 	bandwidth  units.Size
 	cbver      string
+	timeout    time.Duration
 }
 
 // register adds the device flags to fs.
@@ -34,6 +36,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
 	fs.StringVar(&d.cbver, "cbver", "3.3", "emulated engine only: CBVER of the model, 3.2, 3.3 or 3.4")
+	fs.DurationVar(&d.timeout, "timeout", 30*time.Second, "how long to wait for the engine beyond the run's own length before calling it stuck")
 }
 
 // deviceChoice is a validated --device and its companions.
@@ -50,6 +53,8 @@ type deviceChoice struct {
 	emuOnly []string
 	// cmd is the subcommand, for usage errors found when opening.
 	cmd string
+	// timeout bounds every wait for the engine, beyond the run's length.
+	timeout time.Duration
 }
 
 // validate checks the device flags of subcommand cmd, before anything is
@@ -57,7 +62,10 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd}
+	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd, timeout: d.timeout}
+	if d.timeout <= 0 {
+		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
+	}
 	switch d.device {
 	case "auto", "emulated":
 		c.kind = d.device

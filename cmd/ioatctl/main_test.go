@@ -472,6 +472,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"setup", "--size", "4M"}, "want 2M or 1G"},
 		{[]string{"list", "x"}, "unexpected argument"},
 		{[]string{"copy", "--channels", "100000"}, "at most 16"},
+		{[]string{"verify", "--timeout", "-1s"}, "--timeout -1s"},
 		{[]string{"copy", "--memory", "1K"}, "--memory 1 KiB"},
 		{[]string{"copy", "--plot", "x.pdf"}, ".svg or .png"},
 		{[]string{"copy", "--plot", "x.svg"}, "add --sweep or --sizes"},

@@ -96,7 +96,7 @@ func runOverlap(e *env, args []string) (err error) {
 	negative := false
 	for i, size := range sizes.V {
 		s, d := src.Bytes()[:size], dst.Bytes()[:size]
-		eng := &engineMover{eng: r.eng, dst: d, src: s}
+		eng := &engineMover{eng: r.eng, dst: d, src: s, timeout: choice.timeout}
 		cpu := &cpuMover{dst: d, src: s}
 		for _, m := range []mover{eng, cpu} {
 			prog.Set("overlap %s [%d/%d]: %s", units.Format(size), i+1, len(sizes.V), m.name())
@@ -167,6 +167,7 @@ type engineMover struct {
 	eng      *ioat.Engine
 	dst, src []byte
 	c        *ioat.Cookie
+	timeout  time.Duration // --timeout
 }
 
 func (m *engineMover) name() string   { return "engine" }
@@ -179,7 +180,7 @@ func (m *engineMover) start() error {
 }
 
 func (m *engineMover) wait() error {
-	ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
 	return stuck(m.eng.Wait(ctx, m.c))
 }

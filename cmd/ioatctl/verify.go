@@ -95,6 +95,7 @@ func runVerify(e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	lim.wait = choice.timeout
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())&(1<<53-1) | 1
 	}
@@ -232,9 +233,9 @@ func verifyChannel(r *rig, eng *ioat.Engine, seed, ch uint64, lim limit, st *ver
 	want := bytes.Clone(dst)
 	st.CPUFills = !eng.Channels()[0].Info().Fill
 
-	budget := lim.duration + waitBudget
+	budget := lim.duration + lim.wait
 	if lim.iterations > 0 {
-		budget = waitBudget + time.Duration(lim.iterations)*10*time.Millisecond
+		budget = lim.wait + time.Duration(lim.iterations)*10*time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()

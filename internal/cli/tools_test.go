@@ -140,6 +140,7 @@ func TestBadInvocations(t *testing.T) {
 		{"ioatctl", []string{"copy", "--memory", "1K"}, 2, "--memory"},
 		{"ioatctl", []string{"copy", "--plot", "out.pdf"}, 2, ".svg or .png"},
 		{"ioatctl", []string{"copy", "--bogus"}, 2, "flag provided but not defined"},
+		{"ioatctl", []string{"overlap", "--timeout", "0s"}, 2, "--timeout 0s"},
 		{"ioatctl", []string{"copy", "extra"}, 2, "unexpected argument"},
 		{"ioatctl", []string{"verify", "--iterations", "-1"}, 2, "--iterations -1"},
 		{"ioatctl", []string{"overlap", "--iterations", "0"}, 2, "--iterations 0"},
