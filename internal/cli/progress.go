@@ -19,9 +19,10 @@ const ProgressDelay = 2 * time.Second
 // a Progress on a non-terminal do nothing. Stop must be called when the run
 // ends.
 type Progress struct {
-	w    io.Writer
-	tool string
-	on   bool
+	w     io.Writer
+	tool  string
+	on    bool
+	delay time.Duration // ProgressDelay; shorter in tests
 
 	mu      sync.Mutex
 	text    string
@@ -35,7 +36,7 @@ type Progress struct {
 // NewProgress returns the progress line of tool on stderr: active only when
 // stderr is a terminal (IsTerminal).
 func NewProgress(stderr io.Writer, tool string) *Progress {
-	return &Progress{w: stderr, tool: tool, on: IsTerminal(stderr)}
+	return &Progress{w: stderr, tool: tool, on: IsTerminal(stderr), delay: ProgressDelay}
 }
 
 // Set says what the run is doing now. The first call starts the redrawing.
@@ -65,7 +66,7 @@ func (p *Progress) loop(stop, stopped chan struct{}) {
 			return
 		case now := <-t.C:
 			p.mu.Lock()
-			if now.Sub(p.first) >= ProgressDelay && p.text != "" {
+			if now.Sub(p.first) >= p.delay && p.text != "" {
 				s := int(now.Sub(p.step).Seconds())
 				fmt.Fprintf(p.w, "\r\x1b[K%s: %s, %d:%02d", p.tool, p.text, s/60, s%60)
 				p.shown = true
