@@ -74,6 +74,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 10s ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 10s ./cmd/mxbench/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./internal/units/
+	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/
 
 lint: fmt-check vet staticcheck
 

@@ -14,6 +14,7 @@ package cache
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -117,7 +118,9 @@ func readString(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// parseSize parses sysfs cache sizes: "32768K", "8M", "512".
+// parseSize parses sysfs cache sizes: decimal digits with an optional K, M
+// or G suffix ("32768K", "8M", "512"). Anything else, and sizes that do not
+// fit in an int64, are errors.
 func parseSize(s string) (int64, error) {
 	mult := int64(1)
 	switch {
@@ -128,9 +131,15 @@ func parseSize(s string) (int64, error) {
 	case strings.HasSuffix(s, "G"):
 		mult, s = 1<<30, strings.TrimSuffix(s, "G")
 	}
+	if s == "" || strings.Trim(s, "0123456789") != "" {
+		return 0, fmt.Errorf("cache size %q: want decimal digits and an optional K, M or G", s)
+	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return 0, err
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("cache size %s x %d does not fit in 64 bits", s, mult)
 	}
 	return n * mult, nil
 }
