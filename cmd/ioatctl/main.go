@@ -7,11 +7,13 @@
 //     and NUMA node, and CBVER for those bound to vfio-pci.
 //   - bind, unbind: hand functions to vfio-pci and back to the kernel.
 //   - setup: reserve hugepages and report whether the machine is ready
-//     (hugepage pools, /dev/vfio, vfio-pci, IOMMU, bound functions).
+//     (hugepage pools, /dev/vfio, vfio-pci, IOMMU, bound functions);
+//     --check only reports, and exits 0 only when ready.
 //   - copy: throughput of the engine against the CPU (Go's copy) on the
 //     same buffers, size or size sweep, with a window of outstanding copies
 //     as in the paper that introduced user-space I/OAT copies (window 128),
-//     cache-cold or cache-hot, optionally verified.
+//     cache-cold (twice the last-level cache the CPU reports, package
+//     internal/cache) or cache-hot, optionally verified, optionally plotted.
 //   - verify: random copies and fills checked byte for byte, guard bytes
 //     included, like SPDK's ioat verify.
 //   - overlap: the paper's overlap benchmark, (Tcopy + Tcompute −
@@ -19,14 +21,18 @@
 //
 // Every benchmark runs on real channels bound to vfio-pci or, when there are
 // none (or with --device emulated), on the in-process model of package
-// emulated, and says which and why. Output is a table by default and JSON
-// with --json.
+// emulated, and says which and why. The model's channels are CPU threads:
+// its buffers are ordinary memory (nothing pinned, so any user can run it)
+// and the output says what its figures do and do not show. Output is a
+// table by default and JSON Lines with --json (docs/json.md); `version`
+// prints the build.
 //
 // # Testability
 //
-// main only calls run, which takes the output streams and arguments and
-// returns an error; code maps the error to the exit status (0, 1 for
-// failures, 2 for usage errors). The environment variables GOMX_SYSFS_ROOT
+// main only calls run, which takes the output streams and arguments, prints
+// a failure as one line on stderr, and returns the error; code maps it to
+// the exit status (0, 1 for failures, 2 for usage errors). Flags, help,
+// progress and the JSON metadata are internal/cli's, shared with mxbench. The environment variables GOMX_SYSFS_ROOT
 // and GOMX_DEV_VFIO move sysfs and /dev/vfio, so tests run list and bind
 // against a recorded tree.
 package main

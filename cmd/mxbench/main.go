@@ -17,14 +17,16 @@
 // --corrupt), udp (kernel UDP sockets on 127.0.0.1, or toward --peer) or xdp
 // (AF_XDP on a pair of interfaces). Sizes go from 0 to 4 MiB by doubling,
 // or are given with --sizes as a comma-separated list with K and M suffixes.
-// --verify checks every byte received. Output is a table by default and one
-// JSON object per size with --json.
+// --verify checks every byte received. Output is a table by default, one
+// JSON object per size with --json (docs/json.md), and curves against size
+// with --plot. The transports are one table (wires.go): adding one is one
+// entry there.
 //
 // # Testability
 //
-// main only calls run, which takes the output streams and arguments and
-// returns an error; the exit status is 0 on success, 2 for a usage error and
-// 1 for anything else.
+// main only calls run, which takes the output streams and arguments, prints
+// a failure as one line on stderr, and returns the error; the exit status is
+// 0 on success, 2 for a usage error and 1 for anything else (internal/cli).
 package main
 
 import (
