@@ -242,7 +242,14 @@ func runCopy(e *env, args []string) (err error) {
 	}
 	prog.Stop()
 	if f.plot != "" {
-		if err := plotCopy(f.plot, r, rows); err != nil {
+		cacheTitle := "cache hot"
+		switch {
+		case !f.hot && bufs.short:
+			cacheTitle = "NOT cold (--memory too small)"
+		case !f.hot:
+			cacheTitle = "cache cold"
+		}
+		if err := plotCopy(f.plot, r, rows, cacheTitle); err != nil {
 			return err
 		}
 		if !f.json {

@@ -21,8 +21,9 @@ func checkPlot(cmd, path string, sizes int) error {
 	return nil
 }
 
-// plotCopy draws the engine's and the CPU's MB/s against size.
-func plotCopy(path string, r *rig, rows []copyRow) error {
+// plotCopy draws the engine's and the CPU's MB/s against size; cache
+// describes the cache pattern for the title.
+func plotCopy(path string, r *rig, rows []copyRow, cache string) error {
 	var x, eng, cpu []float64
 	for _, row := range rows {
 		x = append(x, float64(row.Size))
@@ -34,7 +35,7 @@ func plotCopy(path string, r *rig, rows []copyRow) error {
 		what = "emulated engine (CPU threads)"
 	}
 	c := chart.Chart{
-		Title:  fmt.Sprintf("ioatctl copy: %s, %s, %s", what, plural(len(r.devs), "channel"), rows[0].Cache),
+		Title:  fmt.Sprintf("ioatctl copy: %s, %s", what, cache),
 		XLabel: "copy size (bytes)", YLabel: "MB/s (10^6 bytes/s)", LogX: true,
 		Series: []chart.Series{
 			{Name: "engine (" + plural(len(r.devs), "channel") + ")", X: x, Y: eng},

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -65,7 +66,8 @@ func (c Chart) Save(path string) error {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = sizeTicks{}
 	}
-	drawn := 0
+	p.Y.Tick.Marker = plainTicks{}
+	drawn, top := 0, 0.0
 	for i, s := range c.Series {
 		pts := make(plotter.XYs, 0, len(s.X))
 		for j := range s.X {
@@ -73,6 +75,7 @@ func (c Chart) Save(path string) error {
 				continue
 			}
 			pts = append(pts, plotter.XY{X: s.X[j], Y: s.Y[j]})
+			top = max(top, s.Y[j])
 		}
 		if len(pts) == 0 {
 			continue
@@ -96,10 +99,27 @@ func (c Chart) Save(path string) error {
 		return errors.New("chart: no point to draw (every size was 0, or no series)")
 	}
 	p.Y.Min = 0
+	// Headroom above the highest point for the legend, one line per series.
+	p.Y.Max = top * (1.1 + 0.08*float64(drawn))
 	if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, path); err != nil {
 		return fmt.Errorf("write the plot: %w", err)
 	}
 	return nil
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros:
+// 25000, not 25000.00.
+type plainTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'g', 6, 64)
+		}
+	}
+	return ts
 }
 
 // sizeTicks labels a log-2 axis of byte sizes at powers of two: 1, 4, 16,
