@@ -223,6 +223,9 @@ func newUDPBaseline(f *benchFlags, maxSize int) (*udpBaseline, error) {
 		return nil, err
 	}
 	raw, err := newRawPair(a, b, maxSize, f.spin())
+	if raw != nil {
+		raw.limit = f.timeout
+	}
 	if err != nil {
 		a.Close()
 		b.Close()

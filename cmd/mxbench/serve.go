@@ -234,10 +234,14 @@ func serveOne(ctx context.Context, ep *mx.Endpoint, key uint32, pbuf []byte, raw
 			return fmt.Errorf("size %s: %w", units.Format(int64(size)), err)
 		}
 		if p.flags&flagBaseline != 0 {
+			limit := 5 * time.Minute
+			if d, ok := ctx.Deadline(); ok {
+				limit = time.Until(d) // serve's --timeout
+			}
 			if p.mode == modeStream {
-				err = rawSink(raw, 5*time.Minute)
+				err = rawSink(raw, limit)
 			} else {
-				err = rawRespond(raw, 5*time.Minute)
+				err = rawRespond(raw, limit)
 			}
 			if err != nil {
 				return fmt.Errorf("baseline of %s: %w", units.Format(int64(size)), err)

@@ -227,6 +227,9 @@ func (x *xdpFlags) rawXDP(cmd string, f *benchFlags, sizes []int) (map[int]*base
 	defer ta.Close()
 	defer tb.Close()
 	raw, err := newRawPair(ta, tb, slices.Max(sizes), f.spin())
+	if raw != nil {
+		raw.limit = f.timeout
+	}
 	if err != nil {
 		return nil, err
 	}
