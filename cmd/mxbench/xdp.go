@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -155,13 +157,25 @@ func (x *xdpFlags) open(a bool, port uint16) (*xdp.Transport, error) {
 		o.UDP = netip.AddrPortFrom(ip, port)
 	}
 	var t *xdp.Transport
-	err := x.in(a, func() error {
+	open := func() error {
 		var err error
 		t, err = xdp.NewTransport(o)
 		return err
-	})
+	}
+	err := x.in(a, open)
+	// The run opens the same queues again right after the raw AF_XDP
+	// baseline closed them, and the kernel lets go of a closed socket's
+	// queue in deferred work, which a loaded machine may run late: wait
+	// for the queue, a bounded time, before calling it taken.
+	for deadline := time.Now().Add(xdpRebindWait); errors.Is(err, xdp.ErrBusy) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		err = x.in(a, open)
+	}
 	return t, err
 }
+
+// xdpRebindWait bounds the wait for a queue the run itself closed.
+const xdpRebindWait = 5 * time.Second
 
 // transports opens both ends of an xdp run.
 func (x *xdpFlags) transports() (a, b transport.Transport, what string, nw *loopback.Network, err error) {
