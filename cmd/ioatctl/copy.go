@@ -115,7 +115,7 @@ func runCopy(e *env, args []string) (err error) {
 	fs.BoolVar(&f.verify, "verify", false, "check every destination against its source after the engine's run")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object per size (schema ioatctl.copy/1, docs/json.md; MB = 10^6 bytes)")
 	fs.Var(&f.memory, "memory", "most memory the cold buffers may take, both sides together (default: a quarter of MemAvailable)")
-	fs.StringVar(&f.plot, "plot", "", "also draw MB/s against size, engine and CPU, into FILE.svg or FILE.png (with --sweep or --sizes)")
+	fs.StringVar(&f.plot, "plot", "", "also draw MB/s against size, engine and CPU, into `FILE`.svg or .png (with --sweep or --sizes)")
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
 		return err

@@ -59,9 +59,9 @@ func FlagHelp(w io.Writer, fs *flag.FlagSet) {
 		}
 		fmt.Fprintf(w, "%s\n        %s", line, usage)
 		switch f.DefValue {
-		case "", "0", "false", "0s", "[]":
+		case "", "0", "false", "0s", "[]", "0 B":
 		default:
-			if !strings.Contains(usage, "default") {
+			if !strings.Contains(usage, "(default") {
 				fmt.Fprintf(w, " (default %s)", f.DefValue)
 			}
 		}
