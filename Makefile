@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all test test-short bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test
+.PHONY: all test test-short test-unprivileged bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test
 
 all: lint test
 
@@ -20,6 +20,22 @@ test: hugepages
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
+
+# The tests as a user without privileges: nobody (uid 65534), with the 8 MiB
+# locked-memory limit most machines give a user, its own GOCACHE, the modules
+# served from a copy of root's module cache (no network), and a clean
+# environment (no GOMX_REQUIRE_*: what needs root skips with a hint). Run as root (any other user is unprivileged
+# already: `make test-short`).
+UNPRIV_DIR ?= /tmp/gomx-unprivileged
+test-unprivileged:
+	@test "$$(id -u)" = 0 || { echo "test-unprivileged switches to uid 65534 and needs root; as another user run make test-short"; exit 1; }
+	rm -rf $(UNPRIV_DIR) && mkdir -p $(UNPRIV_DIR)
+	cp -r "$$($(GO) env GOMODCACHE)/cache/download" $(UNPRIV_DIR)/proxy
+	chown -R 65534:65534 $(UNPRIV_DIR)
+	prlimit --memlock=8388608:8388608 setpriv --reuid=65534 --regid=65534 --clear-groups \
+		env -i PATH="$$PATH" HOME=$(UNPRIV_DIR) GOCACHE=$(UNPRIV_DIR)/cache GOMODCACHE=$(UNPRIV_DIR)/mod \
+		GOPROXY=file://$(UNPRIV_DIR)/proxy GOTOOLCHAIN=local GOFLAGS=-buildvcs=false \
+		$(GO) test -short -count=1 $(PKGS)
 
 # The packages' own tests inside QEMU guests against real VFIO devices
 # (hack/qemu): installs what it lacks from Debian, fetches the guest kernel,
@@ -61,6 +77,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./internal/units/
 	$(GO) test -run '^$$' -fuzz FuzzRxAccept -fuzztime 20000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 5000x ./transport/nic/
+	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/
 
 lint: fmt-check vet staticcheck
 

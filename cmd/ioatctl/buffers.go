@@ -10,46 +10,80 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gomx-dev/gomx/internal/cache"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 )
 
-// coldBytes is how much memory per side the cold-cache pattern rotates
-// over at least: more than the last-level cache of any Xeon with CBDMA.
-const coldBytes = 64 << 20
+// coldFallback is how much memory per side the cold-cache pattern rotates
+// over when the last-level cache cannot be told: more than the last-level
+// cache of most Xeons with CBDMA.
+const coldFallback = 64 << 20
 
 // bufSet is a source and a destination buffer, registered with the engine,
 // cut into equal slots. Copy k of a run goes from source slot k mod n to
 // destination slot k mod n: the same pair every time when hot (n = 1),
-// rotating over at least coldBytes per side when cold, so the data is not
-// in the caches when a copy reads or writes it.
+// rotating over at least twice the last-level cache per side when cold, so
+// the data is not in the caches when a copy reads or writes it.
 type bufSet struct {
 	src, dst *ioat.Buffer
 	cold     bool
+	// coldNote says how the cold set was sized, for the header.
+	coldNote string
+	// short is set when the cold set is smaller than twice the last-level
+	// cache.
+	short bool
+	// memNote says what memory the buffers are, for the header.
+	memNote string
 }
 
-// newBufSet allocates the buffers for copies of up to maxSize bytes. Cold
-// buffers are max(coldBytes, 2 x maxSize) per side, capped at a quarter of
-// the available memory per side.
-func newBufSet(eng *ioat.Engine, maxSize int, cold bool) (*bufSet, error) {
+// coldPlan sizes the cold set per side for copies of up to maxSize bytes:
+// twice the last-level cache the CPU reports (all its instances together),
+// within budget bytes for both sides. It returns the bytes per side, the
+// header's cache line, and whether the set falls short of twice the cache.
+func coldPlan(maxSize int, budget int64) (int, string, bool) {
+	llc, err := cache.Last()
+	want := int64(coldFallback)
+	why := ""
+	if err == nil {
+		want = 2 * llc.Total
+		why = "2 x the last-level cache, " + llc.String()
+	} else {
+		why = fmt.Sprintf("the last-level cache is unknown (%v), so %s", err, units.Format(coldFallback))
+	}
+	want = max(want, 2*int64(slotStride(maxSize)))
+	if budget > 0 && want > budget/2 {
+		got := max(budget/2, int64(slotStride(maxSize)))
+		return int(got), fmt.Sprintf("NOT cold: %s per side is less than %s (%s); the memory budget allows %s for both sides: raise --memory",
+			units.Format(got), units.Format(want), why, units.Format(budget)), true
+	}
+	return int(want), "cold: " + units.Format(want) + " per side, " + why, false
+}
+
+// memoryBudget is the default of --memory: a quarter of the memory
+// available (MemAvailable), 0 when unknown.
+func memoryBudget() int64 { return int64(memAvailable() / 4) }
+
+// newBufSet allocates the buffers for copies of up to maxSize bytes on r:
+// one slot when hot, the cold plan's bytes per side when cold.
+func newBufSet(r *rig, maxSize int, cold bool, budget int64) (*bufSet, error) {
 	total := slotStride(maxSize)
+	b := &bufSet{cold: cold}
 	if cold {
-		total = max(coldBytes, 2*total)
-		if avail := memAvailable(); avail > 0 && total > avail/4 {
-			total = max(avail/4, slotStride(maxSize))
-		}
+		total, b.coldNote, b.short = coldPlan(maxSize, budget)
 	}
-	src, err := eng.Alloc(total)
+	src, err := r.alloc(total)
 	if err != nil {
-		return nil, fmt.Errorf("allocate a %s source buffer: %w (try a smaller --size, or --hot)", units.Format(int64(total)), err)
+		return nil, fmt.Errorf("allocate a %s source buffer: %w (try a smaller --size or --memory, or --hot)", units.Format(int64(total)), err)
 	}
-	dst, err := eng.Alloc(total)
+	dst, err := r.alloc(total)
 	if err != nil {
 		src.Close()
-		return nil, fmt.Errorf("allocate a %s destination buffer: %w (try a smaller --size, or --hot)", units.Format(int64(total)), err)
+		return nil, fmt.Errorf("allocate a %s destination buffer: %w (try a smaller --size or --memory, or --hot)", units.Format(int64(total)), err)
 	}
 	fillRandom(src.Bytes(), 1)
-	return &bufSet{src: src, dst: dst, cold: cold}, nil
+	b.src, b.dst, b.memNote = src, dst, r.memoryNote(src)
+	return b, nil
 }
 
 // slotStride is the distance between slots for copies of size bytes: the
@@ -72,9 +106,6 @@ func slot(buf []byte, k, size int) []byte {
 
 // perSide is the bytes per side the copies of size bytes rotate over.
 func (b *bufSet) perSide(size int) int { return b.slots(size) * slotStride(size) }
-
-// degraded says why the buffers are not on hugepages ("" when they are).
-func (b *bufSet) degraded() string { return b.src.Degraded() }
 
 // close unregisters and frees the buffers. Requests on them must be done.
 func (b *bufSet) close() error {

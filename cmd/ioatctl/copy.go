@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/cache"
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 )
@@ -28,6 +30,9 @@ func sweepSizes() []int64 {
 type limit struct {
 	iterations int64
 	duration   time.Duration
+	// wait bounds the waits for the engine beyond the run's length
+	// (--timeout).
+	wait time.Duration
 }
 
 // done reports whether a run that has started n operations since start
@@ -48,10 +53,6 @@ func (l limit) describe(what string) string {
 	return l.duration.String()
 }
 
-// waitBudget bounds how long a run may wait for the engine beyond its
-// nominal length before it declares the engine stuck.
-const waitBudget = 30 * time.Second
-
 // copyFlags are the flags of the copy subcommand.
 type copyFlags struct {
 	dev        deviceFlags
@@ -64,29 +65,35 @@ type copyFlags struct {
 	iterations int64
 	verify     bool
 	json       bool
+	memory     units.Size
+	plot       string
 }
 
 // copyRow is the result for one size, one JSON object per line with
 // --json.
 type copyRow struct {
-	Device     string  `json:"device"`
-	Emulated   bool    `json:"emulated"`
-	CBVER      string  `json:"cbver"`
-	Channels   int     `json:"channels"`
-	Policy     string  `json:"policy"`
-	Cache      string  `json:"cache"`
-	Size       int64   `json:"size"`
-	Window     int     `json:"window"`
-	Ops        int64   `json:"ops"`
-	Seconds    float64 `json:"seconds"`
-	MBPerS     float64 `json:"mb_per_s"`
-	OpsPerS    float64 `json:"ops_per_s"`
-	CPUOps     int64   `json:"cpu_ops"`
-	CPUSeconds float64 `json:"cpu_seconds"`
-	CPUMBPerS  float64 `json:"cpu_mb_per_s"`
-	CPUOpsPerS float64 `json:"cpu_ops_per_s"`
-	Ratio      float64 `json:"ratio"`
-	Verified   bool    `json:"verified"`
+	Schema     string   `json:"schema"`
+	Run        cli.Meta `json:"run"`
+	Device     string   `json:"device"`
+	Emulated   bool     `json:"emulated"`
+	CBVER      string   `json:"cbver"`
+	Channels   int      `json:"channels"`
+	Policy     string   `json:"policy"`
+	Cache      string   `json:"cache"`
+	ColdBytes  int64    `json:"cold_bytes,omitempty"`
+	LLCBytes   int64    `json:"llc_bytes,omitempty"`
+	Size       int64    `json:"size"`
+	Window     int      `json:"window"`
+	Ops        int64    `json:"ops"`
+	Seconds    float64  `json:"seconds"`
+	MBPerS     float64  `json:"mb_per_s"`
+	OpsPerS    float64  `json:"ops_per_s"`
+	CPUOps     int64    `json:"cpu_ops"`
+	CPUSeconds float64  `json:"cpu_seconds"`
+	CPUMBPerS  float64  `json:"cpu_mb_per_s"`
+	CPUOpsPerS float64  `json:"cpu_ops_per_s"`
+	Ratio      float64  `json:"ratio"`
+	Verified   bool     `json:"verified"`
 }
 
 // runCopy is the copy subcommand: engine and CPU copy throughput on the
@@ -101,12 +108,14 @@ func runCopy(e *env, args []string) (err error) {
 	fs.BoolVar(&f.sweep, "sweep", false, "measure every size from 4 KiB to 8 MiB, doubling")
 	fs.Var(&f.sizes, "sizes", "comma-separated sizes to measure, e.g. 4K,64K,1M")
 	fs.IntVar(&f.window, "window", 128, "copies outstanding at once (128 as in the paper)")
-	fs.BoolVar(&f.cold, "cold", false, "cache-cold buffers: rotate over at least 64 MiB per side (the default)")
+	fs.BoolVar(&f.cold, "cold", false, "cache-cold buffers: rotate over twice the last-level cache per side (the default)")
 	fs.BoolVar(&f.hot, "hot", false, "cache-hot buffers: copy the same buffer pair every time")
 	fs.DurationVar(&f.duration, "duration", 2*time.Second, "how long to measure each size, for the engine and again for the CPU")
 	fs.Int64Var(&f.iterations, "iterations", 0, "copies per size and mover instead of --duration")
 	fs.BoolVar(&f.verify, "verify", false, "check every destination against its source after the engine's run")
-	fs.BoolVar(&f.json, "json", false, "print one JSON object per size (MB = 10^6 bytes)")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object per size (schema ioatctl.copy/1, docs/json.md; MB = 10^6 bytes)")
+	fs.Var(&f.memory, "memory", "most memory the cold buffers may take, both sides together (default: a quarter of MemAvailable)")
+	fs.StringVar(&f.plot, "plot", "", "also draw MB/s against size, engine and CPU, into `FILE`.svg or .png (with --sweep or --sizes)")
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
 		return err
@@ -142,10 +151,21 @@ func runCopy(e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if f.memory.IsSet && f.memory.N < 1<<20 {
+		return usagef(cmd, "--memory %s: want at least 1M", units.Format(f.memory.N))
+	}
+	budget := memoryBudget()
+	if f.memory.IsSet {
+		budget = f.memory.N
+	}
+	if err := checkPlot(cmd, f.plot, len(sizes)); err != nil {
+		return err
+	}
 	choice, err := f.dev.validate(cmd, fs)
 	if err != nil {
 		return err
 	}
+	lim.wait = choice.timeout
 
 	r, err := openRig(e, choice)
 	if err != nil {
@@ -153,30 +173,38 @@ func runCopy(e *env, args []string) (err error) {
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 	maxSize := int(slices.Max(sizes))
-	bufs, err := newBufSet(r.eng, maxSize, !f.hot)
+	bufs, err := newBufSet(r, maxSize, !f.hot, budget)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, bufs.close()) }()
+	meta := cli.NewMeta("ioatctl")
+	var llcBytes int64
+	if l, err := cache.Last(); err == nil {
+		llcBytes = l.Total
+	}
+	prog := cli.NewProgress(e.stderr, "ioatctl")
+	defer prog.Stop()
+	var rows []copyRow
 
-	cache := "cold"
+	cacheKind := "cold"
 	if f.hot {
-		cache = "hot"
+		cacheKind = "hot"
 	}
 	if !f.json {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
-		cacheNote := "cold (rotating over " + units.Format(int64(bufs.perSide(maxSize))) + " per side)"
-		if f.hot {
-			cacheNote = "hot (one buffer pair)"
+		cacheNote := "hot (one buffer pair)"
+		if !f.hot {
+			cacheNote = bufs.coldNote
 		}
-		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %d, cache %s, %s per size and mover\n",
-			plural(len(r.devs), "channel"), choice.policy, f.window, cacheNote, lim.describe("copies"))
-		if d := bufs.degraded(); d != "" {
-			fmt.Fprintf(e.stdout, "memory:  %s\n", d)
-		} else {
-			fmt.Fprintf(e.stdout, "memory:  hugepages, registered with the engine\n")
+		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %d, %s per size and mover\n",
+			plural(len(r.devs), "channel"), choice.policy, f.window, lim.describe("copies"))
+		fmt.Fprintf(e.stdout, "cache:   %s\n", cacheNote)
+		fmt.Fprintf(e.stdout, "memory:  %s\n", bufs.memNote)
+		if r.emulated {
+			fmt.Fprint(e.stdout, emulatedCopyNote)
 		}
-		fmt.Fprintf(e.stdout, "MB = 10^6 bytes; CPU = Go's copy() on the same buffers, sizes and pattern.\n\n")
+		fmt.Fprintf(e.stdout, "MB = 10^6 bytes; CPU = Go's copy() on one core, on the same buffers, sizes and pattern.\n\n")
 		fmt.Fprintf(e.stdout, "%9s %12s %12s %12s %12s %8s", "SIZE", "ENGINE MB/s", "ENGINE op/s", "CPU MB/s", "CPU op/s", "RATIO")
 		if f.verify {
 			fmt.Fprintf(e.stdout, " %9s", "VERIFIED")
@@ -185,10 +213,15 @@ func runCopy(e *env, args []string) (err error) {
 	}
 	for i, size := range sizes {
 		row := copyRow{
-			Device: r.name, Emulated: r.emulated, CBVER: cbverString(r.info.Version), Channels: len(r.devs),
-			Policy: choice.policy.String(), Cache: cache, Size: size, Window: f.window,
+			Schema: copySchema, Run: meta, Device: r.name, Emulated: r.emulated, CBVER: cbverString(r.info.Version), Channels: len(r.devs),
+			Policy: choice.policy.String(), Cache: cacheKind, Size: size, Window: f.window, LLCBytes: llcBytes,
 		}
-		verr, err := measureCopy(r.eng, bufs, int(size), f.window, lim, f.verify, &row)
+		if !f.hot {
+			row.ColdBytes = int64(bufs.perSide(int(size)))
+		}
+		step := fmt.Sprintf("copy %s [%d/%d]", units.Format(size), i+1, len(sizes))
+		verr, err := measureCopy(r.eng, bufs, int(size), f.window, lim, f.verify, &row, func(mover string) { prog.Set("%s: %s", step, mover) })
+		prog.Clear()
 		if err != nil {
 			return fmt.Errorf("copy of %s: %w", units.Format(size), err)
 		}
@@ -202,15 +235,40 @@ func runCopy(e *env, args []string) (err error) {
 			}
 			fmt.Fprintln(e.stdout)
 		}
-		if len(sizes) > 1 {
-			fmt.Fprintf(e.stderr, "ioatctl: [%d/%d] %s: engine %.1f MB/s, CPU %.1f MB/s\n", i+1, len(sizes), units.Format(size), row.MBPerS, row.CPUMBPerS)
-		}
+		rows = append(rows, row)
 		if verr != nil {
 			return fmt.Errorf("copy of %s: verification failed: %w", units.Format(size), verr)
 		}
 	}
+	prog.Stop()
+	if f.plot != "" {
+		cacheTitle := "cache hot"
+		switch {
+		case !f.hot && bufs.short:
+			cacheTitle = "NOT cold (--memory too small)"
+		case !f.hot:
+			cacheTitle = "cache cold"
+		}
+		if err := plotCopy(f.plot, r, rows, cacheTitle); err != nil {
+			return err
+		}
+		if !f.json {
+			fmt.Fprintf(e.stdout, "\nplot:    %s\n", f.plot)
+		}
+	}
 	return nil
 }
+
+// copySchema names and versions the JSON record of copy (docs/json.md).
+const copySchema = "ioatctl.copy/1"
+
+// emulatedCopyNote is what copy says about figures of the emulated engine.
+const emulatedCopyNote = `emulated: the engine is CPU threads (one goroutine per channel copying with
+         the CPU, on whichever cores are free), not a DMA engine. Its MB/s shows
+         the driver's and the model's overhead and how copies spread over cores;
+         it says nothing about what CBDMA hardware would do. With several
+         channels it can beat the CPU column, which is one core copying.
+`
 
 // parseLimit checks --duration and --iterations (set names the flags given).
 func parseLimit(cmd string, set map[string]bool, d time.Duration, iterations int64) (limit, error) {
@@ -238,8 +296,9 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 // measureCopy runs copies of size bytes on the engine, verifies them when
 // asked, then runs the same copies with the CPU, and fills row. It returns
 // the verification failure apart from the errors that stop the run.
-func measureCopy(eng *ioat.Engine, b *bufSet, size, window int, lim limit, verify bool, row *copyRow) (verr, err error) {
+func measureCopy(eng *ioat.Engine, b *bufSet, size, window int, lim limit, verify bool, row *copyRow, phase func(string)) (verr, err error) {
 	n := b.slots(size)
+	phase("engine")
 	if verify {
 		poison(b.dst.Bytes(), b.perSide(size))
 	}
@@ -251,6 +310,7 @@ func measureCopy(eng *ioat.Engine, b *bufSet, size, window int, lim limit, verif
 		verr = checkSlots(b.src.Bytes(), b.dst.Bytes(), size, int(min(ops, int64(n))))
 		row.Verified = verr == nil
 	}
+	phase("CPU")
 	cops, csecs := cpuCopies(b, size, lim)
 	row.Ops, row.Seconds = ops, secs
 	row.MBPerS = round1(float64(ops) * float64(size) / secs / 1e6)
@@ -273,9 +333,9 @@ func engineCopies(eng *ioat.Engine, b *bufSet, size, window int, lim limit) (int
 	src, dst := b.src.Bytes(), b.dst.Bytes()
 	ring := make([]*ioat.Cookie, window)
 	w := int64(window)
-	budget := lim.duration + waitBudget
+	budget := lim.duration + lim.wait
 	if lim.iterations > 0 {
-		budget = waitBudget + time.Duration(lim.iterations)*time.Millisecond
+		budget = lim.wait + time.Duration(lim.iterations)*time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -315,7 +375,7 @@ func engineCopies(eng *ioat.Engine, b *bufSet, size, window int, lim limit) (int
 // stuck explains a wait that ran out of time.
 func stuck(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("the engine stopped completing copies: %w (see `ioatctl verify`)", err)
+		return fmt.Errorf("the engine stopped completing copies: %w (see `ioatctl verify`; --timeout waits longer on a loaded machine)", err)
 	}
 	return err
 }

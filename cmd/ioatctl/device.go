@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/ioat/hw"
@@ -23,6 +25,7 @@ type deviceFlags struct {
 	interrupts bool
 	bandwidth  units.Size
 	cbver      string
+	timeout    time.Duration
 }
 
 // register adds the device flags to fs.
@@ -33,6 +36,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
 	fs.StringVar(&d.cbver, "cbver", "3.3", "emulated engine only: CBVER of the model, 3.2, 3.3 or 3.4")
+	fs.DurationVar(&d.timeout, "timeout", 30*time.Second, "how long to wait for the engine beyond the run's own length before calling it stuck")
 }
 
 // deviceChoice is a validated --device and its companions.
@@ -47,6 +51,10 @@ type deviceChoice struct {
 	irq bool
 	// emuOnly names the emulated-only flags given explicitly.
 	emuOnly []string
+	// cmd is the subcommand, for usage errors found when opening.
+	cmd string
+	// timeout bounds every wait for the engine, beyond the run's length.
+	timeout time.Duration
 }
 
 // validate checks the device flags of subcommand cmd, before anything is
@@ -54,7 +62,10 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts}
+	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd, timeout: d.timeout}
+	if d.timeout <= 0 {
+		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
+	}
 	switch d.device {
 	case "auto", "emulated":
 		c.kind = d.device
@@ -124,6 +135,15 @@ type backend struct {
 	// why says why this device was chosen.
 	why     string
 	closers []func() error
+}
+
+// ringMemory sets where the channels' rings live: on the emulated engine,
+// locked 4 KiB pages (a ring is 256 KiB: 16 channels fit the common 8 MiB
+// locked-memory limit) so that no run of the model depends on hugepages.
+func (b *backend) ringMemory(o *ioat.Options) {
+	if b.emulated {
+		o.Memory.PageSize = hugepage.Size4K
+	}
 }
 
 // close releases the devices, last opened first.
@@ -202,7 +222,7 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 // openEmulated builds an emulated CBDMA platform of c.channels channels.
 func openEmulated(c deviceChoice, why string) (*backend, error) {
 	if c.channels > 16 {
-		return nil, fmt.Errorf("--channels %d: the emulated engine has at most 16 channels (%s)", c.channels, why)
+		return nil, usagef(c.cmd, "--channels %d: the emulated engine has at most 16 channels (used because %s)", c.channels, why)
 	}
 	p, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: c.channels, Version: c.version, Bandwidth: c.bandwidth})
 	if err != nil {
@@ -271,6 +291,7 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	o.Policy = c.policy
 	o.CPUThreshold = -1
 	o.Channel.Interrupts = c.irq
+	b.ringMemory(&o.Channel)
 	eng, err := ioat.NewEngine(b.devs, o)
 	if err != nil {
 		b.close()
@@ -288,6 +309,39 @@ func engineHint(err error, b *backend) error {
 		return err
 	}
 	return fmt.Errorf("%w (is another process using the channel? see `ioatctl list`; --device emulated works anyway)", err)
+}
+
+// alloc returns n bytes registered with the engine. The emulated engine
+// reads and writes them with the CPU, so ordinary Go memory does: nothing
+// is pinned, no hugepages or locked-memory allowance are needed, and any
+// user can run. Real channels get hugepages (or locked 4 KiB pages).
+func (r *rig) alloc(n int) (*ioat.Buffer, error) {
+	if r.emulated {
+		return r.eng.Register(pageAligned(n))
+	}
+	return r.eng.Alloc(n)
+}
+
+// memoryNote says, for a header, what memory buf (from alloc) is; with a
+// nil buf, what alloc gives.
+func (r *rig) memoryNote(buf *ioat.Buffer) string {
+	switch {
+	case r.emulated:
+		return "ordinary (pageable) memory: the emulated engine is CPU threads, it needs no pinned memory, hugepages or locked-memory allowance"
+	case buf != nil && buf.Degraded() != "":
+		return buf.Degraded()
+	}
+	return "hugepages, registered with the engine"
+}
+
+// channelName names channel i of the backend in tables and JSON: its PCI
+// address, or "emulated/i" for the model, which has no address a reader
+// could mistake for a device on the machine.
+func (b *backend) channelName(i int) string {
+	if b.emulated {
+		return fmt.Sprintf("emulated/%d", i)
+	}
+	return b.devs[i].Address().String()
 }
 
 // close closes the engine, then the devices.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
@@ -15,9 +16,11 @@ import (
 
 // listEntry is one CBDMA function in list's output.
 type listEntry struct {
-	Address  string `json:"address"`
-	Device   string `json:"device"`
-	Platform string `json:"platform"`
+	Schema   string   `json:"schema"`
+	Run      cli.Meta `json:"run"`
+	Address  string   `json:"address"`
+	Device   string   `json:"device"`
+	Platform string   `json:"platform"`
 	// CBVER is "3.3" when read from the registers, "" when not readable
 	// (not bound to vfio-pci, or not openable).
 	CBVER      string `json:"cbver,omitempty"`
@@ -26,11 +29,14 @@ type listEntry struct {
 	NUMANode   int    `json:"numa_node"`
 }
 
+// listSchema names and versions the JSON record of list (docs/json.md).
+const listSchema = "ioatctl.list/1"
+
 // runList is the list subcommand.
 func runList(e *env, args []string) error {
 	const cmd = "list"
 	fs := newFlags(cmd)
-	asJSON := fs.Bool("json", false, "print a JSON array of functions")
+	asJSON := fs.Bool("json", false, "print one JSON object per function (schema ioatctl.list/1, docs/json.md)")
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
 		return err
@@ -45,19 +51,21 @@ func runList(e *env, args []string) error {
 	}
 	vers, why := readVersions(e, sys, fns)
 	entries := make([]listEntry, 0, len(fns))
+	meta := cli.NewMeta("ioatctl")
 	for _, f := range fns {
 		entries = append(entries, listEntry{
-			Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
+			Schema: listSchema, Run: meta, Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
 			Platform: string(hw.Models[f.Device].Platform), CBVER: vers[f.Addr],
 			Driver: f.Driver, IOMMUGroup: f.IOMMUGroup, NUMANode: f.NUMANode,
 		})
 	}
 	if *asJSON {
-		b, err := json.MarshalIndent(entries, "", "  ")
-		if err != nil {
-			return err
+		enc := json.NewEncoder(e.stdout)
+		for _, x := range entries {
+			if err := enc.Encode(x); err != nil {
+				return err
+			}
 		}
-		fmt.Fprintf(e.stdout, "%s\n", b)
 		return nil
 	}
 	if len(entries) == 0 {

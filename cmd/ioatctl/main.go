@@ -7,11 +7,13 @@
 //     and NUMA node, and CBVER for those bound to vfio-pci.
 //   - bind, unbind: hand functions to vfio-pci and back to the kernel.
 //   - setup: reserve hugepages and report whether the machine is ready
-//     (hugepage pools, /dev/vfio, vfio-pci, IOMMU, bound functions).
+//     (hugepage pools, /dev/vfio, vfio-pci, IOMMU, bound functions);
+//     --check only reports, and exits 0 only when ready.
 //   - copy: throughput of the engine against the CPU (Go's copy) on the
 //     same buffers, size or size sweep, with a window of outstanding copies
 //     as in the paper that introduced user-space I/OAT copies (window 128),
-//     cache-cold or cache-hot, optionally verified.
+//     cache-cold (twice the last-level cache the CPU reports, package
+//     internal/cache) or cache-hot, optionally verified, optionally plotted.
 //   - verify: random copies and fills checked byte for byte, guard bytes
 //     included, like SPDK's ioat verify.
 //   - overlap: the paper's overlap benchmark, (Tcopy + Tcompute −
@@ -19,20 +21,23 @@
 //
 // Every benchmark runs on real channels bound to vfio-pci or, when there are
 // none (or with --device emulated), on the in-process model of package
-// emulated, and says which and why. Output is a table by default and JSON
-// with --json.
+// emulated, and says which and why. The model's channels are CPU threads:
+// its buffers are ordinary memory (nothing pinned, so any user can run it)
+// and the output says what its figures do and do not show. Output is a
+// table by default and JSON Lines with --json (docs/json.md); `version`
+// prints the build.
 //
 // # Testability
 //
-// main only calls run, which takes the output streams and arguments and
-// returns an error; code maps the error to the exit status (0, 1 for
-// failures, 2 for usage errors). The environment variables GOMX_SYSFS_ROOT
+// main only calls run, which takes the output streams and arguments, prints
+// a failure as one line on stderr, and returns the error; code maps it to
+// the exit status (0, 1 for failures, 2 for usage errors). Flags, help,
+// progress and the JSON metadata are internal/cli's, shared with mxbench. The environment variables GOMX_SYSFS_ROOT
 // and GOMX_DEV_VFIO move sysfs and /dev/vfio, so tests run list and bind
 // against a recorded tree.
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,9 +58,6 @@ const (
 	exitFailure = cli.ExitFailure
 	exitUsage   = cli.ExitUsage
 )
-
-// usageError is an error in the command line; it maps to exit status 2.
-type usageError = cli.UsageError
 
 // usagef returns a usage error of subcommand cmd.
 func usagef(cmd, format string, args ...any) error {
@@ -81,7 +83,7 @@ func init() {
 		{"list", "[--json]", "list CBDMA functions: address, device, platform, CBVER, driver, IOMMU group, NUMA node", runList},
 		{"bind", "[--all] ADDR...", "bind CBDMA functions to vfio-pci", runBind},
 		{"unbind", "[--all] ADDR...", "give functions bound to vfio-pci back to the kernel", runUnbind},
-		{"setup", "[--pages N] [--size 2M|1G]", "reserve hugepages and report whether VFIO is ready", runSetup},
+		{"setup", "[--check] [--pages N] [--size 2M|1G]", "reserve hugepages and report whether VFIO is ready (--check: report only)", runSetup},
 		{"copy", "[--channels N] [--size S | --sweep | --sizes LIST] ...", "copy throughput: engine against CPU copy (MB/s, ops/s)", runCopy},
 		{"verify", "[--duration D | --iterations N] [--seed S] ...", "random copies and fills checked byte for byte", runVerify},
 		{"overlap", "[--sizes LIST] [--iterations N] ...", "how much of a copy the engine overlaps with computation", runOverlap},
@@ -120,16 +122,12 @@ func newEnv(stdout, stderr io.Writer) *env {
 
 // run runs ioatctl with the arguments after the program name, writing
 // results to stdout and diagnostics to stderr. It prints a returned error
-// to stderr itself, so main has only to exit with code(err).
+// to stderr itself, as one line (cli.Report), so main has only to exit
+// with code(err).
 func run(stdout, stderr io.Writer, args []string) (err error) {
-	defer func() {
-		if err != nil && !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "ioatctl: %v\n", err)
-		}
-	}()
+	defer func() { cli.Report(stderr, "ioatctl", err) }()
 	if len(args) == 0 {
-		printUsage(stdout)
-		return nil
+		return usagef("", "no subcommand: want one of %s", strings.Join(commandNames(), ", "))
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
@@ -137,9 +135,15 @@ func run(stdout, stderr io.Writer, args []string) (err error) {
 			if c, ok := commands[args[1]]; ok {
 				return c.run(newEnv(stdout, stderr), []string{"-h"})
 			}
-			return usagef("", "no subcommand %q", args[1])
+			return usagef("", "no subcommand %q (want %s)", args[1], strings.Join(commandNames(), ", "))
 		}
 		printUsage(stdout)
+		return nil
+	case "version", "-version", "--version":
+		if len(args) > 1 {
+			return usagef("", "version takes no arguments (got %q)", args[1])
+		}
+		cli.PrintVersion(stdout, "ioatctl")
 		return nil
 	}
 	c, ok := commands[args[0]]
@@ -172,11 +176,14 @@ Commands:
 	for _, n := range commandNames() {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(w, `
-Run "ioatctl COMMAND -h" for a command's flags.
+	fmt.Fprintf(w, `  %-8s %s
+  %-8s %s
+
+Run "ioatctl COMMAND -h" for a command's description, examples and flags.
 
 Getting started:
   ioatctl copy --channels 4        benchmark (emulated engine when no hardware is bound)
+  ioatctl setup --check            is this machine ready for the hardware? (changes nothing)
   sudo ioatctl setup               reserve hugepages, check VFIO
   ioatctl list                     find CBDMA functions
   sudo ioatctl bind --all          hand them to vfio-pci
@@ -187,58 +194,37 @@ Environment:
 
 Sizes are bytes with an optional K, M or G suffix (or KiB, MiB, GiB), all powers
 of 1024. Throughput is in MB/s, where MB = 10^6 bytes.
-Exit status: 0 success, 1 failure, 2 usage error.
-`, envSysfsRoot, envDevVFIO)
+Errors are one line on stderr. Exit status: 0 success, 1 failure, 2 usage error.
+`, "version", "print the module version and VCS revision", "help", "this text; `ioatctl help COMMAND` is `ioatctl COMMAND -h`", envSysfsRoot, envDevVFIO)
 }
 
 // newFlags returns a FlagSet for subcommand cmd that reports errors instead
 // of printing or exiting; parseFlags prints its help on -h.
-func newFlags(cmd string) *flag.FlagSet {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return fs
-}
+func newFlags(cmd string) *flag.FlagSet { return cli.NewFlags(cmd) }
 
 // parseFlags parses args with fs, allowing flags after positional arguments
 // ("bind 0000:00:04.0 --all"). On -h it prints the command's help to stdout
 // and returns flag.ErrHelp; a bad flag is a usageError.
 func parseFlags(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printCommandHelp(e.stdout, fs)
-				return nil, err
-			}
-			return nil, &usageError{Tool: "ioatctl", Cmd: fs.Name(), Err: err}
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
+	return cli.ParseFlags(e.stdout, commandHelp(fs.Name()), fs, args)
 }
 
-// printCommandHelp writes a subcommand's synopsis and flags.
-func printCommandHelp(w io.Writer, fs *flag.FlagSet) {
-	c := commands[fs.Name()]
-	fmt.Fprintf(w, "Usage: ioatctl %s %s\n\n%s.\n", c.name, c.args, capitalize(c.summary))
-	if extra, ok := commandNotes[c.name]; ok {
-		fmt.Fprintf(w, "\n%s", extra)
-	}
-	fmt.Fprintf(w, "\nFlags (one or two dashes):\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+// commandHelp is the help of subcommand name, flags aside.
+func commandHelp(name string) cli.Help {
+	c := commands[name]
+	return cli.Help{Tool: "ioatctl", Name: c.name, Args: c.args, Summary: c.summary,
+		Notes: commandNotes[c.name], Example: commandExamples[c.name]}
 }
 
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
+// commandExamples are the examples of each subcommand's help.
+var commandExamples = map[string][]string{
+	"list":    {"ioatctl list", "ioatctl list --json"},
+	"bind":    {"sudo ioatctl bind --all", "sudo ioatctl bind 0000:00:04.0 0000:00:04.1"},
+	"unbind":  {"sudo ioatctl unbind --all"},
+	"setup":   {"ioatctl setup --check        # changes nothing; exit 0 only when ready", "sudo ioatctl setup           # reserve 512 MiB of 2 MiB pages, then report", "sudo ioatctl setup --pages 4 --size 1G"},
+	"copy":    {"ioatctl copy --channels 4", "ioatctl copy --sweep --json > copy.jsonl", "ioatctl copy --sweep --plot copy.svg", "ioatctl copy --device emulated --hot --size 64K --iterations 100000"},
+	"verify":  {"ioatctl verify --channels 4 --duration 10s", "ioatctl verify --iterations 1000 --seed 7 --json"},
+	"overlap": {"ioatctl overlap", "ioatctl overlap --sizes 64K,1M --iterations 50 --json"},
 }
 
 // commandNotes is the prose of each subcommand's help, after the synopsis.
@@ -258,20 +244,28 @@ take it back (needs root). --all unbinds every CBDMA function bound to vfio-pci.
 	"setup": `Reserves --pages hugepages of --size (never lowering the pool; needs root;
 --pages 0 only reports), then prints the hugepage pools and whether /dev/vfio,
 vfio-pci and the IOMMU are there and which CBDMA functions are bound.
+--check changes nothing and exits 0 only when every item is ready (1 when
+one is missing), for scripts: ` + "`ioatctl setup --check && ioatctl copy`" + `.
 `,
 	"copy": `Measures, in one run, the engine's throughput and the CPU's (Go's copy) on
 the same buffers, sizes, window and cache pattern. The engine offloads every
 copy (no CPU threshold). MB = 10^6 bytes.
 
---cold (default) rotates over buffers totalling at least 64 MiB per side, more
-than a last-level cache holds; --hot copies the same buffer pair every time.
+--cold (default) rotates over buffers of twice the last-level cache the CPU
+reports (sysfs, else CPUID) per side, within --memory for both sides (a
+quarter of MemAvailable by default); when the budget is smaller the header
+says the run is NOT cold. --hot copies the same buffer pair every time.
 --window is the number of copies outstanding at once (128, as in the paper).
 --sweep measures 4 KiB to 8 MiB, doubling; --sizes takes a list. --duration
 applies to each size and each mover (engine, CPU). Sizes are bytes with an
 optional K, M, G (or KiB, MiB, GiB) suffix, powers of 1024.
 
 --device auto uses every CBDMA function bound to vfio-pci, or the emulated
-engine when there is none; the header says which and why.
+engine when there is none; the header says which and why. The emulated
+engine is CPU threads (a goroutine per channel): its buffers are ordinary
+memory, so it runs for any user with no hugepages and no locked-memory
+allowance, and its figures show the driver's overhead, not hardware's.
+--plot FILE.svg|png draws both curves against size (with --sweep or --sizes).
 `,
 	"verify": `Runs random copies (random source and destination offsets, lengths 0 to
 512 KiB and, one time in four, up to 4 MiB) and random 64-bit pattern fills

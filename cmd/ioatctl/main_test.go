@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/sysfstest"
 )
 
@@ -67,7 +68,11 @@ func jsonLines(t *testing.T, s string) []map[string]any {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"help"}, {"--help"}} {
+	r := ioatctl(t)
+	if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "ioatctl: no subcommand: want one of list,") {
+		t.Errorf("no arguments: exit %d, stdout %q, stderr %q; want 2 and one line on stderr", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"help"}, {"--help"}} {
 		r := ioatctl(t, args...)
 		if r.code != exitOK {
 			t.Errorf("%q: exit %d, want 0 (%v)", args, r.code, r.err)
@@ -86,7 +91,7 @@ func TestCommandHelp(t *testing.T) {
 		if r.code != exitOK {
 			t.Errorf("%q: exit %d, want 0 (%v)", args, r.code, r.err)
 		}
-		for _, f := range []string{"-window", "-sweep", "-device", "-cold", "-hot", "-verify", "MB = 10^6 bytes"} {
+		for _, f := range []string{"--window", "--sweep", "--device", "--cold", "--hot", "--verify", "--plot", "--memory", "MB = 10^6 bytes", "Examples:", "ioatctl copy --channels 4"} {
 			if !strings.Contains(r.stdout, f) {
 				t.Errorf("%q: help does not mention %q:\n%s", args, f, r.stdout)
 			}
@@ -101,7 +106,7 @@ func TestCommandHelp(t *testing.T) {
 }
 
 func TestCopyJSON(t *testing.T) {
-	r := ioatctl(t, "copy", "--device", "emulated", "--channels", "2", "--size", "64K", "--iterations", "200", "--verify", "--json")
+	r := ioatctl(t, "copy", "--device", "emulated", "--channels", "2", "--size", "64K", "--iterations", "200", "--verify", "--json", "--memory", "64M")
 	if r.err != nil {
 		t.Fatalf("copy: %v\n%s", r.err, r.stderr)
 	}
@@ -117,6 +122,7 @@ func TestCopyJSON(t *testing.T) {
 		}
 	}
 	want := map[string]any{
+		"schema": "ioatctl.copy/1", "emulated": true, "cold_bytes": float64(32 << 20),
 		"device": "emulated", "channels": 2.0, "size": 65536.0, "window": 128.0, "ops": 200.0, "cpu_ops": 200.0,
 		"verified": true, "policy": "round-robin", "cache": "cold",
 	}
@@ -139,7 +145,7 @@ func TestCopyTableSweep(t *testing.T) {
 		t.Fatalf("copy: %v\n%s", r.err, r.stderr)
 	}
 	for _, s := range []string{"emulated CBDMA (1 channel, CBVER 3.4", "asked for with --device emulated",
-		"policy stripe", "window 8", "cache hot", "4 KiB", "12 KiB", "ENGINE MB/s", "CPU MB/s", "MB = 10^6 bytes"} {
+		"policy stripe", "window 8", "cache:   hot", "4 KiB", "the engine is CPU threads", "ordinary (pageable) memory", "12 KiB", "ENGINE MB/s", "CPU MB/s", "MB = 10^6 bytes"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("output lacks %q:\n%s", s, r.stdout)
 		}
@@ -147,8 +153,8 @@ func TestCopyTableSweep(t *testing.T) {
 	if strings.Contains(r.stdout, " no\n") {
 		t.Errorf("a size did not verify:\n%s", r.stdout)
 	}
-	if !strings.Contains(r.stderr, "[1/2] 4 KiB") || !strings.Contains(r.stderr, "[2/2] 12 KiB") {
-		t.Errorf("no progress lines on stderr:\n%s", r.stderr)
+	if r.stderr != "" {
+		t.Errorf("stderr is not a terminal, yet it got progress:\n%s", r.stderr)
 	}
 }
 
@@ -171,7 +177,10 @@ func TestVerifyJSONPerChannel(t *testing.T) {
 	if len(rows) != 2 {
 		t.Fatalf("%d JSON lines, want one per channel:\n%s", len(rows), r.stdout)
 	}
-	for _, row := range rows {
+	for i, row := range rows {
+		if want := fmt.Sprintf("emulated/%d", i); row["channel"] != want || row["schema"] != "ioatctl.verify/1" || row["seed"] != 7.0 {
+			t.Errorf("row %d: channel %v, schema %v, seed %v; want %s, ioatctl.verify/1, 7", i, row["channel"], row["schema"], row["seed"], want)
+		}
 		var total float64
 		for _, k := range []string{"copies_ok", "fills_ok"} {
 			total += row[k].(float64)
@@ -259,8 +268,16 @@ func TestList(t *testing.T) {
 		t.Fatalf("list --json: %v", r.err)
 	}
 	var entries []listEntry
-	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
-		t.Fatalf("list --json: %v\n%s", err, r.stdout)
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var x listEntry
+		if err := json.Unmarshal([]byte(line), &x); err != nil {
+			t.Fatalf("list --json: %v\n%s", err, r.stdout)
+		}
+		if x.Schema != "ioatctl.list/1" || x.Run.Tool != "ioatctl" {
+			t.Errorf("list --json: schema %q, run %+v", x.Schema, x.Run)
+		}
+		x.Schema, x.Run = "", cli.Meta{}
+		entries = append(entries, x)
 	}
 	want := []listEntry{
 		{Address: "0000:00:04.0", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "ioatdma", IOMMUGroup: 10, NUMANode: 0},
@@ -286,8 +303,8 @@ func TestListNone(t *testing.T) {
 		t.Errorf("list with no function:\n%s", r.stdout)
 	}
 	r = ioatctl(t, "list", "--json")
-	if strings.TrimSpace(r.stdout) != "[]" {
-		t.Errorf("list --json with no function: %q, want []", r.stdout)
+	if r.err != nil || r.stdout != "" {
+		t.Errorf("list --json with no function: %q, %v; want no line", r.stdout, r.err)
 	}
 }
 
@@ -304,15 +321,15 @@ func TestAutoDevice(t *testing.T) {
 	t.Setenv(envSysfsRoot, root)
 	// 00:04.1 is bound to vfio-pci, but VFIO is not there: auto must not
 	// fall back silently to the model.
-	r := ioatctl(t, "copy", "--size", "4K", "--iterations", "10")
+	r := ioatctl(t, "copy", "--size", "4K", "--iterations", "10", "--memory", "16M")
 	if r.code != exitFailure || !strings.Contains(r.err.Error(), "--device emulated") {
 		t.Errorf("auto with a bound function but no VFIO: exit %d, %v", r.code, r.err)
 	}
-	r = ioatctl(t, "copy", "--size", "4K", "--iterations", "10", "--channels", "2")
+	r = ioatctl(t, "copy", "--size", "4K", "--iterations", "10", "--memory", "16M", "--channels", "2")
 	if r.code != exitFailure || !strings.Contains(r.err.Error(), "only 1 CBDMA function bound") {
 		t.Errorf("auto with too few bound functions: exit %d, %v", r.code, r.err)
 	}
-	r = ioatctl(t, "copy", "--size", "4K", "--iterations", "10", "--bandwidth", "1G")
+	r = ioatctl(t, "copy", "--size", "4K", "--iterations", "10", "--memory", "16M", "--bandwidth", "1G")
 	if r.code != exitFailure || !strings.Contains(r.err.Error(), "emulated engine") {
 		t.Errorf("auto on hardware with --bandwidth: exit %d, %v", r.code, r.err)
 	}
@@ -325,7 +342,7 @@ func TestAutoDevice(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "devices/pci0000:00/0000:00:04.1/driver")); err != nil {
 		t.Fatal(err)
 	}
-	r = ioatctl(t, "copy", "--size", "4K", "--iterations", "10", "--channels", "3")
+	r = ioatctl(t, "copy", "--size", "4K", "--iterations", "10", "--memory", "16M", "--channels", "3")
 	if r.err != nil {
 		t.Fatalf("auto without bound functions: %v", r.err)
 	}
@@ -394,6 +411,35 @@ func TestSetupReportOnly(t *testing.T) {
 	}
 }
 
+// setup --check reports and fails on a machine that is not ready, and
+// reserves nothing even when run as root.
+func TestSetupCheck(t *testing.T) {
+	t.Setenv(envSysfsRoot, buildSysfs(t))
+	before, _ := hugepage.Status()
+	r := ioatctl(t, "setup", "--check")
+	if r.code != exitFailure || !strings.Contains(r.stdout, "not ready") || !strings.Contains(r.stderr, "ioatctl: not ready for the hardware") {
+		t.Errorf("setup --check on an unready tree: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout, "reserve:") {
+		t.Errorf("setup --check reserved pages:\n%s", r.stdout)
+	}
+	after, _ := hugepage.Status()
+	for i := range min(len(before), len(after)) {
+		if after[i].Total != before[i].Total {
+			t.Errorf("the %v pool went from %d to %d pages", after[i].PageSize, before[i].Total, after[i].Total)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := ioatctl(t, args...)
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, "ioatctl ") || !strings.Contains(r.stdout, "revision:") {
+			t.Errorf("%q: exit %d, output:\n%s", args, r.code, r.stdout)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -425,6 +471,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"unbind", "04.0"}, "bad address"},
 		{[]string{"setup", "--size", "4M"}, "want 2M or 1G"},
 		{[]string{"list", "x"}, "unexpected argument"},
+		{[]string{"copy", "--channels", "100000"}, "at most 16"},
+		{[]string{"verify", "--timeout", "-1s"}, "--timeout -1s"},
+		{[]string{"copy", "--memory", "1K"}, "--memory 1 KiB"},
+		{[]string{"copy", "--plot", "x.pdf"}, ".svg or .png"},
+		{[]string{"copy", "--plot", "x.svg"}, "add --sweep or --sizes"},
+		{[]string{"setup", "--check", "--pages", "4"}, "--check changes nothing"},
+		{[]string{"version", "x"}, "takes no arguments"},
+		{[]string{"help", "frob"}, "no subcommand"},
 	} {
 		r := ioatctl(t, tc.args...)
 		if r.code != exitUsage {

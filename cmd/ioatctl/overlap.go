@@ -10,22 +10,26 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 )
 
 // overlapRow is the result for one size and mover.
 type overlapRow struct {
-	Device     string  `json:"device"`
-	Mover      string  `json:"mover"` // "engine" or "cpu"
-	Size       int64   `json:"size"`
-	Channels   int     `json:"channels"`
-	Policy     string  `json:"policy"`
-	Iterations int     `json:"iterations"`
-	TCopyUS    float64 `json:"t_copy_us"`
-	TComputeUS float64 `json:"t_compute_us"`
-	TTotalUS   float64 `json:"t_total_us"`
-	Overlap    float64 `json:"overlap"`
+	Schema     string   `json:"schema"`
+	Run        cli.Meta `json:"run"`
+	Device     string   `json:"device"`
+	Emulated   bool     `json:"emulated"`
+	Mover      string   `json:"mover"` // "engine" or "cpu"
+	Size       int64    `json:"size"`
+	Channels   int      `json:"channels"`
+	Policy     string   `json:"policy"`
+	Iterations int      `json:"iterations"`
+	TCopyUS    float64  `json:"t_copy_us"`
+	TComputeUS float64  `json:"t_compute_us"`
+	TTotalUS   float64  `json:"t_total_us"`
+	Overlap    float64  `json:"overlap"`
 }
 
 // runOverlap is the overlap subcommand.
@@ -37,7 +41,7 @@ func runOverlap(e *env, args []string) (err error) {
 	sizes := units.List{V: []int64{64 << 10, 256 << 10, 1 << 20, 4 << 20}}
 	fset.Var(&sizes, "sizes", "comma-separated copy sizes")
 	iterations := fset.Int("iterations", 50, "measurements averaged per size")
-	asJSON := fset.Bool("json", false, "print one JSON object per size and mover")
+	asJSON := fset.Bool("json", false, "print one JSON object per size and mover (schema ioatctl.overlap/1, docs/json.md)")
 	pos, err := parseFlags(e, fset, args)
 	if err != nil {
 		return err
@@ -63,12 +67,12 @@ func runOverlap(e *env, args []string) (err error) {
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 	maxSize := int(slices.Max(sizes.V))
-	src, err := r.eng.Alloc(maxSize)
+	src, err := r.alloc(maxSize)
 	if err != nil {
 		return fmt.Errorf("allocate a %s source buffer: %w", units.Format(int64(maxSize)), err)
 	}
 	defer func() { err = errors.Join(err, src.Close()) }()
-	dst, err := r.eng.Alloc(maxSize)
+	dst, err := r.alloc(maxSize)
 	if err != nil {
 		return fmt.Errorf("allocate a %s destination buffer: %w", units.Format(int64(maxSize)), err)
 	}
@@ -79,23 +83,30 @@ func runOverlap(e *env, args []string) (err error) {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
 		fmt.Fprintf(e.stdout, "run:     %s, policy %s, hot cache (one buffer pair), %d iterations per size\n",
 			plural(len(r.devs), "channel"), choice.policy, *iterations)
-		if d := src.Degraded(); d != "" {
-			fmt.Fprintf(e.stdout, "memory:  %s\n", d)
+		fmt.Fprintf(e.stdout, "memory:  %s\n", r.memoryNote(src))
+		if r.emulated {
+			fmt.Fprint(e.stdout, emulatedOverlapNote)
 		}
 		fmt.Fprintf(e.stdout, "overlap = (Tcopy + Tcompute - Ttotal) / Tcopy; 1 = the copy hides behind the computation.\n\n")
 		fmt.Fprintf(e.stdout, "%9s %-7s %12s %12s %12s %8s\n", "SIZE", "MOVER", "Tcopy us", "Tcompute us", "Ttotal us", "OVERLAP")
 	}
-	for _, size := range sizes.V {
+	meta := cli.NewMeta("ioatctl")
+	prog := cli.NewProgress(e.stderr, "ioatctl")
+	defer prog.Stop()
+	negative := false
+	for i, size := range sizes.V {
 		s, d := src.Bytes()[:size], dst.Bytes()[:size]
-		eng := &engineMover{eng: r.eng, dst: d, src: s}
+		eng := &engineMover{eng: r.eng, dst: d, src: s, timeout: choice.timeout}
 		cpu := &cpuMover{dst: d, src: s}
 		for _, m := range []mover{eng, cpu} {
+			prog.Set("overlap %s [%d/%d]: %s", units.Format(size), i+1, len(sizes.V), m.name())
 			t, err := measureOverlap(m, *iterations)
+			prog.Clear()
 			if err != nil {
 				return fmt.Errorf("overlap of %s: %w", units.Format(size), err)
 			}
 			row := overlapRow{
-				Device: r.name, Mover: m.name(), Size: size, Channels: len(r.devs), Policy: choice.policy.String(),
+				Schema: overlapSchema, Run: meta, Emulated: r.emulated, Device: r.name, Mover: m.name(), Size: size, Channels: len(r.devs), Policy: choice.policy.String(),
 				Iterations: *iterations, TCopyUS: us(t.copy), TComputeUS: us(t.compute), TTotalUS: us(t.total),
 			}
 			if m.blocking() {
@@ -104,6 +115,7 @@ func runOverlap(e *env, args []string) (err error) {
 				row.Overlap = float64(t.copy+t.compute-t.total) / float64(t.copy)
 			}
 			row.Overlap = math.Round(row.Overlap*1000) / 1000
+			negative = negative || row.Overlap < 0
 			if *asJSON {
 				b, _ := json.Marshal(row)
 				fmt.Fprintf(e.stdout, "%s\n", b)
@@ -112,8 +124,31 @@ func runOverlap(e *env, args []string) (err error) {
 			}
 		}
 	}
+	if negative && !*asJSON {
+		fmt.Fprint(e.stdout, negativeOverlapNote)
+	}
 	return nil
 }
+
+// overlapSchema names and versions the JSON record of overlap
+// (docs/json.md).
+const overlapSchema = "ioatctl.overlap/1"
+
+// emulatedOverlapNote is what overlap says about the emulated engine.
+const emulatedOverlapNote = `emulated: the engine is CPU threads. Its copy overlaps the computation only
+         when another core is free to run the channel's goroutine; the figures
+         show the driver's asynchrony, not what CBDMA hardware would do.
+`
+
+// negativeOverlapNote explains an overlap below 0.
+const negativeOverlapNote = `
+A negative overlap means the engine's run took longer than the computation
+and a copy done alone (Ttotal > Tcopy + Tcompute): the copy and the
+computation slowed each other down. On the emulated engine they compete for
+CPU time (the channel is a goroutine that waits for a core on a loaded
+machine); on hardware, for memory bandwidth. It is a measurement, not an
+error: run on an idle machine, or with fewer channels, to see the overlap.
+`
 
 // us converts a duration to microseconds rounded to 0.1.
 func us(d time.Duration) float64 { return round1(float64(d) / 1e3) }
@@ -132,6 +167,7 @@ type engineMover struct {
 	eng      *ioat.Engine
 	dst, src []byte
 	c        *ioat.Cookie
+	timeout  time.Duration // --timeout
 }
 
 func (m *engineMover) name() string   { return "engine" }
@@ -144,7 +180,7 @@ func (m *engineMover) start() error {
 }
 
 func (m *engineMover) wait() error {
-	ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
 	return stuck(m.eng.Wait(ctx, m.c))
 }

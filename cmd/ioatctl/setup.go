@@ -24,6 +24,7 @@ func runSetup(e *env, args []string) error {
 	fset := newFlags(cmd)
 	pages := fset.Int("pages", -1, "hugepages the pool should hold at least (default: 512 MiB worth; 0 only reports)")
 	size := fset.String("size", "2M", "hugepage size: 2M or 1G")
+	check := fset.Bool("check", false, "change nothing: report, and exit 0 only when the machine is ready for the hardware (1 otherwise)")
 	pos, err := parseFlags(e, fset, args)
 	if err != nil {
 		return err
@@ -43,6 +44,12 @@ func runSetup(e *env, args []string) error {
 	n := *pages
 	if n < 0 {
 		n = max(1, defaultReserve/int(ps))
+	}
+	if *check {
+		if *pages >= 0 {
+			return usagef(cmd, "--check changes nothing, so --pages has no effect: drop one of them")
+		}
+		n = 0
 	}
 
 	var reserveErr error
@@ -126,6 +133,9 @@ func runSetup(e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "\nready: `ioatctl copy --channels 4` runs on the hardware.")
 	} else {
 		fmt.Fprintln(e.stdout, "\nnot ready for hardware: fix the items above. `ioatctl copy --device emulated` works anyway.")
+	}
+	if *check && !ready {
+		return errors.New("not ready for the hardware: fix the items marked missing above (`ioatctl copy` runs on the emulated engine meanwhile)")
 	}
 	if reserveErr != nil {
 		return errors.New("could not reserve the hugepages asked for (see above)")

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/pci"
@@ -37,11 +38,16 @@ const (
 
 // verifyStats counts one channel's operations.
 type verifyStats struct {
-	Channel      string `json:"channel"`
-	CopiesOK     int64  `json:"copies_ok"`
-	CopiesFailed int64  `json:"copies_failed"`
-	FillsOK      int64  `json:"fills_ok"`
-	FillsFailed  int64  `json:"fills_failed"`
+	Schema       string   `json:"schema"`
+	Run          cli.Meta `json:"run"`
+	Device       string   `json:"device"`
+	Emulated     bool     `json:"emulated"`
+	Seed         uint64   `json:"seed"`
+	Channel      string   `json:"channel"`
+	CopiesOK     int64    `json:"copies_ok"`
+	CopiesFailed int64    `json:"copies_failed"`
+	FillsOK      int64    `json:"fills_ok"`
+	FillsFailed  int64    `json:"fills_failed"`
 	// StrayWrites counts whole-buffer checks that found bytes changed
 	// outside every operation's range.
 	StrayWrites int64 `json:"stray_writes"`
@@ -71,7 +77,7 @@ func runVerify(e *env, args []string) (err error) {
 	duration := fset.Duration("duration", 2*time.Second, "how long each channel runs")
 	iterations := fset.Int64("iterations", 0, "operations per channel instead of --duration")
 	seed := fset.Uint64("seed", 0, "random seed (0: pick one and print it)")
-	asJSON := fset.Bool("json", false, "print one JSON object per channel")
+	asJSON := fset.Bool("json", false, "print one JSON object per channel (schema ioatctl.verify/1, docs/json.md)")
 	pos, err := parseFlags(e, fset, args)
 	if err != nil {
 		return err
@@ -89,6 +95,7 @@ func runVerify(e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	lim.wait = choice.timeout
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())&(1<<53-1) | 1
 	}
@@ -110,6 +117,7 @@ func runVerify(e *env, args []string) (err error) {
 		o := ioat.DefaultEngineOptions()
 		o.CPUThreshold = -1
 		o.Channel.Interrupts = choice.irq
+		b.ringMemory(&o.Channel)
 		eng, err := ioat.NewEngine([]pci.Device{d}, o)
 		if err != nil {
 			return engineHint(err, b)
@@ -119,23 +127,28 @@ func runVerify(e *env, args []string) (err error) {
 	r := &rig{backend: b, eng: engs[0], info: engs[0].Channels()[0].Info()}
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
+		fmt.Fprintf(e.stdout, "memory:  %s\n", r.memoryNote(nil))
 		fmt.Fprintf(e.stdout, "seed:    %d (repeat this run with --seed %d)\n", *seed, *seed)
 		fmt.Fprintf(e.stdout, "run:     %s per channel; random copies and 64-bit pattern fills in %s buffers, %s guards checked\n\n",
 			lim.describe("operations"), units.Format(verifyBuf), units.Format(verifyGuard))
 	}
 
+	meta := cli.NewMeta("ioatctl")
 	stats := make([]verifyStats, len(engs))
+	prog := cli.NewProgress(e.stderr, "ioatctl")
+	prog.Set("verify: %s, %s", plural(len(engs), "channel"), lim.describe("operations per channel"))
 	errs := make([]error, len(engs))
 	var wg sync.WaitGroup
 	for i, eng := range engs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stats[i].Channel = b.devs[i].Address().String()
-			errs[i] = verifyChannel(eng, *seed, uint64(i), lim, &stats[i])
+			stats[i] = verifyStats{Schema: verifySchema, Run: meta, Device: b.name, Emulated: b.emulated, Seed: *seed, Channel: b.channelName(i)}
+			errs[i] = verifyChannel(r, eng, *seed, uint64(i), lim, &stats[i])
 		}()
 	}
 	wg.Wait()
+	prog.Stop()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -183,6 +196,10 @@ func runVerify(e *env, args []string) (err error) {
 	return nil
 }
 
+// verifySchema names and versions the JSON record of verify
+// (docs/json.md).
+const verifySchema = "ioatctl.verify/1"
+
 // vop is one random operation of verify.
 type vop struct {
 	fill           bool
@@ -196,14 +213,15 @@ type vop struct {
 // verifyChannel runs random operations on a one-channel engine until the
 // limit and checks each. It returns an error only when it cannot run;
 // failed operations are counted in st.
-func verifyChannel(eng *ioat.Engine, seed, ch uint64, lim limit, st *verifyStats) (err error) {
+func verifyChannel(r *rig, eng *ioat.Engine, seed, ch uint64, lim limit, st *verifyStats) (err error) {
 	rng := rand.New(rand.NewPCG(seed, ch))
-	srcBuf, err := eng.Alloc(verifyBuf)
+	er := &rig{backend: r.backend, eng: eng, info: r.info}
+	srcBuf, err := er.alloc(verifyBuf)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, srcBuf.Close()) }()
-	dstBuf, err := eng.Alloc(verifyBuf)
+	dstBuf, err := er.alloc(verifyBuf)
 	if err != nil {
 		return err
 	}
@@ -215,9 +233,9 @@ func verifyChannel(eng *ioat.Engine, seed, ch uint64, lim limit, st *verifyStats
 	want := bytes.Clone(dst)
 	st.CPUFills = !eng.Channels()[0].Info().Fill
 
-	budget := lim.duration + waitBudget
+	budget := lim.duration + lim.wait
 	if lim.iterations > 0 {
-		budget = waitBudget + time.Duration(lim.iterations)*10*time.Millisecond
+		budget = lim.wait + time.Duration(lim.iterations)*10*time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/chart"
 	"github.com/gomx-dev/gomx/internal/units"
 )
 
@@ -31,12 +32,16 @@ type benchFlags struct {
 	wait       string
 	baseline   bool
 	jsonOut    bool
-	rndv       units.Size
-	window     int
-	timeout    time.Duration
-	faults     faultFlags
-	xdp        xdpFlags
-	nic        nicFlags
+	plot       string
+	// unavailable says why the chosen wire cannot run in this process
+	// (chooseTransport), when it is not falling back.
+	unavailable string
+	rndv        units.Size
+	window      int
+	timeout     time.Duration
+	faults      faultFlags
+	xdp         xdpFlags
+	nic         nicFlags
 }
 
 // faultFlags configure the loopback wire's fault injection.
@@ -63,8 +68,8 @@ func envOr(name, def string) string {
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
-	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), "loopback, udp, xdp or nic (env MXBENCH_TRANSPORT); udp by default with --peer; xdp falls back to udp without root")
-	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an `mxbench serve` (udp); empty runs both sides in this process")
+	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), wireHelp())
+	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an mxbench serve (udp); empty runs both sides in this process")
 	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, or the address that routes to --peer)")
 	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
 	fs.UintVar(&f.key, "key", 0x6d786265, "the 32-bit endpoint key both sides use")
@@ -82,7 +87,8 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.BoolVar(&f.baseline, "baseline", true, "also measure a plain UDP-socket exchange of the same sizes")
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")
 	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
-	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "give up on a size after this long")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on every wait: connecting (and resolving --peer), and each size")
+	fs.StringVar(&f.plot, "plot", "", "also draw latency and throughput against size, mx and its baselines, into `FILE`.svg or .png")
 	fs.Float64Var(&f.faults.loss, "loss", 0, "loopback: fraction of frames lost")
 	fs.Float64Var(&f.faults.reorder, "reorder", 0, "loopback: fraction of frames reordered")
 	fs.Float64Var(&f.faults.dup, "dup", 0, "loopback: fraction of frames duplicated")
@@ -101,35 +107,66 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 // for more than this process may do: a run against a --peer defaults to
 // udp, and xdp without the privileges it needs falls back to udp, saying
 // why on stderr.
+//
+// When the user gave one of the wire's own flags (--iface for xdp) there is
+// no fallback: the run fails, after the flags are validated, with what is
+// missing (unavailable).
 func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
-	set := false
-	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "transport" })
-	if f.peer != "" && !set && os.Getenv("MXBENCH_TRANSPORT") == "" {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if f.peer != "" && !given["transport"] && os.Getenv("MXBENCH_TRANSPORT") == "" {
 		f.transport = "udp"
 	}
-	if f.transport == "xdp" && f.peer == "" {
-		if why := f.xdp.missing(); why != "" {
-			fmt.Fprintf(stderr, "mxbench: --transport xdp unavailable (%s): falling back to udp\n", why)
-			f.transport = "udp"
+	w, ok := wireNamed(f.transport)
+	if !ok || w.missing == nil || f.peer != "" {
+		return
+	}
+	why := w.missing(f)
+	if why == "" {
+		return
+	}
+	for _, n := range w.flags {
+		if given[n] {
+			f.unavailable = fmt.Sprintf("--transport %s: %s; --%s is %s's own flag, so mxbench does not fall back to udp", w.name, why, n, w.name)
+			return
 		}
 	}
+	fmt.Fprintf(stderr, "mxbench: --transport %s unavailable (%s): falling back to udp\n", f.transport, why)
+	f.transport = "udp"
 }
 
 // validate checks the flags and returns the sizes to run.
 func (f *benchFlags) validate(cmd string) ([]int, error) {
-	switch f.transport {
-	case "loopback", "udp", "xdp", "nic":
-	default:
-		return nil, usagef(cmd, "--transport %q: want loopback, udp or xdp (or nic, with --nic)", f.transport)
+	w, ok := wireNamed(f.transport)
+	if !ok {
+		return nil, usagef(cmd, "--transport %q: want %s", f.transport, wireNames())
 	}
-	if err := f.nic.validate(cmd, f.transport, f.peer); err != nil {
-		return nil, err
+	if f.peer != "" && !w.peer {
+		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (%s runs both sides in this process)", w.name)
 	}
-	if f.peer != "" && f.transport == "loopback" {
-		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (loopback is in-process)")
-	}
-	if f.faults.any() && f.transport != "loopback" {
+	if f.faults.any() && !w.faults {
 		return nil, usagef(cmd, "--loss/--reorder/--dup/--corrupt inject faults into the loopback wire only: add --transport loopback")
+	}
+	for _, o := range wires {
+		if o.validate != nil && o.name != w.name {
+			// A wire's own flags given for another wire are mistakes.
+			if err := o.validate(&benchFlags{transport: w.name, xdp: f.xdp, nic: f.nic}, cmd); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if w.validate != nil {
+		if err := w.validate(f, cmd); err != nil {
+			return nil, err
+		}
+	}
+	if f.timeout <= 0 {
+		return nil, usagef(cmd, "--timeout %v: want a positive duration such as 30s", f.timeout)
+	}
+	if f.plot != "" {
+		if err := chart.CheckPath(f.plot); err != nil {
+			return nil, usagef(cmd, "--plot %v", err)
+		}
 	}
 	for _, v := range []struct {
 		name string
@@ -182,6 +219,9 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 	}
 	if len(sizes) == 0 {
 		return nil, usagef(cmd, "no sizes to run")
+	}
+	if f.plot != "" && len(sizes) < 2 {
+		return nil, usagef(cmd, "--plot draws curves against size: give two sizes or more (--sizes 8,1K,64K)")
 	}
 	return sizes, nil
 }

@@ -17,23 +17,23 @@
 // --corrupt), udp (kernel UDP sockets on 127.0.0.1, or toward --peer) or xdp
 // (AF_XDP on a pair of interfaces). Sizes go from 0 to 4 MiB by doubling,
 // or are given with --sizes as a comma-separated list with K and M suffixes.
-// --verify checks every byte received. Output is a table by default and one
-// JSON object per size with --json.
+// --verify checks every byte received. Output is a table by default, one
+// JSON object per size with --json (docs/json.md), and curves against size
+// with --plot. The transports are one table (wires.go): adding one is one
+// entry there.
 //
 // # Testability
 //
-// main only calls run, which takes the output streams and arguments and
-// returns an error; the exit status is 0 on success, 2 for a usage error and
-// 1 for anything else.
+// main only calls run, which takes the output streams and arguments, prints
+// a failure as one line on stderr, and returns the error; the exit status is
+// 0 on success, 2 for a usage error and 1 for anything else (internal/cli).
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 
 	"github.com/gomx-dev/gomx/internal/cli"
@@ -56,68 +56,119 @@ func code(err error) int { return cli.Code(err) }
 type command struct {
 	args    string
 	summary string
+	notes   string
+	example []string
 	run     func(stdout, stderr io.Writer, args []string) error
 }
 
 var commands map[string]command
 
+// commandOrder is the order of the subcommands in the usage text.
+var commandOrder = []string{"pingpong", "stream", "serve"}
+
 func init() {
 	commands = map[string]command{
-		"pingpong": {"[--transport T] [--peer HOST:PORT] [--sizes LIST] ...", "round-trip latency and throughput, mx beside a UDP-socket baseline", runPingPong},
-		"stream":   {"[--transport T] [--peer HOST:PORT] [--sizes LIST] [--window N] ...", "one-way streaming throughput, mx beside a UDP-socket baseline", runStream},
-		"serve":    {"[--transport udp|xdp] [--listen ADDR] [--endpoint N]", "the remote side for pingpong and stream clients", runServe},
+		"pingpong": {"[--transport T] [--peer HOST:PORT] [--sizes LIST] ...", "round-trip latency and throughput, mx beside a UDP-socket baseline",
+			pingpongNotes, []string{
+				"mxbench pingpong                                  # loopback wire, 0 B to 4 MiB",
+				"mxbench pingpong --transport udp --sizes 8,1K,64K --verify",
+				"mxbench pingpong --transport xdp --json > pp.jsonl # AF_XDP on a veth pair (root)",
+				"mxbench pingpong --loss 0.01 --verify             # lossy loopback wire: every byte still arrives",
+				"mxbench pingpong --peer 10.0.0.2:40000            # against `mxbench serve` there",
+				"mxbench pingpong --plot pingpong.svg",
+			}, runPingPong},
+		"stream": {"[--transport T] [--peer HOST:PORT] [--sizes LIST] [--window N] ...", "one-way streaming throughput, mx beside a UDP-socket baseline",
+			streamNotes, []string{
+				"mxbench stream --transport udp --sizes 4K,64K,1M",
+				"mxbench stream --window 64 --plot stream.png",
+			}, runStream},
+		"serve": {"[--listen ADDR] [--endpoint N] [--once]", "the remote side for pingpong and stream clients (udp)",
+			serveNotes, []string{
+				"mxbench serve --listen 0.0.0.0:40000              # then, elsewhere: mxbench pingpong --peer HOST:40000",
+				"mxbench serve --listen 127.0.0.1:40000 --once --timeout 1m",
+			}, runServe},
 	}
 }
 
-func run(stdout, stderr io.Writer, args []string) error {
+// run runs mxbench with the arguments after the program name. It prints a
+// returned error on stderr itself, as one line (cli.Report), so main has
+// only to exit with code(err).
+func run(stdout, stderr io.Writer, args []string) (err error) {
+	defer func() { cli.Report(stderr, "mxbench", err) }()
 	if len(args) == 0 {
-		printUsage(stderr)
-		return usagef("", "no subcommand")
+		return usagef("", "no subcommand: want one of %s", strings.Join(commandOrder, ", "))
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return c.run(stdout, stderr, []string{"-h"})
+			}
+			return usagef("", "no subcommand %q (want %s)", args[1], strings.Join(commandOrder, ", "))
+		}
 		printUsage(stdout)
+		return nil
+	case "version", "-version", "--version":
+		if len(args) > 1 {
+			return usagef("", "version takes no arguments (got %q)", args[1])
+		}
+		cli.PrintVersion(stdout, "mxbench")
 		return nil
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		return usagef("", "unknown subcommand %q", args[0])
+		return usagef("", "unknown subcommand %q (want %s)", args[0], strings.Join(commandOrder, ", "))
 	}
 	return c.run(stdout, stderr, args[1:])
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mxbench <subcommand> [flags]")
-	fmt.Fprintln(w)
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	fmt.Fprintf(w, `mxbench measures the gomx message layer (MX, as Open-MX speaks it) the way
+Open-MX's omx_perf does, and measures a plain UDP-socket exchange of the same
+sizes beside every figure, so each one has its baseline.
+
+Usage:
+  mxbench COMMAND [flags]
+
+Commands:
+`)
+	for _, n := range commandOrder {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		c := commands[n]
-		fmt.Fprintf(w, "  %-9s %s\n            %s\n", n, c.args, c.summary)
-	}
-	fmt.Fprintln(w, "\nRun `mxbench <subcommand> -h` for its flags.")
+	fmt.Fprintf(w, `  %-9s %s
+  %-9s %s
+
+Run "mxbench COMMAND -h" for a command's description, examples and flags.
+
+Getting started:
+  mxbench pingpong                       both sides in this process, in-process wire
+  mxbench pingpong --transport udp       kernel UDP sockets on 127.0.0.1
+  sudo mxbench pingpong --transport xdp  AF_XDP on a veth pair mxbench makes
+  mxbench serve / mxbench pingpong --peer HOST:PORT   across two processes or hosts
+
+Sizes are bytes with an optional K, M or G suffix (powers of 1024). MB/s is
+10^6 bytes per second. Errors are one line on stderr. Exit status: 0 success,
+1 failure, 2 usage error.
+`, "version", "print the module version and VCS revision", "help", "this text; `mxbench help COMMAND` is `mxbench COMMAND -h`")
 }
 
-// newFlags returns a flag set that reports errors instead of exiting.
-func newFlags(cmd string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("mxbench "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// newFlags returns a flag set that reports errors instead of printing or
+// exiting; parse prints the help on -h.
+func newFlags(cmd string, _ io.Writer) *flag.FlagSet {
+	return cli.NewFlags(cmd)
 }
 
-// parse parses args and turns flag errors into usage errors.
-func parse(cmd string, fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usagef(cmd, "%v", err)
+// parse parses args, printing the subcommand's help on stdout for -h, and
+// turns flag errors into usage errors.
+func parse(stdout io.Writer, cmd string, fs *flag.FlagSet, args []string) error {
+	c := commands[cmd]
+	h := cli.Help{Tool: "mxbench", Name: cmd, Args: c.args, Summary: c.summary, Notes: c.notes, Example: c.example}
+	pos, err := cli.ParseFlags(stdout, h, fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef(cmd, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	if len(pos) > 0 {
+		return usagef(cmd, "unexpected arguments: %s", strings.Join(pos, " "))
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/netns"
 )
 
@@ -49,7 +50,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "no subcommand"},
 		{[]string{"frobnicate"}, "unknown subcommand"},
-		{[]string{"pingpong", "--transport", "carrier-pigeon"}, "want loopback, udp or xdp"},
+		{[]string{"pingpong", "--transport", "carrier-pigeon"}, "want loopback, udp, xdp or nic"},
 		{[]string{"pingpong", "--transport", "loopback", "--peer", "h:1"}, "--peer needs a network transport"},
 		{[]string{"pingpong", "--transport", "udp", "--loss", "0.1"}, "loopback wire only"},
 		{[]string{"pingpong", "--loss", "1.5"}, "want a fraction"},
@@ -232,6 +233,13 @@ func TestServeClient(t *testing.T) {
 			rows := jsonRows(t, out)
 			if len(rows) != 4 {
 				t.Fatalf("%d rows, want 4:\n%s", len(rows), out)
+			}
+			doc, err := os.ReadFile("../../docs/json.md")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, errs := cli.CheckJSONLines(doc, []byte(out)); len(errs) > 0 || !strings.Contains(out, `"peer":"`+addr+`"`) {
+				t.Errorf("client records against docs/json.md: %v\n%s", errs, out)
 			}
 			for _, r := range rows {
 				if r.Errors != 0 || r.Baseline == nil || r.Baseline.Transport != "udp" {

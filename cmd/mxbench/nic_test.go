@@ -30,7 +30,7 @@ func TestNICUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--transport", "nic", "--nic", "0000:00:01.0,0000:00:01.0"}, "twice"},
 		{[]string{"pingpong", "--transport", "nic", "--nic", "00:01.0,zz"}, "bad address"},
 		{[]string{"pingpong", "--transport", "udp", "--nic", "model"}, "need --transport nic"},
-		{[]string{"pingpong", "--transport", "nic", "--nic", "model", "--peer", "h:1"}, "drop --peer"},
+		{[]string{"pingpong", "--transport", "nic", "--nic", "model", "--peer", "h:1"}, "nic runs both sides in this process"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, tc.args)

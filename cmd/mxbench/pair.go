@@ -11,7 +11,6 @@ import (
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
-	"github.com/gomx-dev/gomx/transport/udp"
 )
 
 // pair is two connected endpoints in this process, each on its own board.
@@ -40,51 +39,14 @@ func (f *benchFlags) boardOptions() mx.BoardOptions {
 	return o
 }
 
-// transports opens the two transports of an in-process run.
+// transports opens the two transports of an in-process run on the wire
+// --transport names.
 func (f *benchFlags) transports() (a, b transport.Transport, what string, nw *loopback.Network, err error) {
-	switch f.transport {
-	case "loopback":
-		nw = loopback.NewNetwork(loopback.Options{Faults: loopback.Faults{
-			Loss: f.faults.loss, Reorder: f.faults.reorder, Duplicate: f.faults.dup,
-			Corrupt: f.faults.corrupt, Seed: f.faults.seed,
-		}})
-		pa, err := nw.Attach(0x02_00_00_00_00_01)
-		if err != nil {
-			nw.Close()
-			return nil, nil, "", nil, err
-		}
-		pb, err := nw.Attach(0x02_00_00_00_00_02)
-		if err != nil {
-			nw.Close()
-			return nil, nil, "", nil, err
-		}
-		what = "loopback (in-process wire)"
-		if f.faults.any() {
-			what += fmt.Sprintf(", faults: loss %s, reorder %s, dup %s, corrupt %s, seed %d",
-				trimZeros(f.faults.loss), trimZeros(f.faults.reorder), trimZeros(f.faults.dup), trimZeros(f.faults.corrupt), f.faults.seed)
-		}
-		return pa, pb, what, nw, nil
-	case "udp":
-		listen := f.listen
-		if listen == "" {
-			listen = "127.0.0.1:0"
-		}
-		ua, err := udp.Listen(listen, udp.Options{})
-		if err != nil {
-			return nil, nil, "", nil, err
-		}
-		ub, err := udp.Listen(listen, udp.Options{})
-		if err != nil {
-			ua.Close()
-			return nil, nil, "", nil, err
-		}
-		return ua, ub, fmt.Sprintf("udp %v <-> %v", ua.Addr().UDPAddr(), ub.Addr().UDPAddr()), nil, nil
-	case "xdp":
-		return f.xdp.transports()
-	case "nic":
-		return f.nic.transports()
+	w, ok := wireNamed(f.transport)
+	if !ok {
+		return nil, nil, "", nil, fmt.Errorf("unknown transport %q", f.transport)
 	}
-	return nil, nil, "", nil, fmt.Errorf("unknown transport %q", f.transport)
+	return w.open(f)
 }
 
 // newPair opens both boards and endpoints and connects them both ways.
@@ -130,7 +92,7 @@ func (f *benchFlags) newPair(ctx context.Context) (*pair, error) {
 		p.close()
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	if p.aAddr, err = p.a.Connect(cctx, bb.NICID(), p.b.ID(), key); err != nil {
 		p.close()

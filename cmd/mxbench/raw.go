@@ -346,6 +346,17 @@ func rawSink(s *rawSide, limit time.Duration) error {
 type rawPair struct {
 	a, b *rawSide
 	spin bool
+	// limit bounds the responder's wait for the end of a size (--timeout;
+	// 5 minutes when zero).
+	limit time.Duration
+}
+
+// responderLimit is how long the responder waits for the end of a size.
+func (p *rawPair) responderLimit() time.Duration {
+	if p.limit > 0 {
+		return p.limit
+	}
+	return 5 * time.Minute
 }
 
 func newRawPair(a, b transport.Transport, maxSize int, spin bool) (*rawPair, error) {
@@ -362,7 +373,7 @@ func newRawPair(a, b transport.Transport, maxSize int, spin bool) (*rawPair, err
 
 // pingpong runs rawPing from a against a responder on b.
 func (p *rawPair) pingpong(size, iterations, warmup int, unidir bool) (rawResult, error) {
-	return p.run(func() error { return rawRespond(p.b, 5*time.Minute) },
+	return p.run(func() error { return rawRespond(p.b, p.responderLimit()) },
 		func() (rawResult, error) {
 			reply := size
 			if unidir {
@@ -374,7 +385,7 @@ func (p *rawPair) pingpong(size, iterations, warmup int, unidir bool) (rawResult
 
 // stream runs rawSend from a into a sink on b.
 func (p *rawPair) stream(size, iterations, warmup int) (rawResult, error) {
-	return p.run(func() error { return rawSink(p.b, 5*time.Minute) },
+	return p.run(func() error { return rawSink(p.b, p.responderLimit()) },
 		func() (rawResult, error) { return rawSend(p.a, size, iterations, warmup) })
 }
 

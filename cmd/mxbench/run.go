@@ -3,15 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"slices"
 	"syscall"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/transport"
 )
@@ -26,11 +27,11 @@ func runStream(stdout, stderr io.Writer, args []string) error {
 
 // runBench parses the flags of pingpong or stream and runs every size,
 // in this process or against a server.
-func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
+func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	var f benchFlags
 	fs := newFlags(cmd, stderr)
 	f.register(fs, cmd == "stream")
-	if err := parse(cmd, fs, args); err != nil {
+	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
 	f.chooseTransport(fs, stderr)
@@ -38,45 +39,57 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.xdp.validate(cmd, f.transport, f.peer); err != nil {
-		return err
+	w, _ := wireNamed(f.transport) // validate checked the name
+	if f.unavailable != "" {
+		return errors.New(f.unavailable)
 	}
 	ctx := context.Background()
 	var rep reporter
 	if f.jsonOut {
-		rep = &jsonReporter{enc: json.NewEncoder(stdout)}
+		rep = &jsonReporter{enc: json.NewEncoder(stdout), rec: jsonRecord{Schema: schemaFor(cmd), Run: cli.NewMeta("mxbench"),
+			Command: cmd, Transport: f.transport, Peer: f.peer, Wait: f.wait, Sync: f.sync, Verify: f.verify}}
 	} else {
-		rep = &tableReporter{w: stdout, cmd: cmd, raw: f.transport == "xdp" && f.baseline}
+		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && f.baseline}
 	}
+	prog := cli.NewProgress(stderr, "mxbench")
+	defer prog.Stop()
+	rep = &recorder{reporter: rep, prog: prog}
+	defer func() {
+		if err == nil && f.plot != "" {
+			err = rep.(*recorder).plot(cmd, f.plot, f.transport, stdout, f.jsonOut)
+		}
+	}()
 	if f.peer != "" {
 		return runClient(ctx, cmd, &f, sizes, rep, stderr)
 	}
 	var raw, udpFirst map[int]*baselineResult
-	if f.transport == "xdp" {
-		if err := f.xdp.setup(); err != nil {
+	if w.setup != nil {
+		if err := w.setup(&f); err != nil {
 			return err
 		}
-		defer f.xdp.close()
-		// An interrupted run must not leave its namespaces behind.
+		defer w.cleanup(&f)
+		// An interrupted run must not leave what setup made behind.
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 		defer signal.Stop(stop)
 		go func() {
 			if _, ok := <-stop; ok {
-				f.xdp.close()
+				w.cleanup(&f)
 				os.Exit(130)
 			}
 		}()
-		if f.baseline {
-			// Both baselines first: UDP while no XDP program sits on the
-			// pair (one in the path slows the kernel's receive side), then
-			// raw AF_XDP, before the mx boards take the interfaces.
-			if udpFirst, err = measureUDPBaselines(cmd, &f, sizes); err != nil {
-				return err
-			}
-			if raw, err = f.xdp.rawXDP(cmd, &f, sizes); err != nil {
-				return err
-			}
+	}
+	if w.raw != nil && f.baseline {
+		// Both baselines first: UDP while nothing of mx sits on the wire
+		// (an XDP program in the path slows the kernel's receive side),
+		// then the raw exchange, before the mx boards take the wire.
+		prog.Set("%s: the UDP baseline of %d sizes", cmd, len(sizes))
+		if udpFirst, err = measureUDPBaselines(cmd, &f, sizes); err != nil {
+			return err
+		}
+		prog.Set("%s: the raw %s exchange of %d sizes", cmd, w.name, len(sizes))
+		if raw, err = w.raw(&f, cmd, sizes); err != nil {
+			return err
 		}
 	}
 	p, err := f.newPair(ctx)
@@ -96,8 +109,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) error {
 	}
 	sa := newSide(p.a, p.aAddr, maxSize, window, &f)
 	sb := newSide(p.b, p.bAddr, maxSize, window, &f)
-	for _, size := range sizes {
+	for i, size := range sizes {
 		iters := f.iterationsFor(size)
+		prog.Set("%s %s [%d/%d]: %d iterations", cmd, units.Format(int64(size)), i+1, len(sizes), iters)
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		res, err := measureLocal(sctx, cmd, &f, sa, sb, size, iters)
 		cancel()
@@ -198,14 +212,20 @@ type udpBaseline struct {
 }
 
 func newUDPBaseline(f *benchFlags, maxSize int) (*udpBaseline, error) {
-	a, b, err := udpBaselinePair()
-	if f.transport == "xdp" {
-		a, b, err = f.xdp.udpPair()
+	var a, b transport.Transport
+	var err error
+	if w, _ := wireNamed(f.transport); w.udpPair != nil {
+		a, b, err = w.udpPair(f)
+	} else {
+		a, b, err = udpBaselinePair()
 	}
 	if err != nil {
 		return nil, err
 	}
 	raw, err := newRawPair(a, b, maxSize, f.spin())
+	if raw != nil {
+		raw.limit = f.timeout
+	}
 	if err != nil {
 		a.Close()
 		b.Close()
@@ -256,56 +276,6 @@ func toBaseline(name string, r rawResult, cmd string) *baselineResult {
 		b.MsgPerS = 1 / r.OneWay.Seconds()
 	}
 	return b
-}
-
-// reporter prints results as they come.
-type reporter interface {
-	header(what string)
-	row(r result)
-}
-
-type jsonReporter struct{ enc *json.Encoder }
-
-func (j *jsonReporter) header(string) {}
-func (j *jsonReporter) row(r result)  { _ = j.enc.Encode(r) }
-
-type tableReporter struct {
-	w   io.Writer
-	cmd string
-	raw bool // a raw-transport column follows the UDP one
-}
-
-func (t *tableReporter) header(what string) {
-	fmt.Fprintf(t.w, "# %s\n# %s, GOMAXPROCS %d\n", what, runtime.Version(), runtime.GOMAXPROCS(0))
-	lat := "latency_us"
-	if t.cmd == "stream" {
-		lat = "us_per_msg"
-	}
-	fmt.Fprintf(t.w, "%10s %8s %12s %10s %6s | %12s %10s %6s %7s",
-		"size", "iters", lat, "MB/s", "errors", "udp "+lat, "udp MB/s", "udp er", "lat x")
-	if t.raw {
-		fmt.Fprintf(t.w, " | %12s %10s %7s", "raw "+lat, "raw MB/s", "lat x")
-	}
-	fmt.Fprintln(t.w)
-}
-
-func (t *tableReporter) row(r result) {
-	fmt.Fprintf(t.w, "%10s %8d %12.2f %10.1f %6d |", units.Format(int64(r.Size)), r.Iterations, r.LatencyUS, r.MBPerS, r.Errors)
-	if b := r.Baseline; b != nil {
-		ratio := 0.0
-		if b.LatencyUS > 0 {
-			ratio = r.LatencyUS / b.LatencyUS
-		}
-		fmt.Fprintf(t.w, " %12.2f %10.1f %6d %6.2fx", b.LatencyUS, b.MBPerS, b.Errors, ratio)
-	}
-	if b := r.Raw; b != nil {
-		ratio := 0.0
-		if b.LatencyUS > 0 {
-			ratio = r.LatencyUS / b.LatencyUS
-		}
-		fmt.Fprintf(t.w, " | %12.2f %10.1f %6.2fx", b.LatencyUS, b.MBPerS, ratio)
-	}
-	fmt.Fprintln(t.w)
 }
 
 // stderrf prints a progress note.

@@ -127,7 +127,7 @@ func runServe(stdout, stderr io.Writer, args []string) error {
 	wait := fs.String("wait", "spin", "spin (busy-poll) or block")
 	once := fs.Bool("once", false, "serve one client and exit")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up on a client after this long")
-	if err := parse(cmd, fs, args); err != nil {
+	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
 	if *epID < 0 || *epID > 255 {
@@ -234,10 +234,14 @@ func serveOne(ctx context.Context, ep *mx.Endpoint, key uint32, pbuf []byte, raw
 			return fmt.Errorf("size %s: %w", units.Format(int64(size)), err)
 		}
 		if p.flags&flagBaseline != 0 {
+			limit := 5 * time.Minute
+			if d, ok := ctx.Deadline(); ok {
+				limit = time.Until(d) // serve's --timeout
+			}
 			if p.mode == modeStream {
-				err = rawSink(raw, 5*time.Minute)
+				err = rawSink(raw, limit)
 			} else {
-				err = rawRespond(raw, 5*time.Minute)
+				err = rawRespond(raw, limit)
 			}
 			if err != nil {
 				return fmt.Errorf("baseline of %s: %w", units.Format(int64(size)), err)
@@ -260,11 +264,11 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	if err != nil || port <= 0 || port >= 65535 {
 		return usagef(cmd, "--peer %q: bad port", f.peer)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	peerNIC, err := mx.ResolveUDP(cctx, host, uint16(port))
 	if err != nil {
-		return err
+		return fmt.Errorf("--peer %s: %w (is the host name right?)", f.peer, err)
 	}
 	listen := f.listen
 	if listen == "" {
@@ -289,7 +293,8 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	}
 	peer, err := ep.Connect(cctx, peerNIC, uint8(f.remoteEP), key)
 	if err != nil {
-		return fmt.Errorf("connect to %s endpoint %d: %w (is `mxbench serve` running there, with the same --key?)", f.peer, f.remoteEP, err)
+		return fmt.Errorf("connect to %s endpoint %d: %w (no answer within --timeout %v: is `mxbench serve --listen %s` running there, with the same --key, and UDP port %d open?)",
+			f.peer, f.remoteEP, err, f.timeout, f.peer, port)
 	}
 	p := params{mode: modePingPong, warmup: f.warmup, window: max(f.window, 1)}
 	if cmd == "stream" {

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -48,6 +51,17 @@ func (x *xdpFlags) validate(cmd, tr, peer string) error {
 	}
 	if x.udpFraming && x.iface != "" {
 		return usagef(cmd, "--xdp-udp works on the veth pair only (it knows the addresses there)")
+	}
+	for _, n := range []struct{ flag, name string }{{"iface", x.iface}, {"peer-iface", x.peerIface}} {
+		if n.name == "" {
+			continue
+		}
+		if _, err := net.InterfaceByName(n.name); err != nil {
+			return usagef(cmd, "--%s %s: no such interface in this namespace (see `ip link`)", n.flag, n.name)
+		}
+	}
+	if x.iface != "" && x.iface == x.peerIface {
+		return usagef(cmd, "--iface and --peer-iface are both %s: name two interfaces cabled to each other", x.iface)
 	}
 	switch x.mode {
 	case "auto", "driver", "generic":
@@ -143,13 +157,25 @@ func (x *xdpFlags) open(a bool, port uint16) (*xdp.Transport, error) {
 		o.UDP = netip.AddrPortFrom(ip, port)
 	}
 	var t *xdp.Transport
-	err := x.in(a, func() error {
+	open := func() error {
 		var err error
 		t, err = xdp.NewTransport(o)
 		return err
-	})
+	}
+	err := x.in(a, open)
+	// The run opens the same queues again right after the raw AF_XDP
+	// baseline closed them, and the kernel lets go of a closed socket's
+	// queue in deferred work, which a loaded machine may run late: wait
+	// for the queue, a bounded time, before calling it taken.
+	for deadline := time.Now().Add(xdpRebindWait); errors.Is(err, xdp.ErrBusy) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		err = x.in(a, open)
+	}
 	return t, err
 }
+
+// xdpRebindWait bounds the wait for a queue the run itself closed.
+const xdpRebindWait = 5 * time.Second
 
 // transports opens both ends of an xdp run.
 func (x *xdpFlags) transports() (a, b transport.Transport, what string, nw *loopback.Network, err error) {
@@ -215,6 +241,9 @@ func (x *xdpFlags) rawXDP(cmd string, f *benchFlags, sizes []int) (map[int]*base
 	defer ta.Close()
 	defer tb.Close()
 	raw, err := newRawPair(ta, tb, slices.Max(sizes), f.spin())
+	if raw != nil {
+		raw.limit = f.timeout
+	}
 	if err != nil {
 		return nil, err
 	}

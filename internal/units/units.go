@@ -101,6 +101,9 @@ func (f *Size) String() string {
 	return Format(f.N)
 }
 
+// Placeholder names the flag's argument in help: SIZE.
+func (f *Size) Placeholder() string { return "SIZE" }
+
 // Set implements flag.Value.
 func (f *Size) Set(s string) error {
 	n, err := Parse(s)
@@ -130,6 +133,9 @@ func (f *List) String() string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Placeholder names the flag's argument in help: LIST.
+func (f *List) Placeholder() string { return "LIST" }
 
 // Set implements flag.Value.
 func (f *List) Set(s string) error {

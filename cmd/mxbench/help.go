@@ -1,0 +1,41 @@
+package main
+
+// columnNotes explains the table's columns; the help of pingpong and
+// stream and the table's own footer print it.
+const columnNotes = `Columns: size and iters are the message size and the measured iterations.
+latency_us is half the mean round trip (pingpong) or us_per_msg the time per
+message (stream); MB/s is payload bytes per second / 10^6. errors counts mx
+operations that failed (mx resends what the wire loses, so anything but 0
+means a message could not be delivered, and the run stops). The udp columns
+are the plain UDP-socket exchange of the same size: "udp er" counts datagrams
+that never arrived (UDP does not resend: in stream, the receiver's socket
+buffer overflowed; in pingpong, a reply did not come within a second and that
+round trip was skipped), so a udp figure with errors moved less data than
+it seems. "lat x" is mx's latency over the baseline's. Over xdp, the raw
+columns are the same exchange on bare AF_XDP sockets, without mx.
+`
+
+const pingpongNotes = `Round trips of each size between two endpoints, as omx_perf runs them:
+the initiator sends, the responder answers with the same size (or 0 bytes
+with --unidirectional). Without --peer both sides run in this process, each
+on its own board and goroutine (pinned to its own CPU when busy-polling).
+--transport picks the wire: loopback (in-process, with seeded --loss,
+--reorder, --dup, --corrupt), udp (kernel sockets on 127.0.0.1, or toward
+--peer) or xdp (AF_XDP on a veth pair mxbench creates in two network
+namespaces; needs root, else falls back to udp and says why). --timeout
+bounds every wait: connecting and each size.
+
+` + columnNotes
+
+const streamNotes = `A window of --window messages in flight from one endpoint to the other;
+reports microseconds per message and throughput. The transports and the
+client/server mode are those of pingpong.
+
+` + columnNotes
+
+const serveNotes = `The remote side of pingpong and stream for a client in another process or
+on another host: it listens with an mx board on --listen (udp) and answers
+the client's raw UDP baseline on the next port. Without --once it serves
+clients one after the other until interrupted; --timeout gives up on a
+client that stops answering.
+`

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/gomx-dev/gomx/internal/cli"
+)
+
+// pingpong's and stream's --json output match their schemas in
+// docs/json.md.
+func TestJSONSchemas(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"pingpong", "stream"} {
+		out := runOK(t, cmd, "--sizes", "0,1K", "--iterations", "20", "--wait", "block", "--json")
+		seen, errs := cli.CheckJSONLines(doc, []byte(out))
+		for _, err := range errs {
+			t.Errorf("%s: %v", cmd, err)
+		}
+		if !slices.Equal(seen, []string{"mxbench." + cmd + "/1"}) {
+			t.Errorf("%s: schemas %v", cmd, seen)
+		}
+	}
+}
