@@ -71,6 +71,7 @@ type Board struct {
 	freeBufs  [][]byte
 	draining  bool
 	pool      pools
+	lout      []localDone // other boards' local sends to complete (local.go)
 	closeOnce sync.Once
 
 	// recvMu makes one goroutine at a time the owner of tr.Recv: the
@@ -91,6 +92,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.Local = o.Local.withEnv()
 	mtu := tr.MTU()
 	if mtu < minMTU {
 		return nil, fmt.Errorf("%w: transport MTU %d below %d", ErrBadOptions, mtu, minMTU)
@@ -155,7 +157,9 @@ func (b *Board) Close() error {
 				e.closeLocked()
 			}
 		}
+		out := b.takeLocalOut()
 		b.mu.Unlock()
+		runLocalOut(out)
 		close(b.quit)
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for
@@ -202,6 +206,7 @@ func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 	e := newEndpoint(b, uint8(id), key)
 	b.eps[id] = e
 	b.wasOpen[id] = true
+	registerLocal(e)
 	return e, nil
 }
 
@@ -347,7 +352,8 @@ func (b *Board) handleBatchLocked(n int) {
 	}
 }
 
-// unlock drains frames the board sent to itself, then releases mu.
+// unlock drains frames the board sent to itself, releases mu, then
+// completes the local sends of other boards it finished (see local.go).
 func (b *Board) unlock() {
 	if !b.draining {
 		b.draining = true
@@ -360,7 +366,11 @@ func (b *Board) unlock() {
 		b.selfq = b.selfq[:0]
 		b.draining = false
 	}
+	out := b.takeLocalOut()
 	b.mu.Unlock()
+	if out != nil {
+		runLocalOut(out) // completions of local sends from other boards
+	}
 }
 
 // ---- buffers and requests ----

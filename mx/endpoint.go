@@ -39,6 +39,7 @@ type Endpoint struct {
 	wakeGen     atomic.Uint64
 	closedAtom  atomic.Bool
 	handlerBusy int
+	loc         localState // the in-process shortcut (local.go)
 }
 
 type partnerKey struct {
@@ -94,6 +95,7 @@ func (e *Endpoint) closeLocked() {
 	}
 	e.closed = true
 	e.closedAtom.Store(true)
+	e.closeLocal()
 	b := e.b
 	for r := e.posted.pop(); r != nil; r = e.posted.pop() {
 		e.complete(r, ErrEndpointClosed)
@@ -277,6 +279,9 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		e.complete(r, ErrUnreachable)
 		b.unlock()
 		return r, nil
+	}
+	if d := e.localPeer(p); d != nil {
+		return e.isendLocal(r, d, segs, n, sync) // an endpoint of this process (local.go)
 	}
 	stride := p.fragStride()
 	switch {
