@@ -58,6 +58,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 10s ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 10s ./cmd/mxbench/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./internal/units/
+	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 20000x ./transport/shm/
 
 lint: fmt-check vet staticcheck
 
