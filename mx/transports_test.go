@@ -40,6 +40,7 @@ var transportFactories = []transportFactory{
 	{name: "udp", new: newUDPWire},
 	{name: "xdp", new: newXDPWire},
 	{name: "local", new: newLocalWire},
+	{name: "shm", new: newShmWire},
 }
 
 // newLocalWire is the loopback wire with the in-process shortcut on: the
