@@ -165,7 +165,9 @@ func shmEchoChild(arg string) error {
 	if err != nil {
 		return err
 	}
-	b, err := NewBoard(tr, shmTestOptions())
+	opts := shmTestOptions()
+	opts.BusyPoll = len(f) > 2 && f[2] == "busy"
+	b, err := NewBoard(tr, opts)
 	if err != nil {
 		return err
 	}
@@ -175,7 +177,7 @@ func shmEchoChild(arg string) error {
 		return err
 	}
 	fmt.Println("ready")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	buf := make([]byte, 4<<20+1)
 	for {
