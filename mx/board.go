@@ -72,6 +72,7 @@ type Board struct {
 	draining  bool
 	pool      pools
 	lout      []localDone // other boards' local sends to complete (local.go)
+	lost      []transport.NICID
 	closeOnce sync.Once
 
 	// recvMu makes one goroutine at a time the owner of tr.Recv: the
@@ -221,6 +222,7 @@ func (b *Board) timersLocked(force bool) {
 		return
 	}
 	b.nextTick = b.now + int64(b.tick)
+	b.checkLostPeers() // peerloss.go
 	for _, e := range b.eps {
 		if e != nil {
 			e.timers()

@@ -51,7 +51,9 @@ const shmChildEnv = "GOMX_MX_SHM_CHILD"
 
 // TestShmProcesses echoes every size class through an mx endpoint in a
 // child process over shared memory, then kills the child: the requests
-// that involve it complete with an error, and nothing is left behind.
+// that involve it complete with ErrUnreachable at once (the transport saw
+// the process go; the resend limit is over an hour), and nothing is left
+// behind.
 func TestShmProcesses(t *testing.T) {
 	if arg := os.Getenv(shmChildEnv); arg != "" {
 		if err := shmEchoChild(arg); err != nil {
@@ -64,22 +66,7 @@ func TestShmProcesses(t *testing.T) {
 	dir := shmDir(t)
 	maps0 := gomxMaps(t)
 	ctx := testCtx(t, 60*time.Second)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1")
-	cmd.Env = append(os.Environ(), shmChildEnv+"="+dir+" 99")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || sc.Text() != "ready" {
-		t.Fatalf("child: %q", sc.Text())
-	}
+	cmd := startShmChild(t, ctx, dir+" 99")
 	tr, err := shm.Open(shm.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -123,12 +110,39 @@ func TestShmProcesses(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	pull, _ := e.IRecv([][]byte{make([]byte, 1<<20)}, 1<<62, ^uint64(0), nil)
-	send, _ := e.ISend([][]byte{pattern(100, 1)}, addr, 5, nil)
-	for name, r := range map[string]*Request{"pull from the dead": pull, "send to the dead": send} {
-		if _, err := r.Wait(ctx); !errors.Is(err, ErrUnreachable) {
-			t.Errorf("%s: %v, want ErrUnreachable", name, err)
-		}
+	if _, err := pull.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("pull from the dead: %v, want ErrUnreachable", err)
 	}
+	// Once the loss is known the peer is no longer connected.
+	if _, err := e.ISend([][]byte{pattern(100, 1)}, addr, 5, nil); !errors.Is(err, ErrBadEndpoint) {
+		t.Errorf("send to the dead: %v, want ErrBadEndpoint (not connected)", err)
+	}
+	if e.Counters().Get(Unreachable) == 0 {
+		t.Error("the lost peer was not counted")
+	}
+	// A new process takes over board 99 and endpoint 0.
+	cmd2 := startShmChild(t, ctx, dir+" 99")
+	addr, err = e.Connect(ctx, peer, 0, testKey)
+	if err != nil {
+		t.Fatalf("connect to the new process: %v", err)
+	}
+	buf := make([]byte, 5000)
+	r, _ := e.IRecv([][]byte{buf}, 3, ^uint64(0), nil)
+	s, _ = e.ISend([][]byte{pattern(5000, 3)}, addr, 3, nil)
+	if _, err := s.Wait(testCtx(t, 10*time.Second)); err != nil {
+		var nz []string
+		e.Counters().NonZero(func(k Counter, v uint64) { nz = append(nz, fmt.Sprintf("%v=%d", k, v)) })
+		t.Fatalf("send to the new process: %v\n%v\n%v", err, nz, b.TransportCounters())
+	}
+	if _, err := r.Wait(testCtx(t, 10*time.Second)); err != nil {
+		var nz []string
+		e.Counters().NonZero(func(k Counter, v uint64) { nz = append(nz, fmt.Sprintf("%v=%d", k, v)) })
+		t.Fatalf("echo from the new process: %v\n%v\n%v", err, nz, b.TransportCounters())
+	}
+	if !bytes.Equal(buf, pattern(5000, 3)) {
+		t.Fatal("echo from the new process differs")
+	}
+	cmd2.Process.Kill()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +154,37 @@ func TestShmProcesses(t *testing.T) {
 	}
 }
 
-// shmTestOptions give up on a dead peer after about a second.
+// shmTestOptions never give up on a peer by resending (for over an hour):
+// a dead peer must be noticed through the transport.
 func shmTestOptions() BoardOptions {
 	o := fastOptions()
-	o.ResendMax = 250
+	o.ResendMax = 1_000_000
 	o.ZombieSends = -1 // eager sends complete on their ack, so a dead peer shows
 	return o
+}
+
+// startShmChild starts the echo child on "DIR BOARD" and waits until it
+// is ready.
+func startShmChild(t *testing.T, ctx context.Context, arg string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1")
+	cmd.Env = append(os.Environ(), shmChildEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
+		t.Fatalf("child did not start: %q", sc.Text())
+	}
+	return cmd
 }
 
 func gomxMaps(t testing.TB) int {

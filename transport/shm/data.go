@@ -165,7 +165,7 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	}
 	t.out[peer] = o
 	t.wg.Add(1)
-	go t.watch(o.conn, &o.dead)
+	go t.watch(o.conn, &o.dead, peer)
 	return o, nil
 }
 

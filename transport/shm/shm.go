@@ -114,6 +114,9 @@ type Transport struct {
 	outMu sync.Mutex
 	out   map[transport.NICID]*outRing
 
+	lostMu sync.Mutex
+	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
+
 	rmu    sync.Mutex // held by Recv; Close takes it to unmap safely
 	rr     int
 	closed atomic.Bool
@@ -332,14 +335,14 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	}
 	c.SetDeadline(time.Time{})
 	t.wg.Add(1)
-	go t.watch(c, &r.dead)
+	go t.watch(c, &r.dead, peer)
 	return nil
 }
 
 // watch waits for the peer's end of c to close (the peer exited, crashed or
 // closed its transport), marks its ring dead and rings our doorbell so a
 // sleeping Recv drops it.
-func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool) {
+func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NICID) {
 	defer t.wg.Done()
 	var b [16]byte
 	for {
@@ -349,8 +352,26 @@ func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool) {
 	}
 	if !dead.Swap(true) && !t.closed.Load() {
 		t.cnt.peersGone.Add(1)
+		t.lostMu.Lock()
+		if t.lost == nil {
+			t.lost = make(map[transport.NICID]struct{})
+		}
+		t.lost[peer] = struct{}{}
+		t.lostMu.Unlock()
 	}
 	t.ring()
+}
+
+// LostPeers appends the boards whose process went away (or that closed)
+// since the last call: see transport.PeerWatcher.
+func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
+	t.lostMu.Lock()
+	for p := range t.lost {
+		dst = append(dst, p)
+		delete(t.lost, p)
+	}
+	t.lostMu.Unlock()
+	return dst
 }
 
 // ring wakes our own Recv.
