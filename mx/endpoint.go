@@ -217,6 +217,7 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 		return nil, e.opErr("iconnect", ErrEndpointClosed)
 	}
 	p := e.partner(nic, epID, true)
+	e.forgetLost(p) // a new process may have the board now (peerloss.go)
 	r := b.getReq(e, kindConnect)
 	r.userHeld = true
 	r.p = p

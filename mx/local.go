@@ -104,6 +104,8 @@ type localState struct {
 	// sends are this endpoint's local rendezvous sends that wait in some
 	// receiver's unexpected queue.
 	sends map[*localSend]struct{}
+	// lost are partners whose process the transport saw go (peerloss.go).
+	lost map[*partner]struct{}
 }
 
 type localPeer struct {

@@ -5,10 +5,10 @@ import "github.com/gomx-dev/gomx/transport"
 // checkLostPeers asks a transport that knows when peers go away (see
 // transport.PeerWatcher; the shared-memory transport sees a peer process
 // exit or crash) and fails everything that involves a lost peer at once:
-// its partners are reset as after the resend limit (pending requests fail
-// with ErrUnreachable) and forget the lost incarnation, so sends fail as
-// not connected until a new Connect, which may reach a new process on the
-// same board. Called on every timer tick with b.mu held.
+// its partners are reset as after the resend limit (pending requests and
+// later sends fail with ErrUnreachable until a new Connect, which may reach
+// a new process on the same board). Called on every timer tick with b.mu
+// held.
 func (b *Board) checkLostPeers() {
 	w, ok := b.tr.(transport.PeerWatcher)
 	if !ok {
@@ -24,12 +24,23 @@ func (b *Board) checkLostPeers() {
 				if p.nic == nic && p.rknown && !p.dead {
 					e.cnt[Unreachable]++
 					p.reset(ErrUnreachable)
-					// That incarnation is gone for good: forget its
-					// session, so a Connect to a new process on the board
-					// starts afresh (sends until then: not connected).
-					p.rknown = false
+					if e.loc.lost == nil {
+						e.loc.lost = make(map[*partner]struct{})
+					}
+					e.loc.lost[p] = struct{}{}
 				}
 			}
 		}
+	}
+}
+
+// forgetLost is called before a connect: a partner whose process was lost
+// forgets that incarnation's session, so the reply of a new process on the
+// same board starts a fresh sequence instead of resetting the one the
+// connect request just announced (b.mu held).
+func (e *Endpoint) forgetLost(p *partner) {
+	if _, ok := e.loc.lost[p]; ok {
+		delete(e.loc.lost, p)
+		p.rknown = false
 	}
 }

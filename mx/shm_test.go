@@ -113,9 +113,11 @@ func TestShmProcesses(t *testing.T) {
 	if _, err := pull.Wait(ctx); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("pull from the dead: %v, want ErrUnreachable", err)
 	}
-	// Once the loss is known the peer is no longer connected.
-	if _, err := e.ISend([][]byte{pattern(100, 1)}, addr, 5, nil); !errors.Is(err, ErrBadEndpoint) {
-		t.Errorf("send to the dead: %v, want ErrBadEndpoint (not connected)", err)
+	// Once the loss is known, sends fail until a new connect.
+	if s, err := e.ISend([][]byte{pattern(100, 1)}, addr, 5, nil); err != nil {
+		t.Fatal(err)
+	} else if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("send to the dead: %v, want ErrUnreachable", err)
 	}
 	if e.Counters().Get(Unreachable) == 0 {
 		t.Error("the lost peer was not counted")

@@ -156,9 +156,6 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		delete(t.out, peer)
 		o.close()
 	}
-	if peer&^MaxBoard != NICBase {
-		return nil, fmt.Errorf("%w: %v is not a shared-memory board", transport.ErrUnreachable, peer)
-	}
 	o, err := t.dial(peer)
 	if err != nil {
 		return nil, err
@@ -172,7 +169,7 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 // dial connects to peer's socket, checks it runs as our user, creates the
 // ring and hands it over, and maps the doorbell it gets back.
 func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
-	path := t.sockPath(int(peer &^ NICBase))
+	path := t.peerPath(peer)
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err)
@@ -239,6 +236,23 @@ func (o *outRing) close() {
 	o.mu.Unlock()
 }
 
+// Reaches reports whether a board with NIC id peer listens in the endpoint
+// directory: a process of this user on this host, reachable through shared
+// memory. It costs a stat of the socket file.
+func (t *Transport) Reaches(peer transport.NICID) bool {
+	if t.closed.Load() {
+		return false
+	}
+	t.outMu.Lock()
+	o := t.out[peer]
+	t.outMu.Unlock()
+	if o != nil && !o.dead.Load() {
+		return true
+	}
+	st, err := os.Stat(t.peerPath(peer))
+	return err == nil && st.Mode()&os.ModeSocket != 0
+}
+
 // ---- consumer side ----
 
 // Recv returns frames from every ring written to us, oldest first per ring
@@ -268,7 +282,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.closed.Load() {
 			return 0, transport.ErrClosed
 		}
-		if timeout == 0 {
+		if timeout == 0 || t.wakeReq.Swap(false) {
 			return 0, nil
 		}
 		if t.opts.Spin > 0 && (i&15 != 15 || time.Now().Before(spinUntil)) {
@@ -298,6 +312,9 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		}
 		futexWait(t.seq, s, wait)
 		t.slp.Store(0)
+		if t.wakeReq.Swap(false) {
+			return t.poll(frames), nil
+		}
 		t.commitDead()
 		if timeout > 0 && !time.Now().Before(deadline) {
 			if n := t.poll(frames); n > 0 {

@@ -33,6 +33,11 @@ type Options struct {
 	// Board is the board number (1..MaxBoard). 0 picks a free one. A board
 	// left behind by a crashed process is taken over.
 	Board int
+	// NIC, when set, names the board after the NIC id of another transport
+	// of this process (its UDP address or MAC) instead of a board number:
+	// Addr returns NIC, and peers on this host that know only that NIC id
+	// reach the board through shared memory (see Reaches). Board must be 0.
+	NIC transport.NICID
 	// MTU is the largest frame. Default 65535.
 	MTU int
 	// RingSize is the data bytes of each direction's ring. Default 4 MiB
@@ -74,6 +79,8 @@ func (o Options) withDefaults() (Options, error) {
 		o.FullWait = time.Second
 	}
 	switch {
+	case o.NIC != 0 && (o.Board != 0 || o.NIC&^transport.NICIDMask != 0):
+		return o, fmt.Errorf("shm: a board named by NIC id %v takes no board number, and the id must fit 48 bits", o.NIC)
 	case o.Board < 0 || o.Board > MaxBoard:
 		return o, fmt.Errorf("shm: board %d outside 1..%d (0 picks one)", o.Board, MaxBoard)
 	case o.MTU < 256 || o.MTU > 1<<20:
@@ -116,6 +123,8 @@ type Transport struct {
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
+
+	wakeReq atomic.Bool // Wake asked a blocked Recv to return
 
 	rmu    sync.Mutex // held by Recv; Close takes it to unmap safely
 	rr     int
@@ -191,9 +200,21 @@ func (t *Transport) sockPath(board int) string {
 	return filepath.Join(t.opts.Dir, fmt.Sprintf("%06x.sock", board))
 }
 
+// peerPath is the socket of the board with NIC id peer: a numbered board,
+// or one named after another transport's NIC id.
+func (t *Transport) peerPath(peer transport.NICID) string {
+	if peer&^MaxBoard == NICBase {
+		return t.sockPath(int(peer &^ NICBase))
+	}
+	return filepath.Join(t.opts.Dir, fmt.Sprintf("n%012x.sock", uint64(peer)))
+}
+
 // listen binds the board's socket: the requested board (taking over a stale
 // socket a crashed process left), or the first free one.
 func (t *Transport) listen() error {
+	if t.opts.NIC != 0 {
+		return t.bindPath(t.peerPath(t.opts.NIC), t.opts.NIC, true)
+	}
 	if t.opts.Board != 0 {
 		return t.bind(t.opts.Board, true)
 	}
@@ -212,14 +233,17 @@ func (t *Transport) listen() error {
 var seqBoards atomic.Uint32
 
 func (t *Transport) bind(board int, takeOver bool) error {
-	path := t.sockPath(board)
+	return t.bindPath(t.sockPath(board), NICBase|transport.NICID(board), takeOver)
+}
+
+func (t *Transport) bindPath(path string, nic transport.NICID, takeOver bool) error {
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil && takeOver && errors.Is(err, unix.EADDRINUSE) {
 		// A live board answers; a crashed one left its socket behind.
 		c, derr := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 		if derr == nil {
 			c.Close()
-			return fmt.Errorf("shm: board %d is in use by a live process (%s)", board, path)
+			return fmt.Errorf("shm: board %v is in use by a live process (%s)", nic, path)
 		}
 		os.Remove(path)
 		ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
@@ -231,7 +255,7 @@ func (t *Transport) bind(board int, takeOver bool) error {
 		ln.Close()
 		return fmt.Errorf("shm: chmod %s: %w", path, err)
 	}
-	t.ln, t.path, t.nic = ln, path, NICBase|transport.NICID(board)
+	t.ln, t.path, t.nic = ln, path, nic
 	return nil
 }
 
@@ -288,7 +312,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	le := binary.LittleEndian
 	peer := transport.NICID(le.Uint64(msg[8:]))
 	mtu, size := int(le.Uint32(msg[16:])), int(le.Uint32(msg[20:]))
-	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^MaxBoard != NICBase ||
+	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 ||
 		mtu > t.opts.MTU || size%ringAlign != 0 || size < minRingLen || size < 4*recordLen(mtu) || size > 1<<30 {
 		unix.Close(fd)
 		return errors.New("shm: bad hello")
@@ -372,6 +396,13 @@ func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
 	}
 	t.lostMu.Unlock()
 	return dst
+}
+
+// Wake makes a Recv that is waiting (or the next one) return 0, nil at
+// once: a receive loop uses it to stop without closing the transport.
+func (t *Transport) Wake() {
+	t.wakeReq.Store(true)
+	t.ring()
 }
 
 // ring wakes our own Recv.

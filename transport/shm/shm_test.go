@@ -407,3 +407,39 @@ func TestOtherUserCannotAttach(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestNamedByNIC: a board named after another transport's NIC id is
+// reached by that id, and Reaches tells which peers listen.
+func TestNamedByNIC(t *testing.T) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	const udpNIC = transport.NICID(0x7F0000019C40) // 127.0.0.1:40000
+	if _, err := Open(Options{Dir: dir, NIC: udpNIC, Board: 3}); err == nil {
+		t.Fatal("NIC and Board together were accepted")
+	}
+	a, err := Open(Options{Dir: dir, NIC: udpNIC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.Addr() != udpNIC || !b.Reaches(udpNIC) || b.Reaches(udpNIC+1) {
+		t.Fatalf("addr %v, reaches %v/%v", a.Addr(), b.Reaches(udpNIC), b.Reaches(udpNIC+1))
+	}
+	if _, err := b.Send([]transport.Frame{{Peer: udpNIC, Data: []byte("to udp")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvFrom(t, a, b.Addr()); string(got) != "to udp" {
+		t.Fatalf("got %q", got)
+	}
+	if _, err := a.Send([]transport.Frame{{Peer: b.Addr(), Data: []byte("back")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvFrom(t, b, udpNIC); string(got) != "back" {
+		t.Fatalf("got %q", got)
+	}
+}
