@@ -73,6 +73,8 @@ type Board struct {
 	pool      pools
 	lout      []localDone // other boards' local sends to complete (local.go)
 	lost      []transport.NICID
+	host      *hostPath // peers of this host through shared memory (host.go)
+	hostErr   error
 	closeOnce sync.Once
 
 	// recvMu makes one goroutine at a time the owner of tr.Recv: the
@@ -123,6 +125,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}
+	b.openHost() // host.go
 	go b.progress()
 	return b, nil
 }
@@ -171,6 +174,7 @@ func (b *Board) Close() error {
 		err = b.tr.Close()
 		b.recvMu.Unlock()
 		<-b.exited
+		b.closeHost()
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)
 		}
@@ -456,8 +460,9 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int) {
 		return
 	}
 	b.tx1[0] = transport.Frame{Peer: nic, Data: buf[:n]}
-	if _, err := b.tr.Send(b.tx1[:]); err != nil {
-		b.cnt[SendErrors]++
+	tr := b.txFor(nic) // the transport, or shared memory (host.go)
+	if _, err := tr.Send(b.tx1[:]); err != nil {
+		b.sendFailed(tr, nic)
 	}
 	b.tx1[0].Data = nil
 }
@@ -486,10 +491,11 @@ func (b *Board) sendBatch(nic transport.NICID, lens []int) {
 		b.txFrames = append(b.txFrames, transport.Frame{Peer: nic, Data: buf[:n]})
 	}
 	fr := b.txFrames
+	tr := b.txFor(nic) // the transport, or shared memory (host.go)
 	for len(fr) > 0 {
-		k, err := b.tr.Send(fr)
+		k, err := tr.Send(fr)
 		if err != nil {
-			b.cnt[SendErrors]++
+			b.sendFailed(tr, nic)
 			break
 		}
 		if k == 0 {

@@ -117,4 +117,13 @@
 // these as SendLocal and RecvLocal. BoardOptions.Local.Off (or GOMX_LOCAL=off)
 // sends through the transport instead, as tests and benchmarks of a
 // transport do. See local.go for the locking and ordering rules.
+//
+// With BoardOptions.Local.Shm (or GOMX_SHM=on) a board also reaches boards
+// of other processes of the same user on this host through shared memory
+// (package transport/shm): it registers itself in the per-user endpoint
+// directory under its own NIC id, and frames to a peer found there take the
+// rings instead of the transport, with the same protocol. A peer process
+// that exits or crashes is seen at once (transport.PeerWatcher): requests
+// involving it fail with ErrUnreachable, and a new process on the same
+// board and endpoint can be connected to.
 package mx

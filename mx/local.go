@@ -43,13 +43,28 @@ type LocalOptions struct {
 	// full wire protocol, as to any other peer. Tests and benchmarks of a
 	// transport set it; GOMX_LOCAL=off in the environment sets it too.
 	Off bool
+	// Shm also reaches boards of other processes of this user on this host
+	// through shared memory (transport/shm; see host.go): the board opens a
+	// shared-memory transport named after its NIC id, and frames to a peer
+	// that did the same take the rings. Only for transports whose NIC ids
+	// are unique on the host (UDP, AF_XDP). GOMX_SHM=on sets it, off clears it.
+	Shm bool
+	// ShmDir is the endpoint directory (default: shm.DefaultDir()).
+	ShmDir string
 }
 
-// withEnv applies GOMX_LOCAL (off, 0 or false turn the shortcut off).
+// withEnv applies GOMX_LOCAL (off, 0 or false turn the shortcut off) and
+// GOMX_SHM (on or off: the host path).
 func (o LocalOptions) withEnv() LocalOptions {
 	switch strings.ToLower(os.Getenv("GOMX_LOCAL")) {
 	case "off", "0", "false", "no":
 		o.Off = true
+	}
+	switch strings.ToLower(os.Getenv("GOMX_SHM")) {
+	case "on", "1", "true", "yes":
+		o.Shm = true
+	case "off", "0", "false", "no":
+		o.Shm = false
 	}
 	return o
 }

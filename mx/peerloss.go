@@ -10,11 +10,13 @@ import "github.com/gomx-dev/gomx/transport"
 // a new process on the same board). Called on every timer tick with b.mu
 // held.
 func (b *Board) checkLostPeers() {
-	w, ok := b.tr.(transport.PeerWatcher)
-	if !ok {
-		return
+	b.lost = b.lost[:0]
+	if w, ok := b.tr.(transport.PeerWatcher); ok {
+		b.lost = w.LostPeers(b.lost)
 	}
-	b.lost = w.LostPeers(b.lost[:0])
+	if b.host != nil {
+		b.lost = b.host.tr.LostPeers(b.lost)
+	}
 	for _, nic := range b.lost {
 		for _, e := range b.eps {
 			if e == nil {
