@@ -123,12 +123,23 @@ func TestHostPath(t *testing.T) {
 	mustWait(t, s, 10*time.Second)
 }
 
+// hostEchoChild serves echoes on a UDP board, with the host path in dir,
+// or without one when dir is "-" (and busy-polling waits with a "+busy"
+// suffix).
 func hostEchoChild(dir string) error {
 	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
 	if err != nil {
 		return err
 	}
-	b, err := NewBoard(tr, hostOptions(dir))
+	busy := strings.HasSuffix(dir, "+busy")
+	dir = strings.TrimSuffix(dir, "+busy")
+	opts := hostOptions(dir)
+	if dir == "-" {
+		opts = DefaultBoardOptions()
+		opts.Local.Off = true
+	}
+	opts.BusyPoll = busy
+	b, err := NewBoard(tr, opts)
 	if err != nil {
 		return err
 	}
@@ -141,7 +152,7 @@ func hostEchoChild(dir string) error {
 		return err
 	}
 	fmt.Printf("NIC %d\n", uint64(b.NICID()))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	buf := make([]byte, 4<<20+1)
 	for {

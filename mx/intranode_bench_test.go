@@ -6,30 +6,39 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
+	"github.com/gomx-dev/gomx/transport/udp"
 )
 
 // BenchmarkIntranode measures ping-pong between two endpoints of one host
 // for each intra-node path: "local" (two boards of one process, the
-// in-process shortcut: one copy, no protocol) and "shm-procs" (two processes,
-// the full protocol through shared-memory rings; large messages are pulled
-// through the rings). It reports the one-way latency (us/oneway) and the
+// in-process shortcut: one copy, no protocol), "shm-procs" (two processes on
+// shm boards: the full protocol through shared-memory rings; large messages
+// are pulled through the rings), "udp-procs" (two processes on UDP boards
+// over the kernel's loopback) and "udp+shm-procs" (the same UDP boards with
+// the host path on: mx takes the rings by itself). It reports the one-way latency (us/oneway) and the
 // ping-pong bandwidth (MB/s = size / one-way time).
 func BenchmarkIntranode(b *testing.B) {
-	for _, path := range []string{"local", "shm-procs"} {
+	for _, path := range []string{"local", "shm-procs", "udp-procs", "udp+shm-procs"} {
 		for _, mode := range []string{"blocking", "busypoll"} {
 			for _, size := range []int{8, 4 << 20} {
 				b.Run(fmt.Sprintf("%s/%s/%dB", path, mode, size), func(b *testing.B) {
 					opts := DefaultBoardOptions()
 					opts.BusyPoll = mode == "busypoll"
-					if path == "local" {
+					switch path {
+					case "local":
 						pingPong(b, transportFactory{name: "local", new: newLocalWire}, opts, size)
-						return
+					case "shm-procs":
+						shmPingPong(b, opts, size)
+					default:
+						udpPingPong(b, opts, size, path == "udp+shm-procs")
 					}
-					shmPingPong(b, opts, size)
 				})
 			}
 		}
@@ -77,6 +86,72 @@ func shmPingPong(b *testing.B, opts BoardOptions, size int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	runPingPong(b, ctx, e, addr, size)
+}
+
+// udpPingPong runs the ping-pong between UDP boards of two processes, with
+// or without the host path.
+func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
+	dir := "-"
+	opts.Local.Off = true
+	if host {
+		dir = shmDir(b)
+		opts.Local.Off, opts.Local.Shm, opts.Local.ShmDir = false, true, dir
+	}
+	arg := dir
+	if opts.BusyPoll {
+		arg += "+busy"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHostPath$", "-test.count=1", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), hostChildEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	var nic transport.NICID
+	if sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
+			v, _ := strconv.ParseUint(s, 10, 64)
+			nic = transport.NICID(v)
+		}
+	}
+	if nic == 0 {
+		b.Fatal("child did not start")
+	}
+	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		b.Skipf("udp unavailable: %v", err)
+	}
+	bd, err := NewBoard(tr, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bd.Close()
+	e, err := bd.OpenEndpoint(0, testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	addr, err := e.Connect(ctx, nic, 0, testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if bd.HostPath(nic) != host {
+		b.Fatalf("host path %v, want %v", bd.HostPath(nic), host)
+	}
+	runPingPong(b, ctx, e, addr, size)
+}
+
+// runPingPong times b.N round trips of size bytes to an echo server.
+func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size int) {
 	sbuf, rbuf := make([]byte, size), make([]byte, size)
 	round := func() {
 		r, err := e.IRecv([][]byte{rbuf}, 0, 0, nil)
