@@ -432,3 +432,52 @@ func TestLocalBothWays(t *testing.T) {
 	}
 	noWireTraffic(t, tp.from, tp.to)
 }
+
+// TestLocalOverUDP: two boards of one process on real UDP sockets, with
+// default options, take the shortcut by themselves once connected.
+func TestLocalOverUDP(t *testing.T) {
+	checkLeaks(t)
+	w := newUDPWire(t, loopback.Faults{})
+	o := DefaultBoardOptions()
+	ba, err := NewBoard(w.a, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ba.Close()
+	bb, err := NewBoard(w.b, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bb.Close()
+	a, _ := ba.OpenEndpoint(0, testKey)
+	b, _ := bb.OpenEndpoint(0, testKey)
+	dest, err := a.Connect(testCtx(t, 10*time.Second), bb.NICID(), 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := func() uint64 {
+		for _, c := range ba.TransportCounters() {
+			if c.Name == "sent" {
+				return c.Value
+			}
+		}
+		return 0
+	}
+	before := sent()
+	for i, size := range []int{8, 5000, 1 << 20} {
+		buf := make([]byte, size)
+		r, _ := b.IRecv([][]byte{buf}, 0, 0, nil)
+		s, _ := a.ISend([][]byte{pattern(size, uint64(i))}, dest, 1, nil)
+		mustWait(t, s, 10*time.Second)
+		mustWait(t, r, 10*time.Second)
+		if !bytes.Equal(buf, pattern(size, uint64(i))) {
+			t.Fatalf("%d bytes differ", size)
+		}
+	}
+	if n := sent() - before; n != 0 {
+		t.Fatalf("%d UDP frames sent after the connect", n)
+	}
+	if a.Counters().Get(SendLocal) != 3 {
+		t.Fatalf("local sends: %d", a.Counters().Get(SendLocal))
+	}
+}
