@@ -59,6 +59,7 @@ bench: hugepages
 	$(GO) test -run '^$$' -bench 'Stream' -benchtime=300000x -count=5 ./xdp/
 	$(GO) test -run '^$$' -bench 'PingPong/loopback/busypoll/8B' -benchtime=200000x -count=5 ./mx/
 	$(GO) test -run '^$$' -bench 'ModelPair' -benchtime=200000x -count=5 ./nicdrv/e1000e/
+	$(GO) test -run '^$$' -bench 'Intranode/.*/blocking' -benchtime=500x -count=3 ./mx/
 	$(GO) run ./cmd/mxbench pingpong --sizes 8,1K,32K,1M --iterations 20000 --warmup 2000
 	$(GO) run ./cmd/mxbench pingpong --transport xdp --sizes 8,1K,32K --iterations 50000 --warmup 2000
 	$(GO) run ./cmd/mxbench stream --sizes 4K,64K,1M --iterations 2000
@@ -78,6 +79,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzRxAccept -fuzztime 20000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 5000x ./transport/nic/
 	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/
+	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 20000x ./transport/shm/
 
 lint: fmt-check vet staticcheck
 

@@ -71,6 +71,10 @@ type Board struct {
 	freeBufs  [][]byte
 	draining  bool
 	pool      pools
+	lout      []localDone // other boards' local sends to complete (local.go)
+	lost      []transport.NICID
+	host      *hostPath // peers of this host through shared memory (host.go)
+	hostErr   error
 	closeOnce sync.Once
 
 	// recvMu makes one goroutine at a time the owner of tr.Recv: the
@@ -91,6 +95,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.Local = o.Local.withEnv()
 	mtu := tr.MTU()
 	if mtu < minMTU {
 		return nil, fmt.Errorf("%w: transport MTU %d below %d", ErrBadOptions, mtu, minMTU)
@@ -120,6 +125,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}
+	b.openHost() // host.go
 	go b.progress()
 	return b, nil
 }
@@ -155,7 +161,9 @@ func (b *Board) Close() error {
 				e.closeLocked()
 			}
 		}
+		out := b.takeLocalOut()
 		b.mu.Unlock()
+		runLocalOut(out)
 		close(b.quit)
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for
@@ -166,6 +174,7 @@ func (b *Board) Close() error {
 		err = b.tr.Close()
 		b.recvMu.Unlock()
 		<-b.exited
+		b.closeHost()
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)
 		}
@@ -202,6 +211,7 @@ func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 	e := newEndpoint(b, uint8(id), key)
 	b.eps[id] = e
 	b.wasOpen[id] = true
+	registerLocal(e)
 	return e, nil
 }
 
@@ -216,6 +226,7 @@ func (b *Board) timersLocked(force bool) {
 		return
 	}
 	b.nextTick = b.now + int64(b.tick)
+	b.checkLostPeers() // peerloss.go
 	for _, e := range b.eps {
 		if e != nil {
 			e.timers()
@@ -347,7 +358,8 @@ func (b *Board) handleBatchLocked(n int) {
 	}
 }
 
-// unlock drains frames the board sent to itself, then releases mu.
+// unlock drains frames the board sent to itself, releases mu, then
+// completes the local sends of other boards it finished (see local.go).
 func (b *Board) unlock() {
 	if !b.draining {
 		b.draining = true
@@ -360,7 +372,11 @@ func (b *Board) unlock() {
 		b.selfq = b.selfq[:0]
 		b.draining = false
 	}
+	out := b.takeLocalOut()
 	b.mu.Unlock()
+	if out != nil {
+		runLocalOut(out) // completions of local sends from other boards
+	}
 }
 
 // ---- buffers and requests ----
@@ -444,8 +460,9 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int) {
 		return
 	}
 	b.tx1[0] = transport.Frame{Peer: nic, Data: buf[:n]}
-	if _, err := b.tr.Send(b.tx1[:]); err != nil {
-		b.cnt[SendErrors]++
+	tr := b.txFor(nic) // the transport, or shared memory (host.go)
+	if _, err := tr.Send(b.tx1[:]); err != nil {
+		b.sendFailed(tr, nic)
 	}
 	b.tx1[0].Data = nil
 }
@@ -474,10 +491,11 @@ func (b *Board) sendBatch(nic transport.NICID, lens []int) {
 		b.txFrames = append(b.txFrames, transport.Frame{Peer: nic, Data: buf[:n]})
 	}
 	fr := b.txFrames
+	tr := b.txFor(nic) // the transport, or shared memory (host.go)
 	for len(fr) > 0 {
-		k, err := b.tr.Send(fr)
+		k, err := tr.Send(fr)
 		if err != nil {
-			b.cnt[SendErrors]++
+			b.sendFailed(tr, nic)
 			break
 		}
 		if k == 0 {

@@ -63,6 +63,8 @@ const (
 	UnexpectedHandled
 	Unreachable
 	SendErrors
+	SendLocal // messages handed to an endpoint of this process (local.go)
+	RecvLocal
 	numCounters
 )
 
@@ -83,6 +85,7 @@ var counterNames = [numCounters]string{
 	"drop unexpected queue full", "drop early queue full", "drop no partner",
 	"unexpected messages queued", "unexpected messages handled by handler",
 	"partners declared unreachable", "transport send errors",
+	"send local (same process)", "recv local (same process)",
 }
 
 // String returns the counter's label.

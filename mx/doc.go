@@ -101,6 +101,29 @@
 // tiny-message path takes it once per call and allocates nothing once its
 // request pool is warm.
 //
-// Messages between endpoints of the same board are looped back inside the
-// board, through the same protocol.
+// # Endpoints of one process
+//
+// Messages to an endpoint of the same process (the same endpoint, another
+// endpoint of the board, or an endpoint of another board in this process)
+// never become frames. The connect still crosses the transport, checking
+// the key; after it, each message is handed to the receiving endpoint
+// directly, with no sequence numbers, acks or checksum, and the same
+// matching, truncation, probe, cancel and error semantics: a posted receive
+// gets one copy straight from the sender's segments; an unmatched eager
+// message is queued as on the wire; a larger one, an ISSend, or an eager one
+// that finds the unexpected queue full waits as a reference to the sender's
+// buffer, and the receive that matches it copies from there and completes
+// the send (a full queue delays the sender, never drops). Counters count
+// these as SendLocal and RecvLocal. BoardOptions.Local.Off (or GOMX_LOCAL=off)
+// sends through the transport instead, as tests and benchmarks of a
+// transport do. See local.go for the locking and ordering rules.
+//
+// With BoardOptions.Local.Shm (or GOMX_SHM=on) a board also reaches boards
+// of other processes of the same user on this host through shared memory
+// (package transport/shm): it registers itself in the per-user endpoint
+// directory under its own NIC id, and frames to a peer found there take the
+// rings instead of the transport, with the same protocol. A peer process
+// that exits or crashes is seen at once (transport.PeerWatcher): requests
+// involving it fail with ErrUnreachable, and a new process on the same
+// board and endpoint can be connected to.
 package mx

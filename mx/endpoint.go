@@ -39,6 +39,7 @@ type Endpoint struct {
 	wakeGen     atomic.Uint64
 	closedAtom  atomic.Bool
 	handlerBusy int
+	loc         localState // the in-process shortcut (local.go)
 }
 
 type partnerKey struct {
@@ -94,6 +95,7 @@ func (e *Endpoint) closeLocked() {
 	}
 	e.closed = true
 	e.closedAtom.Store(true)
+	e.closeLocal()
 	b := e.b
 	for r := e.posted.pop(); r != nil; r = e.posted.pop() {
 		e.complete(r, ErrEndpointClosed)
@@ -215,6 +217,7 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 		return nil, e.opErr("iconnect", ErrEndpointClosed)
 	}
 	p := e.partner(nic, epID, true)
+	e.forgetLost(p) // a new process may have the board now (peerloss.go)
 	r := b.getReq(e, kindConnect)
 	r.userHeld = true
 	r.p = p
@@ -277,6 +280,9 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		e.complete(r, ErrUnreachable)
 		b.unlock()
 		return r, nil
+	}
+	if d := e.localPeer(p); d != nil {
+		return e.isendLocal(r, d, segs, n, sync) // an endpoint of this process (local.go)
 	}
 	stride := p.fragStride()
 	switch {

@@ -272,6 +272,7 @@ func forgedFrames(t *testing.T, w *wire2) {
 // newPairOn opens a connected pair of boards on an existing wire.
 func newPairOn(t testing.TB, w *wire2, opts BoardOptions) *pair {
 	t.Helper()
+	opts.Local.Off = !w.shortcut
 	ba, err := NewBoard(w.a, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ type unexp struct {
 	recv      *Request // the receive waiting for the rest of a medium
 	bytes     int      // charged to the endpoint's unexpected bytes
 	released  bool
+	ls        *localSend // a local rendezvous: the sender's buffer (local.go)
 }
 
 type uxList struct {
@@ -104,6 +105,9 @@ func (e *Endpoint) release(u *unexp) {
 func (e *Endpoint) dropUnexp(u *unexp) {
 	e.unexp.remove(u)
 	e.release(u)
+	if u.ls != nil {
+		e.dropLocal(u)
+	}
 	if u.recv != nil {
 		e.complete(u.recv, ErrEndpointClosed)
 		u.recv = nil
@@ -117,6 +121,8 @@ func (e *Endpoint) dropUnexp(u *unexp) {
 // takeUnexp gives an unexpected message (already out of the queue) to r.
 func (e *Endpoint) takeUnexp(r *Request, u *unexp) {
 	switch {
+	case u.ls != nil:
+		e.takeLocal(r, u)
 	case u.rndv:
 		e.release(u)
 		e.startPull(r, u.p, u.match, u.length, u.regionID, u.regionSeq)

@@ -57,6 +57,9 @@ type BoardOptions struct {
 	Names *Names
 	// Hostname is the name registered in Names, conventionally "host:0".
 	Hostname string
+	// Local configures the shortcut to endpoints of this process: on by
+	// default (see LocalOptions).
+	Local LocalOptions
 }
 
 // DefaultBoardOptions returns the Open-MX defaults.

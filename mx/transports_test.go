@@ -21,6 +21,10 @@ type wire2 struct {
 	faults func(loopback.Faults) // nil when the wire cannot inject faults
 	third  func() transport.Transport
 	close  func()
+	// shortcut lets the boards on this wire use the in-process shortcut
+	// (local.go); every other wire turns it off so that its tests measure
+	// the wire.
+	shortcut bool
 }
 
 // transportFactory builds a fresh pair of boards' transports.
@@ -39,6 +43,16 @@ var transportFactories = []transportFactory{
 	{name: "udp", new: newUDPWire},
 	{name: "xdp", new: newXDPWire},
 	{name: "nic", new: newNICWire},
+	{name: "local", new: newLocalWire},
+	{name: "shm", new: newShmWire},
+}
+
+// newLocalWire is the loopback wire with the in-process shortcut on: the
+// connect crosses the wire, every message after it is handed over directly.
+func newLocalWire(t testing.TB, f loopback.Faults) *wire2 {
+	w := newLoopbackWire(t, f)
+	w.shortcut = true
+	return w
 }
 
 func newLoopbackWire(t testing.TB, f loopback.Faults) *wire2 {
@@ -121,6 +135,7 @@ func fastOptions() BoardOptions {
 	o.ResendDelay = 4 * time.Millisecond
 	o.PullTimeout = 4 * time.Millisecond
 	o.ResendMax = 2000
+	o.Local.Off = true // the wire's own tests; the "local" wire turns it on
 	return o
 }
 

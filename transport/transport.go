@@ -132,6 +132,16 @@ type Stats interface {
 	Counters() []Counter
 }
 
+// PeerWatcher is implemented by transports that learn when a peer board went
+// away (for shared memory: its process exited or crashed), so the message
+// layer can fail what involves that peer at once rather than after its
+// resend limit.
+type PeerWatcher interface {
+	// LostPeers appends to dst the peers lost since the last call and
+	// returns it.
+	LostPeers(dst []NICID) []NICID
+}
+
 // Errors a transport returns; implementations wrap them with detail.
 var (
 	// ErrClosed is returned by calls on a closed transport.

@@ -26,6 +26,7 @@ type pair struct {
 // boardOptions returns the board options the flags ask for.
 func (f *benchFlags) boardOptions() mx.BoardOptions {
 	o := mx.DefaultBoardOptions()
+	o.Local.Off = true // measure the transport, not mx's in-process shortcut
 	o.BusyPoll = f.spin()
 	if f.rndv.IsSet {
 		o.RendezvousThreshold = int(f.rndv.N)

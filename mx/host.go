@@ -1,0 +1,137 @@
+package mx
+
+import (
+	"errors"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// The host path: with LocalOptions.Shm a board also opens a shared-memory
+// transport named after its own NIC id in the per-user endpoint directory,
+// and sends every frame for a peer whose board did the same (a process of
+// this user on this host) through shared-memory rings instead of its
+// transport. Frames from such peers arrive on the rings with the peer's
+// ordinary NIC id, so partners, sessions and the protocol are the same; the
+// board's second receive loop (hostProgress) feeds them to the same
+// handler. Which path a peer takes is decided per frame from a cache
+// (a peer that is not on the host is looked for again after hostRecheck),
+// and the protocol's sequence numbers absorb the switch.
+//
+// It is opt-in because NIC ids are unique per host only for some
+// transports (UDP addresses, MACs); boards of in-process loopback networks
+// in different processes reuse ids and must not reach each other.
+
+// hostRecheck is how long a peer found not to be on this host is sent to
+// through the transport before the directory is looked at again.
+const hostRecheck = time.Second
+
+type hostPath struct {
+	tr     *shm.Transport
+	reach  map[transport.NICID]hostReach // guarded by b.mu
+	rx     []transport.Frame
+	quit   chan struct{}
+	exited chan struct{}
+}
+
+type hostReach struct {
+	ok      bool
+	checked int64
+}
+
+// openHost opens the host path when asked for (from NewBoard, before the
+// progress goroutine starts). A failure leaves the board without one and is
+// returned by HostPathErr.
+func (b *Board) openHost() {
+	o := b.opts.Local
+	if o.Off || !o.Shm {
+		return
+	}
+	if _, ok := b.tr.(*shm.Transport); ok {
+		return // already a shared-memory board
+	}
+	tr, err := shm.Open(shm.Options{NIC: b.nic, Dir: o.ShmDir})
+	if err != nil {
+		b.hostErr = err
+		return
+	}
+	b.host = &hostPath{tr: tr, reach: make(map[transport.NICID]hostReach),
+		rx: make([]transport.Frame, rxBatch), quit: make(chan struct{}), exited: make(chan struct{})}
+	go b.hostProgress()
+}
+
+// HostPathErr reports why a board asked for a host path (LocalOptions.Shm)
+// has none, or nil.
+func (b *Board) HostPathErr() error { return b.hostErr }
+
+// HostPath reports whether frames to nic go through shared memory.
+func (b *Board) HostPath(nic transport.NICID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.txFor(nic) != b.tr
+}
+
+// txFor returns the transport for frames to nic (b.mu held).
+func (b *Board) txFor(nic transport.NICID) transport.Transport {
+	h := b.host
+	if h == nil || nic == b.nic {
+		return b.tr
+	}
+	r, ok := h.reach[nic]
+	if !ok || (!r.ok && b.now-r.checked > int64(hostRecheck)) {
+		r = hostReach{ok: h.tr.Reaches(nic), checked: b.now}
+		h.reach[nic] = r
+	}
+	if r.ok {
+		return h.tr
+	}
+	return b.tr
+}
+
+// sendFailed notes that a frame to nic could not be sent on tr: a peer
+// that left the host path is sent to through the transport for a while.
+func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
+	b.cnt[SendErrors]++
+	if h := b.host; h != nil && tr == transport.Transport(h.tr) {
+		h.reach[nic] = hostReach{ok: false, checked: b.now}
+	}
+}
+
+// hostProgress receives from the rings until the board closes.
+func (b *Board) hostProgress() {
+	h := b.host
+	defer close(h.exited)
+	for {
+		select {
+		case <-h.quit:
+			return
+		default:
+		}
+		n, err := h.tr.Recv(h.rx, -1)
+		if n > 0 {
+			b.mu.Lock()
+			b.now = b.clock()
+			for i := 0; i < n; i++ {
+				f := &h.rx[i]
+				b.handleFrame(f.Peer, f.Data)
+				f.Data = nil
+			}
+			b.unlock()
+		}
+		if errors.Is(err, transport.ErrClosed) {
+			return
+		}
+	}
+}
+
+// closeHost stops the receive loop, then closes the shared-memory transport
+// (its frames are no longer in use).
+func (b *Board) closeHost() {
+	if h := b.host; h != nil {
+		close(h.quit)
+		h.tr.Wake()
+		<-h.exited
+		h.tr.Close()
+	}
+}

@@ -1,0 +1,178 @@
+package mx
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/udp"
+)
+
+// hostChildEnv makes the test binary an mx echo server on a UDP board with
+// the host path on, in the endpoint directory given.
+const hostChildEnv = "GOMX_MX_HOST_CHILD"
+
+func hostOptions(dir string) BoardOptions {
+	o := fastOptions()
+	o.Local.Off = false
+	o.Local.Shm = true
+	o.Local.ShmDir = dir
+	return o
+}
+
+// TestHostPath: two processes with UDP boards on this host find each other
+// in the endpoint directory and exchange every size class through shared
+// memory, without configuration beyond turning the host path on.
+func TestHostPath(t *testing.T) {
+	if dir := os.Getenv(hostChildEnv); dir != "" {
+		if err := hostEchoChild(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	checkLeaks(t)
+	dir := shmDir(t)
+	ctx := testCtx(t, 60*time.Second)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHostPath$", "-test.count=1")
+	cmd.Env = append(os.Environ(), hostChildEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	sc := bufio.NewScanner(out)
+	var nic transport.NICID
+	if sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
+			v, _ := strconv.ParseUint(s, 10, 64)
+			nic = transport.NICID(v)
+		}
+	}
+	if nic == 0 {
+		t.Fatalf("child: %q", sc.Text())
+	}
+	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		t.Skipf("udp unavailable: %v", err)
+	}
+	b, err := NewBoard(tr, hostOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.HostPathErr(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := e.Connect(ctx, nic, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.HostPath(nic) {
+		t.Fatal("the peer on this host is not reached through shared memory")
+	}
+	for i, size := range []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1} {
+		msg := pattern(size, uint64(i))
+		buf := make([]byte, size)
+		r, _ := e.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+		s, err := e.ISend([][]byte{msg}, addr, uint64(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, s, 30*time.Second)
+		mustWait(t, r, 30*time.Second)
+		if !bytes.Equal(buf, msg) {
+			t.Fatalf("echo of %d bytes differs", size)
+		}
+	}
+	// Every frame went through the rings, none through UDP.
+	var shmSent uint64
+	for _, c := range b.host.tr.Counters() {
+		if c.Name == "shm frames sent" {
+			shmSent = c.Value
+		}
+	}
+	if shmSent < 11 {
+		t.Fatalf("only %d frames went through shared memory", shmSent)
+	}
+	for _, c := range b.TransportCounters() {
+		if (c.Name == "sent" || c.Name == "received") && c.Value != 0 {
+			t.Fatalf("UDP %s %d frames", c.Name, c.Value)
+		}
+	}
+	s, _ := e.ISend(nil, addr, 1<<63, nil)
+	mustWait(t, s, 10*time.Second)
+}
+
+// hostEchoChild serves echoes on a UDP board, with the host path in dir,
+// or without one when dir is "-" (and busy-polling waits with a "+busy"
+// suffix).
+func hostEchoChild(dir string) error {
+	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		return err
+	}
+	busy := strings.HasSuffix(dir, "+busy")
+	dir = strings.TrimSuffix(dir, "+busy")
+	opts := hostOptions(dir)
+	if dir == "-" {
+		opts = DefaultBoardOptions()
+		opts.Local.Off = true
+	}
+	opts.BusyPoll = busy
+	b, err := NewBoard(tr, opts)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.HostPathErr(); err != nil {
+		return err
+	}
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("NIC %d\n", uint64(b.NICID()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	buf := make([]byte, 4<<20+1)
+	for {
+		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
+		if err != nil {
+			return err
+		}
+		st, err := r.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Match == 1<<63 {
+			return nil
+		}
+		s, err := e.ISend([][]byte{buf[:st.XferLength]}, st.Source, st.Match, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package mx
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
+	"github.com/gomx-dev/gomx/transport/udp"
+)
+
+// BenchmarkIntranode measures ping-pong between two endpoints of one host
+// for each intra-node path: "local" (two boards of one process, the
+// in-process shortcut: one copy, no protocol), "shm-procs" (two processes on
+// shm boards: the full protocol through shared-memory rings; large messages
+// are pulled through the rings), "udp-procs" (two processes on UDP boards
+// over the kernel's loopback) and "udp+shm-procs" (the same UDP boards with
+// the host path on: mx takes the rings by itself). It reports the one-way latency (us/oneway) and the
+// ping-pong bandwidth (MB/s = size / one-way time).
+func BenchmarkIntranode(b *testing.B) {
+	for _, path := range []string{"local", "shm-procs", "udp-procs", "udp+shm-procs"} {
+		for _, mode := range []string{"blocking", "busypoll"} {
+			for _, size := range []int{8, 4 << 20} {
+				b.Run(fmt.Sprintf("%s/%s/%dB", path, mode, size), func(b *testing.B) {
+					opts := DefaultBoardOptions()
+					opts.BusyPoll = mode == "busypoll"
+					switch path {
+					case "local":
+						pingPong(b, transportFactory{name: "local", new: newLocalWire}, opts, size)
+					case "shm-procs":
+						shmPingPong(b, opts, size)
+					default:
+						udpPingPong(b, opts, size, path == "udp+shm-procs")
+					}
+				})
+			}
+		}
+	}
+}
+
+// shmPingPong runs the ping-pong against an echo server in a child process.
+func shmPingPong(b *testing.B, opts BoardOptions, size int) {
+	dir := shmDir(b)
+	arg := dir + " 98"
+	if opts.BusyPoll {
+		arg += " busy"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), shmChildEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
+		b.Fatal("child did not start")
+	}
+	tr, err := shm.Open(shm.Options{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bd, err := NewBoard(tr, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bd.Close()
+	e, err := bd.OpenEndpoint(0, testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	addr, err := e.Connect(ctx, shm.NICBase|98, 0, testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runPingPong(b, ctx, e, addr, size)
+}
+
+// udpPingPong runs the ping-pong between UDP boards of two processes, with
+// or without the host path.
+func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
+	dir := "-"
+	opts.Local.Off = true
+	if host {
+		dir = shmDir(b)
+		opts.Local.Off, opts.Local.Shm, opts.Local.ShmDir = false, true, dir
+	}
+	arg := dir
+	if opts.BusyPoll {
+		arg += "+busy"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHostPath$", "-test.count=1", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), hostChildEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	var nic transport.NICID
+	if sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
+			v, _ := strconv.ParseUint(s, 10, 64)
+			nic = transport.NICID(v)
+		}
+	}
+	if nic == 0 {
+		b.Fatal("child did not start")
+	}
+	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		b.Skipf("udp unavailable: %v", err)
+	}
+	bd, err := NewBoard(tr, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bd.Close()
+	e, err := bd.OpenEndpoint(0, testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	addr, err := e.Connect(ctx, nic, 0, testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if bd.HostPath(nic) != host {
+		b.Fatalf("host path %v, want %v", bd.HostPath(nic), host)
+	}
+	runPingPong(b, ctx, e, addr, size)
+}
+
+// runPingPong times b.N round trips of size bytes to an echo server.
+func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size int) {
+	sbuf, rbuf := make([]byte, size), make([]byte, size)
+	round := func() {
+		r, err := e.IRecv([][]byte{rbuf}, 0, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := e.ISend([][]byte{sbuf}, addr, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 10 {
+		round()
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		round()
+	}
+	b.StopTimer()
+	oneway := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 2
+	b.ReportMetric(oneway/1e3, "us/oneway")
+	b.ReportMetric(float64(size)/oneway*1e3, "MB/s")
+	s, _ := e.ISend(nil, addr, 1<<63, nil) // not echoed: the child's loop ends on a kill
+	s.Forget()
+}

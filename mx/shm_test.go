@@ -1,0 +1,248 @@
+package mx
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// shmDir is a short private endpoint directory for a test (unix socket
+// paths are limited to 108 bytes).
+func shmDir(t testing.TB) string {
+	d, err := os.MkdirTemp("", "gomx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return filepath.Join(d, "ep")
+}
+
+// newShmWire puts the two boards on shared-memory transports of one
+// endpoint directory (in this process, with the in-process shortcut off, so
+// every message crosses the rings).
+func newShmWire(t testing.TB, _ loopback.Faults) *wire2 {
+	dir := shmDir(t)
+	open := func() transport.Transport {
+		tr, err := shm.Open(shm.Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	return &wire2{a: open(), b: open(), third: open, close: func() {}}
+}
+
+// shmChildEnv makes the test binary an mx echo server on a shm board:
+// "DIR BOARD".
+const shmChildEnv = "GOMX_MX_SHM_CHILD"
+
+// TestShmProcesses echoes every size class through an mx endpoint in a
+// child process over shared memory, then kills the child: the requests
+// that involve it complete with ErrUnreachable at once (the transport saw
+// the process go; the resend limit is over an hour), and nothing is left
+// behind.
+func TestShmProcesses(t *testing.T) {
+	if arg := os.Getenv(shmChildEnv); arg != "" {
+		if err := shmEchoChild(arg); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	checkLeaks(t)
+	dir := shmDir(t)
+	maps0 := gomxMaps(t)
+	ctx := testCtx(t, 60*time.Second)
+	cmd := startShmChild(t, ctx, dir+" 99")
+	tr, err := shm.Open(shm.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBoard(tr, shmTestOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := shm.NICBase | 99
+	addr, err := e.Connect(ctx, peer, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, size := range []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1} {
+		msg := pattern(size, uint64(i))
+		buf := make([]byte, size)
+		r, _ := e.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+		s, err := e.ISend([][]byte{msg}, addr, uint64(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			t.Fatalf("send %d: %v", size, err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatalf("echo %d: %v", size, err)
+		}
+		if !bytes.Equal(buf, msg) {
+			t.Fatalf("echo of %d bytes differs", size)
+		}
+	}
+	// The child sends a large message we have not asked for, then dies.
+	s, _ := e.ISend(nil, addr, 1<<62, nil)
+	mustWait(t, s, 10*time.Second)
+	if _, err := e.Probe(ctx, 1<<62, ^uint64(0)); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	pull, _ := e.IRecv([][]byte{make([]byte, 1<<20)}, 1<<62, ^uint64(0), nil)
+	if _, err := pull.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("pull from the dead: %v, want ErrUnreachable", err)
+	}
+	// Once the loss is known, sends fail until a new connect.
+	if s, err := e.ISend([][]byte{pattern(100, 1)}, addr, 5, nil); err != nil {
+		t.Fatal(err)
+	} else if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("send to the dead: %v, want ErrUnreachable", err)
+	}
+	if e.Counters().Get(Unreachable) == 0 {
+		t.Error("the lost peer was not counted")
+	}
+	// A new process takes over board 99 and endpoint 0.
+	cmd2 := startShmChild(t, ctx, dir+" 99")
+	addr, err = e.Connect(ctx, peer, 0, testKey)
+	if err != nil {
+		t.Fatalf("connect to the new process: %v", err)
+	}
+	buf := make([]byte, 5000)
+	r, _ := e.IRecv([][]byte{buf}, 3, ^uint64(0), nil)
+	s, _ = e.ISend([][]byte{pattern(5000, 3)}, addr, 3, nil)
+	if _, err := s.Wait(testCtx(t, 10*time.Second)); err != nil {
+		var nz []string
+		e.Counters().NonZero(func(k Counter, v uint64) { nz = append(nz, fmt.Sprintf("%v=%d", k, v)) })
+		t.Fatalf("send to the new process: %v\n%v\n%v", err, nz, b.TransportCounters())
+	}
+	if _, err := r.Wait(testCtx(t, 10*time.Second)); err != nil {
+		var nz []string
+		e.Counters().NonZero(func(k Counter, v uint64) { nz = append(nz, fmt.Sprintf("%v=%d", k, v)) })
+		t.Fatalf("echo from the new process: %v\n%v\n%v", err, nz, b.TransportCounters())
+	}
+	if !bytes.Equal(buf, pattern(5000, 3)) {
+		t.Fatal("echo from the new process differs")
+	}
+	cmd2.Process.Kill()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m := gomxMaps(t); m != maps0 {
+		t.Errorf("%d gomx memfd mappings left behind", m-maps0)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 1 { // the dead child's socket may stay
+		t.Errorf("left in the endpoint directory: %v", ents)
+	}
+}
+
+// shmTestOptions never give up on a peer by resending (for over an hour):
+// a dead peer must be noticed through the transport.
+func shmTestOptions() BoardOptions {
+	o := fastOptions()
+	o.ResendMax = 1_000_000
+	o.ZombieSends = -1 // eager sends complete on their ack, so a dead peer shows
+	return o
+}
+
+// startShmChild starts the echo child on "DIR BOARD" and waits until it
+// is ready.
+func startShmChild(t *testing.T, ctx context.Context, arg string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1")
+	cmd.Env = append(os.Environ(), shmChildEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
+		t.Fatalf("child did not start: %q", sc.Text())
+	}
+	return cmd
+}
+
+func gomxMaps(t testing.TB) int {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("memfd:gomx-"))
+}
+
+// shmEchoChild echoes messages on board BOARD of DIR; match 1<<62 makes it
+// answer with an unexpected 1 MiB message.
+func shmEchoChild(arg string) error {
+	f := strings.Fields(arg)
+	board, _ := strconv.Atoi(f[1])
+	tr, err := shm.Open(shm.Options{Dir: f[0], Board: board})
+	if err != nil {
+		return err
+	}
+	opts := shmTestOptions()
+	opts.BusyPoll = len(f) > 2 && f[2] == "busy"
+	b, err := NewBoard(tr, opts)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	buf := make([]byte, 4<<20+1)
+	for {
+		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
+		if err != nil {
+			return err
+		}
+		st, err := r.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		msg := buf[:st.XferLength]
+		if st.Match == 1<<62 {
+			msg = pattern(1<<20, 62)
+		}
+		s, err := e.ISend([][]byte{msg}, st.Source, st.Match, nil)
+		if err != nil {
+			return err
+		}
+		if st.Match == 1<<62 {
+			continue // never completes: the parent kills us first
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			return err
+		}
+	}
+}

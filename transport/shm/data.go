@@ -1,0 +1,454 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// ---- producer side ----
+
+// Send writes frames into the rings of their peers, connecting to a peer
+// on its first frame. A full ring is waited on for at most Options.FullWait,
+// then the frame is dropped and counted (the layer above resends). A peer
+// with no socket in the directory fails with transport.ErrUnreachable.
+func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	for i := 0; i < len(frames); {
+		peer := frames[i].Peer
+		j := i + 1
+		for j < len(frames) && frames[j].Peer == peer {
+			j++
+		}
+		o, err := t.outFor(peer)
+		if err != nil {
+			return i, err
+		}
+		k, err := t.write(o, frames[i:j])
+		i += k
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(frames), nil
+}
+
+// write appends frames (all to o's peer) to o's ring and publishes them
+// with one store of the tail: the explicit commit.
+func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.dead.Load() || o.data == nil {
+		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
+	le := binary.LittleEndian
+	size := len(o.data)
+	start := o.cur
+	for i, f := range frames {
+		if len(f.Data) > o.mtu {
+			o.publish(start)
+			return i, fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, len(f.Data), o.mtu)
+		}
+		rl := recordLen(len(f.Data))
+		at, pad, ok := reserve(size, o.headSeen, o.cur, rl)
+		if !ok {
+			// Load the consumer's cursor only now: most frames find room
+			// with the cached one. The load acquires: the consumer is done
+			// with every byte below it.
+			o.headSeen = o.head.Load()
+			if at, pad, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
+				o.publish(start) // let the consumer drain what we have
+				start = o.cur
+				if !t.waitRoom(o, rl) {
+					t.cnt.dropFull.Add(1)
+					continue
+				}
+				at, pad, _ = reserve(size, o.headSeen, o.cur, rl)
+			}
+		}
+		if pad {
+			le.PutUint32(o.data[o.cur%uint64(size):], padMark)
+		}
+		pos := at % uint64(size)
+		le.PutUint32(o.data[pos:], uint32(len(f.Data)))
+		copy(o.data[pos+recHdr:], f.Data)
+		o.cur = at + uint64(rl)
+		t.cnt.sent.Add(1)
+	}
+	o.publish(start)
+	return len(frames), nil
+}
+
+// publish makes the records written since start visible, then rings the
+// consumer's doorbell if it may be asleep.
+func (o *outRing) publish(start uint64) {
+	if o.cur == start {
+		return
+	}
+	// The store releases: the consumer that loads this tail sees every
+	// record byte written before it.
+	o.tail.Store(o.cur)
+	// Sequentially consistent with the consumer's store of sleeping and
+	// its re-check of our tail (Dekker): either it sees the tail above, or
+	// we see sleeping == 1 here and wake it.
+	if o.slp.Load() != 0 {
+		o.seq.Add(1)
+		futexWake(o.seq, 1)
+	}
+}
+
+// waitRoom waits until rl bytes fit. It gives up only when the consumer
+// made no progress for FullWait (it is stuck or gone), so a slow but live
+// receiver delays its senders rather than losing frames; after that, frames
+// to it are dropped at once until its cursor moves again.
+func (t *Transport) waitRoom(o *outRing, rl int) bool {
+	if o.stalled && o.head.Load() == o.stalledAt {
+		return false // it already timed out and has not moved since
+	}
+	o.stalled = false
+	deadline := time.Now().Add(t.opts.FullWait)
+	for i := 0; ; i++ {
+		h := o.head.Load()
+		if h != o.headSeen {
+			o.headSeen = h
+			deadline = time.Now().Add(t.opts.FullWait)
+		}
+		if _, _, ok := reserve(len(o.data), o.headSeen, o.cur, rl); ok {
+			return true
+		}
+		if o.dead.Load() || t.closed.Load() {
+			return false
+		}
+		if i&63 == 63 {
+			if time.Now().After(deadline) {
+				// Stuck: drop frames at once until it moves again.
+				o.stalled, o.stalledAt = true, h
+				return false
+			}
+			time.Sleep(10 * time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
+	}
+}
+
+// outFor returns the ring to peer, connecting on first use and again after
+// the peer went away (a new process may have taken its board).
+func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	if t.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	if o := t.out[peer]; o != nil {
+		if !o.dead.Load() {
+			return o, nil
+		}
+		delete(t.out, peer)
+		o.close()
+	}
+	o, err := t.dial(peer)
+	if err != nil {
+		return nil, err
+	}
+	t.out[peer] = o
+	t.wg.Add(1)
+	go t.watch(o.conn, &o.dead, peer)
+	return o, nil
+}
+
+// dial connects to peer's socket, checks it runs as our user, creates the
+// ring and hands it over, and maps the doorbell it gets back.
+func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
+	path := t.peerPath(peer)
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err)
+	}
+	fail := func(err error) (*outRing, error) {
+		c.Close()
+		return nil, err
+	}
+	if uid, err := peerUID(c); err != nil || uid != os.Getuid() {
+		return fail(fmt.Errorf("%w: board %v is not run by uid %d (%v)", transport.ErrUnreachable, peer, os.Getuid(), err))
+	}
+	c.SetDeadline(time.Now().Add(handshakeTTL))
+	size := t.opts.RingSize
+	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages)
+	if err != nil {
+		return fail(err)
+	}
+	le := binary.LittleEndian
+	le.PutUint32(seg.mem[magicOff:], ringMagic)
+	le.PutUint32(seg.mem[sizeOff:], uint32(size))
+	hello := make([]byte, helloLen)
+	le.PutUint32(hello, helloMagic)
+	le.PutUint32(hello[4:], version)
+	le.PutUint64(hello[8:], uint64(t.nic))
+	le.PutUint32(hello[16:], uint32(t.opts.MTU))
+	le.PutUint32(hello[20:], uint32(size))
+	err = sendFD(c, hello, fd)
+	unix.Close(fd) // the peer holds its own descriptor now
+	if err != nil {
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v: handshake: %v", transport.ErrUnreachable, peer, err))
+	}
+	w, bfd, err := recvFD(c, welcomeLen)
+	if err != nil {
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v refused the connection: %v", transport.ErrUnreachable, peer, err))
+	}
+	if le.Uint32(w) != welcomeMagic || le.Uint32(w[4:]) != version {
+		unix.Close(bfd)
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v: bad welcome", transport.ErrUnreachable, peer))
+	}
+	bell, err := mapPeerFD(bfd, bellLen, bellLen)
+	if err != nil {
+		seg.unmap()
+		return fail(err)
+	}
+	c.SetDeadline(time.Time{})
+	o := &outRing{peer: peer, seg: seg, bell: bell, data: seg.mem[dataOff : dataOff+size], conn: c,
+		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff),
+		seq: u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
+		mtu: min(t.opts.MTU, int(le.Uint32(w[8:])))}
+	return o, nil
+}
+
+// close unmaps the ring and the peer's doorbell and closes the connection
+// (the consumer then drops its side).
+func (o *outRing) close() {
+	o.mu.Lock()
+	o.conn.Close()
+	o.seg.unmap()
+	o.bell.unmap()
+	o.data = nil
+	o.mu.Unlock()
+}
+
+// Reaches reports whether a board with NIC id peer listens in the endpoint
+// directory: a process of this user on this host, reachable through shared
+// memory. It costs a stat of the socket file.
+func (t *Transport) Reaches(peer transport.NICID) bool {
+	if t.closed.Load() {
+		return false
+	}
+	t.outMu.Lock()
+	o := t.out[peer]
+	t.outMu.Unlock()
+	if o != nil && !o.dead.Load() {
+		return true
+	}
+	st, err := os.Stat(t.peerPath(peer))
+	return err == nil && st.Mode()&os.ModeSocket != 0
+}
+
+// ---- consumer side ----
+
+// Recv returns frames from every ring written to us, oldest first per ring
+// and round robin across rings. Their Data points into the rings and stays
+// valid until the next Recv: only then is the consumer cursor published and
+// the space handed back to the producers. Recv polls for Options.Spin, then
+// sleeps on the doorbell futex; producers wake it only while it sleeps.
+func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	t.commit()
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	spinUntil := time.Now().Add(t.opts.Spin)
+	for i := 0; ; i++ {
+		if n := t.poll(frames); n > 0 {
+			return n, nil
+		}
+		if t.closed.Load() {
+			return 0, transport.ErrClosed
+		}
+		if timeout == 0 || t.wakeReq.Swap(false) {
+			return 0, nil
+		}
+		if t.opts.Spin > 0 && (i&15 != 15 || time.Now().Before(spinUntil)) {
+			runtime.Gosched()
+			continue
+		}
+		// Going to sleep: announce it, then look once more. A producer
+		// that published after our look sees sleeping == 1 and bumps seq,
+		// so the futex wait below does not sleep (or is woken).
+		s := t.seq.Load()
+		t.slp.Store(1)
+		if n := t.poll(frames); n > 0 {
+			t.slp.Store(0)
+			return n, nil
+		}
+		if t.closed.Load() {
+			t.slp.Store(0)
+			return 0, transport.ErrClosed
+		}
+		wait := time.Duration(0)
+		if timeout > 0 {
+			wait = time.Until(deadline)
+			if wait <= 0 {
+				t.slp.Store(0)
+				return 0, nil
+			}
+		}
+		futexWait(t.seq, s, wait)
+		t.slp.Store(0)
+		if t.wakeReq.Swap(false) {
+			return t.poll(frames), nil
+		}
+		t.commitDead()
+		if timeout > 0 && !time.Now().Before(deadline) {
+			if n := t.poll(frames); n > 0 {
+				return n, nil
+			}
+			return 0, nil
+		}
+	}
+}
+
+// poll reads up to len(frames) records across the rings.
+func (t *Transport) poll(frames []transport.Frame) int {
+	rings := *t.in.Load()
+	n := 0
+	for k := 0; k < len(rings) && n < len(frames); k++ {
+		r := rings[(t.rr+k)%len(rings)]
+		if r.dead.Load() || r.data == nil {
+			continue
+		}
+		// The load acquires: every record below this tail is written.
+		tail := r.tail.Load()
+		for n < len(frames) && r.cur != tail {
+			f, next, ok, err := parseRecord(r.data, r.cur, tail, t.opts.MTU)
+			if err != nil {
+				t.cnt.corrupt.Add(1)
+				r.dead.Store(true)
+				break
+			}
+			if !ok {
+				break
+			}
+			r.cur = next
+			if f == nil {
+				continue // a pad record
+			}
+			frames[n] = transport.Frame{Peer: r.peer, Data: f}
+			n++
+		}
+	}
+	if len(rings) > 0 {
+		t.rr = (t.rr + 1) % len(rings)
+	}
+	t.cnt.recvd.Add(uint64(n))
+	return n
+}
+
+// commit hands the space of the previous batch back to the producers and
+// drops dead rings (none of their frames is in use any more).
+func (t *Transport) commit() {
+	for _, r := range *t.in.Load() {
+		if r.cur != r.pubHead && r.data != nil {
+			// The store releases: we no longer read below it, so the
+			// producer may overwrite it.
+			r.head.Store(r.cur)
+			r.pubHead = r.cur
+		}
+	}
+	t.commitDead()
+}
+
+// commitDead unmaps the rings of producers that went away. Called by the
+// Recv goroutine, outside any batch.
+func (t *Transport) commitDead() {
+	rings := *t.in.Load()
+	dead := 0
+	for _, r := range rings {
+		if r.dead.Load() {
+			dead++
+		}
+	}
+	if dead == 0 {
+		return
+	}
+	t.inMu.Lock()
+	var keep []*inRing
+	for _, r := range *t.in.Load() {
+		if r.dead.Load() {
+			r.conn.Close()
+			r.seg.unmap()
+			r.data = nil
+			continue
+		}
+		keep = append(keep, r)
+	}
+	t.in.Store(&keep)
+	t.inMu.Unlock()
+}
+
+// ---- life cycle ----
+
+// Close stops accepting producers, closes every connection (the peers then
+// drop their rings), waits for a running Recv to leave, and unmaps every
+// ring and the doorbell. The socket file is removed.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.ring() // a sleeping Recv returns ErrClosed
+	err := t.ln.Close()
+	t.outMu.Lock()
+	for p, o := range t.out {
+		o.close()
+		delete(t.out, p)
+	}
+	t.outMu.Unlock()
+	t.inMu.Lock()
+	for _, r := range *t.in.Load() {
+		r.conn.Close()
+	}
+	t.inMu.Unlock()
+	t.wg.Wait()
+	t.rmu.Lock()
+	t.inMu.Lock()
+	for _, r := range *t.in.Load() {
+		r.seg.unmap()
+		r.data = nil
+	}
+	empty := []*inRing{}
+	t.in.Store(&empty)
+	t.inMu.Unlock()
+	t.bell.unmap()
+	unix.Close(t.bellFd)
+	t.rmu.Unlock()
+	return err
+}
+
+// Counters reports frames moved and what went wrong.
+func (t *Transport) Counters() []transport.Counter {
+	return []transport.Counter{
+		{Name: "shm frames sent", Value: t.cnt.sent.Load()},
+		{Name: "shm frames received", Value: t.cnt.recvd.Load()},
+		{Name: "shm frames dropped (ring full)", Value: t.cnt.dropFull.Load()},
+		{Name: "shm corrupt rings dropped", Value: t.cnt.corrupt.Load()},
+		{Name: "shm peers gone", Value: t.cnt.peersGone.Load()},
+		{Name: "shm connections refused", Value: t.cnt.refused.Load()},
+	}
+}

@@ -1,0 +1,53 @@
+// Package shm is a transport between processes of one host through shared
+// memory: lock-free single-producer rings in memfd segments (on 2 MiB
+// hugepages when there are free ones), found through a per-user endpoint
+// directory, with no system call on the fast path.
+//
+// # Boards and the endpoint directory
+//
+// A [Transport] is one board: [Open] binds a SOCK_SEQPACKET unix socket
+// named after its board number in the endpoint directory
+// (/dev/shm/gomx-<uid> by default, or GOMX_SHM_DIR). The directory is
+// created mode 0700 and refused when it belongs to someone else or is open
+// to others, and each side of a connection checks with SO_PEERCRED that the
+// other runs as the same user, so only the user's own processes can attach.
+// A board's NIC id is [NICBase] | board number. A board number left behind
+// by a crashed process (its socket file remains, nobody answers) is taken
+// over by the next Open that asks for it.
+//
+// # Rings
+//
+// The first frame to a peer connects to its socket and hands over, with
+// SCM_RIGHTS, a memfd holding a ring written only by the sender and read
+// only by the receiver; the receiver answers with the memfd of its doorbell.
+// Both descriptors are closed once mapped, so a live transport holds
+// mappings, not descriptors. Each direction of a pair has its own ring.
+//
+// A ring has a producer cursor (tail) and a consumer cursor (head) on cache
+// lines of their own, and records of a length and a frame, 8-byte aligned,
+// never wrapping (a pad record skips the end). The producer caches the
+// consumer's head and reloads it only when the ring looks full; it writes a
+// batch of records, then publishes them with one release store of the tail.
+// The consumer loads the tail (acquire), hands out frames that point into
+// the ring, and publishes its head only at the next Recv, when the frames
+// are no longer in use. Every length read from a ring is checked against the
+// ring before use; a ring that breaks the layout is dropped and counted.
+//
+// # Sleeping and waking
+//
+// Recv polls for a short spin, then announces that it sleeps (a flag in its
+// doorbell), polls once more, and waits on the doorbell's futex word.
+// A producer, after publishing, wakes the futex only if the flag is set. The
+// flag store and the re-check on one side, the tail store and the flag load
+// on the other, are sequentially consistent, so a wake-up is never lost and a
+// busy receiver costs its producers no system call.
+//
+// # Peers that go away
+//
+// The unix connection of each ring stays open: when a process exits or
+// crashes the kernel closes it, and the other side marks the ring dead. The
+// receiver unmaps a dead ring at its next Recv; a sender reconnects on its
+// next frame (a new process may have taken the board number) or fails with
+// transport.ErrUnreachable. Close unmaps everything and removes the socket
+// file; nothing is left in /dev/shm.
+package shm

@@ -1,0 +1,412 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// NICBase is the NIC id of board 0: shm boards are NICBase | board, a
+// locally administered unicast MAC prefix ("0e:67:6d", g-m).
+const NICBase transport.NICID = 0x0E676D << 24
+
+// MaxBoard is the largest board number.
+const MaxBoard = 1<<24 - 1
+
+// Options configure a shared-memory transport. Zero fields take defaults.
+type Options struct {
+	// Dir is the per-user endpoint directory. Default: $GOMX_SHM_DIR, else
+	// /dev/shm/gomx-<uid>. It is created mode 0700 and refused if it
+	// belongs to another user or is open to others.
+	Dir string
+	// Board is the board number (1..MaxBoard). 0 picks a free one. A board
+	// left behind by a crashed process is taken over.
+	Board int
+	// NIC, when set, names the board after the NIC id of another transport
+	// of this process (its UDP address or MAC) instead of a board number:
+	// Addr returns NIC, and peers on this host that know only that NIC id
+	// reach the board through shared memory (see Reaches). Board must be 0.
+	NIC transport.NICID
+	// MTU is the largest frame. Default 65535.
+	MTU int
+	// RingSize is the data bytes of each direction's ring. Default 4 MiB
+	// minus the 4 KiB header (two 2 MiB hugepages per ring).
+	RingSize int
+	// NoHugepages keeps rings on ordinary pages.
+	NoHugepages bool
+	// Spin is how long Recv polls the rings before sleeping on the
+	// doorbell futex. Default 20µs; negative: never spin.
+	Spin time.Duration
+	// FullWait is how long Send waits for room in a full ring whose
+	// receiver makes no progress before it drops the frame (counted).
+	// Default 1s: a live receiver on a busy machine can stall that long.
+	FullWait time.Duration
+}
+
+// DefaultDir returns the endpoint directory Options.Dir defaults to.
+func DefaultDir() string {
+	if d := os.Getenv("GOMX_SHM_DIR"); d != "" {
+		return d
+	}
+	return "/dev/shm/gomx-" + strconv.Itoa(os.Getuid())
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		o.Dir = DefaultDir()
+	}
+	if o.MTU == 0 {
+		o.MTU = 65535
+	}
+	if o.RingSize == 0 {
+		o.RingSize = 4<<20 - dataOff
+	}
+	if o.Spin == 0 {
+		o.Spin = 20 * time.Microsecond
+	}
+	if o.FullWait == 0 {
+		o.FullWait = time.Second
+	}
+	switch {
+	case o.NIC != 0 && (o.Board != 0 || o.NIC&^transport.NICIDMask != 0):
+		return o, fmt.Errorf("shm: a board named by NIC id %v takes no board number, and the id must fit 48 bits", o.NIC)
+	case o.Board < 0 || o.Board > MaxBoard:
+		return o, fmt.Errorf("shm: board %d outside 1..%d (0 picks one)", o.Board, MaxBoard)
+	case o.MTU < 256 || o.MTU > 1<<20:
+		return o, fmt.Errorf("shm: MTU %d outside 256..1MiB", o.MTU)
+	case o.RingSize%ringAlign != 0 || o.RingSize < 4*recordLen(o.MTU) || o.RingSize < minRingLen:
+		return o, fmt.Errorf("shm: ring size %d must be a multiple of 8 holding 4 frames of the MTU (%d) and at least %d", o.RingSize, o.MTU, minRingLen)
+	}
+	return o, nil
+}
+
+// Handshake messages, on the SOCK_SEQPACKET connection a producer opens to
+// the consumer's socket: hello (producer → consumer, with the ring's memfd)
+// and welcome (consumer → producer, with the doorbell's memfd).
+const (
+	helloMagic   = 0x676D7868 // "gmxh"
+	welcomeMagic = 0x676D7877 // "gmxw"
+	helloLen     = 24         // magic u32, version u32, nic u64, mtu u32, size u32
+	welcomeLen   = 12         // magic u32, version u32, mtu u32
+	version      = 1
+	handshakeTTL = 5 * time.Second
+)
+
+// Transport is a shared-memory transport: one board of this host. It
+// implements transport.Transport and transport.Stats.
+type Transport struct {
+	opts   Options
+	nic    transport.NICID
+	path   string
+	ln     *net.UnixListener
+	bell   segment // our doorbell, mapped by every producer sending to us
+	bellFd int     // its memfd, duplicated for each producer; closed by Close
+	seq    *atomic.Uint32
+	slp    *atomic.Uint32
+
+	inMu sync.Mutex
+	in   atomic.Pointer[[]*inRing] // copy on write under inMu
+
+	outMu sync.Mutex
+	out   map[transport.NICID]*outRing
+
+	lostMu sync.Mutex
+	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
+
+	wakeReq atomic.Bool // Wake asked a blocked Recv to return
+
+	rmu    sync.Mutex // held by Recv; Close takes it to unmap safely
+	rr     int
+	closed atomic.Bool
+	wg     sync.WaitGroup
+
+	cnt struct {
+		sent, recvd, dropFull, corrupt, peersGone, refused atomic.Uint64
+	}
+}
+
+// inRing is a ring another process writes to us.
+type inRing struct {
+	peer    transport.NICID
+	seg     segment
+	data    []byte
+	tail    *atomic.Uint64
+	head    *atomic.Uint64
+	cur     uint64 // our head, published at the next Recv
+	pubHead uint64
+	conn    *net.UnixConn
+	dead    atomic.Bool
+}
+
+// outRing is a ring we write to another process.
+type outRing struct {
+	mu        sync.Mutex
+	peer      transport.NICID
+	seg       segment
+	bell      segment
+	data      []byte
+	tail      *atomic.Uint64
+	head      *atomic.Uint64
+	seq, slp  *atomic.Uint32
+	cur       uint64 // our tail
+	headSeen  uint64 // cached consumer head: reloaded only when the ring looks full
+	stalled   bool   // a wait for room timed out with the consumer at stalledAt
+	stalledAt uint64
+	mtu       int
+	conn      *net.UnixConn
+	dead      atomic.Bool
+}
+
+// Open creates the board's doorbell and listens on its socket in the
+// endpoint directory. On failure every step is undone.
+func Open(opts Options) (*Transport, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDir(o.Dir); err != nil {
+		return nil, err
+	}
+	bell, bfd, err := newSegment("gomx-doorbell", bellLen, false)
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{opts: o, bell: bell, bellFd: bfd, out: make(map[transport.NICID]*outRing)}
+	t.seq, t.slp = u32At(bell.mem, bellSeqOff), u32At(bell.mem, bellSleepOff)
+	empty := []*inRing{}
+	t.in.Store(&empty)
+	if err := t.listen(); err != nil {
+		bell.unmap()
+		unix.Close(bfd)
+		return nil, err
+	}
+	t.wg.Add(1)
+	go t.accept()
+	return t, nil
+}
+
+func (t *Transport) sockPath(board int) string {
+	return filepath.Join(t.opts.Dir, fmt.Sprintf("%06x.sock", board))
+}
+
+// peerPath is the socket of the board with NIC id peer: a numbered board,
+// or one named after another transport's NIC id.
+func (t *Transport) peerPath(peer transport.NICID) string {
+	if peer&^MaxBoard == NICBase {
+		return t.sockPath(int(peer &^ NICBase))
+	}
+	return filepath.Join(t.opts.Dir, fmt.Sprintf("n%012x.sock", uint64(peer)))
+}
+
+// listen binds the board's socket: the requested board (taking over a stale
+// socket a crashed process left), or the first free one.
+func (t *Transport) listen() error {
+	if t.opts.NIC != 0 {
+		return t.bindPath(t.peerPath(t.opts.NIC), t.opts.NIC, true)
+	}
+	if t.opts.Board != 0 {
+		return t.bind(t.opts.Board, true)
+	}
+	start := (os.Getpid()*64 + int(seqBoards.Add(1))) % MaxBoard
+	for i := 0; i < 4096; i++ {
+		b := (start+i)%MaxBoard + 1
+		if err := t.bind(b, false); err == nil {
+			return nil
+		} else if !errors.Is(err, unix.EADDRINUSE) {
+			return err
+		}
+	}
+	return fmt.Errorf("shm: no free board number in %s", t.opts.Dir)
+}
+
+var seqBoards atomic.Uint32
+
+func (t *Transport) bind(board int, takeOver bool) error {
+	return t.bindPath(t.sockPath(board), NICBase|transport.NICID(board), takeOver)
+}
+
+func (t *Transport) bindPath(path string, nic transport.NICID, takeOver bool) error {
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil && takeOver && errors.Is(err, unix.EADDRINUSE) {
+		// A live board answers; a crashed one left its socket behind.
+		c, derr := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if derr == nil {
+			c.Close()
+			return fmt.Errorf("shm: board %v is in use by a live process (%s)", nic, path)
+		}
+		os.Remove(path)
+		ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	}
+	if err != nil {
+		return fmt.Errorf("shm: listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("shm: chmod %s: %w", path, err)
+	}
+	t.ln, t.path, t.nic = ln, path, nic
+	return nil
+}
+
+// Addr returns the board's NIC id (NICBase | board).
+func (t *Transport) Addr() transport.NICID { return t.nic }
+
+// MTU returns the largest frame.
+func (t *Transport) MTU() int { return t.opts.MTU }
+
+// Board returns the board number.
+func (t *Transport) Board() int { return int(t.nic &^ NICBase) }
+
+// Path returns the board's socket in the endpoint directory.
+func (t *Transport) Path() string { return t.path }
+
+// accept runs the consumer side of handshakes.
+func (t *Transport) accept() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.AcceptUnix()
+		if err != nil {
+			if t.closed.Load() {
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(time.Millisecond) // EMFILE and the like: back off
+			continue
+		}
+		if err := t.welcome(c); err != nil {
+			t.cnt.refused.Add(1)
+			c.Close()
+		}
+	}
+}
+
+// welcome checks a producer (same user, sane ring), maps its ring, answers
+// with the doorbell and starts watching the connection: when it closes, the
+// producer is gone and its ring is dropped.
+func (t *Transport) welcome(c *net.UnixConn) error {
+	uid, err := peerUID(c)
+	if err != nil {
+		return err
+	}
+	if uid != os.Getuid() {
+		return fmt.Errorf("shm: refused a connection from uid %d", uid)
+	}
+	c.SetDeadline(time.Now().Add(handshakeTTL))
+	msg, fd, err := recvFD(c, helloLen)
+	if err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	peer := transport.NICID(le.Uint64(msg[8:]))
+	mtu, size := int(le.Uint32(msg[16:])), int(le.Uint32(msg[20:]))
+	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 ||
+		mtu > t.opts.MTU || size%ringAlign != 0 || size < minRingLen || size < 4*recordLen(mtu) || size > 1<<30 {
+		unix.Close(fd)
+		return errors.New("shm: bad hello")
+	}
+	seg, err := mapPeerFD(fd, ringSegLen(size), ringSegLen(size)+hugePage)
+	if err != nil {
+		return err
+	}
+	if le.Uint32(seg.mem[magicOff:]) != ringMagic || int(le.Uint32(seg.mem[sizeOff:])) != size {
+		seg.unmap()
+		return errors.New("shm: bad ring header")
+	}
+	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c,
+		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff)}
+	r.cur = r.head.Load()
+	r.pubHead = r.cur
+	// The ring joins the receive set before the producer hears back: its
+	// first frame may ring the doorbell right after the welcome, and a Recv
+	// woken then must find the ring.
+	t.inMu.Lock()
+	if t.closed.Load() {
+		t.inMu.Unlock()
+		seg.unmap()
+		return net.ErrClosed
+	}
+	old := *t.in.Load()
+	nw := append(append(make([]*inRing, 0, len(old)+1), old...), r)
+	t.in.Store(&nw)
+	t.inMu.Unlock()
+	bfd, err := unix.Dup(t.bellFd)
+	if err == nil {
+		w := make([]byte, welcomeLen)
+		le.PutUint32(w, welcomeMagic)
+		le.PutUint32(w[4:], version)
+		le.PutUint32(w[8:], uint32(t.opts.MTU))
+		err = sendFD(c, w, bfd)
+		unix.Close(bfd)
+	}
+	if err != nil {
+		// Recv unmaps it (and closes c) at its next call.
+		r.dead.Store(true)
+		t.ring()
+		return nil
+	}
+	c.SetDeadline(time.Time{})
+	t.wg.Add(1)
+	go t.watch(c, &r.dead, peer)
+	return nil
+}
+
+// watch waits for the peer's end of c to close (the peer exited, crashed or
+// closed its transport), marks its ring dead and rings our doorbell so a
+// sleeping Recv drops it.
+func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NICID) {
+	defer t.wg.Done()
+	var b [16]byte
+	for {
+		if _, err := c.Read(b[:]); err != nil {
+			break
+		}
+	}
+	if !dead.Swap(true) && !t.closed.Load() {
+		t.cnt.peersGone.Add(1)
+		t.lostMu.Lock()
+		if t.lost == nil {
+			t.lost = make(map[transport.NICID]struct{})
+		}
+		t.lost[peer] = struct{}{}
+		t.lostMu.Unlock()
+	}
+	t.ring()
+}
+
+// LostPeers appends the boards whose process went away (or that closed)
+// since the last call: see transport.PeerWatcher.
+func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
+	t.lostMu.Lock()
+	for p := range t.lost {
+		dst = append(dst, p)
+		delete(t.lost, p)
+	}
+	t.lostMu.Unlock()
+	return dst
+}
+
+// Wake makes a Recv that is waiting (or the next one) return 0, nil at
+// once: a receive loop uses it to stop without closing the transport.
+func (t *Transport) Wake() {
+	t.wakeReq.Store(true)
+	t.ring()
+}
+
+// ring wakes our own Recv.
+func (t *Transport) ring() {
+	t.seq.Add(1)
+	futexWake(t.seq, 1)
+}

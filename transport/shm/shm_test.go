@@ -1,0 +1,445 @@
+package shm
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/transporttest"
+)
+
+// childEnv makes the test binary a child process playing a role (see
+// TestMain): "echo DIR BOARD", "dial DIR BOARD" (report whether attaching to
+// BOARD works) or "hold DIR BOARD PEER" (connect to PEER, send a frame,
+// then wait to be killed).
+const childEnv = "GOMX_SHM_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(child(strings.Fields(role)))
+	}
+	os.Exit(m.Run())
+}
+
+func child(args []string) int {
+	dir := args[1]
+	board, _ := strconv.Atoi(args[2])
+	switch args[0] {
+	case "dial":
+		// Another user: neither the directory nor the board may be usable.
+		if _, err := Open(Options{Dir: dir}); err == nil {
+			fmt.Println("opened a board in the directory")
+			return 1
+		}
+		t := &Transport{opts: Options{Dir: dir, MTU: 65535, RingSize: 1 << 20}}
+		if _, err := t.dial(NICBase | transport.NICID(board)); err == nil {
+			fmt.Println("attached to the board")
+			return 1
+		} else {
+			fmt.Println("refused:", err)
+		}
+		return 0
+	case "echo", "hold":
+		t, err := Open(Options{Dir: dir, Board: board})
+		if err != nil {
+			fmt.Println("open:", err)
+			return 1
+		}
+		fmt.Println("ready")
+		if args[0] == "hold" {
+			peer, _ := strconv.Atoi(args[3])
+			if _, err := t.Send([]transport.Frame{{Peer: NICBase | transport.NICID(peer), Data: []byte("hello")}}); err != nil {
+				fmt.Fprintln(os.Stderr, "child send:", err)
+				return 1
+			}
+			select {} // until killed
+		}
+		frames := make([]transport.Frame, 64)
+		for {
+			n, err := t.Recv(frames, -1)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "child recv:", err)
+				return 1
+			}
+			for i := 0; i < n; i++ {
+				if string(frames[i].Data) == "quit" {
+					t.Close()
+					return 0
+				}
+			}
+			if _, err := t.Send(frames[:n]); err != nil {
+				fmt.Fprintln(os.Stderr, "child echo:", err)
+				return 1
+			}
+		}
+	}
+	return 2
+}
+
+// testDir is a short private endpoint directory (socket paths are limited
+// to 108 bytes).
+func testDir(t testing.TB) string {
+	d, err := os.MkdirTemp("", "gomx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return filepath.Join(d, "ep")
+}
+
+// gomxMappings counts this process's mappings and descriptors of gomx
+// memfds.
+func gomxMappings(t testing.TB) (maps, fds int) {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps = bytes.Count(b, []byte("memfd:gomx-"))
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.Contains(l, "memfd:gomx-") {
+			fds++
+		}
+	}
+	return maps, fds
+}
+
+// checkNoLeaks fails the test if it leaves a gomx mapping or memfd
+// descriptor behind, or files in the endpoint directory.
+func checkNoLeaks(t *testing.T, dir string) {
+	m0, f0 := gomxMappings(t)
+	t.Cleanup(func() {
+		if m, f := gomxMappings(t); m != m0 || f != f0 {
+			t.Errorf("left behind: %d mappings and %d descriptors of gomx memfds (had %d, %d)", m-m0, f-f0, m0, f0)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("left behind in %s: %v", dir, ents)
+		}
+	})
+}
+
+func newTestPair(t *testing.T, o Options) (a, b *Transport) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	o.Dir = dir
+	a, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = Open(o)
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("a: %v\nb: %v", a.Counters(), b.Counters())
+		}
+	})
+	return a, b
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
+		a, b := newTestPair(t, Options{})
+		return a, b
+	})
+}
+
+func TestConformanceSmallRings(t *testing.T) {
+	// Rings that fill up and wrap all the time, on ordinary pages.
+	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
+		a, b := newTestPair(t, Options{MTU: 9000, RingSize: minRingLen, NoHugepages: true})
+		return a, b
+	})
+}
+
+func TestOptionsAndDirectory(t *testing.T) {
+	for _, o := range []Options{{Board: -1}, {Board: MaxBoard + 1}, {MTU: 10}, {RingSize: 1000}} {
+		o.Dir = testDir(t)
+		if _, err := Open(o); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	dir := testDir(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Options{Dir: dir}); err == nil || !strings.Contains(err.Error(), "chmod 700") {
+		t.Fatalf("a directory open to others: %v", err)
+	}
+	os.Chmod(dir, 0o700)
+	a, err := Open(Options{Dir: dir, Board: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.Addr() != NICBase|7 || a.Board() != 7 {
+		t.Fatalf("board 7 has NIC %v", a.Addr())
+	}
+	if st, err := os.Stat(a.Path()); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %s: %v %v", a.Path(), st.Mode(), err)
+	}
+	if _, err := Open(Options{Dir: dir, Board: 7}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a second open of a live board: %v", err)
+	}
+	if _, err := a.Send([]transport.Frame{{Peer: NICBase | 8, Data: []byte("x")}}); !errors.Is(err, transport.ErrUnreachable) {
+		t.Fatalf("send to a missing board: %v", err)
+	}
+	if _, err := a.Send([]transport.Frame{{Peer: 0x020000000001, Data: []byte("x")}}); !errors.Is(err, transport.ErrUnreachable) {
+		t.Fatalf("send to a non-shm NIC: %v", err)
+	}
+}
+
+// spawn starts the test binary as a child in role and waits for "ready".
+func spawn(t *testing.T, bin string, cred *syscall.Credential, role string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+role)
+	cmd.Stderr = os.Stderr
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			cmd.Process.Signal(syscall.SIGQUIT) // its goroutines, on stderr
+			time.Sleep(time.Second)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, bufio.NewReader(out)
+}
+
+func waitReady(t *testing.T, r *bufio.Reader) {
+	t.Helper()
+	line, err := r.ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("child: %q %v", line, err)
+	}
+}
+
+// recvFrom receives until a frame from peer arrives (bounded).
+func recvFrom(t *testing.T, tr *Transport, peer transport.NICID) []byte {
+	t.Helper()
+	frames := make([]transport.Frame, 8)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := tr.Recv(frames, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if frames[i].Peer == peer {
+				return append([]byte(nil), frames[i].Data...)
+			}
+		}
+	}
+	t.Fatalf("nothing from %v: %v rings %d", peer, tr.Counters(), len(*tr.in.Load()))
+	return nil
+}
+
+// TestAcrossProcesses echoes frames of every size through a child process.
+func TestAcrossProcesses(t *testing.T) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	a, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 4242))
+	waitReady(t, out)
+	peer := NICBase | 4242
+	for _, size := range []int{0, 1, 7, 8, 100, 4096, 9000, 65535} {
+		msg := bytes.Repeat([]byte{byte(size)}, size)
+		for i := range msg {
+			msg[i] ^= byte(i * 7)
+		}
+		if _, err := a.Send([]transport.Frame{{Peer: peer, Data: msg}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := recvFrom(t, a, peer); !bytes.Equal(got, msg) {
+			t.Fatalf("%d bytes: echo differs", size)
+		}
+	}
+	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+}
+
+// TestKilledPeer: a producer killed mid-run is noticed (its ring dropped,
+// the mappings released), sends to it fail, and a new process takes over
+// its board number.
+func TestKilledPeer(t *testing.T) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	a, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("hold %s %d %d", dir, 77, a.Board()))
+	waitReady(t, out)
+	peer := NICBase | 77
+	if got := recvFrom(t, a, peer); string(got) != "hello" {
+		t.Fatalf("got %q", got)
+	}
+	// Our ring to it, too.
+	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("hi")}}); err != nil {
+		t.Fatal(err)
+	}
+	m1, _ := gomxMappings(t)
+	cmd.Process.Kill()
+	cmd.Wait()
+	frames := make([]transport.Frame, 8)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		a.Recv(frames, 10*time.Millisecond)
+		if c := counter(a, "shm peers gone"); c >= 2 {
+			if m, _ := gomxMappings(t); m == m1-1 {
+				break // its ring to us is unmapped; ours to it goes on the next send
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed peer was not noticed: %v", a.Counters())
+		}
+	}
+	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("x")}}); !errors.Is(err, transport.ErrUnreachable) {
+		t.Fatalf("send to a killed peer: %v", err)
+	}
+	// A new process takes the board over (its socket file is stale).
+	cmd2, out2 := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 77))
+	waitReady(t, out2)
+	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("again")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvFrom(t, a, peer); string(got) != "again" {
+		t.Fatalf("got %q", got)
+	}
+	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
+	cmd2.Wait()
+}
+
+func counter(t *Transport, name string) uint64 {
+	for _, c := range t.Counters() {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return 0
+}
+
+// TestOtherUserCannotAttach runs a child as nobody: it may neither open a
+// board in our directory nor attach to one of our boards.
+func TestOtherUserCannotAttach(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a child as another user (nobody); run the tests as root")
+	}
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	a, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	// The test binary must be reachable by nobody.
+	bindir, err := os.MkdirTemp("", "gomxbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(bindir)
+	os.Chmod(bindir, 0o755)
+	bin := filepath.Join(bindir, "shm.test")
+	src, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Open the parent directories of the endpoint directory to nobody, so
+	// only the endpoint directory's own mode and SO_PEERCRED stand guard.
+	os.Chmod(filepath.Dir(dir), 0o755)
+	nobody := func() {
+		t.Helper()
+		cmd, out := spawn(t, bin, &syscall.Credential{Uid: 65534, Gid: 65534}, fmt.Sprintf("dial %s %d", dir, a.Board()))
+		res, _ := io.ReadAll(out)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("nobody attached: %s (%v)", res, err)
+		}
+		if !strings.HasPrefix(string(res), "refused:") {
+			t.Fatalf("child said %q", res)
+		}
+		t.Logf("nobody: %s", strings.TrimSpace(string(res)))
+	}
+	nobody() // the directory's mode stops it
+	// Even with the directory and the socket opened up by mistake, the
+	// board checks who connects (SO_PEERCRED) and refuses.
+	os.Chmod(dir, 0o755)
+	os.Chmod(a.Path(), 0o666)
+	defer os.Chmod(dir, 0o700)
+	nobody()
+	deadline := time.Now().Add(10 * time.Second)
+	for counter(a, "shm connections refused") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the board did not refuse nobody's connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNamedByNIC: a board named after another transport's NIC id is
+// reached by that id, and Reaches tells which peers listen.
+func TestNamedByNIC(t *testing.T) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	const udpNIC = transport.NICID(0x7F0000019C40) // 127.0.0.1:40000
+	if _, err := Open(Options{Dir: dir, NIC: udpNIC, Board: 3}); err == nil {
+		t.Fatal("NIC and Board together were accepted")
+	}
+	a, err := Open(Options{Dir: dir, NIC: udpNIC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.Addr() != udpNIC || !b.Reaches(udpNIC) || b.Reaches(udpNIC+1) {
+		t.Fatalf("addr %v, reaches %v/%v", a.Addr(), b.Reaches(udpNIC), b.Reaches(udpNIC+1))
+	}
+	if _, err := b.Send([]transport.Frame{{Peer: udpNIC, Data: []byte("to udp")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvFrom(t, a, b.Addr()); string(got) != "to udp" {
+		t.Fatalf("got %q", got)
+	}
+	if _, err := a.Send([]transport.Frame{{Peer: b.Addr(), Data: []byte("back")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvFrom(t, b, udpNIC); string(got) != "back" {
+		t.Fatalf("got %q", got)
+	}
+}
