@@ -11,7 +11,6 @@ import (
 type partial struct {
 	seq    uint16
 	msgLen uint32
-	stride uint16
 	nfrags int
 	got    uint32
 	ngot   int
@@ -27,19 +26,19 @@ func (p *partner) deliver(f []byte) bool {
 	h := f[wire.HeadLen:]
 	switch wire.Type(h[0]) {
 	case wire.TypeTiny, wire.TypeSmall:
-		m, payload, _ := wire.DecodeMsg(h)
+		m, payload, _ := wire.DecodeMsg(h, e.b.ord)
 		return p.deliverEager(m.Match, uint32(len(payload)), payload)
 	case wire.TypeMedium:
-		m, payload, _ := wire.DecodeMedium(h)
-		if m.Frags() == 1 {
+		m, payload, _ := wire.DecodeMedium(h, e.b.ord)
+		if m.Frags(p.stride) == 1 {
 			return p.deliverEager(m.Match, m.MsgLength, payload)
 		}
 		return p.deliverMedium(&m, f)
 	case wire.TypeRndv:
-		m, _ := wire.DecodeRndv(h)
+		m, _ := wire.DecodeRndv(h, e.b.ord)
 		return p.deliverRndv(&m)
 	case wire.TypeNotify:
-		m, _ := wire.DecodeNotify(h)
+		m, _ := wire.DecodeNotify(h, e.b.ord)
 		e.gotNotify(p, &m)
 		return true
 	}
@@ -47,11 +46,17 @@ func (p *partner) deliver(f []byte) bool {
 }
 
 // matchOrHandle finds a posted receive for match, or offers the message to
-// the unexpected handler. consumed reports that the handler finished it.
-func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Request, consumed bool) {
+// the unexpected handler. consumed reports that the handler finished it;
+// held that the handler should see it but progression is disabled, so the
+// message must not be taken now.
+func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Request, consumed, held bool) {
 	e := p.ep
 	if r = e.matchPosted(match); r != nil || e.handler == nil {
-		return r, false
+		return r, false, false
+	}
+	if e.progOff > 0 {
+		e.cnt[HeldProgressionOff]++
+		return nil, false, true
 	}
 	b := e.b
 	h := e.handler
@@ -64,14 +69,17 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	p.inHandler = false
 	if res == Finished || e.closed {
 		e.cnt[UnexpectedHandled]++
-		return nil, true
+		return nil, true, false
 	}
-	return e.matchPosted(match), false
+	return e.matchPosted(match), false, false
 }
 
 func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool {
 	e := p.ep
-	r, consumed := p.matchOrHandle(match, length, payload)
+	r, consumed, held := p.matchOrHandle(match, length, payload)
+	if held {
+		return false
+	}
 	if consumed {
 		return true
 	}
@@ -94,17 +102,20 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool
 
 func (p *partner) deliverMedium(m *wire.Medium, f []byte) bool {
 	e := p.ep
-	r, consumed := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	r, consumed, held := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	if held {
+		return false
+	}
 	if consumed {
 		// The handler finished it: swallow the remaining fragments.
 		pt := e.b.getPartial()
-		*pt = partial{seq: m.Seq, msgLen: m.MsgLength, stride: m.FragStride, nfrags: m.Frags()}
+		*pt = partial{seq: m.Seq, msgLen: m.MsgLength, nfrags: m.Frags(p.stride)}
 		p.partials = append(p.partials, pt)
 		p.addFrag(pt, f)
 		return true
 	}
 	pt := e.b.getPartial()
-	*pt = partial{seq: m.Seq, msgLen: m.MsgLength, stride: m.FragStride, nfrags: m.Frags(), r: r}
+	*pt = partial{seq: m.Seq, msgLen: m.MsgLength, nfrags: m.Frags(p.stride), r: r}
 	if r == nil {
 		if !e.unexpRoom(int(m.MsgLength)) {
 			e.cnt[DropUnexpectedFull]++
@@ -129,8 +140,8 @@ func (p *partner) deliverMedium(m *wire.Medium, f []byte) bool {
 // addFrag stores one medium fragment into its partial message.
 func (p *partner) addFrag(pt *partial, f []byte) {
 	e := p.ep
-	m, payload, _ := wire.DecodeMedium(f[wire.HeadLen:])
-	if m.MsgLength != pt.msgLen || m.FragStride != pt.stride {
+	m, payload, _ := wire.DecodeMedium(f[wire.HeadLen:], e.b.ord)
+	if m.MsgLength != pt.msgLen {
 		e.cnt[DropBadHeader]++
 		return
 	}
@@ -141,7 +152,7 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 	}
 	pt.got |= bit
 	pt.ngot++
-	off := m.Offset()
+	off := m.Offset(p.stride)
 	switch {
 	case pt.r != nil:
 		scatterAt(pt.r.segs, off, payload)
@@ -175,13 +186,17 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 
 func (p *partner) deliverRndv(m *wire.Rndv) bool {
 	e := p.ep
-	r, consumed := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	r, consumed, held := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	if held {
+		return false
+	}
 	if consumed {
 		p.sendNotify(0, m.RegionID, m.RegionSeq)
 		return true
 	}
+	ref := rndvRef{id: m.RegionID, seq: m.RegionSeq, off: m.RegionOffset}
 	if r != nil {
-		e.startPull(r, p, m.Match, m.MsgLength, m.RegionID, m.RegionSeq)
+		e.startPull(r, p, m.Match, m.MsgLength, ref)
 		return true
 	}
 	if !e.unexpRoom(0) {
@@ -189,7 +204,7 @@ func (p *partner) deliverRndv(m *wire.Rndv) bool {
 		return false
 	}
 	u := e.b.getUnexp()
-	*u = unexp{p: p, match: m.Match, length: m.MsgLength, rndv: true, regionID: m.RegionID, regionSeq: m.RegionSeq, complete: true}
+	*u = unexp{p: p, match: m.Match, length: m.MsgLength, rndv: true, rref: ref, complete: true}
 	e.queueUnexp(u)
 	return true
 }
@@ -222,24 +237,46 @@ func (e *Endpoint) finishRecv(r *Request, p *partner, match uint64, msgLen, xfer
 // ---- frame dispatch ----
 
 // handleFrame validates one received frame and dispatches it. Called with
-// b.mu held; data is only valid during the call.
+// b.mu held; data is only valid during the call. The trailer is checked
+// when the sending board and this one agreed on it at connect (see
+// package wire); a CONNECT says so itself.
 func (b *Board) handleFrame(nic transport.NICID, data []byte) {
-	f, err := wire.Verify(data, b.crc)
+	n, err := wire.FrameLen(data, b.ord)
 	if err != nil {
-		switch {
-		case errors.Is(err, wire.ErrChecksum):
-			b.cnt[DropBadChecksum]++
-		case errors.Is(err, wire.ErrUnknownType):
+		if errors.Is(err, wire.ErrUnknownType) {
 			b.cnt[DropUnknownType]++
-		default:
+		} else {
 			b.cnt[DropBadHeader]++
 		}
 		return
 	}
+	f := data[:n]
 	h := f[wire.HeadLen:]
-	switch typ := wire.Type(h[0]); typ {
+	typ := wire.Type(h[0])
+	var crc bool
+	switch typ {
+	case wire.TypeRaw:
+	case wire.TypeConnect:
+		m, err := wire.DecodeConnect(h, b.ord)
+		if err != nil {
+			b.cnt[DropBadHeader]++
+			return
+		}
+		crc = b.crc && m.HasExt && m.Ext.Flags&wire.ExtChecksum != 0
+	default:
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil {
+			crc = pi.crc
+		}
+	}
+	if crc {
+		if _, err := wire.VerifyLen(data, n); err != nil {
+			b.cnt[DropBadChecksum]++
+			return
+		}
+	}
+	switch typ {
 	case wire.TypeTiny, wire.TypeSmall:
-		m, _, err := wire.DecodeMsg(h)
+		m, _, err := wire.DecodeMsg(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
@@ -248,70 +285,82 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		if typ == wire.TypeSmall {
 			c = RecvSmall
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c, nil)
 	case wire.TypeMedium:
-		m, _, err := wire.DecodeMedium(h)
+		m, _, err := wire.DecodeMedium(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag, &m)
 	case wire.TypeRndv:
-		m, err := wire.DecodeRndv(h)
+		m, err := wire.DecodeRndv(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv, nil)
 	case wire.TypeNotify:
-		m, err := wire.DecodeNotify(h)
+		m, err := wire.DecodeNotify(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify, nil)
 	case wire.TypeConnect:
-		m, err := wire.DecodeConnect(h)
-		if err != nil {
-			b.cnt[DropBadHeader]++
-			return
-		}
+		m, _ := wire.DecodeConnect(h, b.ord)
 		b.handleConnect(nic, &m)
 	case wire.TypeTruc:
-		m, err := wire.DecodeTruc(h)
+		m, err := wire.DecodeTruc(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
 		b.handleTruc(nic, &m)
 	case wire.TypeNackLib:
-		m, err := wire.DecodeNackLib(h)
+		m, err := wire.DecodeNackLib(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
 		b.handleNackLib(nic, &m)
 	case wire.TypePull:
-		m, err := wire.DecodePull(h)
+		m, err := wire.DecodePull(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadPull]++
 			return
 		}
 		b.handlePull(nic, &m)
 	case wire.TypePullReply:
-		m, payload, err := wire.DecodePullReply(h)
+		m, payload, err := wire.DecodePullReply(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadPullReply]++
 			return
 		}
 		b.handlePullReply(nic, &m, payload)
 	case wire.TypeNackMCP:
-		m, err := wire.DecodeNackMCP(h)
+		m, err := wire.DecodeNackMCP(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
 		b.handleNackMCP(nic, &m)
+	case wire.TypeHostQuery:
+		m, err := wire.DecodeHostQuery(h, b.ord)
+		if err != nil {
+			b.cnt[DropBadHeader]++
+			return
+		}
+		b.handleHostQuery(nic, &m)
+	case wire.TypeHostReply:
+		m, err := wire.DecodeHostReply(h, b.ord)
+		if err != nil {
+			b.cnt[DropBadHeader]++
+			return
+		}
+		b.handleHostReply(nic, &m)
+	case wire.TypeRaw:
+		b.handleRaw(nic, f)
 	default:
 		b.cnt[DropUnknownType]++
 	}
@@ -330,22 +379,22 @@ func (b *Board) endpointFor(nic transport.NICID, dst, src uint8, session uint32,
 			b.cnt[DropBadEndpoint]++
 		}
 		if nack {
-			b.sendNackLib(nic, dst, src, kind, seq, 0)
+			b.sendNackLib(nic, dst, src, kind, seq, nil)
 		}
 		return nil
 	}
 	if session != e.session {
 		e.cnt[DropBadSession]++
 		if nack {
-			b.sendNackLib(nic, dst, src, wire.NackBadSession, seq, 0)
-			e.cnt[SendNackLib]++
+			b.sendNackLib(nic, dst, src, wire.NackBadSession, seq, &e.cnt)
 		}
 		return nil
 	}
 	return e
 }
 
-func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter) {
+// sequenced hands a TINY, SMALL, MEDIUM (m) , RNDV or NOTIFY to its partner.
+func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter, m *wire.Medium) {
 	e := b.endpointFor(nic, dst, src, session, seq, true)
 	if e == nil {
 		return
@@ -354,6 +403,10 @@ func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session
 	p := e.partners[partnerKey{nic, src}]
 	if p == nil || !p.rknown {
 		e.cnt[DropNoPartner]++
+		return
+	}
+	if m != nil && m.Check(p.stride) != nil {
+		e.cnt[DropBadHeader]++
 		return
 	}
 	p.recvSequenced(f)

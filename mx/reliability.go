@@ -42,8 +42,15 @@ type partner struct {
 
 	rsession uint32 // the remote endpoint's session
 	rknown   bool
-	maxFrame int
-	dead     bool // reset after unreachable or a nack: sends fail until a new connect
+	dead     bool // reset after unreachable: sends fail until a new connect
+	// What the connect exchange said about the peer's board: whether
+	// frames carry the trailer, the medium fragment stride and the pull
+	// reply length both sides use (Open-MX's build-time sizes for an
+	// Open-MX peer).
+	crc      bool
+	stride   int
+	replyLen int
+	context  any // Endpoint.SetAddrContext
 
 	// send side
 	sendSeq    uint16
@@ -57,6 +64,7 @@ type partner struct {
 	early       []earlyPkt
 	partials    []*partial
 	notAcked    int
+	ackStale    bool // an obsolete duplicate asked for a (delayed) ack
 	ackDeadline int64
 	ackNumSent  uint32
 	inHandler   bool
@@ -79,12 +87,12 @@ func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partne
 	s := uint16(rand.Uint32())
 	p := &partner{
 		ep: e, nic: nic, epID: epID,
-		peerIdx:  wire.NoPeerIndex,
-		myIdx:    e.b.peerIndex(nic),
-		maxFrame: e.b.mtu,
-		recvSeq:  s,
-		fullSeq:  s,
+		peerIdx: wire.NoPeerIndex,
+		myIdx:   e.b.peerIndex(nic),
+		recvSeq: s,
+		fullSeq: s,
 	}
+	p.sizes()
 	e.partners[k] = p
 	e.plist = append(e.plist, p)
 	return p
@@ -94,13 +102,25 @@ func (p *partner) addr() Addr {
 	return Addr{NIC: p.nic, Endpoint: p.epID, Session: p.rsession, p: p}
 }
 
-func (p *partner) fragStride() int { return p.ep.b.fragMax(min(p.ep.b.mtu, p.maxFrame)) }
+// sizes sets the partner's frame sizes from what its board knows about the
+// peer: a gomx peer's frames are cut for the smaller of the two MTUs, with
+// room for the trailer when it is on; an Open-MX peer's by Open-MX's rules
+// for BoardOptions.OpenMXMTU.
+func (p *partner) sizes() {
+	b := p.ep.b
+	pi := b.peer(p.nic, wire.NoPeerIndex)
+	if pi == nil || !pi.gomx {
+		p.crc, p.stride, p.replyLen = false, fragStride(b.omx, false), replyLen(b.omx, false)
+		return
+	}
+	p.crc = pi.crc
+	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
+}
 
+// learn takes what a CONNECT request or reply from the peer says.
 func (p *partner) learn(h *wire.Connect) {
 	p.peerIdx = h.YourIndex
-	if int(h.MaxFrame) >= minMTU {
-		p.maxFrame = int(h.MaxFrame)
-	}
+	p.sizes()
 }
 
 // ---- send side ----
@@ -132,6 +152,7 @@ func (p *partner) piggyback() uint16 {
 		p.ep.cnt[AcksPiggybacked]++
 	}
 	p.notAcked = 0
+	p.ackStale = false
 	p.ackDeadline = 0
 	return p.fullSeq
 }
@@ -142,7 +163,7 @@ func (p *partner) transmit(r *Request) {
 	b := e.b
 	r.lastSend = b.now
 	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, p.peerIdx)
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	hb := buf[wire.HeadLen:]
 	switch r.class {
 	case classTiny, classSmall:
@@ -152,41 +173,41 @@ func (p *partner) transmit(r *Request) {
 		if r.class == classSmall {
 			h.Type, c = wire.TypeSmall, SendSmall
 		}
-		h.Put(hb)
+		h.Put(hb, b.ord)
 		copy(hb[wire.MsgLen:], r.buf)
 		e.cnt[c]++
-		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf))
+		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf), p.crc)
 	case classMedium:
-		stride := p.fragStride()
+		stride := p.stride
 		ack := p.piggyback()
 		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: ack,
-			Match: r.match, Session: p.rsession, FragStride: uint16(stride)}
+			Match: r.match, Session: p.rsession}
 		lens := b.lens[:0]
 		for i, off := 0, 0; off < len(r.buf); i, off = i+1, off+stride {
 			n := min(stride, len(r.buf)-off)
 			fb := b.batchBuf(i)
-			wire.PutPeerIndex(fb, p.peerIdx)
+			wire.PutPeerIndex(fb, p.peerIdx, b.ord)
 			h.FragIndex, h.FragLength = uint8(i), uint16(n)
-			h.Put(fb[wire.HeadLen:])
+			h.Put(fb[wire.HeadLen:], b.ord)
 			copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
 			lens = append(lens, wire.HeadLen+wire.MediumLen+n)
 		}
 		e.cnt[SendMediumFrag] += uint64(len(lens))
-		b.sendBatch(p.nic, lens)
+		b.sendBatch(p.nic, lens, p.crc)
 		b.lens = lens[:0]
 	case classLarge:
 		reg := &e.regions[r.region]
 		h := wire.Rndv{DstEP: p.epID, SrcEP: e.id, Seq: r.seq, Ack: p.piggyback(), Match: r.match,
 			Session: p.rsession, MsgLength: r.length, RegionID: uint8(r.region), RegionSeq: reg.seq}
-		h.Put(hb)
+		h.Put(hb, b.ord)
 		e.cnt[SendRndv]++
-		b.sendFrame(p.nic, buf, wire.HeadLen+wire.RndvLen)
+		b.sendFrame(p.nic, buf, wire.HeadLen+wire.RndvLen, p.crc)
 	case classNotify:
 		h := wire.Notify{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, PulledLength: r.pulled,
 			RegionID: r.nRegionID, RegionSeq: r.nRegionSq, Seq: r.seq, Ack: p.piggyback()}
-		h.Put(hb)
+		h.Put(hb, b.ord)
 		e.cnt[SendNotify]++
-		b.sendFrame(p.nic, buf, wire.HeadLen+wire.NotifyLen)
+		b.sendFrame(p.nic, buf, wire.HeadLen+wire.NotifyLen, p.crc)
 	}
 }
 
@@ -234,7 +255,7 @@ func (p *partner) resendDue(now int64) {
 			continue
 		}
 		r.resends++
-		if r.resends > b.opts.ResendMax {
+		if r.resends > p.ep.resendLimit(r) {
 			p.ep.cnt[Unreachable]++
 			p.reset(ErrUnreachable)
 			return
@@ -274,6 +295,22 @@ func (p *partner) failAll(code error) {
 		if reg := &e.regions[i]; reg.used && reg.r.p == p {
 			p.failSend(reg.r, code)
 		}
+	}
+	for r := e.pullq.head; r != nil; {
+		next := r.qnext
+		if r.p == p {
+			e.pullq.remove(r)
+			e.complete(r, code)
+		}
+		r = next
+	}
+	for r := e.resq.head; r != nil; {
+		next := r.qnext
+		if r.p == p {
+			e.resq.remove(r)
+			p.failSend(r, code)
+		}
+		r = next
 	}
 	for _, pl := range e.pulls {
 		if pl != nil && pl.p == p {
@@ -317,11 +354,12 @@ func (p *partner) sendAck() {
 	h := wire.Truc{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, AckUpTo: p.fullSeq,
 		AckNum: p.ackNumSent, SendSeq: p.sendSeq}
 	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, p.peerIdx)
-	h.Put(buf[wire.HeadLen:])
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendTruc]++
-	b.sendFrame(p.nic, buf, wire.HeadLen+wire.TrucLen)
+	b.sendFrame(p.nic, buf, wire.HeadLen+wire.TrucLen, p.crc)
 	p.notAcked = 0
+	p.ackStale = false
 	p.ackDeadline = 0
 }
 
@@ -355,14 +393,20 @@ func (p *partner) updateFull() {
 // ---- receive side ----
 
 // seqFields reads seq and piggybacked ack of a verified sequenced packet.
-func seqFields(h []byte) (seq, ack uint16) {
+func seqFields(h []byte, o wire.Order) (seq, ack uint16) {
+	off := 8
 	if wire.Type(h[0]) == wire.TypeNotify {
-		return be16(h[18:]), be16(h[20:])
+		off = 18
 	}
-	return be16(h[8:]), be16(h[10:])
+	return u16(h[off:], o), u16(h[off+2:], o)
 }
 
-func be16(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
+func u16(b []byte, o wire.Order) uint16 {
+	if o == wire.LittleEndian {
+		return uint16(b[1])<<8 | uint16(b[0])
+	}
+	return uint16(b[0])<<8 | uint16(b[1])
+}
 
 // recvSequenced handles a verified TINY, SMALL, MEDIUM, RNDV or NOTIFY frame
 // (peer index included) from this partner.
@@ -370,7 +414,7 @@ func (p *partner) recvSequenced(f []byte) {
 	e := p.ep
 	h := f[wire.HeadLen:]
 	typ := wire.Type(h[0])
-	seq, ack := seqFields(h)
+	seq, ack := seqFields(h, e.b.ord)
 	p.applyAck(ack)
 	if !sameSess(seq, p.recvSeq) {
 		e.cnt[DropBadSeq]++
@@ -413,8 +457,17 @@ func (p *partner) recvSequenced(f []byte) {
 		}
 		e.cnt[DupMessages]++
 		e.cnt[ObsoleteDropped]++
-		e.cnt[AcksImmediate]++
-		p.sendAck()
+		if seqDiff(p.fullSeq, seq) == 1 {
+			// The previous packet again: our ack was probably lost (Open-MX
+			// acks at once only then).
+			e.cnt[AcksImmediate]++
+			p.sendAck()
+		} else if p.ackDeadline == 0 {
+			// An older one: ack after AckDelay, once however many come, so
+			// a flood of stale frames cannot make us flood acks.
+			p.ackStale = true
+			p.ackDeadline = e.b.now + int64(e.b.opts.AckDelay)
+		}
 	}
 }
 
@@ -458,13 +511,20 @@ func (p *partner) drainEarly() {
 	p.draining = false
 }
 
-func (b *Board) sendNackLib(nic transport.NICID, from, to, kind uint8, seq uint16, session uint32) {
-	h := wire.NackLib{SrcEP: from, Kind: kind, Session: session, DstEP: to, PeerIndex: wire.NoPeerIndex, Seq: seq}
+// sendNackLib answers a packet for endpoint from that cannot be delivered
+// (kind) to endpoint to of nic. cnt, when not nil, is the endpoint's
+// counters (else the board's).
+func (b *Board) sendNackLib(nic transport.NICID, from, to, kind uint8, seq uint16, cnt *Counters) {
+	idx := b.headTo(nic)
+	h := wire.NackLib{SrcEP: from, Kind: kind, DstEP: to, PeerIndex: idx, Seq: seq}
 	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, wire.NoPeerIndex)
-	h.Put(buf[wire.HeadLen:])
-	b.cnt[SendNackLib]++
-	b.sendFrame(nic, buf, wire.HeadLen+wire.NackLibLen)
+	wire.PutPeerIndex(buf, idx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	if cnt == nil {
+		cnt = &b.cnt
+	}
+	cnt[SendNackLib]++
+	b.sendFrame(nic, buf, wire.HeadLen+wire.NackLibLen, b.crcTo(nic))
 }
 
 func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
@@ -476,6 +536,10 @@ func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
 	p := e.partners[partnerKey{nic, h.SrcEP}]
 	if p == nil {
 		e.cnt[DropNoPartner]++
+		return
+	}
+	if !sameSess(h.AckUpTo, p.sendSeq) {
+		e.cnt[DropStaleAck]++
 		return
 	}
 	if h.AckNum <= p.ackNumRecv {
@@ -498,6 +562,11 @@ func nackErr(kind uint8) error {
 	return ErrBadEndpoint
 }
 
+// handleNackLib fails the one request a NACK_LIB names, as Open-MX does: the
+// unacked send with that sequence number, else (a connect's nack carries
+// sequence number 0 and no attempt number) the oldest pending connect to
+// that peer endpoint. A NACK_LIB carries no session, so it never resets the
+// partner: a forged one can fail at most the request it names.
 func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 	e := b.eps[h.DstEP]
 	if e == nil {
@@ -511,40 +580,59 @@ func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 		return
 	}
 	code := nackErr(h.Kind)
-	if h.Session != 0 { // a nacked connect
-		if h.Session != e.session || p.connecting.n == 0 {
-			e.cnt[DropBadNack]++
-			return
+	if sameSess(h.Seq, p.sendSeq) {
+		for r := p.unacked.head; r != nil; r = r.qnext {
+			if r.seq == h.Seq {
+				p.unacked.remove(r)
+				p.failSend(r, code)
+				p.flushWait()
+				return
+			}
 		}
-		for r := p.connecting.pop(); r != nil; r = p.connecting.pop() {
-			e.complete(r, code)
-		}
-		return
 	}
-	for r := p.unacked.head; r != nil; r = r.qnext {
-		if r.seq == h.Seq {
-			p.reset(code)
-			return
-		}
+	if r := p.connecting.head; r != nil {
+		p.connecting.remove(r)
+		e.complete(r, code)
+		return
 	}
 	e.cnt[DropBadNack]++
 }
 
 // ---- connect ----
 
+// connectExt is the gomx extension this board puts in its CONNECTs.
+func (b *Board) connectExt() wire.ConnectExt {
+	x := wire.ConnectExt{Version: wire.ConnectExtVersion, MaxFrame: uint16(b.mtu)}
+	if b.crc {
+		x.Flags |= wire.ExtChecksum
+	}
+	return x
+}
+
 func (p *partner) sendConnect(r *Request) {
 	e := p.ep
 	b := e.b
 	r.lastSend = b.now
-	h := wire.Connect{DstEP: p.epID, SrcEP: e.id, YourIndex: p.myIdx, MaxFrame: uint16(b.mtu),
-		Attempt: r.attempt, SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq}
+	h := wire.Connect{DstEP: p.epID, SrcEP: e.id, YourIndex: p.myIdx, Attempt: r.attempt,
+		SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq, HasExt: true, Ext: b.connectExt()}
 	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, p.peerIdx)
-	h.Put(buf[wire.HeadLen:])
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendConnectRequest]++
-	b.sendFrame(p.nic, buf, wire.HeadLen+wire.ConnectLen)
+	// A request is sealed whenever this board wants the trailer: the peer
+	// checks it only if it wants it too, and Open-MX ignores the bytes.
+	b.sendFrame(p.nic, buf, wire.HeadLen+h.Len(), b.crc)
 }
 
+// handleConnect handles a CONNECT request or reply. A request presenting
+// the right key and a session other than the one known for that peer
+// endpoint is a new incarnation of it (Open-MX's rule): the old partner
+// state is reset. The key is what authenticates a connect; no other frame
+// resets a partner.
+//
+// What a CONNECT says about the sending board (gomx or not, trailer, MTU)
+// is learnt only from a request that presents the right key or a reply to
+// a pending connect, so a forged CONNECT cannot turn the trailer off.
 func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 	if !h.IsReply {
 		e := b.eps[h.DstEP]
@@ -554,7 +642,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 				kind = wire.NackEndpointClosed
 			}
 			b.cnt[DropBadEndpoint]++
-			b.sendNackLib(nic, h.DstEP, h.SrcEP, kind, 0, h.SrcSession)
+			b.sendNackLib(nic, h.DstEP, h.SrcEP, kind, 0, nil)
 			return
 		}
 		e.cnt[RecvConnectRequest]++
@@ -564,6 +652,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 			e.cnt[DropBadKey]++
 			status = wire.ConnectBadKey
 		} else {
+			b.learnPeer(nic, h)
 			p := e.partner(nic, h.SrcEP, true)
 			p.learn(h)
 			switch {
@@ -582,13 +671,13 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 			next = p.recvSeq
 		}
 		r := wire.Connect{IsReply: true, DstEP: h.SrcEP, SrcEP: e.id, YourIndex: b.peerIndex(nic),
-			MaxFrame: uint16(b.mtu), Attempt: h.Attempt, SrcSession: h.SrcSession, DstSession: e.session,
-			NextRecvSeq: next, Status: status}
+			Attempt: h.Attempt, SrcSession: h.SrcSession, DstSession: e.session,
+			NextRecvSeq: next, Status: status, HasExt: true, Ext: b.connectExt()}
 		buf := b.frameBuf()
-		wire.PutPeerIndex(buf, h.YourIndex)
-		r.Put(buf[wire.HeadLen:])
+		wire.PutPeerIndex(buf, h.YourIndex, b.ord)
+		r.Put(buf[wire.HeadLen:], b.ord)
 		e.cnt[SendConnectReply]++
-		b.sendFrame(nic, buf, wire.HeadLen+wire.ConnectLen)
+		b.sendFrame(nic, buf, wire.HeadLen+r.Len(), b.crcTo(nic))
 		return
 	}
 	e := b.eps[h.DstEP]
@@ -618,6 +707,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 		e.complete(r, ErrBadKey)
 		return
 	}
+	b.learnPeer(nic, h)
 	p.learn(h)
 	switch {
 	case !p.rknown || p.rsession != h.DstSession:
@@ -643,7 +733,7 @@ func (e *Endpoint) timers() {
 	b := e.b
 	now := b.now
 	for _, p := range e.plist {
-		if p.notAcked > 0 && p.ackDeadline != 0 && now >= p.ackDeadline {
+		if (p.notAcked > 0 || p.ackStale) && p.ackDeadline != 0 && now >= p.ackDeadline {
 			e.cnt[AcksDelayed]++
 			p.sendAck()
 		}
@@ -654,7 +744,7 @@ func (e *Endpoint) timers() {
 			next := r.qnext
 			if now-r.lastSend >= int64(b.opts.ResendDelay) {
 				r.resends++
-				if r.resends > b.opts.ResendMax {
+				if r.resends > e.resendLimit(r) {
 					p.connecting.remove(r)
 					e.cnt[Unreachable]++
 					e.complete(r, ErrUnreachable)
@@ -670,5 +760,8 @@ func (e *Endpoint) timers() {
 		if pl != nil {
 			pl.timer(now)
 		}
+	}
+	if e.resq.n > 0 {
+		e.kickSends()
 	}
 }
