@@ -70,6 +70,7 @@ const (
 	RecvRaw
 	DropRawFull
 	HeldProgressionOff
+	NacksUnconfirmed
 	numCounters
 )
 
@@ -92,7 +93,7 @@ var counterNames = [numCounters]string{
 	"partners declared unreachable", "transport send errors",
 	"sends queued for a region", "pulls queued for a handle",
 	"recv host query", "recv host reply", "recv raw", "drop raw queue full",
-	"messages held while progression is disabled",
+	"messages held while progression is disabled", "nacks answered by a resend (unconfirmed)",
 }
 
 // String returns the counter's label.

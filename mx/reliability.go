@@ -566,7 +566,12 @@ func nackErr(kind uint8) error {
 // unacked send with that sequence number, else (a connect's nack carries
 // sequence number 0 and no attempt number) the oldest pending connect to
 // that peer endpoint. A NACK_LIB carries no session, so it never resets the
-// partner: a forged one can fail at most the request it names.
+// partner, and it is believed only when it nacks a retransmission: the
+// first one for a request makes the board resend it at once, and only a
+// NACK_LIB arriving after that resend fails it. A genuine nack comes back
+// within a round trip (the peer's board nacks every copy); a blind forger
+// sweeping sequence numbers fails nothing, and an ack in between completes
+// the request normally.
 func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 	e := b.eps[h.DstEP]
 	if e == nil {
@@ -582,15 +587,28 @@ func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 	code := nackErr(h.Kind)
 	if sameSess(h.Seq, p.sendSeq) {
 		for r := p.unacked.head; r != nil; r = r.qnext {
-			if r.seq == h.Seq {
-				p.unacked.remove(r)
-				p.failSend(r, code)
-				p.flushWait()
+			if r.seq != h.Seq {
+				continue
+			}
+			if !r.nacked {
+				r.nacked = true
+				e.cnt[NacksUnconfirmed]++
+				p.transmit(r)
 				return
 			}
+			p.unacked.remove(r)
+			p.failSend(r, code)
+			p.flushWait()
+			return
 		}
 	}
 	if r := p.connecting.head; r != nil {
+		if !r.nacked {
+			r.nacked = true
+			e.cnt[NacksUnconfirmed]++
+			p.sendConnect(r)
+			return
+		}
 		p.connecting.remove(r)
 		e.complete(r, code)
 		return

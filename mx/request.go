@@ -100,7 +100,8 @@ type Request struct {
 	segs      [][]byte
 	lastSend  int64
 	resends   int
-	resendMax int // SetRequestTimeout: resends before failure; 0: the endpoint's
+	resendMax int  // SetRequestTimeout: resends before failure; 0: the endpoint's
+	nacked    bool // a NACK_LIB came; the next one (after the resend it caused) fails it
 	acked     bool
 	region    int // -1: none
 	// notify (internal)
