@@ -155,8 +155,10 @@ func TestForgedFrames(t *testing.T) {
 		}
 	}
 
-	// A TINY with the wrong session: dropped, counted, nacked.
+	// A TINY with the wrong session: dropped, counted, nacked once (and the
+	// nack counted once).
 	before := pr.b.Counters().Get(DropBadSession)
+	nacks := pr.b.Counters().Get(SendNackLib) + pr.bb.Counters().Get(SendNackLib)
 	send(sealedFrame(wire.MsgLen+4, func(h []byte) {
 		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs + 1}).Put(h, wire.BigEndian)
 	}))
@@ -165,6 +167,9 @@ func TestForgedFrames(t *testing.T) {
 	}
 	if pr.b.Counters().Get(DropBadSession) != before+1 {
 		t.Error("wrong session not counted")
+	}
+	if n := pr.b.Counters().Get(SendNackLib) + pr.bb.Counters().Get(SendNackLib); n != nacks+1 {
+		t.Errorf("one nack counted %d times", n-nacks)
 	}
 	// The right session from a board that never connected: dropped.
 	send(sealedFrame(wire.MsgLen+4, func(h []byte) {
