@@ -219,3 +219,29 @@ func TestHostQueryAndRaw(t *testing.T) {
 		t.Fatalf("raw on an empty queue: %v", err)
 	}
 }
+
+// A wrong key on the first contact between two gomx boards is refused with
+// ErrBadKey (the reply is sealed as the requester asked, although the
+// replier learns nothing from a refused request).
+func TestBadKeyFirstContact(t *testing.T) {
+	w := newLoopbackWire(t, loopback.Faults{})
+	ba, err := NewBoard(w.a, fastOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := NewBoard(w.b, fastOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ba.Close(); bb.Close(); w.close() })
+	ea, _ := ba.OpenEndpoint(1, testKey)
+	if _, err := bb.OpenEndpoint(2, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ea.Connect(testCtx(t, 10*time.Second), bb.NICID(), 2, testKey^1); !errors.Is(err, ErrBadKey) {
+		t.Fatalf("wrong key: %v", err)
+	}
+	if _, err := ea.Connect(testCtx(t, 10*time.Second), bb.NICID(), 9, testKey); !errors.Is(err, ErrBadEndpoint) {
+		t.Fatalf("missing endpoint: %v", err)
+	}
+}

@@ -437,6 +437,7 @@ func (b *Board) maybeFree(r *Request) {
 // connected yet).
 type peerInfo struct {
 	nic      transport.NICID
+	learnt   bool   // an accepted CONNECT told what follows
 	gomx     bool   // it sent the gomx connect extension
 	crc      bool   // both sides want the trailer: frames to and from it carry one
 	maxFrame int    // its largest frame Data, when gomx
@@ -470,20 +471,27 @@ func (b *Board) peer(nic transport.NICID, idx uint16) *peerInfo {
 	return nil
 }
 
+// sealControl reports whether a control frame (nack, host query or reply)
+// to nic gets the trailer: when this board wants it and the peer is not
+// known to be an Open-MX board. Such frames state their length, so a peer
+// that does not check the trailer ignores it, and one that does finds it
+// even before this board learnt that it does.
+func (b *Board) sealControl(nic transport.NICID) bool {
+	if !b.crc {
+		return false
+	}
+	if i, ok := b.peerIdx[nic]; ok && b.peers[i].learnt {
+		return b.peers[i].gomx
+	}
+	return true
+}
+
 // headTo returns the peer index to put in the head of frames to nic.
 func (b *Board) headTo(nic transport.NICID) uint16 {
 	if i, ok := b.peerIdx[nic]; ok {
 		return b.peers[i].yourIdx
 	}
 	return wire.NoPeerIndex
-}
-
-// crcTo reports whether frames to nic carry the CRC-32C trailer.
-func (b *Board) crcTo(nic transport.NICID) bool {
-	if i, ok := b.peerIdx[nic]; ok {
-		return b.peers[i].crc
-	}
-	return false
 }
 
 // learnPeer records what a connect extension (or its absence) says about
@@ -498,6 +506,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	if nic == b.nic {
 		return pi
 	}
+	pi.learnt = true
 	pi.gomx = h.HasExt && h.Ext.Version >= 1
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.maxFrame = b.omx

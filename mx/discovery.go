@@ -42,7 +42,7 @@ func (b *Board) handleHostQuery(nic transport.NICID, h *wire.HostQuery) {
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, b.headTo(nic), b.ord)
 	r.Put(buf[wire.HeadLen:], b.ord)
-	b.sendFrame(nic, buf, wire.HeadLen+r.Len(), b.crcTo(nic))
+	b.sendFrame(nic, buf, wire.HeadLen+r.Len(), b.sealControl(nic))
 }
 
 // handleHostReply records a peer's hostname (and registers it in
@@ -73,7 +73,7 @@ func (b *Board) sendHostQuery(nic transport.NICID) {
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, b.headTo(nic), b.ord)
 	q.Put(buf[wire.HeadLen:], b.ord)
-	b.sendFrame(nic, buf, wire.HeadLen+wire.HostQueryLen, b.crcTo(nic))
+	b.sendFrame(nic, buf, wire.HeadLen+wire.HostQueryLen, b.sealControl(nic))
 }
 
 // QueryHostname asks the board at nic for its hostname with HOST_QUERY

@@ -348,7 +348,7 @@ func (b *Board) sendNackMCP(nic transport.NICID, from, kind uint8, handle, magic
 	wire.PutPeerIndex(buf, b.headTo(nic), b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
 	cnt[SendNackMCP]++
-	b.sendFrame(nic, buf, wire.HeadLen+wire.NackMCPLen, b.crcTo(nic))
+	b.sendFrame(nic, buf, wire.HeadLen+wire.NackMCPLen, b.sealControl(nic))
 }
 
 // handlePull validates a PULL against the region it names and streams the

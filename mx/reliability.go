@@ -524,7 +524,7 @@ func (b *Board) sendNackLib(nic transport.NICID, from, to, kind uint8, seq uint1
 		cnt = &b.cnt
 	}
 	cnt[SendNackLib]++
-	b.sendFrame(nic, buf, wire.HeadLen+wire.NackLibLen, b.crcTo(nic))
+	b.sendFrame(nic, buf, wire.HeadLen+wire.NackLibLen, b.sealControl(nic))
 }
 
 func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
@@ -695,7 +695,9 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 		wire.PutPeerIndex(buf, h.YourIndex, b.ord)
 		r.Put(buf[wire.HeadLen:], b.ord)
 		e.cnt[SendConnectReply]++
-		b.sendFrame(nic, buf, wire.HeadLen+r.Len(), b.crcTo(nic))
+		// Sealed when the requester asked for the trailer, whether or not
+		// the key was right.
+		b.sendFrame(nic, buf, wire.HeadLen+r.Len(), b.crc && h.HasExt && h.Ext.Flags&wire.ExtChecksum != 0)
 		return
 	}
 	e := b.eps[h.DstEP]
