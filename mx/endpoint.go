@@ -244,6 +244,9 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 // Messages up to the rendezvous threshold are copied and sent eagerly and
 // may complete before the receiver has them; longer ones are pulled by the
 // receiver from segs, which must not change until the request completes.
+// A large send that finds every region (BoardOptions.Regions) taken waits
+// for one, and sends posted after it wait behind it, so nothing fails for
+// lack of resources and per-peer order holds.
 func (e *Endpoint) ISend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
 	return e.isend(segs, dest, match, ctx, false)
 }
