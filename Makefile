@@ -71,9 +71,9 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzParseUDP -fuzztime 10s ./xdp/
 	$(GO) test -run '^$$' -fuzz FuzzParseEthHeader -fuzztime 10s ./xdp/
 	$(GO) test -run '^$$' -fuzz FuzzNetlinkNeighbours -fuzztime 10s ./xdp/
-	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 10s ./mx/wire/
-	$(GO) test -run '^$$' -fuzz '^FuzzPull$$' -fuzztime 10s ./mx/wire/
-	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 10s ./mx/
+	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 2000x ./mx/wire/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20000x ./mx/wire/
+	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 10s ./cmd/mxbench/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./internal/units/
 	$(GO) test -run '^$$' -fuzz FuzzRxAccept -fuzztime 20000x ./nicdrv/e1000e/

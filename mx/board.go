@@ -46,7 +46,9 @@ type Board struct {
 	opts BoardOptions
 	nic  transport.NICID
 	mtu  int
-	crc  bool
+	crc  bool // this board wants the CRC-32C trailer (announced at connect)
+	ord  wire.Order
+	omx  int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick time.Duration
 	base time.Time
 
@@ -56,7 +58,7 @@ type Board struct {
 	closed    bool
 	eps       [MaxEndpoints]*Endpoint
 	wasOpen   [MaxEndpoints]bool
-	peers     []transport.NICID
+	peers     []peerInfo
 	peerIdx   map[transport.NICID]uint16
 	freeReqs  []*Request
 	cnt       Counters
@@ -71,6 +73,8 @@ type Board struct {
 	freeBufs  [][]byte
 	draining  bool
 	pool      pools
+	hostWait  map[transport.NICID][]chan struct{} // QueryHostname waiters
+	rawq      []rawFrame
 	lout      []localDone // other boards' local sends to complete (local.go)
 	lost      []transport.NICID
 	host      *hostPath // peers of this host through shared memory (host.go)
@@ -84,6 +88,7 @@ type Board struct {
 	pollers  atomic.Int32
 	pollIdle atomic.Int64 // clock() when the last busy poller stopped
 	pollWake chan struct{}
+	rawWake  chan struct{}
 	quit     chan struct{}
 	exited   chan struct{}
 }
@@ -109,15 +114,24 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		nic:      tr.Addr(),
 		mtu:      mtu,
 		crc:      !o.NoChecksum,
+		ord:      wire.BigEndian,
 		base:     time.Now(),
 		peerIdx:  make(map[transport.NICID]uint16),
 		txbuf:    make([]byte, mtu+wire.ChecksumLen),
 		rx:       make([]transport.Frame, rxBatch),
 		pollWake: make(chan struct{}, 1),
+		rawWake:  make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		exited:   make(chan struct{}),
 	}
-	if max := wire.MaxMediumFrag * b.fragMax(mtu); b.opts.RendezvousThreshold > max {
+	if o.LittleEndian {
+		b.ord = wire.LittleEndian
+	}
+	b.omx = min(o.OpenMXMTU-ethHeaderLen, mtu)
+	// Frames to itself: a gomx peer with the same options.
+	self := b.peerIndex(b.nic)
+	b.peers[self].gomx, b.peers[self].crc, b.peers[self].maxFrame = true, b.crc, mtu
+	if max := wire.MaxMediumFrag * fragStride(mtu, b.crc); b.opts.RendezvousThreshold > max {
 		b.opts.RendezvousThreshold = max
 	}
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
@@ -125,6 +139,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}
+	register(b)
 	b.openHost() // host.go
 	go b.progress()
 	return b, nil
@@ -154,6 +169,7 @@ func (b *Board) Counters() Counters {
 func (b *Board) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
+		unregister(b)
 		b.mu.Lock()
 		b.closed = true
 		for _, e := range b.eps {
@@ -432,6 +448,19 @@ func (b *Board) maybeFree(r *Request) {
 
 // ---- peers and sending ----
 
+// peerInfo is what the board knows about a peer board: learnt from the
+// gomx connect extension, or nothing (an Open-MX peer, or one that has not
+// connected yet).
+type peerInfo struct {
+	nic      transport.NICID
+	learnt   bool   // an accepted CONNECT told what follows
+	gomx     bool   // it sent the gomx connect extension
+	crc      bool   // both sides want the trailer: frames to and from it carry one
+	maxFrame int    // its largest frame Data, when gomx
+	yourIdx  uint16 // our index in its peer table: the head of frames to it
+	hostname string // from its HOST_REPLY
+}
+
 // peerIndex returns the board's index for nic in its peer table, adding it.
 func (b *Board) peerIndex(nic transport.NICID) uint16 {
 	if i, ok := b.peerIdx[nic]; ok {
@@ -441,17 +470,77 @@ func (b *Board) peerIndex(nic transport.NICID) uint16 {
 		return wire.NoPeerIndex
 	}
 	i := uint16(len(b.peers))
-	b.peers = append(b.peers, nic)
+	b.peers = append(b.peers, peerInfo{nic: nic, yourIdx: wire.NoPeerIndex})
 	b.peerIdx[nic] = i
 	return i
+}
+
+// peer returns the board's record of nic, or nil. idx is the peer index the
+// frame's head carries (our index of the sender), tried first.
+func (b *Board) peer(nic transport.NICID, idx uint16) *peerInfo {
+	if int(idx) < len(b.peers) && b.peers[idx].nic == nic {
+		return &b.peers[idx]
+	}
+	if i, ok := b.peerIdx[nic]; ok {
+		return &b.peers[i]
+	}
+	return nil
+}
+
+// sealControl reports whether a control frame (nack, host query or reply)
+// to nic gets the trailer: when this board wants it and the peer is not
+// known to be an Open-MX board. Such frames state their length, so a peer
+// that does not check the trailer ignores it, and one that does finds it
+// even before this board learnt that it does.
+func (b *Board) sealControl(nic transport.NICID) bool {
+	if !b.crc {
+		return false
+	}
+	if i, ok := b.peerIdx[nic]; ok && b.peers[i].learnt {
+		return b.peers[i].gomx
+	}
+	return true
+}
+
+// headTo returns the peer index to put in the head of frames to nic.
+func (b *Board) headTo(nic transport.NICID) uint16 {
+	if i, ok := b.peerIdx[nic]; ok {
+		return b.peers[i].yourIdx
+	}
+	return wire.NoPeerIndex
+}
+
+// learnPeer records what a connect extension (or its absence) says about
+// the board at nic.
+func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
+	i := b.peerIndex(nic)
+	if i == wire.NoPeerIndex {
+		return nil
+	}
+	pi := &b.peers[i]
+	pi.yourIdx = h.YourIndex
+	if nic == b.nic {
+		return pi
+	}
+	pi.learnt = true
+	pi.gomx = h.HasExt && h.Ext.Version >= 1
+	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
+	pi.maxFrame = b.omx
+	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
+		pi.maxFrame = min(int(h.Ext.MaxFrame), b.mtu)
+	} else if pi.gomx {
+		pi.maxFrame = b.mtu
+	}
+	return pi
 }
 
 // frameBuf returns the scratch buffer to build one outgoing frame in.
 func (b *Board) frameBuf() []byte { return b.txbuf }
 
-// sendFrame seals buf[:n] (peer index included) and sends it to nic.
-func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int) {
-	if b.crc {
+// sendFrame seals buf[:n] (peer index included) when crc and sends it to
+// nic.
+func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
+	if crc {
 		n = wire.SealInPlace(buf, n)
 	}
 	if nic == b.nic {
@@ -475,13 +564,13 @@ func (b *Board) batchBuf(i int) []byte {
 	return b.txBufs[i]
 }
 
-// sendBatch sends frames 0..n-1 built in batchBuf, sealing each (lengths in
-// lens).
-func (b *Board) sendBatch(nic transport.NICID, lens []int) {
+// sendBatch sends frames 0..n-1 built in batchBuf (lengths in lens),
+// sealing each when crc.
+func (b *Board) sendBatch(nic transport.NICID, lens []int, crc bool) {
 	b.txFrames = b.txFrames[:0]
 	for i, n := range lens {
 		buf := b.txBufs[i]
-		if b.crc {
+		if crc {
 			n = wire.SealInPlace(buf, n)
 		}
 		if nic == b.nic {
@@ -509,19 +598,32 @@ func (b *Board) sendBatch(nic transport.NICID, lens []int) {
 	b.txFrames = b.txFrames[:0]
 }
 
-// fragMax is the medium fragment payload that fits a frame of mtu.
-func (b *Board) fragMax(mtu int) int {
+// ethHeaderLen is the Ethernet header Open-MX counts in its MTU.
+const ethHeaderLen = 14
+
+// fragStride is the medium fragment stride for frames of mtu bytes of Data,
+// by Open-MX's rule (omx_wire.h OMX_MEDIUM_FRAG_LENGTH_MAX): the whole
+// payload room while it is at most 4 KiB, else 8 KiB if that fits, else
+// 4 KiB. A trailer takes its 4 bytes from the room first.
+func fragStride(mtu int, crc bool) int {
 	n := mtu - wire.HeadLen - wire.MediumLen
-	if b.crc {
+	if crc {
 		n -= wire.ChecksumLen
 	}
-	return min(n, 65535)
+	switch {
+	case n <= 4096:
+		return n
+	case n >= 8192:
+		return 8192
+	}
+	return 4096
 }
 
-// replyMax is the pull reply payload that fits a frame of mtu.
-func (b *Board) replyMax(mtu int) int {
+// replyLen is the PULL_REPLY payload length for frames of mtu bytes of
+// Data (Open-MX: OMX_PULL_REPLY_LENGTH_MAX, the whole room).
+func replyLen(mtu int, crc bool) int {
 	n := mtu - wire.HeadLen - wire.PullReplyLen
-	if b.crc {
+	if crc {
 		n -= wire.ChecksumLen
 	}
 	return min(n, 65535)

@@ -63,6 +63,14 @@ const (
 	UnexpectedHandled
 	Unreachable
 	SendErrors
+	SendsQueued
+	PullsQueued
+	RecvHostQuery
+	RecvHostReply
+	RecvRaw
+	DropRawFull
+	HeldProgressionOff
+	NacksUnconfirmed
 	SendLocal // messages handed to an endpoint of this process (local.go)
 	RecvLocal
 	numCounters
@@ -85,6 +93,9 @@ var counterNames = [numCounters]string{
 	"drop unexpected queue full", "drop early queue full", "drop no partner",
 	"unexpected messages queued", "unexpected messages handled by handler",
 	"partners declared unreachable", "transport send errors",
+	"sends queued for a region", "pulls queued for a handle",
+	"recv host query", "recv host reply", "recv raw", "drop raw queue full",
+	"messages held while progression is disabled", "nacks answered by a resend (unconfirmed)",
 	"send local (same process)", "recv local (same process)",
 }
 

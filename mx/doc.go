@@ -42,16 +42,24 @@
 // # Protocol
 //
 // The wire format is Open-MX's native one (package [wire]): a 2-byte peer
-// index, then a typed header, big-endian. Messages come in four classes:
+// index, then a typed header laid out as in Open-MX's omx_wire.h,
+// big-endian or (BoardOptions.LittleEndian) little-endian, nothing kept in
+// its pads. Messages come in four classes:
 //
 //   - tiny (0..32 bytes) and small (33..128): one TINY or SMALL packet;
 //   - medium (up to the rendezvous threshold, 32 KiB by default): up to 32
-//     MEDIUM fragments sized from the MTU, one sequence number for the whole
-//     message; any fragment may arrive first;
+//     MEDIUM fragments, fragment i at i times the stride, one sequence
+//     number for the whole message; any fragment may arrive first. The
+//     stride is Open-MX's rule (8192 bytes at MTU 9000) applied to
+//     BoardOptions.OpenMXMTU for an Open-MX peer, or to the smaller MTU of
+//     a gomx pair;
 //   - large (above the threshold, and every ISSend): a sequenced RNDV names a
 //     region holding the sender's segments; the receiver, once it matched,
 //     pulls the data with PULL requests, each for a block of PullBlockFrames
-//     PULL_REPLY frames, PullBlocks blocks in flight. When a later block
+//     PULL_REPLY frames, PullBlocks blocks in flight, in Open-MX's frame
+//     geometry (frames aligned on the sender's region, so a message at a
+//     region offset has a shorter first frame; the puller magic is the
+//     endpoint index XOR 0x21071980). When a later block
 //     completes before an earlier one, the missing frames of the earlier one
 //     are re-requested at once (RMPP's lesson: no bubble while the window
 //     waits), and a PullTimeout of silence re-requests every outstanding block.
@@ -79,14 +87,46 @@
 // sends complete to the application once copied (at most ZombieSends at a
 // time) while resends continue in the background. A receiving board answers
 // packets for a missing or closed endpoint, or with a wrong session, with a
-// NACK_LIB, which fails the sender's requests with ErrBadEndpoint,
-// ErrEndpointClosed or ErrBadSession.
+// NACK_LIB. A NACK_LIB carries no session, so it fails only the one request
+// it names (ErrBadEndpoint, ErrEndpointClosed or ErrBadSession), never the
+// partner, and only when it nacks the resend it made the board send at once:
+// a genuine nack comes back within a round trip, a blind forger's does not.
+// An obsolete duplicate is acked at once only when it is the previous
+// sequence number (Open-MX's rule), otherwise after AckDelay. The only
+// frame that resets a partner is a CONNECT presenting the endpoint's key
+// and a new session (a new incarnation of the peer, as in Open-MX); what a
+// CONNECT says about the peer board is believed only from such a request or
+// from the reply to a pending connect.
+//
+// # Resources
+//
+// Nothing is lost to exhaustion. A large send that finds no free region
+// (BoardOptions.Regions) waits in the endpoint's resource queue, and every
+// later send waits behind it, so per-peer order holds; a matched large
+// receive that finds no free pull handle (BoardOptions.PullHandles) waits
+// in the pull queue. Both start as regions and handles are released. A full
+// unexpected queue drops arriving messages un-acked, to be resent.
+//
+// # Checksum
 //
 // Open-MX trusts the Ethernet CRC. Software wires (and the loopback
-// transport's fault injector) do not check one, so gomx frames end with a
-// CRC-32C trailer by default (BoardOptions.NoChecksum turns it off on both
-// sides); a frame that fails it, or any header check, is dropped and counted,
-// never a panic. Every counter is in [Counters], per endpoint and per board.
+// transport's fault injector) do not check one, so gomx boards add a
+// CRC-32C trailer, a gomx extension: it is on between two gomx boards that
+// both announce it in the gomx CONNECT extension (neither set
+// BoardOptions.NoChecksum), and off otherwise, always with an Open-MX peer.
+// A frame that fails it, or any header check, is dropped and counted, never
+// a panic. Every counter is in [Counters], per endpoint and per board.
+//
+// # MX calls
+//
+// Beyond the calls above: [Endpoint.Disconnect], [Endpoint.SetAddrContext]
+// and [Endpoint.AddrContext], [Endpoint.IBuffered],
+// [Endpoint.SetRequestTimeout], [Endpoint.DisableProgression] and
+// [Endpoint.ReenableProgression], [GetInfo], [BoardNumberToNICID],
+// [NICIDToBoardNumber], [OpenEndpointOn] with [AnyNIC], on-the-wire
+// discovery with [Board.QueryHostname] and raw frames with [Board.SendRaw]
+// and [Board.RecvRaw]. [ReturnCodeOf] and [StatusCodeOf] give MX's numeric
+// codes for any error, for code ported from C.
 //
 // # Progress
 //

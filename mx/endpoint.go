@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync/atomic"
 
+	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -29,8 +30,12 @@ type Endpoint struct {
 	zombies     int
 	regions     [256]region
 	regionHint  int
+	resq        reqList // sends waiting for a region (and those behind them)
 	pulls       []*pull
 	pullFree    []int
+	pullq       reqList // matched large receives waiting for a pull handle
+	resendMax   int     // SetRequestTimeout(nil, d): default resends; 0: ResendMax
+	progOff     int     // DisableProgression depth
 	handler     UnexpectedHandler
 	cnt         Counters
 	wake        chan struct{} // closed by Wakeup and Close, then replaced
@@ -105,6 +110,12 @@ func (e *Endpoint) closeLocked() {
 		for r := p.connecting.pop(); r != nil; r = p.connecting.pop() {
 			e.complete(r, ErrEndpointClosed)
 		}
+	}
+	for r := e.pullq.pop(); r != nil; r = e.pullq.pop() {
+		e.complete(r, ErrEndpointClosed)
+	}
+	for r := e.resq.pop(); r != nil; r = e.resq.pop() {
+		r.p.failSend(r, ErrEndpointClosed)
 	}
 	for _, pl := range e.pulls {
 		if pl != nil {
@@ -236,6 +247,9 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 // Messages up to the rendezvous threshold are copied and sent eagerly and
 // may complete before the receiver has them; longer ones are pulled by the
 // receiver from segs, which must not change until the request completes.
+// A large send that finds every region (BoardOptions.Regions) taken waits
+// for one, and sends posted after it wait behind it, so nothing fails for
+// lack of resources and per-peer order holds.
 func (e *Endpoint) ISend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
 	return e.isend(segs, dest, match, ctx, false)
 }
@@ -284,18 +298,19 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	if d := e.localPeer(p); d != nil {
 		return e.isendLocal(r, d, segs, n, sync) // an endpoint of this process (local.go)
 	}
-	stride := p.fragStride()
+	stride := p.stride
+	wait := e.resq.n > 0 // keep per-peer order behind waiting sends
 	switch {
-	case sync || n > b.opts.RendezvousThreshold || n > stride*32:
+	case sync || n > b.opts.RendezvousThreshold || n > stride*wire.MaxMediumFrag:
 		r.class = classLarge
-		rid, ok := e.allocRegion(r)
-		if !ok {
-			r.userHeld = false
-			b.maybeFree(r)
-			b.mu.Unlock()
-			return nil, e.opErr("isend", fmt.Errorf("%w: too many large sends in flight", ErrNoResources))
+		if !wait {
+			rid, ok := e.allocRegion(r)
+			if ok {
+				r.region = rid
+			} else {
+				wait = true
+			}
 		}
-		r.region = rid
 		r.segs = append(r.segsBuf[:0], segs...)
 		r.segsBuf = r.segs
 	case n <= 32:
@@ -311,7 +326,11 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	}
 	r.protoHeld = true
 	b.now = b.clock()
-	p.enqueue(r)
+	if wait {
+		e.queueSend(r)
+	} else {
+		p.enqueue(r)
+	}
 	if r.class != classLarge && e.zombies < b.opts.ZombieSends {
 		r.zombie = true
 		e.zombies++

@@ -52,6 +52,8 @@ var (
 	ErrHostNotFound = errors.New("mx: host not found")
 	// ErrBadOptions: invalid options.
 	ErrBadOptions = errors.New("mx: bad options")
+	// ErrBoardUnknown: no open board has that number or NIC id.
+	ErrBoardUnknown = errors.New("mx: board unknown")
 	// ErrNotInHandler: the call is not allowed from an unexpected handler.
 	ErrNotInHandler = errors.New("mx: not supported inside the unexpected handler")
 )

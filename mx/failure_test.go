@@ -113,10 +113,10 @@ func TestConnectErrors(t *testing.T) {
 	}
 }
 
-// rawFrame builds a sealed frame around a header written by put.
-func rawFrame(n int, put func(h []byte)) []byte {
+// sealedFrame builds a sealed frame around a header written by put.
+func sealedFrame(n int, put func(h []byte)) []byte {
 	f := make([]byte, wire.HeadLen+n+wire.ChecksumLen)
-	wire.PutPeerIndex(f, wire.NoPeerIndex)
+	wire.PutPeerIndex(f, wire.NoPeerIndex, wire.BigEndian)
 	put(f[wire.HeadLen:])
 	return f[:wire.SealInPlace(f, wire.HeadLen+n)]
 }
@@ -160,10 +160,12 @@ func forgedFrames(t *testing.T, w *wire2) {
 		}
 	}
 
-	// A TINY with the wrong session: dropped, counted, nacked.
+	// A TINY with the wrong session: dropped, counted, nacked once (and the
+	// nack counted once).
 	before := pr.b.Counters().Get(DropBadSession)
-	send(rawFrame(wire.MsgLen+4, func(h []byte) {
-		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs + 1}).Put(h)
+	nacks := pr.b.Counters().Get(SendNackLib) + pr.bb.Counters().Get(SendNackLib)
+	send(sealedFrame(wire.MsgLen+4, func(h []byte) {
+		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs + 1}).Put(h, wire.BigEndian)
 	}))
 	if got := recvKinds(attacker); got[wire.TypeNackLib] != 1 {
 		t.Errorf("wrong session: want one NACK_LIB, got %v", got)
@@ -171,13 +173,16 @@ func forgedFrames(t *testing.T, w *wire2) {
 	if pr.b.Counters().Get(DropBadSession) != before+1 {
 		t.Error("wrong session not counted")
 	}
+	if n := pr.b.Counters().Get(SendNackLib) + pr.bb.Counters().Get(SendNackLib); n != nacks+1 {
+		t.Errorf("one nack counted %d times", n-nacks)
+	}
 	// The right session from a board that never connected: dropped.
-	send(rawFrame(wire.MsgLen+4, func(h []byte) {
-		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs}).Put(h)
+	send(sealedFrame(wire.MsgLen+4, func(h []byte) {
+		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs}).Put(h, wire.BigEndian)
 	}))
 	// A connect with the wrong key: refused.
-	send(rawFrame(wire.ConnectLen, func(h []byte) {
-		(&wire.Connect{DstEP: 2, SrcEP: 1, SrcSession: 77, Key: testKey ^ 1, MaxFrame: 1500}).Put(h)
+	send(sealedFrame(wire.ConnectLen, func(h []byte) {
+		(&wire.Connect{DstEP: 2, SrcEP: 1, SrcSession: 77, Key: testKey ^ 1}).Put(h, wire.BigEndian)
 	}))
 	recvKinds(attacker)
 	if _, ok := pr.b.IProbe(0, 0); ok {
@@ -198,8 +203,10 @@ func forgedFrames(t *testing.T, w *wire2) {
 		t.Fatal(err)
 	}
 	pull := wire.Pull{DstEP: 2, SrcEP: 1, Session: bs, TotalLength: 100000, RegionID: 0, RegionSeq: 1,
-		FrameLength: 8000, Handle: 1, Magic: 0x5B, BlockLength: 8000}
-	pullFrame := func(p wire.Pull) []byte { return rawFrame(wire.PullLen, p.Put) }
+		Handle: 1, Magic: pullMagic(1), BlockLength: 8000}
+	pullFrame := func(p wire.Pull) []byte {
+		return sealedFrame(wire.PullLen, func(h []byte) { p.Put(h, wire.BigEndian) })
+	}
 	// From a board that is not the receiver: refused even with every field right.
 	send(pullFrame(pull))
 	if got := recvKinds(attacker); got[wire.TypePullReply] != 0 || got[wire.TypeNackMCP] != 1 {
@@ -213,7 +220,7 @@ func forgedFrames(t *testing.T, w *wire2) {
 		func(p *wire.Pull) { p.RegionID = 7 },                                                  // no such region
 		func(p *wire.Pull) { p.RegionID = 1 << 20 },                                            // out of range
 		func(p *wire.Pull) { p.RegionOffset = 50000 },                                          // offset into the region
-		func(p *wire.Pull) { p.FrameLength = 60000; p.BlockLength = 60000 },                    // frames larger than the MTU
+		func(p *wire.Pull) { p.TotalLength = 100000; p.BlockLength = 65 * 8964 },               // more than 64 replies
 		func(p *wire.Pull) { p.Session = bs ^ 1 },                                              // wrong session
 		func(p *wire.Pull) { p.SrcEP = 9 },                                                     // another endpoint of the receiver's board
 	}
@@ -229,11 +236,11 @@ func forgedFrames(t *testing.T, w *wire2) {
 		t.Errorf("bad pulls counted %d", c.Get(DropBadPull))
 	}
 	// Forged pull replies and nacks for handles that do not exist.
-	inject(pr.ba, pr.bb.NICID(), rawFrame(wire.PullReplyLen+10, func(h []byte) {
-		(&wire.PullReply{FrameLength: 10, Handle: 3, Magic: 0x5B}).Put(h)
+	inject(pr.ba, pr.bb.NICID(), sealedFrame(wire.PullReplyLen+10, func(h []byte) {
+		(&wire.PullReply{FrameLength: 10, Handle: 3, Magic: pullMagic(1)}).Put(h, wire.BigEndian)
 	}))
-	inject(pr.ba, pr.bb.NICID(), rawFrame(wire.NackLibLen, func(h []byte) {
-		(&wire.NackLib{SrcEP: 2, DstEP: 1, Kind: wire.NackBadSession, Seq: 1234}).Put(h)
+	inject(pr.ba, pr.bb.NICID(), sealedFrame(wire.NackLibLen, func(h []byte) {
+		(&wire.NackLib{SrcEP: 2, DstEP: 1, Kind: wire.NackBadSession, Seq: 1234}).Put(h, wire.BigEndian)
 	}))
 	if c := pr.a.Counters(); c.Get(DropBadPullReply) == 0 || c.Get(DropBadNack) == 0 {
 		t.Errorf("forged reply/nack not counted: %d %d", c.Get(DropBadPullReply), c.Get(DropBadNack))

@@ -13,14 +13,30 @@ import (
 // several blocks in flight; the region owner's board answers them alone.
 // When every frame is in, the receiver completes its receive and sends a
 // sequenced NOTIFY; the sender completes on the NOTIFY.
+//
+// Frames follow Open-MX's geometry (wire.PullFrames): PULL_REPLY frames are
+// aligned on multiples of the pull reply length in the sender's region, so a
+// message at a region offset has a shorter first frame. The puller magic is
+// Open-MX's: the endpoint index XOR wire.PullMagicXor.
+//
+// Resources never lose a message: a large send that finds no free region
+// waits in the endpoint's resource queue (and every later send waits behind
+// it, so per-peer order holds), and a matched large receive that finds no
+// free pull handle waits in the pull queue; both start as soon as a region
+// or handle is released.
 
 const (
-	maxPulls     = 1024 // pull handles per endpoint (10-bit slot)
-	pullMagicXor = 0x5A // the magic's low byte is the endpoint id XOR this
+	maxPulls = 1024 // pull handles per endpoint (10-bit slot)
 	// maxBlockFrames bounds the replies one PULL may ask for (the block
 	// bitmap is 64 bits).
 	maxBlockFrames = 64
 )
+
+// rndvRef is what an RNDV says about the region to pull from.
+type rndvRef struct {
+	id, seq uint8
+	off     uint16 // the message's offset in the region
+}
 
 // region is a large send's registered buffer.
 type region struct {
@@ -30,8 +46,9 @@ type region struct {
 }
 
 func (e *Endpoint) allocRegion(r *Request) (int, bool) {
-	for k := 0; k < len(e.regions); k++ {
-		i := (e.regionHint + k) % len(e.regions)
+	n := e.b.opts.Regions
+	for k := 0; k < n; k++ {
+		i := (e.regionHint + k) % n
 		if reg := &e.regions[i]; !reg.used {
 			reg.used = true
 			reg.seq++
@@ -48,8 +65,35 @@ func (e *Endpoint) freeRegion(i int) {
 	e.regions[i].r = nil
 }
 
+// queueSend makes a send wait for resources: a region for a large send, or
+// its turn behind sends that already wait.
+func (e *Endpoint) queueSend(r *Request) {
+	e.cnt[SendsQueued]++
+	e.resq.push(r)
+}
+
+// kickSends starts the sends waiting in the resource queue, in order,
+// until one still finds no region.
+func (e *Endpoint) kickSends() {
+	for r := e.resq.head; r != nil && !e.closed; r = e.resq.head {
+		if r.class == classLarge {
+			rid, ok := e.allocRegion(r)
+			if !ok {
+				return
+			}
+			r.region = rid
+		}
+		e.resq.remove(r)
+		r.p.enqueue(r)
+	}
+}
+
 // gotNotify completes the large send whose region the receiver pulled.
 func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
+	if int(h.RegionID) >= e.b.opts.Regions {
+		e.cnt[DropBadHeader]++
+		return
+	}
 	reg := &e.regions[h.RegionID]
 	if !reg.used || reg.seq != h.RegionSeq || reg.r.p != p {
 		e.cnt[DropBadHeader]++
@@ -65,6 +109,7 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 	r.protoHeld = false
 	e.complete(r, nil)
 	e.b.maybeFree(r)
+	e.kickSends()
 }
 
 // pull is the receiving side of one large message.
@@ -76,10 +121,9 @@ type pull struct {
 	r             *Request
 	match         uint64
 	msgLen, total uint32
-	frame         int // PULL_REPLY payload length
+	geo           wire.PullFrames
 	nframes       int
-	regionID      uint8
-	regionSeq     uint8
+	ref           rndvRef
 	blocks        []pblock // outstanding blocks in frame order
 	nextFrame     int      // first frame not yet requested
 	lastProgress  int64
@@ -99,43 +143,60 @@ func (e *Endpoint) allocPull() (int, bool) {
 		e.pullFree = e.pullFree[:n-1]
 		return s, true
 	}
-	if len(e.pulls) < maxPulls {
+	if len(e.pulls) < e.b.opts.PullHandles {
 		e.pulls = append(e.pulls, nil)
 		return len(e.pulls) - 1, true
 	}
 	return 0, false
 }
 
-// startPull begins pulling a matched large message into r.
-func (e *Endpoint) startPull(r *Request, p *partner, match uint64, msgLen uint32, regionID, regionSeq uint8) {
+// pullMagic is the puller magic of endpoint id (Open-MX's).
+func pullMagic(id uint8) uint32 { return uint32(id) ^ wire.PullMagicXor }
+
+// startPull begins pulling a matched large message into r, or queues it
+// until a pull handle is free.
+func (e *Endpoint) startPull(r *Request, p *partner, match uint64, msgLen uint32, ref rndvRef) {
 	b := e.b
 	total := uint32(min(int(msgLen), totalLen(r.segs)))
 	r.status.Source = p.addr()
 	r.status.Match = match
 	r.status.MsgLength = msgLen
 	if total == 0 {
-		p.sendNotify(0, regionID, regionSeq)
+		p.sendNotify(0, ref.id, ref.seq)
 		e.finishRecv(r, p, match, msgLen, 0)
 		return
 	}
 	slot, ok := e.allocPull()
 	if !ok {
-		// Out of handles: tell the sender nothing was taken.
-		p.sendNotify(0, regionID, regionSeq)
-		e.complete(r, ErrNoResources)
+		// Out of handles: wait for one, as Open-MX does.
+		r.p = p
+		r.rref = ref
+		e.cnt[PullsQueued]++
+		e.pullq.push(r)
 		return
 	}
-	frame := b.replyMax(min(b.mtu, p.maxFrame))
+	L := p.replyLen
+	geo := wire.PullFrames{Total: int(total), L: L, Skew: int(ref.off) % L}
 	pl := &pull{
 		slot: slot, e: e, p: p, r: r, match: match, msgLen: msgLen, total: total,
-		frame: frame, nframes: (int(total) + frame - 1) / frame,
-		regionID: regionID, regionSeq: regionSeq, lastProgress: b.now,
+		geo: geo, nframes: geo.Count(), ref: ref, lastProgress: b.now,
 	}
 	pl.handle = uint32(slot) | (rand.Uint32() << 10)
-	pl.magic = rand.Uint32()&^0xFF | uint32(e.id^pullMagicXor)
+	pl.magic = pullMagic(e.id)
 	e.pulls[slot] = pl
 	r.pl = pl
 	pl.fill()
+}
+
+// kickPulls starts queued pulls while handles are free.
+func (e *Endpoint) kickPulls() {
+	for r := e.pullq.head; r != nil && !e.closed; r = e.pullq.head {
+		if len(e.pullFree) == 0 && len(e.pulls) >= e.b.opts.PullHandles {
+			return
+		}
+		e.pullq.remove(r)
+		e.startPull(r, r.p, r.status.Match, r.status.MsgLength, r.rref)
+	}
 }
 
 // fill requests blocks until the window is full.
@@ -168,29 +229,30 @@ func (pl *pull) request(bl *pblock, again bool) {
 		e.cnt[PullRerequests]++
 	}
 	bl.lastReq = b.now
-	start := (bl.first + lo) * pl.frame
-	end := min((bl.first+hi+1)*pl.frame, int(pl.total))
+	first := bl.first + lo
+	start, end := pl.geo.Start(first), pl.geo.End(bl.first+hi)
+	ffo := 0
+	if first == 0 {
+		ffo = pl.geo.Skew
+	}
 	p := pl.p
 	h := wire.Pull{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, TotalLength: pl.total,
-		RegionID: uint32(pl.regionID), RegionSeq: pl.regionSeq, FrameLength: uint16(pl.frame),
-		Handle: pl.handle, Magic: pl.magic, BlockLength: uint32(end - start), FirstFrame: uint32(bl.first + lo)}
+		RegionID: uint32(pl.ref.id), RegionSeq: pl.ref.seq, RegionOffset: uint32(pl.ref.off),
+		Handle: pl.handle, Magic: pl.magic, FirstFrameOffset: uint32(ffo),
+		BlockLength: uint32(end - start), FirstFrame: uint32(first)}
 	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, p.peerIdx)
-	h.Put(buf[wire.HeadLen:])
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendPull]++
-	b.sendFrame(p.nic, buf, wire.HeadLen+wire.PullLen)
+	b.sendFrame(p.nic, buf, wire.HeadLen+wire.PullLen, p.crc)
 }
 
 // reply stores one PULL_REPLY frame.
 func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	e := pl.e
 	off := int(h.Offset)
-	if off%pl.frame != 0 || off >= int(pl.total) {
-		e.cnt[DropBadPullReply]++
-		return
-	}
-	i := off / pl.frame
-	if len(payload) != min(pl.frame, int(pl.total)-off) || h.FrameSeq != uint8(i) {
+	i := pl.geo.Index(off)
+	if i < 0 || len(payload) != pl.geo.End(i)-off || h.FrameSeq != uint8(i) {
 		e.cnt[DropBadPullReply]++
 		return
 	}
@@ -238,7 +300,7 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	pl.blocks = append(pl.blocks[:0], pl.blocks[n:]...)
 	pl.fill()
 	if len(pl.blocks) == 0 {
-		pl.p.sendNotify(pl.total, pl.regionID, pl.regionSeq)
+		pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)
 		r := pl.r
 		e.endPull(pl, nil)
 		e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
@@ -263,7 +325,8 @@ func (pl *pull) timer(now int64) {
 	}
 }
 
-// endPull releases a pull; a non-nil code fails its receive.
+// endPull releases a pull (and starts a queued one); a non-nil code fails
+// its receive.
 func (e *Endpoint) endPull(pl *pull, code error) {
 	if e.pulls[pl.slot] != pl {
 		return
@@ -274,16 +337,18 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 	if code != nil {
 		e.complete(pl.r, code)
 	}
+	e.kickPulls()
 }
 
 // ---- the region owner's side ----
 
-func (b *Board) sendNackMCP(nic transport.NICID, from, kind uint8, handle, magic uint32) {
+func (b *Board) sendNackMCP(nic transport.NICID, from, kind uint8, handle, magic uint32, cnt *Counters) {
 	h := wire.NackMCP{SrcEP: from, Kind: kind, Handle: handle, Magic: magic}
 	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, wire.NoPeerIndex)
-	h.Put(buf[wire.HeadLen:])
-	b.sendFrame(nic, buf, wire.HeadLen+wire.NackMCPLen)
+	wire.PutPeerIndex(buf, b.headTo(nic), b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	cnt[SendNackMCP]++
+	b.sendFrame(nic, buf, wire.HeadLen+wire.NackMCPLen, b.sealControl(nic))
 }
 
 // handlePull validates a PULL against the region it names and streams the
@@ -297,66 +362,82 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 			kind = wire.NackEndpointClosed
 		}
 		b.cnt[DropBadEndpoint]++
-		b.cnt[SendNackMCP]++
-		b.sendNackMCP(nic, h.DstEP, kind, h.Handle, h.Magic)
+		b.sendNackMCP(nic, h.SrcEP, kind, h.Handle, h.Magic, &b.cnt)
 		return
 	}
 	e.cnt[RecvPull]++
 	nack := func(kind uint8, c Counter) {
 		e.cnt[c]++
-		e.cnt[SendNackMCP]++
-		b.sendNackMCP(nic, e.id, kind, h.Handle, h.Magic)
+		b.sendNackMCP(nic, h.SrcEP, kind, h.Handle, h.Magic, &e.cnt)
 	}
 	if h.Session != e.session {
 		nack(wire.NackBadSession, DropBadSession)
 		return
 	}
-	if h.RegionID >= uint32(len(e.regions)) {
+	if h.RegionID >= uint32(b.opts.Regions) {
 		nack(wire.NackBadRDMAWindow, DropBadPull)
 		return
 	}
 	reg := &e.regions[h.RegionID]
-	if !reg.used || reg.seq != h.RegionSeq {
+	if !reg.used || reg.seq != h.RegionSeq || reg.r.p.nic != nic || reg.r.p.epID != h.SrcEP {
 		nack(wire.NackBadRDMAWindow, DropBadPull)
 		return
 	}
 	r := reg.r
-	// Frames may not be shorter than the smallest MTU allows, nor blocks
-	// longer than 64 frames: one PULL never makes more than 64 replies.
-	if r.p.nic != nic || r.p.epID != h.SrcEP || h.RegionOffset != 0 || h.FirstFrameOffset != 0 ||
-		h.TotalLength > r.length || int(h.FrameLength) > b.replyMax(b.mtu) ||
-		int(h.FrameLength) < b.replyMax(minMTU) || int(h.BlockLength) > maxBlockFrames*int(h.FrameLength) {
+	p := r.p
+	// The block, in Open-MX's frame geometry for this peer: it starts at
+	// FirstFrame*L - RegionOffset%L + FirstFrameOffset in the message and
+	// must lie in the pull, which must lie in the region; one PULL never
+	// makes more than 64 replies.
+	L := uint64(p.replyLen)
+	skew := uint64(h.RegionOffset) % L
+	ffo, bl := uint64(h.FirstFrameOffset), uint64(h.BlockLength)
+	start := uint64(h.FirstFrame)*L + ffo
+	if ffo >= L || start < skew || (ffo+bl+L-1)/L > maxBlockFrames {
 		nack(wire.NackBadRDMAWindow, DropBadPull)
 		return
 	}
-	// The decoder checked that the block lies inside TotalLength, which lies
-	// inside the region.
-	F := int(h.FrameLength)
-	off := int(h.FirstFrame) * F
-	end := off + int(h.BlockLength)
+	start -= skew
+	if start+bl > uint64(h.TotalLength) || uint64(h.RegionOffset)+uint64(h.TotalLength) > uint64(r.length) {
+		nack(wire.NackBadRDMAWindow, DropBadPull)
+		return
+	}
+	off, end := int(start), int(start+bl)
+	roff := int(h.RegionOffset)
 	lens := b.lens[:0]
-	for i := int(h.FirstFrame); off < end; i++ {
-		n := min(F, end-off)
-		if len(lens) == rxBatch {
-			b.sendBatch(nic, lens)
-			lens = lens[:0]
+	for i := 0; off < end; i++ {
+		n := int(L)
+		if i == 0 {
+			n -= int(ffo)
 		}
+		n = min(n, end-off)
 		fb := b.batchBuf(len(lens))
-		wire.PutPeerIndex(fb, r.p.peerIdx)
-		rh := wire.PullReply{FrameSeq: uint8(i), FrameLength: uint16(n), Offset: uint32(off), Handle: h.Handle, Magic: h.Magic}
-		rh.Put(fb[wire.HeadLen:])
-		gatherAt(fb[wire.HeadLen+wire.PullReplyLen:wire.HeadLen+wire.PullReplyLen+n], r.segs, off)
+		wire.PutPeerIndex(fb, p.peerIdx, b.ord)
+		rh := wire.PullReply{FrameSeq: uint8(int(h.FirstFrame) + i), FrameLength: uint16(n), Offset: uint32(off),
+			Handle: h.Handle, Magic: h.Magic}
+		rh.Put(fb[wire.HeadLen:], b.ord)
+		gatherAt(fb[wire.HeadLen+wire.PullReplyLen:wire.HeadLen+wire.PullReplyLen+n], r.segs, roff+off)
 		lens = append(lens, wire.HeadLen+wire.PullReplyLen+n)
 		off += n
+		if len(lens) == rxBatch {
+			b.sendBatch(nic, lens, p.crc)
+			e.cnt[SendPullReply] += uint64(len(lens))
+			lens = lens[:0]
+		}
 	}
 	e.cnt[SendPullReply] += uint64(len(lens))
-	b.sendBatch(nic, lens)
+	b.sendBatch(nic, lens, p.crc)
 	b.lens = lens[:0]
 }
 
-// pullFor finds the live pull a PULL_REPLY or NACK_MCP is for.
+// pullFor finds the live pull a PULL_REPLY or NACK_MCP is for: the magic
+// names the endpoint (Open-MX's XOR), the handle the pull.
 func (b *Board) pullFor(nic transport.NICID, handle, magic uint32) (*Endpoint, *pull) {
-	e := b.eps[uint8(magic)^pullMagicXor]
+	id := magic ^ wire.PullMagicXor
+	if id >= MaxEndpoints {
+		return nil, nil
+	}
+	e := b.eps[id]
 	if e == nil {
 		return nil, nil
 	}

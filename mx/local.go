@@ -191,9 +191,9 @@ func (e *Endpoint) localPeer(p *partner) *Endpoint {
 	if lp, ok := e.loc.peers[p]; ok && lp.session == p.rsession {
 		return lp.ep
 	}
-	if p.unacked.n > 0 || p.waitq.n > 0 {
-		// Wire messages are in flight: the next message must not overtake
-		// them. Decide later.
+	if p.unacked.n > 0 || p.waitq.n > 0 || e.resq.n > 0 {
+		// Wire messages are in flight, or large sends wait for a region:
+		// the next message must not overtake them. Decide later.
 		return nil
 	}
 	d := lookupLocal(localKey{p.nic, p.epID, p.rsession})
@@ -347,7 +347,11 @@ func (d *Endpoint) deliverLocal(m *localMsg) localResult {
 			data = scratch
 		}
 	}
-	r, consumed := bp.matchOrHandle(m.match, uint32(m.n), data)
+	// With progression disabled the handler is not called (held): a local
+	// message then goes to the unexpected queue (or waits as a local
+	// rendezvous) for a later receive, where the wire would leave it unacked
+	// for the sender's resend.
+	r, consumed, _ := bp.matchOrHandle(m.match, uint32(m.n), data)
 	if scratch != nil {
 		d.b.putPayload(scratch)
 	}

@@ -5,19 +5,18 @@ type unexp struct {
 	next, prev *unexp
 	inQ        bool
 
-	p         *partner
-	match     uint64
-	length    uint32
-	rndv      bool
-	regionID  uint8
-	regionSeq uint8
-	buf       []byte
-	complete  bool     // every byte is in buf (or it is an RNDV)
-	pt        *partial // the medium still filling buf
-	recv      *Request // the receive waiting for the rest of a medium
-	bytes     int      // charged to the endpoint's unexpected bytes
-	released  bool
-	ls        *localSend // a local rendezvous: the sender's buffer (local.go)
+	p        *partner
+	match    uint64
+	length   uint32
+	rndv     bool
+	rref     rndvRef
+	buf      []byte
+	complete bool     // every byte is in buf (or it is an RNDV)
+	pt       *partial // the medium still filling buf
+	recv     *Request // the receive waiting for the rest of a medium
+	bytes    int      // charged to the endpoint's unexpected bytes
+	released bool
+	ls       *localSend // a local rendezvous: the sender's buffer (local.go)
 }
 
 type uxList struct {
@@ -125,7 +124,7 @@ func (e *Endpoint) takeUnexp(r *Request, u *unexp) {
 		e.takeLocal(r, u)
 	case u.rndv:
 		e.release(u)
-		e.startPull(r, u.p, u.match, u.length, u.regionID, u.regionSeq)
+		e.startPull(r, u.p, u.match, u.length, u.rref)
 		e.b.putUnexp(u)
 	case u.complete:
 		u.recv = r

@@ -207,6 +207,11 @@ func TestProbeAndMatchedProbe(t *testing.T) {
 			if _, err := m.IRecv(nil, nil); !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("second receive of a message: %v", err)
 			}
+			// Message 3 may still be on its way (a medium is several
+			// frames): wait for it, then the non-blocking form must find it.
+			if _, err := pr.b.Probe(testCtx(t, 10*time.Second), 3, ^uint64(0)); err != nil {
+				t.Fatal(err)
+			}
 			if m2, ok := pr.b.IMProbe(3, ^uint64(0)); !ok || m2.Status().Match != 3 {
 				t.Fatal("improbe")
 			}

@@ -50,8 +50,30 @@ type BoardOptions struct {
 	// instead of sleeping: lowest latency, one core spinning per waiter.
 	BusyPoll bool
 	// NoChecksum turns off the CRC-32C frame trailer (see package wire).
-	// Both boards must agree. Only safe on wires that check integrity.
+	// The trailer is a gomx extension negotiated at connect: frames between
+	// two boards carry it when both announce it (neither set NoChecksum),
+	// and never with an Open-MX peer, which does not announce it. Only turn
+	// it off on wires that check integrity.
 	NoChecksum bool
+	// LittleEndian selects little-endian header integers, for Open-MX peers
+	// built with --disable-endian on little-endian hosts; Open-MX's default
+	// and gomx's is big-endian. Every board on a wire must agree.
+	LittleEndian bool
+	// OpenMXMTU is the MTU Open-MX peers were built with (configure
+	// --with-mtu, Ethernet header included): it fixes their medium fragment
+	// stride and pull reply length, which their frames do not carry.
+	// Default 9000 (8192-byte fragments, 8968-byte pull replies); it is
+	// capped by the transport's MTU.
+	OpenMXMTU int
+	// PullHandles bounds the pulls an endpoint runs at once (Open-MX's
+	// pull handles); further matched large receives wait in a queue for
+	// one. Default 1024, at most 1024.
+	PullHandles int
+	// Regions bounds the large sends an endpoint has in flight (each holds
+	// a region the receiver pulls from); further sends to any peer wait in
+	// a queue, in order. Default 128 (Open-MX: half its 256 region ids),
+	// at most 256.
+	Regions int
 	// Names, when set, receives Hostname for this board on NewBoard and
 	// loses it on Close.
 	Names *Names
@@ -77,6 +99,9 @@ func DefaultBoardOptions() BoardOptions {
 		MaxUnacked:            1024,
 		UnexpectedMaxMessages: 65536,
 		UnexpectedMaxBytes:    64 << 20,
+		OpenMXMTU:             9000,
+		PullHandles:           maxPulls,
+		Regions:               128,
 	}
 }
 
@@ -122,7 +147,22 @@ func (o BoardOptions) withDefaults() (BoardOptions, error) {
 	if o.UnexpectedMaxBytes == 0 {
 		o.UnexpectedMaxBytes = d.UnexpectedMaxBytes
 	}
+	if o.OpenMXMTU == 0 {
+		o.OpenMXMTU = d.OpenMXMTU
+	}
+	if o.PullHandles == 0 {
+		o.PullHandles = d.PullHandles
+	}
+	if o.Regions == 0 {
+		o.Regions = d.Regions
+	}
 	switch {
+	case o.OpenMXMTU < minMTU+ethHeaderLen:
+		return o, fmt.Errorf("%w: OpenMXMTU %d below %d", ErrBadOptions, o.OpenMXMTU, minMTU+ethHeaderLen)
+	case o.PullHandles < 1 || o.PullHandles > maxPulls:
+		return o, fmt.Errorf("%w: PullHandles must be in 1..%d", ErrBadOptions, maxPulls)
+	case o.Regions < 1 || o.Regions > 256:
+		return o, fmt.Errorf("%w: Regions must be in 1..256", ErrBadOptions)
 	case o.RendezvousThreshold < 128:
 		return o, fmt.Errorf("%w: rendezvous threshold %d below the small maximum 128", ErrBadOptions, o.RendezvousThreshold)
 	case o.AckDelay < 0 || o.ResendDelay < 0 || o.PullTimeout < 0:

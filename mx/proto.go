@@ -2,468 +2,20 @@ package mx
 
 import (
 	"errors"
-	"math/rand/v2"
 
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 )
 
-// Sequence numbers: 14 bits of sequence and, on top, 2 session bits that are
-// bumped whenever a partner is reset, so packets of an older incarnation are
-// rejected.
-const (
-	seqMask     = 0x3FFF
-	seqSessMask = 0xC000
-	seqHalf     = 8192 // half the sequence space: "ahead" vs "behind"
-	earlyWindow = 255  // how far ahead packets are kept
-	earlyMax    = 1024 // stored early frames per partner
-	resendBurst = 16   // resends per partner per tick
-)
-
-func seqNext(s uint16) uint16          { return s&seqSessMask | (s+1)&seqMask }
-func seqDiff(a, b uint16) int          { return int((a - b) & seqMask) } // how far a is past b
-func sameSess(a, b uint16) bool        { return a&seqSessMask == b&seqSessMask }
-func bumpSess(s uint16) uint16         { return (s&seqSessMask+0x4000)&seqSessMask | s&seqMask }
-func seqBefore(a, b uint16) bool       { d := seqDiff(b, a); return d != 0 && d < seqHalf }
-func isBehindOrEqual(a, b uint16) bool { return !seqBefore(b, a) }
-
-// partner is an endpoint's record of one remote endpoint: both directions of
-// the sequenced stream between them.
-type partner struct {
-	ep      *Endpoint
-	nic     transport.NICID
-	epID    uint8
-	peerIdx uint16 // what to put in the head of frames to this peer
-	myIdx   uint16 // our board's index of the peer (sent in CONNECT)
-
-	rsession uint32 // the remote endpoint's session
-	rknown   bool
-	maxFrame int
-	dead     bool // reset after unreachable or a nack: sends fail until a new connect
-
-	// send side
-	sendSeq    uint16
-	unacked    reqList
-	waitq      reqList
-	ackNumRecv uint32
-
-	// receive side
-	recvSeq     uint16 // next to match
-	fullSeq     uint16 // everything below is fully received: the ack value
-	early       []earlyPkt
-	partials    []*partial
-	notAcked    int
-	ackDeadline int64
-	ackNumSent  uint32
-	inHandler   bool
-	draining    bool
-
-	connecting  reqList
-	connAttempt uint8
-}
-
-type earlyPkt struct {
-	seq  uint16
-	data []byte
-}
-
 // partial is a medium message being received fragment by fragment.
 type partial struct {
 	seq    uint16
 	msgLen uint32
-	stride uint16
 	nfrags int
 	got    uint32
 	ngot   int
 	r      *Request // the receive it matched, or
 	u      *unexp   // the unexpected entry collecting it
-}
-
-func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partner {
-	k := partnerKey{nic, epID}
-	if p := e.partners[k]; p != nil || !create {
-		return p
-	}
-	s := uint16(rand.Uint32())
-	p := &partner{
-		ep: e, nic: nic, epID: epID,
-		peerIdx:  wire.NoPeerIndex,
-		myIdx:    e.b.peerIndex(nic),
-		maxFrame: e.b.mtu,
-		recvSeq:  s,
-		fullSeq:  s,
-	}
-	e.partners[k] = p
-	e.plist = append(e.plist, p)
-	return p
-}
-
-func (p *partner) addr() Addr {
-	return Addr{NIC: p.nic, Endpoint: p.epID, Session: p.rsession, p: p}
-}
-
-func (p *partner) fragStride() int { return p.ep.b.fragMax(min(p.ep.b.mtu, p.maxFrame)) }
-
-func (p *partner) learn(h *wire.Connect) {
-	p.peerIdx = h.YourIndex
-	if int(h.MaxFrame) >= minMTU {
-		p.maxFrame = int(h.MaxFrame)
-	}
-}
-
-// ---- send side ----
-
-func (p *partner) enqueue(r *Request) {
-	if p.waitq.n > 0 || p.unacked.n >= p.ep.b.opts.MaxUnacked {
-		p.waitq.push(r)
-		return
-	}
-	p.transmitNew(r)
-}
-
-func (p *partner) transmitNew(r *Request) {
-	r.seq = p.sendSeq
-	p.sendSeq = seqNext(p.sendSeq)
-	p.unacked.push(r)
-	p.transmit(r)
-}
-
-func (p *partner) flushWait() {
-	for p.waitq.n > 0 && p.unacked.n < p.ep.b.opts.MaxUnacked {
-		p.transmitNew(p.waitq.pop())
-	}
-}
-
-// piggyback returns the ack to carry on an outgoing sequenced packet.
-func (p *partner) piggyback() uint16 {
-	if p.notAcked > 0 {
-		p.ep.cnt[AcksPiggybacked]++
-	}
-	p.notAcked = 0
-	p.ackDeadline = 0
-	return p.fullSeq
-}
-
-// transmit sends (or resends) every frame of a sequenced request.
-func (p *partner) transmit(r *Request) {
-	e := p.ep
-	b := e.b
-	r.lastSend = b.now
-	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, p.peerIdx)
-	hb := buf[wire.HeadLen:]
-	switch r.class {
-	case classTiny, classSmall:
-		h := wire.Msg{Type: wire.TypeTiny, DstEP: p.epID, SrcEP: e.id, Length: uint16(len(r.buf)),
-			Seq: r.seq, Ack: p.piggyback(), Match: r.match, Session: p.rsession}
-		c := SendTiny
-		if r.class == classSmall {
-			h.Type, c = wire.TypeSmall, SendSmall
-		}
-		h.Put(hb)
-		copy(hb[wire.MsgLen:], r.buf)
-		e.cnt[c]++
-		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf))
-	case classMedium:
-		stride := p.fragStride()
-		ack := p.piggyback()
-		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: ack,
-			Match: r.match, Session: p.rsession, FragStride: uint16(stride)}
-		lens := b.lens[:0]
-		for i, off := 0, 0; off < len(r.buf); i, off = i+1, off+stride {
-			n := min(stride, len(r.buf)-off)
-			fb := b.batchBuf(i)
-			wire.PutPeerIndex(fb, p.peerIdx)
-			h.FragIndex, h.FragLength = uint8(i), uint16(n)
-			h.Put(fb[wire.HeadLen:])
-			copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
-			lens = append(lens, wire.HeadLen+wire.MediumLen+n)
-		}
-		e.cnt[SendMediumFrag] += uint64(len(lens))
-		b.sendBatch(p.nic, lens)
-		b.lens = lens[:0]
-	case classLarge:
-		reg := &e.regions[r.region]
-		h := wire.Rndv{DstEP: p.epID, SrcEP: e.id, Seq: r.seq, Ack: p.piggyback(), Match: r.match,
-			Session: p.rsession, MsgLength: r.length, RegionID: uint8(r.region), RegionSeq: reg.seq}
-		h.Put(hb)
-		e.cnt[SendRndv]++
-		b.sendFrame(p.nic, buf, wire.HeadLen+wire.RndvLen)
-	case classNotify:
-		h := wire.Notify{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, PulledLength: r.pulled,
-			RegionID: r.nRegionID, RegionSeq: r.nRegionSq, Seq: r.seq, Ack: p.piggyback()}
-		h.Put(hb)
-		e.cnt[SendNotify]++
-		b.sendFrame(p.nic, buf, wire.HeadLen+wire.NotifyLen)
-	}
-}
-
-// applyAck releases every unacked request below ack.
-func (p *partner) applyAck(ack uint16) {
-	if !sameSess(ack, p.sendSeq) {
-		return
-	}
-	if d := seqDiff(ack, p.sendSeq); d != 0 && d < seqHalf {
-		return // acks something never sent
-	}
-	for r := p.unacked.head; r != nil && seqBefore(r.seq, ack); r = p.unacked.head {
-		p.unacked.remove(r)
-		p.acked(r)
-	}
-	p.flushWait()
-}
-
-func (p *partner) acked(r *Request) {
-	e := p.ep
-	r.acked = true
-	switch r.class {
-	case classLarge:
-		return // waits for the NOTIFY
-	case classNotify:
-		r.protoHeld = false
-	default:
-		r.protoHeld = false
-		if r.zombie {
-			e.zombies--
-		} else {
-			e.complete(r, nil)
-		}
-	}
-	e.b.maybeFree(r)
-}
-
-// resendDue resends the oldest overdue unacked requests.
-func (p *partner) resendDue(now int64) {
-	b := p.ep.b
-	delay := int64(b.opts.ResendDelay)
-	k := 0
-	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
-		if now-r.lastSend < delay {
-			continue
-		}
-		r.resends++
-		if r.resends > b.opts.ResendMax {
-			p.ep.cnt[Unreachable]++
-			p.reset(ErrUnreachable)
-			return
-		}
-		p.ep.cnt[Resends]++
-		p.transmit(r)
-		k++
-	}
-}
-
-// failSend completes a send-side request with code and drops it.
-func (p *partner) failSend(r *Request, code error) {
-	e := p.ep
-	if r.region >= 0 {
-		e.freeRegion(r.region)
-		r.region = -1
-	}
-	r.protoHeld = false
-	if r.zombie {
-		e.zombies--
-	} else {
-		e.complete(r, code)
-	}
-	e.b.maybeFree(r)
-}
-
-// failAll fails every pending request that involves the partner.
-func (p *partner) failAll(code error) {
-	e := p.ep
-	for r := p.unacked.pop(); r != nil; r = p.unacked.pop() {
-		p.failSend(r, code)
-	}
-	for r := p.waitq.pop(); r != nil; r = p.waitq.pop() {
-		p.failSend(r, code)
-	}
-	for i := range e.regions {
-		if reg := &e.regions[i]; reg.used && reg.r.p == p {
-			p.failSend(reg.r, code)
-		}
-	}
-	for _, pl := range e.pulls {
-		if pl != nil && pl.p == p {
-			e.endPull(pl, code)
-		}
-	}
-	for _, pt := range p.partials {
-		if pt.r != nil {
-			e.complete(pt.r, code)
-		} else if pt.u != nil {
-			e.dropUnexp(pt.u)
-		}
-		e.b.putPartial(pt)
-	}
-	p.partials = p.partials[:0]
-	for _, x := range p.early {
-		e.b.putBuf(x.data)
-	}
-	p.early = p.early[:0]
-}
-
-// reset drops all state with the partner after an unreachable peer or a
-// nack: pending requests fail with code, sequence numbers move to a new
-// session, and sends fail until the application connects again.
-func (p *partner) reset(code error) {
-	p.failAll(code)
-	p.sendSeq = bumpSess(p.sendSeq)
-	p.recvSeq = bumpSess(p.recvSeq)
-	p.fullSeq = p.recvSeq
-	p.notAcked = 0
-	p.ackDeadline = 0
-	p.dead = true
-}
-
-// ---- acks ----
-
-func (p *partner) sendAck() {
-	e := p.ep
-	b := e.b
-	p.ackNumSent++
-	h := wire.Truc{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, AckUpTo: p.fullSeq,
-		AckNum: p.ackNumSent, SendSeq: p.sendSeq}
-	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, p.peerIdx)
-	h.Put(buf[wire.HeadLen:])
-	e.cnt[SendTruc]++
-	b.sendFrame(p.nic, buf, wire.HeadLen+wire.TrucLen)
-	p.notAcked = 0
-	p.ackDeadline = 0
-}
-
-// noteReceived records that the full-receive point moved: ack now after
-// NotAckedMax messages, else after AckDelay.
-func (p *partner) noteReceived() {
-	b := p.ep.b
-	p.notAcked++
-	if p.notAcked >= b.opts.NotAckedMax {
-		p.ep.cnt[AcksImmediate]++
-		p.sendAck()
-		return
-	}
-	if p.ackDeadline == 0 {
-		p.ackDeadline = b.now + int64(b.opts.AckDelay)
-	}
-}
-
-func (p *partner) updateFull() {
-	old := p.fullSeq
-	if len(p.partials) > 0 {
-		p.fullSeq = p.partials[0].seq
-	} else {
-		p.fullSeq = p.recvSeq
-	}
-	if p.fullSeq != old {
-		p.noteReceived()
-	}
-}
-
-// ---- receive side ----
-
-// seqFields reads seq and piggybacked ack of a verified sequenced packet.
-func seqFields(h []byte) (seq, ack uint16) {
-	if wire.Type(h[0]) == wire.TypeNotify {
-		return be16(h[18:]), be16(h[20:])
-	}
-	return be16(h[8:]), be16(h[10:])
-}
-
-func be16(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
-
-// recvSequenced handles a verified TINY, SMALL, MEDIUM, RNDV or NOTIFY frame
-// (peer index included) from this partner.
-func (p *partner) recvSequenced(f []byte) {
-	e := p.ep
-	h := f[wire.HeadLen:]
-	typ := wire.Type(h[0])
-	seq, ack := seqFields(h)
-	p.applyAck(ack)
-	if !sameSess(seq, p.recvSeq) {
-		e.cnt[DropBadSeq]++
-		return
-	}
-	d := seqDiff(seq, p.recvSeq)
-	switch {
-	case d == 0:
-		if p.inHandler {
-			e.cnt[DupMessages]++
-			return
-		}
-		if !p.deliver(f) {
-			return
-		}
-		p.recvSeq = seqNext(p.recvSeq)
-		p.updateFull()
-		p.drainEarly()
-	case d < seqHalf:
-		if d > earlyWindow || len(p.early) >= earlyMax {
-			e.cnt[DropEarlyFull]++
-			return
-		}
-		for _, x := range p.early {
-			if x.seq == seq && sameFrag(x.data, f) {
-				e.cnt[DupFrags]++
-				return
-			}
-		}
-		e.cnt[EarlyStored]++
-		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...)})
-	default:
-		if typ == wire.TypeMedium {
-			for _, pt := range p.partials {
-				if pt.seq == seq {
-					p.addFrag(pt, f)
-					return
-				}
-			}
-		}
-		e.cnt[DupMessages]++
-		e.cnt[ObsoleteDropped]++
-		e.cnt[AcksImmediate]++
-		p.sendAck()
-	}
-}
-
-// sameFrag reports whether two stored frames are the same packet (for
-// mediums: the same fragment).
-func sameFrag(a, b []byte) bool {
-	ha, hb := a[wire.HeadLen:], b[wire.HeadLen:]
-	if ha[0] != hb[0] {
-		return false
-	}
-	if wire.Type(ha[0]) == wire.TypeMedium {
-		return ha[26] == hb[26]
-	}
-	return true
-}
-
-// drainEarly processes stored packets that became deliverable.
-func (p *partner) drainEarly() {
-	if p.draining {
-		return
-	}
-	p.draining = true
-	for {
-		i := -1
-		for j, x := range p.early {
-			if isBehindOrEqual(x.seq, p.recvSeq) || !sameSess(x.seq, p.recvSeq) {
-				i = j
-				break
-			}
-		}
-		if i < 0 {
-			break
-		}
-		x := p.early[i]
-		p.early = append(p.early[:i], p.early[i+1:]...)
-		if sameSess(x.seq, p.recvSeq) {
-			p.recvSequenced(x.data)
-		}
-		p.ep.b.putBuf(x.data)
-	}
-	p.draining = false
 }
 
 // deliver handles the packet whose seq is the next to match. It returns
@@ -474,19 +26,19 @@ func (p *partner) deliver(f []byte) bool {
 	h := f[wire.HeadLen:]
 	switch wire.Type(h[0]) {
 	case wire.TypeTiny, wire.TypeSmall:
-		m, payload, _ := wire.DecodeMsg(h)
+		m, payload, _ := wire.DecodeMsg(h, e.b.ord)
 		return p.deliverEager(m.Match, uint32(len(payload)), payload)
 	case wire.TypeMedium:
-		m, payload, _ := wire.DecodeMedium(h)
-		if m.Frags() == 1 {
+		m, payload, _ := wire.DecodeMedium(h, e.b.ord)
+		if m.Frags(p.stride) == 1 {
 			return p.deliverEager(m.Match, m.MsgLength, payload)
 		}
 		return p.deliverMedium(&m, f)
 	case wire.TypeRndv:
-		m, _ := wire.DecodeRndv(h)
+		m, _ := wire.DecodeRndv(h, e.b.ord)
 		return p.deliverRndv(&m)
 	case wire.TypeNotify:
-		m, _ := wire.DecodeNotify(h)
+		m, _ := wire.DecodeNotify(h, e.b.ord)
 		e.gotNotify(p, &m)
 		return true
 	}
@@ -494,11 +46,17 @@ func (p *partner) deliver(f []byte) bool {
 }
 
 // matchOrHandle finds a posted receive for match, or offers the message to
-// the unexpected handler. consumed reports that the handler finished it.
-func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Request, consumed bool) {
+// the unexpected handler. consumed reports that the handler finished it;
+// held that the handler should see it but progression is disabled, so the
+// message must not be taken now.
+func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Request, consumed, held bool) {
 	e := p.ep
 	if r = e.matchPosted(match); r != nil || e.handler == nil {
-		return r, false
+		return r, false, false
+	}
+	if e.progOff > 0 {
+		e.cnt[HeldProgressionOff]++
+		return nil, false, true
 	}
 	b := e.b
 	h := e.handler
@@ -511,14 +69,17 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	p.inHandler = false
 	if res == Finished || e.closed {
 		e.cnt[UnexpectedHandled]++
-		return nil, true
+		return nil, true, false
 	}
-	return e.matchPosted(match), false
+	return e.matchPosted(match), false, false
 }
 
 func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool {
 	e := p.ep
-	r, consumed := p.matchOrHandle(match, length, payload)
+	r, consumed, held := p.matchOrHandle(match, length, payload)
+	if held {
+		return false
+	}
 	if consumed {
 		return true
 	}
@@ -541,17 +102,20 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool
 
 func (p *partner) deliverMedium(m *wire.Medium, f []byte) bool {
 	e := p.ep
-	r, consumed := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	r, consumed, held := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	if held {
+		return false
+	}
 	if consumed {
 		// The handler finished it: swallow the remaining fragments.
 		pt := e.b.getPartial()
-		*pt = partial{seq: m.Seq, msgLen: m.MsgLength, stride: m.FragStride, nfrags: m.Frags()}
+		*pt = partial{seq: m.Seq, msgLen: m.MsgLength, nfrags: m.Frags(p.stride)}
 		p.partials = append(p.partials, pt)
 		p.addFrag(pt, f)
 		return true
 	}
 	pt := e.b.getPartial()
-	*pt = partial{seq: m.Seq, msgLen: m.MsgLength, stride: m.FragStride, nfrags: m.Frags(), r: r}
+	*pt = partial{seq: m.Seq, msgLen: m.MsgLength, nfrags: m.Frags(p.stride), r: r}
 	if r == nil {
 		if !e.unexpRoom(int(m.MsgLength)) {
 			e.cnt[DropUnexpectedFull]++
@@ -576,8 +140,8 @@ func (p *partner) deliverMedium(m *wire.Medium, f []byte) bool {
 // addFrag stores one medium fragment into its partial message.
 func (p *partner) addFrag(pt *partial, f []byte) {
 	e := p.ep
-	m, payload, _ := wire.DecodeMedium(f[wire.HeadLen:])
-	if m.MsgLength != pt.msgLen || m.FragStride != pt.stride {
+	m, payload, _ := wire.DecodeMedium(f[wire.HeadLen:], e.b.ord)
+	if m.MsgLength != pt.msgLen {
 		e.cnt[DropBadHeader]++
 		return
 	}
@@ -588,7 +152,7 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 	}
 	pt.got |= bit
 	pt.ngot++
-	off := m.Offset()
+	off := m.Offset(p.stride)
 	switch {
 	case pt.r != nil:
 		scatterAt(pt.r.segs, off, payload)
@@ -622,13 +186,17 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 
 func (p *partner) deliverRndv(m *wire.Rndv) bool {
 	e := p.ep
-	r, consumed := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	r, consumed, held := p.matchOrHandle(m.Match, m.MsgLength, nil)
+	if held {
+		return false
+	}
 	if consumed {
 		p.sendNotify(0, m.RegionID, m.RegionSeq)
 		return true
 	}
+	ref := rndvRef{id: m.RegionID, seq: m.RegionSeq, off: m.RegionOffset}
 	if r != nil {
-		e.startPull(r, p, m.Match, m.MsgLength, m.RegionID, m.RegionSeq)
+		e.startPull(r, p, m.Match, m.MsgLength, ref)
 		return true
 	}
 	if !e.unexpRoom(0) {
@@ -636,7 +204,7 @@ func (p *partner) deliverRndv(m *wire.Rndv) bool {
 		return false
 	}
 	u := e.b.getUnexp()
-	*u = unexp{p: p, match: m.Match, length: m.MsgLength, rndv: true, regionID: m.RegionID, regionSeq: m.RegionSeq, complete: true}
+	*u = unexp{p: p, match: m.Match, length: m.MsgLength, rndv: true, rref: ref, complete: true}
 	e.queueUnexp(u)
 	return true
 }
@@ -669,24 +237,46 @@ func (e *Endpoint) finishRecv(r *Request, p *partner, match uint64, msgLen, xfer
 // ---- frame dispatch ----
 
 // handleFrame validates one received frame and dispatches it. Called with
-// b.mu held; data is only valid during the call.
+// b.mu held; data is only valid during the call. The trailer is checked
+// when the sending board and this one agreed on it at connect (see
+// package wire); a CONNECT says so itself.
 func (b *Board) handleFrame(nic transport.NICID, data []byte) {
-	f, err := wire.Verify(data, b.crc)
+	n, err := wire.FrameLen(data, b.ord)
 	if err != nil {
-		switch {
-		case errors.Is(err, wire.ErrChecksum):
-			b.cnt[DropBadChecksum]++
-		case errors.Is(err, wire.ErrUnknownType):
+		if errors.Is(err, wire.ErrUnknownType) {
 			b.cnt[DropUnknownType]++
-		default:
+		} else {
 			b.cnt[DropBadHeader]++
 		}
 		return
 	}
+	f := data[:n]
 	h := f[wire.HeadLen:]
-	switch typ := wire.Type(h[0]); typ {
+	typ := wire.Type(h[0])
+	var crc bool
+	switch typ {
+	case wire.TypeRaw:
+	case wire.TypeConnect:
+		m, err := wire.DecodeConnect(h, b.ord)
+		if err != nil {
+			b.cnt[DropBadHeader]++
+			return
+		}
+		crc = b.crc && m.HasExt && m.Ext.Flags&wire.ExtChecksum != 0
+	default:
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil {
+			crc = pi.crc
+		}
+	}
+	if crc {
+		if _, err := wire.VerifyLen(data, n); err != nil {
+			b.cnt[DropBadChecksum]++
+			return
+		}
+	}
+	switch typ {
 	case wire.TypeTiny, wire.TypeSmall:
-		m, _, err := wire.DecodeMsg(h)
+		m, _, err := wire.DecodeMsg(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
@@ -695,70 +285,82 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		if typ == wire.TypeSmall {
 			c = RecvSmall
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c, nil)
 	case wire.TypeMedium:
-		m, _, err := wire.DecodeMedium(h)
+		m, _, err := wire.DecodeMedium(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag, &m)
 	case wire.TypeRndv:
-		m, err := wire.DecodeRndv(h)
+		m, err := wire.DecodeRndv(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv, nil)
 	case wire.TypeNotify:
-		m, err := wire.DecodeNotify(h)
+		m, err := wire.DecodeNotify(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify, nil)
 	case wire.TypeConnect:
-		m, err := wire.DecodeConnect(h)
-		if err != nil {
-			b.cnt[DropBadHeader]++
-			return
-		}
+		m, _ := wire.DecodeConnect(h, b.ord)
 		b.handleConnect(nic, &m)
 	case wire.TypeTruc:
-		m, err := wire.DecodeTruc(h)
+		m, err := wire.DecodeTruc(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
 		b.handleTruc(nic, &m)
 	case wire.TypeNackLib:
-		m, err := wire.DecodeNackLib(h)
+		m, err := wire.DecodeNackLib(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
 		b.handleNackLib(nic, &m)
 	case wire.TypePull:
-		m, err := wire.DecodePull(h)
+		m, err := wire.DecodePull(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadPull]++
 			return
 		}
 		b.handlePull(nic, &m)
 	case wire.TypePullReply:
-		m, payload, err := wire.DecodePullReply(h)
+		m, payload, err := wire.DecodePullReply(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadPullReply]++
 			return
 		}
 		b.handlePullReply(nic, &m, payload)
 	case wire.TypeNackMCP:
-		m, err := wire.DecodeNackMCP(h)
+		m, err := wire.DecodeNackMCP(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
 		b.handleNackMCP(nic, &m)
+	case wire.TypeHostQuery:
+		m, err := wire.DecodeHostQuery(h, b.ord)
+		if err != nil {
+			b.cnt[DropBadHeader]++
+			return
+		}
+		b.handleHostQuery(nic, &m)
+	case wire.TypeHostReply:
+		m, err := wire.DecodeHostReply(h, b.ord)
+		if err != nil {
+			b.cnt[DropBadHeader]++
+			return
+		}
+		b.handleHostReply(nic, &m)
+	case wire.TypeRaw:
+		b.handleRaw(nic, f)
 	default:
 		b.cnt[DropUnknownType]++
 	}
@@ -777,22 +379,22 @@ func (b *Board) endpointFor(nic transport.NICID, dst, src uint8, session uint32,
 			b.cnt[DropBadEndpoint]++
 		}
 		if nack {
-			b.sendNackLib(nic, dst, src, kind, seq, 0)
+			b.sendNackLib(nic, dst, src, kind, seq, nil)
 		}
 		return nil
 	}
 	if session != e.session {
 		e.cnt[DropBadSession]++
 		if nack {
-			b.sendNackLib(nic, dst, src, wire.NackBadSession, seq, 0)
-			e.cnt[SendNackLib]++
+			b.sendNackLib(nic, dst, src, wire.NackBadSession, seq, &e.cnt)
 		}
 		return nil
 	}
 	return e
 }
 
-func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter) {
+// sequenced hands a TINY, SMALL, MEDIUM (m) , RNDV or NOTIFY to its partner.
+func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter, m *wire.Medium) {
 	e := b.endpointFor(nic, dst, src, session, seq, true)
 	if e == nil {
 		return
@@ -803,220 +405,9 @@ func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session
 		e.cnt[DropNoPartner]++
 		return
 	}
+	if m != nil && m.Check(p.stride) != nil {
+		e.cnt[DropBadHeader]++
+		return
+	}
 	p.recvSequenced(f)
-}
-
-func (b *Board) sendNackLib(nic transport.NICID, from, to, kind uint8, seq uint16, session uint32) {
-	h := wire.NackLib{SrcEP: from, Kind: kind, Session: session, DstEP: to, PeerIndex: wire.NoPeerIndex, Seq: seq}
-	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, wire.NoPeerIndex)
-	h.Put(buf[wire.HeadLen:])
-	b.cnt[SendNackLib]++
-	b.sendFrame(nic, buf, wire.HeadLen+wire.NackLibLen)
-}
-
-func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
-	e := b.endpointFor(nic, h.DstEP, h.SrcEP, h.Session, 0, false)
-	if e == nil {
-		return
-	}
-	e.cnt[RecvTruc]++
-	p := e.partners[partnerKey{nic, h.SrcEP}]
-	if p == nil {
-		e.cnt[DropNoPartner]++
-		return
-	}
-	if h.AckNum <= p.ackNumRecv {
-		e.cnt[DropStaleAck]++
-		return
-	}
-	p.ackNumRecv = h.AckNum
-	p.applyAck(h.AckUpTo)
-}
-
-func nackErr(kind uint8) error {
-	switch kind {
-	case wire.NackEndpointClosed:
-		return ErrEndpointClosed
-	case wire.NackBadSession:
-		return ErrBadSession
-	case wire.NackBadRDMAWindow:
-		return ErrBadRDMAWindow
-	}
-	return ErrBadEndpoint
-}
-
-func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
-	e := b.eps[h.DstEP]
-	if e == nil {
-		b.cnt[DropBadNack]++
-		return
-	}
-	e.cnt[RecvNackLib]++
-	p := e.partners[partnerKey{nic, h.SrcEP}]
-	if p == nil {
-		e.cnt[DropBadNack]++
-		return
-	}
-	code := nackErr(h.Kind)
-	if h.Session != 0 { // a nacked connect
-		if h.Session != e.session || p.connecting.n == 0 {
-			e.cnt[DropBadNack]++
-			return
-		}
-		for r := p.connecting.pop(); r != nil; r = p.connecting.pop() {
-			e.complete(r, code)
-		}
-		return
-	}
-	for r := p.unacked.head; r != nil; r = r.qnext {
-		if r.seq == h.Seq {
-			p.reset(code)
-			return
-		}
-	}
-	e.cnt[DropBadNack]++
-}
-
-// ---- connect ----
-
-func (p *partner) sendConnect(r *Request) {
-	e := p.ep
-	b := e.b
-	r.lastSend = b.now
-	h := wire.Connect{DstEP: p.epID, SrcEP: e.id, YourIndex: p.myIdx, MaxFrame: uint16(b.mtu),
-		Attempt: r.attempt, SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq}
-	buf := b.frameBuf()
-	wire.PutPeerIndex(buf, p.peerIdx)
-	h.Put(buf[wire.HeadLen:])
-	e.cnt[SendConnectRequest]++
-	b.sendFrame(p.nic, buf, wire.HeadLen+wire.ConnectLen)
-}
-
-func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
-	if !h.IsReply {
-		e := b.eps[h.DstEP]
-		if e == nil {
-			kind := uint8(wire.NackBadEndpoint)
-			if b.wasOpen[h.DstEP] {
-				kind = wire.NackEndpointClosed
-			}
-			b.cnt[DropBadEndpoint]++
-			b.sendNackLib(nic, h.DstEP, h.SrcEP, kind, 0, h.SrcSession)
-			return
-		}
-		e.cnt[RecvConnectRequest]++
-		status := uint8(wire.ConnectOK)
-		var next uint16
-		if h.Key != e.key {
-			e.cnt[DropBadKey]++
-			status = wire.ConnectBadKey
-		} else {
-			p := e.partner(nic, h.SrcEP, true)
-			p.learn(h)
-			switch {
-			case !p.rknown || p.rsession != h.SrcSession:
-				if p.rknown { // a new incarnation of the peer endpoint
-					p.reset(ErrBadSession)
-				}
-				p.rknown, p.rsession, p.ackNumRecv = true, h.SrcSession, 0
-				p.sendSeq = h.NextRecvSeq
-			case !sameSess(p.sendSeq, h.NextRecvSeq):
-				// The peer reset its state for us: start a new session.
-				p.reset(ErrUnreachable)
-				p.sendSeq = h.NextRecvSeq
-			}
-			p.dead = false
-			next = p.recvSeq
-		}
-		r := wire.Connect{IsReply: true, DstEP: h.SrcEP, SrcEP: e.id, YourIndex: b.peerIndex(nic),
-			MaxFrame: uint16(b.mtu), Attempt: h.Attempt, SrcSession: h.SrcSession, DstSession: e.session,
-			NextRecvSeq: next, Status: status}
-		buf := b.frameBuf()
-		wire.PutPeerIndex(buf, h.YourIndex)
-		r.Put(buf[wire.HeadLen:])
-		e.cnt[SendConnectReply]++
-		b.sendFrame(nic, buf, wire.HeadLen+wire.ConnectLen)
-		return
-	}
-	e := b.eps[h.DstEP]
-	if e == nil {
-		b.cnt[DropBadEndpoint]++
-		return
-	}
-	e.cnt[RecvConnectReply]++
-	if h.SrcSession != e.session {
-		e.cnt[DropBadSession]++
-		return
-	}
-	p := e.partners[partnerKey{nic, h.SrcEP}]
-	if p == nil {
-		e.cnt[DropNoPartner]++
-		return
-	}
-	var r *Request
-	for r = p.connecting.head; r != nil && r.attempt != h.Attempt; r = r.qnext {
-	}
-	if r == nil {
-		e.cnt[DupMessages]++
-		return
-	}
-	p.connecting.remove(r)
-	if h.Status != wire.ConnectOK {
-		e.complete(r, ErrBadKey)
-		return
-	}
-	p.learn(h)
-	switch {
-	case !p.rknown || p.rsession != h.DstSession:
-		if p.rknown {
-			p.reset(ErrBadSession)
-		}
-		p.rknown, p.rsession, p.ackNumRecv = true, h.DstSession, 0
-		p.sendSeq = h.NextRecvSeq
-	case p.dead || !sameSess(p.sendSeq, h.NextRecvSeq):
-		if !p.dead {
-			p.reset(ErrUnreachable)
-		}
-		p.sendSeq = h.NextRecvSeq
-	}
-	p.dead = false
-	r.status.Source = p.addr()
-	e.complete(r, nil)
-}
-
-// timers runs the endpoint's periodic duties: delayed acks, resends,
-// connect resends and pull timeouts.
-func (e *Endpoint) timers() {
-	b := e.b
-	now := b.now
-	for _, p := range e.plist {
-		if p.notAcked > 0 && p.ackDeadline != 0 && now >= p.ackDeadline {
-			e.cnt[AcksDelayed]++
-			p.sendAck()
-		}
-		if p.unacked.n > 0 {
-			p.resendDue(now)
-		}
-		for r := p.connecting.head; r != nil; {
-			next := r.qnext
-			if now-r.lastSend >= int64(b.opts.ResendDelay) {
-				r.resends++
-				if r.resends > b.opts.ResendMax {
-					p.connecting.remove(r)
-					e.cnt[Unreachable]++
-					e.complete(r, ErrUnreachable)
-				} else {
-					e.cnt[ConnectResends]++
-					p.sendConnect(r)
-				}
-			}
-			r = next
-		}
-	}
-	for _, pl := range e.pulls {
-		if pl != nil {
-			pl.timer(now)
-		}
-	}
 }

@@ -90,24 +90,27 @@ type Request struct {
 	inDone       bool
 
 	// send
-	p        *partner
-	class    msgClass
-	seq      uint16
-	match    uint64
-	length   uint32
-	buf      []byte // eager payload copy
-	segsBuf  [][]byte
-	segs     [][]byte
-	lastSend int64
-	resends  int
-	acked    bool
-	region   int // -1: none
+	p         *partner
+	class     msgClass
+	seq       uint16
+	match     uint64
+	length    uint32
+	buf       []byte // eager payload copy
+	segsBuf   [][]byte
+	segs      [][]byte
+	lastSend  int64
+	resends   int
+	resendMax int  // SetRequestTimeout: resends before failure; 0: the endpoint's
+	nacked    bool // a NACK_LIB came; the next one (after the resend it caused) fails it
+	acked     bool
+	region    int // -1: none
 	// notify (internal)
 	pulled               uint32
 	nRegionID, nRegionSq uint8
 	// recv
 	mask uint64
 	pl   *pull
+	rref rndvRef // a matched large receive waiting for a pull handle
 	// connect
 	key     uint32
 	attempt uint8

@@ -197,8 +197,9 @@ func TestEndpointSteering(t *testing.T) {
 	p := netnstest.NewPair(t, 1)
 	var prog *Program
 	var s0, s1, tx *Socket
+	pullType, pullOff, pullXor := PullReplyRule(false)
 	err := p.InB(func() (err error) {
-		if prog, err = Attach(p.B, ProgramOptions{Slots: 2, Mode: DriverMode, PullReplyType: 0x2A, PullReplyOffset: 17, PullReplyXOR: 0x80}); err != nil {
+		if prog, err = Attach(p.B, ProgramOptions{Slots: 2, Mode: DriverMode, PullReplyType: pullType, PullReplyOffset: pullOff, PullReplyXOR: pullXor}); err != nil {
 			return err
 		}
 		t.Cleanup(func() { prog.Close() })

@@ -79,6 +79,21 @@ type ProgramOptions struct {
 // after the 2-byte peer index.
 const typeOffset = 2
 
+// PullReplyRule returns the ProgramOptions PullReplyType, PullReplyOffset
+// and PullReplyXOR that steer Open-MX PULL_REPLY frames (type 0x2A) to the
+// socket of the endpoint that pulls: they carry no endpoint byte, only the
+// puller magic, which Open-MX (and mx) make the endpoint index XOR
+// 0x21071980, at offset 12 of the PULL_REPLY header (Data offset 14). Its
+// low byte is the endpoint XOR 0x80, the magic's last byte in big-endian
+// headers (Data offset 17) and its first in little-endian ones (offset 14).
+func PullReplyRule(littleEndian bool) (typ uint8, offset int, xor uint8) {
+	const magicAt = typeOffset + 12
+	if littleEndian {
+		return 0x2A, magicAt, 0x80
+	}
+	return 0x2A, magicAt + 3, 0x80
+}
+
 // Counter indices per queue in the counters map.
 const (
 	countRedirected = iota // ours, handed to a socket's slot

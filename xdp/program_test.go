@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/gomx-dev/gomx/mx/wire"
 )
 
 // testFrames are frames the classifier must sort: ours (raw or UDP in the
@@ -127,5 +129,25 @@ func TestProgramOptions(t *testing.T) {
 	o, err := ProgramOptions{Queues: 3, UDPPortLow: 7}.withDefaults("")
 	if err != nil || o.Slots != 1 || o.EtherType != 0x86DF || o.EndpointOffset != 3 || o.UDPPortHigh != 7 {
 		t.Errorf("defaults: %+v, %v", o, err)
+	}
+}
+
+// The PULL_REPLY rule the transport configures finds the puller's endpoint
+// in the frames mx builds, in both byte orders.
+func TestPullReplyRuleMatchesMX(t *testing.T) {
+	for _, little := range []bool{false, true} {
+		o := wire.BigEndian
+		if little {
+			o = wire.LittleEndian
+		}
+		typ, off, xor := PullReplyRule(little)
+		for _, ep := range []uint32{0, 1, 7, 200, 255} {
+			data := make([]byte, wire.HeadLen+wire.PullReplyLen)
+			h := wire.PullReply{FrameLength: 1, Handle: 0xFFFFFFFF, Magic: ep ^ wire.PullMagicXor}
+			h.Put(data[wire.HeadLen:], o)
+			if data[typeOffset] != typ || uint32(data[off]^xor) != ep {
+				t.Errorf("%v endpoint %d: type %#x, byte %d gives %d", o, ep, data[typeOffset], off, data[off]^xor)
+			}
+		}
 	}
 }

@@ -37,6 +37,11 @@ type TransportOptions struct {
 	// Socket configures the sockets; Attach the program's attach mode.
 	Socket Options
 	Attach AttachMode
+	// LittleEndianWire says the mx boards on this transport write
+	// little-endian headers (mx BoardOptions.LittleEndian), so the steering
+	// program finds the puller magic's low byte of PULL_REPLY frames, which
+	// carry no endpoint byte, where it is (see PullReplyRule).
+	LittleEndianWire bool
 	// Spin is how long Recv polls the rings before it sleeps in poll(2):
 	// spinning costs a CPU but saves the wake-up latency (tens of
 	// microseconds in a VM). 20µs when zero; negative means never spin.
@@ -94,6 +99,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 		}
 	}()
 	po := ProgramOptions{Mode: o.Attach}
+	po.PullReplyType, po.PullReplyOffset, po.PullReplyXOR = PullReplyRule(o.LittleEndianWire)
 	if o.UDP.IsValid() {
 		a := o.UDP.Addr().Unmap()
 		if !a.Is4() || o.UDP.Port() == 0 {

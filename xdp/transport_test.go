@@ -72,6 +72,11 @@ func TestTransport(t *testing.T) {
 			if m := a.MTU(); m < 1400 || m > 1500 {
 				t.Errorf("MTU() = %d", m)
 			}
+			// The steering program knows where PULL_REPLY frames name their
+			// endpoint (mx's pull replies carry no endpoint byte).
+			if po := a.prog.Options(); po.PullReplyType != 0x2A || po.PullReplyOffset != 17 || po.PullReplyXOR != 0x80 {
+				t.Errorf("PULL_REPLY rule %#x/%d/%#x", po.PullReplyType, po.PullReplyOffset, po.PullReplyXOR)
+			}
 			for _, dir := range []struct{ from, to *Transport }{{a, b}, {b, a}} {
 				const count = 500
 				var frames []transport.Frame

@@ -6,29 +6,52 @@
 //
 // # Frame layout
 //
-// A frame's Data (see package transport) is
+// A frame's Data (see package transport) is what follows the Ethernet
+// header of an Open-MX frame:
 //
-//	peer index (2) | packet header (type-specific) | payload | CRC-32C (4)
+//	peer index (2) | packet header (type-specific) | payload [| CRC-32C (4)]
 //
 // The 2-byte peer index is the sender's index in the receiver's peer table
 // ([NoPeerIndex] when unknown). The packet header starts with a 1-byte packet
-// type ([Type]) and follows the Open-MX native layouts of the mx spec §2.3,
-// big-endian. Every header carries, directly or through a length field, the
-// exact length of what follows it, so a receiver never trusts the frame length
-// (Ethernet pads short frames): [FrameLen] computes it.
+// type ([Type]) and follows the layouts of Open-MX's common/omx_wire.h in its
+// native (not MX-wire-compatible) mode, field for field; every header type's
+// doc comment gives its byte offsets. Every header carries, directly or
+// through a length field, the exact length of what follows it, so a receiver
+// never trusts the frame length (Ethernet pads short frames): [FrameLen]
+// computes it. RAW frames are the exception: they are opaque and run to the
+// end of the frame.
 //
-// # Checksum
+// # Byte order
 //
-// Open-MX relies on the Ethernet CRC and has only a debug checksum. gomx
-// frames travel over wires and software transports that may not check a CRC
-// end to end, so by default every frame ends with a CRC-32C (Castagnoli) of
-// everything before it, big-endian ([Seal], [Verify]). Both boards must agree
-// on whether the trailer is present; it is the one place where the gomx wire
-// differs from Open-MX's native format.
+// Open-MX writes header integers big-endian by default and in host order
+// when built with --disable-endian, which on the machines it runs on means
+// little-endian. Every Put and Decode takes the [Order]; both boards of a
+// wire must use the same one (mx.BoardOptions.LittleEndian).
 //
-// Where Open-MX leaves padding, gomx stores a few extra fields, all documented
-// on the header types: the medium fragment stride, the pull frame length, the
-// sender's largest frame in CONNECT, and an echoed session in NACK_LIB.
+// # Padding
+//
+// Open-MX neither writes nor clears the padding bytes of its headers (its
+// packet buffers are not zeroed), so the decoders here never read a pad and
+// the encoders write zeros there. Nothing gomx needs beyond Open-MX lives in
+// a pad.
+//
+// # Extensions
+//
+// What gomx needs beyond Open-MX is named as an extension and is only used
+// once both sides have announced it:
+//
+//   - [ConnectExt]: a gomx CONNECT carries 8 more data bytes after Open-MX's
+//     16 (its data length field says 24, where Open-MX always says 16 and
+//     reads only 16). They hold a magic, the sender's largest frame and its
+//     flags. An Open-MX peer ignores them; a gomx peer learns from them that
+//     the other side is gomx and what it can do.
+//   - The CRC-32C trailer ([Seal], [Verify]): 4 bytes, big-endian, after the
+//     frame's header and payload, covering the peer index and everything up
+//     to the trailer. Open-MX relies on the Ethernet CRC; software wires do
+//     not check one. The trailer is on between two gomx boards whose connect
+//     extensions both set [ExtChecksum], and off otherwise, in particular
+//     always off with an Open-MX peer (which ignores bytes after a header's
+//     stated length, so a trailer sent before the negotiation is harmless).
 package wire
 
 import (
@@ -41,12 +64,12 @@ import (
 // Type is the 1-byte Open-MX packet type.
 type Type uint8
 
-// Packet types (mx spec §2.2).
+// Packet types (omx_wire.h enum omx_pkt_type).
 const (
 	TypeNone      Type = 0
-	TypeRaw       Type = 1
-	TypeHostQuery Type = 3
-	TypeHostReply Type = 4
+	TypeRaw       Type = 1  // opaque frame for a raw (discovery) user
+	TypeHostQuery Type = 3  // "what is your hostname?"
+	TypeHostReply Type = 4  // the answer
 	TypeTruc      Type = 35 // library-level ack carrier
 	TypeConnect   Type = 36 // connect request and reply
 	TypeTiny      Type = 37
@@ -84,13 +107,16 @@ const (
 	PullLen       = 44 // PULL request, native mode
 	PullReplyLen  = 16 // PULL_REPLY header
 	NotifyLen     = 24 // NOTIFY
-	ConnectLen    = 32 // CONNECT request or reply, data included
+	ConnectLen    = 32 // CONNECT request or reply, Open-MX's 16 data bytes included
+	ConnectExtLen = 8  // the gomx connect extension after ConnectLen
 	TrucLen       = 28 // TRUC ack
 	NackLibLen    = 16 // NACK_LIB
 	NackMCPLen    = 16 // NACK_MCP
+	HostQueryLen  = 16 // HOST_QUERY
+	HostReplyLen  = 16 // HOST_REPLY header; the hostname follows
 	ChecksumLen   = 4  // CRC-32C trailer
 	rndvPayload   = 8  // the RNDV message header's payload length field
-	connectData   = 16 // CONNECT data length
+	connectData   = 16 // Open-MX's CONNECT data length
 	trucData      = 16 // TRUC data length (offsets 12..27)
 	TinyMax       = 32
 	SmallMax      = 128
@@ -117,6 +143,15 @@ const (
 	ConnectOK     = 0
 	ConnectBadKey = 11
 )
+
+// PullMagicXor is what Open-MX XORs an endpoint index with to make the
+// puller magic of its pulls (omx_pull.c); a PULL_REPLY names its endpoint
+// only through the magic, so both sides must use this constant.
+const PullMagicXor = 0x21071980
+
+// HostQueryMagic is the magic Open-MX puts in its host queries; a reply
+// echoes the query's magic.
+const HostQueryMagic = 0x13052008
 
 // Errors returned by the decoders, wrapped in a *DecodeError.
 var (
@@ -149,20 +184,68 @@ func derr(t Type, field string, err error) error {
 	return &DecodeError{Type: t, Field: field, Err: err}
 }
 
-var be = binary.BigEndian
+// Order is the byte order of header integers.
+type Order uint8
+
+// Byte orders Open-MX supports.
+const (
+	// BigEndian is Open-MX's default wire order.
+	BigEndian Order = iota
+	// LittleEndian is the host order of an Open-MX built with
+	// --disable-endian on a little-endian machine.
+	LittleEndian
+)
+
+// String names the order.
+func (o Order) String() string {
+	if o == LittleEndian {
+		return "little-endian"
+	}
+	return "big-endian"
+}
+
+func (o Order) u16(p []byte) uint16 {
+	if o == LittleEndian {
+		return binary.LittleEndian.Uint16(p)
+	}
+	return binary.BigEndian.Uint16(p)
+}
+
+func (o Order) u32(p []byte) uint32 {
+	if o == LittleEndian {
+		return binary.LittleEndian.Uint32(p)
+	}
+	return binary.BigEndian.Uint32(p)
+}
+
+func (o Order) put16(p []byte, v uint16) {
+	if o == LittleEndian {
+		binary.LittleEndian.PutUint16(p, v)
+		return
+	}
+	binary.BigEndian.PutUint16(p, v)
+}
+
+func (o Order) put32(p []byte, v uint32) {
+	if o == LittleEndian {
+		binary.LittleEndian.PutUint32(p, v)
+		return
+	}
+	binary.BigEndian.PutUint32(p, v)
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // PeerIndex returns the peer index at the start of data.
-func PeerIndex(data []byte) (uint16, error) {
+func PeerIndex(data []byte, o Order) (uint16, error) {
 	if len(data) < HeadLen {
 		return 0, derr(TypeNone, "peer index", ErrShort)
 	}
-	return be.Uint16(data), nil
+	return o.u16(data), nil
 }
 
 // PutPeerIndex writes the peer index at the start of data.
-func PutPeerIndex(data []byte, idx uint16) { be.PutUint16(data, idx) }
+func PutPeerIndex(data []byte, idx uint16, o Order) { o.put16(data, idx) }
 
 // PacketType returns the packet type of data (which starts with the peer index).
 func PacketType(data []byte) (Type, error) {
@@ -175,8 +258,9 @@ func PacketType(data []byte) (Type, error) {
 // FrameLen returns the length of the frame that starts data, peer index,
 // header and payload included and checksum trailer excluded, as its own
 // header says. It validates the header's length fields but not the
-// checksum. Bytes after the returned length are padding or the trailer.
-func FrameLen(data []byte) (int, error) {
+// checksum. Bytes after the returned length are padding or the trailer. A
+// RAW frame runs to the end of data.
+func FrameLen(data []byte, o Order) (int, error) {
 	t, err := PacketType(data)
 	if err != nil {
 		return 0, err
@@ -190,11 +274,13 @@ func FrameLen(data []byte) (int, error) {
 	}
 	var n int
 	switch t {
+	case TypeRaw:
+		return len(data), nil
 	case TypeTiny, TypeSmall:
 		if err := need(MsgLen); err != nil {
 			return 0, err
 		}
-		l := int(be.Uint16(p[4:]))
+		l := int(o.u16(p[4:]))
 		if (t == TypeTiny && l > TinyMax) || (t == TypeSmall && l > SmallMax) {
 			return 0, derr(t, "length", ErrBadLength)
 		}
@@ -203,7 +289,7 @@ func FrameLen(data []byte) (int, error) {
 		if err := need(MediumLen); err != nil {
 			return 0, err
 		}
-		n = MediumLen + int(be.Uint16(p[24:]))
+		n = MediumLen + int(o.u16(p[24:]))
 	case TypeRndv:
 		n = RndvLen
 	case TypePull:
@@ -212,17 +298,30 @@ func FrameLen(data []byte) (int, error) {
 		if err := need(PullReplyLen); err != nil {
 			return 0, err
 		}
-		n = PullReplyLen + int(be.Uint16(p[2:]))
+		n = PullReplyLen + int(o.u16(p[2:]))
 	case TypeNotify:
 		n = NotifyLen
 	case TypeConnect:
+		if err := need(ConnectLen); err != nil {
+			return 0, err
+		}
 		n = ConnectLen
+		if hasConnectExt(p, o) {
+			n += ConnectExtLen
+		}
 	case TypeTruc:
 		n = TrucLen
 	case TypeNackLib:
 		n = NackLibLen
 	case TypeNackMCP:
 		n = NackMCPLen
+	case TypeHostQuery:
+		n = HostQueryLen
+	case TypeHostReply:
+		if err := need(HostReplyLen); err != nil {
+			return 0, err
+		}
+		n = HostReplyLen + int(p[1])
 	default:
 		return 0, derr(t, "type", ErrUnknownType)
 	}
@@ -235,44 +334,50 @@ func FrameLen(data []byte) (int, error) {
 // Seal appends the CRC-32C of frame to frame and returns the result; frame
 // must have ChecksumLen bytes of spare capacity to avoid an allocation.
 func Seal(frame []byte) []byte {
-	return be.AppendUint32(frame, crc32.Checksum(frame, castagnoli))
+	return binary.BigEndian.AppendUint32(frame, crc32.Checksum(frame, castagnoli))
 }
 
 // SealInPlace writes the CRC-32C of buf[:n] to buf[n:n+4] and returns n+4.
 // buf must be at least n+ChecksumLen long.
 func SealInPlace(buf []byte, n int) int {
-	be.PutUint32(buf[n:], crc32.Checksum(buf[:n], castagnoli))
+	binary.BigEndian.PutUint32(buf[n:], crc32.Checksum(buf[:n], castagnoli))
 	return n + ChecksumLen
 }
 
 // Verify finds the frame's length from its header and, when checksum is
 // true, checks the CRC-32C trailer. It returns the frame without trailer or
 // padding.
-func Verify(data []byte, checksum bool) ([]byte, error) {
-	n, err := FrameLen(data)
+func Verify(data []byte, o Order, checksum bool) ([]byte, error) {
+	n, err := FrameLen(data, o)
 	if err != nil {
 		return nil, err
 	}
 	if !checksum {
 		return data[:n], nil
 	}
+	return VerifyLen(data, n)
+}
+
+// VerifyLen checks the CRC-32C trailer of a frame whose length (trailer
+// excluded) FrameLen gave as n, and returns data[:n].
+func VerifyLen(data []byte, n int) ([]byte, error) {
 	if len(data) < n+ChecksumLen {
 		return nil, derr(Type(data[HeadLen]), "checksum", ErrShort)
 	}
-	if be.Uint32(data[n:]) != crc32.Checksum(data[:n], castagnoli) {
+	if binary.BigEndian.Uint32(data[n:]) != crc32.Checksum(data[:n], castagnoli) {
 		return nil, derr(Type(data[HeadLen]), "checksum", ErrChecksum)
 	}
 	return data[:n], nil
 }
 
 // putMatch and getMatch split and join the 64-bit match information into
-// the two 32-bit halves the headers carry.
-func putMatch(p []byte, m uint64) {
-	be.PutUint32(p, uint32(m>>32))
-	be.PutUint32(p[4:], uint32(m))
+// the two 32-bit halves the headers carry (match_a high, match_b low).
+func putMatch(p []byte, m uint64, o Order) {
+	o.put32(p, uint32(m>>32))
+	o.put32(p[4:], uint32(m))
 }
 
-func getMatch(p []byte) uint64 { return uint64(be.Uint32(p))<<32 | uint64(be.Uint32(p[4:])) }
+func getMatch(p []byte, o Order) uint64 { return uint64(o.u32(p))<<32 | uint64(o.u32(p[4:])) }
 
 // checkType validates the length and type byte of a header at p.
 func checkType(p []byte, want Type, n int) error {

@@ -1,0 +1,787 @@
+package mx
+
+import (
+	"math/rand/v2"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// Per-partner reliability: sequence numbers, acks (piggybacked and TRUC),
+// resends, the early-packet window, NACK_LIB handling and connect. Everything
+// about how a lost or duplicated frame is detected and comes back lives here;
+// proto.go delivers the packets this file has put in order.
+
+// Sequence numbers: 14 bits of sequence and, on top, 2 session bits that are
+// bumped whenever a partner is reset, so packets of an older incarnation are
+// rejected.
+const (
+	seqMask     = 0x3FFF
+	seqSessMask = 0xC000
+	seqHalf     = 8192 // half the sequence space: "ahead" vs "behind"
+	earlyWindow = 255  // how far ahead packets are kept
+	earlyMax    = 1024 // stored early frames per partner
+	resendBurst = 16   // resends per partner per tick
+)
+
+func seqNext(s uint16) uint16          { return s&seqSessMask | (s+1)&seqMask }
+func seqDiff(a, b uint16) int          { return int((a - b) & seqMask) } // how far a is past b
+func sameSess(a, b uint16) bool        { return a&seqSessMask == b&seqSessMask }
+func bumpSess(s uint16) uint16         { return (s&seqSessMask+0x4000)&seqSessMask | s&seqMask }
+func seqBefore(a, b uint16) bool       { d := seqDiff(b, a); return d != 0 && d < seqHalf }
+func isBehindOrEqual(a, b uint16) bool { return !seqBefore(b, a) }
+
+// partner is an endpoint's record of one remote endpoint: both directions of
+// the sequenced stream between them.
+type partner struct {
+	ep      *Endpoint
+	nic     transport.NICID
+	epID    uint8
+	peerIdx uint16 // what to put in the head of frames to this peer
+	myIdx   uint16 // our board's index of the peer (sent in CONNECT)
+
+	rsession uint32 // the remote endpoint's session
+	rknown   bool
+	dead     bool // reset after unreachable: sends fail until a new connect
+	// What the connect exchange said about the peer's board: whether
+	// frames carry the trailer, the medium fragment stride and the pull
+	// reply length both sides use (Open-MX's build-time sizes for an
+	// Open-MX peer).
+	crc      bool
+	stride   int
+	replyLen int
+	context  any // Endpoint.SetAddrContext
+
+	// send side
+	sendSeq    uint16
+	unacked    reqList
+	waitq      reqList
+	ackNumRecv uint32
+
+	// receive side
+	recvSeq     uint16 // next to match
+	fullSeq     uint16 // everything below is fully received: the ack value
+	early       []earlyPkt
+	partials    []*partial
+	notAcked    int
+	ackStale    bool // an obsolete duplicate asked for a (delayed) ack
+	ackDeadline int64
+	ackNumSent  uint32
+	inHandler   bool
+	draining    bool
+
+	connecting  reqList
+	connAttempt uint8
+}
+
+type earlyPkt struct {
+	seq  uint16
+	data []byte
+}
+
+func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partner {
+	k := partnerKey{nic, epID}
+	if p := e.partners[k]; p != nil || !create {
+		return p
+	}
+	s := uint16(rand.Uint32())
+	p := &partner{
+		ep: e, nic: nic, epID: epID,
+		peerIdx: wire.NoPeerIndex,
+		myIdx:   e.b.peerIndex(nic),
+		recvSeq: s,
+		fullSeq: s,
+	}
+	p.sizes()
+	e.partners[k] = p
+	e.plist = append(e.plist, p)
+	return p
+}
+
+func (p *partner) addr() Addr {
+	return Addr{NIC: p.nic, Endpoint: p.epID, Session: p.rsession, p: p}
+}
+
+// sizes sets the partner's frame sizes from what its board knows about the
+// peer: a gomx peer's frames are cut for the smaller of the two MTUs, with
+// room for the trailer when it is on; an Open-MX peer's by Open-MX's rules
+// for BoardOptions.OpenMXMTU.
+func (p *partner) sizes() {
+	b := p.ep.b
+	pi := b.peer(p.nic, wire.NoPeerIndex)
+	if pi == nil || !pi.gomx {
+		p.crc, p.stride, p.replyLen = false, fragStride(b.omx, false), replyLen(b.omx, false)
+		return
+	}
+	p.crc = pi.crc
+	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
+}
+
+// learn takes what a CONNECT request or reply from the peer says.
+func (p *partner) learn(h *wire.Connect) {
+	p.peerIdx = h.YourIndex
+	p.sizes()
+}
+
+// ---- send side ----
+
+func (p *partner) enqueue(r *Request) {
+	if p.waitq.n > 0 || p.unacked.n >= p.ep.b.opts.MaxUnacked {
+		p.waitq.push(r)
+		return
+	}
+	p.transmitNew(r)
+}
+
+func (p *partner) transmitNew(r *Request) {
+	r.seq = p.sendSeq
+	p.sendSeq = seqNext(p.sendSeq)
+	p.unacked.push(r)
+	p.transmit(r)
+}
+
+func (p *partner) flushWait() {
+	for p.waitq.n > 0 && p.unacked.n < p.ep.b.opts.MaxUnacked {
+		p.transmitNew(p.waitq.pop())
+	}
+}
+
+// piggyback returns the ack to carry on an outgoing sequenced packet.
+func (p *partner) piggyback() uint16 {
+	if p.notAcked > 0 {
+		p.ep.cnt[AcksPiggybacked]++
+	}
+	p.notAcked = 0
+	p.ackStale = false
+	p.ackDeadline = 0
+	return p.fullSeq
+}
+
+// transmit sends (or resends) every frame of a sequenced request.
+func (p *partner) transmit(r *Request) {
+	e := p.ep
+	b := e.b
+	r.lastSend = b.now
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	hb := buf[wire.HeadLen:]
+	switch r.class {
+	case classTiny, classSmall:
+		h := wire.Msg{Type: wire.TypeTiny, DstEP: p.epID, SrcEP: e.id, Length: uint16(len(r.buf)),
+			Seq: r.seq, Ack: p.piggyback(), Match: r.match, Session: p.rsession}
+		c := SendTiny
+		if r.class == classSmall {
+			h.Type, c = wire.TypeSmall, SendSmall
+		}
+		h.Put(hb, b.ord)
+		copy(hb[wire.MsgLen:], r.buf)
+		e.cnt[c]++
+		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf), p.crc)
+	case classMedium:
+		stride := p.stride
+		ack := p.piggyback()
+		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: ack,
+			Match: r.match, Session: p.rsession}
+		lens := b.lens[:0]
+		for i, off := 0, 0; off < len(r.buf); i, off = i+1, off+stride {
+			n := min(stride, len(r.buf)-off)
+			fb := b.batchBuf(i)
+			wire.PutPeerIndex(fb, p.peerIdx, b.ord)
+			h.FragIndex, h.FragLength = uint8(i), uint16(n)
+			h.Put(fb[wire.HeadLen:], b.ord)
+			copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
+			lens = append(lens, wire.HeadLen+wire.MediumLen+n)
+		}
+		e.cnt[SendMediumFrag] += uint64(len(lens))
+		b.sendBatch(p.nic, lens, p.crc)
+		b.lens = lens[:0]
+	case classLarge:
+		reg := &e.regions[r.region]
+		h := wire.Rndv{DstEP: p.epID, SrcEP: e.id, Seq: r.seq, Ack: p.piggyback(), Match: r.match,
+			Session: p.rsession, MsgLength: r.length, RegionID: uint8(r.region), RegionSeq: reg.seq}
+		h.Put(hb, b.ord)
+		e.cnt[SendRndv]++
+		b.sendFrame(p.nic, buf, wire.HeadLen+wire.RndvLen, p.crc)
+	case classNotify:
+		h := wire.Notify{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, PulledLength: r.pulled,
+			RegionID: r.nRegionID, RegionSeq: r.nRegionSq, Seq: r.seq, Ack: p.piggyback()}
+		h.Put(hb, b.ord)
+		e.cnt[SendNotify]++
+		b.sendFrame(p.nic, buf, wire.HeadLen+wire.NotifyLen, p.crc)
+	}
+}
+
+// applyAck releases every unacked request below ack.
+func (p *partner) applyAck(ack uint16) {
+	if !sameSess(ack, p.sendSeq) {
+		return
+	}
+	if d := seqDiff(ack, p.sendSeq); d != 0 && d < seqHalf {
+		return // acks something never sent
+	}
+	for r := p.unacked.head; r != nil && seqBefore(r.seq, ack); r = p.unacked.head {
+		p.unacked.remove(r)
+		p.acked(r)
+	}
+	p.flushWait()
+}
+
+func (p *partner) acked(r *Request) {
+	e := p.ep
+	r.acked = true
+	switch r.class {
+	case classLarge:
+		return // waits for the NOTIFY
+	case classNotify:
+		r.protoHeld = false
+	default:
+		r.protoHeld = false
+		if r.zombie {
+			e.zombies--
+		} else {
+			e.complete(r, nil)
+		}
+	}
+	e.b.maybeFree(r)
+}
+
+// resendDue resends the oldest overdue unacked requests.
+func (p *partner) resendDue(now int64) {
+	b := p.ep.b
+	delay := int64(b.opts.ResendDelay)
+	k := 0
+	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
+		if now-r.lastSend < delay {
+			continue
+		}
+		r.resends++
+		if r.resends > p.ep.resendLimit(r) {
+			p.ep.cnt[Unreachable]++
+			p.reset(ErrUnreachable)
+			return
+		}
+		p.ep.cnt[Resends]++
+		p.transmit(r)
+		k++
+	}
+}
+
+// failSend completes a send-side request with code and drops it.
+func (p *partner) failSend(r *Request, code error) {
+	e := p.ep
+	if r.region >= 0 {
+		e.freeRegion(r.region)
+		r.region = -1
+	}
+	r.protoHeld = false
+	if r.zombie {
+		e.zombies--
+	} else {
+		e.complete(r, code)
+	}
+	e.b.maybeFree(r)
+}
+
+// failAll fails every pending request that involves the partner.
+func (p *partner) failAll(code error) {
+	e := p.ep
+	for r := p.unacked.pop(); r != nil; r = p.unacked.pop() {
+		p.failSend(r, code)
+	}
+	for r := p.waitq.pop(); r != nil; r = p.waitq.pop() {
+		p.failSend(r, code)
+	}
+	for i := range e.regions {
+		if reg := &e.regions[i]; reg.used && reg.r.p == p {
+			p.failSend(reg.r, code)
+		}
+	}
+	for r := e.pullq.head; r != nil; {
+		next := r.qnext
+		if r.p == p {
+			e.pullq.remove(r)
+			e.complete(r, code)
+		}
+		r = next
+	}
+	for r := e.resq.head; r != nil; {
+		next := r.qnext
+		if r.p == p {
+			e.resq.remove(r)
+			p.failSend(r, code)
+		}
+		r = next
+	}
+	for _, pl := range e.pulls {
+		if pl != nil && pl.p == p {
+			e.endPull(pl, code)
+		}
+	}
+	for _, pt := range p.partials {
+		if pt.r != nil {
+			e.complete(pt.r, code)
+		} else if pt.u != nil {
+			e.dropUnexp(pt.u)
+		}
+		e.b.putPartial(pt)
+	}
+	p.partials = p.partials[:0]
+	for _, x := range p.early {
+		e.b.putBuf(x.data)
+	}
+	p.early = p.early[:0]
+}
+
+// reset drops all state with the partner after an unreachable peer or a
+// nack: pending requests fail with code, sequence numbers move to a new
+// session, and sends fail until the application connects again.
+func (p *partner) reset(code error) {
+	p.failAll(code)
+	p.sendSeq = bumpSess(p.sendSeq)
+	p.recvSeq = bumpSess(p.recvSeq)
+	p.fullSeq = p.recvSeq
+	p.notAcked = 0
+	p.ackDeadline = 0
+	p.dead = true
+}
+
+// ---- acks ----
+
+func (p *partner) sendAck() {
+	e := p.ep
+	b := e.b
+	p.ackNumSent++
+	h := wire.Truc{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, AckUpTo: p.fullSeq,
+		AckNum: p.ackNumSent, SendSeq: p.sendSeq}
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	e.cnt[SendTruc]++
+	b.sendFrame(p.nic, buf, wire.HeadLen+wire.TrucLen, p.crc)
+	p.notAcked = 0
+	p.ackStale = false
+	p.ackDeadline = 0
+}
+
+// noteReceived records that the full-receive point moved: ack now after
+// NotAckedMax messages, else after AckDelay.
+func (p *partner) noteReceived() {
+	b := p.ep.b
+	p.notAcked++
+	if p.notAcked >= b.opts.NotAckedMax {
+		p.ep.cnt[AcksImmediate]++
+		p.sendAck()
+		return
+	}
+	if p.ackDeadline == 0 {
+		p.ackDeadline = b.now + int64(b.opts.AckDelay)
+	}
+}
+
+func (p *partner) updateFull() {
+	old := p.fullSeq
+	if len(p.partials) > 0 {
+		p.fullSeq = p.partials[0].seq
+	} else {
+		p.fullSeq = p.recvSeq
+	}
+	if p.fullSeq != old {
+		p.noteReceived()
+	}
+}
+
+// ---- receive side ----
+
+// seqFields reads seq and piggybacked ack of a verified sequenced packet.
+func seqFields(h []byte, o wire.Order) (seq, ack uint16) {
+	off := 8
+	if wire.Type(h[0]) == wire.TypeNotify {
+		off = 18
+	}
+	return u16(h[off:], o), u16(h[off+2:], o)
+}
+
+func u16(b []byte, o wire.Order) uint16 {
+	if o == wire.LittleEndian {
+		return uint16(b[1])<<8 | uint16(b[0])
+	}
+	return uint16(b[0])<<8 | uint16(b[1])
+}
+
+// recvSequenced handles a verified TINY, SMALL, MEDIUM, RNDV or NOTIFY frame
+// (peer index included) from this partner.
+func (p *partner) recvSequenced(f []byte) {
+	e := p.ep
+	h := f[wire.HeadLen:]
+	typ := wire.Type(h[0])
+	seq, ack := seqFields(h, e.b.ord)
+	p.applyAck(ack)
+	if !sameSess(seq, p.recvSeq) {
+		e.cnt[DropBadSeq]++
+		return
+	}
+	d := seqDiff(seq, p.recvSeq)
+	switch {
+	case d == 0:
+		if p.inHandler {
+			e.cnt[DupMessages]++
+			return
+		}
+		if !p.deliver(f) {
+			return
+		}
+		p.recvSeq = seqNext(p.recvSeq)
+		p.updateFull()
+		p.drainEarly()
+	case d < seqHalf:
+		if d > earlyWindow || len(p.early) >= earlyMax {
+			e.cnt[DropEarlyFull]++
+			return
+		}
+		for _, x := range p.early {
+			if x.seq == seq && sameFrag(x.data, f) {
+				e.cnt[DupFrags]++
+				return
+			}
+		}
+		e.cnt[EarlyStored]++
+		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...)})
+	default:
+		if typ == wire.TypeMedium {
+			for _, pt := range p.partials {
+				if pt.seq == seq {
+					p.addFrag(pt, f)
+					return
+				}
+			}
+		}
+		e.cnt[DupMessages]++
+		e.cnt[ObsoleteDropped]++
+		if seqDiff(p.fullSeq, seq) == 1 {
+			// The previous packet again: our ack was probably lost (Open-MX
+			// acks at once only then).
+			e.cnt[AcksImmediate]++
+			p.sendAck()
+		} else if p.ackDeadline == 0 {
+			// An older one: ack after AckDelay, once however many come, so
+			// a flood of stale frames cannot make us flood acks.
+			p.ackStale = true
+			p.ackDeadline = e.b.now + int64(e.b.opts.AckDelay)
+		}
+	}
+}
+
+// sameFrag reports whether two stored frames are the same packet (for
+// mediums: the same fragment).
+func sameFrag(a, b []byte) bool {
+	ha, hb := a[wire.HeadLen:], b[wire.HeadLen:]
+	if ha[0] != hb[0] {
+		return false
+	}
+	if wire.Type(ha[0]) == wire.TypeMedium {
+		return ha[26] == hb[26]
+	}
+	return true
+}
+
+// drainEarly processes stored packets that became deliverable.
+func (p *partner) drainEarly() {
+	if p.draining {
+		return
+	}
+	p.draining = true
+	for {
+		i := -1
+		for j, x := range p.early {
+			if isBehindOrEqual(x.seq, p.recvSeq) || !sameSess(x.seq, p.recvSeq) {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			break
+		}
+		x := p.early[i]
+		p.early = append(p.early[:i], p.early[i+1:]...)
+		if sameSess(x.seq, p.recvSeq) {
+			p.recvSequenced(x.data)
+		}
+		p.ep.b.putBuf(x.data)
+	}
+	p.draining = false
+}
+
+// sendNackLib answers a packet for endpoint from that cannot be delivered
+// (kind) to endpoint to of nic. cnt, when not nil, is the endpoint's
+// counters (else the board's).
+func (b *Board) sendNackLib(nic transport.NICID, from, to, kind uint8, seq uint16, cnt *Counters) {
+	idx := b.headTo(nic)
+	h := wire.NackLib{SrcEP: from, Kind: kind, DstEP: to, PeerIndex: idx, Seq: seq}
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, idx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	if cnt == nil {
+		cnt = &b.cnt
+	}
+	cnt[SendNackLib]++
+	b.sendFrame(nic, buf, wire.HeadLen+wire.NackLibLen, b.sealControl(nic))
+}
+
+func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
+	e := b.endpointFor(nic, h.DstEP, h.SrcEP, h.Session, 0, false)
+	if e == nil {
+		return
+	}
+	e.cnt[RecvTruc]++
+	p := e.partners[partnerKey{nic, h.SrcEP}]
+	if p == nil {
+		e.cnt[DropNoPartner]++
+		return
+	}
+	if !sameSess(h.AckUpTo, p.sendSeq) {
+		e.cnt[DropStaleAck]++
+		return
+	}
+	if h.AckNum <= p.ackNumRecv {
+		e.cnt[DropStaleAck]++
+		return
+	}
+	p.ackNumRecv = h.AckNum
+	p.applyAck(h.AckUpTo)
+}
+
+func nackErr(kind uint8) error {
+	switch kind {
+	case wire.NackEndpointClosed:
+		return ErrEndpointClosed
+	case wire.NackBadSession:
+		return ErrBadSession
+	case wire.NackBadRDMAWindow:
+		return ErrBadRDMAWindow
+	}
+	return ErrBadEndpoint
+}
+
+// handleNackLib fails the one request a NACK_LIB names, as Open-MX does: the
+// unacked send with that sequence number, else (a connect's nack carries
+// sequence number 0 and no attempt number) the oldest pending connect to
+// that peer endpoint. A NACK_LIB carries no session, so it never resets the
+// partner, and it is believed only when it nacks a retransmission: the
+// first one for a request makes the board resend it at once, and only a
+// NACK_LIB arriving after that resend fails it. A genuine nack comes back
+// within a round trip (the peer's board nacks every copy); a blind forger
+// sweeping sequence numbers fails nothing, and an ack in between completes
+// the request normally.
+func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
+	e := b.eps[h.DstEP]
+	if e == nil {
+		b.cnt[DropBadNack]++
+		return
+	}
+	e.cnt[RecvNackLib]++
+	p := e.partners[partnerKey{nic, h.SrcEP}]
+	if p == nil {
+		e.cnt[DropBadNack]++
+		return
+	}
+	code := nackErr(h.Kind)
+	if sameSess(h.Seq, p.sendSeq) {
+		for r := p.unacked.head; r != nil; r = r.qnext {
+			if r.seq != h.Seq {
+				continue
+			}
+			if !r.nacked {
+				r.nacked = true
+				e.cnt[NacksUnconfirmed]++
+				p.transmit(r)
+				return
+			}
+			p.unacked.remove(r)
+			p.failSend(r, code)
+			p.flushWait()
+			return
+		}
+	}
+	if r := p.connecting.head; r != nil {
+		if !r.nacked {
+			r.nacked = true
+			e.cnt[NacksUnconfirmed]++
+			p.sendConnect(r)
+			return
+		}
+		p.connecting.remove(r)
+		e.complete(r, code)
+		return
+	}
+	e.cnt[DropBadNack]++
+}
+
+// ---- connect ----
+
+// connectExt is the gomx extension this board puts in its CONNECTs.
+func (b *Board) connectExt() wire.ConnectExt {
+	x := wire.ConnectExt{Version: wire.ConnectExtVersion, MaxFrame: uint16(b.mtu)}
+	if b.crc {
+		x.Flags |= wire.ExtChecksum
+	}
+	return x
+}
+
+func (p *partner) sendConnect(r *Request) {
+	e := p.ep
+	b := e.b
+	r.lastSend = b.now
+	h := wire.Connect{DstEP: p.epID, SrcEP: e.id, YourIndex: p.myIdx, Attempt: r.attempt,
+		SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq, HasExt: true, Ext: b.connectExt()}
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	e.cnt[SendConnectRequest]++
+	// A request is sealed whenever this board wants the trailer: the peer
+	// checks it only if it wants it too, and Open-MX ignores the bytes.
+	b.sendFrame(p.nic, buf, wire.HeadLen+h.Len(), b.crc)
+}
+
+// handleConnect handles a CONNECT request or reply. A request presenting
+// the right key and a session other than the one known for that peer
+// endpoint is a new incarnation of it (Open-MX's rule): the old partner
+// state is reset. The key is what authenticates a connect; no other frame
+// resets a partner.
+//
+// What a CONNECT says about the sending board (gomx or not, trailer, MTU)
+// is learnt only from a request that presents the right key or a reply to
+// a pending connect, so a forged CONNECT cannot turn the trailer off.
+func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
+	if !h.IsReply {
+		e := b.eps[h.DstEP]
+		if e == nil {
+			kind := uint8(wire.NackBadEndpoint)
+			if b.wasOpen[h.DstEP] {
+				kind = wire.NackEndpointClosed
+			}
+			b.cnt[DropBadEndpoint]++
+			b.sendNackLib(nic, h.DstEP, h.SrcEP, kind, 0, nil)
+			return
+		}
+		e.cnt[RecvConnectRequest]++
+		status := uint8(wire.ConnectOK)
+		var next uint16
+		if h.Key != e.key {
+			e.cnt[DropBadKey]++
+			status = wire.ConnectBadKey
+		} else {
+			b.learnPeer(nic, h)
+			p := e.partner(nic, h.SrcEP, true)
+			p.learn(h)
+			switch {
+			case !p.rknown || p.rsession != h.SrcSession:
+				if p.rknown { // a new incarnation of the peer endpoint
+					p.reset(ErrBadSession)
+				}
+				p.rknown, p.rsession, p.ackNumRecv = true, h.SrcSession, 0
+				p.sendSeq = h.NextRecvSeq
+			case !sameSess(p.sendSeq, h.NextRecvSeq):
+				// The peer reset its state for us: start a new session.
+				p.reset(ErrUnreachable)
+				p.sendSeq = h.NextRecvSeq
+			}
+			p.dead = false
+			next = p.recvSeq
+		}
+		r := wire.Connect{IsReply: true, DstEP: h.SrcEP, SrcEP: e.id, YourIndex: b.peerIndex(nic),
+			Attempt: h.Attempt, SrcSession: h.SrcSession, DstSession: e.session,
+			NextRecvSeq: next, Status: status, HasExt: true, Ext: b.connectExt()}
+		buf := b.frameBuf()
+		wire.PutPeerIndex(buf, h.YourIndex, b.ord)
+		r.Put(buf[wire.HeadLen:], b.ord)
+		e.cnt[SendConnectReply]++
+		// Sealed when the requester asked for the trailer, whether or not
+		// the key was right.
+		b.sendFrame(nic, buf, wire.HeadLen+r.Len(), b.crc && h.HasExt && h.Ext.Flags&wire.ExtChecksum != 0)
+		return
+	}
+	e := b.eps[h.DstEP]
+	if e == nil {
+		b.cnt[DropBadEndpoint]++
+		return
+	}
+	e.cnt[RecvConnectReply]++
+	if h.SrcSession != e.session {
+		e.cnt[DropBadSession]++
+		return
+	}
+	p := e.partners[partnerKey{nic, h.SrcEP}]
+	if p == nil {
+		e.cnt[DropNoPartner]++
+		return
+	}
+	var r *Request
+	for r = p.connecting.head; r != nil && r.attempt != h.Attempt; r = r.qnext {
+	}
+	if r == nil {
+		e.cnt[DupMessages]++
+		return
+	}
+	p.connecting.remove(r)
+	if h.Status != wire.ConnectOK {
+		e.complete(r, ErrBadKey)
+		return
+	}
+	b.learnPeer(nic, h)
+	p.learn(h)
+	switch {
+	case !p.rknown || p.rsession != h.DstSession:
+		if p.rknown {
+			p.reset(ErrBadSession)
+		}
+		p.rknown, p.rsession, p.ackNumRecv = true, h.DstSession, 0
+		p.sendSeq = h.NextRecvSeq
+	case p.dead || !sameSess(p.sendSeq, h.NextRecvSeq):
+		if !p.dead {
+			p.reset(ErrUnreachable)
+		}
+		p.sendSeq = h.NextRecvSeq
+	}
+	p.dead = false
+	r.status.Source = p.addr()
+	e.complete(r, nil)
+}
+
+// timers runs the endpoint's periodic duties: delayed acks, resends,
+// connect resends and pull timeouts.
+func (e *Endpoint) timers() {
+	b := e.b
+	now := b.now
+	for _, p := range e.plist {
+		if (p.notAcked > 0 || p.ackStale) && p.ackDeadline != 0 && now >= p.ackDeadline {
+			e.cnt[AcksDelayed]++
+			p.sendAck()
+		}
+		if p.unacked.n > 0 {
+			p.resendDue(now)
+		}
+		for r := p.connecting.head; r != nil; {
+			next := r.qnext
+			if now-r.lastSend >= int64(b.opts.ResendDelay) {
+				r.resends++
+				if r.resends > e.resendLimit(r) {
+					p.connecting.remove(r)
+					e.cnt[Unreachable]++
+					e.complete(r, ErrUnreachable)
+				} else {
+					e.cnt[ConnectResends]++
+					p.sendConnect(r)
+				}
+			}
+			r = next
+		}
+	}
+	for _, pl := range e.pulls {
+		if pl != nil {
+			pl.timer(now)
+		}
+	}
+	if e.resq.n > 0 {
+		e.kickSends()
+	}
+}
