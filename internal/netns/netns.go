@@ -350,32 +350,34 @@ func handleIn(ns string) (*netlink.Handle, error) {
 // switched back it is left locked, and so discarded by the runtime.
 func Do(ns string, fn func() error) error {
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("netns: namespace of this thread: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(filepath.Join(Dir, ns))
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("netns: namespace %s: %w", ns, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("netns: setns %s: %w", ns, err)
-			return
-		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- err
-	}()
+	// The namespace handles are closed before the result is sent, so that
+	// when Do returns it holds no descriptor (tests count them).
+	go func() { done <- doLocked(ns, fn) }()
 	return <-done
+}
+
+// doLocked is Do's body, on the goroutine Do started.
+func doLocked(ns string, fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns: namespace of this thread: %w", err)
+	}
+	defer orig.Close()
+	target, err := netns.GetFromPath(filepath.Join(Dir, ns))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns: namespace %s: %w", ns, err)
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns: setns %s: %w", ns, err)
+	}
+	err = fn()
+	if netns.Set(orig) == nil {
+		runtime.UnlockOSThread()
+	}
+	return err
 }
