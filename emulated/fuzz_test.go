@@ -42,7 +42,7 @@ func FuzzDescriptor(f *testing.F) {
 			d.Size %= 64 << 10
 		}
 		d.Encode(r.mem[rigRing:])
-		valid := d.Validate(20, true) == 0
+		valid := d.Validate(20, hw.CapFill|hw.CapPageBreak|hw.CapDCA) == 0
 		r.start()
 		r.regs.Write16(r.ch(hw.ChanDMACount), 1)
 		deadline := time.Now().Add(5 * time.Second)
