@@ -156,6 +156,29 @@ const (
 	ChanLTRIdle   = 0xC4 // 32-bit, v3.4
 )
 
+// DRSCTL fields (v3.4, Linux registers.h IOAT_CHAN_DRS*): bits 3:0 encode
+// the descriptor ring size as log2(bytes / 4 KiB), bit 8 enables the
+// ring-size hint for prefetching, bit 9 makes prefetch wrap at the ring's
+// end (only for a ring in one contiguous chunk).
+const (
+	DRSSizeMask = 0x000F
+	DRSEnable   = 0x0100
+	DRSAutoWrap = 0x0200
+)
+
+// LTR values Linux programs on v3.4 (registers.h IOAT_CHAN_LTR_*): a
+// latency value, its scale (0x0800: 1 µs units) and the snoop-requirement
+// bit (0x8000). Active: 0 µs; idle: 600 µs. LTR_SWSEL picks which applies.
+const (
+	LTRActive      = 0x8800
+	LTRIdle        = 0x8A58
+	LTRSelActive   = 0
+	LTRSelIdle     = 1
+	Addr40Limit    = 1 << 40 // Jasper Forest's DMA reach (QuirkAddr40)
+	ChanBlockSize  = 0x80    // stride of the channel register blocks
+	ChanBlockSize4 = 0xC8    // bytes a v3.4 channel block spans (LTR_IDLE ends at 0xC8)
+)
+
 // BAR0Size is the size of the register BAR the model exposes (QEMU's RFC
 // model uses 16 KiB: registers, MSI-X table at 0x2000, PBA at 0x3000).
 const BAR0Size = 0x4000
