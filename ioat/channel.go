@@ -86,8 +86,8 @@ type Info struct {
 	// Index is the channel's number within its function; Channels is the
 	// function's CHANCNT.
 	Index, Channels int
-	Device   uint16
-	Platform hw.Platform
+	Device          uint16
+	Platform        hw.Platform
 	// Version is CBVER as read; Effective is the version whose access
 	// rules the driver follows (3.2 for SKX, whatever CBVER says).
 	Version, Effective uint8
