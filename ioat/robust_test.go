@@ -21,8 +21,10 @@ import (
 
 // TestRecoversFromFailureRun: twelve copies from an unmapped source fail,
 // each with its own error, and a good copy afterwards succeeds.
-func TestRecoversFromFailureRun(t *testing.T) {
-	devs, _ := emulatedBackend(emulated.CBDMAOptions{}).open(t, 1)
+func TestRecoversFromFailureRun(t *testing.T) { forEachCommon(t, recoversFromFailureRun) }
+
+func recoversFromFailureRun(t *testing.T, b backend) {
+	devs, _ := b.open(t, 1)
 	c, err := Open(devs[0], Options{})
 	if err != nil {
 		t.Fatal(err)

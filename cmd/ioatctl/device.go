@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/internal/units"
@@ -199,6 +200,19 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 	return openVFIO(e, sys, bound[:c.channels], why)
 }
 
+// watchdog is the channel watchdog for this choice: the driver's default,
+// or longer when --bandwidth slows the emulated engine so much that one
+// 1 MiB descriptor (its transfer cap) takes longer than that.
+func (c deviceChoice) watchdog() time.Duration {
+	d := ioat.DefaultOptions().Watchdog
+	if c.bandwidth > 0 {
+		if slow := 4 * time.Duration(float64(1<<20)/float64(c.bandwidth)*float64(time.Second)); slow > d {
+			d = slow
+		}
+	}
+	return d
+}
+
 // openEmulated builds an emulated CBDMA platform of c.channels channels.
 func openEmulated(c deviceChoice, why string) (*backend, error) {
 	if c.channels > 16 {
@@ -271,6 +285,7 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	o.Policy = c.policy
 	o.CPUThreshold = -1
 	o.Channel.Interrupts = c.irq
+	o.Channel.Watchdog = c.watchdog()
 	eng, err := ioat.NewEngine(b.devs, o)
 	if err != nil {
 		b.close()

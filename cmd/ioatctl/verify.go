@@ -110,6 +110,7 @@ func runVerify(e *env, args []string) (err error) {
 		o := ioat.DefaultEngineOptions()
 		o.CPUThreshold = -1
 		o.Channel.Interrupts = choice.irq
+		o.Channel.Watchdog = choice.watchdog()
 		eng, err := ioat.NewEngine([]pci.Device{d}, o)
 		if err != nil {
 			return engineHint(err, b)
