@@ -24,6 +24,7 @@ type deviceFlags struct {
 	interrupts bool
 	bandwidth  units.Size
 	cbver      string
+	takeOver   bool
 }
 
 // register adds the device flags to fs.
@@ -34,6 +35,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
 	fs.StringVar(&d.cbver, "cbver", "3.3", "emulated engine only: CBVER of the model, 3.2, 3.3 or 3.4")
+	fs.BoolVar(&d.takeOver, "take-over", false, "open channels whose CHANCTRL.IN_USE claim is already set (a previous owner crashed or never closed them)")
 }
 
 // deviceChoice is a validated --device and its companions.
@@ -46,6 +48,8 @@ type deviceChoice struct {
 	bandwidth int64
 	// irq asks for interrupt-driven waits.
 	irq bool
+	// takeOver opens channels someone else claimed.
+	takeOver bool
 	// emuOnly names the emulated-only flags given explicitly.
 	emuOnly []string
 }
@@ -55,7 +59,7 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts}
+	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts, takeOver: d.takeOver}
 	switch d.device {
 	case "auto", "emulated":
 		c.kind = d.device
@@ -286,6 +290,7 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	o.CPUThreshold = -1
 	o.Channel.Interrupts = c.irq
 	o.Channel.Watchdog = c.watchdog()
+	o.Channel.TakeOver = c.takeOver
 	eng, err := ioat.NewEngine(b.devs, o)
 	if err != nil {
 		b.close()
@@ -301,6 +306,9 @@ func engineHint(err error, b *backend) error {
 	}
 	if b.emulated {
 		return err
+	}
+	if errors.Is(err, pci.ErrBusy) {
+		return fmt.Errorf("%w (with ioatctl: --take-over)", err)
 	}
 	return fmt.Errorf("%w (is another process using the channel? see `ioatctl list`; --device emulated works anyway)", err)
 }
