@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -518,7 +519,9 @@ func closeDuringTraffic(t *testing.T, b backend) {
 		}()
 	}
 	time.Sleep(50 * time.Millisecond)
-	if err := e.Close(); err != nil && !errors.Is(err, ErrClosed) {
+	// Close may report the cached mappings that cookies not yet waited
+	// for still hold; any other error is a failure.
+	if err := e.Close(); err != nil && !errors.Is(err, ErrClosed) && !strings.Contains(err.Error(), "still had requests outstanding") {
 		t.Errorf("close: %v", err)
 	}
 	if plat == nil {
