@@ -31,8 +31,10 @@ type Options struct {
 	StartTimeout time.Duration
 	// Watchdog is how long a channel may make no progress with work
 	// outstanding before Poll fails the oldest request with a *ChanError
-	// matching ErrStalled and resets the channel (default 1s; Linux's
-	// timer gives a channel two 100 ms ticks). CHANERR bits set without
+	// matching ErrStalled and resets the channel (default 2s: Linux's
+	// completion timeout is 200 ms for hardware, but an emulated channel
+	// is a goroutine that a loaded machine may starve for a while). It
+	// must exceed the time one descriptor takes. CHANERR bits set without
 	// HALTED are acted on at the first stall check, without waiting.
 	Watchdog time.Duration
 	// Index picks the channel within the function, 0 to CHANCNT-1 (see
@@ -51,7 +53,7 @@ type Options struct {
 
 // DefaultOptions returns a 4096-entry ring without interrupts.
 func DefaultOptions() Options {
-	return Options{RingSize: 4096, ResetTimeout: 200 * time.Millisecond, StartTimeout: 100 * time.Millisecond, Watchdog: time.Second, Memory: hugepage.DefaultOptions()}
+	return Options{RingSize: 4096, ResetTimeout: 200 * time.Millisecond, StartTimeout: 100 * time.Millisecond, Watchdog: 2 * time.Second, Memory: hugepage.DefaultOptions()}
 }
 
 func (o *Options) fill() error {
@@ -819,6 +821,9 @@ func (c *Channel) Submit() {
 	}
 	storeCtl(b, ctl)
 	c.stats.Submitted += c.head - c.submitted
+	if c.tail == c.submitted {
+		c.stall = 0 // the watchdog's clock starts with this work
+	}
 	c.submitted = c.head
 	// The doorbell store orders after the descriptor stores (x86 stores
 	// are not reordered with other stores; the emulated register is an
@@ -853,6 +858,9 @@ func (c *Channel) Poll(out []Completion) int {
 		if c.stall&1023 == 0 || c.stall&63 == 0 && time.Since(c.stallAt) >= c.opts.Watchdog {
 			c.checkStall()
 		}
+	} else {
+		// Nothing outstanding: the next stall starts its clock afresh.
+		c.stall = 0
 	}
 	return c.deliver(out)
 }

@@ -3,6 +3,7 @@ package ioat
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -330,9 +331,9 @@ func runReference(t testing.TB, fam family, plat *emulated.CBDMA, ch int, dev pc
 
 // referenceBackend is an emulated platform each of whose channels was
 // first driven by fam's reference sequence.
-func referenceBackend(fam family, ver uint8) backend {
-	eb := emulatedBackend(emulated.CBDMAOptions{Version: ver})
-	return backend{name: fmt.Sprintf("ref-%s-v%x", fam, ver), open: func(t testing.TB, channels int) ([]pci.Device, *emulated.CBDMA) {
+func referenceBackend(fam family, o emulated.CBDMAOptions) backend {
+	eb := emulatedBackend(o)
+	return backend{name: "ref-" + fam.String() + "-" + strings.TrimPrefix(eb.name, "emulated-"), open: func(t testing.TB, channels int) ([]pci.Device, *emulated.CBDMA) {
 		devs, plat := eb.open(t, channels)
 		for i, d := range devs {
 			runReference(t, fam, plat, i, d)
@@ -348,7 +349,7 @@ func TestReferenceSequences(t *testing.T) {
 	for _, fam := range []family{familyLinux, familySPDK, familyDPDK} {
 		for _, ver := range []uint8{hw.Ver32, hw.Ver33, hw.Ver34} {
 			t.Run(fmt.Sprintf("%s-v%x", fam, ver), func(t *testing.T) {
-				devs, _ := referenceBackend(fam, ver).open(t, 1)
+				devs, _ := referenceBackend(fam, emulated.CBDMAOptions{Version: ver}).open(t, 1)
 				c, err := Open(devs[0], Options{RingSize: 64})
 				if err != nil {
 					t.Fatalf("open after %s: %v", fam, err)

@@ -117,7 +117,14 @@ func TestWatchdog(t *testing.T) {
 		case bits != 0 && ce.ChanErr&bits == 0:
 			t.Fatalf("error bits without HALTED: %v, want CHANERR %s", err, hw.ErrString(bits))
 		}
-		if err := e.Copy(dst, src); err != nil || dst[100] != 1 {
+		// The channel carries on. (A loaded machine can starve the model
+		// for longer than this test's 20 ms watchdog, which then fires
+		// again: that is a stall too, so retry a bounded number of times.)
+		err = ErrStalled
+		for i := 0; i < 20 && errors.Is(err, ErrStalled); i++ {
+			err = e.Copy(dst, src)
+		}
+		if err != nil || dst[100] != 1 {
 			t.Fatalf("copy after the watchdog fired: %v", err)
 		}
 		if err := e.Close(); err != nil {
