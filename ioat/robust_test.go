@@ -227,8 +227,10 @@ func TestUnreadableChanErrInt(t *testing.T) {
 // TestInUse: a channel someone already claimed is not taken over
 // silently: Open fails with pci.ErrBusy saying who may own it, unless
 // TakeOver is set, and then Info reports it.
-func TestInUse(t *testing.T) {
-	devs, _ := emulatedBackend(emulated.CBDMAOptions{}).open(t, 1)
+func TestInUse(t *testing.T) { forEachCommon(t, inUse) }
+
+func inUse(t *testing.T, b backend) {
+	devs, _ := b.open(t, 1)
 	if err := pci.SetCommand(devs[0], pci.CommandMemory); err != nil {
 		t.Fatal(err)
 	}
