@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,13 @@ import (
 
 // CBDMAOptions configures an emulated CBDMA platform.
 type CBDMAOptions struct {
-	// Channels is the number of PCI functions, one channel each, as on
-	// Xeon (default 8, at most 16).
+	// Channels is the number of PCI functions (default 8, at most 16).
 	Channels int
+	// ChannelsPerFunction is CHANCNT, the channels in each function
+	// (default 1, as on every Xeon; at most 4, and 1 on CB 3.4, whose
+	// channel registers reach past the 0x80 stride). Channel n of a
+	// function has its register block at 0x80 x (n+1).
+	ChannelsPerFunction int
 	// Version is the CBVER value: hw.Ver32, hw.Ver33 (default) or hw.Ver34.
 	Version uint8
 	// DeviceID overrides the PCI device ID. The default matches the version:
@@ -27,7 +32,8 @@ type CBDMAOptions struct {
 	// Lake, 3.4).
 	DeviceID uint16
 	// XferCap is log2 of the largest transfer per descriptor (default 20,
-	// 1 MiB, as on Jasper Forest; 12..32, 0 meaning 4 GiB).
+	// 1 MiB, as on Jasper Forest; 12..31, the 5-bit field's range, or 0
+	// for 4 GiB).
 	XferCap uint8
 	// NoFill hides the block-fill capability (DMACAPABILITY bit 6).
 	NoFill bool
@@ -44,6 +50,15 @@ type CBDMAOptions struct {
 	Scatter bool
 	// IOVABase is the first IOVA the IOMMU hands out (default 4 GiB).
 	IOVABase uint64
+	// HideArmed makes a channel report IDLE (Linux's "DONE") instead of
+	// ARMED after CHAINADDR, as parts and models do that do not define
+	// the ARMED state (Linux's registers.h has none).
+	HideArmed bool
+	// ConfigSize is how much configuration space answers: 4096 (default,
+	// PCIe extended space with CHANERR_INT at 0x180) or 256, as through
+	// access paths that expose only the conventional header (spdk#484);
+	// the channel then has no CHANERR_INT mirror to clear.
+	ConfigSize int
 }
 
 // DefaultCBDMAOptions returns the options of an 8-channel CBVER 3.3
@@ -77,13 +92,25 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 	if o.Spin == 0 {
 		o.Spin = d.Spin
 	}
+	if o.ChannelsPerFunction == 0 {
+		o.ChannelsPerFunction = 1
+	}
+	if o.ConfigSize == 0 {
+		o.ConfigSize = 4096
+	}
 	switch {
 	case o.Channels < 1 || o.Channels > 16:
-		return nil, fmt.Errorf("emulated cbdma: %d channels: want 1..16", o.Channels)
+		return nil, fmt.Errorf("emulated cbdma: %d functions: want 1..16", o.Channels)
+	case o.ChannelsPerFunction < 1 || o.ChannelsPerFunction > 4:
+		return nil, fmt.Errorf("emulated cbdma: CHANCNT %d: want 1..4", o.ChannelsPerFunction)
+	case o.ChannelsPerFunction > 1 && o.Version >= hw.Ver34:
+		return nil, fmt.Errorf("emulated cbdma: CHANCNT %d on CB 3.4: its channel registers (DRSCTL 0xB6, LTR 0xBC-0xC7) reach past the 0x80 stride, so a 3.4 function has one channel", o.ChannelsPerFunction)
+	case o.ConfigSize != 256 && o.ConfigSize != 4096:
+		return nil, fmt.Errorf("emulated cbdma: config space of %d bytes: want 256 or 4096", o.ConfigSize)
 	case o.Version != hw.Ver32 && o.Version != hw.Ver33 && o.Version != hw.Ver34:
 		return nil, fmt.Errorf("emulated cbdma: CBVER %#x: want 0x32, 0x33 or 0x34", o.Version)
-	case o.XferCap != 0 && (o.XferCap < 12 || o.XferCap > 32):
-		return nil, fmt.Errorf("emulated cbdma: XFERCAP %d: want 12..32, or 0 for 4 GiB", o.XferCap)
+	case o.XferCap != 0 && (o.XferCap < 12 || o.XferCap > 31):
+		return nil, fmt.Errorf("emulated cbdma: XFERCAP %d: want 12..31 (a 5-bit field), or 0 for 4 GiB", o.XferCap)
 	case o.Bandwidth < 0:
 		return nil, fmt.Errorf("emulated cbdma: negative bandwidth %d", o.Bandwidth)
 	}
@@ -95,30 +122,57 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 		return nil, fmt.Errorf("emulated cbdma: device ID %#04x is not a CBDMA ID", o.DeviceID)
 	}
 	p := &CBDMA{iommu: newIOMMU(o.IOVABase, o.Scatter)}
+	caps := uint32(hw.CapPageBreak | hw.CapCmplTimeout)
+	dcaOff := uint16(0)
+	if o.Version < hw.Ver34 {
+		// Linux turns DCA off from 3.4 on; below, the DCA registers sit
+		// past every channel block.
+		caps |= hw.CapDCA
+		dcaOff = dcaOffset
+	} else {
+		caps |= hw.CapDPS
+	}
+	if !o.NoFill {
+		caps |= hw.CapFill
+	}
 	for i := 0; i < o.Channels; i++ {
 		f := &Function{
-			addr: pci.Address{Bus: uint8(i / 8 * 0x80), Device: 4, Function: uint8(i % 8)},
-			dom:  p.iommu,
-			nIRQ: 1,
+			addr:    pci.Address{Bus: uint8(i / 8 * 0x80), Device: 4, Function: uint8(i % 8)},
+			dom:     p.iommu,
+			nIRQ:    1,
+			cfgSize: o.ConfigSize,
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initCBDMAConfig(f, o.DeviceID)
-		c := &cbChannel{
-			f: f, ver: o.Version, xferCap: o.XferCap, fill: !o.NoFill,
-			resetDelay: o.ResetDelay, bandwidth: o.Bandwidth, spin: o.Spin,
-			wipeOnReset: model.Quirks&hw.QuirkMSIXResetWipe != 0,
-			wake:        make(chan struct{}, 1),
-			done:        make(chan struct{}),
+		fn := &cbFunction{f: f, ver: o.Version, xferCap: o.XferCap, caps: caps, dcaOff: dcaOff}
+		for n := 0; n < o.ChannelsPerFunction; n++ {
+			c := &cbChannel{
+				f: f, fn: fn, idx: n, ver: o.Version, xferCap: o.XferCap, caps: caps,
+				resetDelay: o.ResetDelay, bandwidth: o.Bandwidth, spin: o.Spin,
+				wipeOnReset: model.Quirks&hw.QuirkMSIXResetWipe != 0,
+				addr40:      model.Quirks&hw.QuirkAddr40 != 0,
+				hideArmed:   o.HideArmed,
+				wake:        make(chan struct{}, 1),
+				done:        make(chan struct{}),
+			}
+			c.state = hw.StateHalted
+			c.unarmed.Store(true)
+			c.sts.Store(uint64(hw.StateHalted))
+			c.winSeq = ^uint64(0)
+			fn.chans = append(fn.chans, c)
+			p.chans = append(p.chans, c)
+			go c.run()
 		}
-		c.state = hw.StateHalted
-		c.sts.Store(uint64(hw.StateHalted))
-		f.m = c
+		f.m = fn
 		p.fns = append(p.fns, f)
-		p.chans = append(p.chans, c)
-		go c.run()
 	}
 	return p, nil
 }
+
+// dcaOffset is where DCAOFFSET says the DCA registers are: above the
+// highest channel block a 16-channel function could have, below the MSI-X
+// table.
+const dcaOffset = 0x0E00
 
 func initCBDMAConfig(f *Function, dev uint16) {
 	c := &f.cfg
@@ -149,7 +203,7 @@ func initCBDMAConfig(f *Function, dev uint16) {
 	}
 }
 
-// Functions returns the platform's PCI functions, one channel each.
+// Functions returns the platform's PCI functions.
 func (p *CBDMA) Functions() []*Function { return p.fns }
 
 // Devices returns the functions as pci.Devices.
@@ -173,6 +227,10 @@ func (p *CBDMA) Close() error {
 	return errors.Join(errs...)
 }
 
+// Channel numbers in InjectError, InjectHang, SetBandwidth and Stats count
+// every channel of the platform in order: function i's channel n is
+// i*ChannelsPerFunction + n.
+
 // InjectError makes channel ch fail the n-th descriptor it executes from now
 // (0: the next one) with the given CHANERR bits, as if the hardware had hit
 // that error there. The descriptor moves no data.
@@ -181,6 +239,18 @@ func (p *CBDMA) InjectError(ch, n int, chanerr uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inject = append(c.inject, injection{at: c.executed + uint64(n), bits: chanerr})
+}
+
+// InjectHang makes channel ch stop at the n-th descriptor it executes from
+// now: the descriptor never completes and the channel stays ACTIVE until
+// it is reset or re-armed, as a channel that simply stops completing. A
+// non-zero chanerr is latched in CHANERR (and the error interrupt raised)
+// without halting: error bits without HALTED.
+func (p *CBDMA) InjectHang(ch, n int, chanerr uint32) {
+	c := p.chans[ch]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inject = append(c.inject, injection{at: c.executed + uint64(n), bits: chanerr, hang: true})
 }
 
 // SetBandwidth changes channel ch's copy-rate cap (bytes/s, 0 for none).
@@ -194,9 +264,9 @@ type ChannelStats struct {
 	Bytes       uint64 // bytes copied or filled
 	Errors      uint64 // halts on error
 	Interrupts  uint64 // interrupts delivered
-	// Violations counts register accesses that real hardware would not
-	// honour (wrong width, writes during reset, 64-bit accesses below CB
-	// 3.3, obsolete commands); LastViolation describes the latest.
+	// Violations counts misprogramming real hardware would not honour or
+	// would punish (see the package doc's table); LastViolation
+	// describes the latest.
 	Violations    uint64
 	LastViolation string
 }
@@ -217,24 +287,47 @@ func (p *CBDMA) Stats(ch int) ChannelStats {
 type injection struct {
 	at   uint64
 	bits uint32
+	hang bool
 }
 
-// cbChannel models one CBDMA channel (one PCI function). Register writes
-// arrive on the caller's goroutine; descriptors execute on the channel's own
-// goroutine. mu guards the control state and is held while a descriptor
-// executes, so a RESET or SUSPEND takes effect between descriptors, as on
-// hardware. The doorbell, CHANSTS and CHANERR are atomics, read without mu.
+// fetched is a descriptor as the engine read it from memory.
+type fetched struct {
+	addr  uint64
+	d     hw.Descriptor
+	ok    bool // the read succeeded
+	first bool // the chain's first descriptor
+}
+
+// dbNone in lastDB means no doorbell since the chain was armed or reset.
+const dbNone = 1 << 16
+
+// cbChannel models one CBDMA channel. Register writes arrive on the
+// caller's goroutine; descriptors execute on the channel's own goroutine.
+// mu guards the control state and is held while a descriptor executes, so
+// a RESET or SUSPEND takes effect between descriptors, as on hardware. The
+// doorbell, CHANSTS and CHANERR are atomics, read without mu. With
+// DMACAP.DPS (CB 3.4) descriptors are fetched when the doorbell rings,
+// into a prefetch queue guarded by pfMu, so the doorbell fetches without
+// waiting for a descriptor in progress.
 type cbChannel struct {
 	f           *Function
+	fn          *cbFunction
+	idx         int // channel number within the function
 	ver         uint8
 	xferCap     uint8
-	fill        bool
+	caps        uint32
 	resetDelay  time.Duration
 	bandwidth   int64
 	spin        time.Duration
 	wipeOnReset bool
+	addr40      bool
+	hideArmed   bool
 
 	dmacount atomic.Uint32 // doorbell, 16 bits
+	lastDB   atomic.Uint32 // last doorbell value, or dbNone
+	dbSeq    atomic.Uint64 // doorbell writes so far
+	dbBack   atomic.Bool   // a doorbell moved DMACOUNT backwards
+	unarmed  atomic.Bool   // reset and no CHAINADDR since
 	sts      atomic.Uint64 // CHANSTS
 	// stsMu makes a completion write-back and the CHANSTS value it carries
 	// one event for register reads: it is held from the write-back to the
@@ -242,24 +335,33 @@ type cbChannel struct {
 	// the write-back name descriptor n, then read CHANSTS still naming
 	// n-1, as hardware never shows (CHANSTS changes before the write-back
 	// of its value), while one that sees HALTED in CHANSTS must also see
-	// the halt's write-back.
-	stsMu    sync.Mutex
-	chanerr  atomic.Uint32
-	bwLimit  atomic.Int64
-	parked   atomic.Bool
-	armedPub atomic.Bool   // state is ARMED, ACTIVE or IDLE
-	cntPub   atomic.Uint32 // copy of cnt for the spin loop
-	wake     chan struct{}
-	done     chan struct{}
-	stopping atomic.Bool
+	// the halt's write-back. It also guards the latched high dword.
+	stsMu      sync.Mutex
+	stsHi      uint32
+	stsLatched bool
+	chanerr    atomic.Uint32
+	bwLimit    atomic.Int64
+	parked     atomic.Bool
+	armedPub   atomic.Bool   // state is ARMED, ACTIVE or IDLE and not stopped
+	cntPub     atomic.Uint32 // copy of cnt for the spin loop
+	wake       chan struct{}
+	done       chan struct{}
+	stopping   atomic.Bool
+
+	pfMu    sync.Mutex
+	pf      [256]fetched // ring of prefetched descriptors
+	pfHead  int
+	pfLen   int
+	pfNext  uint64 // address of the next descriptor to prefetch
+	pfCount uint16 // descriptors fetched since the chain was armed
+	pfFirst bool
+	pfStop  bool // a fetch failed: nothing more until re-armed
+	pfHint  int
 
 	mu         sync.Mutex
 	state      hw.State
 	ctrl       uint16
 	inUse      bool
-	intrCtrl   uint8
-	intrDelay  uint16
-	attn       uint32
 	chainLo    uint32
 	chain      uint64 // armed chain address
 	cmpLo      uint32
@@ -273,13 +375,16 @@ type cbChannel struct {
 	lastDone   uint64 // address of the last completed descriptor
 	executed   uint64 // descriptors executed since creation
 	irqPending bool
+	stuck      bool // stopped without halting until reset or re-armed
 	inject     []injection
 	drsctl     uint16
 	ltrSel     uint8
 	ltrActive  uint32
 	ltrIdle    uint32
-	prefLimit  uint8
 	hint       int
+	winSeq     uint64 // doorbell count when the current window began
+	winStart   uint64 // first descriptor executed in the window
+	winLen     int
 
 	nDesc, nBytes, nErr, nIRQ, nViol atomic.Uint64
 	lastViol                         atomic.Pointer[string]
@@ -291,6 +396,9 @@ type cbChannel struct {
 
 func (c *cbChannel) violation(format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
+	if len(c.fn.chans) > 1 {
+		s = fmt.Sprintf("channel %d: %s", c.idx, s)
+	}
 	c.nViol.Add(1)
 	c.lastViol.Store(&s)
 }
@@ -308,29 +416,29 @@ func (c *cbChannel) inReset() bool {
 	return !c.resetUntil.IsZero() && time.Now().Before(c.resetUntil)
 }
 
-// split64 tells whether a 64-bit access must be made as two 32-bit ones.
-func (c *cbChannel) split64() bool { return c.ver < hw.Ver33 }
+func (c *cbChannel) dps() bool { return c.caps&hw.CapDPS != 0 }
 
-func (c *cbChannel) read(off, w int) uint64 {
-	base := hw.ChannelBase(0)
-	if off >= 0x1000 {
-		return 0 // MSI-X table and PBA are owned by the platform (VFIO)
-	}
-	if off < base {
-		return c.readGlobal(off, w)
-	}
-	r := off - base
+// read serves a read at channel offset r.
+func (c *cbChannel) read(r, w int) uint64 {
 	switch {
 	case r == hw.ChanSts && w == 8:
-		if c.split64() {
-			c.violation("64-bit read of CHANSTS below CB 3.3 (read two 32-bit halves, low first)")
-			return c.loadSts() & 0xFFFFFFFF
-		}
 		return c.loadSts()
 	case r == hw.ChanSts && w == 4:
-		return c.loadSts() & 0xFFFFFFFF
+		// Reading the low dword latches the high one, so a driver that
+		// reads the halves low first never pairs two different values.
+		c.stsMu.Lock()
+		v := c.sts.Load()
+		c.stsHi, c.stsLatched = uint32(v>>32), true
+		c.stsMu.Unlock()
+		return v & 0xFFFFFFFF
 	case r == hw.ChanSts+4 && w == 4:
-		return c.loadSts() >> 32
+		c.stsMu.Lock()
+		defer c.stsMu.Unlock()
+		if c.stsLatched {
+			c.stsLatched = false
+			return uint64(c.stsHi)
+		}
+		return c.sts.Load() >> 32
 	case r == hw.ChanErr && w == 4:
 		return uint64(c.chanerr.Load())
 	case r == hw.ChanDMACount && w == 2:
@@ -354,13 +462,13 @@ func (c *cbChannel) read(off, w int) uint64 {
 		}
 		return 0
 	case r == hw.ChanChainAddr && w == 8:
-		return c.chain64()
+		return c.chain
 	case r == hw.ChanChainAddr && w == 4:
 		return c.chain & 0xFFFFFFFF
 	case r == hw.ChanChainAddr+4 && w == 4:
 		return c.chain >> 32
 	case r == hw.ChanCmp && w == 8:
-		return c.cmp64()
+		return c.cmp
 	case r == hw.ChanCmp && w == 4:
 		return c.cmp & 0xFFFFFFFF
 	case r == hw.ChanCmp+4 && w == 4:
@@ -391,84 +499,14 @@ func (c *cbChannel) loadSts() uint64 {
 	return c.sts.Load()
 }
 
-func (c *cbChannel) chain64() uint64 {
-	if c.split64() {
-		c.violation("64-bit access to CHAINADDR below CB 3.3")
-		return c.chain & 0xFFFFFFFF
-	}
-	return c.chain
-}
-
-func (c *cbChannel) cmp64() uint64 {
-	if c.split64() {
-		c.violation("64-bit access to CHANCMP below CB 3.3")
-		return c.cmp & 0xFFFFFFFF
-	}
-	return c.cmp
-}
-
-func (c *cbChannel) readGlobal(off, w int) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case off == hw.RegChanCnt && w == 1:
-		return 1
-	case off == hw.RegXferCap && w == 1:
-		return uint64(c.xferCap)
-	case off == hw.RegGenCtrl && w == 1:
-		return 0
-	case off == hw.RegIntrCtrl && w == 1:
-		v := c.intrCtrl
-		if c.attn != 0 {
-			v |= hw.IntrCtrlStatus
-			if v&hw.IntrCtrlMasterEnable != 0 {
-				v |= hw.IntrCtrlStatusMaster
-			}
-		}
-		return uint64(v)
-	case off == hw.RegAttnStatus && w == 4:
-		v := c.attn
-		c.attn = 0 // read clears
-		return uint64(v)
-	case off == hw.RegCBVer && w == 1:
-		return uint64(c.ver)
-	case off == hw.RegIntrDelay && w == 2:
-		return uint64(c.intrDelay) | 1<<15
-	case off == hw.RegCSStatus && w == 2:
-		return 1 << 3 // address remapping (IOMMU) on
-	case off == hw.RegDMACap && w == 4:
-		v := uint32(hw.CapPageBreak | hw.CapDCA | hw.CapCmplTimeout)
-		if c.fill {
-			v |= hw.CapFill
-		}
-		if c.ver >= hw.Ver34 {
-			v |= hw.CapDPS
-		}
-		return uint64(v)
-	case off == hw.RegDCAOffset && w == 2:
-		return 0x0100
-	case off == hw.RegChWPrefLimit && w == 1 && c.ver >= hw.Ver34:
-		return uint64(c.prefLimit)
-	}
-	c.violation("read of %d bytes at BAR0 offset %#x: no such register", w, off)
-	return 0
-}
-
-func (c *cbChannel) write(off, w int, v uint64) {
-	base := hw.ChannelBase(0)
-	if off >= 0x1000 {
-		c.violation("write to MSI-X table/PBA at %#x: owned by the platform, use EnableInterrupts", off)
-		return
-	}
-	if off < base {
-		c.writeGlobal(off, w, v)
-		return
-	}
-	r := off - base
+// write serves a write at channel offset r. Writes made while RESET is
+// still set land as well (DPDK writes CHAINADDR, CHANCTRL and CHANCMP
+// right after RESET without polling it): the model's reset takes effect
+// at once, only the bit's self-clearing is delayed.
+func (c *cbChannel) write(r, w int, v uint64) {
 	// The doorbell is the fast path: no lock.
 	if r == hw.ChanDMACount && w == 2 {
-		c.dmacount.Store(uint32(v & 0xFFFF))
-		c.kick()
+		c.doorbell(uint32(v & 0xFFFF))
 		return
 	}
 	if r == hw.ChanErr && w == 4 {
@@ -477,10 +515,6 @@ func (c *cbChannel) write(off, w int, v uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inReset() && r != hw.ChanCmd {
-		c.violation("write to channel offset %#x while CHANCMD.RESET is still set (poll it until it clears)", r)
-		return
-	}
 	switch {
 	case r == hw.ChanCtrl && w == 2:
 		c.ctrl = uint16(v) &^ hw.CtrlInUse
@@ -492,20 +526,12 @@ func (c *cbChannel) write(off, w int, v uint64) {
 	case r == hw.ChanCmd && w == 1:
 		c.command(uint8(v))
 	case r == hw.ChanChainAddr && w == 8:
-		if c.split64() {
-			c.violation("64-bit write to CHAINADDR below CB 3.3: only the low dword lands")
-			v &= 0xFFFFFFFF
-		}
 		c.arm(v)
 	case r == hw.ChanChainAddr && w == 4:
 		c.chainLo = uint32(v)
 	case r == hw.ChanChainAddr+4 && w == 4:
 		c.arm(v<<32 | uint64(c.chainLo))
 	case r == hw.ChanCmp && w == 8:
-		if c.split64() {
-			c.violation("64-bit write to CHANCMP below CB 3.3: only the low dword lands")
-			v &= 0xFFFFFFFF
-		}
 		c.cmp = v
 	case r == hw.ChanCmp && w == 4:
 		c.cmpLo = uint32(v)
@@ -529,23 +555,28 @@ func (c *cbChannel) write(off, w int, v uint64) {
 	}
 }
 
-func (c *cbChannel) writeGlobal(off, w int, v uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case off == hw.RegIntrCtrl && w == 1:
-		c.intrCtrl = uint8(v) & (hw.IntrCtrlMasterEnable | hw.IntrCtrlMSIXVector)
-		if v&hw.IntrCtrlStatus != 0 {
-			c.attn = 0
-		}
-	case off == hw.RegGenCtrl && w == 1:
-	case off == hw.RegIntrDelay && w == 2:
-		c.intrDelay = uint16(v) & 0x3FFF
-	case off == hw.RegChWPrefLimit && w == 1 && c.ver >= hw.Ver34:
-		c.prefLimit = uint8(v)
-	default:
-		c.violation("write of %d bytes at BAR0 offset %#x: read-only or no such register", w, off)
+// doorbell takes a DMACOUNT write. A value behind the previous one (by
+// 32768 or more, mod 2^16) moves the count backwards: the engine halts
+// with the descriptor-count error instead of running ~65535 stray
+// descriptors.
+func (c *cbChannel) doorbell(v uint32) {
+	// The doorbell count moves first: an engine that sees the new DMACOUNT
+	// must also see a new window (execOne).
+	c.dbSeq.Add(1)
+	c.dmacount.Store(v)
+	prev := c.lastDB.Swap(v)
+	if prev&dbNone == 0 && (v-prev)&0xFFFF >= 0x8000 {
+		c.dbBack.Store(true)
 	}
+	if c.unarmed.Load() {
+		c.violation("doorbell (DMACOUNT=%d) rung before CHAINADDR after a reset: write CHAINADDR first; the count is dropped when the chain is armed", v)
+	}
+	if c.dps() && c.armedPub.Load() {
+		c.pfMu.Lock()
+		c.prefetchLocked(uint16(v))
+		c.pfMu.Unlock()
+	}
+	c.kick()
 }
 
 // command executes a CHANCMD write. Called with mu held, so it happens
@@ -564,6 +595,7 @@ func (c *cbChannel) command(v uint8) {
 		c.setState(hw.StateHalted)
 	case v&hw.CmdSuspend != 0:
 		if c.state == hw.StateActive || c.state == hw.StateIdle {
+			c.stuck = false
 			c.setState(hw.StateSuspended)
 		}
 	case v&hw.CmdResume != 0:
@@ -572,6 +604,13 @@ func (c *cbChannel) command(v uint8) {
 			c.kick()
 		}
 	}
+}
+
+// clearPrefetch empties the prefetch queue; the next fetch starts at addr.
+func (c *cbChannel) clearPrefetch(addr uint64) {
+	c.pfMu.Lock()
+	c.pfHead, c.pfLen, c.pfNext, c.pfCount, c.pfFirst, c.pfStop = 0, 0, addr, 0, true, false
+	c.pfMu.Unlock()
 }
 
 // resetLocked returns the channel to HALTED with an empty chain. CHANERR is
@@ -583,8 +622,14 @@ func (c *cbChannel) resetLocked() {
 	c.cnt, c.next, c.lastDone = 0, 0, 0
 	c.cntPub.Store(0)
 	c.dmacount.Store(0)
+	c.lastDB.Store(dbNone)
+	c.dbBack.Store(false)
+	c.unarmed.Store(true)
 	c.irqPending = false
+	c.stuck = false
+	c.winSeq = ^uint64(0)
 	c.drsctl = 0
+	c.clearPrefetch(0)
 	c.setState(hw.StateHalted)
 	c.sts.Store(uint64(hw.StateHalted))
 	if c.wipeOnReset {
@@ -594,12 +639,18 @@ func (c *cbChannel) resetLocked() {
 
 func (c *cbChannel) setState(s hw.State) {
 	c.state = s
-	c.armedPub.Store(s == hw.StateArmed || s == hw.StateActive || s == hw.StateIdle)
+	c.armedPub.Store(!c.stuck && (s == hw.StateArmed || s == hw.StateActive || s == hw.StateIdle))
+	if s == hw.StateArmed && c.hideArmed {
+		s = hw.StateIdle
+	}
 	c.sts.Store(c.lastDone | uint64(s))
 }
 
 // arm takes a new chain address. A channel accepts one only when halted,
-// suspended or armed, with no error outstanding.
+// suspended or armed, with no error outstanding. Zero is accepted (DPDK's
+// probe writes it while waiting for RESET to clear): the chain faults
+// only if a doorbell runs it. The internal count restarts at 0 and the
+// doorbell register with it, so nothing runs until DMACOUNT is written.
 func (c *cbChannel) arm(addr uint64) {
 	switch {
 	case c.state == hw.StateActive || c.state == hw.StateIdle:
@@ -609,10 +660,10 @@ func (c *cbChannel) arm(addr uint64) {
 	case c.chanerr.Load() != 0:
 		c.violation("CHAINADDR written with CHANERR=%s outstanding: the channel stays HALTED", hw.ErrString(c.chanerr.Load()))
 		return
-	case c.ver < hw.Ver33 && c.f.config32(hw.CfgChanErrInt) != 0:
+	case c.ver < hw.Ver33 && c.f.hasConfig(hw.CfgChanErrInt) && c.f.config32(hw.CfgChanErrInt) != 0:
 		c.violation("CHAINADDR written with CHANERR_INT (config 0x180) not cleared: below CB 3.3 the channel stays HALTED")
 		return
-	case addr == 0 || addr&(hw.DescSize-1) != 0:
+	case addr&(hw.DescSize-1) != 0 || c.addr40 && addr >= 1<<40:
 		c.haltLocked(hw.ErrChainAddr)
 		return
 	}
@@ -622,19 +673,31 @@ func (c *cbChannel) arm(addr uint64) {
 	c.first = true
 	c.cnt = 0
 	c.cntPub.Store(0)
+	c.dmacount.Store(0)
+	c.lastDB.Store(dbNone)
+	c.dbBack.Store(false)
+	c.unarmed.Store(false)
+	c.stuck = false
+	c.winSeq = ^uint64(0)
 	c.lastDone = 0
+	c.clearPrefetch(addr)
 	c.setState(hw.StateArmed)
 	c.kick()
+}
+
+// latch records error bits in CHANERR and, below CB 3.3, in CHANERR_INT.
+func (c *cbChannel) latch(bits uint32) {
+	c.chanerr.Or(bits)
+	if c.ver < hw.Ver33 && c.f.hasConfig(hw.CfgChanErrInt) {
+		c.f.orConfig32(hw.CfgChanErrInt, bits)
+	}
 }
 
 // haltLocked stops the channel on an error. The status write-back lands
 // before CHANSTS changes, so whoever sees HALTED in CHANSTS also sees the
 // write-back.
 func (c *cbChannel) haltLocked(bits uint32) {
-	c.chanerr.Or(bits)
-	if c.ver < hw.Ver33 {
-		c.f.orConfig32(hw.CfgChanErrInt, bits)
-	}
+	c.latch(bits)
 	c.nErr.Add(1)
 	v := c.lastDone | uint64(hw.StateHalted)
 	c.stsMu.Lock()
@@ -648,10 +711,41 @@ func (c *cbChannel) haltLocked(bits uint32) {
 	}
 }
 
+// stopLocked stops the channel without halting it: it stays in its state
+// and runs nothing until reset or re-armed.
+func (c *cbChannel) stopLocked() {
+	c.stuck = true
+	c.armedPub.Store(false)
+}
+
+// descError handles an error found while executing a descriptor, as
+// CHANERRMSK and CHANCTRL.ANY_ERR_ABORT_EN say, and reports whether the
+// descriptor completes all the same (a masked error).
+func (c *cbChannel) descError(bits uint32) bool {
+	if bits&^c.errMask == 0 {
+		c.latch(bits)
+		c.violation("CHANERR %s masked by CHANERRMSK: the descriptor moved no data yet completes (no reference driver masks copy errors)", hw.ErrString(bits))
+		return true
+	}
+	if c.ctrl&hw.CtrlAnyErrAbortEn == 0 {
+		// Without abort-on-error the channel does not halt: it latches
+		// the error and stops where it is.
+		c.latch(bits)
+		c.nErr.Add(1)
+		c.stopLocked()
+		if c.ctrl&hw.CtrlErrIntEn != 0 {
+			c.interruptLocked()
+		}
+		return false
+	}
+	c.haltLocked(bits)
+	return false
+}
+
 // writeCompletion writes status v to the CHANCMP address; a failure halts
 // the channel with a completion address error.
 func (c *cbChannel) writeCompletion(v uint64) bool {
-	if c.cmp&7 != 0 || c.cmp == 0 || !c.f.busMaster() {
+	if c.cmp&7 != 0 || c.cmp == 0 || !c.f.busMaster() || c.addr40 && c.cmp >= 1<<40 {
 		c.failCompletion()
 		return false
 	}
@@ -669,10 +763,7 @@ func (c *cbChannel) writeCompletion(v uint64) bool {
 }
 
 func (c *cbChannel) failCompletion() {
-	c.chanerr.Or(hw.ErrCmplAddr)
-	if c.ver < hw.Ver33 {
-		c.f.orConfig32(hw.CfgChanErrInt, hw.ErrCmplAddr)
-	}
+	c.latch(hw.ErrCmplAddr)
 	if c.state != hw.StateHalted {
 		c.nErr.Add(1)
 	}
@@ -682,8 +773,7 @@ func (c *cbChannel) failCompletion() {
 // interruptLocked raises the channel's interrupt, or leaves it pending
 // until software re-arms it with CHANCTRL.INT_REARM.
 func (c *cbChannel) interruptLocked() {
-	c.attn |= 1
-	if c.intrCtrl&(hw.IntrCtrlMasterEnable|hw.IntrCtrlMSIXVector) == 0 {
+	if !c.fn.interrupt(c.idx) {
 		return
 	}
 	if c.ctrl&hw.CtrlIntRearm == 0 {
@@ -696,24 +786,13 @@ func (c *cbChannel) interruptLocked() {
 	}
 }
 
-func (c *cbChannel) configWrite(off, n int) {
-	if off <= pci.ConfigCommand+1 && off+n > pci.ConfigCommand {
-		c.mu.Lock()
-		c.kick() // bus mastering may have been enabled
-		c.mu.Unlock()
-	}
-}
-
 func (c *cbChannel) flr() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.resetLocked()
 	c.chanerr.Store(0)
-	c.intrCtrl = 0
 	c.inUse = false
-	c.f.cfgMu.Lock()
-	binary.LittleEndian.PutUint32(c.f.cfg[hw.CfgChanErrInt:], 0)
-	c.f.cfgMu.Unlock()
+	c.errMask, c.dcaCtrl = 0, 0
 }
 
 func (c *cbChannel) close() {
@@ -731,11 +810,12 @@ func (c *cbChannel) close() {
 	c.mu.Unlock()
 }
 
-// runnable reports whether the channel has descriptors to execute.
+// runnable reports whether the channel has descriptors to execute (or a
+// doorbell error to raise).
 func (c *cbChannel) runnable() bool {
 	switch c.state {
 	case hw.StateArmed, hw.StateActive, hw.StateIdle:
-		return uint16(c.dmacount.Load()) != c.cnt
+		return !c.stuck && (c.dbBack.Load() || uint16(c.dmacount.Load()) != c.cnt)
 	}
 	return false
 }
@@ -794,13 +874,15 @@ func (c *cbChannel) idle() {
 // peekWork tells, without the lock, whether the channel seems to have
 // work (for the spin loop; a stale answer costs one more loop).
 func (c *cbChannel) peekWork() bool {
-	return c.armedPub.Load() && uint16(c.dmacount.Load()) != uint16(c.cntPub.Load())
+	return c.armedPub.Load() && (uint16(c.dmacount.Load()) != uint16(c.cntPub.Load()) || c.dbBack.Load())
 }
 
 // pace holds a descriptor of n bytes until the channel's bandwidth cap
-// says its transfer is over. It releases mu while it sleeps, so register
-// writes (a RESET) go through; it reports false when the channel was reset
-// or stopped meanwhile, and the descriptor must not complete.
+// says its transfer is over; the data lands after it, so a driver that
+// reads the destination before the completion sees the old bytes. It
+// releases mu while it sleeps, so register writes (a RESET) go through; it
+// reports false when the channel was reset or stopped meanwhile, and the
+// descriptor must not complete.
 func (c *cbChannel) pace(n int) bool {
 	limit := c.bwLimit.Load()
 	if limit == 0 {
@@ -837,7 +919,7 @@ func (c *cbChannel) pace(n int) bool {
 		runtime.Gosched()
 	}
 	c.mu.Lock()
-	return gen == c.gen && c.state == hw.StateActive && !c.stopping.Load()
+	return gen == c.gen && c.state == hw.StateActive && !c.stuck && !c.stopping.Load()
 }
 
 // execBatch executes descriptors up to the doorbell, at most 64 before it
@@ -849,34 +931,88 @@ func (c *cbChannel) execBatch() {
 		c.haltLocked(hw.ErrNextAddr)
 		return
 	}
+	if c.dbBack.Swap(false) {
+		c.violation("DMACOUNT moved backwards (to %d): it only ever grows, mod 2^16, by the descriptors added", c.dmacount.Load())
+		c.haltLocked(hw.ErrDescCount)
+		return
+	}
 	if c.state != hw.StateActive {
 		c.setState(hw.StateActive)
 	}
-	for i := 0; i < 64 && c.state == hw.StateActive; i++ {
+	for i := 0; i < 64 && c.state == hw.StateActive && !c.stuck; i++ {
 		target := uint16(c.dmacount.Load())
 		if target == c.cnt {
 			break
 		}
 		c.execOne(target)
 	}
-	if c.state == hw.StateActive && uint16(c.dmacount.Load()) == c.cnt {
+	if c.state == hw.StateActive && !c.stuck && uint16(c.dmacount.Load()) == c.cnt {
 		c.setState(hw.StateIdle)
 	}
 }
 
-// execOne fetches, checks and executes the descriptor at c.next.
-func (c *cbChannel) execOne(target uint16) {
+// prefetchLocked fetches descriptors ahead of execution, up to the
+// prefetch limit and the doorbell count target. Called with pfMu held.
+func (c *cbChannel) prefetchLocked(target uint16) {
+	limit := c.fn.prefetchLimit()
 	dom := c.f.dom
-	addr := c.next
-	var d hw.Descriptor
+	for c.pfLen < limit && c.pfCount != target && !c.pfStop && c.f.busMaster() {
+		e := &c.pf[(c.pfHead+c.pfLen)%len(c.pf)]
+		*e = fetched{addr: c.pfNext, first: c.pfFirst}
+		dom.rlock()
+		raw, ok := dom.translate(e.addr, hw.DescSize, false, &c.pfHint)
+		if ok {
+			e.d.Decode(raw)
+		}
+		dom.runlock()
+		e.ok = ok
+		c.pfLen++
+		c.pfCount++
+		c.pfFirst = false
+		if !ok {
+			c.pfStop = true
+			return
+		}
+		c.pfNext = e.d.Next
+	}
+}
+
+// fetch reads the next descriptor: from the prefetch queue with DPS, else
+// from memory now.
+func (c *cbChannel) fetch(target uint16) fetched {
+	if c.dps() {
+		c.pfMu.Lock()
+		defer c.pfMu.Unlock()
+		if c.pfLen == 0 {
+			c.prefetchLocked(target)
+		}
+		if c.pfLen == 0 {
+			return fetched{addr: c.pfNext, first: c.pfFirst}
+		}
+		e := c.pf[c.pfHead]
+		c.pfHead = (c.pfHead + 1) % len(c.pf)
+		c.pfLen--
+		// The engine keeps fetching ahead while it executes.
+		c.prefetchLocked(target)
+		return e
+	}
+	e := fetched{addr: c.next, first: c.first}
+	dom := c.f.dom
 	dom.rlock()
-	raw, ok := dom.translate(addr, hw.DescSize, false, &c.hint)
+	raw, ok := dom.translate(e.addr, hw.DescSize, false, &c.hint)
 	if ok {
-		d.Decode(raw)
+		e.d.Decode(raw)
 	}
 	dom.runlock()
-	if !ok {
-		if c.first {
+	e.ok = ok
+	return e
+}
+
+// execOne fetches, checks and executes the next descriptor.
+func (c *cbChannel) execOne(target uint16) {
+	e := c.fetch(target)
+	if !e.ok {
+		if e.first {
 			c.haltLocked(hw.ErrChainAddr)
 		} else {
 			c.haltLocked(hw.ErrNextAddr)
@@ -884,28 +1020,63 @@ func (c *cbChannel) execOne(target uint16) {
 		return
 	}
 	c.first = false
-	if bits := d.Validate(c.xferCap, c.fill); bits != 0 {
-		c.haltLocked(bits)
+	addr, d := e.addr, &e.d
+	// A ring run past its end comes back to where the doorbell's window
+	// began before a new doorbell arrives. A self-linked descriptor is
+	// exempt: repeating it is legal (Linux's VFIO selftest does so).
+	if seq := c.dbSeq.Load(); seq != c.winSeq {
+		c.winSeq, c.winStart, c.winLen = seq, addr, 0
+	} else if addr == c.winStart && c.winLen > 1 {
+		c.violation("DMACOUNT ran past the ring: descriptor %#x came round again after %d descriptors within one doorbell", addr, c.winLen)
+		c.haltLocked(hw.ErrDescCount)
+		return
+	}
+	c.winLen++
+	if bits := d.Validate(c.xferCap, c.caps) | c.addrCheck(d); bits != 0 {
+		if c.descError(bits) {
+			c.completeOne(addr, d, target)
+		}
 		return
 	}
 	if len(c.inject) > 0 && c.inject[0].at == c.executed {
-		bits := c.inject[0].bits
+		in := c.inject[0]
 		c.inject = c.inject[1:]
 		c.executed++
-		c.haltLocked(bits)
+		if in.hang {
+			if in.bits != 0 {
+				c.latch(in.bits)
+				c.nErr.Add(1)
+				if c.ctrl&hw.CtrlErrIntEn != 0 {
+					c.interruptLocked()
+				}
+			}
+			c.stopLocked()
+			return
+		}
+		if c.descError(in.bits) {
+			c.completeOne(addr, d, target)
+		}
 		return
 	}
 	c.executed++
 	if d.Ctl&hw.CtlNull == 0 {
-		if bits := c.transfer(&d); bits != 0 {
-			c.haltLocked(bits)
-			return
-		}
-		c.nBytes.Add(uint64(d.Size))
 		if !c.pace(int(d.Size)) {
 			return
 		}
+		if bits := c.transfer(d); bits != 0 {
+			if c.descError(bits) {
+				c.completeOne(addr, d, target)
+			}
+			return
+		}
+		c.nBytes.Add(uint64(d.Size))
 	}
+	c.completeOne(addr, d, target)
+}
+
+// completeOne records descriptor d at addr as done: CHANSTS, the
+// write-back if asked for, the interrupt if asked for.
+func (c *cbChannel) completeOne(addr uint64, d *hw.Descriptor, target uint16) {
 	c.nDesc.Add(1)
 	c.cnt++
 	c.cntPub.Store(uint32(c.cnt))
@@ -932,27 +1103,78 @@ func (c *cbChannel) execOne(target uint16) {
 	}
 }
 
-// transfer moves the data of a copy or fill descriptor through the IOMMU.
-func (c *cbChannel) transfer(d *hw.Descriptor) uint32 {
-	dom := c.f.dom
-	n := int(d.Size)
-	dom.rlock()
-	defer dom.runlock()
-	var src []byte
-	if d.Op() == hw.OpCopy {
-		var ok bool
-		if src, ok = dom.translate(d.Src, n, false, &c.hint); !ok {
-			return hw.ErrReadData // the engine reads before it writes
-		}
-	}
-	dst, ok := dom.translate(d.Dst, n, true, &c.hint)
-	if !ok {
-		return hw.ErrWriteData
-	}
-	if d.Op() == hw.OpFill {
-		hw.FillPattern(dst, d.Src)
+// addrCheck refuses addresses beyond a Jasper Forest channel's 40 bits.
+func (c *cbChannel) addrCheck(d *hw.Descriptor) uint32 {
+	if !c.addr40 {
 		return 0
 	}
-	copy(dst, src)
+	const lim = 1 << 40
+	switch {
+	case d.Next >= lim:
+		return hw.ErrNextAddr
+	case d.Ctl&hw.CtlNull != 0:
+		return 0
+	case d.Op() == hw.OpCopy && (d.Src+uint64(d.Size) > lim || d.Ctl&hw.CtlSrcPageBreak != 0 && d.NextSrc >= lim):
+		return hw.ErrSrcAddr
+	case d.Dst+uint64(d.Size) > lim || d.Ctl&hw.CtlDstPageBreak != 0 && d.NextDst >= lim:
+		return hw.ErrDstAddr
+	}
+	return 0
+}
+
+// transfer moves the data of a copy or fill descriptor through the IOMMU,
+// in up to two pieces per side when the page-break bits say so.
+func (c *cbChannel) transfer(d *hw.Descriptor) uint32 {
+	dom := c.f.dom
+	n := d.Size
+	dom.rlock()
+	defer dom.runlock()
+	var src [2][]byte
+	if d.Op() == hw.OpCopy {
+		l, next := hw.Pieces(d.Src, d.NextSrc, n, d.Ctl&hw.CtlSrcPageBreak != 0)
+		var ok bool
+		if src[0], ok = dom.translate(d.Src, int(l), false, &c.hint); !ok {
+			return hw.ErrReadData // the engine reads before it writes
+		}
+		if l < n {
+			if src[1], ok = dom.translate(next, int(n-l), false, &c.hint); !ok {
+				return hw.ErrReadData
+			}
+		}
+	}
+	var dst [2][]byte
+	l, next := hw.Pieces(d.Dst, d.NextDst, n, d.Ctl&hw.CtlDstPageBreak != 0)
+	var ok bool
+	if dst[0], ok = dom.translate(d.Dst, int(l), true, &c.hint); !ok {
+		return hw.ErrWriteData
+	}
+	if l < n {
+		if dst[1], ok = dom.translate(next, int(n-l), true, &c.hint); !ok {
+			return hw.ErrWriteData
+		}
+	}
+	if d.Op() == hw.OpFill {
+		hw.FillPattern(dst[0], d.Src)
+		if dst[1] != nil {
+			hw.FillPattern(dst[1], bits.RotateLeft64(d.Src, -8*int(l%8)))
+		}
+		return 0
+	}
+	if src[1] == nil && dst[1] == nil {
+		copy(dst[0], src[0])
+		return 0
+	}
+	// Two pieces on either side: copy piece by piece.
+	si, so := 0, 0
+	for di := 0; di < 2; di++ {
+		for do := 0; do < len(dst[di]); {
+			k := copy(dst[di][do:], src[si][so:])
+			do += k
+			so += k
+			if so == len(src[si]) {
+				si, so = si+1, 0
+			}
+		}
+	}
 	return 0
 }

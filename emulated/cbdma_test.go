@@ -192,13 +192,6 @@ func TestStrictness(t *testing.T) {
 			t.Fatalf("CBVER with memory decode off reads %#x, want all ones", v)
 		}
 	})
-	t.Run("64-bit access below 3.3", func(t *testing.T) {
-		r := newRig(t, CBDMAOptions{Version: hw.Ver32})
-		r.regs.Write64(r.ch(hw.ChanCmp), 1<<36|0x40)
-		if r.p.Stats(0).Violations == 0 {
-			t.Fatal("64-bit CHANCMP write on CB 3.2 not flagged")
-		}
-	})
 	t.Run("CHANERR_INT blocks arming below 3.3", func(t *testing.T) {
 		r := newRig(t, CBDMAOptions{Version: hw.Ver32})
 		r.desc(0, hw.Descriptor{Size: 0}) // zero size: an error
@@ -223,14 +216,6 @@ func TestStrictness(t *testing.T) {
 		r.regs.Write32(r.ch(hw.ChanChainAddr)+4, uint32(r.iova(rigRing)>>32))
 		if s := hw.StatusState(uint64(r.regs.Read32(r.ch(hw.ChanSts)))); s != hw.StateArmed {
 			t.Fatalf("state %v after clearing CHANERR_INT, want ARMED", s)
-		}
-	})
-	t.Run("write during reset", func(t *testing.T) {
-		r := newRig(t, CBDMAOptions{ResetDelay: time.Second})
-		r.regs.Write8(r.ch(hw.ChanCmd), hw.CmdReset)
-		r.regs.Write64(r.ch(hw.ChanChainAddr), r.iova(rigRing))
-		if r.p.Stats(0).Violations == 0 {
-			t.Fatal("CHAINADDR written during reset not flagged")
 		}
 	})
 	t.Run("CHAINADDR while active", func(t *testing.T) {

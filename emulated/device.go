@@ -30,11 +30,12 @@ type Function struct {
 	dom  *IOMMU
 	m    model
 
-	cfgMu  sync.Mutex
-	cfg    [4096]byte
-	cfgW   [4096]byte // writable bits
-	cfgW1C [4096]byte // write-1-to-clear bits
-	cmd    atomic.Uint32
+	cfgMu   sync.Mutex
+	cfgSize int // bytes of configuration space that answer (256 or 4096)
+	cfg     [4096]byte
+	cfgW    [4096]byte // writable bits
+	cfgW1C  [4096]byte // write-1-to-clear bits
+	cmd     atomic.Uint32
 
 	bar *bar
 
@@ -60,8 +61,8 @@ func (f *Function) checkCfg(off, n int) error {
 	if f.closed.Load() {
 		return &pci.OpError{Op: "config access", Addr: f.addr, Err: pci.ErrClosed}
 	}
-	if off < 0 || n <= 0 || off+n > len(f.cfg) {
-		return &pci.OpError{Op: fmt.Sprintf("config access at %#x+%d", off, n), Addr: f.addr, Err: pci.ErrBadRange}
+	if off < 0 || n <= 0 || off+n > f.cfgSize {
+		return &pci.OpError{Op: fmt.Sprintf("config access at %#x+%d (the function has %d bytes of configuration space)", off, n, f.cfgSize), Addr: f.addr, Err: pci.ErrBadRange}
 	}
 	return nil
 }
@@ -97,7 +98,10 @@ func (f *Function) WriteConfig(off int, b []byte) error {
 	return nil
 }
 
-// config32 and setConfig32 let the model read and set its own registers.
+// hasConfig tells whether configuration register off exists.
+func (f *Function) hasConfig(off int) bool { return off+4 <= f.cfgSize }
+
+// config32 and orConfig32 let the model read and set its own registers.
 func (f *Function) config32(off int) uint32 {
 	f.cfgMu.Lock()
 	defer f.cfgMu.Unlock()

@@ -29,6 +29,23 @@ type Options struct {
 	// StartTimeout bounds the wait for the start-up null descriptor
 	// (default 100ms).
 	StartTimeout time.Duration
+	// Watchdog is how long a channel may make no progress with work
+	// outstanding before Poll fails the oldest request with a *ChanError
+	// matching ErrStalled and resets the channel (default 2s: Linux's
+	// completion timeout is 200 ms for hardware, but an emulated channel
+	// is a goroutine that a loaded machine may starve for a while). It
+	// must exceed the time one descriptor takes. CHANERR bits set without
+	// HALTED are acted on at the first stall check, without waiting.
+	Watchdog time.Duration
+	// Index picks the channel within the function, 0 to CHANCNT-1 (see
+	// ChannelCount): Xeons have one channel per function, older parts
+	// several, each with its register block at 0x80 x (Index+1).
+	Index int
+	// TakeOver opens a channel whose CHANCTRL.IN_USE claim is already
+	// set (a previous owner crashed or never closed it; Info.WasInUse
+	// then says so). Without it Open refuses such a channel with
+	// pci.ErrBusy.
+	TakeOver bool
 	// Memory says where the ring and completion word live (default:
 	// 2 MiB hugepages, falling back to locked 4 KiB pages).
 	Memory hugepage.Options
@@ -36,7 +53,7 @@ type Options struct {
 
 // DefaultOptions returns a 4096-entry ring without interrupts.
 func DefaultOptions() Options {
-	return Options{RingSize: 4096, ResetTimeout: 200 * time.Millisecond, StartTimeout: 100 * time.Millisecond, Memory: hugepage.DefaultOptions()}
+	return Options{RingSize: 4096, ResetTimeout: 200 * time.Millisecond, StartTimeout: 100 * time.Millisecond, Watchdog: 2 * time.Second, Memory: hugepage.DefaultOptions()}
 }
 
 func (o *Options) fill() error {
@@ -50,6 +67,12 @@ func (o *Options) fill() error {
 	if o.StartTimeout == 0 {
 		o.StartTimeout = d.StartTimeout
 	}
+	if o.Watchdog == 0 {
+		o.Watchdog = d.Watchdog
+	}
+	if o.Index < 0 || o.Index > 31 {
+		return fmt.Errorf("ioat: channel index %d: want 0..31 (CHANCNT is 5 bits): %w", o.Index, ErrBadRequest)
+	}
 	if o.Memory.PageSize == 0 {
 		o.Memory = d.Memory
 	}
@@ -61,9 +84,12 @@ func (o *Options) fill() error {
 
 // Info describes an open channel.
 type Info struct {
-	Addr     pci.Address
-	Device   uint16
-	Platform hw.Platform
+	Addr pci.Address
+	// Index is the channel's number within its function; Channels is the
+	// function's CHANCNT.
+	Index, Channels int
+	Device          uint16
+	Platform        hw.Platform
 	// Version is CBVER as read; Effective is the version whose access
 	// rules the driver follows (3.2 for SKX, whatever CBVER says).
 	Version, Effective uint8
@@ -72,10 +98,15 @@ type Info struct {
 	Fill        bool
 	RingSize    int
 	Interrupts  bool
-	// WasInUse is set when CHANCTRL.IN_USE was already claimed at open:
-	// a previous owner did not release the channel (it crashed, or another
-	// driver holds it).
+	// WasInUse is set when CHANCTRL.IN_USE was already claimed at open
+	// and Options.TakeOver took the channel over: a previous owner did not
+	// release it (it crashed, or another driver holds it).
 	WasInUse bool
+	// ChanErrIntUnreadable is set when config-space CHANERR_INT (0x180,
+	// cleared by the driver below CB 3.3) could not be read: the access
+	// path exposes only the first 256 bytes, or reads all ones there. The
+	// driver goes on without it, as Linux does.
+	ChanErrIntUnreadable bool
 	// MemoryDegraded is why ring memory is not on hugepages ("" if it is).
 	MemoryDegraded string
 }
@@ -91,6 +122,7 @@ type Stats struct {
 	Doorbells   uint64
 	Interrupts  uint64 // interrupt waits that woke on a signal
 	StallChecks uint64 // CHANSTS MMIO reads after the write-back did not move
+	Watchdogs   uint64 // requests failed because the channel stopped completing
 }
 
 // Completion reports one finished request.
@@ -146,12 +178,15 @@ type Channel struct {
 	lastSts   uint64 // last completion word processed
 	wbFloor   uint64 // ring index the next write-back names at or after (see Free)
 	stall     int    // polls without progress
+	stallAt   time.Time
+	rung      uint64 // ring index the doorbell last announced
+	addr40    bool   // keep DMA addresses below 2^40 (Jasper Forest)
 	slots     []slot
 	reaped    uint64 // ops already delivered by Poll up to this ring index
 	broken    error
 	closed    bool
 	stats     Stats
-	failRun   int // recoveries in a row without progress
+	failRun   int // recoveries in a row that failed no request
 }
 
 // Open brings up the CBDMA channel behind dev (spec §4.2): it checks the
@@ -179,7 +214,7 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 	if regs.Len() < 0x200 {
 		return nil, opErr(addr, "BAR0", fmt.Errorf("%w: BAR0 is %d bytes, want at least 512", ErrNotCBDMA, regs.Len()))
 	}
-	c := &Channel{dev: dev, regs: regs, base: hw.ChannelBase(0), quirk: model.Quirks, opts: o}
+	c := &Channel{dev: dev, regs: regs, base: hw.ChannelBase(o.Index), quirk: model.Quirks, opts: o, addr40: model.Quirks&hw.QuirkAddr40 != 0}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -191,7 +226,11 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 	if err := pci.SetCommand(dev, pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { _ = pci.ClearCommand(dev, pci.CommandBusMaster) })
+	undo = append(undo, func() {
+		if c.info.Channels <= 1 {
+			_ = pci.ClearCommand(dev, pci.CommandBusMaster)
+		}
+	})
 
 	ver := regs.Read8(hw.RegCBVer)
 	if ver < hw.Ver30 || ver == 0xFF {
@@ -202,8 +241,16 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 		eff = hw.Ver32
 	}
 	c.split = eff < hw.Ver33
-	if n := regs.Read8(hw.RegChanCnt) & 0x1F; n != 1 {
-		return nil, opErr(addr, "CHANCNT", fmt.Errorf("%w: %d channels in one function; the driver handles one per function, as on Xeon", ErrNotCBDMA, n))
+	nch := int(regs.Read8(hw.RegChanCnt) & 0x1F)
+	switch {
+	case nch == 0:
+		return nil, opErr(addr, "CHANCNT", fmt.Errorf("%w: the function reports no channels", ErrNotCBDMA))
+	case o.Index >= nch:
+		return nil, opErr(addr, "CHANCNT", fmt.Errorf("channel %d of a function with %d (CHANCNT): %w", o.Index, nch, ErrBadRequest))
+	case c.base+hw.ChanBlockSize > regs.Len():
+		return nil, opErr(addr, "BAR0", fmt.Errorf("%w: channel %d's registers at %#x lie past the %d-byte BAR", ErrNotCBDMA, o.Index, c.base, regs.Len()))
+	case nch > 1 && o.Interrupts:
+		return nil, opErr(addr, "interrupts", fmt.Errorf("%d channels share this function's MSI-X vector: open without Interrupts and poll: %w", nch, pci.ErrNotSupported))
 	}
 	xc := regs.Read8(hw.RegXferCap) & 0x1F
 	switch {
@@ -219,12 +266,16 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 	}
 	dmacap := regs.Read32(hw.RegDMACap)
 	c.info = Info{
-		Addr: addr, Device: id.Device, Platform: model.Platform, Version: ver, Effective: eff,
+		Addr: addr, Index: o.Index, Channels: nch, Device: id.Device, Platform: model.Platform, Version: ver, Effective: eff,
 		MaxTransfer: c.maxXfer, Fill: dmacap&hw.CapFill != 0, RingSize: o.RingSize,
 	}
 
-	// Claim the channel: the first read of CHANCTRL sets IN_USE.
+	// Claim the channel: the first read of CHANCTRL sets IN_USE. The
+	// semaphore does not say who holds it; only that someone does.
 	if regs.Read16(c.base+hw.ChanCtrl)&hw.CtrlInUse != 0 {
+		if !o.TakeOver {
+			return nil, opErr(addr, "CHANCTRL", fmt.Errorf("%w: channel %d's IN_USE claim is already set: another driver (a DPDK or SPDK process, the kernel's ioatdma) or an earlier process that never closed it owns the channel; the hardware does not record which. Stop that owner, or set Options.TakeOver to take the channel over", pci.ErrBusy, o.Index))
+		}
 		c.info.WasInUse = true
 	}
 	undo = append(undo, func() { c.regs.Write16(c.base+hw.ChanCtrl, 0) })
@@ -248,6 +299,19 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 		return nil, err
 	}
 	undo = append(undo, c.freeRing)
+	if c.addr40 {
+		if top := c.slotIOVA[c.size-1] + hw.DescSize; top > hw.Addr40Limit || c.compIOVA+8 > hw.Addr40Limit {
+			return nil, opErr(addr, "ring", fmt.Errorf("descriptor ring at IOVA %#x is beyond %s's 40-bit DMA reach: map DMA memory below 1 TiB: %w", c.slotIOVA[0], model.Platform, ErrBadRequest))
+		}
+	}
+	if eff >= hw.Ver34 && nch == 1 {
+		// Latency tolerance as Linux programs it: active while open,
+		// idle once closed. (With several channels these registers would
+		// overlap the next channel's block.)
+		regs.Write32(c.base+hw.ChanLTRActive, hw.LTRActive)
+		regs.Write32(c.base+hw.ChanLTRIdle, hw.LTRIdle)
+		regs.Write8(c.base+hw.ChanLTRSwSel, hw.LTRSelActive)
+	}
 
 	if err := c.start(c.head); err != nil {
 		return nil, err
@@ -255,10 +319,32 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 	if err := c.selfStart(); err != nil {
 		return nil, err
 	}
-	if eff >= hw.Ver34 {
-		regs.Write8(c.base+hw.ChanLTRSwSel, 0) // active latency tolerance while open
-	}
 	return c, nil
+}
+
+// ChannelCount returns how many channels the CBDMA function behind dev
+// has (CHANCNT): one on every Xeon, several on older parts. It enables
+// memory decoding to read the register.
+func ChannelCount(dev pci.Device) (int, error) {
+	id, err := pci.ReadID(dev)
+	if err != nil {
+		return 0, err
+	}
+	if _, ok := hw.Models[id.Device]; id.Vendor != hw.VendorIntel || !ok {
+		return 0, opErr(dev.Address(), "probe", fmt.Errorf("%w: ID %04x:%04x is not in the CBDMA table (see `ioatctl list`)", ErrNotCBDMA, id.Vendor, id.Device))
+	}
+	regs, err := dev.BAR(0)
+	if err != nil {
+		return 0, err
+	}
+	if err := pci.SetCommand(dev, pci.CommandMemory); err != nil {
+		return 0, err
+	}
+	n := int(regs.Read8(hw.RegChanCnt) & 0x1F)
+	if n == 0 {
+		return 0, opErr(dev.Address(), "CHANCNT", fmt.Errorf("%w: the function reports no channels", ErrNotCBDMA))
+	}
+	return n, nil
 }
 
 // Info describes the channel.
@@ -311,10 +397,13 @@ func (c *Channel) waitFor(reg string, timeout time.Duration, cond func() bool) e
 func (c *Channel) clearErrors() (chanerr, chanerrInt uint32, err error) {
 	chanerr = c.regs.Read32(c.base + hw.ChanErr)
 	c.regs.Write32(c.base+hw.ChanErr, chanerr)
-	if c.split {
+	if c.split && !c.info.ChanErrIntUnreadable {
 		chanerrInt, err = pci.ReadConfig32(c.dev, hw.CfgChanErrInt)
-		if err != nil {
-			return 0, 0, fmt.Errorf("ioat: %s: read CHANERR_INT (config 0x180): %w", c.info.Addr, err)
+		if err != nil || chanerrInt == 0xFFFFFFFF {
+			// Extended configuration space is out of reach (or reads all
+			// ones): go on without CHANERR_INT, as Linux does.
+			c.info.ChanErrIntUnreadable = true
+			return chanerr, 0, nil
 		}
 		if chanerrInt != 0 {
 			if err := pci.WriteConfig32(c.dev, hw.CfgChanErrInt, chanerrInt); err != nil {
@@ -418,6 +507,9 @@ func (c *Channel) freeRing() {
 // at: control, completion address, chain address. Descriptors from at up to
 // c.submitted are handed to the engine with one doorbell.
 func (c *Channel) start(at uint64) error {
+	if c.info.Effective >= hw.Ver34 && c.info.Channels == 1 {
+		c.regs.Write16(c.base+hw.ChanDRSCtl, c.drsctl())
+	}
 	ctrl := uint16(ctrlRun)
 	if c.irq.Load() != nil {
 		ctrl |= hw.CtrlIntRearm
@@ -429,14 +521,45 @@ func (c *Channel) start(at uint64) error {
 	c.wbFloor = at
 	c.write64(hw.ChanCmp, c.compIOVA)
 	c.write64(hw.ChanChainAddr, c.slotIOVA[at&c.mask])
-	if err := c.waitFor("CHANSTS (arm)", c.opts.StartTimeout, func() bool { return c.state() == hw.StateArmed }); err != nil {
-		return err
+	// No wait for ARMED: Linux's registers define no such state and SPDK
+	// rings the doorbell straight after CHAINADDR. A refused chain address
+	// shows in CHANERR; anything later halts the chain and Poll recovers.
+	if e := c.regs.Read32(c.base + hw.ChanErr); e != 0 {
+		return opErr(c.info.Addr, "CHAINADDR", fmt.Errorf("%w: the channel refused chain address %#x: CHANERR %s", ErrTimeout, c.slotIOVA[at&c.mask], hw.ErrString(e)))
 	}
 	c.restart = at
-	if c.submitted > at {
-		c.ring16(uint16(c.submitted - c.restart))
-	}
+	c.rung = at
+	c.ringTo(c.submitted)
 	return nil
+}
+
+// drsctl is the v3.4 descriptor-ring-size hint for this ring: its size
+// (4 KiB to 2 MiB) with prefetch auto-wrap when the ring is one
+// IOVA-contiguous chunk, as Linux sets it; 0 (no hint) otherwise.
+func (c *Channel) drsctl() uint16 {
+	n := len(c.ring)
+	if n < 4096 || n > 2<<20 {
+		return 0
+	}
+	for i, iova := range c.slotIOVA {
+		if iova != c.slotIOVA[0]+uint64(i*hw.DescSize) {
+			return 0
+		}
+	}
+	return uint16(bits.TrailingZeros(uint(n/4096))) | hw.DRSEnable | hw.DRSAutoWrap
+}
+
+// ringTo announces ring indexes up to idx with the doorbell, in steps
+// below 2^15 so the 16-bit count never seems to go backwards.
+func (c *Channel) ringTo(idx uint64) {
+	for c.rung < idx {
+		step := idx - c.rung
+		if step > 0x7FFF {
+			step = 0x7FFF
+		}
+		c.rung += step
+		c.ring16(uint16(c.rung - c.restart))
+	}
 }
 
 func (c *Channel) ring16(v uint16) {
@@ -547,6 +670,23 @@ func (c *Channel) chunk(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, 
 	return l, nil
 }
 
+// check40 refuses a transfer that touches an IOVA at or above 2^40 on
+// Jasper Forest, whose channels cannot reach it.
+func (c *Channel) check40(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int) error {
+	var d, s uint64
+	for done := 0; done < n; {
+		l, err := c.chunk(dst, dstOff+done, src, srcOff+done, n-done, &d, &s)
+		if err != nil {
+			return err
+		}
+		if d+uint64(l) > hw.Addr40Limit || src != nil && s+uint64(l) > hw.Addr40Limit {
+			return opErr(c.info.Addr, "enqueue", fmt.Errorf("IOVA %#x is beyond %s's 40-bit DMA reach: map the buffer below 1 TiB: %w", max(d, s), c.info.Platform, ErrBadRequest))
+		}
+		done += l
+	}
+	return nil
+}
+
 func checkRange(what string, m *pci.Mapping, off, n int) error {
 	if m == nil {
 		return fmt.Errorf("ioat: %s: no mapping: %w", what, ErrBadRequest)
@@ -575,6 +715,11 @@ func (c *Channel) EnqueueCopy(dst *pci.Mapping, dstOff int, src *pci.Mapping, sr
 	if n == 0 {
 		return c.EnqueueNull(tag)
 	}
+	if c.addr40 {
+		if err := c.check40(dst, dstOff, src, srcOff, n); err != nil {
+			return err
+		}
+	}
 	return c.enqueue(hw.OpCopy, dst, dstOff, src, srcOff, n, 0, tag)
 }
 
@@ -593,6 +738,11 @@ func (c *Channel) EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, t
 	}
 	if n == 0 {
 		return c.EnqueueNull(tag)
+	}
+	if c.addr40 {
+		if err := c.check40(dst, dstOff, nil, 0, n); err != nil {
+			return err
+		}
 	}
 	return c.enqueue(hw.OpFill, dst, dstOff, nil, 0, n, pattern, tag)
 }
@@ -671,11 +821,14 @@ func (c *Channel) Submit() {
 	}
 	storeCtl(b, ctl)
 	c.stats.Submitted += c.head - c.submitted
+	if c.tail == c.submitted {
+		c.stall = 0 // the watchdog's clock starts with this work
+	}
 	c.submitted = c.head
 	// The doorbell store orders after the descriptor stores (x86 stores
 	// are not reordered with other stores; the emulated register is an
 	// atomic), so the engine never sees a half-written descriptor.
-	c.ring16(uint16(c.submitted - c.restart))
+	c.ringTo(c.submitted)
 }
 
 // Poll reaps completed requests into out, in submission order, and returns
@@ -695,21 +848,50 @@ func (c *Channel) Poll(out []Completion) int {
 		c.stall = 0
 		c.advanceWB(hw.StatusAddr(sts))
 		if hw.StatusState(sts) == hw.StateHalted {
-			c.recover()
+			c.recover(causeHalted)
 		}
 	} else if c.tail < c.submitted {
 		c.stall++
-		if c.stall&1023 == 0 {
-			c.stats.StallChecks++
-			mmio := c.read64(hw.ChanSts)
-			dmasync.Observe()
-			c.advance(hw.StatusAddr(mmio))
-			if hw.StatusState(mmio) == hw.StateHalted {
-				c.recover()
-			}
+		if c.stall == 1 {
+			c.stallAt = time.Now()
 		}
+		if c.stall&1023 == 0 || c.stall&63 == 0 && time.Since(c.stallAt) >= c.opts.Watchdog {
+			c.checkStall()
+		}
+	} else {
+		// Nothing outstanding: the next stall starts its clock afresh.
+		c.stall = 0
 	}
 	return c.deliver(out)
+}
+
+// Why recover runs.
+const (
+	causeHalted  = iota // CHANSTS says HALTED
+	causeErrBits        // CHANERR bits set, the channel not halted
+	causeStalled        // no progress for the watchdog time
+)
+
+// checkStall looks at the registers when the write-back has not moved for
+// a while with work outstanding: CHANSTS (a halt without write-back, or
+// progress the write-back does not report), then CHANERR (an error that
+// did not halt the channel), then the watchdog clock.
+func (c *Channel) checkStall() {
+	c.stats.StallChecks++
+	mmio := c.read64(hw.ChanSts)
+	dmasync.Observe()
+	before := c.tail
+	c.advance(hw.StatusAddr(mmio))
+	switch {
+	case hw.StatusState(mmio) == hw.StateHalted:
+		c.recover(causeHalted)
+	case c.tail != before:
+		c.stallAt = time.Now()
+	case c.regs.Read32(c.base+hw.ChanErr) != 0:
+		c.recover(causeErrBits)
+	case time.Since(c.stallAt) >= c.opts.Watchdog:
+		c.recover(causeStalled)
+	}
 }
 
 // advance marks every descriptor up to the one at bus address addr, as
@@ -785,11 +967,23 @@ func (c *Channel) deliver(out []Completion) int {
 // last completed one failed. Its whole request fails with the CHANERR
 // bits; the channel is reset and restarted at the next request, so the
 // requests behind the failed one run again.
-func (c *Channel) recover() {
+func (c *Channel) recover(cause int) {
 	c.stats.Recoveries++
 	mmio := c.read64(hw.ChanSts)
 	dmasync.Observe()
 	c.advance(hw.StatusAddr(mmio))
+	if cause != causeHalted {
+		// The channel is not halted: stop it before looking at what it
+		// did, so nothing completes behind our back.
+		c.regs.Write8(c.base+hw.ChanCmd, hw.CmdSuspend)
+		_ = c.waitFor("CHANSTS (suspend)", 20*time.Millisecond, func() bool {
+			s := c.state()
+			return s != hw.StateActive && s != hw.StateIdle
+		})
+		mmio = c.read64(hw.ChanSts)
+		dmasync.Observe()
+		c.advance(hw.StatusAddr(mmio))
+	}
 	chanerr, chanerrInt, err := c.clearErrors()
 	if err != nil {
 		c.breakChannel(err)
@@ -802,7 +996,13 @@ func (c *Channel) recover() {
 		opFirst := fs.opFirst
 		cerr := &ChanError{Addr: c.info.Addr, Op: opNames[fs.op], ChanErr: chanerr, ChanErrInt: chanerrInt, Desc: c.slotIOVA[c.tail&c.mask]}
 		var failed error = cerr
-		if chanerr == 0 && chanerrInt == 0 {
+		switch {
+		case cause == causeStalled && chanerr == 0:
+			cerr.Stalled = true
+			cerr.State = hw.StatusState(mmio)
+			cerr.Waited = c.opts.Watchdog
+			c.stats.Watchdogs++
+		case chanerr == 0 && chanerrInt == 0:
 			failed = opErr(c.info.Addr, "CHANSTS", fmt.Errorf("channel halted with no CHANERR bits (someone reset or aborted it)"))
 		}
 		for k := opFirst; k < c.submitted; k++ {
@@ -815,9 +1015,14 @@ func (c *Channel) recover() {
 				break
 			}
 		}
+		// Failing a request is progress: a run of bad requests never
+		// breaks the channel.
+		c.failRun = -1
 	}
 	c.failRun++
 	if c.failRun > 8 {
+		// Recovery after recovery failed nothing: the channel halts on
+		// its own, with nothing of ours to blame.
 		c.breakChannel(opErr(c.info.Addr, "recover", fmt.Errorf("%w: %d recoveries without progress (last CHANERR %s)", ErrChannelBroken, c.failRun, hw.ErrString(chanerr))))
 		return
 	}
@@ -896,8 +1101,8 @@ func (c *Channel) Close() error {
 	}
 	c.closed = true
 	err := c.reset()
-	if c.info.Effective >= hw.Ver34 {
-		c.regs.Write8(c.base+hw.ChanLTRSwSel, 1) // idle latency tolerance
+	if c.info.Effective >= hw.Ver34 && c.info.Channels == 1 {
+		c.regs.Write8(c.base+hw.ChanLTRSwSel, hw.LTRSelIdle)
 	}
 	c.failAll(opErr(c.info.Addr, "request", ErrClosed))
 	c.regs.Write16(c.base+hw.ChanCtrl, 0) // release IN_USE
@@ -905,7 +1110,10 @@ func (c *Channel) Close() error {
 		_ = c.dev.DisableInterrupts()
 		c.irq.Store(nil)
 	}
-	_ = pci.ClearCommand(c.dev, pci.CommandBusMaster)
+	if c.info.Channels <= 1 {
+		// With several channels in the function, the others may still run.
+		_ = pci.ClearCommand(c.dev, pci.CommandBusMaster)
+	}
 	if err != nil {
 		// The engine may still be running: leak the ring rather than let
 		// it DMA into freed memory.

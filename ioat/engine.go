@@ -122,7 +122,7 @@ type echan struct {
 	comps  [64]Completion
 }
 
-// NewEngine opens a channel on each device. The devices must share one DMA
+// NewEngine opens every channel of each device (see ChannelCount). The devices must share one DMA
 // domain (one VFIO container, or one emulated platform), since buffers are
 // mapped once for all channels.
 func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
@@ -155,15 +155,28 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 		}
 	}
 	e := &Engine{dma: dma, cache: newRegCache(dma, o.CacheBytes), opts: o}
-	for _, dev := range devs {
-		ch, err := Open(dev, o.Channel)
-		if err != nil {
-			for _, ec := range e.chans {
-				ec.ch.Close()
-			}
-			return nil, err
+	fail := func(err error) (*Engine, error) {
+		for _, ec := range e.chans {
+			ec.ch.Close()
 		}
-		e.chans = append(e.chans, &echan{ch: ch, failed: map[uint64]error{}})
+		return nil, err
+	}
+	for _, dev := range devs {
+		// Every channel of every function: one per function on Xeon,
+		// CHANCNT of them on older parts, as Linux enumerates them.
+		n, err := ChannelCount(dev)
+		if err != nil {
+			return fail(err)
+		}
+		for i := 0; i < n; i++ {
+			co := o.Channel
+			co.Index = i
+			ch, err := Open(dev, co)
+			if err != nil {
+				return fail(err)
+			}
+			e.chans = append(e.chans, &echan{ch: ch, failed: map[uint64]error{}})
+		}
 	}
 	return e, nil
 }

@@ -3,6 +3,7 @@ package ioat
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
@@ -37,6 +38,10 @@ var (
 	// ErrChannelBroken means recovery failed repeatedly; the channel takes no
 	// more work. Close it and open it again.
 	ErrChannelBroken = errors.New("channel broken after failed recovery")
+	// ErrStalled is matched by a *ChanError for a request that failed
+	// because its channel stopped completing for Options.Watchdog with
+	// work outstanding; the channel was reset and carries on.
+	ErrStalled = errors.New("channel stopped completing")
 )
 
 // ChanError is a request failure reported by the engine: the channel halted
@@ -52,9 +57,18 @@ type ChanError struct {
 	ChanErrInt uint32
 	// Desc is the bus address of the failed descriptor.
 	Desc uint64
+	// Stalled is set when no CHANERR bit explains the failure: the
+	// channel made no progress for Waited, in State, and the watchdog
+	// reset it.
+	Stalled bool
+	State   hw.State
+	Waited  time.Duration
 }
 
 func (e *ChanError) Error() string {
+	if e.Stalled {
+		return fmt.Sprintf("ioat %s: %s failed: the channel made no progress for %v with the request outstanding (CHANSTS state %v, no CHANERR bits); the watchdog reset the channel", e.Addr, e.Op, e.Waited, e.State)
+	}
 	hint := ""
 	switch {
 	case e.ChanErr&(hw.ErrSrcAddr|hw.ErrReadData) != 0:
@@ -74,6 +88,8 @@ func (e *ChanError) Is(target error) bool {
 		return e.ChanErr&(hw.ErrSrcAddr|hw.ErrDstAddr|hw.ErrReadData|hw.ErrWriteData|hw.ErrNextAddr) != 0
 	case ErrDescriptor:
 		return e.ChanErr&(hw.ErrDescriptor|hw.ErrDescCtrl|hw.ErrDescLen|hw.ErrChainAddr) != 0
+	case ErrStalled:
+		return e.Stalled
 	}
 	return false
 }

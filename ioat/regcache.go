@@ -30,6 +30,7 @@ type regCache struct {
 	hits    uint64
 	misses  uint64
 	evicts  uint64
+	closed  bool // no new mappings: a request racing Engine.Close must not leak one
 }
 
 type regEntry struct {
@@ -59,6 +60,9 @@ func (r *regCache) get(b []byte) (*regEntry, int, error) {
 	p := addrOf(b)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return nil, 0, fmt.Errorf("ioat: engine: %w", ErrClosed)
+	}
 	r.clock++
 	if i := r.find(p, len(b)); i >= 0 {
 		e := r.entries[i]
@@ -81,15 +85,18 @@ func (r *regCache) get(b []byte) (*regEntry, int, error) {
 
 // register maps b permanently (until unregister).
 func (r *regCache) register(b []byte) (*regEntry, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("ioat: engine: %w", ErrClosed)
+	}
 	m, err := r.dma.Map(b)
 	if err != nil {
 		return nil, fmt.Errorf("ioat: register %d-byte buffer for DMA: %w", len(b), err)
 	}
 	p := addrOf(b)
 	e := &regEntry{start: p, end: p + uintptr(len(b)), m: m, permanent: true}
-	r.mu.Lock()
 	r.insert(e)
-	r.mu.Unlock()
 	return e, nil
 }
 
@@ -112,6 +119,9 @@ func (r *regCache) remove(e *regEntry) {
 func (r *regCache) unregister(e *regEntry) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return nil // the engine's Close unmapped it already
+	}
 	if e.refs > 0 {
 		return fmt.Errorf("ioat: unregister a buffer with %d requests outstanding: wait for them first: %w", e.refs, ErrBadRequest)
 	}
@@ -160,6 +170,7 @@ func (r *regCache) close() error {
 	}
 	r.entries = nil
 	r.bytes = 0
+	r.closed = true
 	if busy > 0 {
 		return fmt.Errorf("ioat: %d cached mappings still had requests outstanding at close", busy)
 	}

@@ -12,7 +12,6 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
 	c, err := Open(p.Devices()[0], Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -29,12 +28,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Submit()
-	var out [4]Completion
-	for i := 0; i < 1e7; i++ {
-		if n := c.Poll(out[:]); n > 0 {
-			t.Logf("%+v", out[:n])
-			break
-		}
+	r := drain(t, c, 1)
+	if r[0].Tag != 42 || r[0].Err != nil {
+		t.Fatalf("completion %+v, want tag 42 and no error", r[0])
 	}
 	if !bytes.Equal(src, dst) {
 		t.Fatal("mismatch")
@@ -43,6 +39,13 @@ func TestSmoke(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dom.Unmap(sm)
-	dom.Unmap(dm)
+	if err := dom.Unmap(sm); err != nil {
+		t.Fatal(err)
+	}
+	if err := dom.Unmap(dm); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -26,6 +26,7 @@ type deviceFlags struct {
 	bandwidth  units.Size
 	cbver      string
 	timeout    time.Duration
+	takeOver   bool
 }
 
 // register adds the device flags to fs.
@@ -37,6 +38,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
 	fs.StringVar(&d.cbver, "cbver", "3.3", "emulated engine only: CBVER of the model, 3.2, 3.3 or 3.4")
 	fs.DurationVar(&d.timeout, "timeout", 30*time.Second, "how long to wait for the engine beyond the run's own length before calling it stuck")
+	fs.BoolVar(&d.takeOver, "take-over", false, "open channels whose CHANCTRL.IN_USE claim is already set (a previous owner crashed or never closed them)")
 }
 
 // deviceChoice is a validated --device and its companions.
@@ -49,6 +51,8 @@ type deviceChoice struct {
 	bandwidth int64
 	// irq asks for interrupt-driven waits.
 	irq bool
+	// takeOver opens channels someone else claimed.
+	takeOver bool
 	// emuOnly names the emulated-only flags given explicitly.
 	emuOnly []string
 	// cmd is the subcommand, for usage errors found when opening.
@@ -62,7 +66,7 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd, timeout: d.timeout}
+	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd, timeout: d.timeout, takeOver: d.takeOver}
 	if d.timeout <= 0 {
 		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
 	}
@@ -219,6 +223,19 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 	return openVFIO(e, sys, bound[:c.channels], why)
 }
 
+// watchdog is the channel watchdog for this choice: the driver's default,
+// or longer when --bandwidth slows the emulated engine so much that one
+// 1 MiB descriptor (its transfer cap) takes longer than that.
+func (c deviceChoice) watchdog() time.Duration {
+	d := ioat.DefaultOptions().Watchdog
+	if c.bandwidth > 0 {
+		if slow := 4 * time.Duration(float64(1<<20)/float64(c.bandwidth)*float64(time.Second)); slow > d {
+			d = slow
+		}
+	}
+	return d
+}
+
 // openEmulated builds an emulated CBDMA platform of c.channels channels.
 func openEmulated(c deviceChoice, why string) (*backend, error) {
 	if c.channels > 16 {
@@ -292,6 +309,8 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	o.CPUThreshold = -1
 	o.Channel.Interrupts = c.irq
 	b.ringMemory(&o.Channel)
+	o.Channel.Watchdog = c.watchdog()
+	o.Channel.TakeOver = c.takeOver
 	eng, err := ioat.NewEngine(b.devs, o)
 	if err != nil {
 		b.close()
@@ -307,6 +326,9 @@ func engineHint(err error, b *backend) error {
 	}
 	if b.emulated {
 		return err
+	}
+	if errors.Is(err, pci.ErrBusy) {
+		return fmt.Errorf("%w (with ioatctl: --take-over)", err)
 	}
 	return fmt.Errorf("%w (is another process using the channel? see `ioatctl list`; --device emulated works anyway)", err)
 }

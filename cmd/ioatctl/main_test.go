@@ -496,3 +496,17 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeOverFlag: --take-over is accepted by the commands that open
+// channels (the emulated channels are never claimed, so it changes
+// nothing there) and documented in their help.
+func TestTakeOverFlag(t *testing.T) {
+	r := ioatctl(t, "copy", "--device", "emulated", "--size", "64K", "--iterations", "10", "--take-over")
+	if r.err != nil {
+		t.Fatalf("copy --take-over: %v\n%s", r.err, r.stderr)
+	}
+	h := ioatctl(t, "copy", "-h")
+	if !strings.Contains(h.stdout+h.stderr, "take-over") {
+		t.Fatal("copy -h does not mention --take-over")
+	}
+}

@@ -118,6 +118,8 @@ func runVerify(e *env, args []string) (err error) {
 		o.CPUThreshold = -1
 		o.Channel.Interrupts = choice.irq
 		b.ringMemory(&o.Channel)
+		o.Channel.Watchdog = choice.watchdog()
+		o.Channel.TakeOver = choice.takeOver
 		eng, err := ioat.NewEngine([]pci.Device{d}, o)
 		if err != nil {
 			return engineHint(err, b)

@@ -156,6 +156,29 @@ const (
 	ChanLTRIdle   = 0xC4 // 32-bit, v3.4
 )
 
+// DRSCTL fields (v3.4, Linux registers.h IOAT_CHAN_DRS*): bits 3:0 encode
+// the descriptor ring size as log2(bytes / 4 KiB), bit 8 enables the
+// ring-size hint for prefetching, bit 9 makes prefetch wrap at the ring's
+// end (only for a ring in one contiguous chunk).
+const (
+	DRSSizeMask = 0x000F
+	DRSEnable   = 0x0100
+	DRSAutoWrap = 0x0200
+)
+
+// LTR values Linux programs on v3.4 (registers.h IOAT_CHAN_LTR_*): a
+// latency value, its scale (0x0800: 1 µs units) and the snoop-requirement
+// bit (0x8000). Active: 0 µs; idle: 600 µs. LTR_SWSEL picks which applies.
+const (
+	LTRActive      = 0x8800
+	LTRIdle        = 0x8A58
+	LTRSelActive   = 0
+	LTRSelIdle     = 1
+	Addr40Limit    = 1 << 40 // Jasper Forest's DMA reach (QuirkAddr40)
+	ChanBlockSize  = 0x80    // stride of the channel register blocks
+	ChanBlockSize4 = 0xC8    // bytes a v3.4 channel block spans (LTR_IDLE ends at 0xC8)
+)
+
 // BAR0Size is the size of the register BAR the model exposes (QEMU's RFC
 // model uses 16 KiB: registers, MSI-X table at 0x2000, PBA at 0x3000).
 const BAR0Size = 0x4000
@@ -323,7 +346,7 @@ const (
 	CtlHint         = 1 << 10
 	CtlOpShift      = 24
 	ctlReservedCopy = 0x00FFF800 // bits 23:11
-	ctlReservedFill = 0x00FFF862 // bits 23:11, 6:5 and 1
+	ctlReservedFill = 0x00FFFE62 // bits 23:9 (DCA and HINT included), 6:5 and 1
 )
 
 // Descriptor field offsets within the 64 bytes.
@@ -387,24 +410,26 @@ func (d *Descriptor) Decode(b []byte) {
 
 // Validate checks the descriptor as the engine does before executing it and
 // returns the CHANERR bits it would raise (0 when valid). xferCap is log2 of
-// the maximum transfer size (0 meaning 4 GiB); fill tells whether the channel
-// supports the fill op.
-func (d *Descriptor) Validate(xferCap uint8, fill bool) uint32 {
+// the maximum transfer size (0 meaning 4 GiB); caps is the channel's
+// DMACAPABILITY: fill needs CapFill, the page-break bits CapPageBreak and
+// the destination-DCA hint CapDCA. The bundle bit is refused: it belongs
+// to operations (CRC, DIF) this engine does not have.
+func (d *Descriptor) Validate(xferCap uint8, caps uint32) uint32 {
 	switch d.Op() {
 	case OpCopy:
 		if d.Ctl&ctlReservedCopy != 0 {
 			return ErrDescCtrl
 		}
 	case OpFill:
-		if !fill || d.Ctl&ctlReservedFill != 0 {
+		if caps&CapFill == 0 || d.Ctl&ctlReservedFill != 0 {
 			return ErrDescCtrl
 		}
 	default:
 		return ErrDescCtrl
 	}
-	if d.Ctl&(CtlSrcPageBreak|CtlDstPageBreak|CtlBundle|CtlDestDCA) != 0 {
-		// Page-break, bundle and DCA are real features this engine model
-		// and driver do not use; treat them as misprogramming.
+	if d.Ctl&CtlBundle != 0 ||
+		d.Ctl&(CtlSrcPageBreak|CtlDstPageBreak) != 0 && caps&CapPageBreak == 0 ||
+		d.Ctl&CtlDestDCA != 0 && caps&CapDCA == 0 {
 		return ErrDescCtrl
 	}
 	if d.Size == 0 {
@@ -418,14 +443,34 @@ func (d *Descriptor) Validate(xferCap uint8, fill bool) uint32 {
 	}
 	const top16 = 0xFFFF << 48
 	if d.Ctl&CtlNull == 0 {
-		if d.Op() == OpCopy && (d.Src&top16 != 0 || d.Src+uint64(d.Size) < d.Src) {
+		if d.Op() == OpCopy && (d.Src&top16 != 0 || d.Src+uint64(d.Size) < d.Src ||
+			d.Ctl&CtlSrcPageBreak != 0 && d.NextSrc&top16 != 0) {
 			return ErrSrcAddr
 		}
-		if d.Dst&top16 != 0 || d.Dst+uint64(d.Size) < d.Dst {
+		if d.Dst&top16 != 0 || d.Dst+uint64(d.Size) < d.Dst ||
+			d.Ctl&CtlDstPageBreak != 0 && d.NextDst&top16 != 0 {
 			return ErrDstAddr
 		}
 	}
 	return 0
+}
+
+// PageSize is the page a page-break descriptor breaks at.
+const PageSize = 4096
+
+// Pieces splits a transfer of size bytes at addr into the run before the
+// page break and the run continuing at next, as a descriptor with the
+// page-break bit set for that side does: the first run ends at the next
+// 4 KiB boundary (or covers everything when the transfer fits before it).
+func Pieces(addr, next uint64, size uint32, pageBreak bool) (firstLen uint32, second uint64) {
+	if !pageBreak {
+		return size, 0
+	}
+	toEnd := PageSize - addr%PageSize
+	if uint64(size) <= toEnd {
+		return size, 0
+	}
+	return uint32(toEnd), next
 }
 
 // FillPattern lays the 64-bit pattern down over dst little-endian from its

@@ -49,10 +49,17 @@ func TestValidate(t *testing.T) {
 		{Descriptor{Size: 64, Next: 32}, true, ErrDescriptor},
 		{Descriptor{Size: 64, Src: 1 << 50}, true, ErrSrcAddr},
 		{Descriptor{Size: 64, Dst: ^uint64(0) - 8}, true, ErrDstAddr},
-		{Descriptor{Size: 64, Ctl: CtlSrcPageBreak}, true, ErrDescCtrl},
+		{Descriptor{Size: 64, Ctl: CtlSrcPageBreak}, false, ErrDescCtrl},
+		{Descriptor{Size: 64, Ctl: OpFill<<CtlOpShift | CtlHint}, true, ErrDescCtrl},
+		{Descriptor{Size: 64, Ctl: CtlBundle}, true, ErrDescCtrl},
+		{Descriptor{Size: 64, Ctl: CtlSrcPageBreak | CtlDestDCA}, true, 0},
 	}
 	for i, c := range cases {
-		if got := c.d.Validate(20, c.fill); got != c.want {
+		caps := uint32(0)
+		if c.fill {
+			caps = CapFill | CapPageBreak | CapDCA
+		}
+		if got := c.d.Validate(20, caps); got != c.want {
 			t.Errorf("case %d %+v: %s, want %s", i, c.d, ErrString(got), ErrString(c.want))
 		}
 	}
@@ -66,7 +73,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		var d Descriptor
 		d.Decode(b)
-		_ = d.Validate(uint8(b[0]%33), b[1]&1 == 1)
+		_ = d.Validate(uint8(b[0]%32), uint32(b[1])<<1)
 		out := make([]byte, DescSize)
 		d.Encode(out)
 		if string(out) != string(b[:DescSize]) {

@@ -1,0 +1,102 @@
+// Package emulated holds in-process register models of the devices gomx
+// drives, behind the same device contract (package pci) as real devices
+// opened through VFIO. A driver cannot tell a model from hardware: it gets
+// a pci.Device whose configuration space, BARs, DMA domain and interrupts
+// behave as the device's do, so the driver's tests, examples and
+// benchmarks run anywhere, and the same conformance suites run unchanged
+// on hardware when it is there.
+//
+// # Shape of a model
+//
+// A platform (CBDMA is one) owns an IOMMU and a set of Functions. A
+// Function is one PCI function: a 4 KiB configuration space with
+// per-byte writable and write-1-to-clear masks, BAR0 as a register file
+// in which every access is one call into the device model, MSI-X vectors
+// as pci.Interrupts, and a function-level reset. The device model behind
+// it implements a small internal interface: read and write at a BAR
+// offset and width, react to configuration writes, reset, stop.
+//
+// The IOMMU is the platform's DMA domain. It hands out IOVAs for buffers
+// (pci.DMA), never reuses them, leaves an unmapped guard page between
+// mappings and, in scatter mode, gives every 4 KiB page its own segment,
+// so a driver that runs past a buffer, uses an IOVA after Unmap or
+// ignores IOVA discontinuities faults instead of silently touching other
+// memory. Models reach memory only through it, as a device behind a real
+// IOMMU does; a refused access is a recorded fault that the model turns
+// into the device's own error (CBDMA: a read- or write-data CHANERR bit).
+//
+// Models are strict both ways: what the hardware refuses gets the
+// hardware's error, and what the hardware accepts is accepted, so a
+// driver that passes here is not merely passing a stricter or looser toy.
+// Misprogramming the hardware would not honour and that has no error bit
+// is counted as a violation (with a description of the latest), which the
+// drivers' test suites require to stay at zero.
+//
+// # The CBDMA (I/OAT) model
+//
+// NewCBDMA builds a platform of CBDMA functions (Xeon "Crystal Beach"
+// DMA, CB 3.2 to 3.4), each with CHANCNT channels whose register blocks
+// sit at 0x80 x (n+1) in BAR0 (one channel per function on every Xeon;
+// more on older parts). Registers, bits and the descriptor layout come
+// from package ioat/hw, which the driver uses too. Each channel runs its
+// descriptors on its own goroutine: it spins on the doorbell for a while
+// after work, then parks until the doorbell kicks it, so an idle platform
+// costs no CPU.
+//
+// A channel follows the CB3 state machine: RESET leaves it HALTED;
+// CHAINADDR arms it (ARMED, or IDLE with HideArmed for parts that do not
+// report ARMED) and restarts its internal count; each DMACOUNT write
+// announces descriptors up to that 16-bit count; it goes ACTIVE, runs the
+// chain by its next links, writes CHANSTS back to CHANCMP when a
+// descriptor asks for it (and on error with ERR_COMPLETION_EN), and goes
+// IDLE when the count is reached. Errors latch CHANERR bits (and the
+// CHANERR_INT mirror in configuration space below 3.3) and halt the
+// channel, which accepts a new chain only once both are cleared. CHANSTS
+// and its write-back change as one event; reading the low dword of
+// CHANSTS latches the high one. On 3.4 (DMACAP.DPS) descriptors are
+// fetched when the doorbell rings, up to CHWPREFLMT ahead (32 if unset);
+// below, when they execute. Copies and fills move their data when the
+// descriptor completes, after the modelled transfer time when a bandwidth
+// cap is set. InjectError and InjectHang make a channel fail or stop at a
+// chosen descriptor, for testing a driver's recovery and watchdog.
+//
+// # CBDMA misprogramming: what the model does and why
+//
+// LNX is Linux drivers/dma/ioat, SPDK lib/ioat with include/spdk/ioat_spec.h,
+// DPDK drivers/dma/ioat, VST Linux's VFIO selftest CBDMA driver, and
+// spec the project's notes (shared/spec/ioat.md) that restate them.
+//
+//	Misprogramming                          Model                                       Reference
+//	64-bit CHANSTS/CHAINADDR/CHANCMP <3.3   accepted, full value                         SPDK mmio_read_8/write_8 and DPDK 64-bit register fields on all versions (BDX 0x6F20 is 3.2)
+//	32-bit halves of CHANSTS                low read latches high                        LNX ioat_chansts_32: reading the low dword latches the high one
+//	registers written while RESET is set    land (the reset took effect at once)         DPDK __ioat_recover: RESET, CHAINADDR, CHANCTRL, CHANCMP, no poll
+//	CHAINADDR = 0                           accepted; faults only if a doorbell runs it  DPDK probe writes 0 on each iteration of its RESET wait
+//	CHAINADDR misaligned or >=2^40 on JSF   halt, CHANERR bit 4 (chain address)          spec §4.5; JSF 40-bit (spec §5)
+//	CHAINADDR while ACTIVE/IDLE             violation, halt, CHANERR bit 4               spec §4.1 (arm from HALTED/SUSPENDED/ARMED only)
+//	CHAINADDR with CHANERR (or <3.3 INT)    violation, stays HALTED                      SPDK commit 9b172afd; spec §2 (CHANERR_INT)
+//	DMACOUNT moved backwards                violation, halt, CHANERR bit 18 (count)      LNX names bit 18 descriptor-count error; spec §4.3 (count only grows)
+//	DMACOUNT past the ring                  violation, halt, CHANERR bit 18              spec §4.3 (<= ring-1 outstanding); a self-linked descriptor may repeat (VST memcpy_storm)
+//	doorbell before CHAINADDR after reset   violation; the count is dropped at arm       LNX, SPDK, DPDK all write CHAINADDR first (spec §4.2)
+//	doorbell with bus mastering off         violation, halt, CHANERR bit 2               PCI: no DMA without COMMAND.BME
+//	unknown op, reserved control bits       halt, CHANERR bit 10 (descriptor control)    LNX hw.h descriptor layouts; fill: bits 23:9, 6:5, 1 reserved (HINT too)
+//	bundle bit                              halt, CHANERR bit 10                         no CRC/DIF ops here (spec §3.4)
+//	page-break bits                         executed in two pieces (DMACAP bit 0)        spec §5 (one 2-page discontinuity per descriptor)
+//	destination DCA bit                     accepted below 3.4, bit 10 on 3.4            LNX turns DCA off from 3.4 (spec §1); DMACAP says so
+//	size 0 or > 2^XFERCAP                   halt, CHANERR bit 11 (length)                spec §5
+//	next link not 64-byte aligned           halt, CHANERR bit 3                          spec §4.5
+//	address with top 16 bits, or wrapping   halt, CHANERR bit 0/1                        FreeBSD rejects 48+-bit addresses (spec §5)
+//	address >= 2^40 on Jasper Forest        halt, CHANERR bit 0/1/2                      spec §5 (JSF is 40-bit)
+//	unmapped descriptor                     halt, CHANERR bit 4 (first) or 2 (next)      spec §4.5
+//	unmapped source/destination             halt, CHANERR bit 8/9 (read/write data)      LNX: IOMMU faults are recoverable read/write errors
+//	bad completion address                  halt, CHANERR bit 12                         spec §4.5
+//	error masked by CHANERRMSK              violation; latched, not halted, completes    LNX masks only XOR/PQ validation bits, never copy errors
+//	error without ANY_ERR_ABORT_EN          latched, channel stops without halting       LNX, SPDK, DPDK all set ANY_ERR_ABORT_EN (spec §2.2)
+//	descriptor rewritten after doorbell     3.4: not seen (prefetched); below: seen      DMACAP.DPS, LNX DRSCTL/CHWPREFLMT (spec §1, §2)
+//	destination read before completion     old bytes (data lands at completion)         spec §3.6 (complete means landed)
+//	CHANCMD START/APPEND (CB1 commands)     violation, halt, CHANERR bit 5               spec §2.2 (CB3 starts with CHAINADDR)
+//	XFERCAP option 32                       refused: the field has 5 bits                LNX masks XFERCAP with 0x1f
+//	access to a register that is not there  violation                                    spec §2
+//
+// DCAOFFSET points past every channel block (0xE00), below the MSI-X
+// table at 0x2000; the model does not implement the DCA registers there.
+package emulated

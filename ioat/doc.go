@@ -1,0 +1,77 @@
+// Package ioat drives Intel I/OAT "Crystal Beach" DMA engines (CBDMA, CB
+// 3.2 to 3.4) from user space, through the device contract of package
+// pci: a real channel bound to vfio-pci or an in-process model from
+// package emulated, which the driver cannot tell apart. On top of the
+// channels it offers the asynchronous memory-copy API of the paper the
+// project follows: Copy, ICopy, Check and Wait.
+//
+// # Layers
+//
+// Package ioat/hw names the hardware: registers, bits, the descriptor
+// layout. A Channel owns one hardware channel and is not safe for
+// concurrent use, like a DPDK dmadev queue: its owner enqueues
+// descriptors (EnqueueCopy, EnqueueFill, EnqueueNull), rings the doorbell
+// once per batch (Submit) and reaps completions into a slice (Poll). An
+// Engine opens every channel of a set of functions, adds locking, spreads
+// requests by a Policy, copies small or overlapping requests on the CPU,
+// and maps arbitrary []byte for DMA through a registration cache.
+//
+// # A channel's life
+//
+// Open checks the IDs and CBVER, enables memory decoding and bus
+// mastering, claims the channel with the read-to-claim CHANCTRL.IN_USE
+// semaphore (refusing one someone else holds unless Options.TakeOver),
+// quiesces and resets it, clears CHANERR (and below CB 3.3 the
+// CHANERR_INT mirror in configuration space, going on without it where
+// that space cannot be read), maps a ring of pre-linked descriptors and an
+// 8-byte completion word, programs CHANCTRL, CHANCMP and CHAINADDR, and
+// runs a null descriptor to prove the channel works. It does not wait for
+// the ARMED state: Linux's registers do not define it and SPDK never waits
+// for it. Every step is undone if a later one fails. Close suspends and
+// resets the channel and waits for the reset before it frees the ring, so
+// no DMA lands after it.
+//
+// The fast path reads no register. Submit sets COMPL_WRITE on the last
+// descriptor of the batch and writes the 16-bit DMACOUNT once; Poll reads
+// the completion word the engine writes back, turns the descriptor
+// address it names into a ring index, and delivers the requests up to it
+// in order. Only when the word has not moved for a while with work
+// outstanding does Poll read CHANSTS (progress the write-back does not
+// report, or a halt without one) and CHANERR (error bits set without the
+// channel halting).
+//
+// # Errors and recovery
+//
+// When the channel halts, the request holding the failed descriptor fails
+// with a *ChanError carrying CHANERR (errors.Is matches ErrDMAFault or
+// ErrDescriptor by its bits); the channel is reset and restarted at the
+// next request, which runs again, as Linux's and DPDK's recovery do. Any
+// run of failed requests is survived: only recoveries that fail nothing
+// count towards giving up (ErrChannelBroken). A channel that makes no
+// progress for Options.Watchdog with work outstanding, or that flags
+// errors without halting, gets the same treatment, its request failing
+// with ErrStalled or its CHANERR bits, so no wait is unbounded.
+//
+// # What real channels need, and where it comes from
+//
+//	Behaviour                                      Reference
+//	64-bit registers as two 32-bit accesses <3.3   LNX (ioat_chansts_32); SKX 0x2021 forced to 3.2 (LNX)
+//	CHANERR_INT cleared below 3.3                  SPDK commit 9b172afd, LNX ioat_reset_hw
+//	tolerate unreadable CHANERR_INT                spdk#484 (FreeBSD UIO path); Linux goes on
+//	no wait for ARMED after CHAINADDR              LNX registers.h (no ARMED), SPDK ioat_channel_start
+//	every channel of a function, 0x80 x (n+1)      LNX ioat_enumerate_channels reads CHANCNT
+//	IN_USE claim refused unless taken over         CB3 CHANCTRL bit 8 semaphore; DPDK force-clears it
+//	addresses below 2^40 on Jasper Forest          spec §5, FreeBSD allocates descriptors below 2^40
+//	v3.4 LTR active/idle and DRSCTL ring size      LNX ioat_alloc_chan_resources, ioat_alloc_ring
+//	doorbell in steps below 2^15                   the 16-bit count must never look as if it went back
+//	watchdog on a channel that stops completing    LNX ioat_timer_event (reset after no progress)
+//	fail one request, reset, restart after it      LNX ioat_eh, DPDK __ioat_recover
+//
+// (LNX: Linux drivers/dma/ioat; SPDK: lib/ioat; DPDK: drivers/dma/ioat;
+// spec: shared/spec/ioat.md, the project's restatement of them.)
+//
+// The conformance suite in this package's tests runs on every variant of
+// the emulated model, on models first driven the way Linux, SPDK and DPDK
+// drive them, and on real channels bound to vfio-pci when there are any
+// (GOMX_IOAT_DEVICES, GOMX_REQUIRE_IOAT).
+package ioat
