@@ -111,6 +111,8 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 			addr: pci.Address{Bus: 1 + uint8(i), Device: 0, Function: 0},
 			dom:  p.iommu,
 			nIRQ: hw.MSIXVectors,
+			// A PCIe function: the extended configuration space answers.
+			cfgSize: 4096,
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initE1000EConfig(f)
