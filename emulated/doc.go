@@ -60,20 +60,6 @@
 // cap is set. InjectError and InjectHang make a channel fail or stop at a
 // chosen descriptor, for testing a driver's recovery and watchdog.
 //
-// # The 82574L (e1000e) model
-//
-// NewE1000E builds a platform of Intel 82574L NICs (8086:10D3, the device
-// QEMU 7.2 calls e1000e) for the user-space driver in nicdrv/e1000e, which
-// shares its register package (nicdrv/e1000e/hw) with the model as the
-// ioat driver shares ioat/hw. Ports are cabled in pairs (Cable) or joined
-// by a hub (Hub); a frame a NIC transmits reaches the other end's receive
-// ring on the TDT write, and SetLink pulls a cable. The model follows QEMU
-// 7.2 where the datasheet and QEMU differ, since that is the device the
-// VFIO tests drive: CTRL.RST resets almost nothing, RFCTL and the buffer
-// size latch when RCTL is enabled, a queue transmits only with TARC bit 10
-// set. What it checks, and counts as violations (E1000EStats), is listed
-// on the E1000E type.
-//
 // # CBDMA misprogramming: what the model does and why
 //
 // LNX is Linux drivers/dma/ioat, SPDK lib/ioat with include/spdk/ioat_spec.h,
@@ -113,4 +99,18 @@
 //
 // DCAOFFSET points past every channel block (0xE00), below the MSI-X
 // table at 0x2000; the model does not implement the DCA registers there.
+//
+// # The 82574L (e1000e) model
+//
+// NewE1000E builds a platform of Intel 82574L NICs (8086:10D3, the device
+// QEMU 7.2 calls e1000e) for the user-space driver in nicdrv/e1000e, which
+// shares its register package (nicdrv/e1000e/hw) with the model as the
+// ioat driver shares ioat/hw. Ports are cabled in pairs (Cable) or joined
+// by a hub (Hub); a frame a NIC transmits reaches the other end's receive
+// ring on the TDT write, and SetLink pulls a cable. The model follows QEMU
+// 7.2 where the datasheet and QEMU differ, since that is the device the
+// VFIO tests drive: CTRL.RST resets almost nothing, RFCTL and the buffer
+// size latch when RCTL is enabled, a queue transmits only with TARC bit 10
+// set. What it checks, and counts as violations (E1000EStats), is listed
+// on the E1000E type.
 package emulated
