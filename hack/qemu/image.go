@@ -332,8 +332,8 @@ type Image struct {
 	// Programs are main packages built (static) into /bin/NAME, NAME being
 	// the package's last element.
 	Programs []string
-	// Files are host files (absolute paths, copied with their own paths,
-	// symbolic links as links) such as a dynamically linked program and
+	// Files are host files (absolute paths, copied with their own paths; a
+	// symbolic link to another of them stays a link) such as a dynamically linked program and
 	// the libraries ldd names for it.
 	Files []string
 }
@@ -401,11 +401,32 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 			return "", err
 		}
 	}
+	inImage := map[string]bool{}
+	for _, f := range im.Files {
+		inImage[f] = true
+	}
 	for _, f := range im.Files {
 		if !filepath.IsAbs(f) {
 			return "", fmt.Errorf("image file %q: want an absolute host path", f)
 		}
-		if err := files.AddFile(f, strings.TrimPrefix(f, "/")); err != nil {
+		name := strings.TrimPrefix(f, "/")
+		// A library's symbolic link to another file of the list stays a
+		// link: a copy would be a distinct file, which the dynamic loader
+		// (and DPDK's plugin loader) would load twice. A link to a file
+		// not in the list is copied.
+		if target, err := os.Readlink(f); err == nil {
+			abs := target
+			if !filepath.IsAbs(abs) {
+				abs = filepath.Join(filepath.Dir(f), target)
+			}
+			if inImage[abs] {
+				if err := files.AddRecord(cpio.Symlink(name, target)); err != nil {
+					return "", err
+				}
+				continue
+			}
+		}
+		if err := files.AddFile(f, name); err != nil {
 			return "", err
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -144,6 +145,7 @@ func run(o options) error {
 		gomxRow   = "raw ping, gomx reflector"
 		testpmdRw = "raw ping, testpmd reflector"
 		udpRow    = "kernel e1000e UDP, busy-poll"
+		udp1Row   = "kernel UDP, one thread, turns"
 	)
 	start := time.Now()
 
@@ -173,7 +175,9 @@ func run(o options) error {
 	fmt.Printf("peers: testpmd reflector done (%v)\n", time.Since(start).Round(time.Second))
 
 	// (b) the kernel's driver, last: it needs the NICs rebound.
-	if err := kernelUDP(o, func(size int, us float64) { get(udpRow, size).us = append(get(udpRow, size).us, us) }); err != nil {
+	if err := kernelUDP(o,
+		func(size int, us float64) { get(udpRow, size).us = append(get(udpRow, size).us, us) },
+		func(size int, us float64) { get(udp1Row, size).us = append(get(udp1Row, size).us, us) }); err != nil {
 		fail(udpRow, o.rawSizes, err)
 	}
 	fmt.Printf("peers: kernel UDP done (%v)\n", time.Since(start).Round(time.Second))
@@ -403,6 +407,16 @@ func rawTestpmd(o options, add func(size int, us float64)) (err error) {
 	for _, d := range []string{"/var/run", "/run"} {
 		_ = os.MkdirAll(d, 0o755)
 	}
+	// EAL refuses a plugin directory with a world-writable ancestor, and
+	// the initramfs's root is 0777.
+	for d := "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0"; ; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("chmod %s for EAL: %w", d, err)
+		}
+		if d == "/" {
+			break
+		}
+	}
 	// EAL's main lcore on CPU 0, the forwarding lcore on CPU 1; the pinger
 	// shares CPU 0 with testpmd's idle main thread.
 	cmd := exec.Command(o.testpmd, "-l", "0,1", "-n", "1", "--in-memory", "-a", o.b.String(),
@@ -412,61 +426,52 @@ func rawTestpmd(o options, add func(size int, us float64)) (err error) {
 	if err != nil {
 		return err
 	}
+	// testpmd's stdout is a pipe, so C's stdio buffers it: its lines
+	// arrive late (all of them when it exits), and readiness is judged by
+	// a reply to a ping instead of by its "Press enter to exit".
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	ready := make(chan bool, 1)
+	var tailMu sync.Mutex
 	var tail []string
 	tailDone := make(chan struct{})
 	go func() {
 		defer close(tailDone)
 		sc := bufio.NewScanner(pr)
-		sent := false
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Println("testpmd: " + line)
+			tailMu.Lock()
 			tail = append(tail, line)
-			if len(tail) > 5 {
+			if len(tail) > 6 {
 				tail = tail[1:]
 			}
-			if !sent && strings.Contains(line, "Press enter to exit") {
-				ready <- true
-				sent = true
-			}
-		}
-		if !sent {
-			ready <- false
+			tailMu.Unlock()
 		}
 	}()
+	lastLines := func() string {
+		tailMu.Lock()
+		defer tailMu.Unlock()
+		return strings.Join(tail, " | ")
+	}
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return err
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); pw.Close() }()
+	go func() { err := cmd.Wait(); pw.Close(); <-tailDone; exited <- err }()
 	stopTestpmd := func() error {
 		stdin.Close()
 		select {
 		case err := <-exited:
-			<-tailDone
-			return err
+			if err != nil {
+				return fmt.Errorf("testpmd: %w: %s", err, lastLines())
+			}
+			return nil
 		case <-time.After(30 * time.Second):
 			cmd.Process.Kill()
 			<-exited
-			<-tailDone
 			return errors.New("testpmd did not exit within 30 s of the enter key; killed")
 		}
-	}
-	select {
-	case ok := <-ready:
-		if !ok {
-			err := stopTestpmd()
-			return fmt.Errorf("testpmd exited before forwarding (%v): %s", err, strings.Join(tail, " | "))
-		}
-	case <-time.After(120 * time.Second):
-		cmd.Process.Kill()
-		<-exited
-		<-tailDone
-		return fmt.Errorf("testpmd did not start forwarding within 120 s: %s", strings.Join(tail, " | "))
 	}
 	a, err := open(o.a)
 	if err != nil {
@@ -475,6 +480,21 @@ func rawTestpmd(o options, add func(size int, us float64)) (err error) {
 	// testpmd keeps the port's MAC, QEMU's for NIC B (hack/qemu's
 	// MachineArgs); macswap sends the frame back whatever its destination.
 	dst := nicdrv.MAC{0x52, 0x54, 0x00, 0x12, 0x34, 0x02}
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			return errors.Join(fmt.Errorf("testpmd exited before forwarding (%v): %s", err, lastLines()), a.close())
+		default:
+		}
+		if _, err := ping(a.nic, dst, 64, 1); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.Join(fmt.Errorf("testpmd did not reflect a frame within 120 s: %s", lastLines()), a.close(), stopTestpmd())
+		}
+	}
 	merr := measure(o, a.nic, dst, add)
 	return errors.Join(merr, a.close(), stopTestpmd())
 }
@@ -629,7 +649,7 @@ func udpPing(x, y *end, payload, rounds int) (time.Duration, error) {
 			if err := unix.Sendto(from.fd, msg, 0, &unix.SockaddrInet4{Addr: to.ip, Port: 9000}); err != nil {
 				return err
 			}
-			n, _, err := unix.Recvfrom(to.fd, buf, 0)
+			n, _, err := recvfrom(to.fd, buf)
 			if errors.Is(err, unix.EAGAIN) {
 				continue
 			}
@@ -657,7 +677,87 @@ func udpPing(x, y *end, payload, rounds int) (time.Duration, error) {
 	return rtts[len(rtts)/2], nil
 }
 
-func kernelUDP(o options, add func(size int, us float64)) error {
+// recvfrom is unix.Recvfrom, retried when the Go runtime's preemption
+// signal interrupts it.
+func recvfrom(fd int, buf []byte) (int, unix.Sockaddr, error) {
+	for {
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return n, from, err
+		}
+	}
+}
+
+// echo answers every datagram on e with the same bytes, on a thread of its
+// own, until stop is set (the socket's 1 s timeout bounds each wait).
+func echo(e *end, stop *atomic.Bool, done chan<- error) {
+	runtime.LockOSThread()
+	buf := make([]byte, 2048)
+	for !stop.Load() {
+		n, from, err := unix.Recvfrom(e.fd, buf, 0)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			done <- err
+			return
+		}
+		if err := unix.Sendto(e.fd, buf[:n], 0, from); err != nil {
+			done <- err
+			return
+		}
+	}
+	done <- nil
+}
+
+// udpPingEcho sends rounds datagrams from x to y's echo thread and returns
+// the median round trip; a datagram lost (1 s timeout) is sent again, at
+// most 5 times.
+func udpPingEcho(x, y *end, payload, rounds int) (time.Duration, error) {
+	msg := make([]byte, payload)
+	buf := make([]byte, 2048)
+	rtts := make([]time.Duration, 0, rounds)
+	to := &unix.SockaddrInet4{Addr: y.ip, Port: 9000}
+	for i := range rounds {
+		ok := false
+		for try := 0; try < 5 && !ok; try++ {
+			msg[0], msg[1] = byte(i), byte(i>>8)
+			start := time.Now()
+			if err := unix.Sendto(x.fd, msg, 0, to); err != nil {
+				return 0, err
+			}
+			for {
+				n, _, err := unix.Recvfrom(x.fd, buf, 0)
+				if errors.Is(err, unix.EAGAIN) {
+					break
+				}
+				if errors.Is(err, unix.EINTR) {
+					continue // the Go runtime's preemption signal
+				}
+				if err != nil {
+					return 0, err
+				}
+				if n == payload && buf[0] == byte(i) && buf[1] == byte(i>>8) {
+					rtts = append(rtts, time.Since(start))
+					ok = true
+					break
+				}
+			}
+		}
+		if !ok {
+			return 0, fmt.Errorf("%d B datagram %d lost 5 times", payload, i)
+		}
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2], nil
+}
+
+// kernelUDP measures the kernel's e1000e driver: UDP between the two NICs,
+// each in its own namespace, with SO_BUSY_POLL. add gets the figure with
+// an echo thread on NIC B (as mxbench's two boards run), addTurns the one
+// with both sides taking turns on one thread (as the e1000e tests' raw
+// ping does).
+func kernelUDP(o options, add, addTurns func(size int, us float64)) error {
 	p, err := kmodule.NewProber(kmodule.ProbeOpts{})
 	if err != nil {
 		return fmt.Errorf("reading modules.dep: %w", err)
@@ -690,8 +790,23 @@ func kernelUDP(o options, add func(size int, us float64)) error {
 			if err != nil {
 				return err
 			}
+			addTurns(size, rtt.Seconds()*1e6/2)
+		}
+	}
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	go echo(y, &stop, done)
+	var merr error
+	for r := 0; r < o.runs && merr == nil; r++ {
+		for _, size := range o.rawSizes {
+			rtt, err := udpPingEcho(x, y, size-42, o.rounds)
+			if err != nil {
+				merr = err
+				break
+			}
 			add(size, rtt.Seconds()*1e6/2)
 		}
 	}
-	return nil
+	stop.Store(true)
+	return errors.Join(merr, <-done)
 }
