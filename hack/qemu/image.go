@@ -368,7 +368,11 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 		}
 		return nil
 	}
-	log("building the guest init and %d test binaries (%s)", len(im.Packages), strings.Join(im.Packages, " "))
+	if len(im.Programs) > 0 {
+		log("building the guest init and the programs %s", strings.Join(im.Programs, " "))
+	} else {
+		log("building the guest init and %d test binaries (%s)", len(im.Packages), strings.Join(im.Packages, " "))
+	}
 	initBin := filepath.Join(dir, "init")
 	if err := build("build", "-trimpath", "-ldflags=-s -w", "-o", initBin, "./hack/qemu/init"); err != nil {
 		return "", err

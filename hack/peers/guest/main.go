@@ -554,10 +554,9 @@ func netdevOf(a pci.Address) (string, error) {
 // end is one NIC under the kernel's driver, in its own namespace, with a
 // UDP socket bound to ip:port.
 type end struct {
-	ns   netns.NsHandle
-	ip   [4]byte
-	fd   int
-	peer unix.SockaddrInet4
+	ns netns.NsHandle
+	ip [4]byte
+	fd int
 }
 
 // setup moves the interface of a into a new namespace, gives it ip/24,
