@@ -10,7 +10,7 @@
 // vfio.Sysfs.Bind (and, with -nonviable, one edu behind the PCIe-to-PCI
 // bridge to uio_pci_generic, so that its IOMMU group is not viable), then
 // runs every /tests/PKG/PKG.test with -test.v in the directory of its
-// package's testdata. Each binary is killed after -test-timeout. Output goes to the serial console; at the end the
+// package's testdata (or, with -run, that one program instead). Each binary is killed after -test-timeout. Output goes to the serial console; at the end the
 // init prints one summary line (hack/qemu.SummaryMarker followed by JSON)
 // and powers the machine off. Every step is bounded, and a panic in the
 // init still powers off, so QEMU always exits.
