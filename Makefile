@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all test test-short test-unprivileged bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test
+.PHONY: all test test-short test-unprivileged bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e
 
 all: lint test
 
@@ -45,6 +45,13 @@ test-unprivileged:
 QEMU_CONFIG ?= all
 qemu-test:
 	$(GO) run ./hack/qemu/cmd/qemu-test -config $(QEMU_CONFIG)
+
+# gomx beside its peers on QEMU's e1000e pair, in one VM (hack/peers): mx
+# and a raw ping over gomx's driver, the kernel's e1000e UDP with busy-poll,
+# DPDK testpmd as reflector. Needs root; not part of qemu-test.
+PEERS_RUNS ?= 5
+peers-e1000e:
+	./hack/peers/e1000e -runs $(PEERS_RUNS)
 
 # Every benchmark once: proves they run (CI). Use `make bench` for figures.
 bench-smoke: hugepages

@@ -26,6 +26,13 @@ type Config struct {
 	Hugepages int
 	// Timeout bounds the whole VM run, from QEMU's start to its exit.
 	Timeout time.Duration
+	// Env adds K=V pairs to the environment of what the guest runs.
+	Env []string
+	// Run, when set, is the program (a path in the initramfs, then its
+	// arguments) the guest's init runs instead of the test binaries, as a
+	// separate configuration such as hack/peers does; the init still sets
+	// up modules, hugepages and bindings first.
+	Run []string
 }
 
 // Devices the guest tests expect, and where QEMU puts them (-nodefaults
@@ -117,6 +124,13 @@ func (c Config) InitArgs() []string {
 		"-env=GOMX_REQUIRE_HUGEPAGES=1",
 		"-env=GOMX_REQUIRE_QEMU=" + c.Require(),
 		"-env=" + SetLinkEnv + "=" + setLinkNetdevs,
+	}
+	for _, e := range c.Env {
+		args = append(args, "-env="+e)
+	}
+	if len(c.Run) > 0 {
+		// The program gets the VM's time less a minute for boot and setup.
+		args = append(args, "-run="+strings.Join(c.Run, ","), "-test-timeout="+(c.Timeout-time.Minute).String())
 	}
 	if c.NoIOMMU {
 		args = append(args, "-insmod="+NoIOMMUVfioPath+":enable_unsafe_noiommu_mode=1")

@@ -57,6 +57,16 @@
 // output and one serial log per configuration, each starting with the QEMU
 // command line); [Options.Keep] (GOMX_QEMU_KEEP=1) keeps a passing one too.
 //
+// # Other configurations
+//
+// A configuration with Config.Run (hack/peers' benchmark VM) boots the same
+// machine and init, which sets up as usual and then runs that one program
+// instead of the test binaries; Options.Programs, Files and Modules put
+// main packages, host files (a dynamically linked program and the libraries
+// u-root's ldd names) and modules the program loads itself into its image.
+// Such configurations are not in Configs, so `make qemu-test` never boots
+// them.
+//
 // # What u-root does here, and what stays ours
 //
 // From u-root and vmtest: the archive layout and the newc writer

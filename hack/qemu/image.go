@@ -247,6 +247,12 @@ type Modules struct {
 // that file exactly as it will in the guest, in dry-run mode, and names
 // every .ko it would load.
 func ResolveModules(ctx context.Context, k Kernel, out io.Writer) (Modules, error) {
+	return ResolveModulesNamed(ctx, k, out, GuestModules)
+}
+
+// ResolveModulesNamed is ResolveModules for the modules named, which the
+// guest may load itself later (hack/peers loads e1000e between phases).
+func ResolveModulesNamed(ctx context.Context, k Kernel, out io.Writer, names []string) (Modules, error) {
 	m := Modules{Dir: k.Modules}
 	root := filepath.Dir(filepath.Dir(filepath.Dir(k.Modules))) // ROOT/lib/modules/RELEASE
 	if _, err := os.Stat(filepath.Join(k.Modules, "modules.dep")); err != nil {
@@ -268,7 +274,7 @@ func ResolveModules(ctx context.Context, k Kernel, out io.Writer) (Modules, erro
 	if err != nil {
 		return Modules{}, fmt.Errorf("reading %s: %w", filepath.Join(k.Modules, "modules.dep"), err)
 	}
-	for _, name := range GuestModules {
+	for _, name := range names {
 		if err := p.Probe(name, ""); err != nil {
 			return Modules{}, fmt.Errorf("module %s of kernel %s: %w", name, k.Release, err)
 		}
@@ -323,6 +329,13 @@ type Image struct {
 	// Packages are the Go packages whose tests run in the guest
 	// ("./vfio"); their testdata directories go with them.
 	Packages []string
+	// Programs are main packages built (static) into /bin/NAME, NAME being
+	// the package's last element.
+	Programs []string
+	// Files are host files (absolute paths, copied with their own paths; a
+	// symbolic link to another of them stays a link) such as a dynamically linked program and
+	// the libraries ldd names for it.
+	Files []string
 }
 
 // Build compiles the init and the test binaries (static, CGO_ENABLED=0) in
@@ -355,7 +368,11 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 		}
 		return nil
 	}
-	log("building the guest init and %d test binaries (%s)", len(im.Packages), strings.Join(im.Packages, " "))
+	if len(im.Programs) > 0 {
+		log("building the guest init and the programs %s", strings.Join(im.Programs, " "))
+	} else {
+		log("building the guest init and %d test binaries (%s)", len(im.Packages), strings.Join(im.Packages, " "))
+	}
 	initBin := filepath.Join(dir, "init")
 	if err := build("build", "-trimpath", "-ldflags=-s -w", "-o", initBin, "./hack/qemu/init"); err != nil {
 		return "", err
@@ -377,6 +394,44 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 			if err := files.AddFile(testdata, "tests/"+name+"/testdata"); err != nil {
 				return "", err
 			}
+		}
+	}
+	for _, p := range im.Programs {
+		bin := filepath.Join(dir, filepath.Base(p))
+		if err := build("build", "-trimpath", "-o", bin, p); err != nil {
+			return "", err
+		}
+		if err := files.AddFile(bin, "bin/"+filepath.Base(p)); err != nil {
+			return "", err
+		}
+	}
+	inImage := map[string]bool{}
+	for _, f := range im.Files {
+		inImage[f] = true
+	}
+	for _, f := range im.Files {
+		if !filepath.IsAbs(f) {
+			return "", fmt.Errorf("image file %q: want an absolute host path", f)
+		}
+		name := strings.TrimPrefix(f, "/")
+		// A library's symbolic link to another file of the list stays a
+		// link: a copy would be a distinct file, which the dynamic loader
+		// (and DPDK's plugin loader) would load twice. A link to a file
+		// not in the list is copied.
+		if target, err := os.Readlink(f); err == nil {
+			abs := target
+			if !filepath.IsAbs(abs) {
+				abs = filepath.Join(filepath.Dir(f), target)
+			}
+			if inImage[abs] {
+				if err := files.AddRecord(cpio.Symlink(name, target)); err != nil {
+					return "", err
+				}
+				continue
+			}
+		}
+		if err := files.AddFile(f, name); err != nil {
+			return "", err
 		}
 	}
 	if err := im.Modules.add(files, im.Kernel.Release); err != nil {

@@ -189,6 +189,14 @@ type Options struct {
 	Configs []Config
 	// Packages are the Go packages whose tests run in the guest.
 	Packages []string
+	// Programs, Files: see Image; for configurations with Config.Run.
+	Programs []string
+	Files    []string
+	// Modules are the guest modules to put in the image (default
+	// GuestModules, which the init loads); a program may load the others.
+	Modules []string
+	// Report, when set, replaces Report for the final output.
+	Report func([]BootResult) string
 	// Keep keeps the run directory (initramfs, test binaries, serial logs)
 	// even when every boot passed. A failed run is always kept. The newest
 	// five run directories stay; older ones are removed.
@@ -222,8 +230,14 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 	if o.BuildDir == "" {
 		o.BuildDir = filepath.Join(o.Repo, "build", "qemu")
 	}
-	if len(o.Packages) == 0 {
+	if len(o.Packages) == 0 && len(o.Programs) == 0 {
 		o.Packages = DefaultPackages
+	}
+	if len(o.Modules) == 0 {
+		o.Modules = GuestModules
+	}
+	if o.Report == nil {
+		o.Report = Report
 	}
 	if len(o.Configs) == 0 {
 		return nil, errors.New("no configuration to boot")
@@ -264,11 +278,11 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 	if err != nil {
 		return fail(wrap(err))
 	}
-	mods, err := ResolveModules(ctx, k, toolLog)
+	mods, err := ResolveModulesNamed(ctx, k, toolLog, o.Modules)
 	if err != nil {
 		return fail(wrap(err))
 	}
-	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages}
+	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages, Programs: o.Programs, Files: o.Files}
 	for _, c := range o.Configs {
 		if c.NoIOMMU {
 			if im.NoIOMMUVfio, err = BuildNoIOMMUVfio(ctx, o.Repo, cache, k, toolLog, log); err != nil {
@@ -300,7 +314,7 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 		}
 		log("%s %s in %.1fs (serial log %s)", verdict, c.Name, r.Wall.Seconds(), r.Log)
 	}
-	fmt.Fprintln(out, Report(results))
+	fmt.Fprintln(out, o.Report(results))
 	log("total %.1fs", time.Since(start).Seconds())
 	if len(failed) > 0 {
 		keep = true

@@ -10,7 +10,7 @@
 // vfio.Sysfs.Bind (and, with -nonviable, one edu behind the PCIe-to-PCI
 // bridge to uio_pci_generic, so that its IOMMU group is not viable), then
 // runs every /tests/PKG/PKG.test with -test.v in the directory of its
-// package's testdata. Each binary is killed after -test-timeout. Output goes to the serial console; at the end the
+// package's testdata (or, with -run, that one program instead). Each binary is killed after -test-timeout. Output goes to the serial console; at the end the
 // init prints one summary line (hack/qemu.SummaryMarker followed by JSON)
 // and powers the machine off. Every step is bounded, and a panic in the
 // init still powers off, so QEMU always exits.
@@ -64,6 +64,7 @@ type options struct {
 	tests       string
 	testTimeout time.Duration
 	env         []string
+	run         []string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -88,6 +89,13 @@ func parseFlags(args []string) (options, error) {
 			return fmt.Errorf("-env %q: want K=V", s)
 		}
 		o.env = append(o.env, s)
+		return nil
+	})
+	fs.Func("run", "`PROG[,ARG...]` to run instead of the test binaries (bounded by -test-timeout)", func(s string) error {
+		o.run = strings.Split(s, ",")
+		if !strings.HasPrefix(o.run[0], "/") {
+			return fmt.Errorf("-run %q: want an absolute path to a program", s)
+		}
 		return nil
 	})
 	return o, fs.Parse(args)
@@ -127,7 +135,11 @@ func run(args []string) error {
 	bindDevices(o, step)
 	fmt.Printf("init: setup took %v\n", time.Since(start).Round(time.Millisecond))
 
-	s.Tests = runTests(o)
+	if len(o.run) > 0 {
+		s.Tests = []qemu.TestResult{runTest(o.run[0], o.run[1:], o)}
+	} else {
+		s.Tests = runTests(o)
+	}
 	printSummary(s)
 	return nil
 }
@@ -290,23 +302,23 @@ func runTests(o options) []qemu.TestResult {
 	}
 	var out []qemu.TestResult
 	for _, b := range bins {
-		out = append(out, runTest(b, o))
+		args := []string{"-test.v", "-test.count=1", "-test.timeout=" + (o.testTimeout - 10*time.Second).String()}
+		out = append(out, runTest(b, args, o))
 	}
 	return out
 }
 
-// runTest runs one test binary with -test.v in its directory, copying its
-// output to the console while counting results, and kills it (and
-// anything it started) when the timeout passes.
-func runTest(bin string, o options) qemu.TestResult {
+// runTest runs one test binary (or the -run program) with args in its
+// directory, copying its output to the console while counting results, and
+// kills it (and anything it started) when the timeout passes.
+func runTest(bin string, args []string, o options) qemu.TestResult {
 	r := qemu.TestResult{Binary: filepath.Base(bin), Exit: -1}
 	fmt.Printf("init: === running %s\n", bin)
 	start := time.Now()
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.testTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-test.v", "-test.count=1",
-		"-test.timeout="+(o.testTimeout-10*time.Second).String())
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = filepath.Dir(bin)
 	cmd.Env = append(append(os.Environ(), "PATH=/bin", "HOME=/tmp", "TMPDIR=/tmp"), o.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

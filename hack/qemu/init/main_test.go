@@ -39,3 +39,24 @@ func TestParseFlagsFromConfigs(t *testing.T) {
 		t.Error("-insmod with a relative path accepted")
 	}
 }
+
+// A configuration with Run gets its program and arguments, and the VM's
+// time less the boot's as the program's bound.
+func TestParseFlagsRun(t *testing.T) {
+	c := qemu.Configs[0]
+	c.Run = []string{"/bin/guest", "-runs=3", "-testpmd="}
+	c.Timeout = 10 * time.Minute
+	o, err := parseFlags(c.InitArgs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.run, c.Run) || o.testTimeout != 9*time.Minute {
+		t.Errorf("-run %q, timeout %v; want %q, 9m", o.run, o.testTimeout, c.Run)
+	}
+	if o, _ := parseFlags(qemu.Configs[0].InitArgs()); o.run != nil {
+		t.Errorf("a test configuration runs %q instead of its tests", o.run)
+	}
+	if _, err := parseFlags([]string{"-run=bin/guest"}); err == nil {
+		t.Error("-run with a relative path accepted")
+	}
+}

@@ -1,0 +1,90 @@
+// Command peers-e1000e boots the peers VM of package
+// github.com/gomx-dev/gomx/hack/peers once and prints its table: mx over
+// gomx's VFIO e1000e transport beside the kernel's e1000e UDP with
+// busy-poll, and a raw-frame ping against gomx's and DPDK testpmd's macswap
+// reflectors. hack/peers/e1000e and `make peers-e1000e` run it (as root).
+//
+//	go run ./hack/peers/cmd/peers-e1000e -runs 5
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gomx-dev/gomx/hack/peers"
+	"github.com/gomx-dev/gomx/hack/qemu"
+)
+
+func main() {
+	if err := run(os.Stdout, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(stdout io.Writer, args []string) error {
+	fs := flag.NewFlagSet("peers-e1000e", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	runs := fs.Int("runs", 5, "repetitions of every measurement; the table reports the median")
+	rounds := fs.Int("rounds", 500, "ping-pong rounds per raw and UDP measurement")
+	mxIters := fs.Int("mx-iterations", 500, "mxbench iterations per size and run")
+	noTestpmd := fs.Bool("no-testpmd", false, "leave DPDK's testpmd out (no apt, no testpmd row)")
+	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
+	keep := fs.Bool("keep", os.Getenv("GOMX_QEMU_KEEP") == "1", "keep the run directory with the serial log (a failed run always keeps it)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *runs < 1 || *rounds < 10 || *mxIters < 1 {
+		return errors.New("peers-e1000e: -runs must be at least 1, -rounds at least 10, -mx-iterations at least 1")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("peers-e1000e: run as root (it installs Debian packages and boots QEMU with hack/qemu)")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+
+	guestArgs := []string{fmt.Sprintf("-rounds=%d", *rounds), fmt.Sprintf("-mx-iterations=%d", *mxIters)}
+	var files []string
+	if *noTestpmd {
+		guestArgs = append(guestArgs, "-testpmd=")
+	} else {
+		f, err := peers.TestpmdFiles(ctx, true, io.Discard)
+		if err != nil {
+			return fmt.Errorf("peers-e1000e: %w (or pass -no-testpmd)", err)
+		}
+		files = f
+	}
+	out := &peers.TableFilter{Out: stdout, Verbose: *verbose}
+	results, err := qemu.Run(ctx, qemu.Options{
+		Configs:  []qemu.Config{peers.Config(*runs, guestArgs...)},
+		Programs: []string{"./hack/peers/guest", "./cmd/mxbench"},
+		Files:    files,
+		Modules:  append(append([]string(nil), qemu.GuestModules...), "e1000e"),
+		Keep:     *keep,
+		Stream:   true,
+		Out:      out,
+		Report: func(rs []qemu.BootResult) string {
+			var b strings.Builder
+			for _, r := range rs {
+				fmt.Fprintf(&b, "peers-e1000e: VM %s in %.0fs (wall of the whole run %.0fs)", r.Config.Name, r.Wall.Seconds(), time.Since(start).Seconds())
+				for _, p := range r.Problems {
+					fmt.Fprintf(&b, "\n  problem: %s", p)
+				}
+			}
+			return b.String()
+		},
+	})
+	_ = results
+	return err
+}

@@ -1,0 +1,44 @@
+package peers
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestTableFilterKeepsTableAndProgress(t *testing.T) {
+	var out bytes.Buffer
+	f := &TableFilter{Out: &out}
+	console := "qemu-test    1.0s: booting peers-e1000e\n" +
+		"[peers-e1000e   12.0s] init: ok   mount\n" +
+		"[peers-e1000e   50.0s] peers: mx run 1/1 done (5s)\n" +
+		"[peers-e1000e   60.0s] testpmd: EAL: Detected 2 lcore(s)\n" +
+		"[peers-e1000e   70.0s] " + Marker + "mx over gomx e1000e (VFIO)        64        20.0 20.0\n" +
+		"[peers-e1000e   71.0s] init: FAIL bind 0000:00:01.0 to vfio-pci: busy\n"
+	// Written in pieces that split lines, as QEMU's console does.
+	for i := 0; i < len(console); i += 7 {
+		f.Write([]byte(console[i:min(i+7, len(console))]))
+	}
+	want := "qemu-test    1.0s: booting peers-e1000e\n" +
+		"[peers-e1000e   50.0s] peers: mx run 1/1 done (5s)\n" +
+		"mx over gomx e1000e (VFIO)        64        20.0 20.0\n" +
+		"[peers-e1000e   71.0s] init: FAIL bind 0000:00:01.0 to vfio-pci: busy\n"
+	if out.String() != want {
+		t.Errorf("filtered console:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if _, ok := Keep("[x 1.0s] testpmd: EAL: probe", true); !ok {
+		t.Error("verbose filter dropped a console line")
+	}
+}
+
+func TestConfigRunsTheGuestProgram(t *testing.T) {
+	c := Config(3, "-testpmd=")
+	args := c.InitArgs()
+	if !slices.ContainsFunc(args, func(a string) bool { return a == "-run=/bin/guest,-runs=3,-testpmd=" }) {
+		t.Errorf("init args %q do not run the guest program with its flags", args)
+	}
+	if !strings.Contains(c.Append(), "intel_iommu=on") || c.SMP != 2 {
+		t.Errorf("peers config %+v: want the IOMMU machine with 2 vCPUs", c)
+	}
+}
