@@ -51,6 +51,16 @@ type LocalOptions struct {
 	Shm bool
 	// ShmDir is the endpoint directory (default: shm.DefaultDir()).
 	ShmDir string
+	// Large is how large messages move between processes of this host
+	// (cma.go): LargeAuto (default) copies once with process_vm_readv where
+	// the kernel permits it, else pulls through the rings. GOMX_SHM_LARGE
+	// (auto, rings or cma) sets it.
+	Large LargeStrategy
+	// ShmEager is the largest message sent eagerly to a process of this
+	// host when the single copy is in use; larger ones go by rendezvous
+	// and are copied once by the receiver. Default DefaultShmEager (4 KiB);
+	// GOMX_SHM_EAGER sets it. It never raises RendezvousThreshold.
+	ShmEager int
 }
 
 // withEnv applies GOMX_LOCAL (off, 0 or false turn the shortcut off) and
@@ -288,6 +298,7 @@ func (e *Endpoint) withdrawLocal(ls *localSend, peer error) {
 // directory (from closeLocked).
 func (e *Endpoint) closeLocal() {
 	unregisterLocal(e)
+	e.b.cmaClose(e)
 	peer := ErrEndpointClosed
 	if e.b.closed {
 		peer = ErrUnreachable // as a pull from a vanished board ends
