@@ -46,9 +46,13 @@ type LocalOptions struct {
 	// Shm also reaches boards of other processes of this user on this host
 	// through shared memory (transport/shm; see host.go): the board opens a
 	// shared-memory transport named after its NIC id, and frames to a peer
-	// that did the same take the rings. Only for transports whose NIC ids
-	// are unique on the host (UDP, AF_XDP). GOMX_SHM=on sets it, off clears it.
+	// that did the same take the rings. It is on by default for transports
+	// that report host-unique NIC ids (transport.HostUnique: UDP, AF_XDP
+	// over UDP, the VFIO NIC); Shm forces it on for others, which is right
+	// only if their ids are unique on the host. GOMX_SHM=on sets it.
 	Shm bool
+	// NoShm turns the host path off (GOMX_SHM=off sets it).
+	NoShm bool
 	// ShmDir is the endpoint directory (default: shm.DefaultDir()).
 	ShmDir string
 	// Large is how large messages move between processes of this host
@@ -72,9 +76,9 @@ func (o LocalOptions) withEnv() LocalOptions {
 	}
 	switch strings.ToLower(os.Getenv("GOMX_SHM")) {
 	case "on", "1", "true", "yes":
-		o.Shm = true
+		o.Shm, o.NoShm = true, false
 	case "off", "0", "false", "no":
-		o.Shm = false
+		o.Shm, o.NoShm = false, true
 	}
 	return o
 }

@@ -148,7 +148,12 @@ func recvFD(c *net.UnixConn, n int) ([]byte, int, error) {
 
 // checkDir makes sure dir exists, is a directory (not a link), belongs to
 // the calling user and is closed to everyone else.
-func checkDir(dir string) error {
+func checkDir(dir string) error { return CheckDir(dir) }
+
+// CheckDir creates the endpoint directory dir if it is missing and checks
+// that it belongs to the calling user and is closed to everyone else, as
+// Open does; users that nest directories in it check the parent with it.
+func CheckDir(dir string) error {
 	uid := os.Getuid()
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("shm: create the endpoint directory %s: %w", dir, err)
