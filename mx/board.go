@@ -84,7 +84,8 @@ type Board struct {
 	// cmaEps holds each endpoint's table of large-send buffers for
 	// processes that copy from them; its address is published (cma.go).
 	cmaEps     [MaxEndpoints]uint64
-	cmaRefused bool // the kernel refused process_vm_readv (cma.go)
+	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
+	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
 
 	// recvMu makes one goroutine at a time the owner of tr.Recv: the
 	// progress goroutine, or a busy-polling waiter.

@@ -142,13 +142,22 @@ func (b *Board) cmaOpen(e *Endpoint) {
 	if _, ok := b.tr.(*shm.Transport); !ok && b.host == nil {
 		return
 	}
-	e.cmaTab = make([]uint64, b.opts.Regions*cmaEntryWords)
+	// The table outlives the endpoint (a reopened id reuses it): a peer
+	// still reading an address it learned earlier reads cleared entries,
+	// never freed memory.
+	if b.cmaTabs[e.id] == nil {
+		b.cmaTabs[e.id] = make([]uint64, b.opts.Regions*cmaEntryWords)
+	}
+	e.cmaTab = b.cmaTabs[e.id]
+	clear(e.cmaTab)
 	b.cmaEps[e.id] = uint64(uintptr(unsafe.Pointer(&e.cmaTab[0])))
 }
 
-// cmaClose withdraws a closing endpoint's table (b.mu held).
+// cmaClose withdraws a closing endpoint's table (b.mu held): its entries
+// are cleared, so no peer copies from buffers the endpoint gave back.
 func (b *Board) cmaClose(e *Endpoint) {
-	if b.cmaEps[e.id] == uint64(uintptr(unsafe.Pointer(unsafe.SliceData(e.cmaTab)))) {
+	if e.cmaTab != nil {
+		clear(e.cmaTab)
 		b.cmaEps[e.id] = 0
 	}
 }
