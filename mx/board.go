@@ -81,6 +81,12 @@ type Board struct {
 	hostErr   error
 	closeOnce sync.Once
 
+	// cmaEps holds each endpoint's table of large-send buffers for
+	// processes that copy from them; its address is published (cma.go).
+	cmaEps     [MaxEndpoints]uint64
+	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
+	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
+
 	// recvMu makes one goroutine at a time the owner of tr.Recv: the
 	// progress goroutine, or a busy-polling waiter.
 	recvMu   sync.Mutex
@@ -101,6 +107,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		return nil, err
 	}
 	o.Local = o.Local.withEnv()
+	if err := o.Local.largeEnv(); err != nil {
+		return nil, err
+	}
 	mtu := tr.MTU()
 	if mtu < minMTU {
 		return nil, fmt.Errorf("%w: transport MTU %d below %d", ErrBadOptions, mtu, minMTU)
@@ -140,7 +149,8 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		o.Names.Register(o.Hostname, b.nic)
 	}
 	register(b)
-	b.openHost() // host.go
+	b.openHost()   // host.go
+	b.cmaPublish() // cma.go
 	go b.progress()
 	return b, nil
 }
@@ -228,6 +238,7 @@ func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 	b.eps[id] = e
 	b.wasOpen[id] = true
 	registerLocal(e)
+	b.cmaOpen(e)
 	return e, nil
 }
 

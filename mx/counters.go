@@ -73,6 +73,9 @@ const (
 	NacksUnconfirmed
 	SendLocal // messages handed to an endpoint of this process (local.go)
 	RecvLocal
+	RecvCMA    // large messages copied once from another process (cma.go)
+	CMARefused // process_vm_readv refused by the kernel: pulled through the rings
+	CMAFailed  // process_vm_readv failed otherwise (bad entry, short copy): pulled
 	numCounters
 )
 
@@ -97,6 +100,8 @@ var counterNames = [numCounters]string{
 	"recv host query", "recv host reply", "recv raw", "drop raw queue full",
 	"messages held while progression is disabled", "nacks answered by a resend (unconfirmed)",
 	"send local (same process)", "recv local (same process)",
+	"recv large by process_vm_readv (one copy)", "process_vm_readv refused (pulled)",
+	"process_vm_readv failed (pulled)",
 }
 
 // String returns the counter's label.

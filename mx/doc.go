@@ -158,11 +158,17 @@
 // sends through the transport instead, as tests and benchmarks of a
 // transport do. See local.go for the locking and ordering rules.
 //
-// With BoardOptions.Local.Shm (or GOMX_SHM=on) a board also reaches boards
-// of other processes of the same user on this host through shared memory
-// (package transport/shm): it registers itself in the per-user endpoint
-// directory under its own NIC id, and frames to a peer found there take the
-// rings instead of the transport, with the same protocol. A peer process
+// A board whose transport reports host-unique NIC ids (transport.HostUnique:
+// UDP, AF_XDP over UDP, the VFIO NIC), or any board with
+// BoardOptions.Local.Shm (GOMX_SHM=on), also reaches boards of other
+// processes of the same user on this host through shared memory (package
+// transport/shm): it registers itself in the per-user endpoint directory
+// under its own NIC id, and frames to a peer found there take the rings
+// instead of the transport, with the same protocol; Local.NoShm
+// (GOMX_SHM=off) turns this off. Between processes a message above
+// Local.ShmEager (4 KiB) goes by rendezvous and the receiver copies it once
+// from the sender's buffer with process_vm_readv, or pulls it through the
+// rings where the kernel refuses (Local.Large chooses; see cma.go). A peer process
 // that exits or crashes is seen at once (transport.PeerWatcher): requests
 // involving it fail with ErrUnreachable, and a new process on the same
 // board and endpoint can be connected to.

@@ -29,6 +29,7 @@ type Endpoint struct {
 	doneq       doneList
 	zombies     int
 	regions     [256]region
+	cmaTab      []uint64 // large-send buffers, read by processes that copy them (cma.go)
 	regionHint  int
 	resq        reqList // sends waiting for a region (and those behind them)
 	pulls       []*pull
@@ -301,8 +302,10 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	stride := p.stride
 	wait := e.resq.n > 0 // keep per-peer order behind waiting sends
 	switch {
-	case sync || n > b.opts.RendezvousThreshold || n > stride*wire.MaxMediumFrag:
+	case sync || n > b.opts.RendezvousThreshold || n > stride*wire.MaxMediumFrag || b.shmRendezvous(p, n):
 		r.class = classLarge
+		r.segs = append(r.segsBuf[:0], segs...) // before allocRegion publishes them (cma.go)
+		r.segsBuf = r.segs
 		if !wait {
 			rid, ok := e.allocRegion(r)
 			if ok {
@@ -311,8 +314,6 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 				wait = true
 			}
 		}
-		r.segs = append(r.segsBuf[:0], segs...)
-		r.segsBuf = r.segs
 	case n <= 32:
 		r.class = classTiny
 	case n <= 128:

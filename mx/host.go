@@ -2,7 +2,12 @@ package mx
 
 import (
 	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
@@ -19,9 +24,11 @@ import (
 // (a peer that is not on the host is looked for again after hostRecheck),
 // and the protocol's sequence numbers absorb the switch.
 //
-// It is opt-in because NIC ids are unique per host only for some
-// transports (UDP addresses, MACs); boards of in-process loopback networks
-// in different processes reuse ids and must not reach each other.
+// It is on by default only for transports that report host-unique NIC ids
+// (transport.HostUnique): boards of in-process loopback networks in
+// different processes reuse ids and must not reach each other. The
+// directory is one per network namespace, since a UDP address names
+// different boards in different namespaces.
 
 // hostRecheck is how long a peer found not to be on this host is sent to
 // through the transport before the directory is looked at again.
@@ -45,13 +52,21 @@ type hostReach struct {
 // returned by HostPathErr.
 func (b *Board) openHost() {
 	o := b.opts.Local
-	if o.Off || !o.Shm {
+	if o.Off || o.NoShm {
 		return
 	}
 	if _, ok := b.tr.(*shm.Transport); ok {
 		return // already a shared-memory board
 	}
-	tr, err := shm.Open(shm.Options{NIC: b.nic, Dir: o.ShmDir})
+	if hu, ok := b.tr.(transport.HostUnique); !o.Shm && (!ok || !hu.HostUniqueNIC()) {
+		return
+	}
+	dir, err := hostDir(o.ShmDir)
+	if err != nil {
+		b.hostErr = err
+		return
+	}
+	tr, err := shm.Open(shm.Options{NIC: b.nic, Dir: dir})
 	if err != nil {
 		b.hostErr = err
 		return
@@ -59,6 +74,23 @@ func (b *Board) openHost() {
 	b.host = &hostPath{tr: tr, reach: make(map[transport.NICID]hostReach),
 		rx: make([]transport.Frame, rxBatch), quit: make(chan struct{}), exited: make(chan struct{})}
 	go b.hostProgress()
+}
+
+// hostDir is the endpoint directory of the host path: a directory per
+// network namespace inside the user's endpoint directory, since the same
+// UDP address names different boards in different namespaces.
+func hostDir(base string) (string, error) {
+	if base == "" {
+		base = shm.DefaultDir()
+	}
+	if err := shm.CheckDir(base); err != nil {
+		return "", err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("mx: host path: network namespace: %w", err)
+	}
+	return filepath.Join(base, "net-"+strconv.FormatUint(st.Ino, 10)), nil
 }
 
 // HostPathErr reports why a board asked for a host path (LocalOptions.Shm)

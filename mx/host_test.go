@@ -13,17 +13,18 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/udp"
 )
 
 // hostChildEnv makes the test binary an mx echo server on a UDP board with
-// the host path on, in the endpoint directory given.
+// the host path on (by default: UDP ids are host-unique), in the endpoint
+// directory given.
 const hostChildEnv = "GOMX_MX_HOST_CHILD"
 
 func hostOptions(dir string) BoardOptions {
 	o := fastOptions()
 	o.Local.Off = false
-	o.Local.Shm = true
 	o.Local.ShmDir = dir
 	return o
 }
@@ -111,6 +112,9 @@ func TestHostPath(t *testing.T) {
 			shmSent = c.Value
 		}
 	}
+	if e.Counters().Get(RecvCMA) == 0 {
+		t.Error("no large message was copied once from the child")
+	}
 	if shmSent < 11 {
 		t.Fatalf("only %d frames went through shared memory", shmSent)
 	}
@@ -174,5 +178,53 @@ func hostEchoChild(dir string) error {
 		if _, err := s.Wait(ctx); err != nil {
 			return err
 		}
+	}
+}
+
+// TestHostPathDefault: the host path is on by default exactly for
+// transports whose NIC ids are unique on the host, and GOMX_SHM / NoShm
+// turn it off.
+func TestHostPathDefault(t *testing.T) {
+	dir := shmDir(t)
+	open := func(tr transport.Transport, o BoardOptions) *Board {
+		t.Helper()
+		o.Local.ShmDir = dir
+		b, err := NewBoard(tr, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	udpTr := func() transport.Transport {
+		tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+		if err != nil {
+			t.Skipf("udp unavailable: %v", err)
+		}
+		return tr
+	}
+	a := open(udpTr(), BoardOptions{})
+	b := open(udpTr(), BoardOptions{})
+	if a.HostPathErr() != nil || a.host == nil {
+		t.Fatalf("UDP board without a host path: %v", a.HostPathErr())
+	}
+	if !a.HostPath(b.NICID()) {
+		t.Error("a UDP board on this host is not reached through shared memory")
+	}
+	off := open(udpTr(), BoardOptions{Local: LocalOptions{NoShm: true}})
+	if off.host != nil || a.HostPath(off.NICID()) {
+		t.Error("NoShm left a host path")
+	}
+	t.Setenv("GOMX_SHM", "off")
+	if envOff := open(udpTr(), BoardOptions{}); envOff.host != nil {
+		t.Error("GOMX_SHM=off left a host path")
+	}
+	t.Setenv("GOMX_SHM", "")
+	port, err := loopback.NewNetwork(loopback.Options{}).Attach(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb := open(port, BoardOptions{}); lb.host != nil {
+		t.Error("a loopback board (ids repeat across processes) opened a host path")
 	}
 }

@@ -18,14 +18,18 @@ import (
 
 // BenchmarkIntranode measures ping-pong between two endpoints of one host
 // for each intra-node path: "local" (two boards of one process, the
-// in-process shortcut: one copy, no protocol), "shm-procs" (two processes on
-// shm boards: the full protocol through shared-memory rings; large messages
-// are pulled through the rings), "udp-procs" (two processes on UDP boards
-// over the kernel's loopback) and "udp+shm-procs" (the same UDP boards with
-// the host path on: mx takes the rings by itself). It reports the one-way latency (us/oneway) and the
-// ping-pong bandwidth (MB/s = size / one-way time).
+// in-process shortcut: one copy, no protocol), "shm-procs/rings" and
+// "shm-procs/cma" (two processes on shm boards: the full protocol through
+// shared-memory rings, large messages pulled through the rings or copied
+// once by the receiver with process_vm_readv), "udp-procs" (two processes on
+// UDP boards over the kernel's loopback, host path off) and "udp+shm-procs"
+// (the same UDP boards with the host path on by default: mx takes the rings
+// and the single copy by itself). It reports the one-way latency
+// (us/oneway), the ping-pong bandwidth (MB/s = size / one-way time) and
+// how many messages per round trip were copied once (cma/op), which says
+// which strategy ran.
 func BenchmarkIntranode(b *testing.B) {
-	for _, path := range []string{"local", "shm-procs", "udp-procs", "udp+shm-procs"} {
+	for _, path := range []string{"local", "shm-procs/rings", "shm-procs/cma", "udp-procs", "udp+shm-procs"} {
 		for _, mode := range []string{"blocking", "busypoll"} {
 			for _, size := range []int{8, 4 << 20} {
 				b.Run(fmt.Sprintf("%s/%s/%dB", path, mode, size), func(b *testing.B) {
@@ -34,7 +38,8 @@ func BenchmarkIntranode(b *testing.B) {
 					switch path {
 					case "local":
 						pingPong(b, transportFactory{name: "local", new: newLocalWire}, opts, size)
-					case "shm-procs":
+					case "shm-procs/rings", "shm-procs/cma":
+						opts.Local.Large, _ = ParseLargeStrategy(strings.TrimPrefix(path, "shm-procs/"))
 						shmPingPong(b, opts, size)
 					default:
 						udpPingPong(b, opts, size, path == "udp+shm-procs")
@@ -53,7 +58,7 @@ func shmPingPong(b *testing.B, opts BoardOptions, size int) {
 		arg += " busy"
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), shmChildEnv+"="+arg)
+	cmd.Env = append(os.Environ(), shmChildEnv+"="+arg, "GOMX_SHM_LARGE="+opts.Local.Large.String())
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -96,7 +101,7 @@ func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
 	opts.Local.Off = true
 	if host {
 		dir = shmDir(b)
-		opts.Local.Off, opts.Local.Shm, opts.Local.ShmDir = false, true, dir
+		opts.Local.Off, opts.Local.ShmDir = false, dir // on by default: UDP ids are host-unique
 	}
 	arg := dir
 	if opts.BusyPoll {
@@ -182,6 +187,7 @@ func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size
 	oneway := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 2
 	b.ReportMetric(oneway/1e3, "us/oneway")
 	b.ReportMetric(float64(size)/oneway*1e3, "MB/s")
+	b.ReportMetric(float64(e.Counters().Get(RecvCMA))/float64(b.N+10), "cma/op")
 	s, _ := e.ISend(nil, addr, 1<<63, nil) // not echoed: the child's loop ends on a kill
 	s.Forget()
 }

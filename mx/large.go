@@ -54,6 +54,7 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 			reg.seq++
 			reg.r = r
 			e.regionHint = i + 1
+			e.publishRegion(i, r) // cma.go
 			return i, true
 		}
 	}
@@ -164,6 +165,9 @@ func (e *Endpoint) startPull(r *Request, p *partner, match uint64, msgLen uint32
 	if total == 0 {
 		p.sendNotify(0, ref.id, ref.seq)
 		e.finishRecv(r, p, match, msgLen, 0)
+		return
+	}
+	if e.pullCMA(r, p, match, msgLen, total, ref) { // cma.go: one copy from a process of this host
 		return
 	}
 	slot, ok := e.allocPull()

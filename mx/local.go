@@ -46,11 +46,25 @@ type LocalOptions struct {
 	// Shm also reaches boards of other processes of this user on this host
 	// through shared memory (transport/shm; see host.go): the board opens a
 	// shared-memory transport named after its NIC id, and frames to a peer
-	// that did the same take the rings. Only for transports whose NIC ids
-	// are unique on the host (UDP, AF_XDP). GOMX_SHM=on sets it, off clears it.
+	// that did the same take the rings. It is on by default for transports
+	// that report host-unique NIC ids (transport.HostUnique: UDP, AF_XDP
+	// over UDP, the VFIO NIC); Shm forces it on for others, which is right
+	// only if their ids are unique on the host. GOMX_SHM=on sets it.
 	Shm bool
+	// NoShm turns the host path off (GOMX_SHM=off sets it).
+	NoShm bool
 	// ShmDir is the endpoint directory (default: shm.DefaultDir()).
 	ShmDir string
+	// Large is how large messages move between processes of this host
+	// (cma.go): LargeAuto (default) copies once with process_vm_readv where
+	// the kernel permits it, else pulls through the rings. GOMX_SHM_LARGE
+	// (auto, rings or cma) sets it.
+	Large LargeStrategy
+	// ShmEager is the largest message sent eagerly to a process of this
+	// host when the single copy is in use; larger ones go by rendezvous
+	// and are copied once by the receiver. Default DefaultShmEager (4 KiB);
+	// GOMX_SHM_EAGER sets it. It never raises RendezvousThreshold.
+	ShmEager int
 }
 
 // withEnv applies GOMX_LOCAL (off, 0 or false turn the shortcut off) and
@@ -62,9 +76,9 @@ func (o LocalOptions) withEnv() LocalOptions {
 	}
 	switch strings.ToLower(os.Getenv("GOMX_SHM")) {
 	case "on", "1", "true", "yes":
-		o.Shm = true
+		o.Shm, o.NoShm = true, false
 	case "off", "0", "false", "no":
-		o.Shm = false
+		o.Shm, o.NoShm = false, true
 	}
 	return o
 }
@@ -288,6 +302,7 @@ func (e *Endpoint) withdrawLocal(ls *localSend, peer error) {
 // directory (from closeLocked).
 func (e *Endpoint) closeLocal() {
 	unregisterLocal(e)
+	e.b.cmaClose(e)
 	peer := ErrEndpointClosed
 	if e.b.closed {
 		peer = ErrUnreachable // as a pull from a vanished board ends

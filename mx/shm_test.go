@@ -71,7 +71,12 @@ func TestShmProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewBoard(tr, shmTestOptions())
+	o := shmTestOptions()
+	// Pull through the rings: a single copy could finish reading the dying
+	// child's message before its death is seen (TestLargeStrategies covers
+	// the single copy).
+	o.Local.Large = LargeRings
+	b, err := NewBoard(tr, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,10 +172,10 @@ func shmTestOptions() BoardOptions {
 
 // startShmChild starts the echo child on "DIR BOARD" and waits until it
 // is ready.
-func startShmChild(t *testing.T, ctx context.Context, arg string) *exec.Cmd {
+func startShmChild(t *testing.T, ctx context.Context, arg string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1")
-	cmd.Env = append(os.Environ(), shmChildEnv+"="+arg)
+	cmd.Env = append(append(os.Environ(), shmChildEnv+"="+arg), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -142,6 +142,16 @@ type PeerWatcher interface {
 	LostPeers(dst []NICID) []NICID
 }
 
+// HostUnique is implemented by transports that know whether their NIC id
+// names this board alone among the boards of the host (within its network
+// namespace): true for a UDP address, or the MAC of a device one process
+// owns; false for in-process networks, whose ids repeat in every process.
+// The message layer reaches boards with host-unique ids through shared
+// memory when they are on the same host.
+type HostUnique interface {
+	HostUniqueNIC() bool
+}
+
 // Errors a transport returns; implementations wrap them with detail.
 var (
 	// ErrClosed is returned by calls on a closed transport.

@@ -182,6 +182,12 @@ func (t *Transport) release() error {
 // its UDP address packed as ip<<16|port.
 func (t *Transport) Addr() transport.NICID { return t.addr }
 
+// HostUniqueNIC reports whether the NIC id belongs to this board alone on
+// the host: an IPv4 address and port does; the interface's MAC does not,
+// as processes bound to other queues of the interface share it (see
+// transport.HostUnique).
+func (t *Transport) HostUniqueNIC() bool { return t.udp }
+
 // headers is the framing overhead in front of the Data.
 func (t *Transport) headers() int {
 	if t.udp {

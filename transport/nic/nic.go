@@ -125,6 +125,11 @@ func (t *Transport) NIC() nicdrv.NIC { return t.nic }
 // Addr implements transport.Transport: the NIC's MAC address.
 func (t *Transport) Addr() transport.NICID { return t.id }
 
+// HostUniqueNIC reports that the NIC id (the device's MAC) belongs to this
+// board alone: one process owns the device through VFIO (see
+// transport.HostUnique).
+func (t *Transport) HostUniqueNIC() bool { return true }
+
 // MTU implements transport.Transport.
 func (t *Transport) MTU() int { return t.mtu }
 

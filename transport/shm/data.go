@@ -196,6 +196,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	le.PutUint64(hello[8:], uint64(t.nic))
 	le.PutUint32(hello[16:], uint32(t.opts.MTU))
 	le.PutUint32(hello[20:], uint32(size))
+	le.PutUint64(hello[24:], t.word.Load())
 	err = sendFD(c, hello, fd)
 	unix.Close(fd) // the peer holds its own descriptor now
 	if err != nil {

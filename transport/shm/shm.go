@@ -97,9 +97,9 @@ func (o Options) withDefaults() (Options, error) {
 const (
 	helloMagic   = 0x676D7868 // "gmxh"
 	welcomeMagic = 0x676D7877 // "gmxw"
-	helloLen     = 24         // magic u32, version u32, nic u64, mtu u32, size u32
+	helloLen     = 32         // magic u32, version u32, nic u64, mtu u32, size u32, word u64
 	welcomeLen   = 12         // magic u32, version u32, mtu u32
-	version      = 1
+	version      = 2
 	handshakeTTL = 5 * time.Second
 )
 
@@ -126,6 +126,8 @@ type Transport struct {
 
 	wakeReq atomic.Bool // Wake asked a blocked Recv to return
 
+	word atomic.Uint64 // see Publish
+
 	rmu    sync.Mutex // held by Recv; Close takes it to unmap safely
 	rr     int
 	closed atomic.Bool
@@ -147,6 +149,8 @@ type inRing struct {
 	pubHead uint64
 	conn    *net.UnixConn
 	dead    atomic.Bool
+	pid     int    // the producer's process (SO_PEERCRED)
+	word    uint64 // what it published (see Publish)
 }
 
 // outRing is a ring we write to another process.
@@ -297,7 +301,7 @@ func (t *Transport) accept() {
 // with the doorbell and starts watching the connection: when it closes, the
 // producer is gone and its ring is dropped.
 func (t *Transport) welcome(c *net.UnixConn) error {
-	uid, err := peerUID(c)
+	uid, pid, err := peerCred(c)
 	if err != nil {
 		return err
 	}
@@ -325,7 +329,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 		seg.unmap()
 		return errors.New("shm: bad ring header")
 	}
-	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c,
+	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c, pid: pid, word: le.Uint64(msg[24:]),
 		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff)}
 	r.cur = r.head.Load()
 	r.pubHead = r.cur
@@ -384,6 +388,25 @@ func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NIC
 		t.lostMu.Unlock()
 	}
 	t.ring()
+}
+
+// Publish sets a word every board this transport connects to from now on
+// receives with the connection (see PeerProcess); mx publishes where its
+// table of large-send buffers lives. It takes effect on connections made
+// after it, so a user calls it before the first Send.
+func (t *Transport) Publish(word uint64) { t.word.Store(word) }
+
+// PeerProcess reports the process id of the board peer, as the kernel gave
+// it (SO_PEERCRED, in this process's pid namespace), and the word it
+// published, if peer has a live ring to this transport (it sent to us).
+// Both are those of a process of this user.
+func (t *Transport) PeerProcess(peer transport.NICID) (pid int, word uint64, ok bool) {
+	for _, r := range *t.in.Load() {
+		if r.peer == peer && !r.dead.Load() {
+			return r.pid, r.word, true
+		}
+	}
+	return 0, 0, false
 }
 
 // LostPeers appends the boards whose process went away (or that closed)

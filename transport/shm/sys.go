@@ -87,21 +87,28 @@ func mapPeerFD(fd, min, max int) (segment, error) {
 
 // peerUID returns the uid of the process at the other end of c.
 func peerUID(c *net.UnixConn) (int, error) {
+	uid, _, err := peerCred(c)
+	return uid, err
+}
+
+// peerCred returns the uid and process id of the process at the other end
+// of c.
+func peerCred(c *net.UnixConn) (uid, pid int, err error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return -1, err
+		return -1, 0, err
 	}
 	var cred *unix.Ucred
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return -1, err
+		return -1, 0, err
 	}
 	if serr != nil {
-		return -1, fmt.Errorf("shm: SO_PEERCRED: %w", serr)
+		return -1, 0, fmt.Errorf("shm: SO_PEERCRED: %w", serr)
 	}
-	return int(cred.Uid), nil
+	return int(cred.Uid), int(cred.Pid), nil
 }
 
 // sendFD sends msg with fd attached (SCM_RIGHTS).
@@ -141,7 +148,12 @@ func recvFD(c *net.UnixConn, n int) ([]byte, int, error) {
 
 // checkDir makes sure dir exists, is a directory (not a link), belongs to
 // the calling user and is closed to everyone else.
-func checkDir(dir string) error {
+func checkDir(dir string) error { return CheckDir(dir) }
+
+// CheckDir creates the endpoint directory dir if it is missing and checks
+// that it belongs to the calling user and is closed to everyone else, as
+// Open does; users that nest directories in it check the parent with it.
+func CheckDir(dir string) error {
 	uid := os.Getuid()
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("shm: create the endpoint directory %s: %w", dir, err)

@@ -287,6 +287,10 @@ func hostIPv4() netip.Addr {
 // Addr returns the NIC id of the bound address and port.
 func (t *Transport) Addr() transport.NICID { return t.addr }
 
+// HostUniqueNIC reports that the board's NIC id (its bound IPv4 address
+// and port) belongs to it alone on the host: see transport.HostUnique.
+func (t *Transport) HostUniqueNIC() bool { return true }
+
 // MTU returns the largest Data a frame may carry.
 func (t *Transport) MTU() int { return t.mtu }
 

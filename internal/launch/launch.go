@@ -1,0 +1,249 @@
+// Package launch lets a gomx program run as one rank of a job started by
+// the launchers users already have, and trade endpoint addresses with the
+// other ranks.
+//
+// FromEnv reads the rank and size a launcher gives each process: Open MPI's
+// mpirun (OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE), Slurm's srun
+// (SLURM_PROCID and SLURM_NTASKS) and PMI or PMIx launchers such as MPICH's
+// hydra (PMI_RANK and PMI_SIZE, or PMIX_RANK with PMI_SIZE), in that order
+// of precedence.
+//
+// Exchange is the bootstrap, as NCCL and Gloo do it: rank 0 listens on an
+// address every rank knows (GOMX_BOOTSTRAP=host:port), each other rank
+// connects and sends its record (a few bytes: an endpoint address), and
+// rank 0 answers every connection with the table of all records, in rank
+// order. It runs once at start-up over TCP, so it works on one node or
+// many; the messages themselves then take mx. Records are framed with
+// lengths and checked on receipt (decodeTable), so a stray connection or a
+// torn message yields an error, not a bad table.
+package launch
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Job is this process's place in a job.
+type Job struct {
+	Rank, Size int
+	// Launcher names where Rank and Size came from ("openmpi", "slurm",
+	// "pmi").
+	Launcher string
+}
+
+// MaxSize bounds the ranks of a job and MaxRecord the bytes of one record.
+const (
+	MaxSize   = 1 << 16
+	MaxRecord = 1 << 16
+)
+
+// ErrNoLauncher is returned by FromEnv outside a launcher.
+var ErrNoLauncher = errors.New("launch: no launcher environment (OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK): start the program with mpirun, srun or a PMI launcher, or give rank and size yourself")
+
+// FromEnv reads rank and size from the launcher's environment, through
+// getenv (os.Getenv in programs).
+func FromEnv(getenv func(string) string) (Job, error) {
+	for _, l := range []struct{ name, rank, size string }{
+		{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+		{"slurm", "SLURM_PROCID", "SLURM_NTASKS"},
+		{"pmi", "PMI_RANK", "PMI_SIZE"},
+		{"pmix", "PMIX_RANK", "PMI_SIZE"},
+	} {
+		rs := getenv(l.rank)
+		if rs == "" {
+			continue
+		}
+		ss := getenv(l.size)
+		rank, err1 := strconv.Atoi(rs)
+		size, err2 := strconv.Atoi(ss)
+		if err1 != nil || err2 != nil || size < 1 || size > MaxSize || rank < 0 || rank >= size {
+			return Job{}, fmt.Errorf("launch: %s=%q %s=%q: want 0 <= rank < size <= %d", l.rank, rs, l.size, ss, MaxSize)
+		}
+		return Job{Rank: rank, Size: size, Launcher: l.name}, nil
+	}
+	return Job{}, ErrNoLauncher
+}
+
+// BootstrapAddr returns rank 0's address from GOMX_BOOTSTRAP (through
+// getenv).
+func BootstrapAddr(getenv func(string) string) (string, error) {
+	a := getenv("GOMX_BOOTSTRAP")
+	if a == "" {
+		return "", errors.New("launch: GOMX_BOOTSTRAP is not set: export GOMX_BOOTSTRAP=host:port, an address of rank 0's host that every rank can reach (mpirun -x GOMX_BOOTSTRAP passes it on)")
+	}
+	if _, _, err := net.SplitHostPort(a); err != nil {
+		return "", fmt.Errorf("launch: GOMX_BOOTSTRAP=%q: want host:port: %v", a, err)
+	}
+	return a, nil
+}
+
+// Exchange trades records with every rank of job through rank 0 at addr
+// (it listens there; the others connect, retrying until ctx ends) and
+// returns the records of all ranks, in rank order.
+func Exchange(ctx context.Context, job Job, addr string, mine []byte) ([][]byte, error) {
+	if job.Rank == 0 {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("launch: rank 0 listens on %s: %w", addr, err)
+		}
+		defer ln.Close()
+		return Serve(ctx, ln, job.Size, mine)
+	}
+	return Join(ctx, addr, job.Rank, mine)
+}
+
+// Serve is rank 0's side of Exchange on ln: it waits for the size-1 other
+// ranks, then sends each the table.
+func Serve(ctx context.Context, ln net.Listener, size int, mine []byte) ([][]byte, error) {
+	if size < 1 || size > MaxSize || len(mine) > MaxRecord {
+		return nil, fmt.Errorf("launch: size %d (1..%d), record %d bytes (at most %d)", size, MaxSize, len(mine), MaxRecord)
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	table := make([][]byte, size)
+	table[0] = mine
+	conns := make([]net.Conn, 0, size-1)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for len(conns) < size-1 {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("launch: rank 0 heard from %d of %d ranks: %w", len(conns)+1, size, ctx.Err())
+			}
+			return nil, fmt.Errorf("launch: rank 0 accepts: %w", err)
+		}
+		conns = append(conns, c)
+		c.SetDeadline(deadline(ctx))
+		rank, rec, err := readRecord(c)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("launch: from %v: %w", c.RemoteAddr(), err)
+		case rank < 1 || rank >= size:
+			return nil, fmt.Errorf("launch: %v says it is rank %d of %d", c.RemoteAddr(), rank, size)
+		case table[rank] != nil:
+			return nil, fmt.Errorf("launch: rank %d joined twice (two jobs on one GOMX_BOOTSTRAP address?)", rank)
+		}
+		table[rank] = rec
+	}
+	msg := encodeTable(table)
+	for _, c := range conns {
+		if _, err := c.Write(msg); err != nil {
+			return nil, fmt.Errorf("launch: send the table to %v: %w", c.RemoteAddr(), err)
+		}
+	}
+	return table, nil
+}
+
+// Join is the side of Exchange of a rank other than 0.
+func Join(ctx context.Context, addr string, rank int, mine []byte) ([][]byte, error) {
+	if len(mine) > MaxRecord {
+		return nil, fmt.Errorf("launch: record of %d bytes, at most %d", len(mine), MaxRecord)
+	}
+	var d net.Dialer
+	var c net.Conn
+	for wait := time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		var err error
+		if c, err = d.DialContext(ctx, "tcp", addr); err == nil {
+			break
+		}
+		t := time.NewTimer(wait) // rank 0 may not listen yet
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("launch: rank %d reaches rank 0 at %s: %v (%w)", rank, addr, err, ctx.Err())
+		case <-t.C:
+		}
+	}
+	defer c.Close()
+	c.SetDeadline(deadline(ctx))
+	if _, err := c.Write(appendRecord(nil, rank, mine)); err != nil {
+		return nil, fmt.Errorf("launch: rank %d sends to rank 0: %w", rank, err)
+	}
+	buf, err := io.ReadAll(io.LimitReader(c, 4+MaxSize*(8+MaxRecord)))
+	if err != nil {
+		return nil, fmt.Errorf("launch: rank %d reads the table: %w", rank, err)
+	}
+	table, err := decodeTable(buf)
+	if err != nil {
+		return nil, fmt.Errorf("launch: rank %d: %w", rank, err)
+	}
+	if rank >= len(table) {
+		return nil, fmt.Errorf("launch: rank %d: a table of %d ranks", rank, len(table))
+	}
+	return table, nil
+}
+
+func deadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+func appendRecord(b []byte, rank int, rec []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(rank))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(rec)))
+	return append(b, rec...)
+}
+
+func readRecord(r io.Reader) (int, []byte, error) {
+	var h [8]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, fmt.Errorf("short record header: %w", err)
+	}
+	n := binary.BigEndian.Uint32(h[4:])
+	if n > MaxRecord {
+		return 0, nil, fmt.Errorf("record of %d bytes, at most %d", n, MaxRecord)
+	}
+	rec := make([]byte, n)
+	if _, err := io.ReadFull(r, rec); err != nil {
+		return 0, nil, fmt.Errorf("short record: %w", err)
+	}
+	return int(binary.BigEndian.Uint32(h[:4])), rec, nil
+}
+
+// encodeTable frames the table: a count, then each rank's record.
+func encodeTable(t [][]byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(t)))
+	for i, r := range t {
+		b = appendRecord(b, i, r)
+	}
+	return b
+}
+
+// decodeTable parses a table from rank 0: every record present, in rank
+// order, within the bounds, and nothing after the last.
+func decodeTable(b []byte) ([][]byte, error) {
+	if len(b) < 4 {
+		return nil, errors.New("short table")
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n < 1 || n > MaxSize {
+		return nil, fmt.Errorf("table of %d ranks (1..%d)", n, MaxSize)
+	}
+	b = b[4:]
+	t := make([][]byte, 0, min(int(n), len(b)/8+1))
+	for i := 0; i < int(n); i++ {
+		if len(b) < 8 {
+			return nil, fmt.Errorf("table cut at rank %d of %d", i, n)
+		}
+		rank, l := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:])
+		if int(rank) != i || l > MaxRecord || uint64(len(b)-8) < uint64(l) {
+			return nil, fmt.Errorf("bad record %d of the table (rank %d, %d bytes)", i, rank, l)
+		}
+		t = append(t, b[8:8+l:8+l])
+		b = b[8+l:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d bytes after the table", len(b))
+	}
+	return t, nil
+}

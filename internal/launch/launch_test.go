@@ -1,0 +1,207 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want Job
+		err  string
+	}{
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, Job{2, 4, "openmpi"}, ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Job{0, 1, "slurm"}, ""},
+		{map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8"}, Job{3, 8, "pmi"}, ""},
+		{map[string]string{"PMIX_RANK": "1", "PMI_SIZE": "2"}, Job{1, 2, "pmix"}, ""},
+		// Open MPI wins over a Slurm allocation it runs inside.
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Job{1, 2, "openmpi"}, ""},
+		{map[string]string{"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, Job{}, "want 0 <= rank < size"},
+		{map[string]string{"PMI_RANK": "x", "PMI_SIZE": "2"}, Job{}, "want 0 <= rank < size"},
+		{map[string]string{}, Job{}, "mpirun, srun"},
+	} {
+		j, err := FromEnv(envOf(c.env))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: %v, want an error saying %q", c.env, err, c.err)
+			}
+			continue
+		}
+		if err != nil || j != c.want {
+			t.Errorf("%v: %+v %v, want %+v", c.env, j, err, c.want)
+		}
+	}
+	if _, err := FromEnv(envOf(nil)); !errors.Is(err, ErrNoLauncher) {
+		t.Errorf("no launcher: %v", err)
+	}
+	if _, err := BootstrapAddr(envOf(nil)); err == nil || !strings.Contains(err.Error(), "export GOMX_BOOTSTRAP") {
+		t.Errorf("BootstrapAddr without it: %v", err)
+	}
+	if _, err := BootstrapAddr(envOf(map[string]string{"GOMX_BOOTSTRAP": "nohost"})); err == nil {
+		t.Error("BootstrapAddr took an address without a port")
+	}
+}
+
+// TestExchange: ranks in goroutines, started in any order (later ranks
+// before rank 0 listens is covered by Join's retries), all get the same
+// table.
+func TestExchange(t *testing.T) {
+	const size = 5
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no TCP on loopback: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tables := make([][][]byte, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := size - 1; r >= 0; r-- {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := []byte(fmt.Sprintf("rank-%d", r))
+			if r == 0 {
+				tables[r], errs[r] = Serve(ctx, ln, size, rec)
+			} else {
+				tables[r], errs[r] = Join(ctx, ln.Addr().String(), r, rec)
+			}
+		}()
+	}
+	wg.Wait()
+	for r := range size {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		for i, rec := range tables[r] {
+			if string(rec) != fmt.Sprintf("rank-%d", i) {
+				t.Fatalf("rank %d's table has %q for rank %d", r, rec, i)
+			}
+		}
+	}
+	// A rank that claims a place twice is refused, not merged.
+	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln2.Close()
+	go Join(ctx, ln2.Addr().String(), 1, nil)
+	go Join(ctx, ln2.Addr().String(), 1, nil)
+	if _, err := Serve(ctx, ln2, 3, nil); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate rank: %v", err)
+	}
+	// Nobody comes: Serve ends with the context.
+	ln3, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln3.Close()
+	short, c2 := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer c2()
+	if _, err := Serve(short, ln3, 2, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Serve alone: %v", err)
+	}
+}
+
+// mpiChildEnv makes the test binary one rank of TestMpirun.
+const mpiChildEnv = "GOMX_LAUNCH_TEST_CHILD"
+
+// TestMpirun starts three ranks with Debian's Open MPI mpirun: each finds
+// its rank from the environment and all exchange records through rank 0.
+func TestMpirun(t *testing.T) {
+	if os.Getenv(mpiChildEnv) != "" {
+		if err := mpiChild(); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	mpirun, err := exec.LookPath("mpirun.openmpi")
+	if err != nil {
+		t.Skip("mpirun.openmpi not installed (apt-get install openmpi-bin)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no TCP on loopback: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // rank 0 listens there
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3",
+		"-x", mpiChildEnv+"=1", "-x", "GOMX_BOOTSTRAP="+addr, os.Args[0], "-test.run=^TestMpirun$", "-test.count=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "rank ") {
+			lines = append(lines, l)
+		}
+	}
+	sort.Strings(lines)
+	want := []string{"rank 0/3 openmpi: r0 r1 r2", "rank 1/3 openmpi: r0 r1 r2", "rank 2/3 openmpi: r0 r1 r2"}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("ranks said:\n%s\nwant:\n%s\n(all output:\n%s)", strings.Join(lines, "\n"), strings.Join(want, "\n"), out)
+	}
+}
+
+func mpiChild() error {
+	job, err := FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	addr, err := BootstrapAddr(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	table, err := Exchange(ctx, job, addr, []byte(fmt.Sprintf("r%d", job.Rank)))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("rank %d/%d %s: %s\n", job.Rank, job.Size, job.Launcher, bytes.Join(table, []byte(" ")))
+	return nil
+}
+
+// FuzzDecodeTable: whatever rank 0 (or a stray peer) sends, decodeTable
+// either refuses it or returns a table whose canonical framing is exactly
+// the input (an oracle independent of the parser's logic), within bounds.
+func FuzzDecodeTable(f *testing.F) {
+	f.Add(encodeTable([][]byte{[]byte("a"), nil, []byte("ccc")}))
+	f.Add(encodeTable([][]byte{{}}))
+	f.Add([]byte{0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 'x'})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tab, err := decodeTable(b)
+		if err != nil {
+			return
+		}
+		if len(tab) < 1 || len(tab) > MaxSize {
+			t.Fatalf("table of %d ranks", len(tab))
+		}
+		// The framing, rebuilt here by hand: count, then rank, length, bytes.
+		var re []byte
+		re = binary.BigEndian.AppendUint32(re, uint32(len(tab)))
+		for i, r := range tab {
+			re = binary.BigEndian.AppendUint32(re, uint32(i))
+			re = binary.BigEndian.AppendUint32(re, uint32(len(r)))
+			re = append(re, r...)
+		}
+		if !bytes.Equal(re, b) {
+			t.Fatalf("decoded %q from %x, which is not its framing", tab, b)
+		}
+	})
+}

@@ -1,0 +1,120 @@
+package mx
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// TestLargeStrategies echoes every size class, with one or several
+// segments on each side, through an mx endpoint in a child process, once
+// with each large-message strategy forced on both sides: every message
+// comes back byte-exact, and the counters show which strategy ran (single
+// copies by process_vm_readv, or pulls through the rings).
+func TestLargeStrategies(t *testing.T) {
+	for _, s := range []LargeStrategy{LargeRings, LargeCMA, LargeAuto} {
+		t.Run(s.String(), func(t *testing.T) {
+			dir := shmDir(t)
+			ctx := testCtx(t, 60*time.Second)
+			startShmChild(t, ctx, dir+" 7", "GOMX_SHM_LARGE="+s.String())
+			tr, err := shm.Open(shm.Options{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := shmTestOptions()
+			o.Local.Large = s
+			b, err := NewBoard(tr, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			e, err := b.OpenEndpoint(0, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, err := e.Connect(ctx, shm.NICBase|7, 0, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sizes := []int{0, 1, 32, 128, 4096, 4097, 32768, 32769, 1 << 20, 4<<20 + 1}
+			large := 0
+			for i, size := range sizes {
+				for _, nseg := range []int{1, 3} {
+					msg := pattern(size, uint64(i))
+					buf := make([]byte, size)
+					r, _ := e.IRecv(split(buf, nseg), uint64(i), ^uint64(0), nil)
+					sd, err := e.ISend(split(msg, nseg), addr, uint64(i), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := sd.Wait(ctx); err != nil {
+						t.Fatalf("send %d: %v", size, err)
+					}
+					st, err := r.Wait(ctx)
+					if err != nil {
+						t.Fatalf("echo %d: %v", size, err)
+					}
+					if !bytes.Equal(buf, msg) || int(st.XferLength) != size {
+						t.Fatalf("echo of %d bytes in %d segments differs (%d received)", size, nseg, st.XferLength)
+					}
+					if size > DefaultShmEager {
+						large++
+					}
+				}
+			}
+			c := e.Counters()
+			cma, pulls := c.Get(RecvCMA), c.Get(SendPull)
+			switch s {
+			case LargeRings:
+				if cma != 0 || pulls == 0 {
+					t.Errorf("rings: %d single copies, %d pulls; want none and some", cma, pulls)
+				}
+			default:
+				if cma != uint64(large) || pulls != 0 {
+					t.Errorf("%v: %d single copies, %d pulls; want %d and none (refused %d, failed %d)",
+						s, cma, pulls, large, c.Get(CMARefused), c.Get(CMAFailed))
+				}
+			}
+		})
+	}
+}
+
+// TestLargeStrategyOptions: strategies and the eager threshold come from
+// options and the environment, and bad values are refused with the fix.
+func TestLargeStrategyOptions(t *testing.T) {
+	for _, c := range []struct {
+		env, eager string
+		want       LargeStrategy
+		wantEager  int
+		bad        bool
+	}{
+		{"", "", LargeAuto, DefaultShmEager, false},
+		{"rings", "8192", LargeRings, 8192, false},
+		{"CMA", "", LargeCMA, DefaultShmEager, false},
+		{"engine", "", 0, 0, true},
+		{"", "-1", 0, 0, true},
+		{"", "4k", 0, 0, true},
+	} {
+		t.Setenv("GOMX_SHM_LARGE", c.env)
+		t.Setenv("GOMX_SHM_EAGER", c.eager)
+		var o LocalOptions
+		err := o.largeEnv()
+		if c.bad {
+			if !errors.Is(err, ErrBadOptions) {
+				t.Errorf("%q/%q: %v, want ErrBadOptions", c.env, c.eager, err)
+			}
+			continue
+		}
+		if err != nil || o.Large != c.want || o.ShmEager != c.wantEager {
+			t.Errorf("%q/%q: %v %d %v, want %v %d", c.env, c.eager, o.Large, o.ShmEager, err, c.want, c.wantEager)
+		}
+	}
+	os.Unsetenv("GOMX_SHM_LARGE")
+	if _, err := ParseLargeStrategy("x"); err == nil || !bytes.Contains([]byte(err.Error()), []byte("auto, rings or cma")) {
+		t.Errorf("ParseLargeStrategy(x) = %v", err)
+	}
+}
