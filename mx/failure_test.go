@@ -101,17 +101,18 @@ func TestConnectErrors(t *testing.T) {
 			if _, err := pr.a.ISend(nil, pr.atob, 1, nil); !errors.Is(err, ErrBadSession) {
 				t.Errorf("stale address after reconnect: %v", err)
 			}
-			// An eager message (under the 4 KiB shared-memory eager
-			// threshold too): a rendezvous to a reopened endpoint does not
-			// complete yet (its NOTIFY is dropped as a bad sequence number
-			// on every transport), a known defect of the session logic.
-			buf := make([]byte, 4000)
-			r, _ := b2.IRecv([][]byte{buf}, 0, 0, nil)
-			s, _ = pr.a.ISend([][]byte{pattern(4000, 9)}, addr, 1, nil)
-			mustWait(t, s, 10*time.Second)
-			mustWait(t, r, 10*time.Second)
-			if !bytes.Equal(buf, pattern(4000, 9)) {
-				t.Fatal("payload after reconnect differs")
+			// A medium and a large message: the large one's NOTIFY comes
+			// back from the reopened endpoint, so it proves that the
+			// sequence numbers announced in the reconnect are the ones used.
+			for _, n := range []int{5000, 500000} {
+				buf := make([]byte, n)
+				r, _ := b2.IRecv([][]byte{buf}, 0, 0, nil)
+				s, _ = pr.a.ISend([][]byte{pattern(n, 9)}, addr, 1, nil)
+				mustWait(t, s, 10*time.Second)
+				mustWait(t, r, 10*time.Second)
+				if !bytes.Equal(buf, pattern(n, 9)) {
+					t.Fatalf("%d-byte payload after reconnect differs", n)
+				}
 			}
 		})
 	}

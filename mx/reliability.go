@@ -631,6 +631,7 @@ func (p *partner) sendConnect(r *Request) {
 	e := p.ep
 	b := e.b
 	r.lastSend = b.now
+	r.toldRecv = p.recvSeq
 	h := wire.Connect{DstEP: p.epID, SrcEP: e.id, YourIndex: p.myIdx, Attempt: r.attempt,
 		SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq, HasExt: true, Ext: b.connectExt()}
 	buf := b.frameBuf()
@@ -741,6 +742,12 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 			p.reset(ErrUnreachable)
 		}
 		p.sendSeq = h.NextRecvSeq
+	}
+	// The peer numbers its sends from what the request announced; a reset
+	// above moved recvSeq to a new session after that, and every frame of
+	// the peer's would then be dropped as out of sequence.
+	if p.recvSeq != r.toldRecv {
+		p.recvSeq, p.fullSeq = r.toldRecv, r.toldRecv
 	}
 	p.dead = false
 	r.status.Source = p.addr()

@@ -114,6 +114,9 @@ type Request struct {
 	// connect
 	key     uint32
 	attempt uint8
+	// toldRecv is the NextRecvSeq the latest attempt announced: the peer
+	// numbers its sends from it once it replies.
+	toldRecv uint16
 }
 
 // reqList is an intrusive doubly linked list of requests.
