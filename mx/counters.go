@@ -73,6 +73,18 @@ const (
 	NacksUnconfirmed
 	SendLocal // messages handed to an endpoint of this process (local.go)
 	RecvLocal
+	// Loss recovery (issue 13). A timer retransmit is a resend or pull
+	// re-request made because a timeout expired; a fast retransmit is one
+	// made on evidence (later frames arrived, or a selective ack named a
+	// hole) before any timer. DupReceived counts every duplicate that
+	// arrived here (messages, medium frags, pull replies): on a wire that
+	// does not duplicate frames, these are the peer's spurious
+	// retransmits. PullFramesRerequested counts pull-reply frames asked
+	// for again, whichever way.
+	FastRetransmits
+	TimerRetransmits
+	DupReceived
+	PullFramesRerequested
 	numCounters
 )
 
@@ -97,6 +109,8 @@ var counterNames = [numCounters]string{
 	"recv host query", "recv host reply", "recv raw", "drop raw queue full",
 	"messages held while progression is disabled", "nacks answered by a resend (unconfirmed)",
 	"send local (same process)", "recv local (same process)",
+	"fast retransmits", "timer retransmits", "duplicates received (spurious retransmits)",
+	"pull frames re-requested",
 }
 
 // String returns the counter's label.

@@ -206,15 +206,15 @@ func (pl *pull) fill() {
 		n := min(o.PullBlockFrames, pl.nframes-pl.nextFrame)
 		pl.blocks = append(pl.blocks, pblock{first: pl.nextFrame, n: n})
 		pl.nextFrame += n
-		pl.request(&pl.blocks[len(pl.blocks)-1], false)
+		pl.request(&pl.blocks[len(pl.blocks)-1], false, 0)
 	}
 }
 
 // request asks for the missing frames of a block (all of them the first
-// time).
-func (pl *pull) request(bl *pblock, again bool) {
-	e := pl.e
-	b := e.b
+// time). A repeated request asks for the span from the first to the last
+// missing frame; why says which counter the retransmission goes to
+// (FastRetransmits or TimerRetransmits).
+func (pl *pull) request(bl *pblock, again bool, why Counter) {
 	lo, hi := 0, bl.n-1
 	if again {
 		for lo < bl.n && bl.got&(1<<lo) != 0 {
@@ -226,7 +226,22 @@ func (pl *pull) request(bl *pblock, again bool) {
 		if lo > hi {
 			return
 		}
+	}
+	pl.requestSpan(bl, lo, hi, again, why)
+}
+
+// requestSpan sends one PULL for frames lo..hi of block bl.
+func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) {
+	e := pl.e
+	b := e.b
+	if again {
 		e.cnt[PullRerequests]++
+		e.cnt[why]++
+		for i := lo; i <= hi; i++ {
+			if bl.got&(1<<i) == 0 {
+				e.cnt[PullFramesRerequested]++
+			}
+		}
 	}
 	bl.lastReq = b.now
 	first := bl.first + lo
@@ -265,12 +280,14 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	}
 	if k < 0 {
 		e.cnt[DupPullReplies]++ // a block already done
+		e.cnt[DupReceived]++
 		return
 	}
 	bl := &pl.blocks[k]
 	bit := uint64(1) << (i - bl.first)
 	if bl.got&bit != 0 {
 		e.cnt[DupPullReplies]++
+		e.cnt[DupReceived]++
 		return
 	}
 	bl.got |= bit
@@ -287,7 +304,7 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 		gap := int64(e.b.opts.PullTimeout) / 8
 		for j := 0; j < k; j++ {
 			if ob := &pl.blocks[j]; ob.ngot < ob.n && now-ob.lastReq >= gap {
-				pl.request(ob, true)
+				pl.request(ob, true, FastRetransmits)
 			}
 		}
 		return
@@ -320,7 +337,7 @@ func (pl *pull) timer(now int64) {
 		pl.lastRerequest = now
 		pl.e.cnt[PullTimeouts]++
 		for j := range pl.blocks {
-			pl.request(&pl.blocks[j], true)
+			pl.request(&pl.blocks[j], true, TimerRetransmits)
 		}
 	}
 }

@@ -261,6 +261,7 @@ func (p *partner) resendDue(now int64) {
 			return
 		}
 		p.ep.cnt[Resends]++
+		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)
 		k++
 	}
@@ -425,6 +426,7 @@ func (p *partner) recvSequenced(f []byte) {
 	case d == 0:
 		if p.inHandler {
 			e.cnt[DupMessages]++
+			e.cnt[DupReceived]++
 			return
 		}
 		if !p.deliver(f) {
@@ -441,6 +443,7 @@ func (p *partner) recvSequenced(f []byte) {
 		for _, x := range p.early {
 			if x.seq == seq && sameFrag(x.data, f) {
 				e.cnt[DupFrags]++
+				e.cnt[DupReceived]++
 				return
 			}
 		}
@@ -456,6 +459,7 @@ func (p *partner) recvSequenced(f []byte) {
 			}
 		}
 		e.cnt[DupMessages]++
+		e.cnt[DupReceived]++
 		e.cnt[ObsoleteDropped]++
 		if seqDiff(p.fullSeq, seq) == 1 {
 			// The previous packet again: our ack was probably lost (Open-MX
