@@ -135,7 +135,17 @@ type pblock struct {
 	got      uint64
 	ngot     int
 	lastReq  int64
+	// fast marks the frames already asked for again on evidence (later
+	// frames arrived): each frame gets at most one such request, and
+	// only the timer asks again after that.
+	fast uint64
 }
+
+// reorderAllowance is how many frames past a missing pull-reply frame must
+// arrive before the puller takes it as lost (RACK's reordering window, in
+// frames rather than time: the loopback and NIC wires reorder by a few
+// frames at most).
+const reorderAllowance = 3
 
 func (e *Endpoint) allocPull() (int, bool) {
 	if n := len(e.pullFree); n > 0 {
@@ -295,18 +305,8 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
 	now := e.b.now
 	pl.lastProgress = now
-	if bl.ngot < bl.n {
-		return
-	}
-	if k > 0 {
-		// A later block finished before an earlier one: re-request what the
-		// earlier ones miss now rather than after a timeout (no bubble).
-		gap := int64(e.b.opts.PullTimeout) / 8
-		for j := 0; j < k; j++ {
-			if ob := &pl.blocks[j]; ob.ngot < ob.n && now-ob.lastReq >= gap {
-				pl.request(ob, true, FastRetransmits)
-			}
-		}
+	pl.lossEvidence(i, k)
+	if bl.ngot < bl.n || k > 0 {
 		return
 	}
 	// Slide the window past every finished block.
@@ -321,6 +321,44 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 		r := pl.r
 		e.endPull(pl, nil)
 		e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
+	}
+}
+
+// lossEvidence asks again, at once, for the frames that frame i (of block
+// k) shows lost: every missing frame more than reorderAllowance frames
+// before it whose block was requested no later than block k. Each run of
+// missing frames goes in one PULL, and each frame is asked for this way
+// at most once.
+func (pl *pull) lossEvidence(i, k int) {
+	tk := pl.blocks[k].lastReq
+	for j := 0; j <= k; j++ {
+		bl := &pl.blocks[j]
+		if bl.lastReq > tk {
+			continue
+		}
+		limit := min(bl.n, i-reorderAllowance-bl.first) // frames below limit are "before" i
+		if limit <= 0 {
+			continue
+		}
+		lost := ^(bl.got | bl.fast) & (uint64(1)<<limit - 1)
+		for lo := 0; lost != 0 && lo < limit; {
+			if lost&(1<<lo) == 0 {
+				lo++
+				continue
+			}
+			hi := lo
+			for hi+1 < limit && lost&(1<<(hi+1)) != 0 {
+				hi++
+			}
+			for x := lo; x <= hi; x++ {
+				bl.fast |= 1 << x
+			}
+			lost &^= bl.fast
+			last := bl.lastReq
+			pl.requestSpan(bl, lo, hi, true, FastRetransmits)
+			bl.lastReq = last // a partial request does not restart the block's timer
+			lo = hi + 1
+		}
 	}
 }
 
