@@ -50,7 +50,11 @@ type Board struct {
 	ord  wire.Order
 	omx  int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick time.Duration
-	base time.Time
+	// tickBusy is the timer period while a retransmission timer may be
+	// pending (an unacked send or a pull): fine enough for RTOMin. An
+	// idle board wakes every tick only.
+	tickBusy time.Duration
+	base     time.Time
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
@@ -136,6 +140,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	}
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
+	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/2))
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}
@@ -241,12 +246,16 @@ func (b *Board) timersLocked(force bool) {
 	if !force && b.now < b.nextTick {
 		return
 	}
-	b.nextTick = b.now + int64(b.tick)
 	b.checkLostPeers() // peerloss.go
+	busy := false
 	for _, e := range b.eps {
-		if e != nil {
-			e.timers()
+		if e != nil && e.timers() {
+			busy = true
 		}
+	}
+	b.nextTick = b.now + int64(b.tick)
+	if busy {
+		b.nextTick = b.now + int64(b.tickBusy)
 	}
 }
 

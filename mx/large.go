@@ -127,7 +127,6 @@ type pull struct {
 	blocks        []pblock // outstanding blocks in frame order
 	nextFrame     int      // first frame not yet requested
 	lastProgress  int64
-	lastRerequest int64
 }
 
 type pblock struct {
@@ -139,6 +138,8 @@ type pblock struct {
 	// frames arrived): each frame gets at most one such request, and
 	// only the timer asks again after that.
 	fast uint64
+	// tries counts the block's timer re-requests (the backoff exponent).
+	tries int
 }
 
 // reorderAllowance is how many frames past a missing pull-reply frame must
@@ -300,10 +301,15 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 		e.cnt[DupReceived]++
 		return
 	}
+	now := e.b.now
+	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 {
+		// The first reply to a block asked for once: a round trip of the
+		// pull path (Karn's rule as for sends).
+		pl.p.prtt.sample(now - bl.lastReq)
+	}
 	bl.got |= bit
 	bl.ngot++
 	scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
-	now := e.b.now
 	pl.lastProgress = now
 	pl.lossEvidence(i, k)
 	if bl.ngot < bl.n || k > 0 {
@@ -362,7 +368,10 @@ func (pl *pull) lossEvidence(i, k int) {
 	}
 }
 
-// timer re-requests outstanding blocks after silence and gives up after
+// timer re-requests the missing frames of every block when the whole pull
+// (not only the block: blocks are served one after the other) was silent
+// for the pull path's RTO (PullTimeout until a round trip was measured), doubled for
+// each earlier timer re-request of that block, and gives up after
 // ResendDelay*ResendMax without progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
@@ -371,12 +380,14 @@ func (pl *pull) timer(now int64) {
 		pl.e.endPull(pl, ErrUnreachable)
 		return
 	}
-	if now-pl.lastProgress >= int64(o.PullTimeout) && now-pl.lastRerequest >= int64(o.PullTimeout) {
-		pl.lastRerequest = now
-		pl.e.cnt[PullTimeouts]++
-		for j := range pl.blocks {
-			pl.request(&pl.blocks[j], true, TimerRetransmits)
+	for j := range pl.blocks {
+		bl := &pl.blocks[j]
+		if now-max(bl.lastReq, pl.lastProgress) < pl.p.pullRTO(bl.tries) {
+			continue
 		}
+		bl.tries++
+		pl.e.cnt[PullTimeouts]++
+		pl.request(bl, true, TimerRetransmits)
 	}
 }
 
