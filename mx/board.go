@@ -51,9 +51,12 @@ type Board struct {
 	omx  int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick time.Duration
 	// tickBusy is the timer period while a retransmission timer may be
-	// pending (an unacked send or a pull): fine enough for RTOMin. An
-	// idle board wakes every tick only.
+	// pending (an unacked send or a pull) or was within busyLinger: fine
+	// enough for RTOMin. (A send made while the progress goroutine waits
+	// cannot shorten that wait, hence the linger.) An idle board wakes
+	// every tick only.
 	tickBusy time.Duration
+	lastBusy int64
 	base     time.Time
 
 	// mu protects every field below and all endpoint, partner and request
@@ -240,6 +243,10 @@ func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 
 func (b *Board) clock() int64 { return int64(time.Since(b.base)) }
 
+// busyLinger is how long after its last pending timer a board keeps
+// ticking at tickBusy.
+const busyLinger = 100 * time.Millisecond
+
 // timersLocked runs every periodic duty when a tick is due.
 func (b *Board) timersLocked(force bool) {
 	b.now = b.clock()
@@ -253,8 +260,11 @@ func (b *Board) timersLocked(force bool) {
 			busy = true
 		}
 	}
-	b.nextTick = b.now + int64(b.tick)
 	if busy {
+		b.lastBusy = b.now
+	}
+	b.nextTick = b.now + int64(b.tick)
+	if b.now-b.lastBusy < int64(busyLinger) {
 		b.nextTick = b.now + int64(b.tickBusy)
 	}
 }

@@ -85,6 +85,10 @@ const (
 	TimerRetransmits
 	DupReceived
 	PullFramesRerequested
+	// TailProbes counts tail-loss probes: the last frame of the newest
+	// unacked message sent again when the oldest one's timeout expired,
+	// before anything is resent in full.
+	TailProbes
 	numCounters
 )
 
@@ -110,7 +114,7 @@ var counterNames = [numCounters]string{
 	"messages held while progression is disabled", "nacks answered by a resend (unconfirmed)",
 	"send local (same process)", "recv local (same process)",
 	"fast retransmits", "timer retransmits", "duplicates received (spurious retransmits)",
-	"pull frames re-requested",
+	"pull frames re-requested", "tail-loss probes",
 }
 
 // String returns the counter's label.

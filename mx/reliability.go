@@ -74,6 +74,8 @@ type partner struct {
 	connecting  reqList
 	connAttempt uint8
 
+	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
+
 	rtt  rtt // round-trip estimate of the sequenced stream (rtt.go)
 	prtt rtt // and of pulls to the peer: PULL to first PULL_REPLY
 }
@@ -238,6 +240,7 @@ func (p *partner) applyAck(ack uint16) {
 		return // acks something never sent
 	}
 	for r := p.unacked.head; r != nil && seqBefore(r.seq, ack); r = p.unacked.head {
+		p.probeAt = 0
 		if r.resends == 0 && !r.nacked && r.class != classLarge {
 			// Karn: only a request sent once times the round trip. (A
 			// RNDV's ack may wait for the receive to be posted.)
@@ -268,10 +271,15 @@ func (p *partner) acked(r *Request) {
 	e.b.maybeFree(r)
 }
 
-// resendDue resends the unacked requests whose timeout expired: the
-// partner's RTO, doubled for every earlier timer resend of the request. A
-// request unacked for ResendDelay*(its resend limit+1) since its first send
-// makes the partner unreachable, however the backoff went.
+// resendDue handles the unacked requests whose timeout expired: the
+// partner's RTO, doubled for every earlier resend of the request. The
+// first expiry since the ack last moved sends a tail-loss probe only: the
+// last frame of the newest unacked request, which the receiver answers
+// with an immediate ack if it has everything (the usual case when its ack
+// was only delayed) and which completes a message whose last frame was
+// lost. A round trip later, what is still overdue is resent in full. A
+// request unacked for ResendDelay*(its resend limit+1) since its first
+// send makes the partner unreachable, however the backoff went.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
 	k := 0
@@ -284,12 +292,46 @@ func (p *partner) resendDue(now int64) {
 		if now-r.lastSend < p.rto(b.opts.ResendDelay, r.resends) {
 			continue
 		}
+		if p.probeAt == 0 {
+			t := p.unacked.tail
+			p.probeAt = now
+			t.resends++ // its ack no longer times a round trip (Karn)
+			p.ep.cnt[TailProbes]++
+			p.transmitLast(t)
+			return
+		}
+		if now-p.probeAt < p.rto(b.opts.ResendDelay, 0) {
+			return
+		}
 		r.resends++
 		p.ep.cnt[Resends]++
 		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)
 		k++
 	}
+}
+
+// transmitLast sends the last frame of a sequenced request again: the
+// last fragment of a medium, the only frame of the others.
+func (p *partner) transmitLast(r *Request) {
+	if r.class != classMedium || len(r.buf) <= p.stride {
+		p.transmit(r)
+		return
+	}
+	e := p.ep
+	b := e.b
+	r.lastSend = b.now
+	i := (len(r.buf) - 1) / p.stride
+	off := i * p.stride
+	n := len(r.buf) - off
+	h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: p.piggyback(),
+		Match: r.match, Session: p.rsession, FragIndex: uint8(i), FragLength: uint16(n)}
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	copy(buf[wire.HeadLen+wire.MediumLen:], r.buf[off:])
+	e.cnt[SendMediumFrag]++
+	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MediumLen+n, p.crc)
 }
 
 // failSend completes a send-side request with code and drops it.
