@@ -51,8 +51,8 @@ type Board struct {
 	omx  int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick time.Duration
 	// tickBusy is the timer period while a retransmission timer may be
-	// pending (an unacked send or a pull) or was within busyLinger: fine
-	// enough for RTOMin. (A send made while the progress goroutine waits
+	// pending (an unacked send or a pull) or was within busyLinger: a
+	// quarter of RTOMin. (A send made while the progress goroutine waits
 	// cannot shorten that wait, hence the linger.) An idle board wakes
 	// every tick only.
 	tickBusy time.Duration
@@ -143,7 +143,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	}
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
-	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/2))
+	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/4))
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}

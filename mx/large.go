@@ -368,10 +368,13 @@ func (pl *pull) lossEvidence(i, k int) {
 	}
 }
 
-// timer re-requests the missing frames of every block when the whole pull
-// (not only the block: blocks are served one after the other) was silent
-// for the pull path's RTO (PullTimeout until a round trip was measured), doubled for
-// each earlier timer re-request of that block, and gives up after
+// timer re-requests, when the whole pull (not only one block: blocks are
+// served one after the other) was silent for the pull path's RTO
+// (PullTimeout until a round trip was measured), the missing frames of the
+// oldest unfinished block only, its RTO doubled for each earlier timer
+// re-request of it. The replies are evidence for the later blocks
+// (lossEvidence), and a silence that was only a slow peer costs one block
+// of duplicates, not the window. A pull fails after
 // ResendDelay*ResendMax without progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
@@ -382,12 +385,15 @@ func (pl *pull) timer(now int64) {
 	}
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
-		if now-max(bl.lastReq, pl.lastProgress) < pl.p.pullRTO(bl.tries) {
+		if bl.ngot == bl.n {
 			continue
 		}
-		bl.tries++
-		pl.e.cnt[PullTimeouts]++
-		pl.request(bl, true, TimerRetransmits)
+		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) {
+			bl.tries++
+			pl.e.cnt[PullTimeouts]++
+			pl.request(bl, true, TimerRetransmits)
+		}
+		return
 	}
 }
 

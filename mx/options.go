@@ -32,7 +32,7 @@ type BoardOptions struct {
 	// pull re-requests use once a partner's round trip has been measured
 	// (srtt + 4*rttvar, RFC 6298; see rtt.go): RTOMin keeps a fast, steady
 	// wire from resending on scheduling noise, RTOMax caps exponential
-	// backoff. Defaults 500 us and ResendDelay. Before the first
+	// backoff. Defaults 250 us and ResendDelay. Before the first
 	// measurement ResendDelay and PullTimeout apply as they are.
 	RTOMin, RTOMax time.Duration
 	// PullBlockFrames is the number of PULL_REPLY frames per block. Default 32.
@@ -100,7 +100,7 @@ func DefaultBoardOptions() BoardOptions {
 		ResendDelay:           500 * time.Millisecond,
 		ResendMax:             1000,
 		PullTimeout:           time.Second,
-		RTOMin:                500 * time.Microsecond,
+		RTOMin:                250 * time.Microsecond,
 		PullBlockFrames:       32,
 		PullBlocks:            4,
 		ZombieSends:           512,
