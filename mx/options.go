@@ -18,15 +18,17 @@ type BoardOptions struct {
 	// NotAckedMax is how many received messages make the receiver ack at
 	// once. Default 4 (OMX_NOTACKED_MAX).
 	NotAckedMax int
-	// ResendDelay is the retransmission period of unacked messages and
-	// connects. Default 500 ms.
+	// ResendDelay is the retransmission period of connects, and of
+	// unacked messages to a partner whose round trip is not measured yet
+	// (then the RTO, RTOMin..RTOMax, applies). Default 500 ms.
 	ResendDelay time.Duration
 	// ResendMax is how many resends make a peer unreachable. Default 1000
 	// (OMX_RESENDS_MAX): about 500 s with the default delay.
 	ResendMax int
-	// PullTimeout is the silence after which a puller re-requests every
-	// outstanding block. Default 1 s. A pull fails with ErrUnreachable after
-	// ResendDelay*ResendMax without progress.
+	// PullTimeout is the silence after which a puller re-requests its
+	// oldest unfinished block while the pull path's round trip is not
+	// measured yet (then the RTO applies). Default 1 s. A pull fails with
+	// ErrUnreachable after ResendDelay*ResendMax without progress.
 	PullTimeout time.Duration
 	// RTOMin and RTOMax bound the retransmission timeout that resends and
 	// pull re-requests use once a partner's round trip has been measured
