@@ -82,6 +82,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzParseUDP -fuzztime 5000x ./xdp/
 	$(GO) test -run '^$$' -fuzz FuzzParseEthHeader -fuzztime 5000x ./xdp/
 	$(GO) test -run '^$$' -fuzz FuzzNetlinkNeighbours -fuzztime 5000x ./xdp/
+	$(GO) test -run '^$$' -fuzz FuzzRTTTimeout -fuzztime 5000x ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 5000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 5000x ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 5000x ./cmd/mxbench/

@@ -50,7 +50,14 @@ type Board struct {
 	ord  wire.Order
 	omx  int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick time.Duration
-	base time.Time
+	// tickBusy is the timer period while a retransmission timer may be
+	// pending (an unacked send or a pull) or was within busyLinger: a
+	// quarter of RTOMin. (A send made while the progress goroutine waits
+	// cannot shorten that wait, hence the linger.) An idle board wakes
+	// every tick only.
+	tickBusy time.Duration
+	lastBusy int64
+	base     time.Time
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
@@ -145,6 +152,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	}
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
+	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/4))
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}
@@ -246,18 +254,29 @@ func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 
 func (b *Board) clock() int64 { return int64(time.Since(b.base)) }
 
+// busyLinger is how long after its last pending timer a board keeps
+// ticking at tickBusy.
+const busyLinger = 100 * time.Millisecond
+
 // timersLocked runs every periodic duty when a tick is due.
 func (b *Board) timersLocked(force bool) {
 	b.now = b.clock()
 	if !force && b.now < b.nextTick {
 		return
 	}
-	b.nextTick = b.now + int64(b.tick)
 	b.checkLostPeers() // peerloss.go
+	busy := false
 	for _, e := range b.eps {
-		if e != nil {
-			e.timers()
+		if e != nil && e.timers() {
+			busy = true
 		}
+	}
+	if busy {
+		b.lastBusy = b.now
+	}
+	b.nextTick = b.now + int64(b.tick)
+	if b.now-b.lastBusy < int64(busyLinger) {
+		b.nextTick = b.now + int64(b.tickBusy)
 	}
 }
 

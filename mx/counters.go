@@ -76,6 +76,22 @@ const (
 	RecvCMA    // large messages copied once from another process (cma.go)
 	CMARefused // process_vm_readv refused by the kernel: pulled through the rings
 	CMAFailed  // process_vm_readv failed otherwise (bad entry, short copy): pulled
+	// Loss recovery (issue 13). A timer retransmit is a resend or pull
+	// re-request made because a timeout expired; a fast retransmit is one
+	// made on evidence (later frames arrived, or a selective ack named a
+	// hole) before any timer. DupReceived counts every duplicate that
+	// arrived here (messages, medium frags, pull replies): on a wire that
+	// does not duplicate frames, these are the peer's spurious
+	// retransmits. PullFramesRerequested counts pull-reply frames asked
+	// for again, whichever way.
+	FastRetransmits
+	TimerRetransmits
+	DupReceived
+	PullFramesRerequested
+	// TailProbes counts tail-loss probes: the last frame of the newest
+	// unacked message sent again when the oldest one's timeout expired,
+	// before anything is resent in full.
+	TailProbes
 	numCounters
 )
 
@@ -102,6 +118,8 @@ var counterNames = [numCounters]string{
 	"send local (same process)", "recv local (same process)",
 	"recv large by process_vm_readv (one copy)", "process_vm_readv refused (pulled)",
 	"process_vm_readv failed (pulled)",
+	"fast retransmits", "timer retransmits", "duplicates received (spurious retransmits)",
+	"pull frames re-requested", "tail-loss probes",
 }
 
 // String returns the counter's label.

@@ -59,10 +59,12 @@
 //     PULL_REPLY frames, PullBlocks blocks in flight, in Open-MX's frame
 //     geometry (frames aligned on the sender's region, so a message at a
 //     region offset has a shorter first frame; the puller magic is the
-//     endpoint index XOR 0x21071980). When a later block
-//     completes before an earlier one, the missing frames of the earlier one
-//     are re-requested at once (RMPP's lesson: no bubble while the window
-//     waits), and a PullTimeout of silence re-requests every outstanding block.
+//     endpoint index XOR 0x21071980). A frame that arrives more than three
+//     frames past a missing one (of its block or an earlier-requested one)
+//     makes the puller ask at once for exactly the missing run (RACK's
+//     rule; RMPP's lesson: no bubble while the window waits); a silence of
+//     the pull path's measured RTO (see Reliability) re-requests the oldest
+//     unfinished block, whose replies are evidence for the rest.
 //     The region owner's board answers pulls by itself and validates each
 //     against the region it names (session, region id and generation, the
 //     puller's address, bounds), so a PULL can never read outside the message
@@ -81,9 +83,19 @@
 // immediate ack. Acks ("everything below s") ride on every sequenced packet
 // the other way; otherwise an explicit TRUC ack goes out after NotAckedMax
 // messages or AckDelay. The sender keeps every sequenced packet until
-// acked and resends the oldest overdue ones every ResendDelay; after
-// ResendMax resends the peer is unreachable and every request involving it
-// fails with ErrUnreachable (sends to it fail until a new Connect). Eager
+// acked. Each partner measures its round trip (RFC 6298 smoothing, Karn's
+// rule: only requests sent once give samples; pulls keep their own
+// estimate), and a request unacked for srtt + 4*rttvar (clamped to
+// RTOMin..RTOMax; ResendDelay before the first sample) first triggers a
+// tail-loss probe: the newest unacked request's last frame, which a
+// receiver that has it answers with an immediate ack, and which completes
+// a message whose last frame was lost. A round trip later, what is still
+// overdue is resent, each resend of a request doubling its timeout up to
+// RTOMax. A request unacked for ResendDelay*(ResendMax+1) since its first
+// send makes the peer unreachable, however the backoff went, and every
+// request involving it fails with ErrUnreachable (sends to it fail until a
+// new Connect). Counters FastRetransmits, TimerRetransmits, TailProbes,
+// DupReceived and PullFramesRerequested show how losses were recovered. Eager
 // sends complete to the application once copied (at most ZombieSends at a
 // time) while resends continue in the background. A receiving board answers
 // packets for a missing or closed endpoint, or with a wrong session, with a

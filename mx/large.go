@@ -128,7 +128,6 @@ type pull struct {
 	blocks        []pblock // outstanding blocks in frame order
 	nextFrame     int      // first frame not yet requested
 	lastProgress  int64
-	lastRerequest int64
 }
 
 type pblock struct {
@@ -136,7 +135,19 @@ type pblock struct {
 	got      uint64
 	ngot     int
 	lastReq  int64
+	// fast marks the frames already asked for again on evidence (later
+	// frames arrived): each frame gets at most one such request, and
+	// only the timer asks again after that.
+	fast uint64
+	// tries counts the block's timer re-requests (the backoff exponent).
+	tries int
 }
+
+// reorderAllowance is how many frames past a missing pull-reply frame must
+// arrive before the puller takes it as lost (RACK's reordering window, in
+// frames rather than time: the loopback and NIC wires reorder by a few
+// frames at most).
+const reorderAllowance = 3
 
 func (e *Endpoint) allocPull() (int, bool) {
 	if n := len(e.pullFree); n > 0 {
@@ -210,15 +221,15 @@ func (pl *pull) fill() {
 		n := min(o.PullBlockFrames, pl.nframes-pl.nextFrame)
 		pl.blocks = append(pl.blocks, pblock{first: pl.nextFrame, n: n})
 		pl.nextFrame += n
-		pl.request(&pl.blocks[len(pl.blocks)-1], false)
+		pl.request(&pl.blocks[len(pl.blocks)-1], false, 0)
 	}
 }
 
 // request asks for the missing frames of a block (all of them the first
-// time).
-func (pl *pull) request(bl *pblock, again bool) {
-	e := pl.e
-	b := e.b
+// time). A repeated request asks for the span from the first to the last
+// missing frame; why says which counter the retransmission goes to
+// (FastRetransmits or TimerRetransmits).
+func (pl *pull) request(bl *pblock, again bool, why Counter) {
 	lo, hi := 0, bl.n-1
 	if again {
 		for lo < bl.n && bl.got&(1<<lo) != 0 {
@@ -230,7 +241,22 @@ func (pl *pull) request(bl *pblock, again bool) {
 		if lo > hi {
 			return
 		}
+	}
+	pl.requestSpan(bl, lo, hi, again, why)
+}
+
+// requestSpan sends one PULL for frames lo..hi of block bl.
+func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) {
+	e := pl.e
+	b := e.b
+	if again {
 		e.cnt[PullRerequests]++
+		e.cnt[why]++
+		for i := lo; i <= hi; i++ {
+			if bl.got&(1<<i) == 0 {
+				e.cnt[PullFramesRerequested]++
+			}
+		}
 	}
 	bl.lastReq = b.now
 	first := bl.first + lo
@@ -269,31 +295,28 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	}
 	if k < 0 {
 		e.cnt[DupPullReplies]++ // a block already done
+		e.cnt[DupReceived]++
 		return
 	}
 	bl := &pl.blocks[k]
 	bit := uint64(1) << (i - bl.first)
 	if bl.got&bit != 0 {
 		e.cnt[DupPullReplies]++
+		e.cnt[DupReceived]++
 		return
+	}
+	now := e.b.now
+	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 {
+		// The first reply to a block asked for once: a round trip of the
+		// pull path (Karn's rule as for sends).
+		pl.p.prtt.sample(now - bl.lastReq)
 	}
 	bl.got |= bit
 	bl.ngot++
 	scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
-	now := e.b.now
 	pl.lastProgress = now
-	if bl.ngot < bl.n {
-		return
-	}
-	if k > 0 {
-		// A later block finished before an earlier one: re-request what the
-		// earlier ones miss now rather than after a timeout (no bubble).
-		gap := int64(e.b.opts.PullTimeout) / 8
-		for j := 0; j < k; j++ {
-			if ob := &pl.blocks[j]; ob.ngot < ob.n && now-ob.lastReq >= gap {
-				pl.request(ob, true)
-			}
-		}
+	pl.lossEvidence(i, k)
+	if bl.ngot < bl.n || k > 0 {
 		return
 	}
 	// Slide the window past every finished block.
@@ -311,7 +334,51 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	}
 }
 
-// timer re-requests outstanding blocks after silence and gives up after
+// lossEvidence asks again, at once, for the frames that frame i (of block
+// k) shows lost: every missing frame more than reorderAllowance frames
+// before it whose block was requested no later than block k. Each run of
+// missing frames goes in one PULL, and each frame is asked for this way
+// at most once.
+func (pl *pull) lossEvidence(i, k int) {
+	tk := pl.blocks[k].lastReq
+	for j := 0; j <= k; j++ {
+		bl := &pl.blocks[j]
+		if bl.lastReq > tk {
+			continue
+		}
+		limit := min(bl.n, i-reorderAllowance-bl.first) // frames below limit are "before" i
+		if limit <= 0 {
+			continue
+		}
+		lost := ^(bl.got | bl.fast) & (uint64(1)<<limit - 1)
+		for lo := 0; lost != 0 && lo < limit; {
+			if lost&(1<<lo) == 0 {
+				lo++
+				continue
+			}
+			hi := lo
+			for hi+1 < limit && lost&(1<<(hi+1)) != 0 {
+				hi++
+			}
+			for x := lo; x <= hi; x++ {
+				bl.fast |= 1 << x
+			}
+			lost &^= bl.fast
+			last := bl.lastReq
+			pl.requestSpan(bl, lo, hi, true, FastRetransmits)
+			bl.lastReq = last // a partial request does not restart the block's timer
+			lo = hi + 1
+		}
+	}
+}
+
+// timer re-requests, when the whole pull (not only one block: blocks are
+// served one after the other) was silent for the pull path's RTO
+// (PullTimeout until a round trip was measured), the missing frames of the
+// oldest unfinished block only, its RTO doubled for each earlier timer
+// re-request of it. The replies are evidence for the later blocks
+// (lossEvidence), and a silence that was only a slow peer costs one block
+// of duplicates, not the window. A pull fails after
 // ResendDelay*ResendMax without progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
@@ -320,12 +387,17 @@ func (pl *pull) timer(now int64) {
 		pl.e.endPull(pl, ErrUnreachable)
 		return
 	}
-	if now-pl.lastProgress >= int64(o.PullTimeout) && now-pl.lastRerequest >= int64(o.PullTimeout) {
-		pl.lastRerequest = now
-		pl.e.cnt[PullTimeouts]++
-		for j := range pl.blocks {
-			pl.request(&pl.blocks[j], true)
+	for j := range pl.blocks {
+		bl := &pl.blocks[j]
+		if bl.ngot == bl.n {
+			continue
 		}
+		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) {
+			bl.tries++
+			pl.e.cnt[PullTimeouts]++
+			pl.request(bl, true, TimerRetransmits)
+		}
+		return
 	}
 }
 

@@ -18,16 +18,25 @@ type BoardOptions struct {
 	// NotAckedMax is how many received messages make the receiver ack at
 	// once. Default 4 (OMX_NOTACKED_MAX).
 	NotAckedMax int
-	// ResendDelay is the retransmission period of unacked messages and
-	// connects. Default 500 ms.
+	// ResendDelay is the retransmission period of connects, and of
+	// unacked messages to a partner whose round trip is not measured yet
+	// (then the RTO, RTOMin..RTOMax, applies). Default 500 ms.
 	ResendDelay time.Duration
 	// ResendMax is how many resends make a peer unreachable. Default 1000
 	// (OMX_RESENDS_MAX): about 500 s with the default delay.
 	ResendMax int
-	// PullTimeout is the silence after which a puller re-requests every
-	// outstanding block. Default 1 s. A pull fails with ErrUnreachable after
-	// ResendDelay*ResendMax without progress.
+	// PullTimeout is the silence after which a puller re-requests its
+	// oldest unfinished block while the pull path's round trip is not
+	// measured yet (then the RTO applies). Default 1 s. A pull fails with
+	// ErrUnreachable after ResendDelay*ResendMax without progress.
 	PullTimeout time.Duration
+	// RTOMin and RTOMax bound the retransmission timeout that resends and
+	// pull re-requests use once a partner's round trip has been measured
+	// (srtt + 4*rttvar, RFC 6298; see rtt.go): RTOMin keeps a fast, steady
+	// wire from resending on scheduling noise, RTOMax caps exponential
+	// backoff. Defaults 250 us and ResendDelay. Before the first
+	// measurement ResendDelay and PullTimeout apply as they are.
+	RTOMin, RTOMax time.Duration
 	// PullBlockFrames is the number of PULL_REPLY frames per block. Default 32.
 	PullBlockFrames int
 	// PullBlocks is the number of blocks a puller keeps in flight. Default 4.
@@ -93,6 +102,7 @@ func DefaultBoardOptions() BoardOptions {
 		ResendDelay:           500 * time.Millisecond,
 		ResendMax:             1000,
 		PullTimeout:           time.Second,
+		RTOMin:                250 * time.Microsecond,
 		PullBlockFrames:       32,
 		PullBlocks:            4,
 		ZombieSends:           512,
@@ -125,6 +135,12 @@ func (o BoardOptions) withDefaults() (BoardOptions, error) {
 	}
 	if o.PullTimeout == 0 {
 		o.PullTimeout = d.PullTimeout
+	}
+	if o.RTOMin == 0 {
+		o.RTOMin = d.RTOMin
+	}
+	if o.RTOMax == 0 {
+		o.RTOMax = max(o.ResendDelay, o.RTOMin)
 	}
 	if o.PullBlockFrames == 0 {
 		o.PullBlockFrames = d.PullBlockFrames
@@ -167,6 +183,8 @@ func (o BoardOptions) withDefaults() (BoardOptions, error) {
 		return o, fmt.Errorf("%w: rendezvous threshold %d below the small maximum 128", ErrBadOptions, o.RendezvousThreshold)
 	case o.AckDelay < 0 || o.ResendDelay < 0 || o.PullTimeout < 0:
 		return o, fmt.Errorf("%w: negative delay", ErrBadOptions)
+	case o.RTOMin < 0 || o.RTOMax < o.RTOMin:
+		return o, fmt.Errorf("%w: RTOMin %v and RTOMax %v: want 0 < RTOMin <= RTOMax", ErrBadOptions, o.RTOMin, o.RTOMax)
 	case o.NotAckedMax < 1 || o.ResendMax < 1:
 		return o, fmt.Errorf("%w: NotAckedMax and ResendMax must be positive", ErrBadOptions)
 	case o.PullBlockFrames < 1 || o.PullBlockFrames > 64 || o.PullBlocks < 1 || o.PullBlocks > 16:

@@ -148,6 +148,7 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 	bit := uint32(1) << m.FragIndex
 	if pt.got&bit != 0 {
 		e.cnt[DupFrags]++
+		e.cnt[DupReceived]++
 		return
 	}
 	pt.got |= bit

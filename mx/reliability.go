@@ -2,6 +2,7 @@ package mx
 
 import (
 	"math/rand/v2"
+	"time"
 
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
@@ -72,6 +73,24 @@ type partner struct {
 
 	connecting  reqList
 	connAttempt uint8
+
+	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
+
+	rtt  rtt // round-trip estimate of the sequenced stream (rtt.go)
+	prtt rtt // and of pulls to the peer: PULL to first PULL_REPLY
+}
+
+// pullRTO is the re-request timeout of a pull block from the peer.
+func (p *partner) pullRTO(backoff int) int64 {
+	b := p.ep.b
+	return p.prtt.timeout(int64(b.opts.PullTimeout), int64(b.tickBusy), int64(b.opts.RTOMin), int64(b.opts.RTOMax), backoff)
+}
+
+// rto is the partner's retransmission timeout after backoff doublings,
+// fallback until a round trip has been measured (rtt.go).
+func (p *partner) rto(fallback time.Duration, backoff int) int64 {
+	b := p.ep.b
+	return p.rtt.timeout(int64(fallback), int64(b.tickBusy), int64(b.opts.RTOMin), int64(b.opts.RTOMax), backoff)
 }
 
 type earlyPkt struct {
@@ -135,6 +154,7 @@ func (p *partner) enqueue(r *Request) {
 
 func (p *partner) transmitNew(r *Request) {
 	r.seq = p.sendSeq
+	r.firstSend = p.ep.b.now
 	p.sendSeq = seqNext(p.sendSeq)
 	p.unacked.push(r)
 	p.transmit(r)
@@ -220,6 +240,12 @@ func (p *partner) applyAck(ack uint16) {
 		return // acks something never sent
 	}
 	for r := p.unacked.head; r != nil && seqBefore(r.seq, ack); r = p.unacked.head {
+		p.probeAt = 0
+		if r.resends == 0 && !r.nacked && r.class != classLarge {
+			// Karn: only a request sent once times the round trip. (A
+			// RNDV's ack may wait for the receive to be posted.)
+			p.rtt.sample(p.ep.b.now - r.lastSend)
+		}
 		p.unacked.remove(r)
 		p.acked(r)
 	}
@@ -245,25 +271,67 @@ func (p *partner) acked(r *Request) {
 	e.b.maybeFree(r)
 }
 
-// resendDue resends the oldest overdue unacked requests.
+// resendDue handles the unacked requests whose timeout expired: the
+// partner's RTO, doubled for every earlier resend of the request. The
+// first expiry since the ack last moved sends a tail-loss probe only: the
+// last frame of the newest unacked request, which the receiver answers
+// with an immediate ack if it has everything (the usual case when its ack
+// was only delayed) and which completes a message whose last frame was
+// lost. A round trip later, what is still overdue is resent in full. A
+// request unacked for ResendDelay*(its resend limit+1) since its first
+// send makes the partner unreachable, however the backoff went.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
-	delay := int64(b.opts.ResendDelay)
 	k := 0
 	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
-		if now-r.lastSend < delay {
-			continue
-		}
-		r.resends++
-		if r.resends > p.ep.resendLimit(r) {
+		if now-r.firstSend >= int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
 			p.ep.cnt[Unreachable]++
 			p.reset(ErrUnreachable)
 			return
 		}
+		if now-r.lastSend < p.rto(b.opts.ResendDelay, r.resends) {
+			continue
+		}
+		if p.probeAt == 0 {
+			t := p.unacked.tail
+			p.probeAt = now
+			t.resends++ // its ack no longer times a round trip (Karn)
+			p.ep.cnt[TailProbes]++
+			p.transmitLast(t)
+			return
+		}
+		if now-p.probeAt < p.rto(b.opts.ResendDelay, 0) {
+			return
+		}
+		r.resends++
 		p.ep.cnt[Resends]++
+		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)
 		k++
 	}
+}
+
+// transmitLast sends the last frame of a sequenced request again: the
+// last fragment of a medium, the only frame of the others.
+func (p *partner) transmitLast(r *Request) {
+	if r.class != classMedium || len(r.buf) <= p.stride {
+		p.transmit(r)
+		return
+	}
+	e := p.ep
+	b := e.b
+	r.lastSend = b.now
+	i := (len(r.buf) - 1) / p.stride
+	off := i * p.stride
+	n := len(r.buf) - off
+	h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: p.piggyback(),
+		Match: r.match, Session: p.rsession, FragIndex: uint8(i), FragLength: uint16(n)}
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	copy(buf[wire.HeadLen+wire.MediumLen:], r.buf[off:])
+	e.cnt[SendMediumFrag]++
+	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MediumLen+n, p.crc)
 }
 
 // failSend completes a send-side request with code and drops it.
@@ -425,6 +493,7 @@ func (p *partner) recvSequenced(f []byte) {
 	case d == 0:
 		if p.inHandler {
 			e.cnt[DupMessages]++
+			e.cnt[DupReceived]++
 			return
 		}
 		if !p.deliver(f) {
@@ -441,6 +510,7 @@ func (p *partner) recvSequenced(f []byte) {
 		for _, x := range p.early {
 			if x.seq == seq && sameFrag(x.data, f) {
 				e.cnt[DupFrags]++
+				e.cnt[DupReceived]++
 				return
 			}
 		}
@@ -456,6 +526,7 @@ func (p *partner) recvSequenced(f []byte) {
 			}
 		}
 		e.cnt[DupMessages]++
+		e.cnt[DupReceived]++
 		e.cnt[ObsoleteDropped]++
 		if seqDiff(p.fullSeq, seq) == 1 {
 			// The previous packet again: our ack was probably lost (Open-MX
@@ -755,10 +826,12 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 }
 
 // timers runs the endpoint's periodic duties: delayed acks, resends,
-// connect resends and pull timeouts.
-func (e *Endpoint) timers() {
+// connect resends and pull timeouts. It reports whether any of them is
+// still pending (so the board keeps its fine timer period).
+func (e *Endpoint) timers() bool {
 	b := e.b
 	now := b.now
+	busy := false
 	for _, p := range e.plist {
 		if (p.notAcked > 0 || p.ackStale) && p.ackDeadline != 0 && now >= p.ackDeadline {
 			e.cnt[AcksDelayed]++
@@ -766,6 +839,7 @@ func (e *Endpoint) timers() {
 		}
 		if p.unacked.n > 0 {
 			p.resendDue(now)
+			busy = busy || p.unacked.n > 0
 		}
 		for r := p.connecting.head; r != nil; {
 			next := r.qnext
@@ -786,9 +860,11 @@ func (e *Endpoint) timers() {
 	for _, pl := range e.pulls {
 		if pl != nil {
 			pl.timer(now)
+			busy = true
 		}
 	}
 	if e.resq.n > 0 {
 		e.kickSends()
 	}
+	return busy
 }

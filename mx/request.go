@@ -99,6 +99,7 @@ type Request struct {
 	segsBuf   [][]byte
 	segs      [][]byte
 	lastSend  int64
+	firstSend int64 // when the request first went out: the unreachable verdict counts from it
 	resends   int
 	resendMax int  // SetRequestTimeout: resends before failure; 0: the endpoint's
 	nacked    bool // a NACK_LIB came; the next one (after the resend it caused) fails it

@@ -33,6 +33,39 @@ type result struct {
 	// Raw is the same exchange directly on the run's transport, without
 	// mx, when that is not UDP (the raw AF_XDP ping-pong for xdp).
 	Raw *baselineResult `json:"raw,omitempty"`
+	// Recovery is how mx recovered from the wire's losses during the
+	// measured and warmup messages of this size, both endpoints together;
+	// nil when the peer is another process.
+	Recovery *recovery `json:"recovery,omitempty"`
+}
+
+// recovery is the loss-recovery counters (mx.FastRetransmits and the
+// others) of one size.
+type recovery struct {
+	FastRetransmits       uint64 `json:"fast_retransmits"`
+	TimerRetransmits      uint64 `json:"timer_retransmits"`
+	TailProbes            uint64 `json:"tail_probes"`
+	DuplicatesReceived    uint64 `json:"duplicates_received"`
+	PullFramesRerequested uint64 `json:"pull_frames_rerequested"`
+}
+
+// recoveryBetween sums, over the endpoints, how the loss-recovery counters
+// moved from before to after.
+func recoveryBetween(before, after []mx.Counters) *recovery {
+	d := func(k mx.Counter) uint64 {
+		var n uint64
+		for i := range after {
+			n += after[i].Get(k) - before[i].Get(k)
+		}
+		return n
+	}
+	return &recovery{
+		FastRetransmits:       d(mx.FastRetransmits),
+		TimerRetransmits:      d(mx.TimerRetransmits),
+		TailProbes:            d(mx.TailProbes),
+		DuplicatesReceived:    d(mx.DupReceived),
+		PullFramesRerequested: d(mx.PullFramesRerequested),
+	}
 }
 
 // baselineResult is a figure without mx beside an mx result.

@@ -12,7 +12,14 @@ that never arrived (UDP does not resend: in stream, the receiver's socket
 buffer overflowed; in pingpong, a reply did not come within a second and that
 round trip was skipped), so a udp figure with errors moved less data than
 it seems. "lat x" is mx's latency over the baseline's. Over xdp, the raw
-columns are the same exchange on bare AF_XDP sockets, without mx.
+columns are the same exchange on bare AF_XDP sockets, without mx. The last
+columns show how mx recovered from losses during the size (both endpoints,
+warmup included; only when both sides run in this process): "fast" resends
+and pull re-requests made on evidence (later frames arrived), "timer" those
+made when a retransmission timeout expired, "tlp" tail-loss probes (the last
+frame of the newest unacked message sent again), "dups" duplicates received
+(spurious resends, or the wire's --dup), "pull rq" pull-reply frames asked
+for again.
 `
 
 const pingpongNotes = `Round trips of each size between two endpoints, as omx_perf runs them:

@@ -70,6 +70,7 @@ func (t *tableReporter) header(what string) {
 	if t.raw {
 		fmt.Fprintf(t.w, " | %12s %10s %7s", "raw "+lat, "raw MB/s", "lat x")
 	}
+	fmt.Fprintf(t.w, " | %6s %6s %6s %6s %7s", "fast", "timer", "tlp", "dups", "pull rq")
 	fmt.Fprintln(t.w)
 }
 
@@ -88,6 +89,10 @@ func (t *tableReporter) row(r result) {
 			ratio = r.LatencyUS / b.LatencyUS
 		}
 		fmt.Fprintf(t.w, " | %12.2f %10.1f %6.2fx", b.LatencyUS, b.MBPerS, ratio)
+	}
+	if c := r.Recovery; c != nil {
+		fmt.Fprintf(t.w, " | %6d %6d %6d %6d %7d", c.FastRetransmits, c.TimerRetransmits, c.TailProbes,
+			c.DuplicatesReceived, c.PullFramesRerequested)
 	}
 	fmt.Fprintln(t.w)
 }

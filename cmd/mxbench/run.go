@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/units"
+	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -113,8 +114,10 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		iters := f.iterationsFor(size)
 		prog.Set("%s %s [%d/%d]: %d iterations", cmd, units.Format(int64(size)), i+1, len(sizes), iters)
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		before := []mx.Counters{p.a.Counters(), p.b.Counters()}
 		res, err := measureLocal(sctx, cmd, &f, sa, sb, size, iters)
 		cancel()
+		res.Recovery = recoveryBetween(before, []mx.Counters{p.a.Counters(), p.b.Counters()})
 		if err != nil {
 			rep.row(res)
 			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)

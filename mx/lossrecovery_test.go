@@ -1,0 +1,175 @@
+package mx
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+// TestLossRecovery streams every size class (tiny, small, medium, large)
+// over a wire that loses none, 0.1%, 1% and 20% of frames and also
+// reorders and duplicates them: every message arrives exactly once, in order, byte for
+// byte, and the counters show how the losses were recovered.
+func TestLossRecovery(t *testing.T) {
+	for _, loss := range []float64{0, 0.001, 0.01, 0.2} {
+		t.Run(fmt.Sprintf("loss=%g", loss), func(t *testing.T) {
+			n := 4000
+			if loss >= 0.1 {
+				n = 1500
+			}
+			if testing.Short() {
+				n /= 4
+			}
+			opts := fastOptions()
+			pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+			pr.w.faults(loopback.Faults{Loss: loss, Reorder: 0.05, Duplicate: 0.02, Seed: 1300})
+			runStream(t, pr, n, 32)
+			ca, cb := pr.a.Counters(), pr.b.Counters()
+			fast := ca.Get(FastRetransmits) + cb.Get(FastRetransmits)
+			timer := ca.Get(TimerRetransmits) + cb.Get(TimerRetransmits)
+			t.Logf("fast retransmits %d, timer retransmits %d, tail probes %d, duplicates received %d/%d, pull frames re-requested %d",
+				fast, timer, ca.Get(TailProbes), ca.Get(DupReceived), cb.Get(DupReceived), cb.Get(PullFramesRerequested))
+			if loss > 0 && fast+timer+ca.Get(TailProbes) == 0 {
+				t.Errorf("frames were lost but no retransmission was counted")
+			}
+			if cb.Get(DupReceived) == 0 {
+				t.Errorf("the wire duplicates frames but the receiver counted no duplicate")
+			}
+		})
+	}
+}
+
+// dropMarked wraps a transport and drops, every time, each outgoing frame
+// that contains marker: a loss pattern that takes the same frame's every
+// resend.
+type dropMarked struct {
+	transport.Transport
+	marker  []byte
+	dropped atomic.Int64
+}
+
+func (d *dropMarked) Send(frames []transport.Frame) (int, error) {
+	keep := frames[:0:0]
+	for _, f := range frames {
+		if bytes.Contains(f.Data, d.marker) {
+			d.dropped.Add(1)
+			continue
+		}
+		keep = append(keep, f)
+	}
+	if len(keep) > 0 {
+		if _, err := d.Transport.Send(keep); err != nil {
+			return 0, err
+		}
+	}
+	return len(frames), nil
+}
+
+// TestUnreachableKeepsTotalTime sends, to a partner whose round trip is
+// known (so resends start at RTOMin), one message whose every copy the
+// wire drops: the resends back off, and the send still fails with
+// ErrUnreachable no sooner than ResendDelay*(ResendMax+1) after it went
+// out, as with fixed-period resends.
+func TestUnreachableKeepsTotalTime(t *testing.T) {
+	w := newLoopbackWire(t, loopback.Faults{})
+	marker := []byte("every-copy-of-this-frame-is-lost")
+	d := &dropMarked{Transport: w.a, marker: marker}
+	w.a = d
+	opts := fastOptions()
+	opts.ResendDelay = 10 * time.Millisecond
+	opts.ResendMax = 20
+	opts.RTOMin = time.Millisecond
+	opts.RTOMax = 40 * time.Millisecond
+	opts.ZombieSends = -1 // the send completes on its ack, or fails
+	pr := newPairOn(t, w, opts)
+	// Round trips to measure: ping-pongs with the partner.
+	for i := 0; i < 20; i++ {
+		r, _ := pr.b.IRecv([][]byte{make([]byte, 4)}, 1, ^uint64(0), nil)
+		s, _ := pr.a.ISend([][]byte{[]byte("ping")}, pr.atob, 1, nil)
+		mustWait(t, r, 10*time.Second)
+		back, _ := pr.b.ISend(nil, pr.btoa, 2, nil)
+		r2, _ := pr.a.IRecv(nil, 2, ^uint64(0), nil)
+		mustWait(t, r2, 10*time.Second)
+		mustWait(t, s, 10*time.Second)
+		mustWait(t, back, 10*time.Second)
+	}
+	before := pr.a.Counters()
+	start := time.Now()
+	s, err := pr.a.ISend([][]byte{marker}, pr.atob, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(testCtx(t, 60*time.Second)); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("want ErrUnreachable, got %v", err)
+	}
+	el := time.Since(start)
+	total := opts.ResendDelay * time.Duration(opts.ResendMax+1)
+	if el < total {
+		t.Errorf("declared unreachable after %v, before the configured %v", el, total)
+	}
+	after := pr.a.Counters()
+	resends := after.Get(TimerRetransmits) - before.Get(TimerRetransmits)
+	// RTOMin 1 ms backing off to RTOMax 40 ms within 210 ms: about ten
+	// resends; without backoff it would be about two hundred.
+	if resends == 0 || resends > uint64(opts.ResendMax) {
+		t.Errorf("%d timer resends before the verdict: want some, at most ResendMax (%d)", resends, opts.ResendMax)
+	}
+	if d.dropped.Load() < int64(resends) {
+		t.Errorf("the wire dropped %d copies, fewer than the %d resends", d.dropped.Load(), resends)
+	}
+	t.Logf("unreachable after %v (configured %v), %d resends, %d copies dropped", el, total, resends, d.dropped.Load())
+}
+
+// FuzzRTTTimeout feeds the estimator adversarial samples (negative, zero,
+// huge, wildly alternating) and bounds: the timeout is never zero or
+// negative, stays within its bounds and never shrinks as backoff grows.
+func FuzzRTTTimeout(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 1}, int64(500e3), int64(500e6), int64(50e3), int64(20e6))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, int64(0), int64(0), int64(0), int64(0))
+	f.Add([]byte{0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, int64(-5), int64(-7), int64(-1), int64(-3))
+	f.Fuzz(func(t *testing.T, samples []byte, lo, hi, gran, fallback int64) {
+		var e rtt
+		check := func() {
+			prev := int64(0)
+			for k := 0; k < 70; k++ {
+				to := e.timeout(fallback, gran, lo, hi, k)
+				if to <= 0 {
+					t.Fatalf("timeout %d after backoff %d (srtt %d, rttvar %d, lo %d, hi %d, fallback %d)", to, k, e.srtt, e.rttvar, lo, hi, fallback)
+				}
+				if to < max(lo, 1) {
+					t.Fatalf("timeout %d below the floor %d", to, lo)
+				}
+				ceil := max(hi, lo, 1)
+				if !e.ok {
+					ceil = max(ceil, fallback)
+				}
+				if to > ceil {
+					t.Fatalf("timeout %d above the ceiling %d", to, ceil)
+				}
+				if to < prev {
+					t.Fatalf("timeout shrank from %d to %d with more backoff", prev, to)
+				}
+				prev = to
+			}
+		}
+		check()
+		for len(samples) >= 8 {
+			var s int64
+			for _, c := range samples[:8] {
+				s = s<<8 | int64(c)
+			}
+			samples = samples[8:]
+			e.sample(s)
+			if e.srtt <= 0 || e.rttvar < 0 {
+				t.Fatalf("after sample %d: srtt %d, rttvar %d", s, e.srtt, e.rttvar)
+			}
+			check()
+		}
+	})
+}

@@ -1,0 +1,123 @@
+package mx
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+// lossyOptions are the board options of the lossy benchmarks and tests:
+// mxbench's settings for a faulty wire (resend soon rather than after
+// Open-MX's half second), so the lossless and lossy figures of one run are
+// measured with the same options.
+func lossyOptions() BoardOptions {
+	o := DefaultBoardOptions()
+	o.ResendDelay = 20 * time.Millisecond
+	o.PullTimeout = 50 * time.Millisecond
+	return o
+}
+
+// BenchmarkLossyPingPong reproduces issue 13's table: ping-pong over the
+// loopback wire with seeded frame loss, per loss rate and size, reporting
+// bandwidth, mean and p99 one-way latency (half of each round trip) and the
+// loss-recovery counters of both endpoints per round trip.
+//
+//	go test -run '^$' -bench LossyPingPong -benchtime 300x ./mx/
+func BenchmarkLossyPingPong(b *testing.B) {
+	for _, loss := range []float64{0, 0.001, 0.01} {
+		for _, size := range []int{8, 64 << 10, 1 << 20} {
+			b.Run(fmt.Sprintf("loss=%g/%dB", loss, size), func(b *testing.B) {
+				lossyPingPong(b, loopback.Faults{Loss: loss, Seed: 13}, size)
+			})
+		}
+	}
+}
+
+func lossyPingPong(b *testing.B, f loopback.Faults, size int) {
+	tf := transportFactories[0] // the loopback wire
+	pr := newPair(b, tf, lossyOptions(), f)
+	ctx := testCtx(b, 10*time.Minute)
+	sbuf, rbuf := pattern(size, 1), make([]byte, size)
+	pbuf := make([]byte, size)
+	const warm = 10
+	iters := b.N + warm
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < iters; i++ {
+			r, err := pr.b.IRecv([][]byte{pbuf}, 0, 0, nil)
+			if err != nil {
+				done <- err
+				return
+			}
+			if _, err := r.Wait(ctx); err != nil {
+				done <- err
+				return
+			}
+			s, err := pr.b.ISend([][]byte{pbuf}, pr.btoa, 0, nil)
+			if err != nil {
+				done <- err
+				return
+			}
+			if _, err := s.Wait(ctx); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	round := func() {
+		r, err := pr.a.IRecv([][]byte{rbuf}, 0, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := pr.a.ISend([][]byte{sbuf}, pr.atob, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < warm; i++ {
+		round()
+	}
+	ca0, cb0 := pr.a.Counters(), pr.b.Counters()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		round()
+		lat = append(lat, time.Since(t0)/2)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	if string(rbuf) != string(sbuf) {
+		b.Fatal("the echoed message differs from the one sent")
+	}
+	ca, cb := pr.a.Counters(), pr.b.Counters()
+	slices.Sort(lat)
+	n := float64(b.N)
+	b.ReportMetric(float64(el.Nanoseconds())/1e3/(2*n), "us/oneway")
+	b.ReportMetric(float64(lat[(len(lat)*99)/100].Nanoseconds())/1e3, "p99-us/oneway")
+	b.ReportMetric(2*n*float64(size)/el.Seconds()/1e6, "MB/s")
+	for _, c := range []struct {
+		k    Counter
+		unit string
+	}{
+		{FastRetransmits, "fast-rtx/op"}, {TimerRetransmits, "timer-rtx/op"},
+		{DupReceived, "dups/op"}, {PullFramesRerequested, "pull-rereq/op"}, {TailProbes, "tlp/op"},
+	} {
+		d := ca[c.k] - ca0[c.k] + cb[c.k] - cb0[c.k]
+		b.ReportMetric(float64(d)/n, c.unit)
+	}
+}
