@@ -149,25 +149,8 @@ func TestMultiProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, size := range []int{0, 1, 32, 33, 128, 129, 9000, 32768, 32769, 1 << 20, 4<<20 + 1} {
-		msg := pattern(size, uint64(i))
-		buf := make([]byte, size)
-		r, _ := e.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
-		s, err := e.ISend([][]byte{msg}, addr, uint64(i), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			t.Fatalf("send %d: %v", size, err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			t.Fatalf("echo %d: %v", size, err)
-		}
-		if !bytes.Equal(buf, msg) {
-			t.Fatalf("echo of %d bytes differs", size)
-		}
-	}
-	s, _ := e.ISend(nil, addr, 1<<63, nil)
+	echoSizes(t, ctx, e, addr, []int{0, 1, 32, 33, 128, 129, 9000, 32768, 32769, 1 << 20, 4<<20 + 1})
+	s, _ := e.ISend(nil, addr, echoStop, nil)
 	if _, err := s.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +159,7 @@ func TestMultiProcess(t *testing.T) {
 	}
 }
 
-// echoChild serves echoes until it receives match 1<<63.
+// echoChild serves echoes until it receives match echoStop.
 func echoChild() error {
 	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
 	if err != nil {
@@ -194,25 +177,5 @@ func echoChild() error {
 	fmt.Printf("NIC %d\n", uint64(b.NICID()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	buf := make([]byte, 4<<20+1)
-	for {
-		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
-		if err != nil {
-			return err
-		}
-		st, err := r.Wait(ctx)
-		if err != nil {
-			return err
-		}
-		if st.Match == 1<<63 {
-			return nil
-		}
-		s, err := e.ISend([][]byte{buf[:st.XferLength]}, st.Source, st.Match, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			return err
-		}
-	}
+	return echoLoop(ctx, e)
 }

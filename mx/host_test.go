@@ -2,7 +2,6 @@ package mx
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -91,20 +90,7 @@ func TestHostPath(t *testing.T) {
 	if !b.HostPath(nic) {
 		t.Fatal("the peer on this host is not reached through shared memory")
 	}
-	for i, size := range []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1} {
-		msg := pattern(size, uint64(i))
-		buf := make([]byte, size)
-		r, _ := e.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
-		s, err := e.ISend([][]byte{msg}, addr, uint64(i), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mustWait(t, s, 30*time.Second)
-		mustWait(t, r, 30*time.Second)
-		if !bytes.Equal(buf, msg) {
-			t.Fatalf("echo of %d bytes differs", size)
-		}
-	}
+	echoSizes(t, ctx, e, addr, []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1})
 	// Every frame went through the rings, none through UDP.
 	var shmSent uint64
 	for _, c := range b.host.tr.Counters() {
@@ -123,7 +109,7 @@ func TestHostPath(t *testing.T) {
 			t.Fatalf("UDP %s %d frames", c.Name, c.Value)
 		}
 	}
-	s, _ := e.ISend(nil, addr, 1<<63, nil)
+	s, _ := e.ISend(nil, addr, echoStop, nil)
 	mustWait(t, s, 10*time.Second)
 }
 
@@ -158,27 +144,7 @@ func hostEchoChild(dir string) error {
 	fmt.Printf("NIC %d\n", uint64(b.NICID()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	buf := make([]byte, 4<<20+1)
-	for {
-		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
-		if err != nil {
-			return err
-		}
-		st, err := r.Wait(ctx)
-		if err != nil {
-			return err
-		}
-		if st.Match == 1<<63 {
-			return nil
-		}
-		s, err := e.ISend([][]byte{buf[:st.XferLength]}, st.Source, st.Match, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			return err
-		}
-	}
+	return echoLoop(ctx, e)
 }
 
 // TestHostPathDefault: the host path is on by default exactly for

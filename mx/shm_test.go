@@ -89,24 +89,7 @@ func TestShmProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, size := range []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1} {
-		msg := pattern(size, uint64(i))
-		buf := make([]byte, size)
-		r, _ := e.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
-		s, err := e.ISend([][]byte{msg}, addr, uint64(i), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			t.Fatalf("send %d: %v", size, err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			t.Fatalf("echo %d: %v", size, err)
-		}
-		if !bytes.Equal(buf, msg) {
-			t.Fatalf("echo of %d bytes differs", size)
-		}
-	}
+	echoSizes(t, ctx, e, addr, []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1})
 	// The child sends a large message we have not asked for, then dies.
 	s, _ := e.ISend(nil, addr, 1<<62, nil)
 	mustWait(t, s, 10*time.Second)
