@@ -1,8 +1,11 @@
 package mx
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -57,4 +60,26 @@ func echoLoop(ctx context.Context, e *Endpoint) error {
 			return err
 		}
 	}
+}
+
+// startTestChild re-runs this test binary as a child that runs only the
+// test named test, with env added to its environment, and returns a scanner
+// over its stdout. The child is killed and reaped when t ends.
+func startTestChild(t *testing.T, ctx context.Context, test string, env ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, bufio.NewScanner(out)
 }

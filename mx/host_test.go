@@ -1,11 +1,9 @@
 package mx
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,21 +40,7 @@ func TestHostPath(t *testing.T) {
 	checkLeaks(t)
 	dir := shmDir(t)
 	ctx := testCtx(t, 60*time.Second)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHostPath$", "-test.count=1")
-	cmd.Env = append(os.Environ(), hostChildEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	sc := bufio.NewScanner(out)
+	_, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
 	var nic transport.NICID
 	if sc.Scan() {
 		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {

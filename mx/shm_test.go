@@ -1,7 +1,6 @@
 package mx
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -157,21 +156,8 @@ func shmTestOptions() BoardOptions {
 // is ready.
 func startShmChild(t *testing.T, ctx context.Context, arg string, env ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), shmChildEnv+"="+arg), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
+	cmd, sc := startTestChild(t, ctx, "TestShmProcesses", append([]string{shmChildEnv + "=" + arg}, env...)...)
+	if !sc.Scan() || sc.Text() != "ready" {
 		t.Fatalf("child did not start: %q", sc.Text())
 	}
 	return cmd
