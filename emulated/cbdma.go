@@ -953,10 +953,15 @@ func (c *cbChannel) execBatch() {
 
 // prefetchLocked fetches descriptors ahead of execution, up to the
 // prefetch limit and the doorbell count target. Called with pfMu held.
+// The target may be stale: the engine reads DMACOUNT before it fetches,
+// and a doorbell in between may already have fetched past that value.
+// Only a target ahead of what was fetched (a 16-bit distance below 2^15,
+// as drivers ring it) fetches more; anything else would read ring slots
+// the driver has not written yet.
 func (c *cbChannel) prefetchLocked(target uint16) {
 	limit := c.fn.prefetchLimit()
 	dom := c.f.dom
-	for c.pfLen < limit && c.pfCount != target && !c.pfStop && c.f.busMaster() {
+	for c.pfLen < limit && ahead(target, c.pfCount) && !c.pfStop && c.f.busMaster() {
 		e := &c.pf[(c.pfHead+c.pfLen)%len(c.pf)]
 		*e = fetched{addr: c.pfNext, first: c.pfFirst}
 		dom.rlock()
@@ -975,6 +980,13 @@ func (c *cbChannel) prefetchLocked(target uint16) {
 		}
 		c.pfNext = e.d.Next
 	}
+}
+
+// ahead reports whether the 16-bit doorbell count target lies ahead of
+// count.
+func ahead(target, count uint16) bool {
+	d := target - count
+	return d != 0 && d < 0x8000
 }
 
 // fetch reads the next descriptor: from the prefetch queue with DPS, else

@@ -253,6 +253,46 @@ func TestPrefetch(t *testing.T) {
 	}
 }
 
+// TestPrefetchStaleTarget: the engine reads DMACOUNT before it fetches, so
+// a doorbell in between may already have fetched past the count it holds.
+// Fetching on from that stale count must not read slots no doorbell has
+// announced: the driver writes them later, and a descriptor fetched too
+// early runs with what the slot held before (here, a length error).
+func TestPrefetchStaleTarget(t *testing.T) {
+	r := newRig(t, CBDMAOptions{Version: hw.Ver34})
+	r.desc(0, hw.Descriptor{Size: 8, Ctl: hw.CtlNull})
+	r.desc(1, hw.Descriptor{Size: 8, Ctl: hw.CtlNull})
+	r.start()
+	r.regs.Write16(r.ch(hw.ChanDMACount), 2)
+	r.waitState(hw.StateIdle)
+	c := r.p.chans[0]
+	c.pfMu.Lock()
+	c.prefetchLocked(1) // the count the engine read before the doorbell of 2
+	fetched := c.pfCount
+	c.pfMu.Unlock()
+	if fetched != 2 {
+		t.Fatalf("a stale doorbell count fetched on to descriptor count %d, want 2", fetched)
+	}
+	r.desc(2, hw.Descriptor{Size: 8, Ctl: hw.CtlNull | hw.CtlComplWrite})
+	r.regs.Write16(r.ch(hw.ChanDMACount), 3)
+	want := r.iova(rigRing + 2*64)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if e := r.regs.Read32(r.ch(hw.ChanErr)); e != 0 {
+			t.Fatalf("CHANERR %s after the driver wrote the slot and rang", hw.ErrString(e))
+		}
+		sts := r.regs.Read64(r.ch(hw.ChanSts))
+		if hw.StatusAddr(sts) == want && hw.StatusState(sts) == hw.StateIdle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CHANSTS %#x: descriptor 2 at %#x never completed", sts, want)
+		}
+		time.Sleep(time.Microsecond)
+	}
+	r.noViolations()
+}
+
 // TestDataLandsAtCompletion: under a bandwidth cap the destination changes
 // only when the descriptor completes, so a driver that reads too early
 // sees the old bytes, and a descriptor cut short by RESET moves nothing.
