@@ -39,7 +39,9 @@
 // (which frames are lost, corrupted, ...) from run to run. Delayed and held
 // frames are released by one timer goroutine per network, started when a
 // fault needs it and stopped by [Network.Close]. With every fault at zero the
-// wire takes the fast path above.
+// wire takes the fast path above. The model itself lives in package [fault],
+// whose wrapper applies the same faults, with the same seeds, to any other
+// transport.
 package loopback
 
 import (
@@ -47,9 +49,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/fault"
 )
 
 // DefaultMTU is the MTU of a network whose Options.MTU is 0: the Data of a
@@ -63,55 +65,15 @@ const DefaultMTU = 9000 - 14
 // Options.QueueLen is 0.
 const DefaultQueueLen = 4096
 
-// holdMax bounds how long a frame held back for reordering waits for a
-// following frame before it is delivered anyway (on top of Faults.Delay).
-const holdMax = 500 * time.Microsecond
-
 // ErrInUse is returned by [Network.Attach] for a NIC id that another port of
 // the same network already uses.
 var ErrInUse = errors.New("loopback: NIC id already attached")
 
-// Faults says how hostile the wire is. Fractions are clamped to [0, 1]; a
-// negative Delay counts as 0. The zero value is a perfect wire.
-type Faults struct {
-	// Loss, Duplicate, Reorder and Corrupt are the fractions of frames
-	// lost, delivered twice, swapped with the next frame to the same port,
-	// and delivered with one bit flipped. A frame held back for reordering
-	// goes out right after the next frame to its port, or after 500 µs
-	// (plus Delay) if none comes. A zero-length frame has no bit to flip
-	// and is never corrupted; both copies of a duplicated frame carry the
-	// same bytes.
-	Loss, Duplicate, Reorder, Corrupt float64
-	// Delay is added to every frame's delivery (0 = none).
-	Delay time.Duration
-	// Seed seeds the fault PRNG: the same seed gives the same fault
-	// pattern for the same order of sends.
-	Seed int64
-}
-
-// active reports whether any fault is enabled.
-func (f Faults) active() bool {
-	return f.Loss > 0 || f.Duplicate > 0 || f.Reorder > 0 || f.Corrupt > 0 || f.Delay > 0
-}
-
-// needsTimer reports whether the faults hold frames for later delivery.
-func (f Faults) needsTimer() bool { return f.Reorder > 0 || f.Delay > 0 }
-
-func clamp01(x float64) float64 {
-	if !(x > 0) { // also catches NaN
-		return 0
-	}
-	return min(x, 1)
-}
-
-func (f Faults) sanitized() Faults {
-	f.Loss = clamp01(f.Loss)
-	f.Duplicate = clamp01(f.Duplicate)
-	f.Reorder = clamp01(f.Reorder)
-	f.Corrupt = clamp01(f.Corrupt)
-	f.Delay = max(f.Delay, 0)
-	return f
-}
+// Faults says how hostile the wire is: the fault model of package
+// [fault], which the wrapper around any other transport applies too.
+// Fractions are clamped to [0, 1]; a negative Delay counts as 0. The zero
+// value is a perfect wire.
+type Faults = fault.Options
 
 // Options configures a [Network]. The zero value is a fault-free wire with
 // [DefaultMTU] and [DefaultQueueLen].
@@ -151,8 +113,10 @@ type Network struct {
 	// ports is the current NIC id table, replaced (never modified) under mu
 	// by Attach and Port.Close, so that Send reads it without a lock.
 	ports  atomic.Pointer[map[transport.NICID]*Port]
-	faulty atomic.Bool // faults are on: Send goes through fe
-	fe     faultEngine
+	faulty atomic.Bool        // faults are on: Send goes through fe
+	fe     *fault.Line[*Port] // the fault model, shared by every port
+
+	lateUnknown atomic.Uint64 // held or delayed frames whose sender and destination were gone
 
 	mu      sync.Mutex
 	closed  bool
@@ -175,7 +139,7 @@ func NewNetwork(opts Options) *Network {
 	n.queueLen = q
 	empty := map[transport.NICID]*Port{}
 	n.ports.Store(&empty)
-	n.fe.init(n)
+	n.fe = fault.NewLine(Faults{}, n.deliverItem)
 	n.SetFaults(opts.Faults)
 	return n
 }
@@ -232,7 +196,8 @@ func (n *Network) detach(p *Port) {
 // SetFaults changes the faults for frames sent from now on and reseeds the
 // fault PRNG with f.Seed. Frames already held or delayed are still delivered.
 func (n *Network) SetFaults(f Faults) {
-	n.fe.set(f.sanitized())
+	n.fe.SetOptions(f)
+	n.faulty.Store(f.Clamped().Active())
 }
 
 // Stats returns the network's counters, including those of closed ports.
@@ -244,16 +209,17 @@ func (n *Network) Stats() Stats {
 		c.add(&p.tx, &p.rx)
 	}
 	n.mu.Unlock()
+	fc := n.fe.Counts()
 	return Stats{
 		Sent:        c.tx.sent.Load(),
 		Delivered:   c.rx.delivered.Load(),
-		Dropped:     n.fe.dropped.Load(),
+		Dropped:     fc.Dropped,
 		QueueDrops:  c.rx.queueDrops.Load(),
-		Duplicated:  n.fe.duplicated.Load(),
-		Reordered:   n.fe.reordered.Load(),
-		Corrupted:   n.fe.corrupted.Load(),
-		Delayed:     n.fe.delayed.Load(),
-		UnknownPeer: c.tx.unknownPeer.Load() + n.fe.unknownPeer.Load(),
+		Duplicated:  fc.Duplicated,
+		Reordered:   fc.Reordered,
+		Corrupted:   fc.Corrupted,
+		Delayed:     fc.Delayed,
+		UnknownPeer: c.tx.unknownPeer.Load() + n.lateUnknown.Load(),
 	}
 }
 
@@ -272,7 +238,7 @@ func (n *Network) Close() error {
 	for _, p := range ports {
 		p.Close()
 	}
-	n.fe.stop()
+	n.fe.Close()
 	return nil
 }
 

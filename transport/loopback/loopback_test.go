@@ -542,7 +542,7 @@ func TestDelayHolds(t *testing.T) {
 }
 
 func TestSanitizeFaults(t *testing.T) {
-	f := Faults{Loss: -1, Duplicate: 2, Reorder: nan(), Corrupt: 0.5, Delay: -time.Second}.sanitized()
+	f := Faults{Loss: -1, Duplicate: 2, Reorder: nan(), Corrupt: 0.5, Delay: -time.Second}.Clamped()
 	if f.Loss != 0 || f.Duplicate != 1 || f.Reorder != 0 || f.Corrupt != 0.5 || f.Delay != 0 {
 		t.Errorf("sanitized = %+v", f)
 	}

@@ -119,7 +119,7 @@ func (p *Port) Send(frames []transport.Frame) (int, error) {
 	}
 	n := p.net
 	if n.faulty.Load() {
-		return n.fe.send(p, frames)
+		return n.sendFaulty(p, frames)
 	}
 	ports := *n.ports.Load()
 	i := 0

@@ -1,0 +1,338 @@
+package fault
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// WrapOptions say which frames of a wrapped transport the model applies to.
+// Give each wrapped transport of a run its own seeds: two transports with the
+// same seed lose the same frame numbers.
+type WrapOptions struct {
+	// Send applies to the frames the transport sends, Recv to those it
+	// receives. Wrapping both ends of a wire with Send faults makes every
+	// frame cross the model once, as on the loopback wire.
+	Send, Recv Options
+}
+
+// Transport is a [transport.Transport] with the fault model applied to the
+// frames another transport sends and receives. It keeps the wrapped
+// transport's Addr and MTU and its optional capabilities: [transport.Stats]
+// (its counters, then the model's), [transport.PeerWatcher] and
+// [transport.HostUnique] are forwarded, and answer as a transport without
+// them would (no lost peers; not host-unique) when the wrapped one lacks
+// them. A message layer that reaches host-unique boards over shared memory
+// instead of the wire (mx's host path) bypasses the faults for those boards:
+// turn that path off to put every frame through the model.
+//
+// With both Options inactive, Send and Recv call the wrapped transport
+// directly. Send faults serialise senders on one lock, and held or delayed
+// frames are sent by the wrapper's own goroutine; Recv faults are applied by
+// the receiving goroutine, which waits in the wrapped Recv no longer than
+// until the next held frame is due.
+type Transport struct {
+	inner transport.Transport
+	mtu   int
+	opts  WrapOptions
+
+	// Send side: the line's lock guards out, origin, cur and lateBuf.
+	send     *Line[struct{}]
+	out      []transport.Frame
+	origin   []int // index in the caller's batch of each frame in out
+	cur      int
+	emitSend func(Item[struct{}])
+	lateBuf  [2]transport.Frame
+	lateErrs atomic.Uint64 // held or delayed frames the wrapped Send refused
+
+	// Receive side: the one goroutine in Recv.
+	recv     *Injector[struct{}]
+	ready    []transport.Frame // copies waiting to be handed out, from readyAt
+	readyAt  int
+	tmp      []transport.Frame
+	dst      []transport.Frame // the caller's frames during apply
+	n        int               // frames filled in dst
+	emitRecv func(Item[struct{}])
+
+	closed  atomic.Bool
+	once    sync.Once
+	closeEr error
+	errDone error
+}
+
+// Wrap returns t with the faults of o applied. It fails with an error
+// wrapping [ErrOptions] for options out of range; t stays the caller's to
+// close until Wrap succeeds, and then closing the wrapper closes t.
+func Wrap(t transport.Transport, o WrapOptions) (*Transport, error) {
+	if t == nil {
+		return nil, errors.New("fault: Wrap of a nil transport")
+	}
+	if err := o.Send.Validate(); err != nil {
+		return nil, fmt.Errorf("send faults: %w", err)
+	}
+	if err := o.Recv.Validate(); err != nil {
+		return nil, fmt.Errorf("receive faults: %w", err)
+	}
+	w := &Transport{inner: t, mtu: t.MTU(), opts: o}
+	w.errDone = fmt.Errorf("fault: wrapper of %v: %w", t.Addr(), transport.ErrClosed)
+	if o.Send.Active() {
+		w.emitSend = w.appendOut
+		w.send = NewLine(o.Send, w.sendLate)
+	}
+	if o.Recv.Active() {
+		w.recv = NewInjector[struct{}](o.Recv)
+		w.emitRecv = w.deliverRecv
+	}
+	return w, nil
+}
+
+// Unwrap returns the wrapped transport.
+func (w *Transport) Unwrap() transport.Transport { return w.inner }
+
+// Options returns the faults the wrapper applies.
+func (w *Transport) Options() WrapOptions { return w.opts }
+
+// Counts returns what the model did to the frames sent and received.
+func (w *Transport) Counts() (send, recv Counts) {
+	if w.send != nil {
+		send = w.send.Counts()
+	}
+	if w.recv != nil {
+		recv = w.recv.Counts()
+	}
+	return send, recv
+}
+
+// Addr returns the wrapped transport's NIC id.
+func (w *Transport) Addr() transport.NICID { return w.inner.Addr() }
+
+// MTU returns the wrapped transport's MTU.
+func (w *Transport) MTU() int { return w.mtu }
+
+// HostUniqueNIC reports what the wrapped transport reports, or false when it
+// does not implement [transport.HostUnique].
+func (w *Transport) HostUniqueNIC() bool {
+	hu, ok := w.inner.(transport.HostUnique)
+	return ok && hu.HostUniqueNIC()
+}
+
+// LostPeers forwards to the wrapped transport's [transport.PeerWatcher], and
+// returns dst unchanged when it has none.
+func (w *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
+	if pw, ok := w.inner.(transport.PeerWatcher); ok {
+		return pw.LostPeers(dst)
+	}
+	return dst
+}
+
+// Counters returns the wrapped transport's counters (when it implements
+// [transport.Stats]), then the model's: fault_send_* and fault_recv_* for
+// frames offered, dropped, duplicated, reordered, corrupted and delayed, and
+// fault_send_late_errors for held or delayed frames the wrapped transport
+// refused to send.
+func (w *Transport) Counters() []transport.Counter {
+	var cs []transport.Counter
+	if s, ok := w.inner.(transport.Stats); ok {
+		cs = s.Counters()
+	}
+	send, recv := w.Counts()
+	for _, d := range []struct {
+		dir string
+		c   Counts
+	}{{"send", send}, {"recv", recv}} {
+		cs = append(cs,
+			transport.Counter{Name: "fault_" + d.dir + "_frames", Value: d.c.Frames},
+			transport.Counter{Name: "fault_" + d.dir + "_dropped", Value: d.c.Dropped},
+			transport.Counter{Name: "fault_" + d.dir + "_duplicated", Value: d.c.Duplicated},
+			transport.Counter{Name: "fault_" + d.dir + "_reordered", Value: d.c.Reordered},
+			transport.Counter{Name: "fault_" + d.dir + "_corrupted", Value: d.c.Corrupted},
+			transport.Counter{Name: "fault_" + d.dir + "_delayed", Value: d.c.Delayed},
+		)
+	}
+	return append(cs, transport.Counter{Name: "fault_send_late_errors", Value: w.lateErrs.Load()})
+}
+
+// Send offers frames to the model in order and sends what it lets through
+// with one call of the wrapped Send. It returns len(frames) when every frame
+// was lost, held or sent; a frame longer than the MTU fails with an error
+// wrapping [transport.ErrTooBig] (the frames before it went through the
+// model), and an error of the wrapped Send is returned for the frame whose
+// delivery failed. Errors sending a held or delayed frame later are counted
+// (fault_send_late_errors), as a wire would lose that frame.
+func (w *Transport) Send(frames []transport.Frame) (int, error) {
+	if w.send == nil {
+		return w.inner.Send(frames)
+	}
+	if w.closed.Load() {
+		return 0, w.errDone
+	}
+	l := w.send
+	l.Lock()
+	defer l.Unlock()
+	now := time.Now()
+	sent, tooBig := len(frames), error(nil)
+	for i := range frames {
+		if len(frames[i].Data) > w.mtu {
+			sent = i
+			tooBig = fmt.Errorf("fault: wrapper of %v: frame %d: %d bytes exceeds MTU %d: %w", w.inner.Addr(), i, len(frames[i].Data), w.mtu, transport.ErrTooBig)
+			break
+		}
+		w.cur = i
+		l.Frame(now, struct{}{}, frames[i].Peer, frames[i].Data, w.emitSend)
+	}
+	if len(w.out) > 0 {
+		k, err := w.inner.Send(w.out)
+		if err != nil {
+			sent, tooBig = w.origin[min(k, len(w.origin)-1)], err
+		}
+		clear(w.out) // keep no reference to the caller's frames
+		w.out, w.origin = w.out[:0], w.origin[:0]
+	}
+	return sent, tooBig
+}
+
+// appendOut queues a frame the model let through for the wrapped Send (line
+// lock held).
+func (w *Transport) appendOut(it Item[struct{}]) {
+	for range it.Copies {
+		w.out = append(w.out, transport.Frame{Peer: it.Peer, Data: it.Data})
+		w.origin = append(w.origin, w.cur)
+	}
+}
+
+// sendLate sends a held or delayed frame when it is due (line lock held).
+func (w *Transport) sendLate(it Item[struct{}]) {
+	b := w.lateBuf[:0]
+	for range it.Copies {
+		b = append(b, transport.Frame{Peer: it.Peer, Data: it.Data})
+	}
+	if _, err := w.inner.Send(b); err != nil {
+		w.lateErrs.Add(1)
+	}
+	clear(w.lateBuf[:])
+}
+
+// Recv fills frames with frames the model let through; see
+// [transport.Transport.Recv]. A frame handed out as the wrapped transport
+// returned it stays valid until the next Recv, like the wrapped
+// transport's; held, delayed, corrupted and surplus duplicated frames are
+// copies the wrapper made.
+func (w *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	if w.recv == nil {
+		return w.inner.Recv(frames, timeout)
+	}
+	if w.closed.Load() {
+		return 0, w.errDone
+	}
+	if len(frames) == 0 {
+		return w.inner.Recv(frames, 0)
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	for {
+		now := time.Now()
+		w.recv.Due(now, w.queueReady)
+		n := w.takeReady(frames)
+		if n == len(frames) {
+			return n, nil
+		}
+		// Wait for the wrapped transport no longer than the caller's
+		// timeout and the next held frame's due time.
+		wait := time.Duration(0)
+		if n == 0 && timeout != 0 {
+			wait = -1
+			if timeout > 0 {
+				wait = max(deadline.Sub(now), 0)
+			}
+			if next, ok := w.recv.Next(); ok {
+				if d := max(next.Sub(now), time.Microsecond); wait < 0 || d < wait {
+					wait = d
+				}
+			}
+		}
+		room := len(frames) - n
+		if cap(w.tmp) < room {
+			w.tmp = make([]transport.Frame, room)
+		}
+		tmp := w.tmp[:room]
+		m, err := w.inner.Recv(tmp, wait)
+		w.dst, w.n = frames, n
+		now = time.Now()
+		for i := range tmp[:m] {
+			w.recv.Frame(now, struct{}{}, tmp[i].Peer, tmp[i].Data, w.emitRecv)
+		}
+		n = w.n
+		w.dst = nil
+		clear(tmp[:m])
+		if err != nil {
+			if n > 0 {
+				return n, nil
+			}
+			return 0, err
+		}
+		if n > 0 || timeout == 0 || (timeout > 0 && !time.Now().Before(deadline)) {
+			return n, nil
+		}
+	}
+}
+
+// deliverRecv puts a received frame the model let through into the caller's
+// frames, or, when they are full, a copy of it into the ready queue.
+func (w *Transport) deliverRecv(it Item[struct{}]) {
+	for range it.Copies {
+		if w.n < len(w.dst) {
+			w.dst[w.n] = transport.Frame{Peer: it.Peer, Data: it.Data}
+			w.n++
+			continue
+		}
+		w.ready = append(w.ready, transport.Frame{Peer: it.Peer, Data: clone(it.Data)})
+	}
+}
+
+// queueReady queues a held or delayed frame that is due; its Data is the
+// model's copy.
+func (w *Transport) queueReady(it Item[struct{}]) {
+	for range it.Copies {
+		w.ready = append(w.ready, transport.Frame{Peer: it.Peer, Data: it.Data})
+	}
+}
+
+// takeReady hands out queued frames, oldest first.
+func (w *Transport) takeReady(frames []transport.Frame) int {
+	n := copy(frames, w.ready[w.readyAt:])
+	w.readyAt += n
+	if w.readyAt == len(w.ready) {
+		clear(w.ready)
+		w.ready, w.readyAt = w.ready[:0], 0
+	}
+	return n
+}
+
+// Close stops the send side's goroutine, dropping the frames it holds, and
+// closes the wrapped transport, returning its error. A blocked Recv returns
+// the wrapped transport's ErrClosed; later calls return one too. It is safe
+// to call more than once.
+func (w *Transport) Close() error {
+	w.once.Do(func() {
+		w.closed.Store(true)
+		if w.send != nil {
+			w.send.Close()
+		}
+		w.closeEr = w.inner.Close()
+	})
+	return w.closeEr
+}
+
+// Interface checks.
+var (
+	_ transport.Transport   = (*Transport)(nil)
+	_ transport.Stats       = (*Transport)(nil)
+	_ transport.PeerWatcher = (*Transport)(nil)
+	_ transport.HostUnique  = (*Transport)(nil)
+)
