@@ -12,7 +12,8 @@
 // back and released right after the next frame to or from the same peer, or
 // after [HoldMax] if none comes) and the delay added to every frame. An
 // [Injector] draws the decisions for one stream of frames from a PCG
-// generator seeded by Options.Seed, in a fixed order per frame:
+// generator (math/rand/v2) seeded with the words Options.Seed and
+// 0x6d786c6f6f70 ("mxloop"), in a fixed order per frame:
 //
 //  1. loss: one draw when Loss > 0; a lost frame draws nothing more;
 //  2. corruption: one draw when Corrupt > 0; a corrupted frame then draws
