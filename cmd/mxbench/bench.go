@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/mx"
+	"github.com/gomx-dev/gomx/transport/fault"
 )
 
 // Match information of the benchmark's messages. The data messages of one
@@ -37,6 +38,31 @@ type result struct {
 	// measured and warmup messages of this size, both endpoints together;
 	// nil when the peer is another process.
 	Recovery *recovery `json:"recovery,omitempty"`
+	// Faults is what the fault model did to the frames of this size
+	// (--loss and the others); nil without fault flags.
+	Faults *faultResult `json:"faults,omitempty"`
+}
+
+// faultResult is the fault settings and what they did during one size.
+type faultResult struct {
+	Loss       float64 `json:"loss"`
+	Reorder    float64 `json:"reorder"`
+	Dup        float64 `json:"dup"`
+	Corrupt    float64 `json:"corrupt"`
+	Seed       int64   `json:"seed"`
+	Frames     uint64  `json:"frames"`
+	Dropped    uint64  `json:"dropped"`
+	Duplicated uint64  `json:"duplicated"`
+	Reordered  uint64  `json:"reordered"`
+	Corrupted  uint64  `json:"corrupted"`
+}
+
+// faultsBetween is what the model did between two readings of its counts.
+func faultsBetween(ff faultFlags, before, after fault.Counts) *faultResult {
+	return &faultResult{Loss: ff.loss, Reorder: ff.reorder, Dup: ff.dup, Corrupt: ff.corrupt, Seed: ff.seed,
+		Frames: after.Frames - before.Frames, Dropped: after.Dropped - before.Dropped,
+		Duplicated: after.Duplicated - before.Duplicated, Reordered: after.Reordered - before.Reordered,
+		Corrupted: after.Corrupted - before.Corrupted}
 }
 
 // recovery is the loss-recovery counters (mx.FastRetransmits and the

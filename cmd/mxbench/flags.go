@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/chart"
 	"github.com/gomx-dev/gomx/internal/units"
+	"github.com/gomx-dev/gomx/transport/fault"
 )
 
 // benchFlags are the flags pingpong and stream share.
@@ -44,13 +45,26 @@ type benchFlags struct {
 	nic         nicFlags
 }
 
-// faultFlags configure the loopback wire's fault injection.
+// faultFlags configure the seeded fault model (package transport/fault):
+// the loopback wire injects the faults itself; on every other wire each
+// board's transport is wrapped with them.
 type faultFlags struct {
 	loss, reorder, dup, corrupt float64
 	seed                        int64
 }
 
 func (f faultFlags) any() bool { return f.loss > 0 || f.reorder > 0 || f.dup > 0 || f.corrupt > 0 }
+
+// options returns the fault model's options with the given seed.
+func (f faultFlags) options(seed int64) fault.Options {
+	return fault.Options{Loss: f.loss, Reorder: f.reorder, Duplicate: f.dup, Corrupt: f.corrupt, Seed: seed}
+}
+
+// describe is the faults' part of the report header.
+func (f faultFlags) describe() string {
+	return fmt.Sprintf("faults: loss %s, reorder %s, dup %s, corrupt %s, seed %d",
+		trimZeros(f.loss), trimZeros(f.reorder), trimZeros(f.dup), trimZeros(f.corrupt), f.seed)
+}
 
 // defaultIterations is omx_perf's default round-trip count per size.
 const defaultIterations = 1000
@@ -89,11 +103,11 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on every wait: connecting (and resolving --peer), and each size")
 	fs.StringVar(&f.plot, "plot", "", "also draw latency and throughput against size, mx and its baselines, into `FILE`.svg or .png")
-	fs.Float64Var(&f.faults.loss, "loss", 0, "loopback: fraction of frames lost")
-	fs.Float64Var(&f.faults.reorder, "reorder", 0, "loopback: fraction of frames reordered")
-	fs.Float64Var(&f.faults.dup, "dup", 0, "loopback: fraction of frames duplicated")
-	fs.Float64Var(&f.faults.corrupt, "corrupt", 0, "loopback: fraction of frames with a bit flipped")
-	fs.Int64Var(&f.faults.seed, "seed", 1, "loopback: fault PRNG seed")
+	fs.Float64Var(&f.faults.loss, "loss", 0, "fraction of frames lost, on every --transport (see --seed)")
+	fs.Float64Var(&f.faults.reorder, "reorder", 0, "fraction of frames swapped with the next one to the same board")
+	fs.Float64Var(&f.faults.dup, "dup", 0, "fraction of frames duplicated")
+	fs.Float64Var(&f.faults.corrupt, "corrupt", 0, "fraction of frames with a bit flipped")
+	fs.Int64Var(&f.faults.seed, "seed", 1, "fault PRNG seed: the same seed loses the same frames; off the loopback wire, the first board's sends use it and the second's (or, with --peer, this board's receives) use seed+1")
 	f.xdp.register(fs)
 	f.nic.register(fs)
 	if stream {
@@ -143,9 +157,6 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 	}
 	if f.peer != "" && !w.peer {
 		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (%s runs both sides in this process)", w.name)
-	}
-	if f.faults.any() && !w.faults {
-		return nil, usagef(cmd, "--loss/--reorder/--dup/--corrupt inject faults into the loopback wire only: add --transport loopback")
 	}
 	for _, o := range wires {
 		if o.validate != nil && o.name != w.name {

@@ -26,11 +26,19 @@ const pingpongNotes = `Round trips of each size between two endpoints, as omx_pe
 the initiator sends, the responder answers with the same size (or 0 bytes
 with --unidirectional). Without --peer both sides run in this process, each
 on its own board and goroutine (pinned to its own CPU when busy-polling).
---transport picks the wire: loopback (in-process, with seeded --loss,
---reorder, --dup, --corrupt), udp (kernel sockets on 127.0.0.1, or toward
---peer) or xdp (AF_XDP on a veth pair mxbench creates in two network
-namespaces; needs root, else falls back to udp and says why). --timeout
-bounds every wait: connecting and each size.
+--transport picks the wire: loopback (in-process), udp (kernel sockets on
+127.0.0.1, or toward --peer), xdp (AF_XDP on a veth pair mxbench creates in
+two network namespaces; needs root, else falls back to udp and says why) or
+nic (gomx's e1000e driver). --timeout bounds every wait: connecting and each
+size.
+
+--loss, --reorder, --dup and --corrupt make the wire lossy with one seeded
+fault model on every transport: the loopback wire injects the faults itself,
+and on the others mxbench wraps each board's transport with the same model
+(the first board's sends draw from --seed, the second's from --seed+1; with
+--peer, this board's sends and receives), so every frame crosses the model
+once. The baselines stay lossless. The last line of the table, and the
+"faults" object of each JSON row, say what the model did.
 
 ` + columnNotes
 

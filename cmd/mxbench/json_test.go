@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gomx-dev/gomx/internal/cli"
@@ -24,5 +25,13 @@ func TestJSONSchemas(t *testing.T) {
 		if !slices.Equal(seen, []string{"mxbench." + cmd + "/1"}) {
 			t.Errorf("%s: schemas %v", cmd, seen)
 		}
+	}
+	// The optional faults object, over a wrapped wire.
+	out := runOK(t, "pingpong", "--transport", "udp", "--loss", "0.01", "--seed", "3", "--sizes", "8", "--iterations", "20", "--wait", "block", "--json")
+	if !strings.Contains(out, `"faults":{`) {
+		t.Fatalf("no faults object with --loss:\n%s", out)
+	}
+	if _, errs := cli.CheckJSONLines(doc, []byte(out)); len(errs) > 0 {
+		t.Errorf("pingpong --loss: %v", errs)
 	}
 }

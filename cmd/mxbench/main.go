@@ -13,9 +13,11 @@
 //
 // Without --peer both sides run in this process, each on its own board and
 // goroutine. The transport is chosen with --transport: loopback (an
-// in-process wire, with seeded fault injection: --loss, --reorder, --dup,
-// --corrupt), udp (kernel UDP sockets on 127.0.0.1, or toward --peer) or xdp
-// (AF_XDP on a pair of interfaces). Sizes go from 0 to 4 MiB by doubling,
+// in-process wire), udp (kernel UDP sockets on 127.0.0.1, or toward --peer),
+// xdp (AF_XDP on a pair of interfaces) or nic (gomx's e1000e driver). Seeded
+// fault injection (--loss, --reorder, --dup, --corrupt) works on every one:
+// the loopback wire injects the faults itself, and the other transports are
+// wrapped with the same model (package transport/fault). Sizes go from 0 to 4 MiB by doubling,
 // or are given with --sizes as a comma-separated list with K and M suffixes.
 // --verify checks every byte received. Output is a table by default, one
 // JSON object per size with --json (docs/json.md), and curves against size
@@ -74,6 +76,7 @@ func init() {
 				"mxbench pingpong --transport udp --sizes 8,1K,64K --verify",
 				"mxbench pingpong --transport xdp --json > pp.jsonl # AF_XDP on a veth pair (root)",
 				"mxbench pingpong --loss 0.01 --verify             # lossy loopback wire: every byte still arrives",
+				"mxbench pingpong --transport udp --loss 0.001 --sizes 8,64K,1M # the same fault model over kernel UDP",
 				"mxbench pingpong --peer 10.0.0.2:40000            # against `mxbench serve` there",
 				"mxbench pingpong --plot pingpong.svg",
 			}, runPingPong},

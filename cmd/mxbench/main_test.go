@@ -52,7 +52,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, "unknown subcommand"},
 		{[]string{"pingpong", "--transport", "carrier-pigeon"}, "want loopback, udp, xdp or nic"},
 		{[]string{"pingpong", "--transport", "loopback", "--peer", "h:1"}, "--peer needs a network transport"},
-		{[]string{"pingpong", "--transport", "udp", "--loss", "0.1"}, "loopback wire only"},
+		{[]string{"pingpong", "--transport", "udp", "--dup", "-0.1"}, "want a fraction"},
 		{[]string{"pingpong", "--loss", "1.5"}, "want a fraction"},
 		{[]string{"pingpong", "--sizes", "4KB"}, "ambiguous"},
 		{[]string{"pingpong", "--start", "8K", "--end", "4K"}, "above --end"},
@@ -133,6 +133,46 @@ func TestFaultyWireEveryByte(t *testing.T) {
 	}
 }
 
+// The fault flags work on every wire: off the loopback wire mxbench wraps
+// each board's transport with the same fault model, every message still
+// arrives byte-exact, and each JSON row says what the model did.
+func TestFaultsEveryTransport(t *testing.T) {
+	for _, args := range [][]string{
+		{"--transport", "loopback"},
+		{"--transport", "udp"},
+		{"--transport", "nic", "--nic", "model"},
+		{"--transport", "xdp"},
+	} {
+		t.Run(args[1], func(t *testing.T) {
+			if args[1] == "xdp" {
+				if why := netns.Missing(); why != "" {
+					t.Skip(why)
+				}
+			}
+			out := runOK(t, append([]string{"pingpong", "--sizes", "8,1K,48K", "--iterations", "40",
+				"--loss", "0.05", "--reorder", "0.05", "--dup", "0.02", "--corrupt", "0.01", "--seed", "9",
+				"--verify", "--baseline=false", "--json", "--wait", "block"}, args...)...)
+			rows := jsonRows(t, out)
+			if len(rows) != 3 {
+				t.Fatalf("%d rows, want 3:\n%s", len(rows), out)
+			}
+			var frames, dropped uint64
+			for _, r := range rows {
+				if r.Errors != 0 || r.Faults == nil || r.Faults.Loss != 0.05 || r.Faults.Seed != 9 {
+					t.Fatalf("row %+v (faults %+v): want no errors and the fault settings", r, r.Faults)
+				}
+				frames += r.Faults.Frames
+				dropped += r.Faults.Dropped
+			}
+			// Thousands of frames at 5% loss: none lost would be a model
+			// that is not there.
+			if frames < 200 || dropped == 0 || dropped > frames/4 {
+				t.Errorf("%d of %d frames lost at 5%% loss", dropped, frames)
+			}
+		})
+	}
+}
+
 func TestParamsRoundTrip(t *testing.T) {
 	p := params{mode: modeStream, flags: flagVerify | flagBaseline, warmup: 3, window: 16,
 		sizes: []int{0, 8, 4 << 20}, iters: []int{1000, 1000, 64}}
@@ -203,10 +243,19 @@ func freePortPair(t *testing.T) int {
 }
 
 // A client in this process runs pingpong and then stream against a server
-// started with `serve`, both over UDP, with the baseline beside each size.
+// started with `serve`, both over UDP, with the baseline beside each size;
+// then pingpong again with the fault model on the client's transport.
 func TestServeClient(t *testing.T) {
-	for _, cmd := range []string{"pingpong", "stream"} {
-		t.Run(cmd, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, cmd string
+		extra     []string
+	}{
+		{"pingpong", "pingpong", nil},
+		{"stream", "stream", nil},
+		{"lossy", "pingpong", []string{"--loss", "0.02", "--dup", "0.02", "--seed", "4"}},
+	} {
+		cmd := tc.cmd
+		t.Run(tc.name, func(t *testing.T) {
 			addr := fmt.Sprintf("127.0.0.1:%d", freePortPair(t))
 			var sout, serr bytes.Buffer
 			done := make(chan error, 1)
@@ -216,8 +265,8 @@ func TestServeClient(t *testing.T) {
 			var out string
 			for try := 0; ; try++ {
 				var o, e bytes.Buffer
-				err := run(&o, &e, []string{cmd, "--transport", "udp", "--peer", addr, "--sizes", "0,8,4K,100K",
-					"--iterations", "20", "--warmup", "2", "--verify", "--json", "--wait", "block"})
+				err := run(&o, &e, append([]string{cmd, "--transport", "udp", "--peer", addr, "--sizes", "0,8,4K,100K",
+					"--iterations", "20", "--warmup", "2", "--verify", "--json", "--wait", "block"}, tc.extra...))
 				if err == nil {
 					out = o.String()
 					break
@@ -244,6 +293,9 @@ func TestServeClient(t *testing.T) {
 			for _, r := range rows {
 				if r.Errors != 0 || r.Baseline == nil || r.Baseline.Transport != "udp" {
 					t.Errorf("row %+v: want no errors and a UDP baseline", r)
+				}
+				if (r.Faults != nil) != (tc.extra != nil) || (r.Faults != nil && r.Faults.Frames == 0) {
+					t.Errorf("row %+v: faults %+v with flags %v", r, r.Faults, tc.extra)
 				}
 			}
 		})

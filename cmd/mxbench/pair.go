@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/fault"
 	"github.com/gomx-dev/gomx/transport/loopback"
 )
 
@@ -21,6 +22,9 @@ type pair struct {
 	net   *loopback.Network
 	what  string // the transport, for the report header
 	close func() error
+	// wire counts what the fault model did to the frames of both boards
+	// so far; nil when no fault flag was given.
+	wire func() fault.Counts
 }
 
 // boardOptions returns the board options the flags ask for.
@@ -50,6 +54,17 @@ func (f *benchFlags) transports() (a, b transport.Transport, what string, nw *lo
 	return w.open(f)
 }
 
+// wrapFaults puts the fault model on the frames tr sends and receives,
+// for a wire that does not inject faults itself. On error it closes tr.
+func (f *benchFlags) wrapFaults(tr transport.Transport, o fault.WrapOptions) (*fault.Transport, error) {
+	w, err := fault.Wrap(tr, o)
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("--loss, --reorder, --dup, --corrupt: %w", err)
+	}
+	return w, nil
+}
+
 // newPair opens both boards and endpoints and connects them both ways.
 func (f *benchFlags) newPair(ctx context.Context) (*pair, error) {
 	ta, tb, what, nw, err := f.transports()
@@ -57,6 +72,34 @@ func (f *benchFlags) newPair(ctx context.Context) (*pair, error) {
 		return nil, err
 	}
 	p := &pair{what: what, net: nw}
+	switch {
+	case f.faults.any() && nw != nil:
+		p.wire = func() fault.Counts {
+			st := nw.Stats()
+			return fault.Counts{Frames: st.Sent, Dropped: st.Dropped, Duplicated: st.Duplicated,
+				Reordered: st.Reordered, Corrupted: st.Corrupted, Delayed: st.Delayed}
+		}
+	case f.faults.any():
+		// Each frame crosses the model once, in its sender's wrapper, as
+		// on the loopback wire; the boards draw from their own seeds.
+		wa, err := f.wrapFaults(ta, fault.WrapOptions{Send: f.faults.options(f.faults.seed)})
+		if err != nil {
+			tb.Close()
+			return nil, err
+		}
+		wb, err := f.wrapFaults(tb, fault.WrapOptions{Send: f.faults.options(f.faults.seed + 1)})
+		if err != nil {
+			wa.Close()
+			return nil, err
+		}
+		ta, tb = wa, wb
+		p.what += ", " + f.faults.describe() + " (each board's sends)"
+		p.wire = func() fault.Counts {
+			sa, _ := wa.Counts()
+			sb, _ := wb.Counts()
+			return sa.Add(sb)
+		}
+	}
 	var closers []func() error
 	p.close = func() error {
 		var errs []error

@@ -16,6 +16,7 @@ import (
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/fault"
 )
 
 func runPingPong(stdout, stderr io.Writer, args []string) error {
@@ -115,9 +116,16 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		prog.Set("%s %s [%d/%d]: %d iterations", cmd, units.Format(int64(size)), i+1, len(sizes), iters)
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		before := []mx.Counters{p.a.Counters(), p.b.Counters()}
+		var wireBefore fault.Counts
+		if p.wire != nil {
+			wireBefore = p.wire()
+		}
 		res, err := measureLocal(sctx, cmd, &f, sa, sb, size, iters)
 		cancel()
 		res.Recovery = recoveryBetween(before, []mx.Counters{p.a.Counters(), p.b.Counters()})
+		if p.wire != nil {
+			res.Faults = faultsBetween(f.faults, wireBefore, p.wire())
+		}
 		if err != nil {
 			rep.row(res)
 			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)
@@ -133,12 +141,10 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		}
 		rep.row(res)
 	}
-	if p.net != nil {
-		st := p.net.Stats()
-		if f.faults.any() && !f.jsonOut {
-			fmt.Fprintf(stdout, "# wire: %d frames sent, %d lost, %d duplicated, %d reordered, %d corrupted; every message arrived%s\n",
-				st.Sent, st.Dropped, st.Duplicated, st.Reordered, st.Corrupted, verifiedNote(&f))
-		}
+	if p.wire != nil && !f.jsonOut {
+		st := p.wire()
+		fmt.Fprintf(stdout, "# wire: %d frames sent, %d lost, %d duplicated, %d reordered, %d corrupted; every message arrived%s\n",
+			st.Frames, st.Dropped, st.Duplicated, st.Reordered, st.Corrupted, verifiedNote(&f))
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/mx"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/fault"
 	"github.com/gomx-dev/gomx/transport/udp"
 )
 
@@ -276,9 +278,26 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 			return err
 		}
 	}
-	tr, err := udp.Listen(listen, udp.Options{})
+	var tr transport.Transport
+	tr, err = udp.Listen(listen, udp.Options{})
 	if err != nil {
 		return err
+	}
+	var wire func() fault.Counts
+	faultNote := ""
+	if f.faults.any() {
+		// The server is another process: this board's transport carries
+		// the faults both ways, sends with --seed, receives with seed+1.
+		w, err := f.wrapFaults(tr, fault.WrapOptions{Send: f.faults.options(f.faults.seed), Recv: f.faults.options(f.faults.seed + 1)})
+		if err != nil {
+			return err
+		}
+		tr = w
+		faultNote = ", " + f.faults.describe() + " (this board's sends and receives)"
+		wire = func() fault.Counts {
+			s, r := w.Counts()
+			return s.Add(r)
+		}
 	}
 	board, err := mx.NewBoard(tr, f.boardOptions())
 	if err != nil {
@@ -335,7 +354,7 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 			return err
 		}
 	}
-	rep.header(fmt.Sprintf("mxbench %s: udp %v -> server %s (endpoint %d), %s%s", cmd, board.NICID().UDPAddr(), f.peer, f.remoteEP, f.describeWait(), syncNote(f)))
+	rep.header(fmt.Sprintf("mxbench %s: udp %v -> server %s (endpoint %d)%s, %s%s", cmd, board.NICID().UDPAddr(), f.peer, f.remoteEP, faultNote, f.describeWait(), syncNote(f)))
 	s := newSide(ep, peer, maxSize, f.window, f)
 	if f.spin() {
 		pin(0)
@@ -344,6 +363,10 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	for i, size := range sizes {
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		var res result
+		var wireBefore fault.Counts
+		if wire != nil {
+			wireBefore = wire()
+		}
 		if cmd == "stream" {
 			res, err = s.stream(sctx, size, p.iters[i], f.warmup, f.window)
 		} else {
@@ -354,6 +377,9 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 			res, err = s.pingpong(sctx, size, reply, p.iters[i], f.warmup)
 		}
 		cancel()
+		if wire != nil {
+			res.Faults = faultsBetween(f.faults, wireBefore, wire())
+		}
 		if err != nil {
 			rep.row(res)
 			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)

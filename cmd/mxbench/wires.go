@@ -19,7 +19,8 @@ type wire struct {
 	// process (--peer).
 	peer bool
 	// faults is set for a wire that injects --loss, --reorder, --dup and
-	// --corrupt.
+	// --corrupt itself (the loopback wire); mxbench wraps the transports of
+	// every other wire with the same fault model (package transport/fault).
 	faults bool
 	// missing, when not nil, says what this process lacks to use the wire
 	// ("" when nothing); mxbench then falls back to udp and says why,
@@ -110,10 +111,7 @@ func wireHelp() string {
 // openLoopback opens the in-process wire, with the faults the flags ask
 // for.
 func openLoopback(f *benchFlags) (a, b transport.Transport, what string, nw *loopback.Network, err error) {
-	nw = loopback.NewNetwork(loopback.Options{Faults: loopback.Faults{
-		Loss: f.faults.loss, Reorder: f.faults.reorder, Duplicate: f.faults.dup,
-		Corrupt: f.faults.corrupt, Seed: f.faults.seed,
-	}})
+	nw = loopback.NewNetwork(loopback.Options{Faults: f.faults.options(f.faults.seed)})
 	pa, err := nw.Attach(0x02_00_00_00_00_01)
 	if err != nil {
 		nw.Close()
@@ -126,8 +124,7 @@ func openLoopback(f *benchFlags) (a, b transport.Transport, what string, nw *loo
 	}
 	what = "loopback (in-process wire)"
 	if f.faults.any() {
-		what += fmt.Sprintf(", faults: loss %s, reorder %s, dup %s, corrupt %s, seed %d",
-			trimZeros(f.faults.loss), trimZeros(f.faults.reorder), trimZeros(f.faults.dup), trimZeros(f.faults.corrupt), f.faults.seed)
+		what += ", " + f.faults.describe()
 	}
 	return pa, pb, what, nw, nil
 }

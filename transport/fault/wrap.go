@@ -242,10 +242,13 @@ func (w *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if n == len(frames) {
 			return n, nil
 		}
+		// Past the deadline, poll once more: what was due by now is
+		// already out, above.
+		final := timeout > 0 && !now.Before(deadline)
 		// Wait for the wrapped transport no longer than the caller's
 		// timeout and the next held frame's due time.
 		wait := time.Duration(0)
-		if n == 0 && timeout != 0 {
+		if n == 0 && timeout != 0 && !final {
 			wait = -1
 			if timeout > 0 {
 				wait = max(deadline.Sub(now), 0)
@@ -276,7 +279,7 @@ func (w *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			}
 			return 0, err
 		}
-		if n > 0 || timeout == 0 || (timeout > 0 && !time.Now().Before(deadline)) {
+		if n > 0 || timeout == 0 || final {
 			return n, nil
 		}
 	}
