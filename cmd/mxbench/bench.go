@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gomx-dev/gomx/mx"
@@ -26,9 +27,11 @@ type result struct {
 	Size       int     `json:"size"`
 	Iterations int     `json:"iterations"`
 	LatencyUS  float64 `json:"latency_us"`
-	MBPerS     float64 `json:"mb_per_s"`
-	MsgPerS    float64 `json:"msg_per_s,omitempty"`
-	Errors     int     `json:"errors"`
+	// LatencyP99US is half the 99th-percentile round trip (pingpong).
+	LatencyP99US float64 `json:"latency_p99_us,omitempty"`
+	MBPerS       float64 `json:"mb_per_s"`
+	MsgPerS      float64 `json:"msg_per_s,omitempty"`
+	Errors       int     `json:"errors"`
 	// Baseline is the plain UDP-socket exchange of the same size.
 	Baseline *baselineResult `json:"baseline,omitempty"`
 	// Raw is the same exchange directly on the run's transport, without
@@ -222,17 +225,28 @@ func (s *side) pingOnce(ctx context.Context, size, reply, msg int) error {
 // trips of size bytes, answered with reply bytes.
 func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup int) (result, error) {
 	res := result{Size: size, Iterations: iterations}
-	var start time.Time
+	rtts := make([]time.Duration, 0, iterations)
+	var start, prev time.Time
 	for i := 0; i < warmup+iterations; i++ {
 		if i == warmup {
 			start = time.Now()
+			prev = start
 		}
 		if err := s.pingOnce(ctx, size, reply, i); err != nil {
 			res.Errors++
 			return res, fmt.Errorf("round trip %d of %d bytes: %w", i, size, err)
 		}
+		if i >= warmup {
+			now := time.Now()
+			rtts = append(rtts, now.Sub(prev))
+			prev = now
+		}
 	}
-	el := time.Since(start)
+	el := prev.Sub(start)
+	if len(rtts) > 0 {
+		slices.Sort(rtts)
+		res.LatencyP99US = rtts[len(rtts)*99/100].Seconds() * 1e6 / 2
+	}
 	legs := 1
 	if reply == size {
 		legs = 2

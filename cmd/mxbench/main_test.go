@@ -158,8 +158,8 @@ func TestFaultsEveryTransport(t *testing.T) {
 			}
 			var frames, dropped uint64
 			for _, r := range rows {
-				if r.Errors != 0 || r.Faults == nil || r.Faults.Loss != 0.05 || r.Faults.Seed != 9 {
-					t.Fatalf("row %+v (faults %+v): want no errors and the fault settings", r, r.Faults)
+				if r.Errors != 0 || r.Faults == nil || r.Faults.Loss != 0.05 || r.Faults.Seed != 9 || r.LatencyP99US <= 0 {
+					t.Fatalf("row %+v (faults %+v): want no errors, a p99 latency and the fault settings", r, r.Faults)
 				}
 				frames += r.Faults.Frames
 				dropped += r.Faults.Dropped
