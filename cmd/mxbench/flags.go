@@ -51,9 +51,26 @@ type benchFlags struct {
 type faultFlags struct {
 	loss, reorder, dup, corrupt float64
 	seed                        int64
+	// given is set when a fault flag was given, even at 0: the model is
+	// then in the path, with the board options of a lossy run, so a
+	// `--loss 0` run is the like-for-like lossless reference.
+	given bool
 }
 
-func (f faultFlags) any() bool { return f.loss > 0 || f.reorder > 0 || f.dup > 0 || f.corrupt > 0 }
+// any reports whether the fault model is in the path.
+func (f faultFlags) any() bool {
+	return f.given || f.loss > 0 || f.reorder > 0 || f.dup > 0 || f.corrupt > 0
+}
+
+// noteGiven records whether a fault flag was on the command line.
+func (f *faultFlags) noteGiven(fs *flag.FlagSet) {
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "loss", "reorder", "dup", "corrupt":
+			f.given = true
+		}
+	})
+}
 
 // options returns the fault model's options with the given seed.
 func (f faultFlags) options(seed int64) fault.Options {

@@ -38,7 +38,10 @@ and on the others mxbench wraps each board's transport with the same model
 (the first board's sends draw from --seed, the second's from --seed+1; with
 --peer, this board's sends and receives), so every frame crosses the model
 once. The baselines stay lossless. The last line of the table, and the
-"faults" object of each JSON row, say what the model did.
+"faults" object of each JSON row, say what the model did. A fault flag given
+at 0 (--loss 0) puts the model in the path with nothing to do, and the
+boards resend as soon as on a lossy run: the like-for-like lossless
+reference for a lossy figure.
 
 ` + columnNotes
 

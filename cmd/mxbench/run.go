@@ -37,6 +37,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		return err
 	}
 	f.chooseTransport(fs, stderr)
+	f.faults.noteGiven(fs)
 	sizes, err := f.validate(cmd)
 	if err != nil {
 		return err

@@ -58,6 +58,9 @@ type Transport struct {
 	n        int               // frames filled in dst
 	emitRecv func(Item[struct{}])
 
+	// Frames passed straight through by a side without faults.
+	sendPass, recvPass atomic.Uint64
+
 	closed  atomic.Bool
 	once    sync.Once
 	closeEr error
@@ -96,8 +99,10 @@ func (w *Transport) Unwrap() transport.Transport { return w.inner }
 // Options returns the faults the wrapper applies.
 func (w *Transport) Options() WrapOptions { return w.opts }
 
-// Counts returns what the model did to the frames sent and received.
+// Counts returns what the model did to the frames sent and received. A side
+// without faults counts the frames it passed through in Frames.
 func (w *Transport) Counts() (send, recv Counts) {
+	send.Frames, recv.Frames = w.sendPass.Load(), w.recvPass.Load()
 	if w.send != nil {
 		send = w.send.Counts()
 	}
@@ -165,7 +170,9 @@ func (w *Transport) Counters() []transport.Counter {
 // (fault_send_late_errors), as a wire would lose that frame.
 func (w *Transport) Send(frames []transport.Frame) (int, error) {
 	if w.send == nil {
-		return w.inner.Send(frames)
+		n, err := w.inner.Send(frames)
+		w.sendPass.Add(uint64(n))
+		return n, err
 	}
 	if w.closed.Load() {
 		return 0, w.errDone
@@ -223,7 +230,9 @@ func (w *Transport) sendLate(it Item[struct{}]) {
 // copies the wrapper made.
 func (w *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if w.recv == nil {
-		return w.inner.Recv(frames, timeout)
+		n, err := w.inner.Recv(frames, timeout)
+		w.recvPass.Add(uint64(n))
+		return n, err
 	}
 	if w.closed.Load() {
 		return 0, w.errDone

@@ -341,6 +341,10 @@ func TestCapabilities(t *testing.T) {
 	if wa.HostUniqueNIC() || len(wa.LostPeers(nil)) != 0 {
 		t.Error("a wrapper of a transport without HostUnique or PeerWatcher claims them")
 	}
+	wa.Send([]transport.Frame{{Peer: 2, Data: []byte{1}}, {Peer: 2, Data: []byte{2}}})
+	if send, _ := wa.Counts(); send != (fault.Counts{Frames: 2}) {
+		t.Errorf("a wrapper without faults counted %+v, want the 2 frames it passed through", send)
+	}
 }
 
 func counterOf(cs []transport.Counter, name string) uint64 {
