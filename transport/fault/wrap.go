@@ -28,7 +28,10 @@ type WrapOptions struct {
 // them would (no lost peers; not host-unique) when the wrapped one lacks
 // them. A message layer that reaches host-unique boards over shared memory
 // instead of the wire (mx's host path) bypasses the faults for those boards:
-// turn that path off to put every frame through the model.
+// turn that path off to put every frame through the model. A layer that
+// recognises a transport by its concrete type (mx gives boards on the
+// shared-memory transport cross-memory-attach copies of large messages)
+// sees only the wrapper: reach the wrapped transport with Unwrap.
 //
 // With both Options inactive, Send and Recv call the wrapped transport
 // directly. Send faults serialise senders on one lock, and held or delayed
