@@ -71,6 +71,7 @@ type Board struct {
 	cnt       Counters
 	now       int64 // nanoseconds since base, refreshed per batch
 	nextTick  int64
+	due       int64 // earliest armed retransmission deadline, 0: none (finetimer.go)
 	txbuf     []byte
 	tx1       [1]transport.Frame
 	txFrames  []transport.Frame
@@ -104,6 +105,10 @@ type Board struct {
 	rawWake  chan struct{}
 	quit     chan struct{}
 	exited   chan struct{}
+	// fineWake tells the fine goroutine of an earlier deadline;
+	// fineExited is closed when it ends (finetimer.go).
+	fineWake   chan struct{}
+	fineExited chan struct{}
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -139,6 +144,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		rawWake:  make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		exited:   make(chan struct{}),
+
+		fineWake:   make(chan struct{}, 1),
+		fineExited: make(chan struct{}),
 	}
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
@@ -160,6 +168,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	b.openHost()   // host.go
 	b.cmaPublish() // cma.go
 	go b.progress()
+	go b.fineTimer() // finetimer.go
 	return b, nil
 }
 
@@ -208,6 +217,7 @@ func (b *Board) Close() error {
 		err = b.tr.Close()
 		b.recvMu.Unlock()
 		<-b.exited
+		<-b.fineExited
 		b.closeHost()
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)
@@ -264,7 +274,20 @@ func (b *Board) timersLocked(force bool) {
 	if !force && b.now < b.nextTick {
 		return
 	}
+	b.runTimersLocked()
+	b.nextTick = b.now + int64(b.tick)
+	if b.now-b.lastBusy < int64(busyLinger) {
+		b.nextTick = b.now + int64(b.tickBusy)
+	}
+}
+
+// runTimersLocked runs every endpoint's periodic duties now. It leaves
+// nextTick alone: the progress goroutine reads that under recvMu only, and
+// the fine goroutine (finetimer.go), which holds mu alone, calls this.
+func (b *Board) runTimersLocked() {
+	b.now = b.clock()
 	b.checkLostPeers() // peerloss.go
+	b.due = 0          // the timers below arm it again
 	busy := false
 	for _, e := range b.eps {
 		if e != nil && e.timers() {
@@ -273,10 +296,6 @@ func (b *Board) timersLocked(force bool) {
 	}
 	if busy {
 		b.lastBusy = b.now
-	}
-	b.nextTick = b.now + int64(b.tick)
-	if b.now-b.lastBusy < int64(busyLinger) {
-		b.nextTick = b.now + int64(b.tickBusy)
 	}
 }
 

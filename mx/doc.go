@@ -85,11 +85,15 @@
 // messages or AckDelay. The sender keeps every sequenced packet until
 // acked. Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
-// estimate), and a request unacked for srtt + 4*rttvar (clamped to
-// RTOMin..RTOMax; ResendDelay before the first sample) first triggers a
-// tail-loss probe: the newest unacked request's last frame, which a
+// estimate). The newest request unacked for twice the smoothed round trip
+// (at least RTOMin/4), or any request unacked for srtt + 4*rttvar (clamped
+// to RTOMin..RTOMax; ResendDelay before the first sample), first triggers
+// a tail-loss probe: the newest unacked request's last frame, which a
 // receiver that has it answers with an immediate ack, and which completes
-// a message whose last frame was lost. A round trip later, what is still
+// a message whose last frame was lost. Deadlines closer than Go's
+// millisecond timer granularity are kept by a second goroutine per board
+// that sleeps with nanosleep (finetimer.go), so a lost small frame costs
+// about the probe timeout, not a millisecond. A round trip later, what is still
 // overdue is resent, each resend of a request doubling its timeout up to
 // RTOMax. A request unacked for ResendDelay*(ResendMax+1) since its first
 // send makes the peer unreachable, however the backoff went, and every

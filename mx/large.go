@@ -259,6 +259,7 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) {
 		}
 	}
 	bl.lastReq = b.now
+	b.noteDue(b.now + pl.p.pullRTO(bl.tries))
 	first := bl.first + lo
 	start, end := pl.geo.Start(first), pl.geo.End(bl.first+hi)
 	ffo := 0
@@ -392,7 +393,9 @@ func (pl *pull) timer(now int64) {
 		if bl.ngot == bl.n {
 			continue
 		}
-		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) {
+		if due := max(bl.lastReq, pl.lastProgress) + pl.p.pullRTO(bl.tries); now < due {
+			pl.e.b.noteDue(due)
+		} else {
 			bl.tries++
 			pl.e.cnt[PullTimeouts]++
 			pl.request(bl, true, TimerRetransmits)

@@ -34,7 +34,8 @@ type BoardOptions struct {
 	// pull re-requests use once a partner's round trip has been measured
 	// (srtt + 4*rttvar, RFC 6298; see rtt.go): RTOMin keeps a fast, steady
 	// wire from resending on scheduling noise, RTOMax caps exponential
-	// backoff. Defaults 250 us and ResendDelay. Before the first
+	// backoff. The tail-loss probe waits twice the smoothed round trip,
+	// at least RTOMin/4. Defaults 250 us and ResendDelay. Before the first
 	// measurement ResendDelay and PullTimeout apply as they are.
 	RTOMin, RTOMax time.Duration
 	// PullBlockFrames is the number of PULL_REPLY frames per block. Default 32.

@@ -158,6 +158,7 @@ func (p *partner) transmitNew(r *Request) {
 	p.sendSeq = seqNext(p.sendSeq)
 	p.unacked.push(r)
 	p.transmit(r)
+	p.ep.b.noteDue(r.lastSend + p.pto(0))
 }
 
 func (p *partner) flushWait() {
@@ -271,44 +272,97 @@ func (p *partner) acked(r *Request) {
 	e.b.maybeFree(r)
 }
 
-// resendDue handles the unacked requests whose timeout expired: the
-// partner's RTO, doubled for every earlier resend of the request. The
-// first expiry since the ack last moved sends a tail-loss probe only: the
-// last frame of the newest unacked request, which the receiver answers
-// with an immediate ack if it has everything (the usual case when its ack
-// was only delayed) and which completes a message whose last frame was
-// lost. A round trip later, what is still overdue is resent in full. A
-// request unacked for ResendDelay*(its resend limit+1) since its first
-// send makes the partner unreachable, however the backoff went.
+// resendDue handles the unacked requests whose timeout expired. The first
+// expiry since the ack last moved sends a tail-loss probe only: the last
+// frame of the newest unacked request, which the receiver answers with an
+// immediate ack if it has everything (the usual case when its ack was only
+// delayed) and which completes a message whose last frame was lost. The
+// probe goes out a probe timeout (pto) after the newest request was sent,
+// or when any request reaches its RTO, whichever is first. A round trip
+// (RTO) after the probe, what is still overdue is resent in full, each
+// request after the partner's RTO doubled for every earlier resend of it.
+// A request unacked for ResendDelay*(its resend limit+1) since its first
+// send makes the partner unreachable, however the backoff went. Every
+// deadline this arms is noted for the fine timer (finetimer.go).
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
-	k := 0
-	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
-		if now-r.firstSend >= int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
-			p.ep.cnt[Unreachable]++
-			p.reset(ErrUnreachable)
+	if p.probeAt == 0 {
+		t := p.unacked.tail
+		if due := t.lastSend + p.pto(t.resends); now < due {
+			b.noteDue(due)
+		} else if p.unreachable(now) {
+			return
+		} else {
+			p.probe(now)
 			return
 		}
-		if now-r.lastSend < p.rto(b.opts.ResendDelay, r.resends) {
+	}
+	k := 0
+	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
+		if p.unreachable(now) {
+			return
+		}
+		if due := r.lastSend + p.rto(b.opts.ResendDelay, r.resends); now < due {
+			b.noteDue(due)
 			continue
 		}
 		if p.probeAt == 0 {
-			t := p.unacked.tail
-			p.probeAt = now
-			t.resends++ // its ack no longer times a round trip (Karn)
-			p.ep.cnt[TailProbes]++
-			p.transmitLast(t)
+			p.probe(now)
 			return
 		}
-		if now-p.probeAt < p.rto(b.opts.ResendDelay, 0) {
+		if due := p.probeAt + p.rto(b.opts.ResendDelay, 0); now < due {
+			b.noteDue(due)
 			return
 		}
 		r.resends++
 		p.ep.cnt[Resends]++
 		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)
+		b.noteDue(now + p.rto(b.opts.ResendDelay, r.resends))
 		k++
 	}
+}
+
+// unreachable resets the partner, failing its requests with
+// ErrUnreachable, if its oldest unacked request has waited
+// ResendDelay*(its resend limit+1) since its first send.
+func (p *partner) unreachable(now int64) bool {
+	b := p.ep.b
+	r := p.unacked.head
+	if now-r.firstSend < int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
+		return false
+	}
+	p.ep.cnt[Unreachable]++
+	p.reset(ErrUnreachable)
+	return true
+}
+
+// probe sends the tail-loss probe (see resendDue).
+func (p *partner) probe(now int64) {
+	b := p.ep.b
+	t := p.unacked.tail
+	p.probeAt = now
+	t.resends++ // its ack no longer times a round trip (Karn)
+	p.ep.cnt[TailProbes]++
+	p.transmitLast(t)
+	b.noteDue(now + p.rto(b.opts.ResendDelay, 0))
+}
+
+// pto is the tail-loss probe timeout after backoff doublings: twice the
+// smoothed round trip (RACK-TLP's choice), at least a quarter of RTOMin,
+// so scheduling noise on a fast wire does not make every message probe,
+// and at most the RTO. Before the first measurement it is the RTO.
+func (p *partner) pto(backoff int) int64 {
+	b := p.ep.b
+	rto := p.rto(b.opts.ResendDelay, backoff)
+	if !p.rtt.ok {
+		return rto
+	}
+	t := max(2*p.rtt.srtt, int64(b.opts.RTOMin)/4)
+	for i := 0; i < backoff && t < rto; i++ {
+		t *= 2
+	}
+	return min(t, rto)
 }
 
 // transmitLast sends the last frame of a sequenced request again: the
