@@ -155,6 +155,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	// Frames to itself: a gomx peer with the same options.
 	self := b.peerIndex(b.nic)
 	b.peers[self].gomx, b.peers[self].crc, b.peers[self].maxFrame = true, b.crc, mtu
+	b.peers[self].sack = !o.NoSack
 	if max := wire.MaxMediumFrag * fragStride(mtu, b.crc); b.opts.RendezvousThreshold > max {
 		b.opts.RendezvousThreshold = max
 	}
@@ -505,6 +506,7 @@ type peerInfo struct {
 	learnt   bool   // an accepted CONNECT told what follows
 	gomx     bool   // it sent the gomx connect extension
 	crc      bool   // both sides want the trailer: frames to and from it carry one
+	sack     bool   // both sides announced the selective ack (sack.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -574,6 +576,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.learnt = true
 	pi.gomx = h.HasExt && h.Ext.Version >= 1
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
+	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.mtu)

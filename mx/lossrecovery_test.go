@@ -15,10 +15,16 @@ import (
 // TestLossRecovery streams every size class (tiny, small, medium, large)
 // over a wire that loses none, 0.1%, 1% and 20% of frames and also
 // reorders and duplicates them: every message arrives exactly once, in order, byte for
-// byte, and the counters show how the losses were recovered.
+// byte, and the counters show how the losses were recovered. It runs with
+// selective acks negotiated and, at 1% and 20%, with one board refusing
+// them (NoSack), where neither side may send or take one.
 func TestLossRecovery(t *testing.T) {
-	for _, loss := range []float64{0, 0.001, 0.01, 0.2} {
-		t.Run(fmt.Sprintf("loss=%g", loss), func(t *testing.T) {
+	for _, c := range []struct {
+		sack bool
+		loss float64
+	}{{true, 0}, {true, 0.001}, {true, 0.01}, {true, 0.2}, {false, 0.01}, {false, 0.2}} {
+		loss := c.loss
+		t.Run(fmt.Sprintf("sack=%v/loss=%g", c.sack, loss), func(t *testing.T) {
 			n := 4000
 			if loss >= 0.1 {
 				n = 1500
@@ -27,7 +33,9 @@ func TestLossRecovery(t *testing.T) {
 				n /= 4
 			}
 			opts := fastOptions()
-			pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+			optsB := opts
+			optsB.NoSack = !c.sack
+			pr := newPair(t, loopbackOnly, opts, loopback.Faults{}, optsB)
 			pr.w.faults(loopback.Faults{Loss: loss, Reorder: 0.05, Duplicate: 0.02, Seed: 1300})
 			runStream(t, pr, n, 32)
 			ca, cb := pr.a.Counters(), pr.b.Counters()
@@ -40,6 +48,14 @@ func TestLossRecovery(t *testing.T) {
 			}
 			if cb.Get(DupReceived) == 0 {
 				t.Errorf("the wire duplicates frames but the receiver counted no duplicate")
+			}
+			sacks := ca.Get(SacksSent) + cb.Get(SacksSent) + ca.Get(SacksReceived) + cb.Get(SacksReceived)
+			t.Logf("selective acks sent %d, received %d", cb.Get(SacksSent), ca.Get(SacksReceived))
+			if c.sack && cb.Get(SacksSent) == 0 {
+				t.Errorf("the wire reorders frames but the receiver sent no selective ack")
+			}
+			if !c.sack && sacks != 0 {
+				t.Errorf("%d selective acks where one board refused them", sacks)
 			}
 		})
 	}

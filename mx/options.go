@@ -65,6 +65,10 @@ type BoardOptions struct {
 	// and never with an Open-MX peer, which does not announce it. Only turn
 	// it off on wires that check integrity.
 	NoChecksum bool
+	// NoSack turns off the selective ack (see package wire): between two
+	// gomx boards it is on when both announce it (neither set NoSack);
+	// an Open-MX peer never uses it.
+	NoSack bool
 	// LittleEndian selects little-endian header integers, for Open-MX peers
 	// built with --disable-endian on little-endian hosts; Open-MX's default
 	// and gomx's is big-endian. Every board on a wire must agree.

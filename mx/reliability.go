@@ -49,6 +49,7 @@ type partner struct {
 	// reply length both sides use (Open-MX's build-time sizes for an
 	// Open-MX peer).
 	crc      bool
+	sack     bool // selective acks both ways (sack.go)
 	stride   int
 	replyLen int
 	context  any // Endpoint.SetAddrContext
@@ -75,6 +76,12 @@ type partner struct {
 	connAttempt uint8
 
 	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
+
+	// selective acks (sack.go), receive side: frames that arrived past
+	// a hole since the last ack or SACK went out, and whether a SACK
+	// reported a hole that the ack point has not passed yet.
+	oooFrames int
+	sackOpen  bool
 
 	rtt  rtt // round-trip estimate of the sequenced stream (rtt.go)
 	prtt rtt // and of pulls to the peer: PULL to first PULL_REPLY
@@ -129,10 +136,10 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.stride, p.replyLen = false, fragStride(b.omx, false), replyLen(b.omx, false)
+		p.crc, p.sack, p.stride, p.replyLen = false, false, fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc = pi.crc
+	p.crc, p.sack = pi.crc, pi.sack
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -199,23 +206,7 @@ func (p *partner) transmit(r *Request) {
 		e.cnt[c]++
 		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf), p.crc)
 	case classMedium:
-		stride := p.stride
-		ack := p.piggyback()
-		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: ack,
-			Match: r.match, Session: p.rsession}
-		lens := b.lens[:0]
-		for i, off := 0, 0; off < len(r.buf); i, off = i+1, off+stride {
-			n := min(stride, len(r.buf)-off)
-			fb := b.batchBuf(i)
-			wire.PutPeerIndex(fb, p.peerIdx, b.ord)
-			h.FragIndex, h.FragLength = uint8(i), uint16(n)
-			h.Put(fb[wire.HeadLen:], b.ord)
-			copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
-			lens = append(lens, wire.HeadLen+wire.MediumLen+n)
-		}
-		e.cnt[SendMediumFrag] += uint64(len(lens))
-		b.sendBatch(p.nic, lens, p.crc)
-		b.lens = lens[:0]
+		p.transmitFrags(r, 0)
 	case classLarge:
 		reg := &e.regions[r.region]
 		h := wire.Rndv{DstEP: p.epID, SrcEP: e.id, Seq: r.seq, Ack: p.piggyback(), Match: r.match,
@@ -286,8 +277,11 @@ func (p *partner) acked(r *Request) {
 // deadline this arms is noted for the fine timer (finetimer.go).
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
+	if p.sack {
+		p.sackResend(now)
+	}
 	if p.probeAt == 0 {
-		t := p.unacked.tail
+		t := p.probeTarget()
 		if due := t.lastSend + p.pto(t.resends); now < due {
 			b.noteDue(due)
 		} else if p.unreachable(now) {
@@ -302,6 +296,14 @@ func (p *partner) resendDue(now int64) {
 		if p.unreachable(now) {
 			return
 		}
+		if r != p.unacked.head && p.sackedWhole(r) {
+			// The receiver has it: only the cumulative ack is missing.
+			// (Never the oldest: the receiver holds what it reported
+			// until it delivers it, but a receive that cannot take a
+			// message (unexpected queue full) drops it then, and the
+			// oldest is where the ack point stops.)
+			continue
+		}
 		if due := r.lastSend + p.rto(b.opts.ResendDelay, r.resends); now < due {
 			b.noteDue(due)
 			continue
@@ -315,6 +317,7 @@ func (p *partner) resendDue(now int64) {
 			return
 		}
 		r.resends++
+		r.sackHole, r.sackHeld = false, 0 // in full: what a SACK said may be stale
 		p.ep.cnt[Resends]++
 		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)
@@ -337,10 +340,20 @@ func (p *partner) unreachable(now int64) bool {
 	return true
 }
 
+// probeTarget is the request the tail-loss probe resends the last frame
+// of: the newest unacked one the receiver does not hold whole.
+func (p *partner) probeTarget() *Request {
+	t := p.unacked.tail
+	for t.qprev != nil && p.sackedWhole(t) {
+		t = t.qprev
+	}
+	return t
+}
+
 // probe sends the tail-loss probe (see resendDue).
 func (p *partner) probe(now int64) {
 	b := p.ep.b
-	t := p.unacked.tail
+	t := p.probeTarget()
 	p.probeAt = now
 	t.resends++ // its ack no longer times a round trip (Karn)
 	p.ep.cnt[TailProbes]++
@@ -363,6 +376,43 @@ func (p *partner) pto(backoff int) int64 {
 		t *= 2
 	}
 	return min(t, rto)
+}
+
+// transmitFrags sends the fragments of a medium request whose bit in
+// skip is clear (all of them for skip 0), in one batch.
+func (p *partner) transmitFrags(r *Request, skip uint32) {
+	e := p.ep
+	b := e.b
+	r.lastSend = b.now
+	stride := p.stride
+	h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: p.piggyback(),
+		Match: r.match, Session: p.rsession}
+	lens := b.lens[:0]
+	for i, off := 0, 0; off < len(r.buf); i, off = i+1, off+stride {
+		if i < 32 && skip&(1<<i) != 0 {
+			continue
+		}
+		n := min(stride, len(r.buf)-off)
+		fb := b.batchBuf(len(lens))
+		wire.PutPeerIndex(fb, p.peerIdx, b.ord)
+		h.FragIndex, h.FragLength = uint8(i), uint16(n)
+		h.Put(fb[wire.HeadLen:], b.ord)
+		copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
+		lens = append(lens, wire.HeadLen+wire.MediumLen+n)
+	}
+	e.cnt[SendMediumFrag] += uint64(len(lens))
+	b.sendBatch(p.nic, lens, p.crc)
+	b.lens = lens[:0]
+}
+
+// transmitMissing resends what the receiver's latest SACK says it lacks
+// of r: the missing fragments of a medium, the whole of anything else.
+func (p *partner) transmitMissing(r *Request) {
+	if r.class == classMedium && p.sack && r.sackHeld != 0 {
+		p.transmitFrags(r, r.sackHeld)
+		return
+	}
+	p.transmit(r)
 }
 
 // transmitLast sends the last frame of a sequenced request again: the
@@ -464,6 +514,7 @@ func (p *partner) reset(code error) {
 	p.fullSeq = p.recvSeq
 	p.notAcked = 0
 	p.ackDeadline = 0
+	p.oooFrames, p.sackOpen = 0, false
 	p.dead = true
 }
 
@@ -475,11 +526,17 @@ func (p *partner) sendAck() {
 	p.ackNumSent++
 	h := wire.Truc{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, AckUpTo: p.fullSeq,
 		AckNum: p.ackNumSent, SendSeq: p.sendSeq}
+	if p.sack {
+		p.buildSack(&h.Sack)
+		if h.HasSack = h.Sack.N > 0; h.HasSack {
+			e.cnt[SacksSent]++
+		}
+	}
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendTruc]++
-	b.sendFrame(p.nic, buf, wire.HeadLen+wire.TrucLen, p.crc)
+	b.sendFrame(p.nic, buf, wire.HeadLen+h.Len(), p.crc)
 	p.notAcked = 0
 	p.ackStale = false
 	p.ackDeadline = 0
@@ -507,7 +564,7 @@ func (p *partner) updateFull() {
 	} else {
 		p.fullSeq = p.recvSeq
 	}
-	if p.fullSeq != old {
+	if p.fullSeq != old && !p.fullMoved() {
 		p.noteReceived()
 	}
 }
@@ -555,6 +612,9 @@ func (p *partner) recvSequenced(f []byte) {
 		}
 		p.recvSeq = seqNext(p.recvSeq)
 		p.updateFull()
+		if len(p.partials) > 0 && p.partials[0].seq != seq {
+			p.outOfOrder() // an earlier medium is still missing fragments
+		}
 		p.drainEarly()
 	case d < seqHalf:
 		if d > earlyWindow || len(p.early) >= earlyMax {
@@ -565,11 +625,13 @@ func (p *partner) recvSequenced(f []byte) {
 			if x.seq == seq && sameFrag(x.data, f) {
 				e.cnt[DupFrags]++
 				e.cnt[DupReceived]++
+				p.outOfOrder()
 				return
 			}
 		}
 		e.cnt[EarlyStored]++
 		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...)})
+		p.outOfOrder()
 	default:
 		if typ == wire.TypeMedium {
 			for _, pt := range p.partials {
@@ -673,6 +735,9 @@ func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
 	}
 	p.ackNumRecv = h.AckNum
 	p.applyAck(h.AckUpTo)
+	if h.HasSack && p.sack {
+		p.onSack(&h.Sack)
+	}
 }
 
 func nackErr(kind uint8) error {
@@ -748,6 +813,9 @@ func (b *Board) connectExt() wire.ConnectExt {
 	x := wire.ConnectExt{Version: wire.ConnectExtVersion, MaxFrame: uint16(b.mtu)}
 	if b.crc {
 		x.Flags |= wire.ExtChecksum
+	}
+	if !b.opts.NoSack {
+		x.Flags |= wire.ExtSack
 	}
 	return x
 }
