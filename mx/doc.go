@@ -93,7 +93,12 @@
 // a message whose last frame was lost. Deadlines closer than Go's
 // millisecond timer granularity are kept by a second goroutine per board
 // that sleeps with nanosleep (finetimer.go), so a lost small frame costs
-// about the probe timeout, not a millisecond. A round trip later, what is still
+// about the probe timeout, not a millisecond. Between two gomx boards
+// that both announce it (ExtSack, unless BoardOptions.NoSack), a receiver
+// that gets a frame past a hole answers at once with a selective ack
+// listing what it holds past its ack point, per message and medium
+// fragment, and the sender resends just the holes (sack.go;
+// docs/wire-extensions.md). A round trip later, what is still
 // overdue is resent, each resend of a request doubling its timeout up to
 // RTOMax. A request unacked for ResendDelay*(ResendMax+1) since its first
 // send makes the peer unreachable, however the backoff went, and every
