@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,9 +106,10 @@ type Board struct {
 	rawWake  chan struct{}
 	quit     chan struct{}
 	exited   chan struct{}
-	// fineWake tells the fine goroutine of an earlier deadline;
-	// fineExited is closed when it ends (finetimer.go).
-	fineWake   chan struct{}
+	// fine is the timerfd of the fine timer (nil without one);
+	// fineExited is closed when its goroutine ends (finetimer.go).
+	fine       *os.File
+	fineFd     int
 	fineExited chan struct{}
 }
 
@@ -145,12 +147,12 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		quit:     make(chan struct{}),
 		exited:   make(chan struct{}),
 
-		fineWake:   make(chan struct{}, 1),
 		fineExited: make(chan struct{}),
 	}
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
 	}
+	b.fine, b.fineFd = openFineTimer() // finetimer.go
 	b.omx = min(o.OpenMXMTU-ethHeaderLen, mtu)
 	// Frames to itself: a gomx peer with the same options.
 	self := b.peerIndex(b.nic)
@@ -218,6 +220,9 @@ func (b *Board) Close() error {
 		err = b.tr.Close()
 		b.recvMu.Unlock()
 		<-b.exited
+		if b.fine != nil {
+			b.fine.Close()
+		}
 		<-b.fineExited
 		b.closeHost()
 		if b.opts.Names != nil && b.opts.Hostname != "" {

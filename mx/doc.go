@@ -90,10 +90,11 @@
 // to RTOMin..RTOMax; ResendDelay before the first sample), first triggers
 // a tail-loss probe: the newest unacked request's last frame, which a
 // receiver that has it answers with an immediate ack, and which completes
-// a message whose last frame was lost. Deadlines closer than Go's
-// millisecond timer granularity are kept by a second goroutine per board
-// that sleeps with nanosleep (finetimer.go), so a lost small frame costs
-// about the probe timeout, not a millisecond. Between two gomx boards
+// a message whose last frame was lost. Go timers fire about a millisecond
+// late on Linux (epoll_wait's timeout is in ms), so every armed
+// retransmission deadline is also set on a per-board timerfd in the Go
+// netpoller (finetimer.go): a lost small frame costs about the probe
+// timeout, not a millisecond. Between two gomx boards
 // that both announce it (ExtSack, unless BoardOptions.NoSack), a receiver
 // that gets a frame past a hole answers at once with a selective ack
 // listing what it holds past its ack point, per message and medium

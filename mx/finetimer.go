@@ -1,8 +1,7 @@
 package mx
 
 import (
-	"runtime"
-	"time"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,82 +18,72 @@ import (
 // trip is a few microseconds, that millisecond was the whole cost of a lost
 // small frame.
 //
-// So every board has a second goroutine for deadlines closer than
-// fineHorizon. The protocol notes each retransmission deadline it arms
-// (noteDue: the unacked send's RTO or tail-loss probe timeout, a pull
-// block's re-request timeout); the fine goroutine sleeps until the earliest
-// with nanosleep(2) on its own OS thread, whose timer slack it lowers to
-// fineSlack, then runs the board's timers. Farther deadlines it waits for
-// with an ordinary Go timer that fires fineHorizon early. Nothing is
-// pending on an idle board, and then the goroutine blocks on a channel:
-// it costs a wakeup per armed deadline while traffic is unacked, and
-// nothing otherwise. The progress goroutine keeps its own ticks, so the
-// fine goroutine only ever makes a timer fire sooner.
+// An fd event, unlike a timeout, ends epoll_wait at once. So every board
+// has a timerfd (CLOCK_MONOTONIC, an hrtimer in the kernel) in the Go
+// netpoller and a goroutine blocked reading it. The protocol notes each
+// retransmission deadline it arms (noteDue: the unacked send's RTO or
+// tail-loss probe timeout, a SACK hole's reordering window, a pull block's
+// re-request timeout); when one is earlier than the timerfd's, the timerfd
+// is set to it. When it fires, the goroutine runs the board's timers, which
+// note what is still pending. No thread sleeps for it and nothing runs on
+// an idle board. The progress goroutine keeps its own ticks, so the fine
+// timer only ever makes a timer fire sooner; where no timerfd can be had
+// (a seccomp filter, say), the ticks alone remain, as before.
 
-const (
-	// fineHorizon is how close a deadline must be for the fine goroutine
-	// to sleep for it with nanosleep: about the granularity of Go timers.
-	fineHorizon = 2 * time.Millisecond
-	// fineSlack is the timer slack of the fine goroutine's thread (the
-	// kernel's default is 50 µs).
-	fineSlack = 5 * time.Microsecond
-)
+// openFineTimer creates the board's timerfd: the file the goroutine reads
+// and the descriptor to set it with (never File.Fd, which would make the
+// file blocking). It returns nil, -1 when there is none.
+func openFineTimer() (*os.File, int) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, -1
+	}
+	return os.NewFile(uintptr(fd), "mx fine timer"), fd
+}
+
+// armFine sets the timerfd to fire at t (board clock, ns). Called with
+// b.mu held.
+func (b *Board) armFine(t int64) {
+	if b.fine == nil || b.closed { // closed: the descriptor may be closed and reused
+		return
+	}
+	d := max(t-b.clock(), 1000) // a zero value would disarm it
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d)}
+	_ = unix.TimerfdSettime(b.fineFd, 0, &spec, nil)
+}
 
 // noteDue records a retransmission deadline (board clock, ns): the fine
-// goroutine runs the timers then. Called with b.mu held.
+// timer runs the timers then. Called with b.mu held.
 func (b *Board) noteDue(t int64) {
 	if b.due != 0 && b.due <= t {
 		return
 	}
 	b.due = t
-	select {
-	case b.fineWake <- struct{}{}:
-	default:
-	}
+	b.armFine(t)
 }
 
-// fineTimer is the fine goroutine's loop (see above). It exits when the
-// board closes; its thread, whose timer slack it changed, exits with it.
+// fineTimer is the fine timer's goroutine: it runs the timers whenever
+// the timerfd fires, until Close closes the timerfd.
 func (b *Board) fineTimer() {
 	defer close(b.fineExited)
-	// Never unlocked: the thread is dropped when the goroutine ends, so
-	// no other goroutine inherits its timer slack.
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(fineSlack), 0, 0, 0) // best effort
-	far := time.NewTimer(time.Hour)
-	far.Stop()
+	if b.fine == nil {
+		return
+	}
+	var buf [8]byte // the expiry count
 	for {
-		b.mu.Lock()
-		due := b.due
-		b.mu.Unlock()
-		wait := due - b.clock()
-		switch {
-		case due == 0 || wait > int64(fineHorizon):
-			var fire <-chan time.Time
-			if due != 0 {
-				far.Reset(time.Duration(wait) - fineHorizon)
-				fire = far.C
-			}
-			select {
-			case <-b.quit:
-				return
-			case <-b.fineWake:
-			case <-fire:
-			}
-			far.Stop()
-			continue
-		case wait > 0:
-			ts := unix.NsecToTimespec(wait)
-			_ = unix.Nanosleep(&ts, nil) // EINTR: the loop looks again
+		if _, err := b.fine.Read(buf[:]); err != nil {
+			return // closed
 		}
-		select {
-		case <-b.quit:
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
 			return
-		default:
 		}
-		b.mu.Lock()
 		if b.due != 0 && b.clock() >= b.due {
 			b.runTimersLocked()
+		}
+		if b.due != 0 {
+			b.armFine(b.due)
 		}
 		b.unlock()
 	}
