@@ -86,7 +86,7 @@
 // acked. Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
 // estimate). The newest request unacked for twice the smoothed round trip
-// (at least RTOMin/4), or any request unacked for srtt + 4*rttvar (clamped
+// or srtt + 4*rttvar (at least RTOMin/2), or any request unacked for srtt + 4*rttvar (clamped
 // to RTOMin..RTOMax; ResendDelay before the first sample), first triggers
 // a tail-loss probe: the newest unacked request's last frame, which a
 // receiver that has it answers with an immediate ack, and which completes

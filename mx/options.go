@@ -35,7 +35,7 @@ type BoardOptions struct {
 	// (srtt + 4*rttvar, RFC 6298; see rtt.go): RTOMin keeps a fast, steady
 	// wire from resending on scheduling noise, RTOMax caps exponential
 	// backoff. The tail-loss probe waits twice the smoothed round trip,
-	// at least RTOMin/4. Defaults 250 us and ResendDelay. Before the first
+	// or srtt + 4*rttvar, at least RTOMin/2. Defaults 250 us and ResendDelay. Before the first
 	// measurement ResendDelay and PullTimeout apply as they are.
 	RTOMin, RTOMax time.Duration
 	// PullBlockFrames is the number of PULL_REPLY frames per block. Default 32.

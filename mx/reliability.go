@@ -362,16 +362,17 @@ func (p *partner) probe(now int64) {
 }
 
 // pto is the tail-loss probe timeout after backoff doublings: twice the
-// smoothed round trip (RACK-TLP's choice), at least a quarter of RTOMin,
-// so scheduling noise on a fast wire does not make every message probe,
-// and at most the RTO. Before the first measurement it is the RTO.
+// smoothed round trip (RACK-TLP's choice) or srtt + 4*rttvar, whichever is
+// longer, so a wire whose round trips vary (a loaded machine stalling
+// the peer) does not probe every slow message; at least half of
+// RTOMin and at most the RTO. Before the first measurement it is the RTO.
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)
 	if !p.rtt.ok {
 		return rto
 	}
-	t := max(2*p.rtt.srtt, int64(b.opts.RTOMin)/4)
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, int64(b.opts.RTOMin)/2)
 	for i := 0; i < backoff && t < rto; i++ {
 		t *= 2
 	}
