@@ -277,6 +277,9 @@ func (p *partner) acked(r *Request) {
 // deadline this arms is noted for the fine timer (finetimer.go).
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
+	if p.unreachable(now) {
+		return
+	}
 	if p.sack {
 		p.sackResend(now)
 	}
@@ -284,8 +287,6 @@ func (p *partner) resendDue(now int64) {
 		t := p.probeTarget()
 		if due := t.lastSend + p.pto(t.resends); now < due {
 			b.noteDue(due)
-		} else if p.unreachable(now) {
-			return
 		} else {
 			p.probe(now)
 			return
@@ -293,9 +294,6 @@ func (p *partner) resendDue(now int64) {
 	}
 	k := 0
 	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
-		if p.unreachable(now) {
-			return
-		}
 		if r != p.unacked.head && p.sackedWhole(r) {
 			// The receiver has it: only the cumulative ack is missing.
 			// (Never the oldest: the receiver holds what it reported
@@ -327,17 +325,18 @@ func (p *partner) resendDue(now int64) {
 }
 
 // unreachable resets the partner, failing its requests with
-// ErrUnreachable, if its oldest unacked request has waited
-// ResendDelay*(its resend limit+1) since its first send.
+// ErrUnreachable, if an unacked request has waited ResendDelay*(its
+// resend limit+1) since its first send.
 func (p *partner) unreachable(now int64) bool {
 	b := p.ep.b
-	r := p.unacked.head
-	if now-r.firstSend < int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
-		return false
+	for r := p.unacked.head; r != nil; r = r.qnext {
+		if now-r.firstSend >= int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
+			p.ep.cnt[Unreachable]++
+			p.reset(ErrUnreachable)
+			return true
+		}
 	}
-	p.ep.cnt[Unreachable]++
-	p.reset(ErrUnreachable)
-	return true
+	return false
 }
 
 // probeTarget is the request the tail-loss probe resends the last frame
