@@ -72,7 +72,8 @@ type Board struct {
 	cnt       Counters
 	now       int64 // nanoseconds since base, refreshed per batch
 	nextTick  int64
-	due       int64 // earliest armed retransmission deadline, 0: none (finetimer.go)
+	due       int64 // earliest noted retransmission deadline, 0: none (finetimer.go)
+	armed     int64 // when the fine timer's timerfd fires, 0: not set
 	txbuf     []byte
 	tx1       [1]transport.Frame
 	txFrames  []transport.Frame

@@ -20,11 +20,12 @@ import (
 //
 // An fd event, unlike a timeout, ends epoll_wait at once. So every board
 // has a timerfd (CLOCK_MONOTONIC, an hrtimer in the kernel) in the Go
-// netpoller and a goroutine blocked reading it. The protocol notes each
-// retransmission deadline it arms (noteDue: the unacked send's RTO or
-// tail-loss probe timeout, a SACK hole's reordering window, a pull block's
-// re-request timeout); when one is earlier than the timerfd's, the timerfd
-// is set to it. When it fires, the goroutine runs the board's timers, which
+// netpoller and a goroutine blocked reading it. The protocol notes the
+// deadlines whose precision pays (noteDue: the tail-loss probe, which
+// resends one frame, and a SACK hole's reordering window); when one is
+// earlier than the timerfd's, the timerfd is set to it. Full resends and
+// pull re-requests keep the board's ticks: fired precisely at RTOMin, they
+// resend whole messages whenever a loaded machine stalls the peer. When it fires, the goroutine runs the board's timers, which
 // note what is still pending. No thread sleeps for it and nothing runs on
 // an idle board. The progress goroutine keeps its own ticks, so the fine
 // timer only ever makes a timer fire sooner; where no timerfd can be had
@@ -41,12 +42,18 @@ func openFineTimer() (*os.File, int) {
 	return os.NewFile(uintptr(fd), "mx fine timer"), fd
 }
 
-// armFine sets the timerfd to fire at t (board clock, ns). Called with
-// b.mu held.
+// armFine sets the timerfd to fire at t (board clock, ns) unless it is
+// already set to fire sooner: a timerfd_settime per round trip was a
+// sixth of a small-message ping-pong's CPU. Firing early costs a wakeup
+// that sets it again. Called with b.mu held.
 func (b *Board) armFine(t int64) {
 	if b.fine == nil || b.closed { // closed: the descriptor may be closed and reused
 		return
 	}
+	if b.armed != 0 && b.armed <= t {
+		return
+	}
+	b.armed = t
 	d := max(t-b.clock(), 1000) // a zero value would disarm it
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d)}
 	_ = unix.TimerfdSettime(b.fineFd, 0, &spec, nil)
@@ -79,6 +86,7 @@ func (b *Board) fineTimer() {
 			b.mu.Unlock()
 			return
 		}
+		b.armed = 0
 		if b.due != 0 && b.clock() >= b.due {
 			b.runTimersLocked()
 		}

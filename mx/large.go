@@ -259,7 +259,6 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) {
 		}
 	}
 	bl.lastReq = b.now
-	b.noteDue(b.now + pl.p.pullRTO(bl.tries))
 	first := bl.first + lo
 	start, end := pl.geo.Start(first), pl.geo.End(bl.first+hi)
 	ffo := 0
@@ -393,9 +392,7 @@ func (pl *pull) timer(now int64) {
 		if bl.ngot == bl.n {
 			continue
 		}
-		if due := max(bl.lastReq, pl.lastProgress) + pl.p.pullRTO(bl.tries); now < due {
-			pl.e.b.noteDue(due)
-		} else {
+		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) {
 			bl.tries++
 			pl.e.cnt[PullTimeouts]++
 			pl.request(bl, true, TimerRetransmits)

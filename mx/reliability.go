@@ -273,8 +273,11 @@ func (p *partner) acked(r *Request) {
 // (RTO) after the probe, what is still overdue is resent in full, each
 // request after the partner's RTO doubled for every earlier resend of it.
 // A request unacked for ResendDelay*(its resend limit+1) since its first
-// send makes the partner unreachable, however the backoff went. Every
-// deadline this arms is noted for the fine timer (finetimer.go).
+// send makes the partner unreachable, however the backoff went. Only the
+// probe's deadline (and SACK holes', sack.go) is noted for the fine timer
+// (finetimer.go): a spurious probe costs one frame, but a full resend
+// fired by a precise timer whenever a loaded machine stalls the peer past
+// RTOMin costs the whole message, so those keep the board's ticks.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
 	if p.unreachable(now) {
@@ -285,6 +288,7 @@ func (p *partner) resendDue(now int64) {
 	}
 	if p.probeAt == 0 {
 		t := p.probeTarget()
+		// The fine timer (finetimer.go) keeps this deadline.
 		if due := t.lastSend + p.pto(t.resends); now < due {
 			b.noteDue(due)
 		} else {
@@ -302,16 +306,14 @@ func (p *partner) resendDue(now int64) {
 			// oldest is where the ack point stops.)
 			continue
 		}
-		if due := r.lastSend + p.rto(b.opts.ResendDelay, r.resends); now < due {
-			b.noteDue(due)
+		if now-r.lastSend < p.rto(b.opts.ResendDelay, r.resends) {
 			continue
 		}
 		if p.probeAt == 0 {
 			p.probe(now)
 			return
 		}
-		if due := p.probeAt + p.rto(b.opts.ResendDelay, 0); now < due {
-			b.noteDue(due)
+		if now-p.probeAt < p.rto(b.opts.ResendDelay, 0) {
 			return
 		}
 		r.resends++
@@ -319,7 +321,6 @@ func (p *partner) resendDue(now int64) {
 		p.ep.cnt[Resends]++
 		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)
-		b.noteDue(now + p.rto(b.opts.ResendDelay, r.resends))
 		k++
 	}
 }
@@ -351,13 +352,11 @@ func (p *partner) probeTarget() *Request {
 
 // probe sends the tail-loss probe (see resendDue).
 func (p *partner) probe(now int64) {
-	b := p.ep.b
 	t := p.probeTarget()
 	p.probeAt = now
 	t.resends++ // its ack no longer times a round trip (Karn)
 	p.ep.cnt[TailProbes]++
 	p.transmitLast(t)
-	b.noteDue(now + p.rto(b.opts.ResendDelay, 0))
 }
 
 // pto is the tail-loss probe timeout after backoff doublings: twice the
