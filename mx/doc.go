@@ -91,10 +91,11 @@
 // a tail-loss probe: the newest unacked request's last frame, which a
 // receiver that has it answers with an immediate ack, and which completes
 // a message whose last frame was lost. Go timers fire about a millisecond
-// late on Linux (epoll_wait's timeout is in ms), so every armed
-// retransmission deadline is also set on a per-board timerfd in the Go
+// late on Linux (epoll_wait's timeout is in ms), so the probe's deadline
+// (and a SACK hole's) is also set on a per-board timerfd in the Go
 // netpoller (finetimer.go): a lost small frame costs about the probe
-// timeout, not a millisecond. Between two gomx boards
+// timeout, not a millisecond. Full resends keep the board's ticks, so a
+// stalled peer costs a probe, not a resent message. Between two gomx boards
 // that both announce it (ExtSack, unless BoardOptions.NoSack), a receiver
 // that gets a frame past a hole answers at once with a selective ack
 // listing what it holds past its ack point, per message and medium
