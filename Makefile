@@ -88,6 +88,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 5000x ./cmd/mxbench/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 5000x ./internal/units/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20000x ./mx/wire/
+	$(GO) test -run '^$$' -fuzz FuzzSack -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz FuzzRxAccept -fuzztime 20000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 5000x ./transport/nic/
 	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/

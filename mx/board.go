@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,8 @@ type Board struct {
 	cnt       Counters
 	now       int64 // nanoseconds since base, refreshed per batch
 	nextTick  int64
+	due       int64 // earliest noted retransmission deadline, 0: none (finetimer.go)
+	armed     int64 // when the fine timer's timerfd fires, 0: not set
 	txbuf     []byte
 	tx1       [1]transport.Frame
 	txFrames  []transport.Frame
@@ -104,6 +107,11 @@ type Board struct {
 	rawWake  chan struct{}
 	quit     chan struct{}
 	exited   chan struct{}
+	// fine is the timerfd of the fine timer (nil without one);
+	// fineExited is closed when its goroutine ends (finetimer.go).
+	fine       *os.File
+	fineFd     int
+	fineExited chan struct{}
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -139,14 +147,18 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		rawWake:  make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		exited:   make(chan struct{}),
+
+		fineExited: make(chan struct{}),
 	}
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
 	}
+	b.fine, b.fineFd = openFineTimer() // finetimer.go
 	b.omx = min(o.OpenMXMTU-ethHeaderLen, mtu)
 	// Frames to itself: a gomx peer with the same options.
 	self := b.peerIndex(b.nic)
 	b.peers[self].gomx, b.peers[self].crc, b.peers[self].maxFrame = true, b.crc, mtu
+	b.peers[self].sack = !o.NoSack
 	if max := wire.MaxMediumFrag * fragStride(mtu, b.crc); b.opts.RendezvousThreshold > max {
 		b.opts.RendezvousThreshold = max
 	}
@@ -160,6 +172,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	b.openHost()   // host.go
 	b.cmaPublish() // cma.go
 	go b.progress()
+	go b.fineTimer() // finetimer.go
 	return b, nil
 }
 
@@ -208,6 +221,10 @@ func (b *Board) Close() error {
 		err = b.tr.Close()
 		b.recvMu.Unlock()
 		<-b.exited
+		if b.fine != nil {
+			b.fine.Close()
+		}
+		<-b.fineExited
 		b.closeHost()
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)
@@ -264,7 +281,20 @@ func (b *Board) timersLocked(force bool) {
 	if !force && b.now < b.nextTick {
 		return
 	}
+	b.runTimersLocked()
+	b.nextTick = b.now + int64(b.tick)
+	if b.now-b.lastBusy < int64(busyLinger) {
+		b.nextTick = b.now + int64(b.tickBusy)
+	}
+}
+
+// runTimersLocked runs every endpoint's periodic duties now. It leaves
+// nextTick alone: the progress goroutine reads that under recvMu only, and
+// the fine goroutine (finetimer.go), which holds mu alone, calls this.
+func (b *Board) runTimersLocked() {
+	b.now = b.clock()
 	b.checkLostPeers() // peerloss.go
+	b.due = 0          // the timers below arm it again
 	busy := false
 	for _, e := range b.eps {
 		if e != nil && e.timers() {
@@ -273,10 +303,6 @@ func (b *Board) timersLocked(force bool) {
 	}
 	if busy {
 		b.lastBusy = b.now
-	}
-	b.nextTick = b.now + int64(b.tick)
-	if b.now-b.lastBusy < int64(busyLinger) {
-		b.nextTick = b.now + int64(b.tickBusy)
 	}
 }
 
@@ -486,6 +512,7 @@ type peerInfo struct {
 	learnt   bool   // an accepted CONNECT told what follows
 	gomx     bool   // it sent the gomx connect extension
 	crc      bool   // both sides want the trailer: frames to and from it carry one
+	sack     bool   // both sides announced the selective ack (sack.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -555,6 +582,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.learnt = true
 	pi.gomx = h.HasExt && h.Ext.Version >= 1
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
+	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.mtu)

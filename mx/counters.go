@@ -92,6 +92,11 @@ const (
 	// unacked message sent again when the oldest one's timeout expired,
 	// before anything is resent in full.
 	TailProbes
+	// SacksSent counts the TRUCs sent with a selective ack (sack.go):
+	// at once because a frame arrived past a hole, or any ack sent while
+	// holes remain; SacksReceived the selective acks a sender took.
+	SacksSent
+	SacksReceived
 	numCounters
 )
 
@@ -120,6 +125,7 @@ var counterNames = [numCounters]string{
 	"process_vm_readv failed (pulled)",
 	"fast retransmits", "timer retransmits", "duplicates received (spurious retransmits)",
 	"pull frames re-requested", "tail-loss probes",
+	"selective acks sent", "selective acks received",
 }
 
 // String returns the counter's label.

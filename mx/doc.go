@@ -85,11 +85,22 @@
 // messages or AckDelay. The sender keeps every sequenced packet until
 // acked. Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
-// estimate), and a request unacked for srtt + 4*rttvar (clamped to
-// RTOMin..RTOMax; ResendDelay before the first sample) first triggers a
-// tail-loss probe: the newest unacked request's last frame, which a
+// estimate). The newest request unacked for twice the smoothed round trip
+// or srtt + 4*rttvar (at least RTOMin/2), or any request unacked for srtt + 4*rttvar (clamped
+// to RTOMin..RTOMax; ResendDelay before the first sample), first triggers
+// a tail-loss probe: the newest unacked request's last frame, which a
 // receiver that has it answers with an immediate ack, and which completes
-// a message whose last frame was lost. A round trip later, what is still
+// a message whose last frame was lost. Go timers fire about a millisecond
+// late on Linux (epoll_wait's timeout is in ms), so the probe's deadline
+// (and a SACK hole's) is also set on a per-board timerfd in the Go
+// netpoller (finetimer.go): a lost small frame costs about the probe
+// timeout, not a millisecond. Full resends keep the board's ticks, so a
+// stalled peer costs a probe, not a resent message. Between two gomx boards
+// that both announce it (ExtSack, unless BoardOptions.NoSack), a receiver
+// that gets a frame past a hole answers at once with a selective ack
+// listing what it holds past its ack point, per message and medium
+// fragment, and the sender resends just the holes (sack.go;
+// docs/wire-extensions.md). A round trip later, what is still
 // overdue is resent, each resend of a request doubling its timeout up to
 // RTOMax. A request unacked for ResendDelay*(ResendMax+1) since its first
 // send makes the peer unreachable, however the backoff went, and every

@@ -281,13 +281,18 @@ func forgedFrames(t *testing.T, w *wire2) {
 	}
 }
 
-// newPairOn opens a connected pair of boards on an existing wire.
-func newPairOn(t testing.TB, w *wire2, opts BoardOptions) *pair {
+// newPairOn opens a connected pair of boards on an existing wire, with
+// opts (board b with optsB[0] when given).
+func newPairOn(t testing.TB, w *wire2, opts BoardOptions, optsB ...BoardOptions) *pair {
 	t.Helper()
 	opts.Local.Off = !w.shortcut
 	ba, err := NewBoard(w.a, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(optsB) > 0 {
+		opts = optsB[0]
+		opts.Local.Off = !w.shortcut
 	}
 	bb, err := NewBoard(w.b, opts)
 	if err != nil {

@@ -21,10 +21,10 @@ type pair struct {
 
 // newPair opens a connected pair of boards on a fresh wire of tf and checks
 // for leaked goroutines when the test ends.
-func newPair(t testing.TB, tf transportFactory, opts BoardOptions, f loopback.Faults) *pair {
+func newPair(t testing.TB, tf transportFactory, opts BoardOptions, f loopback.Faults, optsB ...BoardOptions) *pair {
 	t.Helper()
 	checkLeaks(t)
-	return newPairOn(t, tf.new(t, f), opts)
+	return newPairOn(t, tf.new(t, f), opts, optsB...)
 }
 
 func testCtx(t testing.TB, d time.Duration) context.Context {

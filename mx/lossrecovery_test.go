@@ -15,10 +15,16 @@ import (
 // TestLossRecovery streams every size class (tiny, small, medium, large)
 // over a wire that loses none, 0.1%, 1% and 20% of frames and also
 // reorders and duplicates them: every message arrives exactly once, in order, byte for
-// byte, and the counters show how the losses were recovered.
+// byte, and the counters show how the losses were recovered. It runs with
+// selective acks negotiated and, at 1% and 20%, with one board refusing
+// them (NoSack), where neither side may send or take one.
 func TestLossRecovery(t *testing.T) {
-	for _, loss := range []float64{0, 0.001, 0.01, 0.2} {
-		t.Run(fmt.Sprintf("loss=%g", loss), func(t *testing.T) {
+	for _, c := range []struct {
+		sack bool
+		loss float64
+	}{{true, 0}, {true, 0.001}, {true, 0.01}, {true, 0.2}, {false, 0.01}, {false, 0.2}} {
+		loss := c.loss
+		t.Run(fmt.Sprintf("sack=%v/loss=%g", c.sack, loss), func(t *testing.T) {
 			n := 4000
 			if loss >= 0.1 {
 				n = 1500
@@ -27,7 +33,9 @@ func TestLossRecovery(t *testing.T) {
 				n /= 4
 			}
 			opts := fastOptions()
-			pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+			optsB := opts
+			optsB.NoSack = !c.sack
+			pr := newPair(t, loopbackOnly, opts, loopback.Faults{}, optsB)
 			pr.w.faults(loopback.Faults{Loss: loss, Reorder: 0.05, Duplicate: 0.02, Seed: 1300})
 			runStream(t, pr, n, 32)
 			ca, cb := pr.a.Counters(), pr.b.Counters()
@@ -40,6 +48,14 @@ func TestLossRecovery(t *testing.T) {
 			}
 			if cb.Get(DupReceived) == 0 {
 				t.Errorf("the wire duplicates frames but the receiver counted no duplicate")
+			}
+			sacks := ca.Get(SacksSent) + cb.Get(SacksSent) + ca.Get(SacksReceived) + cb.Get(SacksReceived)
+			t.Logf("selective acks sent %d, received %d", cb.Get(SacksSent), ca.Get(SacksReceived))
+			if c.sack && cb.Get(SacksSent) == 0 {
+				t.Errorf("the wire reorders frames but the receiver sent no selective ack")
+			}
+			if !c.sack && sacks != 0 {
+				t.Errorf("%d selective acks where one board refused them", sacks)
 			}
 		})
 	}
@@ -172,4 +188,101 @@ func FuzzRTTTimeout(f *testing.F) {
 			check()
 		}
 	})
+}
+
+// dropFirst wraps a transport and drops the first outgoing frame that
+// contains marker, once.
+type dropFirst struct {
+	transport.Transport
+	marker  []byte
+	dropped atomic.Bool
+}
+
+func (d *dropFirst) Send(frames []transport.Frame) (int, error) {
+	keep := frames[:0:0]
+	for _, f := range frames {
+		if bytes.Contains(f.Data, d.marker) && d.dropped.CompareAndSwap(false, true) {
+			continue
+		}
+		keep = append(keep, f)
+	}
+	if len(keep) > 0 {
+		if _, err := d.Transport.Send(keep); err != nil {
+			return 0, err
+		}
+	}
+	return len(frames), nil
+}
+
+// TestSackMediumFragment loses the middle fragment of a three-fragment
+// medium message once. With selective acks the receiver, holding the
+// fragment after the hole, reports it at once and the sender resends that
+// fragment alone, as a fast retransmit, long before any timer (RTOMin is
+// 50 ms here). Without them (the receiver's board sets NoSack) no SACK
+// crosses the wire and the timer resends the message.
+func TestSackMediumFragment(t *testing.T) {
+	for _, sack := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sack=%v", sack), func(t *testing.T) {
+			w := newLoopbackWire(t, loopback.Faults{})
+			marker := []byte("the-middle-fragment-is-lost-once")
+			d := &dropFirst{Transport: w.a, marker: marker}
+			w.a = d
+			opts := fastOptions()
+			opts.ResendDelay = time.Second
+			opts.RTOMin = 50 * time.Millisecond
+			opts.ZombieSends = -1
+			optsB := opts
+			optsB.NoSack = !sack
+			pr := newPairOn(t, w, opts, optsB)
+			for i := 0; i < 10; i++ { // round trips to measure
+				r, _ := pr.b.IRecv(nil, 1, ^uint64(0), nil)
+				s, _ := pr.a.ISend(nil, pr.atob, 1, nil)
+				mustWait(t, r, 10*time.Second)
+				back, _ := pr.b.ISend(nil, pr.btoa, 2, nil)
+				r2, _ := pr.a.IRecv(nil, 2, ^uint64(0), nil)
+				mustWait(t, r2, 10*time.Second)
+				mustWait(t, s, 10*time.Second)
+				mustWait(t, back, 10*time.Second)
+			}
+			pr.ba.mu.Lock()
+			stride := pr.a.partner(pr.bb.NICID(), 2, false).stride
+			pr.ba.mu.Unlock()
+			msg := pattern(2*stride+100, 7)
+			copy(msg[stride+50:], marker)
+			ca0, cb0 := pr.a.Counters(), pr.b.Counters()
+			buf := make([]byte, len(msg))
+			r, _ := pr.b.IRecv([][]byte{buf}, 3, ^uint64(0), nil)
+			s, _ := pr.a.ISend([][]byte{msg}, pr.atob, 3, nil)
+			mustWait(t, r, 30*time.Second)
+			mustWait(t, s, 30*time.Second)
+			if !bytes.Equal(buf, msg) {
+				t.Fatal("the medium message differs")
+			}
+			if !d.dropped.Load() {
+				t.Fatal("the wire dropped nothing: is the marker in one fragment?")
+			}
+			ca, cb := pr.a.Counters(), pr.b.Counters()
+			delta := func(c Counters, c0 Counters, k Counter) uint64 { return c.Get(k) - c0.Get(k) }
+			fast, timer := delta(ca, ca0, FastRetransmits), delta(ca, ca0, TimerRetransmits)
+			probes, frags := delta(ca, ca0, TailProbes), delta(ca, ca0, SendMediumFrag)
+			t.Logf("fast %d, timer %d, probes %d, fragments sent %d, sacks sent %d",
+				fast, timer, probes, frags, delta(cb, cb0, SacksSent))
+			if !sack {
+				if fast != 0 || timer == 0 || delta(cb, cb0, SacksSent)+delta(ca, ca0, SacksReceived) != 0 {
+					t.Errorf("without SACK: fast %d, timer %d, sacks %d", fast, timer, delta(cb, cb0, SacksSent))
+				}
+				return
+			}
+			if delta(cb, cb0, SacksSent) == 0 || delta(ca, ca0, SacksReceived) == 0 || fast == 0 {
+				t.Errorf("with SACK: %d sent, %d received, %d fast retransmits; want a SACK and a fast retransmit",
+					delta(cb, cb0, SacksSent), delta(ca, ca0, SacksReceived), fast)
+			}
+			// Three fragments, the lost one again (twice if a stalled
+			// machine delayed the first resend past a repeated SACK), and
+			// whatever a stall made the timers send.
+			if frags != 3+fast+3*timer+probes {
+				t.Errorf("%d fragments sent: want the three and the missing one only (timer %d, probes %d)", frags, timer, probes)
+			}
+		})
+	}
 }

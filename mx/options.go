@@ -34,7 +34,8 @@ type BoardOptions struct {
 	// pull re-requests use once a partner's round trip has been measured
 	// (srtt + 4*rttvar, RFC 6298; see rtt.go): RTOMin keeps a fast, steady
 	// wire from resending on scheduling noise, RTOMax caps exponential
-	// backoff. Defaults 250 us and ResendDelay. Before the first
+	// backoff. The tail-loss probe waits twice the smoothed round trip,
+	// or srtt + 4*rttvar, at least RTOMin/2. Defaults 250 us and ResendDelay. Before the first
 	// measurement ResendDelay and PullTimeout apply as they are.
 	RTOMin, RTOMax time.Duration
 	// PullBlockFrames is the number of PULL_REPLY frames per block. Default 32.
@@ -64,6 +65,10 @@ type BoardOptions struct {
 	// and never with an Open-MX peer, which does not announce it. Only turn
 	// it off on wires that check integrity.
 	NoChecksum bool
+	// NoSack turns off the selective ack (see package wire): between two
+	// gomx boards it is on when both announce it (neither set NoSack);
+	// an Open-MX peer never uses it.
+	NoSack bool
 	// LittleEndian selects little-endian header integers, for Open-MX peers
 	// built with --disable-endian on little-endian hosts; Open-MX's default
 	// and gomx's is big-endian. Every board on a wire must agree.

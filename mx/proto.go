@@ -153,6 +153,9 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 	}
 	pt.got |= bit
 	pt.ngot++
+	if pt.got&(bit-1) != bit-1 {
+		p.outOfOrder() // an earlier fragment of the message is missing
+	}
 	off := m.Offset(p.stride)
 	switch {
 	case pt.r != nil:

@@ -49,6 +49,7 @@ type partner struct {
 	// reply length both sides use (Open-MX's build-time sizes for an
 	// Open-MX peer).
 	crc      bool
+	sack     bool // selective acks both ways (sack.go)
 	stride   int
 	replyLen int
 	context  any // Endpoint.SetAddrContext
@@ -75,6 +76,12 @@ type partner struct {
 	connAttempt uint8
 
 	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
+
+	// selective acks (sack.go), receive side: frames that arrived past
+	// a hole since the last ack or SACK went out, and whether a SACK
+	// reported a hole that the ack point has not passed yet.
+	oooFrames int
+	sackOpen  bool
 
 	rtt  rtt // round-trip estimate of the sequenced stream (rtt.go)
 	prtt rtt // and of pulls to the peer: PULL to first PULL_REPLY
@@ -129,10 +136,10 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.stride, p.replyLen = false, fragStride(b.omx, false), replyLen(b.omx, false)
+		p.crc, p.sack, p.stride, p.replyLen = false, false, fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc = pi.crc
+	p.crc, p.sack = pi.crc, pi.sack
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -158,6 +165,7 @@ func (p *partner) transmitNew(r *Request) {
 	p.sendSeq = seqNext(p.sendSeq)
 	p.unacked.push(r)
 	p.transmit(r)
+	p.ep.b.noteDue(r.lastSend + p.pto(0))
 }
 
 func (p *partner) flushWait() {
@@ -198,23 +206,7 @@ func (p *partner) transmit(r *Request) {
 		e.cnt[c]++
 		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf), p.crc)
 	case classMedium:
-		stride := p.stride
-		ack := p.piggyback()
-		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: ack,
-			Match: r.match, Session: p.rsession}
-		lens := b.lens[:0]
-		for i, off := 0, 0; off < len(r.buf); i, off = i+1, off+stride {
-			n := min(stride, len(r.buf)-off)
-			fb := b.batchBuf(i)
-			wire.PutPeerIndex(fb, p.peerIdx, b.ord)
-			h.FragIndex, h.FragLength = uint8(i), uint16(n)
-			h.Put(fb[wire.HeadLen:], b.ord)
-			copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
-			lens = append(lens, wire.HeadLen+wire.MediumLen+n)
-		}
-		e.cnt[SendMediumFrag] += uint64(len(lens))
-		b.sendBatch(p.nic, lens, p.crc)
-		b.lens = lens[:0]
+		p.transmitFrags(r, 0)
 	case classLarge:
 		reg := &e.regions[r.region]
 		h := wire.Rndv{DstEP: p.epID, SrcEP: e.id, Seq: r.seq, Ack: p.piggyback(), Match: r.match,
@@ -271,44 +263,155 @@ func (p *partner) acked(r *Request) {
 	e.b.maybeFree(r)
 }
 
-// resendDue handles the unacked requests whose timeout expired: the
-// partner's RTO, doubled for every earlier resend of the request. The
-// first expiry since the ack last moved sends a tail-loss probe only: the
-// last frame of the newest unacked request, which the receiver answers
-// with an immediate ack if it has everything (the usual case when its ack
-// was only delayed) and which completes a message whose last frame was
-// lost. A round trip later, what is still overdue is resent in full. A
-// request unacked for ResendDelay*(its resend limit+1) since its first
-// send makes the partner unreachable, however the backoff went.
+// resendDue handles the unacked requests whose timeout expired. The first
+// expiry since the ack last moved sends a tail-loss probe only: the last
+// frame of the newest unacked request, which the receiver answers with an
+// immediate ack if it has everything (the usual case when its ack was only
+// delayed) and which completes a message whose last frame was lost. The
+// probe goes out a probe timeout (pto) after the newest request was sent,
+// or when any request reaches its RTO, whichever is first. A round trip
+// (RTO) after the probe, what is still overdue is resent in full, each
+// request after the partner's RTO doubled for every earlier resend of it.
+// A request unacked for ResendDelay*(its resend limit+1) since its first
+// send makes the partner unreachable, however the backoff went. Only the
+// probe's deadline (and SACK holes', sack.go) is noted for the fine timer
+// (finetimer.go): a spurious probe costs one frame, but a full resend
+// fired by a precise timer whenever a loaded machine stalls the peer past
+// RTOMin costs the whole message, so those keep the board's ticks.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
+	if p.unreachable(now) {
+		return
+	}
+	if p.sack {
+		p.sackResend(now)
+	}
+	if p.probeAt == 0 {
+		t := p.probeTarget()
+		// The fine timer (finetimer.go) keeps this deadline.
+		if due := t.lastSend + p.pto(t.resends); now < due {
+			b.noteDue(due)
+		} else {
+			p.probe(now)
+			return
+		}
+	}
 	k := 0
 	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
-		if now-r.firstSend >= int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
-			p.ep.cnt[Unreachable]++
-			p.reset(ErrUnreachable)
-			return
+		if r != p.unacked.head && p.sackedWhole(r) {
+			// The receiver has it: only the cumulative ack is missing.
+			// (Never the oldest: the receiver holds what it reported
+			// until it delivers it, but a receive that cannot take a
+			// message (unexpected queue full) drops it then, and the
+			// oldest is where the ack point stops.)
+			continue
 		}
 		if now-r.lastSend < p.rto(b.opts.ResendDelay, r.resends) {
 			continue
 		}
 		if p.probeAt == 0 {
-			t := p.unacked.tail
-			p.probeAt = now
-			t.resends++ // its ack no longer times a round trip (Karn)
-			p.ep.cnt[TailProbes]++
-			p.transmitLast(t)
+			p.probe(now)
 			return
 		}
 		if now-p.probeAt < p.rto(b.opts.ResendDelay, 0) {
 			return
 		}
 		r.resends++
+		r.sackHole, r.sackHeld = false, 0 // in full: what a SACK said may be stale
 		p.ep.cnt[Resends]++
 		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)
 		k++
 	}
+}
+
+// unreachable resets the partner, failing its requests with
+// ErrUnreachable, if an unacked request has waited ResendDelay*(its
+// resend limit+1) since its first send.
+func (p *partner) unreachable(now int64) bool {
+	b := p.ep.b
+	for r := p.unacked.head; r != nil; r = r.qnext {
+		if now-r.firstSend >= int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
+			p.ep.cnt[Unreachable]++
+			p.reset(ErrUnreachable)
+			return true
+		}
+	}
+	return false
+}
+
+// probeTarget is the request the tail-loss probe resends the last frame
+// of: the newest unacked one the receiver does not hold whole.
+func (p *partner) probeTarget() *Request {
+	t := p.unacked.tail
+	for t.qprev != nil && p.sackedWhole(t) {
+		t = t.qprev
+	}
+	return t
+}
+
+// probe sends the tail-loss probe (see resendDue).
+func (p *partner) probe(now int64) {
+	t := p.probeTarget()
+	p.probeAt = now
+	t.resends++ // its ack no longer times a round trip (Karn)
+	p.ep.cnt[TailProbes]++
+	p.transmitLast(t)
+}
+
+// pto is the tail-loss probe timeout after backoff doublings: twice the
+// smoothed round trip (RACK-TLP's choice) or srtt + 4*rttvar, whichever is
+// longer, so a wire whose round trips vary (a loaded machine stalling
+// the peer) does not probe every slow message; at least half of
+// RTOMin and at most the RTO. Before the first measurement it is the RTO.
+func (p *partner) pto(backoff int) int64 {
+	b := p.ep.b
+	rto := p.rto(b.opts.ResendDelay, backoff)
+	if !p.rtt.ok {
+		return rto
+	}
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, int64(b.opts.RTOMin)/2)
+	for i := 0; i < backoff && t < rto; i++ {
+		t *= 2
+	}
+	return min(t, rto)
+}
+
+// transmitFrags sends the fragments of a medium request whose bit in
+// skip is clear (all of them for skip 0), in one batch.
+func (p *partner) transmitFrags(r *Request, skip uint32) {
+	e := p.ep
+	b := e.b
+	r.lastSend = b.now
+	stride := p.stride
+	h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: p.piggyback(),
+		Match: r.match, Session: p.rsession}
+	lens := b.lens[:0]
+	for i, off := 0, 0; off < len(r.buf); i, off = i+1, off+stride {
+		if i < 32 && skip&(1<<i) != 0 {
+			continue
+		}
+		n := min(stride, len(r.buf)-off)
+		fb := b.batchBuf(len(lens))
+		wire.PutPeerIndex(fb, p.peerIdx, b.ord)
+		h.FragIndex, h.FragLength = uint8(i), uint16(n)
+		h.Put(fb[wire.HeadLen:], b.ord)
+		copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
+		lens = append(lens, wire.HeadLen+wire.MediumLen+n)
+	}
+	e.cnt[SendMediumFrag] += uint64(len(lens))
+	b.sendBatch(p.nic, lens, p.crc)
+	b.lens = lens[:0]
+}
+
+// transmitMissing resends what the receiver's latest SACK says it lacks
+// of r: the missing fragments of a medium, the whole of anything else.
+func (p *partner) transmitMissing(r *Request) {
+	if r.class == classMedium && p.sack && r.sackHeld != 0 {
+		p.transmitFrags(r, r.sackHeld)
+		return
+	}
+	p.transmit(r)
 }
 
 // transmitLast sends the last frame of a sequenced request again: the
@@ -410,6 +513,7 @@ func (p *partner) reset(code error) {
 	p.fullSeq = p.recvSeq
 	p.notAcked = 0
 	p.ackDeadline = 0
+	p.oooFrames, p.sackOpen = 0, false
 	p.dead = true
 }
 
@@ -421,11 +525,17 @@ func (p *partner) sendAck() {
 	p.ackNumSent++
 	h := wire.Truc{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, AckUpTo: p.fullSeq,
 		AckNum: p.ackNumSent, SendSeq: p.sendSeq}
+	if p.sack {
+		p.buildSack(&h.Sack)
+		if h.HasSack = h.Sack.N > 0; h.HasSack {
+			e.cnt[SacksSent]++
+		}
+	}
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendTruc]++
-	b.sendFrame(p.nic, buf, wire.HeadLen+wire.TrucLen, p.crc)
+	b.sendFrame(p.nic, buf, wire.HeadLen+h.Len(), p.crc)
 	p.notAcked = 0
 	p.ackStale = false
 	p.ackDeadline = 0
@@ -453,7 +563,7 @@ func (p *partner) updateFull() {
 	} else {
 		p.fullSeq = p.recvSeq
 	}
-	if p.fullSeq != old {
+	if p.fullSeq != old && !p.fullMoved() {
 		p.noteReceived()
 	}
 }
@@ -501,6 +611,9 @@ func (p *partner) recvSequenced(f []byte) {
 		}
 		p.recvSeq = seqNext(p.recvSeq)
 		p.updateFull()
+		if len(p.partials) > 0 && p.partials[0].seq != seq {
+			p.outOfOrder() // an earlier medium is still missing fragments
+		}
 		p.drainEarly()
 	case d < seqHalf:
 		if d > earlyWindow || len(p.early) >= earlyMax {
@@ -511,11 +624,13 @@ func (p *partner) recvSequenced(f []byte) {
 			if x.seq == seq && sameFrag(x.data, f) {
 				e.cnt[DupFrags]++
 				e.cnt[DupReceived]++
+				p.outOfOrder()
 				return
 			}
 		}
 		e.cnt[EarlyStored]++
 		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...)})
+		p.outOfOrder()
 	default:
 		if typ == wire.TypeMedium {
 			for _, pt := range p.partials {
@@ -619,6 +734,9 @@ func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
 	}
 	p.ackNumRecv = h.AckNum
 	p.applyAck(h.AckUpTo)
+	if h.HasSack && p.sack {
+		p.onSack(&h.Sack)
+	}
 }
 
 func nackErr(kind uint8) error {
@@ -694,6 +812,9 @@ func (b *Board) connectExt() wire.ConnectExt {
 	x := wire.ConnectExt{Version: wire.ConnectExtVersion, MaxFrame: uint16(b.mtu)}
 	if b.crc {
 		x.Flags |= wire.ExtChecksum
+	}
+	if !b.opts.NoSack {
+		x.Flags |= wire.ExtSack
 	}
 	return x
 }

@@ -103,8 +103,12 @@ type Request struct {
 	resends   int
 	resendMax int  // SetRequestTimeout: resends before failure; 0: the endpoint's
 	nacked    bool // a NACK_LIB came; the next one (after the resend it caused) fails it
-	acked     bool
-	region    int // -1: none
+	// What the receiver's latest selective ack said of it (sack.go): the
+	// fragments it holds, and whether it is a hole to resend.
+	sackHeld uint32
+	sackHole bool
+	acked    bool
+	region   int // -1: none
 	// notify (internal)
 	pulled               uint32
 	nRegionID, nRegionSq uint8

@@ -460,6 +460,9 @@ const (
 	// ExtChecksum: the sender wants the CRC-32C trailer; it is on when both
 	// sides set it.
 	ExtChecksum = 1 << 0
+	// ExtSack: the sender reads and sends the TRUC selective-ack
+	// extension ([Sack]); it is used when both sides set it.
+	ExtSack = 1 << 1
 )
 
 func hasConnectExt(p []byte, o Order) bool {
@@ -538,12 +541,16 @@ func DecodeConnect(p []byte, o Order) (Connect, error) {
 }
 
 // Truc is the 28-byte TRUC packet carrying an explicit library ack (struct
-// omx_pkt_truc with its liback data).
+// omx_pkt_truc with its liback data), optionally followed by the gomx
+// selective-ack extension ([Sack]) when HasSack is set.
 //
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
-//	4 data length (16) | 5 pad (3) | 8 destination session (4)
+//	4 data length (16; 16+8+6n with a SACK of n blocks) | 5 pad (3)
+//	8 destination session (4)
 //	12 data type (0x55 = ack) | 13 pad | 14 ack up to (2) | 16 session again (4)
 //	20 ack number (4) | 24 sender's next send seq (2) | 26 resent | 27 pad
+//	gomx SACK extension: 28 magic "gmsk" (4) | 32 block count n (1..16)
+//	33 reserved, zero (3) | 36 n blocks of: seq (2) | fragments held (4)
 type Truc struct {
 	DstEP, SrcEP, Gen uint8
 	Session           uint32 // session id of the destination endpoint
@@ -551,6 +558,67 @@ type Truc struct {
 	AckNum            uint32 // monotonic per partner: stale acks are dropped
 	SendSeq           uint16 // the sender's next send seq (informational)
 	Resent            bool
+	// Sack says what the receiver holds past AckUpTo; HasSack says
+	// whether the extension is present (only between gomx boards that
+	// both announced ExtSack at connect).
+	Sack    Sack
+	HasSack bool
+}
+
+// Sack is the gomx selective-ack extension of TRUC: which sequenced
+// messages past the ack point the receiver holds, whole or in part. It
+// follows Open-MX's 28 TRUC bytes, announced by the data length field
+// (16+8+6n instead of 16); Open-MX never sends more than 16 and reads only
+// 16, and a board sends the extension only to a peer whose CONNECT set
+// [ExtSack].
+type Sack struct {
+	N      int // blocks in use, 1..SackMaxBlocks
+	Blocks [SackMaxBlocks]SackBlock
+}
+
+// SackBlock is one message the receiver holds something of.
+type SackBlock struct {
+	Seq uint16 // its sequence number (session bits included)
+	// Held has bit i set when fragment i of the message is held; a message
+	// held whole (every fragment, or the only frame of a non-medium
+	// message) says SackWhole.
+	Held uint32
+}
+
+// Sizes and constants of the SACK extension.
+const (
+	SackMagic     = 0x676D736B // "gmsk"
+	SackHeadLen   = 8          // magic, count, reserved
+	SackBlockLen  = 6          // seq, fragments held
+	SackMaxBlocks = 16
+	SackWhole     = 0xFFFFFFFF // Held of a message held whole
+)
+
+// Len returns the encoded length: TrucLen, plus the SACK extension when
+// HasSack.
+func (h *Truc) Len() int {
+	if h.HasSack {
+		return TrucLen + SackHeadLen + SackBlockLen*h.Sack.N
+	}
+	return TrucLen
+}
+
+// sackLen returns the length of a well-formed SACK extension after the 28
+// TRUC bytes at p, 0 when there is none (an Open-MX TRUC), or an error
+// when the magic is there but the count or data length is wrong.
+func sackLen(p []byte, o Order) (int, error) {
+	if p[4] <= trucData || len(p) < TrucLen+SackHeadLen || o.u32(p[TrucLen:]) != SackMagic {
+		return 0, nil
+	}
+	n := int(p[TrucLen+4])
+	if n < 1 || n > SackMaxBlocks || int(p[4]) != trucData+SackHeadLen+SackBlockLen*n {
+		return 0, derr(TypeTruc, "sack length", ErrBadLength)
+	}
+	l := SackHeadLen + SackBlockLen*n
+	if len(p) < TrucLen+l {
+		return 0, derr(TypeTruc, "sack", ErrShort)
+	}
+	return l, nil
 }
 
 // Put writes the header.
@@ -567,6 +635,19 @@ func (h *Truc) Put(p []byte, o Order) {
 	p[26], p[27] = 0, 0
 	if h.Resent {
 		p[26] = 1
+	}
+	if h.HasSack {
+		n := h.Sack.N
+		_ = p[h.Len()-1]
+		p[4] = byte(trucData + SackHeadLen + SackBlockLen*n)
+		x := p[TrucLen:]
+		o.put32(x, SackMagic)
+		x[4], x[5], x[6], x[7] = byte(n), 0, 0, 0
+		for i, bl := range h.Sack.Blocks[:n] {
+			b := x[SackHeadLen+SackBlockLen*i:]
+			o.put16(b, bl.Seq)
+			o.put32(b[2:], bl.Held)
+		}
 	}
 }
 
@@ -592,6 +673,16 @@ func DecodeTruc(p []byte, o Order) (Truc, error) {
 	h.AckNum = o.u32(p[20:])
 	h.SendSeq = o.u16(p[24:])
 	h.Resent = p[26] != 0
+	l, err := sackLen(p, o)
+	if err != nil || l == 0 {
+		return h, err
+	}
+	h.HasSack = true
+	h.Sack.N = int(p[TrucLen+4])
+	for i := range h.Sack.N {
+		b := p[TrucLen+SackHeadLen+SackBlockLen*i:]
+		h.Sack.Blocks[i] = SackBlock{Seq: o.u16(b), Held: o.u32(b[2:])}
+	}
 	return h, nil
 }
 

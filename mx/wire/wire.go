@@ -52,6 +52,19 @@
 //     extensions both set [ExtChecksum], and off otherwise, in particular
 //     always off with an Open-MX peer (which ignores bytes after a header's
 //     stated length, so a trailer sent before the negotiation is harmless).
+//   - The selective ack ([Sack]): a TRUC between two gomx boards whose
+//     connect extensions both set [ExtSack] may carry, after Open-MX's 28
+//     bytes, what the receiver holds past its cumulative ack. Its data
+//     length field says 16+8+6n (Open-MX always says 16), then, field by
+//     field: a magic "gmsk" (4 bytes); the block count n, 1 to 16 (1 byte);
+//     3 reserved bytes, written as zero and never read; then n blocks of 6
+//     bytes, each a sequence number (2 bytes, session bits included, always
+//     past the TRUC's ack-up-to) and a 32-bit map of the fragments of that
+//     message the receiver holds (bit i: fragment i; all ones: the whole
+//     message, whatever its kind). A sequence number past the ack point
+//     and absent from the blocks is one the receiver holds nothing of. A
+//     board never sends the extension to a peer that did not announce it,
+//     so an Open-MX peer sees exactly Open-MX's TRUC.
 package wire
 
 import (
@@ -310,7 +323,14 @@ func FrameLen(data []byte, o Order) (int, error) {
 			n += ConnectExtLen
 		}
 	case TypeTruc:
-		n = TrucLen
+		if err := need(TrucLen); err != nil {
+			return 0, err
+		}
+		l, err := sackLen(p, o)
+		if err != nil {
+			return 0, err
+		}
+		n = TrucLen + l
 	case TypeNackLib:
 		n = NackLibLen
 	case TypeNackMCP:

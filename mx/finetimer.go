@@ -1,0 +1,98 @@
+package mx
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// The fine timer: retransmission deadlines to the microsecond.
+//
+// A lost frame that no later frame reveals (the only frame of a small
+// message, the last one of a burst, a ping-pong's pong) comes back only when
+// a timer fires, so the timer's precision is the cost of such a loss. Go's
+// runtime sleeps in epoll_wait, whose timeout is in milliseconds: a Go timer
+// set to 60 µs fires after about 1.1 ms on an idle Linux machine, and the
+// progress goroutine, which waits for frames with the transport's Recv and
+// a Go timer, cannot take a deadline closer than that. On a wire whose round
+// trip is a few microseconds, that millisecond was the whole cost of a lost
+// small frame.
+//
+// An fd event, unlike a timeout, ends epoll_wait at once. So every board
+// has a timerfd (CLOCK_MONOTONIC, an hrtimer in the kernel) in the Go
+// netpoller and a goroutine blocked reading it. The protocol notes the
+// deadlines whose precision pays (noteDue: the tail-loss probe, which
+// resends one frame, and a SACK hole's reordering window); when one is
+// earlier than the timerfd's, the timerfd is set to it. Full resends and
+// pull re-requests keep the board's ticks: fired precisely at RTOMin, they
+// resend whole messages whenever a loaded machine stalls the peer. When it fires, the goroutine runs the board's timers, which
+// note what is still pending. No thread sleeps for it and nothing runs on
+// an idle board. The progress goroutine keeps its own ticks, so the fine
+// timer only ever makes a timer fire sooner; where no timerfd can be had
+// (a seccomp filter, say), the ticks alone remain, as before.
+
+// openFineTimer creates the board's timerfd: the file the goroutine reads
+// and the descriptor to set it with (never File.Fd, which would make the
+// file blocking). It returns nil, -1 when there is none.
+func openFineTimer() (*os.File, int) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, -1
+	}
+	return os.NewFile(uintptr(fd), "mx fine timer"), fd
+}
+
+// armFine sets the timerfd to fire at t (board clock, ns) unless it is
+// already set to fire sooner: a timerfd_settime per round trip was a
+// sixth of a small-message ping-pong's CPU. Firing early costs a wakeup
+// that sets it again. Called with b.mu held.
+func (b *Board) armFine(t int64) {
+	if b.fine == nil || b.closed { // closed: the descriptor may be closed and reused
+		return
+	}
+	if b.armed != 0 && b.armed <= t {
+		return
+	}
+	b.armed = t
+	d := max(t-b.clock(), 1000) // a zero value would disarm it
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d)}
+	_ = unix.TimerfdSettime(b.fineFd, 0, &spec, nil)
+}
+
+// noteDue records a retransmission deadline (board clock, ns): the fine
+// timer runs the timers then. Called with b.mu held.
+func (b *Board) noteDue(t int64) {
+	if b.due != 0 && b.due <= t {
+		return
+	}
+	b.due = t
+	b.armFine(t)
+}
+
+// fineTimer is the fine timer's goroutine: it runs the timers whenever
+// the timerfd fires, until Close closes the timerfd.
+func (b *Board) fineTimer() {
+	defer close(b.fineExited)
+	if b.fine == nil {
+		return
+	}
+	var buf [8]byte // the expiry count
+	for {
+		if _, err := b.fine.Read(buf[:]); err != nil {
+			return // closed
+		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return
+		}
+		b.armed = 0
+		if b.due != 0 && b.clock() >= b.due {
+			b.runTimersLocked()
+		}
+		if b.due != 0 {
+			b.armFine(b.due)
+		}
+		b.unlock()
+	}
+}
