@@ -72,6 +72,7 @@ type Board struct {
 	now       int64        // nanoseconds since base, refreshed per batch
 	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
 	txbuf     []byte
+	frameMax  int // the largest frame Data on any path: the MTU, or the host path's (host.go)
 	tx1       [1]transport.Frame
 	txFrames  []transport.Frame
 	txBufs    [][]byte
@@ -93,6 +94,7 @@ type Board struct {
 	cmaEps     [MaxEndpoints]uint64
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
+	copies     sync.WaitGroup         // single copies running without mu (cma.go)
 
 	// src is the transport as a receive source: its owner is the
 	// progress goroutine or a polling waiter (poll.go). allSrcs and
@@ -131,19 +133,19 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		mtu = 65535
 	}
 	b := &Board{
-		tr:      tr,
-		opts:    o,
-		nic:     tr.Addr(),
-		mtu:     mtu,
-		crc:     !o.NoChecksum,
-		ord:     wire.BigEndian,
-		base:    time.Now(),
-		peerIdx: make(map[transport.NICID]uint16),
-		txbuf:   make([]byte, mtu+wire.ChecksumLen),
-		src:     newRxSource(tr),
-		rawWake: make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		exited:  make(chan struct{}),
+		tr:       tr,
+		opts:     o,
+		nic:      tr.Addr(),
+		mtu:      mtu,
+		crc:      !o.NoChecksum,
+		ord:      wire.BigEndian,
+		base:     time.Now(),
+		peerIdx:  make(map[transport.NICID]uint16),
+		frameMax: mtu,
+		src:      newRxSource(tr),
+		rawWake:  make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		exited:   make(chan struct{}),
 	}
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
@@ -164,6 +166,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	register(b)
 	b.allSrcs = []*rxSource{b.src}
 	b.openHost() // host.go
+	b.txbuf = make([]byte, b.frameMax+wire.ChecksumLen)
 	for _, s := range b.allSrcs {
 		if s.spin {
 			b.spinSrcs = append(b.spinSrcs, s)
@@ -209,6 +212,7 @@ func (b *Board) Close() error {
 		out := b.takeLocalOut()
 		b.mu.Unlock()
 		runLocalOut(out)
+		b.copies.Wait() // they complete their receives (cma.go)
 		close(b.quit)
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for
@@ -390,11 +394,11 @@ func (b *Board) getBuf() []byte {
 		b.freeBufs = b.freeBufs[:n-1]
 		return x[:0]
 	}
-	return make([]byte, 0, b.mtu+wire.ChecksumLen)
+	return make([]byte, 0, b.frameMax+wire.ChecksumLen)
 }
 
 func (b *Board) putBuf(x []byte) {
-	if cap(x) == b.mtu+wire.ChecksumLen && len(b.freeBufs) < 4096 {
+	if cap(x) == b.frameMax+wire.ChecksumLen && len(b.freeBufs) < 4096 {
 		b.freeBufs = append(b.freeBufs, x)
 	}
 }
@@ -514,9 +518,9 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
-		pi.maxFrame = min(int(h.Ext.MaxFrame), b.mtu)
+		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))
 	} else if pi.gomx {
-		pi.maxFrame = b.mtu
+		pi.maxFrame = b.pathMTU(nic)
 	}
 	return pi
 }
@@ -546,7 +550,7 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
 // batchBuf returns the i-th scratch buffer of an outgoing batch.
 func (b *Board) batchBuf(i int) []byte {
 	for len(b.txBufs) <= i {
-		b.txBufs = append(b.txBufs, make([]byte, b.mtu+wire.ChecksumLen))
+		b.txBufs = append(b.txBufs, make([]byte, b.frameMax+wire.ChecksumLen))
 	}
 	return b.txBufs[i]
 }

@@ -74,6 +74,7 @@ func (b *Board) openHost() {
 	b.host = &hostPath{tr: tr, src: newRxSource(tr), reach: make(map[transport.NICID]hostReach),
 		quit: make(chan struct{}), exited: make(chan struct{})}
 	b.allSrcs = append(b.allSrcs, b.host.src)
+	b.frameMax = max(b.frameMax, min(tr.MTU(), 65535))
 	go b.hostProgress()
 }
 
@@ -120,6 +121,20 @@ func (b *Board) txFor(nic transport.NICID) transport.Transport {
 		return h.tr
 	}
 	return b.tr
+}
+
+// pathMTU is the largest frame Data on the path to nic (b.mu held): the
+// rings' MTU for a peer on the host path, else the transport's. A partner's
+// frame sizes are fixed at connect from it (both sides announce theirs and
+// take the smaller), so a peer of this host exchanges medium fragments and
+// pull replies as large as the rings allow, not the transport's small
+// ones. A peer that leaves the rings for the transport afterwards (it
+// closed its host path) is reached again after a new Connect.
+func (b *Board) pathMTU(nic transport.NICID) int {
+	if h := b.host; h != nil && nic != b.nic && b.txFor(nic) == transport.Transport(h.tr) {
+		return min(h.tr.MTU(), 65535)
+	}
+	return b.mtu
 }
 
 // sendFailed notes that a frame to nic could not be sent on tr: a peer
