@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,9 +26,11 @@ import (
 // UDP boards over the kernel's loopback, host path off) and "udp+shm-procs"
 // (the same UDP boards with the host path on by default: mx takes the rings
 // and the single copy by itself). It reports the one-way latency
-// (us/oneway), the ping-pong bandwidth (MB/s = size / one-way time) and
-// how many messages per round trip were copied once (cma/op), which says
-// which strategy ran.
+// (us/oneway: the mean; p50-us/oneway: half the median round trip, as
+// OSU-style ping-pongs report on a loaded machine), the ping-pong bandwidth
+// (MB/s = size / mean one-way time), how many messages per round trip were
+// copied once (cma/op), which says which strategy ran, and the share of
+// waits that completed while polling (polled/wait, see Board.WaitStats).
 func BenchmarkIntranode(b *testing.B) {
 	for _, path := range []string{"local", "shm-procs/rings", "shm-procs/cma", "udp-procs", "udp+shm-procs"} {
 		for _, mode := range []string{"blocking", "busypoll"} {
@@ -177,13 +180,23 @@ func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size
 	for range 10 {
 		round()
 	}
+	rtt := make([]time.Duration, min(b.N, 1<<20))
+	w0 := e.Board().WaitStats()
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
+		t0 := time.Now()
 		round()
+		rtt[i%len(rtt)] = time.Since(t0)
 	}
 	b.StopTimer()
+	slices.Sort(rtt)
+	w := e.Board().WaitStats()
+	if waits := (w.Polled - w0.Polled) + (w.Slept - w0.Slept); waits > 0 {
+		b.ReportMetric(float64(w.Polled-w0.Polled)/float64(waits), "polled/wait")
+	}
+	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2e3, "p50-us/oneway")
 	oneway := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 2
 	b.ReportMetric(oneway/1e3, "us/oneway")
 	b.ReportMetric(float64(size)/oneway*1e3, "MB/s")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +57,7 @@ const DefaultSpin = 50 * time.Microsecond
 
 // tightPolls is how many polls a spinning waiter makes before it starts
 // yielding the CPU between polls.
-const tightPolls = 32
+const tightPolls = 4
 
 // rxSource is one thing a board receives frames from, with its owner lock.
 type rxSource struct {
@@ -214,12 +213,11 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 				return false, ErrWokenUp
 			}
 		}
-		switch {
-		case i >= tightPolls:
+		if i >= tightPolls {
 			// Let another process (the peer, perhaps) have this CPU.
+			// Not runtime.Gosched: that wakes another thread to run
+			// this goroutine, a futex call per look.
 			osYield()
-		case i&7 == 7:
-			runtime.Gosched()
 		}
 	}
 }

@@ -272,6 +272,13 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if len(frames) == 0 {
 		return 0, nil
 	}
+	if timeout == 0 {
+		// A poll: no clock, no spin.
+		if t.closed.Load() {
+			return 0, transport.ErrClosed
+		}
+		return t.poll(frames), nil
+	}
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -288,7 +295,12 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return 0, nil
 		}
 		if t.opts.Spin > 0 && (i&15 != 15 || time.Now().Before(spinUntil)) {
-			runtime.Gosched()
+			// Not runtime.Gosched: it wakes another thread to run
+			// this goroutine. After a few tight looks, give the CPU
+			// to another process (the producer, perhaps) instead.
+			if i >= tightPolls {
+				schedYield()
+			}
 			continue
 		}
 		// Going to sleep: announce it, then look once more. A producer

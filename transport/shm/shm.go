@@ -114,6 +114,10 @@ const (
 	handshakeTTL = 5 * time.Second
 )
 
+// tightPolls is how many looks a spinning Recv takes before it starts
+// yielding the CPU between looks.
+const tightPolls = 4
+
 // Transport is a shared-memory transport: one board of this host. It
 // implements transport.Transport and transport.Stats.
 type Transport struct {
