@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
 	"github.com/gomx-dev/gomx/transport/udp"
@@ -72,6 +74,7 @@ func shmPingPong(b *testing.B, opts BoardOptions, size int) {
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
+	defer bindPair(b, cmd.Process.Pid)()
 	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
 		b.Fatal("child did not start")
 	}
@@ -122,6 +125,7 @@ func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
+	defer bindPair(b, cmd.Process.Pid)()
 	sc := bufio.NewScanner(out)
 	var nic transport.NICID
 	if sc.Scan() {
@@ -203,4 +207,44 @@ func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size
 	b.ReportMetric(float64(e.Counters().Get(RecvCMA))/float64(b.N+10), "cma/op")
 	s, _ := e.ISend(nil, addr, 1<<63, nil) // not echoed: the child's loop ends on a kill
 	s.Forget()
+}
+
+// bindPair, when GOMX_BENCH_BIND is set, binds every thread of this process
+// to the first CPU it may use and every thread of the child pid to the
+// second (threads started later inherit it), as mpirun's default
+// --bind-to core does with two ranks, so the comparison with Open MPI in
+// hack/intranode-vs-openmpi.sh runs both under the same placement. It
+// returns what puts this process's threads back.
+func bindPair(b *testing.B, pid int) func() {
+	if os.Getenv("GOMX_BENCH_BIND") == "" {
+		return func() {}
+	}
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil || all.Count() < 2 {
+		b.Logf("not binding: %d CPUs (%v)", all.Count(), err)
+		return func() {}
+	}
+	set := func(pid int, cpu int) {
+		var s unix.CPUSet
+		if cpu < 0 {
+			s = all
+		} else {
+			s.Set(cpu)
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			if tid, err := strconv.Atoi(t.Name()); err == nil {
+				unix.SchedSetaffinity(tid, &s)
+			}
+		}
+	}
+	var cpus []int
+	for c := 0; c < len(all)*64 && len(cpus) < 2; c++ {
+		if all.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	set(pid, cpus[1])
+	set(os.Getpid(), cpus[0])
+	return func() { set(os.Getpid(), -1) }
 }

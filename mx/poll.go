@@ -160,7 +160,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		s.pollers.Add(1)
 	}
 	b.spinning.Add(1)
-	ok := false
+	ok, spent := false, false
 	defer func() {
 		b.spinning.Add(-1)
 		now := b.clock()
@@ -180,7 +180,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if ok {
 			b.waitPolled.Add(1)
-		} else if budget >= 0 {
+		} else if spent {
 			b.waitSlept.Add(1)
 		}
 	}()
@@ -200,6 +200,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if i&15 == 15 {
 			if budget >= 0 && time.Duration(b.clock()-start) >= budget {
+				spent = true
 				return false, nil
 			}
 			if err := ctx.Err(); err != nil {
