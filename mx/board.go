@@ -1,7 +1,6 @@
 package mx
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -32,7 +31,8 @@ const rxBatch = 64
 
 // In busy-poll mode the progress goroutine stays away from Recv for
 // pollGrace after the last waiter stopped polling, and then blocks in Recv
-// for at most pollHandover at a time, so a new waiter gets Recv quickly.
+// for at most pollHandover at a time (unless the transport can be asked to
+// return at once), so a new waiter gets Recv quickly.
 const (
 	pollGrace    = 2 * time.Millisecond
 	pollHandover = 100 * time.Microsecond
@@ -70,11 +70,12 @@ type Board struct {
 	peerIdx   map[transport.NICID]uint16
 	freeReqs  []*Request
 	cnt       Counters
-	now       int64 // nanoseconds since base, refreshed per batch
-	nextTick  int64
-	due       int64 // earliest noted retransmission deadline, 0: none (finetimer.go)
-	armed     int64 // when the fine timer's timerfd fires, 0: not set
+	now       int64        // nanoseconds since base, refreshed per batch
+	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
+	due       int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
+	armed     int64        // when the fine timer's timerfd fires, 0: not set
 	txbuf     []byte
+	frameMax  int // the largest frame Data on any path: the MTU, or the host path's (host.go)
 	tx1       [1]transport.Frame
 	txFrames  []transport.Frame
 	txBufs    [][]byte
@@ -96,17 +97,21 @@ type Board struct {
 	cmaEps     [MaxEndpoints]uint64
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
+	copies     sync.WaitGroup         // single copies running without mu (cma.go)
 
-	// recvMu makes one goroutine at a time the owner of tr.Recv: the
-	// progress goroutine, or a busy-polling waiter.
-	recvMu   sync.Mutex
-	rx       []transport.Frame
-	pollers  atomic.Int32
-	pollIdle atomic.Int64 // clock() when the last busy poller stopped
-	pollWake chan struct{}
-	rawWake  chan struct{}
-	quit     chan struct{}
-	exited   chan struct{}
+	// src is the transport as a receive source: its owner is the
+	// progress goroutine or a polling waiter (poll.go). allSrcs and
+	// spinSrcs list what busy-polling and adaptive waiters poll: src and
+	// the host path's rings.
+	src        *rxSource
+	allSrcs    []*rxSource
+	spinSrcs   []*rxSource
+	spinning   atomic.Int32 // waiters polling now
+	waitPolled atomic.Uint64
+	waitSlept  atomic.Uint64
+	rawWake    chan struct{}
+	quit       chan struct{}
+	exited     chan struct{}
 	// fine is the timerfd of the fine timer (nil without one);
 	// fineExited is closed when its goroutine ends (finetimer.go).
 	fine       *os.File
@@ -122,6 +127,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		return nil, err
 	}
 	o.Local = o.Local.withEnv()
+	if err := o.spinFromEnv(); err != nil { // poll.go
+		return nil, err
+	}
 	if err := o.Local.largeEnv(); err != nil {
 		return nil, err
 	}
@@ -141,9 +149,8 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		ord:      wire.BigEndian,
 		base:     time.Now(),
 		peerIdx:  make(map[transport.NICID]uint16),
-		txbuf:    make([]byte, mtu+wire.ChecksumLen),
-		rx:       make([]transport.Frame, rxBatch),
-		pollWake: make(chan struct{}, 1),
+		frameMax: mtu,
+		src:      newRxSource(tr),
 		rawWake:  make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		exited:   make(chan struct{}),
@@ -169,7 +176,14 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		o.Names.Register(o.Hostname, b.nic)
 	}
 	register(b)
-	b.openHost()   // host.go
+	b.allSrcs = []*rxSource{b.src}
+	b.openHost() // host.go
+	b.txbuf = make([]byte, b.frameMax+wire.ChecksumLen)
+	for _, s := range b.allSrcs {
+		if s.spin {
+			b.spinSrcs = append(b.spinSrcs, s)
+		}
+	}
 	b.cmaPublish() // cma.go
 	go b.progress()
 	go b.fineTimer() // finetimer.go
@@ -211,15 +225,16 @@ func (b *Board) Close() error {
 		out := b.takeLocalOut()
 		b.mu.Unlock()
 		runLocalOut(out)
+		b.copies.Wait() // they complete their receives (cma.go)
 		close(b.quit)
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for
 		// whoever owns Recv to finish its batch before the transport
 		// unmaps them. Recv waits are bounded by the board's tick, so
 		// this takes at most one tick.
-		b.recvMu.Lock()
+		b.src.mu.Lock()
 		err = b.tr.Close()
-		b.recvMu.Unlock()
+		b.src.mu.Unlock()
 		<-b.exited
 		if b.fine != nil {
 			b.fine.Close()
@@ -278,19 +293,20 @@ const busyLinger = 100 * time.Millisecond
 // timersLocked runs every periodic duty when a tick is due.
 func (b *Board) timersLocked(force bool) {
 	b.now = b.clock()
-	if !force && b.now < b.nextTick {
+	if !force && b.now < b.nextTick.Load() {
 		return
 	}
 	b.runTimersLocked()
-	b.nextTick = b.now + int64(b.tick)
+	next := b.now + int64(b.tick)
 	if b.now-b.lastBusy < int64(busyLinger) {
-		b.nextTick = b.now + int64(b.tickBusy)
+		next = b.now + int64(b.tickBusy)
 	}
+	b.nextTick.Store(next)
 }
 
 // runTimersLocked runs every endpoint's periodic duties now. It leaves
-// nextTick alone: the progress goroutine reads that under recvMu only, and
-// the fine goroutine (finetimer.go), which holds mu alone, calls this.
+// nextTick alone, so the periodic tick keeps its schedule when the fine
+// goroutine (finetimer.go), which holds mu alone, calls this.
 func (b *Board) runTimersLocked() {
 	b.now = b.clock()
 	b.checkLostPeers() // peerloss.go
@@ -312,21 +328,22 @@ func (b *Board) progress() {
 	defer close(b.exited)
 	timer := time.NewTimer(b.tick)
 	defer timer.Stop()
+	s := b.src
 	for {
 		select {
 		case <-b.quit:
 			return
 		default:
 		}
-		if b.pollers.Load() > 0 || (b.opts.BusyPoll && b.clock()-b.pollIdle.Load() < int64(pollGrace)) {
-			// A busy-polling waiter owns Recv, or did a moment ago and
-			// probably will again: keep only the timers running, so that
-			// the next waiter finds Recv free.
-			timer.Reset(min(b.tick, pollGrace))
+		if away, d := b.stayAway(s); away {
+			// Waiters poll the transport, or did a moment ago and
+			// probably will again (poll.go): keep only the timers
+			// running, so that the next waiter finds Recv free.
+			timer.Reset(max(min(d, b.tick, time.Duration(b.nextTick.Load()-b.clock())), time.Microsecond))
 			select {
 			case <-b.quit:
 				return
-			case <-b.pollWake:
+			case <-s.wake:
 			case <-timer.C:
 			}
 			b.mu.Lock()
@@ -334,21 +351,21 @@ func (b *Board) progress() {
 			b.unlock()
 			continue
 		}
-		b.recvMu.Lock()
-		wait := time.Duration(b.nextTick - b.clock())
+		s.mu.Lock()
+		wait := time.Duration(b.nextTick.Load() - b.clock())
 		if wait < 0 {
 			wait = 0
 		}
 		wait = min(wait+time.Microsecond, b.tick)
-		if b.opts.BusyPoll {
+		if b.opts.BusyPoll && s.kick == nil {
 			wait = min(wait, pollHandover) // a poller may be waiting for Recv
 		}
-		n, err := b.tr.Recv(b.rx, wait)
+		n, err := b.tr.Recv(s.rx, wait)
 		b.mu.Lock()
-		b.handleBatchLocked(n)
+		b.handleBatchLocked(s.rx[:n])
 		b.timersLocked(false)
 		b.unlock()
-		b.recvMu.Unlock()
+		s.mu.Unlock()
 		if err != nil {
 			if errors.Is(err, transport.ErrClosed) {
 				return
@@ -362,69 +379,13 @@ func (b *Board) progress() {
 	}
 }
 
-// pollOnce receives and handles one batch if no one else owns Recv. It
-// reports whether it could poll.
-func (b *Board) pollOnce() bool {
-	if !b.recvMu.TryLock() {
-		return false
-	}
-	n, _ := b.tr.Recv(b.rx, 0)
-	if n > 0 {
-		b.mu.Lock()
-		b.handleBatchLocked(n)
-		if b.clock() >= b.nextTick {
-			b.timersLocked(true)
-		}
-		b.unlock()
-	}
-	b.recvMu.Unlock()
-	return true
-}
-
-// busyWait polls until cond holds, ctx is done, the endpoint is woken up
-// (its wake generation moves past gen) or closed.
-func (b *Board) busyWait(ctx context.Context, cond func() bool, e *Endpoint, gen uint64) error {
-	b.pollers.Add(1)
-	defer func() {
-		b.pollIdle.Store(b.clock())
-		if b.pollers.Add(-1) == 0 {
-			select {
-			case b.pollWake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	for i := 0; ; i++ {
-		if cond() {
-			return nil
-		}
-		if !b.pollOnce() {
-			// The progress goroutine is inside Recv: it will hand over.
-			if i&15 == 0 {
-				time.Sleep(0)
-			}
-		}
-		if i&63 == 63 {
-			if err := ctx.Err(); err != nil {
-				if cond() {
-					return nil
-				}
-				return fmt.Errorf("%w: %w", ErrTimeout, err)
-			}
-			if e != nil && e.wakeGen.Load() != gen {
-				return ErrWokenUp
-			}
-		}
-	}
-}
-
-func (b *Board) handleBatchLocked(n int) {
-	if n == 0 {
+func (b *Board) handleBatchLocked(rx []transport.Frame) {
+	if len(rx) == 0 {
 		return
 	}
 	b.now = b.clock()
-	for i := 0; i < n; i++ {
-		f := &b.rx[i]
+	for i := range rx {
+		f := &rx[i]
 		b.handleFrame(f.Peer, f.Data)
 		f.Data = nil
 	}
@@ -459,11 +420,11 @@ func (b *Board) getBuf() []byte {
 		b.freeBufs = b.freeBufs[:n-1]
 		return x[:0]
 	}
-	return make([]byte, 0, b.mtu+wire.ChecksumLen)
+	return make([]byte, 0, b.frameMax+wire.ChecksumLen)
 }
 
 func (b *Board) putBuf(x []byte) {
-	if cap(x) == b.mtu+wire.ChecksumLen && len(b.freeBufs) < 4096 {
+	if cap(x) == b.frameMax+wire.ChecksumLen && len(b.freeBufs) < 4096 {
 		b.freeBufs = append(b.freeBufs, x)
 	}
 }
@@ -585,9 +546,9 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
-		pi.maxFrame = min(int(h.Ext.MaxFrame), b.mtu)
+		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))
 	} else if pi.gomx {
-		pi.maxFrame = b.mtu
+		pi.maxFrame = b.pathMTU(nic)
 	}
 	return pi
 }
@@ -617,7 +578,7 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
 // batchBuf returns the i-th scratch buffer of an outgoing batch.
 func (b *Board) batchBuf(i int) []byte {
 	for len(b.txBufs) <= i {
-		b.txBufs = append(b.txBufs, make([]byte, b.mtu+wire.ChecksumLen))
+		b.txBufs = append(b.txBufs, make([]byte, b.frameMax+wire.ChecksumLen))
 	}
 	return b.txBufs[i]
 }

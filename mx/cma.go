@@ -247,8 +247,10 @@ func cmaRead(pid int, dst [][]byte, remote []unix.RemoteIovec) (int, error) {
 
 // pullCMA completes a matched large receive of total bytes by copying it
 // from the sender's buffer, when the sender is a process of this host that
-// published its table and the kernel allows it; it reports whether it did
-// (otherwise the caller pulls). b.mu held.
+// published its table and the kernel allows it; it reports whether it took
+// the receive over (otherwise the caller pulls). The copy runs in a
+// goroutine of its own without b.mu (cmaCopy), and falls back to a pull
+// through the rings if the kernel fails it. b.mu held.
 func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) bool {
 	b := e.b
 	if !b.cmaUsable(p.nic) {
@@ -302,14 +304,62 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 	if len(dst) > cmaMaxSegs+4 || need > 0 {
 		return false
 	}
-	if _, err := cmaRead(pid, dst, remote); err != nil {
-		e.cmaFailed(err)
-		return false
-	}
-	e.cnt[RecvCMA]++
-	p.sendNotify(total, ref.id, ref.seq)
-	e.finishRecv(r, p, match, msgLen, total)
+	// The copy itself runs without the board lock, so other requests
+	// progress meanwhile; r belongs to it until it completes r.
+	c := &cmaCopy{e: e, r: r, p: p, match: match, msgLen: msgLen, total: total, ref: ref, pid: pid,
+		dst: append([][]byte(nil), dst...)}
+	c.nr = copy(c.remote[:], remote)
+	b.copies.Add(1)
+	go c.run()
 	return true
+}
+
+// cmaCopy is a single copy in flight: a matched large receive being filled
+// with process_vm_readv, outside the board lock.
+type cmaCopy struct {
+	e             *Endpoint
+	r             *Request
+	p             *partner
+	match         uint64
+	msgLen, total uint32
+	ref           rndvRef
+	pid           int
+	dst           [][]byte
+	nr            int
+	remote        [cmaMaxSegs]unix.RemoteIovec
+}
+
+// cmaCopyHook, when set by a test, runs before each copy.
+var cmaCopyHook func()
+
+// run copies, then completes the receive and notifies the sender, or pulls
+// through the rings when the copy failed.
+func (c *cmaCopy) run() {
+	e := c.e
+	b := e.b
+	defer b.copies.Done()
+	if cmaCopyHook != nil {
+		cmaCopyHook()
+	}
+	_, err := cmaRead(c.pid, c.dst, c.remote[:c.nr])
+	b.mu.Lock()
+	defer b.unlock()
+	b.now = b.clock()
+	switch {
+	case e.closed:
+		e.complete(c.r, ErrEndpointClosed)
+	case err != nil:
+		e.cmaFailed(err)
+		if c.p.dead {
+			e.complete(c.r, ErrUnreachable)
+			return
+		}
+		e.ringPull(c.r, c.p, c.match, c.msgLen, c.total, c.ref)
+	default:
+		e.cnt[RecvCMA]++
+		c.p.sendNotify(c.total, c.ref.id, c.ref.seq)
+		e.finishRecv(c.r, c.p, c.match, c.msgLen, c.total)
+	}
 }
 
 // cmaStep reads n bytes at addr in pid into dst, noting a refusal.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
 
@@ -116,5 +117,59 @@ func TestLargeStrategyOptions(t *testing.T) {
 	os.Unsetenv("GOMX_SHM_LARGE")
 	if _, err := ParseLargeStrategy("x"); err == nil || !bytes.Contains([]byte(err.Error()), []byte("auto, rings or cma")) {
 		t.Errorf("ParseLargeStrategy(x) = %v", err)
+	}
+}
+
+// TestCMACopyOutsideLock: while a single copy is held up, the receiving
+// board keeps exchanging other messages (the copy does not hold the board
+// lock), and the held receive completes byte-exact once the copy runs.
+func TestCMACopyOutsideLock(t *testing.T) {
+	o := shmTestOptions()
+	o.Local.Large = LargeCMA
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	cmaCopyHook = func() {
+		entered <- struct{}{}
+		<-release
+	}
+	defer func() { cmaCopyHook = nil }()
+	ctx := testCtx(t, time.Minute)
+	big := pattern(1<<20, 5)
+	bbuf := make([]byte, len(big))
+	rb, _ := pr.a.IRecv([][]byte{bbuf}, 1, ^uint64(0), nil)
+	sb, err := pr.b.ISend([][]byte{big}, pr.btoa, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the single copy never started")
+	}
+	// The copy is in flight: small messages both ways still go through.
+	for i := range 10 {
+		msg := pattern(100, uint64(i))
+		buf := make([]byte, 100)
+		r, _ := pr.b.IRecv([][]byte{buf}, 2, ^uint64(0), nil)
+		s, _ := pr.a.ISend([][]byte{msg}, pr.atob, 2, nil)
+		mustWait(t, s, time.Minute)
+		mustWait(t, r, time.Minute)
+		if !bytes.Equal(buf, msg) {
+			t.Fatal("a small message differs")
+		}
+	}
+	if _, ok := rb.Test(); ok {
+		t.Fatal("the held receive completed before its copy ran")
+	}
+	close(release)
+	if _, err := rb.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, sb, time.Minute)
+	if !bytes.Equal(bbuf, big) {
+		t.Fatal("the copied message differs")
+	}
+	if n := pr.a.Counters().Get(RecvCMA); n != 1 {
+		t.Fatalf("%d single copies, want 1", n)
 	}
 }

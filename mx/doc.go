@@ -156,11 +156,17 @@
 // Progress never depends on the application calling in: each board's
 // progress goroutine receives frame batches, demultiplexes them to endpoints,
 // matches, answers acks and pulls, resends on timers and completes requests.
-// Blocked waits sleep on a per-request channel. With BoardOptions.BusyPoll a
-// waiting goroutine instead polls the transport itself: the progress
-// goroutine steps aside (it keeps only the timers) while any waiter polls, so
-// a tiny message goes from Recv to completion in the waiting goroutine with
-// no goroutine hop. One mutex per board guards all protocol state; the
+// A wait first polls the shared-memory rings (a shm board's, or the host
+// path's) from the waiting goroutine for at most BoardOptions.Spin
+// (GOMX_SPIN, default DefaultSpin), yielding the CPU between looks: the
+// progress goroutine steps aside (it keeps only the timers) while any waiter
+// polls, so a message that comes meanwhile goes from the ring to completion
+// in the waiting goroutine with no futex and no goroutine hop, and Test
+// looks at the rings once too. A wait that runs out of budget sleeps on a
+// per-request channel, and the progress goroutine takes the rings back and
+// sleeps on their futex when nothing comes (see poll.go and
+// Board.WaitStats). With BoardOptions.BusyPoll a waiting goroutine polls
+// every source, the transport included, without a budget. One mutex per board guards all protocol state; the
 // tiny-message path takes it once per call and allocates nothing once its
 // request pool is warm.
 //

@@ -600,19 +600,27 @@ func (m *Message) Recv(ctx context.Context, segs [][]byte) (Status, error) {
 // endpoint events in between.
 func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 	b := e.b
-	if b.opts.BusyPoll {
-		gen := e.wakeGen.Load()
+	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
+		budget := b.opts.Spin
+		if b.opts.BusyPoll {
+			budget = -1
+		}
 		ok := false
-		err := b.busyWait(ctx, func() bool {
+		held, err := b.pollWait(ctx, nil, func() bool {
 			b.mu.Lock()
 			ok = cond()
 			b.mu.Unlock()
 			return ok || e.closedAtom.Load()
-		}, e, gen)
-		if err == nil && !ok {
-			err = ErrEndpointClosed
+		}, budget, e, e.wakeGen.Load())
+		if err != nil {
+			return err
 		}
-		return err
+		if held {
+			if !ok {
+				return ErrEndpointClosed
+			}
+			return nil
+		}
 	}
 	b.mu.Lock()
 	for {

@@ -36,8 +36,8 @@ const hostRecheck = time.Second
 
 type hostPath struct {
 	tr     *shm.Transport
+	src    *rxSource                     // the rings as a receive source (poll.go)
 	reach  map[transport.NICID]hostReach // guarded by b.mu
-	rx     []transport.Frame
 	quit   chan struct{}
 	exited chan struct{}
 }
@@ -71,8 +71,10 @@ func (b *Board) openHost() {
 		b.hostErr = err
 		return
 	}
-	b.host = &hostPath{tr: tr, reach: make(map[transport.NICID]hostReach),
-		rx: make([]transport.Frame, rxBatch), quit: make(chan struct{}), exited: make(chan struct{})}
+	b.host = &hostPath{tr: tr, src: newRxSource(tr), reach: make(map[transport.NICID]hostReach),
+		quit: make(chan struct{}), exited: make(chan struct{})}
+	b.allSrcs = append(b.allSrcs, b.host.src)
+	b.frameMax = max(b.frameMax, min(tr.MTU(), 65535))
 	go b.hostProgress()
 }
 
@@ -121,6 +123,20 @@ func (b *Board) txFor(nic transport.NICID) transport.Transport {
 	return b.tr
 }
 
+// pathMTU is the largest frame Data on the path to nic (b.mu held): the
+// rings' MTU for a peer on the host path, else the transport's. A partner's
+// frame sizes are fixed at connect from it (both sides announce theirs and
+// take the smaller), so a peer of this host exchanges medium fragments and
+// pull replies as large as the rings allow, not the transport's small
+// ones. A peer that leaves the rings for the transport afterwards (it
+// closed its host path) is reached again after a new Connect.
+func (b *Board) pathMTU(nic transport.NICID) int {
+	if h := b.host; h != nil && nic != b.nic && b.txFor(nic) == transport.Transport(h.tr) {
+		return min(h.tr.MTU(), 65535)
+	}
+	return b.mtu
+}
+
 // sendFailed notes that a frame to nic could not be sent on tr: a peer
 // that left the host path is sent to through the transport for a while.
 func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
@@ -130,27 +146,38 @@ func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
 	}
 }
 
-// hostProgress receives from the rings until the board closes.
+// hostProgress receives from the rings until the board closes, stepping
+// aside while waiters poll them (poll.go).
 func (b *Board) hostProgress() {
 	h := b.host
+	s := h.src
 	defer close(h.exited)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		select {
 		case <-h.quit:
 			return
 		default:
 		}
-		n, err := h.tr.Recv(h.rx, -1)
+		if away, d := b.stayAway(s); away {
+			timer.Reset(max(d, time.Microsecond))
+			select {
+			case <-h.quit:
+				return
+			case <-s.wake:
+			case <-timer.C:
+			}
+			continue
+		}
+		s.mu.Lock()
+		n, err := h.tr.Recv(s.rx, -1)
 		if n > 0 {
 			b.mu.Lock()
-			b.now = b.clock()
-			for i := 0; i < n; i++ {
-				f := &h.rx[i]
-				b.handleFrame(f.Peer, f.Data)
-				f.Data = nil
-			}
+			b.handleBatchLocked(s.rx[:n])
 			b.unlock()
 		}
+		s.mu.Unlock()
 		if errors.Is(err, transport.ErrClosed) {
 			return
 		}
@@ -158,12 +185,14 @@ func (b *Board) hostProgress() {
 }
 
 // closeHost stops the receive loop, then closes the shared-memory transport
-// (its frames are no longer in use).
+// once no waiter is handling its frames (they point into the rings).
 func (b *Board) closeHost() {
 	if h := b.host; h != nil {
 		close(h.quit)
 		h.tr.Wake()
 		<-h.exited
+		h.src.mu.Lock()
 		h.tr.Close()
+		h.src.mu.Unlock()
 	}
 }

@@ -74,6 +74,14 @@ func TestHostPath(t *testing.T) {
 	if !b.HostPath(nic) {
 		t.Fatal("the peer on this host is not reached through shared memory")
 	}
+	// Frames to it are cut for the rings' MTU, not UDP's 1472 bytes: a
+	// 4 KiB message is one medium fragment, a pull reply 64 KiB.
+	b.mu.Lock()
+	stride, reply := addr.p.stride, addr.p.replyLen
+	b.mu.Unlock()
+	if stride < 4096 || reply < 32<<10 {
+		t.Errorf("host path frames: medium stride %d, pull reply %d; want the rings' sizes", stride, reply)
+	}
 	echoSizes(t, ctx, e, addr, []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1})
 	// Every frame went through the rings, none through UDP.
 	var shmSent uint64

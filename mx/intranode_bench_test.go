@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
@@ -25,9 +28,11 @@ import (
 // UDP boards over the kernel's loopback, host path off) and "udp+shm-procs"
 // (the same UDP boards with the host path on by default: mx takes the rings
 // and the single copy by itself). It reports the one-way latency
-// (us/oneway), the ping-pong bandwidth (MB/s = size / one-way time) and
-// how many messages per round trip were copied once (cma/op), which says
-// which strategy ran.
+// (us/oneway: the mean; p50-us/oneway: half the median round trip, as
+// OSU-style ping-pongs report on a loaded machine), the ping-pong bandwidth
+// (MB/s = size / mean one-way time), how many messages per round trip were
+// copied once (cma/op), which says which strategy ran, and the share of
+// waits that completed while polling (polled/wait, see Board.WaitStats).
 func BenchmarkIntranode(b *testing.B) {
 	for _, path := range []string{"local", "shm-procs/rings", "shm-procs/cma", "udp-procs", "udp+shm-procs"} {
 		for _, mode := range []string{"blocking", "busypoll"} {
@@ -69,6 +74,7 @@ func shmPingPong(b *testing.B, opts BoardOptions, size int) {
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
+	defer bindPair(b, cmd.Process.Pid)()
 	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
 		b.Fatal("child did not start")
 	}
@@ -119,6 +125,7 @@ func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
+	defer bindPair(b, cmd.Process.Pid)()
 	sc := bufio.NewScanner(out)
 	var nic transport.NICID
 	if sc.Scan() {
@@ -177,17 +184,67 @@ func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size
 	for range 10 {
 		round()
 	}
+	rtt := make([]time.Duration, min(b.N, 1<<20))
+	w0 := e.Board().WaitStats()
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
+		t0 := time.Now()
 		round()
+		rtt[i%len(rtt)] = time.Since(t0)
 	}
 	b.StopTimer()
+	slices.Sort(rtt)
+	w := e.Board().WaitStats()
+	if waits := (w.Polled - w0.Polled) + (w.Slept - w0.Slept); waits > 0 {
+		b.ReportMetric(float64(w.Polled-w0.Polled)/float64(waits), "polled/wait")
+	}
+	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2e3, "p50-us/oneway")
 	oneway := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 2
 	b.ReportMetric(oneway/1e3, "us/oneway")
 	b.ReportMetric(float64(size)/oneway*1e3, "MB/s")
 	b.ReportMetric(float64(e.Counters().Get(RecvCMA))/float64(b.N+10), "cma/op")
 	s, _ := e.ISend(nil, addr, 1<<63, nil) // not echoed: the child's loop ends on a kill
 	s.Forget()
+}
+
+// bindPair, when GOMX_BENCH_BIND is set, binds every thread of this process
+// to the first CPU it may use and every thread of the child pid to the
+// second (threads started later inherit it), as mpirun's default
+// --bind-to core does with two ranks, so the comparison with Open MPI in
+// hack/intranode-vs-openmpi.sh runs both under the same placement. It
+// returns what puts this process's threads back.
+func bindPair(b *testing.B, pid int) func() {
+	if os.Getenv("GOMX_BENCH_BIND") == "" {
+		return func() {}
+	}
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil || all.Count() < 2 {
+		b.Logf("not binding: %d CPUs (%v)", all.Count(), err)
+		return func() {}
+	}
+	set := func(pid int, cpu int) {
+		var s unix.CPUSet
+		if cpu < 0 {
+			s = all
+		} else {
+			s.Set(cpu)
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			if tid, err := strconv.Atoi(t.Name()); err == nil {
+				unix.SchedSetaffinity(tid, &s)
+			}
+		}
+	}
+	var cpus []int
+	for c := 0; c < len(all)*64 && len(cpus) < 2; c++ {
+		if all.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	set(pid, cpus[1])
+	set(os.Getpid(), cpus[0])
+	return func() { set(os.Getpid(), -1) }
 }

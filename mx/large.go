@@ -168,7 +168,6 @@ func pullMagic(id uint8) uint32 { return uint32(id) ^ wire.PullMagicXor }
 // startPull begins pulling a matched large message into r, or queues it
 // until a pull handle is free.
 func (e *Endpoint) startPull(r *Request, p *partner, match uint64, msgLen uint32, ref rndvRef) {
-	b := e.b
 	total := uint32(min(int(msgLen), totalLen(r.segs)))
 	r.status.Source = p.addr()
 	r.status.Match = match
@@ -178,9 +177,22 @@ func (e *Endpoint) startPull(r *Request, p *partner, match uint64, msgLen uint32
 		e.finishRecv(r, p, match, msgLen, 0)
 		return
 	}
+	if p.dead {
+		// Declared unreachable (its process is gone, say) after its RNDV
+		// was queued: nobody will answer a pull.
+		e.complete(r, ErrUnreachable)
+		return
+	}
 	if e.pullCMA(r, p, match, msgLen, total, ref) { // cma.go: one copy from a process of this host
 		return
 	}
+	e.ringPull(r, p, match, msgLen, total, ref)
+}
+
+// ringPull pulls total bytes of a matched large receive through the
+// transport: PULL requests answered by PULL_REPLY frames.
+func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) {
+	b := e.b
 	slot, ok := e.allocPull()
 	if !ok {
 		// Out of handles: wait for one, as Open-MX does.

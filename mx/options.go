@@ -59,6 +59,12 @@ type BoardOptions struct {
 	// BusyPoll makes waits poll the transport from the waiting goroutine
 	// instead of sleeping: lowest latency, one core spinning per waiter.
 	BusyPoll bool
+	// Spin is how long a waiting goroutine polls shared-memory rings (a
+	// shm board, or the host path) itself before it sleeps: a message
+	// found meanwhile completes its request with no futex and no
+	// goroutine hand-off (see poll.go). Default $GOMX_SPIN (a Go
+	// duration), else DefaultSpin; negative (or GOMX_SPIN=0): never spin.
+	Spin time.Duration
 	// NoChecksum turns off the CRC-32C frame trailer (see package wire).
 	// The trailer is a gomx extension negotiated at connect: frames between
 	// two boards carry it when both announce it (neither set NoChecksum),

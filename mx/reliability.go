@@ -807,9 +807,10 @@ func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 
 // ---- connect ----
 
-// connectExt is the gomx extension this board puts in its CONNECTs.
-func (b *Board) connectExt() wire.ConnectExt {
-	x := wire.ConnectExt{Version: wire.ConnectExtVersion, MaxFrame: uint16(b.mtu)}
+// connectExt is the gomx extension this board puts in its CONNECTs to nic:
+// its largest frame on the path to nic (host.go).
+func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
+	x := wire.ConnectExt{Version: wire.ConnectExtVersion, MaxFrame: uint16(b.pathMTU(nic))}
 	if b.crc {
 		x.Flags |= wire.ExtChecksum
 	}
@@ -825,7 +826,7 @@ func (p *partner) sendConnect(r *Request) {
 	r.lastSend = b.now
 	r.toldRecv = p.recvSeq
 	h := wire.Connect{DstEP: p.epID, SrcEP: e.id, YourIndex: p.myIdx, Attempt: r.attempt,
-		SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq, HasExt: true, Ext: b.connectExt()}
+		SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq, HasExt: true, Ext: b.connectExt(p.nic)}
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
@@ -883,7 +884,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 		}
 		r := wire.Connect{IsReply: true, DstEP: h.SrcEP, SrcEP: e.id, YourIndex: b.peerIndex(nic),
 			Attempt: h.Attempt, SrcSession: h.SrcSession, DstSession: e.session,
-			NextRecvSeq: next, Status: status, HasExt: true, Ext: b.connectExt()}
+			NextRecvSeq: next, Status: status, HasExt: true, Ext: b.connectExt(nic)}
 		buf := b.frameBuf()
 		wire.PutPeerIndex(buf, h.YourIndex, b.ord)
 		r.Put(buf[wire.HeadLen:], b.ord)

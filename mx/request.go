@@ -205,12 +205,23 @@ func (l *doneList) remove(r *Request) {
 func (r *Request) Context() any { return r.status.Context }
 
 // Test reports whether the request has completed. If it has, it returns the
-// final status and recycles the request. Status.Code tells success or failure.
+// final status and recycles the request. Status.Code tells success or
+// failure. A request whose message already waits in shared memory
+// completes in Test itself: it looks at the rings once when nobody else is
+// receiving from them.
 func (r *Request) Test() (Status, bool) {
-	if r == nil || !r.done.Load() {
+	if r == nil || r.ep == nil {
 		return Status{}, false
 	}
 	b := r.ep.b
+	if !r.done.Load() {
+		for _, s := range b.waitSources() {
+			b.pollSource(s)
+		}
+		if !r.done.Load() {
+			return Status{}, false
+		}
+	}
 	b.mu.Lock()
 	st, ok := r.consumeLocked()
 	b.mu.Unlock()
@@ -222,8 +233,11 @@ func (r *Request) Test() (Status, bool) {
 // When the request completed, Wait returns its status and Status.Code as the
 // error (nil on success; ErrTruncated for a truncated receive, ...), and the
 // request is recycled. Otherwise the request stays pending and Wait returns
-// a zero Status. In busy-poll mode (BoardOptions.BusyPoll) the waiting
-// goroutine polls the transport itself.
+// a zero Status. Before it sleeps, the waiting goroutine polls the
+// shared-memory rings itself for at most BoardOptions.Spin, and a message
+// found there completes the request without a wake-up; in busy-poll mode
+// (BoardOptions.BusyPoll) it polls every source until the request
+// completes.
 func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if r == nil || r.ep == nil {
 		return Status{}, ErrBadRequest
@@ -233,13 +247,18 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if r.done.Load() {
 		return r.finish()
 	}
-	if b.opts.BusyPoll {
-		gen := e.wakeGen.Load()
-		err := b.busyWait(ctx, func() bool { return r.done.Load() }, e, gen)
+	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
+		budget := b.opts.Spin
+		if b.opts.BusyPoll {
+			budget = -1
+		}
+		ok, err := b.pollWait(ctx, r, nil, budget, e, e.wakeGen.Load())
 		if err != nil {
 			return Status{}, err
 		}
-		return r.finish()
+		if ok {
+			return r.finish()
+		}
 	}
 	b.mu.Lock()
 	for !r.done.Load() {

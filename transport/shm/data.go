@@ -103,6 +103,7 @@ func (o *outRing) publish(start uint64) {
 	if o.slp.Load() != 0 {
 		o.seq.Add(1)
 		futexWake(o.seq, 1)
+		o.wakes.Add(1)
 	}
 }
 
@@ -222,7 +223,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	o := &outRing{peer: peer, seg: seg, bell: bell, data: seg.mem[dataOff : dataOff+size], conn: c,
 		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff),
 		seq: u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
-		mtu: min(t.opts.MTU, int(le.Uint32(w[8:])))}
+		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes}
 	return o, nil
 }
 
@@ -271,6 +272,13 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if len(frames) == 0 {
 		return 0, nil
 	}
+	if timeout == 0 {
+		// A poll: no clock, no spin.
+		if t.closed.Load() {
+			return 0, transport.ErrClosed
+		}
+		return t.poll(frames), nil
+	}
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -287,7 +295,12 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return 0, nil
 		}
 		if t.opts.Spin > 0 && (i&15 != 15 || time.Now().Before(spinUntil)) {
-			runtime.Gosched()
+			// Not runtime.Gosched: it wakes another thread to run
+			// this goroutine. After a few tight looks, give the CPU
+			// to another process (the producer, perhaps) instead.
+			if i >= tightPolls {
+				schedYield()
+			}
 			continue
 		}
 		// Going to sleep: announce it, then look once more. A producer
@@ -303,6 +316,10 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			t.slp.Store(0)
 			return 0, transport.ErrClosed
 		}
+		if t.wakeReq.Swap(false) { // see Wake
+			t.slp.Store(0)
+			return 0, nil
+		}
 		wait := time.Duration(0)
 		if timeout > 0 {
 			wait = time.Until(deadline)
@@ -311,6 +328,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 				return 0, nil
 			}
 		}
+		t.cnt.sleeps.Add(1)
 		futexWait(t.seq, s, wait)
 		t.slp.Store(0)
 		if t.wakeReq.Swap(false) {
@@ -451,5 +469,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm corrupt rings dropped", Value: t.cnt.corrupt.Load()},
 		{Name: "shm peers gone", Value: t.cnt.peersGone.Load()},
 		{Name: "shm connections refused", Value: t.cnt.refused.Load()},
+		{Name: "shm receiver sleeps", Value: t.cnt.sleeps.Load()},
+		{Name: "shm receiver wake-ups sent", Value: t.cnt.wakes.Load()},
 	}
 }

@@ -40,7 +40,12 @@
 // A producer, after publishing, wakes the futex only if the flag is set. The
 // flag store and the re-check on one side, the tail store and the flag load
 // on the other, are sequentially consistent, so a wake-up is never lost and a
-// busy receiver costs its producers no system call.
+// busy receiver costs its producers no system call. Options.Spin (or
+// GOMX_SHM_SPIN) sets the spin. Wake asks a Recv to return by the same
+// handshake: a flag, and a futex wake only while the Recv sleeps, so the
+// layer above can take Recv over from a spinning receive loop cheaply. The
+// counters say how often the receiver slept and how many wake-ups the
+// producers sent.
 //
 // # Peers that go away
 //

@@ -46,7 +46,8 @@ type Options struct {
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
 	// Spin is how long Recv polls the rings before sleeping on the
-	// doorbell futex. Default 20µs; negative: never spin.
+	// doorbell futex. Default $GOMX_SHM_SPIN (a Go duration), else 20µs;
+	// negative: never spin.
 	Spin time.Duration
 	// FullWait is how long Send waits for room in a full ring whose
 	// receiver makes no progress before it drops the frame (counted).
@@ -74,6 +75,16 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Spin == 0 {
 		o.Spin = 20 * time.Microsecond
+		if v := os.Getenv("GOMX_SHM_SPIN"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return o, fmt.Errorf("shm: GOMX_SHM_SPIN=%q is not a duration (write 20us, 0s or -1s): %w", v, err)
+			}
+			o.Spin = d
+			if d == 0 {
+				o.Spin = -1
+			}
+		}
 	}
 	if o.FullWait == 0 {
 		o.FullWait = time.Second
@@ -102,6 +113,10 @@ const (
 	version      = 2
 	handshakeTTL = 5 * time.Second
 )
+
+// tightPolls is how many looks a spinning Recv takes before it starts
+// yielding the CPU between looks.
+const tightPolls = 4
 
 // Transport is a shared-memory transport: one board of this host. It
 // implements transport.Transport and transport.Stats.
@@ -134,7 +149,7 @@ type Transport struct {
 	wg     sync.WaitGroup
 
 	cnt struct {
-		sent, recvd, dropFull, corrupt, peersGone, refused atomic.Uint64
+		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes atomic.Uint64
 	}
 }
 
@@ -170,6 +185,7 @@ type outRing struct {
 	mtu       int
 	conn      *net.UnixConn
 	dead      atomic.Bool
+	wakes     *atomic.Uint64 // the transport's count of futex wake-ups sent
 }
 
 // Open creates the board's doorbell and listens on its socket in the
@@ -422,10 +438,18 @@ func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
 }
 
 // Wake makes a Recv that is waiting (or the next one) return 0, nil at
-// once: a receive loop uses it to stop without closing the transport.
+// once: a receive loop uses it to stop without closing the transport, and
+// mx to take Recv over from its progress goroutine. It makes a system call
+// only when the Recv sleeps on the futex; a spinning one sees the request
+// at its next look.
 func (t *Transport) Wake() {
+	// Sequentially consistent with Recv's store of sleeping and its
+	// re-check of wakeReq (Dekker): either Recv sees the request, or we
+	// see sleeping == 1 and bump the futex word it waits on.
 	t.wakeReq.Store(true)
-	t.ring()
+	if t.slp.Load() != 0 {
+		t.ring()
+	}
 }
 
 // ring wakes our own Recv.

@@ -46,6 +46,10 @@ func futexWait(w *atomic.Uint32, val uint32, d time.Duration) {
 		uintptr(unsafe.Pointer(ts)), 0, 0)
 }
 
+// schedYield gives the CPU to another runnable thread, if any
+// (sched_yield(2)).
+func schedYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
 // futexWake wakes up to n sleepers on w.
 func futexWake(w *atomic.Uint32, n int) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, uintptr(n), 0, 0, 0)

@@ -1,0 +1,267 @@
+package mx
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// The wait path: who calls Recv, and how a waiting goroutine learns that
+// its request completed.
+//
+// A board receives from one or two sources: its transport, and the
+// shared-memory rings of the host path (host.go). Each source has one owner
+// at a time (rxSource.mu): normally its receive loop (the progress
+// goroutine, or the host path's loop), which blocks in Recv and completes
+// requests; a blocked Wait then sleeps on the request's channel. That costs
+// two wake-ups per message on a quiet receiver: the futex that wakes the
+// loop, then the goroutine hand-off to the waiter, each tens of
+// microseconds on a virtual machine whose idle CPUs halt.
+//
+// The adaptive poll removes both while a reply is expected soon, as Open
+// MPI's vader BTL and DPDK's poll-mode drivers do: Wait, before sleeping,
+// polls the sources that cost no system call to look at (shared-memory
+// rings) from the waiting goroutine itself, for at most
+// BoardOptions.Spin. A message found there is handled and its request
+// completed on the waiter's goroutine, which then returns at once. While
+// any waiter polls a source, its receive loop steps aside (a loop inside
+// Recv is asked to return with the transport's Wake, which makes no system
+// call unless the loop sleeps) and keeps only the timers; it takes Recv
+// back when the last poller gives up (it is told at once) or spinGrace
+// (Spin, at most 100µs) after the last poller succeeded: the application
+// usually waits again soon, and a frame that arrives meanwhile waits at
+// most that long. A waiter whose
+// budget runs out sleeps as before, and so does the receive loop in Recv
+// after the transport's own short spin, so an idle endpoint costs no CPU.
+//
+// Between polls a spinning waiter gives its CPU away with sched_yield after
+// a few tight rounds: on a node where processes outnumber cores, the peer
+// that must answer may be waiting for this very CPU.
+//
+// BoardOptions.BusyPoll is the same poll without a budget, on every source
+// (the transport too, at the price of a system call per look).
+
+// DefaultSpin is the default BoardOptions.Spin: about two one-way futex
+// wake-ups on this kind of machine, so a reply that comes as fast as a
+// wake-up would is caught without one, while a waiter whose peer is slower
+// gives the CPU back after a bounded cost.
+const DefaultSpin = 50 * time.Microsecond
+
+// tightPolls is how many polls a spinning waiter makes before it starts
+// yielding the CPU between polls.
+const tightPolls = 4
+
+// rxSource is one thing a board receives frames from, with its owner lock.
+type rxSource struct {
+	tr transport.Transport
+	// mu is held by whoever is inside tr.Recv or still handling the frames
+	// it returned (they point into the transport's buffers).
+	mu sync.Mutex
+	rx []transport.Frame
+	// spin: adaptive waiters poll it (it costs no system call to look at).
+	spin bool
+	// kick makes a Recv in progress return soon (nil: wait for its timeout).
+	kick    func()
+	pollers atomic.Int32 // waiters polling it now
+	idle    atomic.Int64 // clock() when the last poller stopped with success
+	wake    chan struct{}
+}
+
+func newRxSource(tr transport.Transport) *rxSource {
+	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
+	s.idle.Store(-1 << 62)
+	if st, ok := tr.(*shm.Transport); ok {
+		s.spin, s.kick = true, st.Wake
+	}
+	return s
+}
+
+// stayAway reports whether the receive loop of s should leave Recv to
+// waiters, and for how long at most before it looks again.
+func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
+	grace := b.spinGrace()
+	if s.pollers.Load() > 0 {
+		return true, grace
+	}
+	if left := time.Duration(s.idle.Load() + int64(grace) - b.clock()); left > 0 {
+		return true, left
+	}
+	return false, 0
+}
+
+// maxSpinGrace bounds spinGrace: a long Spin keeps waiters polling, not
+// the receive loop away from frames nobody waits for.
+const maxSpinGrace = 100 * time.Microsecond
+
+// spinGrace is how long a receive loop stays away from Recv after a
+// waiter polled it successfully.
+func (b *Board) spinGrace() time.Duration {
+	if b.opts.BusyPoll {
+		return pollGrace
+	}
+	return min(max(b.opts.Spin, 0), maxSpinGrace)
+}
+
+// pollSource receives and handles one batch from s if nobody else owns
+// its Recv, and reports whether it could look.
+func (b *Board) pollSource(s *rxSource) bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	n, _ := s.tr.Recv(s.rx, 0)
+	if n > 0 {
+		b.mu.Lock()
+		b.handleBatchLocked(s.rx[:n])
+		if b.clock() >= b.nextTick.Load() {
+			b.timersLocked(true)
+		}
+		b.unlock()
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// waitSources returns the sources a waiter polls: in busy-poll mode all of
+// them, else those that cost no system call, and only if Spin allows.
+func (b *Board) waitSources() []*rxSource {
+	if b.opts.BusyPoll {
+		return b.allSrcs
+	}
+	if b.opts.Spin <= 0 {
+		return nil
+	}
+	return b.spinSrcs
+}
+
+// pollWait polls the waiter's sources until done (or, when r is nil,
+// cond) holds, the budget runs out (budget < 0: never), ctx is done, or
+// the endpoint is woken up (its wake generation moves past gen). It
+// reports whether the condition held.
+func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (bool, error) {
+	srcs := b.waitSources()
+	holds := func() bool {
+		if r != nil {
+			return r.done.Load()
+		}
+		return cond()
+	}
+	if holds() {
+		return true, nil
+	}
+	for _, s := range srcs {
+		s.pollers.Add(1)
+	}
+	b.spinning.Add(1)
+	ok, spent := false, false
+	defer func() {
+		b.spinning.Add(-1)
+		now := b.clock()
+		for _, s := range srcs {
+			if ok {
+				s.idle.Store(now)
+			}
+			if s.pollers.Add(-1) == 0 && !ok {
+				// Hand Recv back at once: this waiter is going to
+				// sleep and its message must find an owner.
+				s.idle.Store(-1 << 62)
+				select {
+				case s.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if ok {
+			b.waitPolled.Add(1)
+		} else if spent {
+			b.waitSlept.Add(1)
+		}
+	}()
+	start := b.clock()
+	kicked := false
+	for i := 0; ; i++ {
+		for _, s := range srcs {
+			if !b.pollSource(s) && !kicked && s.kick != nil {
+				// Its loop is inside Recv: ask it to step aside.
+				s.kick()
+				kicked = true
+			}
+		}
+		if holds() {
+			ok = true
+			return true, nil
+		}
+		if i&15 == 15 {
+			if budget >= 0 && time.Duration(b.clock()-start) >= budget {
+				spent = true
+				return false, nil
+			}
+			if err := ctx.Err(); err != nil {
+				if holds() {
+					ok = true
+					return true, nil
+				}
+				return false, fmt.Errorf("%w: %w", ErrTimeout, err)
+			}
+			if e != nil && e.wakeGen.Load() != gen {
+				return false, ErrWokenUp
+			}
+		}
+		if i >= tightPolls {
+			// Let another process (the peer, perhaps) have this CPU.
+			// Not runtime.Gosched: that wakes another thread to run
+			// this goroutine, a futex call per look.
+			osYield()
+		}
+	}
+}
+
+// WaitStats describe how a board's waits completed (see
+// BoardOptions.Spin).
+type WaitStats struct {
+	// Polled counts waits whose request completed while the waiting
+	// goroutine polled: no futex, no goroutine hand-off.
+	Polled uint64
+	// Slept counts waits that polled their whole budget and then slept.
+	Slept uint64
+	// Spinning is the number of goroutines polling right now.
+	Spinning int
+}
+
+// WaitStats returns the board's wait statistics.
+func (b *Board) WaitStats() WaitStats {
+	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: int(b.spinning.Load())}
+}
+
+// spinFromEnv reads GOMX_SPIN (a Go duration; 0 or negative: never spin)
+// into o.Spin when the option is left at zero.
+func (o *BoardOptions) spinFromEnv() error {
+	if o.Spin != 0 {
+		return nil
+	}
+	o.Spin = DefaultSpin
+	v := os.Getenv("GOMX_SPIN")
+	if v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%w: GOMX_SPIN=%q is not a duration (write 50us, or 0 to never spin): %v", ErrBadOptions, v, err)
+	}
+	o.Spin = d
+	if d == 0 {
+		o.Spin = -1
+	}
+	return nil
+}
+
+// osYield gives the CPU to another runnable thread, if there is one
+// (sched_yield(2)).
+func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -1,0 +1,123 @@
+package shm
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// waitFor polls cond until it holds; the bound only keeps a broken build
+// from hanging.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWakeSleepingRecv: a Recv that ran out of spin sleeps on the futex
+// (counted), and Wake makes it return with nothing; a Wake with no Recv
+// running is kept for the next one.
+func TestWakeSleepingRecv(t *testing.T) {
+	a, b := newTestPair(t, Options{Spin: time.Microsecond})
+	defer a.Close()
+	defer b.Close()
+	frames := make([]transport.Frame, 4)
+	type res struct {
+		n   int
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := a.Recv(frames, -1)
+		done <- res{n, err}
+	}()
+	waitFor(t, "the receiver to sleep", func() bool { return counter(a, "shm receiver sleeps") > 0 })
+	a.Wake()
+	if r := <-done; r.n != 0 || r.err != nil {
+		t.Fatalf("woken Recv: %d frames, %v", r.n, r.err)
+	}
+	a.Wake()
+	if n, err := a.Recv(frames, -1); n != 0 || err != nil {
+		t.Fatalf("Recv after a Wake: %d frames, %v", n, err)
+	}
+}
+
+// TestBusyReceiverCostsNoWakeups: frames to a receiver that is polling
+// (spinning in Recv, not sleeping) are delivered without a single futex
+// wake-up from the producer; once it sleeps, the producer wakes it.
+func TestBusyReceiverCostsNoWakeups(t *testing.T) {
+	a, b := newTestPair(t, Options{Spin: time.Hour})
+	defer a.Close()
+	defer b.Close()
+	frames := make([]transport.Frame, 64)
+	got := 0
+	for i := 0; i < 100; i++ {
+		if _, err := b.Send([]transport.Frame{{Peer: a.Addr(), Data: []byte{byte(i)}}}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := a.Recv(frames, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if got != 100 {
+		t.Fatalf("received %d frames of 100", got)
+	}
+	if w := counter(b, "shm receiver wake-ups sent"); w != 0 {
+		t.Errorf("%d futex wake-ups sent to a receiver that never slept", w)
+	}
+	if s := counter(a, "shm receiver sleeps"); s != 0 {
+		t.Errorf("the spinning receiver slept %d times", s)
+	}
+
+	// A receiver that does not spin sleeps at once and must be woken.
+	c, err := Open(Options{Dir: a.opts.Dir, Spin: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		n, err := c.Recv(frames, -1)
+		if err == nil && n != 1 {
+			err = errors.New("not one frame")
+		}
+		done <- err
+	}()
+	waitFor(t, "the receiver to sleep", func() bool { return counter(c, "shm receiver sleeps") > 0 })
+	if _, err := b.Send([]transport.Frame{{Peer: c.Addr(), Data: []byte("wake")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if counter(b, "shm receiver wake-ups sent") == 0 {
+		t.Error("the sleeping receiver got its frame without a wake-up")
+	}
+}
+
+// TestSpinFromEnv: GOMX_SHM_SPIN sets the default spin; a bad value is an
+// error that names the variable.
+func TestSpinFromEnv(t *testing.T) {
+	t.Setenv("GOMX_SHM_SPIN", "7us")
+	o, err := Options{}.withDefaults()
+	if err != nil || o.Spin != 7*time.Microsecond {
+		t.Fatalf("spin %v, %v", o.Spin, err)
+	}
+	t.Setenv("GOMX_SHM_SPIN", "0")
+	if o, err = (Options{}).withDefaults(); err != nil || o.Spin >= 0 {
+		t.Fatalf("GOMX_SHM_SPIN=0: spin %v, %v", o.Spin, err)
+	}
+	t.Setenv("GOMX_SHM_SPIN", "fast")
+	if _, err = (Options{}).withDefaults(); err == nil {
+		t.Fatal("GOMX_SHM_SPIN=fast accepted")
+	}
+}
