@@ -93,6 +93,7 @@ type Board struct {
 	cmaEps     [MaxEndpoints]uint64
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
+	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
 
 	// recvMu makes one goroutine at a time the owner of tr.Recv: the
 	// progress goroutine, or a busy-polling waiter.

@@ -92,6 +92,12 @@ const (
 	// unacked message sent again when the oldest one's timeout expired,
 	// before anything is resent in full.
 	TailProbes
+	// Large messages between processes of this host copied out of the
+	// sender's shared pool (shmpool.go, offload.go).
+	RecvShared      // by the CPU
+	RecvEngine      // by the copy engine
+	EngineFallbacks // the engine failed: copied again by the CPU
+	SharedNotPassed // pool segments not passed to the peer: sent another way
 	numCounters
 )
 
@@ -120,6 +126,8 @@ var counterNames = [numCounters]string{
 	"process_vm_readv failed (pulled)",
 	"fast retransmits", "timer retransmits", "duplicates received (spurious retransmits)",
 	"pull frames re-requested", "tail-loss probes",
+	"recv large from a shared segment (one CPU copy)", "recv large from a shared segment by the copy engine",
+	"copy engine failed (copied by the CPU)", "shared segments not passed to the peer",
 }
 
 // String returns the counter's label.
