@@ -204,7 +204,7 @@ type engineRig struct {
 	atob, btoa Addr
 }
 
-func newEngineRig(t *testing.T, large LargeStrategy, sender func(*BoardOptions)) *engineRig {
+func newEngineRig(t testing.TB, large LargeStrategy, sender, receiver func(*BoardOptions)) *engineRig {
 	t.Helper()
 	checkLeaks(t)
 	dir := shmDir(t)
@@ -259,6 +259,9 @@ func newEngineRig(t *testing.T, large LargeStrategy, sender func(*BoardOptions))
 	ob := shmTestOptions()
 	ob.Local.Engine = eng
 	ob.Local.Large = large
+	if receiver != nil {
+		receiver(&ob)
+	}
 	g.bb, g.b = open(ob)
 	ctx := testCtx(t, 30*time.Second)
 	if g.atob, err = g.a.Connect(ctx, g.bb.NICID(), 0, testKey); err != nil {
@@ -272,7 +275,7 @@ func newEngineRig(t *testing.T, large LargeStrategy, sender func(*BoardOptions))
 
 // send sends msg (a buffer of a's pool) from a to b, received into nseg
 // heap segments, and checks the bytes.
-func (g *engineRig) send(t *testing.T, msg []byte, nseg int, match uint64) {
+func (g *engineRig) send(t testing.TB, msg []byte, nseg int, match uint64) {
 	t.Helper()
 	buf := make([]byte, len(msg))
 	r, err := g.b.IRecv(split(buf, nseg), match, ^uint64(0), nil)
@@ -293,7 +296,7 @@ func (g *engineRig) send(t *testing.T, msg []byte, nseg int, match uint64) {
 // from a shared buffer arrives byte-exact, into one or several segments,
 // each large one copied by the engine (and none by the CPU or CMA).
 func TestEngineSizes(t *testing.T) {
-	g := newEngineRig(t, LargeEngine, nil)
+	g := newEngineRig(t, LargeEngine, nil, nil)
 	large := 0
 	for i, size := range []int{1, 4096, 4097, 8191, 32769, 100000, 1 << 20, 2<<20 + 7, 4<<20 + 1} {
 		msg, err := g.a.AllocShared(size)
@@ -322,7 +325,7 @@ func TestEngineSizes(t *testing.T) {
 // TestEngineThreshold: with LargeAuto, the engine takes messages from
 // EngineMin (2 MiB by default) and the CPU the smaller ones.
 func TestEngineThreshold(t *testing.T) {
-	g := newEngineRig(t, LargeAuto, nil)
+	g := newEngineRig(t, LargeAuto, nil, nil)
 	for i, size := range []int{1<<20 + 3, 2 << 20, 3 << 20} {
 		msg, _ := g.a.AllocShared(size)
 		copy(msg, pattern(size, uint64(i)))
@@ -337,7 +340,7 @@ func TestEngineThreshold(t *testing.T) {
 // copied again through the cached mapping (no new mapping of the source)
 // and the new bytes arrive, never the old ones.
 func TestEngineCacheReuse(t *testing.T) {
-	g := newEngineRig(t, LargeEngine, nil)
+	g := newEngineRig(t, LargeEngine, nil, nil)
 	const size = 1 << 20
 	msg, _ := g.a.AllocShared(size)
 	copy(msg, pattern(size, 1))
@@ -362,7 +365,7 @@ func TestEngineCacheReuse(t *testing.T) {
 // address here, delivers its own bytes. No mapping of a released segment
 // remains.
 func TestEngineCacheInvalidatedByFree(t *testing.T) {
-	g := newEngineRig(t, LargeEngine, func(o *BoardOptions) { o.Local.PoolKeep = -1 })
+	g := newEngineRig(t, LargeEngine, func(o *BoardOptions) { o.Local.PoolKeep = -1 }, nil)
 	const size = 2 << 20
 	for i := 0; i < 4; i++ {
 		msg, _ := g.a.AllocShared(size)
@@ -385,7 +388,7 @@ func TestEngineCacheInvalidatedByFree(t *testing.T) {
 // message still arrives byte-exact, copied again by the CPU, the fallback
 // is counted, and the next message goes by the engine again.
 func TestEngineFault(t *testing.T) {
-	g := newEngineRig(t, LargeEngine, nil)
+	g := newEngineRig(t, LargeEngine, nil, nil)
 	const size = 4 << 20
 	msg, _ := g.a.AllocShared(size)
 	copy(msg, pattern(size, 7))
