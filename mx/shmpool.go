@@ -202,7 +202,12 @@ func (e *Endpoint) pullShared(r *Request, p *partner, match uint64, msgLen, tota
 	}
 	tr := b.shmTo(p.nic)
 	var ent [sharedEntryWords]uint64
-	if !tr.PeerWords(p.nic, sharedIndex(p.epID, ref.id), ent[:]) || ent[0] != uint64(ref.seq)<<1|1 {
+	var again [1]uint64
+	idx := sharedIndex(p.epID, ref.id)
+	valid := uint64(ref.seq)<<1 | 1
+	// The entry, then its first word again: a region reused meanwhile
+	// (only by a stale duplicate RNDV) shows a different first word.
+	if !tr.PeerWords(p.nic, idx, ent[:]) || ent[0] != valid || !tr.PeerWords(p.nic, idx, again[:]) || again[0] != valid {
 		return false
 	}
 	seg, off, n := ent[1], ent[2], ent[3]

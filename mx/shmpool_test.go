@@ -441,3 +441,52 @@ func TestSharedNeedsShm(t *testing.T) {
 		t.Fatalf("AllocShared on a loopback board: %v, want ErrNoSharedMemory", err)
 	}
 }
+
+// TestSharedPeerKilled: a process whose shared segments we mapped is
+// killed: its segments are unmapped here without any call of ours, and
+// after Close nothing of either pool is left.
+func TestSharedPeerKilled(t *testing.T) {
+	checkLeaks(t)
+	dir := shmDir(t)
+	maps0, fds0 := gomxMaps(t), gomxFDs()
+	ctx := testCtx(t, 60*time.Second)
+	cmd, sc := startTestChild(t, ctx, "TestSharedProcesses", sharedChildEnv+"="+dir+" 42")
+	if !sc.Scan() || sc.Text() != "ready" {
+		t.Fatalf("child did not start: %q", sc.Text())
+	}
+	tr, err := shm.Open(shm.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBoard(tr, shmTestOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := e.Connect(ctx, shm.NICBase|42, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.AllocShared(1 << 20); err != nil { // a pool of ours too, freed by Close
+		t.Fatal(err)
+	}
+	echoSizes(t, ctx, e, addr, []int{1 << 20}) // the child answers from its pool
+	if c := e.Counters(); c.Get(RecvShared) != 1 {
+		t.Fatalf("%d copies out of the child's segments, want 1", c.Get(RecvShared))
+	}
+	if _, peers := b.SharedSegments(); peers < 2 {
+		t.Fatalf("%d of the child's segments mapped here, want its table and buffer", peers)
+	}
+	cmd.Process.Kill()
+	waitCond(t, "the killed child's segments are unmapped", func() bool { _, p := b.SharedSegments(); return p == 0 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m, f := gomxMaps(t), gomxFDs(); m != maps0 || f != fds0 {
+		t.Errorf("left behind: %d gomx memfd mappings, %d descriptors", m-maps0, f-fds0)
+	}
+}
