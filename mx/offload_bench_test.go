@@ -16,7 +16,8 @@ import (
 // (emulated.IOMMU.SetMapCost: a model of pinning and IOMMU programming, spent
 // busy on a CPU), so the figures show the shape of the effects, not I/OAT's
 // speed. It reports the one-way bandwidth (MB/s), the time per message
-// (us/msg) and the pages mapped per message (maps/msg counts mappings).
+// (us/msg), the fastest message (best-us/msg, the figure to compare on a
+// loaded machine) and the mappings made per message (maps/msg).
 func BenchmarkEngineOffload(b *testing.B) {
 	const mapCost = 250 * time.Nanosecond
 	variants := []struct {
@@ -51,8 +52,10 @@ func BenchmarkEngineOffload(b *testing.B) {
 				buf := make([]byte, size)
 				ctx := testCtx(b, time.Minute)
 				b.SetBytes(int64(size))
+				best := time.Duration(1<<63 - 1)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
 					r, _ := g.b.IRecv([][]byte{buf}, 2, ^uint64(0), nil)
 					s, err := g.a.ISend([][]byte{msg}, g.atob, 2, nil)
 					if err != nil {
@@ -64,11 +67,15 @@ func BenchmarkEngineOffload(b *testing.B) {
 					if _, err := s.Wait(ctx); err != nil {
 						b.Fatal(err)
 					}
+					best = min(best, time.Since(t0))
 				}
 				b.StopTimer()
 				el := b.Elapsed()
 				b.ReportMetric(float64(size)*float64(b.N)/el.Seconds()/1e6, "MB/s")
 				b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/msg")
+				// The fastest message: on a shared, loaded machine the
+				// mean mostly measures the other processes.
+				b.ReportMetric(float64(best.Nanoseconds())/1e3, "best-us/msg")
 				b.ReportMetric(float64(g.eng.CacheStats().Misses-miss0)/float64(b.N), "maps/msg")
 				c := g.b.Counters()
 				if v.cpu && c.Get(RecvEngine) != 0 || !v.cpu && (c.Get(RecvShared) != 0 || c.Get(EngineFallbacks) != 0) {

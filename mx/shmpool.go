@@ -211,7 +211,7 @@ func (e *Endpoint) pullShared(r *Request, p *partner, match uint64, msgLen, tota
 		return false
 	}
 	seg, off, n := ent[1], ent[2], ent[3]
-	if seg > 1<<32-1 || uint64(ref.off)+uint64(total) > n {
+	if seg > 1<<32-1 {
 		return false
 	}
 	var dst [MaxSegments][]byte
@@ -227,11 +227,11 @@ func (e *Endpoint) pullShared(r *Request, p *partner, match uint64, msgLen, tota
 	}
 	copied, engine, fellBack := false, false, false
 	tr.PeerSegment(p.nic, uint32(seg), func(mem []byte) {
-		start := off + uint64(ref.off)
-		if off > uint64(len(mem)) || n > uint64(len(mem))-off {
+		start, end, ok := sharedSource(off, n, ref.off, total, len(mem))
+		if !ok {
 			return // the entry does not fit the segment: let another path judge
 		}
-		src := mem[start : start+uint64(total)]
+		src := mem[start:end]
 		copied = true
 		if eng := b.opts.Local.Engine; eng != nil && (b.opts.Local.Large == LargeEngine ||
 			(b.opts.Local.Large == LargeAuto && int(total) >= b.opts.Local.EngineMin)) {
@@ -255,6 +255,19 @@ func (e *Endpoint) pullShared(r *Request, p *partner, match uint64, msgLen, tota
 	p.sendNotify(total, ref.id, ref.seq)
 	e.finishRecv(r, p, match, msgLen, total)
 	return true
+}
+
+// sharedSource checks a sender's entry — its buffer at offset off and of
+// n bytes in a segment of segLen bytes, as the peer wrote it — against a
+// message of total bytes at offset refOff of that buffer (from the RNDV),
+// and returns where the message lies in the segment.
+func sharedSource(off, n uint64, refOff uint16, total uint32, segLen int) (start, end uint64, ok bool) {
+	l := uint64(segLen)
+	if off > l || n > l-off || uint64(refOff)+uint64(total) > n {
+		return 0, 0, false
+	}
+	start = off + uint64(refOff)
+	return start, start + uint64(total), true
 }
 
 // cpuCopy copies src into the concatenation of dst (as long as src).

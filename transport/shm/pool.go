@@ -364,6 +364,22 @@ func (o *outRing) sendCtl(kind, id uint32, size uint64, fd int) error {
 	return err
 }
 
+// ctlMsg is a decoded control message.
+type ctlMsg struct {
+	kind, id, status uint32
+	size             uint64
+}
+
+// decodeCtl decodes a control message a peer sent; it reports false for
+// anything but ctlLen bytes starting with ctlMagic.
+func decodeCtl(msg []byte) (ctlMsg, bool) {
+	le := binary.LittleEndian
+	if len(msg) != ctlLen || le.Uint32(msg) != ctlMagic {
+		return ctlMsg{}, false
+	}
+	return ctlMsg{kind: le.Uint32(msg[4:]), id: le.Uint32(msg[8:]), status: le.Uint32(msg[12:]), size: le.Uint64(msg[16:])}, true
+}
+
 func putCtl(m []byte, kind, id, status uint32, size uint64) {
 	le := binary.LittleEndian
 	le.PutUint32(m, ctlMagic)
@@ -377,12 +393,12 @@ func putCtl(m []byte, kind, id, status uint32, size uint64) {
 // acknowledgement of a shared segment. Descriptors are never expected.
 func (o *outRing) control(msg []byte, fds []int) {
 	closeAll(fds)
-	le := binary.LittleEndian
-	if len(msg) != ctlLen || le.Uint32(msg) != ctlMagic || le.Uint32(msg[4:]) != ctlAck {
+	m, ok := decodeCtl(msg)
+	if !ok || m.kind != ctlAck {
 		return
 	}
 	select {
-	case o.acks <- ctlAnswer{id: le.Uint32(msg[8:]), status: le.Uint32(msg[12:])}:
+	case o.acks <- ctlAnswer{id: m.id, status: m.status}:
 	default: // nobody asked: a confused peer
 	}
 }
@@ -416,16 +432,16 @@ func closeAll(fds []int) {
 // control handles a message the producer sent on the ring's connection:
 // a segment to map (answered with an acknowledgement) or to unmap.
 func (t *Transport) inControl(r *inRing, c *net.UnixConn, msg []byte, fds []int) {
-	le := binary.LittleEndian
-	if len(msg) != ctlLen || le.Uint32(msg) != ctlMagic {
+	m, ok := decodeCtl(msg)
+	if !ok {
 		closeAll(fds)
 		return
 	}
-	id := le.Uint32(msg[8:])
-	switch le.Uint32(msg[4:]) {
+	id := m.id
+	switch m.kind {
 	case ctlShare:
 		status := uint32(0)
-		size := le.Uint64(msg[16:])
+		size := m.size
 		if len(fds) != 1 || size == 0 || size > maxSegment {
 			closeAll(fds)
 			status = 1

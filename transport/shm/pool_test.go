@@ -112,3 +112,32 @@ func TestPoolShare(t *testing.T) {
 		t.Fatalf("unmap hook ran %d times, want 3", unmapped.Load())
 	}
 }
+
+// FuzzControl checks the decoder of control messages from a peer against a
+// byte-by-byte decoding: only ctlLen bytes with the magic are accepted, and
+// every field is where the layout says.
+func FuzzControl(f *testing.F) {
+	var m [ctlLen]byte
+	putCtl(m[:], ctlShare, 3, 0, 1<<21)
+	f.Add(m[:])
+	putCtl(m[:], ctlAck, 7, 2, 0)
+	f.Add(m[:])
+	f.Add([]byte("gmxc"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := decodeCtl(b)
+		u := func(i, n int) uint64 {
+			v := uint64(0)
+			for k := n - 1; k >= 0; k-- {
+				v = v<<8 | uint64(b[i+k])
+			}
+			return v
+		}
+		want := len(b) == 24 && b[0] == 'c' && b[1] == 'x' && b[2] == 'm' && b[3] == 'g'
+		if ok != want {
+			t.Fatalf("decodeCtl(%x) ok = %v, want %v", b, ok, want)
+		}
+		if ok && (uint64(got.kind) != u(4, 4) || uint64(got.id) != u(8, 4) || uint64(got.status) != u(12, 4) || got.size != u(16, 8)) {
+			t.Fatalf("decodeCtl(%x) = %+v", b, got)
+		}
+	})
+}
