@@ -206,10 +206,16 @@ type engineRig struct {
 
 func newEngineRig(t testing.TB, large LargeStrategy, sender, receiver func(*BoardOptions)) *engineRig {
 	t.Helper()
+	return newEngineRigOn(t, emulated.CBDMAOptions{Channels: 2}, large, sender, receiver)
+}
+
+// newEngineRigOn is newEngineRig on an emulated platform of options po.
+func newEngineRigOn(t testing.TB, po emulated.CBDMAOptions, large LargeStrategy, sender, receiver func(*BoardOptions)) *engineRig {
+	t.Helper()
 	checkLeaks(t)
 	dir := shmDir(t)
 	maps0, fds0 := gomxMaps(t), gomxFDs()
-	plat, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: 2})
+	plat, err := emulated.NewCBDMA(po)
 	if err != nil {
 		t.Fatal(err)
 	}
