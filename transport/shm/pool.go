@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -50,6 +51,7 @@ type Pool struct {
 	byAt map[uintptr]*poolSeg
 	free map[int][]*poolSeg // by size: segments kept for reuse
 	next uint32
+	gen  atomic.Uint64 // segments ever made: a ring that has shared up to it has them all
 	tab  *poolSeg
 	done bool
 }
@@ -142,6 +144,7 @@ func (p *Pool) newSeg(size int) (*poolSeg, error) {
 	}
 	s := &poolSeg{id: p.next, seg: seg, fd: fd, size: size}
 	p.next++
+	p.gen.Add(1)
 	p.segs[s.id] = s
 	p.byAt[addrOf(seg.mem)] = s
 	return s, nil
@@ -303,6 +306,10 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 	if p == nil {
 		return errors.New("shm: no pool to share: NewPool first")
 	}
+	gen := p.gen.Load()
+	if o.sharedGen == gen {
+		return nil // the fast path: no segment made since the last share
+	}
 	p.mu.Lock()
 	var sent []uint32
 	for id, s := range p.segs {
@@ -334,6 +341,7 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 			return fmt.Errorf("%w: board %v did not acknowledge pool segments within %v", transport.ErrUnreachable, peer, handshakeTTL)
 		}
 	}
+	o.sharedGen = gen
 	return nil
 }
 

@@ -177,6 +177,7 @@ type outRing struct {
 	dead      atomic.Bool
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
+	sharedGen uint64          // the pool's gen when it last had them all
 	acks      chan ctlAnswer
 	gone      chan struct{} // closed when the connection closes
 }
