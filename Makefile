@@ -94,6 +94,8 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 20000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeTable -fuzztime 2000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 2000x ./transport/shm/
+	$(GO) test -run '^$$' -fuzz FuzzSharedEntry -fuzztime 2000x ./mx/
 
 lint: fmt-check vet staticcheck
 

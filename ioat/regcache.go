@@ -30,6 +30,7 @@ type regCache struct {
 	hits    uint64
 	misses  uint64
 	evicts  uint64
+	invals  uint64
 	closed  bool // no new mappings: a request racing Engine.Close must not leak one
 }
 
@@ -39,6 +40,7 @@ type regEntry struct {
 	refs       int
 	permanent  bool // registered by the user: never evicted
 	used       uint64
+	stale      bool // invalidated while in use: unmapped by the last put
 }
 
 func newRegCache(dma pci.DMA, limit int64) *regCache {
@@ -132,6 +134,10 @@ func (r *regCache) unregister(e *regEntry) error {
 func (r *regCache) put(e *regEntry) {
 	r.mu.Lock()
 	e.refs--
+	if e.stale && e.refs == 0 {
+		e.stale = false
+		_ = r.dma.Unmap(e.m)
+	}
 	if !e.permanent && r.bytes > r.limit {
 		r.evict()
 	}
@@ -157,6 +163,39 @@ func (r *regCache) evict() {
 	}
 }
 
+// invalidate drops every cached (not user-registered) entry that overlaps
+// [p, p+n): no later request finds it, and it is unmapped now, or by the
+// last request still using it. It returns how many entries it dropped.
+func (r *regCache) invalidate(p uintptr, n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || n <= 0 {
+		return 0
+	}
+	end := p + uintptr(n)
+	kept := r.entries[:0]
+	dropped := 0
+	for _, e := range r.entries {
+		if e.permanent || e.end <= p || e.start >= end {
+			kept = append(kept, e)
+			continue
+		}
+		dropped++
+		r.bytes -= int64(e.end - e.start)
+		r.invals++
+		if e.refs > 0 {
+			e.stale = true
+			continue
+		}
+		_ = r.dma.Unmap(e.m)
+	}
+	for i := len(kept); i < len(r.entries); i++ {
+		r.entries[i] = nil
+	}
+	r.entries = kept
+	return dropped
+}
+
 // close unmaps every entry; it reports entries still referenced.
 func (r *regCache) close() error {
 	r.mu.Lock()
@@ -180,12 +219,14 @@ func (r *regCache) close() error {
 // CacheStats reports the registration cache's behaviour.
 type CacheStats struct {
 	Hits, Misses, Evictions uint64
-	Entries                 int
-	Bytes                   int64
+	// Invalidations counts entries dropped by Engine.Invalidate.
+	Invalidations uint64
+	Entries       int
+	Bytes         int64
 }
 
 func (r *regCache) stats() CacheStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return CacheStats{Hits: r.hits, Misses: r.misses, Evictions: r.evicts, Entries: len(r.entries), Bytes: r.bytes}
+	return CacheStats{Hits: r.hits, Misses: r.misses, Evictions: r.evicts, Invalidations: r.invals, Entries: len(r.entries), Bytes: r.bytes}
 }

@@ -98,6 +98,7 @@ type Board struct {
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
 	copies     sync.WaitGroup         // single copies running without mu (cma.go)
+	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
 
 	// src is the transport as a receive source: its owner is the
 	// progress goroutine or a polling waiter (poll.go). allSrcs and

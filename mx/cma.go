@@ -58,6 +58,16 @@ const (
 	// back to the rings for that message (counted in CMARefused), so a
 	// forced strategy never fails a message.
 	LargeCMA
+	// LargeShared copies a message whose send buffer lies in the sender's
+	// shared pool (Endpoint.AllocShared) with the CPU, straight out of the
+	// sender's segment mapped here (shmpool.go), never with the engine;
+	// other buffers go as with LargeAuto.
+	LargeShared
+	// LargeEngine copies a message whose send buffer lies in the sender's
+	// shared pool with LocalOptions.Engine at any size above the eager
+	// threshold (offload.go); other buffers go as with LargeAuto. The
+	// board refuses it without an engine.
+	LargeEngine
 )
 
 // String names the strategy as GOMX_SHM_LARGE spells it.
@@ -69,11 +79,15 @@ func (s LargeStrategy) String() string {
 		return "rings"
 	case LargeCMA:
 		return "cma"
+	case LargeShared:
+		return "shared"
+	case LargeEngine:
+		return "engine"
 	}
 	return fmt.Sprintf("LargeStrategy(%d)", int(s))
 }
 
-// ParseLargeStrategy parses auto, rings or cma.
+// ParseLargeStrategy parses auto, rings, cma, shared or engine.
 func ParseLargeStrategy(s string) (LargeStrategy, error) {
 	switch strings.ToLower(s) {
 	case "auto", "":
@@ -82,8 +96,12 @@ func ParseLargeStrategy(s string) (LargeStrategy, error) {
 		return LargeRings, nil
 	case "cma":
 		return LargeCMA, nil
+	case "shared", "pool":
+		return LargeShared, nil
+	case "engine", "ioat":
+		return LargeEngine, nil
 	}
-	return 0, fmt.Errorf("%w: large-message strategy %q: want auto, rings or cma", ErrBadOptions, s)
+	return 0, fmt.Errorf("%w: large-message strategy %q: want auto, rings, cma, shared or engine", ErrBadOptions, s)
 }
 
 // DefaultShmEager is the default of LocalOptions.ShmEager (seed 003, Table
@@ -112,8 +130,11 @@ func (o *LocalOptions) largeEnv() error {
 		}
 		o.ShmEager = n
 	}
-	if o.Large < LargeAuto || o.Large > LargeCMA {
-		return fmt.Errorf("%w: Local.Large %d: want LargeAuto, LargeRings or LargeCMA", ErrBadOptions, int(o.Large))
+	if o.Large < LargeAuto || o.Large > LargeEngine {
+		return fmt.Errorf("%w: Local.Large %d: want LargeAuto, LargeRings, LargeCMA, LargeShared or LargeEngine", ErrBadOptions, int(o.Large))
+	}
+	if err := o.engineEnv(); err != nil { // offload.go
+		return err
 	}
 	if o.ShmEager < 0 {
 		return fmt.Errorf("%w: Local.ShmEager %d is negative", ErrBadOptions, o.ShmEager)
@@ -134,6 +155,7 @@ func (b *Board) cmaPublish() {
 	if h := b.host; h != nil {
 		h.tr.Publish(addr)
 	}
+	b.engineHook() // offload.go
 }
 
 // cmaOpen gives a new endpoint its region table when the board talks
@@ -166,6 +188,7 @@ func (b *Board) cmaClose(e *Endpoint) {
 // set). A send with too many segments gets an entry without any, which
 // sends its receiver to the rings.
 func (e *Endpoint) publishRegion(i int, r *Request) {
+	e.publishShared(i, r) // shmpool.go
 	if e.cmaTab == nil {
 		return
 	}
@@ -206,7 +229,7 @@ func (b *Board) cmaUsable(nic transport.NICID) bool {
 	switch b.opts.Local.Large {
 	case LargeRings:
 		return false
-	case LargeAuto:
+	case LargeAuto, LargeShared, LargeEngine:
 		if b.cmaRefused {
 			return false
 		}
@@ -218,7 +241,7 @@ func (b *Board) cmaUsable(nic transport.NICID) bool {
 // because it is above the shared-memory eager threshold and will be copied
 // once by the receiver (b.mu held).
 func (b *Board) shmRendezvous(p *partner, n int) bool {
-	return n > b.opts.Local.ShmEager && b.cmaUsable(p.nic)
+	return n > b.opts.Local.ShmEager && (b.cmaUsable(p.nic) || b.sharedUsable(p.nic))
 }
 
 // errCMAShort is a process_vm_readv that copied less than asked.
@@ -253,6 +276,9 @@ func cmaRead(pid int, dst [][]byte, remote []unix.RemoteIovec) (int, error) {
 // through the rings if the kernel fails it. b.mu held.
 func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) bool {
 	b := e.b
+	if e.pullShared(r, p, match, msgLen, total, ref) { // shmpool.go: out of the sender's shared segment
+		return true
+	}
 	if !b.cmaUsable(p.nic) {
 		return false
 	}

@@ -115,7 +115,7 @@ func TestLargeStrategyOptions(t *testing.T) {
 		}
 	}
 	os.Unsetenv("GOMX_SHM_LARGE")
-	if _, err := ParseLargeStrategy("x"); err == nil || !bytes.Contains([]byte(err.Error()), []byte("auto, rings or cma")) {
+	if _, err := ParseLargeStrategy("x"); err == nil || !bytes.Contains([]byte(err.Error()), []byte("auto, rings, cma, shared or engine")) {
 		t.Errorf("ParseLargeStrategy(x) = %v", err)
 	}
 }

@@ -97,6 +97,12 @@ const (
 	// holes remain; SacksReceived the selective acks a sender took.
 	SacksSent
 	SacksReceived
+	// Large messages between processes of this host copied out of the
+	// sender's shared pool (shmpool.go, offload.go).
+	RecvShared      // by the CPU
+	RecvEngine      // by the copy engine
+	EngineFallbacks // the engine failed: copied again by the CPU
+	SharedNotPassed // pool segments not passed to the peer: sent another way
 	numCounters
 )
 
@@ -126,6 +132,8 @@ var counterNames = [numCounters]string{
 	"fast retransmits", "timer retransmits", "duplicates received (spurious retransmits)",
 	"pull frames re-requested", "tail-loss probes",
 	"selective acks sent", "selective acks received",
+	"recv large from a shared segment (one CPU copy)", "recv large from a shared segment by the copy engine",
+	"copy engine failed (copied by the CPU)", "shared segments not passed to the peer",
 }
 
 // String returns the counter's label.

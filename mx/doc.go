@@ -201,4 +201,14 @@
 // that exits or crashes is seen at once (transport.PeerWatcher): requests
 // involving it fail with ErrUnreachable, and a new process on the same
 // board and endpoint can be connected to.
+//
+// A message sent from a buffer of the board's shared pool
+// ([Endpoint.AllocShared]: memfd segments the transport passes to its peers
+// with SCM_RIGHTS) is copied by the receiver straight out of its own mapping
+// of the sender's segment, with no system call and no ptrace permission
+// (see shmpool.go); with a [CopyEngine] in Local.Engine (an ioat.Engine,
+// over VFIO or the emulated model) the receiver copies messages from
+// Local.EngineMin (2 MiB) with the engine, mapping the buffers chunk by
+// chunk while the engine copies and keeping the mappings in the engine's
+// registration cache until the memory goes (see offload.go).
 package mx

@@ -65,6 +65,25 @@ type LocalOptions struct {
 	// and are copied once by the receiver. Default DefaultShmEager (4 KiB);
 	// GOMX_SHM_EAGER sets it. It never raises RendezvousThreshold.
 	ShmEager int
+	// Engine, when set, copies large messages whose send buffer lies in
+	// the sender's shared pool (Endpoint.AllocShared) out of the sender's
+	// segment: an ioat.Engine over VFIO or the emulated model (offload.go).
+	Engine CopyEngine
+	// EngineMin is the smallest message LargeAuto gives to the engine
+	// (default DefaultEngineMin, 2 MiB: seed 003, Table I);
+	// GOMX_SHM_ENGINE_MIN sets it. LargeEngine ignores it.
+	EngineMin int
+	// EngineNoOverlap maps a message's source for the engine in one piece
+	// before any byte moves, instead of chunk by chunk while the engine
+	// copies (for measuring what overlapped pinning brings).
+	EngineNoOverlap bool
+	// EngineNoCache drops the engine's mappings of a message's buffers
+	// after each copy, so the next copy maps them again (for measuring what
+	// the registration cache brings).
+	EngineNoCache bool
+	// PoolKeep is how many freed shared buffers of each size the pool
+	// keeps for reuse (default 4; negative: none).
+	PoolKeep int
 }
 
 // withEnv applies GOMX_LOCAL (off, 0 or false turn the shortcut off) and

@@ -163,7 +163,13 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	}
 	t.out[peer] = o
 	t.wg.Add(1)
-	go t.watch(o.conn, &o.dead, peer)
+	go t.watch(o.conn, &o.dead, peer, func(msg []byte, fds []int) {
+		if msg == nil {
+			close(o.gone)
+			return
+		}
+		o.control(msg, fds)
+	})
 	return o, nil
 }
 
@@ -223,7 +229,8 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	o := &outRing{peer: peer, seg: seg, bell: bell, data: seg.mem[dataOff : dataOff+size], conn: c,
 		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff),
 		seq: u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
-		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes}
+		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
+		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
 	return o, nil
 }
 
@@ -412,6 +419,7 @@ func (t *Transport) commitDead() {
 	for _, r := range *t.in.Load() {
 		if r.dead.Load() {
 			r.conn.Close()
+			t.dropSegments(r)
 			r.seg.unmap()
 			r.data = nil
 			continue
@@ -434,6 +442,12 @@ func (t *Transport) Close() error {
 	t.ring() // a sleeping Recv returns ErrClosed
 	err := t.ln.Close()
 	t.outMu.Lock()
+	p := t.pool
+	t.outMu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+	t.outMu.Lock()
 	for p, o := range t.out {
 		o.close()
 		delete(t.out, p)
@@ -448,6 +462,7 @@ func (t *Transport) Close() error {
 	t.rmu.Lock()
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {
+		t.dropSegments(r)
 		r.seg.unmap()
 		r.data = nil
 	}

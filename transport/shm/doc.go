@@ -55,4 +55,16 @@
 // next frame (a new process may have taken the board number) or fails with
 // transport.ErrUnreachable. Close unmaps everything and removes the socket
 // file; nothing is left in /dev/shm.
+//
+// # Shared pools
+//
+// A [Pool] (Transport.NewPool) is memory the user allocates for its own
+// buffers, in memfd segments that Transport.ShareSegments passes to a peer
+// over the ring's connection (SCM_RIGHTS after the SO_PEERCRED check; the
+// peer acknowledges each once mapped), so the peer can copy straight out of
+// them; segment 0 is a table of words the owner writes and peers read
+// (PeerWords). A released segment is unmapped by the peers that had it, and
+// a peer that goes away takes the segments it passed with it, after a hook
+// (OnSegmentUnmap) lets a copy engine drop its mappings of that memory.
+// See pool.go.
 package shm

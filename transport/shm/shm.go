@@ -143,6 +143,9 @@ type Transport struct {
 
 	word atomic.Uint64 // see Publish
 
+	pool      *Pool                        // pool.go; guarded by outMu
+	unmapHook atomic.Pointer[func([]byte)] // see OnSegmentUnmap
+
 	rmu    sync.Mutex // held by Recv; Close takes it to unmap safely
 	rr     int
 	closed atomic.Bool
@@ -166,6 +169,8 @@ type inRing struct {
 	dead    atomic.Bool
 	pid     int    // the producer's process (SO_PEERCRED)
 	word    uint64 // what it published (see Publish)
+	segMu   sync.RWMutex
+	segs    map[uint32]segment // the producer's pool segments (pool.go)
 }
 
 // outRing is a ring we write to another process.
@@ -186,6 +191,11 @@ type outRing struct {
 	conn      *net.UnixConn
 	dead      atomic.Bool
 	wakes     *atomic.Uint64 // the transport's count of futex wake-ups sent
+	shareMu   sync.Mutex
+	shared    map[uint32]bool // pool segments the consumer has (pool.go)
+	sharedGen uint64          // the pool's gen when it last had them all
+	acks      chan ctlAnswer
+	gone      chan struct{} // closed when the connection closes
 }
 
 // Open creates the board's doorbell and listens on its socket in the
@@ -379,21 +389,33 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	}
 	c.SetDeadline(time.Time{})
 	t.wg.Add(1)
-	go t.watch(c, &r.dead, peer)
+	go t.watch(c, &r.dead, peer, func(msg []byte, fds []int) {
+		if msg == nil {
+			t.dropSegments(r) // the producer is gone: so is its memory
+			return
+		}
+		t.inControl(r, c, msg, fds)
+	})
 	return nil
 }
 
 // watch waits for the peer's end of c to close (the peer exited, crashed or
 // closed its transport), marks its ring dead and rings our doorbell so a
 // sleeping Recv drops it.
-func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NICID) {
+// Control messages on the connection (pool segments, pool.go) go to
+// handle, with the descriptors they carry.
+func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NICID, handle func(msg []byte, fds []int)) {
 	defer t.wg.Done()
-	var b [16]byte
+	var b [ctlLen + 1]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
-		if _, err := c.Read(b[:]); err != nil {
+		n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
+		if err != nil || (n == 0 && oobn == 0) {
 			break
 		}
+		handle(b[:n], parseRights(oob[:oobn]))
 	}
+	handle(nil, nil)
 	if !dead.Swap(true) && !t.closed.Load() {
 		t.cnt.peersGone.Add(1)
 		t.lostMu.Lock()

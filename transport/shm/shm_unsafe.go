@@ -54,3 +54,7 @@ func schedYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 func futexWake(w *atomic.Uint32, n int) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, uintptr(n), 0, 0, 0)
 }
+
+// addrOf returns the address of b's first byte (of its backing array when
+// b is empty).
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

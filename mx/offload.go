@@ -1,0 +1,162 @@
+package mx
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// Copy-engine offload of the single copy (seed 003 §3.3, Fig. 11).
+//
+// With LocalOptions.Engine set, a receiver copies a large message out of
+// the sender's shared segment (shmpool.go) with the engine instead of the
+// CPU when the message is at least EngineMin bytes (LargeAuto) or always
+// (LargeEngine). mx knows the engine only through CopyEngine, which
+// ioat.Engine satisfies whether its channels are VFIO devices or the
+// emulated model.
+//
+// The engine reads and writes through an IOMMU: both buffers must be
+// mapped (pinned) into its DMA domain, which costs far more per page than
+// copying it. Three things keep that cost off the critical path:
+//
+//   - Deferred, overlapped pinning: the message is cut into chunks of 1,
+//     2, 4, ... up to 1024 pages (4 KiB), and each chunk is handed to the
+//     engine as soon as it is mapped, so the engine copies chunk k while
+//     chunk k+1 is being mapped; the first bytes move after one page is
+//     mapped, not after the whole buffer.
+//   - The engine's registration cache keeps the mappings for the next
+//     message on the same memory. It is invalidated when the memory goes:
+//     the transport calls CopyEngine.Invalidate on a peer's segment just
+//     before unmapping it (a release after FreeShared, or the peer going
+//     away), so a later mapping at the same address is never served by a
+//     stale translation. Reuse of a pool buffer by its owner keeps the
+//     same pages, so the cached mapping stays right and the new bytes are
+//     the ones copied.
+//   - Failures never deliver wrong data: if the engine fails any chunk
+//     (a channel error, a mapping refused), the receiver waits for every
+//     chunk it started, then copies the whole message with the CPU from
+//     the sender's segment, which the sender holds until the NOTIFY; the
+//     fallback is counted (EngineFallbacks).
+//
+// EngineNoOverlap and EngineNoCache turn each effect off, for measuring
+// them apart.
+
+// CopyEngine is a DMA copy engine mx can offload copies to; ioat.Engine
+// implements it.
+type CopyEngine interface {
+	// CopyAsync starts copying src into dst (len(src) bytes) and returns
+	// a function that waits for the copy and reports its error. Neither
+	// buffer may be touched until it returns.
+	CopyAsync(dst, src []byte) (wait func() error, err error)
+	// Invalidate drops the engine's cached DMA mappings of memory that
+	// overlaps mem, which is about to be unmapped or reused, and reports
+	// how many it dropped.
+	Invalidate(mem []byte) int
+}
+
+// DefaultEngineMin is the default of LocalOptions.EngineMin: seed 003,
+// Table I (I/OAT above 2 MiB between processes).
+const DefaultEngineMin = 2 << 20
+
+// Chunks of the overlapped pinning: 1 page first, doubling to 1024.
+const (
+	pinFirst = 4096
+	pinLast  = 1024 * 4096
+)
+
+// engineEnv applies GOMX_SHM_ENGINE_MIN and checks the engine options.
+func (o *LocalOptions) engineEnv() error {
+	if v := os.Getenv("GOMX_SHM_ENGINE_MIN"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: GOMX_SHM_ENGINE_MIN=%q: want a byte count (0 keeps the default %d)", ErrBadOptions, v, DefaultEngineMin)
+		}
+		o.EngineMin = n
+	}
+	if o.EngineMin < 0 {
+		return fmt.Errorf("%w: Local.EngineMin %d is negative", ErrBadOptions, o.EngineMin)
+	}
+	if o.EngineMin == 0 {
+		o.EngineMin = DefaultEngineMin
+	}
+	if o.Large == LargeEngine && o.Engine == nil {
+		return fmt.Errorf("%w: large-message strategy engine without a copy engine: set LocalOptions.Engine (an ioat.Engine) or choose another GOMX_SHM_LARGE", ErrBadOptions)
+	}
+	return nil
+}
+
+// engineHook makes the shared-memory transports drop the engine's mappings
+// of a peer's segment before unmapping it (from NewBoard).
+func (b *Board) engineHook() {
+	eng := b.opts.Local.Engine
+	if eng == nil {
+		return
+	}
+	if tr := b.sharedTransport(); tr != nil {
+		tr.OnSegmentUnmap(func(mem []byte) { eng.Invalidate(mem) })
+	}
+}
+
+// offloadCopy copies src into the concatenation of dst (as long as src)
+// with eng, chunk by chunk with overlapped pinning unless EngineNoOverlap.
+// If the engine fails, the CPU copies the whole message once every engine
+// request has finished, and the engine's error is returned.
+func (b *Board) offloadCopy(eng CopyEngine, dst [][]byte, src []byte) error {
+	overlap := !b.opts.Local.EngineNoOverlap
+	var wbuf [32]func() error
+	waits := wbuf[:0]
+	var err error
+	pos, chunk := 0, pinFirst
+	for pos < len(src) && err == nil {
+		n := len(src) - pos
+		if overlap {
+			n = min(n, chunk)
+			chunk = min(2*chunk, pinLast)
+		}
+		err = eachPiece(dst, pos, n, func(d []byte, at int) error {
+			w, err := eng.CopyAsync(d, src[at:at+len(d)])
+			if err == nil {
+				waits = append(waits, w)
+			}
+			return err
+		})
+		pos += n
+	}
+	for _, w := range waits {
+		if werr := w(); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		cpuCopy(dst, src) // no engine request is running any more
+	}
+	if b.opts.Local.EngineNoCache {
+		eng.Invalidate(src)
+		for _, d := range dst {
+			eng.Invalidate(d)
+		}
+	}
+	return err
+}
+
+// eachPiece calls fn for each piece of bytes [pos, pos+n) of the
+// concatenation of segs that lies in one segment, with its offset.
+func eachPiece(segs [][]byte, pos, n int, fn func(d []byte, at int) error) error {
+	base := 0
+	for _, s := range segs {
+		if n == 0 {
+			break
+		}
+		end := base + len(s)
+		if pos < end && pos >= base {
+			k := min(end-pos, n)
+			if err := fn(s[pos-base:pos-base+k], pos); err != nil {
+				return err
+			}
+			pos += k
+			n -= k
+		}
+		base = end
+	}
+	return nil
+}

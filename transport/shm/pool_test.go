@@ -1,0 +1,129 @@
+package shm
+
+import (
+	"bytes"
+	"errors"
+	"sync/atomic"
+	"testing"
+)
+
+// TestPoolShare: buffers of a pool reach a peer as its own mappings of the
+// same memory (what one side writes, the other reads), the table words
+// too; a freed buffer is reused, a released one is unmapped by the peer,
+// and everything the peer mapped goes (with the unmap hook called for each
+// segment) when the owner closes. No mapping or descriptor is left.
+func TestPoolShare(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	defer a.Close()
+	var unmapped atomic.Int32
+	b.OnSegmentUnmap(func(mem []byte) { unmapped.Add(1) })
+	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.NewPool(PoolOptions{TableWords: 16}); err == nil {
+		t.Fatal("a second pool on one transport was accepted")
+	}
+	buf, err := p.Alloc(100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	p.StoreWord(3, 42)
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	id, off, ok := p.Locate(buf[10:20])
+	if !ok || off != 10 {
+		t.Fatalf("Locate = %d, %d, %v; want offset 10", id, off, ok)
+	}
+	if _, _, ok := p.Locate(make([]byte, 8)); ok {
+		t.Fatal("Locate found a heap buffer in the pool")
+	}
+	if !b.PeerSegment(a.Addr(), id, func(mem []byte) {
+		if !bytes.Equal(mem[:len(buf)], buf) {
+			t.Error("the peer's mapping differs from the buffer")
+		}
+		mem[0] = 0xEE // the owner sees the peer's writes: one memory
+	}) {
+		t.Fatal("the peer has no mapping of the segment")
+	}
+	if buf[0] != 0xEE {
+		t.Fatal("the two mappings are not of the same memory")
+	}
+	var w [1]uint64
+	if !b.PeerWords(a.Addr(), 3, w[:]) || w[0] != 42 {
+		t.Fatalf("PeerWords = %v", w)
+	}
+	if b.PeerWords(a.Addr(), 4096/8, w[:]) { // the table is one page
+		t.Fatal("PeerWords read past the table")
+	}
+	if err := p.Free(make([]byte, 8)); !errors.Is(err, ErrNotPool) {
+		t.Fatalf("Free of a heap buffer: %v", err)
+	}
+	if _, err := p.Alloc(0); err == nil {
+		t.Fatal("Alloc(0) accepted")
+	}
+
+	// Reuse: the freed segment comes back for the same size.
+	if err := p.Free(buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(buf); !errors.Is(err, ErrNotPool) {
+		t.Fatalf("double Free: %v", err)
+	}
+	buf2, _ := p.Alloc(100000)
+	if id2, _, _ := p.Locate(buf2); id2 != id {
+		t.Fatalf("reuse took segment %d, want %d", id2, id)
+	}
+	// Release: with one kept per size, the second Free releases.
+	buf3, _ := p.Alloc(100000)
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the peer maps 3 segments", func() bool { return b.PeerSegments() == 3 })
+	p.Free(buf2)
+	p.Free(buf3)
+	waitFor(t, "the peer unmaps the released segment", func() bool { return b.PeerSegments() == 2 })
+	if unmapped.Load() != 1 {
+		t.Fatalf("unmap hook ran %d times, want 1", unmapped.Load())
+	}
+	// The owner goes away: the peer unmaps the rest.
+	a.Close()
+	waitFor(t, "the peer drops every segment", func() bool { return b.PeerSegments() == 0 })
+	if unmapped.Load() != 3 {
+		t.Fatalf("unmap hook ran %d times, want 3", unmapped.Load())
+	}
+}
+
+// FuzzControl checks the decoder of control messages from a peer against a
+// byte-by-byte decoding: only ctlLen bytes with the magic are accepted, and
+// every field is where the layout says.
+func FuzzControl(f *testing.F) {
+	var m [ctlLen]byte
+	putCtl(m[:], ctlShare, 3, 0, 1<<21)
+	f.Add(m[:])
+	putCtl(m[:], ctlAck, 7, 2, 0)
+	f.Add(m[:])
+	f.Add([]byte("gmxc"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := decodeCtl(b)
+		u := func(i, n int) uint64 {
+			v := uint64(0)
+			for k := n - 1; k >= 0; k-- {
+				v = v<<8 | uint64(b[i+k])
+			}
+			return v
+		}
+		want := len(b) == 24 && b[0] == 'c' && b[1] == 'x' && b[2] == 'm' && b[3] == 'g'
+		if ok != want {
+			t.Fatalf("decodeCtl(%x) ok = %v, want %v", b, ok, want)
+		}
+		if ok && (uint64(got.kind) != u(4, 4) || uint64(got.id) != u(8, 4) || uint64(got.status) != u(12, 4) || got.size != u(16, 8)) {
+			t.Fatalf("decodeCtl(%x) = %+v", b, got)
+		}
+	})
+}
