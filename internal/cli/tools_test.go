@@ -157,7 +157,7 @@ func TestBadInvocations(t *testing.T) {
 		{"mxbench", []string{"pingpong", "--peer", "host.invalid:4000", "--timeout", "5s"}, 1, "host.invalid"},
 		{"mxbench", []string{"pingpong", "--peer", noServer, "--timeout", "2s", "--sizes", "8"}, 1, "mxbench serve"},
 		{"mxbench", []string{"pingpong", "--peer", "127.0.0.1:4000", "--transport", "loopback"}, 2, "--peer needs a network transport"},
-		{"mxbench", []string{"pingpong", "--transport", "udp", "--loss", "0.1"}, 2, "loopback wire only"},
+		{"mxbench", []string{"pingpong", "--transport", "udp", "--dup", "1.5"}, 2, "--dup 1.5"},
 		{"mxbench", []string{"pingpong", "--transport", "xdp", "--iface", "nosuch0", "--peer-iface", "nosuch1"}, 2, "no such interface"},
 		{"mxbench", []string{"pingpong", "--iface", "lo"}, 2, "need --transport xdp"},
 		{"mxbench", []string{"pingpong", "--sizes", "1X"}, 2, "bad size"},
