@@ -241,7 +241,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	if err != nil {
 		return nil, n.errorf("read device ID", err)
 	}
-	if vid != hw.VendorIntel || (did != hw.Device82574L && did != hw.Device82574LA) {
+	if !hw.Is82574(vid, did) {
 		return nil, n.errorf("identify", fmt.Errorf("PCI ID %04x:%04x, want 8086:10d3 (82574L) or 8086:10f6: %w", vid, did, nicdrv.ErrNotNIC))
 	}
 	if o.Pool != nil && o.Pool.DMA() != dev.DMA() {
