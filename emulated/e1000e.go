@@ -28,7 +28,33 @@ type E1000EOptions struct {
 	Scatter bool
 	// IOVABase is the first IOVA the IOMMU hands out (default 4 GiB).
 	IOVABase uint64
+	// Clock is the time the interrupt throttle (EITR) counts in; nil means
+	// the wall clock. A test that gives the model a clock it advances
+	// itself sees the throttle's effect in counts of frames and
+	// interrupts, whatever the machine's load.
+	Clock Clock
 }
+
+// Clock is a time source with timers, the one the model's interrupt
+// throttle reads. The wall clock (time.Now and time.AfterFunc) is the
+// default.
+type Clock interface {
+	// Now is the current time.
+	Now() time.Time
+	// AfterFunc calls f once when d has passed, unless the returned stop
+	// function is called first (it reports whether it stopped the call).
+	// f takes the model's locks: call it from a goroutine that holds
+	// none of them (the wall clock's timers run in their own), never from
+	// within AfterFunc.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// wallClock is the default Clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
 // DefaultE1000EOptions returns two cabled NICs, as QEMU's e1000e pair on a
 // hub.
@@ -105,6 +131,9 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 	if o.Pending < 0 {
 		return nil, fmt.Errorf("emulated e1000e: negative Pending %d", o.Pending)
 	}
+	if o.Clock == nil {
+		o.Clock = wallClock{}
+	}
 	p := &E1000E{iommu: newIOMMU(o.IOVABase, o.Scatter)}
 	for i := 0; i < o.Ports; i++ {
 		f := &Function{
@@ -116,7 +145,7 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initE1000EConfig(f)
-		n := &e1000eNIC{f: f, pendMax: o.Pending, mac: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)}}
+		n := &e1000eNIC{f: f, pendMax: o.Pending, clock: o.Clock, mac: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)}}
 		n.powerOn()
 		f.m = n
 		p.fns = append(p.fns, f)
@@ -293,7 +322,8 @@ type e1000eNIC struct {
 	hint    int
 	lastLU  bool
 	vecNext [hw.MSIXVectors]time.Time
-	vecTmr  [hw.MSIXVectors]*time.Timer
+	vecTmr  [hw.MSIXVectors]func() bool // stops a deferred message
+	clock   Clock
 
 	nTx, nRx, nDrop, nIRQ, nViol atomic.Uint64
 	lastViol                     atomic.Pointer[string]
@@ -699,15 +729,15 @@ func (n *e1000eNIC) causeLocked(c uint32) {
 
 // messageLocked sends MSI-X vector vec, no sooner than EITR allows.
 func (n *e1000eNIC) messageLocked(vec int) {
-	now := time.Now()
+	now := n.clock.Now()
 	if now.Before(n.vecNext[vec]) {
 		if n.vecTmr[vec] == nil {
-			n.vecTmr[vec] = time.AfterFunc(n.vecNext[vec].Sub(now), func() {
+			n.vecTmr[vec] = n.clock.AfterFunc(n.vecNext[vec].Sub(now), func() {
 				n.mu.Lock()
 				defer n.mu.Unlock()
 				n.vecTmr[vec] = nil
 				if !n.closed {
-					n.sendLocked(vec, time.Now())
+					n.sendLocked(vec, n.clock.Now())
 				}
 			})
 		}
@@ -1284,9 +1314,9 @@ func (n *e1000eNIC) flr() {
 }
 
 func (n *e1000eNIC) stopTimersLocked() {
-	for i, t := range n.vecTmr {
-		if t != nil {
-			t.Stop()
+	for i, stop := range n.vecTmr {
+		if stop != nil {
+			stop()
 			n.vecTmr[i] = nil
 		}
 	}

@@ -28,6 +28,10 @@ type Config struct {
 	Timeout time.Duration
 	// Env adds K=V pairs to the environment of what the guest runs.
 	Env []string
+	// ThirdNIC adds a third e1000e on the hub (NICCAddr), the attacker of
+	// mx's forged-frame test; the test configurations have it, the
+	// benchmark VM of hack/peers does not.
+	ThirdNIC bool
 	// Run, when set, is the program (a path in the initramfs, then its
 	// arguments) the guest's init runs instead of the test binaries, as a
 	// separate configuration such as hack/peers does; the init still sets
@@ -42,6 +46,9 @@ const (
 	// so a frame one sends is received by the other.
 	NICAAddr = "0000:00:01.0"
 	NICBAddr = "0000:00:02.0"
+	// NICCAddr is the third e1000e on the same hub (Config.ThirdNIC): a
+	// stranger on the segment, which the tests use to forge frames.
+	NICCAddr = "0000:00:05.0"
 	// EduAddr is QEMU's edu device (1234:11e8), a toy DMA engine.
 	EduAddr = "0000:00:03.0"
 	// The IOMMU configurations also get a PCIe-to-PCI bridge at 00:04.0 with
@@ -54,15 +61,15 @@ const (
 // Configs are the boot configurations `make qemu-test` runs, in order.
 var Configs = []Config{
 	{
-		Name: "iommu", SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second,
-		Doc: "q35 with an emulated Intel IOMMU (caching mode, interrupt remapping), two cabled e1000e NICs, an edu DMA engine and a non-viable IOMMU group; VFIO type1v2",
+		Name: "iommu", SMP: 1, ThirdNIC: true, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second,
+		Doc: "q35 with an emulated Intel IOMMU (caching mode, interrupt remapping), three e1000e NICs on one hub (A and B cabled for the NIC suites, C the attacker of the forged-frame test), an edu DMA engine and a non-viable IOMMU group; VFIO type1v2",
 	},
 	{
-		Name: "iommu-smp2", SMP: 2, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second,
+		Name: "iommu-smp2", SMP: 2, ThirdNIC: true, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second,
 		Doc: "the iommu configuration with 2 vCPUs (multi-threaded TCG)",
 	},
 	{
-		Name: "noiommu", SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, NoIOMMU: true,
+		Name: "noiommu", SMP: 1, ThirdNIC: true, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, NoIOMMU: true,
 		Doc: "no IOMMU: vfio.ko rebuilt with CONFIG_VFIO_NOIOMMU, loaded with enable_unsafe_noiommu_mode=1; DMA to hugepage physical addresses",
 	},
 }
@@ -192,6 +199,10 @@ func (c Config) MachineArgs() []string {
 		"-device", "e1000e,netdev=n1,mac=52:54:00:12:34:02,romfile=,addr=02.0",
 		"-device", edu,
 	)
+	if c.ThirdNIC {
+		args = append(args, "-netdev", "hubport,id=n2,hubid=0",
+			"-device", "e1000e,netdev=n2,mac=52:54:00:12:34:03,romfile=,addr=05.0")
+	}
 	if !c.NoIOMMU {
 		args = append(args,
 			"-device", "pcie-pci-bridge,id=br1,addr=04.0",

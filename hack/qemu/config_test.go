@@ -47,6 +47,9 @@ func TestQEMUArgs(t *testing.T) {
 					t.Errorf("command line lacks %q: %s", want, joined)
 				}
 			}
+			if c.ThirdNIC != strings.Contains(joined, "netdev=n2,mac=52:54:00:12:34:03,romfile=,addr=05.0") {
+				t.Errorf("ThirdNIC %v but %s", c.ThirdNIC, joined)
+			}
 			if (c.SMP > 1) != strings.Contains(joined, "thread=multi") {
 				t.Errorf("SMP %d but %s", c.SMP, joined)
 			}

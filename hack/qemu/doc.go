@@ -30,8 +30,11 @@
 // loads the modules with u-root's kmodule (dependencies first, from
 // modules.dep; the no-IOMMU vfio.ko is loaded before, so kmodule keeps it),
 // reserves hugepages, binds QEMU's edu DMA
-// engine and its two e1000e NICs (cabled to each other through an
-// in-process hub) to vfio-pci, and runs every test binary with -test.v and
+// engine and its e1000e NICs (two cabled to each other through an
+// in-process hub, and in the test configurations a third on the same hub
+// that mx's forged-frame test attacks from) to vfio-pci, and runs every
+// test binary with -test.v (and the -test.run pattern its package was
+// listed with, if any) and
 // GOMX_REQUIRE_VFIO=1, GOMX_REQUIRE_HUGEPAGES=1 and GOMX_REQUIRE_QEMU set,
 // so that a test that would skip for lack of a device fails instead. It
 // prints a [Summary] on the serial console, one line starting with

@@ -303,13 +303,20 @@ func BuildNoIOMMUVfio(ctx context.Context, repo, cache string, k Kernel, out io.
 // testdata per package) or the guest needs another kernel module.
 var (
 	// DefaultPackages are the packages whose tests run in the guest: the
-	// ones with tests that need root, hugepages or real VFIO devices.
-	DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e", "./transport/nic"}
+	// ones with tests that need root, hugepages or real VFIO devices. A
+	// package written PATH@PATTERN runs only its tests that match
+	// -test.run=PATTERN there (mx: the forged-frame attack over the VFIO
+	// NICs; the rest of its tests need no device and run on the host).
+	DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e", "./transport/nic", "./mx@^TestForgedFramesVFIO$"}
 
 	// GuestModules are the kernel modules the guest's init loads, by name;
 	// u-root's kmodule loads their dependencies first, from modules.dep.
 	GuestModules = []string{"vfio-pci", "vfio_iommu_type1", "uio_pci_generic"}
 )
+
+// TestRunFile is the file beside a guest test binary that holds its
+// -test.run pattern, when its package was given as PATH@PATTERN.
+const TestRunFile = "run"
 
 // NoIOMMUVfioPath is where the rebuilt vfio.ko sits in the initramfs. The
 // no-IOMMU configuration loads it before GuestModules, so that kmodule finds
@@ -327,7 +334,9 @@ type Image struct {
 	// NoIOMMUVfio is the rebuilt vfio.ko, "" when no configuration needs it.
 	NoIOMMUVfio string
 	// Packages are the Go packages whose tests run in the guest
-	// ("./vfio"); their testdata directories go with them.
+	// ("./vfio"), each optionally followed by @PATTERN to run only the
+	// tests -test.run=PATTERN selects; their testdata directories go with
+	// them.
 	Packages []string
 	// Programs are main packages built (static) into /bin/NAME, NAME being
 	// the package's last element.
@@ -380,7 +389,8 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 	if err := files.AddFile(initBin, "init"); err != nil {
 		return "", err
 	}
-	for _, p := range im.Packages {
+	for _, pkg := range im.Packages {
+		p, pattern, _ := strings.Cut(pkg, "@")
 		name := filepath.Base(p)
 		bin := filepath.Join(dir, name+".test")
 		if err := build("test", "-c", "-o", bin, p); err != nil {
@@ -388,6 +398,12 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 		}
 		if err := files.AddFile(bin, "tests/"+name+"/"+name+".test"); err != nil {
 			return "", err
+		}
+		if pattern != "" {
+			// The init passes it as -test.run (TestRunFile).
+			if err := files.AddRecord(cpio.StaticFile("tests/"+name+"/"+TestRunFile, pattern, 0o644)); err != nil {
+				return "", err
+			}
 		}
 		testdata := filepath.Join(im.Repo, p, "testdata")
 		if _, err := os.Stat(testdata); err == nil {

@@ -174,3 +174,50 @@ func TestHub(t *testing.T) {
 		t.Errorf("port 2 left alone: link %v, %v", l, err)
 	}
 }
+
+// TestTxBuffersComeBack sends frames one per TxBatch, as a ping-pong does:
+// the driver asks the NIC to report only every 32nd descriptor done, and
+// still every sent buffer but the last few returns to the pool, ring after
+// ring.
+func TestTxBuffersComeBack(t *testing.T) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	o := e1000e.DefaultOptions()
+	o.TxRing = 64
+	var n [2]*e1000e.NIC
+	for i := range n {
+		var err error
+		if n[i], err = e1000e.Open(p.Functions()[i], o); err != nil {
+			t.Fatal(err)
+		}
+		defer n[i].Close()
+	}
+	a := n[0]
+	pool := a.Pool()
+	start := pool.Available()
+	rx := make([]*nicdrv.Buffer, 8)
+	for seq := range 10 * o.TxRing {
+		b, err := pool.Get()
+		if err != nil {
+			t.Fatalf("frame %d: %v (%d of %d buffers free)", seq, err, pool.Available(), pool.Len())
+		}
+		nictest.Frame(b.SetLen(2048), n[1].MAC(), a.MAC(), uint64(seq), 60)
+		b.SetLen(60)
+		if k, err := a.TxBatch(0, []*nicdrv.Buffer{b}); k != 1 || err != nil {
+			t.Fatalf("frame %d: sent %d, %v", seq, k, err)
+		}
+		k, err := n[1].RxBatch(0, rx)
+		if err != nil || k != 1 {
+			t.Fatalf("frame %d: received %d, %v", seq, k, err)
+		}
+		n[1].Pool().Free(rx[:k]...)
+		// At most a group of 32 (here a quarter of the ring) waits for
+		// its report.
+		if out := start - pool.Available(); out > o.TxRing/4 {
+			t.Fatalf("after frame %d, %d sent buffers are still out", seq, out)
+		}
+	}
+	s, err := a.Stats()
+	if err != nil || s.TxFrames != uint64(10*o.TxRing) {
+		t.Errorf("TX frames %d, %v; want %d", s.TxFrames, err, 10*o.TxRing)
+	}
+}

@@ -191,6 +191,16 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 // txQueue is one TX ring: slots [clean, tail) are with the NIC, the rest
 // free; one slot stays empty so that a full ring is not mistaken for an
 // empty one.
+//
+// The NIC reports a descriptor done (writes DD back into it) only when the
+// descriptor asks for it with RS. Asking on every frame costs the NIC a DMA
+// write per frame, which QEMU (through its emulated IOMMU) pays on the
+// latency path; so, as DPDK's em driver does with tx_rs_thresh, RS goes on
+// one descriptor in rsEvery, and a DD there means every descriptor before
+// it is done too (the NIC completes them in order). marks holds the slots
+// that carry RS, oldest first. At most rsEvery-1 frames at the tail wait
+// for a later batch to be reclaimed; rsEvery is below a quarter of the
+// ring, so a full ring always holds a mark.
 type txQueue struct {
 	nic  *NIC
 	q    int
@@ -205,26 +215,45 @@ type txQueue struct {
 	tail    uint32
 	ctx     hw.TxDesc // the checksum context last loaded (queue 0)
 
+	rsEvery  uint32   // descriptors per RS
+	sinceRS  uint32   // descriptors put since the last RS
+	marks    []uint32 // FIFO of slots with RS, capacity size
+	markHead int
+	markN    int
+
 	full, rejected atomic.Uint64
 }
 
+// txRSEvery is how many descriptors share one RS (DPDK em's default
+// tx_rs_thresh), at most a quarter of the ring.
+func txRSEvery(size uint32) uint32 { return max(1, min(32, size/4)) }
+
 func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
 
-// reclaim frees the buffers of descriptors the NIC has finished.
+// reclaim frees the buffers of descriptors the NIC has finished: those up
+// to and including each RS-marked slot whose DD is set.
 func (t *txQueue) reclaim() {
 	k := 0
-	for t.clean != t.tail {
-		d := t.desc(t.clean)
-		if load64(d[8:])>>32&hw.TxStatDD == 0 {
+	for t.markN > 0 {
+		m := t.marks[t.markHead]
+		if load64(t.desc(m)[8:])>>32&hw.TxStatDD == 0 {
 			break
 		}
 		dmasync.Observe()
-		if b := t.slot[t.clean]; b != nil {
-			t.scratch[k] = b
-			k++
-			t.slot[t.clean] = nil
+		for {
+			c := t.clean
+			if b := t.slot[c]; b != nil {
+				t.scratch[k] = b
+				k++
+				t.slot[c] = nil
+			}
+			t.clean = (c + 1) % t.size
+			if c == m {
+				break
+			}
 		}
-		t.clean = (t.clean + 1) % t.size
+		t.markHead = (t.markHead + 1) % len(t.marks)
+		t.markN--
 	}
 	if k > 0 {
 		_ = t.nic.pool.Free(t.scratch[:k]...)
@@ -268,7 +297,7 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			t.ctx = ctx
 			free--
 		}
-		cmd := uint8(hw.TxCmdEOP | hw.TxCmdIFCS | hw.TxCmdRS)
+		cmd := uint8(hw.TxCmdEOP | hw.TxCmdIFCS)
 		if offload {
 			var popts uint8
 			if b.Flags&nicdrv.FlagTxIPChecksum != 0 {
@@ -294,8 +323,16 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 }
 
 // put writes a descriptor at tail: the word with the command last, in one
-// atomic store, so the NIC never fetches a half-written descriptor.
+// atomic store, so the NIC never fetches a half-written descriptor. Every
+// rsEvery-th descriptor asks for a write-back (RS) and is marked.
 func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer) {
+	t.sinceRS++
+	if t.sinceRS >= t.rsEvery {
+		t.sinceRS = 0
+		d.Lower |= uint32(hw.TxCmdRS) << 24
+		t.marks[(t.markHead+t.markN)%len(t.marks)] = t.tail
+		t.markN++
+	}
 	var tmp [hw.DescSize]byte
 	d.Encode(tmp[:])
 	slot := t.desc(t.tail)
@@ -339,9 +376,8 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
 		softChecksums(fr, ihl, tot, want&nicdrv.FlagTxIPChecksum != 0, csumAt)
 		return none, false
 	}
-	// RS on the context too, so the NIC reports it done and reclaim can
-	// step over it.
-	tucmd := uint8(hw.TxTucmdIP | hw.TxCmdRS)
+	// RS is put's to decide, as on any descriptor.
+	tucmd := uint8(hw.TxTucmdIP)
 	if proto == 6 {
 		tucmd |= hw.TxTucmdTCP
 	}

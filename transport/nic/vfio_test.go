@@ -4,21 +4,22 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
-	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/nic"
 	"github.com/gomx-dev/gomx/transport/transporttest"
 	"github.com/gomx-dev/gomx/vfio"
 )
+
+// vfioWant asks for two cabled 82574Ls bound to vfio-pci.
+var vfioWant = nictest.VFIOWant{Driver: "e1000e", DevicesEnv: "GOMX_E1000E_DEVICES", Count: 2,
+	Match: func(f vfio.Function) bool { return hw.Is82574(f.Vendor, f.Device) }}
 
 // vfioPair opens transports on two cabled 82574Ls bound to vfio-pci (named
 // in GOMX_E1000E_DEVICES, or the first two found: QEMU's pair in `make
@@ -26,64 +27,15 @@ import (
 // e1000e.
 func vfioPair(t *testing.T) (a, b transport.Transport) {
 	t.Helper()
-	skip := func(why string) {
-		t.Helper()
-		if strings.Contains(os.Getenv("GOMX_REQUIRE_QEMU"), "e1000e") {
-			t.Fatalf("GOMX_REQUIRE_QEMU=%s but %s", os.Getenv("GOMX_REQUIRE_QEMU"), why)
-		}
-		t.Skipf("%s (bind two cabled 82574Ls to vfio-pci, or name them in GOMX_E1000E_DEVICES)", why)
-	}
-	o := vfio.DefaultOptions()
-	if _, err := os.Stat("/dev/vfio/vfio"); err != nil {
-		skip("no VFIO")
-	}
-	if m, _ := filepath.Glob("/dev/vfio/noiommu-*"); len(m) > 0 {
-		o.NoIOMMU = true
-	}
-	var addrs []pci.Address
-	if env := os.Getenv("GOMX_E1000E_DEVICES"); env != "" {
-		for _, s := range strings.Split(env, ",") {
-			a, err := pci.ParseAddress(strings.TrimSpace(s))
-			if err != nil {
-				t.Fatalf("GOMX_E1000E_DEVICES: %v", err)
-			}
-			addrs = append(addrs, a)
-		}
-	} else if fns, err := o.Sysfs.Functions(); err == nil {
-		for _, f := range fns {
-			if f.Vendor == hw.VendorIntel && (f.Device == hw.Device82574L || f.Device == hw.Device82574LA) && f.Driver == "vfio-pci" {
-				addrs = append(addrs, f.Addr)
-			}
-		}
-	}
-	if len(addrs) < 2 {
-		skip("fewer than two 82574Ls bound to vfio-pci")
-	}
-	ctr, err := vfio.OpenContainer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var devs []*vfio.Device
-	t.Cleanup(func() {
-		for _, d := range devs {
-			d.Close()
-		}
-		if err := ctr.Close(); err != nil {
-			t.Errorf("close container: %v", err)
-		}
-	})
+	v := nictest.OpenVFIO(t, vfioWant)
 	var ts [2]transport.Transport
-	for i, a := range addrs[:2] {
-		d, err := ctr.Open(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		devs = append(devs, d)
+	for i, d := range v.Devices {
 		n, err := e1000e.Open(d, e1000e.DefaultOptions())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ts[i], err = nic.New(n, nic.Options{}); err != nil {
+			n.Close()
 			t.Fatal(err)
 		}
 	}
@@ -91,6 +43,7 @@ func vfioPair(t *testing.T) (a, b transport.Transport) {
 }
 
 func TestConformanceVFIO(t *testing.T) {
+	nictest.FindVFIO(t, vfioWant) // skip once, not in every subtest
 	transporttest.RunWith(t, func(t *testing.T) (a, b transport.Transport) { return vfioPair(t) },
 		transporttest.Options{MinData: 60 - 14, Lossy: true})
 }

@@ -303,6 +303,9 @@ func runTests(o options) []qemu.TestResult {
 	var out []qemu.TestResult
 	for _, b := range bins {
 		args := []string{"-test.v", "-test.count=1", "-test.timeout=" + (o.testTimeout - 10*time.Second).String()}
+		if pat, err := os.ReadFile(filepath.Join(filepath.Dir(b), qemu.TestRunFile)); err == nil {
+			args = append(args, "-test.run="+strings.TrimSpace(string(pat)))
+		}
 		out = append(out, runTest(b, args, o))
 	}
 	return out

@@ -36,6 +36,12 @@ const (
 	MinFrame = 60
 )
 
+// Is82574 tells whether a PCI vendor and device ID pair is an 82574L or
+// 82574LA, the functions this driver runs.
+func Is82574(vendor, device uint16) bool {
+	return vendor == VendorIntel && (device == Device82574L || device == Device82574LA)
+}
+
 // Register offsets in BAR0.
 const (
 	CTRL       = 0x0000
