@@ -37,6 +37,8 @@ type result struct {
 	// measured and warmup messages of this size, both endpoints together;
 	// nil when the peer is another process.
 	Recovery *recovery `json:"recovery,omitempty"`
+	// The fields of a run as a job of several processes (job.go).
+	jobResult
 }
 
 // recovery is the loss-recovery counters (mx.FastRetransmits and the

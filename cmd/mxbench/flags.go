@@ -42,6 +42,7 @@ type benchFlags struct {
 	faults      faultFlags
 	xdp         xdpFlags
 	nic         nicFlags
+	job         jobFlags
 }
 
 // faultFlags configure the loopback wire's fault injection.
@@ -96,6 +97,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.Int64Var(&f.faults.seed, "seed", 1, "loopback: fault PRNG seed")
 	f.xdp.register(fs)
 	f.nic.register(fs)
+	f.registerJob(fs)
 	if stream {
 		fs.IntVar(&f.window, "window", 16, "messages in flight")
 	} else {
