@@ -87,8 +87,8 @@ func mxStrategies() []string {
 // openWorld opens this rank's boards and endpoints, trades NIC ids through
 // the bootstrap at addr (on ln when rank 0 listens already) and connects
 // to every other rank.
-func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, ln net.Listener, strategies []string) (w *world, err error) {
-	w = &world{job: job}
+func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, ln net.Listener, strategies []string) (_ *world, err error) {
+	w := &world{job: job}
 	defer func() {
 		if err != nil {
 			w.close()
