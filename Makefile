@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all test test-short test-unprivileged bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e
+.PHONY: all test test-short test-unprivileged test-mpirun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e
 
 all: lint test
 
@@ -52,6 +52,12 @@ qemu-test:
 PEERS_RUNS ?= 5
 peers-e1000e:
 	./hack/peers/e1000e -runs $(PEERS_RUNS)
+
+# mxbench jobs under Debian's Open MPI mpirun (openmpi-bin), without the race
+# detector: 100 000 mixed messages among 4 ranks (make test runs a quarter of
+# them, since -race slows every rank several times) and alltoall as users run it.
+test-mpirun:
+	$(GO) test -count=1 -run 'TestMpirun' -v ./cmd/mxbench/
 
 # Every benchmark once: proves they run (CI). Use `make bench` for figures.
 bench-smoke: hugepages
