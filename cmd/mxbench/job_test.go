@@ -188,3 +188,20 @@ func TestJobUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestJobPlot: --plot draws one curve per strategy on one chart.
+func TestJobPlot(t *testing.T) {
+	path := t.TempDir() + "/pp.svg"
+	runJob(t, "pingpong", "--procs", "2", "--strategy", "rings,cma", "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--plot", path)
+	for _, p := range []string{path, latencyPath(path)} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"large messages: rings", "large messages: cma"} {
+			if !bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s lacks the curve %q", p, s)
+			}
+		}
+	}
+}
