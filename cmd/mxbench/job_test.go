@@ -67,7 +67,8 @@ func TestJobProcs(t *testing.T) {
 			if r.Procs != 2 || r.Errors != 0 || r.Iterations != 20 || r.MBPerS <= 0 || r.StrategyAsked != c.strategy {
 				t.Errorf("%v: row %+v", args, r)
 			}
-			if r.Strategy != c.want[i] {
+			refused := r.Fallbacks > 0 && (r.Strategy == "rings" || r.Strategy == "cma+rings")
+			if r.Strategy != c.want[i] && !(c.want[i] == "cma" && refused) { // a kernel that refuses CMA (Yama) falls back
 				t.Errorf("%v: %s moved by %q, want %q", args, fmt.Sprint(r.Size), r.Strategy, c.want[i])
 			}
 		}
