@@ -181,6 +181,12 @@ func (w *world) hostPath(r int) string {
 
 // gather sends mine to rank 0, which returns every rank's, by rank; the
 // other ranks return nil. Records are at most maxGather bytes.
+//
+// Collectives send synchronously (ISSend: complete when the receiver has
+// the message): an eager send completes before it is acked, and a rank
+// that left the last barrier on such a completion could close its board
+// while its message to another rank was still unacked, leaving that rank
+// waiting for it.
 func (w *world) gather(ctx context.Context, mine []byte) ([][]byte, error) {
 	if len(mine) > maxGather {
 		return nil, fmt.Errorf("gather of %d bytes, at most %d", len(mine), maxGather)
@@ -189,7 +195,7 @@ func (w *world) gather(ctx context.Context, mine []byte) ([][]byte, error) {
 	tag := tagColl | (w.seq&0xffff_ffff)<<16
 	ep := w.eps[0]
 	if w.job.Rank != 0 {
-		r, err := ep.ISend([][]byte{mine}, w.peers[0][0], tag|uint64(w.job.Rank), nil)
+		r, err := ep.ISSend([][]byte{mine}, w.peers[0][0], tag|uint64(w.job.Rank), nil)
 		if err != nil {
 			return nil, err
 		}
@@ -245,7 +251,7 @@ func (w *world) bcast(ctx context.Context, msg []byte) ([]byte, error) {
 	}
 	var reqs []*mx.Request
 	for r := 1; r < w.job.Size; r++ {
-		s, err := ep.ISend([][]byte{msg}, w.peers[0][r], tag, nil)
+		s, err := ep.ISSend([][]byte{msg}, w.peers[0][r], tag, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -134,11 +134,12 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
+	out := &lockedWriter{w: stderr} // each child's output is copied by a goroutine of its own
 	for r := 1; r < job.Size; r++ {
 		c := exec.Command(exe, args...)
 		c.Env = append(os.Environ(), "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(job.Size),
 			"GOMX_BOOTSTRAP="+addr, "MXBENCH_PROCS_CHILD=1")
-		c.Stdout, c.Stderr = stderr, stderr // the other ranks print only their failures
+		c.Stdout, c.Stderr = out, out // the other ranks print only their failures
 		if err := c.Start(); err != nil {
 			cancel(err)
 			for _, c := range cmds {
@@ -200,4 +201,16 @@ func rankError(job launch.Job, err error) error {
 		return err
 	}
 	return fmt.Errorf("rank %d of %d: %w", job.Rank, job.Size, err)
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
