@@ -114,7 +114,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 			}
 		}
 		perRound := time.Since(start).Seconds() * 1e6 / float64(max(iters, 1))
-		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]))
+		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]), size)
 		times, err := w.gather(sctx, binary.BigEndian.AppendUint64(nil, math.Float64bits(perRound)))
 		if err == nil {
 			var all []moved

@@ -274,5 +274,21 @@ func (w *world) barrier(ctx context.Context) error {
 	return err
 }
 
+// finish is the last barrier before the ranks close their boards. A rank
+// closes as soon as it has rank 0's last message, so rank 0's synchronous
+// send to it may learn of the match or of the rank's exit first: here an
+// unreachable rank is one that left (it had reached the barrier), and a
+// rank that crashed instead is reported by its launcher or by --procs.
+func (w *world) finish(ctx context.Context) error {
+	if _, err := w.gather(ctx, nil); err != nil {
+		return err
+	}
+	_, err := w.bcast(ctx, nil)
+	if w.job.Rank == 0 && errors.Is(err, mx.ErrUnreachable) {
+		return nil
+	}
+	return err
+}
+
 // errRankFailed is how rank 0 reports a rank that said it failed.
 var errRankFailed = errors.New("failed")

@@ -68,7 +68,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	}
 	cctx, cancel = context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	return w.barrier(cctx) // nobody closes its board while another still talks to it
+	return w.finish(cctx) // nobody closes its board while another still talks to it
 }
 
 // pairBench runs pingpong or stream between ranks 0 and 1 on board k; the
@@ -113,7 +113,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)
 		}
 		// Rank 1 received the measured direction: its counters say how.
-		m := strategyOf(countersSince(before, w.eps[k].Counters()), strategy, w.hostPathTo(k))
+		m := strategyOf(countersSince(before, w.eps[k].Counters()), strategy, w.hostPathTo(k), size)
 		all, err := w.gatherMoved(sctx, m)
 		cancel()
 		if err != nil {

@@ -295,7 +295,7 @@ func mixedRank() error {
 	if got != want {
 		return fmt.Errorf("received %d messages, want %d", got, want)
 	}
-	if err := w.barrier(ctx); err != nil {
+	if err := w.finish(ctx); err != nil {
 		return err
 	}
 	if job.Rank == 0 {

@@ -104,7 +104,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 	if err != nil {
 		return fmt.Errorf("overlap: EMP's batches: %w", err)
 	}
-	m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k))
+	m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k), empSize)
 	if err := w.barrier(sctx); err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 		}
 		before := ep.Counters()
 		res, err := w.availability(sctx, ep, peer, sbuf[:size], rbuf[:size], work, slice)
-		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k))
+		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k), size)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("overlap: availability at %s: %w", units.Format(int64(size)), err)

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"strconv"
+
 	"github.com/gomx-dev/gomx/mx"
 )
 
@@ -22,13 +25,23 @@ type moved struct {
 
 // strategyOf names what moved the messages counted in d (after - before),
 // given the strategy the board was configured with ("" for mx's default).
-func strategyOf(d mx.Counters, configured string, hostPath bool) moved {
+//
+// A message of size at most the shared-memory eager threshold
+// (GOMX_SHM_EAGER, default mx.DefaultShmEager) that neither was copied
+// once nor pulled is eager even when an RNDV frame was counted: on a
+// loaded machine a resent frame of an earlier message can land in the
+// window.
+func strategyOf(d mx.Counters, configured string, hostPath bool, size int) moved {
 	m := moved{Fallbacks: d.Get(mx.CMARefused) + d.Get(mx.CMAFailed)}
 	cma, pulls := d.Get(mx.RecvCMA) > 0, d.Get(mx.SendPull) > 0
+	eager := mx.DefaultShmEager
+	if n, err := strconv.Atoi(os.Getenv("GOMX_SHM_EAGER")); err == nil && n > 0 {
+		eager = n
+	}
 	switch {
 	case !hostPath:
 		m.Strategy = "network"
-	case d.Get(mx.RecvRndv) == 0:
+	case !cma && !pulls && (d.Get(mx.RecvRndv) == 0 || size <= eager):
 		m.Strategy = "eager"
 	case cma && pulls:
 		m.Strategy = "cma+rings"
