@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all test test-short test-unprivileged bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e
+.PHONY: all test test-short test-unprivileged test-mpirun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
 
 all: lint test
 
@@ -53,6 +53,20 @@ PEERS_RUNS ?= 5
 peers-e1000e:
 	./hack/peers/e1000e -runs $(PEERS_RUNS)
 
+# mxbench jobs under Debian's Open MPI mpirun (openmpi-bin), without the race
+# detector: 100 000 mixed messages among 4 ranks (make test runs a quarter of
+# them, since -race slows every rank several times) and alltoall as users run it.
+test-mpirun:
+	$(GO) test -count=1 -run 'TestMpirun' -v ./cmd/mxbench/
+
+# mx between two processes of this host beside NetPIPE over Open MPI (vader,
+# CMA on and off) and over MPICH, in one go: one table with the ratios of
+# issue 10 and one plot (hack/peers/intranode). Installs the peers from Debian
+# as root. A few minutes on a loaded machine; not part of CI.
+PEERS_PLOT ?= peers-intranode.svg
+peers-intranode:
+	$(GO) run ./hack/peers/cmd/peers-intranode -plot $(PEERS_PLOT)
+
 # Every benchmark once: proves they run (CI). Use `make bench` for figures.
 bench-smoke: hugepages
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
@@ -96,6 +110,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeTable -fuzztime 2000x ./internal/launch/
 	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz FuzzSharedEntry -fuzztime 2000x ./mx/
+	$(GO) test -run '^$$' -fuzz FuzzParseNetPIPE -fuzztime 2000x ./hack/peers/intranode/
 
 lint: fmt-check vet staticcheck
 

@@ -44,6 +44,8 @@ type result struct {
 	// Faults is what the fault model did to the frames of this size
 	// (--loss and the others); nil without fault flags.
 	Faults *faultResult `json:"faults,omitempty"`
+	// The fields of a run as a job of several processes (job.go).
+	jobResult
 }
 
 // faultResult is the fault settings and what they did during one size.

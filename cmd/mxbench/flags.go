@@ -43,6 +43,7 @@ type benchFlags struct {
 	faults      faultFlags
 	xdp         xdpFlags
 	nic         nicFlags
+	job         jobFlags
 }
 
 // faultFlags configure the seeded fault model (package transport/fault):
@@ -127,6 +128,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.Int64Var(&f.faults.seed, "seed", 1, "fault PRNG seed: the same seed loses the same frames; off the loopback wire, the first board's sends use it and the second's (or, with --peer, this board's receives) use seed+1")
 	f.xdp.register(fs)
 	f.nic.register(fs)
+	f.registerJob(fs)
 	if stream {
 		fs.IntVar(&f.window, "window", 16, "messages in flight")
 	} else {

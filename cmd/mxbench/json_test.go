@@ -34,4 +34,21 @@ func TestJSONSchemas(t *testing.T) {
 	if _, errs := cli.CheckJSONLines(doc, []byte(out)); len(errs) > 0 {
 		t.Errorf("pingpong --loss: %v", errs)
 	}
+	// Runs among processes add their fields, and alltoall and overlap
+	// have schemas of their own.
+	for _, args := range [][]string{
+		{"pingpong", "--procs", "2", "--strategy", "cma"},
+		{"stream", "--procs", "2"},
+		{"alltoall", "--procs", "2"},
+		{"overlap"},
+	} {
+		out := runJob(t, append(args, "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--json")...)
+		seen, errs := cli.CheckJSONLines(doc, []byte(out))
+		for _, err := range errs {
+			t.Errorf("%v: %v", args, err)
+		}
+		if !slices.Equal(seen, []string{"mxbench." + args[0] + "/1"}) {
+			t.Errorf("%v: schemas %v", args, seen)
+		}
+	}
 }

@@ -66,7 +66,7 @@ type command struct {
 var commands map[string]command
 
 // commandOrder is the order of the subcommands in the usage text.
-var commandOrder = []string{"pingpong", "stream", "serve"}
+var commandOrder = []string{"pingpong", "stream", "alltoall", "overlap", "serve"}
 
 func init() {
 	commands = map[string]command{
@@ -85,6 +85,17 @@ func init() {
 				"mxbench stream --transport udp --sizes 4K,64K,1M",
 				"mxbench stream --window 64 --plot stream.png",
 			}, runStream},
+		"alltoall": {"[--procs N] [--sizes LIST] [--strategy S] ...", "IMB-style alltoall among the processes of a job (mpirun, srun, or --procs N)",
+			alltoallNotes, []string{
+				"mpirun -np 4 mxbench alltoall                      # the launcher's ranks; rank 0 prints",
+				"srun -n 4 mxbench alltoall --sizes 8,64K,1M",
+				"mxbench alltoall --procs 4 --json                 # mxbench starts the 4 processes itself",
+			}, runAlltoall},
+		"overlap": {"[--procs N] [--sizes LIST] [--strategy S] ...", "time to post and wait (EMP) and processor availability while messages move (RMPP)",
+			overlapNotes, []string{
+				"mxbench overlap                                   # 2 processes of this host",
+				"mxbench overlap --sizes 64K,1M,4M --strategy all  # availability per large-message strategy",
+			}, runOverlap},
 		"serve": {"[--listen ADDR] [--endpoint N] [--once]", "the remote side for pingpong and stream clients (udp)",
 			serveNotes, []string{
 				"mxbench serve --listen 0.0.0.0:40000              # then, elsewhere: mxbench pingpong --peer HOST:40000",

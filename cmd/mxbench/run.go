@@ -42,9 +42,16 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	job, isJob, err := f.jobMode(cmd, fs)
+	if err != nil {
+		return err
+	}
 	w, _ := wireNamed(f.transport) // validate checked the name
-	if f.unavailable != "" {
+	if f.unavailable != "" && !isJob {
 		return errors.New(f.unavailable)
+	}
+	if isJob && job.Rank != 0 {
+		f.plot = "" // only rank 0 reports
 	}
 	ctx := context.Background()
 	var rep reporter
@@ -54,6 +61,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	} else {
 		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && f.baseline}
 	}
+	if isJob && !f.jsonOut {
+		rep = &jobTable{w: stdout, cmd: cmd}
+	}
 	prog := cli.NewProgress(stderr, "mxbench")
 	defer prog.Stop()
 	rep = &recorder{reporter: rep, prog: prog}
@@ -62,6 +72,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 			err = rep.(*recorder).plot(cmd, f.plot, f.transport, stdout, f.jsonOut)
 		}
 	}()
+	if isJob {
+		return runJobCommand(cmd, &f, job, sizes, append([]string{cmd}, args...), jobReporter(job, rep), stderr)
+	}
 	if f.peer != "" {
 		return runClient(ctx, cmd, &f, sizes, rep, stderr)
 	}

@@ -25,16 +25,27 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Job is this process's place in a job.
 type Job struct {
 	Rank, Size int
 	// Launcher names where Rank and Size came from ("openmpi", "slurm",
-	// "pmi").
+	// "pmi", "pmix").
 	Launcher string
+	// OneNode is set when the launcher says every rank runs on this node
+	// (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's SLURM_STEP_NUM_NODES
+	// or SLURM_NNODES, MPICH's MPI_LOCALNRANKS).
+	OneNode bool
+	// ID names the job for the launcher (Open MPI's job id, Slurm's job
+	// and step, PMIx's namespace), or is empty when it gives none.
+	ID string
 }
 
 // MaxSize bounds the ranks of a job and MaxRecord the bytes of one record.
@@ -65,9 +76,53 @@ func FromEnv(getenv func(string) string) (Job, error) {
 		if err1 != nil || err2 != nil || size < 1 || size > MaxSize || rank < 0 || rank >= size {
 			return Job{}, fmt.Errorf("launch: %s=%q %s=%q: want 0 <= rank < size <= %d", l.rank, rs, l.size, ss, MaxSize)
 		}
-		return Job{Rank: rank, Size: size, Launcher: l.name}, nil
+		j := Job{Rank: rank, Size: size, Launcher: l.name}
+		j.OneNode, j.ID = placement(l.name, size, getenv)
+		return j, nil
 	}
 	return Job{}, ErrNoLauncher
+}
+
+// placement reads whether all size ranks share this node, and the job's id,
+// from the launcher's environment.
+func placement(launcher string, size int, getenv func(string) string) (oneNode bool, id string) {
+	is := func(name string, want int) bool {
+		n, err := strconv.Atoi(getenv(name))
+		return err == nil && n == want
+	}
+	switch launcher {
+	case "openmpi":
+		oneNode = is("OMPI_COMM_WORLD_LOCAL_SIZE", size) || is("OMPI_MCA_orte_num_nodes", 1)
+		id = getenv("OMPI_MCA_ess_base_jobid")
+		if id == "" {
+			id = getenv("PMIX_NAMESPACE")
+		}
+	case "slurm":
+		oneNode = is("SLURM_STEP_NUM_NODES", 1) || (getenv("SLURM_STEP_NUM_NODES") == "" && is("SLURM_NNODES", 1))
+		if j := getenv("SLURM_JOB_ID"); j != "" {
+			id = j + "." + getenv("SLURM_STEP_ID")
+		}
+	default:
+		oneNode = is("MPI_LOCALNRANKS", size)
+		id = getenv("PMIX_NAMESPACE")
+	}
+	return oneNode, id
+}
+
+// Bootstrap returns the address Exchange meets rank 0 at: GOMX_BOOTSTRAP
+// (through getenv) when set, else, for a job on one node whose launcher
+// names it, an abstract unix socket private to this user and job
+// ("unix:@gomx-boot-UID-LAUNCHER-ID"). Anything else needs GOMX_BOOTSTRAP,
+// and the error says so.
+func Bootstrap(job Job, getenv func(string) string) (string, error) {
+	if getenv("GOMX_BOOTSTRAP") != "" || !job.OneNode || job.ID == "" {
+		a, err := BootstrapAddr(getenv)
+		if err != nil && job.Size > 1 && !job.OneNode {
+			err = fmt.Errorf("%w (the job spans nodes, or %s does not say it runs on one)", err, job.Launcher)
+		}
+		return a, err
+	}
+	return fmt.Sprintf("unix:@gomx-boot-%d-%s-%s", os.Getuid(), job.Launcher, job.ID), nil
 }
 
 // BootstrapAddr returns rank 0's address from GOMX_BOOTSTRAP (through
@@ -77,10 +132,66 @@ func BootstrapAddr(getenv func(string) string) (string, error) {
 	if a == "" {
 		return "", errors.New("launch: GOMX_BOOTSTRAP is not set: export GOMX_BOOTSTRAP=host:port, an address of rank 0's host that every rank can reach (mpirun -x GOMX_BOOTSTRAP passes it on)")
 	}
+	if strings.HasPrefix(a, "unix:") {
+		if len(a) == len("unix:") {
+			return "", fmt.Errorf("launch: GOMX_BOOTSTRAP=%q: want unix:PATH or unix:@NAME", a)
+		}
+		return a, nil
+	}
 	if _, _, err := net.SplitHostPort(a); err != nil {
-		return "", fmt.Errorf("launch: GOMX_BOOTSTRAP=%q: want host:port: %v", a, err)
+		return "", fmt.Errorf("launch: GOMX_BOOTSTRAP=%q: want host:port (or unix:PATH, unix:@NAME on one node): %v", a, err)
 	}
 	return a, nil
+}
+
+// network splits a bootstrap address into the network and address
+// net.Listen and net.Dial take.
+func network(addr string) (string, string) {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return "unix", p
+	}
+	return "tcp", addr
+}
+
+// Listen opens rank 0's listener on a bootstrap address (host:port or
+// unix:...), for a program that must listen before it starts the other
+// ranks (Serve then takes it).
+func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	nw, a := network(addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, nw, a)
+	if err != nil {
+		return nil, fmt.Errorf("launch: rank 0 listens on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// checkPeer refuses a unix-socket peer of another user: only the job's
+// own processes may trade records on a socket anyone on the host can
+// reach. TCP peers cannot be checked this way; jobs across nodes trust
+// their network as the launchers do.
+func checkPeer(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("peer credentials: %w", cerr)
+	}
+	if int(cred.Uid) != os.Getuid() {
+		return fmt.Errorf("process %d of uid %d is not of this job's user (uid %d)", cred.Pid, cred.Uid, os.Getuid())
+	}
+	return nil
 }
 
 // Exchange trades records with every rank of job through rank 0 at addr
@@ -88,9 +199,9 @@ func BootstrapAddr(getenv func(string) string) (string, error) {
 // returns the records of all ranks, in rank order.
 func Exchange(ctx context.Context, job Job, addr string, mine []byte) ([][]byte, error) {
 	if job.Rank == 0 {
-		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		ln, err := Listen(ctx, addr)
 		if err != nil {
-			return nil, fmt.Errorf("launch: rank 0 listens on %s: %w", addr, err)
+			return nil, err
 		}
 		defer ln.Close()
 		return Serve(ctx, ln, job.Size, mine)
@@ -122,6 +233,10 @@ func Serve(ctx context.Context, ln net.Listener, size int, mine []byte) ([][]byt
 			}
 			return nil, fmt.Errorf("launch: rank 0 accepts: %w", err)
 		}
+		if err := checkPeer(c); err != nil {
+			c.Close() // another user's process: not one of the ranks
+			continue
+		}
 		conns = append(conns, c)
 		c.SetDeadline(deadline(ctx))
 		rank, rec, err := readRecord(c)
@@ -151,9 +266,10 @@ func Join(ctx context.Context, addr string, rank int, mine []byte) ([][]byte, er
 	}
 	var d net.Dialer
 	var c net.Conn
+	nw, a := network(addr)
 	for wait := time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		var err error
-		if c, err = d.DialContext(ctx, "tcp", addr); err == nil {
+		if c, err = d.DialContext(ctx, nw, a); err == nil {
 			break
 		}
 		t := time.NewTimer(wait) // rank 0 may not listen yet
@@ -165,6 +281,9 @@ func Join(ctx context.Context, addr string, rank int, mine []byte) ([][]byte, er
 		}
 	}
 	defer c.Close()
+	if err := checkPeer(c); err != nil {
+		return nil, fmt.Errorf("launch: rank %d at %s: %w", rank, addr, err)
+	}
 	c.SetDeadline(deadline(ctx))
 	if _, err := c.Write(appendRecord(nil, rank, mine)); err != nil {
 		return nil, fmt.Errorf("launch: rank %d sends to rank 0: %w", rank, err)

@@ -26,12 +26,12 @@ func TestFromEnv(t *testing.T) {
 		want Job
 		err  string
 	}{
-		{map[string]string{"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, Job{2, 4, "openmpi"}, ""},
-		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Job{0, 1, "slurm"}, ""},
-		{map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8"}, Job{3, 8, "pmi"}, ""},
-		{map[string]string{"PMIX_RANK": "1", "PMI_SIZE": "2"}, Job{1, 2, "pmix"}, ""},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, Job{Rank: 2, Size: 4, Launcher: "openmpi"}, ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Job{Rank: 0, Size: 1, Launcher: "slurm"}, ""},
+		{map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8"}, Job{Rank: 3, Size: 8, Launcher: "pmi"}, ""},
+		{map[string]string{"PMIX_RANK": "1", "PMI_SIZE": "2"}, Job{Rank: 1, Size: 2, Launcher: "pmix"}, ""},
 		// Open MPI wins over a Slurm allocation it runs inside.
-		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Job{1, 2, "openmpi"}, ""},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Job{Rank: 1, Size: 2, Launcher: "openmpi"}, ""},
 		{map[string]string{"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, Job{}, "want 0 <= rank < size"},
 		{map[string]string{"PMI_RANK": "x", "PMI_SIZE": "2"}, Job{}, "want 0 <= rank < size"},
 		{map[string]string{}, Job{}, "mpirun, srun"},
@@ -117,7 +117,9 @@ func TestExchange(t *testing.T) {
 const mpiChildEnv = "GOMX_LAUNCH_TEST_CHILD"
 
 // TestMpirun starts three ranks with Debian's Open MPI mpirun: each finds
-// its rank from the environment and all exchange records through rank 0.
+// its rank from the environment and all exchange records through rank 0,
+// once at a GOMX_BOOTSTRAP address and once without one (the job is on one
+// node: a unix socket named after the job).
 func TestMpirun(t *testing.T) {
 	if os.Getenv(mpiChildEnv) != "" {
 		if err := mpiChild(); err != nil {
@@ -136,10 +138,16 @@ func TestMpirun(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // rank 0 listens there
+	for _, boot := range []string{"GOMX_BOOTSTRAP=" + addr, "GOMX_BOOTSTRAP="} {
+		t.Run(boot, func(t *testing.T) { mpirunRanks(t, mpirun, boot) })
+	}
+}
+
+func mpirunRanks(t *testing.T, mpirun, boot string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3",
-		"-x", mpiChildEnv+"=1", "-x", "GOMX_BOOTSTRAP="+addr, os.Args[0], "-test.run=^TestMpirun$", "-test.count=1")
+		"-x", mpiChildEnv+"=1", "-x", boot, os.Args[0], "-test.run=^TestMpirun$", "-test.count=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, out)
@@ -162,7 +170,7 @@ func mpiChild() error {
 	if err != nil {
 		return err
 	}
-	addr, err := BootstrapAddr(os.Getenv)
+	addr, err := Bootstrap(job, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -204,4 +212,72 @@ func FuzzDecodeTable(f *testing.F) {
 			t.Fatalf("decoded %q from %x, which is not its framing", tab, b)
 		}
 	})
+}
+
+// TestBootstrap: a job on one node needs no GOMX_BOOTSTRAP (a unix socket
+// named after the user and the job), a job across nodes does, and the
+// variable always wins.
+func TestBootstrap(t *testing.T) {
+	uid := os.Getuid()
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+		err  string
+	}{
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_MCA_ess_base_jobid": "77"},
+			fmt.Sprintf("unix:@gomx-boot-%d-openmpi-77", uid), ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "1", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "3"},
+			fmt.Sprintf("unix:@gomx-boot-%d-slurm-12.3", uid), ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"},
+			fmt.Sprintf("unix:@gomx-boot-%d-slurm-12.0", uid), ""},
+		// Two nodes: the address must be given, and the error says why.
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_JOB_ID": "12"}, "", "spans nodes"},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "77"}, "", "GOMX_BOOTSTRAP"},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2", "GOMX_BOOTSTRAP": "10.0.0.1:999"}, "10.0.0.1:999", ""},
+		{map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "GOMX_BOOTSTRAP": "unix:@x"}, "unix:@x", ""},
+		{map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "GOMX_BOOTSTRAP": "unix:"}, "", "unix:PATH"},
+	} {
+		job, err := FromEnv(envOf(c.env))
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		got, err := Bootstrap(job, envOf(c.env))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: %q %v, want an error saying %q", c.env, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%v: %q %v, want %q", c.env, got, err, c.want)
+		}
+	}
+}
+
+// TestExchangeUnix: the bootstrap over an abstract unix socket, ranks
+// started before rank 0 listens.
+func TestExchangeUnix(t *testing.T) {
+	const size = 3
+	addr := fmt.Sprintf("unix:@gomx-boot-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tables := make([][][]byte, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := size - 1; r >= 0; r-- {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tables[r], errs[r] = Exchange(ctx, Job{Rank: r, Size: size}, addr, []byte{byte(r)})
+		}()
+	}
+	wg.Wait()
+	for r := range size {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if !bytes.Equal(bytes.Join(tables[r], nil), []byte{0, 1, 2}) {
+			t.Fatalf("rank %d: table %v", r, tables[r])
+		}
+	}
 }

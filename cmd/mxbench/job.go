@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/mx"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/udp"
+)
+
+// A job: mxbench as one of N processes, started by mpirun, srun, a PMI
+// launcher or `--procs N` (procs.go). Every rank opens one udp board per
+// strategy it measures (the strategy is a board option), with the host
+// path on, so mx itself sends to ranks of the same host through shared
+// memory and to the others over UDP. The ranks trade their boards' NIC ids
+// through the launcher bootstrap (internal/launch), connect to each other,
+// and from then on speak only mx: barriers, gathers and the measured
+// messages all go through the endpoints, on tags of their own.
+
+// Tags of a job's messages. Collectives carry their sequence number and,
+// toward rank 0, the sender's rank, so every receive matches exactly one
+// message; alltoall's data carries the sender's rank.
+const (
+	tagColl     uint64 = 0x6d79 << 48
+	tagCollBack uint64 = 0x6d7a << 48
+	tagA2A      uint64 = 0x6d7b << 48
+	maxGather          = 4096
+)
+
+// world is this rank's view of a job: one board and endpoint per
+// strategy, and every rank's address on each.
+type world struct {
+	job    launch.Job
+	boards []*mx.Board
+	eps    []*mx.Endpoint
+	// peers[k][r] is rank r's address on board k (zero for this rank),
+	// nics[k][r] its NIC id.
+	peers [][]mx.Addr
+	nics  [][]transport.NICID
+	seq   uint64
+	gbuf  [][]byte
+}
+
+// jobStrategies returns the large-message strategies a job measures, as mx
+// names them: the one --strategy names, every one mx knows for
+// --strategy all, or none (mx's own choice, GOMX_SHM_LARGE or auto).
+func jobStrategies(name string) ([]string, error) {
+	switch name {
+	case "":
+		return []string{""}, nil
+	case "all":
+		return mxStrategies(), nil
+	}
+	var out []string
+	for _, n := range strings.Split(name, ",") {
+		s, err := mx.ParseLargeStrategy(n)
+		if err != nil {
+			return nil, fmt.Errorf("--strategy %q: want all, or one or more of %s (comma-separated)", name, strings.Join(mxStrategies(), ", "))
+		}
+		out = append(out, s.String())
+	}
+	return out, nil
+}
+
+// mxStrategies lists the large-message strategies mx knows, by the names
+// mx gives them: every mx.LargeStrategy value whose name parses back to
+// it, so a strategy mx adds appears here without a change to mxbench.
+func mxStrategies() []string {
+	var out []string
+	for i := 0; i < 64; i++ {
+		s := mx.LargeStrategy(i)
+		p, err := mx.ParseLargeStrategy(s.String())
+		if err != nil || p != s {
+			break
+		}
+		out = append(out, s.String())
+	}
+	return out
+}
+
+// openWorld opens this rank's boards and endpoints, trades NIC ids through
+// the bootstrap at addr (on ln when rank 0 listens already) and connects
+// to every other rank.
+func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, ln net.Listener, strategies []string) (_ *world, err error) {
+	w := &world{job: job}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	listen := f.listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+		if host, port, e := net.SplitHostPort(addr); e == nil && !strings.HasPrefix(addr, "unix:") && !job.OneNode {
+			// Ranks on other hosts must reach this board: bind the address
+			// that routes to rank 0's host.
+			if listen, err = localFor(net.JoinHostPort(host, port)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	key := uint32(f.key)
+	var rec []byte
+	for _, name := range strategies {
+		tr, err := udp.Listen(listen, udp.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("--listen %s: %w", listen, err)
+		}
+		o := f.boardOptions()
+		o.Local.Off = false // the host path (shared memory) is the point
+		if name != "" {
+			if o.Local.Large, err = mx.ParseLargeStrategy(name); err != nil {
+				tr.Close()
+				return nil, err
+			}
+		}
+		b, err := mx.NewBoard(tr, o)
+		if err != nil {
+			tr.Close()
+			return nil, err
+		}
+		w.boards = append(w.boards, b)
+		ep, err := b.OpenEndpoint(0, key)
+		if err != nil {
+			return nil, err
+		}
+		w.eps = append(w.eps, ep)
+		rec = binary.BigEndian.AppendUint64(rec, uint64(b.NICID()))
+	}
+	var table [][]byte
+	if ln != nil {
+		table, err = launch.Serve(ctx, ln, job.Size, rec)
+	} else {
+		table, err = launch.Exchange(ctx, job, addr, rec)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for k := range w.boards {
+		nics := make([]transport.NICID, job.Size)
+		for r, t := range table {
+			if len(t) != len(rec) {
+				return nil, fmt.Errorf("rank %d runs another mxbench (a record of %d bytes, want %d): give every rank the same arguments", r, len(t), len(rec))
+			}
+			nics[r] = transport.NICID(binary.BigEndian.Uint64(t[8*k:]))
+		}
+		w.nics = append(w.nics, nics)
+		peers := make([]mx.Addr, job.Size)
+		for r := range job.Size {
+			if r == job.Rank {
+				continue
+			}
+			if peers[r], err = w.eps[k].Connect(ctx, nics[r], 0, key); err != nil {
+				return nil, fmt.Errorf("connect to rank %d (%v): %w", r, nics[r], err)
+			}
+		}
+		w.peers = append(w.peers, peers)
+	}
+	return w, w.barrier(ctx)
+}
+
+func (w *world) close() {
+	for _, b := range w.boards {
+		b.Close()
+	}
+}
+
+// hostPath describes how rank 0's first board reaches rank r.
+func (w *world) hostPath(r int) string {
+	if w.boards[0].HostPath(w.nics[0][r]) {
+		return "shared memory"
+	}
+	return "udp"
+}
+
+// gather sends mine to rank 0, which returns every rank's, by rank; the
+// other ranks return nil. Records are at most maxGather bytes.
+//
+// Collectives send synchronously (ISSend: complete when the receiver has
+// the message): an eager send completes before it is acked, and a rank
+// that left the last barrier on such a completion could close its board
+// while its message to another rank was still unacked, leaving that rank
+// waiting for it.
+func (w *world) gather(ctx context.Context, mine []byte) ([][]byte, error) {
+	if len(mine) > maxGather {
+		return nil, fmt.Errorf("gather of %d bytes, at most %d", len(mine), maxGather)
+	}
+	w.seq++
+	tag := tagColl | (w.seq&0xffff_ffff)<<16
+	ep := w.eps[0]
+	if w.job.Rank != 0 {
+		r, err := ep.ISSend([][]byte{mine}, w.peers[0][0], tag|uint64(w.job.Rank), nil)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("gather %d to rank 0: %w", w.seq, err)
+		}
+		return nil, nil
+	}
+	if len(w.gbuf) < w.job.Size {
+		w.gbuf = make([][]byte, w.job.Size)
+		for i := range w.gbuf {
+			w.gbuf[i] = make([]byte, maxGather)
+		}
+	}
+	reqs := make([]*mx.Request, w.job.Size)
+	for r := 1; r < w.job.Size; r++ {
+		var err error
+		if reqs[r], err = ep.IRecv([][]byte{w.gbuf[r]}, tag|uint64(r), matchAll, nil); err != nil {
+			return nil, err
+		}
+	}
+	out := make([][]byte, w.job.Size)
+	out[0] = append([]byte(nil), mine...)
+	for r := 1; r < w.job.Size; r++ {
+		st, err := reqs[r].Wait(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("gather %d from rank %d: %w", w.seq, r, err)
+		}
+		out[r] = append([]byte(nil), w.gbuf[r][:st.XferLength]...)
+	}
+	return out, nil
+}
+
+// bcast sends rank 0's msg to every rank and returns it everywhere.
+func (w *world) bcast(ctx context.Context, msg []byte) ([]byte, error) {
+	w.seq++
+	tag := tagCollBack | (w.seq&0xffff_ffff)<<16
+	ep := w.eps[0]
+	if w.job.Rank != 0 {
+		buf := make([]byte, maxGather)
+		r, err := ep.IRecv([][]byte{buf}, tag, matchAll, nil)
+		if err != nil {
+			return nil, err
+		}
+		st, err := r.Wait(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("broadcast %d from rank 0: %w", w.seq, err)
+		}
+		return buf[:st.XferLength], nil
+	}
+	if len(msg) > maxGather {
+		return nil, fmt.Errorf("broadcast of %d bytes, at most %d", len(msg), maxGather)
+	}
+	var reqs []*mx.Request
+	for r := 1; r < w.job.Size; r++ {
+		s, err := ep.ISSend([][]byte{msg}, w.peers[0][r], tag, nil)
+		if err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, s)
+	}
+	for i, s := range reqs {
+		if _, err := s.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("broadcast %d to rank %d: %w", w.seq, i+1, err)
+		}
+	}
+	return msg, nil
+}
+
+// barrier returns when every rank has entered it.
+func (w *world) barrier(ctx context.Context) error {
+	if _, err := w.gather(ctx, nil); err != nil {
+		return err
+	}
+	_, err := w.bcast(ctx, nil)
+	return err
+}
+
+// finish is the last barrier before the ranks close their boards. A rank
+// closes as soon as it has rank 0's last message, so rank 0's synchronous
+// send to it may learn of the match or of the rank's exit first: here an
+// unreachable rank is one that left (it had reached the barrier), and a
+// rank that crashed instead is reported by its launcher or by --procs.
+func (w *world) finish(ctx context.Context) error {
+	if _, err := w.gather(ctx, nil); err != nil {
+		return err
+	}
+	_, err := w.bcast(ctx, nil)
+	if w.job.Rank == 0 && errors.Is(err, mx.ErrUnreachable) {
+		return nil
+	}
+	return err
+}
+
+// errRankFailed is how rank 0 reports a rank that said it failed.
+var errRankFailed = errors.New("failed")

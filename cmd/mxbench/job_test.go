@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// asMainEnv makes the test binary run mxbench's main: --procs starts the
+// running program again, which in a test is the test binary, and the
+// launcher tests start it as the ranks.
+const asMainEnv = "GOMX_MXBENCH_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		os.Exit(code(run(os.Stdout, os.Stderr, os.Args[1:])))
+	}
+	os.Exit(m.Run())
+}
+
+// runJob runs mxbench in this process as rank 0 of --procs, the other
+// ranks being copies of the test binary, and returns stdout; stderr must
+// stay empty (the other ranks print nothing when all goes well).
+func runJob(t *testing.T, args ...string) string {
+	t.Helper()
+	t.Setenv(asMainEnv, "1")
+	var out, errb bytes.Buffer
+	err := run(&out, &errb, args)
+	os.Unsetenv(asMainEnv)
+	if err != nil {
+		t.Fatalf("mxbench %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	if errb.Len() != 0 {
+		t.Errorf("mxbench %s: stderr not empty:\n%s", strings.Join(args, " "), errb.String())
+	}
+	return out.String()
+}
+
+// TestJobProcs: pingpong and stream between 2 processes mxbench starts
+// itself reach each other through shared memory and say which strategy
+// moved each size: eager for small messages, the forced strategy for
+// large ones; every byte is verified.
+func TestJobProcs(t *testing.T) {
+	for _, c := range []struct {
+		cmd, strategy string
+		want          []string // per size: 8 B, 64 KiB
+	}{
+		{"pingpong", "", []string{"eager", "cma"}},
+		{"pingpong", "rings", []string{"eager", "rings"}},
+		{"stream", "cma", []string{"eager", "cma"}},
+	} {
+		args := []string{c.cmd, "--procs", "2", "--sizes", "8,64K", "--iterations", "20", "--warmup", "2", "--wait", "block", "--verify", "--json"}
+		if c.strategy != "" {
+			args = append(args, "--strategy", c.strategy)
+		}
+		rows := jsonRows(t, runJob(t, args...))
+		if len(rows) != 2 {
+			t.Fatalf("%v: %d rows, want 2", args, len(rows))
+		}
+		for i, r := range rows {
+			if r.Procs != 2 || r.Errors != 0 || r.Iterations != 20 || r.MBPerS <= 0 || r.StrategyAsked != c.strategy {
+				t.Errorf("%v: row %+v", args, r)
+			}
+			refused := r.Fallbacks > 0 && (r.Strategy == "rings" || r.Strategy == "cma+rings")
+			if r.Strategy != c.want[i] && !(c.want[i] == "cma" && refused) { // a kernel that refuses CMA (Yama) falls back
+				t.Errorf("%v: %s moved by %q, want %q", args, fmt.Sprint(r.Size), r.Strategy, c.want[i])
+			}
+		}
+	}
+}
+
+// TestJobAlltoallOverlap: alltoall among 3 processes reports the fastest,
+// mean and slowest rank in order; overlap reports EMP's timings and an
+// availability per size.
+func TestJobAlltoallOverlap(t *testing.T) {
+	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "3", "--sizes", "0,4K,64K", "--iterations", "10", "--warmup", "1",
+		"--wait", "block", "--verify", "--json"))
+	if len(rows) != 3 {
+		t.Fatalf("alltoall: %d rows, want 3", len(rows))
+	}
+	for _, r := range rows {
+		if r.Procs != 3 || !(r.TMinUS > 0 && r.TMinUS <= r.TAvgUS && r.TAvgUS <= r.TMaxUS) || r.Strategy == "" {
+			t.Errorf("alltoall row %+v", r)
+		}
+	}
+	rows = jsonRows(t, runJob(t, "overlap", "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--json"))
+	if len(rows) != 3 || rows[0].Kind != "timings" || rows[1].Kind != "availability" || rows[2].Kind != "availability" {
+		t.Fatalf("overlap rows: %+v", rows)
+	}
+	if r := rows[0]; r.Size != empSize || r.PostSendUS <= 0 || r.PostRecvUS <= 0 || r.WaitUS <= 0 {
+		t.Errorf("EMP timings %+v", r)
+	}
+	for _, r := range rows[1:] {
+		if r.Availability <= 0 { // no exchange may complete during the computation on a loaded machine
+			t.Errorf("availability %+v", r)
+		}
+	}
+}
+
+// TestJobSlurmEnv: two processes started as srun starts them (SLURM_PROCID,
+// SLURM_NTASKS, one node, a job id) find each other without GOMX_BOOTSTRAP;
+// rank 0 prints the table, rank 1 nothing.
+func TestJobSlurmEnv(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	outs := make([]*bytes.Buffer, 2)
+	errs := make([]*bytes.Buffer, 2)
+	var cmds []*exec.Cmd
+	for r := range 2 {
+		c := exec.CommandContext(ctx, os.Args[0], "pingpong", "--sizes", "8,1K", "--iterations", "20", "--wait", "block", "--verify")
+		c.Env = append(os.Environ(), asMainEnv+"=1", "GOMX_BOOTSTRAP=", fmt.Sprintf("SLURM_PROCID=%d", r), "SLURM_NTASKS=2",
+			"SLURM_STEP_NUM_NODES=1", fmt.Sprintf("SLURM_JOB_ID=t%d", os.Getpid()), "SLURM_STEP_ID=0")
+		outs[r], errs[r] = &bytes.Buffer{}, &bytes.Buffer{}
+		c.Stdout, c.Stderr = outs[r], errs[r]
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	for r, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("rank %d: %v\nstdout:\n%s\nstderr:\n%s", r, err, outs[r], errs[r])
+		}
+	}
+	if !strings.Contains(outs[0].String(), "2 processes started by the slurm launcher") || strings.Count(outs[0].String(), " eager ") != 2 {
+		t.Errorf("rank 0's table:\n%s", outs[0])
+	}
+	if outs[1].Len() != 0 || errs[1].Len() != 0 || errs[0].Len() != 0 {
+		t.Errorf("rank 1 printed %q and %q; rank 0 on stderr %q", outs[1], errs[1], errs[0])
+	}
+}
+
+// TestJobRankFailure: ranks started with different arguments refuse the
+// job, each in one line on stderr that names the rank.
+func TestJobRankFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errs []*bytes.Buffer
+	var cmds []*exec.Cmd
+	for r, strategy := range []string{"rings,cma", "rings"} {
+		c := exec.CommandContext(ctx, os.Args[0], "pingpong", "--sizes", "8", "--strategy", strategy, "--timeout", "30s")
+		c.Env = append(os.Environ(), asMainEnv+"=1", "GOMX_BOOTSTRAP=", fmt.Sprintf("SLURM_PROCID=%d", r), "SLURM_NTASKS=2",
+			"SLURM_STEP_NUM_NODES=1", fmt.Sprintf("SLURM_JOB_ID=f%d", os.Getpid()), "SLURM_STEP_ID=0")
+		var e bytes.Buffer
+		c.Stderr = &e
+		errs = append(errs, &e)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	for r, c := range cmds {
+		err := c.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("rank %d: %v, want exit status 1", r, err)
+		}
+		msg := errs[r].String()
+		want := fmt.Sprintf("mxbench: rank %d of 2: rank %d runs another mxbench", r, 1-r)
+		if strings.Count(msg, "\n") != 1 || !strings.HasPrefix(msg, want) {
+			t.Errorf("rank %d said %q, want one line starting %q", r, msg, want)
+		}
+	}
+}
+
+// TestJobUsage: the flags of a job are checked before anything starts.
+func TestJobUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"alltoall"}, "add --procs N"},
+		{[]string{"alltoall", "--procs", "1"}, "needs 2 processes"},
+		{[]string{"pingpong", "--strategy", "rings"}, "add --procs 2"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "telepathy"}, "want all, or one or more of"},
+		{[]string{"pingpong", "--procs", "2", "--transport", "loopback"}, "drop --transport"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(&out, &errb, tc.args)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("mxbench %v: %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestJobPlot: --plot draws one curve per strategy on one chart.
+func TestJobPlot(t *testing.T) {
+	path := t.TempDir() + "/pp.svg"
+	runJob(t, "pingpong", "--procs", "2", "--strategy", "rings,cma", "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--plot", path)
+	for _, p := range []string{path, latencyPath(path)} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"large messages: rings", "large messages: cma"} {
+			if !bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s lacks the curve %q", p, s)
+			}
+		}
+	}
+}

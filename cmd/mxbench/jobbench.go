@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/internal/units"
+)
+
+// runJobCommand runs cmd (pingpong, stream, alltoall, overlap) as one rank
+// of job: it joins the job, runs every strategy's sizes with the other
+// ranks, and on rank 0 reports. args are the command line after the
+// program name, for the ranks --procs starts.
+func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args []string, rep reporter, stderr io.Writer) (err error) {
+	strategies, err := jobStrategies(f.job.strategy)
+	if err != nil {
+		return usagef(cmd, "%v", err)
+	}
+	ctx, addr, ln, wait, err := startJob(context.Background(), job, args, stderr)
+	if err != nil {
+		return rankError(job, err)
+	}
+	defer func() {
+		if werr := wait(); werr != nil {
+			err = werr // a rank that failed said why; rank 0's own error follows from it
+		} else {
+			err = rankError(job, err)
+		}
+	}()
+	if ln != nil {
+		defer ln.Close()
+	}
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
+	w, err := openWorld(cctx, f, job, addr, ln, strategies)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	if f.spin() {
+		pin(job.Rank)
+	}
+	if job.Rank == 0 {
+		how := "mxbench --procs"
+		if job.Launcher != how {
+			how = "the " + job.Launcher + " launcher"
+		}
+		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s, %s%s",
+			cmd, job.Size, how, w.hostPath(1), f.describeWait(), syncNote(f)))
+	}
+	for k, strategy := range strategies {
+		var err error
+		switch cmd {
+		case "alltoall":
+			err = w.alltoall(ctx, f, k, strategy, sizes, rep)
+		case "overlap":
+			err = w.overlap(ctx, f, k, strategy, sizes, rep)
+		default:
+			err = w.pairBench(ctx, cmd, f, k, strategy, sizes, rep)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	cctx, cancel = context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	return w.finish(cctx) // nobody closes its board while another still talks to it
+}
+
+// pairBench runs pingpong or stream between ranks 0 and 1 on board k; the
+// other ranks wait at the barriers.
+func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int, strategy string, sizes []int, rep reporter) error {
+	maxSize := slices.Max(sizes)
+	var s *side
+	switch w.job.Rank {
+	case 0:
+		s = newSide(w.eps[k], w.peers[k][1], maxSize, max(f.window, 1), f)
+	case 1:
+		s = newSide(w.eps[k], w.peers[k][0], maxSize, max(f.window, 1), f)
+	}
+	reply := func(size int) int {
+		if f.unidir {
+			return 0
+		}
+		return size
+	}
+	for _, size := range sizes {
+		iters := f.iterationsFor(size)
+		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		if err := w.barrier(sctx); err != nil {
+			cancel()
+			return err
+		}
+		before := w.eps[k].Counters()
+		var res result
+		var err error
+		switch {
+		case w.job.Rank == 0 && cmd == "stream":
+			res, err = s.stream(sctx, size, iters, f.warmup, f.window)
+		case w.job.Rank == 0:
+			res, err = s.pingpong(sctx, size, reply(size), iters, f.warmup)
+		case w.job.Rank == 1 && cmd == "stream":
+			err = s.sink(sctx, size, f.warmup+iters, f.window)
+		case w.job.Rank == 1:
+			err = s.pong(sctx, size, reply(size), f.warmup+iters)
+		}
+		if err != nil {
+			cancel()
+			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)
+		}
+		// Rank 1 received the measured direction: its counters say how.
+		m := strategyOf(countersSince(before, w.eps[k].Counters()), strategy, w.hostPathTo(k), size)
+		all, err := w.gatherMoved(sctx, m)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if w.job.Rank == 0 {
+			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, all[1].Strategy, strategy, all[1].Fallbacks
+			rep.row(res)
+		}
+	}
+	return nil
+}
+
+// hostPathTo reports whether this rank reaches its partner (rank 1 for
+// rank 0, else rank 0) on board k through shared memory.
+func (w *world) hostPathTo(k int) bool {
+	p := 0
+	if w.job.Rank == 0 {
+		p = 1
+	}
+	return w.boards[k].HostPath(w.nics[k][p])
+}
+
+// gatherMoved collects every rank's account of how its messages moved.
+func (w *world) gatherMoved(ctx context.Context, m moved) ([]moved, error) {
+	b, _ := json.Marshal(m)
+	recs, err := w.gather(ctx, b)
+	if err != nil || w.job.Rank != 0 {
+		return nil, err
+	}
+	out := make([]moved, len(recs))
+	for r, rec := range recs {
+		if err := json.Unmarshal(rec, &out[r]); err != nil {
+			return nil, fmt.Errorf("rank %d's report: %v", r, err)
+		}
+	}
+	return out, nil
+}
+
+// jobReporter returns the reporter of a job's rank: rank 0's table or JSON,
+// and nothing for the others.
+func jobReporter(job launch.Job, rep reporter) reporter {
+	if job.Rank != 0 {
+		return silent{}
+	}
+	return rep
+}
+
+// silent is the reporter of ranks other than 0.
+type silent struct{}
+
+func (silent) header(string) {}
+func (silent) row(result)    {}
+
+func runAlltoall(stdout, stderr io.Writer, args []string) error {
+	return runBench("alltoall", stdout, stderr, args)
+}
+
+func runOverlap(stdout, stderr io.Writer, args []string) error {
+	return runBench("overlap", stdout, stderr, args)
+}

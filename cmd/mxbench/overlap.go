@@ -1,0 +1,397 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/units"
+	"github.com/gomx-dev/gomx/mx"
+)
+
+// overlapNotes is the help of overlap.
+const overlapNotes = `How much of the processor the application keeps while messages move,
+between ranks 0 and 1 of a job (--procs 2 by default without a launcher).
+
+First EMP's Table 2 (Shivam, Wyckoff and Panda, SC 2001): both ranks post
+5 receives of 10 KiB, post 5 sends of 10 KiB, compute for a while, then wait
+for all ten; post_send_us and post_recv_us are the mean time one post takes,
+wait_us the time the wait for the whole batch takes after the computation,
+total_us their sum as the paper's table adds them (one send, one receive,
+one wait).
+
+Then RMPP's processor availability (Maccabe et al.; netperf's method,
+adapted to MPI): per size, rank 0 runs a fixed amount of computation in
+slices, and between slices tests whether its ping-pong exchange with rank 1
+has completed, starting the next one when it has. availability is the time
+the computation takes when rank 1 only consumes the first message, over the
+time it takes while every message is answered: 1 when moving the messages
+costs rank 0 nothing, lower as the library takes the processor away.
+MB/s is the one-way payload rate the exchange reached meanwhile.
+`
+
+// empSize and empBatch are EMP's Table 2 setting.
+const (
+	empSize  = 10 << 10
+	empBatch = 5
+)
+
+// computeSink keeps the compute loop from being optimised away.
+var computeSink uint64
+
+// compute runs n units of work: a dependent chain of multiplications, a
+// few nanoseconds each, touching no memory.
+func compute(n int) {
+	x := computeSink | 1
+	for range n {
+		for range 64 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	computeSink = x
+}
+
+// unitsFor calibrates how many units of compute take about d.
+func unitsFor(d time.Duration) int {
+	n := 1000
+	for range 20 {
+		start := time.Now()
+		compute(n)
+		el := time.Since(start)
+		if el >= 2*time.Millisecond {
+			return max(1, int(float64(n)*float64(d)/float64(el)))
+		}
+		n *= 4
+	}
+	return n
+}
+
+// overlap runs EMP's table, then the availability of every size, on
+// board k between ranks 0 and 1.
+func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy string, sizes []int, rep reporter) error {
+	if w.job.Rank > 1 {
+		// Only ranks 0 and 1 exchange; the others keep the collectives:
+		// two barriers, then per size a broadcast and two barriers.
+		for i := range 2 + 3*len(sizes) {
+			sctx, cancel := context.WithTimeout(ctx, f.timeout)
+			var err error
+			if i >= 2 && (i-2)%3 == 0 {
+				_, err = w.bcast(sctx, nil)
+			} else {
+				err = w.barrier(sctx)
+			}
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	peer := w.peers[k][1-w.job.Rank]
+	ep := w.eps[k]
+	sctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	if err := w.barrier(sctx); err != nil {
+		return err
+	}
+	batches := max(f.iterations/empBatch, 200)
+	if f.iterations == 0 {
+		batches = 2000
+	}
+	before := ep.Counters()
+	send, recv, wait, err := empTimings(sctx, ep, peer, batches, f.warmup)
+	if err != nil {
+		return fmt.Errorf("overlap: EMP's batches: %w", err)
+	}
+	m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k), empSize)
+	if err := w.barrier(sctx); err != nil {
+		return err
+	}
+	if w.job.Rank == 0 {
+		res := result{Size: empSize, Iterations: batches, LatencyUS: send + recv + wait}
+		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks,
+			PostSendUS: send, PostRecvUS: recv, WaitUS: wait}
+		rep.row(res)
+	}
+	maxSize := 0
+	for _, s := range sizes {
+		maxSize = max(maxSize, s)
+	}
+	sbuf, rbuf := newBuffer(maxSize, f.aligned), newBuffer(maxSize, f.aligned)
+	// The computation lasts long enough for --iterations exchanges (default
+	// 200) at pingpong speed, at least 20 ms: rank 0 measures a round trip
+	// of the size first, and both ranks agree on the work.
+	slice := max(1, unitsFor(5*time.Microsecond))
+	for _, size := range sizes {
+		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		work, err := w.availabilityWork(sctx, f, ep, peer, sbuf[:size], rbuf[:size])
+		if err != nil {
+			cancel()
+			return fmt.Errorf("overlap: availability at %s: %w", units.Format(int64(size)), err)
+		}
+		before := ep.Counters()
+		res, err := w.availability(sctx, ep, peer, sbuf[:size], rbuf[:size], work, slice)
+		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k), size)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("overlap: availability at %s: %w", units.Format(int64(size)), err)
+		}
+		if w.job.Rank == 0 {
+			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, m.Strategy, strategy, m.Fallbacks
+			rep.row(res)
+		}
+	}
+	return nil
+}
+
+// availabilityWork times a few round trips of the size between ranks 0
+// and 1 and returns the compute units of the availability run: enough for
+// the exchanges --iterations asks for (default 200), at least 20 ms and at
+// most 10 s. Rank 0 decides; rank 1 follows.
+func (w *world) availabilityWork(ctx context.Context, f *benchFlags, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte) (int, error) {
+	const rounds = 5
+	start := time.Now()
+	for i := range rounds {
+		var rr, sr *mx.Request
+		var err error
+		if rr, err = ep.IRecv([][]byte{rbuf}, tagData, matchAll, nil); err != nil {
+			return 0, err
+		}
+		wait := []*mx.Request{rr}
+		if w.job.Rank == 1 {
+			if _, err := rr.Wait(ctx); err != nil {
+				return 0, fmt.Errorf("calibration %d: %w", i, err)
+			}
+			wait = nil
+		}
+		if sr, err = ep.ISend([][]byte{sbuf}, peer, tagData, nil); err != nil {
+			return 0, err
+		}
+		for _, r := range append(wait, sr) {
+			if _, err := r.Wait(ctx); err != nil {
+				return 0, fmt.Errorf("calibration %d: %w", i, err)
+			}
+		}
+	}
+	rtt := time.Since(start) / rounds
+	n := f.iterations
+	if n == 0 {
+		n = 200
+	}
+	d := min(max(time.Duration(n)*rtt, 20*time.Millisecond), 10*time.Second)
+	var msg [8]byte
+	binary.BigEndian.PutUint64(msg[:], uint64(unitsFor(d)))
+	got, err := w.bcast(ctx, msg[:])
+	if err != nil || len(got) != 8 {
+		return 0, fmt.Errorf("agreeing on the work: %v (%d bytes)", err, len(got))
+	}
+	return int(binary.BigEndian.Uint64(got)), nil
+}
+
+// empTimings runs batches (after warmup ones) of empBatch receives, then
+// empBatch sends, a computation, and one wait for the ten, on both ranks,
+// and returns the mean time of one send post, one receive post and one
+// wait for a batch, in microseconds.
+func empTimings(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, batches, warmup int) (send, recv, wait float64, err error) {
+	sbufs, rbufs := make([][]byte, empBatch), make([][]byte, empBatch)
+	for i := range sbufs {
+		sbufs[i], rbufs[i] = make([]byte, empSize), make([]byte, empSize)
+	}
+	// The computation gives the peer time to post and send: the wait then
+	// measures what the library still has to do, as in the paper's
+	// asymptote of much computation.
+	work := unitsFor(100 * time.Microsecond)
+	reqs := make([]*mx.Request, 0, 2*empBatch)
+	var tSend, tRecv, tWait time.Duration
+	for b := range warmup + batches {
+		if b == warmup {
+			tSend, tRecv, tWait = 0, 0, 0
+		}
+		reqs = reqs[:0]
+		t0 := time.Now()
+		for i := range empBatch {
+			r, err := ep.IRecv([][]byte{rbufs[i]}, tagData, matchAll, nil)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			reqs = append(reqs, r)
+		}
+		t1 := time.Now()
+		for i := range empBatch {
+			r, err := ep.ISend([][]byte{sbufs[i]}, peer, tagData, nil)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			reqs = append(reqs, r)
+		}
+		t2 := time.Now()
+		compute(work)
+		t3 := time.Now()
+		for _, r := range reqs {
+			if _, err := r.Wait(ctx); err != nil {
+				return 0, 0, 0, fmt.Errorf("batch %d: %w", b, err)
+			}
+		}
+		tRecv += t1.Sub(t0)
+		tSend += t2.Sub(t1)
+		tWait += time.Since(t3)
+	}
+	n := float64(max(batches, 1))
+	return tSend.Seconds() * 1e6 / n / empBatch, tRecv.Seconds() * 1e6 / n / empBatch, tWait.Seconds() * 1e6 / n, nil
+}
+
+// availability measures one size (RMPP's Figure 9). Rank 0 computes work
+// units in slices, testing its exchange between slices; it runs twice,
+// with rank 1 answering every message and with rank 1 consuming only the
+// first. Rank 1 serves both runs.
+func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, work, slice int) (result, error) {
+	res := result{Size: len(sbuf)}
+	res.Kind = "availability"
+	var busy, quiet time.Duration
+	for _, answer := range []bool{true, false} {
+		if err := w.barrier(ctx); err != nil {
+			return res, err
+		}
+		if w.job.Rank == 1 {
+			if err := serveAvailability(ctx, ep, peer, sbuf, rbuf, answer); err != nil {
+				return res, err
+			}
+			continue
+		}
+		el, n, err := pingWhileComputing(ctx, ep, peer, sbuf, rbuf, work, slice, answer)
+		if err != nil {
+			return res, err
+		}
+		if answer {
+			busy = el
+			res.Iterations = n
+			res.MBPerS = float64(n*len(sbuf)) / el.Seconds() / 1e6
+		} else {
+			quiet = el
+		}
+	}
+	if w.job.Rank == 0 && busy > 0 {
+		res.Availability = quiet.Seconds() / busy.Seconds()
+		res.LatencyUS = busy.Seconds() * 1e6 / float64(max(res.Iterations, 1)) / 2
+	}
+	return res, nil
+}
+
+// pingWhileComputing is rank 0's loop: it returns how long work units
+// took and how many exchanges completed meanwhile.
+func pingWhileComputing(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, work, slice int, answer bool) (time.Duration, int, error) {
+	start := time.Now()
+	var sr, rr *mx.Request
+	sent := 0
+	post := func() error {
+		var err error
+		if rr, err = ep.IRecv([][]byte{rbuf}, tagData, matchAll, nil); err != nil {
+			return err
+		}
+		sent++
+		sr, err = ep.ISend([][]byte{sbuf}, peer, tagData, nil)
+		return err
+	}
+	if err := post(); err != nil {
+		return 0, 0, err
+	}
+	n := 0
+	for left := work; left > 0; left -= slice {
+		compute(min(slice, left))
+		if _, done := rr.Test(); done {
+			if _, err := sr.Wait(ctx); err != nil {
+				return 0, 0, err
+			}
+			n++
+			if err := post(); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	el := time.Since(start)
+	// Finish: say how many messages were sent; the peer takes them all and
+	// answers the receive still posted here.
+	done, err := ep.ISend([][]byte{binary.BigEndian.AppendUint64(nil, uint64(sent))}, peer, tagDone, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range []*mx.Request{sr, rr, done} {
+		if _, err := r.Wait(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	return el, n, nil
+}
+
+// serveAvailability is rank 1's side: it answers every message (answer)
+// or consumes the first only, until it has all the messages rank 0's done
+// message counts; then, in the quiet run, it answers the receive rank 0
+// still has posted.
+func serveAvailability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, answer bool) error {
+	var count [8]byte
+	done, err := ep.IRecv([][]byte{count[:]}, tagDone, matchAll, nil)
+	if err != nil {
+		return err
+	}
+	data, err := ep.IRecv([][]byte{rbuf}, tagData, matchAll, nil)
+	if err != nil {
+		return err
+	}
+	var replies []*mx.Request
+	got, total := 0, -1
+	for total < 0 || got < total {
+		if total < 0 {
+			if st, ok := done.Test(); ok {
+				if st.Code != nil || st.XferLength != 8 {
+					return fmt.Errorf("rank 0's done message: %v (%d bytes)", st.Code, st.XferLength)
+				}
+				total = int(binary.BigEndian.Uint64(count[:]))
+			}
+		}
+		if data != nil {
+			if st, ok := data.Test(); ok {
+				if st.Code != nil {
+					return st.Code
+				}
+				got++
+				data = nil
+				if answer {
+					r, err := ep.ISend([][]byte{sbuf[:st.XferLength]}, peer, tagData, nil)
+					if err != nil {
+						return err
+					}
+					replies = append(replies, r)
+					if data, err = ep.IRecv([][]byte{rbuf}, tagData, matchAll, nil); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+		}
+		if total >= 0 && data == nil && got < total {
+			return fmt.Errorf("rank 0 sent %d messages, and only the first is taken in the quiet run", total)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if data != nil {
+		if _, err := ep.Cancel(data); err != nil { // no message comes for it
+			return err
+		}
+	}
+	if !answer {
+		r, err := ep.ISend(nil, peer, tagData, nil)
+		if err != nil {
+			return err
+		}
+		replies = append(replies, r)
+	}
+	for _, r := range replies {
+		if _, err := r.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}

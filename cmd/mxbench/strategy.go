@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+	"strconv"
+
+	"github.com/gomx-dev/gomx/mx"
+)
+
+// How a size's messages moved between two processes, read from the
+// receiving endpoint's counters over the size (warmup included): "eager"
+// when no message went by rendezvous; "cma" when the receiver copied them
+// once from the sender with process_vm_readv; "rings" when it pulled them
+// through the shared-memory rings; "cma+rings" when both happened (a
+// refused single copy falls back to the rings); otherwise the name of the
+// strategy the board was given, as mx spells it, so a strategy mx adds (a
+// shared pool, an engine copy) is reported without a change here. Over
+// the network (no host path) it is "network". Fallbacks are single copies
+// the kernel refused or that failed, each of which went through the rings
+// instead.
+type moved struct {
+	Strategy  string `json:"s"`
+	Fallbacks uint64 `json:"f,omitempty"`
+}
+
+// strategyOf names what moved the messages counted in d (after - before),
+// given the strategy the board was configured with ("" for mx's default).
+//
+// A message of size at most the shared-memory eager threshold
+// (GOMX_SHM_EAGER, default mx.DefaultShmEager) that neither was copied
+// once nor pulled is eager even when an RNDV frame was counted: on a
+// loaded machine a resent frame of an earlier message can land in the
+// window.
+func strategyOf(d mx.Counters, configured string, hostPath bool, size int) moved {
+	m := moved{Fallbacks: d.Get(mx.CMARefused) + d.Get(mx.CMAFailed)}
+	cma, pulls := d.Get(mx.RecvCMA) > 0, d.Get(mx.SendPull) > 0
+	eager := mx.DefaultShmEager
+	if n, err := strconv.Atoi(os.Getenv("GOMX_SHM_EAGER")); err == nil && n > 0 {
+		eager = n
+	}
+	switch {
+	case !hostPath:
+		m.Strategy = "network"
+	case !cma && !pulls && (d.Get(mx.RecvRndv) == 0 || size <= eager):
+		m.Strategy = "eager"
+	case cma && pulls:
+		m.Strategy = "cma+rings"
+	case cma:
+		m.Strategy = "cma"
+	case pulls:
+		m.Strategy = "rings"
+	case configured != "":
+		m.Strategy = configured
+	default:
+		m.Strategy = mx.LargeAuto.String()
+	}
+	return m
+}
+
+// jobResult is what a row of a job adds: how many processes, how the
+// messages moved, and the figures of alltoall and overlap.
+type jobResult struct {
+	Procs    int    `json:"procs,omitempty"`
+	Strategy string `json:"strategy,omitempty"`
+	// StrategyAsked is the strategy the boards were given (--strategy),
+	// empty for mx's own choice; Strategy is what the counters show ran.
+	StrategyAsked string `json:"strategy_asked,omitempty"`
+	Fallbacks     uint64 `json:"fallbacks,omitempty"`
+	// alltoall: the fastest, mean and slowest rank's time per round.
+	TMinUS float64 `json:"t_min_us,omitempty"`
+	TAvgUS float64 `json:"t_avg_us,omitempty"`
+	TMaxUS float64 `json:"t_max_us,omitempty"`
+	// overlap: which measurement ("timings" or "availability"), EMP's
+	// per-call times, and RMPP's availability.
+	Kind         string  `json:"kind,omitempty"`
+	PostSendUS   float64 `json:"post_send_us,omitempty"`
+	PostRecvUS   float64 `json:"post_recv_us,omitempty"`
+	WaitUS       float64 `json:"wait_us,omitempty"`
+	Availability float64 `json:"availability,omitempty"`
+}
+
+// countersSince returns after - before.
+func countersSince(before, after mx.Counters) mx.Counters {
+	var d mx.Counters
+	for i := range d {
+		d[i] = after[i] - before[i]
+	}
+	return d
+}

@@ -1,0 +1,245 @@
+// Command peers-intranode measures mx between two processes of this host
+// beside NetPIPE over Open MPI (vader, CMA on and off) and over MPICH, in
+// one go, and prints one table with the issue's ratios and one plot
+// (package github.com/gomx-dev/gomx/hack/peers/intranode explains what is
+// measured). `make peers-intranode` runs it; as root it installs what it
+// lacks from Debian (netpipe-openmpi, netpipe-mpich2, openmpi-bin, mpich).
+//
+//	go run ./hack/peers/cmd/peers-intranode -plot peers.svg
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomx-dev/gomx/hack/peers/intranode"
+	"github.com/gomx-dev/gomx/internal/units"
+)
+
+func main() {
+	if err := run(os.Stdout, os.Stderr, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "peers-intranode:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// ompiCMA is the name of Open MPI's default path, the latency reference.
+const ompiCMA = "NetPIPE, Open MPI vader, CMA"
+
+func run(stdout, stderr io.Writer, args []string) error {
+	fs := flag.NewFlagSet("peers-intranode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sizes units.List
+	fs.Var(&sizes, "sizes", "message sizes (default 8,4K,64K,1M,4M)")
+	plot := fs.String("plot", "peers-intranode.svg", "the chart of bandwidth against size (`FILE`.svg or .png); latency goes beside it with -latency")
+	wait := fs.String("wait", "spin", "mxbench's waits: spin (busy-poll, as MPI libraries do) or block")
+	install := fs.Bool("install", true, "as root, apt-get install the peers when missing")
+	timeout := fs.Duration("timeout", 20*time.Minute, "bound on the whole run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	sz := []int{8, 4 << 10, 64 << 10, 1 << 20, 4 << 20}
+	if sizes.IsSet {
+		sz = sz[:0]
+		for _, s := range sizes.V {
+			sz = append(sz, int(s))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := ensurePeers(ctx, stderr, *install); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "peers-intranode")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	mxbench := filepath.Join(dir, "mxbench")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", mxbench, "./cmd/mxbench").CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/mxbench (run from the repository's root): %v\n%s", err, out)
+	}
+	var paths []intranode.Path
+	ompi := []string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"}
+	for _, peer := range []struct {
+		name string
+		cmd  []string
+	}{
+		{ompiCMA, append(append([]string(nil), ompi...), "--mca", "btl_vader_single_copy_mechanism", "cma", "NPopenmpi")},
+		{"NetPIPE, Open MPI vader, CMA off", append(append([]string(nil), ompi...), "--mca", "btl_vader_single_copy_mechanism", "none", "NPopenmpi")},
+		{"NetPIPE, MPICH", []string{"mpiexec.mpich", "-n", "2", "NPmpich2"}},
+	} {
+		p := intranode.Path{Name: peer.name, Points: map[int]intranode.Point{}}
+		for _, s := range sz {
+			fmt.Fprintf(stderr, "peers-intranode: %s, %s\n", peer.name, units.Format(int64(s)))
+			pt, err := netpipe(ctx, dir, peer.cmd, s)
+			if err != nil {
+				return fmt.Errorf("%s at %s: %w", peer.name, units.Format(int64(s)), err)
+			}
+			p.Points[s] = pt
+		}
+		paths = append(paths, p)
+	}
+	fmt.Fprintf(stderr, "peers-intranode: mxbench pingpong and stream, every strategy\n")
+	mx, err := mxPaths(ctx, mxbench, sz, *wait)
+	if err != nil {
+		return err
+	}
+	paths = append(paths, mx...)
+	fmt.Fprintf(stdout, "# two processes of one host, %s; mx waits: %s. Latency: one-way us; bandwidth: ping-pong size / one-way time; stream 4M: mxbench stream MB/s\n",
+		time.Now().UTC().Format(time.RFC3339), *wait)
+	intranode.WriteTable(stdout, paths, sz, ompiCMA)
+	lat := strings.TrimSuffix(*plot, filepath.Ext(*plot)) + "-latency" + filepath.Ext(*plot)
+	if err := intranode.Plot(paths, *plot, lat); err != nil {
+		return fmt.Errorf("-plot %s: %w", *plot, err)
+	}
+	fmt.Fprintf(stdout, "# plots: %s (bandwidth), %s (latency)\n", *plot, lat)
+	return nil
+}
+
+// ensurePeers installs the peers' packages when a program is missing.
+func ensurePeers(ctx context.Context, stderr io.Writer, install bool) error {
+	var missing []string
+	for _, p := range []string{"NPopenmpi", "NPmpich2", "mpirun.openmpi", "mpiexec.mpich"} {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	pkgs := []string{"netpipe-openmpi", "netpipe-mpich2", "openmpi-bin", "mpich"}
+	if !install || os.Geteuid() != 0 {
+		return fmt.Errorf("%s missing: apt-get install %s", strings.Join(missing, ", "), strings.Join(pkgs, " "))
+	}
+	fmt.Fprintf(stderr, "peers-intranode: installing %s\n", strings.Join(pkgs, " "))
+	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get install %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	return nil
+}
+
+// repeats is NetPIPE's -n for a size: enough round trips for a stable
+// mean, few enough that 4 MiB ends in seconds.
+func repeats(size int) int {
+	switch {
+	case size <= 64<<10:
+		return 2000
+	case size <= 1<<20:
+		return 200
+	}
+	return 50
+}
+
+// netpipe runs one size of NetPIPE through launcher command cmd.
+func netpipe(ctx context.Context, dir string, cmd []string, size int) (intranode.Point, error) {
+	out := filepath.Join(dir, "np.out")
+	os.Remove(out)
+	s := strconv.Itoa(size)
+	args := append(append([]string(nil), cmd[1:]...), "-l", s, "-u", s, "-p", "0", "-n", strconv.Itoa(repeats(size)), "-o", out)
+	c := exec.CommandContext(ctx, cmd[0], args...)
+	c.Dir = dir
+	if log, err := c.CombinedOutput(); err != nil {
+		return intranode.Point{}, fmt.Errorf("%s: %v\n%s", strings.Join(c.Args, " "), err, log)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		return intranode.Point{}, err
+	}
+	pts, err := intranode.ParseNetPIPE(b)
+	if err != nil {
+		return intranode.Point{}, err
+	}
+	for _, p := range pts {
+		if p.Size == size {
+			return p, nil
+		}
+	}
+	return intranode.Point{}, fmt.Errorf("NetPIPE's output has no line for %d bytes:\n%s", size, b)
+}
+
+// mxRow is the part of an mxbench JSON row the table needs.
+type mxRow struct {
+	Size          int     `json:"size"`
+	LatencyUS     float64 `json:"latency_us"`
+	MBPerS        float64 `json:"mb_per_s"`
+	Strategy      string  `json:"strategy"`
+	StrategyAsked string  `json:"strategy_asked"`
+}
+
+// mxPaths runs mxbench pingpong and stream between 2 processes it starts,
+// once per strategy mx knows, and returns a path per strategy.
+func mxPaths(ctx context.Context, mxbench string, sizes []int, wait string) ([]intranode.Path, error) {
+	var list []string
+	for _, s := range sizes {
+		list = append(list, strconv.Itoa(s))
+	}
+	rows := func(cmd string) ([]mxRow, error) {
+		c := exec.CommandContext(ctx, mxbench, cmd, "--procs", "2", "--strategy", "all", "--sizes", strings.Join(list, ","),
+			"--wait", wait, "--json")
+		var errb bytes.Buffer
+		c.Stderr = &errb
+		out, err := c.Output()
+		if err != nil {
+			return nil, fmt.Errorf("mxbench %s: %v\n%s", cmd, err, errb.String())
+		}
+		var rs []mxRow
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			var r mxRow
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				return nil, fmt.Errorf("mxbench %s: %v in %q", cmd, err, sc.Text())
+			}
+			rs = append(rs, r)
+		}
+		return rs, sc.Err()
+	}
+	pp, err := rows("pingpong")
+	if err != nil {
+		return nil, err
+	}
+	st, err := rows("stream")
+	if err != nil {
+		return nil, err
+	}
+	var paths []intranode.Path
+	byName := map[string]*intranode.Path{}
+	for _, r := range pp {
+		name := "mxbench, large messages: " + r.StrategyAsked
+		p := byName[name]
+		if p == nil {
+			paths = append(paths, intranode.Path{Name: name, IsMX: true, Points: map[int]intranode.Point{}})
+			p = &paths[len(paths)-1]
+			byName[name] = p
+		}
+		p.Points[r.Size] = intranode.Point{Size: r.Size, OneWayUS: r.LatencyUS, MBPerS: r.MBPerS, Strategy: r.Strategy}
+	}
+	// byName's pointers go stale as paths grows: rebuild before the stream.
+	for i := range paths {
+		byName[paths[i].Name] = &paths[i]
+	}
+	for _, r := range st {
+		if p := byName["mxbench, large messages: "+r.StrategyAsked]; p != nil {
+			pt := p.Points[r.Size]
+			pt.StreamMBs = r.MBPerS
+			p.Points[r.Size] = pt
+		}
+	}
+	return paths, nil
+}

@@ -1,0 +1,79 @@
+package intranode
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestParseNetPIPE(t *testing.T) {
+	pts, err := ParseNetPIPE([]byte("       8 471.237920   0.00000013\n 4194304 4865.425603   0.00657702\n"))
+	if err != nil || len(pts) != 2 {
+		t.Fatalf("%v %v", pts, err)
+	}
+	if pts[0].Size != 8 || math.Abs(pts[0].OneWayUS-0.13) > 1e-9 || math.Abs(pts[1].MBPerS-4194304/0.00657702/1e6) > 1e-6 {
+		t.Errorf("points %+v", pts)
+	}
+	for _, bad := range []string{"8 1.0\n", "x 1 1\n", "8 1 0\n", "8 1 -1\n", "-8 1 1\n", "8 NaN 1\n"} {
+		if _, err := ParseNetPIPE([]byte(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("%q: %v, want an error naming line 1", bad, err)
+		}
+	}
+}
+
+func TestTableRatios(t *testing.T) {
+	paths := []Path{
+		{Name: "Open MPI", Points: map[int]Point{8: {Size: 8, OneWayUS: 0.2}, 4 << 20: {Size: 4 << 20, MBPerS: 5000}}},
+		{Name: "MPICH", Points: map[int]Point{8: {Size: 8, OneWayUS: 0.3}, 4 << 20: {Size: 4 << 20, MBPerS: 6000}}},
+		{Name: "mx cma", IsMX: true, Points: map[int]Point{8: {Size: 8, OneWayUS: 0.4}, 4 << 20: {Size: 4 << 20, MBPerS: 9000, StreamMBs: 9500}}},
+		{Name: "mx rings", IsMX: true, Points: map[int]Point{8: {Size: 8, OneWayUS: 0.25}, 4 << 20: {Size: 4 << 20, MBPerS: 3000}}},
+	}
+	var b bytes.Buffer
+	r := WriteTable(&b, paths, []int{8, 4 << 20}, "Open MPI")
+	if math.Abs(r.Latency8-1.25) > 1e-9 || r.MX8Path != "mx rings" || math.Abs(r.BW4M-1.5) > 1e-9 || r.Peer4MAt != "MPICH" {
+		t.Errorf("ratios %+v", r)
+	}
+	for _, want := range []string{"= 1.25x (target <= 1.5x: met)", "= 1.50x (target >= 1.5x: met)", "9500"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	dir := t.TempDir()
+	if err := Plot(paths, dir+"/bw.svg", dir+"/lat.svg"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzParseNetPIPE: whatever NetPIPE (or a truncated file) wrote, the
+// parser refuses it or returns one point per non-empty line whose figures
+// reprint to the same numbers (an oracle by formatting, not by parsing).
+func FuzzParseNetPIPE(f *testing.F) {
+	f.Add([]byte("       8 471.237920   0.00000013\n"))
+	f.Add([]byte("1 2 3\n\n4 5 6"))
+	f.Add([]byte("8 1e309 1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pts, err := ParseNetPIPE(b)
+		if err != nil {
+			return
+		}
+		lines := 0
+		for _, l := range strings.Split(string(b), "\n") {
+			if len(strings.Fields(l)) > 0 {
+				lines++
+			}
+		}
+		if len(pts) != lines {
+			t.Fatalf("%d points from %d lines", len(pts), lines)
+		}
+		for _, p := range pts {
+			if p.Size < 0 || !(p.OneWayUS > 0) || math.IsInf(p.MBPerS, 0) || math.IsNaN(p.MBPerS) {
+				t.Fatalf("bad point %+v", p)
+			}
+			if got := fmt.Sprint(p.MBPerS); p.Size == 0 && got != "0" {
+				t.Fatalf("size 0 at %s MB/s", got)
+			}
+		}
+	})
+}
