@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/transport/loopback"
-	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // TestLargeStrategies echoes every size class, with one or several
@@ -22,25 +21,9 @@ func TestLargeStrategies(t *testing.T) {
 			dir := shmDir(t)
 			ctx := testCtx(t, 60*time.Second)
 			startShmChild(t, ctx, dir+" 7", "GOMX_SHM_LARGE="+s.String())
-			tr, err := shm.Open(shm.Options{Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
 			o := shmTestOptions()
 			o.Local.Large = s
-			b, err := NewBoard(tr, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			e, err := b.OpenEndpoint(0, testKey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr, err := e.Connect(ctx, shm.NICBase|7, 0, testKey)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, e, addr := shmBoardTo(t, ctx, dir, o, 7)
 			sizes := []int{0, 1, 32, 128, 4096, 4097, 32768, 32769, 1 << 20, 4<<20 + 1}
 			large := 0
 			for i, size := range sizes {

@@ -83,25 +83,9 @@ func cmaFallbackBody(t *testing.T) {
 			if !sc.Scan() || sc.Text() != "ready" {
 				t.Fatalf("echo child did not start: %q", sc.Text())
 			}
-			tr, err := shm.Open(shm.Options{Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
 			o := shmTestOptions()
 			o.Local.Large = s
-			b, err := NewBoard(tr, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			e, err := b.OpenEndpoint(0, testKey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr, err := e.Connect(ctx, shm.NICBase|5, 0, testKey)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, e, addr := shmBoardTo(t, ctx, dir, o, 5)
 			sizes := []int{DefaultShmEager + 1, 64 << 10, 1<<20 + 3, 4 << 20}
 			for i, size := range sizes {
 				msg := pattern(size, uint64(100+i))

@@ -44,6 +44,32 @@ func newShmWire(t testing.TB, _ loopback.Faults) *wire2 {
 	return &wire2{a: open(), b: open(), third: open, close: func() {}}
 }
 
+// shmBoardTo opens a shm board in dir with options o and its endpoint 0,
+// and connects that to endpoint 0 of board peer (a child process's); the
+// board closes when the test ends.
+func shmBoardTo(t *testing.T, ctx context.Context, dir string, o BoardOptions, peer transport.NICID) (*Board, *Endpoint, Addr) {
+	t.Helper()
+	tr, err := shm.Open(shm.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBoard(tr, o)
+	if err != nil {
+		tr.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := e.Connect(ctx, shm.NICBase|peer, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, e, addr
+}
+
 // shmChildEnv makes the test binary an mx echo server on a shm board:
 // "DIR BOARD".
 const shmChildEnv = "GOMX_MX_SHM_CHILD"

@@ -116,25 +116,9 @@ func TestSharedProcesses(t *testing.T) {
 	if !sc.Scan() || sc.Text() != "ready" {
 		t.Fatalf("child did not start: %q", sc.Text())
 	}
-	tr, err := shm.Open(shm.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := shmTestOptions()
 	o.Local.Large = LargeShared
-	b, err := NewBoard(tr, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := e.Connect(ctx, shm.NICBase|41, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, e, addr := shmBoardTo(t, ctx, dir, o, 41)
 	sizes := []int{1, 32, 4096, 4097, 32768, 32769, 1 << 20, 4<<20 + 1}
 	large := 0
 	for i, size := range sizes {
@@ -460,23 +444,7 @@ func TestSharedPeerKilled(t *testing.T) {
 	if !sc.Scan() || sc.Text() != "ready" {
 		t.Fatalf("child did not start: %q", sc.Text())
 	}
-	tr, err := shm.Open(shm.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := NewBoard(tr, shmTestOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := e.Connect(ctx, shm.NICBase|42, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, e, addr := shmBoardTo(t, ctx, dir, shmTestOptions(), 42)
 	if _, err := e.AllocShared(1 << 20); err != nil { // a pool of ours too, freed by Close
 		t.Fatal(err)
 	}
