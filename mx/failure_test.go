@@ -64,7 +64,19 @@ func TestPeerDisappears(t *testing.T) {
 func TestConnectErrors(t *testing.T) {
 	for _, tf := range transportFactories {
 		t.Run(tf.name, func(t *testing.T) {
-			pr := newPair(t, tf, shortResends(), loopback.Faults{})
+			// Every outcome asserted here is an answer of the peer (a
+			// connect reply, a NACK, a NOTIFY), never the resend limit:
+			// keep the fast resends but give the liveness budget
+			// (ResendDelay*ResendMax, which also bounds a pull without
+			// progress) far more than a scheduling stall of a loaded
+			// -race run. With shortResends' 50 ms, a board goroutine
+			// descheduled that long declared the peer unreachable
+			// (ErrUnreachable), or the receiver's pull gave up with the
+			// replies already on their way and the sender waited for a
+			// NOTIFY that never came (context timeout).
+			o := shortResends()
+			o.ResendMax = int(20 * time.Second / o.ResendDelay)
+			pr := newPair(t, tf, o, loopback.Faults{})
 			ctx := testCtx(t, 10*time.Second)
 			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 2, testKey+1); !errors.Is(err, ErrBadKey) {
 				t.Errorf("wrong key: %v", err)

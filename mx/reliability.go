@@ -791,7 +791,11 @@ func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 			return
 		}
 	}
-	if r := p.connecting.head; r != nil {
+	// A connect is only ever nacked for a missing or closed endpoint
+	// (handleConnect): a bad-session NACK is about a message of the old
+	// session (a late or duplicate answer to a stale send) and must not
+	// fail the connect that is setting up the new one.
+	if r := p.connecting.head; r != nil && h.Kind != wire.NackBadSession {
 		if !r.nacked {
 			r.nacked = true
 			e.cnt[NacksUnconfirmed]++
