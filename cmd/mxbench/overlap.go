@@ -110,7 +110,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 	}
 	if w.job.Rank == 0 {
 		res := result{Size: empSize, Iterations: batches, LatencyUS: send + recv + wait}
-		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks,
+		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks, Engine: w.engineName,
 			PostSendUS: send, PostRecvUS: recv, WaitUS: wait}
 		rep.row(res)
 	}
@@ -119,6 +119,11 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 		maxSize = max(maxSize, s)
 	}
 	sbuf, rbuf := newBuffer(maxSize, f.aligned), newBuffer(maxSize, f.aligned)
+	sb := [][]byte{sbuf}
+	if err := sharedBuffers(ep, strategy, sb); err != nil {
+		return err
+	}
+	sbuf = sb[0]
 	// The computation lasts long enough for --iterations exchanges (default
 	// 200) at pingpong speed, at least 20 ms: rank 0 measures a round trip
 	// of the size first, and both ranks agree on the work.
@@ -139,6 +144,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 		}
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, m.Strategy, strategy, m.Fallbacks
+			res.Engine = w.engineName
 			rep.row(res)
 		}
 	}
