@@ -161,12 +161,9 @@ func (b *backend) close() error {
 	return errors.Join(errs...)
 }
 
-// isCBDMA and cbdmaFunctions are ioatdev's, under the names ioatctl's
-// other subcommands use.
-var (
-	isCBDMA        = ioatdev.IsCBDMA
-	cbdmaFunctions = ioatdev.CBDMAFunctions
-)
+// cbdmaFunctions lists the CBDMA functions in sysfs (ioatdev's, under the
+// name ioatctl's other subcommands use).
+var cbdmaFunctions = ioatdev.CBDMAFunctions
 
 // openBackend opens the channels c asks for. For auto it uses the CBDMA
 // functions bound to vfio-pci when there are any, else the emulated engine.
