@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/ioatdev"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/ioat/hw"
@@ -160,27 +161,9 @@ func (b *backend) close() error {
 	return errors.Join(errs...)
 }
 
-// isCBDMA reports whether a sysfs function is a CBDMA channel the driver
-// knows.
-func isCBDMA(f vfio.Function) bool {
-	_, ok := hw.Models[f.Device]
-	return f.Vendor == hw.VendorIntel && ok
-}
-
-// cbdmaFunctions lists the CBDMA functions in sysfs.
-func cbdmaFunctions(sys vfio.Sysfs) ([]vfio.Function, error) {
-	all, err := sys.Functions()
-	if err != nil {
-		return nil, err
-	}
-	var out []vfio.Function
-	for _, f := range all {
-		if isCBDMA(f) {
-			out = append(out, f)
-		}
-	}
-	return out, nil
-}
+// cbdmaFunctions lists the CBDMA functions in sysfs (ioatdev's, under the
+// name ioatctl's other subcommands use).
+var cbdmaFunctions = ioatdev.CBDMAFunctions
 
 // openBackend opens the channels c asks for. For auto it uses the CBDMA
 // functions bound to vfio-pci when there are any, else the emulated engine.
@@ -241,53 +224,21 @@ func openEmulated(c deviceChoice, why string) (*backend, error) {
 	if c.channels > 16 {
 		return nil, usagef(c.cmd, "--channels %d: the emulated engine has at most 16 channels (used because %s)", c.channels, why)
 	}
-	p, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: c.channels, Version: c.version, Bandwidth: c.bandwidth})
+	s, err := ioatdev.OpenEmulated(emulated.CBDMAOptions{Channels: c.channels, Version: c.version, Bandwidth: c.bandwidth})
 	if err != nil {
 		return nil, err
 	}
-	return &backend{devs: p.Devices(), emulated: true, name: "emulated", why: why, closers: []func() error{p.Close}}, nil
+	return &backend{devs: s.Devs, emulated: true, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
 }
 
-// openVFIO opens the functions at addrs through one VFIO container, after
-// checking in sysfs that each is a CBDMA function bound to vfio-pci.
+// openVFIO opens the functions at addrs through one VFIO container
+// (ioatdev.OpenVFIO).
 func openVFIO(e *env, sys vfio.Sysfs, addrs []pci.Address, why string) (*backend, error) {
-	for _, a := range addrs {
-		f, err := sys.Function(a)
-		if err != nil {
-			return nil, fmt.Errorf("%w (see `ioatctl list`)", err)
-		}
-		if !isCBDMA(f) {
-			return nil, fmt.Errorf("%s is not a CBDMA function (ID %04x:%04x; see `ioatctl list`)", a, f.Vendor, f.Device)
-		}
-		if f.Driver != "vfio-pci" {
-			drv := f.Driver
-			if drv == "" {
-				drv = "no driver"
-			}
-			return nil, fmt.Errorf("%s is bound to %s, not vfio-pci: run `sudo ioatctl bind %s`, or use --device emulated", a, drv, a)
-		}
-	}
-	o := vfio.DefaultOptions()
-	o.Sysfs = sys
-	o.DevVFIO = e.devVFIO
-	ctr, err := vfio.OpenContainer(o)
+	s, err := ioatdev.OpenVFIO(sys, e.devVFIO, addrs, "--device emulated")
 	if err != nil {
-		return nil, fmt.Errorf("%w (or use --device emulated)", err)
+		return nil, err
 	}
-	b := &backend{why: why, closers: []func() error{ctr.Close}}
-	var names []string
-	for _, a := range addrs {
-		d, err := ctr.Open(a)
-		if err != nil {
-			b.close()
-			return nil, fmt.Errorf("%w (see `ioatctl setup`; or use --device emulated)", err)
-		}
-		b.devs = append(b.devs, d)
-		b.closers = append(b.closers, d.Close)
-		names = append(names, a.String())
-	}
-	b.name = strings.Join(names, ",")
-	return b, nil
+	return &backend{devs: s.Devs, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
 }
 
 // rig is an engine on a backend, ready for a benchmark.

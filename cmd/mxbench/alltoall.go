@@ -33,6 +33,11 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	n := w.job.Size
 	maxSize := slices.Max(sizes)
 	sbuf := newBuffer(maxSize, f.aligned)
+	sb := [][]byte{sbuf}
+	if err := sharedBuffers(w.eps[k], strategy, sb); err != nil {
+		return err
+	}
+	sbuf = sb[0]
 	rbufs := make([][]byte, n)
 	for r := range rbufs {
 		if r != w.job.Rank {
@@ -120,7 +125,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 			var all []moved
 			if all, err = w.gatherMoved(sctx, m); err == nil && w.job.Rank == 0 {
 				res := result{Size: size, Iterations: iters}
-				res.Procs, res.Strategy, res.StrategyAsked = n, all[0].Strategy, strategy
+				res.Procs, res.Strategy, res.StrategyAsked, res.Engine = n, all[0].Strategy, strategy, w.engineName
 				lo, hi, sum := math.Inf(1), 0.0, 0.0
 				for r, t := range times {
 					if len(t) != 8 {

@@ -45,6 +45,8 @@ type world struct {
 	nics  [][]transport.NICID
 	seq   uint64
 	gbuf  [][]byte
+	// engineName is the boards' copy engine, for the rows (engine.go).
+	engineName string
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx
@@ -87,7 +89,9 @@ func mxStrategies() []string {
 // openWorld opens this rank's boards and endpoints, trades NIC ids through
 // the bootstrap at addr (on ln when rank 0 listens already) and connects
 // to every other rank.
-func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, ln net.Listener, strategies []string) (_ *world, err error) {
+//
+// re, when not nil, is the copy engine every board is given.
+func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, ln net.Listener, strategies []string, re *rankEngine) (_ *world, err error) {
 	w := &world{job: job}
 	defer func() {
 		if err != nil {
@@ -114,6 +118,9 @@ func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, 
 		}
 		o := f.boardOptions()
 		o.Local.Off = false // the host path (shared memory) is the point
+		if re != nil {
+			o.Local.Engine = re.eng
+		}
 		if name != "" {
 			if o.Local.Large, err = mx.ParseLargeStrategy(name); err != nil {
 				tr.Close()

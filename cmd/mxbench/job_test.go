@@ -75,6 +75,45 @@ func TestJobProcs(t *testing.T) {
 	}
 }
 
+// TestJobEngine: with --strategy shared the ranks send from their boards'
+// shared pools and the receiver copies out of them with the CPU; with
+// --strategy engine (the emulated engine by default on a machine with no
+// CBDMA function bound to vfio-pci) the copy engine does. Every byte is
+// verified, and the rows say what moved the messages and which engine the
+// boards had. alltoall and overlap run on the engine too.
+func TestJobEngine(t *testing.T) {
+	t.Setenv("GOMX_SYSFS_ROOT", t.TempDir()) // no CBDMA function: the model
+	rows := jsonRows(t, runJob(t, "pingpong", "--procs", "2", "--strategy", "shared,engine", "--sizes", "8,256K",
+		"--iterations", "10", "--warmup", "2", "--wait", "block", "--verify", "--json"))
+	want := []struct{ asked, strategy, engine string }{
+		{"shared", "eager", "emulated"}, {"shared", "shared", "emulated"},
+		{"engine", "eager", "emulated"}, {"engine", "engine", "emulated"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
+	}
+	for i, r := range rows {
+		if r.StrategyAsked != want[i].asked || r.Strategy != want[i].strategy || r.Engine != want[i].engine ||
+			r.Errors != 0 || r.Fallbacks != 0 || r.Iterations != 10 {
+			t.Errorf("row %d: %+v, want asked %s, moved by %s, engine %s, no errors", i, r, want[i].asked, want[i].strategy, want[i].engine)
+		}
+	}
+	out := runJob(t, "stream", "--procs", "2", "--strategy", "engine", "--engine", "emulated", "--sizes", "1M",
+		"--iterations", "8", "--warmup", "1", "--wait", "block", "--verify")
+	if !strings.Contains(out, "copy engine: emulated CBDMA") || !strings.Contains(out, " engine ") {
+		t.Errorf("stream with --engine emulated:\n%s", out)
+	}
+	rows = jsonRows(t, runJob(t, "alltoall", "--procs", "3", "--strategy", "engine", "--sizes", "128K",
+		"--iterations", "5", "--warmup", "1", "--wait", "block", "--verify", "--json"))
+	if len(rows) != 1 || rows[0].Strategy != "engine" || rows[0].Engine != "emulated" {
+		t.Errorf("alltoall on the engine: %+v", rows)
+	}
+	rows = jsonRows(t, runJob(t, "overlap", "--strategy", "engine", "--sizes", "1M", "--iterations", "5", "--wait", "block", "--json"))
+	if len(rows) != 2 || rows[1].Kind != "availability" || rows[1].Strategy != "engine" || rows[1].Availability <= 0 {
+		t.Errorf("overlap on the engine: %+v", rows)
+	}
+}
+
 // TestJobAlltoallOverlap: alltoall among 3 processes reports the fastest,
 // mean and slowest rank in order; overlap reports EMP's timings and an
 // availability per size.
@@ -180,6 +219,12 @@ func TestJobUsage(t *testing.T) {
 		{[]string{"pingpong", "--strategy", "rings"}, "add --procs 2"},
 		{[]string{"pingpong", "--procs", "2", "--strategy", "telepathy"}, "want all, or one or more of"},
 		{[]string{"pingpong", "--procs", "2", "--transport", "loopback"}, "drop --transport"},
+		{[]string{"pingpong", "--engine", "emulated"}, "add --procs 2 --strategy engine"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "cma", "--engine", "emulated"}, "only the strategies engine and auto use a copy engine"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "none"}, "drop --engine none"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "ioat0"}, "want emulated, none, or PCI addresses"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "0000:00:04.0"}, "names 1 CBDMA functions for 2 processes"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "0000:00:04.0,0000:00:04.0"}, "is given twice"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, tc.args)

@@ -20,6 +20,10 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return usagef(cmd, "%v", err)
 	}
+	je, err := f.chooseEngine(cmd, strategies, job.Size)
+	if err != nil {
+		return err
+	}
 	ctx, addr, ln, wait, err := startJob(context.Background(), job, args, stderr)
 	if err != nil {
 		return rankError(job, err)
@@ -34,12 +38,22 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if ln != nil {
 		defer ln.Close()
 	}
+	re, err := je.open(job.Rank)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := re.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
-	w, err := openWorld(cctx, f, job, addr, ln, strategies)
+	w, err := openWorld(cctx, f, job, addr, ln, strategies, re)
 	cancel()
 	if err != nil {
 		return err
 	}
+	w.engineName = je.name()
 	defer w.close()
 	if f.spin() {
 		pin(job.Rank)
@@ -49,8 +63,8 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		if job.Launcher != how {
 			how = "the " + job.Launcher + " launcher"
 		}
-		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s, %s%s",
-			cmd, job.Size, how, w.hostPath(1), f.describeWait(), syncNote(f)))
+		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s, %s%s%s",
+			cmd, job.Size, how, w.hostPath(1), f.describeWait(), syncNote(f), je.describe()))
 	}
 	for k, strategy := range strategies {
 		var err error
@@ -81,6 +95,11 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		s = newSide(w.eps[k], w.peers[k][1], maxSize, max(f.window, 1), f)
 	case 1:
 		s = newSide(w.eps[k], w.peers[k][0], maxSize, max(f.window, 1), f)
+	}
+	if s != nil {
+		if err := sharedBuffers(w.eps[k], strategy, s.sbufs); err != nil {
+			return err
+		}
 	}
 	reply := func(size int) int {
 		if f.unidir {
@@ -121,6 +140,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		}
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, all[1].Strategy, strategy, all[1].Fallbacks
+			res.Engine = w.engineName
 			rep.row(res)
 		}
 	}

@@ -38,6 +38,7 @@ func TestJSONSchemas(t *testing.T) {
 	// have schemas of their own.
 	for _, args := range [][]string{
 		{"pingpong", "--procs", "2", "--strategy", "cma"},
+		{"pingpong", "--procs", "2", "--strategy", "engine"},
 		{"stream", "--procs", "2"},
 		{"alltoall", "--procs", "2"},
 		{"overlap"},

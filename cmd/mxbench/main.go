@@ -95,6 +95,7 @@ func init() {
 			overlapNotes, []string{
 				"mxbench overlap                                   # 2 processes of this host",
 				"mxbench overlap --sizes 64K,1M,4M --strategy all  # availability per large-message strategy",
+				"mxbench overlap --sizes 1M,4M --strategy engine,cma --engine emulated  # copy-engine offload beside CMA",
 			}, runOverlap},
 		"serve": {"[--listen ADDR] [--endpoint N] [--once]", "the remote side for pingpong and stream clients (udp)",
 			serveNotes, []string{

@@ -100,7 +100,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 		batches = 2000
 	}
 	before := ep.Counters()
-	send, recv, wait, err := empTimings(sctx, ep, peer, batches, f.warmup)
+	send, recv, wait, err := empTimings(sctx, ep, peer, strategy, batches, f.warmup)
 	if err != nil {
 		return fmt.Errorf("overlap: EMP's batches: %w", err)
 	}
@@ -110,7 +110,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 	}
 	if w.job.Rank == 0 {
 		res := result{Size: empSize, Iterations: batches, LatencyUS: send + recv + wait}
-		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks,
+		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks, Engine: w.engineName,
 			PostSendUS: send, PostRecvUS: recv, WaitUS: wait}
 		rep.row(res)
 	}
@@ -119,6 +119,11 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 		maxSize = max(maxSize, s)
 	}
 	sbuf, rbuf := newBuffer(maxSize, f.aligned), newBuffer(maxSize, f.aligned)
+	sb := [][]byte{sbuf}
+	if err := sharedBuffers(ep, strategy, sb); err != nil {
+		return err
+	}
+	sbuf = sb[0]
 	// The computation lasts long enough for --iterations exchanges (default
 	// 200) at pingpong speed, at least 20 ms: rank 0 measures a round trip
 	// of the size first, and both ranks agree on the work.
@@ -139,6 +144,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 		}
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, m.Strategy, strategy, m.Fallbacks
+			res.Engine = w.engineName
 			rep.row(res)
 		}
 	}
@@ -192,11 +198,15 @@ func (w *world) availabilityWork(ctx context.Context, f *benchFlags, ep *mx.Endp
 // empTimings runs batches (after warmup ones) of empBatch receives, then
 // empBatch sends, a computation, and one wait for the ten, on both ranks,
 // and returns the mean time of one send post, one receive post and one
-// wait for a batch, in microseconds.
-func empTimings(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, batches, warmup int) (send, recv, wait float64, err error) {
+// wait for a batch, in microseconds. The sends come from the board's
+// shared pool when strategy sends from it.
+func empTimings(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, strategy string, batches, warmup int) (send, recv, wait float64, err error) {
 	sbufs, rbufs := make([][]byte, empBatch), make([][]byte, empBatch)
 	for i := range sbufs {
 		sbufs[i], rbufs[i] = make([]byte, empSize), make([]byte, empSize)
+	}
+	if err := sharedBuffers(ep, strategy, sbufs); err != nil {
+		return 0, 0, 0, err
 	}
 	// The computation gives the peer time to post and send: the wait then
 	// measures what the library still has to do, as in the paper's

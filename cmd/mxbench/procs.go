@@ -22,6 +22,7 @@ import (
 type jobFlags struct {
 	procs    int
 	strategy string
+	engine   string // --engine (engine.go)
 	// given are the flags on the command line.
 	given map[string]bool
 }
@@ -30,6 +31,7 @@ type jobFlags struct {
 func (f *benchFlags) registerJob(fs *flag.FlagSet) {
 	fs.IntVar(&f.job.procs, "procs", 0, "run as N processes of this host, started by mxbench itself (under mpirun, srun or a PMI launcher the launcher's ranks are used instead)")
 	fs.StringVar(&f.job.strategy, "strategy", envOr("GOMX_SHM_LARGE", ""), "between processes: how large messages move, as mx names it ("+joinOr(mxStrategies())+"), a comma-separated list, or all (env GOMX_SHM_LARGE; default: mx's own choice)")
+	f.registerEngine(fs)
 }
 
 func joinOr(s []string) string {
@@ -87,6 +89,8 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 			return job, false, usagef(cmd, "alltoall runs among processes: add --procs N, or start it with mpirun -np N or srun -n N")
 		case f.job.given["strategy"]:
 			return job, false, usagef(cmd, "--strategy chooses how messages move between processes: add --procs 2 (or run under mpirun)")
+		case f.job.given["engine"]:
+			return job, false, usagef(cmd, "--engine gives the boards of a job's processes a copy engine: add --procs 2 --strategy engine (or run under mpirun)")
 		}
 		return job, false, nil
 	} else {

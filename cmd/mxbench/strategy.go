@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/gomx-dev/gomx/mx"
 )
@@ -32,8 +33,9 @@ type moved struct {
 // loaded machine a resent frame of an earlier message can land in the
 // window.
 func strategyOf(d mx.Counters, configured string, hostPath bool, size int) moved {
-	m := moved{Fallbacks: d.Get(mx.CMARefused) + d.Get(mx.CMAFailed)}
+	m := moved{Fallbacks: d.Get(mx.CMARefused) + d.Get(mx.CMAFailed) + d.Get(mx.EngineFallbacks)}
 	cma, pulls := d.Get(mx.RecvCMA) > 0, d.Get(mx.SendPull) > 0
+	shared, engine := d.Get(mx.RecvShared) > 0, d.Get(mx.RecvEngine)+d.Get(mx.EngineFallbacks) > 0
 	eager := mx.DefaultShmEager
 	if n, err := strconv.Atoi(os.Getenv("GOMX_SHM_EAGER")); err == nil && n > 0 {
 		eager = n
@@ -41,8 +43,24 @@ func strategyOf(d mx.Counters, configured string, hostPath bool, size int) moved
 	switch {
 	case !hostPath:
 		m.Strategy = "network"
-	case !cma && !pulls && (d.Get(mx.RecvRndv) == 0 || size <= eager):
+	case !cma && !pulls && !shared && !engine && (d.Get(mx.RecvRndv) == 0 || size <= eager):
 		m.Strategy = "eager"
+	case engine && !cma && !pulls && !shared:
+		m.Strategy = mx.LargeEngine.String()
+	case shared && !cma && !pulls && !engine:
+		m.Strategy = mx.LargeShared.String()
+	case engine || shared:
+		// Some messages by one single copy, some by another.
+		var parts []string
+		for _, p := range []struct {
+			on   bool
+			name string
+		}{{engine, "engine"}, {shared, "shared"}, {cma, "cma"}, {pulls, "rings"}} {
+			if p.on {
+				parts = append(parts, p.name)
+			}
+		}
+		m.Strategy = strings.Join(parts, "+")
 	case cma && pulls:
 		m.Strategy = "cma+rings"
 	case cma:
@@ -65,7 +83,10 @@ type jobResult struct {
 	// StrategyAsked is the strategy the boards were given (--strategy),
 	// empty for mx's own choice; Strategy is what the counters show ran.
 	StrategyAsked string `json:"strategy_asked,omitempty"`
-	Fallbacks     uint64 `json:"fallbacks,omitempty"`
+	// Engine is the copy engine the boards had (--engine): "emulated" or
+	// rank 0's PCI address; empty for none.
+	Engine    string `json:"engine,omitempty"`
+	Fallbacks uint64 `json:"fallbacks,omitempty"`
 	// alltoall: the fastest, mean and slowest rank's time per round.
 	TMinUS float64 `json:"t_min_us,omitempty"`
 	TAvgUS float64 `json:"t_avg_us,omitempty"`
