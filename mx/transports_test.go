@@ -7,6 +7,7 @@ import (
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/internal/netnstest"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/nic"
@@ -150,13 +151,29 @@ func newNICWire(t testing.TB, _ loopback.Faults) *wire2 {
 	if err := p.Hub(0, 1, 2); err != nil {
 		t.Fatal(err)
 	}
+	f := p.Functions()
+	return e1000eWire(t, "nic", [3]pci.Device{f[0], f[1], f[2]}, func() {
+		for i := range 3 {
+			if s := p.Stats(i); s.Violations != 0 {
+				t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+			}
+		}
+		p.Close()
+	})
+}
+
+// e1000eWire puts the boards on the nic transport over 82574Ls devs[0]
+// and devs[1]; third() opens devs[2], so a test can forge frames from it.
+// done runs when the wire closes, after the third NIC.
+func e1000eWire(t testing.TB, what string, devs [3]pci.Device, done func()) *wire2 {
 	open := func(i int) transport.Transport {
-		n, err := e1000e.Open(p.Functions()[i], e1000e.DefaultOptions())
+		n, err := e1000e.Open(devs[i], e1000e.DefaultOptions())
 		if err != nil {
 			t.Fatal(err)
 		}
 		tr, err := nic.New(n, nic.Options{})
 		if err != nil {
+			n.Close()
 			t.Fatal(err)
 		}
 		return tr
@@ -165,7 +182,7 @@ func newNICWire(t testing.TB, _ loopback.Faults) *wire2 {
 	return &wire2{a: open(0), b: open(1),
 		third: func() transport.Transport {
 			if third != nil {
-				t.Fatal("the nic wire has three ports")
+				t.Fatalf("the %s wire has three ports", what)
 			}
 			third = open(2)
 			return third
@@ -174,11 +191,6 @@ func newNICWire(t testing.TB, _ loopback.Faults) *wire2 {
 			if third != nil {
 				third.Close()
 			}
-			for i := range 3 {
-				if s := p.Stats(i); s.Violations != 0 {
-					t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
-				}
-			}
-			p.Close()
+			done()
 		}}
 }

@@ -3,11 +3,9 @@ package mx
 import (
 	"testing"
 
-	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
-	"github.com/gomx-dev/gomx/transport"
-	"github.com/gomx-dev/gomx/transport/nic"
+	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
 )
 
@@ -28,30 +26,6 @@ func TestForgedFramesVFIO(t *testing.T) {
 func newVFIOWire(t *testing.T) *wire2 {
 	v := nictest.OpenVFIO(t, nictest.VFIOWant{Driver: "e1000e", DevicesEnv: "GOMX_E1000E_DEVICES", Count: 3,
 		Match: func(f vfio.Function) bool { return hw.Is82574(f.Vendor, f.Device) }})
-	open := func(i int) transport.Transport {
-		n, err := e1000e.Open(v.Devices[i], e1000e.DefaultOptions())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := nic.New(n, nic.Options{})
-		if err != nil {
-			n.Close()
-			t.Fatal(err)
-		}
-		return tr
-	}
-	var third transport.Transport
-	return &wire2{a: open(0), b: open(1),
-		third: func() transport.Transport {
-			if third != nil {
-				t.Fatal("the VFIO wire has three ports")
-			}
-			third = open(2)
-			return third
-		},
-		close: func() {
-			if third != nil {
-				third.Close()
-			}
-		}}
+	d := v.Devices
+	return e1000eWire(t, "VFIO", [3]pci.Device{d[0], d[1], d[2]}, func() {})
 }
