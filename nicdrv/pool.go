@@ -219,6 +219,11 @@ func (p *Pool) Free(bufs ...*Buffer) error {
 	return nil
 }
 
+// Memory returns the pool's memory, every buffer of it: one hugepage
+// region, mapped for DMA in the pool's domain until Close. A copy engine
+// can map it once to read or write any buffer of the pool.
+func (p *Pool) Memory() []byte { return p.region.Bytes() }
+
 // Len is the number of buffers in the pool.
 func (p *Pool) Len() int { return len(p.bufs) }
 

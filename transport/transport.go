@@ -30,6 +30,42 @@
 // reordered or corrupted by the wire: reliability belongs to the layer above.
 // Close makes a blocked Recv return [ErrClosed] and releases every buffer,
 // socket and mapping the transport owns.
+//
+// # In-place frames
+//
+// Copies cost what a fast wire gives: a caller that moves large messages
+// wants to keep a received frame where it landed until it (or a DMA copy
+// engine) has moved the bytes out, and to send from its own memory without
+// a copy. Every transport implements both halves of one extension of the
+// contract, so the caller has one way to ask whatever the wire:
+//
+//   - Receive in place. Recv sets each frame's Ref. Before its next Recv,
+//     the receiving goroutine may Hold a frame: its Data then stays valid
+//     and unchanged past later Recvs until Release (from any goroutine).
+//     A transport lends the receive buffer itself where it can (the slot of
+//     the loopback ring, the UDP receive buffer, the NIC's packet buffer)
+//     and puts a fresh buffer in its place; the buffers it lends at once
+//     are bounded, and past that bound Hold copies Data into a fresh buffer
+//     instead, so holding many frames never starves the receive ring, loses
+//     a frame or blocks. [HoldInfo] says which happened, and where the held
+//     Data lies in long-lived DMA-able memory (the NIC's hugepage pool),
+//     which memory that is, so a copy engine can map it once. Each
+//     transport's documentation says when it lends and when it copies, and
+//     its [Stats] count both (held_lent, held_copied, held_now). Close
+//     ends every hold: Release after Close does nothing, and the memory of
+//     frames still held must no longer be read.
+//   - Send in place. Register declares memory the caller owns as a
+//     [Region]. A frame whose Region is set and whose Data lies in that
+//     memory ([Region.Frame] builds one) is sent by reference where the
+//     transport can ([Region.InPlace]): the caller leaves its bytes
+//     unchanged until [Region.Pending] drops to zero, which is the
+//     completion. A transport that cannot avoid the copy (a kernel socket,
+//     a ring it must write into) copies during Send, exactly as for any
+//     other frame, and says so: InPlace is false, Pending stays zero and
+//     [Region.CopiedSends] counts the copies. Frames without a Region are
+//     sent as before, copied before Send returns.
+//
+// Callers that neither hold nor register see the contract above unchanged.
 package transport
 
 import (
@@ -97,6 +133,14 @@ func (id NICID) String() string {
 type Frame struct {
 	Peer NICID
 	Data []byte
+	// Ref is set by Recv: it names the transport's buffer holding Data,
+	// for Hold. Hold changes it to name the hold, for Release. It is
+	// ignored on Send.
+	Ref uint64
+	// Region, on Send, says that Data lies in memory registered with this
+	// transport, to be sent in place where the transport can. Recv leaves
+	// it nil.
+	Region *Region
 }
 
 // Transport moves batches of frames between boards. See the package
@@ -116,7 +160,27 @@ type Transport interface {
 	// polls without waiting, and a negative timeout waits until a frame
 	// arrives or the transport is closed. It returns 0, nil on timeout.
 	Recv(frames []Frame, timeout time.Duration) (n int, err error)
-	// Close releases the transport. Blocked and later calls return ErrClosed.
+	// Hold keeps the Data of *f, a frame the latest Recv returned, valid
+	// and unchanged until Release(f), however many Recvs come first. It is
+	// called by the goroutine that called Recv, before its next Recv. It
+	// lends the receive buffer or copies Data into a fresh one (then f.Data
+	// points at the copy), never blocks, and fails (wrapping
+	// ErrNotHoldable) only for a frame it cannot name: one of an earlier
+	// Recv, held already, or built by the caller.
+	Hold(f *Frame) (HoldInfo, error)
+	// Release ends the hold of a frame Hold kept and gives its buffer
+	// back; f's Data and Ref are cleared. It may be called from any
+	// goroutine, once per Hold; it does nothing for a frame not held and
+	// after Close.
+	Release(f *Frame)
+	// Register declares mem, which the caller keeps alive and unmoved
+	// until the region is closed, as memory frames may be sent from in
+	// place (see the package documentation). A transport that cannot send
+	// in place still registers it, and copies.
+	Register(mem []byte) (*Region, error)
+	// Close releases the transport. Blocked and later calls return
+	// ErrClosed. It ends every hold and completes every pending in-place
+	// send.
 	Close() error
 }
 

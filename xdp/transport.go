@@ -69,8 +69,9 @@ type Transport struct {
 	port   uint16
 	closed atomic.Bool
 
-	rxMu   sync.Mutex // Recv is one goroutine at a time; Close waits for it
-	held   [][]Desc   // per socket: frames handed out by the last Recv
+	rxMu   sync.Mutex                 // Recv is one goroutine at a time; Close waits for it
+	lends  *transport.Lends[struct{}] // holds: copies (see Hold)
+	held   [][]Desc                   // per socket: frames handed out by the last Recv
 	rxDesc []Desc
 	next   int // socket Recv starts with, for fairness
 
@@ -91,7 +92,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{opts: o, wake: -1, nl: -1, ifMTU: ifi.MTU, neigh: make(map[[4]byte][6]byte)}
+	t := &Transport{opts: o, wake: -1, nl: -1, ifMTU: ifi.MTU, neigh: make(map[[4]byte][6]byte), lends: transport.NewLends[struct{}](0)}
 	copy(t.mac[:], ifi.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -249,6 +250,13 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 				ferr = fmt.Errorf("xdp: %d bytes of Data, MTU %d: %w", len(f.Data), mtu, transport.ErrTooBig)
 				break
 			}
+			if r := f.Region; r != nil {
+				if err := r.Check(t, &f); err != nil {
+					ferr = fmt.Errorf("xdp: %w", err)
+					break
+				}
+				r.Copied() // copied into a UMEM frame below
+			}
 			b := s.Frame(t.txDesc[i])
 			if t.udp {
 				ap := f.Peer.UDPAddr()
@@ -358,6 +366,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		s.Release(t.held[i])
 		t.held[i] = t.held[i][:0]
 	}
+	t.lends.Recv()
 	if len(frames) == 0 {
 		return 0, nil
 	}
@@ -412,6 +421,7 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		for _, d := range t.rxDesc[:n] {
 			t.held[i] = append(t.held[i], d)
 			if f, ok := t.decode(s.Frame(d)); ok {
+				f.Ref = t.lends.RecvRef(got)
 				frames[got] = f
 				got++
 			} else {
@@ -421,7 +431,36 @@ func (t *Transport) poll(frames []transport.Frame) int {
 	}
 	t.next++
 	t.rxFrames.Add(uint64(got))
+	if got > 0 {
+		t.lends.Got(got)
+	}
 	return got
+}
+
+// Hold implements [transport.Transport.Hold] by copying Data out of the
+// UMEM: every received UMEM frame goes back to the fill ring at the next
+// Recv.
+func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	t.rxMu.Lock()
+	defer t.rxMu.Unlock()
+	if _, err := t.lends.Index(f.Ref); err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("xdp: hold: %w", err)
+	}
+	t.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release implements [transport.Transport.Release].
+func (t *Transport) Release(f *transport.Frame) { t.lends.Return(f) }
+
+// Register implements [transport.Transport.Register]. Frames are copied
+// into UMEM frames to be sent, so frames of a region are copied like any
+// other (Region.InPlace is false).
+func (t *Transport) Register(mem []byte) (*transport.Region, error) {
+	if t.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	return transport.NewRegion(t, mem, false, nil), nil
 }
 
 // decode turns a received frame into a transport frame, or reports it is
@@ -467,6 +506,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "xdp_rx_not_ours", Value: t.rxBad.Load()},
 		{Name: "xdp_tx_unreachable", Value: t.txUnreach.Load()},
 	}
+	c = append(c, t.lends.Counters("xdp_")...)
 	var sum Stats
 	for _, s := range t.socks {
 		st, err := s.Stats()
@@ -517,5 +557,6 @@ func (t *Transport) Close() error {
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	defer t.rxMu.Unlock()
+	t.lends.Close()
 	return t.release()
 }

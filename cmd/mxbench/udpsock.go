@@ -24,6 +24,7 @@ type plainUDP struct {
 	mtu    int
 	buf    []byte
 	closed atomic.Bool
+	lends  *transport.Lends[struct{}] // holds copy: buf is the one receive buffer
 }
 
 // listenPlainUDP binds a socket to ap (port 0 picks one).
@@ -51,7 +52,7 @@ func listenPlainUDP(ap netip.AddrPort) (*plainUDP, error) {
 		return nil, err
 	}
 	const mtu = 1500 - 20 - 8
-	return &plainUDP{fd: fd, addr: id, mtu: mtu, buf: make([]byte, 65536)}, nil
+	return &plainUDP{fd: fd, addr: id, mtu: mtu, buf: make([]byte, 65536), lends: transport.NewLends[struct{}](0)}, nil
 }
 
 func (u *plainUDP) Addr() transport.NICID { return u.addr }
@@ -60,6 +61,9 @@ func (u *plainUDP) MTU() int              { return u.mtu }
 func (u *plainUDP) Send(frames []transport.Frame) (int, error) {
 	if u.closed.Load() {
 		return 0, transport.ErrClosed
+	}
+	if n, err := transport.CopyRegions(u, frames); err != nil {
+		return n, err
 	}
 	for i, f := range frames {
 		if len(f.Data) > u.mtu {
@@ -82,6 +86,7 @@ func (u *plainUDP) Send(frames []transport.Frame) (int, error) {
 }
 
 func (u *plainUDP) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	u.lends.Recv()
 	if u.closed.Load() {
 		return 0, transport.ErrClosed
 	}
@@ -97,7 +102,8 @@ func (u *plainUDP) Recv(frames []transport.Frame, timeout time.Duration) (int, e
 				continue
 			}
 			peer, _ := transport.UDPNICID(netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port)))
-			frames[0] = transport.Frame{Peer: peer, Data: u.buf[:n]}
+			u.lends.Got(1)
+			frames[0] = transport.Frame{Peer: peer, Data: u.buf[:n], Ref: u.lends.RecvRef(0)}
 			return 1, nil
 		}
 		if !errors.Is(err, unix.EAGAIN) {
@@ -123,6 +129,22 @@ func (u *plainUDP) Recv(frames []transport.Frame, timeout time.Duration) (int, e
 			return 0, fmt.Errorf("baseline UDP socket: poll: %w", err)
 		}
 	}
+}
+
+// Hold copies: the socket has one receive buffer.
+func (u *plainUDP) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	if _, err := u.lends.Index(f.Ref); err != nil {
+		return transport.HoldInfo{}, err
+	}
+	u.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+func (u *plainUDP) Release(f *transport.Frame) { u.lends.Return(f) }
+
+// Register registers memory that sendto copies like any other.
+func (u *plainUDP) Register(mem []byte) (*transport.Region, error) {
+	return transport.NewRegion(u, mem, false, nil), nil
 }
 
 // Close shuts the socket down, which wakes a Recv polling it in another

@@ -60,6 +60,13 @@ type Transport struct {
 	dst      []transport.Frame // the caller's frames during apply
 	n        int               // frames filled in dst
 	emitRecv func(Item[struct{}])
+	// With receive faults, the frames of a Recv are numbered by the
+	// wrapper: refs[k] is the wrapped transport's Ref of frame k when it
+	// is the wrapped transport's buffer, 0 when it is the model's copy.
+	// lends maps the wrapper's holds to the wrapped transport's.
+	refs    []uint64
+	inFrame transport.Frame // the wrapped frame being offered to the model
+	lends   *transport.Lends[uint64]
 
 	// Frames passed straight through by a side without faults.
 	sendPass, recvPass atomic.Uint64
@@ -83,7 +90,7 @@ func Wrap(t transport.Transport, o WrapOptions) (*Transport, error) {
 	if err := o.Recv.Validate(); err != nil {
 		return nil, fmt.Errorf("receive faults: %w", err)
 	}
-	w := &Transport{inner: t, mtu: t.MTU(), opts: o}
+	w := &Transport{inner: t, mtu: t.MTU(), opts: o, lends: transport.NewLends[uint64](1 << 30)}
 	w.errDone = fmt.Errorf("fault: wrapper of %v: %w", t.Addr(), transport.ErrClosed)
 	if o.Send.Active() {
 		w.emitSend = w.appendOut
@@ -161,7 +168,13 @@ func (w *Transport) Counters() []transport.Counter {
 			transport.Counter{Name: "fault_" + d.dir + "_delayed", Value: d.c.Delayed},
 		)
 	}
-	return append(cs, transport.Counter{Name: "fault_send_late_errors", Value: w.lateErrs.Load()})
+	cs = append(cs, transport.Counter{Name: "fault_send_late_errors", Value: w.lateErrs.Load()})
+	if w.recv != nil {
+		// Holds through the model (the wrapped transport counts only
+		// those it lends).
+		cs = append(cs, w.lends.Counters("fault_")...)
+	}
+	return cs
 }
 
 // Send offers frames to the model in order and sends what it lets through
@@ -171,7 +184,7 @@ func (w *Transport) Counters() []transport.Counter {
 // model), and an error of the wrapped Send is returned for the frame whose
 // delivery failed. Errors sending a held or delayed frame later are counted
 // (fault_send_late_errors), as a wire would lose that frame.
-func (w *Transport) Send(frames []transport.Frame) (int, error) {
+func (w *Transport) Send(frames []transport.Frame) (rn int, rerr error) {
 	if w.send == nil {
 		n, err := w.inner.Send(frames)
 		w.sendPass.Add(uint64(n))
@@ -179,6 +192,15 @@ func (w *Transport) Send(frames []transport.Frame) (int, error) {
 	}
 	if w.closed.Load() {
 		return 0, w.errDone
+	}
+	// Frames of regions take the model's way, copied like any other.
+	if k, err := transport.CopyRegions(w.inner, frames); err != nil {
+		frames = frames[:k]
+		defer func() {
+			if rerr == nil {
+				rn, rerr = k, fmt.Errorf("fault: wrapper of %v: %w", w.inner.Addr(), err)
+			}
+		}()
 	}
 	l := w.send
 	l.Lock()
@@ -237,6 +259,21 @@ func (w *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		w.recvPass.Add(uint64(n))
 		return n, err
 	}
+	w.lends.Recv()
+	if cap(w.refs) < len(frames) {
+		w.refs = make([]uint64, len(frames))
+	}
+	w.refs = w.refs[:len(frames)]
+	n, err := w.recvFaulty(frames, timeout)
+	for k := range frames[:n] {
+		frames[k].Ref = w.lends.RecvRef(k)
+	}
+	w.lends.Got(n)
+	return n, err
+}
+
+// recvFaulty is Recv with receive faults; it fills refs.
+func (w *Transport) recvFaulty(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if w.closed.Load() {
 		return 0, w.errDone
 	}
@@ -280,8 +317,10 @@ func (w *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		w.dst, w.n = frames, n
 		now = time.Now()
 		for i := range tmp[:m] {
+			w.inFrame = tmp[i]
 			w.recv.Frame(now, struct{}{}, tmp[i].Peer, tmp[i].Data, w.emitRecv)
 		}
+		w.inFrame = transport.Frame{}
 		n = w.n
 		w.dst = nil
 		clear(tmp[:m])
@@ -303,6 +342,10 @@ func (w *Transport) deliverRecv(it Item[struct{}]) {
 	for range it.Copies {
 		if w.n < len(w.dst) {
 			w.dst[w.n] = transport.Frame{Peer: it.Peer, Data: it.Data}
+			w.refs[w.n] = 0
+			if in := w.inFrame.Data; len(in) > 0 && len(it.Data) == len(in) && &it.Data[0] == &in[0] {
+				w.refs[w.n] = w.inFrame.Ref // the wrapped transport's buffer
+			}
 			w.n++
 			continue
 		}
@@ -321,12 +364,59 @@ func (w *Transport) queueReady(it Item[struct{}]) {
 // takeReady hands out queued frames, oldest first.
 func (w *Transport) takeReady(frames []transport.Frame) int {
 	n := copy(frames, w.ready[w.readyAt:])
+	clear(w.refs[:n])
 	w.readyAt += n
 	if w.readyAt == len(w.ready) {
 		clear(w.ready)
 		w.ready, w.readyAt = w.ready[:0], 0
 	}
 	return n
+}
+
+// Hold keeps a received frame; see [transport.Transport.Hold]. Without
+// receive faults it is the wrapped transport's Hold. With them, a frame the
+// wrapped transport returned is held by it (it lends or copies as it says),
+// and a copy the model made is copied once more, so no hold ever pins the
+// model's buffers.
+func (w *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	if w.recv == nil {
+		return w.inner.Hold(f)
+	}
+	k, err := w.lends.Index(f.Ref)
+	if err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("fault: wrapper of %v: hold: %w", w.inner.Addr(), err)
+	}
+	if in := w.refs[k]; in != 0 {
+		g := transport.Frame{Peer: f.Peer, Data: f.Data, Ref: in}
+		if info, err := w.inner.Hold(&g); err == nil {
+			// A duplicate of a frame already held fails above and is
+			// copied below.
+			w.lends.Lend(f, g.Ref)
+			f.Data = g.Data
+			w.refs[k] = 0
+			return info, nil
+		}
+	}
+	w.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release ends a hold; see [transport.Transport.Release].
+func (w *Transport) Release(f *transport.Frame) {
+	if w.recv == nil {
+		w.inner.Release(f)
+		return
+	}
+	if in, ok := w.lends.Return(f); ok {
+		w.inner.Release(&transport.Frame{Ref: in})
+	}
+}
+
+// Register registers mem with the wrapped transport. Without send faults,
+// frames of the region go to the wrapped transport as they are; with them
+// they pass through the model, which copies them.
+func (w *Transport) Register(mem []byte) (*transport.Region, error) {
+	return w.inner.Register(mem)
 }
 
 // Close stops the send side's goroutine, dropping the frames it holds, and
@@ -339,7 +429,8 @@ func (w *Transport) Close() error {
 		if w.send != nil {
 			w.send.Close()
 		}
-		w.closeEr = w.inner.Close()
+		w.closeEr = w.inner.Close() // which ends the holds of its buffers
+		w.lends.Close()
 	})
 	return w.closeEr
 }

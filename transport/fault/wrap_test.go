@@ -221,6 +221,14 @@ func (p *poolTransport) Recv(frames []transport.Frame, _ time.Duration) (int, er
 	p.maxUsed = max(p.maxUsed, n)
 	return n, nil
 }
+func (p *poolTransport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	f.Data = bytes.Clone(f.Data)
+	return transport.HoldInfo{Copied: true}, nil
+}
+func (p *poolTransport) Release(f *transport.Frame) { f.Data = nil }
+func (p *poolTransport) Register(mem []byte) (*transport.Region, error) {
+	return transport.NewRegion(p, mem, false, nil), nil
+}
 func (p *poolTransport) Close() error        { p.closed = true; return nil }
 func (p *poolTransport) HostUniqueNIC() bool { return p.hostU }
 func (p *poolTransport) LostPeers(dst []transport.NICID) []transport.NICID {

@@ -1,6 +1,7 @@
 package loopback
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
@@ -17,6 +18,14 @@ func (n *Network) sendFaulty(p *Port, frames []transport.Frame) (int, error) {
 	for i := range frames {
 		if len(frames[i].Data) > p.mtu {
 			return i, p.tooBig(i, len(frames[i].Data))
+		}
+		if r := frames[i].Region; r != nil {
+			// The fault line copies what it holds back: so does a
+			// region's frame.
+			if err := r.Check(p, &frames[i]); err != nil {
+				return i, fmt.Errorf("loopback: port %v: frame %d: %w", p.id, i, err)
+			}
+			r.Copied()
 		}
 		p.tx.sent.Add(1)
 		l.Frame(now, p, frames[i].Peer, frames[i].Data, n.deliverItem)

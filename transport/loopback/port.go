@@ -42,6 +42,10 @@ func (c *portCounters) add(tx *txCounters, rx *rxCounters) {
 type slot struct {
 	peer transport.NICID
 	buf  []byte
+	// reg is set when buf is a sender's registered memory (an in-place
+	// send): the slot completes that send when the receiver is done with
+	// it, and never copies into buf.
+	reg *transport.Region
 }
 
 // minSlotBuf is the smallest buffer a slot allocates, so that the small
@@ -74,13 +78,19 @@ type Port struct {
 	tx txCounters // frames sent from this port
 
 	_ cacheLine
-	// Consumer side: the one goroutine in Recv.
+	// Consumer side: the one goroutine in Recv, and Close, under cmu
+	// (never held while Recv sleeps).
+	cmu     sync.Mutex
 	next    uint64        // next slot to hand out
 	rhead   uint64        // head as last published
 	head    atomic.Uint64 // slots before head are free for producers
 	waiting atomic.Uint32 // 1: the receiver is about to sleep on wake
 	closed  atomic.Bool
 	recvd   atomic.Uint64 // frames handed out by Recv
+	lends   *transport.Lends[*transport.Region]
+	// inPlace counts slots handed out since rhead that hold a sender's
+	// memory, so Recv walks them only when some do.
+	inPlace int
 
 	_ cacheLine
 }
@@ -95,6 +105,7 @@ func newPort(n *Network, id transport.NICID) *Port {
 		done:  make(chan struct{}),
 		wake:  make(chan struct{}, 1),
 		timer: time.NewTimer(time.Hour),
+		lends: transport.NewLends[*transport.Region](n.queueLen),
 	}
 	p.timer.Stop()
 	p.errDone = fmt.Errorf("loopback: port %v: %w", id, transport.ErrClosed)
@@ -124,6 +135,11 @@ func (p *Port) Send(frames []transport.Frame) (int, error) {
 	ports := *n.ports.Load()
 	i := 0
 	for i < len(frames) {
+		if r := frames[i].Region; r != nil {
+			if err := r.Check(p, &frames[i]); err != nil {
+				return i, fmt.Errorf("loopback: port %v: frame %d: %w", p.id, i, err)
+			}
+		}
 		// Send the run of frames to one peer, up to the first too big one,
 		// with one lock and one wakeup.
 		peer := frames[i].Peer
@@ -170,6 +186,15 @@ func (p *Port) enqueue(src transport.NICID, frames []transport.Frame) bool {
 		}
 		d := frames[i].Data
 		s := &p.slots[tail&p.mask]
+		if r := frames[i].Region; r != nil && len(d) > 0 {
+			// In place: the receiver reads the sender's memory, and
+			// the send completes when the receiver is done with it.
+			r.Begin()
+			s.buf, s.reg, s.peer = d[:len(d):len(d)], r, src
+			tail++
+			put++
+			continue
+		}
 		if cap(s.buf) < len(d) {
 			s.buf = make([]byte, len(d), slotCap(len(d), p.mtu))
 		}
@@ -220,10 +245,16 @@ func slotCap(n, mtu int) int {
 // [transport.ErrClosed], and a Recv blocked at Close returns that too.
 func (p *Port) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	// Hand the slots of the previous Recv back to the producers.
+	p.cmu.Lock()
 	if p.rhead != p.next {
+		if p.inPlace > 0 {
+			p.completeSlots(p.rhead, p.next)
+		}
 		p.rhead = p.next
 		p.head.Store(p.next)
 	}
+	p.lends.Recv()
+	p.cmu.Unlock()
 	if p.closed.Load() {
 		return 0, p.errDone
 	}
@@ -238,14 +269,23 @@ func (p *Port) Recv(frames []transport.Frame, timeout time.Duration) (int, error
 
 // take hands out up to len(frames) queued frames without releasing them.
 func (p *Port) take(frames []transport.Frame) int {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	if p.closed.Load() {
+		return 0 // Close completed the queued frames
+	}
 	avail := p.tail.Load() - p.next
 	if avail == 0 {
 		return 0
 	}
 	n := min(int(avail), len(frames))
+	p.lends.Got(n)
 	for i := range n {
 		s := &p.slots[(p.next+uint64(i))&p.mask]
-		frames[i] = transport.Frame{Peer: s.peer, Data: s.buf[:len(s.buf):len(s.buf)]}
+		frames[i] = transport.Frame{Peer: s.peer, Data: s.buf[:len(s.buf):len(s.buf)], Ref: p.lends.RecvRef(i)}
+		if s.reg != nil {
+			p.inPlace++
+		}
 	}
 	p.next += uint64(n)
 	p.recvd.Add(uint64(n))
@@ -280,14 +320,81 @@ func (p *Port) wait(frames []transport.Frame, timeout time.Duration) (int, error
 	}
 }
 
+// completeSlots completes the in-place sends of slots [from, to), which
+// the receiver is done with, and forgets the senders' memory.
+func (p *Port) completeSlots(from, to uint64) {
+	for k := from; k != to; k++ {
+		s := &p.slots[k&p.mask]
+		if s.reg != nil {
+			s.reg.Done()
+			s.buf, s.reg = nil, nil
+		}
+	}
+	p.inPlace = 0
+}
+
+// Hold keeps a frame of the latest Recv; see [transport.Transport.Hold].
+// The port lends the frame's slot buffer (or, for an in-place send, the
+// sender's memory, whose send then completes at Release) and gives the slot
+// a fresh buffer when it next carries a frame; it lends at most QueueLen
+// buffers at once and copies Data past that.
+func (p *Port) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	i, err := p.lends.Index(f.Ref)
+	if err == nil && p.closed.Load() {
+		err = p.errDone
+	}
+	if err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("loopback: port %v: hold: %w", p.id, err)
+	}
+	s := &p.slots[(p.next-uint64(p.lends.Count())+uint64(i))&p.mask]
+	if p.lends.Lend(f, s.reg) {
+		s.buf, s.reg = nil, nil // the caller owns it now
+		return transport.HoldInfo{}, nil
+	}
+	p.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release ends a hold; see [transport.Transport.Release].
+func (p *Port) Release(f *transport.Frame) {
+	if r, ok := p.lends.Return(f); ok && r != nil {
+		r.Done()
+	}
+}
+
+// Register registers mem for in-place sends: a frame of the region is
+// handed to the receiving port by reference, and its send completes when
+// the receiver's next Recv (or Release, if it held the frame) is done with
+// it. Frames dropped because the receiving queue is full complete at once.
+// With faults on (Network.SetFaults) frames of regions are copied.
+func (p *Port) Register(mem []byte) (*transport.Region, error) {
+	if p.closed.Load() {
+		return nil, p.errDone
+	}
+	return transport.NewRegion(p, mem, true, nil), nil
+}
+
 // Close detaches the port from its network and makes a blocked Recv, and
 // every later call, return an error wrapping [transport.ErrClosed]. Frames
-// still queued are dropped. It is safe to call more than once.
+// still queued are dropped, held frames are released, and the in-place
+// sends of both complete. It is safe to call more than once.
 func (p *Port) Close() error {
 	p.once.Do(func() {
+		p.cmu.Lock()
 		p.mu.Lock()
 		p.closed.Store(true)
+		// No producer enqueues and no Recv takes any more: complete
+		// what is queued or handed out.
+		p.completeSlots(p.rhead, p.ptail)
 		p.mu.Unlock()
+		p.cmu.Unlock()
+		for _, r := range p.lends.Close() {
+			if r != nil {
+				r.Done()
+			}
+		}
 		close(p.done)
 		p.net.detach(p)
 	})
@@ -299,13 +406,13 @@ func (p *Port) Close() error {
 // (delivered), dropped because its queue was full (queue_drops), and handed
 // out by Recv (received).
 func (p *Port) Counters() []transport.Counter {
-	return []transport.Counter{
+	return append([]transport.Counter{
 		{Name: "sent", Value: p.tx.sent.Load()},
 		{Name: "unknown_peer", Value: p.tx.unknownPeer.Load()},
 		{Name: "delivered", Value: p.rx.delivered.Load()},
 		{Name: "queue_drops", Value: p.rx.queueDrops.Load()},
 		{Name: "received", Value: p.recvd.Load()},
-	}
+	}, p.lends.Counters("")...)
 }
 
 // Interface checks.

@@ -78,10 +78,11 @@ type Transport struct {
 	txMu sync.Mutex
 	txb  []*nicdrv.Buffer
 
-	rxMu sync.Mutex
-	held []*nicdrv.Buffer
-	rxb  []*nicdrv.Buffer
-	next int // the queue Recv looks at first
+	rxMu  sync.Mutex
+	held  []*nicdrv.Buffer
+	lends *transport.Lends[*nicdrv.Buffer]
+	rxb   []*nicdrv.Buffer
+	next  int // the queue Recv looks at first
 
 	foreign, short, sendWaits atomic.Uint64
 }
@@ -114,6 +115,9 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		mtu: min(info.MaxFrame, 1514) - headerLen,
 		txb: make([]*nicdrv.Buffer, 0, 64),
 		rxb: make([]*nicdrv.Buffer, o.Batch),
+		// Lend at most a quarter of the pool: the rest keeps the RX
+		// ring and Send supplied.
+		lends: transport.NewLends[*nicdrv.Buffer](max(1, n.Pool().Len()/4)),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
@@ -145,11 +149,20 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		// Build up to a batch of frames, stopping at a bad one.
 		batch := frames[sent:min(len(frames), sent+cap(t.txb))]
 		var bad error
-		for i, f := range batch {
+		for i := range batch {
+			f := &batch[i]
 			if len(f.Data) > t.mtu {
 				bad = fmt.Errorf("transport/nic: frame of %d bytes, MTU %d: %w", len(f.Data), t.mtu, transport.ErrTooBig)
 				batch = batch[:i]
 				break
+			}
+			if r := f.Region; r != nil {
+				if err := r.Check(t, f); err != nil {
+					bad = fmt.Errorf("transport/nic: %w", err)
+					batch = batch[:i]
+					break
+				}
+				r.Copied()
 			}
 		}
 		if len(batch) > 0 {
@@ -248,6 +261,8 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	}
 	clear(t.held)
 	t.held = t.held[:0]
+	t.lends.Recv()
+	defer func() { t.lends.Got(len(t.held)) }()
 	if len(frames) == 0 {
 		return 0, nil
 	}
@@ -324,13 +339,57 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 			}
 			var src [6]byte
 			copy(src[:], d[6:12])
-			frames[got] = transport.Frame{Peer: transport.MACNICID(src), Data: d[headerLen:]}
+			frames[got] = transport.Frame{Peer: transport.MACNICID(src), Data: d[headerLen:], Ref: t.lends.RecvRef(len(t.held) - 1)}
 			got++
 		}
 		clear(t.rxb[:n])
 	}
 	t.next++
 	return got, nil
+}
+
+// Hold implements transport.Transport: it lends the frame's packet buffer,
+// which the transport then does not give back to the pool at the next Recv
+// (the driver refills the RX ring from the pool), and reports the pool's
+// memory as the DMA-able memory it lies in. It lends at most a quarter of
+// the pool at once and copies Data past that.
+func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	t.rxMu.Lock()
+	defer t.rxMu.Unlock()
+	i, err := t.lends.Index(f.Ref)
+	if err == nil && t.held[i] == nil {
+		err = transport.ErrNotHoldable
+	}
+	if err == nil && t.closed.Load() {
+		err = transport.ErrClosed
+	}
+	if err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("transport/nic: hold: %w", err)
+	}
+	if t.lends.Lend(f, t.held[i]) {
+		t.held[i] = nil
+		return transport.HoldInfo{DMA: t.pool.Memory()}, nil
+	}
+	t.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release implements transport.Transport: the packet buffer goes back to
+// the pool.
+func (t *Transport) Release(f *transport.Frame) {
+	if b, ok := t.lends.Return(f); ok {
+		_ = t.pool.Free(b)
+	}
+}
+
+// Register implements transport.Transport. The driver transmits from the
+// packet buffers of its pool only, so frames of a region are copied into
+// them like any other (Region.InPlace is false).
+func (t *Transport) Register(mem []byte) (*transport.Region, error) {
+	if t.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	return transport.NewRegion(t, mem, false, nil), nil
 }
 
 // Counters implements transport.Stats: the NIC's statistics and the
@@ -341,6 +400,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "nic_short_frames", Value: t.short.Load()},
 		{Name: "nic_send_waits", Value: t.sendWaits.Load()},
 	}
+	c = append(c, t.lends.Counters("nic_")...)
 	s, err := t.nic.Stats()
 	if err != nil {
 		return c
@@ -368,6 +428,7 @@ func (t *Transport) Close() error {
 	err := t.pool.Free(t.held...)
 	clear(t.held)
 	t.held = t.held[:0]
+	err = errors.Join(err, t.pool.Free(t.lends.Close()...))
 	t.rxMu.Unlock()
 	t.txMu.Lock()
 	defer t.txMu.Unlock()

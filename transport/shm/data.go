@@ -58,6 +58,13 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 			o.publish(start)
 			return i, fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, len(f.Data), o.mtu)
 		}
+		if r := f.Region; r != nil {
+			if err := r.Check(t, &frames[i]); err != nil {
+				o.publish(start)
+				return i, fmt.Errorf("shm: frame %d: %w", i, err)
+			}
+			r.Copied() // records are written into the ring
+		}
 		rl := recordLen(len(f.Data))
 		at, pad, ok := reserve(size, o.headSeen, o.cur, rl)
 		if !ok {
@@ -276,6 +283,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		return 0, transport.ErrClosed
 	}
 	t.commit()
+	t.lends.Recv()
 	if len(frames) == 0 {
 		return 0, nil
 	}
@@ -376,7 +384,7 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			if f == nil {
 				continue // a pad record
 			}
-			frames[n] = transport.Frame{Peer: r.peer, Data: f}
+			frames[n] = transport.Frame{Peer: r.peer, Data: f, Ref: t.lends.RecvRef(n)}
 			n++
 		}
 	}
@@ -384,7 +392,38 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		t.rr = (t.rr + 1) % len(rings)
 	}
 	t.cnt.recvd.Add(uint64(n))
+	if n > 0 {
+		t.lends.Got(n)
+	}
 	return n
+}
+
+// Hold implements [transport.Transport.Hold] by copying: a frame lies in
+// its producer's ring, whose space goes back to the producer in order, so
+// lending it would stop that producer behind the held record. (Large
+// messages between processes move through the shared pool instead, without
+// this copy.)
+func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	if _, err := t.lends.Index(f.Ref); err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("shm: hold: %w", err)
+	}
+	t.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release implements [transport.Transport.Release].
+func (t *Transport) Release(f *transport.Frame) { t.lends.Return(f) }
+
+// Register implements [transport.Transport.Register]. Frames are written
+// into the receiver's ring, so frames of a region are copied like any other
+// (Region.InPlace is false).
+func (t *Transport) Register(mem []byte) (*transport.Region, error) {
+	if t.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	return transport.NewRegion(t, mem, false, nil), nil
 }
 
 // commit hands the space of the previous batch back to the producers and
@@ -471,6 +510,7 @@ func (t *Transport) Close() error {
 	t.inMu.Unlock()
 	t.bell.unmap()
 	unix.Close(t.bellFd)
+	t.lends.Close()
 	t.rmu.Unlock()
 	return err
 }

@@ -146,7 +146,8 @@ type Transport struct {
 	pool      *Pool                        // pool.go; guarded by outMu
 	unmapHook atomic.Pointer[func([]byte)] // see OnSegmentUnmap
 
-	rmu    sync.Mutex // held by Recv; Close takes it to unmap safely
+	rmu    sync.Mutex                 // held by Recv; Close takes it to unmap safely
+	lends  *transport.Lends[struct{}] // holds: always copies (Hold)
 	rr     int
 	closed atomic.Bool
 	wg     sync.WaitGroup
@@ -212,7 +213,7 @@ func Open(opts Options) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{opts: o, bell: bell, bellFd: bfd, out: make(map[transport.NICID]*outRing)}
+	t := &Transport{opts: o, bell: bell, bellFd: bfd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.seq, t.slp = u32At(bell.mem, bellSeqOff), u32At(bell.mem, bellSleepOff)
 	empty := []*inRing{}
 	t.in.Store(&empty)

@@ -15,7 +15,19 @@
 //   - Send may be called from several goroutines at once;
 //   - the Data of received frames stays intact until the next Recv, however
 //     many frames arrive meanwhile;
-//   - Addr and MTU are sane, and empty batches are no-ops.
+//   - Addr and MTU are sane, and empty batches are no-ops;
+//   - held frames (Hold) stay intact while later frames arrive through the
+//     same buffers; holding more frames than the transport has buffers
+//     loses none and blocks nothing (it copies or pushes back); Release
+//     gives the buffers back (the held_now counter, where there is one,
+//     returns to zero); Hold refuses frames it cannot name;
+//   - frames sent from a registered Region arrive byte-exact, a copying
+//     transport says so (InPlace false, CopiedSends) and an in-place one
+//     completes (Pending returns to zero) once the receiver is done, before
+//     the memory is reused; closed, foreign and outside regions are
+//     refused;
+//   - Close with frames held and in-place sends pending ends the holds and
+//     completes the sends.
 //
 // A transport that may lose frames under load (UDP, AF_XDP) sets
 // Options.Lossy: the suite then retries lone frames, counts rather than
@@ -82,6 +94,11 @@ func RunWith(t *testing.T, newPair NewPair, opts Options) {
 	t.Run("AfterClose", s.afterClose)
 	t.Run("ConcurrentSend", s.concurrentSend)
 	t.Run("DataStableUntilNextRecv", s.dataStable)
+	t.Run("HoldSurvivesLaterFrames", s.holdSurvives)
+	t.Run("HoldEverything", s.holdEverything)
+	t.Run("HoldRefused", s.holdRefused)
+	t.Run("SendInPlace", s.sendInPlace)
+	t.Run("CloseWithHeldFrames", s.closeHeld)
 }
 
 type suite struct {

@@ -133,6 +133,9 @@ type Transport struct {
 	rxTimedOut bool // the last recvBatch hit the read deadline
 	rxFn       func(fd uintptr) bool
 	deadlineOn bool
+	lends      *transport.Lends[[]byte]
+	spareMu    sync.Mutex
+	spare      [][]byte // released receive buffers, for the next Hold
 
 	sent, received, sendErrors, refused, truncated, sendWaits atomic.Uint64
 }
@@ -220,6 +223,7 @@ func setup(conn *net.UDPConn, opts Options) (*Transport, error) {
 	t.txFn = t.sendSome
 	t.rx = newBatch(t.batch)
 	t.rxBufs = make([][]byte, t.batch)
+	t.lends = transport.NewLends[[]byte](maxLent(t.batch, t.mtu))
 	backing := make([]byte, t.batch*t.mtu)
 	for i := range t.rxBufs {
 		t.rxBufs[i] = backing[i*t.mtu : (i+1)*t.mtu : (i+1)*t.mtu]
@@ -319,6 +323,13 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 				stop = fmt.Errorf("udp: frame %d: %d bytes exceeds MTU %d: %w", done+m, len(f.Data), t.mtu, transport.ErrTooBig)
 				break
 			}
+			if r := f.Region; r != nil {
+				if err := r.Check(t, f); err != nil {
+					stop = fmt.Errorf("udp: frame %d: %w", done+m, err)
+					break
+				}
+				r.Copied() // the kernel copies every datagram
+			}
 			port := uint16(f.Peer)
 			if f.Peer&^transport.NICIDMask != 0 || port == 0 {
 				stop = fmt.Errorf("udp: frame %d: NIC id %#x is not an IPv4 address and non-zero port: %w", done+m, uint64(f.Peer), transport.ErrUnreachable)
@@ -397,6 +408,7 @@ func (t *Transport) sendSome(fd uintptr) bool {
 // recvmmsg call; see [transport.Transport.Recv] for the timeout. A datagram
 // longer than the MTU is dropped and counted, not returned.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	t.lends.Recv()
 	if t.closed.Load() {
 		return 0, t.errDone
 	}
@@ -453,6 +465,7 @@ func (t *Transport) recvBatch(frames []transport.Frame, want int, wait bool) (in
 		return 0, fmt.Errorf("udp: recvmmsg: %w", t.rxErrno)
 	}
 	k := 0
+	t.lends.Got(t.rxGot)
 	for i := range t.rxGot {
 		h := &t.rx.hdrs[i]
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
@@ -466,11 +479,67 @@ func (t *Transport) recvBatch(frames []transport.Frame, want int, wait bool) (in
 		frames[k] = transport.Frame{
 			Peer: transport.NICID(ip)<<16 | transport.NICID(binary.BigEndian.Uint16(pb[:])),
 			Data: t.rxBufs[i][:h.Len:h.Len],
+			Ref:  t.lends.RecvRef(i),
 		}
 		k++
 	}
 	t.received.Add(uint64(k))
 	return k, nil
+}
+
+// maxLent bounds the receive buffers lent to holders at once: 16 MiB of
+// them, at least one batch.
+func maxLent(batch, mtu int) int { return max(batch, (16<<20)/mtu) }
+
+// Hold keeps a frame of the latest Recv; see [transport.Transport.Hold].
+// The transport lends the datagram's receive buffer and reads the next
+// datagram into a spare one (a released buffer, or a new one), up to 16 MiB
+// of lent buffers (at least one batch); past that it copies Data.
+func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	// Refs number datagrams of the batch, truncated ones included.
+	i, err := t.lends.Index(f.Ref)
+	if err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("udp: %v: hold: %w", t.addr.UDPAddr(), err)
+	}
+	buf := t.rxBufs[i]
+	if t.lends.Lend(f, buf) {
+		t.spareMu.Lock()
+		var fresh []byte
+		if n := len(t.spare); n > 0 {
+			fresh, t.spare = t.spare[n-1], t.spare[:n-1]
+		}
+		t.spareMu.Unlock()
+		if fresh == nil {
+			fresh = make([]byte, t.mtu)
+		}
+		t.rxBufs[i] = fresh
+		t.rx.iovs[i].Base = &fresh[0]
+		return transport.HoldInfo{}, nil
+	}
+	t.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release ends a hold; see [transport.Transport.Release]. The buffer becomes
+// a spare for the next Hold.
+func (t *Transport) Release(f *transport.Frame) {
+	if buf, ok := t.lends.Return(f); ok {
+		t.spareMu.Lock()
+		if len(t.spare) < t.batch {
+			t.spare = append(t.spare, buf)
+		}
+		t.spareMu.Unlock()
+	}
+}
+
+// Register registers mem for sends. The kernel copies every datagram, so
+// frames of the region are copied too (Region.InPlace is false and
+// Region.CopiedSends counts them).
+func (t *Transport) Register(mem []byte) (*transport.Region, error) {
+	if t.closed.Load() {
+		return nil, t.errDone
+	}
+	return transport.NewRegion(t, mem, false, nil), nil
 }
 
 // recvSome is the raw read callback: one recvmmsg of rxWant datagrams. It
@@ -517,6 +586,7 @@ func (t *Transport) Close() error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	t.lends.Close() // the lent buffers are garbage once their holders drop them
 	if err := t.conn.Close(); err != nil {
 		return fmt.Errorf("udp: close %v: %w", t.addr.UDPAddr(), err)
 	}
@@ -528,14 +598,14 @@ func (t *Transport) Close() error {
 // port-unreachable reports consumed (refused), oversized datagrams dropped
 // (truncated) and times Send waited for socket buffer space (send_waits).
 func (t *Transport) Counters() []transport.Counter {
-	return []transport.Counter{
+	return append([]transport.Counter{
 		{Name: "sent", Value: t.sent.Load()},
 		{Name: "received", Value: t.received.Load()},
 		{Name: "send_errors", Value: t.sendErrors.Load()},
 		{Name: "refused", Value: t.refused.Load()},
 		{Name: "truncated", Value: t.truncated.Load()},
 		{Name: "send_waits", Value: t.sendWaits.Load()},
-	}
+	}, t.lends.Counters("")...)
 }
 
 // Interface checks.
