@@ -118,6 +118,14 @@ type Board struct {
 	fine       *os.File
 	fineFd     int
 	fineExited chan struct{}
+
+	// Pull replies the copy engine is copying out of held frames
+	// (pulloffload.go), oldest first, under mu; pcopyN mirrors their
+	// count for the receive loop, which reads it without mu. curFrame is
+	// the frame of the board's transport being handled, for Hold.
+	pcopies  []*pullCopy
+	pcopyN   atomic.Int32
+	curFrame *transport.Frame
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -132,6 +140,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		return nil, err
 	}
 	if err := o.Local.largeEnv(); err != nil {
+		return nil, err
+	}
+	if err := o.pullEngineEnv(); err != nil { // pulloffload.go
 		return nil, err
 	}
 	mtu := tr.MTU()
@@ -293,6 +304,10 @@ const busyLinger = 100 * time.Millisecond
 
 // timersLocked runs every periodic duty when a tick is due.
 func (b *Board) timersLocked(force bool) {
+	if len(b.pcopies) > 0 {
+		b.reapPullCopies() // pulloffload.go
+		b.pcopyN.Store(0)
+	}
 	b.now = b.clock()
 	if !force && b.now < b.nextTick.Load() {
 		return
@@ -361,6 +376,9 @@ func (b *Board) progress() {
 		if b.opts.BusyPoll && s.kick == nil {
 			wait = min(wait, pollHandover) // a poller may be waiting for Recv
 		}
+		if b.pcopyN.Load() > 0 {
+			wait = 0 // look again at once: the engine's copies are reaped next (pulloffload.go)
+		}
 		n, err := b.tr.Recv(s.rx, wait)
 		b.mu.Lock()
 		b.handleBatchLocked(s.rx[:n])
@@ -381,15 +399,25 @@ func (b *Board) progress() {
 }
 
 func (b *Board) handleBatchLocked(rx []transport.Frame) {
+	if len(b.pcopies) > 0 {
+		b.reapPullCopies() // started while an earlier batch was handled (pulloffload.go)
+	}
 	if len(rx) == 0 {
+		b.pcopyN.Store(int32(len(b.pcopies)))
 		return
 	}
 	b.now = b.clock()
+	tr := b.batchFrom(rx)
 	for i := range rx {
 		f := &rx[i]
+		if tr != nil {
+			b.curFrame = f
+		}
 		b.handleFrame(f.Peer, f.Data)
+		b.curFrame = nil
 		f.Data = nil
 	}
+	b.pcopyN.Store(int32(len(b.pcopies)))
 }
 
 // unlock drains frames the board sent to itself, releases mu, then

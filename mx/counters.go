@@ -103,6 +103,11 @@ const (
 	RecvEngine      // by the copy engine
 	EngineFallbacks // the engine failed: copied again by the CPU
 	SharedNotPassed // pool segments not passed to the peer: sent another way
+	// Pull-reply fragments copied into the receive buffer by the copy
+	// engine from held transport frames (pulloffload.go), and those the
+	// CPU copied again because the engine failed.
+	RecvPullEngine
+	PullEngineFallbacks
 	numCounters
 )
 
@@ -134,6 +139,7 @@ var counterNames = [numCounters]string{
 	"selective acks sent", "selective acks received",
 	"recv large from a shared segment (one CPU copy)", "recv large from a shared segment by the copy engine",
 	"copy engine failed (copied by the CPU)", "shared segments not passed to the peer",
+	"recv pull reply copied by the copy engine", "copy engine failed on a pull reply (copied by the CPU)",
 }
 
 // String returns the counter's label.

@@ -128,6 +128,11 @@ type pull struct {
 	blocks        []pblock // outstanding blocks in frame order
 	nextFrame     int      // first frame not yet requested
 	lastProgress  int64
+	// copying counts the engine copies of its replies in flight
+	// (pulloffload.go); drained says every frame is in, so the last copy
+	// reaped completes the pull; ending says endPull is waiting for them.
+	copying         int
+	drained, ending bool
 }
 
 type pblock struct {
@@ -325,7 +330,9 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	}
 	bl.got |= bit
 	bl.ngot++
-	scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
+	if !pl.offloadReply(off, payload) { // pulloffload.go: the engine's copy
+		scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
+	}
 	pl.lastProgress = now
 	pl.lossEvidence(i, k)
 	if bl.ngot < bl.n || k > 0 {
@@ -339,11 +346,22 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	pl.blocks = append(pl.blocks[:0], pl.blocks[n:]...)
 	pl.fill()
 	if len(pl.blocks) == 0 {
-		pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)
-		r := pl.r
-		e.endPull(pl, nil)
-		e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
+		if pl.copying > 0 {
+			pl.drained = true // the last copy reaped finishes it
+			return
+		}
+		pl.finish()
 	}
+}
+
+// finish completes a pull whose every frame is in its receive buffer: the
+// NOTIFY, then the receive.
+func (pl *pull) finish() {
+	e := pl.e
+	pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)
+	r := pl.r
+	e.endPull(pl, nil)
+	e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
 }
 
 // lossEvidence asks again, at once, for the frames that frame i (of block
@@ -416,9 +434,11 @@ func (pl *pull) timer(now int64) {
 // endPull releases a pull (and starts a queued one); a non-nil code fails
 // its receive.
 func (e *Endpoint) endPull(pl *pull, code error) {
-	if e.pulls[pl.slot] != pl {
+	if e.pulls[pl.slot] != pl || pl.ending {
 		return
 	}
+	pl.ending = true
+	e.b.waitPullCopies(pl) // the engine must be done writing into r first
 	e.pulls[pl.slot] = nil
 	e.pullFree = append(e.pullFree, pl.slot)
 	pl.r.pl = nil

@@ -38,6 +38,12 @@ type BoardOptions struct {
 	// or srtt + 4*rttvar, at least RTOMin/2. Defaults 250 us and ResendDelay. Before the first
 	// measurement ResendDelay and PullTimeout apply as they are.
 	RTOMin, RTOMax time.Duration
+	// PullEngineMin and PullEngineFrag are the smallest message and pull
+	// reply fragment whose copy into the receive buffer goes to the copy
+	// engine (Local.Engine) when there is one (pulloffload.go). Defaults
+	// DefaultPullEngineMin (2 MiB) and DefaultPullEngineFrag (1 KiB);
+	// GOMX_PULL_ENGINE_MIN and GOMX_PULL_ENGINE_FRAG set them.
+	PullEngineMin, PullEngineFrag int
 	// PullBlockFrames is the number of PULL_REPLY frames per block. Default 32.
 	PullBlockFrames int
 	// PullBlocks is the number of blocks a puller keeps in flight. Default 4.
