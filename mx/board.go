@@ -126,6 +126,10 @@ type Board struct {
 	pcopies  []*pullCopy
 	pcopyN   atomic.Int32
 	curFrame *transport.Frame
+	// timeCopies (set by benchmarks only) makes the receive path add the
+	// time it spends on pull-reply copies to copyNanos.
+	timeCopies bool
+	copyNanos  int64
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board

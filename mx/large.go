@@ -330,9 +330,11 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	}
 	bl.got |= bit
 	bl.ngot++
+	t0 := pl.e.b.copyClock()
 	if !pl.offloadReply(off, payload) { // pulloffload.go: the engine's copy
 		scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
 	}
+	pl.e.b.copyClocked(t0)
 	pl.lastProgress = now
 	pl.lossEvidence(i, k)
 	if bl.ngot < bl.n || k > 0 {

@@ -40,6 +40,12 @@ import (
 //
 // EngineNoOverlap and EngineNoCache turn each effect off, for measuring
 // them apart.
+//
+// The same engine also takes the network path's one copy: pull replies of
+// large messages, copied from held transport frames into the receive
+// buffer while the progress goroutine keeps receiving (pulloffload.go,
+// BoardOptions.PullEngineMin and PullEngineFrag, counters RecvPullEngine
+// and PullEngineFallbacks).
 
 // CopyEngine is a DMA copy engine mx can offload copies to; ioat.Engine
 // implements it.

@@ -503,6 +503,10 @@ func (s *Socket) Degraded() string {
 	return s.u.region.Degraded()
 }
 
+// UMEM returns the socket's UMEM: every frame's memory, hugepage-backed
+// when hugepages were free, valid until the last socket sharing it closes.
+func (s *Socket) UMEM() []byte { return s.u.mem }
+
 // FrameSize is the size of one UMEM frame: the largest frame Receive can
 // return and Transmit can send.
 func (s *Socket) FrameSize() int { return int(s.u.frameSize) }

@@ -69,11 +69,14 @@ type Transport struct {
 	port   uint16
 	closed atomic.Bool
 
-	rxMu   sync.Mutex                 // Recv is one goroutine at a time; Close waits for it
-	lends  *transport.Lends[struct{}] // holds: copies (see Hold)
-	held   [][]Desc                   // per socket: frames handed out by the last Recv
-	rxDesc []Desc
-	next   int // socket Recv starts with, for fairness
+	rxMu  sync.Mutex                  // Recv is one goroutine at a time; Close waits for it
+	lends *transport.Lends[lentFrame] // held frames lent to the caller (Hold)
+	rxAt  []lentFrame                 // where each frame of the last Recv lies
+	// lentNow: Hold marked frames of the last Recv as lent (rxMu).
+	lentNow bool
+	held    [][]Desc // per socket: frames handed out by the last Recv
+	rxDesc  []Desc
+	next    int // socket Recv starts with, for fairness
 
 	txMu   sync.Mutex
 	txDesc []Desc
@@ -92,7 +95,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{opts: o, wake: -1, nl: -1, ifMTU: ifi.MTU, neigh: make(map[[4]byte][6]byte), lends: transport.NewLends[struct{}](0)}
+	t := &Transport{opts: o, wake: -1, nl: -1, ifMTU: ifi.MTU, neigh: make(map[[4]byte][6]byte), lends: transport.NewLends[lentFrame](0)}
 	copy(t.mac[:], ifi.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -158,6 +161,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 		t.held[i] = make([]Desc, 0, 256)
 	}
 	t.rxDesc = make([]Desc, 256)
+	t.lends = transport.NewLends[lentFrame](max(1, len(t.socks[0].UMEM())/t.socks[0].FrameSize()/4))
 	t.txDesc = make([]Desc, 64)
 	return t, nil
 }
@@ -363,9 +367,22 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		return 0, transport.ErrClosed
 	}
 	for i, s := range t.socks {
-		s.Release(t.held[i])
+		h := t.held[i]
+		if t.lentNow {
+			// Leave out the frames lent to holders (marked by Hold).
+			k := 0
+			for _, d := range h {
+				if d.Addr != lentMark {
+					h[k] = d
+					k++
+				}
+			}
+			h = h[:k]
+		}
+		s.Release(h)
 		t.held[i] = t.held[i][:0]
 	}
+	t.lentNow = false
 	t.lends.Recv()
 	if len(frames) == 0 {
 		return 0, nil
@@ -423,6 +440,7 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			if f, ok := t.decode(s.Frame(d)); ok {
 				f.Ref = t.lends.RecvRef(got)
 				frames[got] = f
+				t.rxAt = append(t.rxAt[:got], lentFrame{sock: i, pos: len(t.held[i]) - 1})
 				got++
 			} else {
 				t.rxBad.Add(1)
@@ -437,21 +455,53 @@ func (t *Transport) poll(frames []transport.Frame) int {
 	return got
 }
 
-// Hold implements [transport.Transport.Hold] by copying Data out of the
-// UMEM: every received UMEM frame goes back to the fill ring at the next
-// Recv.
+// lentFrame is a UMEM frame lent to a holder: its socket and descriptor
+// (pos: its index in held during the Recv that returned it).
+type lentFrame struct {
+	sock, pos int
+	d         Desc
+}
+
+// lentMark marks, in held, a frame lent to a holder.
+const lentMark = ^uint64(0)
+
+// Hold implements [transport.Transport.Hold]: the UMEM frame is lent to the
+// caller and goes back to the fill ring at Release instead of the next
+// Recv; HoldInfo.DMA is the UMEM. At most a quarter of the UMEM's frames
+// are lent at once (the rest keep the fill ring supplied); past that Hold
+// copies Data.
 func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
 	t.rxMu.Lock()
 	defer t.rxMu.Unlock()
-	if _, err := t.lends.Index(f.Ref); err != nil {
+	k, err := t.lends.Index(f.Ref)
+	if err == nil && t.closed.Load() {
+		err = transport.ErrClosed
+	}
+	if err != nil {
 		return transport.HoldInfo{}, fmt.Errorf("xdp: hold: %w", err)
+	}
+	at := t.rxAt[k]
+	h := t.held[at.sock]
+	if h[at.pos].Addr != lentMark {
+		at.d = h[at.pos]
+		if t.lends.Lend(f, at) {
+			h[at.pos].Addr = lentMark
+			t.lentNow = true
+			return transport.HoldInfo{DMA: t.socks[at.sock].UMEM()}, nil
+		}
 	}
 	t.lends.CopyOut(f)
 	return transport.HoldInfo{Copied: true}, nil
 }
 
-// Release implements [transport.Transport.Release].
-func (t *Transport) Release(f *transport.Frame) { t.lends.Return(f) }
+// Release implements [transport.Transport.Release]: a lent UMEM frame goes
+// back to the fill ring. It must not run concurrently with Close (which
+// unmaps the rings): release held frames first, as mx does.
+func (t *Transport) Release(f *transport.Frame) {
+	if at, ok := t.lends.Return(f); ok {
+		t.socks[at.sock].Release([]Desc{at.d})
+	}
+}
 
 // Register implements [transport.Transport.Register]. Frames are copied
 // into UMEM frames to be sent, so frames of a region are copied like any
