@@ -27,3 +27,28 @@ func (e *Engine) Invalidate(mem []byte) int {
 	}
 	return e.cache.invalidate(addrOf(mem), len(mem))
 }
+
+// CopyPoll starts copying src into dst like ICopy and returns a function
+// that reports, without waiting, whether the copy has completed (as Check)
+// and its error: the shape a user without the ioat types (mx) polls while
+// it does other work.
+func (e *Engine) CopyPoll(dst, src []byte) (poll func() (bool, error), err error) {
+	c, err := e.ICopy(dst, src)
+	if err != nil {
+		return nil, err
+	}
+	return func() (bool, error) { return e.Check(c) }, nil
+}
+
+// Pin maps mem for DMA until unpin is called, like Register, for a user
+// that knows the engine only through an interface: mx pins the long-lived
+// memory a transport receives into (a NIC's packet pool, an AF_XDP UMEM),
+// so copies out of any part of it find their mapping. mem must stay mapped
+// until unpin.
+func (e *Engine) Pin(mem []byte) (unpin func() error, err error) {
+	b, err := e.Register(mem)
+	if err != nil {
+		return nil, err
+	}
+	return b.Close, nil
+}

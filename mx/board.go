@@ -130,6 +130,8 @@ type Board struct {
 	// time it spends on pull-reply copies to copyNanos.
 	timeCopies bool
 	copyNanos  int64
+	// pinned: transport memory pinned with the engine (pulloffload.go).
+	pinned map[*byte]func() error
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -238,6 +240,8 @@ func (b *Board) Close() error {
 				e.closeLocked()
 			}
 		}
+		b.reapPullCopies(true) // none is left: every pull ended above
+		b.unpinDMA()           // before the transport frees that memory
 		out := b.takeLocalOut()
 		b.mu.Unlock()
 		runLocalOut(out)
@@ -309,8 +313,7 @@ const busyLinger = 100 * time.Millisecond
 // timersLocked runs every periodic duty when a tick is due.
 func (b *Board) timersLocked(force bool) {
 	if len(b.pcopies) > 0 {
-		b.reapPullCopies() // pulloffload.go
-		b.pcopyN.Store(0)
+		b.reapPullCopies(true) // pulloffload.go
 	}
 	b.now = b.clock()
 	if !force && b.now < b.nextTick.Load() {
@@ -404,10 +407,11 @@ func (b *Board) progress() {
 
 func (b *Board) handleBatchLocked(rx []transport.Frame) {
 	if len(b.pcopies) > 0 {
-		b.reapPullCopies() // started while an earlier batch was handled (pulloffload.go)
+		// Started while an earlier batch was handled (pulloffload.go);
+		// with nothing received, there is nothing better to do than wait.
+		b.reapPullCopies(len(rx) == 0)
 	}
 	if len(rx) == 0 {
-		b.pcopyN.Store(int32(len(b.pcopies)))
 		return
 	}
 	b.now = b.clock()

@@ -58,13 +58,39 @@ const DefaultPullEngineFrag = 1024
 const maxPullCopies = 4 * rxBatch
 
 // pullCopy is one pull-reply fragment the engine copies out of a held
-// frame.
+// frame. Its requests are waited for (waits) or, with an engine that can
+// say without waiting whether a copy finished, polled (polls).
 type pullCopy struct {
 	pl    *pull
 	frame transport.Frame // held
 	src   []byte          // the payload, in frame.Data
 	off   int             // its offset in the message
 	waits []func() error
+	polls []func() (bool, error)
+	err   error // the first error a poll reported
+}
+
+// MemoryPinner is implemented by copy engines that can map memory for DMA
+// once and keep it mapped (ioat.Engine does). With one, a board pins the
+// long-lived DMA-able memory its transport lends held frames from
+// (HoldInfo.DMA) the first time it sees it, so no copy out of it maps
+// pages again, and unpins it when it closes, before the transport frees
+// that memory.
+type MemoryPinner interface {
+	// Pin maps mem until unpin is called.
+	Pin(mem []byte) (unpin func() error, err error)
+}
+
+// CopyPoller is implemented by copy engines that can report, without
+// waiting, whether a copy they started has completed (ioat.Engine does:
+// ICopy and Check). With one, the receive loop reaps the pull-reply copies
+// that are done and leaves the others running, instead of waiting for
+// each.
+type CopyPoller interface {
+	// CopyPoll starts copying src into dst (len(src) bytes) and returns a
+	// function that reports whether the copy completed, and its error.
+	// Neither buffer may be touched until it reports true.
+	CopyPoll(dst, src []byte) (poll func() (done bool, err error), err error)
 }
 
 // pullEngineEnv applies GOMX_PULL_ENGINE_MIN and GOMX_PULL_ENGINE_FRAG
@@ -128,6 +154,9 @@ func (pl *pull) offloadReply(off int, payload []byte) bool {
 		return false
 	}
 	src := f.Data[k : k+len(payload)]
+	if len(info.DMA) > 0 {
+		b.pinDMA(eng, info.DMA)
+	}
 	if info.Copied {
 		// The transport copied it to hold it: the CPU copies it from
 		// there, and the engine gains nothing.
@@ -140,7 +169,15 @@ func (pl *pull) offloadReply(off int, payload []byte) bool {
 	var startErr error
 	if off < totalLen(pl.r.segs) {
 		n := min(len(src), totalLen(pl.r.segs)-off) // truncation drops the rest
+		poller, _ := eng.(CopyPoller)
 		startErr = eachPiece(pl.r.segs, off, n, func(d []byte, at int) error {
+			if poller != nil {
+				p, err := poller.CopyPoll(d, src[at-off:at-off+len(d)])
+				if err == nil {
+					c.polls = append(c.polls, p)
+				}
+				return err
+			}
 			w, err := eng.CopyAsync(d, src[at-off:at-off+len(d)])
 			if err == nil {
 				c.waits = append(c.waits, w)
@@ -157,6 +194,37 @@ func (pl *pull) offloadReply(off int, payload []byte) bool {
 	return true
 }
 
+// pinDMA pins mem with the engine if it can and did not yet (mu held).
+func (b *Board) pinDMA(eng CopyEngine, mem []byte) {
+	p, ok := eng.(MemoryPinner)
+	if !ok || b.closed {
+		return
+	}
+	key := &mem[0]
+	if _, done := b.pinned[key]; done {
+		return
+	}
+	if b.pinned == nil {
+		b.pinned = make(map[*byte]func() error)
+	}
+	unpin, err := p.Pin(mem)
+	if err != nil {
+		unpin = nil // copies map what they need, as for any memory
+	}
+	b.pinned[key] = unpin
+}
+
+// unpinDMA unpins what pinDMA pinned (mu held; from Close, once no copy
+// runs, before the transport frees the memory).
+func (b *Board) unpinDMA() {
+	for k, unpin := range b.pinned {
+		if unpin != nil {
+			_ = unpin()
+		}
+		delete(b.pinned, k)
+	}
+}
+
 // reapOne reaps the oldest copy in flight.
 func (b *Board) reapOne() {
 	c := b.pcopies[0]
@@ -165,15 +233,51 @@ func (b *Board) reapOne() {
 	b.reapCopy(c, nil)
 }
 
-// reapPullCopies reaps every copy in flight (at the start of a batch: they
-// were started while handling an earlier one).
-func (b *Board) reapPullCopies() {
+// reapPullCopies reaps the copies in flight (at the start of a batch: they
+// were started while handling an earlier one). With all set, or an engine
+// that cannot be polled, it waits for every one; otherwise it reaps those
+// that completed and leaves the others running.
+func (b *Board) reapPullCopies(all bool) {
 	t0 := b.copyClock()
-	for len(b.pcopies) > 0 {
-		b.reapOne()
+	if _, ok := b.opts.Local.Engine.(CopyPoller); all || !ok {
+		for len(b.pcopies) > 0 {
+			b.reapOne()
+		}
+		b.pcopies = b.pcopies[:0]
+	} else {
+		keep := b.pcopies[:0]
+		for _, c := range b.pcopies {
+			if c.polled() {
+				b.reapCopy(c, nil)
+				continue
+			}
+			keep = append(keep, c)
+		}
+		clear(b.pcopies[len(keep):])
+		b.pcopies = keep
 	}
-	b.pcopies = b.pcopies[:0]
+	b.pcopyN.Store(int32(len(b.pcopies)))
 	b.copyClocked(t0)
+}
+
+// polled reports whether every request of c completed, dropping those
+// that did (and keeping the first error).
+func (c *pullCopy) polled() bool {
+	k := 0
+	for _, p := range c.polls {
+		done, err := p()
+		if !done {
+			c.polls[k] = p
+			k++
+			continue
+		}
+		if err != nil && c.err == nil {
+			c.err = err
+		}
+	}
+	clear(c.polls[k:])
+	c.polls = c.polls[:k]
+	return k == 0
 }
 
 // copyClock and copyClocked time the receive path's pull-reply copy work
@@ -209,6 +313,12 @@ func (b *Board) reapCopy(c *pullCopy, err error) {
 		if werr := w(); werr != nil && err == nil {
 			err = werr
 		}
+	}
+	for !c.polled() {
+		osYield() // the engine is at work: a poll costs little, a yield less
+	}
+	if err == nil {
+		err = c.err
 	}
 	pl := c.pl
 	e := pl.e
