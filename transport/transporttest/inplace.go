@@ -38,6 +38,14 @@ func heldNow(tr transport.Transport) (uint64, bool) {
 	return v, found
 }
 
+// counters returns a transport's counters, for a failure message.
+func counters(tr transport.Transport) []transport.Counter {
+	if st, ok := tr.(transport.Stats); ok {
+		return st.Counters()
+	}
+	return nil
+}
+
 // holder receives frames of one stream at a transport and holds each one,
 // checking it against its key.
 type holder struct {
@@ -60,9 +68,10 @@ func (s *suite) newHolder(t *testing.T, from, to transport.Transport, id uint64)
 func (h *holder) key(i int) uint64 { return h.id<<48 | uint64(i) }
 
 // take receives up to one batch and holds the frames of keys [lo, hi) that
-// it did not hold yet; it returns how many it held. Frames of other keys
-// (stale duplicates on a lossy wire) are checked and left alone.
-func (h *holder) take(lo, hi int, have map[int]bool, timeout time.Duration) int {
+// it did not hold yet; it returns how many frames it received and how many
+// of them it held. Frames of other keys (stale duplicates on a lossy wire)
+// are checked and left alone.
+func (h *holder) take(lo, hi int, have map[int]bool, timeout time.Duration) (received, held int) {
 	t := h.t
 	t.Helper()
 	n, err := h.to.Recv(h.rx, timeout)
@@ -101,7 +110,7 @@ func (h *holder) take(lo, hi int, have map[int]bool, timeout time.Duration) int 
 		h.keys = append(h.keys, k)
 		got++
 	}
-	return got
+	return n, got
 }
 
 // holdRange sends frames [lo, hi) in one batch and holds each one as it
@@ -117,7 +126,8 @@ func (h *holder) holdRange(lo, hi int) {
 	}
 	for try := 0; len(have) < hi-lo; try++ {
 		if try == 50 || (try == 1 && !h.s.opts.Lossy) {
-			t.Fatalf("%d of %d frames arrived while the receiver held %d: a transport must copy or push back, not lose or block", len(have), hi-lo, len(h.held))
+			t.Fatalf("%d of %d frames arrived while the receiver held %d: a transport must copy or push back, not lose or block\nsender: %v\nreceiver: %v",
+				len(have), hi-lo, len(h.held), counters(h.from), counters(h.to))
 		}
 		var batch []transport.Frame
 		for i := lo; i < hi; i++ {
@@ -128,7 +138,12 @@ func (h *holder) holdRange(lo, hi int) {
 		if n, err := h.from.Send(batch); n != len(batch) || err != nil {
 			t.Fatalf("Send of %d frames: %d, %v", len(batch), n, err)
 		}
-		for len(have) < hi-lo && h.take(lo, hi, have, wait) > 0 {
+		// Receive until the wire is quiet, stale duplicates included, so
+		// that frames sent again do not pile up behind them.
+		for len(have) < hi-lo {
+			if n, _ := h.take(lo, hi, have, wait); n == 0 {
+				break
+			}
 		}
 	}
 }
@@ -312,7 +327,10 @@ func (s *suite) sendInPlace(t *testing.T) {
 			if s.opts.Lossy {
 				wait = 200 * time.Millisecond
 			}
-			for len(have) < hi && h.take(lo, hi, have, wait) > 0 {
+			for len(have) < hi {
+				if n, _ := h.take(lo, hi, have, wait); n == 0 {
+					break
+				}
 			}
 			if len(have) == hi {
 				break
