@@ -11,9 +11,15 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 )
 
-// rxQueue is one RX ring. The NIC owns slots [RDH, tail); the driver has
+// rxQueue is one RX ring. The NIC owns slots [RDH, rdt); the driver has
 // slots [next, RDH) to read and refills [tail, next-1), keeping slot next-1
-// back so that tail never catches up with the NIC's head.
+// back so that tail never catches up with the NIC's head. Slots [rdt, tail)
+// are refilled but not yet handed over: the driver writes RDT only once
+// freeThresh of them gather (DPDK's rx_free_thresh), so that a ping-pong
+// pays one RDT write, an exit into the device model under QEMU, per
+// freeThresh frames instead of per frame. It hands them over sooner when
+// the NIC may be running short, that is when fewer than freeThresh slots
+// lie between next (no further than the NIC's head) and rdt.
 type rxQueue struct {
 	nic  *NIC
 	q    int
@@ -25,8 +31,11 @@ type rxQueue struct {
 	slot    []*nicdrv.Buffer
 	scratch []*nicdrv.Buffer
 	next    uint32 // next slot to look at
-	tail    uint32 // RDT as last written
+	tail    uint32 // first slot not refilled
+	rdt     uint32 // RDT as last written
 	discard bool   // dropping the rest of a multi-descriptor frame
+
+	freeThresh uint32 // refilled slots that make an RDT write worth it
 
 	noBuf, dropped atomic.Uint64
 }
@@ -49,7 +58,28 @@ func (r *rxQueue) start() error {
 	n.w32(hw.Q(hw.RDLEN, r.q), r.size*hw.DescSize)
 	n.w32(hw.Q(hw.RDH, r.q), 0)
 	n.w32(hw.Q(hw.RDT, r.q), r.tail)
+	r.rdt = r.tail
 	return nil
+}
+
+// rxFreeThresh is how many refilled descriptors the driver gathers before
+// it writes RDT: 32, as DPDK's igb and ixgbe default, at most an eighth of
+// the ring, so the NIC always owns the rest.
+func rxFreeThresh(size uint32) uint32 { return max(1, min(32, size/8)) }
+
+// post writes RDT when enough refilled slots have gathered, or the NIC may
+// be short of descriptors. The descriptors are written before the tail
+// moves: Write32 on a BAR (or the model's lock) orders them.
+func (r *rxQueue) post() {
+	held := (r.tail + r.size - r.rdt) % r.size
+	if held == 0 {
+		return
+	}
+	if nicShare := (r.rdt + r.size - r.next) % r.size; held < r.freeThresh && nicShare >= r.freeThresh {
+		return
+	}
+	r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
+	r.rdt = r.tail
 }
 
 // refill gives the NIC fresh buffers in slots [tail, next-1) and reports
@@ -143,13 +173,8 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		out[got] = b
 		got++
 	}
-	old := r.tail
 	_ = r.refill()
-	if r.tail != old {
-		// The descriptors are written before the tail moves: Write32 on a
-		// BAR (or the model's lock) orders them.
-		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
-	}
+	r.post()
 	return got, nil
 }
 
