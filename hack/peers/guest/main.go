@@ -520,10 +520,13 @@ func rawTestpmd(o options, add func(size int, us, p10 float64)) (err error) {
 			break
 		}
 	}
-	// EAL's main lcore on CPU 0, the forwarding lcore on CPU 1; the pinger
-	// shares CPU 0 with testpmd's idle main thread.
+	// EAL's main lcore on CPU 0, the forwarding lcore on CPU 1 (gomx's
+	// reflector thread is pinned there too); the pinger shares CPU 0 with
+	// testpmd's idle main thread. Rings of 512 descriptors and bursts of
+	// 32, as gomx's reflector (the em driver's default rings are 256).
 	cmd := exec.Command(o.testpmd, "-l", "0,1", "-n", "1", "--in-memory", "-a", o.b.String(),
 		"--", "--forward-mode=macswap", "--auto-start", "--nb-cores=1", "--rxq=1", "--txq=1",
+		"--rxd=512", "--txd=512", "--burst=32",
 		"--total-num-mbufs=2048", "--no-lsc-interrupt")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
