@@ -14,12 +14,12 @@ import (
 // rxQueue is one RX ring. The NIC owns slots [RDH, rdt); the driver has
 // slots [next, RDH) to read and refills [tail, next-1), keeping slot next-1
 // back so that tail never catches up with the NIC's head. Slots [rdt, tail)
-// are refilled but not yet handed over: the driver writes RDT only once
-// freeThresh of them gather (DPDK's rx_free_thresh), so that a ping-pong
-// pays one RDT write, an exit into the device model under QEMU, per
-// freeThresh frames instead of per frame. It hands them over sooner when
-// the NIC may be running short, that is when fewer than freeThresh slots
-// lie between next (no further than the NIC's head) and rdt.
+// are refilled but not handed over yet (the pool ran short in the middle of
+// a refill). The driver refills and writes RDT only once freeThresh slots
+// wait between rdt and next-1 (DPDK's rx_free_thresh): a ping-pong then
+// pays one RDT write, an exit into the device model under QEMU, and one
+// trip to the pool per freeThresh frames instead of per frame, while the
+// NIC keeps all but freeThresh of the ring.
 type rxQueue struct {
 	nic  *NIC
 	q    int
@@ -67,19 +67,21 @@ func (r *rxQueue) start() error {
 // the ring, so the NIC always owns the rest.
 func rxFreeThresh(size uint32) uint32 { return max(1, min(32, size/8)) }
 
-// post writes RDT when enough refilled slots have gathered, or the NIC may
-// be short of descriptors. The descriptors are written before the tail
-// moves: Write32 on a BAR (or the model's lock) orders them.
-func (r *rxQueue) post() {
-	held := (r.tail + r.size - r.rdt) % r.size
-	if held == 0 {
+// replenish refills the slots the driver has read and hands them to the
+// NIC with one RDT write, once freeThresh of them wait (or the NIC's own
+// share, all the ring but those slots, would fall below freeThresh on a
+// small ring). The descriptors are written before the tail moves: Write32
+// on a BAR (or the model's lock) orders them.
+func (r *rxQueue) replenish() {
+	waiting := (r.next + 2*r.size - 1 - r.rdt) % r.size // [rdt, next-1)
+	if waiting == 0 || (waiting < r.freeThresh && r.size-1-waiting >= r.freeThresh) {
 		return
 	}
-	if nicShare := (r.rdt + r.size - r.next) % r.size; held < r.freeThresh && nicShare >= r.freeThresh {
-		return
+	_ = r.refill()
+	if r.tail != r.rdt {
+		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
+		r.rdt = r.tail
 	}
-	r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
-	r.rdt = r.tail
 }
 
 // refill gives the NIC fresh buffers in slots [tail, next-1) and reports
@@ -173,8 +175,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		out[got] = b
 		got++
 	}
-	_ = r.refill()
-	r.post()
+	r.replenish()
 	return got, nil
 }
 
