@@ -156,7 +156,8 @@ func TestReflectorMMIO(t *testing.T) {
 	}{{"pingpong", 1, dpdkWritesPingPong, gomxWritesPingPong}, {"stream32", 32, dpdkWritesStream, dpdkWritesStream}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newReflectRig(t)
-			refl, ping := r.measure(t, c.burst, 32*32)
+			const frames = 32 * 32
+			refl, ping := r.measure(t, c.burst, frames)
 			t.Logf("reflector per frame: %.3f reads, %.3f writes (%s), %.3f RX descriptor DMA, %.3f TX fetches, %.3f TX write-backs",
 				refl.reads, refl.writes, refl.writeNames, refl.rxDMA, refl.txFetch, refl.txWB)
 			t.Logf("pinger per frame: %.3f reads, %.3f writes (%s)", ping.reads, ping.writes, ping.writeNames)
@@ -169,7 +170,7 @@ func TestReflectorMMIO(t *testing.T) {
 				}
 				if x.c.writes > c.dpdkWrites {
 					t.Errorf("%s writes %.3f registers per frame (%s); DPDK writes %.3f (RDT and TDT once per burst)", x.who, x.c.writes, x.c.writeNames, c.dpdkWrites)
-				} else if x.c.writes > c.gomxWrites {
+				} else if x.c.writes > c.gomxWrites+1.0/frames { // a group of 32 cut by the window
 					t.Errorf("%s writes %.3f registers per frame (%s), want at most %.3f: TDT once per burst, RDT once per 32 refilled descriptors", x.who, x.c.writes, x.c.writeNames, c.gomxWrites)
 				}
 				if x.c.txWB > dpdkTxWriteBacksFrame {
