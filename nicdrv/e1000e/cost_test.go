@@ -127,12 +127,23 @@ func (r *reflectRig) burst(tb testing.TB, k int) {
 	r.seq += uint64(k)
 }
 
+// warmUp runs 64 bursts of k frames: past the first refills and RS marks.
+func (r *reflectRig) warmUp(tb testing.TB, k int) {
+	for range 64 {
+		r.burst(tb, k)
+	}
+}
+
 // measure runs frames/k bursts of k frames after a warm-up and returns
 // the reflector's (b) and the pinger's (a) cost per frame.
 func (r *reflectRig) measure(tb testing.TB, k, frames int) (refl, ping cost) {
-	for range 64 {
-		r.burst(tb, k) // warm-up: past the first refills and RS marks
-	}
+	r.warmUp(tb, k)
+	return r.count(tb, k, frames)
+}
+
+// count runs frames/k bursts of k frames and returns the reflector's (b)
+// and the pinger's (a) cost per frame.
+func (r *reflectRig) count(tb testing.TB, k, frames int) (refl, ping cost) {
 	r.p.ResetAccesses(0)
 	r.p.ResetAccesses(1)
 	for i := 0; i < frames; i += k {
@@ -205,10 +216,12 @@ func BenchmarkReflectorMMIO(b *testing.B) {
 	}{{"pingpong", 1, dpdkWritesPingPong}, {"stream32", 32, dpdkWritesStream}} {
 		b.Run(c.name, func(b *testing.B) {
 			r := newReflectRig(b)
-			frames := max(c.burst, b.N/c.burst*c.burst)
+			frames := max(c.burst, (b.N+c.burst-1)/c.burst*c.burst)
+			r.warmUp(b, c.burst)
 			b.ResetTimer()
-			refl, ping := r.measure(b, c.burst, frames)
+			refl, ping := r.count(b, c.burst, frames)
 			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(frames), "ns/frame")
 			b.ReportMetric(refl.reads, "mmio-reads/frame")
 			b.ReportMetric(refl.writes, "mmio-writes/frame")
 			b.ReportMetric(c.dpdkWrites, "dpdk-mmio-writes/frame")
