@@ -80,6 +80,7 @@ bench: hugepages
 	$(GO) test -run '^$$' -bench 'Stream' -benchtime=300000x -count=5 ./xdp/
 	$(GO) test -run '^$$' -bench 'PingPong/loopback/busypoll/8B' -benchtime=200000x -count=5 ./mx/
 	$(GO) test -run '^$$' -bench 'ModelPair' -benchtime=200000x -count=5 ./nicdrv/e1000e/
+	$(GO) test -run '^$$' -bench 'ReflectorMMIO' -benchtime=1024x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -bench 'Intranode/.*/blocking' -benchtime=500x -count=3 ./mx/
 	$(GO) run ./cmd/mxbench pingpong --sizes 8,1K,32K,1M --iterations 20000 --warmup 2000
 	$(GO) run ./cmd/mxbench pingpong --transport xdp --sizes 8,1K,32K --iterations 50000 --warmup 2000

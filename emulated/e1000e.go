@@ -284,6 +284,64 @@ func (p *E1000E) Stats(i int) E1000EStats {
 	return s
 }
 
+// E1000EAccesses counts what a driver's use of one emulated NIC would cost
+// on QEMU's e1000e, where every register access is a trip through the
+// device model (an MMIO exit of the vCPU, handled under QEMU's global lock)
+// and every descriptor access a DMA through the IOMMU. Frames are counted
+// in E1000EStats and MSI-X messages in its Interrupts.
+type E1000EAccesses struct {
+	// Reads and Writes count register accesses by register name (hw.RegName:
+	// "RDT0", "ICR", ...).
+	Reads, Writes map[string]uint64
+	// RxDescFetches and RxDescWriteBacks count RX descriptors the NIC read
+	// (to take a buffer) and wrote back (a received frame's status).
+	RxDescFetches, RxDescWriteBacks uint64
+	// TxDescFetches counts TX descriptors the NIC read, TxDescWriteBacks
+	// those it wrote back done (those the driver marked RS).
+	TxDescFetches, TxDescWriteBacks uint64
+}
+
+// TotalReads is the number of register reads.
+func (a E1000EAccesses) TotalReads() uint64 { return sum(a.Reads) }
+
+// TotalWrites is the number of register writes.
+func (a E1000EAccesses) TotalWrites() uint64 { return sum(a.Writes) }
+
+func sum(m map[string]uint64) uint64 {
+	var t uint64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+// Accesses returns what port i's driver has done to it since the platform
+// was made or since ResetAccesses.
+func (p *E1000E) Accesses(i int) E1000EAccesses {
+	n := p.nics[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a := n.acc
+	named := func(m map[int]uint64) map[string]uint64 {
+		out := make(map[string]uint64, len(m))
+		for off, v := range m {
+			out[hw.RegName(off)] += v
+		}
+		return out
+	}
+	return E1000EAccesses{Reads: named(a.reads), Writes: named(a.writes),
+		RxDescFetches: a.rxFetch, RxDescWriteBacks: a.rxWB, TxDescFetches: a.txFetch, TxDescWriteBacks: a.txWB}
+}
+
+// ResetAccesses sets port i's access counts to zero, so that a test can
+// count one phase (a steady stream after the bring-up).
+func (p *E1000E) ResetAccesses(i int) {
+	n := p.nics[i]
+	n.mu.Lock()
+	n.acc = e1000eAccesses{}
+	n.mu.Unlock()
+}
+
 // Close stops every NIC; no DMA happens after it returns.
 func (p *E1000E) Close() error {
 	var errs []error
@@ -327,6 +385,22 @@ type e1000eNIC struct {
 
 	nTx, nRx, nDrop, nIRQ, nViol atomic.Uint64
 	lastViol                     atomic.Pointer[string]
+
+	acc e1000eAccesses // under mu
+}
+
+// e1000eAccesses is what E1000E.Accesses reports, counted under the
+// NIC's mu: register accesses by offset, descriptor DMA.
+type e1000eAccesses struct {
+	reads, writes                map[int]uint64
+	rxFetch, rxWB, txFetch, txWB uint64
+}
+
+func (a *e1000eAccesses) count(m *map[int]uint64, off int) {
+	if *m == nil {
+		*m = map[int]uint64{}
+	}
+	(*m)[off]++
 }
 
 func (n *e1000eNIC) violation(format string, args ...any) {
@@ -419,6 +493,7 @@ func (n *e1000eNIC) status() uint32 {
 func (n *e1000eNIC) read(off, w int) uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.acc.count(&n.acc.reads, off)
 	if w != 4 {
 		n.violation("%d-byte read at %#x: 82574 registers are accessed 32 bits at a time", w, off)
 		return 0
@@ -453,17 +528,19 @@ func (n *e1000eNIC) read(off, w int) uint64 {
 func (n *e1000eNIC) write(off, w int, v64 uint64) {
 	if w != 4 {
 		n.mu.Lock()
+		n.acc.count(&n.acc.writes, off)
 		n.violation("%d-byte write at %#x: 82574 registers are accessed 32 bits at a time", w, off)
 		n.mu.Unlock()
 		return
 	}
 	v := uint32(v64)
 	if off == hw.Q(hw.TDT, 0) || off == hw.Q(hw.TDT, 1) {
-		n.transmit((off-hw.TDT)/hw.QueueStride, v)
+		n.transmit((off-hw.TDT)/hw.QueueStride, v) // counts the write
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.acc.count(&n.acc.writes, off)
 	n.writeLocked(off, v)
 }
 
@@ -760,6 +837,7 @@ func (n *e1000eNIC) transmit(q int, tdt uint32) {
 	n.txMu.Lock()
 	defer n.txMu.Unlock()
 	n.mu.Lock()
+	n.acc.count(&n.acc.writes, hw.Q(hw.TDT, q))
 	if n.closed {
 		n.mu.Unlock()
 		return
@@ -844,6 +922,7 @@ func (n *e1000eNIC) txRingLocked(q int, l, tdt uint32) bool {
 			n.violation("TX descriptor %d of queue %d at an unmapped IOVA", head, q)
 			break
 		}
+		n.acc.txFetch++
 		d := hw.DecodeTxDesc(raw)
 		switch {
 		case d.Extended() && d.DTyp() == hw.TxDTypContext:
@@ -875,6 +954,7 @@ func (n *e1000eNIC) txRingLocked(q int, l, tdt uint32) bool {
 		if d.Cmd()&hw.TxCmdRS != 0 {
 			dmasync.Publish()
 			raw[12] |= hw.TxStatDD
+			n.acc.txWB++
 		}
 		did = true
 		head = (head + 1) % l
@@ -1129,6 +1209,7 @@ func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {
 			n.nDrop.Add(1)
 			return rxDropped
 		}
+		n.acc.rxFetch++
 		addr := binary.LittleEndian.Uint64(raw)
 		k := min(n.rxBuf, total-off)
 		buf, ok := dom.translate(addr, k, true, &n.hint)
@@ -1162,6 +1243,7 @@ func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {
 		store64(raw[0:8], binary.LittleEndian.Uint64(tmp[0:]))
 		dmasync.Publish()
 		store64(raw[8:16], binary.LittleEndian.Uint64(tmp[8:]))
+		n.acc.rxWB++
 		head = (head + 1) % l
 	}
 	n.set(hw.Q(hw.RDH, q), head)

@@ -242,3 +242,34 @@ func TestE1000EStrictness(t *testing.T) {
 		}
 	})
 }
+
+// The access counts are what a user of the model reads to learn what a
+// driver costs on QEMU: every register access by name, and the descriptor
+// DMA, exactly.
+func TestE1000EAccesses(t *testing.T) {
+	r := newNICRig(t)
+	r.startRx(1)
+	r.regs[1].Write32(hw.CTRL, hw.CtrlSLU)
+	r.p.ResetAccesses(0)
+	r.p.ResetAccesses(1)
+	r.send(0, testFrame(100)) // five ring writes, TCTL, TDT; RS on the descriptor
+	r.regs[1].Read32(hw.STATUS)
+	r.regs[1].Write32(hw.Q(hw.RDT, 0), 0)
+	a, b := r.p.Accesses(0), r.p.Accesses(1)
+	if a.TotalReads() != 0 || a.TotalWrites() != 6 || a.Writes["TDT0"] != 1 || a.Writes["TDBAL0"] != 1 {
+		t.Errorf("port 0: reads %v, writes %v; want none, and TDBAL0, TDBAH0, TDLEN0, TDH0, TCTL, TDT0 once each", a.Reads, a.Writes)
+	}
+	if a.TxDescFetches != 1 || a.TxDescWriteBacks != 1 || a.RxDescFetches != 0 {
+		t.Errorf("port 0: %+v; want one TX descriptor fetched and written back", a)
+	}
+	if b.Reads["STATUS"] != 1 || b.Writes["RDT0"] != 1 || b.TotalReads() != 1 || b.TotalWrites() != 1 {
+		t.Errorf("port 1: reads %v, writes %v; want STATUS read and RDT0 written once", b.Reads, b.Writes)
+	}
+	if b.RxDescFetches != 1 || b.RxDescWriteBacks != 1 || b.TxDescFetches != 0 {
+		t.Errorf("port 1: %+v; want one RX descriptor fetched and written back", b)
+	}
+	r.p.ResetAccesses(1)
+	if b := r.p.Accesses(1); b.TotalReads()+b.TotalWrites()+b.RxDescFetches+b.RxDescWriteBacks != 0 {
+		t.Errorf("after ResetAccesses: %+v", b)
+	}
+}

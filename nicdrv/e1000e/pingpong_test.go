@@ -10,27 +10,11 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
 )
 
-// reflectOnce is one step of a macswap reflector on n: every frame
-// received goes back out with its addresses swapped.
+// reflectOnce is one step of gomx's macswap reflector on n, the one the
+// peers VM runs against testpmd's.
 func reflectOnce(n nicdrv.NIC, rx []*nicdrv.Buffer) error {
-	k, err := n.RxBatch(0, rx)
-	if err != nil {
-		return err
-	}
-	for _, b := range rx[:k] {
-		var tmp [6]byte
-		copy(tmp[:], b.Data[0:6])
-		copy(b.Data[0:6], b.Data[6:12])
-		copy(b.Data[6:12], tmp[:])
-	}
-	for sent := 0; sent < k; {
-		m, err := n.TxBatch(0, rx[sent:k])
-		if err != nil {
-			return err
-		}
-		sent += m
-	}
-	return nil
+	_, err := nictest.MacSwap(n, 0, rx)
+	return err
 }
 
 // rawPingPong sends frames of size bytes from a to a macswap reflector on b

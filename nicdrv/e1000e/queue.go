@@ -11,9 +11,15 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 )
 
-// rxQueue is one RX ring. The NIC owns slots [RDH, tail); the driver has
+// rxQueue is one RX ring. The NIC owns slots [RDH, rdt); the driver has
 // slots [next, RDH) to read and refills [tail, next-1), keeping slot next-1
-// back so that tail never catches up with the NIC's head.
+// back so that tail never catches up with the NIC's head. Slots [rdt, tail)
+// are refilled but not handed over yet (the pool ran short in the middle of
+// a refill). The driver refills and writes RDT only once freeThresh slots
+// wait between rdt and next-1 (DPDK's rx_free_thresh): a ping-pong then
+// pays one RDT write, an exit into the device model under QEMU, and one
+// trip to the pool per freeThresh frames instead of per frame, while the
+// NIC keeps all but freeThresh of the ring.
 type rxQueue struct {
 	nic  *NIC
 	q    int
@@ -25,8 +31,11 @@ type rxQueue struct {
 	slot    []*nicdrv.Buffer
 	scratch []*nicdrv.Buffer
 	next    uint32 // next slot to look at
-	tail    uint32 // RDT as last written
+	tail    uint32 // first slot not refilled
+	rdt     uint32 // RDT as last written
 	discard bool   // dropping the rest of a multi-descriptor frame
+
+	freeThresh uint32 // refilled slots that make an RDT write worth it
 
 	noBuf, dropped atomic.Uint64
 }
@@ -49,7 +58,30 @@ func (r *rxQueue) start() error {
 	n.w32(hw.Q(hw.RDLEN, r.q), r.size*hw.DescSize)
 	n.w32(hw.Q(hw.RDH, r.q), 0)
 	n.w32(hw.Q(hw.RDT, r.q), r.tail)
+	r.rdt = r.tail
 	return nil
+}
+
+// rxFreeThresh is how many refilled descriptors the driver gathers before
+// it writes RDT: 32, as DPDK's igb and ixgbe default, at most an eighth of
+// the ring, so the NIC always owns the rest.
+func rxFreeThresh(size uint32) uint32 { return max(1, min(32, size/8)) }
+
+// replenish refills the slots the driver has read and hands them to the
+// NIC with one RDT write, once freeThresh of them wait (or the NIC's own
+// share, all the ring but those slots, would fall below freeThresh on a
+// small ring). The descriptors are written before the tail moves: Write32
+// on a BAR (or the model's lock) orders them.
+func (r *rxQueue) replenish() {
+	waiting := (r.next + 2*r.size - 1 - r.rdt) % r.size // [rdt, next-1)
+	if waiting == 0 || (waiting < r.freeThresh && r.size-1-waiting >= r.freeThresh) {
+		return
+	}
+	_ = r.refill()
+	if r.tail != r.rdt {
+		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
+		r.rdt = r.tail
+	}
 }
 
 // refill gives the NIC fresh buffers in slots [tail, next-1) and reports
@@ -143,13 +175,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		out[got] = b
 		got++
 	}
-	old := r.tail
-	_ = r.refill()
-	if r.tail != old {
-		// The descriptors are written before the tail moves: Write32 on a
-		// BAR (or the model's lock) orders them.
-		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
-	}
+	r.replenish()
 	return got, nil
 }
 

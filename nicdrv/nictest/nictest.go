@@ -26,6 +26,11 @@
 //
 // Waits are on conditions, bounded by generous deadlines that only keep a
 // broken driver from hanging the test; nothing asserts wall time.
+//
+// [MacSwap] is gomx's macswap reflector (testpmd's forwarding mode of the
+// same name), one loop shared by the peers VM (hack/peers), which times it
+// against DPDK's testpmd, and the drivers' tests, which count its register
+// accesses per frame on the model.
 package nictest
 
 import (

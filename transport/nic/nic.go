@@ -256,11 +256,13 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
-	if err := t.pool.Free(t.held...); err != nil {
-		return 0, fmt.Errorf("transport/nic: %w", err)
+	if len(t.held) > 0 { // an empty poll takes no pool lock
+		if err := t.pool.Free(t.held...); err != nil {
+			return 0, fmt.Errorf("transport/nic: %w", err)
+		}
+		clear(t.held)
+		t.held = t.held[:0]
 	}
-	clear(t.held)
-	t.held = t.held[:0]
 	t.lends.Recv()
 	defer func() { t.lends.Got(len(t.held)) }()
 	if len(frames) == 0 {
