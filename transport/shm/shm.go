@@ -114,9 +114,11 @@ const (
 	handshakeTTL = 5 * time.Second
 )
 
-// tightPolls is how many looks a spinning Recv takes before it starts
-// yielding the CPU between looks.
-const tightPolls = 4
+// yieldAfter is how long a spinning Recv looks at the rings without a
+// system call before it starts yielding the CPU between looks: a few round
+// trips, so a frame on time costs no syscall, while a receiver whose
+// producer waits for this CPU lets it run soon.
+const yieldAfter = 20 * time.Microsecond
 
 // Transport is a shared-memory transport: one board of this host. It
 // implements transport.Transport and transport.Stats.
@@ -152,7 +154,7 @@ type Transport struct {
 	wg     sync.WaitGroup
 
 	cnt struct {
-		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes atomic.Uint64
+		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
 	}
 }
 
