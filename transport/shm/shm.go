@@ -472,6 +472,7 @@ func (t *Transport) Wake() {
 	// see sleeping == 1 and bump the futex word it waits on.
 	t.wakeReq.Store(true)
 	if t.slp.Load() != 0 {
+		t.cnt.wakes.Add(1)
 		t.ring()
 	}
 }
