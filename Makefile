@@ -79,6 +79,8 @@ bench: hugepages
 	$(GO) test -run '^$$' -bench 'PingPong' -benchtime=20000x -count=5 ./xdp/
 	$(GO) test -run '^$$' -bench 'Stream' -benchtime=300000x -count=5 ./xdp/
 	$(GO) test -run '^$$' -bench 'PingPong/loopback/busypoll/8B' -benchtime=200000x -count=5 ./mx/
+	GOMX_BENCH_BIND=1 $(GO) test -run '^$$' -bench 'FloorPingPong' -benchtime=20000x -count=5 ./transport/shm/
+	GOMX_BENCH_BIND=1 $(GO) test -run '^$$' -bench 'Intranode/shm-procs/rings/.*/8B' -benchtime=20000x -count=5 ./mx/
 	$(GO) test -run '^$$' -bench 'ModelPair' -benchtime=200000x -count=5 ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -bench 'ReflectorMMIO' -benchtime=1024x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -bench 'Intranode/.*/blocking' -benchtime=500x -count=3 ./mx/

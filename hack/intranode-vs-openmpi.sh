@@ -9,25 +9,29 @@
 # the rounds, and the last lines the ratios of mx's 8-byte latency (p50 and
 # mean) and 4 MiB bandwidth to Open MPI's. MODES (default "blocking
 # busypoll") chooses mx's wait modes. mx's two processes are bound to one
-# CPU each (GOMX_BENCH_BIND=1), as mpirun binds the two NetPIPE ranks.
+# CPU each (GOMX_BENCH_BIND=1), as mpirun binds the two NetPIPE ranks;
+# BIND=0 leaves every process unbound (mpirun --bind-to none).
 set -eu
 cd "$(dirname "$0")/.."
 bt=${1:-1s}
 runs=${RUNS:-5}
 modes=${MODES:-blocking busypoll}
+bind=${BIND:-1}
+mpibind=core
+if [ "$bind" = 0 ]; then bind= mpibind=none; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/mx.test" ./mx/
 for run in $(seq "$runs"); do
 	for size in 8 4194304; do
-		mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader \
+		mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 --bind-to $mpibind --mca btl self,vader \
 			NPopenmpi -l $size -u $size -p 0 -o "$tmp/np" >/dev/null 2>&1
 		# NetPIPE's columns: bytes, Mbit/s, one-way seconds.
 		awk -v s=$size '$1 == s { printf "openmpi-vader/%sB us/oneway %.3f MB/s %.1f\n", $1, $3 * 1e6, $2 / 8 }' "$tmp/np"
 	done
 	for path in shm-procs/rings shm-procs/cma udp+shm-procs; do
 		for mode in $modes; do
-			(cd mx && GOMX_BENCH_BIND=1 "$tmp/mx.test" -test.run '^$' -test.benchtime "$bt" \
+			(cd mx && GOMX_BENCH_BIND=$bind "$tmp/mx.test" -test.run '^$' -test.benchtime "$bt" \
 				-test.bench "^BenchmarkIntranode\$/^$(echo $path | sed 's/+/\\+/')\$/^$mode\$" 2>/dev/null) |
 				# A child's exit message may split a result line: join from
 				# the name to the metrics.

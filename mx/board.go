@@ -110,6 +110,11 @@ type Board struct {
 	spinning   atomic.Int32 // waiters polling now
 	waitPolled atomic.Uint64
 	waitSlept  atomic.Uint64
+	waitYields atomic.Uint64 // sched_yield calls of polling waiters
+	spinGrew   atomic.Uint64 // poll windows grown (spinGovernor)
+	spinShrank atomic.Uint64 // and shrunk
+	loopRecvs  atomic.Uint64 // Recv calls of the progress goroutine
+	loopOut    atomic.Uint64 // and returns from them
 	rawWake    chan struct{}
 	quit       chan struct{}
 	exited     chan struct{}
@@ -386,7 +391,9 @@ func (b *Board) progress() {
 		if b.pcopyN.Load() > 0 {
 			wait = 0 // look again at once: the engine's copies are reaped next (pulloffload.go)
 		}
+		b.loopRecvs.Add(1)
 		n, err := b.tr.Recv(s.rx, wait)
+		b.loopOut.Add(1)
 		b.mu.Lock()
 		b.handleBatchLocked(s.rx[:n])
 		b.timersLocked(false)

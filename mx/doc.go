@@ -157,8 +157,12 @@
 // progress goroutine receives frame batches, demultiplexes them to endpoints,
 // matches, answers acks and pulls, resends on timers and completes requests.
 // A wait first polls the shared-memory rings (a shm board's, or the host
-// path's) from the waiting goroutine for at most BoardOptions.Spin
-// (GOMX_SPIN, default DefaultSpin), yielding the CPU between looks: the
+// path's) from the waiting goroutine for the endpoint's poll window, which
+// starts at BoardOptions.Spin (GOMX_SPIN, default DefaultSpin) and tunes
+// itself up to BoardOptions.SpinMax (GOMX_SPIN_MAX) as Linux's haltpoll
+// governor does: it grows after a wait whose message came soon after it
+// gave up, and shrinks after one that polled in vain. A look costs no
+// system call; a waiter whose reply is late yields the CPU between looks. The
 // progress goroutine steps aside (it keeps only the timers) while any waiter
 // polls, so a message that comes meanwhile goes from the ring to completion
 // in the waiting goroutine with no futex and no goroutine hop, and Test

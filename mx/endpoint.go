@@ -43,6 +43,7 @@ type Endpoint struct {
 	ev          chan struct{} // closed on completions and arrivals when evWaiters > 0
 	evWaiters   int
 	wakeGen     atomic.Uint64
+	spin        spinGovernor // its waits' poll window (poll.go)
 	closedAtom  atomic.Bool
 	handlerBusy int
 	loc         localState // the in-process shortcut (local.go)
@@ -54,7 +55,7 @@ type partnerKey struct {
 }
 
 func newEndpoint(b *Board, id uint8, key uint32) *Endpoint {
-	return &Endpoint{
+	e := &Endpoint{
 		b:        b,
 		id:       id,
 		key:      key,
@@ -63,6 +64,8 @@ func newEndpoint(b *Board, id uint8, key uint32) *Endpoint {
 		wake:     make(chan struct{}),
 		ev:       make(chan struct{}),
 	}
+	e.spin.window.Store(int64(max(b.opts.Spin, 0)))
+	return e
 }
 
 // ID returns the endpoint id.
@@ -601,10 +604,7 @@ func (m *Message) Recv(ctx context.Context, segs [][]byte) (Status, error) {
 func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 	b := e.b
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
-		budget := b.opts.Spin
-		if b.opts.BusyPoll {
-			budget = -1
-		}
+		budget := b.waitBudget(e)
 		ok := false
 		held, err := b.pollWait(ctx, nil, func() bool {
 			b.mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // Copy-engine offload of the single copy (seed 003 §3.3, Fig. 11).
@@ -32,6 +34,14 @@ import (
 //     stale translation. Reuse of a pool buffer by its owner keeps the
 //     same pages, so the cached mapping stays right and the new bytes are
 //     the ones copied.
+//   - The copy runs without the board lock, on a goroutine of its own, as
+//     the CMA copy does (cma.go): other messages of the board progress
+//     while the engine works, and the receive completes (and the NOTIFY
+//     goes back) when the last chunk is in. The receive belongs to the
+//     copy until then; the sender's segment stays mapped meanwhile (the
+//     transport unmaps it only after the copy let go of it), and a segment
+//     gone before the copy starts (its sender died) sends the receive to
+//     the ring pull, or fails it when the sender is gone.
 //   - Failures never deliver wrong data: if the engine fails any chunk
 //     (a channel error, a mapping refused), the receiver waits for every
 //     chunk it started, then copies the whole message with the CPU from
@@ -165,4 +175,65 @@ func eachPiece(segs [][]byte, pos, n int, fn func(d []byte, at int) error) error
 		base = end
 	}
 	return nil
+}
+
+// engineCopy is an engine copy in flight: a matched large receive being
+// filled from the sender's shared segment seg (its entry: offset off, n
+// bytes) by the copy engine, outside the board lock.
+type engineCopy struct {
+	e             *Endpoint
+	r             *Request
+	p             *partner
+	match         uint64
+	msgLen, total uint32
+	ref           rndvRef
+	tr            *shm.Transport
+	seg           uint32
+	off, n        uint64
+	dst           [][]byte
+}
+
+// startEngineCopy hands c's receive to a goroutine that copies it with the
+// engine and then completes it. b.mu held.
+func (e *Endpoint) startEngineCopy(c *engineCopy) {
+	c.e = e
+	e.b.copies.Add(1)
+	go c.run()
+}
+
+// run copies, then completes the receive and notifies the sender; a
+// segment that went away meanwhile sends the receive to the ring pull.
+func (c *engineCopy) run() {
+	e := c.e
+	b := e.b
+	defer b.copies.Done()
+	copied := false
+	var err error
+	c.tr.PeerSegment(c.p.nic, c.seg, func(mem []byte) {
+		start, end, ok := sharedSource(c.off, c.n, c.ref.off, c.total, len(mem))
+		if !ok {
+			return
+		}
+		copied = true
+		err = b.offloadCopy(b.opts.Local.Engine, c.dst, mem[start:end])
+	})
+	b.mu.Lock()
+	defer b.unlock()
+	b.now = b.clock()
+	switch {
+	case e.closed:
+		e.complete(c.r, ErrEndpointClosed)
+	case !copied && c.p.dead:
+		e.complete(c.r, ErrUnreachable)
+	case !copied:
+		e.ringPull(c.r, c.p, c.match, c.msgLen, c.total, c.ref)
+	default:
+		if err != nil {
+			e.cnt[EngineFallbacks]++ // the CPU copied it (offloadCopy)
+		} else {
+			e.cnt[RecvEngine]++
+		}
+		c.p.sendNotify(c.total, c.ref.id, c.ref.seq)
+		e.finishRecv(c.r, c.p, c.match, c.msgLen, c.total)
+	}
 }

@@ -66,11 +66,19 @@ type BoardOptions struct {
 	// instead of sleeping: lowest latency, one core spinning per waiter.
 	BusyPoll bool
 	// Spin is how long a waiting goroutine polls shared-memory rings (a
-	// shm board, or the host path) itself before it sleeps: a message
-	// found meanwhile completes its request with no futex and no
-	// goroutine hand-off (see poll.go). Default $GOMX_SPIN (a Go
-	// duration), else DefaultSpin; negative (or GOMX_SPIN=0): never spin.
+	// shm board, or the host path) itself before it sleeps, at first: a
+	// message found meanwhile completes its request with no futex and no
+	// goroutine hand-off (see poll.go). Each endpoint then tunes its own
+	// window between 0 and SpinMax from how its waits end
+	// (Endpoint.SpinWindow), and Spin is where it starts and how far it
+	// jumps when it grows from 0. Default $GOMX_SPIN (a Go duration),
+	// else DefaultSpin; negative (or GOMX_SPIN=0): never spin.
 	Spin time.Duration
+	// SpinMax caps the poll window: a wait whose message comes within
+	// SpinMax of its start grows its endpoint's window so the next such
+	// message is caught by polling; one that comes later shrinks it.
+	// Default $GOMX_SPIN_MAX, else DefaultSpinMax (or Spin, if larger).
+	SpinMax time.Duration
 	// NoChecksum turns off the CRC-32C frame trailer (see package wire).
 	// The trailer is a gomx extension negotiated at connect: frames between
 	// two boards carry it when both announce it (neither set NoChecksum),

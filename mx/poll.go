@@ -42,9 +42,28 @@ import (
 // budget runs out sleeps as before, and so does the receive loop in Recv
 // after the transport's own short spin, so an idle endpoint costs no CPU.
 //
-// Between polls a spinning waiter gives its CPU away with sched_yield after
-// a few tight rounds: on a node where processes outnumber cores, the peer
-// that must answer may be waiting for this very CPU.
+// A polling waiter makes no system call while its reply is on time: it
+// spins on the rings for yieldAfter, and only a reply later than that
+// makes it give its CPU away with sched_yield between polls (on a node
+// where processes outnumber cores, the peer that must answer may be
+// waiting for this very CPU). Open MPI spins in opal_progress the same
+// way, and yields only when told the node is oversubscribed.
+//
+// # The poll window
+//
+// How long a blocking waiter polls before it sleeps is not a constant but
+// the endpoint's poll window, tuned by the waits themselves as Linux's
+// cpuidle haltpoll governor tunes a CPU's poll before it halts
+// (drivers/cpuidle/governors/haltpoll.c): a wait that slept but whose
+// message came within BoardOptions.SpinMax of its start doubles the
+// window (at least BoardOptions.Spin, at most SpinMax): had it polled
+// that long it would not have paid the wake-up. A wait whose message came
+// only after SpinMax halves it: polling would not have caught it, so the
+// polling was wasted. Waits completed while polling leave it as it is.
+// So a ping-pong whose peer answers within SpinMax settles on a window
+// that catches the reply and never sleeps, even when a loaded machine
+// deschedules the peer now and then, while an idle endpoint's window
+// shrinks towards zero and it costs no CPU.
 //
 // BoardOptions.BusyPoll is the same poll without a budget, on every source
 // (the transport too, at the price of a system call per look).
@@ -55,9 +74,72 @@ import (
 // gives the CPU back after a bounded cost.
 const DefaultSpin = 50 * time.Microsecond
 
-// tightPolls is how many polls a spinning waiter makes before it starts
-// yielding the CPU between polls.
-const tightPolls = 4
+// DefaultSpinMax is the default BoardOptions.SpinMax: a few scheduler
+// time slices of a loaded machine short, so a reply from a peer that was
+// descheduled briefly is still caught by polling, and an endpoint whose
+// messages come later gives the CPU back after at most this long.
+const DefaultSpinMax = time.Millisecond
+
+// yieldAfter is how long a waiter polls without a system call before it
+// starts yielding the CPU between polls: a few round trips of the rings,
+// so an on-time reply costs no syscall, while a waiter whose peer needs
+// this CPU lets it run soon.
+const yieldAfter = 20 * time.Microsecond
+
+// spinGovernor is an endpoint's poll window (see "The poll window"): an
+// atomic, as every waiter of the endpoint reads it and the last to observe
+// a wait sets it.
+type spinGovernor struct {
+	window atomic.Int64 // ns
+}
+
+// next returns the window after a wait that slept and whose message came
+// blocked ns after it started, for a window that starts at start and is
+// capped at limit (haltpoll's adjust_poll_limit: grow by 2 from start,
+// shrink by 2). grew and shrank say which happened.
+func (g *spinGovernor) next(window, blocked, start, limit int64) (w int64, grew, shrank bool) {
+	switch {
+	case blocked < limit:
+		// Late, but polling longer would have caught it.
+		w = min(max(window*2, start), limit)
+		return w, w != window, false
+	default:
+		// Past the cap: the poll was wasted.
+		w = window / 2
+		return w, false, w != window
+	}
+}
+
+// observe tunes the window after a wait that polled its window, slept,
+// and completed blocked ns after it started.
+func (g *spinGovernor) observe(b *Board, blocked int64) {
+	w, grew, shrank := g.next(g.window.Load(), blocked, int64(max(b.opts.Spin, 0)), int64(b.opts.SpinMax))
+	g.window.Store(w)
+	switch {
+	case grew:
+		b.spinGrew.Add(1)
+	case shrank:
+		b.spinShrank.Add(1)
+	}
+}
+
+// waitBudget is how long a wait on e polls before sleeping: -1 (no limit)
+// in busy-poll mode, else the endpoint's poll window.
+func (b *Board) waitBudget(e *Endpoint) time.Duration {
+	if b.opts.BusyPoll {
+		return -1
+	}
+	return time.Duration(e.spin.window.Load())
+}
+
+// SpinWindow returns how long a blocking wait on e polls before it sleeps
+// right now (see BoardOptions.SpinMax); 0 when the board never polls.
+func (e *Endpoint) SpinWindow() time.Duration {
+	if len(e.b.waitSources()) == 0 {
+		return 0
+	}
+	return time.Duration(e.spin.window.Load())
+}
 
 // rxSource is one thing a board receives frames from, with its owner lock.
 type rxSource struct {
@@ -185,7 +267,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 	}()
 	start := b.clock()
-	kicked := false
+	kicked, yield := false, false
 	for i := 0; ; i++ {
 		for _, s := range srcs {
 			if !b.pollSource(s) && !kicked && s.kick != nil {
@@ -199,10 +281,12 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 			return true, nil
 		}
 		if i&15 == 15 {
-			if budget >= 0 && time.Duration(b.clock()-start) >= budget {
+			el := time.Duration(b.clock() - start)
+			if budget >= 0 && el >= budget {
 				spent = true
 				return false, nil
 			}
+			yield = el >= yieldAfter
 			if err := ctx.Err(); err != nil {
 				if holds() {
 					ok = true
@@ -214,10 +298,12 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 				return false, ErrWokenUp
 			}
 		}
-		if i >= tightPolls {
-			// Let another process (the peer, perhaps) have this CPU.
-			// Not runtime.Gosched: that wakes another thread to run
-			// this goroutine, a futex call per look.
+		if yield {
+			// The reply is late: let another process (the peer,
+			// perhaps) have this CPU. Not runtime.Gosched: that wakes
+			// another thread to run this goroutine, a futex call per
+			// look.
+			b.waitYields.Add(1)
 			osYield()
 		}
 	}
@@ -233,31 +319,56 @@ type WaitStats struct {
 	Slept uint64
 	// Spinning is the number of goroutines polling right now.
 	Spinning int
+	// Yields counts the sched_yield calls of polling waiters: only
+	// waits whose message was later than a few round trips make any.
+	Yields uint64
+	// Grew and Shrank count the changes of the endpoints' poll windows
+	// (Endpoint.SpinWindow): grown after a wait that slept but would have
+	// caught its message by polling up to BoardOptions.SpinMax, shrunk
+	// after one whose message came later than that.
+	Grew, Shrank uint64
+	// LoopRecvs counts the progress goroutine's receives from the board's
+	// transport: it stays out of them while waiters poll (and a moment
+	// after), so in a steady ping-pong between polling waiters it stays
+	// put.
+	LoopRecvs uint64
 }
 
 // WaitStats returns the board's wait statistics.
 func (b *Board) WaitStats() WaitStats {
-	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: int(b.spinning.Load())}
+	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: int(b.spinning.Load()),
+		Yields: b.waitYields.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load()}
 }
 
 // spinFromEnv reads GOMX_SPIN (a Go duration; 0 or negative: never spin)
-// into o.Spin when the option is left at zero.
+// into o.Spin and GOMX_SPIN_MAX into o.SpinMax when the options are left
+// at zero, and checks that the window fits under its cap.
 func (o *BoardOptions) spinFromEnv() error {
-	if o.Spin != 0 {
-		return nil
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+		if v := os.Getenv("GOMX_SPIN"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%w: GOMX_SPIN=%q is not a duration (write 50us, or 0 to never spin): %v", ErrBadOptions, v, err)
+			}
+			o.Spin = d
+			if d == 0 {
+				o.Spin = -1
+			}
+		}
 	}
-	o.Spin = DefaultSpin
-	v := os.Getenv("GOMX_SPIN")
-	if v == "" {
-		return nil
+	if o.SpinMax == 0 {
+		o.SpinMax = max(DefaultSpinMax, o.Spin)
+		if v := os.Getenv("GOMX_SPIN_MAX"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%w: GOMX_SPIN_MAX=%q is not a positive duration (write 1ms; GOMX_SPIN=0 turns polling off)", ErrBadOptions, v)
+			}
+			o.SpinMax = d
+		}
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return fmt.Errorf("%w: GOMX_SPIN=%q is not a duration (write 50us, or 0 to never spin): %v", ErrBadOptions, v, err)
-	}
-	o.Spin = d
-	if d == 0 {
-		o.Spin = -1
+	if o.SpinMax < 0 || (o.Spin > 0 && o.SpinMax < o.Spin) {
+		return fmt.Errorf("%w: SpinMax %v is below Spin %v: the poll window starts at Spin and grows up to SpinMax (raise SpinMax or GOMX_SPIN_MAX)", ErrBadOptions, o.SpinMax, o.Spin)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package mx
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,7 +143,7 @@ func TestTestPollsTheRings(t *testing.T) {
 			t.Fatal("Test never reported the message")
 		}
 	}
-	if st := pr.ba.WaitStats(); st != st0 || st.Polled != 0 || st.Slept != 0 {
+	if st := pr.ba.WaitStats(); st.Polled != st0.Polled || st.Slept != st0.Slept || st.Polled != 0 || st.Slept != 0 {
 		t.Fatalf("wait stats %+v without a Wait", st)
 	}
 }
@@ -160,7 +162,7 @@ func TestSpinOption(t *testing.T) {
 	for _, c := range []struct {
 		env  string
 		want time.Duration
-	}{{"", DefaultSpin}, {"20us", 20 * time.Microsecond}, {"0", -1}} {
+	}{{"", DefaultSpin}, {"20us", 20 * time.Microsecond}, {"0", -1}, {"2ms", 2 * time.Millisecond}} {
 		t.Setenv("GOMX_SPIN", c.env)
 		b, err := open()
 		if err != nil {
@@ -174,5 +176,248 @@ func TestSpinOption(t *testing.T) {
 	t.Setenv("GOMX_SPIN", "soon")
 	if _, err := open(); !errors.Is(err, ErrBadOptions) {
 		t.Fatalf("GOMX_SPIN=soon: %v, want ErrBadOptions", err)
+	}
+}
+
+// TestSpinGovernorRule drives the poll window's rule with a model of wait
+// outcomes (no clock): a wait that slept and whose message came before the
+// cap doubles the window (from Spin when it was 0, never past the cap),
+// one that came at or past the cap halves it, and no sequence of outcomes
+// leaves the window outside [0, cap].
+func TestSpinGovernorRule(t *testing.T) {
+	const start, limit = 50, 1000
+	var g spinGovernor
+	for _, c := range []struct {
+		window, blocked int64
+		want            int64
+		grew, shrank    bool
+	}{
+		{50, 60, 100, true, false},      // just after giving up: grow
+		{100, 999, 200, true, false},    // anything before the cap
+		{800, 900, 1000, true, false},   // capped
+		{1000, 1000, 500, false, true},  // at the cap: the poll was wasted
+		{1000, 50000, 500, false, true}, // long idle
+		{0, 10, start, true, false},     // from nothing: jump to start
+		{1, 1000, 0, false, true},       // halving ends at 0
+		{0, 5000, 0, false, false},      // no poll, nothing to shrink
+	} {
+		w, grew, shrank := g.next(c.window, c.blocked, start, limit)
+		if w != c.want || grew != c.grew || shrank != c.shrank {
+			t.Errorf("window %d, blocked %d: got %d (grew %v shrank %v), want %d (%v %v)",
+				c.window, c.blocked, w, grew, shrank, c.want, c.grew, c.shrank)
+		}
+	}
+	// An endpoint whose peer always answers 300 after the wait starts:
+	// after at most a few sleeps the window covers it and stays.
+	w, sleeps := int64(start), 0
+	for range 100 {
+		if 300 <= w {
+			continue // caught while polling: the window stays
+		}
+		sleeps++
+		w, _, _ = g.next(w, 300, start, limit)
+	}
+	if sleeps > 3 || w < 300 || w > limit {
+		t.Errorf("a steady 300 reply: %d sleeps, window %d", sleeps, w)
+	}
+	// An idle endpoint (replies past the cap) stops polling.
+	for range 64 {
+		w, _, _ = g.next(w, 10*limit, start, limit)
+	}
+	if w != 0 {
+		t.Errorf("idle endpoint: window %d, want 0", w)
+	}
+	// Any sequence keeps the window within bounds.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		w, _, _ = g.next(w, rng.Int64N(3*limit), start, limit)
+		if w < 0 || w > limit {
+			t.Fatalf("window %d outside [0, %d]", w, limit)
+		}
+	}
+}
+
+// TestSpinWindowTracksWaits: on a shared-memory board, a wait that polled
+// its window in vain and slept, then got its message within SpinMax,
+// doubles its endpoint's window; a wait that polled the whole cap in vain
+// halves it. Both are counted in WaitStats.
+func TestSpinWindowTracksWaits(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		spin, max    time.Duration
+		want         time.Duration
+		grew, shrank uint64
+	}{
+		{"grow", 20 * time.Microsecond, time.Hour, 40 * time.Microsecond, 1, 0},
+		{"shrink", 100 * time.Microsecond, 100 * time.Microsecond, 50 * time.Microsecond, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := fastOptions()
+			o.Spin, o.SpinMax = c.spin, c.max
+			pr := newPair(t, shmFactory, o, loopback.Faults{})
+			// The connects' waits have tuned it already: start over.
+			pr.a.spin.window.Store(int64(c.spin))
+			st0 := pr.ba.WaitStats()
+			ctx := testCtx(t, time.Minute)
+			buf := make([]byte, 8)
+			r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := r.Wait(ctx)
+				errc <- err
+			}()
+			// The message comes only once the waiter gave up polling.
+			waitUntil(t, "the waiter to give up polling", func() bool {
+				st := pr.ba.WaitStats()
+				return st.Slept == st0.Slept+1 && st.Spinning == 0
+			})
+			s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustWait(t, s, time.Minute)
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			st := pr.ba.WaitStats()
+			if w := pr.a.SpinWindow(); w != c.want || st.Grew-st0.Grew != c.grew || st.Shrank-st0.Shrank != c.shrank {
+				t.Fatalf("window %v (want %v), grew %d shrank %d (want %d, %d)", w, c.want,
+					st.Grew-st0.Grew, st.Shrank-st0.Shrank, c.grew, c.shrank)
+			}
+		})
+	}
+}
+
+// TestSpinMaxOption: GOMX_SPIN_MAX caps boards that leave SpinMax at
+// zero; a cap below Spin or a bad value is refused with an error naming
+// the fix.
+func TestSpinMaxOption(t *testing.T) {
+	open := func(o BoardOptions) (*Board, error) {
+		port, err := loopback.NewNetwork(loopback.Options{}).Attach(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NewBoard(port, o)
+	}
+	t.Setenv("GOMX_SPIN", "")
+	t.Setenv("GOMX_SPIN_MAX", "300us")
+	b, err := open(fastOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Options().SpinMax; got != 300*time.Microsecond {
+		t.Errorf("GOMX_SPIN_MAX=300us: SpinMax %v", got)
+	}
+	b.Close()
+	t.Setenv("GOMX_SPIN_MAX", "")
+	b, err = open(fastOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Options().SpinMax; got != DefaultSpinMax {
+		t.Errorf("default SpinMax %v, want %v", got, DefaultSpinMax)
+	}
+	b.Close()
+	o := fastOptions()
+	o.Spin, o.SpinMax = time.Millisecond, time.Microsecond
+	if _, err := open(o); !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), "raise SpinMax") {
+		t.Fatalf("SpinMax below Spin: %v", err)
+	}
+	for _, v := range []string{"soon", "-1ms", "0"} {
+		t.Setenv("GOMX_SPIN_MAX", v)
+		if _, err := open(fastOptions()); !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), "GOMX_SPIN_MAX") {
+			t.Fatalf("GOMX_SPIN_MAX=%s: %v", v, err)
+		}
+	}
+}
+
+// TestSpinRoundTripIsFree: an 8-byte round trip between two busy-polling
+// endpoints of shared-memory boards allocates nothing and makes no system
+// call on the message path: no futex wake-up or sleep of the rings, no
+// sched_yield, while the progress goroutines stay out of the rings as they
+// do while waiters poll. Each message is in its ring when its Wait starts,
+// so the waiter finds it on its first look.
+func TestSpinRoundTripIsFree(t *testing.T) {
+	o := fastOptions()
+	o.BusyPoll = true
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	ctx := testCtx(t, time.Minute)
+	msg, bufA, bufB := []byte("8 bytes!"), make([]byte, 8), make([]byte, 8)
+	round := func() {
+		ra, err := pr.a.IRecv([][]byte{bufA}, 1, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := pr.b.IRecv([][]byte{bufB}, 1, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa, err := pr.a.ISend([][]byte{msg}, pr.atob, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rb.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sb, err := pr.b.ISend([][]byte{bufB}, pr.btoa, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []*Request{ra, sa, sb} {
+			if _, err := r.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 100 {
+		round()
+	}
+	if string(bufA) != string(msg) {
+		t.Fatalf("echo %q", bufA)
+	}
+	if allocs := testing.AllocsPerRun(1000, round); allocs != 0 {
+		t.Errorf("%v allocations per round trip", allocs)
+	}
+	tra, trb := pr.ba.tr.(*shm.Transport), pr.bb.tr.(*shm.Transport)
+	type snap struct{ loops, yields, shm uint64 }
+	take := func() snap {
+		var s snap
+		for _, b := range []*Board{pr.ba, pr.bb} {
+			st := b.WaitStats()
+			s.loops += st.LoopRecvs
+			s.yields += st.Yields
+		}
+		for _, tr := range []*shm.Transport{tra, trb} {
+			for _, n := range []string{"shm receiver sleeps", "shm receiver wake-ups sent", "shm receiver yields"} {
+				s.shm += shmCounter(tr, n)
+			}
+		}
+		return s
+	}
+	// An application that keeps polling keeps the progress goroutines
+	// out of the rings (poll.go); between this test's Waits nobody polls
+	// for a moment, so stand in for one for the whole run.
+	for _, b := range []*Board{pr.ba, pr.bb} {
+		b.src.pollers.Add(1)
+		defer b.src.pollers.Add(-1)
+	}
+	waitUntil(t, "the progress goroutines to leave the rings", func() bool {
+		return pr.ba.loopRecvs.Load() == pr.ba.loopOut.Load() && pr.bb.loopRecvs.Load() == pr.bb.loopOut.Load()
+	})
+	s0 := take()
+	const rounds = 2000
+	for range rounds {
+		round()
+	}
+	s1 := take()
+	if s1.loops != s0.loops {
+		t.Fatalf("the progress goroutines received %d times while waiters polled", s1.loops-s0.loops)
+	}
+	if s1.yields != s0.yields || s1.shm != s0.shm {
+		t.Fatalf("%d round trips made system calls: %d sched_yield by waiters, %d futex calls and yields by the rings",
+			rounds, s1.yields-s0.yields, s1.shm-s0.shm)
 	}
 }

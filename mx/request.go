@@ -234,8 +234,10 @@ func (r *Request) Test() (Status, bool) {
 // error (nil on success; ErrTruncated for a truncated receive, ...), and the
 // request is recycled. Otherwise the request stays pending and Wait returns
 // a zero Status. Before it sleeps, the waiting goroutine polls the
-// shared-memory rings itself for at most BoardOptions.Spin, and a message
-// found there completes the request without a wake-up; in busy-poll mode
+// shared-memory rings itself for its endpoint's poll window (between 0 and
+// BoardOptions.SpinMax, tuned by how the endpoint's waits end; see
+// Endpoint.SpinWindow), and a message found there completes the request
+// without a wake-up; in busy-poll mode
 // (BoardOptions.BusyPoll) it polls every source until the request
 // completes.
 func (r *Request) Wait(ctx context.Context) (Status, error) {
@@ -247,18 +249,16 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if r.done.Load() {
 		return r.finish()
 	}
+	start, polled := b.clock(), false
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
-		budget := b.opts.Spin
-		if b.opts.BusyPoll {
-			budget = -1
-		}
-		ok, err := b.pollWait(ctx, r, nil, budget, e, e.wakeGen.Load())
+		ok, err := b.pollWait(ctx, r, nil, b.waitBudget(e), e, e.wakeGen.Load())
 		if err != nil {
 			return Status{}, err
 		}
 		if ok {
 			return r.finish()
 		}
+		polled = true
 	}
 	b.mu.Lock()
 	for !r.done.Load() {
@@ -283,6 +283,12 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 			b.mu.Unlock()
 			return Status{}, err
 		}
+	}
+	if polled {
+		// It polled its window in vain and slept: when the message came
+		// tells the endpoint's window how long to poll next time (as
+		// haltpoll's block_ns, the time includes the wake-up).
+		e.spin.observe(b, b.clock()-start)
 	}
 	st, ok := r.consumeLocked()
 	b.mu.Unlock()

@@ -225,33 +225,29 @@ func (e *Endpoint) pullShared(r *Request, p *partner, match uint64, msgLen, tota
 		d = append(d, s[:k])
 		need -= k
 	}
-	copied, engine, fellBack := false, false, false
+	copied, engine := false, false
 	tr.PeerSegment(p.nic, uint32(seg), func(mem []byte) {
 		start, end, ok := sharedSource(off, n, ref.off, total, len(mem))
 		if !ok {
 			return // the entry does not fit the segment: let another path judge
 		}
-		src := mem[start:end]
 		copied = true
 		if eng := b.opts.Local.Engine; eng != nil && (b.opts.Local.Large == LargeEngine ||
 			(b.opts.Local.Large == LargeAuto && int(total) >= b.opts.Local.EngineMin)) {
-			engine = true
-			fellBack = b.offloadCopy(eng, d, src) != nil
+			engine = true // it copies outside the board lock (offload.go)
 			return
 		}
-		cpuCopy(d, src)
+		cpuCopy(d, mem[start:end])
 	})
 	if !copied {
 		return false
 	}
-	switch {
-	case fellBack:
-		e.cnt[EngineFallbacks]++
-	case engine:
-		e.cnt[RecvEngine]++
-	default:
-		e.cnt[RecvShared]++
+	if engine {
+		e.startEngineCopy(&engineCopy{r: r, p: p, match: match, msgLen: msgLen, total: total, ref: ref,
+			tr: tr, seg: uint32(seg), off: off, n: n, dst: append([][]byte(nil), d...)})
+		return true
 	}
+	e.cnt[RecvShared]++
 	p.sendNotify(total, ref.id, ref.seq)
 	e.finishRecv(r, p, match, msgLen, total)
 	return true

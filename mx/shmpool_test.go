@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -462,5 +463,91 @@ func TestSharedPeerKilled(t *testing.T) {
 	}
 	if m, f := gomxMaps(t), gomxFDs(); m != maps0 || f != fds0 {
 		t.Errorf("left behind: %d gomx memfd mappings, %d descriptors", m-maps0, f-fds0)
+	}
+}
+
+// heldEngine is a copy engine whose first copy blocks until the test
+// releases it.
+type heldEngine struct {
+	CopyEngine
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (h *heldEngine) CopyAsync(dst, src []byte) (func() error, error) {
+	h.once.Do(func() {
+		close(h.entered)
+		<-h.release
+	})
+	return h.CopyEngine.CopyAsync(dst, src)
+}
+
+// TestEngineCopyOutsideLock: while an engine copy is held up, the
+// receiving board keeps exchanging other messages both ways (the copy does
+// not hold the board lock), and the held receive completes byte-exact,
+// counted as an engine copy, once the engine runs.
+func TestEngineCopyOutsideLock(t *testing.T) {
+	held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
+	g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
+		held.CopyEngine = o.Local.Engine
+		o.Local.Engine = held
+	})
+	defer func() {
+		select {
+		case <-held.release:
+		default:
+			close(held.release) // a failed test must not leave the copy hanging
+		}
+	}()
+	ctx := testCtx(t, time.Minute)
+	big, err := g.a.AllocShared(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.a.FreeShared(big)
+	copy(big, pattern(len(big), 9))
+	bbuf := make([]byte, len(big))
+	rb, err := g.b.IRecv([][]byte{bbuf}, 1, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := g.a.ISend([][]byte{big}, g.atob, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.entered:
+	case <-ctx.Done():
+		t.Fatal("the engine copy never started")
+	}
+	for i := range 10 {
+		msg := pattern(100, uint64(i))
+		buf := make([]byte, 100)
+		r, _ := g.a.IRecv([][]byte{buf}, 2, ^uint64(0), nil)
+		s, _ := g.b.ISend([][]byte{msg}, g.btoa, 2, nil)
+		mustWait(t, s, time.Minute)
+		mustWait(t, r, time.Minute)
+		msg2, buf2 := pattern(100, uint64(i+100)), make([]byte, 100)
+		r, _ = g.b.IRecv([][]byte{buf2}, 3, ^uint64(0), nil)
+		s, _ = g.a.ISend([][]byte{msg2}, g.atob, 3, nil)
+		mustWait(t, s, time.Minute)
+		mustWait(t, r, time.Minute)
+		if !bytes.Equal(buf, msg) || !bytes.Equal(buf2, msg2) {
+			t.Fatal("a small message differs")
+		}
+	}
+	if _, ok := rb.Test(); ok {
+		t.Fatal("the held receive completed before its copy ran")
+	}
+	close(held.release)
+	if _, err := rb.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, sb, time.Minute)
+	if !bytes.Equal(bbuf, big) {
+		t.Fatal("the copied message differs")
+	}
+	if c := g.b.Counters(); c.Get(RecvEngine) != 1 || c.Get(EngineFallbacks) != 0 {
+		t.Fatalf("engine copies %d, fallbacks %d; want 1, 0", c.Get(RecvEngine), c.Get(EngineFallbacks))
 	}
 }

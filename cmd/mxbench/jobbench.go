@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/gomx-dev/gomx/internal/launch"
@@ -27,6 +28,12 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	ctx, addr, ln, wait, err := startJob(context.Background(), job, args, stderr)
 	if err != nil {
 		return rankError(job, err)
+	}
+	if f.job.bind && (job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != "") {
+		// Once rank 0 started the others (they would inherit its
+		// binding, and see one CPU); before the boards start their
+		// goroutines' threads, which inherit it.
+		bindProcess(job.Rank)
 	}
 	defer func() {
 		if werr := wait(); werr != nil {

@@ -298,7 +298,9 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	spinUntil := time.Now().Add(t.opts.Spin)
+	now := time.Now()
+	spinUntil, yieldAt := now.Add(t.opts.Spin), now.Add(yieldAfter)
+	yield := false
 	for i := 0; ; i++ {
 		if n := t.poll(frames); n > 0 {
 			return n, nil
@@ -309,11 +311,17 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if timeout == 0 || t.wakeReq.Swap(false) {
 			return 0, nil
 		}
-		if t.opts.Spin > 0 && (i&15 != 15 || time.Now().Before(spinUntil)) {
-			// Not runtime.Gosched: it wakes another thread to run
-			// this goroutine. After a few tight looks, give the CPU
-			// to another process (the producer, perhaps) instead.
-			if i >= tightPolls {
+		if t.opts.Spin > 0 && i&15 == 15 {
+			now = time.Now()
+			yield = !now.Before(yieldAt)
+		}
+		if t.opts.Spin > 0 && (i&15 != 15 || now.Before(spinUntil)) {
+			// A frame on time costs no system call. A late one: give
+			// the CPU to another process (the producer, perhaps)
+			// between looks. Not runtime.Gosched: it wakes another
+			// thread to run this goroutine.
+			if yield {
+				t.cnt.yields.Add(1)
 				schedYield()
 			}
 			continue
@@ -526,5 +534,6 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm connections refused", Value: t.cnt.refused.Load()},
 		{Name: "shm receiver sleeps", Value: t.cnt.sleeps.Load()},
 		{Name: "shm receiver wake-ups sent", Value: t.cnt.wakes.Load()},
+		{Name: "shm receiver yields", Value: t.cnt.yields.Load()},
 	}
 }

@@ -114,9 +114,11 @@ const (
 	handshakeTTL = 5 * time.Second
 )
 
-// tightPolls is how many looks a spinning Recv takes before it starts
-// yielding the CPU between looks.
-const tightPolls = 4
+// yieldAfter is how long a spinning Recv looks at the rings without a
+// system call before it starts yielding the CPU between looks: a few round
+// trips, so a frame on time costs no syscall, while a receiver whose
+// producer waits for this CPU lets it run soon.
+const yieldAfter = 20 * time.Microsecond
 
 // Transport is a shared-memory transport: one board of this host. It
 // implements transport.Transport and transport.Stats.
@@ -153,7 +155,7 @@ type Transport struct {
 	wg     sync.WaitGroup
 
 	cnt struct {
-		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes atomic.Uint64
+		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
 	}
 }
 
@@ -471,6 +473,7 @@ func (t *Transport) Wake() {
 	// see sleeping == 1 and bump the futex word it waits on.
 	t.wakeReq.Store(true)
 	if t.slp.Load() != 0 {
+		t.cnt.wakes.Add(1)
 		t.ring()
 	}
 }

@@ -51,7 +51,11 @@ func child(args []string) int {
 		}
 		return 0
 	case "echo", "hold":
-		t, err := Open(Options{Dir: dir, Board: board})
+		o := Options{Dir: dir, Board: board}
+		if len(args) > 3 && args[3] == "spin" {
+			o.Spin = time.Hour // BenchmarkFloorPingPong: poll, never sleep
+		}
+		t, err := Open(o)
 		if err != nil {
 			fmt.Println("open:", err)
 			return 1
@@ -203,7 +207,7 @@ func TestOptionsAndDirectory(t *testing.T) {
 }
 
 // spawn starts the test binary as a child in role and waits for "ready".
-func spawn(t *testing.T, bin string, cred *syscall.Credential, role string) (*exec.Cmd, *bufio.Reader) {
+func spawn(t testing.TB, bin string, cred *syscall.Credential, role string) (*exec.Cmd, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+role)
@@ -229,7 +233,7 @@ func spawn(t *testing.T, bin string, cred *syscall.Credential, role string) (*ex
 	return cmd, bufio.NewReader(out)
 }
 
-func waitReady(t *testing.T, r *bufio.Reader) {
+func waitReady(t testing.TB, r *bufio.Reader) {
 	t.Helper()
 	line, err := r.ReadString('\n')
 	if err != nil || line != "ready\n" {

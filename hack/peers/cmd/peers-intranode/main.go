@@ -47,6 +47,7 @@ func run(stdout, stderr io.Writer, args []string) error {
 	fs.Var(&sizes, "sizes", "message sizes (default 8,4K,64K,1M,4M)")
 	plot := fs.String("plot", "peers-intranode.svg", "the chart of bandwidth against size (`FILE`.svg or .png); latency goes beside it with -latency")
 	wait := fs.String("wait", "spin", "mxbench's waits: spin (busy-poll, as MPI libraries do) or block")
+	bind := fs.Bool("bind", true, "bind each process to a CPU of its own (mpirun --bind-to core, mpiexec -bind-to core, mxbench --bind); -bind=false lets the kernel place them all")
 	install := fs.Bool("install", true, "as root, apt-get install the peers when missing")
 	timeout := fs.Duration("timeout", 20*time.Minute, "bound on the whole run")
 	if err := fs.Parse(args); err != nil {
@@ -74,14 +75,18 @@ func run(stdout, stderr io.Writer, args []string) error {
 		return fmt.Errorf("go build ./cmd/mxbench (run from the repository's root): %v\n%s", err, out)
 	}
 	var paths []intranode.Path
-	ompi := []string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"}
+	ompiBind, mpichBind := []string{"--bind-to", "core"}, []string{"-bind-to", "core"}
+	if !*bind {
+		ompiBind, mpichBind = []string{"--bind-to", "none"}, []string{"-bind-to", "none"}
+	}
+	ompi := append([]string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"}, ompiBind...)
 	for _, peer := range []struct {
 		name string
 		cmd  []string
 	}{
 		{ompiCMA, append(append([]string(nil), ompi...), "--mca", "btl_vader_single_copy_mechanism", "cma", "NPopenmpi")},
 		{"NetPIPE, Open MPI vader, CMA off", append(append([]string(nil), ompi...), "--mca", "btl_vader_single_copy_mechanism", "none", "NPopenmpi")},
-		{"NetPIPE, MPICH", []string{"mpiexec.mpich", "-n", "2", "NPmpich2"}},
+		{"NetPIPE, MPICH", append(append([]string{"mpiexec.mpich", "-n", "2"}, mpichBind...), "NPmpich2")},
 	} {
 		p := intranode.Path{Name: peer.name, Points: map[int]intranode.Point{}}
 		for _, s := range sz {
@@ -95,13 +100,17 @@ func run(stdout, stderr io.Writer, args []string) error {
 		paths = append(paths, p)
 	}
 	fmt.Fprintf(stderr, "peers-intranode: mxbench pingpong and stream, every strategy\n")
-	mx, err := mxPaths(ctx, mxbench, sz, *wait)
+	mx, err := mxPaths(ctx, mxbench, sz, *wait, *bind)
 	if err != nil {
 		return err
 	}
 	paths = append(paths, mx...)
-	fmt.Fprintf(stdout, "# two processes of one host, %s; mx waits: %s. Latency: one-way us; bandwidth: ping-pong size / one-way time; stream 4M: mxbench stream MB/s\n",
-		time.Now().UTC().Format(time.RFC3339), *wait)
+	placement := "each bound to a CPU of its own"
+	if !*bind {
+		placement = "unbound"
+	}
+	fmt.Fprintf(stdout, "# two processes of one host (%s), %s; mx waits: %s. Latency: one-way us; bandwidth: ping-pong size / one-way time; stream 4M: mxbench stream MB/s\n",
+		placement, time.Now().UTC().Format(time.RFC3339), *wait)
 	intranode.WriteTable(stdout, paths, sz, ompiCMA)
 	lat := strings.TrimSuffix(*plot, filepath.Ext(*plot)) + "-latency" + filepath.Ext(*plot)
 	if err := intranode.Plot(paths, *plot, lat); err != nil {
@@ -185,14 +194,14 @@ type mxRow struct {
 
 // mxPaths runs mxbench pingpong and stream between 2 processes it starts,
 // once per strategy mx knows, and returns a path per strategy.
-func mxPaths(ctx context.Context, mxbench string, sizes []int, wait string) ([]intranode.Path, error) {
+func mxPaths(ctx context.Context, mxbench string, sizes []int, wait string, bind bool) ([]intranode.Path, error) {
 	var list []string
 	for _, s := range sizes {
 		list = append(list, strconv.Itoa(s))
 	}
 	rows := func(cmd string) ([]mxRow, error) {
 		c := exec.CommandContext(ctx, mxbench, cmd, "--procs", "2", "--strategy", "all", "--sizes", strings.Join(list, ","),
-			"--wait", wait, "--json")
+			"--wait", wait, "--json", fmt.Sprintf("--bind=%v", bind))
 		var errb bytes.Buffer
 		c.Stderr = &errb
 		out, err := c.Output()

@@ -1,0 +1,121 @@
+package shm
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// BenchmarkFloorPingPong is the floor under mx's intra-node latency: an
+// 8-byte frame bounced between this process and an echo child through the
+// rings alone (no mx), both sides polling (Options.Spin of an hour). It
+// reports the one-way latency (us/oneway: the mean; p50-us/oneway: half the
+// median round trip) and the receiver sleeps, futex wake-ups and CPU yields
+// per round trip, which are 0 when the fast path makes no system call.
+// With GOMX_BENCH_BIND=1 the two processes are bound to one CPU each (every
+// thread), as mpirun --bind-to core binds MPI ranks.
+//
+//	GOMX_BENCH_BIND=1 go test -run '^$' -bench FloorPingPong ./transport/shm/
+func BenchmarkFloorPingPong(b *testing.B) {
+	dir := testDir(b)
+	a, err := Open(Options{Dir: dir, Spin: time.Hour, NoHugepages: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	cmd, out := spawn(b, os.Args[0], nil, fmt.Sprintf("echo %s %d spin", dir, 4343))
+	waitReady(b, out)
+	defer bindBench(b, cmd.Process.Pid)()
+	peer := NICBase | 4343
+	msg := []transport.Frame{{Peer: peer, Data: []byte("8 bytes!")}}
+	frames := make([]transport.Frame, 8)
+	trip := func() {
+		if _, err := a.Send(msg); err != nil {
+			b.Fatal(err)
+		}
+		for got := 0; got == 0; {
+			n, err := a.Recv(frames, -1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got = n
+		}
+	}
+	for range 1000 {
+		trip()
+	}
+	rtts := make([]time.Duration, 0, b.N)
+	c0 := a.Counters()
+	b.ResetTimer()
+	prev := time.Now()
+	start := prev
+	for range b.N {
+		trip()
+		now := time.Now()
+		rtts = append(rtts, now.Sub(prev))
+		prev = now
+	}
+	el := prev.Sub(start)
+	b.StopTimer()
+	slices.Sort(rtts)
+	b.ReportMetric(el.Seconds()*1e6/float64(2*b.N), "us/oneway")
+	b.ReportMetric(rtts[len(rtts)/2].Seconds()*1e6/2, "p50-us/oneway")
+	c1 := a.Counters()
+	per := func(name string) float64 {
+		return float64(counterIn(c1, name)-counterIn(c0, name)) / float64(b.N)
+	}
+	b.ReportMetric(per("shm receiver sleeps"), "sleeps/op")
+	b.ReportMetric(per("shm receiver yields"), "yields/op")
+	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
+	cmd.Wait()
+}
+
+func counterIn(cs []transport.Counter, name string) uint64 {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return 0
+}
+
+// bindBench binds this process to the first CPU it may use and the child
+// pid to the second, every thread, when GOMX_BENCH_BIND is set and there
+// are two CPUs; the returned function unbinds this process.
+func bindBench(b *testing.B, pid int) func() {
+	if os.Getenv("GOMX_BENCH_BIND") == "" {
+		return func() {}
+	}
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil || all.Count() < 2 {
+		b.Logf("not binding: %d CPUs (%v)", all.Count(), err)
+		return func() {}
+	}
+	var cpus []int
+	for c := 0; c < 1024 && len(cpus) < 2; c++ {
+		if all.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	set := func(pid int, s unix.CPUSet) {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			if tid, err := strconv.Atoi(t.Name()); err == nil {
+				unix.SchedSetaffinity(tid, &s)
+			}
+		}
+	}
+	var s0, s1 unix.CPUSet
+	s0.Set(cpus[0])
+	s1.Set(cpus[1])
+	set(pid, s1)
+	set(os.Getpid(), s0)
+	return func() { set(os.Getpid(), all) }
+}
