@@ -103,6 +103,11 @@ const (
 	RecvEngine      // by the copy engine
 	EngineFallbacks // the engine failed: copied again by the CPU
 	SharedNotPassed // pool segments not passed to the peer: sent another way
+	// CMAReads counts process_vm_readv calls (cma.go): the receiver's
+	// reads of a sender's endpoint table, region entries and message
+	// data. A large message copied once costs two (its entry, then all
+	// its data in one call), plus one per sender endpoint the first time.
+	CMAReads
 	numCounters
 )
 
@@ -134,6 +139,7 @@ var counterNames = [numCounters]string{
 	"selective acks sent", "selective acks received",
 	"recv large from a shared segment (one CPU copy)", "recv large from a shared segment by the copy engine",
 	"copy engine failed (copied by the CPU)", "shared segments not passed to the peer",
+	"process_vm_readv calls",
 }
 
 // String returns the counter's label.
