@@ -14,12 +14,15 @@ import (
 // costs, on the counters: with the single copy (LargeCMA, and LargeAuto,
 // which picks it for buffers outside the shared pool), every message of
 // 8 KiB, 64 KiB and 4 MiB takes exactly one RNDV and one NOTIFY, no PULL
-// and no pull reply, no timer-driven resend or re-request, and two
-// process_vm_readv calls on the receiver — its region entry, then all its
-// data in one call — after a first message that also reads the sender's
-// endpoint table. Every echo comes back byte-exact.
+// and no pull reply, and two process_vm_readv calls on the receiver — its
+// region entry, then all its data in one call — after a first message
+// that also reads the sender's endpoint table. Pulled through the rings
+// (LargeRings), it takes one RNDV, one NOTIFY and one PULL per block of
+// pull replies. On every path, nothing is resent, probed or re-requested
+// on a timer: the rings do not lose frames. Every echo comes back
+// byte-exact.
 func TestCMAMessageCost(t *testing.T) {
-	for _, s := range []LargeStrategy{LargeCMA, LargeAuto} {
+	for _, s := range []LargeStrategy{LargeCMA, LargeAuto, LargeRings} {
 		t.Run(s.String(), func(t *testing.T) {
 			dir := shmDir(t)
 			ctx := testCtx(t, 60*time.Second)
@@ -28,7 +31,11 @@ func TestCMAMessageCost(t *testing.T) {
 			o.Local.Large = s
 			_, e, addr := shmBoardTo(t, ctx, dir, o, 7)
 			first := true
-			for _, size := range []int{8 << 10, 64 << 10, 4 << 20} {
+			sizes := []int{8 << 10, 64 << 10, 4 << 20}
+			if s == LargeRings {
+				sizes = []int{64 << 10, 4 << 20} // above the transport's rendezvous threshold
+			}
+			for _, size := range sizes {
 				const n = 20
 				msg := pattern(size, uint64(size))
 				buf := make([]byte, size)
@@ -44,19 +51,27 @@ func TestCMAMessageCost(t *testing.T) {
 				if d.Get(CMARefused) > 0 {
 					t.Skipf("the kernel refuses process_vm_readv between processes of this user (Yama ptrace_scope?): %d refusals", d.Get(CMARefused))
 				}
-				reads := uint64(2 * n)
-				if first {
-					reads++ // the sender's endpoint table, once
-					first = false
-				}
-				for _, c := range []struct {
+				type want struct {
 					k    Counter
 					want uint64
-				}{
-					{SendRndv, n}, {RecvRndv, n}, {RecvNotify, n}, {SendNotify, n}, {RecvCMA, n},
-					{SendPull, 0}, {RecvPullReply, 0}, {CMAFailed, 0}, {CMAReads, reads},
-					{TimerRetransmits, 0}, {Resends, 0}, {PullTimeouts, 0}, {TailProbes, 0},
-				} {
+				}
+				wants := []want{
+					{SendRndv, n}, {RecvRndv, n}, {RecvNotify, n}, {SendNotify, n}, {CMAFailed, 0},
+					{TimerRetransmits, 0}, {Resends, 0}, {PullTimeouts, 0}, {PullRerequests, 0}, {TailProbes, 0},
+				}
+				if s == LargeRings {
+					replies := d.Get(RecvPullReply)
+					blocks := (replies/n + uint64(o.PullBlockFrames) - 1) / uint64(o.PullBlockFrames)
+					wants = append(wants, want{RecvCMA, 0}, want{CMAReads, 0}, want{SendPull, n * blocks})
+				} else {
+					reads := uint64(2 * n)
+					if first {
+						reads++ // the sender's endpoint table, once
+						first = false
+					}
+					wants = append(wants, want{RecvCMA, n}, want{SendPull, 0}, want{RecvPullReply, 0}, want{CMAReads, reads})
+				}
+				for _, c := range wants {
 					if got := d.Get(c.k); got != c.want {
 						t.Errorf("%d B x %d: %q = %d, want %d", size, n, c.k, got, c.want)
 					}

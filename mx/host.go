@@ -137,23 +137,19 @@ func (b *Board) pathMTU(nic transport.NICID) int {
 	return b.mtu
 }
 
-// shmRTOMin is the retransmission timeout floor of partners reached
-// through shared memory. Rings lose a frame only when its receiver made no
-// progress for the transport's FullWait (a second by default: it is stuck
-// or gone), so a resend, a tail-loss probe or a pull re-request sooner is
-// always spurious; on a loaded machine, where a descheduled peer or a
-// receiver busy copying a large message easily answers later than
-// RTOMin, each one costs frames and handling on both sides for nothing.
-// A peer that leaves the rings for the transport gets the transport's
-// timeouts back with the path.
-const shmRTOMin = 100 * time.Millisecond
-
 // rtoMin is the floor of p's retransmission timeouts (b.mu held): RTOMin,
-// or shmRTOMin on the host path and between shm boards.
+// or on the host path and between shm boards the rings' FullWait (a second
+// by default). Rings lose a frame only when its receiver made no progress
+// for that long (it is stuck or gone), so a resend, a tail-loss probe or a
+// pull re-request sooner is always spurious; on a loaded machine, where a
+// descheduled peer or a receiver busy copying a large message easily
+// answers later than RTOMin, each one cost frames and handling on both
+// sides for nothing. A peer that leaves the rings for the transport gets
+// the transport's timeouts back with the path.
 func (p *partner) rtoMin() int64 {
 	b := p.ep.b
-	if b.shmTo(p.nic) != nil {
-		return max(int64(b.opts.RTOMin), int64(shmRTOMin))
+	if tr := b.shmTo(p.nic); tr != nil {
+		return max(int64(b.opts.RTOMin), int64(tr.FullWait()))
 	}
 	return int64(b.opts.RTOMin)
 }
