@@ -31,10 +31,20 @@ import (
 // the address of cmaEps to every shm board it connects to
 // (shm.Transport.Publish), and the receiver learns it, with the sender's
 // process id, from its ring (shm.Transport.PeerProcess). A pull then reads
-// the endpoint's table address, the region's entry, and the data: three
-// process_vm_readv calls, each checked (the entry must carry the RNDV's
-// region sequence number and cover the message). The entry is written
-// before the RNDV is sent and stays valid until the NOTIFY frees the region.
+// the region's entry and the data: two process_vm_readv calls (counted in
+// CMAReads), each checked (the entry must carry the RNDV's region sequence
+// number and cover the message); the endpoint's table address, which lives
+// as long as the sender's board, is read once per sender process and
+// endpoint and cached. The entry is written before the RNDV is sent and
+// stays valid until the NOTIFY frees the region.
+//
+// The data copy runs on the goroutine that matched the RNDV, right after
+// it releases the board lock and the lock of the rings it received from
+// (Board.release, runCopies), never on a goroutine of its own: starting
+// one per message cost a thread wake-up and a wait for a CPU that the
+// spinning processes hold, longer than the copy of anything below a
+// megabyte. Before copying, the receiver acks the RNDV, so the sender
+// does not take a long copy for a lost frame.
 //
 // The kernel allows process_vm_readv only where ptrace would be allowed
 // (same user, and with Yama's ptrace_scope 1 only for a tracer the sender
