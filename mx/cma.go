@@ -282,7 +282,7 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 		return false
 	}
 	// The endpoint's table (cached), then the region's entry.
-	key := cmaKey{pid: pid, tab: tab, ep: p.epID}
+	key := cmaKey{pid: pid, tab: tab, ep: p.epID, session: p.rsession}
 	epTab, ok := b.cmaTabAt[key]
 	if !ok {
 		var w [1]uint64
@@ -290,8 +290,8 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 			return false
 		}
 		epTab = w[0]
-		if b.cmaTabAt == nil {
-			b.cmaTabAt = make(map[cmaKey]uint64)
+		if b.cmaTabAt == nil || len(b.cmaTabAt) >= cmaTabCache {
+			b.cmaTabAt = make(map[cmaKey]uint64) // bounded: forget, read again
 		}
 		b.cmaTabAt[key] = epTab
 	}
@@ -356,12 +356,20 @@ func (b *Board) runCopies() {
 	b.unlock()
 }
 
+// cmaTabCache bounds the cache of senders' table addresses (peers that
+// come and go leave entries behind).
+const cmaTabCache = 4096
+
 // cmaKey names a sender endpoint's region table: the sender's process, the
-// address of its board's endpoint list, and the endpoint.
+// address of its board's endpoint list, the endpoint and its session. The
+// session changes with every open, so a board closed and another opened
+// at the same address in the same process (the Go heap reuses memory) is
+// never served the old board's table address.
 type cmaKey struct {
-	pid int
-	tab uint64
-	ep  uint8
+	pid     int
+	tab     uint64
+	ep      uint8
+	session uint32
 }
 
 // cmaCopy is a single copy queued or in flight: a matched large receive
