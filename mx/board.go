@@ -97,7 +97,11 @@ type Board struct {
 	cmaEps     [MaxEndpoints]uint64
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
-	copies     sync.WaitGroup         // single copies running without mu (cma.go)
+	copies     sync.WaitGroup         // single copies queued or running without mu (cma.go)
+	cmaq       []*cmaCopy             // single copies to run when mu is released (cma.go)
+	cmaQueued  atomic.Int32           // len(cmaq), read without mu
+	cmaFree    []*cmaCopy             // recycled copies
+	cmaTabAt   map[cmaKey]uint64      // senders' endpoint table addresses, read once
 	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
 
 	// src is the transport as a receive source: its owner is the
@@ -248,9 +252,10 @@ func (b *Board) Close() error {
 		b.reapPullCopies(true) // none is left: every pull ended above
 		b.unpinDMA()           // before the transport frees that memory
 		out := b.takeLocalOut()
+		b.takeCopy() // the endpoints are closed: every queued copy completes, none is returned
 		b.mu.Unlock()
 		runLocalOut(out)
-		b.copies.Wait() // they complete their receives (cma.go)
+		b.copies.Wait() // those running complete their receives (cma.go)
 		close(b.quit)
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for
@@ -397,8 +402,9 @@ func (b *Board) progress() {
 		b.mu.Lock()
 		b.handleBatchLocked(s.rx[:n])
 		b.timersLocked(false)
-		b.unlock()
+		b.release(false)
 		s.mu.Unlock()
+		b.runCopies() // cma.go
 		if err != nil {
 			if errors.Is(err, transport.ErrClosed) {
 				return
@@ -437,22 +443,41 @@ func (b *Board) handleBatchLocked(rx []transport.Frame) {
 
 // unlock drains frames the board sent to itself, releases mu, then
 // completes the local sends of other boards it finished (see local.go).
-func (b *Board) unlock() {
-	if !b.draining {
-		b.draining = true
-		for i := 0; i < len(b.selfq); i++ {
-			f := b.selfq[i]
-			b.selfq[i] = nil
-			b.handleFrame(b.nic, f)
-			b.putBuf(f)
+func (b *Board) unlock() { b.release(true) }
+
+// release is unlock; with copies false it leaves queued single copies
+// (cma.go) for runCopies, for a caller that still holds a receive
+// source's lock: a copy must not keep other goroutines from the rings.
+func (b *Board) release(copies bool) {
+	for {
+		if !b.draining {
+			b.draining = true
+			for i := 0; i < len(b.selfq); i++ {
+				f := b.selfq[i]
+				b.selfq[i] = nil
+				b.handleFrame(b.nic, f)
+				b.putBuf(f)
+			}
+			b.selfq = b.selfq[:0]
+			b.draining = false
 		}
-		b.selfq = b.selfq[:0]
-		b.draining = false
-	}
-	out := b.takeLocalOut()
-	b.mu.Unlock()
-	if out != nil {
-		runLocalOut(out) // completions of local sends from other boards
+		out := b.takeLocalOut()
+		var c *cmaCopy
+		if copies {
+			c = b.takeCopy()
+		}
+		b.mu.Unlock()
+		if out != nil {
+			runLocalOut(out) // completions of local sends from other boards
+		}
+		if c == nil {
+			return
+		}
+		// A single copy queued while the lock was held: run it here,
+		// without the lock, then complete it (cma.go).
+		c.copyData()
+		b.mu.Lock()
+		c.finish()
 	}
 }
 

@@ -31,10 +31,20 @@ import (
 // the address of cmaEps to every shm board it connects to
 // (shm.Transport.Publish), and the receiver learns it, with the sender's
 // process id, from its ring (shm.Transport.PeerProcess). A pull then reads
-// the endpoint's table address, the region's entry, and the data: three
-// process_vm_readv calls, each checked (the entry must carry the RNDV's
-// region sequence number and cover the message). The entry is written
-// before the RNDV is sent and stays valid until the NOTIFY frees the region.
+// the region's entry and the data: two process_vm_readv calls (counted in
+// CMAReads), each checked (the entry must carry the RNDV's region sequence
+// number and cover the message); the endpoint's table address, which lives
+// as long as the sender's board, is read once per sender process and
+// endpoint and cached. The entry is written before the RNDV is sent and
+// stays valid until the NOTIFY frees the region.
+//
+// The data copy runs on the goroutine that matched the RNDV, right after
+// it releases the board lock and the lock of the rings it received from
+// (Board.release, runCopies), never on a goroutine of its own: starting
+// one per message cost a thread wake-up and a wait for a CPU that the
+// spinning processes hold, longer than the copy of anything below a
+// megabyte. Before copying, the receiver acks the RNDV, so the sender
+// does not take a long copy for a lost frame.
 //
 // The kernel allows process_vm_readv only where ptrace would be allowed
 // (same user, and with Yama's ptrace_scope 1 only for a tracer the sender
@@ -247,33 +257,18 @@ func (b *Board) shmRendezvous(p *partner, n int) bool {
 // errCMAShort is a process_vm_readv that copied less than asked.
 var errCMAShort = errors.New("short process_vm_readv")
 
-// cmaRead copies len(dst) bytes at addr in process pid into dst.
-func cmaRead(pid int, dst [][]byte, remote []unix.RemoteIovec) (int, error) {
-	var liov [cmaMaxSegs + 4]unix.Iovec
-	local := liov[:0]
-	want := 0
-	for _, d := range dst {
-		if len(d) == 0 {
-			continue
-		}
-		v := unix.Iovec{Base: &d[0]}
-		v.SetLen(len(d))
-		local = append(local, v)
-		want += len(d)
-	}
-	n, err := unix.ProcessVMReadv(pid, local, remote, 0)
-	if err == nil && n != want {
-		err = errCMAShort
-	}
-	return n, err
-}
-
 // pullCMA completes a matched large receive of total bytes by copying it
 // from the sender's buffer, when the sender is a process of this host that
 // published its table and the kernel allows it; it reports whether it took
-// the receive over (otherwise the caller pulls). The copy runs in a
-// goroutine of its own without b.mu (cmaCopy), and falls back to a pull
-// through the rings if the kernel fails it. b.mu held.
+// the receive over (otherwise the caller pulls). It reads the sender's
+// region entry here (the endpoint's table address is read once per sender
+// process and endpoint, then cached: tables live as long as their board),
+// and queues the data copy, which whoever holds b.mu runs right after
+// releasing it and any receive source's lock (Board.unlock, runCopies): one process_vm_readv for the whole
+// message, on the goroutine that handled the RNDV — a polling waiter, or
+// the receive loop — with no hand-off to another goroutine, and without
+// b.mu so other requests progress meanwhile. A copy the kernel fails falls
+// back to a pull through the rings. b.mu held.
 func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) bool {
 	b := e.b
 	if e.pullShared(r, p, match, msgLen, total, ref) { // shmpool.go: out of the sender's shared segment
@@ -286,22 +281,30 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 	if !ok || tab == 0 {
 		return false
 	}
-	// The endpoint's table, then the region's entry.
-	var epTab [1]uint64
-	if !e.cmaStep(pid, u64Bytes(epTab[:]), uintptr(tab)+uintptr(p.epID)*8, 8) || epTab[0] == 0 {
-		return false
+	// The endpoint's table (cached), then the region's entry.
+	key := cmaKey{pid: pid, tab: tab, ep: p.epID, session: p.rsession}
+	epTab, ok := b.cmaTabAt[key]
+	if !ok {
+		var w [1]uint64
+		if !e.cmaStep(pid, u64Bytes(w[:]), uintptr(tab)+uintptr(p.epID)*8, 8) || w[0] == 0 {
+			return false
+		}
+		epTab = w[0]
+		if b.cmaTabAt == nil || len(b.cmaTabAt) >= cmaTabCache {
+			b.cmaTabAt = make(map[cmaKey]uint64) // bounded: forget, read again
+		}
+		b.cmaTabAt[key] = epTab
 	}
 	var ent [cmaEntryWords]uint64
-	if !e.cmaStep(pid, u64Bytes(ent[:]), uintptr(epTab[0])+uintptr(ref.id)*cmaEntryBytes, cmaEntryBytes) {
+	if !e.cmaStep(pid, u64Bytes(ent[:]), uintptr(epTab)+uintptr(ref.id)*cmaEntryBytes, cmaEntryBytes) {
 		return false
 	}
 	nsegs := int(ent[1])
 	if ent[0] != uint64(ref.seq)<<1|1 || nsegs < 1 || nsegs > cmaMaxSegs {
 		return false
 	}
+	c := b.newCopy()
 	// The message: total bytes from offset ref.off of the region.
-	var riov [cmaMaxSegs]unix.RemoteIovec
-	remote := riov[:0]
 	skip, left := uint64(ref.off), uint64(total)
 	for i := 0; i < nsegs && left > 0; i++ {
 		addr, l := ent[2+2*i], ent[3+2*i]
@@ -310,38 +313,69 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 			continue
 		}
 		n := min(l-skip, left)
-		remote = append(remote, unix.RemoteIovec{Base: uintptr(addr + skip), Len: int(n)})
+		c.remote[c.nr] = unix.RemoteIovec{Base: uintptr(addr + skip), Len: int(n)}
+		c.nr++
 		skip, left = 0, left-n
 	}
-	if left > 0 {
-		return false // the entry does not cover the message: pull and let the sender judge
-	}
-	var dbuf [cmaMaxSegs + 4][]byte
-	dst := dbuf[:0]
 	need := int(total)
 	for _, s := range r.segs {
 		if need == 0 {
 			break
 		}
+		if c.nl == len(c.local) {
+			break
+		}
 		k := min(len(s), need)
-		dst = append(dst, s[:k])
+		if k > 0 {
+			c.local[c.nl] = unix.Iovec{Base: &s[0]}
+			c.local[c.nl].SetLen(k)
+			c.nl++
+		}
 		need -= k
 	}
-	if len(dst) > cmaMaxSegs+4 || need > 0 {
+	if left > 0 || need > 0 {
+		// The entry does not cover the message (pull and let the sender
+		// judge), or the receive has more segments than one call takes.
+		b.freeCopy(c)
 		return false
 	}
-	// The copy itself runs without the board lock, so other requests
-	// progress meanwhile; r belongs to it until it completes r.
-	c := &cmaCopy{e: e, r: r, p: p, match: match, msgLen: msgLen, total: total, ref: ref, pid: pid,
-		dst: append([][]byte(nil), dst...)}
-	c.nr = copy(c.remote[:], remote)
+	c.e, c.r, c.p, c.match, c.msgLen, c.total, c.ref, c.pid = e, r, p, match, msgLen, total, ref, pid
 	b.copies.Add(1)
-	go c.run()
+	b.cmaq = append(b.cmaq, c)
+	b.cmaQueued.Add(1)
 	return true
 }
 
-// cmaCopy is a single copy in flight: a matched large receive being filled
-// with process_vm_readv, outside the board lock.
+// runCopies runs the queued single copies, if any, each without the lock
+// (no lock held).
+func (b *Board) runCopies() {
+	if b.cmaQueued.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.unlock()
+}
+
+// cmaTabCache bounds the cache of senders' table addresses (peers that
+// come and go leave entries behind).
+const cmaTabCache = 4096
+
+// cmaKey names a sender endpoint's region table: the sender's process, the
+// address of its board's endpoint list, the endpoint and its session. The
+// session changes with every open, so a board closed and another opened
+// at the same address in the same process (the Go heap reuses memory) is
+// never served the old board's table address.
+type cmaKey struct {
+	pid     int
+	tab     uint64
+	ep      uint8
+	session uint32
+}
+
+// cmaCopy is a single copy queued or in flight: a matched large receive
+// to fill with process_vm_readv outside the board lock. r belongs to it
+// until it completes r. Copies are recycled (Board.cmaFree): a message
+// costs no allocation.
 type cmaCopy struct {
 	e             *Endpoint
 	r             *Request
@@ -350,32 +384,88 @@ type cmaCopy struct {
 	msgLen, total uint32
 	ref           rndvRef
 	pid           int
-	dst           [][]byte
-	nr            int
+	nl, nr        int
+	local         [MaxSegments]unix.Iovec
 	remote        [cmaMaxSegs]unix.RemoteIovec
+	err           error
+}
+
+// newCopy returns a cleared copy from the board's free list (b.mu held).
+func (b *Board) newCopy() *cmaCopy {
+	if n := len(b.cmaFree); n > 0 {
+		c := b.cmaFree[n-1]
+		b.cmaFree = b.cmaFree[:n-1]
+		return c
+	}
+	return new(cmaCopy)
+}
+
+// freeCopy clears c and keeps it for the next message (b.mu held).
+func (b *Board) freeCopy(c *cmaCopy) {
+	*c = cmaCopy{}
+	b.cmaFree = append(b.cmaFree, c)
+}
+
+// takeCopy removes the oldest queued copy (b.mu held), first acking what
+// its partner sent. A copy whose endpoint closed meanwhile completes here,
+// without copying.
+func (b *Board) takeCopy() *cmaCopy {
+	for len(b.cmaq) > 0 {
+		c := b.cmaq[0]
+		b.cmaQueued.Add(-1)
+		n := copy(b.cmaq, b.cmaq[1:])
+		b.cmaq[n] = nil
+		b.cmaq = b.cmaq[:n]
+		if !c.e.closed {
+			if p := c.p; p.notAcked > 0 && !p.dead {
+				// The copy takes a while: ack the RNDV (and what came
+				// before it) now, so the sender does not take the
+				// wait for a lost frame and resend it meanwhile.
+				c.e.cnt[AcksImmediate]++
+				p.sendAck()
+			}
+			return c
+		}
+		c.e.complete(c.r, ErrEndpointClosed)
+		b.freeCopy(c)
+		b.copies.Done()
+	}
+	return nil
 }
 
 // cmaCopyHook, when set by a test, runs before each copy.
 var cmaCopyHook func()
 
-// run copies, then completes the receive and notifies the sender, or pulls
-// through the rings when the copy failed.
-func (c *cmaCopy) run() {
-	e := c.e
-	b := e.b
-	defer b.copies.Done()
+// copyData runs the copy itself: one process_vm_readv for the whole
+// message (no lock held).
+func (c *cmaCopy) copyData() {
 	if cmaCopyHook != nil {
 		cmaCopyHook()
 	}
-	_, err := cmaRead(c.pid, c.dst, c.remote[:c.nr])
-	b.mu.Lock()
-	defer b.unlock()
+	want := 0
+	for _, v := range c.local[:c.nl] {
+		want += int(v.Len)
+	}
+	n, err := unix.ProcessVMReadv(c.pid, c.local[:c.nl], c.remote[:c.nr], 0)
+	if err == nil && n != want {
+		err = errCMAShort
+	}
+	c.err = err
+}
+
+// finish completes the receive and notifies the sender, or pulls through
+// the rings when the copy failed (b.mu held).
+func (c *cmaCopy) finish() {
+	e, b := c.e, c.e.b
+	defer b.copies.Done()
+	defer b.freeCopy(c)
 	b.now = b.clock()
+	e.cnt[CMAReads]++
 	switch {
 	case e.closed:
 		e.complete(c.r, ErrEndpointClosed)
-	case err != nil:
-		e.cmaFailed(err)
+	case c.err != nil:
+		e.cmaFailed(c.err)
 		if c.p.dead {
 			e.complete(c.r, ErrUnreachable)
 			return
@@ -390,7 +480,14 @@ func (c *cmaCopy) run() {
 
 // cmaStep reads n bytes at addr in pid into dst, noting a refusal.
 func (e *Endpoint) cmaStep(pid int, dst []byte, addr uintptr, n int) bool {
-	_, err := cmaRead(pid, [][]byte{dst[:n]}, []unix.RemoteIovec{{Base: addr, Len: n}})
+	e.cnt[CMAReads]++
+	local := [1]unix.Iovec{{Base: &dst[0]}}
+	local[0].SetLen(n)
+	remote := [1]unix.RemoteIovec{{Base: addr, Len: n}}
+	got, err := unix.ProcessVMReadv(pid, local[:], remote[:], 0)
+	if err == nil && got != n {
+		err = errCMAShort
+	}
 	if err != nil {
 		e.cmaFailed(err)
 		return false

@@ -104,11 +104,14 @@ func TestLargeStrategyOptions(t *testing.T) {
 }
 
 // TestCMACopyOutsideLock: while a single copy is held up, the receiving
-// board keeps exchanging other messages (the copy does not hold the board
-// lock), and the held receive completes byte-exact once the copy runs.
+// board keeps exchanging other messages (the copy holds neither the board
+// lock nor the rings: the goroutine that runs it is held, and waiters that
+// poll the rings receive meanwhile), and the held receive completes
+// byte-exact once the copy runs.
 func TestCMACopyOutsideLock(t *testing.T) {
 	o := shmTestOptions()
 	o.Local.Large = LargeCMA
+	o.BusyPoll = true // the receive loop is the goroutine held in the copy
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
 	release, entered := make(chan struct{}), make(chan struct{}, 1)
 	cmaCopyHook = func() {

@@ -108,6 +108,11 @@ const (
 	// CPU copied again because the engine failed.
 	RecvPullEngine
 	PullEngineFallbacks
+	// CMAReads counts process_vm_readv calls (cma.go): the receiver's
+	// reads of a sender's endpoint table, region entries and message
+	// data. A large message copied once costs two (its entry, then all
+	// its data in one call), plus one per sender endpoint the first time.
+	CMAReads
 	numCounters
 )
 
@@ -140,6 +145,7 @@ var counterNames = [numCounters]string{
 	"recv large from a shared segment (one CPU copy)", "recv large from a shared segment by the copy engine",
 	"copy engine failed (copied by the CPU)", "shared segments not passed to the peer",
 	"recv pull reply copied by the copy engine", "copy engine failed on a pull reply (copied by the CPU)",
+	"process_vm_readv calls",
 }
 
 // String returns the counter's label.

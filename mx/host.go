@@ -137,6 +137,23 @@ func (b *Board) pathMTU(nic transport.NICID) int {
 	return b.mtu
 }
 
+// rtoMin is the floor of p's retransmission timeouts (b.mu held): RTOMin,
+// or on the host path and between shm boards the rings' FullWait (a second
+// by default). Rings lose a frame only when its receiver made no progress
+// for that long (it is stuck or gone), so a resend, a tail-loss probe or a
+// pull re-request sooner is always spurious; on a loaded machine, where a
+// descheduled peer or a receiver busy copying a large message easily
+// answers later than RTOMin, each one cost frames and handling on both
+// sides for nothing. A peer that leaves the rings for the transport gets
+// the transport's timeouts back with the path.
+func (p *partner) rtoMin() int64 {
+	b := p.ep.b
+	if tr := b.shmTo(p.nic); tr != nil {
+		return max(int64(b.opts.RTOMin), int64(tr.FullWait()))
+	}
+	return int64(b.opts.RTOMin)
+}
+
 // sendFailed notes that a frame to nic could not be sent on tr: a peer
 // that left the host path is sent to through the transport for a while.
 func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
@@ -175,9 +192,10 @@ func (b *Board) hostProgress() {
 		if n > 0 {
 			b.mu.Lock()
 			b.handleBatchLocked(s.rx[:n])
-			b.unlock()
+			b.release(false)
 		}
 		s.mu.Unlock()
+		b.runCopies() // cma.go: without the rings' lock
 		if errors.Is(err, transport.ErrClosed) {
 			return
 		}

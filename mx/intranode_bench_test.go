@@ -36,7 +36,7 @@ import (
 func BenchmarkIntranode(b *testing.B) {
 	for _, path := range []string{"local", "shm-procs/rings", "shm-procs/cma", "udp-procs", "udp+shm-procs"} {
 		for _, mode := range []string{"blocking", "busypoll"} {
-			for _, size := range []int{8, 4 << 20} {
+			for _, size := range []int{8, 64 << 10, 4 << 20} {
 				b.Run(fmt.Sprintf("%s/%s/%dB", path, mode, size), func(b *testing.B) {
 					opts := DefaultBoardOptions()
 					opts.BusyPoll = mode == "busypoll"

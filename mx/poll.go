@@ -205,9 +205,10 @@ func (b *Board) pollSource(s *rxSource) bool {
 		if b.clock() >= b.nextTick.Load() {
 			b.timersLocked(true)
 		}
-		b.unlock()
+		b.release(false)
 	}
 	s.mu.Unlock()
+	b.runCopies() // cma.go: without the source's lock
 	return true
 }
 

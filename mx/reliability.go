@@ -90,14 +90,14 @@ type partner struct {
 // pullRTO is the re-request timeout of a pull block from the peer.
 func (p *partner) pullRTO(backoff int) int64 {
 	b := p.ep.b
-	return p.prtt.timeout(int64(b.opts.PullTimeout), int64(b.tickBusy), int64(b.opts.RTOMin), int64(b.opts.RTOMax), backoff)
+	return p.prtt.timeout(int64(b.opts.PullTimeout), int64(b.tickBusy), p.rtoMin(), int64(b.opts.RTOMax), backoff)
 }
 
 // rto is the partner's retransmission timeout after backoff doublings,
 // fallback until a round trip has been measured (rtt.go).
 func (p *partner) rto(fallback time.Duration, backoff int) int64 {
 	b := p.ep.b
-	return p.rtt.timeout(int64(fallback), int64(b.tickBusy), int64(b.opts.RTOMin), int64(b.opts.RTOMax), backoff)
+	return p.rtt.timeout(int64(fallback), int64(b.tickBusy), p.rtoMin(), int64(b.opts.RTOMax), backoff)
 }
 
 type earlyPkt struct {
@@ -367,7 +367,7 @@ func (p *partner) probe(now int64) {
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)
-	if !p.rtt.ok {
+	if !p.rtt.ok || p.rtoMin() > int64(b.opts.RTOMin) { // no probes through shared memory (host.go)
 		return rto
 	}
 	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, int64(b.opts.RTOMin)/2)
