@@ -28,17 +28,27 @@ type rxQueue struct {
 	tail    uint32 // RDT as last written
 	discard bool   // dropping the rest of a multi-descriptor frame
 
+	// Header split (split.go): packet split descriptors of dsz bytes,
+	// each with a payload buffer in pay besides its header buffer in slot.
+	ps  bool
+	dsz uint32
+	pay []*nicdrv.Buffer
+
 	noBuf, dropped atomic.Uint64
 }
 
-func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
+func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*r.dsz : (i+1)*r.dsz] }
 
 // start fills the ring and programs its registers (RX still disabled).
 func (r *rxQueue) start() error {
 	n := r.nic
 	r.next, r.tail = 0, 0
 	clear(r.ring)
-	if err := r.refill(); err != nil {
+	units := uint32(1) // RDT counts 16-byte units
+	if r.ps {
+		r.refillPS()
+		units = hw.PSDescUnits
+	} else if err := r.refill(); err != nil {
 		return err
 	}
 	if r.tail == 0 {
@@ -46,9 +56,9 @@ func (r *rxQueue) start() error {
 	}
 	n.w32(hw.Q(hw.RDBAL, r.q), uint32(r.iova))
 	n.w32(hw.Q(hw.RDBAH, r.q), uint32(r.iova>>32))
-	n.w32(hw.Q(hw.RDLEN, r.q), r.size*hw.DescSize)
+	n.w32(hw.Q(hw.RDLEN, r.q), r.size*r.dsz)
 	n.w32(hw.Q(hw.RDH, r.q), 0)
-	n.w32(hw.Q(hw.RDT, r.q), r.tail)
+	n.w32(hw.Q(hw.RDT, r.q), r.tail*units)
 	return nil
 }
 
@@ -274,10 +284,12 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	sent := 0
 	var err error
 	for _, b := range bufs {
-		if l := len(b.Data); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool {
+		if l := len(b.Data); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool || b.Next != nil {
 			t.rejected.Add(1)
 			if b.Pool() != n.pool {
 				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", sent))
+			} else if b.Next != nil {
+				err = n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split): TX sends one-buffer frames; copy it whole with AppendFrame into one buffer: %w", sent, b.Segments(), nicdrv.ErrFrameSize))
 			} else {
 				err = n.errorf("TX batch", fmt.Errorf("frame %d of %d bytes, want 14..%d: %w", sent, l, hw.MaxFrame, nicdrv.ErrFrameSize))
 			}
