@@ -646,7 +646,7 @@ func (n *e1000eNIC) writeRing(q, reg, off int, v uint32) {
 		if l := n.reg(hw.Q(hw.RDLEN, q)) / hw.DescSize; v >= l && !(l == 0 && v == 0) {
 			n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
 		}
-		if n.rxPS && v%hw.PSDescUnits != 0 {
+		if n.rxOn && n.rxPS && v%hw.PSDescUnits != 0 {
 			n.violation("RDT%d = %d with packet split descriptors: the tail counts 16-byte units, so it is twice the descriptor index (even)", q, v)
 		}
 		n.set(off, v)

@@ -60,6 +60,11 @@ func (n *e1000eNIC) latchPSLocked(rctl uint32) {
 		n.violation("PSRCTL.BSIZE1 = 0 with packet split: buffer 1 takes 1 to 63 KiB; program PSRCTL before RCTL")
 		return
 	}
+	for q := 0; q < hw.Queues; q++ {
+		if n.reg(hw.Q(hw.RDLEN, q)) != 0 && n.reg(hw.Q(hw.RDT, q))%hw.PSDescUnits != 0 {
+			n.violation("RDT%d = %d when RCTL enables packet split: the tail counts 16-byte units, so it is twice the descriptor index (even)", q, n.reg(hw.Q(hw.RDT, q)))
+		}
+	}
 	n.rxPS, n.rxPSBuf = true, sz
 }
 

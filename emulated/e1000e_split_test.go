@@ -177,6 +177,17 @@ func TestE1000EPacketSplitStrictness(t *testing.T) {
 		r.regs[1].Write32(hw.RDT, 5)
 		r.wantViolation(1, "twice the descriptor index")
 	})
+	t.Run("OddTailAtEnable", func(t *testing.T) {
+		r := newNICRig(t)
+		g := r.regs[1]
+		g.Write32(hw.RDBAL, uint32(r.iova(nrRx+0x1000)))
+		g.Write32(hw.RDLEN, 128)
+		g.Write32(hw.RDT, 3) // a descriptor index, not 16-byte units
+		g.Write32(hw.PSRCTL, hw.PSRCTLValue(256, 4096, 0, 0))
+		g.Write32(hw.RFCTL, hw.RfctlEXTEN)
+		g.Write32(hw.RCTL, hw.RctlEN|hw.RctlDTYPPS)
+		r.wantViolation(1, "twice the descriptor index")
+	})
 	t.Run("PSRCTLWhileReceiving", func(t *testing.T) {
 		r := newNICRig(t)
 		r.startRxPS(1, hw.PSRCTLValue(256, 4096, 0, 0), hw.RfctlEXTEN, false)
@@ -191,4 +202,21 @@ func TestE1000EPacketSplitStrictness(t *testing.T) {
 		r.send(0, ipFrame(1500, false, 17, false))
 		r.wantViolation(1, "overflows")
 	})
+}
+
+// QEMU keeps the latched descriptor type until RCTL is written with EN
+// again: a driver that reprograms a ring for extended descriptors after a
+// packet split session (RDT odd, RX off) is not in error.
+func TestE1000EPacketSplitThenExtended(t *testing.T) {
+	r := newNICRig(t)
+	r.startRxPS(1, hw.PSRCTLValue(256, 4096, 0, 0), hw.RfctlEXTEN, false)
+	r.regs[1].Write32(hw.RCTL, 0)
+	r.startRx(1)
+	r.send(0, testFrame(100))
+	if got := r.received(1, 0); !bytes.Equal(got, testFrame(100)) {
+		t.Fatalf("received % x after switching back to extended descriptors", got)
+	}
+	if s := r.p.Stats(1); s.Violations != 0 {
+		t.Errorf("violation: %s", s.LastViolation)
+	}
 }

@@ -108,8 +108,8 @@ func (r *rxQueue) ready() bool {
 		return true // a batch is running: let the caller look
 	}
 	defer r.mu.Unlock()
-	if r.nic.closed.Load() {
-		return false
+	if r.nic.closed.Load() || r.next == r.tail {
+		return false // nothing handed to the NIC (see batch)
 	}
 	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
 }
@@ -121,7 +121,10 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		return 0, r.nic.errorf("RX batch", nicdrv.ErrClosed)
 	}
 	got := 0
-	for got < len(out) {
+	// Only slots handed to the NIC ([next, tail)) can hold a frame: once
+	// a ring the pool could not refill is drained, next == tail and the
+	// slots from there on hold old write-backs with DD still set.
+	for got < len(out) && r.next != r.tail {
 		d := r.desc(r.next)
 		hi := load64(d[8:])
 		if uint32(hi)&hw.RxStatDD == 0 {

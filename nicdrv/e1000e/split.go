@@ -111,7 +111,10 @@ func (r *rxQueue) batchPS(out []*nicdrv.Buffer) (int, error) {
 		return 0, r.nic.errorf("RX batch", nicdrv.ErrClosed)
 	}
 	got := 0
-	for got < len(out) {
+	// Only slots handed to the NIC ([next, tail)) can hold a frame: a
+	// drained ring the pool could not refill has next == tail, and the
+	// slots past it still hold old write-backs with DD set.
+	for got < len(out) && r.next != r.tail {
 		d := r.desc(r.next)
 		if uint32(load64(d[8:]))&hw.RxStatDD == 0 {
 			break
