@@ -27,7 +27,10 @@
 // IPv4/TCP flows by their Toeplitz hash through a 128-entry redirection
 // table (the 82574 has no other steering: non-IP frames land in queue 0,
 // and every steering rule but "destination MAC to queue 0" is refused with
-// nicdrv.ErrNotSupported). TX uses legacy descriptors, or a context and an
+// nicdrv.ErrNotSupported). With Options.HeaderSplit, RX uses packet split
+// descriptors instead: 32 bytes, a header and a payload buffer each, so
+// that TCP and UDP over IPv4 and IPv6 arrive with their headers in one
+// buffer and their payload in another (split.go). TX uses legacy descriptors, or a context and an
 // extended data descriptor when a frame asks for checksum offload on queue
 // 0 (the 82574 has one TX context for both queues, so queue 1 computes
 // checksums in the driver).
