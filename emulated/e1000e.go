@@ -78,7 +78,11 @@ func DefaultE1000EOptions() E1000EOptions {
 //     10 set and TXDCTL bit 22 set;
 //   - receive needs PCI bus mastering, STATUS.LU and RCTL.EN; DMA goes
 //     through the IOMMU, which records any access outside a mapping;
-//   - statistics registers are read-only, and clear on read.
+//   - statistics registers are read-only, and clear on read;
+//   - packet split receive (RCTL.DTYP=01) needs extended descriptors and
+//     PSRCTL buffers 0 and 1 of nonzero size, and an even RDT (the NIC
+//     counts 16-byte units); frames are split as QEMU 7.2 splits them
+//     (e1000e_split.go).
 //
 // Ports are joined by a cable (Cable) or a hub (Hub): a frame a NIC
 // transmits is delivered, synchronously on the TDT write as in QEMU, to the
@@ -376,6 +380,8 @@ type e1000eNIC struct {
 	rxOn    bool // RCTL.EN latched
 	rxExt   bool // extended descriptors latched
 	rxBuf   int  // buffer size latched
+	rxPS    bool // packet split descriptors latched (e1000e_split.go)
+	rxPSBuf [hw.PSBuffers]int
 	txCtx   hw.TxDesc
 	hint    int
 	lastLU  bool
@@ -431,7 +437,7 @@ func (n *e1000eNIC) powerOn() {
 	n.phy[hw.PHYControl] = 0x1140 // autoneg enabled, full duplex, 1000
 	n.phy[hw.PHYID1] = 0x0141
 	n.phy[hw.PHYID2] = 0x0CB1
-	n.rxOn, n.rxExt, n.rxBuf = false, false, 2048
+	n.rxOn, n.rxExt, n.rxBuf, n.rxPS = false, false, 2048, false
 	n.pend = n.pend[:0]
 	n.lastLU = n.linkUp()
 }
@@ -651,9 +657,7 @@ func (n *e1000eNIC) writeRctl(v uint32) {
 	}
 	// Latch the descriptor type and buffer size, as QEMU 7.2 does on every
 	// RCTL write with EN.
-	if v&hw.RctlDTYPMask != 0 {
-		n.violation("RCTL.DTYP=%d: this model supports legacy and extended descriptors only", v&hw.RctlDTYPMask>>10)
-	}
+	n.latchPSLocked(v)
 	if n.has(hw.MRQC, hw.MRQCEnableMask) && !n.has(hw.RFCTL, hw.RfctlEXTEN) {
 		n.violation("MRQC enables RSS with legacy descriptors (RFCTL.EXTEN clear): RSS needs extended descriptors")
 	}
@@ -718,6 +722,9 @@ func (n *e1000eNIC) writeRing(q, reg, off int, v uint32) {
 		v &= 0xFFFF
 		if l := n.reg(hw.Q(hw.RDLEN, q)) / hw.DescSize; v >= l && !(l == 0 && v == 0) {
 			n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
+		}
+		if n.rxOn && n.rxPS && v%hw.PSDescUnits != 0 {
+			n.violation("RDT%d = %d with packet split descriptors: the tail counts 16-byte units, so it is twice the descriptor index (even)", q, v)
 		}
 		n.set(off, v)
 		n.flushPendingLocked()
@@ -1196,6 +1203,9 @@ func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {
 		n.causeLocked(hw.IntRXO)
 		return rxNoRoom
 	}
+	if n.rxPS {
+		return n.deliverPSLocked(fr, q, hash, rssType, l, total)
+	}
 	status := n.rxChecksumLocked(fr)
 	dom := n.f.dom
 	base := uint64(n.reg(hw.Q(hw.RDBAH, q)))<<32 | uint64(n.reg(hw.Q(hw.RDBAL, q)))
@@ -1247,6 +1257,13 @@ func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {
 		head = (head + 1) % l
 	}
 	n.set(hw.Q(hw.RDH, q), head)
+	n.countRxLocked(fr, q)
+	return rxDone
+}
+
+// countRxLocked counts a frame written into RX queue q and raises its
+// interrupt causes.
+func (n *e1000eNIC) countRxLocked(fr []byte, q int) {
 	n.nRx.Add(1)
 	n.regs[hw.GPRC/4]++
 	n.regs[hw.TPR/4]++
@@ -1260,7 +1277,6 @@ func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {
 		}
 	}
 	n.causeLocked(hw.IntRXT0 | hw.IntRXQ0<<q)
-	return rxDone
 }
 
 // rssLocked picks the RX queue: RSS over IPv4 (and TCP ports) when MRQC

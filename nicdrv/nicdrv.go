@@ -36,6 +36,31 @@
 // leaves the slots empty, counts the event in [Stats].RxNoBuffer, and
 // refills them on a later RxBatch.
 //
+// # Header split
+//
+// A driver may offer header split receive, asked for at Open (the
+// e1000e driver's Options.HeaderSplit; the 82599's SRRCTL header split
+// fits the same shape). The NIC then writes the protocol headers of a frame
+// it recognises into one buffer and the payload into another, so a
+// protocol layer finds its headers in a small buffer of their own and the
+// payload starts at the beginning of a buffer. RxBatch delivers such a frame
+// as a chain of two Buffers: the first holds the headers, [Buffer].Next the
+// rest. What is split, by every driver that offers it:
+//
+//   - an unfragmented IPv4 or IPv6 TCP or UDP datagram: the first Buffer
+//     holds the Ethernet, IP (with options or extension headers) and TCP
+//     (with options) or UDP header, Next the bytes after them (nil when
+//     nothing follows);
+//   - a frame the NIC does not split (not IP, such as Open-MX's EtherType,
+//     or an IP fragment) arrives whole in one Buffer, as without header
+//     split. Other unfragmented IP datagrams may be split after the IP
+//     header.
+//
+// [Buffer.AppendFrame] and [Buffer.FrameLen] read a chain whole, and
+// [Pool.Free] frees it whole. [Info].HeaderSplit says whether the NIC was
+// opened with it. A driver that cannot split refuses the option at Open
+// with an error wrapping [ErrNotSupported]; it never ignores it.
+//
 // # Control path
 //
 // Link state with a bounded wait ([NIC.WaitLink]), statistics (the NIC's
@@ -150,6 +175,10 @@ type Info struct {
 	// Interrupts tells whether WaitRx sleeps on an interrupt (true) or
 	// polls (false).
 	Interrupts bool
+	// HeaderSplit tells whether RxBatch delivers frames with header split
+	// (see the package doc): headers in one Buffer, the payload in the
+	// Buffer chained after it.
+	HeaderSplit bool
 }
 
 // Link is the state of the NIC's link.
@@ -280,12 +309,14 @@ type NIC interface {
 	Pool() *Pool
 	// RxBatch moves up to len(bufs) received frames of queue q into bufs
 	// and returns how many. It does not wait. The Buffers belong to the
-	// caller: transmit them or Free them.
+	// caller: transmit them or Free them. With header split a frame may
+	// be a chain of Buffers (Buffer.Next); bufs holds its first.
 	RxBatch(q int, bufs []*Buffer) (int, error)
 	// TxBatch queues bufs in order on TX queue q and returns how many it
 	// took; those belong to the driver from now on. Fewer than len(bufs)
-	// means the ring is full: retry the rest later. A frame of bad size
-	// fails with ErrFrameSize after the frames before it were taken.
+	// means the ring is full: retry the rest later. A frame of bad size,
+	// or a chained Buffer (Next set), fails with ErrFrameSize after the
+	// frames before it were taken.
 	TxBatch(q int, bufs []*Buffer) (int, error)
 	// WaitRx waits until queue q has a frame, ctx ends (its error) or the
 	// NIC closes (ErrClosed). With interrupts it sleeps on the queue's

@@ -43,10 +43,19 @@ const (
 // Buffer is one packet buffer of a Pool. Data is the frame: on receive the
 // driver sets it to the received bytes; to transmit, fill it (SetLen gives
 // a Data of the wanted length) and pass the Buffer to TxBatch.
+//
+// A frame received with header split (see the package doc) is a chain: the
+// first Buffer's Data holds the protocol headers and Next, the rest of the
+// frame. Frame and AppendFrame read a chain whole; Pool.Free gives back the
+// whole chain.
 type Buffer struct {
 	// Data is the frame, starting with the Ethernet header. Its capacity
 	// is the buffer size; do not re-slice it to start elsewhere.
 	Data []byte
+	// Next is the rest of a frame received with header split: its payload
+	// after the headers in Data. nil for a frame in one buffer, and always
+	// nil on transmit (TxBatch sends single-buffer frames).
+	Next *Buffer
 	// Queue is the RX queue the frame arrived on.
 	Queue int
 	// Flags report the NIC's receive offloads, and ask for transmit
@@ -59,6 +68,35 @@ type Buffer struct {
 	mem  []byte
 	iova uint64
 	out  bool
+}
+
+// FrameLen is the length of the whole frame: Data and every buffer chained
+// after it.
+func (b *Buffer) FrameLen() int {
+	n := 0
+	for c := b; c != nil; c = c.Next {
+		n += len(c.Data)
+	}
+	return n
+}
+
+// AppendFrame appends the whole frame (Data, then every chained buffer's
+// Data) to dst and returns the extended slice.
+func (b *Buffer) AppendFrame(dst []byte) []byte {
+	for c := b; c != nil; c = c.Next {
+		dst = append(dst, c.Data...)
+	}
+	return dst
+}
+
+// Segments is the number of buffers the frame occupies (1 without header
+// split).
+func (b *Buffer) Segments() int {
+	n := 0
+	for c := b; c != nil; c = c.Next {
+		n++
+	}
+	return n
 }
 
 // SetLen makes Data n bytes long (up to the buffer size) and returns it.
@@ -171,7 +209,7 @@ func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
 		b := p.free[top+i]
 		b.out = true
 		b.Data = b.mem
-		b.Flags, b.Hash, b.Queue = 0, 0, 0
+		b.Flags, b.Hash, b.Queue, b.Next = 0, 0, 0, nil
 		bufs[i] = b
 	}
 	p.free = p.free[:top]
@@ -195,22 +233,24 @@ func (p *Pool) Get() (*Buffer, error) {
 // belonging to another pool.
 var ErrNotPooled = errors.New("buffer not out of this pool")
 
-// Free gives buffers back. It frees every buffer it can and reports, in one
-// error wrapping ErrNotPooled, those that were already free or belong to
-// another pool (nil entries are skipped).
+// Free gives buffers back, each with the buffers chained after it (Next).
+// It frees every buffer it can and reports, in one error wrapping
+// ErrNotPooled, those that were already free or belong to another pool
+// (nil entries are skipped).
 func (p *Pool) Free(bufs ...*Buffer) error {
 	bad := 0
 	p.mu.Lock()
 	for _, b := range bufs {
-		if b == nil {
-			continue
+		for b != nil {
+			next := b.Next
+			if b.pool != p || !b.out {
+				bad++
+				break
+			}
+			b.out, b.Next = false, nil
+			p.free = append(p.free, b)
+			b = next
 		}
-		if b.pool != p || !b.out {
-			bad++
-			continue
-		}
-		b.out = false
-		p.free = append(p.free, b)
 	}
 	p.mu.Unlock()
 	if bad > 0 {

@@ -95,3 +95,35 @@ func TestPoolOptions(t *testing.T) {
 		}
 	}
 }
+
+// A header-split frame is a chain: it reads whole and frees whole.
+func TestPoolChain(t *testing.T) {
+	pool, _ := newPool(t, 4)
+	bufs := make([]*nicdrv.Buffer, 3)
+	if _, err := pool.Alloc(bufs); err != nil {
+		t.Fatal(err)
+	}
+	copy(bufs[0].SetLen(3), "hdr")
+	copy(bufs[1].SetLen(4), "body")
+	bufs[0].Next = bufs[1]
+	if got := string(bufs[0].AppendFrame(nil)); got != "hdrbody" || bufs[0].FrameLen() != 7 || bufs[0].Segments() != 2 {
+		t.Fatalf("chain reads %q, %d bytes in %d buffers", got, bufs[0].FrameLen(), bufs[0].Segments())
+	}
+	if err := pool.Free(bufs[0], bufs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Available() != 4 {
+		t.Fatalf("%d of 4 free after freeing a chain of 2 and one more", pool.Available())
+	}
+	if bufs[0].Next != nil {
+		t.Error("a freed buffer keeps its chain")
+	}
+	if err := pool.Free(bufs[1]); !errors.Is(err, nicdrv.ErrNotPooled) {
+		t.Errorf("freeing a chained buffer again: %v, want ErrNotPooled", err)
+	}
+	b, err := pool.Get()
+	if err != nil || b.Next != nil {
+		t.Fatalf("Get: %v, Next %v", err, b.Next)
+	}
+	_ = pool.Free(b)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -200,6 +201,65 @@ func TestBringUpSequence(t *testing.T) {
 			if g != w {
 				t.Fatalf("bring-up differs from %s at line %d:\n got %q\nwant %q\n(if the change is deliberate, run with -update and review the diff)", golden, i+1, g, w)
 			}
+		}
+	}
+}
+
+// TestBringUpHeaderSplit records Open and Close with header split and
+// checks, register by register, what the 82574 and QEMU 7.2 need for
+// packet split receive: PSRCTL (buffer 0 and buffer 1 of 2 KiB, 2 and 3
+// unused) and RFCTL (extended descriptors, fragments not split) before the
+// RCTL write with EN, which carries DTYP=01; a ring of 32-byte descriptors;
+// a tail that counts 16-byte units; and the reset values put back on Close.
+func TestBringUpHeaderSplit(t *testing.T) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	rec := &recorder{Device: p.Functions()[0]}
+	o := e1000e.DefaultOptions()
+	o.RxRing, o.TxRing = 64, 64
+	o.HeaderSplit = true
+	n, err := e1000e.Open(rec, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Info().HeaderSplit {
+		t.Error("Info().HeaderSplit is false")
+	}
+	rec.add("--- open done")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	last := func(prefix string, from, to int) (int, uint32) {
+		at, val := -1, uint32(0)
+		for i := from; i < to; i++ {
+			var v uint32
+			if _, err := fmt.Sscanf(rec.log[i], prefix+" = %v", &v); err == nil {
+				at, val = i, v
+			}
+		}
+		return at, val
+	}
+	open := slices.Index(rec.log, "--- open done")
+	rctlAt, rctl := last("write RCTL", 0, open)
+	psAt, ps := last("write PSRCTL", 0, open)
+	rfAt, rf := last("write RFCTL", 0, open)
+	_, rdlen := last("write RDLEN0", 0, open)
+	_, rdt := last("write RDT0", 0, open)
+	_, psClose := last("write PSRCTL", open, len(rec.log))
+	_, rfClose := last("write RFCTL", open, len(rec.log))
+	for _, c := range []struct {
+		what string
+		ok   bool
+	}{
+		{fmt.Sprintf("RCTL = %#x has EN and DTYP=01 (bits 11:10)", rctl), rctl&hw.RctlEN != 0 && rctl>>10&3 == 1},
+		{fmt.Sprintf("PSRCTL = %#x: BSIZE0 16 x 128 B, BSIZE1 2 x 1 KiB, BSIZE2 and BSIZE3 0", ps), ps == 16|2<<8},
+		{fmt.Sprintf("RFCTL = %#x: EXTEN (bit 15) and IPFRSP_DIS (bit 14)", rf), rf == 1<<15|1<<14},
+		{"PSRCTL and RFCTL are written before RCTL enables RX", psAt >= 0 && rfAt >= 0 && psAt < rctlAt && rfAt < rctlAt},
+		{fmt.Sprintf("RDLEN0 = %d: 64 descriptors of 32 bytes", rdlen), rdlen == 64*32},
+		{fmt.Sprintf("RDT0 = %d: 63 descriptors handed over, in 16-byte units", rdt), rdt == 2*63},
+		{"Close puts PSRCTL and RFCTL back to 0", psClose == 0 && rfClose == 0},
+	} {
+		if !c.ok {
+			t.Errorf("header split bring-up: %s: no", c.what)
 		}
 	}
 }

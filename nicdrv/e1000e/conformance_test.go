@@ -27,6 +27,7 @@ func modelRig(t *testing.T, c nictest.Config) *nictest.Rig {
 	opts := e1000e.DefaultOptions()
 	opts.Queues = c.Queues
 	opts.Interrupts = c.Interrupts
+	opts.HeaderSplit = c.HeaderSplit
 	open := func(i int) (nicdrv.NIC, error) {
 		n, err := e1000e.Open(p.Functions()[i], opts)
 		if err != nil {

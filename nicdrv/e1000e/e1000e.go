@@ -27,7 +27,10 @@
 // IPv4/TCP flows by their Toeplitz hash through a 128-entry redirection
 // table (the 82574 has no other steering: non-IP frames land in queue 0,
 // and every steering rule but "destination MAC to queue 0" is refused with
-// nicdrv.ErrNotSupported). TX uses legacy descriptors, or a context and an
+// nicdrv.ErrNotSupported). With Options.HeaderSplit, RX uses packet split
+// descriptors instead: 32 bytes, a header and a payload buffer each, so
+// that TCP and UDP over IPv4 and IPv6 arrive with their headers in one
+// buffer and their payload in another (split.go). TX uses legacy descriptors, or a context and an
 // extended data descriptor when a frame asks for checksum offload on queue
 // 0 (the 82574 has one TX context for both queues, so queue 1 computes
 // checksums in the driver).
@@ -126,6 +129,11 @@ type Options struct {
 	RegisterTimeout time.Duration
 	// Memory is how ring memory is allocated (default hugepages).
 	Memory hugepage.Options
+	// HeaderSplit receives with packet split descriptors: the headers of
+	// unfragmented IPv4 and IPv6 TCP and UDP frames in one buffer, the
+	// payload in a second chained to it (nicdrv's header split; see
+	// split.go). Each RX descriptor then holds two pool buffers.
+	HeaderSplit bool
 }
 
 // DefaultOptions returns one queue pair of 512-descriptor rings, polling.
@@ -155,7 +163,11 @@ func (o *Options) fill() error {
 		o.RegisterTimeout = d.RegisterTimeout
 	}
 	if o.PoolBuffers == 0 {
-		o.PoolBuffers = max(4096, 2*o.Queues*(o.RxRing+o.TxRing))
+		rx := o.RxRing
+		if o.HeaderSplit {
+			rx *= 2 // a header and a payload buffer per descriptor
+		}
+		o.PoolBuffers = max(4096, 2*o.Queues*(rx+o.TxRing))
 	}
 	switch {
 	case o.Queues < 1 || o.Queues > hw.Queues:
@@ -320,7 +332,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.clr32(hw.CTRL, hw.CtrlGIOMasterDis)
 	n.w32(hw.RCTL, n.rctl())
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
-		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts}
+		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	// Wait (bounded) for the link; a link that stays down is a state, not
 	// an error.
 	_, _ = n.WaitLink(true, o.LinkTimeout)
@@ -523,7 +535,11 @@ func (n *NIC) phyWrite(reg int, v uint16) error {
 // allocRings allocates and maps one region for every descriptor ring.
 func (n *NIC) allocRings() error {
 	q := n.opts.Queues
-	size := q * (n.opts.RxRing + n.opts.TxRing) * hw.DescSize
+	rxDesc := hw.DescSize
+	if n.opts.HeaderSplit {
+		rxDesc = hw.PSDescSize
+	}
+	size := q * (n.opts.RxRing*rxDesc + n.opts.TxRing*hw.DescSize)
 	mem := n.opts.Memory
 	if mem.Name == "" {
 		mem.Name = "gomx-e1000e-rings"
@@ -539,8 +555,8 @@ func (n *NIC) allocRings() error {
 	}
 	n.ringMem, n.ringMap = r, m
 	off := 0
-	ring := func(count int) ([]byte, uint64, error) {
-		ln := count * hw.DescSize
+	ring := func(count, dsz int) ([]byte, uint64, error) {
+		ln := count * dsz
 		iova, contig, err := m.IOVA(off)
 		if err == nil && contig < ln {
 			err = fmt.Errorf("a ring of %d bytes at offset %d crosses an IOVA segment edge: allocate ring memory in hugepages", ln, off)
@@ -550,15 +566,22 @@ func (n *NIC) allocRings() error {
 		return b, iova, err
 	}
 	for i := 0; i < q; i++ {
-		b, iova, err := ring(n.opts.RxRing)
+		b, iova, err := ring(n.opts.RxRing, rxDesc)
 		if err != nil {
 			return n.errorf("RX ring", err)
 		}
-		n.rx = append(n.rx, &rxQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.RxRing), freeThresh: rxFreeThresh(uint32(n.opts.RxRing)),
-			slot: make([]*nicdrv.Buffer, n.opts.RxRing), scratch: make([]*nicdrv.Buffer, n.opts.RxRing)})
+		r := &rxQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
+			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)),
+			slot:       make([]*nicdrv.Buffer, n.opts.RxRing), scratch: make([]*nicdrv.Buffer, n.opts.RxRing)}
+		if n.opts.HeaderSplit {
+			r.ps = true
+			r.pay = make([]*nicdrv.Buffer, n.opts.RxRing)
+			r.scratch = make([]*nicdrv.Buffer, 2*n.opts.RxRing)
+		}
+		n.rx = append(n.rx, r)
 	}
 	for i := 0; i < q; i++ {
-		b, iova, err := ring(n.opts.TxRing)
+		b, iova, err := ring(n.opts.TxRing, hw.DescSize)
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
@@ -588,7 +611,14 @@ func (n *NIC) setupRx() error {
 			return err
 		}
 	}
-	n.w32(hw.RFCTL, hw.RfctlEXTEN)
+	if n.opts.HeaderSplit {
+		// Buffer sizes first: QEMU latches them when RCTL is written with
+		// EN. IP fragments are not split, so they arrive whole.
+		n.w32(hw.PSRCTL, psrctl)
+		n.w32(hw.RFCTL, hw.RfctlEXTEN|hw.RfctlIPFRSPDis)
+	} else {
+		n.w32(hw.RFCTL, hw.RfctlEXTEN)
+	}
 	rxcsum := uint32(hw.RxcsumIPOFL | hw.RxcsumTUOFL)
 	if n.opts.Queues == 2 {
 		for i := 0; i < hw.RSSKeyLen/4; i++ {
@@ -609,6 +639,9 @@ func (n *NIC) setupRx() error {
 // rctl is the RCTL value of the NIC's current configuration.
 func (n *NIC) rctl() uint32 {
 	v := uint32(hw.RctlEN | hw.RctlBAM | hw.RctlSECRC | hw.RctlBSIZE2048)
+	if n.opts.HeaderSplit {
+		v |= hw.RctlDTYPPS
+	}
 	if n.opts.Promiscuous {
 		v |= hw.RctlUPE | hw.RctlMPE
 	}
@@ -839,6 +872,9 @@ func (n *NIC) RxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 	if q < 0 || q >= len(n.rx) {
 		return 0, n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
 	}
+	if r := n.rx[q]; r.ps {
+		return r.batchPS(bufs)
+	}
 	return n.rx[q].batch(bufs)
 }
 
@@ -884,8 +920,9 @@ func (n *NIC) teardown() error {
 	}
 	if n.pool != nil {
 		for _, r := range n.rx {
-			errs = append(errs, n.pool.Free(r.slot...))
+			errs = append(errs, n.pool.Free(r.slot...), n.pool.Free(r.pay...))
 			clear(r.slot)
+			clear(r.pay)
 		}
 		for _, t := range n.tx {
 			errs = append(errs, n.pool.Free(t.slot...))

@@ -1,6 +1,7 @@
 package e1000e
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
@@ -33,6 +34,50 @@ func FuzzRxAccept(f *testing.F) {
 		}
 		if !deliver && eop && !frameErr && !discarding && length >= 14 && length <= 2048 {
 			t.Fatalf("dropped a good frame: % x", raw[:16])
+		}
+		if next != !eop {
+			t.Fatalf("discardNext %v for EOP %v", next, eop)
+		}
+	})
+}
+
+// FuzzPSAccept feeds arbitrary 32-byte packet split write-backs to the
+// driver's receive decision for header split. The oracle reads the bytes
+// itself, at the offsets of Linux's union e1000_rx_desc_packet_split
+// (status at 8, length0 at 12, header status at 16, lengths of buffers 1
+// to 3 at 18, 20, 22), and restates the rule: deliver only a whole frame
+// (EOP, no frame error, not inside a frame being dropped) whose buffer 0
+// holds at least an Ethernet header, whose buffers 0 and 1 fit the
+// driver's 2 KiB buffers, which uses no buffer 2 or 3 (the driver gave
+// none), and whose header length, when HDRSP says it was split, is buffer
+// 0's length; then deliver exactly those lengths.
+func FuzzPSAccept(f *testing.F) {
+	split := make([]byte, 32)
+	split[8], split[12], split[16], split[17], split[18], split[19] = 3, 42, 42, 0x80, 0xE8, 0x03
+	f.Add(split, false)
+	whole := make([]byte, 32)
+	whole[8], whole[12], whole[13] = 3, 0xEA, 0x05
+	f.Add(whole, false)
+	over := slices.Clone(whole)
+	over[13] = 0x08 // 2282 bytes in buffer 0
+	f.Add(over, false)
+	f.Add(split, true)
+	f.Fuzz(func(t *testing.T, raw []byte, discarding bool) {
+		if len(raw) < hw.PSDescSize {
+			return
+		}
+		le := func(i int) int { return int(raw[i]) | int(raw[i+1])<<8 }
+		eop := raw[8]&2 != 0
+		frameErr := raw[11]&(1<<0|1<<1|1<<2|1<<4|1<<7) != 0
+		l0, l1, l2, l3 := le(12), le(18), le(20), le(22)
+		hdrSplit, hdrLen := raw[17]&0x80 != 0, le(16)&0x3FF
+		good := eop && !frameErr && !discarding && l0 >= 14 && l0 <= 2048 && l1 <= 2048 && l2 == 0 && l3 == 0 && (!hdrSplit || hdrLen == l0)
+		hdr, pay, deliver, next := psAccept(hw.DecodeRxPSWriteBack(raw), discarding, 2048)
+		if deliver != good {
+			t.Fatalf("deliver %v, want %v for % x (discarding %v)", deliver, good, raw[:32], discarding)
+		}
+		if deliver && (hdr != l0 || pay != l1) {
+			t.Fatalf("delivered %d + %d bytes, the descriptor says %d + %d", hdr, pay, l0, l1)
 		}
 		if next != !eop {
 			t.Fatalf("discardNext %v for EOP %v", next, eop)

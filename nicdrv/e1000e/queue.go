@@ -37,17 +37,27 @@ type rxQueue struct {
 
 	freeThresh uint32 // refilled slots that make an RDT write worth it
 
+	// Header split (split.go): packet split descriptors of dsz bytes,
+	// each with a payload buffer in pay besides its header buffer in slot.
+	ps  bool
+	dsz uint32
+	pay []*nicdrv.Buffer
+
 	noBuf, dropped atomic.Uint64
 }
 
-func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
+func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*r.dsz : (i+1)*r.dsz] }
 
 // start fills the ring and programs its registers (RX still disabled).
 func (r *rxQueue) start() error {
 	n := r.nic
 	r.next, r.tail = 0, 0
 	clear(r.ring)
-	if err := r.refill(); err != nil {
+	units := uint32(1) // RDT counts 16-byte units
+	if r.ps {
+		r.refillPS()
+		units = hw.PSDescUnits
+	} else if err := r.refill(); err != nil {
 		return err
 	}
 	if r.tail == 0 {
@@ -55,9 +65,9 @@ func (r *rxQueue) start() error {
 	}
 	n.w32(hw.Q(hw.RDBAL, r.q), uint32(r.iova))
 	n.w32(hw.Q(hw.RDBAH, r.q), uint32(r.iova>>32))
-	n.w32(hw.Q(hw.RDLEN, r.q), r.size*hw.DescSize)
+	n.w32(hw.Q(hw.RDLEN, r.q), r.size*r.dsz)
 	n.w32(hw.Q(hw.RDH, r.q), 0)
-	n.w32(hw.Q(hw.RDT, r.q), r.tail)
+	n.w32(hw.Q(hw.RDT, r.q), r.tail*units)
 	r.rdt = r.tail
 	return nil
 }
@@ -130,8 +140,8 @@ func (r *rxQueue) ready() bool {
 		return true // a batch is running: let the caller look
 	}
 	defer r.mu.Unlock()
-	if r.nic.closed.Load() {
-		return false
+	if r.nic.closed.Load() || r.next == r.rdt {
+		return false // nothing handed to the NIC (see batch)
 	}
 	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
 }
@@ -143,7 +153,10 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		return 0, r.nic.errorf("RX batch", nicdrv.ErrClosed)
 	}
 	got := 0
-	for got < len(out) {
+	// Only slots handed to the NIC ([next, rdt)) can hold a frame: once
+	// a ring the pool could not refill is drained, next == rdt and the
+	// slots from there on hold old write-backs with DD still set.
+	for got < len(out) && r.next != r.rdt {
 		d := r.desc(r.next)
 		hi := load64(d[8:])
 		if uint32(hi)&hw.RxStatDD == 0 {
@@ -300,10 +313,12 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	sent := 0
 	var err error
 	for _, b := range bufs {
-		if l := len(b.Data); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool {
+		if l := len(b.Data); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool || b.Next != nil {
 			t.rejected.Add(1)
 			if b.Pool() != n.pool {
 				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", sent))
+			} else if b.Next != nil {
+				err = n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split): TX sends one-buffer frames; copy it whole with AppendFrame into one buffer: %w", sent, b.Segments(), nicdrv.ErrFrameSize))
 			} else {
 				err = n.errorf("TX batch", fmt.Errorf("frame %d of %d bytes, want 14..%d: %w", sent, l, hw.MaxFrame, nicdrv.ErrFrameSize))
 			}

@@ -24,6 +24,7 @@ func vfioRig(t *testing.T, c nictest.Config) *nictest.Rig {
 	opts := e1000e.DefaultOptions()
 	opts.Queues = c.Queues
 	opts.Interrupts = c.Interrupts
+	opts.HeaderSplit = c.HeaderSplit
 	r := &nictest.Rig{Faults: v.Faults(), SetLink: nictest.QEMUSetLink()}
 	r.Reopen = func(i int) (nicdrv.NIC, error) {
 		if r.NICs[i] != nil {

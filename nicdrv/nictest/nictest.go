@@ -22,6 +22,10 @@
 //   - steering rules are carried out or refused with ErrNotSupported;
 //   - promiscuous and multicast filtering behave;
 //   - in interrupt mode, WaitRx sleeps until a frame comes;
+//   - with header split, frames of mixed sizes arrive byte-exact when their
+//     buffers are put back together: IPv4 and IPv6 TCP and UDP split after
+//     their TCP or UDP header, non-IP frames (Open-MX's EtherType) and IP
+//     fragments whole in one buffer; a chained buffer is refused by TX;
 //   - nothing leaks: closing the NICs gives every buffer back.
 //
 // Waits are on conditions, bounded by generous deadlines that only keep a
@@ -50,6 +54,8 @@ type Config struct {
 	Queues int
 	// Interrupts asks for interrupt mode.
 	Interrupts bool
+	// HeaderSplit asks for header split receive (nicdrv's package doc).
+	HeaderSplit bool
 }
 
 // Rig is two NICs cabled to each other, and what the suite may do to them.
@@ -89,6 +95,7 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("Rules", s.rules)
 	t.Run("Filters", s.filters)
 	t.Run("Interrupts", s.interrupts)
+	t.Run("HeaderSplit", s.headerSplit)
 }
 
 type suite struct {

@@ -503,3 +503,125 @@ func MTAHash(mac [6]byte) (reg, bit int) {
 	h &= 0xFFF
 	return h >> 5, h & 31
 }
+
+// Packet split receive (RCTL.DTYP = 01 with RFCTL.EXTEN): PSRCTL sizes the
+// four buffers of every descriptor, in 128-byte units for buffer 0 (the
+// header buffer) and 1 KiB units for buffers 1 to 3. Buffer 0 takes 128 to
+// 16256 bytes and buffer 1 1 to 63 KiB: neither may be 0. Buffers 2 and 3
+// may be 0 (unused). Values from Linux's e1000e defines.h; QEMU 7.2 reads
+// the fields the same way (e1000e_parse_rxbufsize).
+const (
+	PSRCTLBSize0Mask  = 0x7F
+	PSRCTLBSize1Shift = 8
+	PSRCTLBSize2Shift = 16
+	PSRCTLBSize3Shift = 24
+	PSRCTLBSizeNMask  = 0x3F // each of BSIZE1..3, after its shift
+	PSRCTLBSize0Unit  = 128
+	PSRCTLBSizeNUnit  = 1024
+	// PSBuffers is the number of buffers of a packet split descriptor.
+	PSBuffers = 4
+	// PSDescSize is the size of a packet split descriptor. The NIC still
+	// counts RDH and RDT in 16-byte units, so each one advances them by 2
+	// (Linux's e1000_alloc_rx_buffers_ps writes the tail as index << 1).
+	PSDescSize = 32
+	// PSDescUnits is how many 16-byte ring units one descriptor spans.
+	PSDescUnits = PSDescSize / DescSize
+	// RfctlIPFRSPDis stops the NIC splitting IP fragments after their IP
+	// header.
+	RfctlIPFRSPDis = 1 << 14
+	// PSHdrLenMask and PSHdrSplit are the header length and the "header
+	// split" (HDRSP) bit of the write-back's header status word.
+	PSHdrLenMask = 0x3FF
+	PSHdrSplit   = 1 << 15
+)
+
+// PSRCTLValue builds a PSRCTL value of the given buffer sizes in bytes: size0 a
+// multiple of 128, the others multiples of 1024.
+func PSRCTLValue(size0, size1, size2, size3 int) uint32 {
+	return uint32(size0/PSRCTLBSize0Unit)&PSRCTLBSize0Mask |
+		uint32(size1/PSRCTLBSizeNUnit)&PSRCTLBSizeNMask<<PSRCTLBSize1Shift |
+		uint32(size2/PSRCTLBSizeNUnit)&PSRCTLBSizeNMask<<PSRCTLBSize2Shift |
+		uint32(size3/PSRCTLBSizeNUnit)&PSRCTLBSizeNMask<<PSRCTLBSize3Shift
+}
+
+// PSBufferSizes reads the four buffer sizes in bytes out of a PSRCTL value.
+func PSBufferSizes(psrctl uint32) [PSBuffers]int {
+	return [PSBuffers]int{
+		int(psrctl&PSRCTLBSize0Mask) * PSRCTLBSize0Unit,
+		int(psrctl>>PSRCTLBSize1Shift&PSRCTLBSizeNMask) * PSRCTLBSizeNUnit,
+		int(psrctl>>PSRCTLBSize2Shift&PSRCTLBSizeNMask) * PSRCTLBSizeNUnit,
+		int(psrctl>>PSRCTLBSize3Shift&PSRCTLBSizeNMask) * PSRCTLBSizeNUnit,
+	}
+}
+
+// RxPSRead is a packet split descriptor as software writes it: four buffer
+// addresses (0 for an unused buffer). Buffer 1's address shares its low bit
+// with the DD bit of the write-back, so it must be even.
+type RxPSRead struct {
+	Buffer [PSBuffers]uint64
+}
+
+// Encode writes d into the 32 bytes of b.
+func (d RxPSRead) Encode(b []byte) {
+	for i, a := range d.Buffer {
+		binary.LittleEndian.PutUint64(b[8*i:], a)
+	}
+}
+
+// RxPSWriteBack is a packet split descriptor as the device writes it back
+// (Linux's union e1000_rx_desc_packet_split, wb): the extended
+// descriptor's first 16 bytes with Length0 the bytes in buffer 0, then the
+// header status and the lengths of buffers 1 to 3.
+type RxPSWriteBack struct {
+	// MRQ and Hash are as in RxWriteBack.
+	MRQ, Hash uint32
+	// Status holds the status (low) and error (high) bits.
+	Status uint32
+	// Length0 is the number of bytes in buffer 0.
+	Length0 uint16
+	// VLAN is the stripped VLAN tag when Status has VP.
+	VLAN uint16
+	// HeaderStatus is the header length (PSHdrLenMask) and HDRSP
+	// (PSHdrSplit): set when buffer 0 holds the headers of a split frame.
+	HeaderStatus uint16
+	// Length are the bytes in buffers 1, 2 and 3.
+	Length [PSBuffers - 1]uint16
+}
+
+// Encode writes d into the 32 bytes of b (the last 8 are reserved, 0).
+func (d RxPSWriteBack) Encode(b []byte) {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], d.MRQ)
+	le.PutUint32(b[4:], d.Hash)
+	le.PutUint32(b[8:], d.Status)
+	le.PutUint16(b[12:], d.Length0)
+	le.PutUint16(b[14:], d.VLAN)
+	le.PutUint16(b[16:], d.HeaderStatus)
+	for i, l := range d.Length {
+		le.PutUint16(b[18+2*i:], l)
+	}
+	le.PutUint64(b[24:], 0)
+}
+
+// DecodeRxPSWriteBack reads a written-back packet split descriptor from
+// the 32 bytes of b.
+func DecodeRxPSWriteBack(b []byte) RxPSWriteBack {
+	le := binary.LittleEndian
+	d := RxPSWriteBack{MRQ: le.Uint32(b[0:]), Hash: le.Uint32(b[4:]), Status: le.Uint32(b[8:]),
+		Length0: le.Uint16(b[12:]), VLAN: le.Uint16(b[14:]), HeaderStatus: le.Uint16(b[16:])}
+	for i := range d.Length {
+		d.Length[i] = le.Uint16(b[18+2*i:])
+	}
+	return d
+}
+
+// Lengths are the byte counts of the four buffers, buffer 0 first.
+func (d RxPSWriteBack) Lengths() [PSBuffers]int {
+	return [PSBuffers]int{int(d.Length0), int(d.Length[0]), int(d.Length[1]), int(d.Length[2])}
+}
+
+// HeaderLen is the length of the headers in buffer 0 when Split.
+func (d RxPSWriteBack) HeaderLen() int { return int(d.HeaderStatus & PSHdrLenMask) }
+
+// Split reports HDRSP: buffer 0 holds the frame's headers only.
+func (d RxPSWriteBack) Split() bool { return d.HeaderStatus&PSHdrSplit != 0 }

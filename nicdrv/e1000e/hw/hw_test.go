@@ -94,3 +94,34 @@ func TestMTAHash(t *testing.T) {
 		t.Errorf("MTA hash reg %d bit %d", reg, bit)
 	}
 }
+
+// The packet split layout below is restated from Linux's union
+// e1000_rx_desc_packet_split and the PSRCTL field comments in defines.h
+// (value0 128..16256 in 128-byte units at bits 6:0, value1..3 in KiB at
+// bits 13:8, 21:16, 29:24), written out byte by byte.
+func TestPacketSplitLayout(t *testing.T) {
+	if got := PSRCTLValue(256, 4096, 4096, 0); got != 0x00040402 {
+		t.Errorf("PSRCTLValue(256, 4K, 4K, 0) = %#08x, the datasheet's reset value is 0x00040402", got)
+	}
+	if got := PSBufferSizes(0x3F3F3F7F); got != [4]int{16256, 63 << 10, 63 << 10, 63 << 10} {
+		t.Errorf("largest PSRCTL reads as %v", got)
+	}
+	var b [PSDescSize]byte
+	RxPSRead{Buffer: [4]uint64{0x1122334455667788, 0x10, 0x20, 0x30}}.Encode(b[:])
+	if b[0] != 0x88 || b[7] != 0x11 || b[8] != 0x10 || b[16] != 0x20 || b[24] != 0x30 {
+		t.Errorf("read format % x: want four little-endian addresses at 0, 8, 16, 24", b)
+	}
+	wb := RxPSWriteBack{MRQ: 1, Hash: 2, Status: RxStatDD | RxStatEOP, Length0: 42, VLAN: 5,
+		HeaderStatus: PSHdrSplit | 42, Length: [3]uint16{1000, 7, 9}}
+	wb.Encode(b[:])
+	want := [PSDescSize]byte{0: 1, 4: 2, 8: 3, 12: 42, 14: 5, 16: 42, 17: 0x80, 18: 0xE8, 19: 0x03, 20: 7, 22: 9}
+	if b != want {
+		t.Errorf("write-back\n% x\nwant\n% x", b, want)
+	}
+	if d := DecodeRxPSWriteBack(b[:]); d != wb || !d.Split() || d.HeaderLen() != 42 || d.Lengths() != [4]int{42, 1000, 7, 9} {
+		t.Errorf("decoded %+v, want %+v", d, wb)
+	}
+	if PSDescUnits != 2 || RfctlIPFRSPDis != 0x4000 {
+		t.Error("packet split geometry or RFCTL.IPFRSP_DIS wrong")
+	}
+}

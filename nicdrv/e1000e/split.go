@@ -1,0 +1,163 @@
+package e1000e
+
+import (
+	"github.com/gomx-dev/gomx/internal/dmasync"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+)
+
+// Header split receive (Options.HeaderSplit) uses the 82574's packet split
+// descriptors: RCTL.DTYP = 01 with RFCTL.EXTEN, 32-byte descriptors of four
+// buffer addresses. The driver gives each descriptor two pool buffers:
+// buffer 0 (the header buffer, PSRCTL.BSIZE0) and buffer 1 (BSIZE1), both
+// 2 KiB, and leaves buffers 2 and 3 unused (BSIZE2 = BSIZE3 = 0, address 0).
+//
+// For an unfragmented IPv4 or IPv6 TCP or UDP frame the NIC writes the
+// headers (Ethernet to the end of the TCP or UDP header) into buffer 0, sets
+// HDRSP and the header length in the write-back, and writes the rest into
+// buffer 1. Any other frame it writes from the start of buffer 0 on; since
+// buffer 0 holds 2 KiB, a standard frame stays whole in it. RFCTL.IPFRSP_DIS
+// keeps IP fragments whole too. RxBatch hands out buffer 0 with Data the
+// bytes in it, and chains buffer 1 (Buffer.Next) when the NIC wrote into it;
+// an unused buffer 1 stays in its slot for the next frame.
+//
+// The NIC counts RDH and RDT in 16-byte units whatever the descriptor size,
+// so the tail written is twice the descriptor index (as Linux's
+// e1000_alloc_rx_buffers_ps does).
+
+// psBufSize is the size of both buffers the driver gives a packet split
+// descriptor: one pool buffer.
+const psBufSize = nicdrv.BufferSize
+
+// psrctl is the PSRCTL value of header split: buffers 0 and 1 of 2 KiB.
+var psrctl = hw.PSRCTLValue(psBufSize, psBufSize, 0, 0)
+
+// psAccept decides what to do with a written-back packet split descriptor:
+// deliver a frame of hdr bytes in buffer 0 and pay bytes in buffer 1, or
+// drop it. It drops, as rxAccept does, a frame in error or spread over
+// several descriptors (discardNext says the next descriptor continues
+// one); and, since what the NIC writes back is outside input, a descriptor
+// whose lengths the driver's buffers cannot hold, that uses buffers 2 or 3
+// (the driver gave none), whose buffer 0 is shorter than an Ethernet
+// header, or whose header length disagrees with buffer 0's when it says
+// the frame was split. Nothing in it may make the driver read past a
+// buffer.
+func psAccept(wb hw.RxPSWriteBack, discarding bool, bufCap int) (hdr, pay int, deliver, discardNext bool) {
+	eop := wb.Status&hw.RxStatEOP != 0
+	if discarding || !eop || wb.Status&hw.RxErrFrame != 0 {
+		return 0, 0, false, !eop
+	}
+	l := wb.Lengths()
+	switch {
+	case l[0] < 14 || l[0] > bufCap || l[1] > bufCap || l[2] != 0 || l[3] != 0:
+		return 0, 0, false, false
+	case wb.Split() && wb.HeaderLen() != l[0]:
+		return 0, 0, false, false
+	}
+	return l[0], l[1], true, false
+}
+
+// refillPS gives the NIC two fresh buffers per slot in [tail, next-1), as
+// refill does with one, and rewrites every descriptor it hands over: the
+// NIC's write-back overwrote all four addresses. It does not write RDT.
+func (r *rxQueue) refillPS() {
+	stop := (r.next + r.size - 1) % r.size
+	want := int((stop + r.size - r.tail) % r.size)
+	if want == 0 {
+		return
+	}
+	need := 0
+	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
+		if r.slot[s] == nil {
+			need++
+		}
+		if r.pay[s] == nil {
+			need++
+		}
+	}
+	got, _ := r.nic.pool.Alloc(r.scratch[:need])
+	if got < need {
+		r.noBuf.Add(uint64(need - got))
+	}
+	k := 0
+	take := func(p **nicdrv.Buffer) bool {
+		if *p == nil {
+			if k == got {
+				return false
+			}
+			*p = r.scratch[k]
+			r.scratch[k] = nil
+			k++
+		}
+		return true
+	}
+	for i := 0; i < want; i++ {
+		s := r.tail
+		if !take(&r.slot[s]) || !take(&r.pay[s]) {
+			break
+		}
+		hw.RxPSRead{Buffer: [hw.PSBuffers]uint64{r.slot[s].IOVA(), r.pay[s].IOVA()}}.Encode(r.desc(s))
+		r.tail = (s + 1) % r.size
+	}
+	// Buffers taken for a slot that could not be completed wait in it;
+	// none of the scratch ones are left over.
+}
+
+// batchPS is batch for packet split descriptors.
+func (r *rxQueue) batchPS(out []*nicdrv.Buffer) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nic.closed.Load() {
+		return 0, r.nic.errorf("RX batch", nicdrv.ErrClosed)
+	}
+	got := 0
+	// Only slots handed to the NIC ([next, rdt)) can hold a frame: a
+	// drained ring the pool could not refill has next == rdt, and the
+	// slots past it still hold old write-backs with DD set.
+	for got < len(out) && r.next != r.rdt {
+		d := r.desc(r.next)
+		if uint32(load64(d[8:]))&hw.RxStatDD == 0 {
+			break
+		}
+		dmasync.Observe()
+		wb := hw.DecodeRxPSWriteBack(d)
+		s := r.next
+		r.next = (r.next + 1) % r.size
+		hdr, pay, deliver, discardNext := psAccept(wb, r.discard, psBufSize)
+		r.discard = discardNext
+		if !deliver || r.slot[s] == nil || (pay > 0 && r.pay[s] == nil) {
+			if !discardNext {
+				r.dropped.Add(1)
+			}
+			// The buffers stay in the slot: refillPS hands them over again.
+			continue
+		}
+		b := r.slot[s]
+		r.slot[s] = nil
+		b.Data = b.Data[:0:b.Cap()][:hdr]
+		b.Next = nil
+		if pay > 0 {
+			p := r.pay[s]
+			r.pay[s] = nil
+			p.Data = p.Data[:0:p.Cap()][:pay]
+			p.Queue, p.Flags, p.Hash, p.Next = r.q, 0, 0, nil
+			b.Next = p
+		}
+		ext := hw.RxWriteBack{MRQ: wb.MRQ, Hash: wb.Hash, Status: wb.Status}
+		b.Queue = r.q
+		b.Flags, b.Hash = rxFlags(ext), 0
+		if wb.MRQ&0xF != hw.RSSTypeNone {
+			b.Flags |= nicdrv.FlagHash
+			b.Hash = wb.Hash
+		}
+		out[got] = b
+		got++
+	}
+	old := r.tail
+	r.refillPS()
+	if r.tail != old {
+		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail*hw.PSDescUnits)
+		r.rdt = r.tail
+	}
+	return got, nil
+}
