@@ -62,35 +62,40 @@ type Board struct {
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
-	mu        sync.Mutex
-	closed    bool
-	eps       [MaxEndpoints]*Endpoint
-	wasOpen   [MaxEndpoints]bool
-	peers     []peerInfo
-	peerIdx   map[transport.NICID]uint16
-	freeReqs  []*Request
-	cnt       Counters
-	now       int64        // nanoseconds since base, refreshed per batch
-	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
-	due       int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
-	armed     int64        // when the fine timer's timerfd fires, 0: not set
-	txbuf     []byte
-	frameMax  int // the largest frame Data on any path: the MTU, or the host path's (host.go)
-	tx1       [1]transport.Frame
-	txFrames  []transport.Frame
-	txBufs    [][]byte
-	lens      []int
-	selfq     [][]byte
-	freeBufs  [][]byte
-	draining  bool
-	pool      pools
-	hostWait  map[transport.NICID][]chan struct{} // QueryHostname waiters
-	rawq      []rawFrame
-	lout      []localDone // other boards' local sends to complete (local.go)
-	lost      []transport.NICID
-	host      *hostPath // peers of this host through shared memory (host.go)
-	hostErr   error
-	closeOnce sync.Once
+	mu       sync.Mutex
+	closed   bool
+	eps      [MaxEndpoints]*Endpoint
+	wasOpen  [MaxEndpoints]bool
+	peers    []peerInfo
+	peerIdx  map[transport.NICID]uint16
+	freeReqs []*Request
+	cnt      Counters
+	now      int64        // nanoseconds since base, refreshed per batch
+	nextTick atomic.Int64 // written under mu; read without it by the receive loop
+	due      int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
+	armed    int64        // when the fine timer's timerfd fires, 0: not set
+	txbuf    []byte
+	frameMax int // the largest frame Data on any path: the MTU, or the host path's (host.go)
+	tx1      [1]transport.Frame
+	txFrames []transport.Frame
+	txBufs   [][]byte
+	lens     []int
+	selfq    [][]byte
+	freeBufs [][]byte
+	draining bool
+	pool     pools
+	hostWait map[transport.NICID][]chan struct{} // QueryHostname waiters
+	rawq     []rawFrame
+	lout     []localDone       // other boards' local sends to complete (local.go)
+	lost     []transport.NICID // lost peers not yet acted on (peerloss.go)
+	// Verdicts wait for a drain of the sources (verdict.go): a duty
+	// wanted one (vWanted), the timer run drained them (vDrained), and
+	// the source whose Recv the goroutine running the timers owns.
+	vWanted, vDrained bool
+	rxOwned           *rxSource
+	host              *hostPath // peers of this host through shared memory (host.go)
+	hostErr           error
+	closeOnce         sync.Once
 
 	// cmaEps holds each endpoint's table of large-send buffers for
 	// processes that copy from them; its address is published (cma.go).
@@ -310,14 +315,8 @@ func (b *Board) timersLocked(force bool) {
 // goroutine (finetimer.go), which holds mu alone, calls this.
 func (b *Board) runTimersLocked() {
 	b.now = b.clock()
-	b.checkLostPeers() // peerloss.go
-	b.due = 0          // the timers below arm it again
-	busy := false
-	for _, e := range b.eps {
-		if e != nil && e.timers() {
-			busy = true
-		}
-	}
+	b.due = 0                      // the timers below arm it again
+	busy := b.timersWithVerdicts() // verdict.go
 	if busy {
 		b.lastBusy = b.now
 	}
@@ -364,7 +363,9 @@ func (b *Board) progress() {
 		n, err := b.tr.Recv(s.rx, wait)
 		b.mu.Lock()
 		b.handleBatchLocked(s.rx[:n])
+		b.rxOwned = s // its verdicts may drain s (verdict.go)
 		b.timersLocked(false)
+		b.rxOwned = nil
 		b.unlock()
 		s.mu.Unlock()
 		if err != nil {

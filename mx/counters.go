@@ -103,6 +103,19 @@ const (
 	RecvEngine      // by the copy engine
 	EngineFallbacks // the engine failed: copied again by the CPU
 	SharedNotPassed // pool segments not passed to the peer: sent another way
+	// Verdicts (verdict.go): frames a timer's drain handled before it
+	// declared a peer or a pull dead, and verdicts put off because another
+	// goroutine owned a source's Recv.
+	VerdictDrainFrames
+	VerdictsDeferred
+	// How large messages end when their pull cannot (largefail.go):
+	// pulls this receiver gave up (each answered with a NOTIFY that says
+	// so), large sends completed with ErrPullFailed on such a NOTIFY, and
+	// large sends failed because neither a PULL nor the NOTIFY came for
+	// the notify timeout after the receiver had started pulling.
+	PullsAbandoned
+	SendsPullFailed
+	NotifyTimeouts
 	numCounters
 )
 
@@ -134,6 +147,9 @@ var counterNames = [numCounters]string{
 	"selective acks sent", "selective acks received",
 	"recv large from a shared segment (one CPU copy)", "recv large from a shared segment by the copy engine",
 	"copy engine failed (copied by the CPU)", "shared segments not passed to the peer",
+	"frames drained before a verdict", "verdicts deferred (a source was busy)",
+	"pulls abandoned (notified as failed)", "large sends failed by the receiver's pull",
+	"large sends failed: no pull or notify in time",
 }
 
 // String returns the counter's label.

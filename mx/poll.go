@@ -121,7 +121,9 @@ func (b *Board) pollSource(s *rxSource) bool {
 		b.mu.Lock()
 		b.handleBatchLocked(s.rx[:n])
 		if b.clock() >= b.nextTick.Load() {
+			b.rxOwned = s // verdict.go
 			b.timersLocked(true)
+			b.rxOwned = nil
 		}
 		b.unlock()
 	}
