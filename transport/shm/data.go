@@ -486,5 +486,6 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm connections refused", Value: t.cnt.refused.Load()},
 		{Name: "shm receiver sleeps", Value: t.cnt.sleeps.Load()},
 		{Name: "shm receiver wake-ups sent", Value: t.cnt.wakes.Load()},
+		{Name: "shm stale sockets removed at open", Value: t.cnt.stale.Load()},
 	}
 }
