@@ -476,6 +476,7 @@ type peerInfo struct {
 	gomx     bool   // it sent the gomx connect extension
 	crc      bool   // both sides want the trailer: frames to and from it carry one
 	sack     bool   // both sides announced the selective ack (sack.go)
+	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -546,6 +547,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.gomx = h.HasExt && h.Ext.Version >= 1
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
+	pi.pullStat = pi.gomx && h.Ext.Flags&wire.ExtPullStatus != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

@@ -15,11 +15,11 @@ import "github.com/gomx-dev/gomx/mx/wire"
 //     with length 0): when its pull times out (no progress for
 //     ResendDelay*ResendMax) or the region owner refuses it (NACK_MCP), the
 //     receive completes with that error and a sequenced, reliable NOTIFY
-//     goes out anyway, so the region is released. Between gomx boards the
-//     NOTIFY also says the pull failed (wire.Notify.Failed, in Open-MX's
-//     padding), and the send completes with ErrPullFailed; from an Open-MX
-//     peer, which cannot say so, it completes as Open-MX's would, with
-//     length 0.
+//     goes out anyway, so the region is released. Between gomx boards that
+//     both announce wire.ExtPullStatus at connect, the NOTIFY also says the
+//     pull failed (wire.Notify.Failed, in Open-MX's padding), and the send
+//     completes with ErrPullFailed; from an Open-MX peer, which cannot say
+//     so, it completes as Open-MX's would, with length 0.
 //   - The peer's liveness bounds the rest: a receiver that stops answering
 //     altogether fails every request to it once the partner is declared
 //     unreachable (reliability.go), and a large send waiting for its
@@ -44,7 +44,7 @@ func (pl *pull) abandon(code error) {
 	e.cnt[PullsAbandoned]++
 	if !p.dead {
 		var failed uint8
-		if p.gomxPeer() {
+		if p.pullStatusPeer() {
 			failed = wire.NotifyPullFailed
 		}
 		p.notify(0, pl.ref.id, pl.ref.seq, failed)
@@ -52,17 +52,17 @@ func (pl *pull) abandon(code error) {
 	e.endPull(pl, code)
 }
 
-// gomxPeer reports whether the partner's board announced the gomx connect
-// extension.
-func (p *partner) gomxPeer() bool {
+// pullStatusPeer reports whether the partner's board announced
+// wire.ExtPullStatus: whether NOTIFYs to and from it say a failed pull.
+func (p *partner) pullStatusPeer() bool {
 	pi := p.ep.b.peer(p.nic, wire.NoPeerIndex)
-	return pi != nil && pi.gomx
+	return pi != nil && pi.pullStat
 }
 
 // pullOutcome is the completion code of a large send whose NOTIFY h
 // arrived: ErrPullFailed when a gomx receiver says its pull failed.
 func (e *Endpoint) pullOutcome(p *partner, h *wire.Notify) error {
-	if h.Failed != 0 && p.gomxPeer() {
+	if h.Failed != 0 && p.pullStatusPeer() {
 		e.cnt[SendsPullFailed]++
 		return ErrPullFailed
 	}

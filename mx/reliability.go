@@ -826,6 +826,7 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 	if !b.opts.NoSack {
 		x.Flags |= wire.ExtSack
 	}
+	x.Flags |= wire.ExtPullStatus // largefail.go
 	return x
 }
 

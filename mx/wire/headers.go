@@ -376,10 +376,10 @@ func DecodePullReply(p []byte, o Order) (PullReply, []byte, error) {
 //
 // Byte 14 is a gomx extension in Open-MX's padding: a puller whose pull
 // failed still sends the NOTIFY (as Open-MX does, with length 0) so the
-// region is released, and towards a gomx board it sets Failed, so the
-// send completes with an error rather than as a message of length 0. A
-// board reads it only from a peer that announced the gomx connect
-// extension.
+// region is released, and towards a board that announced ExtPullStatus it
+// sets Failed, so the send completes with an error rather than as a
+// message of length 0. Open-MX does not clear its pads, so a board reads
+// Failed only from a peer that announced ExtPullStatus too.
 type Notify struct {
 	DstEP, SrcEP, Gen uint8
 	Session           uint32
@@ -475,6 +475,9 @@ const (
 	// ExtSack: the sender reads and sends the TRUC selective-ack
 	// extension ([Sack]); it is used when both sides set it.
 	ExtSack = 1 << 1
+	// ExtPullStatus: the sender writes and reads Notify.Failed; a NOTIFY
+	// carries it only between boards that both set it.
+	ExtPullStatus = 1 << 2
 )
 
 func hasConnectExt(p []byte, o Order) bool {
