@@ -53,22 +53,29 @@ func largeFailPair(t *testing.T, receiverResendMax int) *pair {
 	return newPairOn(t, w, o, ob)
 }
 
+// startLarge posts a large receive on b and sends it from a.
+func startLarge(t *testing.T, pr *pair) (r, s *Request) {
+	t.Helper()
+	size := pr.ba.RendezvousThreshold() * 4
+	r, err := pr.b.IRecv([][]byte{make([]byte, size)}, 3, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = pr.a.ISend([][]byte{pattern(size, 3)}, pr.atob, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, s
+}
+
 // TestLargeSendFailsWithReceiversPull: a receiver whose pull times out
 // completes its receive with ErrUnreachable and still notifies the
 // sender, whose send completes with ErrPullFailed instead of waiting for
 // ever; the connection stays up.
 func TestLargeSendFailsWithReceiversPull(t *testing.T) {
 	pr := largeFailPair(t, 3)
-	size := pr.ba.RendezvousThreshold() * 4
 	ctx := testCtx(t, 20*time.Second)
-	r, err := pr.b.IRecv([][]byte{make([]byte, size)}, 3, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := pr.a.ISend([][]byte{pattern(size, 3)}, pr.atob, 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, s := startLarge(t, pr)
 	if _, err := r.Wait(ctx); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("receive: %v, want ErrUnreachable", err)
 	}
@@ -90,16 +97,8 @@ func TestLargeSendFailsWithReceiversPull(t *testing.T) {
 // nothing else unacked to that peer that would find it unreachable.
 func TestLargeSendNotifyTimeout(t *testing.T) {
 	pr := largeFailPair(t, 1000) // b's pull would go on for ten seconds
-	size := pr.ba.RendezvousThreshold() * 4
 	ctx := testCtx(t, 20*time.Second)
-	r, err := pr.b.IRecv([][]byte{make([]byte, size)}, 3, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := pr.a.ISend([][]byte{pattern(size, 3)}, pr.atob, 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, s := startLarge(t, pr)
 	// Wait until a served a PULL and b acked the RNDV, then take b away.
 	for i := 0; ; i++ {
 		c := pr.a.Counters()
