@@ -93,7 +93,8 @@ type Board struct {
 	// the source whose Recv the goroutine running the timers owns.
 	vWanted, vDrained bool
 	rxOwned           *rxSource
-	host              *hostPath // peers of this host through shared memory (host.go)
+	vMarks            map[*rxSource]uint64 // emptied of busy sources when a verdict came due
+	host              *hostPath            // peers of this host through shared memory (host.go)
 	hostErr           error
 	closeOnce         sync.Once
 
@@ -367,6 +368,9 @@ func (b *Board) progress() {
 		b.timersLocked(false)
 		b.rxOwned = nil
 		b.unlock()
+		if n < len(s.rx) {
+			s.emptied.Add(1) // verdict.go
+		}
 		s.mu.Unlock()
 		if err != nil {
 			if errors.Is(err, transport.ErrClosed) {

@@ -177,6 +177,9 @@ func (b *Board) hostProgress() {
 			b.handleBatchLocked(s.rx[:n])
 			b.unlock()
 		}
+		if n < len(s.rx) {
+			s.emptied.Add(1) // verdict.go
+		}
 		s.mu.Unlock()
 		if errors.Is(err, transport.ErrClosed) {
 			return

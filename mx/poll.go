@@ -73,6 +73,9 @@ type rxSource struct {
 	pollers atomic.Int32 // waiters polling it now
 	idle    atomic.Int64 // clock() when the last poller stopped with success
 	wake    chan struct{}
+	// emptied counts the Recvs that found the transport drained (fewer
+	// frames than asked for), once their frames were handled (verdict.go).
+	emptied atomic.Uint64
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
@@ -126,6 +129,9 @@ func (b *Board) pollSource(s *rxSource) bool {
 			b.rxOwned = nil
 		}
 		b.unlock()
+	}
+	if n < len(s.rx) {
+		s.emptied.Add(1) // verdict.go
 	}
 	s.mu.Unlock()
 	return true

@@ -18,12 +18,16 @@ package mx
 // and at most drainBatches batches of it, handles it, and runs the duties
 // again, this time with verdicts allowed: a verdict that the drained frames
 // answered is gone, the others are given. A source whose Recv another
-// goroutine owns at that moment (the progress goroutine inside Recv, a
-// polling waiter) cannot be drained from here; the verdict then waits for
-// a later run, which that owner makes after handling its batch (it owns the
-// source then, so its drain can look), or the next tick. A verdict is thus
-// given at most a tick later than before, and never while frames that
-// could answer it wait unread in a queue the board could look at.
+// goroutine owns at that moment (the progress goroutine inside Recv, the
+// host path's loop, a polling waiter) cannot be drained from here: the run
+// notes how many times that owner had found its transport drained
+// (rxSource.emptied, counted once the frames of such a Recv were handled),
+// asks it to return from Recv (the shared-memory transport's Wake), and
+// puts the verdict off. A later run (the owner's own, which may drain the
+// source it holds, or the next tick) counts the source as drained once its
+// owner has since found it drained and handled what it got. A verdict is
+// thus given a tick or so later than before, and never while frames that
+// could answer it wait unread in a queue.
 
 // drainBatches bounds a verdict's drain: a peer flooding the board cannot
 // keep a timer run going.
@@ -49,6 +53,20 @@ func (b *Board) drainForVerdict() bool {
 	for _, s := range b.allSrcs {
 		owned := s == b.rxOwned
 		if !owned && !s.mu.TryLock() {
+			e := s.emptied.Load()
+			mark, marked := b.vMarks[s]
+			if marked && e != mark {
+				continue // its owner found it drained since the verdict came due
+			}
+			if !marked {
+				if b.vMarks == nil {
+					b.vMarks = make(map[*rxSource]uint64)
+				}
+				b.vMarks[s] = e
+			}
+			if s.kick != nil {
+				s.kick() // out of Recv, so that it finds the transport drained
+			}
 			all = false
 			continue
 		}
@@ -73,12 +91,14 @@ func (b *Board) timersWithVerdicts() bool {
 	b.vWanted, b.vDrained = false, false
 	busy := b.timerPass()
 	if !b.vWanted {
+		clear(b.vMarks) // no verdict waits: a later one starts afresh
 		return busy
 	}
 	if !b.drainForVerdict() {
 		b.cnt[VerdictsDeferred]++
 		return true
 	}
+	clear(b.vMarks)
 	b.vDrained = true
 	b.now = b.clock()
 	busy = b.timerPass() || busy

@@ -2,12 +2,16 @@ package mx
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/udp"
 )
 
 // gatedRecv holds back the goroutine that calls Recv while the gate is
@@ -168,4 +172,61 @@ func nonZero(c Counters) map[string]uint64 {
 	m := map[string]uint64{}
 	c.NonZero(func(k Counter, v uint64) { m[k.String()] = v })
 	return m
+}
+
+// TestHostPathPeerKilled: a board whose host path's receive loop sleeps in
+// Recv still gives its verdicts: when the peer process on this host is
+// killed, a large send to it fails with ErrUnreachable (the verdict waits for
+// the host path's loop to have found its rings drained, which it is asked
+// to do, and no longer).
+func TestHostPathPeerKilled(t *testing.T) {
+	checkLeaks(t)
+	dir := shmDir(t)
+	ctx := testCtx(t, 60*time.Second)
+	cmd, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
+	var nic transport.NICID
+	if sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
+			v, _ := strconv.ParseUint(s, 10, 64)
+			nic = transport.NICID(v)
+		}
+	}
+	if nic == 0 {
+		t.Fatalf("child: %q", sc.Text())
+	}
+	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		t.Skipf("udp unavailable: %v", err)
+	}
+	o := hostOptions(dir)
+	o.ResendMax = 50 // 200 ms: the verdict, not the context, must end the send
+	b, err := NewBoard(tr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := e.Connect(ctx, nic, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.HostPath(nic) {
+		t.Fatal("the peer on this host is not reached through shared memory")
+	}
+	echoSizes(t, ctx, e, addr, []int{8})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// A large send waits for the peer: it can only end in the verdict.
+	s, err := e.ISend([][]byte{make([]byte, 1<<20)}, addr, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("send to a killed peer: %v, want ErrUnreachable (counters %v, board %v)", err, nonZero(e.Counters()), nonZero(b.Counters()))
+	}
 }
