@@ -36,9 +36,11 @@ func (t *noPullReplies) Send(frames []transport.Frame) (int, error) {
 }
 
 // largeFailPair is a pair on the loopback wire whose board a never
-// delivers a pull reply; the sender's resend limit is short, the
-// receiver's receiverResendMax.
-func largeFailPair(t *testing.T, receiverResendMax int) *pair {
+// delivers a pull reply. The boards' ResendMax (what bounds a pull, and
+// the sender's notify timeout) are sender's and receiver's; the endpoints'
+// request timeouts are long, so that no partner is declared unreachable on
+// a loaded machine while the test waits for the outcome it checks.
+func largeFailPair(t *testing.T, sender, receiver int) *pair {
 	checkLeaks(t)
 	w := newLoopbackWire(t, loopback.Faults{})
 	a := &noPullReplies{Transport: w.a}
@@ -47,10 +49,15 @@ func largeFailPair(t *testing.T, receiverResendMax int) *pair {
 	o := DefaultBoardOptions()
 	o.ResendDelay = 10 * time.Millisecond
 	o.PullTimeout = 5 * time.Millisecond
-	o.ResendMax = 3
-	ob := o
-	ob.ResendMax = receiverResendMax
-	return newPairOn(t, w, o, ob)
+	oa, ob := o, o
+	oa.ResendMax, ob.ResendMax = sender, receiver
+	pr := newPairOn(t, w, oa, ob)
+	for _, e := range []*Endpoint{pr.a, pr.b} {
+		if err := e.SetRequestTimeout(nil, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pr
 }
 
 // startLarge posts a large receive on b and sends it from a.
@@ -73,7 +80,7 @@ func startLarge(t *testing.T, pr *pair) (r, s *Request) {
 // sender, whose send completes with ErrPullFailed instead of waiting for
 // ever; the connection stays up.
 func TestLargeSendFailsWithReceiversPull(t *testing.T) {
-	pr := largeFailPair(t, 3)
+	pr := largeFailPair(t, 1000, 3) // b's pull fails after 30 ms
 	ctx := testCtx(t, 20*time.Second)
 	r, s := startLarge(t, pr)
 	if _, err := r.Wait(ctx); !errors.Is(err, ErrUnreachable) {
@@ -96,7 +103,7 @@ func TestLargeSendFailsWithReceiversPull(t *testing.T) {
 // ErrUnreachable after the notify timeout, although the sender has
 // nothing else unacked to that peer that would find it unreachable.
 func TestLargeSendNotifyTimeout(t *testing.T) {
-	pr := largeFailPair(t, 1000) // b's pull would go on for ten seconds
+	pr := largeFailPair(t, 3, 1000) // a's notify timeout is 80 ms; b's pull would go on for ten seconds
 	ctx := testCtx(t, 20*time.Second)
 	r, s := startLarge(t, pr)
 	// Wait until a served a PULL and b acked the RNDV, then take b away.

@@ -88,9 +88,11 @@ func TestVerdictWaitsForQueuedFrames(t *testing.T) {
 	w, g, flood := gatedWire(t)
 	oa := DefaultBoardOptions()
 	oa.ResendDelay = 20 * time.Millisecond
-	oa.ResendMax = 2
 	pr := newPairOn(t, w, oa, DefaultBoardOptions())
-	budget := oa.ResendDelay * time.Duration(oa.ResendMax+1)
+	// The held send's own budget is short (its resend limit: 3); the
+	// round trip after it keeps the board's.
+	const resends = 3
+	budget := oa.ResendDelay * (resends + 1)
 
 	g.shutGate()
 	select {
@@ -114,6 +116,9 @@ func TestVerdictWaitsForQueuedFrames(t *testing.T) {
 	t0 := time.Now()
 	s, err := pr.a.ISend([][]byte{[]byte("still here")}, pr.atob, 1, nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.a.SetRequestTimeout(s, resends*oa.ResendDelay); err != nil {
 		t.Fatal(err)
 	}
 	r, err := pr.b.IRecv([][]byte{make([]byte, 16)}, 1, ^uint64(0), nil)
