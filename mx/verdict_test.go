@@ -203,9 +203,7 @@ func TestHostPathPeerKilled(t *testing.T) {
 	if err != nil {
 		t.Skipf("udp unavailable: %v", err)
 	}
-	o := hostOptions(dir)
-	o.ResendMax = 50 // 200 ms: the verdict, not the context, must end the send
-	b, err := NewBoard(tr, o)
+	b, err := NewBoard(tr, hostOptions(dir)) // resend limit 8 s, within the context
 	if err != nil {
 		t.Fatal(err)
 	}
