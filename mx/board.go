@@ -62,35 +62,41 @@ type Board struct {
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
-	mu        sync.Mutex
-	closed    bool
-	eps       [MaxEndpoints]*Endpoint
-	wasOpen   [MaxEndpoints]bool
-	peers     []peerInfo
-	peerIdx   map[transport.NICID]uint16
-	freeReqs  []*Request
-	cnt       Counters
-	now       int64        // nanoseconds since base, refreshed per batch
-	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
-	due       int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
-	armed     int64        // when the fine timer's timerfd fires, 0: not set
-	txbuf     []byte
-	frameMax  int // the largest frame Data on any path: the MTU, or the host path's (host.go)
-	tx1       [1]transport.Frame
-	txFrames  []transport.Frame
-	txBufs    [][]byte
-	lens      []int
-	selfq     [][]byte
-	freeBufs  [][]byte
-	draining  bool
-	pool      pools
-	hostWait  map[transport.NICID][]chan struct{} // QueryHostname waiters
-	rawq      []rawFrame
-	lout      []localDone // other boards' local sends to complete (local.go)
-	lost      []transport.NICID
-	host      *hostPath // peers of this host through shared memory (host.go)
-	hostErr   error
-	closeOnce sync.Once
+	mu       sync.Mutex
+	closed   bool
+	eps      [MaxEndpoints]*Endpoint
+	wasOpen  [MaxEndpoints]bool
+	peers    []peerInfo
+	peerIdx  map[transport.NICID]uint16
+	freeReqs []*Request
+	cnt      Counters
+	now      int64        // nanoseconds since base, refreshed per batch
+	nextTick atomic.Int64 // written under mu; read without it by the receive loop
+	due      int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
+	armed    int64        // when the fine timer's timerfd fires, 0: not set
+	txbuf    []byte
+	frameMax int // the largest frame Data on any path: the MTU, or the host path's (host.go)
+	tx1      [1]transport.Frame
+	txFrames []transport.Frame
+	txBufs   [][]byte
+	lens     []int
+	selfq    [][]byte
+	freeBufs [][]byte
+	draining bool
+	pool     pools
+	hostWait map[transport.NICID][]chan struct{} // QueryHostname waiters
+	rawq     []rawFrame
+	lout     []localDone       // other boards' local sends to complete (local.go)
+	lost     []transport.NICID // lost peers not yet acted on (peerloss.go)
+	// Verdicts wait for a drain of the sources (verdict.go): a duty
+	// wanted one (vWanted), the timer run drained them (vDrained), and
+	// the source whose Recv the goroutine running the timers owns.
+	vWanted, vDrained bool
+	rxOwned           *rxSource
+	vMarks            map[*rxSource]uint64 // emptied of busy sources when a verdict came due
+	host              *hostPath            // peers of this host through shared memory (host.go)
+	hostErr           error
+	closeOnce         sync.Once
 
 	// cmaEps holds each endpoint's table of large-send buffers for
 	// processes that copy from them; its address is published (cma.go).
@@ -342,14 +348,8 @@ func (b *Board) timersLocked(force bool) {
 // goroutine (finetimer.go), which holds mu alone, calls this.
 func (b *Board) runTimersLocked() {
 	b.now = b.clock()
-	b.checkLostPeers() // peerloss.go
-	b.due = 0          // the timers below arm it again
-	busy := false
-	for _, e := range b.eps {
-		if e != nil && e.timers() {
-			busy = true
-		}
-	}
+	b.due = 0                      // the timers below arm it again
+	busy := b.timersWithVerdicts() // verdict.go
 	if busy {
 		b.lastBusy = b.now
 	}
@@ -401,8 +401,13 @@ func (b *Board) progress() {
 		b.loopOut.Add(1)
 		b.mu.Lock()
 		b.handleBatchLocked(s.rx[:n])
+		b.rxOwned = s // its verdicts may drain s (verdict.go)
 		b.timersLocked(false)
+		b.rxOwned = nil
 		b.release(false)
+		if n < len(s.rx) {
+			s.emptied.Add(1) // verdict.go
+		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go
 		if err != nil {
@@ -543,6 +548,7 @@ type peerInfo struct {
 	gomx     bool   // it sent the gomx connect extension
 	crc      bool   // both sides want the trailer: frames to and from it carry one
 	sack     bool   // both sides announced the selective ack (sack.go)
+	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -613,6 +619,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.gomx = h.HasExt && h.Ext.Version >= 1
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
+	pi.pullStat = pi.gomx && h.Ext.Flags&wire.ExtPullStatus != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

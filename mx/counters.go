@@ -113,6 +113,19 @@ const (
 	// data. A large message copied once costs two (its entry, then all
 	// its data in one call), plus one per sender endpoint the first time.
 	CMAReads
+	// Verdicts (verdict.go): frames a timer's drain handled before it
+	// declared a peer or a pull dead, and verdicts put off because another
+	// goroutine owned a source's Recv.
+	VerdictDrainFrames
+	VerdictsDeferred
+	// How large messages end when their pull cannot (largefail.go):
+	// pulls this receiver gave up (each answered with a NOTIFY that says
+	// so), large sends completed with ErrPullFailed on such a NOTIFY, and
+	// large sends failed because neither a PULL nor the NOTIFY came for
+	// the notify timeout after the receiver had started pulling.
+	PullsAbandoned
+	SendsPullFailed
+	NotifyTimeouts
 	numCounters
 )
 
@@ -146,6 +159,9 @@ var counterNames = [numCounters]string{
 	"copy engine failed (copied by the CPU)", "shared segments not passed to the peer",
 	"recv pull reply copied by the copy engine", "copy engine failed on a pull reply (copied by the CPU)",
 	"process_vm_readv calls",
+	"frames drained before a verdict", "verdicts deferred (a source was busy)",
+	"pulls abandoned (notified as failed)", "large sends failed by the receiver's pull",
+	"large sends failed: no pull or notify in time",
 }
 
 // String returns the counter's label.

@@ -121,6 +121,14 @@
 // CONNECT says about the peer board is believed only from such a request or
 // from the reply to a pending connect.
 //
+// No peer or pull is declared dead before the board has taken what its
+// transports already hold (verdict.go): a descheduled receive loop, or an
+// answer queued behind more than one batch, does not cost a healthy
+// connection. A large send ends even when its pull cannot: the receiver
+// notifies a failed pull too (ErrPullFailed between gomx boards), and a
+// receiver that pulled and then went silent fails the send with
+// ErrUnreachable after the notify timeout (largefail.go).
+//
 // # Resources
 //
 // Nothing is lost to exhaustion. A large send that finds no free region

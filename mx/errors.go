@@ -40,6 +40,9 @@ var (
 	ErrBadRequest = errors.New("mx: bad request")
 	// ErrCancelNotSupported: only posted receives and connects can be cancelled.
 	ErrCancelNotSupported = errors.New("mx: cancel not supported for this request")
+	// ErrPullFailed: a large send's receiver gave up pulling it (its pull
+	// timed out, or this board refused it); the message was not delivered.
+	ErrPullFailed = errors.New("mx: the receiver's pull of the message failed")
 	// ErrBadRDMAWindow: the peer refused a pull (region gone or out of range).
 	ErrBadRDMAWindow = errors.New("mx: bad remote RDMA window")
 	// ErrBusy: the requested endpoint id is already open.

@@ -194,6 +194,9 @@ func (b *Board) hostProgress() {
 			b.handleBatchLocked(s.rx[:n])
 			b.release(false)
 		}
+		if n < len(s.rx) {
+			s.emptied.Add(1) // verdict.go
+		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go: without the rings' lock
 		if errors.Is(err, transport.ErrClosed) {

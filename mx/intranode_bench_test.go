@@ -62,41 +62,17 @@ func shmPingPong(b *testing.B, opts BoardOptions, size int) {
 	if opts.BusyPoll {
 		arg += " busy"
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestShmProcesses$", "-test.count=1", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), shmChildEnv+"="+arg, "GOMX_SHM_LARGE="+opts.Local.Large.String())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	defer bindPair(b, cmd.Process.Pid)()
-	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
+	sc, stop := startEcho(b, "TestShmProcesses", shmChildEnv+"="+arg, "GOMX_SHM_LARGE="+opts.Local.Large.String())
+	defer stop()
+	if !sc.Scan() || sc.Text() != "ready" {
 		b.Fatal("child did not start")
 	}
 	tr, err := shm.Open(shm.Options{Dir: dir})
 	if err != nil {
 		b.Fatal(err)
 	}
-	bd, err := NewBoard(tr, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bd.Close()
-	e, err := bd.OpenEndpoint(0, testKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	addr, err := e.Connect(ctx, shm.NICBase|98, 0, testKey)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, e, addr, ctx, done := connectEcho(b, tr, opts, shm.NICBase|98)
+	defer done()
 	runPingPong(b, ctx, e, addr, size)
 }
 
@@ -113,20 +89,8 @@ func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
 	if opts.BusyPoll {
 		arg += "+busy"
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHostPath$", "-test.count=1", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), hostChildEnv+"="+arg)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	defer bindPair(b, cmd.Process.Pid)()
-	sc := bufio.NewScanner(out)
+	sc, stop := startEcho(b, "TestHostPath", hostChildEnv+"="+arg)
+	defer stop()
 	var nic transport.NICID
 	if sc.Scan() {
 		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
@@ -141,25 +105,57 @@ func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
 	if err != nil {
 		b.Skipf("udp unavailable: %v", err)
 	}
-	bd, err := NewBoard(tr, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bd.Close()
-	e, err := bd.OpenEndpoint(0, testKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	addr, err := e.Connect(ctx, nic, 0, testKey)
-	if err != nil {
-		b.Fatal(err)
-	}
+	bd, e, addr, ctx, done := connectEcho(b, tr, opts, nic)
+	defer done()
 	if bd.HostPath(nic) != host {
 		b.Fatalf("host path %v, want %v", bd.HostPath(nic), host)
 	}
 	runPingPong(b, ctx, e, addr, size)
+}
+
+// startEcho starts this test binary as the echo server that test runs in
+// a child (env: its role), placed beside this process by bindPair, and
+// returns the child's output and what kills and reaps it.
+func startEcho(b *testing.B, test string, env ...string) (*bufio.Scanner, func()) {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	unbind := bindPair(b, cmd.Process.Pid)
+	return bufio.NewScanner(out), func() {
+		unbind()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+// connectEcho opens a board on tr and its endpoint 0, and connects it to
+// endpoint 0 of the echo server's board nic. done closes the board.
+func connectEcho(b *testing.B, tr transport.Transport, opts BoardOptions, nic transport.NICID) (bd *Board, e *Endpoint, addr Addr, ctx context.Context, done func()) {
+	bd, err := NewBoard(tr, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	done = func() {
+		cancel()
+		bd.Close()
+	}
+	if e, err = bd.OpenEndpoint(0, testKey); err != nil {
+		done()
+		b.Fatal(err)
+	}
+	if addr, err = e.Connect(ctx, nic, 0, testKey); err != nil {
+		done()
+		b.Fatal(err)
+	}
+	return bd, e, addr, ctx, done
 }
 
 // runPingPong times b.N round trips of size bytes to an echo server.

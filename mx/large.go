@@ -43,6 +43,9 @@ type region struct {
 	used bool
 	seq  uint8
 	r    *Request
+	// lastPull is when the receiver last pulled from the region (0:
+	// never): the notify timeout counts from it (largefail.go).
+	lastPull int64
 }
 
 func (e *Endpoint) allocRegion(r *Request) (int, bool) {
@@ -53,6 +56,7 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 			reg.used = true
 			reg.seq++
 			reg.r = r
+			reg.lastPull = 0
 			e.regionHint = i + 1
 			e.publishRegion(i, r) // cma.go
 			return i, true
@@ -108,7 +112,7 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 	r.region = -1
 	r.status.XferLength = min(h.PulledLength, r.length)
 	r.protoHeld = false
-	e.complete(r, nil)
+	e.complete(r, e.pullOutcome(p, h)) // largefail.go
 	e.b.maybeFree(r)
 	e.kickSends()
 }
@@ -415,8 +419,11 @@ func (pl *pull) lossEvidence(i, k int) {
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
 	if now-pl.lastProgress >= int64(o.ResendDelay)*int64(o.ResendMax) {
+		if !pl.e.b.mayDeclare() { // verdict.go
+			return
+		}
 		pl.e.cnt[Unreachable]++
-		pl.e.endPull(pl, ErrUnreachable)
+		pl.abandon(ErrUnreachable) // largefail.go
 		return
 	}
 	for j := range pl.blocks {
@@ -495,6 +502,7 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	}
 	r := reg.r
 	p := r.p
+	reg.lastPull = b.now
 	// The block, in Open-MX's frame geometry for this peer: it starts at
 	// FirstFrame*L - RegionOffset%L + FirstFrameOffset in the message and
 	// must lie in the pull, which must lie in the region; one PULL never
@@ -587,5 +595,5 @@ func (b *Board) handleNackMCP(nic transport.NICID, h *wire.NackMCP) {
 		e.cnt[DropBadNack]++
 		return
 	}
-	e.endPull(pl, nackErr(h.Kind))
+	pl.abandon(nackErr(h.Kind)) // largefail.go
 }

@@ -88,6 +88,7 @@ func lossyPingPong(b *testing.B, f loopback.Faults, size int) {
 		round()
 	}
 	ca0, cb0 := pr.a.Counters(), pr.b.Counters()
+	qd0 := queueDrops(pr)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	start := time.Now()
@@ -120,4 +121,20 @@ func lossyPingPong(b *testing.B, f loopback.Faults, size int) {
 		d := ca[c.k] - ca0[c.k] + cb[c.k] - cb0[c.k]
 		b.ReportMetric(float64(d)/n, c.unit)
 	}
+	// Frames the wire itself dropped for want of room (not the loss
+	// model's): 0 unless a receive queue stayed full (transport/loopback).
+	b.ReportMetric(float64(queueDrops(pr)-qd0)/n, "queue-drops/op")
+}
+
+// queueDrops sums the loopback ports' queue_drops counters of a pair.
+func queueDrops(pr *pair) uint64 {
+	var d uint64
+	for _, bd := range []*Board{pr.ba, pr.bb} {
+		for _, c := range bd.TransportCounters() {
+			if c.Name == "queue_drops" {
+				d += c.Value
+			}
+		}
+	}
+	return d
 }

@@ -8,15 +8,20 @@ import "github.com/gomx-dev/gomx/transport"
 // its partners are reset as after the resend limit (pending requests and
 // later sends fail with ErrUnreachable until a new Connect, which may reach
 // a new process on the same board). Called on every timer tick with b.mu
-// held.
+// held. The frames a lost peer sent before it went are handled first
+// (verdict.go): a watcher reports the loss once, so the list waits in
+// b.lost until a drained timer run acts on it.
 func (b *Board) checkLostPeers() {
-	b.lost = b.lost[:0]
 	if w, ok := b.tr.(transport.PeerWatcher); ok {
 		b.lost = w.LostPeers(b.lost)
 	}
 	if b.host != nil {
 		b.lost = b.host.tr.LostPeers(b.lost)
 	}
+	if len(b.lost) == 0 || !b.mayDeclare() {
+		return
+	}
+	defer func() { b.lost = b.lost[:0] }()
 	for _, nic := range b.lost {
 		for _, e := range b.eps {
 			if e == nil {

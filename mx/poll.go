@@ -155,6 +155,9 @@ type rxSource struct {
 	pollers atomic.Int32 // waiters polling it now
 	idle    atomic.Int64 // clock() when the last poller stopped with success
 	wake    chan struct{}
+	// emptied counts the Recvs that found the transport drained (fewer
+	// frames than asked for), once their frames were handled (verdict.go).
+	emptied atomic.Uint64
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
@@ -203,9 +206,14 @@ func (b *Board) pollSource(s *rxSource) bool {
 		b.mu.Lock()
 		b.handleBatchLocked(s.rx[:n])
 		if b.clock() >= b.nextTick.Load() {
+			b.rxOwned = s // verdict.go
 			b.timersLocked(true)
+			b.rxOwned = nil
 		}
 		b.release(false)
+	}
+	if n < len(s.rx) {
+		s.emptied.Add(1) // verdict.go
 	}
 	s.mu.Unlock()
 	b.runCopies() // cma.go: without the source's lock

@@ -215,12 +215,19 @@ func (p *partner) deliverRndv(m *wire.Rndv) bool {
 
 // sendNotify tells the region owner a pull is over, reliably.
 func (p *partner) sendNotify(pulled uint32, regionID, regionSeq uint8) {
+	p.notify(pulled, regionID, regionSeq, 0)
+}
+
+// notify sends a NOTIFY; failed is wire.NotifyPullFailed for a pull that
+// failed (largefail.go), else 0.
+func (p *partner) notify(pulled uint32, regionID, regionSeq, failed uint8) {
 	e := p.ep
 	r := e.b.getReq(e, kindNotify)
 	r.class = classNotify
 	r.p = p
 	r.pulled = pulled
 	r.nRegionID, r.nRegionSq = regionID, regionSeq
+	r.nFailed = failed
 	r.protoHeld = true
 	p.enqueue(r)
 }

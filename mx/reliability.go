@@ -216,7 +216,7 @@ func (p *partner) transmit(r *Request) {
 		b.sendFrame(p.nic, buf, wire.HeadLen+wire.RndvLen, p.crc)
 	case classNotify:
 		h := wire.Notify{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, PulledLength: r.pulled,
-			RegionID: r.nRegionID, RegionSeq: r.nRegionSq, Seq: r.seq, Ack: p.piggyback()}
+			RegionID: r.nRegionID, RegionSeq: r.nRegionSq, Failed: r.nFailed, Seq: r.seq, Ack: p.piggyback()}
 		h.Put(hb, b.ord)
 		e.cnt[SendNotify]++
 		b.sendFrame(p.nic, buf, wire.HeadLen+wire.NotifyLen, p.crc)
@@ -327,11 +327,16 @@ func (p *partner) resendDue(now int64) {
 
 // unreachable resets the partner, failing its requests with
 // ErrUnreachable, if an unacked request has waited ResendDelay*(its
-// resend limit+1) since its first send.
+// resend limit+1) since its first send. It also reports true, leaving
+// everything as it is, when that verdict waits for a drain of the
+// sources (verdict.go).
 func (p *partner) unreachable(now int64) bool {
 	b := p.ep.b
 	for r := p.unacked.head; r != nil; r = r.qnext {
 		if now-r.firstSend >= int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
+			if !b.mayDeclare() {
+				return true
+			}
 			p.ep.cnt[Unreachable]++
 			p.reset(ErrUnreachable)
 			return true
@@ -821,6 +826,7 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 	if !b.opts.NoSack {
 		x.Flags |= wire.ExtSack
 	}
+	x.Flags |= wire.ExtPullStatus // largefail.go
 	return x
 }
 
@@ -970,14 +976,15 @@ func (e *Endpoint) timers() bool {
 		for r := p.connecting.head; r != nil; {
 			next := r.qnext
 			if now-r.lastSend >= int64(b.opts.ResendDelay) {
-				r.resends++
-				if r.resends > e.resendLimit(r) {
+				switch {
+				case r.resends < e.resendLimit(r):
+					r.resends++
+					e.cnt[ConnectResends]++
+					p.sendConnect(r)
+				case b.mayDeclare(): // verdict.go
 					p.connecting.remove(r)
 					e.cnt[Unreachable]++
 					e.complete(r, ErrUnreachable)
-				} else {
-					e.cnt[ConnectResends]++
-					p.sendConnect(r)
 				}
 			}
 			r = next
@@ -989,6 +996,7 @@ func (e *Endpoint) timers() bool {
 			busy = true
 		}
 	}
+	e.notifyTimeouts(now) // largefail.go
 	if e.resq.n > 0 {
 		e.kickSends()
 	}

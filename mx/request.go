@@ -112,6 +112,7 @@ type Request struct {
 	// notify (internal)
 	pulled               uint32
 	nRegionID, nRegionSq uint8
+	nFailed              uint8 // wire.NotifyPullFailed: the pull failed (largefail.go)
 	// recv
 	mask uint64
 	pl   *pull

@@ -5,14 +5,13 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
-	"github.com/gomx-dev/gomx/internal/netnstest"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/nic"
 	"github.com/gomx-dev/gomx/transport/udp"
-	"github.com/gomx-dev/gomx/xdp"
+	"github.com/gomx-dev/gomx/xdp/xdptest"
 )
 
 // A wire gives a test two connected transports (two boards) and, for wires
@@ -105,22 +104,7 @@ func newUDPWire(t testing.TB, _ loopback.Faults) *wire2 {
 // without it the test skips saying so, or fails when GOMX_REQUIRE_XDP=1.
 // The wire has no third board: a veth pair has two ends.
 func newXDPWire(t testing.TB, _ loopback.Faults) *wire2 {
-	netnstest.Require(t, "GOMX_REQUIRE_XDP")
-	p := netnstest.NewPair(t, 1)
-	var a, b *xdp.Transport
-	if err := p.InA(func() (err error) {
-		a, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.A})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InB(func() (err error) {
-		b, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.B})
-		return err
-	}); err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
+	a, b := xdptest.Pair(t)
 	return &wire2{a: a, b: b,
 		third: func() transport.Transport {
 			t.Fatal("the xdp wire has two ends only")

@@ -28,7 +28,7 @@ var layouts = map[Type]struct {
 	TypePull:      {pullFields, []int{17, 18, 19}},
 	TypePullReply: {[]field{{"seq", 1, 1}, {"flen", 2, 2}, {"off", 4, 4}, {"handle", 8, 4}, {"magic", 12, 4}}, nil},
 	TypeNotify: {[]field{{"dst", 1, 1}, {"src", 2, 1}, {"gen", 3, 1}, {"session", 4, 4}, {"total", 8, 4},
-		{"rid", 12, 1}, {"rseq", 13, 1}, {"seq", 18, 2}, {"ack", 20, 2}}, []int{14, 15, 16, 17, 22, 23}},
+		{"rid", 12, 1}, {"rseq", 13, 1}, {"failed", 14, 1}, {"seq", 18, 2}, {"ack", 20, 2}}, []int{15, 16, 17, 22, 23}},
 	TypeTruc: {[]field{{"dst", 1, 1}, {"src", 2, 1}, {"gen", 3, 1}, {"session", 8, 4}, {"ack", 14, 2},
 		{"acknum", 20, 4}, {"sendseq", 24, 2}}, []int{5, 6, 7, 13, 27}},
 	TypeNackLib: {[]field{{"src", 1, 1}, {"gen", 2, 1}, {"kind", 3, 1}, {"dst", 9, 1}, {"peer", 10, 2},
@@ -105,7 +105,7 @@ func decoded(p []byte, o Order) (map[string]uint64, any, error) {
 		h, err := DecodeNotify(p, o)
 		return map[string]uint64{"dst": uint64(h.DstEP), "src": uint64(h.SrcEP), "gen": uint64(h.Gen),
 			"session": uint64(h.Session), "total": uint64(h.PulledLength), "rid": uint64(h.RegionID),
-			"rseq": uint64(h.RegionSeq), "seq": uint64(h.Seq), "ack": uint64(h.Ack)}, h, err
+			"rseq": uint64(h.RegionSeq), "failed": uint64(h.Failed), "seq": uint64(h.Seq), "ack": uint64(h.Ack)}, h, err
 	case TypeTruc:
 		h, err := DecodeTruc(p, o)
 		return map[string]uint64{"dst": uint64(h.DstEP), "src": uint64(h.SrcEP), "gen": uint64(h.Gen),

@@ -371,16 +371,28 @@ func DecodePullReply(p []byte, o Order) (PullReply, []byte, error) {
 //
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
 //	4 destination session (4) | 8 pulled length (4)
-//	12 region id | 13 region seqnum | 14 pad (4)
+//	12 region id | 13 region seqnum | 14 pull failed (gomx) | 15 pad (3)
 //	18 lib seqnum (2) | 20 piggybacked ack (2) | 22 pad (2)
+//
+// Byte 14 is a gomx extension in Open-MX's padding: a puller whose pull
+// failed still sends the NOTIFY (as Open-MX does, with length 0) so the
+// region is released, and towards a board that announced ExtPullStatus it
+// sets Failed, so the send completes with an error rather than as a
+// message of length 0. Open-MX does not clear its pads, so a board reads
+// Failed only from a peer that announced ExtPullStatus too.
 type Notify struct {
 	DstEP, SrcEP, Gen uint8
 	Session           uint32
 	PulledLength      uint32
 	RegionID          uint8
 	RegionSeq         uint8
+	Failed            uint8 // NotifyPullFailed or 0 (gomx)
 	Seq, Ack          uint16
 }
+
+// NotifyPullFailed in Notify.Failed says the puller gave up: its pull
+// timed out or the region owner refused it.
+const NotifyPullFailed = 1
 
 // Put writes the header.
 func (h *Notify) Put(p []byte, o Order) {
@@ -388,8 +400,8 @@ func (h *Notify) Put(p []byte, o Order) {
 	p[0], p[1], p[2], p[3] = byte(TypeNotify), h.DstEP, h.SrcEP, h.Gen
 	o.put32(p[4:], h.Session)
 	o.put32(p[8:], h.PulledLength)
-	p[12], p[13] = h.RegionID, h.RegionSeq
-	o.put32(p[14:], 0)
+	p[12], p[13], p[14] = h.RegionID, h.RegionSeq, h.Failed
+	p[15], p[16], p[17] = 0, 0, 0
 	o.put16(p[18:], h.Seq)
 	o.put16(p[20:], h.Ack)
 	o.put16(p[22:], 0)
@@ -404,7 +416,7 @@ func DecodeNotify(p []byte, o Order) (Notify, error) {
 	h.DstEP, h.SrcEP, h.Gen = p[1], p[2], p[3]
 	h.Session = o.u32(p[4:])
 	h.PulledLength = o.u32(p[8:])
-	h.RegionID, h.RegionSeq = p[12], p[13]
+	h.RegionID, h.RegionSeq, h.Failed = p[12], p[13], p[14]
 	h.Seq = o.u16(p[18:])
 	h.Ack = o.u16(p[20:])
 	return h, nil
@@ -463,6 +475,9 @@ const (
 	// ExtSack: the sender reads and sends the TRUC selective-ack
 	// extension ([Sack]); it is used when both sides set it.
 	ExtSack = 1 << 1
+	// ExtPullStatus: the sender writes and reads Notify.Failed; a NOTIFY
+	// carries it only between boards that both set it.
+	ExtPullStatus = 1 << 2
 )
 
 func hasConnectExt(p []byte, o Order) bool {

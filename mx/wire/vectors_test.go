@@ -282,7 +282,7 @@ func vectors() []vector {
 			99 aa bb cc // session
 			00 0f 00 00 // total_length
 			07 09 // pulled_rdma_id, seqnum
-			pp pp // pad1
+			00 pp // pad1: its first byte is gomx's Failed (0 here), which a board reads only from gomx peers
 			pp pp // pad2
 			c0 05 // lib_seqnum
 			c0 01 // lib_piggyack
@@ -291,7 +291,7 @@ func vectors() []vector {
 			2b 04 03 00
 			cc bb aa 99
 			00 00 0f 00
-			07 09 pp pp pp pp
+			07 09 00 pp pp pp
 			05 c0 01 c0 pp pp`},
 		{name: "CONNECT request", check: connCheck(wantConnReq), put: connPut(wantConnReq),
 			be: `ff ff

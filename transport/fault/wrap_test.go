@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/netnstest"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/fault"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/transporttest"
 	"github.com/gomx-dev/gomx/transport/udp"
-	"github.com/gomx-dev/gomx/xdp"
+	"github.com/gomx-dev/gomx/xdp/xdptest"
 )
 
 // loopPair attaches two ports to a fresh fault-free loopback network.
@@ -429,22 +428,7 @@ func TestRecvWaitsForHeld(t *testing.T) {
 // not hold on to, and every one that arrives is intact. Needs root; skips
 // saying so, or fails when GOMX_REQUIRE_XDP=1.
 func TestXDP(t *testing.T) {
-	netnstest.Require(t, "GOMX_REQUIRE_XDP")
-	p := netnstest.NewPair(t, 1)
-	var a, b *xdp.Transport
-	if err := p.InA(func() (err error) {
-		a, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.A})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InB(func() (err error) {
-		b, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.B})
-		return err
-	}); err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
+	a, b := xdptest.Pair(t)
 	f := fault.Options{Loss: 0.05, Duplicate: 0.05, Reorder: 0.2, Delay: 10 * time.Microsecond, Seed: 3}
 	wa := wrap(t, a, fault.WrapOptions{Send: f})
 	f.Seed++

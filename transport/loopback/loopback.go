@@ -22,8 +22,13 @@
 // channel that a sender signals only when the receiver has said it is about to
 // sleep.
 //
-// A frame addressed to a full queue is dropped and counted (QueueDrops), as a
-// real receive ring overflows; a frame addressed to a NIC id that no port has
+// A full queue pushes back: Send publishes what it has put, wakes the
+// receiver and waits for room, as the [transport] contract asks of a
+// transport whose queue is momentarily full (QueueWaits counts the waits).
+// Only a receiver that frees nothing for Options.FullWait makes the wire
+// drop and count (QueueDrops) the frames that do not fit, and the frames
+// after them at once until it moves again, so a port nobody reads does not
+// stall its senders; a frame addressed to a NIC id that no port has
 // attached is dropped and counted (UnknownPeer), as it would vanish on a real
 // wire. Neither is an error for Send.
 //
@@ -49,6 +54,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/fault"
@@ -64,6 +70,11 @@ const DefaultMTU = 9000 - 14
 // DefaultQueueLen is the number of frames a port buffers when
 // Options.QueueLen is 0.
 const DefaultQueueLen = 4096
+
+// DefaultFullWait is how long Send waits for room in a full queue whose
+// receiver frees nothing when Options.FullWait is 0: a live receiver
+// descheduled on a loaded machine frees slots well within it.
+const DefaultFullWait = 100 * time.Millisecond
 
 // ErrInUse is returned by [Network.Attach] for a NIC id that another port of
 // the same network already uses.
@@ -87,6 +98,10 @@ type Options struct {
 	// buffers grow to the frames they carry, so a port's queue holds at
 	// most QueueLen*MTU bytes, and much less for small frames.
 	QueueLen int
+	// FullWait is how long Send waits for room in a full queue whose
+	// receiver frees nothing before it drops (and counts) the frames that
+	// do not fit; 0 means DefaultFullWait, a negative value never waits.
+	FullWait time.Duration
 	// Faults is the initial fault setting; see Network.SetFaults.
 	Faults Faults
 }
@@ -96,7 +111,8 @@ type Stats struct {
 	Sent        uint64 // frames accepted by Send
 	Delivered   uint64 // frames placed in a receive queue (duplicates count twice)
 	Dropped     uint64 // frames lost by the Loss fault
-	QueueDrops  uint64 // frames dropped because the receiving port's queue was full
+	QueueDrops  uint64 // frames dropped because the receiving port's queue stayed full for FullWait
+	QueueWaits  uint64 // times a Send waited for room in a full queue
 	Duplicated  uint64 // frames delivered twice by the Duplicate fault
 	Reordered   uint64 // frames held back by the Reorder fault
 	Corrupted   uint64 // frames with a bit flipped by the Corrupt fault
@@ -109,6 +125,7 @@ type Stats struct {
 type Network struct {
 	mtu      int
 	queueLen int
+	fullWait time.Duration
 
 	// ports is the current NIC id table, replaced (never modified) under mu
 	// by Attach and Port.Close, so that Send reads it without a lock.
@@ -125,7 +142,10 @@ type Network struct {
 
 // NewNetwork returns an empty network with the given options.
 func NewNetwork(opts Options) *Network {
-	n := &Network{mtu: opts.MTU, queueLen: opts.QueueLen}
+	n := &Network{mtu: opts.MTU, queueLen: opts.QueueLen, fullWait: opts.FullWait}
+	if n.fullWait == 0 {
+		n.fullWait = DefaultFullWait
+	}
 	if n.mtu <= 0 {
 		n.mtu = DefaultMTU
 	}
@@ -215,6 +235,7 @@ func (n *Network) Stats() Stats {
 		Delivered:   c.rx.delivered.Load(),
 		Dropped:     fc.Dropped,
 		QueueDrops:  c.rx.queueDrops.Load(),
+		QueueWaits:  c.rx.queueWaits.Load(),
 		Duplicated:  fc.Duplicated,
 		Reordered:   fc.Reordered,
 		Corrupted:   fc.Corrupted,

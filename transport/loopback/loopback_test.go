@@ -148,8 +148,11 @@ func TestTooBig(t *testing.T) {
 	}
 }
 
+// TestQueueFull: a queue nobody reads drops what does not fit, after one
+// wait of FullWait for room; later frames are dropped at once until the
+// receiver frees slots.
 func TestQueueFull(t *testing.T) {
-	n := newNet(t, Options{QueueLen: 4})
+	n := newNet(t, Options{QueueLen: 4, FullWait: time.Millisecond})
 	a := attach(t, n, 1)
 	b := attach(t, n, 2)
 	var frames []transport.Frame
@@ -161,6 +164,9 @@ func TestQueueFull(t *testing.T) {
 	}
 	if got := counter(b, "queue_drops"); got != 6 {
 		t.Errorf("queue_drops = %d, want 6", got)
+	}
+	if got := counter(b, "queue_waits"); got != 1 {
+		t.Errorf("queue_waits = %d, want 1", got)
 	}
 	got := make([]transport.Frame, 10)
 	k, err := b.Recv(got, 0)
@@ -180,8 +186,8 @@ func TestQueueFull(t *testing.T) {
 			t.Errorf("lent frame %d overwritten: %x", i, got[i].Data)
 		}
 	}
-	if st := n.Stats(); st.QueueDrops != 9 || st.Delivered != 4 {
-		t.Errorf("Stats = %+v, want 9 queue drops and 4 delivered", st)
+	if st := n.Stats(); st.QueueDrops != 9 || st.Delivered != 4 || st.QueueWaits != 1 {
+		t.Errorf("Stats = %+v, want 9 queue drops, 4 delivered, 1 wait (the stalled receiver is not waited for again)", st)
 	}
 	if k, _ := b.Recv(got, 0); k != 0 {
 		t.Errorf("Recv = %d, want 0", k)
@@ -196,7 +202,7 @@ func TestQueueFull(t *testing.T) {
 // larger frames: the lent frames must not change, and the flood is dropped
 // because the lent slots are not free until the next Recv.
 func TestDataStableUnderFlood(t *testing.T) {
-	n := newNet(t, Options{QueueLen: 8})
+	n := newNet(t, Options{QueueLen: 8, FullWait: -1})
 	a := attach(t, n, 1)
 	b := attach(t, n, 2)
 	for i := range 8 {
@@ -224,6 +230,57 @@ func TestDataStableUnderFlood(t *testing.T) {
 	}
 	if rest := recvAll(t, b, 0); len(rest) != 3 {
 		t.Errorf("drained %d frames, want 3", len(rest))
+	}
+}
+
+// TestFullQueuePushesBack: a burst many times the receive queue, sent in
+// one call while the receiver reads, arrives whole and in order: the
+// sender waits for room instead of dropping.
+func TestFullQueuePushesBack(t *testing.T) {
+	n := newNet(t, Options{QueueLen: 4})
+	a := attach(t, n, 1)
+	b := attach(t, n, 2)
+	const burst = 256
+	res := make(chan error, 1)
+	go func() {
+		got := make([]transport.Frame, 3)
+		next := 0
+		deadline := time.Now().Add(hangGuard)
+		for next < burst {
+			if time.Now().After(deadline) {
+				res <- fmt.Errorf("received %d of %d frames", next, burst)
+				return
+			}
+			k, err := b.Recv(got, 10*time.Millisecond)
+			if err != nil {
+				res <- err
+				return
+			}
+			for _, f := range got[:k] {
+				if len(f.Data) != 2 || int(f.Data[0])<<8|int(f.Data[1]) != next {
+					res <- fmt.Errorf("frame %d: %x", next, f.Data)
+					return
+				}
+				next++
+			}
+		}
+		res <- nil
+	}()
+	frames := make([]transport.Frame, burst)
+	for i := range frames {
+		frames[i] = transport.Frame{Peer: 2, Data: []byte{byte(i >> 8), byte(i)}}
+	}
+	if k, err := a.Send(frames); k != burst || err != nil {
+		t.Fatalf("Send = %d, %v", k, err)
+	}
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+	if d := counter(b, "queue_drops"); d != 0 {
+		t.Errorf("queue_drops = %d, want 0", d)
+	}
+	if w := counter(b, "queue_waits"); w == 0 {
+		t.Error("queue_waits = 0: the burst never filled the queue")
 	}
 }
 

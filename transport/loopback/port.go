@@ -2,6 +2,7 @@ package loopback
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ type txCounters struct {
 type rxCounters struct {
 	delivered  atomic.Uint64
 	queueDrops atomic.Uint64
+	queueWaits atomic.Uint64
 }
 
 type portCounters struct {
@@ -35,6 +37,7 @@ func (c *portCounters) add(tx *txCounters, rx *rxCounters) {
 	c.tx.unknownPeer.Add(tx.unknownPeer.Load())
 	c.rx.delivered.Add(rx.delivered.Load())
 	c.rx.queueDrops.Add(rx.queueDrops.Load())
+	c.rx.queueWaits.Add(rx.queueWaits.Load())
 }
 
 // slot is one frame in a port's receive ring. Its buffer grows to the largest
@@ -73,6 +76,10 @@ type Port struct {
 	ptail uint64        // next slot to fill (mu)
 	tail  atomic.Uint64 // ptail as published to the receiver
 	rx    rxCounters    // frames sent to this port
+	// stalled: a wait for room timed out at head stalledAt; later frames
+	// are dropped at once until the receiver moves head (mu).
+	stalled   bool
+	stalledAt uint64
 
 	_  cacheLine
 	tx txCounters // frames sent from this port
@@ -118,10 +125,11 @@ func (p *Port) Addr() transport.NICID { return p.id }
 // MTU returns the largest Data a frame may carry.
 func (p *Port) MTU() int { return p.mtu }
 
-// Send copies frames onto the wire in order; it never waits. A frame to a NIC
-// id no port has attached, or to a port whose queue is full, is dropped and
-// counted, not refused: the loopback wire has no send queue of its own to
-// fill, and a receive queue that overflows is the wire losing frames. Send returns an error wrapping [transport.ErrTooBig] for the first
+// Send copies frames onto the wire in order. It waits only for room in a
+// full receive queue, at most the network's FullWait while the receiver
+// frees nothing (see the package doc); a frame to a NIC id no port has
+// attached, or that still finds no room then, is dropped and counted, not
+// refused. Send returns an error wrapping [transport.ErrTooBig] for the first
 // frame whose Data is longer than the MTU (frames before it are sent), and
 // one wrapping [transport.ErrClosed] once the port is closed.
 func (p *Port) Send(frames []transport.Frame) (int, error) {
@@ -166,8 +174,8 @@ func (p *Port) tooBig(i, size int) error {
 }
 
 // enqueue copies frames (all no larger than the MTU) from src into the
-// receive ring, dropping those that do not fit. It reports false if the port
-// is closed.
+// receive ring, waiting for room when it is full (waitRoom) and dropping
+// what still does not fit. It reports false if the port is closed.
 func (p *Port) enqueue(src transport.NICID, frames []transport.Frame) bool {
 	p.mu.Lock()
 	if p.closed.Load() {
@@ -180,10 +188,16 @@ func (p *Port) enqueue(src transport.NICID, frames []transport.Frame) bool {
 	free := uint64(len(p.slots)) - (tail - p.head.Load())
 	var put, dropped uint64
 	for i := range frames {
-		if put == free {
-			dropped = uint64(len(frames) - i)
-			break
+		if free == 0 {
+			// Let the receiver have what is there, and wait for room.
+			p.publish(tail, put)
+			put = 0
+			if free = p.waitRoom(tail); free == 0 {
+				dropped = uint64(len(frames) - i)
+				break
+			}
 		}
+		free--
 		d := frames[i].Data
 		s := &p.slots[tail&p.mask]
 		if r := frames[i].Region; r != nil && len(d) > 0 {
@@ -204,27 +218,71 @@ func (p *Port) enqueue(src transport.NICID, frames []transport.Frame) bool {
 		tail++
 		put++
 	}
-	p.ptail = tail
-	// The release store of tail publishes the slot contents above.
-	p.tail.Store(tail)
+	p.publish(tail, put)
 	p.mu.Unlock()
-	if put > 0 {
-		p.rx.delivered.Add(put)
-		// The receiver stores waiting=1 and then loads tail; we stored
-		// tail and now load waiting. Go atomics are sequentially
-		// consistent, so at least one side sees the other's store: the
-		// receiver finds the frame, or we find it waiting and wake it.
-		if p.waiting.Load() != 0 && p.waiting.CompareAndSwap(1, 0) {
-			select {
-			case p.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
 	if dropped > 0 {
 		p.rx.queueDrops.Add(dropped)
 	}
 	return true
+}
+
+// publish hands the receiver the put frames filled up to tail, and wakes
+// it if it sleeps (mu held).
+func (p *Port) publish(tail, put uint64) {
+	p.ptail = tail
+	// The release store of tail publishes the slot contents.
+	p.tail.Store(tail)
+	if put == 0 {
+		return
+	}
+	p.rx.delivered.Add(put)
+	// The receiver stores waiting=1 and then loads tail; we stored
+	// tail and now load waiting. Go atomics are sequentially
+	// consistent, so at least one side sees the other's store: the
+	// receiver finds the frame, or we find it waiting and wake it.
+	if p.waiting.Load() != 0 && p.waiting.CompareAndSwap(1, 0) {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitRoom waits until the receiver frees slots of a full queue whose
+// next slot to fill is tail, and returns how many are free: 0 when the
+// receiver freed nothing for FullWait (or the port closed), and at once
+// while an earlier wait's timeout stands and the receiver has not moved
+// since (mu held: senders to this port queue behind the one waiting).
+func (p *Port) waitRoom(tail uint64) uint64 {
+	n := uint64(len(p.slots))
+	h := p.head.Load()
+	if p.stalled && h == p.stalledAt {
+		return 0
+	}
+	p.stalled = false
+	wait := p.net.fullWait
+	if wait < 0 {
+		return 0
+	}
+	p.rx.queueWaits.Add(1)
+	deadline := time.Now().Add(wait)
+	for i := 0; ; i++ {
+		if h2 := p.head.Load(); h2 != h {
+			return n - (tail - h2)
+		}
+		if p.closed.Load() {
+			return 0
+		}
+		if i&63 == 63 {
+			if time.Now().After(deadline) {
+				p.stalled, p.stalledAt = true, h
+				return 0
+			}
+			time.Sleep(10 * time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
+	}
 }
 
 // slotCap is the capacity a slot allocates for a frame of n bytes: a power of
@@ -403,14 +461,16 @@ func (p *Port) Close() error {
 
 // Counters returns the port's counters: frames sent from it, frames sent
 // from it to no attached port (unknown_peer), frames placed in its queue
-// (delivered), dropped because its queue was full (queue_drops), and handed
-// out by Recv (received).
+// (delivered), dropped because its queue stayed full (queue_drops), waits of
+// senders for room in its queue (queue_waits), and handed out by Recv
+// (received).
 func (p *Port) Counters() []transport.Counter {
 	return append([]transport.Counter{
 		{Name: "sent", Value: p.tx.sent.Load()},
 		{Name: "unknown_peer", Value: p.tx.unknownPeer.Load()},
 		{Name: "delivered", Value: p.rx.delivered.Load()},
 		{Name: "queue_drops", Value: p.rx.queueDrops.Load()},
+		{Name: "queue_waits", Value: p.rx.queueWaits.Load()},
 		{Name: "received", Value: p.recvd.Load()},
 	}, p.lends.Counters("")...)
 }

@@ -535,5 +535,6 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm receiver sleeps", Value: t.cnt.sleeps.Load()},
 		{Name: "shm receiver wake-ups sent", Value: t.cnt.wakes.Load()},
 		{Name: "shm receiver yields", Value: t.cnt.yields.Load()},
+		{Name: "shm stale sockets removed at open", Value: t.cnt.stale.Load()},
 	}
 }

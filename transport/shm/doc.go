@@ -13,7 +13,10 @@
 // other runs as the same user, so only the user's own processes can attach.
 // A board's NIC id is [NICBase] | board number. A board number left behind
 // by a crashed process (its socket file remains, nobody answers) is taken
-// over by the next Open that asks for it.
+// over by the next Open that asks for it, and every Open first removes the
+// socket files of boards whose process is gone (no socket is bound to the
+// name, and a connect is refused; see stale.go), so the directory does not
+// collect the names of killed processes.
 //
 // # Rings
 //
@@ -54,7 +57,9 @@
 // receiver unmaps a dead ring at its next Recv; a sender reconnects on its
 // next frame (a new process may have taken the board number) or fails with
 // transport.ErrUnreachable. Close unmaps everything and removes the socket
-// file; nothing is left in /dev/shm.
+// file; nothing is left in /dev/shm. A process killed before Close leaves
+// only its socket file (rings and pools are memfds), which the next Open of
+// the directory removes.
 //
 // # Shared pools
 //

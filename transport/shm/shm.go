@@ -156,6 +156,7 @@ type Transport struct {
 
 	cnt struct {
 		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
+		stale                                                                     atomic.Uint64 // stale sockets Open removed (stale.go)
 	}
 }
 
@@ -211,11 +212,13 @@ func Open(opts Options) (*Transport, error) {
 	if err := checkDir(o.Dir); err != nil {
 		return nil, err
 	}
+	stale := sweepStale(o.Dir) // stale.go
 	bell, bfd, err := newSegment("gomx-doorbell", bellLen, false)
 	if err != nil {
 		return nil, err
 	}
 	t := &Transport{opts: o, bell: bell, bellFd: bfd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
+	t.cnt.stale.Store(uint64(stale))
 	t.seq, t.slp = u32At(bell.mem, bellSeqOff), u32At(bell.mem, bellSleepOff)
 	empty := []*inRing{}
 	t.in.Store(&empty)

@@ -14,25 +14,16 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gomx-dev/gomx/hack/peers"
 	"github.com/gomx-dev/gomx/hack/qemu"
 )
 
-func main() {
-	if err := run(os.Stdout, os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { qemu.Main(run) }
 
-func run(stdout io.Writer, args []string) error {
+func run(ctx context.Context, stdout io.Writer, args []string) error {
 	fs := flag.NewFlagSet("peers-e1000e", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	runs := fs.Int("runs", 5, "repetitions of every measurement; the table reports the median")
@@ -40,7 +31,7 @@ func run(stdout io.Writer, args []string) error {
 	mxIters := fs.Int("mx-iterations", 500, "mxbench iterations per size and run")
 	noTestpmd := fs.Bool("no-testpmd", false, "leave DPDK's testpmd out (no apt, no testpmd row)")
 	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
-	keep := fs.Bool("keep", os.Getenv("GOMX_QEMU_KEEP") == "1", "keep the run directory with the serial log (a failed run always keeps it)")
+	keep := qemu.KeepFlag(fs, "the run directory with the serial log")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,8 +41,6 @@ func run(stdout io.Writer, args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("peers-e1000e: run as root (it installs Debian packages and boots QEMU with hack/qemu)")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	start := time.Now()
 
 	guestArgs := []string{fmt.Sprintf("-rounds=%d", *rounds), fmt.Sprintf("-mx-iterations=%d", *mxIters)}

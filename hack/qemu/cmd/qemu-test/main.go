@@ -9,34 +9,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/gomx-dev/gomx/hack/qemu"
 )
 
-func main() {
-	if err := run(os.Stdout, os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { qemu.Main(run) }
 
-func run(stdout io.Writer, args []string) error {
+func run(ctx context.Context, stdout io.Writer, args []string) error {
 	fs := flag.NewFlagSet("qemu-test", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	config := fs.String("config", envOr("GOMX_QEMU_CONFIG", "all"),
 		"comma-separated configurations to boot, or all ("+strings.Join(qemu.ConfigNames(), ", ")+"); default from GOMX_QEMU_CONFIG")
-	keep := fs.Bool("keep", os.Getenv("GOMX_QEMU_KEEP") == "1",
-		"keep the initramfs, test binaries and serial logs even when the run passes (a failed run always keeps them); default from GOMX_QEMU_KEEP=1")
+	keep := qemu.KeepFlag(fs, "the initramfs, test binaries and serial logs")
 	dir := fs.String("dir", os.Getenv("GOMX_QEMU_DIR"), "build directory for the cache and the runs (default REPO/build/qemu); default from GOMX_QEMU_DIR")
 	pkgs := fs.String("pkgs", strings.Join(qemu.DefaultPackages, ","), "comma-separated packages whose tests run in the guest")
 	vmTimeout := fs.Duration("vm-timeout", 0, "bound on each VM run (default: each configuration's, 5m)")
@@ -70,8 +59,6 @@ func run(stdout io.Writer, args []string) error {
 			configs[i].Timeout = *vmTimeout
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	_, err = qemu.Run(ctx, qemu.Options{
 		BuildDir: *dir,
 		Configs:  configs,

@@ -1,0 +1,119 @@
+package mx
+
+// Verdicts wait for the frames already received.
+//
+// A timer that declares a peer or a pull dead (the resend limit, a connect
+// out of attempts, a pull silent for its whole budget, a large send whose
+// NOTIFY never came, a peer process the transport saw go) judges by what the
+// board has handled, not by what has arrived: frames can sit in the
+// transport's queue because the goroutine that owns Recv was descheduled,
+// or because a long stall left more frames than one Recv batch. Declaring
+// the peer dead then kills a healthy connection whose answer was already
+// here.
+//
+// So a verdict is given only after a drain. A timer run goes through the
+// endpoints' duties once; a duty that finds a verdict due asks for a drain
+// (mayDeclare) and does nothing more this time. The run then takes, for
+// every receive source, what the transport already holds, without waiting
+// and at most drainBatches batches of it, handles it, and runs the duties
+// again, this time with verdicts allowed: a verdict that the drained frames
+// answered is gone, the others are given. A source whose Recv another
+// goroutine owns at that moment (the progress goroutine inside Recv, the
+// host path's loop, a polling waiter) cannot be drained from here: the run
+// notes how many times that owner had found its transport drained
+// (rxSource.emptied, counted once the frames of such a Recv were handled),
+// asks it to return from Recv (the shared-memory transport's Wake), and
+// puts the verdict off. A later run (the owner's own, which may drain the
+// source it holds, or the next tick) counts the source as drained once its
+// owner has since found it drained and handled what it got. A verdict is
+// thus given a tick or so later than before, and never while frames that
+// could answer it wait unread in a queue.
+
+// drainBatches bounds a verdict's drain: a peer flooding the board cannot
+// keep a timer run going.
+const drainBatches = 8
+
+// mayDeclare is asked by a duty about to declare a peer or a pull dead: it
+// reports whether the sources were drained in this timer run. When they
+// were not, it asks for a drain, and the duty leaves everything as it is
+// (b.mu held).
+func (b *Board) mayDeclare() bool {
+	if b.vDrained {
+		return true
+	}
+	b.vWanted = true
+	return false
+}
+
+// drainForVerdict receives and handles what every source already holds
+// (see above). It reports whether it could look at every source (b.mu
+// held).
+func (b *Board) drainForVerdict() bool {
+	all := true
+	for _, s := range b.allSrcs {
+		owned := s == b.rxOwned
+		if !owned && !s.mu.TryLock() {
+			e := s.emptied.Load()
+			mark, marked := b.vMarks[s]
+			if marked && e != mark {
+				continue // its owner found it drained since the verdict came due
+			}
+			if !marked {
+				if b.vMarks == nil {
+					b.vMarks = make(map[*rxSource]uint64)
+				}
+				b.vMarks[s] = e
+			}
+			if s.kick != nil {
+				s.kick() // out of Recv, so that it finds the transport drained
+			}
+			all = false
+			continue
+		}
+		for range drainBatches {
+			n, _ := s.tr.Recv(s.rx, 0)
+			if n == 0 {
+				break
+			}
+			b.cnt[VerdictDrainFrames] += uint64(n)
+			b.handleBatchLocked(s.rx[:n])
+		}
+		if !owned {
+			s.mu.Unlock()
+		}
+	}
+	return all
+}
+
+// timersWithVerdicts runs every endpoint's duties, draining the sources
+// and running them again when one found a verdict due (b.mu held).
+func (b *Board) timersWithVerdicts() bool {
+	b.vWanted, b.vDrained = false, false
+	busy := b.timerPass()
+	if !b.vWanted {
+		clear(b.vMarks) // no verdict waits: a later one starts afresh
+		return busy
+	}
+	if !b.drainForVerdict() {
+		b.cnt[VerdictsDeferred]++
+		return true
+	}
+	clear(b.vMarks)
+	b.vDrained = true
+	b.now = b.clock()
+	busy = b.timerPass() || busy
+	b.vDrained, b.vWanted = false, false
+	return busy
+}
+
+// timerPass runs the lost-peer check and every endpoint's duties once.
+func (b *Board) timerPass() bool {
+	b.checkLostPeers() // peerloss.go
+	busy := false
+	for _, e := range b.eps {
+		if e != nil && e.timers() {
+			busy = true
+		}
+	}
+	return busy
+}

@@ -1,0 +1,42 @@
+// Package xdptest opens AF_XDP transports for the tests of the layers above
+// package xdp (mx, transport/fault): one transport at each end of a veth
+// pair in two throwaway network namespaces, built by internal/netnstest,
+// which deletes them when the test ends. A test without the privileges
+// skips saying what is missing, or fails when GOMX_REQUIRE_XDP=1 says the
+// machine must run it. Package xdp's own tests open their transports
+// themselves, with the options they vary.
+package xdptest
+
+import (
+	"testing"
+
+	"github.com/gomx-dev/gomx/internal/netnstest"
+	"github.com/gomx-dev/gomx/xdp"
+)
+
+// RequireEnv is the environment variable that turns a missing privilege
+// into a failure instead of a skip.
+const RequireEnv = "GOMX_REQUIRE_XDP"
+
+// Pair returns two AF_XDP transports with default options, a on one end of
+// a one-queue veth pair and b on the other, or skips t (see the package
+// doc). The caller owns and closes them; the namespaces go in t.Cleanup.
+func Pair(t testing.TB) (a, b *xdp.Transport) {
+	t.Helper()
+	netnstest.Require(t, RequireEnv)
+	p := netnstest.NewPair(t, 1)
+	if err := p.InA(func() (err error) {
+		a, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.A})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.InB(func() (err error) {
+		b, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.B})
+		return err
+	}); err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	return a, b
+}
