@@ -108,6 +108,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 20000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeTable -fuzztime 2000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz FuzzExpandHostlist -fuzztime 20000x ./internal/launch/
 	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz FuzzSharedEntry -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzParseNetPIPE -fuzztime 2000x ./hack/peers/intranode/
