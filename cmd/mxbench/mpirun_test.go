@@ -149,9 +149,17 @@ func TestMpirunMixedMessages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := mpirunCmd(ctx, mpirun, 4, []string{mixedEnv + "=1"}, "-test.run=^TestMpirunMixedMessages$", "-test.count=1")
+	checkMixedJob(t, cmd)
+}
+
+// checkMixedJob runs cmd, a launcher starting 4 ranks of the mixed-message
+// test, and checks that every rank received its messages and that nothing
+// of the job is left in the endpoint directory afterwards.
+func checkMixedJob(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("mpirun: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", filepath.Base(cmd.Path), err, out)
 	}
 	var nics []string
 	var done int

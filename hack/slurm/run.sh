@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# hack/slurm/run.sh: run a command inside a private, single-node Slurm
+# cluster on this machine, then take the cluster down again.
+#
+#   hack/slurm/run.sh [COMMAND [ARG...]]      (default: sinfo; srun -n 2 hostname)
+#
+# What it does, in order:
+#  1. installs Debian's slurmctld, slurmd, slurm-client and munge with apt when
+#     srun, slurmd, slurmctld or munged is missing (needs root);
+#  2. makes a private directory (GOMX_SLURM_DIR, else a new one under /tmp)
+#     holding everything of the cluster: a fresh munge key, munged's socket,
+#     pid, seed and log, slurm.conf, the controller's state and slurmd's
+#     spool, and both daemons' logs;
+#  3. writes a minimal slurm.conf: one node, this host under its own name with
+#     the CPUs and RealMemory `slurmd -C` finds, one default partition,
+#     proctrack/linuxproc, task/none, no accounting, ports SLURM_PORT and
+#     SLURM_PORT+1 (default 6817, 6818);
+#  4. starts munged, slurmctld and slurmd in the foreground of background jobs
+#     (not through systemd, which Debian's units assume), each bounded by
+#     `timeout GOMX_SLURM_TIMEOUT` (default 600 s), and waits (bounded) until
+#     sinfo says the node is idle;
+#  5. runs COMMAND with SLURM_CONF pointing at the cluster and SLURM_OVERCOMMIT=1
+#     (so `srun -n 4` runs four tasks on a node with fewer CPUs, as mpirun
+#     --oversubscribe does), and exits with its status;
+#  6. on any exit (trap) stops every daemon it started, waits for them, and
+#     removes the private directory unless GOMX_SLURM_KEEP=1 (a failed start
+#     prints the daemons' logs first).
+#
+# Nothing outside the private directory is written except by apt; the
+# daemons' sockets and ports are the only things other processes can see.
+set -euo pipefail
+
+timeout_s=${GOMX_SLURM_TIMEOUT:-600}
+port=${SLURM_PORT:-6817}
+
+need_install=0
+for b in srun sinfo slurmd slurmctld munged mungekey; do
+	command -v "$b" >/dev/null || need_install=1
+done
+if [ "$need_install" = 1 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "hack/slurm: srun, slurmd, slurmctld or munged missing and not root: apt-get install slurmctld slurmd slurm-client munge" >&2
+		exit 2
+	fi
+	echo "hack/slurm: installing slurmctld slurmd slurm-client munge from Debian" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+		slurmctld slurmd slurm-client munge >/dev/null
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "hack/slurm: slurmd must run as root (it starts tasks as the job's user): run as root" >&2
+	exit 2
+fi
+
+dir=${GOMX_SLURM_DIR:-}
+if [ -z "$dir" ]; then
+	dir=$(mktemp -d /tmp/gomx-slurm.XXXXXX)
+else
+	mkdir -p "$dir"
+fi
+chmod 700 "$dir"
+mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log"
+chmod 700 "$dir/munge"
+
+pids=()
+started=0
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	# Stop the daemons in reverse order of their start and wait for each,
+	# so nothing of the cluster outlives this script.
+	local i
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -TERM "${pids[i]}" 2>/dev/null || true
+	done
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		local n=0
+		while kill -0 "${pids[i]}" 2>/dev/null && [ $n -lt 100 ]; do
+			sleep 0.1
+			n=$((n + 1))
+		done
+		kill -KILL "${pids[i]}" 2>/dev/null || true
+		wait "${pids[i]}" 2>/dev/null || true
+	done
+	if [ "$started" != 1 ] || [ "$rc" != 0 ]; then
+		for f in "$dir"/log/*; do
+			[ -s "$f" ] || continue
+			echo "---- $f (last 30 lines)" >&2
+			tail -n 30 "$f" >&2
+		done
+	fi
+	if [ "${GOMX_SLURM_KEEP:-0}" = 1 ]; then
+		echo "hack/slurm: kept $dir" >&2
+	else
+		rm -rf "$dir"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# munge: a fresh key private to this cluster, and its own socket.
+mungekey --create --keyfile="$dir/munge/munge.key" --force >/dev/null
+chmod 600 "$dir/munge/munge.key"
+sock="$dir/munge/munge.socket"
+timeout "$timeout_s" munged --foreground --force \
+	--socket="$sock" --key-file="$dir/munge/munge.key" \
+	--pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munged.seed" \
+	--log-file="$dir/log/munged.log" >>"$dir/log/munged.out" 2>&1 &
+pids+=($!)
+
+host=$(hostname -s)
+# `slurmd -C` prints this node's line as slurmd sees it: CPUs, sockets,
+# cores, threads and RealMemory. Keep the hardware fields, drop UpTime.
+nodeline=$(slurmd -C | head -n 1)
+hw=$(echo "$nodeline" | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore|RealMemory)=' | tr '\n' ' ')
+
+conf="$dir/slurm.conf"
+cat >"$conf" <<EOF
+# Written by hack/slurm/run.sh for one run; removed afterwards.
+ClusterName=gomx
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$sock
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+MinJobAge=5
+SchedulerType=sched/builtin
+PlugStackConfig=$dir/plugstack.conf
+NodeName=$host NodeAddr=127.0.0.1 $hw State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
+: >"$dir/plugstack.conf"
+export SLURM_CONF="$conf"
+
+# munged answers once its socket exists.
+for _ in $(seq 100); do
+	[ -S "$sock" ] && break
+	sleep 0.1
+done
+[ -S "$sock" ] || { echo "hack/slurm: munged did not open $sock" >&2; exit 1; }
+
+timeout "$timeout_s" slurmctld -D -i -f "$conf" >>"$dir/log/slurmctld.out" 2>&1 &
+pids+=($!)
+timeout "$timeout_s" slurmd -D -f "$conf" -N "$host" >>"$dir/log/slurmd.out" 2>&1 &
+pids+=($!)
+
+# The node is usable once sinfo calls it idle (at most 60 s).
+state=
+for _ in $(seq 120); do
+	state=$(sinfo -h -n "$host" -o '%T' 2>/dev/null || true)
+	[ "$state" = idle ] && break
+	sleep 0.5
+done
+if [ "$state" != idle ]; then
+	echo "hack/slurm: node $host is '${state:-unknown}', not idle, after 60 s" >&2
+	exit 1
+fi
+started=1
+export SLURM_OVERCOMMIT=1
+
+if [ $# -eq 0 ]; then
+	set -- sh -c 'sinfo && srun -n 2 hostname'
+fi
+set +e
+"$@"
+rc=$?
+set -e
+exit "$rc"
