@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,9 +85,16 @@ const (
 
 var mixedMessages = 100_000
 
+// mixedCountEnv, in a rank's environment, sets how many messages the
+// mixed-message plan has (the multi-node test sends fewer over its veth).
+const mixedCountEnv = "GOMX_MXBENCH_MIXED_COUNT"
+
 func init() {
 	if raceEnabled {
 		mixedMessages = 25_000
+	}
+	if n, err := strconv.Atoi(os.Getenv(mixedCountEnv)); err == nil && n > 0 {
+		mixedMessages = n
 	}
 }
 
