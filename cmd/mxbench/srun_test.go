@@ -95,6 +95,7 @@ func TestSrunJobs(t *testing.T) {
 }
 
 // TestSrunMixedMessages: the mixed messages of TestMpirunMixedMessages
+// (25 000 of them: make test-mpirun sends the 100 000, this proves srun)
 // among 4 ranks that Slurm's srun starts: every message arrives byte-exact
 // at the receive meant for it, and nothing is left behind.
 func TestSrunMixedMessages(t *testing.T) {
@@ -108,5 +109,5 @@ func TestSrunMixedMessages(t *testing.T) {
 	srun := srunOrSkip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	checkMixedJob(t, srunCmd(ctx, srun, 4, []string{mixedEnv + "=1"}, "-test.run=^TestSrunMixedMessages$", "-test.count=1"))
+	checkMixedJob(t, srunCmd(ctx, srun, 4, []string{mixedEnv + "=1", mixedCountEnv + "=25000"}, "-test.run=^TestSrunMixedMessages$", "-test.count=1"))
 }

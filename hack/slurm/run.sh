@@ -14,7 +14,9 @@
 #  3. writes a minimal slurm.conf: one node, this host under its own name with
 #     the CPUs and RealMemory `slurmd -C` finds, one default partition,
 #     proctrack/linuxproc, task/none, no accounting, ports SLURM_PORT and
-#     SLURM_PORT+1 (default 6817, 6818);
+#     SLURM_PORT+1 (default 6817 and 6818, else the next free pair), and a
+#     cluster name of its own (gomxPID: Slurm's job ids restart in every
+#     cluster, and gomx names a job's bootstrap socket after both);
 #  4. starts munged, slurmctld and slurmd in the foreground of background jobs
 #     (not through systemd, which Debian's units assume), each bounded by
 #     `timeout GOMX_SLURM_TIMEOUT` (default 600 s), and waits (bounded) until
@@ -31,7 +33,18 @@
 set -euo pipefail
 
 timeout_s=${GOMX_SLURM_TIMEOUT:-600}
-port=${SLURM_PORT:-6817}
+port=${SLURM_PORT:-}
+if [ -z "$port" ]; then
+	# Slurm's usual ports, or the next free pair, so that two private
+	# clusters (or a real one) on this host do not meet.
+	for p in $(seq 6817 2 6857); do
+		if ! ss -Hltn "( sport = :$p or sport = :$((p + 1)) )" | grep -q .; then
+			port=$p
+			break
+		fi
+	done
+	[ -n "$port" ] || { echo "hack/slurm: ports 6817-6858 all taken: set SLURM_PORT" >&2; exit 2; }
+fi
 
 need_install=0
 for b in srun sinfo slurmd slurmctld munged mungekey; do
@@ -117,7 +130,7 @@ hw=$(echo "$nodeline" | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|Cor
 conf="$dir/slurm.conf"
 cat >"$conf" <<EOF
 # Written by hack/slurm/run.sh for one run; removed afterwards.
-ClusterName=gomx
+ClusterName=gomx$$
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))

@@ -152,6 +152,11 @@ func placement(launcher string, size int, getenv func(string) string) (oneNode b
 		oneNode = is("SLURM_STEP_NUM_NODES", 1) || (getenv("SLURM_STEP_NUM_NODES") == "" && is("SLURM_NNODES", 1))
 		if j := getenv("SLURM_JOB_ID"); j != "" {
 			id = j + "." + getenv("SLURM_STEP_ID")
+			// Job ids restart in a new cluster: two clusters on one host
+			// (hack/slurm's private ones) name their jobs apart.
+			if c := getenv("SLURM_CLUSTER_NAME"); c != "" {
+				id = c + "-" + id
+			}
 		}
 	default:
 		oneNode = is("MPI_LOCALNRANKS", size)

@@ -230,6 +230,8 @@ func TestBootstrap(t *testing.T) {
 			fmt.Sprintf("unix:@gomx-boot-%d-slurm-12.3", uid), ""},
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"},
 			fmt.Sprintf("unix:@gomx-boot-%d-slurm-12.0", uid), ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0", "SLURM_CLUSTER_NAME": "gomx77"},
+			fmt.Sprintf("unix:@gomx-boot-%d-slurm-gomx77-12.0", uid), ""},
 		// Two nodes: the address must be given, and the error says why.
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_JOB_ID": "12"}, "", "spans nodes"},
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "77"}, "", "GOMX_BOOTSTRAP"},
