@@ -24,9 +24,11 @@
 #  5. runs COMMAND with SLURM_CONF pointing at the cluster and SLURM_OVERCOMMIT=1
 #     (so `srun -n 4` runs four tasks on a node with fewer CPUs, as mpirun
 #     --oversubscribe does), and exits with its status;
-#  6. on any exit (trap) stops every daemon it started, waits for them, and
-#     removes the private directory unless GOMX_SLURM_KEEP=1 (a failed start
-#     prints the daemons' logs first).
+#  6. on any exit (trap) cancels what jobs remain, stops every daemon it
+#     started and any slurmstepd they left (found as the processes holding a
+#     file of the private directory), each by its pid, waits for them, fails
+#     if one survives, and removes the private directory unless
+#     GOMX_SLURM_KEEP=1 (a failed start prints the daemons' logs first).
 #
 # Nothing outside the private directory is written except by apt; the
 # daemons' sockets and ports are the only things other processes can see.
@@ -76,30 +78,82 @@ chmod 700 "$dir/munge"
 
 pids=()
 started=0
+
+# holders prints the processes that hold a file of the private directory
+# open: the daemons, and the slurmstepd each job step gets (slurmd starts
+# it, it leaves slurmd's process tree, and keeps slurmd's log open).
+holders() {
+	local f p
+	for f in /proc/[0-9]*/fd/*; do
+		case "$(readlink "$f" 2>/dev/null)" in
+		"$dir"/*)
+			p=${f#/proc/}
+			echo "${p%%/*}"
+			;;
+		esac
+	done 2>/dev/null | sort -u | grep -vx "$$" || true
+}
+
+# stop sends TERM to the given processes, waits up to 10 s for them to go,
+# then KILLs what is left.
+stop() {
+	[ $# -gt 0 ] || return 0
+	kill -TERM "$@" 2>/dev/null || true
+	local n=0
+	while [ $n -lt 100 ]; do
+		local alive=0 p
+		for p in "$@"; do
+			kill -0 "$p" 2>/dev/null && alive=1
+		done
+		[ $alive = 0 ] && return 0
+		sleep 0.1
+		n=$((n + 1))
+	done
+	kill -KILL "$@" 2>/dev/null || true
+}
+
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	# Stop the daemons in reverse order of their start and wait for each,
-	# so nothing of the cluster outlives this script.
+	# Let running steps end first, so slurmd can clean up after them.
+	if [ "$started" = 1 ]; then
+		local jobs
+		jobs=$(squeue -h -o %i 2>/dev/null || true)
+		if [ -n "$jobs" ]; then
+			# shellcheck disable=SC2086
+			scancel $jobs 2>/dev/null || true
+			local n=0
+			while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ $n -lt 50 ]; do
+				sleep 0.2
+				n=$((n + 1))
+			done
+		fi
+	fi
+	# The daemons (by their pid files), their timeout wrappers, then
+	# anything of this cluster still holding its files (a lingering
+	# slurmstepd). Each by its id; every one waited for.
+	local daemons=() f
+	for f in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
+		[ -s "$f" ] && daemons+=("$(cat "$f")")
+	done
+	stop "${daemons[@]}" "${pids[@]}"
 	local i
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill -TERM "${pids[i]}" 2>/dev/null || true
-	done
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		local n=0
-		while kill -0 "${pids[i]}" 2>/dev/null && [ $n -lt 100 ]; do
-			sleep 0.1
-			n=$((n + 1))
-		done
-		kill -KILL "${pids[i]}" 2>/dev/null || true
 		wait "${pids[i]}" 2>/dev/null || true
 	done
+	# shellcheck disable=SC2046
+	stop $(holders)
 	if [ "$started" != 1 ] || [ "$rc" != 0 ]; then
 		for f in "$dir"/log/*; do
 			[ -s "$f" ] || continue
 			echo "---- $f (last 30 lines)" >&2
 			tail -n 30 "$f" >&2
 		done
+	fi
+	left=$(holders)
+	if [ -n "$left" ]; then
+		echo "hack/slurm: processes $left still hold $dir" >&2
+		[ "$rc" != 0 ] || rc=1
 	fi
 	if [ "${GOMX_SLURM_KEEP:-0}" = 1 ]; then
 		echo "hack/slurm: kept $dir" >&2
