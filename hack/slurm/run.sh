@@ -83,15 +83,24 @@ started=0
 # open: the daemons, and the slurmstepd each job step gets (slurmd starts
 # it, it leaves slurmd's process tree, and keeps slurmd's log open).
 holders() {
-	local f p
-	for f in /proc/[0-9]*/fd/*; do
-		case "$(readlink "$f" 2>/dev/null)" in
-		"$dir"/*)
-			p=${f#/proc/}
-			echo "${p%%/*}"
-			;;
+	local d c f
+	for d in /proc/[0-9]*; do
+		# Only Slurm's and munge's programs: reading every fd of every
+		# process on a busy host takes minutes.
+		read -r c <"$d/comm" 2>/dev/null || continue
+		case "$c" in
+		slurm* | munged) ;;
+		*) continue ;;
 		esac
-	done 2>/dev/null | sort -u | grep -vx "$$" || true
+		for f in "$d"/fd/*; do
+			case "$(readlink "$f" 2>/dev/null)" in
+			"$dir"/*)
+				echo "${d#/proc/}"
+				break
+				;;
+			esac
+		done
+	done 2>/dev/null | sort -u
 }
 
 # stop sends TERM to the given processes, waits up to 10 s for them to go,
