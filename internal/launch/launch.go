@@ -36,12 +36,15 @@
 //     when the host is a name (a name may resolve to a loopback address on
 //     its own host, as Debian's 127.0.1.1 does); the other ranks connect,
 //     retrying until their context ends.
+//   - A PMI launcher that hands each process a PMI-1 connection (MPICH's
+//     hydra: PMI_FD, or PMI_PORT and PMI_ID), on one node or many: no
+//     listener at all; the records go through the launcher's key-value
+//     space (PMIAddr, pmi.go).
 //   - Open MPI across nodes: its ranks learn where mpirun runs
 //     (OMPI_MCA_orte_hnp_uri) and their local daemon's PMIx server
 //     (PMIX_SERVER_URI*), but not where rank 0 runs; reaching that needs a
 //     PMIx client, so such jobs set GOMX_BOOTSTRAP (mpirun -x passes it on)
-//     and the error says so. MPICH's hydra likewise: its PMI wire protocol
-//     is not spoken here.
+//     and the error says so.
 package launch
 
 import (
@@ -205,6 +208,9 @@ func Bootstrap(job Job, getenv func(string) string) (string, error) {
 	if getenv("GOMX_BOOTSTRAP") == "" && job.Launcher == "slurm" && job.NodeList != "" {
 		return slurmBootstrap(job, getenv)
 	}
+	if getenv("GOMX_BOOTSTRAP") == "" && (job.Launcher == "pmi" || job.Launcher == "pmix") && hasPMI(getenv) {
+		return PMIAddr, nil
+	}
 	a, err := BootstrapAddr(getenv)
 	if err != nil && job.Size > 1 && !job.OneNode {
 		why := "the job spans nodes, or " + job.Launcher + " does not say it runs on one"
@@ -316,8 +322,12 @@ func checkPeer(c net.Conn) error {
 
 // Exchange trades records with every rank of job through rank 0 at addr
 // (it listens there; the others connect, retrying until ctx ends) and
-// returns the records of all ranks, in rank order.
+// returns the records of all ranks, in rank order. At PMIAddr it trades
+// them through the launcher's PMI-1 server instead, once per process.
 func Exchange(ctx context.Context, job Job, addr string, mine []byte) ([][]byte, error) {
+	if addr == PMIAddr {
+		return pmiExchange(ctx, job, mine, os.Getenv)
+	}
 	if job.Rank == 0 {
 		ln, err := Listen(ctx, addr)
 		if err != nil {

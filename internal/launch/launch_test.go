@@ -255,6 +255,9 @@ func TestBootstrap(t *testing.T) {
 			"SLURM_STEP_NODELIST": "n[1-2", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"}, "", "GOMX_BOOTSTRAP"},
 		{map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2",
 			"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_JOB_ID": "x", "SLURM_STEP_ID": "0"}, "", "GOMX_BOOTSTRAP"},
+		// Hydra hands each rank a PMI connection: the records go through it.
+		{map[string]string{"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "4", "PMI_FD": "6"}, PMIAddr, ""},
+		{map[string]string{"PMI_RANK": "1", "PMI_SIZE": "4", "PMI_FD": "6", "GOMX_BOOTSTRAP": "h:1"}, "h:1", ""},
 		// Open MPI across nodes: no way to find rank 0, and the error says why.
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "", "Open MPI does not tell"},
 	} {
