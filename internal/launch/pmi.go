@@ -60,10 +60,9 @@ func openPMI(ctx context.Context, getenv func(string) string) (*pmiClient, error
 			return nil, fmt.Errorf("launch: PMI_PORT=%s: %w", addr, err)
 		}
 	}
-	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
-	}
-	// A cancelled ctx ends the connection, and with it any wait.
+	// The end of ctx closes the connection, and so ends any wait; the
+	// error then names ctx's (pmiExchange), where a deadline on the
+	// connection would race with it.
 	p := &pmiClient{conn: conn, r: bufio.NewReader(conn), stop: context.AfterFunc(ctx, func() { conn.Close() })}
 	if getenv("PMI_FD") == "" {
 		// A PMI_PORT connection first says which process it is; the
@@ -134,16 +133,16 @@ func pmiExchange(ctx context.Context, job Job, mine []byte, getenv func(string) 
 	if len(mine) > MaxRecord {
 		return nil, fmt.Errorf("launch: record of %d bytes, at most %d", len(mine), MaxRecord)
 	}
-	p, err := openPMI(ctx, getenv)
-	if err != nil {
-		return nil, err
-	}
-	defer p.close()
 	defer func() {
 		if err != nil && ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
 	}()
+	p, err := openPMI(ctx, getenv)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
 	m, err := p.call("get_maxes", "maxes")
 	if err != nil {
 		return nil, err
