@@ -199,8 +199,9 @@ func SlurmPort(job, step uint64) int {
 // Bootstrap returns the address Exchange meets rank 0 at (through getenv):
 // GOMX_BOOTSTRAP when set, else an abstract unix socket private to this
 // user and job when the job runs on one node, else, for Slurm, the first
-// node of the step and SlurmPort (see the package doc). Anything else
-// needs GOMX_BOOTSTRAP, and the error says so.
+// node of the step and SlurmPort, else, under a launcher that hands out a
+// PMI-1 connection, PMIAddr (see the package doc). Anything else needs
+// GOMX_BOOTSTRAP, and the error says so.
 func Bootstrap(job Job, getenv func(string) string) (string, error) {
 	if getenv("GOMX_BOOTSTRAP") == "" && job.OneNode && job.ID != "" {
 		return fmt.Sprintf("unix:@gomx-boot-%d-%s-%s", os.Getuid(), job.Launcher, job.ID), nil
