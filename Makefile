@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all test test-short test-unprivileged test-mpirun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
+.PHONY: all test test-short test-unprivileged test-mpirun test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
 
 all: lint test
 
@@ -58,6 +58,13 @@ peers-e1000e:
 # them, since -race slows every rank several times) and alltoall as users run it.
 test-mpirun:
 	$(GO) test -count=1 -run 'TestMpirun' -v ./cmd/mxbench/
+
+# mxbench jobs under Debian's Slurm srun, in a private single-node cluster
+# that hack/slurm/run.sh installs (as root), starts and stops again:
+# `srun -n 4 mxbench alltoall`, `srun -n 2 mxbench pingpong`, and the 100 000
+# mixed messages among 4 ranks, all verified.
+test-srun:
+	GOMX_REQUIRE_SRUN=1 ./hack/slurm/run.sh $(GO) test -count=1 -run 'TestSrun' -v ./cmd/mxbench/
 
 # mx between two processes of this host beside NetPIPE over Open MPI (vader,
 # CMA on and off) and over MPICH, in one go: one table with the ratios of
@@ -113,6 +120,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 20000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeTable -fuzztime 2000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz FuzzExpandHostlist -fuzztime 20000x ./internal/launch/
 	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz FuzzSharedEntry -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzParseNetPIPE -fuzztime 2000x ./hack/peers/intranode/

@@ -103,7 +103,12 @@ func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, 
 		listen = "127.0.0.1:0"
 		if host, port, e := net.SplitHostPort(addr); e == nil && !strings.HasPrefix(addr, "unix:") && !job.OneNode {
 			// Ranks on other hosts must reach this board: bind the address
-			// that routes to rank 0's host.
+			// that routes to another node of the job (rank 0's, or for
+			// rank 0's own node, where its name may resolve to a loopback
+			// address, the next node the launcher lists).
+			if p := job.PeerHost(); p != "" {
+				host = p
+			}
 			if listen, err = localFor(net.JoinHostPort(host, port)); err != nil {
 				return nil, err
 			}
@@ -184,6 +189,83 @@ func (w *world) hostPath(r int) string {
 		return "shared memory"
 	}
 	return "udp"
+}
+
+// paths is a collective: every rank reports which of the others its first
+// board reaches through shared memory, and rank 0 returns a phrase saying
+// which path each pair of ranks takes (the other ranks return ""). mx
+// chooses by itself: shared memory with the ranks whose endpoints it finds
+// in this host's endpoint directory, udp with the others.
+func (w *world) paths(ctx context.Context) (string, error) {
+	n := w.job.Size
+	if n > maxGather {
+		return "", nil
+	}
+	row := make([]byte, n)
+	for r := range row {
+		row[r] = 'u'
+		if r == w.job.Rank || w.boards[0].HostPath(w.nics[0][r]) {
+			row[r] = 's'
+		}
+	}
+	rows, err := w.gather(ctx, row)
+	if err != nil || w.job.Rank != 0 {
+		return "", err
+	}
+	return describePaths(rows), nil
+}
+
+// describePaths turns the ranks' rows ('s': shared memory, 'u': udp, by
+// peer) into "shared memory among all 4 ranks" or "shared memory within
+// ranks [0 1] and [2 3], udp between them", naming any pair whose two
+// ends disagree.
+func describePaths(rows [][]byte) string {
+	n := len(rows)
+	shm := func(i, j int) bool { return j < len(rows[i]) && rows[i][j] == 's' }
+	group := make([]int, n) // the lowest rank of each rank's host
+	for i := range group {
+		group[i] = i
+		for j := 0; j < i; j++ {
+			if shm(i, j) && shm(j, i) {
+				group[i] = group[j]
+				break
+			}
+		}
+	}
+	var hosts [][]int
+	index := map[int]int{}
+	for i, g := range group {
+		k, ok := index[g]
+		if !ok {
+			k = len(hosts)
+			index[g] = k
+			hosts = append(hosts, nil)
+		}
+		hosts[k] = append(hosts[k], i)
+	}
+	var odd []string
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			if shm(i, j) != shm(j, i) || (shm(i, j) && group[i] != group[j]) {
+				odd = append(odd, fmt.Sprintf("%d-%d", i, j))
+			}
+		}
+	}
+	var out string
+	switch {
+	case len(hosts) == 1:
+		out = fmt.Sprintf("paths: shared memory among all %d ranks", n)
+	default:
+		var hs []string
+		for _, h := range hosts {
+			hs = append(hs, fmt.Sprint(h))
+		}
+		out = fmt.Sprintf("paths: shared memory within ranks %s, udp between these %d hosts", strings.Join(hs, " "), len(hosts))
+	}
+	if len(odd) > 0 {
+		out += fmt.Sprintf(" (the two ends disagree on pairs %s)", strings.Join(odd, " "))
+	}
+	return out
 }
 
 // gather sends mine to rank 0, which returns every rank's, by rank; the

@@ -251,3 +251,25 @@ func TestJobPlot(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribePaths: the setup line names which ranks share a host and
+// which pairs disagree about their path.
+func TestDescribePaths(t *testing.T) {
+	for _, c := range []struct {
+		rows []string
+		want string
+	}{
+		{[]string{"ss", "ss"}, "paths: shared memory among all 2 ranks"},
+		{[]string{"ssuu", "ssuu", "uuss", "uuss"}, "paths: shared memory within ranks [0 1] [2 3], udp between these 2 hosts"},
+		{[]string{"suu", "usu", "uus"}, "paths: shared memory within ranks [0] [1] [2], udp between these 3 hosts"},
+		{[]string{"ss", "us"}, "paths: shared memory within ranks [0] [1], udp between these 2 hosts (the two ends disagree on pairs 0-1)"},
+	} {
+		var rows [][]byte
+		for _, r := range c.rows {
+			rows = append(rows, []byte(r))
+		}
+		if got := describePaths(rows); got != c.want {
+			t.Errorf("%q: %q, want %q", c.rows, got, c.want)
+		}
+	}
+}

@@ -65,13 +65,19 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if f.spin() {
 		pin(job.Rank)
 	}
+	cctx, cancel = context.WithTimeout(ctx, f.timeout)
+	paths, err := w.paths(cctx)
+	cancel()
+	if err != nil {
+		return err
+	}
 	if job.Rank == 0 {
 		how := "mxbench --procs"
 		if job.Launcher != how {
 			how = "the " + job.Launcher + " launcher"
 		}
-		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s, %s%s%s",
-			cmd, job.Size, how, w.hostPath(1), f.describeWait(), syncNote(f), je.describe()))
+		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s (%s), %s%s%s",
+			cmd, job.Size, how, w.hostPath(1), paths, f.describeWait(), syncNote(f), je.describe()))
 	}
 	for k, strategy := range strategies {
 		var err error

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,9 +85,16 @@ const (
 
 var mixedMessages = 100_000
 
+// mixedCountEnv, in a rank's environment, sets how many messages the
+// mixed-message plan has (the multi-node test sends fewer over its veth).
+const mixedCountEnv = "GOMX_MXBENCH_MIXED_COUNT"
+
 func init() {
 	if raceEnabled {
 		mixedMessages = 25_000
+	}
+	if n, err := strconv.Atoi(os.Getenv(mixedCountEnv)); err == nil && n > 0 {
+		mixedMessages = n
 	}
 }
 
@@ -149,9 +157,17 @@ func TestMpirunMixedMessages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := mpirunCmd(ctx, mpirun, 4, []string{mixedEnv + "=1"}, "-test.run=^TestMpirunMixedMessages$", "-test.count=1")
+	checkMixedJob(t, cmd)
+}
+
+// checkMixedJob runs cmd, a launcher starting 4 ranks of the mixed-message
+// test, and checks that every rank received its messages and that nothing
+// of the job is left in the endpoint directory afterwards.
+func checkMixedJob(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("mpirun: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", filepath.Base(cmd.Path), err, out)
 	}
 	var nics []string
 	var done int

@@ -9,13 +9,42 @@
 // of precedence.
 //
 // Exchange is the bootstrap, as NCCL and Gloo do it: rank 0 listens on an
-// address every rank knows (GOMX_BOOTSTRAP=host:port), each other rank
+// address every rank knows (Bootstrap finds it), each other rank
 // connects and sends its record (a few bytes: an endpoint address), and
 // rank 0 answers every connection with the table of all records, in rank
 // order. It runs once at start-up over TCP, so it works on one node or
 // many; the messages themselves then take mx. Records are framed with
 // lengths and checked on receipt (decodeTable), so a stray connection or a
 // torn message yields an error, not a bad table.
+//
+// # Where rank 0 listens
+//
+// Bootstrap picks the address, in this order:
+//
+//   - GOMX_BOOTSTRAP=host:port (or unix:PATH, unix:@NAME) when set: always
+//     wins, and is the way for launchers that do not say where rank 0 runs.
+//   - A job on one node whose launcher names it: an abstract unix socket
+//     private to the user and the job, "unix:@gomx-boot-UID-LAUNCHER-ID".
+//   - A Slurm job step on several nodes: the first host of
+//     SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), in Slurm's hostlist
+//     syntax (ExpandHostlist), where srun places task 0 with every
+//     distribution but an arbitrary one, and a TCP port derived from the
+//     job and step ids (SlurmPort: PortBase to PortBase+PortSpan-1, below
+//     Linux's ephemeral ports, so that the steps of one job and the jobs
+//     following each other get different ports). Rank 0 checks that it is
+//     on node 0 (SLURM_NODEID) and listens on every address of its host
+//     when the host is a name (a name may resolve to a loopback address on
+//     its own host, as Debian's 127.0.1.1 does); the other ranks connect,
+//     retrying until their context ends.
+//   - A PMI launcher that hands each process a PMI-1 connection (MPICH's
+//     hydra: PMI_FD, or PMI_PORT and PMI_ID), on one node or many: no
+//     listener at all; the records go through the launcher's key-value
+//     space (PMIAddr, pmi.go).
+//   - Open MPI across nodes: its ranks learn where mpirun runs
+//     (OMPI_MCA_orte_hnp_uri) and their local daemon's PMIx server
+//     (PMIX_SERVER_URI*), but not where rank 0 runs; reaching that needs a
+//     PMIx client, so such jobs set GOMX_BOOTSTRAP (mpirun -x passes it on)
+//     and the error says so.
 package launch
 
 import (
@@ -25,6 +54,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -46,6 +76,27 @@ type Job struct {
 	// ID names the job for the launcher (Open MPI's job id, Slurm's job
 	// and step, PMIx's namespace), or is empty when it gives none.
 	ID string
+	// NodeList names the job's nodes in Slurm's hostlist syntax, with
+	// this process on node NodeID of it and NumNodes in all (Slurm's
+	// SLURM_STEP_NODELIST, SLURM_NODEID, SLURM_STEP_NUM_NODES); it is
+	// empty when the launcher does not say.
+	NodeList         string
+	NodeID, NumNodes int
+}
+
+// PeerHost returns a host of the job other than this process's (the next
+// node of NodeList), or "" when the job is on one node or the launcher
+// does not list its nodes. A rank binds the local address that routes to
+// it, so that ranks of other nodes can reach its endpoints.
+func (j Job) PeerHost() string {
+	if j.OneNode || j.NodeList == "" || j.NumNodes < 2 {
+		return ""
+	}
+	h, err := NthHost(j.NodeList, (j.NodeID+1)%j.NumNodes)
+	if err != nil {
+		return ""
+	}
+	return h
 }
 
 // MaxSize bounds the ranks of a job and MaxRecord the bytes of one record.
@@ -78,6 +129,9 @@ func FromEnv(getenv func(string) string) (Job, error) {
 		}
 		j := Job{Rank: rank, Size: size, Launcher: l.name}
 		j.OneNode, j.ID = placement(l.name, size, getenv)
+		if l.name == "slurm" && !j.OneNode {
+			j.NodeList, j.NodeID, j.NumNodes = slurmNodes(getenv)
+		}
 		return j, nil
 	}
 	return Job{}, ErrNoLauncher
@@ -101,6 +155,11 @@ func placement(launcher string, size int, getenv func(string) string) (oneNode b
 		oneNode = is("SLURM_STEP_NUM_NODES", 1) || (getenv("SLURM_STEP_NUM_NODES") == "" && is("SLURM_NNODES", 1))
 		if j := getenv("SLURM_JOB_ID"); j != "" {
 			id = j + "." + getenv("SLURM_STEP_ID")
+			// Job ids restart in a new cluster: two clusters on one host
+			// (hack/slurm's private ones) name their jobs apart.
+			if c := getenv("SLURM_CLUSTER_NAME"); c != "" {
+				id = c + "-" + id
+			}
 		}
 	default:
 		oneNode = is("MPI_LOCALNRANKS", size)
@@ -109,20 +168,80 @@ func placement(launcher string, size int, getenv func(string) string) (oneNode b
 	return oneNode, id
 }
 
-// Bootstrap returns the address Exchange meets rank 0 at: GOMX_BOOTSTRAP
-// (through getenv) when set, else, for a job on one node whose launcher
-// names it, an abstract unix socket private to this user and job
-// ("unix:@gomx-boot-UID-LAUNCHER-ID"). Anything else needs GOMX_BOOTSTRAP,
-// and the error says so.
-func Bootstrap(job Job, getenv func(string) string) (string, error) {
-	if getenv("GOMX_BOOTSTRAP") != "" || !job.OneNode || job.ID == "" {
-		a, err := BootstrapAddr(getenv)
-		if err != nil && job.Size > 1 && !job.OneNode {
-			err = fmt.Errorf("%w (the job spans nodes, or %s does not say it runs on one)", err, job.Launcher)
-		}
-		return a, err
+// slurmNodes reads a Slurm step's nodes: the hostlist, this process's
+// index in it and their number (zero values when Slurm does not say).
+func slurmNodes(getenv func(string) string) (list string, id, n int) {
+	list, count := getenv("SLURM_STEP_NODELIST"), getenv("SLURM_STEP_NUM_NODES")
+	if list == "" {
+		list, count = getenv("SLURM_JOB_NODELIST"), getenv("SLURM_NNODES")
 	}
-	return fmt.Sprintf("unix:@gomx-boot-%d-%s-%s", os.Getuid(), job.Launcher, job.ID), nil
+	n, _ = strconv.Atoi(count)
+	id, _ = strconv.Atoi(getenv("SLURM_NODEID"))
+	return list, id, n
+}
+
+// The TCP ports SlurmPort derives rank 0's from: PortBase to
+// PortBase+PortSpan-1, below the kernel's default ephemeral range
+// (32768-60999), so an outgoing connection never holds the port a job's
+// rank 0 needs.
+const (
+	PortBase = 28000
+	PortSpan = 4096
+)
+
+// SlurmPort is the TCP port rank 0 of Slurm step job.step listens on when
+// nothing else says: PortBase + (16*job + step) mod PortSpan, so the first
+// sixteen steps of a job, and consecutive jobs, get different ports.
+func SlurmPort(job, step uint64) int {
+	return PortBase + int((16*job+step)%PortSpan)
+}
+
+// Bootstrap returns the address Exchange meets rank 0 at (through getenv):
+// GOMX_BOOTSTRAP when set, else an abstract unix socket private to this
+// user and job when the job runs on one node, else, for Slurm, the first
+// node of the step and SlurmPort, else, under a launcher that hands out a
+// PMI-1 connection, PMIAddr (see the package doc). Anything else needs
+// GOMX_BOOTSTRAP, and the error says so.
+func Bootstrap(job Job, getenv func(string) string) (string, error) {
+	if getenv("GOMX_BOOTSTRAP") == "" && job.OneNode && job.ID != "" {
+		return fmt.Sprintf("unix:@gomx-boot-%d-%s-%s", os.Getuid(), job.Launcher, job.ID), nil
+	}
+	if getenv("GOMX_BOOTSTRAP") == "" && job.Launcher == "slurm" && job.NodeList != "" {
+		return slurmBootstrap(job, getenv)
+	}
+	if getenv("GOMX_BOOTSTRAP") == "" && (job.Launcher == "pmi" || job.Launcher == "pmix") && hasPMI(getenv) {
+		return PMIAddr, nil
+	}
+	a, err := BootstrapAddr(getenv)
+	if err != nil && job.Size > 1 && !job.OneNode {
+		why := "the job spans nodes, or " + job.Launcher + " does not say it runs on one"
+		if job.Launcher == "openmpi" {
+			why += "; Open MPI does not tell its ranks where rank 0 runs"
+		}
+		err = fmt.Errorf("%w (%s)", err, why)
+	}
+	return a, err
+}
+
+// slurmBootstrap derives rank 0's address from a Slurm step's nodes and
+// ids.
+func slurmBootstrap(job Job, getenv func(string) string) (string, error) {
+	host, err := NthHost(job.NodeList, 0)
+	if err != nil {
+		return "", fmt.Errorf("%w; or export GOMX_BOOTSTRAP=host:port", err)
+	}
+	jid, err1 := strconv.ParseUint(getenv("SLURM_JOB_ID"), 10, 64)
+	sid, err2 := strconv.ParseUint(getenv("SLURM_STEP_ID"), 10, 64)
+	if getenv("SLURM_STEP_ID") == "" {
+		sid, err2 = 0, nil // a batch script's own tasks: no step
+	}
+	if err1 != nil || err2 != nil {
+		return "", fmt.Errorf("launch: SLURM_JOB_ID=%q SLURM_STEP_ID=%q are not numbers: export GOMX_BOOTSTRAP=host:port", getenv("SLURM_JOB_ID"), getenv("SLURM_STEP_ID"))
+	}
+	if job.Rank == 0 && job.NodeID != 0 {
+		return "", fmt.Errorf("launch: rank 0 runs on node %d of %s, not its first (an arbitrary distribution?): export GOMX_BOOTSTRAP=host:port, an address of rank 0's node", job.NodeID, job.NodeList)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(SlurmPort(jid, sid))), nil
 }
 
 // BootstrapAddr returns rank 0's address from GOMX_BOOTSTRAP (through
@@ -155,9 +274,17 @@ func network(addr string) (string, string) {
 
 // Listen opens rank 0's listener on a bootstrap address (host:port or
 // unix:...), for a program that must listen before it starts the other
-// ranks (Serve then takes it).
+// ranks (Serve then takes it). When host is a name rather than an IP
+// address it listens on every address of this host: a name may resolve to
+// a loopback address here (Debian's 127.0.1.1) and to the reachable one on
+// the other nodes.
 func Listen(ctx context.Context, addr string) (net.Listener, error) {
 	nw, a := network(addr)
+	if host, port, err := net.SplitHostPort(a); nw == "tcp" && err == nil && host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			a = net.JoinHostPort("", port)
+		}
+	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, nw, a)
 	if err != nil {
 		return nil, fmt.Errorf("launch: rank 0 listens on %s: %w", addr, err)
@@ -196,8 +323,12 @@ func checkPeer(c net.Conn) error {
 
 // Exchange trades records with every rank of job through rank 0 at addr
 // (it listens there; the others connect, retrying until ctx ends) and
-// returns the records of all ranks, in rank order.
+// returns the records of all ranks, in rank order. At PMIAddr it trades
+// them through the launcher's PMI-1 server instead, once per process.
 func Exchange(ctx context.Context, job Job, addr string, mine []byte) ([][]byte, error) {
+	if addr == PMIAddr {
+		return pmiExchange(ctx, job, mine, os.Getenv)
+	}
 	if job.Rank == 0 {
 		ln, err := Listen(ctx, addr)
 		if err != nil {

@@ -230,12 +230,36 @@ func TestBootstrap(t *testing.T) {
 			fmt.Sprintf("unix:@gomx-boot-%d-slurm-12.3", uid), ""},
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"},
 			fmt.Sprintf("unix:@gomx-boot-%d-slurm-12.0", uid), ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0", "SLURM_CLUSTER_NAME": "gomx77"},
+			fmt.Sprintf("unix:@gomx-boot-%d-slurm-gomx77-12.0", uid), ""},
 		// Two nodes: the address must be given, and the error says why.
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_JOB_ID": "12"}, "", "spans nodes"},
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "77"}, "", "GOMX_BOOTSTRAP"},
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2", "GOMX_BOOTSTRAP": "10.0.0.1:999"}, "10.0.0.1:999", ""},
 		{map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "GOMX_BOOTSTRAP": "unix:@x"}, "unix:@x", ""},
 		{map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "GOMX_BOOTSTRAP": "unix:"}, "", "unix:PATH"},
+		// A Slurm step on two nodes: its first node, a port from the ids.
+		{map[string]string{"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
+			"SLURM_STEP_NODELIST": "node[07-08]", "SLURM_JOB_NODELIST": "node[06-09]", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "3"},
+			fmt.Sprintf("node07:%d", PortBase+16*12+3), ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "2",
+			"SLURM_JOB_NODELIST": "10.77.0.[1-2]", "SLURM_JOB_ID": "300"},
+			fmt.Sprintf("10.77.0.1:%d", PortBase+(16*300)%PortSpan), ""},
+		// GOMX_BOOTSTRAP still wins.
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2",
+			"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0", "GOMX_BOOTSTRAP": "10.0.0.9:7"}, "10.0.0.9:7", ""},
+		// Rank 0 away from the first node: say so, and what to do.
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
+			"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"}, "", "not its first"},
+		{map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2",
+			"SLURM_STEP_NODELIST": "n[1-2", "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"}, "", "GOMX_BOOTSTRAP"},
+		{map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2",
+			"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_JOB_ID": "x", "SLURM_STEP_ID": "0"}, "", "GOMX_BOOTSTRAP"},
+		// Hydra hands each rank a PMI connection: the records go through it.
+		{map[string]string{"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "4", "PMI_FD": "6"}, PMIAddr, ""},
+		{map[string]string{"PMI_RANK": "1", "PMI_SIZE": "4", "PMI_FD": "6", "GOMX_BOOTSTRAP": "h:1"}, "h:1", ""},
+		// Open MPI across nodes: no way to find rank 0, and the error says why.
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "", "Open MPI does not tell"},
 	} {
 		job, err := FromEnv(envOf(c.env))
 		if err != nil {
@@ -251,6 +275,41 @@ func TestBootstrap(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%v: %q %v, want %q", c.env, got, err, c.want)
 		}
+	}
+}
+
+// TestSlurmPort: every port lies in the documented range, and the first
+// sixteen steps of a job and consecutive jobs differ.
+func TestSlurmPort(t *testing.T) {
+	seen := map[int]bool{}
+	for job := uint64(1000); job < 1000+PortSpan/16; job++ {
+		for step := uint64(0); step < 16; step++ {
+			p := SlurmPort(job, step)
+			if p < PortBase || p >= PortBase+PortSpan || p >= 32768 {
+				t.Fatalf("SlurmPort(%d, %d) = %d, outside %d..%d", job, step, p, PortBase, PortBase+PortSpan-1)
+			}
+			if seen[p] {
+				t.Fatalf("SlurmPort(%d, %d) = %d twice", job, step, p)
+			}
+			seen[p] = true
+		}
+	}
+}
+
+// TestPeerHost: a rank binds toward the next node of its step.
+func TestPeerHost(t *testing.T) {
+	env := map[string]string{"SLURM_PROCID": "2", "SLURM_NTASKS": "6", "SLURM_STEP_NUM_NODES": "3", "SLURM_NODEID": "2", "SLURM_STEP_NODELIST": "a[1-2],b"}
+	j, err := FromEnv(envOf(env))
+	if err != nil || j.PeerHost() != "a1" {
+		t.Errorf("%+v: PeerHost %q, %v; want a1", j, j.PeerHost(), err)
+	}
+	env["SLURM_NODEID"] = "0"
+	if j, _ = FromEnv(envOf(env)); j.PeerHost() != "a2" {
+		t.Errorf("%+v: PeerHost %q, want a2", j, j.PeerHost())
+	}
+	env["SLURM_STEP_NUM_NODES"] = "1"
+	if j, _ = FromEnv(envOf(env)); j.PeerHost() != "" {
+		t.Errorf("one node: PeerHost %q, want none", j.PeerHost())
 	}
 }
 
