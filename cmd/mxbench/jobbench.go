@@ -29,7 +29,16 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return rankError(job, err)
 	}
-	if f.job.bind && (job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != "") {
+	bind := f.job.bind && (job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != "")
+	if bind && je.kind == "emulated" && !f.job.given["bind"] {
+		// The emulated engine's channels are goroutines of this
+		// process: bound to the rank's one CPU, they would share it with
+		// the rank's polling waits, and every engine copy would wait for
+		// a time slice (milliseconds). A real engine takes no CPU.
+		// --bind given explicitly still binds.
+		bind = false
+	}
+	if bind {
 		// Once rank 0 started the others (they would inherit its
 		// binding, and see one CPU); before the boards start their
 		// goroutines' threads, which inherit it.
