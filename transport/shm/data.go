@@ -83,15 +83,11 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 			}
 		}
 		if pad {
-			pp := o.cur % uint64(size)
-			le.PutUint32(o.data[pp:], padMark)
-			u32At(o.data, int(pp)+4).Store(recSeq(o.cur))
+			le.PutUint32(o.data[o.cur%uint64(size):], padMark)
 		}
 		pos := at % uint64(size)
 		le.PutUint32(o.data[pos:], uint32(len(f.Data)))
 		copy(o.data[pos+recHdr:], f.Data)
-		// Written last; the store releases the length and frame above.
-		u32At(o.data, int(pos)+4).Store(recSeq(at))
 		o.cur = at + uint64(rl)
 		t.cnt.sent.Add(1)
 	}
@@ -380,11 +376,9 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		if r.dead.Load() || r.data == nil {
 			continue
 		}
-		// A record is there when its sequence word matches the cursor;
-		// the load acquires the record's bytes.
-		size := uint64(len(r.data))
-		for n < len(frames) && u32At(r.data, int(r.cur%size)+4).Load() == recSeq(r.cur) {
-			tail := r.cur + size
+		// The load acquires: every record below this tail is written.
+		tail := r.tail.Load()
+		for n < len(frames) && r.cur != tail {
 			f, next, ok, err := parseRecord(r.data, r.cur, tail, t.opts.MTU)
 			if err != nil {
 				t.cnt.corrupt.Add(1)

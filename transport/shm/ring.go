@@ -20,9 +20,7 @@ import (
 // Cursors only grow; a position in the data area is cursor % size.
 //
 // The data area holds records, each 8-byte aligned: a little-endian uint32
-// length, a uint32 sequence word (recSeq of the record's cursor, stored last
-// and atomically, so the consumer polls the record's own cache line rather
-// than the tail), then the frame, padded to 8 bytes. A record
+// length, 4 reserved bytes, then the frame, padded to 8 bytes. A record
 // never wraps: when the contiguous space left before the end is too short,
 // the producer writes a pad record (length padMark), which tells the
 // consumer to skip to the start of the data area.
@@ -53,9 +51,6 @@ const (
 // errCorrupt reports a ring whose contents break the layout: its producer
 // is buggy or hostile, and the ring is dropped.
 var errCorrupt = errors.New("shm: corrupt ring")
-
-// recSeq is the sequence word of the record at cursor c.
-func recSeq(c uint64) uint32 { return uint32(c>>3) + 1 }
 
 func align8(n int) int { return (n + ringAlign - 1) &^ (ringAlign - 1) }
 
