@@ -79,8 +79,11 @@
 //   - Use the record header's 4 reserved bytes as a sequence word, the last
 //     thing the producer writes (an atomic store, so it releases the length
 //     and frame). Its expected value follows from the cursor alone, for
-//     instance uint32(cursor/8)|1, so a stale record a lap behind never
-//     matches and the consumer never has to clear the ring. The consumer
+//     instance uint32(cursor/8)+1. Beware: the word's place may hold a
+//     previous lap's frame bytes (or a skipped pad area), which can equal
+//     the expected value, so stale bytes must be made impossible (the
+//     producer zeroing the next record's word, or 64-byte slots that are
+//     always whole records) before this is safe. The consumer
 //     polls the word at its own cursor (an atomic load, which acquires)
 //     instead of the tail; pad records carry the word too.
 //   - Align records to 64 bytes, so the header and up to 56 bytes of frame
