@@ -12,9 +12,17 @@ import (
 // one load or store of its width on the mapping, the way a device register
 // must be touched:
 //
-//   - 32 and 64-bit accesses use sync/atomic, which compiles to a single
-//     aligned MOV (a locked XCHG for stores on amd64) that the compiler may
-//     neither split, merge, reorder with other atomics, nor drop;
+//   - 32 and 64-bit loads use sync/atomic, which compiles to a single
+//     aligned MOV that the compiler may neither split, merge, reorder with
+//     other atomics, nor drop;
+//   - 32 and 64-bit stores go through store32 and store64 (bar_store_*.go):
+//     on amd64 a plain aligned MOV in a function that is never inlined, as
+//     Linux's writel is; elsewhere a sync/atomic store, whose release
+//     ordering publishes the descriptors written before it. Not a locked
+//     XCHG on amd64: a locked instruction on device memory is no cheaper
+//     on hardware, and under QEMU's TCG it is an atomic operation on MMIO,
+//     which TCG can only run by stopping every other vCPU (a doorbell
+//     write cost the other vCPU's polling loop several microseconds);
 //   - sync/atomic has no 8 or 16-bit operations, so those are plain loads
 //     and stores through an unsafe pointer in functions that are never
 //     inlined: a call boundary keeps the compiler from merging or
@@ -59,6 +67,6 @@ func (r *mmioRegs) Write8(off int, v uint8) { *(*uint8)(r.at(off, 1)) = v }
 //go:noinline
 func (r *mmioRegs) Write16(off int, v uint16) { *(*uint16)(r.at(off, 2)) = v }
 
-func (r *mmioRegs) Write32(off int, v uint32) { atomic.StoreUint32((*uint32)(r.at(off, 4)), v) }
+func (r *mmioRegs) Write32(off int, v uint32) { store32(r.at(off, 4), v) }
 
-func (r *mmioRegs) Write64(off int, v uint64) { atomic.StoreUint64((*uint64)(r.at(off, 8)), v) }
+func (r *mmioRegs) Write64(off int, v uint64) { store64(r.at(off, 8), v) }

@@ -55,6 +55,7 @@ type options struct {
 	rawSizes   []int
 	testpmd    string
 	busyPollUS int
+	rawOnly    bool // -only raw: the raw-ping rows alone
 }
 
 func main() {
@@ -80,8 +81,16 @@ func parseFlags(args []string) (options, error) {
 	sizes := fs.String("raw-sizes", "64,1514", "raw and UDP frame sizes in bytes (UDP payload = frame - 42)")
 	fs.StringVar(&o.testpmd, "testpmd", "/usr/bin/dpdk-testpmd", "DPDK's testpmd; \"\" skips that reflector")
 	fs.IntVar(&o.busyPollUS, "busy-poll", 50, "SO_BUSY_POLL microseconds on the kernel's UDP sockets")
+	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), for quick experiments")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	switch *only {
+	case "":
+	case "raw":
+		o.rawOnly = true
+	default:
+		return o, fmt.Errorf("-only %q: want \"raw\" or nothing", *only)
 	}
 	var err error
 	if o.a, err = pci.ParseAddress(*a); err != nil {
@@ -165,7 +174,7 @@ func run(o options) error {
 	failed := map[string]bool{}
 	for i := range o.runs {
 		// (a) mx over the VFIO e1000e transport, through mxbench.
-		if !failed[mxRow] {
+		if !failed[mxRow] && !o.rawOnly {
 			if res, err := mxbench(o); err != nil {
 				fail(mxRow, []int{64}, err)
 				failed[mxRow] = true
@@ -197,7 +206,7 @@ func run(o options) error {
 			}
 		}
 		// (b) the kernel's driver: the NICs rebound to e1000e and back.
-		if !failed[udpRow] {
+		if !failed[udpRow] && !o.rawOnly {
 			if err := kernelUDP(one,
 				func(size int, us float64) { get(udpRow, size).us = append(get(udpRow, size).us, us) },
 				func(size int, us float64) { get(udp1Row, size).us = append(get(udp1Row, size).us, us) }); err != nil {

@@ -30,6 +30,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	rounds := fs.Int("rounds", 500, "ping-pong rounds per raw and UDP measurement")
 	mxIters := fs.Int("mx-iterations", 500, "mxbench iterations per size and run")
 	noTestpmd := fs.Bool("no-testpmd", false, "leave DPDK's testpmd out (no apt, no testpmd row)")
+	only := fs.String("only", "", "\"raw\": only the raw-ping rows (gomx's and testpmd's reflectors), for quick experiments")
 	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
 	keep := qemu.KeepFlag(fs, "the run directory with the serial log")
 	if err := fs.Parse(args); err != nil {
@@ -44,6 +45,9 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	start := time.Now()
 
 	guestArgs := []string{fmt.Sprintf("-rounds=%d", *rounds), fmt.Sprintf("-mx-iterations=%d", *mxIters)}
+	if *only != "" {
+		guestArgs = append(guestArgs, "-only="+*only)
+	}
 	var files []string
 	if *noTestpmd {
 		guestArgs = append(guestArgs, "-testpmd=")
