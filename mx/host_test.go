@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,17 +41,7 @@ func TestHostPath(t *testing.T) {
 	checkLeaks(t)
 	dir := shmDir(t)
 	ctx := testCtx(t, 60*time.Second)
-	_, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
-	var nic transport.NICID
-	if sc.Scan() {
-		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
-			v, _ := strconv.ParseUint(s, 10, 64)
-			nic = transport.NICID(v)
-		}
-	}
-	if nic == 0 {
-		t.Fatalf("child: %q", sc.Text())
-	}
+	_, nic := startHostChild(t, ctx, dir)
 	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
 	if err != nil {
 		t.Skipf("udp unavailable: %v", err)
@@ -185,4 +176,22 @@ func TestHostPathDefault(t *testing.T) {
 	if lb := open(port, BoardOptions{}); lb.host != nil {
 		t.Error("a loopback board (ids repeat across processes) opened a host path")
 	}
+}
+
+// startHostChild starts TestHostPath's child (a UDP board with the host
+// path on, in dir) and returns it with the NIC id it printed.
+func startHostChild(t *testing.T, ctx context.Context, dir string) (*exec.Cmd, transport.NICID) {
+	t.Helper()
+	cmd, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
+	var nic transport.NICID
+	if sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
+			v, _ := strconv.ParseUint(s, 10, 64)
+			nic = transport.NICID(v)
+		}
+	}
+	if nic == 0 {
+		t.Fatalf("child: %q", sc.Text())
+	}
+	return cmd, nic
 }

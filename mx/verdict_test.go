@@ -3,8 +3,6 @@ package mx
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,17 +186,7 @@ func TestHostPathPeerKilled(t *testing.T) {
 	checkLeaks(t)
 	dir := shmDir(t)
 	ctx := testCtx(t, 60*time.Second)
-	cmd, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
-	var nic transport.NICID
-	if sc.Scan() {
-		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
-			v, _ := strconv.ParseUint(s, 10, 64)
-			nic = transport.NICID(v)
-		}
-	}
-	if nic == 0 {
-		t.Fatalf("child: %q", sc.Text())
-	}
+	cmd, nic := startHostChild(t, ctx, dir)
 	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
 	if err != nil {
 		t.Skipf("udp unavailable: %v", err)
