@@ -606,7 +606,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
 		budget := b.waitBudget(e)
 		ok := false
-		held, err := b.pollWait(ctx, nil, func() bool {
+		out, err := b.pollWait(ctx, nil, func() bool {
 			b.mu.Lock()
 			ok = cond()
 			b.mu.Unlock()
@@ -615,7 +615,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 		if err != nil {
 			return err
 		}
-		if held {
+		if out == pollHeld {
 			if !ok {
 				return ErrEndpointClosed
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,23 @@ import (
 //
 // BoardOptions.BusyPoll is the same poll without a budget, on every source
 // (the transport too, at the price of a system call per look).
+//
+// # Waiting on a copy engine
+//
+// While the board's copy engine (LocalOptions.Engine) copies a message —
+// a shared-memory receive (offload.go) or pull replies out of held frames
+// (pulloffload.go) — the message waits for the engine, not for the rings,
+// and a waiter that polls steps aside at once, as a driver sleeps on its
+// device's completion instead of spinning on it: an adaptive waiter sleeps
+// on its request (the goroutine that waits for the engine completes it),
+// and a busy-polling one hands its processor to the Go scheduler between
+// looks (it still reaps the pull-reply copies itself). Nothing is lost
+// where the engine is silicon; where it is a model whose channels are
+// goroutines of this process (emulated.CBDMA), a waiter spinning on a rank
+// bound to one CPU would take that CPU, and the one Go processor the
+// runtime then has, from the very copy it waits for. These sleeps leave
+// the poll window alone (WaitStats.Engine counts them): they say nothing
+// about how soon the rings answer.
 
 // DefaultSpin is the default BoardOptions.Spin: about two one-way futex
 // wake-ups on this kind of machine, so a reply that comes as fast as a
@@ -232,11 +250,32 @@ func (b *Board) waitSources() []*rxSource {
 	return b.spinSrcs
 }
 
+// pollOutcome says how a pollWait that returned no error ended.
+type pollOutcome int
+
+const (
+	// pollHeld: the condition holds.
+	pollHeld pollOutcome = iota
+	// pollSpent: the poll budget ran out; the waiter sleeps, and when its
+	// message comes tunes the poll window.
+	pollSpent
+	// pollEngine: engine copies run; the waiter sleeps and leaves the
+	// window alone ("Waiting on a copy engine").
+	pollEngine
+)
+
+// engineBusy reports whether the board's copy engine has copies of
+// messages in flight (see "Waiting on a copy engine").
+func (b *Board) engineBusy() bool {
+	return b.engCopies.Load() > 0 || b.pcopyN.Load() > 0
+}
+
 // pollWait polls the waiter's sources until done (or, when r is nil,
-// cond) holds, the budget runs out (budget < 0: never), ctx is done, or
-// the endpoint is woken up (its wake generation moves past gen). It
-// reports whether the condition held.
-func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (bool, error) {
+// cond) holds, the budget runs out (budget < 0: never), engine copies run
+// (an adaptive waiter, budget >= 0), ctx is done, or the endpoint is woken
+// up (its wake generation moves past gen). It says which of the first
+// three happened.
+func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, error) {
 	srcs := b.waitSources()
 	holds := func() bool {
 		if r != nil {
@@ -245,7 +284,11 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		return cond()
 	}
 	if holds() {
-		return true, nil
+		return pollHeld, nil
+	}
+	if budget >= 0 && b.engineBusy() {
+		b.waitEngine.Add(1)
+		return pollEngine, nil
 	}
 	for _, s := range srcs {
 		s.pollers.Add(1)
@@ -287,24 +330,32 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if holds() {
 			ok = true
-			return true, nil
+			return pollHeld, nil
+		}
+		if b.engineBusy() {
+			// The message waits for the engine: leave it the CPU.
+			if budget >= 0 {
+				b.waitEngine.Add(1)
+				return pollEngine, nil
+			}
+			runtime.Gosched()
 		}
 		if i&15 == 15 {
 			el := time.Duration(b.clock() - start)
 			if budget >= 0 && el >= budget {
 				spent = true
-				return false, nil
+				return pollSpent, nil
 			}
 			yield = el >= yieldAfter
 			if err := ctx.Err(); err != nil {
 				if holds() {
 					ok = true
-					return true, nil
+					return pollHeld, nil
 				}
-				return false, fmt.Errorf("%w: %w", ErrTimeout, err)
+				return pollSpent, fmt.Errorf("%w: %w", ErrTimeout, err)
 			}
 			if e != nil && e.wakeGen.Load() != gen {
-				return false, ErrWokenUp
+				return pollSpent, ErrWokenUp
 			}
 		}
 		if yield {
@@ -331,6 +382,10 @@ type WaitStats struct {
 	// Yields counts the sched_yield calls of polling waiters: only
 	// waits whose message was later than a few round trips make any.
 	Yields uint64
+	// Engine counts the waits that stopped polling, or never started,
+	// because the board's copy engine had copies in flight, and slept
+	// until the engine's work completed them (see LocalOptions.Engine).
+	Engine uint64
 	// Grew and Shrank count the changes of the endpoints' poll windows
 	// (Endpoint.SpinWindow): grown after a wait that slept but would have
 	// caught its message by polling up to BoardOptions.SpinMax, shrunk
@@ -346,7 +401,7 @@ type WaitStats struct {
 // WaitStats returns the board's wait statistics.
 func (b *Board) WaitStats() WaitStats {
 	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: int(b.spinning.Load()),
-		Yields: b.waitYields.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load()}
+		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load()}
 }
 
 // spinFromEnv reads GOMX_SPIN (a Go duration; 0 or negative: never spin)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -419,5 +420,83 @@ func TestSpinRoundTripIsFree(t *testing.T) {
 	if s1.yields != s0.yields || s1.shm != s0.shm {
 		t.Fatalf("%d round trips made system calls: %d sched_yield by waiters, %d futex calls and yields by the rings",
 			rounds, s1.yields-s0.yields, s1.shm-s0.shm)
+	}
+}
+
+// TestWaitStepsAsideForEngine: a waiter whose message is being copied by
+// the board's engine does not keep the processor from it. While the copy
+// is held up, an adaptive waiter with a poll window of seconds stops
+// polling and sleeps (a busy-polling one keeps polling, handing its
+// processor over between looks); once the engine runs, the message
+// arrives byte-exact. Then, with one Go processor (what a rank bound to
+// one CPU gets) and the emulated engine's channels as goroutines, where a
+// spinning waiter would hold the only P the engine can run on, messages
+// keep arriving through the engine.
+func TestWaitStepsAsideForEngine(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		name := "adaptive"
+		if busy {
+			name = "busypoll"
+		}
+		t.Run(name, func(t *testing.T) {
+			held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
+			g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
+				o.Spin, o.SpinMax, o.BusyPoll = 5*time.Second, 5*time.Second, busy
+				held.CopyEngine = o.Local.Engine
+				o.Local.Engine = held
+			})
+			released := false
+			defer func() {
+				if !released {
+					close(held.release) // a failed test must not leave the copy hanging
+				}
+			}()
+			msg, err := g.a.AllocShared(1 << 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.a.FreeShared(msg)
+			copy(msg, pattern(len(msg), 7))
+			exchange := func(i int, during func()) {
+				t.Helper()
+				buf := make([]byte, len(msg))
+				r, err := g.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := g.a.ISend([][]byte{msg}, g.atob, uint64(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				go func() { _, err := r.Wait(testCtx(t, time.Minute)); got <- err }()
+				during()
+				if err := <-got; err != nil || !bytes.Equal(buf, msg) {
+					t.Fatalf("message %d: %v, or wrong bytes", i, err)
+				}
+				mustWait(t, s, time.Minute)
+			}
+			exchange(0, func() {
+				<-held.entered
+				st0 := g.bb.WaitStats()
+				if busy {
+					waitUntil(t, "the busy-polling waiter to poll", func() bool { return g.bb.WaitStats().Spinning == 1 })
+				} else {
+					waitUntil(t, "the waiter to step aside", func() bool {
+						st := g.bb.WaitStats()
+						return st.Engine > st0.Engine && st.Spinning == 0
+					})
+				}
+				released = true
+				close(held.release)
+			})
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			for i := 1; i <= 3; i++ {
+				exchange(i, func() {})
+			}
+			if c := g.b.Counters(); c.Get(RecvEngine) != 4 || c.Get(EngineFallbacks) != 0 {
+				t.Fatalf("engine copies %d, fallbacks %d; want 4, 0", c.Get(RecvEngine), c.Get(EngineFallbacks))
+			}
+		})
 	}
 }

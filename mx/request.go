@@ -252,14 +252,14 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	}
 	start, polled := b.clock(), false
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
-		ok, err := b.pollWait(ctx, r, nil, b.waitBudget(e), e, e.wakeGen.Load())
+		out, err := b.pollWait(ctx, r, nil, b.waitBudget(e), e, e.wakeGen.Load())
 		if err != nil {
 			return Status{}, err
 		}
-		if ok {
+		if out == pollHeld {
 			return r.finish()
 		}
-		polled = true
+		polled = out == pollSpent
 	}
 	b.mu.Lock()
 	for !r.done.Load() {
