@@ -54,6 +54,17 @@ type CBDMAOptions struct {
 	// ARMED after CHAINADDR, as parts and models do that do not define
 	// the ARMED state (Linux's registers.h has none).
 	HideArmed bool
+	// CPUs, when set, gives the channels' engine a processor of its own,
+	// as a device has its own silicon: each channel's goroutine locks its
+	// OS thread and binds it to these CPUs (sched_setaffinity), the way a
+	// VMM pins a device model's I/O thread, so the copies it executes take
+	// no time from the threads of the application that drives it. The
+	// thread runs Go code: the process's GOMAXPROCS must leave it a P
+	// (runtime.GOMAXPROCS counts threads running Go code, not CPUs).
+	// NewCBDMA fails, naming the CPUs, if the kernel refuses the binding
+	// (a CPU outside this process's cpuset). ChannelStats.CPUs reports
+	// the binding each thread read back.
+	CPUs []int
 	// ConfigSize is how much configuration space answers: 4096 (default,
 	// PCIe extended space with CHANERR_INT at 0x180) or 256, as through
 	// access paths that expose only the conventional header (spdk#484);
@@ -114,6 +125,16 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 	case o.Bandwidth < 0:
 		return nil, fmt.Errorf("emulated cbdma: negative bandwidth %d", o.Bandwidth)
 	}
+	var cpus *unix.CPUSet
+	if len(o.CPUs) > 0 {
+		cpus = new(unix.CPUSet)
+		for _, c := range o.CPUs {
+			if c < 0 || c >= cpuSetSize {
+				return nil, fmt.Errorf("emulated cbdma: CPU %d for the channels' threads: want 0..%d (the CPU numbers of lscpu)", c, cpuSetSize-1)
+			}
+			cpus.Set(c)
+		}
+	}
 	if o.DeviceID == 0 {
 		o.DeviceID = map[uint8]uint16{hw.Ver32: 0x6F20, hw.Ver33: 0x6F50, hw.Ver34: 0x0B00}[o.Version]
 	}
@@ -161,12 +182,33 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 			c.winSeq = ^uint64(0)
 			fn.chans = append(fn.chans, c)
 			p.chans = append(p.chans, c)
-			go c.run()
+			started := make(chan error, 1)
+			go c.run(cpus, started)
+			if err := <-started; err != nil {
+				f.m = fn
+				p.fns = append(p.fns, f)
+				p.Close()
+				return nil, fmt.Errorf("emulated cbdma: binding channel %d's thread to CPUs %v: %w (name CPUs this process may run on: see taskset -p %d)", len(p.chans)-1, o.CPUs, err, unix.Getpid())
+			}
 		}
 		f.m = fn
 		p.fns = append(p.fns, f)
 	}
 	return p, nil
+}
+
+// cpuSetSize is how many CPUs a unix.CPUSet holds (glibc's CPU_SETSIZE).
+const cpuSetSize = 1024
+
+// cpuList returns the CPUs in set, in order.
+func cpuList(set *unix.CPUSet) []int {
+	var l []int
+	for c := 0; c < cpuSetSize && len(l) < set.Count(); c++ {
+		if set.IsSet(c) {
+			l = append(l, c)
+		}
+	}
+	return l
 }
 
 // dcaOffset is where DCAOFFSET says the DCA registers are: above the
@@ -269,6 +311,10 @@ type ChannelStats struct {
 	// describes the latest.
 	Violations    uint64
 	LastViolation string
+	// CPUs lists the CPUs the channel's thread may run on, as the thread
+	// read them back from the kernel after binding itself
+	// (CBDMAOptions.CPUs); nil when it is not bound.
+	CPUs []int
 }
 
 // Stats returns channel ch's counters.
@@ -277,6 +323,7 @@ func (p *CBDMA) Stats(ch int) ChannelStats {
 	s := ChannelStats{
 		Descriptors: c.nDesc.Load(), Bytes: c.nBytes.Load(), Errors: c.nErr.Load(),
 		Interrupts: c.nIRQ.Load(), Violations: c.nViol.Load(),
+		CPUs: c.cpus,
 	}
 	if v := c.lastViol.Load(); v != nil {
 		s.LastViolation = *v
@@ -385,6 +432,8 @@ type cbChannel struct {
 	winSeq     uint64 // doorbell count when the current window began
 	winStart   uint64 // first descriptor executed in the window
 	winLen     int
+
+	cpus []int // the CPUs its thread is bound to, as read back (nil: unbound)
 
 	nDesc, nBytes, nErr, nIRQ, nViol atomic.Uint64
 	lastViol                         atomic.Pointer[string]
@@ -821,9 +870,28 @@ func (c *cbChannel) runnable() bool {
 }
 
 // run is the channel's engine: it waits for the doorbell and executes
-// descriptors in order.
-func (c *cbChannel) run() {
+// descriptors in order. With cpus, it first binds its own thread to them
+// for good (the thread is never unlocked, so it exits with the goroutine
+// and no other goroutine inherits the binding); it reports on started
+// whether it could, and runs only if so.
+func (c *cbChannel) run(cpus *unix.CPUSet, started chan<- error) {
 	defer close(c.done)
+	if cpus != nil {
+		runtime.LockOSThread()
+		if err := unix.SchedSetaffinity(0, cpus); err != nil {
+			c.stopping.Store(true)
+			started <- err
+			return
+		}
+		var got unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &got); err != nil {
+			c.stopping.Store(true)
+			started <- err
+			return
+		}
+		c.cpus = cpuList(&got)
+	}
+	started <- nil
 	for !c.stopping.Load() {
 		c.mu.Lock()
 		work := c.runnable()

@@ -3,8 +3,14 @@ package emulated
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
@@ -331,5 +337,63 @@ func TestIOMMU(t *testing.T) {
 	u.runlock()
 	if ok {
 		t.Fatal("IOVA still translates after Unmap")
+	}
+}
+
+// TestChannelCPUs: with CBDMAOptions.CPUs the channel's thread is bound to
+// them (it reads the binding back from the kernel), the caller's threads
+// are not, and the channel copies as before; a CPU the kernel refuses
+// fails NewCBDMA with an error naming it.
+func TestChannelCPUs(t *testing.T) {
+	var mine unix.CPUSet
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		t.Fatal(err)
+	}
+	all := cpuList(&mine)
+	cpu := all[len(all)-1]
+	r := newRig(t, CBDMAOptions{CPUs: []int{cpu}})
+	if got := r.p.Stats(0).CPUs; !slices.Equal(got, []int{cpu}) {
+		t.Fatalf("the channel's thread runs on CPUs %v, want [%d]", got, cpu)
+	}
+	var after unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &after); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpuList(&after); !slices.Equal(got, all) {
+		t.Fatalf("the caller's thread was bound too: CPUs %v, was %v", got, all)
+	}
+	src := r.mem[rigData : rigData+4096]
+	for i := range src {
+		src[i] = byte(i * 13)
+	}
+	r.desc(0, hw.Descriptor{Size: 4096, Ctl: hw.OpCopy << hw.CtlOpShift, Src: r.iova(rigData), Dst: r.iova(rigData + 8192)})
+	r.start()
+	r.regs.Write16(r.ch(hw.ChanDMACount), 1)
+	r.waitState(hw.StateIdle)
+	if !bytes.Equal(r.mem[rigData+8192:rigData+8192+4096], src) {
+		t.Fatal("the bound channel copied wrong bytes")
+	}
+	if unbound := newRig(t, CBDMAOptions{}); unbound.p.Stats(0).CPUs != nil {
+		t.Fatalf("a channel without CPUs reports a binding: %v", unbound.p.Stats(0).CPUs)
+	}
+
+	for _, bad := range []int{-1, cpuSetSize} {
+		if _, err := NewCBDMA(CBDMAOptions{Channels: 1, CPUs: []int{bad}}); err == nil || !strings.Contains(err.Error(), fmt.Sprint(bad)) {
+			t.Errorf("CPU %d: error %v, want one naming it", bad, err)
+		}
+	}
+	absent := cpuSetSize - 1
+	if mine.IsSet(absent) {
+		t.Skipf("CPU %d is usable here: no CPU to be refused", absent)
+	}
+	p, err := NewCBDMA(CBDMAOptions{Channels: 2, CPUs: []int{absent}})
+	if err == nil {
+		p.Close()
+		t.Fatalf("CPU %d, which this process may not use, was accepted", absent)
+	}
+	if !strings.Contains(err.Error(), "[1023]") || !strings.Contains(err.Error(), "taskset") {
+		t.Fatalf("refused binding: %v; want the CPUs and a hint", err)
 	}
 }
