@@ -125,7 +125,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 			var all []moved
 			if all, err = w.gatherMoved(sctx, m); err == nil && w.job.Rank == 0 {
 				res := result{Size: size, Iterations: iters}
-				res.Procs, res.Strategy, res.StrategyAsked, res.Engine = n, all[0].Strategy, strategy, w.engineName
+				res.Procs, res.Strategy, res.StrategyAsked, res.Engine, res.EngineCPU = n, all[0].Strategy, strategy, w.engineName, w.engineCPU
 				lo, hi, sum := math.Inf(1), 0.0, 0.0
 				for r, t := range times {
 					if len(t) != 8 {

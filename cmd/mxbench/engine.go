@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,9 +33,10 @@ import (
 // engineNone is --engine's value that gives the boards no engine.
 const engineNone = "none"
 
-// registerEngine adds --engine.
+// registerEngine adds --engine and --engine-cpu.
 func (f *benchFlags) registerEngine(fs *flag.FlagSet) {
 	fs.StringVar(&f.job.engine, "engine", "", "between processes: the copy engine of every rank's boards, for --strategy engine or auto: emulated (the CBDMA model: CPU threads), none, or PCI addresses of CBDMA functions bound to vfio-pci, one per rank (default: the bound functions when there are enough, else emulated, when --strategy asks for engine; none otherwise)")
+	fs.IntVar(&f.job.engineCPU, "engine-cpu", -1, "with the emulated engine: run every rank's engine threads on this CPU, a processor of its own as a device has its own silicon (e.g. on 2 CPUs, --engine-cpu 1: rank 0 computes on CPU 0 while its engine copies on CPU 1); default: the engine's threads run wherever the rank's do")
 }
 
 // jobEngine is a validated --engine: how each rank opens its channels.
@@ -42,6 +44,7 @@ type jobEngine struct {
 	kind  string        // "" (no engine), "emulated" or "pci"
 	addrs []pci.Address // for "pci": rank r opens addrs[r]
 	why   string        // why this engine, for the header
+	cpu   int           // for "emulated": the CPU of its threads, or -1
 }
 
 // sysfsRoot and devVFIO are where the VFIO functions are looked up (the
@@ -49,9 +52,27 @@ type jobEngine struct {
 func sysfsRoot() string { return envOr("GOMX_SYSFS_ROOT", "/sys") }
 func devVFIO() string   { return envOr("GOMX_DEV_VFIO", "/dev/vfio") }
 
-// chooseEngine validates --engine against the strategies and the job's
-// size, and settles its default.
+// chooseEngine validates --engine and --engine-cpu against the strategies
+// and the job's size, and settles their defaults.
 func (f *benchFlags) chooseEngine(cmd string, strategies []string, procs int) (jobEngine, error) {
+	e, err := f.pickEngine(cmd, strategies, procs)
+	e.cpu = -1
+	if err != nil || !f.job.given["engine-cpu"] {
+		return e, err
+	}
+	switch {
+	case e.kind != "emulated":
+		return jobEngine{}, usagef(cmd, "--engine-cpu %d places the emulated engine's threads, and this run's engine is %q: add --engine emulated, or drop --engine-cpu", f.job.engineCPU, cmp.Or(e.kind, engineNone))
+	case f.job.engineCPU < 0:
+		return jobEngine{}, usagef(cmd, "--engine-cpu %d: want a CPU number (see lscpu), or leave it out", f.job.engineCPU)
+	}
+	e.cpu = f.job.engineCPU
+	return e, nil
+}
+
+// pickEngine validates --engine against the strategies and the job's
+// size, and settles its default.
+func (f *benchFlags) pickEngine(cmd string, strategies []string, procs int) (jobEngine, error) {
 	wantsEngine := slices.Contains(strategies, mx.LargeEngine.String())
 	usesEngine := wantsEngine || slices.Contains(strategies, "") || slices.Contains(strategies, mx.LargeAuto.String())
 	v := strings.TrimSpace(f.job.engine)
@@ -113,11 +134,22 @@ func autoEngine(procs int) jobEngine {
 func (e jobEngine) describe() string {
 	switch e.kind {
 	case "emulated":
-		return fmt.Sprintf("; copy engine: emulated CBDMA, 1 channel per rank (CPU threads of each rank: on a machine with few cores it competes with the ranks for them; %s)", e.why)
+		if e.cpu >= 0 {
+			return fmt.Sprintf("; copy engine: emulated CBDMA, 1 channel per rank, its threads on CPU %d (--engine-cpu: a processor of its own, as a device's silicon; %s)", e.cpu, e.why)
+		}
+		return fmt.Sprintf("; copy engine: emulated CBDMA, 1 channel per rank (CPU threads of each rank: on a machine with few cores it competes with the ranks for them, --engine-cpu gives it one; %s)", e.why)
 	case "pci":
 		return fmt.Sprintf("; copy engine: vfio-pci, rank r on the r-th of %v (%s)", e.addrs, e.why)
 	}
 	return ""
+}
+
+// cpuField is the engine's JSON engine_cpu: its threads' CPU, or nil.
+func (e jobEngine) cpuField() *int {
+	if e.cpu < 0 {
+		return nil
+	}
+	return &e.cpu
 }
 
 // name is the engine's JSON name: "emulated", rank 0's PCI address, or "".
@@ -147,7 +179,11 @@ func (e jobEngine) open(rank int) (*rankEngine, error) {
 	case "":
 		return nil, nil
 	case "emulated":
-		set, err = ioatdev.OpenEmulated(emulated.CBDMAOptions{Channels: 1})
+		po := emulated.CBDMAOptions{Channels: 1}
+		if e.cpu >= 0 {
+			po.CPUs = []int{e.cpu}
+		}
+		set, err = ioatdev.OpenEmulated(po)
 	default:
 		set, err = ioatdev.OpenVFIO(vfio.Sysfs{Root: sysfsRoot()}, devVFIO(), e.addrs[rank:rank+1], "--engine emulated")
 	}
@@ -156,6 +192,11 @@ func (e jobEngine) open(rank int) (*rankEngine, error) {
 	}
 	o := ioat.DefaultEngineOptions()
 	o.CPUThreshold = -1
+	// A wait longer than the engine's short spin sleeps on the channel's
+	// interrupt, as a driver waits on its device, instead of polling the
+	// rank's CPU away from the rank (and, for the emulated model, from the
+	// channel's own thread).
+	o.Channel.Interrupts = true
 	if set.Emulated {
 		// The model needs no hugepages: its rings in locked 4 KiB pages
 		// fit the common 8 MiB locked-memory limit.

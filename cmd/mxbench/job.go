@@ -47,6 +47,7 @@ type world struct {
 	gbuf  [][]byte
 	// engineName is the boards' copy engine, for the rows (engine.go).
 	engineName string
+	engineCPU  *int // its threads' CPU (--engine-cpu), for the rows
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // asMainEnv makes the test binary run mxbench's main: --procs starts the
@@ -109,9 +112,42 @@ func TestJobEngine(t *testing.T) {
 		t.Errorf("alltoall on the engine: %+v", rows)
 	}
 	rows = jsonRows(t, runJob(t, "overlap", "--strategy", "engine", "--sizes", "1M", "--iterations", "5", "--wait", "block", "--json"))
-	if len(rows) != 2 || rows[1].Kind != "availability" || rows[1].Strategy != "engine" || rows[1].Availability <= 0 {
+	if len(rows) != 2 || rows[1].Kind != "availability" || rows[1].Strategy != "engine" || rows[1].Availability <= 0 || rows[1].EngineCPU != nil {
 		t.Errorf("overlap on the engine: %+v", rows)
 	}
+	// --engine-cpu: the engine's threads on a CPU of their own, said in
+	// the header and in every row.
+	cpu := usableCPU(t)
+	out = runJob(t, "overlap", "--strategy", "engine", "--engine", "emulated", "--engine-cpu", strconv.Itoa(cpu), "--sizes", "1M", "--iterations", "5", "--wait", "block")
+	if !strings.Contains(out, fmt.Sprintf("its threads on CPU %d", cpu)) {
+		t.Errorf("overlap with --engine-cpu %d: the header does not say where the engine ran:\n%s", cpu, out)
+	}
+	rows = jsonRows(t, runJob(t, "overlap", "--strategy", "engine", "--engine", "emulated", "--engine-cpu", strconv.Itoa(cpu), "--sizes", "1M", "--iterations", "5", "--wait", "block", "--json"))
+	if len(rows) != 2 || rows[1].Strategy != "engine" || rows[1].Availability <= 0 {
+		t.Fatalf("overlap with --engine-cpu: %+v", rows)
+	}
+	for i, r := range rows {
+		if r.EngineCPU == nil || *r.EngineCPU != cpu {
+			t.Errorf("row %d: engine_cpu %v, want %d", i, r.EngineCPU, cpu)
+		}
+	}
+}
+
+// usableCPU returns a CPU this process may run on: the last of its
+// affinity mask.
+func usableCPU(t *testing.T) int {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	cpu := -1
+	for c := 0; c < 1024; c++ {
+		if set.IsSet(c) {
+			cpu = c
+		}
+	}
+	return cpu
 }
 
 // TestJobAlltoallOverlap: alltoall among 3 processes reports the fastest,
@@ -225,6 +261,8 @@ func TestJobUsage(t *testing.T) {
 		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "ioat0"}, "want emulated, none, or PCI addresses"},
 		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "0000:00:04.0"}, "names 1 CBDMA functions for 2 processes"},
 		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "0000:00:04.0,0000:00:04.0"}, "is given twice"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "cma", "--engine-cpu", "1"}, "add --engine emulated, or drop --engine-cpu"},
+		{[]string{"pingpong", "--procs", "2", "--strategy", "engine", "--engine", "emulated", "--engine-cpu", "-2"}, "want a CPU number"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, tc.args)

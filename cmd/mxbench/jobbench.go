@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 
 	"github.com/gomx-dev/gomx/internal/launch"
@@ -30,19 +31,19 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		return rankError(job, err)
 	}
 	bind := f.job.bind && (job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != "")
-	if bind && je.kind == "emulated" && !f.job.given["bind"] {
-		// The emulated engine's channels are goroutines of this
-		// process: bound to the rank's one CPU, they would share it with
-		// the rank's polling waits, and every engine copy would wait for
-		// a time slice (milliseconds). A real engine takes no CPU.
-		// --bind given explicitly still binds.
-		bind = false
-	}
 	if bind {
 		// Once rank 0 started the others (they would inherit its
 		// binding, and see one CPU); before the boards start their
-		// goroutines' threads, which inherit it.
-		bindProcess(job.Rank)
+		// goroutines' threads, which inherit it. An emulated engine's
+		// channels share the rank's CPU unless --engine-cpu gives them
+		// one: mx's waits step aside while the engine copies.
+		if bindProcess(job.Rank) >= 0 && je.cpu >= 0 {
+			// The runtime soon sizes GOMAXPROCS to the one CPU the
+			// rank may use; the engine's thread, on a CPU of its own,
+			// runs Go code and needs a P of its own too, or it would
+			// copy only when the rank's goroutines stop.
+			runtime.GOMAXPROCS(2)
+		}
 	}
 	defer func() {
 		if werr := wait(); werr != nil {
@@ -69,7 +70,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return err
 	}
-	w.engineName = je.name()
+	w.engineName, w.engineCPU = je.name(), je.cpuField()
 	defer w.close()
 	if f.spin() {
 		pin(job.Rank)
@@ -162,7 +163,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		}
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, all[1].Strategy, strategy, all[1].Fallbacks
-			res.Engine = w.engineName
+			res.Engine, res.EngineCPU = w.engineName, w.engineCPU
 			rep.row(res)
 		}
 	}

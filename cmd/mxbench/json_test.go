@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -38,7 +39,7 @@ func TestJSONSchemas(t *testing.T) {
 	// have schemas of their own.
 	for _, args := range [][]string{
 		{"pingpong", "--procs", "2", "--strategy", "cma"},
-		{"pingpong", "--procs", "2", "--strategy", "engine"},
+		{"pingpong", "--procs", "2", "--strategy", "engine", "--engine-cpu", strconv.Itoa(usableCPU(t))},
 		{"stream", "--procs", "2"},
 		{"alltoall", "--procs", "2"},
 		{"overlap"},

@@ -129,6 +129,14 @@ func run(stdout, stderr io.Writer, args []string) (err error) {
 		}
 		cli.PrintVersion(stdout, "mxbench")
 		return nil
+	case "strategies":
+		if len(args) > 1 {
+			return usagef("", "strategies takes no arguments (got %q)", args[1])
+		}
+		for _, s := range mxStrategies() {
+			fmt.Fprintln(stdout, s)
+		}
+		return nil
 	}
 	c, ok := commands[args[0]]
 	if !ok {
@@ -148,10 +156,11 @@ Usage:
 Commands:
 `)
 	for _, n := range commandOrder {
-		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(w, `  %-9s %s
-  %-9s %s
+	fmt.Fprintf(w, `  %-10s %s
+  %-10s %s
+  %-10s %s
 
 Run "mxbench COMMAND -h" for a command's description, examples and flags.
 
@@ -164,7 +173,8 @@ Getting started:
 Sizes are bytes with an optional K, M or G suffix (powers of 1024). MB/s is
 10^6 bytes per second. Errors are one line on stderr. Exit status: 0 success,
 1 failure, 2 usage error.
-`, "version", "print the module version and VCS revision", "help", "this text; `mxbench help COMMAND` is `mxbench COMMAND -h`")
+`, "strategies", "list mx's large-message strategies, one name a line (what --strategy all runs)",
+		"version", "print the module version and VCS revision", "help", "this text; `mxbench help COMMAND` is `mxbench COMMAND -h`")
 }
 
 // newFlags returns a flag set that reports errors instead of printing or

@@ -43,6 +43,20 @@ func jsonRows(t *testing.T, out string) []result {
 	return rows
 }
 
+// TestStrategies: `mxbench strategies` lists every strategy --strategy
+// all runs, one a line, each one --strategy accepts.
+func TestStrategies(t *testing.T) {
+	got := strings.Fields(runOK(t, "strategies"))
+	if !slices.Equal(got, mxStrategies()) || !slices.Contains(got, "engine") {
+		t.Fatalf("mxbench strategies: %q, want %q", got, mxStrategies())
+	}
+	for _, s := range got {
+		if l, err := jobStrategies(s); err != nil || !slices.Equal(l, []string{s}) {
+			t.Errorf("--strategy %s: %v, %v", s, l, err)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -60,6 +74,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stream", "--window", "0"}, "want at least 1"},
 		{[]string{"pingpong", "extra"}, "unexpected arguments"},
 		{[]string{"serve", "--listen", "nohost"}, "--listen"},
+		{[]string{"strategies", "extra"}, "takes no arguments"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, tc.args)

@@ -110,7 +110,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 	}
 	if w.job.Rank == 0 {
 		res := result{Size: empSize, Iterations: batches, LatencyUS: send + recv + wait}
-		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks, Engine: w.engineName,
+		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks, Engine: w.engineName, EngineCPU: w.engineCPU,
 			PostSendUS: send, PostRecvUS: recv, WaitUS: wait}
 		rep.row(res)
 	}
@@ -144,7 +144,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 		}
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, m.Strategy, strategy, m.Fallbacks
-			res.Engine = w.engineName
+			res.Engine, res.EngineCPU = w.engineName, w.engineCPU
 			rep.row(res)
 		}
 	}
@@ -334,73 +334,88 @@ func pingWhileComputing(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf
 	return el, n, nil
 }
 
+// The requests of rank 1's serving loop, told apart by their context.
+const (
+	availData  = "data"  // a receive of rank 0's messages
+	availDone  = "done"  // the receive of rank 0's count
+	availReply = "reply" // an answer
+)
+
 // serveAvailability is rank 1's side: it answers every message (answer)
 // or consumes the first only, until it has all the messages rank 0's done
 // message counts; then, in the quiet run, it answers the receive rank 0
-// still has posted.
+// still has posted. It sleeps in WaitAny between events (as the board's
+// waits do: --wait block makes them sleep, spin polls), so that in the
+// quiet run, and between messages, it leaves its CPU to whatever else runs
+// there (an engine given its own CPU with --engine-cpu).
 func serveAvailability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, answer bool) error {
 	var count [8]byte
-	done, err := ep.IRecv([][]byte{count[:]}, tagDone, matchAll, nil)
+	if _, err := ep.IRecv([][]byte{count[:]}, tagDone, matchAll, availDone); err != nil {
+		return err
+	}
+	data, err := ep.IRecv([][]byte{rbuf}, tagData, matchAll, availData)
 	if err != nil {
 		return err
 	}
-	data, err := ep.IRecv([][]byte{rbuf}, tagData, matchAll, nil)
-	if err != nil {
-		return err
-	}
-	var replies []*mx.Request
-	got, total := 0, -1
+	replies, got, total := 0, 0, -1
 	for total < 0 || got < total {
-		if total < 0 {
-			if st, ok := done.Test(); ok {
-				if st.Code != nil || st.XferLength != 8 {
-					return fmt.Errorf("rank 0's done message: %v (%d bytes)", st.Code, st.XferLength)
-				}
-				total = int(binary.BigEndian.Uint64(count[:]))
-			}
-		}
-		if data != nil {
-			if st, ok := data.Test(); ok {
-				if st.Code != nil {
-					return st.Code
-				}
-				got++
-				data = nil
-				if answer {
-					r, err := ep.ISend([][]byte{sbuf[:st.XferLength]}, peer, tagData, nil)
-					if err != nil {
-						return err
-					}
-					replies = append(replies, r)
-					if data, err = ep.IRecv([][]byte{rbuf}, tagData, matchAll, nil); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-		}
-		if total >= 0 && data == nil && got < total {
+		if total >= 0 && data == nil {
 			return fmt.Errorf("rank 0 sent %d messages, and only the first is taken in the quiet run", total)
 		}
-		if err := ctx.Err(); err != nil {
+		st, err := ep.WaitAny(ctx, 0, 0)
+		if err != nil && st.Context == nil {
 			return err
+		}
+		switch st.Context {
+		case availDone:
+			if st.Code != nil || st.XferLength != 8 {
+				return fmt.Errorf("rank 0's done message: %v (%d bytes)", st.Code, st.XferLength)
+			}
+			total = int(binary.BigEndian.Uint64(count[:]))
+		case availData:
+			if st.Code != nil {
+				return st.Code
+			}
+			got++
+			data = nil
+			if answer {
+				if _, err := ep.ISend([][]byte{sbuf[:st.XferLength]}, peer, tagData, availReply); err != nil {
+					return err
+				}
+				replies++
+				if data, err = ep.IRecv([][]byte{rbuf}, tagData, matchAll, availData); err != nil {
+					return err
+				}
+			}
+		case availReply:
+			if st.Code != nil {
+				return st.Code
+			}
+			replies--
 		}
 	}
 	if data != nil {
-		if _, err := ep.Cancel(data); err != nil { // no message comes for it
-			return err
+		// No message comes for it: cancel it, and take its completion.
+		if ok, err := ep.Cancel(data); err != nil || !ok {
+			return fmt.Errorf("cancelling the receive no message came for: %v (cancelled: %v)", err, ok)
+		}
+		if _, ok := data.Test(); !ok {
+			return fmt.Errorf("the cancelled receive did not complete")
 		}
 	}
 	if !answer {
-		r, err := ep.ISend(nil, peer, tagData, nil)
+		if _, err := ep.ISend(nil, peer, tagData, availReply); err != nil {
+			return err
+		}
+		replies++
+	}
+	for ; replies > 0; replies-- {
+		st, err := ep.WaitAny(ctx, 0, 0)
 		if err != nil {
 			return err
 		}
-		replies = append(replies, r)
-	}
-	for _, r := range replies {
-		if _, err := r.Wait(ctx); err != nil {
-			return err
+		if st.Context != availReply {
+			return fmt.Errorf("rank 1 waited for its answers and got a %v request", st.Context)
 		}
 	}
 	return nil

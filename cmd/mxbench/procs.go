@@ -23,7 +23,10 @@ type jobFlags struct {
 	procs    int
 	strategy string
 	engine   string // --engine (engine.go)
-	bind     bool   // --bind
+	// engineCPU is --engine-cpu (engine.go): -1 leaves the emulated
+	// engine's threads unbound.
+	engineCPU int
+	bind      bool // --bind
 	// given are the flags on the command line.
 	given map[string]bool
 }
@@ -32,7 +35,7 @@ type jobFlags struct {
 func (f *benchFlags) registerJob(fs *flag.FlagSet) {
 	fs.IntVar(&f.job.procs, "procs", 0, "run as N processes of this host, started by mxbench itself (under mpirun, srun or a PMI launcher the launcher's ranks are used instead)")
 	fs.StringVar(&f.job.strategy, "strategy", envOr("GOMX_SHM_LARGE", ""), "between processes: how large messages move, as mx names it ("+joinOr(mxStrategies())+"), a comma-separated list, or all (env GOMX_SHM_LARGE; default: mx's own choice)")
-	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (--bind=false: let the kernel place them; by default not with the emulated engine, whose channels are threads of the rank)")
+	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (--bind=false: let the kernel place them)")
 	f.registerEngine(fs)
 }
 

@@ -85,7 +85,10 @@ type jobResult struct {
 	StrategyAsked string `json:"strategy_asked,omitempty"`
 	// Engine is the copy engine the boards had (--engine): "emulated" or
 	// rank 0's PCI address; empty for none.
-	Engine    string `json:"engine,omitempty"`
+	Engine string `json:"engine,omitempty"`
+	// EngineCPU is the CPU the emulated engine's threads ran on
+	// (--engine-cpu); nil when they ran wherever the rank's did.
+	EngineCPU *int   `json:"engine_cpu,omitempty"`
 	Fallbacks uint64 `json:"fallbacks,omitempty"`
 	// alltoall: the fastest, mean and slowest rank's time per round.
 	TMinUS float64 `json:"t_min_us,omitempty"`

@@ -193,24 +193,33 @@ type mxRow struct {
 }
 
 // mxPaths runs mxbench pingpong and stream between 2 processes it starts,
-// once per strategy mx knows, and returns a path per strategy.
+// once per strategy mx knows (`mxbench strategies`: a strategy mx adds
+// needs no change here), and returns a path per strategy. Each strategy
+// runs on its own, so each gets the copy engine it would by default (the
+// engine strategy the emulated model or bound CBDMA functions; the others
+// none), and every process is bound when bind is set: mx's waits leave
+// the CPU to an emulated engine's threads while it copies.
 func mxPaths(ctx context.Context, mxbench string, sizes []int, wait string, bind bool) ([]intranode.Path, error) {
 	var list []string
 	for _, s := range sizes {
 		list = append(list, strconv.Itoa(s))
 	}
-	// The engine strategy runs on the emulated engine, whose channels are
-	// threads of the receiving rank: bound to the rank's one CPU they would
-	// queue behind its polling waits for a time slice per copy, so that
-	// strategy's processes are left unbound (its row says so).
-	run := func(cmd, strategies string, bind bool) ([]mxRow, error) {
-		c := exec.CommandContext(ctx, mxbench, cmd, "--procs", "2", "--strategy", strategies, "--sizes", strings.Join(list, ","),
+	out, err := exec.CommandContext(ctx, mxbench, "strategies").Output()
+	if err != nil {
+		return nil, fmt.Errorf("mxbench strategies: %v", err)
+	}
+	strategies := strings.Fields(string(out))
+	if len(strategies) == 0 {
+		return nil, fmt.Errorf("mxbench strategies listed none")
+	}
+	run := func(cmd, strategy string) ([]mxRow, error) {
+		c := exec.CommandContext(ctx, mxbench, cmd, "--procs", "2", "--strategy", strategy, "--sizes", strings.Join(list, ","),
 			"--wait", wait, "--json", fmt.Sprintf("--bind=%v", bind))
 		var errb bytes.Buffer
 		c.Stderr = &errb
 		out, err := c.Output()
 		if err != nil {
-			return nil, fmt.Errorf("mxbench %s: %v\n%s", cmd, err, errb.String())
+			return nil, fmt.Errorf("mxbench %s --strategy %s: %v\n%s", cmd, strategy, err, errb.String())
 		}
 		var rs []mxRow
 		sc := bufio.NewScanner(bytes.NewReader(out))
@@ -224,19 +233,17 @@ func mxPaths(ctx context.Context, mxbench string, sizes []int, wait string, bind
 		return rs, sc.Err()
 	}
 	rows := func(cmd string) ([]mxRow, error) {
-		rs, err := run(cmd, "auto,rings,cma,shared", bind)
-		if err != nil {
-			return nil, err
+		var all []mxRow
+		for _, s := range strategies {
+			rs, err := run(cmd, s)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, rs...)
 		}
-		es, err := run(cmd, "engine", false)
-		return append(rs, es...), err
+		return all, nil
 	}
-	name := func(r mxRow) string {
-		if r.StrategyAsked == "engine" && bind {
-			return "mxbench, large messages: engine (unbound)"
-		}
-		return "mxbench, large messages: " + r.StrategyAsked
-	}
+	name := func(r mxRow) string { return "mxbench, large messages: " + r.StrategyAsked }
 	pp, err := rows("pingpong")
 	if err != nil {
 		return nil, err
