@@ -476,9 +476,9 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 				}
 				mustWait(t, s, time.Minute)
 			}
+			st0 := g.bb.WaitStats()
 			exchange(0, func() {
 				<-held.entered
-				st0 := g.bb.WaitStats()
 				if busy {
 					waitUntil(t, "the busy-polling waiter to poll", func() bool { return g.bb.WaitStats().Spinning == 1 })
 				} else {
