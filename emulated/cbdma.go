@@ -906,6 +906,11 @@ func (c *cbChannel) run(cpus *unix.CPUSet, started chan<- error) {
 }
 
 // idle polls for the doorbell for the spin time, then parks until kicked.
+// A channel bound to CPUs of its own (CBDMAOptions.CPUs) polls without
+// giving its P back between looks, as silicon would: its goroutine is
+// locked to its thread, and every runtime.Gosched would hand the P over
+// and wake another thread to take it back, futex calls and
+// inter-processor wake-ups charged to the driving process's CPUs.
 func (c *cbChannel) idle() {
 	deadline := time.Now().Add(c.spin)
 	for i := 0; ; i++ {
@@ -919,7 +924,9 @@ func (c *cbChannel) idle() {
 			if time.Now().After(deadline) {
 				break
 			}
-			runtime.Gosched()
+			if c.cpus == nil {
+				runtime.Gosched()
+			}
 		}
 	}
 	c.parked.Store(true)

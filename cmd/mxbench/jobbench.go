@@ -40,9 +40,11 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		if bindProcess(job.Rank) >= 0 && je.cpu >= 0 {
 			// The runtime soon sizes GOMAXPROCS to the one CPU the
 			// rank may use; the engine's thread, on a CPU of its own,
-			// runs Go code and needs a P of its own too, or it would
-			// copy only when the rank's goroutines stop.
-			runtime.GOMAXPROCS(2)
+			// runs Go code and needs a P of its own, or it would copy
+			// only when the rank's goroutines stop, and mx's goroutines
+			// need one beside the application's, as on an unbound rank,
+			// or they would progress only at a preemption.
+			runtime.GOMAXPROCS(3)
 		}
 	}
 	defer func() {
