@@ -41,7 +41,10 @@
 // from package ioat/hw, which the driver uses too. Each channel runs its
 // descriptors on its own goroutine: it spins on the doorbell for a while
 // after work, then parks until the doorbell kicks it, so an idle platform
-// costs no CPU.
+// costs no CPU. Those goroutines belong to the process that drives the
+// model, and take its CPUs; CBDMAOptions.CPUs gives them CPUs of their
+// own instead (each locks its thread and binds it there), the nearest a
+// model comes to a device's own silicon.
 //
 // A channel follows the CB3 state machine: RESET leaves it HALTED;
 // CHAINADDR arms it (ARMED, or IDLE with HideArmed for parts that do not
