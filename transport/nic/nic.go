@@ -29,8 +29,8 @@
 // write back DD on that descriptor, and the frame's send completes
 // (Region.Pending falls) when the driver reclaims it after DD: at once
 // where the NIC transmits on the tail write (QEMU, the emulated model),
-// otherwise at the transport's next Send or Recv, since Recv reclaims
-// while in-place sends are pending. A frame whose Data is empty, or
+// otherwise at the transport's next Send, Recv or Region.Pending, which
+// all reclaim while in-place sends are pending. A frame whose Data is empty, or
 // crosses an IOVA discontinuity of the mapping (4 KiB pages without an
 // IOMMU), is copied and counted as such (Region.CopiedSends,
 // nic_tx_region_copied). Region.Close unmaps the memory; the transport's
@@ -511,6 +511,7 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	}
 	x := &region{t: t, m: m}
 	x.r = transport.NewRegion(t, mem, true, x.unmap)
+	x.r.SetPoll(t.reclaim)
 	t.regMu.Lock()
 	defer t.regMu.Unlock()
 	if t.closed.Load() {
