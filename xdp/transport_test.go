@@ -15,7 +15,7 @@ import (
 
 // newTransports opens a transport on each end of a fresh veth pair, with
 // UDP framing when udp is set.
-func newTransports(t *testing.T, queues int, udp bool) (a, b *Transport, p *netnstest.Pair) {
+func newTransports(t testing.TB, queues int, udp bool) (a, b *Transport, p *netnstest.Pair) {
 	t.Helper()
 	requireXDP(t)
 	p = netnstest.NewPair(t, queues)
