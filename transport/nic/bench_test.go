@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gomx-dev/gomx/emulated"
-	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/transport"
-	"github.com/gomx-dev/gomx/transport/nic"
 )
 
 // BenchmarkSendInPlace streams batches of 32 full frames (1500 bytes of
@@ -22,23 +19,7 @@ import (
 func BenchmarkSendInPlace(b *testing.B) {
 	for _, inPlace := range []bool{false, true} {
 		b.Run(fmt.Sprintf("1514B/inplace=%v", inPlace), func(b *testing.B) {
-			p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			var ts [2]*nic.Transport
-			for i := range ts {
-				n, err := e1000e.Open(p.Functions()[i], e1000e.DefaultOptions())
-				if err != nil {
-					b.Fatal(err)
-				}
-				if ts[i], err = nic.New(n, nic.Options{}); err != nil {
-					n.Close()
-					b.Fatal(err)
-				}
-				defer ts[i].Close()
-			}
+			_, ts := modelTransports(b)
 			const batch, size = 32, 1500
 			mem := make([]byte, batch*size)
 			r, err := ts[0].Register(mem)
