@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
 )
 
@@ -22,7 +23,14 @@ func (s *suite) attached(t *testing.T) {
 	r := s.rig(t, Config{Queues: 1})
 	a, b := r.NICs[0], r.NICs[1]
 	const frames = 16
-	mem := make([]byte, frames*2048)
+	// Hugepage (or locked) memory, as a real device behind VFIO, with or
+	// without an IOMMU, can reach at a fixed address.
+	region, err := hugepage.Alloc(frames*2048, hugepage.DefaultOptions())
+	if err != nil {
+		t.Fatalf("memory to attach: %v", err)
+	}
+	defer region.Close()
+	mem := region.Bytes()[:frames*2048]
 	m, err := a.Pool().DMA().Map(mem)
 	if err != nil {
 		t.Fatalf("map memory to attach: %v", err)
