@@ -54,7 +54,8 @@ type Buffer struct {
 	Data []byte
 	// Next is the rest of a frame received with header split: its payload
 	// after the headers in Data. nil for a frame in one buffer, and always
-	// nil on transmit (TxBatch sends single-buffer frames).
+	// nil on transmit (TxBatch sends single-buffer frames; memory outside
+	// the pool is sent with Attach).
 	Next *Buffer
 	// Queue is the RX queue the frame arrived on.
 	Queue int
