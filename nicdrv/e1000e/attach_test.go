@@ -2,18 +2,14 @@ package e1000e_test
 
 import (
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
 	"github.com/gomx-dev/gomx/pci"
 )
-
-type doneCount struct{ n atomic.Int64 }
-
-func (d *doneCount) Done() { d.n.Add(1) }
 
 // An attachment completes only after the NIC wrote its descriptor back:
 // with bus mastering off the model fetches nothing (and records the tail
@@ -50,7 +46,7 @@ func TestAttachCompletesAfterWriteBack(t *testing.T) {
 		copy(h, []byte{0x52, 0x54, 0, 0x12, 0x34, 0x57, 0x52, 0x54, 0, 0x12, 0x34, 0x56, 0x88, 0xB5})
 		return b
 	}
-	var done doneCount
+	var done nictest.Completions
 	b := frame()
 	b.Attach(mem[:200], iova, &done)
 
@@ -65,7 +61,7 @@ func TestAttachCompletesAfterWriteBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if done.n.Load() != 0 {
+	if done.Count() != 0 {
 		t.Fatal("the attachment completed although the NIC never read the descriptors")
 	}
 	if s := p.Stats(0); s.Violations != 1 || !strings.Contains(s.LastViolation, "bus mastering off") {
@@ -83,8 +79,8 @@ func TestAttachCompletesAfterWriteBack(t *testing.T) {
 	if _, err := n.TxBatch(0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if done.n.Load() != 1 {
-		t.Errorf("%d completions after the NIC sent the frame, want 1", done.n.Load())
+	if done.Count() != 1 {
+		t.Errorf("%d completions after the NIC sent the frame, want 1", done.Count())
 	}
 	if s := p.Stats(0); s.TxFrames != 2 || s.Violations != 1 {
 		t.Errorf("model sent %d frames with %d violations, want 2 and the one above", s.TxFrames, s.Violations)

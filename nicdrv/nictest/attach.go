@@ -10,10 +10,15 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv"
 )
 
-// counter is a Completion that counts.
-type counter struct{ n atomic.Int64 }
+// Completions is a nicdrv.Completion that counts how many attachments
+// completed, for tests of Buffer.Attach.
+type Completions struct{ n atomic.Int64 }
 
-func (c *counter) Done() { c.n.Add(1) }
+// Done implements nicdrv.Completion.
+func (c *Completions) Done() { c.n.Add(1) }
+
+// Count is how many attachments have completed.
+func (c *Completions) Count() int64 { return c.n.Load() }
 
 // attached sends frames whose payload is attached memory (Buffer.Attach):
 // they arrive byte-exact, each attachment completes once the NIC sent it,
@@ -40,7 +45,7 @@ func (s *suite) attached(t *testing.T) {
 			t.Errorf("unmap: %v", err)
 		}
 	}()
-	var done counter
+	var done Completions
 	bufs := alloc(t, a, frames)
 	for i, buf := range bufs {
 		off := i * 2048
@@ -65,9 +70,9 @@ func (s *suite) attached(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(hang)
-	for done.n.Load() != frames {
+	for done.Count() != frames {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d attachments completed after their frames arrived", done.n.Load(), frames)
+			t.Fatalf("%d of %d attachments completed after their frames arrived", done.Count(), frames)
 		}
 		if _, err := a.TxBatch(0, nil); err != nil { // an empty batch reclaims
 			t.Fatal(err)
@@ -89,7 +94,7 @@ func (s *suite) attached(t *testing.T) {
 	if err := a.Pool().Free(one...); err != nil {
 		t.Fatal(err)
 	}
-	if done.n.Load() != frames+1 {
+	if done.Count() != frames+1 {
 		t.Errorf("a Buffer freed unsent did not complete its attachment")
 	}
 }
