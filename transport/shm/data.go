@@ -289,9 +289,11 @@ func (t *Transport) Reaches(peer transport.NICID) bool {
 // ---- consumer side ----
 
 // Recv returns frames from every ring written to us, oldest first per ring
-// and round robin across rings. Their Data points into the rings and stays
-// valid until the next Recv: only then is the consumer cursor published and
-// the space handed back to the producers. Recv polls for Options.Spin, then
+// and round robin across rings. Their Data points into the rings (or, for
+// a frame sent in place, into our mapping of the producer's pool segment)
+// and stays valid until the next Recv: only then is the consumer cursor
+// published and the space handed back to the producers, which completes
+// their in-place sends. Recv polls for Options.Spin, then
 // sleeps on the doorbell futex; producers wake it only while it sleeps.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	t.rmu.Lock()
