@@ -28,6 +28,13 @@ type E1000EOptions struct {
 	Scatter bool
 	// IOVABase is the first IOVA the IOMMU hands out (default 4 GiB).
 	IOVABase uint64
+	// TxBuffer, when set, is called for every TX data descriptor the
+	// model reads: the port, the descriptor's buffer address and the
+	// memory that address translates to, so a test can check where a
+	// driver points the NIC (at a pool buffer, or in place at memory the
+	// caller registered). It runs with the NIC's locks held: record and
+	// return.
+	TxBuffer func(port int, iova uint64, mem []byte)
 	// Clock is the time the interrupt throttle (EITR) counts in; nil means
 	// the wall clock. A test that gives the model a clock it advances
 	// itself sees the throttle's effect in counts of frames and
@@ -78,6 +85,10 @@ func DefaultE1000EOptions() E1000EOptions {
 //     10 set and TXDCTL bit 22 set;
 //   - receive needs PCI bus mastering, STATUS.LU and RCTL.EN; DMA goes
 //     through the IOMMU, which records any access outside a mapping;
+//   - a frame may span several TX descriptors (EOP on the last), each
+//     read where its address points; a descriptor whose buffer lies
+//     outside every mapping is a violation and its frame is dropped
+//     (E1000EOptions.TxBuffer shows a test where each one pointed);
 //   - statistics registers are read-only, and clear on read;
 //   - packet split receive (RCTL.DTYP=01) needs extended descriptors and
 //     PSRCTL buffers 0 and 1 of nonzero size, and an even RDT (the NIC
@@ -149,7 +160,7 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initE1000EConfig(f)
-		n := &e1000eNIC{f: f, pendMax: o.Pending, clock: o.Clock, mac: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)}}
+		n := &e1000eNIC{f: f, port: i, txHook: o.TxBuffer, pendMax: o.Pending, clock: o.Clock, mac: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)}}
 		n.powerOn()
 		f.m = n
 		p.fns = append(p.fns, f)
@@ -361,8 +372,10 @@ func (p *E1000E) Close() error {
 // mu, so two cabled NICs transmitting at each other cannot deadlock (lock
 // order: txMu, then mu or the peer's mu, never two mu at once).
 type e1000eNIC struct {
-	f   *Function
-	mac [6]byte
+	f      *Function
+	mac    [6]byte
+	port   int
+	txHook func(port int, iova uint64, mem []byte) // E1000EOptions.TxBuffer
 
 	seg   atomic.Pointer[e1000eSegment]
 	cable atomic.Bool
@@ -920,7 +933,7 @@ func (n *e1000eNIC) txRingLocked(q int, l, tdt uint32) bool {
 	}
 	frame := n.frameBuf()
 	var popts uint8
-	did := false
+	did, faulted := false, false // faulted: the frame read unmapped memory
 	dom.rlock()
 	defer dom.runlock()
 	for head != tdt {
@@ -949,12 +962,24 @@ func (n *e1000eNIC) txRingLocked(q int, l, tdt uint32) bool {
 				if !ok {
 					n.violation("TX buffer at IOVA %#x (%d bytes) is not mapped", d.Addr, ln)
 					frame = frame[:0]
-				} else if len(frame)+ln <= cap(frame) {
-					frame = append(frame, buf...)
+					faulted = true
+				} else if !faulted {
+					if n.txHook != nil {
+						n.txHook(n.port, d.Addr, buf)
+					}
+					if len(frame)+ln <= cap(frame) {
+						frame = append(frame, buf...)
+					}
 				}
 			}
 			if d.Cmd()&hw.TxCmdEOP != 0 {
-				n.finishFrameLocked(&frame, popts)
+				if faulted {
+					// The fetch failed: the frame is dropped, as the
+					// NIC drops a frame whose DMA read aborted.
+					frame, faulted = frame[:0], false
+				} else {
+					n.finishFrameLocked(&frame, popts)
+				}
 				popts = 0
 			}
 		}

@@ -21,6 +21,17 @@
 // Neither allocates, and neither waits: a full TX ring takes fewer frames
 // than offered and says how many; an empty RX ring returns 0.
 //
+// # Sending in place
+//
+// A frame need not be copied whole into a pool Buffer: [Buffer.Attach]
+// hangs memory of the caller's, mapped for DMA in the pool's domain, after
+// the Buffer's Data (typically the Ethernet header), and TxBatch points a
+// second descriptor at it, as Linux and DPDK send multi-segment packets.
+// The driver asks the NIC to report the frame's last descriptor done and,
+// once it has, frees the Buffer, which calls the attachment's
+// [Completion]: only then may the caller change that memory. A Buffer
+// freed unsent (an error path, Close) completes its attachment too.
+//
 // # Buffers and the pool
 //
 // Every packet lives in a [Buffer] of a [Pool]: a fixed set of equal buffers
@@ -316,7 +327,11 @@ type NIC interface {
 	// took; those belong to the driver from now on. Fewer than len(bufs)
 	// means the ring is full: retry the rest later. A frame of bad size,
 	// or a chained Buffer (Next set), fails with ErrFrameSize after the
-	// frames before it were taken.
+	// frames before it were taken. A Buffer with memory attached
+	// (Buffer.Attach) is sent as Data followed by that memory, read in
+	// place by the NIC. Every call first reclaims what the NIC has sent,
+	// so an empty batch only reclaims: it frees those buffers and calls
+	// the completions of their attachments.
 	TxBatch(q int, bufs []*Buffer) (int, error)
 	// WaitRx waits until queue q has a frame, ctx ends (its error) or the
 	// NIC closes (ErrClosed). With interrupts it sleeps on the queue's

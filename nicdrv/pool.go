@@ -54,7 +54,8 @@ type Buffer struct {
 	Data []byte
 	// Next is the rest of a frame received with header split: its payload
 	// after the headers in Data. nil for a frame in one buffer, and always
-	// nil on transmit (TxBatch sends single-buffer frames).
+	// nil on transmit (TxBatch sends single-buffer frames; memory outside
+	// the pool is sent with Attach).
 	Next *Buffer
 	// Queue is the RX queue the frame arrived on.
 	Queue int
@@ -68,7 +69,37 @@ type Buffer struct {
 	mem  []byte
 	iova uint64
 	out  bool
+
+	// The attachment (transmit only, see Attach).
+	ext     []byte
+	extIOVA uint64
+	extDone Completion
 }
+
+// Completion is told when the NIC no longer reads memory attached to a
+// transmitted Buffer (see [Buffer.Attach]).
+type Completion interface {
+	// Done is called once per attachment, by the goroutine that reclaims
+	// or frees the Buffer; it must not block.
+	Done()
+}
+
+// Attach makes the Buffer's frame, on transmit, Data followed by ext: memory
+// outside the pool, mapped for DMA in the pool's domain, whose first byte the
+// NIC sees at iova and which is IOVA-contiguous for len(ext) bytes. The
+// driver points a second TX descriptor at ext instead of copying it (a
+// header in the Buffer, the payload in place, as a multi-segment mbuf), so
+// the caller must leave ext unchanged until done.Done is called: when the
+// driver reclaims the frame after the NIC reported it sent, or when the
+// Buffer goes back to the pool unsent (Pool.Free, a NIC's Close). done may
+// be nil. RX never sets an attachment; Alloc and Free clear it.
+func (b *Buffer) Attach(ext []byte, iova uint64, done Completion) {
+	b.ext, b.extIOVA, b.extDone = ext, iova, done
+}
+
+// Attached returns the memory attached for transmit and its IOVA (nil and
+// 0 when there is none).
+func (b *Buffer) Attached() ([]byte, uint64) { return b.ext, b.extIOVA }
 
 // FrameLen is the length of the whole frame: Data and every buffer chained
 // after it.
@@ -210,6 +241,7 @@ func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
 		b.out = true
 		b.Data = b.mem
 		b.Flags, b.Hash, b.Queue, b.Next = 0, 0, 0, nil
+		b.ext, b.extIOVA, b.extDone = nil, 0, nil
 		bufs[i] = b
 	}
 	p.free = p.free[:top]
@@ -236,7 +268,8 @@ var ErrNotPooled = errors.New("buffer not out of this pool")
 // Free gives buffers back, each with the buffers chained after it (Next).
 // It frees every buffer it can and reports, in one error wrapping
 // ErrNotPooled, those that were already free or belong to another pool
-// (nil entries are skipped).
+// (nil entries are skipped). A Buffer with memory attached (Attach) has
+// its completion called: the memory is the caller's again.
 func (p *Pool) Free(bufs ...*Buffer) error {
 	bad := 0
 	p.mu.Lock()
@@ -247,7 +280,11 @@ func (p *Pool) Free(bufs ...*Buffer) error {
 				bad++
 				break
 			}
+			if b.extDone != nil {
+				b.extDone.Done()
+			}
 			b.out, b.Next = false, nil
+			b.ext, b.extIOVA, b.extDone = nil, 0, nil
 			p.free = append(p.free, b)
 			b = next
 		}

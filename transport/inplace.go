@@ -54,6 +54,7 @@ type Region struct {
 	inPlace bool
 	owner   any
 	release func() error
+	poll    func()
 
 	closed                    atomic.Bool
 	pending                   atomic.Int64
@@ -80,10 +81,24 @@ func (r *Region) Frame(peer NICID, off, n int) Frame {
 	return Frame{Peer: peer, Data: r.mem[off : off+n : off+n], Region: r}
 }
 
+// SetPoll is for transport implementations, before the region is handed
+// out: Pending calls poll first while sends are pending, so that a caller
+// waiting for completion sees it without another call into the transport
+// (the transport reaps its NIC's or kernel's completions there). poll may
+// run on any goroutine, concurrently with Send and Recv, and must not
+// block.
+func (r *Region) SetPoll(poll func()) { r.poll = poll }
+
 // Pending returns the number of in-place sends from the region that have
 // not completed: while it is not zero, the memory of those frames must stay
-// unchanged.
-func (r *Region) Pending() int { return int(r.pending.Load()) }
+// unchanged. While it is not zero it first lets the transport look for
+// completions.
+func (r *Region) Pending() int {
+	if r.poll != nil && r.pending.Load() > 0 {
+		r.poll()
+	}
+	return int(r.pending.Load())
+}
 
 // InPlaceSends and CopiedSends count the frames sent from the region
 // without and with a copy.
@@ -96,8 +111,8 @@ func (r *Region) CopiedSends() uint64 { return r.copiedSends.Load() }
 // are pending (wait for Pending to reach zero, or close the transport,
 // which completes them). Closing again returns nil.
 func (r *Region) Close() error {
-	if r.pending.Load() > 0 {
-		return fmt.Errorf("transport: close region: %d sends pending: %w", r.pending.Load(), ErrRegionBusy)
+	if p := r.Pending(); p > 0 {
+		return fmt.Errorf("transport: close region: %d sends pending: %w", p, ErrRegionBusy)
 	}
 	if r.closed.Swap(true) {
 		return nil

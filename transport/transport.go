@@ -59,7 +59,10 @@
 //     memory ([Region.Frame] builds one) is sent by reference where the
 //     transport can ([Region.InPlace]): the caller leaves its bytes
 //     unchanged until [Region.Pending] drops to zero, which is the
-//     completion. A transport that cannot avoid the copy (a kernel socket,
+//     completion: a frame completes once the device or kernel has read
+//     it (the NIC wrote its descriptor back, the AF_XDP completion ring
+//     returned it, the receiver is done with it), and Pending itself
+//     looks for completions, so polling it needs no other call. A transport that cannot avoid the copy (a kernel socket,
 //     a ring it must write into) copies during Send, exactly as for any
 //     other frame, and says so: InPlace is false, Pending stays zero and
 //     [Region.CopiedSends] counts the copies. Frames without a Region are

@@ -24,6 +24,9 @@ const (
 	bindCopy       = 1 << 1 // XDP_COPY
 	bindZeroCopy   = 1 << 2 // XDP_ZEROCOPY
 	bindNeedWakeup = 1 << 3 // XDP_USE_NEED_WAKEUP
+	bindUseSG      = 1 << 4 // XDP_USE_SG: frames of several descriptors
+
+	pktContd = 1 << 0 // XDP_PKT_CONTD, in a descriptor's options: the frame goes on
 
 	ringNeedWakeup = 1 << 0 // XDP_RING_NEED_WAKEUP, in a ring's flags word
 

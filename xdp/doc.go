@@ -90,6 +90,28 @@
 // transport.Transport for the mx message layer: raw Ethernet framing (NIC
 // id = MAC address) or IPv4/UDP framing (NIC id = ip<<16|port).
 //
+// # Sending in place
+//
+// Options.RegionFrames adds frames to the UMEM, after the ones the socket
+// receives into and sends from, that belong to the caller: the socket
+// never hands them out, and their transmit completions go to whoever sent
+// from them instead of its free list. The socket then binds with
+// XDP_USE_SG (Linux 6.6), so a frame may be several TX descriptors
+// (Desc.More sets XDP_PKT_CONTD on all but the last), each within one
+// UMEM frame. The transport uses that to send a frame of a registered
+// region without copying it: [Transport.RegionMemory] carves memory out of
+// the region frames, Register accepts it as an in-place region, and Send
+// writes only the Ethernet (or Ethernet/IP/UDP) headers into a frame of
+// its own and points the next descriptors at the Data where it lies, cut
+// at UMEM frame edges. Each such descriptor is one in-place send of the
+// region (Region.InPlaceSends, Pending) until the completion ring returns
+// its address; Region.Pending reaps the ring itself. Memory outside the
+// region frames, and Data short enough to need padding, is copied and
+// counted (Region.CopiedSends, xdp_tx_region_copied). In copy mode the
+// kernel still copies the frame into an skb; what is saved is the copy
+// into the UMEM, and in zero-copy mode (a driver with multi-buffer AF_XDP)
+// every copy.
+//
 // # Errors
 //
 // Failures are [*OpError] values naming the operation, the interface and

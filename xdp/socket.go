@@ -70,6 +70,15 @@ type Options struct {
 	// Memory says where the UMEM comes from; 2 MiB hugepages (falling back
 	// to locked 4 KiB pages, see Socket.Degraded) when zero.
 	Memory hugepage.Options
+	// RegionFrames adds that many frames to the UMEM, after the Frames,
+	// that the socket never receives into or hands out: memory for the
+	// caller to send from in place (Socket.RegionMemory,
+	// Transport.RegionMemory). The socket then binds with XDP_USE_SG
+	// (Linux 6.6), so one frame may be several descriptors (Desc.More):
+	// headers in a frame of the socket's, the payload in place. Its
+	// completions never return to the free list. 0 by default; shared
+	// sockets use the owner's.
+	RegionFrames int
 }
 
 // DefaultOptions returns 8192 frames of 2048 bytes, rings of 4096 entries,
@@ -102,6 +111,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, configErr("options", fmt.Sprintf("unknown %v", o.Mode))
 	case o.BusyPoll < 0 || o.BusyPollBudget < 0 || o.TxBudget < 0:
 		return o, configErr("options", "BusyPoll, BusyPollBudget and TxBudget must not be negative")
+	case o.RegionFrames < 0 || o.RegionFrames > 1<<20:
+		return o, configErr("options", fmt.Sprintf("RegionFrames %d: want 0 to 1048576", o.RegionFrames))
 	}
 	if o.BusyPoll > 0 && o.BusyPollBudget == 0 {
 		o.BusyPollBudget = 64
@@ -115,6 +126,11 @@ func (o Options) withDefaults() (Options, error) {
 type Desc struct {
 	Addr uint64 // offset of the frame's first byte in the UMEM
 	Len  uint32 // length of the frame
+	// More says, on transmit, that the frame goes on in the next
+	// descriptor (XDP_PKT_CONTD); it needs Options.RegionFrames, which
+	// binds the socket for multi-buffer frames. Every descriptor lies
+	// within one UMEM frame.
+	More bool
 }
 
 // umem is the frame memory of one (interface, queue) and the rings that
@@ -132,6 +148,12 @@ type umem struct {
 	free      []uint64 // frames nobody owns, a stack
 	refs      int      // open sockets using this UMEM
 	keep      int      // frames refill leaves on the free list for transmitting
+
+	// regionBase is where the frames of Options.RegionFrames start (the
+	// UMEM's end without any). Their completions go to regionDone, not
+	// to the free list.
+	regionBase uint64
+	regionDone func(addr uint64)
 }
 
 // release frees the UMEM's rings and memory; the sockets are closed.
@@ -153,6 +175,12 @@ func (u *umem) reap() {
 		// A frame sent from an offset (a received frame sent back) comes
 		// back with that offset: keep the frame's start.
 		a := u.comp.at(i)
+		if a >= u.regionBase {
+			if u.regionDone != nil {
+				u.regionDone(a)
+			}
+			continue
+		}
 		u.free = append(u.free, a-a%fs)
 	}
 	if n > 0 {
@@ -232,7 +260,7 @@ func OpenShared(s *Socket, o Options) (*Socket, error) {
 func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err error) {
 	if share != nil {
 		// The UMEM is the owner's; so are the ring sizes unless asked.
-		o.FrameSize, o.Frames = share.opts.FrameSize, share.opts.Frames
+		o.FrameSize, o.Frames, o.RegionFrames = share.opts.FrameSize, share.opts.Frames, share.opts.RegionFrames
 		if o.RingSize == 0 {
 			o.RingSize = share.opts.RingSize
 		}
@@ -277,11 +305,12 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 		if mem.Name == "" {
 			mem.Name = "gomx-xdp-umem"
 		}
-		region, err := hugepage.Alloc(o.FrameSize*o.Frames, mem)
+		size := o.FrameSize * (o.Frames + o.RegionFrames)
+		region, err := hugepage.Alloc(size, mem)
 		if err != nil {
 			return nil, &OpError{Op: "allocate UMEM", Iface: iface, Queue: queue, Err: err}
 		}
-		u := &umem{region: region, mem: region.Bytes()[:o.FrameSize*o.Frames], frameSize: uint32(o.FrameSize)}
+		u := &umem{region: region, mem: region.Bytes()[:size], frameSize: uint32(o.FrameSize), regionBase: uint64(o.FrameSize * o.Frames)}
 		undo = append(undo, func() { u.release() })
 		reg := umemReg{Addr: addrOf(u.mem), Len: uint64(len(u.mem)), ChunkSize: uint32(o.FrameSize)}
 		if err := setsockoptUmemReg(fd, &reg); err != nil {
@@ -343,6 +372,9 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	case o.Mode == Copy:
 		sa.Flags |= bindCopy
 	}
+	if share == nil && o.RegionFrames > 0 {
+		sa.Flags |= bindUseSG
+	}
 	err = bindXDP(fd, &sa)
 	// The kernel lets go of a closed socket's queue in a deferred work
 	// item, so a queue closed a moment ago may still be busy: retry for a
@@ -354,9 +386,13 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	if err != nil {
 		oe := fail("bind", err)
 		switch {
+		case errors.Is(err, unix.EINVAL) && sa.Flags&bindUseSG != 0:
+			oe.Fix = "multi-buffer AF_XDP (XDP_USE_SG, for RegionFrames) needs Linux 6.6; use RegionFrames 0"
 		case errors.Is(err, unix.EINVAL):
 			oe.Err = &wrapped{ErrQueue, err}
 			oe.Fix = "the queue may not exist, or the interface may be down"
+		case errors.Is(err, unix.EOPNOTSUPP) && o.Mode == ZeroCopy && sa.Flags&bindUseSG != 0:
+			oe.Fix = "the driver has no AF_XDP zero-copy, or none for multi-buffer frames (RegionFrames); use Mode AutoCopy or Copy, or RegionFrames 0"
 		case errors.Is(err, unix.EOPNOTSUPP) && o.Mode == ZeroCopy:
 			oe.Fix = "the driver has no AF_XDP zero-copy; use Mode AutoCopy or Copy"
 		case errors.Is(err, unix.EBUSY):
@@ -507,6 +543,11 @@ func (s *Socket) Degraded() string {
 // when hugepages were free, valid until the last socket sharing it closes.
 func (s *Socket) UMEM() []byte { return s.u.mem }
 
+// RegionMemory returns the UMEM frames Options.RegionFrames reserved for
+// sending in place (nil without any): the socket never receives into
+// them, and their transmit completions do not free them.
+func (s *Socket) RegionMemory() []byte { return s.u.mem[s.u.regionBase:] }
+
 // FrameSize is the size of one UMEM frame: the largest frame Receive can
 // return and Transmit can send.
 func (s *Socket) FrameSize() int { return int(s.u.frameSize) }
@@ -553,7 +594,8 @@ func (s *Socket) Receive(descs []Desc) int {
 }
 
 // Release gives received (or allocated and unsent) frames back, straight to
-// the fill ring when it has room.
+// the fill ring when it has room. Descriptors in the region frames
+// (RegionMemory) are the caller's and are left out.
 func (s *Socket) Release(descs []Desc) {
 	if len(descs) == 0 {
 		return
@@ -561,7 +603,9 @@ func (s *Socket) Release(descs []Desc) {
 	u := s.u
 	u.mu.Lock()
 	for _, d := range descs {
-		u.free = append(u.free, d.Addr-d.Addr%uint64(u.frameSize))
+		if d.Addr < u.regionBase {
+			u.free = append(u.free, d.Addr-d.Addr%uint64(u.frameSize))
+		}
 	}
 	u.refill(u.keep)
 	u.mu.Unlock()
@@ -584,22 +628,39 @@ func (s *Socket) Alloc(descs []Desc) int {
 }
 
 // Transmit puts frames on the TX ring, kicks the kernel when it asked to be
-// (NEED_WAKEUP; always in copy mode), and returns how many it queued: fewer
-// than len(descs) when the ring is full. Queued frames belong to the kernel
-// until they complete, when Alloc hands them out again; the caller still
-// owns descs[n:]. It does not allocate.
+// (NEED_WAKEUP; always in copy mode), and returns how many descriptors it
+// queued: fewer than len(descs) when the ring is full, and never part of a
+// frame of several descriptors (Desc.More). Queued frames belong to the
+// kernel until they complete, when Alloc hands them out again; the caller
+// still owns descs[n:]. It does not allocate.
 func (s *Socket) Transmit(descs []Desc) (int, error) {
 	if s.closed.Load() {
 		return 0, &OpError{Op: "transmit", Iface: s.iface, Queue: s.queue, Err: ErrClosed}
 	}
 	n := min(s.tx.free(uint32(len(descs))), uint32(len(descs)))
+	var bad error // why descs[n] cannot go, when that is it
 	for i := range n {
 		d := descs[i]
 		if !s.fits(d) {
-			n = i
+			n, bad = i, &OpError{Op: "transmit", Iface: s.iface, Queue: s.queue, Err: ErrTooBig}
 			break
 		}
-		*s.tx.slot(i) = xdpDesc{Addr: d.Addr, Len: d.Len}
+		if d.More && s.u.regionBase == uint64(len(s.u.mem)) {
+			n, bad = i, &OpError{Op: "transmit", Iface: s.iface, Queue: s.queue, Err: ErrConfig,
+				Fix: "a frame of several descriptors (Desc.More) needs a socket opened with RegionFrames"}
+			break
+		}
+	}
+	for n > 0 && descs[n-1].More { // whole frames only: the bad
+		n-- // descriptor's frame goes back too
+	}
+	for i := range n {
+		d := descs[i]
+		var opts uint32
+		if d.More {
+			opts = pktContd
+		}
+		*s.tx.slot(i) = xdpDesc{Addr: d.Addr, Len: d.Len, Options: opts}
 	}
 	if n > 0 {
 		s.tx.produce(n)
@@ -608,8 +669,8 @@ func (s *Socket) Transmit(descs []Desc) (int, error) {
 	if err := s.kickTx(); err != nil {
 		return int(n), err
 	}
-	if int(n) < len(descs) && !s.fits(descs[n]) {
-		return int(n), &OpError{Op: "transmit", Iface: s.iface, Queue: s.queue, Err: ErrTooBig}
+	if bad != nil {
+		return int(n), bad
 	}
 	return int(n), nil
 }
@@ -740,11 +801,12 @@ func (s *Socket) Close() error {
 	u := s.u
 	u.mu.Lock()
 	u.refs--
-	last := u.refs == 0
-	u.mu.Unlock()
-	if last {
+	if u.refs == 0 {
+		// Under the lock: a transport's Region.Pending may be reaping the
+		// completion ring from another goroutine.
 		err = errors.Join(err, u.release())
 	}
+	u.mu.Unlock()
 	if err != nil {
 		return &OpError{Op: "close", Iface: s.iface, Queue: s.queue, Err: err}
 	}

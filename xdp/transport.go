@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,10 +81,25 @@ type Transport struct {
 
 	txMu   sync.Mutex
 	txDesc []Desc
+	txOut  []Desc // the descriptors of a batch: headers, payloads in place
 	neigh  map[[4]byte][6]byte
 	lookup time.Time // last neighbour table dump
 
+	// Regions (Register) in the first socket's region frames.
+	regMu   sync.RWMutex
+	regions []*region
+	regNext int // RegionMemory hands out from here
+
 	rxFrames, txFrames, rxBad, txUnreach atomic.Uint64
+	txInPlace, txRegionCopied            atomic.Uint64
+}
+
+// region is a Region registered in the UMEM's region frames: UMEM
+// addresses [lo, hi), and its descriptors the kernel has not completed.
+type region struct {
+	r        *transport.Region
+	lo, hi   uint64
+	inflight atomic.Int64
 }
 
 // NewTransport attaches the steering program to the interface, opens and
@@ -147,6 +163,8 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 			return nil, err
 		}
 		t.socks = append(t.socks, s)
+		// Only the first socket sends: the others need no region frames.
+		o.Socket.RegionFrames = 0
 		if err := t.prog.Register(s, 0); err != nil {
 			return nil, err
 		}
@@ -163,6 +181,11 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 	t.rxDesc = make([]Desc, 256)
 	t.lends = transport.NewLends[lentFrame](max(1, len(t.socks[0].UMEM())/t.socks[0].FrameSize()/4))
 	t.txDesc = make([]Desc, 64)
+	t.txOut = make([]Desc, 0, 3*64)
+	u := t.socks[0].u
+	u.mu.Lock()
+	u.regionDone = t.regionDone
+	u.mu.Unlock()
 	return t, nil
 }
 
@@ -217,8 +240,10 @@ func (t *Transport) MTU() int {
 const xdpPacketHeadroom = 256
 
 // Send transmits frames from the first queue's socket, copying each into a
-// UMEM frame. It waits up to a second for transmit frames to complete when
-// all are in flight.
+// UMEM frame, or, for a frame of a region in the UMEM's region frames
+// (Register), writing only its headers there and pointing a second
+// descriptor at the frame's Data in place. It waits up to a second for
+// transmit frames to complete when all are in flight.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
@@ -247,19 +272,26 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		deadline = time.Time{}
 		// Build up to n frames; stop at the first that cannot be sent.
 		built := 0
+		out := t.txOut[:0]
 		var ferr error
 		for i := range n {
-			f := frames[sent+i]
+			f := &frames[sent+i]
 			if len(f.Data) > mtu {
 				ferr = fmt.Errorf("xdp: %d bytes of Data, MTU %d: %w", len(f.Data), mtu, transport.ErrTooBig)
 				break
 			}
+			var x *region
 			if r := f.Region; r != nil {
-				if err := r.Check(t, &f); err != nil {
+				if err := r.Check(t, f); err != nil {
 					ferr = fmt.Errorf("xdp: %w", err)
 					break
 				}
-				r.Copied() // copied into a UMEM frame below
+				// In place when the Data needs no padding after it.
+				if x = t.regionOf(r); x == nil || hdr+len(f.Data) < minFrame {
+					x = nil
+					r.Copied()
+					t.txRegionCopied.Add(1)
+				}
 			}
 			b := s.Frame(t.txDesc[i])
 			if t.udp {
@@ -276,22 +308,28 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 			} else {
 				PutEthHeader(b, EthHeader{Dst: f.Peer.MAC(), Src: t.mac, EtherType: EtherTypeOpenMX})
 			}
+			if x != nil {
+				out = t.inPlace(out, Desc{Addr: t.txDesc[i].Addr, Len: uint32(hdr)}, x, f)
+				built++
+				continue
+			}
 			l := hdr + copy(b[hdr:], f.Data)
 			for ; l < minFrame; l++ {
 				b[l] = 0
 			}
-			t.txDesc[i].Len = uint32(l)
+			out = append(out, Desc{Addr: t.txDesc[i].Addr, Len: uint32(l)})
 			built++
 		}
 		if built < n {
 			s.Release(t.txDesc[built:n])
 		}
-		for off := 0; off < built; {
-			m, err := s.Transmit(t.txDesc[off:built])
+		for off := 0; off < len(out); {
+			m, err := s.Transmit(out[off:])
 			if err != nil {
-				s.Release(t.txDesc[off:built])
-				t.txFrames.Add(uint64(off))
-				return sent + off, err
+				t.unsent(s, out[off:])
+				done := frameCount(out[:off])
+				t.txFrames.Add(uint64(done))
+				return sent + done, err
 			}
 			off += m
 			if m == 0 {
@@ -305,6 +343,51 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		}
 	}
 	return sent, nil
+}
+
+// inPlace appends to out the descriptors of frame f of region x: head,
+// the headers in a UMEM frame of the socket's, then f.Data where it lies,
+// cut at UMEM frame edges (a descriptor lies in one frame). Each
+// descriptor of the Data is one in-place send of the region until the
+// kernel completes it.
+func (t *Transport) inPlace(out []Desc, head Desc, x *region, f *transport.Frame) []Desc {
+	head.More = true
+	out = append(out, head)
+	fs := uint64(t.socks[0].FrameSize())
+	addr := x.lo + uint64(x.r.Offset(f.Data))
+	for left := uint64(len(f.Data)); left > 0; {
+		k := min(left, fs-addr%fs)
+		left -= k
+		out = append(out, Desc{Addr: addr, Len: uint32(k), More: left > 0})
+		addr += k
+		x.r.Begin()
+		x.inflight.Add(1)
+	}
+	t.txInPlace.Add(1)
+	return out
+}
+
+// unsent gives back the frames of descriptors Transmit did not take: the
+// socket's frames to its free list, the region's sends completed at once.
+func (t *Transport) unsent(s *Socket, descs []Desc) {
+	s.Release(descs)
+	for _, d := range descs {
+		if d.Addr >= s.u.regionBase {
+			t.regionDone(d.Addr)
+		}
+	}
+}
+
+// frameCount is the number of frames descs hold: those whose last
+// descriptor is among them.
+func frameCount(descs []Desc) int {
+	n := 0
+	for _, d := range descs {
+		if !d.More {
+			n++
+		}
+	}
+	return n
 }
 
 // neighbour returns the MAC address of an IPv4 peer: from the cache, else
@@ -503,14 +586,97 @@ func (t *Transport) Release(f *transport.Frame) {
 	}
 }
 
-// Register implements [transport.Transport.Register]. Frames are copied
-// into UMEM frames to be sent, so frames of a region are copied like any
-// other (Region.InPlace is false).
+// Register implements [transport.Transport.Register]. Memory that lies in
+// the first socket's region frames (from RegionMemory) is sent in place
+// (Region.InPlace is true; see the package documentation); any other is
+// copied into UMEM frames to be sent, like frames without a region.
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
 		return nil, transport.ErrClosed
 	}
-	return transport.NewRegion(t, mem, false, nil), nil
+	s := t.socks[0]
+	all := s.RegionMemory()
+	if len(mem) == 0 || len(all) == 0 || addrOf(mem) < addrOf(all) || addrOf(mem)+uint64(len(mem)) > addrOf(all)+uint64(len(all)) {
+		return transport.NewRegion(t, mem, false, nil), nil
+	}
+	lo := s.u.regionBase + addrOf(mem) - addrOf(all)
+	x := &region{lo: lo, hi: lo + uint64(len(mem))}
+	x.r = transport.NewRegion(t, mem, true, func() error {
+		t.regMu.Lock()
+		defer t.regMu.Unlock()
+		t.regions = slices.DeleteFunc(t.regions, func(y *region) bool { return y == x })
+		return nil
+	})
+	x.r.SetPoll(t.reap)
+	t.regMu.Lock()
+	t.regions = append(t.regions, x)
+	t.regMu.Unlock()
+	return x.r, nil
+}
+
+// RegionMemory hands out n bytes, rounded up to whole UMEM frames, of the
+// region frames TransportOptions.Socket.RegionFrames reserved in the first
+// socket's UMEM: memory that Register sends from in place. What it hands
+// out is not reused before Close. It fails, naming the fix, when the
+// region frames are used up or were never reserved.
+func (t *Transport) RegionMemory(n int) ([]byte, error) {
+	if t.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	all := t.socks[0].RegionMemory()
+	fs := t.socks[0].FrameSize()
+	size := (n + fs - 1) / fs * fs
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	if n <= 0 || t.regNext+size > len(all) {
+		return nil, configErr("region memory", fmt.Sprintf("%d bytes asked, %d of %d left: raise TransportOptions.Socket.RegionFrames (frames of %d bytes)", n, len(all)-t.regNext, len(all), fs))
+	}
+	b := all[t.regNext : t.regNext+n : t.regNext+size]
+	t.regNext += size
+	return b, nil
+}
+
+// regionOf returns the registered region r, or nil when r copies.
+func (t *Transport) regionOf(r *transport.Region) *region {
+	if !r.InPlace() {
+		return nil
+	}
+	t.regMu.RLock()
+	defer t.regMu.RUnlock()
+	for _, x := range t.regions {
+		if x.r == r {
+			return x
+		}
+	}
+	return nil
+}
+
+// regionDone completes the in-place send of the region descriptor at UMEM
+// address addr: the kernel is done with it (the UMEM's reap, under its
+// lock), or it was never queued.
+func (t *Transport) regionDone(addr uint64) {
+	t.regMu.RLock()
+	defer t.regMu.RUnlock()
+	for _, x := range t.regions {
+		if addr >= x.lo && addr < x.hi {
+			x.inflight.Add(-1)
+			x.r.Done()
+			return
+		}
+	}
+}
+
+// reap collects the first socket's transmit completions (Region.Pending's
+// poll), unless the transport is closed.
+func (t *Transport) reap() {
+	u := t.socks[0].u
+	if !u.mu.TryLock() {
+		return
+	}
+	defer u.mu.Unlock()
+	if !t.closed.Load() {
+		u.reap()
+	}
 }
 
 // decode turns a received frame into a transport frame, or reports it is
@@ -555,6 +721,8 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "xdp_tx_frames", Value: t.txFrames.Load()},
 		{Name: "xdp_rx_not_ours", Value: t.rxBad.Load()},
 		{Name: "xdp_tx_unreachable", Value: t.txUnreach.Load()},
+		{Name: "xdp_tx_in_place", Value: t.txInPlace.Load()},
+		{Name: "xdp_tx_region_copied", Value: t.txRegionCopied.Load()},
 	}
 	c = append(c, t.lends.Counters("xdp_")...)
 	var sum Stats
@@ -608,5 +776,15 @@ func (t *Transport) Close() error {
 	defer t.txMu.Unlock()
 	defer t.rxMu.Unlock()
 	t.lends.Close()
-	return t.release()
+	err := t.release()
+	// The sockets are gone, and with them whatever the kernel still held:
+	// complete the in-place sends it will never report.
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	for _, x := range t.regions {
+		for ; x.inflight.Load() > 0; x.inflight.Add(-1) {
+			x.r.Done()
+		}
+	}
+	return err
 }

@@ -15,13 +15,13 @@ import (
 
 // newTransports opens a transport on each end of a fresh veth pair, with
 // UDP framing when udp is set.
-func newTransports(t *testing.T, queues int, udp bool) (a, b *Transport, p *netnstest.Pair) {
+func newTransports(t testing.TB, queues int, udp bool) (a, b *Transport, p *netnstest.Pair) {
 	t.Helper()
 	requireXDP(t)
 	p = netnstest.NewPair(t, queues)
 	open := func(ns, iface string, ip netip.Addr) *Transport {
 		var tr *Transport
-		o := TransportOptions{Interface: iface, Socket: Options{Frames: 2048}}
+		o := TransportOptions{Interface: iface, Socket: Options{Frames: 2048, RegionFrames: 64}}
 		if udp {
 			o.UDP = netip.AddrPortFrom(ip, 7000)
 		}
@@ -183,6 +183,15 @@ func TestTransportConformance(t *testing.T) {
 		if udp {
 			name, opts = "udp", transporttest.Options{Lossy: true}
 		}
+		// Regions from the UMEM's region frames are sent in place.
+		opts.InPlace = true
+		opts.RegionMemory = func(t *testing.T, a transport.Transport, n int) []byte {
+			b, err := a.(*Transport).RegionMemory(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
 		t.Run(name, func(t *testing.T) {
 			requireXDP(t)
 			transporttest.RunWith(t, func(t *testing.T) (transport.Transport, transport.Transport) {
@@ -213,5 +222,88 @@ func TestTransportDoesNotAllocate(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("udp=%v: Send and Recv allocate %v times per frame", udp, allocs)
 		}
+	}
+}
+
+// Frames of a region in the UMEM's region frames go out in place: the
+// kernel returns the region's own addresses on the completion ring (only
+// that completes them), the bytes arrive intact, a frame across a UMEM
+// frame edge goes as two descriptors, and memory outside the region
+// frames is copied.
+func TestTransportSendInPlace(t *testing.T) {
+	for _, udp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ethernet", true: "udp"}[udp], func(t *testing.T) {
+			a, b, _ := newTransports(t, 1, udp)
+			fs := a.Sockets()[0].FrameSize()
+			mem, err := a.RegionMemory(4 * fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range mem {
+				mem[i] = byte(i * 13)
+			}
+			r, err := a.Register(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.InPlace() {
+				t.Fatal("a region in the region frames copies")
+			}
+			size := min(1000, a.MTU())
+			// Frame 0 inside a UMEM frame, frame 1 across the edge.
+			offs := []int{100, fs - size/2}
+			var batch []transport.Frame
+			for _, off := range offs {
+				batch = append(batch, r.Frame(b.Addr(), off, size))
+			}
+			// The transport may lose frames (copy mode): resend until both came.
+			have := map[int]bool{}
+			for try := 0; len(have) < len(offs); try++ {
+				if try == 20 {
+					t.Fatalf("%d of %d frames sent in place arrived", len(have), len(offs))
+				}
+				if n, err := a.Send(batch); n != len(batch) || err != nil {
+					t.Fatalf("Send: %d, %v", n, err)
+				}
+				got, err := recvAll(t, b, len(offs)-len(have))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range got {
+					for i, off := range offs {
+						if bytes.Equal(f.Data, mem[off:off+size]) {
+							have[i] = true
+						}
+					}
+				}
+				for k := 0; r.Pending() != 0; k++ {
+					if k == 5000 {
+						t.Fatalf("%d in-place sends pending: the kernel never returned the region's addresses", r.Pending())
+					}
+					a.Sockets()[0].Flush()
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			if r.CopiedSends() != 0 || r.InPlaceSends()%3 != 0 || r.InPlaceSends() == 0 {
+				t.Errorf("region counted %d in place (want 3 a round: one descriptor, then two across the edge), %d copied", r.InPlaceSends(), r.CopiedSends())
+			}
+			heap := make([]byte, size)
+			rh, err := a.Register(heap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rh.InPlace() {
+				t.Error("heap memory outside the UMEM claims to be sent in place")
+			}
+			if _, err := a.Send([]transport.Frame{rh.Frame(b.Addr(), 0, size)}); err != nil || rh.CopiedSends() != 1 {
+				t.Errorf("Send from heap memory: %v, %d copied", err, rh.CopiedSends())
+			}
+			if err := r.Close(); err != nil {
+				t.Errorf("Close of a completed region: %v", err)
+			}
+			if _, err := a.RegionMemory(1 << 30); !errors.Is(err, ErrConfig) {
+				t.Errorf("RegionMemory past the region frames: %v, want ErrConfig", err)
+			}
+		})
 	}
 }

@@ -33,7 +33,10 @@
 // buffer and their payload in another (split.go). TX uses legacy descriptors, or a context and an
 // extended data descriptor when a frame asks for checksum offload on queue
 // 0 (the 82574 has one TX context for both queues, so queue 1 computes
-// checksums in the driver).
+// checksums in the driver). A Buffer with memory attached (Buffer.Attach)
+// takes two legacy descriptors, the buffer's Data and then the attached
+// memory, EOP on the second, which also carries RS so that the attachment
+// completes at the next reclaim after the NIC read it.
 //
 // Every ring is owned the usual way: the NIC owns RX slots [RDH, RDT) and
 // TX slots [TDH, TDT); the driver keeps one RX slot back so that a full

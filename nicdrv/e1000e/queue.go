@@ -239,7 +239,11 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 // it is done too (the NIC completes them in order). marks holds the slots
 // that carry RS, oldest first. At most rsEvery-1 frames at the tail wait
 // for a later batch to be reclaimed; rsEvery is below a quarter of the
-// ring, so a full ring always holds a mark.
+// ring, so a full ring always holds a mark. A frame with memory attached
+// (Buffer.Attach: the header from the buffer, the payload in place) puts
+// RS on its last descriptor as well, so the caller learns that its memory
+// is free again at the next reclaim after the NIC read it, not rsEvery
+// frames later.
 type txQueue struct {
 	nic  *NIC
 	q    int
@@ -313,16 +317,37 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	sent := 0
 	var err error
 	for _, b := range bufs {
-		if l := len(b.Data); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool || b.Next != nil {
+		ext, extIOVA := b.Attached()
+		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool || b.Next != nil ||
+			ext != nil && (len(b.Data) == 0 || len(ext) == 0 || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0) {
 			t.rejected.Add(1)
-			if b.Pool() != n.pool {
+			switch {
+			case b.Pool() != n.pool:
 				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", sent))
-			} else if b.Next != nil {
+			case b.Next != nil:
 				err = n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split): TX sends one-buffer frames; copy it whole with AppendFrame into one buffer: %w", sent, b.Segments(), nicdrv.ErrFrameSize))
-			} else {
+			case ext != nil && (len(b.Data) == 0 || len(ext) == 0):
+				err = n.errorf("TX batch", fmt.Errorf("frame %d: %d bytes in the buffer and %d attached: an attachment follows a nonempty Data and is nonempty: %w", sent, len(b.Data), len(ext), nicdrv.ErrFrameSize))
+			case ext != nil:
+				err = n.errorf("TX batch", fmt.Errorf("frame %d asks for checksum offload with memory attached: the checksums need the whole frame in Data; copy the frame into the buffer: %w", sent, nicdrv.ErrNotSupported))
+			default:
 				err = n.errorf("TX batch", fmt.Errorf("frame %d of %d bytes, want 14..%d: %w", sent, l, hw.MaxFrame, nicdrv.ErrFrameSize))
 			}
 			break
+		}
+		if ext != nil {
+			// Header from the buffer, payload in place: two descriptors,
+			// the last asking for DD so that the attachment completes as
+			// soon as the NIC has read it.
+			if free < 2 {
+				t.full.Add(1)
+				break
+			}
+			t.put(hw.LegacyTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS), nil, false)
+			t.put(hw.LegacyTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS), b, true)
+			free -= 2
+			sent++
+			continue
 		}
 		need := uint32(1)
 		ctx, offload := t.offload(b)
@@ -334,7 +359,7 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			break
 		}
 		if offload && ctx != t.ctx {
-			t.put(ctx, nil)
+			t.put(ctx, nil, false)
 			t.ctx = ctx
 			free--
 		}
@@ -347,9 +372,9 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			if b.Flags&nicdrv.FlagTxL4Checksum != 0 {
 				popts |= hw.TxPoptsTXSM
 			}
-			t.put(hw.DataTx(b.IOVA(), len(b.Data), cmd, popts), b)
+			t.put(hw.DataTx(b.IOVA(), len(b.Data), cmd, popts), b, false)
 		} else {
-			t.put(hw.LegacyTx(b.IOVA(), len(b.Data), cmd), b)
+			t.put(hw.LegacyTx(b.IOVA(), len(b.Data), cmd), b, false)
 		}
 		free--
 		sent++
@@ -365,10 +390,11 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 
 // put writes a descriptor at tail: the word with the command last, in one
 // atomic store, so the NIC never fetches a half-written descriptor. Every
-// rsEvery-th descriptor asks for a write-back (RS) and is marked.
-func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer) {
+// rsEvery-th descriptor, and one put with rs, asks for a write-back (RS)
+// and is marked.
+func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
 	t.sinceRS++
-	if t.sinceRS >= t.rsEvery {
+	if t.sinceRS >= t.rsEvery || rs {
 		t.sinceRS = 0
 		d.Lower |= uint32(hw.TxCmdRS) << 24
 		t.marks[(t.markHead+t.markN)%len(t.marks)] = t.tail

@@ -26,6 +26,11 @@
 //     buffers are put back together: IPv4 and IPv6 TCP and UDP split after
 //     their TCP or UDP header, non-IP frames (Open-MX's EtherType) and IP
 //     fragments whole in one buffer; a chained buffer is refused by TX;
+//   - a frame whose payload is attached memory (Buffer.Attach) arrives
+//     byte-exact, its completion comes once the NIC sent it (an empty
+//     TxBatch reclaims), its memory is left unchanged, a Buffer freed
+//     unsent completes, and checksum offload with an attachment is
+//     refused with ErrNotSupported;
 //   - nothing leaks: closing the NICs gives every buffer back.
 //
 // Waits are on conditions, bounded by generous deadlines that only keep a
@@ -96,6 +101,7 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("Filters", s.filters)
 	t.Run("Interrupts", s.interrupts)
 	t.Run("HeaderSplit", s.headerSplit)
+	t.Run("Attached", s.attached)
 }
 
 type suite struct {

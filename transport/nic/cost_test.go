@@ -16,23 +16,7 @@ import (
 // received burst as well (nicdrv/e1000e's TestReflectorMMIO). Exact
 // counts, not times.
 func TestPingPongMMIO(t *testing.T) {
-	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	var ts [2]*nic.Transport
-	for i := range ts {
-		n, err := e1000e.Open(p.Functions()[i], e1000e.DefaultOptions())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ts[i], err = nic.New(n, nic.Options{}); err != nil {
-			n.Close()
-			t.Fatal(err)
-		}
-		defer ts[i].Close()
-	}
+	p, ts := modelTransports(t)
 	msg := make([]byte, 64)
 	in := make([]transport.Frame, 8)
 	hop := func(from, to int) {
@@ -67,4 +51,27 @@ func TestPingPongMMIO(t *testing.T) {
 			t.Errorf("NIC %d: %.3f register writes per round (%v), want at most %.3f: TDT per frame sent, RDT per 32 received", i, writes, a.Writes, max)
 		}
 	}
+}
+
+// modelTransports opens the transport on both NICs of a cabled pair of
+// emulated 82574Ls, closed (transports, then the model) at the end of tb.
+func modelTransports(tb testing.TB) (*emulated.E1000E, [2]*nic.Transport) {
+	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	var ts [2]*nic.Transport
+	for i := range ts {
+		n, err := e1000e.Open(p.Functions()[i], e1000e.DefaultOptions())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if ts[i], err = nic.New(n, nic.Options{}); err != nil {
+			n.Close()
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { ts[i].Close() })
+	}
+	return p, ts
 }

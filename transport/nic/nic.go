@@ -17,6 +17,25 @@
 // Send copies each frame's Data into a packet buffer of the NIC's pool,
 // behind the header, and hands the batch to TX queue 0 with one TxBatch;
 // the driver gives the buffers back to the pool once the NIC has sent them.
+//
+// # Sending in place
+//
+// Register maps the caller's memory for DMA in the NIC's domain (the
+// domain the pool is mapped in, through the same pci.DMA), so a frame of
+// the region is sent without copying its Data: the header goes into a pool
+// buffer and the Data stays where it is, attached to the buffer
+// (nicdrv.Buffer.Attach), which the driver sends as two TX descriptors,
+// the second pointing at the region's IOVA. The driver asks the NIC to
+// write back DD on that descriptor, and the frame's send completes
+// (Region.Pending falls) when the driver reclaims it after DD: at once
+// where the NIC transmits on the tail write (QEMU, the emulated model),
+// otherwise at the transport's next Send, Recv or Region.Pending, which
+// all reclaim while in-place sends are pending. A frame whose Data is empty, or
+// crosses an IOVA discontinuity of the mapping (4 KiB pages without an
+// IOMMU), is copied and counted as such (Region.CopiedSends,
+// nic_tx_region_copied). Region.Close unmaps the memory; the transport's
+// Close completes every pending send (closing the NIC gives its buffers
+// back) and unmaps the regions still open.
 // Recv takes frames from every RX queue with RxBatch; their Data points into
 // the packet buffers, which the transport keeps until the next Recv or
 // Close, as the transport contract asks, and then frees.
@@ -42,6 +61,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -84,7 +104,43 @@ type Transport struct {
 	rxb   []*nicdrv.Buffer
 	next  int // the queue Recv looks at first
 
+	regMu    sync.RWMutex
+	regions  map[*transport.Region]*region
+	inflight atomic.Int64 // in-place frames not completed
+
 	foreign, short, sendWaits atomic.Uint64
+	txInPlace, txRegionCopied atomic.Uint64
+}
+
+// region is a registered Region's DMA mapping. It is the completion the
+// driver calls for each of the region's frames it sent in place.
+type region struct {
+	t *Transport
+	r *transport.Region
+	m *pci.Mapping
+}
+
+// Done implements nicdrv.Completion: the NIC has read one frame of the
+// region.
+func (x *region) Done() {
+	x.r.Done()
+	x.t.inflight.Add(-1)
+}
+
+// unmap is the region's release: it undoes the mapping unless the
+// transport's Close did.
+func (x *region) unmap() error {
+	t := x.t
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	if t.regions[x.r] != x {
+		return nil
+	}
+	delete(t.regions, x.r)
+	if err := t.pool.DMA().Unmap(x.m); err != nil {
+		return fmt.Errorf("transport/nic: unmap region: %w", err)
+	}
+	return nil
 }
 
 var (
@@ -117,7 +173,8 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		rxb: make([]*nicdrv.Buffer, o.Batch),
 		// Lend at most a quarter of the pool: the rest keeps the RX
 		// ring and Send supplied.
-		lends: transport.NewLends[*nicdrv.Buffer](max(1, n.Pool().Len()/4)),
+		lends:   transport.NewLends[*nicdrv.Buffer](max(1, n.Pool().Len()/4)),
+		regions: map[*transport.Region]*region{},
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
@@ -162,7 +219,6 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 					batch = batch[:i]
 					break
 				}
-				r.Copied()
 			}
 		}
 		if len(batch) > 0 {
@@ -197,13 +253,19 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 			return err
 		}
 	}
-	for i, f := range frames {
+	for i := range frames {
+		f := &frames[i]
+		if f.Region != nil && t.attach(bufs[i], f) {
+			t.header(bufs[i].SetLen(headerLen), f.Peer)
+			continue
+		}
 		b := bufs[i].SetLen(headerLen + len(f.Data))
-		dst := f.Peer.MAC()
-		copy(b[0:6], dst[:])
-		copy(b[6:12], t.mac[:])
-		binary.BigEndian.PutUint16(b[12:], transport.EtherType)
+		t.header(b, f.Peer)
 		copy(b[headerLen:], f.Data)
+		if f.Region != nil {
+			f.Region.Copied()
+			t.txRegionCopied.Add(1)
+		}
 	}
 	deadline = time.Time{}
 	for len(bufs) > 0 {
@@ -222,6 +284,40 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	}
 	clear(t.txb[:len(frames)])
 	return nil
+}
+
+// header writes the Ethernet header of a frame to peer.
+func (t *Transport) header(b []byte, peer transport.NICID) {
+	dst := peer.MAC()
+	copy(b[0:6], dst[:])
+	copy(b[6:12], t.mac[:])
+	binary.BigEndian.PutUint16(b[12:], transport.EtherType)
+}
+
+// attach hangs the Data of f, a frame of a region Check accepted, on b to
+// be sent in place, and reports whether it could: not for empty Data, a
+// region registered without a mapping, or Data across an IOVA
+// discontinuity. From here on, freeing b completes the send.
+func (t *Transport) attach(b *nicdrv.Buffer, f *transport.Frame) bool {
+	r := f.Region
+	if len(f.Data) == 0 || !r.InPlace() {
+		return false
+	}
+	t.regMu.RLock()
+	x := t.regions[r]
+	t.regMu.RUnlock()
+	if x == nil {
+		return false
+	}
+	iova, contig, err := x.m.IOVA(r.Offset(f.Data))
+	if err != nil || contig < len(f.Data) {
+		return false
+	}
+	r.Begin()
+	t.inflight.Add(1)
+	t.txInPlace.Add(1)
+	b.Attach(f.Data, iova, x)
+	return true
 }
 
 // wait yields while Send waits for a resource, and fails once the send
@@ -256,6 +352,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
+	t.reclaim()
 	if len(t.held) > 0 { // an empty poll takes no pool lock
 		if err := t.pool.Free(t.held...); err != nil {
 			return 0, fmt.Errorf("transport/nic: %w", err)
@@ -384,14 +481,44 @@ func (t *Transport) Release(f *transport.Frame) {
 	}
 }
 
-// Register implements transport.Transport. The driver transmits from the
-// packet buffers of its pool only, so frames of a region are copied into
-// them like any other (Region.InPlace is false).
+// reclaim lets the driver complete in-place sends the NIC has finished,
+// when there are any and no Send is under way (which reclaims itself).
+func (t *Transport) reclaim() {
+	if t.inflight.Load() == 0 || !t.txMu.TryLock() {
+		return
+	}
+	defer t.txMu.Unlock()
+	if !t.closed.Load() {
+		_, _ = t.nic.TxBatch(0, nil)
+	}
+}
+
+// Register implements transport.Transport: it maps mem for DMA in the
+// NIC's domain, so that frames of the region are sent in place
+// (Region.InPlace is true; see the package documentation). An empty mem
+// has nothing to map: its region copies.
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
 		return nil, transport.ErrClosed
 	}
-	return transport.NewRegion(t, mem, false, nil), nil
+	if len(mem) == 0 {
+		return transport.NewRegion(t, mem, false, nil), nil
+	}
+	dma := t.pool.DMA()
+	m, err := dma.Map(mem)
+	if err != nil {
+		return nil, fmt.Errorf("transport/nic: map %d bytes for the NIC to send in place: %w (on VFIO, raise RLIMIT_MEMLOCK: the pages are pinned)", len(mem), err)
+	}
+	x := &region{t: t, m: m}
+	x.r = transport.NewRegion(t, mem, true, x.unmap)
+	x.r.SetPoll(t.reclaim)
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	if t.closed.Load() {
+		return nil, errors.Join(transport.ErrClosed, dma.Unmap(m))
+	}
+	t.regions[x.r] = x
+	return x.r, nil
 }
 
 // Counters implements transport.Stats: the NIC's statistics and the
@@ -401,6 +528,8 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "nic_foreign_ethertype", Value: t.foreign.Load()},
 		{Name: "nic_short_frames", Value: t.short.Load()},
 		{Name: "nic_send_waits", Value: t.sendWaits.Load()},
+		{Name: "nic_tx_in_place", Value: t.txInPlace.Load()},
+		{Name: "nic_tx_region_copied", Value: t.txRegionCopied.Load()},
 	}
 	c = append(c, t.lends.Counters("nic_")...)
 	s, err := t.nic.Stats()
@@ -420,7 +549,9 @@ func (t *Transport) Counters() []transport.Counter {
 }
 
 // Close implements transport.Transport: it wakes a waiting Recv, gives
-// back the buffers Recv handed out, and closes the NIC.
+// back the buffers Recv handed out, closes the NIC (which completes the
+// in-place sends still in its TX ring) and unmaps the regions still
+// registered.
 func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
@@ -433,6 +564,13 @@ func (t *Transport) Close() error {
 	err = errors.Join(err, t.pool.Free(t.lends.Close()...))
 	t.rxMu.Unlock()
 	t.txMu.Lock()
-	defer t.txMu.Unlock()
-	return errors.Join(err, t.nic.Close())
+	err = errors.Join(err, t.nic.Close())
+	t.txMu.Unlock()
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	for r, x := range t.regions {
+		err = errors.Join(err, t.pool.DMA().Unmap(x.m))
+		delete(t.regions, r)
+	}
+	return err
 }

@@ -13,7 +13,12 @@ import (
 // modelPair is two transports over the e1000e driver on two cabled
 // emulated 82574Ls.
 func modelPair(t *testing.T, o e1000e.Options) (a, b transport.Transport) {
-	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+	return modelPairWith(t, emulated.DefaultE1000EOptions(), o)
+}
+
+// modelPairWith is modelPair on a model built with mo.
+func modelPairWith(t *testing.T, mo emulated.E1000EOptions, o e1000e.Options) (a, b transport.Transport) {
+	p, err := emulated.NewE1000E(mo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +66,7 @@ func TestConformance(t *testing.T) {
 				o := e1000e.DefaultOptions()
 				c.o(&o)
 				return modelPair(t, o)
-			}, transporttest.Options{MinData: 60 - 14})
+			}, transporttest.Options{MinData: 60 - 14, InPlace: true})
 		})
 	}
 }

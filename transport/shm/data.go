@@ -33,7 +33,10 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		if err != nil {
 			return i, err
 		}
-		k, err := t.write(o, frames[i:j])
+		// Frames in place name pool segments: the peer must have them
+		// (a no-op once it has them all); failing that, they are copied.
+		refs := inPlace(frames[i:j]) && t.ShareSegments(peer) == nil
+		k, err := t.write(o, frames[i:j], refs)
 		i += k
 		if err != nil {
 			return i, err
@@ -43,13 +46,16 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 }
 
 // write appends frames (all to o's peer) to o's ring and publishes them
-// with one store of the tail: the explicit commit.
-func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
+// with one store of the tail: the explicit commit. With refs, frames of
+// in-place regions go as reference records (inplace.go).
+func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.dead.Load() || o.data == nil {
 		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
+	o.reapRefs()
+	var rec [refLen]byte
 	le := binary.LittleEndian
 	size := len(o.data)
 	start := o.cur
@@ -58,14 +64,19 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 			o.publish(start)
 			return i, fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, len(f.Data), o.mtu)
 		}
+		data, word, ref := f.Data, uint32(len(f.Data)), false
 		if r := f.Region; r != nil {
 			if err := r.Check(t, &frames[i]); err != nil {
 				o.publish(start)
 				return i, fmt.Errorf("shm: frame %d: %w", i, err)
 			}
-			r.Copied() // records are written into the ring
+			if ref = refs && t.refRecord(&frames[i], &rec); ref {
+				data, word = rec[:], refMark
+			} else {
+				r.Copied() // records are written into the ring
+			}
 		}
-		rl := recordLen(len(f.Data))
+		rl := recordLen(len(data))
 		at, pad, ok := reserve(size, o.headSeen, o.cur, rl)
 		if !ok {
 			// Load the consumer's cursor only now: most frames find room
@@ -86,10 +97,15 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 			le.PutUint32(o.data[o.cur%uint64(size):], padMark)
 		}
 		pos := at % uint64(size)
-		le.PutUint32(o.data[pos:], uint32(len(f.Data)))
-		copy(o.data[pos+recHdr:], f.Data)
+		le.PutUint32(o.data[pos:], word)
+		copy(o.data[pos+recHdr:], data)
 		o.cur = at + uint64(rl)
 		t.cnt.sent.Add(1)
+		if ref {
+			f.Region.Begin()
+			o.refs = append(o.refs, refPending{end: o.cur, r: f.Region})
+			t.cnt.inPlace.Add(1)
+		}
 	}
 	o.publish(start)
 	return len(frames), nil
@@ -245,6 +261,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 // (the consumer then drops its side).
 func (o *outRing) close() {
 	o.mu.Lock()
+	o.completeRefs()
 	o.conn.Close()
 	o.seg.unmap()
 	o.bell.unmap()
@@ -272,9 +289,11 @@ func (t *Transport) Reaches(peer transport.NICID) bool {
 // ---- consumer side ----
 
 // Recv returns frames from every ring written to us, oldest first per ring
-// and round robin across rings. Their Data points into the rings and stays
-// valid until the next Recv: only then is the consumer cursor published and
-// the space handed back to the producers. Recv polls for Options.Spin, then
+// and round robin across rings. Their Data points into the rings (or, for
+// a frame sent in place, into our mapping of the producer's pool segment)
+// and stays valid until the next Recv: only then is the consumer cursor
+// published and the space handed back to the producers, which completes
+// their in-place sends. Recv polls for Options.Spin, then
 // sleeps on the doorbell futex; producers wake it only while it sleeps.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	t.rmu.Lock()
@@ -379,6 +398,7 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		// The load acquires: every record below this tail is written.
 		tail := r.tail.Load()
 		for n < len(frames) && r.cur != tail {
+			at := r.cur
 			f, next, ok, err := parseRecord(r.data, r.cur, tail, t.opts.MTU)
 			if err != nil {
 				t.cnt.corrupt.Add(1)
@@ -391,6 +411,11 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			r.cur = next
 			if f == nil {
 				continue // a pad record
+			}
+			if binary.LittleEndian.Uint32(r.data[at%uint64(len(r.data)):]) == refMark {
+				if f = t.resolve(r, f); f == nil {
+					continue
+				}
 			}
 			frames[n] = transport.Frame{Peer: r.peer, Data: f, Ref: t.lends.RecvRef(n)}
 			n++
@@ -424,12 +449,18 @@ func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
 // Release implements [transport.Transport.Release].
 func (t *Transport) Release(f *transport.Frame) { t.lends.Return(f) }
 
-// Register implements [transport.Transport.Register]. Frames are written
-// into the receiver's ring, so frames of a region are copied like any other
-// (Region.InPlace is false).
+// Register implements [transport.Transport.Register]. Memory of the
+// transport's Pool (NewPool, Pool.Alloc) is sent in place: Send writes a
+// reference record naming the segment, and the receiver's Data points into
+// its mapping of it (see inplace.go and the package documentation). Other
+// memory is copied into the receiver's ring like any frame (Region.InPlace
+// is false).
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
 		return nil, transport.ErrClosed
+	}
+	if r, ok := t.registerRef(mem); ok {
+		return r, nil
 	}
 	return transport.NewRegion(t, mem, false, nil), nil
 }
@@ -536,5 +567,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm receiver wake-ups sent", Value: t.cnt.wakes.Load()},
 		{Name: "shm receiver yields", Value: t.cnt.yields.Load()},
 		{Name: "shm stale sockets removed at open", Value: t.cnt.stale.Load()},
+		{Name: "shm frames sent in place", Value: t.cnt.inPlace.Load()},
+		{Name: "shm in-place frames dropped (memory not shared)", Value: t.cnt.refBad.Load()},
 	}
 }

@@ -73,6 +73,23 @@
 // (OnSegmentUnmap) lets a copy engine drop its mappings of that memory.
 // See pool.go.
 //
+// # Sending in place
+//
+// Register on memory of the transport's Pool returns a region sent in
+// place (Region.InPlace): Send does not copy such a frame into the ring but
+// writes a 16-byte reference record (a length word of its own, refMark,
+// in ring.go) naming the pool segment, offset and length, after making
+// sure the peer has the segment mapped (ShareSegments, a no-op once it
+// has them all). The receiver's Recv returns a frame whose Data points
+// into its mapping of that segment; it is valid until the next Recv, like
+// a frame in the ring, and Hold copies it. The send completes
+// (Region.Pending falls) once the receiver's head has passed the record,
+// that is at its next Recv; a receiver that goes away, or the sender's
+// Close, completes the rest. A reference to a segment the receiver was
+// not given, or outside it, or over the MTU, is dropped and counted. Other
+// memory registered is copied into the ring as before. The pool memory of
+// a region must not be freed while the region is open.
+//
 // # Design note: one cache-line transfer per small message
 //
 // Not done yet; recorded for whoever takes issue 10 up. A small message

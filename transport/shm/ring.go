@@ -23,7 +23,9 @@ import (
 // length, 4 reserved bytes, then the frame, padded to 8 bytes. A record
 // never wraps: when the contiguous space left before the end is too short,
 // the producer writes a pad record (length padMark), which tells the
-// consumer to skip to the start of the data area.
+// consumer to skip to the start of the data area. A reference record
+// (length refMark) carries, instead of a frame, the refLen bytes that name
+// a frame in a pool segment the producer shared (see inplace.go).
 const (
 	tailOff    = 0
 	headOff    = 64
@@ -32,6 +34,8 @@ const (
 	dataOff    = 4096
 	recHdr     = 8
 	padMark    = 0xFFFFFFFF
+	refMark    = 0x80000000 | refLen
+	refLen     = 16
 	ringMagic  = 0x676D7872 // "gmxr"
 	ringAlign  = 8
 	minRingLen = 64 << 10
@@ -89,6 +93,9 @@ func parseRecord(data []byte, head, tail uint64, mtu int) (frame []byte, next ui
 			return nil, head, false, fmt.Errorf("%w: pad record past the published data", errCorrupt)
 		}
 		return nil, head + skip, true, nil
+	}
+	if n == refMark {
+		n = refLen // a reference record: its refLen bytes
 	}
 	if int64(n) > int64(mtu) {
 		return nil, head, false, fmt.Errorf("%w: a %d-byte frame (MTU %d)", errCorrupt, n, mtu)

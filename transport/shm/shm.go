@@ -157,7 +157,10 @@ type Transport struct {
 	cnt struct {
 		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
 		stale                                                                     atomic.Uint64 // stale sockets Open removed (stale.go)
+		inPlace, refBad                                                           atomic.Uint64 // inplace.go
 	}
+
+	refs refRegions // regions sent in place (inplace.go)
 }
 
 // inRing is a ring another process writes to us.
@@ -200,6 +203,7 @@ type outRing struct {
 	sharedGen uint64          // the pool's gen when it last had them all
 	acks      chan ctlAnswer
 	gone      chan struct{} // closed when the connection closes
+	refs      []refPending  // reference records the consumer has not passed (inplace.go)
 }
 
 // Open creates the board's doorbell and listens on its socket in the

@@ -154,19 +154,47 @@ func newTestPair(t *testing.T, o Options) (a, b *Transport) {
 	return a, b
 }
 
+// inPlaceOpts has the suite send regions from the sender's pool, in
+// place, and prove it (transporttest.Options.InPlace).
+var inPlaceOpts = transporttest.Options{
+	InPlace: true,
+	RegionMemory: func(t *testing.T, a transport.Transport, n int) []byte {
+		b, err := testPool(t, a.(*Transport)).Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	},
+}
+
+// testPool returns tr's pool, made on first use (closed with tr).
+func testPool(t *testing.T, tr *Transport) *Pool {
+	tr.outMu.Lock()
+	p := tr.pool
+	tr.outMu.Unlock()
+	if p != nil {
+		return p
+	}
+	p, err := tr.NewPool(PoolOptions{TableWords: 1, NoHugepages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
+	transporttest.RunWith(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		a, b := newTestPair(t, Options{})
 		return a, b
-	})
+	}, inPlaceOpts)
 }
 
 func TestConformanceSmallRings(t *testing.T) {
 	// Rings that fill up and wrap all the time, on ordinary pages.
-	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
+	transporttest.RunWith(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		a, b := newTestPair(t, Options{MTU: 9000, RingSize: minRingLen, NoHugepages: true})
 		return a, b
-	})
+	}, inPlaceOpts)
 }
 
 func TestOptionsAndDirectory(t *testing.T) {

@@ -296,12 +296,15 @@ func (s *suite) holdRefused(t *testing.T) {
 func (s *suite) sendInPlace(t *testing.T) {
 	a, b := s.pair(t)
 	const frames = 32
-	mem := make([]byte, frames*holdSize)
+	mem := s.regionMemory(t, a, frames*holdSize)
 	r, err := a.Register(mem)
 	if err != nil {
 		t.Fatalf("Register: %v", err)
 	}
 	defer r.Close()
+	if s.opts.InPlace && !r.InPlace() {
+		t.Fatalf("the transport sends in place (Options.InPlace), but its region says it copies")
+	}
 	h := s.newHolder(t, a, b, 44)
 	have := map[int]bool{}
 	refill := func(round int) {
@@ -341,6 +344,11 @@ func (s *suite) sendInPlace(t *testing.T) {
 		}
 		h.check("sent from a region")
 		h.releaseAll()
+		for i := range frames {
+			if !s.matches(mem[i*holdSize:(i+1)*holdSize], content(holdSize, h.key(round*frames+i))) {
+				t.Fatalf("round %d: sending changed the region's frame %d", round, i)
+			}
+		}
 		// Completion: the receiver is done with every frame, so Pending
 		// falls to zero once it has looked again (the loopback wire
 		// completes at the receiver's next Recv).
@@ -356,6 +364,10 @@ func (s *suite) sendInPlace(t *testing.T) {
 	}
 	if !r.InPlace() && r.InPlaceSends() != 0 {
 		t.Errorf("a region that is copied counted %d in-place sends", r.InPlaceSends())
+	}
+	if s.opts.InPlace && (r.CopiedSends() != 0 || r.InPlaceSends() < 3*frames) {
+		t.Errorf("a transport that sends in place copied %d frames of the region and sent %d in place, want 0 and at least %d\ncounters: %v",
+			r.CopiedSends(), r.InPlaceSends(), 3*frames, counters(a))
 	}
 	if n := r.InPlaceSends() + r.CopiedSends(); n < 3*frames {
 		t.Errorf("region counted %d sends (in place or copied), want at least %d", n, 3*frames)
@@ -393,7 +405,7 @@ func (s *suite) closeHeld(t *testing.T) {
 	a, b := s.pair(t)
 	h := s.newHolder(t, a, b, 45)
 	h.holdRange(0, 16)
-	mem := make([]byte, 4*holdSize)
+	mem := s.regionMemory(t, a, 4*holdSize)
 	r, err := a.Register(mem)
 	if err != nil {
 		t.Fatal(err)
@@ -423,4 +435,13 @@ func (s *suite) closeHeld(t *testing.T) {
 	if _, err := b.Hold(&transport.Frame{Ref: 1}); err == nil {
 		t.Errorf("Hold after Close succeeded")
 	}
+}
+
+// regionMemory returns n bytes for a's Register: Options.RegionMemory's,
+// or heap memory.
+func (s *suite) regionMemory(t *testing.T, a transport.Transport, n int) []byte {
+	if s.opts.RegionMemory != nil {
+		return s.opts.RegionMemory(t, a, n)
+	}
+	return make([]byte, n)
 }

@@ -25,7 +25,8 @@
 //     transport says so (InPlace false, CopiedSends) and an in-place one
 //     completes (Pending returns to zero) once the receiver is done, before
 //     the memory is reused; closed, foreign and outside regions are
-//     refused;
+//     refused; a transport that declares Options.InPlace proves it: every
+//     frame counted in place, none copied;
 //   - Close with frames held and in-place sends pending ends the holds and
 //     completes the sends.
 //
@@ -62,6 +63,18 @@ type Options struct {
 	// shorter than MinData may arrive with extra trailing bytes, up to
 	// MinData. The suite then checks only the bytes that were sent.
 	MinData int
+	// InPlace is set for a transport that sends frames of a registered
+	// Region without copying them. The suite then requires it to say so
+	// (Region.InPlace), to count every frame of the region as sent in
+	// place and none as copied, and the region's memory to be unchanged
+	// by the sends, as well as the byte-exact arrival and completion it
+	// asks of every transport.
+	InPlace bool
+	// RegionMemory, when set, returns n bytes of memory for a's Register
+	// (memory of the transport's own, such as a slice of an AF_XDP UMEM,
+	// when only that can be sent in place); the suite otherwise registers
+	// ordinary heap memory.
+	RegionMemory func(t *testing.T, a transport.Transport, n int) []byte
 }
 
 // NewPair returns two open transports that can send to each other's Addr.

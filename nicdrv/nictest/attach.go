@@ -1,0 +1,100 @@
+package nictest
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/nicdrv"
+)
+
+// Completions is a nicdrv.Completion that counts how many attachments
+// completed, for tests of Buffer.Attach.
+type Completions struct{ n atomic.Int64 }
+
+// Done implements nicdrv.Completion.
+func (c *Completions) Done() { c.n.Add(1) }
+
+// Count is how many attachments have completed.
+func (c *Completions) Count() int64 { return c.n.Load() }
+
+// attached sends frames whose payload is attached memory (Buffer.Attach):
+// they arrive byte-exact, each attachment completes once the NIC sent it,
+// the memory is not written, a Buffer freed unsent completes too, and a
+// checksum offload with an attachment is refused with ErrNotSupported.
+func (s *suite) attached(t *testing.T) {
+	r := s.rig(t, Config{Queues: 1})
+	a, b := r.NICs[0], r.NICs[1]
+	const frames = 16
+	// Hugepage (or locked) memory, as a real device behind VFIO, with or
+	// without an IOMMU, can reach at a fixed address.
+	region, err := hugepage.Alloc(frames*2048, hugepage.DefaultOptions())
+	if err != nil {
+		t.Fatalf("memory to attach: %v", err)
+	}
+	defer region.Close()
+	mem := region.Bytes()[:frames*2048]
+	m, err := a.Pool().DMA().Map(mem)
+	if err != nil {
+		t.Fatalf("map memory to attach: %v", err)
+	}
+	defer func() {
+		if err := a.Pool().DMA().Unmap(m); err != nil {
+			t.Errorf("unmap: %v", err)
+		}
+	}()
+	var done Completions
+	bufs := alloc(t, a, frames)
+	for i, buf := range bufs {
+		off := i * 2048
+		seq := uint64(0xA7000 + i)
+		fr := Frame(mem[off:off+2048], b.MAC(), a.MAC(), seq, Size(seq))
+		copy(buf.SetLen(14), fr[:14])
+		iova, contig, err := m.IOVA(off + 14)
+		if err != nil || contig < len(fr)-14 {
+			t.Fatalf("IOVA of frame %d: %v (%d contiguous bytes)", i, err, contig)
+		}
+		buf.Attach(fr[14:], iova, &done)
+	}
+	want := append([]byte(nil), mem...)
+	sendAll(t, a, 0, bufs)
+	for i := range frames {
+		got := recvOne(t, b)
+		if got == nil {
+			t.Fatalf("%d of %d frames with attached payloads arrived", i, frames)
+		}
+		if seq, bad := checkFrame(got, b.MAC(), a.MAC()); bad != "" || seq != uint64(0xA7000+i) {
+			t.Fatalf("frame %d with an attached payload: seq %d: %s", i, seq, bad)
+		}
+	}
+	deadline := time.Now().Add(hang)
+	for done.Count() != frames {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d attachments completed after their frames arrived", done.Count(), frames)
+		}
+		if _, err := a.TxBatch(0, nil); err != nil { // an empty batch reclaims
+			t.Fatal(err)
+		}
+	}
+	if string(mem) != string(want) {
+		t.Error("sending changed the attached memory")
+	}
+
+	// Freed unsent: the memory is the caller's again at once.
+	one := alloc(t, a, 1)
+	iova, _, _ := m.IOVA(0)
+	one[0].SetLen(14)
+	one[0].Attach(mem[14:100], iova+14, &done)
+	one[0].Flags = nicdrv.FlagTxIPChecksum
+	if n, err := a.TxBatch(0, one); n != 0 || !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("checksum offload with an attachment: took %d, %v; want 0, ErrNotSupported", n, err)
+	}
+	if err := a.Pool().Free(one...); err != nil {
+		t.Fatal(err)
+	}
+	if done.Count() != frames+1 {
+		t.Errorf("a Buffer freed unsent did not complete its attachment")
+	}
+}
