@@ -196,16 +196,19 @@ func (b *Board) spinGrace() time.Duration {
 }
 
 // pollSource receives and handles one batch from s if nobody else owns
-// its Recv, and reports whether it could look.
-func (b *Board) pollSource(s *rxSource) bool {
+// its Recv, and reports whether it could look, and when it handled frames
+// the board's clock as it read it for them (else 0): a waiter that
+// completes on them needs no clock read of its own.
+func (b *Board) pollSource(s *rxSource) (looked bool, now int64) {
 	if !s.mu.TryLock() {
-		return false
+		return false, 0
 	}
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
-		b.handleBatchLocked(s.rx[:n])
-		if b.clock() >= b.nextTick.Load() {
+		b.handleBatchLocked(s.rx[:n]) // sets b.now: one clock read per batch
+		now = b.now
+		if now >= b.nextTick.Load() {
 			b.rxOwned = s // verdict.go
 			b.timersLocked(true)
 			b.rxOwned = nil
@@ -217,7 +220,7 @@ func (b *Board) pollSource(s *rxSource) bool {
 	}
 	s.mu.Unlock()
 	b.runCopies() // cma.go: without the source's lock
-	return true
+	return true, now
 }
 
 // waitSources returns the sources a waiter polls: in busy-poll mode all of
@@ -232,11 +235,24 @@ func (b *Board) waitSources() []*rxSource {
 	return b.spinSrcs
 }
 
+// syscallEvery is, for a waiter that polls shared-memory rings beside a
+// source that costs a system call to look at (busy-poll mode on a board
+// with the host path: the UDP socket beside the rings), how many looks at
+// the rings it makes per look at that source. A receive system call costs
+// about a microsecond here, as much as dozens of looks at the rings and
+// several times a whole message through them: looking at the socket every
+// time made a message through the rings wait behind it most of the time,
+// while a frame on the socket now waits at most a few microseconds more,
+// little beside the kernel's own path.
+const syscallEvery = 64
+
 // pollWait polls the waiter's sources until done (or, when r is nil,
 // cond) holds, the budget runs out (budget < 0: never), ctx is done, or
 // the endpoint is woken up (its wake generation moves past gen). It
-// reports whether the condition held.
-func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (bool, error) {
+// reports whether the condition held, and, when it did not, the board's
+// clock when it started counting its budget (after its first few looks:
+// a wait that ends sooner reads no clock for it).
+func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (bool, int64, error) {
 	srcs := b.waitSources()
 	holds := func() bool {
 		if r != nil {
@@ -244,17 +260,25 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		return cond()
 	}
+	start := int64(-1)
 	if holds() {
-		return true, nil
+		return true, start, nil
 	}
+	// Sources that cost a system call are looked at only every
+	// syscallEvery looks when rings are polled beside them.
+	mixed := len(b.spinSrcs) > 0 && len(b.spinSrcs) < len(srcs)
 	for _, s := range srcs {
 		s.pollers.Add(1)
 	}
 	b.spinning.Add(1)
 	ok, spent := false, false
+	var handled int64 // the clock as pollSource last read it
 	defer func() {
 		b.spinning.Add(-1)
-		now := b.clock()
+		now := handled
+		if ok && now == 0 {
+			now = b.clock()
+		}
 		for _, s := range srcs {
 			if ok {
 				s.idle.Store(now)
@@ -275,11 +299,17 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 			b.waitSlept.Add(1)
 		}
 	}()
-	start := b.clock()
 	kicked, yield := false, false
 	for i := 0; ; i++ {
 		for _, s := range srcs {
-			if !b.pollSource(s) && !kicked && s.kick != nil {
+			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
+				continue
+			}
+			looked, now := b.pollSource(s)
+			if now != 0 {
+				handled = now
+			}
+			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
 				kicked = true
@@ -287,24 +317,28 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if holds() {
 			ok = true
-			return true, nil
+			return true, start, nil
 		}
 		if i&15 == 15 {
-			el := time.Duration(b.clock() - start)
+			now := b.clock()
+			if start < 0 {
+				start = now - 1 // the first 16 looks: well under a microsecond
+			}
+			el := time.Duration(now - start)
 			if budget >= 0 && el >= budget {
 				spent = true
-				return false, nil
+				return false, start, nil
 			}
 			yield = el >= yieldAfter
 			if err := ctx.Err(); err != nil {
 				if holds() {
 					ok = true
-					return true, nil
+					return true, start, nil
 				}
-				return false, fmt.Errorf("%w: %w", ErrTimeout, err)
+				return false, start, fmt.Errorf("%w: %w", ErrTimeout, err)
 			}
 			if e != nil && e.wakeGen.Load() != gen {
-				return false, ErrWokenUp
+				return false, start, ErrWokenUp
 			}
 		}
 		if yield {
