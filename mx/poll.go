@@ -206,7 +206,7 @@ func (b *Board) pollSource(s *rxSource) (looked bool, now int64) {
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
-		b.handleBatchLocked(s.rx[:n]) // sets b.now: one clock read per batch
+		b.handleBatchLocked(s, s.rx[:n]) // sets b.now: one clock read per batch
 		now = b.now
 		if now >= b.nextTick.Load() {
 			b.rxOwned = s // verdict.go
