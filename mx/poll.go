@@ -66,7 +66,9 @@ import (
 // shrinks towards zero and it costs no CPU.
 //
 // BoardOptions.BusyPoll is the same poll without a budget, on every source
-// (the transport too, at the price of a system call per look).
+// (the transport too, at the price of a system call per look; beside the
+// host path's rings, only every syscallEvery looks, so the rings' messages
+// do not wait behind the socket).
 
 // DefaultSpin is the default BoardOptions.Spin: about two one-way futex
 // wake-ups on this kind of machine, so a reply that comes as fast as a
