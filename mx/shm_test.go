@@ -264,21 +264,7 @@ func TestRingsCarryNoTrailer(t *testing.T) {
 	}
 	ctx := testCtx(t, time.Minute)
 	for i, size := range []int{0, 8, 33, 4096, 40000, 1 << 20} {
-		msg := pattern(size, uint64(i))
-		buf := make([]byte, size)
-		r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := pr.a.ISend([][]byte{msg}, pr.atob, uint64(i), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mustWait(t, s, time.Minute)
-		mustWait(t, r, time.Minute)
-		if !bytes.Equal(buf, msg) {
-			t.Fatalf("%d bytes through the rings differ", size)
-		}
+		pr.sendLarge(t, pattern(size, uint64(i)), 1, uint64(i))
 	}
 	for _, b := range []*Board{pr.ba, pr.bb} {
 		if c := b.Counters(); c.Get(DropBadChecksum)+c.Get(DropBadHeader) != 0 {
