@@ -182,7 +182,9 @@
 // per-request channel, and the progress goroutine takes the rings back and
 // sleeps on their futex when nothing comes (see poll.go and
 // Board.WaitStats). With BoardOptions.BusyPoll a waiting goroutine polls
-// every source, the transport included, without a budget. One mutex per board guards all protocol state; the
+// every source, the transport included, without a budget; a transport that
+// costs a system call to look at (a UDP socket beside the host path's
+// rings) only every 64 looks at the rings. One mutex per board guards all protocol state; the
 // tiny-message path takes it once per call and allocates nothing once its
 // request pool is warm.
 //
