@@ -274,7 +274,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	}
 	b.spinning.Add(1)
 	ok, spent := false, false
-	var handled int64 // the clock as pollSource last read it
+	var handled int64 // the clock as pollSource read it in the latest look, or 0
 	defer func() {
 		b.spinning.Add(-1)
 		now := handled
@@ -303,6 +303,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	}()
 	kicked, yield := false, false
 	for i := 0; ; i++ {
+		handled = 0 // only a batch of this look may have completed the wait
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
