@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // MaxEndpoints is the number of endpoint ids a board offers (the wire's
@@ -143,6 +144,9 @@ type Board struct {
 	pcopies  []*pullCopy
 	pcopyN   atomic.Int32
 	curFrame *transport.Frame
+	// rxRings: the batch being handled came from shared-memory rings,
+	// whose frames carry no trailer (see sendFrame).
+	rxRings bool
 	// timeCopies (set by benchmarks only) makes the receive path add the
 	// time it spends on pull-reply copies to copyNanos.
 	timeCopies bool
@@ -402,7 +406,7 @@ func (b *Board) progress() {
 		n, err := b.tr.Recv(s.rx, wait)
 		b.loopOut.Add(1)
 		b.mu.Lock()
-		b.handleBatchLocked(s.rx[:n])
+		b.handleBatchLocked(s, s.rx[:n])
 		b.rxOwned = s // its verdicts may drain s (verdict.go)
 		b.timersLocked(false)
 		b.rxOwned = nil
@@ -425,7 +429,8 @@ func (b *Board) progress() {
 	}
 }
 
-func (b *Board) handleBatchLocked(rx []transport.Frame) {
+// handleBatchLocked handles the frames s returned (b.mu held).
+func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	if len(b.pcopies) > 0 {
 		// Started while an earlier batch was handled (pulloffload.go);
 		// with nothing received, there is nothing better to do than wait.
@@ -436,6 +441,8 @@ func (b *Board) handleBatchLocked(rx []transport.Frame) {
 	}
 	b.now = b.clock()
 	tr := b.batchFrom(rx)
+	outer := b.rxRings // a verdict's drain may nest one batch in another
+	b.rxRings = s.spin
 	for i := range rx {
 		f := &rx[i]
 		if tr != nil {
@@ -445,6 +452,7 @@ func (b *Board) handleBatchLocked(rx []transport.Frame) {
 		b.curFrame = nil
 		f.Data = nil
 	}
+	b.rxRings = outer
 	b.pcopyN.Store(int32(len(b.pcopies)))
 }
 
@@ -636,21 +644,41 @@ func (b *Board) frameBuf() []byte { return b.txbuf }
 
 // sendFrame seals buf[:n] (peer index included) when crc and sends it to
 // nic.
+//
+// Frames that go through shared-memory rings (a shm board's, or the host
+// path's) are never sealed, whatever the peer agreed to, and a frame
+// received from rings is never checked: the trailer guards against wires
+// that corrupt, and a ring is memory that both processes write only
+// through the transport's own records. That saves the CRC on both sides of
+// every message between processes of one host. The decision is taken per
+// frame by the transport it takes, so a peer reached both ways (rings for
+// this one, UDP for the next, as when the host path is found later) gets
+// each frame as its receiving side expects it.
 func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
-	if crc {
-		n = wire.SealInPlace(buf, n)
-	}
 	if nic == b.nic {
+		if crc {
+			n = wire.SealInPlace(buf, n)
+		}
 		x := append(b.getBuf(), buf[:n]...)
 		b.selfq = append(b.selfq, x)
 		return
 	}
-	b.tx1[0] = transport.Frame{Peer: nic, Data: buf[:n]}
 	tr := b.txFor(nic) // the transport, or shared memory (host.go)
+	if crc && !isRings(tr) {
+		n = wire.SealInPlace(buf, n)
+	}
+	b.tx1[0] = transport.Frame{Peer: nic, Data: buf[:n]}
 	if _, err := tr.Send(b.tx1[:]); err != nil {
 		b.sendFailed(tr, nic)
 	}
 	b.tx1[0].Data = nil
+}
+
+// isRings reports whether tr is shared-memory rings, whose frames carry
+// no trailer (see sendFrame).
+func isRings(tr transport.Transport) bool {
+	_, ok := tr.(*shm.Transport)
+	return ok
 }
 
 // batchBuf returns the i-th scratch buffer of an outgoing batch.
@@ -665,6 +693,10 @@ func (b *Board) batchBuf(i int) []byte {
 // sealing each when crc.
 func (b *Board) sendBatch(nic transport.NICID, lens []int, crc bool) {
 	b.txFrames = b.txFrames[:0]
+	// The transport, or shared memory (host.go), whose frames carry no
+	// trailer (see sendFrame).
+	tr := b.txFor(nic)
+	crc = crc && (nic == b.nic || !isRings(tr))
 	for i, n := range lens {
 		buf := b.txBufs[i]
 		if crc {
@@ -677,7 +709,6 @@ func (b *Board) sendBatch(nic transport.NICID, lens []int, crc bool) {
 		b.txFrames = append(b.txFrames, transport.Frame{Peer: nic, Data: buf[:n]})
 	}
 	fr := b.txFrames
-	tr := b.txFor(nic) // the transport, or shared memory (host.go)
 	for len(fr) > 0 {
 		k, err := tr.Send(fr)
 		if err != nil {

@@ -145,6 +145,10 @@
 // CRC-32C trailer, a gomx extension: it is on between two gomx boards that
 // both announce it in the gomx CONNECT extension (neither set
 // BoardOptions.NoChecksum), and off otherwise, always with an Open-MX peer.
+// Frames through shared-memory rings (shm boards, the host path) never
+// carry it: a ring is memory, not a wire, and the CRC cost both sides of
+// every message between processes of one host; the sender decides per
+// frame by the transport it takes and the receiver by the source it read.
 // A frame that fails it, or any header check, is dropped and counted, never
 // a panic. Every counter is in [Counters], per endpoint and per board.
 //
@@ -178,7 +182,9 @@
 // per-request channel, and the progress goroutine takes the rings back and
 // sleeps on their futex when nothing comes (see poll.go and
 // Board.WaitStats). With BoardOptions.BusyPoll a waiting goroutine polls
-// every source, the transport included, without a budget. One mutex per board guards all protocol state; the
+// every source, the transport included, without a budget; a transport that
+// costs a system call to look at (a UDP socket beside the host path's
+// rings) only every 64 looks at the rings. One mutex per board guards all protocol state; the
 // tiny-message path takes it once per call and allocates nothing once its
 // request pool is warm.
 //

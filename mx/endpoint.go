@@ -606,7 +606,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
 		budget := b.waitBudget(e)
 		ok := false
-		out, err := b.pollWait(ctx, nil, func() bool {
+		out, _, err := b.pollWait(ctx, nil, func() bool {
 			b.mu.Lock()
 			ok = cond()
 			b.mu.Unlock()

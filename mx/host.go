@@ -191,7 +191,7 @@ func (b *Board) hostProgress() {
 		n, err := h.tr.Recv(s.rx, -1)
 		if n > 0 {
 			b.mu.Lock()
-			b.handleBatchLocked(s.rx[:n])
+			b.handleBatchLocked(s, s.rx[:n])
 			b.release(false)
 		}
 		if n < len(s.rx) {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,6 +95,90 @@ func TestHostPath(t *testing.T) {
 	}
 	s, _ := e.ISend(nil, addr, echoStop, nil)
 	mustWait(t, s, 10*time.Second)
+}
+
+// recvCounter counts the receives made on a transport (n) and the frames
+// they returned.
+type recvCounter struct {
+	transport.Transport
+	n, frames atomic.Uint64
+}
+
+func (c *recvCounter) Recv(f []transport.Frame, d time.Duration) (int, error) {
+	c.n.Add(1)
+	k, err := c.Transport.Recv(f, d)
+	c.frames.Add(uint64(k))
+	return k, err
+}
+
+// TestBusyPollHostPathSyscalls: a busy-polling waiter on a UDP board with
+// the host path looks at the UDP socket, a system call, only once per
+// syscallEvery looks at the rings, so a message through the rings does not
+// wait behind one at every look; and frames that come over UDP (from a
+// peer without the host path) are still taken by the waiter.
+func TestBusyPollHostPathSyscalls(t *testing.T) {
+	dir := shmDir(t)
+	ctx := testCtx(t, 2*time.Minute)
+	_, ringPeer := startHostChild(t, ctx, dir+"+busy")
+	_, udpPeer := startHostChild(t, ctx, "-+busy")
+	u, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		t.Skipf("udp unavailable: %v", err)
+	}
+	sock := &recvCounter{Transport: u}
+	o := hostOptions(dir)
+	o.BusyPoll = true
+	o.Local.Shm = true // the wrapper hides the UDP transport's host-unique ids
+	b, err := NewBoard(sock, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.HostPathErr(); err != nil {
+		t.Fatal(err)
+	}
+	rings := b.host.src
+	ringLooks := &recvCounter{Transport: rings.tr}
+	rings.mu.Lock()
+	rings.tr = ringLooks
+	rings.mu.Unlock()
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toRings, err := e.Connect(ctx, ringPeer, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toUDP, err := e.Connect(ctx, udpPeer, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.HostPath(ringPeer) || b.HostPath(udpPeer) {
+		t.Fatalf("host path to the ring peer %v, to the UDP peer %v; want true, false", b.HostPath(ringPeer), b.HostPath(udpPeer))
+	}
+	sizes := make([]int, 2000)
+	for i := range sizes {
+		sizes[i] = 8
+	}
+	sock0, rings0, loop0 := sock.n.Load(), ringLooks.n.Load(), b.loopRecvs.Load()
+	echoSizes(t, ctx, e, toRings, sizes)
+	waiterSock := (sock.n.Load() - sock0) - (b.loopRecvs.Load() - loop0)
+	looks := ringLooks.n.Load() - rings0
+	if looks == 0 || waiterSock*8 > looks {
+		t.Errorf("%d echoes through the rings: waiters looked at the UDP socket %d times and at the rings %d times; want at most one socket look per %d ring looks",
+			len(sizes), waiterSock, looks, syscallEvery)
+	}
+	t.Logf("%d echoes through the rings: %d looks at the rings, %d at the UDP socket", len(sizes), looks, waiterSock)
+	udpIn := sock.frames.Load()
+	echoSizes(t, ctx, e, toUDP, []int{0, 8, 128, 1000, 4096, 70000})
+	if got := sock.frames.Load() - udpIn; got < 6 {
+		t.Errorf("%d frames came over UDP for 6 echoes", got)
+	}
+	for _, a := range []Addr{toRings, toUDP} {
+		s, _ := e.ISend(nil, a, echoStop, nil)
+		mustWait(t, s, 10*time.Second)
+	}
 }
 
 // hostEchoChild serves echoes on a UDP board, with the host path in dir,

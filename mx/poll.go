@@ -67,7 +67,9 @@ import (
 // shrinks towards zero and it costs no CPU.
 //
 // BoardOptions.BusyPoll is the same poll without a budget, on every source
-// (the transport too, at the price of a system call per look).
+// (the transport too, at the price of a system call per look; beside the
+// host path's rings, only every syscallEvery looks, so the rings' messages
+// do not wait behind the socket).
 //
 // # Waiting on a copy engine
 //
@@ -214,16 +216,19 @@ func (b *Board) spinGrace() time.Duration {
 }
 
 // pollSource receives and handles one batch from s if nobody else owns
-// its Recv, and reports whether it could look.
-func (b *Board) pollSource(s *rxSource) bool {
+// its Recv, and reports whether it could look, and when it handled frames
+// the board's clock as it read it for them (else 0): a waiter that
+// completes on them needs no clock read of its own.
+func (b *Board) pollSource(s *rxSource) (looked bool, now int64) {
 	if !s.mu.TryLock() {
-		return false
+		return false, 0
 	}
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
-		b.handleBatchLocked(s.rx[:n])
-		if b.clock() >= b.nextTick.Load() {
+		b.handleBatchLocked(s, s.rx[:n]) // sets b.now: one clock read per batch
+		now = b.now
+		if now >= b.nextTick.Load() {
 			b.rxOwned = s // verdict.go
 			b.timersLocked(true)
 			b.rxOwned = nil
@@ -235,7 +240,7 @@ func (b *Board) pollSource(s *rxSource) bool {
 	}
 	s.mu.Unlock()
 	b.runCopies() // cma.go: without the source's lock
-	return true
+	return true, now
 }
 
 // waitSources returns the sources a waiter polls: in busy-poll mode all of
@@ -270,12 +275,25 @@ func (b *Board) engineBusy() bool {
 	return b.engCopies.Load() > 0 || b.pcopyN.Load() > 0
 }
 
+// syscallEvery is, for a waiter that polls shared-memory rings beside a
+// source that costs a system call to look at (busy-poll mode on a board
+// with the host path: the UDP socket beside the rings), how many looks at
+// the rings it makes per look at that source. A receive system call costs
+// about a microsecond here, as much as dozens of looks at the rings and
+// several times a whole message through them: looking at the socket every
+// time made a message through the rings wait behind it most of the time,
+// while a frame on the socket now waits at most a few microseconds more,
+// little beside the kernel's own path.
+const syscallEvery = 64
+
 // pollWait polls the waiter's sources until done (or, when r is nil,
 // cond) holds, the budget runs out (budget < 0: never), engine copies run
 // (an adaptive waiter, budget >= 0), ctx is done, or the endpoint is woken
 // up (its wake generation moves past gen). It says which of the first
-// three happened.
-func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, error) {
+// three happened and, when the condition did not hold, the board's clock
+// when it started counting its budget (after its first few looks: a wait
+// that ends sooner reads no clock for it; -1 when it read none).
+func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, int64, error) {
 	srcs := b.waitSources()
 	holds := func() bool {
 		if r != nil {
@@ -283,21 +301,29 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		return cond()
 	}
+	start := int64(-1)
 	if holds() {
-		return pollHeld, nil
+		return pollHeld, start, nil
 	}
 	if budget >= 0 && b.engineBusy() {
 		b.waitEngine.Add(1)
-		return pollEngine, nil
+		return pollEngine, start, nil
 	}
+	// Sources that cost a system call are looked at only every
+	// syscallEvery looks when rings are polled beside them.
+	mixed := len(b.spinSrcs) > 0 && len(b.spinSrcs) < len(srcs)
 	for _, s := range srcs {
 		s.pollers.Add(1)
 	}
 	b.spinning.Add(1)
 	ok, spent := false, false
+	var handled int64 // the clock as pollSource read it in the latest look, or 0
 	defer func() {
 		b.spinning.Add(-1)
-		now := b.clock()
+		now := handled
+		if ok && now == 0 {
+			now = b.clock()
+		}
 		for _, s := range srcs {
 			if ok {
 				s.idle.Store(now)
@@ -318,11 +344,18 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 			b.waitSlept.Add(1)
 		}
 	}()
-	start := b.clock()
 	kicked, yield := false, false
 	for i := 0; ; i++ {
+		handled = 0 // only a batch of this look may have completed the wait
 		for _, s := range srcs {
-			if !b.pollSource(s) && !kicked && s.kick != nil {
+			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
+				continue
+			}
+			looked, now := b.pollSource(s)
+			if now != 0 {
+				handled = now
+			}
+			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
 				kicked = true
@@ -330,32 +363,36 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if holds() {
 			ok = true
-			return pollHeld, nil
+			return pollHeld, start, nil
 		}
 		if b.engineBusy() {
 			// The message waits for the engine: leave it the CPU.
 			if budget >= 0 {
 				b.waitEngine.Add(1)
-				return pollEngine, nil
+				return pollEngine, start, nil
 			}
 			runtime.Gosched()
 		}
 		if i&15 == 15 {
-			el := time.Duration(b.clock() - start)
+			now := b.clock()
+			if start < 0 {
+				start = now - 1 // the first 16 looks: well under a microsecond
+			}
+			el := time.Duration(now - start)
 			if budget >= 0 && el >= budget {
 				spent = true
-				return pollSpent, nil
+				return pollSpent, start, nil
 			}
 			yield = el >= yieldAfter
 			if err := ctx.Err(); err != nil {
 				if holds() {
 					ok = true
-					return pollHeld, nil
+					return pollHeld, start, nil
 				}
-				return pollSpent, fmt.Errorf("%w: %w", ErrTimeout, err)
+				return pollSpent, start, fmt.Errorf("%w: %w", ErrTimeout, err)
 			}
 			if e != nil && e.wakeGen.Load() != gen {
-				return pollSpent, ErrWokenUp
+				return pollSpent, start, ErrWokenUp
 			}
 		}
 		if yield {

@@ -250,16 +250,16 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if r.done.Load() {
 		return r.finish()
 	}
-	start, polled := b.clock(), false
+	start, polled := int64(-1), false
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
-		out, err := b.pollWait(ctx, r, nil, b.waitBudget(e), e, e.wakeGen.Load())
+		out, st, err := b.pollWait(ctx, r, nil, b.waitBudget(e), e, e.wakeGen.Load())
 		if err != nil {
 			return Status{}, err
 		}
 		if out == pollHeld {
 			return r.finish()
 		}
-		polled = out == pollSpent
+		start, polled = st, out == pollSpent
 	}
 	b.mu.Lock()
 	for !r.done.Load() {
@@ -285,7 +285,7 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 			return Status{}, err
 		}
 	}
-	if polled {
+	if polled && start >= 0 {
 		// It polled its window in vain and slept: when the message came
 		// tells the endpoint's window how long to poll next time (as
 		// haltpoll's block_ns, the time includes the wake-up).

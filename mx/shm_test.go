@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/shm"
@@ -243,6 +244,61 @@ func shmEchoChild(arg string) error {
 		}
 		if _, err := s.Wait(ctx); err != nil {
 			return err
+		}
+	}
+}
+
+// TestRingsCarryNoTrailer: two gomx boards that agreed on the CRC-32C
+// trailer leave it off the frames they exchange through shared-memory
+// rings (nothing corrupts a ring, and the CRC cost both sides of every
+// message): a frame a board sends into a ring is exactly its header and
+// payload, and every size class still arrives intact with no frame
+// dropped.
+func TestRingsCarryNoTrailer(t *testing.T) {
+	pr := newPair(t, shmFactory, fastOptions(), loopback.Faults{})
+	pr.ba.mu.Lock()
+	agreed := pr.atob.p.crc
+	pr.ba.mu.Unlock()
+	if !agreed {
+		t.Fatal("two gomx shm boards did not agree on the trailer: this test needs them to")
+	}
+	ctx := testCtx(t, time.Minute)
+	for i, size := range []int{0, 8, 33, 4096, 40000, 1 << 20} {
+		pr.sendLarge(t, pattern(size, uint64(i)), 1, uint64(i))
+	}
+	for _, b := range []*Board{pr.ba, pr.bb} {
+		if c := b.Counters(); c.Get(DropBadChecksum)+c.Get(DropBadHeader) != 0 {
+			t.Fatalf("frames dropped: %d bad checksums, %d bad headers", c.Get(DropBadChecksum), c.Get(DropBadHeader))
+		}
+	}
+	// A raw ring endpoint sees what a board writes: its CONNECT, without
+	// the 4 bytes of trailer.
+	raw := pr.w.third().(*shm.Transport)
+	defer raw.Close()
+	c, err := pr.a.IConnect(raw.Addr(), 0, testKey, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.a.Cancel(c)
+	frames := make([]transport.Frame, 8)
+	for {
+		n, err := raw.Recv(frames, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			f := frames[0].Data
+			want, err := wire.FrameLen(f, pr.ba.ord)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(f) != want {
+				t.Fatalf("a CONNECT of %d bytes took %d in the ring: a trailer rode along", want, len(f))
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no CONNECT reached the raw ring endpoint")
 		}
 	}
 }

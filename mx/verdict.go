@@ -76,7 +76,7 @@ func (b *Board) drainForVerdict() bool {
 				break
 			}
 			b.cnt[VerdictDrainFrames] += uint64(n)
-			b.handleBatchLocked(s.rx[:n])
+			b.handleBatchLocked(s, s.rx[:n])
 		}
 		if !owned {
 			s.mu.Unlock()
