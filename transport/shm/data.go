@@ -42,15 +42,15 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	return len(frames), nil
 }
 
-// write appends frames (all to o's peer) to o's ring and publishes them
-// with one store of the tail: the explicit commit.
+// write appends frames (all to o's peer) to o's ring. Each record is
+// published as it is written (putRecord stores its record word last); the
+// consumer's doorbell is rung, if it may sleep, once for the batch.
 func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.dead.Load() || o.data == nil {
 		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
-	le := binary.LittleEndian
 	size := len(o.data)
 	start := o.cur
 	for i, f := range frames {
@@ -66,28 +66,23 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 			r.Copied() // records are written into the ring
 		}
 		rl := recordLen(len(f.Data))
-		at, pad, ok := reserve(size, o.headSeen, o.cur, rl)
+		at, _, ok := reserve(size, o.headSeen, o.cur, rl)
 		if !ok {
 			// Load the consumer's cursor only now: most frames find room
 			// with the cached one. The load acquires: the consumer is done
 			// with every byte below it.
 			o.headSeen = o.head.Load()
-			if at, pad, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
-				o.publish(start) // let the consumer drain what we have
+			if at, _, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
+				o.publish(start) // wake the consumer to drain what we have
 				start = o.cur
 				if !t.waitRoom(o, rl) {
 					t.cnt.dropFull.Add(1)
 					continue
 				}
-				at, pad, _ = reserve(size, o.headSeen, o.cur, rl)
+				at, _, _ = reserve(size, o.headSeen, o.cur, rl)
 			}
 		}
-		if pad {
-			le.PutUint32(o.data[o.cur%uint64(size):], padMark)
-		}
-		pos := at % uint64(size)
-		le.PutUint32(o.data[pos:], uint32(len(f.Data)))
-		copy(o.data[pos+recHdr:], f.Data)
+		putRecord(o.data, o.cur, at, f.Data)
 		o.cur = at + uint64(rl)
 		t.cnt.sent.Add(1)
 	}
@@ -95,18 +90,16 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 	return len(frames), nil
 }
 
-// publish makes the records written since start visible, then rings the
-// consumer's doorbell if it may be asleep.
+// publish rings the consumer's doorbell if records were written since
+// start and the consumer may be asleep.
 func (o *outRing) publish(start uint64) {
 	if o.cur == start {
 		return
 	}
-	// The store releases: the consumer that loads this tail sees every
-	// record byte written before it.
-	o.tail.Store(o.cur)
 	// Sequentially consistent with the consumer's store of sleeping and
-	// its re-check of our tail (Dekker): either it sees the tail above, or
-	// we see sleeping == 1 here and wake it.
+	// its re-check of the record word at its cursor (Dekker): the record
+	// words putRecord stored come before this load, so either the consumer
+	// sees the records, or we see sleeping == 1 here and wake it.
 	if o.slp.Load() != 0 {
 		o.seq.Add(1)
 		futexWake(o.seq, 1)
@@ -234,8 +227,8 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	}
 	c.SetDeadline(time.Time{})
 	o := &outRing{peer: peer, seg: seg, bell: bell, data: seg.mem[dataOff : dataOff+size], conn: c,
-		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff),
-		seq: u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
+		head: u64At(seg.mem, headOff),
+		seq:  u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
 		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
 	return o, nil
@@ -376,10 +369,9 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		if r.dead.Load() || r.data == nil {
 			continue
 		}
-		// The load acquires: every record below this tail is written.
-		tail := r.tail.Load()
-		for n < len(frames) && r.cur != tail {
-			f, next, ok, err := parseRecord(r.data, r.cur, tail, t.opts.MTU)
+		for n < len(frames) {
+			// The record word's load acquires the record (parseRecord).
+			f, next, ok, err := parseRecord(r.data, r.cur, t.opts.MTU)
 			if err != nil {
 				t.cnt.corrupt.Add(1)
 				r.dead.Store(true)

@@ -9,31 +9,41 @@ import (
 // Ring layout. A ring is one shared segment written by exactly one producer
 // process and read by exactly one consumer process:
 //
-//	offset 0     tail   uint64  bytes ever published by the producer
 //	offset 64    head   uint64  bytes ever consumed by the consumer
 //	offset 128   magic  uint32  ringMagic
 //	offset 132   size   uint32  length of the data area
 //	offset 4096  data   [size]byte
 //
-// tail and head sit on cache lines of their own, so the producer's writes
-// never invalidate the line the consumer polls and the other way round.
-// Cursors only grow; a position in the data area is cursor % size.
+// The head sits on a cache line of its own. Cursors only grow; a position
+// in the data area is cursor % size. There is no producer cursor in shared
+// memory: each record announces itself (see below).
 //
-// The data area holds records, each 8-byte aligned: a little-endian uint32
-// length, 4 reserved bytes, then the frame, padded to 8 bytes. A record
-// never wraps: when the contiguous space left before the end is too short,
-// the producer writes a pad record (length padMark), which tells the
-// consumer to skip to the start of the data area.
+// The data area holds records, each starting on a 64-byte boundary (a cache
+// line): a little-endian uint32 length, a uint32 record word, then the
+// frame, padded to 64 bytes. A record never wraps: when the contiguous
+// space left before the end is too short, the producer writes a pad record
+// (length padMark), which tells the consumer to skip to the start of the
+// data area.
+//
+// The record word is what the consumer polls. It is recWord(c) for the
+// record at cursor c (never 0) once the record is published, and 0 before:
+// the producer stores 0 into the word of the next record's header (at the
+// cursor just past its record) before it stores its own record's word, and
+// never lets the ring fill up to that header (see reserve). So the word the
+// consumer looks at is, by construction, either 0 or its record's word,
+// never bytes an earlier lap left there: those were overwritten by the 0,
+// which the consumer sees because it acquired the previous record's word,
+// stored after the 0. Any other value is a broken producer.
 const (
-	tailOff    = 0
 	headOff    = 64
 	magicOff   = 128
 	sizeOff    = 132
 	dataOff    = 4096
-	recHdr     = 8
+	recHdr     = 8 // length, record word
+	recWordOff = 4 // the record word's offset in a record
 	padMark    = 0xFFFFFFFF
 	ringMagic  = 0x676D7872 // "gmxr"
-	ringAlign  = 8
+	ringAlign  = 64
 	minRingLen = 64 << 10
 )
 
@@ -52,49 +62,48 @@ const (
 // is buggy or hostile, and the ring is dropped.
 var errCorrupt = errors.New("shm: corrupt ring")
 
-func align8(n int) int { return (n + ringAlign - 1) &^ (ringAlign - 1) }
+// recWord is the record word of the record (or pad) at cursor c: odd, so
+// never the 0 of a record not yet published.
+func recWord(c uint64) uint32 { return uint32(c/ringAlign)<<1 | 1 }
+
+func alignRec(n int) int { return (n + ringAlign - 1) &^ (ringAlign - 1) }
 
 // recordLen is the ring space a frame of n bytes takes.
-func recordLen(n int) int { return recHdr + align8(n) }
+func recordLen(n int) int { return alignRec(recHdr + n) }
 
 // ringSegLen is the segment length for a data area of size bytes.
 func ringSegLen(size int) int { return dataOff + size }
 
 // parseRecord reads the record at cursor head of a ring whose data area is
-// data, with tail the producer's published cursor and mtu the largest frame
-// allowed. It returns the frame (pointing into data), the cursor after the
-// record, and whether there was one. A pad record is consumed silently
-// (frame nil, ok true). Every length comes from the other process, so each
-// is checked against the data area before it is used.
-func parseRecord(data []byte, head, tail uint64, mtu int) (frame []byte, next uint64, ok bool, err error) {
+// data (a multiple of ringAlign long), with mtu the largest frame allowed.
+// It returns the frame (pointing into data), the cursor after the record,
+// and whether there was one: ok is false while the record word is still 0.
+// A pad record is consumed silently (frame nil, ok true). The word is loaded
+// atomically, which acquires the record's length and frame; every length
+// comes from the other process, so each is checked against the data area
+// and the MTU before it is used.
+func parseRecord(data []byte, head uint64, mtu int) (frame []byte, next uint64, ok bool, err error) {
 	size := uint64(len(data))
-	if tail == head {
-		return nil, head, false, nil
-	}
-	if tail-head > size || tail < head {
-		return nil, head, false, fmt.Errorf("%w: %d bytes published past a consumer at %d (ring of %d)", errCorrupt, tail-head, head, size)
-	}
 	if head%ringAlign != 0 {
 		return nil, head, false, fmt.Errorf("%w: unaligned cursor %d", errCorrupt, head)
 	}
 	pos := head % size
-	avail := tail - head
-	if avail < recHdr || size-pos < recHdr {
-		return nil, head, false, fmt.Errorf("%w: a record header does not fit at %d", errCorrupt, pos)
+	w := u32At(data, int(pos)+recWordOff).Load()
+	if w == 0 {
+		return nil, head, false, nil
+	}
+	if w != recWord(head) {
+		return nil, head, false, fmt.Errorf("%w: record word %#x at cursor %d (want 0 or %#x)", errCorrupt, w, head, recWord(head))
 	}
 	n := binary.LittleEndian.Uint32(data[pos:])
 	if n == padMark {
-		skip := size - pos
-		if skip > avail {
-			return nil, head, false, fmt.Errorf("%w: pad record past the published data", errCorrupt)
-		}
-		return nil, head + skip, true, nil
+		return nil, head + (size - pos), true, nil
 	}
 	if int64(n) > int64(mtu) {
 		return nil, head, false, fmt.Errorf("%w: a %d-byte frame (MTU %d)", errCorrupt, n, mtu)
 	}
 	rl := uint64(recordLen(int(n)))
-	if rl > avail || rl > size-pos {
+	if rl > size-pos {
 		return nil, head, false, fmt.Errorf("%w: a %d-byte record at %d overruns the ring", errCorrupt, rl, pos)
 	}
 	start := pos + recHdr
@@ -104,13 +113,15 @@ func parseRecord(data []byte, head, tail uint64, mtu int) (frame []byte, next ui
 // reserve finds room for a record of rl bytes for a producer at cursor tail
 // whose consumer is at head. It returns the cursor at which the record
 // starts (after a pad record, when one is needed: pad reports that) and
-// whether it fits.
+// whether it fits. Room means the record and the header after it: the
+// producer zeroes that header's word (putRecord), so it must not belong to
+// a record the consumer has yet to read.
 func reserve(size int, head, tail uint64, rl int) (at uint64, pad bool, ok bool) {
 	s := uint64(size)
 	pos := tail % s
 	free := s - (tail - head)
-	need := uint64(rl)
-	if s-pos < need {
+	need := uint64(rl) + recHdr
+	if s-pos < uint64(rl) {
 		// Skip the short end with a pad record: it must fit, plus the record
 		// at the start.
 		need += s - pos
@@ -123,4 +134,26 @@ func reserve(size int, head, tail uint64, rl int) (at uint64, pad bool, ok bool)
 		return 0, false, false
 	}
 	return tail, false, true
+}
+
+// putRecord writes frame f as the record at cursor at of the data area,
+// after a pad record at cursor tail when at is past it (reserve decides
+// both), and publishes each: the next header's word is zeroed first, the
+// record's own word stored last. Both stores are atomic: the consumer polls
+// these words, and its load of the record word acquires everything written
+// before it.
+func putRecord(data []byte, tail, at uint64, f []byte) {
+	size := uint64(len(data))
+	if at != tail {
+		p := tail % size
+		binary.LittleEndian.PutUint32(data[p:], padMark)
+		u32At(data, int(at%size)+recWordOff).Store(0)
+		u32At(data, int(p)+recWordOff).Store(recWord(tail))
+	}
+	pos := at % size
+	next := (at + uint64(recordLen(len(f)))) % size
+	u32At(data, int(next)+recWordOff).Store(0)
+	binary.LittleEndian.PutUint32(data[pos:], uint32(len(f)))
+	copy(data[pos+recHdr:], f)
+	u32At(data, int(pos)+recWordOff).Store(recWord(at))
 }
