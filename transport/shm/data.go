@@ -43,8 +43,8 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 }
 
 // write appends frames (all to o's peer) to o's ring. Each record is
-// published as it is written (putRecord stores its record word last); the
-// consumer's doorbell is rung, if it may sleep, once for the batch.
+// published as it is written (producer.put stores its record word last);
+// the consumer's doorbell is rung, if it may sleep, once for the batch.
 func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -82,11 +82,11 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 				at, _, _ = reserve(size, o.headSeen, o.cur, rl)
 			}
 		}
-		putRecord(o.data, o.cur, at, f.Data)
-		o.cur = at + uint64(rl)
+		o.put(at, f.Data)
 		t.cnt.sent.Add(1)
 	}
 	o.publish(start)
+	o.clearAhead(o.headSeen + uint64(size))
 	return len(frames), nil
 }
 
@@ -98,7 +98,7 @@ func (o *outRing) publish(start uint64) {
 	}
 	// Sequentially consistent with the consumer's store of sleeping and
 	// its re-check of the record word at its cursor (Dekker): the record
-	// words putRecord stored come before this load, so either the consumer
+	// words put stored come before this load, so either the consumer
 	// sees the records, or we see sleeping == 1 here and wake it.
 	if o.slp.Load() != 0 {
 		o.seq.Add(1)
@@ -226,7 +226,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		return fail(err)
 	}
 	c.SetDeadline(time.Time{})
-	o := &outRing{peer: peer, seg: seg, bell: bell, data: seg.mem[dataOff : dataOff+size], conn: c,
+	o := &outRing{peer: peer, seg: seg, bell: bell, producer: producer{data: seg.mem[dataOff : dataOff+size]}, conn: c,
 		head: u64At(seg.mem, headOff),
 		seq:  u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
 		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,

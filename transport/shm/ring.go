@@ -114,8 +114,8 @@ func parseRecord(data []byte, head uint64, mtu int) (frame []byte, next uint64, 
 // whose consumer is at head. It returns the cursor at which the record
 // starts (after a pad record, when one is needed: pad reports that) and
 // whether it fits. Room means the record and the header after it: the
-// producer zeroes that header's word (putRecord), so it must not belong to
-// a record the consumer has yet to read.
+// producer zeroes that header's word (producer.put), so it must not belong
+// to a record the consumer has yet to read.
 func reserve(size int, head, tail uint64, rl int) (at uint64, pad bool, ok bool) {
 	s := uint64(size)
 	pos := tail % s
@@ -136,24 +136,59 @@ func reserve(size int, head, tail uint64, rl int) (at uint64, pad bool, ok bool)
 	return tail, false, true
 }
 
-// putRecord writes frame f as the record at cursor at of the data area,
-// after a pad record at cursor tail when at is past it (reserve decides
-// both), and publishes each: the next header's word is zeroed first, the
-// record's own word stored last. Both stores are atomic: the consumer polls
-// these words, and its load of the record word acquires everything written
-// before it.
-func putRecord(data []byte, tail, at uint64, f []byte) {
-	size := uint64(len(data))
-	if at != tail {
-		p := tail % size
-		binary.LittleEndian.PutUint32(data[p:], padMark)
-		u32At(data, int(at%size)+recWordOff).Store(0)
-		u32At(data, int(p)+recWordOff).Store(recWord(tail))
+// clearAheadLen is how far past its cursor a producer keeps the record
+// words at line starts 0, so that publishing a small record does not wait
+// for the line of the next header (a line last touched a lap ago) before
+// its own record word can be stored.
+const clearAheadLen = 16 * ringAlign
+
+// producer is the producer's private view of a ring.
+type producer struct {
+	data  []byte // the data area
+	cur   uint64 // the cursor after the last record written
+	clear uint64 // the record words at the line starts of [cur, clear) are 0
+}
+
+// put writes frame f as the record at cursor at, after a pad record at cur
+// when at is past it (reserve decides both), and publishes each: the word
+// of the header after it is 0 first, the record's own word is stored last.
+// The stores of words are atomic: the consumer polls them, and its load of
+// a record word acquires everything written before it.
+func (p *producer) put(at uint64, f []byte) {
+	size := uint64(len(p.data))
+	if at != p.cur {
+		pos := p.cur % size
+		binary.LittleEndian.PutUint32(p.data[pos:], padMark)
+		p.zero(at) // the start of the data area
+		u32At(p.data, int(pos)+recWordOff).Store(recWord(p.cur))
+		p.cur, p.clear = at, at+ringAlign
+	}
+	end := at + uint64(recordLen(len(f)))
+	if p.clear <= end {
+		p.zero(end)
+		p.clear = end + ringAlign
 	}
 	pos := at % size
-	next := (at + uint64(recordLen(len(f)))) % size
-	u32At(data, int(next)+recWordOff).Store(0)
-	binary.LittleEndian.PutUint32(data[pos:], uint32(len(f)))
-	copy(data[pos+recHdr:], f)
-	u32At(data, int(pos)+recWordOff).Store(recWord(at))
+	binary.LittleEndian.PutUint32(p.data[pos:], uint32(len(f)))
+	copy(p.data[pos+recHdr:], f)
+	u32At(p.data, int(pos)+recWordOff).Store(recWord(at))
+	p.cur = end
+}
+
+// clearAhead zeroes the record words of the lines up to clearAheadLen past
+// the cursor, stopping at the end of the data area (a pad record zeroes the
+// start) and at limit, the first cursor whose line the consumer may still
+// read (its head plus the ring size). Called after a batch is published, it
+// moves those lines into the producer's cache off the latency path.
+func (p *producer) clearAhead(limit uint64) {
+	size := uint64(len(p.data))
+	stop := min(p.cur+clearAheadLen, p.cur-p.cur%size+size, limit)
+	for ; p.clear+ringAlign <= stop; p.clear += ringAlign {
+		p.zero(p.clear)
+	}
+}
+
+// zero stores 0 into the record word of the line at cursor c.
+func (p *producer) zero(c uint64) {
+	u32At(p.data, int(c%uint64(len(p.data)))+recWordOff).Store(0)
 }

@@ -97,17 +97,16 @@ func consume(data []byte, head *uint64, mtu int) ([]byte, error) {
 	return nil, errors.New("only pad records")
 }
 
-// TestRingMatchesOracle pushes random frames through a small ring with
-// reserve and putRecord, as Send does, next to the oracle: the bytes must
-// be the same after every record, frames must come out of parseRecord in
+// TestRingMatchesOracle pushes random frames through a small ring the way
+// Send does (codeRing), next to the oracle: the bytes the consumer may read
+// must be the same after every record, frames must come out of parseRecord in
 // order, byte for byte, and the ring may refuse a frame only when it is
 // really full.
 func TestRingMatchesOracle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const size, mtu = 4096, 900
 	o := &oracleRing{data: make([]byte, size)}
-	data := make([]byte, size)
-	var head, tail uint64
+	r := &codeRing{producer: producer{data: make([]byte, size)}}
 	var fifo [][]byte
 	for step := 0; step < 200000; step++ {
 		if rng.IntN(2) == 0 {
@@ -115,25 +114,23 @@ func TestRingMatchesOracle(t *testing.T) {
 			for i := range f {
 				f[i] = byte(rng.Uint32())
 			}
-			at, _, ok := reserve(size, head, tail, recordLen(len(f)))
+			ok := r.put(f, nil)
 			if ok != o.put(f, nil) {
-				t.Fatalf("step %d: reserve says %v for a %d-byte frame, the oracle %v", step, ok, len(f), !ok)
+				t.Fatalf("step %d: the ring says %v to a %d-byte frame, the oracle %v", step, ok, len(f), !ok)
 			}
 			if !ok {
-				if used := tail - head; used+uint64(recordLen(len(f))) <= size/2 {
+				if used := r.cur - r.head; used+uint64(recordLen(len(f))) <= size/2 {
 					t.Fatalf("step %d: refused a %d-byte frame with %d of %d bytes used", step, len(f), used, size)
 				}
 				continue
 			}
-			putRecord(data, tail, at, f)
-			tail = at + uint64(recordLen(len(f)))
-			if tail != o.tail || !bytes.Equal(data, o.data) {
-				t.Fatalf("step %d: putRecord wrote other bytes than the oracle (tail %d, oracle %d)", step, tail, o.tail)
+			if !r.sameAsOracle(o) {
+				t.Fatalf("step %d: the producer wrote other bytes than the oracle (tail %d, oracle %d)", step, r.cur, o.tail)
 			}
 			fifo = append(fifo, f)
 			continue
 		}
-		f, err := consume(data, &head, mtu)
+		f, err := consume(r.data, &r.head, mtu)
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
@@ -146,27 +143,60 @@ func TestRingMatchesOracle(t *testing.T) {
 			}
 			fifo = fifo[1:]
 		}
-		o.head = head
+		o.head = r.head
 	}
 }
 
-// codeRing writes records the way Send does: reserve, then putRecord.
+// codeRing writes records the way Send does: reserve, producer.put, then
+// producer.clearAhead.
 type codeRing struct {
-	data       []byte
-	head, tail uint64
+	producer
+	head uint64
 }
 
 // put writes f, its bytes chosen by fill (given the cursor of the frame's
-// first byte), or reports that it does not fit.
+// first byte) unless fill is nil, or reports that it does not fit.
 func (r *codeRing) put(f []byte, fill func(c uint64, f []byte)) bool {
-	at, _, ok := reserve(len(r.data), r.head, r.tail, recordLen(len(f)))
+	at, _, ok := reserve(len(r.data), r.head, r.cur, recordLen(len(f)))
 	if !ok {
 		return false
 	}
-	fill(at+recHdr, f)
-	putRecord(r.data, r.tail, at, f)
-	r.tail = at + uint64(recordLen(len(f)))
+	if fill != nil {
+		fill(at+recHdr, f)
+	}
+	r.producer.put(at, f)
+	r.clearAhead(r.head + uint64(len(r.data)))
 	return true
+}
+
+// sameAsOracle reports whether r holds the oracle's records (headers and
+// frames) from the consumer's cursor to the tail, and the word after them.
+// The rest (free space, pad bytes) may differ: the producer zeroes words
+// ahead of its cursor.
+func (r *codeRing) sameAsOracle(o *oracleRing) bool {
+	if r.cur != o.tail || r.head != o.head {
+		return false
+	}
+	size := uint64(len(r.data))
+	same := func(c uint64, n int) bool {
+		p := c % size
+		return bytes.Equal(r.data[p:p+uint64(n)], o.data[p:p+uint64(n)])
+	}
+	for c := r.head; c < r.cur; {
+		n := binary.LittleEndian.Uint32(o.data[c%size:])
+		if n == 0xFFFFFFFF {
+			if !same(c, recHdr) {
+				return false
+			}
+			c += size - c%size
+			continue
+		}
+		if !same(c, recHdr+int(n)) {
+			return false
+		}
+		c += uint64(recordLen(int(n)))
+	}
+	return same(r.cur+recWordOff, 4)
 }
 
 // TestStaleWordsNeverAccepted proves the hazard of polling a word inside
@@ -180,9 +210,9 @@ func TestStaleWordsNeverAccepted(t *testing.T) {
 	lines := size / ringAlign
 	for _, first := range []int{mtu, 400, 120, 57, 0} { // the earlier lap's frames
 		for _, n := range []int{0, 8, 56, 57, 120, 121, 250, 300} {
-			r := &codeRing{data: make([]byte, size)}
+			r := &codeRing{producer: producer{data: make([]byte, size)}}
 			// Laps of first-sized frames, every one poisoned, consumed at once.
-			for r.tail < 2*size {
+			for r.cur < 2*size {
 				if !r.put(make([]byte, first), poison(size)) {
 					t.Fatalf("the earlier lap's %d-byte frame does not fit an empty ring", first)
 				}
@@ -200,7 +230,7 @@ func TestStaleWordsNeverAccepted(t *testing.T) {
 				if !r.put(make([]byte, n), poison(size)) {
 					t.Fatalf("a %d-byte frame does not fit a drained ring", n)
 				}
-				want := append([]byte(nil), r.data[(r.tail-uint64(recordLen(n)))%size+recHdr:][:n]...)
+				want := append([]byte(nil), r.data[(r.cur-uint64(recordLen(n)))%size+recHdr:][:n]...)
 				f, err = consume(r.data, &r.head, mtu)
 				if err != nil || !bytes.Equal(f, want) {
 					t.Fatalf("earlier lap %d B, record %d of %d B: got %d bytes, %v", first, i, n, len(f), err)
@@ -252,11 +282,12 @@ func TestTransportIgnoresStaleWords(t *testing.T) {
 	}
 }
 
-// FuzzRingOracle drives the producer (reserve, putRecord) and the consumer
+// FuzzRingOracle drives the producer (codeRing, as Send) and the consumer
 // (parseRecord) by a script of puts and gets, next to the oracle ring, on a
 // ring that an earlier lap poisoned (see poison) and whose cursors start
-// anywhere: the bytes must equal the oracle's, and the consumer must return
-// exactly the frames put, in order, and nothing else.
+// anywhere: the bytes the consumer may read must equal the oracle's, and
+// the consumer must return exactly the frames put, in order, and nothing
+// else.
 func FuzzRingOracle(f *testing.F) {
 	f.Add([]byte{10, 200, 0, 0, 30, 0, 255, 1, 0, 7}, uint16(3))
 	f.Add([]byte{255, 255, 255, 0, 0, 0, 40, 40, 40, 40, 0, 0, 0, 0}, uint16(31))
@@ -269,28 +300,24 @@ func FuzzRingOracle(f *testing.F) {
 		poison(size)(base-size, o.data[base%size:])
 		poison(size)(base-base%size, o.data[:base%size])
 		o.setWord(base, 0)
-		data := append([]byte(nil), o.data...)
-		head, tail := base, base
+		r := &codeRing{producer: producer{data: append([]byte(nil), o.data...), cur: base, clear: base + ringAlign}, head: base}
 		var fifo [][]byte
 		for step, op := range script {
 			if op&1 == 1 {
-				n := int(op>>1) * mtu / 127
-				at, _, ok := reserve(size, head, tail, recordLen(n))
-				fr := make([]byte, n)
+				fr := make([]byte, int(op>>1)*mtu/127)
+				ok := r.put(fr, poison(size))
 				if ok != o.put(fr, poison(size)) {
-					t.Fatalf("step %d: reserve says %v for %d bytes, the oracle %v", step, ok, n, !ok)
+					t.Fatalf("step %d: the ring says %v to %d bytes, the oracle %v", step, ok, len(fr), !ok)
 				}
 				if ok {
-					putRecord(data, tail, at, fr)
-					tail = at + uint64(recordLen(n))
-					if !bytes.Equal(data, o.data) {
-						t.Fatalf("step %d: putRecord wrote other bytes than the oracle", step)
+					if !r.sameAsOracle(o) {
+						t.Fatalf("step %d: the producer wrote other bytes than the oracle", step)
 					}
 					fifo = append(fifo, fr)
 				}
 				continue
 			}
-			got, err := consume(data, &head, mtu)
+			got, err := consume(r.data, &r.head, mtu)
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
@@ -300,7 +327,7 @@ func FuzzRingOracle(f *testing.F) {
 			if got != nil {
 				fifo = fifo[1:]
 			}
-			o.head = head
+			o.head = r.head
 		}
 	})
 }

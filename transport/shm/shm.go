@@ -182,10 +182,9 @@ type outRing struct {
 	peer      transport.NICID
 	seg       segment
 	bell      segment
-	data      []byte
+	producer  // the data area and our cursor (ring.go)
 	head      *atomic.Uint64
 	seq, slp  *atomic.Uint32
-	cur       uint64 // our producer cursor (private: records announce themselves)
 	headSeen  uint64 // cached consumer head: reloaded only when the ring looks full
 	stalled   bool   // a wait for room timed out with the consumer at stalledAt
 	stalledAt uint64
