@@ -151,9 +151,9 @@ type producer struct {
 
 // put writes frame f as the record at cursor at, after a pad record at cur
 // when at is past it (reserve decides both), and publishes each: the word
-// of the header after it is 0 first, the record's own word is stored last.
-// The stores of words are atomic: the consumer polls them, and its load of
-// a record word acquires everything written before it.
+// of the header after it is 0 first, the record's own word is stored last,
+// atomically: the consumer polls it, and its load of a record word acquires
+// everything written before it.
 func (p *producer) put(at uint64, f []byte) {
 	size := uint64(len(p.data))
 	if at != p.cur {
@@ -188,7 +188,11 @@ func (p *producer) clearAhead(limit uint64) {
 	}
 }
 
-// zero stores 0 into the record word of the line at cursor c.
+// zero stores 0 into the record word of the line at cursor c, a cursor
+// past the record the consumer may be polling. So no load races with this
+// store, and a plain store will do: the consumer loads the word only after
+// it acquired a later record word, and an atomic store here would wait for
+// the line (cold, a lap old) before the producer could go on.
 func (p *producer) zero(c uint64) {
-	u32At(p.data, int(c%uint64(len(p.data)))+recWordOff).Store(0)
+	binary.LittleEndian.PutUint32(p.data[c%uint64(len(p.data))+recWordOff:], 0)
 }
