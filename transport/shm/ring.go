@@ -28,7 +28,8 @@ import (
 // The record word is what the consumer polls. It is recWord(c) for the
 // record at cursor c (never 0) once the record is published, and 0 before:
 // the producer stores 0 into the word of the next record's header (at the
-// cursor just past its record) before it stores its own record's word, and
+// cursor just past its record) before it stores its own record's word (or
+// has stored it already: producer.clearAhead), and
 // never lets the ring fill up to that header (see reserve). So the word the
 // consumer looks at is, by construction, either 0 or its record's word,
 // never bytes an earlier lap left there: those were overwritten by the 0,

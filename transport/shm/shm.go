@@ -40,8 +40,9 @@ type Options struct {
 	NIC transport.NICID
 	// MTU is the largest frame. Default 65535.
 	MTU int
-	// RingSize is the data bytes of each direction's ring. Default 4 MiB
-	// minus the 4 KiB header (two 2 MiB hugepages per ring).
+	// RingSize is the data bytes of each direction's ring, a multiple of 64
+	// (records start on cache lines). Default 4 MiB minus the 4 KiB header
+	// (two 2 MiB hugepages per ring).
 	RingSize int
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
