@@ -299,7 +299,9 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.closed.Load() {
 			return 0, transport.ErrClosed
 		}
-		if timeout == 0 || t.wakeReq.Swap(false) {
+		// Load first: a look that finds no request costs no locked
+		// instruction.
+		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
 			return 0, nil
 		}
 		if t.opts.Spin > 0 && i&15 == 15 {
@@ -362,8 +364,18 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 func (t *Transport) poll(frames []transport.Frame) int {
 	rings := *t.in.Load()
 	n := 0
+	// Round robin without a division per look: the spinning Recv calls
+	// this in a tight loop.
+	first := t.rr
+	if first >= len(rings) {
+		first = 0
+	}
 	for k := 0; k < len(rings) && n < len(frames); k++ {
-		r := rings[(t.rr+k)%len(rings)]
+		i := first + k
+		if i >= len(rings) {
+			i -= len(rings)
+		}
+		r := rings[i]
 		if r.dead.Load() || r.data == nil {
 			continue
 		}
@@ -386,11 +398,9 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			n++
 		}
 	}
-	if len(rings) > 0 {
-		t.rr = (t.rr + 1) % len(rings)
-	}
-	t.cnt.recvd.Add(uint64(n))
+	t.rr = first + 1
 	if n > 0 {
+		t.cnt.recvd.Add(uint64(n))
 		t.lends.Got(n)
 	}
 	return n
