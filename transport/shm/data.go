@@ -66,20 +66,20 @@ func (t *Transport) write(o *outRing, frames []transport.Frame) (int, error) {
 			r.Copied() // records are written into the ring
 		}
 		rl := recordLen(len(f.Data))
-		at, _, ok := reserve(size, o.headSeen, o.cur, rl)
+		at, ok := reserve(size, o.headSeen, o.cur, rl)
 		if !ok {
 			// Load the consumer's cursor only now: most frames find room
 			// with the cached one. The load acquires: the consumer is done
 			// with every byte below it.
 			o.headSeen = o.head.Load()
-			if at, _, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
+			if at, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
 				o.publish(start) // wake the consumer to drain what we have
 				start = o.cur
 				if !t.waitRoom(o, rl) {
 					t.cnt.dropFull.Add(1)
 					continue
 				}
-				at, _, _ = reserve(size, o.headSeen, o.cur, rl)
+				at, _ = reserve(size, o.headSeen, o.cur, rl)
 			}
 		}
 		o.put(at, f.Data)
@@ -123,7 +123,7 @@ func (t *Transport) waitRoom(o *outRing, rl int) bool {
 			o.headSeen = h
 			deadline = time.Now().Add(t.opts.FullWait)
 		}
-		if _, _, ok := reserve(len(o.data), o.headSeen, o.cur, rl); ok {
+		if _, ok := reserve(len(o.data), o.headSeen, o.cur, rl); ok {
 			return true
 		}
 		if o.dead.Load() || t.closed.Load() {

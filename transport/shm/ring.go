@@ -113,28 +113,17 @@ func parseRecord(data []byte, head uint64, mtu int) (frame []byte, next uint64, 
 
 // reserve finds room for a record of rl bytes for a producer at cursor tail
 // whose consumer is at head. It returns the cursor at which the record
-// starts (after a pad record, when one is needed: pad reports that) and
-// whether it fits. Room means the record and the header after it: the
-// producer zeroes that header's word (producer.put), so it must not belong
-// to a record the consumer has yet to read.
-func reserve(size int, head, tail uint64, rl int) (at uint64, pad bool, ok bool) {
+// starts (past tail when a pad record must skip the end of the data area
+// first) and whether it fits. Room means the record and the header after
+// it: the producer zeroes that header's word (producer.put), so it must not
+// belong to a record the consumer has yet to read.
+func reserve(size int, head, tail uint64, rl int) (at uint64, ok bool) {
 	s := uint64(size)
-	pos := tail % s
-	free := s - (tail - head)
-	need := uint64(rl) + recHdr
-	if s-pos < uint64(rl) {
-		// Skip the short end with a pad record: it must fit, plus the record
-		// at the start.
-		need += s - pos
-		if need > free {
-			return 0, false, false
-		}
-		return tail + (s - pos), true, true
+	at = tail
+	if left := s - tail%s; left < uint64(rl) {
+		at += left // a pad record skips the short end
 	}
-	if need > free {
-		return 0, false, false
-	}
-	return tail, false, true
+	return at, at+uint64(rl)+recHdr-head <= s
 }
 
 // clearAheadLen is how far past its cursor a producer keeps the record

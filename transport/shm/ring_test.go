@@ -157,7 +157,7 @@ type codeRing struct {
 // put writes f, its bytes chosen by fill (given the cursor of the frame's
 // first byte) unless fill is nil, or reports that it does not fit.
 func (r *codeRing) put(f []byte, fill func(c uint64, f []byte)) bool {
-	at, _, ok := reserve(len(r.data), r.head, r.cur, recordLen(len(f)))
+	at, ok := reserve(len(r.data), r.head, r.cur, recordLen(len(f)))
 	if !ok {
 		return false
 	}
