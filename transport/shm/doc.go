@@ -126,7 +126,10 @@
 // The floor ping-pong (BenchmarkFloorPingPong, two processes bound to a CPU
 // each, 200 000 round trips, 8 runs alternated with the tail design on a
 // host shared with other work, load average 18-22): one-way p50 0.15 ->
-// 0.135 us (medians); in the runs where other work reached the bound CPUs,
-// 0.37-0.39 -> 0.32 us. 0.135 us is about one cross-core line transfer on
-// this host: the fast-box floor. What mx costs above it is mx's own.
+// 0.135 us (medians). The host has a slower regime too (other work on the
+// bound CPUs, or another placement of them): there, 0.37-0.39 -> 0.32 us,
+// and in a later set of 6 alternated runs (load average 10-12), 0.375 ->
+// 0.315 us. 0.13 us is what NetPIPE over Open MPI's vader measured on this
+// host in the same hour: the fast-box floor. What mx costs above it is
+// mx's own.
 package shm
