@@ -180,9 +180,10 @@ func (p *producer) clearAhead(limit uint64) {
 
 // zero stores 0 into the record word of the line at cursor c, a cursor
 // past the record the consumer may be polling. So no load races with this
-// store, and a plain store will do: the consumer loads the word only after
-// it acquired a later record word, and an atomic store here would wait for
-// the line (cold, a lap old) before the producer could go on.
+// store, and a plain store will do: the consumer loads this word only after
+// it acquired the word of a record published after this store, and an
+// atomic store here would wait for the line (cold, a lap old) before the
+// producer could go on.
 func (p *producer) zero(c uint64) {
 	binary.LittleEndian.PutUint32(p.data[c%uint64(len(p.data))+recWordOff:], 0)
 }
