@@ -45,9 +45,11 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	return len(frames), nil
 }
 
-// write appends frames (all to o's peer) to o's ring and publishes them
-// with one store of the tail: the explicit commit. With refs, frames of
-// in-place regions go as reference records (inplace.go).
+// write appends frames (all to o's peer) to o's ring. Each record is
+// published as it is written (producer.put stores its record word last);
+// the consumer's doorbell is rung, if it may sleep, once for the batch.
+// With refs, frames of in-place regions go as reference records
+// (inplace.go).
 func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -56,7 +58,6 @@ func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int,
 	}
 	o.reapRefs()
 	var rec [refLen]byte
-	le := binary.LittleEndian
 	size := len(o.data)
 	start := o.cur
 	for i, f := range frames {
@@ -77,29 +78,23 @@ func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int,
 			}
 		}
 		rl := recordLen(len(data))
-		at, pad, ok := reserve(size, o.headSeen, o.cur, rl)
+		at, ok := reserve(size, o.headSeen, o.cur, rl)
 		if !ok {
 			// Load the consumer's cursor only now: most frames find room
 			// with the cached one. The load acquires: the consumer is done
 			// with every byte below it.
 			o.headSeen = o.head.Load()
-			if at, pad, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
-				o.publish(start) // let the consumer drain what we have
+			if at, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
+				o.publish(start) // wake the consumer to drain what we have
 				start = o.cur
 				if !t.waitRoom(o, rl) {
 					t.cnt.dropFull.Add(1)
 					continue
 				}
-				at, pad, _ = reserve(size, o.headSeen, o.cur, rl)
+				at, _ = reserve(size, o.headSeen, o.cur, rl)
 			}
 		}
-		if pad {
-			le.PutUint32(o.data[o.cur%uint64(size):], padMark)
-		}
-		pos := at % uint64(size)
-		le.PutUint32(o.data[pos:], word)
-		copy(o.data[pos+recHdr:], data)
-		o.cur = at + uint64(rl)
+		o.putRecord(at, word, data)
 		t.cnt.sent.Add(1)
 		if ref {
 			f.Region.Begin()
@@ -108,21 +103,20 @@ func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int,
 		}
 	}
 	o.publish(start)
+	o.clearAhead(o.headSeen + uint64(size))
 	return len(frames), nil
 }
 
-// publish makes the records written since start visible, then rings the
-// consumer's doorbell if it may be asleep.
+// publish rings the consumer's doorbell if records were written since
+// start and the consumer may be asleep.
 func (o *outRing) publish(start uint64) {
 	if o.cur == start {
 		return
 	}
-	// The store releases: the consumer that loads this tail sees every
-	// record byte written before it.
-	o.tail.Store(o.cur)
 	// Sequentially consistent with the consumer's store of sleeping and
-	// its re-check of our tail (Dekker): either it sees the tail above, or
-	// we see sleeping == 1 here and wake it.
+	// its re-check of the record word at its cursor (Dekker): the record
+	// words put stored come before this load, so either the consumer
+	// sees the records, or we see sleeping == 1 here and wake it.
 	if o.slp.Load() != 0 {
 		o.seq.Add(1)
 		futexWake(o.seq, 1)
@@ -146,7 +140,7 @@ func (t *Transport) waitRoom(o *outRing, rl int) bool {
 			o.headSeen = h
 			deadline = time.Now().Add(t.opts.FullWait)
 		}
-		if _, _, ok := reserve(len(o.data), o.headSeen, o.cur, rl); ok {
+		if _, ok := reserve(len(o.data), o.headSeen, o.cur, rl); ok {
 			return true
 		}
 		if o.dead.Load() || t.closed.Load() {
@@ -249,9 +243,9 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		return fail(err)
 	}
 	c.SetDeadline(time.Time{})
-	o := &outRing{peer: peer, seg: seg, bell: bell, data: seg.mem[dataOff : dataOff+size], conn: c,
-		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff),
-		seq: u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
+	o := &outRing{peer: peer, seg: seg, bell: bell, producer: producer{data: seg.mem[dataOff : dataOff+size]}, conn: c,
+		head: u64At(seg.mem, headOff),
+		seq:  u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
 		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
 	return o, nil
@@ -306,18 +300,16 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if len(frames) == 0 {
 		return 0, nil
 	}
-	if timeout == 0 {
-		// A poll: no clock, no spin.
-		if t.closed.Load() {
-			return 0, transport.ErrClosed
-		}
-		return t.poll(frames), nil
-	}
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
+	// Look once before reading the clock: a frame that is there costs no
+	// clock read, and a poll (timeout 0) no spin.
+	if n := t.poll(frames); n > 0 || timeout == 0 {
+		return n, nil
 	}
 	now := time.Now()
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = now.Add(timeout)
+	}
 	spinUntil, yieldAt := now.Add(t.opts.Spin), now.Add(yieldAfter)
 	yield := false
 	for i := 0; ; i++ {
@@ -327,7 +319,9 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.closed.Load() {
 			return 0, transport.ErrClosed
 		}
-		if timeout == 0 || t.wakeReq.Swap(false) {
+		// Load first: a look that finds no request costs no locked
+		// instruction.
+		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
 			return 0, nil
 		}
 		if t.opts.Spin > 0 && i&15 == 15 {
@@ -390,16 +384,25 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 func (t *Transport) poll(frames []transport.Frame) int {
 	rings := *t.in.Load()
 	n := 0
+	// Round robin without a division per look: the spinning Recv calls
+	// this in a tight loop.
+	first := t.rr
+	if first >= len(rings) {
+		first = 0
+	}
 	for k := 0; k < len(rings) && n < len(frames); k++ {
-		r := rings[(t.rr+k)%len(rings)]
+		i := first + k
+		if i >= len(rings) {
+			i -= len(rings)
+		}
+		r := rings[i]
 		if r.dead.Load() || r.data == nil {
 			continue
 		}
-		// The load acquires: every record below this tail is written.
-		tail := r.tail.Load()
-		for n < len(frames) && r.cur != tail {
+		for n < len(frames) {
 			at := r.cur
-			f, next, ok, err := parseRecord(r.data, r.cur, tail, t.opts.MTU)
+			// The record word's load acquires the record (parseRecord).
+			f, next, ok, err := parseRecord(r.data, r.cur, t.opts.MTU)
 			if err != nil {
 				t.cnt.corrupt.Add(1)
 				r.dead.Store(true)
@@ -421,11 +424,9 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			n++
 		}
 	}
-	if len(rings) > 0 {
-		t.rr = (t.rr + 1) % len(rings)
-	}
-	t.cnt.recvd.Add(uint64(n))
+	t.rr = first + 1
 	if n > 0 {
+		t.cnt.recvd.Add(uint64(n))
 		t.lends.Got(n)
 	}
 	return n

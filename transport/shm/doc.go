@@ -26,24 +26,28 @@
 // Both descriptors are closed once mapped, so a live transport holds
 // mappings, not descriptors. Each direction of a pair has its own ring.
 //
-// A ring has a producer cursor (tail) and a consumer cursor (head) on cache
-// lines of their own, and records of a length and a frame, 8-byte aligned,
-// never wrapping (a pad record skips the end). The producer caches the
-// consumer's head and reloads it only when the ring looks full; it writes a
-// batch of records, then publishes them with one release store of the tail.
-// The consumer loads the tail (acquire), hands out frames that point into
-// the ring, and publishes its head only at the next Recv, when the frames
-// are no longer in use. Every length read from a ring is checked against the
-// ring before use; a ring that breaks the layout is dropped and counted.
+// A ring has a consumer cursor (head) on a cache line of its own, and
+// records of a length, a record word and a frame, each starting on a 64-byte
+// line, never wrapping (a pad record skips the end). There is no shared
+// producer cursor: a record announces itself through its record word, which
+// the producer stores last, atomically, and the consumer polls at its own
+// cursor. The producer caches the consumer's head and reloads it only when
+// the ring looks full. The consumer hands out frames that point into the
+// ring, and publishes its head only at the next Recv, when the frames are
+// no longer in use. Every length read from a ring is checked against the
+// ring and the MTU before use; a ring that breaks the layout is dropped and
+// counted.
 //
 // # Sleeping and waking
 //
 // Recv polls for a short spin, then announces that it sleeps (a flag in its
 // doorbell), polls once more, and waits on the doorbell's futex word.
 // A producer, after publishing, wakes the futex only if the flag is set. The
-// flag store and the re-check on one side, the tail store and the flag load
-// on the other, are sequentially consistent, so a wake-up is never lost and a
-// busy receiver costs its producers no system call. Options.Spin (or
+// flag store and the re-check of the record word on one side, the record
+// word's store and the flag load on the other, are sequentially consistent
+// (Go's atomics), so either the receiver sees the record or the producer
+// sees the flag: a wake-up is never lost and a busy receiver costs its
+// producers no system call. Options.Spin (or
 // GOMX_SHM_SPIN) sets the spin. Wake asks a Recv to return by the same
 // handshake: a flag, and a futex wake only while the Recv sleeps, so the
 // layer above can take Recv over from a spinning receive loop cheaply. The
@@ -90,41 +94,59 @@
 // memory registered is copied into the ring as before. The pool memory of
 // a region must not be freed while the region is open.
 //
-// # Design note: one cache-line transfer per small message
+// # One cache-line transfer per small message
 //
-// Not done yet; recorded for whoever takes issue 10 up. A small message
-// costs the consumer two cache-line transfers: the line holding the tail,
-// then the line holding the record. Open MPI's vader fast boxes cost one:
-// the receiver polls a flag inside the line that also holds the header and
-// the payload. The ring can do the same without a new process protocol:
+// A small message costs the consumer one cache-line transfer, as Open MPI's
+// vader fast boxes do: the line holding the record's header, its record
+// word and up to 56 bytes of frame (an mx TINY message of 8 bytes fits). The
+// consumer polls the record word at its cursor instead of a tail on a line
+// of its own, which cost a second transfer per message. The price is ring
+// space: a record takes at least 64 bytes, so the smallest ring (64 KiB)
+// holds 1024 small records.
 //
-//   - Use the record header's 4 reserved bytes as a sequence word, the last
-//     thing the producer writes (an atomic store, so it releases the length
-//     and frame). Its expected value follows from the cursor alone, for
-//     instance uint32(cursor/8)+1. Beware: the word's place may hold a
-//     previous lap's frame bytes (or a skipped pad area), which can equal
-//     the expected value, so stale bytes must be made impossible (the
-//     producer zeroing the next record's word, or 64-byte slots that are
-//     always whole records) before this is safe. The consumer
-//     polls the word at its own cursor (an atomic load, which acquires)
-//     instead of the tail; pad records carry the word too.
-//   - Align records to 64 bytes, so the header and up to 56 bytes of frame
-//     (an mx TINY frame of 8 bytes is about 34-48 bytes) share a line. This
-//     costs ring space: a 64 KiB ring holds 1024 small records.
-//   - The head side is already lazy: the consumer stores its head only at
-//     the next Recv, and the producer reloads it only when the ring looks
-//     full, so the head line does not bounce per message.
-//   - Sleeping stays a Dekker handshake, with the sequence-word store
-//     taking the place of the tail store: the producer stores the word,
-//     then loads sleeping; the receiver stores sleeping, then re-loads the
-//     word at its cursor. Go's atomics are sequentially consistent, so
-//     either the receiver sees the record or the producer sees the flag.
-//     The tail can stay as a batch summary for Hold and the dead-ring
-//     drain, or go.
-//   - parseRecord then reads a length only after the sequence word matched,
-//     and must still bound every length by the ring and the MTU; its fuzz
-//     target needs a new oracle that builds rings record by record.
+// A word polled inside the records is safe only if nothing but the record
+// it belongs to can put the expected value there: an earlier lap's frame
+// bytes, or an area a pad record skipped, may hold any value at that place
+// (a first version, fa8d2c9, trusted a cursor-derived word and was reverted
+// for that). Here stale bytes cannot reach the consumer, by construction:
 //
-// The gain to expect is about one line transfer per message off the floor
-// ping-pong (l10spin measured 0.66 us one-way p50, bound, under load).
+//   - Before the producer stores a record's word, the word of the header
+//     that follows it is 0 (producer.put zeroes it, unless clearAhead
+//     already did), and the producer never fills the ring up to that
+//     header (reserve keeps its 8 bytes free), so the 0 never lands on a
+//     record the consumer has yet to read. A pad record zeroes the word at
+//     the start of the data area in the same way.
+//   - The consumer reaches a cursor only by consuming the record before it,
+//     through an atomic load of that record's word that acquires every
+//     store the producer made before it, the 0 included. After the 0, the
+//     only store to that word is the record's own word: the producer
+//     cannot come round to that line again before the consumer's head has
+//     passed it. A fresh ring is all zeroes.
+//
+// So the consumer finds 0 (nothing yet) or its record's word (recWord, odd,
+// from the cursor) and nothing else; any other value is a broken producer,
+// and the ring is dropped. TestStaleWordsNeverAccepted writes earlier laps
+// whose frame bytes hold, at every place a later record word can fall, the
+// value the consumer will wait for there, and shows the consumer never takes
+// them (through Send and Recv too: TestTransportIgnoresStaleWords);
+// TestRingMatchesOracle and FuzzRingOracle check the producer byte for byte
+// against an oracle that builds rings record by record.
+//
+// Zeroing the next header just before a record's word would put a line last
+// touched a lap ago, often out of cache, in front of that store, which made
+// the floor ping-pong slower than the tail design (0.42 against 0.37 us
+// one-way p50). The producer therefore keeps the words of the next 16 lines
+// zeroed (clearAhead, after a batch is published, within the room the
+// consumer has freed, with plain stores: no load races with them), and a
+// small record finds its successor's word already 0.
+//
+// The floor ping-pong (BenchmarkFloorPingPong, two processes bound to a CPU
+// each, 200 000 round trips, 8 runs alternated with the tail design on a
+// host shared with other work, load average 18-22): one-way p50 0.15 ->
+// 0.135 us (medians). The host has a slower regime too (other work on the
+// bound CPUs, or another placement of them): there, 0.37-0.39 -> 0.32 us,
+// and in a later set of 6 alternated runs (load average 10-12), 0.375 ->
+// 0.315 us. 0.13 us is what NetPIPE over Open MPI's vader measured on this
+// host in the same hour: the fast-box floor. What mx costs above it is
+// mx's own.
 package shm

@@ -119,3 +119,66 @@ func bindBench(b *testing.B, pid int) func() {
 	set(os.Getpid(), s0)
 	return func() { set(os.Getpid(), all) }
 }
+
+// TestSmallFramesCostNothing: an 8-byte frame to a connected peer, sent and
+// then received by a polling Recv, allocates nothing and makes the
+// receiver neither sleep nor need a wake-up, whatever record of the ring it
+// lands in (the loop goes round a small ring several times).
+func TestSmallFramesCostNothing(t *testing.T) {
+	a, b := newTestPair(t, Options{RingSize: minRingLen, MTU: 4096, NoHugepages: true})
+	defer a.Close()
+	defer b.Close()
+	msg := []transport.Frame{{Peer: b.Addr(), Data: []byte("8 bytes!")}}
+	frames := make([]transport.Frame, 8)
+	bad := ""
+	trip := func() {
+		if _, err := a.Send(msg); err != nil {
+			bad = err.Error()
+		}
+		if n, err := b.Recv(frames, 0); n != 1 || err != nil || string(frames[0].Data) != "8 bytes!" {
+			bad = fmt.Sprintf("Recv = %d, %v", n, err)
+		}
+	}
+	trip() // connects
+	laps := 3 * minRingLen / ringAlign
+	if allocs := testing.AllocsPerRun(laps, trip); allocs != 0 || bad != "" {
+		t.Fatalf("%.2f allocations per frame (%s)", allocs, bad)
+	}
+	if s, w := counterIn(b.Counters(), "shm receiver sleeps"), counterIn(a.Counters(), "shm receiver wake-ups sent"); s != 0 || w != 0 {
+		t.Fatalf("%d sleeps, %d wake-ups for frames to a polling receiver", s, w)
+	}
+}
+
+// BenchmarkSendRecvSmall is the CPU cost of an 8-byte frame through a ring
+// on one core, with no cross-core transfer: a Send, then a Recv that polls
+// (timeout 0), in one goroutine, so the bookkeeping of both sides is what
+// it measures. It must not allocate.
+func BenchmarkSendRecvSmall(b *testing.B) {
+	dir := testDir(b)
+	a, err := Open(Options{Dir: dir, NoHugepages: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	r, err := Open(Options{Dir: dir, NoHugepages: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	msg := []transport.Frame{{Peer: r.Addr(), Data: []byte("8 bytes!")}}
+	frames := make([]transport.Frame, 8)
+	trip := func() {
+		if _, err := a.Send(msg); err != nil {
+			b.Fatal(err)
+		}
+		if n, err := r.Recv(frames, 0); n != 1 || err != nil {
+			b.Fatalf("Recv = %d, %v", n, err)
+		}
+	}
+	trip() // connects
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		trip()
+	}
+}

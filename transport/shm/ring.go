@@ -9,35 +9,46 @@ import (
 // Ring layout. A ring is one shared segment written by exactly one producer
 // process and read by exactly one consumer process:
 //
-//	offset 0     tail   uint64  bytes ever published by the producer
 //	offset 64    head   uint64  bytes ever consumed by the consumer
 //	offset 128   magic  uint32  ringMagic
 //	offset 132   size   uint32  length of the data area
 //	offset 4096  data   [size]byte
 //
-// tail and head sit on cache lines of their own, so the producer's writes
-// never invalidate the line the consumer polls and the other way round.
-// Cursors only grow; a position in the data area is cursor % size.
+// The head sits on a cache line of its own. Cursors only grow; a position
+// in the data area is cursor % size. There is no producer cursor in shared
+// memory: each record announces itself (see below).
 //
-// The data area holds records, each 8-byte aligned: a little-endian uint32
-// length, 4 reserved bytes, then the frame, padded to 8 bytes. A record
-// never wraps: when the contiguous space left before the end is too short,
-// the producer writes a pad record (length padMark), which tells the
-// consumer to skip to the start of the data area. A reference record
-// (length refMark) carries, instead of a frame, the refLen bytes that name
-// a frame in a pool segment the producer shared (see inplace.go).
+// The data area holds records, each starting on a 64-byte boundary (a cache
+// line): a little-endian uint32 length, a uint32 record word, then the
+// frame, padded to 64 bytes. A record never wraps: when the contiguous
+// space left before the end is too short, the producer writes a pad record
+// (length padMark), which tells the consumer to skip to the start of the
+// data area. A reference record (length refMark) carries, instead of a
+// frame, the refLen bytes that name a frame in a pool segment the producer
+// shared (see inplace.go).
+//
+// The record word is what the consumer polls. It is recWord(c) for the
+// record at cursor c (never 0) once the record is published, and 0 before:
+// the producer stores 0 into the word of the next record's header (at the
+// cursor just past its record) before it stores its own record's word (or
+// has stored it already: producer.clearAhead), and
+// never lets the ring fill up to that header (see reserve). So the word the
+// consumer looks at is, by construction, either 0 or its record's word,
+// never bytes an earlier lap left there: those were overwritten by the 0,
+// which the consumer sees because it acquired the previous record's word,
+// stored after the 0. Any other value is a broken producer.
 const (
-	tailOff    = 0
 	headOff    = 64
 	magicOff   = 128
 	sizeOff    = 132
 	dataOff    = 4096
-	recHdr     = 8
+	recHdr     = 8 // length, record word
+	recWordOff = 4 // the record word's offset in a record
 	padMark    = 0xFFFFFFFF
 	refMark    = 0x80000000 | refLen
 	refLen     = 16
 	ringMagic  = 0x676D7872 // "gmxr"
-	ringAlign  = 8
+	ringAlign  = 64
 	minRingLen = 64 << 10
 )
 
@@ -56,43 +67,42 @@ const (
 // is buggy or hostile, and the ring is dropped.
 var errCorrupt = errors.New("shm: corrupt ring")
 
-func align8(n int) int { return (n + ringAlign - 1) &^ (ringAlign - 1) }
+// recWord is the record word of the record (or pad) at cursor c: odd, so
+// never the 0 of a record not yet published.
+func recWord(c uint64) uint32 { return uint32(c/ringAlign)<<1 | 1 }
+
+func alignRec(n int) int { return (n + ringAlign - 1) &^ (ringAlign - 1) }
 
 // recordLen is the ring space a frame of n bytes takes.
-func recordLen(n int) int { return recHdr + align8(n) }
+func recordLen(n int) int { return alignRec(recHdr + n) }
 
 // ringSegLen is the segment length for a data area of size bytes.
 func ringSegLen(size int) int { return dataOff + size }
 
 // parseRecord reads the record at cursor head of a ring whose data area is
-// data, with tail the producer's published cursor and mtu the largest frame
-// allowed. It returns the frame (pointing into data), the cursor after the
-// record, and whether there was one. A pad record is consumed silently
-// (frame nil, ok true). Every length comes from the other process, so each
-// is checked against the data area before it is used.
-func parseRecord(data []byte, head, tail uint64, mtu int) (frame []byte, next uint64, ok bool, err error) {
+// data (a multiple of ringAlign long), with mtu the largest frame allowed.
+// It returns the frame (pointing into data), the cursor after the record,
+// and whether there was one: ok is false while the record word is still 0.
+// A pad record is consumed silently (frame nil, ok true). The word is loaded
+// atomically, which acquires the record's length and frame; every length
+// comes from the other process, so each is checked against the data area
+// and the MTU before it is used.
+func parseRecord(data []byte, head uint64, mtu int) (frame []byte, next uint64, ok bool, err error) {
 	size := uint64(len(data))
-	if tail == head {
-		return nil, head, false, nil
-	}
-	if tail-head > size || tail < head {
-		return nil, head, false, fmt.Errorf("%w: %d bytes published past a consumer at %d (ring of %d)", errCorrupt, tail-head, head, size)
-	}
 	if head%ringAlign != 0 {
 		return nil, head, false, fmt.Errorf("%w: unaligned cursor %d", errCorrupt, head)
 	}
 	pos := head % size
-	avail := tail - head
-	if avail < recHdr || size-pos < recHdr {
-		return nil, head, false, fmt.Errorf("%w: a record header does not fit at %d", errCorrupt, pos)
+	w := u32At(data, int(pos)+recWordOff).Load()
+	if w == 0 {
+		return nil, head, false, nil
+	}
+	if w != recWord(head) {
+		return nil, head, false, fmt.Errorf("%w: record word %#x at cursor %d (want 0 or %#x)", errCorrupt, w, head, recWord(head))
 	}
 	n := binary.LittleEndian.Uint32(data[pos:])
 	if n == padMark {
-		skip := size - pos
-		if skip > avail {
-			return nil, head, false, fmt.Errorf("%w: pad record past the published data", errCorrupt)
-		}
-		return nil, head + skip, true, nil
+		return nil, head + (size - pos), true, nil
 	}
 	if n == refMark {
 		n = refLen // a reference record: its refLen bytes
@@ -101,7 +111,7 @@ func parseRecord(data []byte, head, tail uint64, mtu int) (frame []byte, next ui
 		return nil, head, false, fmt.Errorf("%w: a %d-byte frame (MTU %d)", errCorrupt, n, mtu)
 	}
 	rl := uint64(recordLen(int(n)))
-	if rl > avail || rl > size-pos {
+	if rl > size-pos {
 		return nil, head, false, fmt.Errorf("%w: a %d-byte record at %d overruns the ring", errCorrupt, rl, pos)
 	}
 	start := pos + recHdr
@@ -110,24 +120,81 @@ func parseRecord(data []byte, head, tail uint64, mtu int) (frame []byte, next ui
 
 // reserve finds room for a record of rl bytes for a producer at cursor tail
 // whose consumer is at head. It returns the cursor at which the record
-// starts (after a pad record, when one is needed: pad reports that) and
-// whether it fits.
-func reserve(size int, head, tail uint64, rl int) (at uint64, pad bool, ok bool) {
+// starts (past tail when a pad record must skip the end of the data area
+// first) and whether it fits. Room means the record and the header after
+// it: the producer zeroes that header's word (producer.put), so it must not
+// belong to a record the consumer has yet to read.
+func reserve(size int, head, tail uint64, rl int) (at uint64, ok bool) {
 	s := uint64(size)
-	pos := tail % s
-	free := s - (tail - head)
-	need := uint64(rl)
-	if s-pos < need {
-		// Skip the short end with a pad record: it must fit, plus the record
-		// at the start.
-		need += s - pos
-		if need > free {
-			return 0, false, false
-		}
-		return tail + (s - pos), true, true
+	at = tail
+	if left := s - tail%s; left < uint64(rl) {
+		at += left // a pad record skips the short end
 	}
-	if need > free {
-		return 0, false, false
+	return at, at+uint64(rl)+recHdr-head <= s
+}
+
+// clearAheadLen is how far past its cursor a producer keeps the record
+// words at line starts 0, so that publishing a small record does not wait
+// for the line of the next header (a line last touched a lap ago) before
+// its own record word can be stored.
+const clearAheadLen = 16 * ringAlign
+
+// producer is the producer's private view of a ring.
+type producer struct {
+	data  []byte // the data area
+	cur   uint64 // the cursor after the last record written
+	clear uint64 // the record words at the line starts of [cur, clear) are 0
+}
+
+// put writes frame f as the record at cursor at, after a pad record at cur
+// when at is past it (reserve decides both), and publishes each: the word
+// of the header after it is 0 first, the record's own word is stored last,
+// atomically: the consumer polls it, and its load of a record word acquires
+// everything written before it.
+func (p *producer) put(at uint64, f []byte) { p.putRecord(at, uint32(len(f)), f) }
+
+// putRecord is put with the record's length word n given: len(f), or
+// refMark for a reference record (inplace.go).
+func (p *producer) putRecord(at uint64, n uint32, f []byte) {
+	size := uint64(len(p.data))
+	if at != p.cur {
+		pos := p.cur % size
+		binary.LittleEndian.PutUint32(p.data[pos:], padMark)
+		p.zero(at) // the start of the data area
+		u32At(p.data, int(pos)+recWordOff).Store(recWord(p.cur))
+		p.cur, p.clear = at, at+ringAlign
 	}
-	return tail, false, true
+	end := at + uint64(recordLen(len(f)))
+	if p.clear <= end {
+		p.zero(end)
+		p.clear = end + ringAlign
+	}
+	pos := at % size
+	binary.LittleEndian.PutUint32(p.data[pos:], n)
+	copy(p.data[pos+recHdr:], f)
+	u32At(p.data, int(pos)+recWordOff).Store(recWord(at))
+	p.cur = end
+}
+
+// clearAhead zeroes the record words of the lines up to clearAheadLen past
+// the cursor, stopping at the end of the data area (a pad record zeroes the
+// start) and at limit, the first cursor whose line the consumer may still
+// read (its head plus the ring size). Called after a batch is published, it
+// moves those lines into the producer's cache off the latency path.
+func (p *producer) clearAhead(limit uint64) {
+	size := uint64(len(p.data))
+	stop := min(p.cur+clearAheadLen, p.cur-p.cur%size+size, limit)
+	for ; p.clear+ringAlign <= stop; p.clear += ringAlign {
+		p.zero(p.clear)
+	}
+}
+
+// zero stores 0 into the record word of the line at cursor c, a cursor
+// past the record the consumer may be polling. So no load races with this
+// store, and a plain store will do: the consumer loads this word only after
+// it acquired the word of a record published after this store, and an
+// atomic store here would wait for the line (cold, a lap old) before the
+// producer could go on.
+func (p *producer) zero(c uint64) {
+	binary.LittleEndian.PutUint32(p.data[c%uint64(len(p.data))+recWordOff:], 0)
 }

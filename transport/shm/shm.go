@@ -40,8 +40,9 @@ type Options struct {
 	NIC transport.NICID
 	// MTU is the largest frame. Default 65535.
 	MTU int
-	// RingSize is the data bytes of each direction's ring. Default 4 MiB
-	// minus the 4 KiB header (two 2 MiB hugepages per ring).
+	// RingSize is the data bytes of each direction's ring, a multiple of 64
+	// (records start on cache lines). Default 4 MiB minus the 4 KiB header
+	// (two 2 MiB hugepages per ring).
 	RingSize int
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
@@ -97,7 +98,7 @@ func (o Options) withDefaults() (Options, error) {
 	case o.MTU < 256 || o.MTU > 1<<20:
 		return o, fmt.Errorf("shm: MTU %d outside 256..1MiB", o.MTU)
 	case o.RingSize%ringAlign != 0 || o.RingSize < 4*recordLen(o.MTU) || o.RingSize < minRingLen:
-		return o, fmt.Errorf("shm: ring size %d must be a multiple of 8 holding 4 frames of the MTU (%d) and at least %d", o.RingSize, o.MTU, minRingLen)
+		return o, fmt.Errorf("shm: ring size %d must be a multiple of 64 holding 4 frames of the MTU (%d) and at least %d", o.RingSize, o.MTU, minRingLen)
 	}
 	return o, nil
 }
@@ -110,7 +111,7 @@ const (
 	welcomeMagic = 0x676D7877 // "gmxw"
 	helloLen     = 32         // magic u32, version u32, nic u64, mtu u32, size u32, word u64
 	welcomeLen   = 12         // magic u32, version u32, mtu u32
-	version      = 2
+	version      = 3          // 3: 64-byte records polled by their record word
 	handshakeTTL = 5 * time.Second
 )
 
@@ -168,7 +169,6 @@ type inRing struct {
 	peer    transport.NICID
 	seg     segment
 	data    []byte
-	tail    *atomic.Uint64
 	head    *atomic.Uint64
 	cur     uint64 // our head, published at the next Recv
 	pubHead uint64
@@ -186,11 +186,9 @@ type outRing struct {
 	peer      transport.NICID
 	seg       segment
 	bell      segment
-	data      []byte
-	tail      *atomic.Uint64
+	producer  // the data area and our cursor (ring.go)
 	head      *atomic.Uint64
 	seq, slp  *atomic.Uint32
-	cur       uint64 // our tail
 	headSeen  uint64 // cached consumer head: reloaded only when the ring looks full
 	stalled   bool   // a wait for room timed out with the consumer at stalledAt
 	stalledAt uint64
@@ -371,7 +369,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 		return errors.New("shm: bad ring header")
 	}
 	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c, pid: pid, word: le.Uint64(msg[24:]),
-		tail: u64At(seg.mem, tailOff), head: u64At(seg.mem, headOff)}
+		head: u64At(seg.mem, headOff)}
 	r.cur = r.head.Load()
 	r.pubHead = r.cur
 	// The ring joins the receive set before the producer hears back: its
