@@ -23,8 +23,8 @@ type jobFlags struct {
 	procs    int
 	strategy string
 	engine   string // --engine (engine.go)
-	// engineCPU is --engine-cpu (engine.go): -1 leaves the emulated
-	// engine's threads unbound.
+	// engineCPU is --engine-cpu (engine.go), read only when given:
+	// without it the emulated engine's threads stay unbound.
 	engineCPU int
 	bind      bool // --bind
 	// given are the flags on the command line.
