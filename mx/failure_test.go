@@ -252,6 +252,17 @@ func forgedFrames(t *testing.T, w *wire2) {
 	if c := pr.b.Counters(); c.Get(DropBadPull) < uint64(len(bad)-1) {
 		t.Errorf("bad pulls counted %d", c.Get(DropBadPull))
 	}
+	// Refused pulls are not a receiver pulling: they must not start the
+	// send's notify timeout (largefail.go), or the send fails with
+	// ErrUnreachable, and the real pull below with a bad RDMA window,
+	// whenever the garbage below takes longer than that timeout (a
+	// loaded -race run). The region must still be unpulled.
+	pr.bb.mu.Lock()
+	lastPull := pr.b.regions[0].lastPull
+	pr.bb.mu.Unlock()
+	if lastPull != 0 {
+		t.Error("a refused pull started the notify timeout of the send it named")
+	}
 	// Forged pull replies and nacks for handles that do not exist.
 	inject(pr.ba, pr.bb.NICID(), sealedFrame(wire.PullReplyLen+10, func(h []byte) {
 		(&wire.PullReply{FrameLength: 10, Handle: 3, Magic: pullMagic(1)}).Put(h, wire.BigEndian)
