@@ -421,7 +421,7 @@ func (pl *pull) lossEvidence(i, k int) {
 // ResendDelay*ResendMax without progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
-	if now-pl.lastProgress >= int64(o.ResendDelay)*int64(o.ResendMax) {
+	if pl.e.b.overdue(now, pl.lastProgress, int64(o.ResendDelay)*int64(o.ResendMax)) { // liveness.go
 		if !pl.e.b.mayDeclare() { // verdict.go
 			return
 		}
