@@ -2,6 +2,7 @@ package mx
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -47,36 +48,40 @@ func TestPeerDisappears(t *testing.T) {
 			// found quickly while a stall before could not make B or A
 			// give the other up.
 			pr := newPair(t, tf, patientResends(), loopback.Faults{})
+			// Each wait gets its own bound, far past any budget: on a
+			// starved machine the boards' own stalls do not count
+			// towards a verdict (liveness.go), so it can take many times
+			// the budget in wall time.
+			bound := func() context.Context { return testCtx(t, time.Minute) }
 			// B sends a large message A has not asked for yet, then vanishes.
 			big, err := pr.b.ISend([][]byte{pattern(300000, 1)}, pr.btoa, 1, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pr.a.Probe(testCtx(t, 10*time.Second), 1, ^uint64(0)); err != nil {
+			if _, err := pr.a.Probe(bound(), 1, ^uint64(0)); err != nil {
 				t.Fatal(err)
 			}
 			pr.bb.Close()
-			if _, err := big.Wait(testCtx(t, 10*time.Second)); !errors.Is(err, ErrEndpointClosed) {
+			if _, err := big.Wait(bound()); !errors.Is(err, ErrEndpointClosed) {
 				t.Fatalf("send on a closed board: %v", err)
 			}
 			if err := pr.a.SetRequestTimeout(nil, 50*time.Millisecond); err != nil {
 				t.Fatal(err)
 			}
-			ctx := testCtx(t, 20*time.Second)
 			tiny, _ := pr.a.ISend([][]byte{[]byte("hello")}, pr.atob, 2, nil)
 			large, _ := pr.a.ISend([][]byte{make([]byte, 100000)}, pr.atob, 3, nil)
 			pulled, _ := pr.a.IRecv([][]byte{make([]byte, 300000)}, 1, ^uint64(0), nil)
 			for name, r := range map[string]*Request{"tiny": tiny, "large": large, "pull": pulled} {
-				if _, err := r.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+				if _, err := r.Wait(bound()); !errors.Is(err, ErrUnreachable) {
 					t.Errorf("%s: want ErrUnreachable, got %v", name, err)
 				}
 			}
 			// Later sends fail at once until a new connect.
 			s, _ := pr.a.ISend(nil, pr.atob, 4, nil)
-			if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+			if _, err := s.Wait(bound()); !errors.Is(err, ErrUnreachable) {
 				t.Errorf("send to a dead peer: %v", err)
 			}
-			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 2, testKey); !errors.Is(err, ErrUnreachable) {
+			if _, err := pr.a.Connect(bound(), pr.bb.NICID(), 2, testKey); !errors.Is(err, ErrUnreachable) {
 				t.Errorf("connect to a dead board: %v", err)
 			}
 			if pr.a.Counters().Get(Unreachable) == 0 {
