@@ -59,9 +59,6 @@ type Board struct {
 	tickBusy time.Duration
 	lastBusy int64
 	base     time.Time
-	// stallSlack is the longest gap between two timer runs of a board
-	// that runs (liveness.go).
-	stallSlack int64
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
@@ -73,31 +70,25 @@ type Board struct {
 	peerIdx  map[transport.NICID]uint16
 	freeReqs []*Request
 	cnt      Counters
-	now      int64 // nanoseconds since base, refreshed per batch
-	// The board's own stalls, not counted as a peer's silence
-	// (liveness.go): the last timer run, the stalls' total, the recent
-	// ones, and the total of those forgotten.
-	lastRun    int64
-	stalled    int64
-	stallMarks []stallMark
-	stallBase  int64
-	nextTick   atomic.Int64 // written under mu; read without it by the receive loop
-	due        int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
-	armed      int64        // when the fine timer's timerfd fires, 0: not set
-	txbuf      []byte
-	frameMax   int // the largest frame Data on any path: the MTU, or the host path's (host.go)
-	tx1        [1]transport.Frame
-	txFrames   []transport.Frame
-	txBufs     [][]byte
-	lens       []int
-	selfq      [][]byte
-	freeBufs   [][]byte
-	draining   bool
-	pool       pools
-	hostWait   map[transport.NICID][]chan struct{} // QueryHostname waiters
-	rawq       []rawFrame
-	lout       []localDone       // other boards' local sends to complete (local.go)
-	lost       []transport.NICID // lost peers not yet acted on (peerloss.go)
+	now      int64        // nanoseconds since base, refreshed per batch
+	nextTick atomic.Int64 // written under mu; read without it by the receive loop
+	due      int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
+	armed    int64        // when the fine timer's timerfd fires, 0: not set
+	txbuf    []byte
+	frameMax int // the largest frame Data on any path: the MTU, or the host path's (host.go)
+	tx1      [1]transport.Frame
+	txFrames []transport.Frame
+	txBufs   [][]byte
+	lens     []int
+	selfq    [][]byte
+	freeBufs [][]byte
+	draining bool
+	pool     pools
+	hostWait map[transport.NICID][]chan struct{} // QueryHostname waiters
+	rawq     []rawFrame
+	lout     []localDone       // other boards' local sends to complete (local.go)
+	lost     []transport.NICID // lost peers not yet acted on (peerloss.go)
+	live     liveClock         // the board's own stalls, not a peer's silence (liveness.go)
 	// Verdicts wait for a drain of the sources (verdict.go): a duty
 	// wanted one (vWanted), the timer run drained them (vDrained), and
 	// the source whose Recv the goroutine running the timers owns.
@@ -215,7 +206,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
 	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/4))
-	b.stallSlack = stallSlackFor(b.tick) // liveness.go
+	b.live.slack = stallSlackFor(b.tick) // liveness.go
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}

@@ -15,7 +15,7 @@ import "time"
 //
 // So each timer run measures the gap since the previous one. A running
 // board runs its timers at least every tick (the receive loop never waits
-// longer), so the part of a gap beyond stallSlack is a stall of the board
+// longer), so the part of a gap beyond liveClock.slack is a stall of the board
 // itself. Stalls are summed, and noted with the time they ended; overdue
 // takes from a silence the stalls that ended during it. Only the verdicts
 // use it: resends and round-trip samples keep wall time (a stall makes
@@ -25,10 +25,22 @@ import "time"
 // connect counts resends, one per tick at most, so it needs no discount.
 
 // maxStallMarks bounds the stalls remembered. When more come, the older
-// half is forgotten (stallBase keeps their total), and a silence that
+// half is forgotten (liveClock.base keeps their total), and a silence that
 // began before the oldest remembered stall is discounted less than it
 // could be: its verdict may come sooner, never later.
 const maxStallMarks = 64
+
+// liveClock is what a board knows of its own stalls (b.mu held): the
+// longest gap between two timer runs of a board that runs, the last
+// timer run, the stalls' total, the recent ones, and the total of those
+// forgotten.
+type liveClock struct {
+	slack   int64
+	lastRun int64
+	stalled int64
+	marks   []stallMark
+	base    int64
+}
 
 // stallMark notes the end of a stall: when it ended (board clock) and the
 // total of all stalls up to then.
@@ -42,20 +54,21 @@ func stallSlackFor(tick time.Duration) int64 {
 }
 
 // noteTimerRun records a timer run at now and, when the gap since the
-// previous run exceeded stallSlack, the stall it reveals (b.mu held).
+// previous run exceeded the slack, the stall it reveals (b.mu held).
 func (b *Board) noteTimerRun(now int64) {
-	if b.lastRun != 0 {
-		if s := now - b.lastRun - b.stallSlack; s > 0 {
-			b.stalled += s
+	l := &b.live
+	if l.lastRun != 0 {
+		if s := now - l.lastRun - l.slack; s > 0 {
+			l.stalled += s
 			b.cnt[BoardStalls]++
-			if len(b.stallMarks) == maxStallMarks {
-				b.stallBase = b.stallMarks[maxStallMarks/2-1].total
-				b.stallMarks = b.stallMarks[:copy(b.stallMarks, b.stallMarks[maxStallMarks/2:])]
+			if len(l.marks) == maxStallMarks {
+				l.base = l.marks[maxStallMarks/2-1].total
+				l.marks = l.marks[:copy(l.marks, l.marks[maxStallMarks/2:])]
 			}
-			b.stallMarks = append(b.stallMarks, stallMark{at: now, total: b.stalled})
+			l.marks = append(l.marks, stallMark{at: now, total: l.stalled})
 		}
 	}
-	b.lastRun = max(b.lastRun, now)
+	l.lastRun = max(l.lastRun, now)
 }
 
 // overdue reports whether budget has passed since since on the board's
@@ -66,12 +79,13 @@ func (b *Board) overdue(now, since, budget int64) bool {
 	if now-since < budget {
 		return false
 	}
-	before := b.stallBase // the stalls up to since, at most
-	for i := len(b.stallMarks) - 1; i >= 0; i-- {
-		if m := b.stallMarks[i]; m.at <= since {
+	l := &b.live
+	before := l.base // the stalls up to since, at most
+	for i := len(l.marks) - 1; i >= 0; i-- {
+		if m := l.marks[i]; m.at <= since {
 			before = m.total
 			break
 		}
 	}
-	return now-since-(b.stalled-before) >= budget
+	return now-since-(l.stalled-before) >= budget
 }
