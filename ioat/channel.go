@@ -27,7 +27,9 @@ type Options struct {
 	// 200ms, as Linux).
 	ResetTimeout time.Duration
 	// StartTimeout bounds the wait for the start-up null descriptor
-	// (default 100ms).
+	// (default 100ms). It and ResetTimeout count the time the waiting
+	// goroutine ran: a stall of the whole process (a loaded machine)
+	// does not use them up.
 	StartTimeout time.Duration
 	// Watchdog is how long a channel may make no progress with work
 	// outstanding before Poll fails the oldest request with a *ChanError
@@ -373,15 +375,43 @@ func (c *Channel) write64(off int, v uint64) {
 
 func (c *Channel) state() hw.State { return hw.StatusState(c.read64(hw.ChanSts)) }
 
+// A register wait's timeout counts the time its waiter ran, not wall
+// time. A gap between two looks longer than waitSlack means the waiting
+// thread did not run (its process descheduled on a loaded machine): the
+// device was not watched meanwhile, and an emulated one, a goroutine of the
+// same process, could not progress either, so the gap counts as waitSlack
+// only. A device that is stuck still times out after the timeout of the
+// waiter's running time, which on a machine that runs it is wall time.
+const waitSlack = 2 * time.Millisecond
+
+// waitClock is the time a wait has left (see waitSlack).
+type waitClock struct {
+	left time.Duration
+	last time.Time
+}
+
+func startWait(timeout time.Duration) waitClock {
+	return waitClock{left: timeout, last: time.Now()}
+}
+
+// expired charges the time since the last look, at most waitSlack, and
+// reports whether the timeout is spent.
+func (w *waitClock) expired() bool {
+	now := time.Now()
+	w.left -= min(now.Sub(w.last), waitSlack)
+	w.last = now
+	return w.left <= 0
+}
+
 // waitFor polls cond every few microseconds until it holds or the timeout
-// passes, and names the register in the error.
+// passes (see waitSlack), and names the register in the error.
 func (c *Channel) waitFor(reg string, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
+	w := startWait(timeout)
 	for i := 0; ; i++ {
 		if cond() {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if w.expired() {
 			return opErr(c.info.Addr, reg, fmt.Errorf("%w after %v (CHANSTS state %v, CHANERR %s)", ErrTimeout, timeout, c.state(), hw.ErrString(c.regs.Read32(c.base+hw.ChanErr))))
 		}
 		if i < 64 {
@@ -575,9 +605,9 @@ func (c *Channel) selfStart() error {
 	}
 	c.Submit()
 	var out [1]Completion
-	deadline := time.Now().Add(c.opts.StartTimeout)
+	w := startWait(c.opts.StartTimeout) // see waitSlack
 	for c.Poll(out[:]) == 0 {
-		if time.Now().After(deadline) {
+		if w.expired() {
 			return opErr(c.info.Addr, "start", fmt.Errorf("%w: the start-up null descriptor did not complete in %v (CHANSTS %#x, CHANERR %s)",
 				ErrTimeout, c.opts.StartTimeout, c.read64(hw.ChanSts), hw.ErrString(c.regs.Read32(c.base+hw.ChanErr))))
 		}

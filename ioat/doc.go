@@ -50,7 +50,12 @@
 // count towards giving up (ErrChannelBroken). A channel that makes no
 // progress for Options.Watchdog with work outstanding, or that flags
 // errors without halting, gets the same treatment, its request failing
-// with ErrStalled or its CHANERR bits, so no wait is unbounded.
+// with ErrStalled or its CHANERR bits, so no wait is unbounded. The
+// waits for a register (reset, suspend) and for the start-up null
+// descriptor count the time the waiting goroutine ran: a stall of the
+// whole process on a loaded machine, during which an emulated channel
+// could not run either, does not use up Options.ResetTimeout or
+// Options.StartTimeout.
 //
 // # What real channels need, and where it comes from
 //

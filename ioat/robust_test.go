@@ -322,3 +322,33 @@ func TestLTRAndDRSCTL(t *testing.T) {
 		t.Fatalf("LTR select %d after Close, want idle", s)
 	}
 }
+
+// TestStartTimeout: a channel whose start-up null descriptor never
+// completes fails to open with ErrTimeout after StartTimeout, and a
+// stall of the waiter itself (its process descheduled: a gap between two
+// looks) uses up only waitSlack of a wait's timeout, so a loaded machine
+// does not fail a healthy channel's start.
+func TestStartTimeout(t *testing.T) {
+	devs, plat := emulatedBackend(emulated.CBDMAOptions{}).open(t, 1)
+	plat.InjectHang(0, 0, 0)
+	o := offloadAll()
+	o.Channel.StartTimeout = 20 * time.Millisecond
+	if e, err := NewEngine(devs, o); !errors.Is(err, ErrTimeout) {
+		if err == nil {
+			e.Close()
+		}
+		t.Fatalf("open with a hung start-up descriptor: %v, want ErrTimeout", err)
+	}
+
+	w := startWait(time.Second)
+	w.last = w.last.Add(-time.Hour) // the waiter did not run for an hour
+	if w.expired() || w.left != time.Second-waitSlack {
+		t.Fatalf("a stall of the waiter left %v of 1s, want 1s less %v", w.left, waitSlack)
+	}
+	w = startWait(10 * time.Millisecond)
+	for i := 0; !w.expired(); i++ {
+		if i > 1e8 {
+			t.Fatal("a running wait never expired")
+		}
+	}
+}

@@ -89,6 +89,7 @@ type Board struct {
 	rawq     []rawFrame
 	lout     []localDone       // other boards' local sends to complete (local.go)
 	lost     []transport.NICID // lost peers not yet acted on (peerloss.go)
+	live     liveClock         // the board's own stalls, not a peer's silence (liveness.go)
 	// Verdicts wait for a drain of the sources (verdict.go): a duty
 	// wanted one (vWanted), the timer run drained them (vDrained), and
 	// the source whose Recv the goroutine running the timers owns.
@@ -211,6 +212,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
 	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/4))
+	b.live.slack = stallSlackFor(b.tick) // liveness.go
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}
@@ -354,6 +356,7 @@ func (b *Board) timersLocked(force bool) {
 // goroutine (finetimer.go), which holds mu alone, calls this.
 func (b *Board) runTimersLocked() {
 	b.now = b.clock()
+	b.noteTimerRun(b.now)          // liveness.go
 	b.due = 0                      // the timers below arm it again
 	busy := b.timersWithVerdicts() // verdict.go
 	if busy {

@@ -118,6 +118,10 @@ const (
 	// goroutine owned a source's Recv.
 	VerdictDrainFrames
 	VerdictsDeferred
+	// BoardStalls counts the gaps between timer runs long enough to be a
+	// stall of the board itself (its process descheduled): their time is
+	// not counted as a peer's silence (liveness.go).
+	BoardStalls
 	// How large messages end when their pull cannot (largefail.go):
 	// pulls this receiver gave up (each answered with a NOTIFY that says
 	// so), large sends completed with ErrPullFailed on such a NOTIFY, and
@@ -160,6 +164,7 @@ var counterNames = [numCounters]string{
 	"recv pull reply copied by the copy engine", "copy engine failed on a pull reply (copied by the CPU)",
 	"process_vm_readv calls",
 	"frames drained before a verdict", "verdicts deferred (a source was busy)",
+	"board stalls (not counted as a peer's silence)",
 	"pulls abandoned (notified as failed)", "large sends failed by the receiver's pull",
 	"large sends failed: no pull or notify in time",
 }

@@ -124,7 +124,9 @@
 // No peer or pull is declared dead before the board has taken what its
 // transports already hold (verdict.go): a descheduled receive loop, or an
 // answer queued behind more than one batch, does not cost a healthy
-// connection. A large send ends even when its pull cannot: the receiver
+// connection. Nor is a stall of the board itself (its process descheduled
+// on a loaded node: its timers ran late) counted as the peer's silence: the
+// budgets run on the board's own running time (liveness.go). A large send ends even when its pull cannot: the receiver
 // notifies a failed pull too (ErrPullFailed between gomx boards), and a
 // receiver that pulled and then went silent fails the send with
 // ErrUnreachable after the notify timeout (largefail.go).

@@ -2,6 +2,7 @@ package mx
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -21,37 +22,66 @@ func shortResends() BoardOptions {
 	return o
 }
 
+// patientResends keeps shortResends' fast resends but gives liveness
+// (ResendDelay*ResendMax: the budget of a connect, of an unacked send, of
+// a pull without progress, and through them of a large send's NOTIFY) far
+// more than a scheduling stall of a loaded -race run or of a QEMU guest's
+// vCPU, for the tests whose outcomes are all answers of a peer. With
+// shortResends' 50 ms a board goroutine descheduled that long declared its
+// healthy peer unreachable (ErrUnreachable), or a receiver's pull gave up
+// with the replies already on their way and the sender waited for a
+// NOTIFY that never came (context timeout). A test that wants a dead peer
+// found quickly shortens only the requests that should fail, with
+// Endpoint.SetRequestTimeout.
+func patientResends() BoardOptions {
+	o := shortResends()
+	o.ResendMax = int(20 * time.Second / o.ResendDelay)
+	return o
+}
+
 func TestPeerDisappears(t *testing.T) {
 	for _, tf := range transportFactories {
 		t.Run(tf.name, func(t *testing.T) {
-			pr := newPair(t, tf, shortResends(), loopback.Faults{})
+			// Until B vanishes nothing may fail: the boards' liveness is
+			// patient, and only what A posts afterwards gets a short
+			// request timeout (shortResends' 50 ms), so the dead peer is
+			// found quickly while a stall before could not make B or A
+			// give the other up.
+			pr := newPair(t, tf, patientResends(), loopback.Faults{})
+			// Each wait gets its own bound, far past any budget: on a
+			// starved machine the boards' own stalls do not count
+			// towards a verdict (liveness.go), so it can take many times
+			// the budget in wall time.
+			bound := func() context.Context { return testCtx(t, time.Minute) }
 			// B sends a large message A has not asked for yet, then vanishes.
 			big, err := pr.b.ISend([][]byte{pattern(300000, 1)}, pr.btoa, 1, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pr.a.Probe(testCtx(t, 10*time.Second), 1, ^uint64(0)); err != nil {
+			if _, err := pr.a.Probe(bound(), 1, ^uint64(0)); err != nil {
 				t.Fatal(err)
 			}
 			pr.bb.Close()
-			if _, err := big.Wait(testCtx(t, 10*time.Second)); !errors.Is(err, ErrEndpointClosed) {
+			if _, err := big.Wait(bound()); !errors.Is(err, ErrEndpointClosed) {
 				t.Fatalf("send on a closed board: %v", err)
 			}
-			ctx := testCtx(t, 20*time.Second)
+			if err := pr.a.SetRequestTimeout(nil, 50*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
 			tiny, _ := pr.a.ISend([][]byte{[]byte("hello")}, pr.atob, 2, nil)
 			large, _ := pr.a.ISend([][]byte{make([]byte, 100000)}, pr.atob, 3, nil)
 			pulled, _ := pr.a.IRecv([][]byte{make([]byte, 300000)}, 1, ^uint64(0), nil)
 			for name, r := range map[string]*Request{"tiny": tiny, "large": large, "pull": pulled} {
-				if _, err := r.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+				if _, err := r.Wait(bound()); !errors.Is(err, ErrUnreachable) {
 					t.Errorf("%s: want ErrUnreachable, got %v", name, err)
 				}
 			}
 			// Later sends fail at once until a new connect.
 			s, _ := pr.a.ISend(nil, pr.atob, 4, nil)
-			if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+			if _, err := s.Wait(bound()); !errors.Is(err, ErrUnreachable) {
 				t.Errorf("send to a dead peer: %v", err)
 			}
-			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 2, testKey); !errors.Is(err, ErrUnreachable) {
+			if _, err := pr.a.Connect(bound(), pr.bb.NICID(), 2, testKey); !errors.Is(err, ErrUnreachable) {
 				t.Errorf("connect to a dead board: %v", err)
 			}
 			if pr.a.Counters().Get(Unreachable) == 0 {
@@ -65,18 +95,8 @@ func TestConnectErrors(t *testing.T) {
 	for _, tf := range transportFactories {
 		t.Run(tf.name, func(t *testing.T) {
 			// Every outcome asserted here is an answer of the peer (a
-			// connect reply, a NACK, a NOTIFY), never the resend limit:
-			// keep the fast resends but give the liveness budget
-			// (ResendDelay*ResendMax, which also bounds a pull without
-			// progress) far more than a scheduling stall of a loaded
-			// -race run. With shortResends' 50 ms, a board goroutine
-			// descheduled that long declared the peer unreachable
-			// (ErrUnreachable), or the receiver's pull gave up with the
-			// replies already on their way and the sender waited for a
-			// NOTIFY that never came (context timeout).
-			o := shortResends()
-			o.ResendMax = int(20 * time.Second / o.ResendDelay)
-			pr := newPair(t, tf, o, loopback.Faults{})
+			// connect reply, a NACK, a NOTIFY), never the resend limit.
+			pr := newPair(t, tf, patientResends(), loopback.Faults{})
 			ctx := testCtx(t, 10*time.Second)
 			if _, err := pr.a.Connect(ctx, pr.bb.NICID(), 2, testKey+1); !errors.Is(err, ErrBadKey) {
 				t.Errorf("wrong key: %v", err)
@@ -154,14 +174,26 @@ func TestForgedFrames(t *testing.T) {
 // forgedFrames attacks a connected pair from a third board on the same wire.
 func forgedFrames(t *testing.T, w *wire2) {
 	attacker := w.third()
-	pr := newPairOn(t, w, shortResends())
+	// Every outcome here is an answer of a board, never the resend limit.
+	pr := newPairOn(t, w, patientResends())
 	bs := pr.b.Addr().Session
-	recvKinds := func(tr transport.Transport) map[wire.Type]int {
+	// recvKinds counts the kinds of the frames the attacker receives until
+	// one of kind want has come (want 0: none is awaited), and then of
+	// those already queued behind it. The answer is awaited, not a quiet
+	// spell: a loaded machine can hold the answer back longer than any
+	// spell of silence, and a second answer would be counted by the
+	// board (the counters checked below) before it could be received.
+	recvKinds := func(tr transport.Transport, want wire.Type) map[wire.Type]int {
 		got := map[wire.Type]int{}
 		frames := make([]transport.Frame, 64)
+		deadline := time.Now().Add(10 * time.Second) // a bound, not a budget
 		for {
-			n, _ := tr.Recv(frames, 20*time.Millisecond)
-			if n == 0 {
+			wait := 100 * time.Millisecond
+			if want == 0 || got[want] > 0 {
+				wait = 0
+			}
+			n, _ := tr.Recv(frames, wait)
+			if n == 0 && (wait == 0 || time.Now().After(deadline)) {
 				return got
 			}
 			for _, f := range frames[:n] {
@@ -184,7 +216,7 @@ func forgedFrames(t *testing.T, w *wire2) {
 	send(sealedFrame(wire.MsgLen+4, func(h []byte) {
 		(&wire.Msg{Type: wire.TypeTiny, DstEP: 2, SrcEP: 1, Length: 4, Session: bs + 1}).Put(h, wire.BigEndian)
 	}))
-	if got := recvKinds(attacker); got[wire.TypeNackLib] != 1 {
+	if got := recvKinds(attacker, wire.TypeNackLib); got[wire.TypeNackLib] != 1 {
 		t.Errorf("wrong session: want one NACK_LIB, got %v", got)
 	}
 	if pr.b.Counters().Get(DropBadSession) != before+1 {
@@ -201,7 +233,11 @@ func forgedFrames(t *testing.T, w *wire2) {
 	send(sealedFrame(wire.ConnectLen, func(h []byte) {
 		(&wire.Connect{DstEP: 2, SrcEP: 1, SrcSession: 77, Key: testKey ^ 1}).Put(h, wire.BigEndian)
 	}))
-	recvKinds(attacker)
+	waitCond(t, "the board drops the TINY and refuses the connect", func() bool {
+		c := pr.b.Counters()
+		return c.Get(DropNoPartner) > 0 && c.Get(DropBadKey) > 0
+	})
+	recvKinds(attacker, 0) // the refusal of the connect
 	if _, ok := pr.b.IProbe(0, 0); ok {
 		t.Fatal("a forged message was delivered")
 	}
@@ -226,7 +262,7 @@ func forgedFrames(t *testing.T, w *wire2) {
 	}
 	// From a board that is not the receiver: refused even with every field right.
 	send(pullFrame(pull))
-	if got := recvKinds(attacker); got[wire.TypePullReply] != 0 || got[wire.TypeNackMCP] != 1 {
+	if got := recvKinds(attacker, wire.TypeNackMCP); got[wire.TypePullReply] != 0 || got[wire.TypeNackMCP] != 1 {
 		t.Errorf("pull from a stranger: got %v", got)
 	}
 	// From the receiver's own NIC but outside the region.
@@ -251,6 +287,17 @@ func forgedFrames(t *testing.T, w *wire2) {
 	}
 	if c := pr.b.Counters(); c.Get(DropBadPull) < uint64(len(bad)-1) {
 		t.Errorf("bad pulls counted %d", c.Get(DropBadPull))
+	}
+	// Refused pulls are not a receiver pulling: they must not start the
+	// send's notify timeout (largefail.go), or the send fails with
+	// ErrUnreachable, and the real pull below with a bad RDMA window,
+	// whenever the garbage below takes longer than that timeout (a
+	// loaded -race run). The region must still be unpulled.
+	pr.bb.mu.Lock()
+	lastPull := pr.b.regions[0].lastPull
+	pr.bb.mu.Unlock()
+	if lastPull != 0 {
+		t.Error("a refused pull started the notify timeout of the send it named")
 	}
 	// Forged pull replies and nacks for handles that do not exist.
 	inject(pr.ba, pr.bb.NICID(), sealedFrame(wire.PullReplyLen+10, func(h []byte) {

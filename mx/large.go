@@ -44,7 +44,10 @@ type region struct {
 	seq  uint8
 	r    *Request
 	// lastPull is when the receiver last pulled from the region (0:
-	// never): the notify timeout counts from it (largefail.go).
+	// never): the notify timeout counts from it (largefail.go). Only a
+	// pull that is served sets it: a refused one (outside the region)
+	// says nothing of a receiver that is pulling, and would start the
+	// timeout of a send whose receive was not even posted yet.
 	lastPull int64
 }
 
@@ -418,7 +421,7 @@ func (pl *pull) lossEvidence(i, k int) {
 // ResendDelay*ResendMax without progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
-	if now-pl.lastProgress >= int64(o.ResendDelay)*int64(o.ResendMax) {
+	if pl.e.b.overdue(now, pl.lastProgress, int64(o.ResendDelay)*int64(o.ResendMax)) { // liveness.go
 		if !pl.e.b.mayDeclare() { // verdict.go
 			return
 		}
@@ -502,7 +505,6 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	}
 	r := reg.r
 	p := r.p
-	reg.lastPull = b.now
 	// The block, in Open-MX's frame geometry for this peer: it starts at
 	// FirstFrame*L - RegionOffset%L + FirstFrameOffset in the message and
 	// must lie in the pull, which must lie in the region; one PULL never
@@ -520,6 +522,7 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 		nack(wire.NackBadRDMAWindow, DropBadPull)
 		return
 	}
+	reg.lastPull = b.now
 	off, end := int(start), int(start+bl)
 	roff := int(h.RegionOffset)
 	lens := b.lens[:0]

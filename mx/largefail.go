@@ -77,7 +77,7 @@ func (e *Endpoint) notifyTimeouts(now int64) {
 	limit := int64(o.ResendDelay) * int64(2*o.ResendMax+1+notifyTimeoutSlack)
 	for i := range e.regions {
 		reg := &e.regions[i]
-		if !reg.used || reg.lastPull == 0 || now-reg.lastPull < limit {
+		if !reg.used || reg.lastPull == 0 || !e.b.overdue(now, reg.lastPull, limit) { // liveness.go
 			continue
 		}
 		if !e.b.mayDeclare() { // verdict.go

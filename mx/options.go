@@ -23,7 +23,9 @@ type BoardOptions struct {
 	// (then the RTO, RTOMin..RTOMax, applies). Default 500 ms.
 	ResendDelay time.Duration
 	// ResendMax is how many resends make a peer unreachable. Default 1000
-	// (OMX_RESENDS_MAX): about 500 s with the default delay.
+	// (OMX_RESENDS_MAX): about 500 s with the default delay, counted on
+	// the board's running time (a stall of the board's own process does
+	// not count, liveness.go).
 	ResendMax int
 	// PullTimeout is the silence after which a puller re-requests its
 	// oldest unfinished block while the pull path's round trip is not

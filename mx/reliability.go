@@ -333,7 +333,7 @@ func (p *partner) resendDue(now int64) {
 func (p *partner) unreachable(now int64) bool {
 	b := p.ep.b
 	for r := p.unacked.head; r != nil; r = r.qnext {
-		if now-r.firstSend >= int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1) {
+		if b.overdue(now, r.firstSend, int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1)) { // liveness.go
 			if !b.mayDeclare() {
 				return true
 			}

@@ -127,9 +127,19 @@ func TestVerdictWaitsForQueuedFrames(t *testing.T) {
 	if _, err := r.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// b has the message and acks it; a reads nothing until the budget
-	// is over.
-	waitGone(t, t0, 2*budget)
+	// b has the message and acks it; a reads nothing until the verdict
+	// is due and put off (the gated goroutine owns the source), while
+	// its timers keep running, as the fine timer's goroutine runs them.
+	// (A board whose timers stop too is stalled whole, and its stall is
+	// not counted against the peer at all: liveness.go,
+	// TestStalledBoardsKeepLivePeers.)
+	waitGone(t, t0, budget)
+	waitCond(t, "a's verdict on b is due", func() bool {
+		pr.ba.mu.Lock()
+		defer pr.ba.mu.Unlock()
+		pr.ba.runTimersLocked()
+		return pr.ba.cnt[VerdictsDeferred] > 0
+	})
 	g.openGate()
 	if _, err := s.Wait(ctx); err != nil {
 		t.Fatalf("send to a live peer whose ack was queued: %v", err)
