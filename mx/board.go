@@ -149,7 +149,7 @@ type Board struct {
 	rxRings bool
 	// ackOwed: partners on the rings that reached NotAckedMax unacked
 	// messages, acked once a receive finds its source drained
-	// (reliability.go).
+	// (reliability.go); each at most once (partner.owed).
 	ackOwed []*partner
 	// timeCopies (set by benchmarks only) makes the receive path add the
 	// time it spends on pull-reply copies to copyNanos.

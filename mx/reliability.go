@@ -67,6 +67,7 @@ type partner struct {
 	partials    []*partial
 	notAcked    int
 	ackStale    bool // an obsolete duplicate asked for a (delayed) ack
+	owed        bool // in Board.ackOwed: acked when the rings run dry
 	ackDeadline int64
 	ackNumSent  uint32
 	inHandler   bool
@@ -547,13 +548,14 @@ func (p *partner) sendAck() {
 }
 
 // noteReceived records that the full-receive point moved: ack now after
-// NotAckedMax messages, else after AckDelay; for a peer reached through
-// the rings, after ringAcks messages, else after ringAckDelay.
-func (p *partner) noteReceived() {
+// NotAckedMax messages, else after AckDelay; for a tiny or small message
+// (lean) from a peer reached through the rings, after ringAcks messages,
+// else after ringAckDelay.
+func (p *partner) noteReceived(lean bool) {
 	b := p.ep.b
 	p.notAcked++
 	every, delay := b.opts.NotAckedMax, int64(b.opts.AckDelay)
-	rings := b.shmTo(p.nic) != nil
+	rings := lean && b.shmTo(p.nic) != nil
 	if rings {
 		every, delay = b.ringAcks(), min(delay, int64(ringAckDelay))
 	}
@@ -562,7 +564,8 @@ func (p *partner) noteReceived() {
 		p.sendAck()
 		return
 	}
-	if rings && p.notAcked == b.opts.NotAckedMax {
+	if rings && p.notAcked >= b.opts.NotAckedMax && !p.owed {
+		p.owed = true
 		b.ackOwed = append(b.ackOwed, p)
 	}
 	if p.ackDeadline == 0 {
@@ -583,14 +586,17 @@ func (p *partner) noteReceived() {
 // peer in each batch it takes from the rings, and acking each NotAckedMax
 // of them spends a frame on both sides for nothing: the sender is still
 // sending. So, when nothing carried the ack back sooner (a reply
-// piggybacks it, as everywhere), a receiver acks a peer on the rings
-// after ringAcks messages, or, once it has NotAckedMax unacked ones, when
+// piggybacks it, as everywhere), a receiver acks tiny and small messages
+// of a peer on the rings after ringAcks messages, or, once it has NotAckedMax unacked ones, when
 // a receive finds the rings drained (ackDrained): the sender has nothing
 // more in flight, and may be waiting for this very ack (a busy sender
 // handles acks only when it waits, so its ZombieSends run out). Fewer
 // than NotAckedMax are acked ringAckDelay (or AckDelay if shorter) after
 // the first: a sender that waits for its ack waits at most about a poll
-// window's cap, not AckDelay's 16ms.
+// window's cap, not AckDelay's 16ms. Medium messages keep NotAckedMax: the
+// sender keeps each one's payload copy until its ack, and 64 of them (256
+// KiB at 4 KiB) would crowd its cache for one frame saved per 4 messages
+// of several frames each; measured, the difference was lost in noise.
 const (
 	ringAcksMax  = 64
 	ringAckDelay = DefaultSpinMax
@@ -601,7 +607,7 @@ const (
 // drained. Called with b.mu held.
 func (b *Board) ackDrained() {
 	for i, p := range b.ackOwed {
-		b.ackOwed[i] = nil
+		b.ackOwed[i], p.owed = nil, false
 		if p.notAcked >= b.opts.NotAckedMax && !p.ep.closed {
 			p.ep.cnt[AcksImmediate]++
 			p.sendAck()
@@ -622,7 +628,9 @@ func (b *Board) ringAcks() int {
 	return max(n, b.opts.NotAckedMax)
 }
 
-func (p *partner) updateFull() {
+// updateFull moves the full-receive point past what arrived whole; lean:
+// the message that moved it was tiny or small (see noteReceived).
+func (p *partner) updateFull(lean bool) {
 	old := p.fullSeq
 	if len(p.partials) > 0 {
 		p.fullSeq = p.partials[0].seq
@@ -630,7 +638,7 @@ func (p *partner) updateFull() {
 		p.fullSeq = p.recvSeq
 	}
 	if p.fullSeq != old && !p.fullMoved() {
-		p.noteReceived()
+		p.noteReceived(lean)
 	}
 }
 
@@ -676,7 +684,7 @@ func (p *partner) recvSequenced(f []byte) {
 			return
 		}
 		p.recvSeq = seqNext(p.recvSeq)
-		p.updateFull()
+		p.updateFull(typ == wire.TypeTiny || typ == wire.TypeSmall)
 		if len(p.partials) > 0 && p.partials[0].seq != seq {
 			p.outOfOrder() // an earlier medium is still missing fragments
 		}
