@@ -53,6 +53,60 @@ func TestAckPolicy(t *testing.T) {
 	}
 }
 
+// TestRingAckPolicy: a receiver acks a peer on the rings once per
+// ringAcks messages, or per NotAckedMax when its rings run dry, and the
+// last few after ringAckDelay, not AckDelay: sends that complete only on
+// their ack (no zombie sends here) all complete although AckDelay is an
+// hour and the last messages are acked by no count.
+func TestRingAckPolicy(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.AckDelay = time.Hour
+	o.ZombieSends = -1 // sends complete on their ack
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	every := pr.a.b.ringAcks()
+	if every <= o.NotAckedMax {
+		t.Fatalf("ringAcks %d: want more than NotAckedMax %d with the default windows", every, o.NotAckedMax)
+	}
+	const n = 501 // a multiple of neither NotAckedMax nor ringAcks
+	var sends []*Request
+	for i := range n {
+		s, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sends = append(sends, s)
+	}
+	buf := make([]byte, 8)
+	for i := range n {
+		r, err := pr.b.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, r, 10*time.Second)
+		if string(buf) != string(pattern(8, uint64(i))) {
+			t.Fatalf("message %d: bytes changed", i)
+		}
+	}
+	for _, s := range sends {
+		mustWait(t, s, 10*time.Second)
+	}
+	// Never more ack frames than one per NotAckedMax messages. (How many
+	// fewer depends on how the receiver's batches fell.)
+	if c := pr.b.Counters(); c.Get(SendTruc) > uint64(n/o.NotAckedMax+1) {
+		t.Fatalf("%d messages: %d ack frames, want at most %d", n, c.Get(SendTruc), n/o.NotAckedMax+1)
+	}
+	// One message alone: no count acks it, only the short delay.
+	delayed := pr.b.Counters().Get(AcksDelayed)
+	s, err := pr.a.ISend([][]byte{pattern(8, n)}, pr.atob, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, 10*time.Second)
+	if got := pr.b.Counters().Get(AcksDelayed); got != delayed+1 {
+		t.Fatalf("a lone message: %d delayed acks, want %d", got-delayed, 1)
+	}
+}
+
 func TestEagerSendsCompleteAtOnce(t *testing.T) {
 	pr := newPair(t, loopbackOnly, fastOptions(), loopback.Faults{})
 	for _, size := range []int{0, 32, 128, 20000} {

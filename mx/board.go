@@ -148,6 +148,10 @@ type Board struct {
 	// rxRings: the batch being handled came from shared-memory rings,
 	// whose frames carry no trailer (see sendFrame).
 	rxRings bool
+	// ackOwed: partners on the rings that reached NotAckedMax unacked
+	// messages, acked once a receive finds its source drained
+	// (reliability.go); each at most once (partner.owed).
+	ackOwed []*partner
 	// timeCopies (set by benchmarks only) makes the receive path add the
 	// time it spends on pull-reply copies to copyNanos.
 	timeCopies bool
@@ -456,6 +460,9 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		f.Data = nil
 	}
 	b.rxRings = outer
+	if len(rx) < len(s.rx) {
+		b.ackDrained() // reliability.go
+	}
 	b.pcopyN.Store(int32(len(b.pcopies)))
 }
 

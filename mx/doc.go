@@ -82,7 +82,10 @@
 // fragment bitmap per medium) and answers an obsolete duplicate with an
 // immediate ack. Acks ("everything below s") ride on every sequenced packet
 // the other way; otherwise an explicit TRUC ack goes out after NotAckedMax
-// messages or AckDelay. The sender keeps every sequenced packet until
+// messages or AckDelay. Tiny and small messages of a peer reached through
+// shared-memory rings, which lose nothing while the peer lives, are acked
+// less often: after 64, or after NotAckedMax once a receive finds the
+// rings drained, and the rest after 1ms. The sender keeps every sequenced packet until
 // acked. Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
 // estimate). The newest request unacked for twice the smoothed round trip

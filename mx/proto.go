@@ -185,7 +185,7 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 		}
 	}
 	e.b.putPartial(pt)
-	p.updateFull()
+	p.updateFull(false)
 }
 
 func (p *partner) deliverRndv(m *wire.Rndv) bool {

@@ -67,6 +67,7 @@ type partner struct {
 	partials    []*partial
 	notAcked    int
 	ackStale    bool // an obsolete duplicate asked for a (delayed) ack
+	owed        bool // in Board.ackOwed: acked when the rings run dry
 	ackDeadline int64
 	ackNumSent  uint32
 	inHandler   bool
@@ -547,21 +548,89 @@ func (p *partner) sendAck() {
 }
 
 // noteReceived records that the full-receive point moved: ack now after
-// NotAckedMax messages, else after AckDelay.
-func (p *partner) noteReceived() {
+// NotAckedMax messages, else after AckDelay; for a tiny or small message
+// (lean) from a peer reached through the rings, after ringAcks messages,
+// else after ringAckDelay.
+func (p *partner) noteReceived(lean bool) {
 	b := p.ep.b
 	p.notAcked++
-	if p.notAcked >= b.opts.NotAckedMax {
+	every, delay := b.opts.NotAckedMax, int64(b.opts.AckDelay)
+	rings := lean && b.shmTo(p.nic) != nil
+	if rings {
+		every, delay = b.ringAcks(), min(delay, int64(ringAckDelay))
+	}
+	if p.notAcked >= every {
 		p.ep.cnt[AcksImmediate]++
 		p.sendAck()
 		return
 	}
+	if rings && p.notAcked >= b.opts.NotAckedMax && !p.owed {
+		p.owed = true
+		b.ackOwed = append(b.ackOwed, p)
+	}
 	if p.ackDeadline == 0 {
-		p.ackDeadline = b.now + int64(b.opts.AckDelay)
+		p.ackDeadline = b.now + delay
+		if rings {
+			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
+		}
 	}
 }
 
-func (p *partner) updateFull() {
+// Acks between peers of one host. The rings are reliable and keep order:
+// they lose a frame only when its receiver made no progress for their
+// FullWait, and then the sender's timeouts (rtoMin, at least that long)
+// and the transport take over. An ack to such a peer never saves a
+// resend; it only lets the sender release its requests and complete the
+// sends that wait for it (beyond ZombieSends, or with a full MaxUnacked
+// window). A receiver that falls behind a stream finds many messages of a
+// peer in each batch it takes from the rings, and acking each NotAckedMax
+// of them spends a frame on both sides for nothing: the sender is still
+// sending. So, when nothing carried the ack back sooner (a reply
+// piggybacks it, as everywhere), a receiver acks tiny and small messages
+// of a peer on the rings after ringAcks messages, or, once it has NotAckedMax unacked ones, when
+// a receive finds the rings drained (ackDrained): the sender has nothing
+// more in flight, and may be waiting for this very ack (a busy sender
+// handles acks only when it waits, so its ZombieSends run out). Fewer
+// than NotAckedMax are acked ringAckDelay (or AckDelay if shorter) after
+// the first: a sender that waits for its ack waits at most about a poll
+// window's cap, not AckDelay's 16ms. Medium messages keep NotAckedMax: the
+// sender keeps each one's payload copy until its ack, and 64 of them (256
+// KiB at 4 KiB) would crowd its cache for one frame saved per 4 messages
+// of several frames each; measured, the difference was lost in noise.
+const (
+	ringAcksMax  = 64
+	ringAckDelay = DefaultSpinMax
+)
+
+// ackDrained acks the partners on the rings that reached NotAckedMax
+// unacked messages (noteReceived), now that a receive found its source
+// drained. Called with b.mu held.
+func (b *Board) ackDrained() {
+	for i, p := range b.ackOwed {
+		b.ackOwed[i], p.owed = nil, false
+		if p.notAcked >= b.opts.NotAckedMax && !p.ep.closed {
+			p.ep.cnt[AcksImmediate]++
+			p.sendAck()
+		}
+	}
+	b.ackOwed = b.ackOwed[:0]
+}
+
+// ringAcks is how many messages from a peer on the rings make the
+// receiver ack at once: ringAcksMax, less when the board's own windows
+// (MaxUnacked, ZombieSends; a peer's are mostly the same) are smaller, so
+// a sender never waits for a full window's ack; at least NotAckedMax.
+func (b *Board) ringAcks() int {
+	n := min(ringAcksMax, b.opts.MaxUnacked/2)
+	if b.opts.ZombieSends > 0 {
+		n = min(n, b.opts.ZombieSends/2)
+	}
+	return max(n, b.opts.NotAckedMax)
+}
+
+// updateFull moves the full-receive point past what arrived whole; lean:
+// the message that moved it was tiny or small (see noteReceived).
+func (p *partner) updateFull(lean bool) {
 	old := p.fullSeq
 	if len(p.partials) > 0 {
 		p.fullSeq = p.partials[0].seq
@@ -569,7 +638,7 @@ func (p *partner) updateFull() {
 		p.fullSeq = p.recvSeq
 	}
 	if p.fullSeq != old && !p.fullMoved() {
-		p.noteReceived()
+		p.noteReceived(lean)
 	}
 }
 
@@ -615,7 +684,7 @@ func (p *partner) recvSequenced(f []byte) {
 			return
 		}
 		p.recvSeq = seqNext(p.recvSeq)
-		p.updateFull()
+		p.updateFull(typ == wire.TypeTiny || typ == wire.TypeSmall)
 		if len(p.partials) > 0 && p.partials[0].seq != seq {
 			p.outOfOrder() // an earlier medium is still missing fragments
 		}
@@ -965,9 +1034,14 @@ func (e *Endpoint) timers() bool {
 	now := b.now
 	busy := false
 	for _, p := range e.plist {
-		if (p.notAcked > 0 || p.ackStale) && p.ackDeadline != 0 && now >= p.ackDeadline {
-			e.cnt[AcksDelayed]++
-			p.sendAck()
+		if (p.notAcked > 0 || p.ackStale) && p.ackDeadline != 0 {
+			switch {
+			case now >= p.ackDeadline:
+				e.cnt[AcksDelayed]++
+				p.sendAck()
+			case p.notAcked > 0 && b.shmTo(p.nic) != nil:
+				b.noteDue(p.ackDeadline) // a ring peer's short delay (noteReceived)
+			}
 		}
 		if p.unacked.n > 0 {
 			p.resendDue(now)

@@ -20,7 +20,80 @@ const (
 	tagParams uint64 = 0x6d78_0003
 	tagReady  uint64 = 0x6d78_0004
 	matchAll  uint64 = ^uint64(0)
+	// The settling round trips (settle) carry tagSettle, the last one
+	// tagSettleEnd: one receive matches both (matchSettle), and the
+	// responder stops after answering the last.
+	tagSettle    uint64 = 0x6d78_0010
+	tagSettleEnd uint64 = 0x6d78_0011
+	matchSettle  uint64 = ^uint64(1)
 )
+
+// defaultSettle is --settle: how long a run makes empty round trips before
+// its first size. A busy Go process's monitor thread (sysmon) wakes every
+// 20µs (about 80µs with the kernel's timer slack) until it has had 50
+// wake-ups in a row with nothing to do, then doubles its sleep up to 10ms:
+// about 25ms after the process starts (or last had a goroutine blocked in
+// a system call while the other processors were busy). Each wake-up takes
+// the CPU from a busy-polling rank bound to it (--bind binds every thread
+// of a rank's process to one CPU), and a size measured within those
+// milliseconds came out several times slower than the same size measured
+// again. Twice that settles it with a margin.
+const defaultSettle = 50 * time.Millisecond
+
+// settle makes empty round trips with the peer for at least d, then one
+// more that tells the peer to stop (settleReply answers them): it lets the
+// runtime settle before the first size is measured, whatever the size's
+// iterations. It returns the round trips made.
+func (s *side) settle(ctx context.Context, d time.Duration) (int, error) {
+	start := time.Now()
+	for n := 1; ; n++ {
+		tag := tagSettle
+		if time.Since(start) >= d {
+			tag = tagSettleEnd
+		}
+		rr, err := s.ep.IRecv(nil, tagSettle, matchSettle, nil)
+		if err != nil {
+			return n, err
+		}
+		sr, err := s.ep.ISend(nil, s.peer, tag, nil)
+		if err != nil {
+			return n, err
+		}
+		if _, err := sr.Wait(ctx); err != nil {
+			return n, fmt.Errorf("settling round trip %d, send: %w", n, err)
+		}
+		if _, err := rr.Wait(ctx); err != nil {
+			return n, fmt.Errorf("settling round trip %d, reply: %w", n, err)
+		}
+		if tag == tagSettleEnd {
+			return n, nil
+		}
+	}
+}
+
+// settleReply answers the peer's settling round trips until the last one.
+func (s *side) settleReply(ctx context.Context) error {
+	for n := 1; ; n++ {
+		rr, err := s.ep.IRecv(nil, tagSettle, matchSettle, nil)
+		if err != nil {
+			return err
+		}
+		st, err := rr.Wait(ctx)
+		if err != nil {
+			return fmt.Errorf("settling round trip %d: %w", n, err)
+		}
+		sr, err := s.ep.ISend(nil, s.peer, st.Match, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := sr.Wait(ctx); err != nil {
+			return fmt.Errorf("settling round trip %d, reply: %w", n, err)
+		}
+		if st.Match == tagSettleEnd {
+			return nil
+		}
+	}
+}
 
 // result is one size's figures, for mx or for a baseline.
 type result struct {

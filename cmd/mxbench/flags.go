@@ -26,6 +26,7 @@ type benchFlags struct {
 	multiplier int
 	iterations int
 	warmup     int
+	settle     time.Duration
 	unidir     bool
 	sync       bool
 	aligned    bool
@@ -112,6 +113,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.IntVar(&f.multiplier, "multiplier", 2, "size multiplier of the sweep (omx_perf -M)")
 	fs.IntVar(&f.iterations, "iterations", 0, fmt.Sprintf("measured iterations per size (default %d, fewer above %s so each size moves at most that much)", defaultIterations, units.Format(maxBytesPerSize/defaultIterations)))
 	fs.IntVar(&f.warmup, "warmup", 10, "unmeasured iterations before each size (omx_perf -W)")
+	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
 	fs.BoolVar(&f.sync, "sync", false, "synchronous sends (issend: completes when the receiver has the data)")
 	fs.BoolVar(&f.aligned, "aligned", false, "page-aligned buffers")
 	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
@@ -209,8 +211,8 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 	if f.wait != "spin" && f.wait != "block" {
 		return nil, usagef(cmd, "--wait %q: want spin or block", f.wait)
 	}
-	if f.iterations < 0 || f.warmup < 0 {
-		return nil, usagef(cmd, "--iterations and --warmup must not be negative")
+	if f.iterations < 0 || f.warmup < 0 || f.settle < 0 {
+		return nil, usagef(cmd, "--iterations, --warmup and --settle must not be negative")
 	}
 	if f.window < 0 || (cmd == "stream" && f.window == 0) {
 		return nil, usagef(cmd, "--window %d: want at least 1", f.window)

@@ -88,8 +88,8 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		if job.Launcher != how {
 			how = "the " + job.Launcher + " launcher"
 		}
-		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s (%s), %s%s%s",
-			cmd, job.Size, how, w.hostPath(1), paths, f.describeWait(), syncNote(f), je.describe()))
+		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s (%s), %s%s%s%s",
+			cmd, job.Size, how, w.hostPath(1), paths, f.describeWait(), syncNote(f), settleNote(f), je.describe()))
 	}
 	for k, strategy := range strategies {
 		var err error
@@ -131,6 +131,20 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 			return 0
 		}
 		return size
+	}
+	if k == 0 && f.settle > 0 && s != nil {
+		// The runtime settles once per process: the first board only.
+		sctx, cancel := context.WithTimeout(ctx, f.timeout+f.settle)
+		var err error
+		if w.job.Rank == 0 {
+			_, err = s.settle(sctx, f.settle)
+		} else {
+			err = s.settleReply(sctx)
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	for _, size := range sizes {
 		iters := f.iterationsFor(size)

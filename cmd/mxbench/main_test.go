@@ -72,6 +72,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--start", "8K", "--end", "4K"}, "above --end"},
 		{[]string{"pingpong", "--wait", "sometimes"}, "want spin or block"},
 		{[]string{"stream", "--window", "0"}, "want at least 1"},
+		{[]string{"pingpong", "--settle", "-1ms"}, "--settle must not be negative"},
 		{[]string{"pingpong", "extra"}, "unexpected arguments"},
 		{[]string{"serve", "--listen", "nohost"}, "--listen"},
 		{[]string{"strategies", "extra"}, "takes no arguments"},
@@ -130,6 +131,35 @@ func TestPingPongLoopbackVerified(t *testing.T) {
 		if r.Baseline == nil || r.Baseline.Transport != "udp" || r.Baseline.LatencyUS <= 0 {
 			t.Errorf("size %d: baseline %+v, want a UDP figure beside it", r.Size, r.Baseline)
 		}
+	}
+}
+
+// TestSettleBeforeFirstSize: the settling round trips run before the
+// first size, both sides in this process and between processes, the
+// header says so, and none of them is taken for a data message (every
+// byte of the sizes after them is verified); --settle 0 leaves them out.
+func TestSettleBeforeFirstSize(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"pingpong", "--settle", "20ms"}, true},
+		{[]string{"stream", "--settle", "20ms", "--window", "4"}, true},
+		{[]string{"pingpong", "--settle", "0"}, false},
+	} {
+		args := append(c.args, "--sizes", "0,8,4K", "--iterations", "20", "--warmup", "1", "--verify", "--baseline=false")
+		out := runOK(t, args...)
+		if got := strings.Contains(out, "20ms of round trips before the first size"); got != c.want {
+			t.Errorf("mxbench %s: header names the settling round trips: %v, want %v:\n%s", strings.Join(args, " "), got, c.want, out)
+		}
+		if !strings.Contains(out, "4 KiB") {
+			t.Errorf("mxbench %s: no 4 KiB row:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	out := runJob(t, "pingpong", "--procs", "2", "--settle", "20ms", "--sizes", "8,4K", "--iterations", "20", "--warmup", "1",
+		"--wait", "block", "--verify", "--baseline=false")
+	if !strings.Contains(out, "20ms of round trips before the first size") || !strings.Contains(out, "4 KiB") {
+		t.Errorf("--procs 2 --settle 20ms: want the settling round trips in the header and every size:\n%s", out)
 	}
 }
 

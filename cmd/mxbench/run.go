@@ -113,7 +113,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		return fmt.Errorf("%s over %s: %w", cmd, f.transport, err)
 	}
 	defer p.close()
-	rep.header(fmt.Sprintf("mxbench %s: %s, both sides in this process, %s%s", cmd, p.what, f.describeWait(), syncNote(&f)))
+	rep.header(fmt.Sprintf("mxbench %s: %s, both sides in this process, %s%s%s", cmd, p.what, f.describeWait(), syncNote(&f), settleNote(&f)))
 	maxSize := slices.Max(sizes) // validate refuses an empty list
 	window := max(f.window, 1)
 	var ub *udpBaseline
@@ -125,6 +125,15 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	}
 	sa := newSide(p.a, p.aAddr, maxSize, window, &f)
 	sb := newSide(p.b, p.bAddr, maxSize, window, &f)
+	if f.settle > 0 {
+		prog.Set("%s: settling for %v", cmd, f.settle)
+		sctx, cancel := context.WithTimeout(ctx, f.timeout+f.settle)
+		err := settleLocal(sctx, &f, sa, sb)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	for i, size := range sizes {
 		iters := f.iterationsFor(size)
 		prog.Set("%s %s [%d/%d]: %d iterations", cmd, units.Format(int64(size)), i+1, len(sizes), iters)
@@ -170,11 +179,51 @@ func syncNote(f *benchFlags) string {
 	return ""
 }
 
+// settleNote says in the header how long the run settled (--settle).
+func settleNote(f *benchFlags) string {
+	if f.settle > 0 {
+		return fmt.Sprintf(", %v of round trips before the first size", f.settle)
+	}
+	return ""
+}
+
 func verifiedNote(f *benchFlags) string {
 	if f.verify {
 		return " and every byte was verified"
 	}
 	return ""
+}
+
+// settleLocal makes the settling round trips (--settle) with both sides
+// in this process, each pinned as measureLocal pins them.
+func settleLocal(ctx context.Context, f *benchFlags, sa, sb *side) error {
+	errc := make(chan error, 1)
+	go func() {
+		if f.spin() {
+			pin(1) // never unlocked: the pinned thread retires with the goroutine
+		}
+		errc <- sb.settleReply(ctx)
+	}()
+	errA := make(chan error, 1)
+	go func() {
+		if f.spin() {
+			pin(0)
+		}
+		_, err := sa.settle(ctx, f.settle)
+		errA <- err
+	}()
+	if err := <-errA; err != nil {
+		// The responder may still wait for round trips that will not come.
+		select {
+		case <-errc:
+		case <-time.After(time.Second):
+		}
+		return err
+	}
+	if err := <-errc; err != nil {
+		return fmt.Errorf("responder: %w", err)
+	}
+	return nil
 }
 
 // measureLocal runs one size with both sides in this process: b's side in
