@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -377,4 +378,139 @@ func newPairOn(t testing.TB, w *wire2, opts BoardOptions, optsB ...BoardOptions)
 		t.Fatal(err)
 	}
 	return pr
+}
+
+// holdReplies wraps a transport and, while hold is set, keeps the CONNECT
+// replies it would send until release.
+type holdReplies struct {
+	transport.Transport
+	ord  wire.Order
+	mu   sync.Mutex
+	hold bool
+	held [][]byte
+	to   transport.NICID
+}
+
+func (h *holdReplies) Send(frames []transport.Frame) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keep := frames[:0:0]
+	for _, f := range frames {
+		if h.hold && len(f.Data) > wire.HeadLen && wire.Type(f.Data[wire.HeadLen]) == wire.TypeConnect {
+			if c, err := wire.DecodeConnect(f.Data[wire.HeadLen:], h.ord); err == nil && c.IsReply {
+				h.held, h.to = append(h.held, bytes.Clone(f.Data)), f.Peer
+				continue
+			}
+		}
+		keep = append(keep, f)
+	}
+	if len(keep) > 0 {
+		if _, err := h.Transport.Send(keep); err != nil {
+			return 0, err
+		}
+	}
+	return len(frames), nil
+}
+
+func (h *holdReplies) heldN() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.held)
+}
+
+// release sends the held replies and stops holding.
+func (h *holdReplies) release() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hold = false
+	for _, d := range h.held {
+		if _, err := h.Transport.Send([]transport.Frame{{Peer: h.to, Data: d}}); err != nil {
+			return err
+		}
+	}
+	h.held = nil
+	return nil
+}
+
+// TestCrossedConnects: both ends connect at once (as the ranks of a job
+// do), and B, which knows A from its own connect, sends to A before A has
+// B's answer to A's connect. The messages of B that A received meanwhile
+// stay received: the late reply does not move A back to expecting them
+// again, so B's later messages are delivered, not held as early for ever
+// (a job's first barrier hung so, TestTwoNodesAlltoall in CI).
+func TestCrossedConnects(t *testing.T) {
+	checkLeaks(t)
+	w := newLoopbackWire(t, loopback.Faults{})
+	hb := &holdReplies{Transport: w.b, ord: wire.LittleEndian}
+	w.b = hb
+	opts := fastOptions()
+	opts.ResendDelay = time.Second // few connect resends while the replies are held
+	ba, err := NewBoard(w.a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := NewBoard(w.b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ba.Close()
+		bb.Close()
+		w.close()
+	})
+	hb.ord = bb.ord
+	a, err := ba.OpenEndpoint(1, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bb.OpenEndpoint(2, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 20*time.Second)
+	btoa, err := b.Connect(ctx, ba.NICID(), 1, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A connects to B; B answers, and the answer waits.
+	hb.mu.Lock()
+	hb.hold = true
+	hb.mu.Unlock()
+	conn, err := a.IConnect(bb.NICID(), 2, testKey, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; hb.heldN() == 0; i++ {
+		if i == 2000 {
+			t.Fatal("B sent no CONNECT reply in 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// B sends before A has the answer; A gets it. A synchronous send, as
+	// a barrier's: A's NOTIFY completes it, so B never sends it again.
+	first := pattern(100, 1)
+	buf := make([]byte, 100)
+	r, _ := a.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
+	s, _ := b.ISSend([][]byte{first}, btoa, 1, nil)
+	mustWait(t, r, 10*time.Second)
+	mustWait(t, s, 10*time.Second)
+	if !bytes.Equal(buf, first) {
+		t.Fatal("the first message differs")
+	}
+	if err := hb.release(); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, conn, 10*time.Second)
+	// B's next messages, one of each protocol, reach A.
+	for i, n := range []int{8, 5000, 100000} {
+		msg := pattern(n, uint64(i+2))
+		buf := make([]byte, n)
+		r, _ := a.IRecv([][]byte{buf}, uint64(i+2), ^uint64(0), nil)
+		s, _ := b.ISend([][]byte{msg}, btoa, uint64(i+2), nil)
+		mustWait(t, r, 10*time.Second)
+		mustWait(t, s, 10*time.Second)
+		if !bytes.Equal(buf, msg) {
+			t.Fatalf("the %d-byte message after the late reply differs", n)
+		}
+	}
 }

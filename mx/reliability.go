@@ -1016,9 +1016,16 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 		p.sendSeq = h.NextRecvSeq
 	}
 	// The peer numbers its sends from what the request announced; a reset
-	// above moved recvSeq to a new session after that, and every frame of
-	// the peer's would then be dropped as out of sequence.
-	if p.recvSeq != r.toldRecv {
+	// (above, or one since the request) moved recvSeq to a new session
+	// after that, and every frame of the peer's would then be dropped as
+	// out of sequence. Within the request's session recvSeq stays: when
+	// both ends connect at once, the peer may know us from its own connect
+	// and send before it answers ours, and the frames it sent since were
+	// delivered here. Moving recvSeq back to the announced number would
+	// wait for those again, which the peer never resends (they were acked,
+	// or a NOTIFY completed them), so every later frame of it would wait
+	// as early, for ever.
+	if !sameSess(p.recvSeq, r.toldRecv) {
 		p.recvSeq, p.fullSeq = r.toldRecv, r.toldRecv
 	}
 	p.dead = false
