@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,6 +63,12 @@ func twoNodeJob(t *testing.T, env []string, args ...string) []string {
 			"SLURM_JOB_ID="+jobID, "SLURM_STEP_ID=0", "SLURM_STEP_NUM_NODES=2", "SLURM_NODEID="+fmt.Sprint(node),
 			"SLURM_STEP_NODELIST="+fmt.Sprintf("%s,%s", p.IPA, p.IPB), "GOMX_SHM_DIR="+dirs[node])
 		c.Stdout, c.Stderr = &outs[r], &outs[r]
+		// A rank still running when another failed (or at the deadline)
+		// is stopped with SIGQUIT: the Go runtime prints every
+		// goroutine's stack before it exits, so a hang explains itself
+		// in the failure's output.
+		c.Cancel = func() error { return c.Process.Signal(syscall.SIGQUIT) }
+		c.WaitDelay = 20 * time.Second
 		if err := c.Start(); err != nil {
 			t.Fatalf("start rank %d: %v", r, err)
 		}
