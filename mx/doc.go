@@ -122,7 +122,10 @@
 // frame that resets a partner is a CONNECT presenting the endpoint's key
 // and a new session (a new incarnation of the peer, as in Open-MX); what a
 // CONNECT says about the peer board is believed only from such a request or
-// from the reply to a pending connect.
+// from the reply to a pending connect. Both ends may connect at once: a peer
+// that knows this board from its own connect may send before it answers
+// this board's, and a reply that comes after such messages leaves them
+// received (it moves the receive sequence back only after a reset).
 //
 // No peer or pull is declared dead before the board has taken what its
 // transports already hold (verdict.go): a descheduled receive loop, or an
