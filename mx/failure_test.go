@@ -394,22 +394,15 @@ type holdReplies struct {
 func (h *holdReplies) Send(frames []transport.Frame) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	keep := frames[:0:0]
-	for _, f := range frames {
+	return sendKept(h.Transport, frames, func(f transport.Frame) bool {
 		if h.hold && len(f.Data) > wire.HeadLen && wire.Type(f.Data[wire.HeadLen]) == wire.TypeConnect {
 			if c, err := wire.DecodeConnect(f.Data[wire.HeadLen:], h.ord); err == nil && c.IsReply {
 				h.held, h.to = append(h.held, bytes.Clone(f.Data)), f.Peer
-				continue
+				return false
 			}
 		}
-		keep = append(keep, f)
-	}
-	if len(keep) > 0 {
-		if _, err := h.Transport.Send(keep); err != nil {
-			return 0, err
-		}
-	}
-	return len(frames), nil
+		return true
+	})
 }
 
 func (h *holdReplies) heldN() int {

@@ -71,16 +71,26 @@ type dropMarked struct {
 }
 
 func (d *dropMarked) Send(frames []transport.Frame) (int, error) {
-	keep := frames[:0:0]
-	for _, f := range frames {
+	return sendKept(d.Transport, frames, func(f transport.Frame) bool {
 		if bytes.Contains(f.Data, d.marker) {
 			d.dropped.Add(1)
-			continue
+			return false
 		}
-		keep = append(keep, f)
+		return true
+	})
+}
+
+// sendKept sends on tr the frames keep accepts, as one batch, and reports
+// them all sent: the wrappers that lose frames on purpose use it.
+func sendKept(tr transport.Transport, frames []transport.Frame, keep func(transport.Frame) bool) (int, error) {
+	kept := frames[:0:0]
+	for _, f := range frames {
+		if keep(f) {
+			kept = append(kept, f)
+		}
 	}
-	if len(keep) > 0 {
-		if _, err := d.Transport.Send(keep); err != nil {
+	if len(kept) > 0 {
+		if _, err := tr.Send(kept); err != nil {
 			return 0, err
 		}
 	}
@@ -199,19 +209,9 @@ type dropFirst struct {
 }
 
 func (d *dropFirst) Send(frames []transport.Frame) (int, error) {
-	keep := frames[:0:0]
-	for _, f := range frames {
-		if bytes.Contains(f.Data, d.marker) && d.dropped.CompareAndSwap(false, true) {
-			continue
-		}
-		keep = append(keep, f)
-	}
-	if len(keep) > 0 {
-		if _, err := d.Transport.Send(keep); err != nil {
-			return 0, err
-		}
-	}
-	return len(frames), nil
+	return sendKept(d.Transport, frames, func(f transport.Frame) bool {
+		return !bytes.Contains(f.Data, d.marker) || !d.dropped.CompareAndSwap(false, true)
+	})
 }
 
 // TestSackMediumFragment loses the middle fragment of a three-fragment
