@@ -550,8 +550,10 @@ func (b *Board) maybeFree(r *Request) {
 	for i := range segsBuf[:cap(segsBuf)] {
 		segsBuf[:cap(segsBuf)][i] = nil
 	}
-	*r = Request{buf: buf, segsBuf: segsBuf, ch: ch}
-	r.done.Store(false)
+	// Clear in place, then restore what is kept: a composite literal
+	// would be built on the stack and copied over r, twice the stores.
+	*r = Request{}
+	r.buf, r.segsBuf, r.ch = buf, segsBuf, ch
 	if len(b.freeReqs) < 8192 {
 		b.freeReqs = append(b.freeReqs, r)
 	}
