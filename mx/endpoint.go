@@ -449,7 +449,8 @@ func (e *Endpoint) TestAny(match, mask uint64) (Status, bool) {
 	defer b.mu.Unlock()
 	for r := e.doneq.head; r != nil; r = r.dnext {
 		if r.status.Match&mask == match {
-			st, _ := r.consumeLocked()
+			var st Status
+			r.consumeLocked(&st)
 			return st, true
 		}
 	}
@@ -475,7 +476,8 @@ func (e *Endpoint) WaitAny(ctx context.Context, match, mask uint64) (Status, err
 func (e *Endpoint) testAnyLocked(match, mask uint64) (Status, bool) {
 	for r := e.doneq.head; r != nil; r = r.dnext {
 		if r.status.Match&mask == match {
-			st, _ := r.consumeLocked()
+			var st Status
+			r.consumeLocked(&st)
 			return st, true
 		}
 	}
