@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -139,7 +140,16 @@ func TestBusyPollHostPathSyscalls(t *testing.T) {
 	}
 	rings := b.host.src
 	ringLooks := &recvCounter{Transport: rings.tr}
-	rings.mu.Lock()
+	// The progress goroutine may sit in the rings' Recv, holding the
+	// source's lock, with no frame to come: ask it out (Wake) until the
+	// lock is ours.
+	for !rings.mu.TryLock() {
+		if ctx.Err() != nil {
+			t.Fatal("the rings' receive loop never let go of its source")
+		}
+		rings.kick()
+		runtime.Gosched()
+	}
 	rings.tr = ringLooks
 	rings.mu.Unlock()
 	e, err := b.OpenEndpoint(0, testKey)
