@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -278,15 +279,21 @@ func TestHostPathDefault(t *testing.T) {
 func startHostChild(t *testing.T, ctx context.Context, dir string) (*exec.Cmd, transport.NICID) {
 	t.Helper()
 	cmd, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
-	var nic transport.NICID
-	if sc.Scan() {
-		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
-			v, _ := strconv.ParseUint(s, 10, 64)
-			nic = transport.NICID(v)
-		}
-	}
+	nic := scanNIC(sc)
 	if nic == 0 {
 		t.Fatalf("child: %q", sc.Text())
 	}
 	return cmd, nic
+}
+
+// scanNIC reads the "NIC <id>" line TestHostPath's child prints first, or
+// returns 0 when the child printed something else or nothing.
+func scanNIC(sc *bufio.Scanner) transport.NICID {
+	if sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
+			v, _ := strconv.ParseUint(s, 10, 64)
+			return transport.NICID(v)
+		}
+	}
+	return 0
 }

@@ -92,13 +92,7 @@ func udpPingPong(b *testing.B, opts BoardOptions, size int, host bool) {
 	}
 	sc, stop := startEcho(b, "TestHostPath", hostChildEnv+"="+arg)
 	defer stop()
-	var nic transport.NICID
-	if sc.Scan() {
-		if s, ok := strings.CutPrefix(sc.Text(), "NIC "); ok {
-			v, _ := strconv.ParseUint(s, 10, 64)
-			nic = transport.NICID(v)
-		}
-	}
+	nic := scanNIC(sc)
 	if nic == 0 {
 		b.Fatal("child did not start")
 	}
