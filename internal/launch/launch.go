@@ -326,8 +326,11 @@ func checkPeer(c net.Conn) error {
 // returns the records of all ranks, in rank order. At PMIAddr it trades
 // them through the launcher's PMI-1 server instead, once per process.
 func Exchange(ctx context.Context, job Job, addr string, mine []byte) ([][]byte, error) {
-	if addr == PMIAddr {
+	switch addr {
+	case PMIAddr:
 		return pmiExchange(ctx, job, mine, os.Getenv)
+	case PMIxAddr:
+		return pmixExchange(ctx, job, mine, os.Getenv)
 	}
 	if job.Rank == 0 {
 		ln, err := Listen(ctx, addr)

@@ -138,10 +138,15 @@ func TestMpirun(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // rank 0 listens there
-	for _, boot := range []string{"GOMX_BOOTSTRAP=" + addr, "GOMX_BOOTSTRAP="} {
+	for _, boot := range []string{"GOMX_BOOTSTRAP=" + addr, "GOMX_BOOTSTRAP=", mpiPMIxEnv + "=1"} {
 		t.Run(boot, func(t *testing.T) { mpirunRanks(t, mpirun, boot) })
 	}
 }
+
+// mpiPMIxEnv makes a rank of TestMpirun trade its record through the PMIx
+// server of Open MPI's daemon (PMIxAddr), as the ranks of a job across
+// nodes do.
+const mpiPMIxEnv = "GOMX_LAUNCH_TEST_PMIX"
 
 func mpirunRanks(t *testing.T, mpirun, boot string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -173,6 +178,9 @@ func mpiChild() error {
 	addr, err := Bootstrap(job, os.Getenv)
 	if err != nil {
 		return err
+	}
+	if os.Getenv(mpiPMIxEnv) != "" {
+		addr = PMIxAddr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
