@@ -40,11 +40,15 @@
 //     hydra: PMI_FD, or PMI_PORT and PMI_ID), on one node or many: no
 //     listener at all; the records go through the launcher's key-value
 //     space (PMIAddr, pmi.go).
-//   - Open MPI across nodes: its ranks learn where mpirun runs
-//     (OMPI_MCA_orte_hnp_uri) and their local daemon's PMIx server
-//     (PMIX_SERVER_URI*), but not where rank 0 runs; reaching that needs a
-//     PMIx client, so such jobs set GOMX_BOOTSTRAP (mpirun -x passes it on)
-//     and the error says so.
+//   - Open MPI across nodes (and other PMIx launchers): each rank learns
+//     its local daemon's PMIx server (PMIX_SERVER_URI41 and its elders),
+//     not where rank 0 runs; again no listener: the records go through
+//     the daemons' key-value store, committed, collected by a fence and
+//     got one by one (PMIxAddr, pmix.go), as MPI libraries trade their
+//     business cards.
+//
+// When none applies the error names what Bootstrap tried and the way
+// out, GOMX_BOOTSTRAP (mpirun -x passes it on).
 package launch
 
 import (
@@ -82,21 +86,50 @@ type Job struct {
 	// empty when the launcher does not say.
 	NodeList         string
 	NodeID, NumNodes int
+	// HeadHost is an address of the host the launcher runs its head on,
+	// which the launcher's daemons on every node reach (Open MPI: mpirun's
+	// first address in OMPI_MCA_orte_hnp_uri), or "" when it does not say.
+	HeadHost string
 }
 
-// PeerHost returns a host of the job other than this process's (the next
-// node of NodeList), or "" when the job is on one node or the launcher
-// does not list its nodes. A rank binds the local address that routes to
-// it, so that ranks of other nodes can reach its endpoints.
+// PeerHost returns a host that ranks of other nodes reach this one from:
+// a host of the job other than this process's (the next node of
+// NodeList), else HeadHost; or "" when the job is on one node or the
+// launcher names neither. A rank binds the local address that routes to
+// it, so that ranks of other nodes can reach its endpoints (on the head's
+// own node that is the head's address itself).
 func (j Job) PeerHost() string {
-	if j.OneNode || j.NodeList == "" || j.NumNodes < 2 {
+	if j.OneNode {
 		return ""
+	}
+	if j.NodeList == "" || j.NumNodes < 2 {
+		return j.HeadHost
 	}
 	h, err := NthHost(j.NodeList, (j.NodeID+1)%j.NumNodes)
 	if err != nil {
 		return ""
 	}
 	return h
+}
+
+// hnpHost returns the first address of Open MPI's mpirun from its URI,
+// "JOBID.VPID;tcp://IP[,IP...]:PORT[;tcp6://[IP]:PORT...]", or "".
+func hnpHost(uri string) string {
+	for _, u := range strings.Split(uri, ";") {
+		for _, p := range []string{"tcp://", "tcp6://"} {
+			if a, ok := strings.CutPrefix(u, p); ok {
+				if i := strings.LastIndexByte(a, ':'); i > 0 {
+					a = a[:i]
+				}
+				a, _, _ = strings.Cut(a, ",")
+				a = strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
+				if _, err := netip.ParseAddr(a); err == nil {
+					return a
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // MaxSize bounds the ranks of a job and MaxRecord the bytes of one record.
@@ -131,6 +164,9 @@ func FromEnv(getenv func(string) string) (Job, error) {
 		j.OneNode, j.ID = placement(l.name, size, getenv)
 		if l.name == "slurm" && !j.OneNode {
 			j.NodeList, j.NodeID, j.NumNodes = slurmNodes(getenv)
+		}
+		if l.name == "openmpi" && !j.OneNode {
+			j.HeadHost = hnpHost(getenv("OMPI_MCA_orte_hnp_uri"))
 		}
 		return j, nil
 	}
@@ -200,8 +236,9 @@ func SlurmPort(job, step uint64) int {
 // GOMX_BOOTSTRAP when set, else an abstract unix socket private to this
 // user and job when the job runs on one node, else, for Slurm, the first
 // node of the step and SlurmPort, else, under a launcher that hands out a
-// PMI-1 connection, PMIAddr (see the package doc). Anything else needs
-// GOMX_BOOTSTRAP, and the error says so.
+// PMI-1 connection, PMIAddr, else, under Open MPI or another launcher
+// that names a PMIx server, PMIxAddr (see the package doc). Anything else
+// needs GOMX_BOOTSTRAP, and the error says what was tried.
 func Bootstrap(job Job, getenv func(string) string) (string, error) {
 	if getenv("GOMX_BOOTSTRAP") == "" && job.OneNode && job.ID != "" {
 		return fmt.Sprintf("unix:@gomx-boot-%d-%s-%s", os.Getuid(), job.Launcher, job.ID), nil
@@ -212,15 +249,32 @@ func Bootstrap(job Job, getenv func(string) string) (string, error) {
 	if getenv("GOMX_BOOTSTRAP") == "" && (job.Launcher == "pmi" || job.Launcher == "pmix") && hasPMI(getenv) {
 		return PMIAddr, nil
 	}
+	if getenv("GOMX_BOOTSTRAP") == "" && (job.Launcher == "openmpi" || job.Launcher == "pmix") && hasPMIx(getenv) {
+		return PMIxAddr, nil
+	}
 	a, err := BootstrapAddr(getenv)
 	if err != nil && job.Size > 1 && !job.OneNode {
-		why := "the job spans nodes, or " + job.Launcher + " does not say it runs on one"
-		if job.Launcher == "openmpi" {
-			why += "; Open MPI does not tell its ranks where rank 0 runs"
-		}
-		err = fmt.Errorf("%w (%s)", err, why)
+		err = fmt.Errorf("%w (the job spans nodes, or %s does not say it runs on one; tried %s)", err, job.Launcher, tried(job, getenv))
 	}
 	return a, err
+}
+
+// tried says which ways to rank 0 Bootstrap found closed, for a job
+// that spans nodes (or whose launcher does not say it runs on one).
+func tried(job Job, getenv func(string) string) string {
+	var t []string
+	switch job.Launcher {
+	case "openmpi":
+		t = append(t, fmt.Sprintf("one node (OMPI_COMM_WORLD_LOCAL_SIZE=%q of %d ranks)", getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), job.Size))
+	case "slurm":
+		t = append(t, "one node (SLURM_STEP_NUM_NODES, SLURM_NNODES)", "the step's node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST: unset)")
+	default:
+		t = append(t, "one node (MPI_LOCALNRANKS)", "a PMI-1 connection (PMI_FD, PMI_PORT: unset)")
+	}
+	if job.Launcher != "slurm" {
+		t = append(t, "a PMIx server (PMIX_SERVER_URI41 ... PMIX_SERVER_URI2 with PMIX_NAMESPACE and PMIX_RANK: unset; Open MPI before 2.0?)")
+	}
+	return strings.Join(t, ", ")
 }
 
 // slurmBootstrap derives rank 0's address from a Slurm step's nodes and

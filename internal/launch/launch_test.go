@@ -266,8 +266,18 @@ func TestBootstrap(t *testing.T) {
 		// Hydra hands each rank a PMI connection: the records go through it.
 		{map[string]string{"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "4", "PMI_FD": "6"}, PMIAddr, ""},
 		{map[string]string{"PMI_RANK": "1", "PMI_SIZE": "4", "PMI_FD": "6", "GOMX_BOOTSTRAP": "h:1"}, "h:1", ""},
-		// Open MPI across nodes: no way to find rank 0, and the error says why.
-		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "", "Open MPI does not tell"},
+		// Open MPI across nodes: the records go through the daemons'
+		// PMIx servers; on one node the unix socket still wins.
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+			"PMIX_SERVER_URI41": "77.0;tcp4://127.0.0.1:5", "PMIX_NAMESPACE": "78", "PMIX_RANK": "1"}, PMIxAddr, ""},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_MCA_ess_base_jobid": "78",
+			"PMIX_SERVER_URI2": "77.0;tcp4://127.0.0.1:5", "PMIX_NAMESPACE": "78", "PMIX_RANK": "1"}, fmt.Sprintf("unix:@gomx-boot-%d-openmpi-78", uid), ""},
+		{map[string]string{"PMIX_RANK": "1", "PMI_SIZE": "4", "PMIX_SERVER_URI4": "77.0;tcp4://127.0.0.1:5", "PMIX_NAMESPACE": "78"}, PMIxAddr, ""},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+			"PMIX_SERVER_URI41": "77.0;tcp4://127.0.0.1:5", "PMIX_NAMESPACE": "78", "PMIX_RANK": "1", "GOMX_BOOTSTRAP": "h:1"}, "h:1", ""},
+		// Open MPI across nodes without a PMIx server: the error names
+		// what was tried.
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "", "a PMIx server (PMIX_SERVER_URI41"},
 	} {
 		job, err := FromEnv(envOf(c.env))
 		if err != nil {
@@ -318,6 +328,23 @@ func TestPeerHost(t *testing.T) {
 	env["SLURM_STEP_NUM_NODES"] = "1"
 	if j, _ = FromEnv(envOf(env)); j.PeerHost() != "" {
 		t.Errorf("one node: PeerHost %q, want none", j.PeerHost())
+	}
+	// Open MPI names no nodes: its ranks bind toward mpirun's host.
+	for uri, want := range map[string]string{
+		"1987182592.0;tcp://192.0.2.2:53473;tcp6://[fd00::2]:44373": "192.0.2.2",
+		"5.0;tcp://10.1.0.1,10.2.0.1:1024":                          "10.1.0.1",
+		"5.0;tcp6://[fd00::2]:44373":                                "fd00::2",
+		"5.0;usock://x":                                             "",
+		"":                                                          "",
+	} {
+		env := map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_hnp_uri": uri}
+		if j, _ := FromEnv(envOf(env)); j.PeerHost() != want {
+			t.Errorf("hnp %q: PeerHost %q, want %q", uri, j.PeerHost(), want)
+		}
+		env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4"
+		if j, _ := FromEnv(envOf(env)); j.PeerHost() != "" {
+			t.Errorf("hnp %q, one node: PeerHost %q, want none", uri, j.PeerHost())
+		}
 	}
 }
 
