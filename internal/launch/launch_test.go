@@ -139,7 +139,9 @@ func TestMpirun(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // rank 0 listens there
 	for _, boot := range []string{"GOMX_BOOTSTRAP=" + addr, "GOMX_BOOTSTRAP=", mpiPMIxEnv + "=1"} {
-		t.Run(boot, func(t *testing.T) { mpirunRanks(t, mpirun, boot) })
+		t.Run(boot, func(t *testing.T) {
+			mpirunRanks(t, 3, nil, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", boot)
+		})
 	}
 }
 
@@ -148,26 +150,37 @@ func TestMpirun(t *testing.T) {
 // nodes do.
 const mpiPMIxEnv = "GOMX_LAUNCH_TEST_PMIX"
 
-func mpirunRanks(t *testing.T, mpirun, boot string) {
+// mpirunRanks runs np ranks of TestMpirun with the launcher command
+// mpirun (its program and arguments up to the ranks' program), checks that
+// every rank got every record, and returns the output.
+func mpirunRanks(t *testing.T, np int, env []string, mpirun ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3",
-		"-x", mpiChildEnv+"=1", "-x", boot, os.Args[0], "-test.run=^TestMpirun$", "-test.count=1")
+	cmd := exec.CommandContext(ctx, mpirun[0], append(mpirun[1:],
+		"-x", mpiChildEnv+"=1", os.Args[0], "-test.run=^TestMpirun$", "-test.count=1")...)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, out)
 	}
-	var lines []string
+	var lines, want []string
 	for _, l := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(l, "rank ") {
 			lines = append(lines, l)
 		}
 	}
 	sort.Strings(lines)
-	want := []string{"rank 0/3 openmpi: r0 r1 r2", "rank 1/3 openmpi: r0 r1 r2", "rank 2/3 openmpi: r0 r1 r2"}
+	var all []string
+	for r := range np {
+		all = append(all, fmt.Sprintf("r%d", r))
+	}
+	for r := range np {
+		want = append(want, fmt.Sprintf("rank %d/%d openmpi: %s", r, np, strings.Join(all, " ")))
+	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("ranks said:\n%s\nwant:\n%s\n(all output:\n%s)", strings.Join(lines, "\n"), strings.Join(want, "\n"), out)
 	}
+	return string(out)
 }
 
 func mpiChild() error {
@@ -189,6 +202,10 @@ func mpiChild() error {
 		return err
 	}
 	fmt.Printf("rank %d/%d %s: %s\n", job.Rank, job.Size, job.Launcher, bytes.Join(table, []byte(" ")))
+	// Which network namespace the rank ran in, for tests across "nodes".
+	if ns, err := os.Readlink("/proc/self/ns/net"); err == nil {
+		fmt.Printf("netns of rank %d: %s\n", job.Rank, ns)
+	}
 	return nil
 }
 

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +67,41 @@ func TestExchangeAcrossNodes(t *testing.T) {
 		}
 		if !bytes.Equal(bytes.Join(tables[r], nil), []byte{0, 1, 2, 3}) {
 			t.Fatalf("rank %d: table %v", r, tables[r])
+		}
+	}
+}
+
+// TestMpirunAcrossNodes: four ranks of one Open MPI mpirun on two "nodes",
+// network namespaces joined by a veth pair, as a user runs a job across
+// machines: mpirun runs on the first node and reaches the second through
+// its remote shell (an rsh agent that enters the namespace instead of
+// ssh), and starts an orted there. No GOMX_BOOTSTRAP: the ranks trade
+// their records through the daemons' PMIx servers, and each gets all four.
+func TestMpirunAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds network namespaces and runs mpirun")
+	}
+	netnstest.Require(t, "GOMX_REQUIRE_XDP")
+	mpirun, err := exec.LookPath("mpirun.openmpi")
+	if err != nil {
+		t.Skip("mpirun.openmpi not installed (apt-get install openmpi-bin)")
+	}
+	p := netnstest.NewPair(t, 1)
+	agent := netnstest.RshAgent(t, p, nil)
+	out := mpirunRanks(t, 4, nil, "ip", "netns", "exec", p.NSA, mpirun, "--allow-run-as-root",
+		"--host", fmt.Sprintf("%s:2,%s:2", p.IPA, p.IPB), "-np", "4", "--mca", "plm_rsh_agent", agent, "-x", "GOMX_BOOTSTRAP=")
+	// Ranks 0 and 1 ran on the first node, 2 and 3 on the second.
+	nodes := map[string]string{}
+	for i, ns := range []string{p.NSA, p.NSB} {
+		netnstest.Do(ns, func() error {
+			nodes[fmt.Sprint(i)], err = os.Readlink("/proc/thread-self/ns/net")
+			return err
+		})
+	}
+	for r := range 4 {
+		want := fmt.Sprintf("netns of rank %d: %s\n", r, nodes[fmt.Sprint(r/2)])
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }

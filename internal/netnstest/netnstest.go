@@ -7,7 +7,12 @@
 package netnstest
 
 import (
+	"fmt"
+	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gomx-dev/gomx/internal/netns"
@@ -66,3 +71,36 @@ func Link(ns, iface string) (netlink.Link, error) { return netns.Link(ns, iface)
 // SetLinkUp brings an interface in a namespace up or down; see
 // netns.SetLinkUp.
 func SetLinkUp(ns, iface string, up bool) error { return netns.SetLinkUp(ns, iface, up) }
+
+// RshAgent writes a script that Open MPI's mpirun takes as its remote
+// shell (--mca plm_rsh_agent) to reach the pair's "other node" without
+// ssh: called as ssh is, "AGENT HOST COMMAND...", it runs COMMAND with sh
+// inside the namespace of HOST (p.IPA is NSA, p.IPB is NSB), with the
+// variables env[HOST] ("NAME=VALUE") added. It skips t when the ip tool
+// is missing and returns the script's path, in a directory t removes.
+func RshAgent(t testing.TB, p *Pair, env map[string][]string) string {
+	t.Helper()
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Skip("the ip tool is missing (apt-get install iproute2)")
+	}
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# An rsh agent for mpirun: run the command in the namespace of the host.\nhost=$1\nshift\ncase $host in\n")
+	for _, n := range []struct {
+		ip netip.Addr
+		ns string
+	}{{p.IPA, p.NSA}, {p.IPB, p.NSB}} {
+		fmt.Fprintf(&b, "%s) ns=%s", n.ip, quote(n.ns))
+		for _, e := range env[n.ip.String()] {
+			fmt.Fprintf(&b, "; export %s", quote(e))
+		}
+		b.WriteString(" ;;\n")
+	}
+	fmt.Fprintf(&b, "*) echo \"rsh agent: no namespace for host $host\" >&2; exit 1 ;;\nesac\nexec %s netns exec \"$ns\" sh -c \"$*\"\n", quote(ip))
+	path := filepath.Join(t.TempDir(), "rsh-agent")
+	if err := os.WriteFile(path, []byte(b.String()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
