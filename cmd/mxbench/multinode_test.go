@@ -148,3 +148,48 @@ func TestTwoNodesMixedMessages(t *testing.T) {
 	}
 	t.Logf("\n%s", all)
 }
+
+// TestTwoNodesMpirun: `mpirun --host A,B -np 4 mxbench alltoall` across
+// two nodes, as an Open MPI user runs it: mpirun on the first node (a
+// network namespace) starts its daemon on the second through its remote
+// shell (an rsh agent entering the other namespace instead of ssh). No
+// GOMX_BOOTSTRAP: the ranks trade their endpoint addresses through the
+// daemons' PMIx servers, bind their boards toward mpirun's host, and the
+// verified alltoall takes shared memory within a node and udp between.
+func TestTwoNodesMpirun(t *testing.T) {
+	mpirun := mpirunOrSkip(t)
+	netnstest.Require(t, "GOMX_REQUIRE_XDP")
+	p := netnstest.NewPair(t, 1)
+	dirs := []string{t.TempDir(), t.TempDir()} // each node its own /dev/shm
+	for _, d := range dirs {
+		if err := os.Chmod(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := netnstest.RshAgent(t, p, map[string][]string{p.IPB.String(): {"GOMX_SHM_DIR=" + dirs[1]}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.NSA, mpirun, "--allow-run-as-root",
+		"--host", fmt.Sprintf("%s:2,%s:2", p.IPA, p.IPB), "-np", "4", "--mca", "plm_rsh_agent", agent,
+		"-x", "GOMX_BOOTSTRAP=", "-x", asMainEnv+"=1",
+		os.Args[0], "alltoall", "--sizes", "8,64K,1M", "--iterations", "5", "--wait", "block", "--verify", "--json")
+	cmd.Env = append(os.Environ(), "GOMX_SHM_DIR="+dirs[0]) // the first node's ranks are mpirun's children
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mpirun: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	rows := jsonRows(t, out.String())
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3 (only rank 0 prints):\n%s", len(rows), out.String())
+	}
+	for _, r := range rows {
+		if r.Procs != 4 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	want := "paths: shared memory within ranks [0 1] [2 3], udp between these 2 hosts"
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "the openmpi launcher") {
+		t.Errorf("setup does not say %q and name openmpi:\n%s", want, out.String())
+	}
+}
