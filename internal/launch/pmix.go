@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // PMIxAddr is the bootstrap address that makes Exchange trade records
@@ -163,7 +164,7 @@ func openPMIx(ctx context.Context, getenv func(string) string) (*pmixClient, err
 	}
 	if err != nil {
 		c.close()
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			err = fmt.Errorf("the server closed the connection: it does not know %s.%d, or refused uid %d", nspace, rank, os.Geteuid())
 		}
 		return nil, fmt.Errorf("launch: PMIx handshake with %s: %w", addr, err)
