@@ -449,8 +449,8 @@ func Serve(ctx context.Context, ln net.Listener, size int, mine []byte) ([][]byt
 
 // Join is the side of Exchange of a rank other than 0.
 func Join(ctx context.Context, addr string, rank int, mine []byte) ([][]byte, error) {
-	if len(mine) > MaxRecord {
-		return nil, fmt.Errorf("launch: record of %d bytes, at most %d", len(mine), MaxRecord)
+	if err := recordErr(mine); err != nil {
+		return nil, err
 	}
 	var d net.Dialer
 	var c net.Conn

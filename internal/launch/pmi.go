@@ -126,18 +126,31 @@ func parsePMI(line string) map[string]string {
 	return m
 }
 
+// recordErr refuses a record of more than MaxRecord bytes.
+func recordErr(rec []byte) error {
+	if len(rec) > MaxRecord {
+		return fmt.Errorf("launch: record of %d bytes, at most %d", len(rec), MaxRecord)
+	}
+	return nil
+}
+
+// withCtxErr adds ctx's error to *err once ctx has ended: the end of ctx
+// closes the connection to a launcher's server, and the read that fails
+// then would not say why.
+func withCtxErr(ctx context.Context, err *error) {
+	if *err != nil && ctx.Err() != nil {
+		*err = fmt.Errorf("%w (%w)", *err, ctx.Err())
+	}
+}
+
 // pmiExchange is Exchange over PMI: every rank puts its record, hex
 // encoded and cut to the server's largest value, under keys of its own,
 // all meet at a barrier, then every rank gets every record.
 func pmiExchange(ctx context.Context, job Job, mine []byte, getenv func(string) string) (_ [][]byte, err error) {
-	if len(mine) > MaxRecord {
-		return nil, fmt.Errorf("launch: record of %d bytes, at most %d", len(mine), MaxRecord)
+	if err := recordErr(mine); err != nil {
+		return nil, err
 	}
-	defer func() {
-		if err != nil && ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-	}()
+	defer withCtxErr(ctx, &err)
 	p, err := openPMI(ctx, getenv)
 	if err != nil {
 		return nil, err

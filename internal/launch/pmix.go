@@ -262,14 +262,10 @@ func finalizeMsg() []byte {
 
 // pmixExchange is Exchange through the local PMIx server (PMIxAddr).
 func pmixExchange(ctx context.Context, job Job, mine []byte, getenv func(string) string) (_ [][]byte, err error) {
-	if len(mine) > MaxRecord {
-		return nil, fmt.Errorf("launch: record of %d bytes, at most %d", len(mine), MaxRecord)
+	if err := recordErr(mine); err != nil {
+		return nil, err
 	}
-	defer func() {
-		if err != nil && ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-	}()
+	defer withCtxErr(ctx, &err)
 	c, err := openPMIx(ctx, getenv)
 	if err != nil {
 		return nil, err
