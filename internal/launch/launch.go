@@ -272,7 +272,11 @@ func tried(job Job, getenv func(string) string) string {
 		t = append(t, "one node (MPI_LOCALNRANKS)", "a PMI-1 connection (PMI_FD, PMI_PORT: unset)")
 	}
 	if job.Launcher != "slurm" {
-		t = append(t, "a PMIx server (PMIX_SERVER_URI41 ... PMIX_SERVER_URI2 with PMIX_NAMESPACE and PMIX_RANK: unset; Open MPI before 2.0?)")
+		pmix := "a PMIx server (PMIX_SERVER_URI41 ... PMIX_SERVER_URI2 with PMIX_NAMESPACE and PMIX_RANK: unset"
+		if job.Launcher == "openmpi" {
+			pmix += "; an Open MPI before 2.0?"
+		}
+		t = append(t, pmix+")")
 	}
 	return strings.Join(t, ", ")
 }

@@ -88,6 +88,9 @@ const (
 	pmixCollectData  = "pmix.collect" // PMIX_COLLECT_DATA
 )
 
+// pmixBypass is the way around a PMIx server this client cannot use.
+const pmixBypass = "to go around it, export GOMX_BOOTSTRAP=host:port, an address of rank 0's host every rank reaches (mpirun -x GOMX_BOOTSTRAP passes it on)"
+
 // pmixClient is a connection to the local PMIx server.
 type pmixClient struct {
 	conn   net.Conn
@@ -142,7 +145,7 @@ func openPMIx(ctx context.Context, getenv func(string) string) (*pmixClient, err
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("launch: the PMIx server at %s=%s: %w", name, uri, err)
+		return nil, fmt.Errorf("launch: the PMIx server at %s=%s: %w (%s)", name, uri, err, pmixBypass)
 	}
 	c := &pmixClient{conn: conn, nspace: nspace, rank: uint32(rank), tag: pmixFirstTag,
 		stop: context.AfterFunc(ctx, func() { conn.Close() })}
@@ -167,7 +170,7 @@ func openPMIx(ctx context.Context, getenv func(string) string) (*pmixClient, err
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			err = fmt.Errorf("the server closed the connection: it does not know %s.%d, or refused uid %d", nspace, rank, os.Geteuid())
 		}
-		return nil, fmt.Errorf("launch: PMIx handshake with %s: %w", addr, err)
+		return nil, fmt.Errorf("launch: PMIx handshake with %s: %w (%s)", addr, err, pmixBypass)
 	}
 	return c, nil
 }
