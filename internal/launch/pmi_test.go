@@ -32,14 +32,23 @@ type fakePMI struct {
 }
 
 func newFakePMI(t *testing.T, size, vallen int) *fakePMI {
+	s := &fakePMI{size: size, vallen: vallen, kv: map[string]string{}, barGen: make(chan struct{})}
+	s.ln, s.done = fakeServer(t, s.serve)
+	return s
+}
+
+// fakeServer listens on loopback and serves each connection on a
+// goroutine of its own until the test ends, when it closes the listener
+// and done (which frees the server's waits).
+func fakeServer(t *testing.T, serve func(net.Conn)) (net.Listener, chan struct{}) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Skipf("no TCP on loopback: %v", err)
 	}
-	s := &fakePMI{ln: ln, size: size, vallen: vallen, kv: map[string]string{}, barGen: make(chan struct{}), done: make(chan struct{})}
+	done := make(chan struct{})
 	t.Cleanup(func() {
 		ln.Close()
-		close(s.done)
+		close(done)
 	})
 	go func() {
 		for {
@@ -47,10 +56,10 @@ func newFakePMI(t *testing.T, size, vallen int) *fakePMI {
 			if err != nil {
 				return
 			}
-			go s.serve(c)
+			go serve(c)
 		}
 	}()
-	return s
+	return ln, done
 }
 
 func (s *fakePMI) serve(c net.Conn) {

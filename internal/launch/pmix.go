@@ -168,7 +168,7 @@ func openPMIx(ctx context.Context, getenv func(string) string) (*pmixClient, err
 	if err != nil {
 		c.close()
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-			err = fmt.Errorf("the server closed the connection: it does not know %s.%d, or refused uid %d", nspace, rank, os.Geteuid())
+			err = fmt.Errorf("the server closed the connection: it does not know %s.%d, refused uid %d, or predates PMIx 4 (its %s names the protocols it speaks)", nspace, rank, os.Geteuid(), name)
 		}
 		return nil, fmt.Errorf("launch: PMIx handshake with %s: %w (%s)", addr, err, pmixBypass)
 	}

@@ -37,24 +37,8 @@ type fakePMIx struct {
 }
 
 func newFakePMIx(t *testing.T, ns string, size int) *fakePMIx {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Skipf("no TCP on loopback: %v", err)
-	}
-	s := &fakePMIx{t: t, ln: ln, ns: ns, size: size, records: map[uint32][]byte{}, fence: make(chan struct{}), done: make(chan struct{})}
-	t.Cleanup(func() {
-		ln.Close()
-		close(s.done)
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(c)
-		}
-	}()
+	s := &fakePMIx{t: t, ns: ns, size: size, records: map[uint32][]byte{}, fence: make(chan struct{})}
+	s.ln, s.done = fakeServer(t, s.serve)
 	return s
 }
 
