@@ -133,6 +133,11 @@ func pmixHandshake(nspace string, rank, uid, gid uint32) []byte {
 // openPMIx connects to the local PMIx server as this process.
 func openPMIx(ctx context.Context, getenv func(string) string) (*pmixClient, error) {
 	name, uri := pmixURI(getenv)
+	if name != pmixURIVars[0] {
+		// PMIX_SERVER_URI41 comes with the v41 buffer format (OpenPMIx
+		// 4.1 on); an older server names only the protocols before it.
+		return nil, fmt.Errorf("launch: the launcher's PMIx server predates PMIx 4.1 (%s, no %s), whose format this client speaks (%s)", name, pmixURIVars[0], pmixBypass)
+	}
 	addr, err := pmixServerAddr(uri)
 	if err != nil {
 		return nil, fmt.Errorf("launch: %s: %w", name, err)
@@ -168,7 +173,7 @@ func openPMIx(ctx context.Context, getenv func(string) string) (*pmixClient, err
 	if err != nil {
 		c.close()
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-			err = fmt.Errorf("the server closed the connection: it does not know %s.%d, refused uid %d, or predates PMIx 4 (its %s names the protocols it speaks)", nspace, rank, os.Geteuid(), name)
+			err = fmt.Errorf("the server closed the connection: it does not know %s.%d, or refused uid %d", nspace, rank, os.Geteuid())
 		}
 		return nil, fmt.Errorf("launch: PMIx handshake with %s: %w (%s)", addr, err, pmixBypass)
 	}

@@ -297,4 +297,10 @@ func TestPMIxRefused(t *testing.T) {
 	if _, err := pmixExchange(ctx, job, []byte("r1"), envOf(env)); err == nil || !strings.Contains(err.Error(), "PMIX_SERVER_URI41=1.0;tcp4://") {
 		t.Errorf("no server: %v", err)
 	}
+	// A server of PMIx 4.0 or older names no PMIX_SERVER_URI41.
+	env["PMIX_SERVER_URI4"] = env["PMIX_SERVER_URI41"]
+	delete(env, "PMIX_SERVER_URI41")
+	if _, err := pmixExchange(ctx, job, []byte("r1"), envOf(env)); err == nil || !strings.Contains(err.Error(), "predates PMIx 4.1 (PMIX_SERVER_URI4") {
+		t.Errorf("an older server: %v", err)
+	}
 }
