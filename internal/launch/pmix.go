@@ -25,7 +25,8 @@ import (
 // fence that collects the job's data into every daemon, then each rank
 // gets every other rank's record from its daemon. The client (pmix.go,
 // pmixwire.go) speaks only those commands, over PMIx's TCP transport, in
-// the wire format of OpenPMIx 4.x with its default integer encoding.
+// the wire format of OpenPMIx 4.1 and later (PMIX_SERVER_URI41) with its
+// default integer encoding; an older server is refused with the way around.
 const PMIxAddr = "pmix:"
 
 // pmixURIVars are the variables a PMIx server names itself in, the

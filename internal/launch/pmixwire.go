@@ -6,9 +6,10 @@ import (
 	"math"
 )
 
-// The PMIx wire format, as OpenPMIx 4.x speaks it to a client that chose
-// the "v41" buffer operations with undescribed buffers (the default of
-// Debian 12's libpmix2, 4.2.2, which Open MPI 4.1's daemons link):
+// The PMIx wire format, as OpenPMIx 4.1 and later speak it to a client
+// that chose the "v41" buffer operations with undescribed buffers (the
+// default of Debian 12's libpmix2, 4.2.2, which Open MPI 4.1's daemons
+// link):
 //
 //   - Every pack call writes a count of values (an int32), then the values.
 //   - Integers of 16 bits and more (and size_t, status, rank, data type)
