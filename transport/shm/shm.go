@@ -136,8 +136,9 @@ type Transport struct {
 	inMu sync.Mutex
 	in   atomic.Pointer[[]*inRing] // copy on write under inMu
 
-	outMu sync.Mutex
-	out   map[transport.NICID]*outRing
+	outMu   sync.Mutex
+	out     map[transport.NICID]*outRing
+	lastOut atomic.Pointer[outRing] // the ring Send used last: found without outMu
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
@@ -170,14 +171,20 @@ type inRing struct {
 	seg     segment
 	data    []byte
 	head    *atomic.Uint64
-	cur     uint64 // our head, published at the next Recv
-	pubHead uint64
-	conn    *net.UnixConn
-	dead    atomic.Bool
-	pid     int    // the producer's process (SO_PEERCRED)
-	word    uint64 // what it published (see Publish)
-	segMu   sync.RWMutex
-	segs    map[uint32]segment // the producer's pool segments (pool.go)
+	cur     uint64 // our head, published by commit
+	pos     uint64 // cur % len(data), kept without a division
+	pubHead uint64 // the head as last published
+	// pubEvery: commit publishes the head once it moved this far (a
+	// quarter of the ring at most); refsIn: or a reference record was
+	// consumed since.
+	pubEvery uint64
+	refsIn   bool
+	conn     *net.UnixConn
+	dead     atomic.Bool
+	pid      int    // the producer's process (SO_PEERCRED)
+	word     uint64 // what it published (see Publish)
+	segMu    sync.RWMutex
+	segs     map[uint32]segment // the producer's pool segments (pool.go)
 }
 
 // outRing is a ring we write to another process.
@@ -196,6 +203,7 @@ type outRing struct {
 	conn      *net.UnixConn
 	dead      atomic.Bool
 	wakes     *atomic.Uint64 // the transport's count of futex wake-ups sent
+	sent      atomic.Uint64  // frames written, only under mu (no locked add)
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
@@ -371,7 +379,12 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c, pid: pid, word: le.Uint64(msg[24:]),
 		head: u64At(seg.mem, headOff)}
 	r.cur = r.head.Load()
-	r.pubHead = r.cur
+	if r.cur%ringAlign != 0 {
+		seg.unmap()
+		return fmt.Errorf("shm: a ring whose head %d is not on a %d-byte line", r.cur, ringAlign)
+	}
+	r.pos, r.pubHead = r.cur%uint64(size), r.cur
+	r.pubEvery = min(uint64(size/4), pubEvery)
 	// The ring joins the receive set before the producer hears back: its
 	// first frame may ring the doorbell right after the welcome, and a Recv
 	// woken then must find the ring.
