@@ -315,7 +315,9 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
-	t.commit()
+	if t.toCommit {
+		t.commit()
+	}
 	t.lends.Recv()
 	if len(frames) == 0 {
 		return 0, nil
@@ -419,10 +421,13 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		}
 		if r := rings[i]; !r.dead.Load() {
 			n = t.pollRing(r, frames, n)
+		} else {
+			t.toCommit = true // to unmap it
 		}
 	}
 	t.rr = first + 1
 	if n > 0 {
+		t.toCommit = true
 		t.cnt.recvd.Store(t.cnt.recvd.Load() + uint64(n)) // written only under rmu
 		t.lends.Got(n)
 	}
@@ -459,7 +464,14 @@ func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
 				continue
 			}
 		}
-		frames[n] = transport.Frame{Peer: r.peer, Data: f, Ref: t.lends.RecvRef(n)}
+		// Field by field: Region is nil already but for a caller that
+		// reuses its Send batch, and a store of a pointer costs a write
+		// barrier check.
+		fr := &frames[n]
+		fr.Peer, fr.Data, fr.Ref = r.peer, f, t.lends.RecvRef(n)
+		if fr.Region != nil {
+			fr.Region = nil
+		}
 		n++
 	}
 	return n
@@ -504,7 +516,8 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 const pubEvery = 64 << 10
 
 // commit hands the space of the previous batch back to the producers and
-// drops dead rings (none of their frames is in use any more). It publishes
+// drops dead rings (none of their frames is in use any more); Recv calls it
+// only when poll consumed records or saw a dead ring since. It publishes
 // a ring's head only once a quarter of the ring or pubEvery bytes were
 // consumed since the last time, or when the batch held a reference record
 // (its in-place send completes on it), so a stream of small messages costs
@@ -514,6 +527,7 @@ const pubEvery = 64 << 10
 // most a quarter of the ring), so a consumer that drains it publishes soon:
 // the producer never waits on space the consumer has already read.
 func (t *Transport) commit() {
+	t.toCommit = false
 	dead := false
 	for _, r := range *t.in.Load() {
 		if r.dead.Load() {

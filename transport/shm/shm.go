@@ -150,11 +150,14 @@ type Transport struct {
 	pool      *Pool                        // pool.go; guarded by outMu
 	unmapHook atomic.Pointer[func([]byte)] // see OnSegmentUnmap
 
-	rmu    sync.Mutex                 // held by Recv; Close takes it to unmap safely
-	lends  *transport.Lends[struct{}] // holds: always copies (Hold)
-	rr     int
-	closed atomic.Bool
-	wg     sync.WaitGroup
+	rmu   sync.Mutex                 // held by Recv; Close takes it to unmap safely
+	lends *transport.Lends[struct{}] // holds: always copies (Hold)
+	rr    int
+	// toCommit: poll consumed records or saw a dead ring since the last
+	// commit (under rmu).
+	toCommit bool
+	closed   atomic.Bool
+	wg       sync.WaitGroup
 
 	cnt struct {
 		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
