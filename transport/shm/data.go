@@ -106,7 +106,7 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs bool)
 			}
 		}
 		o.putRecord(at, word, data)
-		o.sent.Store(o.sent.Load() + 1) // written only under o.mu
+		o.sent.Add(1)
 		if ref {
 			f.Region.Begin()
 			o.refs = append(o.refs, refPending{end: o.cur, r: f.Region})
@@ -428,7 +428,7 @@ func (t *Transport) poll(frames []transport.Frame) int {
 	t.rr = first + 1
 	if n > 0 {
 		t.toCommit = true
-		t.cnt.recvd.Store(t.cnt.recvd.Load() + uint64(n)) // written only under rmu
+		t.cnt.recvd.Add(uint64(n))
 		t.lends.Got(n)
 	}
 	return n
@@ -512,20 +512,23 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 }
 
 // pubEvery is how many consumed bytes of a ring make commit publish its
-// head: at most a quarter of the ring (see commit).
+// head: at most an eighth of the ring (see commit).
 const pubEvery = 64 << 10
 
 // commit hands the space of the previous batch back to the producers and
 // drops dead rings (none of their frames is in use any more); Recv calls it
 // only when poll consumed records or saw a dead ring since. It publishes
-// a ring's head only once a quarter of the ring or pubEvery bytes were
+// a ring's head only once an eighth of the ring or pubEvery bytes were
 // consumed since the last time, or when the batch held a reference record
 // (its in-place send completes on it), so a stream of small messages costs
-// a store to shared memory per thousand messages, not per message. A
-// producer reads the head only when the ring looks full to it, and a full
-// ring holds more than half the ring unpublished (reserve, with the MTU at
-// most a quarter of the ring), so a consumer that drains it publishes soon:
-// the producer never waits on space the consumer has already read.
+// a store to the shared head per thousand messages, not per message. Back-pressure
+// stays live: a producer reads the head only when the ring looks full to
+// it, and then more than half the ring lies past the published head (the
+// record it waits to write is at most a quarter of the ring, and a pad
+// before it less), of which less than an eighth was read: the consumer
+// reads on and publishes before it reaches the producer's cursor. What a
+// producer cannot get is space read but not yet published while the
+// consumer stops calling Recv: up to an eighth of the ring.
 func (t *Transport) commit() {
 	t.toCommit = false
 	dead := false

@@ -33,10 +33,13 @@
 // the producer stores last, atomically, and the consumer polls at its own
 // cursor. The producer caches the consumer's head and reloads it only when
 // the ring looks full. The consumer hands out frames that point into the
-// ring, and publishes its head only at the next Recv, when the frames are
-// no longer in use. Every length read from a ring is checked against the
-// ring and the MTU before use; a ring that breaks the layout is dropped and
-// counted.
+// ring, and publishes its head only at a later Recv, when the frames are
+// no longer in use, and then only every 64 KiB (an eighth of a small ring)
+// or at once after a reference record (see commit in data.go): a small
+// message costs the consumer no store to the shared head, and a producer
+// that finds the ring full still finds the head moving. Every
+// length read from a ring is checked against the ring and the MTU before
+// use; a ring that breaks the layout is dropped and counted.
 //
 // # Sleeping and waking
 //

@@ -177,8 +177,8 @@ type inRing struct {
 	cur     uint64 // our head, published by commit
 	pos     uint64 // cur % len(data), kept without a division
 	pubHead uint64 // the head as last published
-	// pubEvery: commit publishes the head once it moved this far (a
-	// quarter of the ring at most); refsIn: or a reference record was
+	// pubEvery: commit publishes the head once it moved this far (an
+	// eighth of the ring at most); refsIn: or a reference record was
 	// consumed since.
 	pubEvery uint64
 	refsIn   bool
@@ -206,7 +206,7 @@ type outRing struct {
 	conn      *net.UnixConn
 	dead      atomic.Bool
 	wakes     *atomic.Uint64 // the transport's count of futex wake-ups sent
-	sent      atomic.Uint64  // frames written, only under mu (no locked add)
+	sent      atomic.Uint64  // frames written: per ring, so senders to different peers share no counter
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
@@ -387,7 +387,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 		return fmt.Errorf("shm: a ring whose head %d is not on a %d-byte line", r.cur, ringAlign)
 	}
 	r.pos, r.pubHead = r.cur%uint64(size), r.cur
-	r.pubEvery = min(uint64(size/4), pubEvery)
+	r.pubEvery = min(uint64(size/8), pubEvery)
 	// The ring joins the receive set before the producer hears back: its
 	// first frame may ring the doorbell right after the welcome, and a Recv
 	// woken then must find the ring.
