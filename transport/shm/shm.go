@@ -174,9 +174,10 @@ type inRing struct {
 	seg     segment
 	data    []byte
 	head    *atomic.Uint64
-	cur     uint64 // our head, published by commit
-	pos     uint64 // cur % len(data), kept without a division
-	pubHead uint64 // the head as last published
+	cur     uint64         // our head, published by commit
+	pos     uint64         // cur % len(data), kept without a division
+	wordAt  *atomic.Uint32 // the record word at cur
+	pubHead uint64         // the head as last published
 	// pubEvery: commit publishes the head once it moved this far (an
 	// eighth of the ring at most); refsIn: or a reference record was
 	// consumed since.
@@ -387,6 +388,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 		return fmt.Errorf("shm: a ring whose head %d is not on a %d-byte line", r.cur, ringAlign)
 	}
 	r.pos, r.pubHead = r.cur%uint64(size), r.cur
+	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
 	r.pubEvery = min(uint64(size/8), pubEvery)
 	// The ring joins the receive set before the producer hears back: its
 	// first frame may ring the doorbell right after the welcome, and a Recv
