@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"runtime"
@@ -29,13 +30,21 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		for j < len(frames) && frames[j].Peer == peer {
 			j++
 		}
-		// The ring of the last peer sent to, without a lock; the others
-		// through the table.
+		// The ring of the newest peer, else of another live one, without
+		// a lock and without a store: senders to different peers share
+		// no line they write. outFor connects the rest.
 		o := t.lastOut.Load()
 		if o == nil || o.peer != peer || o.dead.Load() {
-			var err error
-			if o, err = t.outFor(peer); err != nil {
-				return i, err
+			if m := t.outSnap.Load(); m != nil {
+				o = (*m)[peer]
+			} else {
+				o = nil
+			}
+			if o == nil || o.dead.Load() {
+				var err error
+				if o, err = t.outFor(peer); err != nil {
+					return i, err
+				}
 			}
 		}
 		// Frames in place name pool segments: the peer must have them
@@ -180,10 +189,10 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	}
 	if o := t.out[peer]; o != nil {
 		if !o.dead.Load() {
-			t.lastOut.Store(o)
 			return o, nil
 		}
 		delete(t.out, peer)
+		t.snapOut()
 		o.close()
 		t.cnt.sent.Add(o.sent.Load()) // its count outlives it
 	}
@@ -192,6 +201,7 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		return nil, err
 	}
 	t.out[peer] = o
+	t.snapOut()
 	t.lastOut.Store(o)
 	t.wg.Add(1)
 	go t.watch(o.conn, &o.dead, peer, func(msg []byte, fds []int) {
@@ -202,6 +212,13 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		o.control(msg, fds)
 	})
 	return o, nil
+}
+
+// snapOut publishes a copy of the table of rings for Send to read without
+// outMu (held). Rings come and go with peers, seldom.
+func (t *Transport) snapOut() {
+	m := maps.Clone(t.out)
+	t.outSnap.Store(&m)
 }
 
 // dial connects to peer's socket, checks it runs as our user, creates the
@@ -603,6 +620,7 @@ func (t *Transport) Close() error {
 	}
 	t.outMu.Lock()
 	t.lastOut.Store(nil)
+	t.outSnap.Store(nil)
 	for p, o := range t.out {
 		o.close()
 		t.cnt.sent.Add(o.sent.Load())

@@ -138,7 +138,8 @@ type Transport struct {
 
 	outMu   sync.Mutex
 	out     map[transport.NICID]*outRing
-	lastOut atomic.Pointer[outRing] // the ring Send used last: found without outMu
+	lastOut atomic.Pointer[outRing]                      // the ring connected last: Send finds it without outMu
+	outSnap atomic.Pointer[map[transport.NICID]*outRing] // a copy of out for Send (snapOut)
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
