@@ -344,13 +344,12 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if n := t.poll(frames); n > 0 || timeout == 0 {
 		return n, nil
 	}
-	now := time.Now()
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = now.Add(timeout)
-	}
-	spinUntil, yieldAt := now.Add(t.opts.Spin), now.Add(yieldAfter)
-	yield := false
+	// The clock is read first after 64 looks, and every 64 looks from
+	// then (a look costs some 10 ns, a clock read twice that): a frame
+	// that comes within a microsecond or so costs no clock read. The
+	// spin, the yield point and the deadline count from that first read.
+	var now, deadline, spinUntil, yieldAt time.Time
+	clock, yield := false, false
 	for i := 0; ; i++ {
 		if n := t.poll(frames); n > 0 {
 			return n, nil
@@ -363,10 +362,15 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
 			return 0, nil
 		}
-		// The clock every 64 looks: a look costs some 10 ns, a clock
-		// read twice that.
-		if t.opts.Spin > 0 && i&63 == 63 {
+		if i&63 == 63 || !clock && t.opts.Spin <= 0 {
 			now = time.Now()
+			if !clock {
+				clock = true
+				spinUntil, yieldAt = now.Add(t.opts.Spin), now.Add(yieldAfter)
+				if timeout > 0 {
+					deadline = now.Add(timeout)
+				}
+			}
 			yield = !now.Before(yieldAt)
 		}
 		if t.opts.Spin > 0 && (i&63 != 63 || now.Before(spinUntil)) {
