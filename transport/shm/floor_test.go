@@ -202,17 +202,8 @@ func TestSmallFramesCostNothing(t *testing.T) {
 // (timeout 0), in one goroutine, so the bookkeeping of both sides is what
 // it measures. It must not allocate.
 func BenchmarkSendRecvSmall(b *testing.B) {
-	dir := testDir(b)
-	a, err := Open(Options{Dir: dir, NoHugepages: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
-	r, err := Open(Options{Dir: dir, NoHugepages: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	tr := openBoards(b, 2)
+	a, r := tr[0], tr[1]
 	msg := []transport.Frame{{Peer: r.Addr(), Data: []byte("8 bytes!")}}
 	frames := make([]transport.Frame, 8)
 	trip := func() {
@@ -236,17 +227,8 @@ func BenchmarkSendRecvSmall(b *testing.B) {
 // polling the rings (mx/poll.go) pays per look while it waits. It must not
 // allocate.
 func BenchmarkRecvEmpty(b *testing.B) {
-	dir := testDir(b)
-	a, err := Open(Options{Dir: dir, NoHugepages: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
-	r, err := Open(Options{Dir: dir, NoHugepages: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	tr := openBoards(b, 2)
+	a, r := tr[0], tr[1]
 	rx := make([]transport.Frame, 64)
 	if _, err := a.Send([]transport.Frame{{Peer: r.Addr(), Data: []byte("8 bytes!")}}); err != nil {
 		b.Fatal(err)
@@ -268,22 +250,19 @@ func BenchmarkRecvEmpty(b *testing.B) {
 // each drained every 256 of its frames. ns/op is one frame sent and
 // received.
 func BenchmarkSendPeers(b *testing.B) {
-	dir := testDir(b)
-	a, err := Open(Options{Dir: dir, NoHugepages: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
-	var peers [4]*Transport
-	var msgs [4][]transport.Frame
-	for i := range peers {
-		if peers[i], err = Open(Options{Dir: dir, NoHugepages: true}); err != nil {
+	tr := openBoards(b, 5)
+	a, peers := tr[0], tr[1:]
+	msgs := make([][]transport.Frame, len(peers))
+	rx := make([]transport.Frame, 64)
+	for i, p := range peers {
+		msgs[i] = []transport.Frame{{Peer: p.Addr(), Data: []byte("8 bytes!")}}
+		if _, err := a.Send(msgs[i]); err != nil { // connects
 			b.Fatal(err)
 		}
-		defer peers[i].Close()
-		msgs[i] = []transport.Frame{{Peer: peers[i].Addr(), Data: []byte("8 bytes!")}}
+		if n, err := p.Recv(rx, time.Second); n != 1 || err != nil {
+			b.Fatalf("Recv = %d, %v", n, err)
+		}
 	}
-	rx := make([]transport.Frame, 64)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -297,4 +276,20 @@ func BenchmarkSendPeers(b *testing.B) {
 			}
 		}
 	}
+}
+
+// openBoards opens n transports on ordinary pages in a fresh endpoint
+// directory, closed when b ends.
+func openBoards(b *testing.B, n int) []*Transport {
+	dir := testDir(b)
+	tr := make([]*Transport, n)
+	for i := range tr {
+		t, err := Open(Options{Dir: dir, NoHugepages: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { t.Close() })
+		tr[i] = t
+	}
+	return tr
 }
