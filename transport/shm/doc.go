@@ -155,6 +155,6 @@
 // Recv(rx, 0) polled) and measures the same as the floor, so the
 // Transport API costs nothing measurable above the rings: the per-record
 // path does no division (the producer keeps its lap, the consumer its
-// offset), no defer, no call for an empty look, and no store to shared
-// memory but the record's own. What mx costs above it is mx's own.
+// offset), no defer, no call for an empty look, and the consumer no store
+// to shared memory per message. What mx costs above it is mx's own.
 package shm
