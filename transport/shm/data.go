@@ -318,8 +318,8 @@ func (t *Transport) Reaches(peer transport.NICID) bool {
 // a frame sent in place, into our mapping of the producer's pool segment)
 // and stays valid until the next Recv: only then may the space go back to
 // the producers (see commit), which completes their in-place sends. Recv
-// polls for Options.Spin, then sleeps on the doorbell futex; producers
-// wake it only while it sleeps.
+// polls for Options.Spin (or the timeout, if shorter), then sleeps on the
+// doorbell futex; producers wake it only while it sleeps.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	t.rmu.Lock()
 	n, err := t.recv(frames, timeout)
@@ -368,7 +368,11 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 				clock = true
 				spinUntil, yieldAt = now.Add(t.opts.Spin), now.Add(yieldAfter)
 				if timeout > 0 {
+					// A spin longer than the timeout ends with it.
 					deadline = now.Add(timeout)
+					if deadline.Before(spinUntil) {
+						spinUntil = deadline
+					}
 				}
 			}
 			yield = !now.Before(yieldAt)

@@ -177,3 +177,30 @@ func TestFullRingKeepsMoving(t *testing.T) {
 		t.Fatalf("%d frames dropped", d)
 	}
 }
+
+// TestRecvTimeoutEndsTheSpin: a Recv given a timeout shorter than its spin
+// (an hour here) returns with nothing once the timeout passes, instead of
+// spinning on.
+func TestRecvTimeoutEndsTheSpin(t *testing.T) {
+	a, b := newTestPair(t, Options{Spin: time.Hour})
+	defer a.Close()
+	defer b.Close()
+	frames := make([]transport.Frame, 4)
+	done := make(chan error, 1)
+	go func() {
+		n, err := a.Recv(frames, 10*time.Millisecond)
+		if err == nil && n != 0 {
+			err = fmt.Errorf("%d frames from nobody", n)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		a.Wake()
+		t.Fatal("a Recv with a 10 ms timeout still spins after a minute")
+	}
+}
