@@ -457,7 +457,6 @@ func (t *Transport) poll(frames []transport.Frame) int {
 	}
 	t.rr = first + 1
 	if n > 0 {
-		t.toCommit = true
 		t.cnt.recvd.Add(uint64(n))
 		t.lends.Got(n)
 	}
@@ -465,8 +464,11 @@ func (t *Transport) poll(frames []transport.Frame) int {
 }
 
 // pollRing reads records of r into frames[n:] until the ring has no more
-// or frames is full, and returns the new count.
+// or frames is full, and returns the new count. Called when the word at
+// r's cursor is not 0: a record (perhaps a pad, or a reference dropped as
+// bad, which yield no frame) or a broken ring, so the next Recv commits.
 func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
+	t.toCommit = true
 	size := uint64(len(r.data))
 	for n < len(frames) {
 		// The record word's load acquires the record (parseRecord).
