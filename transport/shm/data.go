@@ -550,18 +550,19 @@ const pubEvery = 64 << 10
 
 // commit hands the space of the previous batch back to the producers and
 // drops dead rings (none of their frames is in use any more); Recv calls it
-// only when poll consumed records or saw a dead ring since. It publishes
-// a ring's head only once an eighth of the ring or pubEvery bytes were
+// only when poll consumed records or saw a dead ring since. It publishes a
+// ring's head only once an eighth of the ring or pubEvery bytes were
 // consumed since the last time, or when the batch held a reference record
-// (its in-place send completes on it), so a stream of small messages costs
-// a store to the shared head per thousand messages, not per message. Back-pressure
-// stays live: a producer reads the head only when the ring looks full to
-// it, and then more than half the ring lies past the published head (the
-// record it waits to write is at most a quarter of the ring, and a pad
-// before it less), of which less than an eighth was read: the consumer
-// reads on and publishes before it reaches the producer's cursor. What a
-// producer cannot get is space read but not yet published while the
-// consumer stops calling Recv: up to an eighth of the ring.
+// (its in-place send completes on it), so a stream of small messages
+// stores to the shared head once per thousand messages, not per message.
+// Back-pressure stays live: a producer reads the head only when the ring
+// looks full to it, and then about half the ring or more lies past the
+// published head (the record it waits to write is at most a quarter of
+// the ring, and a pad before it less), of which less than an eighth was
+// read: the consumer reads on and publishes before it reaches the
+// producer's cursor (TestFullRingKeepsMoving). What a producer cannot get
+// is space read but not yet published while the consumer stops calling
+// Recv: less than an eighth of the ring.
 func (t *Transport) commit() {
 	t.toCommit = false
 	dead := false
