@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"runtime"
@@ -29,9 +30,22 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		for j < len(frames) && frames[j].Peer == peer {
 			j++
 		}
-		o, err := t.outFor(peer)
-		if err != nil {
-			return i, err
+		// The ring of the newest peer, else of another live one, without
+		// a lock and without a store: senders to different peers share
+		// no line they write. outFor connects the rest.
+		o := t.lastOut.Load()
+		if o == nil || o.peer != peer || o.dead.Load() {
+			if m := t.outSnap.Load(); m != nil {
+				o = (*m)[peer]
+			} else {
+				o = nil
+			}
+			if o == nil || o.dead.Load() {
+				var err error
+				if o, err = t.outFor(peer); err != nil {
+					return i, err
+				}
+			}
 		}
 		// Frames in place name pool segments: the peer must have them
 		// (a no-op once it has them all); failing that, they are copied.
@@ -52,7 +66,13 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 // (inplace.go).
 func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int, error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	n, err := t.writeLocked(o, frames, refs)
+	o.mu.Unlock()
+	return n, err
+}
+
+// writeLocked is write with o.mu held.
+func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs bool) (int, error) {
 	if o.dead.Load() || o.data == nil {
 		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
@@ -78,24 +98,24 @@ func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int,
 			}
 		}
 		rl := recordLen(len(data))
-		at, ok := reserve(size, o.headSeen, o.cur, rl)
+		at, ok := o.reserve(o.headSeen, rl)
 		if !ok {
 			// Load the consumer's cursor only now: most frames find room
 			// with the cached one. The load acquires: the consumer is done
 			// with every byte below it.
 			o.headSeen = o.head.Load()
-			if at, ok = reserve(size, o.headSeen, o.cur, rl); !ok {
+			if at, ok = o.reserve(o.headSeen, rl); !ok {
 				o.publish(start) // wake the consumer to drain what we have
 				start = o.cur
 				if !t.waitRoom(o, rl) {
 					t.cnt.dropFull.Add(1)
 					continue
 				}
-				at, _ = reserve(size, o.headSeen, o.cur, rl)
+				at, _ = o.reserve(o.headSeen, rl)
 			}
 		}
 		o.putRecord(at, word, data)
-		t.cnt.sent.Add(1)
+		o.sent.Add(1)
 		if ref {
 			f.Region.Begin()
 			o.refs = append(o.refs, refPending{end: o.cur, r: f.Region})
@@ -140,7 +160,7 @@ func (t *Transport) waitRoom(o *outRing, rl int) bool {
 			o.headSeen = h
 			deadline = time.Now().Add(t.opts.FullWait)
 		}
-		if _, ok := reserve(len(o.data), o.headSeen, o.cur, rl); ok {
+		if _, ok := o.reserve(o.headSeen, rl); ok {
 			return true
 		}
 		if o.dead.Load() || t.closed.Load() {
@@ -172,13 +192,17 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 			return o, nil
 		}
 		delete(t.out, peer)
+		t.snapOut()
 		o.close()
+		t.cnt.sent.Add(o.sent.Load()) // its count outlives it
 	}
 	o, err := t.dial(peer)
 	if err != nil {
 		return nil, err
 	}
 	t.out[peer] = o
+	t.snapOut()
+	t.lastOut.Store(o)
 	t.wg.Add(1)
 	go t.watch(o.conn, &o.dead, peer, func(msg []byte, fds []int) {
 		if msg == nil {
@@ -188,6 +212,13 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		o.control(msg, fds)
 	})
 	return o, nil
+}
+
+// snapOut publishes a copy of the table of rings for Send to read without
+// outMu (held). Rings come and go with peers, seldom.
+func (t *Transport) snapOut() {
+	m := maps.Clone(t.out)
+	t.outSnap.Store(&m)
 }
 
 // dial connects to peer's socket, checks it runs as our user, creates the
@@ -243,7 +274,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		return fail(err)
 	}
 	c.SetDeadline(time.Time{})
-	o := &outRing{peer: peer, seg: seg, bell: bell, producer: producer{data: seg.mem[dataOff : dataOff+size]}, conn: c,
+	o := &outRing{peer: peer, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
 		head: u64At(seg.mem, headOff),
 		seq:  u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
 		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
@@ -285,17 +316,25 @@ func (t *Transport) Reaches(peer transport.NICID) bool {
 // Recv returns frames from every ring written to us, oldest first per ring
 // and round robin across rings. Their Data points into the rings (or, for
 // a frame sent in place, into our mapping of the producer's pool segment)
-// and stays valid until the next Recv: only then is the consumer cursor
-// published and the space handed back to the producers, which completes
-// their in-place sends. Recv polls for Options.Spin, then
-// sleeps on the doorbell futex; producers wake it only while it sleeps.
+// and stays valid until the next Recv: only then may the space go back to
+// the producers (see commit), which completes their in-place sends. Recv
+// polls for Options.Spin (or the timeout, if shorter), then sleeps on the
+// doorbell futex; producers wake it only while it sleeps.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	t.rmu.Lock()
-	defer t.rmu.Unlock()
+	n, err := t.recv(frames, timeout)
+	t.rmu.Unlock()
+	return n, err
+}
+
+// recv is Recv with t.rmu held.
+func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
-	t.commit()
+	if t.toCommit {
+		t.commit()
+	}
 	t.lends.Recv()
 	if len(frames) == 0 {
 		return 0, nil
@@ -305,13 +344,12 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if n := t.poll(frames); n > 0 || timeout == 0 {
 		return n, nil
 	}
-	now := time.Now()
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = now.Add(timeout)
-	}
-	spinUntil, yieldAt := now.Add(t.opts.Spin), now.Add(yieldAfter)
-	yield := false
+	// The clock is read first after 64 looks, and every 64 looks from
+	// then (a look costs some 10 ns, a clock read twice that): a frame
+	// that comes within a microsecond or so costs no clock read. The
+	// spin, the yield point and the deadline count from that first read.
+	var now, deadline, spinUntil, yieldAt time.Time
+	clock, yield := false, false
 	for i := 0; ; i++ {
 		if n := t.poll(frames); n > 0 {
 			return n, nil
@@ -324,11 +362,22 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
 			return 0, nil
 		}
-		if t.opts.Spin > 0 && i&15 == 15 {
+		if i&63 == 63 || !clock && t.opts.Spin <= 0 {
 			now = time.Now()
+			if !clock {
+				clock = true
+				spinUntil, yieldAt = now.Add(t.opts.Spin), now.Add(yieldAfter)
+				if timeout > 0 {
+					// A spin longer than the timeout ends with it.
+					deadline = now.Add(timeout)
+					if deadline.Before(spinUntil) {
+						spinUntil = deadline
+					}
+				}
+			}
 			yield = !now.Before(yieldAt)
 		}
-		if t.opts.Spin > 0 && (i&15 != 15 || now.Before(spinUntil)) {
+		if t.opts.Spin > 0 && (i&63 != 63 || now.Before(spinUntil)) {
 			// A frame on time costs no system call. A late one: give
 			// the CPU to another process (the producer, perhaps)
 			// between looks. Not runtime.Gosched: it wakes another
@@ -396,38 +445,67 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			i -= len(rings)
 		}
 		r := rings[i]
-		if r.dead.Load() || r.data == nil {
+		if r.dead.Load() {
+			t.toCommit = true // to unmap it
 			continue
 		}
-		for n < len(frames) {
-			at := r.cur
-			// The record word's load acquires the record (parseRecord).
-			f, next, ok, err := parseRecord(r.data, r.cur, t.opts.MTU)
-			if err != nil {
-				t.cnt.corrupt.Add(1)
-				r.dead.Store(true)
-				break
-			}
-			if !ok {
-				break
-			}
-			r.cur = next
-			if f == nil {
-				continue // a pad record
-			}
-			if binary.LittleEndian.Uint32(r.data[at%uint64(len(r.data)):]) == refMark {
-				if f = t.resolve(r, f); f == nil {
-					continue
-				}
-			}
-			frames[n] = transport.Frame{Peer: r.peer, Data: f, Ref: t.lends.RecvRef(n)}
-			n++
+		// A look at the record word at the cursor, without a call: most
+		// looks of a spinning receiver find 0 there.
+		if r.wordAt.Load() != 0 {
+			n = t.pollRing(r, frames, n)
 		}
 	}
 	t.rr = first + 1
 	if n > 0 {
 		t.cnt.recvd.Add(uint64(n))
 		t.lends.Got(n)
+	}
+	return n
+}
+
+// pollRing reads records of r into frames[n:] until the ring has no more
+// or frames is full, and returns the new count. Called when the word at
+// r's cursor is not 0: a record (perhaps a pad, or a reference dropped as
+// bad, which yield no frame) or a broken ring, so the next Recv commits.
+func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
+	t.toCommit = true
+	size := uint64(len(r.data))
+	for n < len(frames) {
+		// The record word's load acquires the record (parseRecord).
+		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+		if err != nil {
+			t.cnt.corrupt.Add(1)
+			r.dead.Store(true)
+			return n
+		}
+		if kind == recNone {
+			return n
+		}
+		r.cur += rl
+		if r.pos += rl; r.pos == size {
+			r.pos = 0
+		}
+		r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
+		if kind != recFrame {
+			if kind == recPad {
+				continue
+			}
+			// A reference record: its send completes when our head
+			// passes it, at the next Recv (commit).
+			r.refsIn = true
+			if f = t.resolve(r, f); f == nil {
+				continue
+			}
+		}
+		// Field by field: Region is nil already but for a caller that
+		// reuses its Send batch, and a store of a pointer costs a write
+		// barrier check.
+		fr := &frames[n]
+		fr.Peer, fr.Data, fr.Ref = r.peer, f, t.lends.RecvRef(n)
+		if fr.Region != nil {
+			fr.Region = nil
+		}
+		n++
 	}
 	return n
 }
@@ -466,18 +544,43 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	return transport.NewRegion(t, mem, false, nil), nil
 }
 
+// pubEvery is how many consumed bytes of a ring make commit publish its
+// head: at most an eighth of the ring (see commit).
+const pubEvery = 64 << 10
+
 // commit hands the space of the previous batch back to the producers and
-// drops dead rings (none of their frames is in use any more).
+// drops dead rings (none of their frames is in use any more); Recv calls it
+// only when poll consumed records or saw a dead ring since. It publishes a
+// ring's head only once an eighth of the ring or pubEvery bytes were
+// consumed since the last time, or when the batch held a reference record
+// (its in-place send completes on it), so a stream of small messages
+// stores to the shared head once per thousand messages, not per message.
+// Back-pressure stays live: a producer reads the head only when the ring
+// looks full to it, and then about half the ring or more lies past the
+// published head (the record it waits to write is at most a quarter of
+// the ring, and a pad before it less), of which less than an eighth was
+// read: the consumer reads on and publishes before it reaches the
+// producer's cursor (TestFullRingKeepsMoving). What a producer cannot get
+// is space read but not yet published while the consumer stops calling
+// Recv: less than an eighth of the ring.
 func (t *Transport) commit() {
+	t.toCommit = false
+	dead := false
 	for _, r := range *t.in.Load() {
-		if r.cur != r.pubHead && r.data != nil {
+		if r.dead.Load() {
+			dead = true
+			continue
+		}
+		if r.cur-r.pubHead >= r.pubEvery || r.refsIn && r.cur != r.pubHead {
 			// The store releases: we no longer read below it, so the
 			// producer may overwrite it.
 			r.head.Store(r.cur)
-			r.pubHead = r.cur
+			r.pubHead, r.refsIn = r.cur, false
 		}
 	}
-	t.commitDead()
+	if dead {
+		t.commitDead()
+	}
 }
 
 // commitDead unmaps the rings of producers that went away. Called by the
@@ -527,8 +630,11 @@ func (t *Transport) Close() error {
 		p.Close()
 	}
 	t.outMu.Lock()
+	t.lastOut.Store(nil)
+	t.outSnap.Store(nil)
 	for p, o := range t.out {
 		o.close()
+		t.cnt.sent.Add(o.sent.Load())
 		delete(t.out, p)
 	}
 	t.outMu.Unlock()
@@ -555,10 +661,22 @@ func (t *Transport) Close() error {
 	return err
 }
 
+// sent is the count of frames sent: those of the rings gone and those of
+// the live ones.
+func (t *Transport) sent() uint64 {
+	t.outMu.Lock()
+	n := t.cnt.sent.Load()
+	for _, o := range t.out {
+		n += o.sent.Load()
+	}
+	t.outMu.Unlock()
+	return n
+}
+
 // Counters reports frames moved and what went wrong.
 func (t *Transport) Counters() []transport.Counter {
 	return []transport.Counter{
-		{Name: "shm frames sent", Value: t.cnt.sent.Load()},
+		{Name: "shm frames sent", Value: t.sent()},
 		{Name: "shm frames received", Value: t.cnt.recvd.Load()},
 		{Name: "shm frames dropped (ring full)", Value: t.cnt.dropFull.Load()},
 		{Name: "shm corrupt rings dropped", Value: t.cnt.corrupt.Load()},

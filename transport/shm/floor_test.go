@@ -15,37 +15,78 @@ import (
 
 // BenchmarkFloorPingPong is the floor under mx's intra-node latency: an
 // 8-byte frame bounced between this process and an echo child through the
-// rings alone (no mx), both sides polling (Options.Spin of an hour). It
-// reports the one-way latency (us/oneway: the mean; p50-us/oneway: half the
-// median round trip) and the receiver sleeps, futex wake-ups and CPU yields
-// per round trip, which are 0 when the fast path makes no system call.
-// With GOMX_BENCH_BIND=1 the two processes are bound to one CPU each (every
-// thread), as mpirun --bind-to core binds MPI ranks.
+// rings alone (no mx), both sides polling inside Recv (Options.Spin of an
+// hour). It reports the one-way latency (us/oneway: the mean;
+// p50-us/oneway: half the median round trip) and the receiver sleeps and
+// CPU yields per round trip, which are 0 when the fast path makes no
+// system call. With GOMX_BENCH_BIND=1 the two processes are bound to one
+// CPU each (every thread), as mpirun --bind-to core binds MPI ranks.
 //
 //	GOMX_BENCH_BIND=1 go test -run '^$' -bench FloorPingPong ./transport/shm/
 func BenchmarkFloorPingPong(b *testing.B) {
+	frames := make([]transport.Frame, 8)
+	pingPong(b, "spin", []byte("8 bytes!"), func(a *Transport) int {
+		n, err := a.Recv(frames, -1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return n
+	})
+}
+
+// BenchmarkTransportPingPong is BenchmarkFloorPingPong through the calls mx
+// makes per message (mx/board.go sendFrame, mx/poll.go pollSource): a Send
+// of one frame the size of an mx TINY message of 8 bytes (34 bytes), and a
+// receiver that polls with Recv(rx, 0) into a batch of 64 frames until a
+// frame is there, on both sides. Each of those Recvs publishes the head of
+// the previous batch and looks at the rings once, so its p50-us/oneway
+// minus the floor's is what the Transport API costs a message above the
+// bare rings. looks/op is the Recvs that found nothing per round trip:
+// the waiting, apart from the work.
+//
+//	GOMX_BENCH_BIND=1 go test -run '^$' -bench 'PingPong' ./transport/shm/
+func BenchmarkTransportPingPong(b *testing.B) {
+	rx := make([]transport.Frame, 64)
+	var looks uint64
+	pingPong(b, "poll", make([]byte, 34), func(a *Transport) int {
+		for i := 0; ; i++ {
+			n, err := a.Recv(rx, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n > 0 {
+				return n
+			}
+			looks++
+			if i&0xfffff == 0xfffff && len(a.LostPeers(nil)) > 0 {
+				b.Fatal("the echo child went away")
+			}
+		}
+	}, &looks)
+}
+
+// pingPong bounces msg between this process and an echo child of the given
+// mode ("spin": Recv(-1) with an hour's spin; "poll": Recv(rx, 0) in a
+// loop, one Send per frame), receiving with recv, and reports the one-way
+// latency. With a counter of empty looks, it reports them per round trip.
+func pingPong(b *testing.B, mode string, msg []byte, recv func(*Transport) int, looks ...*uint64) {
 	dir := testDir(b)
 	a, err := Open(Options{Dir: dir, Spin: time.Hour, NoHugepages: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	cmd, out := spawn(b, os.Args[0], nil, fmt.Sprintf("echo %s %d spin", dir, 4343))
+	cmd, out := spawn(b, os.Args[0], nil, fmt.Sprintf("echo %s %d %s", dir, 4343, mode))
 	waitReady(b, out)
 	defer bindBench(b, cmd.Process.Pid)()
 	peer := NICBase | 4343
-	msg := []transport.Frame{{Peer: peer, Data: []byte("8 bytes!")}}
-	frames := make([]transport.Frame, 8)
+	tx := []transport.Frame{{Peer: peer, Data: msg}}
 	trip := func() {
-		if _, err := a.Send(msg); err != nil {
+		if _, err := a.Send(tx); err != nil {
 			b.Fatal(err)
 		}
 		for got := 0; got == 0; {
-			n, err := a.Recv(frames, -1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got = n
+			got = recv(a)
 		}
 	}
 	for range 1000 {
@@ -53,6 +94,10 @@ func BenchmarkFloorPingPong(b *testing.B) {
 	}
 	rtts := make([]time.Duration, 0, b.N)
 	c0 := a.Counters()
+	var l0 uint64
+	if len(looks) > 0 {
+		l0 = *looks[0]
+	}
 	b.ResetTimer()
 	prev := time.Now()
 	start := prev
@@ -73,6 +118,9 @@ func BenchmarkFloorPingPong(b *testing.B) {
 	}
 	b.ReportMetric(per("shm receiver sleeps"), "sleeps/op")
 	b.ReportMetric(per("shm receiver yields"), "yields/op")
+	if len(looks) > 0 {
+		b.ReportMetric(float64(*looks[0]-l0)/float64(b.N), "looks/op")
+	}
 	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
 	cmd.Wait()
 }
@@ -154,17 +202,8 @@ func TestSmallFramesCostNothing(t *testing.T) {
 // (timeout 0), in one goroutine, so the bookkeeping of both sides is what
 // it measures. It must not allocate.
 func BenchmarkSendRecvSmall(b *testing.B) {
-	dir := testDir(b)
-	a, err := Open(Options{Dir: dir, NoHugepages: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
-	r, err := Open(Options{Dir: dir, NoHugepages: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	tr := openBoards(b, 2)
+	a, r := tr[0], tr[1]
 	msg := []transport.Frame{{Peer: r.Addr(), Data: []byte("8 bytes!")}}
 	frames := make([]transport.Frame, 8)
 	trip := func() {
@@ -181,4 +220,76 @@ func BenchmarkSendRecvSmall(b *testing.B) {
 	for range b.N {
 		trip()
 	}
+}
+
+// BenchmarkRecvEmpty is the cost of one look at rings that hold nothing: a
+// Recv(rx, 0) from a connected peer that sent nothing more, what a waiter
+// polling the rings (mx/poll.go) pays per look while it waits. It must not
+// allocate.
+func BenchmarkRecvEmpty(b *testing.B) {
+	tr := openBoards(b, 2)
+	a, r := tr[0], tr[1]
+	rx := make([]transport.Frame, 64)
+	if _, err := a.Send([]transport.Frame{{Peer: r.Addr(), Data: []byte("8 bytes!")}}); err != nil {
+		b.Fatal(err)
+	}
+	if n, err := r.Recv(rx, time.Second); n != 1 || err != nil {
+		b.Fatalf("Recv = %d, %v", n, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if n, err := r.Recv(rx, 0); n != 0 || err != nil {
+			b.Fatalf("Recv = %d, %v", n, err)
+		}
+	}
+}
+
+// BenchmarkSendPeers is Send's cost when consecutive frames go to
+// different peers (an all-to-all): 8-byte frames to four receivers in turn,
+// each drained every 256 of its frames. ns/op is one frame sent and
+// received.
+func BenchmarkSendPeers(b *testing.B) {
+	tr := openBoards(b, 5)
+	a, peers := tr[0], tr[1:]
+	msgs := make([][]transport.Frame, len(peers))
+	rx := make([]transport.Frame, 64)
+	for i, p := range peers {
+		msgs[i] = []transport.Frame{{Peer: p.Addr(), Data: []byte("8 bytes!")}}
+		if _, err := a.Send(msgs[i]); err != nil { // connects
+			b.Fatal(err)
+		}
+		if n, err := p.Recv(rx, time.Second); n != 1 || err != nil {
+			b.Fatalf("Recv = %d, %v", n, err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		p := i % len(peers)
+		if _, err := a.Send(msgs[p]); err != nil {
+			b.Fatal(err)
+		}
+		if i%(256*len(peers)) >= 256*len(peers)-len(peers) {
+			for n := 1; n > 0; {
+				n, _ = peers[p].Recv(rx, 0)
+			}
+		}
+	}
+}
+
+// openBoards opens n transports on ordinary pages in a fresh endpoint
+// directory, closed when b ends.
+func openBoards(b *testing.B, n int) []*Transport {
+	dir := testDir(b)
+	tr := make([]*Transport, n)
+	for i := range tr {
+		t, err := Open(Options{Dir: dir, NoHugepages: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { t.Close() })
+		tr[i] = t
+	}
+	return tr
 }

@@ -79,55 +79,64 @@ func recordLen(n int) int { return alignRec(recHdr + n) }
 // ringSegLen is the segment length for a data area of size bytes.
 func ringSegLen(size int) int { return dataOff + size }
 
-// parseRecord reads the record at cursor head of a ring whose data area is
-// data (a multiple of ringAlign long), with mtu the largest frame allowed.
-// It returns the frame (pointing into data), the cursor after the record,
-// and whether there was one: ok is false while the record word is still 0.
-// A pad record is consumed silently (frame nil, ok true). The word is loaded
-// atomically, which acquires the record's length and frame; every length
-// comes from the other process, so each is checked against the data area
-// and the MTU before it is used.
-func parseRecord(data []byte, head uint64, mtu int) (frame []byte, next uint64, ok bool, err error) {
+// Record kinds, as parseRecord finds them at a cursor.
+const (
+	recNone  = iota // the record word is still 0: nothing published yet
+	recFrame        // a frame
+	recRef          // a reference record: its refLen bytes (inplace.go)
+	recPad          // a pad record: skip to the start of the data area
+)
+
+// parseRecord reads the record at cursor head, at offset pos (head % the
+// size) of a ring whose data area is data (a multiple of ringAlign long),
+// with mtu the largest frame allowed. It returns the record's kind, its
+// bytes (pointing into data: the frame, or the reference record's refLen
+// bytes; nil for a pad) and the ring space it takes (for a pad, the rest of
+// the data area). The record word is loaded atomically, which acquires the
+// record's length and bytes; every length comes from the other process, so
+// each is checked against the data area and the MTU before it is used.
+//
+// The caller keeps the cursor aligned (it starts aligned, checked when the
+// ring is mapped, and moves by record lengths, multiples of ringAlign), so
+// pos+recHdr <= len(data) and the cursor is not checked again here: the
+// consumer calls this once per look at a ring.
+func parseRecord(data []byte, head, pos uint64, mtu int) (rec []byte, rl uint64, kind int, err error) {
 	size := uint64(len(data))
-	if head%ringAlign != 0 {
-		return nil, head, false, fmt.Errorf("%w: unaligned cursor %d", errCorrupt, head)
-	}
-	pos := head % size
 	w := u32At(data, int(pos)+recWordOff).Load()
 	if w == 0 {
-		return nil, head, false, nil
+		return nil, 0, recNone, nil
 	}
 	if w != recWord(head) {
-		return nil, head, false, fmt.Errorf("%w: record word %#x at cursor %d (want 0 or %#x)", errCorrupt, w, head, recWord(head))
+		return nil, 0, recNone, fmt.Errorf("%w: record word %#x at cursor %d (want 0 or %#x)", errCorrupt, w, head, recWord(head))
 	}
 	n := binary.LittleEndian.Uint32(data[pos:])
-	if n == padMark {
-		return nil, head + (size - pos), true, nil
+	kind = recFrame
+	switch {
+	case n == padMark:
+		return nil, size - pos, recPad, nil
+	case n == refMark:
+		n, kind = refLen, recRef
+	case int64(n) > int64(mtu):
+		return nil, 0, recNone, fmt.Errorf("%w: a %d-byte frame (MTU %d)", errCorrupt, n, mtu)
 	}
-	if n == refMark {
-		n = refLen // a reference record: its refLen bytes
-	}
-	if int64(n) > int64(mtu) {
-		return nil, head, false, fmt.Errorf("%w: a %d-byte frame (MTU %d)", errCorrupt, n, mtu)
-	}
-	rl := uint64(recordLen(int(n)))
+	rl = uint64(recordLen(int(n)))
 	if rl > size-pos {
-		return nil, head, false, fmt.Errorf("%w: a %d-byte record at %d overruns the ring", errCorrupt, rl, pos)
+		return nil, 0, recNone, fmt.Errorf("%w: a %d-byte record at %d overruns the ring", errCorrupt, rl, pos)
 	}
 	start := pos + recHdr
-	return data[start : start+uint64(n) : start+uint64(n)], head + rl, true, nil
+	return data[start : start+uint64(n) : start+uint64(n)], rl, kind, nil
 }
 
-// reserve finds room for a record of rl bytes for a producer at cursor tail
-// whose consumer is at head. It returns the cursor at which the record
-// starts (past tail when a pad record must skip the end of the data area
-// first) and whether it fits. Room means the record and the header after
-// it: the producer zeroes that header's word (producer.put), so it must not
-// belong to a record the consumer has yet to read.
-func reserve(size int, head, tail uint64, rl int) (at uint64, ok bool) {
-	s := uint64(size)
-	at = tail
-	if left := s - tail%s; left < uint64(rl) {
+// reserve finds room for a record of rl bytes for the producer, whose
+// consumer is at head. It returns the cursor at which the record starts
+// (past p.cur when a pad record must skip the end of the data area first)
+// and whether it fits. Room means the record and the header after it: the
+// producer zeroes that header's word (producer.put), so it must not belong
+// to a record the consumer has yet to read.
+func (p *producer) reserve(head uint64, rl int) (at uint64, ok bool) {
+	s := uint64(len(p.data))
+	at = p.cur
+	if left := s - (p.cur - p.lap); left < uint64(rl) {
 		at += left // a pad record skips the short end
 	}
 	return at, at+uint64(rl)+recHdr-head <= s
@@ -139,11 +148,21 @@ func reserve(size int, head, tail uint64, rl int) (at uint64, ok bool) {
 // its own record word can be stored.
 const clearAheadLen = 16 * ringAlign
 
-// producer is the producer's private view of a ring.
+// producer is the producer's private view of a ring. It keeps the start
+// of the lap its cursor is in, so that finding a cursor's place in the data
+// area takes a subtraction, not a division (the size need not be a power
+// of two).
 type producer struct {
 	data  []byte // the data area
 	cur   uint64 // the cursor after the last record written
 	clear uint64 // the record words at the line starts of [cur, clear) are 0
+	lap   uint64 // cur - cur%len(data): lap <= cur < lap+len(data)
+}
+
+// newProducer returns the producer of data whose next record goes at
+// cursor cur (a multiple of ringAlign; 0 for a new ring).
+func newProducer(data []byte, cur uint64) producer {
+	return producer{data: data, cur: cur, clear: cur, lap: cur - cur%uint64(len(data))}
 }
 
 // put writes frame f as the record at cursor at, after a pad record at cur
@@ -158,8 +177,9 @@ func (p *producer) put(at uint64, f []byte) { p.putRecord(at, uint32(len(f)), f)
 func (p *producer) putRecord(at uint64, n uint32, f []byte) {
 	size := uint64(len(p.data))
 	if at != p.cur {
-		pos := p.cur % size
+		pos := p.cur - p.lap
 		binary.LittleEndian.PutUint32(p.data[pos:], padMark)
+		p.lap += size
 		p.zero(at) // the start of the data area
 		u32At(p.data, int(pos)+recWordOff).Store(recWord(p.cur))
 		p.cur, p.clear = at, at+ringAlign
@@ -169,11 +189,14 @@ func (p *producer) putRecord(at uint64, n uint32, f []byte) {
 		p.zero(end)
 		p.clear = end + ringAlign
 	}
-	pos := at % size
+	pos := at - p.lap
 	binary.LittleEndian.PutUint32(p.data[pos:], n)
 	copy(p.data[pos+recHdr:], f)
 	u32At(p.data, int(pos)+recWordOff).Store(recWord(at))
 	p.cur = end
+	if end-p.lap == size {
+		p.lap = end
+	}
 }
 
 // clearAhead zeroes the record words of the lines up to clearAheadLen past
@@ -182,19 +205,23 @@ func (p *producer) putRecord(at uint64, n uint32, f []byte) {
 // read (its head plus the ring size). Called after a batch is published, it
 // moves those lines into the producer's cache off the latency path.
 func (p *producer) clearAhead(limit uint64) {
-	size := uint64(len(p.data))
-	stop := min(p.cur+clearAheadLen, p.cur-p.cur%size+size, limit)
+	stop := min(p.cur+clearAheadLen, p.lap+uint64(len(p.data)), limit)
 	for ; p.clear+ringAlign <= stop; p.clear += ringAlign {
 		p.zero(p.clear)
 	}
 }
 
 // zero stores 0 into the record word of the line at cursor c, a cursor
-// past the record the consumer may be polling. So no load races with this
+// past the record the consumer may be polling, in the producer's lap or at
+// the start of the next. So no load races with this
 // store, and a plain store will do: the consumer loads this word only after
 // it acquired the word of a record published after this store, and an
 // atomic store here would wait for the line (cold, a lap old) before the
 // producer could go on.
 func (p *producer) zero(c uint64) {
-	binary.LittleEndian.PutUint32(p.data[c%uint64(len(p.data))+recWordOff:], 0)
+	pos := c - p.lap
+	if pos >= uint64(len(p.data)) {
+		pos -= uint64(len(p.data))
+	}
+	binary.LittleEndian.PutUint32(p.data[pos+recWordOff:], 0)
 }

@@ -82,15 +82,16 @@ func poison(size int) func(c uint64, f []byte) {
 	}
 }
 
-// consume reads records at cursor *head of data until a frame or nothing.
+// consume reads records at cursor *head of data until a frame (or a
+// reference record's bytes) or nothing.
 func consume(data []byte, head *uint64, mtu int) ([]byte, error) {
 	for range len(data) / ringAlign {
-		f, next, ok, err := parseRecord(data, *head, mtu)
-		if err != nil || !ok {
+		f, rl, kind, err := parseRecord(data, *head, *head%uint64(len(data)), mtu)
+		if err != nil || kind == recNone {
 			return nil, err
 		}
-		*head = next
-		if f != nil {
+		*head += rl
+		if kind != recPad {
 			return f, nil
 		}
 	}
@@ -106,7 +107,7 @@ func TestRingMatchesOracle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const size, mtu = 4096, 900
 	o := &oracleRing{data: make([]byte, size)}
-	r := &codeRing{producer: producer{data: make([]byte, size)}}
+	r := &codeRing{producer: newProducer(make([]byte, size), 0)}
 	var fifo [][]byte
 	for step := 0; step < 200000; step++ {
 		if rng.IntN(2) == 0 {
@@ -157,7 +158,7 @@ type codeRing struct {
 // put writes f, its bytes chosen by fill (given the cursor of the frame's
 // first byte) unless fill is nil, or reports that it does not fit.
 func (r *codeRing) put(f []byte, fill func(c uint64, f []byte)) bool {
-	at, ok := reserve(len(r.data), r.head, r.cur, recordLen(len(f)))
+	at, ok := r.reserve(r.head, recordLen(len(f)))
 	if !ok {
 		return false
 	}
@@ -210,7 +211,7 @@ func TestStaleWordsNeverAccepted(t *testing.T) {
 	lines := size / ringAlign
 	for _, first := range []int{mtu, 400, 120, 57, 0} { // the earlier lap's frames
 		for _, n := range []int{0, 8, 56, 57, 120, 121, 250, 300} {
-			r := &codeRing{producer: producer{data: make([]byte, size)}}
+			r := &codeRing{producer: newProducer(make([]byte, size), 0)}
 			// Laps of first-sized frames, every one poisoned, consumed at once.
 			for r.cur < 2*size {
 				if !r.put(make([]byte, first), poison(size)) {
@@ -300,7 +301,7 @@ func FuzzRingOracle(f *testing.F) {
 		poison(size)(base-size, o.data[base%size:])
 		poison(size)(base-base%size, o.data[:base%size])
 		o.setWord(base, 0)
-		r := &codeRing{producer: producer{data: append([]byte(nil), o.data...), cur: base, clear: base + ringAlign}, head: base}
+		r := &codeRing{producer: newProducer(append([]byte(nil), o.data...), base), head: base}
 		var fifo [][]byte
 		for step, op := range script {
 			if op&1 == 1 {
@@ -332,10 +333,11 @@ func FuzzRingOracle(f *testing.F) {
 	})
 }
 
-// FuzzParseRecord feeds arbitrary ring contents and cursors (what a buggy or
-// hostile producer could leave) to the consumer's parser: it must never
-// panic, and whatever it returns must obey the layout, checked here from the
-// bytes themselves.
+// FuzzParseRecord feeds arbitrary ring contents and cursors on line starts
+// (what a buggy or hostile producer could leave; the consumer's cursor is
+// aligned by construction) to the consumer's parser: it must never panic,
+// and whatever it returns must obey the layout, checked here from the bytes
+// themselves.
 func FuzzParseRecord(f *testing.F) {
 	o := &oracleRing{data: make([]byte, 256)}
 	o.put([]byte("hello"), nil)
@@ -351,15 +353,17 @@ func FuzzParseRecord(f *testing.F) {
 		if len(data) == 0 || mtu < 0 || mtu > 1<<20 {
 			return
 		}
-		frame, next, ok, err := parseRecord(data, head, mtu)
-		if err != nil || !ok {
-			if next != head {
-				t.Fatalf("moved the cursor to %d on failure", next)
+		head &^= ringAlign - 1
+		size := uint64(len(data))
+		pos := head % size
+		frame, rl, kind, err := parseRecord(data, head, pos, mtu)
+		if err != nil || kind == recNone {
+			if rl != 0 || frame != nil {
+				t.Fatalf("returned %d bytes and a %d-byte record on failure", len(frame), rl)
 			}
 			return
 		}
-		size := uint64(len(data))
-		pos := head % size
+		next := head + rl
 		n := binary.LittleEndian.Uint32(data[pos:])
 		ref := n == refMark // a reference record: refLen bytes, whatever the MTU
 		if ref {
@@ -371,12 +375,12 @@ func FuzzParseRecord(f *testing.F) {
 			t.Fatalf("accepted record word %#x at cursor %d", w, head)
 		case next <= head || next-head > size-pos:
 			t.Fatalf("cursor %d -> %d past the end of the ring", head, next)
-		case frame == nil:
-			if n != padMark || next%size != 0 {
+		case kind == recPad || frame == nil:
+			if kind != recPad || frame != nil || n != padMark || next%size != 0 {
 				t.Fatalf("a pad record that is none: length %#x, next %d", n, next)
 			}
 		default:
-			if int(n) != len(frame) || len(frame) > mtu && !ref || pos+recHdr+uint64(n) > size ||
+			if ref != (kind == recRef) || int(n) != len(frame) || len(frame) > mtu && !ref || pos+recHdr+uint64(n) > size ||
 				next-head != uint64((recHdr+len(frame)+63)&^63) ||
 				!bytes.Equal(frame, data[pos+recHdr:pos+recHdr+uint64(n)]) {
 				t.Fatalf("bad frame: %d bytes at %d (header %d), next %d", len(frame), pos, n, next)

@@ -136,8 +136,10 @@ type Transport struct {
 	inMu sync.Mutex
 	in   atomic.Pointer[[]*inRing] // copy on write under inMu
 
-	outMu sync.Mutex
-	out   map[transport.NICID]*outRing
+	outMu   sync.Mutex
+	out     map[transport.NICID]*outRing
+	lastOut atomic.Pointer[outRing]                      // the ring connected last: Send finds it without outMu
+	outSnap atomic.Pointer[map[transport.NICID]*outRing] // a copy of out for Send (snapOut)
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
@@ -149,11 +151,14 @@ type Transport struct {
 	pool      *Pool                        // pool.go; guarded by outMu
 	unmapHook atomic.Pointer[func([]byte)] // see OnSegmentUnmap
 
-	rmu    sync.Mutex                 // held by Recv; Close takes it to unmap safely
-	lends  *transport.Lends[struct{}] // holds: always copies (Hold)
-	rr     int
-	closed atomic.Bool
-	wg     sync.WaitGroup
+	rmu   sync.Mutex                 // held by Recv; Close takes it to unmap safely
+	lends *transport.Lends[struct{}] // holds: always copies (Hold)
+	rr    int
+	// toCommit: poll consumed records or saw a dead ring since the last
+	// commit (under rmu).
+	toCommit bool
+	closed   atomic.Bool
+	wg       sync.WaitGroup
 
 	cnt struct {
 		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
@@ -170,14 +175,21 @@ type inRing struct {
 	seg     segment
 	data    []byte
 	head    *atomic.Uint64
-	cur     uint64 // our head, published at the next Recv
-	pubHead uint64
-	conn    *net.UnixConn
-	dead    atomic.Bool
-	pid     int    // the producer's process (SO_PEERCRED)
-	word    uint64 // what it published (see Publish)
-	segMu   sync.RWMutex
-	segs    map[uint32]segment // the producer's pool segments (pool.go)
+	cur     uint64         // our head, published by commit
+	pos     uint64         // cur % len(data), kept without a division
+	wordAt  *atomic.Uint32 // the record word at cur
+	pubHead uint64         // the head as last published
+	// pubEvery: commit publishes the head once it moved this far (an
+	// eighth of the ring at most); refsIn: or a reference record was
+	// consumed since.
+	pubEvery uint64
+	refsIn   bool
+	conn     *net.UnixConn
+	dead     atomic.Bool
+	pid      int    // the producer's process (SO_PEERCRED)
+	word     uint64 // what it published (see Publish)
+	segMu    sync.RWMutex
+	segs     map[uint32]segment // the producer's pool segments (pool.go)
 }
 
 // outRing is a ring we write to another process.
@@ -196,6 +208,7 @@ type outRing struct {
 	conn      *net.UnixConn
 	dead      atomic.Bool
 	wakes     *atomic.Uint64 // the transport's count of futex wake-ups sent
+	sent      atomic.Uint64  // frames written: per ring, so senders to different peers share no counter
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
@@ -371,7 +384,13 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c, pid: pid, word: le.Uint64(msg[24:]),
 		head: u64At(seg.mem, headOff)}
 	r.cur = r.head.Load()
-	r.pubHead = r.cur
+	if r.cur%ringAlign != 0 {
+		seg.unmap()
+		return fmt.Errorf("shm: a ring whose head %d is not on a %d-byte line", r.cur, ringAlign)
+	}
+	r.pos, r.pubHead = r.cur%uint64(size), r.cur
+	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
+	r.pubEvery = min(uint64(size/8), pubEvery)
 	// The ring joins the receive set before the producer hears back: its
 	// first frame may ring the doorbell right after the welcome, and a Recv
 	// woken then must find the ring.

@@ -20,9 +20,9 @@ import (
 )
 
 // childEnv makes the test binary a child process playing a role (see
-// TestMain): "echo DIR BOARD", "dial DIR BOARD" (report whether attaching to
-// BOARD works) or "hold DIR BOARD PEER" (connect to PEER, send a frame,
-// then wait to be killed).
+// TestMain): "echo DIR BOARD [spin|poll]", "dial DIR BOARD" (report
+// whether attaching to BOARD works) or "hold DIR BOARD PEER" (connect to
+// PEER, send a frame, then wait to be killed).
 const childEnv = "GOMX_SHM_TEST_CHILD"
 
 func TestMain(m *testing.M) {
@@ -70,6 +70,9 @@ func child(args []string) int {
 			select {} // until killed
 		}
 		frames := make([]transport.Frame, 64)
+		if len(args) > 3 && args[3] == "poll" {
+			return pollEcho(t, frames)
+		}
 		for {
 			n, err := t.Recv(frames, -1)
 			if err != nil {
@@ -89,6 +92,35 @@ func child(args []string) int {
 		}
 	}
 	return 2
+}
+
+// pollEcho is the echo child of BenchmarkTransportPingPong: it receives as
+// mx's waiters do (Recv(frames, 0) in a loop) and sends each frame back on
+// its own (as mx's sendFrame does), until "quit" or until its peer goes
+// away.
+func pollEcho(t *Transport, frames []transport.Frame) int {
+	defer t.Close()
+	tx := make([]transport.Frame, 1)
+	for i := 0; ; i++ {
+		n, err := t.Recv(frames, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child recv:", err)
+			return 1
+		}
+		if n == 0 && i&0xfffff == 0xfffff && len(t.LostPeers(nil)) > 0 {
+			return 0 // the benchmark is gone
+		}
+		for _, f := range frames[:n] {
+			if string(f.Data) == "quit" {
+				return 0
+			}
+			tx[0] = transport.Frame{Peer: f.Peer, Data: f.Data}
+			if _, err := t.Send(tx); err != nil {
+				fmt.Fprintln(os.Stderr, "child echo:", err)
+				return 1
+			}
+		}
+	}
 }
 
 // testDir is a short private endpoint directory (socket paths are limited
