@@ -634,3 +634,46 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations per Send+Recv", allocs)
 	}
 }
+
+// TestRoomFreedBeforeTheWait: a receiver that drains the whole queue after
+// the sender found it full, but before the sender starts waiting, lets the
+// sender go on at once. The wait used to wait for the head to move from
+// where it already was, and with nothing left to take the receiver never
+// moved it again: the sender sat out its FullWait (once in CI, 20 s).
+func TestRoomFreedBeforeTheWait(t *testing.T) {
+	n := newNet(t, Options{QueueLen: 4, FullWait: time.Hour})
+	a := attach(t, n, 1)
+	b := attach(t, n, 2)
+	frames := make([]transport.Frame, 4)
+	for i := range frames {
+		frames[i] = transport.Frame{Peer: 2, Data: []byte{byte(i)}}
+	}
+	if k, err := a.Send(frames); k != 4 || err != nil {
+		t.Fatalf("Send = %d, %v", k, err)
+	}
+	got := make([]transport.Frame, 4)
+	if k, err := b.Recv(got, 0); k != 4 || err != nil {
+		t.Fatalf("Recv = %d, %v", k, err)
+	}
+	if _, err := b.Recv(got, 0); err != nil { // hands the slots back
+		t.Fatal(err)
+	}
+	// The sender's view: it filled the queue up to tail 4 and found no
+	// room, and the receiver has emptied it since.
+	done := make(chan uint64, 1)
+	go func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		done <- b.waitRoom(b.ptail)
+	}()
+	select {
+	case free := <-done:
+		if free != 4 {
+			t.Fatalf("waitRoom on an empty queue = %d free slots, want 4", free)
+		}
+	case <-time.After(hangGuard):
+		b.closed.Store(true) // ends the wait, so that cleanup can take mu
+		<-done
+		t.Fatal("waitRoom waited for a receiver that had already emptied the queue")
+	}
+}

@@ -256,6 +256,13 @@ func (p *Port) publish(tail, put uint64) {
 func (p *Port) waitRoom(tail uint64) uint64 {
 	n := uint64(len(p.slots))
 	h := p.head.Load()
+	if free := n - (tail - h); free > 0 {
+		// The receiver freed slots between the caller's look and
+		// this one: the loop below waits for the head to move from
+		// h, and it may never move again if the receiver has taken
+		// everything.
+		return free
+	}
 	if p.stalled && h == p.stalledAt {
 		return 0
 	}
