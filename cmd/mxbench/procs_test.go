@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/cli"
+	"github.com/gomx-dev/gomx/internal/launch"
+)
+
+// failEnv, in the environment of a rank --procs started from the test
+// binary, makes it fail as told instead of running mxbench: entries
+// "rank,status,file,message" separated by ";". The rank named waits for
+// file to exist (none: at once), prints message on stderr and exits with
+// status.
+const failEnv = "GOMX_MXBENCH_TEST_FAIL"
+
+// failAsAsked is TestMain's part of failEnv: it returns when this process
+// is no rank failEnv names.
+func failAsAsked() {
+	rank := os.Getenv("PMI_RANK")
+	for _, e := range strings.Split(os.Getenv(failEnv), ";") {
+		f := strings.SplitN(e, ",", 4)
+		if len(f) != 4 || f[0] != rank {
+			continue
+		}
+		status, _ := strconv.Atoi(f[1])
+		// Bounded: the test creates the file or ends, and rank 0 kills
+		// this process when the test is gone.
+		for i := 0; f[2] != "" && i < 12000; i++ {
+			if _, err := os.Stat(f[2]); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		fmt.Fprintf(os.Stderr, "log line 1\nlog line 2\nlog line 3\n%s\n", f[3])
+		os.Exit(status)
+	}
+}
+
+// TestProcsReportsEveryFailure: when ranks of --procs fail one after the
+// other, rank 0 reports each, the earliest first, with its exit status and
+// the last line it printed, so the cause comes before its symptoms; its
+// own failure, when it comes first, leads the report. The ranks' stderr
+// also reaches rank 0's as they print it.
+func TestProcsReportsEveryFailure(t *testing.T) {
+	defer func(g time.Duration) { killGrace = g }(killGrace)
+	killGrace = 2 * time.Minute // a rank failing second has all the time a loaded machine needs
+	for _, tc := range []struct {
+		name  string
+		own   error // rank 0's failure, first
+		fails string
+		want  []string // the report's parts, in order; none: no error
+	}{
+		{
+			name:  "none",
+			fails: "1,0,,rank 1: all is well;2,0,,rank 2: all is well",
+		},
+		{
+			name:  "two ranks",
+			fails: "2,3,,rank 2: its disk is full;1,4,MARK,rank 1: rank 2 is unreachable",
+			want: []string{
+				"2 ranks failed, the earliest first: rank 2 of 3 failed (exit status 3), its stderr ending: log line 2 / log line 3 / rank 2: its disk is full",
+				"rank 1 of 3 failed (exit status 4), its stderr ending: log line 2 / log line 3 / rank 1: rank 2 is unreachable",
+			},
+		},
+		{
+			name:  "rank 0 first",
+			own:   errors.New("rank 0 of 2: its buffer is too small"),
+			fails: "1,5,MARK,rank 1: rank 0 is unreachable",
+			want: []string{
+				"2 ranks failed, the earliest first: rank 0 of 2: its buffer is too small",
+				"rank 1 of 2 failed (exit status 5), its stderr ending: log line 2 / log line 3 / rank 1: rank 0 is unreachable",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mark := filepath.Join(t.TempDir(), "first failed")
+			t.Setenv(asMainEnv, "1")
+			t.Setenv(failEnv, strings.ReplaceAll(tc.fails, "MARK", mark))
+			var stderr bytes.Buffer
+			lw := &lockedWriter{w: &stderr}
+			size := 3
+			if tc.own != nil {
+				size = 2
+			}
+			jr, err := startJob(context.Background(), launch.Job{Size: size, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer jr.ln.Close()
+			if tc.own != nil {
+				jr.fail(tc.own)
+			}
+			if tc.want == nil {
+				if err := jr.wait(nil); err != nil {
+					t.Errorf("ranks that all exited with status 0: %v", err)
+				}
+				lw.mu.Lock()
+				defer lw.mu.Unlock()
+				if n := strings.Count(stderr.String(), "all is well\n"); n != 2 {
+					t.Errorf("rank 0's stderr has %d of the 2 ranks' lines:\n%s", n, stderr.String())
+				}
+				return
+			}
+			// The first failure is noted before the next rank fails.
+			select {
+			case <-jr.ctx.Done():
+			case <-time.After(2 * time.Minute):
+				t.Fatal("no rank failed in 2 minutes")
+			}
+			if err := os.WriteFile(mark, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err = jr.wait(tc.own)
+			if !errors.Is(err, errRankFailed) || code(err) != 1 {
+				t.Errorf("error %v (exit status %d), want a rank's failure (exit status 1)", err, code(err))
+			}
+			var got bytes.Buffer
+			cli.Report(&got, "mxbench", err)
+			line := got.String()
+			pos := 0
+			for _, w := range tc.want {
+				i := strings.Index(line[pos:], w)
+				if i < 0 {
+					t.Fatalf("the report\n%s\ndoes not have, after byte %d,\n%s", line, pos, w)
+				}
+				pos += i + len(w)
+			}
+			if strings.Contains(line, "log line 1") {
+				t.Errorf("the report repeats more than a rank's last %d lines: %s", stderrTail, line)
+			}
+			if strings.Count(line, "\n") != 1 {
+				t.Errorf("the report is not one line: %q", line)
+			}
+			lw.mu.Lock()
+			defer lw.mu.Unlock()
+			for _, w := range tc.want {
+				i := strings.LastIndex(w, " / ")
+				if i < 0 {
+					continue // rank 0's own
+				}
+				msg := w[i+3:]
+				if !strings.Contains(stderr.String(), msg+"\n") {
+					t.Errorf("rank 0's stderr %q lacks the rank's own line %q", stderr.String(), msg)
+				}
+			}
+		})
+	}
+}
