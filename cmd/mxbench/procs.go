@@ -132,6 +132,7 @@ type jobRun struct {
 	cmds   []*exec.Cmd
 	tails  []*tailWriter // each rank's stderr, by rank-1
 	wg     sync.WaitGroup
+	exited chan struct{} // closed once every rank exited
 	cancel context.CancelCauseFunc
 	stop   func() bool // unregisters the kill that follows a failure
 	mu     sync.Mutex
@@ -209,13 +210,13 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 		j.wg.Add(1)
 		go j.reap(r)
 	}
+	j.exited = make(chan struct{})
+	go func() { j.wg.Wait(); close(j.exited) }()
 	j.stop = context.AfterFunc(j.ctx, func() {
 		// A rank failed, or rank 0 gave up: the others must not linger,
 		// but those already failing get the grace to say why.
-		done := make(chan struct{})
-		go func() { j.wg.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-j.exited:
 		case <-time.After(killGrace):
 			j.killAll(stopped)
 		}
@@ -291,13 +292,11 @@ func (j *jobRun) wait(own error) error {
 		return own
 	}
 	j.fail(own)
-	done := make(chan struct{})
-	go func() { j.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-j.exited:
 	case <-time.After(stragglerWait):
 		j.killAll(lingered)
-		<-done
+		<-j.exited
 	}
 	j.stop()
 	j.cancel(nil)
