@@ -75,3 +75,25 @@ func mustWait(t testing.TB, r *Request, d time.Duration) Status {
 	}
 	return st
 }
+
+// exchange posts a receive into rsegs on dst for match (under mask),
+// sends ssegs from src to to with that match, and waits for both; it
+// fails the test on any error. It allocates nothing beyond the two
+// requests' own, for the tests that count allocations.
+func exchange(t testing.TB, ctx context.Context, src *Endpoint, to Addr, dst *Endpoint, match, mask uint64, ssegs, rsegs [][]byte) {
+	t.Helper()
+	r, err := dst.IRecv(rsegs, match, mask, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := src.ISend(ssegs, to, match, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

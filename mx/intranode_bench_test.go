@@ -257,20 +257,7 @@ func BenchmarkMessageCost(b *testing.B) {
 	ctx := context.Background()
 	msg, bufA, bufB := make([]byte, 8), make([]byte, 8), make([]byte, 8)
 	one := func(src, dst *Endpoint, to Addr, rbuf []byte) {
-		r, err := dst.IRecv([][]byte{rbuf}, 1, ^uint64(0), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := src.ISend([][]byte{msg}, to, 1, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
+		exchange(b, ctx, src, to, dst, 1, ^uint64(0), [][]byte{msg}, [][]byte{rbuf})
 	}
 	for range 100 {
 		one(pr.a, pr.b, pr.atob, bufB)
