@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 )
 
@@ -96,4 +97,19 @@ func exchange(t testing.TB, ctx context.Context, src *Endpoint, to Addr, dst *En
 	if _, err := r.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openConnected opens endpoint 0 of b and connects it to endpoint 0 of
+// the board nic, both with testKey; it fails the test on any error.
+func openConnected(t testing.TB, ctx context.Context, b *Board, nic transport.NICID) (*Endpoint, Addr) {
+	t.Helper()
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := e.Connect(ctx, nic, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, addr
 }

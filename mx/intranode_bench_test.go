@@ -156,22 +156,7 @@ func connectEcho(b *testing.B, tr transport.Transport, opts BoardOptions, nic tr
 // runPingPong times b.N round trips of size bytes to an echo server.
 func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size int) {
 	sbuf, rbuf := make([]byte, size), make([]byte, size)
-	round := func() {
-		r, err := e.IRecv([][]byte{rbuf}, 0, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := e.ISend([][]byte{sbuf}, addr, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	round := func() { exchange(b, ctx, e, addr, e, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
 	for range 10 {
 		round()
 	}

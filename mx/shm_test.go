@@ -60,14 +60,7 @@ func shmBoardTo(t *testing.T, ctx context.Context, dir string, o BoardOptions, p
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := e.Connect(ctx, shm.NICBase|peer, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, addr := openConnected(t, ctx, b, shm.NICBase|peer)
 	return b, e, addr
 }
 
@@ -106,15 +99,8 @@ func TestShmProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	peer := shm.NICBase | 99
-	addr, err := e.Connect(ctx, peer, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, addr := openConnected(t, ctx, b, peer)
 	echoSizes(t, ctx, e, addr, []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1})
 	// The child sends a large message we have not asked for, then dies.
 	s, _ := e.ISend(nil, addr, 1<<62, nil)
