@@ -130,9 +130,9 @@ type jobRun struct {
 
 	// The ranks --procs started (none under a launcher).
 	cmds   []*exec.Cmd
-	tails  []*tailWriter // each rank's stderr, by rank-1
 	wg     sync.WaitGroup
 	exited chan struct{} // closed once every rank exited
+	grace  time.Duration // killGrace when the job started
 	cancel context.CancelCauseFunc
 	stop   func() bool // unregisters the kill that follows a failure
 	mu     sync.Mutex
@@ -178,7 +178,7 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 	}
 	var nonce [8]byte
 	rand.Read(nonce[:])
-	j := &jobRun{job: job}
+	j := &jobRun{job: job, grace: killGrace}
 	j.addr = fmt.Sprintf("unix:@gomx-mxbench-%d-%d-%s", os.Getuid(), os.Getpid(), hex.EncodeToString(nonce[:]))
 	var err error
 	if j.ln, err = launch.Listen(ctx, j.addr); err != nil {
@@ -205,10 +205,11 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 			j.ln.Close()
 			return nil, fmt.Errorf("--procs: start rank %d: %w", r, err)
 		}
+		j.mu.Lock() // killAll reads them
 		j.cmds = append(j.cmds, c)
-		j.tails = append(j.tails, tail)
+		j.mu.Unlock()
 		j.wg.Add(1)
-		go j.reap(r)
+		go j.reap(r, c, tail)
 	}
 	j.exited = make(chan struct{})
 	go func() { j.wg.Wait(); close(j.exited) }()
@@ -217,17 +218,17 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 		// but those already failing get the grace to say why.
 		select {
 		case <-j.exited:
-		case <-time.After(killGrace):
+		case <-time.After(j.grace):
 			j.killAll(stopped)
 		}
 	})
 	return j, nil
 }
 
-// reap waits for rank r and notes its failure.
-func (j *jobRun) reap(r int) {
+// reap waits for rank r, run by c, and notes its failure.
+func (j *jobRun) reap(r int, c *exec.Cmd, tail *tailWriter) {
 	defer j.wg.Done()
-	err := j.cmds[r-1].Wait()
+	err := c.Wait()
 	if err == nil {
 		return
 	}
@@ -240,7 +241,7 @@ func (j *jobRun) reap(r int) {
 		j.mu.Unlock()
 		return
 	}
-	f := &rankFailure{rank: r, size: j.job.Size, err: err, tail: j.tails[r-1].lines(), lingered: why == lingered}
+	f := &rankFailure{rank: r, size: j.job.Size, err: err, tail: tail.lines(), lingered: why == lingered}
 	j.failed = append(j.failed, f)
 	j.mu.Unlock()
 	j.cancel(f)
