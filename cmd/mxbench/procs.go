@@ -12,9 +12,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gomx-dev/gomx/internal/launch"
@@ -133,12 +135,18 @@ type jobRun struct {
 	wg     sync.WaitGroup
 	exited chan struct{} // closed once every rank exited
 	grace  time.Duration // killGrace when the job started
+	// stacks: GOTRACEBACK asks for every goroutine's stack (see
+	// tracebackAll), printed on out.
+	stacks bool
+	out    io.Writer
 	cancel context.CancelCauseFunc
 	stop   func() bool // unregisters the kill that follows a failure
 	mu     sync.Mutex
-	failed []error   // rank failures as they came, rank 0's among them
-	own    bool      // rank 0's own failure is among them
-	kills  []killWhy // by rank-1: why rank 0 killed it, if it did
+	failed []error // rank failures as they came, rank 0's among them
+	own    bool    // rank 0's own failure is among them
+	// printed: this rank's goroutines were printed (printStacks).
+	printed sync.Once
+	kills   []killWhy // by rank-1: why rank 0 killed it, if it did
 }
 
 // killWhy is why rank 0 of --procs killed a rank.
@@ -147,8 +155,24 @@ type killWhy uint8
 const (
 	notKilled killWhy = iota
 	stopped           // another rank failed: not a failure of its own
+	quit              // the same, sent SIGQUIT first (GOTRACEBACK)
 	lingered          // rank 0 was done and it still ran: a failure
 )
+
+// tracebackAll reports whether GOTRACEBACK asks the Go runtime for every
+// goroutine's stack when a program crashes (all, system, crash, wer, 2).
+// Then a rank whose wait times out prints its own goroutines before it
+// closes its boards; with --procs, rank 0 prints its own at the job's
+// first failure, and stops the ranks still running with SIGQUIT (each
+// prints its goroutines) before it kills them: a job that hung says where
+// each rank was.
+func tracebackAll() bool {
+	switch os.Getenv("GOTRACEBACK") {
+	case "all", "system", "crash", "wer", "2":
+		return true
+	}
+	return false
+}
 
 // killGrace is how long the other ranks have to exit by themselves once
 // one rank failed, before --procs kills them: a rank whose failure follows
@@ -174,11 +198,11 @@ const stderrTail = 3
 func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writer) (*jobRun, error) {
 	if job.Launcher != "mxbench --procs" {
 		addr, err := launch.Bootstrap(job, jobEnv)
-		return &jobRun{ctx: ctx, addr: addr, job: job}, err
+		return &jobRun{ctx: ctx, addr: addr, job: job, out: stderr, stacks: tracebackAll()}, err
 	}
 	var nonce [8]byte
 	rand.Read(nonce[:])
-	j := &jobRun{job: job, grace: killGrace}
+	j := &jobRun{job: job, grace: killGrace, stacks: tracebackAll()}
 	j.addr = fmt.Sprintf("unix:@gomx-mxbench-%d-%d-%s", os.Getuid(), os.Getpid(), hex.EncodeToString(nonce[:]))
 	var err error
 	if j.ln, err = launch.Listen(ctx, j.addr); err != nil {
@@ -191,6 +215,7 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 	}
 	j.ctx, j.cancel = context.WithCancelCause(ctx)
 	out := &lockedWriter{w: stderr} // each child's output is copied by goroutines of its own
+	j.out = out
 	j.kills = make([]killWhy, job.Size-1)
 	for r := 1; r < job.Size; r++ {
 		c := exec.Command(exe, args...)
@@ -216,11 +241,23 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 	j.stop = context.AfterFunc(j.ctx, func() {
 		// A rank failed, or rank 0 gave up: the others must not linger,
 		// but those already failing get the grace to say why.
+		j.printStacks(fmt.Sprintf("saw the job fail (%v)", context.Cause(j.ctx)))
 		select {
 		case <-j.exited:
+			return
 		case <-time.After(j.grace):
-			j.killAll(stopped)
 		}
+		if j.stacks {
+			// Each prints its goroutines' stacks and exits; one that
+			// does not is killed after another grace.
+			j.signalAll(syscall.SIGQUIT)
+			select {
+			case <-j.exited:
+				return
+			case <-time.After(j.grace):
+			}
+		}
+		j.killAll(stopped)
 	})
 	return j, nil
 }
@@ -235,9 +272,10 @@ func (j *jobRun) reap(r int, c *exec.Cmd, tail *tailWriter) {
 	j.mu.Lock()
 	why := j.kills[r-1]
 	var ee *exec.ExitError
-	if why == stopped && errors.As(err, &ee) && ee.ExitCode() == -1 {
-		// Killed as asked: a rank that exited with a status of its
-		// own before the kill landed failed by itself.
+	if errors.As(err, &ee) && (why != notKilled && why != lingered && ee.ExitCode() == -1 || j.quitted(r) && ee.ExitCode() == 2) {
+		// Killed as asked, or quit with its stacks (the runtime's
+		// status 2): a rank that exited with a status of its own
+		// before the signal landed failed by itself.
 		j.mu.Unlock()
 		return
 	}
@@ -246,6 +284,35 @@ func (j *jobRun) reap(r int, c *exec.Cmd, tail *tailWriter) {
 	j.mu.Unlock()
 	j.cancel(f)
 }
+
+// signalAll sends sig to the ranks still running, noting that they were
+// stopped.
+func (j *jobRun) signalAll(sig os.Signal) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i, c := range j.cmds {
+		if j.kills[i] == notKilled {
+			j.kills[i] = quit
+			c.Process.Signal(sig) // an error only says it exited already
+		}
+	}
+}
+
+// printStacks prints, once and only when GOTRACEBACK asks for every
+// goroutine's stack (tracebackAll), this rank's goroutines and why.
+func (j *jobRun) printStacks(why string) {
+	if !j.stacks {
+		return
+	}
+	j.printed.Do(func() {
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		fmt.Fprintf(j.out, "mxbench: rank %d of %d %s; GOTRACEBACK=%s, so its goroutines follow\n%s\n", j.job.Rank, j.job.Size, why, os.Getenv("GOTRACEBACK"), buf)
+	})
+}
+
+// quitted reports whether rank r was sent SIGQUIT (j.mu held).
+func (j *jobRun) quitted(r int) bool { return j.kills[r-1] == quit }
 
 // killAll kills the ranks still running, noting why.
 func (j *jobRun) killAll(why killWhy) {
@@ -265,7 +332,15 @@ func (j *jobRun) killAll(why killWhy) {
 // reports. An error that only says the job was cancelled because another
 // rank failed is no failure of this rank's.
 func (j *jobRun) fail(err error) {
-	if err == nil || j.cancel == nil {
+	if err == nil {
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A wait ran out: what this rank was waiting for is in its
+		// goroutines, which the boards' close is about to end.
+		j.printStacks(fmt.Sprintf("timed out (%v)", err))
+	}
+	if j.cancel == nil {
 		return
 	}
 	var rf *rankFailure

@@ -19,8 +19,8 @@ import (
 // failEnv, in the environment of a rank --procs started from the test
 // binary, makes it fail as told instead of running mxbench: entries
 // "rank,status,file,message" separated by ";". The rank named waits for
-// file to exist (none: at once), prints message on stderr and exits with
-// status.
+// file to exist (none: at once; while it waits, file+".waiting" exists),
+// prints message on stderr and exits with status.
 const failEnv = "GOMX_MXBENCH_TEST_FAIL"
 
 // failAsAsked is TestMain's part of failEnv: it returns when this process
@@ -35,6 +35,9 @@ func failAsAsked() {
 		status, _ := strconv.Atoi(f[1])
 		// Bounded: the test creates the file or ends, and rank 0 kills
 		// this process when the test is gone.
+		if f[2] != "" {
+			os.WriteFile(f[2]+".waiting", nil, 0o600)
+		}
 		for i := 0; f[2] != "" && i < 12000; i++ {
 			if _, err := os.Stat(f[2]); err == nil {
 				break
@@ -154,5 +157,54 @@ func TestProcsReportsEveryFailure(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProcsStacksOnHang: with GOTRACEBACK=all, a rank still running after
+// another failed is stopped with SIGQUIT, prints its goroutines and is no
+// failure of its own; rank 0 prints its own goroutines when the job fails.
+// A job that hangs says where every rank waited.
+func TestProcsStacksOnHang(t *testing.T) {
+	defer func(g time.Duration) { killGrace = g }(killGrace)
+	killGrace = 10 * time.Millisecond // rank 1 waits for a file that never comes: no grace is too short
+	t.Setenv(asMainEnv, "1")
+	t.Setenv("GOTRACEBACK", "all")
+	// Rank 2 fails once rank 1 waits (its runtime is up: SIGQUIT makes
+	// it print its goroutines) for a file that never comes.
+	never := filepath.Join(t.TempDir(), "never")
+	t.Setenv(failEnv, "2,3,"+never+".waiting,rank 2: its disk is full;1,4,"+never+",rank 1: it should have been stopped")
+	var stderr bytes.Buffer
+	lw := &lockedWriter{w: &stderr}
+	jr, err := startJob(context.Background(), launch.Job{Size: 3, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jr.ln.Close()
+	select {
+	case <-jr.ctx.Done():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("rank 2 did not fail in 2 minutes")
+	}
+	own := fmt.Errorf("rank 0 of 3: alltoall of 128 KiB, round 3: %w", context.DeadlineExceeded)
+	jr.fail(own)
+	err = jr.wait(own)
+	msg := err.Error()
+	if !strings.Contains(msg, "rank 0 of 3: alltoall") || !strings.Contains(msg, "rank 2 of 3 failed (exit status 3)") || strings.Contains(msg, "rank 1 ") {
+		t.Errorf("the report %q does not have rank 0's and rank 2's failures, or has rank 1, which was stopped", msg)
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	out := stderr.String()
+	for _, want := range []string{
+		// rank 0's own goroutines, at rank 2's failure or its own
+		"GOTRACEBACK=all, so its goroutines follow", "TestProcsStacksOnHang",
+		"SIGQUIT", "failAsAsked", // rank 1's, printed by its runtime
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rank 0's stderr lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "it should have been stopped") {
+		t.Error("rank 1 was not stopped: it printed its line")
 	}
 }
