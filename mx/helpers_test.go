@@ -1,8 +1,11 @@
 package mx
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +115,54 @@ func openConnected(t testing.TB, ctx context.Context, b *Board, nic transport.NI
 		t.Fatal(err)
 	}
 	return e, addr
+}
+
+// startStreams starts, for each of workers, a goroutine on wg that sends
+// per messages from from to dest, message i of worker w matched
+// w<<32|i and size(w, i) bytes of pattern, each waited for, and one that
+// receives worker w's messages on to, in order, and checks every byte.
+// The first error of each goroutine goes to errs, which must have room
+// for 2*workers.
+func startStreams(wg *sync.WaitGroup, errs chan<- error, ctx context.Context, from *Endpoint, dest Addr, to *Endpoint, workers, per int, size func(w, i int) int) {
+	for w := 0; w < workers; w++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				m := uint64(w)<<32 | uint64(i)
+				r, err := from.ISend([][]byte{pattern(size(w, i), m)}, dest, m, nil)
+				if err == nil {
+					_, err = r.Wait(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			n := 0
+			for i := 0; i < per; i++ {
+				n = max(n, size(w, i))
+			}
+			buf := make([]byte, n)
+			for i := 0; i < per; i++ {
+				r, err := to.IRecv([][]byte{buf}, uint64(w)<<32, 0xFFFFFFFF<<32, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				st, err := r.Wait(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if m := uint64(w)<<32 | uint64(i); st.Match != m || !bytes.Equal(buf[:st.XferLength], pattern(size(w, i), m)) {
+					errs <- fmt.Errorf("worker %d message %d: got match %#x, %d bytes", w, i, st.Match, st.XferLength)
+					return
+				}
+			}
+		}()
+	}
 }
