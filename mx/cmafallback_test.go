@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // cmaFallbackEnv gives TestCMARefusedFallback's processes their role:
@@ -127,19 +125,11 @@ func nonDumpableEcho(dir string) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
 	}
-	tr, err := shm.Open(shm.Options{Dir: dir, Board: 5})
-	if err != nil {
-		return err
-	}
-	b, err := NewBoard(tr, shmTestOptions())
+	b, e, err := openShmChild(dir, 5, shmTestOptions())
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		return err
-	}
 	fmt.Println("ready")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -52,19 +52,11 @@ func gomxFDs() int {
 func sharedEchoChild(arg string) error {
 	f := strings.Fields(arg)
 	board, _ := strconv.Atoi(f[1])
-	tr, err := shm.Open(shm.Options{Dir: f[0], Board: board})
-	if err != nil {
-		return err
-	}
-	b, err := NewBoard(tr, shmTestOptions())
+	b, e, err := openShmChild(f[0], board, shmTestOptions())
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		return err
-	}
 	buf, err := e.AllocShared(4<<20 + 1)
 	if err != nil {
 		return err
