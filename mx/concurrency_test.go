@@ -139,5 +139,5 @@ func echoChild() error {
 	fmt.Printf("NIC %d\n", uint64(b.NICID()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	return echoLoop(ctx, e)
+	return echoLoop(ctx, e, nil)
 }

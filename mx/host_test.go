@@ -209,7 +209,7 @@ func hostEchoChild(dir string) error {
 	fmt.Printf("NIC %d\n", uint64(b.NICID()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	return echoLoop(ctx, e)
+	return echoLoop(ctx, e, nil)
 }
 
 // TestHostPathDefault: the host path is on by default exactly for

@@ -64,27 +64,11 @@ func sharedEchoChild(arg string) error {
 	fmt.Println("ready")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	for {
-		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
-		if err != nil {
-			return err
-		}
-		st, err := r.Wait(ctx)
-		if err != nil {
-			return err
-		}
-		if st.Match == echoStop {
-			fmt.Println("shared", e.Counters().Get(RecvShared))
-			return e.FreeShared(buf)
-		}
-		s, err := e.ISend([][]byte{buf[:st.XferLength]}, st.Source, st.Match, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			return err
-		}
+	if err := echoLoop(ctx, e, buf); err != nil {
+		return err
 	}
+	fmt.Println("shared", e.Counters().Get(RecvShared))
+	return e.FreeShared(buf)
 }
 
 // TestSharedProcesses echoes every size class with a process whose send
