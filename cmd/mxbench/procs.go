@@ -164,8 +164,8 @@ const (
 // Then a rank whose wait times out prints its own goroutines before it
 // closes its boards; with --procs, rank 0 prints its own at the job's
 // first failure, and stops the ranks still running with SIGQUIT (each
-// prints its goroutines) before it kills them: a job that hung says where
-// each rank was.
+// prints its goroutines) before it kills them, at once when its own wait
+// timed out: a job that hung says where each rank was.
 func tracebackAll() bool {
 	switch os.Getenv("GOTRACEBACK") {
 	case "all", "system", "crash", "wer", "2":
@@ -337,8 +337,13 @@ func (j *jobRun) fail(err error) {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		// A wait ran out: what this rank was waiting for is in its
-		// goroutines, which the boards' close is about to end.
+		// goroutines, which the boards' close is about to end. The
+		// other ranks are likely part of the hang: theirs now too,
+		// before the close makes them fail of it.
 		j.printStacks(fmt.Sprintf("timed out (%v)", err))
+		if j.stacks {
+			j.signalAll(syscall.SIGQUIT)
+		}
 	}
 	if j.cancel == nil {
 		return

@@ -208,3 +208,50 @@ func TestProcsStacksOnHang(t *testing.T) {
 		t.Error("rank 1 was not stopped: it printed its line")
 	}
 }
+
+// TestProcsStacksOnTimeout: with GOTRACEBACK=all, rank 0 whose wait timed
+// out stops the other ranks with SIGQUIT at once, before its boards close:
+// every rank prints where it waited, and only rank 0's timeout is
+// reported.
+func TestProcsStacksOnTimeout(t *testing.T) {
+	defer func(g time.Duration) { killGrace = g }(killGrace)
+	killGrace = 2 * time.Minute // the ranks must be stopped by the timeout, not by the grace
+	t.Setenv(asMainEnv, "1")
+	t.Setenv("GOTRACEBACK", "all")
+	dir := t.TempDir()
+	never := []string{filepath.Join(dir, "never1"), filepath.Join(dir, "never2")}
+	t.Setenv(failEnv, "1,4,"+never[0]+",rank 1: it should have been stopped;2,4,"+never[1]+",rank 2: it should have been stopped")
+	var stderr bytes.Buffer
+	lw := &lockedWriter{w: &stderr}
+	jr, err := startJob(context.Background(), launch.Job{Size: 3, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jr.ln.Close()
+	// Both ranks wait (their runtimes are up: SIGQUIT prints stacks).
+	for _, f := range never {
+		for i := 0; ; i++ {
+			if _, err := os.Stat(f + ".waiting"); err == nil {
+				break
+			}
+			if i == 12000 {
+				t.Fatalf("no rank waits for %s after 2 minutes", f)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	own := fmt.Errorf("rank 0 of 3: alltoall of 128 KiB, round 3: %w", context.DeadlineExceeded)
+	jr.fail(own)
+	if err := jr.wait(own); err != own {
+		t.Errorf("the job's error %v, want only rank 0's %v", err, own)
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	out := stderr.String()
+	if n := strings.Count(out, "failAsAsked"); !strings.Contains(out, "rank 0 of 3 timed out") || n < 2 {
+		t.Errorf("rank 0's stderr lacks rank 0's goroutines or those of ranks 1 and 2 (%d stacks in failAsAsked):\n%s", n, out)
+	}
+	if strings.Contains(out, "it should have been stopped") {
+		t.Error("a rank was not stopped: it printed its line")
+	}
+}
