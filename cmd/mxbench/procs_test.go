@@ -49,6 +49,51 @@ func failAsAsked() {
 	}
 }
 
+// startFailing starts, as rank 0 of --procs, a job of size ranks that
+// fail as fails says (failEnv), and returns it with a function that reads
+// what they printed on rank 0's stderr so far.
+func startFailing(t *testing.T, size int, fails string) (*jobRun, func() string) {
+	t.Helper()
+	t.Setenv(asMainEnv, "1")
+	t.Setenv(failEnv, fails)
+	var buf bytes.Buffer
+	lw := &lockedWriter{w: &buf}
+	jr, err := startJob(context.Background(), launch.Job{Size: size, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { jr.ln.Close() })
+	return jr, func() string {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		return buf.String()
+	}
+}
+
+// awaitFile waits until file exists: a rank of failEnv creates it.
+func awaitFile(t *testing.T, file string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(file); err == nil {
+			return
+		}
+		if i == 12000 {
+			t.Fatalf("no rank created %s in 2 minutes", file)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// awaitFailure waits until a rank's failure cancelled the job.
+func awaitFailure(t *testing.T, jr *jobRun) {
+	t.Helper()
+	select {
+	case <-jr.ctx.Done():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no rank failed in 2 minutes")
+	}
+}
+
 // TestProcsReportsEveryFailure: when ranks of --procs fail one after the
 // other, rank 0 reports each, the earliest first, with its exit status and
 // the last line it printed, so the cause comes before its symptoms; its
@@ -87,19 +132,11 @@ func TestProcsReportsEveryFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mark := filepath.Join(t.TempDir(), "first failed")
-			t.Setenv(asMainEnv, "1")
-			t.Setenv(failEnv, strings.ReplaceAll(tc.fails, "MARK", mark))
-			var stderr bytes.Buffer
-			lw := &lockedWriter{w: &stderr}
 			size := 3
 			if tc.own != nil {
 				size = 2
 			}
-			jr, err := startJob(context.Background(), launch.Job{Size: size, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer jr.ln.Close()
+			jr, stderr := startFailing(t, size, strings.ReplaceAll(tc.fails, "MARK", mark))
 			if tc.own != nil {
 				jr.fail(tc.own)
 			}
@@ -107,23 +144,17 @@ func TestProcsReportsEveryFailure(t *testing.T) {
 				if err := jr.wait(nil); err != nil {
 					t.Errorf("ranks that all exited with status 0: %v", err)
 				}
-				lw.mu.Lock()
-				defer lw.mu.Unlock()
-				if n := strings.Count(stderr.String(), "all is well\n"); n != 2 {
-					t.Errorf("rank 0's stderr has %d of the 2 ranks' lines:\n%s", n, stderr.String())
+				if n := strings.Count(stderr(), "all is well\n"); n != 2 {
+					t.Errorf("rank 0's stderr has %d of the 2 ranks' lines:\n%s", n, stderr())
 				}
 				return
 			}
 			// The first failure is noted before the next rank fails.
-			select {
-			case <-jr.ctx.Done():
-			case <-time.After(2 * time.Minute):
-				t.Fatal("no rank failed in 2 minutes")
-			}
+			awaitFailure(t, jr)
 			if err := os.WriteFile(mark, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			err = jr.wait(tc.own)
+			err := jr.wait(tc.own)
 			if !errors.Is(err, errRankFailed) || code(err) != 1 {
 				t.Errorf("error %v (exit status %d), want a rank's failure (exit status 1)", err, code(err))
 			}
@@ -144,16 +175,14 @@ func TestProcsReportsEveryFailure(t *testing.T) {
 			if strings.Count(line, "\n") != 1 {
 				t.Errorf("the report is not one line: %q", line)
 			}
-			lw.mu.Lock()
-			defer lw.mu.Unlock()
 			for _, w := range tc.want {
 				i := strings.LastIndex(w, " / ")
 				if i < 0 {
 					continue // rank 0's own
 				}
 				msg := w[i+3:]
-				if !strings.Contains(stderr.String(), msg+"\n") {
-					t.Errorf("rank 0's stderr %q lacks the rank's own line %q", stderr.String(), msg)
+				if !strings.Contains(stderr(), msg+"\n") {
+					t.Errorf("rank 0's stderr %q lacks the rank's own line %q", stderr(), msg)
 				}
 			}
 		})
@@ -167,34 +196,20 @@ func TestProcsReportsEveryFailure(t *testing.T) {
 func TestProcsStacksOnHang(t *testing.T) {
 	defer func(g time.Duration) { killGrace = g }(killGrace)
 	killGrace = 10 * time.Millisecond // rank 1 waits for a file that never comes: no grace is too short
-	t.Setenv(asMainEnv, "1")
 	t.Setenv("GOTRACEBACK", "all")
 	// Rank 2 fails once rank 1 waits (its runtime is up: SIGQUIT makes
 	// it print its goroutines) for a file that never comes.
 	never := filepath.Join(t.TempDir(), "never")
-	t.Setenv(failEnv, "2,3,"+never+".waiting,rank 2: its disk is full;1,4,"+never+",rank 1: it should have been stopped")
-	var stderr bytes.Buffer
-	lw := &lockedWriter{w: &stderr}
-	jr, err := startJob(context.Background(), launch.Job{Size: 3, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jr.ln.Close()
-	select {
-	case <-jr.ctx.Done():
-	case <-time.After(2 * time.Minute):
-		t.Fatal("rank 2 did not fail in 2 minutes")
-	}
+	jr, stderr := startFailing(t, 3, "2,3,"+never+".waiting,rank 2: its disk is full;1,4,"+never+",rank 1: it should have been stopped")
+	awaitFailure(t, jr)
 	own := fmt.Errorf("rank 0 of 3: alltoall of 128 KiB, round 3: %w", context.DeadlineExceeded)
 	jr.fail(own)
-	err = jr.wait(own)
+	err := jr.wait(own)
 	msg := err.Error()
 	if !strings.Contains(msg, "rank 0 of 3: alltoall") || !strings.Contains(msg, "rank 2 of 3 failed (exit status 3)") || strings.Contains(msg, "rank 1 ") {
 		t.Errorf("the report %q does not have rank 0's and rank 2's failures, or has rank 1, which was stopped", msg)
 	}
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	out := stderr.String()
+	out := stderr()
 	for _, want := range []string{
 		// rank 0's own goroutines, at rank 2's failure or its own
 		"GOTRACEBACK=all, so its goroutines follow", "TestProcsStacksOnHang",
@@ -216,38 +231,20 @@ func TestProcsStacksOnHang(t *testing.T) {
 func TestProcsStacksOnTimeout(t *testing.T) {
 	defer func(g time.Duration) { killGrace = g }(killGrace)
 	killGrace = 2 * time.Minute // the ranks must be stopped by the timeout, not by the grace
-	t.Setenv(asMainEnv, "1")
 	t.Setenv("GOTRACEBACK", "all")
 	dir := t.TempDir()
 	never := []string{filepath.Join(dir, "never1"), filepath.Join(dir, "never2")}
-	t.Setenv(failEnv, "1,4,"+never[0]+",rank 1: it should have been stopped;2,4,"+never[1]+",rank 2: it should have been stopped")
-	var stderr bytes.Buffer
-	lw := &lockedWriter{w: &stderr}
-	jr, err := startJob(context.Background(), launch.Job{Size: 3, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jr.ln.Close()
+	jr, stderr := startFailing(t, 3, "1,4,"+never[0]+",rank 1: it should have been stopped;2,4,"+never[1]+",rank 2: it should have been stopped")
 	// Both ranks wait (their runtimes are up: SIGQUIT prints stacks).
 	for _, f := range never {
-		for i := 0; ; i++ {
-			if _, err := os.Stat(f + ".waiting"); err == nil {
-				break
-			}
-			if i == 12000 {
-				t.Fatalf("no rank waits for %s after 2 minutes", f)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		awaitFile(t, f+".waiting")
 	}
 	own := fmt.Errorf("rank 0 of 3: alltoall of 128 KiB, round 3: %w", context.DeadlineExceeded)
 	jr.fail(own)
 	if err := jr.wait(own); err != own {
 		t.Errorf("the job's error %v, want only rank 0's %v", err, own)
 	}
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	out := stderr.String()
+	out := stderr()
 	if n := strings.Count(out, "failAsAsked"); !strings.Contains(out, "rank 0 of 3 timed out") || n < 2 {
 		t.Errorf("rank 0's stderr lacks rank 0's goroutines or those of ranks 1 and 2 (%d stacks in failAsAsked):\n%s", n, out)
 	}
