@@ -57,22 +57,7 @@ func pingPong(b *testing.B, tf transportFactory, opts BoardOptions, size int) {
 		done <- nil
 	}()
 	segs, rsegs := [][]byte{sbuf}, [][]byte{rbuf}
-	round := func() {
-		r, err := pr.a.IRecv(rsegs, 0, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := pr.a.ISend(segs, pr.atob, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	round := func() { exchange(b, ctx, pr.a, pr.atob, pr.a, 0, 0, segs, rsegs) }
 	for i := 0; i < 10; i++ {
 		round()
 	}

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // cmaFallbackEnv gives TestCMARefusedFallback's processes their role:
@@ -87,25 +85,7 @@ func cmaFallbackBody(t *testing.T) {
 			o.Local.Large = s
 			_, e, addr := shmBoardTo(t, ctx, dir, o, 5)
 			sizes := []int{DefaultShmEager + 1, 64 << 10, 1<<20 + 3, 4 << 20}
-			for i, size := range sizes {
-				msg := pattern(size, uint64(100+i))
-				buf := make([]byte, size)
-				r, _ := e.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
-				sd, err := e.ISend([][]byte{msg}, addr, uint64(i), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := sd.Wait(ctx); err != nil {
-					t.Fatalf("send %d: %v", size, err)
-				}
-				st, err := r.Wait(ctx)
-				if err != nil {
-					t.Fatalf("echo of %d bytes: %v", size, err)
-				}
-				if int(st.XferLength) != size || !bytes.Equal(buf, msg) {
-					t.Fatalf("echo of %d bytes differs (%d received)", size, st.XferLength)
-				}
-			}
+			echoSizes(t, ctx, e, addr, sizes)
 			c := e.Counters()
 			refused, cma, pulls := c.Get(CMARefused), c.Get(RecvCMA), c.Get(SendPull)
 			want := uint64(len(sizes)) // LargeCMA tries every message
@@ -127,38 +107,13 @@ func nonDumpableEcho(dir string) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
 	}
-	tr, err := shm.Open(shm.Options{Dir: dir, Board: 5})
-	if err != nil {
-		return err
-	}
-	b, err := NewBoard(tr, shmTestOptions())
+	b, e, err := openShmChild(dir, 5, shmTestOptions())
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		return err
-	}
 	fmt.Println("ready")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	buf := make([]byte, 4<<20)
-	for {
-		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
-		if err != nil {
-			return err
-		}
-		st, err := r.Wait(ctx)
-		if err != nil {
-			return err
-		}
-		s, err := e.ISend([][]byte{buf[:st.XferLength]}, st.Source, st.Match, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			return err
-		}
-	}
+	return echoLoop(ctx, e, nil)
 }

@@ -127,22 +127,7 @@ func TestCMANoAllocations(t *testing.T) {
 			msg := pattern(64<<10, 1)
 			buf := make([]byte, len(msg))
 			sseg, rseg := [][]byte{msg}, [][]byte{buf}
-			round := func() {
-				r, err := pr.a.IRecv(rseg, 1, ^uint64(0), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				s, err := pr.b.ISend(sseg, pr.btoa, 1, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := s.Wait(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := r.Wait(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			round := func() { exchange(t, ctx, pr.b, pr.btoa, pr.a, 1, ^uint64(0), sseg, rseg) }
 			for range 50 { // warm the pools, the partners and the caches
 				round()
 			}

@@ -2,7 +2,6 @@ package mx
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,44 +33,7 @@ func TestManyGoroutines(t *testing.T) {
 				size := func(w, i int) int { return faultSize(w*per+i, th) % 70000 }
 				var wg sync.WaitGroup
 				errs := make(chan error, 2*workers)
-				for w := 0; w < workers; w++ {
-					wg.Add(2)
-					go func() {
-						defer wg.Done()
-						for i := 0; i < per; i++ {
-							m := uint64(w)<<32 | uint64(i)
-							r, err := pr.a.ISend([][]byte{pattern(size(w, i), m)}, pr.atob, m, nil)
-							if err == nil {
-								_, err = r.Wait(ctx)
-							}
-							if err != nil {
-								errs <- err
-								return
-							}
-						}
-					}()
-					go func() {
-						defer wg.Done()
-						buf := make([]byte, 70000)
-						for i := 0; i < per; i++ {
-							r, err := pr.b.IRecv([][]byte{buf}, uint64(w)<<32, 0xFFFFFFFF<<32, nil)
-							if err != nil {
-								errs <- err
-								return
-							}
-							st, err := r.Wait(ctx)
-							if err != nil {
-								errs <- err
-								return
-							}
-							m := uint64(w)<<32 | uint64(i)
-							if st.Match != m || !bytes.Equal(buf[:st.XferLength], pattern(size(w, i), m)) {
-								errs <- fmt.Errorf("worker %d message %d: got match %#x", w, i, st.Match)
-								return
-							}
-						}
-					}()
-				}
+				startStreams(&wg, errs, ctx, pr.a, pr.atob, pr.b, workers, per, size)
 				wg.Wait()
 				close(errs)
 				for err := range errs {
@@ -177,5 +139,5 @@ func echoChild() error {
 	fmt.Printf("NIC %d\n", uint64(b.NICID()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	return echoLoop(ctx, e)
+	return echoLoop(ctx, e, nil)
 }

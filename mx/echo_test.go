@@ -36,10 +36,13 @@ func echoSizes(t testing.TB, ctx context.Context, e *Endpoint, addr Addr, sizes 
 	}
 }
 
-// echoLoop, in a child process, sends every message (up to 4 MiB+1) back
-// to its source with its match, until a message with match echoStop.
-func echoLoop(ctx context.Context, e *Endpoint) error {
-	buf := make([]byte, 4<<20+1)
+// echoLoop, in a child process, receives every message into buf (nil:
+// 4 MiB+1 of its own) and sends it back to its source with its match,
+// until a message with match echoStop.
+func echoLoop(ctx context.Context, e *Endpoint, buf []byte) error {
+	if buf == nil {
+		buf = make([]byte, 4<<20+1)
+	}
 	for {
 		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
 		if err != nil {

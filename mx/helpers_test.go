@@ -1,11 +1,15 @@
 package mx
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 )
 
@@ -74,4 +78,91 @@ func mustWait(t testing.TB, r *Request, d time.Duration) Status {
 		t.Fatalf("wait: %v (status %+v)", err, st)
 	}
 	return st
+}
+
+// exchange posts a receive into rsegs on dst for match (under mask),
+// sends ssegs from src to to with that match, and waits for both; it
+// fails the test on any error. It allocates nothing beyond the two
+// requests' own, for the tests that count allocations.
+func exchange(t testing.TB, ctx context.Context, src *Endpoint, to Addr, dst *Endpoint, match, mask uint64, ssegs, rsegs [][]byte) {
+	t.Helper()
+	r, err := dst.IRecv(rsegs, match, mask, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := src.ISend(ssegs, to, match, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openConnected opens endpoint 0 of b and connects it to endpoint 0 of
+// the board nic, both with testKey; it fails the test on any error.
+func openConnected(t testing.TB, ctx context.Context, b *Board, nic transport.NICID) (*Endpoint, Addr) {
+	t.Helper()
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := e.Connect(ctx, nic, 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, addr
+}
+
+// startStreams starts, for each of workers, a goroutine on wg that sends
+// per messages from from to dest, message i of worker w matched
+// w<<32|i and size(w, i) bytes of pattern, each waited for, and one that
+// receives worker w's messages on to, in order, and checks every byte.
+// The first error of each goroutine goes to errs, which must have room
+// for 2*workers.
+func startStreams(wg *sync.WaitGroup, errs chan<- error, ctx context.Context, from *Endpoint, dest Addr, to *Endpoint, workers, per int, size func(w, i int) int) {
+	for w := 0; w < workers; w++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				m := uint64(w)<<32 | uint64(i)
+				r, err := from.ISend([][]byte{pattern(size(w, i), m)}, dest, m, nil)
+				if err == nil {
+					_, err = r.Wait(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			n := 0
+			for i := 0; i < per; i++ {
+				n = max(n, size(w, i))
+			}
+			buf := make([]byte, n)
+			for i := 0; i < per; i++ {
+				r, err := to.IRecv([][]byte{buf}, uint64(w)<<32, 0xFFFFFFFF<<32, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				st, err := r.Wait(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if m := uint64(w)<<32 | uint64(i); st.Match != m || !bytes.Equal(buf[:st.XferLength], pattern(size(w, i), m)) {
+					errs <- fmt.Errorf("worker %d message %d: got match %#x, %d bytes", w, i, st.Match, st.XferLength)
+					return
+				}
+			}
+		}()
+	}
 }

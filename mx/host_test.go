@@ -57,14 +57,7 @@ func TestHostPath(t *testing.T) {
 	if err := b.HostPathErr(); err != nil {
 		t.Fatal(err)
 	}
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := e.Connect(ctx, nic, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, addr := openConnected(t, ctx, b, nic)
 	if !b.HostPath(nic) {
 		t.Fatal("the peer on this host is not reached through shared memory")
 	}
@@ -153,14 +146,7 @@ func TestBusyPollHostPathSyscalls(t *testing.T) {
 	}
 	rings.tr = ringLooks
 	rings.mu.Unlock()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	toRings, err := e.Connect(ctx, ringPeer, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, toRings := openConnected(t, ctx, b, ringPeer)
 	toUDP, err := e.Connect(ctx, udpPeer, 0, testKey)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +209,7 @@ func hostEchoChild(dir string) error {
 	fmt.Printf("NIC %d\n", uint64(b.NICID()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	return echoLoop(ctx, e)
+	return echoLoop(ctx, e, nil)
 }
 
 // TestHostPathDefault: the host path is on by default exactly for

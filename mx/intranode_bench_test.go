@@ -156,22 +156,7 @@ func connectEcho(b *testing.B, tr transport.Transport, opts BoardOptions, nic tr
 // runPingPong times b.N round trips of size bytes to an echo server.
 func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size int) {
 	sbuf, rbuf := make([]byte, size), make([]byte, size)
-	round := func() {
-		r, err := e.IRecv([][]byte{rbuf}, 0, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := e.ISend([][]byte{sbuf}, addr, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	round := func() { exchange(b, ctx, e, addr, e, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
 	for range 10 {
 		round()
 	}
@@ -257,20 +242,7 @@ func BenchmarkMessageCost(b *testing.B) {
 	ctx := context.Background()
 	msg, bufA, bufB := make([]byte, 8), make([]byte, 8), make([]byte, 8)
 	one := func(src, dst *Endpoint, to Addr, rbuf []byte) {
-		r, err := dst.IRecv([][]byte{rbuf}, 1, ^uint64(0), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := src.ISend([][]byte{msg}, to, 1, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
+		exchange(b, ctx, src, to, dst, 1, ^uint64(0), [][]byte{msg}, [][]byte{rbuf})
 	}
 	for range 100 {
 		one(pr.a, pr.b, pr.atob, bufB)

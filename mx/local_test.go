@@ -387,43 +387,7 @@ func TestLocalBothWays(t *testing.T) {
 		from, to *Endpoint
 		dest     Addr
 	}{{tp.from, tp.to, tp.dest}, {tp.to, tp.from, back}} {
-		for w := 0; w < workers; w++ {
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < per; i++ {
-					m := uint64(w)<<32 | uint64(i)
-					s, err := dir.from.ISend([][]byte{pattern(sizes[i%len(sizes)], m)}, dir.dest, m, nil)
-					if err == nil {
-						_, err = s.Wait(ctx)
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-			go func() {
-				defer wg.Done()
-				buf := make([]byte, 150000)
-				for i := 0; i < per; i++ {
-					r, err := dir.to.IRecv([][]byte{buf}, uint64(w)<<32, 0xFFFFFFFF<<32, nil)
-					if err != nil {
-						errs <- err
-						return
-					}
-					st, err := r.Wait(ctx)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if m := uint64(w)<<32 | uint64(i); st.Match != m || !bytes.Equal(buf[:st.XferLength], pattern(sizes[i%len(sizes)], m)) {
-						errs <- fmt.Errorf("worker %d message %d: got match %x", w, i, st.Match)
-						return
-					}
-				}
-			}()
-		}
+		startStreams(&wg, errs, ctx, dir.from, dir.dest, dir.to, workers, per, func(_, i int) int { return sizes[i%len(sizes)] })
 	}
 	wg.Wait()
 	close(errs)

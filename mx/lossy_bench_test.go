@@ -68,22 +68,7 @@ func lossyPingPong(b *testing.B, f loopback.Faults, size int) {
 		}
 		done <- nil
 	}()
-	round := func() {
-		r, err := pr.a.IRecv([][]byte{rbuf}, 0, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := pr.a.ISend([][]byte{sbuf}, pr.atob, 0, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	round := func() { exchange(b, ctx, pr.a, pr.atob, pr.a, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
 	for i := 0; i < warm; i++ {
 		round()
 	}

@@ -66,17 +66,7 @@ func BenchmarkEngineOffload(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					t0 := time.Now()
-					r, _ := g.b.IRecv([][]byte{buf}, 2, ^uint64(0), nil)
-					s, err := g.a.ISend([][]byte{msg}, g.atob, 2, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := r.Wait(ctx); err != nil {
-						b.Fatal(err)
-					}
-					if _, err := s.Wait(ctx); err != nil {
-						b.Fatal(err)
-					}
+					exchange(b, ctx, g.a, g.atob, g.b, 2, ^uint64(0), [][]byte{msg}, [][]byte{buf})
 					best = min(best, time.Since(t0))
 				}
 				b.StopTimer()

@@ -62,17 +62,7 @@ func BenchmarkPullEngine(b *testing.B) {
 					buf := make([]byte, size)
 					ctx := testCtx(b, 5*time.Minute)
 					one := func() {
-						r, _ := pr.b.IRecv([][]byte{buf}, 2, ^uint64(0), nil)
-						s, err := pr.a.ISend([][]byte{msg}, pr.atob, 2, nil)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if _, err := r.Wait(ctx); err != nil {
-							b.Fatal(err)
-						}
-						if _, err := s.Wait(ctx); err != nil {
-							b.Fatal(err)
-						}
+						exchange(b, ctx, pr.a, pr.atob, pr.b, 2, ^uint64(0), [][]byte{msg}, [][]byte{buf})
 					}
 					one() // warm: connections, engine mappings of buf
 					pr.bb.mu.Lock()

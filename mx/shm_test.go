@@ -60,14 +60,7 @@ func shmBoardTo(t *testing.T, ctx context.Context, dir string, o BoardOptions, p
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := e.Connect(ctx, shm.NICBase|peer, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, addr := openConnected(t, ctx, b, shm.NICBase|peer)
 	return b, e, addr
 }
 
@@ -106,15 +99,8 @@ func TestShmProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	peer := shm.NICBase | 99
-	addr, err := e.Connect(ctx, peer, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, addr := openConnected(t, ctx, b, peer)
 	echoSizes(t, ctx, e, addr, []int{0, 1, 32, 33, 128, 129, 4096, 32768, 32769, 1 << 20, 4<<20 + 1})
 	// The child sends a large message we have not asked for, then dies.
 	s, _ := e.ISend(nil, addr, 1<<62, nil)
@@ -198,26 +184,39 @@ func gomxMaps(t testing.TB) int {
 	return bytes.Count(b, []byte("memfd:gomx-"))
 }
 
+// openShmChild opens, in a child process of the tests, board board of the
+// shared-memory directory dir with options o, and its endpoint 0 (key
+// testKey); the caller closes the board.
+func openShmChild(dir string, board int, o BoardOptions) (*Board, *Endpoint, error) {
+	tr, err := shm.Open(shm.Options{Dir: dir, Board: board})
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := NewBoard(tr, o)
+	if err != nil {
+		tr.Close()
+		return nil, nil, err
+	}
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return b, e, nil
+}
+
 // shmEchoChild echoes messages on board BOARD of DIR; match 1<<62 makes it
 // answer with an unexpected 1 MiB message.
 func shmEchoChild(arg string) error {
 	f := strings.Fields(arg)
 	board, _ := strconv.Atoi(f[1])
-	tr, err := shm.Open(shm.Options{Dir: f[0], Board: board})
-	if err != nil {
-		return err
-	}
 	opts := shmTestOptions()
 	opts.BusyPoll = len(f) > 2 && f[2] == "busy"
-	b, err := NewBoard(tr, opts)
+	b, e, err := openShmChild(f[0], board, opts)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		return err
-	}
 	fmt.Println("ready")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

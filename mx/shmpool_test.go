@@ -52,19 +52,11 @@ func gomxFDs() int {
 func sharedEchoChild(arg string) error {
 	f := strings.Fields(arg)
 	board, _ := strconv.Atoi(f[1])
-	tr, err := shm.Open(shm.Options{Dir: f[0], Board: board})
-	if err != nil {
-		return err
-	}
-	b, err := NewBoard(tr, shmTestOptions())
+	b, e, err := openShmChild(f[0], board, shmTestOptions())
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		return err
-	}
 	buf, err := e.AllocShared(4<<20 + 1)
 	if err != nil {
 		return err
@@ -72,27 +64,11 @@ func sharedEchoChild(arg string) error {
 	fmt.Println("ready")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	for {
-		r, err := e.IRecv([][]byte{buf}, 0, 0, nil)
-		if err != nil {
-			return err
-		}
-		st, err := r.Wait(ctx)
-		if err != nil {
-			return err
-		}
-		if st.Match == echoStop {
-			fmt.Println("shared", e.Counters().Get(RecvShared))
-			return e.FreeShared(buf)
-		}
-		s, err := e.ISend([][]byte{buf[:st.XferLength]}, st.Source, st.Match, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := s.Wait(ctx); err != nil {
-			return err
-		}
+	if err := echoLoop(ctx, e, buf); err != nil {
+		return err
 	}
+	fmt.Println("shared", e.Counters().Get(RecvShared))
+	return e.FreeShared(buf)
 }
 
 // TestSharedProcesses echoes every size class with a process whose send

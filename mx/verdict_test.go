@@ -206,14 +206,7 @@ func TestHostPathPeerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	e, err := b.OpenEndpoint(0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := e.Connect(ctx, nic, 0, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, addr := openConnected(t, ctx, b, nic)
 	if !b.HostPath(nic) {
 		t.Fatal("the peer on this host is not reached through shared memory")
 	}

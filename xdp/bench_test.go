@@ -342,20 +342,24 @@ func waitFrame(e benchEnd, limit time.Duration) error {
 
 // BenchmarkPingPong measures the round trip of one frame: ping sends, pong
 // echoes, ping waits. us/oneway is half the median round trip.
-func BenchmarkPingPong(b *testing.B) {
+func BenchmarkPingPong(b *testing.B) { eachKind(b, benchPingPong) }
+
+// eachKind runs bench for every kind of end (benchKinds) and every size
+// (benchSizes) between two fresh ends on a veth pair.
+func eachKind(b *testing.B, bench func(b *testing.B, x, y benchEnd, size int)) {
 	requireXDP(b)
 	p := netnstest.NewPair(b, 1)
 	for _, kind := range benchKinds {
 		b.Run(kind.name, func(b *testing.B) {
 			for _, size := range benchSizes {
 				b.Run(fmt.Sprint(size), func(b *testing.B) {
-					ping, pong, err := kind.open(p)
+					x, y, err := kind.open(p)
 					if err != nil {
 						b.Fatal(err)
 					}
-					defer ping.close()
-					defer pong.close()
-					benchPingPong(b, ping, pong, size)
+					defer x.close()
+					defer y.close()
+					bench(b, x, y, size)
 				})
 			}
 		})
@@ -428,25 +432,7 @@ func benchPingPong(b *testing.B, ping, pong benchEnd, size int) {
 // BenchmarkStream measures one-way streaming: the sender pushes b.N frames
 // in batches of 64 (sendmmsg for the sockets), the receiver counts what
 // arrives. frames/s and Gbit/s (L2 bytes) are the receiver's.
-func BenchmarkStream(b *testing.B) {
-	requireXDP(b)
-	p := netnstest.NewPair(b, 1)
-	for _, kind := range benchKinds {
-		b.Run(kind.name, func(b *testing.B) {
-			for _, size := range benchSizes {
-				b.Run(fmt.Sprint(size), func(b *testing.B) {
-					tx, rx, err := kind.open(p)
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer tx.close()
-					defer rx.close()
-					benchStream(b, tx, rx, size)
-				})
-			}
-		})
-	}
-}
+func BenchmarkStream(b *testing.B) { eachKind(b, benchStream) }
 
 func benchStream(b *testing.B, tx, rx benchEnd, size int) {
 	var sending atomic.Bool

@@ -100,7 +100,10 @@
 // (Desc.More sets XDP_PKT_CONTD on all but the last), each within one
 // UMEM frame. The transport uses that to send a frame of a registered
 // region without copying it: [Transport.RegionMemory] carves memory out of
-// the region frames, Register accepts it as an in-place region, and Send
+// the region frames (whole frames, first fit; [Transport.ReleaseRegionMemory]
+// gives them back, and a frame with an in-place send still in flight is
+// handed out again only once the kernel completed it), Register accepts it
+// as an in-place region, and Send
 // writes only the Ethernet (or Ethernet/IP/UDP) headers into a frame of
 // its own and points the next descriptors at the Data where it lies, cut
 // at UMEM frame edges. Each such descriptor is one in-place send of the

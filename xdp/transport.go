@@ -88,7 +88,8 @@ type Transport struct {
 	// Regions (Register) in the first socket's region frames.
 	regMu   sync.RWMutex
 	regions []*region
-	regNext int // RegionMemory hands out from here
+	// frames hands out the region frames (regionmem.go).
+	frames *regionFrames
 
 	rxFrames, txFrames, rxBad, txUnreach atomic.Uint64
 	txInPlace, txRegionCopied            atomic.Uint64
@@ -183,6 +184,8 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 	t.txDesc = make([]Desc, 64)
 	t.txOut = make([]Desc, 0, 3*64)
 	u := t.socks[0].u
+	fs := t.socks[0].FrameSize()
+	t.frames = newRegionFrames(len(t.socks[0].RegionMemory())/fs, fs, u.regionBase)
 	u.mu.Lock()
 	u.regionDone = t.regionDone
 	u.mu.Unlock()
@@ -359,9 +362,10 @@ func (t *Transport) inPlace(out []Desc, head Desc, x *region, f *transport.Frame
 		k := min(left, fs-addr%fs)
 		left -= k
 		out = append(out, Desc{Addr: addr, Len: uint32(k), More: left > 0})
-		addr += k
 		x.r.Begin()
 		x.inflight.Add(1)
+		t.frames.begin(addr)
+		addr += k
 	}
 	t.txInPlace.Add(1)
 	return out
@@ -616,24 +620,48 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 
 // RegionMemory hands out n bytes, rounded up to whole UMEM frames, of the
 // region frames TransportOptions.Socket.RegionFrames reserved in the first
-// socket's UMEM: memory that Register sends from in place. What it hands
-// out is not reused before Close. It fails, naming the fix, when the
-// region frames are used up or were never reserved.
+// socket's UMEM: memory that Register sends from in place. It is the
+// caller's until ReleaseRegionMemory gives it back. It fails with ErrConfig,
+// naming the fix, when no run of free region frames is long enough, or
+// none were reserved.
 func (t *Transport) RegionMemory(n int) ([]byte, error) {
 	if t.closed.Load() {
 		return nil, transport.ErrClosed
 	}
 	all := t.socks[0].RegionMemory()
 	fs := t.socks[0].FrameSize()
-	size := (n + fs - 1) / fs * fs
-	t.regMu.Lock()
-	defer t.regMu.Unlock()
-	if n <= 0 || t.regNext+size > len(all) {
-		return nil, configErr("region memory", fmt.Sprintf("%d bytes asked, %d of %d left: raise TransportOptions.Socket.RegionFrames (frames of %d bytes)", n, len(all)-t.regNext, len(all), fs))
+	frames := (n + fs - 1) / fs
+	if len(all) == 0 {
+		return nil, configErr("region memory", "no region frames reserved: set TransportOptions.Socket.RegionFrames")
 	}
-	b := all[t.regNext : t.regNext+n : t.regNext+size]
-	t.regNext += size
-	return b, nil
+	if n <= 0 || frames > len(all)/fs {
+		return nil, configErr("region memory", fmt.Sprintf("%d bytes asked, %d frames of %d bytes reserved: ask for 1 byte or more, at most TransportOptions.Socket.RegionFrames frames", n, len(all)/fs, fs))
+	}
+	at, ok := t.frames.alloc(uint32(frames))
+	if !ok {
+		return nil, configErr("region memory", fmt.Sprintf("%d bytes (%d frames) asked, %s: release region memory no longer sent from (ReleaseRegionMemory), or raise TransportOptions.Socket.RegionFrames", n, frames, t.frames.state()))
+	}
+	off := int(at) * fs
+	return all[off : off+n : off+frames*fs], nil
+}
+
+// ReleaseRegionMemory gives back memory RegionMemory handed out: b must be
+// the slice it returned. The caller must not use b afterwards. Its frames
+// are handed out again once the kernel completed every in-place send from
+// them (a send from b may still be in flight: Region.Pending need not be
+// zero). Memory that is not a run RegionMemory handed out, or that was
+// released already, is an ErrConfig. After Close it does nothing.
+func (t *Transport) ReleaseRegionMemory(b []byte) error {
+	if t.closed.Load() {
+		return nil
+	}
+	all := t.socks[0].RegionMemory()
+	fs := uint64(t.socks[0].FrameSize())
+	off := addrOf(b) - addrOf(all)
+	if len(b) == 0 || addrOf(b) < addrOf(all) || off >= uint64(len(all)) || off%fs != 0 || !t.frames.release(uint32(off/fs)) {
+		return configErr("release region memory", fmt.Sprintf("%d bytes that are no run of region frames RegionMemory handed out, or one released already: give back the slice RegionMemory returned, once", len(b)))
+	}
+	return nil
 }
 
 // regionOf returns the registered region r, or nil when r copies.
@@ -655,6 +683,7 @@ func (t *Transport) regionOf(r *transport.Region) *region {
 // address addr: the kernel is done with it (the UMEM's reap, under its
 // lock), or it was never queued.
 func (t *Transport) regionDone(addr uint64) {
+	t.frames.done(addr)
 	t.regMu.RLock()
 	defer t.regMu.RUnlock()
 	for _, x := range t.regions {

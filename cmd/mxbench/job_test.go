@@ -22,6 +22,7 @@ const asMainEnv = "GOMX_MXBENCH_AS_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asMainEnv) == "1" {
+		failAsAsked()
 		os.Exit(code(run(os.Stdout, os.Stderr, os.Args[1:])))
 	}
 	os.Exit(m.Run())
@@ -30,9 +31,14 @@ func TestMain(m *testing.M) {
 // runJob runs mxbench in this process as rank 0 of --procs, the other
 // ranks being copies of the test binary, and returns stdout; stderr must
 // stay empty (the other ranks print nothing when all goes well).
+//
+// GOTRACEBACK=all makes a job that hangs explain itself: rank 0 prints its
+// goroutines when its wait times out or a rank fails, and the ranks still
+// running print theirs when rank 0 stops them (tracebackAll).
 func runJob(t *testing.T, args ...string) string {
 	t.Helper()
 	t.Setenv(asMainEnv, "1")
+	t.Setenv("GOTRACEBACK", "all")
 	var out, errb bytes.Buffer
 	err := run(&out, &errb, args)
 	os.Unsetenv(asMainEnv)

@@ -26,10 +26,11 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return err
 	}
-	ctx, addr, ln, wait, err := startJob(context.Background(), job, args, stderr)
+	jr, err := startJob(context.Background(), job, args, stderr)
 	if err != nil {
 		return rankError(job, err)
 	}
+	ctx := jr.ctx
 	bind := f.job.bind && (job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != "")
 	if bind {
 		// Once rank 0 started the others (they would inherit its
@@ -47,15 +48,10 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 			runtime.GOMAXPROCS(3)
 		}
 	}
-	defer func() {
-		if werr := wait(); werr != nil {
-			err = werr // a rank that failed said why; rank 0's own error follows from it
-		} else {
-			err = rankError(job, err)
-		}
-	}()
-	if ln != nil {
-		defer ln.Close()
+	// Every rank's failure, rank 0's own among them, the earliest first.
+	defer func() { err = jr.wait(rankError(job, err)) }()
+	if jr.ln != nil {
+		defer jr.ln.Close()
 	}
 	re, err := je.open(job.Rank)
 	if err != nil {
@@ -67,13 +63,15 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		}
 	}()
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
-	w, err := openWorld(cctx, f, job, addr, ln, strategies, re)
+	w, err := openWorld(cctx, f, job, jr.addr, jr.ln, strategies, re)
 	cancel()
 	if err != nil {
 		return err
 	}
 	w.engineName, w.engineCPU = je.name(), je.cpuField()
 	defer w.close()
+	// Noted before the boards close, which the other ranks may fail of.
+	defer func() { jr.fail(rankError(job, err)) }()
 	if f.spin() {
 		pin(job.Rank)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,8 +12,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gomx-dev/gomx/internal/launch"
@@ -117,86 +121,340 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	return job, true, nil
 }
 
+// jobRun is this process's part in starting a job: the context its work
+// runs under (cancelled when a rank --procs started fails), the bootstrap
+// address, rank 0's listener under --procs, and the ranks it started.
+type jobRun struct {
+	ctx  context.Context
+	addr string
+	ln   net.Listener // rank 0 of --procs; nil otherwise
+	job  launch.Job
+
+	// The ranks --procs started (none under a launcher).
+	cmds   []*exec.Cmd
+	wg     sync.WaitGroup
+	exited chan struct{} // closed once every rank exited
+	grace  time.Duration // killGrace when the job started
+	// stacks: GOTRACEBACK asks for every goroutine's stack (see
+	// tracebackAll), printed on out.
+	stacks bool
+	out    io.Writer
+	cancel context.CancelCauseFunc
+	stop   func() bool // unregisters the kill that follows a failure
+	mu     sync.Mutex
+	failed []error // rank failures as they came, rank 0's among them
+	own    bool    // rank 0's own failure is among them
+	// printed: this rank's goroutines were printed (printStacks).
+	printed sync.Once
+	kills   []killWhy // by rank-1: why rank 0 killed it, if it did
+}
+
+// killWhy is why rank 0 of --procs killed a rank.
+type killWhy uint8
+
+const (
+	notKilled killWhy = iota
+	stopped           // another rank failed: not a failure of its own
+	quit              // the same, sent SIGQUIT first (GOTRACEBACK)
+	lingered          // rank 0 was done and it still ran: a failure
+)
+
+// tracebackAll reports whether GOTRACEBACK asks the Go runtime for every
+// goroutine's stack when a program crashes (all, system, crash, wer, 2).
+// Then a rank whose wait times out prints its own goroutines before it
+// closes its boards; with --procs, rank 0 prints its own at the job's
+// first failure, and stops the ranks still running with SIGQUIT (each
+// prints its goroutines) before it kills them, at once when its own wait
+// timed out: a job that hung says where each rank was.
+func tracebackAll() bool {
+	switch os.Getenv("GOTRACEBACK") {
+	case "all", "system", "crash", "wer", "2":
+		return true
+	}
+	return false
+}
+
+// killGrace is how long the other ranks have to exit by themselves once
+// one rank failed, before --procs kills them: a rank whose failure follows
+// from the first one's (a peer gone unreachable) says so within it, and its
+// error joins the report. A variable for the tests, which wait on
+// conditions and need the grace to outlast a loaded machine.
+var killGrace = 2 * time.Second
+
+// stragglerWait is how long rank 0, done, waits for the other ranks of
+// --procs to exit before it kills them.
+const stragglerWait = time.Minute
+
+// stderrTail is how many of a failed rank's last stderr lines its report
+// repeats.
+const stderrTail = 3
+
 // startJob brings this process into the job: under a launcher it finds
 // the bootstrap address; with --procs it listens, then starts the other
 // ranks as copies of itself with the launcher environment a PMI launcher
-// would give them. wait, for rank 0 of --procs, waits for the children
-// and reports the first that failed; ctx is cancelled when one fails.
-func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writer) (jctx context.Context, addr string, ln net.Listener, wait func() error, err error) {
+// would give them. Their stdout and stderr are copied to stderr as they
+// come (they print only their failures), and wait reports every rank that
+// failed; the job's context is cancelled when one does.
+func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writer) (*jobRun, error) {
 	if job.Launcher != "mxbench --procs" {
 		addr, err := launch.Bootstrap(job, jobEnv)
-		return ctx, addr, nil, func() error { return nil }, err
+		return &jobRun{ctx: ctx, addr: addr, job: job, out: stderr, stacks: tracebackAll()}, err
 	}
 	var nonce [8]byte
 	rand.Read(nonce[:])
-	addr = fmt.Sprintf("unix:@gomx-mxbench-%d-%d-%s", os.Getuid(), os.Getpid(), hex.EncodeToString(nonce[:]))
-	if ln, err = launch.Listen(ctx, addr); err != nil {
-		return nil, "", nil, nil, err
+	j := &jobRun{job: job, grace: killGrace, stacks: tracebackAll()}
+	j.addr = fmt.Sprintf("unix:@gomx-mxbench-%d-%d-%s", os.Getuid(), os.Getpid(), hex.EncodeToString(nonce[:]))
+	var err error
+	if j.ln, err = launch.Listen(ctx, j.addr); err != nil {
+		return nil, err
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		ln.Close()
-		return nil, "", nil, nil, fmt.Errorf("--procs: find this program to start it again: %w", err)
+		j.ln.Close()
+		return nil, fmt.Errorf("--procs: find this program to start it again: %w", err)
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
-	var cmds []*exec.Cmd
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	out := &lockedWriter{w: stderr} // each child's output is copied by a goroutine of its own
+	j.ctx, j.cancel = context.WithCancelCause(ctx)
+	out := &lockedWriter{w: stderr} // each child's output is copied by goroutines of its own
+	j.out = out
+	j.kills = make([]killWhy, job.Size-1)
 	for r := 1; r < job.Size; r++ {
 		c := exec.Command(exe, args...)
 		c.Env = append(os.Environ(), "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(job.Size),
-			"GOMX_BOOTSTRAP="+addr, "MXBENCH_PROCS_CHILD=1")
-		c.Stdout, c.Stderr = out, out // the other ranks print only their failures
+			"GOMX_BOOTSTRAP="+j.addr, "MXBENCH_PROCS_CHILD=1")
+		tail := &tailWriter{w: out}
+		c.Stdout, c.Stderr = out, tail
 		if err := c.Start(); err != nil {
-			cancel(err)
-			for _, c := range cmds {
-				c.Process.Kill()
-			}
-			wg.Wait()
-			ln.Close()
-			return nil, "", nil, nil, fmt.Errorf("--procs: start rank %d: %w", r, err)
+			j.cancel(err)
+			j.killAll(stopped)
+			j.wg.Wait()
+			j.ln.Close()
+			return nil, fmt.Errorf("--procs: start rank %d: %w", r, err)
 		}
-		cmds = append(cmds, c)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Wait(); err != nil {
-				err = fmt.Errorf("rank %d of %d %w (%v): its error is above", r, job.Size, errRankFailed, err)
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				cancel(err)
-			}
-		}()
+		j.mu.Lock() // killAll reads them
+		j.cmds = append(j.cmds, c)
+		j.mu.Unlock()
+		j.wg.Add(1)
+		go j.reap(r, c, tail)
 	}
-	stop := context.AfterFunc(jctx, func() {
-		// Rank 0 gave up or a rank failed: the others must not linger.
-		for _, c := range cmds {
-			c.Process.Kill()
-		}
-	})
-	wait = func() error {
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
+	j.exited = make(chan struct{})
+	go func() { j.wg.Wait(); close(j.exited) }()
+	j.stop = context.AfterFunc(j.ctx, func() {
+		// A rank failed, or rank 0 gave up: the others must not linger,
+		// but those already failing get the grace to say why.
+		j.printStacks(fmt.Sprintf("saw the job fail (%v)", context.Cause(j.ctx)))
 		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			for _, c := range cmds {
-				c.Process.Kill()
-			}
-			<-done
+		case <-j.exited:
+			return
+		case <-time.After(j.grace):
 		}
-		stop()
-		cancel(nil)
-		mu.Lock()
-		defer mu.Unlock()
-		return first
+		if j.stacks {
+			// Each prints its goroutines' stacks and exits; one that
+			// does not is killed after another grace.
+			j.signalAll(syscall.SIGQUIT)
+			select {
+			case <-j.exited:
+				return
+			case <-time.After(j.grace):
+			}
+		}
+		j.killAll(stopped)
+	})
+	return j, nil
+}
+
+// reap waits for rank r, run by c, and notes its failure.
+func (j *jobRun) reap(r int, c *exec.Cmd, tail *tailWriter) {
+	defer j.wg.Done()
+	err := c.Wait()
+	if err == nil {
+		return
 	}
-	return jctx, addr, ln, wait, nil
+	j.mu.Lock()
+	why := j.kills[r-1]
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && (why != notKilled && why != lingered && ee.ExitCode() == -1 || j.quitted(r) && ee.ExitCode() == 2) {
+		// Killed as asked, or quit with its stacks (the runtime's
+		// status 2): a rank that exited with a status of its own
+		// before the signal landed failed by itself.
+		j.mu.Unlock()
+		return
+	}
+	f := &rankFailure{rank: r, size: j.job.Size, err: err, tail: tail.lines(), lingered: why == lingered}
+	j.failed = append(j.failed, f)
+	j.mu.Unlock()
+	j.cancel(f)
+}
+
+// signalAll sends sig to the ranks still running, noting that they were
+// stopped.
+func (j *jobRun) signalAll(sig os.Signal) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i, c := range j.cmds {
+		if j.kills[i] == notKilled {
+			j.kills[i] = quit
+			c.Process.Signal(sig) // an error only says it exited already
+		}
+	}
+}
+
+// printStacks prints, once and only when GOTRACEBACK asks for every
+// goroutine's stack (tracebackAll), this rank's goroutines and why.
+func (j *jobRun) printStacks(why string) {
+	if !j.stacks {
+		return
+	}
+	j.printed.Do(func() {
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		fmt.Fprintf(j.out, "mxbench: rank %d of %d %s; GOTRACEBACK=%s, so its goroutines follow\n%s\n", j.job.Rank, j.job.Size, why, os.Getenv("GOTRACEBACK"), buf)
+	})
+}
+
+// quitted reports whether rank r was sent SIGQUIT (j.mu held).
+func (j *jobRun) quitted(r int) bool { return j.kills[r-1] == quit }
+
+// killAll kills the ranks still running, noting why.
+func (j *jobRun) killAll(why killWhy) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i, c := range j.cmds {
+		if j.kills[i] == notKilled {
+			j.kills[i] = why
+		}
+		c.Process.Kill() // an error only says it exited already
+	}
+}
+
+// fail notes this rank's own failure, at the moment it happens (before its
+// boards close, which the other ranks may notice and fail of), and asks
+// the other ranks to stop. Under a launcher it does nothing: the launcher
+// reports. An error that only says the job was cancelled because another
+// rank failed is no failure of this rank's.
+func (j *jobRun) fail(err error) {
+	if err == nil {
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A wait ran out: what this rank was waiting for is in its
+		// goroutines, which the boards' close is about to end. The
+		// other ranks are likely part of the hang: theirs now too,
+		// before the close makes them fail of it.
+		j.printStacks(fmt.Sprintf("timed out (%v)", err))
+		if j.stacks {
+			j.signalAll(syscall.SIGQUIT)
+		}
+	}
+	if j.cancel == nil {
+		return
+	}
+	var rf *rankFailure
+	if errors.Is(err, context.Canceled) && errors.As(context.Cause(j.ctx), &rf) {
+		return // the rank that failed is reported
+	}
+	j.mu.Lock()
+	if j.own {
+		j.mu.Unlock()
+		return // noted when it happened
+	}
+	j.own = true
+	j.failed = append(j.failed, err)
+	j.mu.Unlock()
+	j.cancel(err)
+}
+
+// wait ends this rank's part in the job, own being its own error (nil
+// when it succeeded), and returns the job's: own under a launcher; with
+// --procs, once the other ranks exited (killed after stragglerWait when
+// own is nil), every rank's failure, the earliest first, as one error,
+// or own when it is the only one.
+func (j *jobRun) wait(own error) error {
+	if j.cancel == nil {
+		return own
+	}
+	j.fail(own)
+	select {
+	case <-j.exited:
+	case <-time.After(stragglerWait):
+		j.killAll(lingered)
+		<-j.exited
+	}
+	j.stop()
+	j.cancel(nil)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch len(j.failed) {
+	case 0:
+		return nil
+	case 1:
+		return j.failed[0]
+	}
+	return fmt.Errorf("%d ranks failed, the earliest first: %w", len(j.failed), errors.Join(j.failed...))
+}
+
+// rankFailure is a rank --procs started that failed: its exit status and
+// the last lines it printed on stderr.
+type rankFailure struct {
+	rank, size int
+	err        error // from exec: the exit status or signal
+	tail       []string
+	lingered   bool // killed: it still ran a minute after rank 0's end
+}
+
+func (f *rankFailure) Error() string {
+	s := fmt.Sprintf("rank %d of %d %v (%v)", f.rank, f.size, errRankFailed, f.err)
+	if f.lingered {
+		s = fmt.Sprintf("rank %d of %d %v: still running %v after rank 0 was done, so killed", f.rank, f.size, errRankFailed, stragglerWait)
+	}
+	if len(f.tail) == 0 {
+		return s + " and printed nothing on stderr"
+	}
+	return s + ", its stderr ending: " + strings.Join(f.tail, " / ")
+}
+
+func (f *rankFailure) Unwrap() []error { return []error{errRankFailed, f.err} }
+
+// tailWriter copies a rank's stderr to w and keeps its last stderrTail
+// lines, each cut to 512 bytes, for the report of its failure.
+type tailWriter struct {
+	w       io.Writer
+	mu      sync.Mutex
+	last    []string
+	partial []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	for _, c := range p {
+		if c == '\n' {
+			t.push()
+			continue
+		}
+		if len(t.partial) < 512 {
+			t.partial = append(t.partial, c)
+		}
+	}
+	t.mu.Unlock()
+	return t.w.Write(p)
+}
+
+// push ends the partial line (t.mu held).
+func (t *tailWriter) push() {
+	if len(bytes.TrimSpace(t.partial)) > 0 {
+		if len(t.last) == stderrTail {
+			t.last = t.last[:copy(t.last, t.last[1:])]
+		}
+		t.last = append(t.last, string(bytes.TrimSpace(t.partial)))
+	}
+	t.partial = t.partial[:0]
+}
+
+// lines returns the last lines written, the unfinished one too.
+func (t *tailWriter) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.push()
+	return append([]string(nil), t.last...)
 }
 
 // rankError names the rank in a job's failure, so the one line on stderr

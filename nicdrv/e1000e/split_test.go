@@ -53,42 +53,12 @@ func BenchmarkModelPairSplit(b *testing.B) {
 					}
 					defer n[i].Close()
 				}
-				const batch = 32
-				tx := make([]*nicdrv.Buffer, batch)
-				rx := make([]*nicdrv.Buffer, batch)
-				tmpl := udpFrame(n[1].MAC(), n[0].MAC(), size)
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				b.ResetTimer()
-				sent, got, segs := 0, 0, 0
-				for sent < b.N {
-					k := min(batch, b.N-sent)
-					if _, err := n[0].Pool().Alloc(tx[:k]); err != nil {
-						b.Fatal(err)
+				segs := 0
+				streamFrames(b, n[0], n[1], udpFrame(n[1].MAC(), n[0].MAC(), size), size, func(rx []*nicdrv.Buffer) {
+					for _, bf := range rx {
+						segs += bf.Segments()
 					}
-					for _, bf := range tx[:k] {
-						copy(bf.SetLen(size), tmpl)
-					}
-					for off := 0; off < k; {
-						m, err := n[0].TxBatch(0, tx[off:k])
-						if err != nil {
-							b.Fatal(err)
-						}
-						off += m
-					}
-					sent += k
-					for got < sent {
-						m, err := n[1].RxBatch(0, rx)
-						if err != nil {
-							b.Fatal(err)
-						}
-						for _, bf := range rx[:m] {
-							segs += bf.Segments()
-						}
-						got += m
-						_ = n[1].Pool().Free(rx[:m]...)
-					}
-				}
+				})
 				b.StopTimer()
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/frame")
 				b.ReportMetric(float64(segs)/float64(b.N), "buffers/frame")
