@@ -571,6 +571,7 @@ type peerInfo struct {
 	crc      bool   // both sides want the trailer: frames to and from it carry one
 	sack     bool   // both sides announced the selective ack (sack.go)
 	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
+	lean     bool   // both sides announced ExtRingLean (lean.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -642,6 +643,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.pullStat = pi.gomx && h.Ext.Flags&wire.ExtPullStatus != 0
+	pi.lean = pi.gomx && h.Ext.Flags&wire.ExtRingLean != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

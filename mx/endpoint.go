@@ -324,6 +324,10 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	default:
 		r.class = classMedium
 	}
+	if r.class <= classSmall && !wait && e.sendLean(r, p, segs, n) {
+		b.unlock() // in the peer's ring, complete (lean.go)
+		return r, nil
+	}
 	if r.class != classLarge {
 		r.buf = gather(r.buf[:0], segs)
 		r.status.XferLength = uint32(n)

@@ -19,19 +19,19 @@ type partial struct {
 }
 
 // deliver handles the packet whose seq is the next to match. It returns
-// false when the packet was dropped for lack of resources (the sender will
-// resend it).
-func (p *partner) deliver(f []byte) bool {
+// false when the packet was not taken for lack of resources: the sender
+// will resend it, or, lean (see recvSequenced), the caller holds it.
+func (p *partner) deliver(f []byte, lean bool) bool {
 	e := p.ep
 	h := f[wire.HeadLen:]
 	switch wire.Type(h[0]) {
 	case wire.TypeTiny, wire.TypeSmall:
 		m, payload, _ := wire.DecodeMsg(h, e.b.ord)
-		return p.deliverEager(m.Match, uint32(len(payload)), payload)
+		return p.deliverEager(m.Match, uint32(len(payload)), payload, lean)
 	case wire.TypeMedium:
 		m, payload, _ := wire.DecodeMedium(h, e.b.ord)
 		if m.Frags(p.stride) == 1 {
-			return p.deliverEager(m.Match, m.MsgLength, payload)
+			return p.deliverEager(m.Match, m.MsgLength, payload, false)
 		}
 		return p.deliverMedium(&m, f)
 	case wire.TypeRndv:
@@ -74,7 +74,7 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	return e.matchPosted(match), false, false
 }
 
-func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool {
+func (p *partner) deliverEager(match uint64, length uint32, payload []byte, lean bool) bool {
 	e := p.ep
 	r, consumed, held := p.matchOrHandle(match, length, payload)
 	if held {
@@ -89,7 +89,9 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool
 		return true
 	}
 	if !e.unexpRoom(len(payload)) {
-		e.cnt[DropUnexpectedFull]++
+		if !lean {
+			e.cnt[DropUnexpectedFull]++ // held instead when lean
+		}
 		return false
 	}
 	u := e.b.getUnexp()
@@ -420,5 +422,5 @@ func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session
 		e.cnt[DropBadHeader]++
 		return
 	}
-	p.recvSequenced(f)
+	p.recvSequenced(f, p.lean && b.rxRings && (c == RecvTiny || c == RecvSmall))
 }

@@ -50,12 +50,14 @@ type partner struct {
 	// Open-MX peer).
 	crc      bool
 	sack     bool // selective acks both ways (sack.go)
+	lean     bool // tiny and small messages through the rings take the lean path (lean.go)
 	stride   int
 	replyLen int
 	context  any // Endpoint.SetAddrContext
 
 	// send side
 	sendSeq    uint16
+	ackPoint   uint16 // the peer acked everything below (lean.go's window)
 	unacked    reqList
 	waitq      reqList
 	ackNumRecv uint32
@@ -72,6 +74,7 @@ type partner struct {
 	ackNumSent  uint32
 	inHandler   bool
 	draining    bool
+	held        []byte // a lean frame that could not be taken yet (lean.go)
 
 	connecting  reqList
 	connAttempt uint8
@@ -104,6 +107,7 @@ func (p *partner) rto(fallback time.Duration, backoff int) int64 {
 type earlyPkt struct {
 	seq  uint16
 	data []byte
+	lean bool // see recvSequenced
 }
 
 func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partner {
@@ -137,10 +141,10 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.stride, p.replyLen = false, false, fragStride(b.omx, false), replyLen(b.omx, false)
+		p.crc, p.sack, p.lean, p.stride, p.replyLen = false, false, false, fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc, p.sack = pi.crc, pi.sack
+	p.crc, p.sack, p.lean = pi.crc, pi.sack, pi.lean
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -231,6 +235,9 @@ func (p *partner) applyAck(ack uint16) {
 	}
 	if d := seqDiff(ack, p.sendSeq); d != 0 && d < seqHalf {
 		return // acks something never sent
+	}
+	if seqBefore(p.ackPoint, ack) || !sameSess(p.ackPoint, ack) {
+		p.ackPoint = ack
 	}
 	for r := p.unacked.head; r != nil && seqBefore(r.seq, ack); r = p.unacked.head {
 		p.probeAt = 0
@@ -507,6 +514,10 @@ func (p *partner) failAll(code error) {
 		e.b.putBuf(x.data)
 	}
 	p.early = p.early[:0]
+	if p.held != nil {
+		e.b.putBuf(p.held)
+		p.held = nil
+	}
 }
 
 // reset drops all state with the partner after an unreachable peer or a
@@ -514,7 +525,7 @@ func (p *partner) failAll(code error) {
 // session, and sends fail until the application connects again.
 func (p *partner) reset(code error) {
 	p.failAll(code)
-	p.sendSeq = bumpSess(p.sendSeq)
+	p.setSendSeq(bumpSess(p.sendSeq))
 	p.recvSeq = bumpSess(p.recvSeq)
 	p.fullSeq = p.recvSeq
 	p.notAcked = 0
@@ -661,8 +672,11 @@ func u16(b []byte, o wire.Order) uint16 {
 }
 
 // recvSequenced handles a verified TINY, SMALL, MEDIUM, RNDV or NOTIFY frame
-// (peer index included) from this partner.
-func (p *partner) recvSequenced(f []byte) {
+// (peer index included) from this partner. lean: it is a tiny or small
+// message that came through the rings from a partner on the lean path,
+// which never resends it: it is held, never dropped, when it cannot be
+// taken yet (lean.go).
+func (p *partner) recvSequenced(f []byte, lean bool) {
 	e := p.ep
 	h := f[wire.HeadLen:]
 	typ := wire.Type(h[0])
@@ -675,12 +689,17 @@ func (p *partner) recvSequenced(f []byte) {
 	d := seqDiff(seq, p.recvSeq)
 	switch {
 	case d == 0:
-		if p.inHandler {
+		if p.inHandler || p.held != nil {
+			// The message being handled, or the one held (lean.go),
+			// again.
 			e.cnt[DupMessages]++
 			e.cnt[DupReceived]++
 			return
 		}
-		if !p.deliver(f) {
+		if !p.deliver(f, lean) {
+			if lean {
+				p.hold(f)
+			}
 			return
 		}
 		p.recvSeq = seqNext(p.recvSeq)
@@ -690,7 +709,10 @@ func (p *partner) recvSequenced(f []byte) {
 		}
 		p.drainEarly()
 	case d < seqHalf:
-		if d > earlyWindow || len(p.early) >= earlyMax {
+		// A lean frame is never past the window (its sender keeps
+		// fewer in flight) and is kept whatever the count: it is never
+		// resent.
+		if d > earlyWindow || (len(p.early) >= earlyMax && !lean) {
 			e.cnt[DropEarlyFull]++
 			return
 		}
@@ -703,7 +725,7 @@ func (p *partner) recvSequenced(f []byte) {
 			}
 		}
 		e.cnt[EarlyStored]++
-		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...)})
+		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...), lean: lean})
 		p.outOfOrder()
 	default:
 		if typ == wire.TypeMedium {
@@ -764,7 +786,7 @@ func (p *partner) drainEarly() {
 		x := p.early[i]
 		p.early = append(p.early[:i], p.early[i+1:]...)
 		if sameSess(x.seq, p.recvSeq) {
-			p.recvSequenced(x.data)
+			p.recvSequenced(x.data, x.lean)
 		}
 		p.ep.b.putBuf(x.data)
 	}
@@ -896,6 +918,7 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 		x.Flags |= wire.ExtSack
 	}
 	x.Flags |= wire.ExtPullStatus // largefail.go
+	x.Flags |= wire.ExtRingLean   // lean.go
 	return x
 }
 
@@ -952,11 +975,11 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 					p.reset(ErrBadSession)
 				}
 				p.rknown, p.rsession, p.ackNumRecv = true, h.SrcSession, 0
-				p.sendSeq = h.NextRecvSeq
+				p.setSendSeq(h.NextRecvSeq)
 			case !sameSess(p.sendSeq, h.NextRecvSeq):
 				// The peer reset its state for us: start a new session.
 				p.reset(ErrUnreachable)
-				p.sendSeq = h.NextRecvSeq
+				p.setSendSeq(h.NextRecvSeq)
 			}
 			p.dead = false
 			next = p.recvSeq
@@ -1008,12 +1031,12 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 			p.reset(ErrBadSession)
 		}
 		p.rknown, p.rsession, p.ackNumRecv = true, h.DstSession, 0
-		p.sendSeq = h.NextRecvSeq
+		p.setSendSeq(h.NextRecvSeq)
 	case p.dead || !sameSess(p.sendSeq, h.NextRecvSeq):
 		if !p.dead {
 			p.reset(ErrUnreachable)
 		}
-		p.sendSeq = h.NextRecvSeq
+		p.setSendSeq(h.NextRecvSeq)
 	}
 	// The peer numbers its sends from what the request announced; a reset
 	// (above, or one since the request) moved recvSeq to a new session
@@ -1054,6 +1077,9 @@ func (e *Endpoint) timers() bool {
 			p.resendDue(now)
 			busy = busy || p.unacked.n > 0
 		}
+		if p.held != nil {
+			busy = true // retried below, once the other duties ran
+		}
 		for r := p.connecting.head; r != nil; {
 			next := r.qnext
 			if now-r.lastSend >= int64(b.opts.ResendDelay) {
@@ -1081,5 +1107,6 @@ func (e *Endpoint) timers() bool {
 	if e.resq.n > 0 {
 		e.kickSends()
 	}
+	e.retryHeld() // lean.go
 	return busy
 }
