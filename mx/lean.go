@@ -74,7 +74,7 @@ func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.n > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow {
 		return false
 	}
-	tr := b.shmTo(p.nic)
+	tr := p.rings()
 	if tr == nil {
 		return false
 	}
@@ -131,7 +131,7 @@ func (e *Endpoint) retryHeld() {
 		}
 		f := p.held
 		p.held = nil
-		p.recvSequenced(f, true) // holds a copy again if it still cannot
+		p.recvSequenced(f, true, nil) // holds a copy again if it still cannot
 		e.b.putBuf(f)
 	}
 }

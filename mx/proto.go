@@ -20,12 +20,16 @@ type partial struct {
 
 // deliver handles the packet whose seq is the next to match. It returns
 // false when the packet was not taken for lack of resources: the sender
-// will resend it, or, lean (see recvSequenced), the caller holds it.
-func (p *partner) deliver(f []byte, lean bool) bool {
+// will resend it, or, lean (see recvSequenced), the caller holds it. msg
+// is the header of a tiny or small f when it was decoded already.
+func (p *partner) deliver(f []byte, lean bool, msg *wire.Msg) bool {
 	e := p.ep
 	h := f[wire.HeadLen:]
 	switch wire.Type(h[0]) {
 	case wire.TypeTiny, wire.TypeSmall:
+		if msg != nil {
+			return p.deliverEager(msg.Match, uint32(msg.Length), h[wire.MsgLen:wire.MsgLen+int(msg.Length)], lean)
+		}
 		m, payload, _ := wire.DecodeMsg(h, e.b.ord)
 		return p.deliverEager(m.Match, uint32(len(payload)), payload, lean)
 	case wire.TypeMedium:
@@ -277,6 +281,9 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		}
 		crc = b.crc && m.HasExt && m.Ext.Flags&wire.ExtChecksum != 0
 	default:
+		if b.rxRings {
+			break // rings carry no trailer (see sendFrame)
+		}
 		if pi := b.peer(nic, u16(data, b.ord)); pi != nil {
 			crc = pi.crc
 		}
@@ -298,28 +305,28 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		if typ == wire.TypeSmall {
 			c = RecvSmall
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c, nil)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c, nil, &m)
 	case wire.TypeMedium:
 		m, _, err := wire.DecodeMedium(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag, &m)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag, &m, nil)
 	case wire.TypeRndv:
 		m, err := wire.DecodeRndv(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv, nil)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv, nil, nil)
 	case wire.TypeNotify:
 		m, err := wire.DecodeNotify(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify, nil)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify, nil, nil)
 	case wire.TypeConnect:
 		m, _ := wire.DecodeConnect(h, b.ord)
 		b.handleConnect(nic, &m)
@@ -406,14 +413,15 @@ func (b *Board) endpointFor(nic transport.NICID, dst, src uint8, session uint32,
 	return e
 }
 
-// sequenced hands a TINY, SMALL, MEDIUM (m) , RNDV or NOTIFY to its partner.
-func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter, m *wire.Medium) {
+// sequenced hands a TINY or SMALL (msg, its decoded header), MEDIUM (m),
+// RNDV or NOTIFY to its partner.
+func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter, m *wire.Medium, msg *wire.Msg) {
 	e := b.endpointFor(nic, dst, src, session, seq, true)
 	if e == nil {
 		return
 	}
 	e.cnt[c]++
-	p := e.partners[partnerKey{nic, src}]
+	p := e.partnerAt(nic, src)
 	if p == nil || !p.rknown {
 		e.cnt[DropNoPartner]++
 		return
@@ -422,5 +430,5 @@ func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session
 		e.cnt[DropBadHeader]++
 		return
 	}
-	p.recvSequenced(f, p.lean && b.rxRings && (c == RecvTiny || c == RecvSmall))
+	p.recvSequenced(f, p.lean && b.rxRings && msg != nil, msg)
 }

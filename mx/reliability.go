@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // Per-partner reliability: sequence numbers, acks (piggybacked and TRUC),
@@ -54,6 +55,10 @@ type partner struct {
 	stride   int
 	replyLen int
 	context  any // Endpoint.SetAddrContext
+	// The rings frames to the peer take, as of the host path's generation
+	// ringsGen-1 (rings).
+	ringsTr  *shm.Transport
+	ringsGen uint64
 
 	// send side
 	sendSeq    uint16
@@ -126,6 +131,21 @@ func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partne
 	p.sizes()
 	e.partners[k] = p
 	e.plist = append(e.plist, p)
+	return p
+}
+
+// partnerAt returns the partner for endpoint epID of nic, or nil. It
+// remembers the last one found: frames come in runs from one peer, and a
+// map lookup hashes the key for every frame. (Partners are never removed,
+// so the one remembered stays valid.)
+func (e *Endpoint) partnerAt(nic transport.NICID, epID uint8) *partner {
+	if p := e.lastP; p != nil && p.nic == nic && p.epID == epID {
+		return p
+	}
+	p := e.partners[partnerKey{nic, epID}]
+	if p != nil {
+		e.lastP = p
+	}
 	return p
 }
 
@@ -566,7 +586,7 @@ func (p *partner) noteReceived(lean bool) {
 	b := p.ep.b
 	p.notAcked++
 	every, delay := b.opts.NotAckedMax, int64(b.opts.AckDelay)
-	rings := lean && b.shmTo(p.nic) != nil
+	rings := lean && p.rings() != nil
 	if rings {
 		every, delay = b.ringAcks(), min(delay, int64(ringAckDelay))
 	}
@@ -675,8 +695,9 @@ func u16(b []byte, o wire.Order) uint16 {
 // (peer index included) from this partner. lean: it is a tiny or small
 // message that came through the rings from a partner on the lean path,
 // which never resends it: it is held, never dropped, when it cannot be
-// taken yet (lean.go).
-func (p *partner) recvSequenced(f []byte, lean bool) {
+// taken yet (lean.go). msg is f's header when it was decoded already (a
+// tiny or small message), else nil.
+func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 	e := p.ep
 	h := f[wire.HeadLen:]
 	typ := wire.Type(h[0])
@@ -696,7 +717,7 @@ func (p *partner) recvSequenced(f []byte, lean bool) {
 			e.cnt[DupReceived]++
 			return
 		}
-		if !p.deliver(f, lean) {
+		if !p.deliver(f, lean, msg) {
 			if lean {
 				p.hold(f)
 			}
@@ -786,7 +807,7 @@ func (p *partner) drainEarly() {
 		x := p.early[i]
 		p.early = append(p.early[:i], p.early[i+1:]...)
 		if sameSess(x.seq, p.recvSeq) {
-			p.recvSequenced(x.data, x.lean)
+			p.recvSequenced(x.data, x.lean, nil)
 		}
 		p.ep.b.putBuf(x.data)
 	}
@@ -815,7 +836,7 @@ func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
 		return
 	}
 	e.cnt[RecvTruc]++
-	p := e.partners[partnerKey{nic, h.SrcEP}]
+	p := e.partnerAt(nic, h.SrcEP)
 	if p == nil {
 		e.cnt[DropNoPartner]++
 		return
@@ -1069,7 +1090,7 @@ func (e *Endpoint) timers() bool {
 			case now >= p.ackDeadline:
 				e.cnt[AcksDelayed]++
 				p.sendAck()
-			case p.notAcked > 0 && b.shmTo(p.nic) != nil:
+			case p.notAcked > 0 && p.rings() != nil:
 				b.noteDue(p.ackDeadline) // a ring peer's short delay (noteReceived)
 			}
 		}
