@@ -54,7 +54,8 @@ type partner struct {
 	lean     bool // tiny and small messages through the rings take the lean path (lean.go)
 	stride   int
 	replyLen int
-	context  any // Endpoint.SetAddrContext
+	context  any       // Endpoint.SetAddrContext
+	local    localPeer // which endpoint of this process it is (local.go)
 	// The rings frames to the peer take, as of the host path's generation
 	// ringsGen-1 (rings).
 	ringsTr  *shm.Transport
