@@ -542,9 +542,14 @@ func (b *Board) maybeFree(r *Request) {
 	if r.userHeld || r.protoHeld || r.kind == 0 {
 		return
 	}
-	select {
-	case <-r.ch:
-	default:
+	if r.signaled {
+		// A waiter may have left without taking the signal: the next
+		// use of r must not find it. (Most requests never had a
+		// waiter, and need no look at the channel.)
+		select {
+		case <-r.ch:
+		default:
+		}
 	}
 	buf, segsBuf, ch := r.buf[:0], r.segsBuf[:0], r.ch
 	for i := range segsBuf[:cap(segsBuf)] {

@@ -177,6 +177,7 @@ func (e *Endpoint) complete(r *Request, code error) {
 	if r.waiters > 0 {
 		select {
 		case r.ch <- struct{}{}:
+			r.signaled = true
 		default:
 		}
 	}
