@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -165,5 +166,44 @@ func TestLeanKeepsOrderWithSequenced(t *testing.T) {
 	recvInOrder(t, pr.b, n, 1, sizes)
 	if pr.a.Counters().Get(LeanSends) == 0 {
 		t.Fatal("no lean sends")
+	}
+}
+
+// TestLeanPeerGone: when a peer goes, the lean messages a receiver held
+// for it go with it (nothing leaks, nothing waits for a sender that
+// cannot come back), a message it had already queued stays receivable,
+// and a send to the lost peer fails at once with ErrUnreachable.
+func TestLeanPeerGone(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.UnexpectedMaxMessages = 1
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	const n = 5
+	for i := range n {
+		s, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, done := s.Test(); !done {
+			t.Fatalf("lean send %d did not complete at once", i)
+		}
+	}
+	waitUntil(t, "a held message", func() bool { return pr.b.Counters().Get(LeanHeld) > 0 })
+	pr.ba.Close()
+	waitUntil(t, "the peer's loss", func() bool { return pr.b.Counters().Get(Unreachable) > 0 })
+	pr.bb.mu.Lock()
+	for _, p := range pr.b.plist {
+		if p.held != nil || len(p.early) > 0 {
+			pr.bb.mu.Unlock()
+			t.Fatalf("partner %v still holds frames of a lost peer: held %v, %d early", p.addr(), p.held != nil, len(p.early))
+		}
+	}
+	pr.bb.mu.Unlock()
+	recvInOrder(t, pr.b, 1, 1, []int{8})
+	s, err := pr.b.ISend([][]byte{[]byte("x")}, pr.btoa, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(testCtx(t, 30*time.Second)); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("send to a lost peer: %v, want ErrUnreachable", err)
 	}
 }
