@@ -91,8 +91,8 @@
 // announce it (wire.ExtRingLean), a tiny or small message to a peer on
 // the rings (unless BoardOptions.ZombieSends is negative: sends then
 // complete on their ack) is complete once it is in the peer's ring, which loses nothing
-// while the peer lives. ISend builds its frame straight from the
-// application's segments, writes it and completes the request, with no
+// while the peer lives. ISend builds its frame from the application's
+// segments, writes it into the ring and completes the request, with no
 // copy kept, no resend timer and no clock read; its sequence number still
 // orders it among the peer's other frames, and acks still come back, as a
 // window: a send takes the lean path only while fewer than 255 sequence

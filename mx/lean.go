@@ -14,9 +14,11 @@ import (
 // sequenced message that went into the ring needs no copy kept for a
 // resend, no resend timer and no ack to complete: between two boards that
 // both announce it (wire.ExtRingLean), a tiny or small send to a peer on
-// the rings builds its frame straight from the application's segments,
-// writes it into the ring and completes at once (counted as LeanSends). It
-// reads no clock and takes no request slot in the partner's unacked list.
+// the rings builds its frame from the application's segments (the request
+// keeps no copy), writes it into the ring and completes at once (counted
+// as LeanSends). It reads no clock and takes no place in the partner's
+// unacked list. (The frame is built in the board's scratch buffer and the
+// transport's Send copies it into the ring: at most 128 bytes more.)
 // A board whose eager sends complete only on their ack (ZombieSends
 // negative: the application wants to know the peer took the message)
 // keeps the sequenced path.
@@ -46,6 +48,10 @@ import (
 // sequenced path instead, resend state included, and goes out again (by
 // the transport, when the host path gave up on the peer).
 //
+// A message to a peer that turns out to be an endpoint of this process
+// goes there directly (local.go) only once the peer acked every lean
+// frame, so it cannot overtake one still in a ring.
+//
 // Peer death needs nothing new: a lean send that completed before the peer
 // died was in the peer's memory, as an eager send that completed before
 // its ack (ZombieSends) is on the wire; the peer's loss (peerloss.go,
@@ -67,8 +73,10 @@ func (p *partner) setSendSeq(s uint16) {
 
 // sendLean sends the tiny or small message r (segs, n bytes) to p on the
 // lean path and completes it, when p is on it and nothing waits before r.
-// It reports false, having changed nothing but the scratch frame, when r
-// must take the sequenced path. Called with b.mu held.
+// It reports false when r must take the sequenced path: p is not on the
+// lean path, or the ring refused the frame (then, as for any frame, the
+// send error is counted and a host-path peer is sent to through the
+// transport for a while). Called with b.mu held.
 func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 	b := e.b
 	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.n > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow {
