@@ -130,7 +130,7 @@ const (
 	PullsAbandoned
 	SendsPullFailed
 	NotifyTimeouts
-	// The lean path for ring peers (lean.go): tiny and small sends
+	// The lean path for ring peers (lean.go): eager sends of one frame
 	// completed once in the peer's ring, with no resend state; and such
 	// messages a receiver held because it could not take them at once
 	// (unexpected queue full, progression disabled), to deliver later.

@@ -88,7 +88,8 @@
 // less often: after 64, or after NotAckedMax once a receive finds the
 // rings drained, and the rest after 1ms. The sender keeps every sequenced packet until
 // acked, except on the lean path: between two gomx boards that both
-// announce it (wire.ExtRingLean), a tiny or small message to a peer on
+// announce it (wire.ExtRingLean), an eager message of one frame (tiny,
+// small, or medium up to the fragment stride) to a peer on
 // the rings (unless BoardOptions.ZombieSends is negative: sends then
 // complete on their ack) is complete once it is in the peer's ring, which loses nothing
 // while the peer lives. ISend builds its frame from the application's

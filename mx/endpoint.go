@@ -326,7 +326,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	default:
 		r.class = classMedium
 	}
-	if r.class <= classSmall && !wait && e.sendLean(r, p, segs, n) {
+	if !wait && e.sendLean(r, p, segs, n) {
 		b.unlock() // in the peer's ring, complete (lean.go)
 		return r, nil
 	}

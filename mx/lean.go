@@ -5,20 +5,22 @@ import (
 	"github.com/gomx-dev/gomx/transport"
 )
 
-// The lean path: tiny and small messages to a peer reached through
-// shared-memory rings.
+// The lean path: eager messages of one frame (tiny, small, and medium ones
+// no longer than the partner's fragment stride, 8 KiB between ring peers)
+// to a peer reached through shared-memory rings.
 //
 // Rings are memory: a frame written into a peer's ring is in the peer's
 // memory, and the peer takes the frames of a ring in the order they were
 // written, unless it dies (then it is gone, with everything it held). So a
 // sequenced message that went into the ring needs no copy kept for a
 // resend, no resend timer and no ack to complete: between two boards that
-// both announce it (wire.ExtRingLean), a tiny or small send to a peer on
+// both announce it (wire.ExtRingLean), such a send to a peer on
 // the rings builds its frame from the application's segments (the request
 // keeps no copy), writes it into the ring and completes at once (counted
 // as LeanSends). It reads no clock and takes no place in the partner's
 // unacked list. (The frame is built in the board's scratch buffer and the
-// transport's Send copies it into the ring: at most 128 bytes more.)
+// transport's Send copies it into the ring: one copy where the sequenced
+// path made two, into the request and then into the frame.)
 // A board whose eager sends complete only on their ack (ZombieSends
 // negative: the application wants to know the peer took the message)
 // keeps the sequenced path.
@@ -71,15 +73,17 @@ func (p *partner) setSendSeq(s uint16) {
 	p.ackPoint = s
 }
 
-// sendLean sends the tiny or small message r (segs, n bytes) to p on the
-// lean path and completes it, when p is on it and nothing waits before r.
+// sendLean sends the eager message r (segs, n bytes: tiny, small, or a
+// medium of one fragment) to p on the lean path and completes it, when p
+// is on it and nothing waits before r.
 // It reports false when r must take the sequenced path: p is not on the
 // lean path, or the ring refused the frame (then, as for any frame, the
 // send error is counted and a host-path peer is sent to through the
 // transport for a while). Called with b.mu held.
 func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 	b := e.b
-	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.n > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow {
+	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.n > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow ||
+		r.class == classLarge || (r.class == classMedium && n > p.stride) {
 		return false
 	}
 	tr := p.rings()
@@ -89,20 +93,33 @@ func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	hb := buf[wire.HeadLen:]
-	pl := hb[wire.MsgLen : wire.MsgLen+n]
+	hl := wire.MsgLen
+	if r.class == classMedium {
+		hl = wire.MediumLen
+	}
+	pl := hb[hl : hl+n]
 	k := 0
 	for _, s := range segs {
 		k += copy(pl[k:], s)
 	}
-	h := wire.Msg{Type: wire.TypeTiny, DstEP: p.epID, SrcEP: e.id, Length: uint16(n),
-		Seq: p.sendSeq, Ack: p.fullSeq, Match: r.match, Session: p.rsession}
-	c := SendTiny
-	if r.class == classSmall {
-		h.Type, c = wire.TypeSmall, SendSmall
+	var c Counter
+	switch r.class {
+	case classMedium:
+		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: uint32(n), Seq: p.sendSeq, Ack: p.fullSeq,
+			Match: r.match, Session: p.rsession, FragLength: uint16(n)}
+		h.Put(hb, b.ord)
+		c = SendMediumFrag
+	default:
+		h := wire.Msg{Type: wire.TypeTiny, DstEP: p.epID, SrcEP: e.id, Length: uint16(n),
+			Seq: p.sendSeq, Ack: p.fullSeq, Match: r.match, Session: p.rsession}
+		c = SendTiny
+		if r.class == classSmall {
+			h.Type, c = wire.TypeSmall, SendSmall
+		}
+		h.Put(hb, b.ord)
 	}
-	h.Put(hb, b.ord)
 	drops := tr.FramesDropped()
-	b.tx1[0] = transport.Frame{Peer: p.nic, Data: buf[:wire.HeadLen+wire.MsgLen+n]}
+	b.tx1[0] = transport.Frame{Peer: p.nic, Data: buf[:wire.HeadLen+hl+n]}
 	_, err := tr.Send(b.tx1[:])
 	b.tx1[0].Data = nil
 	if err != nil || tr.FramesDropped() != drops {
@@ -151,12 +168,21 @@ func (e *Endpoint) mayTake(f []byte) bool {
 	if e.progOff > 0 && e.handler != nil {
 		return false
 	}
-	m, payload, _ := wire.DecodeMsg(f[wire.HeadLen:], e.b.ord)
-	if e.handler != nil || e.unexpRoom(len(payload)) {
+	h := f[wire.HeadLen:]
+	var match uint64
+	var n int
+	if wire.Type(h[0]) == wire.TypeMedium {
+		m, payload, _ := wire.DecodeMedium(h, e.b.ord)
+		match, n = m.Match, len(payload)
+	} else {
+		m, payload, _ := wire.DecodeMsg(h, e.b.ord)
+		match, n = m.Match, len(payload)
+	}
+	if e.handler != nil || e.unexpRoom(n) {
 		return true
 	}
 	for r := e.posted.head; r != nil; r = r.qnext {
-		if m.Match&r.mask == r.match {
+		if match&r.mask == r.match {
 			return true
 		}
 	}

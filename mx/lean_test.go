@@ -29,8 +29,9 @@ func recvInOrder(t *testing.T, e *Endpoint, n int, match uint64, sizes []int) {
 	}
 }
 
-// TestLeanSendNeedsNoAck: a tiny or small send to a peer on the rings
-// completes in ISend itself, with no ack: here the receiving board cannot
+// TestLeanSendNeedsNoAck: an eager send of one frame (tiny, small, a
+// medium of one fragment) to a peer on the rings completes in ISend
+// itself, with no ack: here the receiving board cannot
 // run at all (its lock is held) and only one send may complete before its
 // ack on the sequenced path (ZombieSends 1), yet every send of a window's
 // worth completes at once. The sends past the window take the sequenced
@@ -40,7 +41,7 @@ func TestLeanSendNeedsNoAck(t *testing.T) {
 	o := DefaultBoardOptions()
 	o.ZombieSends = 1
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	sizes := []int{0, 8, 32, 33, 128}
+	sizes := []int{0, 8, 32, 33, 128, 129, 4096} // tiny, small, medium of one fragment
 	const n = leanWindow + 20
 	var sends []*Request
 	pr.bb.mu.Lock()
@@ -83,10 +84,10 @@ func TestLeanHeldWhenUnexpectedFull(t *testing.T) {
 	o := DefaultBoardOptions()
 	o.UnexpectedMaxMessages = 2
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	sizes := []int{8, 100}
+	sizes := []int{8, 100, 4000}
 	const n = 20
 	for i := range n {
-		s, err := pr.a.ISend([][]byte{pattern(sizes[i%2], uint64(i))}, pr.atob, 1, nil)
+		s, err := pr.a.ISend([][]byte{pattern(sizes[i%len(sizes)], uint64(i))}, pr.atob, 1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,8 +150,8 @@ func TestLeanHeldWhileProgressionOff(t *testing.T) {
 }
 
 // TestLeanKeepsOrderWithSequenced: lean messages and messages that keep
-// the sequenced path's resend state (medium, large) from the same peer
-// match in the order they were sent.
+// the sequenced path's resend state (mediums of several fragments, large)
+// from the same peer match in the order they were sent.
 func TestLeanKeepsOrderWithSequenced(t *testing.T) {
 	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
 	sizes := []int{8, 3000, 64, 100000, 128, 20000, 0}

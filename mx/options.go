@@ -53,7 +53,7 @@ type BoardOptions struct {
 	// ZombieSends is how many eager sends may complete to the application
 	// before they are acked (their data is copied, resends continue in the
 	// background). Default 512 (OMX_ZOMBIE_SEND); negative: none, every
-	// eager send completes on its ack, and tiny and small sends to peers on
+	// eager send completes on its ack, and eager sends of one frame to peers on
 	// shared-memory rings too (they skip the lean path, see lean.go).
 	ZombieSends int
 	// MaxUnacked bounds the sequenced messages in flight per partner; more

@@ -35,7 +35,7 @@ func (p *partner) deliver(f []byte, lean bool, msg *wire.Msg) bool {
 	case wire.TypeMedium:
 		m, payload, _ := wire.DecodeMedium(h, e.b.ord)
 		if m.Frags(p.stride) == 1 {
-			return p.deliverEager(m.Match, m.MsgLength, payload, false)
+			return p.deliverEager(m.Match, m.MsgLength, payload, lean)
 		}
 		return p.deliverMedium(&m, f)
 	case wire.TypeRndv:
@@ -430,5 +430,7 @@ func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session
 		e.cnt[DropBadHeader]++
 		return
 	}
-	p.recvSequenced(f, p.lean && b.rxRings && msg != nil, msg)
+	// Only eager messages of one frame take the lean path (lean.go).
+	lean := p.lean && b.rxRings && (msg != nil || m != nil && m.Frags(p.stride) == 1)
+	p.recvSequenced(f, lean, msg)
 }

@@ -51,7 +51,7 @@ type partner struct {
 	// Open-MX peer).
 	crc      bool
 	sack     bool // selective acks both ways (sack.go)
-	lean     bool // tiny and small messages through the rings take the lean path (lean.go)
+	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
 	stride   int
 	replyLen int
 	context  any       // Endpoint.SetAddrContext
@@ -580,9 +580,9 @@ func (p *partner) sendAck() {
 }
 
 // noteReceived records that the full-receive point moved: ack now after
-// NotAckedMax messages, else after AckDelay; for a tiny or small message
-// (lean) from a peer reached through the rings, after ringAcks messages,
-// else after ringAckDelay.
+// NotAckedMax messages, else after AckDelay; for a tiny or small message,
+// or one that came by the lean path (lean), from a peer reached through
+// the rings, after ringAcks messages, else after ringAckDelay.
 func (p *partner) noteReceived(lean bool) {
 	b := p.ep.b
 	p.notAcked++
@@ -625,10 +625,12 @@ func (p *partner) noteReceived(lean bool) {
 // handles acks only when it waits, so its ZombieSends run out). Fewer
 // than NotAckedMax are acked ringAckDelay (or AckDelay if shorter) after
 // the first: a sender that waits for its ack waits at most about a poll
-// window's cap, not AckDelay's 16ms. Medium messages keep NotAckedMax: the
-// sender keeps each one's payload copy until its ack, and 64 of them (256
-// KiB at 4 KiB) would crowd its cache for one frame saved per 4 messages
-// of several frames each; measured, the difference was lost in noise.
+// window's cap, not AckDelay's 16ms. Medium messages that keep the
+// sequenced path (several fragments) keep NotAckedMax: the sender keeps
+// each one's payload copy until its ack, and 64 of them would crowd its
+// cache for one frame saved per 4 messages of several frames each;
+// measured, the difference was lost in noise. One that took the lean path
+// (lean.go) left no copy behind, and is acked as a tiny one.
 const (
 	ringAcksMax  = 64
 	ringAckDelay = DefaultSpinMax
@@ -661,7 +663,8 @@ func (b *Board) ringAcks() int {
 }
 
 // updateFull moves the full-receive point past what arrived whole; lean:
-// the message that moved it was tiny or small (see noteReceived).
+// the message that moved it was tiny or small, or came by the lean path
+// (see noteReceived).
 func (p *partner) updateFull(lean bool) {
 	old := p.fullSeq
 	if len(p.partials) > 0 {
@@ -693,8 +696,9 @@ func u16(b []byte, o wire.Order) uint16 {
 }
 
 // recvSequenced handles a verified TINY, SMALL, MEDIUM, RNDV or NOTIFY frame
-// (peer index included) from this partner. lean: it is a tiny or small
-// message that came through the rings from a partner on the lean path,
+// (peer index included) from this partner. lean: it is an eager message
+// of one frame (tiny, small, a one-fragment medium) that came through the
+// rings from a partner on the lean path,
 // which never resends it: it is held, never dropped, when it cannot be
 // taken yet (lean.go). msg is f's header when it was decoded already (a
 // tiny or small message), else nil.
@@ -725,7 +729,7 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 			return
 		}
 		p.recvSeq = seqNext(p.recvSeq)
-		p.updateFull(typ == wire.TypeTiny || typ == wire.TypeSmall)
+		p.updateFull(lean || typ == wire.TypeTiny || typ == wire.TypeSmall)
 		if len(p.partials) > 0 && p.partials[0].seq != seq {
 			p.outOfOrder() // an earlier medium is still missing fragments
 		}
