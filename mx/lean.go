@@ -19,8 +19,8 @@ import (
 // keeps no copy), writes it into the ring and completes at once (counted
 // as LeanSends). It reads no clock and takes no place in the partner's
 // unacked list. (The frame is built in the board's scratch buffer and the
-// transport's Send copies it into the ring: one copy where the sequenced
-// path made two, into the request and then into the frame.)
+// transport's Send copies it into the ring: one copy fewer than the
+// sequenced path, which copied the payload into the request first.)
 // A board whose eager sends complete only on their ack (ZombieSends
 // negative: the application wants to know the peer took the message)
 // keeps the sequenced path.
