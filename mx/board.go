@@ -152,6 +152,9 @@ type Board struct {
 	// messages, acked once a receive finds its source drained
 	// (reliability.go); each at most once (partner.owed).
 	ackOwed []*partner
+	// anyHeld: some partner holds a lean frame it could not take yet
+	// (lean.go), offered again after each timer run.
+	anyHeld bool
 	// timeCopies (set by benchmarks only) makes the receive path add the
 	// time it spends on pull-reply copies to copyNanos.
 	timeCopies bool
@@ -366,6 +369,7 @@ func (b *Board) runTimersLocked() {
 	if busy {
 		b.lastBusy = b.now
 	}
+	b.retryHeld() // lean.go
 }
 
 // ---- progress ----

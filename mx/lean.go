@@ -142,23 +142,42 @@ func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 func (p *partner) hold(f []byte) {
 	p.held = append(p.ep.b.getBuf(), f...)
 	p.ep.cnt[LeanHeld]++
+	p.ep.b.anyHeld = true
 }
 
-// retryHeld offers the endpoint's held lean frames again, and then the
-// early frames that waited behind them (from the timers, b.mu held).
-func (e *Endpoint) retryHeld() {
-	for _, p := range e.plist {
-		if p.held == nil || e.closed {
+// retryHeld offers the held lean frames again, and then the early frames
+// that waited behind them, once per timer run (runTimersLocked, b.mu
+// held). Taking one may call the unexpected handler, which runs without
+// b.mu, so other goroutines may run the timers meanwhile: it runs after
+// the timer pass, whose verdict state must not interleave with another's,
+// and with no receive source marked as owned by this goroutine (verdict.go
+// drains an owned source itself), as when frames are handled.
+func (b *Board) retryHeld() {
+	if !b.anyHeld {
+		return
+	}
+	b.anyHeld = false
+	owned := b.rxOwned
+	b.rxOwned = nil
+	for _, e := range b.eps {
+		if e == nil {
 			continue
 		}
-		if !e.mayTake(p.held) {
-			continue // it would be held again
+		for _, p := range e.plist {
+			if p.held == nil || e.closed {
+				continue
+			}
+			if !e.mayTake(p.held) {
+				b.anyHeld = true // it would be held again
+				continue
+			}
+			f := p.held
+			p.held = nil
+			p.recvSequenced(f, true, nil) // holds a copy again if it still cannot
+			b.putBuf(f)
 		}
-		f := p.held
-		p.held = nil
-		p.recvSequenced(f, true, nil) // holds a copy again if it still cannot
-		e.b.putBuf(f)
 	}
+	b.rxOwned = owned
 }
 
 // mayTake reports whether held lean frame f could be taken now: a posted

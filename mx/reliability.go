@@ -1104,7 +1104,7 @@ func (e *Endpoint) timers() bool {
 			busy = busy || p.unacked.n > 0
 		}
 		if p.held != nil {
-			busy = true // retried below, once the other duties ran
+			busy = true // retried after the timer pass (Board.retryHeld)
 		}
 		for r := p.connecting.head; r != nil; {
 			next := r.qnext
@@ -1133,6 +1133,5 @@ func (e *Endpoint) timers() bool {
 	if e.resq.n > 0 {
 		e.kickSends()
 	}
-	e.retryHeld() // lean.go
 	return busy
 }
