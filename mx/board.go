@@ -152,6 +152,9 @@ type Board struct {
 	// messages, acked once a receive finds its source drained
 	// (reliability.go); each at most once (partner.owed).
 	ackOwed []*partner
+	// anyHeld: some partner holds a lean frame it could not take yet
+	// (lean.go), offered again after each timer run.
+	anyHeld bool
 	// timeCopies (set by benchmarks only) makes the receive path add the
 	// time it spends on pull-reply copies to copyNanos.
 	timeCopies bool
@@ -366,6 +369,7 @@ func (b *Board) runTimersLocked() {
 	if busy {
 		b.lastBusy = b.now
 	}
+	b.retryHeld() // lean.go
 }
 
 // ---- progress ----
@@ -542,9 +546,14 @@ func (b *Board) maybeFree(r *Request) {
 	if r.userHeld || r.protoHeld || r.kind == 0 {
 		return
 	}
-	select {
-	case <-r.ch:
-	default:
+	if r.signaled {
+		// A waiter may have left without taking the signal: the next
+		// use of r must not find it. (Most requests never had a
+		// waiter, and need no look at the channel.)
+		select {
+		case <-r.ch:
+		default:
+		}
 	}
 	buf, segsBuf, ch := r.buf[:0], r.segsBuf[:0], r.ch
 	for i := range segsBuf[:cap(segsBuf)] {
@@ -571,6 +580,7 @@ type peerInfo struct {
 	crc      bool   // both sides want the trailer: frames to and from it carry one
 	sack     bool   // both sides announced the selective ack (sack.go)
 	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
+	lean     bool   // both sides announced ExtRingLean (lean.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -642,6 +652,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.pullStat = pi.gomx && h.Ext.Flags&wire.ExtPullStatus != 0
+	pi.lean = pi.gomx && h.Ext.Flags&wire.ExtRingLean != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

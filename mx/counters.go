@@ -130,6 +130,12 @@ const (
 	PullsAbandoned
 	SendsPullFailed
 	NotifyTimeouts
+	// The lean path for ring peers (lean.go): eager sends of one frame
+	// completed once in the peer's ring, with no resend state; and such
+	// messages a receiver held because it could not take them at once
+	// (unexpected queue full, progression disabled), to deliver later.
+	LeanSends
+	LeanHeld
 	numCounters
 )
 
@@ -167,6 +173,7 @@ var counterNames = [numCounters]string{
 	"board stalls (not counted as a peer's silence)",
 	"pulls abandoned (notified as failed)", "large sends failed by the receiver's pull",
 	"large sends failed: no pull or notify in time",
+	"lean sends (ring peers: completed in the ring, never resent)", "lean messages held (taken later)",
 }
 
 // String returns the counter's label.

@@ -33,7 +33,8 @@
 // The unexpected queue is bounded (BoardOptions.UnexpectedMaxMessages and
 // UnexpectedMaxBytes): when it is full an arriving message is dropped
 // without an ack and its sender's resend delivers it later, so a slow
-// receiver costs bandwidth, never unbounded memory.
+// receiver costs bandwidth, never unbounded memory. (A message on the lean
+// path, see Reliability, is held instead, with a bounded number behind it.)
 //
 // Errors are sentinels (ErrTruncated, ErrUnreachable, ErrBadKey, ...) usable
 // with errors.Is; calls wrap them in *OpError. A request's final Status.Code
@@ -86,7 +87,20 @@
 // shared-memory rings, which lose nothing while the peer lives, are acked
 // less often: after 64, or after NotAckedMax once a receive finds the
 // rings drained, and the rest after 1ms. The sender keeps every sequenced packet until
-// acked. Each partner measures its round trip (RFC 6298 smoothing, Karn's
+// acked, except on the lean path: between two gomx boards that both
+// announce it (wire.ExtRingLean), an eager message of one frame (tiny,
+// small, or medium up to the fragment stride) to a peer on
+// the rings (unless BoardOptions.ZombieSends is negative: sends then
+// complete on their ack) is complete once it is in the peer's ring, which loses nothing
+// while the peer lives. ISend builds its frame from the application's
+// segments, writes it into the ring and completes the request, with no
+// copy kept, no resend timer and no clock read; its sequence number still
+// orders it among the peer's other frames, and acks still come back, as a
+// window: a send takes the lean path only while fewer than 255 sequence
+// numbers are un-acked. A receiver never drops such a message: one it
+// cannot take yet (unexpected queue full, progression disabled) is held
+// and offered again on every tick, and the peer's next frames wait behind
+// it. Counters LeanSends and LeanHeld count both (see lean.go). Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
 // estimate). The newest request unacked for twice the smoothed round trip
 // or srtt + 4*rttvar (at least RTOMin/2), or any request unacked for srtt + 4*rttvar (clamped
@@ -144,7 +158,8 @@
 // later send waits behind it, so per-peer order holds; a matched large
 // receive that finds no free pull handle (BoardOptions.PullHandles) waits
 // in the pull queue. Both start as regions and handles are released. A full
-// unexpected queue drops arriving messages un-acked, to be resent.
+// unexpected queue drops arriving messages un-acked, to be resent (or, on
+// the lean path, holds them).
 //
 // # Checksum
 //

@@ -22,6 +22,7 @@ type Endpoint struct {
 	// Guarded by b.mu.
 	closed      bool
 	partners    map[partnerKey]*partner
+	lastP       *partner // the partner frames came from last (partnerAt)
 	plist       []*partner
 	posted      reqList
 	unexp       uxList
@@ -176,6 +177,7 @@ func (e *Endpoint) complete(r *Request, code error) {
 	if r.waiters > 0 {
 		select {
 		case r.ch <- struct{}{}:
+			r.signaled = true
 		default:
 		}
 	}
@@ -323,6 +325,10 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		r.class = classSmall
 	default:
 		r.class = classMedium
+	}
+	if !wait && e.sendLean(r, p, segs, n) {
+		b.unlock() // in the peer's ring, complete (lean.go)
+		return r, nil
 	}
 	if r.class != classLarge {
 		r.buf = gather(r.buf[:0], segs)

@@ -38,6 +38,7 @@ type hostPath struct {
 	tr     *shm.Transport
 	src    *rxSource                     // the rings as a receive source (poll.go)
 	reach  map[transport.NICID]hostReach // guarded by b.mu
+	gen    uint64                        // bumped at every change of reach (b.mu held; partner.rings)
 	quit   chan struct{}
 	exited chan struct{}
 }
@@ -116,11 +117,30 @@ func (b *Board) txFor(nic transport.NICID) transport.Transport {
 	if !ok || (!r.ok && b.now-r.checked > int64(hostRecheck)) {
 		r = hostReach{ok: h.tr.Reaches(nic), checked: b.now}
 		h.reach[nic] = r
+		h.gen++
 	}
 	if r.ok {
 		return h.tr
 	}
 	return b.tr
+}
+
+// rings returns the shared-memory transport that frames to p take, or nil
+// (b.mu held): b.shmTo(p.nic), which on the host path looks the peer up in
+// a map, remembered until the host path's view of any peer changes. Every
+// frame that does not take the rings goes through txFor, which looks the
+// peer up again when it is due, so a peer found later is not missed.
+func (p *partner) rings() *shm.Transport {
+	b := p.ep.b
+	h := b.host
+	if h == nil {
+		return b.shmTo(p.nic)
+	}
+	if p.ringsGen != h.gen+1 {
+		p.ringsTr = b.shmTo(p.nic) // may move h.gen
+		p.ringsGen = h.gen + 1
+	}
+	return p.ringsTr
 }
 
 // pathMTU is the largest frame Data on the path to nic (b.mu held): the
@@ -148,7 +168,7 @@ func (b *Board) pathMTU(nic transport.NICID) int {
 // the transport's timeouts back with the path.
 func (p *partner) rtoMin() int64 {
 	b := p.ep.b
-	if tr := b.shmTo(p.nic); tr != nil {
+	if tr := p.rings(); tr != nil {
 		return max(int64(b.opts.RTOMin), int64(tr.FullWait()))
 	}
 	return int64(b.opts.RTOMin)
@@ -160,6 +180,7 @@ func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
 	b.cnt[SendErrors]++
 	if h := b.host; h != nil && tr == transport.Transport(h.tr) {
 		h.reach[nic] = hostReach{ok: false, checked: b.now}
+		h.gen++
 	}
 }
 

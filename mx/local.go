@@ -146,9 +146,6 @@ func lookupLocal(k localKey) *Endpoint {
 
 // localState is an endpoint's shortcut bookkeeping, guarded by b.mu.
 type localState struct {
-	// peers caches, per partner, which endpoint of this process it is (nil:
-	// not in this process) for the partner's current remote session.
-	peers map[*partner]localPeer
 	// sends are this endpoint's local rendezvous sends that wait in some
 	// receiver's unexpected queue.
 	sends map[*localSend]struct{}
@@ -156,7 +153,10 @@ type localState struct {
 	lost map[*partner]struct{}
 }
 
+// localPeer is, for a partner (partner.local), which endpoint of this
+// process it is (nil: not in this process) for its remote session session.
 type localPeer struct {
+	known   bool
 	session uint32
 	ep      *Endpoint
 }
@@ -221,19 +221,18 @@ func (e *Endpoint) localPeer(p *partner) *Endpoint {
 	if e.b.opts.Local.Off {
 		return nil
 	}
-	if lp, ok := e.loc.peers[p]; ok && lp.session == p.rsession {
+	if lp := &p.local; lp.known && lp.session == p.rsession {
 		return lp.ep
 	}
-	if p.unacked.n > 0 || p.waitq.n > 0 || e.resq.n > 0 {
-		// Wire messages are in flight, or large sends wait for a region:
-		// the next message must not overtake them. Decide later.
+	if p.unacked.n > 0 || p.sendSeq != p.ackPoint || p.waitq.n > 0 || e.resq.n > 0 {
+		// Wire messages are in flight (lean ones, lean.go, are in no
+		// list: the peer's ack says when they are all in), or large
+		// sends wait for a region: the next message must not overtake
+		// them. Decide later.
 		return nil
 	}
 	d := lookupLocal(localKey{p.nic, p.epID, p.rsession})
-	if e.loc.peers == nil {
-		e.loc.peers = make(map[*partner]localPeer)
-	}
-	e.loc.peers[p] = localPeer{session: p.rsession, ep: d}
+	p.local = localPeer{known: true, session: p.rsession, ep: d}
 	return d
 }
 

@@ -53,7 +53,8 @@ type BoardOptions struct {
 	// ZombieSends is how many eager sends may complete to the application
 	// before they are acked (their data is copied, resends continue in the
 	// background). Default 512 (OMX_ZOMBIE_SEND); negative: none, every
-	// eager send completes on its ack.
+	// eager send completes on its ack, and eager sends of one frame to peers on
+	// shared-memory rings too (they skip the lean path, see lean.go).
 	ZombieSends int
 	// MaxUnacked bounds the sequenced messages in flight per partner; more
 	// wait in a queue. Default 1024; at most 8191 (half the sequence space).

@@ -19,19 +19,23 @@ type partial struct {
 }
 
 // deliver handles the packet whose seq is the next to match. It returns
-// false when the packet was dropped for lack of resources (the sender will
-// resend it).
-func (p *partner) deliver(f []byte) bool {
+// false when the packet was not taken for lack of resources: the sender
+// will resend it, or, lean (see recvSequenced), the caller holds it. msg
+// is the header of a tiny or small f when it was decoded already.
+func (p *partner) deliver(f []byte, lean bool, msg *wire.Msg) bool {
 	e := p.ep
 	h := f[wire.HeadLen:]
 	switch wire.Type(h[0]) {
 	case wire.TypeTiny, wire.TypeSmall:
+		if msg != nil {
+			return p.deliverEager(msg.Match, uint32(msg.Length), h[wire.MsgLen:wire.MsgLen+int(msg.Length)], lean)
+		}
 		m, payload, _ := wire.DecodeMsg(h, e.b.ord)
-		return p.deliverEager(m.Match, uint32(len(payload)), payload)
+		return p.deliverEager(m.Match, uint32(len(payload)), payload, lean)
 	case wire.TypeMedium:
 		m, payload, _ := wire.DecodeMedium(h, e.b.ord)
 		if m.Frags(p.stride) == 1 {
-			return p.deliverEager(m.Match, m.MsgLength, payload)
+			return p.deliverEager(m.Match, m.MsgLength, payload, lean)
 		}
 		return p.deliverMedium(&m, f)
 	case wire.TypeRndv:
@@ -74,7 +78,7 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	return e.matchPosted(match), false, false
 }
 
-func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool {
+func (p *partner) deliverEager(match uint64, length uint32, payload []byte, lean bool) bool {
 	e := p.ep
 	r, consumed, held := p.matchOrHandle(match, length, payload)
 	if held {
@@ -89,7 +93,9 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte) bool
 		return true
 	}
 	if !e.unexpRoom(len(payload)) {
-		e.cnt[DropUnexpectedFull]++
+		if !lean {
+			e.cnt[DropUnexpectedFull]++ // held instead when lean
+		}
 		return false
 	}
 	u := e.b.getUnexp()
@@ -275,6 +281,9 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		}
 		crc = b.crc && m.HasExt && m.Ext.Flags&wire.ExtChecksum != 0
 	default:
+		if b.rxRings {
+			break // rings carry no trailer (see sendFrame)
+		}
 		if pi := b.peer(nic, u16(data, b.ord)); pi != nil {
 			crc = pi.crc
 		}
@@ -296,28 +305,28 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		if typ == wire.TypeSmall {
 			c = RecvSmall
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c, nil)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, c, nil, &m)
 	case wire.TypeMedium:
 		m, _, err := wire.DecodeMedium(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag, &m)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvMediumFrag, &m, nil)
 	case wire.TypeRndv:
 		m, err := wire.DecodeRndv(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv, nil)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv, nil, nil)
 	case wire.TypeNotify:
 		m, err := wire.DecodeNotify(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify, nil)
+		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvNotify, nil, nil)
 	case wire.TypeConnect:
 		m, _ := wire.DecodeConnect(h, b.ord)
 		b.handleConnect(nic, &m)
@@ -404,14 +413,15 @@ func (b *Board) endpointFor(nic transport.NICID, dst, src uint8, session uint32,
 	return e
 }
 
-// sequenced hands a TINY, SMALL, MEDIUM (m) , RNDV or NOTIFY to its partner.
-func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter, m *wire.Medium) {
+// sequenced hands a TINY or SMALL (msg, its decoded header), MEDIUM (m),
+// RNDV or NOTIFY to its partner.
+func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session uint32, seq uint16, c Counter, m *wire.Medium, msg *wire.Msg) {
 	e := b.endpointFor(nic, dst, src, session, seq, true)
 	if e == nil {
 		return
 	}
 	e.cnt[c]++
-	p := e.partners[partnerKey{nic, src}]
+	p := e.partnerAt(nic, src)
 	if p == nil || !p.rknown {
 		e.cnt[DropNoPartner]++
 		return
@@ -420,5 +430,7 @@ func (b *Board) sequenced(nic transport.NICID, f []byte, dst, src uint8, session
 		e.cnt[DropBadHeader]++
 		return
 	}
-	p.recvSequenced(f)
+	// Only eager messages of one frame take the lean path (lean.go).
+	lean := p.lean && b.rxRings && (msg != nil || m != nil && m.Frags(p.stride) == 1)
+	p.recvSequenced(f, lean, msg)
 }

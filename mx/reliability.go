@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // Per-partner reliability: sequence numbers, acks (piggybacked and TRUC),
@@ -50,12 +51,19 @@ type partner struct {
 	// Open-MX peer).
 	crc      bool
 	sack     bool // selective acks both ways (sack.go)
+	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
 	stride   int
 	replyLen int
-	context  any // Endpoint.SetAddrContext
+	context  any       // Endpoint.SetAddrContext
+	local    localPeer // which endpoint of this process it is (local.go)
+	// The rings frames to the peer take, as of the host path's generation
+	// ringsGen-1 (rings).
+	ringsTr  *shm.Transport
+	ringsGen uint64
 
 	// send side
 	sendSeq    uint16
+	ackPoint   uint16 // the peer acked everything below (lean.go's window)
 	unacked    reqList
 	waitq      reqList
 	ackNumRecv uint32
@@ -72,6 +80,7 @@ type partner struct {
 	ackNumSent  uint32
 	inHandler   bool
 	draining    bool
+	held        []byte // a lean frame that could not be taken yet (lean.go)
 
 	connecting  reqList
 	connAttempt uint8
@@ -104,6 +113,7 @@ func (p *partner) rto(fallback time.Duration, backoff int) int64 {
 type earlyPkt struct {
 	seq  uint16
 	data []byte
+	lean bool // see recvSequenced
 }
 
 func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partner {
@@ -125,6 +135,21 @@ func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partne
 	return p
 }
 
+// partnerAt returns the partner for endpoint epID of nic, or nil. It
+// remembers the last one found: frames come in runs from one peer, and a
+// map lookup hashes the key for every frame. (Partners are never removed,
+// so the one remembered stays valid.)
+func (e *Endpoint) partnerAt(nic transport.NICID, epID uint8) *partner {
+	if p := e.lastP; p != nil && p.nic == nic && p.epID == epID {
+		return p
+	}
+	p := e.partners[partnerKey{nic, epID}]
+	if p != nil {
+		e.lastP = p
+	}
+	return p
+}
+
 func (p *partner) addr() Addr {
 	return Addr{NIC: p.nic, Endpoint: p.epID, Session: p.rsession, p: p}
 }
@@ -137,10 +162,10 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.stride, p.replyLen = false, false, fragStride(b.omx, false), replyLen(b.omx, false)
+		p.crc, p.sack, p.lean, p.stride, p.replyLen = false, false, false, fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc, p.sack = pi.crc, pi.sack
+	p.crc, p.sack, p.lean = pi.crc, pi.sack, pi.lean
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -231,6 +256,9 @@ func (p *partner) applyAck(ack uint16) {
 	}
 	if d := seqDiff(ack, p.sendSeq); d != 0 && d < seqHalf {
 		return // acks something never sent
+	}
+	if seqBefore(p.ackPoint, ack) || !sameSess(p.ackPoint, ack) {
+		p.ackPoint = ack
 	}
 	for r := p.unacked.head; r != nil && seqBefore(r.seq, ack); r = p.unacked.head {
 		p.probeAt = 0
@@ -507,6 +535,10 @@ func (p *partner) failAll(code error) {
 		e.b.putBuf(x.data)
 	}
 	p.early = p.early[:0]
+	if p.held != nil {
+		e.b.putBuf(p.held)
+		p.held = nil
+	}
 }
 
 // reset drops all state with the partner after an unreachable peer or a
@@ -514,7 +546,7 @@ func (p *partner) failAll(code error) {
 // session, and sends fail until the application connects again.
 func (p *partner) reset(code error) {
 	p.failAll(code)
-	p.sendSeq = bumpSess(p.sendSeq)
+	p.setSendSeq(bumpSess(p.sendSeq))
 	p.recvSeq = bumpSess(p.recvSeq)
 	p.fullSeq = p.recvSeq
 	p.notAcked = 0
@@ -548,14 +580,14 @@ func (p *partner) sendAck() {
 }
 
 // noteReceived records that the full-receive point moved: ack now after
-// NotAckedMax messages, else after AckDelay; for a tiny or small message
-// (lean) from a peer reached through the rings, after ringAcks messages,
-// else after ringAckDelay.
+// NotAckedMax messages, else after AckDelay; for a tiny or small message,
+// or one that came by the lean path (lean), from a peer reached through
+// the rings, after ringAcks messages, else after ringAckDelay.
 func (p *partner) noteReceived(lean bool) {
 	b := p.ep.b
 	p.notAcked++
 	every, delay := b.opts.NotAckedMax, int64(b.opts.AckDelay)
-	rings := lean && b.shmTo(p.nic) != nil
+	rings := lean && p.rings() != nil
 	if rings {
 		every, delay = b.ringAcks(), min(delay, int64(ringAckDelay))
 	}
@@ -593,10 +625,12 @@ func (p *partner) noteReceived(lean bool) {
 // handles acks only when it waits, so its ZombieSends run out). Fewer
 // than NotAckedMax are acked ringAckDelay (or AckDelay if shorter) after
 // the first: a sender that waits for its ack waits at most about a poll
-// window's cap, not AckDelay's 16ms. Medium messages keep NotAckedMax: the
-// sender keeps each one's payload copy until its ack, and 64 of them (256
-// KiB at 4 KiB) would crowd its cache for one frame saved per 4 messages
-// of several frames each; measured, the difference was lost in noise.
+// window's cap, not AckDelay's 16ms. Medium messages that keep the
+// sequenced path (several fragments) keep NotAckedMax: the sender keeps
+// each one's payload copy until its ack, and 64 of them would crowd its
+// cache for one frame saved per 4 messages of several frames each;
+// measured, the difference was lost in noise. One that took the lean path
+// (lean.go) left no copy behind, and is acked as a tiny one.
 const (
 	ringAcksMax  = 64
 	ringAckDelay = DefaultSpinMax
@@ -629,7 +663,8 @@ func (b *Board) ringAcks() int {
 }
 
 // updateFull moves the full-receive point past what arrived whole; lean:
-// the message that moved it was tiny or small (see noteReceived).
+// the message that moved it was tiny or small, or came by the lean path
+// (see noteReceived).
 func (p *partner) updateFull(lean bool) {
 	old := p.fullSeq
 	if len(p.partials) > 0 {
@@ -661,8 +696,13 @@ func u16(b []byte, o wire.Order) uint16 {
 }
 
 // recvSequenced handles a verified TINY, SMALL, MEDIUM, RNDV or NOTIFY frame
-// (peer index included) from this partner.
-func (p *partner) recvSequenced(f []byte) {
+// (peer index included) from this partner. lean: it is an eager message
+// of one frame (tiny, small, a one-fragment medium) that came through the
+// rings from a partner on the lean path,
+// which never resends it: it is held, never dropped, when it cannot be
+// taken yet (lean.go). msg is f's header when it was decoded already (a
+// tiny or small message), else nil.
+func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 	e := p.ep
 	h := f[wire.HeadLen:]
 	typ := wire.Type(h[0])
@@ -675,22 +715,30 @@ func (p *partner) recvSequenced(f []byte) {
 	d := seqDiff(seq, p.recvSeq)
 	switch {
 	case d == 0:
-		if p.inHandler {
+		if p.inHandler || p.held != nil {
+			// The message being handled, or the one held (lean.go),
+			// again.
 			e.cnt[DupMessages]++
 			e.cnt[DupReceived]++
 			return
 		}
-		if !p.deliver(f) {
+		if !p.deliver(f, lean, msg) {
+			if lean {
+				p.hold(f)
+			}
 			return
 		}
 		p.recvSeq = seqNext(p.recvSeq)
-		p.updateFull(typ == wire.TypeTiny || typ == wire.TypeSmall)
+		p.updateFull(lean || typ == wire.TypeTiny || typ == wire.TypeSmall)
 		if len(p.partials) > 0 && p.partials[0].seq != seq {
 			p.outOfOrder() // an earlier medium is still missing fragments
 		}
 		p.drainEarly()
 	case d < seqHalf:
-		if d > earlyWindow || len(p.early) >= earlyMax {
+		// A lean frame is never past the window (its sender keeps
+		// fewer in flight) and is kept whatever the count: it is never
+		// resent.
+		if d > earlyWindow || (len(p.early) >= earlyMax && !lean) {
 			e.cnt[DropEarlyFull]++
 			return
 		}
@@ -703,7 +751,7 @@ func (p *partner) recvSequenced(f []byte) {
 			}
 		}
 		e.cnt[EarlyStored]++
-		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...)})
+		p.early = append(p.early, earlyPkt{seq: seq, data: append(e.b.getBuf(), f...), lean: lean})
 		p.outOfOrder()
 	default:
 		if typ == wire.TypeMedium {
@@ -764,7 +812,7 @@ func (p *partner) drainEarly() {
 		x := p.early[i]
 		p.early = append(p.early[:i], p.early[i+1:]...)
 		if sameSess(x.seq, p.recvSeq) {
-			p.recvSequenced(x.data)
+			p.recvSequenced(x.data, x.lean, nil)
 		}
 		p.ep.b.putBuf(x.data)
 	}
@@ -793,7 +841,7 @@ func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
 		return
 	}
 	e.cnt[RecvTruc]++
-	p := e.partners[partnerKey{nic, h.SrcEP}]
+	p := e.partnerAt(nic, h.SrcEP)
 	if p == nil {
 		e.cnt[DropNoPartner]++
 		return
@@ -896,6 +944,7 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 		x.Flags |= wire.ExtSack
 	}
 	x.Flags |= wire.ExtPullStatus // largefail.go
+	x.Flags |= wire.ExtRingLean   // lean.go
 	return x
 }
 
@@ -952,11 +1001,11 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 					p.reset(ErrBadSession)
 				}
 				p.rknown, p.rsession, p.ackNumRecv = true, h.SrcSession, 0
-				p.sendSeq = h.NextRecvSeq
+				p.setSendSeq(h.NextRecvSeq)
 			case !sameSess(p.sendSeq, h.NextRecvSeq):
 				// The peer reset its state for us: start a new session.
 				p.reset(ErrUnreachable)
-				p.sendSeq = h.NextRecvSeq
+				p.setSendSeq(h.NextRecvSeq)
 			}
 			p.dead = false
 			next = p.recvSeq
@@ -1008,12 +1057,12 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 			p.reset(ErrBadSession)
 		}
 		p.rknown, p.rsession, p.ackNumRecv = true, h.DstSession, 0
-		p.sendSeq = h.NextRecvSeq
+		p.setSendSeq(h.NextRecvSeq)
 	case p.dead || !sameSess(p.sendSeq, h.NextRecvSeq):
 		if !p.dead {
 			p.reset(ErrUnreachable)
 		}
-		p.sendSeq = h.NextRecvSeq
+		p.setSendSeq(h.NextRecvSeq)
 	}
 	// The peer numbers its sends from what the request announced; a reset
 	// (above, or one since the request) moved recvSeq to a new session
@@ -1046,13 +1095,16 @@ func (e *Endpoint) timers() bool {
 			case now >= p.ackDeadline:
 				e.cnt[AcksDelayed]++
 				p.sendAck()
-			case p.notAcked > 0 && b.shmTo(p.nic) != nil:
+			case p.notAcked > 0 && p.rings() != nil:
 				b.noteDue(p.ackDeadline) // a ring peer's short delay (noteReceived)
 			}
 		}
 		if p.unacked.n > 0 {
 			p.resendDue(now)
 			busy = busy || p.unacked.n > 0
+		}
+		if p.held != nil {
+			busy = true // retried after the timer pass (Board.retryHeld)
 		}
 		for r := p.connecting.head; r != nil; {
 			next := r.qnext

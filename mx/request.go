@@ -81,6 +81,7 @@ type Request struct {
 	zombie    bool // an eager send completed before its ack
 	waiters   int
 	ch        chan struct{}
+	signaled  bool // complete sent on ch (maybeFree drains it)
 	status    Status
 
 	// intrusive lists: q* for posted/unacked/waitq/connecting, d* for done

@@ -478,6 +478,13 @@ const (
 	// ExtPullStatus: the sender writes and reads Notify.Failed; a NOTIFY
 	// carries it only between boards that both set it.
 	ExtPullStatus = 1 << 2
+	// ExtRingLean: the sender takes the lean path for eager messages of
+	// one frame (TINY, SMALL, a MEDIUM of one fragment) through
+	// shared-memory rings: it completes them as soon as
+	// they are in the ring and never resends them, and as a receiver it
+	// never drops such a message it cannot take at once (it holds it
+	// until it can). Used when both sides set it.
+	ExtRingLean = 1 << 3
 )
 
 func hasConnectExt(p []byte, o Order) bool {
