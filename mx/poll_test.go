@@ -500,3 +500,81 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitSpinsBesideUnrelatedEngineCopy: stepping aside for the engine is
+// per request. While the engine's copy of one message is held, a waiter on
+// another request of the same board keeps polling the rings and takes its
+// small message itself (a polled wait, no engine wait); a waiter on the
+// held request steps aside; once the engine runs, the held message arrives
+// byte-exact.
+func TestWaitSpinsBesideUnrelatedEngineCopy(t *testing.T) {
+	held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
+	g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
+		o.Spin, o.SpinMax = 5*time.Second, 5*time.Second
+		held.CopyEngine = o.Local.Engine
+		o.Local.Engine = held
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(held.release) // a failed test must not leave the copy hanging
+		}
+	}()
+	ctx := testCtx(t, time.Minute)
+	big, err := g.a.AllocShared(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.a.FreeShared(big)
+	copy(big, pattern(len(big), 5))
+	bigBuf := make([]byte, len(big))
+	rBig, err := g.b.IRecv([][]byte{bigBuf}, 1, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sBig, err := g.a.ISend([][]byte{big}, g.atob, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.entered:
+	case <-ctx.Done():
+		t.Fatal("the engine copy never started")
+	}
+	st0 := g.bb.WaitStats()
+	small, smallBuf := pattern(100, 6), make([]byte, 100)
+	rSmall, err := g.b.IRecv([][]byte{smallBuf}, 2, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := rSmall.Wait(ctx); got <- err }()
+	waitUntil(t, "the waiter of the unrelated request to poll while the engine copies", func() bool {
+		return g.bb.WaitStats().Spinning == 1
+	})
+	sSmall, err := g.a.ISend([][]byte{small}, g.atob, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil || !bytes.Equal(smallBuf, small) {
+		t.Fatalf("small message: %v, or wrong bytes", err)
+	}
+	mustWait(t, sSmall, time.Minute)
+	if st := g.bb.WaitStats(); st.Engine != st0.Engine || st.Polled <= st0.Polled {
+		t.Fatalf("the unrelated wait: %d engine waits, %d polled (were %d, %d); want it polled, not stepping aside", st.Engine, st.Polled, st0.Engine, st0.Polled)
+	}
+	if _, done := rBig.Test(); done {
+		t.Fatal("the held receive completed before its copy ran")
+	}
+	go func() { _, err := rBig.Wait(ctx); got <- err }()
+	waitUntil(t, "the waiter of the held request to step aside", func() bool {
+		st := g.bb.WaitStats()
+		return st.Engine > st0.Engine && st.Spinning == 0
+	})
+	released = true
+	close(held.release)
+	if err := <-got; err != nil || !bytes.Equal(bigBuf, big) {
+		t.Fatalf("held message: %v, or wrong bytes", err)
+	}
+	mustWait(t, sBig, time.Minute)
+}
