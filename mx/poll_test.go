@@ -439,18 +439,9 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 			name = "busypoll"
 		}
 		t.Run(name, func(t *testing.T) {
-			held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
-			g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
+			g, held := newHeldEngineRig(t, func(o *BoardOptions) {
 				o.Spin, o.SpinMax, o.BusyPoll = 5*time.Second, 5*time.Second, busy
-				held.CopyEngine = o.Local.Engine
-				o.Local.Engine = held
 			})
-			released := false
-			defer func() {
-				if !released {
-					close(held.release) // a failed test must not leave the copy hanging
-				}
-			}()
 			msg, err := g.a.AllocShared(1 << 20)
 			if err != nil {
 				t.Fatal(err)
@@ -487,8 +478,7 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 						return st.Engine > st0.Engine && st.Spinning == 0
 					})
 				}
-				released = true
-				close(held.release)
+				held.free()
 			})
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			for i := 1; i <= 3; i++ {
@@ -508,39 +498,11 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 // held request steps aside; once the engine runs, the held message arrives
 // byte-exact.
 func TestWaitSpinsBesideUnrelatedEngineCopy(t *testing.T) {
-	held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
-	g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
+	g, held := newHeldEngineRig(t, func(o *BoardOptions) {
 		o.Spin, o.SpinMax = 5*time.Second, 5*time.Second
-		held.CopyEngine = o.Local.Engine
-		o.Local.Engine = held
 	})
-	released := false
-	defer func() {
-		if !released {
-			close(held.release) // a failed test must not leave the copy hanging
-		}
-	}()
 	ctx := testCtx(t, time.Minute)
-	big, err := g.a.AllocShared(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.a.FreeShared(big)
-	copy(big, pattern(len(big), 5))
-	bigBuf := make([]byte, len(big))
-	rBig, err := g.b.IRecv([][]byte{bigBuf}, 1, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sBig, err := g.a.ISend([][]byte{big}, g.atob, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held.entered:
-	case <-ctx.Done():
-		t.Fatal("the engine copy never started")
-	}
+	big, bigBuf, rBig, sBig := g.sendHeld(t, held, 1, 5)
 	st0 := g.bb.WaitStats()
 	small, smallBuf := pattern(100, 6), make([]byte, 100)
 	rSmall, err := g.b.IRecv([][]byte{smallBuf}, 2, ^uint64(0), nil)
@@ -571,8 +533,7 @@ func TestWaitSpinsBesideUnrelatedEngineCopy(t *testing.T) {
 		st := g.bb.WaitStats()
 		return st.Engine > st0.Engine && st.Spinning == 0
 	})
-	released = true
-	close(held.release)
+	held.free()
 	if err := <-got; err != nil || !bytes.Equal(bigBuf, big) {
 		t.Fatalf("held message: %v, or wrong bytes", err)
 	}
