@@ -63,7 +63,10 @@ type CBDMAOptions struct {
 	// (runtime.GOMAXPROCS counts threads running Go code, not CPUs).
 	// NewCBDMA fails, naming the CPUs, if the kernel refuses the binding
 	// (a CPU outside this process's cpuset). ChannelStats.CPUs reports
-	// the binding each thread read back.
+	// the binding each thread read back. Such a channel's goroutine holds
+	// its P for as long as it runs, parked or not, as silicon is always
+	// there: give GOMAXPROCS one P per pinned channel on top of what the
+	// application needs.
 	CPUs []int
 	// ConfigSize is how much configuration space answers: 4096 (default,
 	// PCIe extended space with CHANERR_INT at 0x180) or 256, as through

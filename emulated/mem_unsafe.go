@@ -30,11 +30,18 @@ const (
 
 // futexWait sleeps while *w == val, at most d. EAGAIN (the word changed),
 // EINTR and ETIMEDOUT all just return: the caller re-checks its condition.
-// It is a blocking system call to the Go runtime, which may hand the
-// caller's P to another thread meanwhile.
+//
+// It is a raw system call: the caller keeps its P while it sleeps, as a
+// pinned channel keeps its P for as long as it runs (CBDMAOptions.CPUs).
+// As a blocking system call the P would pass to the runtime, whose sysmon
+// takes back a P blocked longer than 10 ms and, each time it does, polls
+// every 20 µs again for a while, on the CPU of the application that drives
+// the model: an idle channel's 10 ms parks alone preempted a computing
+// thread thousands of times a second. The runtime's preemption signal
+// interrupts the sleep (EINTR), so a stop-the-world still stops it at once.
 func futexWait(w *atomic.Uint32, val uint32, d time.Duration) {
 	ts := unix.NsecToTimespec(int64(d))
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitPrivate, uintptr(val),
+	_, _, _ = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitPrivate, uintptr(val),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
