@@ -44,7 +44,7 @@ type CBDMAOptions struct {
 	// as memory allows), so overlap experiments have a slow engine.
 	Bandwidth int64
 	// Spin is how long an idle channel polls its doorbell before it parks
-	// (default 50µs). Parking saves a CPU; spinning saves the wake-up.
+	// (default 250µs). Parking saves a CPU; spinning saves the wake-up.
 	Spin time.Duration
 	// Scatter makes the IOMMU hand out one IOVA segment per 4 KiB page.
 	Scatter bool
@@ -63,7 +63,10 @@ type CBDMAOptions struct {
 	// (runtime.GOMAXPROCS counts threads running Go code, not CPUs).
 	// NewCBDMA fails, naming the CPUs, if the kernel refuses the binding
 	// (a CPU outside this process's cpuset). ChannelStats.CPUs reports
-	// the binding each thread read back.
+	// the binding each thread read back. Such a channel's goroutine holds
+	// its P for as long as it runs, parked or not, as silicon is always
+	// there: give GOMAXPROCS one P per pinned channel on top of what the
+	// application needs.
 	CPUs []int
 	// ConfigSize is how much configuration space answers: 4096 (default,
 	// PCIe extended space with CHANERR_INT at 0x180) or 256, as through
@@ -180,6 +183,7 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 			c.unarmed.Store(true)
 			c.sts.Store(uint64(hw.StateHalted))
 			c.winSeq = ^uint64(0)
+			c.parkMax.Store(int64(defaultParkMax))
 			fn.chans = append(fn.chans, c)
 			p.chans = append(p.chans, c)
 			started := make(chan error, 1)
@@ -389,11 +393,18 @@ type cbChannel struct {
 	chanerr    atomic.Uint32
 	bwLimit    atomic.Int64
 	parked     atomic.Bool
-	armedPub   atomic.Bool   // state is ARMED, ACTIVE or IDLE and not stopped
-	cntPub     atomic.Uint32 // copy of cnt for the spin loop
-	wake       chan struct{}
-	done       chan struct{}
-	stopping   atomic.Bool
+	// bell is the futex word a pinned channel (CBDMAOptions.CPUs) parks
+	// on: a kick adds one and wakes its thread directly, as a doorbell
+	// write reaches silicon (see idle).
+	bell     atomic.Uint32
+	pinned   bool          // its goroutine owns a thread bound to CPUs of its own
+	parkMax  atomic.Int64  // bound of one park, ns (defaultParkMax)
+	parks    atomic.Uint64 // parks so far
+	armedPub atomic.Bool   // state is ARMED, ACTIVE or IDLE and not stopped
+	cntPub   atomic.Uint32 // copy of cnt for the spin loop
+	wake     chan struct{}
+	done     chan struct{}
+	stopping atomic.Bool
 
 	pfMu    sync.Mutex
 	pf      [256]fetched // ring of prefetched descriptors
@@ -454,10 +465,22 @@ func (c *cbChannel) violation(format string, args ...any) {
 
 func (c *cbChannel) kick() {
 	if c.parked.Load() {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		c.unpark()
+	}
+}
+
+// unpark wakes the channel's goroutine from its park: a pinned channel's
+// thread through its futex, without the Go scheduler; any other through
+// its wake channel.
+func (c *cbChannel) unpark() {
+	if c.pinned {
+		c.bell.Add(1)
+		futexWake(&c.bell)
+		return
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -848,10 +871,7 @@ func (c *cbChannel) close() {
 	if c.stopping.Swap(true) {
 		return
 	}
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.unpark()
 	<-c.done
 	// Holding mu after the goroutine ended guarantees no DMA is in flight.
 	c.mu.Lock()
@@ -890,6 +910,7 @@ func (c *cbChannel) run(cpus *unix.CPUSet, started chan<- error) {
 			return
 		}
 		c.cpus = cpuList(&got)
+		c.pinned = true
 	}
 	started <- nil
 	for !c.stopping.Load() {
@@ -910,7 +931,11 @@ func (c *cbChannel) run(cpus *unix.CPUSet, started chan<- error) {
 // giving its P back between looks, as silicon would: its goroutine is
 // locked to its thread, and every runtime.Gosched would hand the P over
 // and wake another thread to take it back, futex calls and
-// inter-processor wake-ups charged to the driving process's CPUs.
+// inter-processor wake-ups charged to the driving process's CPUs. It
+// yields its CPU to the kernel instead (sched_yield, keeping the P), so a
+// thread that shares that CPU with it (on a small machine, the process
+// the engine's interrupt just woke) runs at once rather than after the
+// spin; and it parks on a futex the doorbell wakes directly.
 func (c *cbChannel) idle() {
 	deadline := time.Now().Add(c.spin)
 	for i := 0; ; i++ {
@@ -924,27 +949,48 @@ func (c *cbChannel) idle() {
 			if time.Now().After(deadline) {
 				break
 			}
-			if c.cpus == nil {
+			if c.pinned {
+				osYield()
+			} else {
 				runtime.Gosched()
 			}
 		}
 	}
 	c.parked.Store(true)
+	bell := c.bell.Load()
 	// Re-check after announcing we park: a doorbell between the check and
 	// the store would otherwise be missed.
 	c.mu.Lock()
 	work := c.runnable()
 	c.mu.Unlock()
-	if !work && !c.stopping.Load() {
+	// A bounded sleep: state changes that do not kick (a config write
+	// racing the park) are still picked up.
+	parkMax := time.Duration(c.parkMax.Load())
+	switch {
+	case work || c.stopping.Load():
+	case c.pinned:
+		c.parks.Add(1)
+		// The thread sleeps in the kernel and the doorbell's futex wake
+		// runs it at once on its own CPU. Parked in the Go scheduler
+		// instead, the locked goroutine was readied onto the ringing
+		// goroutine's P and started only when that P scheduled, then
+		// handed its P over to this thread: hundreds of microseconds on
+		// a loaded machine between a doorbell and its first descriptor,
+		// and two wake-ups on the application's CPU. A kick after the
+		// bell was read changes the word, and the wait returns at once.
+		futexWait(&c.bell, bell, parkMax)
+	default:
+		c.parks.Add(1)
 		select {
 		case <-c.wake:
-		case <-time.After(10 * time.Millisecond):
-			// A bounded sleep: state changes that do not kick (a config
-			// write racing the park) are still picked up.
+		case <-time.After(parkMax):
 		}
 	}
 	c.parked.Store(false)
 }
+
+// defaultParkMax bounds one park of an idle channel.
+const defaultParkMax = 10 * time.Millisecond
 
 // peekWork tells, without the lock, whether the channel seems to have
 // work (for the spin loop; a stale answer costs one more loop).

@@ -397,3 +397,49 @@ func TestChannelCPUs(t *testing.T) {
 		t.Fatalf("refused binding: %v; want the CPUs and a hint", err)
 	}
 }
+
+// TestPinnedChannelWakesOnDoorbell: a channel on a CPU of its own parks on
+// a futex the doorbell wakes directly. With the park's bound raised to a
+// minute, every one of many doorbells rung at a parked channel (or one
+// about to park) must run its descriptor: a lost wake-up hangs the loop
+// and fails it, instead of costing a bounded sleep.
+func TestPinnedChannelWakesOnDoorbell(t *testing.T) {
+	var mine unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		t.Fatal(err)
+	}
+	all := cpuList(&mine)
+	r := newRig(t, CBDMAOptions{CPUs: []int{all[len(all)-1]}, Spin: time.Microsecond})
+	c := r.p.chans[0]
+	c.parkMax.Store(int64(time.Minute))
+	for i := range 16 {
+		r.desc(i, hw.Descriptor{Size: 8, Ctl: hw.CtlNull})
+	}
+	r.start()
+	// A park is counted just before the thread sleeps: once the count
+	// moved past its value before the previous doorbell, the channel ran
+	// that descriptor and is asleep again, or about to be (a doorbell
+	// then changes the futex word, and the sleep returns at once).
+	parked := uint64(0)
+	for i := 1; i <= 200; i++ {
+		waitFor(t, fmt.Sprintf("the channel to park before doorbell %d", i), func() bool { return c.parks.Load() > parked })
+		parked = c.parks.Load()
+		r.regs.Write16(r.ch(hw.ChanDMACount), uint16(i))
+		waitFor(t, fmt.Sprintf("descriptor %d to run after its doorbell woke the parked channel", i), func() bool {
+			return r.p.Stats(0).Descriptors == uint64(i)
+		})
+	}
+}
+
+// waitFor polls cond until it holds, and fails the test, naming what it
+// waited for, if it does not within a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+}

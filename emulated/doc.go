@@ -44,7 +44,11 @@
 // costs no CPU. Those goroutines belong to the process that drives the
 // model, and take its CPUs; CBDMAOptions.CPUs gives them CPUs of their
 // own instead (each locks its thread and binds it there), the nearest a
-// model comes to a device's own silicon.
+// model comes to a device's own silicon. Such a channel yields its CPU
+// to the kernel while it spins (so a thread sharing that CPU runs) and
+// parks on a futex the doorbell wakes directly, not through the Go
+// scheduler: a doorbell starts it at once, as a doorbell write starts
+// silicon.
 //
 // A channel follows the CB3 state machine: RESET leaves it HALTED;
 // CHAINADDR arms it (ARMED, or IDLE with HideArmed for parts that do not

@@ -2,7 +2,10 @@ package emulated
 
 import (
 	"sync/atomic"
+	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // addrOff is the virtual address of b[0] (used only for page arithmetic,
@@ -17,3 +20,37 @@ func addrOff(b []byte) int {
 func store64(b []byte, v uint64) {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), v)
 }
+
+// Futex operations on a word private to this process (analogous to
+// FUTEX_WAIT_PRIVATE and FUTEX_WAKE_PRIVATE in linux/futex.h).
+const (
+	futexWaitPrivate = 0 | 128
+	futexWakePrivate = 1 | 128
+)
+
+// futexWait sleeps while *w == val, at most d. EAGAIN (the word changed),
+// EINTR and ETIMEDOUT all just return: the caller re-checks its condition.
+//
+// It is a raw system call: the caller keeps its P while it sleeps, as a
+// pinned channel keeps its P for as long as it runs (CBDMAOptions.CPUs).
+// As a blocking system call the P would pass to the runtime, whose sysmon
+// takes back a P blocked longer than 10 ms and, each time it does, polls
+// every 20 µs again for a while, on the CPU of the application that drives
+// the model: an idle channel's 10 ms parks alone preempted a computing
+// thread thousands of times a second. The runtime's preemption signal
+// interrupts the sleep (EINTR), so a stop-the-world still stops it at once.
+func futexWait(w *atomic.Uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, _ = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitPrivate, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes the thread sleeping on w in futexWait, if any.
+func futexWake(w *atomic.Uint32) {
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakePrivate, 1, 0, 0, 0)
+}
+
+// osYield lets another runnable thread of this CPU run (sched_yield(2)),
+// as a raw system call: the Go runtime keeps the caller's P, since the
+// thread goes on at once when nothing else wants the CPU.
+func osYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -683,3 +683,66 @@ func reopen(t *testing.T, b backend) {
 		}
 	}
 }
+
+// TestWaitersShareInterrupt: one interrupt that completes the requests of
+// several waiters wakes them all, not only the one that read the eventfd.
+// The channel is suspended while eight waiters go to sleep on its vector,
+// then resumed, and completes the eight copies back to back (their
+// signals add up in one eventfd count). With the bound of one sleep raised
+// to a minute, a waiter left asleep after its copy completed fails the
+// test instead of costing a millisecond.
+func TestWaitersShareInterrupt(t *testing.T) {
+	o := offloadAll()
+	o.Channel.Interrupts = true
+	o.Channel.Watchdog = time.Minute
+	o.SpinWait = time.Nanosecond
+	e, _ := newEngine(t, emulatedBackend(emulated.CBDMAOptions{}), 1, o)
+	e.irqWait = time.Minute
+	ec := e.chans[0]
+	cmd := func(v uint8) {
+		ec.mu.Lock()
+		ec.ch.regs.Write8(ec.ch.base+hw.ChanCmd, v)
+		ec.mu.Unlock()
+	}
+	cmd(hw.CmdSuspend)
+	const n = 8
+	// The waits have no deadline of their own, which would end a lost
+	// sleep and let the wait find its copy done: the test's guard below
+	// tells a waiter that stayed asleep.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srcs, dsts := make([][]byte, n), make([][]byte, n)
+	errs := make(chan error, n)
+	for i := range n {
+		srcs[i], dsts[i] = bytes.Repeat([]byte{byte(i + 1)}, 8<<10), make([]byte, 8<<10)
+		ck, err := e.ICopy(dsts[i], srcs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { errs <- e.Wait(ctx, ck) }()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for ec.asleep.Load() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d waiters asleep on the suspended channel's interrupt", ec.asleep.Load(), n)
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+	cmd(hw.CmdResume)
+	guard := time.After(time.Minute)
+	for i := range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("wait %d of %d: %v", i+1, n, err)
+			}
+		case <-guard:
+			t.Fatalf("%d of %d waits returned in a minute: the others stayed asleep after the interrupt that completed their copies", i, n)
+		}
+	}
+	for i := range n {
+		if !bytes.Equal(dsts[i], srcs[i]) {
+			t.Fatalf("copy %d: wrong bytes", i)
+		}
+	}
+}

@@ -14,7 +14,12 @@
 // once per batch (Submit) and reaps completions into a slice (Poll). An
 // Engine opens every channel of a set of functions, adds locking, spreads
 // requests by a Policy, copies small or overlapping requests on the CPU,
-// and maps arbitrary []byte for DMA through a registration cache.
+// and maps arbitrary []byte for DMA through a registration cache. Its
+// Wait polls briefly, then, with Options.Interrupts, sleeps on the
+// channel's MSI-X vector: one waiter per channel sleeps on the eventfd
+// and wakes the others when it wakes, so one interrupt that completes
+// several requests wakes all their waiters, as an interrupt handler
+// wakes its wait queue.
 //
 // # A channel's life
 //

@@ -106,7 +106,10 @@ type Engine struct {
 	opts   EngineOptions
 	rr     atomic.Uint32
 	closed atomic.Bool
-	cpu    atomic.Uint64 // requests the CPU copied
+	// irqWait bounds one sleep on a channel's interrupt (irqWaitMax): a
+	// wake-up lost to a reset's vector swap costs at most that much.
+	irqWait time.Duration
+	cpu     atomic.Uint64 // requests the CPU copied
 }
 
 // echan is an Engine's view of one channel: a lock and request
@@ -120,6 +123,18 @@ type echan struct {
 	failed map[uint64]error
 	sizes  []int64 // bytes of outstanding requests, in tag order
 	comps  [64]Completion
+
+	// The waiters sleeping on the channel's interrupt (sleep). One of
+	// them at a time, the sleeper, waits on the eventfd; the others wait
+	// for woke, which the sleeper closes when it wakes. One interrupt so
+	// wakes every waiter whose request it completed, as an MSI-X handler
+	// wakes its whole wait queue: the eventfd's count goes to one reader,
+	// and waiters that each read it themselves slept on, each until its
+	// bounded wait ran out, once a sibling took the signal.
+	wmu     sync.Mutex
+	sleeper bool
+	woke    chan struct{}
+	asleep  atomic.Int32 // waiters in sleep now
 }
 
 // NewEngine opens every channel of each device (see ChannelCount). The devices must share one DMA
@@ -154,7 +169,7 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 			return nil, fmt.Errorf("ioat: %s and %s are in different DMA domains: open all channels from one vfio.Container: %w", devs[0].Address(), dev.Address(), ErrBadRequest)
 		}
 	}
-	e := &Engine{dma: dma, cache: newRegCache(dma, o.CacheBytes), opts: o}
+	e := &Engine{dma: dma, cache: newRegCache(dma, o.CacheBytes), opts: o, irqWait: irqWaitMax}
 	fail := func(err error) (*Engine, error) {
 		for _, ec := range e.chans {
 			ec.ch.Close()
@@ -587,24 +602,8 @@ func (e *Engine) Wait(ctx context.Context, c *Cookie) error {
 			}
 		}
 		if pending != nil && pending.ch.Interrupt() != nil {
-			// Re-arm, then sleep: a completion that came while the
-			// interrupt was disarmed fires at once. The bounded sleep
-			// covers a wake-up taken by another waiter.
-			pending.mu.Lock()
-			pending.ch.rearm()
-			irq := pending.ch.Interrupt()
-			pending.mu.Unlock()
-			if irq != nil {
-				tctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-				n, _ := irq.Wait(tctx)
-				cancel()
-				if n > 0 {
-					pending.mu.Lock()
-					pending.ch.stats.Interrupts++
-					pending.mu.Unlock()
-				}
-				continue
-			}
+			pending.sleep(ctx, e.irqWait)
+			continue
 		}
 		// No interrupts: poll, yielding the CPU between looks. Go's
 		// timers are too coarse for short sleeps, so nap only once the
@@ -617,6 +616,58 @@ func (e *Engine) Wait(ctx context.Context, c *Cookie) error {
 		if nap < 200*time.Microsecond {
 			nap *= 2
 		}
+	}
+}
+
+// irqWaitMax bounds one sleep of Wait on a channel's interrupt.
+const irqWaitMax = time.Millisecond
+
+// sleep waits until the channel's interrupt fires (at most bound), or
+// until the waiter sleeping on it woke, or ctx is done. The first waiter
+// re-arms the interrupt and sleeps on it; later ones wait for it to wake
+// (see echan.woke). Callers re-check their request afterwards: a wake-up
+// is a hint, not a promise.
+func (ec *echan) sleep(ctx context.Context, bound time.Duration) {
+	ec.asleep.Add(1)
+	defer ec.asleep.Add(-1)
+	ec.wmu.Lock()
+	if ec.woke == nil {
+		ec.woke = make(chan struct{})
+	}
+	if ec.sleeper {
+		woke := ec.woke
+		ec.wmu.Unlock()
+		select {
+		case <-woke:
+		case <-ctx.Done():
+		}
+		return
+	}
+	ec.sleeper = true
+	ec.wmu.Unlock()
+	defer func() {
+		ec.wmu.Lock()
+		ec.sleeper = false
+		close(ec.woke)
+		ec.woke = make(chan struct{})
+		ec.wmu.Unlock()
+	}()
+	// Re-arm, then sleep: a completion that came while the interrupt was
+	// disarmed fires at once.
+	ec.mu.Lock()
+	ec.ch.rearm()
+	irq := ec.ch.Interrupt()
+	ec.mu.Unlock()
+	if irq == nil {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, bound)
+	n, _ := irq.Wait(tctx)
+	cancel()
+	if n > 0 {
+		ec.mu.Lock()
+		ec.ch.stats.Interrupts++
+		ec.mu.Unlock()
 	}
 }
 

@@ -124,7 +124,6 @@ type Board struct {
 	waitSlept  atomic.Uint64
 	waitYields atomic.Uint64 // sched_yield calls of polling waiters
 	waitEngine atomic.Uint64 // waits that slept because engine copies ran (poll.go)
-	engCopies  atomic.Int32  // engine copies of shared-memory receives running (offload.go)
 	spinGrew   atomic.Uint64 // poll windows grown (spinGovernor)
 	spinShrank atomic.Uint64 // and shrunk
 	loopRecvs  atomic.Uint64 // Recv calls of the progress goroutine

@@ -18,6 +18,9 @@ type Endpoint struct {
 	id      uint8
 	key     uint32
 	session uint32
+	// engCopies counts the copy-engine copies in flight that fill its
+	// requests: a wait for any of them steps aside (poll.go).
+	engCopies atomic.Int32
 
 	// Guarded by b.mu.
 	closed      bool

@@ -203,7 +203,8 @@ type engineCopy struct {
 func (e *Endpoint) startEngineCopy(c *engineCopy) {
 	c.e = e
 	e.b.copies.Add(1)
-	e.b.engCopies.Add(1)
+	c.r.engine.Add(1)
+	e.engCopies.Add(1)
 	go c.run()
 }
 
@@ -224,7 +225,8 @@ func (c *engineCopy) run() {
 		err = b.offloadCopy(b.opts.Local.Engine, c.dst, mem[start:end])
 	})
 	// The engine is done with it: waiters may poll again (poll.go).
-	b.engCopies.Add(-1)
+	c.r.engine.Add(-1)
+	e.engCopies.Add(-1)
 	b.mu.Lock()
 	defer b.unlock()
 	b.now = b.clock()

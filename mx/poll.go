@@ -76,11 +76,16 @@ import (
 // While the board's copy engine (LocalOptions.Engine) copies a message —
 // a shared-memory receive (offload.go) or pull replies out of held frames
 // (pulloffload.go) — the message waits for the engine, not for the rings,
-// and a waiter that polls steps aside at once, as a driver sleeps on its
-// device's completion instead of spinning on it: an adaptive waiter sleeps
-// on its request (the goroutine that waits for the engine completes it),
-// and a busy-polling one hands its processor to the Go scheduler between
-// looks (it still reaps the pull-reply copies itself). Nothing is lost
+// and a waiter of that request (or, waiting for any request of its
+// endpoint, a waiter of that endpoint) steps aside at once, as a driver
+// sleeps on its device's completion instead of spinning on it: an adaptive
+// waiter sleeps on its request (the goroutine that waits for the engine
+// completes it), and a busy-polling one hands its processor to the Go
+// scheduler between looks (it still reaps the pull-reply copies itself).
+// Each request counts the engine copies that fill it (Request.engine, and
+// Endpoint.engCopies for the endpoint's), so a waiter on any other request
+// keeps polling while the engine works: the rings may bring its message
+// meanwhile. Nothing is lost
 // where the engine is silicon; where it is a model whose channels are
 // goroutines of this process (emulated.CBDMA), a waiter spinning on a rank
 // bound to one CPU would take that CPU, and the one Go processor the
@@ -269,10 +274,15 @@ const (
 	pollEngine
 )
 
-// engineBusy reports whether the board's copy engine has copies of
-// messages in flight (see "Waiting on a copy engine").
-func (b *Board) engineBusy() bool {
-	return b.engCopies.Load() > 0 || b.pcopyN.Load() > 0
+// engineBusy reports whether what a waiter waits for waits for the copy
+// engine (see "Waiting on a copy engine"): its request r has an engine
+// copy in flight, or, for a wait on any request of e (r nil), one of
+// those has.
+func engineBusy(r *Request, e *Endpoint) bool {
+	if r != nil {
+		return r.engine.Load() > 0
+	}
+	return e != nil && e.engCopies.Load() > 0
 }
 
 // syscallEvery is, for a waiter that polls shared-memory rings beside a
@@ -305,7 +315,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	if holds() {
 		return pollHeld, start, nil
 	}
-	if budget >= 0 && b.engineBusy() {
+	if budget >= 0 && engineBusy(r, e) {
 		b.waitEngine.Add(1)
 		return pollEngine, start, nil
 	}
@@ -365,7 +375,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 			ok = true
 			return pollHeld, start, nil
 		}
-		if b.engineBusy() {
+		if engineBusy(r, e) {
 			// The message waits for the engine: leave it the CPU.
 			if budget >= 0 {
 				b.waitEngine.Add(1)
@@ -420,8 +430,9 @@ type WaitStats struct {
 	// waits whose message was later than a few round trips make any.
 	Yields uint64
 	// Engine counts the waits that stopped polling, or never started,
-	// because the board's copy engine had copies in flight, and slept
-	// until the engine's work completed them (see LocalOptions.Engine).
+	// because the copy engine was copying into a request they waited for,
+	// and slept until the engine's work completed it (see
+	// LocalOptions.Engine).
 	Engine uint64
 	// Grew and Shrank count the changes of the endpoints' poll windows
 	// (Endpoint.SpinWindow): grown after a wait that slept but would have

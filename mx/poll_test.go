@@ -439,18 +439,9 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 			name = "busypoll"
 		}
 		t.Run(name, func(t *testing.T) {
-			held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
-			g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
+			g, held := newHeldEngineRig(t, func(o *BoardOptions) {
 				o.Spin, o.SpinMax, o.BusyPoll = 5*time.Second, 5*time.Second, busy
-				held.CopyEngine = o.Local.Engine
-				o.Local.Engine = held
 			})
-			released := false
-			defer func() {
-				if !released {
-					close(held.release) // a failed test must not leave the copy hanging
-				}
-			}()
 			msg, err := g.a.AllocShared(1 << 20)
 			if err != nil {
 				t.Fatal(err)
@@ -487,8 +478,7 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 						return st.Engine > st0.Engine && st.Spinning == 0
 					})
 				}
-				released = true
-				close(held.release)
+				held.free()
 			})
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			for i := 1; i <= 3; i++ {
@@ -499,4 +489,53 @@ func TestWaitStepsAsideForEngine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitSpinsBesideUnrelatedEngineCopy: stepping aside for the engine is
+// per request. While the engine's copy of one message is held, a waiter on
+// another request of the same board keeps polling the rings and takes its
+// small message itself (a polled wait, no engine wait); a waiter on the
+// held request steps aside; once the engine runs, the held message arrives
+// byte-exact.
+func TestWaitSpinsBesideUnrelatedEngineCopy(t *testing.T) {
+	g, held := newHeldEngineRig(t, func(o *BoardOptions) {
+		o.Spin, o.SpinMax = 5*time.Second, 5*time.Second
+	})
+	ctx := testCtx(t, time.Minute)
+	big, bigBuf, rBig, sBig := g.sendHeld(t, held, 1, 5)
+	st0 := g.bb.WaitStats()
+	small, smallBuf := pattern(100, 6), make([]byte, 100)
+	rSmall, err := g.b.IRecv([][]byte{smallBuf}, 2, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := rSmall.Wait(ctx); got <- err }()
+	waitUntil(t, "the waiter of the unrelated request to poll while the engine copies", func() bool {
+		return g.bb.WaitStats().Spinning == 1
+	})
+	sSmall, err := g.a.ISend([][]byte{small}, g.atob, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil || !bytes.Equal(smallBuf, small) {
+		t.Fatalf("small message: %v, or wrong bytes", err)
+	}
+	mustWait(t, sSmall, time.Minute)
+	if st := g.bb.WaitStats(); st.Engine != st0.Engine || st.Polled <= st0.Polled {
+		t.Fatalf("the unrelated wait: %d engine waits, %d polled (were %d, %d); want it polled, not stepping aside", st.Engine, st.Polled, st0.Engine, st0.Polled)
+	}
+	if _, done := rBig.Test(); done {
+		t.Fatal("the held receive completed before its copy ran")
+	}
+	go func() { _, err := rBig.Wait(ctx); got <- err }()
+	waitUntil(t, "the waiter of the held request to step aside", func() bool {
+		st := g.bb.WaitStats()
+		return st.Engine > st0.Engine && st.Spinning == 0
+	})
+	held.free()
+	if err := <-got; err != nil || !bytes.Equal(bigBuf, big) {
+		t.Fatalf("held message: %v, or wrong bytes", err)
+	}
+	mustWait(t, sBig, time.Minute)
 }

@@ -186,6 +186,8 @@ func (pl *pull) offloadReply(off int, payload []byte) bool {
 		})
 	}
 	pl.copying++
+	pl.r.engine.Add(1) // its waiters step aside (poll.go)
+	pl.e.engCopies.Add(1)
 	b.pcopies = append(b.pcopies, c)
 	if startErr != nil {
 		b.reapCopy(c, startErr) // waits for what started, then the CPU copies
@@ -330,6 +332,8 @@ func (b *Board) reapCopy(c *pullCopy, err error) {
 	}
 	b.tr.Release(&c.frame)
 	pl.copying--
+	pl.r.engine.Add(-1)
+	e.engCopies.Add(-1)
 	if pl.copying == 0 && pl.drained && !pl.ending && e.pulls[pl.slot] == pl {
 		pl.finish()
 	}

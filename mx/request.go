@@ -71,6 +71,9 @@ const (
 // One goroutine at a time may wait on a given request.
 type Request struct {
 	done atomic.Bool // completed: status is final
+	// engine counts the copy-engine copies in flight that fill it
+	// (offload.go, pulloffload.go): its waiters step aside (poll.go).
+	engine atomic.Int32
 
 	ep   *Endpoint
 	kind reqKind

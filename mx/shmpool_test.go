@@ -443,11 +443,58 @@ func TestSharedPeerKilled(t *testing.T) {
 }
 
 // heldEngine is a copy engine whose first copy blocks until the test
-// releases it.
+// releases it (free).
 type heldEngine struct {
 	CopyEngine
-	once             sync.Once
+	once, freed      sync.Once
 	entered, release chan struct{}
+}
+
+// free releases the held copy; later calls do nothing.
+func (h *heldEngine) free() { h.freed.Do(func() { close(h.release) }) }
+
+// newHeldEngineRig is newEngineRig with the receiver's engine held at its
+// first copy; receiver, when not nil, sets the receiver's other options.
+// A test that ends without releasing the copy releases it, so nothing is
+// left hanging.
+func newHeldEngineRig(t *testing.T, receiver func(*BoardOptions)) (*engineRig, *heldEngine) {
+	t.Helper()
+	held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
+	g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
+		if receiver != nil {
+			receiver(o)
+		}
+		held.CopyEngine = o.Local.Engine
+		o.Local.Engine = held
+	})
+	t.Cleanup(held.free)
+	return g, held
+}
+
+// sendHeld sends a 1 MiB message from a shared buffer of g.a (pattern
+// seed) to g.b with match tag and returns once the engine holds its copy:
+// the message, the receive buffer, the receive and the send.
+func (g *engineRig) sendHeld(t *testing.T, held *heldEngine, tag, seed uint64) (msg, buf []byte, r, s *Request) {
+	t.Helper()
+	msg, err := g.a.AllocShared(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.a.FreeShared(msg) })
+	copy(msg, pattern(len(msg), seed))
+	buf = make([]byte, len(msg))
+	if r, err = g.b.IRecv([][]byte{buf}, tag, ^uint64(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = g.a.ISend([][]byte{msg}, g.atob, tag, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.entered:
+	case <-testCtx(t, time.Minute).Done():
+		t.Fatal("the engine copy never started")
+	}
+	return msg, buf, r, s
 }
 
 func (h *heldEngine) CopyAsync(dst, src []byte) (func() error, error) {
@@ -463,39 +510,9 @@ func (h *heldEngine) CopyAsync(dst, src []byte) (func() error, error) {
 // not hold the board lock), and the held receive completes byte-exact,
 // counted as an engine copy, once the engine runs.
 func TestEngineCopyOutsideLock(t *testing.T) {
-	held := &heldEngine{entered: make(chan struct{}), release: make(chan struct{})}
-	g := newEngineRig(t, LargeEngine, nil, func(o *BoardOptions) {
-		held.CopyEngine = o.Local.Engine
-		o.Local.Engine = held
-	})
-	defer func() {
-		select {
-		case <-held.release:
-		default:
-			close(held.release) // a failed test must not leave the copy hanging
-		}
-	}()
+	g, held := newHeldEngineRig(t, nil)
 	ctx := testCtx(t, time.Minute)
-	big, err := g.a.AllocShared(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.a.FreeShared(big)
-	copy(big, pattern(len(big), 9))
-	bbuf := make([]byte, len(big))
-	rb, err := g.b.IRecv([][]byte{bbuf}, 1, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := g.a.ISend([][]byte{big}, g.atob, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held.entered:
-	case <-ctx.Done():
-		t.Fatal("the engine copy never started")
-	}
+	big, bbuf, rb, sb := g.sendHeld(t, held, 1, 9)
 	for i := range 10 {
 		msg := pattern(100, uint64(i))
 		buf := make([]byte, 100)
@@ -515,7 +532,7 @@ func TestEngineCopyOutsideLock(t *testing.T) {
 	if _, ok := rb.Test(); ok {
 		t.Fatal("the held receive completed before its copy ran")
 	}
-	close(held.release)
+	held.free()
 	if _, err := rb.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,12 @@ import (
 	"github.com/gomx-dev/gomx/internal/units"
 )
 
+// jobProcsWithEngine is GOMAXPROCS of a rank bound to one CPU whose
+// emulated engine has a CPU of its own (--engine-cpu): the application,
+// mx's goroutines, the engine's channel, and one to spare (see
+// runJobCommand).
+const jobProcsWithEngine = 4
+
 // runJobCommand runs cmd (pingpong, stream, alltoall, overlap) as one rank
 // of job: it joins the job, runs every strategy's sizes with the other
 // ranks, and on rank 0 reports. args are the command line after the
@@ -44,8 +50,15 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 			// runs Go code and needs a P of its own, or it would copy
 			// only when the rank's goroutines stop, and mx's goroutines
 			// need one beside the application's, as on an unbound rank,
-			// or they would progress only at a preemption.
-			runtime.GOMAXPROCS(3)
+			// or they would progress only at a preemption. And one to
+			// spare: mx's receive loop sleeps in a futex system call
+			// holding its P, and with no P idle the runtime's sysmon
+			// takes such a P back after 20 µs and, each time it does,
+			// goes back to polling every 20 µs: with three, the
+			// availability run's computation was preempted by sysmon's
+			// wake-ups on its CPU some 10 000 times a second, and the
+			// goroutines the engine's completions woke waited for a P.
+			runtime.GOMAXPROCS(jobProcsWithEngine)
 		}
 	}
 	// Every rank's failure, rank 0's own among them, the earliest first.
