@@ -156,7 +156,7 @@ func connectEcho(b *testing.B, tr transport.Transport, opts BoardOptions, nic tr
 // runPingPong times b.N round trips of size bytes to an echo server.
 func runPingPong(b *testing.B, ctx context.Context, e *Endpoint, addr Addr, size int) {
 	sbuf, rbuf := make([]byte, size), make([]byte, size)
-	round := func() { exchange(b, ctx, e, addr, e, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
+	round := func() { pingOnce(b, ctx, e, addr, e, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
 	for range 10 {
 		round()
 	}
@@ -242,7 +242,7 @@ func BenchmarkMessageCost(b *testing.B) {
 	ctx := context.Background()
 	msg, bufA, bufB := make([]byte, 8), make([]byte, 8), make([]byte, 8)
 	one := func(src, dst *Endpoint, to Addr, rbuf []byte) {
-		exchange(b, ctx, src, to, dst, 1, ^uint64(0), [][]byte{msg}, [][]byte{rbuf})
+		pingOnce(b, ctx, src, to, dst, 1, ^uint64(0), [][]byte{msg}, [][]byte{rbuf})
 	}
 	for range 100 {
 		one(pr.a, pr.b, pr.atob, bufB)
