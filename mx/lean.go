@@ -45,8 +45,8 @@ import (
 // frames behind it (the window keeps them under earlyWindow), and the
 // endpoint's timers offer it again each tick until it is taken. The ring
 // can still refuse a frame: a dead ring (the peer is gone) fails the Send,
-// and a ring whose consumer made no progress for FullWait drops it (the
-// transport counts it, FramesDropped); either way the message takes the
+// and a ring whose consumer made no progress for FullWait drops it
+// (SendStrict fails with shm.ErrRingFull); either way the message takes the
 // sequenced path instead, resend state included, and goes out again (by
 // the transport, when the host path gave up on the peer).
 //
@@ -118,14 +118,12 @@ func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 		}
 		h.Put(hb, b.ord)
 	}
-	drops := tr.FramesDropped()
 	b.tx1[0] = transport.Frame{Peer: p.nic, Data: buf[:wire.HeadLen+hl+n]}
-	_, err := tr.Send(b.tx1[:])
+	_, err := tr.SendStrict(b.tx1[:])
 	b.tx1[0].Data = nil
-	if err != nil || tr.FramesDropped() != drops {
-		// Not in the ring (or perhaps not: another frame of this
-		// board's may have been the one dropped): the sequenced path
-		// sends it again, a duplicate at worst.
+	if err != nil {
+		// Not in the ring (a dead one, or shm.ErrRingFull): the
+		// sequenced path sends it again.
 		b.sendFailed(tr, p.nic)
 		return false
 	}

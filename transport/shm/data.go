@@ -2,6 +2,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -16,11 +17,30 @@ import (
 
 // ---- producer side ----
 
+// ErrRingFull is SendStrict's error for a frame it dropped: the peer's
+// ring stayed full while its consumer made no progress for
+// Options.FullWait (it is stuck or gone).
+var ErrRingFull = errors.New("shm: ring full, frame dropped")
+
 // Send writes frames into the rings of their peers, connecting to a peer
 // on its first frame. A full ring is waited on for at most Options.FullWait,
-// then the frame is dropped and counted (the layer above resends). A peer
-// with no socket in the directory fails with transport.ErrUnreachable.
+// then the frame is dropped and counted (the layer above resends, as over
+// any lossy transport). A peer with no socket in the directory fails with
+// transport.ErrUnreachable.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	return t.send(frames, false)
+}
+
+// SendStrict is Send for a caller that keeps no copy of what it sends
+// (mx's lean path): a frame dropped for a full ring fails it with
+// ErrRingFull, counted as Send counts it. The frames before it are in the
+// ring; it and the rest of the batch are not.
+func (t *Transport) SendStrict(frames []transport.Frame) (int, error) {
+	return t.send(frames, true)
+}
+
+// send is Send; strict: SendStrict.
+func (t *Transport) send(frames []transport.Frame, strict bool) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
@@ -50,7 +70,7 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		// Frames in place name pool segments: the peer must have them
 		// (a no-op once it has them all); failing that, they are copied.
 		refs := inPlace(frames[i:j]) && t.ShareSegments(peer) == nil
-		k, err := t.write(o, frames[i:j], refs)
+		k, err := t.write(o, frames[i:j], refs, strict)
 		i += k
 		if err != nil {
 			return i, err
@@ -63,16 +83,17 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 // published as it is written (producer.put stores its record word last);
 // the consumer's doorbell is rung, if it may sleep, once for the batch.
 // With refs, frames of in-place regions go as reference records
-// (inplace.go).
-func (t *Transport) write(o *outRing, frames []transport.Frame, refs bool) (int, error) {
+// (inplace.go). A frame dropped for a full ring is skipped, or with strict
+// ends the write with ErrRingFull.
+func (t *Transport) write(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
 	o.mu.Lock()
-	n, err := t.writeLocked(o, frames, refs)
+	n, err := t.writeLocked(o, frames, refs, strict)
 	o.mu.Unlock()
 	return n, err
 }
 
 // writeLocked is write with o.mu held.
-func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs bool) (int, error) {
+func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
 	if o.dead.Load() || o.data == nil {
 		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
@@ -109,6 +130,9 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs bool)
 				start = o.cur
 				if !t.waitRoom(o, rl) {
 					t.cnt.dropFull.Add(1)
+					if strict {
+						return i, t.dropErr(o)
+					}
 					continue
 				}
 				at, _ = o.reserve(o.headSeen, rl)
@@ -142,6 +166,18 @@ func (o *outRing) publish(start uint64) {
 		futexWake(o.seq, 1)
 		o.wakes.Add(1)
 	}
+}
+
+// dropErr says why waitRoom gave up on o's ring.
+func (t *Transport) dropErr(o *outRing) error {
+	switch {
+	case t.closed.Load():
+		return transport.ErrClosed
+	case o.dead.Load():
+		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
+	return fmt.Errorf("%w: board %v took nothing from its ring for %v (it is stuck or gone; Options.FullWait sets how long to wait)",
+		ErrRingFull, o.peer, t.opts.FullWait)
 }
 
 // waitRoom waits until rl bytes fit. It gives up only when the consumer

@@ -51,7 +51,8 @@ type Options struct {
 	// negative: never spin.
 	Spin time.Duration
 	// FullWait is how long Send waits for room in a full ring whose
-	// receiver makes no progress before it drops the frame (counted).
+	// receiver makes no progress before it drops the frame (counted;
+	// SendStrict fails with ErrRingFull).
 	// Default 1s: a live receiver on a busy machine can stall that long.
 	FullWait time.Duration
 }

@@ -178,6 +178,57 @@ func TestFullRingKeepsMoving(t *testing.T) {
 	}
 }
 
+// TestStuckReceiverFailsSendStrict: a ring whose consumer takes nothing
+// for FullWait makes SendStrict fail with ErrRingFull for the frame that
+// found no room (counted), the frames before it arrive intact, and once
+// the consumer drains the ring, it works again.
+func TestStuckReceiverFailsSendStrict(t *testing.T) {
+	const size = 4000
+	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
+	defer a.Close()
+	defer b.Close()
+	frame := func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, size) }
+	sent := 0
+	var err error
+	for ; sent < 2*minRingLen/size; sent++ { // the ring holds fewer
+		var n int
+		if n, err = a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: frame(sent)}}); err != nil {
+			if n != 0 {
+				t.Fatalf("SendStrict = %d, %v: want 0 frames sent with the error", n, err)
+			}
+			break
+		}
+	}
+	if !errors.Is(err, ErrRingFull) {
+		t.Fatalf("after %d frames into a ring nobody reads: SendStrict error %v, want ErrRingFull", sent, err)
+	}
+	if d := counter(a, "shm frames dropped (ring full)"); d != 1 {
+		t.Fatalf("%d frames counted dropped, want 1", d)
+	}
+	frames := make([]transport.Frame, 8)
+	for i := 0; i < sent; {
+		n, err := b.Recv(frames, time.Minute)
+		if err != nil || n == 0 {
+			t.Fatalf("after %d of %d frames: Recv = %d, %v", i, sent, n, err)
+		}
+		for _, f := range frames[:n] {
+			if !bytes.Equal(f.Data, frame(i)) {
+				t.Fatalf("frame %d: not the bytes sent", i)
+			}
+			i++
+		}
+	}
+	if n, err := b.Recv(frames, 0); n != 0 || err != nil { // gives the space back
+		t.Fatalf("Recv of a drained ring = %d, %v", n, err)
+	}
+	if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: frame(sent)}}); err != nil {
+		t.Fatalf("SendStrict into the drained ring: %v", err)
+	}
+	if n, err := b.Recv(frames, time.Minute); n != 1 || err != nil || !bytes.Equal(frames[0].Data, frame(sent)) {
+		t.Fatalf("after the drain: Recv = %d, %v, want the frame sent", n, err)
+	}
+}
+
 // TestRecvTimeoutEndsTheSpin: a Recv given a timeout shorter than its spin
 // (an hour here) returns with nothing once the timeout passes, instead of
 // spinning on.
