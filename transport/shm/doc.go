@@ -37,7 +37,10 @@
 // no longer in use, and then only every 64 KiB (an eighth of a small ring)
 // or at once after a reference record (see commit in data.go): a small
 // message costs the consumer no store to the shared head, and a producer
-// that finds the ring full still finds the head moving. Every
+// that finds the ring full still finds the head moving. A producer whose
+// consumer takes nothing for Options.FullWait drops the frame: Send counts
+// it, as a lossy wire would lose it, and SendStrict also fails with
+// ErrRingFull, for a caller that keeps no copy to resend. Every
 // length read from a ring is checked against the ring and the MTU before
 // use; a ring that breaks the layout is dropped and counted.
 //
