@@ -203,7 +203,7 @@
 // in the waiting goroutine with no futex and no goroutine hop, and Test
 // looks at the rings once too. A wait that runs out of budget sleeps on a
 // per-request channel, and the progress goroutine takes the rings back and
-// sleeps on their futex when nothing comes (see poll.go and
+// sleeps on their doorbell when nothing comes (see poll.go and
 // Board.WaitStats). With BoardOptions.BusyPoll a waiting goroutine polls
 // every source, the transport included, without a budget; a transport that
 // costs a system call to look at (a UDP socket beside the host path's

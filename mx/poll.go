@@ -23,7 +23,7 @@ import (
 // at a time (rxSource.mu): normally its receive loop (the progress
 // goroutine, or the host path's loop), which blocks in Recv and completes
 // requests; a blocked Wait then sleeps on the request's channel. That costs
-// two wake-ups per message on a quiet receiver: the futex that wakes the
+// two wake-ups per message on a quiet receiver: the doorbell that wakes the
 // loop, then the goroutine hand-off to the waiter, each tens of
 // microseconds on a virtual machine whose idle CPUs halt.
 //

@@ -162,8 +162,7 @@ func (o *outRing) publish(start uint64) {
 	// words put stored come before this load, so either the consumer
 	// sees the records, or we see sleeping == 1 here and wake it.
 	if o.slp.Load() != 0 {
-		o.seq.Add(1)
-		futexWake(o.seq, 1)
+		kick(o.ev)
 		o.wakes.Add(1)
 	}
 }
@@ -294,25 +293,33 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v: handshake: %v", transport.ErrUnreachable, peer, err))
 	}
-	w, bfd, err := recvFD(c, welcomeLen)
+	w, fds, err := recvFD(c, welcomeLen, 2)
 	if err != nil {
 		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v refused the connection: %v", transport.ErrUnreachable, peer, err))
 	}
+	bfd, ev := fds[0], fds[1]
 	if le.Uint32(w) != welcomeMagic || le.Uint32(w[4:]) != version {
 		unix.Close(bfd)
+		unix.Close(ev)
 		seg.unmap()
-		return fail(fmt.Errorf("%w: board %v: bad welcome", transport.ErrUnreachable, peer))
+		return fail(fmt.Errorf("%w: board %v: bad welcome (a gomx of another version?)", transport.ErrUnreachable, peer))
+	}
+	if err := checkBellEvent(ev); err != nil {
+		unix.Close(bfd)
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err))
 	}
 	bell, err := mapPeerFD(bfd, bellLen, bellLen)
 	if err != nil {
+		unix.Close(ev)
 		seg.unmap()
 		return fail(err)
 	}
 	c.SetDeadline(time.Time{})
 	o := &outRing{peer: peer, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
 		head: u64At(seg.mem, headOff),
-		seq:  u32At(bell.mem, bellSeqOff), slp: u32At(bell.mem, bellSleepOff),
+		slp:  u32At(bell.mem, bellSleepOff), ev: ev,
 		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
 	return o, nil
@@ -326,6 +333,7 @@ func (o *outRing) close() {
 	o.conn.Close()
 	o.seg.unmap()
 	o.bell.unmap()
+	unix.Close(o.ev)
 	o.data = nil
 	o.mu.Unlock()
 }
@@ -355,7 +363,8 @@ func (t *Transport) Reaches(peer transport.NICID) bool {
 // and stays valid until the next Recv: only then may the space go back to
 // the producers (see commit), which completes their in-place sends. Recv
 // polls for Options.Spin (or the timeout, if shorter), then sleeps on the
-// doorbell futex; producers wake it only while it sleeps.
+// doorbell's eventfd, its goroutine parked in the runtime's poller (see
+// sleep); producers wake it only while it sleeps.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	t.rmu.Lock()
 	n, err := t.recv(frames, timeout)
@@ -425,9 +434,9 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 			continue
 		}
 		// Going to sleep: announce it, then look once more. A producer
-		// that published after our look sees sleeping == 1 and bumps seq,
-		// so the futex wait below does not sleep (or is woken).
-		s := t.seq.Load()
+		// that published after our look sees sleeping == 1 and writes the
+		// eventfd, whose count stays up until read, so the sleep below
+		// returns at once (or is woken).
 		t.slp.Store(1)
 		if n := t.poll(frames); n > 0 {
 			t.slp.Store(0)
@@ -441,16 +450,12 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 			t.slp.Store(0)
 			return 0, nil
 		}
-		wait := time.Duration(0)
-		if timeout > 0 {
-			wait = time.Until(deadline)
-			if wait <= 0 {
-				t.slp.Store(0)
-				return 0, nil
-			}
+		if timeout > 0 && !time.Now().Before(deadline) {
+			t.slp.Store(0)
+			return 0, nil
 		}
 		t.cnt.sleeps.Add(1)
-		futexWait(t.seq, s, wait)
+		t.sleep(deadline)
 		t.slp.Store(0)
 		if t.wakeReq.Swap(false) {
 			return t.poll(frames), nil
@@ -463,6 +468,25 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return 0, nil
 		}
 	}
+}
+
+// sleep waits until the doorbell's eventfd is written (by a producer that
+// saw the sleeping flag, by Wake, or by a watcher whose peer went away) or
+// until deadline (zero: no bound), and resets its count. The read parks
+// the goroutine in the runtime's poller and gives its P back: a futex wait
+// here would hold the P in a system call, and with the application's
+// goroutines on every other P, sysmon would keep retaking it (and waking
+// every 20 µs meanwhile), preempting the application each time. A count
+// left by a wake-up that came after the receiver had already looked makes
+// the next sleep return at once: the caller just looks again.
+func (t *Transport) sleep(deadline time.Time) {
+	if !deadline.IsZero() || t.evDeadline {
+		_ = t.ev.SetReadDeadline(deadline)
+		t.evDeadline = !deadline.IsZero()
+	}
+	// Any outcome returns: a count read, the deadline passed (the caller
+	// checks its clock), or an error (the caller re-checks closed).
+	_, _ = t.ev.Read(t.evBuf[:])
 }
 
 // poll reads up to len(frames) records across the rings.
@@ -692,6 +716,7 @@ func (t *Transport) Close() error {
 	t.inMu.Unlock()
 	t.bell.unmap()
 	unix.Close(t.bellFd)
+	t.ev.Close()
 	t.lends.Close()
 	t.rmu.Unlock()
 	return err

@@ -22,9 +22,11 @@
 //
 // The first frame to a peer connects to its socket and hands over, with
 // SCM_RIGHTS, a memfd holding a ring written only by the sender and read
-// only by the receiver; the receiver answers with the memfd of its doorbell.
-// Both descriptors are closed once mapped, so a live transport holds
-// mappings, not descriptors. Each direction of a pair has its own ring.
+// only by the receiver; the receiver answers with the memfd of its doorbell
+// and its eventfd (see Sleeping and waking). The memfds are closed once
+// mapped, so a live transport holds mappings and, besides its sockets, one
+// descriptor per ring it writes (the peer's eventfd) and its own eventfd.
+// Each direction of a pair has its own ring.
 //
 // A ring has a consumer cursor (head) on a cache line of its own, and
 // records of a length, a record word and a frame, each starting on a 64-byte
@@ -47,18 +49,34 @@
 // # Sleeping and waking
 //
 // Recv polls for a short spin, then announces that it sleeps (a flag in its
-// doorbell), polls once more, and waits on the doorbell's futex word.
-// A producer, after publishing, wakes the futex only if the flag is set. The
-// flag store and the re-check of the record word on one side, the record
-// word's store and the flag load on the other, are sequentially consistent
-// (Go's atomics), so either the receiver sees the record or the producer
-// sees the flag: a wake-up is never lost and a busy receiver costs its
-// producers no system call. Options.Spin (or
-// GOMX_SHM_SPIN) sets the spin. Wake asks a Recv to return by the same
-// handshake: a flag, and a futex wake only while the Recv sleeps, so the
-// layer above can take Recv over from a spinning receive loop cheaply. The
-// counters say how often the receiver slept and how many wake-ups the
-// producers sent.
+// doorbell), polls once more, and reads the doorbell's eventfd. A producer,
+// after publishing, writes the eventfd only if the flag is set. The flag
+// store and the re-check of the record word on one side, the record word's
+// store and the flag load on the other, are sequentially consistent (Go's
+// atomics), so either the receiver sees the record or the producer sees the
+// flag and writes. The eventfd's count stays up until it is read, so a write
+// that comes between the receiver's last look and its read makes the read
+// return at once: a wake-up is never lost, and a busy receiver costs its
+// producers no system call. A write that comes after the receiver has woken
+// (the producer saw the flag just before it fell) costs the next sleep one
+// extra look, nothing more. Options.Spin (or GOMX_SHM_SPIN) sets the spin.
+// Wake asks a Recv to return by the same handshake: a flag, and a write only
+// while the Recv sleeps, so the layer above can take Recv over from a
+// spinning receive loop cheaply; a peer that goes away, and Close, write it
+// too. The counters say how often the receiver slept and how many wake-ups
+// the producers sent.
+//
+// The eventfd, not a futex in the doorbell, because of where the sleeper
+// waits: the eventfd is non-blocking and read through an os.File, so the
+// sleeping goroutine parks in the Go runtime's poller and its P goes to other
+// goroutines. A futex wait is a system call that keeps the P: when the
+// application's goroutines hold every other P, the runtime's sysmon retakes
+// it again and again, and polls every 20 µs while it does, preempting the
+// application (issue 10: thousands of wake-ups a second on a computing CPU).
+// The consumer passes the eventfd to each producer with the doorbell's memfd
+// in its welcome (SCM_RIGHTS); the producer checks that it is an eventfd,
+// makes it non-blocking, and keeps it, one descriptor per ring it writes,
+// until the ring closes.
 //
 // # Peers that go away
 //

@@ -53,12 +53,11 @@ const (
 )
 
 // Doorbell layout: one segment per receiving transport, shared with every
-// producer that sends to it.
+// producer that sends to it (the wake-up itself goes through an eventfd
+// passed with it: see Transport.sleep).
 //
-//	offset 0   seq       uint32  futex word: bumped by a producer to wake
-//	offset 64  sleeping  uint32  1 while the receiver may sleep on seq
+//	offset 64  sleeping  uint32  1 while the receiver may sleep on its eventfd
 const (
-	bellSeqOff   = 0
 	bellSleepOff = 64
 	bellLen      = 4096
 )

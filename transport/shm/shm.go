@@ -47,7 +47,7 @@ type Options struct {
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
 	// Spin is how long Recv polls the rings before sleeping on the
-	// doorbell futex. Default $GOMX_SHM_SPIN (a Go duration), else 20µs;
+	// doorbell's eventfd. Default $GOMX_SHM_SPIN (a Go duration), else 20µs;
 	// negative: never spin.
 	Spin time.Duration
 	// FullWait is how long Send waits for room in a full ring whose
@@ -106,13 +106,13 @@ func (o Options) withDefaults() (Options, error) {
 
 // Handshake messages, on the SOCK_SEQPACKET connection a producer opens to
 // the consumer's socket: hello (producer → consumer, with the ring's memfd)
-// and welcome (consumer → producer, with the doorbell's memfd).
+// and welcome (consumer → producer, with the doorbell's memfd and eventfd).
 const (
 	helloMagic   = 0x676D7868 // "gmxh"
 	welcomeMagic = 0x676D7877 // "gmxw"
 	helloLen     = 32         // magic u32, version u32, nic u64, mtu u32, size u32, word u64
 	welcomeLen   = 12         // magic u32, version u32, mtu u32
-	version      = 3          // 3: 64-byte records polled by their record word
+	version      = 4          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell
 	handshakeTTL = 5 * time.Second
 )
 
@@ -130,9 +130,16 @@ type Transport struct {
 	path   string
 	ln     *net.UnixListener
 	bell   segment // our doorbell, mapped by every producer sending to us
-	bellFd int     // its memfd, duplicated for each producer; closed by Close
-	seq    *atomic.Uint32
+	bellFd int     // its memfd, passed to each producer; closed by Close
 	slp    *atomic.Uint32
+	// ev is the doorbell's eventfd (evFd, owned by ev, passed to each
+	// producer with the memfd): a sleeping Recv reads it, parked in the
+	// runtime's poller (see sleep). evBuf and evDeadline (a read
+	// deadline is set) belong to Recv, under rmu.
+	ev         *os.File
+	evFd       int
+	evBuf      [8]byte
+	evDeadline bool
 
 	inMu sync.Mutex
 	in   atomic.Pointer[[]*inRing] // copy on write under inMu
@@ -201,14 +208,15 @@ type outRing struct {
 	bell      segment
 	producer  // the data area and our cursor (ring.go)
 	head      *atomic.Uint64
-	seq, slp  *atomic.Uint32
+	slp       *atomic.Uint32
+	ev        int    // the consumer's eventfd (see kick); closed by close
 	headSeen  uint64 // cached consumer head: reloaded only when the ring looks full
 	stalled   bool   // a wait for room timed out with the consumer at stalledAt
 	stalledAt uint64
 	mtu       int
 	conn      *net.UnixConn
 	dead      atomic.Bool
-	wakes     *atomic.Uint64 // the transport's count of futex wake-ups sent
+	wakes     *atomic.Uint64 // the transport's count of wake-ups sent
 	sent      atomic.Uint64  // frames written: per ring, so senders to different peers share no counter
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
@@ -233,14 +241,21 @@ func Open(opts Options) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{opts: o, bell: bell, bellFd: bfd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
+	ev, evFd, err := newBellEvent()
+	if err != nil {
+		bell.unmap()
+		unix.Close(bfd)
+		return nil, err
+	}
+	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, evFd: evFd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
-	t.seq, t.slp = u32At(bell.mem, bellSeqOff), u32At(bell.mem, bellSleepOff)
+	t.slp = u32At(bell.mem, bellSleepOff)
 	empty := []*inRing{}
 	t.in.Store(&empty)
 	if err := t.listen(); err != nil {
 		bell.unmap()
 		unix.Close(bfd)
+		ev.Close()
 		return nil, err
 	}
 	t.wg.Add(1)
@@ -362,10 +377,11 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 		return fmt.Errorf("shm: refused a connection from uid %d", uid)
 	}
 	c.SetDeadline(time.Now().Add(handshakeTTL))
-	msg, fd, err := recvFD(c, helloLen)
+	msg, fds, err := recvFD(c, helloLen, 1)
 	if err != nil {
 		return err
 	}
+	fd := fds[0]
 	le := binary.LittleEndian
 	peer := transport.NICID(le.Uint64(msg[8:]))
 	mtu, size := int(le.Uint32(msg[16:])), int(le.Uint32(msg[20:]))
@@ -405,16 +421,13 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	nw := append(append(make([]*inRing, 0, len(old)+1), old...), r)
 	t.in.Store(&nw)
 	t.inMu.Unlock()
-	bfd, err := unix.Dup(t.bellFd)
-	if err == nil {
-		w := make([]byte, welcomeLen)
-		le.PutUint32(w, welcomeMagic)
-		le.PutUint32(w[4:], version)
-		le.PutUint32(w[8:], uint32(t.opts.MTU))
-		err = sendFD(c, w, bfd)
-		unix.Close(bfd)
-	}
-	if err != nil {
+	// Both descriptors stay open until Close, which closes them after this
+	// goroutine (accept) has returned.
+	w := make([]byte, welcomeLen)
+	le.PutUint32(w, welcomeMagic)
+	le.PutUint32(w[4:], version)
+	le.PutUint32(w[8:], uint32(t.opts.MTU))
+	if err := sendFD(c, w, t.bellFd, t.evFd); err != nil {
 		// Recv unmaps it (and closes c) at its next call.
 		r.dead.Store(true)
 		t.ring()
@@ -495,12 +508,12 @@ func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
 // Wake makes a Recv that is waiting (or the next one) return 0, nil at
 // once: a receive loop uses it to stop without closing the transport, and
 // mx to take Recv over from its progress goroutine. It makes a system call
-// only when the Recv sleeps on the futex; a spinning one sees the request
-// at its next look.
+// only when the Recv sleeps; a spinning one sees the request at its next
+// look.
 func (t *Transport) Wake() {
 	// Sequentially consistent with Recv's store of sleeping and its
 	// re-check of wakeReq (Dekker): either Recv sees the request, or we
-	// see sleeping == 1 and bump the futex word it waits on.
+	// see sleeping == 1 and write the eventfd it reads.
 	t.wakeReq.Store(true)
 	if t.slp.Load() != 0 {
 		t.cnt.wakes.Add(1)
@@ -508,8 +521,7 @@ func (t *Transport) Wake() {
 	}
 }
 
-// ring wakes our own Recv.
-func (t *Transport) ring() {
-	t.seq.Add(1)
-	futexWake(t.seq, 1)
-}
+// ring wakes our own Recv: the eventfd's count stays up until a Recv
+// reads it, so one that is about to sleep returns at once. After Close the
+// file is closed and the write fails, harmlessly.
+func (t *Transport) ring() { _, _ = t.ev.Write(eventOne) }

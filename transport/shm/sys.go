@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -85,6 +86,46 @@ func mapPeerFD(fd, min, max int) (segment, error) {
 	return segment{mem: mem}, nil
 }
 
+// newBellEvent creates the receiver's wake-up descriptor: an eventfd,
+// non-blocking, so that os.NewFile registers it with the Go runtime's
+// poller and a Read of it parks the goroutine, not its thread (see
+// Transport.sleep). It returns the file and its descriptor, which the file
+// owns (for passing to producers while the file is open).
+func newBellEvent() (*os.File, int, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, -1, fmt.Errorf("shm: eventfd for the doorbell: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "gomx-doorbell-event"), fd, nil
+}
+
+// checkBellEvent makes sure fd, passed by a consumer, is an eventfd and
+// makes it non-blocking (the consumer's own is already), so that kick
+// never blocks the sender whatever the peer passed. It closes fd on error.
+func checkBellEvent(fd int) error {
+	l, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err == nil && l != "anon_inode:[eventfd]" {
+		err = fmt.Errorf("it is %q", l)
+	}
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("shm: the peer's doorbell is not an eventfd: %w", err)
+	}
+	return nil
+}
+
+// eventOne is the 8-byte count an eventfd write adds: 1.
+var eventOne = binary.NativeEndian.AppendUint64(nil, 1)
+
+// kick adds 1 to the eventfd fd (a consumer's doorbell): a sleeping
+// consumer's Read returns. The descriptor is non-blocking: at the
+// (unreachable) saturated count the write fails, and the reader has a
+// wake-up pending anyway.
+func kick(fd int) { _, _ = unix.Write(fd, eventOne) }
+
 // peerUID returns the uid of the process at the other end of c.
 func peerUID(c *net.UnixConn) (int, error) {
 	uid, _, err := peerCred(c)
@@ -111,20 +152,20 @@ func peerCred(c *net.UnixConn) (uid, pid int, err error) {
 	return int(cred.Uid), int(cred.Pid), nil
 }
 
-// sendFD sends msg with fd attached (SCM_RIGHTS).
-func sendFD(c *net.UnixConn, msg []byte, fd int) error {
-	_, _, err := c.WriteMsgUnix(msg, unix.UnixRights(fd), nil)
+// sendFD sends msg with fds attached (SCM_RIGHTS).
+func sendFD(c *net.UnixConn, msg []byte, fds ...int) error {
+	_, _, err := c.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
 	return err
 }
 
-// recvFD reads one message of exactly n bytes carrying exactly one
-// descriptor. Extra descriptors are closed.
-func recvFD(c *net.UnixConn, n int) ([]byte, int, error) {
+// recvFD reads one message of exactly n bytes carrying exactly nfd
+// descriptors. On error every descriptor received is closed.
+func recvFD(c *net.UnixConn, n, nfd int) ([]byte, []int, error) {
 	buf := make([]byte, n+1)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	k, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return nil, -1, err
+		return nil, nil, err
 	}
 	var fds []int
 	if oobn > 0 {
@@ -137,13 +178,13 @@ func recvFD(c *net.UnixConn, n int) ([]byte, int, error) {
 			}
 		}
 	}
-	if k != n || len(fds) != 1 || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+	if k != n || len(fds) != nfd || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		for _, f := range fds {
 			unix.Close(f)
 		}
-		return nil, -1, fmt.Errorf("shm: bad handshake message (%d bytes, %d descriptors)", k, len(fds))
+		return nil, nil, fmt.Errorf("shm: bad handshake message (%d bytes, %d descriptors; want %d and %d)", k, len(fds), n, nfd)
 	}
-	return buf[:n], fds[0], nil
+	return buf[:n], fds, nil
 }
 
 // checkDir makes sure dir exists, is a directory (not a link), belongs to

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -253,5 +254,52 @@ func TestRecvTimeoutEndsTheSpin(t *testing.T) {
 	case <-time.After(time.Minute):
 		a.Wake()
 		t.Fatal("a Recv with a 10 ms timeout still spins after a minute")
+	}
+}
+
+// TestSleepersWakeAcrossProcesses: a child process whose Recv sleeps (its
+// doorbell says so) is woken by our send, and our sleeping Recv by its
+// echo, round after round, with nothing lost: every frame comes back intact
+// within the bound, each send found the child asleep and woke it, and no
+// descriptor (the eventfds included) is left behind.
+func TestSleepersWakeAcrossProcesses(t *testing.T) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	a, err := Open(Options{Dir: dir, Spin: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 4244))
+	waitReady(t, out)
+	peer := NICBase | 4244
+	frames := make([]transport.Frame, 4)
+	const rounds = 100
+	for i := range rounds {
+		msg := []byte(fmt.Sprintf("round %d", i))
+		if i > 0 {
+			o := (*a.outSnap.Load())[peer]
+			waitFor(t, "the child to sleep", func() bool { return o.slp.Load() != 0 })
+		}
+		if _, err := a.Send([]transport.Frame{{Peer: peer, Data: msg}}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := a.Recv(frames, time.Minute)
+		if err != nil || n != 1 {
+			t.Fatalf("round %d: %d frames, %v: a wake-up was lost", i, n, err)
+		}
+		if !bytes.Equal(frames[0].Data, msg) {
+			t.Fatalf("round %d: echo %q, want %q", i, frames[0].Data, msg)
+		}
+	}
+	if w := counter(a, "shm receiver wake-ups sent"); w < rounds-1 {
+		t.Errorf("%d wake-ups sent to a child that slept before %d sends", w, rounds-1)
+	}
+	if s := counter(a, "shm receiver sleeps"); s == 0 {
+		t.Error("our Recv never slept")
+	}
+	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
 	}
 }
