@@ -486,7 +486,7 @@ func (t *Transport) sleep(deadline time.Time) {
 	}
 	// Any outcome returns: a count read, the deadline passed (the caller
 	// checks its clock), or an error (the caller re-checks closed).
-	_, _ = t.ev.Read(t.evBuf[:])
+	_ = t.evRaw.Read(t.evRead)
 }
 
 // poll reads up to len(frames) records across the rings.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -135,9 +136,13 @@ type Transport struct {
 	// ev is the doorbell's eventfd (evFd, owned by ev, passed to each
 	// producer with the memfd): a sleeping Recv reads it, parked in the
 	// runtime's poller (see sleep). evBuf and evDeadline (a read
-	// deadline is set) belong to Recv, under rmu.
+	// deadline is set) belong to Recv, under rmu. evRaw and evRead (made
+	// once, at Open) read it through the poller without allocating: a
+	// Read of ev wraps every deadline it meets in a new *os.PathError.
 	ev         *os.File
 	evFd       int
+	evRaw      syscall.RawConn
+	evRead     func(fd uintptr) bool
 	evBuf      [8]byte
 	evDeadline bool
 
@@ -250,6 +255,18 @@ func Open(opts Options) (*Transport, error) {
 	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, evFd: evFd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
 	t.slp = u32At(bell.mem, bellSleepOff)
+	if t.evRaw, err = ev.SyscallConn(); err != nil {
+		bell.unmap()
+		unix.Close(bfd)
+		ev.Close()
+		return nil, fmt.Errorf("shm: the doorbell's eventfd: %w", err)
+	}
+	t.evRead = func(fd uintptr) bool {
+		// Done unless the count is still 0 (EAGAIN): then the poller
+		// parks the goroutine until the eventfd is readable.
+		_, err := unix.Read(int(fd), t.evBuf[:])
+		return err != unix.EAGAIN
+	}
 	empty := []*inRing{}
 	t.in.Store(&empty)
 	if err := t.listen(); err != nil {
