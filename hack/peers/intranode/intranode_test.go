@@ -25,14 +25,15 @@ func TestParseNetPIPE(t *testing.T) {
 
 func TestTableRatios(t *testing.T) {
 	paths := []Path{
-		{Name: "Open MPI", Points: map[int]Point{8: {Size: 8, OneWayUS: 0.2}, 4 << 20: {Size: 4 << 20, MBPerS: 5000}}},
+		{Name: "Open MPI, CMA", Points: map[int]Point{8: {Size: 8, OneWayUS: 0.5}, 4 << 20: {Size: 4 << 20, MBPerS: 5000}}},
+		{Name: "Open MPI, CMA off", Points: map[int]Point{8: {Size: 8, OneWayUS: 0.2}, 4 << 20: {Size: 4 << 20, MBPerS: 4000}}},
 		{Name: "MPICH", Points: map[int]Point{8: {Size: 8, OneWayUS: 0.3}, 4 << 20: {Size: 4 << 20, MBPerS: 6000}}},
 		{Name: "mx cma", IsMX: true, Points: map[int]Point{8: {Size: 8, OneWayUS: 0.4}, 4 << 20: {Size: 4 << 20, MBPerS: 9000, StreamMBs: 9500}}},
 		{Name: "mx rings", IsMX: true, Points: map[int]Point{8: {Size: 8, OneWayUS: 0.25}, 4 << 20: {Size: 4 << 20, MBPerS: 3000}}},
 	}
 	var b bytes.Buffer
 	r := WriteTable(&b, paths, []int{8, 4 << 20}, "Open MPI")
-	if math.Abs(r.Latency8-1.25) > 1e-9 || r.MX8Path != "mx rings" || math.Abs(r.BW4M-1.5) > 1e-9 || r.Peer4MAt != "MPICH" {
+	if math.Abs(r.Latency8-1.25) > 1e-9 || r.MX8Path != "mx rings" || r.OMPI8Path != "Open MPI, CMA off" || math.Abs(r.BW4M-1.5) > 1e-9 || r.Peer4MAt != "MPICH" {
 		t.Errorf("ratios %+v", r)
 	}
 	for _, want := range []string{"= 1.25x (target <= 1.5x: met)", "= 1.50x (target >= 1.5x: met)", "9500"} {

@@ -37,7 +37,8 @@ func main() {
 	}
 }
 
-// ompiCMA is the name of Open MPI's default path, the latency reference.
+// ompiCMA is the name of Open MPI's default path. As a prefix it also names
+// the CMA-off path: the faster of the two is the latency reference.
 const ompiCMA = "NetPIPE, Open MPI vader, CMA"
 
 func run(stdout, stderr io.Writer, args []string) error {
