@@ -67,9 +67,10 @@
 // the producers sent.
 //
 // The eventfd, not a futex in the doorbell, because of where the sleeper
-// waits: the eventfd is non-blocking and read through an os.File, so the
-// sleeping goroutine parks in the Go runtime's poller and its P goes to other
-// goroutines. A futex wait is a system call that keeps the P: when the
+// waits: the eventfd is non-blocking and read through the runtime's poller
+// (an os.File's RawConn, which unlike os.File.Read allocates nothing when a
+// deadline passes), so the sleeping goroutine parks there and its P goes to
+// other goroutines. A futex wait is a system call that keeps the P: when the
 // application's goroutines hold every other P, the runtime's sysmon retakes
 // it again and again, and polls every 20 µs while it does, preempting the
 // application (issue 10: thousands of wake-ups a second on a computing CPU).
