@@ -141,9 +141,13 @@ type jobRun struct {
 	out    io.Writer
 	cancel context.CancelCauseFunc
 	stop   func() bool // unregisters the kill that follows a failure
-	mu     sync.Mutex
-	failed []error // rank failures as they came, rank 0's among them
-	own    bool    // rank 0's own failure is among them
+	// stopped is closed when the kill that follows a failure has run;
+	// wait waits for it when stop came too late, so nothing that kill
+	// prints outlives the job.
+	stopped chan struct{}
+	mu      sync.Mutex
+	failed  []error // rank failures as they came, rank 0's among them
+	own     bool    // rank 0's own failure is among them
 	// printed: this rank's goroutines were printed (printStacks).
 	printed sync.Once
 	kills   []killWhy // by rank-1: why rank 0 killed it, if it did
@@ -238,7 +242,9 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 	}
 	j.exited = make(chan struct{})
 	go func() { j.wg.Wait(); close(j.exited) }()
+	j.stopped = make(chan struct{})
 	j.stop = context.AfterFunc(j.ctx, func() {
+		defer close(j.stopped)
 		// A rank failed, or rank 0 gave up: the others must not linger,
 		// but those already failing get the grace to say why.
 		j.printStacks(fmt.Sprintf("saw the job fail (%v)", context.Cause(j.ctx)))
@@ -379,7 +385,11 @@ func (j *jobRun) wait(own error) error {
 		j.killAll(lingered)
 		<-j.exited
 	}
-	j.stop()
+	if !j.stop() {
+		// It ran, or runs: every rank exited, so it returns at once,
+		// and what it printed is in out before the job's report.
+		<-j.stopped
+	}
 	j.cancel(nil)
 	j.mu.Lock()
 	defer j.mu.Unlock()
