@@ -788,10 +788,16 @@ func randSession() uint32 {
 }
 
 // TransportCounters returns the transport's own counters when it keeps any
-// (see transport.Stats), else nil.
+// (see transport.Stats), followed by those of the shared-memory host path
+// when the board has one (their names start with "shm"); nil when there
+// are none.
 func (b *Board) TransportCounters() []transport.Counter {
+	var out []transport.Counter
 	if s, ok := b.tr.(transport.Stats); ok {
-		return s.Counters()
+		out = s.Counters()
 	}
-	return nil
+	if b.host != nil {
+		out = append(out, b.host.tr.Counters()...)
+	}
+	return out
 }

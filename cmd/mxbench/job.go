@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -191,6 +192,27 @@ func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, 
 func (w *world) close() {
 	for _, b := range w.boards {
 		b.Close()
+	}
+}
+
+// printCounters prints, one line per board, the counters of this rank's
+// boards and transports that are not zero: what a failed rank says about
+// its failure (a peer declared unreachable, a ring found broken or its
+// peer gone), for its launcher's or rank 0's report.
+func (w *world) printCounters(out io.Writer) {
+	for k, b := range w.boards {
+		var parts []string
+		add := func(c mx.Counter, v uint64) { parts = append(parts, fmt.Sprintf("%v: %d", c, v)) }
+		b.Counters().NonZero(add)
+		if k < len(w.eps) && w.eps[k] != nil {
+			w.eps[k].Counters().NonZero(add)
+		}
+		for _, c := range b.TransportCounters() {
+			if c.Value != 0 {
+				parts = append(parts, fmt.Sprintf("%s: %d", c.Name, c.Value))
+			}
+		}
+		fmt.Fprintf(out, "mxbench: rank %d of %d: board %d counted: %s\n", w.job.Rank, w.job.Size, k, strings.Join(parts, "; "))
 	}
 }
 

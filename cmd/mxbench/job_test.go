@@ -13,6 +13,11 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/mx"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
 )
 
 // asMainEnv makes the test binary run mxbench's main: --procs starts the
@@ -315,5 +320,60 @@ func TestDescribePaths(t *testing.T) {
 		if got := describePaths(rows); got != c.want {
 			t.Errorf("%q: %q, want %q", c.rows, got, c.want)
 		}
+	}
+}
+
+// TestPrintCounters: a failed rank's report of what its boards counted
+// names the rank, the board and the counters that moved, the transport's
+// among them, on one line per board.
+func TestPrintCounters(t *testing.T) {
+	nw := loopback.NewNetwork(loopback.Options{})
+	defer nw.Close()
+	var eps []*mx.Endpoint
+	var boards []*mx.Board
+	for _, nic := range []transport.NICID{0x02_00_00_00_00_01, 0x02_00_00_00_00_02} {
+		port, err := nw.Attach(nic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := mx.DefaultBoardOptions()
+		o.Local.Off = true // through the wire, as between ranks
+		b, err := mx.NewBoard(port, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		ep, err := b.OpenEndpoint(0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boards, eps = append(boards, b), append(eps, ep)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dest, err := eps[0].Connect(ctx, boards[1].NICID(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := eps[0].ISend([][]byte{[]byte("hello")}, dest, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := eps[1].IRecv([][]byte{make([]byte, 8)}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*mx.Request{s, r} {
+		if _, err := q.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &world{job: launch.Job{Rank: 1, Size: 2}, boards: boards[:1], eps: eps[:1]}
+	var out bytes.Buffer
+	w.printCounters(&out)
+	line := out.String()
+	if strings.Count(line, "\n") != 1 || !strings.HasPrefix(line, "mxbench: rank 1 of 2: board 0 counted: ") ||
+		!strings.Contains(line, "send tiny: 1") || !strings.Contains(line, "; sent: ") {
+		t.Errorf("printCounters printed %q", line)
 	}
 }

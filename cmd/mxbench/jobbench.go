@@ -85,6 +85,13 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	defer w.close()
 	// Noted before the boards close, which the other ranks may fail of.
 	defer func() { jr.fail(rankError(job, err)) }()
+	// First of all, what the boards counted: why a peer was declared
+	// unreachable, what the rings dropped.
+	defer func() {
+		if err != nil {
+			w.printCounters(stderr)
+		}
+	}()
 	if f.spin() {
 		pin(job.Rank)
 	}
