@@ -56,12 +56,23 @@ func (i *Interrupt) Signal() error {
 // Poll consumes pending signals without blocking and returns how many there
 // were (0 when none).
 func (i *Interrupt) Poll() uint64 {
-	var b [8]byte
-	n, err := unix.Read(i.fd, b[:])
-	if err != nil || n != 8 {
+	// Through the file, never the bare number: once Close has run, the
+	// number may name another descriptor of the process (a socket, another
+	// eventfd), and a read of it would take that one's data. The file's
+	// Control fails once it is closed and keeps the descriptor open while
+	// the read runs.
+	rc, err := i.f.SyscallConn()
+	if err != nil {
 		return 0
 	}
-	return binary.LittleEndian.Uint64(b[:])
+	var v uint64
+	_ = rc.Control(func(fd uintptr) {
+		var b [8]byte
+		if n, err := unix.Read(int(fd), b[:]); err == nil && n == 8 {
+			v = binary.LittleEndian.Uint64(b[:])
+		}
+	})
+	return v
 }
 
 // Wait blocks until the interrupt fires, ctx is done, or the Interrupt is
