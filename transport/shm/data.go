@@ -505,7 +505,7 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			i -= len(rings)
 		}
 		r := rings[i]
-		if r.dead.Load() {
+		if r.gone {
 			t.toCommit = true // to unmap it
 			continue
 		}
@@ -513,6 +513,13 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		// looks of a spinning receiver find 0 there.
 		if r.wordAt.Load() != 0 {
 			n = t.pollRing(r, frames, n)
+		} else if r.dead.Load() && r.wordAt.Load() == 0 {
+			// Its producer went away, and what it published before
+			// its connection closed (which is before dead) was read:
+			// the word is loaded again after dead, so a record it
+			// published just before it went is not missed.
+			r.gone = true
+			t.toCommit = true
 		}
 	}
 	t.rr = first + 1
@@ -536,6 +543,7 @@ func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
 		if err != nil {
 			t.cnt.corrupt.Add(1)
 			r.dead.Store(true)
+			r.gone = true // nothing past a broken record can be trusted
 			return n
 		}
 		if kind == recNone {
@@ -627,7 +635,7 @@ func (t *Transport) commit() {
 	t.toCommit = false
 	dead := false
 	for _, r := range *t.in.Load() {
-		if r.dead.Load() {
+		if r.gone {
 			dead = true
 			continue
 		}
@@ -643,13 +651,15 @@ func (t *Transport) commit() {
 	}
 }
 
-// commitDead unmaps the rings of producers that went away. Called by the
-// Recv goroutine, outside any batch.
+// commitDead unmaps the rings of producers that went away once every
+// record they published was read (poll marks them gone), and the pool
+// segments they shared with them. Called by the Recv goroutine, outside
+// any batch.
 func (t *Transport) commitDead() {
 	rings := *t.in.Load()
 	dead := 0
 	for _, r := range rings {
-		if r.dead.Load() {
+		if r.gone {
 			dead++
 		}
 	}
@@ -659,7 +669,7 @@ func (t *Transport) commitDead() {
 	t.inMu.Lock()
 	var keep []*inRing
 	for _, r := range *t.in.Load() {
-		if r.dead.Load() {
+		if r.gone {
 			r.conn.Close()
 			t.dropSegments(r)
 			r.seg.unmap()

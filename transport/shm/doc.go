@@ -83,7 +83,9 @@
 //
 // The unix connection of each ring stays open: when a process exits or
 // crashes the kernel closes it, and the other side marks the ring dead. The
-// receiver unmaps a dead ring at its next Recv; a sender reconnects on its
+// receiver still delivers every frame the producer published before it went
+// (its last message, an acknowledgement, are often just that), then unmaps
+// the ring and the pool segments it shared; a sender reconnects on its
 // next frame (a new process may have taken the board number) or fails with
 // transport.ErrUnreachable. Close unmaps everything and removes the socket
 // file; nothing is left in /dev/shm. A process killed before Close leaves

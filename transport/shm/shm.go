@@ -198,11 +198,16 @@ type inRing struct {
 	pubEvery uint64
 	refsIn   bool
 	conn     *net.UnixConn
-	dead     atomic.Bool
-	pid      int    // the producer's process (SO_PEERCRED)
-	word     uint64 // what it published (see Publish)
-	segMu    sync.RWMutex
-	segs     map[uint32]segment // the producer's pool segments (pool.go)
+	// dead: the producer went away (its connection closed) or broke the
+	// ring. gone: and the Recv goroutine, which alone reads and writes
+	// it, read every record the producer published (or the ring is
+	// broken): commit unmaps the ring.
+	dead  atomic.Bool
+	gone  bool
+	pid   int    // the producer's process (SO_PEERCRED)
+	word  uint64 // what it published (see Publish)
+	segMu sync.RWMutex
+	segs  map[uint32]segment // the producer's pool segments (pool.go)
 }
 
 // outRing is a ring we write to another process.
@@ -454,7 +459,9 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	t.wg.Add(1)
 	go t.watch(c, &r.dead, peer, func(msg []byte, fds []int) {
 		if msg == nil {
-			t.dropSegments(r) // the producer is gone: so is its memory
+			// The producer is gone: its segments are unmapped with
+			// its ring, once the Recv goroutine read what it published
+			// (commitDead), since its last records may name them.
 			return
 		}
 		t.inControl(r, c, msg, fds)

@@ -50,6 +50,26 @@ func child(args []string) int {
 			fmt.Println("refused:", err)
 		}
 		return 0
+	case "last", "lastclose":
+		// Sends count numbered frames to peer, then goes: exits without
+		// Close (as a crash would), or after it.
+		t, err := Open(Options{Dir: dir, Board: board})
+		if err != nil {
+			fmt.Println("open:", err)
+			return 1
+		}
+		peer, _ := strconv.Atoi(args[3])
+		count, _ := strconv.Atoi(args[4])
+		for i := range count {
+			if _, err := t.Send([]transport.Frame{{Peer: NICBase | transport.NICID(peer), Data: []byte(fmt.Sprintf("frame %d", i))}}); err != nil {
+				fmt.Fprintln(os.Stderr, "child send:", err)
+				return 1
+			}
+		}
+		if args[0] == "lastclose" {
+			t.Close()
+		}
+		return 0
 	case "echo", "hold":
 		o := Options{Dir: dir, Board: board}
 		if len(args) > 3 && args[3] == "spin" {
@@ -403,6 +423,69 @@ func TestKilledPeer(t *testing.T) {
 	}
 	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
 	cmd2.Wait()
+}
+
+// TestLastFramesOfAPeerThatWent: the frames a peer published before it
+// exited (crashed, or closed its transport) are all delivered, in order,
+// before its ring is dropped; then nothing of it is left.
+func TestLastFramesOfAPeerThatWent(t *testing.T) {
+	for _, role := range []string{"last", "lastclose"} {
+		t.Run(role, func(t *testing.T) {
+			dir := testDir(t)
+			checkNoLeaks(t, dir)
+			a, err := Open(Options{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			const count = 200
+			cmd, _ := spawn(t, os.Args[0], nil, fmt.Sprintf("%s %s %d %d %d", role, dir, 78, a.Board(), count))
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("child: %v", err)
+			}
+			// Not a Recv before its connection is seen closed: the frames
+			// are all in a ring whose producer is gone.
+			for i := 0; counter(a, "shm peers gone") == 0; i++ {
+				if i == 20000 {
+					t.Fatal("the peer's exit was not noticed")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			frames := make([]transport.Frame, 16)
+			next := 0
+			for i := 0; next < count; i++ {
+				if i == 1000 {
+					t.Fatalf("%d of %d frames arrived: %v", next, count, a.Counters())
+				}
+				n, err := a.Recv(frames, 10*time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range frames[:n] {
+					if want := fmt.Sprintf("frame %d", next); string(f.Data) != want || f.Peer != NICBase|78 {
+						t.Fatalf("got %q from %v, want %q from %v", f.Data, f.Peer, want, NICBase|78)
+					}
+					next++
+				}
+			}
+			for i := 0; len(*a.in.Load()) != 0; i++ {
+				if i == 1000 {
+					t.Fatalf("the ring of the peer that went is still mapped after %d receives", i)
+				}
+				if n, _ := a.Recv(frames, time.Millisecond); n != 0 {
+					t.Fatalf("%d frames more", n)
+				}
+			}
+			if role == "last" {
+				// Its socket file stays; the next Open sweeps it.
+				b, err := Open(Options{Dir: dir})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Close()
+			}
+		})
+	}
 }
 
 func counter(t *Transport, name string) uint64 {
