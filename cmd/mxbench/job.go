@@ -379,12 +379,19 @@ func (w *world) bcast(ctx context.Context, msg []byte) ([]byte, error) {
 		}
 		reqs = append(reqs, s)
 	}
+	// Every send is waited for, even after one failed: in finish, the
+	// first rank may have left (its send fails with ErrUnreachable) while
+	// the next has yet to take its message, and a rank 0 that returned
+	// then would close its board under that rank. The error returned is
+	// the first, unless a later one is not a rank having left.
+	var first error
 	for i, s := range reqs {
-		if _, err := s.Wait(ctx); err != nil {
-			return nil, fmt.Errorf("broadcast %d to rank %d: %w", w.seq, i+1, err)
+		_, err := s.Wait(ctx)
+		if err != nil && (first == nil || errors.Is(first, mx.ErrUnreachable) && !errors.Is(err, mx.ErrUnreachable)) {
+			first = fmt.Errorf("broadcast %d to rank %d: %w", w.seq, i+1, err)
 		}
 	}
-	return msg, nil
+	return msg, first
 }
 
 // barrier returns when every rank has entered it.
