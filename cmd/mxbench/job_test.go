@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,6 +43,7 @@ func TestMain(m *testing.M) {
 // running print theirs when rank 0 stops them (tracebackAll).
 func runJob(t *testing.T, args ...string) string {
 	t.Helper()
+	keepBinding(t)
 	t.Setenv(asMainEnv, "1")
 	t.Setenv("GOTRACEBACK", "all")
 	var out, errb bytes.Buffer
@@ -54,6 +56,33 @@ func runJob(t *testing.T, args ...string) string {
 		t.Errorf("mxbench %s: stderr not empty:\n%s", strings.Join(args, " "), errb.String())
 	}
 	return out.String()
+}
+
+// keepBinding gives this process back, when the test ends, the CPUs and
+// GOMAXPROCS it has now: rank 0 of a job run in this process binds every
+// thread of it to one CPU, and the next job's ranks, started by this
+// process, would inherit that one CPU and all run on it.
+func keepBinding(t *testing.T) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() {
+		runtime.GOMAXPROCS(procs)
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range tasks {
+			if tid, err := strconv.Atoi(task.Name()); err == nil {
+				// A thread that exited meanwhile is no error.
+				if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+					t.Errorf("give thread %d its CPUs back: %v", tid, err)
+				}
+			}
+		}
+	})
 }
 
 // TestJobProcs: pingpong and stream between 2 processes mxbench starts
