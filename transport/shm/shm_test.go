@@ -186,6 +186,19 @@ func checkNoLeaks(t *testing.T, dir string) {
 	})
 }
 
+// openChecked opens a board in a directory of its own, closed when the
+// test ends, and checks that the test leaves nothing behind.
+func openChecked(t *testing.T) (*Transport, string) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	a, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() }) // before the check: cleanups run last first
+	return a, dir
+}
+
 func newTestPair(t *testing.T, o Options) (a, b *Transport) {
 	dir := testDir(t)
 	checkNoLeaks(t, dir)
@@ -344,13 +357,7 @@ func recvFrom(t *testing.T, tr *Transport, peer transport.NICID) []byte {
 
 // TestAcrossProcesses echoes frames of every size through a child process.
 func TestAcrossProcesses(t *testing.T) {
-	dir := testDir(t)
-	checkNoLeaks(t, dir)
-	a, err := Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, dir := openChecked(t)
 	cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 4242))
 	waitReady(t, out)
 	peer := NICBase | 4242
@@ -376,13 +383,7 @@ func TestAcrossProcesses(t *testing.T) {
 // the mappings released), sends to it fail, and a new process takes over
 // its board number.
 func TestKilledPeer(t *testing.T) {
-	dir := testDir(t)
-	checkNoLeaks(t, dir)
-	a, err := Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, dir := openChecked(t)
 	cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("hold %s %d %d", dir, 77, a.Board()))
 	waitReady(t, out)
 	peer := NICBase | 77
@@ -431,13 +432,7 @@ func TestKilledPeer(t *testing.T) {
 func TestLastFramesOfAPeerThatWent(t *testing.T) {
 	for _, role := range []string{"last", "lastclose"} {
 		t.Run(role, func(t *testing.T) {
-			dir := testDir(t)
-			checkNoLeaks(t, dir)
-			a, err := Open(Options{Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
+			a, dir := openChecked(t)
 			const count = 200
 			cmd, _ := spawn(t, os.Args[0], nil, fmt.Sprintf("%s %s %d %d %d", role, dir, 78, a.Board(), count))
 			if err := cmd.Wait(); err != nil {
@@ -503,13 +498,7 @@ func TestOtherUserCannotAttach(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a child as another user (nobody); run the tests as root")
 	}
-	dir := testDir(t)
-	checkNoLeaks(t, dir)
-	a, err := Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, dir := openChecked(t)
 	// The test binary must be reachable by nobody.
 	bindir, err := os.MkdirTemp("", "gomxbin")
 	if err != nil {
