@@ -247,7 +247,7 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 	r.match = match
 	r.status = Status{Match: match, Context: ctx, Source: Addr{NIC: nic, Endpoint: epID}}
 	p.connecting.push(r)
-	b.now = b.clock()
+	b.setNow()
 	p.sendConnect(r)
 	return r, nil
 }
@@ -338,7 +338,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		r.status.XferLength = uint32(n)
 	}
 	r.protoHeld = true
-	b.now = b.clock()
+	b.setNow()
 	if wait {
 		e.queueSend(r)
 	} else {

@@ -3,6 +3,7 @@ package mx
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -178,8 +179,11 @@ type rxSource struct {
 	// kick makes a Recv in progress return soon (nil: wait for its timeout).
 	kick    func()
 	pollers atomic.Int32 // waiters polling it now
-	idle    atomic.Int64 // clock() when the last poller stopped with success
-	wake    chan struct{}
+	// idle is when the last poller stopped with success: idleFresh until
+	// the receive loop reads the clock for it (stayAway), so a waiter
+	// completed by polling reads no clock.
+	idle atomic.Int64
+	wake chan struct{}
 	// emptied counts the Recvs that found the transport drained (fewer
 	// frames than asked for), once their frames were handled (verdict.go).
 	emptied atomic.Uint64
@@ -187,21 +191,39 @@ type rxSource struct {
 
 func newRxSource(tr transport.Transport) *rxSource {
 	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
-	s.idle.Store(-1 << 62)
+	s.idle.Store(idleNever)
 	if st, ok := tr.(*shm.Transport); ok {
 		s.spin, s.kick = true, st.Wake
 	}
 	return s
 }
 
+// idleFresh is rxSource.idle after a poller's success that the receive
+// loop has not timed yet; idleNever, after the last poller gave up.
+const (
+	idleFresh = math.MaxInt64
+	idleNever = -1 << 62
+)
+
 // stayAway reports whether the receive loop of s should leave Recv to
-// waiters, and for how long at most before it looks again.
+// waiters, and for how long at most before it looks again. A poller's
+// success counts from the loop's first look after it: at most one
+// spinGrace later than the success, as the loop looks that often while
+// waiters poll.
 func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	grace := b.spinGrace()
 	if s.pollers.Load() > 0 {
 		return true, grace
 	}
-	if left := time.Duration(s.idle.Load() + int64(grace) - b.clock()); left > 0 {
+	now := b.clock()
+	idle := s.idle.Load()
+	if idle == idleFresh && !s.idle.CompareAndSwap(idleFresh, now) {
+		idle = s.idle.Load() // a poller gave up meanwhile: idleNever
+	}
+	if idle == idleFresh {
+		idle = now
+	}
+	if left := time.Duration(idle + int64(grace) - now); left > 0 {
 		return true, left
 	}
 	return false, 0
@@ -221,19 +243,18 @@ func (b *Board) spinGrace() time.Duration {
 }
 
 // pollSource receives and handles one batch from s if nobody else owns
-// its Recv, and reports whether it could look, and when it handled frames
-// the board's clock as it read it for them (else 0): a waiter that
-// completes on them needs no clock read of its own.
-func (b *Board) pollSource(s *rxSource) (looked bool, now int64) {
+// its Recv, and reports whether it could look. It runs the timers when a
+// tick is due and the batch read the clock; else the receive loop, which
+// stays away while waiters poll, runs them when it wakes (stayAway).
+func (b *Board) pollSource(s *rxSource) bool {
 	if !s.mu.TryLock() {
-		return false, 0
+		return false
 	}
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
-		b.handleBatchLocked(s, s.rx[:n]) // sets b.now: one clock read per batch
-		now = b.now
-		if now >= b.nextTick.Load() {
+		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
+		if b.nowOK && b.nowv >= b.nextTick.Load() {
 			b.rxOwned = s // verdict.go
 			b.timersLocked(true)
 			b.rxOwned = nil
@@ -245,7 +266,7 @@ func (b *Board) pollSource(s *rxSource) (looked bool, now int64) {
 	}
 	s.mu.Unlock()
 	b.runCopies() // cma.go: without the source's lock
-	return true, now
+	return true
 }
 
 // waitSources returns the sources a waiter polls: in busy-poll mode all of
@@ -327,21 +348,16 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	}
 	b.spinning.Add(1)
 	ok, spent := false, false
-	var handled int64 // the clock as pollSource read it in the latest look, or 0
 	defer func() {
 		b.spinning.Add(-1)
-		now := handled
-		if ok && now == 0 {
-			now = b.clock()
-		}
 		for _, s := range srcs {
-			if ok {
-				s.idle.Store(now)
+			if ok && s.idle.Load() != idleFresh {
+				s.idle.Store(idleFresh) // the loop times it (stayAway)
 			}
 			if s.pollers.Add(-1) == 0 && !ok {
 				// Hand Recv back at once: this waiter is going to
 				// sleep and its message must find an owner.
-				s.idle.Store(-1 << 62)
+				s.idle.Store(idleNever)
 				select {
 				case s.wake <- struct{}{}:
 				default:
@@ -356,15 +372,11 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	}()
 	kicked, yield := false, false
 	for i := 0; ; i++ {
-		handled = 0 // only a batch of this look may have completed the wait
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
 			}
-			looked, now := b.pollSource(s)
-			if now != 0 {
-				handled = now
-			}
+			looked := b.pollSource(s)
 			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()

@@ -100,7 +100,7 @@ func (b *Board) timersWithVerdicts() bool {
 	}
 	clear(b.vMarks)
 	b.vDrained = true
-	b.now = b.clock()
+	b.stampAcks(b.setNow()) // the drained frames' acks too (reliability.go)
 	busy = b.timerPass() || busy
 	b.vDrained, b.vWanted = false, false
 	return busy
