@@ -453,7 +453,7 @@ func (b *Board) progress() {
 		b.rxOwned = nil
 		b.release(false)
 		if n < len(s.rx) {
-			s.emptied.Add(1) // verdict.go
+			s.drained() // verdict.go
 		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go

@@ -225,7 +225,7 @@ func (b *Board) hostProgress() {
 			b.release(false)
 		}
 		if n < len(s.rx) {
-			s.emptied.Add(1) // verdict.go
+			s.drained() // verdict.go
 		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go: without the rings' lock

@@ -185,17 +185,32 @@ type rxSource struct {
 	idle atomic.Int64
 	wake chan struct{}
 	// emptied counts the Recvs that found the transport drained (fewer
-	// frames than asked for), once their frames were handled (verdict.go).
-	emptied atomic.Uint64
+	// frames than asked for), once their frames were handled, while
+	// wantEmptied is set: a verdict waits for it (verdict.go). (Counting
+	// always cost a locked instruction per look of every polling waiter.)
+	emptied     atomic.Uint64
+	wantEmptied atomic.Bool
+	// pending, when not nil, says whether a Recv would find anything to
+	// do (shm.Transport.Pending): an empty look takes no Recv.
+	pending func() bool
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
 	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
 	s.idle.Store(idleNever)
 	if st, ok := tr.(*shm.Transport); ok {
-		s.spin, s.kick = true, st.Wake
+		s.spin, s.kick, s.pending = true, st.Wake, st.Pending
 	}
 	return s
+}
+
+// drained records that a Recv of s's owner found its transport drained
+// and its frames are handled, when a verdict waits for that (verdict.go).
+// Called with s.mu held.
+func (s *rxSource) drained() {
+	if s.wantEmptied.Load() {
+		s.emptied.Add(1)
+	}
 }
 
 // idleFresh is rxSource.idle after a poller's success that the receive
@@ -250,6 +265,11 @@ func (b *Board) pollSource(s *rxSource) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
+	if s.pending != nil && !s.pending() {
+		s.drained()
+		s.mu.Unlock()
+		return true
+	}
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
@@ -262,7 +282,7 @@ func (b *Board) pollSource(s *rxSource) bool {
 		b.release(false)
 	}
 	if n < len(s.rx) {
-		s.emptied.Add(1) // verdict.go
+		s.drained() // verdict.go
 	}
 	s.mu.Unlock()
 	b.runCopies() // cma.go: without the source's lock
