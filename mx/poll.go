@@ -38,11 +38,20 @@ import (
 // Recv is asked to return with the transport's Wake, which makes no system
 // call unless the loop sleeps) and keeps only the timers; it takes Recv
 // back when the last poller gives up (it is told at once) or spinGrace
-// (Spin, at most 100µs) after the last poller succeeded: the application
-// usually waits again soon, and a frame that arrives meanwhile waits at
-// most that long. A waiter whose
+// (Spin, at most 100µs) after it first sees that the last poller
+// succeeded (a waiter completed by polling reads no clock; the loop,
+// which looks that often, times it): the application usually waits again
+// soon, and a frame that arrives meanwhile waits at most twice that long.
+// A waiter whose
 // budget runs out sleeps as before, and so does the receive loop in Recv
 // after the transport's own short spin, so an idle endpoint costs no CPU.
+//
+// A waiter's look at the rings is cheap when they are empty: under the
+// source's lock it asks the transport whether a Recv would find anything
+// (shm.Transport.Pending) and takes no Recv when not, and a batch it
+// handles reads the clock only if a frame needs the time (Board.now). A
+// frame that lands during a look waits for the next, so a shorter look is
+// a shorter wait.
 //
 // A polling waiter makes no system call while its reply is on time: it
 // spins on the rings for yieldAfter, and only a reply later than that
