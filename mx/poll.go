@@ -268,9 +268,12 @@ func (b *Board) spinGrace() time.Duration {
 
 // pollSource receives and handles one batch from s if nobody else owns
 // its Recv, and reports whether it could look. It runs the timers when a
-// tick is due and the batch read the clock; else the receive loop, which
-// stays away while waiters poll, runs them when it wakes (stayAway).
-func (b *Board) pollSource(s *rxSource) bool {
+// tick is due by the batch's clock or, when no frame of it needed the
+// time, by seen, the waiter's own latest reading (0: none): a waiter that
+// polls a while reads the clock anyway (pollWait), and the receive loop,
+// which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
+// not before the waiter is preempted).
+func (b *Board) pollSource(s *rxSource, seen int64) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
@@ -283,7 +286,10 @@ func (b *Board) pollSource(s *rxSource) bool {
 	if n > 0 {
 		b.mu.Lock()
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
-		if b.nowOK && b.nowv >= b.nextTick.Load() {
+		if b.nowOK {
+			seen = b.nowv
+		}
+		if seen != 0 && seen >= b.nextTick.Load() {
 			b.rxOwned = s // verdict.go
 			b.timersLocked(true)
 			b.rxOwned = nil
@@ -400,12 +406,13 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 	}()
 	kicked, yield := false, false
+	var seen int64 // the clock as this waiter last read it (every 16 looks), 0: not yet
 	for i := 0; ; i++ {
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
 			}
-			looked := b.pollSource(s)
+			looked := b.pollSource(s, seen)
 			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
@@ -426,6 +433,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if i&15 == 15 {
 			now := b.clock()
+			seen = now
 			if start < 0 {
 				start = now - 1 // the first 16 looks: well under a microsecond
 			}
