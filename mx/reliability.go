@@ -628,11 +628,12 @@ func (p *partner) noteReceived(lean bool) {
 const ackUnstamped = math.MaxInt64
 
 // stampAcks gives the unstamped ack deadlines of ring peers (noteReceived)
-// their time, counted from now: the receive loop's clock as it wakes to
-// keep the timers (timersLocked), which it does at least every
-// spinGrace while waiters poll the rings, or BoardOptions.BusyPoll's
-// pollGrace. So a ring peer's delayed ack goes out at most that much
-// later than ringAckDelay after the message. Called with b.mu held.
+// their time, counted from now: the clock of the next timer check
+// (timersLocked), which the receive loop makes at least every spinGrace
+// while waiters poll the rings (BoardOptions.BusyPoll: pollGrace), and a
+// polling waiter when a tick is due (pollSource). So a ring peer's delayed
+// ack goes out at most that much later than ringAckDelay after the
+// message. Called with b.mu held.
 func (b *Board) stampAcks(now int64) {
 	for i, p := range b.toStamp {
 		b.toStamp[i], p.stampQ = nil, false
