@@ -107,6 +107,51 @@ func TestRingAckPolicy(t *testing.T) {
 	}
 }
 
+// TestRingAckAfterPolledMessage checks that a message a polling waiter
+// took from the rings, which starts its ack delay without reading the
+// clock (noteReceived), is still acked after that delay: with acks on a
+// count and piggybacks out of reach, only the delayed ack completes the
+// sends, one ack per lone message, in either wait mode.
+func TestRingAckAfterPolledMessage(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		o := DefaultBoardOptions()
+		o.AckDelay = time.Hour // the rings' short delay still applies
+		o.ResendDelay = time.Hour
+		o.RTOMin = time.Hour // no tail-loss probe, which an ack answers at once
+		o.ZombieSends = -1   // sends complete on their ack
+		o.BusyPoll = busy
+		pr := newPair(t, shmFactory, o, loopback.Faults{})
+		buf := make([]byte, 8)
+		for i := range 5 {
+			r, err := pr.b.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			delayed := pr.b.Counters().Get(AcksDelayed)
+			got := make(chan error, 1)
+			go func() {
+				_, err := r.Wait(testCtx(t, 10*time.Second))
+				got <- err
+			}()
+			s, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("busy %v, message %d: receive: %v", busy, i, err)
+			}
+			if string(buf) != string(pattern(8, uint64(i))) {
+				t.Fatalf("busy %v, message %d: bytes changed", busy, i)
+			}
+			mustWait(t, s, 10*time.Second)
+			if n := pr.b.Counters().Get(AcksDelayed) - delayed; n != 1 {
+				t.Fatalf("busy %v, message %d: %d delayed acks, want 1", busy, i, n)
+			}
+		}
+		t.Logf("busy %v: receiver's waits %+v", busy, pr.b.Board().WaitStats())
+	}
+}
+
 func TestEagerSendsCompleteAtOnce(t *testing.T) {
 	pr := newPair(t, loopbackOnly, fastOptions(), loopback.Faults{})
 	for _, size := range []int{0, 32, 128, 20000} {

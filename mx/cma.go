@@ -459,7 +459,7 @@ func (c *cmaCopy) finish() {
 	e, b := c.e, c.e.b
 	defer b.copies.Done()
 	defer b.freeCopy(c)
-	b.now = b.clock()
+	b.setNow()
 	e.cnt[CMAReads]++
 	switch {
 	case e.closed:

@@ -247,7 +247,7 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 	r.match = match
 	r.status = Status{Match: match, Context: ctx, Source: Addr{NIC: nic, Endpoint: epID}}
 	p.connecting.push(r)
-	b.now = b.clock()
+	b.setNow()
 	p.sendConnect(r)
 	return r, nil
 }
@@ -293,25 +293,31 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		b.mu.Unlock()
 		return nil, e.opErr("isend", ErrBadSession)
 	}
-	r := b.getReq(e, kindSend)
-	r.userHeld = true
-	r.p = p
-	r.match = match
-	r.length = uint32(n)
-	r.status = Status{Source: p.addr(), Match: match, MsgLength: uint32(n), Context: ctx}
+	var d *Endpoint // an endpoint of this process (local.go)
+	if !p.dead {
+		d = e.localPeer(p)
+	}
+	class := b.sendClass(p, n, sync)
+	wait := e.resq.n > 0 // keep per-peer order behind waiting sends
+	if !p.dead && d == nil && !wait && e.sendLean(p, class, match, segs, n) {
+		// In the peer's ring (lean.go): the request is made only now,
+		// once the frame is on its way, and completes at once.
+		r := e.newSend(p, match, n, ctx, class)
+		r.status.XferLength = uint32(n)
+		e.complete(r, nil)
+		b.unlock()
+		return r, nil
+	}
+	r := e.newSend(p, match, n, ctx, class)
 	if p.dead {
 		e.complete(r, ErrUnreachable)
 		b.unlock()
 		return r, nil
 	}
-	if d := e.localPeer(p); d != nil {
-		return e.isendLocal(r, d, segs, n, sync) // an endpoint of this process (local.go)
+	if d != nil {
+		return e.isendLocal(r, d, segs, n, sync)
 	}
-	stride := p.stride
-	wait := e.resq.n > 0 // keep per-peer order behind waiting sends
-	switch {
-	case sync || n > b.opts.RendezvousThreshold || n > stride*wire.MaxMediumFrag || b.shmRendezvous(p, n):
-		r.class = classLarge
+	if class == classLarge {
 		r.segs = append(r.segsBuf[:0], segs...) // before allocRegion publishes them (cma.go)
 		r.segsBuf = r.segs
 		if !wait {
@@ -322,23 +328,13 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 				wait = true
 			}
 		}
-	case n <= 32:
-		r.class = classTiny
-	case n <= 128:
-		r.class = classSmall
-	default:
-		r.class = classMedium
-	}
-	if !wait && e.sendLean(r, p, segs, n) {
-		b.unlock() // in the peer's ring, complete (lean.go)
-		return r, nil
 	}
 	if r.class != classLarge {
 		r.buf = gather(r.buf[:0], segs)
 		r.status.XferLength = uint32(n)
 	}
 	r.protoHeld = true
-	b.now = b.clock()
+	b.setNow()
 	if wait {
 		e.queueSend(r)
 	} else {
@@ -351,6 +347,34 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	}
 	b.unlock()
 	return r, nil
+}
+
+// newSend returns a new send request of n bytes to p (b.mu held).
+func (e *Endpoint) newSend(p *partner, match uint64, n int, ctx any, class msgClass) *Request {
+	r := e.b.getReq(e, kindSend)
+	r.userHeld = true
+	r.p = p
+	r.match = match
+	r.length = uint32(n)
+	r.class = class
+	r.status = Status{Source: p.addr(), Match: match, MsgLength: uint32(n), Context: ctx}
+	return r
+}
+
+// sendClass returns the protocol that carries a send of n bytes to p:
+// rendezvous (large) when sync asks for it or the message is too long to
+// go eagerly, else tiny, small or medium by its length.
+func (b *Board) sendClass(p *partner, n int, sync bool) msgClass {
+	switch {
+	case sync || n > b.opts.RendezvousThreshold || n > p.stride*wire.MaxMediumFrag || b.shmRendezvous(p, n):
+		return classLarge
+	case n <= 32:
+		return classTiny
+	case n <= 128:
+		return classSmall
+	default:
+		return classMedium
+	}
 }
 
 // IRecv posts a receive into segs for the first message, in per-sender

@@ -162,7 +162,7 @@ func sealedFrame(n int, put func(h []byte)) []byte {
 // inject hands a frame to a board as if it came from nic.
 func inject(b *Board, nic transport.NICID, f []byte) {
 	b.mu.Lock()
-	b.now = b.clock()
+	b.setNow()
 	b.handleFrame(nic, f)
 	b.unlock()
 }

@@ -114,8 +114,8 @@ func (b *Board) txFor(nic transport.NICID) transport.Transport {
 		return b.tr
 	}
 	r, ok := h.reach[nic]
-	if !ok || (!r.ok && b.now-r.checked > int64(hostRecheck)) {
-		r = hostReach{ok: h.tr.Reaches(nic), checked: b.now}
+	if !ok || (!r.ok && b.now()-r.checked > int64(hostRecheck)) {
+		r = hostReach{ok: h.tr.Reaches(nic), checked: b.now()}
 		h.reach[nic] = r
 		h.gen++
 	}
@@ -179,7 +179,7 @@ func (p *partner) rtoMin() int64 {
 func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
 	b.cnt[SendErrors]++
 	if h := b.host; h != nil && tr == transport.Transport(h.tr) {
-		h.reach[nic] = hostReach{ok: false, checked: b.now}
+		h.reach[nic] = hostReach{ok: false, checked: b.now()}
 		h.gen++
 	}
 }
@@ -206,6 +206,12 @@ func (b *Board) hostProgress() {
 			case <-s.wake:
 			case <-timer.C:
 			}
+			// The timers are the main loop's, on its own schedule: the
+			// ack deadlines of the messages waiters handled get their
+			// time here, as often as this loop looks (stampAcks).
+			b.mu.Lock()
+			b.stampAcks(b.setNow())
+			b.mu.Unlock()
 			continue
 		}
 		s.mu.Lock()
@@ -213,10 +219,13 @@ func (b *Board) hostProgress() {
 		if n > 0 {
 			b.mu.Lock()
 			b.handleBatchLocked(s, s.rx[:n])
+			if len(b.toStamp) > 0 {
+				b.stampAcks(b.setNow()) // this loop keeps no timers (reliability.go)
+			}
 			b.release(false)
 		}
 		if n < len(s.rx) {
-			s.emptied.Add(1) // verdict.go
+			s.drained() // verdict.go
 		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go: without the rings' lock

@@ -218,7 +218,7 @@ func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total 
 	geo := wire.PullFrames{Total: int(total), L: L, Skew: int(ref.off) % L}
 	pl := &pull{
 		slot: slot, e: e, p: p, r: r, match: match, msgLen: msgLen, total: total,
-		geo: geo, nframes: geo.Count(), ref: ref, lastProgress: b.now,
+		geo: geo, nframes: geo.Count(), ref: ref, lastProgress: b.now(),
 	}
 	pl.handle = uint32(slot) | (rand.Uint32() << 10)
 	pl.magic = pullMagic(e.id)
@@ -282,7 +282,7 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) {
 			}
 		}
 	}
-	bl.lastReq = b.now
+	bl.lastReq = b.now()
 	first := bl.first + lo
 	start, end := pl.geo.Start(first), pl.geo.End(bl.first+hi)
 	ffo := 0
@@ -329,7 +329,7 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 		e.cnt[DupReceived]++
 		return
 	}
-	now := e.b.now
+	now := e.b.now()
 	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 {
 		// The first reply to a block asked for once: a round trip of the
 		// pull path (Karn's rule as for sends).
@@ -522,7 +522,7 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 		nack(wire.NackBadRDMAWindow, DropBadPull)
 		return
 	}
-	reg.lastPull = b.now
+	reg.lastPull = b.now()
 	off, end := int(start), int(start+bl)
 	roff := int(h.RegionOffset)
 	lens := b.lens[:0]

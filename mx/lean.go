@@ -73,17 +73,19 @@ func (p *partner) setSendSeq(s uint16) {
 	p.ackPoint = s
 }
 
-// sendLean sends the eager message r (segs, n bytes: tiny, small, or a
-// medium of one fragment) to p on the lean path and completes it, when p
-// is on it and nothing waits before r.
-// It reports false when r must take the sequenced path: p is not on the
-// lean path, or the ring refused the frame (then, as for any frame, the
-// send error is counted and a host-path peer is sent to through the
-// transport for a while). Called with b.mu held.
-func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
+// sendLean sends an eager message of class (tiny, small, or a medium of
+// one fragment) with match, segs and n bytes to p on the lean path, when
+// p is on it and nothing waits before it; the caller then completes its
+// request, made only after the frame went (isend), so that the peer, which
+// may be waiting for this very frame, gets it sooner.
+// It reports false when the message must take the sequenced path: p is
+// not on the lean path, or the ring refused the frame (then, as for any
+// frame, the send error is counted and a host-path peer is sent to through
+// the transport for a while). Called with b.mu held.
+func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]byte, n int) bool {
 	b := e.b
 	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.n > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow ||
-		r.class == classLarge || (r.class == classMedium && n > p.stride) {
+		class == classLarge || (class == classMedium && n > p.stride) {
 		return false
 	}
 	tr := p.rings()
@@ -94,7 +96,7 @@ func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	hb := buf[wire.HeadLen:]
 	hl := wire.MsgLen
-	if r.class == classMedium {
+	if class == classMedium {
 		hl = wire.MediumLen
 	}
 	pl := hb[hl : hl+n]
@@ -103,17 +105,17 @@ func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 		k += copy(pl[k:], s)
 	}
 	var c Counter
-	switch r.class {
+	switch class {
 	case classMedium:
 		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: uint32(n), Seq: p.sendSeq, Ack: p.fullSeq,
-			Match: r.match, Session: p.rsession, FragLength: uint16(n)}
+			Match: match, Session: p.rsession, FragLength: uint16(n)}
 		h.Put(hb, b.ord)
 		c = SendMediumFrag
 	default:
 		h := wire.Msg{Type: wire.TypeTiny, DstEP: p.epID, SrcEP: e.id, Length: uint16(n),
-			Seq: p.sendSeq, Ack: p.fullSeq, Match: r.match, Session: p.rsession}
+			Seq: p.sendSeq, Ack: p.fullSeq, Match: match, Session: p.rsession}
 		c = SendTiny
-		if r.class == classSmall {
+		if class == classSmall {
 			h.Type, c = wire.TypeSmall, SendSmall
 		}
 		h.Put(hb, b.ord)
@@ -131,8 +133,6 @@ func (e *Endpoint) sendLean(r *Request, p *partner, segs [][]byte, n int) bool {
 	p.sendSeq = seqNext(p.sendSeq)
 	e.cnt[c]++
 	e.cnt[LeanSends]++
-	r.status.XferLength = uint32(n)
-	e.complete(r, nil)
 	return true
 }
 

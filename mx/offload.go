@@ -229,7 +229,7 @@ func (c *engineCopy) run() {
 	e.engCopies.Add(-1)
 	b.mu.Lock()
 	defer b.unlock()
-	b.now = b.clock()
+	b.setNow()
 	switch {
 	case e.closed:
 		e.complete(c.r, ErrEndpointClosed)

@@ -3,6 +3,7 @@ package mx
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -37,11 +38,20 @@ import (
 // Recv is asked to return with the transport's Wake, which makes no system
 // call unless the loop sleeps) and keeps only the timers; it takes Recv
 // back when the last poller gives up (it is told at once) or spinGrace
-// (Spin, at most 100µs) after the last poller succeeded: the application
-// usually waits again soon, and a frame that arrives meanwhile waits at
-// most that long. A waiter whose
+// (Spin, at most 100µs) after it first sees that the last poller
+// succeeded (a waiter completed by polling reads no clock; the loop,
+// which looks that often, times it): the application usually waits again
+// soon, and a frame that arrives meanwhile waits at most twice that long.
+// A waiter whose
 // budget runs out sleeps as before, and so does the receive loop in Recv
 // after the transport's own short spin, so an idle endpoint costs no CPU.
+//
+// A waiter's look at the rings is cheap when they are empty: under the
+// source's lock it asks the transport whether a Recv would find anything
+// (shm.Transport.Pending) and takes no Recv when not, and a batch it
+// handles reads the clock only if a frame needs the time (Board.now). A
+// frame that lands during a look waits for the next, so a shorter look is
+// a shorter wait.
 //
 // A polling waiter makes no system call while its reply is on time: it
 // spins on the rings for yieldAfter, and only a reply later than that
@@ -178,30 +188,66 @@ type rxSource struct {
 	// kick makes a Recv in progress return soon (nil: wait for its timeout).
 	kick    func()
 	pollers atomic.Int32 // waiters polling it now
-	idle    atomic.Int64 // clock() when the last poller stopped with success
-	wake    chan struct{}
+	// idle is when the last poller stopped with success: idleFresh until
+	// the receive loop reads the clock for it (stayAway), so a waiter
+	// completed by polling reads no clock.
+	idle atomic.Int64
+	wake chan struct{}
 	// emptied counts the Recvs that found the transport drained (fewer
-	// frames than asked for), once their frames were handled (verdict.go).
-	emptied atomic.Uint64
+	// frames than asked for), once their frames were handled, while
+	// wantEmptied is set: a verdict waits for it (verdict.go). (Counting
+	// always cost a locked instruction per look of every polling waiter.)
+	emptied     atomic.Uint64
+	wantEmptied atomic.Bool
+	// pending, when not nil, says whether a Recv would find anything to
+	// do (shm.Transport.Pending): an empty look takes no Recv.
+	pending func() bool
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
 	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
-	s.idle.Store(-1 << 62)
+	s.idle.Store(idleNever)
 	if st, ok := tr.(*shm.Transport); ok {
-		s.spin, s.kick = true, st.Wake
+		s.spin, s.kick, s.pending = true, st.Wake, st.Pending
 	}
 	return s
 }
 
+// drained records that a Recv of s's owner found its transport drained
+// and its frames are handled, when a verdict waits for that (verdict.go).
+// Called with s.mu held.
+func (s *rxSource) drained() {
+	if s.wantEmptied.Load() {
+		s.emptied.Add(1)
+	}
+}
+
+// idleFresh is rxSource.idle after a poller's success that the receive
+// loop has not timed yet; idleNever, after the last poller gave up.
+const (
+	idleFresh = math.MaxInt64
+	idleNever = -1 << 62
+)
+
 // stayAway reports whether the receive loop of s should leave Recv to
-// waiters, and for how long at most before it looks again.
+// waiters, and for how long at most before it looks again. A poller's
+// success counts from the loop's first look after it: at most one
+// spinGrace later than the success, as the loop looks that often while
+// waiters poll.
 func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	grace := b.spinGrace()
 	if s.pollers.Load() > 0 {
 		return true, grace
 	}
-	if left := time.Duration(s.idle.Load() + int64(grace) - b.clock()); left > 0 {
+	now := b.clock()
+	idle := s.idle.Load()
+	if idle == idleFresh && !s.idle.CompareAndSwap(idleFresh, now) {
+		idle = s.idle.Load() // a poller gave up meanwhile: idleNever
+	}
+	if idle == idleFresh {
+		idle = now
+	}
+	if left := time.Duration(idle + int64(grace) - now); left > 0 {
 		return true, left
 	}
 	return false, 0
@@ -221,19 +267,29 @@ func (b *Board) spinGrace() time.Duration {
 }
 
 // pollSource receives and handles one batch from s if nobody else owns
-// its Recv, and reports whether it could look, and when it handled frames
-// the board's clock as it read it for them (else 0): a waiter that
-// completes on them needs no clock read of its own.
-func (b *Board) pollSource(s *rxSource) (looked bool, now int64) {
+// its Recv, and reports whether it could look. It runs the timers when a
+// tick is due by the batch's clock or, when no frame of it needed the
+// time, by seen, the waiter's own latest reading (0: none): a waiter that
+// polls a while reads the clock anyway (pollWait), and the receive loop,
+// which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
+// not before the waiter is preempted).
+func (b *Board) pollSource(s *rxSource, seen int64) bool {
 	if !s.mu.TryLock() {
-		return false, 0
+		return false
+	}
+	if s.pending != nil && !s.pending() {
+		s.drained()
+		s.mu.Unlock()
+		return true
 	}
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
-		b.handleBatchLocked(s, s.rx[:n]) // sets b.now: one clock read per batch
-		now = b.now
-		if now >= b.nextTick.Load() {
+		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
+		if b.nowOK {
+			seen = b.nowv
+		}
+		if seen != 0 && seen >= b.nextTick.Load() {
 			b.rxOwned = s // verdict.go
 			b.timersLocked(true)
 			b.rxOwned = nil
@@ -241,11 +297,11 @@ func (b *Board) pollSource(s *rxSource) (looked bool, now int64) {
 		b.release(false)
 	}
 	if n < len(s.rx) {
-		s.emptied.Add(1) // verdict.go
+		s.drained() // verdict.go
 	}
 	s.mu.Unlock()
 	b.runCopies() // cma.go: without the source's lock
-	return true, now
+	return true
 }
 
 // waitSources returns the sources a waiter polls: in busy-poll mode all of
@@ -327,21 +383,16 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	}
 	b.spinning.Add(1)
 	ok, spent := false, false
-	var handled int64 // the clock as pollSource read it in the latest look, or 0
 	defer func() {
 		b.spinning.Add(-1)
-		now := handled
-		if ok && now == 0 {
-			now = b.clock()
-		}
 		for _, s := range srcs {
-			if ok {
-				s.idle.Store(now)
+			if ok && s.idle.Load() != idleFresh {
+				s.idle.Store(idleFresh) // the loop times it (stayAway)
 			}
 			if s.pollers.Add(-1) == 0 && !ok {
 				// Hand Recv back at once: this waiter is going to
 				// sleep and its message must find an owner.
-				s.idle.Store(-1 << 62)
+				s.idle.Store(idleNever)
 				select {
 				case s.wake <- struct{}{}:
 				default:
@@ -355,16 +406,13 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 	}()
 	kicked, yield := false, false
+	var seen int64 // the clock as this waiter last read it (every 16 looks), 0: not yet
 	for i := 0; ; i++ {
-		handled = 0 // only a batch of this look may have completed the wait
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
 			}
-			looked, now := b.pollSource(s)
-			if now != 0 {
-				handled = now
-			}
+			looked := b.pollSource(s, seen)
 			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
@@ -385,6 +433,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if i&15 == 15 {
 			now := b.clock()
+			seen = now
 			if start < 0 {
 				start = now - 1 // the first 16 looks: well under a microsecond
 			}

@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -76,6 +77,7 @@ type partner struct {
 	notAcked    int
 	ackStale    bool // an obsolete duplicate asked for a (delayed) ack
 	owed        bool // in Board.ackOwed: acked when the rings run dry
+	stampQ      bool // in Board.toStamp: its ack deadline waits for a time
 	ackDeadline int64
 	ackNumSent  uint32
 	inHandler   bool
@@ -187,7 +189,7 @@ func (p *partner) enqueue(r *Request) {
 
 func (p *partner) transmitNew(r *Request) {
 	r.seq = p.sendSeq
-	r.firstSend = p.ep.b.now
+	r.firstSend = p.ep.b.now()
 	p.sendSeq = seqNext(p.sendSeq)
 	p.unacked.push(r)
 	p.transmit(r)
@@ -215,7 +217,7 @@ func (p *partner) piggyback() uint16 {
 func (p *partner) transmit(r *Request) {
 	e := p.ep
 	b := e.b
-	r.lastSend = b.now
+	r.lastSend = b.now()
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	hb := buf[wire.HeadLen:]
@@ -265,7 +267,7 @@ func (p *partner) applyAck(ack uint16) {
 		if r.resends == 0 && !r.nacked && r.class != classLarge {
 			// Karn: only a request sent once times the round trip. (A
 			// RNDV's ack may wait for the receive to be posted.)
-			p.rtt.sample(p.ep.b.now - r.lastSend)
+			p.rtt.sample(p.ep.b.now() - r.lastSend)
 		}
 		p.unacked.remove(r)
 		p.acked(r)
@@ -416,7 +418,7 @@ func (p *partner) pto(backoff int) int64 {
 func (p *partner) transmitFrags(r *Request, skip uint32) {
 	e := p.ep
 	b := e.b
-	r.lastSend = b.now
+	r.lastSend = b.now()
 	stride := p.stride
 	h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: r.length, Seq: r.seq, Ack: p.piggyback(),
 		Match: r.match, Session: p.rsession}
@@ -457,7 +459,7 @@ func (p *partner) transmitLast(r *Request) {
 	}
 	e := p.ep
 	b := e.b
-	r.lastSend = b.now
+	r.lastSend = b.now()
 	i := (len(r.buf) - 1) / p.stride
 	off := i * p.stride
 	n := len(r.buf) - off
@@ -601,11 +603,46 @@ func (p *partner) noteReceived(lean bool) {
 		b.ackOwed = append(b.ackOwed, p)
 	}
 	if p.ackDeadline == 0 {
-		p.ackDeadline = b.now + delay
+		if rings && !b.nowOK {
+			// No clock read for this batch yet: the deadline waits for
+			// the next one (stampAcks). In a ping-pong every message
+			// starts a deadline that the reply's piggyback clears, and
+			// the reading was a tenth of such a message's cost.
+			p.ackDeadline = ackUnstamped
+			if !p.stampQ {
+				p.stampQ = true
+				b.toStamp = append(b.toStamp, p)
+			}
+			return
+		}
+		p.ackDeadline = b.now() + delay
 		if rings {
 			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
 		}
 	}
+}
+
+// ackUnstamped is the ack deadline of a ring peer whose messages a waiter
+// handled without reading the clock (noteReceived): never due until
+// stampAcks gives it a time.
+const ackUnstamped = math.MaxInt64
+
+// stampAcks gives the unstamped ack deadlines of ring peers (noteReceived)
+// their time, counted from now: the clock of the next timer check
+// (timersLocked), which the receive loop makes at least every spinGrace
+// while waiters poll the rings (BoardOptions.BusyPoll: pollGrace), and a
+// polling waiter when a tick is due (pollSource). So a ring peer's delayed
+// ack goes out at most that much later than ringAckDelay after the
+// message. Called with b.mu held.
+func (b *Board) stampAcks(now int64) {
+	for i, p := range b.toStamp {
+		b.toStamp[i], p.stampQ = nil, false
+		if p.ackDeadline == ackUnstamped {
+			p.ackDeadline = now + min(int64(b.opts.AckDelay), int64(ringAckDelay))
+			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
+		}
+	}
+	b.toStamp = b.toStamp[:0]
 }
 
 // Acks between peers of one host. The rings are reliable and keep order:
@@ -774,7 +811,7 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 			// An older one: ack after AckDelay, once however many come, so
 			// a flood of stale frames cannot make us flood acks.
 			p.ackStale = true
-			p.ackDeadline = e.b.now + int64(e.b.opts.AckDelay)
+			p.ackDeadline = e.b.now() + int64(e.b.opts.AckDelay)
 		}
 	}
 }
@@ -951,7 +988,7 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 func (p *partner) sendConnect(r *Request) {
 	e := p.ep
 	b := e.b
-	r.lastSend = b.now
+	r.lastSend = b.now()
 	r.toldRecv = p.recvSeq
 	h := wire.Connect{DstEP: p.epID, SrcEP: e.id, YourIndex: p.myIdx, Attempt: r.attempt,
 		SrcSession: e.session, Key: r.key, NextRecvSeq: p.recvSeq, HasExt: true, Ext: b.connectExt(p.nic)}
@@ -1087,7 +1124,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 // still pending (so the board keeps its fine timer period).
 func (e *Endpoint) timers() bool {
 	b := e.b
-	now := b.now
+	now := b.now()
 	busy := false
 	for _, p := range e.plist {
 		if (p.notAcked > 0 || p.ackStale) && p.ackDeadline != 0 {

@@ -221,7 +221,7 @@ func (r *Request) Test() (st Status, ok bool) {
 	b := r.ep.b
 	if !r.done.Load() {
 		for _, s := range b.waitSources() {
-			b.pollSource(s)
+			b.pollSource(s, 0)
 		}
 		if !r.done.Load() {
 			return Status{}, false

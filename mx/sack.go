@@ -157,7 +157,7 @@ func (p *partner) onSack(s *wire.Sack) {
 		m := p.fragMask(r)
 		r.sackHole = held&m != m
 	}
-	p.sackResend(p.ep.b.now)
+	p.sackResend(p.ep.b.now())
 }
 
 // reorderWait is how long after its last send a request a SACK reports

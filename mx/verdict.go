@@ -53,6 +53,7 @@ func (b *Board) drainForVerdict() bool {
 	for _, s := range b.allSrcs {
 		owned := s == b.rxOwned
 		if !owned && !s.mu.TryLock() {
+			s.wantEmptied.Store(true) // before the count is read: see rxSource.drained
 			e := s.emptied.Load()
 			mark, marked := b.vMarks[s]
 			if marked && e != mark {
@@ -91,19 +92,30 @@ func (b *Board) timersWithVerdicts() bool {
 	b.vWanted, b.vDrained = false, false
 	busy := b.timerPass()
 	if !b.vWanted {
-		clear(b.vMarks) // no verdict waits: a later one starts afresh
+		b.clearMarks() // no verdict waits: a later one starts afresh
 		return busy
 	}
 	if !b.drainForVerdict() {
 		b.cnt[VerdictsDeferred]++
 		return true
 	}
-	clear(b.vMarks)
+	b.clearMarks()
 	b.vDrained = true
-	b.now = b.clock()
+	b.stampAcks(b.setNow()) // the drained frames' acks too (reliability.go)
 	busy = b.timerPass() || busy
 	b.vDrained, b.vWanted = false, false
 	return busy
+}
+
+// clearMarks forgets the counts noted for a verdict, and tells the
+// sources' owners they need not count any more (rxSource.drained).
+func (b *Board) clearMarks() {
+	clear(b.vMarks)
+	for _, s := range b.allSrcs {
+		if s.wantEmptied.Load() {
+			s.wantEmptied.Store(false)
+		}
+	}
 }
 
 // timerPass runs the lost-peer check and every endpoint's duties once.

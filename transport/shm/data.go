@@ -489,6 +489,26 @@ func (t *Transport) sleep(deadline time.Time) {
 	_ = t.evRaw.Read(t.evRead)
 }
 
+// Pending reports whether a Recv would find anything to do now: a record
+// at a ring's cursor, a ring whose producer went away, ring space to give
+// back (see commit), or the transport closed. It is for a caller that
+// serializes its own Recv calls under a lock of its own and holds it here
+// (mx's receive sources): the look costs a load or two per ring, without
+// Recv's lock, its bookkeeping or any locked instruction, and a caller
+// that polls an empty ring in a tight loop then waits less for the frame
+// that comes, as each look is shorter.
+func (t *Transport) Pending() bool {
+	if t.toCommit || t.closed.Load() {
+		return true
+	}
+	for _, r := range *t.in.Load() {
+		if r.dead.Load() || r.wordAt.Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // poll reads up to len(frames) records across the rings.
 func (t *Transport) poll(frames []transport.Frame) int {
 	rings := *t.in.Load()

@@ -180,5 +180,8 @@
 // Transport API costs nothing measurable above the rings: the per-record
 // path does no division (the producer keeps its lap, the consumer its
 // offset), no defer, no call for an empty look, and the consumer no store
-// to shared memory per message. What mx costs above it is mx's own.
+// to shared memory per message. What mx costs above it is mx's own. A
+// caller that serializes its Recv calls itself (mx's receive sources)
+// may look with Pending first, which takes neither Recv's lock nor its
+// bookkeeping: mx's polling waiters do, between the messages.
 package shm
