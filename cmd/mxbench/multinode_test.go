@@ -193,3 +193,62 @@ func TestTwoNodesMpirun(t *testing.T) {
 		t.Errorf("setup does not say %q and name openmpi:\n%s", want, out.String())
 	}
 }
+
+// TestTwoNodesHydra: `mpiexec.hydra -hosts A,B -n 4 mxbench alltoall`
+// across two nodes, as an MPICH user runs it: mpiexec on the first node (a
+// network namespace) starts its proxy on the second through its rsh
+// launcher (an rsh agent entering the other namespace). No GOMX_BOOTSTRAP
+// and no --listen: the ranks trade their records through hydra's PMI
+// key-value space, and each binds its board to the address its node's
+// name in the host list resolves to (launch.BindAddr), so the verified
+// alltoall takes shared memory within a node and udp between.
+func TestTwoNodesHydra(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds network namespaces and runs mpiexec.hydra")
+	}
+	hydra, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		t.Skip("mpiexec.hydra not installed (apt-get install mpich)")
+	}
+	netnstest.Require(t, "GOMX_REQUIRE_XDP")
+	p := netnstest.NewPair(t, 1)
+	dirs := []string{t.TempDir(), t.TempDir()} // each node its own /dev/shm
+	for _, d := range dirs {
+		if err := os.Chmod(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := netnstest.RshAgent(t, p, map[string][]string{p.IPB.String(): {"GOMX_SHM_DIR=" + dirs[1]}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// hydra passes its whole environment to every rank unless told
+	// otherwise: -genvlist passes PATH only, so the second node's ranks
+	// keep the endpoint directory the agent gives them.
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.NSA, hydra, "-launcher", "rsh", "-launcher-exec", agent,
+		"-hosts", fmt.Sprintf("%s,%s", p.IPA, p.IPB), "-n", "4", "-ppn", "2", "-genvlist", "PATH", "-genv", asMainEnv, "1",
+		os.Args[0], "alltoall", "--sizes", "8,64K,1M", "--iterations", "5", "--wait", "block", "--verify", "--json")
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "GOMX_BOOTSTRAP=") && !strings.HasPrefix(e, "GOMX_SHM_DIR=") && !strings.HasPrefix(e, "PMI") && !strings.HasPrefix(e, "MPIR_CVAR_") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, "GOMX_SHM_DIR="+dirs[0]) // the first node's ranks are mpiexec's children
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mpiexec.hydra: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	rows := jsonRows(t, out.String())
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3 (only rank 0 prints):\n%s", len(rows), out.String())
+	}
+	for _, r := range rows {
+		if r.Procs != 4 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	want := "paths: shared memory within ranks [0 1] [2 3], udp between these 2 hosts"
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "the pmi launcher") {
+		t.Errorf("setup does not say %q and name pmi:\n%s", want, out.String())
+	}
+}

@@ -105,3 +105,39 @@ func TestMpirunAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestHydraAcrossNodes: four ranks of one mpiexec.hydra on two "nodes",
+// network namespaces joined by a veth pair: mpiexec runs on the first and
+// starts its proxy on the second through its rsh launcher (an rsh agent
+// that enters the namespace). No GOMX_BOOTSTRAP: the ranks trade their
+// records through hydra's PMI key-value space, each gets all four, and
+// each would bind the address of its own node as the host list names it.
+func TestHydraAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds network namespaces and runs mpiexec.hydra")
+	}
+	hydra, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		t.Skip("mpiexec.hydra not installed (apt-get install mpich)")
+	}
+	netnstest.Require(t, "GOMX_REQUIRE_XDP")
+	p := netnstest.NewPair(t, 1)
+	agent := netnstest.RshAgent(t, p, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.NSA, hydra, "-launcher", "rsh", "-launcher-exec", agent,
+		"-hosts", fmt.Sprintf("%s,%s", p.IPA, p.IPB), "-n", "4", "-ppn", "2",
+		"-genv", hydraChildEnv, "1", "-genv", "GOMX_BOOTSTRAP", "", os.Args[0], "-test.run=^TestHydra$", "-test.count=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpiexec.hydra: %v\n%s", err, out)
+	}
+	for r := range 4 {
+		ip := []string{p.IPA.String(), p.IPB.String()}[r/2]
+		for _, want := range []string{fmt.Sprintf("rank %d/4 pmi: r0 r1 r2 r3\n", r), fmt.Sprintf("bind of rank %d: %s <nil>\n", r, ip)} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+	}
+}
