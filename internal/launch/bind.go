@@ -44,7 +44,11 @@ func thisNode(getenv func(string) string) node {
 		getenv:   getenv,
 		hostname: os.Hostname,
 		lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+			as, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+			for i := range as {
+				as[i] = as[i].Unmap()
+			}
+			return as, err
 		},
 		addrs: func(iface string) ([]netip.Addr, error) {
 			var as []net.Addr
@@ -155,8 +159,10 @@ func bindAddr(ctx context.Context, job Job, bootstrap string, n node) (netip.Add
 		switch {
 		case err != nil:
 			tried = append(tried, fmt.Sprintf("the node's name %s (%v)", name, err))
+		case allLoopback(as):
+			tried = append(tried, fmt.Sprintf("the node's name %s (resolves to loopback %v)", name, as))
 		default:
-			tried = append(tried, fmt.Sprintf("the node's name %s (resolves to %v: loopback, or not this node's)", name, as))
+			tried = append(tried, fmt.Sprintf("the node's name %s (resolves to %v, not this node's %v)", name, as, mine))
 		}
 	}
 	a, err := n.routeFrom(routeProbe)
@@ -168,7 +174,21 @@ func bindAddr(ctx context.Context, job Job, bootstrap string, n node) (netip.Add
 	default:
 		tried = append(tried, fmt.Sprintf("the default route (from %v)", a))
 	}
-	return netip.Addr{}, fmt.Errorf("launch: the job spans nodes and %s names no host of it to bind toward; tried %s", job.Launcher, strings.Join(tried, ", "))
+	hint := ""
+	if job.Launcher == "pmi" {
+		hint = " (mpiexec.hydra -iface NAME picks an interface)"
+	}
+	return netip.Addr{}, fmt.Errorf("launch: the job spans nodes and %s names no host of it to bind toward; tried %s%s", job.Launcher, strings.Join(tried, ", "), hint)
+}
+
+// allLoopback reports whether every address of as is a loopback one.
+func allLoopback(as []netip.Addr) bool {
+	for _, a := range as {
+		if !a.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 // reachable returns the first of as that is one of this node's addresses

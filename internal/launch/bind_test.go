@@ -95,7 +95,7 @@ func TestBindAddr(t *testing.T) {
 		// Names of another node (or namespace): the default route.
 		{name: "not this node's, default route", job: hydra, bootstrap: PMIAddr, env: map[string]string{InterfaceHostnameEnv: "n1"}, names: map[string]string{"n1": "10.0.0.77", "vm": "127.0.0.1"}, host: "vm", dflt: netip.MustParseAddr("10.0.0.5"), want: "10.0.0.5", routed: routeProbe},
 		{name: "unresolved, default route", job: hydra, bootstrap: PMIAddr, host: "vm", dflt: netip.MustParseAddr("10.0.0.5"), want: "10.0.0.5", routed: routeProbe},
-		{name: "nothing", job: hydra, bootstrap: PMIAddr, env: map[string]string{InterfaceHostnameEnv: "n1"}, names: map[string]string{"n1": "127.0.1.1"}, host: "vm", dflt: none, want: "error: pmi names no host of it to bind toward; tried the node's name n1 (resolves to [127.0.1.1]: loopback, or not this node's), the node's name vm (lookup vm: no such host), the default route (connect: network is unreachable)", routed: routeProbe},
+		{name: "nothing", job: hydra, bootstrap: PMIAddr, env: map[string]string{InterfaceHostnameEnv: "n1"}, names: map[string]string{"n1": "127.0.1.1"}, host: "vm", dflt: none, want: "error: pmi names no host of it to bind toward; tried the node's name n1 (resolves to loopback [127.0.1.1]), the node's name vm (lookup vm: no such host), the default route (connect: network is unreachable) (mpiexec.hydra -iface NAME picks an interface)", routed: routeProbe},
 		{name: "default route on loopback", job: hydra, bootstrap: PMIAddr, host: "vm", names: map[string]string{"vm": "127.0.0.1"}, dflt: netip.MustParseAddr("127.0.0.1"), want: "error: the default route (from 127.0.0.1)", routed: routeProbe},
 	} {
 		t.Run(c.name, func(t *testing.T) {

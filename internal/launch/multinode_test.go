@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -139,5 +140,50 @@ func TestHydraAcrossNodes(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
 		}
+	}
+}
+
+// TestBindAddrInNamespace: BindAddr on a real node, a network namespace
+// whose only address besides 127.0.0.1 is IPA, for a rank of a hydra job
+// across nodes. mpiexec -iface names its interface: IPA. Hydra names the
+// node by an address of another node (IPB) and the host's name resolves
+// to none of the namespace's: without a default route there is nothing
+// to bind and the error says what was tried; with one, its source, IPA.
+func TestBindAddrInNamespace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds network namespaces")
+	}
+	netnstest.Require(t, "GOMX_REQUIRE_XDP")
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Skip("the ip tool is missing (apt-get install iproute2)")
+	}
+	p := netnstest.NewPair(t, 1)
+	job := Job{Rank: 2, Size: 4, Launcher: "pmi"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bind := func(env map[string]string) (a netip.Addr, err error) {
+		if derr := netnstest.Do(p.NSA, func() error {
+			a, err = BindAddr(ctx, job, PMIAddr, envOf(env))
+			return nil
+		}); derr != nil {
+			t.Fatal(derr)
+		}
+		return a, err
+	}
+	if a, err := bind(map[string]string{NetworkIfaceEnv: p.A}); err != nil || a != p.IPA {
+		t.Errorf("-iface %s: %v, %v; want %v", p.A, a, err, p.IPA)
+	}
+	other := map[string]string{InterfaceHostnameEnv: p.IPB.String()}
+	a, err := bind(other)
+	t.Logf("no default route: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "not this node's") || !strings.Contains(err.Error(), "the default route") {
+		t.Errorf("no default route: %v, %v; want an error naming %s, not this node's, and the default route", a, err, p.IPB)
+	}
+	if out, err := exec.Command(ip, "-n", p.NSA, "route", "add", "default", "via", p.IPB.String()).CombinedOutput(); err != nil {
+		t.Fatalf("add a default route: %v: %s", err, out)
+	}
+	if a, err := bind(other); err != nil || a != p.IPA {
+		t.Errorf("default route: %v, %v; want %v", a, err, p.IPA)
 	}
 }
