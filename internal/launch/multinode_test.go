@@ -77,7 +77,8 @@ func TestExchangeAcrossNodes(t *testing.T) {
 // machines: mpirun runs on the first node and reaches the second through
 // its remote shell (an rsh agent that enters the namespace instead of
 // ssh), and starts an orted there. No GOMX_BOOTSTRAP: the ranks trade
-// their records through the daemons' PMIx servers, and each gets all four.
+// their records through the daemons' PMIx servers, each gets all four, and
+// each would bind its node's address that routes to mpirun's host.
 func TestMpirunAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds network namespaces and runs mpirun")
@@ -99,10 +100,13 @@ func TestMpirunAcrossNodes(t *testing.T) {
 			return err
 		})
 	}
+	// Each binds the address of its node that routes to mpirun's.
 	for r := range 4 {
-		want := fmt.Sprintf("netns of rank %d: %s\n", r, nodes[fmt.Sprint(r/2)])
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
+		ip := []netip.Addr{p.IPA, p.IPB}[r/2]
+		for _, want := range []string{fmt.Sprintf("netns of rank %d: %s\n", r, nodes[fmt.Sprint(r/2)]), fmt.Sprintf("bind of rank %d: %s <nil>\n", r, ip)} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
 		}
 	}
 }
