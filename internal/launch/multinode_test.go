@@ -19,9 +19,10 @@ import (
 // network namespaces joined by a veth pair, with the step's nodes given as
 // IP literals in Slurm's hostlist syntax. Without GOMX_BOOTSTRAP every rank
 // finds rank 0 on the first node at the port of the step, the ranks of the
-// second node reach it over the veth, and all get the same table. Each
-// rank runs Exchange on a thread inside its node's namespace, so every
-// socket it makes belongs there; nothing leaves the namespaces.
+// second node reach it over the veth, all get the same table, and each
+// would bind its node's address. Each rank runs BindAddr and Exchange on
+// a thread inside its node's namespace, so every socket it makes belongs
+// there; nothing leaves the namespaces.
 func TestExchangeAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds network namespaces")
@@ -34,6 +35,7 @@ func TestExchangeAcrossNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tables := make([][][]byte, size)
+	binds := make([]netip.Addr, size)
 	errs := make([]error, size)
 	jobID := fmt.Sprint(time.Now().UnixNano() % 100000)
 	var wg sync.WaitGroup
@@ -55,6 +57,9 @@ func TestExchangeAcrossNodes(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				if binds[r], err = BindAddr(ctx, job, addr, envOf(env)); err != nil {
+					return err
+				}
 				tables[r], err = Exchange(ctx, job, addr, []byte{byte(r)})
 				return err
 			})
@@ -68,6 +73,10 @@ func TestExchangeAcrossNodes(t *testing.T) {
 		}
 		if !bytes.Equal(bytes.Join(tables[r], nil), []byte{0, 1, 2, 3}) {
 			t.Fatalf("rank %d: table %v", r, tables[r])
+		}
+		// Each would bind its node's address that routes to the next node.
+		if want := []netip.Addr{p.IPA, p.IPB}[r/2]; binds[r] != want {
+			t.Errorf("rank %d binds %v, want %v", r, binds[r], want)
 		}
 	}
 }
