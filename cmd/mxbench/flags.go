@@ -103,7 +103,7 @@ func envOr(name, def string) string {
 func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), wireHelp())
 	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an mxbench serve (udp); empty runs both sides in this process")
-	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, or the address that routes to --peer)")
+	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, the address that routes to --peer, or in a job across nodes an address of this node the others reach: the route to another node, hydra's -iface, the node's name, the default route)")
 	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
 	fs.UintVar(&f.key, "key", 0x6d786265, "the 32-bit endpoint key both sides use")
 	fs.Var(&f.sizes, "sizes", "comma-separated message sizes with K/M suffixes, e.g. 0,8,1K,64K,4M (overrides --start/--end)")

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/gomx-dev/gomx/internal/launch"
@@ -102,29 +104,15 @@ func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, 
 	}()
 	listen := f.listen
 	if listen == "" {
-		listen = "127.0.0.1:0"
-		if !strings.HasPrefix(addr, "unix:") && !job.OneNode {
-			// Ranks on other hosts must reach this board: bind the address
-			// that routes to another node of the job (rank 0's, or for
-			// rank 0's own node, where its name may resolve to a loopback
-			// address, the next node the launcher lists, or the host of
-			// its head, mpirun). Records traded through a PMI or PMIx
-			// server name no host; the port only lets a UDP socket pick
-			// its route (nothing is sent).
-			host, port, e := net.SplitHostPort(addr)
-			if e != nil || addr == launch.PMIAddr || addr == launch.PMIxAddr {
-				host, port = "", "9"
-			}
-			if p := job.PeerHost(); p != "" {
-				host = p
-			}
-			if host == "" {
-				return nil, fmt.Errorf("the job spans nodes and %s names none to bind the udp board toward: give --listen IP:0, an address of this node the other nodes reach", job.Launcher)
-			}
-			if listen, err = localFor(net.JoinHostPort(host, port)); err != nil {
-				return nil, err
-			}
+		// Ranks on other hosts must reach this board: one node's ranks
+		// bind 127.0.0.1, a job across nodes the address that routes to
+		// another node of the job, or, under a launcher that names none
+		// (hydra), the address MPICH itself would take (launch.BindAddr).
+		a, err := launch.BindAddr(ctx, job, addr, os.Getenv)
+		if err != nil {
+			return nil, fmt.Errorf("%w: give --listen IP:0, an address of this node the other nodes reach", err)
 		}
+		listen = netip.AddrPortFrom(a, 0).String()
 	}
 	key := uint32(f.key)
 	var rec []byte

@@ -149,35 +149,43 @@ func TestTwoNodesMixedMessages(t *testing.T) {
 	t.Logf("\n%s", all)
 }
 
-// TestTwoNodesMpirun: `mpirun --host A,B -np 4 mxbench alltoall` across
-// two nodes, as an Open MPI user runs it: mpirun on the first node (a
-// network namespace) starts its daemon on the second through its remote
-// shell (an rsh agent entering the other namespace instead of ssh). No
-// GOMX_BOOTSTRAP: the ranks trade their endpoint addresses through the
-// daemons' PMIx servers, bind their boards toward mpirun's host, and the
-// verified alltoall takes shared memory within a node and udp between.
-func TestTwoNodesMpirun(t *testing.T) {
-	mpirun := mpirunOrSkip(t)
+// launcherJob runs a verified alltoall of 4 ranks across two nodes,
+// network namespaces joined by a veth pair, as a user runs one with the
+// launcher named: the launcher starts on the first node and reaches the
+// second through an rsh agent (netnstest.RshAgent) that enters its
+// namespace instead of ssh. command gives the launcher's command line to
+// run in the first namespace, from the pair and the agent, without the
+// program and its arguments, which it appends. Each node has its own
+// endpoint directory (GOMX_SHM_DIR): the first node's ranks are the
+// launcher's children, the second's the agent's. It checks the rows and
+// that the setup line names the launcher and says that ranks of a node
+// take shared memory and ranks of different nodes udp.
+func launcherJob(t *testing.T, launcher string, command func(p *netnstest.Pair, agent string) []string) {
+	t.Helper()
 	netnstest.Require(t, "GOMX_REQUIRE_XDP")
 	p := netnstest.NewPair(t, 1)
 	dirs := []string{t.TempDir(), t.TempDir()} // each node its own /dev/shm
 	for _, d := range dirs {
-		if err := os.Chmod(d, 0o700); err != nil {
+		if err := os.Chmod(d, 0o700); err != nil { // mx refuses a directory others can open
 			t.Fatal(err)
 		}
 	}
 	agent := netnstest.RshAgent(t, p, map[string][]string{p.IPB.String(): {"GOMX_SHM_DIR=" + dirs[1]}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.NSA, mpirun, "--allow-run-as-root",
-		"--host", fmt.Sprintf("%s:2,%s:2", p.IPA, p.IPB), "-np", "4", "--mca", "plm_rsh_agent", agent,
-		"-x", "GOMX_BOOTSTRAP=", "-x", asMainEnv+"=1",
-		os.Args[0], "alltoall", "--sizes", "8,64K,1M", "--iterations", "5", "--wait", "block", "--verify", "--json")
-	cmd.Env = append(os.Environ(), "GOMX_SHM_DIR="+dirs[0]) // the first node's ranks are mpirun's children
+	args := append([]string{"netns", "exec", p.NSA}, command(p, agent)...)
+	args = append(args, os.Args[0], "alltoall", "--sizes", "8,64K,1M", "--iterations", "5", "--wait", "block", "--verify", "--json")
+	cmd := exec.CommandContext(ctx, "ip", args...)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "GOMX_BOOTSTRAP=") && !strings.HasPrefix(e, "GOMX_SHM_DIR=") && !strings.HasPrefix(e, "PMI") && !strings.HasPrefix(e, "MPIR_CVAR_") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, "GOMX_SHM_DIR="+dirs[0])
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("mpirun: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", launcher, err, out.String(), errb.String())
 	}
 	rows := jsonRows(t, out.String())
 	if len(rows) != 3 {
@@ -189,7 +197,45 @@ func TestTwoNodesMpirun(t *testing.T) {
 		}
 	}
 	want := "paths: shared memory within ranks [0 1] [2 3], udp between these 2 hosts"
-	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "the openmpi launcher") {
-		t.Errorf("setup does not say %q and name openmpi:\n%s", want, out.String())
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "the "+launcher+" launcher") {
+		t.Errorf("setup does not say %q and name %s:\n%s", want, launcher, out.String())
 	}
+}
+
+// TestTwoNodesMpirun: `mpirun --host A,B -np 4 mxbench alltoall` across
+// two nodes, as an Open MPI user runs it: mpirun on the first node starts
+// its daemon on the second through its remote shell. No GOMX_BOOTSTRAP:
+// the ranks trade their endpoint addresses through the daemons' PMIx
+// servers, bind their boards toward mpirun's host, and the verified
+// alltoall takes shared memory within a node and udp between.
+func TestTwoNodesMpirun(t *testing.T) {
+	mpirun := mpirunOrSkip(t)
+	launcherJob(t, "openmpi", func(p *netnstest.Pair, agent string) []string {
+		return []string{mpirun, "--allow-run-as-root", "--host", fmt.Sprintf("%s:2,%s:2", p.IPA, p.IPB), "-np", "4",
+			"--mca", "plm_rsh_agent", agent, "-x", "GOMX_BOOTSTRAP=", "-x", asMainEnv + "=1"}
+	})
+}
+
+// TestTwoNodesHydra: `mpiexec.hydra -hosts A,B -n 4 mxbench alltoall`
+// across two nodes, as an MPICH user runs it: mpiexec on the first node
+// starts its proxy on the second through its rsh launcher. No
+// GOMX_BOOTSTRAP and no --listen: the ranks trade their records through
+// hydra's PMI key-value space, each binds its board to the address its
+// node's name in the host list resolves to (launch.BindAddr), and the
+// verified alltoall takes shared memory within a node and udp between.
+func TestTwoNodesHydra(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds network namespaces and runs mpiexec.hydra")
+	}
+	hydra, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		t.Skip("mpiexec.hydra not installed (apt-get install mpich)")
+	}
+	launcherJob(t, "pmi", func(p *netnstest.Pair, agent string) []string {
+		// hydra passes its whole environment to every rank unless told
+		// otherwise: -genvlist passes PATH only, so the second node's
+		// ranks keep the endpoint directory the agent gives them.
+		return []string{hydra, "-launcher", "rsh", "-launcher-exec", agent, "-hosts", fmt.Sprintf("%s,%s", p.IPA, p.IPB),
+			"-n", "4", "-ppn", "2", "-genvlist", "PATH", "-genv", asMainEnv, "1"}
+	})
 }

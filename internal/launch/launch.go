@@ -49,6 +49,19 @@
 //
 // When none applies the error names what Bootstrap tried and the way
 // out, GOMX_BOOTSTRAP (mpirun -x passes it on).
+//
+// # Where a rank binds
+//
+// The records a rank trades name its endpoints, so those must be bound to
+// an address the ranks of other nodes reach. BindAddr picks it when the
+// user names none: 127.0.0.1 on one node; across nodes the source
+// address of the route to a host the launcher names (another node of a
+// Slurm step, Open MPI's mpirun, rank 0's GOMX_BOOTSTRAP host). MPICH's
+// hydra names no other host, so there a rank does as MPICH does: it takes
+// the interface mpiexec -iface names, else the address its node's name
+// resolves to (the name hydra's host list gives it, then the host's
+// own), when that address is this node's and not a loopback one, else the
+// source of the default route.
 package launch
 
 import (

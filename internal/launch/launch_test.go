@@ -202,10 +202,13 @@ func mpiChild() error {
 		return err
 	}
 	fmt.Printf("rank %d/%d %s: %s\n", job.Rank, job.Size, job.Launcher, bytes.Join(table, []byte(" ")))
-	// Which network namespace the rank ran in, for tests across "nodes".
+	// Which network namespace the rank ran in, and the address it would
+	// bind, for tests across "nodes".
 	if ns, err := os.Readlink("/proc/self/ns/net"); err == nil {
 		fmt.Printf("netns of rank %d: %s\n", job.Rank, ns)
 	}
+	a, err := BindAddr(ctx, job, addr, os.Getenv)
+	fmt.Printf("bind of rank %d: %v %v\n", job.Rank, a, err)
 	return nil
 }
 

@@ -229,4 +229,11 @@ func TestHydra(t *testing.T) {
 	if strings.Join(lines, "\n") != want {
 		t.Fatalf("ranks said:\n%s\nwant:\n%s\n(all output:\n%s)", strings.Join(lines, "\n"), want, out)
 	}
+	// hydra says the job is on one node (MPI_LOCALNRANKS): every rank
+	// binds 127.0.0.1.
+	for r := range 3 {
+		if want := fmt.Sprintf("bind of rank %d: 127.0.0.1 <nil>\n", r); !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
 }

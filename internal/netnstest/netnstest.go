@@ -73,8 +73,9 @@ func Link(ns, iface string) (netlink.Link, error) { return netns.Link(ns, iface)
 func SetLinkUp(ns, iface string, up bool) error { return netns.SetLinkUp(ns, iface, up) }
 
 // RshAgent writes a script that Open MPI's mpirun takes as its remote
-// shell (--mca plm_rsh_agent) to reach the pair's "other node" without
-// ssh: called as ssh is, "AGENT HOST COMMAND...", it runs COMMAND with sh
+// shell (--mca plm_rsh_agent), and MPICH's mpiexec.hydra as its rsh
+// (-launcher rsh -launcher-exec), to reach the pair's "other node" without
+// ssh: called as rsh is, "AGENT HOST COMMAND...", it runs COMMAND with sh
 // inside the namespace of HOST (p.IPA is NSA, p.IPB is NSB), with the
 // variables env[HOST] ("NAME=VALUE") added. It skips t when the ip tool
 // is missing and returns the script's path, in a directory t removes.
