@@ -28,27 +28,47 @@ func threadCPUs(t *testing.T) map[int]unix.CPUSet {
 	return m
 }
 
-// TestConfineOthers: every other thread that ran where the caller runs is
-// moved to the progress CPU, as read back from the kernel; the caller's
-// thread and a thread bound elsewhere on purpose stay; the undo puts them
-// all back, threads started meanwhile included.
+// bindAll binds every thread of this process to set.
+func bindAll(t *testing.T, set unix.CPUSet) {
+	t.Helper()
+	for tid := range threadCPUs(t) {
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			t.Fatalf("binding thread %d to %v: %v", tid, cpuList(set), err)
+		}
+	}
+}
+
+// TestConfineOthers: in a process bound to one CPU as --bind binds a rank,
+// every other thread is moved to the progress CPU, as read back from the
+// kernel; the caller's thread and a thread bound elsewhere on purpose
+// stay; the undo puts them all back, threads started meanwhile included.
 func TestConfineOthers(t *testing.T) {
-	cpus, err := allowedCPUs()
-	if err != nil {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	// The CPUs the kernel lets this process use: a full mask, narrowed
+	// to them (earlier tests may have bound this process to one).
+	var all unix.CPUSet
+	for c := range 1024 {
+		all.Set(c)
+	}
+	if err := unix.SchedSetaffinity(0, &all); err != nil {
 		t.Fatal(err)
 	}
+	all = unix.CPUSet{} // the kernel writes only the CPUs it knows of
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	cpus := cpuList(all)
 	if len(cpus) < 2 {
 		t.Skipf("this process may run on CPUs %v: placing threads needs two (run on a machine, or a cpuset, with more)", cpus)
 	}
-	progress, other := cpus[len(cpus)-1], cpus[0]
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var home, to, elsewhere unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &home); err != nil {
-		t.Fatal(err)
-	}
-	to.Set(progress)
-	elsewhere.Set(other)
+	home.Set(cpus[0])
+	to.Set(cpus[len(cpus)-1])
+	elsewhere.Set(cpus[0])
+	elsewhere.Set(cpus[len(cpus)-1])
+	bindAll(t, home)
+	defer bindAll(t, all)
 	// A thread bound elsewhere on purpose, as an emulated engine's channel.
 	pinned, stop := make(chan int), make(chan struct{})
 	go func() {
@@ -69,7 +89,7 @@ func TestConfineOthers(t *testing.T) {
 	}
 	me := unix.Gettid()
 	before := threadCPUs(t)
-	undo, err := confineOthers(progress)
+	undo, err := confineOthers(cpus[len(cpus)-1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +109,7 @@ func TestConfineOthers(t *testing.T) {
 		t.Errorf("the calling thread moved: %v, want %v", cpuList(during[me]), cpuList(home))
 	}
 	if during[pinnedTid] != elsewhere {
-		t.Errorf("the thread bound to CPU %d moved: %v", other, cpuList(during[pinnedTid]))
+		t.Errorf("the thread bound to CPUs %v moved: %v", cpuList(elsewhere), cpuList(during[pinnedTid]))
 	}
 	moved := 0
 	for tid, had := range before {
@@ -98,12 +118,12 @@ func TestConfineOthers(t *testing.T) {
 			continue
 		}
 		if now != to {
-			t.Errorf("thread %d may run on CPUs %v, want %d", tid, cpuList(now), progress)
+			t.Errorf("thread %d may run on CPUs %v, want %v", tid, cpuList(now), cpuList(to))
 		}
 		moved++
 	}
 	if moved == 0 {
-		t.Errorf("no thread moved to CPU %d: %d threads, their CPUs before %v", progress, len(before), before)
+		t.Errorf("no thread moved to CPU %v: their CPUs before %v", cpuList(to), before)
 	}
 	if err := undo(); err != nil {
 		t.Fatal(err)
