@@ -34,7 +34,8 @@ preempted counts the times the kernel preempted rank 0's computing thread
 other threads of its CPU taking it. With --progress-cpu (by default
 --engine-cpu's CPU) those other threads, which run mx's progress and the Go
 runtime, run on that CPU during the computation, as an MPI progress thread
-gets a core of its own.
+gets a core of its own. Both ranks send a pattern: rank 0 checks the last
+answer of each run, and with --verify rank 1 checks every message.
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
