@@ -34,7 +34,10 @@ preempted counts the times the kernel preempted rank 0's computing thread
 other threads of its CPU taking it. With --progress-cpu (by default
 --engine-cpu's CPU) those other threads, which run mx's progress and the Go
 runtime, run on that CPU during the computation, as an MPI progress thread
-gets a core of its own. Both ranks send a pattern: rank 0 checks the last
+gets a core of its own. runq_ms is how long that thread waited for its CPU
+(runnable, on the run queue) in the answered run / the quiet run: tens of
+milliseconds mean other work loaded the host, and the ratio measured the
+scheduler's fairness more than the library. Both ranks send a pattern: rank 0 checks the last
 answer of each run, and with --verify rank 1 checks every message.
 `
 
@@ -295,18 +298,27 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 			continue
 		}
 		clear(rbuf)
-		preempted := involuntarySwitches()
+		preempted, runQueue := threadSched()
 		el, n, err := pingWhileComputing(ctx, ep, peer, sbuf, rbuf, work, slice, answer)
 		if err != nil {
 			return res, err
+		}
+		nowPreempted, nowRunQueue := threadSched()
+		waited := 0.0
+		if runQueue >= 0 && nowRunQueue >= 0 {
+			waited = (nowRunQueue - runQueue).Seconds() * 1e3
+		}
+		if !answer {
+			res.QuietRunQueueMS = waited
 		}
 		if answer {
 			if at := check(rbuf, len(rbuf)); at >= 0 {
 				return res, fmt.Errorf("rank 1's last answer: byte %d: %w", at, errVerify)
 			}
-			if preempted >= 0 {
-				res.Preempted = involuntarySwitches() - preempted
+			if preempted >= 0 && nowPreempted >= 0 {
+				res.Preempted = nowPreempted - preempted
 			}
+			res.RunQueueMS = waited
 			busy = el
 			res.Iterations = n
 			res.MBPerS = float64(n*len(sbuf)) / el.Seconds() / 1e6
