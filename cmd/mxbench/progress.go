@@ -31,14 +31,16 @@ import (
 
 // registerProgress adds --progress-cpu.
 func (f *benchFlags) registerProgress(fs *flag.FlagSet) {
-	fs.IntVar(&f.job.progressCPU, "progress-cpu", -1, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (default: --engine-cpu's CPU when given, else none; -1: none)")
+	fs.IntVar(&f.job.progressCPU, "progress-cpu", -1, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (default: --engine-cpu's CPU when given and the process may run there, else none; -1: none)")
 }
 
 // chooseProgressCPU validates --progress-cpu and settles its default: the
-// emulated engine's CPU (--engine-cpu) for overlap. It returns nil for
-// none.
+// emulated engine's CPU (--engine-cpu) for overlap, when this process may
+// run there (a launcher that bound the rank to its core leaves the engine
+// where --engine-cpu puts it, and the rank's threads together). It returns
+// nil for none.
 func (f *benchFlags) chooseProgressCPU(cmd string, je jobEngine) (*int, error) {
-	cpu, flagName := f.job.progressCPU, "--progress-cpu"
+	cpu := f.job.progressCPU
 	switch {
 	case f.job.given["progress-cpu"] && cmd != "overlap":
 		return nil, usagef(cmd, "--progress-cpu places rank 0's other threads while overlap computes, and %s runs no computation: drop --progress-cpu", cmd)
@@ -48,16 +50,19 @@ func (f *benchFlags) chooseProgressCPU(cmd string, je jobEngine) (*int, error) {
 		return nil, usagef(cmd, "--progress-cpu %d: want a CPU number (see lscpu), or -1 for none", cpu)
 	case f.job.given["progress-cpu"]:
 	case cmd == "overlap" && je.cpu >= 0:
-		cpu, flagName = je.cpu, "--engine-cpu (which --progress-cpu defaults to)"
+		if allowed, err := allowedCPUs(); err != nil || !slices.Contains(allowed, je.cpu) {
+			return nil, nil
+		}
+		return &je.cpu, nil
 	default:
 		return nil, nil
 	}
 	allowed, err := allowedCPUs()
 	if err != nil {
-		return nil, fmt.Errorf("%s %d: reading this process's CPUs: %w", flagName, cpu, err)
+		return nil, fmt.Errorf("--progress-cpu %d: reading this process's CPUs: %w", cpu, err)
 	}
 	if !slices.Contains(allowed, cpu) {
-		return nil, usagef(cmd, "%s %d: this process may run on CPUs %v only (taskset -p %d): name one of them, or give --progress-cpu -1", flagName, cpu, allowed, os.Getpid())
+		return nil, usagef(cmd, "--progress-cpu %d: this process may run on CPUs %v only (taskset -p %d): name one of them, or give --progress-cpu -1", cpu, allowed, os.Getpid())
 	}
 	return &cpu, nil
 }

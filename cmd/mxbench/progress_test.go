@@ -141,8 +141,7 @@ func TestConfineOthers(t *testing.T) {
 }
 
 // TestProgressCPUErrors: a progress CPU the process may not use, or one
-// given to a command without a computation, is refused naming the flag;
-// the engine's CPU, the default, is checked as well.
+// given to a command without a computation, is refused naming the flag.
 func TestProgressCPUErrors(t *testing.T) {
 	cpus, err := allowedCPUs()
 	if err != nil {
@@ -157,7 +156,6 @@ func TestProgressCPUErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"overlap", "--progress-cpu", strconv.Itoa(bad)}, "--progress-cpu 1023: this process may run on CPUs"},
-		{[]string{"overlap", "--strategy", "engine", "--engine", "emulated", "--engine-cpu", strconv.Itoa(bad)}, "--engine-cpu (which --progress-cpu defaults to) 1023: this process may run on CPUs"},
 		{[]string{"overlap", "--progress-cpu", "-2"}, "want a CPU number"},
 		{[]string{"pingpong", "--procs", "2", "--progress-cpu", "0"}, "pingpong runs no computation: drop --progress-cpu"},
 	} {
