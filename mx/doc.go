@@ -211,6 +211,17 @@
 // tiny-message path takes it once per call and allocates nothing once its
 // request pool is warm.
 //
+// The progress goroutine, the engine copies and the timers are goroutines:
+// they run on whatever threads the Go runtime schedules them on, and a
+// process bound to one CPU runs them beside the application, which they
+// then preempt at every frame and completion. An application that wants
+// its CPU to itself while messages move, as MPI users give a library's
+// progress thread a core of its own, locks its computing goroutine to its
+// thread (runtime.LockOSThread) and binds the process's other threads to
+// another CPU (sched_setaffinity per thread; threads the runtime starts
+// later inherit the binding): mx then progresses there. mxbench overlap
+// --progress-cpu does this for the availability benchmark.
+//
 // # Endpoints of one process
 //
 // Messages to an endpoint of the same process (the same endpoint, another

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,6 +19,41 @@ func setAffinity(cpu int) {
 	_ = unix.SchedSetaffinity(0, &set)
 }
 
+// allowedCPUs returns the CPUs the calling thread may run on, in order.
+func allowedCPUs() ([]int, error) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return nil, err
+	}
+	return cpuList(all), nil
+}
+
+// cpuList lists the CPUs of a set, in order.
+func cpuList(set unix.CPUSet) []int {
+	var l []int
+	for c := 0; c < 1024 && len(l) < set.Count(); c++ {
+		if set.IsSet(c) {
+			l = append(l, c)
+		}
+	}
+	return l
+}
+
+// threads returns the thread ids of this process.
+func threads() ([]int, error) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, err
+	}
+	tids := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
+}
+
 // bindProcess binds every thread of this process to the n-th CPU it may
 // run on (n modulo their count), as mpirun --bind-to core binds a rank;
 // threads the runtime starts later inherit the binding from the thread
@@ -22,29 +61,125 @@ func setAffinity(cpu int) {
 // or the kernel refused (a restricted cpuset), which leaves the process
 // unbound: the figures only get noisier.
 func bindProcess(n int) int {
-	var all unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &all); err != nil || all.Count() < 2 {
+	cpus, err := allowedCPUs()
+	if err != nil || len(cpus) < 2 {
 		return -1
-	}
-	var cpus []int
-	for c := 0; c < 1024; c++ {
-		if all.IsSet(c) {
-			cpus = append(cpus, c)
-		}
 	}
 	cpu := cpus[n%len(cpus)]
 	var set unix.CPUSet
 	set.Set(cpu)
-	tasks, err := os.ReadDir("/proc/self/task")
+	tids, err := threads()
 	if err != nil {
 		return -1
 	}
-	for _, t := range tasks {
-		if tid, err := strconv.Atoi(t.Name()); err == nil {
-			if unix.SchedSetaffinity(tid, &set) != nil {
-				return -1
-			}
+	for _, tid := range tids {
+		if unix.SchedSetaffinity(tid, &set) != nil {
+			return -1
 		}
 	}
 	return cpu
+}
+
+// confinePasses bounds confineOthers' passes over the process's threads:
+// a pass that meets no new thread ends the loop, and only a thread started
+// by one not yet moved (which inherits the old binding) makes another.
+const confinePasses = 8
+
+// confineOthers binds every other thread of this process that may run
+// exactly where the calling thread may (the rank's CPU, under --bind) to
+// cpu, and returns a function that binds them back. The calling goroutine
+// must be locked to its thread (runtime.LockOSThread) until it has called
+// that function: its thread is the one left where it was. The threads
+// moved are the Go runtime's, which run every other goroutine: mx's
+// receive loops, its engine copies, its timers, the runtime's poller and
+// monitor. Threads the runtime starts meanwhile inherit cpu from the
+// thread that starts them (a locked thread has the runtime's template
+// thread start them, and it is moved too), and the undo binds them to the
+// caller's CPUs as well. Threads bound elsewhere on purpose (an emulated
+// engine's channel on --engine-cpu) keep their binding throughout.
+func confineOthers(cpu int) (undo func() error, err error) {
+	var home, to unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &home); err != nil {
+		return nil, fmt.Errorf("--progress-cpu %d: reading this thread's CPUs: %w", cpu, err)
+	}
+	to.Set(cpu)
+	me := unix.Gettid()
+	seen := map[int]bool{me: true} // every thread met, moved or not
+	var moved []int
+	undo = func() error {
+		var errs []error
+		back := func(tid int) {
+			if err := unix.SchedSetaffinity(tid, &home); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("binding thread %d back: %w", tid, err))
+			}
+		}
+		for _, tid := range moved {
+			back(tid)
+		}
+		tids, err := threads()
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for _, tid := range tids {
+			var set unix.CPUSet
+			if !seen[tid] && unix.SchedGetaffinity(tid, &set) == nil && set == to {
+				back(tid) // started meanwhile: it inherited cpu
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for range confinePasses {
+		tids, err := threads()
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("--progress-cpu %d: listing this process's threads: %w", cpu, err), undo())
+		}
+		fresh := false
+		for _, tid := range tids {
+			if seen[tid] {
+				continue
+			}
+			seen[tid], fresh = true, true
+			var had unix.CPUSet
+			if unix.SchedGetaffinity(tid, &had) != nil || had != home {
+				continue // gone, or bound elsewhere on purpose
+			}
+			if err := unix.SchedSetaffinity(tid, &to); err != nil {
+				if errors.Is(err, unix.ESRCH) {
+					continue
+				}
+				return nil, errors.Join(fmt.Errorf("--progress-cpu %d: binding thread %d: %w (taskset -p %d shows the CPUs this process may use)", cpu, tid, err, os.Getpid()), undo())
+			}
+			moved = append(moved, tid)
+		}
+		if !fresh {
+			break
+		}
+	}
+	return undo, nil
+}
+
+// threadSched is what the kernel's scheduler did to the calling thread so
+// far: how many times it preempted it (getrusage's ru_nivcsw for the
+// thread) and how long the thread waited on a run queue, runnable but not
+// running (the second field of /proc/thread-self/schedstat); -1 when the
+// kernel does not say.
+func threadSched() (preempted int64, runQueue time.Duration) {
+	preempted, runQueue = -1, -1
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
+		preempted = ru.Nivcsw
+	}
+	var buf [128]byte
+	fd, err := unix.Open("/proc/thread-self/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return preempted, runQueue
+	}
+	n, err := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	if f := strings.Fields(string(buf[:max(n, 0)])); err == nil && len(f) >= 2 {
+		if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			runQueue = time.Duration(ns)
+		}
+	}
+	return preempted, runQueue
 }

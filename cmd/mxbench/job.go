@@ -51,6 +51,9 @@ type world struct {
 	// engineName is the boards' copy engine, for the rows (engine.go).
 	engineName string
 	engineCPU  *int // its threads' CPU (--engine-cpu), for the rows
+	// progressCPU is where rank 0's other threads run while overlap
+	// computes (--progress-cpu, progress.go); nil: beside it.
+	progressCPU *int
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx

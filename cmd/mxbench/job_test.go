@@ -162,6 +162,9 @@ func TestJobEngine(t *testing.T) {
 	if !strings.Contains(out, fmt.Sprintf("its threads on CPU %d", cpu)) {
 		t.Errorf("overlap with --engine-cpu %d: the header does not say where the engine ran:\n%s", cpu, out)
 	}
+	if !strings.Contains(out, fmt.Sprintf("run on CPU %d (--progress-cpu)", cpu)) {
+		t.Errorf("overlap with --engine-cpu %d: the header does not say where rank 0's other threads ran:\n%s", cpu, out)
+	}
 	rows = jsonRows(t, runJob(t, "overlap", "--strategy", "engine", "--engine", "emulated", "--engine-cpu", strconv.Itoa(cpu), "--sizes", "1M", "--iterations", "5", "--wait", "block", "--json"))
 	if len(rows) != 2 || rows[1].Strategy != "engine" || rows[1].Availability <= 0 {
 		t.Fatalf("overlap with --engine-cpu: %+v", rows)
@@ -169,6 +172,35 @@ func TestJobEngine(t *testing.T) {
 	for i, r := range rows {
 		if r.EngineCPU == nil || *r.EngineCPU != cpu {
 			t.Errorf("row %d: engine_cpu %v, want %d", i, r.EngineCPU, cpu)
+		}
+	}
+	if r := rows[1]; r.ProgressCPU == nil || *r.ProgressCPU != cpu {
+		t.Errorf("availability row: progress_cpu %v, want %d (--engine-cpu's)", r.ProgressCPU, cpu)
+	}
+	// --progress-cpu -1 keeps rank 0's threads together.
+	rows = jsonRows(t, runJob(t, "overlap", "--strategy", "engine", "--engine", "emulated", "--engine-cpu", strconv.Itoa(cpu), "--progress-cpu", "-1", "--sizes", "1M", "--iterations", "5", "--wait", "block", "--json"))
+	if len(rows) != 2 || rows[1].ProgressCPU != nil || rows[1].Availability <= 0 {
+		t.Errorf("overlap with --progress-cpu -1: %+v", rows)
+	}
+}
+
+// TestJobOverlapProgressCPU: with rank 0's other threads on a CPU of their
+// own, every message of the availability runs arrives intact (rank 1
+// checks each, rank 0 the last answer), under both strategies that copy
+// with the CPU in the progress goroutine and with the engine.
+func TestJobOverlapProgressCPU(t *testing.T) {
+	cpu := usableCPU(t)
+	rows := jsonRows(t, runJob(t, "overlap", "--strategy", "cma,engine", "--engine", "emulated", "--progress-cpu", strconv.Itoa(cpu),
+		"--sizes", "64K,1M", "--iterations", "10", "--wait", "block", "--verify", "--json"))
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6: %+v", len(rows), rows)
+	}
+	for _, r := range rows {
+		if r.Kind != "availability" {
+			continue
+		}
+		if r.Availability <= 0 || r.ProgressCPU == nil || *r.ProgressCPU != cpu || r.Strategy != r.StrategyAsked {
+			t.Errorf("availability row %+v (progress_cpu %v), want progress_cpu %d and the strategy asked", r, r.ProgressCPU, cpu)
 		}
 	}
 }

@@ -32,6 +32,10 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return err
 	}
+	progressCPU, err := f.chooseProgressCPU(cmd, je)
+	if err != nil {
+		return err
+	}
 	jr, err := startJob(context.Background(), job, args, stderr)
 	if err != nil {
 		return rankError(job, err)
@@ -82,6 +86,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		return err
 	}
 	w.engineName, w.engineCPU = je.name(), je.cpuField()
+	w.progressCPU = progressCPU
 	defer w.close()
 	// Noted before the boards close, which the other ranks may fail of.
 	defer func() { jr.fail(rankError(job, err)) }()
@@ -106,8 +111,8 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		if job.Launcher != how {
 			how = "the " + job.Launcher + " launcher"
 		}
-		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s (%s), %s%s%s%s",
-			cmd, job.Size, how, w.hostPath(1), paths, f.describeWait(), syncNote(f), settleNote(f), je.describe()))
+		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s (%s), %s%s%s%s%s",
+			cmd, job.Size, how, w.hostPath(1), paths, f.describeWait(), syncNote(f), settleNote(f), je.describe(), progressNote(progressCPU)))
 	}
 	for k, strategy := range strategies {
 		var err error

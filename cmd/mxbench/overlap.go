@@ -28,7 +28,18 @@ has completed, starting the next one when it has. availability is the time
 the computation takes when rank 1 only consumes the first message, over the
 time it takes while every message is answered: 1 when moving the messages
 costs rank 0 nothing, lower as the library takes the processor away.
-MB/s is the one-way payload rate the exchange reached meanwhile.
+MB/s is the one-way payload rate the exchange reached meanwhile; preempted
+counts the times the kernel preempted rank 0's computing thread (which
+keeps one thread throughout) while every message was answered: the other
+threads of its CPU taking it. With --progress-cpu (by default
+--engine-cpu's CPU) those other threads, which run mx's progress and the Go
+runtime, run on that CPU during the computation, as an MPI progress thread
+gets a core of its own. runq_ms is how long that thread waited for its CPU
+(runnable, on the run queue) in the answered run / the quiet run: tens of
+milliseconds mean other work loaded the host, and the ratio measured the
+scheduler's fairness more than the library. Both ranks send a pattern:
+rank 0 checks the last answer of each run, and with --verify rank 1 checks
+every message.
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
@@ -136,7 +147,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 			return fmt.Errorf("overlap: availability at %s: %w", units.Format(int64(size)), err)
 		}
 		before := ep.Counters()
-		res, err := w.availability(sctx, ep, peer, sbuf[:size], rbuf[:size], work, slice)
+		res, err := w.availability(sctx, ep, peer, sbuf[:size], rbuf[:size], work, slice, f.verify)
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k), size)
 		cancel()
 		if err != nil {
@@ -254,26 +265,61 @@ func empTimings(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, strategy str
 // availability measures one size (RMPP's Figure 9). Rank 0 computes work
 // units in slices, testing its exchange between slices; it runs twice,
 // with rank 1 answering every message and with rank 1 consuming only the
-// first. Rank 1 serves both runs.
-func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, work, slice int) (result, error) {
-	res := result{Size: len(sbuf)}
+// first. Rank 1 serves both runs. Rank 0's computing goroutine keeps one
+// thread throughout, and with --progress-cpu its other threads run on that
+// CPU meanwhile (progress.go).
+//
+// Both ranks send pattern(size); rank 0 checks the last answer it got,
+// after the computation, and with verify rank 1 checks every message.
+func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, work, slice int, verify bool) (res result, err error) {
+	res = result{Size: len(sbuf)}
 	res.Kind = "availability"
+	pattern(sbuf, len(sbuf))
+	if w.job.Rank == 0 {
+		undo, perr := computeAlone(w.progressCPU)
+		if perr != nil {
+			return res, perr
+		}
+		defer func() {
+			if uerr := undo(); uerr != nil && err == nil {
+				err = uerr
+			}
+		}()
+		res.ProgressCPU = w.progressCPU
+	}
 	var busy, quiet time.Duration
 	for _, answer := range []bool{true, false} {
 		if err := w.barrier(ctx); err != nil {
 			return res, err
 		}
 		if w.job.Rank == 1 {
-			if err := serveAvailability(ctx, ep, peer, sbuf, rbuf, answer); err != nil {
+			if err := serveAvailability(ctx, ep, peer, sbuf, rbuf, answer, verify); err != nil {
 				return res, err
 			}
 			continue
 		}
+		clear(rbuf)
+		preempted, runQueue := threadSched()
 		el, n, err := pingWhileComputing(ctx, ep, peer, sbuf, rbuf, work, slice, answer)
 		if err != nil {
 			return res, err
 		}
+		nowPreempted, nowRunQueue := threadSched()
+		waited := 0.0
+		if runQueue >= 0 && nowRunQueue >= 0 {
+			waited = (nowRunQueue - runQueue).Seconds() * 1e3
+		}
+		if !answer {
+			res.QuietRunQueueMS = waited
+		}
 		if answer {
+			if at := check(rbuf, len(rbuf)); at >= 0 {
+				return res, fmt.Errorf("rank 1's last answer: byte %d: %w", at, errVerify)
+			}
+			if preempted >= 0 && nowPreempted >= 0 {
+				res.Preempted = nowPreempted - preempted
+			}
+			res.RunQueueMS = waited
 			busy = el
 			res.Iterations = n
 			res.MBPerS = float64(n*len(sbuf)) / el.Seconds() / 1e6
@@ -348,7 +394,9 @@ const (
 // waits do: --wait block makes them sleep, spin polls), so that in the
 // quiet run, and between messages, it leaves its CPU to whatever else runs
 // there (an engine given its own CPU with --engine-cpu).
-func serveAvailability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, answer bool) error {
+//
+// With verify it checks every message against pattern(len(rbuf)).
+func serveAvailability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf, rbuf []byte, answer, verify bool) error {
 	var count [8]byte
 	if _, err := ep.IRecv([][]byte{count[:]}, tagDone, matchAll, availDone); err != nil {
 		return err
@@ -378,6 +426,11 @@ func serveAvailability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr, sbuf,
 			}
 			got++
 			data = nil
+			if verify {
+				if at := check(rbuf[:st.XferLength], len(rbuf)); int(st.XferLength) != len(rbuf) || at >= 0 {
+					return fmt.Errorf("message %d of %d bytes: byte %d: %w", got, st.XferLength, at, errVerify)
+				}
+			}
 			if answer {
 				if _, err := ep.ISend([][]byte{sbuf[:st.XferLength]}, peer, tagData, availReply); err != nil {
 					return err

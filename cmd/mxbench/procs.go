@@ -31,6 +31,8 @@ type jobFlags struct {
 	// without it the emulated engine's threads stay unbound.
 	engineCPU int
 	bind      bool // --bind
+	// progressCPU is --progress-cpu (progress.go), read only when given.
+	progressCPU int
 	// given are the flags on the command line.
 	given map[string]bool
 }
@@ -41,6 +43,7 @@ func (f *benchFlags) registerJob(fs *flag.FlagSet) {
 	fs.StringVar(&f.job.strategy, "strategy", envOr("GOMX_SHM_LARGE", ""), "between processes: how large messages move, as mx names it ("+joinOr(mxStrategies())+"), a comma-separated list, or all (env GOMX_SHM_LARGE; default: mx's own choice)")
 	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (--bind=false: let the kernel place them)")
 	f.registerEngine(fs)
+	f.registerProgress(fs)
 }
 
 func joinOr(s []string) string {

@@ -51,15 +51,15 @@ func (t *jobTable) row(r result) {
 				fmt.Fprintf(t.w, "%10s %8s %12s %12s %10s %10s %10s %10s\n", "size", "batches", "post_send_us", "post_recv_us", "wait_us", "total_us", "asked", "strategy")
 			} else {
 				fmt.Fprintf(t.w, "# RMPP processor availability: computation time alone / while every message is answered\n")
-				fmt.Fprintf(t.w, "%10s %8s %12s %10s %10s %10s %10s\n", "size", "msgs", "availability", "MB/s", "asked", "strategy", "fallbacks")
+				fmt.Fprintf(t.w, "%10s %8s %12s %10s %10s %10s %10s %10s %11s\n", "size", "msgs", "availability", "MB/s", "asked", "strategy", "fallbacks", "preempted", "runq_ms")
 			}
 		}
 		if r.Kind == "timings" {
 			fmt.Fprintf(t.w, "%10s %8d %12.2f %12.2f %10.2f %10.2f %10s %10s\n", units.Format(int64(r.Size)), r.Iterations,
 				r.PostSendUS, r.PostRecvUS, r.WaitUS, r.LatencyUS, asked, r.Strategy)
 		} else {
-			fmt.Fprintf(t.w, "%10s %8d %12.3f %10.1f %10s %10s %10d\n", units.Format(int64(r.Size)), r.Iterations,
-				r.Availability, r.MBPerS, asked, r.Strategy, r.Fallbacks)
+			fmt.Fprintf(t.w, "%10s %8d %12.3f %10.1f %10s %10s %10d %10d %11s\n", units.Format(int64(r.Size)), r.Iterations,
+				r.Availability, r.MBPerS, asked, r.Strategy, r.Fallbacks, r.Preempted, fmt.Sprintf("%.0f/%.0f", r.RunQueueMS, r.QuietRunQueueMS))
 		}
 	default:
 		fmt.Fprintf(t.w, "%10s %8d %12.2f %10.1f %6d %10s %10s %10d\n", units.Format(int64(r.Size)), r.Iterations, r.LatencyUS, r.MBPerS,

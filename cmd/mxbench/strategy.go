@@ -101,6 +101,18 @@ type jobResult struct {
 	PostRecvUS   float64 `json:"post_recv_us,omitempty"`
 	WaitUS       float64 `json:"wait_us,omitempty"`
 	Availability float64 `json:"availability,omitempty"`
+	// Preempted is how many times the kernel preempted rank 0's computing
+	// thread while every message was answered (overlap's availability;
+	// omitted when none): the threads that share its CPU taking it.
+	Preempted int64 `json:"preempted,omitempty"`
+	// RunQueueMS and QuietRunQueueMS are how long that thread waited on
+	// its CPU's run queue (runnable, not running) in the answered run and
+	// in the quiet one: other work on the host, when they are large.
+	RunQueueMS      float64 `json:"run_queue_ms,omitempty"`
+	QuietRunQueueMS float64 `json:"quiet_run_queue_ms,omitempty"`
+	// ProgressCPU is the CPU rank 0's other threads ran on while it
+	// computed (--progress-cpu); nil when they shared its CPU.
+	ProgressCPU *int `json:"progress_cpu,omitempty"`
 }
 
 // countersSince returns after - before.

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+)
+
+// Where rank 0's other threads run while overlap computes (--progress-cpu).
+//
+// A rank bound to one CPU (--bind) runs everything on it: the
+// application's computation, and the Go runtime's threads, which run mx's
+// receive loops, its engine copies, its timers and the runtime's own
+// poller and monitor. During the availability run those threads are woken
+// for every frame and every engine completion and preempt the computation
+// on its CPU: some 1 000 to 2 500 times per run at 4 MiB, which cost the
+// engine strategy a quarter of the processor although the engine does the
+// copying. MPI users who want communication to progress beside their
+// computation give the library's progress thread a core of its own (Open
+// MPI's and MPICH's asynchronous progress threads, bound by the launcher).
+// In Go a library's goroutines are not tied to threads, so the same
+// arrangement is made on the threads: rank 0's computing goroutine keeps
+// its thread on the rank's CPU, and every other thread of the rank runs on
+// the progress CPU for the time of the computation (confineOthers). mx is
+// unchanged: its goroutines simply run there. The engine strategy's
+// copies still run on the engine; cma's copies now run on the progress
+// CPU, which is what an asynchronous progress thread buys an MPI library
+// that copies with the CPU.
+
+// registerProgress adds --progress-cpu.
+func (f *benchFlags) registerProgress(fs *flag.FlagSet) {
+	fs.IntVar(&f.job.progressCPU, "progress-cpu", -1, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (default: --engine-cpu's CPU when given and the process may run there, else none; -1: none)")
+}
+
+// chooseProgressCPU validates --progress-cpu and settles its default: the
+// emulated engine's CPU (--engine-cpu) for overlap, when this process may
+// run there (a launcher that bound the rank to its core leaves the engine
+// where --engine-cpu puts it, and the rank's threads together). It returns
+// nil for none.
+func (f *benchFlags) chooseProgressCPU(cmd string, je jobEngine) (*int, error) {
+	cpu := f.job.progressCPU
+	switch {
+	case f.job.given["progress-cpu"] && cmd != "overlap":
+		return nil, usagef(cmd, "--progress-cpu places rank 0's other threads while overlap computes, and %s runs no computation: drop --progress-cpu", cmd)
+	case f.job.given["progress-cpu"] && cpu == -1:
+		return nil, nil
+	case f.job.given["progress-cpu"] && cpu < 0:
+		return nil, usagef(cmd, "--progress-cpu %d: want a CPU number (see lscpu), or -1 for none", cpu)
+	case f.job.given["progress-cpu"]:
+	case cmd == "overlap" && je.cpu >= 0:
+		if allowed, err := allowedCPUs(); err != nil || !slices.Contains(allowed, je.cpu) {
+			return nil, nil
+		}
+		return &je.cpu, nil
+	default:
+		return nil, nil
+	}
+	allowed, err := allowedCPUs()
+	if err != nil {
+		return nil, fmt.Errorf("--progress-cpu %d: reading this process's CPUs: %w", cpu, err)
+	}
+	if !slices.Contains(allowed, cpu) {
+		return nil, usagef(cmd, "--progress-cpu %d: this process may run on CPUs %v only (taskset -p %d): name one of them, or give --progress-cpu -1", cpu, allowed, os.Getpid())
+	}
+	return &cpu, nil
+}
+
+// progressNote is the report header's note on --progress-cpu.
+func progressNote(cpu *int) string {
+	if cpu == nil {
+		return ""
+	}
+	return fmt.Sprintf("; while rank 0 computes, its other threads (mx's progress, the Go runtime's) run on CPU %d (--progress-cpu)", *cpu)
+}
+
+// computeAlone locks the calling goroutine to its thread and, when cpu is
+// not nil, moves every other thread of the process to *cpu (see
+// confineOthers). The returned function undoes both.
+func computeAlone(cpu *int) (undo func() error, err error) {
+	runtime.LockOSThread()
+	if cpu == nil {
+		return func() error { runtime.UnlockOSThread(); return nil }, nil
+	}
+	back, err := confineOthers(*cpu)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return func() error {
+		err := back()
+		runtime.UnlockOSThread()
+		return err
+	}, nil
+}
