@@ -32,7 +32,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return err
 	}
-	progressCPU, err := f.chooseProgressCPU(cmd, je)
+	progressCPU, err := f.chooseProgressCPU(cmd)
 	if err != nil {
 		return err
 	}

@@ -96,7 +96,7 @@ func init() {
 				"mxbench overlap                                   # 2 processes of this host",
 				"mxbench overlap --sizes 64K,1M,4M --strategy all  # availability per large-message strategy",
 				"mxbench overlap --sizes 1M,4M --strategy engine,cma --engine emulated  # copy-engine offload beside CMA",
-				"mxbench overlap --sizes 1M,4M --strategy engine,cma --engine-cpu 1 --wait block  # the engine on CPU 1, and rank 0's other threads with it (--progress-cpu)",
+				"mxbench overlap --sizes 1M,4M --strategy engine,cma --engine-cpu 1 --progress-cpu 1 --wait block  # the engine on CPU 1, and rank 0's other threads with it",
 			}, runOverlap},
 		"serve": {"[--listen ADDR] [--endpoint N] [--once]", "the remote side for pingpong and stream clients (udp)",
 			serveNotes, []string{

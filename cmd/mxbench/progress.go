@@ -28,18 +28,18 @@ import (
 // copies still run on the engine; cma's copies now run on the progress
 // CPU, which is what an asynchronous progress thread buys an MPI library
 // that copies with the CPU.
+//
+// It is asked for, never a default: the job's threads then load two CPUs,
+// and when other sessions load the host the scheduler (autogroup) gives
+// the computing thread less of its CPU than when the rank stayed on one.
 
 // registerProgress adds --progress-cpu.
 func (f *benchFlags) registerProgress(fs *flag.FlagSet) {
-	fs.IntVar(&f.job.progressCPU, "progress-cpu", -1, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (default: --engine-cpu's CPU when given and the process may run there, else none; -1: none)")
+	fs.IntVar(&f.job.progressCPU, "progress-cpu", -1, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (e.g. --engine-cpu's CPU; default -1: none, they share the rank's CPU)")
 }
 
-// chooseProgressCPU validates --progress-cpu and settles its default: the
-// emulated engine's CPU (--engine-cpu) for overlap, when this process may
-// run there (a launcher that bound the rank to its core leaves the engine
-// where --engine-cpu puts it, and the rank's threads together). It returns
-// nil for none.
-func (f *benchFlags) chooseProgressCPU(cmd string, je jobEngine) (*int, error) {
+// chooseProgressCPU validates --progress-cpu. It returns nil for none.
+func (f *benchFlags) chooseProgressCPU(cmd string) (*int, error) {
 	cpu := f.job.progressCPU
 	switch {
 	case f.job.given["progress-cpu"] && cmd != "overlap":
@@ -48,13 +48,7 @@ func (f *benchFlags) chooseProgressCPU(cmd string, je jobEngine) (*int, error) {
 		return nil, nil
 	case f.job.given["progress-cpu"] && cpu < 0:
 		return nil, usagef(cmd, "--progress-cpu %d: want a CPU number (see lscpu), or -1 for none", cpu)
-	case f.job.given["progress-cpu"]:
-	case cmd == "overlap" && je.cpu >= 0:
-		if allowed, err := allowedCPUs(); err != nil || !slices.Contains(allowed, je.cpu) {
-			return nil, nil
-		}
-		return &je.cpu, nil
-	default:
+	case !f.job.given["progress-cpu"]:
 		return nil, nil
 	}
 	allowed, err := allowedCPUs()
