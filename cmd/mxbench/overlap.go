@@ -31,10 +31,9 @@ costs rank 0 nothing, lower as the library takes the processor away.
 MB/s is the one-way payload rate the exchange reached meanwhile; preempted
 counts the times the kernel preempted rank 0's computing thread (which
 keeps one thread throughout) while every message was answered: the other
-threads of its CPU taking it. With --progress-cpu N those other
-threads, which run mx's progress and the Go
-runtime, run on that CPU during the computation, as an MPI progress thread
-gets a core of its own. runq_ms is how long that thread waited for its CPU
+threads of its CPU taking it. With --progress-cpu N those other threads,
+which run mx's progress and the Go runtime, run on CPU N during the
+computation, as an MPI progress thread gets a core of its own. runq_ms is how long that thread waited for its CPU
 (runnable, on the run queue) in the answered run / the quiet run: tens of
 milliseconds mean other work loaded the host, and the ratio measured the
 scheduler's fairness more than the library. Both ranks send a pattern:

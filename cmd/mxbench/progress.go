@@ -35,7 +35,7 @@ import (
 
 // registerProgress adds --progress-cpu.
 func (f *benchFlags) registerProgress(fs *flag.FlagSet) {
-	fs.IntVar(&f.job.progressCPU, "progress-cpu", -1, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (e.g. --engine-cpu's CPU; default -1: none, they share the rank's CPU)")
+	fs.IntVar(&f.job.progressCPU, "progress-cpu", 0, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (e.g. --engine-cpu's CPU); default, or -1: they share the rank's CPU")
 }
 
 // chooseProgressCPU validates --progress-cpu. It returns nil for none.
