@@ -691,6 +691,67 @@ func reopen(t *testing.T, b backend) {
 // signals add up in one eventfd count). With the bound of one sleep raised
 // to a minute, a waiter left asleep after its copy completed fails the
 // test instead of costing a millisecond.
+// TestWaitAfterItsInterruptWasTaken: a waiter whose copy completes after
+// it looked and before it sleeps, and whose completion's interrupt another
+// waiter took meanwhile, does not sleep on with its copy done.
+func TestWaitAfterItsInterruptWasTaken(t *testing.T) {
+	o := offloadAll()
+	o.Channel.Interrupts = true
+	o.Channel.Watchdog = time.Minute
+	o.SpinWait = time.Nanosecond
+	e, _ := newEngine(t, emulatedBackend(emulated.CBDMAOptions{}), 1, o)
+	e.irqWait = time.Minute // a lost sleep lasts, and the guard below sees it
+	ec := e.chans[0]
+	cmd := func(v uint8) {
+		ec.mu.Lock()
+		ec.ch.regs.Write8(ec.ch.base+hw.ChanCmd, v)
+		ec.mu.Unlock()
+	}
+	cmd(hw.CmdSuspend)
+	src, dst := bytes.Repeat([]byte{7}, 8<<10), make([]byte, 8<<10)
+	ck, err := e.ICopy(dst, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	beforeSleep = func(pending *echan) {
+		once.Do(func() {
+			// What other waiters' sleeps do meanwhile: the interrupt
+			// armed, the copy completes, every interrupt is taken.
+			cmd(hw.CmdResume)
+			irq := pending.ch.Interrupt()
+			for i := 0; ; i++ {
+				pending.mu.Lock()
+				pending.ch.rearm()
+				pending.mu.Unlock()
+				irq.WaitTimeout(100 * time.Millisecond)
+				if done, _ := e.Check(ck); done {
+					break
+				}
+				if i == 600 {
+					t.Error("the copy never completed")
+					return
+				}
+			}
+			irq.Poll()
+		})
+	}
+	defer func() { beforeSleep = nil }()
+	waited := make(chan error, 1)
+	go func() { waited <- e.Wait(context.Background(), ck) }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wait slept on with its copy done: its interrupt had been taken before it slept")
+	}
+	if !bytes.Equal(dst, src) {
+		t.Fatal("wrong bytes")
+	}
+}
+
 func TestWaitersShareInterrupt(t *testing.T) {
 	o := offloadAll()
 	o.Channel.Interrupts = true

@@ -602,7 +602,10 @@ func (e *Engine) Wait(ctx context.Context, c *Cookie) error {
 			}
 		}
 		if pending != nil && pending.ch.Interrupt() != nil {
-			pending.sleep(ctx, e.irqWait)
+			if beforeSleep != nil {
+				beforeSleep(pending)
+			}
+			pending.sleep(ctx, e.irqWait, func() bool { done, _ := e.Check(c); return done })
 			continue
 		}
 		// No interrupts: poll, yielding the CPU between looks. Go's
@@ -619,6 +622,11 @@ func (e *Engine) Wait(ctx context.Context, c *Cookie) error {
 	}
 }
 
+// beforeSleep, when set (by tests), runs in Wait between its look at the
+// request and its sleep on the channel's interrupt: the window another
+// waiter's wake-up can fall into.
+var beforeSleep func(*echan)
+
 // irqWaitMax bounds one sleep of Wait on a channel's interrupt.
 const irqWaitMax = time.Millisecond
 
@@ -627,7 +635,15 @@ const irqWaitMax = time.Millisecond
 // re-arms the interrupt and sleeps on it; later ones wait for it to wake
 // (see echan.woke). Callers re-check their request afterwards: a wake-up
 // is a hint, not a promise.
-func (ec *echan) sleep(ctx context.Context, bound time.Duration) {
+//
+// done reports whether the caller's request completed. The sleeper asks it
+// once more after the re-arm, before it sleeps: the caller looked before
+// sleep, and the interrupt of a completion that came between that look and
+// the re-arm may have been taken by the waiter that slept before (which
+// then woke its followers, this caller not yet among them); the re-armed
+// interrupt fires only for what completes after it, so without the second
+// look this waiter would sleep to its bound with its copy done.
+func (ec *echan) sleep(ctx context.Context, bound time.Duration, done func() bool) {
 	ec.asleep.Add(1)
 	defer ec.asleep.Add(-1)
 	ec.wmu.Lock()
@@ -658,7 +674,7 @@ func (ec *echan) sleep(ctx context.Context, bound time.Duration) {
 	ec.ch.rearm()
 	irq := ec.ch.Interrupt()
 	ec.mu.Unlock()
-	if irq == nil {
+	if irq == nil || done() {
 		return
 	}
 	tctx, cancel := context.WithTimeout(ctx, bound)
