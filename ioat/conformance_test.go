@@ -691,16 +691,17 @@ func reopen(t *testing.T, b backend) {
 // signals add up in one eventfd count). With the bound of one sleep raised
 // to a minute, a waiter left asleep after its copy completed fails the
 // test instead of costing a millisecond.
-// TestWaitAfterItsInterruptWasTaken: a waiter whose copy completes after
-// it looked and before it sleeps, and whose completion's interrupt another
-// waiter took meanwhile, does not sleep on with its copy done.
-func TestWaitAfterItsInterruptWasTaken(t *testing.T) {
+// suspendedInterruptEngine returns an engine of one emulated channel whose
+// waits sleep on its interrupt at once, for up to a minute (a lost sleep
+// lasts, and a test's guard sees it), with the channel suspended; cmd
+// writes CHANCMD (hw.CmdResume lets the copies run).
+func suspendedInterruptEngine(t *testing.T) (*Engine, func(uint8)) {
 	o := offloadAll()
 	o.Channel.Interrupts = true
 	o.Channel.Watchdog = time.Minute
 	o.SpinWait = time.Nanosecond
 	e, _ := newEngine(t, emulatedBackend(emulated.CBDMAOptions{}), 1, o)
-	e.irqWait = time.Minute // a lost sleep lasts, and the guard below sees it
+	e.irqWait = time.Minute
 	ec := e.chans[0]
 	cmd := func(v uint8) {
 		ec.mu.Lock()
@@ -708,6 +709,14 @@ func TestWaitAfterItsInterruptWasTaken(t *testing.T) {
 		ec.mu.Unlock()
 	}
 	cmd(hw.CmdSuspend)
+	return e, cmd
+}
+
+// TestWaitAfterItsInterruptWasTaken: a waiter whose copy completes after
+// it looked and before it sleeps, and whose completion's interrupt another
+// waiter took meanwhile, does not sleep on with its copy done.
+func TestWaitAfterItsInterruptWasTaken(t *testing.T) {
+	e, cmd := suspendedInterruptEngine(t)
 	src, dst := bytes.Repeat([]byte{7}, 8<<10), make([]byte, 8<<10)
 	ck, err := e.ICopy(dst, src)
 	if err != nil {
@@ -753,19 +762,8 @@ func TestWaitAfterItsInterruptWasTaken(t *testing.T) {
 }
 
 func TestWaitersShareInterrupt(t *testing.T) {
-	o := offloadAll()
-	o.Channel.Interrupts = true
-	o.Channel.Watchdog = time.Minute
-	o.SpinWait = time.Nanosecond
-	e, _ := newEngine(t, emulatedBackend(emulated.CBDMAOptions{}), 1, o)
-	e.irqWait = time.Minute
+	e, cmd := suspendedInterruptEngine(t)
 	ec := e.chans[0]
-	cmd := func(v uint8) {
-		ec.mu.Lock()
-		ec.ch.regs.Write8(ec.ch.base+hw.ChanCmd, v)
-		ec.mu.Unlock()
-	}
-	cmd(hw.CmdSuspend)
 	const n = 8
 	// The waits have no deadline of their own, which would end a lost
 	// sleep and let the wait find its copy done: the test's guard below
