@@ -105,6 +105,18 @@ func (p *partner) pullRTO(backoff int) int64 {
 	return p.prtt.timeout(int64(b.opts.PullTimeout), int64(b.tickBusy), p.rtoMin(), int64(b.opts.RTOMax), backoff)
 }
 
+// finerThanTick reports whether p's retransmission timeouts can be shorter
+// than the board's tick, so that its pending resends and pull re-requests
+// need the busy tick (Board.tickBusy) to fire on time (b.mu held). A peer
+// on the rings cannot: its floor is the rings' FullWait, a second by
+// default (rtoMin), and the tick (at most 10 ms) fires that within 1 %.
+// Ticking every tickBusy for it woke the progress goroutine some 16 000
+// times a second while a ring peer's messages were in flight, each wake-up
+// taken from the application's CPU, to find nothing due.
+func (p *partner) finerThanTick() bool {
+	return p.rtoMin() < int64(p.ep.b.tick)
+}
+
 // rto is the partner's retransmission timeout after backoff doublings,
 // fallback until a round trip has been measured (rtt.go).
 func (p *partner) rto(fallback time.Duration, backoff int) int64 {
@@ -1138,7 +1150,7 @@ func (e *Endpoint) timers() bool {
 		}
 		if p.unacked.n > 0 {
 			p.resendDue(now)
-			busy = busy || p.unacked.n > 0
+			busy = busy || p.unacked.n > 0 && p.finerThanTick()
 		}
 		if p.held != nil {
 			busy = true // retried after the timer pass (Board.retryHeld)
@@ -1163,7 +1175,7 @@ func (e *Endpoint) timers() bool {
 	for _, pl := range e.pulls {
 		if pl != nil {
 			pl.timer(now)
-			busy = true
+			busy = busy || pl.p.finerThanTick()
 		}
 	}
 	e.notifyTimeouts(now) // largefail.go
