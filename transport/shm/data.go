@@ -372,6 +372,17 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	return n, err
 }
 
+// SetSpin sets how long Recv polls the rings before it sleeps (d <= 0:
+// it sleeps at once), in place of Options.Spin, from the next Recv on. A
+// receive loop that learns its frames come too late for a spin to find
+// them (mx's host path) spins less: every spin that ends in a sleep anyway
+// is CPU taken from the application for nothing.
+func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(d)) }
+
+// Spin returns how long Recv polls the rings before it sleeps (<= 0: not
+// at all).
+func (t *Transport) Spin() time.Duration { return time.Duration(t.spin.Load()) }
+
 // recv is Recv with t.rmu held.
 func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if t.closed.Load() {
@@ -395,6 +406,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 	// spin, the yield point and the deadline count from that first read.
 	var now, deadline, spinUntil, yieldAt time.Time
 	clock, yield := false, false
+	spin := time.Duration(t.spin.Load())
 	for i := 0; ; i++ {
 		if n := t.poll(frames); n > 0 {
 			return n, nil
@@ -407,11 +419,11 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
 			return 0, nil
 		}
-		if i&63 == 63 || !clock && t.opts.Spin <= 0 {
+		if i&63 == 63 || !clock && spin <= 0 {
 			now = time.Now()
 			if !clock {
 				clock = true
-				spinUntil, yieldAt = now.Add(t.opts.Spin), now.Add(yieldAfter)
+				spinUntil, yieldAt = now.Add(spin), now.Add(yieldAfter)
 				if timeout > 0 {
 					// A spin longer than the timeout ends with it.
 					deadline = now.Add(timeout)
@@ -422,7 +434,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 			}
 			yield = !now.Before(yieldAt)
 		}
-		if t.opts.Spin > 0 && (i&63 != 63 || now.Before(spinUntil)) {
+		if spin > 0 && (i&63 != 63 || now.Before(spinUntil)) {
 			// A frame on time costs no system call. A late one: give
 			// the CPU to another process (the producer, perhaps)
 			// between looks. Not runtime.Gosched: it wakes another

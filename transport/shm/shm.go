@@ -159,6 +159,8 @@ type Transport struct {
 
 	wakeReq atomic.Bool // Wake asked a blocked Recv to return
 
+	spin atomic.Int64 // Recv's spin (ns, <= 0: none): Options.Spin, then SetSpin
+
 	word atomic.Uint64 // see Publish
 
 	pool      *Pool                        // pool.go; guarded by outMu
@@ -259,6 +261,7 @@ func Open(opts Options) (*Transport, error) {
 	}
 	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, evFd: evFd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
+	t.spin.Store(int64(o.Spin))
 	t.slp = u32At(bell.mem, bellSleepOff)
 	if t.evRaw, err = ev.SyscallConn(); err != nil {
 		bell.unmap()
