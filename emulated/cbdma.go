@@ -1196,7 +1196,11 @@ func (c *cbChannel) execOne(target uint16) {
 		if !c.pace(int(d.Size)) {
 			return
 		}
-		if bits := c.transfer(d); bits != 0 {
+		bits, ok := c.transferUnlocked(d)
+		if !ok {
+			return
+		}
+		if bits != 0 {
 			if c.descError(bits) {
 				c.completeOne(addr, d, target)
 			}
@@ -1234,6 +1238,24 @@ func (c *cbChannel) completeOne(addr uint64, d *hw.Descriptor, target uint16) {
 	if d.Ctl&hw.CtlIntEn != 0 {
 		c.interruptLocked()
 	}
+}
+
+// transferUnlocked runs transfer with mu released, as pace sleeps: the
+// copy is the silicon at work, and the registers stay live meanwhile. A
+// driver that re-armed the interrupt (a CHANCTRL write) while a large
+// descriptor was being copied waited for the whole copy, spinning then
+// sleeping on the lock on the application's CPU, and was woken again when
+// the copy let go: two wake-ups per re-arm that no device costs. It
+// reports false, and the descriptor must not complete, when the channel
+// was reset, re-armed or stopped meanwhile (a real engine aborts it).
+// Only the channel's goroutine runs descriptors, so the translation hint
+// transfer uses is its own. Called with mu held.
+func (c *cbChannel) transferUnlocked(d *hw.Descriptor) (uint32, bool) {
+	gen := c.gen
+	c.mu.Unlock()
+	bits := c.transfer(d)
+	c.mu.Lock()
+	return bits, gen == c.gen && c.state == hw.StateActive && !c.stuck && !c.stopping.Load()
 }
 
 // addrCheck refuses addresses beyond a Jasper Forest channel's 40 bits.
