@@ -711,9 +711,16 @@ func (ec *echan) sleep(ctx context.Context, bound time.Duration, done func() boo
 	if irq == nil || done() {
 		return
 	}
-	tctx, cancel := context.WithTimeout(ctx, bound)
-	n, _ := irq.Wait(tctx)
-	cancel()
+	var n uint64
+	if ctx.Done() == nil {
+		// A wait nothing cancels (CopyAsync's): no context timer and
+		// no AfterFunc on top of the read deadline.
+		n, _ = irq.WaitTimeout(bound)
+	} else {
+		tctx, cancel := context.WithTimeout(ctx, bound)
+		n, _ = irq.Wait(tctx)
+		cancel()
+	}
 	if n > 0 {
 		ec.mu.Lock()
 		ec.ch.stats.Interrupts++
