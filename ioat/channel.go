@@ -125,6 +125,11 @@ type Stats struct {
 	Interrupts  uint64 // interrupt waits that woke on a signal
 	StallChecks uint64 // CHANSTS MMIO reads after the write-back did not move
 	Watchdogs   uint64 // requests failed because the channel stopped completing
+	// SpunWaits counts Engine.Wait calls that polled a request of this
+	// channel before sleeping (a request the channel cannot finish
+	// within EngineOptions.SpinWait is not polled). Engine.ChannelStats
+	// fills it; Channel.Stats leaves it zero.
+	SpunWaits uint64
 }
 
 // Completion reports one finished request.

@@ -805,3 +805,51 @@ func TestWaitersShareInterrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitPollsOnlyWhatCanFinishInTheSpin: Wait polls a request its
+// channel can finish within SpinWait before it sleeps, and sleeps at once
+// on one that cannot (more than SpinWait at spinRateMax queued): an
+// application waiting for a large offloaded copy gets its CPU back at once
+// instead of after a spin that cannot succeed. Both copies come back
+// byte-exact.
+func TestWaitPollsOnlyWhatCanFinishInTheSpin(t *testing.T) {
+	e, cmd := suspendedInterruptEngine(t)
+	e.opts.SpinWait = 20 * time.Microsecond
+	ec := e.chans[0]
+	small := int(spinBytes(e.opts.SpinWait)) / 2
+	large := 4 * int(spinBytes(e.opts.SpinWait))
+	for i, n := range []int{large, small} {
+		src, dst := bytes.Repeat([]byte{byte(i + 1)}, n), make([]byte, n)
+		ck, err := e.ICopy(dst, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spun := ec.spun.Load()
+		waited := make(chan error, 1)
+		go func() { waited <- e.Wait(context.Background(), ck) }()
+		deadline := time.Now().Add(time.Minute)
+		for ec.asleep.Load() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the wait for a %d-byte copy never slept on the suspended channel", n)
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+		got := e.ChannelStats()[0].SpunWaits - spun
+		if want := map[bool]uint64{true: 1, false: 0}[n == small]; got != want {
+			t.Errorf("a wait for %d bytes (%d movable in the spin): %d spinning waits, want %d", n, spinBytes(e.opts.SpinWait), got, want)
+		}
+		cmd(hw.CmdResume)
+		select {
+		case err := <-waited:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the wait did not return after the channel resumed")
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("%d-byte copy: wrong bytes", n)
+		}
+		cmd(hw.CmdSuspend)
+	}
+}

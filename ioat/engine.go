@@ -136,7 +136,8 @@ type echan struct {
 	wmu     sync.Mutex
 	sleeper bool
 	woke    chan struct{}
-	asleep  atomic.Int32 // waiters in sleep now
+	asleep  atomic.Int32  // waiters in sleep now
+	spun    atomic.Uint64 // Engine.Wait calls that polled a request of it (Stats.SpunWaits)
 }
 
 // NewEngine opens every channel of each device (see ChannelCount). The devices must share one DMA
@@ -216,6 +217,7 @@ func (e *Engine) ChannelStats() []Stats {
 		ec.mu.Lock()
 		s[i] = ec.ch.Stats()
 		ec.mu.Unlock()
+		s[i].SpunWaits = ec.spun.Load()
 	}
 	return s
 }
@@ -582,6 +584,9 @@ func (e *Engine) Wait(ctx context.Context, c *Cookie) error {
 	}
 	// A request that cannot finish within the spin does not poll.
 	spin := e.queued(c) <= spinBytes(e.opts.SpinWait)
+	if spin && len(c.parts) > 0 {
+		c.parts[0].c.spun.Add(1)
+	}
 	for i := 0; spin; i++ {
 		if done, err := e.Check(c); done {
 			return err

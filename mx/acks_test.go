@@ -178,3 +178,26 @@ func TestEagerSendsCompleteAtOnce(t *testing.T) {
 	mustWait(t, r, 10*time.Second)
 	mustWait(t, s, 10*time.Second)
 }
+
+// TestBusyTickOnlyForFineTimeouts: a partner on a lossy wire, whose
+// resends are due after RTOMin (250 µs by default), keeps its board on the
+// busy tick while it has frames in flight; a peer on the rings, whose
+// resends wait the rings' FullWait (a second), does not, so that a stream
+// of messages to it wakes the progress goroutine every tick (8 ms by
+// default), not every 62.5 µs.
+func TestBusyTickOnlyForFineTimeouts(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tf   transportFactory
+		fine bool
+	}{{"loopback", loopbackOnly, true}, {"rings", shmFactory, false}} {
+		pr := newPair(t, c.tf, DefaultBoardOptions(), loopback.Faults{})
+		b := pr.a.b
+		b.mu.Lock()
+		fine, floor := pr.atob.p.finerThanTick(), time.Duration(pr.atob.p.rtoMin())
+		b.mu.Unlock()
+		if fine != c.fine {
+			t.Errorf("%s: partner's timeouts (floor %v) finer than the %v tick: %v, want %v", c.name, floor, b.tick, fine, c.fine)
+		}
+	}
+}

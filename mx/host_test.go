@@ -295,3 +295,36 @@ func scanNIC(sc *bufio.Scanner) transport.NICID {
 	}
 	return 0
 }
+
+// TestLoopSpinFollowsFrameGaps: the host path's receive loop stops spinning
+// when its frames come far apart (each spin would end in a sleep), spins
+// again when they come within reach of a spin, and learns nothing from a
+// Recv that found frames at once.
+func TestLoopSpinFollowsFrameGaps(t *testing.T) {
+	const max = 20 * time.Microsecond
+	s := loopSpin{cur: max, max: max}
+	var steps int
+	for s.cur > 0 {
+		if steps++; steps > 10 {
+			t.Fatalf("still spinning %v after %d gaps of a millisecond", s.cur, steps-1)
+		}
+		s.next(time.Millisecond)
+	}
+	if d, changed := s.next(time.Millisecond); d != 0 || changed {
+		t.Fatalf("a long gap with no spin: spin %v (changed %v), want 0 unchanged", d, changed)
+	}
+	if d, changed := s.next(100 * time.Nanosecond); d != 0 || changed {
+		t.Fatalf("frames found at once moved the spin to %v (changed %v)", d, changed)
+	}
+	for steps = 0; s.cur < max; {
+		if steps++; steps > 10 {
+			t.Fatalf("spin %v after %d frames that came within %v", s.cur, steps-1, max)
+		}
+		if _, changed := s.next(max / 2); !changed {
+			t.Fatalf("a frame within the spin's reach left the spin at %v", s.cur)
+		}
+	}
+	if s.cur != max {
+		t.Fatalf("spin %v, beyond its maximum %v", s.cur, max)
+	}
+}
