@@ -40,6 +40,20 @@ func (e *Engine) CopyPoll(dst, src []byte) (poll func() (bool, error), err error
 	return func() (bool, error) { return e.Check(c) }, nil
 }
 
+// CopyWaitPoll starts copying src into dst like ICopy and returns both a
+// function that waits for the copy (as CopyAsync's) and one that reports,
+// without waiting, whether it has completed and its error (as CopyPoll's):
+// a user that polls while the application tests its requests, and sleeps
+// on the engine only when nobody does (mx). One goroutine at a time may
+// call them.
+func (e *Engine) CopyWaitPoll(dst, src []byte) (wait func() error, poll func() (bool, error), err error) {
+	c, err := e.ICopy(dst, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func() error { return e.Wait(context.Background(), c) }, func() (bool, error) { return e.Check(c) }, nil
+}
+
 // Pin maps mem for DMA until unpin is called, like Register, for a user
 // that knows the engine only through an interface: mx pins the long-lived
 // memory a transport receives into (a NIC's packet pool, an AF_XDP UMEM),

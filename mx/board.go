@@ -137,6 +137,10 @@ type Board struct {
 	fine       *os.File
 	fineFd     int
 	fineExited chan struct{}
+	// reaper finishes engine copies handed to the application's Tests
+	// (enginereap.go); nil without an engine that can tell a copy's
+	// completion without waiting.
+	reaper *engineReaper
 
 	// Pull replies the copy engine is copying out of held frames
 	// (pulloffload.go), oldest first, under mu; pcopyN mirrors their
@@ -280,6 +284,7 @@ func (b *Board) Close() error {
 		b.mu.Unlock()
 		runLocalOut(out)
 		b.copies.Wait() // those running complete their receives (cma.go)
+		b.stopReaper()  // enginereap.go: its copies are among them
 		close(b.quit)
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for

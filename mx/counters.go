@@ -136,6 +136,10 @@ const (
 	// (unexpected queue full, progression disabled), to deliver later.
 	LeanSends
 	LeanHeld
+	// EngineByTests counts the engine copies (RecvEngine among them) that
+	// the application's Tests finished, with nobody woken for them
+	// (enginereap.go).
+	EngineByTests
 	numCounters
 )
 
@@ -174,6 +178,7 @@ var counterNames = [numCounters]string{
 	"pulls abandoned (notified as failed)", "large sends failed by the receiver's pull",
 	"large sends failed: no pull or notify in time",
 	"lean sends (ring peers: completed in the ring, never resent)", "lean messages held (taken later)",
+	"copy engine copies finished by Tests (nobody woken)",
 }
 
 // String returns the counter's label.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/transport/shm"
 )
@@ -42,6 +43,11 @@ import (
 //     transport unmaps it only after the copy let go of it), and a segment
 //     gone before the copy starts (its sender died) sends the receive to
 //     the ring pull, or fails it when the sender is gone.
+//   - A receive the application tests (Request.Test in a compute loop)
+//     costs no goroutine and no wake-up: a Test that meets its RNDV starts
+//     the copy itself, and the Tests that follow finish it once the engine
+//     is done, while the board's reaper finishes it if they stop
+//     (enginereap.go).
 //   - Failures never deliver wrong data: if the engine fails any chunk
 //     (a channel error, a mapping refused), the receiver waits for every
 //     chunk it started, then copies the whole message with the CPU from
@@ -111,50 +117,99 @@ func (b *Board) engineHook() {
 	if tr := b.sharedTransport(); tr != nil {
 		tr.OnSegmentUnmap(func(mem []byte) { eng.Invalidate(mem) })
 	}
+	b.startReaper() // enginereap.go
 }
 
-// offloadCopy copies src into the concatenation of dst (as long as src)
-// with eng, chunk by chunk with overlapped pinning unless EngineNoOverlap.
-// If the engine fails, the CPU copies the whole message once every engine
-// request has finished, and the engine's error is returned.
-func (b *Board) offloadCopy(eng CopyEngine, dst [][]byte, src []byte) error {
+// engineJob is one message's engine requests in flight (offloadStart):
+// the chunks' waits and, from an engine that can tell without waiting
+// (copyWaitPoller), their polls.
+type engineJob struct {
+	eng   CopyEngine
+	dst   [][]byte
+	src   []byte
+	waits []func() error
+	polls []func() (bool, error) // nil: the engine cannot tell without waiting
+	err   error                  // a chunk the engine refused: the rest was not started
+}
+
+// copyWaitPoller is a CopyEngine that also reports, without waiting,
+// whether a copy completed (ioat.Engine: CopyWaitPoll). Its copies into a
+// request the application tests are finished by the Tests (see
+// engineReaper).
+type copyWaitPoller interface {
+	CopyWaitPoll(dst, src []byte) (wait func() error, poll func() (bool, error), err error)
+}
+
+// offloadStart hands src to eng for the concatenation of dst (as long as
+// src), chunk by chunk with overlapped pinning unless EngineNoOverlap, and
+// returns the requests; with poll and an engine that can, each with its
+// poll too. offloadFinish completes it.
+func (b *Board) offloadStart(eng CopyEngine, dst [][]byte, src []byte, poll bool) *engineJob {
+	j := &engineJob{eng: eng, dst: dst, src: src}
+	wp, _ := eng.(copyWaitPoller)
+	if !poll {
+		wp = nil
+	}
 	overlap := !b.opts.Local.EngineNoOverlap
-	var wbuf [32]func() error
-	waits := wbuf[:0]
-	var err error
 	pos, chunk := 0, pinFirst
-	for pos < len(src) && err == nil {
+	for pos < len(src) && j.err == nil {
 		n := len(src) - pos
 		if overlap {
 			n = min(n, chunk)
 			chunk = min(2*chunk, pinLast)
 		}
-		err = eachPiece(dst, pos, n, func(d []byte, at int) error {
+		j.err = eachPiece(dst, pos, n, func(d []byte, at int) error {
+			if wp != nil {
+				w, p, err := wp.CopyWaitPoll(d, src[at:at+len(d)])
+				if err == nil {
+					j.waits, j.polls = append(j.waits, w), append(j.polls, p)
+				}
+				return err
+			}
 			w, err := eng.CopyAsync(d, src[at:at+len(d)])
 			if err == nil {
-				waits = append(waits, w)
+				j.waits = append(j.waits, w)
 			}
 			return err
 		})
 		pos += n
 	}
+	return j
+}
+
+// done reports, without waiting, whether every request of j has finished
+// (j.polls must be set). Newest first: a channel completes its requests in
+// order, so while the last is running the look stops there.
+func (j *engineJob) done() bool {
+	for i := len(j.polls) - 1; i >= 0; i-- {
+		if ok, _ := j.polls[i](); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// offloadFinish waits for j's requests, then, if the engine failed any,
+// copies the whole message with the CPU, and returns the engine's error.
+func (b *Board) offloadFinish(j *engineJob) error {
+	err := j.err
 	// Newest first: an engine completes a channel's requests in order, so
 	// once the last one is done the others are too, and their waits return
 	// at once. Waiting oldest first would put this goroutine to sleep (or
 	// spin it) once per chunk, each wake-up taken from the application's
 	// CPU; this way a message costs one.
-	for i := len(waits) - 1; i >= 0; i-- {
-		if werr := waits[i](); werr != nil && err == nil {
+	for i := len(j.waits) - 1; i >= 0; i-- {
+		if werr := j.waits[i](); werr != nil && err == nil {
 			err = werr
 		}
 	}
 	if err != nil {
-		cpuCopy(dst, src) // no engine request is running any more
+		cpuCopy(j.dst, j.src) // no engine request is running any more
 	}
 	if b.opts.Local.EngineNoCache {
-		eng.Invalidate(src)
-		for _, d := range dst {
-			eng.Invalidate(d)
+		j.eng.Invalidate(j.src)
+		for _, d := range j.dst {
+			j.eng.Invalidate(d)
 		}
 	}
 	return err
@@ -196,34 +251,73 @@ type engineCopy struct {
 	seg           uint32
 	off, n        uint64
 	dst           [][]byte
+
+	job     *engineJob
+	release func()      // gives the sender's segment back (shm.Transport.HoldPeerSegment)
+	claimed atomic.Bool // handed off: a Test or the reaper is finishing it
+	byTest  bool        // a Test finishes it (EngineByTests)
 }
 
-// startEngineCopy hands c's receive to a goroutine that copies it with the
-// engine and then completes it. b.mu held.
+// startEngineCopy hands c's receive to a goroutine that starts the engine
+// copy (mapping the buffers may take a while) and then completes it or
+// hands it off (engineReaper). b.mu held.
 func (e *Endpoint) startEngineCopy(c *engineCopy) {
 	c.e = e
-	e.b.copies.Add(1)
+	b := e.b
+	b.copies.Add(1)
 	c.r.engine.Add(1)
 	e.engCopies.Add(1)
+	if rp := b.reaper; rp != nil && c.r.tested.Load() {
+		// Counted before the look at testing: a Test that ends after
+		// the look sees the count (endTest, enginereap.go).
+		rp.startsN.Add(1)
+		if rp.testing.Load() > 0 {
+			rp.starts = append(rp.starts, c) // a Test starts it
+			return
+		}
+		rp.startsN.Add(-1)
+	}
 	go c.run()
 }
 
-// run copies, then completes the receive and notifies the sender; a
-// segment that went away meanwhile sends the receive to the ring pull.
+// run starts the copy; then, for a receive the application tests with an
+// engine that can tell without waiting whether a copy completed, it hands
+// the copy to the Tests and the board's reaper (engineReaper) and returns,
+// else it waits for the engine and finishes. A segment that went away
+// meanwhile sends the receive to the ring pull.
 func (c *engineCopy) run() {
+	b := c.e.b
+	mem, release, ok := c.tr.HoldPeerSegment(c.p.nic, c.seg)
+	var start, end uint64
+	if ok {
+		if start, end, ok = sharedSource(c.off, c.n, c.ref.off, c.total, len(mem)); !ok {
+			release()
+		}
+	}
+	if !ok {
+		c.finish(false, nil)
+		return
+	}
+	c.release = release
+	c.job = b.offloadStart(b.opts.Local.Engine, c.dst, mem[start:end], b.reaper != nil && c.r.tested.Load())
+	if c.job.polls != nil {
+		b.reaper.handOff(c) // a chunk refused (job.err) is finished there too
+		return
+	}
+	c.finish(true, b.offloadFinish(c.job))
+}
+
+// finish gives the segment back, then completes the receive and notifies
+// the sender (copied: the data is in, by the engine or, after err, the
+// CPU), or sends it to the ring pull.
+func (c *engineCopy) finish(copied bool, err error) {
 	e := c.e
 	b := e.b
 	defer b.copies.Done()
-	copied := false
-	var err error
-	c.tr.PeerSegment(c.p.nic, c.seg, func(mem []byte) {
-		start, end, ok := sharedSource(c.off, c.n, c.ref.off, c.total, len(mem))
-		if !ok {
-			return
-		}
-		copied = true
-		err = b.offloadCopy(b.opts.Local.Engine, c.dst, mem[start:end])
-	})
+	if c.release != nil {
+		c.release()
+		c.release = nil
+	}
 	// The engine is done with it: waiters may poll again (poll.go).
 	c.r.engine.Add(-1)
 	e.engCopies.Add(-1)
@@ -239,9 +333,12 @@ func (c *engineCopy) run() {
 		e.ringPull(c.r, c.p, c.match, c.msgLen, c.total, c.ref)
 	default:
 		if err != nil {
-			e.cnt[EngineFallbacks]++ // the CPU copied it (offloadCopy)
+			e.cnt[EngineFallbacks]++ // the CPU copied it (offloadFinish)
 		} else {
 			e.cnt[RecvEngine]++
+		}
+		if c.byTest {
+			e.cnt[EngineByTests]++
 		}
 		c.p.sendNotify(c.total, c.ref.id, c.ref.seq)
 		e.finishRecv(c.r, c.p, c.match, c.msgLen, c.total)

@@ -90,7 +90,9 @@ import (
 // endpoint, a waiter of that endpoint) steps aside at once, as a driver
 // sleeps on its device's completion instead of spinning on it: an adaptive
 // waiter sleeps on its request (the goroutine that waits for the engine
-// completes it), and a busy-polling one hands its processor to the Go
+// completes it, or, for a copy handed to the application's Tests, the
+// board's reaper, which the waiter tells not to wait for Tests:
+// enginereap.go), and a busy-polling one hands its processor to the Go
 // scheduler between looks (it still reaps the pull-reply copies itself).
 // Each request counts the engine copies that fill it (Request.engine, and
 // Endpoint.engCopies for the endpoint's), so a waiter on any other request
@@ -193,6 +195,10 @@ type rxSource struct {
 	// completed by polling reads no clock.
 	idle atomic.Int64
 	wake chan struct{}
+	// tests counts Request.Test's looks at the source (testSource), and
+	// loopTests is the count when its receive loop last looked at it
+	// (stayAway): an application testing that often polls for the loop.
+	tests, loopTests atomic.Uint64
 	// emptied counts the Recvs that found the transport drained (fewer
 	// frames than asked for), once their frames were handled, while
 	// wantEmptied is set: a verdict waits for it (verdict.go). (Counting
@@ -250,7 +256,41 @@ func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	if left := time.Duration(idle + int64(grace) - now); left > 0 {
 		return true, left
 	}
+	if t := s.tests.Load(); t-s.loopTests.Swap(t) >= testsToStay {
+		return true, testAway
+	}
 	return false, 0
+}
+
+// An application that tests its requests often (Request.Test between
+// slices of a computation, as RMPP's and netperf's availability loops do)
+// polls the rings itself: each Test looks at them (pollSource) and handles
+// what it finds on its own thread. A receive loop asleep in Recv holds the
+// rings, so those looks found them taken, and every frame woke the loop on
+// the application's CPU instead: a doorbell, a thread switch and the Go
+// scheduler's search for work, per frame, to handle what the next Test
+// would have handled a few microseconds later. So a loop that finds the
+// rings tested testsToStay times since it last looked stays away for
+// testAway, as it does for a polling waiter, and looks again then: while
+// the Tests keep coming it wakes once per testAway, not once per frame. A
+// Test that finds the loop inside Recv after testsToKick Tests since the
+// loop last looked asks it to step aside (the transport's Wake). When the
+// Tests stop, a frame waits at most testAway for the loop.
+const (
+	testsToStay = 2
+	testsToKick = 64
+	testAway    = time.Millisecond
+)
+
+// testSource is Request.Test's look at s: it handles what s has if its
+// receive loop is not inside Recv, and counts the look for the loop
+// (stayAway); after testsToKick looks while the loop keeps s, it asks the
+// loop to step aside.
+func (b *Board) testSource(s *rxSource) {
+	n := s.tests.Add(1)
+	if !b.pollSource(s, 0) && s.kick != nil && n-s.loopTests.Load() >= testsToKick {
+		s.kick()
+	}
 }
 
 // maxSpinGrace bounds spinGrace: a long Spin keeps waiters polling, not
@@ -373,6 +413,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	}
 	if budget >= 0 && engineBusy(r, e) {
 		b.waitEngine.Add(1)
+		b.nudge() // enginereap.go: no Test will finish its copy
 		return pollEngine, start, nil
 	}
 	// Sources that cost a system call are looked at only every
@@ -425,6 +466,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 		}
 		if engineBusy(r, e) {
 			// The message waits for the engine: leave it the CPU.
+			b.nudge() // enginereap.go: no Test will finish its copy
 			if budget >= 0 {
 				b.waitEngine.Add(1)
 				return pollEngine, start, nil

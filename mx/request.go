@@ -74,6 +74,9 @@ type Request struct {
 	// engine counts the copy-engine copies in flight that fill it
 	// (offload.go, pulloffload.go): its waiters step aside (poll.go).
 	engine atomic.Int32
+	// tested: the application has tested it (Test); an engine copy into
+	// it is then finished by the Tests (enginereap.go).
+	tested atomic.Bool
 
 	ep   *Endpoint
 	kind reqKind
@@ -220,9 +223,17 @@ func (r *Request) Test() (st Status, ok bool) {
 	}
 	b := r.ep.b
 	if !r.done.Load() {
-		for _, s := range b.waitSources() {
-			b.pollSource(s, 0)
+		if !r.tested.Load() {
+			r.tested.Store(true)
 		}
+		if r.engine.Load() > 0 {
+			b.reapTested() // enginereap.go
+		}
+		b.beginTest()
+		for _, s := range b.waitSources() {
+			b.testSource(s) // poll.go
+		}
+		b.endTest()
 		if !r.done.Load() {
 			return Status{}, false
 		}

@@ -531,6 +531,26 @@ func (t *Transport) PeerSegment(peer transport.NICID, id uint32, fn func(mem []b
 	return true
 }
 
+// HoldPeerSegment is PeerSegment for a user that gives the segment back
+// later, from any goroutine: it returns segment id of peer's pool as mapped
+// here and a release that must be called once, after the last access; the
+// segment stays mapped until then (a peer that goes away meanwhile is
+// unmapped only after the release). ok is false, and there is nothing to
+// release, when peer has no live ring to us or did not pass that segment.
+func (t *Transport) HoldPeerSegment(peer transport.NICID, id uint32) (mem []byte, release func(), ok bool) {
+	r := t.inFrom(peer)
+	if r == nil {
+		return nil, nil, false
+	}
+	r.segMu.RLock() // a sync.RWMutex may be read-unlocked by another goroutine
+	s, ok := r.segs[id]
+	if !ok || s.mem == nil {
+		r.segMu.RUnlock()
+		return nil, nil, false
+	}
+	return s.mem, r.segMu.RUnlock, true
+}
+
 // PeerWords loads len(dst) words of peer's pool table from word first
 // (atomically, as StoreWord stores them); it reports false when peer
 // passed no table or the words lie past its end.
