@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,5 +158,63 @@ func TestCMACopyOutsideLock(t *testing.T) {
 	}
 	if n := pr.a.Counters().Get(RecvCMA); n != 1 {
 		t.Fatalf("%d single copies, want 1", n)
+	}
+}
+
+// TestTestedCMAReceiveCopiedByLoop: a receive the application tests, whose
+// single copy a Test's look at the rings queued, is copied by the receive
+// loop, not inside the Test: Tests keep returning while the copy is held,
+// and the receive completes byte-exact once the copy runs.
+func TestTestedCMAReceiveCopiedByLoop(t *testing.T) {
+	o := shmTestOptions()
+	o.Local.Large = LargeCMA
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	cmaCopyHook = func() {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	defer func() { cmaCopyHook = nil }()
+	ctx := testCtx(t, time.Minute)
+	big := pattern(1<<20, 9)
+	buf := make([]byte, len(big))
+	r, _ := pr.a.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
+	var tests atomic.Int64
+	done := make(chan Status, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if st, ok := r.Test(); ok {
+				done <- st
+				return
+			}
+			tests.Add(1)
+		}
+	}()
+	s, err := pr.b.ISend([][]byte{big}, pr.btoa, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the single copy never started")
+	}
+	n := tests.Load()
+	waitUntil(t, "Tests returning while the copy is held", func() bool { return tests.Load() >= n+100 })
+	close(release)
+	select {
+	case st := <-done:
+		if st.Code != nil || !bytes.Equal(buf, big) {
+			t.Fatalf("status %v, or the copied message differs", st.Code)
+		}
+	case <-ctx.Done():
+		t.Fatal("the tested receive never completed")
+	}
+	mustWait(t, s, time.Minute)
+	if got := pr.a.Counters().Get(RecvCMA); got != 1 {
+		t.Fatalf("%d single copies, want 1", got)
 	}
 }

@@ -210,10 +210,12 @@ func (b *Board) hostProgress() {
 			}
 			// The timers are the main loop's, on its own schedule: the
 			// ack deadlines of the messages waiters handled get their
-			// time here, as often as this loop looks (stampAcks).
+			// time here, as often as this loop looks (stampAcks). The
+			// single copies a Test's frames queued run here
+			// (testSource; unlock runs them, without the lock).
 			b.mu.Lock()
 			b.stampAcks(b.setNow())
-			b.mu.Unlock()
+			b.unlock()
 			continue
 		}
 		s.mu.Lock()

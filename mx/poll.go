@@ -285,10 +285,28 @@ const (
 // testSource is Request.Test's look at s: it handles what s has if its
 // receive loop is not inside Recv, and counts the look for the loop
 // (stayAway); after testsToKick looks while the loop keeps s, it asks the
-// loop to step aside.
+// loop to step aside. The single copies its frames queued (cma.go) it
+// leaves to the loop, which it wakes: a Test returns at once, as an
+// application testing between slices of its work expects, and the copy
+// runs where mx's progress runs (a CPU of its own, if the application
+// gave it one), not in the application's thread.
 func (b *Board) testSource(s *rxSource) {
 	n := s.tests.Add(1)
-	if !b.pollSource(s, 0) && s.kick != nil && n-s.loopTests.Load() >= testsToKick {
+	if b.lookSource(s, 0) {
+		if b.cmaQueued.Load() > 0 {
+			// Away (stayAway) or about to enter Recv: either way
+			// it comes back to run them.
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+			if s.kick != nil {
+				s.kick()
+			}
+		}
+		return
+	}
+	if s.kick != nil && n-s.loopTests.Load() >= testsToKick {
 		s.kick()
 	}
 }
@@ -314,6 +332,14 @@ func (b *Board) spinGrace() time.Duration {
 // which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
 // not before the waiter is preempted).
 func (b *Board) pollSource(s *rxSource, seen int64) bool {
+	ok := b.lookSource(s, seen)
+	b.runCopies() // cma.go: without the source's lock
+	return ok
+}
+
+// lookSource is pollSource without running the single copies its frames
+// queued (cma.go).
+func (b *Board) lookSource(s *rxSource, seen int64) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
@@ -340,7 +366,6 @@ func (b *Board) pollSource(s *rxSource, seen int64) bool {
 		s.drained() // verdict.go
 	}
 	s.mu.Unlock()
-	b.runCopies() // cma.go: without the source's lock
 	return true
 }
 
