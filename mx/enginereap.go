@@ -26,12 +26,15 @@ import (
 // finishes every handed-off copy that is done (reapTested). The board's
 // reaper goroutine makes sure they finish when the Tests stop: while Tests
 // come it looks every testAway (one wake-up per testAway, not one per
-// message) and otherwise sleeps; when a look finds no Test since the last,
-// or a waiter is about to sleep on such a request (nudge), it waits for the
-// oldest copy with the engine, as the copy's goroutine did, and finishes
-// it. A copy is finished once: whoever finishes it claims it first
-// (engineCopy.claimed), and a copy being waited for by the reaper is left
-// to it.
+// message), and with nothing to look after it sleeps until a hand-off,
+// which gives the Tests testAway first; when a look finds no Test since
+// the last, or a waiter is about to sleep on such a request (nudge), it
+// waits for the oldest copy with the engine, as the copy's goroutine did,
+// and finishes it. A copy is finished once: whoever finishes it claims it
+// first (engineCopy.claimed), and a copy being waited for by the reaper is
+// left to it. A copy handed off while the application tests costs the
+// application's CPU a look at the engine's completion per Test, and the
+// reaper's wake-up per testAway is shared by every message meanwhile.
 type engineReaper struct {
 	mu      sync.Mutex
 	pending []*engineCopy // handed off, oldest first
@@ -47,10 +50,16 @@ type engineReaper struct {
 	startsN atomic.Int32
 	// idle: the reaper sleeps with nothing to look after, and a hand-off
 	// must wake it.
-	idle   atomic.Bool
-	kick   chan struct{}
-	quit   chan struct{}
-	exited chan struct{}
+	idle atomic.Bool
+	// away is how long the reaper leaves the copies to the Tests between
+	// looks (testAway; tests lengthen it).
+	away atomic.Int64
+	// kick wakes an idle reaper for a hand-off (the Tests get their
+	// time first); nudge wakes it for a waiter (it waits for the oldest
+	// copy at once).
+	kick, nudge chan struct{}
+	quit        chan struct{}
+	exited      chan struct{}
 }
 
 // startReaper starts the board's reaper when its engine can report a
@@ -59,7 +68,8 @@ func (b *Board) startReaper() {
 	if _, ok := b.opts.Local.Engine.(copyWaitPoller); !ok {
 		return
 	}
-	b.reaper = &engineReaper{kick: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
+	b.reaper = &engineReaper{kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
+	b.reaper.away.Store(int64(testAway))
 	go b.reapEngine()
 }
 
@@ -78,14 +88,14 @@ func (rp *engineReaper) handOff(c *engineCopy) {
 	rp.pending = append(rp.pending, c)
 	rp.mu.Unlock()
 	if rp.idle.Load() {
-		rp.wake()
+		signal(rp.kick)
 	}
 }
 
-// wake makes the reaper look at once.
-func (rp *engineReaper) wake() {
+// signal sends on a channel of one slot unless a signal is pending.
+func signal(ch chan struct{}) {
 	select {
-	case rp.kick <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -94,7 +104,7 @@ func (rp *engineReaper) wake() {
 // engine fills: it stops leaving the copies to Tests that will not come.
 func (b *Board) nudge() {
 	if rp := b.reaper; rp != nil {
-		rp.wake()
+		signal(rp.nudge)
 	}
 }
 
@@ -203,15 +213,16 @@ func (b *Board) reapEngine() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	seen := rp.tests.Load()
+	testing := false
 	for {
-		if t := rp.tests.Load(); t != seen {
+		if t := rp.tests.Load(); t != seen || testing {
 			// The Tests finish what is done; look again in testAway,
 			// or at once when a waiter is about to sleep.
-			seen = t
-			timer.Reset(testAway)
+			seen, testing = t, false
+			timer.Reset(time.Duration(rp.away.Load()))
 			select {
 			case <-timer.C:
-			case <-rp.kick:
+			case <-rp.nudge:
 				timer.Stop()
 				seen = rp.tests.Load() // a waiter sleeps: do not wait for Tests
 			case <-rp.quit:
@@ -239,6 +250,10 @@ func (b *Board) reapEngine() {
 			}
 			select {
 			case <-rp.kick:
+				// A copy into a tested request: its Tests get their
+				// time first.
+				testing = true
+			case <-rp.nudge:
 			case <-rp.quit:
 				return
 			}
