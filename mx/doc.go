@@ -201,7 +201,11 @@
 // progress goroutine steps aside (it keeps only the timers) while any waiter
 // polls, so a message that comes meanwhile goes from the ring to completion
 // in the waiting goroutine with no futex and no goroutine hop, and Test
-// looks at the rings once too. A wait that runs out of budget sleeps on a
+// looks at the rings once too; an application that tests often keeps the
+// progress goroutine away the same way (it looks every millisecond while
+// the Tests come, instead of being woken per frame), and a large message
+// the copy engine moves into a tested receive is started and finished by
+// the Tests, with nobody woken (enginereap.go). A wait that runs out of budget sleeps on a
 // per-request channel, and the progress goroutine takes the rings back and
 // sleeps on their doorbell when nothing comes (see poll.go and
 // Board.WaitStats). With BoardOptions.BusyPoll a waiting goroutine polls
