@@ -2,6 +2,7 @@ package mx
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"sync/atomic"
@@ -114,13 +115,8 @@ func TestCMACopyOutsideLock(t *testing.T) {
 	o.Local.Large = LargeCMA
 	o.BusyPoll = true // the receive loop is the goroutine held in the copy
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	release, entered := make(chan struct{}), make(chan struct{}, 1)
-	cmaCopyHook = func() {
-		entered <- struct{}{}
-		<-release
-	}
-	defer func() { cmaCopyHook = nil }()
 	ctx := testCtx(t, time.Minute)
+	release, started := holdCMACopies(t, ctx)
 	big := pattern(1<<20, 5)
 	bbuf := make([]byte, len(big))
 	rb, _ := pr.a.IRecv([][]byte{bbuf}, 1, ^uint64(0), nil)
@@ -128,11 +124,7 @@ func TestCMACopyOutsideLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		t.Fatal("the single copy never started")
-	}
+	started()
 	// The copy is in flight: small messages both ways still go through.
 	for i := range 10 {
 		msg := pattern(100, uint64(i))
@@ -169,16 +161,8 @@ func TestTestedCMAReceiveCopiedByLoop(t *testing.T) {
 	o := shmTestOptions()
 	o.Local.Large = LargeCMA
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	release, entered := make(chan struct{}), make(chan struct{}, 1)
-	cmaCopyHook = func() {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-	}
-	defer func() { cmaCopyHook = nil }()
 	ctx := testCtx(t, time.Minute)
+	release, started := holdCMACopies(t, ctx)
 	big := pattern(1<<20, 9)
 	buf := make([]byte, len(big))
 	r, _ := pr.a.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
@@ -197,11 +181,7 @@ func TestTestedCMAReceiveCopiedByLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		t.Fatal("the single copy never started")
-	}
+	started()
 	n := tests.Load()
 	waitUntil(t, "Tests returning while the copy is held", func() bool { return tests.Load() >= n+100 })
 	close(release)
@@ -216,5 +196,27 @@ func TestTestedCMAReceiveCopiedByLoop(t *testing.T) {
 	mustWait(t, s, time.Minute)
 	if got := pr.a.Counters().Get(RecvCMA); got != 1 {
 		t.Fatalf("%d single copies, want 1", got)
+	}
+}
+
+// holdCMACopies makes every single copy wait until release is closed, and
+// returns release and a wait for the first copy to start (bounded by ctx).
+func holdCMACopies(t *testing.T, ctx context.Context) (release chan struct{}, started func()) {
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	cmaCopyHook = func() {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	t.Cleanup(func() { cmaCopyHook = nil })
+	return release, func() {
+		t.Helper()
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("the single copy never started")
+		}
 	}
 }
