@@ -272,12 +272,14 @@ func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 // would have handled a few microseconds later. So a loop that finds the
 // rings tested testsToStay times since it last looked stays away for
 // testAway, as it does for a polling waiter, and looks again then: while
-// the Tests keep coming it wakes once per testAway, not once per frame. A
-// Test that finds the loop inside Recv after testsToKick Tests since the
-// loop last looked asks it to step aside (the transport's Wake). When the
-// Tests stop, a frame waits at most testAway for the loop.
+// the Tests keep coming it wakes once per testAway, not once per frame.
+// Only an application testing that often (every 60 µs or so) keeps it
+// away, so a frame waits for the next Test no longer than that. A Test
+// that finds the loop inside Recv after testsToKick Tests since the loop
+// last looked asks it to step aside (the transport's Wake). When the Tests
+// stop, a frame waits at most testAway for the loop.
 const (
-	testsToStay = 2
+	testsToStay = 16
 	testsToKick = 64
 	testAway    = time.Millisecond
 )
