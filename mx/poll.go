@@ -264,7 +264,7 @@ func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 
 // An application that tests its requests often (Request.Test between
 // slices of a computation, as RMPP's and netperf's availability loops do)
-// polls the rings itself: each Test looks at them (pollSource) and handles
+// polls the rings itself: each Test looks at them (lookSource) and handles
 // what it finds on its own thread. A receive loop asleep in Recv holds the
 // rings, so those looks found them taken, and every frame woke the loop on
 // the application's CPU instead: a doorbell, a thread switch and the Go
