@@ -303,3 +303,41 @@ func TestSleepersWakeAcrossProcesses(t *testing.T) {
 		t.Fatalf("child: %v", err)
 	}
 }
+
+// TestSendParts: a frame written from a head and parts arrives as their
+// concatenation, through several laps of a small ring (pad records
+// included); one above the MTU fails with ErrTooBig, and one that finds a
+// stuck consumer's ring full with ErrRingFull, as SendStrict does.
+func TestSendParts(t *testing.T) {
+	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
+	defer a.Close()
+	defer b.Close()
+	frames := make([]transport.Frame, 8)
+	for i := range 3 * minRingLen / 512 {
+		n := i % 700
+		head := []byte{byte(i), byte(i >> 8), 0xee}
+		p1 := bytes.Repeat([]byte{byte(i + 1)}, n/2)
+		p2 := bytes.Repeat([]byte{byte(i + 2)}, n-n/2)
+		if err := a.SendParts(b.Addr(), head, [][]byte{p1, nil, p2}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		k, err := b.Recv(frames, time.Minute)
+		if err != nil || k != 1 {
+			t.Fatalf("frame %d: Recv = %d, %v", i, k, err)
+		}
+		want := append(append(append([]byte{}, head...), p1...), p2...)
+		if !bytes.Equal(frames[0].Data, want) {
+			t.Fatalf("frame %d: got %d bytes, want %d (% x...)", i, len(frames[0].Data), len(want), want[:3])
+		}
+	}
+	if err := a.SendParts(b.Addr(), make([]byte, 10), [][]byte{make([]byte, 7991)}); !errors.Is(err, transport.ErrTooBig) {
+		t.Fatalf("an 8001-byte frame: %v, want ErrTooBig", err)
+	}
+	var err error
+	for i := 0; i < 2*minRingLen/4000 && err == nil; i++ { // the ring holds fewer
+		err = a.SendParts(b.Addr(), nil, [][]byte{make([]byte, 4000)})
+	}
+	if !errors.Is(err, ErrRingFull) {
+		t.Fatalf("into a ring nobody reads: %v, want ErrRingFull", err)
+	}
+}
