@@ -136,6 +136,10 @@ const (
 	// (unexpected queue full, progression disabled), to deliver later.
 	LeanSends
 	LeanHeld
+	// The lane (lane.go): lean sends written as lane records, and lane
+	// records a receiver copied straight into a matching posted receive.
+	LaneSends
+	LaneRecvs
 	numCounters
 )
 
@@ -174,6 +178,7 @@ var counterNames = [numCounters]string{
 	"pulls abandoned (notified as failed)", "large sends failed by the receiver's pull",
 	"large sends failed: no pull or notify in time",
 	"lean sends (ring peers: completed in the ring, never resent)", "lean messages held (taken later)",
+	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
 }
 
 // String returns the counter's label.
