@@ -43,6 +43,17 @@ import (
 // (it comes from another process's memory) is dropped and counted as
 // DropBadHeader, and one that did not come through the rings as
 // DropUnknownType.
+//
+// A waiter polling the rings for its receive (poll.go's pollSource) does
+// not even take a Recv for such a record: once Pending says the rings hold
+// something, it looks at the next frame in place (shm.Transport.Peek) and,
+// when it is a lane record that goes straight into a posted receive,
+// delivers it under b.mu and consumes it (Take): no batch, no frame
+// lending, no generic dispatch, one lock of the board. Anything else is
+// left in the ring for the Recv that follows, which hands it to the
+// general path (recvLane included) as before. The progress goroutine's
+// Recv batches meet lane records too, and deliver them the same way
+// (handleFrame, recvLane).
 
 // sendLane writes a tiny or small message with match and n bytes in segs
 // to p through tr as a lane record (sendLean decided that it takes the
@@ -55,11 +66,14 @@ func (e *Endpoint) sendLane(p *partner, tr *shm.Transport, match uint64, segs []
 }
 
 // recvLane handles lane record data from nic (b.mu held): straight into
-// a matching posted receive when nothing of its partner comes first, else
-// as the TINY or SMALL frame it stands for.
+// a matching posted receive when nothing of its partner comes first
+// (laneFast), else as the TINY or SMALL frame it stands for.
 func (b *Board) recvLane(nic transport.NICID, data []byte) {
 	if !b.rxRings {
 		b.cnt[DropUnknownType]++ // lane records come only through the rings
+		return
+	}
+	if b.laneFast(nic, data) {
 		return
 	}
 	h, payload, err := wire.DecodeLane(data)
@@ -67,29 +81,11 @@ func (b *Board) recvLane(nic transport.NICID, data []byte) {
 		b.cnt[DropBadHeader]++
 		return
 	}
-	c := RecvTiny
-	if h.Length > wire.TinyMax {
-		c = RecvSmall
-	}
-	if e := b.eps[h.DstEP]; e != nil && e.session == h.Session {
-		if p := e.partnerAt(nic, h.SrcEP); p != nil && p.rknown && p.lane && h.Seq == p.recvSeq &&
-			p.held == nil && !p.inHandler && len(p.early) == 0 && len(p.partials) == 0 {
-			if r := e.matchPosted(h.Match); r != nil {
-				e.cnt[c]++
-				e.cnt[LaneRecvs]++
-				p.applyAck(h.Ack)
-				n := scatterAt(r.segs, 0, payload)
-				e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
-				p.recvSeq = seqNext(p.recvSeq)
-				p.updateFull(true)
-				return
-			}
-		}
-	}
 	m := wire.Msg{Type: wire.TypeTiny, DstEP: h.DstEP, SrcEP: h.SrcEP, Length: h.Length, Seq: h.Seq, Ack: h.Ack,
 		Match: h.Match, Session: h.Session}
-	if c == RecvSmall {
-		m.Type = wire.TypeSmall
+	c := RecvTiny
+	if h.Length > wire.TinyMax {
+		m.Type, c = wire.TypeSmall, RecvSmall
 	}
 	f := b.getBuf()[:wire.HeadLen+wire.MsgLen+len(payload)]
 	wire.PutPeerIndex(f, wire.NoPeerIndex, b.ord)
@@ -97,4 +93,76 @@ func (b *Board) recvLane(nic transport.NICID, data []byte) {
 	copy(f[wire.HeadLen+wire.MsgLen:], payload)
 	b.sequenced(nic, f, h.DstEP, h.SrcEP, h.Session, h.Seq, c, nil, &m)
 	b.putBuf(f)
+}
+
+// laneFast delivers lane record data from nic, which came through the
+// rings, straight into the first posted receive that matches it, when
+// the record is the next of its partner's sequence and nothing of the
+// partner waits before it; it reports false, having changed nothing,
+// otherwise (the general path takes the record then). Called with b.mu
+// held.
+func (b *Board) laneFast(nic transport.NICID, data []byte) bool {
+	h, payload, err := wire.DecodeLane(data)
+	if err != nil {
+		return false
+	}
+	e := b.eps[h.DstEP]
+	if e == nil || e.session != h.Session {
+		return false
+	}
+	p := e.partnerAt(nic, h.SrcEP)
+	if p == nil || !p.rknown || !p.lane || h.Seq != p.recvSeq || p.held != nil || p.inHandler ||
+		len(p.early) != 0 || len(p.partials) != 0 {
+		return false
+	}
+	r := e.matchPosted(h.Match)
+	if r == nil {
+		return false
+	}
+	c := RecvTiny
+	if h.Length > wire.TinyMax {
+		c = RecvSmall
+	}
+	e.cnt[c]++
+	e.cnt[LaneRecvs]++
+	p.applyAck(h.Ack)
+	n := scatterAt(r.segs, 0, payload)
+	e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
+	p.recvSeq = seqNext(p.recvSeq)
+	p.updateFull(true)
+	return true
+}
+
+// takeLane is a polling waiter's look at ring source s (s.mu held) for a
+// lane record that laneFast delivers: the transport's next frame, seen
+// with Peek, taken with Take, without a Recv, its batch and the general
+// frame path. It reports false, having taken nothing, when the next
+// frame is anything else or must take the general path: the waiter's
+// Recv then takes it. seen is the waiter's latest clock reading, for the
+// timers (as pollSource).
+func (b *Board) takeLane(s *rxSource, seen int64) bool {
+	nic, data, ok := s.lane.Peek()
+	if !ok || len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane {
+		return false
+	}
+	b.mu.Lock()
+	b.nowOK = false // read when the frame needs it (now), as for a batch
+	if len(b.pcopies) > 0 || !b.laneFast(nic, data) {
+		b.mu.Unlock()
+		return false
+	}
+	s.lane.Take()
+	if len(b.ackOwed) > 0 && !s.pending() {
+		b.ackDrained() // the rings ran dry, as a Recv that drains them
+	}
+	if b.nowOK {
+		seen = b.nowv
+	}
+	if seen != 0 && seen >= b.nextTick.Load() {
+		b.rxOwned = s // verdict.go
+		b.timersLocked(true)
+		b.rxOwned = nil
+	}
+	b.release(false)
+	return true
 }

@@ -8,7 +8,10 @@ import (
 
 // The lean path: eager messages of one frame (tiny, small, and medium ones
 // no longer than the partner's fragment stride, 8 KiB between ring peers)
-// to a peer reached through shared-memory rings.
+// to a peer reached through shared-memory rings. (Between two boards that
+// both announce it, the tiny and small ones go as lane records instead of
+// Open-MX frames, and a receiver takes them straight into a posted
+// receive: see lane.go. Everything below holds for them too.)
 //
 // Rings are memory: a frame written into a peer's ring is in the peer's
 // memory, and the peer takes the frames of a ring in the order they were

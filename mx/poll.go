@@ -202,13 +202,16 @@ type rxSource struct {
 	// pending, when not nil, says whether a Recv would find anything to
 	// do (shm.Transport.Pending): an empty look takes no Recv.
 	pending func() bool
+	// lane, for rings, lets a waiter take a lane record without a Recv
+	// (lane.go's takeLane).
+	lane *shm.Transport
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
 	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
 	s.idle.Store(idleNever)
 	if st, ok := tr.(*shm.Transport); ok {
-		s.spin, s.kick, s.pending = true, st.Wake, st.Pending
+		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
 	}
 	return s
 }
@@ -280,6 +283,11 @@ func (b *Board) pollSource(s *rxSource, seen int64) bool {
 	if s.pending != nil && !s.pending() {
 		s.drained()
 		s.mu.Unlock()
+		return true
+	}
+	if s.lane != nil && b.takeLane(s, seen) { // lane.go
+		s.mu.Unlock()
+		b.runCopies()
 		return true
 	}
 	n, _ := s.tr.Recv(s.rx, 0)

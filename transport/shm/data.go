@@ -437,6 +437,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
+	t.peeked = nil // not taken: poll returns it
 	if t.toCommit {
 		t.commit()
 	}
@@ -567,6 +568,74 @@ func (t *Transport) Pending() bool {
 		}
 	}
 	return false
+}
+
+// Peek returns the frame of the record at the cursor of the first ring, in
+// Recv's round-robin order, that has one there, without taking it. It is
+// for a caller that serializes its Recv calls under a lock of its own and
+// holds it from here until Take or its next Recv (mx's receive sources),
+// and handles some frames itself (mx's lane): such a frame costs no batch,
+// and no lending. data stays valid until then. As Recv, Peek first
+// gives back the space of the frames the previous Recv returned (commit):
+// the caller is done with them. It reports false when the transport is
+// closed or the first record it finds is not a frame (a pad, a reference
+// record, a broken record): Recv handles those. A frame the caller does
+// not Take is the next one Recv returns.
+func (t *Transport) Peek() (peer transport.NICID, data []byte, ok bool) {
+	if t.closed.Load() {
+		return 0, nil, false
+	}
+	if t.toCommit {
+		t.lends.Recv() // the previous Recv's frames can no longer be held
+		t.commit()
+	}
+	rings := *t.in.Load()
+	first := t.rr
+	if first >= len(rings) {
+		first = 0
+	}
+	for k := range rings {
+		i := first + k
+		if i >= len(rings) {
+			i -= len(rings)
+		}
+		r := rings[i]
+		if r.wordAt.Load() == 0 {
+			continue
+		}
+		// The record word's load acquires the record (parseRecord).
+		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+		if err != nil || kind != recFrame {
+			return 0, nil, false
+		}
+		t.peeked, t.peekedAt, t.peekedLen = r, i, rl
+		return r.peer, f, true
+	}
+	return 0, nil, false
+}
+
+// Take consumes the frame Peek returned, as a Recv that returned it would
+// have, and gives its space back to the producer as commit does (the head
+// is published once pubEvery bytes were consumed). Called under the same
+// lock as Peek, before any Recv.
+func (t *Transport) Take() {
+	r := t.peeked
+	if r == nil {
+		return
+	}
+	t.peeked = nil
+	r.cur += t.peekedLen
+	if r.pos += t.peekedLen; r.pos == uint64(len(r.data)) {
+		r.pos = 0
+	}
+	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
+	if r.cur-r.pubHead >= r.pubEvery {
+		// The store releases: we no longer read below it.
+		r.head.Store(r.cur)
+		r.pubHead = r.cur
+	}
+	t.rr = t.peekedAt + 1
+	t.cnt.recvd.Add(1)
 }
 
 // poll reads up to len(frames) records across the rings.
