@@ -139,8 +139,9 @@ func (b *Board) laneFast(nic transport.NICID, data []byte) bool {
 // frame path. It reports false, having taken nothing, when the next
 // frame is anything else or must take the general path: the waiter's
 // Recv then takes it. seen is the waiter's latest clock reading, for the
-// timers (as pollSource).
-func (b *Board) takeLane(s *rxSource, seen int64) bool {
+// timers (as pollSource); w, when not nil, is the waiter's request, which
+// it consumes once done (see waiterReq).
+func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) bool {
 	nic, data, ok := s.lane.Peek()
 	if !ok || len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane {
 		return false
@@ -154,6 +155,11 @@ func (b *Board) takeLane(s *rxSource, seen int64) bool {
 	s.lane.Take()
 	if len(b.ackOwed) > 0 && !s.pending() {
 		b.ackDrained() // the rings ran dry, as a Recv that drains them
+	}
+	if w != nil && !w.ok && w.r.done.Load() && w.r.waiters == 0 {
+		// The waiter's request (completed now or before): it is
+		// consumed here, under the lock its Wait would take again.
+		w.ok = w.r.consumeLocked(&w.st)
 	}
 	if b.nowOK {
 		seen = b.nowv

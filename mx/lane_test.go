@@ -242,3 +242,40 @@ func TestLaneOffOnOneSide(t *testing.T) {
 			ca.Get(LaneSends), cb.Get(LaneSends), ca.Get(LeanSends), cb.Get(LeanSends))
 	}
 }
+
+// TestLaneStatus: a lane message whose waiter's own poll completes and
+// consumes its receive reports the full status (source, match, both
+// lengths, ErrTruncated for a short buffer), and the request is recycled
+// after it, as after any Wait.
+func TestLaneStatus(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.BusyPoll = true // the waiter's poll takes the record
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	for i, size := range []int{8, 4, 0, 128} {
+		buf := make([]byte, size)
+		r, err := pr.b.IRecv([][]byte{buf}, 0, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 0x5a00+uint64(i), nil); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.Wait(testCtx(t, 30*time.Second))
+		want := min(size, 8)
+		var wantErr error
+		if size < 8 {
+			wantErr = ErrTruncated
+		}
+		if !errors.Is(err, wantErr) || !errors.Is(st.Code, wantErr) || st.Source.NIC != pr.ba.NICID() ||
+			st.Source.Endpoint != pr.a.id || st.Match != 0x5a00+uint64(i) || st.MsgLength != 8 ||
+			int(st.XferLength) != want || string(buf[:want]) != string(pattern(8, uint64(i))[:want]) {
+			t.Fatalf("%d-byte receive: %+v, %v", size, st, err)
+		}
+		if _, err := r.Wait(testCtx(t, time.Second)); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("a second Wait: %v, want ErrBadRequest", err)
+		}
+	}
+	if got := pr.b.Counters().Get(LaneRecvs); got != 4 {
+		t.Fatalf("%d lane receives, want 4", got)
+	}
+}

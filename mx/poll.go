@@ -270,13 +270,14 @@ func (b *Board) spinGrace() time.Duration {
 }
 
 // pollSource receives and handles one batch from s if nobody else owns
-// its Recv, and reports whether it could look. It runs the timers when a
+// its Recv, and reports whether it could look. w, when not nil, is the
+// waiter's request (see waiterReq). It runs the timers when a
 // tick is due by the batch's clock or, when no frame of it needed the
 // time, by seen, the waiter's own latest reading (0: none): a waiter that
 // polls a while reads the clock anyway (pollWait), and the receive loop,
 // which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
 // not before the waiter is preempted).
-func (b *Board) pollSource(s *rxSource, seen int64) bool {
+func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
@@ -285,7 +286,7 @@ func (b *Board) pollSource(s *rxSource, seen int64) bool {
 		s.mu.Unlock()
 		return true
 	}
-	if s.lane != nil && b.takeLane(s, seen) { // lane.go
+	if s.lane != nil && b.takeLane(s, seen, w) { // lane.go
 		s.mu.Unlock()
 		b.runCopies()
 		return true
@@ -360,18 +361,33 @@ func engineBusy(r *Request, e *Endpoint) bool {
 // little beside the kernel's own path.
 const syscallEvery = 64
 
-// pollWait polls the waiter's sources until done (or, when r is nil,
-// cond) holds, the budget runs out (budget < 0: never), engine copies run
+// waiterReq is a waiter's request r, and what its own polls did with it: a
+// look that completed it under b.mu (takeLane) consumes it there too, its
+// final status in st (ok), so the waiter takes no lock again to finish.
+type waiterReq struct {
+	r  *Request
+	st Status
+	ok bool
+}
+
+// pollWait polls the waiter's sources until w's request is done (or, when
+// w is nil, cond) holds, the budget runs out (budget < 0: never), engine copies run
 // (an adaptive waiter, budget >= 0), ctx is done, or the endpoint is woken
 // up (its wake generation moves past gen). It says which of the first
 // three happened and, when the condition did not hold, the board's clock
 // when it started counting its budget (after its first few looks: a wait
 // that ends sooner reads no clock for it; -1 when it read none).
-func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, int64, error) {
+func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, int64, error) {
+	var r *Request
+	if w != nil {
+		r = w.r
+	}
 	srcs := b.waitSources()
 	holds := func() bool {
 		if r != nil {
-			return r.done.Load()
+			// A request consumed by this waiter's poll is recycled
+			// already: its done flag is cleared.
+			return w.ok || r.done.Load()
 		}
 		return cond()
 	}
@@ -420,7 +436,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
 			}
-			looked := b.pollSource(s, seen)
+			looked := b.pollSource(s, seen, w)
 			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
