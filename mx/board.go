@@ -121,7 +121,6 @@ type Board struct {
 	src        *rxSource
 	allSrcs    []*rxSource
 	spinSrcs   []*rxSource
-	spinning   atomic.Int32 // waiters polling now
 	waitPolled atomic.Uint64
 	waitSlept  atomic.Uint64
 	waitYields atomic.Uint64 // sched_yield calls of polling waiters

@@ -405,10 +405,8 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	for _, s := range srcs {
 		s.pollers.Add(1)
 	}
-	b.spinning.Add(1)
 	ok, spent := false, false
 	defer func() {
-		b.spinning.Add(-1)
 		for _, s := range srcs {
 			if ok && s.idle.Load() != idleFresh {
 				s.idle.Store(idleFresh) // the loop times it (stayAway)
@@ -521,7 +519,14 @@ type WaitStats struct {
 
 // WaitStats returns the board's wait statistics.
 func (b *Board) WaitStats() WaitStats {
-	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: int(b.spinning.Load()),
+	// Every waiter polls the same sources (waitSources) and counts
+	// itself in each: the most pollers of one is the number of waiters
+	// polling (a count of its own cost two locked instructions a wait).
+	spinning := 0
+	for _, s := range b.allSrcs {
+		spinning = max(spinning, int(s.pollers.Load()))
+	}
+	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
 		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load()}
 }
 
