@@ -161,14 +161,6 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) bool {
 		// consumed here, under the lock its Wait would take again.
 		w.ok = w.r.consumeLocked(&w.st)
 	}
-	if b.nowOK {
-		seen = b.nowv
-	}
-	if seen != 0 && seen >= b.nextTick.Load() {
-		b.rxOwned = s // verdict.go
-		b.timersLocked(true)
-		b.rxOwned = nil
-	}
-	b.release(false)
+	b.polledLocked(s, seen) // poll.go
 	return true
 }

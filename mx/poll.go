@@ -295,15 +295,7 @@ func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) bool {
 	if n > 0 {
 		b.mu.Lock()
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
-		if b.nowOK {
-			seen = b.nowv
-		}
-		if seen != 0 && seen >= b.nextTick.Load() {
-			b.rxOwned = s // verdict.go
-			b.timersLocked(true)
-			b.rxOwned = nil
-		}
-		b.release(false)
+		b.polledLocked(s, seen)
 	}
 	if n < len(s.rx) {
 		s.drained() // verdict.go
@@ -311,6 +303,21 @@ func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) bool {
 	s.mu.Unlock()
 	b.runCopies() // cma.go: without the source's lock
 	return true
+}
+
+// polledLocked ends a waiter's handling of what it took from s: it runs
+// the timers when a tick is due by the clock the handling read or, when
+// it read none, by seen (see pollSource), and releases b.mu (held).
+func (b *Board) polledLocked(s *rxSource, seen int64) {
+	if b.nowOK {
+		seen = b.nowv
+	}
+	if seen != 0 && seen >= b.nextTick.Load() {
+		b.rxOwned = s // verdict.go
+		b.timersLocked(true)
+		b.rxOwned = nil
+	}
+	b.release(false)
 }
 
 // waitSources returns the sources a waiter polls: in busy-poll mode all of
