@@ -76,7 +76,8 @@ func (b *Board) recvLane(nic transport.NICID, data []byte) {
 	if b.laneFast(nic, data) {
 		return
 	}
-	h, payload, err := wire.DecodeLane(data)
+	var h wire.Lane
+	payload, err := wire.DecodeLane(data, &h)
 	if err != nil {
 		b.cnt[DropBadHeader]++
 		return
@@ -102,7 +103,8 @@ func (b *Board) recvLane(nic transport.NICID, data []byte) {
 // otherwise (the general path takes the record then). Called with b.mu
 // held.
 func (b *Board) laneFast(nic transport.NICID, data []byte) bool {
-	h, payload, err := wire.DecodeLane(data)
+	var h wire.Lane
+	payload, err := wire.DecodeLane(data, &h)
 	if err != nil {
 		return false
 	}

@@ -19,7 +19,8 @@ func TestLaneRoundTrip(t *testing.T) {
 	if !bytes.Equal(rec[:LaneLen], want) {
 		t.Fatalf("header % x, want % x", rec[:LaneLen], want)
 	}
-	got, pl, err := DecodeLane(rec)
+	var got Lane
+	pl, err := DecodeLane(rec, &got)
 	if err != nil || got != h || string(pl) != "hello" {
 		t.Fatalf("DecodeLane = %+v %q %v, want %+v \"hello\"", got, pl, err, h)
 	}
@@ -50,7 +51,8 @@ func TestLaneRejects(t *testing.T) {
 		}(), ErrBadLength},
 	}
 	for _, c := range cases {
-		if _, _, err := DecodeLane(c.rec); !errors.Is(err, c.err) {
+		var h Lane
+		if _, err := DecodeLane(c.rec, &h); !errors.Is(err, c.err) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.err)
 		}
 	}
@@ -66,7 +68,8 @@ func FuzzDecodeLane(f *testing.F) {
 	f.Add(rec[:LaneLen])
 	f.Add([]byte{0, 0, byte(TypeLane)})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		h, pl, err := DecodeLane(data)
+		var h Lane
+		pl, err := DecodeLane(data, &h)
 		if err != nil {
 			return
 		}
