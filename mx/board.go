@@ -77,7 +77,8 @@ type Board struct {
 	due      int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
 	armed    int64        // when the fine timer's timerfd fires, 0: not set
 	txbuf    []byte
-	frameMax int // the largest frame Data on any path: the MTU, or the host path's (host.go)
+	laneHdr  [wire.LaneLen]byte // a lane record's header (lane.go)
+	frameMax int                // the largest frame Data on any path: the MTU, or the host path's (host.go)
 	tx1      [1]transport.Frame
 	txFrames []transport.Frame
 	txBufs   [][]byte
@@ -120,7 +121,6 @@ type Board struct {
 	src        *rxSource
 	allSrcs    []*rxSource
 	spinSrcs   []*rxSource
-	spinning   atomic.Int32 // waiters polling now
 	waitPolled atomic.Uint64
 	waitSlept  atomic.Uint64
 	waitYields atomic.Uint64 // sched_yield calls of polling waiters
@@ -616,6 +616,7 @@ type peerInfo struct {
 	sack     bool   // both sides announced the selective ack (sack.go)
 	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
 	lean     bool   // both sides announced ExtRingLean (lean.go)
+	lane     bool   // and ExtRingLane (lane.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -688,6 +689,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.pullStat = pi.gomx && h.Ext.Flags&wire.ExtPullStatus != 0
 	pi.lean = pi.gomx && h.Ext.Flags&wire.ExtRingLean != 0
+	pi.lane = pi.lean && !b.opts.Local.NoLane && h.Ext.Flags&wire.ExtRingLane != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

@@ -140,6 +140,10 @@ const (
 	// the application's Tests finished, with nobody woken for them
 	// (enginereap.go).
 	EngineByTests
+	// The lane (lane.go): lean sends written as lane records, and lane
+	// records a receiver copied straight into a matching posted receive.
+	LaneSends
+	LaneRecvs
 	numCounters
 )
 
@@ -179,6 +183,7 @@ var counterNames = [numCounters]string{
 	"large sends failed: no pull or notify in time",
 	"lean sends (ring peers: completed in the ring, never resent)", "lean messages held (taken later)",
 	"copy engine copies finished by Tests (nobody woken)",
+	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
 }
 
 // String returns the counter's label.

@@ -100,7 +100,15 @@
 // numbers are un-acked. A receiver never drops such a message: one it
 // cannot take yet (unexpected queue full, progression disabled) is held
 // and offered again on every tick, and the peer's next frames wait behind
-// it. Counters LeanSends and LeanHeld count both (see lean.go). Each partner measures its round trip (RFC 6298 smoothing, Karn's
+// it. Counters LeanSends and LeanHeld count both (see lean.go). Tiny and
+// small messages on the lean path take the lane (wire.ExtRingLane, unless
+// LocalOptions.NoLane or GOMX_LANE=off): the sender writes a 24-byte lane
+// record with the payload straight into the peer's ring, with no Open-MX
+// header and no frame built first, and the receiver, when the record is
+// the next of its peer's sequence and a posted receive matches it, copies
+// the payload straight into that receive; every other case takes the
+// general path as the TINY or SMALL frame the record stands for (see
+// lane.go; counters LaneSends and LaneRecvs). Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
 // estimate). The newest request unacked for twice the smoothed round trip
 // or srtt + 4*rttvar (at least RTOMin/2), or any request unacked for srtt + 4*rttvar (clamped
@@ -200,7 +208,9 @@
 // system call; a waiter whose reply is late yields the CPU between looks. The
 // progress goroutine steps aside (it keeps only the timers) while any waiter
 // polls, so a message that comes meanwhile goes from the ring to completion
-// in the waiting goroutine with no futex and no goroutine hop, and Test
+// in the waiting goroutine with no futex and no goroutine hop (a lane
+// record that goes straight into a posted receive with no Recv at all:
+// lane.go), and Test
 // looks at the rings once too; an application that tests often keeps the
 // progress goroutine away the same way (it looks every millisecond while
 // the Tests come, instead of being woken per frame), and a large message

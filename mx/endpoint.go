@@ -357,7 +357,15 @@ func (e *Endpoint) newSend(p *partner, match uint64, n int, ctx any, class msgCl
 	r.match = match
 	r.length = uint32(n)
 	r.class = class
-	r.status = Status{Source: p.addr(), Match: match, MsgLength: uint32(n), Context: ctx}
+	// Field by field into the zeroed status (getReq): a composite
+	// literal is built on the stack and copied over, and a nil context
+	// needs no store (nor its write barrier).
+	r.status.Source = p.addr()
+	r.status.Match = match
+	r.status.MsgLength = uint32(n)
+	if ctx != nil {
+		r.status.Context = ctx
+	}
 	return r
 }
 

@@ -3,11 +3,15 @@ package mx
 import (
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // The lean path: eager messages of one frame (tiny, small, and medium ones
 // no longer than the partner's fragment stride, 8 KiB between ring peers)
-// to a peer reached through shared-memory rings.
+// to a peer reached through shared-memory rings. (Between two boards that
+// both announce it, the tiny and small ones go as lane records instead of
+// Open-MX frames, and a receiver takes them straight into a posted
+// receive: see lane.go. Everything below holds for them too.)
 //
 // Rings are memory: a frame written into a peer's ring is in the peer's
 // memory, and the peer takes the frames of a ring in the order they were
@@ -92,6 +96,38 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	if tr == nil {
 		return false
 	}
+	var err error
+	var c Counter
+	if p.lane && class != classMedium {
+		err = e.sendLane(p, tr, match, segs, n) // lane.go
+		c = SendTiny
+		if class == classSmall {
+			c = SendSmall
+		}
+	} else {
+		c, err = e.leanFrame(p, tr, class, match, segs, n)
+	}
+	if err != nil {
+		// Not in the ring (a dead one, or shm.ErrRingFull): the
+		// sequenced path sends it again.
+		b.sendFailed(tr, p.nic)
+		return false
+	}
+	p.piggyback() // the frame carried the ack
+	p.sendSeq = seqNext(p.sendSeq)
+	e.cnt[c]++
+	e.cnt[LeanSends]++
+	if p.lane && class != classMedium {
+		e.cnt[LaneSends]++
+	}
+	return true
+}
+
+// leanFrame writes the lean path's Open-MX frame of class (tiny, small
+// or a medium of one fragment) into p's ring through tr, and returns the
+// counter of its class.
+func (e *Endpoint) leanFrame(p *partner, tr *shm.Transport, class msgClass, match uint64, segs [][]byte, n int) (Counter, error) {
+	b := e.b
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	hb := buf[wire.HeadLen:]
@@ -123,17 +159,7 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	b.tx1[0] = transport.Frame{Peer: p.nic, Data: buf[:wire.HeadLen+hl+n]}
 	_, err := tr.SendStrict(b.tx1[:])
 	b.tx1[0].Data = nil
-	if err != nil {
-		// Not in the ring (a dead one, or shm.ErrRingFull): the
-		// sequenced path sends it again.
-		b.sendFailed(tr, p.nic)
-		return false
-	}
-	p.piggyback() // the frame carried the ack
-	p.sendSeq = seqNext(p.sendSeq)
-	e.cnt[c]++
-	e.cnt[LeanSends]++
-	return true
+	return c, err
 }
 
 // hold keeps lean frame f, which p could not take now (recvSequenced).

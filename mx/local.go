@@ -53,6 +53,10 @@ type LocalOptions struct {
 	Shm bool
 	// NoShm turns the host path off (GOMX_SHM=off sets it).
 	NoShm bool
+	// NoLane sends tiny and small messages to ring peers as Open-MX TINY
+	// and SMALL frames on the lean path, not as lane records (lane.go);
+	// GOMX_LANE=off sets it. For measuring what the lane brings.
+	NoLane bool
 	// ShmDir is the endpoint directory (default: shm.DefaultDir()).
 	ShmDir string
 	// Large is how large messages move between processes of this host
@@ -86,8 +90,8 @@ type LocalOptions struct {
 	PoolKeep int
 }
 
-// withEnv applies GOMX_LOCAL (off, 0 or false turn the shortcut off) and
-// GOMX_SHM (on or off: the host path).
+// withEnv applies GOMX_LOCAL (off, 0 or false turn the shortcut off),
+// GOMX_SHM (on or off: the host path) and GOMX_LANE (off: no lane records).
 func (o LocalOptions) withEnv() LocalOptions {
 	switch strings.ToLower(os.Getenv("GOMX_LOCAL")) {
 	case "off", "0", "false", "no":
@@ -98,6 +102,10 @@ func (o LocalOptions) withEnv() LocalOptions {
 		o.Shm, o.NoShm = true, false
 	case "off", "0", "false", "no":
 		o.Shm, o.NoShm = false, true
+	}
+	switch strings.ToLower(os.Getenv("GOMX_LANE")) {
+	case "off", "0", "false", "no":
+		o.NoLane = true
 	}
 	return o
 }

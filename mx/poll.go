@@ -208,13 +208,16 @@ type rxSource struct {
 	// pending, when not nil, says whether a Recv would find anything to
 	// do (shm.Transport.Pending): an empty look takes no Recv.
 	pending func() bool
+	// lane, for rings, lets a waiter take a lane record without a Recv
+	// (lane.go's takeLane).
+	lane *shm.Transport
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
 	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
 	s.idle.Store(idleNever)
 	if st, ok := tr.(*shm.Transport); ok {
-		s.spin, s.kick, s.pending = true, st.Wake, st.Pending
+		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
 	}
 	return s
 }
@@ -294,7 +297,7 @@ const (
 // gave it one), not in the application's thread.
 func (b *Board) testSource(s *rxSource) {
 	n := s.tests.Add(1)
-	if b.lookSource(s, 0) {
+	if b.lookSource(s, 0, nil) {
 		if b.cmaQueued.Load() > 0 {
 			// Away (stayAway) or about to enter Recv: either way
 			// it comes back to run them.
@@ -327,21 +330,22 @@ func (b *Board) spinGrace() time.Duration {
 }
 
 // pollSource receives and handles one batch from s if nobody else owns
-// its Recv, and reports whether it could look. It runs the timers when a
+// its Recv, and reports whether it could look. w, when not nil, is the
+// waiter's request (see waiterReq). It runs the timers when a
 // tick is due by the batch's clock or, when no frame of it needed the
 // time, by seen, the waiter's own latest reading (0: none): a waiter that
 // polls a while reads the clock anyway (pollWait), and the receive loop,
 // which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
 // not before the waiter is preempted).
-func (b *Board) pollSource(s *rxSource, seen int64) bool {
-	ok := b.lookSource(s, seen)
+func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) bool {
+	ok := b.lookSource(s, seen, w)
 	b.runCopies() // cma.go: without the source's lock
 	return ok
 }
 
 // lookSource is pollSource without running the single copies its frames
 // queued (cma.go).
-func (b *Board) lookSource(s *rxSource, seen int64) bool {
+func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
@@ -350,25 +354,36 @@ func (b *Board) lookSource(s *rxSource, seen int64) bool {
 		s.mu.Unlock()
 		return true
 	}
+	if s.lane != nil && b.takeLane(s, seen, w) { // lane.go
+		s.mu.Unlock()
+		return true
+	}
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
-		if b.nowOK {
-			seen = b.nowv
-		}
-		if seen != 0 && seen >= b.nextTick.Load() {
-			b.rxOwned = s // verdict.go
-			b.timersLocked(true)
-			b.rxOwned = nil
-		}
-		b.release(false)
+		b.polledLocked(s, seen)
 	}
 	if n < len(s.rx) {
 		s.drained() // verdict.go
 	}
 	s.mu.Unlock()
 	return true
+}
+
+// polledLocked ends a waiter's handling of what it took from s: it runs
+// the timers when a tick is due by the clock the handling read or, when
+// it read none, by seen (see pollSource), and releases b.mu (held).
+func (b *Board) polledLocked(s *rxSource, seen int64) {
+	if b.nowOK {
+		seen = b.nowv
+	}
+	if seen != 0 && seen >= b.nextTick.Load() {
+		b.rxOwned = s // verdict.go
+		b.timersLocked(true)
+		b.rxOwned = nil
+	}
+	b.release(false)
 }
 
 // waitSources returns the sources a waiter polls: in busy-poll mode all of
@@ -419,18 +434,33 @@ func engineBusy(r *Request, e *Endpoint) bool {
 // little beside the kernel's own path.
 const syscallEvery = 64
 
-// pollWait polls the waiter's sources until done (or, when r is nil,
-// cond) holds, the budget runs out (budget < 0: never), engine copies run
+// waiterReq is a waiter's request r, and what its own polls did with it: a
+// look that completed it under b.mu (takeLane) consumes it there too, its
+// final status in st (ok), so the waiter takes no lock again to finish.
+type waiterReq struct {
+	r  *Request
+	st Status
+	ok bool
+}
+
+// pollWait polls the waiter's sources until w's request is done (or, when
+// w is nil, cond) holds, the budget runs out (budget < 0: never), engine copies run
 // (an adaptive waiter, budget >= 0), ctx is done, or the endpoint is woken
 // up (its wake generation moves past gen). It says which of the first
 // three happened and, when the condition did not hold, the board's clock
 // when it started counting its budget (after its first few looks: a wait
 // that ends sooner reads no clock for it; -1 when it read none).
-func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, int64, error) {
+func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, int64, error) {
+	var r *Request
+	if w != nil {
+		r = w.r
+	}
 	srcs := b.waitSources()
 	holds := func() bool {
 		if r != nil {
-			return r.done.Load()
+			// A request consumed by this waiter's poll is recycled
+			// already: its done flag is cleared.
+			return w.ok || r.done.Load()
 		}
 		return cond()
 	}
@@ -449,10 +479,8 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 	for _, s := range srcs {
 		s.pollers.Add(1)
 	}
-	b.spinning.Add(1)
 	ok, spent := false, false
 	defer func() {
-		b.spinning.Add(-1)
 		for _, s := range srcs {
 			if ok && s.idle.Load() != idleFresh {
 				s.idle.Store(idleFresh) // the loop times it (stayAway)
@@ -480,7 +508,7 @@ func (b *Board) pollWait(ctx context.Context, r *Request, cond func() bool, budg
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
 			}
-			looked := b.pollSource(s, seen)
+			looked := b.pollSource(s, seen, w)
 			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
@@ -566,7 +594,14 @@ type WaitStats struct {
 
 // WaitStats returns the board's wait statistics.
 func (b *Board) WaitStats() WaitStats {
-	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: int(b.spinning.Load()),
+	// Every waiter polls the same sources (waitSources) and counts
+	// itself in each: the most pollers of one is the number of waiters
+	// polling (a count of its own cost two locked instructions a wait).
+	spinning := 0
+	for _, s := range b.allSrcs {
+		spinning = max(spinning, int(s.pollers.Load()))
+	}
+	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
 		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load()}
 }
 

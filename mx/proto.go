@@ -258,6 +258,10 @@ func (e *Endpoint) finishRecv(r *Request, p *partner, match uint64, msgLen, xfer
 // when the sending board and this one agreed on it at connect (see
 // package wire); a CONNECT says so itself.
 func (b *Board) handleFrame(nic transport.NICID, data []byte) {
+	if len(data) > wire.HeadLen && wire.Type(data[wire.HeadLen]) == wire.TypeLane {
+		b.recvLane(nic, data) // lane.go
+		return
+	}
 	n, err := wire.FrameLen(data, b.ord)
 	if err != nil {
 		if errors.Is(err, wire.ErrUnknownType) {

@@ -53,6 +53,7 @@ type partner struct {
 	crc      bool
 	sack     bool // selective acks both ways (sack.go)
 	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
+	lane     bool // and tiny and small ones go as lane records (lane.go)
 	stride   int
 	replyLen int
 	context  any       // Endpoint.SetAddrContext
@@ -176,10 +177,10 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.lean, p.stride, p.replyLen = false, false, false, fragStride(b.omx, false), replyLen(b.omx, false)
+		p.crc, p.sack, p.lean, p.lane, p.stride, p.replyLen = false, false, false, false, fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc, p.sack, p.lean = pi.crc, pi.sack, pi.lean
+	p.crc, p.sack, p.lean, p.lane = pi.crc, pi.sack, pi.lean, pi.lane
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -994,6 +995,9 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 	}
 	x.Flags |= wire.ExtPullStatus // largefail.go
 	x.Flags |= wire.ExtRingLean   // lean.go
+	if !b.opts.Local.NoLane {
+		x.Flags |= wire.ExtRingLane // lane.go
+	}
 	return x
 }
 

@@ -267,7 +267,11 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	}
 	start, polled := int64(-1), false
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
-		out, st, err := b.pollWait(ctx, r, nil, b.waitBudget(e), e, e.wakeGen.Load())
+		w := waiterReq{r: r}
+		out, st, err := b.pollWait(ctx, &w, nil, b.waitBudget(e), e, e.wakeGen.Load())
+		if w.ok {
+			return w.st, w.st.Code // consumed by the poll that completed it
+		}
 		if err != nil {
 			return Status{}, err
 		}

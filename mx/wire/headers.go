@@ -485,6 +485,11 @@ const (
 	// never drops such a message it cannot take at once (it holds it
 	// until it can). Used when both sides set it.
 	ExtRingLean = 1 << 3
+	// ExtRingLane: the sender writes its tiny and small messages on the
+	// lean path as lane records ([Lane], TypeLane) instead of TINY and
+	// SMALL frames, and as a receiver it reads them. Used when both sides
+	// set it (and ExtRingLean).
+	ExtRingLane = 1 << 4
 )
 
 func hasConnectExt(p []byte, o Order) bool {

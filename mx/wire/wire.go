@@ -100,7 +100,7 @@ var typeNames = map[Type]string{
 	TypeNone: "NONE", TypeRaw: "RAW", TypeHostQuery: "HOST_QUERY", TypeHostReply: "HOST_REPLY",
 	TypeTruc: "TRUC", TypeConnect: "CONNECT", TypeTiny: "TINY", TypeSmall: "SMALL",
 	TypeMedium: "MEDIUM", TypeRndv: "RNDV", TypePull: "PULL", TypePullReply: "PULL_REPLY",
-	TypeNotify: "NOTIFY", TypeNackLib: "NACK_LIB", TypeNackMCP: "NACK_MCP",
+	TypeNotify: "NOTIFY", TypeNackLib: "NACK_LIB", TypeNackMCP: "NACK_MCP", TypeLane: "LANE",
 }
 
 // String returns the Open-MX name of the packet type.

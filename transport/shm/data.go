@@ -50,22 +50,9 @@ func (t *Transport) send(frames []transport.Frame, strict bool) (int, error) {
 		for j < len(frames) && frames[j].Peer == peer {
 			j++
 		}
-		// The ring of the newest peer, else of another live one, without
-		// a lock and without a store: senders to different peers share
-		// no line they write. outFor connects the rest.
-		o := t.lastOut.Load()
-		if o == nil || o.peer != peer || o.dead.Load() {
-			if m := t.outSnap.Load(); m != nil {
-				o = (*m)[peer]
-			} else {
-				o = nil
-			}
-			if o == nil || o.dead.Load() {
-				var err error
-				if o, err = t.outFor(peer); err != nil {
-					return i, err
-				}
-			}
+		o, err := t.ringTo(peer)
+		if err != nil {
+			return i, err
 		}
 		// Frames in place name pool segments: the peer must have them
 		// (a no-op once it has them all); failing that, they are copied.
@@ -118,25 +105,13 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 				r.Copied() // records are written into the ring
 			}
 		}
-		rl := recordLen(len(data))
-		at, ok := o.reserve(o.headSeen, rl)
+		at, ok := t.room(o, recordLen(len(data)), &start)
 		if !ok {
-			// Load the consumer's cursor only now: most frames find room
-			// with the cached one. The load acquires: the consumer is done
-			// with every byte below it.
-			o.headSeen = o.head.Load()
-			if at, ok = o.reserve(o.headSeen, rl); !ok {
-				o.publish(start) // wake the consumer to drain what we have
-				start = o.cur
-				if !t.waitRoom(o, rl) {
-					t.cnt.dropFull.Add(1)
-					if strict {
-						return i, t.dropErr(o)
-					}
-					continue
-				}
-				at, _ = o.reserve(o.headSeen, rl)
+			t.cnt.dropFull.Add(1)
+			if strict {
+				return i, t.dropErr(o)
 			}
+			continue
 		}
 		o.putRecord(at, word, data)
 		o.sent.Add(1)
@@ -149,6 +124,91 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 	o.publish(start)
 	o.clearAhead(o.headSeen + uint64(size))
 	return len(frames), nil
+}
+
+// room finds the cursor at which a record of rl bytes goes into o's ring
+// (o.mu held), waiting for the consumer when the ring is full (waitRoom);
+// false: it stayed full, and the record is to be dropped. *start is the
+// cursor of the batch's first record not yet announced: a wait publishes
+// what came before it first.
+func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
+	at, ok := o.reserve(o.headSeen, rl)
+	if ok {
+		return at, true
+	}
+	// Load the consumer's cursor only now: most records find room with
+	// the cached one. The load acquires: the consumer is done with every
+	// byte below it.
+	o.headSeen = o.head.Load()
+	if at, ok = o.reserve(o.headSeen, rl); ok {
+		return at, true
+	}
+	o.publish(*start) // wake the consumer to drain what we have
+	*start = o.cur
+	if !t.waitRoom(o, rl) {
+		return 0, false
+	}
+	at, _ = o.reserve(o.headSeen, rl)
+	return at, true
+}
+
+// SendParts writes one frame, head followed by the bytes of parts, into
+// peer's ring, as SendStrict writes a batch of one: for a caller that
+// would otherwise gather them into a buffer of its own first (mx's lane:
+// a short header and the application's segments), the bytes go straight
+// into the record, and no transport.Frame is built. A frame dropped for a
+// full ring fails with ErrRingFull; one longer than the ring's MTU with
+// transport.ErrTooBig.
+func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	o, err := t.ringTo(peer)
+	if err != nil {
+		return err
+	}
+	n := len(head)
+	for _, p := range parts {
+		n += len(p)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.dead.Load() || o.data == nil {
+		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
+	if n > o.mtu {
+		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
+	}
+	start := o.cur
+	at, ok := t.room(o, recordLen(n), &start)
+	if !ok {
+		t.cnt.dropFull.Add(1)
+		return t.dropErr(o)
+	}
+	o.putParts(at, uint32(n), n, head, parts)
+	o.sent.Add(1)
+	o.publish(start)
+	o.clearAhead(o.headSeen + uint64(len(o.data)))
+	return nil
+}
+
+// ringTo returns the ring to peer: the newest peer's, else another live
+// one's, without a lock and without a store (senders to different peers
+// share no line they write); outFor connects the rest.
+func (t *Transport) ringTo(peer transport.NICID) (*outRing, error) {
+	o := t.lastOut.Load()
+	if o != nil && o.peer == peer && !o.dead.Load() {
+		return o, nil
+	}
+	if m := t.outSnap.Load(); m != nil {
+		o = (*m)[peer]
+	} else {
+		o = nil
+	}
+	if o == nil || o.dead.Load() {
+		return t.outFor(peer)
+	}
+	return o, nil
 }
 
 // publish rings the consumer's doorbell if records were written since
@@ -388,6 +448,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
+	t.peeked = nil // not taken: poll returns it
 	if t.toCommit {
 		t.commit()
 	}
@@ -519,6 +580,74 @@ func (t *Transport) Pending() bool {
 		}
 	}
 	return false
+}
+
+// Peek returns the frame of the record at the cursor of the first ring, in
+// Recv's round-robin order, that has one there, without taking it. It is
+// for a caller that serializes its Recv calls under a lock of its own and
+// holds it from here until Take or its next Recv (mx's receive sources),
+// and handles some frames itself (mx's lane): such a frame costs no batch,
+// and no lending. data stays valid until then. As Recv, Peek first
+// gives back the space of the frames the previous Recv returned (commit):
+// the caller is done with them. It reports false when the transport is
+// closed or the first record it finds is not a frame (a pad, a reference
+// record, a broken record): Recv handles those. A frame the caller does
+// not Take is the next one Recv returns.
+func (t *Transport) Peek() (peer transport.NICID, data []byte, ok bool) {
+	if t.closed.Load() {
+		return 0, nil, false
+	}
+	if t.toCommit {
+		t.lends.Recv() // the previous Recv's frames can no longer be held
+		t.commit()
+	}
+	rings := *t.in.Load()
+	first := t.rr
+	if first >= len(rings) {
+		first = 0
+	}
+	for k := range rings {
+		i := first + k
+		if i >= len(rings) {
+			i -= len(rings)
+		}
+		r := rings[i]
+		if r.wordAt.Load() == 0 {
+			continue
+		}
+		// The record word's load acquires the record (parseRecord).
+		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+		if err != nil || kind != recFrame {
+			return 0, nil, false
+		}
+		t.peeked, t.peekedAt, t.peekedLen = r, i, rl
+		return r.peer, f, true
+	}
+	return 0, nil, false
+}
+
+// Take consumes the frame Peek returned, as a Recv that returned it would
+// have, and gives its space back to the producer as commit does (the head
+// is published once pubEvery bytes were consumed). Called under the same
+// lock as Peek, before any Recv.
+func (t *Transport) Take() {
+	r := t.peeked
+	if r == nil {
+		return
+	}
+	t.peeked = nil
+	r.cur += t.peekedLen
+	if r.pos += t.peekedLen; r.pos == uint64(len(r.data)) {
+		r.pos = 0
+	}
+	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
+	if r.cur-r.pubHead >= r.pubEvery {
+		// The store releases: we no longer read below it.
+		r.head.Store(r.cur)
+		r.pubHead = r.cur
+	}
+	t.rr = t.peekedAt + 1
+	t.cnt.recvd.Add(1)
 }
 
 // poll reads up to len(frames) records across the rings.

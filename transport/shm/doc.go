@@ -42,7 +42,10 @@
 // that finds the ring full still finds the head moving. A producer whose
 // consumer takes nothing for Options.FullWait drops the frame: Send counts
 // it, as a lossy wire would lose it, and SendStrict also fails with
-// ErrRingFull, for a caller that keeps no copy to resend. Every
+// ErrRingFull, for a caller that keeps no copy to resend. SendParts is
+// SendStrict for one frame given as a head and parts (mx's lane: a short
+// header and the application's segments), written straight into the
+// record with no buffer of the caller's between. Every
 // length read from a ring is checked against the ring and the MTU before
 // use; a ring that breaks the layout is dropped and counted.
 //
@@ -183,5 +186,8 @@
 // to shared memory per message. What mx costs above it is mx's own. A
 // caller that serializes its Recv calls itself (mx's receive sources)
 // may look with Pending first, which takes neither Recv's lock nor its
-// bookkeeping: mx's polling waiters do, between the messages.
+// bookkeeping: mx's polling waiters do, between the messages. Such a
+// caller may also see the next frame with Peek and consume it with Take,
+// with no batch and no lending (a frame it leaves is the next Recv's):
+// mx's waiters take the lane records they can deliver at once that way.
 package shm

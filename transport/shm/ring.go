@@ -173,7 +173,11 @@ func (p *producer) put(at uint64, f []byte) { p.putRecord(at, uint32(len(f)), f)
 
 // putRecord is put with the record's length word n given: len(f), or
 // refMark for a reference record (inplace.go).
-func (p *producer) putRecord(at uint64, n uint32, f []byte) {
+func (p *producer) putRecord(at uint64, n uint32, f []byte) { p.putParts(at, n, len(f), f, nil) }
+
+// putParts is putRecord for a record of l bytes made of head and then the
+// bytes of parts (Transport.SendParts).
+func (p *producer) putParts(at uint64, n uint32, l int, head []byte, parts [][]byte) {
 	size := uint64(len(p.data))
 	if at != p.cur {
 		pos := p.cur - p.lap
@@ -183,14 +187,17 @@ func (p *producer) putRecord(at uint64, n uint32, f []byte) {
 		u32At(p.data, int(pos)+recWordOff).Store(recWord(p.cur))
 		p.cur, p.clear = at, at+ringAlign
 	}
-	end := at + uint64(recordLen(len(f)))
+	end := at + uint64(recordLen(l))
 	if p.clear <= end {
 		p.zero(end)
 		p.clear = end + ringAlign
 	}
 	pos := at - p.lap
 	binary.LittleEndian.PutUint32(p.data[pos:], n)
-	copy(p.data[pos+recHdr:], f)
+	k := pos + recHdr + uint64(copy(p.data[pos+recHdr:], head))
+	for _, s := range parts {
+		k += uint64(copy(p.data[k:], s))
+	}
 	u32At(p.data, int(pos)+recWordOff).Store(recWord(at))
 	p.cur = end
 	if end-p.lap == size {

@@ -172,8 +172,13 @@ type Transport struct {
 	// toCommit: poll consumed records or saw a dead ring since the last
 	// commit (under rmu).
 	toCommit bool
-	closed   atomic.Bool
-	wg       sync.WaitGroup
+	// The record Peek returned, for Take: its ring, that ring's index in
+	// the table and the record's length (under the caller's lock).
+	peeked    *inRing
+	peekedAt  int
+	peekedLen uint64
+	closed    atomic.Bool
+	wg        sync.WaitGroup
 
 	cnt struct {
 		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64

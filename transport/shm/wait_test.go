@@ -303,3 +303,102 @@ func TestSleepersWakeAcrossProcesses(t *testing.T) {
 		t.Fatalf("child: %v", err)
 	}
 }
+
+// TestSendParts: a frame written from a head and parts arrives as their
+// concatenation, through several laps of a small ring (pad records
+// included); one above the MTU fails with ErrTooBig, and one that finds a
+// stuck consumer's ring full with ErrRingFull, as SendStrict does.
+func TestSendParts(t *testing.T) {
+	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
+	defer a.Close()
+	defer b.Close()
+	frames := make([]transport.Frame, 8)
+	for i := range 3 * minRingLen / 512 {
+		n := i % 700
+		head := []byte{byte(i), byte(i >> 8), 0xee}
+		p1 := bytes.Repeat([]byte{byte(i + 1)}, n/2)
+		p2 := bytes.Repeat([]byte{byte(i + 2)}, n-n/2)
+		if err := a.SendParts(b.Addr(), head, [][]byte{p1, nil, p2}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		k, err := b.Recv(frames, time.Minute)
+		if err != nil || k != 1 {
+			t.Fatalf("frame %d: Recv = %d, %v", i, k, err)
+		}
+		want := append(append(append([]byte{}, head...), p1...), p2...)
+		if !bytes.Equal(frames[0].Data, want) {
+			t.Fatalf("frame %d: got %d bytes, want %d (% x...)", i, len(frames[0].Data), len(want), want[:3])
+		}
+	}
+	if err := a.SendParts(b.Addr(), make([]byte, 10), [][]byte{make([]byte, 7991)}); !errors.Is(err, transport.ErrTooBig) {
+		t.Fatalf("an 8001-byte frame: %v, want ErrTooBig", err)
+	}
+	var err error
+	for i := 0; i < 2*minRingLen/4000 && err == nil; i++ { // the ring holds fewer
+		err = a.SendParts(b.Addr(), nil, [][]byte{make([]byte, 4000)})
+	}
+	if !errors.Is(err, ErrRingFull) {
+		t.Fatalf("into a ring nobody reads: %v, want ErrRingFull", err)
+	}
+}
+
+// TestPeekTake: Peek shows the next frame without taking it (Recv then
+// returns it), Take consumes it, and a consumer that takes every frame
+// with Peek and Take through many laps of a small ring gives the space
+// back: its producer never finds the ring full. Pads are left to Recv.
+func TestPeekTake(t *testing.T) {
+	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Second})
+	defer a.Close()
+	defer b.Close()
+	if _, _, ok := b.Peek(); ok {
+		t.Fatal("Peek found a frame in no ring")
+	}
+	frames := make([]transport.Frame, 8)
+	send := func(i int) []byte {
+		f := bytes.Repeat([]byte{byte(i)}, 100+i%900)
+		if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: f}}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		return f
+	}
+	// Not taken: Recv returns it.
+	f := send(1)
+	waitFor := func() (transport.NICID, []byte) {
+		for k := 0; k < 1e6; k++ {
+			if peer, data, ok := b.Peek(); ok {
+				return peer, data
+			}
+		}
+		t.Fatal("Peek never showed the frame")
+		return 0, nil
+	}
+	if peer, data := waitFor(); peer != a.Addr() || !bytes.Equal(data, f) {
+		t.Fatalf("Peek = %v, %d bytes; want %v, %d bytes", peer, len(data), a.Addr(), len(f))
+	}
+	if n, _ := b.Recv(frames, time.Minute); n != 1 || !bytes.Equal(frames[0].Data, f) {
+		t.Fatalf("Recv after an untaken Peek: %d frames", n)
+	}
+	// Taken, lap after lap (Peek gives the space of the untaken frame's
+	// Recv back itself).
+	for i := range 8 * minRingLen / 500 {
+		f := send(i)
+		if _, _, ok := b.Peek(); !ok {
+			// A pad record: Recv skips it (and the frame is right behind:
+			// it returns that too).
+			if n, _ := b.Recv(frames, time.Minute); n != 1 || !bytes.Equal(frames[0].Data, f) {
+				t.Fatalf("frame %d behind a pad: Recv got %d frames", i, n)
+			}
+			continue
+		}
+		if _, data := waitFor(); !bytes.Equal(data, f) {
+			t.Fatalf("frame %d: Peek shows %d bytes, want %d", i, len(data), len(f))
+		}
+		b.Take()
+	}
+	if d := counter(a, "shm frames dropped (ring full)"); d != 0 {
+		t.Fatalf("%d frames dropped: Take did not give the space back", d)
+	}
+	if n, _ := b.Recv(frames, 0); n != 0 {
+		t.Fatalf("Recv after every frame was taken: %d frames", n)
+	}
+}

@@ -1,0 +1,168 @@
+package mx
+
+import (
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// The lane: tiny and small messages (up to wire.LaneMax, 128 bytes) on the
+// lean path, between two gomx boards that both announce it
+// (wire.ExtRingLane, unless LocalOptions.NoLane), go as lane records
+// instead of Open-MX TINY and SMALL frames.
+//
+// Between two processes of one host the Open-MX header buys nothing: the
+// rings are gomx's own and both ends are the same code. A lane record
+// (wire.Lane) is a 24-byte little-endian header, then the payload, and
+// the sender writes it straight into the peer's ring from the
+// application's segments (shm.Transport.SendParts): no frame is built in
+// the board's scratch buffer first and copied again, no transport.Frame,
+// no Open-MX encoding; an 8-byte message is one cache line of the ring,
+// its record word included. Everything else about the message is the lean
+// path's (lean.go): the same conditions to take it (a ring peer on the
+// lean path, nothing waiting before it, the window), the same sequence
+// number from the partner's stream, so the peer's messages keep one order
+// whatever path each took, and the same piggybacked ack and window, so
+// acks stay bounded. Lane sends count as sends of their class and as
+// LeanSends, and as LaneSends.
+//
+// The receiver takes a lane record in the common case without the general
+// frame path: when the record is the next in its partner's sequence (no
+// early frame, no held one, no medium being assembled, no unexpected
+// handler running for the partner) and a posted receive matches it (the
+// first in post order, as for any message: matchPosted), it copies the
+// payload straight into that receive's segments and completes it
+// (counted as LaneRecvs, and as a receive of its class). That is exactly
+// what the general path does with such a frame, minus decoding an Open-MX
+// header and dispatching it. Every other case (no matching receive: the
+// unexpected queue or the handler; a record out of sequence; a partner
+// with frames held, early or partial; an unknown endpoint or session) is
+// handed to the general path as the TINY or SMALL frame the record stands
+// for, rebuilt in a board buffer, and behaves as such a frame does: queued,
+// held, stored early, nacked or dropped. A record that fails its checks
+// (it comes from another process's memory) is dropped and counted as
+// DropBadHeader, and one that did not come through the rings as
+// DropUnknownType.
+//
+// A waiter polling the rings for its receive (poll.go's pollSource) does
+// not even take a Recv for such a record: once Pending says the rings hold
+// something, it looks at the next frame in place (shm.Transport.Peek) and,
+// when it is a lane record that goes straight into a posted receive,
+// delivers it under b.mu and consumes it (Take): no batch, no frame
+// lending, no generic dispatch, one lock of the board. Anything else is
+// left in the ring for the Recv that follows, which hands it to the
+// general path (recvLane included) as before. The progress goroutine's
+// Recv batches meet lane records too, and deliver them the same way
+// (handleFrame, recvLane).
+
+// sendLane writes a tiny or small message with match and n bytes in segs
+// to p through tr as a lane record (sendLean decided that it takes the
+// lean path). Called with b.mu held.
+func (e *Endpoint) sendLane(p *partner, tr *shm.Transport, match uint64, segs [][]byte, n int) error {
+	b := e.b
+	wire.PutLane(b.laneHdr[:], &wire.Lane{DstEP: p.epID, SrcEP: e.id, Seq: p.sendSeq, Ack: p.fullSeq,
+		Length: uint16(n), Session: p.rsession, Match: match})
+	return tr.SendParts(p.nic, b.laneHdr[:], segs)
+}
+
+// recvLane handles lane record data from nic (b.mu held): straight into
+// a matching posted receive when nothing of its partner comes first
+// (laneFast), else as the TINY or SMALL frame it stands for.
+func (b *Board) recvLane(nic transport.NICID, data []byte) {
+	if !b.rxRings {
+		b.cnt[DropUnknownType]++ // lane records come only through the rings
+		return
+	}
+	if b.laneFast(nic, data) {
+		return
+	}
+	var h wire.Lane
+	payload, err := wire.DecodeLane(data, &h)
+	if err != nil {
+		b.cnt[DropBadHeader]++
+		return
+	}
+	m := wire.Msg{Type: wire.TypeTiny, DstEP: h.DstEP, SrcEP: h.SrcEP, Length: h.Length, Seq: h.Seq, Ack: h.Ack,
+		Match: h.Match, Session: h.Session}
+	c := RecvTiny
+	if h.Length > wire.TinyMax {
+		m.Type, c = wire.TypeSmall, RecvSmall
+	}
+	f := b.getBuf()[:wire.HeadLen+wire.MsgLen+len(payload)]
+	wire.PutPeerIndex(f, wire.NoPeerIndex, b.ord)
+	m.Put(f[wire.HeadLen:], b.ord)
+	copy(f[wire.HeadLen+wire.MsgLen:], payload)
+	b.sequenced(nic, f, h.DstEP, h.SrcEP, h.Session, h.Seq, c, nil, &m)
+	b.putBuf(f)
+}
+
+// laneFast delivers lane record data from nic, which came through the
+// rings, straight into the first posted receive that matches it, when
+// the record is the next of its partner's sequence and nothing of the
+// partner waits before it; it reports false, having changed nothing,
+// otherwise (the general path takes the record then). Called with b.mu
+// held.
+func (b *Board) laneFast(nic transport.NICID, data []byte) bool {
+	var h wire.Lane
+	payload, err := wire.DecodeLane(data, &h)
+	if err != nil {
+		return false
+	}
+	e := b.eps[h.DstEP]
+	if e == nil || e.session != h.Session {
+		return false
+	}
+	p := e.partnerAt(nic, h.SrcEP)
+	if p == nil || !p.rknown || !p.lane || h.Seq != p.recvSeq || p.held != nil || p.inHandler ||
+		len(p.early) != 0 || len(p.partials) != 0 {
+		return false
+	}
+	r := e.matchPosted(h.Match)
+	if r == nil {
+		return false
+	}
+	c := RecvTiny
+	if h.Length > wire.TinyMax {
+		c = RecvSmall
+	}
+	e.cnt[c]++
+	e.cnt[LaneRecvs]++
+	p.applyAck(h.Ack)
+	n := scatterAt(r.segs, 0, payload)
+	e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
+	p.recvSeq = seqNext(p.recvSeq)
+	p.updateFull(true)
+	return true
+}
+
+// takeLane is a polling waiter's look at ring source s (s.mu held) for a
+// lane record that laneFast delivers: the transport's next frame, seen
+// with Peek, taken with Take, without a Recv, its batch and the general
+// frame path. It reports false, having taken nothing, when the next
+// frame is anything else or must take the general path: the waiter's
+// Recv then takes it. seen is the waiter's latest clock reading, for the
+// timers (as pollSource); w, when not nil, is the waiter's request, which
+// it consumes once done (see waiterReq).
+func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) bool {
+	nic, data, ok := s.lane.Peek()
+	if !ok || len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane {
+		return false
+	}
+	b.mu.Lock()
+	b.nowOK = false // read when the frame needs it (now), as for a batch
+	if len(b.pcopies) > 0 || !b.laneFast(nic, data) {
+		b.mu.Unlock()
+		return false
+	}
+	s.lane.Take()
+	if len(b.ackOwed) > 0 && !s.pending() {
+		b.ackDrained() // the rings ran dry, as a Recv that drains them
+	}
+	if w != nil && !w.ok && w.r.done.Load() && w.r.waiters == 0 {
+		// The waiter's request (completed now or before): it is
+		// consumed here, under the lock its Wait would take again.
+		w.ok = w.r.consumeLocked(&w.st)
+	}
+	b.polledLocked(s, seen) // poll.go
+	return true
+}

@@ -1,0 +1,281 @@
+package mx
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// laneSizes interleave lane messages (8 B, 128 B) with a medium of one
+// fragment (2 KiB, the lean path's Open-MX frame), a medium of several
+// fragments (20 KiB, sequenced) and a large one (64 KiB, rendezvous).
+var laneSizes = []int{8, 2048, 8, 128, 65536, 0, 20000, 8}
+
+// sendMixed sends n messages of laneSizes from e to to, message i with
+// match base+i and pattern(size, i); waitSends waits for them (the large
+// ones complete once received).
+func sendMixed(t *testing.T, e *Endpoint, to Addr, n int, base uint64) []*Request {
+	t.Helper()
+	var sends []*Request
+	for i := range n {
+		size := laneSizes[i%len(laneSizes)]
+		s, err := e.ISend([][]byte{pattern(size, uint64(i))}, to, base+uint64(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sends = append(sends, s)
+	}
+	return sends
+}
+
+func waitSends(t *testing.T, sends []*Request) {
+	t.Helper()
+	for i, s := range sends {
+		if st := mustWait(t, s, 30*time.Second); st.Code != nil {
+			t.Fatalf("send %d: %v", i, st.Code)
+		}
+	}
+}
+
+// checkMixed waits for receive r, which must hold message i of
+// sendMixed.
+func checkMixed(t *testing.T, r *Request, buf []byte, i int) {
+	t.Helper()
+	size := laneSizes[i%len(laneSizes)]
+	st := mustWait(t, r, 30*time.Second)
+	if st.Code != nil || int(st.XferLength) != size || string(buf[:size]) != string(pattern(size, uint64(i))) {
+		t.Fatalf("message %d (%d B): status %v, %d bytes, match %#x, bytes intact %v", i, size, st.Code,
+			st.XferLength, st.Match, string(buf[:size]) == string(pattern(size, uint64(i))))
+	}
+}
+
+// TestLaneKeepsMatchingOrder: tiny and small messages on the lane,
+// interleaved with mediums and large messages of the same peer, match as
+// MX says whatever path each took and whether the receive came first:
+// wildcard receives posted before, after, and half before and half after
+// the messages take them in send order; receives posted for each match
+// in reverse order each get their own message. Bytes arrive intact, and
+// the lane carried the small ones (LaneSends, LaneRecvs).
+func TestLaneKeepsMatchingOrder(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	const n = 3 * 8
+	post := func(match, mask uint64) (*Request, []byte) {
+		buf := make([]byte, 65536)
+		r, err := pr.b.IRecv([][]byte{buf}, match, mask, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, buf
+	}
+	for _, before := range []int{n, 0, n / 2} {
+		t.Run(fmt.Sprintf("wildcards posted before %d", before), func(t *testing.T) {
+			rs, bufs := make([]*Request, n), make([][]byte, n)
+			for i := range before {
+				rs[i], bufs[i] = post(0, 0)
+			}
+			sends := sendMixed(t, pr.a, pr.atob, n, 1000)
+			if before < n {
+				// The last message is in the unexpected queue: every
+				// one before it was taken (in order) first.
+				waitUntil(t, "the last message unexpected", func() bool {
+					_, ok := pr.b.IProbe(1000+n-1, ^uint64(0))
+					return ok
+				})
+			}
+			for i := before; i < n; i++ {
+				rs[i], bufs[i] = post(0, 0)
+			}
+			for i := range n {
+				checkMixed(t, rs[i], bufs[i], i)
+			}
+			waitSends(t, sends)
+		})
+	}
+	t.Run("each its own match, posted in reverse", func(t *testing.T) {
+		rs, bufs := make([]*Request, n), make([][]byte, n)
+		for i := n - 1; i >= 0; i-- {
+			rs[i], bufs[i] = post(2000+uint64(i), ^uint64(0))
+		}
+		sends := sendMixed(t, pr.a, pr.atob, n, 2000)
+		for i := range n {
+			checkMixed(t, rs[i], bufs[i], i)
+		}
+		waitSends(t, sends)
+	})
+	ca, cb := pr.a.Counters(), pr.b.Counters()
+	if ca.Get(LaneSends) == 0 || cb.Get(LaneRecvs) == 0 || cb.Get(UnexpectedQueued) == 0 {
+		t.Fatalf("%d lane sends, %d lane receives, %d unexpected: want every path taken", ca.Get(LaneSends),
+			cb.Get(LaneRecvs), cb.Get(UnexpectedQueued))
+	}
+	if ca.Get(Resends) != 0 || cb.Get(DropBadHeader) != 0 || cb.Get(DropUnknownType) != 0 {
+		t.Fatalf("%d resends, %d bad headers, %d unknown types", ca.Get(Resends), cb.Get(DropBadHeader), cb.Get(DropUnknownType))
+	}
+}
+
+// TestLaneCancelRace: a posted receive cancelled while its message
+// arrives on the lane either gets the message (Cancel returns false) or
+// is cancelled, and then the message waits for the next receive: never
+// lost, never twice.
+func TestLaneCancelRace(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	cancelled, got := 0, 0
+	for i := range 300 {
+		buf := make([]byte, 8)
+		r, err := pr.b.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The send from another goroutine, the cancel after a spin of
+		// a varying length: the receiving board's loop takes the record
+		// at some point between.
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 7, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+		if i%2 == 1 {
+			wg.Wait()
+		}
+		for k := 0; k < i*37%2000; k++ {
+			spinSink.Add(1)
+		}
+		ok, err := pr.b.Cancel(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if ok {
+			cancelled++
+			if _, err := r.Wait(testCtx(t, 30*time.Second)); !errors.Is(err, ErrCancelled) {
+				t.Fatalf("round %d: cancelled receive ended with %v", i, err)
+			}
+			if r, err = pr.b.IRecv([][]byte{buf}, 7, ^uint64(0), nil); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			got++
+		}
+		if st := mustWait(t, r, 30*time.Second); st.Code != nil || string(buf) != string(pattern(8, uint64(i))) {
+			t.Fatalf("round %d: %v, bytes intact %v", i, st.Code, string(buf) == string(pattern(8, uint64(i))))
+		}
+	}
+	if _, ok := pr.b.IProbe(0, 0); ok {
+		t.Fatal("a message left over: one was delivered twice or out of its round")
+	}
+	t.Logf("%d receives cancelled first, %d matched first", cancelled, got)
+}
+
+// spinSink keeps TestLaneCancelRace's delay loop from being optimized away.
+var spinSink atomic.Int64
+
+// TestLaneBadRecords: lane records that fail their checks (written into
+// the ring by a broken or hostile process) are dropped and counted, and
+// the peer's next message still arrives; a lane record that did not come
+// through the rings is an unknown type.
+func TestLaneBadRecords(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	tr := pr.w.a.(*shm.Transport)
+	good := make([]byte, wire.LaneLen+8)
+	wire.PutLane(good, &wire.Lane{DstEP: pr.b.id, SrcEP: pr.a.id, Length: 8, Session: pr.b.session, Match: 1})
+	bad := [][]byte{
+		good[:wire.LaneLen-1],                      // short
+		good[:wire.LaneLen+4],                      // length past the record
+		append(append([]byte{}, good...), 0, 0, 0), // bytes after the payload
+		func() []byte { r := append([]byte{}, good...); r[3] = 9; return r }(),
+	}
+	for _, r := range bad {
+		if err := tr.SendParts(pr.bb.NICID(), r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the bad records counted", func() bool {
+		return pr.bb.Counters().Get(DropBadHeader) == uint64(len(bad))
+	})
+	buf := make([]byte, 8)
+	r, err := pr.b.IRecv([][]byte{buf}, 2, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pr.a.ISend([][]byte{pattern(8, 2)}, pr.atob, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustWait(t, r, 30*time.Second); st.Code != nil || string(buf) != string(pattern(8, 2)) {
+		t.Fatalf("after bad records: %v", st.Code)
+	}
+
+	lp := newPair(t, transportFactories[0], DefaultBoardOptions(), loopback.Faults{})
+	lp.bb.mu.Lock()
+	lp.bb.handleFrame(lp.ba.NICID(), good)
+	lp.bb.mu.Unlock()
+	if c := lp.bb.Counters(); c.Get(DropUnknownType) != 1 || c.Get(RecvTiny) != 0 {
+		t.Fatalf("a lane record off the rings: %d unknown types, %d tiny received; want 1, 0",
+			c.Get(DropUnknownType), c.Get(RecvTiny))
+	}
+}
+
+// TestLaneOffOnOneSide: a board with LocalOptions.NoLane does not
+// announce the lane, so neither side uses it, and messages flow both ways
+// as lean Open-MX frames.
+func TestLaneOffOnOneSide(t *testing.T) {
+	o := DefaultBoardOptions()
+	off := o
+	off.Local.NoLane = true
+	pr := newPair(t, shmFactory, o, loopback.Faults{}, off)
+	ctx := testCtx(t, 30*time.Second)
+	for i := range 10 {
+		pingOnce(t, ctx, pr.a, pr.atob, pr.b, 3, ^uint64(0), [][]byte{pattern(8, uint64(i))}, [][]byte{make([]byte, 8)})
+		pingOnce(t, ctx, pr.b, pr.btoa, pr.a, 3, ^uint64(0), [][]byte{pattern(8, uint64(i))}, [][]byte{make([]byte, 8)})
+	}
+	ca, cb := pr.a.Counters(), pr.b.Counters()
+	if ca.Get(LaneSends)+cb.Get(LaneSends) != 0 || ca.Get(LeanSends) != 10 || cb.Get(LeanSends) != 10 {
+		t.Fatalf("lane sends %d and %d, lean sends %d and %d: want no lane, 10 lean each way",
+			ca.Get(LaneSends), cb.Get(LaneSends), ca.Get(LeanSends), cb.Get(LeanSends))
+	}
+}
+
+// TestLaneStatus: a lane message whose waiter's own poll completes and
+// consumes its receive reports the full status (source, match, both
+// lengths, ErrTruncated for a short buffer), and the request is recycled
+// after it, as after any Wait.
+func TestLaneStatus(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.BusyPoll = true // the waiter's poll takes the record
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	for i, size := range []int{8, 4, 0, 128} {
+		buf := make([]byte, size)
+		r, err := pr.b.IRecv([][]byte{buf}, 0, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 0x5a00+uint64(i), nil); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.Wait(testCtx(t, 30*time.Second))
+		want := min(size, 8)
+		var wantErr error
+		if size < 8 {
+			wantErr = ErrTruncated
+		}
+		if !errors.Is(err, wantErr) || !errors.Is(st.Code, wantErr) || st.Source.NIC != pr.ba.NICID() ||
+			st.Source.Endpoint != pr.a.id || st.Match != 0x5a00+uint64(i) || st.MsgLength != 8 ||
+			int(st.XferLength) != want || string(buf[:want]) != string(pattern(8, uint64(i))[:want]) {
+			t.Fatalf("%d-byte receive: %+v, %v", size, st, err)
+		}
+		if _, err := r.Wait(testCtx(t, time.Second)); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("a second Wait: %v, want ErrBadRequest", err)
+		}
+	}
+	if got := pr.b.Counters().Get(LaneRecvs); got != 4 {
+		t.Fatalf("%d lane receives, want 4", got)
+	}
+}

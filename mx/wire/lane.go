@@ -1,0 +1,84 @@
+package wire
+
+import "encoding/binary"
+
+// The lane record: gomx's own frame for a tiny or small message between two
+// gomx boards of one host, written straight into the receiver's
+// shared-memory ring (mx's lane, see mx/lane.go). It never crosses a wire,
+// so it carries no Open-MX header: a peer index slot (written as zero,
+// never read) and a type byte where a wire frame has its own, so one
+// look at the type tells the two apart, then a compact header, always
+// little-endian (both ends are processes of one host):
+//
+//	offset  size  field
+//	0       2     zero (the wire frame's peer index slot)
+//	2       1     TypeLane
+//	3       1     zero
+//	4       1     destination endpoint
+//	5       1     source endpoint
+//	6       2     sequence number (session bits included), as a TINY's
+//	8       2     piggybacked ack, as a TINY's
+//	10      2     payload length, at most LaneMax
+//	12      4     destination endpoint's session
+//	16      8     match information
+//	24      n     payload
+//
+// A board sends it only to a peer that announced ExtRingLane in its gomx
+// CONNECT extension, and accepts it only from shared-memory rings.
+const (
+	// TypeLane is the lane record's type byte: no Open-MX packet type, so
+	// a board that does not know it drops it as an unknown type.
+	TypeLane Type = 0x67 // 'g'
+	// LaneLen is the lane record's header length, the slot and type byte
+	// included.
+	LaneLen = 24
+	// LaneMax is the largest payload of a lane record: a small message's.
+	LaneMax = SmallMax
+)
+
+// Lane is a lane record's header.
+type Lane struct {
+	DstEP, SrcEP uint8
+	Seq, Ack     uint16
+	Length       uint16
+	Session      uint32
+	Match        uint64
+}
+
+// PutLane writes h as a lane record header into p[:LaneLen].
+func PutLane(p []byte, h *Lane) {
+	_ = p[LaneLen-1]
+	le := binary.LittleEndian
+	p[0], p[1], p[2], p[3] = 0, 0, byte(TypeLane), 0
+	p[4], p[5] = h.DstEP, h.SrcEP
+	le.PutUint16(p[6:], h.Seq)
+	le.PutUint16(p[8:], h.Ack)
+	le.PutUint16(p[10:], h.Length)
+	le.PutUint32(p[12:], h.Session)
+	le.PutUint64(p[16:], h.Match)
+}
+
+// DecodeLane decodes the lane record that is all of data (a ring record
+// holds exactly one) into h, and returns its payload, which points into
+// data. The record comes from another process, so every field is checked:
+// the type byte, the reserved bytes, a length of at most LaneMax that
+// accounts for every byte after the header. (h is the caller's, not a
+// result: a header built on the callee's stack and returned was copied
+// with wide loads from its narrow stores, a store-forwarding stall per
+// field group, a tenth of a lane message's cost.)
+func DecodeLane(data []byte, h *Lane) ([]byte, error) {
+	if len(data) < LaneLen {
+		return nil, derr(TypeLane, "header", ErrShort)
+	}
+	if data[0]|data[1]|data[3] != 0 || Type(data[2]) != TypeLane {
+		return nil, derr(TypeLane, "type", ErrUnknownType)
+	}
+	le := binary.LittleEndian
+	h.DstEP, h.SrcEP = data[4], data[5]
+	h.Seq, h.Ack, h.Length = le.Uint16(data[6:]), le.Uint16(data[8:]), le.Uint16(data[10:])
+	h.Session, h.Match = le.Uint32(data[12:]), le.Uint64(data[16:])
+	if h.Length > LaneMax || int(h.Length) != len(data)-LaneLen {
+		return nil, derr(TypeLane, "length", ErrBadLength)
+	}
+	return data[LaneLen:], nil
+}
