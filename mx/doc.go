@@ -197,31 +197,31 @@
 // # Progress
 //
 // Progress never depends on the application calling in: each board's
-// progress goroutine receives frame batches, demultiplexes them to endpoints,
-// matches, answers acks and pulls, resends on timers and completes requests.
-// A wait first polls the shared-memory rings (a shm board's, or the host
-// path's) from the waiting goroutine for the endpoint's poll window, which
-// starts at BoardOptions.Spin (GOMX_SPIN, default DefaultSpin) and tunes
-// itself up to BoardOptions.SpinMax (GOMX_SPIN_MAX) as Linux's haltpoll
-// governor does: it grows after a wait whose message came soon after it
-// gave up, and shrinks after one that polled in vain. A look costs no
-// system call; a waiter whose reply is late yields the CPU between looks. The
-// progress goroutine steps aside (it keeps only the timers) while any waiter
-// polls, so a message that comes meanwhile goes from the ring to completion
-// in the waiting goroutine with no futex and no goroutine hop (a lane
-// record that goes straight into a posted receive with no Recv at all:
-// lane.go), and Test
-// looks at the rings once too; an application that tests often keeps the
-// progress goroutine away the same way (it looks every millisecond while
-// the Tests come, instead of being woken per frame), and a large message
-// the copy engine moves into a tested receive is started and finished by
-// the Tests, with nobody woken (enginereap.go). A wait that runs out of budget sleeps on a
-// per-request channel, and the progress goroutine takes the rings back and
-// sleeps on their doorbell when nothing comes (see poll.go and
-// Board.WaitStats). With BoardOptions.BusyPoll a waiting goroutine polls
-// every source, the transport included, without a budget; a transport that
-// costs a system call to look at (a UDP socket beside the host path's
-// rings) only every 64 looks at the rings. One mutex per board guards all protocol state; the
+// progress goroutine receives frame batches, demultiplexes them to
+// endpoints, matches, answers acks and pulls, resends on timers and
+// completes requests. A wait first polls the shared-memory rings (a shm
+// board's, or the host path's) from the waiting goroutine for the endpoint's
+// poll window, which starts at BoardOptions.Spin (GOMX_SPIN, default
+// DefaultSpin) and tunes itself up to BoardOptions.SpinMax (GOMX_SPIN_MAX)
+// as Linux's haltpoll governor does: it grows after a wait whose message
+// came soon after it gave up, and shrinks after one that polled in vain. A
+// look costs no system call; a waiter whose reply is late yields the CPU
+// between looks. The progress goroutine steps aside (it keeps only the
+// timers) while any waiter polls, so a message that comes meanwhile goes
+// from the ring to completion in the waiting goroutine with no futex and no
+// goroutine hop (a lane record that goes straight into a posted receive with
+// no Recv at all: lane.go), and Test looks at the rings once too; an
+// application that tests often keeps the progress goroutine away the same
+// way (it looks every millisecond while the Tests come, instead of being
+// woken per frame), and a large message the copy engine moves into a tested
+// receive is started and finished by the Tests, with nobody woken
+// (enginereap.go). A wait that runs out of budget sleeps on a per-request
+// channel, and the progress goroutine takes the rings back and sleeps on
+// their doorbell when nothing comes (see poll.go and Board.WaitStats). With
+// BoardOptions.BusyPoll a waiting goroutine polls every source, the
+// transport included, without a budget; a transport that costs a system call
+// to look at (a UDP socket beside the host path's rings) only every 64 looks
+// at the rings. One mutex per board guards all protocol state; the
 // tiny-message path takes it once per call and allocates nothing once its
 // request pool is warm.
 //
