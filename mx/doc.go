@@ -210,7 +210,9 @@
 // polls, so a message that comes meanwhile goes from the ring to completion
 // in the waiting goroutine with no futex and no goroutine hop (a lane
 // record that goes straight into a posted receive with no Recv at all:
-// lane.go), and Test looks at the rings once too. A wait that runs out of budget sleeps on a
+// lane.go), and Test looks at the rings once too. A wait's first look comes
+// before it counts itself among the pollers: a message already there ends
+// it at once (pollWait's firstLook). A wait that runs out of budget sleeps on a
 // per-request channel, and the progress goroutine takes the rings back and
 // sleeps on their doorbell when nothing comes (see poll.go and
 // Board.WaitStats). With BoardOptions.BusyPoll a waiting goroutine polls
