@@ -215,7 +215,9 @@
 // way (it looks every millisecond while the Tests come, instead of being
 // woken per frame), and a large message the copy engine moves into a tested
 // receive is started and finished by the Tests, with nobody woken
-// (enginereap.go). A wait that runs out of budget sleeps on a per-request
+// (enginereap.go). A wait's first look comes before it counts itself among
+// the pollers: a message already there ends it at once (pollWait's
+// firstLook). A wait that runs out of budget sleeps on a per-request
 // channel, and the progress goroutine takes the rings back and sleeps on
 // their doorbell when nothing comes (see poll.go and Board.WaitStats). With
 // BoardOptions.BusyPoll a waiting goroutine polls every source, the

@@ -49,7 +49,11 @@ import (
 // something, it looks at the next frame in place (shm.Transport.Peek) and,
 // when it is a lane record that goes straight into a posted receive,
 // delivers it under b.mu and consumes it (Take): no batch, no frame
-// lending, no generic dispatch, one lock of the board. Anything else is
+// lending, no generic dispatch, one lock of the board. When the record
+// fills the waiter's own receive, that receive is consumed there and then,
+// its status written straight for the waiter: it is never marked done nor
+// listed as completed, as no one else could have seen it before its Wait
+// returns. Anything else is
 // left in the ring for the Recv that follows, which hands it to the
 // general path (recvLane included) as before. The progress goroutine's
 // Recv batches meet lane records too, and deliver them the same way
@@ -73,7 +77,7 @@ func (b *Board) recvLane(nic transport.NICID, data []byte) {
 		b.cnt[DropUnknownType]++ // lane records come only through the rings
 		return
 	}
-	if b.laneFast(nic, data) {
+	if b.laneFast(nic, data, nil) {
 		return
 	}
 	var h wire.Lane
@@ -100,9 +104,15 @@ func (b *Board) recvLane(nic transport.NICID, data []byte) {
 // rings, straight into the first posted receive that matches it, when
 // the record is the next of its partner's sequence and nothing of the
 // partner waits before it; it reports false, having changed nothing,
-// otherwise (the general path takes the record then). Called with b.mu
-// held.
-func (b *Board) laneFast(nic transport.NICID, data []byte) bool {
+// otherwise (the general path takes the record then). w, when not nil, is
+// the request of the polling waiter that took the record (takeLane): when
+// the record fills that very request, it is consumed at once (waiterReq):
+// its status goes straight to the waiter, and the request never enters
+// the endpoint's completed list nor is marked done, which a consumption
+// right after would have undone under this same hold of the lock: no
+// TestAny, WaitAny or Peek could have seen it in between. Called with
+// b.mu held.
+func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	var h wire.Lane
 	payload, err := wire.DecodeLane(data, &h)
 	if err != nil {
@@ -129,7 +139,16 @@ func (b *Board) laneFast(nic transport.NICID, data []byte) bool {
 	e.cnt[LaneRecvs]++
 	p.applyAck(h.Ack)
 	n := scatterAt(r.segs, 0, payload)
-	e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
+	if w != nil && r == w.r && r.userHeld && !r.forgotten && r.waiters == 0 {
+		// Its waiter's only: consumed as consumeLocked would, right after.
+		w.st.Code = w.st.setRecv(p, h.Match, uint32(h.Length), uint32(n))
+		w.st.Context = r.status.Context
+		w.ok = true
+		r.userHeld = false
+		b.maybeFree(r)
+	} else {
+		e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
+	}
 	p.recvSeq = seqNext(p.recvSeq)
 	p.updateFull(true)
 	return true
@@ -150,7 +169,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) bool {
 	}
 	b.mu.Lock()
 	b.nowOK = false // read when the frame needs it (now), as for a batch
-	if len(b.pcopies) > 0 || !b.laneFast(nic, data) {
+	if len(b.pcopies) > 0 || !b.laneFast(nic, data, w) {
 		b.mu.Unlock()
 		return false
 	}

@@ -245,15 +245,16 @@ func TestLaneOffOnOneSide(t *testing.T) {
 
 // TestLaneStatus: a lane message whose waiter's own poll completes and
 // consumes its receive reports the full status (source, match, both
-// lengths, ErrTruncated for a short buffer), and the request is recycled
-// after it, as after any Wait.
+// lengths, ErrTruncated for a short buffer, the context value), the
+// request is recycled after it, as after any Wait, and nothing is left
+// for TestAny or IPeek.
 func TestLaneStatus(t *testing.T) {
 	o := DefaultBoardOptions()
 	o.BusyPoll = true // the waiter's poll takes the record
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
 	for i, size := range []int{8, 4, 0, 128} {
 		buf := make([]byte, size)
-		r, err := pr.b.IRecv([][]byte{buf}, 0, 0, nil)
+		r, err := pr.b.IRecv([][]byte{buf}, 0, 0, size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,11 +269,17 @@ func TestLaneStatus(t *testing.T) {
 		}
 		if !errors.Is(err, wantErr) || !errors.Is(st.Code, wantErr) || st.Source.NIC != pr.ba.NICID() ||
 			st.Source.Endpoint != pr.a.id || st.Match != 0x5a00+uint64(i) || st.MsgLength != 8 ||
-			int(st.XferLength) != want || string(buf[:want]) != string(pattern(8, uint64(i))[:want]) {
+			int(st.XferLength) != want || string(buf[:want]) != string(pattern(8, uint64(i))[:want]) || st.Context != size {
 			t.Fatalf("%d-byte receive: %+v, %v", size, st, err)
 		}
 		if _, err := r.Wait(testCtx(t, time.Second)); !errors.Is(err, ErrBadRequest) {
 			t.Fatalf("a second Wait: %v, want ErrBadRequest", err)
+		}
+		if st, ok := pr.b.TestAny(0, 0); ok {
+			t.Fatalf("TestAny after the Wait: %+v", st)
+		}
+		if q, ok := pr.b.IPeek(); ok {
+			t.Fatalf("IPeek after the Wait: %p", q)
 		}
 	}
 	if got := pr.b.Counters().Get(LaneRecvs); got != 4 {

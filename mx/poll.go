@@ -386,6 +386,33 @@ func (b *Board) polledLocked(s *rxSource, seen int64) {
 	b.release(false)
 }
 
+// firstLook is a request waiter's first look at its sources (those that
+// cost no system call when mixed), as Test's, before it counts itself
+// among their pollers: when its message is there already (a reply that
+// came while it sent, or anything the waiter found ready) the wait ends
+// with one look, and without the two locked instructions per source of
+// registering as a poller and the deferred accounting of pollWait's loop.
+// A success is accounted as the loop's: the wait counts as Polled, and
+// the receive loop times the success (stayAway). w's request is done
+// when it reports true.
+func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) bool {
+	for _, s := range srcs {
+		if !mixed || s.spin {
+			b.pollSource(s, 0, w)
+		}
+	}
+	if !w.ok && !w.r.done.Load() {
+		return false
+	}
+	for _, s := range srcs {
+		if s.idle.Load() != idleFresh {
+			s.idle.Store(idleFresh)
+		}
+	}
+	b.waitPolled.Add(1)
+	return true
+}
+
 // waitSources returns the sources a waiter polls: in busy-poll mode all of
 // them, else those that cost no system call, and only if Spin allows.
 func (b *Board) waitSources() []*rxSource {
@@ -476,6 +503,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// Sources that cost a system call are looked at only every
 	// syscallEvery looks when rings are polled beside them.
 	mixed := len(b.spinSrcs) > 0 && len(b.spinSrcs) < len(srcs)
+	if r != nil && b.firstLook(w, srcs, mixed) {
+		return pollHeld, start, nil
+	}
 	for _, s := range srcs {
 		s.pollers.Add(1)
 	}

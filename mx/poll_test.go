@@ -74,6 +74,48 @@ func TestWaitPollsTheRings(t *testing.T) {
 	}
 }
 
+// TestWaitFindsItsMessageAtOnce: a Wait whose message already sits in the
+// rings (a reply that came while the waiter sent) completes with the
+// message intact, and leaves no poller behind; it is a polled wait unless
+// the board's receive loop took the message first (then the request was
+// done before the Wait).
+func TestWaitFindsItsMessageAtOnce(t *testing.T) {
+	o := fastOptions()
+	o.Spin = time.Hour
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	ctx := testCtx(t, time.Minute)
+	for i := range 50 {
+		st0, c0 := pr.ba.WaitStats(), pr.a.Counters()
+		buf := make([]byte, 8)
+		r, err := pr.a.IRecv([][]byte{buf}, uint64(i), ^uint64(0), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, uint64(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, s, time.Minute)
+		st, err := r.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(buf) != "8 bytes!" || st.Match != uint64(i) || st.XferLength != 8 || st.Context != i {
+			t.Fatalf("message %d: received %q, status %+v", i, buf, st)
+		}
+		if _, ok := r.Test(); ok {
+			t.Fatalf("message %d: the consumed request completed again", i)
+		}
+		ws := pr.ba.WaitStats()
+		if ws.Polled > st0.Polled+1 || ws.Slept != st0.Slept || ws.Spinning != 0 {
+			t.Fatalf("message %d: wait stats %+v (before %+v): want at most one polled wait, none slept, no poller left", i, ws, st0)
+		}
+		if d := countersSince(c0, pr.a.Counters()); d.Get(LaneRecvs) != 1 {
+			t.Fatalf("message %d: %d lane receives, want 1", i, d.Get(LaneRecvs))
+		}
+	}
+}
+
 // TestIdleWaiterSleeps: a waiter whose message does not come polls for its
 // budget only, then sleeps, and so does the board's receive loop (the
 // rings' futex); the message that comes later still wakes it.

@@ -240,15 +240,21 @@ func (p *partner) notify(pulled uint32, regionID, regionSeq, failed uint8) {
 
 // finishRecv completes a receive that got its data.
 func (e *Endpoint) finishRecv(r *Request, p *partner, match uint64, msgLen, xfer uint32) {
-	r.status.Source = p.addr()
-	r.status.Match = match
-	r.status.MsgLength = msgLen
-	r.status.XferLength = xfer
-	var code error
+	e.complete(r, r.status.setRecv(p, match, msgLen, xfer))
+}
+
+// setRecv fills in the status of a receive of xfer bytes of a message of
+// msgLen with match from p, all but Code and Context, and returns its
+// Code: ErrTruncated when the receive took less than the message.
+func (st *Status) setRecv(p *partner, match uint64, msgLen, xfer uint32) error {
+	st.Source = p.addr()
+	st.Match = match
+	st.MsgLength = msgLen
+	st.XferLength = xfer
 	if xfer < msgLen {
-		code = ErrTruncated
+		return ErrTruncated
 	}
-	e.complete(r, code)
+	return nil
 }
 
 // ---- frame dispatch ----
