@@ -382,3 +382,34 @@ func TestXDPPingPong(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleStride: a short run times every round trip for its p99, a
+// long one every sampleStride-th, never fewer than rttSamples of them
+// nor a stride wider than rttEvery.
+func TestSampleStride(t *testing.T) {
+	for _, n := range []int{0, 1, 1000, 2*rttSamples - 1, 2 * rttSamples, 100000, 1000000, 1 << 30} {
+		s := sampleStride(n)
+		if s < 1 || s > rttEvery {
+			t.Errorf("%d round trips: stride %d, want 1..%d", n, s, rttEvery)
+		}
+		if n < 2*rttSamples && s != 1 {
+			t.Errorf("%d round trips: stride %d, want every one timed", n, s)
+		}
+		if timed := (n + s - 1) / s; n >= rttSamples && timed < rttSamples {
+			t.Errorf("%d round trips: %d timed, want at least %d", n, timed, rttSamples)
+		}
+	}
+}
+
+// TestPingPongP99LongRun: a run long enough to sample its round trips
+// still reports its mean and a p99, from the round trips timed.
+func TestPingPongP99LongRun(t *testing.T) {
+	out := runOK(t, "pingpong", "--sizes", "8", "--iterations", "40000", "--warmup", "10", "--json")
+	rows := jsonRows(t, out)
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1:\n%s", len(rows), out)
+	}
+	if r := rows[0]; r.Errors != 0 || r.Iterations != 40000 || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
+		t.Errorf("row %+v: want 40000 iterations, no errors, a mean and a p99", r)
+	}
+}
