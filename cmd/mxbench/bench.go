@@ -97,9 +97,13 @@ func (s *side) settleReply(ctx context.Context) error {
 
 // result is one size's figures, for mx or for a baseline.
 type result struct {
-	Size       int     `json:"size"`
-	Iterations int     `json:"iterations"`
-	LatencyUS  float64 `json:"latency_us"`
+	Size       int `json:"size"`
+	Iterations int `json:"iterations"`
+	// Trials is how many timed trials of Iterations round trips a
+	// pingpong row ran (--trials), when more than one: its latency and
+	// bandwidth are the best trial's.
+	Trials    int     `json:"trials,omitempty"`
+	LatencyUS float64 `json:"latency_us"`
 	// LatencyP99US is half the 99th-percentile round trip (pingpong), of
 	// those timed: every one, or every sampleStride-th of a long run.
 	LatencyP99US float64 `json:"latency_p99_us,omitempty"`
@@ -297,40 +301,56 @@ func (s *side) pingOnce(ctx context.Context, size, reply, msg int) error {
 	return s.complete(ctx, rr, reply, 0, msg)
 }
 
-// pingpong runs the initiator's side of one size: warmup+iterations round
-// trips of size bytes, answered with reply bytes. The mean comes from the
-// time of the whole run, as NetPIPE's from a whole trial; the p99 from
-// round trips timed one by one, every one of a short run, every
-// sampleStride-th of a long one. A clock read (time.Since) costs about
-// 27 ns here, a tenth of an 8-byte round trip through the rings: read
-// after every round trip, it added half a read to each one-way figure,
-// which NetPIPE's, beside it in peers-intranode, do not carry.
-func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup int) (result, error) {
+// pingpong runs the initiator's side of one size: warmup round trips,
+// then trials timed trials of iterations round trips each, back to back,
+// of size bytes answered with reply bytes. The row's mean is the best
+// trial's, as NetPIPE reports the fastest of its trials (its TRIALS) for
+// each size; with one trial it is the run's. A trial is timed from its
+// own time alone; for the p99, round trips of every trial are timed with
+// one read of the monotonic clock each, all of them or, in a long trial,
+// every sampleStride-th (time.Now reads the wall clock too, a second clock
+// read per round trip that NetPIPE, which times a whole trial, does not
+// make).
+func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup, trials int) (result, error) {
+	trials = max(trials, 1)
 	res := result{Size: size, Iterations: iterations}
+	if trials > 1 {
+		res.Trials = trials
+	}
 	stride := sampleStride(iterations)
-	rtts := make([]time.Duration, 0, iterations/stride+1)
-	var start time.Time
-	var t0 time.Duration // since start: when the timed round trip began
-	next := warmup       // the next round trip to time
-	for i := 0; i < warmup+iterations; i++ {
-		if i == warmup {
-			start = time.Now()
-		}
-		timed := i == next
-		if timed && i != warmup && stride > 1 {
-			t0 = time.Since(start) // with stride 1, the previous one's end
-		}
-		if err := s.pingOnce(ctx, size, reply, i); err != nil {
+	rtts := make([]time.Duration, 0, trials*(iterations/stride+1))
+	msg := 0
+	for ; msg < warmup; msg++ {
+		if err := s.pingOnce(ctx, size, reply, msg); err != nil {
 			res.Errors++
-			return res, fmt.Errorf("round trip %d of %d bytes: %w", i, size, err)
-		}
-		if timed {
-			now := time.Since(start)
-			rtts = append(rtts, now-t0)
-			t0, next = now, next+stride
+			return res, fmt.Errorf("round trip %d of %d bytes: %w", msg, size, err)
 		}
 	}
-	el := time.Since(start)
+	best := time.Duration(-1)
+	for range trials {
+		start := time.Now()
+		var t0 time.Duration // since start: when the timed round trip began
+		next := 0            // the next round trip to time
+		for i := 0; i < iterations; i++ {
+			timed := i == next
+			if timed && i != 0 && stride > 1 {
+				t0 = time.Since(start) // with stride 1, the previous one's end
+			}
+			if err := s.pingOnce(ctx, size, reply, msg); err != nil {
+				res.Errors++
+				return res, fmt.Errorf("round trip %d of %d bytes: %w", msg, size, err)
+			}
+			msg++
+			if timed {
+				now := time.Since(start)
+				rtts = append(rtts, now-t0)
+				t0, next = now, next+stride
+			}
+		}
+		if el := time.Since(start); best < 0 || el < best {
+			best = el
+		}
+	}
 	if len(rtts) > 0 {
 		slices.Sort(rtts)
 		res.LatencyP99US = rtts[len(rtts)*99/100].Seconds() * 1e6 / 2
@@ -340,8 +360,8 @@ func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup int
 		legs = 2
 	}
 	if iterations > 0 {
-		res.LatencyUS = el.Seconds() * 1e6 / float64(2*iterations)
-		res.MBPerS = float64(legs*iterations*size) / el.Seconds() / 1e6
+		res.LatencyUS = best.Seconds() * 1e6 / float64(2*iterations)
+		res.MBPerS = float64(legs*iterations*size) / best.Seconds() / 1e6
 	}
 	return res, nil
 }

@@ -26,6 +26,7 @@ type benchFlags struct {
 	multiplier int
 	iterations int
 	warmup     int
+	trials     int
 	settle     time.Duration
 	unidir     bool
 	sync       bool
@@ -113,6 +114,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.IntVar(&f.multiplier, "multiplier", 2, "size multiplier of the sweep (omx_perf -M)")
 	fs.IntVar(&f.iterations, "iterations", 0, fmt.Sprintf("measured iterations per size (default %d, fewer above %s so each size moves at most that much)", defaultIterations, units.Format(maxBytesPerSize/defaultIterations)))
 	fs.IntVar(&f.warmup, "warmup", 10, "unmeasured iterations before each size (omx_perf -W)")
+	fs.IntVar(&f.trials, "trials", 1, "pingpong: timed trials of --iterations round trips per size, back to back; a row reports its best trial, as NetPIPE reports the best of its 7 (the UDP and raw baselines too)")
 	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
 	fs.BoolVar(&f.sync, "sync", false, "synchronous sends (issend: completes when the receiver has the data)")
 	fs.BoolVar(&f.aligned, "aligned", false, "page-aligned buffers")
@@ -213,6 +215,15 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 	}
 	if f.iterations < 0 || f.warmup < 0 || f.settle < 0 {
 		return nil, usagef(cmd, "--iterations, --warmup and --settle must not be negative")
+	}
+	if f.trials < 1 {
+		return nil, usagef(cmd, "--trials %d: want at least 1", f.trials)
+	}
+	if f.trials > 1 && cmd != "pingpong" {
+		return nil, usagef(cmd, "--trials times ping-pong trials: %s has none (leave it out)", cmd)
+	}
+	if f.trials > 1 && f.peer != "" {
+		return nil, usagef(cmd, "--trials is not passed to an mxbench serve: run both sides here (--procs 2, or a launcher) or leave --trials out")
 	}
 	if f.window < 0 || (cmd == "stream" && f.window == 0) {
 		return nil, usagef(cmd, "--window %d: want at least 1", f.window)

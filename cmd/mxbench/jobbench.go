@@ -183,11 +183,11 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		case w.job.Rank == 0 && cmd == "stream":
 			res, err = s.stream(sctx, size, iters, f.warmup, f.window)
 		case w.job.Rank == 0:
-			res, err = s.pingpong(sctx, size, reply(size), iters, f.warmup)
+			res, err = s.pingpong(sctx, size, reply(size), iters, f.warmup, f.trials)
 		case w.job.Rank == 1 && cmd == "stream":
 			err = s.sink(sctx, size, f.warmup+iters, f.window)
 		case w.job.Rank == 1:
-			err = s.pong(sctx, size, reply(size), f.warmup+iters)
+			err = s.pong(sctx, size, reply(size), f.warmup+f.trials*iters)
 		}
 		if err != nil {
 			cancel()

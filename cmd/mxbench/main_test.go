@@ -73,6 +73,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--wait", "sometimes"}, "want spin or block"},
 		{[]string{"stream", "--window", "0"}, "want at least 1"},
 		{[]string{"pingpong", "--settle", "-1ms"}, "--settle must not be negative"},
+		{[]string{"pingpong", "--trials", "0"}, "--trials 0: want at least 1"},
+		{[]string{"stream", "--trials", "3"}, "stream has none"},
+		{[]string{"pingpong", "--trials", "3", "--transport", "udp", "--peer", "127.0.0.1:1"}, "--trials is not passed to an mxbench serve"},
 		{[]string{"pingpong", "extra"}, "unexpected arguments"},
 		{[]string{"serve", "--listen", "nohost"}, "--listen"},
 		{[]string{"strategies", "extra"}, "takes no arguments"},
@@ -398,6 +401,31 @@ func TestSampleStride(t *testing.T) {
 		if timed := (n + s - 1) / s; n >= rttSamples && timed < rttSamples {
 			t.Errorf("%d round trips: %d timed, want at least %d", n, timed, rttSamples)
 		}
+	}
+}
+
+// TestPingPongTrials: --trials runs that many timed trials per size, the
+// responder answers every round trip of every trial (a count that did not
+// match would leave one side waiting until --timeout), every byte is
+// checked, and the rows say how many trials they kept the best of; the
+// UDP baseline beside them runs its trials too.
+func TestPingPongTrials(t *testing.T) {
+	out := runOK(t, "pingpong", "--sizes", "8,1K", "--iterations", "50", "--warmup", "5", "--trials", "3", "--verify", "--timeout", "1m", "--json")
+	rows := jsonRows(t, out)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		if r.Errors != 0 || r.Iterations != 50 || r.Trials != 3 || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
+			t.Errorf("row %+v: want 3 trials of 50 iterations, no errors, a mean and a p99", r)
+		}
+		if r.Baseline == nil || r.Baseline.Errors != 0 {
+			t.Errorf("row of %d B: baseline %+v, want one without errors", r.Size, r.Baseline)
+		}
+	}
+	one := jsonRows(t, runOK(t, "pingpong", "--sizes", "8", "--iterations", "50", "--json"))
+	if len(one) != 1 || one[0].Trials != 0 {
+		t.Errorf("without --trials: rows %+v, want one row with no trials field", one)
 	}
 }
 

@@ -175,6 +175,27 @@ type rawResult struct {
 	Errors int           // round trips or messages lost
 }
 
+// bestRaw runs a raw ping-pong trials times (--trials) and returns the
+// fastest run, as pingpong reports mx's best trial, with the errors of
+// every run.
+func bestRaw(trials int, run func() (rawResult, error)) (rawResult, error) {
+	var best rawResult
+	errs := 0
+	for t := range max(trials, 1) {
+		r, err := run()
+		errs += r.Errors
+		if err != nil {
+			r.Errors = errs
+			return r, err
+		}
+		if t == 0 || r.OneWay < best.OneWay {
+			best = r
+		}
+	}
+	best.Errors = errs
+	return best, nil
+}
+
 // rawPing runs warmup+iterations round trips of size bytes, answered with
 // reply bytes, then ends the run.
 func rawPing(s *rawSide, size, reply, iterations, warmup int) (rawResult, error) {

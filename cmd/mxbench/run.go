@@ -241,7 +241,7 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 		if cmd == "stream" {
 			errc <- sb.sink(ctx, size, f.warmup+iters, f.window)
 		} else {
-			errc <- sb.pong(ctx, size, reply, f.warmup+iters)
+			errc <- sb.pong(ctx, size, reply, f.warmup+f.trials*iters)
 		}
 	}()
 	resc := make(chan result, 1)
@@ -255,7 +255,7 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 		if cmd == "stream" {
 			res, err = sa.stream(ctx, size, iters, f.warmup, f.window)
 		} else {
-			res, err = sa.pingpong(ctx, size, reply, iters, f.warmup)
+			res, err = sa.pingpong(ctx, size, reply, iters, f.warmup, f.trials)
 		}
 		resc <- res
 		errA <- err
@@ -334,7 +334,7 @@ func (u *udpBaseline) measure(cmd string, f *benchFlags, size, iters int) (*base
 	if cmd == "stream" {
 		r, err = u.raw.stream(size, iters, f.warmup)
 	} else {
-		r, err = u.raw.pingpong(size, iters, f.warmup, f.unidir)
+		r, err = bestRaw(f.trials, func() (rawResult, error) { return u.raw.pingpong(size, iters, f.warmup, f.unidir) })
 	}
 	if err != nil {
 		return nil, err

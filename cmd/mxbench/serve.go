@@ -374,7 +374,7 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 			if f.unidir {
 				reply = 0
 			}
-			res, err = s.pingpong(sctx, size, reply, p.iters[i], f.warmup)
+			res, err = s.pingpong(sctx, size, reply, p.iters[i], f.warmup, 1) // --trials is refused with --peer
 		}
 		cancel()
 		if wire != nil {

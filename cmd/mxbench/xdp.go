@@ -253,7 +253,7 @@ func (x *xdpFlags) rawXDP(cmd string, f *benchFlags, sizes []int) (map[int]*base
 		if cmd == "stream" {
 			r, err = raw.stream(size, iters, f.warmup)
 		} else {
-			r, err = raw.pingpong(size, iters, f.warmup, f.unidir)
+			r, err = bestRaw(f.trials, func() (rawResult, error) { return raw.pingpong(size, iters, f.warmup, f.unidir) })
 		}
 		if err != nil {
 			return nil, fmt.Errorf("raw AF_XDP %s of %d bytes: %w", cmd, size, err)

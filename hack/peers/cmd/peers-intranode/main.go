@@ -184,6 +184,13 @@ func netpipe(ctx context.Context, dir string, cmd []string, size int) (intranode
 	return intranode.Point{}, fmt.Errorf("NetPIPE's output has no line for %d bytes:\n%s", size, b)
 }
 
+// netpipeTrials is how many trials of its round trips NetPIPE times per
+// size, reporting the fastest: 3 in Debian's build (NetPIPE 3.7.2 without
+// FINAL; a run of n round trips takes three trials' time). mxbench's
+// pingpong gets the same --trials, so each side of the table reports the
+// same statistic.
+const netpipeTrials = 3
+
 // mxRow is the part of an mxbench JSON row the table needs.
 type mxRow struct {
 	Size          int     `json:"size"`
@@ -214,8 +221,12 @@ func mxPaths(ctx context.Context, mxbench string, sizes []int, wait string, bind
 		return nil, fmt.Errorf("mxbench strategies listed none")
 	}
 	run := func(cmd, strategy string) ([]mxRow, error) {
-		c := exec.CommandContext(ctx, mxbench, cmd, "--procs", "2", "--strategy", strategy, "--sizes", strings.Join(list, ","),
-			"--wait", wait, "--json", fmt.Sprintf("--bind=%v", bind))
+		args := []string{cmd, "--procs", "2", "--strategy", strategy, "--sizes", strings.Join(list, ","),
+			"--wait", wait, "--json", fmt.Sprintf("--bind=%v", bind)}
+		if cmd == "pingpong" {
+			args = append(args, "--trials", strconv.Itoa(netpipeTrials))
+		}
+		c := exec.CommandContext(ctx, mxbench, args...)
 		var errb bytes.Buffer
 		c.Stderr = &errb
 		out, err := c.Output()
