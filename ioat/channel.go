@@ -126,9 +126,9 @@ type Stats struct {
 	StallChecks uint64 // CHANSTS MMIO reads after the write-back did not move
 	Watchdogs   uint64 // requests failed because the channel stopped completing
 	// SpunWaits counts Engine.Wait calls that polled a request of this
-	// channel before sleeping (a request the channel cannot finish
-	// within EngineOptions.SpinWait is not polled). Engine.ChannelStats
-	// fills it; Channel.Stats leaves it zero.
+	// channel (for up to EngineOptions.SpinWait) because it was not
+	// complete at their first look. Engine.ChannelStats fills it;
+	// Channel.Stats leaves it zero.
 	SpunWaits uint64
 }
 
