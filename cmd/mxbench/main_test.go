@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -432,12 +433,19 @@ func TestPingPongTrials(t *testing.T) {
 // TestPingPongP99LongRun: a run long enough to sample its round trips
 // still reports its mean and a p99, from the round trips timed.
 func TestPingPongP99LongRun(t *testing.T) {
-	out := runOK(t, "pingpong", "--sizes", "8", "--iterations", "40000", "--warmup", "10", "--json")
+	// The fewest round trips that are sampled (stride 2), and a bound
+	// that a loaded machine under the race detector (some 3 ms per round
+	// trip) stays well inside: --timeout bounds each size.
+	n := 2 * rttSamples
+	out := runOK(t, "pingpong", "--sizes", "8", "--iterations", strconv.Itoa(n), "--warmup", "10", "--timeout", "10m", "--json")
 	rows := jsonRows(t, out)
 	if len(rows) != 1 {
 		t.Fatalf("%d rows, want 1:\n%s", len(rows), out)
 	}
-	if r := rows[0]; r.Errors != 0 || r.Iterations != 40000 || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
-		t.Errorf("row %+v: want 40000 iterations, no errors, a mean and a p99", r)
+	if sampleStride(n) < 2 {
+		t.Fatalf("%d round trips: stride %d, want them sampled", n, sampleStride(n))
+	}
+	if r := rows[0]; r.Errors != 0 || r.Iterations != n || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
+		t.Errorf("row %+v: want %d iterations, no errors, a mean and a p99", r, n)
 	}
 }
