@@ -219,7 +219,10 @@ func (b *Board) hostProgress() {
 			continue
 		}
 		s.mu.Lock()
-		start := time.Now()
+		var start time.Time
+		if spin.max > 0 {
+			start = time.Now() // only a loop that spins tunes its spin
+		}
 		n, err := h.tr.Recv(s.rx, -1)
 		if n > 0 && spin.max > 0 {
 			if d, changed := spin.next(time.Since(start)); changed {
