@@ -114,7 +114,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.IntVar(&f.multiplier, "multiplier", 2, "size multiplier of the sweep (omx_perf -M)")
 	fs.IntVar(&f.iterations, "iterations", 0, fmt.Sprintf("measured iterations per size (default %d, fewer above %s so each size moves at most that much)", defaultIterations, units.Format(maxBytesPerSize/defaultIterations)))
 	fs.IntVar(&f.warmup, "warmup", 10, "unmeasured iterations before each size (omx_perf -W)")
-	fs.IntVar(&f.trials, "trials", 1, "pingpong: timed trials of --iterations round trips per size, back to back; a row reports its best trial, as NetPIPE reports the best of its 7 (the UDP and raw baselines too)")
+	fs.IntVar(&f.trials, "trials", 1, "pingpong: timed trials of --iterations round trips per size, back to back; a row reports its best trial, as NetPIPE reports the fastest of its trials (3 in Debian's build; the UDP and raw baselines too)")
 	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
 	fs.BoolVar(&f.sync, "sync", false, "synchronous sends (issend: completes when the receiver has the data)")
 	fs.BoolVar(&f.aligned, "aligned", false, "page-aligned buffers")
