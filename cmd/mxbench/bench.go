@@ -285,13 +285,17 @@ func (s *side) complete(ctx context.Context, r *mx.Request, size, k, msg int) er
 	return nil
 }
 
-// pingOnce is one measured or warmup round trip of the initiator.
+// pingOnce is one measured or warmup round trip of the initiator. It
+// sends first and posts the receive for the reply after, as NetPIPE's
+// transmitter calls MPI_Send and then MPI_Recv: the post is not on the
+// round trip's critical path, and the reply cannot come before the peer
+// has the message, so it finds the receive posted.
 func (s *side) pingOnce(ctx context.Context, size, reply, msg int) error {
-	rr, err := s.post(reply, 0, tagData)
+	sr, err := s.send(size, 0, msg, tagData)
 	if err != nil {
 		return err
 	}
-	sr, err := s.send(size, 0, msg, tagData)
+	rr, err := s.post(reply, 0, tagData)
 	if err != nil {
 		return err
 	}
@@ -381,9 +385,12 @@ const (
 func sampleStride(n int) int { return min(max(n/rttSamples, 1), rttEvery) }
 
 // pong is the responder's side of one size: it answers warmup+iterations
-// messages of size bytes with reply bytes. The next receive is posted
-// before the reply goes out, so the next ping never waits in the
-// unexpected queue.
+// messages of size bytes with reply bytes. The reply goes out first and
+// the next receive is posted right after, before the wait for the reply's
+// send, as NetPIPE's receiver calls MPI_Recv and then MPI_Send (its next
+// MPI_Recv posts the next receive): the post is off the round trip's
+// critical path, and the next ping, which needs the reply first, finds it
+// posted.
 func (s *side) pong(ctx context.Context, size, reply, n int) error {
 	if n == 0 {
 		return nil
@@ -397,15 +404,15 @@ func (s *side) pong(ctx context.Context, size, reply, n int) error {
 		if err := s.complete(ctx, rr, size, k, i); err != nil {
 			return fmt.Errorf("message %d of %d bytes: %w", i, size, err)
 		}
+		sr, err := s.send(reply, 0, i, tagData)
+		if err != nil {
+			return err
+		}
 		if i+1 < n {
 			k = (k + 1) % len(s.rbufs)
 			if rr, err = s.post(size, k, tagData); err != nil {
 				return err
 			}
-		}
-		sr, err := s.send(reply, 0, i, tagData)
-		if err != nil {
-			return err
 		}
 		if _, err := sr.Wait(ctx); err != nil {
 			return fmt.Errorf("reply %d: %w", i, err)
