@@ -14,7 +14,8 @@
 // --strategy all`, then stream), once per large-message strategy mx knows;
 // mx takes the shared-memory path by itself. Each NetPIPE run measures one
 // size with a fixed repeat count (-l S -u S -p 0 -n N), since NetPIPE's own
-// sweep takes minutes on a loaded machine.
+// sweep takes minutes on a loaded machine. The command measures every path
+// several times, interleaved, and Best keeps each figure's best round.
 //
 // # The table
 //
@@ -96,6 +97,43 @@ type Ratios struct {
 	// MPI's and MPICH's; want at least 1.5.
 	BW4M, MX4M, Peer4M float64
 	MX4MPath, Peer4MAt string
+}
+
+// Best merges the paths of several rounds of the same measurements into
+// one path each, in the first round's order: a point's latency is the
+// lowest of its rounds, its bandwidths the highest, and its strategy that
+// of the round with the lowest latency. A path or size missing from some
+// rounds keeps what the others measured. Each round samples the machine as
+// it was then (on a virtual machine, the host may place its CPUs closer or
+// farther apart from one run to the next), and every path gets the same
+// number of tries, as NetPIPE keeps the best of its trials.
+func Best(rounds [][]Path) []Path {
+	var out []Path
+	at := map[string]int{}
+	for _, paths := range rounds {
+		for _, p := range paths {
+			i, ok := at[p.Name]
+			if !ok {
+				i = len(out)
+				at[p.Name] = i
+				out = append(out, Path{Name: p.Name, IsMX: p.IsMX, Points: map[int]Point{}})
+			}
+			for size, pt := range p.Points {
+				b, ok := out[i].Points[size]
+				if !ok {
+					out[i].Points[size] = pt
+					continue
+				}
+				if pt.OneWayUS > 0 && (b.OneWayUS <= 0 || pt.OneWayUS < b.OneWayUS) {
+					b.OneWayUS, b.Strategy = pt.OneWayUS, pt.Strategy
+				}
+				b.MBPerS = max(b.MBPerS, pt.MBPerS)
+				b.StreamMBs = max(b.StreamMBs, pt.StreamMBs)
+				out[i].Points[size] = b
+			}
+		}
+	}
+	return out
 }
 
 // Compute finds the ratios; Open MPI's paths are those whose name starts

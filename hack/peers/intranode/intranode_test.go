@@ -47,6 +47,28 @@ func TestTableRatios(t *testing.T) {
 	}
 }
 
+// TestBestOfRounds: each figure comes from its best round, a strategy from
+// the round of the best latency, and the ratios from the merged paths.
+func TestBestOfRounds(t *testing.T) {
+	round := func(ompi8, mx8, mx4M, stream float64, strategy string) []Path {
+		return []Path{
+			{Name: "Open MPI, CMA", Points: map[int]Point{8: {Size: 8, OneWayUS: ompi8}, 4 << 20: {Size: 4 << 20, MBPerS: 5000}}},
+			{Name: "mx shared", IsMX: true, Points: map[int]Point{8: {Size: 8, OneWayUS: mx8, Strategy: strategy}, 4 << 20: {Size: 4 << 20, MBPerS: mx4M, StreamMBs: stream}}},
+		}
+	}
+	best := Best([][]Path{round(0.36, 0.21, 40000, 9000, "eager"), round(0.13, 0.45, 48000, 8000, "lane"), {{Name: "mx shared", IsMX: true, Points: map[int]Point{64 << 10: {Size: 64 << 10, MBPerS: 7}}}}})
+	if len(best) != 2 || best[0].Name != "Open MPI, CMA" || best[1].Name != "mx shared" {
+		t.Fatalf("paths %+v", best)
+	}
+	mx := best[1].Points
+	if mx[8].OneWayUS != 0.21 || mx[8].Strategy != "eager" || mx[4<<20].MBPerS != 48000 || mx[4<<20].StreamMBs != 9000 || mx[64<<10].MBPerS != 7 {
+		t.Errorf("mx points %+v", mx)
+	}
+	if r := Compute(best, "Open MPI"); math.Abs(r.Latency8-0.21/0.13) > 1e-9 || math.Abs(r.BW4M-48000.0/5000) > 1e-9 {
+		t.Errorf("ratios %+v", r)
+	}
+}
+
 // FuzzParseNetPIPE: whatever NetPIPE (or a truncated file) wrote, the
 // parser refuses it or returns one point per non-empty line whose figures
 // reprint to the same numbers (an oracle by formatting, not by parsing).
