@@ -64,8 +64,7 @@ import (
 // lean path). Called with b.mu held.
 func (e *Endpoint) sendLane(p *partner, tr *shm.Transport, match uint64, segs [][]byte, n int) error {
 	b := e.b
-	wire.PutLane(b.laneHdr[:], &wire.Lane{DstEP: p.epID, SrcEP: e.id, Seq: p.sendSeq, Ack: p.fullSeq,
-		Length: uint16(n), Session: p.rsession, Match: match})
+	wire.PutLaneHeader(b.laneHdr[:], p.epID, e.id, p.sendSeq, p.fullSeq, uint16(n), p.rsession, match)
 	return tr.SendParts(p.nic, b.laneHdr[:], segs)
 }
 

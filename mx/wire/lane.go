@@ -45,17 +45,26 @@ type Lane struct {
 	Match        uint64
 }
 
-// PutLane writes h as a lane record header into p[:LaneLen].
+// PutLane writes h as a lane record header into p[:LaneLen]
+// (PutLaneHeader).
 func PutLane(p []byte, h *Lane) {
+	PutLaneHeader(p, h.DstEP, h.SrcEP, h.Seq, h.Ack, h.Length, h.Session, h.Match)
+}
+
+// PutLaneHeader writes a lane record header of those fields into
+// p[:LaneLen], as three 8-byte stores of words composed in registers. A
+// sender's header is copied on at once (into a ring record, 8 bytes at a
+// time: shm.Transport.SendParts), and a load the CPU can forward from the
+// one store that wrote its bytes costs nothing, while one that spans
+// several narrower stores (a header built field by field in memory, or a
+// Lane built on the stack and read back with combined loads) waits until
+// they reach the cache: a stall on the path of every lane message.
+func PutLaneHeader(p []byte, dst, src uint8, seq, ack, length uint16, session uint32, match uint64) {
 	_ = p[LaneLen-1]
 	le := binary.LittleEndian
-	p[0], p[1], p[2], p[3] = 0, 0, byte(TypeLane), 0
-	p[4], p[5] = h.DstEP, h.SrcEP
-	le.PutUint16(p[6:], h.Seq)
-	le.PutUint16(p[8:], h.Ack)
-	le.PutUint16(p[10:], h.Length)
-	le.PutUint32(p[12:], h.Session)
-	le.PutUint64(p[16:], h.Match)
+	le.PutUint64(p, uint64(TypeLane)<<16|uint64(dst)<<32|uint64(src)<<40|uint64(seq)<<48)
+	le.PutUint64(p[8:], uint64(ack)|uint64(length)<<16|uint64(session)<<32)
+	le.PutUint64(p[16:], match)
 }
 
 // DecodeLane decodes the lane record that is all of data (a ring record

@@ -176,7 +176,8 @@ func (p *producer) put(at uint64, f []byte) { p.putRecord(at, uint32(len(f)), f)
 func (p *producer) putRecord(at uint64, n uint32, f []byte) { p.putParts(at, n, len(f), f, nil) }
 
 // putParts is putRecord for a record of l bytes made of head and then the
-// bytes of parts (Transport.SendParts).
+// bytes of parts (Transport.SendParts). head is copied 8 bytes at a time
+// (copyWords).
 func (p *producer) putParts(at uint64, n uint32, l int, head []byte, parts [][]byte) {
 	size := uint64(len(p.data))
 	if at != p.cur {
@@ -194,7 +195,7 @@ func (p *producer) putParts(at uint64, n uint32, l int, head []byte, parts [][]b
 	}
 	pos := at - p.lap
 	binary.LittleEndian.PutUint32(p.data[pos:], n)
-	k := pos + recHdr + uint64(copy(p.data[pos+recHdr:], head))
+	k := pos + recHdr + uint64(copyWords(p.data[pos+recHdr:], head))
 	for _, s := range parts {
 		k += uint64(copy(p.data[k:], s))
 	}
@@ -230,4 +231,20 @@ func (p *producer) zero(c uint64) {
 		pos -= uint64(len(p.data))
 	}
 	binary.LittleEndian.PutUint32(p.data[pos+recWordOff:], 0)
+}
+
+// copyWords copies src into dst as copy does, 8 bytes at a time, then the
+// rest: a header its caller just wrote with 8-byte stores (mx's lane
+// header, wire.PutLane) is read back by loads the CPU forwards from those
+// stores. copy's wider loads span several of them, and each such load
+// waits until the stores reach the cache (a store-forwarding stall on the
+// path of every lane message).
+func copyWords(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	le := binary.LittleEndian
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		le.PutUint64(dst[i:], le.Uint64(src[i:]))
+	}
+	return i + copy(dst[i:n], src[i:n])
 }
