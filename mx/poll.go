@@ -36,7 +36,10 @@ import (
 // completed on the waiter's goroutine, which then returns at once. While
 // any waiter polls a source, its receive loop steps aside (a loop inside
 // Recv is asked to return with the transport's Wake, which makes no system
-// call unless the loop sleeps) and keeps only the timers; it takes Recv
+// call unless the loop sleeps; on a process with one P, where the loop
+// asleep in the runtime's poller can wake only once the waiter sleeps, a
+// waiter that had to ask sleeps at once instead of polling) and keeps
+// only the timers; it takes Recv
 // back when the last poller gives up (it is told at once) or spinGrace
 // (Spin, at most 100µs) after it first sees that the last poller
 // succeeded (a waiter completed by polling reads no clock; the loop,
