@@ -44,7 +44,13 @@ type CBDMAOptions struct {
 	// as memory allows), so overlap experiments have a slow engine.
 	Bandwidth int64
 	// Spin is how long an idle channel polls its doorbell before it parks
-	// (default 250µs). Parking saves a CPU; spinning saves the wake-up.
+	// (default 250µs with CPUs of its own, 20µs without). Parking saves a
+	// CPU; spinning saves the wake-up. A channel without CPUs polls on
+	// the application's Ps, yielding between looks, and while it does a
+	// P with nothing else to run never comes to look at Go's network
+	// poller: on a process with one P (bound to one CPU), every goroutine
+	// sleeping there (a receive loop on its socket or eventfd) waited for
+	// the end of the spin after each batch of copies.
 	Spin time.Duration
 	// Scatter makes the IOMMU hand out one IOVA segment per 4 KiB page.
 	Scatter bool
@@ -105,6 +111,9 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 	}
 	if o.Spin == 0 {
 		o.Spin = d.Spin
+		if len(o.CPUs) == 0 {
+			o.Spin = unpinnedSpin
+		}
 	}
 	if o.ChannelsPerFunction == 0 {
 		o.ChannelsPerFunction = 1
@@ -988,6 +997,12 @@ func (c *cbChannel) idle() {
 	}
 	c.parked.Store(false)
 }
+
+// unpinnedSpin is the default Spin of channels without CPUs of their own
+// (see CBDMAOptions.Spin): long enough for the next chunk's doorbell of a
+// driver that submits a message chunk by chunk, short beside the wake-ups
+// a longer poll on the application's Ps holds back.
+const unpinnedSpin = 20 * time.Microsecond
 
 // defaultParkMax bounds one park of an idle channel.
 const defaultParkMax = 10 * time.Millisecond

@@ -142,7 +142,7 @@ func (f *Function) EnableInterrupts(n int) ([]*pci.Interrupt, error) {
 	f.disableLocked()
 	irqs := make([]*pci.Interrupt, n)
 	for i := range irqs {
-		irq, err := pci.NewInterrupt()
+		irq, err := pci.NewLocalInterrupt()
 		if err != nil {
 			for _, q := range irqs[:i] {
 				q.Close()

@@ -12,7 +12,10 @@
 // Function is one PCI function: a 4 KiB configuration space with
 // per-byte writable and write-1-to-clear masks, BAR0 as a register file
 // in which every access is one call into the device model, MSI-X vectors
-// as pci.Interrupts, and a function-level reset. The device model behind
+// as pci.Interrupts (local ones, pci.NewLocalInterrupt: the model's signal
+// wakes a sleeping driver directly, not through Go's network poller, which
+// a goroutine keeping the driver's one processor busy would hold back), and
+// a function-level reset. The device model behind
 // it implements a small internal interface: read and write at a BAR
 // offset and width, react to configuration writes, reset, stop.
 //

@@ -130,6 +130,12 @@ type Stats struct {
 	// complete at their first look. Engine.ChannelStats fills it;
 	// Channel.Stats leaves it zero.
 	SpunWaits uint64
+	// BoundWakes counts Engine.Wait's sleeps on this channel's interrupt
+	// that lasted their whole bound (a millisecond): a wake-up lost, or
+	// held back by something that kept the waiter's processor busy. A
+	// sleep woken by its copy's completion does not count.
+	// Engine.ChannelStats fills it; Channel.Stats leaves it zero.
+	BoundWakes uint64
 }
 
 // Completion reports one finished request.

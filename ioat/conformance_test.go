@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -803,5 +804,61 @@ func TestWaitersShareInterrupt(t *testing.T) {
 		if !bytes.Equal(dsts[i], srcs[i]) {
 			t.Fatalf("copy %d: wrong bytes", i)
 		}
+	}
+}
+
+// TestWaitWokenByItsCompletion: a wait asleep on the channel's interrupt
+// is woken by its copy's completion, not by its sleep's bound, even when
+// the waiter shares its one processor (GOMAXPROCS 1, a rank bound to one
+// CPU) with the emulated engine's goroutine polling for its next doorbell.
+// The model's interrupt used to reach the waiter through the eventfd and
+// Go's network poller, which the runtime looks at only when a processor
+// has nothing else to run: behind the polling engine, every sleep lasted
+// its whole bound (a millisecond per engine message of an mxbench
+// ping-pong on one CPU per rank).
+func TestWaitWokenByItsCompletion(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	o := offloadAll()
+	o.Channel.Interrupts = true
+	o.Channel.Watchdog = time.Minute
+	o.SpinWait = time.Nanosecond
+	// The channel polls for its doorbell throughout the test, as it does
+	// for 250µs after each batch by default.
+	e, _ := newEngine(t, emulatedBackend(emulated.CBDMAOptions{Spin: time.Minute}), 1, o)
+	ec := e.chans[0]
+	cmd := func(v uint8) {
+		ec.mu.Lock()
+		ec.ch.regs.Write8(ec.ch.base+hw.ChanCmd, v)
+		ec.mu.Unlock()
+	}
+	// The copy runs once its waiter is about to sleep: it completes while
+	// the waiter sleeps (the engine runs only when the waiter leaves it
+	// the processor).
+	beforeSleep = func(*echan) { cmd(hw.CmdResume) }
+	defer func() { beforeSleep = nil }()
+	const copies = 20
+	for i := range copies {
+		cmd(hw.CmdSuspend)
+		src, dst := bytes.Repeat([]byte{byte(i + 1)}, 64<<10), make([]byte, 64<<10)
+		ck, err := e.ICopy(dst, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Wait(context.Background(), ck); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("copy %d: wrong bytes", i)
+		}
+	}
+	s := e.ChannelStats()[0]
+	if s.Interrupts == 0 {
+		t.Fatal("no wait slept on the interrupt: the test did not test the wake-up")
+	}
+	// A sleep woken at once can still outlast its bound if the machine
+	// takes the processor away for that long in between (under load):
+	// a few may; held back, every one did.
+	if s.BoundWakes > copies/4 {
+		t.Fatalf("%d of %d waits slept to their bound (a millisecond) with their copy done: the completion's interrupt did not wake its waiter", s.BoundWakes, copies)
 	}
 }

@@ -19,7 +19,8 @@
 // channel's MSI-X vector: one waiter per channel sleeps on the eventfd
 // and wakes the others when it wakes, so one interrupt that completes
 // several requests wakes all their waiters, as an interrupt handler
-// wakes its wait queue.
+// wakes its wait queue. Stats.BoundWakes counts the sleeps that lasted
+// their bound (a millisecond) instead: a wake-up lost or held back.
 //
 // # A channel's life
 //

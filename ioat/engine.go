@@ -136,6 +136,7 @@ type echan struct {
 	woke    chan struct{}
 	asleep  atomic.Int32  // waiters in sleep now
 	spun    atomic.Uint64 // Engine.Wait calls that polled a request of it (Stats.SpunWaits)
+	bounded atomic.Uint64 // sleeps that ended by their bound (Stats.BoundWakes)
 }
 
 // NewEngine opens every channel of each device (see ChannelCount). The devices must share one DMA
@@ -216,6 +217,7 @@ func (e *Engine) ChannelStats() []Stats {
 		s[i] = ec.ch.Stats()
 		ec.mu.Unlock()
 		s[i].SpunWaits = ec.spun.Load()
+		s[i].BoundWakes = ec.bounded.Load()
 	}
 	return s
 }
@@ -686,6 +688,10 @@ func (ec *echan) sleep(ctx context.Context, bound time.Duration, done func() boo
 	if irq == nil || done() {
 		return
 	}
+	// Whether the sleep lasted its bound is read from the clock: a
+	// signal that came late is found by the sleep's last look at the
+	// count and returned as if it had woken it.
+	until := time.Now().Add(bound)
 	var n uint64
 	if ctx.Done() == nil {
 		// A wait nothing cancels (CopyAsync's): no context timer and
@@ -700,6 +706,9 @@ func (ec *echan) sleep(ctx context.Context, bound time.Duration, done func() boo
 		ec.mu.Lock()
 		ec.ch.stats.Interrupts++
 		ec.mu.Unlock()
+	}
+	if ctx.Err() == nil && !time.Now().Before(until) {
+		ec.bounded.Add(1)
 	}
 }
 

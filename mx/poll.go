@@ -36,7 +36,10 @@ import (
 // completed on the waiter's goroutine, which then returns at once. While
 // any waiter polls a source, its receive loop steps aside (a loop inside
 // Recv is asked to return with the transport's Wake, which makes no system
-// call unless the loop sleeps) and keeps only the timers; it takes Recv
+// call unless the loop sleeps; on a process with one P, where the loop
+// asleep in the runtime's poller can wake only once the waiter sleeps, a
+// waiter that had to ask sleeps at once instead of polling) and keeps
+// only the timers; it takes Recv
 // back when the last poller gives up (it is told at once) or spinGrace
 // (Spin, at most 100µs) after it first sees that the last poller
 // succeeded (a waiter completed by polling reads no clock; the loop,
@@ -437,6 +440,10 @@ const (
 	// pollEngine: engine copies run; the waiter sleeps and leaves the
 	// window alone ("Waiting on a copy engine").
 	pollEngine
+	// pollHandOver: a receive loop holds the waiter's rings inside Recv
+	// and the process has one P, which the loop needs to step aside: the
+	// waiter sleeps at once and leaves the window alone.
+	pollHandOver
 )
 
 // engineBusy reports whether what a waiter waits for waits for the copy
@@ -543,6 +550,19 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
 				kicked = true
+				if budget >= 0 && runtime.GOMAXPROCS(0) == 1 {
+					// The loop sleeps in the runtime's poller, which
+					// the only P looks at when it has nothing else to
+					// run: it wakes, and hands the rings back, only
+					// once this waiter sleeps. Polling on, the waiter
+					// held it off for its whole budget (a rank bound
+					// to one CPU, blocking waits: 440 µs a message).
+					if holds() {
+						ok = true
+						return pollHeld, start, nil
+					}
+					return pollHandOver, start, nil
+				}
 			}
 		}
 		if holds() {

@@ -14,26 +14,54 @@ import (
 
 // Interrupt is one interrupt vector delivered through a Linux eventfd: VFIO
 // signals it from the kernel's interrupt handler, an emulated device signals
-// it from its model. Waiting parks the goroutine in Go's network poller, so a
-// sleeping waiter costs no CPU.
+// it from its model. Waiting parks the goroutine, so a sleeping waiter costs
+// no CPU.
+//
+// A waiter on an interrupt the kernel signals (NewInterrupt) parks in Go's
+// network poller. One signalled in this process (NewLocalInterrupt: an
+// emulated device's) is also woken by Signal itself, through the Go
+// scheduler: the network poller is looked at only when a processor has
+// nothing else to run (or by the runtime's monitor, every 10 ms at worst),
+// so a goroutine that keeps a processor busy, such as an emulated engine
+// polling for its next doorbell, would otherwise hold the wake-up back until
+// it stops or the waiter's timeout ends the wait, long after the completion
+// it signals.
 //
 // Several goroutines may Wait at once; each signal wakes at least one of
 // them and every waiter wakes when the Interrupt is closed.
 type Interrupt struct {
 	f  *os.File
 	fd int
+	// rung, for a local interrupt, holds a token while a Signal has not
+	// yet woken a waiter (nil otherwise); done is closed by Close.
+	rung chan struct{}
+	done chan struct{}
 
 	mu     sync.Mutex
 	closed bool
 }
 
-// NewInterrupt makes an Interrupt around a fresh non-blocking eventfd.
+// NewInterrupt makes an Interrupt around a fresh non-blocking eventfd, for
+// the kernel (VFIO) to signal.
 func NewInterrupt() (*Interrupt, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, &OpError{Op: "eventfd", Err: err}
 	}
-	return &Interrupt{f: os.NewFile(uintptr(fd), "eventfd"), fd: fd}, nil
+	return &Interrupt{f: os.NewFile(uintptr(fd), "eventfd"), fd: fd, done: make(chan struct{})}, nil
+}
+
+// NewLocalInterrupt makes an Interrupt that only Signal, in this process,
+// raises (an emulated device's): Signal wakes a waiter directly, without
+// the network poller (see Interrupt). Its eventfd still counts the signals
+// and Poll reads it, but nothing outside the process may write to it.
+func NewLocalInterrupt() (*Interrupt, error) {
+	i, err := NewInterrupt()
+	if err != nil {
+		return nil, err
+	}
+	i.rung = make(chan struct{}, 1)
+	return i, nil
 }
 
 // FD is the eventfd, for handing to VFIO_DEVICE_SET_IRQS.
@@ -49,6 +77,12 @@ func (i *Interrupt) Signal() error {
 	}
 	if err != nil {
 		return ErrClosed
+	}
+	if i.rung != nil {
+		select {
+		case i.rung <- struct{}{}:
+		default: // a waiter has a token to wake on already
+		}
 	}
 	return nil
 }
@@ -95,6 +129,9 @@ func (i *Interrupt) WaitTimeout(d time.Duration) (uint64, error) {
 }
 
 func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error) {
+	if i.rung != nil {
+		return i.waitLocal(ctx, deadline)
+	}
 	rc, err := i.f.SyscallConn()
 	if err != nil {
 		return 0, ErrClosed
@@ -144,6 +181,38 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 	}
 }
 
+// waitLocal is wait for a local interrupt: it sleeps on Signal's token
+// rather than on the eventfd's readiness, then takes the count.
+func (i *Interrupt) waitLocal(ctx context.Context, deadline time.Time) (uint64, error) {
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		if i.isClosed() {
+			return 0, ErrClosed
+		}
+		if n := i.Poll(); n > 0 {
+			return n, nil
+		}
+		select {
+		case <-i.rung:
+			// The count may have gone to another waiter: look again.
+		case <-i.done:
+			return 0, ErrClosed
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-timeout:
+			if err := ctx.Err(); err != nil {
+				return 0, err // ctx's own deadline
+			}
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+}
+
 func (i *Interrupt) isClosed() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -158,6 +227,7 @@ func (i *Interrupt) Close() error {
 		return nil
 	}
 	i.closed = true
+	close(i.done)
 	if err := i.f.Close(); err != nil {
 		return fmt.Errorf("pci: close eventfd: %w", err)
 	}

@@ -16,7 +16,8 @@
 //     [Segment]s (no-IOMMU mode hands out physical addresses, which are only
 //     contiguous within a hugepage), and drivers split transfers at segment
 //     edges;
-//   - interrupts as eventfd-backed [Interrupt]s, one per MSI-X vector;
+//   - interrupts as eventfd-backed [Interrupt]s, one per MSI-X vector
+//     (an emulated device's are local: its signal wakes the waiter itself);
 //   - function reset.
 //
 // Two packages implement the contract: vfio (real devices behind the kernel's

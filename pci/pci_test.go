@@ -71,33 +71,54 @@ func TestMappingIOVA(t *testing.T) {
 	}
 }
 
+// TestInterrupt runs the same checks on an interrupt the kernel signals
+// (its waiters sleep in the network poller) and on a local one (Signal
+// wakes them itself).
 func TestInterrupt(t *testing.T) {
-	irq, err := NewInterrupt()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := irq.Poll(); n != 0 {
-		t.Fatalf("fresh interrupt has %d signals", n)
-	}
-	irq.Signal()
-	irq.Signal()
-	if n, err := irq.Wait(context.Background()); err != nil || n != 2 {
-		t.Fatalf("Wait = %d, %v; want 2 signals", n, err)
-	}
-	if n, err := irq.WaitTimeout(5 * time.Millisecond); err != nil || n != 0 {
-		t.Fatalf("WaitTimeout with nothing pending = %d, %v", n, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(5 * time.Millisecond); cancel() }()
-	if _, err := irq.Wait(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Wait after cancel: %v", err)
-	}
-	done := make(chan error)
-	go func() { _, err := irq.Wait(context.Background()); done <- err }()
-	time.Sleep(5 * time.Millisecond)
-	irq.Close()
-	if err := <-done; !errors.Is(err, ErrClosed) {
-		t.Fatalf("Wait across Close: %v", err)
+	for _, c := range []struct {
+		name string
+		make func() (*Interrupt, error)
+	}{{"eventfd", NewInterrupt}, {"local", NewLocalInterrupt}} {
+		t.Run(c.name, func(t *testing.T) {
+			irq, err := c.make()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := irq.Poll(); n != 0 {
+				t.Fatalf("fresh interrupt has %d signals", n)
+			}
+			irq.Signal()
+			irq.Signal()
+			if n, err := irq.Wait(context.Background()); err != nil || n != 2 {
+				t.Fatalf("Wait = %d, %v; want 2 signals", n, err)
+			}
+			if n, err := irq.WaitTimeout(5 * time.Millisecond); err != nil || n != 0 {
+				t.Fatalf("WaitTimeout with nothing pending = %d, %v", n, err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() { time.Sleep(5 * time.Millisecond); cancel() }()
+			if _, err := irq.Wait(ctx); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Wait after cancel: %v", err)
+			}
+			// A signal while a waiter sleeps wakes it with the count.
+			woke := make(chan uint64)
+			go func() { n, _ := irq.Wait(context.Background()); woke <- n }()
+			time.Sleep(5 * time.Millisecond)
+			irq.Signal()
+			if n := <-woke; n != 1 {
+				t.Fatalf("Wait across a Signal = %d signals, want 1", n)
+			}
+			done := make(chan error)
+			go func() { _, err := irq.Wait(context.Background()); done <- err }()
+			time.Sleep(5 * time.Millisecond)
+			irq.Close()
+			if err := <-done; !errors.Is(err, ErrClosed) {
+				t.Fatalf("Wait across Close: %v", err)
+			}
+			if _, err := irq.Wait(context.Background()); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Wait after Close: %v", err)
+			}
+		})
 	}
 }
 

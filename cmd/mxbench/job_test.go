@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -176,6 +177,41 @@ func TestJobEngine(t *testing.T) {
 	}
 	if r := rows[1]; r.ProgressCPU != nil {
 		t.Errorf("availability row: progress_cpu %v without --progress-cpu", *r.ProgressCPU)
+	}
+}
+
+// TestJobBoundRankOneP: a rank bound to one CPU runs with one P from its
+// first message, as one that mpirun starts bound does, and its report
+// says so; with two, a yielding goroutine (the emulated engine polling
+// for its doorbell) kept the CPU from the thread holding the goroutine it
+// yielded to for a kernel time slice, and the engine rows measured those.
+func TestJobBoundRankOneP(t *testing.T) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	if set.Count() < 2 {
+		t.Skip("one CPU allowed: mxbench leaves the ranks unbound (run on a machine or cpuset with two CPUs or more)")
+	}
+	t.Setenv("GOMX_SYSFS_ROOT", t.TempDir()) // no CBDMA function: the model
+	out := runJob(t, "pingpong", "--procs", "2", "--strategy", "engine", "--sizes", "8,64K", "--iterations", "5",
+		"--warmup", "1", "--wait", "block", "--verify", "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		var rec struct {
+			Run struct {
+				GOMAXPROCS int `json:"gomaxprocs"`
+			} `json:"run"`
+		}
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("bad JSON line %q: %v", l, err)
+		}
+		if rec.Run.GOMAXPROCS != 1 {
+			t.Errorf("a rank bound to one CPU reports GOMAXPROCS %d, want 1: %s", rec.Run.GOMAXPROCS, l)
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d rows, want 2:\n%s", len(lines), out)
 	}
 }
 

@@ -48,8 +48,24 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		// goroutines' threads, which inherit it. An emulated engine's
 		// channels share the rank's CPU unless --engine-cpu gives them
 		// one: mx's waits step aside while the engine copies.
-		if bindProcess(job.Rank) >= 0 && je.cpu >= 0 {
-			// The runtime soon sizes GOMAXPROCS to the one CPU the
+		cpu := bindProcess(job.Rank)
+		switch {
+		case cpu >= 0 && je.cpu < 0:
+			// One processor for the one CPU, from the start, as a
+			// rank that mpirun starts bound gets from its runtime.
+			// Bound after it started, the rank kept the runtime's
+			// two until its monitor saw the binding, up to a second
+			// later: two threads running Go code on one CPU, where
+			// a goroutine that yields (runtime.Gosched: the emulated
+			// engine polling for its doorbell, a wait polling its
+			// copy) keeps the CPU from the thread holding the
+			// goroutine it yields to until the kernel's time slice
+			// ends. The engine rows of a short run measured those
+			// slices (64 KiB and 1 MiB messages 300-550 us one-way,
+			// 4 MiB ones, measured later, 115 us), not the engine.
+			runtime.GOMAXPROCS(1)
+		case cpu >= 0:
+			// The runtime would size GOMAXPROCS to the one CPU the
 			// rank may use; the engine's thread, on a CPU of its own,
 			// runs Go code and needs a P of its own, or it would copy
 			// only when the rank's goroutines stop, and mx's goroutines

@@ -43,7 +43,12 @@ type jsonReporter struct {
 	rec jsonRecord
 }
 
-func (j *jsonReporter) header(what string) { j.rec.Setup = what }
+// header also takes GOMAXPROCS again, as the table's header does: a rank
+// bound to one CPU changed it after the record was made (runJobCommand).
+func (j *jsonReporter) header(what string) {
+	j.rec.Setup = what
+	j.rec.Run.GOMAXPROCS = runtime.GOMAXPROCS(0)
+}
 func (j *jsonReporter) row(r result) {
 	j.rec.result = r
 	_ = j.enc.Encode(j.rec)
