@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 func TestParseNetPIPE(t *testing.T) {
-	pts, err := ParseNetPIPE([]byte("       8 471.237920   0.00000013\n 4194304 4865.425603   0.00657702\n"))
-	if err != nil || len(pts) != 2 {
+	// Lines as NetPIPE 3.7.2 prints them ("%8d %lf %12.8lf": bytes, Mbps
+	// = bits / (t * 1024 * 1024), t). At 8 bytes the time comes from the
+	// Mbps (64 / (471.237920 * 2^20) s = 0.129521 us, printed 0.13); a
+	// line whose Mbps disagrees with its seconds keeps the seconds.
+	pts, err := ParseNetPIPE([]byte("       8 471.237920   0.00000013\n 4194304 4865.425603   0.00657702\n       8 100.000000   0.00000013\n"))
+	if err != nil || len(pts) != 3 {
 		t.Fatalf("%v %v", pts, err)
 	}
-	if pts[0].Size != 8 || math.Abs(pts[0].OneWayUS-0.13) > 1e-9 || math.Abs(pts[1].MBPerS-4194304/0.00657702/1e6) > 1e-6 {
+	if pts[0].Size != 8 || math.Abs(pts[0].OneWayUS-0.129521) > 1e-6 || math.Abs(pts[1].MBPerS-4194304/0.00657702/1e6) > 1e-2 || math.Abs(pts[2].OneWayUS-0.13) > 1e-9 {
 		t.Errorf("points %+v", pts)
 	}
 	for _, bad := range []string{"8 1.0\n", "x 1 1\n", "8 1 0\n", "8 1 -1\n", "-8 1 1\n", "8 NaN 1\n"} {
@@ -90,9 +95,22 @@ func FuzzParseNetPIPE(f *testing.F) {
 		if len(pts) != lines {
 			t.Fatalf("%d points from %d lines", len(pts), lines)
 		}
-		for _, p := range pts {
+		var secs []float64 // each line's seconds, read apart from the parser
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 0 {
+				sec, err := strconv.ParseFloat(f[len(f)-1], 64)
+				if err != nil {
+					t.Fatalf("accepted %q: %v", l, err)
+				}
+				secs = append(secs, sec)
+			}
+		}
+		for i, p := range pts {
 			if p.Size < 0 || !(p.OneWayUS > 0) || math.IsInf(p.MBPerS, 0) || math.IsNaN(p.MBPerS) {
 				t.Fatalf("bad point %+v", p)
+			}
+			if d := math.Abs(p.OneWayUS - secs[i]*1e6); d > 0.0051 {
+				t.Fatalf("point %+v is %g us from its line's seconds %g", p, d, secs[i])
 			}
 			if got := fmt.Sprint(p.MBPerS); p.Size == 0 && got != "0" {
 				t.Fatalf("size 0 at %s MB/s", got)
