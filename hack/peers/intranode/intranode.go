@@ -203,7 +203,7 @@ func WriteTable(w io.Writer, paths []Path, sizes []int, ompi string) Ratios {
 			case !ok:
 				fmt.Fprintf(w, " %10s", "-")
 			case s <= 4096:
-				fmt.Fprintf(w, " %10.2f", pt.OneWayUS)
+				fmt.Fprintf(w, " %10.3f", pt.OneWayUS)
 			default:
 				fmt.Fprintf(w, " %11.0f", pt.MBPerS)
 			}
@@ -223,7 +223,7 @@ func WriteTable(w io.Writer, paths []Path, sizes []int, ompi string) Ratios {
 		return "NOT met"
 	}
 	if r.Latency8 > 0 {
-		fmt.Fprintf(w, "8 B one-way: mx %.2f us (%s) / %s %.2f us = %.2fx (target <= 1.5x: %s)\n",
+		fmt.Fprintf(w, "8 B one-way: mx %.3f us (%s) / %s %.3f us = %.2fx (target <= 1.5x: %s)\n",
 			r.MX8, r.MX8Path, r.OMPI8Path, r.OMPI8, r.Latency8, verdict(r.Latency8 <= 1.5))
 	}
 	if r.BW4M > 0 {

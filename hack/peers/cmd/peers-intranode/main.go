@@ -98,7 +98,7 @@ func run(stdout, stderr io.Writer, args []string) error {
 		fmt.Fprintf(stdout, "# each figure: the best of %d rounds, every path measured once per round, interleaved (the host moves this machine's CPUs between runs: a path's figure can double from one run to the next)\n", len(all))
 		for k, paths := range all {
 			if r := intranode.Compute(paths, ompiCMA); r.Latency8 > 0 {
-				fmt.Fprintf(stdout, "# round %d: 8 B mx %.2f us / %.2f us = %.2fx\n", k+1, r.MX8, r.OMPI8, r.Latency8)
+				fmt.Fprintf(stdout, "# round %d: 8 B mx %.3f us / %.3f us = %.2fx\n", k+1, r.MX8, r.OMPI8, r.Latency8)
 			}
 		}
 	}
