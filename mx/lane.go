@@ -45,8 +45,9 @@ import (
 // DropUnknownType.
 //
 // A waiter polling the rings for its receive (poll.go's pollSource) does
-// not even take a Recv for such a record: once Pending says the rings hold
-// something, it looks at the next frame in place (shm.Transport.Peek) and,
+// not even take a Recv for such a record: it looks at the next frame in
+// place (shm.Transport.Peek, which also says when the rings hold nothing
+// for a Recv, so an empty look is one look at each ring) and,
 // when it is a lane record that goes straight into a posted receive,
 // delivers it under b.mu and consumes it (Take): no batch, no frame
 // lending, no generic dispatch, one lock of the board. When the record
@@ -156,21 +157,30 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 // takeLane is a polling waiter's look at ring source s (s.mu held) for a
 // lane record that laneFast delivers: the transport's next frame, seen
 // with Peek, taken with Take, without a Recv, its batch and the general
-// frame path. It reports false, having taken nothing, when the next
-// frame is anything else or must take the general path: the waiter's
-// Recv then takes it. seen is the waiter's latest clock reading, for the
-// timers (as pollSource); w, when not nil, is the waiter's request, which
-// it consumes once done (see waiterReq).
-func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) bool {
-	nic, data, ok := s.lane.Peek()
-	if !ok || len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane {
-		return false
+// frame path. It reports laneTaken when it took one, laneEmpty, having
+// taken nothing, when a Recv would find nothing to do (as s.pending
+// reporting false: this one look at the rings serves both), and
+// laneOther, having taken nothing, when the next frame is anything else
+// or must take the general path: the waiter's Recv then takes it. seen is
+// the waiter's latest clock reading, for the timers (as pollSource); w,
+// when not nil, is the waiter's request, which it consumes once done (see
+// waiterReq).
+func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
+	nic, data, ok, empty := s.lane.Peek()
+	if !ok {
+		if empty {
+			return laneEmpty
+		}
+		return laneOther
+	}
+	if len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane {
+		return laneOther
 	}
 	b.mu.Lock()
 	b.nowOK = false // read when the frame needs it (now), as for a batch
 	if len(b.pcopies) > 0 || !b.laneFast(nic, data, w) {
 		b.mu.Unlock()
-		return false
+		return laneOther
 	}
 	s.lane.Take()
 	if len(b.ackOwed) > 0 && !s.pending() {
@@ -182,5 +192,18 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) bool {
 		w.ok = w.r.consumeLocked(&w.st)
 	}
 	b.polledLocked(s, seen) // poll.go
-	return true
+	return laneTaken
 }
+
+// laneLook is what takeLane found.
+type laneLook uint8
+
+const (
+	// laneOther: a frame for the general path (Recv), or the transport
+	// closed; nothing taken.
+	laneOther laneLook = iota
+	// laneEmpty: nothing for a Recv to do.
+	laneEmpty
+	// laneTaken: a lane record taken and delivered.
+	laneTaken
+)

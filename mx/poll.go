@@ -209,7 +209,8 @@ type rxSource struct {
 	emptied     atomic.Uint64
 	wantEmptied atomic.Bool
 	// pending, when not nil, says whether a Recv would find anything to
-	// do (shm.Transport.Pending): an empty look takes no Recv.
+	// do (shm.Transport.Pending). The look of lookSource gets that verdict
+	// from takeLane's Peek, and takes no Recv when the rings are empty.
 	pending func() bool
 	// lane, for rings, lets a waiter take a lane record without a Recv
 	// (lane.go's takeLane).
@@ -352,14 +353,18 @@ func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
-	if s.pending != nil && !s.pending() {
-		s.drained()
-		s.mu.Unlock()
-		return true
-	}
-	if s.lane != nil && b.takeLane(s, seen, w) { // lane.go
-		s.mu.Unlock()
-		return true
+	if s.lane != nil {
+		// One look at the rings: a lane record taken, or nothing
+		// there (Pending's verdict), or a Recv for the rest.
+		switch b.takeLane(s, seen, w) { // lane.go
+		case laneTaken:
+			s.mu.Unlock()
+			return true
+		case laneEmpty:
+			s.drained()
+			s.mu.Unlock()
+			return true
+		}
 	}
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {

@@ -589,13 +589,17 @@ func (t *Transport) Pending() bool {
 // and handles some frames itself (mx's lane): such a frame costs no batch,
 // and no lending. data stays valid until then. As Recv, Peek first
 // gives back the space of the frames the previous Recv returned (commit):
-// the caller is done with them. It reports false when the transport is
+// the caller is done with them. It reports ok false when the transport is
 // closed or the first record it finds is not a frame (a pad, a reference
 // record, a broken record): Recv handles those. A frame the caller does
-// not Take is the next one Recv returns.
-func (t *Transport) Peek() (peer transport.NICID, data []byte, ok bool) {
+// not Take is the next one Recv returns. When ok is false, empty reports
+// what Pending would have reported false: no ring has a record at its
+// cursor nor lost its producer, and the transport is open, so a Recv now
+// would find nothing to do. A caller that polls with Peek alone thus
+// looks at each ring once per poll, found or not.
+func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 	if t.closed.Load() {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	if t.toCommit {
 		t.lends.Recv() // the previous Recv's frames can no longer be held
@@ -606,6 +610,7 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok bool) {
 	if first >= len(rings) {
 		first = 0
 	}
+	empty = true
 	for k := range rings {
 		i := first + k
 		if i >= len(rings) {
@@ -613,17 +618,20 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok bool) {
 		}
 		r := rings[i]
 		if r.wordAt.Load() == 0 {
+			if r.dead.Load() {
+				empty = false
+			}
 			continue
 		}
 		// The record word's load acquires the record (parseRecord).
 		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
 		if err != nil || kind != recFrame {
-			return 0, nil, false
+			return 0, nil, false, false
 		}
 		t.peeked, t.peekedAt, t.peekedLen = r, i, rl
-		return r.peer, f, true
+		return r.peer, f, true, false
 	}
-	return 0, nil, false
+	return 0, nil, false, empty
 }
 
 // Take consumes the frame Peek returned, as a Recv that returned it would

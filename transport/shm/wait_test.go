@@ -354,8 +354,8 @@ func TestPeekTake(t *testing.T) {
 	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Second})
 	defer a.Close()
 	defer b.Close()
-	if _, _, ok := b.Peek(); ok {
-		t.Fatal("Peek found a frame in no ring")
+	if _, _, ok, empty := b.Peek(); ok || !empty {
+		t.Fatalf("Peek at no record: ok %v, empty %v; want a miss that says empty", ok, empty)
 	}
 	frames := make([]transport.Frame, 8)
 	send := func(i int) []byte {
@@ -369,7 +369,7 @@ func TestPeekTake(t *testing.T) {
 	f := send(1)
 	waitFor := func() (transport.NICID, []byte) {
 		for k := 0; k < 1e6; k++ {
-			if peer, data, ok := b.Peek(); ok {
+			if peer, data, ok, _ := b.Peek(); ok {
 				return peer, data
 			}
 		}
@@ -386,7 +386,10 @@ func TestPeekTake(t *testing.T) {
 	// Recv back itself).
 	for i := range 8 * minRingLen / 500 {
 		f := send(i)
-		if _, _, ok := b.Peek(); !ok {
+		if _, _, ok, empty := b.Peek(); !ok {
+			if empty {
+				t.Fatalf("round %d: Peek called rings empty that hold a record", i)
+			}
 			// A pad record: Recv skips it (and the frame is right behind:
 			// it returns that too).
 			if n, _ := b.Recv(frames, time.Minute); n != 1 || !bytes.Equal(frames[0].Data, f) {
@@ -404,5 +407,8 @@ func TestPeekTake(t *testing.T) {
 	}
 	if n, _ := b.Recv(frames, 0); n != 0 {
 		t.Fatalf("Recv after every frame was taken: %d frames", n)
+	}
+	if _, _, ok, empty := b.Peek(); ok || !empty {
+		t.Fatalf("Peek after every frame was taken: ok %v, empty %v; want a miss that says empty", ok, empty)
 	}
 }
