@@ -551,6 +551,12 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				continue
 			}
 			looked := b.pollSource(s, seen, w)
+			if w != nil && w.ok {
+				// This look consumed the waiter's own request: done,
+				// without the other sources or the checks below.
+				ok = true
+				return pollHeld, start, nil
+			}
 			if !looked && !kicked && s.kick != nil {
 				// Its loop is inside Recv: ask it to step aside.
 				s.kick()
