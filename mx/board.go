@@ -513,6 +513,11 @@ func (b *Board) unlock() { b.release(true) }
 // (cma.go) for runCopies, for a caller that still holds a receive
 // source's lock: a copy must not keep other goroutines from the rings.
 func (b *Board) release(copies bool) {
+	if len(b.selfq) == 0 && len(b.lout) == 0 && (!copies || len(b.cmaq) == 0) {
+		// Nothing queued (the common case): a plain unlock.
+		b.mu.Unlock()
+		return
+	}
 	for {
 		if !b.draining {
 			b.draining = true
