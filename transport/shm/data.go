@@ -114,7 +114,7 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 			continue
 		}
 		o.putRecord(at, word, data)
-		o.sent.Add(1)
+		o.countSent()
 		if ref {
 			f.Region.Begin()
 			o.refs = append(o.refs, refPending{end: o.cur, r: f.Region})
@@ -186,11 +186,16 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 		return t.dropErr(o)
 	}
 	o.putParts(at, uint32(n), n, head, parts)
-	o.sent.Add(1)
+	o.countSent()
 	o.publish(start)
 	o.clearAhead(o.headSeen + uint64(len(o.data)))
 	return nil
 }
+
+// countSent counts a frame written into o's ring. Every writer holds
+// o.mu: a load and a store, without the locked instruction of an Add on
+// every send (readers load it atomically).
+func (o *outRing) countSent() { o.sent.Store(o.sent.Load() + 1) }
 
 // ringTo returns the ring to peer: the newest peer's, else another live
 // one's, without a lock and without a store (senders to different peers
@@ -655,7 +660,10 @@ func (t *Transport) Take() {
 		r.pubHead = r.cur
 	}
 	t.rr = t.peekedAt + 1
-	t.cnt.recvd.Add(1)
+	// Only the Recv side writes recvd, and it is serialized (the
+	// caller's lock here, rmu or that lock in Recv): a load and a
+	// store, without the locked instruction of an Add.
+	t.cnt.recvd.Store(t.cnt.recvd.Load() + 1)
 }
 
 // poll reads up to len(frames) records across the rings.
