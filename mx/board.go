@@ -122,6 +122,14 @@ type Board struct {
 	allSrcs    []*rxSource
 	spinSrcs   []*rxSource
 	waitPolled atomic.Uint64
+
+	// waitPolledLocked counts, under mu, the polled waits whose request
+	// the waiter's own look consumed (takeLane): one more wait, counted
+	// with a load and a store under the lock it holds anyway, where
+	// waitPolled's Add after it would cost a locked instruction between
+	// the message and the application (WaitStats adds the two).
+	waitPolledLocked atomic.Uint64
+
 	waitSlept  atomic.Uint64
 	waitYields atomic.Uint64 // sched_yield calls of polling waiters
 	waitEngine atomic.Uint64 // waits that slept because engine copies ran (poll.go)

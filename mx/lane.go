@@ -191,6 +191,10 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		// consumed here, under the lock its Wait would take again.
 		w.ok = w.r.consumeLocked(&w.st)
 	}
+	if w != nil && w.ok {
+		// Its wait ends polled (firstLook, pollWait): counted here.
+		b.waitPolledLocked.Store(b.waitPolledLocked.Load() + 1)
+	}
 	b.polledLocked(s, seen) // poll.go
 	return laneTaken
 }

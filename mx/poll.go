@@ -417,7 +417,9 @@ func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) bool {
 			s.idle.Store(idleFresh)
 		}
 	}
-	b.waitPolled.Add(1)
+	if !w.ok {
+		b.waitPolled.Add(1) // else counted by takeLane
+	}
 	return true
 }
 
@@ -538,7 +540,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 		}
 		if ok {
-			b.waitPolled.Add(1)
+			if w == nil || !w.ok {
+				b.waitPolled.Add(1) // else counted by takeLane
+			}
 		} else if spent {
 			b.waitSlept.Add(1)
 		}
@@ -662,7 +666,7 @@ func (b *Board) WaitStats() WaitStats {
 	for _, s := range b.allSrcs {
 		spinning = max(spinning, int(s.pollers.Load()))
 	}
-	return WaitStats{Polled: b.waitPolled.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
+	return WaitStats{Polled: b.waitPolled.Load() + b.waitPolledLocked.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
 		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load()}
 }
 
