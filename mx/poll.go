@@ -50,8 +50,11 @@ import (
 // after the transport's own short spin, so an idle endpoint costs no CPU.
 //
 // A waiter's look at the rings is cheap when they are empty: under the
-// source's lock it asks the transport whether a Recv would find anything
-// (shm.Transport.Pending) and takes no Recv when not, and a batch it
+// source's lock it looks at the next frame in place (shm.Transport.Peek,
+// which also says whether a Recv would find anything, as Pending does:
+// one look at each ring's record word, found or not), takes a lane
+// record it can deliver at once (lane.go), and takes no Recv when the
+// rings are empty; a batch it
 // handles reads the clock only if a frame needs the time (Board.now). A
 // frame that lands during a look waits for the next, so a shorter look is
 // a shorter wait.

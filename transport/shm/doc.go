@@ -189,5 +189,7 @@
 // bookkeeping: mx's polling waiters do, between the messages. Such a
 // caller may also see the next frame with Peek and consume it with Take,
 // with no batch and no lending (a frame it leaves is the next Recv's):
-// mx's waiters take the lane records they can deliver at once that way.
+// mx's waiters take the lane records they can deliver at once that way,
+// and learn from the same Peek, which says when Pending would report
+// nothing, that an empty look needs no Recv.
 package shm
