@@ -33,6 +33,7 @@ func TestEngineCopiesFinishedByTests(t *testing.T) {
 		if _, done := r.Test(); done {
 			t.Fatalf("message %d: its receive completed before it was sent", i)
 		}
+		copies := g.b.Counters().Get(RecvEngine)
 		s, err := g.a.ISend([][]byte{msg}, g.atob, uint64(i), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -40,6 +41,11 @@ func TestEngineCopiesFinishedByTests(t *testing.T) {
 		consumed := finish(r)
 		mustWait(t, s, time.Minute)
 		if !consumed {
+			// The receiving board sends the NOTIFY that completes the
+			// send first, then completes the receive, under one hold
+			// of its lock: once its counters (read under that lock)
+			// count the copy, the receive is done too.
+			waitUntil(t, "the copy counted", func() bool { return g.b.Counters().Get(RecvEngine) > copies })
 			if _, done := r.Test(); !done {
 				t.Fatalf("message %d: its send completed, its receive did not", i)
 			}
