@@ -388,3 +388,34 @@ func FuzzParseRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestCopyWords checks that copyWords copies as copy does, byte for byte,
+// whatever the lengths: below, at and past wordsMax, not multiples of 8,
+// a destination shorter than the source, and nothing past what it copied.
+func TestCopyWords(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 23, 24, 63, 64, 65, 71, 72, 200, 4096, 4097} {
+		for _, dl := range []int{n, n + 13, n / 2} {
+			src := make([]byte, n)
+			for i := range src {
+				src[i] = byte(i*7 + 1)
+			}
+			dst := make([]byte, dl+8)
+			for i := range dst {
+				dst[i] = 0xEE
+			}
+			got := copyWords(dst[:dl], src)
+			want := min(n, dl)
+			if got != want {
+				t.Fatalf("copyWords(%d into %d) = %d, want %d", n, dl, got, want)
+			}
+			if !bytes.Equal(dst[:want], src[:want]) {
+				t.Fatalf("copyWords(%d into %d): bytes differ", n, dl)
+			}
+			for i := want; i < len(dst); i++ {
+				if dst[i] != 0xEE {
+					t.Fatalf("copyWords(%d into %d) wrote byte %d past its copy", n, dl, i)
+				}
+			}
+		}
+	}
+}
