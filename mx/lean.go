@@ -2,7 +2,6 @@ package mx
 
 import (
 	"github.com/gomx-dev/gomx/mx/wire"
-	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
 
@@ -22,9 +21,10 @@ import (
 // the rings builds its frame from the application's segments (the request
 // keeps no copy), writes it into the ring and completes at once (counted
 // as LeanSends). It reads no clock and takes no place in the partner's
-// unacked list. (The frame is built in the board's scratch buffer and the
-// transport's Send copies it into the ring: one copy fewer than the
-// sequenced path, which copied the payload into the request first.)
+// unacked list. (The frame's header is built in the board's scratch buffer
+// and the transport writes it and the application's segments straight into
+// the ring (shm.Transport.SendParts): one copy of the payload, where the
+// sequenced path copies it into the request first and into a frame then.)
 // A board whose eager sends complete only on their ack (ZombieSends
 // negative: the application wants to know the peer took the message)
 // keeps the sequenced path.
@@ -125,7 +125,10 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 
 // leanFrame writes the lean path's Open-MX frame of class (tiny, small
 // or a medium of one fragment) into p's ring through tr, and returns the
-// counter of its class.
+// counter of its class. Only the header is built, in the board's scratch
+// buffer: the payload goes from the application's segments straight into
+// the record (shm.Transport.SendParts), as a lane record's does, so a
+// medium of a few KiB is copied once on the sending side, not twice.
 func (e *Endpoint) leanFrame(p *partner, tr *shm.Transport, class msgClass, match uint64, segs [][]byte, n int) (Counter, error) {
 	b := e.b
 	buf := b.frameBuf()
@@ -134,11 +137,6 @@ func (e *Endpoint) leanFrame(p *partner, tr *shm.Transport, class msgClass, matc
 	hl := wire.MsgLen
 	if class == classMedium {
 		hl = wire.MediumLen
-	}
-	pl := hb[hl : hl+n]
-	k := 0
-	for _, s := range segs {
-		k += copy(pl[k:], s)
 	}
 	var c Counter
 	switch class {
@@ -156,10 +154,7 @@ func (e *Endpoint) leanFrame(p *partner, tr *shm.Transport, class msgClass, matc
 		}
 		h.Put(hb, b.ord)
 	}
-	b.tx1[0] = transport.Frame{Peer: p.nic, Data: buf[:wire.HeadLen+hl+n]}
-	_, err := tr.SendStrict(b.tx1[:])
-	b.tx1[0].Data = nil
-	return c, err
+	return c, tr.SendParts(p.nic, buf[:wire.HeadLen+hl], segs)
 }
 
 // hold keeps lean frame f, which p could not take now (recvSequenced).
