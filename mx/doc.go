@@ -102,12 +102,13 @@
 // and offered again on every tick, and the peer's next frames wait behind
 // it. Counters LeanSends and LeanHeld count both (see lean.go). Tiny and
 // small messages on the lean path take the lane (wire.ExtRingLane, unless
-// LocalOptions.NoLane or GOMX_LANE=off): the sender writes a 24-byte lane
+// LocalOptions.NoLane or GOMX_LANE=off), and so do mediums of one fragment
+// where both boards announce wire.ExtRingLaneMedium: the sender writes a 24-byte lane
 // record with the payload straight into the peer's ring, with no Open-MX
 // header and no frame built first, and the receiver, when the record is
 // the next of its peer's sequence and a posted receive matches it, copies
 // the payload straight into that receive; every other case takes the
-// general path as the TINY or SMALL frame the record stands for (see
+// general path as the TINY, SMALL or MEDIUM frame the record stands for (see
 // lane.go; counters LaneSends and LaneRecvs). Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
 // estimate). The newest request unacked for twice the smoothed round trip

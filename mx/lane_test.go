@@ -286,3 +286,102 @@ func TestLaneStatus(t *testing.T) {
 		t.Fatalf("%d lane receives, want 4", got)
 	}
 }
+
+// TestLaneMedium: mediums of one fragment go on the lane between boards
+// that both announce ExtRingLaneMedium, byte for byte, whether a posted
+// receive takes them straight from the ring (LaneRecvs), a short one
+// truncates them (ErrTruncated, the full length reported), or none is
+// posted yet (the general path's MEDIUM, unexpected queue, then the
+// receive); to a peer that did not announce it, they go as MEDIUM frames
+// on the lean path, as before, and arrive the same.
+func TestLaneMedium(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	ctx := testCtx(t, 30*time.Second)
+	sizes := []int{wire.SmallMax + 1, 1000, 2048, 4000, DefaultShmEager}
+	send := func(size int, match uint64) {
+		t.Helper()
+		s, err := pr.a.ISend([][]byte{pattern(size, match)}, pr.atob, match, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := mustWait(t, s, 30*time.Second); st.Code != nil {
+			t.Fatalf("send of %d B: %v", size, st.Code)
+		}
+	}
+	check := func(what string, r *Request, buf []byte, size int, match uint64) {
+		t.Helper()
+		st, err := r.Wait(ctx)
+		want, wantErr := min(size, len(buf)), error(nil)
+		if len(buf) < size {
+			wantErr = ErrTruncated
+		}
+		if !errors.Is(err, wantErr) || st.Match != match || int(st.MsgLength) != size || int(st.XferLength) != want ||
+			string(buf[:want]) != string(pattern(size, match)[:want]) {
+			t.Fatalf("%s, %d B into %d: %+v, %v; want %d bytes intact, error %v", what, size, len(buf), st, err, want, wantErr)
+		}
+	}
+	for i, size := range sizes {
+		m := uint64(0x100 + i)
+		buf := make([]byte, size+64)
+		r, err := pr.b.IRecv([][]byte{buf}, m, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send(size, m)
+		check("posted", r, buf, size, m)
+
+		m += 0x100
+		short := make([]byte, size/2)
+		r, err = pr.b.IRecv([][]byte{short}, m, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send(size, m)
+		check("posted short", r, short, size, m)
+
+		m += 0x100
+		send(size, m)
+		waitUntil(t, "the medium unexpected", func() bool { _, ok := pr.b.IProbe(m, ^uint64(0)); return ok })
+		r, err = pr.b.IRecv([][]byte{buf}, m, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("unexpected", r, buf, size, m)
+	}
+	ca, cb := pr.a.Counters(), pr.b.Counters()
+	n := uint64(3 * len(sizes))
+	if ca.Get(LaneSends) != n || ca.Get(SendMediumFrag) != n || cb.Get(RecvMediumFrag) != n ||
+		cb.Get(LaneRecvs) < uint64(2*len(sizes)) || cb.Get(UnexpectedQueued) < uint64(len(sizes)) {
+		t.Fatalf("lane sends %d, medium fragments sent %d and received %d, lane receives %d, unexpected %d: want %d, %d, %d, >= %d, >= %d",
+			ca.Get(LaneSends), ca.Get(SendMediumFrag), cb.Get(RecvMediumFrag), cb.Get(LaneRecvs), cb.Get(UnexpectedQueued),
+			n, n, n, 2*len(sizes), len(sizes))
+	}
+	if cb.Get(DropBadHeader) != 0 || cb.Get(DropUnknownType) != 0 || ca.Get(Resends) != 0 {
+		t.Fatalf("%d bad headers, %d unknown types, %d resends", cb.Get(DropBadHeader), cb.Get(DropUnknownType), ca.Get(Resends))
+	}
+
+	// A peer that did not announce ExtRingLaneMedium (an older gomx).
+	pr.ba.mu.Lock()
+	p := pr.a.partnerAt(pr.bb.NICID(), pr.b.id)
+	if p == nil || !p.laneMed {
+		pr.ba.mu.Unlock()
+		t.Fatalf("partner %v: want one on the lane for mediums", p)
+	}
+	p.laneMed = false
+	pr.ba.mu.Unlock()
+	lane, lean := ca.Get(LaneSends), ca.Get(LeanSends)
+	for i, size := range sizes {
+		m := uint64(0x1000 + i)
+		buf := make([]byte, size)
+		r, err := pr.b.IRecv([][]byte{buf}, m, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send(size, m)
+		check("no lane for mediums", r, buf, size, m)
+	}
+	if ca = pr.a.Counters(); ca.Get(LaneSends) != lane || ca.Get(LeanSends) != lean+uint64(len(sizes)) {
+		t.Fatalf("without ExtRingLaneMedium: %d more lane sends, %d more lean sends; want 0, %d",
+			ca.Get(LaneSends)-lane, ca.Get(LeanSends)-lean, len(sizes))
+	}
+}

@@ -8,9 +8,10 @@ import (
 // The lean path: eager messages of one frame (tiny, small, and medium ones
 // no longer than the partner's fragment stride, 8 KiB between ring peers)
 // to a peer reached through shared-memory rings. (Between two boards that
-// both announce it, the tiny and small ones go as lane records instead of
-// Open-MX frames, and a receiver takes them straight into a posted
-// receive: see lane.go. Everything below holds for them too.)
+// both announce it, the tiny and small ones, and the mediums of one
+// fragment, go as lane records instead of Open-MX frames, and a receiver
+// takes them straight into a posted receive: see lane.go. Everything below
+// holds for them too.)
 //
 // Rings are memory: a frame written into a peer's ring is in the peer's
 // memory, and the peer takes the frames of a ring in the order they were
@@ -98,11 +99,16 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	}
 	var err error
 	var c Counter
-	if p.lane && class != classMedium {
+	lane := p.lane && (class != classMedium || p.laneMed)
+	if lane {
 		err = e.sendLane(p, tr, match, segs, n) // lane.go
-		c = SendTiny
-		if class == classSmall {
+		switch class {
+		case classTiny:
+			c = SendTiny
+		case classSmall:
 			c = SendSmall
+		default:
+			c = SendMediumFrag
 		}
 	} else {
 		c, err = e.leanFrame(p, tr, class, match, segs, n)
@@ -117,7 +123,7 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	p.sendSeq = seqNext(p.sendSeq)
 	e.cnt[c]++
 	e.cnt[LeanSends]++
-	if p.lane && class != classMedium {
+	if lane {
 		e.cnt[LaneSends]++
 	}
 	return true

@@ -53,8 +53,9 @@ type LocalOptions struct {
 	Shm bool
 	// NoShm turns the host path off (GOMX_SHM=off sets it).
 	NoShm bool
-	// NoLane sends tiny and small messages to ring peers as Open-MX TINY
-	// and SMALL frames on the lean path, not as lane records (lane.go);
+	// NoLane sends tiny, small and one-fragment medium messages to ring
+	// peers as Open-MX TINY, SMALL and MEDIUM frames on the lean path, not
+	// as lane records (lane.go);
 	// GOMX_LANE=off sets it. For measuring what the lane brings.
 	NoLane bool
 	// ShmDir is the endpoint directory (default: shm.DefaultDir()).

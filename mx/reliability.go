@@ -54,6 +54,7 @@ type partner struct {
 	sack     bool // selective acks both ways (sack.go)
 	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
 	lane     bool // and tiny and small ones go as lane records (lane.go)
+	laneMed  bool // and mediums of one fragment too
 	stride   int
 	replyLen int
 	context  any       // Endpoint.SetAddrContext
@@ -177,10 +178,11 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.lean, p.lane, p.stride, p.replyLen = false, false, false, false, fragStride(b.omx, false), replyLen(b.omx, false)
+		p.crc, p.sack, p.lean, p.lane, p.laneMed = false, false, false, false, false
+		p.stride, p.replyLen = fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc, p.sack, p.lean, p.lane = pi.crc, pi.sack, pi.lean, pi.lane
+	p.crc, p.sack, p.lean, p.lane, p.laneMed = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -996,7 +998,7 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 	x.Flags |= wire.ExtPullStatus // largefail.go
 	x.Flags |= wire.ExtRingLean   // lean.go
 	if !b.opts.Local.NoLane {
-		x.Flags |= wire.ExtRingLane // lane.go
+		x.Flags |= wire.ExtRingLane | wire.ExtRingLaneMedium // lane.go
 	}
 	return x
 }

@@ -490,6 +490,11 @@ const (
 	// SMALL frames, and as a receiver it reads them. Used when both sides
 	// set it (and ExtRingLean).
 	ExtRingLane = 1 << 4
+	// ExtRingLaneMedium: the sender writes its medium messages of one
+	// fragment on the lean path as lane records too (up to LaneMediumMax
+	// bytes), and as a receiver it reads them. Used when both sides set it
+	// (and ExtRingLane).
+	ExtRingLaneMedium = 1 << 5
 )
 
 func hasConnectExt(p []byte, o Order) bool {

@@ -2,8 +2,9 @@ package wire
 
 import "encoding/binary"
 
-// The lane record: gomx's own frame for a tiny or small message between two
-// gomx boards of one host, written straight into the receiver's
+// The lane record: gomx's own frame for an eager message of one frame (a
+// tiny, a small, or a medium of one fragment) between two gomx boards of one
+// host, written straight into the receiver's
 // shared-memory ring (mx's lane, see mx/lane.go). It never crosses a wire,
 // so it carries no Open-MX header: a peer index slot (written as zero,
 // never read) and a type byte where a wire frame has its own, so one
@@ -18,13 +19,15 @@ import "encoding/binary"
 //	5       1     source endpoint
 //	6       2     sequence number (session bits included), as a TINY's
 //	8       2     piggybacked ack, as a TINY's
-//	10      2     payload length, at most LaneMax
+//	10      2     payload length, at most LaneMediumMax
 //	12      4     destination endpoint's session
 //	16      8     match information
 //	24      n     payload
 //
 // A board sends it only to a peer that announced ExtRingLane in its gomx
-// CONNECT extension, and accepts it only from shared-memory rings.
+// CONNECT extension, with a payload of at most LaneMax (a small message's)
+// unless the peer also announced ExtRingLaneMedium, and accepts it only from
+// shared-memory rings.
 const (
 	// TypeLane is the lane record's type byte: no Open-MX packet type, so
 	// a board that does not know it drops it as an unknown type.
@@ -32,8 +35,12 @@ const (
 	// LaneLen is the lane record's header length, the slot and type byte
 	// included.
 	LaneLen = 24
-	// LaneMax is the largest payload of a lane record: a small message's.
+	// LaneMax is the largest payload of a lane record to a peer that did
+	// not announce ExtRingLaneMedium: a small message's.
 	LaneMax = SmallMax
+	// LaneMediumMax is the largest payload of any lane record: the widest
+	// medium fragment (8 KiB), the most a medium of one fragment holds.
+	LaneMediumMax = 8192
 )
 
 // Lane is a lane record's header.
@@ -70,8 +77,8 @@ func PutLaneHeader(p []byte, dst, src uint8, seq, ack, length uint16, session ui
 // DecodeLane decodes the lane record that is all of data (a ring record
 // holds exactly one) into h, and returns its payload, which points into
 // data. The record comes from another process, so every field is checked:
-// the type byte, the reserved bytes, a length of at most LaneMax that
-// accounts for every byte after the header. (h is the caller's, not a
+// the type byte, the reserved bytes, a length of at most LaneMediumMax
+// that accounts for every byte after the header. (h is the caller's, not a
 // result: a header built on the callee's stack and returned was copied
 // with wide loads from its narrow stores, a store-forwarding stall per
 // field group, a tenth of a lane message's cost.)
@@ -86,7 +93,7 @@ func DecodeLane(data []byte, h *Lane) ([]byte, error) {
 	h.DstEP, h.SrcEP = data[4], data[5]
 	h.Seq, h.Ack, h.Length = le.Uint16(data[6:]), le.Uint16(data[8:]), le.Uint16(data[10:])
 	h.Session, h.Match = le.Uint32(data[12:]), le.Uint64(data[16:])
-	if h.Length > LaneMax || int(h.Length) != len(data)-LaneLen {
+	if h.Length > LaneMediumMax || int(h.Length) != len(data)-LaneLen {
 		return nil, derr(TypeLane, "length", ErrBadLength)
 	}
 	return data[LaneLen:], nil

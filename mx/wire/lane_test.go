@@ -24,6 +24,19 @@ func TestLaneRoundTrip(t *testing.T) {
 	if err != nil || got != h || string(pl) != "hello" {
 		t.Fatalf("DecodeLane = %+v %q %v, want %+v \"hello\"", got, pl, err, h)
 	}
+	// A medium of one fragment, up to LaneMediumMax.
+	for _, n := range []int{LaneMax + 1, 4096, LaneMediumMax} {
+		h.Length = uint16(n)
+		rec = make([]byte, LaneLen+n)
+		PutLane(rec, &h)
+		for i := LaneLen; i < len(rec); i++ {
+			rec[i] = byte(i)
+		}
+		pl, err = DecodeLane(rec, &got)
+		if err != nil || got != h || !bytes.Equal(pl, rec[LaneLen:]) {
+			t.Fatalf("DecodeLane of %d bytes = %+v %v, want %+v and the payload", n, got, err, h)
+		}
+	}
 }
 
 // TestLaneRejects: records another process could have written wrong are
@@ -44,9 +57,9 @@ func TestLaneRejects(t *testing.T) {
 		{"reserved", func() []byte { r := good(0); r[3] = 1; return r }(), ErrUnknownType},
 		{"length past the record", func() []byte { r := good(4); r[10] = 5; return r }(), ErrBadLength},
 		{"length short of the record", func() []byte { r := good(4); r[10] = 3; return r }(), ErrBadLength},
-		{"above LaneMax", func() []byte {
-			r := make([]byte, LaneLen+LaneMax+1)
-			PutLane(r, &Lane{Length: LaneMax + 1})
+		{"above LaneMediumMax", func() []byte {
+			r := make([]byte, LaneLen+LaneMediumMax+1)
+			PutLane(r, &Lane{Length: LaneMediumMax + 1})
 			return r
 		}(), ErrBadLength},
 	}
@@ -66,6 +79,9 @@ func FuzzDecodeLane(f *testing.F) {
 	PutLane(rec, &Lane{DstEP: 1, SrcEP: 2, Seq: 3, Ack: 4, Length: 8, Session: 5, Match: 6})
 	f.Add(rec)
 	f.Add(rec[:LaneLen])
+	big := make([]byte, LaneLen+LaneMediumMax)
+	PutLane(big, &Lane{Length: LaneMediumMax})
+	f.Add(big)
 	f.Add([]byte{0, 0, byte(TypeLane)})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var h Lane
@@ -78,7 +94,7 @@ func FuzzDecodeLane(f *testing.F) {
 			h.Ack != le.Uint16(data[8:]) || h.Session != le.Uint32(data[12:]) || h.Match != le.Uint64(data[16:]) {
 			t.Fatalf("decoded %+v from % x", h, data)
 		}
-		if int(h.Length) > LaneMax || !bytes.Equal(pl, data[24:]) || int(h.Length) != len(pl) {
+		if int(h.Length) > LaneMediumMax || !bytes.Equal(pl, data[24:]) || int(h.Length) != len(pl) {
 			t.Fatalf("length %d, payload %d bytes of a %d-byte record", h.Length, len(pl), len(data))
 		}
 	})
