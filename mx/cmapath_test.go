@@ -13,7 +13,7 @@ import (
 // TestCMAMessageCost traces what one large message between two processes
 // costs, on the counters: with the single copy (LargeCMA, and LargeAuto,
 // which picks it for buffers outside the shared pool), every message of
-// 8 KiB, 64 KiB and 4 MiB takes exactly one RNDV and one NOTIFY, no PULL
+// just above DefaultShmEager, 64 KiB and 4 MiB takes exactly one RNDV and one NOTIFY, no PULL
 // and no pull reply, and two process_vm_readv calls on the receiver — its
 // region entry, then all its data in one call — after a first message
 // that also reads the sender's endpoint table. Pulled through the rings
@@ -31,7 +31,7 @@ func TestCMAMessageCost(t *testing.T) {
 			o.Local.Large = s
 			_, e, addr := shmBoardTo(t, ctx, dir, o, 7)
 			first := true
-			sizes := []int{8 << 10, 64 << 10, 4 << 20}
+			sizes := []int{DefaultShmEager + 1, 64 << 10, 4 << 20}
 			if s == LargeRings {
 				sizes = []int{64 << 10, 4 << 20} // above the transport's rendezvous threshold
 			}

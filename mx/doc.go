@@ -264,7 +264,7 @@
 // under its own NIC id, and frames to a peer found there take the rings
 // instead of the transport, with the same protocol; Local.NoShm
 // (GOMX_SHM=off) turns this off. Between processes a message above
-// Local.ShmEager (4 KiB) goes by rendezvous and the receiver copies it once
+// Local.ShmEager (8 KiB) goes by rendezvous and the receiver copies it once
 // from the sender's buffer with process_vm_readv, or pulls it through the
 // rings where the kernel refuses (Local.Large chooses; see cma.go). A peer process
 // that exits or crashes is seen at once (transport.PeerWatcher): requests

@@ -67,7 +67,7 @@ type LocalOptions struct {
 	Large LargeStrategy
 	// ShmEager is the largest message sent eagerly to a process of this
 	// host when the single copy is in use; larger ones go by rendezvous
-	// and are copied once by the receiver. Default DefaultShmEager (4 KiB);
+	// and are copied once by the receiver. Default DefaultShmEager (8 KiB);
 	// GOMX_SHM_EAGER sets it. It never raises RendezvousThreshold.
 	ShmEager int
 	// Engine, when set, copies large messages whose send buffer lies in

@@ -126,7 +126,7 @@ func mixedPlan(size int, seed uint64) []mixedMsg {
 		case c < 850:
 			m.size = 129 + rng.IntN(4096-128) // medium, eager on the host path
 		case c < 997:
-			m.size = 4097 + rng.IntN(60<<10) // rendezvous: single copy or rings
+			m.size = 4097 + rng.IntN(60<<10) // eager up to mx.DefaultShmEager, then rendezvous: single copy or rings
 		default:
 			m.size = 1<<20 + rng.IntN(3<<20+2) // large, up to 4 MiB + 1
 		}
