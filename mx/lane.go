@@ -27,12 +27,11 @@ import (
 // posted receive (mxbench pingpong --procs 2, 4 KiB one-way: 0.61 us as a
 // MEDIUM frame, whose receiver takes it through a Recv batch and the
 // general path, 0.44 us as a lane record). Everything else about the
-// message is the lean
-// path's (lean.go): the same conditions to take it (a ring peer on the
-// lean path, nothing waiting before it, the window), the same sequence
-// number from the partner's stream, so the peer's messages keep one order
-// whatever path each took, and the same piggybacked ack and window, so
-// acks stay bounded. Lane sends count as sends of their class and as
+// message is the lean path's (lean.go): the same conditions to take it (a
+// ring peer on the lean path, nothing waiting before it, the window), the
+// same sequence number from the partner's stream, so the peer's messages
+// keep one order whatever path each took, and the same piggybacked ack and
+// window, so acks stay bounded. Lane sends count as sends of their class and as
 // LeanSends, and as LaneSends.
 //
 // The receiver takes a lane record in the common case without the general
@@ -47,8 +46,8 @@ import (
 // unexpected queue or the handler; a record out of sequence; a partner
 // with frames held, early or partial; an unknown endpoint or session) is
 // handed to the general path as the TINY, SMALL or MEDIUM frame the record
-// stands for, rebuilt in a board buffer, and behaves as such a frame does: queued,
-// held, stored early, nacked or dropped. A record that fails its checks
+// stands for, rebuilt in a board buffer, and behaves as such a frame does:
+// queued, held, stored early, nacked or dropped. A record that fails its checks
 // (it comes from another process's memory) is dropped and counted as
 // DropBadHeader, and one that did not come through the rings as
 // DropUnknownType.
