@@ -137,6 +137,11 @@ type Board struct {
 	spinShrank atomic.Uint64 // and shrunk
 	loopRecvs  atomic.Uint64 // Recv calls of the progress goroutine
 	loopOut    atomic.Uint64 // and returns from them
+	// woke counts, under mu, the goroutines a completion or an arrival
+	// woke (complete, signalEvent): a receive loop whose batch moved it
+	// hands its processor over before its next Recv (yieldToWoken).
+	woke       atomic.Uint64 // written under mu only, with a load and a store
+	loopYields atomic.Uint64 // receive loops' hand-overs to goroutines they woke
 	rawWake    chan struct{}
 	quit       chan struct{}
 	exited     chan struct{}
@@ -457,6 +462,7 @@ func (b *Board) progress() {
 			wait = 0 // look again at once: the engine's copies are reaped next (pulloffload.go)
 		}
 		b.loopRecvs.Add(1)
+		woke := b.woke.Load()
 		n, err := b.tr.Recv(s.rx, wait)
 		b.loopOut.Add(1)
 		b.mu.Lock()
@@ -470,6 +476,7 @@ func (b *Board) progress() {
 		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go
+		b.yieldToWoken(woke)
 		if err != nil {
 			if errors.Is(err, transport.ErrClosed) {
 				return

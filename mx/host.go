@@ -223,6 +223,7 @@ func (b *Board) hostProgress() {
 		if spin.max > 0 {
 			start = time.Now() // only a loop that spins tunes its spin
 		}
+		woke := b.woke.Load()
 		n, err := h.tr.Recv(s.rx, -1)
 		if n > 0 && spin.max > 0 {
 			if d, changed := spin.next(time.Since(start)); changed {
@@ -242,6 +243,7 @@ func (b *Board) hostProgress() {
 		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go: without the rings' lock
+		b.yieldToWoken(woke)
 		if errors.Is(err, transport.ErrClosed) {
 			return
 		}
