@@ -130,13 +130,14 @@ type Board struct {
 	// the message and the application (WaitStats adds the two).
 	waitPolledLocked atomic.Uint64
 
-	waitSlept  atomic.Uint64
-	waitYields atomic.Uint64 // sched_yield calls of polling waiters
-	waitEngine atomic.Uint64 // waits that slept because engine copies ran (poll.go)
-	spinGrew   atomic.Uint64 // poll windows grown (spinGovernor)
-	spinShrank atomic.Uint64 // and shrunk
-	loopRecvs  atomic.Uint64 // Recv calls of the progress goroutine
-	loopOut    atomic.Uint64 // and returns from them
+	waitSlept    atomic.Uint64
+	waitYields   atomic.Uint64 // sched_yield calls of polling waiters
+	waitEngine   atomic.Uint64 // waits that slept because engine copies ran (poll.go)
+	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
+	spinGrew     atomic.Uint64 // poll windows grown (spinGovernor)
+	spinShrank   atomic.Uint64 // and shrunk
+	loopRecvs    atomic.Uint64 // Recv calls of the progress goroutine
+	loopOut      atomic.Uint64 // and returns from them
 	// woke counts, under mu, the goroutines a completion or an arrival
 	// woke (complete, signalEvent): a receive loop whose batch moved it
 	// hands its processor over before its next Recv (yieldToWoken).

@@ -579,6 +579,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 						ok = true
 						return pollHeld, start, nil
 					}
+					b.waitHandOver.Add(1)
 					return pollHandOver, start, nil
 				}
 			}
@@ -658,6 +659,12 @@ type WaitStats struct {
 	// after), so in a steady ping-pong between polling waiters it stays
 	// put.
 	LoopRecvs uint64
+	// HandOvers counts the waits on a process with one P that found a
+	// receive loop holding their rings inside Recv, asked it out and
+	// slept at once instead of polling (the loop needs the only P to step
+	// aside). A loop that yields to the waiters it wakes leaves the rings
+	// free for their next waits, so a ping-pong makes few.
+	HandOvers uint64
 	// LoopYields counts the times a receive loop handed its processor to
 	// the goroutines its frames had just woken (a waiter whose request
 	// completed) before it looked for more: the woken waiter runs at
@@ -676,7 +683,7 @@ func (b *Board) WaitStats() WaitStats {
 	}
 	return WaitStats{Polled: b.waitPolled.Load() + b.waitPolledLocked.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
 		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load(),
-		LoopYields: b.loopYields.Load()}
+		LoopYields: b.loopYields.Load(), HandOvers: b.waitHandOver.Load()}
 }
 
 // spinFromEnv reads GOMX_SPIN (a Go duration; 0 or negative: never spin)
