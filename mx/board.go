@@ -130,19 +130,13 @@ type Board struct {
 	// the message and the application (WaitStats adds the two).
 	waitPolledLocked atomic.Uint64
 
-	waitSlept    atomic.Uint64
-	waitYields   atomic.Uint64 // sched_yield calls of polling waiters
-	waitEngine   atomic.Uint64 // waits that slept because engine copies ran (poll.go)
-	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
-	spinGrew     atomic.Uint64 // poll windows grown (spinGovernor)
-	spinShrank   atomic.Uint64 // and shrunk
-	loopRecvs    atomic.Uint64 // Recv calls of the progress goroutine
-	loopOut      atomic.Uint64 // and returns from them
-	// woke counts, under mu, the goroutines a completion or an arrival
-	// woke (complete, signalEvent): a receive loop whose batch moved it
-	// hands its processor over before its next Recv (yieldToWoken).
-	woke       atomic.Uint64 // written under mu only, with a load and a store
-	loopYields atomic.Uint64 // receive loops' hand-overs to goroutines they woke
+	waitSlept  atomic.Uint64
+	waitYields atomic.Uint64 // sched_yield calls of polling waiters
+	waitEngine atomic.Uint64 // waits that slept because engine copies ran (poll.go)
+	spinGrew   atomic.Uint64 // poll windows grown (spinGovernor)
+	spinShrank atomic.Uint64 // and shrunk
+	loopRecvs  atomic.Uint64 // Recv calls of the progress goroutine
+	loopOut    atomic.Uint64 // and returns from them
 	rawWake    chan struct{}
 	quit       chan struct{}
 	exited     chan struct{}
@@ -182,6 +176,14 @@ type Board struct {
 	copyNanos  int64
 	// pinned: transport memory pinned with the engine (pulloffload.go).
 	pinned map[*byte]func() error
+
+	// woke counts, under mu, the goroutines a completion or an arrival
+	// woke (complete, signalEvent): a receive loop whose batch moved it
+	// hands its processor over before its next Recv (yieldToWoken).
+	// Written under mu only, with a load and a store; read without it.
+	woke         atomic.Uint64
+	loopYields   atomic.Uint64 // receive loops' hand-overs to goroutines they woke
+	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
