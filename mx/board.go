@@ -465,8 +465,8 @@ func (b *Board) progress() {
 			wait = 0 // look again at once: the engine's copies are reaped next (pulloffload.go)
 		}
 		b.loopRecvs.Add(1)
-		woke := b.woke.Load()
 		n, err := b.tr.Recv(s.rx, wait)
+		woke := b.woke.Load() // what this batch and the timers wake
 		b.loopOut.Add(1)
 		b.mu.Lock()
 		b.handleBatchLocked(s, s.rx[:n])

@@ -223,8 +223,8 @@ func (b *Board) hostProgress() {
 		if spin.max > 0 {
 			start = time.Now() // only a loop that spins tunes its spin
 		}
-		woke := b.woke.Load()
 		n, err := h.tr.Recv(s.rx, -1)
+		woke := b.woke.Load() // what this batch wakes, not what others did meanwhile
 		if n > 0 && spin.max > 0 {
 			if d, changed := spin.next(time.Since(start)); changed {
 				h.tr.SetSpin(d)
