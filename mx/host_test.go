@@ -268,14 +268,35 @@ func TestHostPathDefault(t *testing.T) {
 
 // startHostChild starts TestHostPath's child (a UDP board with the host
 // path on, in dir) and returns it with the NIC id it printed.
-func startHostChild(t *testing.T, ctx context.Context, dir string) (*exec.Cmd, transport.NICID) {
+func startHostChild(t *testing.T, ctx context.Context, dir string, env ...string) (*exec.Cmd, transport.NICID) {
 	t.Helper()
-	cmd, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
+	cmd, sc := startTestChild(t, ctx, "TestHostPath", append([]string{hostChildEnv + "=" + dir}, env...)...)
 	nic := scanNIC(sc)
 	if nic == 0 {
 		t.Fatalf("child: %q", sc.Text())
 	}
 	return cmd, nic
+}
+
+// openHostPeer opens a UDP board with options o (the host path on) and an
+// endpoint connected to the board nic of this host, which it checks is
+// reached through shared memory. The board closes when t ends.
+func openHostPeer(t *testing.T, ctx context.Context, o BoardOptions, nic transport.NICID) (*Board, *Endpoint, Addr) {
+	t.Helper()
+	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		t.Skipf("udp unavailable: %v", err)
+	}
+	b, err := NewBoard(tr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	e, addr := openConnected(t, ctx, b, nic)
+	if !b.HostPath(nic) {
+		t.Fatal("the peer on this host is not reached through shared memory")
+	}
+	return b, e, addr
 }
 
 // scanNIC reads the "NIC <id>" line TestHostPath's child prints first, or
@@ -341,29 +362,13 @@ func TestBlockingWaitOneP(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := shmDir(t)
 			ctx := testCtx(t, time.Minute)
-			_, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir, "GOMAXPROCS=1")
-			nic := scanNIC(sc)
-			if nic == 0 {
-				t.Fatalf("child: %q", sc.Text())
-			}
+			_, nic := startHostChild(t, ctx, dir, "GOMAXPROCS=1")
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-			tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
-			if err != nil {
-				t.Skipf("udp unavailable: %v", err)
-			}
 			o := hostOptions(dir)
 			if !poll {
 				o.Spin = -1
 			}
-			b, err := NewBoard(tr, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			e, addr := openConnected(t, ctx, b, nic)
-			if !b.HostPath(nic) {
-				t.Fatal("the peer on this host is not reached through shared memory")
-			}
+			b, e, addr := openHostPeer(t, ctx, o, nic)
 			st0 := b.WaitStats()
 			for i := range n {
 				msg, buf := pattern(8, uint64(i)), make([]byte, 8)
