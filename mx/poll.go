@@ -38,9 +38,7 @@ import (
 // Recv is asked to return with the transport's Wake, which makes no system
 // call unless the loop sleeps; on a process with one P, where the loop
 // asleep in the runtime's poller can wake only once the waiter sleeps, a
-// waiter that had to ask sleeps at once instead of polling; the host
-// path's loop sleeps without holding the rings, so a waiter has to ask
-// only while it spins or handles a batch) and keeps
+// waiter that had to ask sleeps at once instead of polling) and keeps
 // only the timers; it takes Recv
 // back when the last poller gives up (it is told at once) or spinGrace
 // (Spin, at most 100µs) after it first sees that the last poller

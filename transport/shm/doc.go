@@ -66,13 +66,8 @@
 // Wake asks a Recv to return by the same handshake: a flag, and a write only
 // while the Recv sleeps, so the layer above can take Recv over from a
 // spinning receive loop cheaply; a peer that goes away, and Close, write it
-// too. A caller that serializes its Recv calls under a lock of its own
-// may take the sleep apart (Arm under that lock: the flag and the last
-// look; Doze without it: the eventfd read), so that other goroutines may
-// look at the rings while it sleeps (mx's host path: its polling waiters);
-// the handshake is the same, and while the flag is up a producer writes
-// the eventfd even for a frame another goroutine takes. The counters say
-// how often the receiver slept and how many wake-ups the producers sent.
+// too. The counters say how often the receiver slept and how many wake-ups
+// the producers sent.
 //
 // The eventfd, not a futex in the doorbell, because of where the sleeper
 // waits: the eventfd is non-blocking and read through the runtime's poller
