@@ -185,14 +185,7 @@ func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
 }
 
 // hostProgress receives from the rings until the board closes, stepping
-// aside while waiters poll them (poll.go). It sleeps on the rings'
-// doorbell without holding them (shm.Transport.Arm and Doze): a waiter
-// that comes while it sleeps polls them itself in its poll window, and
-// needs to ask the loop out (pollHandOver, on one P) only while the loop
-// spins or handles a batch. Before, the loop slept inside Recv under the
-// rings' lock, and such a waiter, on a process with one P, kicked it awake
-// and slept at once: a doorbell, an epoll wake-up and two goroutine
-// switches before the loop took its message.
+// aside while waiters poll them (poll.go).
 func (b *Board) hostProgress() {
 	h := b.host
 	s := h.src
@@ -201,7 +194,6 @@ func (b *Board) hostProgress() {
 	defer timer.Stop()
 	spin := loopSpin{max: h.tr.Spin()}
 	spin.cur = spin.max
-	var start time.Time // when the loop began to wait for frames (zero: not waiting)
 	for {
 		select {
 		case <-h.quit:
@@ -209,7 +201,6 @@ func (b *Board) hostProgress() {
 		default:
 		}
 		if away, d := b.stayAway(s); away {
-			start = time.Time{} // frames found after this say nothing of the spin
 			timer.Reset(max(d, time.Microsecond))
 			select {
 			case <-h.quit:
@@ -228,17 +219,16 @@ func (b *Board) hostProgress() {
 			continue
 		}
 		s.mu.Lock()
-		if spin.max > 0 && start.IsZero() {
+		var start time.Time
+		if spin.max > 0 {
 			start = time.Now() // only a loop that spins tunes its spin
 		}
-		// Spin for the rings' spin, then sleep below without their lock.
-		n, err := h.tr.Recv(s.rx, max(h.tr.Spin(), 0))
+		n, err := h.tr.Recv(s.rx, -1)
 		woke := b.woke.Load() // what this batch wakes, not what others did meanwhile
 		if n > 0 && spin.max > 0 {
 			if d, changed := spin.next(time.Since(start)); changed {
 				h.tr.SetSpin(d)
 			}
-			start = time.Time{}
 		}
 		if n > 0 {
 			b.mu.Lock()
@@ -251,13 +241,9 @@ func (b *Board) hostProgress() {
 		if n < len(s.rx) {
 			s.drained() // verdict.go
 		}
-		armed := n == 0 && err == nil && h.tr.Arm()
 		s.mu.Unlock()
 		b.runCopies() // cma.go: without the rings' lock
 		b.yieldToWoken(woke)
-		if armed {
-			h.tr.Doze()
-		}
 		if errors.Is(err, transport.ErrClosed) {
 			return
 		}

@@ -567,62 +567,6 @@ func (t *Transport) sleep(deadline time.Time) {
 	_ = t.evRaw.Read(t.evRead)
 }
 
-// Arm and Doze are Recv's sleep taken apart, for a caller that serializes
-// its Recv calls under a lock of its own (mx's receive sources) and wants
-// to sleep without holding it, so that other goroutines may look at the
-// rings meanwhile (mx's polling waiters). The caller, its lock held and
-// having just found nothing with a Recv that did not sleep, calls Arm:
-// it announces that the receiver sleeps (the doorbell's flag) and looks
-// once more, as Recv does before it sleeps, and reports whether the caller
-// may sleep (armed) or should Recv again: a record at a ring's cursor, a
-// ring whose producer went away, space to give back, a Wake, or the
-// transport closed. Armed, the caller releases its lock and calls Doze,
-// which sleeps until the doorbell's eventfd is written (a producer that
-// saw the flag, Wake, a peer that went away, Close) and lowers the flag.
-// The Dekker handshake is Recv's: a record published after Arm's look
-// finds the flag up and writes the eventfd, whose count stays up until
-// Doze reads it, so no wake-up is lost. While the flag is up every
-// producer's publish writes the eventfd, even when another goroutine takes
-// its record; the caller then wakes once and finds the rings taken.
-
-// Arm announces that the receiver is about to sleep and reports whether
-// it may (see above). Called under the caller's Recv lock, with no frame
-// of a Recv lent out (the last Recv returned none).
-func (t *Transport) Arm() bool {
-	t.rmu.Lock()
-	defer t.rmu.Unlock()
-	t.slp.Store(1)
-	// After the flag (sequentially consistent): a Wake or a record
-	// that came before it is seen here; one after it sees the flag.
-	if t.wakeReq.Swap(false) || t.closed.Load() || t.toCommit {
-		t.slp.Store(0)
-		return false
-	}
-	for _, r := range *t.in.Load() {
-		if r.dead.Load() || r.wordAt.Load() != 0 {
-			t.slp.Store(0)
-			return false
-		}
-	}
-	return true
-}
-
-// Doze sleeps, after an Arm that reported true, until the doorbell's
-// eventfd is written, then lowers the sleeping flag. It holds none of
-// Recv's state: other goroutines may Recv, Peek and Take meanwhile (those
-// that never sleep: Recv with timeout 0). Only one goroutine dozes at a
-// time, and not while a Recv sleeps.
-func (t *Transport) Doze() {
-	t.dozeMu.Lock()
-	if !t.closed.Load() {
-		t.cnt.sleeps.Add(1)
-		t.sleep(time.Time{})
-	}
-	t.slp.Store(0)
-	t.wakeReq.Store(false) // the caller is out of its sleep, as asked
-	t.dozeMu.Unlock()
-}
-
 // Pending reports whether a Recv would find anything to do now: a record
 // at a ring's cursor, a ring whose producer went away, ring space to give
 // back (see commit), or the transport closed. It is for a caller that
@@ -947,8 +891,6 @@ func (t *Transport) Close() error {
 	}
 	t.inMu.Unlock()
 	t.wg.Wait()
-	t.dozeMu.Lock() // a Doze, woken by the ring above, has left
-	defer t.dozeMu.Unlock()
 	t.rmu.Lock()
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {

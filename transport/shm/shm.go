@@ -166,10 +166,9 @@ type Transport struct {
 	pool      *Pool                        // pool.go; guarded by outMu
 	unmapHook atomic.Pointer[func([]byte)] // see OnSegmentUnmap
 
-	rmu    sync.Mutex                 // held by Recv; Close takes it to unmap safely
-	dozeMu sync.Mutex                 // held by Doze, which sleeps without rmu; Close takes it too
-	lends  *transport.Lends[struct{}] // holds: always copies (Hold)
-	rr     int
+	rmu   sync.Mutex                 // held by Recv; Close takes it to unmap safely
+	lends *transport.Lends[struct{}] // holds: always copies (Hold)
+	rr    int
 	// toCommit: poll consumed records or saw a dead ring since the last
 	// commit (under rmu).
 	toCommit bool

@@ -2,13 +2,9 @@ package shm
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -415,113 +411,4 @@ func TestPeekTake(t *testing.T) {
 	if _, _, ok, empty := b.Peek(); ok || !empty {
 		t.Fatalf("Peek after every frame was taken: ok %v, empty %v; want a miss that says empty", ok, empty)
 	}
-}
-
-// TestArmDozeLosesNoWakeup: a receiver that looks with Recv(…, 0), arms
-// (Arm) under its own lock and dozes without it (Doze) is woken by every
-// frame that comes after its look, however closely the frame races with
-// the arming: the producer sends each frame only once the one before was
-// taken, so each lands while the receiver looks, arms or sleeps. For the
-// second half of the frames a second goroutine (a polling waiter) takes
-// frames under the same lock while the receiver dozes; every frame
-// arrives once, in order. Wake and Close end a doze.
-func TestArmDozeLosesNoWakeup(t *testing.T) {
-	a, b := newTestPair(t, Options{NoHugepages: true})
-	defer a.Close()
-	defer b.Close()
-	const n = 3000
-	var (
-		mu   sync.Mutex // the receiver's Recv lock (mx's rxSource.mu)
-		next uint64     // the frame expected next, under mu
-		got  atomic.Uint64
-		bad  atomic.Value
-		stop atomic.Bool
-	)
-	take := func(frames []transport.Frame) (int, error) {
-		k, err := b.Recv(frames, 0)
-		for _, f := range frames[:k] {
-			if v := binary.LittleEndian.Uint64(f.Data); len(f.Data) != 8 || v != next {
-				bad.CompareAndSwap(nil, fmt.Sprintf("frame %d where %d was due", v, next))
-			}
-			next++
-		}
-		got.Add(uint64(k))
-		return k, err
-	}
-	loopDone := make(chan error, 1)
-	go func() { // the receive loop
-		frames := make([]transport.Frame, 8)
-		for got.Load() < n {
-			mu.Lock()
-			k, err := take(frames)
-			armed := k == 0 && err == nil && b.Arm()
-			mu.Unlock()
-			if err != nil {
-				loopDone <- err
-				return
-			}
-			if armed {
-				b.Doze()
-			}
-		}
-		loopDone <- nil
-	}()
-	go func() { // the waiter, for the second half: it would hide a lost wake-up
-		frames := make([]transport.Frame, 8)
-		for !stop.Load() && got.Load() < n/2 {
-			runtime.Gosched()
-		}
-		for !stop.Load() && got.Load() < n {
-			if mu.TryLock() {
-				take(frames)
-				mu.Unlock()
-			}
-			runtime.Gosched()
-		}
-	}()
-	defer stop.Store(true)
-	var f [8]byte
-	for i := range uint64(n) {
-		binary.LittleEndian.PutUint64(f[:], i)
-		if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: f[:]}}); err != nil {
-			t.Fatalf("frame %d: %v", i, err)
-		}
-		// Spin, not waitFor's sleeps: the next frame goes out as the
-		// receiver looks again and arms.
-		deadline := time.Now().Add(30 * time.Second)
-		for k := 0; got.Load() <= i; k++ {
-			if k&1023 == 1023 && time.Now().After(deadline) {
-				t.Fatalf("frame %d was never taken: a lost wake-up left the receiver asleep", i)
-			}
-			runtime.Gosched()
-		}
-	}
-	if err := <-loopDone; err != nil {
-		t.Fatal(err)
-	}
-	if v := bad.Load(); v != nil {
-		t.Fatal(v)
-	}
-	if counter(b, "shm receiver sleeps") == 0 {
-		t.Fatal("the receiver never dozed: the test exercised nothing")
-	}
-	doze := func(end func()) {
-		t.Helper()
-		slept := counter(b, "shm receiver sleeps")
-		done := make(chan struct{})
-		go func() {
-			mu.Lock()
-			for !b.Arm() {
-				b.Recv(nil, 0) // commit what the last Recv lent
-			}
-			mu.Unlock()
-			b.Doze()
-			close(done)
-		}()
-		waitFor(t, "the receiver to doze", func() bool { return counter(b, "shm receiver sleeps") > slept })
-		end()
-		<-done
-	}
-	doze(b.Wake)
-	doze(func() { b.Close() })
 }
