@@ -176,6 +176,14 @@ type Board struct {
 	copyNanos  int64
 	// pinned: transport memory pinned with the engine (pulloffload.go).
 	pinned map[*byte]func() error
+
+	// woke counts, under mu, the goroutines a completion or an arrival
+	// woke (complete, signalEvent): a receive loop whose batch moved it
+	// hands its processor over before its next Recv (yieldToWoken).
+	// Written under mu only, with a load and a store; read without it.
+	woke         atomic.Uint64
+	loopYields   atomic.Uint64 // receive loops' hand-overs to goroutines they woke
+	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -458,6 +466,7 @@ func (b *Board) progress() {
 		}
 		b.loopRecvs.Add(1)
 		n, err := b.tr.Recv(s.rx, wait)
+		woke := b.woke.Load() // what this batch and the timers wake
 		b.loopOut.Add(1)
 		b.mu.Lock()
 		b.handleBatchLocked(s, s.rx[:n])
@@ -470,6 +479,7 @@ func (b *Board) progress() {
 		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go
+		b.yieldToWoken(woke)
 		if err != nil {
 			if errors.Is(err, transport.ErrClosed) {
 				return

@@ -220,7 +220,11 @@
 // the pollers: a message already there ends it at once (pollWait's
 // firstLook). A wait that runs out of budget sleeps on a per-request
 // channel, and the progress goroutine takes the rings back and sleeps on
-// their doorbell when nothing comes (see poll.go and Board.WaitStats). With
+// their doorbell when nothing comes (see poll.go and Board.WaitStats); a
+// batch of it that wakes a sleeping waiter hands the processor to that
+// waiter before it looks at the rings again, so on a process with one P
+// the waiter runs at once and its next wait finds the rings free to poll
+// (WaitStats.LoopYields). With
 // BoardOptions.BusyPoll a waiting goroutine polls every source, the
 // transport included, without a budget; a transport that costs a system call
 // to look at (a UDP socket beside the host path's rings) only every 64 looks

@@ -156,6 +156,7 @@ func (e *Endpoint) wakeupLocked() {
 // signalEvent wakes WaitAny, Peek and Probe waiters.
 func (e *Endpoint) signalEvent() {
 	if e.evWaiters > 0 {
+		e.b.wokeOne()
 		close(e.ev)
 		e.ev = make(chan struct{})
 	}
@@ -181,6 +182,7 @@ func (e *Endpoint) complete(r *Request, code error) {
 		select {
 		case r.ch <- struct{}{}:
 			r.signaled = true
+			e.b.wokeOne()
 		default:
 		}
 	}

@@ -224,6 +224,7 @@ func (b *Board) hostProgress() {
 			start = time.Now() // only a loop that spins tunes its spin
 		}
 		n, err := h.tr.Recv(s.rx, -1)
+		woke := b.woke.Load() // what this batch wakes, not what others did meanwhile
 		if n > 0 && spin.max > 0 {
 			if d, changed := spin.next(time.Since(start)); changed {
 				h.tr.SetSpin(d)
@@ -242,6 +243,7 @@ func (b *Board) hostProgress() {
 		}
 		s.mu.Unlock()
 		b.runCopies() // cma.go: without the rings' lock
+		b.yieldToWoken(woke)
 		if errors.Is(err, transport.ErrClosed) {
 			return
 		}

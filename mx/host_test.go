@@ -2,6 +2,7 @@ package mx
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -267,14 +268,35 @@ func TestHostPathDefault(t *testing.T) {
 
 // startHostChild starts TestHostPath's child (a UDP board with the host
 // path on, in dir) and returns it with the NIC id it printed.
-func startHostChild(t *testing.T, ctx context.Context, dir string) (*exec.Cmd, transport.NICID) {
+func startHostChild(t *testing.T, ctx context.Context, dir string, env ...string) (*exec.Cmd, transport.NICID) {
 	t.Helper()
-	cmd, sc := startTestChild(t, ctx, "TestHostPath", hostChildEnv+"="+dir)
+	cmd, sc := startTestChild(t, ctx, "TestHostPath", append([]string{hostChildEnv + "=" + dir}, env...)...)
 	nic := scanNIC(sc)
 	if nic == 0 {
 		t.Fatalf("child: %q", sc.Text())
 	}
 	return cmd, nic
+}
+
+// openHostPeer opens a UDP board with options o (the host path on) and an
+// endpoint connected to the board nic of this host, which it checks is
+// reached through shared memory. The board closes when t ends.
+func openHostPeer(t *testing.T, ctx context.Context, o BoardOptions, nic transport.NICID) (*Board, *Endpoint, Addr) {
+	t.Helper()
+	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		t.Skipf("udp unavailable: %v", err)
+	}
+	b, err := NewBoard(tr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	e, addr := openConnected(t, ctx, b, nic)
+	if !b.HostPath(nic) {
+		t.Fatal("the peer on this host is not reached through shared memory")
+	}
+	return b, e, addr
 }
 
 // scanNIC reads the "NIC <id>" line TestHostPath's child prints first, or
@@ -319,5 +341,69 @@ func TestLoopSpinFollowsFrameGaps(t *testing.T) {
 	}
 	if s.cur != max {
 		t.Fatalf("spin %v, beyond its maximum %v", s.cur, max)
+	}
+}
+
+// TestBlockingWaitOneP: between processes with one P each (ranks bound to
+// one CPU), a blocking ping-pong through the host path's rings is not held
+// up by the receive loop. The loop hands its processor to each waiter its
+// frames wake (LoopYields) before it spins in Recv again, so that waiter's
+// next wait finds the rings free and polls them itself, instead of finding
+// the loop inside Recv, asking it out and sleeping at once (HandOvers),
+// which every message did before. Without polling (Spin off) every reply
+// reaches its sleeping waiter through such a yield. Every byte comes back.
+func TestBlockingWaitOneP(t *testing.T) {
+	const n = 200
+	for _, poll := range []bool{true, false} {
+		name := "poll"
+		if !poll {
+			name = "nopoll"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := shmDir(t)
+			ctx := testCtx(t, time.Minute)
+			_, nic := startHostChild(t, ctx, dir, "GOMAXPROCS=1")
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			o := hostOptions(dir)
+			if !poll {
+				o.Spin = -1
+			}
+			b, e, addr := openHostPeer(t, ctx, o, nic)
+			st0 := b.WaitStats()
+			for i := range n {
+				msg, buf := pattern(8, uint64(i)), make([]byte, 8)
+				r, err := e.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := e.ISend([][]byte{msg}, addr, uint64(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := r.Wait(ctx); err != nil || !bytes.Equal(buf, msg) {
+					t.Fatalf("round trip %d: %v, or wrong bytes %x (sent %x)", i, err, buf, msg)
+				}
+				if _, err := s.Wait(ctx); err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+			}
+			for _, c := range b.host.tr.Counters() {
+				t.Logf("%s %d", c.Name, c.Value)
+			}
+			t.Logf("spin %v; counters %v", b.host.tr.Spin(), b.Counters())
+			for range 0 {
+			}
+			st := b.WaitStats()
+			yields, handOvers := st.LoopYields-st0.LoopYields, st.HandOvers-st0.HandOvers
+			t.Logf("%d round trips: %d loop yields, %d hand-overs, %d polled, %d slept", n, yields, handOvers, st.Polled-st0.Polled, st.Slept-st0.Slept)
+			if poll && handOvers > n/4 {
+				t.Errorf("%d of %d waits found the loop inside Recv and slept at once; want the loop to leave the rings to them", handOvers, n)
+			}
+			if !poll && yields < n/2 {
+				t.Errorf("the loop yielded to %d of %d woken waiters; want it to hand each its processor", yields, n)
+			}
+			s, _ := e.ISend(nil, addr, echoStop, nil)
+			mustWait(t, s, 10*time.Second)
+		})
 	}
 }

@@ -579,6 +579,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 						ok = true
 						return pollHeld, start, nil
 					}
+					b.waitHandOver.Add(1)
 					return pollHandOver, start, nil
 				}
 			}
@@ -658,6 +659,17 @@ type WaitStats struct {
 	// after), so in a steady ping-pong between polling waiters it stays
 	// put.
 	LoopRecvs uint64
+	// HandOvers counts the waits on a process with one P that found a
+	// receive loop holding their rings inside Recv, asked it out and
+	// slept at once instead of polling (the loop needs the only P to step
+	// aside). A loop that yields to the waiters it wakes leaves the rings
+	// free for their next waits, so a ping-pong makes few.
+	HandOvers uint64
+	// LoopYields counts the times a receive loop handed its processor to
+	// the goroutines its frames had just woken (a waiter whose request
+	// completed) before it looked for more: the woken waiter runs at
+	// once, instead of after the loop's spin in Recv.
+	LoopYields uint64
 }
 
 // WaitStats returns the board's wait statistics.
@@ -670,7 +682,8 @@ func (b *Board) WaitStats() WaitStats {
 		spinning = max(spinning, int(s.pollers.Load()))
 	}
 	return WaitStats{Polled: b.waitPolled.Load() + b.waitPolledLocked.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
-		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load()}
+		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load(),
+		LoopYields: b.loopYields.Load(), HandOvers: b.waitHandOver.Load()}
 }
 
 // spinFromEnv reads GOMX_SPIN (a Go duration; 0 or negative: never spin)
@@ -709,3 +722,33 @@ func (o *BoardOptions) spinFromEnv() error {
 // osYield gives the CPU to another runnable thread, if there is one
 // (sched_yield(2)).
 func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// A receive loop that woke a waiter hands its processor over before it
+// looks again. The frames it handled completed a request a goroutine
+// sleeps on (or an arrival an event waiter waits for): that goroutine is
+// runnable now, next in line on the loop's P, but the loop went straight
+// back into Recv, which polls the rings for the transport's spin before it
+// sleeps, without a call into the Go scheduler. On a process with one P
+// (a rank bound to one CPU, or GOMAXPROCS 1) the woken goroutine waited
+// for that whole spin, 20 µs a message; and the loop then held the rings
+// in Recv when the application, after its answer, waited again, so that
+// waiter could not poll them and slept at once (pollHandOver), and every
+// message paid a doorbell and a thread wake-up besides. With more Ps,
+// another P takes the woken goroutine from the loop's only after a
+// delay. Yielding runs it at once on the loop's P (the loop queues
+// behind it): the application answers, and its next wait finds the rings
+// free and polls them itself in its window, while the loop, when it runs
+// again, stays away from a polling waiter (stayAway).
+
+// wokeOne counts a goroutine woken by a completion or an arrival (b.mu
+// held: a load and a store).
+func (b *Board) wokeOne() { b.woke.Store(b.woke.Load() + 1) }
+
+// yieldToWoken hands the receive loop's processor to the goroutines its
+// batch woke, if it woke any since the count was woke (see above).
+func (b *Board) yieldToWoken(woke uint64) {
+	if b.woke.Load() != woke {
+		b.loopYields.Add(1)
+		runtime.Gosched()
+	}
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
-	"github.com/gomx-dev/gomx/transport/udp"
 )
 
 // gatedRecv holds back the goroutine that calls Recv while the gate is
@@ -197,19 +196,7 @@ func TestHostPathPeerKilled(t *testing.T) {
 	dir := shmDir(t)
 	ctx := testCtx(t, 60*time.Second)
 	cmd, nic := startHostChild(t, ctx, dir)
-	tr, err := udp.Listen("127.0.0.1:0", udp.Options{})
-	if err != nil {
-		t.Skipf("udp unavailable: %v", err)
-	}
-	b, err := NewBoard(tr, hostOptions(dir)) // resend limit 8 s, within the context
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	e, addr := openConnected(t, ctx, b, nic)
-	if !b.HostPath(nic) {
-		t.Fatal("the peer on this host is not reached through shared memory")
-	}
+	b, e, addr := openHostPeer(t, ctx, hostOptions(dir), nic) // resend limit 8 s, within the context
 	echoSizes(t, ctx, e, addr, []int{8})
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
