@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/owned"
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
@@ -125,10 +126,11 @@ type Board struct {
 
 	// waitPolledLocked counts, under mu, the polled waits whose request
 	// the waiter's own look consumed (takeLane): one more wait, counted
-	// with a load and a store under the lock it holds anyway, where
-	// waitPolled's Add after it would cost a locked instruction between
-	// the message and the application (WaitStats adds the two).
-	waitPolledLocked atomic.Uint64
+	// under the lock it holds anyway as an owned count (a plain load and
+	// store), where waitPolled's Add after it would cost a locked
+	// instruction between the message and the application (WaitStats
+	// adds the two).
+	waitPolledLocked owned.Count
 
 	waitSlept  atomic.Uint64
 	waitYields atomic.Uint64 // sched_yield calls of polling waiters

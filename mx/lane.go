@@ -193,7 +193,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	}
 	if w != nil && w.ok {
 		// Its wait ends polled (firstLook, pollWait): counted here.
-		b.waitPolledLocked.Store(b.waitPolledLocked.Load() + 1)
+		b.waitPolledLocked.Inc()
 	}
 	b.polledLocked(s, seen) // poll.go
 	return laneTaken

@@ -192,10 +192,10 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 	return nil
 }
 
-// countSent counts a frame written into o's ring. Every writer holds
-// o.mu: a load and a store, without the locked instruction of an Add on
-// every send (readers load it atomically).
-func (o *outRing) countSent() { o.sent.Store(o.sent.Load() + 1) }
+// countSent counts a frame written into o's ring. Its writers are
+// serialized (o.mu, or SerialSends' caller): an owned count, without a
+// locked instruction on every send.
+func (o *outRing) countSent() { o.sent.Inc() }
 
 // ringTo returns the ring to peer: the newest peer's, else another live
 // one's, without a lock and without a store (senders to different peers
@@ -661,9 +661,9 @@ func (t *Transport) Take() {
 	}
 	t.rr = t.peekedAt + 1
 	// Only the Recv side writes recvd, and it is serialized (the
-	// caller's lock here, rmu or that lock in Recv): a load and a
-	// store, without the locked instruction of an Add.
-	t.cnt.recvd.Store(t.cnt.recvd.Load() + 1)
+	// caller's lock here, rmu or that lock in Recv): an owned count,
+	// without a locked instruction (an atomic store is an XCHG).
+	t.cnt.recvd.Inc()
 }
 
 // poll reads up to len(frames) records across the rings.
