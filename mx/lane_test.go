@@ -194,7 +194,12 @@ func TestLaneBadRecords(t *testing.T) {
 		func() []byte { r := append([]byte{}, good...); r[3] = 9; return r }(),
 	}
 	for _, r := range bad {
-		if err := tr.SendParts(pr.bb.NICID(), r, nil); err != nil {
+		// The board owns tr, and serializes its sends under its lock
+		// (shm.Transport.SerialSends): so does a send beside it.
+		pr.ba.mu.Lock()
+		err := tr.SendParts(pr.bb.NICID(), r, nil)
+		pr.ba.mu.Unlock()
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

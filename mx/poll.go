@@ -225,6 +225,11 @@ func newRxSource(tr transport.Transport) *rxSource {
 	s.idle.Store(idleNever)
 	if st, ok := tr.(*shm.Transport); ok {
 		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
+		// Every send of the board holds b.mu, and none (SendParts:
+		// the lane's, from isend) follows its endpoints' close, which
+		// comes before the transport's: the lane's record goes into
+		// the ring without a lock of the ring's.
+		st.SerialSends()
 	}
 	return s
 }
