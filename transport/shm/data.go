@@ -183,12 +183,12 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 // SendParts comes after its endpoints are closed, before the transport
 // is): SendParts then takes no lock of the ring it writes, a locked
 // instruction less before the record's word, on the path of every
-// message. Everything else is unchanged: Send and
-// SendStrict still lock the ring, and the transport's own work on a ring
-// (reaping reference records, Region.Pending) touches nothing SendParts
-// writes. A caller that breaks the promise corrupts the ring: the race
-// detector reports it (SendParts's writes to the ring's cursor race with
-// the other sender's). Call it before any send.
+// message. Everything else is unchanged: Send and SendStrict still lock
+// the ring, and the transport's own work on a ring (reaping reference
+// records, Region.Pending) touches nothing SendParts writes. A caller
+// that breaks the promise corrupts the ring: the race detector reports
+// it (SendParts's writes to the ring's cursor race with the other
+// sender's). Call it before any send.
 func (t *Transport) SerialSends() { t.serial.Store(true) }
 
 // sendParts is SendParts into ring o, its writers serialized (o.mu or
