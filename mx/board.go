@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/owned"
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
@@ -70,6 +71,7 @@ type Board struct {
 	peers    []peerInfo
 	peerIdx  map[transport.NICID]uint16
 	freeReqs []*Request
+	late     *Request // freed, to be recycled at the next getReq (freeLater)
 	cnt      Counters
 	nowv     int64        // the board's clock as last read (now, setNow)
 	nowOK    bool         // nowv was read since the batch in hand began
@@ -125,10 +127,11 @@ type Board struct {
 
 	// waitPolledLocked counts, under mu, the polled waits whose request
 	// the waiter's own look consumed (takeLane): one more wait, counted
-	// with a load and a store under the lock it holds anyway, where
-	// waitPolled's Add after it would cost a locked instruction between
-	// the message and the application (WaitStats adds the two).
-	waitPolledLocked atomic.Uint64
+	// under the lock it holds anyway as an owned count (a plain load and
+	// store), where waitPolled's Add after it would cost a locked
+	// instruction between the message and the application (WaitStats
+	// adds the two).
+	waitPolledLocked owned.Count
 
 	waitSlept  atomic.Uint64
 	waitYields atomic.Uint64 // sched_yield calls of polling waiters
@@ -586,6 +589,10 @@ func (b *Board) putBuf(x []byte) {
 }
 
 func (b *Board) getReq(e *Endpoint, kind reqKind) *Request {
+	if b.late != nil {
+		b.recycle(b.late) // freeLater
+		b.late = nil
+	}
 	var r *Request
 	if n := len(b.freeReqs); n > 0 {
 		r = b.freeReqs[n-1]
@@ -604,6 +611,28 @@ func (b *Board) maybeFree(r *Request) {
 	if r.userHeld || r.protoHeld || r.kind == 0 {
 		return
 	}
+	b.recycle(r)
+}
+
+// freeLater frees r, which neither the application nor the protocol holds
+// any more, at the board's next getReq rather than now (b.mu held): r is
+// marked free at once (no endpoint, no kind: a call on it fails with
+// ErrBadRequest, and maybeFree leaves it alone), but the few hundred
+// bytes of stores that clear it for the pool wait. A waiter that consumed
+// its own receive (laneFast) answers it next: those stores, left in the
+// store buffer, delayed the locked instructions of the unlocks and of the
+// send that follow, between the message and its reply. The board's next
+// request is the reply's, made after its record is in the ring.
+func (b *Board) freeLater(r *Request) {
+	r.ep, r.kind = nil, 0
+	if b.late != nil {
+		b.recycle(b.late)
+	}
+	b.late = r
+}
+
+// recycle clears r, which nobody holds, and keeps it for getReq.
+func (b *Board) recycle(r *Request) {
 	if r.signaled {
 		// A waiter may have left without taking the signal: the next
 		// use of r must not find it. (Most requests never had a

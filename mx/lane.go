@@ -62,7 +62,8 @@ import (
 // fills the waiter's own receive, that receive is consumed there and then,
 // its status written straight for the waiter: it is never marked done nor
 // listed as completed, as no one else could have seen it before its Wait
-// returns. Anything else is
+// returns, and it is cleared for the request pool only at the board's
+// next request (Board.freeLater), once the reply is on its way. Anything else is
 // left in the ring for the Recv that follows, which hands it to the
 // general path (recvLane included) as before. The progress goroutine's
 // Recv batches meet lane records too, and deliver them the same way
@@ -185,7 +186,7 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 		w.st.Context = r.status.Context
 		w.ok = true
 		r.userHeld = false
-		b.maybeFree(r)
+		b.freeLater(r) // not now: the reply comes first
 	} else {
 		e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
 	}
@@ -233,7 +234,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	}
 	if w != nil && w.ok {
 		// Its wait ends polled (firstLook, pollWait): counted here.
-		b.waitPolledLocked.Store(b.waitPolledLocked.Load() + 1)
+		b.waitPolledLocked.Inc()
 	}
 	b.polledLocked(s, seen) // poll.go
 	return laneTaken

@@ -194,7 +194,12 @@ func TestLaneBadRecords(t *testing.T) {
 		func() []byte { r := append([]byte{}, good...); r[3] = 9; return r }(),
 	}
 	for _, r := range bad {
-		if err := tr.SendParts(pr.bb.NICID(), r, nil); err != nil {
+		// The board owns tr, and serializes its sends under its lock
+		// (shm.Transport.SerialSends): so does a send beside it.
+		pr.ba.mu.Lock()
+		err := tr.SendParts(pr.bb.NICID(), r, nil)
+		pr.ba.mu.Unlock()
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,18 +251,24 @@ func TestLaneOffOnOneSide(t *testing.T) {
 // TestLaneStatus: a lane message whose waiter's own poll completes and
 // consumes its receive reports the full status (source, match, both
 // lengths, ErrTruncated for a short buffer, the context value), the
-// request is recycled after it, as after any Wait, and nothing is left
-// for TestAny or IPeek.
+// request is recycled after it, as after any Wait (at the board's next
+// request: the next receive is made from it, and reports its own status),
+// and nothing is left for TestAny or IPeek.
 func TestLaneStatus(t *testing.T) {
 	o := DefaultBoardOptions()
 	o.BusyPoll = true // the waiter's poll takes the record
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	var prev *Request
 	for i, size := range []int{8, 4, 0, 128} {
 		buf := make([]byte, size)
 		r, err := pr.b.IRecv([][]byte{buf}, 0, 0, size)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if prev != nil && r != prev {
+			t.Fatalf("receive %d: a new request, not the one the last Wait consumed (it was not recycled)", i)
+		}
+		prev = r
 		if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 0x5a00+uint64(i), nil); err != nil {
 			t.Fatal(err)
 		}

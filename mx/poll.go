@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/internal/owned"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
@@ -194,8 +195,16 @@ type rxSource struct {
 	// spin: adaptive waiters poll it (it costs no system call to look at).
 	spin bool
 	// kick makes a Recv in progress return soon (nil: wait for its timeout).
-	kick    func()
-	pollers atomic.Int32 // waiters polling it now
+	kick func()
+	// The waiters polling it now (polling) are those that came (pollIn)
+	// minus those that left: pollDone counts the waiters whose own look
+	// consumed their request, under mu (lookSource), as an owned count
+	// (a plain load and store: an atomic add there would cost a locked
+	// instruction between the message and the application), and
+	// pollLeft every other leaving.
+	pollIn   atomic.Uint64
+	pollDone owned.Count
+	pollLeft atomic.Uint64
 	// idle is when the last poller stopped with success: idleFresh until
 	// the receive loop reads the clock for it (stayAway), so a waiter
 	// completed by polling reads no clock.
@@ -225,8 +234,22 @@ func newRxSource(tr transport.Transport) *rxSource {
 	s.idle.Store(idleNever)
 	if st, ok := tr.(*shm.Transport); ok {
 		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
+		// Every send of the board holds b.mu, and none (SendParts:
+		// the lane's, from isend) follows its endpoints' close, which
+		// comes before the transport's: the lane's record goes into
+		// the ring without a lock of the ring's.
+		st.SerialSends()
 	}
 	return s
+}
+
+// polling returns the number of waiters polling s now, or more: the
+// leavings are loaded before the comings, so a waiter that comes and
+// leaves meanwhile is counted at most as still polling, and a pollDone
+// stored a moment ago may be missed (it is seen at the next look).
+func (s *rxSource) polling() uint64 {
+	left := s.pollDone.Load() + s.pollLeft.Load()
+	return s.pollIn.Load() - left
 }
 
 // drained records that a Recv of s's owner found its transport drained
@@ -252,7 +275,7 @@ const (
 // waiters poll.
 func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	grace := b.spinGrace()
-	if s.pollers.Load() > 0 {
+	if s.polling() > 0 {
 		return true, grace
 	}
 	now := b.clock()
@@ -361,6 +384,16 @@ func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 		// there (Pending's verdict), or a Recv for the rest.
 		switch b.takeLane(s, seen, w) { // lane.go
 		case laneTaken:
+			if w != nil && w.ok && w.polling {
+				// Its waiter leaves s's pollers: the loop times
+				// its success (stayAway), and sees it fresh when
+				// it sees the waiter gone.
+				if s.idle.Load() != idleFresh {
+					s.idle.Store(idleFresh)
+				}
+				s.pollDone.Inc()
+				w.doneAt = s
+			}
 			s.mu.Unlock()
 			return true
 		case laneEmpty:
@@ -401,8 +434,8 @@ func (b *Board) polledLocked(s *rxSource, seen int64) {
 // cost no system call when mixed), as Test's, before it counts itself
 // among their pollers: when its message is there already (a reply that
 // came while it sent, or anything the waiter found ready) the wait ends
-// with one look, and without the two locked instructions per source of
-// registering as a poller and the deferred accounting of pollWait's loop.
+// with one look, and without registering as a poller (a locked
+// instruction per source) and the deferred accounting of pollWait's loop.
 // A success is accounted as the loop's: the wait counts as Polled, and
 // the receive loop times the success (stayAway). w's request is done
 // when it reports true.
@@ -485,6 +518,11 @@ type waiterReq struct {
 	r  *Request
 	st Status
 	ok bool
+	// polling: the waiter counts among its sources' pollers (pollWait);
+	// doneAt is the source whose look consumed its request and counted
+	// it as gone from that source's pollers (lookSource).
+	polling bool
+	doneAt  *rxSource
 }
 
 // pollWait polls the waiter's sources until w's request is done (or, when
@@ -524,15 +562,22 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		return pollHeld, start, nil
 	}
 	for _, s := range srcs {
-		s.pollers.Add(1)
+		s.pollIn.Add(1)
+	}
+	if w != nil {
+		w.polling = true
 	}
 	ok, spent := false, false
 	defer func() {
 		for _, s := range srcs {
+			if w != nil && w.doneAt == s {
+				continue // gone from its pollers already (lookSource)
+			}
 			if ok && s.idle.Load() != idleFresh {
 				s.idle.Store(idleFresh) // the loop times it (stayAway)
 			}
-			if s.pollers.Add(-1) == 0 && !ok {
+			s.pollLeft.Add(1)
+			if !ok && s.polling() == 0 {
 				// Hand Recv back at once: this waiter is going to
 				// sleep and its message must find an owner.
 				s.idle.Store(idleNever)
@@ -679,7 +724,7 @@ func (b *Board) WaitStats() WaitStats {
 	// polling (a count of its own cost two locked instructions a wait).
 	spinning := 0
 	for _, s := range b.allSrcs {
-		spinning = max(spinning, int(s.pollers.Load()))
+		spinning = max(spinning, int(s.polling()))
 	}
 	return WaitStats{Polled: b.waitPolled.Load() + b.waitPolledLocked.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
 		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load(),

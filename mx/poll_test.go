@@ -444,8 +444,8 @@ func TestSpinRoundTripIsFree(t *testing.T) {
 	// out of the rings (poll.go); between this test's Waits nobody polls
 	// for a moment, so stand in for one for the whole run.
 	for _, b := range []*Board{pr.ba, pr.bb} {
-		b.src.pollers.Add(1)
-		defer b.src.pollers.Add(-1)
+		b.src.pollIn.Add(1)
+		defer b.src.pollLeft.Add(1)
 	}
 	waitUntil(t, "the progress goroutines to leave the rings", func() bool {
 		return pr.ba.loopRecvs.Load() == pr.ba.loopOut.Load() && pr.bb.loopRecvs.Load() == pr.bb.loopOut.Load()

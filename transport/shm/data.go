@@ -158,7 +158,7 @@ func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
 // a short header and the application's segments), the bytes go straight
 // into the record, and no transport.Frame is built. A frame dropped for a
 // full ring fails with ErrRingFull; one longer than the ring's MTU with
-// transport.ErrTooBig.
+// transport.ErrTooBig. After SerialSends it takes no lock of its own.
 func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
@@ -167,14 +167,39 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 	if err != nil {
 		return err
 	}
+	if t.serial.Load() {
+		// The caller serializes every send and Close (SerialSends).
+		return t.sendParts(o, head, parts)
+	}
+	o.mu.Lock()
+	err = t.sendParts(o, head, parts)
+	o.mu.Unlock()
+	return err
+}
+
+// SerialSends tells t that its caller serializes every SendParts with
+// every other send (Send, SendStrict, SendParts) and with Close, under a
+// lock of its own (mx does: every send holds its board's lock, and no
+// SendParts comes after its endpoints are closed, before the transport
+// is): SendParts then takes no lock of the ring it writes, a locked
+// instruction less before the record's word, on the path of every
+// message. Everything else is unchanged: Send and SendStrict still lock
+// the ring, and the transport's own work on a ring (reaping reference
+// records, Region.Pending) touches nothing SendParts writes. A caller
+// that breaks the promise corrupts the ring: the race detector reports
+// it (SendParts's writes to the ring's cursor race with the other
+// sender's). Call it before any send.
+func (t *Transport) SerialSends() { t.serial.Store(true) }
+
+// sendParts is SendParts into ring o, its writers serialized (o.mu or
+// SerialSends).
+func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
+	if o.dead.Load() || o.data == nil {
+		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
 	n := len(head)
 	for _, p := range parts {
 		n += len(p)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.dead.Load() || o.data == nil {
-		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
 	if n > o.mtu {
 		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
@@ -192,10 +217,10 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 	return nil
 }
 
-// countSent counts a frame written into o's ring. Every writer holds
-// o.mu: a load and a store, without the locked instruction of an Add on
-// every send (readers load it atomically).
-func (o *outRing) countSent() { o.sent.Store(o.sent.Load() + 1) }
+// countSent counts a frame written into o's ring. Its writers are
+// serialized (o.mu, or SerialSends' caller): an owned count, without a
+// locked instruction on every send.
+func (o *outRing) countSent() { o.sent.Inc() }
 
 // ringTo returns the ring to peer: the newest peer's, else another live
 // one's, without a lock and without a store (senders to different peers
@@ -661,9 +686,9 @@ func (t *Transport) Take() {
 	}
 	t.rr = t.peekedAt + 1
 	// Only the Recv side writes recvd, and it is serialized (the
-	// caller's lock here, rmu or that lock in Recv): a load and a
-	// store, without the locked instruction of an Add.
-	t.cnt.recvd.Store(t.cnt.recvd.Load() + 1)
+	// caller's lock here, rmu or that lock in Recv): an owned count,
+	// without a locked instruction (an atomic store is an XCHG).
+	t.cnt.recvd.Inc()
 }
 
 // poll reads up to len(frames) records across the rings.

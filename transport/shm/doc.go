@@ -191,5 +191,13 @@
 // with no batch and no lending (a frame it leaves is the next Recv's):
 // mx's waiters take the lane records they can deliver at once that way,
 // and learn from the same Peek, which says when Pending would report
-// nothing, that an empty look needs no Recv.
+// nothing, that an empty look needs no Recv. On the producer's side, a
+// caller that serializes its sends itself (mx's boards, under their lock)
+// says so once with SerialSends, and SendParts then writes the record
+// without the ring's lock: no locked instruction before the record's
+// word, which is the one store that must be one (the consumer's sleep
+// depends on its order with the doorbell's flag). The counts of frames
+// sent and received are bumped by their serialized writers with a plain
+// load and store (internal/owned), not with an atomic, which on amd64 is
+// locked even as a store.
 package shm

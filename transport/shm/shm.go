@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/internal/owned"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -158,6 +159,7 @@ type Transport struct {
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
 
 	wakeReq atomic.Bool // Wake asked a blocked Recv to return
+	serial  atomic.Bool // SerialSends: SendParts locks no ring
 
 	spin atomic.Int64 // Recv's spin (ns, <= 0: none): Options.Spin, then SetSpin
 
@@ -181,9 +183,13 @@ type Transport struct {
 	wg        sync.WaitGroup
 
 	cnt struct {
-		sent, recvd, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
-		stale                                                                     atomic.Uint64 // stale sockets Open removed (stale.go)
-		inPlace, refBad                                                           atomic.Uint64 // inplace.go
+		sent, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
+		// recvd has one writer at a time: the Recv side, which is
+		// serialized (rmu in Recv, the caller's lock around Peek and
+		// Take): a count without a locked instruction per frame.
+		recvd           owned.Count
+		stale           atomic.Uint64 // stale sockets Open removed (stale.go)
+		inPlace, refBad atomic.Uint64 // inplace.go
 	}
 
 	refs refRegions // regions sent in place (inplace.go)
@@ -234,7 +240,11 @@ type outRing struct {
 	conn      *net.UnixConn
 	dead      atomic.Bool
 	wakes     *atomic.Uint64 // the transport's count of wake-ups sent
-	sent      atomic.Uint64  // frames written: per ring, so senders to different peers share no counter
+	// sent counts the frames written: per ring, so senders to different
+	// peers share no counter; its writers are serialized (o.mu, or the
+	// caller of SerialSends), so it is counted without a locked
+	// instruction.
+	sent      owned.Count
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -308,11 +309,21 @@ func TestSleepersWakeAcrossProcesses(t *testing.T) {
 // bytes at a time, then the rest) and parts arrives as their
 // concatenation, through several laps of a small ring (pad records
 // included); one above the MTU fails with ErrTooBig, and one that finds a
-// stuck consumer's ring full with ErrRingFull, as SendStrict does.
+// stuck consumer's ring full with ErrRingFull, as SendStrict does. All of
+// it alike with the ring's lock (serial: after SerialSends) or without.
 func TestSendParts(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		t.Run(fmt.Sprintf("serial=%v", serial), func(t *testing.T) { testSendParts(t, serial) })
+	}
+}
+
+func testSendParts(t *testing.T, serial bool) {
 	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
 	defer a.Close()
 	defer b.Close()
+	if serial {
+		a.SerialSends()
+	}
 	frames := make([]transport.Frame, 8)
 	for i := range 3 * minRingLen / 512 {
 		n := i % 700
@@ -343,6 +354,70 @@ func TestSendParts(t *testing.T) {
 	}
 	if !errors.Is(err, ErrRingFull) {
 		t.Fatalf("into a ring nobody reads: %v, want ErrRingFull", err)
+	}
+}
+
+// TestSerialSends: after SerialSends, senders on several goroutines that
+// serialize their sends under a lock of their own, as mx's boards do,
+// interleave SendParts (which then takes no lock of the ring) with Send
+// and SendStrict (which do) through many laps of a small ring: every
+// frame arrives whole and in each sender's order, and the transports
+// count every frame sent and received.
+func TestSerialSends(t *testing.T) {
+	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute})
+	defer a.Close()
+	defer b.Close()
+	a.SerialSends()
+	const senders, each = 3, 400
+	var mu sync.Mutex
+	errs := make(chan error, senders)
+	for g := range senders {
+		go func() {
+			var err error
+			for i := 0; i < each && err == nil; i++ {
+				head := []byte{byte(g), byte(i), byte(i >> 8)}
+				body := bytes.Repeat([]byte{byte(g + i)}, (g*97+i*13)%300)
+				mu.Lock()
+				switch i % 3 {
+				case 0:
+					err = a.SendParts(b.Addr(), head, [][]byte{body})
+				case 1:
+					_, err = a.Send([]transport.Frame{{Peer: b.Addr(), Data: append(head, body...)}})
+				default:
+					_, err = a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: append(head, body...)}})
+				}
+				mu.Unlock()
+			}
+			errs <- err
+		}()
+	}
+	next := make([]int, senders)
+	frames := make([]transport.Frame, 8)
+	for got := 0; got < senders*each; {
+		k, err := b.Recv(frames, time.Minute)
+		if err != nil {
+			t.Fatalf("after %d frames: %v", got, err)
+		}
+		for _, f := range frames[:k] {
+			if len(f.Data) < 3 || int(f.Data[0]) >= senders {
+				t.Fatalf("frame %d: % x, not one that was sent", got, f.Data[:min(len(f.Data), 8)])
+			}
+			g, i := int(f.Data[0]), int(f.Data[1])|int(f.Data[2])<<8
+			want := append([]byte{byte(g), byte(i), byte(i >> 8)}, bytes.Repeat([]byte{byte(g + i)}, (g*97+i*13)%300)...)
+			if i != next[g] || !bytes.Equal(f.Data, want) {
+				t.Fatalf("frame %d: sender %d's message %d (%d bytes), want its message %d intact", got, g, i, len(f.Data), next[g])
+			}
+			next[g]++
+			got++
+		}
+	}
+	for range senders {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, r := counter(a, "shm frames sent"), counter(b, "shm frames received"); s != senders*each || r != senders*each {
+		t.Fatalf("counted %d frames sent and %d received, want %d", s, r, senders*each)
 	}
 }
 
