@@ -303,7 +303,6 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	t.out[peer] = o
 	t.snapOut()
 	t.lastOut.Store(o)
-	t.connected(peer, o.pid)
 	t.wg.Add(1)
 	go t.watch(o.conn, &o.dead, peer, o.pid, func(msg []byte, fds []int) {
 		if msg == nil {
@@ -338,6 +337,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	if err != nil || uid != os.Getuid() {
 		return fail(fmt.Errorf("%w: board %v is not run by uid %d (%v)", transport.ErrUnreachable, peer, os.Getuid(), err))
 	}
+	t.connected(peer, pid)
 	c.SetDeadline(time.Now().Add(handshakeTTL))
 	size := t.opts.RingSize
 	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages)

@@ -441,6 +441,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	r.pos, r.pubHead = r.cur%uint64(size), r.cur
 	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
 	r.pubEvery = min(uint64(size/8), pubEvery)
+	t.connected(peer, pid) // before the producer can send a frame
 	// The ring joins the receive set before the producer hears back: its
 	// first frame may ring the doorbell right after the welcome, and a Recv
 	// woken then must find the ring.
@@ -468,7 +469,6 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	}
 	c.SetDeadline(time.Time{})
 	t.wg.Add(1)
-	t.connected(peer, pid)
 	go t.watch(c, &r.dead, peer, pid, func(msg []byte, fds []int) {
 		if msg == nil {
 			// The producer is gone: its segments are unmapped with
@@ -534,8 +534,11 @@ func (t *Transport) noteLost(peer transport.NICID, pid int) {
 	t.gonePid[peer] = pid
 }
 
-// connected notes a new connection with peer's process pid: if that
-// process was reported lost, its next loss is news (see above).
+// connected notes a new connection with peer's process pid, before the
+// first frame can cross it: if that process was reported lost, its next
+// loss is news (see above). (Noted later, it could come after that very
+// process's loss was reported, and make the close of its other connection
+// news again.)
 func (t *Transport) connected(peer transport.NICID, pid int) {
 	t.lostMu.Lock()
 	if p, ok := t.gonePid[peer]; ok && p == pid {

@@ -439,7 +439,7 @@ func TestKilledPeer(t *testing.T) {
 func TestKilledPeerReportedOnce(t *testing.T) {
 	a, dir := openChecked(t)
 	peer := NICBase | 77
-	const rounds = 5
+	const rounds = 10
 	for round := range rounds {
 		cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 77))
 		waitReady(t, out)
