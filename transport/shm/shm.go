@@ -567,7 +567,8 @@ func (t *Transport) PeerProcess(peer transport.NICID) (pid int, word uint64, ok 
 }
 
 // LostPeers appends the boards whose process went away (or that closed)
-// since the last call: see transport.PeerWatcher.
+// since the last call, each process once (see noteLost): see
+// transport.PeerWatcher.
 func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
 	t.lostMu.Lock()
 	for p := range t.lost {
