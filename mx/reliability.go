@@ -46,6 +46,10 @@ type partner struct {
 	rsession uint32 // the remote endpoint's session
 	rknown   bool
 	dead     bool // reset after unreachable: sends fail until a new connect
+	// The lost peers (Board.lost) of generation lostGen that were known
+	// when this session began: the first lostSkip (peerloss.go).
+	lostSkip int
+	lostGen  uint64
 	// What the connect exchange said about the peer's board: whether
 	// frames carry the trailer, the medium fragment stride and the pull
 	// reply length both sides use (Open-MX's build-time sizes for an
@@ -1053,6 +1057,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 				if p.rknown { // a new incarnation of the peer endpoint
 					p.reset(ErrBadSession)
 				}
+				p.newSession() // peerloss.go
 				p.rknown, p.rsession, p.ackNumRecv = true, h.SrcSession, 0
 				p.setSendSeq(h.NextRecvSeq)
 			case !sameSess(p.sendSeq, h.NextRecvSeq):
@@ -1109,6 +1114,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 		if p.rknown {
 			p.reset(ErrBadSession)
 		}
+		p.newSession() // peerloss.go
 		p.rknown, p.rsession, p.ackNumRecv = true, h.DstSession, 0
 		p.setSendSeq(h.NextRecvSeq)
 	case p.dead || !sameSess(p.sendSeq, h.NextRecvSeq):

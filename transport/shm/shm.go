@@ -498,9 +498,15 @@ func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NIC
 		handle(b[:n], parseRights(oob[:oobn]))
 	}
 	handle(nil, nil)
+	// The loss is reported before the ring is marked dead: a sender that
+	// finds it dead connects to the process that takes the board over
+	// next, and the layer above takes the losses reported before that
+	// process answered it for losses of earlier ones.
+	if !dead.Load() && !t.closed.Load() {
+		t.noteLost(peer, pid)
+	}
 	if !dead.Swap(true) && !t.closed.Load() {
 		t.cnt.peersGone.Add(1)
-		t.noteLost(peer, pid)
 	}
 	t.ring()
 }
