@@ -568,6 +568,15 @@ func (p *partner) reset(code error) {
 	p.setSendSeq(bumpSess(p.sendSeq))
 	p.recvSeq = bumpSess(p.recvSeq)
 	p.fullSeq = p.recvSeq
+	// A pending connect announces the new session from its next resend
+	// on, as a new attempt: the peer resets its side for us when it sees
+	// the announcement change, so a reply to an earlier announcement
+	// (which may come first) carries numbers the peer no longer uses, and
+	// a connect completed by it would send into a session the peer left.
+	for r := p.connecting.head; r != nil; r = r.qnext {
+		p.connAttempt++
+		r.attempt = p.connAttempt
+	}
 	p.notAcked = 0
 	p.ackDeadline = 0
 	p.oooFrames, p.sackOpen = 0, false
