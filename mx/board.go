@@ -93,6 +93,7 @@ type Board struct {
 	rawq     []rawFrame
 	lout     []localDone       // other boards' local sends to complete (local.go)
 	lost     []transport.NICID // lost peers not yet acted on (peerloss.go)
+	lostGen  uint64            // bumped whenever lost is acted on and emptied
 	live     liveClock         // the board's own stalls, not a peer's silence (liveness.go)
 	// Verdicts wait for a drain of the sources (verdict.go): a duty
 	// wanted one (vWanted), the timer run drained them (vDrained), and

@@ -10,25 +10,22 @@ import "github.com/gomx-dev/gomx/transport"
 // a new process on the same board). Called on every timer tick with b.mu
 // held. The frames a lost peer sent before it went are handled first
 // (verdict.go): a watcher reports the loss once, so the list waits in
-// b.lost until a drained timer run acts on it.
+// b.lost until a drained timer run acts on it. A partner that began a
+// session with a new incarnation of its peer meanwhile is spared the
+// losses known when it did (newSession).
 func (b *Board) checkLostPeers() {
-	if w, ok := b.tr.(transport.PeerWatcher); ok {
-		b.lost = w.LostPeers(b.lost)
-	}
-	if b.host != nil {
-		b.lost = b.host.tr.LostPeers(b.lost)
-	}
+	b.collectLost()
 	if len(b.lost) == 0 || !b.mayDeclare() {
 		return
 	}
-	defer func() { b.lost = b.lost[:0] }()
-	for _, nic := range b.lost {
+	defer func() { b.lost, b.lostGen = b.lost[:0], b.lostGen+1 }()
+	for i, nic := range b.lost {
 		for _, e := range b.eps {
 			if e == nil {
 				continue
 			}
 			for _, p := range e.plist {
-				if p.nic == nic && p.rknown && !p.dead {
+				if p.nic == nic && p.rknown && !p.dead && (p.lostGen != b.lostGen || i >= p.lostSkip) {
 					e.cnt[Unreachable]++
 					p.reset(ErrUnreachable)
 					if e.loc.lost == nil {
@@ -39,6 +36,32 @@ func (b *Board) checkLostPeers() {
 			}
 		}
 	}
+}
+
+// collectLost appends the peers the transports saw go since the last look
+// to b.lost (b.mu held).
+func (b *Board) collectLost() {
+	if w, ok := b.tr.(transport.PeerWatcher); ok {
+		b.lost = w.LostPeers(b.lost)
+	}
+	if b.host != nil {
+		b.lost = b.host.tr.LostPeers(b.lost)
+	}
+}
+
+// newSession is called when p begins a session with an incarnation of
+// its peer endpoint it did not know (a CONNECT request or reply with a new
+// session): the losses the transports reported until now are of processes
+// that went before it (the shared-memory transport reports a process's
+// loss before it lets a frame of ours reach the process that takes its
+// board over), so they are not this session's. Without this, a loss reported just before a reconnect and
+// acted on just after it (the verdict waited for a drain, or the timer run
+// came late) reset the partner right after it reached the new process
+// (b.mu held).
+func (p *partner) newSession() {
+	b := p.ep.b
+	b.collectLost()
+	p.lostSkip, p.lostGen = len(b.lost), b.lostGen
 }
 
 // forgetLost is called before a connect: a partner whose process was lost

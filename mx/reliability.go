@@ -46,6 +46,10 @@ type partner struct {
 	rsession uint32 // the remote endpoint's session
 	rknown   bool
 	dead     bool // reset after unreachable: sends fail until a new connect
+	// The lost peers (Board.lost) of generation lostGen that were known
+	// when this session began: the first lostSkip (peerloss.go).
+	lostSkip int
+	lostGen  uint64
 	// What the connect exchange said about the peer's board: whether
 	// frames carry the trailer, the medium fragment stride and the pull
 	// reply length both sides use (Open-MX's build-time sizes for an
@@ -566,6 +570,15 @@ func (p *partner) reset(code error) {
 	p.setSendSeq(bumpSess(p.sendSeq))
 	p.recvSeq = bumpSess(p.recvSeq)
 	p.fullSeq = p.recvSeq
+	// A pending connect announces the new session from its next resend
+	// on, as a new attempt: the peer resets its side for us when it sees
+	// the announcement change, so a reply to an earlier announcement
+	// (which may come first) carries numbers the peer no longer uses, and
+	// a connect completed by it would send into a session the peer left.
+	for r := p.connecting.head; r != nil; r = r.qnext {
+		p.connAttempt++
+		r.attempt = p.connAttempt
+	}
 	p.notAcked = 0
 	p.ackDeadline = 0
 	p.oooFrames, p.sackOpen = 0, false
@@ -1055,6 +1068,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 				if p.rknown { // a new incarnation of the peer endpoint
 					p.reset(ErrBadSession)
 				}
+				p.newSession() // peerloss.go
 				p.rknown, p.rsession, p.ackNumRecv = true, h.SrcSession, 0
 				p.setSendSeq(h.NextRecvSeq)
 			case !sameSess(p.sendSeq, h.NextRecvSeq):
@@ -1111,6 +1125,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 		if p.rknown {
 			p.reset(ErrBadSession)
 		}
+		p.newSession() // peerloss.go
 		p.rknown, p.rsession, p.ackNumRecv = true, h.DstSession, 0
 		p.setSendSeq(h.NextRecvSeq)
 	case p.dead || !sameSess(p.sendSeq, h.NextRecvSeq):

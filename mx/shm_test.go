@@ -71,7 +71,9 @@ const shmChildEnv = "GOMX_MX_SHM_CHILD"
 // TestShmProcesses echoes every size class through an mx endpoint in a
 // child process over shared memory, then kills the child: the requests
 // that involve it complete with ErrUnreachable at once (the transport saw
-// the process go; the resend limit is over an hour), and nothing is left
+// the process go; the resend limit is over an hour). New processes then
+// take the board over in turn, each reached by a new Connect (some before
+// the loss of the one before is seen) and killed, and nothing is left
 // behind.
 func TestShmProcesses(t *testing.T) {
 	if arg := os.Getenv(shmChildEnv); arg != "" {
@@ -122,29 +124,48 @@ func TestShmProcesses(t *testing.T) {
 	if e.Counters().Get(Unreachable) == 0 {
 		t.Error("the lost peer was not counted")
 	}
-	// A new process takes over board 99 and endpoint 0.
-	cmd2 := startShmChild(t, ctx, dir+" 99")
-	addr, err = e.Connect(ctx, peer, 0, testKey)
-	if err != nil {
-		t.Fatalf("connect to the new process: %v", err)
-	}
-	buf := make([]byte, 5000)
-	r, _ := e.IRecv([][]byte{buf}, 3, ^uint64(0), nil)
-	s, _ = e.ISend([][]byte{pattern(5000, 3)}, addr, 3, nil)
-	if _, err := s.Wait(testCtx(t, 10*time.Second)); err != nil {
+	// New processes take board 99 and endpoint 0 over in turn: each is
+	// connected to and echoes, then is killed. Every other one's loss is
+	// seen (a send to it fails) before the next starts; the others' next
+	// is started and connected to at once, racing the notice of the loss.
+	// The loss of one is never taken for the loss of the next (a peer
+	// process has two connections with us, and both close; a notice may
+	// be acted on after the next connect), and the connect that a loss
+	// reset midway agrees with the new process on the session.
+	counters := func() string {
 		var nz []string
 		e.Counters().NonZero(func(k Counter, v uint64) { nz = append(nz, fmt.Sprintf("%v=%d", k, v)) })
-		t.Fatalf("send to the new process: %v\n%v\n%v", err, nz, b.TransportCounters())
+		return fmt.Sprintf("%v\n%v", nz, b.TransportCounters())
 	}
-	if _, err := r.Wait(testCtx(t, 10*time.Second)); err != nil {
-		var nz []string
-		e.Counters().NonZero(func(k Counter, v uint64) { nz = append(nz, fmt.Sprintf("%v=%d", k, v)) })
-		t.Fatalf("echo from the new process: %v\n%v\n%v", err, nz, b.TransportCounters())
+	for round := range 8 {
+		cmd2 := startShmChild(t, ctx, dir+" 99")
+		addr, err = e.Connect(ctx, peer, 0, testKey)
+		if err != nil {
+			t.Fatalf("round %d: connect to the new process: %v", round, err)
+		}
+		buf := make([]byte, 5000)
+		r, _ := e.IRecv([][]byte{buf}, 3, ^uint64(0), nil)
+		s, _ = e.ISend([][]byte{pattern(5000, 3)}, addr, 3, nil)
+		if _, err := s.Wait(testCtx(t, 10*time.Second)); err != nil {
+			t.Fatalf("round %d: send to the new process: %v\n%s", round, err, counters())
+		}
+		if _, err := r.Wait(testCtx(t, 10*time.Second)); err != nil {
+			t.Fatalf("round %d: echo from the new process: %v\n%s", round, err, counters())
+		}
+		if !bytes.Equal(buf, pattern(5000, 3)) {
+			t.Fatalf("round %d: echo from the new process differs", round)
+		}
+		cmd2.Process.Kill()
+		cmd2.Wait() // gone: nothing of it can answer any more
+		if round%2 == 1 {
+			continue // the next connect races the notice
+		}
+		if s, err := e.ISend([][]byte{pattern(100, 1)}, addr, 5, nil); err != nil {
+			t.Fatal(err)
+		} else if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("round %d: send to the killed process: %v, want ErrUnreachable", round, err)
+		}
 	}
-	if !bytes.Equal(buf, pattern(5000, 3)) {
-		t.Fatal("echo from the new process differs")
-	}
-	cmd2.Process.Kill()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

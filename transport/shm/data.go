@@ -329,7 +329,7 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	t.snapOut()
 	t.lastOut.Store(o)
 	t.wg.Add(1)
-	go t.watch(o.conn, &o.dead, peer, func(msg []byte, fds []int) {
+	go t.watch(o.conn, &o.dead, peer, o.pid, func(msg []byte, fds []int) {
 		if msg == nil {
 			close(o.gone)
 			return
@@ -358,9 +358,11 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		c.Close()
 		return nil, err
 	}
-	if uid, err := peerUID(c); err != nil || uid != os.Getuid() {
+	uid, pid, err := peerCred(c)
+	if err != nil || uid != os.Getuid() {
 		return fail(fmt.Errorf("%w: board %v is not run by uid %d (%v)", transport.ErrUnreachable, peer, os.Getuid(), err))
 	}
+	t.connected(peer, pid)
 	c.SetDeadline(time.Now().Add(handshakeTTL))
 	size := t.opts.RingSize
 	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages)
@@ -407,7 +409,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		return fail(err)
 	}
 	c.SetDeadline(time.Time{})
-	o := &outRing{peer: peer, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
+	o := &outRing{peer: peer, pid: pid, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
 		head: u64At(seg.mem, headOff),
 		slp:  u32At(bell.mem, bellSleepOff), ev: ev,
 		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,

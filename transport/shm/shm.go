@@ -157,6 +157,8 @@ type Transport struct {
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
+	// gonePid: the process last reported lost of each peer (noteLost).
+	gonePid map[transport.NICID]int
 
 	wakeReq atomic.Bool // Wake asked a blocked Recv to return
 	serial  atomic.Bool // SerialSends: SendParts locks no ring
@@ -238,6 +240,7 @@ type outRing struct {
 	stalledAt uint64
 	mtu       int
 	conn      *net.UnixConn
+	pid       int // the consumer's process (SO_PEERCRED)
 	dead      atomic.Bool
 	wakes     *atomic.Uint64 // the transport's count of wake-ups sent
 	// sent counts the frames written: per ring, so senders to different
@@ -448,6 +451,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	r.pos, r.pubHead = r.cur%uint64(size), r.cur
 	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
 	r.pubEvery = min(uint64(size/8), pubEvery)
+	t.connected(peer, pid) // before the producer can send a frame
 	// The ring joins the receive set before the producer hears back: its
 	// first frame may ring the doorbell right after the welcome, and a Recv
 	// woken then must find the ring.
@@ -475,7 +479,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	}
 	c.SetDeadline(time.Time{})
 	t.wg.Add(1)
-	go t.watch(c, &r.dead, peer, func(msg []byte, fds []int) {
+	go t.watch(c, &r.dead, peer, pid, func(msg []byte, fds []int) {
 		if msg == nil {
 			// The producer is gone: its segments are unmapped with
 			// its ring, once the Recv goroutine read what it published
@@ -488,11 +492,11 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 }
 
 // watch waits for the peer's end of c to close (the peer exited, crashed or
-// closed its transport), marks its ring dead and rings our doorbell so a
-// sleeping Recv drops it.
+// closed its transport), marks its ring dead, reports the loss of process
+// pid (noteLost) and rings our doorbell so a sleeping Recv drops it.
 // Control messages on the connection (pool segments, pool.go) go to
 // handle, with the descriptors they carry.
-func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NICID, handle func(msg []byte, fds []int)) {
+func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NICID, pid int, handle func(msg []byte, fds []int)) {
 	defer t.wg.Done()
 	var b [ctlLen + 1]byte
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -504,16 +508,59 @@ func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NIC
 		handle(b[:n], parseRights(oob[:oobn]))
 	}
 	handle(nil, nil)
+	// The loss is reported before the ring is marked dead: a sender that
+	// finds it dead connects to the process that takes the board over
+	// next, and the layer above takes the losses reported before that
+	// process answered it for losses of earlier ones.
+	if !dead.Load() && !t.closed.Load() {
+		t.noteLost(peer, pid)
+	}
 	if !dead.Swap(true) && !t.closed.Load() {
 		t.cnt.peersGone.Add(1)
-		t.lostMu.Lock()
-		if t.lost == nil {
-			t.lost = make(map[transport.NICID]struct{})
-		}
-		t.lost[peer] = struct{}{}
-		t.lostMu.Unlock()
 	}
 	t.ring()
+}
+
+// Lost peers are reported per process, not per connection. A peer process
+// has two connections with us, its ring to us and ours to it, each watched
+// by a goroutine of its own; when it goes, both close, but the second
+// watcher may run well after the first (on a loaded machine, after the
+// layer above has seen the loss, a new process has taken the board over
+// and been connected to). A second report then would be taken for the loss
+// of the new process, whose partners would be reset right after their
+// connect. So noteLost reports a peer only when the process that went is
+// not the one last reported for it. A new connection with that same
+// process id (a board closed and opened again in one process, or peers
+// whose ids this process cannot see, all 0) makes the next loss news
+// again (connected).
+
+// noteLost reports that peer's process pid went away, unless that loss was
+// reported already (see above).
+func (t *Transport) noteLost(peer transport.NICID, pid int) {
+	t.lostMu.Lock()
+	defer t.lostMu.Unlock()
+	if p, ok := t.gonePid[peer]; ok && p == pid {
+		return
+	}
+	if t.lost == nil {
+		t.lost = make(map[transport.NICID]struct{})
+		t.gonePid = make(map[transport.NICID]int)
+	}
+	t.lost[peer] = struct{}{}
+	t.gonePid[peer] = pid
+}
+
+// connected notes a new connection with peer's process pid, before the
+// first frame can cross it: if that process was reported lost, its next
+// loss is news (see above). (Noted later, it could come after that very
+// process's loss was reported, and make the close of its other connection
+// news again.)
+func (t *Transport) connected(peer transport.NICID, pid int) {
+	t.lostMu.Lock()
+	if p, ok := t.gonePid[peer]; ok && p == pid {
+		delete(t.gonePid, peer)
+	}
+	t.lostMu.Unlock()
 }
 
 // Publish sets a word every board this transport connects to from now on
@@ -536,7 +583,8 @@ func (t *Transport) PeerProcess(peer transport.NICID) (pid int, word uint64, ok 
 }
 
 // LostPeers appends the boards whose process went away (or that closed)
-// since the last call: see transport.PeerWatcher.
+// since the last call, each process once (see noteLost): see
+// transport.PeerWatcher.
 func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
 	t.lostMu.Lock()
 	for p := range t.lost {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -424,6 +425,66 @@ func TestKilledPeer(t *testing.T) {
 	}
 	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
 	cmd2.Wait()
+}
+
+// TestKilledPeerReportedOnce: a killed peer process is reported lost
+// (LostPeers) once, though both its connections close (its ring to us and
+// ours to it), each seen by a watcher of its own: the second close, however
+// late, is no news, which the layer above would take for the loss of the
+// process that took the board over since. Processes take board 77 in
+// turn, each killed once both its rings are up (the last one closes its
+// transport instead, which is a loss too, and leaves no socket behind);
+// LostPeers is looked at as often as the test can, so that a look falls
+// between the two closes.
+func TestKilledPeerReportedOnce(t *testing.T) {
+	a, dir := openChecked(t)
+	peer := NICBase | 77
+	const rounds = 10
+	for round := range rounds {
+		cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 77))
+		waitReady(t, out)
+		msg := fmt.Appendf(nil, "round %d", round)
+		if _, err := a.Send([]transport.Frame{{Peer: peer, Data: msg}}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if got := recvFrom(t, a, peer); !bytes.Equal(got, msg) {
+			t.Fatalf("round %d: echo %q, want %q", round, got, msg)
+		}
+		if lost := a.LostPeers(nil); len(lost) != 0 {
+			t.Fatalf("round %d: %v reported lost while it runs (a late report of the process before it)", round, lost)
+		}
+		gone := counter(a, "shm peers gone") // connections seen closed
+		if round < rounds-1 {
+			cmd.Process.Kill()
+		} else if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}}); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		reports := 0
+		count := func() {
+			for _, p := range a.LostPeers(nil) {
+				if p != peer {
+					t.Fatalf("round %d: board %v reported lost", round, p)
+				}
+				reports++
+			}
+		}
+		for i := 0; counter(a, "shm peers gone") < gone+2; i++ {
+			if i == 1<<22 {
+				t.Fatalf("round %d: the killed peer's connections were not both seen closed: %v", round, a.Counters())
+			}
+			count()
+			if i&1023 == 1023 {
+				time.Sleep(time.Millisecond)
+			} else {
+				runtime.Gosched()
+			}
+		}
+		count()
+		if reports != 1 {
+			t.Fatalf("round %d: the killed process was reported lost %d times, want once", round, reports)
+		}
+	}
 }
 
 // TestLastFramesOfAPeerThatWent: the frames a peer published before it

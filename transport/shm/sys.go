@@ -126,12 +126,6 @@ var eventOne = binary.NativeEndian.AppendUint64(nil, 1)
 // wake-up pending anyway.
 func kick(fd int) { _, _ = unix.Write(fd, eventOne) }
 
-// peerUID returns the uid of the process at the other end of c.
-func peerUID(c *net.UnixConn) (int, error) {
-	uid, _, err := peerCred(c)
-	return uid, err
-}
-
 // peerCred returns the uid and process id of the process at the other end
 // of c.
 func peerCred(c *net.UnixConn) (uid, pid int, err error) {
