@@ -184,8 +184,8 @@ type Board struct {
 	// woke counts, under mu, the goroutines a completion or an arrival
 	// woke (complete, signalEvent): a receive loop whose batch moved it
 	// hands its processor over before its next Recv (yieldToWoken).
-	// Written under mu only, with a load and a store; read without it.
-	woke         atomic.Uint64
+	// Written under mu only, as an owned count; read without it.
+	woke         owned.Count
 	loopYields   atomic.Uint64 // receive loops' hand-overs to goroutines they woke
 	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
 }

@@ -98,20 +98,11 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 		return false
 	}
 	var err error
-	var c Counter
 	lane := p.lane && (class != classMedium || p.laneMed)
 	if lane {
 		err = e.sendLane(p, tr, match, segs, n) // lane.go
-		switch class {
-		case classTiny:
-			c = SendTiny
-		case classSmall:
-			c = SendSmall
-		default:
-			c = SendMediumFrag
-		}
 	} else {
-		c, err = e.leanFrame(p, tr, class, match, segs, n)
+		err = e.leanFrame(p, tr, class, match, segs, n)
 	}
 	if err != nil {
 		// Not in the ring (a dead one, or shm.ErrRingFull): the
@@ -121,7 +112,7 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	}
 	p.piggyback() // the frame carried the ack
 	p.sendSeq = seqNext(p.sendSeq)
-	e.cnt[c]++
+	e.cnt[leanSendCounter(class)]++
 	e.cnt[LeanSends]++
 	if lane {
 		e.cnt[LaneSends]++
@@ -129,13 +120,25 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	return true
 }
 
+// leanSendCounter is the send counter of a lean message of class (tiny,
+// small or a medium of one fragment), whether it went as an Open-MX frame
+// or as a lane record.
+func leanSendCounter(class msgClass) Counter {
+	switch class {
+	case classTiny:
+		return SendTiny
+	case classSmall:
+		return SendSmall
+	}
+	return SendMediumFrag
+}
+
 // leanFrame writes the lean path's Open-MX frame of class (tiny, small
-// or a medium of one fragment) into p's ring through tr, and returns the
-// counter of its class. Only the header is built, in the board's scratch
+// or a medium of one fragment) into p's ring through tr. Only the header is built, in the board's scratch
 // buffer: the payload goes from the application's segments straight into
 // the record (shm.Transport.SendParts), as a lane record's does, so a
 // medium of a few KiB is copied once on the sending side, not twice.
-func (e *Endpoint) leanFrame(p *partner, tr *shm.Transport, class msgClass, match uint64, segs [][]byte, n int) (Counter, error) {
+func (e *Endpoint) leanFrame(p *partner, tr *shm.Transport, class msgClass, match uint64, segs [][]byte, n int) error {
 	b := e.b
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
@@ -144,23 +147,20 @@ func (e *Endpoint) leanFrame(p *partner, tr *shm.Transport, class msgClass, matc
 	if class == classMedium {
 		hl = wire.MediumLen
 	}
-	var c Counter
 	switch class {
 	case classMedium:
 		h := wire.Medium{DstEP: p.epID, SrcEP: e.id, MsgLength: uint32(n), Seq: p.sendSeq, Ack: p.fullSeq,
 			Match: match, Session: p.rsession, FragLength: uint16(n)}
 		h.Put(hb, b.ord)
-		c = SendMediumFrag
 	default:
 		h := wire.Msg{Type: wire.TypeTiny, DstEP: p.epID, SrcEP: e.id, Length: uint16(n),
 			Seq: p.sendSeq, Ack: p.fullSeq, Match: match, Session: p.rsession}
-		c = SendTiny
 		if class == classSmall {
-			h.Type, c = wire.TypeSmall, SendSmall
+			h.Type = wire.TypeSmall
 		}
 		h.Put(hb, b.ord)
 	}
-	return c, tr.SendParts(p.nic, buf[:wire.HeadLen+hl], segs)
+	return tr.SendParts(p.nic, buf[:wire.HeadLen+hl], segs)
 }
 
 // hold keeps lean frame f, which p could not take now (recvSequenced).

@@ -54,10 +54,10 @@ func (b *Board) collectLost() {
 // session): the losses the transports reported until now are of processes
 // that went before it (the shared-memory transport reports a process's
 // loss before it lets a frame of ours reach the process that takes its
-// board over), so they are not this session's. Without this, a loss reported just before a reconnect and
-// acted on just after it (the verdict waited for a drain, or the timer run
-// came late) reset the partner right after it reached the new process
-// (b.mu held).
+// board over), so they are not this session's. Without this, a loss
+// reported just before a reconnect and acted on just after it (the
+// verdict waited for a drain, or the timer run came late) reset the
+// partner right after it reached the new process (b.mu held).
 func (p *partner) newSession() {
 	b := p.ep.b
 	b.collectLost()

@@ -786,8 +786,8 @@ func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 // again, stays away from a polling waiter (stayAway).
 
 // wokeOne counts a goroutine woken by a completion or an arrival (b.mu
-// held: a load and a store).
-func (b *Board) wokeOne() { b.woke.Store(b.woke.Load() + 1) }
+// held).
+func (b *Board) wokeOne() { b.woke.Inc() }
 
 // yieldToWoken hands the receive loop's processor to the goroutines its
 // batch woke, if it woke any since the count was woke (see above).
