@@ -1,0 +1,69 @@
+package usbnet
+
+import (
+	"context"
+	"errors"
+)
+
+// Device is the USB device as the driver uses it: the few operations of
+// usbfs/libusb a CDC Ethernet function needs. Two implementations exist:
+// the libusb one through github.com/google/gousb (OpenUSB, behind the usb
+// build tag with cgo) and package usbnet/usbfake's device models, which the
+// tests cable to each other. Implementations report the conditions a user
+// must act on by wrapping ErrAccess, ErrBusy and ErrGone.
+type Device interface {
+	// String names the device for errors and Info, with its bus position
+	// and IDs: "usb 3:7 (0525:a4a1)".
+	String() string
+	// Control performs one control transfer on endpoint 0. For an IN
+	// request (requestType bit 7) it fills data and returns how many
+	// bytes came; for an OUT request it sends data.
+	Control(requestType, request uint8, value, index uint16, data []byte) (int, error)
+	// ActiveConfig returns the active configuration's
+	// bConfigurationValue.
+	ActiveConfig() (int, error)
+	// Claim makes config the active configuration if it is not, detaches
+	// the kernel's driver from the given interfaces and claims them for
+	// this process, each in alternate setting 0.
+	Claim(config int, ifaces ...int) error
+	// SetAlt selects an alternate setting of a claimed interface.
+	SetAlt(iface, alt int) error
+	// Release releases every claimed interface and gives each back to the
+	// kernel driver that had it.
+	Release() error
+	// ReadStream starts reading IN endpoint ep (bulk or interrupt) with
+	// count transfers of size bytes kept in flight.
+	ReadStream(ep uint8, size, count int) (ReadStream, error)
+	// Write sends buf on OUT endpoint ep as one transfer and waits until
+	// it is done. The transfer ends with a short packet: when len(buf) is
+	// a multiple of the endpoint's packet size, a zero-length packet
+	// follows it.
+	Write(ctx context.Context, ep uint8, buf []byte) (int, error)
+	// SpeedMbps is the bus speed the device runs at (12, 480, 5000...),
+	// the link speed the driver reports until the device says otherwise.
+	SpeedMbps() int
+}
+
+// ReadStream is an IN endpoint with transfers in flight (Device.ReadStream).
+type ReadStream interface {
+	// Read waits for the oldest transfer to complete, copies its bytes
+	// into buf (at least the stream's size) and resubmits it. One
+	// transfer is one Read: transfer boundaries (an ECM frame, an NTB)
+	// are kept.
+	Read(ctx context.Context, buf []byte) (int, error)
+	// Close cancels the transfers in flight and waits for them.
+	Close() error
+}
+
+// Conditions a Device implementation reports by wrapping these, so the
+// driver can say how to fix them.
+var (
+	// ErrAccess means the process may not open the device node
+	// (/dev/bus/usb/BBB/DDD).
+	ErrAccess = errors.New("permission denied on the USB device node")
+	// ErrBusy means another process, or a kernel driver that would not
+	// let go, holds an interface.
+	ErrBusy = errors.New("interface claimed by another process")
+	// ErrGone means the device was unplugged (or reset away).
+	ErrGone = errors.New("USB device gone")
+)
