@@ -218,7 +218,7 @@ func Open(dev Device, o Options) (*NIC, error) {
 	}
 	fns, err := Functions(dev)
 	if err != nil {
-		return nil, n.errorf("read descriptors", err)
+		return nil, n.errorf("read descriptors", withFix(err, dev))
 	}
 	if o.Function < 0 || o.Function >= len(fns) {
 		return nil, n.errorf("open", fmt.Errorf("function %d of %d CDC functions", o.Function, len(fns)))
@@ -226,7 +226,7 @@ func Open(dev Device, o Options) (*NIC, error) {
 	n.fn = fns[o.Function]
 	n.name = fmt.Sprintf("%s %v", dev.String(), n.fn.Model)
 	if n.mac, err = readMAC(dev, n.fn.MACString); err != nil {
-		return nil, n.errorf("read iMACAddress", err)
+		return nil, n.errorf("read iMACAddress", withFix(err, dev))
 	}
 	if err := dev.Claim(n.fn.Config, n.fn.Control, n.fn.Data); err != nil {
 		return nil, n.errorf(fmt.Sprintf("claim interfaces %d+%d", n.fn.Control, n.fn.Data), withFix(err, dev))
@@ -293,6 +293,8 @@ func withFix(err error, dev Device) error {
 		return fmt.Errorf("%w: stop the process that holds %s (fuser -v /dev/bus/usb/...) and retry", err, dev)
 	case errors.Is(err, ErrGone):
 		return fmt.Errorf("%w: the device was unplugged; plug it back and open it again", err)
+	case errors.Is(err, ErrBadDescriptor):
+		return fmt.Errorf("%w: the device's firmware describes it wrongly; update the firmware or use another adapter", err)
 	}
 	return err
 }
@@ -329,7 +331,7 @@ func (n *NIC) bringUp() (err error) {
 			return n.errorf("GET_NTB_PARAMETERS", err)
 		}
 		if n.ntbOut, err = ParseNTBParams(pb[:k]); err != nil {
-			return n.errorf("GET_NTB_PARAMETERS", err)
+			return n.errorf("GET_NTB_PARAMETERS", withFix(err, dev))
 		}
 		if n.ntbOut.Formats&2 != 0 {
 			if _, err := dev.Control(rtClassOut, reqSetNTBFormat, 0, ctrl, nil); err != nil {

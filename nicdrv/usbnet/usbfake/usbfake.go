@@ -71,25 +71,27 @@ type Device struct {
 	config []byte
 	device []byte
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	peer     *Device
-	gone     bool
-	denied   bool
-	heldBy   string
-	claimed  bool
-	kernel   bool // the kernel's driver has the interfaces
-	alt      int  // data interface setting
-	link     bool
-	filter   uint16
-	groups   []nicdrv.MAC
-	ntbIn    int
-	toHost   [][]byte
-	notes    [][]byte
-	noBuffer uint32
-	inFrames uint64 // frames the host sent
-	viol     []string
-	claims   int
+	mu                  sync.Mutex
+	cond                *sync.Cond
+	peer                *Device
+	gone                bool
+	denied              bool
+	heldBy              string
+	claimed             bool
+	kernel              bool // the kernel's driver has the interfaces
+	alt                 int  // data interface setting
+	link                bool
+	filter              uint16
+	groups              []nicdrv.MAC
+	ntbIn               int
+	toHost              [][]byte
+	notes               [][]byte
+	noBuffer            uint32
+	inFrames            uint64 // frames the host sent
+	inXfers             uint64 // bulk OUT transfers the host sent
+	outFrames, outXfers uint64 // frames and bulk IN transfers to the host
+	viol                []string
+	claims              int
 }
 
 // New makes a device; it starts bound to the kernel's driver, link up.
@@ -454,6 +456,8 @@ func (s *stream) Read(ctx context.Context, buf []byte) (int, error) {
 					d.violate("bulk IN buffer of %d bytes for a frame of %d", len(buf), len(fr))
 					return 0, errors.New("babble: transfer overflow")
 				}
+				d.outXfers++
+				d.outFrames++
 				return copy(buf, fr), nil
 			}
 			s.w.Reset(buf[:min(len(buf), d.ntbIn)])
@@ -462,6 +466,8 @@ func (s *stream) Read(ctx context.Context, buf []byte) (int, error) {
 				k++
 			}
 			d.toHost = d.toHost[k:]
+			d.outXfers++
+			d.outFrames += uint64(k)
 			return len(s.w.Finish(d.o.MaxPacket)), nil
 		}
 		d.cond.Wait()
@@ -513,6 +519,7 @@ func (d *Device) Write(ctx context.Context, ep uint8, buf []byte) (int, error) {
 		}
 	}
 	d.inFrames += uint64(len(frames))
+	d.inXfers++
 	d.mu.Unlock()
 	if link && peer != nil {
 		for _, f := range frames {
@@ -612,6 +619,22 @@ func (d *Device) KernelBound() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.kernel
+}
+
+// Transfers is how many bulk OUT transfers the host sent and how many
+// frames they held.
+func (d *Device) Transfers() (xfers, frames uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.inXfers, d.inFrames
+}
+
+// HostTransfers is how many bulk IN transfers the device gave the host and
+// how many frames they held.
+func (d *Device) HostTransfers() (xfers, frames uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.outXfers, d.outFrames
 }
 
 // Dropped is how many frames the device dropped because the host did not

@@ -1,0 +1,220 @@
+package usbnet_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
+	"github.com/gomx-dev/gomx/nicdrv/usbnet"
+	"github.com/gomx-dev/gomx/nicdrv/usbnet/usbfake"
+)
+
+// oneLine checks that err is a single line that contains every want.
+func oneLine(t *testing.T, err error, wants ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error spans lines: %q", msg)
+	}
+	for _, w := range wants {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error %q does not say %q", msg, w)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	mac := nicdrv.MAC{0x02, 0, 0, 0, 0, 1}
+	massStorage := []byte{9, 2, 32, 0, 1, 1, 0, 0x80, 50,
+		9, 4, 0, 0, 2, 0x08, 0x06, 0x50, 0,
+		7, 5, 0x81, 2, 0, 2, 0,
+		7, 5, 0x02, 2, 0, 2, 0}
+	lie := func(edit func(b []byte)) []byte {
+		b := usbfake.ConfigDescriptor(usbnet.ECM, 512, 4)
+		edit(b)
+		return b
+	}
+	const ethAt = 9 + 9 + 5 + 5 // the Ethernet functional descriptor
+	for _, tc := range []struct {
+		name  string
+		o     usbfake.Options
+		setup func(d *usbfake.Device)
+		is    error
+		says  []string
+	}{
+		{"not CDC", usbfake.Options{Config: massStorage}, nil, usbnet.ErrNotCDC, []string{"08/06/50", "CDC ECM or NCM"}},
+		{"descriptor runs past the set", usbfake.Options{Config: lie(func(b []byte) { b[ethAt] = 200 })}, nil, usbnet.ErrBadDescriptor, []string{"bLength 200", "firmware"}},
+		{"wTotalLength lies", usbfake.Options{Config: lie(func(b []byte) { binary.LittleEndian.PutUint16(b[2:], 300) })}, nil, usbnet.ErrBadDescriptor, []string{"wTotalLength 300"}},
+		{"bNumEndpoints lies", usbfake.Options{Config: lie(func(b []byte) { b[9+4] = 3 })}, nil, usbnet.ErrBadDescriptor, []string{"bNumEndpoints 3"}},
+		{"union names no data interface", usbfake.Options{Config: lie(func(b []byte) { b[9+9+5+4] = 7 })}, nil, usbnet.ErrBadDescriptor, []string{"data interface 7"}},
+		{"claimed by another process", usbfake.Options{}, func(d *usbfake.Device) { d.HoldBy("pid 4242") }, usbnet.ErrBusy, []string{"claimed by another process", "stop the process"}},
+		{"no permission", usbfake.Options{}, func(d *usbfake.Device) { d.Deny(true) }, usbnet.ErrAccess, []string{"permission denied", "run as root", "udev rule"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Model, tc.o.MAC = usbnet.ECM, mac
+			d := usbfake.New(tc.o)
+			if tc.setup != nil {
+				tc.setup(d)
+			}
+			n, err := usbnet.Open(d, usbnet.Options{})
+			if err == nil {
+				n.Close()
+				t.Fatal("Open succeeded")
+			}
+			if !errors.Is(err, tc.is) {
+				t.Errorf("error %v, want %v", err, tc.is)
+			}
+			oneLine(t, err, tc.says...)
+			t.Log(err)
+			if !d.KernelBound() {
+				t.Error("a failed Open left the interfaces away from the kernel")
+			}
+		})
+	}
+}
+
+func TestCloseGivesBackToKernel(t *testing.T) {
+	for _, m := range []usbnet.Model{usbnet.ECM, usbnet.NCM} {
+		devs := pair(m)
+		n, err := usbnet.Open(devs[0], usbnet.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if devs[0].KernelBound() {
+			t.Fatalf("%v: the kernel driver still has the interfaces while the NIC is open", m)
+		}
+		// A second opener finds the interfaces taken.
+		if _, err := usbnet.Open(devs[0], usbnet.Options{}); !errors.Is(err, usbnet.ErrBusy) {
+			t.Errorf("%v: second Open: %v, want ErrBusy", m, err)
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !devs[0].KernelBound() {
+			t.Errorf("%v: Close did not give the interfaces back to the kernel", m)
+		}
+		if _, err := n.RxBatch(0, make([]*nicdrv.Buffer, 1)); !errors.Is(err, nicdrv.ErrClosed) {
+			t.Errorf("%v: RxBatch after Close: %v, want ErrClosed", m, err)
+		}
+	}
+}
+
+// TestUnplug pulls the device out in the middle of a stream: the driver
+// reports it, in one line that says what happened, and nothing hangs.
+func TestUnplug(t *testing.T) {
+	for _, m := range []usbnet.Model{usbnet.ECM, usbnet.NCM} {
+		t.Run(m.String(), func(t *testing.T) {
+			devs := pair(m)
+			var nics [2]*usbnet.NIC
+			for i := range nics {
+				n, err := usbnet.Open(devs[i], usbnet.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				nics[i] = n
+			}
+			a, b := nics[0], nics[1]
+			waiting := make(chan error, 1)
+			go func() { waiting <- b.WaitRx(context.Background(), 0) }()
+			// Frames flow, then the device goes.
+			bufs := make([]*nicdrv.Buffer, 32)
+			if _, err := a.Pool().Alloc(bufs); err != nil {
+				t.Fatal(err)
+			}
+			for i, bf := range bufs {
+				nictest.Frame(bf.SetLen(2048), b.MAC(), a.MAC(), uint64(i), 100)
+				bf.SetLen(100)
+			}
+			if k, err := a.TxBatch(0, bufs); k != len(bufs) || err != nil {
+				t.Fatalf("TxBatch: %d, %v", k, err)
+			}
+			if err := <-waiting; err != nil {
+				t.Fatalf("WaitRx before the unplug: %v", err)
+			}
+			devs[1].Unplug()
+			deadline := time.Now().Add(20 * time.Second)
+			var err error
+			rx := make([]*nicdrv.Buffer, 64)
+			for err == nil && time.Now().Before(deadline) {
+				var k int
+				k, err = b.RxBatch(0, rx)
+				_ = b.Pool().Free(rx[:k]...)
+			}
+			if !errors.Is(err, usbnet.ErrGone) {
+				t.Fatalf("RxBatch after the unplug: %v, want ErrGone", err)
+			}
+			oneLine(t, err, "gone", "plug it back")
+			t.Log(err)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := b.WaitRx(ctx, 0); !errors.Is(err, usbnet.ErrGone) {
+				t.Errorf("WaitRx after the unplug: %v, want ErrGone", err)
+			}
+			if _, err := b.TxBatch(0, nil); !errors.Is(err, usbnet.ErrGone) {
+				t.Errorf("TxBatch after the unplug: %v, want ErrGone", err)
+			}
+			if err := b.Close(); err != nil {
+				t.Errorf("Close of an unplugged NIC: %v", err)
+			}
+			if err := a.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestNCMPacks checks that NCM puts several frames in one transfer both
+// ways: the point of NCM.
+func TestNCMPacks(t *testing.T) {
+	devs := pair(usbnet.NCM)
+	var nics [2]*usbnet.NIC
+	for i := range nics {
+		n, err := usbnet.Open(devs[i], usbnet.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		nics[i] = n
+	}
+	a, b := nics[0], nics[1]
+	const frames = 100
+	bufs := make([]*nicdrv.Buffer, frames)
+	if _, err := a.Pool().Alloc(bufs); err != nil {
+		t.Fatal(err)
+	}
+	for i, bf := range bufs {
+		nictest.Frame(bf.SetLen(2048), b.MAC(), a.MAC(), uint64(i), 200)
+		bf.SetLen(200)
+	}
+	if k, err := a.TxBatch(0, bufs); k != frames || err != nil {
+		t.Fatalf("TxBatch: %d, %v", k, err)
+	}
+	rx := make([]*nicdrv.Buffer, frames)
+	got := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for got < frames && time.Now().Before(deadline) {
+		k, err := b.RxBatch(0, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += k
+		_ = b.Pool().Free(rx[:k]...)
+	}
+	if got != frames {
+		t.Fatalf("%d of %d frames arrived", got, frames)
+	}
+	outX, outF := devs[0].Transfers()
+	inX, inF := devs[1].HostTransfers()
+	t.Logf("OUT: %d frames in %d NTBs; IN: %d frames in %d NTBs", outF, outX, inF, inX)
+	if outX >= outF || inX >= inF {
+		t.Errorf("NTBs carried one frame each (OUT %d/%d, IN %d/%d)", outF, outX, inF, inX)
+	}
+}
