@@ -124,6 +124,11 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz FuzzSharedEntry -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzParseNetPIPE -fuzztime 2000x ./hack/peers/intranode/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNTB16$$' -fuzztime 20000x ./nicdrv/usbnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzNTBRoundTrip$$' -fuzztime 5000x ./nicdrv/usbnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 20000x ./nicdrv/usbnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNotifications$$' -fuzztime 20000x ./nicdrv/usbnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMACString$$' -fuzztime 20000x ./nicdrv/usbnet/
 
 lint: fmt-check vet staticcheck
 

@@ -214,6 +214,9 @@ func ParseConfig(b []byte) ([]Function, error) {
 	if total != len(b) {
 		return nil, fmt.Errorf("configuration wTotalLength %d but %d bytes returned: %w", total, len(b), ErrBadDescriptor)
 	}
+	if int(b[0]) > len(b) {
+		return nil, fmt.Errorf("configuration descriptor bLength %d runs past the %d bytes of the set: %w", b[0], len(b), ErrBadDescriptor)
+	}
 	cfgValue := int(b[5])
 	numIfaces := int(b[4])
 	var ifs []*ifaceInfo

@@ -142,8 +142,9 @@ func (w *NTBWriter) place() int {
 	return o
 }
 
-// ndpSize is the size of an NDP16 with n entries and its terminator.
-func ndpSize(n int) int { return ndp16Header + 4*(n+1) }
+// ndpSize is the size of an NDP16 with n entries and its terminator: at
+// least 16 bytes, so a table without datagrams gets a second zero entry.
+func ndpSize(n int) int { return ndp16Header + 4*max(n+1, 2) }
 
 func alignUp(v, a int) int { return (v + a - 1) / a * a }
 
@@ -197,8 +198,9 @@ func (w *NTBWriter) Finish(maxPacket int) []byte {
 		binary.LittleEndian.PutUint16(b[at+2:], uint16(e[1]))
 		at += 4
 	}
-	binary.LittleEndian.PutUint32(b[at:], 0)
-	at += 4
+	for ; at < ndp+ndpSize(n); at += 4 {
+		binary.LittleEndian.PutUint32(b[at:], 0)
+	}
 	if maxPacket > 0 && at%maxPacket == 0 && at < len(b) {
 		b[at] = 0
 		at++
@@ -219,7 +221,9 @@ func (w *NTBWriter) Finish(maxPacket int) []byte {
 // unaligned, overlaps the header or runs past the block, an NDP length
 // below 16 or not a multiple of 4, a table without its (0, 0) terminator,
 // a datagram outside the block or overlapping the header, a datagram
-// shorter than an Ethernet header, an NDP chain that loops. A wBlockLength
+// shorter than an Ethernet header, more NDP16s (16 bytes each) or
+// datagrams (14 bytes each) than the block holds side by side, which
+// catches a chain that loops. A wBlockLength
 // of 0 means the block is the whole transfer (NCM 1.0 allows it for a
 // block ended by a short packet). An NDP16 that says its datagrams carry a
 // CRC ("NCM1") is refused: the driver never asks for CRCs. On error out
@@ -252,11 +256,13 @@ func parseNTB16(b []byte, out [][]byte) ([][]byte, error) {
 	}
 	b = b[:block]
 	ndp := int(binary.LittleEndian.Uint16(b[10:]))
-	for hops := 0; ; hops++ {
-		// Each NDP takes at least 16 bytes of the block, so a chain
-		// longer than that loops.
-		if hops > block/ndp16MinLen {
-			return out, fmt.Errorf("NDP16 chain of more than %d tables loops: %w", hops, ErrBadNTB)
+	start := len(out)
+	for tables := 1; ; tables++ {
+		// Each NDP takes at least 16 bytes of the block, and each
+		// datagram 14: more of either than fit side by side means tables
+		// or datagrams overlap, or the chain loops.
+		if tables > block/ndp16MinLen {
+			return out, fmt.Errorf("NDP16 chain of more tables than a block of %d bytes holds (it overlaps or loops): %w", block, ErrBadNTB)
 		}
 		if ndp < nth16Len || ndp%4 != 0 || ndp+ndp16MinLen > block {
 			return out, fmt.Errorf("NDP16 index %d in a block of %d bytes: want a multiple of 4 after the header with 16 bytes of table: %w", ndp, block, ErrBadNTB)
@@ -284,6 +290,9 @@ func parseNTB16(b []byte, out [][]byte) ([][]byte, error) {
 			}
 			if n < 14 {
 				return out, fmt.Errorf("NDP16 at %d: datagram at %d of %d bytes, shorter than an Ethernet header: %w", ndp, idx, n, ErrBadNTB)
+			}
+			if len(out)-start >= block/14 {
+				return out, fmt.Errorf("more datagrams than a block of %d bytes holds (they overlap): %w", block, ErrBadNTB)
 			}
 			out = append(out, b[idx:idx+n])
 		}
