@@ -5,9 +5,15 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all test test-short test-unprivileged test-mpirun test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
+.PHONY: all build-usb test test-short test-unprivileged test-mpirun test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
 
 all: lint test
+
+# The USB CDC Ethernet driver's libusb device (nicdrv/usbnet, gousb) and
+# mxbench --transport usb: cgo with libusb-1.0-0-dev, behind the usb tag.
+build-usb:
+	CGO_ENABLED=1 $(GO) build -tags usb ./nicdrv/usbnet/... ./cmd/mxbench/
+	CGO_ENABLED=1 $(GO) vet -tags usb ./nicdrv/usbnet/... ./cmd/mxbench/
 
 # Reserve 2 MiB hugepages for tests and benchmarks when root (harmless otherwise).
 hugepages:

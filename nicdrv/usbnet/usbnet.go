@@ -993,13 +993,15 @@ func (n *NIC) Close() error {
 	n.tx.mu.Lock()
 	n.tx.work.Broadcast()
 	n.tx.mu.Unlock()
+	// The pipes' goroutines see the cancelled context and leave; only
+	// then are their streams closed, which a stream's Read must not race.
+	n.wg.Wait()
 	var errs []error
 	for _, s := range n.streams {
 		if err := s.Close(); err != nil && !errors.Is(err, ErrGone) {
 			errs = append(errs, err)
 		}
 	}
-	n.wg.Wait()
 	if err := n.dev.SetAlt(n.fn.Data, 0); err != nil && !errors.Is(err, ErrGone) {
 		errs = append(errs, fmt.Errorf("data interface to setting 0: %w", err))
 	}
