@@ -45,6 +45,7 @@ type benchFlags struct {
 	faults      faultFlags
 	xdp         xdpFlags
 	nic         nicFlags
+	usb         usbFlags
 	job         jobFlags
 }
 
@@ -132,6 +133,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.Int64Var(&f.faults.seed, "seed", 1, "fault PRNG seed: the same seed loses the same frames; off the loopback wire, the first board's sends use it and the second's (or, with --peer, this board's receives) use seed+1")
 	f.xdp.register(fs)
 	f.nic.register(fs)
+	f.usb.register(fs)
 	f.registerJob(fs)
 	if stream {
 		fs.IntVar(&f.window, "window", 16, "messages in flight")
@@ -184,7 +186,7 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 	for _, o := range wires {
 		if o.validate != nil && o.name != w.name {
 			// A wire's own flags given for another wire are mistakes.
-			if err := o.validate(&benchFlags{transport: w.name, xdp: f.xdp, nic: f.nic}, cmd); err != nil {
+			if err := o.validate(&benchFlags{transport: w.name, xdp: f.xdp, nic: f.nic, usb: f.usb}, cmd); err != nil {
 				return nil, err
 			}
 		}

@@ -65,7 +65,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "no subcommand"},
 		{[]string{"frobnicate"}, "unknown subcommand"},
-		{[]string{"pingpong", "--transport", "carrier-pigeon"}, "want loopback, udp, xdp or nic"},
+		{[]string{"pingpong", "--transport", "carrier-pigeon"}, "want loopback, udp, xdp, nic or usb"},
 		{[]string{"pingpong", "--transport", "loopback", "--peer", "h:1"}, "--peer needs a network transport"},
 		{[]string{"pingpong", "--transport", "udp", "--dup", "-0.1"}, "want a fraction"},
 		{[]string{"pingpong", "--loss", "1.5"}, "want a fraction"},
@@ -190,6 +190,7 @@ func TestFaultsEveryTransport(t *testing.T) {
 		{"--transport", "loopback"},
 		{"--transport", "udp"},
 		{"--transport", "nic", "--nic", "model"},
+		{"--transport", "usb", "--usb", "fake-ncm"},
 		{"--transport", "xdp"},
 	} {
 		t.Run(args[1], func(t *testing.T) {

@@ -73,6 +73,13 @@ var wires = []wire{
 			return f.nic.transports()
 		},
 	},
+	{name: "usb", about: "gomx's user-space USB CDC ECM/NCM driver on two cabled adapters (--usb A,B, an mxbench built with make build-usb), or two pure-Go fakes (--usb fake)",
+		flags:    []string{"usb"},
+		validate: func(f *benchFlags, cmd string) error { return f.usb.validate(cmd, f.transport, f.peer) },
+		open: func(f *benchFlags) (transport.Transport, transport.Transport, string, *loopback.Network, error) {
+			return f.usb.transports()
+		},
+	},
 }
 
 // wireNamed returns the wire called name.
