@@ -28,9 +28,12 @@ with --unidirectional). Without --peer both sides run in this process, each
 on its own board and goroutine (pinned to its own CPU when busy-polling).
 --transport picks the wire: loopback (in-process), udp (kernel sockets on
 127.0.0.1, or toward --peer), xdp (AF_XDP on a veth pair mxbench creates in
-two network namespaces; needs root, else falls back to udp and says why) or
-nic (gomx's e1000e driver). --timeout bounds every wait: connecting and each
-size.
+two network namespaces; needs root, else falls back to udp and says why),
+nic (gomx's e1000e driver) or usb (gomx's USB CDC ECM/NCM driver on two
+cabled adapters, --usb A,B with an mxbench built by make build-usb, or two
+fakes with --usb fake; spinning boards share the cores with the driver's
+pipe goroutines, so --wait block suits it on a small machine). --timeout
+bounds every wait: connecting and each size.
 
 --loss, --reorder, --dup and --corrupt make the wire lossy with one seeded
 fault model on every transport: the loopback wire injects the faults itself,

@@ -14,7 +14,8 @@
 // Without --peer both sides run in this process, each on its own board and
 // goroutine. The transport is chosen with --transport: loopback (an
 // in-process wire), udp (kernel UDP sockets on 127.0.0.1, or toward --peer),
-// xdp (AF_XDP on a pair of interfaces) or nic (gomx's e1000e driver). Seeded
+// xdp (AF_XDP on a pair of interfaces), nic (gomx's e1000e driver) or usb
+// (gomx's USB CDC Ethernet driver, docs/usbnet.md). Seeded
 // fault injection (--loss, --reorder, --dup, --corrupt) works on every one:
 // the loopback wire injects the faults itself, and the other transports are
 // wrapped with the same model (package transport/fault). Sizes go from 0 to 4 MiB by doubling,
