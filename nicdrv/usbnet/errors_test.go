@@ -218,3 +218,121 @@ func TestNCMPacks(t *testing.T) {
 		t.Errorf("NTBs carried one frame each (OUT %d/%d, IN %d/%d)", outF, outX, inF, inX)
 	}
 }
+
+// TestFilterRequests checks what the driver asks of the device: the
+// packet filter for promiscuous mode, the multicast list while it fits the
+// device's filters and all-multicast beyond, with the driver's own filter
+// still keeping exactly the groups asked for.
+func TestFilterRequests(t *testing.T) {
+	devs := pair(usbnet.ECM)
+	var nics [2]*usbnet.NIC
+	for i := range nics {
+		n, err := usbnet.Open(devs[i], usbnet.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		nics[i] = n
+	}
+	a, b := nics[0], nics[1]
+	if got := devs[1].PacketFilter(); got != 0x0C {
+		t.Errorf("packet filter after Open %#x, want directed|broadcast (0x0c)", got)
+	}
+	if err := b.SetPromiscuous(true); err != nil {
+		t.Fatal(err)
+	}
+	if got := devs[1].PacketFilter(); got&0x01 == 0 {
+		t.Errorf("packet filter %#x in promiscuous mode, want bit 0", got)
+	}
+	if err := b.SetPromiscuous(false); err != nil {
+		t.Fatal(err)
+	}
+	groups := []nicdrv.MAC{{1, 0, 0x5E, 0, 0, 1}, {1, 0, 0x5E, 0, 0, 2}, {1, 0, 0x5E, 0, 0, 3}, {1, 0, 0x5E, 0, 0, 4}, {1, 0, 0x5E, 0, 0, 5}}
+	if err := b.SetMulticast(groups[:4]); err != nil {
+		t.Fatal(err)
+	}
+	if got, list := devs[1].PacketFilter(), devs[1].Groups(); got&0x10 == 0 || len(list) != 4 {
+		t.Errorf("4 groups on a device filtering 4: filter %#x, list %v; want the multicast bit and the list", got, list)
+	}
+	if err := b.SetMulticast(groups[:3]); err != nil {
+		t.Fatal(err)
+	}
+	// Five groups: more than the device filters, so it passes all
+	// multicast, and the driver drops the groups not asked for.
+	if err := b.SetMulticast(groups); err != nil {
+		t.Fatal(err)
+	}
+	if got := devs[1].PacketFilter(); got&0x02 == 0 {
+		t.Errorf("5 groups on a device filtering 4: filter %#x, want all-multicast", got)
+	}
+	send := func(dst nicdrv.MAC, seq uint64) {
+		bf, err := a.Pool().Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nictest.Frame(bf.SetLen(2048), dst, a.MAC(), seq, 64)
+		bf.SetLen(64)
+		if k, err := a.TxBatch(0, []*nicdrv.Buffer{bf}); k != 1 || err != nil {
+			t.Fatalf("TxBatch: %d, %v", k, err)
+		}
+	}
+	send(nicdrv.MAC{1, 0, 0x5E, 0, 0, 9}, 1) // a group not asked for
+	send(groups[4], 2)
+	rx := make([]*nicdrv.Buffer, 4)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		k, err := b.RxBatch(0, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			continue
+		}
+		if seq := binary.BigEndian.Uint64(rx[0].Data[14:]); seq != 2 {
+			t.Errorf("frame %d arrived first: the group not asked for passed the driver's filter", seq)
+		}
+		_ = b.Pool().Free(rx[:k]...)
+		return
+	}
+	t.Fatal("the subscribed group's frame did not arrive")
+}
+
+// TestStatsDeviceCounters checks that frames the device dropped because
+// the host did not read them show up as RxMissed.
+func TestStatsDeviceCounters(t *testing.T) {
+	a := usbfake.New(usbfake.Options{Model: usbnet.ECM, MAC: nicdrv.MAC{2, 0, 0, 0, 0, 1}, Queue: 4})
+	b := usbfake.New(usbfake.Options{Model: usbnet.ECM, MAC: nicdrv.MAC{2, 0, 0, 0, 0, 2}, Queue: 4})
+	usbfake.Cable(a, b)
+	na, err := usbnet.Open(a, usbnet.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer na.Close()
+	nb, err := usbnet.Open(b, usbnet.Options{RxRing: 2, InFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	bufs := make([]*nicdrv.Buffer, 64)
+	if _, err := na.Pool().Alloc(bufs); err != nil {
+		t.Fatal(err)
+	}
+	for i, bf := range bufs {
+		nictest.Frame(bf.SetLen(2048), nb.MAC(), na.MAC(), uint64(i), 100)
+		bf.SetLen(100)
+	}
+	if k, err := na.TxBatch(0, bufs); k != len(bufs) || err != nil {
+		t.Fatalf("TxBatch: %d, %v", k, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for b.Dropped() == 0 && time.Now().Before(deadline) {
+		na.TxBatch(0, nil)
+	}
+	st, err := nb.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RxMissed == 0 || st.RxMissed != uint64(b.Dropped()) {
+		t.Errorf("RxMissed %d, the device dropped %d", st.RxMissed, b.Dropped())
+	}
+}

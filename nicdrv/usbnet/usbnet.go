@@ -346,6 +346,13 @@ func (n *NIC) bringUp() (err error) {
 			return n.errorf("SET_NTB_INPUT_SIZE", err)
 		}
 		rxSize = alignUp(n.ntbIn, f.BulkIn.MaxPacket)
+		// A frame must fit an OUT NTB on its own: header, the worst
+		// placement padding, an NDP16 with one entry at its alignment.
+		room := min(o.NTBSize, n.ntbOut.OutMaxSize) - nth16Len - max(n.ntbOut.OutDivisor, 4) - max(n.ntbOut.OutAlign, 4) - ndpSize(1)
+		if room < 60 {
+			return n.errorf("GET_NTB_PARAMETERS", withFix(fmt.Errorf("dwNtbOutMaxSize %d leaves room for frames of %d bytes: %w", n.ntbOut.OutMaxSize, room, ErrBadDescriptor), dev))
+		}
+		n.maxFrame = min(n.maxFrame, room)
 	}
 	// Setting 0 first resets the data interface (and, for NCM, is where
 	// the NTB parameters had to be set); the data setting starts traffic.
@@ -630,6 +637,18 @@ func (n *NIC) transmit() {
 					break
 				}
 				batch = append(batch, b)
+			}
+			if len(batch) == 0 {
+				// Unreachable with frames of at most maxFrame bytes;
+				// dropping the frame keeps the queue moving regardless.
+				batch = append(batch, t.q[t.head])
+				n.st.txRejected.Add(1)
+				t.q[t.head] = nil
+				t.head = (t.head + 1) % len(t.q)
+				t.n--
+				t.mu.Unlock()
+				n.reclaim(batch)
+				continue
 			}
 			xfer = w.Finish(out.MaxPacket)
 		}

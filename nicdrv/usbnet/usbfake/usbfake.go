@@ -637,6 +637,20 @@ func (d *Device) HostTransfers() (xfers, frames uint64) {
 	return d.outXfers, d.outFrames
 }
 
+// PacketFilter is the last SET_ETHERNET_PACKET_FILTER the host sent.
+func (d *Device) PacketFilter() uint16 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.filter
+}
+
+// Groups is the multicast list the host set.
+func (d *Device) Groups() []nicdrv.MAC {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]nicdrv.MAC(nil), d.groups...)
+}
+
 // Dropped is how many frames the device dropped because the host did not
 // read them.
 func (d *Device) Dropped() uint32 {
