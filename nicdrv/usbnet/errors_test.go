@@ -336,3 +336,25 @@ func TestStatsDeviceCounters(t *testing.T) {
 		t.Errorf("RxMissed %d, the device dropped %d", st.RxMissed, b.Dropped())
 	}
 }
+
+// TestOpenPoolTooSmall: a pool smaller than the RX ring fails Open, says
+// so, and gives back the buffers it took.
+func TestOpenPoolTooSmall(t *testing.T) {
+	d := usbfake.New(usbfake.Options{Model: usbnet.NCM, MAC: nicdrv.MAC{2, 0, 0, 0, 0, 1}})
+	p, err := nicdrv.NewPool(usbnet.DMA(), nicdrv.PoolOptions{Buffers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = usbnet.Open(d, usbnet.Options{Pool: p, RxRing: 16})
+	if !errors.Is(err, nicdrv.ErrPoolExhausted) {
+		t.Fatalf("Open with 8 buffers for a ring of 16: %v, want ErrPoolExhausted", err)
+	}
+	oneLine(t, err, "more buffers than RxRing")
+	if p.Available() != 8 {
+		t.Errorf("%d of 8 buffers back in the pool after a failed Open", p.Available())
+	}
+	if !d.KernelBound() {
+		t.Error("a failed Open left the interfaces away from the kernel")
+	}
+}

@@ -137,7 +137,6 @@ type counters struct {
 	rxBroadcast, rxMulticast             atomic.Uint64
 	rxErrors, rxDropped                  atomic.Uint64
 	rxNoBuffer, txRingFull, txRejected   atomic.Uint64
-	txErrors                             atomic.Uint64
 	wakeups                              atomic.Uint64
 	baseNoBuffer, baseRcvError           uint32 // the device's counters at Open
 }
@@ -390,8 +389,8 @@ func (n *NIC) bringUp() (err error) {
 	n.rx.spare = make([]*nicdrv.Buffer, o.RxRing)
 	n.rx.ready = make([]*nicdrv.Buffer, o.RxRing)
 	n.rx.kick = make(chan struct{}, 1)
-	if _, err := n.pool.Alloc(n.rx.spare); err != nil {
-		n.rx.spare = n.rx.spare[:0]
+	if k, err := n.pool.Alloc(n.rx.spare); err != nil {
+		n.rx.spare = n.rx.spare[:k] // given back by releaseBuffers
 		return n.errorf("fill RX ring", fmt.Errorf("%w: give the pool more buffers than RxRing", err))
 	}
 	n.tx.work = sync.NewCond(&n.tx.mu)
@@ -676,12 +675,12 @@ func (n *NIC) transmit() {
 			continue // a NIC without link drops what it is given
 		}
 		if _, err := n.dev.Write(n.ctx, out.Address, xfer); err != nil {
-			if n.ctx.Err() == nil {
-				n.st.txErrors.Add(1)
-				if errors.Is(err, ErrGone) {
-					n.fail("bulk OUT", err)
-					return
-				}
+			// A transfer the device refused loses its frames, as a
+			// NIC loses what it cannot send; a device that is gone
+			// stops the NIC.
+			if n.ctx.Err() == nil && errors.Is(err, ErrGone) {
+				n.fail("bulk OUT", err)
+				return
 			}
 			continue
 		}
