@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/gousb"
 )
@@ -31,10 +32,11 @@ type USBDevice struct {
 	dev  *gousb.Device
 	name string
 
-	mu   sync.Mutex
-	cfg  *gousb.Config
-	ifs  map[int]*gousb.Interface
-	outs map[uint8]*gousb.OutEndpoint
+	mu    sync.Mutex
+	cfg   *gousb.Config
+	ifs   map[int]*gousb.Interface
+	order []int // interfaces in the order claimed
+	outs  map[uint8]*gousb.OutEndpoint
 }
 
 var _ Device = (*USBDevice)(nil)
@@ -64,6 +66,9 @@ func OpenUSB(sel Selector) (*USBDevice, error) {
 		d.Close()
 	}
 	d := devs[0]
+	// libusb waits forever on a control transfer without a timeout; five
+	// seconds is what Linux's CDC drivers allow.
+	d.ControlTimeout = 5 * time.Second
 	u := &USBDevice{ctx: ctx, dev: d, ifs: map[int]*gousb.Interface{}, outs: map[uint8]*gousb.OutEndpoint{},
 		name: fmt.Sprintf("usb %d:%d (%s:%s)", d.Desc.Bus, d.Desc.Address, d.Desc.Vendor, d.Desc.Product)}
 	return u, nil
@@ -129,6 +134,7 @@ func (u *USBDevice) Claim(config int, ifaces ...int) (err error) {
 			return mapErr(err)
 		}
 		u.ifs[i] = intf
+		u.order = append(u.order, i)
 	}
 	return nil
 }
@@ -166,10 +172,16 @@ func (u *USBDevice) releaseLocked() error {
 		return nil
 	}
 	err := u.dev.SetAutoDetach(true)
-	for i, intf := range u.ifs {
-		intf.Close() // with auto-detach on, libusb re-attaches the kernel driver
-		delete(u.ifs, i)
+	// Last claimed first: the data interface must be free when the
+	// control interface goes back, since the kernel's CDC driver, probing
+	// the control interface, claims the data interface the union names.
+	for k := len(u.order) - 1; k >= 0; k-- {
+		if intf := u.ifs[u.order[k]]; intf != nil {
+			intf.Close() // with auto-detach on, libusb re-attaches the kernel driver
+		}
+		delete(u.ifs, u.order[k])
 	}
+	u.order = u.order[:0]
 	clear(u.outs)
 	err = errors.Join(err, u.cfg.Close())
 	u.cfg = nil
