@@ -225,7 +225,7 @@ func (u *USBDevice) ReadStream(ep uint8, size, count int) (ReadStream, error) {
 
 // Read implements ReadStream.
 func (s *usbStream) Read(ctx context.Context, buf []byte) (int, error) {
-	n, err := s.s.ReadContext(ctx, buf[:s.size])
+	n, err := s.s.ReadContext(ctx, buf[:min(len(buf), s.size)])
 	return n, mapErr(err)
 }
 

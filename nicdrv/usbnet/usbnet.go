@@ -406,8 +406,9 @@ func (n *NIC) bringUp() (err error) {
 	}
 	n.streams = append(n.streams, in)
 	var notify ReadStream
+	notifySize := alignUp(16, max(f.Notify.MaxPacket, 1))
 	if f.Notify.Address != 0 {
-		if notify, err = dev.ReadStream(f.Notify.Address, alignUp(16, max(f.Notify.MaxPacket, 1)), 1); err != nil {
+		if notify, err = dev.ReadStream(f.Notify.Address, notifySize, 1); err != nil {
 			_ = in.Close()
 			n.streams = nil
 			return n.errorf("interrupt IN", withFix(err, dev))
@@ -420,7 +421,7 @@ func (n *NIC) bringUp() (err error) {
 	go n.transmit()
 	if notify != nil {
 		n.wg.Add(1)
-		go n.watchLink(notify)
+		go n.watchLink(notify, notifySize)
 	}
 	return nil
 }
@@ -707,9 +708,9 @@ func (n *NIC) reclaim(batch []*nicdrv.Buffer) {
 }
 
 // watchLink follows the link notifications.
-func (n *NIC) watchLink(s ReadStream) {
+func (n *NIC) watchLink(s ReadStream, size int) {
 	defer n.wg.Done()
-	buf := make([]byte, 64)
+	buf := make([]byte, size)
 	var ns []Notification
 	for {
 		k, err := s.Read(n.ctx, buf)
