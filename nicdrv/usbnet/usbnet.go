@@ -406,7 +406,9 @@ func (n *NIC) bringUp() (err error) {
 	}
 	n.streams = append(n.streams, in)
 	var notify ReadStream
-	notifySize := alignUp(16, max(f.Notify.MaxPacket, 1))
+	// Room for a speed change and a connection in one transfer, in whole
+	// packets.
+	notifySize := alignUp(64, max(f.Notify.MaxPacket, 1))
 	if f.Notify.Address != 0 {
 		if notify, err = dev.ReadStream(f.Notify.Address, notifySize, 1); err != nil {
 			_ = in.Close()

@@ -360,13 +360,13 @@ func (d *Device) SetAlt(iface, alt int) error {
 	return nil
 }
 
+// notifyLink queues the link notifications, each its own interrupt
+// transfer: a speed change when the link is up, then the connection.
 func (d *Device) notifyLink() {
-	var b []byte
 	if d.link {
-		b = usbnet.AppendNotification(b, usbnet.Notification{Code: usbnet.NotifyConnectionSpeedChange, Interface: ifControl, Down: 1e9, Up: 1e9})
+		d.notes = append(d.notes, usbnet.AppendNotification(nil, usbnet.Notification{Code: usbnet.NotifyConnectionSpeedChange, Interface: ifControl, Down: 1e9, Up: 1e9}))
 	}
-	b = usbnet.AppendNotification(b, usbnet.Notification{Code: usbnet.NotifyNetworkConnection, Value: b2u(d.link), Interface: ifControl})
-	d.notes = append(d.notes, b)
+	d.notes = append(d.notes, usbnet.AppendNotification(nil, usbnet.Notification{Code: usbnet.NotifyNetworkConnection, Value: b2u(d.link), Interface: ifControl}))
 	d.cond.Broadcast()
 }
 
@@ -444,6 +444,9 @@ func (s *stream) Read(ctx context.Context, buf []byte) (int, error) {
 			return 0, ctx.Err()
 		}
 		if s.ep == EPNotify && len(d.notes) > 0 {
+			if len(buf) < len(d.notes[0]) {
+				d.violate("interrupt IN buffer of %d bytes for a notification of %d", len(buf), len(d.notes[0]))
+			}
 			n := copy(buf, d.notes[0])
 			d.notes = d.notes[1:]
 			return n, nil
