@@ -14,6 +14,7 @@ all: lint test
 build-usb:
 	CGO_ENABLED=1 $(GO) build -tags usb ./nicdrv/usbnet/... ./cmd/mxbench/
 	CGO_ENABLED=1 $(GO) vet -tags usb ./nicdrv/usbnet/... ./cmd/mxbench/
+	CGO_ENABLED=1 $(GO) test -count=1 -tags usb -run '^TestOpenUSB' ./nicdrv/usbnet/
 
 # Reserve 2 MiB hugepages for tests and benchmarks when root (harmless otherwise).
 hugepages:

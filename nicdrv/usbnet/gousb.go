@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +46,13 @@ var _ Device = (*USBDevice)(nil)
 // process may not open the device node, and says which devices exist when
 // none matches.
 func OpenUSB(sel Selector) (*USBDevice, error) {
-	ctx := gousb.NewContext()
+	if _, err := os.Stat("/dev/bus/usb"); err != nil {
+		return nil, fmt.Errorf("usbnet: open USB device %v: no /dev/bus/usb (%v): run on a host with USB, or give the container the bus (docker run --device /dev/bus/usb)", sel, err)
+	}
+	ctx, err := newContext()
+	if err != nil {
+		return nil, fmt.Errorf("usbnet: open USB device %v: libusb: %w", sel, err)
+	}
 	var seen []string
 	devs, err := ctx.OpenDevices(func(d *gousb.DeviceDesc) bool {
 		seen = append(seen, fmt.Sprintf("%d:%d (%s:%s)", d.Bus, d.Address, d.Vendor, d.Product))
@@ -72,6 +79,17 @@ func OpenUSB(sel Selector) (*USBDevice, error) {
 	u := &USBDevice{ctx: ctx, dev: d, ifs: map[int]*gousb.Interface{}, outs: map[uint8]*gousb.OutEndpoint{},
 		name: fmt.Sprintf("usb %d:%d (%s:%s)", d.Desc.Bus, d.Desc.Address, d.Desc.Vendor, d.Desc.Product)}
 	return u, nil
+}
+
+// newContext is gousb.NewContext, which panics when libusb cannot start,
+// returning that as an error.
+func newContext() (ctx *gousb.Context, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v: is usbfs mounted at /dev/bus/usb?", r)
+		}
+	}()
+	return gousb.NewContext(), nil
 }
 
 // mapErr turns libusb's conditions into this package's: gousb often formats
