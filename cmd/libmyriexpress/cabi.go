@@ -34,7 +34,7 @@ var lib struct {
 // Return codes used here by name. MX's parameter errors (24-26) have no
 // counterpart in package mx, which takes no parameter lists.
 const (
-	rcSuccess              = C.int(mx.Success)
+	rcSuccess                 = C.int(mx.Success)
 	badParamVal mx.ReturnCode = C.MX_BAD_PARAM_VAL
 )
 
