@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gomx-dev/gomx/internal/mxenv"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
 )
@@ -28,7 +29,6 @@ var lib struct {
 	inited atomic.Bool
 	boards []*mx.Board
 	names  *mx.Names
-	cfg    *config
 }
 
 // Return codes used here by name. MX's parameter errors (24-26) have no
@@ -81,7 +81,7 @@ func waitCtx(ms C.uint32_t) (context.Context, context.CancelFunc) {
 	if ms == 0 {
 		return context.Background(), func() {}
 	}
-	return context.WithTimeout(context.Background(), msTimeout(uint32(ms)))
+	return context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
 }
 
 // ---- addresses ----
@@ -164,21 +164,21 @@ func gomx_init(api C.int, fatal *C.int, errbuf *C.char) C.int {
 	if api>>8 != C.MX_API>>8 {
 		return fail(errbuf, mx.BadLibVersion, fmt.Errorf("program built for MX API %#x, this library implements %#x", int(api), C.MX_API))
 	}
-	cfg, err := loadConfig()
+	cfg, err := mxenv.Load()
 	if err != nil {
 		return fail(errbuf, badParamVal, err)
 	}
-	if cfg.fatal {
+	if cfg.Fatal {
 		*fatal = 1
 	} else {
 		*fatal = 0
 	}
 	names := mx.NewNames()
-	bs, err := cfg.openBoards(names)
+	bs, err := cfg.OpenBoards(names)
 	if err != nil {
 		return fail(errbuf, mx.NoDev, err)
 	}
-	lib.boards, lib.names, lib.cfg = bs, names, cfg
+	lib.boards, lib.names = bs, names
 	lib.inited.Store(true)
 	return rcSuccess
 }
@@ -194,8 +194,8 @@ func gomx_finalize(errbuf *C.char) C.int {
 		e.ep.Close()
 		dropEndpoint(e)
 	}
-	closeBoards(lib.boards)
-	lib.boards, lib.names, lib.cfg = nil, nil, nil
+	mxenv.CloseBoards(lib.boards)
+	lib.boards, lib.names = nil, nil
 	lib.inited.Store(false)
 	return rcSuccess
 }
@@ -695,7 +695,7 @@ func gomx_set_request_timeout(h, req C.uintptr_t, ms C.uint32_t, errbuf *C.char)
 		}
 		r = s.r
 	}
-	if err := e.ep.SetRequestTimeout(r, msTimeout(uint32(ms))); err != nil {
+	if err := e.ep.SetRequestTimeout(r, time.Duration(ms)*time.Millisecond); err != nil {
 		return failErr(errbuf, err)
 	}
 	return rcSuccess

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gomx-dev/gomx/internal/mxenv"
 	"github.com/gomx-dev/gomx/mx"
 )
 
@@ -18,10 +19,10 @@ import (
 // atomic stores, and an entry's own fields are owned by the one thread
 // that uses its handle, as MX asks of a request.
 
-// maxEndpoints bounds the endpoints open at once in the process (16 boards
-// of 256 endpoints); an endpoint's index fits the 16 bits an address keeps
-// for it.
-const maxEndpoints = 4096
+// maxEndpoints bounds the endpoints open at once in the process (every
+// endpoint of mxenv.MaxBoards boards); an endpoint's index fits the 16 bits
+// an address keeps for it.
+const maxEndpoints = mxenv.MaxBoards * mx.MaxEndpoints
 
 // endpoint is the C library's record of an open endpoint.
 type endpoint struct {

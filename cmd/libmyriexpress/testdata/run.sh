@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The C tests of libmyriexpress (make test-cabi). Builds the library with
+# cgo's full pointer checks (GOEXPERIMENT=cgocheck2: every store of a Go
+# pointer into C memory is checked at run time), links mxtest.c against it
+# as an MX program links against Open-MX (-lmyriexpress, nothing else),
+# and runs: the one-process tests, two processes over shared memory and
+# over UDP, and the C program against a Go `mxbench` both ways over both
+# paths. Every run is bounded by a timeout. Usage: run.sh BUILD_DIR [GO].
+set -euo pipefail
+build=${1:?usage: run.sh BUILD_DIR [GO]}
+go=${2:-go}
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+lib=$build/cgocheck2
+mkdir -p "$lib"
+
+echo "== libmyriexpress with GOEXPERIMENT=cgocheck2"
+(cd "$root" && GOEXPERIMENT=cgocheck2 "$go" build -tags cabi -buildmode=c-shared \
+	-ldflags "-extldflags '-Wl,--version-script=$root/cmd/libmyriexpress/libmyriexpress.version -Wl,-soname,libopen-mx.so.0'" \
+	-o "$lib/libopen-mx.so.0" ./cmd/libmyriexpress)
+rm -f "$lib/libopen-mx.so.h" # Go's own export header, not the API
+ln -sf libopen-mx.so.0 "$lib/libopen-mx.so"
+ln -sf libopen-mx.so.0 "$lib/libmyriexpress.so"
+
+echo "== mxtest (gcc) and mxbench"
+gcc -O2 -Wall -Wextra -Werror -pthread -I"$root/include" -o "$build/mxtest" \
+	"$root/cmd/libmyriexpress/testdata/mxtest.c" -L"$lib" -lmyriexpress
+(cd "$root" && "$go" build -o "$build/mxbench" ./cmd/mxbench)
+
+export LD_LIBRARY_PATH=$lib
+mxtest=$build/mxtest
+mxbench=$build/mxbench
+t=120 # seconds any one run may take
+
+# The symbol versions a program linked against Open-MX asks for.
+for v in 'mx_open_endpoint@@MX_0.9' 'mx_test@@MX_0.91' 'mx__init_api@@MX_0.92' 'mx_isend@@MX_0.0'; do
+	readelf --dyn-syms -W "$lib/libopen-mx.so.0" | grep -q " $v\$" || { echo "libopen-mx.so.0 lacks $v"; exit 1; }
+done
+if readelf --dyn-syms -W "$lib/libopen-mx.so.0" | grep -q ' gomx_'; then
+	echo "libopen-mx.so.0 exports its internal gomx_ symbols"; exit 1
+fi
+
+echo "== one process"
+timeout $t "$mxtest" local
+
+for path in shm udp; do
+	if [ $path = udp ]; then export OMX_DISABLE_SHARED=1; else unset OMX_DISABLE_SHARED; fi
+	echo "== two processes over $path: ping-pong and the random loop"
+	timeout $t "$mxtest" pair 300
+
+	port=$((41000 + RANDOM % 20000))
+	echo "== C client -> Go mxbench serve over $path (port $port)"
+	GOMX_SHM=$([ $path = udp ] && echo off || echo on) timeout $t "$mxbench" serve --listen 127.0.0.1:$port --once --wait block >"$build/serve.log" 2>&1 &
+	srv=$!
+	for _ in $(seq 1 600); do grep -q "mxbench serve:" "$build/serve.log" && break; sleep 0.1; done
+	timeout $t "$mxtest" mxbench-client 127.0.0.1:$port 100
+	wait $srv || { cat "$build/serve.log"; exit 1; }
+
+	port=$((41000 + RANDOM % 20000))
+	echo "== Go mxbench pingpong -> C server over $path (port $port)"
+	GOMX_BOARDS=udp:127.0.0.1:$port timeout $t "$mxtest" mxbench-server >"$build/cserver.log" 2>&1 &
+	srv=$!
+	for _ in $(seq 1 600); do grep -q "listening" "$build/cserver.log" && break; sleep 0.1; done
+	GOMX_SHM=$([ $path = udp ] && echo off || echo on) timeout $t "$mxbench" pingpong --peer 127.0.0.1:$port \
+		--baseline=false --verify --sizes 0,8,4K,64K,1M --iterations 100
+	wait $srv || { cat "$build/cserver.log"; exit 1; }
+	cat "$build/cserver.log"
+done
+unset OMX_DISABLE_SHARED
+echo "test-cabi: ok"
