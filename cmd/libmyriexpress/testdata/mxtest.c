@@ -12,6 +12,7 @@
  *   mxtest mxbench-client HOST:PORT   the client of `mxbench serve`
  *   mxtest mxbench-server             the server of `mxbench pingpong
  *                                     --peer`, for one client
+ *   mxtest crossing [N]               the cost of one call into the library
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -852,6 +853,40 @@ static int run_mxbench_server(void)
 	return 0;
 }
 
+/* ---------------- crossing: the cost of a call ---------------- */
+
+static int run_crossing(int n)
+{
+	mx_endpoint_t ep;
+	mx_request_t r;
+	mx_status_t st;
+	uint32_t result;
+	uint8_t b[8];
+	volatile const char *sink;
+	MX(mx_init());
+	MX(mx_open_endpoint(0, MX_ANY_ENDPOINT, KEY, NULL, 0, &ep));
+	r = recv1(ep, b, sizeof b, 0xDEAD);
+	for (int round = 0; round < 3; round++) {
+		double t0 = now_us();
+		for (int i = 0; i < n; i++)
+			sink = mx_strerror(MX_TIMEOUT); /* C only: the floor */
+		double t1 = now_us();
+		for (int i = 0; i < n; i++)
+			MX(mx_progress(ep)); /* into Go and back, no work */
+		double t2 = now_us();
+		for (int i = 0; i < n; i++)
+			MX(mx_test(ep, &r, &st, &result)); /* a test of a pending receive */
+		double t3 = now_us();
+		printf("crossing: C call %.1f ns, mx_progress %.1f ns, mx_test (pending) %.1f ns\n", (t1 - t0) * 1e3 / n,
+		       (t2 - t1) * 1e3 / n, (t3 - t2) * 1e3 / n);
+	}
+	(void)sink;
+	MX(mx_cancel(ep, &r, &result));
+	MX(mx_close_endpoint(ep));
+	MX(mx_finalize());
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
@@ -869,8 +904,10 @@ int main(int argc, char **argv)
 		return run_mxbench_client(argv[2], argc > 3 ? atoi(argv[3]) : 200);
 	if (strcmp(cmd, "mxbench-server") == 0)
 		return run_mxbench_server();
+	if (strcmp(cmd, "crossing") == 0)
+		return run_crossing(argc > 2 ? atoi(argv[2]) : 1000000);
 	fprintf(stderr, "usage: %s local | pair [rounds] | bench SIZE ITERS | mxbench-client HOST:PORT [iters] | "
-			"mxbench-server\n",
+			"mxbench-server | crossing [N]\n",
 		prog);
 	return 2;
 }

@@ -41,6 +41,10 @@ if readelf --dyn-syms -W "$lib/libopen-mx.so.0" | grep -q ' gomx_'; then
 	echo "libopen-mx.so.0 exports its internal gomx_ symbols"; exit 1
 fi
 
+echo "== docs/c-api.md's example"
+gcc -Wall -Werror -I"$root/include" -o "$build/example" "$root/cmd/libmyriexpress/testdata/example.c" -L"$lib" -lmyriexpress
+timeout $t "$build/example" | grep -q 'received "hello" (6 bytes)'
+
 echo "== one process"
 timeout $t "$mxtest" local
 
