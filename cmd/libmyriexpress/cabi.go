@@ -227,7 +227,7 @@ func gomx_open_endpoint(board, id, key C.uint32_t, ctxBits, ctxShift C.int, out 
 	if err != nil {
 		return failErr(errbuf, err)
 	}
-	e, ok := addEndpoint(ep, ctxMask)
+	e, ok := addEndpoint(ep, uint32(key), ctxMask)
 	if !ok {
 		ep.Close()
 		return fail(errbuf, mx.NoResources, fmt.Errorf("%d endpoints open in this process already", maxEndpoints))
@@ -314,11 +314,13 @@ func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match
 		return fail(errbuf, code, err)
 	}
 	dest, _ := decodeAddr(a0, a1)
-	var r *mx.Request
-	if sync != 0 {
-		r, err = e.ep.ISSend(segs, dest, uint64(match), s)
-	} else {
-		r, err = e.ep.ISend(segs, dest, uint64(match), s)
+	r, err := send(e, segs, dest, uint64(match), s, sync != 0)
+	if err != nil && errors.Is(err, mx.ErrBadEndpoint) && dest == e.ep.Addr() {
+		// A send to the endpoint's own address, which MX allows
+		// without a connect: connect to itself once, then send.
+		if err = e.connectSelf(); err == nil {
+			r, err = send(e, segs, dest, uint64(match), s, sync != 0)
+		}
 	}
 	if err != nil {
 		freeSlot(s, true)
@@ -327,6 +329,24 @@ func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match
 	s.r = r
 	*out = C.uintptr_t(s.handle)
 	return rcSuccess
+}
+
+func send(e *endpoint, segs [][]byte, dest mx.Addr, match uint64, s *slot, sync bool) (*mx.Request, error) {
+	if sync {
+		return e.ep.ISSend(segs, dest, match, s)
+	}
+	return e.ep.ISend(segs, dest, match, s)
+}
+
+// connectSelf connects e to itself, once.
+func (e *endpoint) connectSelf() error {
+	e.selfOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a := e.ep.Addr()
+		_, e.selfErr = e.ep.Connect(ctx, a.NIC, a.Endpoint, e.key)
+	})
+	return e.selfErr
 }
 
 //export gomx_irecv

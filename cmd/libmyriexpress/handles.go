@@ -32,6 +32,12 @@ type endpoint struct {
 	// ctxMask covers the match bits MX_PARAM_CONTEXT_ID reserved: receives
 	// and probes must not wildcard them.
 	ctxMask uint64
+	key     uint32 // the endpoint's key, for connecting to itself
+	// selfOnce connects the endpoint to itself the first time the
+	// application sends to its own address: MX lets a program send to
+	// what mx_get_endpoint_addr returned without mx_connect.
+	selfOnce sync.Once
+	selfErr  error
 }
 
 var eps struct {
@@ -41,13 +47,13 @@ var eps struct {
 }
 
 // addEndpoint records ep and returns its record.
-func addEndpoint(ep *mx.Endpoint, ctxMask uint64) (*endpoint, bool) {
+func addEndpoint(ep *mx.Endpoint, key uint32, ctxMask uint64) (*endpoint, bool) {
 	eps.mu.Lock()
 	defer eps.mu.Unlock()
 	for i := range eps.tab {
 		if eps.tab[i].Load() == nil {
 			eps.gens[i]++
-			e := &endpoint{ep: ep, idx: i, handle: uintptr(eps.gens[i]&0xffff)<<16 | uintptr(i+1), ctxMask: ctxMask}
+			e := &endpoint{ep: ep, idx: i, handle: uintptr(eps.gens[i]&0xffff)<<16 | uintptr(i+1), ctxMask: ctxMask, key: key}
 			eps.tab[i].Store(e)
 			return e, true
 		}

@@ -72,4 +72,28 @@ for path in shm udp; do
 	cat "$build/cserver.log"
 done
 unset OMX_DISABLE_SHARED
+
+# MX's own test programs, as Open-MX ships them (tests/mx), when a checkout
+# of Open-MX is given: built unchanged against gomx's headers, and against
+# Open-MX's own (its ABI), then run against this library.
+if [ -n "${GOMX_OPENMX_SRC:-}" ]; then
+	src=$GOMX_OPENMX_SRC/tests/mx
+	for hdr in "$root/include" "$GOMX_OPENMX_SRC/common/mx"; do
+		echo "== Open-MX's tests/mx built against $hdr"
+		for p in mx_pingpong mx_msg_loop mx_wait_any_test mx_wakeup_test mx_stream; do
+			gcc -O2 -w -I"$hdr" -I"$src" -o "$build/$p" "$src/$p.c" -L"$lib" -lmyriexpress -lpthread
+		done
+		timeout $t "$build/mx_msg_loop" -N 1 -E 70000 -M 2 | tail -1
+		for p in "mx_pingpong -V -E 1100000 -M 4 -N 20" "mx_wait_any_test" "mx_stream -V -l 100000 -N 100"; do
+			port=$((41000 + RANDOM % 20000))
+			GOMX_BOARDS=udp:127.0.0.1:$port timeout $t "$build/"${p%% *} >"$build/omx.log" 2>&1 &
+			srv=$!
+			sleep 1 # the receivers print nothing a script could wait for before they listen
+			timeout $t "$build/"${p%% *} -d 127.0.0.1:$port ${p#* } | tail -2
+			wait $srv || { cat "$build/omx.log"; exit 1; }
+		done
+		# Its receiver only sleeps: the sender's twelve threads are the test.
+		timeout $t "$build/mx_wakeup_test" -d 127.0.0.1:1 | tail -1
+	done
+fi
 echo "test-cabi: ok"
