@@ -193,6 +193,7 @@ func gomx_finalize(errbuf *C.char) C.int {
 	for _, e := range allEndpoints() {
 		e.ep.Close()
 		dropEndpoint(e)
+		freeSlotsOf(e)
 	}
 	mxenv.CloseBoards(lib.boards)
 	lib.boards, lib.names = nil, nil
@@ -246,6 +247,7 @@ func gomx_close_endpoint(h C.uintptr_t, errbuf *C.char) C.int {
 		return failErr(errbuf, err)
 	}
 	dropEndpoint(e)
+	freeSlotsOf(e)
 	return rcSuccess
 }
 

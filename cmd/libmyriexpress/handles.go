@@ -172,6 +172,24 @@ func freeSlot(s *slot, keepSegs bool) {
 	slots.mu.Unlock()
 }
 
+// freeSlotsOf releases the slots of e's requests once e is closed (its
+// requests completed with MX_STATUS_ENDPOINT_CLOSED and its handle is
+// refused, so nobody can report them any more).
+func freeSlotsOf(e *endpoint) {
+	slots.mu.Lock()
+	n := slots.n
+	slots.mu.Unlock()
+	for i := uint32(0); i < n; i++ {
+		c := slots.chunks[i/slotChunk].Load()
+		if c == nil {
+			continue
+		}
+		if s := &c[i%slotChunk]; s.e == e && s.handle != 0 {
+			freeSlot(s, false)
+		}
+	}
+}
+
 // slotOf returns the slot handle h names, or nil.
 func slotOf(h uintptr) *slot {
 	i := uint32(h) - 1
