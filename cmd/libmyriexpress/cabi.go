@@ -328,8 +328,8 @@ func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match
 		freeSlot(s, true)
 		return failErr(errbuf, err)
 	}
-	s.r = r
 	*out = C.uintptr_t(s.handle)
+	s.publish(r)
 	return rcSuccess
 }
 
@@ -375,8 +375,8 @@ func gomx_irecv(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, match, mask C
 		freeSlot(s, true)
 		return failErr(errbuf, err)
 	}
-	s.r = r
 	*out = C.uintptr_t(s.handle)
+	s.publish(r)
 	return rcSuccess
 }
 
@@ -398,8 +398,8 @@ func gomx_iconnect(h C.uintptr_t, nic C.uint64_t, eid, key C.uint32_t, match C.u
 		freeSlot(s, true)
 		return failErr(errbuf, err)
 	}
-	s.r = r
 	*out = C.uintptr_t(s.handle)
+	s.publish(r)
 	return rcSuccess
 }
 
@@ -453,7 +453,7 @@ func heldSlot(e *endpoint, req *C.uintptr_t) *slot {
 // the slot back to the free list, the handle cleared.
 func complete(s *slot, st *mx.Status, dst *C.mx_status_t, req *C.uintptr_t) {
 	putStatus(dst, st, s.e, s.uctx)
-	freeSlot(s, true)
+	s.release()
 	if req != nil {
 		*req = 0
 	}

@@ -114,6 +114,36 @@ type slot struct {
 	segs [][]byte
 	gen  uint32
 	idx  uint32
+	// state orders the poster's publication of r against a completion
+	// reported on another thread (test_any, wait_any) before the post
+	// call even returned, as an eager send can be: posting, live, or
+	// completed while posting (the poster then frees the slot).
+	state atomic.Uint32
+}
+
+// Slot states.
+const (
+	slotPosting = iota + 1
+	slotLive
+	slotDoneEarly
+)
+
+// publish records the posted request and makes the slot live, or frees it
+// when another thread already reported its completion.
+func (s *slot) publish(r *mx.Request) {
+	s.r = r
+	if !s.state.CompareAndSwap(slotPosting, slotLive) {
+		freeSlot(s, true)
+	}
+}
+
+// release frees the slot of a request whose completion was reported,
+// unless its poster has not published it yet: publish frees it then.
+func (s *slot) release() {
+	if s.state.CompareAndSwap(slotPosting, slotDoneEarly) {
+		return
+	}
+	freeSlot(s, true)
 }
 
 const (
@@ -153,6 +183,7 @@ func newSlot(e *endpoint, uctx uintptr) *slot {
 	s.gen++
 	s.e, s.uctx = e, uctx
 	s.handle = uintptr(s.gen)<<32 | uintptr(i+1)
+	s.state.Store(slotPosting)
 	return s
 }
 
@@ -161,6 +192,7 @@ func newSlot(e *endpoint, uctx uintptr) *slot {
 // request still in flight): the slot then gets a fresh slice.
 func freeSlot(s *slot, keepSegs bool) {
 	s.r, s.e, s.handle = nil, nil, 0
+	s.state.Store(0)
 	if keepSegs {
 		clear(s.segs)
 		s.segs = s.segs[:0]

@@ -201,6 +201,30 @@ static void *wait_thread(void *arg)
 	return NULL;
 }
 
+/* A completer thread: wait_any on another thread reaps sends as they are
+ * posted, often before mx_isend has returned their handle. */
+struct completer {
+	mx_endpoint_t ep;
+	int want, got, bad;
+};
+
+static void *complete_thread(void *arg)
+{
+	struct completer *c = arg;
+	mx_status_t st;
+	uint32_t result;
+	while (c->got < c->want) {
+		mx_return_t rc = mx_wait_any(c->ep, 10000, 0xD00, MX_MATCH_MASK_NONE, &st, &result);
+		if (rc != MX_SUCCESS || result == 0 || st.code != MX_STATUS_SUCCESS ||
+		    (uintptr_t)st.context != (uintptr_t)c->got + 1) {
+			c->bad++;
+			break;
+		}
+		c->got++;
+	}
+	return NULL;
+}
+
 static void sleep_us(long us)
 {
 	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
@@ -456,6 +480,25 @@ static int run_local(void)
 	REQUIRE(w.result == 0);
 	MX(mx_cancel(b, &w.r, &result));
 	REQUIRE(result == 1);
+
+	/* Sends posted on this thread, completed on another. */
+	{
+		struct completer cm = {.ep = a, .want = 2000};
+		pthread_t ct;
+		uint8_t one = 1;
+		REQUIRE(pthread_create(&ct, NULL, complete_thread, &cm) == 0);
+		for (int i = 0; i < cm.want; i++) {
+			mx_segment_t s1 = {&one, 1};
+			MX(mx_isend(a, &s1, 1, a_to_b, 0xD00, (void *)(uintptr_t)(i + 1), &sr));
+			/* sr may be completed already: the completer owns it. */
+		}
+		pthread_join(ct, NULL);
+		REQUIRE(cm.bad == 0 && cm.got == cm.want);
+		for (int i = 0; i < cm.want; i++) {
+			r = recv1(b, small, 8, 0xD00);
+			WAIT(b, &r, &st);
+		}
+	}
 
 	/* The error handler: a custom one sees failures and chooses the code. */
 	mx_error_handler_t old = mx_set_error_handler(counting_handler);

@@ -34,10 +34,11 @@ mxbench=$build/mxbench
 t=120 # seconds any one run may take
 
 # The symbol versions a program linked against Open-MX asks for.
+syms=$(readelf --dyn-syms -W "$lib/libopen-mx.so.0")
 for v in 'mx_open_endpoint@@MX_0.9' 'mx_test@@MX_0.91' 'mx__init_api@@MX_0.92' 'mx_isend@@MX_0.0'; do
-	readelf --dyn-syms -W "$lib/libopen-mx.so.0" | grep -q " $v\$" || { echo "libopen-mx.so.0 lacks $v"; exit 1; }
+	grep -q " $v\$" <<<"$syms" || { echo "libopen-mx.so.0 lacks $v"; exit 1; }
 done
-if readelf --dyn-syms -W "$lib/libopen-mx.so.0" | grep -q ' gomx_'; then
+if grep -q ' gomx_' <<<"$syms"; then
 	echo "libopen-mx.so.0 exports its internal gomx_ symbols"; exit 1
 fi
 
