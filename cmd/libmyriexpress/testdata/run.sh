@@ -85,12 +85,16 @@ if [ -n "${GOMX_OPENMX_SRC:-}" ]; then
 			gcc -O2 -w -I"$hdr" -I"$src" -o "$build/$p" "$src/$p.c" -L"$lib" -lmyriexpress -lpthread
 		done
 		timeout $t "$build/mx_msg_loop" -N 1 -E 70000 -M 2 | tail -1
-		for p in "mx_pingpong -V -E 1100000 -M 4 -N 20" "mx_wait_any_test" "mx_stream -V -l 100000 -N 100"; do
+		# program|the receiver's flags|the sender's flags
+		for p in "mx_pingpong||-V -E 1100000 -M 4 -N 20" "mx_wait_any_test||" "mx_stream|-v|-V -l 100000 -N 100"; do
+			IFS='|' read -r prog rflags sflags <<<"$p"
 			port=$((41000 + RANDOM % 20000))
-			GOMX_BOARDS=udp:127.0.0.1:$port timeout $t "$build/"${p%% *} >"$build/omx.log" 2>&1 &
+			# shellcheck disable=SC2086 # the flags are words
+			GOMX_BOARDS=udp:127.0.0.1:$port timeout $t stdbuf -oL "$build/$prog" $rflags >"$build/omx.log" 2>&1 &
 			srv=$!
-			sleep 1 # the receivers print nothing a script could wait for before they listen
-			timeout $t "$build/"${p%% *} -d 127.0.0.1:$port ${p#* } | tail -2
+			for _ in $(seq 1 600); do grep -q "^Starting" "$build/omx.log" && break; sleep 0.1; done
+			# shellcheck disable=SC2086
+			timeout $t "$build/$prog" -d 127.0.0.1:$port $sflags | tail -2
 			wait $srv || { cat "$build/omx.log"; exit 1; }
 		done
 		# Its receiver only sleeps: the sender's twelve threads are the test.
