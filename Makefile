@@ -118,6 +118,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 5000x ./mx/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 5000x ./cmd/mxbench/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 5000x ./internal/units/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime 5000x ./internal/mxenv/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz FuzzSack -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz FuzzRxAccept -fuzztime 20000x ./nicdrv/e1000e/
@@ -148,3 +149,25 @@ vet:
 staticcheck:
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(GOBIN)/staticcheck $(PKGS)
+
+# libmyriexpress: MX's C API (include/myriexpress.h, include/mx_extensions.h)
+# over gomx, as a shared library C, C++ and Fortran MX programs link to
+# (cmd/libmyriexpress, cgo behind the cabi tag; docs/c-api.md). Built into
+# $(CABI_DIR)/lib as libopen-mx.so.0 (Open-MX's soname and symbol versions)
+# with libopen-mx.so and libmyriexpress.so linking to it.
+.PHONY: libmyriexpress test-cabi
+CABI_DIR ?= build/cabi
+CABI_LDFLAGS = -extldflags '-Wl,--version-script=$(CURDIR)/cmd/libmyriexpress/libmyriexpress.version -Wl,-soname,libopen-mx.so.0'
+libmyriexpress:
+	mkdir -p $(CABI_DIR)/lib
+	$(GO) build -tags cabi -buildmode=c-shared -ldflags "$(CABI_LDFLAGS)" -o $(CABI_DIR)/lib/libopen-mx.so.0 ./cmd/libmyriexpress
+	rm -f $(CABI_DIR)/lib/libopen-mx.so.h
+	ln -sf libopen-mx.so.0 $(CABI_DIR)/lib/libopen-mx.so
+	ln -sf libopen-mx.so.0 $(CABI_DIR)/lib/libmyriexpress.so
+	$(GO) build -o $(CABI_DIR)/bin/omx_info ./cmd/omx_info
+
+# The C tests of libmyriexpress (gcc): one process, two processes over
+# shared memory and UDP, and C against a Go mxbench both ways, with cgo's
+# pointer checks on (GOEXPERIMENT=cgocheck2).
+test-cabi:
+	./cmd/libmyriexpress/testdata/run.sh $(CABI_DIR)/test $(GO)

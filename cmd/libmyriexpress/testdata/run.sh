@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The C tests of libmyriexpress (make test-cabi). Builds the library with
+# cgo's full pointer checks (GOEXPERIMENT=cgocheck2: every store of a Go
+# pointer into C memory is checked at run time), links mxtest.c against it
+# as an MX program links against Open-MX (-lmyriexpress, nothing else),
+# and runs: the one-process tests, two processes over shared memory and
+# over UDP, and the C program against a Go `mxbench` both ways over both
+# paths. Every run is bounded by a timeout. Usage: run.sh BUILD_DIR [GO].
+set -euo pipefail
+build=${1:?usage: run.sh BUILD_DIR [GO]}
+go=${2:-go}
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+lib=$build/cgocheck2
+mkdir -p "$lib"
+
+echo "== libmyriexpress with GOEXPERIMENT=cgocheck2"
+(cd "$root" && GOEXPERIMENT=cgocheck2 "$go" build -tags cabi -buildmode=c-shared \
+	-ldflags "-extldflags '-Wl,--version-script=$root/cmd/libmyriexpress/libmyriexpress.version -Wl,-soname,libopen-mx.so.0'" \
+	-o "$lib/libopen-mx.so.0" ./cmd/libmyriexpress)
+rm -f "$lib/libopen-mx.so.h" # Go's own export header, not the API
+ln -sf libopen-mx.so.0 "$lib/libopen-mx.so"
+ln -sf libopen-mx.so.0 "$lib/libmyriexpress.so"
+
+echo "== mxtest (gcc) and mxbench"
+gcc -O2 -Wall -Wextra -Werror -pthread -I"$root/include" -o "$build/mxtest" \
+	"$root/cmd/libmyriexpress/testdata/mxtest.c" -L"$lib" -lmyriexpress
+(cd "$root" && "$go" build -o "$build/mxbench" ./cmd/mxbench)
+
+export LD_LIBRARY_PATH=$lib
+mxtest=$build/mxtest
+mxbench=$build/mxbench
+t=120 # seconds any one run may take
+
+# The symbol versions a program linked against Open-MX asks for.
+syms=$(readelf --dyn-syms -W "$lib/libopen-mx.so.0")
+for v in 'mx_open_endpoint@@MX_0.9' 'mx_test@@MX_0.91' 'mx__init_api@@MX_0.92' 'mx_isend@@MX_0.0'; do
+	grep -q " $v\$" <<<"$syms" || { echo "libopen-mx.so.0 lacks $v"; exit 1; }
+done
+if grep -q ' gomx_' <<<"$syms"; then
+	echo "libopen-mx.so.0 exports its internal gomx_ symbols"; exit 1
+fi
+
+echo "== docs/c-api.md's example"
+gcc -Wall -Werror -I"$root/include" -o "$build/example" "$root/cmd/libmyriexpress/testdata/example.c" -L"$lib" -lmyriexpress
+timeout $t "$build/example" | grep -q 'received "hello" (6 bytes)'
+
+echo "== one process"
+timeout $t "$mxtest" local
+
+for path in shm udp; do
+	if [ $path = udp ]; then export OMX_DISABLE_SHARED=1; else unset OMX_DISABLE_SHARED; fi
+	echo "== two processes over $path: ping-pong and the random loop"
+	timeout $t "$mxtest" pair 300
+
+	port=$((41000 + RANDOM % 20000))
+	echo "== C client -> Go mxbench serve over $path (port $port)"
+	GOMX_SHM=$([ $path = udp ] && echo off || echo on) timeout $t "$mxbench" serve --listen 127.0.0.1:$port --once --wait block >"$build/serve.log" 2>&1 &
+	srv=$!
+	for _ in $(seq 1 600); do grep -q "mxbench serve:" "$build/serve.log" && break; sleep 0.1; done
+	timeout $t "$mxtest" mxbench-client 127.0.0.1:$port 100
+	wait $srv || { cat "$build/serve.log"; exit 1; }
+
+	port=$((41000 + RANDOM % 20000))
+	echo "== Go mxbench pingpong -> C server over $path (port $port)"
+	GOMX_BOARDS=udp:127.0.0.1:$port timeout $t "$mxtest" mxbench-server >"$build/cserver.log" 2>&1 &
+	srv=$!
+	for _ in $(seq 1 600); do grep -q "listening" "$build/cserver.log" && break; sleep 0.1; done
+	GOMX_SHM=$([ $path = udp ] && echo off || echo on) timeout $t "$mxbench" pingpong --peer 127.0.0.1:$port \
+		--baseline=false --verify --sizes 0,8,4K,64K,1M --iterations 100
+	wait $srv || { cat "$build/cserver.log"; exit 1; }
+	cat "$build/cserver.log"
+done
+unset OMX_DISABLE_SHARED
+
+# MX's own test programs, as Open-MX ships them (tests/mx), when a checkout
+# of Open-MX is given: built unchanged against gomx's headers, and against
+# Open-MX's own (its ABI), then run against this library.
+if [ -n "${GOMX_OPENMX_SRC:-}" ]; then
+	src=$GOMX_OPENMX_SRC/tests/mx
+	for hdr in "$root/include" "$GOMX_OPENMX_SRC/common/mx"; do
+		echo "== Open-MX's tests/mx built against $hdr"
+		for p in mx_pingpong mx_msg_loop mx_wait_any_test mx_wakeup_test mx_stream; do
+			gcc -O2 -w -I"$hdr" -I"$src" -o "$build/$p" "$src/$p.c" -L"$lib" -lmyriexpress -lpthread
+		done
+		timeout $t "$build/mx_msg_loop" -N 1 -E 70000 -M 2 | tail -1
+		# program|the receiver's flags|the sender's flags
+		for p in "mx_pingpong||-V -E 1100000 -M 4 -N 20" "mx_wait_any_test||" "mx_stream|-v|-V -l 100000 -N 100"; do
+			IFS='|' read -r prog rflags sflags <<<"$p"
+			port=$((41000 + RANDOM % 20000))
+			# shellcheck disable=SC2086 # the flags are words
+			GOMX_BOARDS=udp:127.0.0.1:$port timeout $t stdbuf -oL "$build/$prog" $rflags >"$build/omx.log" 2>&1 &
+			srv=$!
+			for _ in $(seq 1 600); do grep -q "^Starting" "$build/omx.log" && break; sleep 0.1; done
+			# shellcheck disable=SC2086
+			timeout $t "$build/$prog" -d 127.0.0.1:$port $sflags | tail -2
+			wait $srv || { cat "$build/omx.log"; exit 1; }
+		done
+		# Its receiver only sleeps: the sender's twelve threads are the test.
+		timeout $t "$build/mx_wakeup_test" -d 127.0.0.1:1 | tail -1
+	done
+fi
+echo "test-cabi: ok"
