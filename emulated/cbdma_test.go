@@ -164,6 +164,40 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestSlowClear: a SlowClear bit keeps reading set for SlowClearReads
+// reads after it is cleared, yet the channel arms and runs at once.
+func TestSlowClear(t *testing.T) {
+	r := newRig(t, CBDMAOptions{SlowClear: hw.ErrWriteData, SlowClearReads: 3})
+	r.desc(0, hw.Descriptor{Size: 8, Src: r.iova(rigData), Dst: 0x1000})
+	r.start()
+	r.regs.Write16(r.ch(hw.ChanDMACount), 1)
+	r.waitState(hw.StateHalted)
+	want := uint32(hw.ErrWriteData)
+	if got := r.regs.Read32(r.ch(hw.ChanErr)); got != want {
+		t.Fatalf("CHANERR %s after the fault, want %s", hw.ErrString(got), hw.ErrString(want))
+	}
+	r.regs.Write32(r.ch(hw.ChanErr), want)
+	r.regs.Write8(r.ch(hw.ChanCmd), hw.CmdReset)
+	for i := 0; i < 3; i++ {
+		if got := r.regs.Read32(r.ch(hw.ChanErr)); got != want {
+			t.Fatalf("read %d after the clear: CHANERR %s, want %s still", i+1, hw.ErrString(got), hw.ErrString(want))
+		}
+	}
+	if got := r.regs.Read32(r.ch(hw.ChanErr)); got != 0 {
+		t.Fatalf("CHANERR %s after its slow clear ran out, want 0", hw.ErrString(got))
+	}
+	// The error was gone at the clear: the channel takes a new chain.
+	r.desc(1, hw.Descriptor{Size: 8, Src: r.iova(rigData), Dst: r.iova(rigData + 64), Ctl: hw.CtlComplWrite})
+	r.regs.Write16(r.ch(hw.ChanCtrl), hw.CtrlErrCmplEn|hw.CtrlAnyErrAbortEn)
+	r.regs.Write64(r.ch(hw.ChanCmp), r.iova(rigComp))
+	r.regs.Write64(r.ch(hw.ChanChainAddr), r.iova(rigRing+64))
+	r.regs.Write16(r.ch(hw.ChanDMACount), 1)
+	r.waitState(hw.StateIdle)
+	if s := r.p.Stats(0); s.Violations != 0 {
+		t.Fatalf("violations: %s", s.LastViolation)
+	}
+}
+
 func TestCompletionAddressError(t *testing.T) {
 	r := newRig(t, CBDMAOptions{})
 	r.desc(0, hw.Descriptor{Size: 8, Ctl: hw.CtlNull | hw.CtlComplWrite})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"runtime"
 	"sync/atomic"
@@ -51,6 +52,11 @@ type Options struct {
 	// Memory says where the ring and completion word live (default:
 	// 2 MiB hugepages, falling back to locked 4 KiB pages).
 	Memory hugepage.Options
+	// Logger, when set, hears of what the driver works around without
+	// failing: CHANERR bits that still read set after being cleared are
+	// logged once each, at warning level. Nil logs nothing; Info
+	// reports the same.
+	Logger *slog.Logger
 }
 
 // DefaultOptions returns a 4096-entry ring without interrupts.
@@ -111,6 +117,13 @@ type Info struct {
 	ChanErrIntUnreadable bool
 	// MemoryDegraded is why ring memory is not on hugepages ("" if it is).
 	MemoryDegraded string
+	// StickyChanErr holds the CHANERR bits that still read set after the
+	// driver wrote them back to clear them (write 1 to clear) when it
+	// last started the channel: bits a part is slow to clear, or never
+	// clears. The driver carries on, as Linux, SPDK and DPDK do, and
+	// ignores them from then on; only bits that programming the channel
+	// raises refuse it.
+	StickyChanErr uint32
 }
 
 // Stats counts a channel's work.
@@ -200,6 +213,9 @@ type Channel struct {
 	closed    bool
 	stats     Stats
 	failRun   int // recoveries in a row that failed no request
+	// sticky holds CHANERR bits that read set although cleared (see
+	// Info.StickyChanErr); logged holds those already logged.
+	sticky, logged uint32
 }
 
 // Open brings up the CBDMA channel behind dev (spec §4.2): it checks the
@@ -455,6 +471,44 @@ func (c *Channel) clearErrors() (chanerr, chanerrInt uint32, err error) {
 	return chanerr, chanerrInt, nil
 }
 
+// settleErrors is called on a reset channel just before it is
+// programmed. CHANERR was cleared by reset; any bit that still reads set
+// is cleared once more, and a bit that survives that too is one the part
+// is slow to clear (or never clears). Such bits are logged once each,
+// reported in Info.StickyChanErr and ignored from then on, as Linux, SPDK
+// and DPDK clear what they read and carry on. It returns the bits set
+// before programming, for start to tell them from bits programming
+// raises.
+func (c *Channel) settleErrors() uint32 {
+	e := c.regs.Read32(c.base + hw.ChanErr)
+	if e == 0 {
+		c.sticky = 0
+		c.info.StickyChanErr = 0
+		return 0
+	}
+	c.regs.Write32(c.base+hw.ChanErr, e)
+	e = c.regs.Read32(c.base + hw.ChanErr)
+	c.sticky = e
+	c.info.StickyChanErr = e
+	if fresh := e &^ c.logged; fresh != 0 {
+		c.logged |= fresh
+		if l := c.opts.Logger; l != nil {
+			l.Warn("ioat: CHANERR bits still read set after being cleared; carrying on without them",
+				"device", c.info.Addr.String(), "channel", c.info.Index, "chanerr", hw.ErrString(fresh))
+		}
+	}
+	return e
+}
+
+// stickyNote explains, in an error, bits that read set before the
+// channel was programmed.
+func stickyNote(before uint32) string {
+	if before == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (CHANERR %s read set before, after being cleared, and was not counted)", hw.ErrString(before))
+}
+
 // reset quiesces the channel, clears its errors and resets it (spec §4.2,
 // SPDK and Linux sequences). Afterwards the channel is HALTED and does no
 // DMA.
@@ -560,13 +614,17 @@ func (c *Channel) start(at uint64) error {
 	store64(c.comp, 0)
 	c.lastSts = 0
 	c.wbFloor = at
+	before := c.settleErrors()
 	c.write64(hw.ChanCmp, c.compIOVA)
 	c.write64(hw.ChanChainAddr, c.slotIOVA[at&c.mask])
 	// No wait for ARMED: Linux's registers define no such state and SPDK
 	// rings the doorbell straight after CHAINADDR. A refused chain address
 	// shows in CHANERR; anything later halts the chain and Poll recovers.
-	if e := c.regs.Read32(c.base + hw.ChanErr); e != 0 {
-		return opErr(c.info.Addr, "CHAINADDR", fmt.Errorf("%w: the channel refused chain address %#x: CHANERR %s", ErrTimeout, c.slotIOVA[at&c.mask], hw.ErrString(e)))
+	// Only bits that programming the channel raised count: bits that read
+	// set before it are a part slow to clear them, not a refusal.
+	if raised := c.regs.Read32(c.base+hw.ChanErr) &^ before; raised != 0 {
+		return opErr(c.info.Addr, "CHAINADDR", fmt.Errorf("%w: the channel refused chain address %#x: programming it raised CHANERR %s%s",
+			ErrDescriptor, c.slotIOVA[at&c.mask], hw.ErrString(raised), stickyNote(before)))
 	}
 	c.restart = at
 	c.rung = at
@@ -928,7 +986,7 @@ func (c *Channel) checkStall() {
 		c.recover(causeHalted)
 	case c.tail != before:
 		c.stallAt = time.Now()
-	case c.regs.Read32(c.base+hw.ChanErr) != 0:
+	case c.regs.Read32(c.base+hw.ChanErr)&^c.sticky != 0:
 		c.recover(causeErrBits)
 	case time.Since(c.stallAt) >= c.opts.Watchdog:
 		c.recover(causeStalled)
@@ -1029,6 +1087,10 @@ func (c *Channel) recover(cause int) {
 	if err != nil {
 		c.breakChannel(err)
 		return
+	}
+	if chanerr&^c.sticky != 0 {
+		// Bits that would not clear before say nothing of this error.
+		chanerr &^= c.sticky
 	}
 	if c.tail < c.submitted {
 		// Fail the request that holds the failed descriptor and skip the
