@@ -186,11 +186,11 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 		f := &Function{
 			addr:    pci.Address{Bus: uint8(i / 8 * 0x80), Device: 4, Function: uint8(i % 8)},
 			dom:     p.iommu,
-			nIRQ:    1,
+			nIRQ:    o.ChannelsPerFunction, // one MSI-X vector per channel
 			cfgSize: o.ConfigSize,
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
-		initCBDMAConfig(f, o.DeviceID)
+		initCBDMAConfig(f, o.DeviceID, o.ChannelsPerFunction)
 		fn := &cbFunction{f: f, ver: o.Version, xferCap: o.XferCap, caps: caps, dcaOff: dcaOff}
 		for n := 0; n < o.ChannelsPerFunction; n++ {
 			c := &cbChannel{
@@ -245,7 +245,7 @@ func cpuList(set *unix.CPUSet) []int {
 // table.
 const dcaOffset = 0x0E00
 
-func initCBDMAConfig(f *Function, dev uint16) {
+func initCBDMAConfig(f *Function, dev uint16, vectors int) {
 	c := &f.cfg
 	le := binary.LittleEndian
 	le.PutUint16(c[pci.ConfigVendorID:], hw.VendorIntel)
@@ -256,11 +256,12 @@ func initCBDMAConfig(f *Function, dev uint16) {
 	c[pci.ConfigClass+2] = 0x08                  // class: base system peripheral
 	le.PutUint32(c[pci.ConfigBAR0:], 0xFBD00004) // 64-bit memory BAR
 	c[pci.ConfigCapPtr] = 0x80
-	// MSI-X capability at 0x80: one vector, table at BAR0+0x2000, PBA at
-	// BAR0+0x3000 (spec §2.3).
+	// MSI-X capability at 0x80: one vector per channel (Linux's
+	// ioat_dma_setup_interrupts asks for CHANCNT of them), table at
+	// BAR0+0x2000, PBA at BAR0+0x3000 (spec §2.3).
 	c[0x80] = pci.CapMSIX
 	c[0x81] = 0
-	le.PutUint16(c[0x82:], 0) // table size 1 (encoded N-1)
+	le.PutUint16(c[0x82:], uint16(vectors-1)) // table size, encoded N-1
 	le.PutUint32(c[0x84:], 0x2000)
 	le.PutUint32(c[0x88:], 0x3000)
 	// Writable: command register memory, bus master and INTx disable.
@@ -902,7 +903,8 @@ func (c *cbChannel) failCompletion() {
 // interruptLocked raises the channel's interrupt, or leaves it pending
 // until software re-arms it with CHANCTRL.INT_REARM.
 func (c *cbChannel) interruptLocked() {
-	if !c.fn.interrupt(c.idx) {
+	vec, ok := c.fn.interrupt(c.idx)
+	if !ok {
 		return
 	}
 	if c.ctrl&hw.CtrlIntRearm == 0 {
@@ -910,7 +912,7 @@ func (c *cbChannel) interruptLocked() {
 		return
 	}
 	c.ctrl &^= hw.CtrlIntRearm
-	if c.f.raise(0) {
+	if c.f.raise(vec) {
 		c.nIRQ.Add(1)
 	}
 }

@@ -22,7 +22,11 @@ type Options struct {
 	// 16 to 65536 (default 4096). At most RingSize-1 are outstanding.
 	RingSize int
 	// Interrupts enables the channel's MSI-X vector so waits can sleep
-	// instead of spinning.
+	// instead of spinning. A function has one vector per channel, as
+	// Linux sets it up (INTRCTRL MSI-X vector control): the first of its
+	// channels opened with interrupts enables them all, the last closed
+	// disables them. A function that offers fewer vectors than channels
+	// is refused (poll instead).
 	Interrupts bool
 	// ResetTimeout bounds the wait for CHANCMD.RESET to clear (default
 	// 200ms, as Linux).
@@ -278,8 +282,6 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 		return nil, opErr(addr, "CHANCNT", fmt.Errorf("channel %d of a function with %d (CHANCNT): %w", o.Index, nch, ErrBadRequest))
 	case c.base+hw.ChanBlockSize > regs.Len():
 		return nil, opErr(addr, "BAR0", fmt.Errorf("%w: channel %d's registers at %#x lie past the %d-byte BAR", ErrNotCBDMA, o.Index, c.base, regs.Len()))
-	case nch > 1 && o.Interrupts:
-		return nil, opErr(addr, "interrupts", fmt.Errorf("%d channels share this function's MSI-X vector: open without Interrupts and poll: %w", nch, pci.ErrNotSupported))
 	}
 	xc := regs.Read8(hw.RegXferCap) & 0x1F
 	switch {
@@ -315,13 +317,13 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 	undo = append(undo, func() { _ = c.reset() })
 
 	if o.Interrupts {
-		irqs, err := dev.EnableInterrupts(1)
-		if err != nil {
-			return nil, fmt.Errorf("ioat: %s: interrupts requested but unavailable (open without Interrupts to poll): %w", addr, err)
+		// One vector per channel: the function's first channel opened
+		// with interrupts enables them for all (see fnVectors).
+		if err := acquireVector(c, nch); err != nil {
+			return nil, err
 		}
-		c.irq.Store(irqs[0])
 		c.info.Interrupts = true
-		undo = append(undo, func() { _ = dev.DisableInterrupts() })
+		undo = append(undo, func() { releaseVector(c) })
 	}
 
 	if err := c.allocRing(); err != nil {
@@ -534,13 +536,12 @@ func (c *Channel) reset() error {
 	}); err != nil {
 		return err
 	}
-	if c.quirk&hw.QuirkMSIXResetWipe != 0 && c.irq.Load() != nil {
-		// The reset wiped the MSI-X entry: have the platform rewrite it.
-		irqs, err := c.dev.EnableInterrupts(1)
-		if err != nil {
-			return fmt.Errorf("ioat: %s: restore MSI-X after reset: %w", c.info.Addr, err)
+	if c.quirk&hw.QuirkMSIXResetWipe != 0 {
+		// The reset wiped the MSI-X table: have the platform rewrite it
+		// for every channel of the function that uses a vector.
+		if err := rewireVectors(c.dev); err != nil {
+			return err
 		}
-		c.irq.Store(irqs[0])
 	}
 	return nil
 }
@@ -1210,8 +1211,7 @@ func (c *Channel) Close() error {
 	c.failAll(opErr(c.info.Addr, "request", ErrClosed))
 	c.regs.Write16(c.base+hw.ChanCtrl, 0) // release IN_USE
 	if c.irq.Load() != nil {
-		_ = c.dev.DisableInterrupts()
-		c.irq.Store(nil)
+		releaseVector(c)
 	}
 	if c.info.Channels <= 1 {
 		// With several channels in the function, the others may still run.

@@ -72,6 +72,8 @@
 //	no wait for ARMED after CHAINADDR              LNX registers.h (no ARMED), SPDK ioat_channel_start
 //	every channel of a function, 0x80 x (n+1)      LNX ioat_enumerate_channels reads CHANCNT
 //	IN_USE claim refused unless taken over         CB3 CHANCTRL bit 8 semaphore; DPDK force-clears it
+//	one MSI-X vector per channel of a function     LNX ioat_dma_setup_interrupts (INTRCTRL MSI-X vector control)
+//	CHANERR cleared and carried on, not re-checked LNX ioat_reset_hw, SPDK ioat_reset_hw, DPDK __ioat_recover
 //	addresses below 2^40 on Jasper Forest          spec §5, FreeBSD allocates descriptors below 2^40
 //	v3.4 LTR active/idle and DRSCTL ring size      LNX ioat_alloc_chan_resources, ioat_alloc_ring
 //	doorbell in steps below 2^15                   the 16-bit count must never look as if it went back

@@ -1,0 +1,143 @@
+package ioat
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/ioat/hw"
+)
+
+// TestVectorPerChannel: a function with four channels opens every one of
+// them with interrupts, each on its own MSI-X vector; a copy on one
+// channel wakes that channel's waiter and signals no other vector; closing
+// one channel leaves the others' interrupts working (on 3.3, 0x6F50, whose
+// channel reset wipes the MSI-X table, the driver rewires it for them).
+func TestVectorPerChannel(t *testing.T) {
+	for _, ver := range []uint8{hw.Ver32, hw.Ver33} {
+		t.Run(fmt.Sprintf("v%x", ver), func(t *testing.T) {
+			devs, _ := emulatedBackend(emulated.CBDMAOptions{Version: ver, ChannelsPerFunction: 4}).open(t, 1)
+			dev := devs[0]
+			chans := make([]*Channel, 4)
+			for i := range chans {
+				c, err := Open(dev, Options{RingSize: 64, Index: i, Interrupts: true})
+				if err != nil {
+					t.Fatalf("open channel %d of 4 with interrupts: %v", i, err)
+				}
+				defer c.Close()
+				chans[i] = c
+			}
+			for i, c := range chans {
+				for j := range i {
+					if c.Interrupt() == chans[j].Interrupt() {
+						t.Fatalf("channels %d and %d share an interrupt", j, i)
+					}
+				}
+				c.Interrupt().Poll() // the start-up null descriptor's
+			}
+			buf := make([]byte, 2*4096)
+			for i := range 4096 {
+				buf[i] = byte(i * 5)
+			}
+			m, err := dev.DMA().Map(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.DMA().Unmap(m)
+			copyWakes := func(i int) {
+				t.Helper()
+				c := chans[i]
+				clear(buf[4096:])
+				before := c.Stats().Interrupts
+				if err := c.EnqueueCopy(m, 4096, m, 0, 4096, uint64(i)); err != nil {
+					t.Fatal(err)
+				}
+				c.Submit()
+				for deadline := time.Now().Add(5 * time.Second); c.Stats().Interrupts == before; {
+					if time.Now().After(deadline) {
+						t.Fatalf("channel %d's copy never woke its waiter", i)
+					}
+					if err := c.WaitInterrupt(context.Background(), 100*time.Millisecond); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if r := drain(t, c, 1); r[0].Err != nil {
+					t.Fatalf("channel %d: %v", i, r[0].Err)
+				}
+				if !bytes.Equal(buf[4096:], buf[:4096]) {
+					t.Fatalf("channel %d copied wrong bytes", i)
+				}
+				for j, o := range chans {
+					if o != nil && j != i {
+						if n := o.Interrupt().Poll(); n != 0 {
+							t.Errorf("channel %d's copy signalled channel %d's vector %d times", i, j, n)
+						}
+					}
+				}
+			}
+			for i := range chans {
+				copyWakes(i)
+			}
+			if err := chans[0].Close(); err != nil {
+				t.Fatal(err)
+			}
+			chans[0] = nil
+			for i := 1; i < 4; i++ {
+				copyWakes(i)
+			}
+		})
+	}
+}
+
+// TestEngineVectorPerChannel: an engine over a four-channel function with
+// interrupts sleeps on each channel's own vector, and every channel's
+// completions wake its waiters.
+func TestEngineVectorPerChannel(t *testing.T) {
+	devs, _ := emulatedBackend(emulated.CBDMAOptions{ChannelsPerFunction: 4, Bandwidth: 256 << 20}).open(t, 1)
+	o := offloadAll()
+	o.Channel.Interrupts = true
+	o.Channel.RingSize = 64
+	e, err := NewEngine(devs, o)
+	if err != nil {
+		t.Fatalf("engine over a 4-channel function with interrupts: %v", err)
+	}
+	defer e.Close()
+	if n := len(e.Channels()); n != 4 {
+		t.Fatalf("%d channels, want 4", n)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			src, dst := make([]byte, 256<<10), make([]byte, 256<<10)
+			for i := range src {
+				src[i] = byte(i + g)
+			}
+			for range 4 {
+				if err := e.Copy(dst, src); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if !bytes.Equal(dst, src) {
+				errs <- fmt.Errorf("goroutine %d: copy differs", g)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, s := range e.ChannelStats() {
+		if s.Interrupts == 0 {
+			t.Errorf("channel %d: no wait woke on its interrupt (%+v)", i, s)
+		}
+	}
+}
