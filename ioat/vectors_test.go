@@ -3,6 +3,7 @@ package ioat
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -139,5 +140,36 @@ func TestEngineVectorPerChannel(t *testing.T) {
 		if s.Interrupts == 0 {
 			t.Errorf("channel %d: no wait woke on its interrupt (%+v)", i, s)
 		}
+	}
+}
+
+// TestEngineChannelMask: ChannelMask opens only the channels it names,
+// so a tool can run one engine per channel of a function; a mask naming
+// none of them is refused.
+func TestEngineChannelMask(t *testing.T) {
+	devs, plat := emulatedBackend(emulated.CBDMAOptions{ChannelsPerFunction: 3}).open(t, 1)
+	o := offloadAll()
+	o.ChannelMask = 1 << 1
+	e, err := NewEngine(devs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if cs := e.Channels(); len(cs) != 1 || cs[0].Info().Index != 1 {
+		t.Fatalf("mask 0b10 opened %d channels (first index %d), want channel 1 only", len(cs), cs[0].Info().Index)
+	}
+	src, dst := make([]byte, 64<<10), make([]byte, 64<<10)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	if err := e.Copy(dst, src); err != nil || !bytes.Equal(dst, src) {
+		t.Fatalf("copy: %v", err)
+	}
+	if plat.Stats(0).Bytes != 0 || plat.Stats(1).Bytes == 0 || plat.Stats(2).Bytes != 0 {
+		t.Errorf("bytes per channel %d %d %d, want channel 1's only", plat.Stats(0).Bytes, plat.Stats(1).Bytes, plat.Stats(2).Bytes)
+	}
+	o.ChannelMask = 1 << 5
+	if _, err := NewEngine(devs, o); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("mask naming no channel: %v, want ErrBadRequest", err)
 	}
 }
