@@ -16,7 +16,10 @@
 // requests by a Policy, copies small or overlapping requests on the CPU,
 // and maps arbitrary []byte for DMA through a registration cache. Its
 // Wait polls briefly, then, with Options.Interrupts, sleeps on the
-// channel's MSI-X vector: one waiter per channel sleeps on the eventfd
+// channel's MSI-X vector (each channel has its own: a function with
+// several channels has a vector per channel, enabled together when the
+// first of them opens with interrupts and disabled when the last
+// closes): one waiter per channel sleeps on the eventfd
 // and wakes the others when it wakes, so one interrupt that completes
 // several requests wakes all their waiters, as an interrupt handler
 // wakes its wait queue. Stats.BoundWakes counts the sleeps that lasted
@@ -51,7 +54,12 @@
 // When the channel halts, the request holding the failed descriptor fails
 // with a *ChanError carrying CHANERR (errors.Is matches ErrDMAFault or
 // ErrDescriptor by its bits); the channel is reset and restarted at the
-// next request, which runs again, as Linux's and DPDK's recovery do. Any
+// next request, which runs again, as Linux's and DPDK's recovery do.
+// Restarting clears the CHANERR bits it reads and carries on, as Linux,
+// SPDK and DPDK do: a bit that still reads set after a second clear is
+// one the part is slow to clear, logged once (Options.Logger), reported
+// in Info.StickyChanErr and ignored; only bits that programming the
+// channel raises refuse it, with an error naming them. Any
 // run of failed requests is survived: only recoveries that fail nothing
 // count towards giving up (ErrChannelBroken). A channel that makes no
 // progress for Options.Watchdog with work outstanding, or that flags
