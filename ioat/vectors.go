@@ -57,11 +57,19 @@ func acquireVector(c *Channel, nch int) error {
 		vectors.byKey[k] = g
 	}
 	i := c.info.Index
-	if i >= len(g.irqs) || g.users[i] != nil {
-		return opErr(c.info.Addr, "interrupts", fmt.Errorf("%w: channel %d's vector is already in use by this process", pci.ErrBusy, i))
+	switch {
+	case i >= len(g.irqs):
+		return opErr(c.info.Addr, "interrupts", fmt.Errorf("%w: channel %d of a function whose vectors were enabled for %d channels", ErrBadRequest, i, len(g.irqs)))
+	case g.users[i] != nil && !c.opts.TakeOver:
+		return opErr(c.info.Addr, "interrupts", fmt.Errorf("%w: channel %d's vector is in use by a Channel of this process that was never closed: close it, or set Options.TakeOver", pci.ErrBusy, i))
+	case g.users[i] != nil:
+		// Taken over: the old Channel loses its vector (its waits
+		// time out and poll) and its Close leaves the set alone.
+		g.users[i].irq.Store(nil)
+	default:
+		g.n++
 	}
 	g.users[i] = c
-	g.n++
 	c.irq.Store(g.irqs[i])
 	return nil
 }

@@ -173,3 +173,26 @@ func TestEngineChannelMask(t *testing.T) {
 		t.Fatalf("mask naming no channel: %v, want ErrBadRequest", err)
 	}
 }
+
+// TestVectorTakeOver: a channel opened again with TakeOver while a
+// Channel of this process still holds it takes its vector over too.
+func TestVectorTakeOver(t *testing.T) {
+	devs, _ := emulatedBackend(emulated.CBDMAOptions{Version: hw.Ver32, ChannelsPerFunction: 2}).open(t, 1)
+	old, err := Open(devs[0], Options{RingSize: 64, Index: 1, Interrupts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(devs[0], Options{RingSize: 64, Index: 1, Interrupts: true, TakeOver: true})
+	if err != nil {
+		t.Fatalf("take over a channel with its vector: %v", err)
+	}
+	if c.Interrupt() == nil || old.Interrupt() != nil || !c.Info().WasInUse {
+		t.Fatalf("after the take-over: new interrupt %v, old %v, WasInUse %v", c.Interrupt(), old.Interrupt(), c.Info().WasInUse)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
