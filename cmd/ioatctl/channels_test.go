@@ -154,3 +154,15 @@ func TestEngineHints(t *testing.T) {
 		}
 	}
 }
+
+// TestDriverWarnings: the driver's warnings (CHANERR bits that will not
+// clear) reach stderr as one line, without a timestamp.
+func TestDriverWarnings(t *testing.T) {
+	var out, errb bytes.Buffer
+	e := newEnv(&out, &errb)
+	e.logger().Warn("ioat: CHANERR bits still read set after being cleared", "chanerr", "0x100 (read data)")
+	got := errb.String()
+	if out.Len() != 0 || strings.Count(got, "\n") != 1 || strings.Contains(got, "time=") || !strings.Contains(got, "level=WARN") {
+		t.Errorf("warning on stderr %q (stdout %q)", got, out.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -277,12 +278,24 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	b.ringMemory(&o.Channel)
 	o.Channel.Watchdog = c.watchdog()
 	o.Channel.TakeOver = c.takeOver
+	o.Channel.Logger = e.logger()
 	eng, err := ioat.NewEngine(b.devs, o)
 	if err != nil {
 		b.close()
 		return nil, engineHint(err, b)
 	}
 	return &rig{backend: b, eng: eng, info: eng.Channels()[0].Info(), chans: channelInfos(eng)}, nil
+}
+
+// logger is where the driver's warnings go: stderr, one line each,
+// without a timestamp.
+func (e *env) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
 }
 
 // channelInfos describes an engine's channels.

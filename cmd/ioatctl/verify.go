@@ -126,6 +126,7 @@ func runVerify(e *env, args []string) (err error) {
 			b.ringMemory(&o.Channel)
 			o.Channel.Watchdog = choice.watchdog()
 			o.Channel.TakeOver = choice.takeOver
+			o.Channel.Logger = e.logger()
 			eng, err := ioat.NewEngine([]pci.Device{d}, o)
 			if err != nil {
 				return engineHint(err, b)
