@@ -79,6 +79,17 @@ type CBDMAOptions struct {
 	// access paths that expose only the conventional header (spdk#484);
 	// the channel then has no CHANERR_INT mirror to clear.
 	ConfigSize int
+	// SlowClear lists CHANERR bits that are slow to clear: after software
+	// writes 1 to clear one, CHANERR keeps reading it as set for
+	// SlowClearReads more reads of the register (for ever when
+	// SlowClearReads is negative; 8 when it is 0), although the error
+	// itself is gone at once: the channel arms and runs as usual. A
+	// driver must clear what it read and carry on, as Linux, SPDK and
+	// DPDK do, rather than refuse the channel while a bit still reads set.
+	SlowClear uint32
+	// SlowClearReads is how many reads of CHANERR a SlowClear bit
+	// outlives its clear by.
+	SlowClearReads int
 }
 
 // DefaultCBDMAOptions returns the options of an 8-channel CBVER 3.3
@@ -120,6 +131,9 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 	}
 	if o.ConfigSize == 0 {
 		o.ConfigSize = 4096
+	}
+	if o.SlowClear != 0 && o.SlowClearReads == 0 {
+		o.SlowClearReads = 8
 	}
 	switch {
 	case o.Channels < 1 || o.Channels > 16:
@@ -172,11 +186,11 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 		f := &Function{
 			addr:    pci.Address{Bus: uint8(i / 8 * 0x80), Device: 4, Function: uint8(i % 8)},
 			dom:     p.iommu,
-			nIRQ:    1,
+			nIRQ:    o.ChannelsPerFunction, // one MSI-X vector per channel
 			cfgSize: o.ConfigSize,
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
-		initCBDMAConfig(f, o.DeviceID)
+		initCBDMAConfig(f, o.DeviceID, o.ChannelsPerFunction)
 		fn := &cbFunction{f: f, ver: o.Version, xferCap: o.XferCap, caps: caps, dcaOff: dcaOff}
 		for n := 0; n < o.ChannelsPerFunction; n++ {
 			c := &cbChannel{
@@ -185,6 +199,8 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 				wipeOnReset: model.Quirks&hw.QuirkMSIXResetWipe != 0,
 				addr40:      model.Quirks&hw.QuirkAddr40 != 0,
 				hideArmed:   o.HideArmed,
+				slowClear:   o.SlowClear,
+				slowReads:   o.SlowClearReads,
 				wake:        make(chan struct{}, 1),
 				done:        make(chan struct{}),
 			}
@@ -229,7 +245,7 @@ func cpuList(set *unix.CPUSet) []int {
 // table.
 const dcaOffset = 0x0E00
 
-func initCBDMAConfig(f *Function, dev uint16) {
+func initCBDMAConfig(f *Function, dev uint16, vectors int) {
 	c := &f.cfg
 	le := binary.LittleEndian
 	le.PutUint16(c[pci.ConfigVendorID:], hw.VendorIntel)
@@ -240,11 +256,12 @@ func initCBDMAConfig(f *Function, dev uint16) {
 	c[pci.ConfigClass+2] = 0x08                  // class: base system peripheral
 	le.PutUint32(c[pci.ConfigBAR0:], 0xFBD00004) // 64-bit memory BAR
 	c[pci.ConfigCapPtr] = 0x80
-	// MSI-X capability at 0x80: one vector, table at BAR0+0x2000, PBA at
-	// BAR0+0x3000 (spec §2.3).
+	// MSI-X capability at 0x80: one vector per channel (Linux's
+	// ioat_dma_setup_interrupts asks for CHANCNT of them), table at
+	// BAR0+0x2000, PBA at BAR0+0x3000 (spec §2.3).
 	c[0x80] = pci.CapMSIX
 	c[0x81] = 0
-	le.PutUint16(c[0x82:], 0) // table size 1 (encoded N-1)
+	le.PutUint16(c[0x82:], uint16(vectors-1)) // table size, encoded N-1
 	le.PutUint32(c[0x84:], 0x2000)
 	le.PutUint32(c[0x88:], 0x3000)
 	// Writable: command register memory, bus master and INTx disable.
@@ -382,6 +399,14 @@ type cbChannel struct {
 	wipeOnReset bool
 	addr40      bool
 	hideArmed   bool
+	slowClear   uint32 // CHANERR bits slow to clear (CBDMAOptions.SlowClear)
+	slowReads   int    // reads they outlive their clear by; negative: for ever
+
+	// ghostMu guards ghost and ghostLeft: SlowClear bits software cleared
+	// that CHANERR still reads as set, for ghostLeft more reads.
+	ghostMu   sync.Mutex
+	ghost     uint32
+	ghostLeft int
 
 	dmacount atomic.Uint32 // doorbell, 16 bits
 	lastDB   atomic.Uint32 // last doorbell value, or dbNone
@@ -521,7 +546,7 @@ func (c *cbChannel) read(r, w int) uint64 {
 		}
 		return c.sts.Load() >> 32
 	case r == hw.ChanErr && w == 4:
-		return uint64(c.chanerr.Load())
+		return uint64(c.chanerr.Load() | c.readGhost())
 	case r == hw.ChanDMACount && w == 2:
 		return uint64(c.dmacount.Load() & 0xFFFF)
 	}
@@ -573,6 +598,24 @@ func (c *cbChannel) read(r, w int) uint64 {
 	return 0
 }
 
+// readGhost returns the cleared SlowClear bits CHANERR still reads as
+// set, and counts the read against them.
+func (c *cbChannel) readGhost() uint32 {
+	if c.slowClear == 0 {
+		return 0
+	}
+	c.ghostMu.Lock()
+	defer c.ghostMu.Unlock()
+	g := c.ghost
+	if g != 0 && c.ghostLeft > 0 {
+		c.ghostLeft--
+		if c.ghostLeft == 0 {
+			c.ghost = 0
+		}
+	}
+	return g
+}
+
 // loadSts reads CHANSTS for a register read (see stsMu).
 func (c *cbChannel) loadSts() uint64 {
 	c.stsMu.Lock()
@@ -591,7 +634,13 @@ func (c *cbChannel) write(r, w int, v uint64) {
 		return
 	}
 	if r == hw.ChanErr && w == 4 {
-		c.chanerr.And(^uint32(v))
+		old := c.chanerr.And(^uint32(v))
+		if slow := old & uint32(v) & c.slowClear; slow != 0 {
+			c.ghostMu.Lock()
+			c.ghost |= slow
+			c.ghostLeft = c.slowReads
+			c.ghostMu.Unlock()
+		}
 		return
 	}
 	c.mu.Lock()
@@ -854,7 +903,8 @@ func (c *cbChannel) failCompletion() {
 // interruptLocked raises the channel's interrupt, or leaves it pending
 // until software re-arms it with CHANCTRL.INT_REARM.
 func (c *cbChannel) interruptLocked() {
-	if !c.fn.interrupt(c.idx) {
+	vec, ok := c.fn.interrupt(c.idx)
+	if !ok {
 		return
 	}
 	if c.ctrl&hw.CtrlIntRearm == 0 {
@@ -862,7 +912,7 @@ func (c *cbChannel) interruptLocked() {
 		return
 	}
 	c.ctrl &^= hw.CtrlIntRearm
-	if c.f.raise(0) {
+	if c.f.raise(vec) {
 		c.nIRQ.Add(1)
 	}
 }
@@ -872,6 +922,9 @@ func (c *cbChannel) flr() {
 	defer c.mu.Unlock()
 	c.resetLocked()
 	c.chanerr.Store(0)
+	c.ghostMu.Lock()
+	c.ghost, c.ghostLeft = 0, 0
+	c.ghostMu.Unlock()
 	c.inUse = false
 	c.errMask, c.dcaCtrl = 0, 0
 }

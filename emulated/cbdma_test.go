@@ -164,6 +164,40 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestSlowClear: a SlowClear bit keeps reading set for SlowClearReads
+// reads after it is cleared, yet the channel arms and runs at once.
+func TestSlowClear(t *testing.T) {
+	r := newRig(t, CBDMAOptions{SlowClear: hw.ErrWriteData, SlowClearReads: 3})
+	r.desc(0, hw.Descriptor{Size: 8, Src: r.iova(rigData), Dst: 0x1000})
+	r.start()
+	r.regs.Write16(r.ch(hw.ChanDMACount), 1)
+	r.waitState(hw.StateHalted)
+	want := uint32(hw.ErrWriteData)
+	if got := r.regs.Read32(r.ch(hw.ChanErr)); got != want {
+		t.Fatalf("CHANERR %s after the fault, want %s", hw.ErrString(got), hw.ErrString(want))
+	}
+	r.regs.Write32(r.ch(hw.ChanErr), want)
+	r.regs.Write8(r.ch(hw.ChanCmd), hw.CmdReset)
+	for i := 0; i < 3; i++ {
+		if got := r.regs.Read32(r.ch(hw.ChanErr)); got != want {
+			t.Fatalf("read %d after the clear: CHANERR %s, want %s still", i+1, hw.ErrString(got), hw.ErrString(want))
+		}
+	}
+	if got := r.regs.Read32(r.ch(hw.ChanErr)); got != 0 {
+		t.Fatalf("CHANERR %s after its slow clear ran out, want 0", hw.ErrString(got))
+	}
+	// The error was gone at the clear: the channel takes a new chain.
+	r.desc(1, hw.Descriptor{Size: 8, Src: r.iova(rigData), Dst: r.iova(rigData + 64), Ctl: hw.CtlComplWrite})
+	r.regs.Write16(r.ch(hw.ChanCtrl), hw.CtrlErrCmplEn|hw.CtrlAnyErrAbortEn)
+	r.regs.Write64(r.ch(hw.ChanCmp), r.iova(rigComp))
+	r.regs.Write64(r.ch(hw.ChanChainAddr), r.iova(rigRing+64))
+	r.regs.Write16(r.ch(hw.ChanDMACount), 1)
+	r.waitState(hw.StateIdle)
+	if s := r.p.Stats(0); s.Violations != 0 {
+		t.Fatalf("violations: %s", s.LastViolation)
+	}
+}
+
 func TestCompletionAddressError(t *testing.T) {
 	r := newRig(t, CBDMAOptions{})
 	r.desc(0, hw.Descriptor{Size: 8, Ctl: hw.CtlNull | hw.CtlComplWrite})
@@ -279,6 +313,73 @@ func TestInterrupt(t *testing.T) {
 	}
 	if _, err := r.f.EnableInterrupts(2); err == nil {
 		t.Fatal("two vectors on a one-vector function")
+	}
+}
+
+// TestVectorPerChannel: a function with four channels offers four MSI-X
+// vectors; with INTRCTRL's MSI-X vector control each channel interrupts
+// on its own, without it every channel on vector 0.
+func TestVectorPerChannel(t *testing.T) {
+	p, err := NewCBDMA(CBDMAOptions{Channels: 1, ChannelsPerFunction: 4, Version: hw.Ver32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f := p.Functions()[0]
+	regs, _ := f.BAR(0)
+	if err := pci.SetCommand(f, pci.CommandMemory|pci.CommandBusMaster); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.EnableInterrupts(5); err == nil {
+		t.Fatal("five vectors on a four-channel function")
+	}
+	irqs, err := f.EnableInterrupts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 4096)
+	m, err := p.IOMMU().Map(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.IOMMU().Unmap(m)
+	iova := m.Segments[0].IOVA
+	// Channel n's one descriptor (a self-linked null asking for an
+	// interrupt) at 64 x n, its completion word at 1024 + 64 x n.
+	run := func(n int) {
+		b := hw.ChannelBase(n)
+		d := hw.Descriptor{Size: 8, Ctl: hw.CtlNull | hw.CtlIntEn | hw.CtlComplWrite, Next: iova + uint64(64*n)}
+		d.Encode(mem[64*n:])
+		regs.Write8(b+hw.ChanCmd, hw.CmdReset)
+		regs.Write16(b+hw.ChanCtrl, hw.CtrlAnyErrAbortEn|hw.CtrlIntRearm)
+		regs.Write64(b+hw.ChanCmp, iova+uint64(1024+64*n))
+		regs.Write64(b+hw.ChanChainAddr, iova+uint64(64*n))
+		regs.Write16(b+hw.ChanDMACount, 1)
+	}
+	for _, perChannel := range []bool{true, false} {
+		ctl := uint8(hw.IntrCtrlMasterEnable)
+		if perChannel {
+			ctl |= hw.IntrCtrlMSIXVector
+		}
+		regs.Write8(hw.RegIntrCtrl, ctl)
+		for n := range 4 {
+			want := 0
+			if perChannel {
+				want = n
+			}
+			run(n)
+			if got, err := irqs[want].WaitTimeout(5 * time.Second); err != nil || got != 1 {
+				t.Fatalf("per-channel %v: channel %d: vector %d got %d signals, %v; want 1", perChannel, n, want, got, err)
+			}
+			for v := range irqs {
+				if got := irqs[v].Poll(); got != 0 {
+					t.Errorf("per-channel %v: channel %d also signalled vector %d", perChannel, n, v)
+				}
+			}
+		}
+	}
+	if s := p.Stats(0); s.Violations != 0 {
+		t.Errorf("violations: %s", s.LastViolation)
 	}
 }
 

@@ -140,12 +140,18 @@ func (fn *cbFunction) writeGlobal(off, w int, v uint64) {
 }
 
 // interrupt records channel n's attention and tells whether the function's
-// interrupt control lets it through.
-func (fn *cbFunction) interrupt(n int) bool {
+// interrupt control lets it through, and on which MSI-X vector: channel
+// n's own with INTRCTRL.MSIX_VECTOR_CONTROL (one vector per channel, as
+// Linux sets it up), else vector 0, which every channel shares (and
+// ATTNSTATUS says which ones want attention).
+func (fn *cbFunction) interrupt(n int) (vector int, ok bool) {
 	fn.mu.Lock()
 	defer fn.mu.Unlock()
 	fn.attn |= 1 << n
-	return fn.intrCtrl&(hw.IntrCtrlMasterEnable|hw.IntrCtrlMSIXVector) != 0
+	if fn.intrCtrl&hw.IntrCtrlMSIXVector != 0 {
+		vector = n
+	}
+	return vector, fn.intrCtrl&(hw.IntrCtrlMasterEnable|hw.IntrCtrlMSIXVector) != 0
 }
 
 // prefetchLimit is how many descriptors a DPS channel fetches ahead:

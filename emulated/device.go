@@ -128,8 +128,8 @@ func (f *Function) BAR(i int) (pci.Registers, error) {
 	return f.bar, nil
 }
 
-// EnableInterrupts implements pci.Device: the model offers one MSI-X vector
-// per function, as CBDMA does.
+// EnableInterrupts implements pci.Device: the model offers the vectors
+// its MSI-X capability announces (a CBDMA function one per channel).
 func (f *Function) EnableInterrupts(n int) ([]*pci.Interrupt, error) {
 	if f.closed.Load() {
 		return nil, &pci.OpError{Op: "enable MSI-X", Addr: f.addr, Err: pci.ErrClosed}

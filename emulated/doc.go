@@ -68,7 +68,10 @@
 // below, when they execute. Copies and fills move their data when the
 // descriptor completes, after the modelled transfer time when a bandwidth
 // cap is set. InjectError and InjectHang make a channel fail or stop at a
-// chosen descriptor, for testing a driver's recovery and watchdog.
+// chosen descriptor, for testing a driver's recovery and watchdog;
+// CBDMAOptions.SlowClear makes chosen CHANERR bits keep reading set for a
+// while after they are cleared (the error itself is gone, the channel
+// arms and runs), as parts do whose error register lags its clear.
 //
 // # CBDMA misprogramming: what the model does and why
 //

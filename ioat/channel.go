@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"runtime"
 	"sync/atomic"
@@ -21,7 +22,11 @@ type Options struct {
 	// 16 to 65536 (default 4096). At most RingSize-1 are outstanding.
 	RingSize int
 	// Interrupts enables the channel's MSI-X vector so waits can sleep
-	// instead of spinning.
+	// instead of spinning. A function has one vector per channel, as
+	// Linux sets it up (INTRCTRL MSI-X vector control): the first of its
+	// channels opened with interrupts enables them all, the last closed
+	// disables them. A function that offers fewer vectors than channels
+	// is refused (poll instead).
 	Interrupts bool
 	// ResetTimeout bounds the wait for CHANCMD.RESET to clear (default
 	// 200ms, as Linux).
@@ -51,6 +56,11 @@ type Options struct {
 	// Memory says where the ring and completion word live (default:
 	// 2 MiB hugepages, falling back to locked 4 KiB pages).
 	Memory hugepage.Options
+	// Logger, when set, hears of what the driver works around without
+	// failing: CHANERR bits that still read set after being cleared are
+	// logged once each, at warning level. Nil logs nothing; Info
+	// reports the same.
+	Logger *slog.Logger
 }
 
 // DefaultOptions returns a 4096-entry ring without interrupts.
@@ -111,6 +121,13 @@ type Info struct {
 	ChanErrIntUnreadable bool
 	// MemoryDegraded is why ring memory is not on hugepages ("" if it is).
 	MemoryDegraded string
+	// StickyChanErr holds the CHANERR bits that still read set after the
+	// driver wrote them back to clear them (write 1 to clear) when it
+	// last started the channel: bits a part is slow to clear, or never
+	// clears. The driver carries on, as Linux, SPDK and DPDK do, and
+	// ignores them from then on; only bits that programming the channel
+	// raises refuse it.
+	StickyChanErr uint32
 }
 
 // Stats counts a channel's work.
@@ -200,6 +217,9 @@ type Channel struct {
 	closed    bool
 	stats     Stats
 	failRun   int // recoveries in a row that failed no request
+	// sticky holds CHANERR bits that read set although cleared (see
+	// Info.StickyChanErr); logged holds those already logged.
+	sticky, logged uint32
 }
 
 // Open brings up the CBDMA channel behind dev (spec §4.2): it checks the
@@ -262,8 +282,6 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 		return nil, opErr(addr, "CHANCNT", fmt.Errorf("channel %d of a function with %d (CHANCNT): %w", o.Index, nch, ErrBadRequest))
 	case c.base+hw.ChanBlockSize > regs.Len():
 		return nil, opErr(addr, "BAR0", fmt.Errorf("%w: channel %d's registers at %#x lie past the %d-byte BAR", ErrNotCBDMA, o.Index, c.base, regs.Len()))
-	case nch > 1 && o.Interrupts:
-		return nil, opErr(addr, "interrupts", fmt.Errorf("%d channels share this function's MSI-X vector: open without Interrupts and poll: %w", nch, pci.ErrNotSupported))
 	}
 	xc := regs.Read8(hw.RegXferCap) & 0x1F
 	switch {
@@ -299,13 +317,13 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 	undo = append(undo, func() { _ = c.reset() })
 
 	if o.Interrupts {
-		irqs, err := dev.EnableInterrupts(1)
-		if err != nil {
-			return nil, fmt.Errorf("ioat: %s: interrupts requested but unavailable (open without Interrupts to poll): %w", addr, err)
+		// One vector per channel: the function's first channel opened
+		// with interrupts enables them for all (see fnVectors).
+		if err := acquireVector(c, nch); err != nil {
+			return nil, err
 		}
-		c.irq.Store(irqs[0])
 		c.info.Interrupts = true
-		undo = append(undo, func() { _ = dev.DisableInterrupts() })
+		undo = append(undo, func() { releaseVector(c) })
 	}
 
 	if err := c.allocRing(); err != nil {
@@ -455,6 +473,44 @@ func (c *Channel) clearErrors() (chanerr, chanerrInt uint32, err error) {
 	return chanerr, chanerrInt, nil
 }
 
+// settleErrors is called on a reset channel just before it is
+// programmed. CHANERR was cleared by reset; any bit that still reads set
+// is cleared once more, and a bit that survives that too is one the part
+// is slow to clear (or never clears). Such bits are logged once each,
+// reported in Info.StickyChanErr and ignored from then on, as Linux, SPDK
+// and DPDK clear what they read and carry on. It returns the bits set
+// before programming, for start to tell them from bits programming
+// raises.
+func (c *Channel) settleErrors() uint32 {
+	e := c.regs.Read32(c.base + hw.ChanErr)
+	if e == 0 {
+		c.sticky = 0
+		c.info.StickyChanErr = 0
+		return 0
+	}
+	c.regs.Write32(c.base+hw.ChanErr, e)
+	e = c.regs.Read32(c.base + hw.ChanErr)
+	c.sticky = e
+	c.info.StickyChanErr = e
+	if fresh := e &^ c.logged; fresh != 0 {
+		c.logged |= fresh
+		if l := c.opts.Logger; l != nil {
+			l.Warn("ioat: CHANERR bits still read set after being cleared; carrying on without them",
+				"device", c.info.Addr.String(), "channel", c.info.Index, "chanerr", hw.ErrString(fresh))
+		}
+	}
+	return e
+}
+
+// stickyNote explains, in an error, bits that read set before the
+// channel was programmed.
+func stickyNote(before uint32) string {
+	if before == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (CHANERR %s read set before, after being cleared, and was not counted)", hw.ErrString(before))
+}
+
 // reset quiesces the channel, clears its errors and resets it (spec §4.2,
 // SPDK and Linux sequences). Afterwards the channel is HALTED and does no
 // DMA.
@@ -480,13 +536,12 @@ func (c *Channel) reset() error {
 	}); err != nil {
 		return err
 	}
-	if c.quirk&hw.QuirkMSIXResetWipe != 0 && c.irq.Load() != nil {
-		// The reset wiped the MSI-X entry: have the platform rewrite it.
-		irqs, err := c.dev.EnableInterrupts(1)
-		if err != nil {
-			return fmt.Errorf("ioat: %s: restore MSI-X after reset: %w", c.info.Addr, err)
+	if c.quirk&hw.QuirkMSIXResetWipe != 0 {
+		// The reset wiped the MSI-X table: have the platform rewrite it
+		// for every channel of the function that uses a vector.
+		if err := rewireVectors(c.dev); err != nil {
+			return err
 		}
-		c.irq.Store(irqs[0])
 	}
 	return nil
 }
@@ -560,13 +615,17 @@ func (c *Channel) start(at uint64) error {
 	store64(c.comp, 0)
 	c.lastSts = 0
 	c.wbFloor = at
+	before := c.settleErrors()
 	c.write64(hw.ChanCmp, c.compIOVA)
 	c.write64(hw.ChanChainAddr, c.slotIOVA[at&c.mask])
 	// No wait for ARMED: Linux's registers define no such state and SPDK
 	// rings the doorbell straight after CHAINADDR. A refused chain address
 	// shows in CHANERR; anything later halts the chain and Poll recovers.
-	if e := c.regs.Read32(c.base + hw.ChanErr); e != 0 {
-		return opErr(c.info.Addr, "CHAINADDR", fmt.Errorf("%w: the channel refused chain address %#x: CHANERR %s", ErrTimeout, c.slotIOVA[at&c.mask], hw.ErrString(e)))
+	// Only bits that programming the channel raised count: bits that read
+	// set before it are a part slow to clear them, not a refusal.
+	if raised := c.regs.Read32(c.base+hw.ChanErr) &^ before; raised != 0 {
+		return opErr(c.info.Addr, "CHAINADDR", fmt.Errorf("%w: the channel refused chain address %#x: programming it raised CHANERR %s%s",
+			ErrDescriptor, c.slotIOVA[at&c.mask], hw.ErrString(raised), stickyNote(before)))
 	}
 	c.restart = at
 	c.rung = at
@@ -928,7 +987,7 @@ func (c *Channel) checkStall() {
 		c.recover(causeHalted)
 	case c.tail != before:
 		c.stallAt = time.Now()
-	case c.regs.Read32(c.base+hw.ChanErr) != 0:
+	case c.regs.Read32(c.base+hw.ChanErr)&^c.sticky != 0:
 		c.recover(causeErrBits)
 	case time.Since(c.stallAt) >= c.opts.Watchdog:
 		c.recover(causeStalled)
@@ -1029,6 +1088,10 @@ func (c *Channel) recover(cause int) {
 	if err != nil {
 		c.breakChannel(err)
 		return
+	}
+	if chanerr&^c.sticky != 0 {
+		// Bits that would not clear before say nothing of this error.
+		chanerr &^= c.sticky
 	}
 	if c.tail < c.submitted {
 		// Fail the request that holds the failed descriptor and skip the
@@ -1148,8 +1211,7 @@ func (c *Channel) Close() error {
 	c.failAll(opErr(c.info.Addr, "request", ErrClosed))
 	c.regs.Write16(c.base+hw.ChanCtrl, 0) // release IN_USE
 	if c.irq.Load() != nil {
-		_ = c.dev.DisableInterrupts()
-		c.irq.Store(nil)
+		releaseVector(c)
 	}
 	if c.info.Channels <= 1 {
 		// With several channels in the function, the others may still run.

@@ -12,11 +12,15 @@
 // concurrent use, like a DPDK dmadev queue: its owner enqueues
 // descriptors (EnqueueCopy, EnqueueFill, EnqueueNull), rings the doorbell
 // once per batch (Submit) and reaps completions into a slice (Poll). An
-// Engine opens every channel of a set of functions, adds locking, spreads
+// Engine opens every channel of a set of functions (or those
+// EngineOptions.ChannelMask picks), adds locking, spreads
 // requests by a Policy, copies small or overlapping requests on the CPU,
 // and maps arbitrary []byte for DMA through a registration cache. Its
 // Wait polls briefly, then, with Options.Interrupts, sleeps on the
-// channel's MSI-X vector: one waiter per channel sleeps on the eventfd
+// channel's MSI-X vector (each channel has its own: a function with
+// several channels has a vector per channel, enabled together when the
+// first of them opens with interrupts and disabled when the last
+// closes): one waiter per channel sleeps on the eventfd
 // and wakes the others when it wakes, so one interrupt that completes
 // several requests wakes all their waiters, as an interrupt handler
 // wakes its wait queue. Stats.BoundWakes counts the sleeps that lasted
@@ -51,7 +55,12 @@
 // When the channel halts, the request holding the failed descriptor fails
 // with a *ChanError carrying CHANERR (errors.Is matches ErrDMAFault or
 // ErrDescriptor by its bits); the channel is reset and restarted at the
-// next request, which runs again, as Linux's and DPDK's recovery do. Any
+// next request, which runs again, as Linux's and DPDK's recovery do.
+// Restarting clears the CHANERR bits it reads and carries on, as Linux,
+// SPDK and DPDK do: a bit that still reads set after a second clear is
+// one the part is slow to clear, logged once (Options.Logger), reported
+// in Info.StickyChanErr and ignored; only bits that programming the
+// channel raises refuse it, with an error naming them. Any
 // run of failed requests is survived: only recoveries that fail nothing
 // count towards giving up (ErrChannelBroken). A channel that makes no
 // progress for Options.Watchdog with work outstanding, or that flags
@@ -72,6 +81,8 @@
 //	no wait for ARMED after CHAINADDR              LNX registers.h (no ARMED), SPDK ioat_channel_start
 //	every channel of a function, 0x80 x (n+1)      LNX ioat_enumerate_channels reads CHANCNT
 //	IN_USE claim refused unless taken over         CB3 CHANCTRL bit 8 semaphore; DPDK force-clears it
+//	one MSI-X vector per channel of a function     LNX ioat_dma_setup_interrupts (INTRCTRL MSI-X vector control)
+//	CHANERR cleared and carried on, not re-checked LNX ioat_reset_hw, SPDK ioat_reset_hw, DPDK __ioat_recover
 //	addresses below 2^40 on Jasper Forest          spec §5, FreeBSD allocates descriptors below 2^40
 //	v3.4 LTR active/idle and DRSCTL ring size      LNX ioat_alloc_chan_resources, ioat_alloc_ring
 //	doorbell in steps below 2^15                   the 16-bit count must never look as if it went back

@@ -83,6 +83,11 @@ type EngineOptions struct {
 	// interrupt (or, without interrupts, backs off with short sleeps).
 	// Default 20µs.
 	SpinWait time.Duration
+	// ChannelMask picks which channels of each function the engine opens:
+	// bit n for channel n. Zero, the default, opens every channel. A tool
+	// that wants one engine per channel (to count each channel's work)
+	// opens one engine per bit.
+	ChannelMask uint32
 }
 
 // DefaultEngineOptions returns round-robin scheduling, a 16 KiB CPU
@@ -185,7 +190,12 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 		if err != nil {
 			return fail(err)
 		}
+		opened := 0
 		for i := 0; i < n; i++ {
+			if o.ChannelMask != 0 && o.ChannelMask&(1<<i) == 0 {
+				continue
+			}
+			opened++
 			co := o.Channel
 			co.Index = i
 			ch, err := Open(dev, co)
@@ -193,6 +203,9 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 				return fail(err)
 			}
 			e.chans = append(e.chans, &echan{ch: ch, failed: map[uint64]error{}})
+		}
+		if opened == 0 {
+			return fail(opErr(dev.Address(), "CHANCNT", fmt.Errorf("ChannelMask %#x selects none of the function's %d channels: %w", o.ChannelMask, n, ErrBadRequest)))
 		}
 	}
 	return e, nil

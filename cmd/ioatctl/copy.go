@@ -198,7 +198,7 @@ func runCopy(e *env, args []string) (err error) {
 			cacheNote = bufs.coldNote
 		}
 		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %d, %s per size and mover\n",
-			plural(len(r.devs), "channel"), choice.policy, f.window, lim.describe("copies"))
+			plural(r.channels(), "channel"), choice.policy, f.window, lim.describe("copies"))
 		fmt.Fprintf(e.stdout, "cache:   %s\n", cacheNote)
 		fmt.Fprintf(e.stdout, "memory:  %s\n", bufs.memNote)
 		if r.emulated {
@@ -213,7 +213,7 @@ func runCopy(e *env, args []string) (err error) {
 	}
 	for i, size := range sizes {
 		row := copyRow{
-			Schema: copySchema, Run: meta, Device: r.name, Emulated: r.emulated, CBVER: cbverString(r.info.Version), Channels: len(r.devs),
+			Schema: copySchema, Run: meta, Device: r.name, Emulated: r.emulated, CBVER: cbverString(r.info.Version), Channels: r.channels(),
 			Policy: choice.policy.String(), Cache: cacheKind, Size: size, Window: f.window, LLCBytes: llcBytes,
 		}
 		if !f.hot {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ type deviceFlags struct {
 	interrupts bool
 	bandwidth  units.Size
 	cbver      string
+	chancnt    int
 	timeout    time.Duration
 	takeOver   bool
 }
@@ -33,22 +35,25 @@ type deviceFlags struct {
 // register adds the device flags to fs.
 func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.device, "device", "auto", "auto, emulated, or PCI addresses of CBDMA functions bound to vfio-pci (comma-separated); auto uses every bound function, else the emulated engine")
-	fs.IntVar(&d.channels, "channels", 1, "number of channels (with PCI addresses: defaults to their number)")
+	fs.IntVar(&d.channels, "channels", 1, "channels of the emulated engine; on real functions (auto, or PCI addresses), how many functions, each run with every channel it has (with addresses: defaults to their number)")
 	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels: round-robin, least-loaded, stripe or dedicated")
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
 	fs.StringVar(&d.cbver, "cbver", "3.3", "emulated engine only: CBVER of the model, 3.2, 3.3 or 3.4")
+	fs.IntVar(&d.chancnt, "chancnt", 1, "emulated engine only: channels per PCI function (CHANCNT), 1 as on every Xeon, up to 4 as on older parts; --channels must be a multiple of it")
 	fs.DurationVar(&d.timeout, "timeout", 30*time.Second, "how long to wait for the engine beyond the run's own length before calling it stuck")
 	fs.BoolVar(&d.takeOver, "take-over", false, "open channels whose CHANCTRL.IN_USE claim is already set (a previous owner crashed or never closed them)")
 }
 
 // deviceChoice is a validated --device and its companions.
 type deviceChoice struct {
-	kind      string        // "auto", "emulated" or "pci"
-	addrs     []pci.Address // for "pci"
-	channels  int
-	policy    ioat.Policy
-	version   uint8
+	kind     string        // "auto", "emulated" or "pci"
+	addrs    []pci.Address // for "pci"
+	channels int
+	policy   ioat.Policy
+	version  uint8
+	// chancnt is the emulated functions' channel count (CHANCNT).
+	chancnt   int
 	bandwidth int64
 	// irq asks for interrupt-driven waits.
 	irq bool
@@ -67,7 +72,7 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd, timeout: d.timeout, takeOver: d.takeOver}
+	c := deviceChoice{channels: d.channels, chancnt: d.chancnt, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd, timeout: d.timeout, takeOver: d.takeOver}
 	if d.timeout <= 0 {
 		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
 	}
@@ -118,7 +123,15 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	if c.bandwidth < 0 {
 		return c, usagef(cmd, "--bandwidth must not be negative")
 	}
-	for _, n := range []string{"bandwidth", "cbver"} {
+	switch {
+	case c.chancnt < 1 || c.chancnt > 4:
+		return c, usagef(cmd, "--chancnt %d: want 1 to 4 channels per function", c.chancnt)
+	case c.chancnt > 1 && c.version >= hw.Ver34:
+		return c, usagef(cmd, "--chancnt %d with --cbver 3.4: a CB 3.4 function has one channel (its channel registers reach past the 0x80 stride); use --cbver 3.2 or 3.3", c.chancnt)
+	case c.kind != "pci" && c.channels%c.chancnt != 0:
+		return c, usagef(cmd, "--channels %d is not a multiple of --chancnt %d: the emulated engine has whole functions of %d channels", c.channels, c.chancnt, c.chancnt)
+	}
+	for _, n := range []string{"bandwidth", "cbver", "chancnt"} {
 		if set[n] {
 			c.emuOnly = append(c.emuOnly, "--"+n)
 		}
@@ -224,7 +237,7 @@ func openEmulated(c deviceChoice, why string) (*backend, error) {
 	if c.channels > 16 {
 		return nil, usagef(c.cmd, "--channels %d: the emulated engine has at most 16 channels (used because %s)", c.channels, why)
 	}
-	s, err := ioatdev.OpenEmulated(emulated.CBDMAOptions{Channels: c.channels, Version: c.version, Bandwidth: c.bandwidth})
+	s, err := ioatdev.OpenEmulated(emulated.CBDMAOptions{Channels: c.channels / c.chancnt, ChannelsPerFunction: c.chancnt, Version: c.version, Bandwidth: c.bandwidth})
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +259,9 @@ type rig struct {
 	*backend
 	eng  *ioat.Engine
 	info ioat.Info // of the first channel
+	// chans describes every channel the run drives, in order: a function
+	// of the backend may hold several (CHANCNT).
+	chans []ioat.Info
 }
 
 // openRig opens the backend and an engine over every channel, offloading
@@ -262,26 +278,53 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	b.ringMemory(&o.Channel)
 	o.Channel.Watchdog = c.watchdog()
 	o.Channel.TakeOver = c.takeOver
+	o.Channel.Logger = e.logger()
 	eng, err := ioat.NewEngine(b.devs, o)
 	if err != nil {
 		b.close()
 		return nil, engineHint(err, b)
 	}
-	return &rig{backend: b, eng: eng, info: eng.Channels()[0].Info()}, nil
+	return &rig{backend: b, eng: eng, info: eng.Channels()[0].Info(), chans: channelInfos(eng)}, nil
 }
 
-// engineHint adds what to do to an engine that failed to open.
+// logger is where the driver's warnings go: stderr, one line each,
+// without a timestamp.
+func (e *env) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+}
+
+// channelInfos describes an engine's channels.
+func channelInfos(eng *ioat.Engine) []ioat.Info {
+	var infos []ioat.Info
+	for _, c := range eng.Channels() {
+		infos = append(infos, c.Info())
+	}
+	return infos
+}
+
+// engineHint adds what to do to an engine that failed to open, by the
+// failure's cause: each hint answers that cause and no other.
 func engineHint(err error, b *backend) error {
-	if errors.Is(err, ioat.ErrNotCBDMA) {
+	switch {
+	case errors.Is(err, ioat.ErrNotCBDMA):
 		return fmt.Errorf("%w (see `ioatctl list`)", err)
-	}
-	if b.emulated {
+	case b.emulated:
 		return err
+	case errors.Is(err, pci.ErrBusy):
+		return fmt.Errorf("%w (another process, or the kernel's ioatdma, holds the channel: stop it, or pass --take-over if its owner is gone)", err)
+	case errors.Is(err, ioat.ErrDMAFault):
+		return fmt.Errorf("%w (the IOMMU refused the channel's DMA: an address it used is not mapped in the VFIO container's DMA domain, or a descriptor pointed at memory the driver never mapped; `dmesg` shows the DMAR fault)", err)
+	case errors.Is(err, ioat.ErrDescriptor):
+		return fmt.Errorf("%w (the channel refused a descriptor or its chain address: a driver bug or an unsupported part; please report it with `ioatctl list` output)", err)
+	case errors.Is(err, ioat.ErrTimeout):
+		return fmt.Errorf("%w (the channel did not respond in time: check `dmesg` for errors on the function; --device emulated works anyway)", err)
 	}
-	if errors.Is(err, pci.ErrBusy) {
-		return fmt.Errorf("%w (with ioatctl: --take-over)", err)
-	}
-	return fmt.Errorf("%w (is another process using the channel? see `ioatctl list`; --device emulated works anyway)", err)
+	return fmt.Errorf("%w (see `ioatctl list` and `ioatctl setup`; --device emulated works anyway)", err)
 }
 
 // alloc returns n bytes registered with the engine. The emulated engine
@@ -307,15 +350,28 @@ func (r *rig) memoryNote(buf *ioat.Buffer) string {
 	return "hugepages, registered with the engine"
 }
 
-// channelName names channel i of the backend in tables and JSON: its PCI
-// address, or "emulated/i" for the model, which has no address a reader
+// channelName names channel i of the run (r.chans[i]) in tables and
+// JSON: its PCI address, followed by /n for channel n of a function with
+// several; or "emulated/i" for the model, which has no address a reader
 // could mistake for a device on the machine.
-func (b *backend) channelName(i int) string {
-	if b.emulated {
+func (r *rig) channelName(i int) string {
+	if r.emulated {
 		return fmt.Sprintf("emulated/%d", i)
 	}
-	return b.devs[i].Address().String()
+	return channelName(r.chans[i])
 }
+
+// channelName names a real channel: its function's PCI address, with /n
+// for channel n when the function has several.
+func channelName(in ioat.Info) string {
+	if in.Channels > 1 {
+		return fmt.Sprintf("%s/%d", in.Addr, in.Index)
+	}
+	return in.Addr.String()
+}
+
+// channels is how many channels the run drives.
+func (r *rig) channels() int { return len(r.chans) }
 
 // close closes the engine, then the devices.
 func (r *rig) close() error {
@@ -326,10 +382,14 @@ func (r *rig) close() error {
 // was chosen.
 func (r *rig) describe() string {
 	v := "CBVER " + cbverString(r.info.Version)
-	if r.emulated {
-		return fmt.Sprintf("emulated CBDMA (%s, %s, modelled on %s): %s", plural(len(r.devs), "channel"), v, r.info.Platform, r.why)
+	n := plural(r.channels(), "channel")
+	if r.channels() != len(r.devs) {
+		n += " in " + plural(len(r.devs), "function")
 	}
-	return fmt.Sprintf("vfio-pci %s (%s, %s, %s): %s", r.name, plural(len(r.devs), "channel"), v, r.info.Platform, r.why)
+	if r.emulated {
+		return fmt.Sprintf("emulated CBDMA (%s, %s, modelled on %s): %s", n, v, r.info.Platform, r.why)
+	}
+	return fmt.Sprintf("vfio-pci %s (%s, %s, %s): %s", r.name, n, v, r.info.Platform, r.why)
 }
 
 // plural formats a count and a noun, adding an s unless n is 1.

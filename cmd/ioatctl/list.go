@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"text/tabwriter"
@@ -23,7 +24,10 @@ type listEntry struct {
 	Platform string   `json:"platform"`
 	// CBVER is "3.3" when read from the registers, "" when not readable
 	// (not bound to vfio-pci, or not openable).
-	CBVER      string `json:"cbver,omitempty"`
+	CBVER string `json:"cbver,omitempty"`
+	// Channels is CHANCNT, the function's channels, read with CBVER (0,
+	// left out, when not readable).
+	Channels   int    `json:"channels,omitempty"`
 	Driver     string `json:"driver"`
 	IOMMUGroup int    `json:"iommu_group"`
 	NUMANode   int    `json:"numa_node"`
@@ -49,13 +53,13 @@ func runList(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w (is sysfs mounted at %s? set %s to read another tree)", err, e.sysfsRoot, envSysfsRoot)
 	}
-	vers, why := readVersions(e, sys, fns)
+	probes, why := readVersions(e, sys, fns)
 	entries := make([]listEntry, 0, len(fns))
 	meta := cli.NewMeta("ioatctl")
 	for _, f := range fns {
 		entries = append(entries, listEntry{
 			Schema: listSchema, Run: meta, Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
-			Platform: string(hw.Models[f.Device].Platform), CBVER: vers[f.Addr],
+			Platform: string(hw.Models[f.Device].Platform), CBVER: probes[f.Addr].cbver, Channels: probes[f.Addr].channels,
 			Driver: f.Driver, IOMMUGroup: f.IOMMUGroup, NUMANode: f.NUMANode,
 		})
 	}
@@ -73,33 +77,72 @@ func runList(e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "`ioatctl copy --device emulated` works anyway: it runs the in-process model of the engine.\n")
 		return nil
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ADDRESS\tDEVICE\tPLATFORM\tCBVER\tDRIVER\tIOMMU GROUP\tNUMA")
-	bound := 0
-	for _, x := range entries {
-		if x.Driver == "vfio-pci" {
-			bound++
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Address, x.Device, x.Platform,
-			dash(x.CBVER), orNone(x.Driver), dashInt(x.IOMMUGroup), dashInt(x.NUMANode))
-	}
-	tw.Flush()
-	fmt.Fprintf(e.stdout, "\n%d CBDMA functions, %d bound to vfio-pci.", len(entries), bound)
+	bound := listTable(e.stdout, entries)
+	fmt.Fprintf(e.stdout, "\n%s, %s, %d bound to vfio-pci.", plural(len(entries), "CBDMA function"), channelCount(entries), bound)
 	if bound < len(entries) {
 		fmt.Fprintf(e.stdout, " Bind them with `sudo ioatctl bind --all` (or name them).")
 	}
 	fmt.Fprintln(e.stdout)
 	if why != "" {
-		fmt.Fprintf(e.stdout, "CBVER not read: %s\n", why)
+		fmt.Fprintf(e.stdout, "CBVER and CHANCNT not read: %s\n", why)
 	}
 	return nil
 }
 
-// readVersions reads CBVER of each function bound to vfio-pci, through one
-// VFIO container. A function that cannot be opened gets no entry; why says
-// what stood in the way ("" when nothing did).
-func readVersions(e *env, sys vfio.Sysfs, fns []vfio.Function) (map[pci.Address]string, string) {
-	vers := map[pci.Address]string{}
+// listTable prints list's table: one row per channel, named as the other
+// subcommands name it (the address, with /n for channel n of a function
+// with several), or one per function whose CHANCNT was not read. It
+// returns how many functions are bound to vfio-pci.
+func listTable(w io.Writer, entries []listEntry) (bound int) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHANNEL\tDEVICE\tPLATFORM\tCBVER\tDRIVER\tIOMMU GROUP\tNUMA")
+	for _, x := range entries {
+		if x.Driver == "vfio-pci" {
+			bound++
+		}
+		names := []string{x.Address}
+		if x.Channels > 1 {
+			names = names[:0]
+			for n := range x.Channels {
+				names = append(names, fmt.Sprintf("%s/%d", x.Address, n))
+			}
+		}
+		for _, name := range names {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, x.Device, x.Platform,
+				dash(x.CBVER), orNone(x.Driver), dashInt(x.IOMMUGroup), dashInt(x.NUMANode))
+		}
+	}
+	tw.Flush()
+	return bound
+}
+
+// channelCount says how many channels the entries hold: CHANCNT where it
+// was read; a function whose CHANCNT was not read has at least one.
+func channelCount(entries []listEntry) string {
+	n, unread := 0, 0
+	for _, x := range entries {
+		if x.Channels == 0 {
+			unread++
+		}
+		n += max(x.Channels, 1)
+	}
+	if unread == 0 {
+		return plural(n, "channel")
+	}
+	return fmt.Sprintf("at least %s (CHANCNT not read on %s)", plural(n, "channel"), plural(unread, "function"))
+}
+
+// probe is what list reads from a function's registers.
+type probe struct {
+	cbver    string
+	channels int
+}
+
+// readVersions reads CBVER and CHANCNT of each function bound to
+// vfio-pci, through one VFIO container. A function that cannot be opened
+// gets no entry; why says what stood in the way ("" when nothing did).
+func readVersions(e *env, sys vfio.Sysfs, fns []vfio.Function) (map[pci.Address]probe, string) {
+	vers := map[pci.Address]probe{}
 	var bound []pci.Address
 	for _, f := range fns {
 		if f.Driver == "vfio-pci" {
@@ -118,12 +161,12 @@ func readVersions(e *env, sys vfio.Sysfs, fns []vfio.Function) (map[pci.Address]
 	}
 	var errs []error
 	for _, a := range bound {
-		v, err := readCBVER(ctr, a)
+		p, err := readProbe(ctr, a)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		vers[a] = cbverString(v)
+		vers[a] = p
 	}
 	if err := ctr.Close(); err != nil {
 		errs = append(errs, err)
@@ -134,30 +177,37 @@ func readVersions(e *env, sys vfio.Sysfs, fns []vfio.Function) (map[pci.Address]
 	return vers, ""
 }
 
-// readCBVER opens the function and reads its CBVER register, with memory
-// decoding enabled for the read and restored afterwards (vfio-pci refuses
-// BAR accesses while decoding is off).
-func readCBVER(ctr *vfio.Container, a pci.Address) (v uint8, err error) {
+// readProbe opens the function and reads it (probeRegs).
+func readProbe(ctr *vfio.Container, a pci.Address) (p probe, err error) {
 	d, err := ctr.Open(a)
 	if err != nil {
-		return 0, err
+		return p, err
 	}
 	defer func() { err = errors.Join(err, d.Close()) }()
+	return probeRegs(d)
+}
+
+// probeRegs reads CBVER and CHANCNT, with memory decoding enabled for the
+// reads and restored afterwards (vfio-pci refuses BAR accesses while
+// decoding is off).
+func probeRegs(d pci.Device) (p probe, err error) {
 	cmd, err := pci.ReadConfig16(d, pci.ConfigCommand)
 	if err != nil {
-		return 0, err
+		return p, err
 	}
 	regs, err := d.BAR(0)
 	if err != nil {
-		return 0, err
+		return p, err
 	}
 	if cmd&pci.CommandMemory == 0 {
 		if err := pci.SetCommand(d, pci.CommandMemory); err != nil {
-			return 0, err
+			return p, err
 		}
 		defer func() { err = errors.Join(err, pci.ClearCommand(d, pci.CommandMemory)) }()
 	}
-	return regs.Read8(hw.RegCBVer), nil
+	p.cbver = cbverString(regs.Read8(hw.RegCBVer))
+	p.channels = int(regs.Read8(hw.RegChanCnt) & 0x1F)
+	return p, nil
 }
 
 func dash(s string) string {

@@ -269,8 +269,9 @@ allowance, and its figures show the driver's overhead, not hardware's.
 `,
 	"verify": `Runs random copies (random source and destination offsets, lengths 0 to
 512 KiB and, one time in four, up to 4 MiB) and random 64-bit pattern fills
-on every channel, each channel in its own stream with its own buffers, as
-SPDK's verify runs one per core. Every operation is checked byte for byte,
+on every channel (each channel of each function: older parts have several
+per function, named ADDRESS/N), each in its own stream with its own buffers,
+as SPDK's verify runs one per core. Every operation is checked byte for byte,
 and so are 4 KiB of guard bytes on each side of its destination; the whole
 buffers are checked at the end. Exits with status 1 on any mismatch.
 Because each channel has its own engine, --policy has no effect here.

@@ -82,7 +82,7 @@ func runOverlap(e *env, args []string) (err error) {
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
 		fmt.Fprintf(e.stdout, "run:     %s, policy %s, hot cache (one buffer pair), %d iterations per size\n",
-			plural(len(r.devs), "channel"), choice.policy, *iterations)
+			plural(r.channels(), "channel"), choice.policy, *iterations)
 		fmt.Fprintf(e.stdout, "memory:  %s\n", r.memoryNote(src))
 		if r.emulated {
 			fmt.Fprint(e.stdout, emulatedOverlapNote)
@@ -106,7 +106,7 @@ func runOverlap(e *env, args []string) (err error) {
 				return fmt.Errorf("overlap of %s: %w", units.Format(size), err)
 			}
 			row := overlapRow{
-				Schema: overlapSchema, Run: meta, Emulated: r.emulated, Device: r.name, Mover: m.name(), Size: size, Channels: len(r.devs), Policy: choice.policy.String(),
+				Schema: overlapSchema, Run: meta, Emulated: r.emulated, Device: r.name, Mover: m.name(), Size: size, Channels: r.channels(), Policy: choice.policy.String(),
 				Iterations: *iterations, TCopyUS: us(t.copy), TComputeUS: us(t.compute), TTotalUS: us(t.total),
 			}
 			if m.blocking() {

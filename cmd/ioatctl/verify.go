@@ -105,8 +105,8 @@ func runVerify(e *env, args []string) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, b.close()) }()
-	// One engine per channel, so that every operation is counted on the
-	// channel that ran it.
+	// One engine per channel (every channel of every function), so that
+	// every operation is counted on the channel that ran it.
 	var engs []*ioat.Engine
 	defer func() {
 		for _, eng := range engs {
@@ -114,19 +114,30 @@ func runVerify(e *env, args []string) (err error) {
 		}
 	}()
 	for _, d := range b.devs {
-		o := ioat.DefaultEngineOptions()
-		o.CPUThreshold = -1
-		o.Channel.Interrupts = choice.irq
-		b.ringMemory(&o.Channel)
-		o.Channel.Watchdog = choice.watchdog()
-		o.Channel.TakeOver = choice.takeOver
-		eng, err := ioat.NewEngine([]pci.Device{d}, o)
+		n, err := ioat.ChannelCount(d)
 		if err != nil {
 			return engineHint(err, b)
 		}
-		engs = append(engs, eng)
+		for i := range n {
+			o := ioat.DefaultEngineOptions()
+			o.CPUThreshold = -1
+			o.ChannelMask = 1 << i
+			o.Channel.Interrupts = choice.irq
+			b.ringMemory(&o.Channel)
+			o.Channel.Watchdog = choice.watchdog()
+			o.Channel.TakeOver = choice.takeOver
+			o.Channel.Logger = e.logger()
+			eng, err := ioat.NewEngine([]pci.Device{d}, o)
+			if err != nil {
+				return engineHint(err, b)
+			}
+			engs = append(engs, eng)
+		}
 	}
 	r := &rig{backend: b, eng: engs[0], info: engs[0].Channels()[0].Info()}
+	for _, eng := range engs {
+		r.chans = append(r.chans, channelInfos(eng)...)
+	}
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
 		fmt.Fprintf(e.stdout, "memory:  %s\n", r.memoryNote(nil))
@@ -145,7 +156,7 @@ func runVerify(e *env, args []string) (err error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stats[i] = verifyStats{Schema: verifySchema, Run: meta, Device: b.name, Emulated: b.emulated, Seed: *seed, Channel: b.channelName(i)}
+			stats[i] = verifyStats{Schema: verifySchema, Run: meta, Device: b.name, Emulated: b.emulated, Seed: *seed, Channel: r.channelName(i)}
 			errs[i] = verifyChannel(r, eng, *seed, uint64(i), lim, &stats[i])
 		}()
 	}
