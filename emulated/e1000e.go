@@ -286,6 +286,13 @@ func (p *E1000E) SetLink(i int, up bool) {
 	}
 }
 
+// HoldGIOMaster makes port i keep STATUS.GIO_MASTER_ENABLE set while PCI
+// bus mastering is on, even after CTRL.GIO_MASTER_DISABLE asks it to stop
+// mastering: a NIC whose outstanding DMA never drains. A driver waiting for
+// the bit times out; only turning bus mastering off in configuration space
+// then stops the NIC's DMA.
+func (p *E1000E) HoldGIOMaster(i int, hold bool) { p.nics[i].holdGIO.Store(hold) }
+
 // Stats returns port i's counters.
 func (p *E1000E) Stats(i int) E1000EStats {
 	n := p.nics[i]
@@ -379,6 +386,9 @@ type e1000eNIC struct {
 
 	seg   atomic.Pointer[e1000eSegment]
 	cable atomic.Bool
+	// holdGIO keeps STATUS.GIO_MASTER_ENABLE set while bus mastering is
+	// on, whatever CTRL.GIO_MASTER_DISABLE says (E1000E.HoldGIOMaster).
+	holdGIO atomic.Bool
 
 	txMu  sync.Mutex
 	out   [][]byte // frames of the TDT write being processed, to deliver
@@ -500,7 +510,7 @@ func (n *e1000eNIC) status() uint32 {
 	if n.linkUp() {
 		s |= hw.StatusLU | hw.StatusFD | hw.StatusSpeed1000
 	}
-	if n.f.busMaster() && c&hw.CtrlGIOMasterDis == 0 {
+	if n.f.busMaster() && (c&hw.CtrlGIOMasterDis == 0 || n.holdGIO.Load()) {
 		s |= hw.StatusGIOMasterEn
 	}
 	if n.has(hw.STATUS, hw.StatusPHYRA) {
