@@ -158,15 +158,20 @@ func rxq(q int) int {
 }
 
 // RX queue registers of queue q (0..127).
-func RDBAL(q int) int  { return rxq(q) }
+func RDBAL(q int) int { return rxq(q) }
+
 // RDBAH is the RDBAH register of the queue, filter or buffer named by its argument.
-func RDBAH(q int) int  { return rxq(q) + 0x04 }
+func RDBAH(q int) int { return rxq(q) + 0x04 }
+
 // RDLEN is the RDLEN register of the queue, filter or buffer named by its argument.
-func RDLEN(q int) int  { return rxq(q) + 0x08 }
+func RDLEN(q int) int { return rxq(q) + 0x08 }
+
 // RDH is the RDH register of the queue, filter or buffer named by its argument.
-func RDH(q int) int    { return rxq(q) + 0x10 }
+func RDH(q int) int { return rxq(q) + 0x10 }
+
 // RDT is the RDT register of the queue, filter or buffer named by its argument.
-func RDT(q int) int    { return rxq(q) + 0x18 }
+func RDT(q int) int { return rxq(q) + 0x18 }
+
 // RXDCTL is the RXDCTL register of the queue, filter or buffer named by its argument.
 func RXDCTL(q int) int { return rxq(q) + 0x28 }
 
@@ -179,15 +184,20 @@ func SRRCTL(q int) int {
 }
 
 // TX queue registers of queue q (0..127).
-func TDBAL(q int) int  { return txBase + qStride*q }
+func TDBAL(q int) int { return txBase + qStride*q }
+
 // TDBAH is the TDBAH register of the queue, filter or buffer named by its argument.
-func TDBAH(q int) int  { return txBase + qStride*q + 0x04 }
+func TDBAH(q int) int { return txBase + qStride*q + 0x04 }
+
 // TDLEN is the TDLEN register of the queue, filter or buffer named by its argument.
-func TDLEN(q int) int  { return txBase + qStride*q + 0x08 }
+func TDLEN(q int) int { return txBase + qStride*q + 0x08 }
+
 // TDH is the TDH register of the queue, filter or buffer named by its argument.
-func TDH(q int) int    { return txBase + qStride*q + 0x10 }
+func TDH(q int) int { return txBase + qStride*q + 0x10 }
+
 // TDT is the TDT register of the queue, filter or buffer named by its argument.
-func TDT(q int) int    { return txBase + qStride*q + 0x18 }
+func TDT(q int) int { return txBase + qStride*q + 0x18 }
+
 // TXDCTL is the TXDCTL register of the queue, filter or buffer named by its argument.
 func TXDCTL(q int) int { return txBase + qStride*q + 0x28 }
 
@@ -245,13 +255,17 @@ func ETQS(i int) int { return etqs0 + 4*i }
 // SAQF, DAQF, SDPQF, FTQF and L34TIMIR are 5-tuple filter i (0..127): source
 // and destination IPv4 address, the ports, the protocol and control word,
 // and the queue.
-func SAQF(i int) int     { return saqf0 + 4*i }
+func SAQF(i int) int { return saqf0 + 4*i }
+
 // DAQF is the DAQF register of the queue, filter or buffer named by its argument.
-func DAQF(i int) int     { return daqf0 + 4*i }
+func DAQF(i int) int { return daqf0 + 4*i }
+
 // SDPQF is the SDPQF register of the queue, filter or buffer named by its argument.
-func SDPQF(i int) int    { return sdpqf0 + 4*i }
+func SDPQF(i int) int { return sdpqf0 + 4*i }
+
 // FTQF is the FTQF register of the queue, filter or buffer named by its argument.
-func FTQF(i int) int     { return ftqf0 + 4*i }
+func FTQF(i int) int { return ftqf0 + 4*i }
+
 // L34TIMIR is the L34TIMIR register of the queue, filter or buffer named by its argument.
 func L34TIMIR(i int) int { return l34t0 + 4*i }
 
@@ -291,17 +305,23 @@ const (
 func MPC(i int) int { return mpc0 + 4*i }
 
 // Per-queue counters of queue q (0..15).
-func QPRC(q int) int  { return 0x01030 + qStride*q }
+func QPRC(q int) int { return 0x01030 + qStride*q }
+
 // QBRCL is the QBRCL register of the queue, filter or buffer named by its argument.
 func QBRCL(q int) int { return 0x01034 + qStride*q }
+
 // QBRCH is the QBRCH register of the queue, filter or buffer named by its argument.
 func QBRCH(q int) int { return 0x01038 + qStride*q }
+
 // QPRDC is the QPRDC register of the queue, filter or buffer named by its argument.
 func QPRDC(q int) int { return 0x01430 + qStride*q }
+
 // QPTC is the QPTC register of the queue, filter or buffer named by its argument.
-func QPTC(q int) int  { return 0x06030 + qStride*q }
+func QPTC(q int) int { return 0x06030 + qStride*q }
+
 // QBTCL is the QBTCL register of the queue, filter or buffer named by its argument.
 func QBTCL(q int) int { return 0x08700 + 8*q }
+
 // QBTCH is the QBTCH register of the queue, filter or buffer named by its argument.
 func QBTCH(q int) int { return 0x08704 + 8*q }
 
