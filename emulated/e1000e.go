@@ -106,7 +106,6 @@ type E1000E struct {
 	iommu *IOMMU
 	fns   []*Function
 	nics  []*e1000eNIC
-
 }
 
 // E1000EStats counts what one emulated NIC saw and did.
@@ -344,7 +343,7 @@ type e1000eNIC struct {
 	port   int
 	txHook func(port int, iova uint64, mem []byte) // E1000EOptions.TxBuffer
 
-	plug  jack // the wire (wire.go)
+	plug jack // the wire (wire.go)
 	// holdGIO keeps STATUS.GIO_MASTER_ENABLE set while bus mastering is
 	// on, whatever CTRL.GIO_MASTER_DISABLE says (E1000E.HoldGIOMaster).
 	holdGIO atomic.Bool
