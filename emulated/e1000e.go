@@ -259,36 +259,12 @@ func (p *E1000E) Stats(i int) E1000EStats {
 	return s
 }
 
-// E1000EAccesses counts what a driver's use of one emulated NIC would cost
-// on QEMU's e1000e, where every register access is a trip through the
+// E1000EAccesses counts what a driver's use of one emulated 82574L would
+// cost on QEMU's e1000e, where every register access is a trip through the
 // device model (an MMIO exit of the vCPU, handled under QEMU's global lock)
 // and every descriptor access a DMA through the IOMMU. Frames are counted
 // in E1000EStats and MSI-X messages in its Interrupts.
-type E1000EAccesses struct {
-	// Reads and Writes count register accesses by register name (hw.RegName:
-	// "RDT0", "ICR", ...).
-	Reads, Writes map[string]uint64
-	// RxDescFetches and RxDescWriteBacks count RX descriptors the NIC read
-	// (to take a buffer) and wrote back (a received frame's status).
-	RxDescFetches, RxDescWriteBacks uint64
-	// TxDescFetches counts TX descriptors the NIC read, TxDescWriteBacks
-	// those it wrote back done (those the driver marked RS).
-	TxDescFetches, TxDescWriteBacks uint64
-}
-
-// TotalReads is the number of register reads.
-func (a E1000EAccesses) TotalReads() uint64 { return sum(a.Reads) }
-
-// TotalWrites is the number of register writes.
-func (a E1000EAccesses) TotalWrites() uint64 { return sum(a.Writes) }
-
-func sum(m map[string]uint64) uint64 {
-	var t uint64
-	for _, v := range m {
-		t += v
-	}
-	return t
-}
+type E1000EAccesses = NICAccesses
 
 // Accesses returns what port i's driver has done to it since the platform
 // was made or since ResetAccesses.
@@ -297,15 +273,7 @@ func (p *E1000E) Accesses(i int) E1000EAccesses {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	a := n.acc
-	named := func(m map[int]uint64) map[string]uint64 {
-		out := make(map[string]uint64, len(m))
-		for off, v := range m {
-			out[hw.RegName(off)] += v
-		}
-		return out
-	}
-	return E1000EAccesses{Reads: named(a.reads), Writes: named(a.writes),
-		RxDescFetches: a.rxFetch, RxDescWriteBacks: a.rxWB, TxDescFetches: a.txFetch, TxDescWriteBacks: a.txWB}
+	return a.named(hw.RegName)
 }
 
 // ResetAccesses sets port i's access counts to zero, so that a test can
@@ -313,7 +281,7 @@ func (p *E1000E) Accesses(i int) E1000EAccesses {
 func (p *E1000E) ResetAccesses(i int) {
 	n := p.nics[i]
 	n.mu.Lock()
-	n.acc = e1000eAccesses{}
+	n.acc = regAccesses{}
 	n.mu.Unlock()
 }
 
@@ -373,21 +341,7 @@ type e1000eNIC struct {
 	nTx, nRx, nDrop, nIRQ, nViol atomic.Uint64
 	lastViol                     atomic.Pointer[string]
 
-	acc e1000eAccesses // under mu
-}
-
-// e1000eAccesses is what E1000E.Accesses reports, counted under the
-// NIC's mu: register accesses by offset, descriptor DMA.
-type e1000eAccesses struct {
-	reads, writes                map[int]uint64
-	rxFetch, rxWB, txFetch, txWB uint64
-}
-
-func (a *e1000eAccesses) count(m *map[int]uint64, off int) {
-	if *m == nil {
-		*m = map[int]uint64{}
-	}
-	(*m)[off]++
+	acc regAccesses // under mu
 }
 
 func (n *e1000eNIC) violation(format string, args ...any) {
