@@ -29,7 +29,7 @@ on its own board and goroutine (pinned to its own CPU when busy-polling).
 --transport picks the wire: loopback (in-process), udp (kernel sockets on
 127.0.0.1, or toward --peer), xdp (AF_XDP on a veth pair mxbench creates in
 two network namespaces; needs root, else falls back to udp and says why) or
-nic (gomx's e1000e driver). --timeout bounds every wait: connecting and each
+nic (gomx's e1000e or ixgbe driver). --timeout bounds every wait: connecting and each
 size.
 
 --loss, --reorder, --dup and --corrupt make the wire lossy with one seeded
