@@ -70,7 +70,8 @@
 // # Interrupts
 //
 // With Options.Interrupts the driver enables one MSI-X vector per RX queue
-// and one for link changes (IVAR, IVAR_MISC), in MSI-X mode with auto-clear
+// and one for link changes (IVAR, IVAR_MISC; with 64 queues it shares the
+// last queue's), in MSI-X mode with auto-clear
 // (EIAC) and auto-mask (GPIE.EIAME, EIAM); EITR throttles each vector to one
 // message per Options.InterruptInterval. WaitRx arms its queue's vector,
 // looks at the ring again, and only then sleeps on the eventfd.
@@ -576,10 +577,12 @@ func (n *NIC) setupTx() error {
 }
 
 // setupInterrupts enables one MSI-X vector per RX queue and one for link
-// changes.
+// changes; with 64 queues, which take every vector, link changes share the
+// last queue's (a waiter woken by one looks at its ring and sleeps again).
 func (n *NIC) setupInterrupts() error {
 	q := n.opts.Queues
-	irqs, err := n.dev.EnableInterrupts(q + 1)
+	other := min(q, hw.MSIXVectors-1)
+	irqs, err := n.dev.EnableInterrupts(other + 1)
 	if err != nil {
 		return n.errorf("enable MSI-X", fmt.Errorf("%w (%w: use polling, Options.Interrupts false)", err, nicdrv.ErrNotSupported))
 	}
@@ -592,9 +595,9 @@ func (n *NIC) setupInterrupts() error {
 	for i, v := range ivar {
 		n.w32(hw.IVAR(i), v)
 	}
-	n.w32(hw.IVARMisc, (uint32(q)|hw.IVARValid)<<hw.IVARMiscOtherShift)
+	n.w32(hw.IVARMisc, (uint32(other)|hw.IVARValid)<<hw.IVARMiscOtherShift)
 	itr := uint32(n.opts.InterruptInterval/(hw.EitrUnitNanos*time.Nanosecond)) << hw.EitrIntervalShift & hw.EitrIntervalMask
-	for v := 0; v <= q; v++ {
+	for v := 0; v <= other; v++ {
 		n.w32(hw.EITR(v), itr|hw.EitrCntWDis)
 	}
 	queues := uint64(1)<<q - 1
