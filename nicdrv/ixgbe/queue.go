@@ -36,6 +36,7 @@ type rxQueue struct {
 	rdt        uint32
 	freeThresh uint32
 	split      bool
+	maxParts   int // buffers one frame may take: its packet buffers and a header buffer
 
 	head, last *nicdrv.Buffer // the frame being gathered
 	parts      int            // buffers in it
@@ -48,7 +49,8 @@ type rxQueue struct {
 func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	size := uint32(len(ring) / hw.DescSize)
 	r := &rxQueue{nic: n, q: q, ring: ring, iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
-		pkt: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, 2*size), split: n.opts.HeaderSplit}
+		pkt: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, 2*size), split: n.opts.HeaderSplit,
+		maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
 	if r.split {
 		r.hdr = make([]*nicdrv.Buffer, size)
 	}
@@ -189,12 +191,6 @@ func (r *rxQueue) ready() bool {
 	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
 }
 
-// maxParts bounds the buffers of one frame: a jumbo frame's packet buffers
-// and a header buffer. Anything longer is a NIC gone wrong.
-func (r *rxQueue) maxParts() int {
-	return (r.nic.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1
-}
-
 // add appends b, holding k bytes, to the frame being gathered.
 func (r *rxQueue) add(b *nicdrv.Buffer, k int) {
 	b.Data = b.Data[:0:b.Cap()][:k]
@@ -246,7 +242,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				r.bad = true
 			}
 		}
-		if r.parts > r.maxParts() || r.bytes > n.opts.MaxFrame {
+		if r.parts > r.maxParts || r.bytes > n.opts.MaxFrame {
 			r.bad = true
 		}
 		if wb.Status&hw.RxStatEOP == 0 {
