@@ -333,3 +333,30 @@ func BenchmarkModelPair(b *testing.B) {
 	b.ReportMetric(float64(model.Nanoseconds())/float64(b.N), "model-ns/frame")
 	b.ReportMetric(total-float64(model.Nanoseconds())/float64(b.N), "driver-ns/frame")
 }
+
+// Open refuses what is not an 82599 and options out of range, naming the
+// problem.
+func TestOpenRefuses(t *testing.T) {
+	pe, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pe.Close()
+	if _, err := ixgbe.Open(pe.Functions()[0], ixgbe.DefaultOptions()); !errors.Is(err, nicdrv.ErrNotNIC) {
+		t.Errorf("Open on an 82574L: %v, want ErrNotNIC", err)
+	}
+	p := newPlatform(t, emulated.IXGBEOptions{Ports: 1})
+	for _, c := range []struct {
+		o    ixgbe.Options
+		want string
+	}{
+		{ixgbe.Options{Queues: 65}, "queues"},
+		{ixgbe.Options{RxRing: 100}, "RX ring"},
+		{ixgbe.Options{TxRing: 16}, "TX ring"},
+		{ixgbe.Options{InterruptInterval: time.Second}, "interrupt interval"},
+	} {
+		if _, err := ixgbe.Open(p.Functions()[0], c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open with %+v: %v, want an error naming %q", c.o, err, c.want)
+		}
+	}
+}
