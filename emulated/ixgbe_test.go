@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
@@ -223,5 +224,63 @@ func TestWireFaults(t *testing.T) {
 				t.Error(s.LastViolation)
 			}
 		})
+	}
+}
+
+// A faulty cable between an 82599 and an 82574L: the 82574L model too
+// counts the corrupted frames in CRCERRS (the e1000e driver's RxErrors) and
+// drops them.
+func TestWireFaultsAcrossModels(t *testing.T) {
+	px, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	pe, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pe.Close()
+	if err := emulated.Connect(emulated.CableOptions{Faults: fault.Options{Corrupt: 0.5, Seed: 3}}, px.Port(0), pe.Port(0)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ixgbe.Open(px.Functions()[0], ixgbe.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := e1000e.Open(pe.Functions()[0], e1000e.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const frames = 100
+	for i := 0; i < frames; i++ {
+		buf, _ := a.Pool().Get()
+		nictest.Frame(buf.SetLen(2048), b.MAC(), a.MAC(), uint64(i), 100)
+		buf.SetLen(100)
+		for k := 0; k == 0; {
+			if k, err = a.TxBatch(0, []*nicdrv.Buffer{buf}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rx := make([]*nicdrv.Buffer, 64)
+	got := 0
+	for {
+		k, err := b.RxBatch(0, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			break
+		}
+		got += k
+		_ = b.Pool().Free(rx[:k]...)
+	}
+	st, _ := b.Stats()
+	corrupted := px.WireFaults(0).Corrupted
+	if corrupted == 0 || uint64(got)+corrupted != frames || st.RxErrors != corrupted {
+		t.Errorf("%d frames, %d corrupted on the wire: %d received, %d errors counted by the 82574L", frames, corrupted, got, st.RxErrors)
 	}
 }
