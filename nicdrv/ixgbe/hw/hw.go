@@ -157,22 +157,22 @@ func rxq(q int) int {
 	return rxHigh + qStride*(q-64)
 }
 
-// RX queue registers of queue q (0..127).
+// RDBAL is the low half of RX queue q's ring base (q 0..127).
 func RDBAL(q int) int { return rxq(q) }
 
-// RDBAH is the RDBAH register of the queue, filter or buffer named by its argument.
+// RDBAH is the high half of RX queue q's ring base.
 func RDBAH(q int) int { return rxq(q) + 0x04 }
 
-// RDLEN is the RDLEN register of the queue, filter or buffer named by its argument.
+// RDLEN is RX queue q's ring length in bytes.
 func RDLEN(q int) int { return rxq(q) + 0x08 }
 
-// RDH is the RDH register of the queue, filter or buffer named by its argument.
+// RDH is RX queue q's head (the NIC's next descriptor).
 func RDH(q int) int { return rxq(q) + 0x10 }
 
-// RDT is the RDT register of the queue, filter or buffer named by its argument.
+// RDT is RX queue q's tail (one past the last descriptor given to the NIC).
 func RDT(q int) int { return rxq(q) + 0x18 }
 
-// RXDCTL is the RXDCTL register of the queue, filter or buffer named by its argument.
+// RXDCTL is RX queue q's control: thresholds and the queue's enable bit.
 func RXDCTL(q int) int { return rxq(q) + 0x28 }
 
 // SRRCTL is the split and replication receive control of RX queue q.
@@ -183,22 +183,22 @@ func SRRCTL(q int) int {
 	return rxq(q) + 0x14
 }
 
-// TX queue registers of queue q (0..127).
+// TDBAL is the low half of TX queue q's ring base (q 0..127).
 func TDBAL(q int) int { return txBase + qStride*q }
 
-// TDBAH is the TDBAH register of the queue, filter or buffer named by its argument.
+// TDBAH is the high half of TX queue q's ring base.
 func TDBAH(q int) int { return txBase + qStride*q + 0x04 }
 
-// TDLEN is the TDLEN register of the queue, filter or buffer named by its argument.
+// TDLEN is TX queue q's ring length in bytes.
 func TDLEN(q int) int { return txBase + qStride*q + 0x08 }
 
-// TDH is the TDH register of the queue, filter or buffer named by its argument.
+// TDH is TX queue q's head (the NIC's next descriptor).
 func TDH(q int) int { return txBase + qStride*q + 0x10 }
 
-// TDT is the TDT register of the queue, filter or buffer named by its argument.
+// TDT is TX queue q's tail (one past the last descriptor to send).
 func TDT(q int) int { return txBase + qStride*q + 0x18 }
 
-// TXDCTL is the TXDCTL register of the queue, filter or buffer named by its argument.
+// TXDCTL is TX queue q's control: thresholds and the queue's enable bit.
 func TXDCTL(q int) int { return txBase + qStride*q + 0x28 }
 
 // RXPBSIZE and TXPBSIZE size packet buffer i (0..7).
@@ -257,16 +257,16 @@ func ETQS(i int) int { return etqs0 + 4*i }
 // and the queue.
 func SAQF(i int) int { return saqf0 + 4*i }
 
-// DAQF is the DAQF register of the queue, filter or buffer named by its argument.
+// DAQF is 5-tuple filter i's IPv4 destination address.
 func DAQF(i int) int { return daqf0 + 4*i }
 
-// SDPQF is the SDPQF register of the queue, filter or buffer named by its argument.
+// SDPQF is 5-tuple filter i's ports (source 15:0, destination 31:16).
 func SDPQF(i int) int { return sdpqf0 + 4*i }
 
-// FTQF is the FTQF register of the queue, filter or buffer named by its argument.
+// FTQF is 5-tuple filter i's protocol, priority, masks and enable.
 func FTQF(i int) int { return ftqf0 + 4*i }
 
-// L34TIMIR is the L34TIMIR register of the queue, filter or buffer named by its argument.
+// L34TIMIR is 5-tuple filter i's queue.
 func L34TIMIR(i int) int { return l34t0 + 4*i }
 
 // Statistics (clear on read). 64-bit counters are read low half first; the
@@ -304,25 +304,25 @@ const (
 // MPC counts frames missed for lack of room in packet buffer i (0..7).
 func MPC(i int) int { return mpc0 + 4*i }
 
-// Per-queue counters of queue q (0..15).
+// QPRC counts frames queue q received (q 0..15).
 func QPRC(q int) int { return 0x01030 + qStride*q }
 
-// QBRCL is the QBRCL register of the queue, filter or buffer named by its argument.
+// QBRCL is the low half of queue q's received byte counter.
 func QBRCL(q int) int { return 0x01034 + qStride*q }
 
-// QBRCH is the QBRCH register of the queue, filter or buffer named by its argument.
+// QBRCH is the high half of queue q's received byte counter.
 func QBRCH(q int) int { return 0x01038 + qStride*q }
 
-// QPRDC is the QPRDC register of the queue, filter or buffer named by its argument.
+// QPRDC counts frames queue q dropped for want of a descriptor (SRRCTL.DROP_EN).
 func QPRDC(q int) int { return 0x01430 + qStride*q }
 
-// QPTC is the QPTC register of the queue, filter or buffer named by its argument.
+// QPTC counts frames queue q transmitted.
 func QPTC(q int) int { return 0x06030 + qStride*q }
 
-// QBTCL is the QBTCL register of the queue, filter or buffer named by its argument.
+// QBTCL is the low half of queue q's transmitted byte counter.
 func QBTCL(q int) int { return 0x08700 + 8*q }
 
-// QBTCH is the QBTCH register of the queue, filter or buffer named by its argument.
+// QBTCH is the high half of queue q's transmitted byte counter.
 func QBTCH(q int) int { return 0x08704 + 8*q }
 
 // CTRL bits.
