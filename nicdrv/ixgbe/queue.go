@@ -147,12 +147,10 @@ func (r *rxQueue) refill() {
 			}
 			d.HdrAddr = r.hdr[s].IOVA()
 		}
-		var tmp [hw.DescSize]byte
-		d.Encode(tmp[:])
-		// The status word (bytes 8-15) last: a stale DD must not show
-		// before the new addresses.
-		store64(r.desc(s)[0:], binary.LittleEndian.Uint64(tmp[0:]))
-		store64(r.desc(s)[8:], binary.LittleEndian.Uint64(tmp[8:]))
+		// Plain stores: the NIC reads no descriptor at or past RDT, and
+		// the RDT write that hands this one over comes after. The driver
+		// itself looks at the slot again only once the NIC owned it.
+		d.Encode(r.desc(s))
 		r.tail = (s + 1) % r.size
 	}
 	if k < got {
@@ -443,8 +441,8 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	return sent, err
 }
 
-// put writes a descriptor at tail, its command word in the second store,
-// marking every rsEvery-th (and one put with rs) for a write-back.
+// put writes a descriptor at tail, marking every rsEvery-th (and one put
+// with rs) for a write-back.
 func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
 	t.sinceRS++
 	if t.sinceRS >= t.rsEvery || rs {
@@ -453,11 +451,9 @@ func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
 		t.marks[(t.markHead+t.markN)%len(t.marks)] = t.tail
 		t.markN++
 	}
-	var tmp [hw.DescSize]byte
-	d.Encode(tmp[:])
-	slot := t.desc(t.tail)
-	store64(slot[0:], binary.LittleEndian.Uint64(tmp[0:]))
-	store64(slot[8:], binary.LittleEndian.Uint64(tmp[8:]))
+	// Plain stores: the NIC reads no descriptor past TDT, and the TDT
+	// write (an uncached MMIO store, or the model's lock) comes after.
+	d.Encode(t.desc(t.tail))
 	t.slot[t.tail] = b
 	t.tail = (t.tail + 1) % t.size
 }
