@@ -11,9 +11,3 @@ import (
 func load64(b []byte) uint64 {
 	return atomic.LoadUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(b))))
 }
-
-// store64 writes 8 bytes of a descriptor with one atomic store, so the NIC
-// never fetches half a descriptor.
-func store64(b []byte, v uint64) {
-	atomic.StoreUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), v)
-}
