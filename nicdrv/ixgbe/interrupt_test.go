@@ -83,6 +83,7 @@ func TestPerQueueInterrupts(t *testing.T) {
 	opts.Interrupts = true
 	opts.InterruptInterval = 100 * time.Microsecond
 	opts.RxRing, opts.TxRing = 64, 64
+	opts.PoolBuffers = 6144 // 64 rings of 63 buffers, and some to send
 	var n [2]*ixgbe.NIC
 	for i := range n {
 		var err error

@@ -113,6 +113,7 @@ func arrival(t *testing.T, n *ixgbe.NIC) (int, []byte) {
 func TestSteering(t *testing.T) {
 	o := ixgbe.DefaultOptions()
 	o.Queues = 8
+	o.RxRing, o.TxRing = 64, 64 // a pool of 4096 buffers fills every ring
 	_, n := openPair(t, o)
 	a, b := n[0], n[1]
 	add := func(r nicdrv.Rule) {
