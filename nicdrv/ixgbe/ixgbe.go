@@ -28,8 +28,8 @@
 // descriptors and is delivered as a chain of Buffers (Buffer.Next), as a
 // header split frame is. With several queues RSS spreads IPv4 TCP and UDP
 // flows by their Toeplitz hash through the 128-entry redirection table, and
-// SRRCTL.DROP_EN lets a queue without free descriptors drop rather than
-// stall the others. With Options.HeaderSplit (SRRCTL DESCTYPE 010, PSRTYPE
+// Options.DropWhenFull (SRRCTL.DROP_EN) lets a queue without free
+// descriptors drop rather than stall the others. With Options.HeaderSplit (SRRCTL DESCTYPE 010, PSRTYPE
 // naming the IPv4, IPv6, TCP and UDP headers) every descriptor carries a
 // header and a packet buffer: the NIC writes the headers of an
 // unfragmented IPv4 or IPv6 TCP or UDP datagram into the first, the rest
@@ -134,6 +134,13 @@ type Options struct {
 	Promiscuous bool
 	// HeaderSplit receives with header split (see the package doc).
 	HeaderSplit bool
+	// DropWhenFull sets SRRCTL.DROP_EN on every RX queue: a queue with no
+	// free descriptor drops its frames (counted in Stats.RxNoDescriptor)
+	// instead of holding them in the NIC's packet buffer, which is shared,
+	// so that one slow queue cannot stall the others (Linux's choice with
+	// several queues and no flow control). Off, the packet buffer holds
+	// frames until the queue has room, and drops only when it is full.
+	DropWhenFull bool
 	// LinkTimeout bounds Open's wait for the link (default 2s). Open does
 	// not fail when the link stays down: check Link or WaitLink.
 	LinkTimeout time.Duration

@@ -61,8 +61,8 @@ func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw
 
 // srrctl is the queue's SRRCTL: 2 KiB packet buffers, and with header
 // split a 256-byte header buffer size (the headers the NIC recognises fit;
-// the driver's header buffers are whole pool buffers). With several queues
-// a queue out of descriptors drops instead of holding the packet buffer.
+// the driver's header buffers are whole pool buffers), and DROP_EN with
+// Options.DropWhenFull.
 func (r *rxQueue) srrctl() uint32 {
 	v := uint32(nicdrv.BufferSize>>10) | 4<<hw.SrrctlBSizeHdrShift
 	if r.split {
@@ -70,7 +70,7 @@ func (r *rxQueue) srrctl() uint32 {
 	} else {
 		v |= hw.SrrctlDescAdvOneBuf
 	}
-	if r.nic.opts.Queues > 1 {
+	if r.nic.opts.DropWhenFull {
 		v |= hw.SrrctlDropEn
 	}
 	return v

@@ -406,3 +406,43 @@ func TestOpenRefuses(t *testing.T) {
 		}
 	}
 }
+
+// With DropWhenFull a queue out of descriptors drops its frames (counted)
+// and the other queues go on receiving; without it, the NIC holds them.
+func TestDropWhenFull(t *testing.T) {
+	o := ixgbe.DefaultOptions()
+	o.Queues = 2
+	o.RxRing, o.TxRing = 32, 256
+	o.DropWhenFull = true
+	p, n := openPair(t, o)
+	a, b := n[0], n[1]
+	if err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: 0x88B6, Queue: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const flood = 100 // to queue 0, which holds 31
+	for i := range flood {
+		send(t, a, func(fr []byte) []byte { return nictest.Frame(fr, b.MAC(), a.MAC(), uint64(i), 80) })
+	}
+	send(t, a, func(fr []byte) []byte {
+		fr = nictest.Frame(fr, b.MAC(), a.MAC(), 999, 80)
+		fr[12], fr[13] = 0x88, 0xB6
+		return fr
+	})
+	st, err := b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RxNoDescriptor != flood-31 || p.Stats(1).Pending != 0 {
+		t.Errorf("%d frames dropped for want of a descriptor (%d pending in the NIC), want %d", st.RxNoDescriptor, p.Stats(1).Pending, flood-31)
+	}
+	rx := make([]*nicdrv.Buffer, 64)
+	got1 := 0
+	for deadline := time.Now().Add(5 * time.Second); got1 == 0 && time.Now().Before(deadline); {
+		k, _ := b.RxBatch(1, rx)
+		got1 += k
+		_ = b.Pool().Free(rx[:k]...)
+	}
+	if got1 != 1 {
+		t.Errorf("queue 1 received %d frames behind the full queue 0, want 1", got1)
+	}
+}
