@@ -6,10 +6,8 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
-	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
-	"github.com/gomx-dev/gomx/pci"
 )
 
 // newPlatform makes an emulated 82599 platform whose violations, DMA
@@ -94,53 +92,3 @@ func pairRig(t *testing.T, c nictest.Config) *nictest.Rig {
 func TestConformanceModelPair(t *testing.T) {
 	nictest.Run(t, pairRig)
 }
-
-// mixedRig cables an emulated 82599 (NIC 0, this driver) to an emulated
-// 82574L (NIC 1, the e1000e driver): the wire between models is the same
-// whatever the models.
-func mixedRig(t *testing.T, c nictest.Config) *nictest.Rig {
-	px := newPlatform(t, emulated.IXGBEOptions{Ports: 1})
-	pe, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pe.Close() })
-	if err := emulated.Cable(px.Port(0), pe.Port(0)); err != nil {
-		t.Fatal(err)
-	}
-	eo := e1000e.DefaultOptions()
-	eo.Queues = min(c.Queues, 2)
-	eo.Interrupts = c.Interrupts
-	eo.HeaderSplit = c.HeaderSplit
-	open := func(i int) (nicdrv.NIC, error) {
-		if i == 0 {
-			return ixgbe.Open(px.Functions()[0], options(c))
-		}
-		return e1000e.Open(pe.Functions()[0], eo)
-	}
-	faults := func() uint64 {
-		a, _ := px.IOMMU().Faults()
-		b, _ := pe.IOMMU().Faults()
-		return a + b
-	}
-	check := func() error {
-		if err := checkIXGBE(px); err != nil {
-			return err
-		}
-		if s := pe.Stats(0); s.Violations != 0 {
-			return fmt.Errorf("model 82574L: %d violations, the last: %s", s.Violations, s.LastViolation)
-		}
-		return nil
-	}
-	r, err := rig(open, func(up bool) { px.SetLink(0, up) }, faults, check)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func TestConformanceModel82599ToE1000E(t *testing.T) {
-	nictest.Run(t, mixedRig)
-}
-
-var _ pci.Device = (*emulated.Function)(nil)
