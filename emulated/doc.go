@@ -126,4 +126,24 @@
 // size latch when RCTL is enabled, a queue transmits only with TARC bit 10
 // set. What it checks, and counts as violations (E1000EStats), is listed
 // on the E1000E type.
+//
+// # The 82599 (ixgbe) model
+//
+// NewIXGBE builds a platform of Intel 82599 10 GbE NICs (8086:10FB) for
+// nicdrv/ixgbe, sharing nicdrv/ixgbe/hw with it: per-queue enable bits on
+// up to 64 queue pairs, advanced descriptors, header split, jumbo frames,
+// the receive filters in the chip's order (EtherType, 5-tuple, Flow
+// Director perfect filters with the software-computed bucket hash checked,
+// RSS), MSI-X per queue with EITR, clear-on-read statistics. Unlike QEMU's
+// e1000e, CTRL.RST resets the registers. The IXGBE type lists what it
+// checks.
+//
+// # The wire
+//
+// Every NIC model's ports plug into one model-neutral wire (wire.go): Port
+// names a port of any platform, Cable and Hub join ports, of one platform
+// or of several (an 82599 to an 82574L), and Connect may put transport/
+// fault's seeded fault model on the cable. A frame gets an FCS as it enters
+// a faulty line and the receiving model checks it, so a corrupted frame is
+// counted in CRCERRS and dropped, as a NIC does.
 package emulated

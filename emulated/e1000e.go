@@ -95,22 +95,17 @@ func DefaultE1000EOptions() E1000EOptions {
 //     counts 16-byte units); frames are split as QEMU 7.2 splits them
 //     (e1000e_split.go).
 //
-// Ports are joined by a cable (Cable) or a hub (Hub): a frame a NIC
-// transmits is delivered, synchronously on the TDT write as in QEMU, to the
-// RX path of the NIC at the other end, or of every other NIC on the hub. MAC loopback (RCTL.LBM) and PHY loopback (PHY
+// Ports are joined by a cable (Cable) or a hub (Hub), or, through Port,
+// to ports of another platform (the package's Cable, Hub and Connect, which
+// may also carry a fault model): a frame a NIC transmits is delivered,
+// synchronously on the TDT write as in QEMU, to the RX path of the NIC at
+// the other end, or of every other NIC on the hub; a frame corrupted on the
+// wire is counted in CRCERRS and dropped. MAC loopback (RCTL.LBM) and PHY loopback (PHY
 // control bit 14) turn the frame back into the sender's own RX path.
 type E1000E struct {
 	iommu *IOMMU
 	fns   []*Function
 	nics  []*e1000eNIC
-
-	cableMu sync.Mutex // Cable, Hub
-}
-
-// e1000eSegment is one cable or hub: the ports a transmitted frame reaches.
-// It is not changed once made; rewiring stores a new one.
-type e1000eSegment struct {
-	ports []*e1000eNIC
 }
 
 // E1000EStats counts what one emulated NIC saw and did.
@@ -214,77 +209,42 @@ func (p *E1000E) IOMMU() *IOMMU { return p.iommu }
 // MAC returns the address port i loads from its NVM into RAL0/RAH0.
 func (p *E1000E) MAC(i int) [6]byte { return p.nics[i].mac }
 
-// Cable joins ports a and b with a cable whose link is up. A port is on at
-// most one cable or hub; cabling it again moves it.
+// Port returns port i for the wire (Cable, Hub, Connect), which may join
+// it to a port of another platform.
+func (p *E1000E) Port(i int) Port { return Port{end: p.nics[i]} }
+
+// Cable joins ports a and b of this platform with a cable whose link is up.
+// A port is on at most one cable or hub; cabling it again moves it.
 func (p *E1000E) Cable(a, b int) error { return p.Hub(a, b) }
 
-// Hub joins ports on one hub, as QEMU's -netdev hubport does: a frame one of
-// them transmits reaches every other (each NIC's receive filter then
-// decides). A port leaves its previous cable or hub.
+// Hub joins ports of this platform on one hub, as QEMU's -netdev hubport
+// does: a frame one of them transmits reaches every other (each NIC's
+// receive filter then decides). A port leaves its previous cable or hub.
 func (p *E1000E) Hub(ports ...int) error {
-	seen := map[int]bool{}
+	var ps []Port
 	for _, i := range ports {
-		if i < 0 || i >= len(p.nics) || seen[i] {
-			return fmt.Errorf("emulated e1000e: hub of ports %v: want different ports of 0..%d", ports, len(p.nics)-1)
+		if i < 0 || i >= len(p.nics) {
+			return fmt.Errorf("emulated e1000e: hub of ports %v: want ports of 0..%d", ports, len(p.nics)-1)
 		}
-		seen[i] = true
+		ps = append(ps, p.Port(i))
 	}
-	if len(ports) < 2 {
-		return fmt.Errorf("emulated e1000e: hub of ports %v: want at least two", ports)
-	}
-	p.cableMu.Lock()
-	defer p.cableMu.Unlock()
-	seg := &e1000eSegment{}
-	for _, i := range ports {
-		n := p.nics[i]
-		p.detachLocked(n)
-		seg.ports = append(seg.ports, n)
-	}
-	for _, n := range seg.ports {
-		n.seg.Store(seg)
-		n.setCable(true)
+	if err := Hub(ps...); err != nil {
+		return fmt.Errorf("emulated e1000e: hub of ports %v: %w", ports, err)
 	}
 	return nil
-}
-
-// detachLocked takes n off its cable or hub; a port left alone loses its
-// link.
-func (p *E1000E) detachLocked(n *e1000eNIC) {
-	old := n.seg.Load()
-	if old == nil {
-		return
-	}
-	rest := &e1000eSegment{}
-	for _, o := range old.ports {
-		if o != n {
-			rest.ports = append(rest.ports, o)
-		}
-	}
-	for _, o := range rest.ports {
-		if len(rest.ports) < 2 {
-			o.seg.Store(nil)
-			o.setCable(false)
-		} else {
-			o.seg.Store(rest)
-		}
-	}
-	n.seg.Store(nil)
 }
 
 // SetLink plugs (up) or unplugs the cable at port i, which raises ICR.LSC.
 // On a cable between two ports both ends see the change; on a hub of more,
 // only port i does (as QEMU's set_link on one hubport).
-func (p *E1000E) SetLink(i int, up bool) {
-	n := p.nics[i]
-	n.setCable(up)
-	if seg := n.seg.Load(); seg != nil && len(seg.ports) == 2 {
-		for _, o := range seg.ports {
-			if o != n {
-				o.setCable(up)
-			}
-		}
-	}
-}
+func (p *E1000E) SetLink(i int, up bool) { setLink(p.nics[i], up) }
+
+// HoldGIOMaster makes port i keep STATUS.GIO_MASTER_ENABLE set while PCI
+// bus mastering is on, even after CTRL.GIO_MASTER_DISABLE asks it to stop
+// mastering: a NIC whose outstanding DMA never drains. A driver waiting for
+// the bit times out; only turning bus mastering off in configuration space
+// then stops the NIC's DMA.
+func (p *E1000E) HoldGIOMaster(i int, hold bool) { p.nics[i].holdGIO.Store(hold) }
 
 // Stats returns port i's counters.
 func (p *E1000E) Stats(i int) E1000EStats {
@@ -299,36 +259,12 @@ func (p *E1000E) Stats(i int) E1000EStats {
 	return s
 }
 
-// E1000EAccesses counts what a driver's use of one emulated NIC would cost
-// on QEMU's e1000e, where every register access is a trip through the
+// E1000EAccesses counts what a driver's use of one emulated 82574L would
+// cost on QEMU's e1000e, where every register access is a trip through the
 // device model (an MMIO exit of the vCPU, handled under QEMU's global lock)
 // and every descriptor access a DMA through the IOMMU. Frames are counted
 // in E1000EStats and MSI-X messages in its Interrupts.
-type E1000EAccesses struct {
-	// Reads and Writes count register accesses by register name (hw.RegName:
-	// "RDT0", "ICR", ...).
-	Reads, Writes map[string]uint64
-	// RxDescFetches and RxDescWriteBacks count RX descriptors the NIC read
-	// (to take a buffer) and wrote back (a received frame's status).
-	RxDescFetches, RxDescWriteBacks uint64
-	// TxDescFetches counts TX descriptors the NIC read, TxDescWriteBacks
-	// those it wrote back done (those the driver marked RS).
-	TxDescFetches, TxDescWriteBacks uint64
-}
-
-// TotalReads is the number of register reads.
-func (a E1000EAccesses) TotalReads() uint64 { return sum(a.Reads) }
-
-// TotalWrites is the number of register writes.
-func (a E1000EAccesses) TotalWrites() uint64 { return sum(a.Writes) }
-
-func sum(m map[string]uint64) uint64 {
-	var t uint64
-	for _, v := range m {
-		t += v
-	}
-	return t
-}
+type E1000EAccesses = NICAccesses
 
 // Accesses returns what port i's driver has done to it since the platform
 // was made or since ResetAccesses.
@@ -337,15 +273,7 @@ func (p *E1000E) Accesses(i int) E1000EAccesses {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	a := n.acc
-	named := func(m map[int]uint64) map[string]uint64 {
-		out := make(map[string]uint64, len(m))
-		for off, v := range m {
-			out[hw.RegName(off)] += v
-		}
-		return out
-	}
-	return E1000EAccesses{Reads: named(a.reads), Writes: named(a.writes),
-		RxDescFetches: a.rxFetch, RxDescWriteBacks: a.rxWB, TxDescFetches: a.txFetch, TxDescWriteBacks: a.txWB}
+	return a.named(hw.RegName)
 }
 
 // ResetAccesses sets port i's access counts to zero, so that a test can
@@ -353,12 +281,18 @@ func (p *E1000E) Accesses(i int) E1000EAccesses {
 func (p *E1000E) ResetAccesses(i int) {
 	n := p.nics[i]
 	n.mu.Lock()
-	n.acc = e1000eAccesses{}
+	n.acc = regAccesses{}
 	n.mu.Unlock()
 }
 
-// Close stops every NIC; no DMA happens after it returns.
+// Close stops every NIC and takes its ports off the wire; no DMA happens
+// after it returns.
 func (p *E1000E) Close() error {
+	wireMu.Lock()
+	for _, n := range p.nics {
+		detachLocked(n)
+	}
+	wireMu.Unlock()
 	var errs []error
 	for _, f := range p.fns {
 		errs = append(errs, f.Close())
@@ -377,8 +311,10 @@ type e1000eNIC struct {
 	port   int
 	txHook func(port int, iova uint64, mem []byte) // E1000EOptions.TxBuffer
 
-	seg   atomic.Pointer[e1000eSegment]
-	cable atomic.Bool
+	plug jack // the wire (wire.go)
+	// holdGIO keeps STATUS.GIO_MASTER_ENABLE set while bus mastering is
+	// on, whatever CTRL.GIO_MASTER_DISABLE says (E1000E.HoldGIOMaster).
+	holdGIO atomic.Bool
 
 	txMu  sync.Mutex
 	out   [][]byte // frames of the TDT write being processed, to deliver
@@ -405,21 +341,7 @@ type e1000eNIC struct {
 	nTx, nRx, nDrop, nIRQ, nViol atomic.Uint64
 	lastViol                     atomic.Pointer[string]
 
-	acc e1000eAccesses // under mu
-}
-
-// e1000eAccesses is what E1000E.Accesses reports, counted under the
-// NIC's mu: register accesses by offset, descriptor DMA.
-type e1000eAccesses struct {
-	reads, writes                map[int]uint64
-	rxFetch, rxWB, txFetch, txWB uint64
-}
-
-func (a *e1000eAccesses) count(m *map[int]uint64, off int) {
-	if *m == nil {
-		*m = map[int]uint64{}
-	}
-	(*m)[off]++
+	acc regAccesses // under mu
 }
 
 func (n *e1000eNIC) violation(format string, args ...any) {
@@ -473,11 +395,26 @@ func (n *e1000eNIC) linkUp() bool {
 	if c&hw.CtrlSLU == 0 || c&hw.CtrlLRST != 0 {
 		return false
 	}
-	return n.cable.Load() || n.phyLoop() || n.macLoop()
+	return n.plug.cable.Load() || n.phyLoop() || n.macLoop()
+}
+
+func (n *e1000eNIC) jack() *jack { return &n.plug }
+
+// fromWire implements wireEnd: a frame with a bad FCS is counted (CRCERRS)
+// and dropped, as the MAC drops it.
+func (n *e1000eNIC) fromWire(fr []byte, badFCS bool) {
+	if badFCS {
+		n.mu.Lock()
+		n.regs[hw.CRCERRS/4]++
+		n.mu.Unlock()
+		n.nDrop.Add(1)
+		return
+	}
+	n.receive(fr)
 }
 
 func (n *e1000eNIC) setCable(up bool) {
-	n.cable.Store(up)
+	n.plug.cable.Store(up)
 	n.mu.Lock()
 	n.linkChangedLocked()
 	n.mu.Unlock()
@@ -500,7 +437,7 @@ func (n *e1000eNIC) status() uint32 {
 	if n.linkUp() {
 		s |= hw.StatusLU | hw.StatusFD | hw.StatusSpeed1000
 	}
-	if n.f.busMaster() && c&hw.CtrlGIOMasterDis == 0 {
+	if n.f.busMaster() && (c&hw.CtrlGIOMasterDis == 0 || n.holdGIO.Load()) {
 		s |= hw.StatusGIOMasterEn
 	}
 	if n.has(hw.STATUS, hw.StatusPHYRA) {
@@ -772,7 +709,7 @@ func (n *e1000eNIC) mdic(v uint32) {
 		d := n.phy[r]
 		if r == hw.PHYStatus {
 			d = 0x7949
-			if n.cable.Load() || n.phyLoop() {
+			if n.plug.cable.Load() || n.phyLoop() {
 				d |= hw.PHYStatusLink | hw.PHYStatusANC
 			}
 		}
@@ -898,13 +835,7 @@ func (n *e1000eNIC) transmit(q int, tdt uint32) {
 		case !lu:
 			// Link down: the frame is lost on the wire.
 		default:
-			if seg := n.seg.Load(); seg != nil && n.cable.Load() {
-				for _, peer := range seg.ports {
-					if peer != n && peer.cable.Load() {
-						peer.receive(fr)
-					}
-				}
-			}
+			toWire(n, fr)
 		}
 		n.spare = append(n.spare, fr)
 	}

@@ -54,3 +54,13 @@ func futexWake(w *atomic.Uint32) {
 // as a raw system call: the Go runtime keeps the caller's P, since the
 // thread goes on at once when nothing else wants the CPU.
 func osYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// threadCPUNanos is the CPU time of the calling thread
+// (CLOCK_THREAD_CPUTIME_ID), in nanoseconds; 0 if the clock fails.
+func threadCPUNanos() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}

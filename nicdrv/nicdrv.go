@@ -3,7 +3,7 @@
 //
 // # Shape
 //
-// A driver (package nicdrv/e1000e today; the 82599 and virtio-net later) is
+// A driver (package nicdrv/e1000e, the 82574L; nicdrv/ixgbe, the 82599) is
 // opened on any implementation of the PCI device contract (package pci): a
 // real function behind vfio-pci or an in-process model from package
 // emulated. It never knows which. Opening brings the NIC up completely and

@@ -53,9 +53,10 @@ type Buffer struct {
 	// is the buffer size; do not re-slice it to start elsewhere.
 	Data []byte
 	// Next is the rest of a frame received with header split: its payload
-	// after the headers in Data. nil for a frame in one buffer, and always
-	// nil on transmit (TxBatch sends single-buffer frames; memory outside
-	// the pool is sent with Attach).
+	// after the headers in Data; or of a frame longer than one buffer (a
+	// jumbo frame, on a driver opened for them). nil for a frame in one
+	// buffer, and always nil on transmit (TxBatch sends single-buffer
+	// frames; memory outside the pool is sent with Attach).
 	Next *Buffer
 	// Queue is the RX queue the frame arrived on.
 	Queue int

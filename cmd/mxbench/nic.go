@@ -8,7 +8,10 @@ import (
 	"sync"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	ixgbehw "github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
@@ -18,26 +21,27 @@ import (
 
 // nicFlags select the NICs of a --transport nic run: both boards are in
 // this process, each on one of two cabled NICs driven from user space by
-// gomx's driver (package nicdrv/e1000e) through VFIO, or on two emulated
-// 82574Ls cabled in memory.
+// gomx's drivers through VFIO (package nicdrv/ixgbe for an 82599,
+// nicdrv/e1000e for an 82574L, chosen by the PCI device ID), or on two
+// emulated 82574Ls ("model") or 82599s ("model-82599") cabled in memory.
 type nicFlags struct {
 	nics       string
 	interrupts bool
 }
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated ones (env MXBENCH_NIC)")
+	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
 }
 
-// addrs parses --nic; nil for the model.
+// addrs parses --nic; nil for a model.
 func (n *nicFlags) addrs() ([]pci.Address, error) {
-	if n.nics == "model" {
+	if n.nics == "model" || n.nics == "model-82599" {
 		return nil, nil
 	}
 	parts := strings.Split(n.nics, ",")
 	if len(parts) != 2 {
-		return nil, fmt.Errorf("--nic %q: want two PCI addresses A,B of cabled NICs, or \"model\"", n.nics)
+		return nil, fmt.Errorf("--nic %q: want two PCI addresses A,B of cabled NICs, or \"model\" (emulated 82574Ls) or \"model-82599\"", n.nics)
 	}
 	var out []pci.Address
 	for _, p := range parts {
@@ -64,7 +68,7 @@ func (n *nicFlags) validate(cmd, tr, peer string) error {
 		return usagef(cmd, "--transport nic runs both sides in this process on two cabled NICs: drop --peer")
 	}
 	if n.nics == "" {
-		return usagef(cmd, "--transport nic needs --nic A,B (two cabled 82574Ls bound to vfio-pci) or --nic model")
+		return usagef(cmd, "--transport nic needs --nic A,B (two cabled 82574Ls or 82599s bound to vfio-pci), --nic model or --nic model-82599")
 	}
 	if _, err := n.addrs(); err != nil {
 		return usagef(cmd, "%v", err)
@@ -81,7 +85,16 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 	}
 	var devs [2]pci.Device
 	var release func() error
-	if addrs == nil {
+	switch {
+	case addrs == nil && n.nics == "model-82599":
+		p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		devs[0], devs[1] = p.Functions()[0], p.Functions()[1]
+		release = p.Close
+		what = "nic: gomx's ixgbe driver on two emulated 82599s"
+	case addrs == nil:
 		p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
 		if err != nil {
 			return nil, nil, "", nil, err
@@ -89,7 +102,7 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 		devs[0], devs[1] = p.Functions()[0], p.Functions()[1]
 		release = p.Close
 		what = "nic: gomx's e1000e driver on two emulated 82574Ls"
-	} else {
+	default:
 		o := vfio.DefaultOptions()
 		c, err := vfio.OpenContainer(o)
 		if err != nil {
@@ -112,7 +125,7 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 			opened = append(opened, d)
 			devs[i] = d
 		}
-		what = fmt.Sprintf("nic: gomx's e1000e driver on %v <-> %v through VFIO", addrs[0], addrs[1])
+		what = fmt.Sprintf("nic: gomx's %s driver on %v <-> %v through VFIO", driverName(devs[0]), addrs[0], addrs[1])
 	}
 	var once sync.Once
 	left := 2
@@ -130,9 +143,7 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 	}
 	var ts [2]transport.Transport
 	for i, d := range devs {
-		o := e1000e.DefaultOptions()
-		o.Interrupts = n.interrupts
-		drv, err := e1000e.Open(d, o)
+		drv, err := openDriver(d, n.interrupts)
 		if err == nil {
 			var t *nic.Transport
 			if t, err = nic.New(drv, nic.Options{}); err == nil {
@@ -152,6 +163,34 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 		what += ", MSI-X interrupts"
 	}
 	return ts[0], ts[1], what, nil, nil
+}
+
+// is82599 tells whether d is an 82599, by its PCI IDs.
+func is82599(d pci.Device) bool {
+	vid, err1 := pci.ReadConfig16(d, pci.ConfigVendorID)
+	did, err2 := pci.ReadConfig16(d, pci.ConfigDeviceID)
+	return err1 == nil && err2 == nil && ixgbehw.Is82599(vid, did)
+}
+
+// driverName names the driver openDriver picks for d.
+func driverName(d pci.Device) string {
+	if is82599(d) {
+		return "ixgbe"
+	}
+	return "e1000e"
+}
+
+// openDriver opens d with gomx's driver for it: ixgbe for an 82599,
+// e1000e otherwise (which refuses what is not an 82574L).
+func openDriver(d pci.Device, interrupts bool) (nicdrv.NIC, error) {
+	if is82599(d) {
+		o := ixgbe.DefaultOptions()
+		o.Interrupts = interrupts
+		return ixgbe.Open(d, o)
+	}
+	o := e1000e.DefaultOptions()
+	o.Interrupts = interrupts
+	return e1000e.Open(d, o)
 }
 
 // nicTransport closes the devices under it after the last of the pair.

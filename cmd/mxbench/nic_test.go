@@ -20,6 +20,19 @@ func TestNICPingPongModelVerified(t *testing.T) {
 	}
 }
 
+func TestNICPingPong82599ModelVerified(t *testing.T) {
+	out := runOK(t, "pingpong", "--transport", "nic", "--nic", "model-82599", "--sizes", "0,32,1K,40K", "--iterations", "20", "--warmup", "2", "--verify", "--json")
+	rows := jsonRows(t, out)
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		if r.Errors != 0 || r.Iterations != 20 || r.LatencyUS <= 0 {
+			t.Errorf("row %+v: want 20 iterations, no errors, a latency", r)
+		}
+	}
+}
+
 func TestNICUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

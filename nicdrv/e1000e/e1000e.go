@@ -344,24 +344,28 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 
 // quiesce stops whatever a previous driver left running: QEMU 7.2 keeps
 // RCTL.EN, TCTL.EN and the ring pointers across a software reset.
+//
+// Every step runs whatever the one before it found: a NIC whose
+// STATUS.GIO_MASTER_ENABLE stays set past the timeout still gets PCI bus
+// mastering turned off and its rings zeroed, so it can no longer DMA into
+// memory the caller is about to unmap. The timeout is returned after.
 func (n *NIC) quiesce() error {
 	n.w32(hw.IMC, 0xFFFFFFFF)
 	n.w32(hw.RCTL, 0)
 	n.clr32(hw.TCTL, hw.TctlEN)
 	n.r32(hw.STATUS) // flush
 	n.set32(hw.CTRL, hw.CtrlGIOMasterDis)
-	if err := n.waitReg("STATUS.GIO_MASTER_ENABLE", hw.STATUS, func(v uint32) bool { return v&hw.StatusGIOMasterEn == 0 }); err != nil {
-		return err
-	}
+	gio := n.waitReg("STATUS.GIO_MASTER_ENABLE", hw.STATUS, func(v uint32) bool { return v&hw.StatusGIOMasterEn == 0 })
+	var bm error
 	if err := pci.ClearCommand(n.dev, pci.CommandBusMaster); err != nil {
-		return n.errorf("disable bus mastering", err)
+		bm = n.errorf("disable bus mastering", err)
 	}
 	for q := 0; q < hw.Queues; q++ {
 		for _, r := range []int{hw.RDH, hw.RDT, hw.TDH, hw.TDT, hw.RDLEN, hw.TDLEN, hw.RDBAL, hw.RDBAH, hw.TDBAL, hw.TDBAH} {
 			n.w32(hw.Q(r, q), 0)
 		}
 	}
-	return nil
+	return errors.Join(gio, bm)
 }
 
 // restoreResetState puts back the reset values of what the driver changed

@@ -221,3 +221,61 @@ func TestTxBuffersComeBack(t *testing.T) {
 		t.Errorf("TX frames %d, %v; want %d", s.TxFrames, err, 10*o.TxRing)
 	}
 }
+
+// A NIC whose GIO master never drains makes Close time out, but Close still
+// turns bus mastering off and stops every queue before it unmaps the rings
+// and buffers: frames sent at the NIC afterwards cause no DMA, and the
+// timeout is reported.
+func TestCloseAfterGIOMasterTimeout(t *testing.T) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	o := e1000e.DefaultOptions()
+	o.RegisterTimeout = 20 * time.Millisecond
+	var n [2]*e1000e.NIC
+	for i := range n {
+		var err error
+		if n[i], err = e1000e.Open(p.Functions()[i], o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer n[0].Close()
+	send := func(seq uint64) {
+		t.Helper()
+		bufs := make([]*nicdrv.Buffer, 8)
+		if _, err := n[0].Pool().Alloc(bufs); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range bufs {
+			nictest.Frame(b.SetLen(2048), n[1].MAC(), n[0].MAC(), seq+uint64(i), 200)
+			b.SetLen(200)
+		}
+		for len(bufs) > 0 {
+			k, err := n[0].TxBatch(0, bufs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bufs = bufs[k:]
+		}
+	}
+	send(0)
+	if s := p.Stats(1); s.RxFrames != 8 {
+		t.Fatalf("model NIC 1 received %d frames before Close, want 8", s.RxFrames)
+	}
+	p.HoldGIOMaster(1, true)
+	err := n[1].Close()
+	if !errors.Is(err, nicdrv.ErrTimeout) {
+		t.Fatalf("Close with GIO master held: %v, want ErrTimeout", err)
+	}
+	if cmd, _ := pci.ReadConfig16(p.Functions()[1], pci.ConfigCommand); cmd&pci.CommandBusMaster != 0 {
+		t.Error("bus mastering left on after Close timed out")
+	}
+	before := p.Accesses(1)
+	send(100)
+	after := p.Accesses(1)
+	if s := p.Stats(1); s.RxFrames != 8 {
+		t.Errorf("model NIC 1 received %d frames, %d after Close", s.RxFrames, s.RxFrames-8)
+	}
+	if after.RxDescFetches != before.RxDescFetches || after.RxDescWriteBacks != before.RxDescWriteBacks {
+		t.Errorf("descriptor DMA after Close: %d fetches, %d write-backs", after.RxDescFetches-before.RxDescFetches, after.RxDescWriteBacks-before.RxDescWriteBacks)
+	}
+	p.HoldGIOMaster(1, false)
+}

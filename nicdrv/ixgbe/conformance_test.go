@@ -1,0 +1,94 @@
+package ixgbe_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
+)
+
+// newPlatform makes an emulated 82599 platform whose violations, DMA
+// faults and leaked mappings fail the test at its end.
+func newPlatform(t testing.TB, o emulated.IXGBEOptions) *emulated.IXGBE {
+	t.Helper()
+	p, err := emulated.NewIXGBE(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := checkIXGBE(p); err != nil {
+			t.Error(err)
+		}
+		if live := p.IOMMU().Live(); live != 0 {
+			t.Errorf("%d DMA mappings left after the NICs closed", live)
+		}
+		p.Close()
+	})
+	return p
+}
+
+func checkIXGBE(p *emulated.IXGBE) error {
+	for i := range p.Functions() {
+		if s := p.Stats(i); s.Violations != 0 {
+			return fmt.Errorf("model 82599 %d: %d programming violations, the last: %s", i, s.Violations, s.LastViolation)
+		}
+	}
+	if n, last := p.IOMMU().Faults(); n != 0 {
+		return fmt.Errorf("%d DMA faults, the last at IOVA %#x", n, last.IOVA)
+	}
+	return nil
+}
+
+func options(c nictest.Config) ixgbe.Options {
+	o := ixgbe.DefaultOptions()
+	o.Queues = c.Queues
+	o.Interrupts = c.Interrupts
+	o.HeaderSplit = c.HeaderSplit
+	return o
+}
+
+// rig builds a nictest rig over two opened devices and their reopeners.
+func rig(open func(i int) (nicdrv.NIC, error), setLink func(bool), faults func() uint64, check func() error) (*nictest.Rig, error) {
+	r := &nictest.Rig{
+		SetLink: func(up bool) error { setLink(up); return nil },
+		Faults:  faults,
+		Check:   check,
+	}
+	r.Reopen = func(i int) (nicdrv.NIC, error) {
+		if r.NICs[i] != nil {
+			if err := r.NICs[i].Close(); err != nil {
+				return nil, err
+			}
+			r.NICs[i] = nil
+		}
+		return open(i)
+	}
+	for i := range 2 {
+		n, err := open(i)
+		if err != nil {
+			return nil, err
+		}
+		r.NICs[i] = n
+	}
+	return r, nil
+}
+
+// pairRig opens the driver on two cabled emulated 82599s.
+func pairRig(t *testing.T, c nictest.Config) *nictest.Rig {
+	p := newPlatform(t, emulated.DefaultIXGBEOptions())
+	r, err := rig(func(i int) (nicdrv.NIC, error) { return ixgbe.Open(p.Functions()[i], options(c)) },
+		func(up bool) { p.SetLink(0, up) },
+		func() uint64 { n, _ := p.IOMMU().Faults(); return n },
+		func() error { return checkIXGBE(p) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestConformanceModelPair(t *testing.T) {
+	nictest.Run(t, pairRig)
+}

@@ -1,0 +1,136 @@
+package ixgbe_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+)
+
+// manualClock is an emulated.Clock that moves only when the test says so,
+// so the throttle's effect shows in counts whatever the machine's load.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &manualTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, tm)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := tm.stopped
+		tm.stopped = true
+		return !was
+	}
+}
+
+// Advance moves the clock by d and runs the timers that came due, outside
+// the clock's lock (they take the model's).
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	keep := c.timers[:0]
+	for _, tm := range c.timers {
+		switch {
+		case tm.stopped:
+		case !tm.at.After(c.now):
+			tm.stopped = true
+			due = append(due, tm.f)
+		default:
+			keep = append(keep, tm)
+		}
+	}
+	c.timers = keep
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+// Every one of 64 queues has its own MSI-X vector: a frame steered to
+// queue q wakes the WaitRx of queue q. And EITR moderates each vector: a
+// queue re-armed after every frame is interrupted once per interval of the
+// model's clock, however many frames come within it.
+func TestPerQueueInterrupts(t *testing.T) {
+	clk := &manualClock{now: time.Unix(1000, 0)}
+	o := emulated.DefaultIXGBEOptions()
+	o.Clock = clk
+	p := newPlatform(t, o)
+	opts := ixgbe.DefaultOptions()
+	opts.Queues = 64
+	opts.Interrupts = true
+	opts.InterruptInterval = 100 * time.Microsecond
+	opts.RxRing, opts.TxRing = 64, 64
+	opts.PoolBuffers = 6144 // 64 rings of 63 buffers, and some to send
+	var n [2]*ixgbe.NIC
+	for i := range n {
+		var err error
+		if n[i], err = ixgbe.Open(p.Functions()[i], opts); err != nil {
+			t.Fatal(err)
+		}
+		nic := n[i]
+		t.Cleanup(func() { nic.Close() })
+	}
+	a, b := n[0], n[1]
+	for q := 0; q < 64; q++ {
+		if err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(9000 + q), Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for q := 0; q < 64; q++ {
+		woke := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			woke <- b.WaitRx(ctx, q)
+		}()
+		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, uint16(9000+q), uint64(q)) })
+		if err := <-woke; err != nil {
+			t.Fatalf("queue %d: WaitRx: %v", q, err)
+		}
+		if got, _ := arrival(t, b); got != q {
+			t.Fatalf("frame for queue %d arrived on %d", q, got)
+		}
+		clk.Advance(time.Millisecond) // past every throttle
+	}
+	// Moderation: queue 5 re-armed after every frame, the clock frozen.
+	before := p.Stats(1).Interrupts
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_ = b.WaitRx(ctx, 5) // arms the vector
+		cancel()
+		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9005, uint64(i)) })
+		if q, _ := arrival(t, b); q != 5 {
+			t.Fatalf("frame for queue 5 arrived on %d", q)
+		}
+	}
+	if got := p.Stats(1).Interrupts - before; got != 1 {
+		t.Errorf("%d interrupts for 20 frames within one EITR interval, want 1", got)
+	}
+	clk.Advance(opts.InterruptInterval)
+	if got := p.Stats(1).Interrupts - before; got != 2 {
+		t.Errorf("%d interrupts once the interval passed, want the deferred one (2)", got)
+	}
+}

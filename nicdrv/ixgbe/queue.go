@@ -1,0 +1,511 @@
+package ixgbe
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomx-dev/gomx/internal/dmasync"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
+)
+
+// rxQueue is one RX ring. The NIC owns slots [RDH, rdt); the driver reads
+// [next, RDH) and refills [tail, next-1), keeping slot next-1 back so that
+// the tail never catches up with the NIC's head. It writes RDT only once
+// freeThresh refilled slots have gathered (DPDK's rx_free_thresh), so a
+// stream costs one tail write per 32 frames.
+//
+// pkt holds each slot's packet buffer, hdr (with header split) its header
+// buffer. A frame spread over several descriptors (a jumbo frame) is built
+// up in head/last across descriptors, and across calls, as a chain of
+// Buffers.
+type rxQueue struct {
+	nic  *NIC
+	q    int
+	ring []byte
+	iova uint64
+	size uint32
+
+	mu         sync.Mutex // one batch at a time; Close waits on it
+	pkt, hdr   []*nicdrv.Buffer
+	scratch    []*nicdrv.Buffer
+	next, tail uint32
+	rdt        uint32
+	freeThresh uint32
+	split      bool
+	maxParts   int // buffers one frame may take: its packet buffers and a header buffer
+
+	head, last *nicdrv.Buffer // the frame being gathered
+	parts      int            // buffers in it
+	bytes      int            // its length so far
+	bad        bool           // drop it at EOP
+
+	noBuf, dropped atomic.Uint64
+}
+
+func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
+	size := uint32(len(ring) / hw.DescSize)
+	r := &rxQueue{nic: n, q: q, ring: ring, iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
+		pkt: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, 2*size), split: n.opts.HeaderSplit,
+		maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
+	if r.split {
+		r.hdr = make([]*nicdrv.Buffer, size)
+	}
+	return r
+}
+
+func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
+
+// srrctl is the queue's SRRCTL: 2 KiB packet buffers, and with header
+// split a 256-byte header buffer size (the headers the NIC recognises fit;
+// the driver's header buffers are whole pool buffers), and DROP_EN with
+// Options.DropWhenFull.
+func (r *rxQueue) srrctl() uint32 {
+	v := uint32(nicdrv.BufferSize>>10) | 4<<hw.SrrctlBSizeHdrShift
+	if r.split {
+		v |= hw.SrrctlDescAdvHdrSplit
+	} else {
+		v |= hw.SrrctlDescAdvOneBuf
+	}
+	if r.nic.opts.DropWhenFull {
+		v |= hw.SrrctlDropEn
+	}
+	return v
+}
+
+// start fills the ring, programs it and enables the queue (polling its
+// enable bit), then hands the filled slots to the NIC.
+func (r *rxQueue) start() error {
+	n := r.nic
+	r.next, r.tail = 0, 0
+	clear(r.ring)
+	r.refill()
+	if r.tail == 0 {
+		return n.errorf(fmt.Sprintf("fill RX ring %d", r.q), fmt.Errorf("no free buffer in the pool: %w", nicdrv.ErrPoolExhausted))
+	}
+	n.w32(hw.RDBAL(r.q), uint32(r.iova))
+	n.w32(hw.RDBAH(r.q), uint32(r.iova>>32))
+	n.w32(hw.RDLEN(r.q), r.size*hw.DescSize)
+	n.w32(hw.SRRCTL(r.q), r.srrctl())
+	n.w32(hw.RDH(r.q), 0)
+	n.w32(hw.RDT(r.q), 0)
+	n.set32(hw.RXDCTL(r.q), hw.RxdctlEnable)
+	if err := n.waitReg(fmt.Sprintf("RXDCTL%d.ENABLE", r.q), hw.RXDCTL(r.q), func(v uint32) bool { return v&hw.RxdctlEnable != 0 }); err != nil {
+		return err
+	}
+	n.w32(hw.RDT(r.q), r.tail)
+	r.rdt = r.tail
+	return nil
+}
+
+// refill gives the NIC fresh buffers in slots [tail, next-1). It does not
+// write RDT.
+func (r *rxQueue) refill() {
+	stop := (r.next + r.size - 1) % r.size
+	want := int((stop + r.size - r.tail) % r.size)
+	if want == 0 {
+		return
+	}
+	need := 0
+	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
+		if r.pkt[s] == nil {
+			need++
+		}
+		if r.split && r.hdr[s] == nil {
+			need++
+		}
+	}
+	got, _ := r.nic.pool.Alloc(r.scratch[:need])
+	if got < need {
+		r.noBuf.Add(uint64(need - got))
+	}
+	k := 0
+	take := func(p **nicdrv.Buffer) bool {
+		if *p != nil {
+			return true
+		}
+		if k == got {
+			return false
+		}
+		*p = r.scratch[k]
+		r.scratch[k] = nil
+		k++
+		return true
+	}
+	for i := 0; i < want; i++ {
+		s := r.tail
+		if !take(&r.pkt[s]) {
+			break
+		}
+		d := hw.RxRead{PktAddr: r.pkt[s].IOVA()}
+		if r.split {
+			if !take(&r.hdr[s]) {
+				break
+			}
+			d.HdrAddr = r.hdr[s].IOVA()
+		}
+		// Plain stores: the NIC reads no descriptor at or past RDT, and
+		// the RDT write that hands this one over comes after. The driver
+		// itself looks at the slot again only once the NIC owned it.
+		d.Encode(r.desc(s))
+		r.tail = (s + 1) % r.size
+	}
+	if k < got {
+		_ = r.nic.pool.Free(r.scratch[k:got]...)
+		clear(r.scratch[k:got])
+	}
+}
+
+// replenish refills the slots the driver has read and hands them to the
+// NIC with one RDT write, once freeThresh of them wait (or the NIC's share
+// would fall below freeThresh on a small ring).
+func (r *rxQueue) replenish() {
+	waiting := (r.next + 2*r.size - 1 - r.rdt) % r.size
+	if waiting == 0 || (waiting < r.freeThresh && r.size-1-waiting >= r.freeThresh) {
+		return
+	}
+	r.refill()
+	if r.tail != r.rdt {
+		r.nic.w32(hw.RDT(r.q), r.tail)
+		r.rdt = r.tail
+	}
+}
+
+// ready reports whether the next slot holds a written-back descriptor.
+func (r *rxQueue) ready() bool {
+	if r.nic.closed.Load() {
+		return false
+	}
+	if !r.mu.TryLock() {
+		return true
+	}
+	defer r.mu.Unlock()
+	if r.nic.closed.Load() || r.next == r.rdt {
+		return false
+	}
+	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
+}
+
+// add appends b, holding k bytes, to the frame being gathered.
+func (r *rxQueue) add(b *nicdrv.Buffer, k int) {
+	b.Data = b.Data[:0:b.Cap()][:k]
+	b.Next = nil
+	if r.head == nil {
+		r.head = b
+	} else {
+		r.last.Next = b
+	}
+	r.last = b
+	r.parts++
+	r.bytes += k
+}
+
+func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.nic
+	if n.closed.Load() {
+		return 0, n.errorf("RX batch", nicdrv.ErrClosed)
+	}
+	got := 0
+	for got < len(out) && r.next != r.rdt {
+		d := r.desc(r.next)
+		st := uint32(load64(d[8:]))
+		if st&hw.RxStatDD == 0 {
+			break
+		}
+		dmasync.Observe()
+		wb := hw.DecodeRxWriteBack(d)
+		s := r.next
+		r.next = (r.next + 1) % r.size
+		// What the NIC writes back is outside input: no length in it may
+		// make the driver read past a buffer.
+		if r.split && wb.Split() && r.head == nil {
+			h := wb.HeaderLen()
+			if hb := r.hdr[s]; hb != nil && h >= 14 && h <= hb.Cap() {
+				r.hdr[s] = nil
+				r.add(hb, h)
+			} else {
+				r.bad = true
+			}
+		}
+		if k := int(wb.Length); k > 0 {
+			if pb := r.pkt[s]; pb != nil && k <= pb.Cap() {
+				r.pkt[s] = nil
+				r.add(pb, k)
+			} else {
+				r.bad = true
+			}
+		}
+		if r.parts > r.maxParts || r.bytes > n.opts.MaxFrame {
+			r.bad = true
+		}
+		if wb.Status&hw.RxStatEOP == 0 {
+			continue
+		}
+		f := r.head
+		if r.bad || f == nil || r.bytes < 14 || wb.Status&hw.RxErrRXE != 0 {
+			r.dropped.Add(1)
+			if f != nil {
+				_ = n.pool.Free(f)
+			}
+		} else {
+			f.Queue = r.q
+			f.Flags, f.Hash = rxFlags(wb), 0
+			if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
+				f.Flags |= nicdrv.FlagHash
+				f.Hash = wb.Hash
+			}
+			out[got] = f
+			got++
+		}
+		r.head, r.last, r.parts, r.bytes, r.bad = nil, nil, 0, 0, false
+	}
+	r.replenish()
+	return got, nil
+}
+
+func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
+	var f nicdrv.Flags
+	s := wb.Status
+	if s&hw.RxStatIPCS != 0 {
+		if s&hw.RxErrIPE != 0 {
+			f |= nicdrv.FlagIPChecksumBad
+		} else {
+			f |= nicdrv.FlagIPChecksumOK
+		}
+	}
+	if s&hw.RxStatL4CS != 0 {
+		if s&hw.RxErrTCPE != 0 {
+			f |= nicdrv.FlagL4ChecksumBad
+		} else {
+			f |= nicdrv.FlagL4ChecksumOK
+		}
+	}
+	return f
+}
+
+// release gives back every buffer the queue holds (Close, after the NIC
+// is quiet).
+func (r *rxQueue) release() error {
+	errs := []error{r.nic.pool.Free(r.pkt...), r.nic.pool.Free(r.hdr...)}
+	clear(r.pkt)
+	clear(r.hdr)
+	if r.head != nil {
+		errs = append(errs, r.nic.pool.Free(r.head))
+		r.head, r.last = nil, nil
+	}
+	return errors.Join(errs...)
+}
+
+// txQueue is one TX ring: slots [clean, tail) are with the NIC, the rest
+// free; one slot stays empty so that a full ring is not mistaken for an
+// empty one. RS goes on one descriptor in rsEvery (and on the last of a
+// frame with memory attached, so that its completion comes at the next
+// reclaim); a DD there means every descriptor before it is done too.
+type txQueue struct {
+	nic  *NIC
+	q    int
+	ring []byte
+	iova uint64
+	size uint32
+
+	mu       sync.Mutex
+	slot     []*nicdrv.Buffer
+	scratch  []*nicdrv.Buffer
+	clean    uint32
+	tail     uint32
+	ctx      hw.TxDesc // the checksum context last loaded (slot 0)
+	rsEvery  uint32
+	sinceRS  uint32
+	marks    []uint32
+	markHead int
+	markN    int
+
+	full, rejected atomic.Uint64
+}
+
+func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
+	size := uint32(len(ring) / hw.DescSize)
+	return &txQueue{nic: n, q: q, ring: ring, iova: iova, size: size, rsEvery: max(1, min(32, size/4)),
+		marks: make([]uint32, size), slot: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, size)}
+}
+
+func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
+
+// reclaim frees the buffers of descriptors the NIC has finished.
+func (t *txQueue) reclaim() {
+	k := 0
+	for t.markN > 0 {
+		m := t.marks[t.markHead]
+		if uint32(load64(t.desc(m)[8:])>>32)&hw.TxStatDD == 0 {
+			break
+		}
+		dmasync.Observe()
+		for {
+			c := t.clean
+			if b := t.slot[c]; b != nil {
+				t.scratch[k] = b
+				k++
+				t.slot[c] = nil
+			}
+			t.clean = (c + 1) % t.size
+			if c == m {
+				break
+			}
+		}
+		t.markHead = (t.markHead + 1) % len(t.marks)
+		t.markN--
+	}
+	if k > 0 {
+		_ = t.nic.pool.Free(t.scratch[:k]...)
+		clear(t.scratch[:k])
+	}
+}
+
+// reject explains why frame i cannot be sent, or returns nil.
+func (t *txQueue) reject(i int, b *nicdrv.Buffer) error {
+	n := t.nic
+	ext, _ := b.Attached()
+	l := len(b.Data) + len(ext)
+	switch {
+	case b.Pool() != n.pool:
+		return n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", i))
+	case b.Next != nil:
+		return n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split or jumbo receive): TX sends one buffer, plus memory attached with Buffer.Attach: %w", i, b.Segments(), nicdrv.ErrFrameSize))
+	case ext != nil && (len(b.Data) == 0 || len(ext) == 0):
+		return n.errorf("TX batch", fmt.Errorf("frame %d: %d bytes in the buffer and %d attached: an attachment follows a nonempty Data and is nonempty: %w", i, len(b.Data), len(ext), nicdrv.ErrFrameSize))
+	case ext != nil && b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0:
+		return n.errorf("TX batch", fmt.Errorf("frame %d asks for checksum offload with memory attached: the driver seeds the checksum in Data; copy the frame into the buffer: %w", i, nicdrv.ErrNotSupported))
+	case l < 14 || l > n.opts.MaxFrame:
+		return n.errorf("TX batch", fmt.Errorf("frame %d of %d bytes, want 14..%d: %w", i, l, n.opts.MaxFrame, nicdrv.ErrFrameSize))
+	}
+	return nil
+}
+
+func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nic
+	if n.closed.Load() {
+		return 0, n.errorf("TX batch", nicdrv.ErrClosed)
+	}
+	t.reclaim()
+	free := (t.clean + t.size - t.tail - 1) % t.size
+	old := t.tail
+	sent := 0
+	var err error
+	for _, b := range bufs {
+		if err = t.reject(sent, b); err != nil {
+			t.rejected.Add(1)
+			break
+		}
+		ext, extIOVA := b.Attached()
+		total := uint32(len(b.Data)+len(ext)) << hw.TxPaylenShift
+		if ext != nil {
+			if free < 2 {
+				t.full.Add(1)
+				break
+			}
+			t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS, total), nil, false)
+			t.put(hw.DataTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS, 0), b, true)
+			free -= 2
+			sent++
+			continue
+		}
+		ctx, popts := t.offload(b)
+		need := uint32(1)
+		if popts != 0 && ctx != t.ctx {
+			need = 2
+		}
+		if free < need {
+			t.full.Add(1)
+			break
+		}
+		if need == 2 {
+			t.put(ctx, nil, false)
+			t.ctx = ctx
+			free--
+		}
+		t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdEOP|hw.TxCmdIFCS, total|popts), b, false)
+		free--
+		sent++
+	}
+	if t.tail != old {
+		n.w32(hw.TDT(t.q), t.tail)
+		t.reclaim()
+	}
+	return sent, err
+}
+
+// put writes a descriptor at tail, marking every rsEvery-th (and one put
+// with rs) for a write-back.
+func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
+	t.sinceRS++
+	if t.sinceRS >= t.rsEvery || rs {
+		t.sinceRS = 0
+		d.CmdType |= hw.TxCmdRS
+		t.marks[(t.markHead+t.markN)%len(t.marks)] = t.tail
+		t.markN++
+	}
+	// Plain stores: the NIC reads no descriptor past TDT, and the TDT
+	// write (an uncached MMIO store, or the model's lock) comes after.
+	d.Encode(t.desc(t.tail))
+	t.slot[t.tail] = b
+	t.tail = (t.tail + 1) % t.size
+}
+
+// offload prepares the checksums an IPv4 frame asks for: the IP checksum
+// field zeroed, the TCP or UDP one seeded with the pseudo-header sum, and
+// the context descriptor and POPTS the NIC needs. Frames that ask nothing,
+// or are not IPv4, need no context (popts 0).
+func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, popts uint32) {
+	want := b.Flags & (nicdrv.FlagTxIPChecksum | nicdrv.FlagTxL4Checksum)
+	fr := b.Data
+	if want == 0 || len(fr) < 34 || fr[12] != 0x08 || fr[13] != 0 || fr[14]>>4 != 4 {
+		return hw.TxDesc{}, 0
+	}
+	ihl := int(fr[14]&0xF) * 4
+	tot := int(binary.BigEndian.Uint16(fr[16:]))
+	if ihl < 20 || 14+tot > len(fr) || tot < ihl {
+		return hw.TxDesc{}, 0
+	}
+	proto := fr[23]
+	tucmd := uint32(hw.TxCtxTucmdIPv4)
+	if want&nicdrv.FlagTxIPChecksum != 0 {
+		binary.BigEndian.PutUint16(fr[24:], 0)
+		popts |= hw.TxPoptsIXSM
+	}
+	if want&nicdrv.FlagTxL4Checksum != 0 {
+		at := -1
+		switch {
+		case proto == 6 && tot-ihl >= 20:
+			at, tucmd = 14+ihl+16, tucmd|hw.TxCtxTucmdL4TCP
+		case proto == 17 && tot-ihl >= 8:
+			at = 14 + ihl + 6
+		}
+		if at >= 0 {
+			binary.BigEndian.PutUint16(fr[at:], pseudoSum(fr[26:34], proto, tot-ihl))
+			popts |= hw.TxPoptsTXSM
+		}
+	}
+	if popts == 0 {
+		return hw.TxDesc{}, 0
+	}
+	return hw.ContextTx(14, ihl, tucmd), popts
+}
+
+// pseudoSum is the folded (not complemented) IPv4 pseudo-header sum.
+func pseudoSum(addrs []byte, proto byte, l4len int) uint16 {
+	s := uint32(proto) + uint32(l4len)
+	for i := 0; i+1 < len(addrs); i += 2 {
+		s += uint32(addrs[i])<<8 | uint32(addrs[i+1])
+	}
+	for s > 0xFFFF {
+		s = s&0xFFFF + s>>16
+	}
+	return uint16(s)
+}

@@ -1,0 +1,69 @@
+package nic_test
+
+import (
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/nic"
+	"github.com/gomx-dev/gomx/transport/transporttest"
+)
+
+// ixgbePair is two transports over the ixgbe driver on two cabled emulated
+// 82599s.
+func ixgbePair(t *testing.T, o ixgbe.Options) (a, b transport.Transport) {
+	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := range 2 {
+			if s := p.Stats(i); s.Violations != 0 {
+				t.Errorf("model 82599 %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+			}
+		}
+		if n, _ := p.IOMMU().Faults(); n != 0 {
+			t.Errorf("%d DMA faults", n)
+		}
+		if live := p.IOMMU().Live(); live != 0 {
+			t.Errorf("%d DMA mappings left after the transports closed", live)
+		}
+		p.Close()
+	})
+	var ts [2]transport.Transport
+	for i := range 2 {
+		n, err := ixgbe.Open(p.Functions()[i], o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := nic.New(n, nic.Options{})
+		if err != nil {
+			n.Close()
+			t.Fatal(err)
+		}
+		ts[i] = tr
+	}
+	return ts[0], ts[1]
+}
+
+// The transport conformance suite over the 82599 driver and model: the nic
+// transport is the same whatever driver is under it.
+func TestConformance82599(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    func(*ixgbe.Options)
+	}{
+		{"polling", func(*ixgbe.Options) {}},
+		{"interrupts", func(o *ixgbe.Options) { o.Interrupts = true }},
+		{"four-queues", func(o *ixgbe.Options) { o.Queues = 4; o.RxRing, o.TxRing = 128, 128 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			transporttest.RunWith(t, func(t *testing.T) (a, b transport.Transport) {
+				o := ixgbe.DefaultOptions()
+				c.o(&o)
+				return ixgbePair(t, o)
+			}, transporttest.Options{MinData: 60 - 14, InPlace: true})
+		})
+	}
+}
