@@ -26,7 +26,8 @@ test-short:
 # its own, its own GOCACHE, the modules served from a copy of root's module
 # cache (no network), and a clean environment (no GOMX_REQUIRE_*: what needs
 # root skips with a hint). Run as root (any other user is unprivileged
-# already: `make test`).
+# already: `make test`). mx's and ioat's suites take minutes each under the
+# race detector, more than go test's default 10m on a loaded machine.
 UNPRIV_DIR ?= /tmp/gomx-unprivileged
 test-unprivileged:
 	@test "$$(id -u)" = 0 || { echo "test-unprivileged switches to uid 65534 and needs root; as another user run make test"; exit 1; }
@@ -36,7 +37,7 @@ test-unprivileged:
 	prlimit --memlock=8388608:8388608 setpriv --reuid=65534 --regid=65534 --clear-groups \
 		env -i PATH="$$PATH" HOME=$(UNPRIV_DIR) GOCACHE=$(UNPRIV_DIR)/cache GOMODCACHE=$(UNPRIV_DIR)/mod \
 		GOPROXY=file://$(UNPRIV_DIR)/proxy GOTOOLCHAIN=local GOFLAGS=-buildvcs=false \
-		$(GO) test -race -count=1 $(PKGS)
+		$(GO) test -race -timeout 30m -count=1 $(PKGS)
 
 # The packages' own tests inside QEMU guests against real VFIO devices
 # (hack/qemu): installs what it lacks from Debian, fetches the guest kernel,
