@@ -28,21 +28,23 @@ test: hugepages
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
-# The tests as a user without privileges: nobody (uid 65534), with the 8 MiB
-# locked-memory limit most machines give a user, its own GOCACHE, the modules
-# served from a copy of root's module cache (no network), and a clean
-# environment (no GOMX_REQUIRE_*: what needs root skips with a hint). Run as root (any other user is unprivileged
-# already: `make test-short`).
+# The whole suite, with -race, as a newcomer runs it: nobody (uid 65534), with
+# the 8 MiB locked-memory limit most machines give a user and no hugepages of
+# its own, its own GOCACHE, the modules served from a copy of root's module
+# cache (no network), and a clean environment (no GOMX_REQUIRE_*: what needs
+# root skips with a hint). Run as root (any other user is unprivileged
+# already: `make test`). mx's and ioat's suites take minutes each under the
+# race detector, more than go test's default 10m on a loaded machine.
 UNPRIV_DIR ?= /tmp/gomx-unprivileged
 test-unprivileged:
-	@test "$$(id -u)" = 0 || { echo "test-unprivileged switches to uid 65534 and needs root; as another user run make test-short"; exit 1; }
+	@test "$$(id -u)" = 0 || { echo "test-unprivileged switches to uid 65534 and needs root; as another user run make test"; exit 1; }
 	rm -rf $(UNPRIV_DIR) && mkdir -p $(UNPRIV_DIR)
 	cp -r "$$($(GO) env GOMODCACHE)/cache/download" $(UNPRIV_DIR)/proxy
 	chown -R 65534:65534 $(UNPRIV_DIR)
 	prlimit --memlock=8388608:8388608 setpriv --reuid=65534 --regid=65534 --clear-groups \
 		env -i PATH="$$PATH" HOME=$(UNPRIV_DIR) GOCACHE=$(UNPRIV_DIR)/cache GOMODCACHE=$(UNPRIV_DIR)/mod \
 		GOPROXY=file://$(UNPRIV_DIR)/proxy GOTOOLCHAIN=local GOFLAGS=-buildvcs=false \
-		$(GO) test -short -count=1 $(PKGS)
+		$(GO) test -race -timeout 30m -count=1 $(PKGS)
 
 # The packages' own tests inside QEMU guests against real VFIO devices
 # (hack/qemu): installs what it lacks from Debian, fetches the guest kernel,
@@ -74,8 +76,8 @@ test-srun:
 	GOMX_REQUIRE_SRUN=1 ./hack/slurm/run.sh $(GO) test -count=1 -run 'TestSrun' -v ./cmd/mxbench/
 
 # mx between two processes of this host beside NetPIPE over Open MPI (vader,
-# CMA on and off) and over MPICH, in one go: one table with the ratios of
-# issue 10 and one plot (hack/peers/intranode). Installs the peers from Debian
+# CMA on and off) and over MPICH, in one go: one table with mx's ratios to
+# them (8 B latency, 4 MiB bandwidth) and one plot (hack/peers/intranode). Installs the peers from Debian
 # as root. A few minutes on a loaded machine; not part of CI.
 PEERS_PLOT ?= peers-intranode.svg
 peers-intranode:
@@ -85,7 +87,7 @@ peers-intranode:
 bench-smoke: hugepages
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
 
-# The figures quoted in the README.
+# The figures quoted in the README and docs/benchmarks.md.
 bench: hugepages
 	$(GO) test -run '^$$' -bench 'ChannelBatch32' -benchtime=5000000x ./ioat/
 	$(GO) test -run '^$$' -bench 'Copy$$|ColdCopy4MiB' -benchtime=64x ./ioat/

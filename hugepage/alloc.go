@@ -30,6 +30,10 @@ func Alloc(size int, o Options) (*Region, error) {
 	return alloc(size, o, callerOf(2), "")
 }
 
+// pageableNote ends a Degraded text for memory left pageable
+// (Options.AllowPageable).
+const pageableNote = "; using ordinary pageable memory, which only an in-process device model can use"
+
 // shortage is why a hugepage allocation could not be had, and the fix.
 type shortage struct {
 	why string
@@ -62,9 +66,13 @@ func alloc(size int, o Options, who, what string) (*Region, error) {
 	r := &Region{pageSize: ps, source: o.Source}
 	var m mapping
 	if ps == Size4K {
-		m, err = mapSmall(n, o.Source == Memfd, o.Name)
+		var unlocked *errNotLocked
+		m, unlocked, err = mapSmall(n, o.Source == Memfd, o.Name, o.AllowPageable)
 		if err != nil {
 			return nil, fmt.Errorf("hugepage: alloc %d bytes of 4KiB pages: %w", n, err)
+		}
+		if unlocked != nil {
+			r.degraded = unlocked.Error() + pageableNote
 		}
 	} else {
 		var short *shortage
@@ -80,12 +88,16 @@ func alloc(size int, o Options, who, what string) (*Region, error) {
 				r.source = Anonymous
 			}
 			n = (size + int(Size4K) - 1) &^ (int(Size4K) - 1)
-			m, err = mapSmall(n, r.source == Memfd, o.Name)
+			var unlocked *errNotLocked
+			m, unlocked, err = mapSmall(n, r.source == Memfd, o.Name, o.AllowPageable)
 			if err != nil {
 				return nil, fmt.Errorf("hugepage: alloc %d bytes: %s, and falling back to locked 4KiB pages failed: %w", n, short.why, err)
 			}
 			r.pageSize = Size4K
 			r.degraded = short.degraded()
+			if unlocked != nil {
+				r.degraded = short.why + ", and " + unlocked.Error() + pageableNote
+			}
 		}
 	}
 	if err := keepFromChildren(m.mem); err != nil {

@@ -410,3 +410,80 @@ func TestLiveRegions(t *testing.T) {
 		}
 	}
 }
+
+// AllowPageable keeps pages the locked-memory limit refuses as ordinary
+// pageable memory, says so in Degraded, and is refused without it. It needs
+// a process the limit binds: root locks any amount.
+func TestAllocPageable(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root may lock any amount, so the limit cannot refuse: run as a user (make test-unprivileged) to exercise the fallback")
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil {
+		t.Fatal(err)
+	}
+	low := rl
+	low.Cur = 0
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &low); err != nil {
+		t.Fatalf("lower RLIMIT_MEMLOCK: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil {
+			t.Errorf("restore RLIMIT_MEMLOCK: %v", err)
+		}
+	})
+	const size = 3*4096 + 1
+	if r, err := Alloc(size, Options{PageSize: Size4K}); err == nil {
+		r.Close()
+		t.Fatal("Alloc of 4KiB pages with a locked-memory limit of 0 succeeded without AllowPageable")
+	} else if !strings.Contains(err.Error(), "raise the locked-memory limit") {
+		t.Errorf("Alloc without AllowPageable: %v\nwant it to name the locked-memory limit", err)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T) Options
+		reasons []string
+	}{
+		{"4KiB pages", func(t *testing.T) Options { return Options{PageSize: Size4K, AllowPageable: true} },
+			[]string{"mlock", "raise the locked-memory limit", "using ordinary pageable memory"}},
+		{"no 2MiB pages", func(t *testing.T) Options {
+			fakeSysfs(t, PoolStatus{PageSize: Size2M})
+			return Options{AllowPageable: true}
+		}, []string{"no free 2MiB hugepages", "raise the locked-memory limit", "using ordinary pageable memory"}},
+		{"memfd", func(t *testing.T) Options { return Options{PageSize: Size4K, Source: Memfd, AllowPageable: true} },
+			[]string{"using ordinary pageable memory"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.setup(t)
+			r, err := Alloc(size, o)
+			if err != nil {
+				t.Fatalf("Alloc with AllowPageable: %v", err)
+			}
+			defer r.Close()
+			for _, want := range tc.reasons {
+				if !strings.Contains(r.Degraded(), want) {
+					t.Errorf("Degraded() = %q\nwant it to say %q", r.Degraded(), want)
+				}
+			}
+			b := r.Bytes()
+			if r.PageSize() != Size4K || len(b) != 4*4096 {
+				t.Fatalf("region of %d bytes of %v pages, want %d of 4KiB", len(b), r.PageSize(), 4*4096)
+			}
+			for i := range b {
+				b[i] = byte(i * 7)
+			}
+			for i := range b {
+				if b[i] != byte(i*7) {
+					t.Fatalf("byte %d did not keep what was written", i)
+				}
+			}
+			if v := vmaAt(t, addrOf(b)); v.locked != 0 {
+				t.Errorf("%d bytes of a pageable region are locked", v.locked)
+			}
+			if ok, off := resident(b, 4096); !ok {
+				t.Errorf("page at offset %d not resident: pageable memory is still prefaulted", off)
+			}
+		})
+	}
+}

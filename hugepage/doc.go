@@ -43,6 +43,15 @@
 // Options.NoFallback turns the fallback into an error wrapping
 // [ErrNoHugepages]; Options.Reserve first tries to grow the pool.
 //
+// Locking is the last thing an ordinary user runs out of: most machines
+// allow a user 8 MiB of locked memory. Memory for an in-process device
+// model (package emulated), whose DMA is done by the CPU through the
+// process's own page tables, need not be locked at all: with
+// Options.AllowPageable, which drivers set when their device's DMA domain
+// accepts it (pci.AcceptsPageable), pages the limit refuses to lock stay
+// ordinary pageable memory and Degraded says so. A real device never gets
+// them.
+//
 // # Reserving
 //
 // [Status] reads the kernel's pools (/sys/kernel/mm/hugepages) and [Reserve]

@@ -128,6 +128,14 @@ type Options struct {
 	// NoFallback makes Alloc fail with ErrNoHugepages instead of falling
 	// back to locked 4 KiB pages.
 	NoFallback bool
+	// AllowPageable lets Alloc keep 4 KiB pages it could not lock (the
+	// locked-memory limit, RLIMIT_MEMLOCK, refused them) as ordinary
+	// pageable memory, prefaulted but free to be swapped or moved by the
+	// kernel; Region.Degraded then says so. Only memory that no device
+	// reaches on its own may be pageable: memory for the in-process models
+	// of package emulated, whose DMA is the CPU's (pci.AcceptsPageable).
+	// Drivers set it from their device's DMA domain.
+	AllowPageable bool
 }
 
 // DefaultOptions returns anonymous 2 MiB hugepages named "gomx", falling

@@ -104,23 +104,31 @@ func mapFile(fd, n int, what string) (mapping, error) {
 	return mapping{mem: mem, fd: fd}, nil
 }
 
+// errNotLocked is mapSmall's report that the locked-memory limit refused
+// mlock and the pages were left pageable, as the caller allowed.
+type errNotLocked struct{ err error }
+
+func (e *errNotLocked) Error() string { return e.err.Error() }
+
 // mapSmall maps n bytes of base pages, anonymous or (memfd) in a memfd
-// without MFD_HUGETLB, then locks and thereby prefaults them.
-func mapSmall(n int, memfd bool, name string) (mapping, error) {
+// without MFD_HUGETLB, then locks and thereby prefaults them. When mlock
+// fails and pageable is set, the pages stay mapped, prefaulted by a write to
+// each, and the returned *errNotLocked says why they are not locked.
+func mapSmall(n int, memfd bool, name string, pageable bool) (mapping, *errNotLocked, error) {
 	var m mapping
 	if memfd {
 		fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 		if err != nil {
-			return mapping{fd: -1}, fmt.Errorf("memfd_create %q: %w", name, err)
+			return mapping{fd: -1}, nil, fmt.Errorf("memfd_create %q: %w", name, err)
 		}
 		if err := unix.Ftruncate(fd, int64(n)); err != nil {
 			unix.Close(fd)
-			return mapping{fd: -1}, fmt.Errorf("ftruncate memfd %q to %d bytes: %w", name, n, err)
+			return mapping{fd: -1}, nil, fmt.Errorf("ftruncate memfd %q to %d bytes: %w", name, n, err)
 		}
 		mem, err := unix.Mmap(fd, 0, n, protRW, unix.MAP_SHARED)
 		if err != nil {
 			unix.Close(fd)
-			return mapping{fd: -1}, fmt.Errorf("mmap memfd %q (%d bytes): %w", name, n, err)
+			return mapping{fd: -1}, nil, fmt.Errorf("mmap memfd %q (%d bytes): %w", name, n, err)
 		}
 		m = mapping{mem: mem, fd: fd}
 	} else {
@@ -128,7 +136,7 @@ func mapSmall(n int, memfd bool, name string) (mapping, error) {
 		// transparent hugepages before MADV_NOHUGEPAGE below.
 		mem, err := unix.Mmap(-1, 0, n, protRW, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
-			return mapping{fd: -1}, fmt.Errorf("mmap %d bytes: %w", n, err)
+			return mapping{fd: -1}, nil, fmt.Errorf("mmap %d bytes: %w", n, err)
 		}
 		m = mapping{mem: mem, fd: -1}
 	}
@@ -137,12 +145,11 @@ func mapSmall(n int, memfd bool, name string) (mapping, error) {
 	// keep away.
 	if err := unix.Madvise(m.mem, unix.MADV_NOHUGEPAGE); err != nil && !errors.Is(err, unix.EINVAL) {
 		m.release()
-		return mapping{fd: -1}, fmt.Errorf("madvise MADV_NOHUGEPAGE: %w", err)
+		return mapping{fd: -1}, nil, fmt.Errorf("madvise MADV_NOHUGEPAGE: %w", err)
 	}
 	// mlock faults every page in (writable, for a private mapping) and keeps
 	// it resident.
 	if err := unix.Mlock(m.mem); err != nil {
-		m.release()
 		limit := "unknown"
 		var rl unix.Rlimit
 		if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl) == nil {
@@ -151,9 +158,17 @@ func mapSmall(n int, memfd bool, name string) (mapping, error) {
 				limit = "unlimited"
 			}
 		}
-		return mapping{fd: -1}, fmt.Errorf("mlock %d bytes: %w: raise the locked-memory limit (now %s) with ulimit -l or LimitMEMLOCK= in a systemd unit, or run as root", n, err, limit)
+		err = fmt.Errorf("mlock %d bytes: %w: raise the locked-memory limit (now %s) with ulimit -l or LimitMEMLOCK= in a systemd unit, or run as root", n, err, limit)
+		if !pageable {
+			m.release()
+			return mapping{fd: -1}, nil, err
+		}
+		for i := 0; i < len(m.mem); i += int(Size4K) {
+			m.mem[i] = 0 // a write fault maps the page
+		}
+		return m, &errNotLocked{err: err}, nil
 	}
-	return m, nil
+	return m, nil, nil
 }
 
 // keepFromChildren sets MADV_DONTFORK, so that a fork (by cgo code; Go's

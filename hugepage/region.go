@@ -41,8 +41,9 @@ func (r *Region) PageSize() PageSize { return r.pageSize }
 func (r *Region) Source() Source { return r.source }
 
 // Degraded is "" when the region is backed by the pages asked for. When
-// Alloc had to fall back to locked 4 KiB pages it says why and what to do
-// about it, for the user to read.
+// Alloc had to fall back to locked 4 KiB pages, or to pageable ones
+// (Options.AllowPageable), it says why and what to do about it, for the
+// user to read.
 func (r *Region) Degraded() string { return r.degraded }
 
 // FD is the memfd or hugetlbfs file descriptor behind the region, to pass to

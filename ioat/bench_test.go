@@ -134,7 +134,7 @@ func BenchmarkCopy(b *testing.B) {
 // BenchmarkColdCopy4MiB compares, in one run, one emulated channel and Go's
 // copy() on 4 MiB buffers that are not in the cache: both rotate over 48
 // buffer pairs (384 MiB), far beyond any last-level cache. It reports both
-// rates and engine/cpu, the 0.9x target, for the model's default
+// rates and engine/cpu (target: at least 0.9x), for the model's default
 // transfer cap (1 MiB: four descriptors per copy, as on Jasper Forest) and
 // for a 4 MiB cap (one descriptor per copy).
 func BenchmarkColdCopy4MiB(b *testing.B) {
@@ -272,7 +272,7 @@ const overlapBandwidth = 2e9
 
 // BenchmarkOverlap reports overlap efficiency for 1 MiB and 4 MiB copies
 // on one and four channels (the paper: 0.92 with one channel, 0.87 with
-// four; the target: 0.95).
+// four; the target: 0.95).
 func BenchmarkOverlap(b *testing.B) {
 	for _, n := range []int{1 << 20, 4 << 20} {
 		for _, ch := range []int{1, 4} {

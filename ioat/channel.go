@@ -54,7 +54,8 @@ type Options struct {
 	// pci.ErrBusy.
 	TakeOver bool
 	// Memory says where the ring and completion word live (default:
-	// 2 MiB hugepages, falling back to locked 4 KiB pages).
+	// 2 MiB hugepages, falling back to locked 4 KiB pages, and to pageable
+	// ones on a DMA domain that accepts them, pci.AcceptsPageable).
 	Memory hugepage.Options
 	// Logger, when set, hears of what the driver works around without
 	// failing: CHANERR bits that still read set after being cleared are
@@ -548,7 +549,9 @@ func (c *Channel) reset() error {
 
 func (c *Channel) allocRing() error {
 	ringBytes := c.opts.RingSize * hw.DescSize
-	mem, err := hugepage.Alloc(ringBytes+hw.DescSize, c.opts.Memory)
+	o := c.opts.Memory
+	o.AllowPageable = o.AllowPageable || pci.AcceptsPageable(c.dev.DMA())
+	mem, err := hugepage.Alloc(ringBytes+hw.DescSize, o)
 	if err != nil {
 		return fmt.Errorf("ioat: %s: descriptor ring: %w", c.info.Addr, err)
 	}

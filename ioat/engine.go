@@ -282,9 +282,14 @@ func (b *Buffer) Close() error {
 	return nil
 }
 
-// Alloc allocates n bytes of hugepage memory and registers it.
+// Alloc allocates n bytes of hugepage memory and registers it. On a DMA
+// domain that accepts pageable memory (the emulated model's), memory the
+// locked-memory limit refuses to lock is ordinary pageable memory
+// (Buffer.Degraded says so).
 func (e *Engine) Alloc(n int) (*Buffer, error) {
-	r, err := hugepage.Alloc(n, e.opts.Channel.Memory)
+	o := e.opts.Channel.Memory
+	o.AllowPageable = o.AllowPageable || pci.AcceptsPageable(e.dma)
+	r, err := hugepage.Alloc(n, o)
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ const (
 	RecvCMA    // large messages copied once from another process (cma.go)
 	CMARefused // process_vm_readv refused by the kernel: pulled through the rings
 	CMAFailed  // process_vm_readv failed otherwise (bad entry, short copy): pulled
-	// Loss recovery (issue 13). A timer retransmit is a resend or pull
+	// Loss recovery (docs/loss-recovery.md). A timer retransmit is a resend or pull
 	// re-request made because a timeout expired; a fast retransmit is one
 	// made on evidence (later frames arrived, or a selective ack named a
 	// hole) before any timer. DupReceived counts every duplicate that

@@ -20,7 +20,7 @@ func lossyOptions() BoardOptions {
 	return o
 }
 
-// BenchmarkLossyPingPong reproduces issue 13's table: ping-pong over the
+// BenchmarkLossyPingPong measures loss recovery (docs/benchmarks.md): ping-pong over the
 // loopback wire with seeded frame loss, per loss rate and size, reporting
 // bandwidth, mean and p99 one-way latency (half of each round trip) and the
 // loss-recovery counters of both endpoints per round trip.

@@ -154,7 +154,8 @@ type PoolOptions struct {
 	// from 256 to 4096, so buffers never straddle a page.
 	BufferSize int
 	// Memory is how the hugepage memory is allocated (default
-	// hugepage.DefaultOptions()).
+	// hugepage.DefaultOptions()). AllowPageable is set for a domain that
+	// accepts pageable memory (pci.AcceptsPageable: an emulated model's).
 	Memory hugepage.Options
 }
 
@@ -193,6 +194,7 @@ func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
 	if mem.Name == "" {
 		mem.Name = "gomx-nic-pool"
 	}
+	mem.AllowPageable = mem.AllowPageable || pci.AcceptsPageable(dma)
 	r, err := hugepage.Alloc(o.Buffers*o.BufferSize, mem)
 	if err != nil {
 		return nil, fmt.Errorf("nicdrv: pool memory: %w", err)

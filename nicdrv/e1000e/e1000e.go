@@ -130,7 +130,9 @@ type Options struct {
 	LinkTimeout time.Duration
 	// RegisterTimeout bounds every wait on a register (default 1s).
 	RegisterTimeout time.Duration
-	// Memory is how ring memory is allocated (default hugepages).
+	// Memory is how ring memory is allocated (default hugepages;
+	// AllowPageable is set when the device's DMA domain accepts pageable
+	// memory, as an emulated model's does).
 	Memory hugepage.Options
 	// HeaderSplit receives with packet split descriptors: the headers of
 	// unfragmented IPv4 and IPv6 TCP and UDP frames in one buffer, the
@@ -551,6 +553,7 @@ func (n *NIC) allocRings() error {
 	if mem.Name == "" {
 		mem.Name = "gomx-e1000e-rings"
 	}
+	mem.AllowPageable = mem.AllowPageable || pci.AcceptsPageable(n.dev.DMA())
 	r, err := hugepage.Alloc(size, mem)
 	if err != nil {
 		return n.errorf("ring memory", err)

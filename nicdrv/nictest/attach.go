@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/pci"
 )
 
 // Completions is a nicdrv.Completion that counts how many attachments
@@ -29,8 +30,11 @@ func (s *suite) attached(t *testing.T) {
 	a, b := r.NICs[0], r.NICs[1]
 	const frames = 16
 	// Hugepage (or locked) memory, as a real device behind VFIO, with or
-	// without an IOMMU, can reach at a fixed address.
-	region, err := hugepage.Alloc(frames*2048, hugepage.DefaultOptions())
+	// without an IOMMU, can reach at a fixed address (pageable for a
+	// model, when the locked-memory limit is reached).
+	mo := hugepage.DefaultOptions()
+	mo.AllowPageable = pci.AcceptsPageable(a.Pool().DMA())
+	region, err := hugepage.Alloc(frames*2048, mo)
 	if err != nil {
 		t.Fatalf("memory to attach: %v", err)
 	}

@@ -76,7 +76,7 @@
 // other goroutines. A futex wait is a system call that keeps the P: when the
 // application's goroutines hold every other P, the runtime's sysmon retakes
 // it again and again, and polls every 20 µs while it does, preempting the
-// application (issue 10: thousands of wake-ups a second on a computing CPU).
+// application (thousands of wake-ups a second on a computing CPU).
 // The consumer passes the eventfd to each producer with the doorbell's memfd
 // in its welcome (SCM_RIGHTS); the producer checks that it is an eventfd,
 // makes it non-blocking, and keeps it, one descriptor per ring it writes,

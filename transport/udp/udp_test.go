@@ -177,7 +177,7 @@ func TestBusyPoll(t *testing.T) {
 	tr, err := Listen("127.0.0.1:0", Options{BusyPoll: 50 * time.Microsecond})
 	if err != nil {
 		if os.Geteuid() != 0 && strings.Contains(err.Error(), "CAP_NET_ADMIN") {
-			t.Skipf("not root: %v", err)
+			t.Skipf("busy polling needs CAP_NET_ADMIN: run the tests as root: %v", err)
 		}
 		t.Fatal(err)
 	}

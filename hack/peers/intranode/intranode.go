@@ -21,7 +21,7 @@
 //
 // One row per path (a peer, or mx with one strategy), one-way latency for
 // the small sizes and ping-pong bandwidth (size / one-way time) for the
-// large ones, then the ratios: mx's best 8-byte one-way latency over
+// large ones, then the target ratios: mx's best 8-byte one-way latency over
 // Open MPI's (target at most 1.5), and mx's best 4 MiB ping-pong bandwidth
 // over the better of Open MPI and MPICH (target at least 1.5). The plot
 // draws bandwidth against size for every path on one chart.
@@ -99,7 +99,7 @@ func ParseNetPIPE(b []byte) ([]Point, error) {
 // from the time it measured, with a margin for the Mbps' own rounding.
 const netpipeRounding = 0.5e-8 * (1 + 1e-6)
 
-// Ratios are the targets, computed from paths.
+// Ratios are mx's figures over its peers', computed from paths.
 type Ratios struct {
 	// Latency8 is mx's best 8-byte one-way latency over Open MPI's best
 	// (the fastest of its paths: vader with CMA on and off, so that one

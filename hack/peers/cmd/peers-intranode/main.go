@@ -1,6 +1,6 @@
 // Command peers-intranode measures mx between two processes of this host
 // beside NetPIPE over Open MPI (vader, CMA on and off) and over MPICH, in
-// one go, and prints one table with the issue's ratios and one plot
+// one go, and prints one table with mx's ratios to them and one plot
 // (package github.com/gomx-dev/gomx/hack/peers/intranode explains what is
 // measured). `make peers-intranode` runs it; as root it installs what it
 // lacks from Debian (netpipe-openmpi, netpipe-mpich2, openmpi-bin, mpich).
