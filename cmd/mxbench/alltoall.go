@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/mx"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // alltoallNotes is the help of alltoall.
@@ -27,6 +28,22 @@ alltoall), or --procs N starts N processes of this host. Processes on one
 host reach each other through shared memory, which mx picks by itself.
 Only rank 0 prints; another rank prints one line if it fails.
 `
+
+// shmFootprint reads the shared memory b's host path maps, owns, and its
+// rings both ways, from the transport's own counters (0 without one).
+func shmFootprint(b *mx.Board) (mapped, owned int64, rings int) {
+	for _, c := range b.TransportCounters() {
+		switch c.Name {
+		case shm.CounterMappedBytes:
+			mapped = int64(c.Value)
+		case shm.CounterOwnedBytes:
+			owned = int64(c.Value)
+		case shm.CounterRingsWritten, shm.CounterRingsRead:
+			rings += int(c.Value)
+		}
+	}
+	return mapped, owned, rings
+}
 
 // alltoall runs every size on board k.
 func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy string, sizes []int, rep reporter) error {
@@ -120,6 +137,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		}
 		perRound := time.Since(start).Seconds() * 1e6 / float64(max(iters, 1))
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]), size)
+		m.Mapped, m.Owned, m.Rings = shmFootprint(w.boards[k])
 		times, err := w.gather(sctx, binary.BigEndian.AppendUint64(nil, math.Float64bits(perRound)))
 		if err == nil {
 			var all []moved
@@ -135,6 +153,9 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 					x := math.Float64frombits(binary.BigEndian.Uint64(t))
 					lo, hi, sum = min(lo, x), max(hi, x), sum+x
 					res.Fallbacks += all[r].Fallbacks
+					res.ShmMappedMax = max(res.ShmMappedMax, all[r].Mapped)
+					res.ShmRingsMax = max(res.ShmRingsMax, all[r].Rings)
+					res.ShmNodeBytes += all[r].Owned
 				}
 				res.TMinUS, res.TMaxUS, res.LatencyUS = lo, hi, sum/float64(n)
 				res.TAvgUS = res.LatencyUS

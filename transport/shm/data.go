@@ -948,8 +948,10 @@ func (t *Transport) sent() uint64 {
 	return n
 }
 
-// Counters reports frames moved and what went wrong.
+// Counters reports frames moved, what went wrong, and the shared memory
+// the transport maps now (see Footprint).
 func (t *Transport) Counters() []transport.Counter {
+	fp := t.Footprint()
 	return []transport.Counter{
 		{Name: "shm frames sent", Value: t.sent()},
 		{Name: "shm frames received", Value: t.cnt.recvd.Load()},
@@ -963,5 +965,12 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm stale sockets removed at open", Value: t.cnt.stale.Load()},
 		{Name: "shm frames sent in place", Value: t.cnt.inPlace.Load()},
 		{Name: "shm in-place frames dropped (memory not shared)", Value: t.cnt.refBad.Load()},
+		{Name: CounterMappedBytes, Value: uint64(fp.MappedBytes)},
+		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
+		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},
+		{Name: "shm pool bytes mapped", Value: uint64(fp.PoolBytes)},
+		{Name: CounterRingsWritten, Value: uint64(fp.RingsOut)},
+		{Name: CounterRingsRead, Value: uint64(fp.RingsIn)},
+		{Name: "shm peers with rings", Value: uint64(fp.Peers)},
 	}
 }
