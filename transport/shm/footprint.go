@@ -1,5 +1,59 @@
 package shm
 
+import (
+	"os"
+	"strings"
+)
+
+// DefaultRingBudget is Options.RingBudget's default: with every process
+// of a job talking to every other, a process maps about twice this in
+// rings, at any size of the job (until the rings reach their floor of
+// three frames of the MTU: some 1,000 peers at the default MTU).
+const DefaultRingBudget = 30 << 20
+
+// minFrames is how many frames of the MTU the smallest ring holds. The
+// rings stay live with a record of up to 7/16 of the ring (see commit);
+// a third leaves room.
+const minFrames = 3
+
+// ringSize is the data size of a new ring this transport writes:
+// Options.RingSize, or when the endpoint directory lists more boards than
+// Options.RingBudget gives rings of that size to, the budget shared among
+// them (segment headers included) on a cache-line multiple, but never
+// less than minFrames frames of the MTU nor minRingLen. The boards listed
+// are the processes this one may come to talk to: in a job they have all
+// opened their boards before the first frame (they traded their
+// addresses), so every rank sizes its rings alike. A board opened later
+// finds the directory fuller, and its rings are the smaller.
+func (t *Transport) ringSize() int {
+	size := t.opts.RingSize
+	if t.opts.RingBudget <= 0 {
+		return size
+	}
+	peers := t.boardsListed() - 1
+	if peers < 1 {
+		return size
+	}
+	share := (t.opts.RingBudget/peers - dataOff) &^ (ringAlign - 1)
+	return max(min(size, share), minFrames*recordLen(t.opts.MTU), minRingLen)
+}
+
+// boardsListed counts the board sockets in the endpoint directory, this
+// board's among them.
+func (t *Transport) boardsListed() int {
+	ents, err := os.ReadDir(t.opts.Dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".sock") {
+			n++
+		}
+	}
+	return n
+}
+
 // Footprint is the shared memory a transport holds, counted from its own
 // tables: the ring segments it writes (one per peer it sent to), the ring
 // segments peers write to it (one per peer that sent to it), the doorbells

@@ -79,7 +79,7 @@ func TestFootprintMatchesMappings(t *testing.T) {
 	const n = 5
 	var boards []*Transport
 	for range n {
-		b, err := Open(Options{Dir: dir, RingSize: 512 << 10})
+		b, err := Open(Options{Dir: dir, RingSize: 512 << 10, RingBudget: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
