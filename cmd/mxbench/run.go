@@ -33,6 +33,10 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	var f benchFlags
 	fs := newFlags(cmd, stderr)
 	f.register(fs, cmd == "stream")
+	if cmd == "alltoall" {
+		fs.StringVar(&f.job.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
+			" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses)")
+	}
 	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}

@@ -98,6 +98,8 @@ type jobResult struct {
 	TMinUS float64 `json:"t_min_us,omitempty"`
 	TAvgUS float64 `json:"t_avg_us,omitempty"`
 	TMaxUS float64 `json:"t_max_us,omitempty"`
+	// alltoall: the schedule that ran (linear, pairwise or bruck).
+	Schedule string `json:"schedule,omitempty"`
 	// alltoall: the shared memory of the host path after the size ran
 	// (transport/shm's Footprint): the largest any rank mapped, the
 	// most rings (both ways) any rank had, and the node's total, each
