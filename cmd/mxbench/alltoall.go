@@ -20,7 +20,9 @@ schedule --schedule names: linear (every receive and send posted
 non-blocking, then waited for together), pairwise (one exchange per step,
 n-1 steps) or bruck (log2 n steps of n/2 blocks packed into one message);
 auto, the default, takes bruck for 256 B or less among 8 ranks or more,
-linear up to 32 KiB and pairwise above, as MPICH does. The schedule that
+linear up to 32 KiB and pairwise above, as MPICH does, except that with
+--wait block (an oversubscribed host) it takes linear above 256 B, since
+each pairwise step costs every rank a wake-up. The schedule that
 ran is in the table and the JSON. With --verify every rank sends every
 other its own bytes, checked on arrival. Per size, after a barrier, every
 rank times its rounds; t_avg_us is the mean over ranks of each rank's mean
@@ -76,21 +78,27 @@ const (
 // schedules are the names --schedule takes.
 var schedules = []string{schedAuto, schedLinear, schedPairwise, schedBruck}
 
-// chooseSchedule is the schedule auto runs for size bytes among n ranks:
-// MPICH's choice (its defaults MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE 256 and
-// MEDIUM_MSG_SIZE 32768): Bruck for blocks of 256 bytes or less among 8
-// ranks or more, where the number of messages dominates; linear up to
-// 32 KiB, where every message in flight at once keeps the rings busy;
-// pairwise above, where one exchange at a time keeps each receiver's
-// memory from being read by every peer at once.
-func chooseSchedule(asked string, size, n int) string {
+// chooseSchedule is the schedule auto runs for size bytes among n ranks
+// that wait by busy-polling, or by blocking when blocking is set. Polling
+// ranks get MPICH's choice (its defaults MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE
+// 256 and MEDIUM_MSG_SIZE 32768): Bruck for blocks of 256 bytes or less
+// among 8 ranks or more, where the number of messages dominates; linear
+// up to 32 KiB, where every message in flight at once keeps the rings
+// busy; pairwise above, where one exchange at a time keeps each sender's
+// memory from being read by every peer at once. Blocking ranks (an
+// oversubscribed host) get linear above 256 bytes: a step of pairwise
+// costs each rank a sleep and a wake-up, and on 2 CPUs linear measured
+// 1.5-5x faster than pairwise among 8 and 16 ranks at 4 KiB, 64 KiB and
+// 1 MiB (docs/intranode-scale.md), while Bruck still beat linear at 8
+// and 256 B among 16.
+func chooseSchedule(asked string, size, n int, blocking bool) string {
 	if asked != "" && asked != schedAuto {
 		return asked
 	}
 	switch {
 	case size <= 256 && n >= 8:
 		return schedBruck
-	case size <= 32<<10:
+	case size <= 32<<10 || blocking:
 		return schedLinear
 	}
 	return schedPairwise
@@ -324,7 +332,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	maxSize := slices.Max(sizes)
 	bruck := false
 	for _, size := range sizes {
-		bruck = bruck || chooseSchedule(f.job.schedule, size, n) == schedBruck
+		bruck = bruck || chooseSchedule(f.job.schedule, size, n, !f.spin()) == schedBruck
 	}
 	a, err := newA2A(w, f, k, strategy, maxSize, bruck)
 	if err != nil {
@@ -332,7 +340,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	}
 	ep := w.eps[k]
 	for _, size := range sizes {
-		sched := chooseSchedule(f.job.schedule, size, n)
+		sched := chooseSchedule(f.job.schedule, size, n, !f.spin())
 		iters := f.iterationsFor(size * max(n-1, 1))
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		before := ep.Counters()

@@ -35,7 +35,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	f.register(fs, cmd == "stream")
 	if cmd == "alltoall" {
 		fs.StringVar(&f.job.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
-			" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses)")
+			" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear above 256 B)")
 	}
 	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err

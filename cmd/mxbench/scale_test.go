@@ -11,22 +11,25 @@ import (
 // asked schedule is kept.
 func TestChooseSchedule(t *testing.T) {
 	for _, c := range []struct {
-		asked   string
-		size, n int
-		want    string
+		asked    string
+		size, n  int
+		blocking bool
+		want     string
 	}{
-		{schedAuto, 8, 8, schedBruck},
-		{schedAuto, 256, 128, schedBruck},
-		{schedAuto, 8, 4, schedLinear},
-		{schedAuto, 257, 16, schedLinear},
-		{"", 32 << 10, 16, schedLinear},
-		{schedAuto, 32<<10 + 1, 16, schedPairwise},
-		{schedAuto, 1 << 20, 2, schedPairwise},
-		{schedBruck, 1 << 20, 2, schedBruck},
-		{schedLinear, 8, 64, schedLinear},
+		{schedAuto, 8, 8, false, schedBruck},
+		{schedAuto, 256, 128, true, schedBruck},
+		{schedAuto, 8, 4, false, schedLinear},
+		{schedAuto, 257, 16, false, schedLinear},
+		{"", 32 << 10, 16, false, schedLinear},
+		{schedAuto, 32<<10 + 1, 16, false, schedPairwise},
+		{schedAuto, 32<<10 + 1, 16, true, schedLinear},
+		{schedAuto, 1 << 20, 2, false, schedPairwise},
+		{schedAuto, 1 << 20, 2, true, schedLinear},
+		{schedBruck, 1 << 20, 2, true, schedBruck},
+		{schedLinear, 8, 64, false, schedLinear},
 	} {
-		if got := chooseSchedule(c.asked, c.size, c.n); got != c.want {
-			t.Errorf("chooseSchedule(%q, %d, %d) = %s, want %s", c.asked, c.size, c.n, got, c.want)
+		if got := chooseSchedule(c.asked, c.size, c.n, c.blocking); got != c.want {
+			t.Errorf("chooseSchedule(%q, %d, %d, blocking %v) = %s, want %s", c.asked, c.size, c.n, c.blocking, got, c.want)
 		}
 	}
 }
@@ -54,8 +57,8 @@ func TestAlltoallSchedules(t *testing.T) {
 	for _, r := range rows {
 		got = append(got, r.Schedule)
 	}
-	if want := []string{schedBruck, schedLinear, schedPairwise}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("auto among 8 ranks at 8 B, 1 KiB, 64 KiB ran %v, want %v", got, want)
+	if want := []string{schedBruck, schedLinear, schedLinear}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("auto among 8 blocking ranks at 8 B, 1 KiB, 64 KiB ran %v, want %v", got, want)
 	}
 }
 
