@@ -605,8 +605,9 @@ func (t *Transport) sleep(deadline time.Time) {
 // at a ring's cursor, a ring whose producer went away, ring space to give
 // back (see commit), or the transport closed. It is for a caller that
 // serializes its own Recv calls under a lock of its own and holds it here
-// (mx's receive sources): the look costs a load or two per ring, without
-// Recv's lock, its bookkeeping or any locked instruction, and a caller
+// (mx's receive sources): the look costs a load or two per hot ring and
+// one for the cold ones (notify.go), without Recv's lock, its
+// bookkeeping or any locked instruction, and a caller
 // that polls an empty ring in a tight loop then waits less for the frame
 // that comes, as each look is shorter.
 func (t *Transport) Pending() bool {
@@ -635,7 +636,8 @@ func (t *Transport) Pending() bool {
 // what Pending would have reported false: no ring has a record at its
 // cursor nor lost its producer, and the transport is open, so a Recv now
 // would find nothing to do. A caller that polls with Peek alone thus
-// looks at each ring once per poll, found or not.
+// looks at each hot ring and at the summary of the cold ones once per
+// poll, found or not (notify.go).
 func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 	if t.closed.Load() {
 		return 0, nil, false, false
@@ -708,7 +710,6 @@ func (t *Transport) Take() {
 	if at := t.peekedAt; at >= 0 {
 		t.rr = at + 1
 		t.hot[at].hits++
-		t.hot[at].last = t.looks
 	} else {
 		t.rrBit = r.bit + 1
 		t.promote(r)

@@ -53,8 +53,8 @@ import (
 // frame while fewer than hotMax rings are hot becomes hot; with the hot
 // set full, a cold ring becomes hot after promoteAfter frames, in place of
 // the hot ring that delivered fewest frames since the last such change.
-// A hot ring that delivered nothing in the last idleLooks looks at the
-// hot set goes cold again, so idle peers (the other ranks of a job, once
+// A hot ring that delivered nothing in idleLooks looks at the hot set
+// goes cold again, so idle peers (the other ranks of a job, once
 // connected) cost no look. A two-process pair, or a process that talks
 // with a few peers, thus has its peers hot after their first frame and
 // polls only those, and a process that hears from every peer in turn (an
@@ -98,12 +98,10 @@ func (t *Transport) setIn(rings []*inRing) {
 func (r *inRing) notifyCold() { r.notify.Store(uint32(r.bit) + 1) }
 
 // hotRing is a ring the consumer polls directly, with the frames it
-// delivered since the hot set last changed, and the look at the hot set
-// (t.looks) at which it last delivered one.
+// delivered since the hot set last changed or was last cooled (coolIdle).
 type hotRing struct {
 	r    *inRing
 	hits uint32
-	last uint64
 }
 
 // promote makes a cold ring that delivered frames hot, when there is room
@@ -113,7 +111,7 @@ func (t *Transport) promote(r *inRing) {
 		return
 	}
 	if len(t.hot) < hotMax {
-		t.hot = append(t.hot, hotRing{r: r, last: t.looks})
+		t.hot = append(t.hot, hotRing{r: r, hits: 1})
 		r.hot = true
 		r.notify.Store(0)
 		t.cnt.promotions.Add(1)
@@ -129,10 +127,10 @@ func (t *Transport) promote(r *inRing) {
 		}
 	}
 	t.demote(t.hot[v].r)
-	t.hot[v] = hotRing{r: r, last: t.looks}
 	for i := range t.hot {
 		t.hot[i].hits = 0
 	}
+	t.hot[v] = hotRing{r: r, hits: 1}
 	r.hot, r.coldHits = true, 0
 	r.notify.Store(0)
 	t.cnt.promotions.Add(1)
@@ -147,15 +145,17 @@ func (t *Transport) demote(r *inRing) {
 	t.pend |= 1 << r.bit
 }
 
-// coolIdle makes the hot rings that delivered nothing in the last
-// idleLooks looks cold. Consumer side.
+// coolIdle, every idleLooks looks at the hot set, makes the hot rings
+// that delivered nothing since the last time cold, and starts the others'
+// counts again. Consumer side.
 func (t *Transport) coolIdle() {
 	k := 0
 	for _, h := range t.hot {
-		if t.looks-h.last >= idleLooks && !h.r.gone {
+		if h.hits == 0 && !h.r.gone {
 			t.demote(h.r)
 			continue
 		}
+		h.hits = 0
 		t.hot[k] = h
 		k++
 	}
@@ -212,7 +212,6 @@ func (t *Transport) pollHot(frames []transport.Frame, n int) int {
 		if r.wordAt.Load() != 0 {
 			m := t.pollRing(r, frames, n)
 			h.hits += uint32(m - n)
-			h.last = t.looks
 			n = m
 		} else if r.dead.Load() && r.wordAt.Load() == 0 {
 			// Its producer went away, and what it published before
@@ -227,10 +226,19 @@ func (t *Transport) pollHot(frames []transport.Frame, n int) int {
 	return n
 }
 
+// anyCold reports whether some ring is cold, or a ring's producer went
+// away: otherwise the hot rings are all there is to look at.
+func (t *Transport) anyCold() bool {
+	return len(*t.in.Load()) > len(t.hot) || t.fullScan.Load()
+}
+
 // pollCold reads records of the cold rings whose bits are pending into
 // frames[n:], bit by bit from where the last poll stopped, and clears the
 // bits whose rings it found empty.
 func (t *Transport) pollCold(frames []transport.Frame, n int) int {
+	if !t.anyCold() {
+		return n
+	}
 	t.takeSummary()
 	if t.pend == 0 {
 		return n
@@ -276,6 +284,9 @@ func (t *Transport) pollCold(frames []transport.Frame, n int) int {
 // with a record at its cursor, or empty when none has one nor lost its
 // producer.
 func (t *Transport) peekCold() (r *inRing, empty bool) {
+	if !t.anyCold() {
+		return nil, true
+	}
 	t.takeSummary()
 	if t.pend == 0 {
 		return nil, true
