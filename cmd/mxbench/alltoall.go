@@ -34,6 +34,10 @@ most shared memory one rank's host path mapped (its rings both ways, the
 doorbells, pool segments), node_MiB the node's (each segment once), rings
 the most rings one rank had: each rank's rings shrink as the job grows,
 so a rank maps about 60 MiB of rings at most (transport/shm RingBudget).
+A send buffer in mx's shared pool (Endpoint.AllocShared, as MPI_Alloc_mem
+places one) is copied once straight out of shared memory, with mx's own
+choice too; --strategy shared shows that path, cma the copy by
+process_vm_readv that other buffers take.
 
 The ranks come from mpirun, srun or a PMI launcher (mpirun -np 4 mxbench
 alltoall), or --procs N starts N processes of this host. Processes on one
