@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomx-dev/gomx/internal/units"
@@ -328,6 +331,53 @@ func (a *a2a) bruck(ctx context.Context, size int) error {
 		copy(a.rblk[(me-j+n)%n][:size], blk(a.tmp, j))
 	}
 	return nil
+}
+
+// alltoallBuffers is the memory of one rank's alltoall buffers for blocks
+// of up to maxSize bytes among n ranks (newA2A): a receive block per
+// rank, a send block per rank with --verify (else one), and Bruck's
+// rotated, packed and unpacked blocks.
+func alltoallBuffers(n, maxSize int, verify bool) int64 {
+	blocks := int64(n) + 1
+	if verify {
+		blocks += int64(n) - 1
+	}
+	if maxSize <= 256 {
+		blocks += 2 * int64(n)
+	}
+	return blocks * int64(maxSize)
+}
+
+// alltoallFits refuses a job of n ranks on this host whose buffers would
+// not fit in the memory the kernel says is available: the ranks would
+// run the host out of memory instead of measuring it.
+func alltoallFits(cmd string, n, maxSize int, verify bool) error {
+	need := int64(n) * alltoallBuffers(n, maxSize, verify)
+	avail, ok := memAvailable()
+	if !ok || need <= avail/2 {
+		return nil
+	}
+	return usagef(cmd, "%d ranks with blocks of up to %s need %s of buffers on this host, and %s is available: give smaller --sizes or --end, or fewer ranks",
+		n, units.Format(int64(maxSize)), units.Format(need), units.Format(avail))
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo.
+func memAvailable() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			f := strings.Fields(v)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, false
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
 }
 
 // alltoall runs every size on board k.

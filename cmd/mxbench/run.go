@@ -50,6 +50,11 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if cmd == "alltoall" && isJob && job.OneNode && job.Rank == 0 {
+		if err := alltoallFits(cmd, job.Size, slices.Max(sizes), f.verify); err != nil {
+			return err
+		}
+	}
 	w, _ := wireNamed(f.transport) // validate checked the name
 	if f.unavailable != "" && !isJob {
 		return errors.New(f.unavailable)

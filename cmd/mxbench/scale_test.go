@@ -72,6 +72,7 @@ func TestAlltoallUsage(t *testing.T) {
 	}{
 		{[]string{"alltoall", "--procs", "4", "--schedule", "ring"}, "want auto, linear, pairwise or bruck"},
 		{[]string{"alltoall", "--procs", "70000"}, "at most 65536"},
+		{[]string{"alltoall", "--procs", "4096", "--sizes", "64M"}, "give smaller --sizes or --end, or fewer ranks"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, c.args)
