@@ -9,9 +9,9 @@ import (
 
 // Hot and cold rings: a poll that does not scan every peer.
 //
-// A consumer polls at most hotMax rings directly, its hot rings, as it
-// polled every ring before: a load of the record word at each one's
-// cursor, and a producer of a hot ring pays nothing above its record.
+// A consumer polls at most hotMax rings directly, its hot rings: a load
+// of the record word at each one's cursor, and a producer of a hot ring
+// pays nothing above its record.
 // Every other ring is cold: its producer, after publishing, also sets the
 // ring's bit in the consumer's summary word (bellSumOff in the doorbell,
 // 64 bits; ring i of the consumer has bit i mod 64), unless the bit is
