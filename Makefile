@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all build-usb test test-short test-unprivileged test-mpirun test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
+.PHONY: all build-usb test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
 
 all: lint test
 
@@ -67,6 +67,12 @@ peers-e1000e:
 # them, since -race slows every rank several times) and alltoall as users run it.
 test-mpirun:
 	$(GO) test -count=1 -run 'TestMpirun' -v ./cmd/mxbench/
+
+# mxbench alltoall among 32, 64 and 128 processes of this host, oversubscribed
+# with blocking waits, byte-exact, each rank within 64 MiB of shared memory by
+# its transport's own count; without the race detector (make test runs only 32).
+test-scale:
+	$(GO) test -count=1 -run 'TestAlltoallAtScale' -v ./cmd/mxbench/
 
 # mxbench jobs under Debian's Slurm srun, in a private single-node cluster
 # that hack/slurm/run.sh installs (as root), starts and stops again:

@@ -53,7 +53,8 @@ import (
 // A waiter's look at the rings is cheap when they are empty: under the
 // source's lock it looks at the next frame in place (shm.Transport.Peek,
 // which also says whether a Recv would find anything, as Pending does:
-// one look at each ring's record word, found or not), takes a lane
+// one look at each hot ring's record word and at the summary of the cold
+// ones, found or not: transport/shm's notify.go), takes a lane
 // record it can deliver at once (lane.go), and takes no Recv when the
 // rings are empty; a batch it
 // handles reads the clock only if a frame needs the time (Board.now). A

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,10 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/launch"
 )
+
+// maxRanks is the most ranks a job may have: the collectives' matches
+// carry a rank in 16 bits (gather).
+const maxRanks = 1 << 16
 
 // jobFlags are the flags of a run as N processes.
 type jobFlags struct {
@@ -33,6 +38,8 @@ type jobFlags struct {
 	bind      bool // --bind
 	// progressCPU is --progress-cpu (progress.go), read only when given.
 	progressCPU int
+	// schedule is alltoall's --schedule (alltoall.go).
+	schedule string
 	// given are the flags on the command line.
 	given map[string]bool
 }
@@ -111,8 +118,11 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	if job.Size < needed {
 		return job, false, usagef(cmd, "%s needs %d processes or more (got %d)", cmd, needed, job.Size)
 	}
-	if job.Size > 256 {
-		return job, false, usagef(cmd, "%d processes: at most 256", job.Size)
+	if job.Size > maxRanks {
+		return job, false, usagef(cmd, "%d processes: at most %d", job.Size, maxRanks)
+	}
+	if f.job.schedule != "" && !slices.Contains(schedules, f.job.schedule) {
+		return job, false, usagef(cmd, "--schedule %q: want %s", f.job.schedule, joinOr(schedules))
 	}
 	if f.transport != "udp" && f.job.given["transport"] {
 		return job, false, usagef(cmd, "--transport %s: a job's processes talk mx over udp boards (shared memory on one host, by themselves): drop --transport", f.transport)

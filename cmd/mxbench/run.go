@@ -33,6 +33,10 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	var f benchFlags
 	fs := newFlags(cmd, stderr)
 	f.register(fs, cmd == "stream")
+	if cmd == "alltoall" {
+		fs.StringVar(&f.job.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
+			" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear above 256 B)")
+	}
 	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
@@ -45,6 +49,11 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	job, isJob, err := f.jobMode(cmd, fs)
 	if err != nil {
 		return err
+	}
+	if cmd == "alltoall" && isJob && job.OneNode && job.Rank == 0 {
+		if err := alltoallFits(cmd, job.Size, slices.Max(sizes), f.verify); err != nil {
+			return err
+		}
 	}
 	w, _ := wireNamed(f.transport) // validate checked the name
 	if f.unavailable != "" && !isJob {

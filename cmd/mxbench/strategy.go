@@ -22,6 +22,10 @@ import (
 type moved struct {
 	Strategy  string `json:"s"`
 	Fallbacks uint64 `json:"f,omitempty"`
+	// The rank's shared memory after the size ran (shmFootprint).
+	Mapped int64 `json:"m,omitempty"`
+	Owned  int64 `json:"o,omitempty"`
+	Rings  int   `json:"r,omitempty"`
 }
 
 // strategyOf names what moved the messages counted in d (after - before),
@@ -94,6 +98,15 @@ type jobResult struct {
 	TMinUS float64 `json:"t_min_us,omitempty"`
 	TAvgUS float64 `json:"t_avg_us,omitempty"`
 	TMaxUS float64 `json:"t_max_us,omitempty"`
+	// alltoall: the schedule that ran (linear, pairwise or bruck).
+	Schedule string `json:"schedule,omitempty"`
+	// alltoall: the shared memory of the host path after the size ran
+	// (transport/shm's Footprint): the largest any rank mapped, the
+	// most rings (both ways) any rank had, and the node's total, each
+	// segment counted once (the sum of what every rank created).
+	ShmMappedMax int64 `json:"shm_mapped_bytes_max,omitempty"`
+	ShmRingsMax  int   `json:"shm_rings_max,omitempty"`
+	ShmNodeBytes int64 `json:"shm_node_bytes,omitempty"`
 	// overlap: which measurement ("timings" or "availability"), EMP's
 	// per-call times, and RMPP's availability.
 	Kind         string  `json:"kind,omitempty"`

@@ -247,10 +247,14 @@ func (o *outRing) publish(start uint64) {
 	if o.cur == start {
 		return
 	}
+	// A cold ring's news goes through the consumer's summary word first
+	// (notify.go).
+	o.note()
 	// Sequentially consistent with the consumer's store of sleeping and
-	// its re-check of the record word at its cursor (Dekker): the record
-	// words put stored come before this load, so either the consumer
-	// sees the records, or we see sleeping == 1 here and wake it.
+	// its re-check of the record word at its cursor, or of the summary
+	// (Dekker): the record words put stored come before this load, so
+	// either the consumer sees the records, or we see sleeping == 1 here
+	// and wake it.
 	if o.slp.Load() != 0 {
 		kick(o.ev)
 		o.wakes.Add(1)
@@ -364,8 +368,10 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	}
 	t.connected(peer, pid)
 	c.SetDeadline(time.Now().Add(handshakeTTL))
-	size := t.opts.RingSize
-	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages)
+	size := t.ringSize()
+	// Hugepages only for a ring that fills them: a smaller one would
+	// take a whole 2 MiB page.
+	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
 	if err != nil {
 		return fail(err)
 	}
@@ -412,7 +418,8 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	o := &outRing{peer: peer, pid: pid, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
 		head: u64At(seg.mem, headOff),
 		slp:  u32At(bell.mem, bellSleepOff), ev: ev,
-		mtu: min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
+		notifyWords: notifyWords{notify: u32At(seg.mem, ringNotifyOff), sum: u64At(bell.mem, bellSumOff)},
+		mtu:         min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
 	return o, nil
 }
@@ -598,16 +605,17 @@ func (t *Transport) sleep(deadline time.Time) {
 // at a ring's cursor, a ring whose producer went away, ring space to give
 // back (see commit), or the transport closed. It is for a caller that
 // serializes its own Recv calls under a lock of its own and holds it here
-// (mx's receive sources): the look costs a load or two per ring, without
-// Recv's lock, its bookkeeping or any locked instruction, and a caller
+// (mx's receive sources): the look costs a load or two per hot ring and
+// one for the cold ones (notify.go), without Recv's lock, its
+// bookkeeping or any locked instruction, and a caller
 // that polls an empty ring in a tight loop then waits less for the frame
 // that comes, as each look is shorter.
 func (t *Transport) Pending() bool {
-	if t.toCommit || t.closed.Load() {
+	if t.toCommit || t.closed.Load() || t.pend != 0 || t.sum.Load() != 0 || t.fullScan.Load() {
 		return true
 	}
-	for _, r := range *t.in.Load() {
-		if r.dead.Load() || r.wordAt.Load() != 0 {
+	for _, h := range t.hot {
+		if r := h.r; r.dead.Load() || r.wordAt.Load() != 0 {
 			return true
 		}
 	}
@@ -628,7 +636,8 @@ func (t *Transport) Pending() bool {
 // what Pending would have reported false: no ring has a record at its
 // cursor nor lost its producer, and the transport is open, so a Recv now
 // would find nothing to do. A caller that polls with Peek alone thus
-// looks at each ring once per poll, found or not.
+// looks at each hot ring and at the summary of the cold ones once per
+// poll, found or not (notify.go).
 func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 	if t.closed.Load() {
 		return 0, nil, false, false
@@ -637,33 +646,45 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 		t.lends.Recv() // the previous Recv's frames can no longer be held
 		t.commit()
 	}
-	rings := *t.in.Load()
+	hot := t.hot
 	first := t.rr
-	if first >= len(rings) {
+	if first >= len(hot) {
 		first = 0
 	}
 	empty = true
-	for k := range rings {
+	var r *inRing
+	at := -1
+	for k := range hot {
 		i := first + k
-		if i >= len(rings) {
-			i -= len(rings)
+		if i >= len(hot) {
+			i -= len(hot)
 		}
-		r := rings[i]
-		if r.wordAt.Load() == 0 {
-			if r.dead.Load() {
+		h := hot[i].r
+		if h.gone {
+			continue
+		}
+		if h.wordAt.Load() == 0 {
+			if h.dead.Load() {
 				empty = false
 			}
 			continue
 		}
-		// The record word's load acquires the record (parseRecord).
-		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
-		if err != nil || kind != recFrame {
-			return 0, nil, false, false
-		}
-		t.peeked, t.peekedAt, t.peekedLen = r, i, rl
-		return r.peer, f, true, false
+		r, at = h, i
+		break
 	}
-	return 0, nil, false, empty
+	if r == nil {
+		var e bool
+		if r, e = t.peekCold(); r == nil {
+			return 0, nil, false, empty && e
+		}
+	}
+	// The record word's load acquires the record (parseRecord).
+	f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+	if err != nil || kind != recFrame {
+		return 0, nil, false, false
+	}
+	t.peeked, t.peekedAt, t.peekedLen = r, at, rl
+	return r.peer, f, true, false
 }
 
 // Take consumes the frame Peek returned, as a Recv that returned it would
@@ -686,47 +707,26 @@ func (t *Transport) Take() {
 		r.head.Store(r.cur)
 		r.pubHead = r.cur
 	}
-	t.rr = t.peekedAt + 1
+	if at := t.peekedAt; at >= 0 {
+		t.rr = at + 1
+		t.hot[at].hits++
+	} else {
+		t.rrBit = r.bit + 1
+		t.promote(r)
+	}
 	// Only the Recv side writes recvd, and it is serialized (the
 	// caller's lock here, rmu or that lock in Recv): an owned count,
 	// without a locked instruction (an atomic store is an XCHG).
 	t.cnt.recvd.Inc()
 }
 
-// poll reads up to len(frames) records across the rings.
+// poll reads up to len(frames) records: from the hot rings, round robin,
+// then from the cold rings whose summary bits came up (notify.go).
 func (t *Transport) poll(frames []transport.Frame) int {
-	rings := *t.in.Load()
-	n := 0
-	// Round robin without a division per look: the spinning Recv calls
-	// this in a tight loop.
-	first := t.rr
-	if first >= len(rings) {
-		first = 0
+	n := t.pollHot(frames, 0)
+	if n < len(frames) {
+		n = t.pollCold(frames, n)
 	}
-	for k := 0; k < len(rings) && n < len(frames); k++ {
-		i := first + k
-		if i >= len(rings) {
-			i -= len(rings)
-		}
-		r := rings[i]
-		if r.gone {
-			t.toCommit = true // to unmap it
-			continue
-		}
-		// A look at the record word at the cursor, without a call: most
-		// looks of a spinning receiver find 0 there.
-		if r.wordAt.Load() != 0 {
-			n = t.pollRing(r, frames, n)
-		} else if r.dead.Load() && r.wordAt.Load() == 0 {
-			// Its producer went away, and what it published before
-			// its connection closed (which is before dead) was read:
-			// the word is loaded again after dead, so a record it
-			// published just before it went is not missed.
-			r.gone = true
-			t.toCommit = true
-		}
-	}
-	t.rr = first + 1
 	if n > 0 {
 		t.cnt.recvd.Add(uint64(n))
 		t.lends.Got(n)
@@ -740,6 +740,10 @@ func (t *Transport) poll(frames []transport.Frame) int {
 // bad, which yield no frame) or a broken ring, so the next Recv commits.
 func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
 	t.toCommit = true
+	if !r.touched {
+		r.touched = true
+		t.touched = append(t.touched, r)
+	}
 	size := uint64(len(r.data))
 	for n < len(frames) {
 		// The record word's load acquires the record (parseRecord).
@@ -748,6 +752,7 @@ func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
 			t.cnt.corrupt.Add(1)
 			r.dead.Store(true)
 			r.gone = true // nothing past a broken record can be trusted
+			t.anyGone = true
 			return n
 		}
 		if kind == recNone {
@@ -828,19 +833,20 @@ const pubEvery = 64 << 10
 // (its in-place send completes on it), so a stream of small messages
 // stores to the shared head once per thousand messages, not per message.
 // Back-pressure stays live: a producer reads the head only when the ring
-// looks full to it, and then about half the ring or more lies past the
-// published head (the record it waits to write is at most a quarter of
-// the ring, and a pad before it less), of which less than an eighth was
-// read: the consumer reads on and publishes before it reaches the
-// producer's cursor (TestFullRingKeepsMoving). What a producer cannot get
-// is space read but not yet published while the consumer stops calling
-// Recv: less than an eighth of the ring.
+// looks full to it, and then a third of the ring or more lies past the
+// published head (the record it waits to write is at most a third of the
+// ring, minFrames, and a pad before it less), of which less than an
+// eighth was read: the consumer reads on and publishes before it reaches
+// the producer's cursor (TestFullRingKeepsMoving). What a producer cannot
+// get is space read but not yet published while the consumer stops
+// calling Recv: less than an eighth of the ring. commit looks only at the
+// rings the batch took records from (t.touched), so its cost does not
+// grow with the number of peers.
 func (t *Transport) commit() {
 	t.toCommit = false
-	dead := false
-	for _, r := range *t.in.Load() {
+	for _, r := range t.touched {
+		r.touched = false
 		if r.gone {
-			dead = true
 			continue
 		}
 		if r.cur-r.pubHead >= r.pubEvery || r.refsIn && r.cur != r.pubHead {
@@ -850,7 +856,11 @@ func (t *Transport) commit() {
 			r.pubHead, r.refsIn = r.cur, false
 		}
 	}
-	if dead {
+	// Not cleared: the pointers left are overwritten by the next batch's
+	// (a clear of pointers costs a bulk write barrier per commit), and a
+	// ring they keep from the collector is unmapped already.
+	t.touched = t.touched[:0]
+	if t.anyGone {
 		t.commitDead()
 	}
 }
@@ -860,16 +870,11 @@ func (t *Transport) commit() {
 // segments they shared with them. Called by the Recv goroutine, outside
 // any batch.
 func (t *Transport) commitDead() {
-	rings := *t.in.Load()
-	dead := 0
-	for _, r := range rings {
-		if r.gone {
-			dead++
-		}
-	}
-	if dead == 0 {
+	if !t.anyGone {
 		return
 	}
+	t.anyGone = false
+	t.dropHot()
 	t.inMu.Lock()
 	var keep []*inRing
 	for _, r := range *t.in.Load() {
@@ -882,7 +887,7 @@ func (t *Transport) commitDead() {
 		}
 		keep = append(keep, r)
 	}
-	t.in.Store(&keep)
+	t.setIn(keep)
 	t.inMu.Unlock()
 }
 
@@ -925,9 +930,9 @@ func (t *Transport) Close() error {
 		r.seg.unmap()
 		r.data = nil
 	}
-	empty := []*inRing{}
-	t.in.Store(&empty)
+	t.setIn(nil)
 	t.inMu.Unlock()
+	t.hot, t.touched = nil, nil
 	t.bell.unmap()
 	unix.Close(t.bellFd)
 	t.ev.Close()
@@ -948,8 +953,10 @@ func (t *Transport) sent() uint64 {
 	return n
 }
 
-// Counters reports frames moved and what went wrong.
+// Counters reports frames moved, what went wrong, and the shared memory
+// the transport maps now (see Footprint).
 func (t *Transport) Counters() []transport.Counter {
+	fp := t.Footprint()
 	return []transport.Counter{
 		{Name: "shm frames sent", Value: t.sent()},
 		{Name: "shm frames received", Value: t.cnt.recvd.Load()},
@@ -963,5 +970,13 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm stale sockets removed at open", Value: t.cnt.stale.Load()},
 		{Name: "shm frames sent in place", Value: t.cnt.inPlace.Load()},
 		{Name: "shm in-place frames dropped (memory not shared)", Value: t.cnt.refBad.Load()},
+		{Name: "shm cold rings made hot", Value: t.cnt.promotions.Load()},
+		{Name: CounterMappedBytes, Value: uint64(fp.MappedBytes)},
+		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
+		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},
+		{Name: "shm pool bytes mapped", Value: uint64(fp.PoolBytes)},
+		{Name: CounterRingsWritten, Value: uint64(fp.RingsOut)},
+		{Name: CounterRingsRead, Value: uint64(fp.RingsIn)},
+		{Name: "shm peers with rings", Value: uint64(fp.Peers)},
 	}
 }

@@ -49,6 +49,22 @@
 // length read from a ring is checked against the ring and the MTU before
 // use; a ring that breaks the layout is dropped and counted.
 //
+// # Many peers
+//
+// A process of a job talks to every other, so both the rings it maps and
+// the rings it polls would grow with the job. Neither does. A new ring's
+// size is Options.RingBudget (30 MiB) divided among the boards the
+// endpoint directory lists, within RingSize and a floor of three frames of
+// the MTU (ringSize, footprint.go), so a process writes about RingBudget
+// of rings and maps about twice that at any size of a job, until the
+// floor. A receiver polls at most eight hot rings directly; every other
+// ring is cold, and its producer sets the ring's bit in a 64-bit summary
+// word in the receiver's doorbell after publishing, so an empty look costs
+// the hot rings and one load, whatever the number of peers (notify.go:
+// which rings are hot, and why no record is missed). Footprint counts the
+// shared memory a transport maps and owns, from its own tables; the
+// counters carry it.
+//
 // # Sleeping and waking
 //
 // Recv polls for a short spin, then announces that it sleeps (a flag in its

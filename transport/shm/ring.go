@@ -57,6 +57,7 @@ const (
 // passed with it: see Transport.sleep).
 //
 //	offset 64  sleeping  uint32  1 while the receiver may sleep on its eventfd
+//	offset 128 summary   uint64  the bits of cold rings with news (notify.go)
 const (
 	bellSleepOff = 64
 	bellLen      = 4096

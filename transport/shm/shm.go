@@ -46,6 +46,14 @@ type Options struct {
 	// (records start on cache lines). Default 4 MiB minus the 4 KiB header
 	// (two 2 MiB hugepages per ring).
 	RingSize int
+	// RingBudget bounds the ring segments a transport writes, together,
+	// as a job grows: a new ring gets RingSize, or RingBudget divided
+	// among the other boards the endpoint directory lists when that is
+	// less, but never less than three frames of the MTU (ringSize).
+	// Since each process also maps the rings its peers write to it, a
+	// process of a job whose processes all talk to each other maps about
+	// twice RingBudget. Default 30 MiB; negative: every ring is RingSize.
+	RingBudget int
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
 	// Spin is how long Recv polls the rings before sleeping on the
@@ -76,6 +84,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RingSize == 0 {
 		o.RingSize = 4<<20 - dataOff
+	}
+	if o.RingBudget == 0 {
+		o.RingBudget = DefaultRingBudget
 	}
 	if o.Spin == 0 {
 		o.Spin = 20 * time.Microsecond
@@ -114,7 +125,7 @@ const (
 	welcomeMagic = 0x676D7877 // "gmxw"
 	helloLen     = 32         // magic u32, version u32, nic u64, mtu u32, size u32, word u64
 	welcomeLen   = 12         // magic u32, version u32, mtu u32
-	version      = 4          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell
+	version      = 5          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings
 	handshakeTTL = 5 * time.Second
 )
 
@@ -148,7 +159,15 @@ type Transport struct {
 	evDeadline bool
 
 	inMu sync.Mutex
-	in   atomic.Pointer[[]*inRing] // copy on write under inMu
+	in   atomic.Pointer[[]*inRing] // copy on write under inMu (setIn)
+	// groups lists the rings of each summary bit (setIn); nextBit is the
+	// bit of the next ring (under inMu). See notify.go.
+	groups  atomic.Pointer[ringGroups]
+	nextBit int
+	// sum is the summary word in our doorbell; fullScan asks the Recv
+	// side to look at every ring once (a ring's producer went away).
+	sum      *atomic.Uint64
+	fullScan atomic.Bool
 
 	outMu   sync.Mutex
 	out     map[transport.NICID]*outRing
@@ -172,12 +191,24 @@ type Transport struct {
 
 	rmu   sync.Mutex                 // held by Recv; Close takes it to unmap safely
 	lends *transport.Lends[struct{}] // holds: always copies (Hold)
+	// The Recv side's own state (under rmu, or the lock of a caller of
+	// Peek and Take): the hot rings and the round robin over them, the
+	// summary bits not yet found empty and where the last look at them
+	// stopped (notify.go).
+	hot   []hotRing
+	looks uint64 // looks at the hot set
 	rr    int
+	pend  uint64
+	rrBit int
 	// toCommit: poll consumed records or saw a dead ring since the last
-	// commit (under rmu).
+	// commit; touched: the rings it consumed records of; anyGone: a ring
+	// was found gone.
 	toCommit bool
-	// The record Peek returned, for Take: its ring, that ring's index in
-	// the table and the record's length (under the caller's lock).
+	touched  []*inRing
+	anyGone  bool
+	// The record Peek returned, for Take: its ring, its index in the hot
+	// set (-1: a cold ring) and the record's length (under the caller's
+	// lock).
 	peeked    *inRing
 	peekedAt  int
 	peekedLen uint64
@@ -192,6 +223,7 @@ type Transport struct {
 		recvd           owned.Count
 		stale           atomic.Uint64 // stale sockets Open removed (stale.go)
 		inPlace, refBad atomic.Uint64 // inplace.go
+		promotions      atomic.Uint64 // cold rings made hot (notify.go)
 	}
 
 	refs refRegions // regions sent in place (inplace.go)
@@ -212,6 +244,16 @@ type inRing struct {
 	// consumed since.
 	pubEvery uint64
 	refsIn   bool
+	// bit is the ring's summary bit, notify the word in its header that
+	// tells the producer whether to set it; hot: the Recv side polls the
+	// ring directly; coldHits: frames delivered while cold; touched: in
+	// t.touched (notify.go; all but bit and notify belong to the Recv
+	// side).
+	bit      int
+	notify   *atomic.Uint32
+	hot      bool
+	coldHits uint32
+	touched  bool
 	conn     *net.UnixConn
 	// dead: the producer went away (its connection closed) or broke the
 	// ring. gone: and the Recv goroutine, which alone reads and writes
@@ -227,11 +269,12 @@ type inRing struct {
 
 // outRing is a ring we write to another process.
 type outRing struct {
-	mu        sync.Mutex
-	peer      transport.NICID
-	seg       segment
-	bell      segment
-	producer  // the data area and our cursor (ring.go)
+	mu       sync.Mutex
+	peer     transport.NICID
+	seg      segment
+	bell     segment
+	producer // the data area and our cursor (ring.go)
+	notifyWords
 	head      *atomic.Uint64
 	slp       *atomic.Uint32
 	ev        int    // the consumer's eventfd (see kick); closed by close
@@ -281,6 +324,7 @@ func Open(opts Options) (*Transport, error) {
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
 	t.slp = u32At(bell.mem, bellSleepOff)
+	t.sum = u64At(bell.mem, bellSumOff)
 	if t.evRaw, err = ev.SyscallConn(); err != nil {
 		bell.unmap()
 		unix.Close(bfd)
@@ -293,8 +337,7 @@ func Open(opts Options) (*Transport, error) {
 		_, err := unix.Read(int(fd), t.evBuf[:])
 		return err != unix.EAGAIN
 	}
-	empty := []*inRing{}
-	t.in.Store(&empty)
+	t.setIn(nil)
 	if err := t.listen(); err != nil {
 		bell.unmap()
 		unix.Close(bfd)
@@ -429,7 +472,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	peer := transport.NICID(le.Uint64(msg[8:]))
 	mtu, size := int(le.Uint32(msg[16:])), int(le.Uint32(msg[20:]))
 	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 ||
-		mtu > t.opts.MTU || size%ringAlign != 0 || size < minRingLen || size < 4*recordLen(mtu) || size > 1<<30 {
+		mtu > t.opts.MTU || size%ringAlign != 0 || size < minRingLen || size < minFrames*recordLen(mtu) || size > 1<<30 {
 		unix.Close(fd)
 		return errors.New("shm: bad hello")
 	}
@@ -451,6 +494,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	r.pos, r.pubHead = r.cur%uint64(size), r.cur
 	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
 	r.pubEvery = min(uint64(size/8), pubEvery)
+	r.notify = u32At(seg.mem, ringNotifyOff)
 	t.connected(peer, pid) // before the producer can send a frame
 	// The ring joins the receive set before the producer hears back: its
 	// first frame may ring the doorbell right after the welcome, and a Recv
@@ -463,7 +507,12 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	}
 	old := *t.in.Load()
 	nw := append(append(make([]*inRing, 0, len(old)+1), old...), r)
-	t.in.Store(&nw)
+	// Cold until it delivers (notify.go): set before the producer hears
+	// back, so its first record sets the bit.
+	r.bit = t.nextBit & 63
+	t.nextBit++
+	r.notifyCold()
+	t.setIn(nw)
 	t.inMu.Unlock()
 	// Both descriptors stay open until Close, which closes them after this
 	// goroutine (accept) has returned.
@@ -518,6 +567,9 @@ func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NIC
 	if !dead.Swap(true) && !t.closed.Load() {
 		t.cnt.peersGone.Add(1)
 	}
+	// A cold ring is looked at only when its bit comes up: the Recv side
+	// looks at every ring once, and finds this one dead (notify.go).
+	t.fullScan.Store(true)
 	t.ring()
 }
 

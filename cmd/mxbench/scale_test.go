@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestChooseSchedule: auto takes MPICH's choice by size and ranks, and an
+// asked schedule is kept.
+func TestChooseSchedule(t *testing.T) {
+	for _, c := range []struct {
+		asked    string
+		size, n  int
+		blocking bool
+		want     string
+	}{
+		{schedAuto, 8, 8, false, schedBruck},
+		{schedAuto, 256, 128, true, schedBruck},
+		{schedAuto, 8, 4, false, schedLinear},
+		{schedAuto, 257, 16, false, schedLinear},
+		{"", 32 << 10, 16, false, schedLinear},
+		{schedAuto, 32<<10 + 1, 16, false, schedPairwise},
+		{schedAuto, 32<<10 + 1, 16, true, schedLinear},
+		{schedAuto, 1 << 20, 2, false, schedPairwise},
+		{schedAuto, 1 << 20, 2, true, schedLinear},
+		{schedBruck, 1 << 20, 2, true, schedBruck},
+		{schedLinear, 8, 64, false, schedLinear},
+	} {
+		if got := chooseSchedule(c.asked, c.size, c.n, c.blocking); got != c.want {
+			t.Errorf("chooseSchedule(%q, %d, %d, blocking %v) = %s, want %s", c.asked, c.size, c.n, c.blocking, got, c.want)
+		}
+	}
+}
+
+// TestAlltoallSchedules: each schedule moves every block byte-exact
+// (--verify gives every destination its own bytes) among a number of ranks
+// that is not a power of two, and the rows say which schedule ran; auto
+// changes schedule with the size.
+func TestAlltoallSchedules(t *testing.T) {
+	for _, s := range []string{schedLinear, schedPairwise, schedBruck} {
+		rows := jsonRows(t, runJob(t, "alltoall", "--procs", "5", "--sizes", "0,8,1K,40K", "--iterations", "4", "--warmup", "1",
+			"--wait", "block", "--verify", "--json", "--schedule", s))
+		if len(rows) != 4 {
+			t.Fatalf("--schedule %s: %d rows, want 4", s, len(rows))
+		}
+		for _, r := range rows {
+			if r.Schedule != s || r.Procs != 5 {
+				t.Errorf("--schedule %s: row %+v", s, r)
+			}
+		}
+	}
+	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "8", "--sizes", "8,1K,64K", "--iterations", "2", "--warmup", "1",
+		"--wait", "block", "--verify", "--json"))
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Schedule)
+	}
+	if want := []string{schedBruck, schedLinear, schedLinear}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("auto among 8 blocking ranks at 8 B, 1 KiB, 64 KiB ran %v, want %v", got, want)
+	}
+}
+
+// TestAlltoallUsage: a schedule that does not exist, and a job larger than
+// the collectives' matches carry, are refused with a message naming the
+// fix, before any process starts.
+func TestAlltoallUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"alltoall", "--procs", "4", "--schedule", "ring"}, "want auto, linear, pairwise or bruck"},
+		{[]string{"alltoall", "--procs", "70000"}, "at most 65536"},
+		{[]string{"alltoall", "--procs", "4096", "--sizes", "64M"}, "give smaller --sizes or --end, or fewer ranks"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(&out, &errb, c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("mxbench %s: %v, want an error saying %q", strings.Join(c.args, " "), err, c.want)
+		}
+	}
+}
+
+// TestAlltoallAtScale: jobs of 32, 64 and 128 processes, oversubscribed on
+// this host with blocking waits, move every block byte-exact, and each
+// rank's shared memory, as its transport counts it, stays within 64 MiB
+// (2(N-1) rings, each sized from the budget). Under the race detector only
+// the 32-rank job runs (every rank is several times slower and larger);
+// make test-scale runs all three without it.
+func TestAlltoallAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts up to 128 processes: run without -short (make test-scale)")
+	}
+	for _, n := range []int{32, 64, 128} {
+		t.Run(fmt.Sprintf("procs=%d", n), func(t *testing.T) {
+			if raceEnabled && n > 32 {
+				t.Skipf("%d processes under the race detector: make test-scale runs it without", n)
+			}
+			rows := jsonRows(t, runJob(t, "alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,4K", "--iterations", "2", "--warmup", "1",
+				"--wait", "block", "--verify", "--json", "--timeout", "5m"))
+			if len(rows) != 2 {
+				t.Fatalf("%d rows, want 2", len(rows))
+			}
+			for _, r := range rows {
+				if r.Procs != n || r.ShmRingsMax != 2*(n-1) {
+					t.Errorf("row %+v: want %d procs with %d rings each", r, n, 2*(n-1))
+				}
+				if r.ShmMappedMax <= 0 || r.ShmMappedMax > 64<<20 {
+					t.Errorf("a rank maps %d bytes of shared memory, want at most 64 MiB", r.ShmMappedMax)
+				}
+				if r.ShmNodeBytes < r.ShmMappedMax || r.ShmNodeBytes > int64(n)*(64<<20) {
+					t.Errorf("the node holds %d bytes, outside %d..%d", r.ShmNodeBytes, r.ShmMappedMax, int64(n)*(64<<20))
+				}
+			}
+		})
+	}
+}
