@@ -108,7 +108,7 @@ type partner struct {
 // pullRTO is the re-request timeout of a pull block from the peer.
 func (p *partner) pullRTO(backoff int) int64 {
 	b := p.ep.b
-	return p.prtt.timeout(int64(b.opts.PullTimeout), int64(b.tickBusy), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+	return p.prtt.timeout(int64(b.opts.PullTimeout), b.rtoGran(), p.rtoMin(), int64(b.opts.RTOMax), backoff)
 }
 
 // finerThanTick reports whether p's retransmission timeouts can be shorter
@@ -127,7 +127,14 @@ func (p *partner) finerThanTick() bool {
 // fallback until a round trip has been measured (rtt.go).
 func (p *partner) rto(fallback time.Duration, backoff int) int64 {
 	b := p.ep.b
-	return p.rtt.timeout(int64(fallback), int64(b.tickBusy), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+	return p.rtt.timeout(int64(fallback), b.rtoGran(), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+}
+
+// rtoGran is the granularity term of the retransmission timeouts (the G
+// of RFC 6298's srtt + max(G, 4*rttvar)): the busy tick, or the time the
+// machine may keep the peer descheduled (descheduled.go) if longer.
+func (b *Board) rtoGran() int64 {
+	return max(int64(b.tickBusy), b.sched.slack())
 }
 
 type earlyPkt struct {
@@ -417,15 +424,17 @@ func (p *partner) probe(now int64) {
 // pto is the tail-loss probe timeout after backoff doublings: twice the
 // smoothed round trip (RACK-TLP's choice) or srtt + 4*rttvar, whichever is
 // longer, so a wire whose round trips vary (a loaded machine stalling
-// the peer) does not probe every slow message; at least half of
-// RTOMin and at most the RTO. Before the first measurement it is the RTO.
+// the peer) does not probe every slow message, and at least srtt plus the
+// time the machine may keep the peer descheduled (descheduled.go); at
+// least half of RTOMin and at most the RTO. Before the first measurement
+// it is the RTO.
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)
 	if !p.rtt.ok || p.rtoMin() > int64(b.opts.RTOMin) { // no probes through shared memory (host.go)
 		return rto
 	}
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, int64(b.opts.RTOMin)/2)
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, p.rtt.srtt+b.sched.slack(), int64(b.opts.RTOMin)/2)
 	for i := 0; i < backoff && t < rto; i++ {
 		t *= 2
 	}
