@@ -95,7 +95,6 @@ type Board struct {
 	lost     []transport.NICID // lost peers not yet acted on (peerloss.go)
 	lostGen  uint64            // bumped whenever lost is acted on and emptied
 	live     liveClock         // the board's own stalls, not a peer's silence (liveness.go)
-	sched    schedDelay        // how long the machine deschedules a poller (descheduled.go)
 	// Verdicts wait for a drain of the sources (verdict.go): a duty
 	// wanted one (vWanted), the timer run drained them (vDrained), and
 	// the source whose Recv the goroutine running the timers owns.
@@ -425,7 +424,7 @@ func (b *Board) timersLocked(force bool) {
 func (b *Board) runTimersLocked() {
 	b.stampAcks(b.setNow())        // reliability.go
 	b.noteTimerRun(b.now())        // liveness.go
-	b.sched.rotate(b.now())        // descheduled.go
+	descheduling.rotate()          // descheduled.go
 	b.due.Store(0)                 // the timers below note it again
 	busy := b.timersWithVerdicts() // verdict.go
 	if busy {

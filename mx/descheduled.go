@@ -22,10 +22,15 @@ import (
 // the clock every 16 looks at its sources (pollWait), a microsecond or two
 // apart while it runs, so a longer gap between two readings is a time it
 // was runnable but not running (or handling a large batch, which costs the
-// same at the peer). The peer, on the same machine or on one as loaded,
-// waits for a CPU as long. So the board keeps the longest such gap of the
-// last one to two seconds (two windows of schedWindow), and every
-// retransmission timeout allows twice that for the peer to be scheduled:
+// same at the peer). A waiter that sleeps times its wake-up: from the
+// completion that woke it (Endpoint.complete notes the time) to its
+// running again (Request.Wait). The peer, on the same machine or on one as
+// loaded, waits for a CPU as long. The machine is the process's, not a
+// board's: every board of the process records into one estimate
+// (descheduling), so a board opened on a loaded machine allows for it
+// from its first message. It keeps the longest gap of the last one to two
+// windows of schedWindow, and every
+// retransmission timeout allows three times that for the peer to be scheduled:
 // it is the granularity term of the RTO (rtt.timeout's gran), and a floor
 // of the probe timeout past srtt (partner.pto). On an idle machine the gaps
 // stay under schedFloor, nothing is recorded, and the timeouts are the
@@ -38,19 +43,22 @@ import (
 
 // schedWindow is how long an observed gap counts: at least one window, at
 // most two.
-const schedWindow = time.Second
+const schedWindow = 2 * time.Second
+
+// descheduling is the process's estimate: boards share one machine.
+var descheduling schedDelay
 
 // schedFloor is the shortest gap recorded: shorter ones are polling as
 // usual (a look that handled a batch, a timer run) and cost no store.
 const schedFloor = 20 * time.Microsecond
 
-// schedDelay is a board's estimate of how long the machine deschedules a
+// schedDelay is an estimate of how long the machine deschedules a
 // runnable goroutine: the longest gap of the current window and of the
-// previous one. Pollers record without the board's lock (observe); the
-// window moves under it (rotate).
+// previous one. Pollers record (observe) and timer runs move the window
+// (rotate) without a lock.
 type schedDelay struct {
 	cur, prev atomic.Int64 // ns
-	start     int64        // when the current window began (board clock; b.mu)
+	start     atomic.Int64 // when the current window began (time.Now, ns since the Unix epoch)
 }
 
 // observe records a gap of d ns during which a polling goroutine did not
@@ -68,17 +76,21 @@ func (s *schedDelay) observe(d int64) {
 }
 
 // rotate moves the window when schedWindow has passed since it began
-// (b.mu held; called on every timer run).
-func (s *schedDelay) rotate(now int64) {
-	if now-s.start >= int64(schedWindow) {
+// (called on every timer run of every board); at most one
+// of the boards that come at once moves it.
+func (s *schedDelay) rotate() {
+	st := s.start.Load()
+	now := time.Now().UnixNano()
+	if now-st >= int64(schedWindow) && s.start.CompareAndSwap(st, now) {
 		s.prev.Store(s.cur.Swap(0))
-		s.start = now
 	}
 }
 
 // slack is how long a retransmission timeout waits, beyond the round
-// trip, for a peer the machine may have descheduled: twice the longest
-// recent gap (ns; 0 on an idle machine).
+// trip, for a peer the machine may have descheduled: three times the
+// longest recent gap (ns; 0 on an idle machine). The peer's gaps are not
+// this process's: on a loaded machine the longest of a second differs
+// from one second to the next by a factor of two or so.
 func (s *schedDelay) slack() int64 {
-	return 2 * max(s.cur.Load(), s.prev.Load())
+	return 3 * max(s.cur.Load(), s.prev.Load())
 }

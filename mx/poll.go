@@ -646,7 +646,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		if i&15 == 15 {
 			now := b.clock()
 			if seen != 0 {
-				b.sched.observe(now - seen) // descheduled.go
+				descheduling.observe(now - seen) // descheduled.go
 			}
 			seen = now
 			// Retransmission deadlines: no timer wakes a board whose
