@@ -29,13 +29,16 @@ import (
 // board's: every board of the process records into one estimate
 // (descheduling), so a board opened on a loaded machine allows for it
 // from its first message. It keeps the longest gap of the last one to two
-// windows of schedWindow, and every
-// retransmission timeout allows three times that for the peer to be scheduled:
-// it is the granularity term of the RTO (rtt.timeout's gran), and a floor
-// of the probe timeout past srtt (partner.pto). On an idle machine the gaps
-// stay under schedFloor, nothing is recorded, and the timeouts are the
-// round trip's as before; under load they grow to the scheduler's slices
-// within one wait, and shrink again two windows after the load is gone.
+// windows of schedWindow, and every retransmission timeout allows three
+// times that for the peer to be scheduled: it is the granularity term of
+// the RTO (rtt.timeout's gran), and a floor of the probe timeout past
+// srtt (partner.pto). On an idle machine the gaps stay under schedFloor,
+// nothing is recorded, and the timeouts are the round trip's; under load
+// they grow to the scheduler's slices within one wait, and shrink again
+// two windows after the load is gone. A machine loaded far past its CPUs
+// can still keep a peer off its CPU longer than any recent gap said, and
+// then recovery acts on a wire that lost nothing: rarely, and at the
+// cost of a frame or a message.
 // Timers the Go runtime fires (a receive loop's Recv timeout, the fine
 // timer's timerfd read through Go's poller) are not used: they are late by
 // the runtime's own timer granularity, a millisecond on an idle machine,

@@ -112,9 +112,11 @@
 // lane.go; counters LaneSends and LaneRecvs). Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
 // estimate). Every timeout also allows for a peer the machine keeps
-// descheduled: twice the longest gap a polling waiter of the board was
-// kept off its CPU in the last second or two (descheduled.go), nothing on
-// an idle machine. The newest request unacked for twice the smoothed
+// descheduled: three times the longest time a waiter of the process was
+// kept off its CPU, polling or waking up, in the last two to four seconds
+// (descheduled.go), nothing on an idle machine. A receiver acks the tail
+// of a burst RTOMin/4 after it (not AckDelay), so a paused stream's tail
+// is acked before the sender would probe it. The newest request unacked for twice the smoothed
 // round trip, srtt + 4*rttvar or srtt plus that allowance (at least
 // RTOMin/2), or any request unacked for srtt + max(4*rttvar, the
 // allowance) (clamped to RTOMin..RTOMax; ResendDelay before the first

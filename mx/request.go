@@ -87,7 +87,7 @@ type Request struct {
 	zombie    bool // an eager send completed before its ack
 	waiters   int
 	ch        chan struct{}
-	signaled  bool // complete sent on ch (maybeFree drains it)
+	signaled  bool  // complete sent on ch (maybeFree drains it)
 	wokeAt    int64 // when complete woke a sleeping waiter (board clock): its wake-up is timed (descheduled.go)
 	status    Status
 
