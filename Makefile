@@ -109,38 +109,50 @@ bench: hugepages
 	$(GO) run ./cmd/mxbench pingpong --sizes 8,1K,32K,1M --iterations 20000 --warmup 2000
 	$(GO) run ./cmd/mxbench pingpong --transport xdp --sizes 8,1K,32K --iterations 50000 --warmup 2000
 	$(GO) run ./cmd/mxbench stream --sizes 4K,64K,1M --iterations 2000
+	# Loss recovery in both wait modes (docs/loss-recovery.md): --loss 0 is the like-for-like lossless row.
+	for w in spin block; do for l in 0 0.001 0.01; do \
+		$(GO) run ./cmd/mxbench pingpong --wait $$w --loss $$l --sizes 8,1M --iterations 5000 || exit 1; done; done
 
 # A short run of every fuzzer. Budgets are counts, not times: Go 1.26's fuzz
 # coordinator can fail a time-boxed run at its deadline with "context deadline
 # exceeded" and no crasher (golang/go#75804, fixed in 1.27); -fuzztime Nx
-# avoids it.
+# avoids it. Every pattern is anchored ('^FuzzX$$'): an unanchored -fuzz that
+# matches two fuzzers in a package refuses to run.
 fuzz-smoke:
-	$(GO) test -run '^$$' -fuzz FuzzDescriptor -fuzztime 5000x ./emulated/
-	$(GO) test -run '^$$' -fuzz FuzzRegisterWrites -fuzztime 5000x ./emulated/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 5000x ./ioat/hw/
-	$(GO) test -run '^$$' -fuzz FuzzParseUDP -fuzztime 5000x ./xdp/
-	$(GO) test -run '^$$' -fuzz FuzzParseEthHeader -fuzztime 5000x ./xdp/
-	$(GO) test -run '^$$' -fuzz FuzzNetlinkNeighbours -fuzztime 5000x ./xdp/
-	$(GO) test -run '^$$' -fuzz FuzzRTTTimeout -fuzztime 5000x ./mx/
-	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 5000x ./mx/wire/
-	$(GO) test -run '^$$' -fuzz FuzzHandleFrame -fuzztime 5000x ./mx/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeParams -fuzztime 5000x ./cmd/mxbench/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 5000x ./internal/units/
+	$(GO) test -run '^$$' -fuzz '^FuzzDescriptor$$' -fuzztime 5000x ./emulated/
+	$(GO) test -run '^$$' -fuzz '^FuzzRegisterWrites$$' -fuzztime 5000x ./emulated/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5000x ./ioat/hw/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseUDP$$' -fuzztime 5000x ./xdp/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEthHeader$$' -fuzztime 5000x ./xdp/
+	$(GO) test -run '^$$' -fuzz '^FuzzNetlinkNeighbours$$' -fuzztime 5000x ./xdp/
+	$(GO) test -run '^$$' -fuzz '^FuzzRTTTimeout$$' -fuzztime 5000x ./mx/
+	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime 5000x ./mx/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandleFrame$$' -fuzztime 5000x ./mx/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeParams$$' -fuzztime 5000x ./cmd/mxbench/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5000x ./internal/units/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20000x ./mx/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzSack$$' -fuzztime 20000x ./mx/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzRxAccept$$' -fuzztime 20000x ./nicdrv/e1000e/
+	$(GO) test -run '^$$' -fuzz '^FuzzPSAccept$$' -fuzztime 20000x ./nicdrv/e1000e/
+	$(GO) test -run '^$$' -fuzz '^FuzzPacketSplitFrame$$' -fuzztime 2000x ./emulated/
+	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 5000x ./transport/nic/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime 2000x ./internal/cache/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRecord$$' -fuzztime 20000x ./transport/shm/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTable$$' -fuzztime 2000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz '^FuzzExpandHostlist$$' -fuzztime 20000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 2000x ./transport/shm/
+	$(GO) test -run '^$$' -fuzz '^FuzzSharedEntry$$' -fuzztime 2000x ./mx/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNetPIPE$$' -fuzztime 2000x ./hack/peers/intranode/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLane$$' -fuzztime 20000x ./mx/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzPMIxDecode$$' -fuzztime 2000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz '^FuzzRingOracle$$' -fuzztime 2000x ./transport/shm/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAddress$$' -fuzztime 5000x ./pci/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAttr$$' -fuzztime 5000x ./vfio/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDecAttr$$' -fuzztime 5000x ./vfio/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseIOMMUInfo$$' -fuzztime 5000x ./vfio/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime 2000x ./hack/qemu/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime 5000x ./internal/mxenv/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20000x ./mx/wire/
-	$(GO) test -run '^$$' -fuzz FuzzSack -fuzztime 20000x ./mx/wire/
-	$(GO) test -run '^$$' -fuzz FuzzRxAccept -fuzztime 20000x ./nicdrv/e1000e/
-	$(GO) test -run '^$$' -fuzz FuzzPSAccept -fuzztime 20000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz '^FuzzRxWriteBacks$$' -fuzztime 20000x ./nicdrv/ixgbe/
-	$(GO) test -run '^$$' -fuzz FuzzPacketSplitFrame -fuzztime 2000x ./emulated/
-	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 5000x ./transport/nic/
-	$(GO) test -run '^$$' -fuzz FuzzParseSize -fuzztime 2000x ./internal/cache/
-	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 20000x ./transport/shm/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeTable -fuzztime 2000x ./internal/launch/
-	$(GO) test -run '^$$' -fuzz FuzzExpandHostlist -fuzztime 20000x ./internal/launch/
-	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 2000x ./transport/shm/
-	$(GO) test -run '^$$' -fuzz FuzzSharedEntry -fuzztime 2000x ./mx/
-	$(GO) test -run '^$$' -fuzz FuzzParseNetPIPE -fuzztime 2000x ./hack/peers/intranode/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNTB16$$' -fuzztime 20000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzNTBRoundTrip$$' -fuzztime 5000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 20000x ./nicdrv/usbnet/

@@ -76,7 +76,7 @@ type Board struct {
 	nowv     int64        // the board's clock as last read (now, setNow)
 	nowOK    bool         // nowv was read since the batch in hand began
 	nextTick atomic.Int64 // written under mu; read without it by the receive loop
-	due      int64        // earliest noted retransmission deadline, 0: none (finetimer.go)
+	due      atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
 	armed    int64        // when the fine timer's timerfd fires, 0: not set
 	txbuf    []byte
 	laneHdr  [wire.LaneLen]byte // a lane record's header (lane.go)
@@ -396,13 +396,18 @@ func (b *Board) now() int64 {
 // ticking at tickBusy.
 const busyLinger = 100 * time.Millisecond
 
-// timersLocked runs every periodic duty when a tick is due.
+// timersLocked runs every periodic duty when a tick is due (or force),
+// and the retransmission timers alone when only a noted deadline is
+// (finetimer.go).
 func (b *Board) timersLocked(force bool) {
 	if len(b.pcopies) > 0 {
 		b.reapPullCopies(true) // pulloffload.go
 	}
 	b.stampAcks(b.setNow()) // reliability.go
 	if !force && b.now() < b.nextTick.Load() {
+		if d := b.due.Load(); d != 0 && b.now() >= d {
+			b.runTimersLocked()
+		}
 		return
 	}
 	b.runTimersLocked()
@@ -419,7 +424,8 @@ func (b *Board) timersLocked(force bool) {
 func (b *Board) runTimersLocked() {
 	b.stampAcks(b.setNow())        // reliability.go
 	b.noteTimerRun(b.now())        // liveness.go
-	b.due = 0                      // the timers below arm it again
+	descheduling.rotate()          // descheduled.go
+	b.due.Store(0)                 // the timers below note it again
 	busy := b.timersWithVerdicts() // verdict.go
 	if busy {
 		b.lastBusy = b.now()

@@ -111,17 +111,28 @@
 // general path as the TINY, SMALL or MEDIUM frame the record stands for (see
 // lane.go; counters LaneSends and LaneRecvs). Each partner measures its round trip (RFC 6298 smoothing, Karn's
 // rule: only requests sent once give samples; pulls keep their own
-// estimate). The newest request unacked for twice the smoothed round trip
-// or srtt + 4*rttvar (at least RTOMin/2), or any request unacked for srtt + 4*rttvar (clamped
-// to RTOMin..RTOMax; ResendDelay before the first sample), first triggers
+// estimate). Every timeout also allows for a peer the machine keeps
+// descheduled: three times the longest time a waiter of the process was
+// kept off its CPU, polling or waking up, in the last two to four seconds
+// (descheduled.go), nothing on an idle machine. A receiver acks the tail
+// of a burst RTOMin/4 after it (not AckDelay), so a paused stream's tail
+// is acked before the sender would probe it. The newest request unacked for twice the smoothed
+// round trip, srtt + 4*rttvar or srtt plus that allowance (at least
+// RTOMin/2), or any request unacked for srtt + max(4*rttvar, the
+// allowance) (clamped to RTOMin..RTOMax; ResendDelay before the first
+// sample), first triggers
 // a tail-loss probe: the newest unacked request's last frame, which a
 // receiver that has it answers with an immediate ack, and which completes
 // a message whose last frame was lost. Go timers fire about a millisecond
 // late on Linux (epoll_wait's timeout is in ms), so the probe's deadline
 // (and a SACK hole's) is also set on a per-board timerfd in the Go
 // netpoller (finetimer.go): a lost small frame costs about the probe
-// timeout, not a millisecond. Full resends keep the board's ticks, so a
-// stalled peer costs a probe, not a resent message. Between two gomx boards
+// timeout, not a millisecond. The netpoller is not consulted while
+// busy-polling waiters hold every P, so whoever polls also looks at the
+// board's earliest deadline (one clock reading per 16 looks) and runs the
+// timers when it has passed, as DPDK's poll loops drive its timers. Full
+// resends keep the board's ticks, so a stalled peer costs a probe, not a
+// resent message. Between two gomx boards
 // that both announce it (ExtSack, unless BoardOptions.NoSack), a receiver
 // that gets a frame past a hole answers at once with a selective ack
 // listing what it holds past its ack point, per message and medium

@@ -182,6 +182,7 @@ func (e *Endpoint) complete(r *Request, code error) {
 		select {
 		case r.ch <- struct{}{}:
 			r.signaled = true
+			r.wokeAt = e.b.clock() // descheduled.go
 			e.b.wokeOne()
 		default:
 		}

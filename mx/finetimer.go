@@ -29,7 +29,8 @@ import (
 // note what is still pending. No thread sleeps for it and nothing runs on
 // an idle board. The progress goroutine keeps its own ticks, so the fine
 // timer only ever makes a timer fire sooner; where no timerfd can be had
-// (a seccomp filter, say), the ticks alone remain, as before.
+// (a seccomp filter, say), the ticks alone remain. A board whose waiters
+// spin is not woken by it: they look at its deadlines themselves (below).
 
 // openFineTimer creates the board's timerfd: the file the goroutine reads
 // and the descriptor to set it with (never File.Fd, which would make the
@@ -62,10 +63,10 @@ func (b *Board) armFine(t int64) {
 // noteDue records a retransmission deadline (board clock, ns): the fine
 // timer runs the timers then. Called with b.mu held.
 func (b *Board) noteDue(t int64) {
-	if b.due != 0 && b.due <= t {
+	if d := b.due.Load(); d != 0 && d <= t {
 		return
 	}
-	b.due = t
+	b.due.Store(t)
 	b.armFine(t)
 }
 
@@ -87,12 +88,56 @@ func (b *Board) fineTimer() {
 			return
 		}
 		b.armed = 0
-		if b.due != 0 && b.clock() >= b.due {
+		if d := b.due.Load(); d != 0 && b.clock() >= d {
 			b.runTimersLocked()
 		}
-		if b.due != 0 {
-			b.armFine(b.due)
+		if d := b.due.Load(); d != 0 {
+			b.armFine(d)
 		}
 		b.unlock()
 	}
+}
+
+// Deadlines are checked by whoever runs.
+//
+// The timerfd wakes a board whose goroutines sleep, but not one whose
+// goroutines spin: Go's runtime looks at its poller, where the timerfd's
+// readiness waits, only when a P has nothing to run, or from sysmon about
+// every 10 ms. While busy-polling waiters hold every P (BoardOptions.BusyPoll,
+// one waiter per CPU), a deadline noted for 60 µs fired some 7 ms late, and
+// every lost frame that only a timer reveals cost that. The Go timers of
+// the receive loops, asleep in Recv or staying away from it, are late the
+// same way.
+//
+// So a goroutine that polls looks at the deadlines itself, as DPDK drives
+// rte_timer_manage from its poll loop: a polling waiter (pollWait) on the
+// clock reading it makes every 16 looks, whether they found anything or
+// not, and the receive loop after every Recv. The board's earliest deadline
+// (deadline: the next tick, or the noted retransmission deadline if that is
+// sooner) is two atomics, a load each to look at; only once it has passed
+// does the looker take the board's lock and run the timers (runDue). A
+// look that finds the lock taken leaves them to its holder or to the next
+// look, 16 polls later.
+
+// deadline returns when the board's timers next need to run (board clock,
+// ns): the next tick, or the noted retransmission deadline if sooner.
+func (b *Board) deadline() int64 {
+	t := b.nextTick.Load()
+	if d := b.due.Load(); d != 0 && d < t {
+		t = d
+	}
+	return t
+}
+
+// runDue runs the board's timers when now, a clock reading of a polling
+// goroutine that holds no lock, is past their deadline and nobody holds the
+// board's lock.
+func (b *Board) runDue(now int64) {
+	if now < b.deadline() || !b.mu.TryLock() {
+		return
+	}
+	if !b.closed {
+		b.timersLocked(false)
+	}
+	b.unlock()
 }

@@ -115,7 +115,7 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 	r.region = -1
 	r.status.XferLength = min(h.PulledLength, r.length)
 	r.protoHeld = false
-	e.complete(r, e.pullOutcome(p, h)) // largefail.go
+	e.complete(r, e.pullOutcome(h)) // largefail.go
 	e.b.maybeFree(r)
 	e.kickSends()
 }

@@ -59,10 +59,21 @@ func (p *partner) pullStatusPeer() bool {
 	return pi != nil && pi.pullStat
 }
 
+// notifyExt is the extension flags to decode the partner's NOTIFYs with:
+// wire.ExtPullStatus when both boards announced it, so byte 14 is its
+// pull status, else 0, so it is Open-MX's pad whatever it holds.
+func (p *partner) notifyExt() uint8 {
+	if p.pullStatusPeer() {
+		return wire.ExtPullStatus
+	}
+	return 0
+}
+
 // pullOutcome is the completion code of a large send whose NOTIFY h
-// arrived: ErrPullFailed when a gomx receiver says its pull failed.
-func (e *Endpoint) pullOutcome(p *partner, h *wire.Notify) error {
-	if h.Failed != 0 && p.pullStatusPeer() {
+// arrived (decoded with notifyExt): ErrPullFailed when a gomx receiver
+// says its pull failed.
+func (e *Endpoint) pullOutcome(h *wire.Notify) error {
+	if h.Failed != 0 {
 		e.cnt[SendsPullFailed]++
 		return ErrPullFailed
 	}

@@ -309,11 +309,18 @@ func testOpenMXConversation(t *testing.T, little bool) {
 	o.u32(nt, 8, uint32(len(large)))
 	o.u8(nt, 12, rid)
 	o.u8(nt, 13, rseq)
+	// Byte 14 is the first of Open-MX's pad1, which it never clears:
+	// here it holds what a gomx peer with ExtPullStatus writes for a
+	// failed pull. From Open-MX it is a pad, and the send completes.
+	o.u8(nt, 14, wire.NotifyPullFailed)
 	o.u16(nt, 18, sendSeq)
 	o.u16(nt, 20, omxNext+2)
 	o.send(nt)
 	if st := mustWait(t, s, 10*time.Second); st.XferLength != uint32(len(large)) {
 		t.Fatalf("large send: %+v", st)
+	}
+	if n := ge.Counters()[SendsPullFailed]; n != 0 {
+		t.Fatalf("an Open-MX NOTIFY's pad read as a failed pull: SendsPullFailed %d", n)
 	}
 
 	// 6. NACK_LIBs for one send (sequence number, no session) fail that

@@ -417,15 +417,16 @@ func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 }
 
 // polledLocked ends a waiter's handling of what it took from s: it runs
-// the timers when a tick is due by the clock the handling read or, when
-// it read none, by seen (see pollSource), and releases b.mu (held).
+// the timers when their deadline (finetimer.go) has passed by the clock
+// the handling read or, when it read none, by seen (see pollSource), and
+// releases b.mu (held).
 func (b *Board) polledLocked(s *rxSource, seen int64) {
 	if b.nowOK {
 		seen = b.nowv
 	}
-	if seen != 0 && seen >= b.nextTick.Load() {
+	if seen != 0 && seen >= b.deadline() { // finetimer.go
 		b.rxOwned = s // verdict.go
-		b.timersLocked(true)
+		b.timersLocked(false)
 		b.rxOwned = nil
 	}
 	b.release(false)
@@ -645,7 +646,13 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		}
 		if i&15 == 15 {
 			now := b.clock()
+			if seen != 0 {
+				descheduling.observe(now - seen) // descheduled.go
+			}
 			seen = now
+			// Retransmission deadlines: no timer wakes a board whose
+			// waiters hold every P (finetimer.go).
+			b.runDue(now)
 			if start < 0 {
 				start = now - 1 // the first 16 looks: well under a microsecond
 			}

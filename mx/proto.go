@@ -42,7 +42,7 @@ func (p *partner) deliver(f []byte, lean bool, msg *wire.Msg) bool {
 		m, _ := wire.DecodeRndv(h, e.b.ord)
 		return p.deliverRndv(&m)
 	case wire.TypeNotify:
-		m, _ := wire.DecodeNotify(h, e.b.ord)
+		m, _ := wire.DecodeNotify(h, e.b.ord, p.notifyExt()) // largefail.go
 		e.gotNotify(p, &m)
 		return true
 	}
@@ -331,7 +331,7 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		}
 		b.sequenced(nic, f, m.DstEP, m.SrcEP, m.Session, m.Seq, RecvRndv, nil, nil)
 	case wire.TypeNotify:
-		m, err := wire.DecodeNotify(h, b.ord)
+		m, err := wire.DecodeNotify(h, b.ord, 0) // its routing fields only
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return

@@ -108,7 +108,7 @@ type partner struct {
 // pullRTO is the re-request timeout of a pull block from the peer.
 func (p *partner) pullRTO(backoff int) int64 {
 	b := p.ep.b
-	return p.prtt.timeout(int64(b.opts.PullTimeout), int64(b.tickBusy), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+	return p.prtt.timeout(int64(b.opts.PullTimeout), b.rtoGran(), p.rtoMin(), int64(b.opts.RTOMax), backoff)
 }
 
 // finerThanTick reports whether p's retransmission timeouts can be shorter
@@ -127,7 +127,14 @@ func (p *partner) finerThanTick() bool {
 // fallback until a round trip has been measured (rtt.go).
 func (p *partner) rto(fallback time.Duration, backoff int) int64 {
 	b := p.ep.b
-	return p.rtt.timeout(int64(fallback), int64(b.tickBusy), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+	return p.rtt.timeout(int64(fallback), b.rtoGran(), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+}
+
+// rtoGran is the granularity term of the retransmission timeouts (the G
+// of RFC 6298's srtt + max(G, 4*rttvar)): the busy tick, or the time the
+// machine may keep the peer descheduled (descheduled.go) if longer.
+func (b *Board) rtoGran() int64 {
+	return max(int64(b.tickBusy), descheduling.slack())
 }
 
 type earlyPkt struct {
@@ -417,15 +424,18 @@ func (p *partner) probe(now int64) {
 // pto is the tail-loss probe timeout after backoff doublings: twice the
 // smoothed round trip (RACK-TLP's choice) or srtt + 4*rttvar, whichever is
 // longer, so a wire whose round trips vary (a loaded machine stalling
-// the peer) does not probe every slow message; at least half of
-// RTOMin and at most the RTO. Before the first measurement it is the RTO.
+// the peer) does not probe every slow message, and at least srtt plus the
+// receiver's delay of a tail's ack (tailAckDelay) plus the time the
+// machine may keep the peer descheduled (descheduled.go); at least half
+// of RTOMin and at most the RTO. Before the first measurement it is the
+// RTO.
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)
 	if !p.rtt.ok || p.rtoMin() > int64(b.opts.RTOMin) { // no probes through shared memory (host.go)
 		return rto
 	}
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, int64(b.opts.RTOMin)/2)
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, p.rtt.srtt+b.tailAckDelay()+descheduling.slack(), int64(b.opts.RTOMin)/2)
 	for i := 0; i < backoff && t < rto; i++ {
 		t *= 2
 	}
@@ -610,16 +620,16 @@ func (p *partner) sendAck() {
 }
 
 // noteReceived records that the full-receive point moved: ack now after
-// NotAckedMax messages, else after AckDelay; for a tiny or small message,
-// or one that came by the lean path (lean), from a peer reached through
-// the rings, after ringAcks messages, else after ringAckDelay.
+// NotAckedMax messages, else after tailAckDelay; for a tiny or small
+// message, or one that came by the lean path (lean), from a peer reached
+// through the rings, after ringAcks messages, else after ringAckDelay.
 func (p *partner) noteReceived(lean bool) {
 	b := p.ep.b
 	p.notAcked++
-	every, delay := b.opts.NotAckedMax, int64(b.opts.AckDelay)
+	every, delay := b.opts.NotAckedMax, b.tailAckDelay()
 	rings := lean && p.rings() != nil
 	if rings {
-		every, delay = b.ringAcks(), min(delay, int64(ringAckDelay))
+		every, delay = b.ringAcks(), min(int64(b.opts.AckDelay), int64(ringAckDelay))
 	}
 	if p.notAcked >= every {
 		p.ep.cnt[AcksImmediate]++
@@ -644,10 +654,20 @@ func (p *partner) noteReceived(lean bool) {
 			return
 		}
 		p.ackDeadline = b.now() + delay
-		if rings {
-			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
-		}
+		b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
 	}
+}
+
+// tailAckDelay is how long a receiver on a wire waits for a reply to carry
+// its ack before it sends one (the sender's tail-loss probe waits at least
+// that long past the round trip, pto): a quarter of RTOMin, at most
+// AckDelay. Open-MX waits its AckDelay, milliseconds, for the next
+// messages to ack together; but a sender whose stream paused then probed
+// the tail of every burst, a frame and a duplicate each, where one ack a
+// few tens of microseconds later does. A reply sent sooner still carries
+// the ack, and a stream is acked every NotAckedMax messages.
+func (b *Board) tailAckDelay() int64 {
+	return min(int64(b.opts.AckDelay), int64(b.opts.RTOMin)/4)
 }
 
 // ackUnstamped is the ack deadline of a ring peer whose messages a waiter
@@ -1165,8 +1185,8 @@ func (e *Endpoint) timers() bool {
 			case now >= p.ackDeadline:
 				e.cnt[AcksDelayed]++
 				p.sendAck()
-			case p.notAcked > 0 && p.rings() != nil:
-				b.noteDue(p.ackDeadline) // a ring peer's short delay (noteReceived)
+			case p.notAcked > 0:
+				b.noteDue(p.ackDeadline) // a short delay (noteReceived)
 			}
 		}
 		if p.unacked.n > 0 {

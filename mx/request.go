@@ -87,7 +87,8 @@ type Request struct {
 	zombie    bool // an eager send completed before its ack
 	waiters   int
 	ch        chan struct{}
-	signaled  bool // complete sent on ch (maybeFree drains it)
+	signaled  bool  // complete sent on ch (maybeFree drains it)
+	wokeAt    int64 // when complete woke a sleeping waiter (board clock): its wake-up is timed (descheduled.go)
 	status    Status
 
 	// intrusive lists: q* for posted/unacked/waitq/connecting, d* for done
@@ -304,6 +305,12 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		}
 		b.mu.Lock()
 		r.waiters--
+		if r.wokeAt != 0 {
+			// How long the machine took to run the woken waiter: the
+			// peer's waiters wait as long (descheduled.go).
+			descheduling.observe(b.clock() - r.wokeAt)
+			r.wokeAt = 0
+		}
 		if err != nil && !r.done.Load() {
 			b.mu.Unlock()
 			return Status{}, err

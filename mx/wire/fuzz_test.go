@@ -28,7 +28,7 @@ var layouts = map[Type]struct {
 	TypePull:      {pullFields, []int{17, 18, 19}},
 	TypePullReply: {[]field{{"seq", 1, 1}, {"flen", 2, 2}, {"off", 4, 4}, {"handle", 8, 4}, {"magic", 12, 4}}, nil},
 	TypeNotify: {[]field{{"dst", 1, 1}, {"src", 2, 1}, {"gen", 3, 1}, {"session", 4, 4}, {"total", 8, 4},
-		{"rid", 12, 1}, {"rseq", 13, 1}, {"failed", 14, 1}, {"seq", 18, 2}, {"ack", 20, 2}}, []int{15, 16, 17, 22, 23}},
+		{"rid", 12, 1}, {"rseq", 13, 1}, {"seq", 18, 2}, {"ack", 20, 2}}, []int{14, 15, 16, 17, 22, 23}},
 	TypeTruc: {[]field{{"dst", 1, 1}, {"src", 2, 1}, {"gen", 3, 1}, {"session", 8, 4}, {"ack", 14, 2},
 		{"acknum", 20, 4}, {"sendseq", 24, 2}}, []int{5, 6, 7, 13, 27}},
 	TypeNackLib: {[]field{{"src", 1, 1}, {"gen", 2, 1}, {"kind", 3, 1}, {"dst", 9, 1}, {"peer", 10, 2},
@@ -102,10 +102,10 @@ func decoded(p []byte, o Order) (map[string]uint64, any, error) {
 		return map[string]uint64{"seq": uint64(h.FrameSeq), "flen": uint64(h.FrameLength), "off": uint64(h.Offset),
 			"handle": uint64(h.Handle), "magic": uint64(h.Magic)}, h, err
 	case TypeNotify:
-		h, err := DecodeNotify(p, o)
+		h, err := DecodeNotify(p, o, 0) // as from an Open-MX peer: byte 14 is a pad
 		return map[string]uint64{"dst": uint64(h.DstEP), "src": uint64(h.SrcEP), "gen": uint64(h.Gen),
 			"session": uint64(h.Session), "total": uint64(h.PulledLength), "rid": uint64(h.RegionID),
-			"rseq": uint64(h.RegionSeq), "failed": uint64(h.Failed), "seq": uint64(h.Seq), "ack": uint64(h.Ack)}, h, err
+			"rseq": uint64(h.RegionSeq), "seq": uint64(h.Seq), "ack": uint64(h.Ack)}, h, err
 	case TypeTruc:
 		h, err := DecodeTruc(p, o)
 		return map[string]uint64{"dst": uint64(h.DstEP), "src": uint64(h.SrcEP), "gen": uint64(h.Gen),
@@ -173,6 +173,17 @@ func FuzzDecode(f *testing.F) {
 		_, h2, err2 := decoded(q, o)
 		if (err == nil) != (err2 == nil) || (err == nil && h != h2) {
 			t.Fatalf("pads changed the decode: %+v %v vs %+v %v", h, err, h2, err2)
+		}
+		if Type(p[0]) == TypeNotify && err == nil {
+			// Between boards that negotiated ExtPullStatus, byte 14 is
+			// the pull status and every other field reads as from
+			// Open-MX.
+			x, err := DecodeNotify(p, o, ExtPullStatus)
+			want := h.(Notify)
+			want.Failed = p[14]
+			if err != nil || x != want {
+				t.Fatalf("NOTIFY with ExtPullStatus: %+v %v, want %+v", x, err, want)
+			}
 		}
 		// The frame length never exceeds the data.
 		d := append([]byte{0, 0}, p...)

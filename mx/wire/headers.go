@@ -378,8 +378,9 @@ func DecodePullReply(p []byte, o Order) (PullReply, []byte, error) {
 // failed still sends the NOTIFY (as Open-MX does, with length 0) so the
 // region is released, and towards a board that announced ExtPullStatus it
 // sets Failed, so the send completes with an error rather than as a
-// message of length 0. Open-MX does not clear its pads, so a board reads
-// Failed only from a peer that announced ExtPullStatus too.
+// message of length 0. Open-MX does not clear its pads, so the byte is a
+// field only between boards that both announced ExtPullStatus: DecodeNotify
+// reads it only when told so, and leaves Failed 0 otherwise.
 type Notify struct {
 	DstEP, SrcEP, Gen uint8
 	Session           uint32
@@ -407,8 +408,12 @@ func (h *Notify) Put(p []byte, o Order) {
 	o.put16(p[22:], 0)
 }
 
-// DecodeNotify decodes a NOTIFY.
-func DecodeNotify(p []byte, o Order) (Notify, error) {
+// DecodeNotify decodes a NOTIFY from a peer with which ext (the connect
+// extension flags both boards announced, 0 for an Open-MX peer or one not
+// connected yet) was negotiated. Byte 14 is read as Failed only when ext
+// has ExtPullStatus; otherwise it is Open-MX's pad, whatever it holds, and
+// Failed is 0.
+func DecodeNotify(p []byte, o Order, ext uint8) (Notify, error) {
 	var h Notify
 	if err := checkType(p, TypeNotify, NotifyLen); err != nil {
 		return h, err
@@ -416,7 +421,10 @@ func DecodeNotify(p []byte, o Order) (Notify, error) {
 	h.DstEP, h.SrcEP, h.Gen = p[1], p[2], p[3]
 	h.Session = o.u32(p[4:])
 	h.PulledLength = o.u32(p[8:])
-	h.RegionID, h.RegionSeq, h.Failed = p[12], p[13], p[14]
+	h.RegionID, h.RegionSeq = p[12], p[13]
+	if ext&ExtPullStatus != 0 {
+		h.Failed = p[14]
+	}
 	h.Seq = o.u16(p[18:])
 	h.Ack = o.u16(p[20:])
 	return h, nil

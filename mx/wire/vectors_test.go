@@ -273,7 +273,7 @@ func vectors() []vector {
 			68 65 6c 6c 6f`},
 		{name: "NOTIFY", put: func(p []byte, o Order) int { wantNotify.Put(p, o); return NotifyLen },
 			check: func(t *testing.T, p []byte, o Order) {
-				if h, err := DecodeNotify(p, o); err != nil || h != wantNotify {
+				if h, err := DecodeNotify(p, o, 0); err != nil || h != wantNotify {
 					t.Fatalf("got %+v %v", h, err)
 				}
 			},
@@ -282,7 +282,7 @@ func vectors() []vector {
 			99 aa bb cc // session
 			00 0f 00 00 // total_length
 			07 09 // pulled_rdma_id, seqnum
-			00 pp // pad1: its first byte is gomx's Failed (0 here), which a board reads only from gomx peers
+			pp pp // pad1: its first byte is gomx's Failed, read only with ExtPullStatus negotiated
 			pp pp // pad2
 			c0 05 // lib_seqnum
 			c0 01 // lib_piggyack
@@ -291,7 +291,7 @@ func vectors() []vector {
 			2b 04 03 00
 			cc bb aa 99
 			00 00 0f 00
-			07 09 00 pp pp pp
+			07 09 pp pp pp pp
 			05 c0 01 c0 pp pp`},
 		{name: "CONNECT request", check: connCheck(wantConnReq), put: connPut(wantConnReq),
 			be: `ff ff
@@ -507,4 +507,28 @@ func vectorSeeds() [][]byte {
 		out = append(out, z[HeadLen:])
 	}
 	return out
+}
+
+// TestNotifyPadIsNotPullStatus: an Open-MX NOTIFY with garbage in byte 14
+// (the first of its pad1, which Open-MX never clears) decodes to Open-MX's
+// meaning, a completed pull, unless the two boards negotiated
+// ExtPullStatus; only then is the byte the pull status.
+func TestNotifyPadIsNotPullStatus(t *testing.T) {
+	for _, o := range []Order{BigEndian, LittleEndian} {
+		p := make([]byte, NotifyLen)
+		wantNotify.Put(p, o)
+		for _, pad := range []byte{NotifyPullFailed, 0xEE, 0xFF} {
+			p[14] = pad
+			for _, ext := range []uint8{0, ExtChecksum | ExtSack | ExtRingLean | ExtRingLane} {
+				h, err := DecodeNotify(p, o, ext)
+				if err != nil || h != wantNotify {
+					t.Fatalf("%v, pad %#x, ext %#x: decoded %+v %v, want %+v (Failed 0)", o, pad, ext, h, err, wantNotify)
+				}
+			}
+			h, err := DecodeNotify(p, o, ExtPullStatus)
+			if err != nil || h.Failed != pad {
+				t.Fatalf("%v, ExtPullStatus: Failed %#x %v, want %#x", o, h.Failed, err, pad)
+			}
+		}
+	}
 }

@@ -31,9 +31,11 @@
 // # Padding
 //
 // Open-MX neither writes nor clears the padding bytes of its headers (its
-// packet buffers are not zeroed), so the decoders here never read a pad and
-// the encoders write zeros there. Nothing gomx needs beyond Open-MX lives in
-// a pad.
+// packet buffers are not zeroed), so the decoders here never read a pad of
+// an Open-MX peer's frame and the encoders write zeros there. One pad byte
+// carries a gomx extension between gomx boards, the NOTIFY's pull status
+// (ExtPullStatus): [DecodeNotify] takes the extension flags the two boards
+// negotiated and reads that byte only when both announced it.
 //
 // # Extensions
 //
@@ -65,6 +67,10 @@
 //     and absent from the blocks is one the receiver holds nothing of. A
 //     board never sends the extension to a peer that did not announce it,
 //     so an Open-MX peer sees exactly Open-MX's TRUC.
+//   - The pull status ([Notify].Failed): byte 14 of a NOTIFY, the first of
+//     Open-MX's pad, says that the puller gave the pull up. It is written
+//     non-zero, and read, only between boards that both set
+//     [ExtPullStatus]; from any other peer the byte is a pad.
 package wire
 
 import (

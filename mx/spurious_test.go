@@ -1,0 +1,222 @@
+package mx
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+// recoveryCounters are the counters that say a loss was recovered: on a
+// wire that loses nothing, each must stay at zero.
+var recoveryCounters = []Counter{FastRetransmits, TimerRetransmits, TailProbes, DupReceived, PullFramesRerequested}
+
+// factoryNamed returns the transport factory called name.
+func factoryNamed(t *testing.T, name string) transportFactory {
+	for _, tf := range transportFactories {
+		if tf.name == name {
+			return tf
+		}
+	}
+	t.Fatalf("no transport factory %q", name)
+	return transportFactory{}
+}
+
+// TestNoSpuriousRecovery exchanges mixed messages (mostly tiny and small,
+// some mediums, a few large ones: faultSize) over wires that lose nothing
+// (the in-process wire, UDP on loopback, shared-memory rings), in both
+// wait modes, with the default timers, and checks that recovery never
+// acted: no timer retransmit, tail-loss probe, fast retransmit, duplicate
+// or pull re-request on either side. A loaded machine that deschedules
+// one side for a while must not make the other resend (descheduled.go).
+// The messages go as a ping-pong (each answered by the next size) and
+// then as a stream of the same sizes with a window of receives in flight
+// (whose tail waits for a delayed ack). The counters are read after a
+// short warm-up: a process learns how long its machine deschedules from
+// its first waits, and this one may be the first to run. A machine loaded
+// far past its CPUs can still keep a peer off its CPU longer than any
+// recent gap said: each side may act once per thousand messages (a probe,
+// a resend, a pull re-request however many frames it names; once in a
+// short run); the log shows how often it did. With the timeouts of
+// round trips alone, several per thousand acted.
+func TestNoSpuriousRecovery(t *testing.T) {
+	n := 100000
+	switch {
+	case testing.Short():
+		n = 4000
+	case raceEnabled:
+		n = 20000 // the same paths, several times slower each
+	}
+	for _, name := range []string{"loopback", "udp", "shm"} {
+		tf := factoryNamed(t, name)
+		for _, busy := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
+				opts := DefaultBoardOptions()
+				opts.BusyPoll = busy
+				pr := newPair(t, tf, opts, loopback.Faults{})
+				m := n
+				if busy {
+					m = n / 10 // two spinning goroutines on a small machine
+				}
+				ctx := testCtx(t, time.Hour)
+				if err := pingPongMixed(ctx, pr, 200, 0); err != nil {
+					t.Fatal(err)
+				}
+				before := [2]Counters{pr.a.Counters(), pr.b.Counters()}
+				if err := pingPongMixed(ctx, pr, m/2, 200); err != nil {
+					t.Fatal(err)
+				}
+				runStream(t, pr, m/2, 64)
+				if lost := wireLost(pr); lost > 0 {
+					// UDP drops what a full socket buffer cannot take:
+					// that recovery was no mistake.
+					t.Logf("the wire lost %d frames: recovery %v / %v", lost, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
+					return
+				}
+				allowed := max(uint64(m/1000), 1)
+				for i, e := range []*Endpoint{pr.a, pr.b} {
+					c := e.Counters()
+					var acts uint64
+					for _, k := range []Counter{FastRetransmits, TimerRetransmits, TailProbes} {
+						acts += c.Get(k) - before[i].Get(k)
+					}
+					if acts > allowed {
+						t.Errorf("endpoint %d: %d recovery actions in %d messages on a lossless wire, more than %d (%v)", e.id, acts, m, allowed, recoverySummary(c))
+					}
+				}
+				t.Logf("%d messages: a: %v; b: %v", m, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
+			})
+		}
+	}
+}
+
+// wireLost returns how many frames the pair's transports sent and never
+// received, by their own counters ("sent", "received"), once the last
+// frames had a moment to land; 0 for transports that count neither.
+func wireLost(pr *pair) uint64 {
+	count := func() (sent, recv uint64) {
+		for _, b := range []*Board{pr.ba, pr.bb} {
+			for _, c := range b.TransportCounters() {
+				switch c.Name {
+				case "sent":
+					sent += c.Value
+				case "received":
+					recv += c.Value
+				}
+			}
+		}
+		return sent, recv
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		sent, recv := count()
+		if sent <= recv || time.Now().After(deadline) {
+			return sent - min(sent, recv)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLossyPingPong exchanges mixed messages as a ping-pong over the
+// in-process wire losing 1% of its frames, in both wait modes: every byte
+// arrives, and the counters show the timers' recovery (a ping-pong's lost
+// frame is the last of its burst: only a probe or a timer brings it back,
+// from a waiter that spins as from a board that sleeps).
+func TestLossyPingPong(t *testing.T) {
+	n := 4000
+	if testing.Short() || raceEnabled {
+		n = 1000
+	}
+	tf := factoryNamed(t, "loopback")
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			opts := fastOptions()
+			opts.BusyPoll = busy
+			pr := newPair(t, tf, opts, loopback.Faults{})
+			pr.w.faults(loopback.Faults{Loss: 0.01, Seed: 7})
+			if err := pingPongMixed(testCtx(t, time.Hour), pr, n, 0); err != nil {
+				t.Fatal(err)
+			}
+			var timers uint64
+			for _, e := range []*Endpoint{pr.a, pr.b} {
+				c := e.Counters()
+				timers += c.Get(TailProbes) + c.Get(TimerRetransmits)
+			}
+			t.Logf("a: %v; b: %v", recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
+			if timers == 0 {
+				t.Errorf("%d round trips over a wire losing 1%% of frames completed with no tail probe or timer retransmit", n)
+			}
+		})
+	}
+}
+
+// recoverySummary formats the recovery counters of c.
+func recoverySummary(c Counters) string {
+	s := ""
+	for _, k := range recoveryCounters {
+		s += fmt.Sprintf("%v %d ", k, c.Get(k))
+	}
+	return s
+}
+
+// pingPongMixed sends n messages of mixed sizes from a to b, each answered
+// by b with the next size, and checks every byte of both; first is the
+// first message's index (its size and match).
+func pingPongMixed(ctx context.Context, pr *pair, n, first int) error {
+	th := pr.ba.RendezvousThreshold()
+	errc := make(chan error, 1)
+	go func() {
+		buf := make([]byte, th+200001)
+		for i := first; i < first+n; i++ {
+			r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			st, err := waitAMinute(ctx, r)
+			if err != nil {
+				errc <- fmt.Errorf("b: receive %d: %w", i, err)
+				return
+			}
+			if want := pattern(faultSize(i, th), uint64(i)); !bytes.Equal(buf[:st.XferLength], want) {
+				errc <- fmt.Errorf("b: message %d differs (%d bytes, want %d)", i, st.XferLength, len(want))
+				return
+			}
+			s, err := pr.b.ISend([][]byte{pattern(faultSize(i+1, th), uint64(i+1))}, pr.btoa, uint64(i), nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			if _, err := waitAMinute(ctx, s); err != nil {
+				errc <- fmt.Errorf("b: reply %d: %w", i, err)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	buf := make([]byte, th+200001)
+	for i := first; i < first+n; i++ {
+		r, err := pr.a.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+		if err != nil {
+			return err
+		}
+		s, err := pr.a.ISend([][]byte{pattern(faultSize(i, th), uint64(i))}, pr.atob, uint64(i), nil)
+		if err != nil {
+			return err
+		}
+		if _, err := waitAMinute(ctx, s); err != nil {
+			return fmt.Errorf("a: send %d: %w", i, err)
+		}
+		st, err := waitAMinute(ctx, r)
+		if err != nil {
+			return fmt.Errorf("a: reply %d: %w", i, err)
+		}
+		if want := pattern(faultSize(i+1, th), uint64(i+1)); !bytes.Equal(buf[:st.XferLength], want) {
+			return fmt.Errorf("a: reply %d differs (%d bytes, want %d)", i, st.XferLength, len(want))
+		}
+	}
+	return <-errc
+}
