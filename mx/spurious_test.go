@@ -77,6 +77,14 @@ func TestNoSpuriousRecovery(t *testing.T) {
 					return
 				}
 				allowed := max(uint64(m/1000), 1)
+				if busy {
+					// Two spinning goroutines on a machine with fewer
+					// free CPUs than spinners lose whole time slices
+					// the descheduling estimate had not yet seen; a
+					// bound of 1 in 250 still fails the timers that
+					// resent 6% of a lossless spinning run.
+					allowed = max(uint64(m/250), 4)
+				}
 				for i, e := range []*Endpoint{pr.a, pr.b} {
 					c := e.Counters()
 					var acts uint64
