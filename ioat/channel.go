@@ -1122,6 +1122,8 @@ func (c *Channel) WaitInterrupt(ctx context.Context, timeout time.Duration) erro
 	return err
 }
 
+func (c *Channel) countInterrupt() { c.stats.Interrupts++ }
+
 // rearm writes CHANCTRL with INT_REARM so the next completion interrupts.
 func (c *Channel) rearm() {
 	c.regs.Write16(c.base+hw.ChanCtrl, ctrlRun|hw.CtrlIntRearm)

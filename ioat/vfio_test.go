@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
@@ -21,7 +20,7 @@ func init() {
 		if len(addrs) == 0 {
 			return nil
 		}
-		return []backend{{name: "vfio", open: func(t testing.TB, channels int) ([]pci.Device, *emulated.CBDMA) {
+		return []backend{{name: "vfio", open: func(t testing.TB, channels int) ([]pci.Device, *testPlatform) {
 			if channels > len(addrs) {
 				channels = len(addrs)
 			}
