@@ -235,6 +235,7 @@ type dsaWQ struct {
 	q          [][dsahw.DescSize]byte
 	qHead, qN  int
 	size       int
+	dedicated  bool
 	xferShift  uint
 	batchShift uint
 }
@@ -243,11 +244,15 @@ type dsaWQ struct {
 // descriptors on the device's own (run), which serves the enabled WQs in
 // turn. mu guards everything but the counters; descriptors execute under
 // it, so a command (disable, reset) takes effect between descriptors.
+// qmu guards what a portal write touches (the WQ queues, whether the
+// device and each WQ are enabled), so a write does not wait for a
+// descriptor in progress; whoever changes those holds both, mu first.
 type dsaDevice struct {
 	f *Function
 	o DSAOptions
 
 	mu          sync.Mutex
+	qmu         sync.Mutex
 	state       uint32 // GENSTS state
 	gencfg      uint32
 	genctrl     uint32
@@ -260,7 +265,8 @@ type dsaDevice struct {
 	perm        []uint32
 	executed    uint64
 	inject      []dsaInjection
-	next        int // WQ the engine looks at next
+	next        int    // WQ the engine looks at next
+	list        []byte // a batch's descriptor list as read
 	hint        int
 
 	work     atomic.Int32 // descriptors queued over all WQs
@@ -288,6 +294,8 @@ func (d *dsaDevice) violation(format string, args ...any) {
 // resetLocked puts the device in its power-on state: disabled, tables
 // cleared, queues emptied (their descriptors never complete).
 func (d *dsaDevice) resetLocked() {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
 	d.state = dsahw.StateDisabled
 	d.gencfg, d.genctrl, d.intcause = 0, 0, 0
 	d.swerr = [4]uint64{}
@@ -480,10 +488,12 @@ func (d *dsaDevice) runCommand(cmd, operand uint32) uint8 {
 			return dsahw.CmdErrDisDevEnabled
 		}
 		d.drainLocked(-1)
+		d.qmu.Lock()
 		for i := range d.wqs {
 			d.wqs[i].enabled = false
 		}
 		d.state = dsahw.StateDisabled
+		d.qmu.Unlock()
 	case dsahw.CmdDrainAll:
 		d.drainLocked(-1)
 	case dsahw.CmdAbortAll:
@@ -514,14 +524,18 @@ func (d *dsaDevice) runCommand(cmd, operand uint32) uint8 {
 			switch cmd {
 			case dsahw.CmdDisableWQ:
 				d.drainLocked(i)
+				d.qmu.Lock()
 				d.wqs[i].enabled = false
+				d.qmu.Unlock()
 			case dsahw.CmdDrainWQ:
 				d.drainLocked(i)
 			case dsahw.CmdAbortWQ:
 				d.abortLocked(i)
 			case dsahw.CmdResetWQ:
 				d.abortLocked(i)
+				d.qmu.Lock()
 				d.wqs[i] = dsaWQ{}
+				d.qmu.Unlock()
 			}
 		}
 	default:
@@ -571,7 +585,9 @@ func (d *dsaDevice) enableDevice() uint8 {
 		engOwner |= engs
 		wqOwner |= wqs
 	}
+	d.qmu.Lock()
 	d.state = dsahw.StateEnabled
+	d.qmu.Unlock()
 	return dsahw.CmdOK
 }
 
@@ -625,10 +641,12 @@ func (d *dsaDevice) enableWQ(i int) uint8 {
 		d.violation("ENABLE_WQ %d: the WQ is in no group with an engine", i)
 		return dsahw.CmdErrConfig
 	}
-	wq.enabled = true
+	d.qmu.Lock()
+	wq.enabled, wq.dedicated = true, true
 	wq.size, wq.xferShift, wq.batchShift = size, xs, bs
 	wq.q = make([][dsahw.DescSize]byte, size)
 	wq.qHead, wq.qN = 0, 0
+	d.qmu.Unlock()
 	return dsahw.CmdOK
 }
 
@@ -638,11 +656,13 @@ func (d *dsaDevice) drainLocked(i int) {
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		pending := 0
+		d.qmu.Lock()
 		for j := range d.wqs {
 			if i < 0 || i == j {
 				pending += d.wqs[j].qN
 			}
 		}
+		d.qmu.Unlock()
 		if pending == 0 {
 			return
 		}
@@ -652,9 +672,11 @@ func (d *dsaDevice) drainLocked(i int) {
 }
 
 func (d *dsaDevice) abortLocked(i int) {
+	d.qmu.Lock()
 	wq := &d.wqs[i]
 	d.work.Add(-int32(wq.qN))
 	wq.qHead, wq.qN = 0, 0
+	d.qmu.Unlock()
 }
 
 // portalWrite takes a 64-byte write at BAR2 offset off.
@@ -664,8 +686,8 @@ func (d *dsaDevice) portalWrite(bar, off int, rec *[64]byte) {
 		return
 	}
 	wqi, page := off/dsahw.PortalStride, off%dsahw.PortalStride/dsahw.PortalPage
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
 	if page != 0 {
 		d.nDrop.Add(1)
 		d.violation("descriptor written to WQ %d's portal page %d: the model offers only the unlimited portal (page 0)", wqi, page)
@@ -677,7 +699,7 @@ func (d *dsaDevice) portalWrite(bar, off int, rec *[64]byte) {
 		d.nDrop.Add(1)
 		d.violation("descriptor written to WQ %d's portal with the device %s and the WQ %s: dropped", wqi, dsahw.StateName(d.state), map[bool]string{true: "enabled", false: "disabled"}[wq.enabled])
 		return
-	case wq.cfg[dsahw.WQCfgMode/4]&dsahw.WQModeDedic == 0:
+	case !wq.dedicated:
 		d.nDrop.Add(1)
 		d.violation("MOVDIR64B to shared WQ %d: shared WQs take ENQCMD only; dropped", wqi)
 		return
@@ -728,7 +750,9 @@ func (d *dsaDevice) close() {
 	<-d.done
 	// Holding mu after the goroutine ended guarantees no DMA is in flight.
 	d.mu.Lock()
+	d.qmu.Lock()
 	d.state = dsahw.StateDisabled
+	d.qmu.Unlock()
 	d.mu.Unlock()
 }
 
@@ -766,6 +790,7 @@ func (d *dsaDevice) stepLocked() bool {
 	if d.state != dsahw.StateEnabled {
 		return false
 	}
+	d.qmu.Lock()
 	for k := 0; k < len(d.wqs); k++ {
 		i := (d.next + k) % len(d.wqs)
 		wq := &d.wqs[i]
@@ -775,12 +800,17 @@ func (d *dsaDevice) stepLocked() bool {
 		d.next = i + 1
 		var desc dsahw.Descriptor
 		desc.Decode(wq.q[wq.qHead][:])
+		d.qmu.Unlock()
+		// The entry stays taken while the descriptor runs.
 		d.execute(i, wq, &desc, false)
+		d.qmu.Lock()
 		wq.qHead = (wq.qHead + 1) % wq.size
 		wq.qN--
 		d.work.Add(-1)
+		d.qmu.Unlock()
 		return true
 	}
+	d.qmu.Unlock()
 	return false
 }
 
@@ -967,13 +997,16 @@ func (d *dsaDevice) batch(wqi int, wq *dsaWQ, desc *dsahw.Descriptor, c *dsahw.C
 		c.Status = dsahw.StatusDescListAlign
 		return
 	}
-	var list []byte
 	d.f.dom.rlock()
 	l, ok := d.f.dom.translate(desc.Src, n*dsahw.DescSize, false, &d.hint)
 	if ok {
-		list = make([]byte, len(l))
-		copy(list, l)
+		// The device reads the list once; later writes to it do not count.
+		if cap(d.list) < len(l) {
+			d.list = make([]byte, len(l))
+		}
+		copy(d.list[:len(l)], l)
 	}
+	list := d.list
 	d.f.dom.runlock()
 	if !ok {
 		c.Status, c.Fault = dsahw.StatusBatchPageFlt, desc.Src

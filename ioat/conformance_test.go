@@ -62,7 +62,9 @@ func dsaBackend(o emulated.DSAOptions) backend {
 	return backend{name: name, open: func(t testing.TB, channels int) ([]pci.Device, *testPlatform) {
 		o := o
 		o.Engines, o.Groups = channels, channels
-		o.WQs = max(channels, 8)
+		if o.WQs == 0 {
+			o.WQs = max(channels, 8)
+		}
 		if o.MaxXferShift == 0 {
 			o.MaxXferShift = 20
 		}
