@@ -32,8 +32,8 @@ type deviceFlags struct {
 
 // register adds the device flags to fs.
 func (d *deviceFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.device, "device", "auto", "auto, emulated, or PCI addresses of CBDMA functions bound to vfio-pci (comma-separated); auto uses every bound function, else the emulated engine")
-	fs.IntVar(&d.channels, "channels", 1, "number of channels (with PCI addresses: defaults to their number)")
+	fs.StringVar(&d.device, "device", "auto", "auto, emulated (the CBDMA model), emulated-dsa (the DSA model), or PCI addresses of CBDMA functions or DSAs bound to vfio-pci (comma-separated); auto uses every bound CBDMA function, else the emulated engine")
+	fs.IntVar(&d.channels, "channels", 1, "number of channels (with PCI addresses: defaults to their number; with emulated-dsa: the DSA's work queues)")
 	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels: round-robin, least-loaded, stripe or dedicated")
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
@@ -44,7 +44,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 
 // deviceChoice is a validated --device and its companions.
 type deviceChoice struct {
-	kind      string        // "auto", "emulated" or "pci"
+	kind      string        // "auto", "emulated", "emulated-dsa" or "pci"
 	addrs     []pci.Address // for "pci"
 	channels  int
 	policy    ioat.Policy
@@ -72,7 +72,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
 	}
 	switch d.device {
-	case "auto", "emulated":
+	case "auto", "emulated", "emulated-dsa":
 		c.kind = d.device
 	default:
 		c.kind = "pci"
@@ -80,7 +80,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 		for _, s := range strings.Split(d.device, ",") {
 			a, err := pci.ParseAddress(strings.TrimSpace(s))
 			if err != nil {
-				return c, usagef(cmd, "--device %s: %v; want auto, emulated or PCI addresses such as 0000:00:04.0 (see `ioatctl list`)", d.device, err)
+				return c, usagef(cmd, "--device %s: %v; want auto, emulated, emulated-dsa or PCI addresses such as 0000:00:04.0 (see `ioatctl list`)", d.device, err)
 			}
 			if seen[a] {
 				return c, usagef(cmd, "--device %s: %s is given twice", d.device, a)
@@ -99,6 +99,9 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	}
 	if c.kind == "emulated" && c.channels > 16 {
 		return c, usagef(cmd, "--channels %d: the emulated engine has at most 16 channels", c.channels)
+	}
+	if c.kind == "emulated-dsa" && c.channels > 8 {
+		return c, usagef(cmd, "--channels %d: the emulated DSA has at most 8 work queues (one per engine)", c.channels)
 	}
 	p, err := ioat.ParsePolicy(d.policy)
 	if err != nil {
@@ -123,6 +126,9 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 			c.emuOnly = append(c.emuOnly, "--"+n)
 		}
 	}
+	if c.kind == "emulated-dsa" && set["cbver"] {
+		return c, usagef(cmd, "--cbver applies to the CBDMA model only: drop it, or use --device emulated")
+	}
 	if c.kind == "pci" && len(c.emuOnly) > 0 {
 		return c, usagef(cmd, "%s apply to the emulated engine only: drop them, or use --device emulated", strings.Join(c.emuOnly, " and "))
 	}
@@ -133,8 +139,8 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 // release them.
 type backend struct {
 	devs []pci.Device
-	// emulated is true for the in-process model.
-	emulated bool
+	// emulated is true for the in-process model; dsa for the DSA model.
+	emulated, dsa bool
 	// name is "emulated" or the comma-separated PCI addresses, for JSON.
 	name string
 	// why says why this device was chosen.
@@ -172,6 +178,8 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 	switch c.kind {
 	case "emulated":
 		return openEmulated(c, "asked for with --device emulated")
+	case "emulated-dsa":
+		return openEmulatedDSA(c, "asked for with --device emulated-dsa")
 	case "pci":
 		return openVFIO(e, sys, c.addrs, "asked for with --device")
 	}
@@ -231,6 +239,19 @@ func openEmulated(c deviceChoice, why string) (*backend, error) {
 	return &backend{devs: s.Devs, emulated: true, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
 }
 
+// openEmulatedDSA builds an emulated DSA whose engines, groups and work
+// queues number c.channels, so the engine drives that many WQs.
+func openEmulatedDSA(c deviceChoice, why string) (*backend, error) {
+	if c.bandwidth > 0 {
+		return nil, usagef(c.cmd, "--bandwidth applies to the CBDMA model only: drop it, or use --device emulated")
+	}
+	s, err := ioatdev.OpenEmulatedDSA(emulated.DSAOptions{Engines: c.channels, Groups: c.channels, WQs: 8})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{devs: s.Devs, emulated: true, dsa: true, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
+}
+
 // openVFIO opens the functions at addrs through one VFIO container
 // (ioatdev.OpenVFIO).
 func openVFIO(e *env, sys vfio.Sysfs, addrs []pci.Address, why string) (*backend, error) {
@@ -267,7 +288,7 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 		b.close()
 		return nil, engineHint(err, b)
 	}
-	return &rig{backend: b, eng: eng, info: eng.Channels()[0].Info()}, nil
+	return &rig{backend: b, eng: eng, info: eng.Queues()[0].Info()}, nil
 }
 
 // engineHint adds what to do to an engine that failed to open.
@@ -311,6 +332,9 @@ func (r *rig) memoryNote(buf *ioat.Buffer) string {
 // address, or "emulated/i" for the model, which has no address a reader
 // could mistake for a device on the machine.
 func (b *backend) channelName(i int) string {
+	if b.dsa {
+		return fmt.Sprintf("emulated-dsa/%d", i)
+	}
 	if b.emulated {
 		return fmt.Sprintf("emulated/%d", i)
 	}
@@ -326,6 +350,9 @@ func (r *rig) close() error {
 // was chosen.
 func (r *rig) describe() string {
 	v := "CBVER " + cbverString(r.info.Version)
+	if r.dsa {
+		return fmt.Sprintf("emulated DSA (%s, modelled on %s, transfers up to %s): %s", plural(len(r.eng.Queues()), "work queue"), r.info.Platform, units.Format(int64(r.info.MaxTransfer)), r.why)
+	}
 	if r.emulated {
 		return fmt.Sprintf("emulated CBDMA (%s, %s, modelled on %s): %s", plural(len(r.devs), "channel"), v, r.info.Platform, r.why)
 	}

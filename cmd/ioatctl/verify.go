@@ -126,7 +126,7 @@ func runVerify(e *env, args []string) (err error) {
 		}
 		engs = append(engs, eng)
 	}
-	r := &rig{backend: b, eng: engs[0], info: engs[0].Channels()[0].Info()}
+	r := &rig{backend: b, eng: engs[0], info: engs[0].Queues()[0].Info()}
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
 		fmt.Fprintf(e.stdout, "memory:  %s\n", r.memoryNote(nil))
@@ -233,7 +233,7 @@ func verifyChannel(r *rig, eng *ioat.Engine, seed, ch uint64, lim limit, st *ver
 	fillRandom(dst, ^seed^ch<<32)
 	srcWant := bytes.Clone(src)
 	want := bytes.Clone(dst)
-	st.CPUFills = !eng.Channels()[0].Info().Fill
+	st.CPUFills = !eng.Queues()[0].Info().Fill
 
 	budget := lim.duration + lim.wait
 	if lim.iterations > 0 {
