@@ -16,8 +16,8 @@ import (
 	"strings"
 
 	"github.com/gomx-dev/gomx/emulated"
-	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/ioat/dsahw"
+	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
 )
