@@ -219,9 +219,21 @@ func (p *DSA) InjectStatus(i, n int, status uint8) {
 	d.inject = append(d.inject, dsaInjection{at: d.executed + uint64(n), status: status})
 }
 
+// InjectHang makes function i swallow the n-th descriptor it executes
+// from now: it runs nothing and writes neither a completion record nor
+// SWERR, as a device that stops completing, so a driver's watchdog must
+// notice.
+func (p *DSA) InjectHang(i, n int) {
+	d := p.devs[i]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.inject = append(d.inject, dsaInjection{at: d.executed + uint64(n), hang: true})
+}
+
 type dsaInjection struct {
 	at     uint64
 	status uint8
+	hang   bool
 }
 
 // dsaWQ is one work queue: its configuration (WQCFG) and, once enabled,
@@ -827,6 +839,9 @@ func (d *dsaDevice) execute(wqi int, wq *dsaWQ, desc *dsahw.Descriptor, inBatch 
 	for k, in := range d.inject {
 		if in.at == d.executed-1 {
 			d.inject = append(d.inject[:k], d.inject[k+1:]...)
+			if in.hang {
+				return dsahw.StatusNone
+			}
 			c.Status = in.status
 			injected = true
 			break

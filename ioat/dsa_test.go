@@ -249,3 +249,32 @@ func BenchmarkDSABatch32(b *testing.B) {
 	b.ReportMetric(rp, "reap-ns/desc")
 	b.ReportMetric(1e9/(sub+rp), "driver-desc/s")
 }
+
+// TestDSAWatchdog: a posting whose record never comes fails its requests
+// with ErrStalled after the watchdog time, the WQ is aborted, and it keeps
+// working.
+func TestDSAWatchdog(t *testing.T) {
+	q, plat, sm, dm := openDSAWQ(t, emulated.DSAOptions{}, Options{RingSize: 64, Watchdog: 20 * time.Millisecond})
+	plat.InjectHang(0, 0)
+	for i := 0; i < 3; i++ {
+		if err := q.EnqueueCopy(dm, i*4096, sm, i*4096, 4096, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Submit()
+	for i, r := range drain(t, q, 3) {
+		if !errors.Is(r.Err, ErrStalled) {
+			t.Fatalf("request %d: %v, want ErrStalled", i, r.Err)
+		}
+	}
+	if s := q.Stats(); s.Watchdogs != 1 {
+		t.Fatalf("stats %+v, want one watchdog", s)
+	}
+	if err := q.EnqueueCopy(dm, 0, sm, 8192, 4096, 9); err != nil {
+		t.Fatal(err)
+	}
+	q.Submit()
+	if r := drain(t, q, 1); r[0].Err != nil || !bytes.Equal(dm.Buf[:4096], sm.Buf[8192:12288]) {
+		t.Fatalf("copy after the watchdog: %v", r[0].Err)
+	}
+}
