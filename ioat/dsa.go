@@ -213,7 +213,7 @@ func OpenDSA(dev pci.Device, nWQ int, o Options) (_ []*WQ, err error) {
 		if st := regs.Read32(d.wqOff+i*d.stride+dsahw.WQCfgState) >> dsahw.WQStateShift; st != dsahw.WQStateEnable {
 			return nil, opErr(addr, "WQCFG", fmt.Errorf("%w: WQ %d state %d after ENABLE_WQ, want enabled", ErrTimeout, i, st))
 		}
-		q, err := newWQ(d, i, size, xfer, batch, o)
+		q, err := newWQ(d, i, nWQ, size, xfer, batch, o)
 		if err != nil {
 			return nil, err
 		}
@@ -285,9 +285,9 @@ type WQ struct {
 
 var _ Queue = (*WQ)(nil)
 
-func newWQ(d *dsaDevice, idx, size int, xferShift, batchShift uint, o Options) (*WQ, error) {
+func newWQ(d *dsaDevice, idx, nWQ, size int, xferShift, batchShift uint, o Options) (*WQ, error) {
 	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift}
-	q.info = Info{Addr: d.addr, Index: idx, Channels: d.open, Device: 0, Platform: hw.Platform(d.name),
+	q.info = Info{Addr: d.addr, Index: idx, Channels: nWQ, Platform: hw.Platform(d.name),
 		MaxTransfer: q.maxXfer, Fill: dsahw.HasOp(d.opcap, dsahw.OpFill), RingSize: o.RingSize}
 	if id, err := pci.ReadID(d.dev); err == nil {
 		q.info.Device = id.Device
