@@ -634,6 +634,9 @@ func (d *dsaDevice) enableWQ(i int) uint8 {
 	case size == 0:
 		d.violation("ENABLE_WQ %d with size 0", i)
 		return dsahw.CmdErrWQSize
+	case size+d.enabledSize() > d.o.TotalWQSize:
+		d.violation("ENABLE_WQ %d of size %d with %d entries already in enabled WQs: over WQCAP's total %d", i, size, d.enabledSize(), d.o.TotalWQSize)
+		return dsahw.CmdErrWQSize
 	case mode>>dsahw.WQPrioShift&0xF == 0:
 		d.violation("ENABLE_WQ %d with priority 0", i)
 		return dsahw.CmdErrWQPriority
@@ -660,6 +663,17 @@ func (d *dsaDevice) enableWQ(i int) uint8 {
 	wq.qHead, wq.qN = 0, 0
 	d.qmu.Unlock()
 	return dsahw.CmdOK
+}
+
+// enabledSize is the entries the enabled WQs hold.
+func (d *dsaDevice) enabledSize() int {
+	n := 0
+	for i := range d.wqs {
+		if d.wqs[i].enabled {
+			n += d.wqs[i].size
+		}
+	}
+	return n
 }
 
 // drainLocked waits (bounded) for WQ i's descriptors, or every WQ's with

@@ -298,6 +298,32 @@ func TestDSAMisconfiguration(t *testing.T) {
 			t.Fatalf("enable WQ: %s", dsahw.CmdErrString(c))
 		}
 	})
+	t.Run("WQOverTotalAfterEnable", func(t *testing.T) {
+		r := newDSARig(t, DSAOptions{TotalWQSize: 32})
+		r.configure(20)
+		// Put WQ 1 (8 entries) in group 0 too, with the device disabled.
+		if c := r.cmd(dsahw.CmdDisableDevice, 0); c != 0 {
+			t.Fatal(dsahw.CmdErrString(c))
+		}
+		r.regs.Write64(grpOff, 3)
+		r.regs.Write32(wqOff+32, 8)
+		r.regs.Write32(wqOff+32+dsahw.WQCfgMode, dsahw.WQModeDedic|1<<dsahw.WQPrioShift)
+		r.regs.Write32(wqOff+32+dsahw.WQCfgLimits, dsahw.WQLimits(16, 5))
+		if c := r.cmd(dsahw.CmdEnableDevice, 0); c != 0 {
+			t.Fatal(dsahw.CmdErrString(c))
+		}
+		if c := r.cmd(dsahw.CmdEnableWQ, 0); c != 0 {
+			t.Fatal(dsahw.CmdErrString(c))
+		}
+		r.regs.Write32(wqOff+32, 16) // WQ 1 is disabled: its WQCFG is writable
+		r.noViolations()
+		if c := r.cmd(dsahw.CmdEnableWQ, 1); c != dsahw.CmdErrWQSize {
+			t.Fatalf("enable WQ 1 past the total: %s", dsahw.CmdErrString(c))
+		}
+		if s := r.p.Stats(0); s.Violations != 1 {
+			t.Fatalf("stats %+v, want the enable recorded", s)
+		}
+	})
 	t.Run("CommandWhileActive", func(t *testing.T) {
 		r := newDSARig(t, DSAOptions{CommandDelay: time.Second})
 		r.regs.Write32(dsahw.RegCmd, dsahw.Command(dsahw.CmdResetDevice, 0))
