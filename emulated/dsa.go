@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/ioat/dsahw"
@@ -1073,8 +1072,10 @@ func (d *dsaDevice) complete(wqi int, desc *dsahw.Descriptor, c dsahw.Completion
 			dsahw.EncodeCompletion(b[:], c)
 			copy(rec[4:], b[4:])
 			// The status word last, in one store: the driver polls it.
-			atomic.StoreUint32((*uint32)(unsafe.Pointer(&rec[0])), binary.LittleEndian.Uint32(b[:4]))
+			// Publish comes first: a driver that sees the status must
+			// find the release it acquires already made.
 			dmasync.Publish()
+			store32(rec, binary.LittleEndian.Uint32(b[:4]))
 		}
 		d.f.dom.runlock()
 		if !ok {

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/ioat/dsahw"
@@ -114,9 +112,8 @@ func (r *dsaRig) submit(d dsahw.Descriptor) {
 // wait polls record i (32 bytes at dsaRecs + 32i) until it is written.
 func (r *dsaRig) wait(i int) dsahw.Completion {
 	r.t.Helper()
-	p := (*uint32)(unsafe.Pointer(&r.mem[dsaRecs+32*i]))
 	deadline := time.Now().Add(2 * time.Second)
-	for atomic.LoadUint32(p)&0x7F == 0 {
+	for load32(r.mem[dsaRecs+32*i:])&0x7F == 0 {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("completion record %d never written (violations: %+v)", i, r.p.Stats(0))
 		}
@@ -354,7 +351,7 @@ func TestDSAMisconfiguration(t *testing.T) {
 				t.Fatalf("descriptor %d failed", i)
 			}
 		}
-		if atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[dsaRecs+32*4]))) != 0 {
+		if load32(r.mem[dsaRecs+32*4:]) != 0 {
 			t.Fatal("the dropped descriptor completed")
 		}
 	})

@@ -15,7 +15,7 @@
 // models, which take the record as one method call anyway, and ordinary
 // memory in tests. A real portal written by it would drop the pieces.
 //
-// The assembly is confined to movdir_amd64.s.
+// The assembly is confined to movdir_amd64.s; unsafe pointers to the files named *_unsafe*.go.
 package movdir
 
 import "unsafe"
