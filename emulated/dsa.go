@@ -240,9 +240,10 @@ type dsaInjection struct {
 type dsaWQ struct {
 	cfg     [dsaCfgStride / 4]uint32
 	enabled bool
-	// The queue: descriptors written to the portal and not yet completed.
-	// An entry stays taken until its descriptor completes, so a driver
-	// that counts an entry free before it sees the completion overfills.
+	// The queue: descriptors written to the portal that no engine has
+	// taken yet. A driver cannot see when an engine takes one, only when
+	// it completes, so it must count an entry taken until then; one that
+	// counts less overfills the WQ whenever the engines fall behind.
 	q          [][dsahw.DescSize]byte
 	qHead, qN  int
 	size       int
@@ -825,14 +826,14 @@ func (d *dsaDevice) stepLocked() bool {
 		d.next = i + 1
 		var desc dsahw.Descriptor
 		desc.Decode(wq.q[wq.qHead][:])
-		d.qmu.Unlock()
-		// The entry stays taken while the descriptor runs.
-		d.execute(i, wq, &desc, false)
-		d.qmu.Lock()
+		// The entry frees when an engine takes the descriptor, as on
+		// hardware (WQ occupancy counts what waits for an engine), so
+		// it is free before the completion record says so.
 		wq.qHead = (wq.qHead + 1) % wq.size
 		wq.qN--
 		d.work.Add(-1)
 		d.qmu.Unlock()
+		d.execute(i, wq, &desc, false)
 		return true
 	}
 	d.qmu.Unlock()
