@@ -529,7 +529,11 @@ func (q *WQ) put(op uint8, src, dst uint64, n uint32, tag, first uint64, last bo
 	le.PutUint64(b[dsahw.DescOffDst:], dst)
 	le.PutUint32(b[dsahw.DescOffSize:], n)
 	le.PutUint32(b[dsahw.DescOffIntH:], 0)
-	store32(q.recs[i*dsahw.ComplSize:], 0)
+	// A plain store clears the record's status: the device cannot
+	// write it before the portal write that follows (MOVDIR64B fences
+	// the stores before it), and a locked store costs more than the rest
+	// of the descriptor.
+	le.PutUint32(q.recs[i*dsahw.ComplSize:], 0)
 	q.slots[i] = slot{tag: tag, opFirst: first, last: last, op: kind}
 	q.head++
 }
@@ -553,14 +557,14 @@ func (q *WQ) post() {
 			q.slotIOVA[(first+n)&q.mask] == q.slotIOVA[first&q.mask]+n*dsahw.DescSize {
 			n++
 		}
+		le := binary.LittleEndian
 		u := q.uHead % q.wqSize
 		q.units[u] = unit{first: first, n: n}
-		store32(q.urecs[u*dsahw.ComplSize:], 0)
+		le.PutUint32(q.urecs[u*dsahw.ComplSize:], 0) // before the portal write, as in put
 		var flags uint32 = dsahw.FlagCRAV | dsahw.FlagRCR
 		if q.intH != 0 {
 			flags |= dsahw.FlagRCI
 		}
-		le := binary.LittleEndian
 		if n == 1 {
 			copy(q.rec[:], q.ring[(first&q.mask)*dsahw.DescSize:][:dsahw.DescSize])
 			f := le.Uint32(q.rec[dsahw.DescOffFlags:])

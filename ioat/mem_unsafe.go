@@ -20,12 +20,8 @@ func store64(b []byte, v uint64) {
 // in the registration cache (never turned back into a pointer).
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-// load32 and store32 access a DSA completion record's status word with
-// one atomic operation: the device writes it last, with one store.
+// load32 reads a DSA completion record's status word with one atomic
+// load: the device writes it last, with one store.
 func load32(b []byte) uint32 {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(b))))
-}
-
-func store32(b []byte, v uint32) {
-	atomic.StoreUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), v)
 }
