@@ -278,3 +278,62 @@ func TestDSAWatchdog(t *testing.T) {
 		t.Fatalf("copy after the watchdog: %v", r[0].Err)
 	}
 }
+
+// TestDSAChannelMask: ChannelMask picks work queues of a DSA as it picks
+// channels of a CBDMA function: the engine drives only the WQs it names
+// and the device keeps working; a mask naming none of them is refused and
+// leaves the device free for the next engine.
+func TestDSAChannelMask(t *testing.T) {
+	devs, plat := dsaBackend(emulated.DSAOptions{}).open(t, 4)
+	o := offloadAll()
+	o.WQs = 4
+	o.ChannelMask = 1<<1 | 1<<3
+	e, err := NewEngine(devs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := e.Queues()
+	if len(qs) != 2 || qs[0].Info().Index != 1 || qs[1].Info().Index != 3 {
+		t.Fatalf("mask 0b1010 drives %d queues, want WQs 1 and 3", len(qs))
+	}
+	if n := len(e.Channels()); n != 0 {
+		t.Fatalf("a DSA engine reports %d CBDMA channels, want 0", n)
+	}
+	src, dst := make([]byte, 256<<10), make([]byte, 256<<10)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	for i := 0; i < 4; i++ {
+		clear(dst)
+		if err := e.Copy(dst, src); err != nil || !bytes.Equal(dst, src) {
+			t.Fatalf("copy %d: %v", i, err)
+		}
+	}
+	for i, s := range e.ChannelStats() {
+		if s.Ops == 0 {
+			t.Errorf("WQ %d completed nothing: round-robin should use both", qs[i].Info().Index)
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if plat.dsa.Stats(0).Violations != 0 {
+		t.Fatalf("violations: %s", plat.dsa.Stats(0).LastViolation)
+	}
+
+	o.ChannelMask = 1 << 5
+	if _, err := NewEngine(devs, o); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("mask naming no WQ: %v, want ErrBadRequest", err)
+	}
+	o.ChannelMask = 0
+	e, err = NewEngine(devs, o)
+	if err != nil {
+		t.Fatalf("open after a refused mask: %v (the device should have been reset)", err)
+	}
+	if n := len(e.Queues()); n != 4 {
+		t.Errorf("mask 0 drives %d WQs, want 4", n)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -128,10 +128,13 @@ type EngineOptions struct {
 	// interrupt (or, without interrupts, backs off with short sleeps).
 	// Default 20µs.
 	SpinWait time.Duration
-	// ChannelMask picks which channels of each function the engine opens:
-	// bit n for channel n. Zero, the default, opens every channel. A tool
-	// that wants one engine per channel (to count each channel's work)
-	// opens one engine per bit.
+	// ChannelMask picks which queues of each function the engine drives:
+	// bit n for CBDMA channel n, or for DSA work queue n of the WQs
+	// configured. Zero, the default, drives every one. A tool that wants
+	// one engine per CBDMA channel (to count each channel's work) opens
+	// one engine per bit. A DSA is configured whole by the engine that
+	// opens it, so its work queues cannot be split among engines: the
+	// WQs a mask leaves out are disabled.
 	ChannelMask uint32
 }
 
@@ -191,7 +194,8 @@ type echan struct {
 }
 
 // NewEngine opens every channel of each CBDMA device (see ChannelCount)
-// and EngineOptions.WQs work queues of each DSA device (OpenDSA). The devices must share one DMA
+// and EngineOptions.WQs work queues of each DSA device (OpenDSA), or those
+// EngineOptions.ChannelMask selects. The devices must share one DMA
 // domain (one VFIO container, or one emulated platform), since buffers are
 // mapped once for all channels.
 func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
@@ -236,7 +240,27 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 			if err != nil {
 				return fail(err)
 			}
-			for _, q := range wqs {
+			// ChannelMask picks among the WQs configured; the others
+			// are disabled at once. Closing them all resets the device.
+			var keep []*WQ
+			var closeErr error
+			for i, q := range wqs {
+				if o.ChannelMask != 0 && o.ChannelMask&(1<<i) == 0 {
+					closeErr = errors.Join(closeErr, q.Close())
+					continue
+				}
+				keep = append(keep, q)
+			}
+			if closeErr != nil {
+				for _, q := range keep {
+					q.Close()
+				}
+				return fail(closeErr)
+			}
+			if len(keep) == 0 {
+				return fail(opErr(dev.Address(), "WQCFG", fmt.Errorf("ChannelMask %#x selects none of the DSA's %d work queues: %w", o.ChannelMask, len(wqs), ErrBadRequest)))
+			}
+			for _, q := range keep {
 				e.chans = append(e.chans, &echan{ch: q, failed: map[uint64]error{}})
 			}
 			continue
