@@ -126,6 +126,9 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	if c.bandwidth < 0 {
 		return c, usagef(cmd, "--bandwidth must not be negative")
 	}
+	if c.kind == "emulated-dsa" && (set["cbver"] || set["chancnt"]) {
+		return c, usagef(cmd, "--cbver and --chancnt apply to the CBDMA model only: drop them, or use --device emulated")
+	}
 	switch {
 	case c.chancnt < 1 || c.chancnt > 4:
 		return c, usagef(cmd, "--chancnt %d: want 1 to 4 channels per function", c.chancnt)
@@ -138,9 +141,6 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 		if set[n] {
 			c.emuOnly = append(c.emuOnly, "--"+n)
 		}
-	}
-	if c.kind == "emulated-dsa" && (set["cbver"] || set["chancnt"]) {
-		return c, usagef(cmd, "--cbver and --chancnt apply to the CBDMA model only: drop them, or use --device emulated")
 	}
 	if c.kind == "pci" && len(c.emuOnly) > 0 {
 		return c, usagef(cmd, "%s apply to the emulated engine only: drop them, or use --device emulated", strings.Join(c.emuOnly, " and "))
