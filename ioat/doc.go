@@ -14,8 +14,9 @@
 // concurrent use, like a DPDK dmadev queue: its owner enqueues
 // descriptors (EnqueueCopy, EnqueueFill, EnqueueNull), rings the doorbell
 // once per batch (Submit) and reaps completions into a slice (Poll). An
-// Engine opens every channel of a set of functions (or those
-// EngineOptions.ChannelMask picks), adds locking, spreads
+// Engine opens every channel of a set of functions and every work queue
+// it configures on a DSA (or those EngineOptions.ChannelMask picks),
+// adds locking, spreads
 // requests by a Policy, copies small or overlapping requests on the CPU,
 // and maps arbitrary []byte for DMA through a registration cache. Its
 // Wait polls briefly, then, with Options.Interrupts, sleeps on the
