@@ -158,6 +158,8 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 20000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNotifications$$' -fuzztime 20000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMACString$$' -fuzztime 20000x ./nicdrv/usbnet/
+	$(GO) test -run '^$$' -fuzz '^FuzzDSARegisters$$' -fuzztime 2000x ./emulated/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCompletion$$' -fuzztime 5000x ./ioat/dsahw/
 
 lint: fmt-check vet staticcheck
 

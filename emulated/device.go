@@ -37,7 +37,8 @@ type Function struct {
 	cfgW1C  [4096]byte // write-1-to-clear bits
 	cmd     atomic.Uint32
 
-	bar *bar
+	bar  *bar
+	bar2 *bar // BAR2 (DSA portals), nil when the model has none
 
 	irqMu  sync.Mutex
 	irqs   []*pci.Interrupt
@@ -117,10 +118,14 @@ func (f *Function) orConfig32(off int, v uint32) {
 func (f *Function) busMaster() bool  { return f.cmd.Load()&pci.CommandBusMaster != 0 }
 func (f *Function) memEnabled() bool { return f.cmd.Load()&pci.CommandMemory != 0 }
 
-// BAR implements pci.Device. Only BAR0 exists.
+// BAR implements pci.Device: BAR0, and BAR2 where the model has portals
+// (DSA).
 func (f *Function) BAR(i int) (pci.Registers, error) {
 	if f.closed.Load() {
 		return nil, &pci.OpError{Op: fmt.Sprintf("BAR%d", i), Addr: f.addr, Err: pci.ErrClosed}
+	}
+	if i == 2 && f.bar2 != nil {
+		return f.bar2, nil
 	}
 	if i != 0 {
 		return nil, &pci.OpError{Op: fmt.Sprintf("BAR%d", i), Addr: f.addr, Err: pci.ErrNotSupported}
@@ -208,16 +213,25 @@ func (f *Function) Close() error {
 	return f.DisableInterrupts()
 }
 
-// bar is BAR0 of an emulated function: a register file whose accesses go to
-// the model, one call per access.
+// portalModel is a model with work-queue portals in BAR2 (DSA): it takes
+// 64-byte posted writes, and sees register-width accesses to BAR2.
+type portalModel interface {
+	portalWrite(bar, off int, rec *[64]byte)
+	portalAccess(off, w int, write bool) uint64
+}
+
+// bar is BAR0 (or, for a model with portals, BAR2) of an emulated
+// function: a register file whose accesses go to the model, one call per
+// access.
 type bar struct {
 	f    *Function
 	size int
+	idx  int // BAR number
 }
 
 func (b *bar) check(off, w int) {
 	if off < 0 || off+w > b.size || off%w != 0 {
-		panic(fmt.Sprintf("emulated %s: BAR0 access of %d bytes at %#x: out of range or misaligned (BAR is %#x bytes)", b.f.addr, w, off, b.size))
+		panic(fmt.Sprintf("emulated %s: BAR%d access of %d bytes at %#x: out of range or misaligned (BAR is %#x bytes)", b.f.addr, b.idx, w, off, b.size))
 	}
 }
 
@@ -225,6 +239,9 @@ func (b *bar) read(off, w int) uint64 {
 	b.check(off, w)
 	if !b.f.memEnabled() {
 		return ^uint64(0) >> (64 - 8*w) // memory decode off: all ones
+	}
+	if b.idx != 0 {
+		return b.f.m.(portalModel).portalAccess(off, w, false)
 	}
 	return b.f.m.read(off, w)
 }
@@ -234,7 +251,24 @@ func (b *bar) write(off, w int, v uint64) {
 	if !b.f.memEnabled() {
 		return
 	}
+	if b.idx != 0 {
+		b.f.m.(portalModel).portalAccess(off, w, true)
+		return
+	}
 	b.f.m.write(off, w, v)
+}
+
+// WritePortal implements pci.Registers: the record goes to the model as
+// one call, as MOVDIR64B delivers it as one write. A model without portals
+// (CBDMA) ignores it.
+func (b *bar) WritePortal(off int, rec *[64]byte) {
+	b.check(off, 64)
+	if !b.f.memEnabled() {
+		return
+	}
+	if pm, ok := b.f.m.(portalModel); ok {
+		pm.portalWrite(b.idx, off, rec)
+	}
 }
 
 func (b *bar) Len() int                  { return b.size }

@@ -113,6 +113,46 @@
 // DCAOFFSET points past every channel block (0xE00), below the MSI-X
 // table at 0x2000; the model does not implement the DCA registers there.
 //
+// # The DSA model
+//
+// NewDSA builds a platform of Data Streaming Accelerator functions (the
+// copy engine of Xeons from Sapphire Rapids on), registers and layouts
+// from package ioat/dsahw. BAR0 holds the capabilities (GENCAP, WQCAP,
+// GRPCAP, ENGCAP, OPCAP), GENSTS, CMD and CMDSTS, SWERR and the GRPCFG and
+// WQCFG tables; BAR2 holds one portal per WQ, which takes a descriptor as
+// one 64-byte write (pci.Registers.WritePortal). One goroutine per
+// function is its engines: it serves the enabled WQs in turn, executes
+// no-op, drain, memory move, fill, compare, CRC generation and batches
+// (each as OPCAP offers them), writes completion records status word last,
+// and raises the WQ's MSI-X vector (the descriptor's interrupt handle,
+// 1..WQs; vector 0 is for errors) on request.
+//
+// What the model checks:
+//
+//	Misprogramming                               Model                                     Reference
+//	command while CMDSTS active                  violation, command ignored                 Linux idxd_cmd_exec polls active first
+//	ENABLE_DEVICE with bus mastering off          CMDSTS 0x12, violation                     registers.h IDXD_CMDSTS_ERR_BUSMASTER_EN
+//	WQ sizes adding up past total_wq_size         CMDSTS 0x14, violation                     ERR_WQ_SIZE_ERANGE
+//	group with WQs and no engine                  CMDSTS 0x15, violation                     ERR_GRP_CONFIG
+//	engine or WQ in two groups, or out of range   CMDSTS 0x16/0x17/0x18, violation           ERR_GRP_CONFIG2-4
+//	ENABLE_WQ: size 0, priority 0, shared mode    CMDSTS 0x22/0x23/0x26, violation           ERR_WQ_SIZE, ERR_WQ_PRIOR, ERR_PASID_EN
+//	  without PASID, limits over GENCAP's          CMDSTS 0x27/0x28, violation                ERR_MAX_BATCH_SIZE, ERR_MAX_XFER_SIZE
+//	ENABLE_WQ with the device disabled            CMDSTS 0x20, violation                     ERR_DEV_NOTEN
+//	GRPCFG/WQCFG/GENCFG written while enabled      violation, write ignored                   the tables lock when the device (WQ) is enabled
+//	descriptor past a dedicated WQ's size          dropped, counted, violation                posted MOVDIR64B writes are dropped silently
+//	descriptor to a disabled WQ, register-width    dropped, counted, violation                portals take 64-byte writes to enabled WQs only
+//	  write to a portal
+//	unknown opcode, opcode not in OPCAP            record status 0x10                         uapi idxd.h DSA_COMP_BAD_OPCODE
+//	reserved flags, RCR without CRAV              record status 0x11                         DSA_COMP_INVALID_FLAGS
+//	size 0 or over the WQ's max_xfer_shift         record status 0x13                         DSA_COMP_XFER_ERANGE
+//	batch count <2 or over max_batch_shift        record status 0x14                         DSA_COMP_DESC_CNT_ERANGE
+//	completion record not 32-byte aligned          SWERR code 0x1b, error interrupt          DSA_COMP_CRA_ALIGN
+//	unmapped source or destination                 status 0x03, bytes done, fault address    DSA_COMP_PAGE_FAULT_NOBOF (partial)
+//	failure in a batch                             member's record, batch status 0x05        DSA_COMP_BATCH_FAIL
+//
+// InjectStatus makes a chosen descriptor complete with a chosen status,
+// for testing a driver's recovery.
+//
 // # The 82574L (e1000e) model
 //
 // NewE1000E builds a platform of Intel 82574L NICs (8086:10D3, the device

@@ -21,6 +21,17 @@ func store64(b []byte, v uint64) {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), v)
 }
 
+// store32 writes the first word of b (4-byte aligned) with one atomic
+// store: a DSA completion record's status word, which the driver polls.
+func store32(b []byte, v uint32) {
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), v)
+}
+
+// load32 reads the first word of b with one atomic load.
+func load32(b []byte) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
 // Futex operations on a word private to this process (analogous to
 // FUTEX_WAIT_PRIVATE and FUTEX_WAKE_PRIVATE in linux/futex.h).
 const (

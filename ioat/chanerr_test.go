@@ -56,7 +56,7 @@ func TestSlowToClearErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer dev.DMA().Unmap(m)
-			plat.InjectError(0, 0, hw.ErrReadData)
+			plat.cb.InjectError(0, 0, hw.ErrReadData)
 			for i := 0; i < 2; i++ {
 				if err := c.EnqueueCopy(m, 4096*(i+1), m, 0, 4096, uint64(i)); err != nil {
 					t.Fatal(err)
@@ -145,7 +145,7 @@ func TestChainAddrRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.DMA().Unmap(m)
-	plat.InjectError(0, 0, hw.ErrWriteData)
+	plat.cb.InjectError(0, 0, hw.ErrWriteData)
 	if err := c.EnqueueCopy(m, 0, m, 2048, 2048, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -95,16 +95,20 @@ func (o *Options) fill() error {
 	return nil
 }
 
-// Info describes an open channel.
+// Info describes an open channel or DSA work queue.
 type Info struct {
 	Addr pci.Address
 	// Index is the channel's number within its function; Channels is the
-	// function's CHANCNT.
+	// function's CHANCNT. For a DSA work queue: the WQ's number, and how
+	// many WQs the device was configured with.
 	Index, Channels int
 	Device          uint16
-	Platform        hw.Platform
+	// Platform names the CBDMA generation, or the DSA ("DSA (Sapphire
+	// Rapids)").
+	Platform hw.Platform
 	// Version is CBVER as read; Effective is the version whose access
-	// rules the driver follows (3.2 for SKX, whatever CBVER says).
+	// rules the driver follows (3.2 for SKX, whatever CBVER says). Both
+	// are zero for a DSA.
 	Version, Effective uint8
 	// MaxTransfer is the largest transfer per descriptor (2^XFERCAP).
 	MaxTransfer int
@@ -1187,6 +1191,8 @@ func (c *Channel) WaitInterrupt(ctx context.Context, timeout time.Duration) erro
 	}
 	return err
 }
+
+func (c *Channel) countInterrupt() { c.stats.Interrupts++ }
 
 // rearm writes CHANCTRL with INT_REARM so the next completion interrupts.
 func (c *Channel) rearm() {

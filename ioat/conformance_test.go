@@ -18,10 +18,93 @@ import (
 )
 
 // backend is one platform the conformance suite runs on: the emulated
-// model always; real CBDMA (vfio) when present.
+// CBDMA and DSA models always; real CBDMA (vfio) when present.
 type backend struct {
 	name string
-	open func(t testing.TB, channels int) (devs []pci.Device, plat *emulated.CBDMA)
+	open func(t testing.TB, channels int) (devs []pci.Device, plat *testPlatform)
+}
+
+// testPlatform is the emulated platform behind a backend, nil for real
+// devices: one of cb and dsa is set.
+type testPlatform struct {
+	cb  *emulated.CBDMA
+	dsa *emulated.DSA
+}
+
+// IOMMU is the platform's DMA domain.
+func (p *testPlatform) IOMMU() *emulated.IOMMU {
+	if p.cb != nil {
+		return p.cb.IOMMU()
+	}
+	return p.dsa.IOMMU()
+}
+
+// Stats returns the counters of CBDMA channel i, or of DSA function i
+// (all its work queues; zero past the last function).
+func (p *testPlatform) Stats(i int) emulated.ChannelStats {
+	if p.cb != nil {
+		return p.cb.Stats(i)
+	}
+	if i >= len(p.dsa.Functions()) {
+		return emulated.ChannelStats{}
+	}
+	s := p.dsa.Stats(i)
+	return emulated.ChannelStats{Descriptors: s.Descriptors, Bytes: s.Bytes, Errors: s.Errors, Interrupts: s.Interrupts, Violations: s.Violations, LastViolation: s.LastViolation}
+}
+
+// dsaBackend is the DSA model: one function whose engines, groups and WQs
+// number the channels asked for, so the engine gets that many WQs.
+func dsaBackend(o emulated.DSAOptions) backend {
+	name := "emulated-dsa"
+	if o.Scatter {
+		name += "-scatter"
+	}
+	return backend{name: name, open: func(t testing.TB, channels int) ([]pci.Device, *testPlatform) {
+		o := o
+		o.Engines, o.Groups = channels, channels
+		if o.WQs == 0 {
+			o.WQs = max(channels, 8)
+		}
+		if o.MaxXferShift == 0 {
+			o.MaxXferShift = 20
+		}
+		p, err := emulated.NewDSA(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for i := range p.Functions() {
+				if s := p.Stats(i); s.Violations != 0 {
+					t.Errorf("DSA %d: driver misprogrammed the device %d times, last: %s", i, s.Violations, s.LastViolation)
+				}
+			}
+			if err := p.Close(); err != nil {
+				t.Error(err)
+			}
+			if n := p.IOMMU().Live(); n != 0 {
+				t.Errorf("%d DMA mappings leaked", n)
+			}
+		})
+		return p.Devices(), &testPlatform{dsa: p}
+	}}
+}
+
+// openQueue opens one queue of dev: a CBDMA channel, or one dedicated WQ
+// of a DSA.
+func openQueue(t testing.TB, dev pci.Device, o Options) Queue {
+	t.Helper()
+	if IsDSA(dev) {
+		wqs, err := OpenDSA(dev, 1, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wqs[0]
+	}
+	c, err := Open(dev, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func emulatedBackend(o emulated.CBDMAOptions) backend {
@@ -32,7 +115,7 @@ func emulatedBackend(o emulated.CBDMAOptions) backend {
 	if o.HideArmed {
 		name += "-noarmed"
 	}
-	return backend{name: name, open: func(t testing.TB, channels int) ([]pci.Device, *emulated.CBDMA) {
+	return backend{name: name, open: func(t testing.TB, channels int) ([]pci.Device, *testPlatform) {
 		o := o
 		o.Channels = channels
 		p, err := emulated.NewCBDMA(o)
@@ -52,7 +135,7 @@ func emulatedBackend(o emulated.CBDMAOptions) backend {
 				t.Errorf("%d DMA mappings leaked", n)
 			}
 		})
-		return p.Devices(), p
+		return p.Devices(), &testPlatform{cb: p}
 	}}
 }
 
@@ -71,6 +154,8 @@ func backends() []backend {
 		referenceBackend(familyLinux, emulated.CBDMAOptions{Version: hw.Ver32, HideArmed: true}),
 		referenceBackend(familySPDK, emulated.CBDMAOptions{Version: hw.Ver32, HideArmed: true}),
 		referenceBackend(familyDPDK, emulated.CBDMAOptions{Version: hw.Ver34}),
+		dsaBackend(emulated.DSAOptions{}),
+		dsaBackend(emulated.DSAOptions{Scatter: true, MaxXferShift: 16}),
 	}
 	return append(bs, realBackends()...)
 }
@@ -86,12 +171,12 @@ func forEach(t *testing.T, f func(t *testing.T, b backend)) {
 // one: for the heavier tests, which need not repeat on every model
 // variant but must run on hardware when it is there.
 func forEachCommon(t *testing.T, f func(t *testing.T, b backend)) {
-	for _, b := range append([]backend{backends()[1]}, realBackends()...) {
+	for _, b := range append([]backend{backends()[1], dsaBackend(emulated.DSAOptions{})}, realBackends()...) {
 		t.Run(b.name, func(t *testing.T) { f(t, b) })
 	}
 }
 
-func newEngine(t testing.TB, b backend, channels int, o EngineOptions) (*Engine, *emulated.CBDMA) {
+func newEngine(t testing.TB, b backend, channels int, o EngineOptions) (*Engine, *testPlatform) {
 	devs, plat := b.open(t, channels)
 	e, err := NewEngine(devs, o)
 	if err != nil {
@@ -166,7 +251,7 @@ func TestRandomCopies(t *testing.T) {
 func TestSplits(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		e, _ := newEngine(t, b, 1, offloadAll())
-		maxX := e.Channels()[0].MaxTransfer()
+		maxX := e.Queues()[0].MaxTransfer()
 		sb, err := e.Alloc(6 << 20)
 		if err != nil {
 			t.Fatal(err)
@@ -288,7 +373,7 @@ func allChannelsManyGoroutines(t *testing.T, b backend) {
 					busy++
 				}
 			}
-			if n := len(e.Channels()); busy < min(2, n) {
+			if n := len(e.Queues()); busy < min(2, n) {
 				t.Errorf("policy %v used %d of %d channels", pol, busy, n)
 			}
 		})
@@ -300,10 +385,7 @@ func allChannelsManyGoroutines(t *testing.T, b backend) {
 func TestRingWrap(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		devs, plat := b.open(t, 1)
-		c, err := Open(devs[0], Options{RingSize: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := openQueue(t, devs[0], Options{RingSize: 64})
 		defer c.Close()
 		buf := make([]byte, 64<<10)
 		for i := range buf[:32<<10] {
@@ -367,7 +449,8 @@ func TestInjectedErrors(t *testing.T) {
 	for _, ver := range []uint8{hw.Ver32, hw.Ver33, hw.Ver34} {
 		for _, bits := range bitsList {
 			t.Run(fmt.Sprintf("v%x/%#x", ver, bits), func(t *testing.T) {
-				devs, plat := emulatedBackend(emulated.CBDMAOptions{Version: ver}).open(t, 1)
+				devs, tp := emulatedBackend(emulated.CBDMAOptions{Version: ver}).open(t, 1)
+				plat := tp.cb
 				c, err := Open(devs[0], Options{RingSize: 256})
 				if err != nil {
 					t.Fatal(err)
@@ -421,7 +504,7 @@ func TestInjectedErrors(t *testing.T) {
 	}
 }
 
-func drain(t testing.TB, c *Channel, n int) []Completion {
+func drain(t testing.TB, c Queue, n int) []Completion {
 	t.Helper()
 	out := make([]Completion, n)
 	got := 0
@@ -446,10 +529,7 @@ func TestUnmappedFault(t *testing.T) {
 
 func unmappedFault(t *testing.T, b backend) {
 	devs, plat := b.open(t, 1)
-	c, err := Open(devs[0], Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := openQueue(t, devs[0], Options{})
 	defer c.Close()
 	buf := make([]byte, 8192)
 	m, _ := devs[0].DMA().Map(buf)
@@ -638,17 +718,29 @@ func badRequests(t *testing.T, b backend) {
 	if _, err := e.ICopy(make([]byte, 10), make([]byte, 20)); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("short destination: %v", err)
 	}
-	c := e.Channels()[0]
+	c := e.Queues()[0]
 	m := &pci.Mapping{Buf: make([]byte, 10), Segments: []pci.Segment{{IOVA: 1 << 40, Len: 10}}}
 	if err := c.EnqueueCopy(m, 5, m, 0, 10, 0); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("copy past the mapping: %v", err)
 	}
-	if _, err := Open(fakeNotCBDMA{e.Channels()[0].dev}, Options{}); !errors.Is(err, ErrNotCBDMA) {
+	dev := devOf(c)
+	if _, err := Open(fakeNotCBDMA{dev}, Options{}); !errors.Is(err, ErrNotCBDMA) {
 		t.Fatalf("open a non-CBDMA device: %v", err)
 	}
-	if _, err := Open(e.Channels()[0].dev, Options{RingSize: 100}); !errors.Is(err, ErrBadRequest) {
+	if _, err := OpenDSA(fakeNotCBDMA{dev}, 0, Options{}); !errors.Is(err, ErrNotCBDMA) {
+		t.Fatalf("open a non-DSA device as DSA: %v", err)
+	}
+	if _, err := Open(dev, Options{RingSize: 100}); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("ring size 100: %v", err)
 	}
+}
+
+// devOf returns the PCI function behind a queue.
+func devOf(q Queue) pci.Device {
+	if c, ok := q.(*Channel); ok {
+		return c.dev
+	}
+	return q.(*WQ).d.dev
 }
 
 // fakeNotCBDMA reports another vendor's ID.
@@ -667,7 +759,7 @@ func (f fakeNotCBDMA) ReadConfig(off int, b []byte) error {
 // TestReopen opens and closes a channel many times, as Linux's VFIO
 // selftest does: each Open must find the channel reusable.
 func TestReopen(t *testing.T) {
-	for _, b := range append([]backend{backends()[0]}, realBackends()...) {
+	for _, b := range append([]backend{backends()[0], dsaBackend(emulated.DSAOptions{})}, realBackends()...) {
 		t.Run(b.name, func(t *testing.T) { reopen(t, b) })
 	}
 }
@@ -675,10 +767,7 @@ func TestReopen(t *testing.T) {
 func reopen(t *testing.T, b backend) {
 	devs, _ := b.open(t, 1)
 	for i := 0; i < 10; i++ {
-		c, err := Open(devs[0], Options{RingSize: 16})
-		if err != nil {
-			t.Fatalf("open #%d: %v", i, err)
-		}
+		c := openQueue(t, devs[0], Options{RingSize: 16})
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -706,7 +795,7 @@ func suspendedInterruptEngine(t *testing.T) (*Engine, func(uint8)) {
 	ec := e.chans[0]
 	cmd := func(v uint8) {
 		ec.mu.Lock()
-		ec.ch.regs.Write8(ec.ch.base+hw.ChanCmd, v)
+		ec.ch.(*Channel).regs.Write8(ec.ch.(*Channel).base+hw.ChanCmd, v)
 		ec.mu.Unlock()
 	}
 	cmd(hw.CmdSuspend)
@@ -828,7 +917,7 @@ func TestWaitWokenByItsCompletion(t *testing.T) {
 	ec := e.chans[0]
 	cmd := func(v uint8) {
 		ec.mu.Lock()
-		ec.ch.regs.Write8(ec.ch.base+hw.ChanCmd, v)
+		ec.ch.(*Channel).regs.Write8(ec.ch.(*Channel).base+hw.ChanCmd, v)
 		ec.mu.Unlock()
 	}
 	// The copy runs once its waiter is about to sleep: it completes while

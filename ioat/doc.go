@@ -1,9 +1,11 @@
-// Package ioat drives Intel I/OAT "Crystal Beach" DMA engines (CBDMA, CB
-// 3.2 to 3.4) from user space, through the device contract of package
-// pci: a real channel bound to vfio-pci or an in-process model from
-// package emulated, which the driver cannot tell apart. On top of the
-// channels it offers the asynchronous memory-copy API of the paper the
-// project follows: Copy, ICopy, Check and Wait.
+// Package ioat drives Intel's memory-copy engines from user space: I/OAT
+// "Crystal Beach" DMA channels (CBDMA, CB 3.2 to 3.4) and the work queues
+// of the Data Streaming Accelerator (DSA) that replaces them from Sapphire
+// Rapids on, through the device contract of package pci: a real device
+// bound to vfio-pci or an in-process model from package emulated, which
+// the driver cannot tell apart. On top of them it offers the asynchronous
+// memory-copy API of the paper the project follows: Copy, ICopy, Check
+// and Wait.
 //
 // # Layers
 //
@@ -12,8 +14,9 @@
 // concurrent use, like a DPDK dmadev queue: its owner enqueues
 // descriptors (EnqueueCopy, EnqueueFill, EnqueueNull), rings the doorbell
 // once per batch (Submit) and reaps completions into a slice (Poll). An
-// Engine opens every channel of a set of functions (or those
-// EngineOptions.ChannelMask picks), adds locking, spreads
+// Engine opens every channel of a set of functions and every work queue
+// it configures on a DSA (or those EngineOptions.ChannelMask picks),
+// adds locking, spreads
 // requests by a Policy, copies small or overlapping requests on the CPU,
 // and maps arbitrary []byte for DMA through a registration cache. Its
 // Wait polls briefly, then, with Options.Interrupts, sleeps on the
@@ -25,6 +28,21 @@
 // several requests wakes all their waiters, as an interrupt handler
 // wakes its wait queue. Stats.BoundWakes counts the sleeps that lasted
 // their bound (a millisecond) instead: a wake-up lost or held back.
+//
+// # One Engine, two kinds of queue
+//
+// An Engine drives Queues: a *Channel (one CBDMA channel) or a *WQ (one
+// dedicated work queue of a DSA, opened by OpenDSA). Both have one owner
+// who enqueues, submits once per batch and polls completions into a
+// slice; the Engine's locking, policies, waits, registration cache and CPU
+// threshold are the same for both, and NewEngine picks the driver by PCI
+// ID. Where a channel chains descriptors and writes back one status word,
+// a WQ posts each batch of descriptors to its portal as one batch
+// descriptor with a 64-byte write (pci.Registers.WritePortal, MOVDIR64B)
+// and reads a 32-byte completion record per posting; it keeps no more
+// postings outstanding than the WQ's size, since the device drops one
+// past that without a trace. docs/dsa.md describes the DSA driver and how
+// to configure a real DSA.
 //
 // # A channel's life
 //

@@ -55,10 +55,55 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("ioat: unknown policy %q (want round-robin, least-loaded, stripe or dedicated)", s)
 }
 
+// Queue is one hardware queue an Engine drives: a CBDMA channel
+// (*Channel) or a DSA work queue (*WQ). Both have one owner, who enqueues
+// descriptors, submits them once per batch and polls completions into a
+// slice; the Engine adds locking, scheduling and waits on top, the same
+// for both. The interface is sealed: only this package's queues satisfy
+// it.
+type Queue interface {
+	// EnqueueCopy adds a copy of n bytes (split as the hardware needs);
+	// ErrRingFull when there is no room, nothing enqueued.
+	EnqueueCopy(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int, tag uint64) error
+	// EnqueueFill adds a fill with a 64-bit pattern; ErrNoFill when the
+	// hardware has none.
+	EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, tag uint64) error
+	// EnqueueNull adds an operation that moves nothing and completes in
+	// order.
+	EnqueueNull(tag uint64) error
+	// Submit hands what was enqueued to the hardware.
+	Submit()
+	// Poll reports completed requests, in order, into out.
+	Poll(out []Completion) int
+	// Free is how many descriptors can be enqueued now; Outstanding how
+	// many are enqueued and not yet reported by Poll.
+	Free() int
+	Outstanding() int
+	// MaxTransfer is the most one descriptor moves.
+	MaxTransfer() int
+	// Interrupt is the completion interrupt, nil when polling.
+	Interrupt() *pci.Interrupt
+	// Info and Stats describe the queue.
+	Info() Info
+	Stats() Stats
+	// Close stops the queue; no DMA after it returns.
+	Close() error
+
+	rearm()
+	countInterrupt()
+}
+
+var _ Queue = (*Channel)(nil)
+
 // EngineOptions configures an Engine.
 type EngineOptions struct {
-	// Channel configures every channel.
+	// Channel configures every channel (and every DSA work queue: ring
+	// size, interrupts, timeouts, memory).
 	Channel Options
+	// WQs is how many dedicated work queues the Engine configures on each
+	// DSA function (default: one per engine, at most 4 and at most what
+	// WQCAP, ENGCAP and GRPCAP allow).
+	WQs int
 	// Policy picks channels for requests (default RoundRobin).
 	Policy Policy
 	// CPUThreshold: requests smaller than this many bytes are copied by the
@@ -83,10 +128,13 @@ type EngineOptions struct {
 	// interrupt (or, without interrupts, backs off with short sleeps).
 	// Default 20µs.
 	SpinWait time.Duration
-	// ChannelMask picks which channels of each function the engine opens:
-	// bit n for channel n. Zero, the default, opens every channel. A tool
-	// that wants one engine per channel (to count each channel's work)
-	// opens one engine per bit.
+	// ChannelMask picks which queues of each function the engine drives:
+	// bit n for CBDMA channel n, or for DSA work queue n of the WQs
+	// configured. Zero, the default, drives every one. A tool that wants
+	// one engine per CBDMA channel (to count each channel's work) opens
+	// one engine per bit. A DSA is configured whole by the engine that
+	// opens it, so its work queues cannot be split among engines: the
+	// WQs a mask leaves out are disabled.
 	ChannelMask uint32
 }
 
@@ -99,7 +147,8 @@ func DefaultEngineOptions() EngineOptions {
 	}
 }
 
-// Engine spreads copies and fills over several channels and offers the
+// Engine spreads copies and fills over several queues (CBDMA channels,
+// DSA work queues, or both) and offers the
 // paper's asynchronous memory-copy API (§3.2): Copy, ICopy, Check, Wait.
 // It accepts registered DMA buffers (Alloc, Register) and arbitrary
 // []byte, mapped on demand through a registration cache. An Engine is safe
@@ -120,7 +169,7 @@ type Engine struct {
 // echan is an Engine's view of one channel: a lock and request
 // bookkeeping around the single-owner Channel.
 type echan struct {
-	ch     *Channel
+	ch     Queue
 	mu     sync.Mutex
 	next   uint64        // tag of the next request
 	done   atomic.Uint64 // every tag below this has completed
@@ -144,7 +193,9 @@ type echan struct {
 	bounded atomic.Uint64 // sleeps that ended by their bound (Stats.BoundWakes)
 }
 
-// NewEngine opens every channel of each device (see ChannelCount). The devices must share one DMA
+// NewEngine opens every channel of each CBDMA device (see ChannelCount)
+// and EngineOptions.WQs work queues of each DSA device (OpenDSA), or those
+// EngineOptions.ChannelMask selects. The devices must share one DMA
 // domain (one VFIO container, or one emulated platform), since buffers are
 // mapped once for all channels.
 func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
@@ -184,6 +235,36 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 		return nil, err
 	}
 	for _, dev := range devs {
+		if IsDSA(dev) {
+			wqs, err := OpenDSA(dev, o.WQs, o.Channel)
+			if err != nil {
+				return fail(err)
+			}
+			// ChannelMask picks among the WQs configured; the others
+			// are disabled at once. Closing them all resets the device.
+			var keep []*WQ
+			var closeErr error
+			for i, q := range wqs {
+				if o.ChannelMask != 0 && o.ChannelMask&(1<<i) == 0 {
+					closeErr = errors.Join(closeErr, q.Close())
+					continue
+				}
+				keep = append(keep, q)
+			}
+			if closeErr != nil {
+				for _, q := range keep {
+					q.Close()
+				}
+				return fail(closeErr)
+			}
+			if len(keep) == 0 {
+				return fail(opErr(dev.Address(), "WQCFG", fmt.Errorf("ChannelMask %#x selects none of the DSA's %d work queues: %w", o.ChannelMask, len(wqs), ErrBadRequest)))
+			}
+			for _, q := range keep {
+				e.chans = append(e.chans, &echan{ch: q, failed: map[uint64]error{}})
+			}
+			continue
+		}
 		// Every channel of every function: one per function on Xeon,
 		// CHANCNT of them on older parts, as Linux enumerates them.
 		n, err := ChannelCount(dev)
@@ -211,12 +292,25 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 	return e, nil
 }
 
-// Channels returns the engine's channels, for Info and Stats. Do not
-// enqueue on them directly while the engine runs.
-func (e *Engine) Channels() []*Channel {
-	cs := make([]*Channel, len(e.chans))
+// Queues returns the engine's queues (channels and work queues), for
+// Info and Stats. Do not enqueue on them directly while the engine runs.
+func (e *Engine) Queues() []Queue {
+	qs := make([]Queue, len(e.chans))
 	for i, ec := range e.chans {
-		cs[i] = ec.ch
+		qs[i] = ec.ch
+	}
+	return qs
+}
+
+// Channels returns the engine's CBDMA channels (not its DSA work queues),
+// for Info and Stats. Do not enqueue on them directly while the engine
+// runs.
+func (e *Engine) Channels() []*Channel {
+	var cs []*Channel
+	for _, ec := range e.chans {
+		if c, ok := ec.ch.(*Channel); ok {
+			cs = append(cs, c)
+		}
 	}
 	return cs
 }
@@ -386,7 +480,7 @@ func (e *Engine) ICopy(dst, src []byte) (*Cookie, error) {
 		return nil, err
 	}
 	ck.ents = [2]*regEntry{de, se}
-	err = e.schedule(ck, n-head, dst[head:n], func(ch *Channel, off, l int, tag uint64) error {
+	err = e.schedule(ck, n-head, dst[head:n], func(ch Queue, off, l int, tag uint64) error {
 		return ch.EnqueueCopy(de.m, doff+off, se.m, soff+off, l, tag)
 	})
 	if err != nil {
@@ -407,7 +501,7 @@ func (e *Engine) IFill(dst []byte, pattern uint64) (*Cookie, error) {
 		return nil, fmt.Errorf("ioat: engine: %w", ErrClosed)
 	}
 	n := len(dst)
-	if n < e.opts.CPUThreshold || n == 0 || !e.chans[0].ch.info.Fill {
+	if n < e.opts.CPUThreshold || n == 0 || !e.chans[0].ch.Info().Fill {
 		hw.FillPattern(dst, pattern)
 		e.cpu.Add(1)
 		return doneCookie, nil
@@ -418,7 +512,7 @@ func (e *Engine) IFill(dst []byte, pattern uint64) (*Cookie, error) {
 		return nil, err
 	}
 	ck.ents[0] = de
-	err = e.schedule(ck, n, dst, func(ch *Channel, off, l int, tag uint64) error {
+	err = e.schedule(ck, n, dst, func(ch Queue, off, l int, tag uint64) error {
 		return ch.EnqueueFill(de.m, doff+off, l, bits.RotateLeft64(pattern, -8*(off%8)), tag)
 	})
 	if err != nil {
@@ -430,7 +524,7 @@ func (e *Engine) IFill(dst []byte, pattern uint64) (*Cookie, error) {
 
 // schedule places a request of n bytes on channels by the policy; enq
 // enqueues bytes [off, off+l) of it on a channel.
-func (e *Engine) schedule(ck *Cookie, n int, dst []byte, enq func(ch *Channel, off, l int, tag uint64) error) error {
+func (e *Engine) schedule(ck *Cookie, n int, dst []byte, enq func(ch Queue, off, l int, tag uint64) error) error {
 	nch := len(e.chans)
 	if e.opts.Policy == Stripe && n >= e.opts.StripeMin && nch > 1 {
 		piece := ((n+nch-1)/nch + 63) &^ 63
@@ -498,7 +592,7 @@ func (ec *echan) submit(n int64, enq func(tag uint64) error) (uint64, error) {
 		if deadline.IsZero() {
 			deadline = time.Now().Add(time.Second)
 		} else if time.Now().After(deadline) {
-			return 0, opErr(ec.ch.info.Addr, "enqueue", fmt.Errorf("%w for 1s: the engine makes no progress", ErrRingFull))
+			return 0, opErr(ec.ch.Info().Addr, "enqueue", fmt.Errorf("%w for 1s: the engine makes no progress", ErrRingFull))
 		}
 		ec.mu.Unlock()
 		runtime.Gosched()
@@ -722,7 +816,7 @@ func (ec *echan) sleep(ctx context.Context, bound time.Duration, done func() boo
 	}
 	if n > 0 {
 		ec.mu.Lock()
-		ec.ch.stats.Interrupts++
+		ec.ch.countInterrupt()
 		ec.mu.Unlock()
 	}
 	if ctx.Err() == nil && !time.Now().Before(until) {

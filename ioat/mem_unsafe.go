@@ -19,3 +19,9 @@ func store64(b []byte, v uint64) {
 // addrOf is the virtual address of b's first byte, for range arithmetic
 // in the registration cache (never turned back into a pointer).
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// load32 reads a DSA completion record's status word with one atomic
+// load: the device writes it last, with one store.
+func load32(b []byte) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(b))))
+}

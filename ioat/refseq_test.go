@@ -333,10 +333,10 @@ func runReference(t testing.TB, fam family, plat *emulated.CBDMA, ch int, dev pc
 // first driven by fam's reference sequence.
 func referenceBackend(fam family, o emulated.CBDMAOptions) backend {
 	eb := emulatedBackend(o)
-	return backend{name: "ref-" + fam.String() + "-" + strings.TrimPrefix(eb.name, "emulated-"), open: func(t testing.TB, channels int) ([]pci.Device, *emulated.CBDMA) {
+	return backend{name: "ref-" + fam.String() + "-" + strings.TrimPrefix(eb.name, "emulated-"), open: func(t testing.TB, channels int) ([]pci.Device, *testPlatform) {
 		devs, plat := eb.open(t, channels)
 		for i, d := range devs {
-			runReference(t, fam, plat, i, d)
+			runReference(t, fam, plat.cb, i, d)
 		}
 		return devs, plat
 	}}

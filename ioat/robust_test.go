@@ -25,10 +25,7 @@ func TestRecoversFromFailureRun(t *testing.T) { forEachCommon(t, recoversFromFai
 
 func recoversFromFailureRun(t *testing.T, b backend) {
 	devs, _ := b.open(t, 1)
-	c, err := Open(devs[0], Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := openQueue(t, devs[0], Options{})
 	defer c.Close()
 	dma := devs[0].DMA()
 	buf := make([]byte, 8192)
@@ -71,7 +68,7 @@ func TestStartWithoutArmed(t *testing.T) {
 	dm, _ := devs[0].DMA().Map(dst)
 	defer devs[0].DMA().Unmap(sm)
 	defer devs[0].DMA().Unmap(dm)
-	plat.InjectError(0, 0, hw.ErrReadData)
+	plat.cb.InjectError(0, 0, hw.ErrReadData)
 	for i := 0; i < 2; i++ {
 		if err := c.EnqueueCopy(dm, 0, sm, 0, 4096, uint64(i)); err != nil {
 			t.Fatal(err)
@@ -98,7 +95,7 @@ func TestWatchdog(t *testing.T) {
 		}
 		src, dst := make([]byte, 64<<10), make([]byte, 64<<10)
 		src[100] = 1
-		plat.InjectHang(0, 0, bits)
+		plat.cb.InjectHang(0, 0, bits)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		ck, err := e.ICopy(dst, src)
 		if err != nil {
@@ -207,7 +204,7 @@ func TestUnreadableChanErrInt(t *testing.T) {
 		}
 		buf := make([]byte, 8192)
 		m, _ := dev.DMA().Map(buf)
-		plat.InjectError(0, 0, hw.ErrWriteData)
+		plat.cb.InjectError(0, 0, hw.ErrWriteData)
 		for i := 0; i < 2; i++ {
 			if err := c.EnqueueCopy(m, 4096, m, 0, 4096, uint64(i)); err != nil {
 				t.Fatal(err)
@@ -231,6 +228,9 @@ func TestInUse(t *testing.T) { forEachCommon(t, inUse) }
 
 func inUse(t *testing.T, b backend) {
 	devs, _ := b.open(t, 1)
+	if IsDSA(devs[0]) {
+		t.Skip("a DSA has no IN_USE claim: TestDSATakeOver covers a device another driver enabled")
+	}
 	if err := pci.SetCommand(devs[0], pci.CommandMemory); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestLTRAndDRSCTL(t *testing.T) {
 // does not fail a healthy channel's start.
 func TestStartTimeout(t *testing.T) {
 	devs, plat := emulatedBackend(emulated.CBDMAOptions{}).open(t, 1)
-	plat.InjectHang(0, 0, 0)
+	plat.cb.InjectHang(0, 0, 0)
 	o := offloadAll()
 	o.Channel.StartTimeout = 20 * time.Millisecond
 	if e, err := NewEngine(devs, o); !errors.Is(err, ErrTimeout) {

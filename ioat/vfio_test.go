@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
@@ -13,7 +13,8 @@ import (
 
 // The conformance suite also runs on real CBDMA channels: the functions
 // named in GOMX_IOAT_DEVICES (comma-separated PCI addresses), or else every
-// CBDMA function bound to vfio-pci. With GOMX_REQUIRE_IOAT=1 a machine
+// CBDMA function and DSA bound to vfio-pci (the engine opens a DSA's work
+// queues where a CBDMA function gives channels). With GOMX_REQUIRE_IOAT=1 a machine
 // without any fails instead of running the emulated backends only.
 func init() {
 	realBackendsHook = func() []backend {
@@ -21,7 +22,7 @@ func init() {
 		if len(addrs) == 0 {
 			return nil
 		}
-		return []backend{{name: "vfio", open: func(t testing.TB, channels int) ([]pci.Device, *emulated.CBDMA) {
+		return []backend{{name: "vfio", open: func(t testing.TB, channels int) ([]pci.Device, *testPlatform) {
 			if channels > len(addrs) {
 				channels = len(addrs)
 			}
@@ -67,7 +68,8 @@ func vfioCBDMA() []pci.Address {
 		return nil
 	}
 	for _, f := range fns {
-		if _, ok := hw.Models[f.Device]; ok && f.Vendor == hw.VendorIntel && f.Driver == "vfio-pci" {
+		_, cbdma := hw.Models[f.Device]
+		if (cbdma || dsahw.Devices[f.Device] != "") && f.Vendor == hw.VendorIntel && f.Driver == "vfio-pci" {
 			addrs = append(addrs, f.Addr)
 		}
 	}

@@ -9,7 +9,9 @@
 //     [ReadConfig16], [WriteConfig16], ...);
 //   - memory BARs as register files ([Registers]): every Read32 or Write64 is
 //     exactly one load or store of that width, as on a mapped BAR, so a driver
-//     that needs split 32-bit accesses must do the split itself;
+//     that needs split 32-bit accesses must do the split itself; and one
+//     64-byte posted write ([Registers.WritePortal]), how descriptors reach a
+//     DSA work-queue portal;
 //   - DMA mapping ([DMA]): memory is made visible to the device at I/O virtual
 //     addresses (IOVA) and the driver programs those addresses, never Go
 //     pointers. A [Mapping] may be made of several IOVA-contiguous
@@ -154,6 +156,12 @@ type Registers interface {
 	Write16(off int, v uint16)
 	Write32(off int, v uint32)
 	Write64(off int, v uint64)
+	// WritePortal writes the 64-byte record rec at off (64-byte aligned) as
+	// one posted write: MOVDIR64B on a real BAR, the way a descriptor is
+	// submitted to a DSA work-queue portal, which drops writes of any other
+	// size. Like every register access it cannot fail; a device that takes
+	// no such write ignores it (a model records a violation).
+	WritePortal(off int, rec *[64]byte)
 }
 
 // Device is one PCI function as a driver may use it. Implementations are

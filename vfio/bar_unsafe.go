@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/gomx-dev/gomx/internal/movdir"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -70,3 +71,10 @@ func (r *mmioRegs) Write16(off int, v uint16) { *(*uint16)(r.at(off, 2)) = v }
 func (r *mmioRegs) Write32(off int, v uint32) { store32(r.at(off, 4), v) }
 
 func (r *mmioRegs) Write64(off int, v uint64) { store64(r.at(off, 8), v) }
+
+// WritePortal is one MOVDIR64B of rec to the register at off (package
+// internal/movdir: SFENCE first, so what the driver wrote to memory before
+// reaches the device first). Every CPU that carries a DSA has the
+// instruction; without it the record goes as eight 8-byte stores, which a
+// DSA portal would drop.
+func (r *mmioRegs) WritePortal(off int, rec *[64]byte) { movdir.Store(r.at(off, 64), rec) }

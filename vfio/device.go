@@ -388,6 +388,11 @@ func (r *fileRegs) Write32(off int, v uint32) {
 	r.write(off, b[:])
 }
 
+// WritePortal writes rec with one pwrite on the region: vfio-pci splits it
+// into 8-byte accesses, so this path suits registers, not a DSA portal,
+// which wants the mapped BAR's MOVDIR64B.
+func (r *fileRegs) WritePortal(off int, rec *[64]byte) { r.write(off, rec[:]) }
+
 func (r *fileRegs) Write64(off int, v uint64) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], v)

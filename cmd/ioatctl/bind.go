@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/gomx-dev/gomx/internal/ioatdev"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
 )
@@ -53,6 +54,12 @@ func bindOrUnbind(e *env, cmd string, args []string) error {
 	for _, f := range fns {
 		known[f.Addr] = f
 	}
+	// A DSA moves only when named: --all leaves them with the kernel's
+	// idxd driver.
+	dsas, _ := ioatdev.DSAFunctions(sys)
+	for _, f := range dsas {
+		known[f.Addr] = f
+	}
 	if *all {
 		for _, f := range fns {
 			if (cmd == "bind") != (f.Driver == "vfio-pci") {
@@ -78,7 +85,7 @@ func bindOrUnbind(e *env, cmd string, args []string) error {
 			if g, err := sys.Function(a); err != nil {
 				errs = append(errs, err)
 			} else {
-				errs = append(errs, fmt.Errorf("%s is not a CBDMA function (ID %04x:%04x): ioatctl only moves I/OAT channels (see `ioatctl list`)", a, g.Vendor, g.Device))
+				errs = append(errs, fmt.Errorf("%s is not a CBDMA function, nor a DSA (ID %04x:%04x): ioatctl only moves copy engines (see `ioatctl list`)", a, g.Vendor, g.Device))
 			}
 			continue
 		}

@@ -198,7 +198,7 @@ func runCopy(e *env, args []string) (err error) {
 			cacheNote = bufs.coldNote
 		}
 		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %d, %s per size and mover\n",
-			plural(r.channels(), "channel"), choice.policy, f.window, lim.describe("copies"))
+			r.queueCount(), choice.policy, f.window, lim.describe("copies"))
 		fmt.Fprintf(e.stdout, "cache:   %s\n", cacheNote)
 		fmt.Fprintf(e.stdout, "memory:  %s\n", bufs.memNote)
 		if r.emulated {

@@ -34,8 +34,8 @@ type deviceFlags struct {
 
 // register adds the device flags to fs.
 func (d *deviceFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.device, "device", "auto", "auto, emulated, or PCI addresses of CBDMA functions bound to vfio-pci (comma-separated); auto uses every bound function, else the emulated engine")
-	fs.IntVar(&d.channels, "channels", 1, "channels of the emulated engine; on real functions (auto, or PCI addresses), how many functions, each run with every channel it has (with addresses: defaults to their number)")
+	fs.StringVar(&d.device, "device", "auto", "auto, emulated (the CBDMA model), emulated-dsa (the DSA model), or PCI addresses of CBDMA functions or DSAs bound to vfio-pci (comma-separated); auto uses every bound CBDMA function, else the emulated engine")
+	fs.IntVar(&d.channels, "channels", 1, "channels of the emulated engine (with emulated-dsa: the DSA's work queues); on real functions (auto, or PCI addresses), how many functions, each run with every channel or work queue it has (with addresses: defaults to their number)")
 	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels: round-robin, least-loaded, stripe or dedicated")
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
@@ -47,7 +47,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 
 // deviceChoice is a validated --device and its companions.
 type deviceChoice struct {
-	kind     string        // "auto", "emulated" or "pci"
+	kind     string        // "auto", "emulated", "emulated-dsa" or "pci"
 	addrs    []pci.Address // for "pci"
 	channels int
 	policy   ioat.Policy
@@ -77,7 +77,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
 	}
 	switch d.device {
-	case "auto", "emulated":
+	case "auto", "emulated", "emulated-dsa":
 		c.kind = d.device
 	default:
 		c.kind = "pci"
@@ -85,7 +85,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 		for _, s := range strings.Split(d.device, ",") {
 			a, err := pci.ParseAddress(strings.TrimSpace(s))
 			if err != nil {
-				return c, usagef(cmd, "--device %s: %v; want auto, emulated or PCI addresses such as 0000:00:04.0 (see `ioatctl list`)", d.device, err)
+				return c, usagef(cmd, "--device %s: %v; want auto, emulated, emulated-dsa or PCI addresses such as 0000:00:04.0 (see `ioatctl list`)", d.device, err)
 			}
 			if seen[a] {
 				return c, usagef(cmd, "--device %s: %s is given twice", d.device, a)
@@ -105,6 +105,9 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	if c.kind == "emulated" && c.channels > 16 {
 		return c, usagef(cmd, "--channels %d: the emulated engine has at most 16 channels", c.channels)
 	}
+	if c.kind == "emulated-dsa" && c.channels > 8 {
+		return c, usagef(cmd, "--channels %d: the emulated DSA has at most 8 work queues (one per engine)", c.channels)
+	}
 	p, err := ioat.ParsePolicy(d.policy)
 	if err != nil {
 		return c, usagef(cmd, "--policy %s: want round-robin, least-loaded, stripe or dedicated", d.policy)
@@ -122,6 +125,9 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	}
 	if c.bandwidth < 0 {
 		return c, usagef(cmd, "--bandwidth must not be negative")
+	}
+	if c.kind == "emulated-dsa" && (set["cbver"] || set["chancnt"]) {
+		return c, usagef(cmd, "--cbver and --chancnt apply to the CBDMA model only: drop them, or use --device emulated")
 	}
 	switch {
 	case c.chancnt < 1 || c.chancnt > 4:
@@ -146,8 +152,8 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 // release them.
 type backend struct {
 	devs []pci.Device
-	// emulated is true for the in-process model.
-	emulated bool
+	// emulated is true for the in-process model; dsa for the DSA model.
+	emulated, dsa bool
 	// name is "emulated" or the comma-separated PCI addresses, for JSON.
 	name string
 	// why says why this device was chosen.
@@ -161,6 +167,15 @@ type backend struct {
 func (b *backend) ringMemory(o *ioat.Options) {
 	if b.emulated {
 		o.Memory.PageSize = hugepage.Size4K
+	}
+}
+
+// workQueues sets how many work queues an engine configures on each DSA:
+// on the DSA model, --channels of them (the model has that many engines
+// and groups); on a real DSA, the driver's default.
+func (b *backend) workQueues(o *ioat.EngineOptions, c deviceChoice) {
+	if b.dsa {
+		o.WQs = c.channels
 	}
 }
 
@@ -185,6 +200,8 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 	switch c.kind {
 	case "emulated":
 		return openEmulated(c, "asked for with --device emulated")
+	case "emulated-dsa":
+		return openEmulatedDSA(c, "asked for with --device emulated-dsa")
 	case "pci":
 		return openVFIO(e, sys, c.addrs, "asked for with --device")
 	}
@@ -244,6 +261,19 @@ func openEmulated(c deviceChoice, why string) (*backend, error) {
 	return &backend{devs: s.Devs, emulated: true, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
 }
 
+// openEmulatedDSA builds an emulated DSA whose engines, groups and work
+// queues number c.channels, so the engine drives that many WQs.
+func openEmulatedDSA(c deviceChoice, why string) (*backend, error) {
+	if c.bandwidth > 0 {
+		return nil, usagef(c.cmd, "--bandwidth applies to the CBDMA model only: drop it, or use --device emulated")
+	}
+	s, err := ioatdev.OpenEmulatedDSA(emulated.DSAOptions{Engines: c.channels, Groups: c.channels, WQs: 8})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{devs: s.Devs, emulated: true, dsa: true, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
+}
+
 // openVFIO opens the functions at addrs through one VFIO container
 // (ioatdev.OpenVFIO).
 func openVFIO(e *env, sys vfio.Sysfs, addrs []pci.Address, why string) (*backend, error) {
@@ -279,12 +309,13 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	o.Channel.Watchdog = c.watchdog()
 	o.Channel.TakeOver = c.takeOver
 	o.Channel.Logger = e.logger()
+	b.workQueues(&o, c)
 	eng, err := ioat.NewEngine(b.devs, o)
 	if err != nil {
 		b.close()
 		return nil, engineHint(err, b)
 	}
-	return &rig{backend: b, eng: eng, info: eng.Channels()[0].Info(), chans: channelInfos(eng)}, nil
+	return &rig{backend: b, eng: eng, info: eng.Queues()[0].Info(), chans: channelInfos(eng)}, nil
 }
 
 // logger is where the driver's warnings go: stderr, one line each,
@@ -298,11 +329,12 @@ func (e *env) logger() *slog.Logger {
 	}}))
 }
 
-// channelInfos describes an engine's channels.
+// channelInfos describes an engine's queues: its CBDMA channels and DSA
+// work queues, in the engine's order.
 func channelInfos(eng *ioat.Engine) []ioat.Info {
 	var infos []ioat.Info
-	for _, c := range eng.Channels() {
-		infos = append(infos, c.Info())
+	for _, q := range eng.Queues() {
+		infos = append(infos, q.Info())
 	}
 	return infos
 }
@@ -316,7 +348,7 @@ func engineHint(err error, b *backend) error {
 	case b.emulated:
 		return err
 	case errors.Is(err, pci.ErrBusy):
-		return fmt.Errorf("%w (another process, or the kernel's ioatdma, holds the channel: stop it, or pass --take-over if its owner is gone)", err)
+		return fmt.Errorf("%w (another process, or a kernel driver (ioatdma, idxd), holds the channel or DSA: stop it, or pass --take-over if its owner is gone)", err)
 	case errors.Is(err, ioat.ErrDMAFault):
 		return fmt.Errorf("%w (the IOMMU refused the channel's DMA: an address it used is not mapped in the VFIO container's DMA domain, or a descriptor pointed at memory the driver never mapped; `dmesg` shows the DMAR fault)", err)
 	case errors.Is(err, ioat.ErrDescriptor):
@@ -350,19 +382,25 @@ func (r *rig) memoryNote(buf *ioat.Buffer) string {
 	return "hugepages, registered with the engine"
 }
 
-// channelName names channel i of the run (r.chans[i]) in tables and
-// JSON: its PCI address, followed by /n for channel n of a function with
-// several; or "emulated/i" for the model, which has no address a reader
-// could mistake for a device on the machine.
+// channelName names queue i of the run (r.chans[i], a CBDMA channel or
+// a DSA work queue) in tables and JSON: its PCI address, followed by /n
+// for channel or work queue n of a function with several; or
+// "emulated/i" for the CBDMA model and "emulated-dsa/n" for work queue n
+// of the DSA model, which have no address a reader could mistake for a
+// device on the machine.
 func (r *rig) channelName(i int) string {
+	if r.dsa {
+		return fmt.Sprintf("emulated-dsa/%d", r.chans[i].Index)
+	}
 	if r.emulated {
 		return fmt.Sprintf("emulated/%d", i)
 	}
 	return channelName(r.chans[i])
 }
 
-// channelName names a real channel: its function's PCI address, with /n
-// for channel n when the function has several.
+// channelName names a real channel or work queue: its function's PCI
+// address, with /n for channel (or work queue) n when the function has
+// several.
 func channelName(in ioat.Info) string {
 	if in.Channels > 1 {
 		return fmt.Sprintf("%s/%d", in.Addr, in.Index)
@@ -370,8 +408,33 @@ func channelName(in ioat.Info) string {
 	return in.Addr.String()
 }
 
-// channels is how many channels the run drives.
+// channels is how many queues (channels and work queues) the run drives.
 func (r *rig) channels() int { return len(r.chans) }
+
+// isWQ tells a DSA work queue's Info from a CBDMA channel's: a DSA has no
+// CBVER.
+func isWQ(in ioat.Info) bool { return in.Version == 0 }
+
+// queueCount says what the run drives, by kind: "4 channels", "2 work
+// queues", "4 channels and 1 work queue".
+func (r *rig) queueCount() string {
+	cb, wq := 0, 0
+	for _, in := range r.chans {
+		if isWQ(in) {
+			wq++
+		} else {
+			cb++
+		}
+	}
+	var parts []string
+	if cb > 0 || wq == 0 {
+		parts = append(parts, plural(cb, "channel"))
+	}
+	if wq > 0 {
+		parts = append(parts, plural(wq, "work queue"))
+	}
+	return strings.Join(parts, " and ")
+}
 
 // close closes the engine, then the devices.
 func (r *rig) close() error {
@@ -382,12 +445,18 @@ func (r *rig) close() error {
 // was chosen.
 func (r *rig) describe() string {
 	v := "CBVER " + cbverString(r.info.Version)
-	n := plural(r.channels(), "channel")
-	if r.channels() != len(r.devs) {
+	n := r.queueCount()
+	if len(r.chans) != len(r.devs) && !isWQ(r.info) {
 		n += " in " + plural(len(r.devs), "function")
+	}
+	if r.dsa {
+		return fmt.Sprintf("emulated DSA (%s, modelled on %s, transfers up to %s): %s", n, r.info.Platform, units.Format(int64(r.info.MaxTransfer)), r.why)
 	}
 	if r.emulated {
 		return fmt.Sprintf("emulated CBDMA (%s, %s, modelled on %s): %s", n, v, r.info.Platform, r.why)
+	}
+	if isWQ(r.info) {
+		return fmt.Sprintf("vfio-pci %s (%s, %s, transfers up to %s): %s", r.name, n, r.info.Platform, units.Format(int64(r.info.MaxTransfer)), r.why)
 	}
 	return fmt.Sprintf("vfio-pci %s (%s, %s, %s): %s", r.name, n, v, r.info.Platform, r.why)
 }

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/gomx-dev/gomx/internal/cli"
+	"github.com/gomx-dev/gomx/internal/ioatdev"
+	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
@@ -54,13 +56,23 @@ func runList(e *env, args []string) error {
 		return fmt.Errorf("%w (is sysfs mounted at %s? set %s to read another tree)", err, e.sysfsRoot, envSysfsRoot)
 	}
 	probes, why := readVersions(e, sys, fns)
-	entries := make([]listEntry, 0, len(fns))
+	dsas, err := ioatdev.DSAFunctions(sys)
+	if err != nil {
+		return err
+	}
+	entries := make([]listEntry, 0, len(fns)+len(dsas))
 	meta := cli.NewMeta("ioatctl")
 	for _, f := range fns {
 		entries = append(entries, listEntry{
 			Schema: listSchema, Run: meta, Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
 			Platform: string(hw.Models[f.Device].Platform), CBVER: probes[f.Addr].cbver, Channels: probes[f.Addr].channels,
 			Driver: f.Driver, IOMMUGroup: f.IOMMUGroup, NUMANode: f.NUMANode,
+		})
+	}
+	for _, f := range dsas {
+		entries = append(entries, listEntry{
+			Schema: listSchema, Run: meta, Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
+			Platform: dsahw.Devices[f.Device], Driver: f.Driver, IOMMUGroup: f.IOMMUGroup, NUMANode: f.NUMANode,
 		})
 	}
 	if *asJSON {
@@ -73,20 +85,34 @@ func runList(e *env, args []string) error {
 		return nil
 	}
 	if len(entries) == 0 {
-		fmt.Fprintf(e.stdout, "No CBDMA (I/OAT) function found in %s.\n", filepath.Join(e.sysfsRoot, "bus/pci/devices"))
+		fmt.Fprintf(e.stdout, "No CBDMA (I/OAT) function or DSA found in %s.\n", filepath.Join(e.sysfsRoot, "bus/pci/devices"))
 		fmt.Fprintf(e.stdout, "`ioatctl copy --device emulated` works anyway: it runs the in-process model of the engine.\n")
 		return nil
 	}
-	bound := listTable(e.stdout, entries)
-	fmt.Fprintf(e.stdout, "\n%s, %s, %d bound to vfio-pci.", plural(len(entries), "CBDMA function"), channelCount(entries), bound)
-	if bound < len(entries) {
+	bound := listTable(e.stdout, entries) - dsaBound(dsas)
+	fmt.Fprintf(e.stdout, "\n%s, %s, %d bound to vfio-pci.", plural(len(fns), "CBDMA function"), channelCount(entries[:len(fns)]), bound)
+	if bound < len(fns) {
 		fmt.Fprintf(e.stdout, " Bind them with `sudo ioatctl bind --all` (or name them).")
 	}
 	fmt.Fprintln(e.stdout)
+	if len(dsas) > 0 {
+		fmt.Fprintf(e.stdout, "%s (Data Streaming Accelerator), %d bound to vfio-pci: see docs/dsa.md (`ioatctl bind ADDR` moves one from idxd; `--device ADDR` drives it).\n", plural(len(dsas), "DSA function"), dsaBound(dsas))
+	}
 	if why != "" {
 		fmt.Fprintf(e.stdout, "CBVER and CHANCNT not read: %s\n", why)
 	}
 	return nil
+}
+
+// dsaBound counts the DSA functions bound to vfio-pci.
+func dsaBound(fns []vfio.Function) int {
+	n := 0
+	for _, f := range fns {
+		if f.Driver == "vfio-pci" {
+			n++
+		}
+	}
+	return n
 }
 
 // listTable prints list's table: one row per channel, named as the other

@@ -450,7 +450,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"copy", "--size", "4KB"}, "ambiguous"},
 		{[]string{"copy", "--channels", "0"}, "--channels 0: want at least 1"},
 		{[]string{"copy", "--device", "emulated", "--channels", "17"}, "at most 16"},
-		{[]string{"copy", "--device", "0000:zz"}, "want auto, emulated or PCI addresses"},
+		{[]string{"copy", "--device", "0000:zz"}, "want auto, emulated, emulated-dsa or PCI addresses"},
 		{[]string{"copy", "--device", "0000:00:04.0,0000:00:04.1", "--channels", "3"}, "names 2 functions"},
 		{[]string{"copy", "--device", "0000:00:04.0", "--cbver", "3.4"}, "emulated engine only"},
 		{[]string{"copy", "--bogus"}, "flag provided but not defined"},

@@ -82,7 +82,7 @@ func runOverlap(e *env, args []string) (err error) {
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
 		fmt.Fprintf(e.stdout, "run:     %s, policy %s, hot cache (one buffer pair), %d iterations per size\n",
-			plural(r.channels(), "channel"), choice.policy, *iterations)
+			r.queueCount(), choice.policy, *iterations)
 		fmt.Fprintf(e.stdout, "memory:  %s\n", r.memoryNote(src))
 		if r.emulated {
 			fmt.Fprint(e.stdout, emulatedOverlapNote)

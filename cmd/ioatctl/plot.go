@@ -38,7 +38,7 @@ func plotCopy(path string, r *rig, rows []copyRow, cache string) error {
 		Title:  fmt.Sprintf("ioatctl copy: %s, %s", what, cache),
 		XLabel: "copy size (bytes)", YLabel: "MB/s (10^6 bytes/s)", LogX: true,
 		Series: []chart.Series{
-			{Name: "engine (" + plural(r.channels(), "channel") + ")", X: x, Y: eng},
+			{Name: "engine (" + r.queueCount() + ")", X: x, Y: eng},
 			{Name: "CPU baseline (Go copy, one core)", X: x, Y: cpu},
 		},
 	}

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,58 +106,89 @@ func runVerify(e *env, args []string) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, b.close()) }()
-	// One engine per channel (every channel of every function), so that
-	// every operation is counted on the channel that ran it.
+	// One engine per CBDMA channel (every channel of every function), so
+	// that every operation is counted on the channel that ran it. A DSA
+	// is configured whole by the one engine that opens it, so its work
+	// queues cannot be split among engines: it runs one stream over all
+	// of them, and the table says how the stream spread.
 	var engs []*ioat.Engine
+	var names []string // each engine's stream, named for tables and JSON
+	var wqs []int      // each engine's DSA work queues (0: a CBDMA channel)
 	defer func() {
 		for _, eng := range engs {
 			err = errors.Join(err, eng.Close())
 		}
 	}()
+	r := &rig{backend: b}
+	open := func(d pci.Device, mask uint32) error {
+		o := ioat.DefaultEngineOptions()
+		o.CPUThreshold = -1
+		o.ChannelMask = mask
+		o.Channel.Interrupts = choice.irq
+		b.ringMemory(&o.Channel)
+		o.Channel.Watchdog = choice.watchdog()
+		o.Channel.TakeOver = choice.takeOver
+		o.Channel.Logger = e.logger()
+		b.workQueues(&o, choice)
+		eng, err := ioat.NewEngine([]pci.Device{d}, o)
+		if err != nil {
+			return engineHint(err, b)
+		}
+		engs = append(engs, eng)
+		r.chans = append(r.chans, channelInfos(eng)...)
+		return nil
+	}
 	for _, d := range b.devs {
+		if ioat.IsDSA(d) {
+			if err := open(d, 0); err != nil {
+				return err
+			}
+			name := d.Address().String()
+			if b.emulated {
+				name = "emulated-dsa"
+			}
+			names = append(names, name)
+			wqs = append(wqs, len(engs[len(engs)-1].Queues()))
+			continue
+		}
 		n, err := ioat.ChannelCount(d)
 		if err != nil {
 			return engineHint(err, b)
 		}
 		for i := range n {
-			o := ioat.DefaultEngineOptions()
-			o.CPUThreshold = -1
-			o.ChannelMask = 1 << i
-			o.Channel.Interrupts = choice.irq
-			b.ringMemory(&o.Channel)
-			o.Channel.Watchdog = choice.watchdog()
-			o.Channel.TakeOver = choice.takeOver
-			o.Channel.Logger = e.logger()
-			eng, err := ioat.NewEngine([]pci.Device{d}, o)
-			if err != nil {
-				return engineHint(err, b)
+			if err := open(d, 1<<i); err != nil {
+				return err
 			}
-			engs = append(engs, eng)
+			names = append(names, r.channelName(len(r.chans)-1))
+			wqs = append(wqs, 0)
 		}
 	}
-	r := &rig{backend: b, eng: engs[0], info: engs[0].Channels()[0].Info()}
-	for _, eng := range engs {
-		r.chans = append(r.chans, channelInfos(eng)...)
+	r.eng, r.info = engs[0], engs[0].Queues()[0].Info()
+	per := "channel" // what one stream runs on
+	for _, n := range wqs {
+		if n > 0 {
+			per = "stream"
+		}
 	}
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "device:  %s\n", r.describe())
 		fmt.Fprintf(e.stdout, "memory:  %s\n", r.memoryNote(nil))
 		fmt.Fprintf(e.stdout, "seed:    %d (repeat this run with --seed %d)\n", *seed, *seed)
-		fmt.Fprintf(e.stdout, "run:     %s per channel; random copies and 64-bit pattern fills in %s buffers, %s guards checked\n\n",
-			lim.describe("operations"), units.Format(verifyBuf), units.Format(verifyGuard))
+		fmt.Fprintf(e.stdout, "run:     %s per %s; random copies and 64-bit pattern fills in %s buffers, %s guards checked\n\n",
+			lim.describe("operations"), per, units.Format(verifyBuf), units.Format(verifyGuard))
 	}
 
 	meta := cli.NewMeta("ioatctl")
 	stats := make([]verifyStats, len(engs))
 	prog := cli.NewProgress(e.stderr, "ioatctl")
-	prog.Set("verify: %s, %s", plural(len(engs), "channel"), lim.describe("operations per channel"))
+	prog.Set("verify: %s, %s", r.queueCount(), lim.describe("operations per "+per))
 	errs := make([]error, len(engs))
 	var wg sync.WaitGroup
 	for i, eng := range engs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stats[i] = verifyStats{Schema: verifySchema, Run: meta, Device: b.name, Emulated: b.emulated, Seed: *seed, Channel: r.channelName(i)}
+			stats[i] = verifyStats{Schema: verifySchema, Run: meta, Device: b.name, Emulated: b.emulated, Seed: *seed, Channel: names[i]}
 			errs[i] = verifyChannel(r, eng, *seed, uint64(i), lim, &stats[i])
 		}()
 	}
@@ -193,6 +225,11 @@ func runVerify(e *env, args []string) (err error) {
 		for _, s := range rows {
 			fmt.Fprintf(e.stdout, "%-14s %10d %13d %10d %12d %7d %10.1f\n", s.Channel, s.CopiesOK, s.CopiesFailed, s.FillsOK, s.FillsFailed, s.StrayWrites, float64(s.Bytes)/1e6)
 		}
+		for i, s := range stats {
+			if wqs[i] > 0 {
+				fmt.Fprintf(e.stdout, "%s ran one stream over its %s, requests spread round-robin (%s).\n", s.Channel, plural(wqs[i], "work queue"), wqSpread(engs[i]))
+			}
+		}
 		for _, s := range stats {
 			if s.CPUFills {
 				fmt.Fprintf(e.stdout, "%s has no fill capability: its fills ran on the CPU.\n", s.Channel)
@@ -223,6 +260,16 @@ type vop struct {
 	err            error
 }
 
+// wqSpread says how many requests each of an engine's queues completed:
+// "WQ 0 410, WQ 1 402".
+func wqSpread(eng *ioat.Engine) string {
+	var parts []string
+	for i, st := range eng.ChannelStats() {
+		parts = append(parts, fmt.Sprintf("WQ %d %d", eng.Queues()[i].Info().Index, st.Ops))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // verifyChannel runs random operations on a one-channel engine until the
 // limit and checks each. It returns an error only when it cannot run;
 // failed operations are counted in st.
@@ -244,7 +291,7 @@ func verifyChannel(r *rig, eng *ioat.Engine, seed, ch uint64, lim limit, st *ver
 	fillRandom(dst, ^seed^ch<<32)
 	srcWant := bytes.Clone(src)
 	want := bytes.Clone(dst)
-	st.CPUFills = !eng.Channels()[0].Info().Fill
+	st.CPUFills = !eng.Queues()[0].Info().Fill
 
 	budget := lim.duration + lim.wait
 	if lim.iterations > 0 {

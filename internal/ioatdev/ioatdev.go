@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
@@ -47,6 +48,36 @@ func (s *Set) Close() error {
 func IsCBDMA(f vfio.Function) bool {
 	_, ok := hw.Models[f.Device]
 	return f.Vendor == hw.VendorIntel && ok
+}
+
+// IsDSA reports whether a sysfs function is a DSA (Data Streaming
+// Accelerator) the driver knows.
+func IsDSA(f vfio.Function) bool {
+	return f.Vendor == dsahw.VendorIntel && dsahw.Devices[f.Device] != ""
+}
+
+// DSAFunctions lists the DSA functions in sysfs.
+func DSAFunctions(sys vfio.Sysfs) ([]vfio.Function, error) {
+	all, err := sys.Functions()
+	if err != nil {
+		return nil, err
+	}
+	var out []vfio.Function
+	for _, f := range all {
+		if IsDSA(f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// OpenEmulatedDSA builds an emulated DSA platform with options o.
+func OpenEmulatedDSA(o emulated.DSAOptions) (*Set, error) {
+	p, err := emulated.NewDSA(o)
+	if err != nil {
+		return nil, err
+	}
+	return &Set{Devs: p.Devices(), Emulated: true, Name: "emulated-dsa", closers: []func() error{p.Close}}, nil
 }
 
 // CBDMAFunctions lists the CBDMA functions in sysfs.
@@ -87,8 +118,11 @@ func OpenVFIO(sys vfio.Sysfs, devVFIO string, addrs []pci.Address, emu string) (
 		if err != nil {
 			return nil, fmt.Errorf("%w (see `ioatctl list`)", err)
 		}
-		if !IsCBDMA(f) {
-			return nil, fmt.Errorf("%s is not a CBDMA function (ID %04x:%04x; see `ioatctl list`)", a, f.Vendor, f.Device)
+		if !IsCBDMA(f) && !IsDSA(f) {
+			return nil, fmt.Errorf("%s is not a CBDMA function, nor a DSA (ID %04x:%04x; see `ioatctl list`)", a, f.Vendor, f.Device)
+		}
+		if f.Driver != "vfio-pci" && IsDSA(f) {
+			return nil, fmt.Errorf("DSA %s is bound to %s, not vfio-pci: gomx drives a DSA through vfio-pci as SPDK and DPDK do; bind it with `sudo ioatctl bind %s` (Linux 6.9 and later refuse 8086:0b25 under vfio-pci unless booted with vfio-pci.disable_denylist=1; docs/dsa.md), or use %s-dsa", a, orNoDriver(f.Driver), a, emu)
 		}
 		if f.Driver != "vfio-pci" {
 			drv := f.Driver
@@ -119,4 +153,11 @@ func OpenVFIO(sys vfio.Sysfs, devVFIO string, addrs []pci.Address, emu string) (
 	}
 	s.Name = strings.Join(names, ",")
 	return s, nil
+}
+
+func orNoDriver(d string) string {
+	if d == "" {
+		return "no driver"
+	}
+	return d
 }
