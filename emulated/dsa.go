@@ -929,9 +929,9 @@ func (d *dsaDevice) span(iova uint64, n int, write bool) ([]byte, int, bool) {
 	return nil, done, false // reachable page by page but not one mapping: treat the seam as a fault
 }
 
-// fault records a page fault: the first bytes done, then the address that
+// pageFault records a page fault: the first bytes done, then the address that
 // failed.
-func fault(c *dsahw.Completion, done int, at uint64, write bool) {
+func pageFault(c *dsahw.Completion, done int, at uint64, write bool) {
 	c.Status, c.Bytes, c.Fault, c.Write = dsahw.StatusPageFault, uint32(done), at, write
 }
 
@@ -956,9 +956,9 @@ func (d *dsaDevice) move(dst, src uint64, n int, c *dsahw.Completion) {
 		done += l
 	}
 	if sok <= tok {
-		fault(c, k, src+uint64(k), false)
+		pageFault(c, k, src+uint64(k), false)
 	} else {
-		fault(c, k, dst+uint64(k), true)
+		pageFault(c, k, dst+uint64(k), true)
 	}
 	d.nBytes.Add(uint64(k))
 }
@@ -968,7 +968,7 @@ func (d *dsaDevice) fill(dst, pattern uint64, n int, c *dsahw.Completion) {
 	defer d.f.dom.runlock()
 	t, tok, ok := d.span(dst, n, true)
 	if !ok {
-		fault(c, 0, dst+uint64(tok&^(pageSize-1)), true)
+		pageFault(c, 0, dst+uint64(tok&^(pageSize-1)), true)
 		return
 	}
 	var p [8]byte
@@ -985,9 +985,9 @@ func (d *dsaDevice) compare(a, b uint64, n int, c *dsahw.Completion) {
 	y, yok, ok2 := d.span(b, n, false)
 	if !ok1 || !ok2 {
 		if xok <= yok {
-			fault(c, 0, a, false)
+			pageFault(c, 0, a, false)
 		} else {
-			fault(c, 0, b, false)
+			pageFault(c, 0, b, false)
 		}
 		return
 	}
@@ -1006,7 +1006,7 @@ func (d *dsaDevice) crc(src uint64, n int, seed uint32, c *dsahw.Completion) {
 	defer d.f.dom.runlock()
 	s, _, ok := d.span(src, n, false)
 	if !ok {
-		fault(c, 0, src, false)
+		pageFault(c, 0, src, false)
 		return
 	}
 	c.CRC = uint64(dsahw.CRC32C(seed, s))
