@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all build-usb test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
+.PHONY: all build-usb libmyriexpress test-cabi test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
 
 all: lint test
 
