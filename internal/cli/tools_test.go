@@ -134,7 +134,7 @@ func TestBadInvocations(t *testing.T) {
 		{"ioatctl", []string{"copy", "--sweep", "--sizes", "4K"}, 2, "pick one"},
 		{"ioatctl", []string{"copy", "--duration", "0s"}, 2, "positive duration"},
 		{"ioatctl", []string{"copy", "--iterations", "-1"}, 2, "--iterations -1"},
-		{"ioatctl", []string{"copy", "--device", "0000:zz"}, 2, "want auto, emulated or PCI addresses"},
+		{"ioatctl", []string{"copy", "--device", "0000:zz"}, 2, "want auto, emulated, emulated-dsa or PCI addresses"},
 		{"ioatctl", []string{"copy", "--policy", "fastest"}, 2, "--policy fastest"},
 		{"ioatctl", []string{"copy", "--cbver", "9"}, 2, "--cbver 9"},
 		{"ioatctl", []string{"copy", "--memory", "1K"}, 2, "--memory"},
