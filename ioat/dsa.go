@@ -306,7 +306,9 @@ func newWQ(d *dsaDevice, idx, nWQ, size int, xferShift, batchShift uint, o Optio
 func (q *WQ) allocRing() error {
 	r := q.opts.RingSize
 	ringBytes, recBytes, urecBytes := r*dsahw.DescSize, r*dsahw.ComplSize, int(q.wqSize)*dsahw.ComplSize
-	mem, err := hugepage.Alloc(ringBytes+recBytes+urecBytes, q.opts.Memory)
+	mo := q.opts.Memory
+	mo.AllowPageable = mo.AllowPageable || pci.AcceptsPageable(q.d.dev.DMA())
+	mem, err := hugepage.Alloc(ringBytes+recBytes+urecBytes, mo)
 	if err != nil {
 		return fmt.Errorf("ioat: %s: WQ %d descriptor ring: %w", q.d.addr, q.idx, err)
 	}

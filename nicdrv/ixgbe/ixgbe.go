@@ -435,6 +435,7 @@ func (n *NIC) allocRings() error {
 	if mem.Name == "" {
 		mem.Name = "gomx-ixgbe-rings"
 	}
+	mem.AllowPageable = mem.AllowPageable || pci.AcceptsPageable(n.dev.DMA())
 	r, err := hugepage.Alloc(size, mem)
 	if err != nil {
 		return n.errorf("ring memory", err)

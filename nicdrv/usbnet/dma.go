@@ -41,6 +41,11 @@ func (d *hostDMA) Map(buf []byte) (*pci.Mapping, error) {
 	return m, nil
 }
 
+// AcceptsPageable implements pci.PageableDMA: libusb copies every
+// transfer between these buffers and the kernel's, so no device ever
+// reads or writes them directly and they need not be locked.
+func (d *hostDMA) AcceptsPageable() bool { return true }
+
 // Unmap implements pci.DMA.
 func (d *hostDMA) Unmap(m *pci.Mapping) error {
 	d.mu.Lock()
