@@ -37,6 +37,14 @@ type Config struct {
 	// separate configuration such as hack/peers does; the init still sets
 	// up modules, hugepages and bindings first.
 	Run []string
+	// USB adds an xHCI controller with QEMU's usb-net (a CDC ECM function,
+	// device USBNetID) cabled to the e1000e hub, loads USBGuestModules,
+	// and runs the test binaries of USBPackages (built with cgo against
+	// libusb, in USBTestDir) instead of those of the default packages.
+	USB bool
+	// Optional leaves the configuration out of "all" (what CI runs): it
+	// boots only when named.
+	Optional bool
 }
 
 // Devices the guest tests expect, and where QEMU puts them (-nodefaults
@@ -56,6 +64,23 @@ const (
 	// IOMMU group; the init binds one of them to uio_pci_generic, so the
 	// group is not viable for VFIO, which the vfio tests check.
 	BridgeAddr = "0000:00:04.0"
+	// XHCISlot is where the usb configuration puts QEMU's xHCI controller.
+	XHCISlot = "06.0"
+)
+
+// The usb configuration's USB Ethernet function, and how the guest's tests
+// learn of it.
+const (
+	// USBNetID is the QEMU device id of the usb-net, which device_del names.
+	USBNetID = "usb0"
+	// USBNetMAC is the usb-net's MAC, which its iMACAddress string carries.
+	USBNetMAC = "52:54:00:12:34:10"
+	// USBNetSelector is how usbnet.ParseSelector names the usb-net:
+	// QEMU's usb-net answers as a NetChip RNDIS/Ethernet gadget.
+	USBNetSelector = "0525:a4a2"
+	// USBNetEnv names the guest variable holding USBNetSelector; the
+	// usbnet QEMU tests skip without it.
+	USBNetEnv = "GOMX_USBNET_DEVICE"
 )
 
 // Configs are the boot configurations `make qemu-test` runs, in order.
@@ -69,16 +94,26 @@ var Configs = []Config{
 		Doc: "the iommu configuration with 2 vCPUs (multi-threaded TCG)",
 	},
 	{
+		Name: "usb", Optional: true, SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, USB: true,
+		Doc: "the iommu machine with an xHCI controller and QEMU's usb-net (CDC ECM) on the e1000e hub: gomx's USB driver (libusb) against gomx's e1000e driver (VFIO), and the usb-net unplugged mid-run",
+	},
+	{
 		Name: "noiommu", SMP: 1, ThirdNIC: true, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, NoIOMMU: true,
 		Doc: "no IOMMU: vfio.ko rebuilt with CONFIG_VFIO_NOIOMMU, loaded with enable_unsafe_noiommu_mode=1; DMA to hugepage physical addresses",
 	},
 }
 
 // Lookup returns the configurations named in a comma-separated list, in
-// the order of Configs; "all" or "" means every one.
+// the order of Configs; "all" or "" means every one that is not Optional.
 func Lookup(names string) ([]Config, error) {
 	if names == "" || names == "all" {
-		return append([]Config(nil), Configs...), nil
+		var all []Config
+		for _, c := range Configs {
+			if !c.Optional {
+				all = append(all, c)
+			}
+		}
+		return all, nil
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(names, ",") {
@@ -115,6 +150,9 @@ func ConfigNames() []string {
 // devices that must be present, so that their tests fail instead of
 // skipping.
 func (c Config) Require() string {
+	if c.USB {
+		return "e1000e,usbnet,iommu"
+	}
 	if c.NoIOMMU {
 		return "edu,e1000e,noiommu"
 	}
@@ -132,6 +170,13 @@ func (c Config) InitArgs() []string {
 		"-env=GOMX_REQUIRE_QEMU=" + c.Require(),
 		"-env=" + SetLinkEnv + "=" + setLinkNetdevs,
 	}
+	if c.USB {
+		args = append(args,
+			"-env="+USBNetEnv+"="+USBNetSelector,
+			"-env="+DeviceDelEnv+"="+USBNetID,
+			"-tests="+USBTestDir,
+		)
+	}
 	for _, e := range c.Env {
 		args = append(args, "-env="+e)
 	}
@@ -144,7 +189,11 @@ func (c Config) InitArgs() []string {
 	} else {
 		args = append(args, "-nonviable")
 	}
-	args = append(args, "-modprobe="+strings.Join(GuestModules, ","))
+	mods := GuestModules
+	if c.USB {
+		mods = append(append([]string(nil), mods...), USBGuestModules...)
+	}
+	args = append(args, "-modprobe="+strings.Join(mods, ","))
 	return args
 }
 
@@ -202,6 +251,13 @@ func (c Config) MachineArgs() []string {
 	if c.ThirdNIC {
 		args = append(args, "-netdev", "hubport,id=n2,hubid=0",
 			"-device", "e1000e,netdev=n2,mac=52:54:00:12:34:03,romfile=,addr=05.0")
+	}
+	if c.USB {
+		// usb-net offers CDC ECM (configuration 1) and RNDIS; its netdev is
+		// a third port of the e1000e hub, so NIC A (and B) hear it.
+		args = append(args, "-netdev", "hubport,id=u0,hubid=0",
+			"-device", "qemu-xhci,id=xhci,addr="+XHCISlot,
+			"-device", "usb-net,id="+USBNetID+",netdev=u0,mac="+USBNetMAC+",bus=xhci.0")
 	}
 	if !c.NoIOMMU {
 		args = append(args,

@@ -8,8 +8,17 @@ import (
 
 func TestLookup(t *testing.T) {
 	all, err := Lookup("all")
-	if err != nil || len(all) != len(Configs) {
+	if err != nil || len(all) == 0 {
 		t.Fatalf("Lookup(all) = %d configs, %v", len(all), err)
+	}
+	for _, c := range Configs {
+		in := slices.ContainsFunc(all, func(a Config) bool { return a.Name == c.Name })
+		if in == c.Optional {
+			t.Errorf("configuration %s (optional %v) in all: %v", c.Name, c.Optional, in)
+		}
+	}
+	if usb, err := Lookup("usb"); err != nil || len(usb) != 1 || !usb[0].USB {
+		t.Errorf("Lookup(usb) = %+v, %v; want the usb configuration", usb, err)
 	}
 	two, err := Lookup("noiommu, iommu")
 	if err != nil || len(two) != 2 || two[0].Name != "iommu" || two[1].Name != "noiommu" {
@@ -49,6 +58,13 @@ func TestQEMUArgs(t *testing.T) {
 			}
 			if c.ThirdNIC != strings.Contains(joined, "netdev=n2,mac=52:54:00:12:34:03,romfile=,addr=05.0") {
 				t.Errorf("ThirdNIC %v but %s", c.ThirdNIC, joined)
+			}
+			if c.USB != strings.Contains(joined, "usb-net,id="+USBNetID+",netdev=u0,mac="+USBNetMAC+",bus=xhci.0") {
+				t.Errorf("USB %v but %s", c.USB, joined)
+			}
+			if c.USB && (!strings.Contains(c.Append(), "-tests="+USBTestDir) || !strings.Contains(c.Append(), DeviceDelEnv+"="+USBNetID) ||
+				!strings.Contains(c.Append(), "xhci_pci,cdc_ether")) {
+				t.Errorf("usb configuration: kernel command line %q lacks its tests, its device_del permission or its modules", c.Append())
 			}
 			if (c.SMP > 1) != strings.Contains(joined, "thread=multi") {
 				t.Errorf("SMP %d but %s", c.SMP, joined)

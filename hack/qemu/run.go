@@ -230,8 +230,16 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 	if o.BuildDir == "" {
 		o.BuildDir = filepath.Join(o.Repo, "build", "qemu")
 	}
+	onlyUSB := len(o.Configs) > 0
+	for _, c := range o.Configs {
+		onlyUSB = onlyUSB && c.USB
+	}
 	if len(o.Packages) == 0 && len(o.Programs) == 0 {
 		o.Packages = DefaultPackages
+	}
+	if onlyUSB {
+		// The usb configuration runs USBPackages only.
+		o.Packages = nil
 	}
 	if len(o.Modules) == 0 {
 		o.Modules = GuestModules
@@ -278,11 +286,23 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 	if err != nil {
 		return fail(wrap(err))
 	}
-	mods, err := ResolveModulesNamed(ctx, k, toolLog, o.Modules)
+	modules := o.Modules
+	var usbPackages []string
+	for _, c := range o.Configs {
+		if c.USB {
+			if err := EnsureUSBBuild(ctx, toolLog, log); err != nil {
+				return fail(wrap(err))
+			}
+			modules = append(append([]string(nil), modules...), USBGuestModules...)
+			usbPackages = USBPackages
+			break
+		}
+	}
+	mods, err := ResolveModulesNamed(ctx, k, toolLog, modules)
 	if err != nil {
 		return fail(wrap(err))
 	}
-	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages, Programs: o.Programs, Files: o.Files}
+	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages, USBPackages: usbPackages, Programs: o.Programs, Files: o.Files}
 	for _, c := range o.Configs {
 		if c.NoIOMMU {
 			if im.NoIOMMUVfio, err = BuildNoIOMMUVfio(ctx, o.Repo, cache, k, toolLog, log); err != nil {
