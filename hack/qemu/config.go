@@ -81,6 +81,9 @@ const (
 	// USBNetEnv names the guest variable holding USBNetSelector; the
 	// usbnet QEMU tests skip without it.
 	USBNetEnv = "GOMX_USBNET_DEVICE"
+	// USBCableSock stands in MachineArgs for the unix socket that cables
+	// the usb-net to NIC B; Boot puts a path beside the serial log there.
+	USBCableSock = "@USB-CABLE-SOCKET@"
 )
 
 // Configs are the boot configurations `make qemu-test` runs, in order.
@@ -95,7 +98,7 @@ var Configs = []Config{
 	},
 	{
 		Name: "usb", Optional: true, SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, USB: true,
-		Doc: "the iommu machine with an xHCI controller and QEMU's usb-net (CDC ECM) on the e1000e hub: gomx's USB driver (libusb) against gomx's e1000e driver (VFIO), and the usb-net unplugged mid-run",
+		Doc: "the iommu machine with an xHCI controller and QEMU's usb-net (CDC ECM) cabled to NIC B: gomx's USB driver (libusb) against gomx's e1000e driver (VFIO), and the usb-net unplugged mid-run",
 	},
 	{
 		Name: "noiommu", SMP: 1, ThirdNIC: true, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, NoIOMMU: true,
@@ -174,6 +177,7 @@ func (c Config) InitArgs() []string {
 		args = append(args,
 			"-env="+USBNetEnv+"="+USBNetSelector,
 			"-env="+DeviceDelEnv+"="+USBNetID,
+			"-env=GOMX_E1000E_DEVICES="+NICBAddr,
 			"-tests="+USBTestDir,
 		)
 	}
@@ -242,8 +246,19 @@ func (c Config) MachineArgs() []string {
 		// lie above edu's default 28-bit DMA mask.
 		edu += ",dma_mask=0xffffffffffffffff"
 	}
+	nicB := "hubport,id=n1,hubid=0"
+	if c.USB {
+		// The usb-net and NIC B are cabled to each other alone, through a
+		// stream socket: QEMU's hub reorders frames when a port pushes
+		// back (its flush delivers the hub's queued frames ahead of those
+		// already queued at the receiver), and the usb-net, which holds one
+		// frame at a time, pushes back all the time. The server end comes
+		// first, so it listens when the client connects.
+		args = append(args, "-netdev", "stream,id=u0,server=on,addr.type=unix,addr.path="+USBCableSock)
+		nicB = "stream,id=n1,server=off,addr.type=unix,addr.path=" + USBCableSock
+	}
 	args = append(args,
-		"-netdev", "hubport,id=n0,hubid=0", "-netdev", "hubport,id=n1,hubid=0",
+		"-netdev", "hubport,id=n0,hubid=0", "-netdev", nicB,
 		"-device", "e1000e,netdev=n0,mac=52:54:00:12:34:01,romfile=,addr=01.0",
 		"-device", "e1000e,netdev=n1,mac=52:54:00:12:34:02,romfile=,addr=02.0",
 		"-device", edu,
@@ -253,9 +268,9 @@ func (c Config) MachineArgs() []string {
 			"-device", "e1000e,netdev=n2,mac=52:54:00:12:34:03,romfile=,addr=05.0")
 	}
 	if c.USB {
-		// usb-net offers CDC ECM (configuration 1) and RNDIS; its netdev is
-		// a third port of the e1000e hub, so NIC A (and B) hear it.
-		args = append(args, "-netdev", "hubport,id=u0,hubid=0",
+		// usb-net offers CDC ECM (configuration 1) and RNDIS; its netdev
+		// u0 is cabled to NIC B's.
+		args = append(args,
 			"-device", "qemu-xhci,id=xhci,addr="+XHCISlot,
 			"-device", "usb-net,id="+USBNetID+",netdev=u0,mac="+USBNetMAC+",bus=xhci.0")
 	}

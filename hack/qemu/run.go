@@ -48,13 +48,15 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 	// set_link requests (setlink.go).
 	mon := logPath + ".mon"
 	defer os.Remove(mon)
+	cable := logPath + ".cable"
+	defer os.Remove(cable)
 	lf, err := os.Create(logPath)
 	if err != nil {
 		r.Problems = []string{err.Error()}
 		return r
 	}
 	defer lf.Close()
-	fmt.Fprintf(lf, "# qemu-system-x86_64 %s\n", shellQuote(c.QEMUArgs(kernel, initrd)))
+	fmt.Fprintf(lf, "# qemu-system-x86_64 %s\n", shellQuote(cableArgs(c.QEMUArgs(kernel, initrd), cable)))
 
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
@@ -64,7 +66,7 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 	serial := &serialLog{start: start, name: c.Name, file: lf, stream: stream, onLine: links.request}
 	opts := &vmqemu.Options{
 		QEMUCommand:  "qemu-system-x86_64",
-		QEMUArgs:     monitorArgs(c.MachineArgs(), mon),
+		QEMUArgs:     cableArgs(monitorArgs(c.MachineArgs(), mon), cable),
 		Kernel:       kernel,
 		Initramfs:    initrd,
 		KernelArgs:   c.Append(),

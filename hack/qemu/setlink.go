@@ -64,6 +64,15 @@ func monitorArgs(args []string, sock string) []string {
 	return out
 }
 
+// cableArgs puts the unix socket path sock where args hold USBCableSock.
+func cableArgs(args []string, sock string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, USBCableSock, sock)
+	}
+	return out
+}
+
 // monitorCommand runs one command on QEMU's human monitor at sock and
 // waits for the prompt after it, so the command has run when it returns.
 func monitorCommand(sock, cmd string) error {

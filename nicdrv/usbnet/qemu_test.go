@@ -25,7 +25,7 @@ import (
 
 // The tests in this file run gomx's USB driver on a real CDC ECM function
 // (QEMU's usb-net in `make qemu-test QEMU_CONFIG=usb`) against gomx's
-// e1000e driver on an 82574L bound to vfio-pci on the same segment.
+// e1000e driver on an 82574L bound to vfio-pci cabled to it.
 
 // usbDeviceEnv names the USB Ethernet function the tests open (VID:PID or
 // BUS:ADDR); hack/qemu sets it in the usb configuration.
@@ -36,8 +36,8 @@ const usbDeviceEnv = "GOMX_USBNET_DEVICE"
 const deviceDelEnv = "GOMX_QEMU_DEVICE_DEL"
 
 // e1000eWant asks for one 82574L bound to vfio-pci, cabled to the USB
-// function: the first on the bus (NIC A in QEMU), or the one named in
-// GOMX_E1000E_DEVICES.
+// function: the one named in GOMX_E1000E_DEVICES (NIC B in QEMU), or else
+// the first on the bus.
 var e1000eWant = nictest.VFIOWant{Driver: "e1000e", DevicesEnv: "GOMX_E1000E_DEVICES", Count: 1,
 	Match: func(f vfio.Function) bool { return hw.Is82574(f.Vendor, f.Device) }}
 
@@ -331,6 +331,17 @@ func TestQEMUUnplug(t *testing.T) {
 	t.Logf("after device_del: %v", gone)
 	if !errors.Is(gone, usbnet.ErrGone) {
 		t.Errorf("after device_del: %v, want ErrGone", gone)
+	}
+	// RxBatch hands over what had arrived, then the error; a bounded loop,
+	// since the ring holds at most RxRing frames.
+	var rxErr error
+	for range u.Info().RxRing + 1 {
+		if _, rxErr = drain(u); rxErr != nil {
+			break
+		}
+	}
+	if !errors.Is(rxErr, usbnet.ErrGone) {
+		t.Errorf("RxBatch after device_del and the frames before it: %v, want ErrGone", rxErr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
