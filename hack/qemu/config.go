@@ -97,7 +97,7 @@ var Configs = []Config{
 		Doc: "the iommu configuration with 2 vCPUs (multi-threaded TCG)",
 	},
 	{
-		Name: "usb", Optional: true, SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, USB: true,
+		Name: "usb", Optional: true, SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 25 * time.Minute, USB: true,
 		Doc: "the iommu machine with an xHCI controller and QEMU's usb-net (CDC ECM) cabled to NIC B: gomx's USB driver (libusb) against gomx's e1000e driver (VFIO), and the usb-net unplugged mid-run",
 	},
 	{
@@ -183,6 +183,10 @@ func (c Config) InitArgs() []string {
 	}
 	for _, e := range c.Env {
 		args = append(args, "-env="+e)
+	}
+	if c.USB {
+		// One test binary, which gets the VM's time less a minute.
+		args = append(args, "-test-timeout="+(c.Timeout-time.Minute).String())
 	}
 	if len(c.Run) > 0 {
 		// The program gets the VM's time less a minute for boot and setup.
