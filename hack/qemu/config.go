@@ -81,8 +81,9 @@ const (
 	// USBNetEnv names the guest variable holding USBNetSelector; the
 	// usbnet QEMU tests skip without it.
 	USBNetEnv = "GOMX_USBNET_DEVICE"
-	// USBCableSock stands in MachineArgs for the unix socket that cables
-	// the usb-net to NIC B; Boot puts a path beside the serial log there.
+	// USBCableSock stands in MachineArgs for the prefix of the unix
+	// sockets that cable the usb-net to NIC B; Boot puts a path beside the
+	// serial log there.
 	USBCableSock = "@USB-CABLE-SOCKET@"
 )
 
@@ -253,13 +254,17 @@ func (c Config) MachineArgs() []string {
 	nicB := "hubport,id=n1,hubid=0"
 	if c.USB {
 		// The usb-net and NIC B are cabled to each other alone, through a
-		// stream socket: QEMU's hub reorders frames when a port pushes
-		// back (its flush delivers the hub's queued frames ahead of those
-		// already queued at the receiver), and the usb-net, which holds one
-		// frame at a time, pushes back all the time. The server end comes
-		// first, so it listens when the client connects.
-		args = append(args, "-netdev", "stream,id=u0,server=on,addr.type=unix,addr.path="+USBCableSock)
-		nicB = "stream,id=n1,server=off,addr.type=unix,addr.path=" + USBCableSock
+		// pair of unix datagram sockets (reliable and ordered; a full
+		// socket pushes back): QEMU's hub reorders frames when a port
+		// pushes back (its flush delivers the hub's queued frames ahead of
+		// those already queued at the receiver), and the usb-net, which
+		// holds one frame at a time, pushes back all the time. A stream
+		// socket would do too, but QEMU 7.2 listens and connects
+		// asynchronously and never retries a refused connection; each
+		// datagram end binds its own path at start.
+		u, b := USBCableSock+"-u", USBCableSock+"-b"
+		args = append(args, "-netdev", "dgram,id=u0,local.type=unix,local.path="+u+",remote.type=unix,remote.path="+b)
+		nicB = "dgram,id=n1,local.type=unix,local.path=" + b + ",remote.type=unix,remote.path=" + u
 	}
 	args = append(args,
 		"-netdev", "hubport,id=n0,hubid=0", "-netdev", nicB,

@@ -49,7 +49,8 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 	mon := logPath + ".mon"
 	defer os.Remove(mon)
 	cable := logPath + ".cable"
-	defer os.Remove(cable)
+	defer os.Remove(cable + "-u")
+	defer os.Remove(cable + "-b")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		r.Problems = []string{err.Error()}

@@ -64,7 +64,8 @@ func monitorArgs(args []string, sock string) []string {
 	return out
 }
 
-// cableArgs puts the unix socket path sock where args hold USBCableSock.
+// cableArgs puts the unix socket path prefix sock where args hold
+// USBCableSock.
 func cableArgs(args []string, sock string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
