@@ -232,10 +232,22 @@ func TestQEMUFrames(t *testing.T) {
 	}
 	el := time.Since(start)
 	t.Logf("%d frames each way byte-exact in %.1f s (%.0f frames/s each way)", count, el.Seconds(), float64(count)/el.Seconds())
-	su, _ := u.Stats()
-	se, _ := e.Stats()
-	if su.TxFrames < count || su.RxFrames < count || se.TxFrames < count || se.RxFrames < count {
-		t.Errorf("statistics count fewer than %d frames each way: USB %+v, e1000e %+v", count, su, se)
+	// The USB transmitter counts a frame when its transfer completes,
+	// which the host controller may report after the frame has arrived at
+	// the other end: poll, bounded, for the counters to catch up.
+	var su, se nicdrv.Stats
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		su, _ = u.Stats()
+		se, _ = e.Stats()
+		ok := su.TxFrames >= count && su.RxFrames >= count && se.TxFrames >= count && se.RxFrames >= count
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("statistics count fewer than %d frames each way: USB %+v, e1000e %+v", count, su, se)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
