@@ -51,10 +51,11 @@
 // # The usb configuration
 //
 // `make qemu-test QEMU_CONFIG=usb` boots the iommu machine with QEMU's
-// xHCI controller and its usb-net, a CDC ECM function whose netdev is a
-// port of the e1000e hub, and runs the tests of [USBPackages] (gomx's USB
-// driver, package nicdrv/usbnet, against its e1000e driver behind VFIO)
-// instead of the default ones. Those tests link libusb through cgo, and a
+// xHCI controller and its usb-net, a CDC ECM function cabled to NIC B
+// alone through a pair of unix datagram sockets (QEMU's hub would reorder
+// its frames), and runs the tests of [USBPackages] (gomx's USB driver,
+// package nicdrv/usbnet, against its e1000e driver behind VFIO) instead of
+// the default ones. Those tests link libusb through cgo, and a
 // static link is out of reach (Debian's libusb-1.0.a needs a libudev that
 // Debian ships no static library of), so they are built dynamically, with
 // the usb tag, into [USBTestDir], and the shared libraries and the dynamic
@@ -64,7 +65,9 @@
 // unplugs the usb-net mid-run by printing "GOMX-QEMU-DEVICE-DEL usb0"
 // (the devices it may name are in GOMX_QEMU_DEVICE_DEL); the host runs
 // device_del on the monitor, as it runs set_link. The configuration is
-// Optional: "all" does not boot it.
+// Optional: "all" does not boot it, since under TCG the usb-net moves a
+// few hundred frames a second at best and the test's 100 000 frames each
+// way take many minutes (fewer with qemu-test -env GOMX_USBNET_FRAMES=N).
 //
 // # Verdict
 //
