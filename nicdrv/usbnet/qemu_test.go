@@ -94,7 +94,7 @@ func qemuRig(t *testing.T, c nictest.Config) *nictest.Rig {
 	eo := e1000e.DefaultOptions()
 	eo.Queues = c.Queues
 	eo.Interrupts = c.Interrupts
-	_, u := openUSB(t, sel)
+	dev, u := openUSB(t, sel)
 	r := &nictest.Rig{Faults: v.Faults()}
 	r.NICs[0] = u
 	e, err := e1000e.Open(v.Devices[0], eo)
@@ -103,7 +103,6 @@ func qemuRig(t *testing.T, c nictest.Config) *nictest.Rig {
 		t.Fatal(err)
 	}
 	r.NICs[1] = e
-	var dev *usbnet.USBDevice
 	r.Reopen = func(i int) (nicdrv.NIC, error) {
 		if r.NICs[i] != nil {
 			if err := r.NICs[i].Close(); err != nil {
@@ -114,14 +113,9 @@ func qemuRig(t *testing.T, c nictest.Config) *nictest.Rig {
 		if i == 1 {
 			return e1000e.Open(v.Devices[0], eo)
 		}
-		if dev == nil {
-			d, err := usbnet.OpenUSB(sel)
-			if err != nil {
-				return nil, err
-			}
-			dev = d
-			t.Cleanup(func() { dev.Close() })
-		}
+		// Close gave the interfaces back to cdc_ether; the driver takes
+		// them again on the same device, which stays open until the test
+		// ends (after the suite closed the NICs).
 		return usbnet.Open(dev, usbnet.DefaultOptions())
 	}
 	return r
