@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -279,6 +280,44 @@ func transports(t *testing.T) (usb, eth transport.Transport, dev *usbnet.USBDevi
 		t.Fatal(err)
 	}
 	return usb, eth, dev
+}
+
+// kernelBound lists the USB interfaces the kernel's cdc_ether driver holds
+// ("1-1:1.0"), from sysfs.
+func kernelBound() []string {
+	m, _ := filepath.Glob("/sys/bus/usb/drivers/cdc_ether/*-*:*")
+	for i := range m {
+		m[i] = filepath.Base(m[i])
+	}
+	return m
+}
+
+// TestQEMUKernelDriver checks, where the kernel's cdc_ether driver is
+// loaded and holds the function (the QEMU guest), that opening the driver
+// takes the function from cdc_ether and closing it gives the function
+// back.
+func TestQEMUKernelDriver(t *testing.T) {
+	sel := usbSelector(t)
+	before := kernelBound()
+	if len(before) == 0 {
+		t.Skip("cdc_ether holds no USB interface here (modprobe cdc_ether, or the adapter is not ECM)")
+	}
+	dev, u := openUSB(t, sel)
+	if now := kernelBound(); len(now) >= len(before) {
+		t.Errorf("cdc_ether still holds %v with the driver open (before: %v)", now, before)
+	}
+	if err := u.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// cdc_ether probes the interfaces it got back on its own time; wait,
+	// bounded, for it.
+	for deadline := time.Now().Add(20 * time.Second); len(kernelBound()) < len(before); {
+		if time.Now().After(deadline) {
+			t.Fatalf("after Close cdc_ether holds %v, before Open it held %v", kernelBound(), before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%v: cdc_ether held %v, gave it up while the driver was open, and took it back", dev, before)
 }
 
 // TestQEMUPingPong runs an mx ping-pong between the USB function and the
