@@ -64,10 +64,10 @@
 // kernel's cdc_ether, which the driver detaches and gives back). A test
 // unplugs the usb-net mid-run by printing "GOMX-QEMU-DEVICE-DEL usb0"
 // (the devices it may name are in GOMX_QEMU_DEVICE_DEL); the host runs
-// device_del on the monitor, as it runs set_link. The configuration is
-// Optional: "all" does not boot it, since under TCG the usb-net moves a
-// few hundred frames a second at best and the test's 100 000 frames each
-// way take many minutes (fewer with qemu-test -env GOMX_USBNET_FRAMES=N).
+// device_del on the monitor, as it runs set_link. Under TCG the usb-net
+// moves a few hundred frames a second at best, so the usb configuration
+// sends 2 000 frames each way (GOMX_USBNET_FRAMES), and the test's
+// 100 000 run in usb-100k, which is Optional: "all" does not boot it.
 //
 // # Verdict
 //
