@@ -374,8 +374,9 @@ type Image struct {
 	Files []string
 }
 
-// Build compiles the init and the test binaries (static, CGO_ENABLED=0) in
-// dir and writes the gzip-compressed initramfs to dir/initramfs.cpio.gz,
+// Build compiles the init and the test binaries (static, CGO_ENABLED=0;
+// those of USBPackages with cgo, beside their shared libraries) in dir and
+// writes the gzip-compressed initramfs to dir/initramfs.cpio.gz,
 // whose path it returns. The archive is laid out by u-root's initramfs
 // package: parents before children, host files read as they are written.
 func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) (string, error) {
