@@ -49,7 +49,9 @@ test-unprivileged:
 # The packages' own tests inside QEMU guests against real VFIO devices
 # (hack/qemu): installs what it lacks from Debian, fetches the guest kernel,
 # boots every configuration. Needs root. QEMU_CONFIG=iommu (or iommu-smp2,
-# noiommu, a comma list) boots only those; GOMX_QEMU_KEEP=1 keeps the
+# usb, noiommu, a comma list) boots only those; QEMU_CONFIG=usb-100k sends
+# 100 000 frames through QEMU's usb-net (about 11 minutes, not in all);
+# GOMX_QEMU_KEEP=1 keeps the
 # artifacts and serial logs of a passing run (a failed run always keeps them).
 QEMU_CONFIG ?= all
 qemu-test:

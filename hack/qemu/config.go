@@ -37,6 +37,14 @@ type Config struct {
 	// separate configuration such as hack/peers does; the init still sets
 	// up modules, hugepages and bindings first.
 	Run []string
+	// USB adds an xHCI controller with QEMU's usb-net (a CDC ECM function,
+	// device USBNetID) cabled to the e1000e hub, loads USBGuestModules,
+	// and runs the test binaries of USBPackages (built with cgo against
+	// libusb, in USBTestDir) instead of those of the default packages.
+	USB bool
+	// Optional leaves the configuration out of "all" (what CI runs): it
+	// boots only when named.
+	Optional bool
 }
 
 // Devices the guest tests expect, and where QEMU puts them (-nodefaults
@@ -56,6 +64,27 @@ const (
 	// IOMMU group; the init binds one of them to uio_pci_generic, so the
 	// group is not viable for VFIO, which the vfio tests check.
 	BridgeAddr = "0000:00:04.0"
+	// XHCISlot is where the usb configuration puts QEMU's xHCI controller.
+	XHCISlot = "06.0"
+)
+
+// The usb configuration's USB Ethernet function, and how the guest's tests
+// learn of it.
+const (
+	// USBNetID is the QEMU device id of the usb-net, which device_del names.
+	USBNetID = "usb0"
+	// USBNetMAC is the usb-net's MAC, which its iMACAddress string carries.
+	USBNetMAC = "52:54:00:12:34:10"
+	// USBNetSelector is how usbnet.ParseSelector names the usb-net:
+	// QEMU's usb-net answers as a NetChip RNDIS/Ethernet gadget.
+	USBNetSelector = "0525:a4a2"
+	// USBNetEnv names the guest variable holding USBNetSelector; the
+	// usbnet QEMU tests skip without it.
+	USBNetEnv = "GOMX_USBNET_DEVICE"
+	// USBCableSock stands in MachineArgs for the prefix of the unix
+	// sockets that cable the usb-net to NIC B; Boot puts a path beside the
+	// serial log there.
+	USBCableSock = "@USB-CABLE-SOCKET@"
 )
 
 // Configs are the boot configurations `make qemu-test` runs, in order.
@@ -69,16 +98,31 @@ var Configs = []Config{
 		Doc: "the iommu configuration with 2 vCPUs (multi-threaded TCG)",
 	},
 	{
+		Name: "usb", SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 8 * time.Minute, USB: true,
+		Env: []string{"GOMX_USBNET_FRAMES=2000"},
+		Doc: "the iommu machine with an xHCI controller and QEMU's usb-net (CDC ECM) cabled to NIC B: gomx's USB driver (libusb) against gomx's e1000e driver (VFIO), 2 000 frames each way, the conformance suite, an mx ping-pong, the usb-net unplugged mid-run",
+	},
+	{
+		Name: "usb-100k", Optional: true, SMP: 1, MemMiB: 1024, Hugepages: 48, Timeout: 25 * time.Minute, USB: true,
+		Doc: "the usb configuration with 100 000 frames each way (about 11 minutes under TCG here); all leaves it out",
+	},
+	{
 		Name: "noiommu", SMP: 1, ThirdNIC: true, MemMiB: 1024, Hugepages: 48, Timeout: 300 * time.Second, NoIOMMU: true,
 		Doc: "no IOMMU: vfio.ko rebuilt with CONFIG_VFIO_NOIOMMU, loaded with enable_unsafe_noiommu_mode=1; DMA to hugepage physical addresses",
 	},
 }
 
 // Lookup returns the configurations named in a comma-separated list, in
-// the order of Configs; "all" or "" means every one.
+// the order of Configs; "all" or "" means every one that is not Optional.
 func Lookup(names string) ([]Config, error) {
 	if names == "" || names == "all" {
-		return append([]Config(nil), Configs...), nil
+		var all []Config
+		for _, c := range Configs {
+			if !c.Optional {
+				all = append(all, c)
+			}
+		}
+		return all, nil
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(names, ",") {
@@ -115,6 +159,9 @@ func ConfigNames() []string {
 // devices that must be present, so that their tests fail instead of
 // skipping.
 func (c Config) Require() string {
+	if c.USB {
+		return "e1000e,usbnet,iommu"
+	}
 	if c.NoIOMMU {
 		return "edu,e1000e,noiommu"
 	}
@@ -132,8 +179,20 @@ func (c Config) InitArgs() []string {
 		"-env=GOMX_REQUIRE_QEMU=" + c.Require(),
 		"-env=" + SetLinkEnv + "=" + setLinkNetdevs,
 	}
+	if c.USB {
+		args = append(args,
+			"-env="+USBNetEnv+"="+USBNetSelector,
+			"-env="+DeviceDelEnv+"="+USBNetID,
+			"-env=GOMX_E1000E_DEVICES="+NICBAddr,
+			"-tests="+USBTestDir,
+		)
+	}
 	for _, e := range c.Env {
 		args = append(args, "-env="+e)
+	}
+	if c.USB {
+		// One test binary, which gets the VM's time less a minute.
+		args = append(args, "-test-timeout="+(c.Timeout-time.Minute).String())
 	}
 	if len(c.Run) > 0 {
 		// The program gets the VM's time less a minute for boot and setup.
@@ -144,7 +203,11 @@ func (c Config) InitArgs() []string {
 	} else {
 		args = append(args, "-nonviable")
 	}
-	args = append(args, "-modprobe="+strings.Join(GuestModules, ","))
+	mods := GuestModules
+	if c.USB {
+		mods = append(append([]string(nil), mods...), USBGuestModules...)
+	}
+	args = append(args, "-modprobe="+strings.Join(mods, ","))
 	return args
 }
 
@@ -193,8 +256,23 @@ func (c Config) MachineArgs() []string {
 		// lie above edu's default 28-bit DMA mask.
 		edu += ",dma_mask=0xffffffffffffffff"
 	}
+	nicB := "hubport,id=n1,hubid=0"
+	if c.USB {
+		// The usb-net and NIC B are cabled to each other alone, through a
+		// pair of unix datagram sockets (reliable and ordered; a full
+		// socket pushes back): QEMU's hub reorders frames when a port
+		// pushes back (its flush delivers the hub's queued frames ahead of
+		// those already queued at the receiver), and the usb-net, which
+		// holds one frame at a time, pushes back all the time. A stream
+		// socket would do too, but QEMU 7.2 listens and connects
+		// asynchronously and never retries a refused connection; each
+		// datagram end binds its own path at start.
+		u, b := USBCableSock+"-u", USBCableSock+"-b"
+		args = append(args, "-netdev", "dgram,id=u0,local.type=unix,local.path="+u+",remote.type=unix,remote.path="+b)
+		nicB = "dgram,id=n1,local.type=unix,local.path=" + b + ",remote.type=unix,remote.path=" + u
+	}
 	args = append(args,
-		"-netdev", "hubport,id=n0,hubid=0", "-netdev", "hubport,id=n1,hubid=0",
+		"-netdev", "hubport,id=n0,hubid=0", "-netdev", nicB,
 		"-device", "e1000e,netdev=n0,mac=52:54:00:12:34:01,romfile=,addr=01.0",
 		"-device", "e1000e,netdev=n1,mac=52:54:00:12:34:02,romfile=,addr=02.0",
 		"-device", edu,
@@ -202,6 +280,13 @@ func (c Config) MachineArgs() []string {
 	if c.ThirdNIC {
 		args = append(args, "-netdev", "hubport,id=n2,hubid=0",
 			"-device", "e1000e,netdev=n2,mac=52:54:00:12:34:03,romfile=,addr=05.0")
+	}
+	if c.USB {
+		// usb-net offers CDC ECM (configuration 1) and RNDIS; its netdev
+		// u0 is cabled to NIC B's.
+		args = append(args,
+			"-device", "qemu-xhci,id=xhci,addr="+XHCISlot,
+			"-device", "usb-net,id="+USBNetID+",netdev=u0,mac="+USBNetMAC+",bus=xhci.0")
 	}
 	if !c.NoIOMMU {
 		args = append(args,

@@ -48,6 +48,27 @@
 // GOMX_QEMU_SET_LINK), and the host runs set_link on the monitor before
 // reading on (setlink.go). The NIC suite pulls both e1000e cables this way.
 //
+// # The usb configuration
+//
+// `make qemu-test QEMU_CONFIG=usb` boots the iommu machine with QEMU's
+// xHCI controller and its usb-net, a CDC ECM function cabled to NIC B
+// alone through a pair of unix datagram sockets (QEMU's hub would reorder
+// its frames), and runs the tests of [USBPackages] (gomx's USB driver,
+// package nicdrv/usbnet, against its e1000e driver behind VFIO) instead of
+// the default ones. Those tests link libusb through cgo, and a
+// static link is out of reach (Debian's libusb-1.0.a needs a libudev that
+// Debian ships no static library of), so they are built dynamically, with
+// the usb tag, into [USBTestDir], and the shared libraries and the dynamic
+// loader that u-root's ldd names for them go into the image at their host
+// paths. The guest loads [USBGuestModules] (the xHCI driver and the
+// kernel's cdc_ether, which the driver detaches and gives back). A test
+// unplugs the usb-net mid-run by printing "GOMX-QEMU-DEVICE-DEL usb0"
+// (the devices it may name are in GOMX_QEMU_DEVICE_DEL); the host runs
+// device_del on the monitor, as it runs set_link. Under TCG the usb-net
+// moves a few hundred frames a second at best, so the usb configuration
+// sends 2 000 frames each way (GOMX_USBNET_FRAMES), and the test's
+// 100 000 run in usb-100k, which is Optional: "all" does not boot it.
+//
 // # Verdict
 //
 // [Boot] starts QEMU with vmtest's qemu package (github.com/hugelgupf/vmtest,

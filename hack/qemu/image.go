@@ -18,6 +18,7 @@ import (
 	"github.com/u-root/mkuimage/cpio"
 	"github.com/u-root/mkuimage/uimage/initramfs"
 	"github.com/u-root/u-root/pkg/kmodule"
+	"github.com/u-root/u-root/pkg/ldd"
 )
 
 // Guest kernel: Debian's package, pinned, with a fallback.
@@ -312,7 +313,29 @@ var (
 	// GuestModules are the kernel modules the guest's init loads, by name;
 	// u-root's kmodule loads their dependencies first, from modules.dep.
 	GuestModules = []string{"vfio-pci", "vfio_iommu_type1", "uio_pci_generic"}
+
+	// USBPackages are the packages whose tests run in the usb
+	// configuration (Config.USB), in place of DefaultPackages: built with
+	// cgo and the usb build tag against libusb (USBBuildPackages on the
+	// host), with the shared libraries they need and the dynamic loader
+	// beside them in the image, as u-root's ldd names them.
+	USBPackages = []string{"./nicdrv/usbnet@^TestQEMU/^(PoolExhaustion|Restart|NoDMAAfterClose|Rules|Filters|Interrupts|Attached)$"}
+
+	// USBGuestModules are the modules the usb configuration loads besides
+	// GuestModules: the xHCI host controller driver (usbcore comes with
+	// it) and the kernel's CDC Ethernet driver, which claims the usb-net
+	// until gomx's driver detaches it, and takes it back after.
+	USBGuestModules = []string{"xhci_pci", "cdc_ether"}
+
+	// USBBuildPackages are the Debian packages the cgo build of
+	// USBPackages needs on the host.
+	USBBuildPackages = []string{"libusb-1.0-0-dev", "pkg-config", "gcc"}
 )
+
+// USBTestDir is the guest directory of the USBPackages test binaries; the
+// usb configuration's init runs the binaries there (-tests), and the other
+// configurations never see them.
+const USBTestDir = "/tests-usb"
 
 // TestRunFile is the file beside a guest test binary that holds its
 // -test.run pattern, when its package was given as PATH@PATTERN.
@@ -338,6 +361,10 @@ type Image struct {
 	// tests -test.run=PATTERN selects; their testdata directories go with
 	// them.
 	Packages []string
+	// USBPackages are packages written as Packages whose test binaries are
+	// built with cgo and the usb tag into USBTestDir, with the shared
+	// libraries they load.
+	USBPackages []string
 	// Programs are main packages built (static) into /bin/NAME, NAME being
 	// the package's last element.
 	Programs []string
@@ -347,13 +374,14 @@ type Image struct {
 	Files []string
 }
 
-// Build compiles the init and the test binaries (static, CGO_ENABLED=0) in
-// dir and writes the gzip-compressed initramfs to dir/initramfs.cpio.gz,
+// Build compiles the init and the test binaries (static, CGO_ENABLED=0;
+// those of USBPackages with cgo, beside their shared libraries) in dir and
+// writes the gzip-compressed initramfs to dir/initramfs.cpio.gz,
 // whose path it returns. The archive is laid out by u-root's initramfs
 // package: parents before children, host files read as they are written.
 func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) (string, error) {
 	files := initramfs.NewFiles()
-	for _, d := range []string{"dev", "proc", "sys", "tmp", "mods", "tests", "bin"} {
+	for _, d := range []string{"dev", "proc", "sys", "tmp", "mods", "tests", "bin", strings.TrimPrefix(USBTestDir, "/")} {
 		if err := files.AddRecord(cpio.Directory(d, 0o755)); err != nil {
 			return "", err
 		}
@@ -380,7 +408,8 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 	if len(im.Programs) > 0 {
 		log("building the guest init and the programs %s", strings.Join(im.Programs, " "))
 	} else {
-		log("building the guest init and %d test binaries (%s)", len(im.Packages), strings.Join(im.Packages, " "))
+		all := append(append([]string(nil), im.Packages...), im.USBPackages...)
+		log("building the guest init and %d test binaries (%s)", len(all), strings.Join(all, " "))
 	}
 	initBin := filepath.Join(dir, "init")
 	if err := build("build", "-trimpath", "-ldflags=-s -w", "-o", initBin, "./hack/qemu/init"); err != nil {
@@ -390,27 +419,26 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 		return "", err
 	}
 	for _, pkg := range im.Packages {
-		p, pattern, _ := strings.Cut(pkg, "@")
-		name := filepath.Base(p)
-		bin := filepath.Join(dir, name+".test")
-		if err := build("test", "-c", "-o", bin, p); err != nil {
+		if _, err := addTest(files, "tests", pkg, im.Repo, dir, build); err != nil {
 			return "", err
 		}
-		if err := files.AddFile(bin, "tests/"+name+"/"+name+".test"); err != nil {
+	}
+	var libRoots []string
+	for _, pkg := range im.USBPackages {
+		bin, err := addTest(files, strings.TrimPrefix(USBTestDir, "/"), pkg, im.Repo, dir, func(args ...string) error {
+			return buildCgo(ctx, im.Repo, out, append([]string{args[0], "-tags=usb"}, args[1:]...)...)
+		})
+		if err != nil {
 			return "", err
 		}
-		if pattern != "" {
-			// The init passes it as -test.run (TestRunFile).
-			if err := files.AddRecord(cpio.StaticFile("tests/"+name+"/"+TestRunFile, pattern, 0o644)); err != nil {
-				return "", err
-			}
+		libRoots = append(libRoots, bin)
+	}
+	if len(libRoots) > 0 {
+		libs, err := ldd.List(libRoots...)
+		if err != nil {
+			return "", fmt.Errorf("ldd %s: %w", strings.Join(libRoots, " "), err)
 		}
-		testdata := filepath.Join(im.Repo, p, "testdata")
-		if _, err := os.Stat(testdata); err == nil {
-			if err := files.AddFile(testdata, "tests/"+name+"/testdata"); err != nil {
-				return "", err
-			}
-		}
+		im.Files = append(append([]string(nil), im.Files...), libs...)
 	}
 	for _, p := range im.Programs {
 		bin := filepath.Join(dir, filepath.Base(p))
@@ -463,6 +491,65 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 		return "", err
 	}
 	return path, nil
+}
+
+// addTest builds the test binary of pkg (PATH[@PATTERN]) with build into
+// dir and adds it to files as ROOT/NAME/NAME.test, with its -test.run
+// pattern file and its testdata. It returns the binary's host path.
+func addTest(files *initramfs.Files, root, pkg, repo, dir string, build func(args ...string) error) (string, error) {
+	p, pattern, _ := strings.Cut(pkg, "@")
+	name := filepath.Base(p)
+	bin := filepath.Join(dir, filepath.Base(root)+"-"+name+".test")
+	if err := build("test", "-c", "-o", bin, p); err != nil {
+		return "", err
+	}
+	if err := files.AddFile(bin, root+"/"+name+"/"+name+".test"); err != nil {
+		return "", err
+	}
+	if pattern != "" {
+		// The init passes it as -test.run (TestRunFile).
+		if err := files.AddRecord(cpio.StaticFile(root+"/"+name+"/"+TestRunFile, pattern, 0o644)); err != nil {
+			return "", err
+		}
+	}
+	testdata := filepath.Join(repo, p, "testdata")
+	if _, err := os.Stat(testdata); err == nil {
+		if err := files.AddFile(testdata, root+"/"+name+"/testdata"); err != nil {
+			return "", err
+		}
+	}
+	return bin, nil
+}
+
+// buildCgo runs the go command with cgo on, for the test binaries that
+// link libusb: they are dynamically linked, since Debian's static libusb
+// needs a libudev it ships no static library of.
+func buildCgo(ctx context.Context, repo string, out io.Writer, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=-buildvcs=false")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go %s (cgo, needs %s): %w", strings.Join(args, " "), strings.Join(USBBuildPackages, " "), err)
+	}
+	return nil
+}
+
+// EnsureUSBBuild installs USBBuildPackages with apt-get (as root) when
+// pkg-config does not know libusb-1.0.
+func EnsureUSBBuild(ctx context.Context, out io.Writer, log logf) error {
+	if exec.CommandContext(ctx, "pkg-config", "--exists", "libusb-1.0").Run() == nil {
+		if _, err := exec.LookPath("gcc"); err == nil {
+			return nil
+		}
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the usb configuration builds its tests against libusb: install %s (apt-get install %s) or run as root", strings.Join(USBBuildPackages, ", "), strings.Join(USBBuildPackages, " "))
+	}
+	log("installing %s with apt-get", strings.Join(USBBuildPackages, " "))
+	return aptInstall(ctx, out, USBBuildPackages...)
 }
 
 // add puts modules.dep and the modules at their standard places,

@@ -48,13 +48,16 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 	// set_link requests (setlink.go).
 	mon := logPath + ".mon"
 	defer os.Remove(mon)
+	cable := logPath + ".cable"
+	defer os.Remove(cable + "-u")
+	defer os.Remove(cable + "-b")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		r.Problems = []string{err.Error()}
 		return r
 	}
 	defer lf.Close()
-	fmt.Fprintf(lf, "# qemu-system-x86_64 %s\n", shellQuote(c.QEMUArgs(kernel, initrd)))
+	fmt.Fprintf(lf, "# qemu-system-x86_64 %s\n", shellQuote(cableArgs(c.QEMUArgs(kernel, initrd), cable)))
 
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
@@ -64,7 +67,7 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 	serial := &serialLog{start: start, name: c.Name, file: lf, stream: stream, onLine: links.request}
 	opts := &vmqemu.Options{
 		QEMUCommand:  "qemu-system-x86_64",
-		QEMUArgs:     monitorArgs(c.MachineArgs(), mon),
+		QEMUArgs:     cableArgs(monitorArgs(c.MachineArgs(), mon), cable),
 		Kernel:       kernel,
 		Initramfs:    initrd,
 		KernelArgs:   c.Append(),
@@ -230,8 +233,16 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 	if o.BuildDir == "" {
 		o.BuildDir = filepath.Join(o.Repo, "build", "qemu")
 	}
+	onlyUSB := len(o.Configs) > 0
+	for _, c := range o.Configs {
+		onlyUSB = onlyUSB && c.USB
+	}
 	if len(o.Packages) == 0 && len(o.Programs) == 0 {
 		o.Packages = DefaultPackages
+	}
+	if onlyUSB {
+		// The usb configuration runs USBPackages only.
+		o.Packages = nil
 	}
 	if len(o.Modules) == 0 {
 		o.Modules = GuestModules
@@ -278,11 +289,23 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 	if err != nil {
 		return fail(wrap(err))
 	}
-	mods, err := ResolveModulesNamed(ctx, k, toolLog, o.Modules)
+	modules := o.Modules
+	var usbPackages []string
+	for _, c := range o.Configs {
+		if c.USB {
+			if err := EnsureUSBBuild(ctx, toolLog, log); err != nil {
+				return fail(wrap(err))
+			}
+			modules = append(append([]string(nil), modules...), USBGuestModules...)
+			usbPackages = USBPackages
+			break
+		}
+	}
+	mods, err := ResolveModulesNamed(ctx, k, toolLog, modules)
 	if err != nil {
 		return fail(wrap(err))
 	}
-	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages, Programs: o.Programs, Files: o.Files}
+	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages, USBPackages: usbPackages, Programs: o.Programs, Files: o.Files}
 	for _, c := range o.Configs {
 		if c.NoIOMMU {
 			if im.NoIOMMUVfio, err = BuildNoIOMMUVfio(ctx, o.Repo, cache, k, toolLog, log); err != nil {

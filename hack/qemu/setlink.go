@@ -25,16 +25,31 @@ const SetLinkPrefix = "GOMX-QEMU-SET-LINK "
 // setLinkNetdevs are the netdevs QEMUArgs cables the two e1000e to.
 const setLinkNetdevs = "n0,n1"
 
-var setLinkLine = regexp.MustCompile(`GOMX-QEMU-SET-LINK (n[01]) (on|off)\b`)
+// DeviceDelEnv names the guest environment variable that lists the QEMU
+// devices a guest test may unplug ("usb0"), by printing a DeviceDelPrefix
+// line; the host answers with the monitor's device_del. A test that finds
+// the variable unset cannot unplug and skips that part.
+const DeviceDelEnv = "GOMX_QEMU_DEVICE_DEL"
+
+// DeviceDelPrefix starts a console line asking the host to unplug a
+// device: "GOMX-QEMU-DEVICE-DEL usb0".
+const DeviceDelPrefix = "GOMX-QEMU-DEVICE-DEL "
+
+var (
+	setLinkLine   = regexp.MustCompile(`GOMX-QEMU-SET-LINK (n[01]) (on|off)\b`)
+	deviceDelLine = regexp.MustCompile(`GOMX-QEMU-DEVICE-DEL (` + regexp.QuoteMeta(USBNetID) + `)\b`)
+)
 
 // setLinkRequest parses a console line into the monitor command it asks
-// for; ok is false for every other line.
+// for (set_link or device_del); ok is false for every other line.
 func setLinkRequest(line string) (cmd string, ok bool) {
-	m := setLinkLine.FindStringSubmatch(line)
-	if m == nil {
-		return "", false
+	if m := setLinkLine.FindStringSubmatch(line); m != nil {
+		return "set_link " + m[1] + " " + m[2], true
 	}
-	return "set_link " + m[1] + " " + m[2], true
+	if m := deviceDelLine.FindStringSubmatch(line); m != nil {
+		return "device_del " + m[1], true
+	}
+	return "", false
 }
 
 // monitorArgs replaces "-monitor none" in args with a human monitor on the
@@ -45,6 +60,16 @@ func monitorArgs(args []string, sock string) []string {
 		if out[i] == "-monitor" && out[i+1] == "none" {
 			out[i+1] = "unix:" + sock + ",server=on,wait=off"
 		}
+	}
+	return out
+}
+
+// cableArgs puts the unix socket path prefix sock where args hold
+// USBCableSock.
+func cableArgs(args []string, sock string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, USBCableSock, sock)
 	}
 	return out
 }

@@ -19,6 +19,10 @@ func TestSetLinkRequest(t *testing.T) {
 		{"GOMX-QEMU-SET-LINK n0 maybe", ""},
 		{"GOMX-QEMU-SET-LINK n0 off; quit", "set_link n0 off"},
 		{"=== RUN TestLinkDownUp", ""},
+		{"GOMX-QEMU-DEVICE-DEL usb0", "device_del usb0"},
+		{"    qemu_test.go:80: GOMX-QEMU-DEVICE-DEL usb0\r", "device_del usb0"},
+		{"GOMX-QEMU-DEVICE-DEL edu0", ""},
+		{"GOMX-QEMU-DEVICE-DEL usb01", ""},
 	} {
 		got, ok := setLinkRequest(c.line)
 		if got != c.want || ok != (c.want != "") {

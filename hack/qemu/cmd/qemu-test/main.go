@@ -5,6 +5,7 @@
 //	go run ./hack/qemu/cmd/qemu-test                     # every configuration
 //	go run ./hack/qemu/cmd/qemu-test -config iommu       # one
 //	GOMX_QEMU_KEEP=1 go run ./hack/qemu/cmd/qemu-test    # keep artifacts of a passing run too
+//	go run ./hack/qemu/cmd/qemu-test -config usb -env GOMX_USBNET_FRAMES=10000  # fewer USB frames
 package main
 
 import (
@@ -31,6 +32,14 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	vmTimeout := fs.Duration("vm-timeout", 0, "bound on each VM run (default: each configuration's, 5m)")
 	quiet := fs.Bool("quiet", false, "do not copy the guest console to stdout (it is in the serial logs)")
 	list := fs.Bool("list", false, "list the configurations and exit")
+	var env []string
+	fs.Func("env", "`K=V` to add to the guest tests' environment, in every configuration (repeatable)", func(s string) error {
+		if k, _, ok := strings.Cut(s, "="); !ok || k == "" || strings.ContainsAny(s, " \t") {
+			return fmt.Errorf("-env %q: want K=V without blanks", s)
+		}
+		env = append(env, s)
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprintln(stdout, "usage: qemu-test [flags]\n\nBoots QEMU guests that run gomx's tests against real VFIO devices.\n\nflags:")
 		fs.PrintDefaults()
@@ -58,6 +67,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 		if *vmTimeout > 0 {
 			configs[i].Timeout = *vmTimeout
 		}
+		configs[i].Env = append(append([]string(nil), configs[i].Env...), env...)
 	}
 	_, err = qemu.Run(ctx, qemu.Options{
 		BuildDir: *dir,
