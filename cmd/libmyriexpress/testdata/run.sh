@@ -74,9 +74,30 @@ for path in shm udp; do
 done
 unset OMX_DISABLE_SHARED
 
-# MX's own test programs, as Open-MX ships them (tests/mx), when a checkout
-# of Open-MX is given: built unchanged against gomx's headers, and against
-# Open-MX's own (its ABI), then run against this library.
+# MX's own test programs (Open-MX's tests/mx) against this library.
+# run_mx_tests DIR runs the five programs found in DIR.
+run_mx_tests() {
+	local dir=$1 p prog rflags sflags port srv
+	timeout $t "$dir/mx_msg_loop" -N 1 -E 70000 -M 2 | tail -1
+	# program|the receiver's flags|the sender's flags
+	for p in "mx_pingpong||-V -E 1100000 -M 4 -N 20" "mx_wait_any_test||" "mx_stream|-v|-V -l 100000 -N 100"; do
+		IFS='|' read -r prog rflags sflags <<<"$p"
+		port=$((41000 + RANDOM % 20000))
+		# shellcheck disable=SC2086 # the flags are words
+		GOMX_BOARDS=udp:127.0.0.1:$port timeout $t stdbuf -oL "$dir/$prog" $rflags >"$build/omx.log" 2>&1 &
+		srv=$!
+		for _ in $(seq 1 600); do grep -q "^Starting" "$build/omx.log" && break; sleep 0.1; done
+		# shellcheck disable=SC2086
+		timeout $t "$dir/$prog" -d 127.0.0.1:$port $sflags | tail -2
+		wait $srv || { cat "$build/omx.log"; exit 1; }
+	done
+	# Its receiver only sleeps: the sender's twelve threads are the test.
+	timeout $t "$dir/mx_wakeup_test" -d 127.0.0.1:1 | tail -1
+}
+
+# When a checkout of Open-MX is given (GOMX_OPENMX_SRC): its tests/mx
+# built unchanged against gomx's headers, and against Open-MX's own MX
+# headers (its ABI), linked to this library.
 if [ -n "${GOMX_OPENMX_SRC:-}" ]; then
 	src=$GOMX_OPENMX_SRC/tests/mx
 	for hdr in "$root/include" "$GOMX_OPENMX_SRC/common/mx"; do
@@ -84,21 +105,34 @@ if [ -n "${GOMX_OPENMX_SRC:-}" ]; then
 		for p in mx_pingpong mx_msg_loop mx_wait_any_test mx_wakeup_test mx_stream; do
 			gcc -O2 -w -I"$hdr" -I"$src" -o "$build/$p" "$src/$p.c" -L"$lib" -lmyriexpress -lpthread
 		done
-		timeout $t "$build/mx_msg_loop" -N 1 -E 70000 -M 2 | tail -1
-		# program|the receiver's flags|the sender's flags
-		for p in "mx_pingpong||-V -E 1100000 -M 4 -N 20" "mx_wait_any_test||" "mx_stream|-v|-V -l 100000 -N 100"; do
-			IFS='|' read -r prog rflags sflags <<<"$p"
-			port=$((41000 + RANDOM % 20000))
-			# shellcheck disable=SC2086 # the flags are words
-			GOMX_BOARDS=udp:127.0.0.1:$port timeout $t stdbuf -oL "$build/$prog" $rflags >"$build/omx.log" 2>&1 &
-			srv=$!
-			for _ in $(seq 1 600); do grep -q "^Starting" "$build/omx.log" && break; sleep 0.1; done
-			# shellcheck disable=SC2086
-			timeout $t "$build/$prog" -d 127.0.0.1:$port $sflags | tail -2
-			wait $srv || { cat "$build/omx.log"; exit 1; }
-		done
-		# Its receiver only sleeps: the sender's twelve threads are the test.
-		timeout $t "$build/mx_wakeup_test" -d 127.0.0.1:1 | tail -1
+		run_mx_tests "$build"
 	done
+fi
+
+# When a directory of those programs already built and linked against
+# Open-MX's own library is given (GOMX_OPENMX_BIN): run them unchanged,
+# this library taking Open-MX's place through LD_LIBRARY_PATH alone.
+# Each must bind libopen-mx.so.0 here and ask it only for versions it
+# defines.
+if [ -n "${GOMX_OPENMX_BIN:-}" ]; then
+	echo "== Open-MX-linked programs in $GOMX_OPENMX_BIN"
+	have=$(readelf -V -W "$lib/libopen-mx.so.0" | sed -n '/\.gnu\.version_d/,/\.gnu\.version_r/p')
+	for p in mx_pingpong mx_msg_loop mx_wait_any_test mx_wakeup_test mx_stream; do
+		bin=$GOMX_OPENMX_BIN/$p
+		[ -x "$bin" ] || { echo "GOMX_OPENMX_BIN: no program $bin"; exit 1; }
+		ldd "$bin" | grep -q "libopen-mx.so.0 => $lib/libopen-mx.so.0" ||
+			{ echo "$p does not bind $lib/libopen-mx.so.0:"; ldd "$bin"; exit 1; }
+		# The versions it needs from libopen-mx.so.0.
+		for v in $(readelf -V -W "$bin" | awk '/File: libopen-mx/{f=1; next} /File:/{f=0} f && /Name:/{print $3}'); do
+			grep -q "Name: $v\$" <<<"$have" || { echo "$p needs $v, which libopen-mx.so.0 lacks"; exit 1; }
+		done
+		# Programs built with Open-MX's in-tree translation headers call its
+		# native omx_ API, which this library does not provide.
+		if nm -D --undefined-only "$bin" | grep -q ' omx_'; then
+			echo "$p calls Open-MX's native omx_ API (built with its tests/mx translation headers);"
+			echo "build it against Open-MX's installed myriexpress.h instead (the MX API)"; exit 1
+		fi
+	done
+	LD_BIND_NOW=1 run_mx_tests "$GOMX_OPENMX_BIN"
 fi
 echo "test-cabi: ok"
