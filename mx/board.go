@@ -166,7 +166,7 @@ type Board struct {
 	rxRings bool
 	// ackOwed: partners on the rings that reached NotAckedMax unacked
 	// messages, acked once a receive finds its source drained
-	// (reliability.go); each at most once (partner.owed).
+	// (ack.go); each at most once (partner.owed).
 	ackOwed []*partner
 	// toStamp: partners on the rings whose ack deadline waits for the
 	// next clock reading (stampAcks).
@@ -403,7 +403,7 @@ func (b *Board) timersLocked(force bool) {
 	if len(b.pcopies) > 0 {
 		b.reapPullCopies(true) // pulloffload.go
 	}
-	b.stampAcks(b.setNow()) // reliability.go
+	b.stampAcks(b.setNow()) // ack.go
 	if !force && b.now() < b.nextTick.Load() {
 		if d := b.due.Load(); d != 0 && b.now() >= d {
 			b.runTimersLocked()
@@ -422,7 +422,7 @@ func (b *Board) timersLocked(force bool) {
 // nextTick alone, so the periodic tick keeps its schedule when the fine
 // goroutine (finetimer.go), which holds mu alone, calls this.
 func (b *Board) runTimersLocked() {
-	b.stampAcks(b.setNow())        // reliability.go
+	b.stampAcks(b.setNow())        // ack.go
 	b.noteTimerRun(b.now())        // liveness.go
 	descheduling.rotate()          // descheduled.go
 	b.due.Store(0)                 // the timers below note it again
@@ -528,7 +528,7 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	}
 	b.rxRings = outer
 	if len(rx) < len(s.rx) {
-		b.ackDrained() // reliability.go
+		b.ackDrained() // ack.go
 	}
 	b.pcopyN.Store(int32(len(b.pcopies)))
 }

@@ -234,7 +234,7 @@ func (b *Board) hostProgress() {
 			b.mu.Lock()
 			b.handleBatchLocked(s, s.rx[:n])
 			if len(b.toStamp) > 0 {
-				b.stampAcks(b.setNow()) // this loop keeps no timers (reliability.go)
+				b.stampAcks(b.setNow()) // this loop keeps no timers (ack.go)
 			}
 			b.release(false)
 		}

@@ -22,7 +22,7 @@ import "github.com/gomx-dev/gomx/mx/wire"
 //     so, it completes as Open-MX's would, with length 0.
 //   - The peer's liveness bounds the rest: a receiver that stops answering
 //     altogether fails every request to it once the partner is declared
-//     unreachable (reliability.go), and a large send waiting for its
+//     unreachable (giveup.go), and a large send waiting for its
 //     NOTIFY is failed with it (failAll releases its region). A large send
 //     whose receiver started pulling and then went silent, neither pulling
 //     again nor notifying, for the notify timeout, fails with

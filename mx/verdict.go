@@ -101,7 +101,7 @@ func (b *Board) timersWithVerdicts() bool {
 	}
 	b.clearMarks()
 	b.vDrained = true
-	b.stampAcks(b.setNow()) // the drained frames' acks too (reliability.go)
+	b.stampAcks(b.setNow()) // the drained frames' acks too (ack.go)
 	busy = b.timerPass() || busy
 	b.vDrained, b.vWanted = false, false
 	return busy

@@ -1,0 +1,520 @@
+package emulated
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
+)
+
+// The 82599 model's control path: its register file and how reads and
+// writes of it act (reset, CTRL and RXCTRL, the RX and TX ring registers,
+// the statistics that clear on read, the model's clock), the link, and
+// the interrupt causes, their routing through IVAR and the MSI-X messages
+// with their EITR throttle. The platform and the NIC's state are in
+// ixgbe.go; the receive filters and the Flow Director table in
+// ixgbe_rules.go; transmit in ixgbe_tx.go; receive in ixgbe_rx.go.
+
+func (n *ixgbeNIC) violation(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	n.nViol.Add(1)
+	n.lastViol.Store(&s)
+}
+
+func (n *ixgbeNIC) reg(off int) uint32         { return n.regs[off/4] }
+func (n *ixgbeNIC) set(off int, v uint32)      { n.regs[off/4] = v }
+func (n *ixgbeNIC) has(off int, b uint32) bool { return n.regs[off/4]&b != 0 }
+
+// powerOn sets the reset values the model relies on.
+func (n *ixgbeNIC) powerOn() {
+	clear(n.regs)
+	n.set(hw.EEC, hw.EECPres|hw.EECAutoRd)
+	n.set(hw.RDRXCTL, hw.RdrxctlDMAIDone)
+	n.set(hw.HLREG0, hw.Hlreg0TxCRCEn|hw.Hlreg0RxCRCStrp|hw.Hlreg0TxPadEn)
+	n.set(hw.MAXFRS, (hw.MaxFrame+4)<<hw.MaxfrsShift)
+	n.set(hw.RXPBSIZE(0), 512<<10)
+	n.set(hw.TXPBSIZE(0), 160<<10)
+	for q := 0; q < hw.Queues; q++ {
+		n.set(hw.SRRCTL(q), 2|4<<hw.SrrctlBSizeHdrShift) // 2 KiB packet, 256 B header buffers
+	}
+	n.set(hw.AUTOC, hw.AutocLMS10GSerial)
+	n.loadMAC()
+	n.pend = n.pend[:0]
+	n.macLink = false
+	n.fdir, n.fdirN, n.fdirHit, n.fdirMis = nil, 0, 0, 0
+	n.vecMask, n.vecCaus = 0, 0
+	n.txCtx = [hw.MaxQueuePairs][2]hw.TxDesc{}
+	n.lastLU = n.linkUp()
+}
+
+func (n *ixgbeNIC) loadMAC() {
+	m := n.mac
+	n.set(hw.RAL(0), uint32(m[0])|uint32(m[1])<<8|uint32(m[2])<<16|uint32(m[3])<<24)
+	n.set(hw.RAH(0), uint32(m[4])|uint32(m[5])<<8|1<<31)
+}
+
+func (n *ixgbeNIC) loopback() bool { return n.has(hw.HLREG0, hw.Hlreg0Lpbk) }
+
+// linkUp is LINKS.UP: the MAC link is set up and a cable is in (or the MAC
+// loops back).
+func (n *ixgbeNIC) linkUp() bool {
+	return n.macLink && (n.plug.cable.Load() || n.loopback())
+}
+
+func (n *ixgbeNIC) jack() *jack { return &n.plug }
+
+func (n *ixgbeNIC) setCable(up bool) {
+	n.plug.cable.Store(up)
+	n.mu.Lock()
+	n.linkChangedLocked()
+	n.mu.Unlock()
+}
+
+func (n *ixgbeNIC) linkChangedLocked() {
+	if lu := n.linkUp(); lu != n.lastLU {
+		n.lastLU = lu
+		n.otherCauseLocked(hw.EicrLSC)
+		if lu {
+			n.flushPendingLocked()
+		}
+	}
+}
+
+// clockNS is the model's own clock for ModelTime, in nanoseconds.
+func (n *ixgbeNIC) clockNS() int64 {
+	if n.cpuTime {
+		return threadCPUNanos()
+	}
+	return time.Now().UnixNano()
+}
+
+func (n *ixgbeNIC) read(off, w int) uint64 {
+	t0 := n.clockNS()
+	defer func() { n.modelNS.Add(n.clockNS() - t0) }()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.acc.count(&n.acc.reads, off)
+	if w != 4 {
+		n.violation("%d-byte read at %#x: 82599 registers are read 32 bits at a time", w, off)
+		return 0
+	}
+	switch {
+	case off == hw.STATUS:
+		s := uint32(0)
+		if n.linkUp() {
+			s |= hw.StatusLinkUp
+		}
+		if n.f.busMaster() && (!n.has(hw.CTRL, hw.CtrlGIODis) || n.holdGIO.Load()) {
+			s |= hw.StatusGIO
+		}
+		return uint64(s)
+	case off == hw.LINKS:
+		if n.linkUp() {
+			return hw.LinksUp | hw.LinksSpeed10G
+		}
+		return 0
+	case off == hw.EICR:
+		v := n.reg(hw.EICR)&^hw.EicrRTxQMask | uint32(n.vecCaus)&hw.EicrRTxQMask
+		n.set(hw.EICR, 0)
+		n.vecCaus = 0
+		return uint64(v)
+	case off == hw.EIMS:
+		return uint64(n.reg(hw.EIMS)&^hw.EicrRTxQMask | uint32(n.vecMask)&hw.EicrRTxQMask)
+	case off == hw.EIMSEx(0) || off == hw.EIMSEx(1):
+		return n.vecMask >> (32 * ((off - hw.EIMSEx(0)) / 4)) & 0xFFFFFFFF
+	case off == hw.EICS || off == hw.EIMC || off == hw.EIMCEx(0) || off == hw.EIMCEx(1):
+		return 0
+	case off == hw.FDIRFREE:
+		return uint64(n.fdirCapLocked() - n.fdirN)
+	case off == hw.FDIRMATCH:
+		v := n.fdirHit
+		n.fdirHit = 0
+		return uint64(v)
+	case off == hw.FDIRMISS:
+		v := n.fdirMis
+		n.fdirMis = 0
+		return uint64(v)
+	case isIXGBEStat(off):
+		v := n.reg(off)
+		switch off {
+		case hw.GORCH, hw.GOTCH, hw.TORH:
+			n.set(off-4, 0)
+		}
+		n.set(off, 0)
+		return uint64(v)
+	}
+	return uint64(n.reg(off))
+}
+
+// isIXGBEStat tells whether off is a clear-on-read statistics register.
+func isIXGBEStat(off int) bool {
+	switch {
+	case off >= hw.StatsFirst && off <= hw.StatsLast:
+		return true
+	case off >= hw.MPC(0) && off <= hw.MPC(7):
+		return true
+	}
+	for q := 0; q < hw.QueueStats; q++ {
+		if off == hw.QPRDC(q) {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *ixgbeNIC) write(off, w int, v64 uint64) {
+	t0 := n.clockNS()
+	defer func() { n.modelNS.Add(n.clockNS() - t0) }()
+	if w == 8 && off == hw.FDIRHASH {
+		// Linux writes FDIRHASH and FDIRCMD with one 64-bit store.
+		n.write32(off, uint32(v64))
+		n.write32(off+4, uint32(v64>>32))
+		return
+	}
+	if w != 4 {
+		n.mu.Lock()
+		n.acc.count(&n.acc.writes, off)
+		n.violation("%d-byte write at %#x: 82599 registers are written 32 bits at a time (64 only at FDIRHASH)", w, off)
+		n.mu.Unlock()
+		return
+	}
+	n.write32(off, uint32(v64))
+}
+
+// ringReg decodes an RX or TX ring register: the queue, the register of
+// queue 0 it corresponds to, and whether it is RX.
+func ringReg(off int) (q, reg int, rx, ok bool) {
+	switch {
+	case off >= 0x01000 && off < 0x02000:
+		q, reg = (off-0x01000)/0x40, 0x01000+(off-0x01000)%0x40
+	case off >= 0x0D000 && off < 0x0E000:
+		q, reg = 64+(off-0x0D000)/0x40, 0x01000+(off-0x0D000)%0x40
+	case off >= 0x06000 && off < 0x08000:
+		return (off - 0x06000) / 0x40, 0x06000 + (off-0x06000)%0x40, false, true
+	case off >= 0x02100 && off < 0x02140:
+		return (off - 0x02100) / 4, hw.SRRCTL(0), true, true
+	default:
+		return 0, 0, false, false
+	}
+	if reg == 0x01014 { // SRRCTL's other home for queues 0-15
+		reg = hw.SRRCTL(0)
+	}
+	return q, reg, true, true
+}
+
+func (n *ixgbeNIC) write32(off int, v uint32) {
+	if q, reg, _, ok := ringReg(off); ok && reg == hw.TDT(0) {
+		n.transmit(q, v)
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.acc.count(&n.acc.writes, off)
+	if n.closed {
+		return
+	}
+	if q, reg, rx, ok := ringReg(off); ok {
+		if rx {
+			n.writeRxRing(q, reg, off, v)
+		} else {
+			n.writeTxRing(q, reg, off, v)
+		}
+		return
+	}
+	switch {
+	case off == hw.CTRL:
+		n.writeCtrl(v)
+	case off == hw.STATUS || off == hw.LINKS || off == hw.FDIRFREE:
+		// Read-only.
+	case off == hw.EEC:
+		n.set(off, v|hw.EECPres|hw.EECAutoRd)
+	case off == hw.RDRXCTL:
+		n.set(off, v|hw.RdrxctlDMAIDone)
+	case off == hw.AUTOC:
+		if v&hw.AutocANRestart != 0 {
+			n.macLink = true
+			v &^= hw.AutocANRestart
+		}
+		n.set(off, v)
+		n.linkChangedLocked()
+	case off == hw.HLREG0:
+		n.set(off, v)
+		n.linkChangedLocked()
+	case off == hw.EICR:
+		n.set(hw.EICR, n.reg(hw.EICR)&^(v&^hw.EicrRTxQMask))
+		n.vecCaus &^= uint64(v & hw.EicrRTxQMask)
+	case off == hw.EICS:
+		for vec := 0; vec < 16; vec++ {
+			if v&(1<<vec) != 0 {
+				n.vectorCauseLocked(vec)
+			}
+		}
+		if o := v &^ hw.EicrRTxQMask; o != 0 {
+			n.otherCauseLocked(o)
+		}
+	case off == hw.EIMS:
+		n.set(hw.EIMS, n.reg(hw.EIMS)|v&^hw.EicrRTxQMask)
+		n.unmaskLocked(uint64(v & hw.EicrRTxQMask))
+	case off == hw.EIMC:
+		n.set(hw.EIMS, n.reg(hw.EIMS)&^(v&^hw.EicrRTxQMask))
+		n.vecMask &^= uint64(v & hw.EicrRTxQMask)
+	case off == hw.EIMSEx(0) || off == hw.EIMSEx(1):
+		n.unmaskLocked(uint64(v) << (32 * ((off - hw.EIMSEx(0)) / 4)))
+	case off == hw.EIMCEx(0) || off == hw.EIMCEx(1):
+		n.vecMask &^= uint64(v) << (32 * ((off - hw.EIMCEx(0)) / 4))
+	case off >= hw.IVAR(0) && off <= hw.IVAR(63):
+		for _, sh := range []int{0, 8, 16, 24} {
+			if e := v >> sh & 0xFF; e&hw.IVARValid != 0 && e&0x7F >= hw.MSIXVectors {
+				n.violation("IVAR%d names vector %d: the 82599 has %d", (off-hw.IVAR(0))/4, e&0x7F, hw.MSIXVectors)
+			}
+		}
+		n.set(off, v)
+	case off == hw.RXCTRL:
+		n.writeRxctrl(v)
+	case off == hw.MRQC:
+		if m := v & hw.MrqcMRQEMask; m != 0 && m != hw.MrqcRSSEn {
+			n.violation("MRQC.MRQE = %#x: this model has RSS (0001) or none (0000); VMDq and DCB modes are not modelled", m)
+		}
+		n.set(off, v)
+	case off >= hw.ETQF(0) && off <= hw.ETQF(hw.ETQFEntries-1):
+		if t := v & hw.EtqfTypeMask; v&hw.EtqfFilterEn != 0 && (t == 0x0800 || t == 0x86DD) {
+			n.violation("ETQF%d filters EtherType %#04x: IPv4 and IPv6 may not be EtherType-filtered; use 5-tuple or Flow Director filters", (off-hw.ETQF(0))/4, t)
+		}
+		n.set(off, v)
+	case off >= hw.FTQF(0) && off <= hw.FTQF(hw.FiveTupleEntries-1):
+		if v&hw.FtqfQueueEn != 0 && v&hw.FtqfPoolMaskEn == 0 {
+			n.violation("FTQF%d compares the pool (bit 30 clear) without VMDq: set the pool mask bit", (off-hw.FTQF(0))/4)
+		}
+		n.set(off, v)
+	case off == hw.FDIRCTRL:
+		n.writeFdirctrl(v)
+	case off == hw.FDIRCMD:
+		n.fdirCommandLocked(v)
+	case off == hw.FDIRTCPM || off == hw.FDIRUDPM:
+		for _, h := range []uint32{v & 0xFFFF, v >> 16} {
+			if h != 0 && h != 0xFFFF {
+				n.violation("%s = %#08x: this model compares ports whole or not at all (each half 0x0000 or 0xFFFF)", hw.RegName(off), v)
+			}
+		}
+		n.set(off, v)
+	case off == hw.FDIRSIP4M || off == hw.FDIRDIP4M:
+		if v != 0 && v != 0xFFFFFFFF {
+			n.violation("%s = %#08x: this model compares addresses whole or not at all (0 or 0xFFFFFFFF)", hw.RegName(off), v)
+		}
+		n.set(off, v)
+	case isIXGBEStat(off):
+		n.violation("write to statistics register %#x: they are read-only (read to clear)", off)
+	default:
+		n.set(off, v)
+	}
+}
+
+func (n *ixgbeNIC) writeCtrl(v uint32) {
+	if v&hw.CtrlRst != 0 {
+		if n.f.busMaster() && v&hw.CtrlGIODis == 0 && !n.has(hw.CTRL, hw.CtrlGIODis) {
+			n.violation("CTRL.RST with PCI master enabled: set CTRL.GIO_DIS and wait for STATUS.GIO to clear first")
+		}
+		n.stopTimersLocked()
+		n.powerOn()
+		n.linkChangedLocked()
+		return
+	}
+	n.set(hw.CTRL, v&^hw.CtrlLinkRst)
+	if v&hw.CtrlLinkRst != 0 {
+		n.macLink = false
+		n.linkChangedLocked()
+	}
+}
+
+func (n *ixgbeNIC) writeRxctrl(v uint32) {
+	n.set(hw.RXCTRL, v)
+	if v&hw.RxctrlRXEN == 0 {
+		return
+	}
+	if n.has(hw.HLREG0, hw.Hlreg0RxCRCStrp) != n.has(hw.RDRXCTL, hw.RdrxctlCRCStrip) {
+		n.violation("HLREG0.RXCRCSTRP and RDRXCTL.CRCSTRIP differ: set both or neither before RXCTRL.RXEN")
+	}
+	n.flushPendingLocked()
+}
+
+func (n *ixgbeNIC) rxEnabled(q int) bool  { return n.has(hw.RXDCTL(q), hw.RxdctlEnable) }
+func (n *ixgbeNIC) txEnabledQ(q int) bool { return n.has(hw.TXDCTL(q), hw.TxdctlEnable) }
+
+func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
+	enabled := n.rxEnabled(q)
+	name := func() string {
+		return fmt.Sprintf("%s%d", map[int]string{hw.RDBAL(0): "RDBAL", hw.RDBAH(0): "RDBAH", hw.RDLEN(0): "RDLEN", hw.RDH(0): "RDH", hw.SRRCTL(0): "SRRCTL"}[reg], q)
+	}
+	switch reg {
+	case hw.RDBAL(0), hw.RDBAH(0), hw.RDLEN(0), hw.RDH(0), hw.SRRCTL(0):
+		if enabled {
+			n.violation("%s written while RXDCTL%d.ENABLE is set: disable the queue and poll the bit clear first", name(), q)
+		}
+		if reg == hw.RDLEN(0) && (v%hw.RingLenAlign != 0 || v >= 1<<20) {
+			n.violation("RDLEN%d = %d: must be a multiple of 128 bytes below 1 MiB", q, v)
+		}
+		if reg == hw.SRRCTL(0) {
+			// Queues 0-15 have SRRCTL in two places; the model keeps one.
+			off = hw.SRRCTL(q)
+		}
+		n.set(off, v)
+	case hw.RDT(0):
+		n.nTail.Add(1)
+		l := n.reg(hw.RDLEN(q)) / hw.DescSize
+		if v >= l && !(l == 0 && v == 0) {
+			n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
+			return
+		}
+		n.set(off, v)
+		n.flushPendingLocked()
+	case hw.RXDCTL(0):
+		if v&hw.RxdctlEnable != 0 && !enabled {
+			l := n.reg(hw.RDLEN(q))
+			base := uint64(n.reg(hw.RDBAH(q)))<<32 | uint64(n.reg(hw.RDBAL(q)))
+			dt := n.reg(hw.SRRCTL(q)) & hw.SrrctlDescTypeMask
+			switch {
+			case l == 0:
+				n.violation("RXDCTL%d.ENABLE with RDLEN%d = 0: program the ring first", q, q)
+				v &^= hw.RxdctlEnable
+			case base%hw.RingAlign != 0:
+				n.violation("RXDCTL%d.ENABLE with a ring base %#x not 128-byte aligned", q, base)
+				v &^= hw.RxdctlEnable
+			case dt != hw.SrrctlDescAdvOneBuf && dt != hw.SrrctlDescAdvHdrSplit:
+				n.violation("RXDCTL%d.ENABLE with SRRCTL%d.DESCTYPE = %d: this model uses advanced descriptors (one buffer, 001, or header split, 010)", q, q, dt>>25)
+				v &^= hw.RxdctlEnable
+			case n.reg(hw.SRRCTL(q))&hw.SrrctlBSizePktMask == 0:
+				n.violation("RXDCTL%d.ENABLE with SRRCTL%d.BSIZEPACKET = 0: give the packet buffer size in KiB", q, q)
+				v &^= hw.RxdctlEnable
+			case dt == hw.SrrctlDescAdvHdrSplit && n.reg(hw.SRRCTL(q))&hw.SrrctlBSizeHdrMask == 0:
+				n.violation("RXDCTL%d.ENABLE with header split and SRRCTL%d.BSIZEHEADER = 0", q, q)
+				v &^= hw.RxdctlEnable
+			}
+		}
+		n.set(off, v)
+		if v&hw.RxdctlEnable != 0 {
+			n.flushPendingLocked()
+		}
+	default:
+		n.set(off, v)
+	}
+}
+
+func (n *ixgbeNIC) writeTxRing(q, reg, off int, v uint32) {
+	enabled := n.txEnabledQ(q)
+	switch reg {
+	case hw.TDBAL(0), hw.TDBAH(0), hw.TDLEN(0), hw.TDH(0):
+		if enabled {
+			n.violation("TX ring register %s written while TXDCTL%d.ENABLE is set: disable the queue and poll the bit clear first", hw.RegName(off), q)
+		}
+		if reg == hw.TDLEN(0) && (v%hw.RingLenAlign != 0 || v >= 1<<20) {
+			n.violation("TDLEN%d = %d: must be a multiple of 128 bytes below 1 MiB", q, v)
+		}
+		n.set(off, v)
+	case hw.TXDCTL(0):
+		if v&hw.TxdctlEnable != 0 && !enabled {
+			base := uint64(n.reg(hw.TDBAH(q)))<<32 | uint64(n.reg(hw.TDBAL(q)))
+			switch {
+			case !n.has(hw.DMATXCTL, hw.DmatxctlTE):
+				n.violation("TXDCTL%d.ENABLE before DMATXCTL.TE: enable TX DMA first", q)
+				v &^= hw.TxdctlEnable
+			case n.reg(hw.TDLEN(q)) == 0:
+				n.violation("TXDCTL%d.ENABLE with TDLEN%d = 0: program the ring first", q, q)
+				v &^= hw.TxdctlEnable
+			case base%hw.RingAlign != 0:
+				n.violation("TXDCTL%d.ENABLE with a ring base %#x not 128-byte aligned", q, base)
+				v &^= hw.TxdctlEnable
+			case q >= hw.MaxQueuePairs:
+				n.violation("TXDCTL%d.ENABLE: this model runs TX queues 0..%d", q, hw.MaxQueuePairs-1)
+				v &^= hw.TxdctlEnable
+			}
+		}
+		n.set(off, v)
+	default:
+		n.set(off, v)
+	}
+}
+
+// queueCauseLocked raises RX queue q's interrupt cause on the vector IVAR
+// routes it to.
+func (n *ixgbeNIC) queueCauseLocked(q int) {
+	e := n.reg(hw.IVAR(q/2)) >> hw.IVARRxShift(q) & 0xFF
+	if e&hw.IVARValid == 0 {
+		return
+	}
+	n.vectorCauseLocked(int(e & 0x3F))
+}
+
+// otherCauseLocked raises causes of EICR's upper half (LSC ...), delivered
+// on the vector IVAR_MISC names for "other" when EIMS enables them.
+func (n *ixgbeNIC) otherCauseLocked(c uint32) {
+	n.set(hw.EICR, n.reg(hw.EICR)|c)
+	if c&n.reg(hw.EIMS) == 0 || !n.has(hw.GPIE, hw.GpieMSIXMode) {
+		return
+	}
+	e := n.reg(hw.IVARMisc) >> hw.IVARMiscOtherShift & 0xFF
+	if e&hw.IVARValid == 0 {
+		return
+	}
+	n.messageLocked(int(e & 0x3F))
+}
+
+// vectorCauseLocked sets vector v's cause and sends it if unmasked.
+func (n *ixgbeNIC) vectorCauseLocked(v int) {
+	n.vecCaus |= 1 << v
+	n.fireLocked(v)
+}
+
+// unmaskLocked sets EIMS bits: causes already pending fire.
+func (n *ixgbeNIC) unmaskLocked(m uint64) {
+	n.vecMask |= m
+	for p := m & n.vecCaus; p != 0; p &= p - 1 {
+		n.fireLocked(bits.TrailingZeros64(p))
+	}
+}
+
+func (n *ixgbeNIC) fireLocked(v int) {
+	if n.vecMask&(1<<v) == 0 || !n.has(hw.GPIE, hw.GpieMSIXMode) {
+		return
+	}
+	// Auto-mask (GPIE.EIAME with EIAM) and auto-clear (EIAC) on sending.
+	var eiam uint64
+	if v < 16 {
+		eiam = uint64(n.reg(hw.EIAM) & hw.EicrRTxQMask)
+	}
+	eiam |= uint64(n.reg(hw.EIAMEx(0))) | uint64(n.reg(hw.EIAMEx(1)))<<32
+	if n.has(hw.GPIE, hw.GpieEIAME) && eiam&(1<<v) != 0 {
+		n.vecMask &^= 1 << v
+	}
+	if v >= 16 || n.reg(hw.EIAC)&(1<<v) != 0 {
+		n.vecCaus &^= 1 << v
+	}
+	n.messageLocked(v)
+}
+
+// messageLocked sends MSI-X vector v, no sooner than its EITR allows.
+func (n *ixgbeNIC) messageLocked(v int) {
+	now := n.clock.Now()
+	if now.Before(n.vecNext[v]) {
+		if n.vecTmr[v] == nil {
+			n.vecTmr[v] = n.clock.AfterFunc(n.vecNext[v].Sub(now), func() {
+				n.mu.Lock()
+				defer n.mu.Unlock()
+				n.vecTmr[v] = nil
+				if !n.closed {
+					n.sendLocked(v, n.clock.Now())
+				}
+			})
+		}
+		return
+	}
+	n.sendLocked(v, now)
+}
+
+func (n *ixgbeNIC) sendLocked(v int, now time.Time) {
+	itv := time.Duration(n.reg(hw.EITR(v))&hw.EitrIntervalMask>>hw.EitrIntervalShift) * hw.EitrUnitNanos
+	n.vecNext[v] = now.Add(itv)
+	if n.f.raise(v) {
+		n.nIRQ.Add(1)
+	}
+}

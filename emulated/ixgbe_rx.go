@@ -1,0 +1,266 @@
+package emulated
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+
+	"github.com/gomx-dev/gomx/internal/dmasync"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
+)
+
+// The 82599 model's receive path: a frame from the wire is filtered by
+// address, held while its ring has no free descriptor, written to guest
+// memory with its advanced descriptor and checksum status, and counted.
+// Which queue it goes to is decided in ixgbe_rules.go; registers are in
+// ixgbe_regs.go; transmit in ixgbe_tx.go.
+
+// fromWire implements wireEnd.
+func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
+	if badFCS {
+		n.mu.Lock()
+		n.regs[hw.CRCERRS/4]++
+		n.mu.Unlock()
+		n.nBadFCS.Add(1)
+		n.nDrop.Add(1)
+		return
+	}
+	n.receive(fr)
+}
+
+// receive takes a frame from the wire or the loopback. The frame buffer is
+// the caller's: it is copied into the ring or the packet buffer.
+func (n *ixgbeNIC) receive(fr []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || !n.has(hw.RXCTRL, hw.RxctrlRXEN) || !n.lastLU {
+		n.nDrop.Add(1)
+		return
+	}
+	if !n.acceptLocked(fr) {
+		return
+	}
+	if len(n.pend) == 0 {
+		if n.deliverLocked(fr) != rxNoRoom {
+			return
+		}
+	}
+	if len(n.pend) >= n.pendMax {
+		n.nDrop.Add(1)
+		n.regs[hw.MPC(0)/4]++
+		return
+	}
+	n.pend = append(n.pend, append([]byte(nil), fr...))
+}
+
+func (n *ixgbeNIC) flushPendingLocked() {
+	if !n.has(hw.RXCTRL, hw.RxctrlRXEN) || !n.lastLU || n.closed {
+		return
+	}
+	i := 0
+	for ; i < len(n.pend); i++ {
+		if n.deliverLocked(n.pend[i]) == rxNoRoom {
+			break
+		}
+	}
+	if i > 0 {
+		k := copy(n.pend, n.pend[i:])
+		clear(n.pend[k:])
+		n.pend = n.pend[:k]
+	}
+}
+
+// acceptLocked is the L2 filter: receive addresses, promiscuous modes,
+// broadcast, the multicast table.
+func (n *ixgbeNIC) acceptLocked(fr []byte) bool {
+	if len(fr) < 14 {
+		n.regs[hw.RUC/4]++
+		n.nDrop.Add(1)
+		return false
+	}
+	fctrl := n.reg(hw.FCTRL)
+	var dst [6]byte
+	copy(dst[:], fr)
+	switch {
+	case isBroadcast(fr):
+		return fctrl&(hw.FctrlBAM|hw.FctrlMPE) != 0
+	case dst[0]&1 != 0:
+		if fctrl&hw.FctrlMPE != 0 {
+			return true
+		}
+		if !n.has(hw.MCSTCTRL, hw.McstctrlMFE) {
+			return false
+		}
+		if n.reg(hw.MCSTCTRL)&3 != 0 {
+			n.violation("MCSTCTRL.MO = %d: this model hashes multicast with MO = 0 only", n.reg(hw.MCSTCTRL)&3)
+		}
+		r, b := hw.MTAHash(dst)
+		return n.reg(hw.MTA+4*r)&(1<<b) != 0
+	case fctrl&hw.FctrlUPE != 0:
+		return true
+	}
+	lo := uint32(dst[0]) | uint32(dst[1])<<8 | uint32(dst[2])<<16 | uint32(dst[3])<<24
+	hi := uint32(dst[4]) | uint32(dst[5])<<8
+	for i := 0; i < hw.RAREntries; i++ {
+		rah := n.reg(hw.RAH(i))
+		if rah&(1<<31) != 0 && n.reg(hw.RAL(i)) == lo && rah&0xFFFF == hi {
+			return true
+		}
+	}
+	return false
+}
+
+// rxChecksumLocked checks an IPv4 frame's header and TCP/UDP checksums, as
+// the 82599 always does, and returns the status and error bits.
+func (n *ixgbeNIC) rxChecksumLocked(ip, l4 []byte, proto byte) uint32 {
+	st := uint32(hw.RxStatIPCS)
+	if csumFold(csumAdd(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
+		st |= hw.RxErrIPE
+	}
+	if l4 == nil || (proto != 6 && proto != 17) {
+		return st
+	}
+	if proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0 {
+		return st
+	}
+	sum := csumAdd(0, ip[12:20]) + uint32(proto) + uint32(len(l4))
+	st |= hw.RxStatL4CS
+	if proto == 17 {
+		st |= hw.RxStatUDPCS
+	}
+	if csumFold(csumAdd(sum, l4)) != 0xFFFF {
+		st |= hw.RxErrTCPE
+	}
+	return st
+}
+
+// deliverLocked steers one frame and writes it into its RX ring.
+func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
+	if !n.f.busMaster() {
+		n.nDrop.Add(1)
+		return rxDropped
+	}
+	if len(fr)+4 < 64 {
+		n.regs[hw.RUC/4]++
+		n.nDrop.Add(1)
+		return rxDropped
+	}
+	if len(fr) > n.maxFrameLocked() {
+		n.regs[hw.ROC/4]++
+		n.nDrop.Add(1)
+		return rxDropped
+	}
+	c := n.classifyLocked(fr)
+	if c.drop {
+		n.nDrop.Add(1)
+		return rxDropped
+	}
+	q := c.queue
+	if q >= hw.MaxQueuePairs || !n.rxEnabled(q) {
+		n.violation("frame steered to RX queue %d, which is not enabled", q)
+		n.nDrop.Add(1)
+		return rxDropped
+	}
+	srrctl := n.reg(hw.SRRCTL(q))
+	pktBuf := int(srrctl&hw.SrrctlBSizePktMask) << 10
+	hdrBuf := int(srrctl&hw.SrrctlBSizeHdrMask>>hw.SrrctlBSizeHdrShift) * 64
+	data := fr
+	if !n.has(hw.HLREG0, hw.Hlreg0RxCRCStrp) {
+		c := crc32.ChecksumIEEE(fr)
+		data = binary.LittleEndian.AppendUint32(append([]byte(nil), fr...), c)
+	}
+	hdr := 0
+	if srrctl&hw.SrrctlDescTypeMask == hw.SrrctlDescAdvHdrSplit && n.reg(hw.PSRTYPE(0))&(hw.PsrtypeTCPHdr|hw.PsrtypeUDPHdr|hw.PsrtypeIPv4Hdr|hw.PsrtypeIPv6Hdr) != 0 {
+		if h, ok := psHeaderLen(fr, false, 1<<20); ok {
+			if h > hdrBuf {
+				c.status |= hw.RxErrHBO
+			} else {
+				hdr = h
+			}
+		}
+	}
+	rest := len(data) - hdr
+	need := uint32(max(1, (rest+pktBuf-1)/pktBuf))
+	l := n.reg(hw.RDLEN(q)) / hw.DescSize
+	head, tail := n.reg(hw.RDH(q)), n.reg(hw.RDT(q))
+	if head >= l || tail >= l {
+		n.nDrop.Add(1)
+		return rxDropped
+	}
+	if (tail+l-head)%l < need {
+		if srrctl&hw.SrrctlDropEn != 0 {
+			if q < hw.QueueStats {
+				n.regs[hw.QPRDC(q)/4]++
+			}
+			n.nDrop.Add(1)
+			return rxDropped
+		}
+		return rxNoRoom
+	}
+	dom := n.f.dom
+	base := uint64(n.reg(hw.RDBAH(q)))<<32 | uint64(n.reg(hw.RDBAL(q)))
+	dom.rlock()
+	defer dom.runlock()
+	off := hdr
+	for i := uint32(0); i < need; i++ {
+		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.hint)
+		if !ok {
+			n.violation("RX descriptor %d of queue %d at an unmapped IOVA", head, q)
+			n.nDrop.Add(1)
+			return rxDropped
+		}
+		n.acc.rxFetch++
+		pktAddr := binary.LittleEndian.Uint64(raw)
+		hdrAddr := binary.LittleEndian.Uint64(raw[8:])
+		wb := hw.RxWriteBack{PktInfo: c.pktInfo, Hash: c.hash, Status: hw.RxStatDD}
+		if i == 0 && hdr > 0 {
+			if hdrAddr&1 != 0 {
+				n.violation("RX descriptor %d of queue %d: header buffer address %#x has bit 0 set (it must be even: DD sits there)", head, q, hdrAddr)
+			}
+			hb, ok := dom.translate(hdrAddr, hdr, true, &n.hint)
+			if !ok {
+				n.violation("RX header buffer at IOVA %#x (%d bytes) is not mapped", hdrAddr, hdr)
+				n.nDrop.Add(1)
+				return rxDropped
+			}
+			copy(hb, fr[:hdr])
+			wb.HdrInfo = hw.HdrInfoSPH | uint16(hdr)<<hw.HdrInfoLenShift
+		}
+		k := min(pktBuf, len(data)-off)
+		if k > 0 {
+			buf, ok := dom.translate(pktAddr, k, true, &n.hint)
+			if !ok {
+				n.violation("RX buffer at IOVA %#x (%d bytes) is not mapped", pktAddr, k)
+				n.nDrop.Add(1)
+				return rxDropped
+			}
+			copy(buf, data[off:off+k])
+		}
+		off += k
+		wb.Length = uint16(k)
+		if i == need-1 {
+			wb.Status |= hw.RxStatEOP | c.status
+		}
+		var tmp [hw.DescSize]byte
+		wb.Encode(tmp[:])
+		store64(raw[0:8], binary.LittleEndian.Uint64(tmp[0:]))
+		dmasync.Publish()
+		store64(raw[8:16], binary.LittleEndian.Uint64(tmp[8:]))
+		n.acc.rxWB++
+		head = (head + 1) % l
+	}
+	n.set(hw.RDH(q), head)
+	n.nRx.Add(1)
+	n.regs[hw.GPRC/4]++
+	n.regs[hw.TPR/4]++
+	n.count64(hw.GORCL, uint64(len(fr)+4))
+	n.count64(hw.TORL, uint64(len(fr)+4))
+	if fr[0]&1 != 0 {
+		if isBroadcast(fr) {
+			n.regs[hw.BPRC/4]++
+		} else {
+			n.regs[hw.MPRC/4]++
+		}
+	}
+	n.queueCauseLocked(q)
+	return rxDone
+}

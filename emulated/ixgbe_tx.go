@@ -1,0 +1,242 @@
+package emulated
+
+import (
+	"encoding/binary"
+
+	"github.com/gomx-dev/gomx/internal/dmasync"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
+)
+
+// The 82599 model's transmit path: a TDT write walks the TX ring, reads
+// the context and data descriptors, gathers each frame from guest memory,
+// inserts the checksums the descriptors ask for, writes the descriptors
+// back and hands the frames to the wire (or back to the receive path when
+// the NIC loops). Registers are in ixgbe_regs.go, receive in ixgbe_rx.go.
+
+// transmit is a TDT write: the model sends synchronously, so every frame
+// between TDH and the new TDT is on the wire when the write returns.
+func (n *ixgbeNIC) transmit(q int, tdt uint32) {
+	n.txMu.Lock()
+	defer n.txMu.Unlock()
+	n.mu.Lock()
+	n.acc.count(&n.acc.writes, hw.TDT(q))
+	n.nTail.Add(1)
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.set(hw.TDT(q), tdt)
+	l := n.reg(hw.TDLEN(q)) / hw.DescSize
+	switch {
+	case tdt >= l && l != 0:
+		n.violation("TDT%d = %d outside a ring of %d descriptors", q, tdt, l)
+		n.mu.Unlock()
+		return
+	case !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE):
+		if tdt != n.reg(hw.TDH(q)) {
+			n.violation("TDT%d moved while TX queue %d is not enabled (TXDCTL.ENABLE, DMATXCTL.TE)", q, q)
+		}
+		n.mu.Unlock()
+		return
+	case !n.f.busMaster():
+		n.violation("TDT%d written with PCI bus mastering off: the NIC cannot fetch descriptors", q)
+		n.mu.Unlock()
+		return
+	}
+	n.out = n.out[:0]
+	n.txRingLocked(q, l, tdt)
+	loop := n.loopback()
+	lu := n.linkUp()
+	n.mu.Unlock()
+	for _, fr := range n.out {
+		switch {
+		case loop:
+			n.receive(fr)
+		case lu:
+			toWire(n, fr)
+		}
+		n.spare = append(n.spare, fr)
+	}
+	n.out = n.out[:0]
+}
+
+func (n *ixgbeNIC) frameBuf() []byte {
+	if k := len(n.spare); k > 0 {
+		b := n.spare[k-1]
+		n.spare = n.spare[:k-1]
+		return b[:0]
+	}
+	return make([]byte, 0, 16384)
+}
+
+// txRingLocked walks TX ring q from TDH to tdt, gathering frames into
+// n.out.
+func (n *ixgbeNIC) txRingLocked(q int, l, tdt uint32) {
+	dom := n.f.dom
+	base := uint64(n.reg(hw.TDBAH(q)))<<32 | uint64(n.reg(hw.TDBAL(q)))
+	head := n.reg(hw.TDH(q))
+	if head >= l {
+		n.violation("TDH%d = %d outside a ring of %d descriptors", q, head, l)
+		return
+	}
+	frame := n.frameBuf()
+	var first hw.TxDesc
+	inFrame, faulted := false, false
+	dom.rlock()
+	defer dom.runlock()
+	for head != tdt {
+		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.hint)
+		if !ok {
+			n.violation("TX descriptor %d of queue %d at an unmapped IOVA", head, q)
+			break
+		}
+		n.acc.txFetch++
+		d := hw.DecodeTxDesc(raw)
+		switch {
+		case d.CmdType&hw.TxCmdDEXT == 0:
+			n.violation("legacy TX descriptor on queue %d: this model uses advanced descriptors (DEXT set)", q)
+		case d.DTyp() == hw.TxDTypContext:
+			n.txCtx[q][d.Olinfo>>hw.TxOlinfoIdxShift&1] = d
+		case d.DTyp() != hw.TxDTypData:
+			n.violation("TX descriptor type %d on queue %d: want 2 (context) or 3 (data)", d.DTyp()>>20, q)
+		default:
+			if !inFrame {
+				first, inFrame = d, true
+				if d.CmdType&hw.TxCmdIFCS == 0 {
+					n.violation("TX data descriptor without IFCS: the frame would leave without an FCS")
+				}
+			}
+			if ln := d.Len(); ln > 0 {
+				buf, ok := dom.translate(d.Addr, ln, false, &n.hint)
+				switch {
+				case !ok:
+					n.violation("TX buffer at IOVA %#x (%d bytes) is not mapped", d.Addr, ln)
+					faulted = true
+				case !faulted && len(frame)+ln <= cap(frame):
+					frame = append(frame, buf...)
+				}
+			}
+			if d.CmdType&hw.TxCmdEOP != 0 {
+				if faulted {
+					frame = frame[:0]
+				} else {
+					n.finishFrameLocked(&frame, q, first)
+				}
+				inFrame, faulted = false, false
+			}
+		}
+		if d.CmdType&hw.TxCmdRS != 0 {
+			dmasync.Publish()
+			store64(raw[8:16], uint64(d.CmdType)|uint64(d.Olinfo|hw.TxStatDD)<<32)
+			n.acc.txWB++
+		}
+		head = (head + 1) % l
+	}
+	n.set(hw.TDH(q), head)
+	if inFrame {
+		n.violation("TX queue %d: descriptors up to TDT end without EOP", q)
+	}
+	n.spare = append(n.spare, frame[:0])
+}
+
+// finishFrameLocked checks, pads, checksums and counts a complete frame and
+// queues it for the wire.
+func (n *ixgbeNIC) finishFrameLocked(frame *[]byte, q int, first hw.TxDesc) {
+	fr := *frame
+	*frame = n.frameBuf()
+	drop := func() { n.spare = append(n.spare, fr[:0]) }
+	if paylen := int(first.Olinfo >> hw.TxPaylenShift); paylen != len(fr) {
+		n.violation("TX frame of %d bytes with PAYLEN %d in its first descriptor: PAYLEN is the frame's length", len(fr), paylen)
+	}
+	if len(fr) < 14 {
+		n.violation("TX frame of %d bytes: shorter than an Ethernet header", len(fr))
+		drop()
+		return
+	}
+	if max := n.maxFrameLocked(); len(fr) > max {
+		n.violation("TX frame of %d bytes: longer than %d (HLREG0.JUMBOEN, MAXFRS)", len(fr), max)
+		drop()
+		return
+	}
+	if n.has(hw.HLREG0, hw.Hlreg0TxPadEn) {
+		for len(fr) < hw.MinFrame {
+			fr = append(fr, 0)
+		}
+	}
+	if popts := first.Olinfo & (hw.TxPoptsIXSM | hw.TxPoptsTXSM); popts != 0 {
+		n.txChecksumLocked(fr, q, first.Olinfo, popts)
+	}
+	n.nTx.Add(1)
+	n.count64(hw.GOTCL, uint64(len(fr)+4))
+	n.regs[hw.GPTC/4]++
+	n.regs[hw.TPT/4]++
+	if fr[0]&1 != 0 {
+		if isBroadcast(fr) {
+			n.regs[hw.BPTC/4]++
+		} else {
+			n.regs[hw.MPTC/4]++
+		}
+	}
+	n.out = append(n.out, fr)
+}
+
+// maxFrameLocked is the largest frame without FCS the MAC passes.
+func (n *ixgbeNIC) maxFrameLocked() int {
+	if n.has(hw.HLREG0, hw.Hlreg0JumboEn) {
+		return int(n.reg(hw.MAXFRS)>>hw.MaxfrsShift) - 4
+	}
+	return hw.MaxFrame
+}
+
+func (n *ixgbeNIC) count64(lo int, v uint64) {
+	c := uint64(n.regs[lo/4+1])<<32 | uint64(n.regs[lo/4]) + v
+	n.regs[lo/4], n.regs[lo/4+1] = uint32(c), uint32(c>>32)
+}
+
+// txChecksumLocked inserts the IPv4 header and TCP/UDP checksums the
+// context descriptor (IDX of olinfo) describes.
+func (n *ixgbeNIC) txChecksumLocked(fr []byte, q int, olinfo, popts uint32) {
+	c := n.txCtx[q][olinfo>>hw.TxOlinfoIdxShift&1]
+	if c.DTyp() != hw.TxDTypContext {
+		n.violation("TX checksum offload on queue %d without a context descriptor", q)
+		return
+	}
+	macLen := int(uint32(c.Addr) >> hw.TxCtxMACLenShift & 0x7F)
+	ipLen := int(uint32(c.Addr) & hw.TxCtxIPLenMask)
+	if macLen+ipLen > len(fr) || ipLen < 20 {
+		n.violation("TX checksum context out of the frame: MACLEN %d, IPLEN %d, frame %d bytes", macLen, ipLen, len(fr))
+		return
+	}
+	ip := fr[macLen:]
+	if popts&hw.TxPoptsIXSM != 0 {
+		if c.CmdType&hw.TxCtxTucmdIPv4 == 0 {
+			n.violation("IXSM without TUCMD.IPV4 in the context")
+		}
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		binary.BigEndian.PutUint16(ip[10:], ^csumFold(csumAdd(0, ip[:ipLen])))
+	}
+	if popts&hw.TxPoptsTXSM != 0 {
+		l4 := fr[macLen+ipLen:]
+		tot := int(binary.BigEndian.Uint16(ip[2:]))
+		if tot < ipLen || macLen+tot > len(fr) {
+			n.violation("TXSM on a frame whose IPv4 total length %d does not fit it", tot)
+			return
+		}
+		l4 = l4[:tot-ipLen]
+		udp := c.CmdType&hw.TxCtxTucmdL4Mask == hw.TxCtxTucmdL4UDP
+		at := 16
+		if udp {
+			at = 6
+		}
+		if len(l4) < at+2 {
+			return
+		}
+		// The driver seeded the field with the pseudo-header sum (as
+		// Linux and DPDK do); the NIC sums from the L4 header to the end.
+		s := ^csumFold(csumAdd(0, l4))
+		if udp && s == 0 {
+			s = 0xFFFF
+		}
+		binary.BigEndian.PutUint16(l4[at:], s)
+	}
+}

@@ -1,0 +1,206 @@
+package mx
+
+import (
+	"math"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// Acks of the sequenced stream: the explicit ack (a TRUC frame) and when a
+// receiver sends one (at once, after NotAckedMax messages, after a short
+// delay, or, between peers of one host, by the rings' own rules), and the
+// TRUC a sender receives. Acks piggybacked on sequenced frames are set and
+// applied where those frames are sent and received (reliability.go); the
+// SACK a TRUC may carry is in sack.go.
+
+func (p *partner) sendAck() {
+	e := p.ep
+	b := e.b
+	p.ackNumSent++
+	h := wire.Truc{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, AckUpTo: p.fullSeq,
+		AckNum: p.ackNumSent, SendSeq: p.sendSeq}
+	if p.sack {
+		p.buildSack(&h.Sack)
+		if h.HasSack = h.Sack.N > 0; h.HasSack {
+			e.cnt[SacksSent]++
+		}
+	}
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h.Put(buf[wire.HeadLen:], b.ord)
+	e.cnt[SendTruc]++
+	b.sendFrame(p.nic, buf, wire.HeadLen+h.Len(), p.crc)
+	p.notAcked = 0
+	p.ackStale = false
+	p.ackDeadline = 0
+}
+
+// noteReceived records that the full-receive point moved: ack now after
+// NotAckedMax messages, else after tailAckDelay; for a tiny or small
+// message, or one that came by the lean path (lean), from a peer reached
+// through the rings, after ringAcks messages, else after ringAckDelay.
+func (p *partner) noteReceived(lean bool) {
+	b := p.ep.b
+	p.notAcked++
+	every, delay := b.opts.NotAckedMax, b.tailAckDelay()
+	rings := lean && p.rings() != nil
+	if rings {
+		every, delay = b.ringAcks(), min(int64(b.opts.AckDelay), int64(ringAckDelay))
+	}
+	if p.notAcked >= every {
+		p.ep.cnt[AcksImmediate]++
+		p.sendAck()
+		return
+	}
+	if rings && p.notAcked >= b.opts.NotAckedMax && !p.owed {
+		p.owed = true
+		b.ackOwed = append(b.ackOwed, p)
+	}
+	if p.ackDeadline == 0 {
+		if rings && !b.nowOK {
+			// No clock read for this batch yet: the deadline waits for
+			// the next one (stampAcks). In a ping-pong every message
+			// starts a deadline that the reply's piggyback clears, and
+			// the reading was a tenth of such a message's cost.
+			p.ackDeadline = ackUnstamped
+			if !p.stampQ {
+				p.stampQ = true
+				b.toStamp = append(b.toStamp, p)
+			}
+			return
+		}
+		p.ackDeadline = b.now() + delay
+		b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
+	}
+}
+
+// tailAckDelay is how long a receiver on a wire waits for a reply to carry
+// its ack before it sends one (the sender's tail-loss probe waits at least
+// that long past the round trip, pto): a quarter of RTOMin, at most
+// AckDelay. Open-MX waits its AckDelay, milliseconds, for the next
+// messages to ack together; but a sender whose stream paused then probed
+// the tail of every burst, a frame and a duplicate each, where one ack a
+// few tens of microseconds later does. A reply sent sooner still carries
+// the ack, and a stream is acked every NotAckedMax messages.
+func (b *Board) tailAckDelay() int64 {
+	return min(int64(b.opts.AckDelay), int64(b.opts.RTOMin)/4)
+}
+
+// ackUnstamped is the ack deadline of a ring peer whose messages a waiter
+// handled without reading the clock (noteReceived): never due until
+// stampAcks gives it a time.
+const ackUnstamped = math.MaxInt64
+
+// stampAcks gives the unstamped ack deadlines of ring peers (noteReceived)
+// their time, counted from now: the clock of the next timer check
+// (timersLocked), which the receive loop makes at least every spinGrace
+// while waiters poll the rings (BoardOptions.BusyPoll: pollGrace), and a
+// polling waiter when a tick is due (pollSource). So a ring peer's delayed
+// ack goes out at most that much later than ringAckDelay after the
+// message. Called with b.mu held.
+func (b *Board) stampAcks(now int64) {
+	for i, p := range b.toStamp {
+		b.toStamp[i], p.stampQ = nil, false
+		if p.ackDeadline == ackUnstamped {
+			p.ackDeadline = now + min(int64(b.opts.AckDelay), int64(ringAckDelay))
+			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
+		}
+	}
+	b.toStamp = b.toStamp[:0]
+}
+
+// Acks between peers of one host. The rings are reliable and keep order:
+// they lose a frame only when its receiver made no progress for their
+// FullWait, and then the sender's timeouts (rtoMin, at least that long)
+// and the transport take over. An ack to such a peer never saves a
+// resend; it only lets the sender release its requests and complete the
+// sends that wait for it (beyond ZombieSends, or with a full MaxUnacked
+// window). A receiver that falls behind a stream finds many messages of a
+// peer in each batch it takes from the rings, and acking each NotAckedMax
+// of them spends a frame on both sides for nothing: the sender is still
+// sending. So, when nothing carried the ack back sooner (a reply
+// piggybacks it, as everywhere), a receiver acks tiny and small messages
+// of a peer on the rings after ringAcks messages, or, once it has NotAckedMax unacked ones, when
+// a receive finds the rings drained (ackDrained): the sender has nothing
+// more in flight, and may be waiting for this very ack (a busy sender
+// handles acks only when it waits, so its ZombieSends run out). Fewer
+// than NotAckedMax are acked ringAckDelay (or AckDelay if shorter) after
+// the first: a sender that waits for its ack waits at most about a poll
+// window's cap, not AckDelay's 16ms. Medium messages that keep the
+// sequenced path (several fragments) keep NotAckedMax: the sender keeps
+// each one's payload copy until its ack, and 64 of them would crowd its
+// cache for one frame saved per 4 messages of several frames each;
+// measured, the difference was lost in noise. One that took the lean path
+// (lean.go) left no copy behind, and is acked as a tiny one.
+const (
+	ringAcksMax  = 64
+	ringAckDelay = DefaultSpinMax
+)
+
+// ackDrained acks the partners on the rings that reached NotAckedMax
+// unacked messages (noteReceived), now that a receive found its source
+// drained. Called with b.mu held.
+func (b *Board) ackDrained() {
+	for i, p := range b.ackOwed {
+		b.ackOwed[i], p.owed = nil, false
+		if p.notAcked >= b.opts.NotAckedMax && !p.ep.closed {
+			p.ep.cnt[AcksImmediate]++
+			p.sendAck()
+		}
+	}
+	b.ackOwed = b.ackOwed[:0]
+}
+
+// ringAcks is how many messages from a peer on the rings make the
+// receiver ack at once: ringAcksMax, less when the board's own windows
+// (MaxUnacked, ZombieSends; a peer's are mostly the same) are smaller, so
+// a sender never waits for a full window's ack; at least NotAckedMax.
+func (b *Board) ringAcks() int {
+	n := min(ringAcksMax, b.opts.MaxUnacked/2)
+	if b.opts.ZombieSends > 0 {
+		n = min(n, b.opts.ZombieSends/2)
+	}
+	return max(n, b.opts.NotAckedMax)
+}
+
+// updateFull moves the full-receive point past what arrived whole; lean:
+// the message that moved it was tiny or small, or came by the lean path
+// (see noteReceived).
+func (p *partner) updateFull(lean bool) {
+	old := p.fullSeq
+	if len(p.partials) > 0 {
+		p.fullSeq = p.partials[0].seq
+	} else {
+		p.fullSeq = p.recvSeq
+	}
+	if p.fullSeq != old && !p.fullMoved() {
+		p.noteReceived(lean)
+	}
+}
+
+func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
+	e := b.endpointFor(nic, h.DstEP, h.SrcEP, h.Session, 0, false)
+	if e == nil {
+		return
+	}
+	e.cnt[RecvTruc]++
+	p := e.partnerAt(nic, h.SrcEP)
+	if p == nil {
+		e.cnt[DropNoPartner]++
+		return
+	}
+	if !sameSess(h.AckUpTo, p.sendSeq) {
+		e.cnt[DropStaleAck]++
+		return
+	}
+	if h.AckNum <= p.ackNumRecv {
+		e.cnt[DropStaleAck]++
+		return
+	}
+	p.ackNumRecv = h.AckNum
+	p.applyAck(h.AckUpTo)
+	if h.HasSack && p.sack {
+		p.onSack(&h.Sack)
+	}
+}
