@@ -22,8 +22,12 @@ func TestParseFlagsFromConfigs(t *testing.T) {
 		if !slices.Contains(o.env, "GOMX_REQUIRE_VFIO=1") || !slices.Contains(o.env, "GOMX_REQUIRE_QEMU="+c.Require()) {
 			t.Errorf("%s: env %q", c.Name, o.env)
 		}
-		if o.modprobe != strings.Join(qemu.GuestModules, ",") {
-			t.Errorf("%s: -modprobe %q, want the guest modules %q", c.Name, o.modprobe, qemu.GuestModules)
+		mods := qemu.GuestModules
+		if c.USB {
+			mods = append(slices.Clone(mods), qemu.USBGuestModules...)
+		}
+		if o.modprobe != strings.Join(mods, ",") {
+			t.Errorf("%s: -modprobe %q, want the guest modules %q", c.Name, o.modprobe, mods)
 		}
 		if c.NoIOMMU != (len(o.insmod) == 1 && strings.HasPrefix(o.insmod[0], qemu.NoIOMMUVfioPath+":")) {
 			t.Errorf("%s: -insmod %q: the rebuilt vfio.ko must come first exactly when there is no IOMMU", c.Name, o.insmod)
