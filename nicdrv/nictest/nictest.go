@@ -213,7 +213,11 @@ type stream struct {
 	next     uint64 // next seq to send
 	want     uint64 // next seq expected
 	end      uint64
-	rx       []*nicdrv.Buffer
+	// stale: frames numbered below it are ones sent before the stream,
+	// which a NIC may still deliver (whole, and before the stream's own);
+	// they are dropped unchecked.
+	stale uint64
+	rx    []*nicdrv.Buffer
 }
 
 func newStream(from, to nicdrv.NIC, first, count uint64) *stream {
@@ -245,6 +249,9 @@ func (s *stream) step(t *testing.T, window int) bool {
 		}
 		for _, b := range s.rx[:n] {
 			seq, bad := checkFrame(b.Data, s.to.MAC(), s.from.MAC())
+			if seq < s.stale {
+				continue // checked against the stream's sizes it would fail
+			}
 			if bad == "" && seq != s.want {
 				bad = fmt.Sprintf("frame %d arrived, want %d next", seq, s.want)
 			}
@@ -515,13 +522,13 @@ func (s *suite) linkDownUp(t *testing.T) {
 			t.Fatalf("link after the cable was plugged back: %v, %v", l, err)
 		}
 	}
-	// Drain whatever of the four came through (some NICs deliver frames
-	// queued in their FIFO when the link returns), then check traffic.
-	rx := make([]*nicdrv.Buffer, 16)
-	if n, _ := b.RxBatch(0, rx); n > 0 {
-		_ = b.Pool().Free(rx[:n]...)
-	}
-	roundTrip(t, a, b, 1<<30)
+	// Some NICs deliver frames queued in their FIFO when the link returns,
+	// and a driver that moves frames on its own goroutines (USB) may do so
+	// after the link is seen up: whatever of the four comes through is
+	// dropped as it comes, then traffic must flow both ways.
+	ab, ba := newStream(a, b, 1<<30, 32), newStream(b, a, 1<<30, 32)
+	ab.stale = uint64(len(bufs))
+	run(t, window(a, b), ab, ba)
 }
 
 func (s *suite) restart(t *testing.T) {
