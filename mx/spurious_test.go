@@ -76,15 +76,13 @@ func TestNoSpuriousRecovery(t *testing.T) {
 					t.Logf("the wire lost %d frames: recovery %v / %v", lost, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
 					return
 				}
-				allowed := max(uint64(m/1000), 1)
-				if busy {
-					// Two spinning goroutines on a machine with fewer
-					// free CPUs than spinners lose whole time slices
-					// the descheduling estimate had not yet seen; a
-					// bound of 1 in 250 still fails the timers that
-					// resent 6% of a lossless spinning run.
-					allowed = max(uint64(m/250), 4)
-				}
+				// The bound catches systematic spurious recovery (timeouts
+				// shorter than the peer's answer: 6% of a lossless run's
+				// messages resent), not the few a machine that deschedules
+				// a peer for longer than any recent gap still causes: on a
+				// loaded 2-CPU host that was up to 0.9% (spinning pairs,
+				// which lose whole time slices) and 0.35% (UDP).
+				allowed := max(uint64(m/50), 4)
 				for i, e := range []*Endpoint{pr.a, pr.b} {
 					c := e.Counters()
 					var acts uint64
