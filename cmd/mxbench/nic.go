@@ -39,20 +39,27 @@ func (n *nicFlags) addrs() ([]pci.Address, error) {
 	if n.nics == "model" || n.nics == "model-82599" {
 		return nil, nil
 	}
-	parts := strings.Split(n.nics, ",")
+	return parsePair("--nic", n.nics, `two PCI addresses A,B of cabled NICs, or "model" (emulated 82574Ls) or "model-82599"`, "NICs", pci.ParseAddress)
+}
+
+// parsePair parses a flag's value as two distinct devices A,B cabled to
+// each other, each read by parse; want says what the flag takes and noun
+// names the devices in the error for a device named twice.
+func parsePair[T comparable](flag, val, want, noun string, parse func(string) (T, error)) ([]T, error) {
+	parts := strings.Split(val, ",")
 	if len(parts) != 2 {
-		return nil, fmt.Errorf("--nic %q: want two PCI addresses A,B of cabled NICs, or \"model\" (emulated 82574Ls) or \"model-82599\"", n.nics)
+		return nil, fmt.Errorf("%s %q: want %s", flag, val, want)
 	}
-	var out []pci.Address
+	var out []T
 	for _, p := range parts {
-		a, err := pci.ParseAddress(strings.TrimSpace(p))
+		d, err := parse(strings.TrimSpace(p))
 		if err != nil {
-			return nil, fmt.Errorf("--nic: %w", err)
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
-		out = append(out, a)
+		out = append(out, d)
 	}
 	if out[0] == out[1] {
-		return nil, fmt.Errorf("--nic names %v twice: want two NICs cabled to each other", out[0])
+		return nil, fmt.Errorf("%s names %v twice: want two %s cabled to each other", flag, out[0], noun)
 	}
 	return out, nil
 }

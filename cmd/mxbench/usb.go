@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/gomx-dev/gomx/nicdrv"
@@ -33,22 +32,7 @@ func (u *usbFlags) selectors() ([]usbnet.Selector, error) {
 	if u.devs == "fake" || u.devs == "fake-ncm" {
 		return nil, nil
 	}
-	parts := strings.Split(u.devs, ",")
-	if len(parts) != 2 {
-		return nil, fmt.Errorf("--usb %q: want two USB adapters A,B (BUS:ADDR or VID:PID each), or fake / fake-ncm", u.devs)
-	}
-	var out []usbnet.Selector
-	for _, p := range parts {
-		s, err := usbnet.ParseSelector(strings.TrimSpace(p))
-		if err != nil {
-			return nil, fmt.Errorf("--usb: %w", err)
-		}
-		out = append(out, s)
-	}
-	if out[0] == out[1] {
-		return nil, fmt.Errorf("--usb names %v twice: want two adapters cabled to each other", out[0])
-	}
-	return out, nil
+	return parsePair("--usb", u.devs, "two USB adapters A,B (BUS:ADDR or VID:PID each), or fake / fake-ncm", "adapters", usbnet.ParseSelector)
 }
 
 func (u *usbFlags) validate(cmd, tr, peer string) error {
