@@ -450,3 +450,16 @@ func TestPingPongP99LongRun(t *testing.T) {
 		t.Errorf("row %+v: want %d iterations, no errors, a mean and a p99", r, n)
 	}
 }
+
+// TestSizeOverTimeoutNamesFix: a size whose run outlasts --timeout fails
+// with an error that names the flag to raise, not a bare "context deadline
+// exceeded". The run is far longer than the bound on any machine (10^9
+// round trips in 50 ms), so the test does not depend on the machine's speed.
+func TestSizeOverTimeoutNamesFix(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := run(&out, &errb, []string{"pingpong", "--sizes", "8", "--iterations", "1000000000", "--warmup", "0",
+		"--timeout", "50ms", "--baseline=false"})
+	if err == nil || !strings.Contains(err.Error(), "raise --timeout or lower --iterations") {
+		t.Fatalf("error %v, want one naming --timeout and --iterations", err)
+	}
+}

@@ -249,7 +249,7 @@ func rawRespond(s *rawSide, limit time.Duration) error {
 			return err
 		}
 	}
-	return fmt.Errorf("no end of run within %v", limit)
+	return fmt.Errorf("no end of run within %v: the size took longer than --timeout allows; raise --timeout or lower --iterations", limit)
 }
 
 // rawSend streams warmup+iterations messages of size bytes as fast as the
@@ -358,7 +358,7 @@ func rawSink(s *rawSide, limit time.Duration) error {
 			}
 		}
 	}
-	return fmt.Errorf("stream sink: no end of run within %v", limit)
+	return fmt.Errorf("stream sink: no end of run within %v: the size took longer than --timeout allows; raise --timeout or lower --iterations", limit)
 }
 
 // rawPair is both sides of a raw exchange in this process. Its sides live

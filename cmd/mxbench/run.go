@@ -160,6 +160,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		}
 		if err != nil {
 			rep.row(res)
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("%s of %s: %w (the size took longer than --timeout %v allows; raise --timeout or lower --iterations)", cmd, units.Format(int64(size)), err, f.timeout)
+			}
 			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)
 		}
 		if ub != nil {
