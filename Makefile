@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all build-usb libmyriexpress test-cabi test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode
+.PHONY: all build-usb libmyriexpress test-cabi test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode peers-alltoall
 
 all: lint test
 
@@ -90,6 +90,16 @@ test-srun:
 PEERS_PLOT ?= peers-intranode.svg
 peers-intranode:
 	$(GO) run ./hack/peers/cmd/peers-intranode -plot $(PEERS_PLOT)
+
+# mxbench alltoall beside MPI_Alltoall of Debian's Open MPI among 4, 8, 16
+# and 32 processes of this host, at 8 B, 4 KiB, 64 KiB and 1 MiB: one table
+# of t_avg with mx's ratios against their targets, one plot (time per round
+# against ranks). mx busy-polls where the host has a core per rank and blocks
+# where the job oversubscribes it. Installs Open MPI's compiler wrapper as
+# root. Tens of minutes on 2 cores; not part of CI.
+A2A_PLOT ?= peers-alltoall.svg
+peers-alltoall:
+	$(GO) run ./hack/peers/cmd/peers-alltoall -plot $(A2A_PLOT)
 
 # Every benchmark once: proves they run (CI). Use `make bench` for figures.
 bench-smoke: hugepages

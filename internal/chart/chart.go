@@ -36,7 +36,11 @@ type Chart struct {
 	YLabel string
 	// LogX draws the x axis in powers of two; points with X <= 0 are left
 	// out.
-	LogX   bool
+	LogX bool
+	// LogY draws the y axis in powers of ten, for figures that span
+	// several orders of magnitude (a time per round from 8 B to 1 MiB);
+	// points with Y <= 0 are left out.
+	LogY   bool
 	Series []Series
 }
 
@@ -67,15 +71,19 @@ func (c Chart) Save(path string) error {
 		p.X.Tick.Marker = sizeTicks{}
 	}
 	p.Y.Tick.Marker = plainTicks{}
-	drawn, top := 0, 0.0
+	if c.LogY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	drawn, top, bottom := 0, 0.0, math.Inf(1)
 	for i, s := range c.Series {
 		pts := make(plotter.XYs, 0, len(s.X))
 		for j := range s.X {
-			if j >= len(s.Y) || (c.LogX && s.X[j] <= 0) || math.IsNaN(s.Y[j]) || math.IsInf(s.Y[j], 0) {
+			if j >= len(s.Y) || (c.LogX && s.X[j] <= 0) || (c.LogY && s.Y[j] <= 0) || math.IsNaN(s.Y[j]) || math.IsInf(s.Y[j], 0) {
 				continue
 			}
 			pts = append(pts, plotter.XY{X: s.X[j], Y: s.Y[j]})
-			top = max(top, s.Y[j])
+			top, bottom = max(top, s.Y[j]), min(bottom, s.Y[j])
 		}
 		if len(pts) == 0 {
 			continue
@@ -101,6 +109,12 @@ func (c Chart) Save(path string) error {
 	p.Y.Min = 0
 	// Headroom above the highest point for the legend, one line per series.
 	p.Y.Max = top * (1.1 + 0.08*float64(drawn))
+	if c.LogY {
+		// The same headroom in decades: the legend takes the top of the
+		// chart whatever the axis.
+		p.Y.Min = bottom / 2
+		p.Y.Max = top * math.Pow(10, 0.15*float64(drawn)+0.3)
+	}
 	if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, path); err != nil {
 		return fmt.Errorf("write the plot: %w", err)
 	}

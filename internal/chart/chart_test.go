@@ -83,3 +83,27 @@ func TestTicks(t *testing.T) {
 		t.Errorf("labels %v", labels)
 	}
 }
+
+// TestLogY: a chart whose series span six decades is drawn on a log y
+// axis labelled in powers of ten, a zero point left out rather than
+// refusing the chart.
+func TestLogY(t *testing.T) {
+	c := Chart{Title: "alltoall", XLabel: "ranks", YLabel: "us per round", LogX: true, LogY: true,
+		Series: []Series{
+			{Name: "8 B", X: []float64{4, 8, 16}, Y: []float64{0, 3, 9}},
+			{Name: "1 MiB", X: []float64{4, 8, 16}, Y: []float64{2e5, 9e5, 4e6}},
+		}}
+	path := filepath.Join(t.TempDir(), "log.svg")
+	if err := c.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1 MiB", "1e+06", "10"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the SVG lacks %q", want)
+		}
+	}
+}
