@@ -155,6 +155,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedEntry$$' -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNetPIPE$$' -fuzztime 2000x ./hack/peers/intranode/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 2000x ./hack/peers/alltoall/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLane$$' -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzPMIxDecode$$' -fuzztime 2000x ./internal/launch/
 	$(GO) test -run '^$$' -fuzz '^FuzzRingOracle$$' -fuzztime 2000x ./transport/shm/
