@@ -2,9 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestChooseSchedule: auto takes MPICH's choice by size and ranks, and an
@@ -115,4 +122,122 @@ func TestAlltoallAtScale(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAlltoallKilledPeer: a rank killed (SIGKILL) in the middle of a
+// 64-rank alltoall is reported by rank 0, naming the rank and the signal;
+// every other rank ends instead of waiting for it (nobody hangs: the job
+// ends long before its --timeout, and no rank outlives it); and what the
+// killed rank could not remove (its socket in the endpoint directory) is
+// swept by the next job's first board, so nothing is left behind.
+func TestAlltoallKilledPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 64 processes: run without -short")
+	}
+	if raceEnabled {
+		t.Skip("64 processes under the race detector: make test-scale runs it without")
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "gomx-killed-peer-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(dir)
+	t.Setenv("GOMX_SHM_DIR", dir)
+	const limit = 4 * time.Minute // the job's --timeout: ending near it means a rank waited for the dead one
+	ctx, cancel := context.WithTimeout(context.Background(), limit+time.Minute)
+	defer cancel()
+	// Rounds enough to outlast any machine: the job ends only by the kill.
+	cmd := exec.CommandContext(ctx, os.Args[0], "alltoall", "--procs", "64", "--sizes", "8", "--iterations", "100000000",
+		"--warmup", "1", "--wait", "block", "--timeout", limit.String())
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// Every rank has opened its board once its socket is in the directory.
+	for i := 0; boardSockets(dir) < 64; i++ {
+		if i == 24000 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%d of 64 boards opened in 4 minutes\nstderr:\n%s", boardSockets(dir), errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	children := childPIDs(t, cmd.Process.Pid)
+	if len(children) != 63 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("rank 0 has %d children, want 63", len(children))
+	}
+	victim := children[len(children)/2]
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	took := time.Since(start)
+	if ctx.Err() != nil || took >= limit {
+		t.Fatalf("the job ended %v after its start, at its --timeout: the ranks waited for the killed one\nstderr:\n%s", took.Round(time.Second), errb.String())
+	}
+	if err == nil {
+		t.Fatalf("the job succeeded although a rank was killed\nstderr:\n%s", errb.String())
+	}
+	if s := errb.String(); !strings.Contains(s, "of 64") || !strings.Contains(s, "killed") {
+		t.Errorf("rank 0's report does not name the rank of 64 and its signal:\n%s", s)
+	}
+	t.Logf("the job ended %v after its start; rank 0 reported:\n%s", took.Round(time.Second), firstLines(errb.String(), 5))
+	for _, pid := range children {
+		for i := 0; syscall.Kill(pid, 0) == nil; i++ {
+			if i == 3000 {
+				t.Fatalf("rank pid %d still runs 30 s after the job ended", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The next job's boards sweep the killed rank's socket.
+	runJob(t, "alltoall", "--procs", "2", "--sizes", "8", "--iterations", "2", "--warmup", "1", "--wait", "block")
+	if n := boardSockets(dir); n != 0 {
+		t.Errorf("%d sockets left in the endpoint directory after the next job", n)
+	}
+}
+
+// boardSockets counts the boards' sockets under an endpoint directory.
+func boardSockets(dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(d.Name(), ".sock") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// firstLines is s's first n lines.
+func firstLines(s string, n int) string {
+	l := strings.SplitN(s, "\n", n+1)
+	return strings.Join(l[:min(n, len(l))], "\n")
+}
+
+// childPIDs lists the processes pid started that still run.
+func childPIDs(t *testing.T, pid int) []int {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
