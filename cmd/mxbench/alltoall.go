@@ -37,6 +37,10 @@ most shared memory one rank's host path mapped (its rings both ways, the
 doorbells, pool segments), node_MiB the node's (each segment once), rings
 the most rings one rank had: each rank's rings shrink as the job grows,
 so a rank maps about 60 MiB of rings at most (transport/shm RingBudget).
+rss_MiB is the largest peak resident memory of a rank so far (VmHWM,
+rss_max_bytes in the JSON). The header says how long after its process
+started the slowest rank had its board open and every peer connected
+(startup_ms in the JSON).
 A send buffer in mx's shared pool (Endpoint.AllocShared, as MPI_Alloc_mem
 places one) is copied once straight out of shared memory, with mx's own
 choice too; --strategy shared shows that path, cma the copy by
@@ -418,6 +422,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		perRound := time.Since(start).Seconds() * 1e6 / float64(max(iters, 1))
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]), size)
 		m.Mapped, m.Owned, m.Rings = shmFootprint(w.boards[k])
+		m.RSS = peakRSS()
 		times, err := w.gather(sctx, binary.BigEndian.AppendUint64(nil, math.Float64bits(perRound)))
 		if err == nil {
 			var all []moved
@@ -437,9 +442,11 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 					res.ShmMappedMax = max(res.ShmMappedMax, all[r].Mapped)
 					res.ShmRingsMax = max(res.ShmRingsMax, all[r].Rings)
 					res.ShmNodeBytes += all[r].Owned
+					res.RSSMax = max(res.RSSMax, all[r].RSS)
 				}
 				res.TMinUS, res.TMaxUS, res.LatencyUS = lo, hi, sum/float64(n)
 				res.TAvgUS = res.LatencyUS
+				res.StartupMS = float64(w.startupMax) / float64(time.Millisecond)
 				if res.LatencyUS > 0 {
 					res.MBPerS = float64((n-1)*size) / res.LatencyUS
 				}

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gomx-dev/gomx/internal/launch"
 	"github.com/gomx-dev/gomx/mx"
@@ -54,6 +55,11 @@ type world struct {
 	// progressCPU is where rank 0's other threads run while overlap
 	// computes (--progress-cpu, progress.go); nil: beside it.
 	progressCPU *int
+	// startup is how long after its process started this rank had its
+	// boards open and every peer connected (procstat.go); startupMax,
+	// on rank 0, the slowest rank's, for the rows.
+	startup    time.Duration
+	startupMax time.Duration
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx
@@ -177,7 +183,28 @@ func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, 
 		}
 		w.peers = append(w.peers, peers)
 	}
+	w.startup, _ = sinceProcessStart()
 	return w, w.barrier(ctx)
+}
+
+// gatherStartup collects every rank's start-up time on rank 0 and returns
+// the header's note on it: the slowest rank's and the mean.
+func (w *world) gatherStartup(ctx context.Context) (string, error) {
+	recs, err := w.gather(ctx, binary.BigEndian.AppendUint64(nil, uint64(w.startup)))
+	if err != nil || w.job.Rank != 0 {
+		return "", err
+	}
+	var sum time.Duration
+	for r, rec := range recs {
+		if len(rec) != 8 {
+			return "", fmt.Errorf("rank %d's start-up time: %d bytes", r, len(rec))
+		}
+		d := time.Duration(binary.BigEndian.Uint64(rec))
+		w.startupMax = max(w.startupMax, d)
+		sum += d
+	}
+	return fmt.Sprintf("; every rank up and connected within %v of its start (mean %v)",
+		w.startupMax.Round(time.Millisecond), (sum / time.Duration(len(recs))).Round(time.Millisecond)), nil
 }
 
 func (w *world) close() {

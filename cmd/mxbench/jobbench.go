@@ -122,13 +122,19 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return err
 	}
+	cctx, cancel = context.WithTimeout(ctx, f.timeout)
+	startup, err := w.gatherStartup(cctx)
+	cancel()
+	if err != nil {
+		return err
+	}
 	if job.Rank == 0 {
 		how := "mxbench --procs"
 		if job.Launcher != how {
 			how = "the " + job.Launcher + " launcher"
 		}
-		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s (%s), %s%s%s%s%s",
-			cmd, job.Size, how, w.hostPath(1), paths, f.describeWait(), syncNote(f), settleNote(f), je.describe(), progressNote(progressCPU)))
+		rep.header(fmt.Sprintf("mxbench %s: %d processes started by %s, rank 0 reaches rank 1 by %s (%s), %s%s%s%s%s%s",
+			cmd, job.Size, how, w.hostPath(1), paths, f.describeWait(), syncNote(f), settleNote(f), je.describe(), progressNote(progressCPU), startup))
 	}
 	for k, strategy := range strategies {
 		var err error

@@ -113,6 +113,9 @@ func TestAlltoallAtScale(t *testing.T) {
 				if r.Procs != n || r.ShmRingsMax != 2*(n-1) {
 					t.Errorf("row %+v: want %d procs with %d rings each", r, n, 2*(n-1))
 				}
+				if r.StartupMS <= 0 || r.RSSMax <= 0 {
+					t.Errorf("row %+v: no start-up time or resident memory reported", r)
+				}
 				if r.ShmMappedMax <= 0 || r.ShmMappedMax > 64<<20 {
 					t.Errorf("a rank maps %d bytes of shared memory, want at most 64 MiB", r.ShmMappedMax)
 				}

@@ -26,6 +26,8 @@ type moved struct {
 	Mapped int64 `json:"m,omitempty"`
 	Owned  int64 `json:"o,omitempty"`
 	Rings  int   `json:"r,omitempty"`
+	// RSS is the rank's peak resident memory so far (peakRSS).
+	RSS int64 `json:"h,omitempty"`
 }
 
 // strategyOf names what moved the messages counted in d (after - before),
@@ -107,6 +109,11 @@ type jobResult struct {
 	ShmMappedMax int64 `json:"shm_mapped_bytes_max,omitempty"`
 	ShmRingsMax  int   `json:"shm_rings_max,omitempty"`
 	ShmNodeBytes int64 `json:"shm_node_bytes,omitempty"`
+	// alltoall: the largest peak resident memory of a rank so far
+	// (VmHWM), and the slowest rank's start-up: from its process's start
+	// to its board open and every peer connected.
+	RSSMax    int64   `json:"rss_max_bytes,omitempty"`
+	StartupMS float64 `json:"startup_ms,omitempty"`
 	// overlap: which measurement ("timings" or "availability"), EMP's
 	// per-call times, and RMPP's availability.
 	Kind         string  `json:"kind,omitempty"`
