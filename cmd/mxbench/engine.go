@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomx-dev/gomx/cmd/internal/ioatdev"
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/hugepage"
-	"github.com/gomx-dev/gomx/internal/ioatdev"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/pci"
@@ -21,7 +21,7 @@ import (
 // ioat.Engine (mx.LocalOptions.Engine), which copies the large messages
 // it receives out of the sender's shared buffers under the strategies
 // engine (always) and auto (from GOMX_SHM_ENGINE_MIN, 2 MiB, up). The
-// channels are opened as ioatctl opens them (internal/ioatdev): the
+// channels are opened as ioatctl opens them (cmd/internal/ioatdev): the
 // emulated CBDMA model, CPU threads of this process, or CBDMA functions
 // bound to vfio-pci. A VFIO group belongs to one process, so with real
 // channels rank r takes the r-th function.

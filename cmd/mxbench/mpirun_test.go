@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport/shm"
 )

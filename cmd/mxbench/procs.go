@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 )
 
 // maxRanks is the most ranks a job may have: the collectives' matches
