@@ -34,7 +34,7 @@ import (
 const engineNone = "none"
 
 // registerEngine adds --engine and --engine-cpu.
-func (f *benchFlags) registerEngine(fs *flag.FlagSet) {
+func (f *commonFlags) registerEngine(fs *flag.FlagSet) {
 	fs.StringVar(&f.job.engine, "engine", "", "between processes: the copy engine of every rank's boards, for --strategy engine or auto: emulated (the CBDMA model: CPU threads), none, or PCI addresses of CBDMA functions bound to vfio-pci, one per rank (default: the bound functions when there are enough, else emulated, when --strategy asks for engine; none otherwise)")
 	fs.IntVar(&f.job.engineCPU, "engine-cpu", 0, "with the emulated engine: run every rank's engine threads on this CPU, a processor of its own as a device has its own silicon (e.g. on 2 CPUs, --engine-cpu 1: rank 0 computes on CPU 0 while its engine copies on CPU 1); default: the engine's threads run wherever the rank's do")
 }
