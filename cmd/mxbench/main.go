@@ -25,6 +25,12 @@
 // with --plot. The transports are one table (wires.go): adding one is one
 // entry there.
 //
+// Each subcommand declares only the flags it reads (flags.go): the ones all
+// measuring subcommands share, in commonFlags, and parts of their own, so
+// `mxbench SUBCOMMAND -h` lists exactly what it honours and a flag of
+// another subcommand is refused with a message that names those that have
+// it.
+//
 // # Testability
 //
 // main only calls run, which takes the output streams and arguments, prints
