@@ -149,23 +149,23 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzPSAccept$$' -fuzztime 20000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz '^FuzzPacketSplitFrame$$' -fuzztime 2000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 5000x ./transport/nic/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime 2000x ./internal/cache/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime 2000x ./cmd/internal/cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRecord$$' -fuzztime 20000x ./transport/shm/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTable$$' -fuzztime 2000x ./internal/launch/
-	$(GO) test -run '^$$' -fuzz '^FuzzExpandHostlist$$' -fuzztime 20000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTable$$' -fuzztime 2000x ./cmd/internal/launch/
+	$(GO) test -run '^$$' -fuzz '^FuzzExpandHostlist$$' -fuzztime 20000x ./cmd/internal/launch/
 	$(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedEntry$$' -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNetPIPE$$' -fuzztime 2000x ./hack/peers/intranode/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 2000x ./hack/peers/alltoall/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLane$$' -fuzztime 20000x ./mx/wire/
-	$(GO) test -run '^$$' -fuzz '^FuzzPMIxDecode$$' -fuzztime 2000x ./internal/launch/
+	$(GO) test -run '^$$' -fuzz '^FuzzPMIxDecode$$' -fuzztime 2000x ./cmd/internal/launch/
 	$(GO) test -run '^$$' -fuzz '^FuzzRingOracle$$' -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAddress$$' -fuzztime 5000x ./pci/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAttr$$' -fuzztime 5000x ./vfio/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDecAttr$$' -fuzztime 5000x ./vfio/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseIOMMUInfo$$' -fuzztime 5000x ./vfio/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime 2000x ./hack/qemu/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime 5000x ./internal/mxenv/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime 5000x ./cmd/internal/mxenv/
 	$(GO) test -run '^$$' -fuzz '^FuzzRxWriteBacks$$' -fuzztime 20000x ./nicdrv/ixgbe/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNTB16$$' -fuzztime 20000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzNTBRoundTrip$$' -fuzztime 5000x ./nicdrv/usbnet/

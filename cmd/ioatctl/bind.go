@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/gomx-dev/gomx/internal/ioatdev"
+	"github.com/gomx-dev/gomx/cmd/internal/ioatdev"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
 )

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gomx-dev/gomx/internal/cache"
+	"github.com/gomx-dev/gomx/cmd/internal/cache"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 )

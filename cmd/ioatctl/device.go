@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomx-dev/gomx/cmd/internal/ioatdev"
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/hugepage"
-	"github.com/gomx-dev/gomx/internal/ioatdev"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/ioat/hw"

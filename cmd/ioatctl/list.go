@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/gomx-dev/gomx/cmd/internal/ioatdev"
 	"github.com/gomx-dev/gomx/internal/cli"
-	"github.com/gomx-dev/gomx/internal/ioatdev"
 	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"

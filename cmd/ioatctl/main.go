@@ -13,7 +13,7 @@
 //     same buffers, size or size sweep, with a window of outstanding copies
 //     as in the paper that introduced user-space I/OAT copies (window 128),
 //     cache-cold (twice the last-level cache the CPU reports, package
-//     internal/cache) or cache-hot, optionally verified, optionally plotted.
+//     cmd/internal/cache) or cache-hot, optionally verified, optionally plotted.
 //   - verify: random copies and fills checked byte for byte, guard bytes
 //     included, like SPDK's ioat verify.
 //   - overlap: the paper's overlap benchmark, (Tcopy + Tcompute −

@@ -18,7 +18,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gomx-dev/gomx/internal/mxenv"
+	"github.com/gomx-dev/gomx/cmd/internal/mxenv"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
 )

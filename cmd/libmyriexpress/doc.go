@@ -54,6 +54,6 @@
 // # Configuration
 //
 // mx_init opens the boards and options the environment names (package
-// internal/mxenv: GOMX_BOARDS and Open-MX's OMX_* variables), the same
+// cmd/internal/mxenv: GOMX_BOARDS and Open-MX's OMX_* variables), the same
 // ones cmd/omx_info lists.
 package main

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gomx-dev/gomx/internal/mxenv"
+	"github.com/gomx-dev/gomx/cmd/internal/mxenv"
 	"github.com/gomx-dev/gomx/mx"
 )
 

@@ -390,7 +390,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	maxSize := slices.Max(sizes)
 	bruck := false
 	for _, size := range sizes {
-		bruck = bruck || chooseSchedule(f.job.schedule, size, n, !f.spin()) == schedBruck
+		bruck = bruck || chooseSchedule(f.schedule, size, n, !f.spin()) == schedBruck
 	}
 	a, err := newA2A(w, f, k, strategy, maxSize, bruck)
 	if err != nil {
@@ -398,7 +398,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	}
 	ep := w.eps[k]
 	for _, size := range sizes {
-		sched := chooseSchedule(f.job.schedule, size, n, !f.spin())
+		sched := chooseSchedule(f.schedule, size, n, !f.spin())
 		iters := f.iterationsFor(size * max(n-1, 1))
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		before := ep.Counters()

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomx-dev/gomx/cmd/internal/ioatdev"
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/hugepage"
-	"github.com/gomx-dev/gomx/internal/ioatdev"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/pci"
@@ -21,7 +21,7 @@ import (
 // ioat.Engine (mx.LocalOptions.Engine), which copies the large messages
 // it receives out of the sender's shared buffers under the strategies
 // engine (always) and auto (from GOMX_SHM_ENGINE_MIN, 2 MiB, up). The
-// channels are opened as ioatctl opens them (internal/ioatdev): the
+// channels are opened as ioatctl opens them (cmd/internal/ioatdev): the
 // emulated CBDMA model, CPU threads of this process, or CBDMA functions
 // bound to vfio-pci. A VFIO group belongs to one process, so with real
 // channels rank r takes the r-th function.
@@ -34,7 +34,7 @@ import (
 const engineNone = "none"
 
 // registerEngine adds --engine and --engine-cpu.
-func (f *benchFlags) registerEngine(fs *flag.FlagSet) {
+func (f *commonFlags) registerEngine(fs *flag.FlagSet) {
 	fs.StringVar(&f.job.engine, "engine", "", "between processes: the copy engine of every rank's boards, for --strategy engine or auto: emulated (the CBDMA model: CPU threads), none, or PCI addresses of CBDMA functions bound to vfio-pci, one per rank (default: the bound functions when there are enough, else emulated, when --strategy asks for engine; none otherwise)")
 	fs.IntVar(&f.job.engineCPU, "engine-cpu", 0, "with the emulated engine: run every rank's engine threads on this CPU, a processor of its own as a device has its own silicon (e.g. on 2 CPUs, --engine-cpu 1: rank 0 computes on CPU 0 while its engine copies on CPU 1); default: the engine's threads run wherever the rank's do")
 }

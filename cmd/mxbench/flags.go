@@ -14,39 +14,91 @@ import (
 	"github.com/gomx-dev/gomx/transport/fault"
 )
 
-// benchFlags are the flags pingpong and stream share.
+// benchFlags is what a measuring subcommand (pingpong, stream, alltoall,
+// overlap) reads when it runs. It is built of parts, each declaring its
+// own flags: commonFlags every one of them honours, and the parts that only
+// some subcommands read. register declares the parts a subcommand honours
+// and no others, so its -h lists exactly its flags and a flag it would
+// ignore is refused (unknownFlag names the subcommands that have it); the
+// parts it does not declare stay zero, and its code paths never read them.
 type benchFlags struct {
-	transport  string
-	peer       string
+	commonFlags
+	pairFlags     // pingpong, stream
+	sendFlags     // pingpong, stream, alltoall
+	pingpongFlags // pingpong
+	streamFlags   // stream
+	alltoallFlags // alltoall
+	overlapFlags  // overlap
+}
+
+// commonFlags are the flags every measuring subcommand honours: the sizes
+// and iterations, how waits wait, buffers and checks, the board's options,
+// the report, and running as a job of N processes.
+type commonFlags struct {
 	listen     string
-	remoteEP   int
 	key        uint
 	sizes      units.List
 	start, end units.Size
 	multiplier int
 	iterations int
 	warmup     int
-	trials     int
-	settle     time.Duration
-	unidir     bool
-	sync       bool
 	aligned    bool
 	verify     bool
 	wait       string
-	baseline   bool
 	jsonOut    bool
 	plot       string
+	rndv       units.Size
+	timeout    time.Duration
+	job        jobFlags
+}
+
+// pairFlags are the flags of the two-endpoint benchmarks, pingpong and
+// stream: the wire between the endpoints (in this process, or toward an
+// mxbench serve), the baselines measured beside mx, the fault model, and
+// the runtime's settling. A job's ranks always talk over udp boards, and
+// alltoall and overlap run only as jobs.
+type pairFlags struct {
+	transport string
+	peer      string
+	remoteEP  int
+	baseline  bool
+	settle    time.Duration
 	// unavailable says why the chosen wire cannot run in this process
 	// (chooseTransport), when it is not falling back.
 	unavailable string
-	rndv        units.Size
-	window      int
-	timeout     time.Duration
 	faults      faultFlags
 	xdp         xdpFlags
 	nic         nicFlags
 	usb         usbFlags
-	job         jobFlags
+}
+
+// sendFlags choose how the measured messages are sent: pingpong, stream
+// and alltoall. overlap posts EMP's sends and its exchange as the papers
+// do.
+type sendFlags struct {
+	sync bool
+}
+
+// pingpongFlags are pingpong's own flags.
+type pingpongFlags struct {
+	trials int
+	unidir bool
+}
+
+// streamFlags are stream's own flags.
+type streamFlags struct {
+	window int
+}
+
+// alltoallFlags are alltoall's own flags.
+type alltoallFlags struct {
+	schedule string
+}
+
+// overlapFlags are overlap's own flags.
+type overlapFlags struct {
+	// progressCPU is --progress-cpu (progress.go), read only when given.
+	progressCPU int
 }
 
 // faultFlags configure the seeded fault model (package transport/fault):
@@ -102,11 +154,28 @@ func envOr(name, def string) string {
 	return def
 }
 
-func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
-	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), wireHelp())
-	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an mxbench serve (udp); empty runs both sides in this process")
+// register declares on fs the flags cmd honours, and only those.
+func (f *benchFlags) register(fs *flag.FlagSet, cmd string) {
+	f.commonFlags.register(fs)
+	switch cmd {
+	case "pingpong":
+		f.pairFlags.register(fs)
+		f.sendFlags.register(fs)
+		f.pingpongFlags.register(fs)
+	case "stream":
+		f.pairFlags.register(fs)
+		f.sendFlags.register(fs)
+		f.streamFlags.register(fs)
+	case "alltoall":
+		f.sendFlags.register(fs)
+		f.alltoallFlags.register(fs)
+	case "overlap":
+		f.overlapFlags.register(fs)
+	}
+}
+
+func (f *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", "", "local IP:PORT for the udp transport (default: 127.0.0.1:0, the address that routes to --peer, or in a job across nodes an address of this node the others reach: the route to another node, hydra's -iface, the node's name, the default route)")
-	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
 	fs.UintVar(&f.key, "key", 0x6d786265, "the 32-bit endpoint key both sides use")
 	fs.Var(&f.sizes, "sizes", "comma-separated message sizes with K/M suffixes, e.g. 0,8,1K,64K,4M (overrides --start/--end)")
 	f.end.N = 4 << 20
@@ -115,17 +184,22 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.IntVar(&f.multiplier, "multiplier", 2, "size multiplier of the sweep (omx_perf -M)")
 	fs.IntVar(&f.iterations, "iterations", 0, fmt.Sprintf("measured iterations per size (default %d, fewer above %s so each size moves at most that much)", defaultIterations, units.Format(maxBytesPerSize/defaultIterations)))
 	fs.IntVar(&f.warmup, "warmup", 10, "unmeasured iterations before each size (omx_perf -W)")
-	fs.IntVar(&f.trials, "trials", 1, "pingpong: timed trials of --iterations round trips per size, back to back; a row reports its best trial, as NetPIPE reports the fastest of its trials (3 in Debian's build; the UDP and raw baselines too)")
-	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
-	fs.BoolVar(&f.sync, "sync", false, "synchronous sends (issend: completes when the receiver has the data)")
 	fs.BoolVar(&f.aligned, "aligned", false, "page-aligned buffers")
 	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
 	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll the transport) or block (sleep until woken)")
-	fs.BoolVar(&f.baseline, "baseline", true, "also measure a plain UDP-socket exchange of the same sizes")
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")
 	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on every wait: connecting (and resolving --peer), and each size")
 	fs.StringVar(&f.plot, "plot", "", "also draw latency and throughput against size, mx and its baselines, into `FILE`.svg or .png")
+	f.registerJob(fs)
+}
+
+func (f *pairFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), wireHelp())
+	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an mxbench serve (udp); empty runs both sides in this process")
+	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
+	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
+	fs.BoolVar(&f.baseline, "baseline", true, "also measure a plain UDP-socket exchange of the same sizes")
 	fs.Float64Var(&f.faults.loss, "loss", 0, "fraction of frames lost, on every --transport (see --seed)")
 	fs.Float64Var(&f.faults.reorder, "reorder", 0, "fraction of frames swapped with the next one to the same board")
 	fs.Float64Var(&f.faults.dup, "dup", 0, "fraction of frames duplicated")
@@ -134,12 +208,28 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	f.xdp.register(fs)
 	f.nic.register(fs)
 	f.usb.register(fs)
-	f.registerJob(fs)
-	if stream {
-		fs.IntVar(&f.window, "window", 16, "messages in flight")
-	} else {
-		fs.BoolVar(&f.unidir, "unidirectional", false, "the server answers with 0 bytes (omx_perf -U)")
-	}
+}
+
+func (f *sendFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.sync, "sync", false, "synchronous sends (issend: completes when the receiver has the data)")
+}
+
+func (f *pingpongFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.trials, "trials", 1, "pingpong: timed trials of --iterations round trips per size, back to back; a row reports its best trial, as NetPIPE reports the fastest of its trials (3 in Debian's build; the UDP and raw baselines too)")
+	fs.BoolVar(&f.unidir, "unidirectional", false, "the server answers with 0 bytes (omx_perf -U)")
+}
+
+func (f *streamFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.window, "window", 16, "messages in flight")
+}
+
+func (f *alltoallFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
+		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear above 256 B)")
+}
+
+func (f *overlapFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.progressCPU, "progress-cpu", 0, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (e.g. --engine-cpu's CPU); default, or -1: they share the rank's CPU")
 }
 
 // chooseTransport settles --transport where the user left it open or asked
@@ -174,28 +264,75 @@ func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
 	f.transport = "udp"
 }
 
-// validate checks the flags and returns the sizes to run.
+// pairCommand reports whether cmd is one of the two-endpoint benchmarks,
+// which declare pairFlags.
+func pairCommand(cmd string) bool { return cmd == "pingpong" || cmd == "stream" }
+
+// validate checks the flags cmd declared and returns the sizes to run.
 func (f *benchFlags) validate(cmd string) ([]int, error) {
+	if pairCommand(cmd) {
+		if err := f.validatePair(cmd); err != nil {
+			return nil, err
+		}
+	}
+	switch cmd {
+	case "pingpong":
+		if f.trials < 1 {
+			return nil, usagef(cmd, "--trials %d: want at least 1", f.trials)
+		}
+		if f.trials > 1 && f.peer != "" {
+			return nil, usagef(cmd, "--trials is not passed to an mxbench serve: run both sides here (--procs 2, or a launcher) or leave --trials out")
+		}
+	case "stream":
+		if f.window < 1 {
+			return nil, usagef(cmd, "--window %d: want at least 1", f.window)
+		}
+	}
+	return f.commonFlags.validate(cmd)
+}
+
+// validatePair checks pairFlags: the wire, the fault model, --settle.
+func (f *benchFlags) validatePair(cmd string) error {
 	w, ok := wireNamed(f.transport)
 	if !ok {
-		return nil, usagef(cmd, "--transport %q: want %s", f.transport, wireNames())
+		return usagef(cmd, "--transport %q: want %s", f.transport, wireNames())
 	}
 	if f.peer != "" && !w.peer {
-		return nil, usagef(cmd, "--peer needs a network transport: add --transport udp (%s runs both sides in this process)", w.name)
+		return usagef(cmd, "--peer needs a network transport: add --transport udp (%s runs both sides in this process)", w.name)
 	}
 	for _, o := range wires {
 		if o.validate != nil && o.name != w.name {
 			// A wire's own flags given for another wire are mistakes.
-			if err := o.validate(&benchFlags{transport: w.name, xdp: f.xdp, nic: f.nic, usb: f.usb}, cmd); err != nil {
-				return nil, err
+			if err := o.validate(&benchFlags{pairFlags: pairFlags{transport: w.name, xdp: f.xdp, nic: f.nic, usb: f.usb}}, cmd); err != nil {
+				return err
 			}
 		}
 	}
 	if w.validate != nil {
 		if err := w.validate(f, cmd); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	for _, v := range []struct {
+		name string
+		x    float64
+	}{{"loss", f.faults.loss}, {"reorder", f.faults.reorder}, {"dup", f.faults.dup}, {"corrupt", f.faults.corrupt}} {
+		if v.x < 0 || v.x >= 1 {
+			return usagef(cmd, "--%s %g: want a fraction in [0, 1)", v.name, v.x)
+		}
+	}
+	if f.settle < 0 {
+		return usagef(cmd, "--settle must not be negative")
+	}
+	if f.remoteEP < 0 || f.remoteEP > 255 {
+		return usagef(cmd, "--remote-endpoint %d: want 0..255", f.remoteEP)
+	}
+	return nil
+}
+
+// validate checks the flags every measuring subcommand has and returns
+// the sizes to run.
+func (f *commonFlags) validate(cmd string) ([]int, error) {
 	if f.timeout <= 0 {
 		return nil, usagef(cmd, "--timeout %v: want a positive duration such as 30s", f.timeout)
 	}
@@ -204,34 +341,11 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 			return nil, usagef(cmd, "--plot %v", err)
 		}
 	}
-	for _, v := range []struct {
-		name string
-		x    float64
-	}{{"loss", f.faults.loss}, {"reorder", f.faults.reorder}, {"dup", f.faults.dup}, {"corrupt", f.faults.corrupt}} {
-		if v.x < 0 || v.x >= 1 {
-			return nil, usagef(cmd, "--%s %g: want a fraction in [0, 1)", v.name, v.x)
-		}
-	}
 	if f.wait != "spin" && f.wait != "block" {
 		return nil, usagef(cmd, "--wait %q: want spin or block", f.wait)
 	}
-	if f.iterations < 0 || f.warmup < 0 || f.settle < 0 {
-		return nil, usagef(cmd, "--iterations, --warmup and --settle must not be negative")
-	}
-	if f.trials < 1 {
-		return nil, usagef(cmd, "--trials %d: want at least 1", f.trials)
-	}
-	if f.trials > 1 && cmd != "pingpong" {
-		return nil, usagef(cmd, "--trials times ping-pong trials: %s has none (leave it out)", cmd)
-	}
-	if f.trials > 1 && f.peer != "" {
-		return nil, usagef(cmd, "--trials is not passed to an mxbench serve: run both sides here (--procs 2, or a launcher) or leave --trials out")
-	}
-	if f.window < 0 || (cmd == "stream" && f.window == 0) {
-		return nil, usagef(cmd, "--window %d: want at least 1", f.window)
-	}
-	if f.remoteEP < 0 || f.remoteEP > 255 {
-		return nil, usagef(cmd, "--remote-endpoint %d: want 0..255", f.remoteEP)
+	if f.iterations < 0 || f.warmup < 0 {
+		return nil, usagef(cmd, "--iterations and --warmup must not be negative")
 	}
 	if f.key > 0xFFFFFFFF {
 		return nil, usagef(cmd, "--key %#x: want a 32-bit value", f.key)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/udp"
@@ -23,7 +23,7 @@ import (
 // strategy it measures (the strategy is a board option), with the host
 // path on, so mx itself sends to ranks of the same host through shared
 // memory and to the others over UDP. The ranks trade their boards' NIC ids
-// through the launcher bootstrap (internal/launch), connect to each other,
+// through the launcher bootstrap (cmd/internal/launch), connect to each other,
 // and from then on speak only mx: barriers, gathers and the measured
 // messages all go through the endpoints, on tags of their own.
 

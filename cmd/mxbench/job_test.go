@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"

@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"slices"
 
-	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/internal/units"
 )
 

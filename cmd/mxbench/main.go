@@ -25,6 +25,12 @@
 // with --plot. The transports are one table (wires.go): adding one is one
 // entry there.
 //
+// Each subcommand declares only the flags it reads (flags.go): the ones all
+// measuring subcommands share, in commonFlags, and parts of their own, so
+// `mxbench SUBCOMMAND -h` lists exactly what it honours and a flag of
+// another subcommand is refused with a message that names those that have
+// it.
+//
 // # Testability
 //
 // main only calls run, which takes the output streams and arguments, prints
@@ -33,6 +39,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -192,10 +199,48 @@ func parse(stdout io.Writer, cmd string, fs *flag.FlagSet, args []string) error 
 	h := cli.Help{Tool: "mxbench", Name: cmd, Args: c.args, Summary: c.summary, Notes: c.notes, Example: c.example}
 	pos, err := cli.ParseFlags(stdout, h, fs, args)
 	if err != nil {
-		return err
+		return unknownFlag(cmd, err)
 	}
 	if len(pos) > 0 {
 		return usagef(cmd, "unexpected arguments: %s", strings.Join(pos, " "))
 	}
 	return nil
+}
+
+// flagsOf returns the flags subcommand cmd declares.
+func flagsOf(cmd string) *flag.FlagSet {
+	fs := cli.NewFlags(cmd)
+	if cmd == "serve" {
+		new(serveFlags).register(fs)
+	} else {
+		new(benchFlags).register(fs, cmd)
+	}
+	return fs
+}
+
+// unknownFlag turns the flag package's error for a flag cmd does not
+// declare into one that names cmd and the subcommands that have the flag:
+// each subcommand declares only the flags it honours, so a flag of
+// another one is a mistake, not a setting to ignore. Other errors pass.
+func unknownFlag(cmd string, err error) error {
+	const undefined = "flag provided but not defined: -"
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.HasPrefix(ue.Err.Error(), undefined) {
+		return err
+	}
+	name := strings.TrimPrefix(ue.Err.Error(), undefined)
+	var owners []string
+	for _, o := range commandOrder {
+		if o != cmd && flagsOf(o).Lookup(name) != nil {
+			owners = append(owners, o)
+		}
+	}
+	if len(owners) == 0 {
+		return usagef(cmd, "%s has no flag --%s", cmd, name)
+	}
+	have := owners[0] + " has"
+	if n := len(owners); n > 1 {
+		have = strings.Join(owners[:n-1], ", ") + " and " + owners[n-1] + " have"
+	}
+	return usagef(cmd, "%s has no flag --%s: only %s it (drop it)", cmd, name, have)
 }

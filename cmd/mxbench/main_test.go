@@ -75,7 +75,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stream", "--window", "0"}, "want at least 1"},
 		{[]string{"pingpong", "--settle", "-1ms"}, "--settle must not be negative"},
 		{[]string{"pingpong", "--trials", "0"}, "--trials 0: want at least 1"},
-		{[]string{"stream", "--trials", "3"}, "stream has none"},
+		{[]string{"stream", "--trials", "3"}, "stream has no flag --trials: only pingpong has it"},
 		{[]string{"pingpong", "--trials", "3", "--transport", "udp", "--peer", "127.0.0.1:1"}, "--trials is not passed to an mxbench serve"},
 		{[]string{"pingpong", "extra"}, "unexpected arguments"},
 		{[]string{"serve", "--listen", "nohost"}, "--listen"},
@@ -103,7 +103,7 @@ func TestUsageErrors(t *testing.T) {
 func TestDefaultSweep(t *testing.T) {
 	var f benchFlags
 	fs := newFlags("pingpong", new(bytes.Buffer))
-	f.register(fs, false)
+	f.register(fs, "pingpong")
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}

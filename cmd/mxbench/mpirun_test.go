@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
@@ -243,7 +243,7 @@ func mixedRank() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	f := &benchFlags{wait: "block", timeout: time.Minute, key: 0x6d786265}
+	f := &benchFlags{commonFlags: commonFlags{wait: "block", timeout: time.Minute, key: 0x6d786265}}
 	w, err := openWorld(ctx, f, job, addr, nil, []string{""}, nil)
 	if err != nil {
 		return err

@@ -20,14 +20,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/launch"
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 )
 
 // maxRanks is the most ranks a job may have: the collectives' matches
 // carry a rank in 16 bits (gather).
 const maxRanks = 1 << 16
 
-// jobFlags are the flags of a run as N processes.
+// jobFlags are the flags of a run as N processes, which every measuring
+// subcommand has (commonFlags).
 type jobFlags struct {
 	procs    int
 	strategy string
@@ -36,21 +37,16 @@ type jobFlags struct {
 	// without it the emulated engine's threads stay unbound.
 	engineCPU int
 	bind      bool // --bind
-	// progressCPU is --progress-cpu (progress.go), read only when given.
-	progressCPU int
-	// schedule is alltoall's --schedule (alltoall.go).
-	schedule string
 	// given are the flags on the command line.
 	given map[string]bool
 }
 
-// registerJob adds --procs and --strategy.
-func (f *benchFlags) registerJob(fs *flag.FlagSet) {
+// registerJob adds --procs, --strategy, --bind, --engine and --engine-cpu.
+func (f *commonFlags) registerJob(fs *flag.FlagSet) {
 	fs.IntVar(&f.job.procs, "procs", 0, "run as N processes of this host, started by mxbench itself (under mpirun, srun or a PMI launcher the launcher's ranks are used instead)")
 	fs.StringVar(&f.job.strategy, "strategy", envOr("GOMX_SHM_LARGE", ""), "between processes: how large messages move, as mx names it ("+joinOr(mxStrategies())+"), a comma-separated list, or all (env GOMX_SHM_LARGE; default: mx's own choice)")
 	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (--bind=false: let the kernel place them)")
 	f.registerEngine(fs)
-	f.registerProgress(fs)
 }
 
 func joinOr(s []string) string {
@@ -121,8 +117,8 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	if job.Size > maxRanks {
 		return job, false, usagef(cmd, "%d processes: at most %d", job.Size, maxRanks)
 	}
-	if f.job.schedule != "" && !slices.Contains(schedules, f.job.schedule) {
-		return job, false, usagef(cmd, "--schedule %q: want %s", f.job.schedule, joinOr(schedules))
+	if f.schedule != "" && !slices.Contains(schedules, f.schedule) {
+		return job, false, usagef(cmd, "--schedule %q: want %s", f.schedule, joinOr(schedules))
 	}
 	if f.transport != "udp" && f.job.given["transport"] {
 		return job, false, usagef(cmd, "--transport %s: a job's processes talk mx over udp boards (shared memory on one host, by themselves): drop --transport", f.transport)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/internal/cli"
-	"github.com/gomx-dev/gomx/internal/launch"
 )
 
 // failEnv, in the environment of a rank --procs started from the test

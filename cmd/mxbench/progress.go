@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -33,17 +32,11 @@ import (
 // and when other sessions load the host the scheduler (autogroup) gives
 // the computing thread less of its CPU than when the rank stayed on one.
 
-// registerProgress adds --progress-cpu.
-func (f *benchFlags) registerProgress(fs *flag.FlagSet) {
-	fs.IntVar(&f.job.progressCPU, "progress-cpu", 0, "overlap: while rank 0 computes, run its other threads (mx's progress, the Go runtime's) on this CPU, as an MPI progress thread gets a core of its own, so the rank's CPU runs only the computation (e.g. --engine-cpu's CPU); default, or -1: they share the rank's CPU")
-}
-
-// chooseProgressCPU validates --progress-cpu. It returns nil for none.
+// chooseProgressCPU validates --progress-cpu, overlap's flag (overlapFlags).
+// It returns nil for none.
 func (f *benchFlags) chooseProgressCPU(cmd string) (*int, error) {
-	cpu := f.job.progressCPU
+	cpu := f.progressCPU
 	switch {
-	case f.job.given["progress-cpu"] && cmd != "overlap":
-		return nil, usagef(cmd, "--progress-cpu places rank 0's other threads while overlap computes, and %s runs no computation: drop --progress-cpu", cmd)
 	case f.job.given["progress-cpu"] && cpu == -1:
 		return nil, nil
 	case f.job.given["progress-cpu"] && cpu < 0:

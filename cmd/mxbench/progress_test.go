@@ -157,7 +157,7 @@ func TestProgressCPUErrors(t *testing.T) {
 	}{
 		{[]string{"overlap", "--progress-cpu", strconv.Itoa(bad)}, "--progress-cpu 1023: this process may run on CPUs"},
 		{[]string{"overlap", "--progress-cpu", "-2"}, "want a CPU number"},
-		{[]string{"pingpong", "--procs", "2", "--progress-cpu", "0"}, "pingpong runs no computation: drop --progress-cpu"},
+		{[]string{"pingpong", "--procs", "2", "--progress-cpu", "0"}, "pingpong has no flag --progress-cpu: only overlap has it"},
 	} {
 		err := run(&strings.Builder{}, &strings.Builder{}, tc.args)
 		var ue *usageError

@@ -27,21 +27,20 @@ func runStream(stdout, stderr io.Writer, args []string) error {
 	return runBench("stream", stdout, stderr, args)
 }
 
-// runBench parses the flags of pingpong or stream and runs every size,
-// in this process or against a server.
+// runBench parses the flags of a measuring subcommand (pingpong, stream,
+// alltoall, overlap) and runs every size: as a job of N processes, or for
+// pingpong and stream also in this process or against a server.
 func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	var f benchFlags
 	fs := newFlags(cmd, stderr)
-	f.register(fs, cmd == "stream")
-	if cmd == "alltoall" {
-		fs.StringVar(&f.job.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
-			" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear above 256 B)")
-	}
+	f.register(fs, cmd)
 	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
-	f.chooseTransport(fs, stderr)
-	f.faults.noteGiven(fs)
+	if pairCommand(cmd) {
+		f.chooseTransport(fs, stderr)
+		f.faults.noteGiven(fs)
+	}
 	sizes, err := f.validate(cmd)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -120,48 +121,63 @@ func decodeParams(b []byte) (*params, error) {
 // maxParamsLen is the largest parameters message.
 const maxParamsLen = paramsHeader + 8*maxParamSizes
 
+// serveFlags are serve's flags.
+type serveFlags struct {
+	listen  string
+	epID    int
+	key     uint
+	wait    string
+	once    bool
+	timeout time.Duration
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.listen, "listen", "0.0.0.0:40000", "IP:PORT of the server's udp board; the raw UDP baseline answers on PORT+1")
+	fs.IntVar(&f.epID, "endpoint", 0, "the endpoint id clients connect to")
+	fs.UintVar(&f.key, "key", 0x6d786265, "the 32-bit endpoint key clients must present")
+	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll) or block")
+	fs.BoolVar(&f.once, "once", false, "serve one client and exit")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a client after this long")
+}
+
 func runServe(stdout, stderr io.Writer, args []string) error {
 	const cmd = "serve"
+	var f serveFlags
 	fs := newFlags(cmd, stderr)
-	listen := fs.String("listen", "0.0.0.0:40000", "IP:PORT of the server's udp board; the raw UDP baseline answers on PORT+1")
-	epID := fs.Int("endpoint", 0, "the endpoint id clients connect to")
-	key := fs.Uint("key", 0x6d786265, "the 32-bit endpoint key clients must present")
-	wait := fs.String("wait", "spin", "spin (busy-poll) or block")
-	once := fs.Bool("once", false, "serve one client and exit")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up on a client after this long")
+	f.register(fs)
 	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
-	if *epID < 0 || *epID > 255 {
-		return usagef(cmd, "--endpoint %d: want 0..255", *epID)
+	if f.epID < 0 || f.epID > 255 {
+		return usagef(cmd, "--endpoint %d: want 0..255", f.epID)
 	}
-	if *key > 0xFFFFFFFF {
-		return usagef(cmd, "--key %#x: want a 32-bit value", *key)
+	if f.key > 0xFFFFFFFF {
+		return usagef(cmd, "--key %#x: want a 32-bit value", f.key)
 	}
-	if *wait != "spin" && *wait != "block" {
-		return usagef(cmd, "--wait %q: want spin or block", *wait)
+	if f.wait != "spin" && f.wait != "block" {
+		return usagef(cmd, "--wait %q: want spin or block", f.wait)
 	}
-	host, portStr, err := net.SplitHostPort(*listen)
+	host, portStr, err := net.SplitHostPort(f.listen)
 	if err != nil {
-		return usagef(cmd, "--listen %q: %v", *listen, err)
+		return usagef(cmd, "--listen %q: %v", f.listen, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port <= 0 || port >= 65535 {
-		return usagef(cmd, "--listen %q: want a port in 1..65534 (the baseline uses PORT+1)", *listen)
+		return usagef(cmd, "--listen %q: want a port in 1..65534 (the baseline uses PORT+1)", f.listen)
 	}
-	tr, err := udp.Listen(*listen, udp.Options{})
+	tr, err := udp.Listen(f.listen, udp.Options{})
 	if err != nil {
 		return err
 	}
 	opts := mx.DefaultBoardOptions()
-	opts.BusyPoll = *wait == "spin"
+	opts.BusyPoll = f.wait == "spin"
 	board, err := mx.NewBoard(tr, opts)
 	if err != nil {
 		tr.Close()
 		return err
 	}
 	defer board.Close()
-	ep, err := board.OpenEndpoint(*epID, uint32(*key))
+	ep, err := board.OpenEndpoint(f.epID, uint32(f.key))
 	if err != nil {
 		return err
 	}
@@ -171,21 +187,21 @@ func runServe(stdout, stderr io.Writer, args []string) error {
 	}
 	defer raw.Close()
 	fmt.Fprintf(stdout, "mxbench serve: board %v endpoint %d, baseline UDP socket %v; clients run `mxbench pingpong --transport udp --peer %s`\n",
-		board.NICID().UDPAddr(), ep.ID(), raw.Addr().UDPAddr(), *listen)
+		board.NICID().UDPAddr(), ep.ID(), raw.Addr().UDPAddr(), f.listen)
 	// The peer is learnt from each client's first baseline frame.
-	rawSide, err := newRawSide(raw, 0, maxMessage, *wait == "spin")
+	rawSide, err := newRawSide(raw, 0, maxMessage, f.wait == "spin")
 	if err != nil {
 		return err
 	}
 	pbuf := make([]byte, maxParamsLen)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-		err := serveOne(ctx, ep, uint32(*key), pbuf, rawSide, stdout)
+		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+		err := serveOne(ctx, ep, uint32(f.key), pbuf, rawSide, stdout)
 		cancel()
 		if err != nil {
 			stderrf(stderr, "client: %v", err)
 		}
-		if *once {
+		if f.once {
 			return err
 		}
 	}
@@ -211,7 +227,7 @@ func serveOne(ctx context.Context, ep *mx.Endpoint, key uint32, pbuf []byte, raw
 	}
 	raw.seq, raw.last = 0, 0       // a new client numbers its messages from 1
 	maxSize := slices.Max(p.sizes) // decodeParams refuses an empty list
-	f := &benchFlags{sync: p.flags&flagSync != 0, verify: p.flags&flagVerify != 0}
+	f := &benchFlags{sendFlags: sendFlags{sync: p.flags&flagSync != 0}, commonFlags: commonFlags{verify: p.flags&flagVerify != 0}}
 	s := newSide(ep, back, maxSize, p.window, f)
 	ready, err := ep.ISend(nil, back, tagReady, nil)
 	if err != nil {

@@ -4,7 +4,7 @@
 // eager message, and whether it reaches the user's other processes of
 // this host through shared memory. It reads the same variables the
 // library's mx_init reads (GOMX_BOARDS, OMX_DISABLE_SHARED, ...; see
-// package internal/mxenv and docs/c-api.md) and opens the boards the same
+// package cmd/internal/mxenv and docs/c-api.md) and opens the boards the same
 // way, so a bad variable fails here with the message mx_init would give.
 // -v adds the options the variables set.
 //
@@ -17,8 +17,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/gomx-dev/gomx/cmd/internal/mxenv"
 	"github.com/gomx-dev/gomx/internal/cli"
-	"github.com/gomx-dev/gomx/internal/mxenv"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/mx"
 )

@@ -14,7 +14,7 @@ import (
 // The fake machine of ioatctl's tests: CBDMA functions 00:04.0 (ioatdma),
 // 00:04.1 (vfio-pci) and 80:04.0 (no driver), and a NIC at 02:00.0.
 func fakeSysfs(t *testing.T) vfio.Sysfs {
-	return vfio.Sysfs{Root: sysfstest.Build(t, "../../cmd/ioatctl/testdata/sysfs.txt")}
+	return vfio.Sysfs{Root: sysfstest.Build(t, "../../ioatctl/testdata/sysfs.txt")}
 }
 
 func addr(t *testing.T, s string) pci.Address {
