@@ -18,6 +18,10 @@ import (
 var _ transport.Transport = (*Transport)(nil)
 var _ transport.Stats = (*Transport)(nil)
 
+// errClosed is what calls on a closed Transport return: transport.ErrClosed,
+// which is also xdp.ErrClosed.
+var errClosed = fmt.Errorf("xdp: transport %w", transport.ErrClosed)
+
 // TransportOptions configures NewTransport.
 type TransportOptions struct {
 	// Interface is the network interface to serve, in the calling thread's
@@ -251,7 +255,7 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	if t.closed.Load() {
-		return 0, transport.ErrClosed
+		return 0, errClosed
 	}
 	s := t.socks[0]
 	mtu, hdr := t.MTU(), t.headers()
@@ -451,7 +455,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	t.rxMu.Lock()
 	defer t.rxMu.Unlock()
 	if t.closed.Load() {
-		return 0, transport.ErrClosed
+		return 0, errClosed
 	}
 	for i, s := range t.socks {
 		h := t.held[i]
@@ -505,7 +509,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return 0, opErr("ppoll", t.opts.Interface, -1, err)
 		}
 		if t.closed.Load() {
-			return 0, transport.ErrClosed
+			return 0, errClosed
 		}
 	}
 }
@@ -562,7 +566,7 @@ func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
 	defer t.rxMu.Unlock()
 	k, err := t.lends.Index(f.Ref)
 	if err == nil && t.closed.Load() {
-		err = transport.ErrClosed
+		err = errClosed
 	}
 	if err != nil {
 		return transport.HoldInfo{}, fmt.Errorf("xdp: hold: %w", err)
@@ -596,7 +600,7 @@ func (t *Transport) Release(f *transport.Frame) {
 // copied into UMEM frames to be sent, like frames without a region.
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
-		return nil, transport.ErrClosed
+		return nil, errClosed
 	}
 	s := t.socks[0]
 	all := s.RegionMemory()
@@ -626,7 +630,7 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 // none were reserved.
 func (t *Transport) RegionMemory(n int) ([]byte, error) {
 	if t.closed.Load() {
-		return nil, transport.ErrClosed
+		return nil, errClosed
 	}
 	all := t.socks[0].RegionMemory()
 	fs := t.socks[0].FrameSize()

@@ -17,6 +17,11 @@ import (
 
 // ---- producer side ----
 
+// errClosed is what calls on a closed transport return: transport.ErrClosed
+// (which is also every other gomx package's ErrClosed), saying which
+// transport.
+var errClosed = fmt.Errorf("shm: transport %w", transport.ErrClosed)
+
 // ErrRingFull is SendStrict's error for a frame it dropped: the peer's
 // ring stayed full while its consumer made no progress for
 // Options.FullWait (it is stuck or gone).
@@ -42,7 +47,7 @@ func (t *Transport) SendStrict(frames []transport.Frame) (int, error) {
 // send is Send; strict: SendStrict.
 func (t *Transport) send(frames []transport.Frame, strict bool) (int, error) {
 	if t.closed.Load() {
-		return 0, transport.ErrClosed
+		return 0, errClosed
 	}
 	for i := 0; i < len(frames); {
 		peer := frames[i].Peer
@@ -161,7 +166,7 @@ func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
 // transport.ErrTooBig. After SerialSends it takes no lock of its own.
 func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte) error {
 	if t.closed.Load() {
-		return transport.ErrClosed
+		return errClosed
 	}
 	o, err := t.ringTo(peer)
 	if err != nil {
@@ -265,7 +270,7 @@ func (o *outRing) publish(start uint64) {
 func (t *Transport) dropErr(o *outRing) error {
 	switch {
 	case t.closed.Load():
-		return transport.ErrClosed
+		return errClosed
 	case o.dead.Load():
 		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
@@ -314,7 +319,7 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	t.outMu.Lock()
 	defer t.outMu.Unlock()
 	if t.closed.Load() {
-		return nil, transport.ErrClosed
+		return nil, errClosed
 	}
 	if o := t.out[peer]; o != nil {
 		if !o.dead.Load() {
@@ -485,7 +490,7 @@ func (t *Transport) Spin() time.Duration { return time.Duration(t.spin.Load()) }
 // recv is Recv with t.rmu held.
 func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if t.closed.Load() {
-		return 0, transport.ErrClosed
+		return 0, errClosed
 	}
 	t.peeked = nil // not taken: poll returns it
 	if t.toCommit {
@@ -512,7 +517,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return n, nil
 		}
 		if t.closed.Load() {
-			return 0, transport.ErrClosed
+			return 0, errClosed
 		}
 		// Load first: a look that finds no request costs no locked
 		// instruction.
@@ -556,7 +561,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		}
 		if t.closed.Load() {
 			t.slp.Store(0)
-			return 0, transport.ErrClosed
+			return 0, errClosed
 		}
 		if t.wakeReq.Swap(false) { // see Wake
 			t.slp.Store(0)
@@ -813,7 +818,7 @@ func (t *Transport) Release(f *transport.Frame) { t.lends.Return(f) }
 // is false).
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
-		return nil, transport.ErrClosed
+		return nil, errClosed
 	}
 	if r, ok := t.registerRef(mem); ok {
 		return r, nil
