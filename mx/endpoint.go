@@ -47,7 +47,7 @@ type Endpoint struct {
 	ev          chan struct{} // closed on completions and arrivals when evWaiters > 0
 	evWaiters   int
 	wakeGen     atomic.Uint64
-	spin        spinGovernor // its waits' poll window (poll.go)
+	spin        spinGovernor // its waits' poll window (spin.go)
 	closedAtom  atomic.Bool
 	handlerBusy int
 	loc         localState // the in-process shortcut (local.go)

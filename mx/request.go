@@ -172,7 +172,7 @@ func (r *Request) Test() (st Status, ok bool) {
 		}
 		b.beginTest()
 		for _, s := range b.waitSources() {
-			b.testSource(s) // poll.go
+			b.testSource(s) // rxsource.go
 		}
 		b.endTest()
 		if !r.done.Load() {
