@@ -159,6 +159,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 2000x ./hack/peers/alltoall/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLane$$' -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzPMIxDecode$$' -fuzztime 2000x ./cmd/internal/launch/
+	$(GO) test -run '^$$' -fuzz '^FuzzList$$' -fuzztime 5000x ./mx/internal/ilist/
 	$(GO) test -run '^$$' -fuzz '^FuzzRingOracle$$' -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAddress$$' -fuzztime 5000x ./pci/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAttr$$' -fuzztime 5000x ./vfio/

@@ -6,10 +6,16 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+
+	"github.com/gomx-dev/gomx/internal/sentinel"
 )
 
 // Sentinel errors. Functions of this package wrap them with context (the
-// size, the file, the fix), so test for them with errors.Is.
+// size, the file, the fix), so test for them with errors.Is. ErrClosed,
+// ErrExhausted and ErrNotPooled are the values every gomx package uses for
+// these meanings (internal/sentinel): hugepage.ErrClosed is pci.ErrClosed,
+// nicdrv.ErrClosed, transport.ErrClosed, and nicdrv.ErrPoolExhausted is
+// ErrExhausted.
 var (
 	// ErrNoHugepages means there were not enough free hugepages of the asked
 	// size (or no hugetlbfs mount for it) and Options.NoFallback forbade
@@ -21,13 +27,13 @@ var (
 	// fix.
 	ErrNoPhys = errors.New("no physical address")
 	// ErrClosed means the Region or Pool was already closed.
-	ErrClosed = errors.New("already closed")
+	ErrClosed = sentinel.ErrClosed
 	// ErrExhausted means every buffer of a Pool is handed out.
-	ErrExhausted = errors.New("pool exhausted")
+	ErrExhausted = sentinel.ErrExhausted
 	// ErrNotPooled means a buffer given to Pool.Put did not come from that
 	// pool's Get: another pool, another allocation, or a re-sliced buffer
 	// that no longer starts where Get's did or has another capacity.
-	ErrNotPooled = errors.New("not a buffer of this pool")
+	ErrNotPooled = sentinel.ErrNotPooled
 	// ErrDoublePut means a buffer was given to Pool.Put while already free.
 	ErrDoublePut = errors.New("buffer put twice")
 )

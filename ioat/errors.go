@@ -5,24 +5,28 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/sentinel"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
 
 // Sentinel errors. Operations return them wrapped, with the channel and the
-// detail; test with errors.Is.
+// detail; test with errors.Is. ErrTimeout and ErrClosed are the values every
+// gomx package uses for these meanings (internal/sentinel): ioat.ErrClosed
+// is pci.ErrClosed, nicdrv.ErrClosed, transport.ErrClosed, and ErrTimeout is
+// nicdrv.ErrTimeout.
 var (
 	// ErrNotCBDMA means the PCI function is not a CBDMA channel the driver
 	// knows (vendor/device ID or CBVER).
 	ErrNotCBDMA = errors.New("not a supported I/OAT (CBDMA) channel")
 	// ErrTimeout means a register did not reach the expected value in time.
-	ErrTimeout = errors.New("timed out")
+	ErrTimeout = sentinel.ErrTimeout
 	// ErrRingFull means the descriptor ring has no room: reap completions
 	// (Poll) and retry.
 	ErrRingFull = errors.New("descriptor ring full")
 	// ErrClosed means the channel or engine is closed; operations still
 	// outstanding at Close fail with it.
-	ErrClosed = errors.New("closed")
+	ErrClosed = sentinel.ErrClosed
 	// ErrNoFill means the channel lacks the block-fill capability.
 	ErrNoFill = errors.New("channel has no fill capability")
 	// ErrBadRequest means a request's arguments are wrong (lengths,

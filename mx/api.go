@@ -71,8 +71,8 @@ func (e *Endpoint) Disconnect(addr Addr) error {
 	if p == nil || !p.rknown {
 		return e.opErr("disconnect", fmt.Errorf("%w: %v is not connected", ErrBadEndpoint, addr))
 	}
-	for u := e.unexp.head; u != nil; {
-		next := u.next
+	for u := e.unexp.Front(); u != nil; {
+		next := u.q.Next()
 		if u.p == p {
 			e.dropUnexp(u)
 		}

@@ -128,7 +128,7 @@ func (b *Board) handleConnect(nic transport.NICID, h *wire.Connect) {
 		return
 	}
 	var r *Request
-	for r = p.connecting.head; r != nil && r.attempt != h.Attempt; r = r.qnext {
+	for r = p.connecting.Front(); r != nil && r.attempt != h.Attempt; r = r.q.Next() {
 	}
 	if r == nil {
 		e.cnt[DupMessages]++

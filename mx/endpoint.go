@@ -47,7 +47,7 @@ type Endpoint struct {
 	ev          chan struct{} // closed on completions and arrivals when evWaiters > 0
 	evWaiters   int
 	wakeGen     atomic.Uint64
-	spin        spinGovernor // its waits' poll window (poll.go)
+	spin        spinGovernor // its waits' poll window (spin.go)
 	closedAtom  atomic.Bool
 	handlerBusy int
 	loc         localState // the in-process shortcut (local.go)
@@ -130,7 +130,7 @@ func (e *Endpoint) closeLocked() {
 			e.endPull(pl, ErrEndpointClosed)
 		}
 	}
-	for u := e.unexp.head; u != nil; u = e.unexp.head {
+	for u := e.unexp.Front(); u != nil; u = e.unexp.Front() {
 		e.dropUnexp(u)
 	}
 	if b.eps[e.id] == e {
@@ -301,7 +301,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		d = e.localPeer(p)
 	}
 	class := b.sendClass(p, n, sync)
-	wait := e.resq.n > 0 // keep per-peer order behind waiting sends
+	wait := e.resq.Len() > 0 // keep per-peer order behind waiting sends
 	if !p.dead && d == nil && !wait && e.sendLean(p, class, match, segs, n) {
 		// In the peer's ring (lean.go): the request is made only now,
 		// once the frame is on its way, and completes at once.
@@ -412,7 +412,7 @@ func (e *Endpoint) IRecv(segs [][]byte, match, mask uint64, ctx any) (*Request, 
 	r.segs = append(r.segsBuf[:0], segs...)
 	r.segsBuf = r.segs
 	r.status.Context = ctx
-	for u := e.unexp.head; u != nil; u = u.next {
+	for u := e.unexp.Front(); u != nil; u = u.q.Next() {
 		if u.match&mask == match {
 			e.unexp.remove(u)
 			e.takeUnexp(r, u)
@@ -442,7 +442,7 @@ func (e *Endpoint) Cancel(r *Request) (bool, error) {
 	}
 	switch r.kind {
 	case kindRecv:
-		if r.qlist != &e.posted {
+		if !e.posted.has(r) {
 			return false, nil
 		}
 		e.posted.remove(r)
@@ -491,7 +491,7 @@ func (e *Endpoint) TestAny(match, mask uint64) (Status, bool) {
 	b := e.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for r := e.doneq.head; r != nil; r = r.dnext {
+	for r := e.doneq.Front(); r != nil; r = r.d.Next() {
 		if r.status.Match&mask == match {
 			var st Status
 			r.consumeLocked(&st)
@@ -518,7 +518,7 @@ func (e *Endpoint) WaitAny(ctx context.Context, match, mask uint64) (Status, err
 }
 
 func (e *Endpoint) testAnyLocked(match, mask uint64) (Status, bool) {
-	for r := e.doneq.head; r != nil; r = r.dnext {
+	for r := e.doneq.Front(); r != nil; r = r.d.Next() {
 		if r.status.Match&mask == match {
 			var st Status
 			r.consumeLocked(&st)
@@ -532,7 +532,7 @@ func (e *Endpoint) testAnyLocked(match, mask uint64) (Status, bool) {
 func (e *Endpoint) IPeek() (*Request, bool) {
 	e.b.mu.Lock()
 	defer e.b.mu.Unlock()
-	r := e.doneq.head
+	r := e.doneq.Front()
 	return r, r != nil
 }
 
@@ -540,7 +540,7 @@ func (e *Endpoint) IPeek() (*Request, bool) {
 // completing it.
 func (e *Endpoint) Peek(ctx context.Context) (*Request, error) {
 	var r *Request
-	err := e.waitEvent(ctx, func() bool { r = e.doneq.head; return r != nil })
+	err := e.waitEvent(ctx, func() bool { r = e.doneq.Front(); return r != nil })
 	return r, err
 }
 

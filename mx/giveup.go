@@ -21,7 +21,7 @@ import (
 // sources (verdict.go).
 func (p *partner) unreachable(now int64) bool {
 	b := p.ep.b
-	for r := p.unacked.head; r != nil; r = r.qnext {
+	for r := p.unacked.Front(); r != nil; r = r.q.Next() {
 		if b.overdue(now, r.firstSend, int64(b.opts.ResendDelay)*int64(p.ep.resendLimit(r)+1)) { // liveness.go
 			if !b.mayDeclare() {
 				return true
@@ -64,16 +64,16 @@ func (p *partner) failAll(code error) {
 			p.failSend(reg.r, code)
 		}
 	}
-	for r := e.pullq.head; r != nil; {
-		next := r.qnext
+	for r := e.pullq.Front(); r != nil; {
+		next := r.q.Next()
 		if r.p == p {
 			e.pullq.remove(r)
 			e.complete(r, code)
 		}
 		r = next
 	}
-	for r := e.resq.head; r != nil; {
-		next := r.qnext
+	for r := e.resq.Front(); r != nil; {
+		next := r.q.Next()
 		if r.p == p {
 			e.resq.remove(r)
 			p.failSend(r, code)
@@ -117,7 +117,7 @@ func (p *partner) reset(code error) {
 	// the announcement change, so a reply to an earlier announcement
 	// (which may come first) carries numbers the peer no longer uses, and
 	// a connect completed by it would send into a session the peer left.
-	for r := p.connecting.head; r != nil; r = r.qnext {
+	for r := p.connecting.Front(); r != nil; r = r.q.Next() {
 		p.connAttempt++
 		r.attempt = p.connAttempt
 	}
@@ -179,7 +179,7 @@ func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 	}
 	code := nackErr(h.Kind)
 	if sameSess(h.Seq, p.sendSeq) {
-		for r := p.unacked.head; r != nil; r = r.qnext {
+		for r := p.unacked.Front(); r != nil; r = r.q.Next() {
 			if r.seq != h.Seq {
 				continue
 			}
@@ -199,7 +199,7 @@ func (b *Board) handleNackLib(nic transport.NICID, h *wire.NackLib) {
 	// (handleConnect): a bad-session NACK is about a message of the old
 	// session (a late or duplicate answer to a stale send) and must not
 	// fail the connect that is setting up the new one.
-	if r := p.connecting.head; r != nil && h.Kind != wire.NackBadSession {
+	if r := p.connecting.Front(); r != nil && h.Kind != wire.NackBadSession {
 		if !r.nacked {
 			r.nacked = true
 			e.cnt[NacksUnconfirmed]++

@@ -36,7 +36,7 @@ const hostRecheck = time.Second
 
 type hostPath struct {
 	tr     *shm.Transport
-	src    *rxSource                     // the rings as a receive source (poll.go)
+	src    *rxSource                     // the rings as a receive source (rxsource.go)
 	reach  map[transport.NICID]hostReach // guarded by b.mu
 	gen    uint64                        // bumped at every change of reach (b.mu held; partner.rings)
 	quit   chan struct{}

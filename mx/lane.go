@@ -52,7 +52,7 @@ import (
 // DropBadHeader, and one that did not come through the rings as
 // DropUnknownType.
 //
-// A waiter polling the rings for its receive (poll.go's pollSource) does
+// A waiter polling the rings for its receive (rxsource.go's pollSource) does
 // not even take a Recv for such a record: it looks at the next frame in
 // place (shm.Transport.Peek, which also says when the rings hold nothing
 // for a Recv, so an empty look is one look at each ring) and,
@@ -236,7 +236,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		// Its wait ends polled (firstLook, pollWait): counted here.
 		b.waitPolledLocked.Inc()
 	}
-	b.polledLocked(s, seen) // poll.go
+	b.polledLocked(s, seen) // rxsource.go
 	return laneTaken
 }
 

@@ -83,7 +83,7 @@ func (e *Endpoint) queueSend(r *Request) {
 // kickSends starts the sends waiting in the resource queue, in order,
 // until one still finds no region.
 func (e *Endpoint) kickSends() {
-	for r := e.resq.head; r != nil && !e.closed; r = e.resq.head {
+	for r := e.resq.Front(); r != nil && !e.closed; r = e.resq.Front() {
 		if r.class == classLarge {
 			rid, ok := e.allocRegion(r)
 			if !ok {
@@ -108,7 +108,7 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 		return
 	}
 	r := reg.r
-	if r.qlist == &p.unacked { // the NOTIFY also proves the RNDV arrived
+	if p.unacked.has(r) { // the NOTIFY also proves the RNDV arrived
 		p.unacked.remove(r)
 	}
 	e.freeRegion(int(h.RegionID))
@@ -229,7 +229,7 @@ func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total 
 
 // kickPulls starts queued pulls while handles are free.
 func (e *Endpoint) kickPulls() {
-	for r := e.pullq.head; r != nil && !e.closed; r = e.pullq.head {
+	for r := e.pullq.Front(); r != nil && !e.closed; r = e.pullq.Front() {
 		if len(e.pullFree) == 0 && len(e.pulls) >= e.b.opts.PullHandles {
 			return
 		}

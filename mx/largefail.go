@@ -96,7 +96,7 @@ func (e *Endpoint) notifyTimeouts(now int64) {
 		}
 		r := reg.r
 		p := r.p
-		if r.qlist == &p.unacked {
+		if p.unacked.has(r) {
 			p.unacked.remove(r)
 		}
 		e.cnt[NotifyTimeouts]++

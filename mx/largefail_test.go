@@ -136,7 +136,7 @@ func (pr *pair) unackedTo(e *Endpoint) int {
 	defer e.b.mu.Unlock()
 	n := 0
 	for _, p := range e.plist {
-		n += p.unacked.n
+		n += p.unacked.Len()
 	}
 	return n
 }

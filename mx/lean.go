@@ -89,7 +89,7 @@ func (p *partner) setSendSeq(s uint16) {
 // the transport for a while). Called with b.mu held.
 func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]byte, n int) bool {
 	b := e.b
-	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.n > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow ||
+	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.Len() > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow ||
 		class == classLarge || (class == classMedium && n > p.stride) {
 		return false
 	}
@@ -225,7 +225,7 @@ func (e *Endpoint) mayTake(f []byte) bool {
 	if e.handler != nil || e.unexpRoom(n) {
 		return true
 	}
-	for r := e.posted.head; r != nil; r = r.qnext {
+	for r := e.posted.Front(); r != nil; r = r.q.Next() {
 		if match&r.mask == r.match {
 			return true
 		}

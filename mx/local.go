@@ -233,7 +233,7 @@ func (e *Endpoint) localPeer(p *partner) *Endpoint {
 	if lp := &p.local; lp.known && lp.session == p.rsession {
 		return lp.ep
 	}
-	if p.unacked.n > 0 || p.sendSeq != p.ackPoint || p.waitq.n > 0 || e.resq.n > 0 {
+	if p.unacked.Len() > 0 || p.sendSeq != p.ackPoint || p.waitq.Len() > 0 || e.resq.Len() > 0 {
 		// Wire messages are in flight (lean ones, lean.go, are in no
 		// list: the peer's ack says when they are all in), or large
 		// sends wait for a region: the next message must not overtake

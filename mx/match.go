@@ -1,9 +1,10 @@
 package mx
 
+import "github.com/gomx-dev/gomx/mx/internal/ilist"
+
 // unexp is a message that arrived before a matching receive was posted.
 type unexp struct {
-	next, prev *unexp
-	inQ        bool
+	q ilist.Node[unexp] // on the endpoint's uxList
 
 	p        *partner
 	match    uint64
@@ -19,41 +20,12 @@ type unexp struct {
 	ls       *localSend // a local rendezvous: the sender's buffer (local.go)
 }
 
-type uxList struct {
-	head, tail *unexp
-	n          int
-}
+// uxList is the endpoint's queue of unexpected messages, in arrival
+// order, linked through their q node.
+type uxList struct{ ilist.List[unexp] }
 
-func (l *uxList) push(u *unexp) {
-	u.inQ = true
-	u.next = nil
-	u.prev = l.tail
-	if l.tail != nil {
-		l.tail.next = u
-	} else {
-		l.head = u
-	}
-	l.tail = u
-	l.n++
-}
-
-func (l *uxList) remove(u *unexp) {
-	if !u.inQ {
-		return
-	}
-	if u.prev != nil {
-		u.prev.next = u.next
-	} else {
-		l.head = u.next
-	}
-	if u.next != nil {
-		u.next.prev = u.prev
-	} else {
-		l.tail = u.prev
-	}
-	u.next, u.prev, u.inQ = nil, nil, false
-	l.n--
-}
+func (l *uxList) push(u *unexp)   { l.PushBack(&u.q, u) }
+func (l *uxList) remove(u *unexp) { l.Remove(&u.q) }
 
 func (u *unexp) statusOf() Status {
 	return Status{Source: u.p.addr(), Match: u.match, MsgLength: u.length}
@@ -61,7 +33,7 @@ func (u *unexp) statusOf() Status {
 
 // matchPosted removes and returns the first posted receive that matches.
 func (e *Endpoint) matchPosted(match uint64) *Request {
-	for r := e.posted.head; r != nil; r = r.qnext {
+	for r := e.posted.Front(); r != nil; r = r.q.Next() {
 		if match&r.mask == r.match {
 			e.posted.remove(r)
 			return r
@@ -71,7 +43,7 @@ func (e *Endpoint) matchPosted(match uint64) *Request {
 }
 
 func (e *Endpoint) findUnexp(match, mask uint64) *unexp {
-	for u := e.unexp.head; u != nil; u = u.next {
+	for u := e.unexp.Front(); u != nil; u = u.q.Next() {
 		if u.match&mask == match {
 			return u
 		}
@@ -82,7 +54,7 @@ func (e *Endpoint) findUnexp(match, mask uint64) *unexp {
 // unexpRoom reports whether one more unexpected message of n bytes fits.
 func (e *Endpoint) unexpRoom(n int) bool {
 	o := &e.b.opts
-	return e.unexp.n < o.UnexpectedMaxMessages && e.unexpBytes+n <= o.UnexpectedMaxBytes
+	return e.unexp.Len() < o.UnexpectedMaxMessages && e.unexpBytes+n <= o.UnexpectedMaxBytes
 }
 
 func (e *Endpoint) queueUnexp(u *unexp) {

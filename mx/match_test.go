@@ -17,7 +17,7 @@ func settle(t *testing.T, e *Endpoint, n int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		e.b.mu.Lock()
-		k := e.unexp.n
+		k := e.unexp.Len()
 		e.b.mu.Unlock()
 		if k >= n {
 			return
@@ -333,7 +333,7 @@ func TestUnexpectedQueueBound(t *testing.T) {
 	settle(t, pr.b, 8)
 	time.Sleep(20 * time.Millisecond)
 	pr.b.b.mu.Lock()
-	q, bytesQ := pr.b.unexp.n, pr.b.unexpBytes
+	q, bytesQ := pr.b.unexp.Len(), pr.b.unexpBytes
 	pr.b.b.mu.Unlock()
 	if q > 8 || bytesQ > 4096 {
 		t.Fatalf("unexpected queue grew to %d messages, %d bytes", q, bytesQ)

@@ -183,7 +183,7 @@ func (p *partner) sizes() {
 // ---- send side ----
 
 func (p *partner) enqueue(r *Request) {
-	if p.waitq.n > 0 || p.unacked.n >= p.ep.b.opts.MaxUnacked {
+	if p.waitq.Len() > 0 || p.unacked.Len() >= p.ep.b.opts.MaxUnacked {
 		p.waitq.push(r)
 		return
 	}
@@ -200,7 +200,7 @@ func (p *partner) transmitNew(r *Request) {
 }
 
 func (p *partner) flushWait() {
-	for p.waitq.n > 0 && p.unacked.n < p.ep.b.opts.MaxUnacked {
+	for p.waitq.Len() > 0 && p.unacked.Len() < p.ep.b.opts.MaxUnacked {
 		p.transmitNew(p.waitq.pop())
 	}
 }
@@ -265,7 +265,7 @@ func (p *partner) applyAck(ack uint16) {
 	if seqBefore(p.ackPoint, ack) || !sameSess(p.ackPoint, ack) {
 		p.ackPoint = ack
 	}
-	for r := p.unacked.head; r != nil && seqBefore(r.seq, ack); r = p.unacked.head {
+	for r := p.unacked.Front(); r != nil && seqBefore(r.seq, ack); r = p.unacked.Front() {
 		p.probeAt = 0
 		if r.resends == 0 && !r.nacked && r.class != classLarge {
 			// Karn: only a request sent once times the round trip. (A

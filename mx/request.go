@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/gomx-dev/gomx/mx/internal/ilist"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -91,11 +92,10 @@ type Request struct {
 	wokeAt    int64 // when complete woke a sleeping waiter (board clock): its wake-up is timed (descheduled.go)
 	status    Status
 
-	// intrusive lists: q* for posted/unacked/waitq/connecting, d* for done
-	qnext, qprev *Request
-	qlist        *reqList
-	dnext, dprev *Request
-	inDone       bool
+	// Links for the lists a request is on (package ilist): q for one
+	// reqList (posted, unacked, waitq, connecting, resq, pullq), d for the
+	// endpoint's doneList.
+	q, d ilist.Node[Request]
 
 	// send
 	p         *partner
@@ -133,82 +133,22 @@ type Request struct {
 	toldRecv uint16
 }
 
-// reqList is an intrusive doubly linked list of requests.
-type reqList struct {
-	head, tail *Request
-	n          int
-}
+// reqList is a queue of requests linked through their q node: an
+// endpoint's posted receives and the queues of sends and receives waiting
+// for something, a partner's unacknowledged, waiting and connecting sends.
+type reqList struct{ ilist.List[Request] }
 
-func (l *reqList) push(r *Request) {
-	r.qlist = l
-	r.qnext = nil
-	r.qprev = l.tail
-	if l.tail != nil {
-		l.tail.qnext = r
-	} else {
-		l.head = r
-	}
-	l.tail = r
-	l.n++
-}
+func (l *reqList) push(r *Request)     { l.PushBack(&r.q, r) }
+func (l *reqList) remove(r *Request)   { l.Remove(&r.q) }
+func (l *reqList) pop() *Request       { return l.PopFront() }
+func (l *reqList) has(r *Request) bool { return r.q.On(&l.List) }
 
-func (l *reqList) remove(r *Request) {
-	if r.qlist != l {
-		return
-	}
-	if r.qprev != nil {
-		r.qprev.qnext = r.qnext
-	} else {
-		l.head = r.qnext
-	}
-	if r.qnext != nil {
-		r.qnext.qprev = r.qprev
-	} else {
-		l.tail = r.qprev
-	}
-	r.qnext, r.qprev, r.qlist = nil, nil, nil
-	l.n--
-}
+// doneList is the endpoint's list of completed, unconsumed requests,
+// linked through their d node.
+type doneList struct{ ilist.List[Request] }
 
-func (l *reqList) pop() *Request {
-	r := l.head
-	if r != nil {
-		l.remove(r)
-	}
-	return r
-}
-
-// doneList is the endpoint's list of completed, unconsumed requests.
-type doneList struct{ head, tail *Request }
-
-func (l *doneList) push(r *Request) {
-	r.inDone = true
-	r.dnext = nil
-	r.dprev = l.tail
-	if l.tail != nil {
-		l.tail.dnext = r
-	} else {
-		l.head = r
-	}
-	l.tail = r
-}
-
-func (l *doneList) remove(r *Request) {
-	if !r.inDone {
-		return
-	}
-	if r.dprev != nil {
-		r.dprev.dnext = r.dnext
-	} else {
-		l.head = r.dnext
-	}
-	if r.dnext != nil {
-		r.dnext.dprev = r.dprev
-	} else {
-		l.tail = r.dprev
-	}
-	r.dnext, r.dprev, r.inDone = nil, nil, false
-}
+func (l *doneList) push(r *Request)   { l.PushBack(&r.d, r) }
+func (l *doneList) remove(r *Request) { l.Remove(&r.d) }
 
 // Context returns the context value given when the request was posted.
 func (r *Request) Context() any { return r.status.Context }
@@ -232,7 +172,7 @@ func (r *Request) Test() (st Status, ok bool) {
 		}
 		b.beginTest()
 		for _, s := range b.waitSources() {
-			b.testSource(s) // poll.go
+			b.testSource(s) // rxsource.go
 		}
 		b.endTest()
 		if !r.done.Load() {

@@ -78,8 +78,8 @@ func (p *partner) resendDue(now int64) {
 		}
 	}
 	k := 0
-	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
-		if r != p.unacked.head && p.sackedWhole(r) {
+	for r := p.unacked.Front(); r != nil && k < resendBurst; r = r.q.Next() {
+		if r != p.unacked.Front() && p.sackedWhole(r) {
 			// The receiver has it: only the cumulative ack is missing.
 			// (Never the oldest: the receiver holds what it reported
 			// until it delivers it, but a receive that cannot take a
@@ -109,9 +109,9 @@ func (p *partner) resendDue(now int64) {
 // probeTarget is the request the tail-loss probe resends the last frame
 // of: the newest unacked one the receiver does not hold whole.
 func (p *partner) probeTarget() *Request {
-	t := p.unacked.tail
-	for t.qprev != nil && p.sackedWhole(t) {
-		t = t.qprev
+	t := p.unacked.Back()
+	for t.q.Prev() != nil && p.sackedWhole(t) {
+		t = t.q.Prev()
 	}
 	return t
 }
@@ -163,15 +163,15 @@ func (e *Endpoint) timers() bool {
 				b.noteDue(p.ackDeadline) // a short delay (noteReceived)
 			}
 		}
-		if p.unacked.n > 0 {
+		if p.unacked.Len() > 0 {
 			p.resendDue(now)
-			busy = busy || p.unacked.n > 0 && p.finerThanTick()
+			busy = busy || p.unacked.Len() > 0 && p.finerThanTick()
 		}
 		if p.held != nil {
 			busy = true // retried after the timer pass (Board.retryHeld)
 		}
-		for r := p.connecting.head; r != nil; {
-			next := r.qnext
+		for r := p.connecting.Front(); r != nil; {
+			next := r.q.Next()
 			if now-r.lastSend >= int64(b.opts.ResendDelay) {
 				switch {
 				case r.resends < e.resendLimit(r):
@@ -194,7 +194,7 @@ func (e *Endpoint) timers() bool {
 		}
 	}
 	e.notifyTimeouts(now) // largefail.go
-	if e.resq.n > 0 {
+	if e.resq.Len() > 0 {
 		e.kickSends()
 	}
 	return busy

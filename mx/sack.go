@@ -142,7 +142,7 @@ func (p *partner) sackedWhole(r *Request) bool {
 func (p *partner) onSack(s *wire.Sack) {
 	p.ep.cnt[SacksReceived]++
 	j := 0
-	for r := p.unacked.head; r != nil; r = r.qnext {
+	for r := p.unacked.Front(); r != nil; r = r.q.Next() {
 		for j < s.N && seqBefore(s.Blocks[j].Seq, r.seq) {
 			j++
 		}
@@ -175,7 +175,7 @@ func (p *partner) reorderWait() int64 {
 func (p *partner) sackResend(now int64) {
 	b := p.ep.b
 	k := 0
-	for r := p.unacked.head; r != nil && k < resendBurst; r = r.qnext {
+	for r := p.unacked.Front(); r != nil && k < resendBurst; r = r.q.Next() {
 		if !r.sackHole {
 			continue
 		}

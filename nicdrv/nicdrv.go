@@ -111,24 +111,30 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/sentinel"
 	"github.com/gomx-dev/gomx/pci"
 )
 
 // Sentinel errors. Drivers wrap them with the device and the detail; test
-// with errors.Is.
+// with errors.Is. ErrNotSupported, ErrPoolExhausted, ErrClosed, ErrBadQueue,
+// ErrTimeout and ErrNotPooled are the values every gomx package uses for
+// these meanings (internal/sentinel): nicdrv.ErrClosed is pci.ErrClosed,
+// transport.ErrClosed, ioat.ErrClosed; ErrNotSupported is
+// pci.ErrNotSupported and xdp.ErrNotSupported; ErrBadQueue is xdp.ErrQueue;
+// ErrPoolExhausted is hugepage.ErrExhausted.
 var (
 	// ErrNotSupported means the NIC cannot do what was asked in hardware
 	// (a steering rule, a loopback mode, interrupts on this platform).
-	ErrNotSupported = errors.New("not supported by this NIC")
+	ErrNotSupported = sentinel.ErrNotSupported
 	// ErrPoolExhausted means every buffer of the pool is handed out.
-	ErrPoolExhausted = errors.New("packet buffer pool exhausted")
+	ErrPoolExhausted = sentinel.ErrExhausted
 	// ErrClosed means the NIC or pool was closed.
-	ErrClosed = errors.New("closed")
+	ErrClosed = sentinel.ErrClosed
 	// ErrBadQueue means a queue index outside [0, Queues).
-	ErrBadQueue = errors.New("no such queue")
+	ErrBadQueue = sentinel.ErrNoQueue
 	// ErrTimeout means a register or the link did not reach the expected
 	// state in time.
-	ErrTimeout = errors.New("timed out")
+	ErrTimeout = sentinel.ErrTimeout
 	// ErrNotNIC means the PCI function is not a NIC this driver knows.
 	ErrNotNIC = errors.New("not a supported NIC")
 	// ErrLinkDown means the operation needs the link up.

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/sentinel"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -265,8 +266,9 @@ func (p *Pool) Get() (*Buffer, error) {
 }
 
 // ErrNotPooled is wrapped by Free's error for a buffer freed twice or
-// belonging to another pool.
-var ErrNotPooled = errors.New("buffer not out of this pool")
+// belonging to another pool. It is the value every gomx pool uses for this
+// meaning (hugepage.ErrNotPooled, shm.ErrNotPool).
+var ErrNotPooled = sentinel.ErrNotPooled
 
 // Free gives buffers back, each with the buffers chained after it (Next).
 // It frees every buffer it can and reports, in one error wrapping

@@ -43,15 +43,21 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gomx-dev/gomx/internal/sentinel"
 )
 
 // Sentinel errors shared by every implementation of the contract.
+// ErrNotSupported, ErrClosed and ErrBusy are the values every gomx package
+// uses for these meanings (internal/sentinel), so an error that matches
+// pci.ErrClosed also matches nicdrv.ErrClosed, transport.ErrClosed and the
+// others, and the reverse.
 var (
 	// ErrNotSupported means the device or the platform lacks the feature
 	// (an interrupt type, a reset method, an IOMMU mode).
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = sentinel.ErrNotSupported
 	// ErrClosed means the device, mapping or interrupt was already closed.
-	ErrClosed = errors.New("already closed")
+	ErrClosed = sentinel.ErrClosed
 	// ErrNotMapped means an IOVA or buffer has no DMA mapping.
 	ErrNotMapped = errors.New("not mapped for DMA")
 	// ErrNoSpace means the IOVA space or a device table is exhausted.
@@ -61,7 +67,7 @@ var (
 	ErrBadRange = errors.New("out of range")
 	// ErrBusy means the device is owned by someone else (another driver,
 	// another process).
-	ErrBusy = errors.New("device busy")
+	ErrBusy = sentinel.ErrBusy
 )
 
 // OpError describes a failed operation on a PCI function.

@@ -124,7 +124,7 @@ func TestInterrupt(t *testing.T) {
 
 func TestOpError(t *testing.T) {
 	err := &OpError{Op: "VFIO_GROUP_GET_DEVICE_FD", Addr: Address{Device: 4}, Err: ErrBusy}
-	if !errors.Is(err, ErrBusy) || err.Error() != "0000:00:04.0: VFIO_GROUP_GET_DEVICE_FD: device busy" {
+	if !errors.Is(err, ErrBusy) || err.Error() != "0000:00:04.0: VFIO_GROUP_GET_DEVICE_FD: busy" {
 		t.Fatalf("%v", err)
 	}
 }

@@ -76,6 +76,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/gomx-dev/gomx/internal/sentinel"
 )
 
 // EtherType is the Open-MX EtherType used by raw Ethernet framing.
@@ -220,11 +222,15 @@ type HostUnique interface {
 }
 
 // Errors a transport returns; implementations wrap them with detail.
+// ErrClosed and ErrTooBig are the values every gomx package uses for these
+// meanings (internal/sentinel): a transport closed because its NIC was
+// closed returns an error that is both transport.ErrClosed and
+// nicdrv.ErrClosed, and xdp.ErrTooBig is ErrTooBig.
 var (
 	// ErrClosed is returned by calls on a closed transport.
-	ErrClosed = errors.New("transport: closed")
+	ErrClosed = sentinel.ErrClosed
 	// ErrTooBig is returned for a frame whose Data exceeds MTU().
-	ErrTooBig = errors.New("transport: frame larger than the MTU")
+	ErrTooBig = sentinel.ErrTooBig
 	// ErrUnreachable is returned for a peer the transport cannot address
 	// (for example a NIC id that is not a valid address for its framing).
 	ErrUnreachable = errors.New("transport: peer address not reachable by this transport")

@@ -5,37 +5,43 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/internal/sentinel"
 )
 
 // Sentinel errors. Calls wrap them in an [*OpError] that names the
 // operation, the interface and the queue, and says how to fix the problem;
-// test for them with errors.Is.
+// test for them with errors.Is. ErrNotSupported, ErrPermission, ErrQueue,
+// ErrBusy, ErrClosed and ErrTooBig are the values every gomx package uses
+// for these meanings (internal/sentinel): xdp.ErrClosed is
+// transport.ErrClosed, ErrNotSupported is pci.ErrNotSupported, ErrQueue is
+// nicdrv.ErrBadQueue, ErrTooBig is transport.ErrTooBig.
 var (
 	// ErrNotSupported means the kernel, the driver or the interface lacks a
 	// feature: AF_XDP itself, zero-copy, XDP in the asked mode, ntuple
 	// filters of the asked kind, busy polling.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = sentinel.ErrNotSupported
 	// ErrPermission means the process lacks a capability: CAP_NET_ADMIN
 	// and CAP_BPF (or root) to attach programs, CAP_NET_RAW to open AF_XDP
 	// sockets.
-	ErrPermission = errors.New("permission denied")
+	ErrPermission = sentinel.ErrPermission
 	// ErrQueue means the rx/tx queue does not exist on the interface (it
 	// has fewer channels) or is out of the program's range.
-	ErrQueue = errors.New("no such queue")
+	ErrQueue = sentinel.ErrNoQueue
 	// ErrInterface means the interface does not exist (in this network
 	// namespace) or is down.
 	ErrInterface = errors.New("interface not usable")
 	// ErrBusy means someone else already holds the resource: another XDP
 	// program on the interface, another socket on the slot, or another
 	// AF_XDP socket bound to the queue without sharing our UMEM.
-	ErrBusy = errors.New("busy")
+	ErrBusy = sentinel.ErrBusy
 	// ErrClosed means the socket, program or transport was closed.
-	ErrClosed = errors.New("closed")
+	ErrClosed = sentinel.ErrClosed
 	// ErrConfig means an Options or Steering value is invalid; nothing was
 	// touched in the kernel.
 	ErrConfig = errors.New("invalid configuration")
 	// ErrTooBig means a frame does not fit in a UMEM frame.
-	ErrTooBig = errors.New("frame too big")
+	ErrTooBig = sentinel.ErrTooBig
 )
 
 // OpError describes a failed operation on an interface or one of its queues.

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gomx-dev/gomx/transport"
 )
 
 // Region memory: the first socket's region frames (Options.RegionFrames)
@@ -25,6 +27,10 @@ import (
 //
 // Free frames are kept as runs sorted by their first frame, adjacent runs
 // merged; RegionMemory takes the first run long enough.
+//
+// Beside the allocator are the Transport methods that use it: Register,
+// RegionMemory and ReleaseRegionMemory, and regionDone, which the completion
+// paths call.
 
 // regionFrames hands out runs of region frames and takes them back.
 type regionFrames struct {
@@ -142,4 +148,109 @@ func (a *regionFrames) state() string {
 	}
 	return fmt.Sprintf("%d of %d region frames free, the longest run %d, %d waiting for in-place sends to complete",
 		free, len(a.inflight), longest, a.waiting)
+}
+
+// Register implements [transport.Transport.Register]. Memory that lies in
+// the first socket's region frames (from RegionMemory) is sent in place
+// (Region.InPlace is true; see the package documentation); any other is
+// copied into UMEM frames to be sent, like frames without a region.
+func (t *Transport) Register(mem []byte) (*transport.Region, error) {
+	if t.closed.Load() {
+		return nil, errClosed
+	}
+	s := t.socks[0]
+	all := s.RegionMemory()
+	if len(mem) == 0 || len(all) == 0 || addrOf(mem) < addrOf(all) || addrOf(mem)+uint64(len(mem)) > addrOf(all)+uint64(len(all)) {
+		return transport.NewRegion(t, mem, false, nil), nil
+	}
+	lo := s.u.regionBase + addrOf(mem) - addrOf(all)
+	x := &region{lo: lo, hi: lo + uint64(len(mem))}
+	x.r = transport.NewRegion(t, mem, true, func() error {
+		t.regMu.Lock()
+		defer t.regMu.Unlock()
+		t.regions = slices.DeleteFunc(t.regions, func(y *region) bool { return y == x })
+		return nil
+	})
+	x.r.SetPoll(t.reap)
+	t.regMu.Lock()
+	t.regions = append(t.regions, x)
+	t.regMu.Unlock()
+	return x.r, nil
+}
+
+// RegionMemory hands out n bytes, rounded up to whole UMEM frames, of the
+// region frames TransportOptions.Socket.RegionFrames reserved in the first
+// socket's UMEM: memory that Register sends from in place. It is the
+// caller's until ReleaseRegionMemory gives it back. It fails with ErrConfig,
+// naming the fix, when no run of free region frames is long enough, or
+// none were reserved.
+func (t *Transport) RegionMemory(n int) ([]byte, error) {
+	if t.closed.Load() {
+		return nil, errClosed
+	}
+	all := t.socks[0].RegionMemory()
+	fs := t.socks[0].FrameSize()
+	frames := (n + fs - 1) / fs
+	if len(all) == 0 {
+		return nil, configErr("region memory", "no region frames reserved: set TransportOptions.Socket.RegionFrames")
+	}
+	if n <= 0 || frames > len(all)/fs {
+		return nil, configErr("region memory", fmt.Sprintf("%d bytes asked, %d frames of %d bytes reserved: ask for 1 byte or more, at most TransportOptions.Socket.RegionFrames frames", n, len(all)/fs, fs))
+	}
+	at, ok := t.frames.alloc(uint32(frames))
+	if !ok {
+		return nil, configErr("region memory", fmt.Sprintf("%d bytes (%d frames) asked, %s: release region memory no longer sent from (ReleaseRegionMemory), or raise TransportOptions.Socket.RegionFrames", n, frames, t.frames.state()))
+	}
+	off := int(at) * fs
+	return all[off : off+n : off+frames*fs], nil
+}
+
+// ReleaseRegionMemory gives back memory RegionMemory handed out: b must be
+// the slice it returned. The caller must not use b afterwards. Its frames
+// are handed out again once the kernel completed every in-place send from
+// them (a send from b may still be in flight: Region.Pending need not be
+// zero). Memory that is not a run RegionMemory handed out, or that was
+// released already, is an ErrConfig. After Close it does nothing.
+func (t *Transport) ReleaseRegionMemory(b []byte) error {
+	if t.closed.Load() {
+		return nil
+	}
+	all := t.socks[0].RegionMemory()
+	fs := uint64(t.socks[0].FrameSize())
+	off := addrOf(b) - addrOf(all)
+	if len(b) == 0 || addrOf(b) < addrOf(all) || off >= uint64(len(all)) || off%fs != 0 || !t.frames.release(uint32(off/fs)) {
+		return configErr("release region memory", fmt.Sprintf("%d bytes that are no run of region frames RegionMemory handed out, or one released already: give back the slice RegionMemory returned, once", len(b)))
+	}
+	return nil
+}
+
+// regionOf returns the registered region r, or nil when r copies.
+func (t *Transport) regionOf(r *transport.Region) *region {
+	if !r.InPlace() {
+		return nil
+	}
+	t.regMu.RLock()
+	defer t.regMu.RUnlock()
+	for _, x := range t.regions {
+		if x.r == r {
+			return x
+		}
+	}
+	return nil
+}
+
+// regionDone completes the in-place send of the region descriptor at UMEM
+// address addr: the kernel is done with it (the UMEM's reap, under its
+// lock), or it was never queued.
+func (t *Transport) regionDone(addr uint64) {
+	t.frames.done(addr)
+	t.regMu.RLock()
+	defer t.regMu.RUnlock()
+	for _, x := range t.regions {
+		if addr >= x.lo && addr < x.hi {
+			x.inflight.Add(-1)
+			x.r.Done()
+			return
+		}
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,10 @@ import (
 
 var _ transport.Transport = (*Transport)(nil)
 var _ transport.Stats = (*Transport)(nil)
+
+// errClosed is what calls on a closed Transport return: transport.ErrClosed,
+// which is also xdp.ErrClosed.
+var errClosed = fmt.Errorf("xdp: transport %w", transport.ErrClosed)
 
 // TransportOptions configures NewTransport.
 type TransportOptions struct {
@@ -251,7 +254,7 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	if t.closed.Load() {
-		return 0, transport.ErrClosed
+		return 0, errClosed
 	}
 	s := t.socks[0]
 	mtu, hdr := t.MTU(), t.headers()
@@ -445,256 +448,6 @@ func dumpNeighbours(fd int, m map[[4]byte][6]byte) {
 	}
 }
 
-// Recv returns received frames; see transport.Transport. Data points into
-// the UMEM and stays valid until the next Recv or Close.
-func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
-	t.rxMu.Lock()
-	defer t.rxMu.Unlock()
-	if t.closed.Load() {
-		return 0, transport.ErrClosed
-	}
-	for i, s := range t.socks {
-		h := t.held[i]
-		if t.lentNow {
-			// Leave out the frames lent to holders (marked by Hold).
-			k := 0
-			for _, d := range h {
-				if d.Addr != lentMark {
-					h[k] = d
-					k++
-				}
-			}
-			h = h[:k]
-		}
-		s.Release(h)
-		t.held[i] = t.held[i][:0]
-	}
-	t.lentNow = false
-	t.lends.Recv()
-	if len(frames) == 0 {
-		return 0, nil
-	}
-	spin := t.opts.Spin
-	if spin == 0 {
-		spin = 20 * time.Microsecond
-	}
-	var start time.Time
-	for {
-		if n := t.poll(frames); n > 0 {
-			return n, nil
-		}
-		if timeout == 0 {
-			return 0, nil
-		}
-		if start.IsZero() {
-			start = time.Now()
-		}
-		waited := time.Since(start)
-		if timeout > 0 && waited >= timeout {
-			return 0, nil
-		}
-		if waited < spin {
-			continue
-		}
-		var ts *unix.Timespec
-		if timeout > 0 {
-			v := unix.NsecToTimespec(int64(timeout - waited))
-			ts = &v
-		}
-		if _, err := unix.Ppoll(t.fds, ts, nil); err != nil && err != unix.EINTR {
-			return 0, opErr("ppoll", t.opts.Interface, -1, err)
-		}
-		if t.closed.Load() {
-			return 0, transport.ErrClosed
-		}
-	}
-}
-
-// poll takes what the sockets have received, up to len(frames), starting
-// with a different socket each time. rxMu is held.
-func (t *Transport) poll(frames []transport.Frame) int {
-	got := 0
-	for k := range t.socks {
-		if got == len(frames) {
-			break
-		}
-		i := (t.next + k) % len(t.socks)
-		s := t.socks[i]
-		room := min(len(frames)-got, len(t.rxDesc), cap(t.held[i])-len(t.held[i]))
-		n := s.Receive(t.rxDesc[:room])
-		for _, d := range t.rxDesc[:n] {
-			t.held[i] = append(t.held[i], d)
-			if f, ok := t.decode(s.Frame(d)); ok {
-				f.Ref = t.lends.RecvRef(got)
-				frames[got] = f
-				t.rxAt = append(t.rxAt[:got], lentFrame{sock: i, pos: len(t.held[i]) - 1})
-				got++
-			} else {
-				t.rxBad.Add(1)
-			}
-		}
-	}
-	t.next++
-	t.rxFrames.Add(uint64(got))
-	if got > 0 {
-		t.lends.Got(got)
-	}
-	return got
-}
-
-// lentFrame is a UMEM frame lent to a holder: its socket and descriptor
-// (pos: its index in held during the Recv that returned it).
-type lentFrame struct {
-	sock, pos int
-	d         Desc
-}
-
-// lentMark marks, in held, a frame lent to a holder.
-const lentMark = ^uint64(0)
-
-// Hold implements [transport.Transport.Hold]: the UMEM frame is lent to the
-// caller and goes back to the fill ring at Release instead of the next
-// Recv; HoldInfo.DMA is the UMEM. At most a quarter of the UMEM's frames
-// are lent at once (the rest keep the fill ring supplied); past that Hold
-// copies Data.
-func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
-	t.rxMu.Lock()
-	defer t.rxMu.Unlock()
-	k, err := t.lends.Index(f.Ref)
-	if err == nil && t.closed.Load() {
-		err = transport.ErrClosed
-	}
-	if err != nil {
-		return transport.HoldInfo{}, fmt.Errorf("xdp: hold: %w", err)
-	}
-	at := t.rxAt[k]
-	h := t.held[at.sock]
-	if h[at.pos].Addr != lentMark {
-		at.d = h[at.pos]
-		if t.lends.Lend(f, at) {
-			h[at.pos].Addr = lentMark
-			t.lentNow = true
-			return transport.HoldInfo{DMA: t.socks[at.sock].UMEM()}, nil
-		}
-	}
-	t.lends.CopyOut(f)
-	return transport.HoldInfo{Copied: true}, nil
-}
-
-// Release implements [transport.Transport.Release]: a lent UMEM frame goes
-// back to the fill ring. It must not run concurrently with Close (which
-// unmaps the rings): release held frames first, as mx does.
-func (t *Transport) Release(f *transport.Frame) {
-	if at, ok := t.lends.Return(f); ok {
-		t.socks[at.sock].Release([]Desc{at.d})
-	}
-}
-
-// Register implements [transport.Transport.Register]. Memory that lies in
-// the first socket's region frames (from RegionMemory) is sent in place
-// (Region.InPlace is true; see the package documentation); any other is
-// copied into UMEM frames to be sent, like frames without a region.
-func (t *Transport) Register(mem []byte) (*transport.Region, error) {
-	if t.closed.Load() {
-		return nil, transport.ErrClosed
-	}
-	s := t.socks[0]
-	all := s.RegionMemory()
-	if len(mem) == 0 || len(all) == 0 || addrOf(mem) < addrOf(all) || addrOf(mem)+uint64(len(mem)) > addrOf(all)+uint64(len(all)) {
-		return transport.NewRegion(t, mem, false, nil), nil
-	}
-	lo := s.u.regionBase + addrOf(mem) - addrOf(all)
-	x := &region{lo: lo, hi: lo + uint64(len(mem))}
-	x.r = transport.NewRegion(t, mem, true, func() error {
-		t.regMu.Lock()
-		defer t.regMu.Unlock()
-		t.regions = slices.DeleteFunc(t.regions, func(y *region) bool { return y == x })
-		return nil
-	})
-	x.r.SetPoll(t.reap)
-	t.regMu.Lock()
-	t.regions = append(t.regions, x)
-	t.regMu.Unlock()
-	return x.r, nil
-}
-
-// RegionMemory hands out n bytes, rounded up to whole UMEM frames, of the
-// region frames TransportOptions.Socket.RegionFrames reserved in the first
-// socket's UMEM: memory that Register sends from in place. It is the
-// caller's until ReleaseRegionMemory gives it back. It fails with ErrConfig,
-// naming the fix, when no run of free region frames is long enough, or
-// none were reserved.
-func (t *Transport) RegionMemory(n int) ([]byte, error) {
-	if t.closed.Load() {
-		return nil, transport.ErrClosed
-	}
-	all := t.socks[0].RegionMemory()
-	fs := t.socks[0].FrameSize()
-	frames := (n + fs - 1) / fs
-	if len(all) == 0 {
-		return nil, configErr("region memory", "no region frames reserved: set TransportOptions.Socket.RegionFrames")
-	}
-	if n <= 0 || frames > len(all)/fs {
-		return nil, configErr("region memory", fmt.Sprintf("%d bytes asked, %d frames of %d bytes reserved: ask for 1 byte or more, at most TransportOptions.Socket.RegionFrames frames", n, len(all)/fs, fs))
-	}
-	at, ok := t.frames.alloc(uint32(frames))
-	if !ok {
-		return nil, configErr("region memory", fmt.Sprintf("%d bytes (%d frames) asked, %s: release region memory no longer sent from (ReleaseRegionMemory), or raise TransportOptions.Socket.RegionFrames", n, frames, t.frames.state()))
-	}
-	off := int(at) * fs
-	return all[off : off+n : off+frames*fs], nil
-}
-
-// ReleaseRegionMemory gives back memory RegionMemory handed out: b must be
-// the slice it returned. The caller must not use b afterwards. Its frames
-// are handed out again once the kernel completed every in-place send from
-// them (a send from b may still be in flight: Region.Pending need not be
-// zero). Memory that is not a run RegionMemory handed out, or that was
-// released already, is an ErrConfig. After Close it does nothing.
-func (t *Transport) ReleaseRegionMemory(b []byte) error {
-	if t.closed.Load() {
-		return nil
-	}
-	all := t.socks[0].RegionMemory()
-	fs := uint64(t.socks[0].FrameSize())
-	off := addrOf(b) - addrOf(all)
-	if len(b) == 0 || addrOf(b) < addrOf(all) || off >= uint64(len(all)) || off%fs != 0 || !t.frames.release(uint32(off/fs)) {
-		return configErr("release region memory", fmt.Sprintf("%d bytes that are no run of region frames RegionMemory handed out, or one released already: give back the slice RegionMemory returned, once", len(b)))
-	}
-	return nil
-}
-
-// regionOf returns the registered region r, or nil when r copies.
-func (t *Transport) regionOf(r *transport.Region) *region {
-	if !r.InPlace() {
-		return nil
-	}
-	t.regMu.RLock()
-	defer t.regMu.RUnlock()
-	for _, x := range t.regions {
-		if x.r == r {
-			return x
-		}
-	}
-	return nil
-}
-
-// regionDone completes the in-place send of the region descriptor at UMEM
-// address addr: the kernel is done with it (the UMEM's reap, under its
-// lock), or it was never queued.
-func (t *Transport) regionDone(addr uint64) {
-	t.frames.done(addr)
-	t.regMu.RLock()
-	defer t.regMu.RUnlock()
-	for _, x := range t.regions {
-		if addr >= x.lo && addr < x.hi {
-			x.inflight.Add(-1)
-			x.r.Done()
-			return
-		}
-	}
-}
-
 // reap collects the first socket's transmit completions (Region.Pending's
 // poll), unless the transport is closed.
 func (t *Transport) reap() {
@@ -705,40 +458,6 @@ func (t *Transport) reap() {
 	defer u.mu.Unlock()
 	if !t.closed.Load() {
 		u.reap()
-	}
-}
-
-// decode turns a received frame into a transport frame, or reports it is
-// not one for us.
-func (t *Transport) decode(b []byte) (transport.Frame, bool) {
-	if t.udp {
-		h, data, err := ParseUDP(b)
-		if err != nil || h.DstIP != t.ip || h.DstPort != t.port {
-			return transport.Frame{}, false
-		}
-		id, err := transport.UDPNICID(netip.AddrPortFrom(netip.AddrFrom4(h.SrcIP), h.SrcPort))
-		if err != nil {
-			return transport.Frame{}, false
-		}
-		t.learn(h.SrcIP, h.Eth.Src)
-		return transport.Frame{Peer: id, Data: data}, true
-	}
-	h, data, err := ParseEthHeader(b)
-	if err != nil || h.EtherType != EtherTypeOpenMX || (h.Dst != t.mac && h.Dst[0]&1 == 0) {
-		return transport.Frame{}, false
-	}
-	return transport.Frame{Peer: transport.MACNICID(h.Src), Data: data}, true
-}
-
-// learn records the MAC address a UDP peer sends from, so that replies
-// need no neighbour lookup. It only takes the lock on a new or changed
-// entry, which allocates once per peer.
-func (t *Transport) learn(ip [4]byte, mac [6]byte) {
-	if t.txMu.TryLock() {
-		if t.neigh[ip] != mac {
-			t.neigh[ip] = mac
-		}
-		t.txMu.Unlock()
 	}
 }
 

@@ -3,6 +3,9 @@ package usbnet
 import (
 	"context"
 	"errors"
+	"fmt"
+
+	"github.com/gomx-dev/gomx/internal/sentinel"
 )
 
 // Device is the USB device as the driver uses it: the few operations of
@@ -59,11 +62,13 @@ type ReadStream interface {
 // driver can say how to fix them.
 var (
 	// ErrAccess means the process may not open the device node
-	// (/dev/bus/usb/BBB/DDD).
-	ErrAccess = errors.New("permission denied on the USB device node")
+	// (/dev/bus/usb/BBB/DDD). It wraps the permission sentinel every gomx
+	// package shares (xdp.ErrPermission matches it too).
+	ErrAccess = fmt.Errorf("%w on the USB device node", sentinel.ErrPermission)
 	// ErrBusy means another process, or a kernel driver that would not
-	// let go, holds an interface.
-	ErrBusy = errors.New("interface claimed by another process")
+	// let go, holds an interface. It wraps the busy sentinel every gomx
+	// package shares (pci.ErrBusy and xdp.ErrBusy match it too).
+	ErrBusy = fmt.Errorf("%w: interface claimed by another process", sentinel.ErrBusy)
 	// ErrGone means the device was unplugged (or reset away).
 	ErrGone = errors.New("USB device gone")
 )

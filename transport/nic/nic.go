@@ -65,6 +65,11 @@ import (
 	"github.com/gomx-dev/gomx/transport"
 )
 
+// errClosed is what calls on a closed transport return: transport.ErrClosed,
+// which is also nicdrv.ErrClosed, so a transport closed under a closed NIC
+// answers to both names.
+var errClosed = fmt.Errorf("transport/nic: transport %w", transport.ErrClosed)
+
 // headerLen is the Ethernet header.
 const headerLen = 14
 
@@ -201,7 +206,7 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	sent := 0
 	for sent < len(frames) {
 		if t.closed.Load() {
-			return sent, transport.ErrClosed
+			return sent, errClosed
 		}
 		// Build up to a batch of frames, stopping at a bad one.
 		batch := frames[sent:min(len(frames), sent+cap(t.txb))]
@@ -329,7 +334,7 @@ func (t *Transport) wait(deadline time.Time, what string) (time.Time, error) {
 		return now.Add(t.opts.SendTimeout), nil
 	}
 	if t.closed.Load() {
-		return deadline, transport.ErrClosed
+		return deadline, errClosed
 	}
 	if now.After(deadline) {
 		return deadline, fmt.Errorf("transport/nic: no %s for %v (is the receiver holding every buffer, or the link down?)", what, t.opts.SendTimeout)
@@ -340,7 +345,7 @@ func (t *Transport) wait(deadline time.Time, what string) (time.Time, error) {
 
 func (t *Transport) closedOr(err error) error {
 	if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
-		return transport.ErrClosed
+		return errClosed
 	}
 	return fmt.Errorf("transport/nic: %w", err)
 }
@@ -350,7 +355,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	t.rxMu.Lock()
 	defer t.rxMu.Unlock()
 	if t.closed.Load() {
-		return 0, transport.ErrClosed
+		return 0, errClosed
 	}
 	t.reclaim()
 	if len(t.held) > 0 { // an empty poll takes no pool lock
@@ -380,7 +385,7 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	for {
 		if err := t.waitAny(ctx); err != nil {
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
-				return 0, transport.ErrClosed
+				return 0, errClosed
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				return 0, nil
@@ -421,7 +426,7 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 		n, err := t.nic.RxBatch(queue, t.rxb[:min(len(t.rxb), len(frames)-got)])
 		if err != nil {
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
-				return got, transport.ErrClosed
+				return got, errClosed
 			}
 			return got, fmt.Errorf("transport/nic: %w", err)
 		}
@@ -460,7 +465,7 @@ func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
 		err = transport.ErrNotHoldable
 	}
 	if err == nil && t.closed.Load() {
-		err = transport.ErrClosed
+		err = errClosed
 	}
 	if err != nil {
 		return transport.HoldInfo{}, fmt.Errorf("transport/nic: hold: %w", err)
@@ -499,7 +504,7 @@ func (t *Transport) reclaim() {
 // has nothing to map: its region copies.
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
-		return nil, transport.ErrClosed
+		return nil, errClosed
 	}
 	if len(mem) == 0 {
 		return transport.NewRegion(t, mem, false, nil), nil
@@ -515,7 +520,7 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	t.regMu.Lock()
 	defer t.regMu.Unlock()
 	if t.closed.Load() {
-		return nil, errors.Join(transport.ErrClosed, dma.Unmap(m))
+		return nil, errors.Join(errClosed, dma.Unmap(m))
 	}
 	t.regions[x.r] = x
 	return x.r, nil

@@ -37,7 +37,7 @@
 // the ring looks full. The consumer hands out frames that point into the
 // ring, and publishes its head only at a later Recv, when the frames are
 // no longer in use, and then only every 64 KiB (an eighth of a small ring)
-// or at once after a reference record (see commit in data.go): a small
+// or at once after a reference record (see commit in recv.go): a small
 // message costs the consumer no store to the shared head, and a producer
 // that finds the ring full still finds the head moving. A producer whose
 // consumer takes nothing for Options.FullWait drops the frame: Send counts

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/sentinel"
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/transport"
@@ -87,8 +88,10 @@ const (
 	maxSegment = 1 << 34
 )
 
-// ErrNotPool is returned by Free for memory the pool did not allocate.
-var ErrNotPool = errors.New("shm: not a buffer of this pool")
+// ErrNotPool is returned by Free for memory the pool did not allocate. It
+// is the value every gomx pool uses for this meaning (hugepage.ErrNotPooled,
+// nicdrv.ErrNotPooled); Free's error says "shm:" and the fix.
+var ErrNotPool = sentinel.ErrNotPooled
 
 // NewPool creates the transport's pool (one per transport) and its table
 // segment.
@@ -110,7 +113,7 @@ func (t *Transport) NewPool(o PoolOptions) (*Pool, error) {
 	defer t.outMu.Unlock()
 	if t.closed.Load() {
 		p.closeSeg(tab)
-		return nil, transport.ErrClosed
+		return nil, errClosed
 	}
 	if t.pool != nil {
 		p.closeSeg(tab)
@@ -195,7 +198,7 @@ func (p *Pool) Free(b []byte) error {
 	s := p.byAt[addrOf(b)]
 	if s == nil || s == p.tab || !s.inUse || len(b) == 0 {
 		p.mu.Unlock()
-		return fmt.Errorf("%w: free only what Alloc returned, once", ErrNotPool)
+		return fmt.Errorf("shm: %w: free only what Alloc returned, once", ErrNotPool)
 	}
 	s.inUse = false
 	if l := p.free[s.size]; p.o.Keep > 0 && len(l) < p.o.Keep {

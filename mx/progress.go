@@ -1,0 +1,227 @@
+package mx
+
+import (
+	"errors"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// How a board makes progress: its clock (read once for the work in hand),
+// the periodic tick that runs every endpoint's timers, the progress goroutine
+// that receives batches of frames and hands them to the protocol, and
+// unlock, which runs the copies queued while the board's lock was held.
+// Waiting for a request is in poll.go.
+
+func (b *Board) clock() int64 { return int64(time.Since(b.base)) }
+
+// The board's clock for the work in hand. A batch of received frames used
+// to read the clock once before its first frame, but most batches never
+// look at it: a message to a posted receive through the rings needs no
+// time at all, and the read (tens of nanoseconds on a virtual machine's
+// clock source) was a tenth of such a message's cost. So a batch only
+// forgets the reading (handleBatchLocked), and the first frame that needs
+// the time reads it through now; the batch's later frames share that
+// reading, as they shared the one made up front. Everything else reads
+// the clock when it starts its work (setNow) and then uses now. A ring
+// peer's ack deadline, which a message handled by a waiter would set, waits
+// for the next reading instead (stampAcks).
+
+// setNow reads the clock for the work in hand and returns it (b.mu held).
+func (b *Board) setNow() int64 {
+	b.nowv, b.nowOK = b.clock(), true
+	return b.nowv
+}
+
+// now returns the clock as read for the work in hand, reading it first
+// if nothing did since the batch began (b.mu held).
+func (b *Board) now() int64 {
+	if !b.nowOK {
+		return b.setNow()
+	}
+	return b.nowv
+}
+
+// busyLinger is how long after its last pending timer a board keeps
+// ticking at tickBusy.
+const busyLinger = 100 * time.Millisecond
+
+// timersLocked runs every periodic duty when a tick is due (or force),
+// and the retransmission timers alone when only a noted deadline is
+// (finetimer.go).
+func (b *Board) timersLocked(force bool) {
+	if len(b.pcopies) > 0 {
+		b.reapPullCopies(true) // pulloffload.go
+	}
+	b.stampAcks(b.setNow()) // ack.go
+	if !force && b.now() < b.nextTick.Load() {
+		if d := b.due.Load(); d != 0 && b.now() >= d {
+			b.runTimersLocked()
+		}
+		return
+	}
+	b.runTimersLocked()
+	next := b.now() + int64(b.tick)
+	if b.now()-b.lastBusy < int64(busyLinger) {
+		next = b.now() + int64(b.tickBusy)
+	}
+	b.nextTick.Store(next)
+}
+
+// runTimersLocked runs every endpoint's periodic duties now. It leaves
+// nextTick alone, so the periodic tick keeps its schedule when the fine
+// goroutine (finetimer.go), which holds mu alone, calls this.
+func (b *Board) runTimersLocked() {
+	b.stampAcks(b.setNow())        // ack.go
+	b.noteTimerRun(b.now())        // liveness.go
+	descheduling.rotate()          // descheduled.go
+	b.due.Store(0)                 // the timers below note it again
+	busy := b.timersWithVerdicts() // verdict.go
+	if busy {
+		b.lastBusy = b.now()
+	}
+	b.retryHeld() // lean.go
+}
+
+func (b *Board) progress() {
+	defer close(b.exited)
+	timer := time.NewTimer(b.tick)
+	defer timer.Stop()
+	s := b.src
+	for {
+		select {
+		case <-b.quit:
+			return
+		default:
+		}
+		if away, d := b.stayAway(s); away {
+			// Waiters poll the transport, or did a moment ago and
+			// probably will again (poll.go): keep only the timers
+			// running, so that the next waiter finds Recv free.
+			timer.Reset(max(min(d, b.tick, time.Duration(b.nextTick.Load()-b.clock())), time.Microsecond))
+			select {
+			case <-b.quit:
+				return
+			case <-s.wake:
+			case <-timer.C:
+			}
+			b.mu.Lock()
+			b.timersLocked(false)
+			b.unlock()
+			continue
+		}
+		s.mu.Lock()
+		wait := time.Duration(b.nextTick.Load() - b.clock())
+		if wait < 0 {
+			wait = 0
+		}
+		wait = min(wait+time.Microsecond, b.tick)
+		if b.opts.BusyPoll && s.kick == nil {
+			wait = min(wait, pollHandover) // a poller may be waiting for Recv
+		}
+		if b.pcopyN.Load() > 0 {
+			wait = 0 // look again at once: the engine's copies are reaped next (pulloffload.go)
+		}
+		b.loopRecvs.Add(1)
+		n, err := b.tr.Recv(s.rx, wait)
+		woke := b.woke.Load() // what this batch and the timers wake
+		b.loopOut.Add(1)
+		b.mu.Lock()
+		b.handleBatchLocked(s, s.rx[:n])
+		b.rxOwned = s // its verdicts may drain s (verdict.go)
+		b.timersLocked(false)
+		b.rxOwned = nil
+		b.release(false)
+		if n < len(s.rx) {
+			s.drained() // verdict.go
+		}
+		s.mu.Unlock()
+		b.runCopies() // cma.go
+		b.yieldToWoken(woke)
+		if err != nil {
+			if errors.Is(err, transport.ErrClosed) {
+				return
+			}
+			select {
+			case <-b.quit:
+				return
+			case <-time.After(time.Millisecond): // a transient transport error
+			}
+		}
+	}
+}
+
+// handleBatchLocked handles the frames s returned (b.mu held).
+func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
+	if len(b.pcopies) > 0 {
+		// Started while an earlier batch was handled (pulloffload.go);
+		// with nothing received, there is nothing better to do than wait.
+		b.reapPullCopies(len(rx) == 0)
+	}
+	if len(rx) == 0 {
+		return
+	}
+	b.nowOK = false // read when a frame needs it (now)
+	tr := b.batchFrom(rx)
+	outer := b.rxRings // a verdict's drain may nest one batch in another
+	b.rxRings = s.spin
+	for i := range rx {
+		f := &rx[i]
+		if tr != nil {
+			b.curFrame = f
+		}
+		b.handleFrame(f.Peer, f.Data)
+		b.curFrame = nil
+		f.Data = nil
+	}
+	b.rxRings = outer
+	if len(rx) < len(s.rx) {
+		b.ackDrained() // ack.go
+	}
+	b.pcopyN.Store(int32(len(b.pcopies)))
+}
+
+// unlock drains frames the board sent to itself, releases mu, then
+// completes the local sends of other boards it finished (see local.go).
+func (b *Board) unlock() { b.release(true) }
+
+// release is unlock; with copies false it leaves queued single copies
+// (cma.go) for runCopies, for a caller that still holds a receive
+// source's lock: a copy must not keep other goroutines from the rings.
+func (b *Board) release(copies bool) {
+	if len(b.selfq) == 0 && len(b.lout) == 0 && (!copies || len(b.cmaq) == 0) {
+		// Nothing queued (the common case): a plain unlock.
+		b.mu.Unlock()
+		return
+	}
+	for {
+		if !b.draining {
+			b.draining = true
+			for i := 0; i < len(b.selfq); i++ {
+				f := b.selfq[i]
+				b.selfq[i] = nil
+				b.handleFrame(b.nic, f)
+				b.putBuf(f)
+			}
+			b.selfq = b.selfq[:0]
+			b.draining = false
+		}
+		out := b.takeLocalOut()
+		var c *cmaCopy
+		if copies {
+			c = b.takeCopy()
+		}
+		b.mu.Unlock()
+		if out != nil {
+			runLocalOut(out) // completions of local sends from other boards
+		}
+		if c == nil {
+			return
+		}
+		// A single copy queued while the lock was held: run it here,
+		// without the lock, then complete it (cma.go).
+		c.copyData()
+		b.mu.Lock()
+		c.finish()
+	}
+}

@@ -1,0 +1,305 @@
+package mx
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/internal/owned"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// A board's receive sources (its transport, and the host path's rings) and
+// who may call Recv on one: the receive loop, or a waiter polling it in its
+// window. stayAway keeps the loop out while waiters poll, testSource is
+// Request.Test's look, and pollSource and lookSource are a waiter's. The
+// wait itself, pollWait, is in poll.go.
+
+// rxSource is one thing a board receives frames from, with its owner lock.
+type rxSource struct {
+	tr transport.Transport
+	// mu is held by whoever is inside tr.Recv or still handling the frames
+	// it returned (they point into the transport's buffers).
+	mu sync.Mutex
+	rx []transport.Frame
+	// spin: adaptive waiters poll it (it costs no system call to look at).
+	spin bool
+	// kick makes a Recv in progress return soon (nil: wait for its timeout).
+	kick func()
+	// The waiters polling it now (polling) are those that came (pollIn)
+	// minus those that left: pollDone counts the waiters whose own look
+	// consumed their request, under mu (lookSource), as an owned count
+	// (a plain load and store: an atomic add there would cost a locked
+	// instruction between the message and the application), and
+	// pollLeft every other leaving.
+	pollIn   atomic.Uint64
+	pollDone owned.Count
+	pollLeft atomic.Uint64
+	// idle is when the last poller stopped with success: idleFresh until
+	// the receive loop reads the clock for it (stayAway), so a waiter
+	// completed by polling reads no clock.
+	idle atomic.Int64
+	wake chan struct{}
+	// tests counts Request.Test's looks at the source (testSource), and
+	// loopTests is the count when its receive loop last looked at it
+	// (stayAway): an application testing that often polls for the loop.
+	tests, loopTests atomic.Uint64
+	// emptied counts the Recvs that found the transport drained (fewer
+	// frames than asked for), once their frames were handled, while
+	// wantEmptied is set: a verdict waits for it (verdict.go). (Counting
+	// always cost a locked instruction per look of every polling waiter.)
+	emptied     atomic.Uint64
+	wantEmptied atomic.Bool
+	// pending, when not nil, says whether a Recv would find anything to
+	// do (shm.Transport.Pending). The look of lookSource gets that verdict
+	// from takeLane's Peek, and takes no Recv when the rings are empty.
+	pending func() bool
+	// lane, for rings, lets a waiter take a lane record without a Recv
+	// (lane.go's takeLane).
+	lane *shm.Transport
+}
+
+func newRxSource(tr transport.Transport) *rxSource {
+	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
+	s.idle.Store(idleNever)
+	if st, ok := tr.(*shm.Transport); ok {
+		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
+		// Every send of the board holds b.mu, and none (SendParts:
+		// the lane's, from isend) follows its endpoints' close, which
+		// comes before the transport's: the lane's record goes into
+		// the ring without a lock of the ring's.
+		st.SerialSends()
+	}
+	return s
+}
+
+// polling returns the number of waiters polling s now, or more: the
+// leavings are loaded before the comings, so a waiter that comes and
+// leaves meanwhile is counted at most as still polling, and a pollDone
+// stored a moment ago may be missed (it is seen at the next look).
+func (s *rxSource) polling() uint64 {
+	left := s.pollDone.Load() + s.pollLeft.Load()
+	return s.pollIn.Load() - left
+}
+
+// drained records that a Recv of s's owner found its transport drained
+// and its frames are handled, when a verdict waits for that (verdict.go).
+// Called with s.mu held.
+func (s *rxSource) drained() {
+	if s.wantEmptied.Load() {
+		s.emptied.Add(1)
+	}
+}
+
+// idleFresh is rxSource.idle after a poller's success that the receive
+// loop has not timed yet; idleNever, after the last poller gave up.
+const (
+	idleFresh = math.MaxInt64
+	idleNever = -1 << 62
+)
+
+// stayAway reports whether the receive loop of s should leave Recv to
+// waiters, and for how long at most before it looks again. A poller's
+// success counts from the loop's first look after it: at most one
+// spinGrace later than the success, as the loop looks that often while
+// waiters poll.
+func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
+	grace := b.spinGrace()
+	if s.polling() > 0 {
+		return true, grace
+	}
+	now := b.clock()
+	idle := s.idle.Load()
+	if idle == idleFresh && !s.idle.CompareAndSwap(idleFresh, now) {
+		idle = s.idle.Load() // a poller gave up meanwhile: idleNever
+	}
+	if idle == idleFresh {
+		idle = now
+	}
+	if left := time.Duration(idle + int64(grace) - now); left > 0 {
+		return true, left
+	}
+	if t := s.tests.Load(); t-s.loopTests.Swap(t) >= testsToStay {
+		return true, testAway
+	}
+	return false, 0
+}
+
+// An application that tests its requests often (Request.Test between
+// slices of a computation, as RMPP's and netperf's availability loops do)
+// polls the rings itself: each Test looks at them (lookSource) and handles
+// what it finds on its own thread. A receive loop asleep in Recv holds the
+// rings, so those looks found them taken, and every frame woke the loop on
+// the application's CPU instead: a doorbell, a thread switch and the Go
+// scheduler's search for work, per frame, to handle what the next Test
+// would have handled a few microseconds later. So a loop that finds the
+// rings tested testsToStay times since it last looked stays away for
+// testAway, as it does for a polling waiter, and looks again then: while
+// the Tests keep coming it wakes once per testAway, not once per frame.
+// Only an application testing that often (every 60 µs or so) keeps it
+// away, so a frame waits for the next Test no longer than that. A Test
+// that finds the loop inside Recv after testsToKick Tests since the loop
+// last looked asks it to step aside (the transport's Wake). When the Tests
+// stop, a frame waits at most testAway for the loop.
+const (
+	testsToStay = 16
+	testsToKick = 64
+	testAway    = time.Millisecond
+)
+
+// testSource is Request.Test's look at s: it handles what s has if its
+// receive loop is not inside Recv, and counts the look for the loop
+// (stayAway); after testsToKick looks while the loop keeps s, it asks the
+// loop to step aside. The single copies its frames queued (cma.go) it
+// leaves to the loop, which it wakes: a Test returns at once, as an
+// application testing between slices of its work expects, and the copy
+// runs where mx's progress runs (a CPU of its own, if the application
+// gave it one), not in the application's thread.
+func (b *Board) testSource(s *rxSource) {
+	n := s.tests.Add(1)
+	if b.lookSource(s, 0, nil) {
+		if b.cmaQueued.Load() > 0 {
+			// Away (stayAway) or about to enter Recv: either way
+			// it comes back to run them.
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+			if s.kick != nil {
+				s.kick()
+			}
+		}
+		return
+	}
+	if s.kick != nil && n-s.loopTests.Load() >= testsToKick {
+		s.kick()
+	}
+}
+
+// maxSpinGrace bounds spinGrace: a long Spin keeps waiters polling, not
+// the receive loop away from frames nobody waits for.
+const maxSpinGrace = 100 * time.Microsecond
+
+// spinGrace is how long a receive loop stays away from Recv after a
+// waiter polled it successfully.
+func (b *Board) spinGrace() time.Duration {
+	if b.opts.BusyPoll {
+		return pollGrace
+	}
+	return min(max(b.opts.Spin, 0), maxSpinGrace)
+}
+
+// pollSource receives and handles one batch from s if nobody else owns
+// its Recv, and reports whether it could look. w, when not nil, is the
+// waiter's request (see waiterReq). It runs the timers when a
+// tick is due by the batch's clock or, when no frame of it needed the
+// time, by seen, the waiter's own latest reading (0: none): a waiter that
+// polls a while reads the clock anyway (pollWait), and the receive loop,
+// which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
+// not before the waiter is preempted).
+func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) bool {
+	ok := b.lookSource(s, seen, w)
+	b.runCopies() // cma.go: without the source's lock
+	return ok
+}
+
+// lookSource is pollSource without running the single copies its frames
+// queued (cma.go).
+func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	if s.lane != nil {
+		// One look at the rings: a lane record taken, or nothing
+		// there (Pending's verdict), or a Recv for the rest.
+		switch b.takeLane(s, seen, w) { // lane.go
+		case laneTaken:
+			if w != nil && w.ok && w.polling {
+				// Its waiter leaves s's pollers: the loop times
+				// its success (stayAway), and sees it fresh when
+				// it sees the waiter gone.
+				if s.idle.Load() != idleFresh {
+					s.idle.Store(idleFresh)
+				}
+				s.pollDone.Inc()
+				w.doneAt = s
+			}
+			s.mu.Unlock()
+			return true
+		case laneEmpty:
+			s.drained()
+			s.mu.Unlock()
+			return true
+		}
+	}
+	n, _ := s.tr.Recv(s.rx, 0)
+	if n > 0 {
+		b.mu.Lock()
+		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
+		b.polledLocked(s, seen)
+	}
+	if n < len(s.rx) {
+		s.drained() // verdict.go
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// polledLocked ends a waiter's handling of what it took from s: it runs
+// the timers when their deadline (finetimer.go) has passed by the clock
+// the handling read or, when it read none, by seen (see pollSource), and
+// releases b.mu (held).
+func (b *Board) polledLocked(s *rxSource, seen int64) {
+	if b.nowOK {
+		seen = b.nowv
+	}
+	if seen != 0 && seen >= b.deadline() { // finetimer.go
+		b.rxOwned = s // verdict.go
+		b.timersLocked(false)
+		b.rxOwned = nil
+	}
+	b.release(false)
+}
+
+// firstLook is a request waiter's first look at its sources (those that
+// cost no system call when mixed), as Test's, before it counts itself
+// among their pollers: when its message is there already (a reply that
+// came while it sent, or anything the waiter found ready) the wait ends
+// with one look, and without registering as a poller (a locked
+// instruction per source) and the deferred accounting of pollWait's loop.
+// A success is accounted as the loop's: the wait counts as Polled, and
+// the receive loop times the success (stayAway). w's request is done
+// when it reports true.
+func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) bool {
+	for _, s := range srcs {
+		if !mixed || s.spin {
+			b.pollSource(s, 0, w)
+		}
+	}
+	if !w.ok && !w.r.done.Load() {
+		return false
+	}
+	for _, s := range srcs {
+		if s.idle.Load() != idleFresh {
+			s.idle.Store(idleFresh)
+		}
+	}
+	if !w.ok {
+		b.waitPolled.Add(1) // else counted by takeLane
+	}
+	return true
+}
+
+// waitSources returns the sources a waiter polls: in busy-poll mode all of
+// them, else those that cost no system call, and only if Spin allows.
+func (b *Board) waitSources() []*rxSource {
+	if b.opts.BusyPoll {
+		return b.allSrcs
+	}
+	if b.opts.Spin <= 0 {
+		return nil
+	}
+	return b.spinSrcs
+}

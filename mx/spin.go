@@ -1,0 +1,156 @@
+package mx
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The poll window (described in poll.go's opening comment): its defaults,
+// the governor that grows and shrinks each endpoint's window from what its
+// waits observed, GOMX_SPIN and GOMX_SPIN_MAX, and how a poller or a receive
+// loop gives its CPU back (osYield, yieldToWoken).
+
+// DefaultSpin is the default BoardOptions.Spin: about two one-way futex
+// wake-ups on this kind of machine, so a reply that comes as fast as a
+// wake-up would is caught without one, while a waiter whose peer is slower
+// gives the CPU back after a bounded cost.
+const DefaultSpin = 50 * time.Microsecond
+
+// DefaultSpinMax is the default BoardOptions.SpinMax: a few scheduler
+// time slices of a loaded machine short, so a reply from a peer that was
+// descheduled briefly is still caught by polling, and an endpoint whose
+// messages come later gives the CPU back after at most this long.
+const DefaultSpinMax = time.Millisecond
+
+// yieldAfter is how long a waiter polls without a system call before it
+// starts yielding the CPU between polls: a few round trips of the rings,
+// so an on-time reply costs no syscall, while a waiter whose peer needs
+// this CPU lets it run soon.
+const yieldAfter = 20 * time.Microsecond
+
+// spinGovernor is an endpoint's poll window (see "The poll window"): an
+// atomic, as every waiter of the endpoint reads it and the last to observe
+// a wait sets it.
+type spinGovernor struct {
+	window atomic.Int64 // ns
+}
+
+// next returns the window after a wait that slept and whose message came
+// blocked ns after it started, for a window that starts at start and is
+// capped at limit (haltpoll's adjust_poll_limit: grow by 2 from start,
+// shrink by 2). grew and shrank say which happened.
+func (g *spinGovernor) next(window, blocked, start, limit int64) (w int64, grew, shrank bool) {
+	switch {
+	case blocked < limit:
+		// Late, but polling longer would have caught it.
+		w = min(max(window*2, start), limit)
+		return w, w != window, false
+	default:
+		// Past the cap: the poll was wasted.
+		w = window / 2
+		return w, false, w != window
+	}
+}
+
+// observe tunes the window after a wait that polled its window, slept,
+// and completed blocked ns after it started.
+func (g *spinGovernor) observe(b *Board, blocked int64) {
+	w, grew, shrank := g.next(g.window.Load(), blocked, int64(max(b.opts.Spin, 0)), int64(b.opts.SpinMax))
+	g.window.Store(w)
+	switch {
+	case grew:
+		b.spinGrew.Add(1)
+	case shrank:
+		b.spinShrank.Add(1)
+	}
+}
+
+// waitBudget is how long a wait on e polls before sleeping: -1 (no limit)
+// in busy-poll mode, else the endpoint's poll window.
+func (b *Board) waitBudget(e *Endpoint) time.Duration {
+	if b.opts.BusyPoll {
+		return -1
+	}
+	return time.Duration(e.spin.window.Load())
+}
+
+// SpinWindow returns how long a blocking wait on e polls before it sleeps
+// right now (see BoardOptions.SpinMax); 0 when the board never polls.
+func (e *Endpoint) SpinWindow() time.Duration {
+	if len(e.b.waitSources()) == 0 {
+		return 0
+	}
+	return time.Duration(e.spin.window.Load())
+}
+
+// spinFromEnv reads GOMX_SPIN (a Go duration; 0 or negative: never spin)
+// into o.Spin and GOMX_SPIN_MAX into o.SpinMax when the options are left
+// at zero, and checks that the window fits under its cap.
+func (o *BoardOptions) spinFromEnv() error {
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+		if v := os.Getenv("GOMX_SPIN"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%w: GOMX_SPIN=%q is not a duration (write 50us, or 0 to never spin): %v", ErrBadOptions, v, err)
+			}
+			o.Spin = d
+			if d == 0 {
+				o.Spin = -1
+			}
+		}
+	}
+	if o.SpinMax == 0 {
+		o.SpinMax = max(DefaultSpinMax, o.Spin)
+		if v := os.Getenv("GOMX_SPIN_MAX"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%w: GOMX_SPIN_MAX=%q is not a positive duration (write 1ms; GOMX_SPIN=0 turns polling off)", ErrBadOptions, v)
+			}
+			o.SpinMax = d
+		}
+	}
+	if o.SpinMax < 0 || (o.Spin > 0 && o.SpinMax < o.Spin) {
+		return fmt.Errorf("%w: SpinMax %v is below Spin %v: the poll window starts at Spin and grows up to SpinMax (raise SpinMax or GOMX_SPIN_MAX)", ErrBadOptions, o.SpinMax, o.Spin)
+	}
+	return nil
+}
+
+// osYield gives the CPU to another runnable thread, if there is one
+// (sched_yield(2)).
+func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// A receive loop that woke a waiter hands its processor over before it
+// looks again. The frames it handled completed a request a goroutine
+// sleeps on (or an arrival an event waiter waits for): that goroutine is
+// runnable now, next in line on the loop's P, but the loop went straight
+// back into Recv, which polls the rings for the transport's spin before it
+// sleeps, without a call into the Go scheduler. On a process with one P
+// (a rank bound to one CPU, or GOMAXPROCS 1) the woken goroutine waited
+// for that whole spin, 20 µs a message; and the loop then held the rings
+// in Recv when the application, after its answer, waited again, so that
+// waiter could not poll them and slept at once (pollHandOver), and every
+// message paid a doorbell and a thread wake-up besides. With more Ps,
+// another P takes the woken goroutine from the loop's only after a
+// delay. Yielding runs it at once on the loop's P (the loop queues
+// behind it): the application answers, and its next wait finds the rings
+// free and polls them itself in its window, while the loop, when it runs
+// again, stays away from a polling waiter (stayAway).
+
+// wokeOne counts a goroutine woken by a completion or an arrival (b.mu
+// held).
+func (b *Board) wokeOne() { b.woke.Inc() }
+
+// yieldToWoken hands the receive loop's processor to the goroutines its
+// batch woke, if it woke any since the count was woke (see above).
+func (b *Board) yieldToWoken(woke uint64) {
+	if b.woke.Load() != woke {
+		b.loopYields.Add(1)
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,98 @@
+package shm
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// The end of a transport's life: Close, which undoes what Open built, and the
+// counters of what it moved.
+
+// Close stops accepting producers, closes every connection (the peers then
+// drop their rings), waits for a running Recv to leave, and unmaps every
+// ring and the doorbell. The socket file is removed.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.ring() // a sleeping Recv returns ErrClosed
+	err := t.ln.Close()
+	t.outMu.Lock()
+	p := t.pool
+	t.outMu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+	t.outMu.Lock()
+	t.lastOut.Store(nil)
+	t.outSnap.Store(nil)
+	for p, o := range t.out {
+		o.close()
+		t.cnt.sent.Add(o.sent.Load())
+		delete(t.out, p)
+	}
+	t.outMu.Unlock()
+	t.inMu.Lock()
+	for _, r := range *t.in.Load() {
+		r.conn.Close()
+	}
+	t.inMu.Unlock()
+	t.wg.Wait()
+	t.rmu.Lock()
+	t.inMu.Lock()
+	for _, r := range *t.in.Load() {
+		t.dropSegments(r)
+		r.seg.unmap()
+		r.data = nil
+	}
+	t.setIn(nil)
+	t.inMu.Unlock()
+	t.hot, t.touched = nil, nil
+	t.bell.unmap()
+	unix.Close(t.bellFd)
+	t.ev.Close()
+	t.lends.Close()
+	t.rmu.Unlock()
+	return err
+}
+
+// sent is the count of frames sent: those of the rings gone and those of
+// the live ones.
+func (t *Transport) sent() uint64 {
+	t.outMu.Lock()
+	n := t.cnt.sent.Load()
+	for _, o := range t.out {
+		n += o.sent.Load()
+	}
+	t.outMu.Unlock()
+	return n
+}
+
+// Counters reports frames moved, what went wrong, and the shared memory
+// the transport maps now (see Footprint).
+func (t *Transport) Counters() []transport.Counter {
+	fp := t.Footprint()
+	return []transport.Counter{
+		{Name: "shm frames sent", Value: t.sent()},
+		{Name: "shm frames received", Value: t.cnt.recvd.Load()},
+		{Name: "shm frames dropped (ring full)", Value: t.cnt.dropFull.Load()},
+		{Name: "shm corrupt rings dropped", Value: t.cnt.corrupt.Load()},
+		{Name: "shm peers gone", Value: t.cnt.peersGone.Load()},
+		{Name: "shm connections refused", Value: t.cnt.refused.Load()},
+		{Name: "shm receiver sleeps", Value: t.cnt.sleeps.Load()},
+		{Name: "shm receiver wake-ups sent", Value: t.cnt.wakes.Load()},
+		{Name: "shm receiver yields", Value: t.cnt.yields.Load()},
+		{Name: "shm stale sockets removed at open", Value: t.cnt.stale.Load()},
+		{Name: "shm frames sent in place", Value: t.cnt.inPlace.Load()},
+		{Name: "shm in-place frames dropped (memory not shared)", Value: t.cnt.refBad.Load()},
+		{Name: "shm cold rings made hot", Value: t.cnt.promotions.Load()},
+		{Name: CounterMappedBytes, Value: uint64(fp.MappedBytes)},
+		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
+		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},
+		{Name: "shm pool bytes mapped", Value: uint64(fp.PoolBytes)},
+		{Name: CounterRingsWritten, Value: uint64(fp.RingsOut)},
+		{Name: CounterRingsRead, Value: uint64(fp.RingsIn)},
+		{Name: "shm peers with rings", Value: uint64(fp.Peers)},
+	}
+}

@@ -1,0 +1,448 @@
+package shm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// The consumer side of the data path: Recv polls every ring written to us and
+// sleeps on the doorbell when they are empty, Peek and Take look at one frame
+// at a time, Hold and Release keep a received frame past the next Recv, and
+// commit hands the space read back to the producers.
+
+// Recv returns frames from every ring written to us, oldest first per ring
+// and round robin across rings. Their Data points into the rings (or, for
+// a frame sent in place, into our mapping of the producer's pool segment)
+// and stays valid until the next Recv: only then may the space go back to
+// the producers (see commit), which completes their in-place sends. Recv
+// polls for Options.Spin (or the timeout, if shorter), then sleeps on the
+// doorbell's eventfd, its goroutine parked in the runtime's poller (see
+// sleep); producers wake it only while it sleeps.
+func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	t.rmu.Lock()
+	n, err := t.recv(frames, timeout)
+	t.rmu.Unlock()
+	return n, err
+}
+
+// SetSpin sets how long Recv polls the rings before it sleeps (d <= 0:
+// it sleeps at once), in place of Options.Spin, from the next Recv on. A
+// receive loop that learns its frames come too late for a spin to find
+// them (mx's host path) spins less: every spin that ends in a sleep anyway
+// is CPU taken from the application for nothing.
+func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(d)) }
+
+// Spin returns how long Recv polls the rings before it sleeps (<= 0: not
+// at all).
+func (t *Transport) Spin() time.Duration { return time.Duration(t.spin.Load()) }
+
+// recv is Recv with t.rmu held.
+func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	if t.closed.Load() {
+		return 0, errClosed
+	}
+	t.peeked = nil // not taken: poll returns it
+	if t.toCommit {
+		t.commit()
+	}
+	t.lends.Recv()
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	// Look once before reading the clock: a frame that is there costs no
+	// clock read, and a poll (timeout 0) no spin.
+	if n := t.poll(frames); n > 0 || timeout == 0 {
+		return n, nil
+	}
+	// The clock is read first after 64 looks, and every 64 looks from
+	// then (a look costs some 10 ns, a clock read twice that): a frame
+	// that comes within a microsecond or so costs no clock read. The
+	// spin, the yield point and the deadline count from that first read.
+	var now, deadline, spinUntil, yieldAt time.Time
+	clock, yield := false, false
+	spin := time.Duration(t.spin.Load())
+	for i := 0; ; i++ {
+		if n := t.poll(frames); n > 0 {
+			return n, nil
+		}
+		if t.closed.Load() {
+			return 0, errClosed
+		}
+		// Load first: a look that finds no request costs no locked
+		// instruction.
+		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
+			return 0, nil
+		}
+		if i&63 == 63 || !clock && spin <= 0 {
+			now = time.Now()
+			if !clock {
+				clock = true
+				spinUntil, yieldAt = now.Add(spin), now.Add(yieldAfter)
+				if timeout > 0 {
+					// A spin longer than the timeout ends with it.
+					deadline = now.Add(timeout)
+					if deadline.Before(spinUntil) {
+						spinUntil = deadline
+					}
+				}
+			}
+			yield = !now.Before(yieldAt)
+		}
+		if spin > 0 && (i&63 != 63 || now.Before(spinUntil)) {
+			// A frame on time costs no system call. A late one: give
+			// the CPU to another process (the producer, perhaps)
+			// between looks. Not runtime.Gosched: it wakes another
+			// thread to run this goroutine.
+			if yield {
+				t.cnt.yields.Add(1)
+				schedYield()
+			}
+			continue
+		}
+		// Going to sleep: announce it, then look once more. A producer
+		// that published after our look sees sleeping == 1 and writes the
+		// eventfd, whose count stays up until read, so the sleep below
+		// returns at once (or is woken).
+		t.slp.Store(1)
+		if n := t.poll(frames); n > 0 {
+			t.slp.Store(0)
+			return n, nil
+		}
+		if t.closed.Load() {
+			t.slp.Store(0)
+			return 0, errClosed
+		}
+		if t.wakeReq.Swap(false) { // see Wake
+			t.slp.Store(0)
+			return 0, nil
+		}
+		if timeout > 0 && !time.Now().Before(deadline) {
+			t.slp.Store(0)
+			return 0, nil
+		}
+		t.cnt.sleeps.Add(1)
+		t.sleep(deadline)
+		t.slp.Store(0)
+		if t.wakeReq.Swap(false) {
+			return t.poll(frames), nil
+		}
+		t.commitDead()
+		if timeout > 0 && !time.Now().Before(deadline) {
+			if n := t.poll(frames); n > 0 {
+				return n, nil
+			}
+			return 0, nil
+		}
+	}
+}
+
+// sleep waits until the doorbell's eventfd is written (by a producer that
+// saw the sleeping flag, by Wake, or by a watcher whose peer went away) or
+// until deadline (zero: no bound), and resets its count. The read parks
+// the goroutine in the runtime's poller and gives its P back: a futex wait
+// here would hold the P in a system call, and with the application's
+// goroutines on every other P, sysmon would keep retaking it (and waking
+// every 20 µs meanwhile), preempting the application each time. A count
+// left by a wake-up that came after the receiver had already looked makes
+// the next sleep return at once: the caller just looks again.
+func (t *Transport) sleep(deadline time.Time) {
+	if !deadline.IsZero() || t.evDeadline {
+		_ = t.ev.SetReadDeadline(deadline)
+		t.evDeadline = !deadline.IsZero()
+	}
+	// Any outcome returns: a count read, the deadline passed (the caller
+	// checks its clock), or an error (the caller re-checks closed).
+	_ = t.evRaw.Read(t.evRead)
+}
+
+// Pending reports whether a Recv would find anything to do now: a record
+// at a ring's cursor, a ring whose producer went away, ring space to give
+// back (see commit), or the transport closed. It is for a caller that
+// serializes its own Recv calls under a lock of its own and holds it here
+// (mx's receive sources): the look costs a load or two per hot ring and
+// one for the cold ones (notify.go), without Recv's lock, its
+// bookkeeping or any locked instruction, and a caller
+// that polls an empty ring in a tight loop then waits less for the frame
+// that comes, as each look is shorter.
+func (t *Transport) Pending() bool {
+	if t.toCommit || t.closed.Load() || t.pend != 0 || t.sum.Load() != 0 || t.fullScan.Load() {
+		return true
+	}
+	for _, h := range t.hot {
+		if r := h.r; r.dead.Load() || r.wordAt.Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Peek returns the frame of the record at the cursor of the first ring, in
+// Recv's round-robin order, that has one there, without taking it. It is
+// for a caller that serializes its Recv calls under a lock of its own and
+// holds it from here until Take or its next Recv (mx's receive sources),
+// and handles some frames itself (mx's lane): such a frame costs no batch,
+// and no lending. data stays valid until then. As Recv, Peek first
+// gives back the space of the frames the previous Recv returned (commit):
+// the caller is done with them. It reports ok false when the transport is
+// closed or the first record it finds is not a frame (a pad, a reference
+// record, a broken record): Recv handles those. A frame the caller does
+// not Take is the next one Recv returns. When ok is false, empty reports
+// what Pending would have reported false: no ring has a record at its
+// cursor nor lost its producer, and the transport is open, so a Recv now
+// would find nothing to do. A caller that polls with Peek alone thus
+// looks at each hot ring and at the summary of the cold ones once per
+// poll, found or not (notify.go).
+func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
+	if t.closed.Load() {
+		return 0, nil, false, false
+	}
+	if t.toCommit {
+		t.lends.Recv() // the previous Recv's frames can no longer be held
+		t.commit()
+	}
+	hot := t.hot
+	first := t.rr
+	if first >= len(hot) {
+		first = 0
+	}
+	empty = true
+	var r *inRing
+	at := -1
+	for k := range hot {
+		i := first + k
+		if i >= len(hot) {
+			i -= len(hot)
+		}
+		h := hot[i].r
+		if h.gone {
+			continue
+		}
+		if h.wordAt.Load() == 0 {
+			if h.dead.Load() {
+				empty = false
+			}
+			continue
+		}
+		r, at = h, i
+		break
+	}
+	if r == nil {
+		var e bool
+		if r, e = t.peekCold(); r == nil {
+			return 0, nil, false, empty && e
+		}
+	}
+	// The record word's load acquires the record (parseRecord).
+	f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+	if err != nil || kind != recFrame {
+		return 0, nil, false, false
+	}
+	t.peeked, t.peekedAt, t.peekedLen = r, at, rl
+	return r.peer, f, true, false
+}
+
+// Take consumes the frame Peek returned, as a Recv that returned it would
+// have, and gives its space back to the producer as commit does (the head
+// is published once pubEvery bytes were consumed). Called under the same
+// lock as Peek, before any Recv.
+func (t *Transport) Take() {
+	r := t.peeked
+	if r == nil {
+		return
+	}
+	t.peeked = nil
+	r.cur += t.peekedLen
+	if r.pos += t.peekedLen; r.pos == uint64(len(r.data)) {
+		r.pos = 0
+	}
+	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
+	if r.cur-r.pubHead >= r.pubEvery {
+		// The store releases: we no longer read below it.
+		r.head.Store(r.cur)
+		r.pubHead = r.cur
+	}
+	if at := t.peekedAt; at >= 0 {
+		t.rr = at + 1
+		t.hot[at].hits++
+	} else {
+		t.rrBit = r.bit + 1
+		t.promote(r)
+	}
+	// Only the Recv side writes recvd, and it is serialized (the
+	// caller's lock here, rmu or that lock in Recv): an owned count,
+	// without a locked instruction (an atomic store is an XCHG).
+	t.cnt.recvd.Inc()
+}
+
+// poll reads up to len(frames) records: from the hot rings, round robin,
+// then from the cold rings whose summary bits came up (notify.go).
+func (t *Transport) poll(frames []transport.Frame) int {
+	n := t.pollHot(frames, 0)
+	if n < len(frames) {
+		n = t.pollCold(frames, n)
+	}
+	if n > 0 {
+		t.cnt.recvd.Add(uint64(n))
+		t.lends.Got(n)
+	}
+	return n
+}
+
+// pollRing reads records of r into frames[n:] until the ring has no more
+// or frames is full, and returns the new count. Called when the word at
+// r's cursor is not 0: a record (perhaps a pad, or a reference dropped as
+// bad, which yield no frame) or a broken ring, so the next Recv commits.
+func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
+	t.toCommit = true
+	if !r.touched {
+		r.touched = true
+		t.touched = append(t.touched, r)
+	}
+	size := uint64(len(r.data))
+	for n < len(frames) {
+		// The record word's load acquires the record (parseRecord).
+		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+		if err != nil {
+			t.cnt.corrupt.Add(1)
+			r.dead.Store(true)
+			r.gone = true // nothing past a broken record can be trusted
+			t.anyGone = true
+			return n
+		}
+		if kind == recNone {
+			return n
+		}
+		r.cur += rl
+		if r.pos += rl; r.pos == size {
+			r.pos = 0
+		}
+		r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
+		if kind != recFrame {
+			if kind == recPad {
+				continue
+			}
+			// A reference record: its send completes when our head
+			// passes it, at the next Recv (commit).
+			r.refsIn = true
+			if f = t.resolve(r, f); f == nil {
+				continue
+			}
+		}
+		// Field by field: Region is nil already but for a caller that
+		// reuses its Send batch, and a store of a pointer costs a write
+		// barrier check.
+		fr := &frames[n]
+		fr.Peer, fr.Data, fr.Ref = r.peer, f, t.lends.RecvRef(n)
+		if fr.Region != nil {
+			fr.Region = nil
+		}
+		n++
+	}
+	return n
+}
+
+// Hold implements [transport.Transport.Hold] by copying: a frame lies in
+// its producer's ring, whose space goes back to the producer in order, so
+// lending it would stop that producer behind the held record. (Large
+// messages between processes move through the shared pool instead, without
+// this copy.)
+func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	if _, err := t.lends.Index(f.Ref); err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("shm: hold: %w", err)
+	}
+	t.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release implements [transport.Transport.Release].
+func (t *Transport) Release(f *transport.Frame) { t.lends.Return(f) }
+
+// Register implements [transport.Transport.Register]. Memory of the
+// transport's Pool (NewPool, Pool.Alloc) is sent in place: Send writes a
+// reference record naming the segment, and the receiver's Data points into
+// its mapping of it (see inplace.go and the package documentation). Other
+// memory is copied into the receiver's ring like any frame (Region.InPlace
+// is false).
+func (t *Transport) Register(mem []byte) (*transport.Region, error) {
+	if t.closed.Load() {
+		return nil, errClosed
+	}
+	if r, ok := t.registerRef(mem); ok {
+		return r, nil
+	}
+	return transport.NewRegion(t, mem, false, nil), nil
+}
+
+// pubEvery is how many consumed bytes of a ring make commit publish its
+// head: at most an eighth of the ring (see commit).
+const pubEvery = 64 << 10
+
+// commit hands the space of the previous batch back to the producers and
+// drops dead rings (none of their frames is in use any more); Recv calls it
+// only when poll consumed records or saw a dead ring since. It publishes a
+// ring's head only once an eighth of the ring or pubEvery bytes were
+// consumed since the last time, or when the batch held a reference record
+// (its in-place send completes on it), so a stream of small messages
+// stores to the shared head once per thousand messages, not per message.
+// Back-pressure stays live: a producer reads the head only when the ring
+// looks full to it, and then a third of the ring or more lies past the
+// published head (the record it waits to write is at most a third of the
+// ring, minFrames, and a pad before it less), of which less than an
+// eighth was read: the consumer reads on and publishes before it reaches
+// the producer's cursor (TestFullRingKeepsMoving). What a producer cannot
+// get is space read but not yet published while the consumer stops
+// calling Recv: less than an eighth of the ring. commit looks only at the
+// rings the batch took records from (t.touched), so its cost does not
+// grow with the number of peers.
+func (t *Transport) commit() {
+	t.toCommit = false
+	for _, r := range t.touched {
+		r.touched = false
+		if r.gone {
+			continue
+		}
+		if r.cur-r.pubHead >= r.pubEvery || r.refsIn && r.cur != r.pubHead {
+			// The store releases: we no longer read below it, so the
+			// producer may overwrite it.
+			r.head.Store(r.cur)
+			r.pubHead, r.refsIn = r.cur, false
+		}
+	}
+	// Not cleared: the pointers left are overwritten by the next batch's
+	// (a clear of pointers costs a bulk write barrier per commit), and a
+	// ring they keep from the collector is unmapped already.
+	t.touched = t.touched[:0]
+	if t.anyGone {
+		t.commitDead()
+	}
+}
+
+// commitDead unmaps the rings of producers that went away once every
+// record they published was read (poll marks them gone), and the pool
+// segments they shared with them. Called by the Recv goroutine, outside
+// any batch.
+func (t *Transport) commitDead() {
+	if !t.anyGone {
+		return
+	}
+	t.anyGone = false
+	t.dropHot()
+	t.inMu.Lock()
+	var keep []*inRing
+	for _, r := range *t.in.Load() {
+		if r.gone {
+			r.conn.Close()
+			t.dropSegments(r)
+			r.seg.unmap()
+			r.data = nil
+			continue
+		}
+		keep = append(keep, r)
+	}
+	t.setIn(keep)
+	t.inMu.Unlock()
+}

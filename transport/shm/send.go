@@ -1,0 +1,462 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// The producer side of the data path: Send and SendParts write frames into
+// the ring we own in each peer, connecting (dial) on a peer's first frame,
+// wait a bounded time for room in a full ring, and publish what they wrote.
+
+// errClosed is what calls on a closed transport return: transport.ErrClosed
+// (which is also every other gomx package's ErrClosed), saying which
+// transport.
+var errClosed = fmt.Errorf("shm: transport %w", transport.ErrClosed)
+
+// ErrRingFull is SendStrict's error for a frame it dropped: the peer's
+// ring stayed full while its consumer made no progress for
+// Options.FullWait (it is stuck or gone).
+var ErrRingFull = errors.New("shm: ring full, frame dropped")
+
+// Send writes frames into the rings of their peers, connecting to a peer
+// on its first frame. A full ring is waited on for at most Options.FullWait,
+// then the frame is dropped and counted (the layer above resends, as over
+// any lossy transport). A peer with no socket in the directory fails with
+// transport.ErrUnreachable.
+func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	return t.send(frames, false)
+}
+
+// SendStrict is Send for a caller that keeps no copy of what it sends
+// (mx's lean path): a frame dropped for a full ring fails it with
+// ErrRingFull, counted as Send counts it. The frames before it are in the
+// ring; it and the rest of the batch are not.
+func (t *Transport) SendStrict(frames []transport.Frame) (int, error) {
+	return t.send(frames, true)
+}
+
+// send is Send; strict: SendStrict.
+func (t *Transport) send(frames []transport.Frame, strict bool) (int, error) {
+	if t.closed.Load() {
+		return 0, errClosed
+	}
+	for i := 0; i < len(frames); {
+		peer := frames[i].Peer
+		j := i + 1
+		for j < len(frames) && frames[j].Peer == peer {
+			j++
+		}
+		o, err := t.ringTo(peer)
+		if err != nil {
+			return i, err
+		}
+		// Frames in place name pool segments: the peer must have them
+		// (a no-op once it has them all); failing that, they are copied.
+		refs := inPlace(frames[i:j]) && t.ShareSegments(peer) == nil
+		k, err := t.write(o, frames[i:j], refs, strict)
+		i += k
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(frames), nil
+}
+
+// write appends frames (all to o's peer) to o's ring. Each record is
+// published as it is written (producer.put stores its record word last);
+// the consumer's doorbell is rung, if it may sleep, once for the batch.
+// With refs, frames of in-place regions go as reference records
+// (inplace.go). A frame dropped for a full ring is skipped, or with strict
+// ends the write with ErrRingFull.
+func (t *Transport) write(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
+	o.mu.Lock()
+	n, err := t.writeLocked(o, frames, refs, strict)
+	o.mu.Unlock()
+	return n, err
+}
+
+// writeLocked is write with o.mu held.
+func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
+	if o.dead.Load() || o.data == nil {
+		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
+	o.reapRefs()
+	var rec [refLen]byte
+	size := len(o.data)
+	start := o.cur
+	for i, f := range frames {
+		if len(f.Data) > o.mtu {
+			o.publish(start)
+			return i, fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, len(f.Data), o.mtu)
+		}
+		data, word, ref := f.Data, uint32(len(f.Data)), false
+		if r := f.Region; r != nil {
+			if err := r.Check(t, &frames[i]); err != nil {
+				o.publish(start)
+				return i, fmt.Errorf("shm: frame %d: %w", i, err)
+			}
+			if ref = refs && t.refRecord(&frames[i], &rec); ref {
+				data, word = rec[:], refMark
+			} else {
+				r.Copied() // records are written into the ring
+			}
+		}
+		at, ok := t.room(o, recordLen(len(data)), &start)
+		if !ok {
+			t.cnt.dropFull.Add(1)
+			if strict {
+				return i, t.dropErr(o)
+			}
+			continue
+		}
+		o.putRecord(at, word, data)
+		o.countSent()
+		if ref {
+			f.Region.Begin()
+			o.refs = append(o.refs, refPending{end: o.cur, r: f.Region})
+			t.cnt.inPlace.Add(1)
+		}
+	}
+	o.publish(start)
+	o.clearAhead(o.headSeen + uint64(size))
+	return len(frames), nil
+}
+
+// room finds the cursor at which a record of rl bytes goes into o's ring
+// (o.mu held), waiting for the consumer when the ring is full (waitRoom);
+// false: it stayed full, and the record is to be dropped. *start is the
+// cursor of the batch's first record not yet announced: a wait publishes
+// what came before it first.
+func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
+	at, ok := o.reserve(o.headSeen, rl)
+	if ok {
+		return at, true
+	}
+	// Load the consumer's cursor only now: most records find room with
+	// the cached one. The load acquires: the consumer is done with every
+	// byte below it.
+	o.headSeen = o.head.Load()
+	if at, ok = o.reserve(o.headSeen, rl); ok {
+		return at, true
+	}
+	o.publish(*start) // wake the consumer to drain what we have
+	*start = o.cur
+	if !t.waitRoom(o, rl) {
+		return 0, false
+	}
+	at, _ = o.reserve(o.headSeen, rl)
+	return at, true
+}
+
+// SendParts writes one frame, head followed by the bytes of parts, into
+// peer's ring, as SendStrict writes a batch of one: for a caller that
+// would otherwise gather them into a buffer of its own first (mx's lane:
+// a short header and the application's segments), the bytes go straight
+// into the record, and no transport.Frame is built. A frame dropped for a
+// full ring fails with ErrRingFull; one longer than the ring's MTU with
+// transport.ErrTooBig. After SerialSends it takes no lock of its own.
+func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte) error {
+	if t.closed.Load() {
+		return errClosed
+	}
+	o, err := t.ringTo(peer)
+	if err != nil {
+		return err
+	}
+	if t.serial.Load() {
+		// The caller serializes every send and Close (SerialSends).
+		return t.sendParts(o, head, parts)
+	}
+	o.mu.Lock()
+	err = t.sendParts(o, head, parts)
+	o.mu.Unlock()
+	return err
+}
+
+// SerialSends tells t that its caller serializes every SendParts with
+// every other send (Send, SendStrict, SendParts) and with Close, under a
+// lock of its own (mx does: every send holds its board's lock, and no
+// SendParts comes after its endpoints are closed, before the transport
+// is): SendParts then takes no lock of the ring it writes, a locked
+// instruction less before the record's word, on the path of every
+// message. Everything else is unchanged: Send and SendStrict still lock
+// the ring, and the transport's own work on a ring (reaping reference
+// records, Region.Pending) touches nothing SendParts writes. A caller
+// that breaks the promise corrupts the ring: the race detector reports
+// it (SendParts's writes to the ring's cursor race with the other
+// sender's). Call it before any send.
+func (t *Transport) SerialSends() { t.serial.Store(true) }
+
+// sendParts is SendParts into ring o, its writers serialized (o.mu or
+// SerialSends).
+func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
+	if o.dead.Load() || o.data == nil {
+		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
+	n := len(head)
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > o.mtu {
+		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
+	}
+	start := o.cur
+	at, ok := t.room(o, recordLen(n), &start)
+	if !ok {
+		t.cnt.dropFull.Add(1)
+		return t.dropErr(o)
+	}
+	o.putParts(at, uint32(n), n, head, parts)
+	o.countSent()
+	o.publish(start)
+	o.clearAhead(o.headSeen + uint64(len(o.data)))
+	return nil
+}
+
+// countSent counts a frame written into o's ring. Its writers are
+// serialized (o.mu, or SerialSends' caller): an owned count, without a
+// locked instruction on every send.
+func (o *outRing) countSent() { o.sent.Inc() }
+
+// ringTo returns the ring to peer: the newest peer's, else another live
+// one's, without a lock and without a store (senders to different peers
+// share no line they write); outFor connects the rest.
+func (t *Transport) ringTo(peer transport.NICID) (*outRing, error) {
+	o := t.lastOut.Load()
+	if o != nil && o.peer == peer && !o.dead.Load() {
+		return o, nil
+	}
+	if m := t.outSnap.Load(); m != nil {
+		o = (*m)[peer]
+	} else {
+		o = nil
+	}
+	if o == nil || o.dead.Load() {
+		return t.outFor(peer)
+	}
+	return o, nil
+}
+
+// publish rings the consumer's doorbell if records were written since
+// start and the consumer may be asleep.
+func (o *outRing) publish(start uint64) {
+	if o.cur == start {
+		return
+	}
+	// A cold ring's news goes through the consumer's summary word first
+	// (notify.go).
+	o.note()
+	// Sequentially consistent with the consumer's store of sleeping and
+	// its re-check of the record word at its cursor, or of the summary
+	// (Dekker): the record words put stored come before this load, so
+	// either the consumer sees the records, or we see sleeping == 1 here
+	// and wake it.
+	if o.slp.Load() != 0 {
+		kick(o.ev)
+		o.wakes.Add(1)
+	}
+}
+
+// dropErr says why waitRoom gave up on o's ring.
+func (t *Transport) dropErr(o *outRing) error {
+	switch {
+	case t.closed.Load():
+		return errClosed
+	case o.dead.Load():
+		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
+	return fmt.Errorf("%w: board %v took nothing from its ring for %v (it is stuck or gone; Options.FullWait sets how long to wait)",
+		ErrRingFull, o.peer, t.opts.FullWait)
+}
+
+// waitRoom waits until rl bytes fit. It gives up only when the consumer
+// made no progress for FullWait (it is stuck or gone), so a slow but live
+// receiver delays its senders rather than losing frames; after that, frames
+// to it are dropped at once until its cursor moves again.
+func (t *Transport) waitRoom(o *outRing, rl int) bool {
+	if o.stalled && o.head.Load() == o.stalledAt {
+		return false // it already timed out and has not moved since
+	}
+	o.stalled = false
+	deadline := time.Now().Add(t.opts.FullWait)
+	for i := 0; ; i++ {
+		h := o.head.Load()
+		if h != o.headSeen {
+			o.headSeen = h
+			deadline = time.Now().Add(t.opts.FullWait)
+		}
+		if _, ok := o.reserve(o.headSeen, rl); ok {
+			return true
+		}
+		if o.dead.Load() || t.closed.Load() {
+			return false
+		}
+		if i&63 == 63 {
+			if time.Now().After(deadline) {
+				// Stuck: drop frames at once until it moves again.
+				o.stalled, o.stalledAt = true, h
+				return false
+			}
+			time.Sleep(10 * time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
+	}
+}
+
+// outFor returns the ring to peer, connecting on first use and again after
+// the peer went away (a new process may have taken its board).
+func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	if t.closed.Load() {
+		return nil, errClosed
+	}
+	if o := t.out[peer]; o != nil {
+		if !o.dead.Load() {
+			return o, nil
+		}
+		delete(t.out, peer)
+		t.snapOut()
+		o.close()
+		t.cnt.sent.Add(o.sent.Load()) // its count outlives it
+	}
+	o, err := t.dial(peer)
+	if err != nil {
+		return nil, err
+	}
+	t.out[peer] = o
+	t.snapOut()
+	t.lastOut.Store(o)
+	t.wg.Add(1)
+	go t.watch(o.conn, &o.dead, peer, o.pid, func(msg []byte, fds []int) {
+		if msg == nil {
+			close(o.gone)
+			return
+		}
+		o.control(msg, fds)
+	})
+	return o, nil
+}
+
+// snapOut publishes a copy of the table of rings for Send to read without
+// outMu (held). Rings come and go with peers, seldom.
+func (t *Transport) snapOut() {
+	m := maps.Clone(t.out)
+	t.outSnap.Store(&m)
+}
+
+// dial connects to peer's socket, checks it runs as our user, creates the
+// ring and hands it over, and maps the doorbell it gets back.
+func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
+	path := t.peerPath(peer)
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err)
+	}
+	fail := func(err error) (*outRing, error) {
+		c.Close()
+		return nil, err
+	}
+	uid, pid, err := peerCred(c)
+	if err != nil || uid != os.Getuid() {
+		return fail(fmt.Errorf("%w: board %v is not run by uid %d (%v)", transport.ErrUnreachable, peer, os.Getuid(), err))
+	}
+	t.connected(peer, pid)
+	c.SetDeadline(time.Now().Add(handshakeTTL))
+	size := t.ringSize()
+	// Hugepages only for a ring that fills them: a smaller one would
+	// take a whole 2 MiB page.
+	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
+	if err != nil {
+		return fail(err)
+	}
+	le := binary.LittleEndian
+	le.PutUint32(seg.mem[magicOff:], ringMagic)
+	le.PutUint32(seg.mem[sizeOff:], uint32(size))
+	hello := make([]byte, helloLen)
+	le.PutUint32(hello, helloMagic)
+	le.PutUint32(hello[4:], version)
+	le.PutUint64(hello[8:], uint64(t.nic))
+	le.PutUint32(hello[16:], uint32(t.opts.MTU))
+	le.PutUint32(hello[20:], uint32(size))
+	le.PutUint64(hello[24:], t.word.Load())
+	err = sendFD(c, hello, fd)
+	unix.Close(fd) // the peer holds its own descriptor now
+	if err != nil {
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v: handshake: %v", transport.ErrUnreachable, peer, err))
+	}
+	w, fds, err := recvFD(c, welcomeLen, 2)
+	if err != nil {
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v refused the connection: %v", transport.ErrUnreachable, peer, err))
+	}
+	bfd, ev := fds[0], fds[1]
+	if le.Uint32(w) != welcomeMagic || le.Uint32(w[4:]) != version {
+		unix.Close(bfd)
+		unix.Close(ev)
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v: bad welcome (a gomx of another version?)", transport.ErrUnreachable, peer))
+	}
+	if err := checkBellEvent(ev); err != nil {
+		unix.Close(bfd)
+		seg.unmap()
+		return fail(fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err))
+	}
+	bell, err := mapPeerFD(bfd, bellLen, bellLen)
+	if err != nil {
+		unix.Close(ev)
+		seg.unmap()
+		return fail(err)
+	}
+	c.SetDeadline(time.Time{})
+	o := &outRing{peer: peer, pid: pid, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
+		head: u64At(seg.mem, headOff),
+		slp:  u32At(bell.mem, bellSleepOff), ev: ev,
+		notifyWords: notifyWords{notify: u32At(seg.mem, ringNotifyOff), sum: u64At(bell.mem, bellSumOff)},
+		mtu:         min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
+		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
+	return o, nil
+}
+
+// close unmaps the ring and the peer's doorbell and closes the connection
+// (the consumer then drops its side).
+func (o *outRing) close() {
+	o.mu.Lock()
+	o.completeRefs()
+	o.conn.Close()
+	o.seg.unmap()
+	o.bell.unmap()
+	unix.Close(o.ev)
+	o.data = nil
+	o.mu.Unlock()
+}
+
+// Reaches reports whether a board with NIC id peer listens in the endpoint
+// directory: a process of this user on this host, reachable through shared
+// memory. It costs a stat of the socket file.
+func (t *Transport) Reaches(peer transport.NICID) bool {
+	if t.closed.Load() {
+		return false
+	}
+	t.outMu.Lock()
+	o := t.out[peer]
+	t.outMu.Unlock()
+	if o != nil && !o.dead.Load() {
+		return true
+	}
+	st, err := os.Stat(t.peerPath(peer))
+	return err == nil && st.Mode()&os.ModeSocket != 0
+}

@@ -1,0 +1,195 @@
+package xdp
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// The receiving half of the AF_XDP Transport: Recv polls every queue's socket
+// and sleeps in poll(2) when they are empty, decode keeps the frames meant for
+// this transport and learns the sender's MAC address, and Hold and Release
+// lend a received UMEM frame past the next Recv.
+
+// Recv returns received frames; see transport.Transport. Data points into
+// the UMEM and stays valid until the next Recv or Close.
+func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	t.rxMu.Lock()
+	defer t.rxMu.Unlock()
+	if t.closed.Load() {
+		return 0, errClosed
+	}
+	for i, s := range t.socks {
+		h := t.held[i]
+		if t.lentNow {
+			// Leave out the frames lent to holders (marked by Hold).
+			k := 0
+			for _, d := range h {
+				if d.Addr != lentMark {
+					h[k] = d
+					k++
+				}
+			}
+			h = h[:k]
+		}
+		s.Release(h)
+		t.held[i] = t.held[i][:0]
+	}
+	t.lentNow = false
+	t.lends.Recv()
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	spin := t.opts.Spin
+	if spin == 0 {
+		spin = 20 * time.Microsecond
+	}
+	var start time.Time
+	for {
+		if n := t.poll(frames); n > 0 {
+			return n, nil
+		}
+		if timeout == 0 {
+			return 0, nil
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		waited := time.Since(start)
+		if timeout > 0 && waited >= timeout {
+			return 0, nil
+		}
+		if waited < spin {
+			continue
+		}
+		var ts *unix.Timespec
+		if timeout > 0 {
+			v := unix.NsecToTimespec(int64(timeout - waited))
+			ts = &v
+		}
+		if _, err := unix.Ppoll(t.fds, ts, nil); err != nil && err != unix.EINTR {
+			return 0, opErr("ppoll", t.opts.Interface, -1, err)
+		}
+		if t.closed.Load() {
+			return 0, errClosed
+		}
+	}
+}
+
+// poll takes what the sockets have received, up to len(frames), starting
+// with a different socket each time. rxMu is held.
+func (t *Transport) poll(frames []transport.Frame) int {
+	got := 0
+	for k := range t.socks {
+		if got == len(frames) {
+			break
+		}
+		i := (t.next + k) % len(t.socks)
+		s := t.socks[i]
+		room := min(len(frames)-got, len(t.rxDesc), cap(t.held[i])-len(t.held[i]))
+		n := s.Receive(t.rxDesc[:room])
+		for _, d := range t.rxDesc[:n] {
+			t.held[i] = append(t.held[i], d)
+			if f, ok := t.decode(s.Frame(d)); ok {
+				f.Ref = t.lends.RecvRef(got)
+				frames[got] = f
+				t.rxAt = append(t.rxAt[:got], lentFrame{sock: i, pos: len(t.held[i]) - 1})
+				got++
+			} else {
+				t.rxBad.Add(1)
+			}
+		}
+	}
+	t.next++
+	t.rxFrames.Add(uint64(got))
+	if got > 0 {
+		t.lends.Got(got)
+	}
+	return got
+}
+
+// lentFrame is a UMEM frame lent to a holder: its socket and descriptor
+// (pos: its index in held during the Recv that returned it).
+type lentFrame struct {
+	sock, pos int
+	d         Desc
+}
+
+// lentMark marks, in held, a frame lent to a holder.
+const lentMark = ^uint64(0)
+
+// Hold implements [transport.Transport.Hold]: the UMEM frame is lent to the
+// caller and goes back to the fill ring at Release instead of the next
+// Recv; HoldInfo.DMA is the UMEM. At most a quarter of the UMEM's frames
+// are lent at once (the rest keep the fill ring supplied); past that Hold
+// copies Data.
+func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
+	t.rxMu.Lock()
+	defer t.rxMu.Unlock()
+	k, err := t.lends.Index(f.Ref)
+	if err == nil && t.closed.Load() {
+		err = errClosed
+	}
+	if err != nil {
+		return transport.HoldInfo{}, fmt.Errorf("xdp: hold: %w", err)
+	}
+	at := t.rxAt[k]
+	h := t.held[at.sock]
+	if h[at.pos].Addr != lentMark {
+		at.d = h[at.pos]
+		if t.lends.Lend(f, at) {
+			h[at.pos].Addr = lentMark
+			t.lentNow = true
+			return transport.HoldInfo{DMA: t.socks[at.sock].UMEM()}, nil
+		}
+	}
+	t.lends.CopyOut(f)
+	return transport.HoldInfo{Copied: true}, nil
+}
+
+// Release implements [transport.Transport.Release]: a lent UMEM frame goes
+// back to the fill ring. It must not run concurrently with Close (which
+// unmaps the rings): release held frames first, as mx does.
+func (t *Transport) Release(f *transport.Frame) {
+	if at, ok := t.lends.Return(f); ok {
+		t.socks[at.sock].Release([]Desc{at.d})
+	}
+}
+
+// decode turns a received frame into a transport frame, or reports it is
+// not one for us.
+func (t *Transport) decode(b []byte) (transport.Frame, bool) {
+	if t.udp {
+		h, data, err := ParseUDP(b)
+		if err != nil || h.DstIP != t.ip || h.DstPort != t.port {
+			return transport.Frame{}, false
+		}
+		id, err := transport.UDPNICID(netip.AddrPortFrom(netip.AddrFrom4(h.SrcIP), h.SrcPort))
+		if err != nil {
+			return transport.Frame{}, false
+		}
+		t.learn(h.SrcIP, h.Eth.Src)
+		return transport.Frame{Peer: id, Data: data}, true
+	}
+	h, data, err := ParseEthHeader(b)
+	if err != nil || h.EtherType != EtherTypeOpenMX || (h.Dst != t.mac && h.Dst[0]&1 == 0) {
+		return transport.Frame{}, false
+	}
+	return transport.Frame{Peer: transport.MACNICID(h.Src), Data: data}, true
+}
+
+// learn records the MAC address a UDP peer sends from, so that replies
+// need no neighbour lookup. It only takes the lock on a new or changed
+// entry, which allocates once per peer.
+func (t *Transport) learn(ip [4]byte, mac [6]byte) {
+	if t.txMu.TryLock() {
+		if t.neigh[ip] != mac {
+			t.neigh[ip] = mac
+		}
+		t.txMu.Unlock()
+	}
+}
