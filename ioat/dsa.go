@@ -233,6 +233,10 @@ func OpenDSA(dev pci.Device, nWQ int, o Options) (_ []*WQ, err error) {
 // entry until its completion record is written.
 type unit struct {
 	first, n uint64 // ring indexes [first, first+n)
+	// redo marks a unit whose entry re-runs the rest of descriptors a
+	// page fault cut short (the kernel path: WQ.redo); waiting, one
+	// whose re-run a shared WQ has not accepted yet.
+	redo, waiting bool
 }
 
 // WQ drives one dedicated work queue of a DSA through its portal. Like a
@@ -273,6 +277,16 @@ type WQ struct {
 	maxBatch int
 	intH     uint16 // completion interrupt handle (0: none)
 	irq      *pci.Interrupt
+	dma      pci.DMA
+
+	// The kernel path (OpenUserWQ): the portal mapped from the WQ's
+	// character device instead of BAR2, ENQCMD on a shared WQ, and
+	// process virtual addresses, whose page faults are resumed.
+	user      *userWQ
+	shared    bool
+	redo      []uint64 // ring indexes to re-run after a page fault, oldest first
+	redoTries int      // faults of redo[0] so far
+	closing   bool
 
 	head, posted, tail, reaped uint64 // ring indexes
 	uHead, uTail               uint64 // units posted, completed
@@ -286,7 +300,7 @@ type WQ struct {
 var _ Queue = (*WQ)(nil)
 
 func newWQ(d *dsaDevice, idx, nWQ, size int, xferShift, batchShift uint, o Options) (*WQ, error) {
-	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift}
+	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift, dma: d.dev.DMA()}
 	q.info = Info{Addr: d.addr, Index: idx, Channels: nWQ, Platform: hw.Platform(d.name),
 		MaxTransfer: q.maxXfer, Fill: dsahw.HasOp(d.opcap, dsahw.OpFill), RingSize: o.RingSize}
 	if id, err := pci.ReadID(d.dev); err == nil {
@@ -307,12 +321,12 @@ func (q *WQ) allocRing() error {
 	r := q.opts.RingSize
 	ringBytes, recBytes, urecBytes := r*dsahw.DescSize, r*dsahw.ComplSize, int(q.wqSize)*dsahw.ComplSize
 	mo := q.opts.Memory
-	mo.AllowPageable = mo.AllowPageable || pci.AcceptsPageable(q.d.dev.DMA())
+	mo.AllowPageable = mo.AllowPageable || pci.AcceptsPageable(q.dma)
 	mem, err := hugepage.Alloc(ringBytes+recBytes+urecBytes, mo)
 	if err != nil {
 		return fmt.Errorf("ioat: %s: WQ %d descriptor ring: %w", q.d.addr, q.idx, err)
 	}
-	m, err := q.d.dev.DMA().Map(mem.Bytes())
+	m, err := q.dma.Map(mem.Bytes())
 	if err != nil {
 		mem.Close()
 		return fmt.Errorf("ioat: %s: map WQ %d ring for DMA: %w", q.d.addr, q.idx, err)
@@ -326,6 +340,9 @@ func (q *WQ) allocRing() error {
 	q.size, q.mask = uint64(r), uint64(r-1)
 	q.slots = make([]slot, r)
 	q.units = make([]unit, q.wqSize)
+	if q.user != nil {
+		q.redo = make([]uint64, 0, q.maxBatch)
+	}
 	iovas := func(base, n, stride int) ([]uint64, error) {
 		out := make([]uint64, n)
 		for i := range out {
@@ -351,7 +368,7 @@ func (q *WQ) allocRing() error {
 
 func (q *WQ) freeRing() {
 	if q.memMap != nil {
-		_ = q.d.dev.DMA().Unmap(q.memMap)
+		_ = q.dma.Unmap(q.memMap)
 		q.memMap = nil
 	}
 	if q.mem != nil {
@@ -371,6 +388,10 @@ func (q *WQ) selfStart() error {
 	w := startWait(q.opts.StartTimeout)
 	for q.Poll(out[:]) == 0 {
 		if w.expired() {
+			if q.user != nil {
+				return opErr(q.d.addr, "start", fmt.Errorf("%w: %s's start-up no-op did not complete in %v: the WQ takes no descriptors (is it enabled? see %s)",
+					ErrTimeout, q.user.wq.Name, q.opts.StartTimeout, q.user.dir))
+			}
 			return opErr(q.d.addr, "start", fmt.Errorf("%w: WQ %d's start-up no-op did not complete in %v (GENSTS %s, SWERR %#x)",
 				ErrTimeout, q.idx, q.opts.StartTimeout, dsahw.StateName(q.d.regs.Read32(dsahw.RegGenSts)), q.d.regs.Read64(dsahw.RegSWErr)))
 		}
@@ -552,7 +573,7 @@ func (q *WQ) Submit() {
 // post turns ring descriptors [posted, head) into units while the WQ has
 // free entries.
 func (q *WQ) post() {
-	for q.posted < q.head && q.uHead-q.uTail < q.wqSize {
+	for q.posted < q.head && q.uHead-q.uTail < q.wqSize && !q.closing {
 		first := q.posted
 		n := uint64(1)
 		for first+n < q.head && int(n) < q.maxBatch && (first+n)&q.mask != 0 &&
@@ -580,6 +601,9 @@ func (q *WQ) post() {
 			le.PutUint32(q.rec[dsahw.DescOffSize:], uint32(n))
 		}
 		le.PutUint16(q.rec[dsahw.DescOffIntH:], q.intH)
+		if !q.write() {
+			return // a shared WQ is full: Poll posts it later
+		}
 		if q.uHead == q.uTail {
 			q.stall = 0 // the watchdog's clock starts with this work
 		}
@@ -587,10 +611,33 @@ func (q *WQ) post() {
 		q.posted += n
 		q.stats.Submitted += n
 		q.stats.Doorbells++
-		// One 64-byte posted write (MOVDIR64B fences the descriptor and
-		// record stores before it).
-		q.d.portal.WritePortal(dsahw.PortalOffset(q.idx), &q.rec)
 	}
+}
+
+// enqTries bounds the ENQCMDs one submission tries on a full shared WQ
+// before it leaves the descriptor for the next Submit or Poll.
+const enqTries = 64
+
+// write submits q.rec: one 64-byte posted write to BAR2 or to the
+// kernel's portal (MOVDIR64B fences the descriptor and record stores
+// before it), or ENQCMD on a shared WQ, retried while the WQ answers full
+// (at most enqTries times). It reports whether the WQ took it.
+func (q *WQ) write() bool {
+	switch {
+	case q.user == nil:
+		q.d.portal.WritePortal(dsahw.PortalOffset(q.idx), &q.rec)
+		return true
+	case !q.shared:
+		q.user.portal.Write64B(&q.rec)
+		return true
+	}
+	for i := 0; i < enqTries; i++ {
+		if q.user.portal.Enqueue(&q.rec) {
+			return true
+		}
+		q.stats.EnqRetries++
+	}
+	return false
 }
 
 // Poll reaps completed requests into out, in submission order, and
@@ -603,8 +650,12 @@ func (q *WQ) Poll(out []Completion) int {
 		return q.deliver(out)
 	}
 	for q.uTail < q.uHead {
-		u := q.units[q.uTail%q.wqSize]
-		rec := q.urecs[(q.uTail%q.wqSize)*dsahw.ComplSize:]
+		ui := q.uTail % q.wqSize
+		u := q.units[ui]
+		if u.waiting && !q.repost(ui) {
+			break
+		}
+		rec := q.urecs[ui*dsahw.ComplSize:]
 		st := uint8(load32(rec)) & dsahw.ComplStatusMask
 		if st == dsahw.StatusNone {
 			q.stallCheck()
@@ -612,9 +663,13 @@ func (q *WQ) Poll(out []Completion) int {
 		}
 		dmasync.Observe()
 		q.stall = 0
-		if st != dsahw.StatusSuccess && st != dsahw.StatusSuccessPred {
+		if q.user != nil && q.resume(ui, st) {
+			break // the unit's entry re-runs what a page fault cut short
+		}
+		if st != dsahw.StatusSuccess && st != dsahw.StatusSuccessPred && !q.units[ui].redo {
 			q.unitFailed(u, rec, st)
 		}
+		q.units[ui].redo = false
 		q.uTail++
 		q.tail = u.first + u.n
 		q.stats.Completed += u.n
@@ -669,6 +724,10 @@ func (q *WQ) stallCheck() {
 	q.stall++
 	if q.stall == 1 {
 		q.stallAt = time.Now()
+		return
+	}
+	if q.user != nil {
+		q.userStall()
 		return
 	}
 	var sw uint64
@@ -743,6 +802,9 @@ func (q *WQ) Close() error {
 	if q.closed {
 		return nil
 	}
+	if q.user != nil {
+		return q.closeUser()
+	}
 	q.closed = true
 	d := q.d
 	d.mu.Lock()
@@ -788,12 +850,26 @@ type DSAError struct {
 	Stalled bool
 	Waited  time.Duration
 	State   uint32
+	// Kernel is set for a WQ of the kernel path (OpenUserWQ), which user
+	// space cannot abort or reset.
+	Kernel bool
+	// Touch is why a page fault could not be resumed (the kernel path):
+	// the page could not be brought in, or the descriptor kept faulting.
+	Touch error
 }
 
 func (e *DSAError) Error() string {
 	switch {
+	case e.Stalled && e.Kernel:
+		return fmt.Sprintf("ioat %s WQ %d: %s failed: the WQ completed nothing for %v; the kernel owns it: disable and enable it again", e.Addr, e.WQ, e.Op, e.Waited)
 	case e.Stalled:
 		return fmt.Sprintf("ioat %s WQ %d: %s failed: the WQ completed nothing for %v (device %s, SWERR empty); the WQ was aborted", e.Addr, e.WQ, e.Op, e.Waited, dsahw.StateName(e.State))
+	case e.Touch != nil:
+		side := "read"
+		if e.Write {
+			side = "write"
+		}
+		return fmt.Sprintf("ioat %s WQ %d: %s failed: page fault (%s) at %#x after %d bytes, not resumed: %v", e.Addr, e.WQ, e.Op, side, e.Fault, e.Bytes, e.Touch)
 	case e.SWErr != 0:
 		return fmt.Sprintf("ioat %s WQ %d: %s failed: SWERR %#x (status %s): the completion record could not be written", e.Addr, e.WQ, e.Op, e.SWErr, dsahw.StatusString(uint8(e.SWErr>>dsahw.SWErrCodeShift)))
 	}

@@ -91,6 +91,7 @@ type Queue interface {
 
 	rearm()
 	countInterrupt()
+	domain() pci.DMA
 }
 
 var _ Queue = (*Channel)(nil)
@@ -199,27 +200,11 @@ type echan struct {
 // domain (one VFIO container, or one emulated platform), since buffers are
 // mapped once for all channels.
 func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
-	d := DefaultEngineOptions()
-	if o.CPUThreshold == 0 {
-		o.CPUThreshold = d.CPUThreshold
-	}
-	if o.HybridMin == 0 {
-		o.HybridMin = d.HybridMin
-	}
-	if o.StripeMin == 0 {
-		o.StripeMin = d.StripeMin
-	}
-	if o.CacheBytes == 0 {
-		o.CacheBytes = d.CacheBytes
-	}
-	if o.SpinWait == 0 {
-		o.SpinWait = d.SpinWait
+	if err := o.fill(); err != nil {
+		return nil, err
 	}
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("ioat: engine with no channels: %w", ErrBadRequest)
-	}
-	if o.Policy < RoundRobin || o.Policy > Dedicated {
-		return nil, fmt.Errorf("ioat: %v: %w", o.Policy, ErrBadRequest)
 	}
 	dma := devs[0].DMA()
 	for _, dev := range devs[1:] {
@@ -290,6 +275,60 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// NewEngineQueues builds an Engine over queues already open: the work
+// queues of the kernel path (OpenUserWQ), or channels and WQs opened
+// by hand. They must share one DMA domain. The Engine owns them from
+// then on and closes them with itself; on failure they are closed.
+func NewEngineQueues(qs []Queue, o EngineOptions) (*Engine, error) {
+	fail := func(err error) (*Engine, error) {
+		for _, q := range qs {
+			q.Close()
+		}
+		return nil, err
+	}
+	if err := o.fill(); err != nil {
+		return fail(err)
+	}
+	if len(qs) == 0 {
+		return nil, fmt.Errorf("ioat: engine with no queues: %w", ErrBadRequest)
+	}
+	dma := qs[0].domain()
+	for _, q := range qs[1:] {
+		if q.domain() != dma {
+			return fail(fmt.Errorf("ioat: queues %v and %v are in different DMA domains: an engine maps each buffer once for all its queues: %w", qs[0].Info().Platform, q.Info().Platform, ErrBadRequest))
+		}
+	}
+	e := &Engine{dma: dma, cache: newRegCache(dma, o.CacheBytes), opts: o, irqWait: irqWaitMax}
+	for _, q := range qs {
+		e.chans = append(e.chans, &echan{ch: q, failed: map[uint64]error{}})
+	}
+	return e, nil
+}
+
+// fill sets the defaults of unset options and checks the policy.
+func (o *EngineOptions) fill() error {
+	d := DefaultEngineOptions()
+	if o.CPUThreshold == 0 {
+		o.CPUThreshold = d.CPUThreshold
+	}
+	if o.HybridMin == 0 {
+		o.HybridMin = d.HybridMin
+	}
+	if o.StripeMin == 0 {
+		o.StripeMin = d.StripeMin
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = d.CacheBytes
+	}
+	if o.SpinWait == 0 {
+		o.SpinWait = d.SpinWait
+	}
+	if o.Policy < RoundRobin || o.Policy > Dedicated {
+		return fmt.Errorf("ioat: %v: %w", o.Policy, ErrBadRequest)
+	}
+	return nil
 }
 
 // Queues returns the engine's queues (channels and work queues), for
