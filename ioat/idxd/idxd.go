@@ -248,11 +248,11 @@ func ParseOpCap(s string) ([4]uint64, error) {
 	}
 	for i, w := range words {
 		if len(w) == 0 || len(w) > 8 {
-			return oc, fmt.Errorf("operation bitmap %q: word %q is not 1 to 8 hex digits", s, w)
+			return [4]uint64{}, fmt.Errorf("operation bitmap %q: word %q is not 1 to 8 hex digits", s, w)
 		}
 		v, err := strconv.ParseUint(w, 16, 32)
-		if err != nil {
-			return oc, fmt.Errorf("operation bitmap %q: word %q is not hex", s, w)
+		if err != nil || strings.ContainsAny(w, "+-_xX") {
+			return [4]uint64{}, fmt.Errorf("operation bitmap %q: word %q is not hex", s, w)
 		}
 		bit := 32 * (len(words) - 1 - i) // of the word's lowest bit
 		oc[bit/64] |= v << (bit % 64)
