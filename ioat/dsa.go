@@ -508,6 +508,21 @@ func (q *WQ) chunk(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int
 }
 
 func (q *WQ) enqueue(op uint8, dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int, pattern, tag uint64) error {
+	if n <= q.maxXfer && len(dst.Segments) == 1 && (src == nil || len(src.Segments) == 1) {
+		// One descriptor, addresses straight from the single segments
+		// (checkRange has bounded the offsets): the common case, kept
+		// free of the per-chunk lookups below.
+		if q.head-q.tail >= q.mask {
+			return ErrRingFull
+		}
+		d := dst.Segments[0].IOVA + uint64(dstOff)
+		s, kind := pattern, uint8(1)
+		if src != nil {
+			s, kind = src.Segments[0].IOVA+uint64(srcOff), 0
+		}
+		q.put(op, s, d, uint32(n), tag, q.head, true, kind)
+		return nil
+	}
 	need := 1
 	if n > q.maxXfer || len(dst.Segments) > 1 || (src != nil && len(src.Segments) > 1) {
 		need = 0
@@ -543,7 +558,7 @@ func (q *WQ) enqueue(op uint8, dst *pci.Mapping, dstOff int, src *pci.Mapping, s
 // batch member (CRAV to its own record, written only on failure).
 func (q *WQ) put(op uint8, src, dst uint64, n uint32, tag, first uint64, last bool, kind uint8) {
 	i := q.head & q.mask
-	b := q.ring[i*dsahw.DescSize : i*dsahw.DescSize+dsahw.DescSize]
+	b := (*[dsahw.DescSize]byte)(q.ring[i*dsahw.DescSize:])
 	le := binary.LittleEndian
 	le.PutUint32(b[dsahw.DescOffPASID:], 0)
 	le.PutUint32(b[dsahw.DescOffFlags:], uint32(op)<<24|dsahw.FlagCRAV|dsahw.FlagCC)
