@@ -432,6 +432,13 @@ func (q *WQ) Free() int { return int(q.size - 1 - (q.head - q.tail)) }
 func (q *WQ) Outstanding() int { return int(q.head - q.reaped) }
 
 func (q *WQ) usable() error {
+	if !q.closed && q.broken == nil {
+		return nil // inlined: the fast path of every enqueue
+	}
+	return q.unusable()
+}
+
+func (q *WQ) unusable() error {
 	if q.closed {
 		return opErr(q.d.addr, "enqueue", ErrClosed)
 	}
