@@ -26,6 +26,13 @@ type charDevPortal struct {
 // (write-only, shared, as the idxd driver allows), checking first that
 // the CPU has the instruction the WQ's mode needs.
 func openCharDev(path string, wq idxd.WQ) (Portal, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, portalOpenErr(path, wq, err)
+	}
+	if st.Mode()&os.ModeCharDevice == 0 {
+		return nil, fmt.Errorf("ioat: %s: %s is not a character device: is /dev the kernel's devtmpfs (UserOptions.Dev)? %w", wq.Name, path, ErrNoUserWQ)
+	}
 	if wq.Dedicated() && !movdir.Supported() {
 		return nil, fmt.Errorf("ioat: %s: this CPU lacks MOVDIR64B (CPUID.7.0:ECX bit 28), which a dedicated WQ's portal needs: %w", wq.Name, pci.ErrNotSupported)
 	}

@@ -78,3 +78,21 @@ func TestDSAConfigure(t *testing.T) {
 		t.Errorf("--mode both: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestUserWQDevice: --device takes the kernel's user WQs by name, and
+// what keeps one from opening reaches the user with its fix.
+func TestUserWQDevice(t *testing.T) {
+	dsaSysfs(t, "wq0.0")
+	r := ioatctl(t, "verify", "--device", "wq0.0", "--iterations", "4")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "not a character device") {
+		t.Errorf("verify on a WQ whose /dev node is a plain file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = ioatctl(t, "copy", "--device", "wq0.3", "--size", "64K")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "enable-wq dsa0/wq0.3") {
+		t.Errorf("copy on a disabled WQ: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = ioatctl(t, "copy", "--device", "wq0.0,0000:00:04.0")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "not a work queue name") {
+		t.Errorf("a WQ and a PCI address mixed: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
