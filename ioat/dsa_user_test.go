@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/gomx-dev/gomx/emulated"
@@ -25,6 +26,9 @@ type kernelDSA struct {
 	plat *emulated.DSA
 	root string
 	o    UserOptions
+	// dropsExpected is how many descriptors the test means the model to
+	// drop (each a violation it records).
+	dropsExpected uint64
 }
 
 func newKernelDSA(t testing.TB) *kernelDSA {
@@ -33,16 +37,17 @@ func newKernelDSA(t testing.TB) *kernelDSA {
 	if err != nil {
 		t.Fatal(err)
 	}
+	k := &kernelDSA{plat: plat}
 	t.Cleanup(func() {
-		if s := plat.Stats(0); s.Violations != 0 {
-			t.Errorf("the model recorded %d violations; last: %s", s.Violations, s.LastViolation)
+		if s := plat.Stats(0); s.Violations != k.dropsExpected || s.Dropped != k.dropsExpected {
+			t.Errorf("the model recorded %d violations and %d drops, want %d; last: %s", s.Violations, s.Dropped, k.dropsExpected, s.LastViolation)
 		}
 		plat.Close()
 	})
 	if err := plat.ConfigureKernel(0, []emulated.KernelWQ{{Size: 16}, {Size: 16, Shared: true}, {Size: 16}, {Size: 16}}); err != nil {
 		t.Fatal(err)
 	}
-	k := &kernelDSA{plat: plat, root: sysfstest.Build(t, "testdata/idxd-user.txt")}
+	k.root = sysfstest.Build(t, "testdata/idxd-user.txt")
 	k.o = UserOptions{Sysfs: k.root, Dev: filepath.Join(k.root, "dev"), DMA: plat.IOMMU(),
 		OpenPortal: func(path string, wq idxd.WQ) (Portal, error) { return plat.UserPortal(0, wq.Index) }}
 	return k
@@ -394,4 +399,49 @@ func TestUserWQNoAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("%v allocations per batch of 32", allocs)
 	}
+}
+
+// TestUserWQStall: the kernel disables the WQ under an open user (its
+// portal then drops what is written to it); the watchdog fails the
+// request with ErrStalled, saying the kernel owns the WQ, the WQ takes no
+// more work, and Close leaves the ring mapped, since user space cannot
+// stop the device from writing into it.
+func TestUserWQStall(t *testing.T) {
+	k := newKernelDSA(t)
+	o := k.o
+	o.Watchdog = 20 * time.Millisecond
+	q, err := OpenUserWQ("wq0.0", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.plat.DisableWQ(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	k.dropsExpected = 1
+	dma := k.plat.IOMMU()
+	buf := make([]byte, 8192)
+	m, _ := dma.Map(buf)
+	defer dma.Unmap(m)
+	if err := q.EnqueueCopy(m, 0, m, 4096, 4096, 7); err != nil {
+		t.Fatal(err)
+	}
+	q.Submit()
+	var out [1]Completion
+	for w := startWait(5 * time.Second); q.Poll(out[:]) == 0; {
+		if w.expired() {
+			t.Fatal("the watchdog never failed the request")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var de *DSAError
+	if !errors.Is(out[0].Err, ErrStalled) || !errors.As(out[0].Err, &de) || !de.Kernel || !strings.Contains(out[0].Err.Error(), "kernel owns it") {
+		t.Errorf("stalled request: %v", out[0].Err)
+	}
+	if err := q.EnqueueNull(8); !errors.Is(err, ErrChannelBroken) || !strings.Contains(err.Error(), "dsa-config") {
+		t.Errorf("enqueue after the stall: %v", err)
+	}
+	if err := q.Close(); err == nil || !strings.Contains(err.Error(), "left mapped") {
+		t.Errorf("Close after a stall: %v", err)
+	}
+	q.freeRing() // the test knows the model's WQ is disabled: nothing can write there now
 }
