@@ -270,9 +270,16 @@ func (q *WQ) resume(ui uint64, st uint8) bool {
 	switch {
 	case u.redo:
 		k := q.redo[0]
-		if st == dsahw.StatusPageFault && q.fixFault(k, rec) {
-			q.repost(ui)
-			return true
+		if st == dsahw.StatusPageFault {
+			// The re-run faulted again, further on.
+			if q.redoTries++; q.redoTries > maxFaultTries {
+				c, _ := dsahw.DecodeCompletion(rec)
+				q.failFrom(k, &DSAError{Addr: q.d.addr, WQ: q.idx, Op: opNames[q.slots[k&q.mask].op], Status: c.Status, Bytes: c.Bytes, Fault: c.Fault, Write: c.Write,
+					Touch: fmt.Errorf("still faulting after %d resumptions", maxFaultTries)})
+			} else if q.fixFault(k, rec) {
+				q.repost(ui)
+				return true
+			}
 		}
 		if !ok && st != dsahw.StatusPageFault {
 			c, _ := dsahw.DecodeCompletion(rec)
@@ -309,14 +316,14 @@ func (q *WQ) resume(ui uint64, st uint8) bool {
 	return true
 }
 
-// maxFaultTries bounds the page faults one descriptor may take: each
-// resumes past the bytes done, so a descriptor faults at most once per
-// page it spans unless its pages are taken away again meanwhile.
+// maxFaultTries bounds the page faults one descriptor may take after its
+// first: each resumes past the bytes done, so a descriptor faults at most
+// once per page it spans unless its pages are taken away again meanwhile.
 const maxFaultTries = 64
 
 // fixFault brings in the page a descriptor faulted on and rewrites ring
 // descriptor k to do the rest; it fails the request (false) when the page
-// cannot be had or the descriptor keeps faulting.
+// cannot be had.
 func (q *WQ) fixFault(k uint64, rec []byte) bool {
 	c, _ := dsahw.DecodeCompletion(rec)
 	i := k & q.mask
@@ -327,15 +334,12 @@ func (q *WQ) fixFault(k uint64, rec []byte) bool {
 		q.failFrom(k, &DSAError{Addr: q.d.addr, WQ: q.idx, Op: opNames[q.slots[i].op], Status: c.Status, Bytes: c.Bytes, Fault: c.Fault, Write: c.Write, Touch: why})
 		return false
 	}
-	q.redoTries++
 	t, can := q.dma.(toucher)
 	switch {
 	case !can:
 		return fail(fmt.Errorf("the DMA domain cannot bring pages in: %w", pci.ErrNotSupported))
 	case c.Bytes >= size:
 		return fail(fmt.Errorf("the device reported %d of %d bytes done with a fault", c.Bytes, size))
-	case q.redoTries > maxFaultTries:
-		return fail(fmt.Errorf("still faulting after %d resumptions", maxFaultTries))
 	}
 	if err := t.Touch(c.Fault, c.Write); err != nil {
 		return fail(err)

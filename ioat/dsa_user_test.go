@@ -304,6 +304,41 @@ func TestUserWQFaultUnresumable(t *testing.T) {
 
 type noTouch struct{ pci.DMA }
 
+// lyingTouch says it brought a page in and did not.
+type lyingTouch struct{ pci.DMA }
+
+func (lyingTouch) Touch(uint64, bool) error { return nil }
+
+// TestUserWQFaultBound: a page that stays away after every touch fails
+// its request after a bounded number of resumptions instead of looping.
+func TestUserWQFaultBound(t *testing.T) {
+	k := newKernelDSA(t)
+	q := k.open(t, "wq0.0")
+	defer q.Close()
+	dma := k.plat.IOMMU()
+	q.dma = lyingTouch{dma}
+	src, dst := pageBuf(16384), pageBuf(16384)
+	sm, _ := dma.Map(src)
+	dm, _ := dma.Map(dst)
+	defer dma.Unmap(sm)
+	defer dma.Unmap(dm)
+	dma.MarkNotPresent(dst[4096:4097])
+	if err := q.EnqueueCopy(dm, 0, sm, 0, 16384, 1); err != nil {
+		t.Fatal(err)
+	}
+	q.Submit()
+	var out [1]Completion
+	for w := startWait(q.opts.Watchdog); q.Poll(out[:]) == 0; {
+		if w.expired() {
+			t.Fatal("no completion")
+		}
+	}
+	var de *DSAError
+	if !errors.As(out[0].Err, &de) || de.Touch == nil || !strings.Contains(de.Error(), "still faulting") || !de.Write || q.Stats().PageFaults != maxFaultTries+1 {
+		t.Fatalf("a page that never comes: %v (%d resumptions)", out[0].Err, q.Stats().PageFaults)
+	}
+}
+
 // TestUserWQErrors: what keeps a user WQ from opening is said with its
 // fix.
 func TestUserWQErrors(t *testing.T) {
