@@ -135,6 +135,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzDescriptor$$' -fuzztime 5000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzRegisterWrites$$' -fuzztime 5000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5000x ./ioat/hw/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseOpCap$$' -fuzztime 5000x ./ioat/idxd/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUDP$$' -fuzztime 5000x ./xdp/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEthHeader$$' -fuzztime 5000x ./xdp/
 	$(GO) test -run '^$$' -fuzz '^FuzzNetlinkNeighbours$$' -fuzztime 5000x ./xdp/

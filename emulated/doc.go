@@ -153,6 +153,20 @@
 // InjectStatus makes a chosen descriptor complete with a chosen status,
 // for testing a driver's recovery.
 //
+// With DSAOptions.SVA the platform is a DSA as the kernel's idxd driver
+// leaves it for a process using its user work queues: ConfigureKernel
+// programs groups and WQs (dedicated or shared, PASID enabled) through the
+// registers as idxd does; UserPortal is a WQ's portal page as mapping
+// /dev/dsa/wqD.Q gives it, not a BAR of a function the process owns:
+// Write64B takes MOVDIR64B (dedicated WQs; anything else is dropped and
+// recorded), Enqueue takes ENQCMD (shared WQs) and answers false, as ZF
+// does, when the WQ is full or disabled; ENQCMD to a dedicated WQ is a
+// violation. Descriptor addresses are the process's virtual addresses:
+// the IOMMU maps a buffer at its own address, IOMMU.MarkNotPresent makes
+// pages fault with partial completion (bytes done, fault address, the
+// write bit; moves and fills alike) until IOMMU.Touch brings them in, as
+// the process touching the page would.
+//
 // # The 82574L (e1000e) model
 //
 // NewE1000E builds a platform of Intel 82574L NICs (8086:10D3, the device

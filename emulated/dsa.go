@@ -46,6 +46,15 @@ type DSAOptions struct {
 	Scatter bool
 	// IOVABase is the first IOVA the IOMMU hands out (default 4 GiB).
 	IOVABase uint64
+	// SVA makes the platform a DSA bound to the kernel's idxd driver with
+	// shared virtual memory, as a process using its user work queues
+	// sees it: the DMA domain is the process's address space (a mapping's
+	// IOVA is its virtual address; IOMMU.MarkNotPresent makes pages fault
+	// until IOMMU.Touch), descriptors carry no PASID of their own (the
+	// WQ's, or the one ENQCMD stamps), ConfigureKernel plays the kernel's
+	// part, and UserPortal hands out a WQ's portal page as the character
+	// device's mmap would.
+	SVA bool
 }
 
 // DefaultDSAOptions returns one Sapphire Rapids DSA with 8 WQs sharing 128
@@ -136,7 +145,11 @@ func NewDSA(o DSAOptions) (*DSA, error) {
 	case o.MaxBatchShift < 1 || o.MaxBatchShift > 15:
 		return nil, fmt.Errorf("emulated dsa: max_batch_shift %d: want 1..15", o.MaxBatchShift)
 	}
+	if o.SVA && o.Scatter {
+		return nil, fmt.Errorf("emulated dsa: SVA and Scatter: a process address space has no IOVA segments to scatter")
+	}
 	p := &DSA{iommu: newIOMMU(o.IOVABase, o.Scatter)}
+	p.iommu.sva = o.SVA
 	for i := 0; i < o.Devices; i++ {
 		f := &Function{
 			addr:    pci.Address{Bus: 0x6a + uint8(i)*0x10, Device: 1, Function: 0},

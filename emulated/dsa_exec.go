@@ -159,7 +159,7 @@ func (d *dsaDevice) execute(wqi int, wq *dsaWQ, desc *dsahw.Descriptor, inBatch 
 		c.Status = dsahw.StatusInvalidFlags
 	case desc.Op > 0x3F || !dsahw.HasOp(d.opcap(), desc.Op) || inBatch && desc.Op == dsahw.OpBatch:
 		c.Status = dsahw.StatusBadOpcode
-	case desc.PASID != 0:
+	case desc.PASID != 0 && !d.o.SVA:
 		c.Status = dsahw.StatusNonZeroRsvd // no PASID under VFIO
 	case desc.Flags&dsahw.FlagCRAV != 0 && desc.Compl%dsahw.ComplAlign != 0:
 		// The record cannot be written where asked: the error goes to
@@ -253,16 +253,27 @@ func (d *dsaDevice) move(dst, src uint64, n int, c *dsahw.Completion) {
 func (d *dsaDevice) fill(dst, pattern uint64, n int, c *dsahw.Completion) {
 	d.f.dom.rlock()
 	defer d.f.dom.runlock()
-	t, tok, ok := d.span(dst, n, true)
-	if !ok {
-		pageFault(c, 0, dst+uint64(tok&^(pageSize-1)), true)
-		return
-	}
 	var p [8]byte
 	binary.LittleEndian.PutUint64(p[:], pattern)
-	for i := 0; i < len(t); i += copy(t[i:], p[:]) {
+	t, tok, ok := d.span(dst, n, true)
+	if ok {
+		for i := 0; i < len(t); i += copy(t[i:], p[:]) {
+		}
+		d.nBytes.Add(uint64(n))
+		return
 	}
-	d.nBytes.Add(uint64(n))
+	// Partial completion: the pages reachable before the fault, the
+	// pattern continuing across them.
+	for done := 0; done < tok; {
+		l := min(tok-done, int(pageSize-(dst+uint64(done))%pageSize))
+		pt, _ := d.f.dom.translate(dst+uint64(done), l, true, &d.hint)
+		for i := range pt {
+			pt[i] = p[(done+i)%8]
+		}
+		done += l
+	}
+	pageFault(c, tok, dst+uint64(tok), true)
+	d.nBytes.Add(uint64(tok))
 }
 
 func (d *dsaDevice) compare(a, b uint64, n int, c *dsahw.Completion) {

@@ -375,7 +375,7 @@ func (d *dsaDevice) enableWQ(i int) uint8 {
 		return dsahw.CmdErrConfig
 	}
 	d.qmu.Lock()
-	wq.enabled, wq.dedicated = true, true
+	wq.enabled, wq.dedicated = true, mode&dsahw.WQModeDedic != 0
 	wq.size, wq.xferShift, wq.batchShift = size, xs, bs
 	wq.q = make([][dsahw.DescSize]byte, size)
 	wq.qHead, wq.qN = 0, 0

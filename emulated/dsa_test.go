@@ -3,6 +3,7 @@ package emulated
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -467,4 +468,53 @@ var cmdErrCodes = map[uint8]string{
 	0x20: "device not enabled", 0x21: "WQ enabled", 0x22: "WQ size", 0x23: "WQ priority", 0x24: "WQ mode",
 	0x25: "BOF", 0x26: "PASID enable", 0x27: "max batch", 0x28: "max transfer",
 	0x31: "disable: device not enabled", 0x32: "WQ not enabled",
+}
+
+// TestDSAKernelPortal: the portal of the SVA model's user WQs takes
+// ENQCMD on a shared WQ until it is full (then answers retry), refuses
+// ENQCMD to a dedicated WQ and drops MOVDIR64B to a shared one, each a
+// violation; a platform without SVA has no kernel side.
+func TestDSAKernelPortal(t *testing.T) {
+	p, err := NewDSA(DSAOptions{SVA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.ConfigureKernel(0, []KernelWQ{{Size: 2, Shared: true}, {Size: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	p.devs[0].paused.Store(true) // nothing leaves the WQs
+	shared, _ := p.UserPortal(0, 0)
+	dedicated, _ := p.UserPortal(0, 1)
+	var rec [64]byte
+	binary.LittleEndian.PutUint32(rec[dsahw.DescOffFlags:], uint32(dsahw.OpNoop)<<24)
+	if !shared.Enqueue(&rec) || !shared.Enqueue(&rec) {
+		t.Fatal("the shared WQ refused a descriptor while it had room")
+	}
+	if shared.Enqueue(&rec) || shared.Refused() != 1 {
+		t.Fatalf("the full shared WQ took a third descriptor (refused %d)", shared.Refused())
+	}
+	if s := p.Stats(0); s.Violations != 0 {
+		t.Fatalf("a full shared WQ is no violation: %s", s.LastViolation)
+	}
+	if dedicated.Enqueue(&rec) || p.Stats(0).Violations != 1 {
+		t.Errorf("ENQCMD to a dedicated WQ: %+v", p.Stats(0))
+	}
+	shared.Write64B(&rec)
+	if s := p.Stats(0); s.Violations != 2 || s.Dropped != 1 || !strings.Contains(s.LastViolation, "shared WQs take ENQCMD only") {
+		t.Errorf("MOVDIR64B to a shared WQ: %+v", s)
+	}
+	p.devs[0].paused.Store(false)
+
+	q, _ := NewDSA(DSAOptions{})
+	defer q.Close()
+	if err := q.ConfigureKernel(0, []KernelWQ{{Size: 2}}); err == nil || !strings.Contains(err.Error(), "SVA") {
+		t.Errorf("ConfigureKernel without SVA: %v", err)
+	}
+	if _, err := q.UserPortal(0, 0); err == nil {
+		t.Error("UserPortal without SVA")
+	}
+	if err := q.IOMMU().Touch(1<<32, false); !errors.Is(err, pci.ErrNotSupported) {
+		t.Errorf("Touch on an IOMMU: %v", err)
+	}
 }

@@ -27,6 +27,13 @@ type IOMMU struct {
 	scatter bool
 	live    int
 
+	// sva makes the domain the process's own address space, as a
+	// device with PASID and shared virtual memory sees it: a mapping's
+	// IOVA is its virtual address. absent holds the pages (by address)
+	// a test marked not present: an access to them faults until Touch.
+	sva    bool
+	absent map[uint64]struct{}
+
 	faults    atomic.Uint64
 	lastFault atomic.Uint64
 	mapCost   atomic.Int64 // ns per 4 KiB page: see SetMapCost
@@ -67,6 +74,15 @@ func (u *IOMMU) Map(buf []byte) (*pci.Mapping, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	m := &pci.Mapping{Buf: buf}
+	if u.sva {
+		// The device reaches the buffer where the process has it.
+		iova := uint64(addrOff(buf))
+		m.Segments = []pci.Segment{{IOVA: iova, Len: len(buf)}}
+		u.insert(entry{iova: iova, buf: buf, m: m})
+		m.Handle = u
+		u.live++
+		return m, nil
+	}
 	align := uint64(pageSize)
 	if len(buf) >= 2<<20 {
 		align = 2 << 20
@@ -167,6 +183,10 @@ func (u *IOMMU) runlock() { u.mu.RUnlock() }
 // translate returns the memory behind [iova, iova+n), which must lie in one
 // mapping segment. The caller holds rlock. On a miss it records a fault.
 func (u *IOMMU) translate(iova uint64, n int, write bool, hint *int) ([]byte, bool) {
+	if len(u.absent) > 0 && u.isAbsent(iova, n) {
+		u.fault(iova, write)
+		return nil, false
+	}
 	es := u.entries
 	if h := *hint; h < len(es) {
 		e := &es[h]
@@ -184,13 +204,72 @@ func (u *IOMMU) translate(iova uint64, n int, write bool, hint *int) ([]byte, bo
 			return e.buf[o : o+uint64(n)], true
 		}
 	}
+	if u.sva {
+		// Mappings of one address space may overlap (a buffer and a
+		// part of it): look at every one.
+		for j := range es {
+			e := &es[j]
+			if iova >= e.iova && iova-e.iova+uint64(n) <= uint64(len(e.buf)) && iova+uint64(n) >= iova {
+				*hint = j
+				o := iova - e.iova
+				return e.buf[o : o+uint64(n)], true
+			}
+		}
+	}
+	u.fault(iova, write)
+	return nil, false
+}
+
+// fault records a refused access.
+func (u *IOMMU) fault(iova uint64, write bool) {
 	u.faults.Add(1)
 	v := iova &^ 1
 	if write {
 		v |= 1
 	}
 	u.lastFault.Store(v)
-	return nil, false
+}
+
+// isAbsent reports whether [iova, iova+n) touches a page marked not
+// present. The caller holds rlock.
+func (u *IOMMU) isAbsent(iova uint64, n int) bool {
+	for p := iova &^ (pageSize - 1); p < iova+uint64(n); p += pageSize {
+		if _, ok := u.absent[p]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// MarkNotPresent makes the pages under b (of a platform built with
+// DSAOptions.SVA) not present, as pages of the process the kernel has
+// not faulted in yet or has reclaimed: a descriptor that reaches one gets
+// a page fault with partial completion, until Touch brings the page in.
+// The memory itself is untouched.
+func (u *IOMMU) MarkNotPresent(b []byte) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.absent == nil {
+		u.absent = map[uint64]struct{}{}
+	}
+	start := uint64(addrOff(b)) &^ (pageSize - 1)
+	for p := start; p < uint64(addrOff(b)+len(b)); p += pageSize {
+		u.absent[p] = struct{}{}
+	}
+}
+
+// Touch brings in the page at addr, for writing when write is set: the
+// model of a process touching a page the device faulted on (in the
+// process's own address space this is a read or write of the page). It
+// fails on a domain that is not an address space (built without SVA).
+func (u *IOMMU) Touch(addr uint64, write bool) error {
+	if !u.sva {
+		return fmt.Errorf("emulated iommu: touch %#x: the domain is an IOMMU, not a process address space (DSAOptions.SVA): %w", addr, pci.ErrNotSupported)
+	}
+	u.mu.Lock()
+	delete(u.absent, addr&^(pageSize-1))
+	u.mu.Unlock()
+	return nil
 }
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }

@@ -151,6 +151,11 @@ type Stats struct {
 	Interrupts  uint64 // interrupt waits that woke on a signal
 	StallChecks uint64 // CHANSTS MMIO reads after the write-back did not move
 	Watchdogs   uint64 // requests failed because the channel stopped completing
+	// EnqRetries counts ENQCMDs a shared DSA work queue refused (full);
+	// PageFaults the descriptors resumed after a page fault (the kernel
+	// path, whose addresses are the process's).
+	EnqRetries uint64
+	PageFaults uint64
 	// SpunWaits counts Engine.Wait calls that polled a request of this
 	// channel (for up to EngineOptions.SpinWait) because it was not
 	// complete at their first look. Engine.ChannelStats fills it;
@@ -183,6 +188,8 @@ type slot struct {
 }
 
 var opNames = [...]string{"copy", "fill", "null"}
+
+func (c *Channel) domain() pci.DMA { return c.dev.DMA() }
 
 // Channel drives one CBDMA channel through the device contract.
 //

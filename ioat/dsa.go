@@ -1,20 +1,23 @@
 package ioat
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/gomx-dev/gomx/hugepage"
-	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
+
+// A DSA's control path under VFIO: identify, reset and configure the
+// device (groups, engines, dedicated WQs), enable it and its WQs, set up
+// each WQ's ring and completion records, and close. The data path
+// (enqueue, Submit, Poll) is in dsa_submit.go; the kernel path (the idxd
+// driver's user WQs) in dsa_user.go.
 
 // IsDSA reports whether dev is a DSA function the driver knows (by its
 // PCI IDs).
@@ -233,6 +236,10 @@ func OpenDSA(dev pci.Device, nWQ int, o Options) (_ []*WQ, err error) {
 // entry until its completion record is written.
 type unit struct {
 	first, n uint64 // ring indexes [first, first+n)
+	// redo marks a unit whose entry re-runs the rest of descriptors a
+	// page fault cut short (the kernel path: WQ.redo); waiting, one
+	// whose re-run a shared WQ has not accepted yet.
+	redo, waiting bool
 }
 
 // WQ drives one dedicated work queue of a DSA through its portal. Like a
@@ -273,6 +280,16 @@ type WQ struct {
 	maxBatch int
 	intH     uint16 // completion interrupt handle (0: none)
 	irq      *pci.Interrupt
+	dma      pci.DMA
+
+	// The kernel path (OpenUserWQ): the portal mapped from the WQ's
+	// character device instead of BAR2, ENQCMD on a shared WQ, and
+	// process virtual addresses, whose page faults are resumed.
+	user      *userWQ
+	shared    bool
+	redo      []uint64 // ring indexes to re-run after a page fault, oldest first
+	redoTries int      // faults of redo[0] so far
+	closing   bool
 
 	head, posted, tail, reaped uint64 // ring indexes
 	uHead, uTail               uint64 // units posted, completed
@@ -286,7 +303,7 @@ type WQ struct {
 var _ Queue = (*WQ)(nil)
 
 func newWQ(d *dsaDevice, idx, nWQ, size int, xferShift, batchShift uint, o Options) (*WQ, error) {
-	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift}
+	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift, dma: d.dev.DMA()}
 	q.info = Info{Addr: d.addr, Index: idx, Channels: nWQ, Platform: hw.Platform(d.name),
 		MaxTransfer: q.maxXfer, Fill: dsahw.HasOp(d.opcap, dsahw.OpFill), RingSize: o.RingSize}
 	if id, err := pci.ReadID(d.dev); err == nil {
@@ -307,12 +324,12 @@ func (q *WQ) allocRing() error {
 	r := q.opts.RingSize
 	ringBytes, recBytes, urecBytes := r*dsahw.DescSize, r*dsahw.ComplSize, int(q.wqSize)*dsahw.ComplSize
 	mo := q.opts.Memory
-	mo.AllowPageable = mo.AllowPageable || pci.AcceptsPageable(q.d.dev.DMA())
+	mo.AllowPageable = mo.AllowPageable || pci.AcceptsPageable(q.dma)
 	mem, err := hugepage.Alloc(ringBytes+recBytes+urecBytes, mo)
 	if err != nil {
 		return fmt.Errorf("ioat: %s: WQ %d descriptor ring: %w", q.d.addr, q.idx, err)
 	}
-	m, err := q.d.dev.DMA().Map(mem.Bytes())
+	m, err := q.dma.Map(mem.Bytes())
 	if err != nil {
 		mem.Close()
 		return fmt.Errorf("ioat: %s: map WQ %d ring for DMA: %w", q.d.addr, q.idx, err)
@@ -326,6 +343,9 @@ func (q *WQ) allocRing() error {
 	q.size, q.mask = uint64(r), uint64(r-1)
 	q.slots = make([]slot, r)
 	q.units = make([]unit, q.wqSize)
+	if q.user != nil {
+		q.redo = make([]uint64, 0, q.maxBatch)
+	}
 	iovas := func(base, n, stride int) ([]uint64, error) {
 		out := make([]uint64, n)
 		for i := range out {
@@ -351,7 +371,7 @@ func (q *WQ) allocRing() error {
 
 func (q *WQ) freeRing() {
 	if q.memMap != nil {
-		_ = q.d.dev.DMA().Unmap(q.memMap)
+		_ = q.dma.Unmap(q.memMap)
 		q.memMap = nil
 	}
 	if q.mem != nil {
@@ -371,6 +391,10 @@ func (q *WQ) selfStart() error {
 	w := startWait(q.opts.StartTimeout)
 	for q.Poll(out[:]) == 0 {
 		if w.expired() {
+			if q.user != nil {
+				return opErr(q.d.addr, "start", fmt.Errorf("%w: %s's start-up no-op did not complete in %v: the WQ takes no descriptors (is it enabled? see %s)",
+					ErrTimeout, q.user.wq.Name, q.opts.StartTimeout, q.user.dir))
+			}
 			return opErr(q.d.addr, "start", fmt.Errorf("%w: WQ %d's start-up no-op did not complete in %v (GENSTS %s, SWERR %#x)",
 				ErrTimeout, q.idx, q.opts.StartTimeout, dsahw.StateName(q.d.regs.Read32(dsahw.RegGenSts)), q.d.regs.Read64(dsahw.RegSWErr)))
 		}
@@ -403,338 +427,6 @@ func (q *WQ) rearm() {}
 
 func (q *WQ) countInterrupt() { q.stats.Interrupts++ }
 
-// Free returns how many descriptors can be enqueued now.
-func (q *WQ) Free() int { return int(q.size - 1 - (q.head - q.tail)) }
-
-// Outstanding returns how many descriptors are enqueued and not yet
-// reported by Poll.
-func (q *WQ) Outstanding() int { return int(q.head - q.reaped) }
-
-func (q *WQ) usable() error {
-	if q.closed {
-		return opErr(q.d.addr, "enqueue", ErrClosed)
-	}
-	return q.broken
-}
-
-// EnqueueCopy adds a memory move of n bytes from src at srcOff to dst at
-// dstOff, split at the transfer limit and at IOVA discontinuities, as
-// Channel.EnqueueCopy does. Nothing runs until Submit.
-func (q *WQ) EnqueueCopy(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int, tag uint64) error {
-	if err := q.usable(); err != nil {
-		return err
-	}
-	if err := checkRange("copy destination", dst, dstOff, n); err != nil {
-		return err
-	}
-	if err := checkRange("copy source", src, srcOff, n); err != nil {
-		return err
-	}
-	if n == 0 {
-		return q.EnqueueNull(tag)
-	}
-	return q.enqueue(dsahw.OpMemMove, dst, dstOff, src, srcOff, n, 0, tag)
-}
-
-// EnqueueFill adds a fill of n bytes at dst/dstOff with the 64-bit
-// pattern (byte i gets byte i%8), split like EnqueueCopy. It fails with
-// ErrNoFill when OPCAP lacks memory fill.
-func (q *WQ) EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, tag uint64) error {
-	if err := q.usable(); err != nil {
-		return err
-	}
-	if !q.info.Fill {
-		return opErr(q.d.addr, "fill", ErrNoFill)
-	}
-	if err := checkRange("fill destination", dst, dstOff, n); err != nil {
-		return err
-	}
-	if n == 0 {
-		return q.EnqueueNull(tag)
-	}
-	return q.enqueue(dsahw.OpFill, dst, dstOff, nil, 0, n, pattern, tag)
-}
-
-// EnqueueNull adds a no-op descriptor that completes in order.
-func (q *WQ) EnqueueNull(tag uint64) error {
-	if err := q.usable(); err != nil {
-		return err
-	}
-	if q.Free() < 1 {
-		return ErrRingFull
-	}
-	q.put(dsahw.OpNoop, 0, 0, 0, tag, q.head, true, 2)
-	return nil
-}
-
-// chunk is the next piece of a transfer: within the transfer limit and
-// IOVA-contiguous in both buffers.
-func (q *WQ) chunk(dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int) (l int, d, s uint64, err error) {
-	l = min(n, q.maxXfer)
-	di, dc, err := dst.IOVA(dstOff)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("ioat: destination: %w", err)
-	}
-	l = min(l, dc)
-	if src != nil {
-		si, sc, err := src.IOVA(srcOff)
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("ioat: source: %w", err)
-		}
-		l, s = min(l, sc), si
-	}
-	return l, di, s, nil
-}
-
-func (q *WQ) enqueue(op uint8, dst *pci.Mapping, dstOff int, src *pci.Mapping, srcOff, n int, pattern, tag uint64) error {
-	need := 1
-	if n > q.maxXfer || len(dst.Segments) > 1 || (src != nil && len(src.Segments) > 1) {
-		need = 0
-		for done := 0; done < n; need++ {
-			l, _, _, err := q.chunk(dst, dstOff+done, src, srcOff+done, n-done)
-			if err != nil {
-				return err
-			}
-			done += l
-		}
-	}
-	if need > q.Free() {
-		return ErrRingFull
-	}
-	first := q.head
-	for done := 0; done < n; {
-		l, d, s, _ := q.chunk(dst, dstOff+done, src, srcOff+done, n-done)
-		if src == nil {
-			s = bits.RotateLeft64(pattern, -8*(done%8))
-		}
-		done += l
-		o := uint8(0)
-		if src == nil {
-			o = 1
-		}
-		q.put(op, s, d, uint32(l), tag, first, done == n, o)
-	}
-	return nil
-}
-
-// put writes the next ring descriptor. Its record asks for nothing yet:
-// Submit decides between a single posting (RCR to the unit record) and a
-// batch member (CRAV to its own record, written only on failure).
-func (q *WQ) put(op uint8, src, dst uint64, n uint32, tag, first uint64, last bool, kind uint8) {
-	i := q.head & q.mask
-	b := q.ring[i*dsahw.DescSize : i*dsahw.DescSize+dsahw.DescSize]
-	le := binary.LittleEndian
-	le.PutUint32(b[dsahw.DescOffPASID:], 0)
-	le.PutUint32(b[dsahw.DescOffFlags:], uint32(op)<<24|dsahw.FlagCRAV|dsahw.FlagCC)
-	le.PutUint64(b[dsahw.DescOffCompl:], q.recIOVA[i])
-	le.PutUint64(b[dsahw.DescOffSrc:], src)
-	le.PutUint64(b[dsahw.DescOffDst:], dst)
-	le.PutUint32(b[dsahw.DescOffSize:], n)
-	le.PutUint32(b[dsahw.DescOffIntH:], 0)
-	// A plain store clears the record's status: the device cannot
-	// write it before the portal write that follows (MOVDIR64B fences
-	// the stores before it), and a locked store costs more than the rest
-	// of the descriptor.
-	le.PutUint32(q.recs[i*dsahw.ComplSize:], 0)
-	q.slots[i] = slot{tag: tag, opFirst: first, last: last, op: kind}
-	q.head++
-}
-
-// Submit posts every descriptor enqueued since the last Submit, as far as
-// the WQ has entries; Poll posts the rest as entries free.
-func (q *WQ) Submit() {
-	if q.closed || q.broken != nil {
-		return
-	}
-	q.post()
-}
-
-// post turns ring descriptors [posted, head) into units while the WQ has
-// free entries.
-func (q *WQ) post() {
-	for q.posted < q.head && q.uHead-q.uTail < q.wqSize {
-		first := q.posted
-		n := uint64(1)
-		for first+n < q.head && int(n) < q.maxBatch && (first+n)&q.mask != 0 &&
-			q.slotIOVA[(first+n)&q.mask] == q.slotIOVA[first&q.mask]+n*dsahw.DescSize {
-			n++
-		}
-		le := binary.LittleEndian
-		u := q.uHead % q.wqSize
-		q.units[u] = unit{first: first, n: n}
-		le.PutUint32(q.urecs[u*dsahw.ComplSize:], 0) // before the portal write, as in put
-		var flags uint32 = dsahw.FlagCRAV | dsahw.FlagRCR
-		if q.intH != 0 {
-			flags |= dsahw.FlagRCI
-		}
-		if n == 1 {
-			copy(q.rec[:], q.ring[(first&q.mask)*dsahw.DescSize:][:dsahw.DescSize])
-			f := le.Uint32(q.rec[dsahw.DescOffFlags:])
-			le.PutUint32(q.rec[dsahw.DescOffFlags:], f|flags)
-			le.PutUint64(q.rec[dsahw.DescOffCompl:], q.urecIOVA[u])
-		} else {
-			q.rec = [dsahw.DescSize]byte{}
-			le.PutUint32(q.rec[dsahw.DescOffFlags:], uint32(dsahw.OpBatch)<<24|flags)
-			le.PutUint64(q.rec[dsahw.DescOffCompl:], q.urecIOVA[u])
-			le.PutUint64(q.rec[dsahw.DescOffSrc:], q.slotIOVA[first&q.mask])
-			le.PutUint32(q.rec[dsahw.DescOffSize:], uint32(n))
-		}
-		le.PutUint16(q.rec[dsahw.DescOffIntH:], q.intH)
-		if q.uHead == q.uTail {
-			q.stall = 0 // the watchdog's clock starts with this work
-		}
-		q.uHead++
-		q.posted += n
-		q.stats.Submitted += n
-		q.stats.Doorbells++
-		// One 64-byte posted write (MOVDIR64B fences the descriptor and
-		// record stores before it).
-		q.d.portal.WritePortal(dsahw.PortalOffset(q.idx), &q.rec)
-	}
-}
-
-// Poll reaps completed requests into out, in submission order, and
-// returns how many it wrote. It reads the completion records of posted
-// units, never a register, except when the oldest unit has not completed
-// for Options.Watchdog: then it reads SWERR and GENSTS, aborts the WQ and
-// fails what was outstanding.
-func (q *WQ) Poll(out []Completion) int {
-	if q.closed {
-		return q.deliver(out)
-	}
-	for q.uTail < q.uHead {
-		u := q.units[q.uTail%q.wqSize]
-		rec := q.urecs[(q.uTail%q.wqSize)*dsahw.ComplSize:]
-		st := uint8(load32(rec)) & dsahw.ComplStatusMask
-		if st == dsahw.StatusNone {
-			q.stallCheck()
-			break
-		}
-		dmasync.Observe()
-		q.stall = 0
-		if st != dsahw.StatusSuccess && st != dsahw.StatusSuccessPred {
-			q.unitFailed(u, rec, st)
-		}
-		q.uTail++
-		q.tail = u.first + u.n
-		q.stats.Completed += u.n
-	}
-	q.post()
-	return q.deliver(out)
-}
-
-// unitFailed marks the requests of a unit whose record reports status st.
-func (q *WQ) unitFailed(u unit, rec []byte, st uint8) {
-	c, _ := dsahw.DecodeCompletion(rec)
-	if u.n > 1 && st == dsahw.StatusBatchFail {
-		// The members that failed wrote their own records.
-		for k := u.first; k < u.first+u.n; k++ {
-			mr := q.recs[(k&q.mask)*dsahw.ComplSize:]
-			if ms := uint8(load32(mr)) & dsahw.ComplStatusMask; ms != dsahw.StatusNone && ms != dsahw.StatusSuccess && ms != dsahw.StatusSuccessPred {
-				mc, _ := dsahw.DecodeCompletion(mr)
-				q.failFrom(k, q.descErr(k, mc))
-			}
-		}
-		return
-	}
-	// The whole unit failed with one status: a single descriptor, or a
-	// batch the device refused as a whole.
-	for k := u.first; k < u.first+u.n; k++ {
-		q.failFrom(k, q.descErr(k, c))
-	}
-}
-
-func (q *WQ) descErr(k uint64, c dsahw.Completion) error {
-	return &DSAError{Addr: q.d.addr, WQ: q.idx, Op: opNames[q.slots[k&q.mask].op], Status: c.Status, Bytes: c.Bytes, Fault: c.Fault, Write: c.Write}
-}
-
-// failFrom marks ring index k failed, and with it the rest of its
-// request.
-func (q *WQ) failFrom(k uint64, err error) {
-	for ; k < q.head; k++ {
-		s := &q.slots[k&q.mask]
-		if s.failed == nil {
-			s.failed = err
-		}
-		if s.last {
-			return
-		}
-	}
-}
-
-// stallCheck runs the watchdog when the oldest unit has not completed:
-// every 1024 looks it reads SWERR (an error logged for this WQ instead of
-// a record), every 64 it checks the clock against Options.Watchdog.
-func (q *WQ) stallCheck() {
-	q.stall++
-	if q.stall == 1 {
-		q.stallAt = time.Now()
-		return
-	}
-	var sw uint64
-	switch {
-	case q.stall&1023 == 0:
-		q.stats.StallChecks++
-		sw = q.d.regs.Read64(dsahw.RegSWErr)
-		if sw&dsahw.SWErrValid == 0 || int(sw>>dsahw.SWErrWQShift&0xFF) != q.idx {
-			sw = 0
-			if time.Since(q.stallAt) < q.opts.Watchdog {
-				return
-			}
-		}
-	case q.stall&63 == 0 && time.Since(q.stallAt) >= q.opts.Watchdog:
-	default:
-		return
-	}
-	// A record that never came: the device logged why in SWERR (a record
-	// address it could not write), or it stopped. Abort the WQ's work and
-	// fail everything posted.
-	q.stats.Recoveries++
-	gensts := q.d.regs.Read32(dsahw.RegGenSts)
-	if sw&dsahw.SWErrValid != 0 {
-		q.d.regs.Write64(dsahw.RegSWErr, dsahw.SWErrValid|dsahw.SWErrOverflow)
-	} else {
-		q.stats.Watchdogs++
-	}
-	q.d.mu.Lock()
-	abortErr := q.d.cmd(fmt.Sprintf("ABORT_WQ %d", q.idx), dsahw.CmdAbortWQ, 1<<(q.idx%16)|uint32(q.idx/16)<<16)
-	q.d.mu.Unlock()
-	e := &DSAError{Addr: q.d.addr, WQ: q.idx, Op: opNames[q.slots[q.tail&q.mask].op], SWErr: sw, Stalled: sw&dsahw.SWErrValid == 0, Waited: q.opts.Watchdog, State: gensts & dsahw.StateMask}
-	for k := q.tail; k < q.posted; k++ {
-		q.failFrom(k, e)
-	}
-	q.stats.Completed += q.posted - q.tail
-	q.tail = q.posted
-	q.uTail = q.uHead
-	q.stall = 0
-	if abortErr != nil || gensts&dsahw.StateMask != dsahw.StateEnabled {
-		q.broken = opErr(q.d.addr, "recover", fmt.Errorf("%w: WQ %d: device %s, abort: %v", ErrChannelBroken, q.idx, dsahw.StateName(gensts), abortErr))
-		for k := q.posted; k < q.head; k++ {
-			q.failFrom(k, q.broken)
-		}
-		q.tail, q.posted = q.head, q.head
-	}
-}
-
-// deliver reports completed requests.
-func (q *WQ) deliver(out []Completion) int {
-	n := 0
-	for n < len(out) && q.reaped < q.tail {
-		s := &q.slots[q.reaped&q.mask]
-		q.reaped++
-		if !s.last {
-			continue
-		}
-		out[n] = Completion{Tag: s.tag, Err: s.failed}
-		n++
-		q.stats.Ops++
-		if s.failed != nil {
-			q.stats.Failed++
-		}
-	}
-	return n
-}
-
 // Close disables the WQ (the device finishes what it holds first), fails
 // what is still outstanding with ErrClosed and frees the ring. Closing the
 // device's last open WQ disables and resets the device, so no DMA happens
@@ -742,6 +434,9 @@ func (q *WQ) deliver(out []Completion) int {
 func (q *WQ) Close() error {
 	if q.closed {
 		return nil
+	}
+	if q.user != nil {
+		return q.closeUser()
 	}
 	q.closed = true
 	d := q.d
@@ -788,12 +483,26 @@ type DSAError struct {
 	Stalled bool
 	Waited  time.Duration
 	State   uint32
+	// Kernel is set for a WQ of the kernel path (OpenUserWQ), which user
+	// space cannot abort or reset.
+	Kernel bool
+	// Touch is why a page fault could not be resumed (the kernel path):
+	// the page could not be brought in, or the descriptor kept faulting.
+	Touch error
 }
 
 func (e *DSAError) Error() string {
 	switch {
+	case e.Stalled && e.Kernel:
+		return fmt.Sprintf("ioat %s WQ %d: %s failed: the WQ completed nothing for %v; the kernel owns it: disable and enable it again", e.Addr, e.WQ, e.Op, e.Waited)
 	case e.Stalled:
 		return fmt.Sprintf("ioat %s WQ %d: %s failed: the WQ completed nothing for %v (device %s, SWERR empty); the WQ was aborted", e.Addr, e.WQ, e.Op, e.Waited, dsahw.StateName(e.State))
+	case e.Touch != nil:
+		side := "read"
+		if e.Write {
+			side = "write"
+		}
+		return fmt.Sprintf("ioat %s WQ %d: %s failed: page fault (%s) at %#x after %d bytes, not resumed: %v", e.Addr, e.WQ, e.Op, side, e.Fault, e.Bytes, e.Touch)
 	case e.SWErr != 0:
 		return fmt.Sprintf("ioat %s WQ %d: %s failed: SWERR %#x (status %s): the completion record could not be written", e.Addr, e.WQ, e.Op, e.SWErr, dsahw.StatusString(uint8(e.SWErr>>dsahw.SWErrCodeShift)))
 	}

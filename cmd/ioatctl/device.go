@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -34,7 +35,7 @@ type deviceFlags struct {
 
 // register adds the device flags to fs.
 func (d *deviceFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.device, "device", "auto", "auto, emulated (the CBDMA model), emulated-dsa (the DSA model), or PCI addresses of CBDMA functions or DSAs bound to vfio-pci (comma-separated); auto uses every bound CBDMA function, else the emulated engine")
+	fs.StringVar(&d.device, "device", "auto", "auto, emulated (the CBDMA model), emulated-dsa (the DSA model), PCI addresses of CBDMA functions or DSAs bound to vfio-pci, or the kernel's DSA user work queues (wq0.0; see dsa-config) (comma-separated); auto uses every bound CBDMA function, else the emulated engine")
 	fs.IntVar(&d.channels, "channels", 1, "channels of the emulated engine (with emulated-dsa: the DSA's work queues); on real functions (auto, or PCI addresses), how many functions, each run with every channel or work queue it has (with addresses: defaults to their number)")
 	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels: round-robin, least-loaded, stripe or dedicated")
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
@@ -47,8 +48,10 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 
 // deviceChoice is a validated --device and its companions.
 type deviceChoice struct {
-	kind     string        // "auto", "emulated", "emulated-dsa" or "pci"
-	addrs    []pci.Address // for "pci"
+	kind  string        // "auto", "emulated", "emulated-dsa", "pci" or "user"
+	addrs []pci.Address // for "pci"
+	wqs   []string      // for "user": the kernel's user WQs
+
 	channels int
 	policy   ioat.Policy
 	version  uint8
@@ -76,9 +79,22 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	if d.timeout <= 0 {
 		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
 	}
-	switch d.device {
-	case "auto", "emulated", "emulated-dsa":
+	switch {
+	case d.device == "auto" || d.device == "emulated" || d.device == "emulated-dsa":
 		c.kind = d.device
+	case userWQName.MatchString(strings.Split(d.device, ",")[0]):
+		c.kind = "user"
+		for _, s := range strings.Split(d.device, ",") {
+			s = strings.TrimSpace(s)
+			if !userWQName.MatchString(s) {
+				return c, usagef(cmd, "--device %s: %q is not a work queue name such as wq0.0 (see `ioatctl dsa-config --check`)", d.device, s)
+			}
+			c.wqs = append(c.wqs, s)
+		}
+		if set["channels"] && c.channels != len(c.wqs) {
+			return c, usagef(cmd, "--channels %d but --device names %d work queues: drop --channels", c.channels, len(c.wqs))
+		}
+		c.channels = len(c.wqs)
 	default:
 		c.kind = "pci"
 		seen := map[pci.Address]bool{}
@@ -142,7 +158,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 			c.emuOnly = append(c.emuOnly, "--"+n)
 		}
 	}
-	if c.kind == "pci" && len(c.emuOnly) > 0 {
+	if (c.kind == "pci" || c.kind == "user") && len(c.emuOnly) > 0 {
 		return c, usagef(cmd, "%s apply to the emulated engine only: drop them, or use --device emulated", strings.Join(c.emuOnly, " and "))
 	}
 	return c, nil
@@ -152,6 +168,9 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 // release them.
 type backend struct {
 	devs []pci.Device
+	// user lists the kernel's DSA user work queues to open (--device
+	// wqD.Q), instead of devices.
+	user []string
 	// emulated is true for the in-process model; dsa for the DSA model.
 	emulated, dsa bool
 	// name is "emulated" or the comma-separated PCI addresses, for JSON.
@@ -204,6 +223,8 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 		return openEmulatedDSA(c, "asked for with --device emulated-dsa")
 	case "pci":
 		return openVFIO(e, sys, c.addrs, "asked for with --device")
+	case "user":
+		return &backend{user: c.wqs, name: strings.Join(c.wqs, ","), why: "the kernel's user work queues, asked for with --device"}, nil
 	}
 	fns, err := cbdmaFunctions(sys)
 	if err != nil {
@@ -310,13 +331,36 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	o.Channel.TakeOver = c.takeOver
 	o.Channel.Logger = e.logger()
 	b.workQueues(&o, c)
-	eng, err := ioat.NewEngine(b.devs, o)
+	eng, err := b.engine(e, o, b.user)
 	if err != nil {
 		b.close()
 		return nil, engineHint(err, b)
 	}
 	return &rig{backend: b, eng: eng, info: eng.Queues()[0].Info(), chans: channelInfos(eng)}, nil
 }
+
+// engine opens an engine over the backend's devices, or over the kernel's
+// user work queues wqs when the backend has them.
+func (b *backend) engine(e *env, o ioat.EngineOptions, wqs []string) (*ioat.Engine, error) {
+	if len(b.user) == 0 {
+		return ioat.NewEngine(b.devs, o)
+	}
+	var qs []ioat.Queue
+	for _, name := range wqs {
+		q, err := ioat.OpenUserWQ(name, ioat.UserOptions{Options: o.Channel, Sysfs: e.sysfsRoot, Dev: e.devDir})
+		if err != nil {
+			for _, q := range qs {
+				q.Close()
+			}
+			return nil, err
+		}
+		qs = append(qs, q)
+	}
+	return ioat.NewEngineQueues(qs, o)
+}
+
+// userWQName matches a DSA work queue's name, as sysfs and /dev/dsa give it.
+var userWQName = regexp.MustCompile(`^(dsa[0-9]+/)?wq[0-9]+\.[0-9]+$`)
 
 // logger is where the driver's warnings go: stderr, one line each,
 // without a timestamp.
@@ -343,6 +387,8 @@ func channelInfos(eng *ioat.Engine) []ioat.Info {
 // failure's cause: each hint answers that cause and no other.
 func engineHint(err error, b *backend) error {
 	switch {
+	case len(b.user) > 0:
+		return err // the kernel path's errors name their fix
 	case errors.Is(err, ioat.ErrNotCBDMA):
 		return fmt.Errorf("%w (see `ioatctl list`)", err)
 	case b.emulated:
@@ -448,6 +494,9 @@ func (r *rig) describe() string {
 	n := r.queueCount()
 	if len(r.chans) != len(r.devs) && !isWQ(r.info) {
 		n += " in " + plural(len(r.devs), "function")
+	}
+	if len(r.user) > 0 {
+		return fmt.Sprintf("kernel DSA work queues %s (%s, transfers up to %s): %s", r.name, r.info.Platform, units.Format(int64(r.info.MaxTransfer)), r.why)
 	}
 	if r.dsa {
 		return fmt.Sprintf("emulated DSA (%s, modelled on %s, transfers up to %s): %s", n, r.info.Platform, units.Format(int64(r.info.MaxTransfer)), r.why)

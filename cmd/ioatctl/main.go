@@ -84,6 +84,7 @@ func init() {
 		{"bind", "[--all] ADDR...", "bind CBDMA functions to vfio-pci", runBind},
 		{"unbind", "[--all] ADDR...", "give functions bound to vfio-pci back to the kernel", runUnbind},
 		{"setup", "[--check] [--pages N] [--size 2M|1G]", "reserve hugepages and report whether VFIO is ready (--check: report only)", runSetup},
+		{"dsa-config", "[--check] [--device dsaN] [--wqs N] [--mode dedicated|shared] ...", "configure a DSA's user work queues through the idxd driver (--check: report only)", runDSAConfig},
 		{"copy", "[--channels N] [--size S | --sweep | --sizes LIST] ...", "copy throughput: engine against CPU copy (MB/s, ops/s)", runCopy},
 		{"verify", "[--duration D | --iterations N] [--seed S] ...", "random copies and fills checked byte for byte", runVerify},
 		{"overlap", "[--sizes LIST] [--iterations N] ...", "how much of a copy the engine overlaps with computation", runOverlap},
@@ -101,16 +102,23 @@ type env struct {
 	// devVFIO is the directory of the VFIO nodes (GOMX_DEV_VFIO, default
 	// /dev/vfio).
 	devVFIO string
+	// devDir is the device directory, where the kernel's DSA work queues
+	// are (dsa/wqD.Q; GOMX_DEV, default /dev).
+	devDir string
 }
 
 // Environment variables ioatctl reads.
 const (
 	envSysfsRoot = "GOMX_SYSFS_ROOT"
 	envDevVFIO   = "GOMX_DEV_VFIO"
+	envDev       = "GOMX_DEV"
 )
 
 func newEnv(stdout, stderr io.Writer) *env {
-	e := &env{stdout: stdout, stderr: stderr, sysfsRoot: "/sys", devVFIO: "/dev/vfio"}
+	e := &env{stdout: stdout, stderr: stderr, sysfsRoot: "/sys", devVFIO: "/dev/vfio", devDir: "/dev"}
+	if v := os.Getenv(envDev); v != "" {
+		e.devDir = v
+	}
 	if v := os.Getenv(envSysfsRoot); v != "" {
 		e.sysfsRoot = v
 	}
@@ -155,7 +163,7 @@ func run(stdout, stderr io.Writer, args []string) (err error) {
 
 // commandNames returns the subcommand names in the order of the usage text.
 func commandNames() []string {
-	order := map[string]int{"list": 0, "bind": 1, "unbind": 2, "setup": 3, "copy": 4, "verify": 5, "overlap": 6}
+	order := map[string]int{"list": 0, "bind": 1, "unbind": 2, "setup": 3, "dsa-config": 4, "copy": 5, "verify": 6, "overlap": 7}
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -218,10 +226,13 @@ func commandHelp(name string) cli.Help {
 
 // commandExamples are the examples of each subcommand's help.
 var commandExamples = map[string][]string{
-	"list":    {"ioatctl list", "ioatctl list --json"},
-	"bind":    {"sudo ioatctl bind --all", "sudo ioatctl bind 0000:00:04.0 0000:00:04.1"},
-	"unbind":  {"sudo ioatctl unbind --all"},
-	"setup":   {"ioatctl setup --check        # changes nothing; exit 0 only when ready", "sudo ioatctl setup           # reserve 512 MiB of 2 MiB pages, then report", "sudo ioatctl setup --pages 4 --size 1G"},
+	"list":   {"ioatctl list", "ioatctl list --json"},
+	"bind":   {"sudo ioatctl bind --all", "sudo ioatctl bind 0000:00:04.0 0000:00:04.1"},
+	"unbind": {"sudo ioatctl unbind --all"},
+	"setup":  {"ioatctl setup --check        # changes nothing; exit 0 only when ready", "sudo ioatctl setup           # reserve 512 MiB of 2 MiB pages, then report", "sudo ioatctl setup --pages 4 --size 1G"},
+	"dsa-config": {"ioatctl dsa-config --check       # changes nothing; exit 0 only when a user WQ is ready",
+		"sudo ioatctl dsa-config --wqs 2 --mode dedicated --max-batch 32",
+		"sudo ioatctl dsa-config --device dsa1 --mode shared --reset"},
 	"copy":    {"ioatctl copy --channels 4", "ioatctl copy --sweep --json > copy.jsonl", "ioatctl copy --sweep --plot copy.svg", "ioatctl copy --device emulated --hot --size 64K --iterations 100000"},
 	"verify":  {"ioatctl verify --channels 4 --duration 10s", "ioatctl verify --iterations 1000 --seed 7 --json"},
 	"overlap": {"ioatctl overlap", "ioatctl overlap --sizes 64K,1M --iterations 50 --json"},
@@ -246,6 +257,22 @@ take it back (needs root). --all unbinds every CBDMA function bound to vfio-pci.
 vfio-pci and the IOMMU are there and which CBDMA functions are bound.
 --check changes nothing and exits 0 only when every item is ready (1 when
 one is missing), for scripts: ` + "`ioatctl setup --check && ioatctl copy`" + `.
+`,
+	"dsa-config": `Configures user work queues on a DSA the kernel's idxd driver owns, the
+path Linux supports (the process maps /dev/dsa/wqD.Q and submits with its own
+virtual addresses), through the sysfs files accel-config writes: every engine
+and WQ out of use, engine i into group i, WQ i into group i with --mode,
+--size, --priority, type user and --name, then the device bound to the idxd
+driver and each WQ to the user driver. Each write is echoed on stderr. A
+device already enabled is left alone unless --reset (its WQs stop, kernel
+users included). Needs root. Then prints the report of --check.
+
+--check changes nothing: it lists each DSA (state, PASID) and its user WQs,
+the problems (idxd not loaded, device disabled, no PASID/SVA, no user WQ, a
+WQ disabled or of size 0, /dev/dsa/wqD.Q missing or not writable by you) with
+their fixes, and the WQs ready for gomx; it exits 0 only when one is ready.
+A shared WQ needs ENQCMD in the CPU: there is no software fallback, so a
+CPU without it uses dedicated WQs. $GOMX_DEV moves /dev (tests).
 `,
 	"copy": `Measures, in one run, the engine's throughput and the CPU's (Go's copy) on
 the same buffers, sizes, window and cache pattern. The engine offloads every

@@ -120,7 +120,7 @@ func runVerify(e *env, args []string) (err error) {
 		}
 	}()
 	r := &rig{backend: b}
-	open := func(d pci.Device, mask uint32) error {
+	open := func(d pci.Device, mask uint32, wq string) error {
 		o := ioat.DefaultEngineOptions()
 		o.CPUThreshold = -1
 		o.ChannelMask = mask
@@ -130,7 +130,13 @@ func runVerify(e *env, args []string) (err error) {
 		o.Channel.TakeOver = choice.takeOver
 		o.Channel.Logger = e.logger()
 		b.workQueues(&o, choice)
-		eng, err := ioat.NewEngine([]pci.Device{d}, o)
+		var eng *ioat.Engine
+		var err error
+		if wq != "" {
+			eng, err = b.engine(e, o, []string{wq})
+		} else {
+			eng, err = ioat.NewEngine([]pci.Device{d}, o)
+		}
 		if err != nil {
 			return engineHint(err, b)
 		}
@@ -138,9 +144,17 @@ func runVerify(e *env, args []string) (err error) {
 		r.chans = append(r.chans, channelInfos(eng)...)
 		return nil
 	}
+	for _, wq := range b.user {
+		// One stream per kernel work queue.
+		if err := open(nil, 0, wq); err != nil {
+			return err
+		}
+		names = append(names, wq)
+		wqs = append(wqs, 1)
+	}
 	for _, d := range b.devs {
 		if ioat.IsDSA(d) {
-			if err := open(d, 0); err != nil {
+			if err := open(d, 0, ""); err != nil {
 				return err
 			}
 			name := d.Address().String()
@@ -156,7 +170,7 @@ func runVerify(e *env, args []string) (err error) {
 			return engineHint(err, b)
 		}
 		for i := range n {
-			if err := open(d, 1<<i); err != nil {
+			if err := open(d, 1<<i, ""); err != nil {
 				return err
 			}
 			names = append(names, r.channelName(len(r.chans)-1))

@@ -11,4 +11,14 @@ func cpuid7ECX() uint32
 //go:noescape
 func store64B(dst unsafe.Pointer, src *[64]byte)
 
-var hasMOVDIR64B = cpuid7ECX()&(1<<28) != 0
+// enqcmd is SFENCE then ENQCMD: it reports whether the WQ accepted the
+// command (ZF clear).
+//
+//go:noescape
+func enqcmd(dst unsafe.Pointer, src *[64]byte) bool
+
+var (
+	cpuid7       = cpuid7ECX()
+	hasMOVDIR64B = cpuid7&(1<<28) != 0
+	hasENQCMD    = cpuid7&(1<<29) != 0
+)

@@ -1,6 +1,8 @@
 package movdir
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -64,4 +66,21 @@ func TestMisaligned(t *testing.T) {
 	dst := aligned(2)
 	var rec [64]byte
 	Store(unsafe.Pointer(&dst[8]), &rec)
+}
+
+// TestENQCMDAbsent checks that a CPU without ENQCMD is refused with a
+// panic naming the way out, instead of running something else.
+func TestENQCMDAbsent(t *testing.T) {
+	if EnqueueSupported() {
+		t.Skip("this CPU has ENQCMD; ENQCMD needs a shared WQ portal to answer, ordinary memory cannot (the ioat kernel-path tests drive the model's shared WQ)")
+	}
+	defer func() {
+		r := recover()
+		if r == nil || !strings.Contains(fmt.Sprint(r), "dedicated WQ") {
+			t.Fatalf("Enqueue without ENQCMD: recovered %v, want a panic naming dedicated WQs", r)
+		}
+	}()
+	dst := aligned(1)
+	var rec [64]byte
+	Enqueue(unsafe.Pointer(&dst[0]), &rec)
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomx-dev/gomx/internal/sysfstest"
+)
+
+// dsaSysfs builds the idxd tree of ioat's tests (dsa0 enabled, wq0.0
+// dedicated and wq0.1 shared user WQs enabled, wq0.2 a kernel WQ, wq0.3
+// a disabled user WQ) and a /dev holding the character devices named.
+func dsaSysfs(t *testing.T, chardevs ...string) string {
+	t.Helper()
+	root := sysfstest.Build(t, "../../ioat/testdata/idxd-user.txt")
+	dev := t.TempDir()
+	os.MkdirAll(filepath.Join(dev, "dsa"), 0o755)
+	for _, c := range chardevs {
+		os.WriteFile(filepath.Join(dev, "dsa", c), nil, 0o600)
+	}
+	t.Setenv(envSysfsRoot, root)
+	t.Setenv(envDev, dev)
+	return root
+}
+
+func TestDSAConfigCheck(t *testing.T) {
+	dsaSysfs(t)
+	r := ioatctl(t, "dsa-config", "--check")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "no DSA user work queue is ready") {
+		t.Errorf("--check without /dev/dsa: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, w := range []string{"0000:6a:01.0", "wq0.1", "shared", "cannot open", "wq0.3: the WQ is disabled", "enable-wq dsa0/wq0.3"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("--check output lacks %q:\n%s", w, r.stdout)
+		}
+	}
+
+	dsaSysfs(t, "wq0.0", "wq0.1")
+	r = ioatctl(t, "dsa-config", "--check")
+	if r.code != exitOK || !strings.Contains(r.stdout, "ready:") || !strings.Contains(r.stdout, "dsa/wq0.0") {
+		t.Errorf("--check with both user WQs there: exit %d, stdout:\n%s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestDSAConfigure(t *testing.T) {
+	root := dsaSysfs(t, "wq0.0", "wq0.1")
+	r := ioatctl(t, "dsa-config", "--wqs", "2")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "--reset") {
+		t.Fatalf("configuring an enabled device without --reset: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = ioatctl(t, "dsa-config", "--wqs", "2", "--reset", "--max-batch", "32", "--max-transfer", "1M", "--name", "mpi")
+	if r.code != exitOK || !strings.Contains(r.stdout, "configured dsa0: 2 dedicated user WQ(s)") {
+		t.Fatalf("dsa-config: exit %d, stdout:\n%s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(root, "bus/dsa/devices", rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	for rel, want := range map[string]string{"wq0.1/mode": "dedicated", "wq0.1/size": "64", "wq0.1/name": "mpi", "wq0.1/max_transfer_size": "1048576",
+		"wq0.0/max_batch_size": "32", "wq0.2/type": "none", "wq0.3/size": "0", "engine0.3/group_id": "1"} {
+		if got := read(rel); got != want {
+			t.Errorf("%s = %q, want %q", rel, got, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "bus/dsa/drivers/user/bind")); string(b) != "wq0.1" {
+		t.Errorf("last WQ bound: %q", b)
+	}
+	if !strings.Contains(r.stderr, "bus/dsa/drivers/idxd/bind <- dsa0") {
+		t.Errorf("the writes are not echoed on stderr:\n%s", r.stderr)
+	}
+	r = ioatctl(t, "dsa-config", "--mode", "both")
+	if r.code != exitFailure || !strings.Contains(r.stderr, `mode "both"`) {
+		t.Errorf("--mode both: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestUserWQDevice: --device takes the kernel's user WQs by name, and
+// what keeps one from opening reaches the user with its fix.
+func TestUserWQDevice(t *testing.T) {
+	dsaSysfs(t, "wq0.0")
+	r := ioatctl(t, "verify", "--device", "wq0.0", "--iterations", "4")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "not a character device") {
+		t.Errorf("verify on a WQ whose /dev node is a plain file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = ioatctl(t, "copy", "--device", "wq0.3", "--size", "64K")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "enable-wq dsa0/wq0.3") {
+		t.Errorf("copy on a disabled WQ: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = ioatctl(t, "copy", "--device", "wq0.0,0000:00:04.0")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "not a work queue name") {
+		t.Errorf("a WQ and a PCI address mixed: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
