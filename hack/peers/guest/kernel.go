@@ -59,7 +59,7 @@ func netdevOf(a pci.Address) (string, error) {
 }
 
 // end is one NIC under the kernel's driver, in its own namespace, with a
-// UDP socket bound to ip:port.
+// UDP socket bound to ip:port (fd -1 when it has none).
 type end struct {
 	ns netns.NsHandle
 	ip [4]byte
@@ -74,6 +74,34 @@ func setup(a pci.Address, ip [4]byte, busyPollUS int) (*end, error) {
 	if err != nil {
 		return nil, err
 	}
+	e, err := namespaced(name, ip)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", name, a, err)
+	}
+	err = e.in(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return err
+		}
+		e.fd = fd
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL, busyPollUS); err != nil {
+			return fmt.Errorf("SO_BUSY_POLL: %w", err)
+		}
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrInet4{Addr: ip, Port: 9000})
+	})
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("%s (%s): %w", name, a, err)
+	}
+	return e, nil
+}
+
+// namespaced moves the interface name into a new network namespace, gives
+// it ip/24, brings it up and waits for its carrier.
+func namespaced(name string, ip [4]byte) (*end, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
@@ -118,25 +146,13 @@ func setup(a pci.Address, ip [4]byte, busyPollUS int) (*end, error) {
 				return err
 			}
 			if l.Attrs().OperState == netlink.OperUp {
-				break
+				return nil
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: no carrier 20 s after link up (state %v)", name, l.Attrs().OperState)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-		if err != nil {
-			return err
-		}
-		e.fd = fd
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL, busyPollUS); err != nil {
-			return fmt.Errorf("SO_BUSY_POLL: %w", err)
-		}
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrInet4{Addr: ip, Port: 9000})
 	}()
 	if serr := netns.Set(orig); serr != nil {
 		// The thread stays locked and dies with the goroutine.
@@ -145,9 +161,31 @@ func setup(a pci.Address, ip [4]byte, busyPollUS int) (*end, error) {
 	}
 	if err != nil {
 		e.close()
-		return nil, fmt.Errorf("%s (%s): %w", name, a, err)
+		return nil, err
 	}
 	return e, nil
+}
+
+// in runs f on a thread that is in e's namespace for the call: sockets f
+// opens, and processes it starts, live there.
+func (e *end) in(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	if err := netns.Set(e.ns); err != nil {
+		return err
+	}
+	err = f()
+	if serr := netns.Set(orig); serr != nil {
+		// The thread stays locked and dies with the goroutine.
+		runtime.LockOSThread()
+		err = errors.Join(err, serr)
+	}
+	return err
 }
 
 func (e *end) close() {

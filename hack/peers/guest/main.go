@@ -1,11 +1,15 @@
-// Command guest is the program the peers VM runs (see package
-// github.com/gomx-dev/gomx/hack/peers): in one boot it measures mx over
-// gomx's VFIO e1000e transport, a raw-frame ping from gomx's driver against
-// a macswap reflector (gomx's own, then DPDK's testpmd), and a plain UDP
-// ping-pong through the kernel's e1000e driver on the same two NICs, each in
-// its own network namespace with SO_BUSY_POLL. Every measurement is repeated
-// -runs times and the median of the runs is reported. Its output lines that
-// start with [Marker] form the table the host prints.
+// Command guest is the program the peers VMs run (see package
+// github.com/gomx-dev/gomx/hack/peers). In the e1000e VM, in one boot, it
+// measures mx over gomx's VFIO e1000e transport, a raw-frame ping from
+// gomx's driver against a macswap reflector (gomx's own, then DPDK's
+// testpmd), and a plain UDP ping-pong through the kernel's e1000e driver on
+// the same two NICs, each in its own network namespace with SO_BUSY_POLL.
+// In the usb VM (-usb-device, usb.go) it measures mxbench over gomx's USB
+// driver cabled to gomx's e1000e driver, then the same mxbench over UDP
+// through the kernel's cdc_ether and e1000e drivers on the same two
+// devices. Every measurement is repeated -runs times and the median of the
+// runs is reported. Its output lines that start with [Marker] form the
+// table the host prints.
 //
 // The runs interleave the peers (mx, gomx's reflector, testpmd's, the
 // kernel's driver), so that the host's changing load falls on all alike.
@@ -14,6 +18,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -42,12 +47,17 @@ type options struct {
 	testpmd    string
 	busyPollUS int
 	rawOnly    bool // -only raw: the raw-ping rows alone
+	usb        usbOptions
 }
 
 func main() {
 	o, err := parseFlags(os.Args[1:])
 	if err == nil {
-		err = run(o)
+		if o.usb.dev != "" {
+			err = runUSB(o)
+		} else {
+			err = run(o)
+		}
 	}
 	if err != nil {
 		fmt.Printf("peers: FAIL %v\n", err)
@@ -68,6 +78,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.testpmd, "testpmd", "/usr/bin/dpdk-testpmd", "DPDK's testpmd; \"\" skips that reflector")
 	fs.IntVar(&o.busyPollUS, "busy-poll", 50, "SO_BUSY_POLL microseconds on the kernel's UDP sockets")
 	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), for quick experiments")
+	o.usb.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -242,29 +253,55 @@ func run(o options) error {
 type mxResult struct {
 	Size      int     `json:"size"`
 	LatencyUS float64 `json:"latency_us"`
+	MBPerS    float64 `json:"mb_per_s"`
+	Errors    int     `json:"errors"`
+	// Baseline is mxbench's plain UDP-socket exchange of the same size.
+	Baseline *struct {
+		LatencyUS float64 `json:"latency_us"`
+		MBPerS    float64 `json:"mb_per_s"`
+	} `json:"baseline"`
 }
 
 func mxbench(o options) ([]mxResult, error) {
-	cmd := exec.Command("/bin/mxbench", "pingpong", "--transport", "nic", "--nic", o.a.String()+","+o.b.String(),
-		"--sizes", o.mxSizes, "--iterations", strconv.Itoa(o.mxIters), "--warmup", "50", "--baseline=false", "--json")
-	cmd.Stderr = os.Stdout
-	out, err := cmd.Output()
+	return runMxbench(nil, "pingpong", "--transport", "nic", "--nic", o.a.String()+","+o.b.String(),
+		"--sizes", o.mxSizes, "--iterations", strconv.Itoa(o.mxIters), "--warmup", "50", "--baseline=false")
+}
+
+// runMxbench runs /bin/mxbench with args and --json, its standard error on
+// the console, and returns its rows. start, when set, starts the process
+// (inside a network namespace, see end.in).
+func runMxbench(start func(func() error) error, args ...string) ([]mxResult, error) {
+	cmd := exec.Command("/bin/mxbench", append(args, "--json")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stdout
+	var err error
+	if start != nil {
+		err = start(cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("mxbench: %w", err)
+		return nil, fmt.Errorf("mxbench %s: %w", strings.Join(args, " "), err)
 	}
 	var res []mxResult
-	dec := json.NewDecoder(strings.NewReader(string(out)))
+	dec := json.NewDecoder(&out)
 	for {
 		var r mxResult
 		if err := dec.Decode(&r); err == io.EOF {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("mxbench output %q: %w", out, err)
+			return nil, fmt.Errorf("mxbench output: %w", err)
+		}
+		if r.Errors != 0 {
+			return nil, fmt.Errorf("mxbench %s: %d B: %d errors", strings.Join(args, " "), r.Size, r.Errors)
 		}
 		res = append(res, r)
 	}
 	if len(res) == 0 {
-		return nil, fmt.Errorf("mxbench printed no results: %q", out)
+		return nil, fmt.Errorf("mxbench %s printed no results", strings.Join(args, " "))
 	}
 	return res, nil
 }
