@@ -7,7 +7,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -19,29 +18,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/hack/qemu"
 	"github.com/gomx-dev/gomx/pci"
 )
-
-// rebind hands a function from its current driver to drv.
-func rebind(a pci.Address, drv string) error {
-	dir := filepath.Join("/sys/bus/pci/devices", a.String())
-	if err := os.WriteFile(filepath.Join(dir, "driver_override"), []byte(drv), 0); err != nil {
-		return err
-	}
-	if _, err := os.Lstat(filepath.Join(dir, "driver")); err == nil {
-		if err := os.WriteFile(filepath.Join(dir, "driver", "unbind"), []byte(a.String()), 0); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile("/sys/bus/pci/drivers_probe", []byte(a.String()), 0); err != nil {
-		return err
-	}
-	got, err := os.Readlink(filepath.Join(dir, "driver"))
-	if err != nil || filepath.Base(got) != drv {
-		return fmt.Errorf("%s did not take %s (driver link %q, %v)", drv, a, got, err)
-	}
-	return nil
-}
 
 // netdevOf returns the network interface the kernel made for a function.
 func netdevOf(a pci.Address) (string, error) {
@@ -329,11 +308,11 @@ func kernelUDP(o options, add, addTurns func(size int, us float64)) (err error) 
 		// Back to vfio-pci for the next run; unbinding e1000e removes
 		// the interfaces from their namespaces.
 		for _, a := range []pci.Address{o.a, o.b} {
-			err = errors.Join(err, rebind(a, "vfio-pci"))
+			err = errors.Join(err, qemu.BindDriver(a, "vfio-pci"))
 		}
 	}()
 	for _, a := range []pci.Address{o.a, o.b} {
-		if err := rebind(a, "e1000e"); err != nil {
+		if err := qemu.BindDriver(a, "e1000e"); err != nil {
 			return err
 		}
 	}

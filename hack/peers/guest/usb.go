@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/u-root/u-root/pkg/kmodule"
+
+	"github.com/gomx-dev/gomx/hack/qemu"
 )
 
 // The usb VM's measurements: mxbench pingpong and stream over gomx's USB
@@ -208,8 +210,8 @@ func kernelUSB(o options, benches []usbBench, s series) (err error) {
 	if err := p.Probe("e1000e", ""); err != nil {
 		return fmt.Errorf("loading e1000e: %w", err)
 	}
-	defer func() { err = errors.Join(err, rebind(o.b, "vfio-pci")) }()
-	if err := rebind(o.b, "e1000e"); err != nil {
+	defer func() { err = errors.Join(err, qemu.BindDriver(o.b, "vfio-pci")) }()
+	if err := qemu.BindDriver(o.b, "e1000e"); err != nil {
 		return err
 	}
 	usbIf, err := driverNetdev("cdc_ether", 30*time.Second)
