@@ -271,6 +271,7 @@ func mxbench(o options) ([]mxResult, error) {
 // the console, and returns its rows. start, when set, starts the process
 // (inside a network namespace, see end.in).
 func runMxbench(start func(func() error) error, args ...string) ([]mxResult, error) {
+	fmt.Printf("peers: mxbench %s\n", strings.Join(args, " "))
 	cmd := exec.Command("/bin/mxbench", append(args, "--json")...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stdout
