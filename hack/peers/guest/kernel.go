@@ -124,7 +124,10 @@ func namespaced(name string, ip [4]byte) (*end, error) {
 			if err != nil {
 				return err
 			}
-			if l.Attrs().OperState == netlink.OperUp {
+			// A driver that does not track the carrier (cdc_ether on a
+			// function that never sends NETWORK_CONNECTION) leaves the
+			// state unknown, and passes traffic.
+			if st := l.Attrs().OperState; st == netlink.OperUp || st == netlink.OperUnknown {
 				return nil
 			}
 			if time.Now().After(deadline) {

@@ -142,7 +142,7 @@ func runUSB(o options) error {
 		}
 	}
 
-	fmt.Printf("%sQEMU usb-net (CDC ECM, xHCI) cabled to an e1000e; mxbench --wait block; median of %d runs\n", Marker, o.runs)
+	fmt.Printf("%sQEMU usb-net (CDC ECM, xHCI) cabled to an e1000e; mxbench --wait block; median of %d runs; guest clocksource %s\n", Marker, o.runs, clocksource())
 	fmt.Printf("%s%-18s %6s %14s %16s %9s %16s\n", Marker, "", "bytes", "gomx usbnet", "kernel cdc_ether", "ratio", "kernel UDP")
 	fmt.Printf("%s%-18s %6s %14s %16s %9s %16s\n", Marker, "", "", "+gomx e1000e", "+e1000e, mx/UDP", "gomx/krn", "sockets, no mx")
 	for bi, b := range benches {
@@ -283,4 +283,15 @@ func driverNetdev(drv string, wait time.Duration) (string, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// clocksource is the guest kernel's clocksource: tsc, or hpet when the
+// kernel's watchdog found the TSC skewed (as it may under TCG on a loaded
+// host), which makes every clock read an exit into QEMU.
+func clocksource() string {
+	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
 }
