@@ -41,7 +41,7 @@ func (u *usbOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&u.pingSizes, "usb-ping-sizes", "8/1K", "usb: mxbench pingpong --sizes, separated by '/'")
 	fs.IntVar(&u.pingIters, "usb-ping-iterations", 100, "usb: mxbench pingpong --iterations")
 	fs.StringVar(&u.streamSizes, "usb-stream-sizes", "64K/1M", "usb: mxbench stream --sizes, separated by '/'")
-	fs.IntVar(&u.streamIters, "usb-stream-iterations", 4, "usb: mxbench stream --iterations")
+	fs.IntVar(&u.streamIters, "usb-stream-iterations", 2, "usb: mxbench stream --iterations")
 	fs.IntVar(&u.window, "usb-window", 2, "usb: mxbench stream --window")
 	fs.DurationVar(&u.timeout, "usb-timeout", 4*time.Minute, "usb: mxbench --timeout (each size, and connecting)")
 }
@@ -57,122 +57,130 @@ func cell(side, cmd string, size int, baseline bool) string {
 	return fmt.Sprintf("%s/%s/%d/%v", side, cmd, size, baseline)
 }
 
-// usbBench is one mxbench command of the table and the figure it gives.
+// usbBench is one mxbench command of the table, for one size (each size
+// runs on its own, so that a size the link cannot move within the timeout
+// costs only its own row), and the figure it gives.
 type usbBench struct {
-	cmd, sizes string
-	iters      int
-	extra      []string
-	value      func(r mxResult) float64
-	baseline   func(r mxResult) float64
-	unit       string
+	cmd   string
+	size  int
+	arg   string // the size as given to --sizes
+	iters int
+	extra []string
+	unit  string
 }
 
-func usbBenches(u usbOptions) []usbBench {
-	u.pingSizes = strings.ReplaceAll(u.pingSizes, "/", ",")
-	u.streamSizes = strings.ReplaceAll(u.streamSizes, "/", ",")
-	common := []string{"--wait", "block", "--timeout", u.timeout.String()}
-	return []usbBench{
-		{cmd: "pingpong", sizes: u.pingSizes, iters: u.pingIters, extra: append([]string{"--warmup", "5"}, common...),
-			value: func(r mxResult) float64 { return r.LatencyUS }, unit: "latency us",
-			baseline: func(r mxResult) float64 {
-				if r.Baseline == nil {
-					return 0
-				}
-				return r.Baseline.LatencyUS
-			}},
-		{cmd: "stream", sizes: u.streamSizes, iters: u.streamIters,
-			extra: append([]string{"--warmup", "1", "--window", strconv.Itoa(u.window)}, common...),
-			value: func(r mxResult) float64 { return r.MBPerS }, unit: "MB/s",
-			baseline: func(r mxResult) float64 {
-				if r.Baseline == nil {
-					return 0
-				}
-				return r.Baseline.MBPerS
-			}},
+// value is the bench's figure in r: latency for pingpong, MB/s for stream;
+// baseline is mxbench's plain UDP-socket figure (0 when absent).
+func (b usbBench) value(r mxResult) float64 {
+	if b.cmd == "pingpong" {
+		return r.LatencyUS
 	}
+	return r.MBPerS
+}
+
+func (b usbBench) baseline(r mxResult) float64 {
+	switch {
+	case r.Baseline == nil:
+		return 0
+	case b.cmd == "pingpong":
+		return r.Baseline.LatencyUS
+	}
+	return r.Baseline.MBPerS
+}
+
+func (b usbBench) args(transport ...string) []string {
+	a := append([]string{b.cmd}, transport...)
+	return append(append(a, "--sizes", b.arg, "--iterations", strconv.Itoa(b.iters)), b.extra...)
+}
+
+func usbBenches(u usbOptions) ([]usbBench, error) {
+	common := []string{"--wait", "block", "--timeout", u.timeout.String()}
+	var out []usbBench
+	for _, c := range []struct {
+		cmd, sizes, unit string
+		iters            int
+		extra            []string
+	}{
+		{"pingpong", u.pingSizes, "latency us", u.pingIters, append([]string{"--warmup", "5"}, common...)},
+		{"stream", u.streamSizes, "MB/s", u.streamIters, append([]string{"--warmup", "1", "--window", strconv.Itoa(u.window)}, common...)},
+	} {
+		for _, f := range strings.Split(c.sizes, "/") {
+			n, err := parseSize(f)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("size %q of %s: want a number with an optional K or M", f, c.cmd)
+			}
+			out = append(out, usbBench{cmd: c.cmd, size: n, arg: f, iters: c.iters, extra: c.extra, unit: c.unit})
+		}
+	}
+	return out, nil
 }
 
 func runUSB(o options) error {
 	start := time.Now()
 	s := series{}
-	benches := usbBenches(o.usb)
-	var sizes [][]int
+	benches, err := usbBenches(o.usb)
+	if err != nil {
+		return err
+	}
+	// failed holds, per cell, why it has no figure; a cell that failed
+	// (most often: the link could not move the size within the timeout)
+	// is not tried again.
 	failed := map[string]error{}
 	for i := range o.runs {
-		for bi, b := range benches {
-			if failed["gomx"] != nil {
-				break
+		for _, b := range benches {
+			key := cell("gomx", b.cmd, b.size, false)
+			if failed[key] != nil {
+				continue
 			}
-			res, err := runMxbench(nil, append([]string{b.cmd, "--transport", "usb", "--usb", o.usb.dev + "," + o.b.String(),
-				"--sizes", b.sizes, "--iterations", strconv.Itoa(b.iters), "--baseline=false"}, b.extra...)...)
+			res, err := runMxbench(nil, b.args("--transport", "usb", "--usb", o.usb.dev+","+o.b.String(), "--baseline=false")...)
 			if err != nil {
 				fmt.Printf("peers: gomx: %v\n", err)
-				failed["gomx"] = err
-				break
-			}
-			if len(sizes) <= bi {
-				var sz []int
-				for _, r := range res {
-					sz = append(sz, r.Size)
-				}
-				sizes = append(sizes, sz)
+				failed[key] = err
+				continue
 			}
 			for _, r := range res {
-				s.add(cell("gomx", b.cmd, r.Size, false), b.value(r))
+				s.add(key, b.value(r))
 			}
 		}
-		if failed["kernel"] == nil {
-			if err := kernelUSB(o, benches, s); err != nil {
-				fmt.Printf("peers: kernel: %v\n", err)
-				failed["kernel"] = err
-			}
+		if err := kernelUSB(o, benches, s, failed); err != nil {
+			fmt.Printf("peers: kernel: %v\n", err)
+			failed["kernel"] = err
+			break
 		}
 		fmt.Printf("peers: run %d/%d done (%v)\n", i+1, o.runs, time.Since(start).Round(time.Second))
-	}
-	if len(sizes) < len(benches) {
-		// gomx failed before a size list came: take the flags'.
-		sizes = nil
-		for _, b := range benches {
-			var sz []int
-			for _, f := range strings.Split(b.sizes, ",") {
-				n, _ := parseSize(f)
-				sz = append(sz, n)
-			}
-			sizes = append(sizes, sz)
-		}
 	}
 
 	fmt.Printf("%sQEMU usb-net (CDC ECM, xHCI) cabled to an e1000e; mxbench --wait block; median of %d runs; guest clocksource %s\n", Marker, o.runs, clocksource())
 	fmt.Printf("%s%-18s %6s %14s %16s %9s %16s\n", Marker, "", "bytes", "gomx usbnet", "kernel cdc_ether", "ratio", "kernel UDP")
 	fmt.Printf("%s%-18s %6s %14s %16s %9s %16s\n", Marker, "", "", "+gomx e1000e", "+e1000e, mx/UDP", "gomx/krn", "sockets, no mx")
-	for bi, b := range benches {
-		for _, size := range sizes[bi] {
-			g, k := s.median(cell("gomx", b.cmd, size, false)), s.median(cell("kernel", b.cmd, size, false))
-			base := s.median(cell("kernel", b.cmd, size, true))
-			ratio := "-"
-			if g > 0 && k > 0 {
-				ratio = fmt.Sprintf("%.2f", g/k)
+	for _, b := range benches {
+		g, k := s.median(cell("gomx", b.cmd, b.size, false)), s.median(cell("kernel", b.cmd, b.size, false))
+		base := s.median(cell("kernel", b.cmd, b.size, true))
+		ratio := "-"
+		if g > 0 && k > 0 {
+			ratio = fmt.Sprintf("%.2f", g/k)
+		}
+		fmt.Printf("%s%-18s %6d %14s %16s %9s %16s\n", Marker, b.cmd+" "+b.unit, b.size, figure(g), figure(k), ratio, figure(base))
+	}
+	for _, b := range benches {
+		for _, side := range []string{"gomx", "kernel"} {
+			key := cell(side, b.cmd, b.size, false)
+			var runs []string
+			for _, v := range s[key] {
+				runs = append(runs, strconv.FormatFloat(v, 'f', 2, 64))
 			}
-			fmt.Printf("%s%-18s %6d %14s %16s %9s %16s\n", Marker, b.cmd+" "+b.unit, size, figure(g), figure(k), ratio, figure(base))
+			if err := failed[key]; err != nil {
+				runs = append(runs, "then FAILED: "+err.Error())
+			}
+			fmt.Printf("%sruns: %-6s %-8s %7d B: %s\n", Marker, side, b.cmd, b.size, strings.Join(runs, " "))
 		}
 	}
-	for bi, b := range benches {
-		for _, size := range sizes[bi] {
-			for _, side := range []string{"gomx", "kernel"} {
-				var runs []string
-				for _, v := range s[cell(side, b.cmd, size, false)] {
-					runs = append(runs, strconv.FormatFloat(v, 'f', 2, 64))
-				}
-				fmt.Printf("%sruns: %-6s %-8s %7d B: %s\n", Marker, side, b.cmd, size, strings.Join(runs, " "))
-			}
-		}
+	if err := failed["kernel"]; err != nil {
+		fmt.Printf("%skernel FAILED: %v\n", Marker, err)
 	}
-	for side, err := range failed {
-		fmt.Printf("%s%s FAILED: %v\n", Marker, side, err)
-	}
-	fmt.Printf("%sratio: gomx / kernel (latency: below 1 is gomx faster; MB/s: above 1 is gomx faster); guest wall %v\n", Marker, time.Since(start).Round(time.Second))
-	if len(failed) > 0 {
-		return errors.New("a side failed; see above")
+	fmt.Printf("%sratio: gomx / kernel (latency: below 1 is gomx faster; MB/s: above 1 is gomx faster); a size that failed (timeout %v) has no figure; guest wall %v\n", Marker, o.usb.timeout, time.Since(start).Round(time.Second))
+	if failed["kernel"] != nil {
+		return errors.New("the kernel's side failed; see above")
 	}
 	return nil
 }
@@ -201,8 +209,10 @@ func parseSize(s string) (int, error) {
 // kernelUSB hands both devices to the kernel (NIC B rebound to e1000e;
 // cdc_ether took the usb-net back when mxbench closed it), puts each
 // interface in a namespace of its own, and runs the benches as mxbench
-// over UDP: a server in NIC B's namespace, the client in the usb-net's.
-func kernelUSB(o options, benches []usbBench, s series) (err error) {
+// over UDP: a server in NIC B's namespace, the client in the usb-net's. A
+// size that fails is recorded in failed and not tried again; the error is
+// the setup's.
+func kernelUSB(o options, benches []usbBench, s series, failed map[string]error) (err error) {
 	p, err := kmodule.NewProber(kmodule.ProbeOpts{})
 	if err != nil {
 		return fmt.Errorf("reading modules.dep: %w", err)
@@ -251,15 +261,20 @@ func kernelUSB(o options, benches []usbBench, s series) (err error) {
 		}
 	}()
 	for _, b := range benches {
-		res, err := runMxbench(x.in, append([]string{b.cmd, "--transport", "udp", "--peer", addr,
-			"--sizes", b.sizes, "--iterations", strconv.Itoa(b.iters)}, b.extra...)...)
+		key := cell("kernel", b.cmd, b.size, false)
+		if failed[key] != nil {
+			continue
+		}
+		res, err := runMxbench(x.in, b.args("--transport", "udp", "--peer", addr)...)
 		if err != nil {
-			return err
+			fmt.Printf("peers: kernel: %v\n", err)
+			failed[key] = err
+			continue
 		}
 		for _, r := range res {
-			s.add(cell("kernel", b.cmd, r.Size, false), b.value(r))
+			s.add(key, b.value(r))
 			if v := b.baseline(r); v > 0 {
-				s.add(cell("kernel", b.cmd, r.Size, true), v)
+				s.add(cell("kernel", b.cmd, b.size, true), v)
 			}
 		}
 	}

@@ -31,7 +31,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	pingSizes := fs.String("ping-sizes", "8,1K", "mxbench pingpong --sizes")
 	pingIters := fs.Int("ping-iterations", 100, "mxbench pingpong --iterations")
 	streamSizes := fs.String("stream-sizes", "64K,1M", "mxbench stream --sizes")
-	streamIters := fs.Int("stream-iterations", 4, "mxbench stream --iterations")
+	streamIters := fs.Int("stream-iterations", 2, "mxbench stream --iterations")
 	window := fs.Int("window", 2, "mxbench stream --window")
 	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
 	keep := qemu.KeepFlag(fs, "the run directory with the serial log")
