@@ -223,12 +223,14 @@ func TestQEMUFrames(t *testing.T) {
 	ds := []*direction{mk(u, e, 0), mk(e, u, 1<<40)}
 	window := min(u.Info().RxRing, u.Info().TxRing, e.Info().RxRing, e.Info().TxRing) / 2
 	start, last, logged := time.Now(), time.Now(), time.Now()
+	mostOut := 0 // the most bulk OUT transfers seen in flight at once
 	for ds[0].want < ds[0].end || ds[1].want < ds[1].end {
 		for _, d := range ds {
 			if d.want < d.end && d.step(t, window) {
 				last = time.Now()
 			}
 		}
+		mostOut = max(mostOut, u.OutInFlight())
 		if time.Since(last) > 20*time.Second {
 			t.Fatalf("no frame moved for 20 s: USB -> e1000e %d of %d, e1000e -> USB %d of %d", ds[0].want, count, ds[1].want-ds[1].first, count)
 		}
@@ -238,7 +240,7 @@ func TestQEMUFrames(t *testing.T) {
 		}
 	}
 	el := time.Since(start)
-	t.Logf("%d frames each way byte-exact in %.1f s (%.0f frames/s each way; guest clocksource %s)", count, el.Seconds(), float64(count)/el.Seconds(), clocksource())
+	t.Logf("%d frames each way byte-exact in %.1f s (%.0f frames/s each way; up to %d bulk OUT transfers in flight; guest clocksource %s)", count, el.Seconds(), float64(count)/el.Seconds(), mostOut, clocksource())
 	// The USB transmitter counts a frame when its transfer completes,
 	// which the host controller may report after the frame has arrived at
 	// the other end: poll, bounded, for the counters to catch up.
