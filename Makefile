@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all build-usb libmyriexpress test-cabi test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-intranode peers-alltoall
+.PHONY: all build-usb libmyriexpress test-cabi test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-usb peers-intranode peers-alltoall
 
 all: lint test
 
@@ -63,6 +63,14 @@ qemu-test:
 PEERS_RUNS ?= 5
 peers-e1000e:
 	./hack/peers/e1000e -runs $(PEERS_RUNS)
+
+# mxbench over gomx's USB driver (QEMU's usb-net, libusb) cabled to gomx's
+# e1000e, beside mxbench over UDP through the kernel's cdc_ether and e1000e
+# on the same devices, in one VM (hack/peers): latency, bandwidth, ratios.
+# Needs root; not part of qemu-test. Tens of minutes under TCG.
+PEERS_USB_RUNS ?= 3
+peers-usb:
+	$(GO) run ./hack/peers/cmd/peers-usb -runs $(PEERS_USB_RUNS)
 
 # mxbench jobs under Debian's Open MPI mpirun (openmpi-bin), without the race
 # detector: 100 000 mixed messages among 4 ranks (make test runs a quarter of

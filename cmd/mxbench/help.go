@@ -30,8 +30,9 @@ on its own board and goroutine (pinned to its own CPU when busy-polling).
 127.0.0.1, or toward --peer), xdp (AF_XDP on a veth pair mxbench creates in
 two network namespaces; needs root, else falls back to udp and says why),
 nic (gomx's e1000e or ixgbe driver) or usb (gomx's USB CDC ECM/NCM driver on two
-cabled adapters, --usb A,B with an mxbench built by make build-usb, or two
-fakes with --usb fake; spinning boards share the cores with the driver's
+cabled adapters, --usb A,B with an mxbench built by make build-usb, one of
+them possibly the PCI address of a vfio-pci NIC the other is cabled to, or
+two fakes with --usb fake; spinning boards share the cores with the driver's
 pipe goroutines, so --wait block suits it on a small machine). --timeout
 bounds every wait: connecting and each size.
 

@@ -31,6 +31,9 @@ func TestUSBUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--transport", "usb", "--usb", "3:7"}, "want two USB adapters"},
 		{[]string{"pingpong", "--transport", "usb", "--usb", "3:7,3:7"}, "twice"},
 		{[]string{"pingpong", "--transport", "usb", "--usb", "3:7,zz"}, "BUS:ADDR"},
+		{[]string{"pingpong", "--transport", "usb", "--usb", "0000:00:01.0,0000:00:02.0"}, "--transport nic --nic"},
+		{[]string{"pingpong", "--transport", "usb", "--usb", "0525:a4a2,0000:00:2.0"}, "device must be 2 hex digits"},
+		{[]string{"pingpong", "--transport", "usb", "--usb", "0525:a4a2,0525:a4a2"}, "twice"},
 		{[]string{"pingpong", "--transport", "udp", "--usb", "fake"}, "needs --transport usb"},
 		{[]string{"pingpong", "--transport", "usb", "--usb", "fake", "--peer", "h:1"}, "usb runs both sides in this process"},
 	} {

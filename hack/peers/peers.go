@@ -3,7 +3,9 @@
 // in turn by gomx (mx over the VFIO e1000e transport, and a raw-frame ping),
 // by DPDK's testpmd as a macswap reflector, and by the kernel's e1000e
 // driver with busy-polling UDP sockets. `make peers-e1000e` (the script
-// hack/peers/e1000e) runs it.
+// hack/peers/e1000e) runs it. `make peers-usb` boots the usb machine
+// instead ([USBConfig]) and compares mxbench over gomx's USB driver with
+// mxbench over UDP through the kernel's cdc_ether driver.
 //
 // # Why one VM
 //
@@ -80,6 +82,21 @@ func Config(runs int, guestArgs ...string) qemu.Config {
 		Timeout: time.Duration(300+240*runs) * time.Second,
 		Doc:     "the iommu machine with 2 vCPUs: mx, kernel UDP, gomx's and testpmd's reflectors on the e1000e pair",
 		Run:     append([]string{"/bin/guest", fmt.Sprintf("-runs=%d", runs)}, guestArgs...),
+	}
+}
+
+// USBConfig is the usb peers VM: hack/qemu's usb machine (QEMU's usb-net on
+// an xHCI controller, cabled to NIC B alone), in which the guest program
+// measures mxbench over gomx's USB driver and gomx's e1000e driver, then
+// over UDP through the kernel's cdc_ether and e1000e drivers. TCG moves a
+// few hundred frames a second through the usb-net at best, so the time
+// allowed grows with the runs.
+func USBConfig(runs int, guestArgs ...string) qemu.Config {
+	return qemu.Config{
+		Name: "peers-usb", SMP: 1, MemMiB: 1024, Hugepages: 48, USB: true,
+		Timeout: time.Duration(240+600*runs) * time.Second,
+		Doc:     "the usb machine: mxbench over gomx's USB and e1000e drivers, then over UDP through cdc_ether and the kernel's e1000e",
+		Run:     append([]string{"/bin/guest", fmt.Sprintf("-runs=%d", runs), "-usb-device=" + qemu.USBNetSelector, "-b=" + qemu.NICBAddr}, guestArgs...),
 	}
 }
 

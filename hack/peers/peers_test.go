@@ -42,3 +42,26 @@ func TestConfigRunsTheGuestProgram(t *testing.T) {
 		t.Errorf("peers config %+v: want the IOMMU machine with 2 vCPUs", c)
 	}
 }
+
+func TestUSBConfigRunsTheGuestOnTheUSBMachine(t *testing.T) {
+	guest := []string{"-usb-ping-sizes=8/1K", "-usb-window=2"}
+	c := USBConfig(2, guest...)
+	if !c.USB || c.Optional {
+		t.Fatalf("usb peers config %+v: want the usb machine", c)
+	}
+	var run string
+	for _, a := range c.InitArgs() {
+		if v, ok := strings.CutPrefix(a, "-run="); ok {
+			run = v
+		}
+	}
+	// The init splits -run at commas: every argument must come back whole.
+	got := strings.Split(run, ",")
+	want := append([]string{"/bin/guest", "-runs=2", "-usb-device=0525:a4a2", "-b=0000:00:02.0"}, guest...)
+	if !slices.Equal(got, want) {
+		t.Errorf("the init would run %q, want %q", got, want)
+	}
+	if !strings.Contains(strings.Join(c.MachineArgs(), " "), "usb-net") {
+		t.Errorf("machine %q has no usb-net", c.MachineArgs())
+	}
+}

@@ -368,6 +368,10 @@ type Image struct {
 	// Programs are main packages built (static) into /bin/NAME, NAME being
 	// the package's last element.
 	Programs []string
+	// USBPrograms are main packages built like Programs but with cgo and
+	// the usb tag, with the shared libraries they load (mxbench with
+	// gomx's libusb device, for hack/peers).
+	USBPrograms []string
 	// Files are host files (absolute paths, copied with their own paths; a
 	// symbolic link to another of them stays a link) such as a dynamically linked program and
 	// the libraries ldd names for it.
@@ -429,6 +433,16 @@ func (im Image) Build(ctx context.Context, dir string, out io.Writer, log logf) 
 			return buildCgo(ctx, im.Repo, out, append([]string{args[0], "-tags=usb"}, args[1:]...)...)
 		})
 		if err != nil {
+			return "", err
+		}
+		libRoots = append(libRoots, bin)
+	}
+	for _, p := range im.USBPrograms {
+		bin := filepath.Join(dir, "usb-"+filepath.Base(p))
+		if err := buildCgo(ctx, im.Repo, out, "build", "-tags=usb", "-trimpath", "-o", bin, p); err != nil {
+			return "", err
+		}
+		if err := files.AddFile(bin, "bin/"+filepath.Base(p)); err != nil {
 			return "", err
 		}
 		libRoots = append(libRoots, bin)

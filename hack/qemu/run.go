@@ -192,9 +192,11 @@ type Options struct {
 	Configs []Config
 	// Packages are the Go packages whose tests run in the guest.
 	Packages []string
-	// Programs, Files: see Image; for configurations with Config.Run.
-	Programs []string
-	Files    []string
+	// Programs, USBPrograms, Files: see Image; for configurations with
+	// Config.Run.
+	Programs    []string
+	USBPrograms []string
+	Files       []string
 	// Modules are the guest modules to put in the image (default
 	// GuestModules, which the init loads); a program may load the others.
 	Modules []string
@@ -297,15 +299,20 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 				return fail(wrap(err))
 			}
 			modules = append(append([]string(nil), modules...), USBGuestModules...)
-			usbPackages = USBPackages
 			break
+		}
+	}
+	for _, c := range o.Configs {
+		if c.USB && len(c.Run) == 0 {
+			// A configuration with a program of its own runs no tests.
+			usbPackages = USBPackages
 		}
 	}
 	mods, err := ResolveModulesNamed(ctx, k, toolLog, modules)
 	if err != nil {
 		return fail(wrap(err))
 	}
-	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages, USBPackages: usbPackages, Programs: o.Programs, Files: o.Files}
+	im := Image{Repo: o.Repo, Kernel: k, Modules: mods, Packages: o.Packages, USBPackages: usbPackages, Programs: o.Programs, USBPrograms: o.USBPrograms, Files: o.Files}
 	for _, c := range o.Configs {
 		if c.NoIOMMU {
 			if im.NoIOMMUVfio, err = BuildNoIOMMUVfio(ctx, o.Repo, cache, k, toolLog, log); err != nil {

@@ -37,11 +37,17 @@ type Device interface {
 	// ReadStream starts reading IN endpoint ep (bulk or interrupt) with
 	// count transfers of size bytes kept in flight.
 	ReadStream(ep uint8, size, count int) (ReadStream, error)
-	// Write sends buf on OUT endpoint ep as one transfer and waits until
-	// it is done. The transfer ends with a short packet: when len(buf) is
-	// a multiple of the endpoint's packet size, a zero-length packet
-	// follows it.
-	Write(ctx context.Context, ep uint8, buf []byte) (int, error)
+	// Submit starts sending buf on OUT endpoint ep as one transfer and
+	// returns without waiting for it to complete: buf is copied first, so
+	// the caller may reuse it at once. The device receives transfers in
+	// the order they were submitted, so several may be in flight; the
+	// driver bounds how many (Options.OutFlight) and waits for each with
+	// Transfer.Wait, oldest first. A transfer ends with a short packet:
+	// when len(buf) is a multiple of the endpoint's packet size, a
+	// zero-length packet follows it (an implementation may wait for that
+	// one, and so for those before it, within Submit; ctx bounds that
+	// wait).
+	Submit(ctx context.Context, ep uint8, buf []byte) (Transfer, error)
 	// SpeedMbps is the bus speed the device runs at (12, 480, 5000...),
 	// the link speed the driver reports until the device says otherwise.
 	SpeedMbps() int
@@ -56,6 +62,14 @@ type ReadStream interface {
 	Read(ctx context.Context, buf []byte) (int, error)
 	// Close cancels the transfers in flight and waits for them.
 	Close() error
+}
+
+// Transfer is a bulk OUT transfer in flight (Device.Submit).
+type Transfer interface {
+	// Wait waits until the transfer is done and returns how many bytes
+	// the device took. When ctx ends first, the transfer is cancelled
+	// and Wait returns once it has stopped. Wait is called once.
+	Wait(ctx context.Context) (int, error)
 }
 
 // Conditions a Device implementation reports by wrapping these, so the

@@ -35,7 +35,8 @@
 // The driver (Open, NIC) speaks to the device through a small seam, Device:
 // control transfers, claiming interfaces (which detaches the kernel's
 // driver) and releasing them (which gives them back), alternate settings,
-// IN endpoints read with several transfers in flight, and OUT transfers.
+// IN endpoints read with several transfers in flight, and OUT transfers
+// submitted one at a time and waited for later (Submit, Transfer).
 // Two implementations exist: USBDevice (OpenUSB) over libusb through
 // github.com/google/gousb, built only with the usb tag and cgo, and the
 // pure-Go device models of package usbnet/usbfake, which the tests cable to
@@ -49,8 +50,9 @@
 // the NTB input size while the data interface is in setting 0, as NCM
 // requires. It then selects setting 0 and the data setting (which resets
 // the function and starts traffic), sets the packet filter (directed and
-// broadcast) with SET_ETHERNET_PACKET_FILTER (0x43) and starts three
-// goroutines: the receiver, the transmitter and the link watcher.
+// broadcast) with SET_ETHERNET_PACKET_FILTER (0x43) and starts four
+// goroutines: the receiver, the transmitter, the transmitter's settler and
+// the link watcher.
 //
 // # Data path
 //
@@ -68,7 +70,11 @@
 // what TxBatch queued (up to TxRing frames) and sends one bulk OUT transfer
 // per frame for ECM, or as many frames as fit one NTB for NCM; a transfer
 // that would end on a packet boundary is followed by a zero-length packet
-// (ECM) or grows by one byte (NCM), so the device sees where it ends.
+// (ECM) or grows by one byte (NCM), so the device sees where it ends. It
+// submits each transfer without waiting for those before it, up to
+// OutFlight in flight (the device takes them in submission order, so
+// frames keep theirs), and the settler waits for them oldest first,
+// counting what they sent and freeing their slots.
 // Buffers are copied into the transfer, so they go back to the pool at
 // once; memory attached with Buffer.Attach is copied too, and its
 // completion comes at the next TxBatch. WaitRx sleeps until the receiver

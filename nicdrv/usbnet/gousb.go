@@ -24,10 +24,8 @@ import (
 // setting re-claims the interface with auto-detach off, which does not
 // wake the kernel's driver.
 //
-// libusb through gousb offers no ordered asynchronous OUT transfers (its
-// write stream sends whole-size transfers only), so Write has one OUT
-// transfer in flight; IN transfers are kept in flight by gousb's read
-// stream.
+// IN transfers are kept in flight by gousb's read stream; OUT transfers
+// by one single-transfer write stream each (Submit says why).
 type USBDevice struct {
 	ctx  *gousb.Context
 	dev  *gousb.Device
@@ -264,33 +262,71 @@ func (s *usbStream) Close() error {
 	return errors.New("usbnet: the read stream did not stop")
 }
 
-// Write implements Device; a zero-length transfer follows a transfer
-// that ends on a packet boundary.
-func (u *USBDevice) Write(ctx context.Context, ep uint8, buf []byte) (int, error) {
+// outEndpoint returns the OUT endpoint ep of the claimed interfaces.
+func (u *USBDevice) outEndpoint(ep uint8) (*gousb.OutEndpoint, error) {
 	u.mu.Lock()
-	out := u.outs[ep]
-	if out == nil {
-		intf, err := u.endpointOwner(ep)
-		if err == nil {
-			out, err = intf.OutEndpoint(int(ep & 0x0F))
-		}
-		if err != nil {
-			u.mu.Unlock()
-			return 0, mapErr(err)
-		}
-		u.outs[ep] = out
+	defer u.mu.Unlock()
+	if out := u.outs[ep]; out != nil {
+		return out, nil
 	}
-	u.mu.Unlock()
-	n, err := out.WriteContext(ctx, buf)
+	intf, err := u.endpointOwner(ep)
 	if err != nil {
-		return n, mapErr(err)
+		return nil, err
 	}
+	out, err := intf.OutEndpoint(int(ep & 0x0F))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	u.outs[ep] = out
+	return out, nil
+}
+
+// usbTransfer is one OUT transfer in flight: a gousb write stream of one
+// transfer of exactly its length, which the stream's Write submitted and
+// its Close waits for.
+type usbTransfer struct {
+	s *gousb.WriteStream
+}
+
+// Submit implements Device. gousb's synchronous WriteContext would keep
+// one transfer in flight; its write stream submits a transfer and returns,
+// but sends every transfer at the stream's whole size. So each transfer
+// is a stream of its own, of one transfer of exactly len(buf) bytes:
+// Submit allocates and submits it (libusb copies nothing: gousb copies
+// buf into the transfer's C buffer), and Wait closes the stream, which
+// waits for the transfer and frees it. Transfers go to usbfs, which queues
+// them on the endpoint, in the order Submit is called. The zero-length
+// packet after a transfer that ends on a packet boundary is a synchronous
+// transfer (a stream cannot send zero bytes), so Submit waits for it, and
+// for the transfers before it.
+func (u *USBDevice) Submit(ctx context.Context, ep uint8, buf []byte) (Transfer, error) {
+	out, err := u.outEndpoint(ep)
+	if err != nil {
+		return nil, err
+	}
+	s, err := out.NewStream(len(buf), 1)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if _, err := s.WriteContext(ctx, buf); err != nil {
+		_ = s.CloseContext(ctx)
+		return nil, mapErr(err)
+	}
+	t := &usbTransfer{s: s}
 	if mp := out.Desc.MaxPacketSize; mp > 0 && len(buf)%mp == 0 {
 		if _, err := out.WriteContext(ctx, buf[:0]); err != nil {
-			return n, mapErr(err)
+			// The frame may be sent but not ended: report it lost.
+			_, _ = t.Wait(ctx)
+			return nil, mapErr(err)
 		}
 	}
-	return n, nil
+	return t, nil
+}
+
+// Wait implements Transfer.
+func (t *usbTransfer) Wait(ctx context.Context) (int, error) {
+	err := t.s.CloseContext(ctx)
+	return t.s.Written(), mapErr(err)
 }
 
 // SpeedMbps implements Device.

@@ -181,6 +181,18 @@ func (d *direction) step(t *testing.T, window int) bool {
 // sizes (60 to 1514 bytes)
 // each way at once between the USB function and the 82574L, every frame
 // checked byte for byte and in order, with progress and rate on the log.
+// clocksource is the guest kernel's current clocksource: under TCG, tsc
+// reads cost nothing, while hpet (which the kernel's watchdog falls back
+// to when it finds the TSC skewed, as it may on a loaded host) makes every
+// clock read, and the Go runtime reads the clock often, an exit into QEMU.
+func clocksource() string {
+	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return strings.TrimSpace(string(b))
+}
+
 func TestQEMUFrames(t *testing.T) {
 	sel := usbSelector(t)
 	v := nictest.OpenVFIO(t, e1000eWant)
@@ -211,12 +223,14 @@ func TestQEMUFrames(t *testing.T) {
 	ds := []*direction{mk(u, e, 0), mk(e, u, 1<<40)}
 	window := min(u.Info().RxRing, u.Info().TxRing, e.Info().RxRing, e.Info().TxRing) / 2
 	start, last, logged := time.Now(), time.Now(), time.Now()
+	mostOut := 0 // the most bulk OUT transfers seen in flight at once
 	for ds[0].want < ds[0].end || ds[1].want < ds[1].end {
 		for _, d := range ds {
 			if d.want < d.end && d.step(t, window) {
 				last = time.Now()
 			}
 		}
+		mostOut = max(mostOut, u.OutInFlight())
 		if time.Since(last) > 20*time.Second {
 			t.Fatalf("no frame moved for 20 s: USB -> e1000e %d of %d, e1000e -> USB %d of %d", ds[0].want, count, ds[1].want-ds[1].first, count)
 		}
@@ -226,7 +240,7 @@ func TestQEMUFrames(t *testing.T) {
 		}
 	}
 	el := time.Since(start)
-	t.Logf("%d frames each way byte-exact in %.1f s (%.0f frames/s each way)", count, el.Seconds(), float64(count)/el.Seconds())
+	t.Logf("%d frames each way byte-exact in %.1f s (%.0f frames/s each way; up to %d bulk OUT transfers in flight; guest clocksource %s)", count, el.Seconds(), float64(count)/el.Seconds(), mostOut, clocksource())
 	// The USB transmitter counts a frame when its transfer completes,
 	// which the host controller may report after the frame has arrived at
 	// the other end: poll, bounded, for the counters to catch up.

@@ -120,9 +120,13 @@ func (n *NIC) deliver(frames [][]byte) bool {
 }
 
 // transmit sends what TxBatch queued: one frame per transfer for ECM, as
-// many frames as fit one NTB for NCM.
+// many frames as fit one NTB for NCM. It keeps up to OutFlight transfers
+// in flight: a transfer is submitted as soon as its frames are taken and a
+// slot is free, and settle, on a goroutine of its own, waits for them in
+// the order they were submitted, counts what they sent and frees their
+// slots. The device receives the transfers in submission order, so frames
+// keep their order whatever the number in flight.
 func (n *NIC) transmit() {
-	defer n.wg.Done()
 	t := &n.tx
 	out := n.fn.BulkOut
 	size := n.maxFrame
@@ -132,6 +136,13 @@ func (n *NIC) transmit() {
 		size = min(n.opts.NTBSize, p.OutMaxSize)
 		w = NewNTBWriter(size, p.OutMaxDatagrams, p.OutDivisor, p.OutRemainder, p.OutAlign)
 	}
+	// The slots of the transfers in flight, and the transfers in the
+	// order submitted, for settle.
+	slots := make(chan struct{}, n.opts.OutFlight)
+	flight := make(chan outTransfer, n.opts.OutFlight)
+	go n.settle(flight, slots)
+	defer close(flight)
+	defer n.wg.Done()
 	buf := make([]byte, size)
 	batch := make([]*nicdrv.Buffer, 0, 1024)
 	for {
@@ -181,11 +192,11 @@ func (n *NIC) transmit() {
 			t.n--
 		}
 		t.mu.Unlock()
-		bytes := 0
+		ot := outTransfer{frames: len(batch)}
 		for _, b := range batch {
-			bytes += b.FrameLen() + fcs
+			ot.bytes += b.FrameLen() + fcs
 			if ext, _ := b.Attached(); ext != nil {
-				bytes += len(ext)
+				ot.bytes += len(ext)
 			}
 		}
 		// The frames are copied: give the buffers back now, or, those
@@ -198,7 +209,14 @@ func (n *NIC) transmit() {
 		if !up {
 			continue // a NIC without link drops what it is given
 		}
-		if _, err := n.dev.Write(n.ctx, out.Address, xfer); err != nil {
+		select {
+		case slots <- struct{}{}:
+		case <-n.ctx.Done():
+			return
+		}
+		tr, err := n.dev.Submit(n.ctx, out.Address, xfer)
+		if err != nil {
+			<-slots
 			// A transfer the device refused loses its frames, as a
 			// NIC loses what it cannot send; a device that is gone
 			// stops the NIC.
@@ -208,10 +226,44 @@ func (n *NIC) transmit() {
 			}
 			continue
 		}
-		n.st.txFrames.Add(uint64(len(batch)))
-		n.st.txBytes.Add(uint64(bytes))
+		ot.t = tr
+		n.tx.inFlight.Add(1)
+		flight <- ot // never blocks: a slot was free
 	}
 }
+
+// outTransfer is a bulk OUT transfer in flight and what it carries.
+type outTransfer struct {
+	t      Transfer
+	frames int
+	bytes  int
+}
+
+// settle waits for the transfers transmit submitted, oldest first, counts
+// the frames of those that completed and frees their slots, until
+// transmit closes flight. A transfer that fails loses its frames; one
+// that finds the device gone stops the NIC. Once the NIC closes, the
+// context is cancelled and each Wait cancels its transfer.
+func (n *NIC) settle(flight <-chan outTransfer, slots <-chan struct{}) {
+	for ot := range flight {
+		_, err := ot.t.Wait(n.ctx)
+		n.tx.inFlight.Add(-1)
+		<-slots
+		if err != nil {
+			if n.ctx.Err() == nil && errors.Is(err, ErrGone) {
+				n.fail("bulk OUT", err)
+			}
+			continue
+		}
+		n.st.txFrames.Add(uint64(ot.frames))
+		n.st.txBytes.Add(uint64(ot.bytes))
+	}
+	n.wg.Done()
+}
+
+// OutInFlight is how many bulk OUT transfers are in flight now: submitted
+// to the device and not yet settled (at most Options.OutFlight).
+func (n *NIC) OutInFlight() int { return int(n.tx.inFlight.Load()) }
 
 // reclaim frees sent buffers without attachments and parks the others for
 // TxBatch, which calls their completions. It reorders batch.

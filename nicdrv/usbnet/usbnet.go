@@ -75,6 +75,10 @@ type Options struct {
 	// InFlight is how many bulk IN transfers are kept in flight (default
 	// 4).
 	InFlight int
+	// OutFlight is how many bulk OUT transfers may be in flight at once
+	// (default 4): each ECM frame or NCM NTB is one transfer, and the
+	// next is submitted without waiting for those before it.
+	OutFlight int
 	// NTBSize is, for NCM, the largest NTB in either direction (default
 	// 16384, lowered to what the device supports).
 	NTBSize int
@@ -88,7 +92,7 @@ type Options struct {
 
 // DefaultOptions returns the options Open uses for zero fields.
 func DefaultOptions() Options {
-	return Options{RxRing: 256, TxRing: 256, InFlight: 4, NTBSize: 16384, PoolBuffers: 4096}
+	return Options{RxRing: 256, TxRing: 256, InFlight: 4, OutFlight: 4, NTBSize: 16384, PoolBuffers: 4096}
 }
 
 // Error is a failed driver operation: which device, which operation, why.
@@ -167,6 +171,8 @@ type txState struct {
 	head, n int
 	sent    []*nicdrv.Buffer
 	scratch []*nicdrv.Buffer
+	// inFlight counts the bulk OUT transfers submitted and not settled.
+	inFlight atomic.Int32
 }
 
 // linkState is what the notifications said.
@@ -204,6 +210,9 @@ func Open(dev Device, o Options) (*NIC, error) {
 	if o.InFlight == 0 {
 		o.InFlight = d.InFlight
 	}
+	if o.OutFlight == 0 {
+		o.OutFlight = d.OutFlight
+	}
 	if o.NTBSize == 0 {
 		o.NTBSize = d.NTBSize
 	}
@@ -216,8 +225,8 @@ func Open(dev Device, o Options) (*NIC, error) {
 		return nil, n.errorf("open", fmt.Errorf("%d queues: a USB function has one: %w", o.Queues, nicdrv.ErrNotSupported))
 	case o.HeaderSplit:
 		return nil, n.errorf("open", fmt.Errorf("header split: the device delivers whole frames: %w", nicdrv.ErrNotSupported))
-	case o.RxRing < 2 || o.RxRing > 1<<16 || o.TxRing < 2 || o.TxRing > 1<<16 || o.InFlight < 1 || o.InFlight > 64:
-		return nil, n.errorf("open", fmt.Errorf("RxRing %d, TxRing %d, InFlight %d: want rings of 2..65536 and 1..64 transfers in flight", o.RxRing, o.TxRing, o.InFlight))
+	case o.RxRing < 2 || o.RxRing > 1<<16 || o.TxRing < 2 || o.TxRing > 1<<16 || o.InFlight < 1 || o.InFlight > 64 || o.OutFlight < 1 || o.OutFlight > 64:
+		return nil, n.errorf("open", fmt.Errorf("RxRing %d, TxRing %d, InFlight %d, OutFlight %d: want rings of 2..65536 and 1..64 transfers in flight", o.RxRing, o.TxRing, o.InFlight, o.OutFlight))
 	case o.NTBSize < 2048 || o.NTBSize > 65535:
 		return nil, n.errorf("open", fmt.Errorf("NTBSize %d: want 2048..65535 (NTB16)", o.NTBSize))
 	}
@@ -423,7 +432,7 @@ func (n *NIC) bringUp() (err error) {
 		n.streams = append(n.streams, notify)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(2)
+	n.wg.Add(3) // the receiver, the transmitter and its settler
 	go n.receive(in, rxSize)
 	go n.transmit()
 	if notify != nil {

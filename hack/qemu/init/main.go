@@ -265,32 +265,11 @@ func bindDevices(o options, step func(string, error)) {
 	}
 	for _, f := range want {
 		if busy[f.Addr] {
-			step("bind "+f.Addr.String()+" to uio_pci_generic", bindUIO(f.Addr))
+			step("bind "+f.Addr.String()+" to uio_pci_generic", qemu.BindDriver(f.Addr, "uio_pci_generic"))
 			continue
 		}
 		step("bind "+f.Addr.String()+" to vfio-pci", sys.Bind(f.Addr))
 	}
-}
-
-// bindUIO binds a function to uio_pci_generic through driver_override.
-func bindUIO(a pci.Address) error {
-	dir := filepath.Join("/sys/bus/pci/devices", a.String())
-	if err := os.WriteFile(filepath.Join(dir, "driver_override"), []byte("uio_pci_generic"), 0); err != nil {
-		return err
-	}
-	if _, err := os.Lstat(filepath.Join(dir, "driver")); err == nil {
-		if err := os.WriteFile(filepath.Join(dir, "driver", "unbind"), []byte(a.String()), 0); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile("/sys/bus/pci/drivers_probe", []byte(a.String()), 0); err != nil {
-		return err
-	}
-	drv, err := os.Readlink(filepath.Join(dir, "driver"))
-	if err != nil || filepath.Base(drv) != "uio_pci_generic" {
-		return fmt.Errorf("uio_pci_generic did not take the function (driver link %q, %v); is uio_pci_generic.ko in the load file?", drv, err)
-	}
-	return nil
 }
 
 // runTests runs every test binary under dir, one at a time.

@@ -92,6 +92,9 @@ type Device struct {
 	outFrames, outXfers uint64 // frames and bulk IN transfers to the host
 	viol                []string
 	claims              int
+	pending             []*outXfer // bulk OUT transfers in flight
+	maxPending          int
+	holdOut, draining   bool
 }
 
 // New makes a device; it starts bound to the kernel's driver, link up.
@@ -486,19 +489,72 @@ func (s *stream) Close() error {
 	return nil
 }
 
-// Write implements usbnet.Device: the host sends one ECM frame or one NTB.
-func (d *Device) Write(ctx context.Context, ep uint8, buf []byte) (int, error) {
+// outXfer is a bulk OUT transfer the host submitted: its bytes, and done,
+// closed once the device took it (n bytes) or refused it (err).
+type outXfer struct {
+	buf  []byte
+	done chan struct{}
+	n    int
+	err  error
+}
+
+// Submit implements usbnet.Device: the host sends one ECM frame or one
+// NTB. The device takes transfers in the order submitted; while HoldOut
+// holds the pipe they wait, in flight, as behind a device that NAKs.
+func (d *Device) Submit(ctx context.Context, ep uint8, buf []byte) (usbnet.Transfer, error) {
 	d.mu.Lock()
 	switch {
 	case d.gone:
 		d.mu.Unlock()
-		return 0, usbnet.ErrGone
+		return nil, usbnet.ErrGone
 	case ep != EPBulkOut || !d.claimed || d.alt != 1:
 		d.violate("bulk OUT to %#02x with the data interface in setting %d (claimed %v)", ep, d.alt, d.claimed)
 		d.mu.Unlock()
-		return 0, errStall
+		return nil, errStall
 	}
-	peer, link := d.peer, d.link
+	x := &outXfer{buf: append([]byte(nil), buf...), done: make(chan struct{})}
+	d.pending = append(d.pending, x)
+	d.maxPending = max(d.maxPending, len(d.pending))
+	d.mu.Unlock()
+	d.drainOut()
+	return &transfer{d: d, x: x}, nil
+}
+
+// drainOut takes the pending OUT transfers, oldest first, unless the pipe
+// is held; one goroutine at a time takes them, so frames keep their order.
+func (d *Device) drainOut() {
+	d.mu.Lock()
+	if d.draining {
+		d.mu.Unlock()
+		return
+	}
+	d.draining = true
+	for len(d.pending) > 0 && !d.holdOut {
+		x := d.pending[0]
+		d.pending = d.pending[1:]
+		if d.gone {
+			x.err = usbnet.ErrGone
+			close(x.done)
+			continue
+		}
+		frames := d.takeOut(x.buf)
+		peer, link := d.peer, d.link
+		d.mu.Unlock()
+		if link && peer != nil {
+			for _, f := range frames {
+				peer.fromWire(f)
+			}
+		}
+		x.n = len(x.buf)
+		close(x.done)
+		d.mu.Lock()
+	}
+	d.draining = false
+	d.mu.Unlock()
+}
+
+// takeOut checks one OUT transfer and returns its frames. d.mu is held.
+func (d *Device) takeOut(buf []byte) [][]byte {
 	var frames [][]byte
 	if d.o.Model == usbnet.NCM {
 		var err error
@@ -523,13 +579,56 @@ func (d *Device) Write(ctx context.Context, ep uint8, buf []byte) (int, error) {
 	}
 	d.inFrames += uint64(len(frames))
 	d.inXfers++
-	d.mu.Unlock()
-	if link && peer != nil {
-		for _, f := range frames {
-			peer.fromWire(f)
+	return frames
+}
+
+// transfer is a fake usbnet.Transfer.
+type transfer struct {
+	d *Device
+	x *outXfer
+}
+
+// Wait implements usbnet.Transfer. A transfer cancelled while it still
+// waits in the device's queue is taken out of it.
+func (t *transfer) Wait(ctx context.Context) (int, error) {
+	select {
+	case <-t.x.done:
+		return t.x.n, t.x.err
+	case <-ctx.Done():
+	}
+	d := t.d
+	d.mu.Lock()
+	for i, x := range d.pending {
+		if x == t.x {
+			d.pending = append(d.pending[:i], d.pending[i+1:]...)
+			x.err = errors.New("transfer cancelled")
+			close(x.done)
+			break
 		}
 	}
-	return len(buf), nil
+	d.mu.Unlock()
+	<-t.x.done
+	return t.x.n, t.x.err
+}
+
+// HoldOut holds (true) the bulk OUT pipe: transfers the host submits stay
+// in flight, as behind a device that NAKs, until HoldOut(false) takes them
+// in order.
+func (d *Device) HoldOut(hold bool) {
+	d.mu.Lock()
+	d.holdOut = hold
+	d.mu.Unlock()
+	if !hold {
+		d.drainOut()
+	}
+}
+
+// OutPending is how many bulk OUT transfers are in flight at the device
+// now, and the most there have been at once.
+func (d *Device) OutPending() (now, most int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pending), d.maxPending
 }
 
 // fromWire takes a frame from the cable, filters it as the host asked and
@@ -599,6 +698,11 @@ func (d *Device) peerOf() *Device {
 func (d *Device) Unplug() {
 	d.mu.Lock()
 	d.gone = true
+	for _, x := range d.pending {
+		x.err = usbnet.ErrGone
+		close(x.done)
+	}
+	d.pending = nil
 	d.cond.Broadcast()
 	d.mu.Unlock()
 }
