@@ -77,7 +77,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -86,6 +85,7 @@ import (
 	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -110,11 +110,13 @@ type Options struct {
 	// RxRing and TxRing are ring sizes in descriptors: multiples of 8 from
 	// 8 to 4096 (default 512).
 	RxRing, TxRing int
-	// Pool is the buffer pool to receive into. When nil, Open makes one of
-	// PoolBuffers buffers and Close closes it.
+	// Pool, when set, is the one buffer pool every queue receives into,
+	// and its lock is shared by every queue. When nil, Open makes a pool
+	// of PoolBuffers buffers for each queue, so that queues share no lock,
+	// and Close closes them.
 	Pool *nicdrv.Pool
-	// PoolBuffers sizes the pool Open makes (default: enough to fill every
-	// ring twice, at least 4096).
+	// PoolBuffers sizes each queue's pool (default: enough to fill the
+	// queue's RX and TX rings twice, at least 1024).
 	PoolBuffers int
 	// Interrupts enables MSI-X interrupt mode for WaitRx.
 	Interrupts bool
@@ -172,7 +174,7 @@ func (o *Options) fill() error {
 		if o.HeaderSplit {
 			rx *= 2 // a header and a payload buffer per descriptor
 		}
-		o.PoolBuffers = max(4096, 2*o.Queues*(rx+o.TxRing))
+		o.PoolBuffers = max(1024, 2*(rx+o.TxRing))
 	}
 	switch {
 	case o.Queues < 1 || o.Queues > hw.Queues:
@@ -201,14 +203,14 @@ var rssKey = [hw.RSSKeyLen]byte{
 
 // NIC is an open 82574L. It implements nicdrv.NIC.
 type NIC struct {
-	dev     pci.Device
-	regs    pci.Registers
-	addr    pci.Address
-	opts    Options
-	info    nicdrv.Info
-	mac     nicdrv.MAC
-	pool    *nicdrv.Pool
-	ownPool bool
+	dev    pci.Device
+	regs   pci.Registers
+	addr   pci.Address
+	opts   Options
+	info   nicdrv.Info
+	mac    nicdrv.MAC
+	pools  *drv.Pools
+	waiter drv.RxWaiter
 
 	ringMem *hugepage.Region
 	ringMap *pci.Mapping
@@ -218,7 +220,7 @@ type NIC struct {
 
 	ctlMu  sync.Mutex // control path: statistics, filters, link, close
 	hwStat nicdrv.Stats
-	nRAR   int // receive addresses in use beyond RAR0
+	rar    [hw.RAREntries]bool // receive addresses in use (0 is the station's)
 	closed atomic.Bool
 	nIntr  atomic.Uint64
 }
@@ -306,14 +308,11 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.readStats() // clear the clear-on-read counters
 	n.hwStat = nicdrv.Stats{}
 
-	if o.Pool != nil {
-		n.pool = o.Pool
-	} else {
-		p, err := nicdrv.NewPool(dev.DMA(), nicdrv.PoolOptions{Buffers: o.PoolBuffers, Memory: o.Memory})
-		if err != nil {
-			return nil, n.errorf("buffer pool", err)
-		}
-		n.pool, n.ownPool = p, true
+	// Header split on the 82574 writes a frame it does not split whole
+	// into buffer 0, so header buffers are packet buffers: no header pool.
+	if n.pools, err = drv.NewPools(dev.DMA(), drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers,
+		Memory: o.Memory, Name: "gomx-e1000e"}); err != nil {
+		return nil, n.errorf("buffer pools", err)
 	}
 	if err := n.allocRings(); err != nil {
 		return nil, err
@@ -336,6 +335,8 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.clr32(hw.CTRL, hw.CtrlGIOMasterDis)
 	n.w32(hw.RCTL, n.rctl())
+	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
+		Arm: func(q int) { n.w32(hw.IMS, hw.IntRXQ0<<q) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
 		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	// Wait (bounded) for the link; a link that stays down is a state, not
@@ -580,7 +581,7 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("RX ring", err)
 		}
-		r := &rxQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
+		r := &rxQueue{nic: n, q: i, pool: n.pools.Packet[i], ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
 			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)),
 			slot:       make([]*nicdrv.Buffer, n.opts.RxRing), scratch: make([]*nicdrv.Buffer, n.opts.RxRing)}
 		if n.opts.HeaderSplit {
@@ -595,7 +596,7 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
-		n.tx = append(n.tx, &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing),
+		n.tx = append(n.tx, &txQueue{nic: n, q: i, pool: n.pools.Packet[i], ring: b, iova: iova, size: uint32(n.opts.TxRing),
 			rsEvery: txRSEvery(uint32(n.opts.TxRing)), marks: make([]uint32, n.opts.TxRing),
 			slot: make([]*nicdrv.Buffer, n.opts.TxRing), scratch: make([]*nicdrv.Buffer, n.opts.TxRing)})
 	}
@@ -688,7 +689,12 @@ func (n *NIC) Info() nicdrv.Info { return n.info }
 func (n *NIC) MAC() nicdrv.MAC { return n.mac }
 
 // Pool implements nicdrv.NIC.
-func (n *NIC) Pool() *nicdrv.Pool { return n.pool }
+func (n *NIC) Pool(q int) *nicdrv.Pool {
+	if q < 0 || q >= len(n.pools.Packet) {
+		return nil
+	}
+	return n.pools.Packet[q]
+}
 
 // Link implements nicdrv.NIC.
 func (n *NIC) Link() nicdrv.Link {
@@ -799,82 +805,73 @@ func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
 	return nil
 }
 
+// RuleCapacity implements nicdrv.NIC: the 82574 steers only by RSS hash,
+// so the one kind it carries out is a destination MAC to queue 0 of a
+// single-queue NIC, in its spare receive addresses.
+func (n *NIC) RuleCapacity(k nicdrv.RuleKind) int {
+	if k == nicdrv.RuleDestMAC && n.opts.Queues == 1 {
+		return hw.RAREntries - 1
+	}
+	return 0
+}
+
 // AddRule implements nicdrv.NIC. The 82574 steers only by RSS hash, so the
 // one rule it carries out is "destination MAC M to queue 0" on a
 // single-queue NIC, by accepting M in a spare receive address register.
 // Everything else fails with nicdrv.ErrNotSupported.
-func (n *NIC) AddRule(r nicdrv.Rule) error {
-	if r.Queue < 0 || r.Queue >= n.opts.Queues {
-		return n.errorf("rule "+r.String(), nicdrv.ErrBadQueue)
+func (n *NIC) AddRule(r nicdrv.Rule) (nicdrv.RuleID, error) {
+	if err := r.Check(); err != nil {
+		return 0, n.errorf("rule", err)
+	}
+	if r.Queue >= n.opts.Queues {
+		return 0, n.errorf("rule "+r.String(), nicdrv.ErrBadQueue)
 	}
 	if r.Kind != nicdrv.RuleDestMAC || r.Queue != 0 || n.opts.Queues != 1 {
-		return n.errorf("rule "+r.String(), fmt.Errorf("the 82574 steers only by RSS hash of IPv4 flows; demultiplex in software: %w", nicdrv.ErrNotSupported))
+		return 0, n.errorf("rule "+r.String(), fmt.Errorf("the 82574 steers only by RSS hash of IPv4 flows; demultiplex in software: %w", nicdrv.ErrNotSupported))
 	}
 	if r.MAC.IsMulticast() {
-		return n.errorf("rule "+r.String(), errors.New("a group address: use SetMulticast"))
+		return 0, n.errorf("rule "+r.String(), errors.New("a group address: use SetMulticast"))
 	}
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
 	if n.closed.Load() {
-		return n.errorf("rule", nicdrv.ErrClosed)
+		return 0, n.errorf("rule", nicdrv.ErrClosed)
 	}
-	if n.nRAR+1 >= hw.RAREntries {
-		return n.errorf("rule "+r.String(), fmt.Errorf("all %d receive addresses in use: %w", hw.RAREntries, nicdrv.ErrNotSupported))
+	for i := 1; i < len(n.rar); i++ {
+		if n.rar[i] {
+			continue
+		}
+		n.rar[i] = true
+		m := r.MAC
+		n.w32(hw.RAL(i), uint32(m[0])|uint32(m[1])<<8|uint32(m[2])<<16|uint32(m[3])<<24)
+		n.w32(hw.RAH(i), uint32(m[4])|uint32(m[5])<<8|1<<31)
+		return nicdrv.RuleID(i), nil
 	}
-	n.nRAR++
-	m := r.MAC
-	n.w32(hw.RAL(n.nRAR), uint32(m[0])|uint32(m[1])<<8|uint32(m[2])<<16|uint32(m[3])<<24)
-	n.w32(hw.RAH(n.nRAR), uint32(m[4])|uint32(m[5])<<8|1<<31)
+	return 0, n.errorf("rule "+r.String(), fmt.Errorf("all %d spare receive addresses in use: remove one: %w", hw.RAREntries-1, nicdrv.ErrTableFull))
+}
+
+// RemoveRule implements nicdrv.NIC: the receive address is cleared.
+func (n *NIC) RemoveRule(id nicdrv.RuleID) error {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return n.errorf("remove rule", nicdrv.ErrClosed)
+	}
+	i := int(id)
+	if i < 1 || i >= len(n.rar) || !n.rar[i] {
+		return n.errorf(fmt.Sprintf("remove rule %#x", uint32(id)), nicdrv.ErrNoRule)
+	}
+	n.w32(hw.RAH(i), 0)
+	n.w32(hw.RAL(i), 0)
+	n.rar[i] = false
 	return nil
 }
 
-// WaitRx implements nicdrv.NIC.
-func (n *NIC) WaitRx(ctx context.Context, q int) error {
-	if q < 0 || q >= len(n.rx) {
-		return n.errorf(fmt.Sprintf("wait on RX queue %d", q), nicdrv.ErrBadQueue)
-	}
-	r := n.rx[q]
-	for i := 0; ; i++ {
-		if n.closed.Load() {
-			return n.errorf("wait for RX", nicdrv.ErrClosed)
-		}
-		if r.ready() {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if n.irqs == nil {
-			if i < 100 {
-				runtime.Gosched()
-			} else {
-				time.Sleep(20 * time.Microsecond)
-			}
-			continue
-		}
-		// Arm the queue's cause, look again, then sleep: a frame that came
-		// between the first look and the arming raises the vector.
-		n.w32(hw.IMS, hw.IntRXQ0<<q)
-		if r.ready() {
-			return nil
-		}
-		c, err := n.irqs[q].Wait(ctx)
-		if err != nil {
-			if errors.Is(err, pci.ErrClosed) || n.closed.Load() {
-				return n.errorf("wait for RX", nicdrv.ErrClosed)
-			}
-			if cerr := ctx.Err(); cerr != nil {
-				return cerr
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// The eventfd's deadline is the context's, and may pass
-				// a moment before the context notices.
-				return context.DeadlineExceeded
-			}
-			return n.errorf("wait for RX interrupt", err)
-		}
-		n.nIntr.Add(c)
-	}
+// WaitRx implements nicdrv.NIC: with interrupts it arms the queues'
+// causes, looks at their rings again, and only then sleeps on their
+// vectors.
+func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
+	return n.waiter.Wait(ctx, queues)
 }
 
 // RxBatch implements nicdrv.NIC.
@@ -928,14 +925,14 @@ func (n *NIC) teardown() error {
 		// Interrupt closed and returns ErrClosed.
 		errs = append(errs, n.dev.DisableInterrupts())
 	}
-	if n.pool != nil {
+	if n.pools != nil {
 		for _, r := range n.rx {
-			errs = append(errs, n.pool.Free(r.slot...), n.pool.Free(r.pay...))
+			errs = append(errs, r.pool.Free(r.slot...), r.pool.Free(r.pay...))
 			clear(r.slot)
 			clear(r.pay)
 		}
 		for _, t := range n.tx {
-			errs = append(errs, n.pool.Free(t.slot...))
+			errs = append(errs, t.pool.Free(t.slot...))
 			clear(t.slot)
 		}
 	}
@@ -947,8 +944,8 @@ func (n *NIC) teardown() error {
 		errs = append(errs, n.ringMem.Close())
 		n.ringMem = nil
 	}
-	if n.ownPool && n.pool != nil {
-		errs = append(errs, n.pool.Close())
+	if n.pools != nil {
+		errs = append(errs, n.pools.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return n.errorf("close", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 )
 
 // rxQueue is one RX ring. The NIC owns slots [RDH, rdt); the driver has
@@ -23,6 +24,7 @@ import (
 type rxQueue struct {
 	nic  *NIC
 	q    int
+	pool *nicdrv.Pool // the queue's own
 	ring []byte
 	iova uint64
 	size uint32
@@ -110,7 +112,7 @@ func (r *rxQueue) refill() error {
 			need++
 		}
 	}
-	got, _ := r.nic.pool.Alloc(r.scratch[:need])
+	got, _ := r.pool.Alloc(r.scratch[:need])
 	if got < need {
 		r.noBuf.Add(uint64(need - got))
 	}
@@ -174,7 +176,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				r.dropped.Add(1) // counted once per frame, at its last descriptor
 			}
 			if b != nil {
-				_ = r.nic.pool.Free(b)
+				_ = r.pool.Free(b)
 			}
 			continue
 		}
@@ -247,6 +249,7 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 type txQueue struct {
 	nic  *NIC
 	q    int
+	pool *nicdrv.Pool // where reclaimed buffers go (each to its own pool)
 	ring []byte
 	iova uint64
 	size uint32
@@ -299,7 +302,7 @@ func (t *txQueue) reclaim() {
 		t.markN--
 	}
 	if k > 0 {
-		_ = t.nic.pool.Free(t.scratch[:k]...)
+		_ = t.pool.Free(t.scratch[:k]...)
 		clear(t.scratch[:k])
 	}
 }
@@ -318,12 +321,12 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	var err error
 	for _, b := range bufs {
 		ext, extIOVA := b.Attached()
-		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool || b.Next != nil ||
+		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || !drv.FromNIC(b, n.dev.DMA()) || b.Next != nil ||
 			ext != nil && (len(b.Data) == 0 || len(ext) == 0 || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0) {
 			t.rejected.Add(1)
 			switch {
-			case b.Pool() != n.pool:
-				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", sent))
+			case !drv.FromNIC(b, n.dev.DMA()):
+				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from a pool mapped in the NIC's DMA domain: allocate it from the NIC's Pool", sent))
 			case b.Next != nil:
 				err = n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split): TX sends one-buffer frames; copy it whole with AppendFrame into one buffer: %w", sent, b.Segments(), nicdrv.ErrFrameSize))
 			case ext != nil && (len(b.Data) == 0 || len(ext) == 0):

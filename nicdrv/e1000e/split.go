@@ -75,7 +75,7 @@ func (r *rxQueue) refillPS() {
 			need++
 		}
 	}
-	got, _ := r.nic.pool.Alloc(r.scratch[:need])
+	got, _ := r.pool.Alloc(r.scratch[:need])
 	if got < need {
 		r.noBuf.Add(uint64(need - got))
 	}

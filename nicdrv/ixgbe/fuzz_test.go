@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -53,10 +54,15 @@ func FuzzRxWriteBacks(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer pool.Close()
+	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer pools.Close()
 	f.Fuzz(func(t *testing.T, raw []byte, split bool, maxFrame uint16) {
 		const size = 32
 		mf := int(maxFrame)%(maxJumbo-1518+1) + 1518
-		n := &NIC{regs: tailRegs{}, pool: pool, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
+		n := &NIC{regs: tailRegs{}, pools: pools, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
 		ring := make([]byte, size*16)
 		r := newRxQueue(n, 0, ring, 0)
 		r.refill()

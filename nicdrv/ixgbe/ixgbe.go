@@ -95,7 +95,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -103,6 +102,7 @@ import (
 
 	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
@@ -114,12 +114,13 @@ type Options struct {
 	// RxRing and TxRing are ring sizes in descriptors: multiples of 8 from
 	// 32 to 8192 (default 512).
 	RxRing, TxRing int
-	// Pool is the buffer pool to receive into; its buffers must be 2048
-	// bytes. When nil, Open makes one of PoolBuffers buffers and Close
-	// closes it.
+	// Pool, when set, is the one buffer pool every queue receives into
+	// (its buffers must be 2048 bytes), and its lock is shared by every
+	// queue. When nil, Open makes a pool of PoolBuffers buffers for each
+	// queue, so that queues share no lock, and Close closes them.
 	Pool *nicdrv.Pool
-	// PoolBuffers sizes the pool Open makes (default: enough to fill every
-	// ring twice, at least 4096).
+	// PoolBuffers sizes each queue's pool (default: enough to fill the
+	// queue's RX and TX rings twice, at least 1024).
 	PoolBuffers int
 	// MaxFrame is the largest frame without FCS (default 1518; up to 9018
 	// for jumbo frames, which arrive as chains of Buffers and are sent
@@ -184,11 +185,7 @@ func (o *Options) fill() error {
 	}
 	if o.PoolBuffers == 0 {
 		per := (o.MaxFrame + nicdrv.BufferSize - 1) / nicdrv.BufferSize
-		rx := o.RxRing
-		if o.HeaderSplit {
-			rx *= 2
-		}
-		o.PoolBuffers = max(4096, 2*o.Queues*(rx+o.TxRing), o.Queues*rx*per+o.Queues*o.TxRing)
+		o.PoolBuffers = max(1024, 2*(o.RxRing+o.TxRing), o.RxRing*per+o.TxRing)
 	}
 	switch {
 	case o.Queues < 1 || o.Queues > hw.MaxQueuePairs:
@@ -224,14 +221,14 @@ const (
 
 // NIC is an open 82599. It implements nicdrv.NIC.
 type NIC struct {
-	dev     pci.Device
-	regs    pci.Registers
-	addr    pci.Address
-	opts    Options
-	info    nicdrv.Info
-	mac     nicdrv.MAC
-	pool    *nicdrv.Pool
-	ownPool bool
+	dev    pci.Device
+	regs   pci.Registers
+	addr   pci.Address
+	opts   Options
+	info   nicdrv.Info
+	mac    nicdrv.MAC
+	pools  *drv.Pools
+	waiter drv.RxWaiter
 
 	ringMem *hugepage.Region
 	ringMap *pci.Mapping
@@ -242,8 +239,11 @@ type NIC struct {
 	ctlMu  sync.Mutex // control path: statistics, filters, link, close
 	hwStat nicdrv.Stats
 	rules  ruleTables
-	closed atomic.Bool
-	nIntr  atomic.Uint64
+	// fivePorts maps a destination port to the 5-tuple rule that takes
+	// it, for the receive path (ruleOf); nil when no 5-tuple rule is in.
+	fivePorts atomic.Pointer[map[uint16]nicdrv.RuleID]
+	closed    atomic.Bool
+	nIntr     atomic.Uint64
 }
 
 var _ nicdrv.NIC = (*NIC)(nil)
@@ -327,14 +327,12 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.readStats()
 	n.hwStat = nicdrv.Stats{}
 
-	if o.Pool != nil {
-		n.pool = o.Pool
-	} else {
-		p, err := nicdrv.NewPool(dev.DMA(), nicdrv.PoolOptions{Buffers: o.PoolBuffers, Memory: o.Memory})
-		if err != nil {
-			return nil, n.errorf("buffer pool", err)
-		}
-		n.pool, n.ownPool = p, true
+	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, Memory: o.Memory, Name: "gomx-ixgbe"}
+	if o.HeaderSplit {
+		po.Headers = 2 * o.RxRing
+	}
+	if n.pools, err = drv.NewPools(dev.DMA(), po); err != nil {
+		return nil, n.errorf("buffer pools", err)
 	}
 	if err := n.allocRings(); err != nil {
 		return nil, err
@@ -357,6 +355,8 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
+	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
+		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	_, _ = n.WaitLink(true, o.LinkTimeout)
@@ -526,7 +526,7 @@ func (n *NIC) setupRx() error {
 		n.w32(hw.MRQC, 0)
 		n.w32(hw.RXCSUM, 0)
 	}
-	if err := n.setupFdir(); err != nil {
+	if err := n.initFdir(fdirPorts, 0); err != nil {
 		return err
 	}
 	for _, r := range n.rx {
@@ -535,21 +535,6 @@ func (n *NIC) setupRx() error {
 		}
 	}
 	return nil
-}
-
-// setupFdir initialises Flow Director perfect filters: the hash keys, masks
-// that compare the L4 type and destination port only, then FDIRCTRL, whose
-// INIT_DONE is polled.
-func (n *NIC) setupFdir() error {
-	n.w32(hw.FDIRHKEY, hw.FdirBucketKey)
-	n.w32(hw.FDIRSKEY, hw.FdirSignatureKey)
-	n.w32(hw.FDIRM, hw.FdirmVLANID|hw.FdirmVLANP|hw.FdirmPool|hw.FdirmFlex)
-	n.w32(hw.FDIRSIP4M, 0xFFFFFFFF)
-	n.w32(hw.FDIRDIP4M, 0xFFFFFFFF)
-	n.w32(hw.FDIRTCPM, 0x0000FFFF) // source port not compared
-	n.w32(hw.FDIRUDPM, 0x0000FFFF)
-	n.w32(hw.FDIRCTRL, fdirPBAlloc|hw.FdirctrlPerfectMatch|hw.FdirctrlReportStatus|0xA<<hw.FdirctrlMaxLenShift|0xF<<hw.FdirctrlFullThShift)
-	return n.waitReg("FDIRCTRL.INIT_DONE", hw.FDIRCTRL, func(v uint32) bool { return v&hw.FdirctrlInitDone != 0 })
 }
 
 // fctrl is the FCTRL value of the NIC's current filtering.
@@ -623,7 +608,12 @@ func (n *NIC) Info() nicdrv.Info { return n.info }
 func (n *NIC) MAC() nicdrv.MAC { return n.mac }
 
 // Pool implements nicdrv.NIC.
-func (n *NIC) Pool() *nicdrv.Pool { return n.pool }
+func (n *NIC) Pool(q int) *nicdrv.Pool {
+	if q < 0 || q >= len(n.pools.Packet) {
+		return nil
+	}
+	return n.pools.Packet[q]
+}
 
 // Link implements nicdrv.NIC.
 func (n *NIC) Link() nicdrv.Link {
@@ -738,51 +728,11 @@ func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
 	return nil
 }
 
-// WaitRx implements nicdrv.NIC.
-func (n *NIC) WaitRx(ctx context.Context, q int) error {
-	if q < 0 || q >= len(n.rx) {
-		return n.errorf(fmt.Sprintf("wait on RX queue %d", q), nicdrv.ErrBadQueue)
-	}
-	r := n.rx[q]
-	for i := 0; ; i++ {
-		if n.closed.Load() {
-			return n.errorf("wait for RX", nicdrv.ErrClosed)
-		}
-		if r.ready() {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if n.irqs == nil {
-			if i < 100 {
-				runtime.Gosched()
-			} else {
-				time.Sleep(20 * time.Microsecond)
-			}
-			continue
-		}
-		// Arm the queue's vector, look again, then sleep: a frame that
-		// came between the first look and the arming raises the vector.
-		n.w32(hw.EIMSEx(q/32), 1<<(q%32))
-		if r.ready() {
-			return nil
-		}
-		c, err := n.irqs[q].Wait(ctx)
-		if err != nil {
-			if errors.Is(err, pci.ErrClosed) || n.closed.Load() {
-				return n.errorf("wait for RX", nicdrv.ErrClosed)
-			}
-			if cerr := ctx.Err(); cerr != nil {
-				return cerr
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return context.DeadlineExceeded
-			}
-			return n.errorf("wait for RX interrupt", err)
-		}
-		n.nIntr.Add(c)
-	}
+// WaitRx implements nicdrv.NIC: with interrupts it arms the queues'
+// vectors, looks at their rings again, and only then sleeps on their
+// eventfds.
+func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
+	return n.waiter.Wait(ctx, queues)
 }
 
 // RxBatch implements nicdrv.NIC.
@@ -830,12 +780,12 @@ func (n *NIC) teardown() error {
 	if n.irqs != nil {
 		errs = append(errs, n.dev.DisableInterrupts())
 	}
-	if n.pool != nil {
+	if n.pools != nil {
 		for _, r := range n.rx {
 			errs = append(errs, r.release())
 		}
 		for _, t := range n.tx {
-			errs = append(errs, n.pool.Free(t.slot...))
+			errs = append(errs, t.pool.Free(t.slot...))
 			clear(t.slot)
 		}
 	}
@@ -847,8 +797,8 @@ func (n *NIC) teardown() error {
 		errs = append(errs, n.ringMem.Close())
 		n.ringMem = nil
 	}
-	if n.ownPool && n.pool != nil {
-		errs = append(errs, n.pool.Close())
+	if n.pools != nil {
+		errs = append(errs, n.pools.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return n.errorf("close", err)

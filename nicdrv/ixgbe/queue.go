@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
 
@@ -25,6 +26,8 @@ import (
 type rxQueue struct {
 	nic  *NIC
 	q    int
+	pool *nicdrv.Pool // packet buffers
+	hdrs *nicdrv.Pool // header buffers (header split)
 	ring []byte
 	iova uint64
 	size uint32
@@ -48,11 +51,12 @@ type rxQueue struct {
 
 func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	r := &rxQueue{nic: n, q: q, ring: ring, iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
+	r := &rxQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
 		pkt: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, 2*size), split: n.opts.HeaderSplit,
 		maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
 	if r.split {
 		r.hdr = make([]*nicdrv.Buffer, size)
+		r.hdrs = n.pools.Header[q]
 	}
 	return r
 }
@@ -101,49 +105,53 @@ func (r *rxQueue) start() error {
 	return nil
 }
 
-// refill gives the NIC fresh buffers in slots [tail, next-1). It does not
-// write RDT.
+// refill gives the NIC fresh buffers in slots [tail, next-1): a packet
+// buffer from the queue's pool and, with header split, a header buffer from
+// its header pool. It does not write RDT.
 func (r *rxQueue) refill() {
 	stop := (r.next + r.size - 1) % r.size
 	want := int((stop + r.size - r.tail) % r.size)
 	if want == 0 {
 		return
 	}
-	need := 0
+	needPkt, needHdr := 0, 0
 	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
 		if r.pkt[s] == nil {
-			need++
+			needPkt++
 		}
 		if r.split && r.hdr[s] == nil {
-			need++
+			needHdr++
 		}
 	}
-	got, _ := r.nic.pool.Alloc(r.scratch[:need])
-	if got < need {
-		r.noBuf.Add(uint64(need - got))
+	pkts := r.scratch[:needPkt]
+	hdrs := r.scratch[needPkt : needPkt+needHdr]
+	gotPkt, _ := r.pool.Alloc(pkts)
+	gotHdr := 0
+	if needHdr > 0 {
+		gotHdr, _ = r.hdrs.Alloc(hdrs)
 	}
-	k := 0
-	take := func(p **nicdrv.Buffer) bool {
-		if *p != nil {
-			return true
-		}
-		if k == got {
-			return false
-		}
-		*p = r.scratch[k]
-		r.scratch[k] = nil
-		k++
-		return true
+	if short := needPkt - gotPkt + needHdr - gotHdr; short > 0 {
+		r.noBuf.Add(uint64(short))
 	}
+	pkts, hdrs = pkts[:gotPkt], hdrs[:gotHdr]
+	kp, kh := 0, 0
 	for i := 0; i < want; i++ {
 		s := r.tail
-		if !take(&r.pkt[s]) {
-			break
+		if r.pkt[s] == nil {
+			if kp == len(pkts) {
+				break
+			}
+			r.pkt[s], pkts[kp] = pkts[kp], nil
+			kp++
 		}
 		d := hw.RxRead{PktAddr: r.pkt[s].IOVA()}
 		if r.split {
-			if !take(&r.hdr[s]) {
-				break
+			if r.hdr[s] == nil {
+				if kh == len(hdrs) {
+					break
+				}
+				r.hdr[s], hdrs[kh] = hdrs[kh], nil
+				kh++
 			}
 			d.HdrAddr = r.hdr[s].IOVA()
 		}
@@ -153,9 +161,13 @@ func (r *rxQueue) refill() {
 		d.Encode(r.desc(s))
 		r.tail = (s + 1) % r.size
 	}
-	if k < got {
-		_ = r.nic.pool.Free(r.scratch[k:got]...)
-		clear(r.scratch[k:got])
+	if kp < len(pkts) {
+		_ = r.pool.Free(pkts[kp:]...)
+		clear(pkts[kp:])
+	}
+	if kh < len(hdrs) {
+		_ = r.hdrs.Free(hdrs[kh:]...)
+		clear(hdrs[kh:])
 	}
 }
 
@@ -250,11 +262,14 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		if r.bad || f == nil || r.bytes < 14 || wb.Status&hw.RxErrRXE != 0 {
 			r.dropped.Add(1)
 			if f != nil {
-				_ = n.pool.Free(f)
+				_ = r.pool.Free(f)
 			}
 		} else {
 			f.Queue = r.q
-			f.Flags, f.Hash = rxFlags(wb), 0
+			f.Flags, f.Hash, f.Rule = rxFlags(wb), 0, 0
+			if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
+				f.Rule = n.ruleOf(wb, f.Data)
+			}
 			if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
 				f.Flags |= nicdrv.FlagHash
 				f.Hash = wb.Hash
@@ -291,11 +306,11 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 // release gives back every buffer the queue holds (Close, after the NIC
 // is quiet).
 func (r *rxQueue) release() error {
-	errs := []error{r.nic.pool.Free(r.pkt...), r.nic.pool.Free(r.hdr...)}
+	errs := []error{r.pool.Free(r.pkt...), r.pool.Free(r.hdr...)}
 	clear(r.pkt)
 	clear(r.hdr)
 	if r.head != nil {
-		errs = append(errs, r.nic.pool.Free(r.head))
+		errs = append(errs, r.pool.Free(r.head))
 		r.head, r.last = nil, nil
 	}
 	return errors.Join(errs...)
@@ -309,6 +324,7 @@ func (r *rxQueue) release() error {
 type txQueue struct {
 	nic  *NIC
 	q    int
+	pool *nicdrv.Pool // where reclaimed buffers go (each to its own pool)
 	ring []byte
 	iova uint64
 	size uint32
@@ -330,7 +346,7 @@ type txQueue struct {
 
 func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	return &txQueue{nic: n, q: q, ring: ring, iova: iova, size: size, rsEvery: max(1, min(32, size/4)),
+	return &txQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, iova: iova, size: size, rsEvery: max(1, min(32, size/4)),
 		marks: make([]uint32, size), slot: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, size)}
 }
 
@@ -361,7 +377,7 @@ func (t *txQueue) reclaim() {
 		t.markN--
 	}
 	if k > 0 {
-		_ = t.nic.pool.Free(t.scratch[:k]...)
+		_ = t.pool.Free(t.scratch[:k]...)
 		clear(t.scratch[:k])
 	}
 }
@@ -372,8 +388,8 @@ func (t *txQueue) reject(i int, b *nicdrv.Buffer) error {
 	ext, _ := b.Attached()
 	l := len(b.Data) + len(ext)
 	switch {
-	case b.Pool() != n.pool:
-		return n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", i))
+	case !drv.FromNIC(b, n.dev.DMA()):
+		return n.errorf("TX batch", fmt.Errorf("buffer %d is not from a pool mapped in the NIC's DMA domain: allocate it from the NIC's Pool", i))
 	case b.Next != nil:
 		return n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split or jumbo receive): TX sends one buffer, plus memory attached with Buffer.Attach: %w", i, b.Segments(), nicdrv.ErrFrameSize))
 	case ext != nil && (len(b.Data) == 0 || len(ext) == 0):

@@ -19,7 +19,12 @@
 //   - a NIC closed and opened again on the same device (a driver restart)
 //     moves frames;
 //   - frames sent at a closed NIC cause no DMA (an IOMMU fault would show);
-//   - steering rules are carried out or refused with ErrNotSupported;
+//   - every rule kind the NIC holds (RuleCapacity) lands frames of the
+//     matching flow on the queue it names (the last queue, not only 0),
+//     with the rule's ID in Buffer.Rule when the NIC reports it, and
+//     others elsewhere; a rule removed stops matching; a kind the NIC does
+//     not hold is refused with ErrNotSupported; a full table is refused
+//     with ErrTableFull, and takes rules again once one is removed;
 //   - promiscuous and multicast filtering behave;
 //   - in interrupt mode, WaitRx sleeps until a frame comes;
 //   - with header split, frames of mixed sizes arrive byte-exact when their
@@ -98,6 +103,7 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("Restart", s.restart)
 	t.Run("NoDMAAfterClose", s.noDMAAfterClose)
 	t.Run("Rules", s.rules)
+	t.Run("RuleTableFull", s.ruleTableFull)
 	t.Run("Filters", s.filters)
 	t.Run("Interrupts", s.interrupts)
 	t.Run("HeaderSplit", s.headerSplit)
@@ -200,7 +206,7 @@ func sendAll(t *testing.T, n nicdrv.NIC, q int, bufs []*nicdrv.Buffer) {
 func alloc(t *testing.T, n nicdrv.NIC, k int) []*nicdrv.Buffer {
 	t.Helper()
 	bufs := make([]*nicdrv.Buffer, k)
-	if _, err := n.Pool().Alloc(bufs); err != nil {
+	if _, err := n.Pool(0).Alloc(bufs); err != nil {
 		t.Fatalf("alloc %d buffers: %v", k, err)
 	}
 	return bufs
@@ -263,7 +269,7 @@ func (s *stream) step(t *testing.T, window int) bool {
 		if n > 0 {
 			moved = true
 		}
-		if err := s.to.Pool().Free(s.rx[:n]...); err != nil {
+		if err := s.to.Pool(0).Free(s.rx[:n]...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -440,7 +446,7 @@ func (s *suite) bothQueues(t *testing.T) {
 					perQueue[q]++
 				}
 				got += n
-				if err := b.Pool().Free(rx[:n]...); err != nil {
+				if err := b.Pool(0).Free(rx[:n]...); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -457,7 +463,7 @@ func (s *suite) bothQueues(t *testing.T) {
 func (s *suite) poolExhaustion(t *testing.T) {
 	r := s.rig(t, Config{Queues: 1})
 	a, b := r.NICs[0], r.NICs[1]
-	p := b.Pool()
+	p := b.Pool(0)
 	var held []*nicdrv.Buffer
 	chunk := make([]*nicdrv.Buffer, 256)
 	var exhausted error
@@ -579,36 +585,6 @@ func (s *suite) noDMAAfterClose(t *testing.T) {
 	}
 }
 
-func (s *suite) rules(t *testing.T) {
-	r := s.rig(t, Config{Queues: 1})
-	a := r.NICs[0]
-	for _, rule := range []nicdrv.Rule{
-		{Kind: nicdrv.RuleEtherType, EtherType: 0x86DF, Queue: 0},
-		{Kind: nicdrv.RuleUDPDestPort, Port: 4242, Queue: 0},
-		{Kind: nicdrv.RuleByte, Offset: 16, Value: 3, Queue: 0},
-		{Kind: nicdrv.RuleDestMAC, MAC: nicdrv.MAC{0x02, 0, 0, 0, 0, 0x77}, Queue: 0},
-	} {
-		err := a.AddRule(rule)
-		if err != nil && !errors.Is(err, nicdrv.ErrNotSupported) {
-			t.Errorf("rule %v: %v, want nil or ErrNotSupported", rule, err)
-		}
-		if rule.Kind == nicdrv.RuleDestMAC && err == nil {
-			// The NIC now accepts that address: check it does.
-			b := r.NICs[1]
-			bufs := alloc(t, b, 1)
-			Frame(bufs[0].SetLen(2048), rule.MAC, b.MAC(), 7, 100)
-			bufs[0].SetLen(100)
-			sendAll(t, b, 0, bufs)
-			if got := recvOne(t, a); got == nil || got[0] != rule.MAC[0] || got[5] != rule.MAC[5] {
-				t.Errorf("frame for %v accepted by a rule did not arrive", rule.MAC)
-			}
-		}
-	}
-	if err := a.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, Queue: 99}); !errors.Is(err, nicdrv.ErrBadQueue) && !errors.Is(err, nicdrv.ErrNotSupported) {
-		t.Errorf("rule to queue 99: %v, want ErrBadQueue", err)
-	}
-}
-
 // recvOne waits for one frame on queue 0 and returns a copy (nil on
 // timeout).
 func recvOne(t *testing.T, n nicdrv.NIC) []byte {
@@ -622,7 +598,7 @@ func recvOne(t *testing.T, n nicdrv.NIC) []byte {
 		}
 		if k == 1 {
 			out := append([]byte(nil), rx[0].Data...)
-			_ = n.Pool().Free(rx[0])
+			_ = n.Pool(0).Free(rx[0])
 			return out
 		}
 	}
@@ -698,7 +674,8 @@ func (s *suite) interrupts(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), hang)
 			defer cancel()
-			woke <- b.WaitRx(ctx, 0)
+			_, err := b.WaitRx(ctx, 0)
+			woke <- err
 		}()
 		bufs := alloc(t, a, 1)
 		Frame(bufs[0].SetLen(2048), b.MAC(), a.MAC(), uint64(round), 100)
@@ -714,12 +691,15 @@ func (s *suite) interrupts(t *testing.T) {
 	// An idle queue: WaitRx ends with the context, not before.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := b.WaitRx(ctx, 0); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.WaitRx(ctx, 0); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitRx on an idle queue: %v, want the context's deadline", err)
 	}
 	// Close wakes a sleeper.
 	done := make(chan error, 1)
-	go func() { done <- b.WaitRx(context.Background(), 0) }()
+	go func() {
+		_, err := b.WaitRx(context.Background(), 0)
+		done <- err
+	}()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
