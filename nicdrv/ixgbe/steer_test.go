@@ -553,3 +553,41 @@ func TestDropWhenFull(t *testing.T) {
 		t.Errorf("queue 1 received %d frames behind the full queue 0, want 1", got1)
 	}
 }
+
+// With header split the headers of a split frame land in a small buffer
+// of the queue's header pool, the payload in a packet buffer of its pool;
+// freeing the chain through the queue's pool gives each back to its own.
+func TestHeaderPool(t *testing.T) {
+	o := ixgbe.DefaultOptions()
+	o.HeaderSplit = true
+	o.RxRing, o.TxRing = 64, 64
+	_, n := openPair(t, o)
+	a, b := n[0], n[1]
+	send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 7000, 1) })
+	rx := make([]*nicdrv.Buffer, 1)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		k, err := b.RxBatch(0, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no frame arrived")
+		}
+	}
+	h := rx[0]
+	if h.Next == nil || len(h.Data) != 14+20+8 {
+		t.Fatalf("a UDP frame with header split: %d bytes of headers, payload %v", len(h.Data), h.Next != nil)
+	}
+	if h.Cap() != 256 || h.Pool() == b.Pool(0) || h.Next.Pool() != b.Pool(0) {
+		t.Errorf("header buffer of %d bytes from the packet pool %v, payload from it %v: want a 256-byte header buffer of the header pool", h.Cap(), h.Pool() == b.Pool(0), h.Next.Pool() == b.Pool(0))
+	}
+	if err := b.Pool(0).Free(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close after the chain went back to two pools: %v", err)
+	}
+}

@@ -27,6 +27,8 @@
 //     with ErrTableFull, and takes rules again once one is removed;
 //   - promiscuous and multicast filtering behave;
 //   - in interrupt mode, WaitRx sleeps until a frame comes;
+//   - WaitRx on several queues returns one that has a frame, polling and
+//     with interrupts; each queue receives into a pool of its own;
 //   - with header split, frames of mixed sizes arrive byte-exact when their
 //     buffers are put back together: IPv4 and IPv6 TCP and UDP split after
 //     their TCP or UDP header, non-IP frames (Open-MX's EtherType) and IP
@@ -106,6 +108,7 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("RuleTableFull", s.ruleTableFull)
 	t.Run("Filters", s.filters)
 	t.Run("Interrupts", s.interrupts)
+	t.Run("WaitSeveral", s.waitSeveral)
 	t.Run("HeaderSplit", s.headerSplit)
 	t.Run("Attached", s.attached)
 }
@@ -443,6 +446,9 @@ func (s *suite) bothQueues(t *testing.T) {
 					if bf.Queue != q {
 						t.Errorf("frame from queue %d says queue %d", q, bf.Queue)
 					}
+					if bf.Pool() != b.Pool(q) {
+						t.Errorf("frame from queue %d is in another queue's pool: queues must not share a pool's lock", q)
+					}
 					perQueue[q]++
 				}
 				got += n
@@ -457,6 +463,55 @@ func (s *suite) bothQueues(t *testing.T) {
 	}
 	if perQueue[0] == 0 || perQueue[1] == 0 {
 		t.Errorf("frames per RX queue %v: RSS should spread 512 flows over both", perQueue)
+	}
+	if b.Pool(0) == b.Pool(1) || b.Pool(2) != nil || b.Pool(-1) != nil {
+		t.Errorf("Pool(0) %p, Pool(1) %p, Pool(2) %p: want a pool per queue and nil past the last", b.Pool(0), b.Pool(1), b.Pool(2))
+	}
+}
+
+// waitSeveral checks WaitRx on several queues: it returns a queue that
+// has a frame, whichever of them RSS picked, and ends with the context on
+// idle queues.
+func (s *suite) waitSeveral(t *testing.T) {
+	for _, intr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interrupts=%v", intr), func(t *testing.T) {
+			r := s.rig(t, Config{Queues: 2, Interrupts: intr})
+			a, b := r.NICs[0], r.NICs[1]
+			if b.Info().Queues < 2 {
+				t.Skipf("NIC opened with %d queues", b.Info().Queues)
+			}
+			seen := [2]bool{}
+			rx := make([]*nicdrv.Buffer, 1)
+			for port := uint16(0); port < 64 && !(seen[0] && seen[1]); port++ {
+				bufs := alloc(t, a, 1)
+				tcpFrame(bufs[0].SetLen(2048), b.MAC(), a.MAC(), 1000+port, uint64(port), 80, false)
+				bufs[0].SetLen(80)
+				sendAll(t, a, 0, bufs)
+				ctx, cancel := context.WithTimeout(context.Background(), hang)
+				q, err := b.WaitRx(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("WaitRx on every queue: %v", err)
+				}
+				k, err := b.RxBatch(q, rx)
+				if err != nil || k != 1 {
+					t.Fatalf("WaitRx said queue %d, whose RxBatch gives %d frames (%v)", q, k, err)
+				}
+				_ = b.Pool(q).Free(rx[0])
+				seen[q] = true
+			}
+			if !seen[0] || !seen[1] {
+				t.Errorf("64 flows woke WaitRx on queues %v only", seen)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if _, err := b.WaitRx(ctx, 0, 1); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("WaitRx on idle queues: %v, want the context's deadline", err)
+			}
+			if _, err := b.WaitRx(ctx, 2); !errors.Is(err, nicdrv.ErrBadQueue) {
+				t.Errorf("WaitRx on queue 2 of 2: %v, want ErrBadQueue", err)
+			}
+		})
 	}
 }
 
