@@ -32,7 +32,7 @@
 // [Completion]: only then may the caller change that memory. A Buffer
 // freed unsent (an error path, Close) completes its attachment too.
 //
-// # Buffers and the pool
+// # Buffers and the pools
 //
 // Every packet lives in a [Buffer] of a [Pool]: a fixed set of equal buffers
 // carved out of one hugepage region that is mapped for DMA once, so each
@@ -47,6 +47,15 @@
 // leaves the slots empty, counts the event in [Stats].RxNoBuffer, and
 // refills them on a later RxBatch.
 //
+// Each queue has a pool of its own ([NIC.Pool](q)): its RX ring is refilled
+// from it, and frames built for its TX ring come from it, so the goroutine
+// that serves a queue takes only that pool's lock, which no other queue's
+// goroutine contends. A Buffer remembers its pool, and [Pool.Free] gives
+// every buffer back to the pool it came from, whichever pool Free is called
+// on: a frame received on one queue may be sent on another, or freed by
+// any goroutine, and its buffers still go home (taking, then, the other
+// queue's lock).
+//
 // # Header split
 //
 // A driver may offer header split receive, asked for at Open (the
@@ -56,7 +65,11 @@
 // protocol layer finds its headers in a small buffer of their own and the
 // payload starts at the beginning of a buffer. RxBatch delivers such a frame
 // as a chain of two Buffers: the first holds the headers, [Buffer].Next the
-// rest. What is split, by every driver that offers it:
+// rest. A NIC that writes unsplit frames into the payload buffer (the
+// 82599) takes its header buffers from a per-queue pool of small (256-byte)
+// buffers; one that writes them whole into the header buffer (the 82574)
+// needs full-size header buffers from the queue's pool. What is split, by
+// every driver that offers it:
 //
 //   - an unfragmented IPv4 or IPv6 TCP or UDP datagram: the first Buffer
 //     holds the Ethernet, IP (with options or extension headers) and TCP
@@ -77,17 +90,33 @@
 // Link state with a bounded wait ([NIC.WaitLink]), statistics (the NIC's
 // own counters, accumulated across its clear-on-read registers, plus the
 // driver's own drops and errors), promiscuous and multicast control, and
-// steering rules. A rule the NIC cannot carry out in hardware is refused
-// with an error wrapping [ErrNotSupported] — never accepted and ignored —
-// so the caller knows to demultiplex in software.
+// steering rules.
+//
+// # Steering rules
+//
+// [NIC.AddRule] installs a [Rule] in the NIC's filters and returns its
+// [RuleID]; [NIC.RemoveRule] takes it out again, and frames stop matching
+// at once. [NIC.RuleCapacity] says how many rules of each [RuleKind] the
+// NIC holds, so a caller can plan (an endpoint per rule) before it adds
+// any. A rule the NIC cannot carry out in hardware is refused with an
+// error wrapping [ErrNotSupported] — never accepted and ignored — so the
+// caller knows to demultiplex in software; a rule whose table is full is
+// refused with [ErrTableFull], naming the table. The NIC applies its rules
+// in its own precedence (the driver's package doc gives it), and a
+// received [Buffer] carries, in Rule, the ID of the rule that steered it
+// when the NIC reports one. [RuleFlex] is the 82599's Flow Director flex
+// word: 16 bits at one even offset in the first 64 bytes of IP frames, one
+// offset per NIC.
 //
 // # Polling and interrupts
 //
 // Polling is the default and the fast path. With interrupts enabled in the
-// driver's options, [NIC.WaitRx] sleeps on the queue's MSI-X eventfd until a
-// frame arrives, ctx ends or the NIC closes; the driver programs the
+// driver's options, [NIC.WaitRx] sleeps on the MSI-X eventfds of the queues
+// it is given (one, several, or all) until a frame arrives on one of them,
+// ctx ends or the NIC closes, and says which queue; the driver programs the
 // NIC's interrupt moderation so that a busy queue does not interrupt per
-// frame.
+// frame. A goroutine serving one queue waits on it alone; one serving
+// several waits on them together with one call.
 //
 // # Close
 //

@@ -19,7 +19,9 @@
 //
 // # Queues and descriptors
 //
-// Up to 64 RX/TX queue pairs, each with its own enable bit, advanced
+// Up to 64 RX/TX queue pairs, each with its own enable bit and its own
+// buffer pool (and, with header split, a pool of 256-byte header buffers),
+// advanced
 // descriptors (16 bytes: the read format gives the NIC a packet and, with
 // header split, a header buffer; the write-back format returns the length,
 // status, checksum results, RSS hash and packet type). Every RX queue gets
@@ -43,7 +45,7 @@
 //
 // # Steering rules
 //
-// AddRule carries out, in hardware:
+// AddRule carries out, in hardware, and returns an ID that RemoveRule takes:
 //
 //   - RuleEtherType with an EtherType filter (ETQF/ETQS, 8 of them; IPv4
 //     and IPv6 cannot be EtherType-filtered);
@@ -52,13 +54,27 @@
 //     with a Flow Director perfect filter (2048), whose bucket hash the
 //     driver computes (hw.FdirBucketHash) as the NIC computes it for every
 //     frame;
-//   - RuleDestMAC to queue 0, with a spare receive address.
+//   - RuleFlex with a Flow Director perfect filter comparing only the flex
+//     word (FDIRCTRL.FLEX_OFFSET, one offset for the NIC, IP frames only);
+//   - RuleDestMAC to queue 0, with a spare receive address (127).
 //
-// The NIC applies them in its own order: EtherType filters first, then
-// 5-tuple filters, then Flow Director, then RSS. RuleByte, and a
-// destination MAC to another queue (that needs VMDq pools), fail with
-// nicdrv.ErrNotSupported; so does a rule when its table is full, and the
-// error says which table.
+// Flow Director compares the same fields in every filter, so it holds
+// either UDP port rules or flex rules at one offset; it changes from one to
+// the other (re-initialised, receive paused for the moment FDIRCTRL takes)
+// only while it is empty. A flex rule that cannot go in is refused with
+// nicdrv.ErrNotSupported; so are RuleByte and a destination MAC to another
+// queue (that needs VMDq pools). A rule whose table is full is refused with
+// nicdrv.ErrTableFull, and the error says which table.
+//
+// The NIC applies rules in its own order: EtherType filters first, then
+// 5-tuple filters, then Flow Director, then RSS, then queue 0. A received
+// Buffer's Rule names the EtherType filter (its index in the descriptor's
+// packet type) or Flow Director filter (FLM, and its software index in the
+// descriptor) that steered the frame; a 5-tuple filter is not named in the
+// descriptor, so for an IPv4 UDP frame that matched neither of the others
+// the driver looks its destination port up among its 5-tuple rules (a map
+// replaced, never changed, when they change, so the receive path takes no
+// lock).
 //
 // # Fast path
 //
