@@ -582,12 +582,15 @@ func (n *NIC) allocRings() error {
 			return n.errorf("RX ring", err)
 		}
 		r := &rxQueue{nic: n, q: i, pool: n.pools.Packet[i], ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
-			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)),
-			slot:       make([]*nicdrv.Buffer, n.opts.RxRing), scratch: make([]*nicdrv.Buffer, n.opts.RxRing)}
-		if n.opts.HeaderSplit {
-			r.ps = true
-			r.pay = make([]*nicdrv.Buffer, n.opts.RxRing)
-			r.scratch = make([]*nicdrv.Buffer, 2*n.opts.RxRing)
+			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)), ps: n.opts.HeaderSplit}
+		pools := []*nicdrv.Pool{r.pool}
+		if r.ps {
+			pools = append(pools, r.pool) // a payload buffer per slot too
+		}
+		r.fill = drv.NewRxFill(r.size, pools, &r.noBuf, r.encode)
+		r.slot = r.fill.Bufs[0]
+		if r.ps {
+			r.pay = r.fill.Bufs[1]
 		}
 		n.rx = append(n.rx, r)
 	}
@@ -596,9 +599,9 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
-		n.tx = append(n.tx, &txQueue{nic: n, q: i, pool: n.pools.Packet[i], ring: b, iova: iova, size: uint32(n.opts.TxRing),
-			rsEvery: txRSEvery(uint32(n.opts.TxRing)), marks: make([]uint32, n.opts.TxRing),
-			slot: make([]*nicdrv.Buffer, n.opts.TxRing), scratch: make([]*nicdrv.Buffer, n.opts.TxRing)})
+		t := &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing)}
+		t.s = drv.NewTxSlots(t.size, n.pools.Packet[i], t.done)
+		n.tx = append(n.tx, t)
 	}
 	return nil
 }
@@ -927,13 +930,10 @@ func (n *NIC) teardown() error {
 	}
 	if n.pools != nil {
 		for _, r := range n.rx {
-			errs = append(errs, r.pool.Free(r.slot...), r.pool.Free(r.pay...))
-			clear(r.slot)
-			clear(r.pay)
+			errs = append(errs, r.fill.Release())
 		}
 		for _, t := range n.tx {
-			errs = append(errs, t.pool.Free(t.slot...))
-			clear(t.slot)
+			errs = append(errs, t.s.Release())
 		}
 	}
 	if n.ringMap != nil {

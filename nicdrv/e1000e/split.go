@@ -57,52 +57,6 @@ func psAccept(wb hw.RxPSWriteBack, discarding bool, bufCap int) (hdr, pay int, d
 	return l[0], l[1], true, false
 }
 
-// refillPS gives the NIC two fresh buffers per slot in [tail, next-1), as
-// refill does with one, and rewrites every descriptor it hands over: the
-// NIC's write-back overwrote all four addresses. It does not write RDT.
-func (r *rxQueue) refillPS() {
-	stop := (r.next + r.size - 1) % r.size
-	want := int((stop + r.size - r.tail) % r.size)
-	if want == 0 {
-		return
-	}
-	need := 0
-	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
-		if r.slot[s] == nil {
-			need++
-		}
-		if r.pay[s] == nil {
-			need++
-		}
-	}
-	got, _ := r.pool.Alloc(r.scratch[:need])
-	if got < need {
-		r.noBuf.Add(uint64(need - got))
-	}
-	k := 0
-	take := func(p **nicdrv.Buffer) bool {
-		if *p == nil {
-			if k == got {
-				return false
-			}
-			*p = r.scratch[k]
-			r.scratch[k] = nil
-			k++
-		}
-		return true
-	}
-	for i := 0; i < want; i++ {
-		s := r.tail
-		if !take(&r.slot[s]) || !take(&r.pay[s]) {
-			break
-		}
-		hw.RxPSRead{Buffer: [hw.PSBuffers]uint64{r.slot[s].IOVA(), r.pay[s].IOVA()}}.Encode(r.desc(s))
-		r.tail = (s + 1) % r.size
-	}
-	// Buffers taken for a slot that could not be completed wait in it;
-	// none of the scratch ones are left over.
-}
-
 // batchPS is batch for packet split descriptors.
 func (r *rxQueue) batchPS(out []*nicdrv.Buffer) (int, error) {
 	r.mu.Lock()
@@ -154,7 +108,7 @@ func (r *rxQueue) batchPS(out []*nicdrv.Buffer) (int, error) {
 		got++
 	}
 	old := r.tail
-	r.refillPS()
+	r.refill()
 	if r.tail != old {
 		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail*hw.PSDescUnits)
 		r.rdt = r.tail

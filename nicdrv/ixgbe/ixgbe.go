@@ -801,8 +801,7 @@ func (n *NIC) teardown() error {
 			errs = append(errs, r.release())
 		}
 		for _, t := range n.tx {
-			errs = append(errs, t.pool.Free(t.slot...))
-			clear(t.slot)
+			errs = append(errs, t.s.Release())
 		}
 	}
 	if n.ringMap != nil {

@@ -216,7 +216,7 @@ func (n *NIC) addFdir(r nicdrv.Rule, mode int, in hw.FdirInput) (nicdrv.RuleID, 
 	}
 	switch {
 	case t.fdirN > 0 && mode != t.fdirMode && mode == fdirFlex:
-		return 0, fmt.Errorf("Flow Director holds UDP port rules, and the 82599 compares the same fields in all its perfect filters: remove them first: %w", nicdrv.ErrNotSupported)
+		return 0, fmt.Errorf("the Flow Director table holds UDP port rules, and the 82599 compares the same fields in all its perfect filters: remove them first: %w", nicdrv.ErrNotSupported)
 	case t.fdirN > 0 && mode != t.fdirMode:
 		return 0, fmt.Errorf("all %d 5-tuple filters are in use and Flow Director holds flex rules, which UDP port rules cannot share it with: %w", hw.FiveTupleEntries, nicdrv.ErrTableFull)
 	case t.fdirN > 0 && mode == fdirFlex && r.Offset != t.flexOff:

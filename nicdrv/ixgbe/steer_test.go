@@ -179,7 +179,7 @@ func TestSteering(t *testing.T) {
 	if q, _, _ := arrivalRule(t, b); q != 7 {
 		t.Errorf("port 7000 after its 5-tuple filter was removed: queue %d, want 7 (its Flow Director filter)", q)
 	}
-	five = add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7002, Queue: 3}) // 5-tuple 0 again
+	add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7002, Queue: 3}) // 5-tuple 0 again
 	// Fill Flow Director; the next rule is refused, naming the tables.
 	for i := 2; i < hw.FdirPerfect64K; i++ {
 		add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(30000 + i), Queue: 2})
