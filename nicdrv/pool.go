@@ -247,10 +247,11 @@ func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
 	top := len(p.free) - n
 	for i := 0; i < n; i++ {
 		b := p.free[top+i]
+		// Next and the attachment were cleared when the buffer was freed
+		// (and are zero in a new pool).
 		b.out = true
 		b.Data = b.mem
-		b.Flags, b.Hash, b.Queue, b.Next, b.Rule = 0, 0, 0, nil, 0
-		b.ext, b.extIOVA, b.extDone = nil, 0, nil
+		b.Flags, b.Hash, b.Queue, b.Rule = 0, 0, 0, 0
 		bufs[i] = b
 	}
 	p.free = p.free[:top]

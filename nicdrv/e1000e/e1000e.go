@@ -599,7 +599,7 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
-		t := &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing)}
+		t := &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing), pools: drv.PoolCheck{DMA: n.dev.DMA()}}
 		t.s = drv.NewTxSlots(t.size, n.pools.Packet[i], t.done)
 		n.tx = append(n.tx, t)
 	}

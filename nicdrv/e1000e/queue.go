@@ -230,9 +230,10 @@ type txQueue struct {
 	iova uint64
 	size uint32
 
-	mu  sync.Mutex
-	s   *drv.TxSlots // which slots hold which buffers, which ask for RS
-	ctx hw.TxDesc    // the checksum context last loaded (queue 0)
+	mu    sync.Mutex
+	pools drv.PoolCheck // which buffers the NIC may send
+	s     *drv.TxSlots  // which slots hold which buffers, which ask for RS
+	ctx   hw.TxDesc     // the checksum context last loaded (queue 0)
 
 	full, rejected atomic.Uint64
 }
@@ -262,11 +263,11 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	var err error
 	for _, b := range bufs {
 		ext, extIOVA := b.Attached()
-		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || !drv.FromNIC(b, n.dev.DMA()) || b.Next != nil ||
+		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || !t.pools.OK(b) || b.Next != nil ||
 			ext != nil && (len(b.Data) == 0 || len(ext) == 0 || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0) {
 			t.rejected.Add(1)
 			switch {
-			case !drv.FromNIC(b, n.dev.DMA()):
+			case !t.pools.OK(b):
 				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from a pool mapped in the NIC's DMA domain: allocate it from the NIC's Pool", sent))
 			case b.Next != nil:
 				err = n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split): TX sends one-buffer frames; copy it whole with AppendFrame into one buffer: %w", sent, b.Segments(), nicdrv.ErrFrameSize))

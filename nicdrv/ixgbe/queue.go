@@ -290,16 +290,17 @@ type txQueue struct {
 	iova uint64
 	size uint32
 
-	mu  sync.Mutex
-	s   *drv.TxSlots
-	ctx hw.TxDesc // the checksum context last loaded (slot 0)
+	mu    sync.Mutex
+	pools drv.PoolCheck // which buffers the NIC may send
+	s     *drv.TxSlots
+	ctx   hw.TxDesc // the checksum context last loaded (slot 0)
 
 	full, rejected atomic.Uint64
 }
 
 func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	t := &txQueue{nic: n, q: q, ring: ring, iova: iova, size: size}
+	t := &txQueue{nic: n, q: q, ring: ring, iova: iova, size: size, pools: drv.PoolCheck{DMA: n.dev.DMA()}}
 	t.s = drv.NewTxSlots(size, n.pools.Packet[q], t.done)
 	return t
 }
@@ -321,7 +322,7 @@ func (t *txQueue) reject(i int, b *nicdrv.Buffer) error {
 	ext, _ := b.Attached()
 	l := len(b.Data) + len(ext)
 	switch {
-	case !drv.FromNIC(b, n.dev.DMA()):
+	case !t.pools.OK(b):
 		return n.errorf("TX batch", fmt.Errorf("buffer %d is not from a pool mapped in the NIC's DMA domain: allocate it from the NIC's Pool", i))
 	case b.Next != nil:
 		return n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split or jumbo receive): TX sends one buffer, plus memory attached with Buffer.Attach: %w", i, b.Segments(), nicdrv.ErrFrameSize))

@@ -103,10 +103,27 @@ func (p *Pools) Close() error {
 	return errors.Join(errs...)
 }
 
-// FromNIC reports whether b is a buffer the NIC may send: one of a pool
+// PoolCheck tells whether a Buffer is one a NIC may send: one of a pool
 // mapped in the NIC's DMA domain (any queue's, or another NIC's in the
-// same domain), so its IOVA means what the NIC will read.
-func FromNIC(b *nicdrv.Buffer, dma pci.DMA) bool {
+// same domain), so its IOVA means what the NIC will read. It remembers the
+// last pool it accepted, so a queue sending from one pool pays a pointer
+// comparison per frame. One per TX queue (it is not safe for concurrent
+// use).
+type PoolCheck struct {
+	// DMA is the NIC's DMA domain.
+	DMA pci.DMA
+	ok  *nicdrv.Pool
+}
+
+// OK reports whether b may be sent.
+func (c *PoolCheck) OK(b *nicdrv.Buffer) bool {
 	p := b.Pool()
-	return p != nil && p.DMA() == dma
+	if p == c.ok && p != nil {
+		return true
+	}
+	if p == nil || p.DMA() != c.DMA {
+		return false
+	}
+	c.ok = p
+	return true
 }
