@@ -77,7 +77,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,7 +203,7 @@ var rssKey = [hw.RSSKeyLen]byte{
 // NIC is an open 82574L. It implements nicdrv.NIC.
 type NIC struct {
 	dev    pci.Device
-	regs   pci.Registers
+	d      drv.Device // the function, BAR0 and register waits
 	addr   pci.Address
 	opts   Options
 	info   nicdrv.Info
@@ -227,34 +226,19 @@ type NIC struct {
 
 var _ nicdrv.NIC = (*NIC)(nil)
 
-func (n *NIC) errorf(op string, err error) error {
-	return &nicdrv.Error{Addr: n.addr, Op: op, Err: err}
-}
+func (n *NIC) errorf(op string, err error) error { return n.d.Errorf(op, err) }
 
-func (n *NIC) r32(off int) uint32      { return n.regs.Read32(off) }
-func (n *NIC) w32(off int, v uint32)   { n.regs.Write32(off, v) }
+func (n *NIC) r32(off int) uint32      { return n.d.Regs.Read32(off) }
+func (n *NIC) w32(off int, v uint32)   { n.d.Regs.Write32(off, v) }
 func (n *NIC) set32(off int, b uint32) { n.w32(off, n.r32(off)|b) }
 func (n *NIC) clr32(off int, b uint32) { n.w32(off, n.r32(off)&^b) }
 
-// waitReg polls register reg (named name) until cond holds, at most
-// RegisterTimeout.
 func (n *NIC) waitReg(name string, reg int, cond func(uint32) bool) error {
-	deadline := time.Now().Add(n.opts.RegisterTimeout)
-	for i := 0; ; i++ {
-		v := n.r32(reg)
-		if cond(v) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return n.errorf(name, fmt.Errorf("%#08x after %v: %w", v, n.opts.RegisterTimeout, nicdrv.ErrTimeout))
-		}
-		if i < 64 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
+	return n.d.WaitReg(name, reg, cond)
 }
+
+// identity is the PCI functions Open takes.
+var identity = drv.Identity{Match: hw.Is82574, Want: "8086:10d3 (82574L) or 8086:10f6", Model: "82574", BAR0Size: hw.BAR0Size}
 
 // Open brings up the 82574L at dev and returns it ready to move frames. On
 // failure everything Open did is undone and the NIC is left quiesced.
@@ -263,33 +247,9 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 		return nil, err
 	}
 	n := &NIC{dev: dev, addr: dev.Address(), opts: o}
-	vid, err := pci.ReadConfig16(dev, pci.ConfigVendorID)
-	if err != nil {
-		return nil, n.errorf("read vendor ID", err)
-	}
-	did, err := pci.ReadConfig16(dev, pci.ConfigDeviceID)
-	if err != nil {
-		return nil, n.errorf("read device ID", err)
-	}
-	if !hw.Is82574(vid, did) {
-		return nil, n.errorf("identify", fmt.Errorf("PCI ID %04x:%04x, want 8086:10d3 (82574L) or 8086:10f6: %w", vid, did, nicdrv.ErrNotNIC))
-	}
-	if o.Pool != nil && o.Pool.DMA() != dev.DMA() {
-		return nil, n.errorf("pool", errors.New("the pool is mapped in another DMA domain than the NIC: make it with nicdrv.NewPool(dev.DMA(), ...)"))
-	}
-	if n.regs, err = dev.BAR(0); err != nil {
-		return nil, n.errorf("map BAR0", err)
-	}
-	if n.regs.Len() < hw.BAR0Size {
-		return nil, n.errorf("map BAR0", fmt.Errorf("BAR0 is %d bytes, the 82574 has %d: %w", n.regs.Len(), hw.BAR0Size, nicdrv.ErrNotNIC))
-	}
-	// Memory decode on, bus mastering off until the rings are valid.
-	cmd, err := pci.ReadConfig16(dev, pci.ConfigCommand)
-	if err != nil {
-		return nil, n.errorf("read COMMAND", err)
-	}
-	if err := pci.WriteConfig16(dev, pci.ConfigCommand, cmd|pci.CommandMemory|pci.CommandINTxDisable); err != nil {
-		return nil, n.errorf("write COMMAND", err)
+	n.d = drv.Device{Dev: dev, Addr: n.addr, RegisterTimeout: o.RegisterTimeout}
+	if err := n.d.Attach(identity, o.Pool); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -711,20 +671,7 @@ func (n *NIC) Link() nicdrv.Link {
 
 // WaitLink implements nicdrv.NIC.
 func (n *NIC) WaitLink(want bool, timeout time.Duration) (nicdrv.Link, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if n.closed.Load() {
-			return nicdrv.Link{}, n.errorf("wait for link", nicdrv.ErrClosed)
-		}
-		l := n.Link()
-		if l.Up == want {
-			return l, nil
-		}
-		if !time.Now().Before(deadline) {
-			return l, n.errorf("STATUS.LU", fmt.Errorf("link still %v after %v: %w", l, timeout, nicdrv.ErrTimeout))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return n.d.WaitLink(n.closed.Load, n.Link, "STATUS.LU", want, timeout)
 }
 
 // Stats implements nicdrv.NIC.
@@ -919,7 +866,7 @@ func (n *NIC) Close() error {
 // failed Open. Nothing is released before the NIC is quiet.
 func (n *NIC) teardown() error {
 	var errs []error
-	if n.regs != nil {
+	if n.d.Regs != nil {
 		errs = append(errs, n.quiesce())
 		n.restoreResetState()
 	}

@@ -62,7 +62,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, split bool, maxFrame uint16) {
 		const size = 32
 		mf := int(maxFrame)%(maxJumbo-1518+1) + 1518
-		n := &NIC{regs: tailRegs{}, pools: pools, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
+		n := &NIC{d: drv.Device{Regs: tailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
 		ring := make([]byte, size*16)
 		r := newRxQueue(n, 0, ring, 0)
 		r.refill()
