@@ -657,9 +657,6 @@ func (n *NIC) RxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 	if q < 0 || q >= len(n.rx) {
 		return 0, n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
 	}
-	if r := n.rx[q]; r.ps {
-		return r.batchPS(bufs)
-	}
 	return n.rx[q].batch(bufs)
 }
 

@@ -89,7 +89,11 @@ func (r *rxQueue) replenish() {
 	}
 	r.refill()
 	if r.tail != r.rdt {
-		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
+		units := uint32(1) // RDT counts 16-byte units
+		if r.ps {
+			units = hw.PSDescUnits
+		}
+		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail*units)
 		r.rdt = r.tail
 	}
 }
@@ -142,38 +146,61 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	// slots from there on hold old write-backs with DD still set.
 	for got < len(out) && r.next != r.rdt {
 		d := r.desc(r.next)
-		hi := load64(d[8:])
-		if uint32(hi)&hw.RxStatDD == 0 {
+		if uint32(load64(d[8:]))&hw.RxStatDD == 0 {
 			break
 		}
 		dmasync.Observe()
-		wb := hw.DecodeRxWriteBack(d)
-		b := r.slot[r.next]
-		r.slot[r.next] = nil
-		r.next = (r.next + 1) % r.size
-		size, deliver, discardNext := rxAccept(wb, r.discard, nicdrv.BufferSize)
-		r.discard = discardNext
-		if !deliver || b == nil {
-			if !discardNext {
-				r.dropped.Add(1) // counted once per frame, at its last descriptor
-			}
-			if b != nil {
-				_ = r.pool.Free(b)
-			}
-			continue
+		s := r.next
+		if r.next++; r.next == r.size {
+			r.next = 0
 		}
-		b.Data = b.Data[:0:b.Cap()][:size]
-		b.Queue = r.q
-		b.Flags, b.Hash = rxFlags(wb), 0
-		if wb.MRQ&0xF != hw.RSSTypeNone {
-			b.Flags |= nicdrv.FlagHash
-			b.Hash = wb.Hash
+		var b *nicdrv.Buffer
+		if r.ps {
+			b = r.takePS(d, s)
+		} else {
+			b = r.take(d, s)
 		}
-		out[got] = b
-		got++
+		if b != nil {
+			out[got] = b
+			got++
+		}
 	}
 	r.replenish()
 	return got, nil
+}
+
+// take makes the frame of slot s's written-back descriptor d (the
+// extended format) its Buffer, or drops it (nil): rxAccept decides. The
+// slot's buffer leaves it either way.
+func (r *rxQueue) take(d []byte, s uint32) *nicdrv.Buffer {
+	wb := hw.DecodeRxWriteBack(d)
+	b := r.slot[s]
+	r.slot[s] = nil
+	size, deliver, discardNext := rxAccept(wb, r.discard, nicdrv.BufferSize)
+	r.discard = discardNext
+	if !deliver || b == nil {
+		if !discardNext {
+			r.dropped.Add(1) // counted once per frame, at its last descriptor
+		}
+		if b != nil {
+			_ = r.pool.Free(b)
+		}
+		return nil
+	}
+	b.Data = b.Data[:0:b.Cap()][:size]
+	r.stamp(b, wb.MRQ, wb.Hash, wb.Status)
+	return b
+}
+
+// stamp sets what a received frame's first Buffer says besides its bytes:
+// the queue, the checksum results and the RSS hash.
+func (r *rxQueue) stamp(b *nicdrv.Buffer, mrq, hash, status uint32) {
+	b.Queue = r.q
+	b.Flags, b.Hash = rxFlags(hw.RxWriteBack{MRQ: mrq, Hash: hash, Status: status}), 0
+	if mrq&0xF != hw.RSSTypeNone {
+		b.Flags |= nicdrv.FlagHash
+		b.Hash = hash
+	}
 }
 
 // rxAccept decides what to do with a written-back RX descriptor: deliver
