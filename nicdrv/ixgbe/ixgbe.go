@@ -177,27 +177,13 @@ const maxJumbo = 9018
 
 func (o *Options) fill() error {
 	d := DefaultOptions()
-	if o.Queues == 0 {
-		o.Queues = d.Queues
-	}
-	if o.RxRing == 0 {
-		o.RxRing = d.RxRing
-	}
-	if o.TxRing == 0 {
-		o.TxRing = d.TxRing
-	}
-	if o.MaxFrame == 0 {
-		o.MaxFrame = d.MaxFrame
-	}
-	if o.InterruptInterval == 0 {
-		o.InterruptInterval = d.InterruptInterval
-	}
-	if o.LinkTimeout == 0 {
-		o.LinkTimeout = d.LinkTimeout
-	}
-	if o.RegisterTimeout == 0 {
-		o.RegisterTimeout = d.RegisterTimeout
-	}
+	drv.Default(&o.Queues, d.Queues)
+	drv.Default(&o.RxRing, d.RxRing)
+	drv.Default(&o.TxRing, d.TxRing)
+	drv.Default(&o.MaxFrame, d.MaxFrame)
+	drv.Default(&o.InterruptInterval, d.InterruptInterval)
+	drv.Default(&o.LinkTimeout, d.LinkTimeout)
+	drv.Default(&o.RegisterTimeout, d.RegisterTimeout)
 	if o.PoolBuffers == 0 {
 		per := (o.MaxFrame + nicdrv.BufferSize - 1) / nicdrv.BufferSize
 		o.PoolBuffers = max(1024, 2*(o.RxRing+o.TxRing), o.RxRing*per+o.TxRing)

@@ -112,3 +112,12 @@ func (d *Device) WaitLink(closed func() bool, link func() nicdrv.Link, reg strin
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Default sets *v to d when *v is the zero value: how a driver's Options
+// take their defaults field by field.
+func Default[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
