@@ -23,8 +23,8 @@ func (tailRegs) Write32(int, uint32) {}
 // 12), and restates the rule: the driver consumes descriptors in order up
 // to the first without DD; a frame is its header buffer (when split, SPH,
 // at its first descriptor) and the packet buffers of its descriptors up to
-// EOP; it is delivered when every length fits a 2 KiB buffer, the header is
-// at least 14 bytes, the frame is 14 bytes to MaxFrame long in at most
+// EOP; it is delivered when every length fits its buffer (2 KiB, a header
+// 256 bytes), the header is at least 14 bytes, the frame is 14 bytes to MaxFrame long in at most
 // MaxFrame/2048+2 buffers, and RXE is clear. Delivered frames have exactly
 // those lengths, and every buffer comes back to the pool.
 func FuzzRxWriteBacks(f *testing.F) {
@@ -81,7 +81,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 			}
 			hi := binary.LittleEndian.Uint16(d[2:])
 			if split && hi&0x8000 != 0 && parts == 0 && !bad {
-				if h := int(hi>>5) & 0x3FF; h >= 14 && h <= 2048 {
+				if h := int(hi>>5) & 0x3FF; h >= 14 && h <= 256 {
 					parts, bytes = parts+1, bytes+h
 				} else {
 					bad = true
@@ -128,6 +128,9 @@ func FuzzRxWriteBacks(f *testing.F) {
 		}
 		if pool.Available() != pool.Len() {
 			t.Fatalf("%d of %d buffers back in the pool", pool.Available(), pool.Len())
+		}
+		if h := pools.Header[0]; h.Available() != h.Len() {
+			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
 		}
 	})
 }
