@@ -195,7 +195,9 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		dmasync.Observe()
 		wb := hw.DecodeRxWriteBack(d)
 		s := r.next
-		r.next = (r.next + 1) % r.size
+		if r.next++; r.next == r.size {
+			r.next = 0
+		}
 		// What the NIC writes back is outside input: no length in it may
 		// make the driver read past a buffer.
 		if r.split && wb.Split() && r.head == nil {
