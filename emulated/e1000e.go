@@ -160,7 +160,7 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initE1000EConfig(f)
-		n := &e1000eNIC{f: f, port: i, txHook: o.TxBuffer, pendMax: o.Pending, clock: o.Clock, mac: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)}}
+		n := &e1000eNIC{f: f, port: i, txHook: o.TxBuffer, hold: rxHold{max: o.Pending}, clock: o.Clock, mac: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)}}
 		n.powerOn()
 		f.m = n
 		p.fns = append(p.fns, f)
@@ -259,7 +259,7 @@ func (p *E1000E) Stats(i int) E1000EStats {
 		s.LastViolation = *v
 	}
 	n.mu.Lock()
-	s.Pending = len(n.pend)
+	s.Pending = n.hold.len()
 	n.mu.Unlock()
 	return s
 }
@@ -329,12 +329,11 @@ type e1000eNIC struct {
 	regs    [hw.BAR0Size / 4]uint32
 	phy     [32]uint16
 	closed  bool
-	pend    [][]byte // frames waiting for RX descriptors
-	pendMax int
-	rxOn    bool // RCTL.EN latched
-	rxExt   bool // extended descriptors latched
-	rxBuf   int  // buffer size latched
-	rxPS    bool // packet split descriptors latched (e1000e_split.go)
+	hold    rxHold // frames waiting for RX descriptors
+	rxOn    bool   // RCTL.EN latched
+	rxExt   bool   // extended descriptors latched
+	rxBuf   int    // buffer size latched
+	rxPS    bool   // packet split descriptors latched (e1000e_split.go)
 	rxPSBuf [hw.PSBuffers]int
 	txCtx   hw.TxDesc
 	hint    int
@@ -385,5 +384,5 @@ func (n *e1000eNIC) close() {
 	defer n.mu.Unlock()
 	n.closed = true
 	n.stopTimersLocked()
-	n.pend = nil
+	n.hold.drop()
 }

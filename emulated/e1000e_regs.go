@@ -43,7 +43,7 @@ func (n *e1000eNIC) powerOn() {
 	n.phy[hw.PHYID1] = 0x0141
 	n.phy[hw.PHYID2] = 0x0CB1
 	n.rxOn, n.rxExt, n.rxBuf, n.rxPS = false, false, 2048, false
-	n.pend = n.pend[:0]
+	n.hold.drop()
 	n.lastLU = n.linkUp()
 }
 

@@ -39,18 +39,10 @@ func (n *e1000eNIC) receive(fr []byte) {
 	if !n.accept(fr) {
 		return
 	}
-	if len(n.pend) == 0 {
-		switch n.deliverLocked(fr) {
-		case rxDone, rxDropped:
-			return
-		}
-	}
-	if len(n.pend) >= n.pendMax {
+	if !n.hold.offer(fr, n.deliverLocked) {
 		n.nDrop.Add(1)
 		n.regs[hw.MPC/4]++
-		return
 	}
-	n.pend = append(n.pend, append([]byte(nil), fr...))
 }
 
 // flushPendingLocked moves waiting frames into the ring while it has room.
@@ -58,17 +50,7 @@ func (n *e1000eNIC) flushPendingLocked() {
 	if !n.rxOn || !n.lastLU || n.closed {
 		return
 	}
-	i := 0
-	for ; i < len(n.pend); i++ {
-		if n.deliverLocked(n.pend[i]) == rxNoRoom {
-			break
-		}
-	}
-	if i > 0 {
-		k := copy(n.pend, n.pend[i:])
-		clear(n.pend[k:])
-		n.pend = n.pend[:k]
-	}
+	n.hold.flush(n.deliverLocked)
 }
 
 // accept is the receive filter: RAR, promiscuous, broadcast and multicast
@@ -106,14 +88,6 @@ func (n *e1000eNIC) accept(fr []byte) bool {
 	}
 	return false
 }
-
-type rxResult int
-
-const (
-	rxDone rxResult = iota
-	rxDropped
-	rxNoRoom
-)
 
 // deliverLocked writes one frame into the RX ring its queue selects.
 func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {

@@ -165,7 +165,7 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initIXGBEConfig(f)
-		n := &ixgbeNIC{f: f, port: i, pendMax: o.Pending, clock: o.Clock, cpuTime: o.ThreadCPUTime,
+		n := &ixgbeNIC{f: f, port: i, hold: rxHold{max: o.Pending}, clock: o.Clock, cpuTime: o.ThreadCPUTime,
 			mac: [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)}, regs: make([]uint32, hw.BAR0Size/4)}
 		n.powerOn()
 		f.m = n
@@ -252,7 +252,7 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 		s.LastViolation = *v
 	}
 	n.mu.Lock()
-	s.Pending = len(n.pend)
+	s.Pending = n.hold.len()
 	n.mu.Unlock()
 	return s
 }
@@ -307,9 +307,8 @@ type ixgbeNIC struct {
 	mu      sync.Mutex
 	regs    []uint32
 	closed  bool
-	pend    [][]byte
-	pendMax int
-	macLink bool // the driver set up the MAC link (AUTOC.AN_RESTART)
+	hold    rxHold // frames waiting for RX descriptors
+	macLink bool   // the driver set up the MAC link (AUTOC.AN_RESTART)
 	lastLU  bool
 	txCtx   [hw.MaxQueuePairs][2]hw.TxDesc
 	fdir    map[uint32][]fdirFilter // by bucket
@@ -363,5 +362,5 @@ func (n *ixgbeNIC) close() {
 	defer n.mu.Unlock()
 	n.closed = true
 	n.stopTimersLocked()
-	n.pend = nil
+	n.hold.drop()
 }

@@ -40,7 +40,7 @@ func (n *ixgbeNIC) powerOn() {
 	}
 	n.set(hw.AUTOC, hw.AutocLMS10GSerial)
 	n.loadMAC()
-	n.pend = n.pend[:0]
+	n.hold.drop()
 	n.macLink = false
 	n.fdir, n.fdirN, n.fdirHit, n.fdirMis = nil, 0, 0, 0
 	n.vecMask, n.vecCaus = 0, 0

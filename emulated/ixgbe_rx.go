@@ -39,34 +39,17 @@ func (n *ixgbeNIC) receive(fr []byte) {
 	if !n.acceptLocked(fr) {
 		return
 	}
-	if len(n.pend) == 0 {
-		if n.deliverLocked(fr) != rxNoRoom {
-			return
-		}
-	}
-	if len(n.pend) >= n.pendMax {
+	if !n.hold.offer(fr, n.deliverLocked) {
 		n.nDrop.Add(1)
 		n.regs[hw.MPC(0)/4]++
-		return
 	}
-	n.pend = append(n.pend, append([]byte(nil), fr...))
 }
 
 func (n *ixgbeNIC) flushPendingLocked() {
 	if !n.has(hw.RXCTRL, hw.RxctrlRXEN) || !n.lastLU || n.closed {
 		return
 	}
-	i := 0
-	for ; i < len(n.pend); i++ {
-		if n.deliverLocked(n.pend[i]) == rxNoRoom {
-			break
-		}
-	}
-	if i > 0 {
-		k := copy(n.pend, n.pend[i:])
-		clear(n.pend[k:])
-		n.pend = n.pend[:k]
-	}
+	n.hold.flush(n.deliverLocked)
 }
 
 // acceptLocked is the L2 filter: receive addresses, promiscuous modes,

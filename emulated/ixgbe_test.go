@@ -38,7 +38,7 @@ func ixgbePair(t *testing.T, o ixgbe.Options) (*emulated.IXGBE, [2]*ixgbe.NIC) {
 func sendFrames(t *testing.T, a, b *ixgbe.NIC, count int) {
 	t.Helper()
 	for i := 0; i < count; i++ {
-		buf, err := a.Pool().Get()
+		buf, err := a.Pool(0).Get()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func received(t *testing.T, b *ixgbe.NIC) int {
 			return total
 		}
 		total += k
-		_ = b.Pool().Free(rx[:k]...)
+		_ = b.Pool(0).Free(rx[:k]...)
 	}
 }
 
@@ -256,7 +256,7 @@ func TestWireFaultsAcrossModels(t *testing.T) {
 	defer b.Close()
 	const frames = 100
 	for i := 0; i < frames; i++ {
-		buf, _ := a.Pool().Get()
+		buf, _ := a.Pool(0).Get()
 		nictest.Frame(buf.SetLen(2048), b.MAC(), a.MAC(), uint64(i), 100)
 		buf.SetLen(100)
 		for k := 0; k == 0; {
@@ -276,7 +276,7 @@ func TestWireFaultsAcrossModels(t *testing.T) {
 			break
 		}
 		got += k
-		_ = b.Pool().Free(rx[:k]...)
+		_ = b.Pool(0).Free(rx[:k]...)
 	}
 	st, _ := b.Stats()
 	corrupted := px.WireFaults(0).Corrupted
@@ -301,7 +301,7 @@ func TestIXGBERSSVectors(t *testing.T) {
 		proto byte
 		hash  uint32
 	}{{6, 0x51ccc178}, {17, 0x51ccc178}, {1, 0x323e8fc2}} {
-		buf, err := a.Pool().Get()
+		buf, err := a.Pool(0).Get()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +331,7 @@ func TestIXGBERSSVectors(t *testing.T) {
 					if rx[0].Flags&nicdrv.FlagHash == 0 || rx[0].Hash != c.hash {
 						t.Errorf("protocol %d: hash %#x (flags %#x), want %#x", c.proto, rx[0].Hash, rx[0].Flags, c.hash)
 					}
-					_ = b.Pool().Free(rx[0])
+					_ = b.Pool(0).Free(rx[0])
 				}
 			}
 		}

@@ -41,7 +41,7 @@ func Example() {
 	// Frames are built in buffers of the sender's pool, which is mapped
 	// for the NIC's DMA once.
 	tx := make([]*nicdrv.Buffer, 1)
-	if _, err := a.Pool().Alloc(tx); err != nil {
+	if _, err := a.Pool(0).Alloc(tx); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -59,7 +59,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rx := make([]*nicdrv.Buffer, 32)
-	if err := b.WaitRx(ctx, 0); err != nil {
+	if _, err := b.WaitRx(ctx, 0); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -70,7 +70,7 @@ func Example() {
 	}
 	got := rx[0].Data
 	fmt.Printf("%d bytes from %v: %s\n", len(got), nicdrv.MAC(got[6:12]), got[14:34])
-	b.Pool().Free(rx[:n]...) // received buffers belong to the caller
+	b.Pool(0).Free(rx[:n]...) // received buffers belong to the caller
 	// Output:
 	// 60 bytes from 52:54:00:12:34:56: hello over the model
 }

@@ -32,7 +32,7 @@
 // [Completion]: only then may the caller change that memory. A Buffer
 // freed unsent (an error path, Close) completes its attachment too.
 //
-// # Buffers and the pool
+// # Buffers and the pools
 //
 // Every packet lives in a [Buffer] of a [Pool]: a fixed set of equal buffers
 // carved out of one hugepage region that is mapped for DMA once, so each
@@ -47,6 +47,15 @@
 // leaves the slots empty, counts the event in [Stats].RxNoBuffer, and
 // refills them on a later RxBatch.
 //
+// Each queue has a pool of its own ([NIC.Pool](q)): its RX ring is refilled
+// from it, and frames built for its TX ring come from it, so the goroutine
+// that serves a queue takes only that pool's lock, which no other queue's
+// goroutine contends. A Buffer remembers its pool, and [Pool.Free] gives
+// every buffer back to the pool it came from, whichever pool Free is called
+// on: a frame received on one queue may be sent on another, or freed by
+// any goroutine, and its buffers still go home (taking, then, the other
+// queue's lock).
+//
 // # Header split
 //
 // A driver may offer header split receive, asked for at Open (the
@@ -56,7 +65,11 @@
 // protocol layer finds its headers in a small buffer of their own and the
 // payload starts at the beginning of a buffer. RxBatch delivers such a frame
 // as a chain of two Buffers: the first holds the headers, [Buffer].Next the
-// rest. What is split, by every driver that offers it:
+// rest. A NIC that writes unsplit frames into the payload buffer (the
+// 82599) takes its header buffers from a per-queue pool of small (256-byte)
+// buffers; one that writes them whole into the header buffer (the 82574)
+// needs full-size header buffers from the queue's pool. What is split, by
+// every driver that offers it:
 //
 //   - an unfragmented IPv4 or IPv6 TCP or UDP datagram: the first Buffer
 //     holds the Ethernet, IP (with options or extension headers) and TCP
@@ -77,17 +90,33 @@
 // Link state with a bounded wait ([NIC.WaitLink]), statistics (the NIC's
 // own counters, accumulated across its clear-on-read registers, plus the
 // driver's own drops and errors), promiscuous and multicast control, and
-// steering rules. A rule the NIC cannot carry out in hardware is refused
-// with an error wrapping [ErrNotSupported] — never accepted and ignored —
-// so the caller knows to demultiplex in software.
+// steering rules.
+//
+// # Steering rules
+//
+// [NIC.AddRule] installs a [Rule] in the NIC's filters and returns its
+// [RuleID]; [NIC.RemoveRule] takes it out again, and frames stop matching
+// at once. [NIC.RuleCapacity] says how many rules of each [RuleKind] the
+// NIC holds, so a caller can plan (an endpoint per rule) before it adds
+// any. A rule the NIC cannot carry out in hardware is refused with an
+// error wrapping [ErrNotSupported] — never accepted and ignored — so the
+// caller knows to demultiplex in software; a rule whose table is full is
+// refused with [ErrTableFull], naming the table. The NIC applies its rules
+// in its own precedence (the driver's package doc gives it), and a
+// received [Buffer] carries, in Rule, the ID of the rule that steered it
+// when the NIC reports one. [RuleFlex] is the 82599's Flow Director flex
+// word: 16 bits at one even offset in the first 64 bytes of IP frames, one
+// offset per NIC.
 //
 // # Polling and interrupts
 //
 // Polling is the default and the fast path. With interrupts enabled in the
-// driver's options, [NIC.WaitRx] sleeps on the queue's MSI-X eventfd until a
-// frame arrives, ctx ends or the NIC closes; the driver programs the
+// driver's options, [NIC.WaitRx] sleeps on the MSI-X eventfds of the queues
+// it is given (one, several, or all) until a frame arrives on one of them,
+// ctx ends or the NIC closes, and says which queue; the driver programs the
 // NIC's interrupt moderation so that a busy queue does not interrupt per
-// frame.
+// frame. A goroutine serving one queue waits on it alone; one serving
+// several waits on them together with one call.
 //
 // # Close
 //
@@ -142,6 +171,12 @@ var (
 	// ErrFrameSize means a frame is shorter than 14 bytes or longer than the
 	// NIC's largest frame.
 	ErrFrameSize = errors.New("bad frame size")
+	// ErrTableFull means every entry of the NIC's table for a rule is in
+	// use: remove a rule (RemoveRule) or demultiplex in software.
+	ErrTableFull = errors.New("rule table full")
+	// ErrNoRule means RemoveRule was given an ID the NIC does not hold
+	// (never returned by AddRule, or removed already).
+	ErrNoRule = errors.New("no such rule")
 )
 
 // Error is a failed driver operation: which NIC, which operation (a register
@@ -268,7 +303,17 @@ const (
 	// RuleByte sends frames whose byte at Offset equals Value to a queue
 	// (the Open-MX endpoint byte).
 	RuleByte
+	// RuleFlex sends IP frames whose 16-bit word at Offset equals Flex to
+	// a queue: the 82599's Flow Director flex field. Offset is even and
+	// below 64, and a NIC compares one offset at a time: a rule at another
+	// offset is refused (ErrNotSupported) while a rule at the first one is
+	// installed. Frames that are not IP never match.
+	RuleFlex
 )
+
+// RuleKinds lists every rule kind, for a caller (or a test) that asks a
+// NIC about each.
+var RuleKinds = []RuleKind{RuleEtherType, RuleDestMAC, RuleUDPDestPort, RuleByte, RuleFlex}
 
 // String names the rule kind.
 func (k RuleKind) String() string {
@@ -281,6 +326,8 @@ func (k RuleKind) String() string {
 		return "UDP destination port"
 	case RuleByte:
 		return "byte at offset"
+	case RuleFlex:
+		return "16-bit flex word"
 	}
 	return fmt.Sprintf("RuleKind(%d)", int(k))
 }
@@ -291,8 +338,9 @@ type Rule struct {
 	EtherType uint16 // RuleEtherType
 	MAC       MAC    // RuleDestMAC
 	Port      uint16 // RuleUDPDestPort
-	Offset    int    // RuleByte: offset from the start of the frame
+	Offset    int    // RuleByte, RuleFlex: offset from the start of the frame
 	Value     byte   // RuleByte
+	Flex      uint16 // RuleFlex: the word at Offset, big-endian as on the wire
 	Queue     int
 }
 
@@ -307,27 +355,59 @@ func (r Rule) String() string {
 		return fmt.Sprintf("UDP destination port %d to queue %d", r.Port, r.Queue)
 	case RuleByte:
 		return fmt.Sprintf("byte %d == %#02x to queue %d", r.Offset, r.Value, r.Queue)
+	case RuleFlex:
+		return fmt.Sprintf("IP frame word %d == %#04x to queue %d", r.Offset, r.Flex, r.Queue)
 	}
 	return r.Kind.String()
 }
+
+// Check reports what is wrong with the rule itself, whatever the NIC: an
+// unknown kind, a negative queue, a byte offset outside the frame's first
+// 64 bytes... It wraps ErrBadQueue for a negative queue. Drivers call it
+// first; nil means the NIC decides.
+func (r Rule) Check() error {
+	switch {
+	case r.Queue < 0:
+		return fmt.Errorf("rule %v: queue %d: %w", r, r.Queue, ErrBadQueue)
+	case r.Kind == RuleByte && (r.Offset < 0 || r.Offset >= 64):
+		return fmt.Errorf("rule %v: offset %d: want 0..63", r, r.Offset)
+	case r.Kind == RuleFlex && (r.Offset < 0 || r.Offset > 62 || r.Offset%2 != 0):
+		return fmt.Errorf("rule %v: offset %d: the flex word is at an even offset from 0 to 62", r, r.Offset)
+	case r.Kind < RuleEtherType || r.Kind > RuleFlex:
+		return fmt.Errorf("rule %v: unknown kind", r)
+	}
+	return nil
+}
+
+// RuleID names an installed rule, for RemoveRule and in Buffer.Rule. The
+// zero RuleID names no rule.
+type RuleID uint32
 
 // NIC is an open NIC, as every driver of this package family offers it.
 //
 // RxBatch and TxBatch of one queue must be called by one goroutine at a
 // time (a queue is single-producer, single-consumer); different queues, and
-// the control methods, may be used concurrently.
+// the control methods, may be used concurrently. Each queue has its own
+// pool (Pool(q)) and its own lock, so queues served by different
+// goroutines share no lock on the fast path.
 type NIC interface {
 	// Info describes the NIC as opened.
 	Info() Info
 	// MAC is the NIC's station address (receive address 0).
 	MAC() MAC
-	// Pool is the buffer pool the NIC receives into; Alloc from it to
-	// build frames for TxBatch.
-	Pool() *Pool
+	// Pool is the buffer pool RX queue q receives into; Alloc from it to
+	// build frames for TxBatch on queue q. TxBatch takes a Buffer of any
+	// of the NIC's pools on any queue, and gives it back to its own pool
+	// once sent; only a queue's own pool keeps that queue's fast path
+	// clear of other queues' locks. Pool returns nil for a queue outside
+	// [0, Info().Queues).
+	Pool(q int) *Pool
 	// RxBatch moves up to len(bufs) received frames of queue q into bufs
 	// and returns how many. It does not wait. The Buffers belong to the
 	// caller: transmit them or Free them. With header split a frame may
-	// be a chain of Buffers (Buffer.Next); bufs holds its first.
+	// be a chain of Buffers (Buffer.Next); bufs holds its first, which
+	// for a split frame is a small header buffer of the queue's header
+	// pool.
 	RxBatch(q int, bufs []*Buffer) (int, error)
 	// TxBatch queues bufs in order on TX queue q and returns how many it
 	// took; those belong to the driver from now on. Fewer than len(bufs)
@@ -339,10 +419,12 @@ type NIC interface {
 	// so an empty batch only reclaims: it frees those buffers and calls
 	// the completions of their attachments.
 	TxBatch(q int, bufs []*Buffer) (int, error)
-	// WaitRx waits until queue q has a frame, ctx ends (its error) or the
-	// NIC closes (ErrClosed). With interrupts it sleeps on the queue's
-	// vector; without, it polls, yielding the processor between looks.
-	WaitRx(ctx context.Context, q int) error
+	// WaitRx waits until one of the given RX queues (every queue when
+	// none is given) has a frame and returns it; or until ctx ends (its
+	// error) or the NIC closes (ErrClosed). With interrupts it sleeps on
+	// the queues' vectors; without, it polls, yielding the processor
+	// between looks.
+	WaitRx(ctx context.Context, queues ...int) (int, error)
 	// Link reads the link state now.
 	Link() Link
 	// WaitLink waits at most timeout for the link to be up (want true) or
@@ -357,12 +439,24 @@ type NIC interface {
 	// SetMulticast subscribes exactly to the given group addresses; an
 	// empty list unsubscribes from all (broadcast is always accepted).
 	SetMulticast(groups []MAC) error
-	// AddRule installs a steering rule in hardware, or fails with an error
-	// wrapping ErrNotSupported when the NIC cannot carry it out.
-	AddRule(r Rule) error
+	// AddRule installs a steering rule in hardware and returns its ID. It
+	// fails with an error wrapping ErrNotSupported when the NIC cannot
+	// carry the rule out, ErrTableFull when the table that would hold it
+	// is full, and ErrBadQueue for a queue the NIC does not have. Rules
+	// apply in the NIC's own precedence (the driver's package doc says
+	// which), whatever order they were added in.
+	AddRule(r Rule) (RuleID, error)
+	// RemoveRule uninstalls a rule AddRule returned: frames stop matching
+	// it at once. An unknown ID fails with ErrNoRule.
+	RemoveRule(id RuleID) error
+	// RuleCapacity is how many rules of kind k the NIC holds at most when
+	// no other rule is installed (0: it carries out none). Kinds that
+	// share a table (the 82599's UDP port and flex rules in Flow
+	// Director) take from one count.
+	RuleCapacity(k RuleKind) int
 	// Close quiesces the NIC (no DMA after it returns), releases its rings
-	// and gives the buffers in them back to the pool. A pool the driver
-	// made itself is closed too; one passed in by the caller stays open.
+	// and gives the buffers in them back to their pools. Pools the driver
+	// made itself are closed too; one passed in by the caller stays open.
 	// Close does not close the PCI device.
 	Close() error
 }

@@ -66,6 +66,10 @@ type Buffer struct {
 	Flags Flags
 	// Hash is the RSS hash when Flags has FlagHash.
 	Hash uint32
+	// Rule is the steering rule that sent the frame to its queue, when the
+	// NIC reports it (the 82599's EtherType, 5-tuple and Flow Director
+	// filters); 0 when no rule matched or the NIC does not say.
+	Rule RuleID
 
 	pool *Pool
 	mem  []byte
@@ -163,7 +167,9 @@ type PoolOptions struct {
 // Pool is a fixed set of packet buffers in one hugepage region, mapped once
 // into a DMA domain. Alloc and Free are safe for concurrent use and do not
 // allocate; they take one short lock per call, however many buffers move,
-// so batch them.
+// so batch them. A driver gives each queue a pool of its own (and, with
+// header split, a pool of small header buffers), so that each pool's lock is
+// taken by one queue's goroutine only and never contended.
 type Pool struct {
 	dma     pci.DMA
 	region  *hugepage.Region
@@ -242,10 +248,11 @@ func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
 	top := len(p.free) - n
 	for i := 0; i < n; i++ {
 		b := p.free[top+i]
+		// Next and the attachment were cleared when the buffer was freed
+		// (and are zero in a new pool).
 		b.out = true
 		b.Data = b.mem
-		b.Flags, b.Hash, b.Queue, b.Next = 0, 0, 0, nil
-		b.ext, b.extIOVA, b.extDone = nil, 0, nil
+		b.Flags, b.Hash, b.Queue, b.Rule = 0, 0, 0, 0
 		bufs[i] = b
 	}
 	p.free = p.free[:top]
@@ -266,39 +273,66 @@ func (p *Pool) Get() (*Buffer, error) {
 }
 
 // ErrNotPooled is wrapped by Free's error for a buffer freed twice or
-// belonging to another pool. It is the value every gomx pool uses for this
+// not from any pool. It is the value every gomx pool uses for this
 // meaning (hugepage.ErrNotPooled, shm.ErrNotPool).
 var ErrNotPooled = sentinel.ErrNotPooled
 
-// Free gives buffers back, each with the buffers chained after it (Next).
-// It frees every buffer it can and reports, in one error wrapping
-// ErrNotPooled, those that were already free or belong to another pool
-// (nil entries are skipped). A Buffer with memory attached (Attach) has
-// its completion called: the memory is the caller's again.
+// Free gives buffers back, each with the buffers chained after it (Next),
+// each to the pool it came from: p for the buffers p handed out, their own
+// pool for others (the header buffer of a split frame, a buffer another
+// queue received). It frees every buffer it can and reports, in one error
+// wrapping ErrNotPooled, those that were already free or belong to no pool
+// (nil entries are skipped). A Buffer with memory attached (Attach) has its
+// completion called: the memory is the caller's again.
 func (p *Pool) Free(bufs ...*Buffer) error {
 	bad := 0
 	p.mu.Lock()
 	for _, b := range bufs {
 		for b != nil {
 			next := b.Next
-			if b.pool != p || !b.out {
+			switch {
+			case b.pool == p:
+				if !p.putLocked(b) {
+					bad++
+					next = nil
+				}
+			case b.pool == nil:
 				bad++
-				break
+				next = nil
+			default:
+				// Another pool's: its own lock, never both at once.
+				p.mu.Unlock()
+				q := b.pool
+				q.mu.Lock()
+				if !q.putLocked(b) {
+					bad++
+					next = nil
+				}
+				q.mu.Unlock()
+				p.mu.Lock()
 			}
-			if b.extDone != nil {
-				b.extDone.Done()
-			}
-			b.out, b.Next = false, nil
-			b.ext, b.extIOVA, b.extDone = nil, 0, nil
-			p.free = append(p.free, b)
 			b = next
 		}
 	}
 	p.mu.Unlock()
 	if bad > 0 {
-		return fmt.Errorf("nicdrv: free: %d buffers freed twice or from another pool: %w", bad, ErrNotPooled)
+		return fmt.Errorf("nicdrv: free: %d buffers freed twice or from no pool: %w", bad, ErrNotPooled)
 	}
 	return nil
+}
+
+// putLocked gives b back to p (p.mu held); false when b is not out.
+func (p *Pool) putLocked(b *Buffer) bool {
+	if !b.out {
+		return false
+	}
+	if b.extDone != nil {
+		b.extDone.Done()
+	}
+	b.out, b.Next = false, nil
+	b.ext, b.extIOVA, b.extDone = nil, 0, nil
+	p.free = append(p.free, b)
+	return true
 }
 
 // Memory returns the pool's memory, every buffer of it: one hugepage

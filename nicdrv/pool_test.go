@@ -59,10 +59,15 @@ func TestPool(t *testing.T) {
 	}
 	other, _ := newPool(t, 1)
 	ob, _ := other.Get()
-	if err := pool.Free(ob); !errors.Is(err, nicdrv.ErrNotPooled) {
-		t.Errorf("free into the wrong pool: %v", err)
+	if err := pool.Free(ob); err != nil {
+		t.Errorf("freeing another pool's buffer through this one: %v", err)
 	}
-	other.Free(ob)
+	if other.Available() != 1 {
+		t.Errorf("another pool's buffer freed through this one: its pool has %d free, want 1", other.Available())
+	}
+	if err := other.Free(ob); !errors.Is(err, nicdrv.ErrNotPooled) {
+		t.Errorf("double free through its own pool: %v", err)
+	}
 	b, _ := pool.Get()
 	if d := b.SetLen(60); len(d) != 60 || len(b.Data) != 60 {
 		t.Errorf("SetLen(60) gave %d bytes", len(d))

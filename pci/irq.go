@@ -233,3 +233,60 @@ func (i *Interrupt) Close() error {
 	}
 	return nil
 }
+
+// waitAnySlice bounds one sleep of WaitAny, so that a context without a
+// deadline, or an Interrupt closed under the sleep (which does not wake a
+// poll(2) on it), is noticed within this time.
+const waitAnySlice = 10 * time.Millisecond
+
+// WaitAny blocks until one of irqs fires, ctx is done, or one of them is
+// closed (ErrClosed). It returns the index in irqs of one that fired and the
+// signals it consumed from it; others that fired keep their count for the
+// next wait. With one Interrupt it is that Interrupt's Wait.
+//
+// With several it sleeps in poll(2) on their eventfds, which every signal
+// (the kernel's, or a local Signal) makes readable, so the sleeping
+// goroutine holds an OS thread, not a processor. A sleep lasts at most
+// 10 ms before WaitAny looks at ctx and at Close again; that bound is the
+// longest an Interrupt closed under it goes unnoticed.
+func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
+	switch len(irqs) {
+	case 0:
+		return 0, 0, errors.New("pci: WaitAny on no interrupt")
+	case 1:
+		n, err := irqs[0].Wait(ctx)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.DeadlineExceeded
+		}
+		return 0, n, err
+	}
+	var fds [64]unix.PollFd
+	if len(irqs) > len(fds) {
+		return 0, 0, fmt.Errorf("pci: WaitAny on %d interrupts: at most %d", len(irqs), len(fds))
+	}
+	for {
+		for k, i := range irqs {
+			if i.isClosed() {
+				return k, 0, ErrClosed
+			}
+			if n := i.Poll(); n > 0 {
+				return k, n, nil
+			}
+			// The bare number: if Close races this, poll(2) looks at a
+			// closed or reused descriptor, which only ends the sleep
+			// early; the data is read through the file (Poll).
+			fds[k] = unix.PollFd{Fd: int32(i.fd), Events: unix.POLLIN}
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, 0, err
+		}
+		slice := waitAnySlice
+		if dl, ok := ctx.Deadline(); ok {
+			slice = min(slice, time.Until(dl))
+		}
+		ms := int((slice + time.Millisecond - 1) / time.Millisecond)
+		if _, err := unix.Poll(fds[:len(irqs)], max(ms, 1)); err != nil && err != unix.EINTR {
+			return 0, 0, &OpError{Op: "poll eventfds", Err: err}
+		}
+	}
+}

@@ -159,3 +159,52 @@ func TestPollAfterClose(t *testing.T) {
 		t.Fatalf("the other eventfd had %d signals left, want 1: the closed Interrupt's Poll read it", n)
 	}
 }
+
+// WaitAny returns the one interrupt of several that fired, for kernel and
+// local interrupts alike; ends with the context when none does; and
+// reports an interrupt closed under it.
+func TestWaitAny(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		irqs := make([]*Interrupt, 3)
+		for i := range irqs {
+			var err error
+			if local {
+				irqs[i], err = NewLocalInterrupt()
+			} else {
+				irqs[i], err = NewInterrupt()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer irqs[i].Close()
+		}
+		for want := range irqs {
+			go func() { _ = irqs[want].Signal() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			got, n, err := WaitAny(ctx, irqs...)
+			cancel()
+			if err != nil || got != want || n != 1 {
+				t.Errorf("local %v: signal %d: WaitAny = %d, %d, %v", local, want, got, n, err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Millisecond)
+		if _, _, err := WaitAny(ctx, irqs...); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("local %v: WaitAny with none signalled: %v, want the deadline", local, err)
+		}
+		cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := WaitAny(context.Background(), irqs...)
+			done <- err
+		}()
+		_ = irqs[1].Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("local %v: WaitAny across Close: %v, want ErrClosed", local, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("local %v: WaitAny did not notice a Close", local)
+		}
+	}
+}

@@ -28,17 +28,17 @@ func TestAttachCompletesAfterWriteBack(t *testing.T) {
 	}
 	defer n.Close()
 	mem := make([]byte, 4096)
-	m, err := n.Pool().DMA().Map(mem)
+	m, err := n.Pool(0).DMA().Map(mem)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Pool().DMA().Unmap(m)
+	defer n.Pool(0).DMA().Unmap(m)
 	iova, _, err := m.IOVA(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	frame := func() *nicdrv.Buffer {
-		b, err := n.Pool().Get()
+		b, err := n.Pool(0).Get()
 		if err != nil {
 			t.Fatal(err)
 		}

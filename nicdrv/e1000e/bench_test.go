@@ -50,7 +50,7 @@ func streamFrames(b *testing.B, from, to *e1000e.NIC, tmpl []byte, size int, rx 
 	sent, got := 0, 0
 	for sent < b.N {
 		k := min(batch, b.N-sent)
-		if _, err := from.Pool().Alloc(tx[:k]); err != nil {
+		if _, err := from.Pool(0).Alloc(tx[:k]); err != nil {
 			b.Fatal(err)
 		}
 		for _, bf := range tx[:k] {
@@ -73,7 +73,7 @@ func streamFrames(b *testing.B, from, to *e1000e.NIC, tmpl []byte, size int, rx 
 				rx(in[:m])
 			}
 			got += m
-			_ = to.Pool().Free(in[:m]...)
+			_ = to.Pool(0).Free(in[:m]...)
 		}
 	}
 }

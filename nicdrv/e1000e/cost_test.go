@@ -90,7 +90,7 @@ func newReflectRig(tb testing.TB) *reflectRig {
 // turn finds what the previous one sent.
 func (r *reflectRig) burst(tb testing.TB, k int) {
 	bufs := r.tx[:k]
-	if got, err := r.a.Pool().Alloc(bufs); got != k {
+	if got, err := r.a.Pool(0).Alloc(bufs); got != k {
 		tb.Fatalf("alloc %d: %d, %v", k, got, err)
 	}
 	for i, b := range bufs {
@@ -122,7 +122,7 @@ func (r *reflectRig) burst(tb testing.TB, k int) {
 			}
 			got++
 		}
-		_ = r.a.Pool().Free(r.arx[:n]...)
+		_ = r.a.Pool(0).Free(r.arx[:n]...)
 	}
 	r.seq += uint64(k)
 }

@@ -77,8 +77,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +84,7 @@ import (
 	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -110,11 +109,13 @@ type Options struct {
 	// RxRing and TxRing are ring sizes in descriptors: multiples of 8 from
 	// 8 to 4096 (default 512).
 	RxRing, TxRing int
-	// Pool is the buffer pool to receive into. When nil, Open makes one of
-	// PoolBuffers buffers and Close closes it.
+	// Pool, when set, is the one buffer pool every queue receives into,
+	// and its lock is shared by every queue. When nil, Open makes a pool
+	// of PoolBuffers buffers for each queue, so that queues share no lock,
+	// and Close closes them.
 	Pool *nicdrv.Pool
-	// PoolBuffers sizes the pool Open makes (default: enough to fill every
-	// ring twice, at least 4096).
+	// PoolBuffers sizes each queue's pool (default: enough to fill the
+	// queue's RX and TX rings twice, at least 1024).
 	PoolBuffers int
 	// Interrupts enables MSI-X interrupt mode for WaitRx.
 	Interrupts bool
@@ -149,30 +150,18 @@ func DefaultOptions() Options {
 
 func (o *Options) fill() error {
 	d := DefaultOptions()
-	if o.Queues == 0 {
-		o.Queues = d.Queues
-	}
-	if o.RxRing == 0 {
-		o.RxRing = d.RxRing
-	}
-	if o.TxRing == 0 {
-		o.TxRing = d.TxRing
-	}
-	if o.InterruptInterval == 0 {
-		o.InterruptInterval = d.InterruptInterval
-	}
-	if o.LinkTimeout == 0 {
-		o.LinkTimeout = d.LinkTimeout
-	}
-	if o.RegisterTimeout == 0 {
-		o.RegisterTimeout = d.RegisterTimeout
-	}
+	drv.Default(&o.Queues, d.Queues)
+	drv.Default(&o.RxRing, d.RxRing)
+	drv.Default(&o.TxRing, d.TxRing)
+	drv.Default(&o.InterruptInterval, d.InterruptInterval)
+	drv.Default(&o.LinkTimeout, d.LinkTimeout)
+	drv.Default(&o.RegisterTimeout, d.RegisterTimeout)
 	if o.PoolBuffers == 0 {
 		rx := o.RxRing
 		if o.HeaderSplit {
 			rx *= 2 // a header and a payload buffer per descriptor
 		}
-		o.PoolBuffers = max(4096, 2*o.Queues*(rx+o.TxRing))
+		o.PoolBuffers = max(1024, 2*(rx+o.TxRing))
 	}
 	switch {
 	case o.Queues < 1 || o.Queues > hw.Queues:
@@ -201,14 +190,14 @@ var rssKey = [hw.RSSKeyLen]byte{
 
 // NIC is an open 82574L. It implements nicdrv.NIC.
 type NIC struct {
-	dev     pci.Device
-	regs    pci.Registers
-	addr    pci.Address
-	opts    Options
-	info    nicdrv.Info
-	mac     nicdrv.MAC
-	pool    *nicdrv.Pool
-	ownPool bool
+	dev    pci.Device
+	d      drv.Device // the function, BAR0 and register waits
+	addr   pci.Address
+	opts   Options
+	info   nicdrv.Info
+	mac    nicdrv.MAC
+	pools  *drv.Pools
+	waiter drv.RxWaiter
 
 	ringMem *hugepage.Region
 	ringMap *pci.Mapping
@@ -218,41 +207,26 @@ type NIC struct {
 
 	ctlMu  sync.Mutex // control path: statistics, filters, link, close
 	hwStat nicdrv.Stats
-	nRAR   int // receive addresses in use beyond RAR0
+	rar    [hw.RAREntries]bool // receive addresses in use (0 is the station's)
 	closed atomic.Bool
 	nIntr  atomic.Uint64
 }
 
 var _ nicdrv.NIC = (*NIC)(nil)
 
-func (n *NIC) errorf(op string, err error) error {
-	return &nicdrv.Error{Addr: n.addr, Op: op, Err: err}
-}
+func (n *NIC) errorf(op string, err error) error { return n.d.Errorf(op, err) }
 
-func (n *NIC) r32(off int) uint32      { return n.regs.Read32(off) }
-func (n *NIC) w32(off int, v uint32)   { n.regs.Write32(off, v) }
+func (n *NIC) r32(off int) uint32      { return n.d.Regs.Read32(off) }
+func (n *NIC) w32(off int, v uint32)   { n.d.Regs.Write32(off, v) }
 func (n *NIC) set32(off int, b uint32) { n.w32(off, n.r32(off)|b) }
 func (n *NIC) clr32(off int, b uint32) { n.w32(off, n.r32(off)&^b) }
 
-// waitReg polls register reg (named name) until cond holds, at most
-// RegisterTimeout.
 func (n *NIC) waitReg(name string, reg int, cond func(uint32) bool) error {
-	deadline := time.Now().Add(n.opts.RegisterTimeout)
-	for i := 0; ; i++ {
-		v := n.r32(reg)
-		if cond(v) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return n.errorf(name, fmt.Errorf("%#08x after %v: %w", v, n.opts.RegisterTimeout, nicdrv.ErrTimeout))
-		}
-		if i < 64 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
+	return n.d.WaitReg(name, reg, cond)
 }
+
+// identity is the PCI functions Open takes.
+var identity = drv.Identity{Match: hw.Is82574, Want: "8086:10d3 (82574L) or 8086:10f6", Model: "82574", BAR0Size: hw.BAR0Size}
 
 // Open brings up the 82574L at dev and returns it ready to move frames. On
 // failure everything Open did is undone and the NIC is left quiesced.
@@ -261,33 +235,9 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 		return nil, err
 	}
 	n := &NIC{dev: dev, addr: dev.Address(), opts: o}
-	vid, err := pci.ReadConfig16(dev, pci.ConfigVendorID)
-	if err != nil {
-		return nil, n.errorf("read vendor ID", err)
-	}
-	did, err := pci.ReadConfig16(dev, pci.ConfigDeviceID)
-	if err != nil {
-		return nil, n.errorf("read device ID", err)
-	}
-	if !hw.Is82574(vid, did) {
-		return nil, n.errorf("identify", fmt.Errorf("PCI ID %04x:%04x, want 8086:10d3 (82574L) or 8086:10f6: %w", vid, did, nicdrv.ErrNotNIC))
-	}
-	if o.Pool != nil && o.Pool.DMA() != dev.DMA() {
-		return nil, n.errorf("pool", errors.New("the pool is mapped in another DMA domain than the NIC: make it with nicdrv.NewPool(dev.DMA(), ...)"))
-	}
-	if n.regs, err = dev.BAR(0); err != nil {
-		return nil, n.errorf("map BAR0", err)
-	}
-	if n.regs.Len() < hw.BAR0Size {
-		return nil, n.errorf("map BAR0", fmt.Errorf("BAR0 is %d bytes, the 82574 has %d: %w", n.regs.Len(), hw.BAR0Size, nicdrv.ErrNotNIC))
-	}
-	// Memory decode on, bus mastering off until the rings are valid.
-	cmd, err := pci.ReadConfig16(dev, pci.ConfigCommand)
-	if err != nil {
-		return nil, n.errorf("read COMMAND", err)
-	}
-	if err := pci.WriteConfig16(dev, pci.ConfigCommand, cmd|pci.CommandMemory|pci.CommandINTxDisable); err != nil {
-		return nil, n.errorf("write COMMAND", err)
+	n.d = drv.Device{Dev: dev, Addr: n.addr, RegisterTimeout: o.RegisterTimeout}
+	if err := n.d.Attach(identity, o.Pool); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -306,14 +256,11 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.readStats() // clear the clear-on-read counters
 	n.hwStat = nicdrv.Stats{}
 
-	if o.Pool != nil {
-		n.pool = o.Pool
-	} else {
-		p, err := nicdrv.NewPool(dev.DMA(), nicdrv.PoolOptions{Buffers: o.PoolBuffers, Memory: o.Memory})
-		if err != nil {
-			return nil, n.errorf("buffer pool", err)
-		}
-		n.pool, n.ownPool = p, true
+	// Header split on the 82574 writes a frame it does not split whole
+	// into buffer 0, so header buffers are packet buffers: no header pool.
+	if n.pools, err = drv.NewPools(dev.DMA(), drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers,
+		Memory: o.Memory, Name: "gomx-e1000e"}); err != nil {
+		return nil, n.errorf("buffer pools", err)
 	}
 	if err := n.allocRings(); err != nil {
 		return nil, err
@@ -336,6 +283,8 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.clr32(hw.CTRL, hw.CtrlGIOMasterDis)
 	n.w32(hw.RCTL, n.rctl())
+	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
+		Arm: func(q int) { n.w32(hw.IMS, hw.IntRXQ0<<q) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
 		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	// Wait (bounded) for the link; a link that stays down is a state, not
@@ -580,13 +529,16 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("RX ring", err)
 		}
-		r := &rxQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
-			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)),
-			slot:       make([]*nicdrv.Buffer, n.opts.RxRing), scratch: make([]*nicdrv.Buffer, n.opts.RxRing)}
-		if n.opts.HeaderSplit {
-			r.ps = true
-			r.pay = make([]*nicdrv.Buffer, n.opts.RxRing)
-			r.scratch = make([]*nicdrv.Buffer, 2*n.opts.RxRing)
+		r := &rxQueue{nic: n, q: i, pool: n.pools.Packet[i], ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
+			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)), ps: n.opts.HeaderSplit}
+		pools := []*nicdrv.Pool{r.pool}
+		if r.ps {
+			pools = append(pools, r.pool) // a payload buffer per slot too
+		}
+		r.fill = drv.NewRxFill(r.size, pools, &r.noBuf, r.encode)
+		r.slot = r.fill.Bufs[0]
+		if r.ps {
+			r.pay = r.fill.Bufs[1]
 		}
 		n.rx = append(n.rx, r)
 	}
@@ -595,9 +547,9 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
-		n.tx = append(n.tx, &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing),
-			rsEvery: txRSEvery(uint32(n.opts.TxRing)), marks: make([]uint32, n.opts.TxRing),
-			slot: make([]*nicdrv.Buffer, n.opts.TxRing), scratch: make([]*nicdrv.Buffer, n.opts.TxRing)})
+		t := &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing), pools: drv.PoolCheck{DMA: n.dev.DMA()}}
+		t.s = drv.NewTxSlots(t.size, n.pools.Packet[i], t.done)
+		n.tx = append(n.tx, t)
 	}
 	return nil
 }
@@ -681,209 +633,17 @@ func (n *NIC) setupInterrupts() error {
 	return nil
 }
 
-// Info implements nicdrv.NIC.
-func (n *NIC) Info() nicdrv.Info { return n.info }
-
-// MAC implements nicdrv.NIC.
-func (n *NIC) MAC() nicdrv.MAC { return n.mac }
-
-// Pool implements nicdrv.NIC.
-func (n *NIC) Pool() *nicdrv.Pool { return n.pool }
-
-// Link implements nicdrv.NIC.
-func (n *NIC) Link() nicdrv.Link {
-	s := n.r32(hw.STATUS)
-	if s&hw.StatusLU == 0 || s == 0xFFFFFFFF {
-		return nicdrv.Link{}
-	}
-	speed := map[uint32]int{0: 10, hw.StatusSpeed100: 100, hw.StatusSpeed1000: 1000, hw.StatusSpeedMask: 1000}[s&hw.StatusSpeedMask]
-	return nicdrv.Link{Up: true, SpeedMbps: speed, FullDuplex: s&hw.StatusFD != 0}
-}
-
-// WaitLink implements nicdrv.NIC.
-func (n *NIC) WaitLink(want bool, timeout time.Duration) (nicdrv.Link, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if n.closed.Load() {
-			return nicdrv.Link{}, n.errorf("wait for link", nicdrv.ErrClosed)
-		}
-		l := n.Link()
-		if l.Up == want {
-			return l, nil
-		}
-		if !time.Now().Before(deadline) {
-			return l, n.errorf("STATUS.LU", fmt.Errorf("link still %v after %v: %w", l, timeout, nicdrv.ErrTimeout))
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// Stats implements nicdrv.NIC.
-func (n *NIC) Stats() (nicdrv.Stats, error) {
-	if n.closed.Load() {
-		return nicdrv.Stats{}, n.errorf("stats", nicdrv.ErrClosed)
-	}
-	n.ctlMu.Lock()
-	n.readStats()
-	s := n.hwStat
-	n.ctlMu.Unlock()
-	for _, r := range n.rx {
-		s.RxNoBuffer += r.noBuf.Load()
-		s.RxDropped += r.dropped.Load()
-	}
-	for _, t := range n.tx {
-		s.TxRingFull += t.full.Load()
-		s.TxRejected += t.rejected.Load()
-	}
-	s.Interrupts = n.nIntr.Load()
-	return s, nil
-}
-
-// readStats adds the clear-on-read counters to hwStat (ctlMu held, or
-// during Open).
-func (n *NIC) readStats() {
-	r64 := func(lo int) uint64 {
-		l := uint64(n.r32(lo)) // low half first: QEMU clears both on the high read
-		return l | uint64(n.r32(lo+4))<<32
-	}
-	s := &n.hwStat
-	s.RxErrors += uint64(n.r32(hw.CRCERRS)) + uint64(n.r32(hw.ALGNERRC)) + uint64(n.r32(hw.RXERRC)) + uint64(n.r32(hw.RUC)) + uint64(n.r32(hw.ROC))
-	s.RxMissed += uint64(n.r32(hw.MPC))
-	s.RxNoDescriptor += uint64(n.r32(hw.RNBC))
-	s.RxFrames += uint64(n.r32(hw.GPRC))
-	s.RxBroadcast += uint64(n.r32(hw.BPRC))
-	s.RxMulticast += uint64(n.r32(hw.MPRC))
-	s.TxFrames += uint64(n.r32(hw.GPTC))
-	s.RxBytes += r64(hw.GORCL)
-	s.TxBytes += r64(hw.GOTCL)
-	n.r32(hw.TPR)
-	n.r32(hw.TPT)
-	r64(hw.TORL)
-	r64(hw.TOTL)
-	n.r32(hw.MPTC)
-	n.r32(hw.BPTC)
-}
-
-// SetPromiscuous implements nicdrv.NIC.
-func (n *NIC) SetPromiscuous(on bool) error {
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
-		return n.errorf("RCTL.UPE", nicdrv.ErrClosed)
-	}
-	n.opts.Promiscuous = on
-	n.w32(hw.RCTL, n.rctl())
-	return nil
-}
-
-// SetMulticast implements nicdrv.NIC: the groups are hashed into the
-// 4096-bit multicast table (a hash match may let other groups through,
-// which the layer above filters).
-func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
-	var mta [hw.MTAEntries]uint32
-	for _, g := range groups {
-		if !g.IsMulticast() {
-			return n.errorf("MTA", fmt.Errorf("%v is not a group address (bit 0 of the first byte is clear)", g))
-		}
-		r, b := hw.MTAHash(g)
-		mta[r] |= 1 << b
-	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
-		return n.errorf("MTA", nicdrv.ErrClosed)
-	}
-	for i, v := range mta {
-		n.w32(hw.MTA+4*i, v)
-	}
-	return nil
-}
-
-// AddRule implements nicdrv.NIC. The 82574 steers only by RSS hash, so the
-// one rule it carries out is "destination MAC M to queue 0" on a
-// single-queue NIC, by accepting M in a spare receive address register.
-// Everything else fails with nicdrv.ErrNotSupported.
-func (n *NIC) AddRule(r nicdrv.Rule) error {
-	if r.Queue < 0 || r.Queue >= n.opts.Queues {
-		return n.errorf("rule "+r.String(), nicdrv.ErrBadQueue)
-	}
-	if r.Kind != nicdrv.RuleDestMAC || r.Queue != 0 || n.opts.Queues != 1 {
-		return n.errorf("rule "+r.String(), fmt.Errorf("the 82574 steers only by RSS hash of IPv4 flows; demultiplex in software: %w", nicdrv.ErrNotSupported))
-	}
-	if r.MAC.IsMulticast() {
-		return n.errorf("rule "+r.String(), errors.New("a group address: use SetMulticast"))
-	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
-		return n.errorf("rule", nicdrv.ErrClosed)
-	}
-	if n.nRAR+1 >= hw.RAREntries {
-		return n.errorf("rule "+r.String(), fmt.Errorf("all %d receive addresses in use: %w", hw.RAREntries, nicdrv.ErrNotSupported))
-	}
-	n.nRAR++
-	m := r.MAC
-	n.w32(hw.RAL(n.nRAR), uint32(m[0])|uint32(m[1])<<8|uint32(m[2])<<16|uint32(m[3])<<24)
-	n.w32(hw.RAH(n.nRAR), uint32(m[4])|uint32(m[5])<<8|1<<31)
-	return nil
-}
-
-// WaitRx implements nicdrv.NIC.
-func (n *NIC) WaitRx(ctx context.Context, q int) error {
-	if q < 0 || q >= len(n.rx) {
-		return n.errorf(fmt.Sprintf("wait on RX queue %d", q), nicdrv.ErrBadQueue)
-	}
-	r := n.rx[q]
-	for i := 0; ; i++ {
-		if n.closed.Load() {
-			return n.errorf("wait for RX", nicdrv.ErrClosed)
-		}
-		if r.ready() {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if n.irqs == nil {
-			if i < 100 {
-				runtime.Gosched()
-			} else {
-				time.Sleep(20 * time.Microsecond)
-			}
-			continue
-		}
-		// Arm the queue's cause, look again, then sleep: a frame that came
-		// between the first look and the arming raises the vector.
-		n.w32(hw.IMS, hw.IntRXQ0<<q)
-		if r.ready() {
-			return nil
-		}
-		c, err := n.irqs[q].Wait(ctx)
-		if err != nil {
-			if errors.Is(err, pci.ErrClosed) || n.closed.Load() {
-				return n.errorf("wait for RX", nicdrv.ErrClosed)
-			}
-			if cerr := ctx.Err(); cerr != nil {
-				return cerr
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// The eventfd's deadline is the context's, and may pass
-				// a moment before the context notices.
-				return context.DeadlineExceeded
-			}
-			return n.errorf("wait for RX interrupt", err)
-		}
-		n.nIntr.Add(c)
-	}
+// WaitRx implements nicdrv.NIC: with interrupts it arms the queues'
+// causes, looks at their rings again, and only then sleeps on their
+// vectors.
+func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
+	return n.waiter.Wait(ctx, queues)
 }
 
 // RxBatch implements nicdrv.NIC.
 func (n *NIC) RxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 	if q < 0 || q >= len(n.rx) {
 		return 0, n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
-	}
-	if r := n.rx[q]; r.ps {
-		return r.batchPS(bufs)
 	}
 	return n.rx[q].batch(bufs)
 }
@@ -919,7 +679,7 @@ func (n *NIC) Close() error {
 // failed Open. Nothing is released before the NIC is quiet.
 func (n *NIC) teardown() error {
 	var errs []error
-	if n.regs != nil {
+	if n.d.Regs != nil {
 		errs = append(errs, n.quiesce())
 		n.restoreResetState()
 	}
@@ -928,15 +688,12 @@ func (n *NIC) teardown() error {
 		// Interrupt closed and returns ErrClosed.
 		errs = append(errs, n.dev.DisableInterrupts())
 	}
-	if n.pool != nil {
+	if n.pools != nil {
 		for _, r := range n.rx {
-			errs = append(errs, n.pool.Free(r.slot...), n.pool.Free(r.pay...))
-			clear(r.slot)
-			clear(r.pay)
+			errs = append(errs, r.fill.Release())
 		}
 		for _, t := range n.tx {
-			errs = append(errs, n.pool.Free(t.slot...))
-			clear(t.slot)
+			errs = append(errs, t.s.Release())
 		}
 	}
 	if n.ringMap != nil {
@@ -947,8 +704,8 @@ func (n *NIC) teardown() error {
 		errs = append(errs, n.ringMem.Close())
 		n.ringMem = nil
 	}
-	if n.ownPool && n.pool != nil {
-		errs = append(errs, n.pool.Close())
+	if n.pools != nil {
+		errs = append(errs, n.pools.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return n.errorf("close", err)

@@ -143,7 +143,7 @@ func TestHub(t *testing.T) {
 		defer n[i].Close()
 	}
 	send := func(dst nicdrv.MAC, seq uint64) {
-		b, err := n[0].Pool().Get()
+		b, err := n[0].Pool(0).Get()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestHub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n[i].Pool().Free(rx[:k]...)
+		n[i].Pool(0).Free(rx[:k]...)
 		return k
 	}
 	send(nicdrv.MAC{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, 1)
@@ -192,7 +192,7 @@ func TestTxBuffersComeBack(t *testing.T) {
 		defer n[i].Close()
 	}
 	a := n[0]
-	pool := a.Pool()
+	pool := a.Pool(0)
 	start := pool.Available()
 	rx := make([]*nicdrv.Buffer, 8)
 	for seq := range 10 * o.TxRing {
@@ -209,7 +209,7 @@ func TestTxBuffersComeBack(t *testing.T) {
 		if err != nil || k != 1 {
 			t.Fatalf("frame %d: received %d, %v", seq, k, err)
 		}
-		n[1].Pool().Free(rx[:k]...)
+		n[1].Pool(0).Free(rx[:k]...)
 		// At most a group of 32 (here a quarter of the ring) waits for
 		// its report.
 		if out := start - pool.Available(); out > o.TxRing/4 {
@@ -241,7 +241,7 @@ func TestCloseAfterGIOMasterTimeout(t *testing.T) {
 	send := func(seq uint64) {
 		t.Helper()
 		bufs := make([]*nicdrv.Buffer, 8)
-		if _, err := n[0].Pool().Alloc(bufs); err != nil {
+		if _, err := n[0].Pool(0).Alloc(bufs); err != nil {
 			t.Fatal(err)
 		}
 		for i, b := range bufs {

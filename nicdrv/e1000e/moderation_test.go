@@ -133,7 +133,7 @@ func TestInterruptModeration(t *testing.T) {
 	go func() {
 		bufs := make([]*nicdrv.Buffer, 64)
 		for {
-			if err := b.WaitRx(ctx, 0); err != nil {
+			if _, err := b.WaitRx(ctx, 0); err != nil {
 				if errors.Is(err, context.Canceled) {
 					err = nil
 				}
@@ -145,7 +145,7 @@ func TestInterruptModeration(t *testing.T) {
 				done <- err
 				return
 			}
-			_ = b.Pool().Free(bufs[:n]...)
+			_ = b.Pool(0).Free(bufs[:n]...)
 			received.Add(uint64(n))
 		}
 	}()
@@ -187,7 +187,7 @@ func TestInterruptModeration(t *testing.T) {
 		waitUntil("the receiver neither re-armed nor waits on the throttle", func() bool {
 			return regs.Read32(hw.IMS)&hw.IntRXQ0 != 0 || clk.pending() > 0
 		}, false)
-		if n, err := a.Pool().Alloc(frames); err != nil || n != perBurst {
+		if n, err := a.Pool(0).Alloc(frames); err != nil || n != perBurst {
 			t.Fatalf("burst %d: alloc: %d, %v", i, n, err)
 		}
 		for j, f := range frames {

@@ -29,7 +29,7 @@ func rawPingPong(t *testing.T, a, b nicdrv.NIC, size, rounds int) []time.Duratio
 	rx := make([]*nicdrv.Buffer, 4)
 	brx := make([]*nicdrv.Buffer, 32)
 	for i := range rounds {
-		buf, err := a.Pool().Get()
+		buf, err := a.Pool(0).Get()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func rawPingPong(t *testing.T, a, b nicdrv.NIC, size, rounds int) []time.Duratio
 				if k != 1 || string(rx[0].Data) != string(w) {
 					t.Fatalf("round %d: %d frames back, the first not the reflected one", i, k)
 				}
-				a.Pool().Free(rx[:k]...)
+				a.Pool(0).Free(rx[:k]...)
 				break
 			}
 			if time.Now().After(deadline) {

@@ -9,6 +9,7 @@ import (
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 )
 
 // rxQueue is one RX ring. The NIC owns slots [RDH, rdt); the driver has
@@ -23,13 +24,14 @@ import (
 type rxQueue struct {
 	nic  *NIC
 	q    int
+	pool *nicdrv.Pool // the queue's own
 	ring []byte
 	iova uint64
 	size uint32
 
-	mu      sync.Mutex // one batch at a time; Close waits on it
+	mu      sync.Mutex  // one batch at a time; Close waits on it
+	fill    *drv.RxFill // refills slot (and pay) from the pool
 	slot    []*nicdrv.Buffer
-	scratch []*nicdrv.Buffer
 	next    uint32 // next slot to look at
 	tail    uint32 // first slot not refilled
 	rdt     uint32 // RDT as last written
@@ -54,11 +56,9 @@ func (r *rxQueue) start() error {
 	r.next, r.tail = 0, 0
 	clear(r.ring)
 	units := uint32(1) // RDT counts 16-byte units
+	r.refill()
 	if r.ps {
-		r.refillPS()
 		units = hw.PSDescUnits
-	} else if err := r.refill(); err != nil {
-		return err
 	}
 	if r.tail == 0 {
 		return n.errorf(fmt.Sprintf("fill RX ring %d", r.q), fmt.Errorf("no free buffer in the pool: %w", nicdrv.ErrPoolExhausted))
@@ -87,48 +87,36 @@ func (r *rxQueue) replenish() {
 	if waiting == 0 || (waiting < r.freeThresh && r.size-1-waiting >= r.freeThresh) {
 		return
 	}
-	_ = r.refill()
+	r.refill()
 	if r.tail != r.rdt {
-		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail)
+		units := uint32(1) // RDT counts 16-byte units
+		if r.ps {
+			units = hw.PSDescUnits
+		}
+		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail*units)
 		r.rdt = r.tail
 	}
 }
 
-// refill gives the NIC fresh buffers in slots [tail, next-1) and reports
-// whether tail moved. It does not write RDT.
-func (r *rxQueue) refill() error {
-	stop := (r.next + r.size - 1) % r.size
-	want := int((stop + r.size - r.tail) % r.size)
-	if want == 0 {
-		return nil
+// refill gives the NIC fresh buffers in slots [tail, next-1): one per
+// slot, or with header split two (split.go). It does not write RDT.
+func (r *rxQueue) refill() {
+	stop := r.next + r.size - 1
+	if stop >= r.size {
+		stop -= r.size
 	}
-	// Slots may still hold a buffer (a refill cut short by an empty pool
-	// leaves none, a start leaves none): count those that need one.
-	need := 0
-	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
-		if r.slot[s] == nil {
-			need++
-		}
+	r.tail = r.fill.Fill(r.tail, stop)
+}
+
+// encode writes slot s's read descriptor, whose buffers are in place: one
+// buffer address, or with header split the four of a packet split
+// descriptor (buffers 0 and 1; the NIC's write-back overwrote them all).
+func (r *rxQueue) encode(s uint32) {
+	if r.ps {
+		hw.RxPSRead{Buffer: [hw.PSBuffers]uint64{r.slot[s].IOVA(), r.pay[s].IOVA()}}.Encode(r.desc(s))
+		return
 	}
-	got, _ := r.nic.pool.Alloc(r.scratch[:need])
-	if got < need {
-		r.noBuf.Add(uint64(need - got))
-	}
-	k := 0
-	for i := 0; i < want; i++ {
-		s := r.tail
-		if r.slot[s] == nil {
-			if k == got {
-				break
-			}
-			r.slot[s] = r.scratch[k]
-			r.scratch[k] = nil
-			k++
-		}
-		hw.RxRead{Buffer: r.slot[s].IOVA()}.Encode(r.desc(s))
-		r.tail = (s + 1) % r.size
-	}
-	return nil
+	hw.RxRead{Buffer: r.slot[s].IOVA()}.Encode(r.desc(s))
 }
 
 // ready reports whether the next slot holds a written-back descriptor.
@@ -158,38 +146,61 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	// slots from there on hold old write-backs with DD still set.
 	for got < len(out) && r.next != r.rdt {
 		d := r.desc(r.next)
-		hi := load64(d[8:])
-		if uint32(hi)&hw.RxStatDD == 0 {
+		if uint32(load64(d[8:]))&hw.RxStatDD == 0 {
 			break
 		}
 		dmasync.Observe()
-		wb := hw.DecodeRxWriteBack(d)
-		b := r.slot[r.next]
-		r.slot[r.next] = nil
-		r.next = (r.next + 1) % r.size
-		size, deliver, discardNext := rxAccept(wb, r.discard, nicdrv.BufferSize)
-		r.discard = discardNext
-		if !deliver || b == nil {
-			if !discardNext {
-				r.dropped.Add(1) // counted once per frame, at its last descriptor
-			}
-			if b != nil {
-				_ = r.nic.pool.Free(b)
-			}
-			continue
+		s := r.next
+		if r.next++; r.next == r.size {
+			r.next = 0
 		}
-		b.Data = b.Data[:0:b.Cap()][:size]
-		b.Queue = r.q
-		b.Flags, b.Hash = rxFlags(wb), 0
-		if wb.MRQ&0xF != hw.RSSTypeNone {
-			b.Flags |= nicdrv.FlagHash
-			b.Hash = wb.Hash
+		var b *nicdrv.Buffer
+		if r.ps {
+			b = r.takePS(d, s)
+		} else {
+			b = r.take(d, s)
 		}
-		out[got] = b
-		got++
+		if b != nil {
+			out[got] = b
+			got++
+		}
 	}
 	r.replenish()
 	return got, nil
+}
+
+// take makes the frame of slot s's written-back descriptor d (the
+// extended format) its Buffer, or drops it (nil): rxAccept decides. The
+// slot's buffer leaves it either way.
+func (r *rxQueue) take(d []byte, s uint32) *nicdrv.Buffer {
+	wb := hw.DecodeRxWriteBack(d)
+	b := r.slot[s]
+	r.slot[s] = nil
+	size, deliver, discardNext := rxAccept(wb, r.discard, nicdrv.BufferSize)
+	r.discard = discardNext
+	if !deliver || b == nil {
+		if !discardNext {
+			r.dropped.Add(1) // counted once per frame, at its last descriptor
+		}
+		if b != nil {
+			_ = r.pool.Free(b)
+		}
+		return nil
+	}
+	b.Data = b.Data[:0:b.Cap()][:size]
+	r.stamp(b, wb.MRQ, wb.Hash, wb.Status)
+	return b
+}
+
+// stamp sets what a received frame's first Buffer says besides its bytes:
+// the queue, the checksum results and the RSS hash.
+func (r *rxQueue) stamp(b *nicdrv.Buffer, mrq, hash, status uint32) {
+	b.Queue = r.q
+	b.Flags, b.Hash = rxFlags(hw.RxWriteBack{MRQ: mrq, Hash: hash, Status: status}), 0
+	if mrq&0xF != hw.RSSTypeNone {
+		b.Flags |= nicdrv.FlagHash
+		b.Hash = hash
+	}
 }
 
 // rxAccept decides what to do with a written-back RX descriptor: deliver
@@ -231,19 +242,14 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 // free; one slot stays empty so that a full ring is not mistaken for an
 // empty one.
 //
-// The NIC reports a descriptor done (writes DD back into it) only when the
-// descriptor asks for it with RS. Asking on every frame costs the NIC a DMA
-// write per frame, which QEMU (through its emulated IOMMU) pays on the
-// latency path; so, as DPDK's em driver does with tx_rs_thresh, RS goes on
-// one descriptor in rsEvery, and a DD there means every descriptor before
-// it is done too (the NIC completes them in order). marks holds the slots
-// that carry RS, oldest first. At most rsEvery-1 frames at the tail wait
-// for a later batch to be reclaimed; rsEvery is below a quarter of the
-// ring, so a full ring always holds a mark. A frame with memory attached
-// (Buffer.Attach: the header from the buffer, the payload in place) puts
-// RS on its last descriptor as well, so the caller learns that its memory
-// is free again at the next reclaim after the NIC read it, not rsEvery
-// frames later.
+// txQueue is one TX ring. The NIC reports a descriptor done (writes DD back
+// into it) only when the descriptor asks with RS; drv.TxSlots puts RS on
+// one descriptor in 32 (DPDK em's tx_rs_thresh: QEMU pays each write-back
+// through its emulated IOMMU on the latency path) and reclaims up to each
+// one whose DD is set. A frame with memory attached (Buffer.Attach: the
+// header from the buffer, the payload in place) puts RS on its last
+// descriptor as well, so the caller learns that its memory is free again
+// at the next reclaim after the NIC read it, not 32 frames later.
 type txQueue struct {
 	nic  *NIC
 	q    int
@@ -251,57 +257,23 @@ type txQueue struct {
 	iova uint64
 	size uint32
 
-	mu      sync.Mutex
-	slot    []*nicdrv.Buffer
-	scratch []*nicdrv.Buffer
-	clean   uint32
-	tail    uint32
-	ctx     hw.TxDesc // the checksum context last loaded (queue 0)
-
-	rsEvery  uint32   // descriptors per RS
-	sinceRS  uint32   // descriptors put since the last RS
-	marks    []uint32 // FIFO of slots with RS, capacity size
-	markHead int
-	markN    int
+	mu    sync.Mutex
+	pools drv.PoolCheck // which buffers the NIC may send
+	s     *drv.TxSlots  // which slots hold which buffers, which ask for RS
+	ctx   hw.TxDesc     // the checksum context last loaded (queue 0)
 
 	full, rejected atomic.Uint64
 }
 
-// txRSEvery is how many descriptors share one RS (DPDK em's default
-// tx_rs_thresh), at most a quarter of the ring.
-func txRSEvery(size uint32) uint32 { return max(1, min(32, size/4)) }
-
 func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
 
-// reclaim frees the buffers of descriptors the NIC has finished: those up
-// to and including each RS-marked slot whose DD is set.
-func (t *txQueue) reclaim() {
-	k := 0
-	for t.markN > 0 {
-		m := t.marks[t.markHead]
-		if load64(t.desc(m)[8:])>>32&hw.TxStatDD == 0 {
-			break
-		}
-		dmasync.Observe()
-		for {
-			c := t.clean
-			if b := t.slot[c]; b != nil {
-				t.scratch[k] = b
-				k++
-				t.slot[c] = nil
-			}
-			t.clean = (c + 1) % t.size
-			if c == m {
-				break
-			}
-		}
-		t.markHead = (t.markHead + 1) % len(t.marks)
-		t.markN--
+// done reports whether the NIC wrote DD back into slot m's descriptor.
+func (t *txQueue) done(m uint32) bool {
+	if load64(t.desc(m)[8:])>>32&hw.TxStatDD == 0 {
+		return false
 	}
-	if k > 0 {
-		_ = t.nic.pool.Free(t.scratch[:k]...)
-		clear(t.scratch[:k])
-	}
+	dmasync.Observe()
+	return true
 }
 
 func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
@@ -311,19 +283,19 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	if n.closed.Load() {
 		return 0, n.errorf("TX batch", nicdrv.ErrClosed)
 	}
-	t.reclaim()
-	free := (t.clean + t.size - t.tail - 1) % t.size
-	old := t.tail
+	t.s.Reclaim()
+	free := t.s.Free()
+	old := t.s.Tail
 	sent := 0
 	var err error
 	for _, b := range bufs {
 		ext, extIOVA := b.Attached()
-		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || b.Pool() != n.pool || b.Next != nil ||
+		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || !t.pools.OK(b) || b.Next != nil ||
 			ext != nil && (len(b.Data) == 0 || len(ext) == 0 || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0) {
 			t.rejected.Add(1)
 			switch {
-			case b.Pool() != n.pool:
-				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", sent))
+			case !t.pools.OK(b):
+				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from a pool mapped in the NIC's DMA domain: allocate it from the NIC's Pool", sent))
 			case b.Next != nil:
 				err = n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split): TX sends one-buffer frames; copy it whole with AppendFrame into one buffer: %w", sent, b.Segments(), nicdrv.ErrFrameSize))
 			case ext != nil && (len(b.Data) == 0 || len(ext) == 0):
@@ -379,34 +351,29 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		free--
 		sent++
 	}
-	if t.tail != old {
-		n.w32(hw.Q(hw.TDT, t.q), t.tail)
+	if t.s.Tail != old {
+		n.w32(hw.Q(hw.TDT, t.q), t.s.Tail)
 		// QEMU transmits synchronously on the TDT write: reclaim now so
 		// buffers go back to the pool without waiting for the next batch.
-		t.reclaim()
+		t.s.Reclaim()
 	}
 	return sent, err
 }
 
-// put writes a descriptor at tail: the word with the command last, in one
-// atomic store, so the NIC never fetches a half-written descriptor. Every
-// rsEvery-th descriptor, and one put with rs, asks for a write-back (RS)
-// and is marked.
+// put writes a descriptor at the tail for a frame that frees b once done
+// (nil on its other descriptors), asking for a write-back (RS) where the
+// slots say: the word with the command last, in one atomic store, so the
+// NIC never fetches a half-written descriptor.
 func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
-	t.sinceRS++
-	if t.sinceRS >= t.rsEvery || rs {
-		t.sinceRS = 0
+	slot, ask := t.s.Put(b, rs)
+	if ask {
 		d.Lower |= uint32(hw.TxCmdRS) << 24
-		t.marks[(t.markHead+t.markN)%len(t.marks)] = t.tail
-		t.markN++
 	}
 	var tmp [hw.DescSize]byte
 	d.Encode(tmp[:])
-	slot := t.desc(t.tail)
-	store64(slot[0:], binary.LittleEndian.Uint64(tmp[0:]))
-	store64(slot[8:], binary.LittleEndian.Uint64(tmp[8:]))
-	t.slot[t.tail] = b
-	t.tail = (t.tail + 1) % t.size
+	p := t.desc(slot)
+	store64(p[0:], binary.LittleEndian.Uint64(tmp[0:]))
+	store64(p[8:], binary.LittleEndian.Uint64(tmp[8:]))
 }
 
 // offload prepares the checksums a frame asks for. On queue 0 it seeds the

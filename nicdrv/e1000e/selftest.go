@@ -37,7 +37,7 @@ func SelfTest(dev pci.Device, mode Loopback, o Options) (err error) {
 	rx := make([]*nicdrv.Buffer, 16)
 	want := make([]byte, 2048)
 	for size := 60; size <= 1514; size += 29 {
-		b, err := n.pool.Get()
+		b, err := n.pools.Packet[0].Get()
 		if err != nil {
 			return err
 		}
@@ -51,7 +51,7 @@ func SelfTest(dev pci.Device, mode Loopback, o Options) (err error) {
 		}
 		fill(b.SetLen(size))
 		if k, err := n.TxBatch(0, []*nicdrv.Buffer{b}); err != nil || k != 1 {
-			_ = n.pool.Free(b)
+			_ = n.pools.Packet[0].Free(b)
 			return n.errorf("self-test transmit", fmt.Errorf("frame of %d bytes not taken: %v", size, err))
 		}
 		fill(want[:size])
@@ -64,7 +64,7 @@ func SelfTest(dev pci.Device, mode Loopback, o Options) (err error) {
 			if k > 0 {
 				ok := k == 1 && bytes.Equal(rx[0].Data, want[:size])
 				got := len(rx[0].Data)
-				_ = n.pool.Free(rx[:k]...)
+				_ = n.pools.Packet[0].Free(rx[:k]...)
 				if !ok {
 					return n.errorf("self-test", fmt.Errorf("%v loopback: a %d-byte frame came back as %d frames, the first %d bytes and not byte-exact", mode, size, k, got))
 				}

@@ -1,7 +1,6 @@
 package e1000e
 
 import (
-	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 )
@@ -57,107 +56,31 @@ func psAccept(wb hw.RxPSWriteBack, discarding bool, bufCap int) (hdr, pay int, d
 	return l[0], l[1], true, false
 }
 
-// refillPS gives the NIC two fresh buffers per slot in [tail, next-1), as
-// refill does with one, and rewrites every descriptor it hands over: the
-// NIC's write-back overwrote all four addresses. It does not write RDT.
-func (r *rxQueue) refillPS() {
-	stop := (r.next + r.size - 1) % r.size
-	want := int((stop + r.size - r.tail) % r.size)
-	if want == 0 {
-		return
-	}
-	need := 0
-	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
-		if r.slot[s] == nil {
-			need++
+// takePS is take for a packet split descriptor: the frame of slot s's
+// written-back descriptor d as its header buffer with the payload buffer
+// chained when the NIC wrote into it, or nil when psAccept drops it (the
+// buffers then stay in the slot, and refill hands them over again).
+func (r *rxQueue) takePS(d []byte, s uint32) *nicdrv.Buffer {
+	wb := hw.DecodeRxPSWriteBack(d)
+	hdr, pay, deliver, discardNext := psAccept(wb, r.discard, psBufSize)
+	r.discard = discardNext
+	if !deliver || r.slot[s] == nil || (pay > 0 && r.pay[s] == nil) {
+		if !discardNext {
+			r.dropped.Add(1)
 		}
-		if r.pay[s] == nil {
-			need++
-		}
+		return nil
 	}
-	got, _ := r.nic.pool.Alloc(r.scratch[:need])
-	if got < need {
-		r.noBuf.Add(uint64(need - got))
+	b := r.slot[s]
+	r.slot[s] = nil
+	b.Data = b.Data[:0:b.Cap()][:hdr]
+	b.Next = nil
+	if pay > 0 {
+		p := r.pay[s]
+		r.pay[s] = nil
+		p.Data = p.Data[:0:p.Cap()][:pay]
+		p.Queue, p.Flags, p.Hash, p.Next = r.q, 0, 0, nil
+		b.Next = p
 	}
-	k := 0
-	take := func(p **nicdrv.Buffer) bool {
-		if *p == nil {
-			if k == got {
-				return false
-			}
-			*p = r.scratch[k]
-			r.scratch[k] = nil
-			k++
-		}
-		return true
-	}
-	for i := 0; i < want; i++ {
-		s := r.tail
-		if !take(&r.slot[s]) || !take(&r.pay[s]) {
-			break
-		}
-		hw.RxPSRead{Buffer: [hw.PSBuffers]uint64{r.slot[s].IOVA(), r.pay[s].IOVA()}}.Encode(r.desc(s))
-		r.tail = (s + 1) % r.size
-	}
-	// Buffers taken for a slot that could not be completed wait in it;
-	// none of the scratch ones are left over.
-}
-
-// batchPS is batch for packet split descriptors.
-func (r *rxQueue) batchPS(out []*nicdrv.Buffer) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.nic.closed.Load() {
-		return 0, r.nic.errorf("RX batch", nicdrv.ErrClosed)
-	}
-	got := 0
-	// Only slots handed to the NIC ([next, rdt)) can hold a frame: a
-	// drained ring the pool could not refill has next == rdt, and the
-	// slots past it still hold old write-backs with DD set.
-	for got < len(out) && r.next != r.rdt {
-		d := r.desc(r.next)
-		if uint32(load64(d[8:]))&hw.RxStatDD == 0 {
-			break
-		}
-		dmasync.Observe()
-		wb := hw.DecodeRxPSWriteBack(d)
-		s := r.next
-		r.next = (r.next + 1) % r.size
-		hdr, pay, deliver, discardNext := psAccept(wb, r.discard, psBufSize)
-		r.discard = discardNext
-		if !deliver || r.slot[s] == nil || (pay > 0 && r.pay[s] == nil) {
-			if !discardNext {
-				r.dropped.Add(1)
-			}
-			// The buffers stay in the slot: refillPS hands them over again.
-			continue
-		}
-		b := r.slot[s]
-		r.slot[s] = nil
-		b.Data = b.Data[:0:b.Cap()][:hdr]
-		b.Next = nil
-		if pay > 0 {
-			p := r.pay[s]
-			r.pay[s] = nil
-			p.Data = p.Data[:0:p.Cap()][:pay]
-			p.Queue, p.Flags, p.Hash, p.Next = r.q, 0, 0, nil
-			b.Next = p
-		}
-		ext := hw.RxWriteBack{MRQ: wb.MRQ, Hash: wb.Hash, Status: wb.Status}
-		b.Queue = r.q
-		b.Flags, b.Hash = rxFlags(ext), 0
-		if wb.MRQ&0xF != hw.RSSTypeNone {
-			b.Flags |= nicdrv.FlagHash
-			b.Hash = wb.Hash
-		}
-		out[got] = b
-		got++
-	}
-	old := r.tail
-	r.refillPS()
-	if r.tail != old {
-		r.nic.w32(hw.Q(hw.RDT, r.q), r.tail*hw.PSDescUnits)
-		r.rdt = r.tail
-	}
-	return got, nil
+	r.stamp(b, wb.MRQ, wb.Hash, wb.Status)
+	return b
 }

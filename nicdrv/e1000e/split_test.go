@@ -72,7 +72,7 @@ func BenchmarkModelPairSplit(b *testing.B) {
 func sendUDP(t *testing.T, a, b *e1000e.NIC, first uint64, k, size int) {
 	t.Helper()
 	bufs := make([]*nicdrv.Buffer, k)
-	if _, err := a.Pool().Alloc(bufs); err != nil {
+	if _, err := a.Pool(0).Alloc(bufs); err != nil {
 		t.Fatal(err)
 	}
 	for i, bf := range bufs {
@@ -139,7 +139,7 @@ func TestHeaderSplitRestart(t *testing.T) {
 			if len(got) != 40 {
 				t.Fatalf("round %d: %d of 40 frames arrived", round, len(got))
 			}
-			if err := b.Pool().Free(got...); err != nil {
+			if err := b.Pool(0).Free(got...); err != nil {
 				t.Fatal(err)
 			}
 			seq += 40
@@ -201,13 +201,13 @@ func testPoolExhaustion(t *testing.T, split bool) {
 	if st.RxNoBuffer == 0 {
 		t.Errorf("ring ran dry with %d frames held, but RxNoBuffer is 0", len(held))
 	}
-	if err := b.Pool().Free(held...); err != nil {
+	if err := b.Pool(0).Free(held...); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 1000 && len(held) < total; i++ {
 		got := recvUDP(t, b, a, uint64(len(held)), 32, 700, split)
 		held = append(held, got...)
-		if err := b.Pool().Free(got...); err != nil {
+		if err := b.Pool(0).Free(got...); err != nil {
 			t.Fatal(err)
 		}
 	}

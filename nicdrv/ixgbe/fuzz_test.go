@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -22,8 +23,8 @@ func (tailRegs) Write32(int, uint32) {}
 // 12), and restates the rule: the driver consumes descriptors in order up
 // to the first without DD; a frame is its header buffer (when split, SPH,
 // at its first descriptor) and the packet buffers of its descriptors up to
-// EOP; it is delivered when every length fits a 2 KiB buffer, the header is
-// at least 14 bytes, the frame is 14 bytes to MaxFrame long in at most
+// EOP; it is delivered when every length fits its buffer (2 KiB, a header
+// 256 bytes), the header is at least 14 bytes, the frame is 14 bytes to MaxFrame long in at most
 // MaxFrame/2048+2 buffers, and RXE is clear. Delivered frames have exactly
 // those lengths, and every buffer comes back to the pool.
 func FuzzRxWriteBacks(f *testing.F) {
@@ -53,10 +54,15 @@ func FuzzRxWriteBacks(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer pool.Close()
+	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer pools.Close()
 	f.Fuzz(func(t *testing.T, raw []byte, split bool, maxFrame uint16) {
 		const size = 32
 		mf := int(maxFrame)%(maxJumbo-1518+1) + 1518
-		n := &NIC{regs: tailRegs{}, pool: pool, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
+		n := &NIC{d: drv.Device{Regs: tailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
 		ring := make([]byte, size*16)
 		r := newRxQueue(n, 0, ring, 0)
 		r.refill()
@@ -75,7 +81,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 			}
 			hi := binary.LittleEndian.Uint16(d[2:])
 			if split && hi&0x8000 != 0 && parts == 0 && !bad {
-				if h := int(hi>>5) & 0x3FF; h >= 14 && h <= 2048 {
+				if h := int(hi>>5) & 0x3FF; h >= 14 && h <= 256 {
 					parts, bytes = parts+1, bytes+h
 				} else {
 					bad = true
@@ -122,6 +128,9 @@ func FuzzRxWriteBacks(f *testing.F) {
 		}
 		if pool.Available() != pool.Len() {
 			t.Fatalf("%d of %d buffers back in the pool", pool.Available(), pool.Len())
+		}
+		if h := pools.Header[0]; h.Available() != h.Len() {
+			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
 		}
 	})
 }

@@ -95,7 +95,7 @@ func TestPerQueueInterrupts(t *testing.T) {
 	}
 	a, b := n[0], n[1]
 	for q := 0; q < 64; q++ {
-		if err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(9000 + q), Queue: q}); err != nil {
+		if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(9000 + q), Queue: q}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,7 +104,8 @@ func TestPerQueueInterrupts(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			woke <- b.WaitRx(ctx, q)
+			_, err := b.WaitRx(ctx, q)
+			woke <- err
 		}()
 		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, uint16(9000+q), uint64(q)) })
 		if err := <-woke; err != nil {
@@ -119,7 +120,7 @@ func TestPerQueueInterrupts(t *testing.T) {
 	before := p.Stats(1).Interrupts
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		_ = b.WaitRx(ctx, 5) // arms the vector
+		_, _ = b.WaitRx(ctx, 5) // arms the vector
 		cancel()
 		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9005, uint64(i)) })
 		if q, _ := arrival(t, b); q != 5 {

@@ -19,7 +19,9 @@
 //
 // # Queues and descriptors
 //
-// Up to 64 RX/TX queue pairs, each with its own enable bit, advanced
+// Up to 64 RX/TX queue pairs, each with its own enable bit and its own
+// buffer pool (and, with header split, a pool of 256-byte header buffers),
+// advanced
 // descriptors (16 bytes: the read format gives the NIC a packet and, with
 // header split, a header buffer; the write-back format returns the length,
 // status, checksum results, RSS hash and packet type). Every RX queue gets
@@ -43,7 +45,7 @@
 //
 // # Steering rules
 //
-// AddRule carries out, in hardware:
+// AddRule carries out, in hardware, and returns an ID that RemoveRule takes:
 //
 //   - RuleEtherType with an EtherType filter (ETQF/ETQS, 8 of them; IPv4
 //     and IPv6 cannot be EtherType-filtered);
@@ -52,13 +54,27 @@
 //     with a Flow Director perfect filter (2048), whose bucket hash the
 //     driver computes (hw.FdirBucketHash) as the NIC computes it for every
 //     frame;
-//   - RuleDestMAC to queue 0, with a spare receive address.
+//   - RuleFlex with a Flow Director perfect filter comparing only the flex
+//     word (FDIRCTRL.FLEX_OFFSET, one offset for the NIC, IP frames only);
+//   - RuleDestMAC to queue 0, with a spare receive address (127).
 //
-// The NIC applies them in its own order: EtherType filters first, then
-// 5-tuple filters, then Flow Director, then RSS. RuleByte, and a
-// destination MAC to another queue (that needs VMDq pools), fail with
-// nicdrv.ErrNotSupported; so does a rule when its table is full, and the
-// error says which table.
+// Flow Director compares the same fields in every filter, so it holds
+// either UDP port rules or flex rules at one offset; it changes from one to
+// the other (re-initialised, receive paused for the moment FDIRCTRL takes)
+// only while it is empty. A flex rule that cannot go in is refused with
+// nicdrv.ErrNotSupported; so are RuleByte and a destination MAC to another
+// queue (that needs VMDq pools). A rule whose table is full is refused with
+// nicdrv.ErrTableFull, and the error says which table.
+//
+// The NIC applies rules in its own order: EtherType filters first, then
+// 5-tuple filters, then Flow Director, then RSS, then queue 0. A received
+// Buffer's Rule names the EtherType filter (its index in the descriptor's
+// packet type) or Flow Director filter (FLM, and its software index in the
+// descriptor) that steered the frame; a 5-tuple filter is not named in the
+// descriptor, so for an IPv4 UDP frame that matched neither of the others
+// the driver looks its destination port up among its 5-tuple rules (a map
+// replaced, never changed, when they change, so the receive path takes no
+// lock).
 //
 // # Fast path
 //
@@ -95,14 +111,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
@@ -114,12 +129,13 @@ type Options struct {
 	// RxRing and TxRing are ring sizes in descriptors: multiples of 8 from
 	// 32 to 8192 (default 512).
 	RxRing, TxRing int
-	// Pool is the buffer pool to receive into; its buffers must be 2048
-	// bytes. When nil, Open makes one of PoolBuffers buffers and Close
-	// closes it.
+	// Pool, when set, is the one buffer pool every queue receives into
+	// (its buffers must be 2048 bytes), and its lock is shared by every
+	// queue. When nil, Open makes a pool of PoolBuffers buffers for each
+	// queue, so that queues share no lock, and Close closes them.
 	Pool *nicdrv.Pool
-	// PoolBuffers sizes the pool Open makes (default: enough to fill every
-	// ring twice, at least 4096).
+	// PoolBuffers sizes each queue's pool (default: enough to fill the
+	// queue's RX and TX rings twice, at least 1024).
 	PoolBuffers int
 	// MaxFrame is the largest frame without FCS (default 1518; up to 9018
 	// for jumbo frames, which arrive as chains of Buffers and are sent
@@ -161,34 +177,16 @@ const maxJumbo = 9018
 
 func (o *Options) fill() error {
 	d := DefaultOptions()
-	if o.Queues == 0 {
-		o.Queues = d.Queues
-	}
-	if o.RxRing == 0 {
-		o.RxRing = d.RxRing
-	}
-	if o.TxRing == 0 {
-		o.TxRing = d.TxRing
-	}
-	if o.MaxFrame == 0 {
-		o.MaxFrame = d.MaxFrame
-	}
-	if o.InterruptInterval == 0 {
-		o.InterruptInterval = d.InterruptInterval
-	}
-	if o.LinkTimeout == 0 {
-		o.LinkTimeout = d.LinkTimeout
-	}
-	if o.RegisterTimeout == 0 {
-		o.RegisterTimeout = d.RegisterTimeout
-	}
+	drv.Default(&o.Queues, d.Queues)
+	drv.Default(&o.RxRing, d.RxRing)
+	drv.Default(&o.TxRing, d.TxRing)
+	drv.Default(&o.MaxFrame, d.MaxFrame)
+	drv.Default(&o.InterruptInterval, d.InterruptInterval)
+	drv.Default(&o.LinkTimeout, d.LinkTimeout)
+	drv.Default(&o.RegisterTimeout, d.RegisterTimeout)
 	if o.PoolBuffers == 0 {
 		per := (o.MaxFrame + nicdrv.BufferSize - 1) / nicdrv.BufferSize
-		rx := o.RxRing
-		if o.HeaderSplit {
-			rx *= 2
-		}
-		o.PoolBuffers = max(4096, 2*o.Queues*(rx+o.TxRing), o.Queues*rx*per+o.Queues*o.TxRing)
+		o.PoolBuffers = max(1024, 2*(o.RxRing+o.TxRing), o.RxRing*per+o.TxRing)
 	}
 	switch {
 	case o.Queues < 1 || o.Queues > hw.MaxQueuePairs:
@@ -224,14 +222,14 @@ const (
 
 // NIC is an open 82599. It implements nicdrv.NIC.
 type NIC struct {
-	dev     pci.Device
-	regs    pci.Registers
-	addr    pci.Address
-	opts    Options
-	info    nicdrv.Info
-	mac     nicdrv.MAC
-	pool    *nicdrv.Pool
-	ownPool bool
+	dev    pci.Device
+	d      drv.Device // the function, BAR0 and register waits
+	addr   pci.Address
+	opts   Options
+	info   nicdrv.Info
+	mac    nicdrv.MAC
+	pools  *drv.Pools
+	waiter drv.RxWaiter
 
 	ringMem *hugepage.Region
 	ringMap *pci.Mapping
@@ -242,40 +240,28 @@ type NIC struct {
 	ctlMu  sync.Mutex // control path: statistics, filters, link, close
 	hwStat nicdrv.Stats
 	rules  ruleTables
-	closed atomic.Bool
-	nIntr  atomic.Uint64
+	// fivePorts maps a destination port to the 5-tuple rule that takes
+	// it, for the receive path (ruleOf); nil when no 5-tuple rule is in.
+	fivePorts atomic.Pointer[map[uint16]nicdrv.RuleID]
+	closed    atomic.Bool
+	nIntr     atomic.Uint64
 }
 
 var _ nicdrv.NIC = (*NIC)(nil)
 
-func (n *NIC) errorf(op string, err error) error {
-	return &nicdrv.Error{Addr: n.addr, Op: op, Err: err}
-}
+func (n *NIC) errorf(op string, err error) error { return n.d.Errorf(op, err) }
 
-func (n *NIC) r32(off int) uint32      { return n.regs.Read32(off) }
-func (n *NIC) w32(off int, v uint32)   { n.regs.Write32(off, v) }
+func (n *NIC) r32(off int) uint32      { return n.d.Regs.Read32(off) }
+func (n *NIC) w32(off int, v uint32)   { n.d.Regs.Write32(off, v) }
 func (n *NIC) set32(off int, b uint32) { n.w32(off, n.r32(off)|b) }
 func (n *NIC) clr32(off int, b uint32) { n.w32(off, n.r32(off)&^b) }
 
-// waitReg polls register reg (named name) until cond holds, at most
-// RegisterTimeout.
 func (n *NIC) waitReg(name string, reg int, cond func(uint32) bool) error {
-	deadline := time.Now().Add(n.opts.RegisterTimeout)
-	for i := 0; ; i++ {
-		v := n.r32(reg)
-		if cond(v) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return n.errorf(name, fmt.Errorf("%#08x after %v: %w", v, n.opts.RegisterTimeout, nicdrv.ErrTimeout))
-		}
-		if i < 64 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
+	return n.d.WaitReg(name, reg, cond)
 }
+
+// identity is the PCI functions Open takes.
+var identity = drv.Identity{Match: hw.Is82599, Want: "an 82599 physical function (8086:10fb and siblings)", Model: "82599", BAR0Size: hw.BAR0Size}
 
 // Open brings up the 82599 at dev and returns it ready to move frames. On
 // failure everything Open did is undone and the NIC is left quiesced.
@@ -284,32 +270,9 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 		return nil, err
 	}
 	n := &NIC{dev: dev, addr: dev.Address(), opts: o}
-	vid, err := pci.ReadConfig16(dev, pci.ConfigVendorID)
-	if err != nil {
-		return nil, n.errorf("read vendor ID", err)
-	}
-	did, err := pci.ReadConfig16(dev, pci.ConfigDeviceID)
-	if err != nil {
-		return nil, n.errorf("read device ID", err)
-	}
-	if !hw.Is82599(vid, did) {
-		return nil, n.errorf("identify", fmt.Errorf("PCI ID %04x:%04x is not an 82599 physical function (8086:10fb and siblings): %w", vid, did, nicdrv.ErrNotNIC))
-	}
-	if o.Pool != nil && o.Pool.DMA() != dev.DMA() {
-		return nil, n.errorf("pool", errors.New("the pool is mapped in another DMA domain than the NIC: make it with nicdrv.NewPool(dev.DMA(), ...)"))
-	}
-	if n.regs, err = dev.BAR(0); err != nil {
-		return nil, n.errorf("map BAR0", err)
-	}
-	if n.regs.Len() < hw.BAR0Size {
-		return nil, n.errorf("map BAR0", fmt.Errorf("BAR0 is %d bytes, the 82599 has %d: %w", n.regs.Len(), hw.BAR0Size, nicdrv.ErrNotNIC))
-	}
-	cmd, err := pci.ReadConfig16(dev, pci.ConfigCommand)
-	if err != nil {
-		return nil, n.errorf("read COMMAND", err)
-	}
-	if err := pci.WriteConfig16(dev, pci.ConfigCommand, cmd|pci.CommandMemory|pci.CommandINTxDisable); err != nil {
-		return nil, n.errorf("write COMMAND", err)
+	n.d = drv.Device{Dev: dev, Addr: n.addr, RegisterTimeout: o.RegisterTimeout}
+	if err := n.d.Attach(identity, o.Pool); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -327,14 +290,12 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.readStats()
 	n.hwStat = nicdrv.Stats{}
 
-	if o.Pool != nil {
-		n.pool = o.Pool
-	} else {
-		p, err := nicdrv.NewPool(dev.DMA(), nicdrv.PoolOptions{Buffers: o.PoolBuffers, Memory: o.Memory})
-		if err != nil {
-			return nil, n.errorf("buffer pool", err)
-		}
-		n.pool, n.ownPool = p, true
+	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, Memory: o.Memory, Name: "gomx-ixgbe"}
+	if o.HeaderSplit {
+		po.Headers = 2 * o.RxRing
+	}
+	if n.pools, err = drv.NewPools(dev.DMA(), po); err != nil {
+		return nil, n.errorf("buffer pools", err)
 	}
 	if err := n.allocRings(); err != nil {
 		return nil, err
@@ -357,6 +318,8 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
+	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
+		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	_, _ = n.WaitLink(true, o.LinkTimeout)
@@ -526,7 +489,7 @@ func (n *NIC) setupRx() error {
 		n.w32(hw.MRQC, 0)
 		n.w32(hw.RXCSUM, 0)
 	}
-	if err := n.setupFdir(); err != nil {
+	if err := n.initFdir(fdirPorts, 0); err != nil {
 		return err
 	}
 	for _, r := range n.rx {
@@ -535,21 +498,6 @@ func (n *NIC) setupRx() error {
 		}
 	}
 	return nil
-}
-
-// setupFdir initialises Flow Director perfect filters: the hash keys, masks
-// that compare the L4 type and destination port only, then FDIRCTRL, whose
-// INIT_DONE is polled.
-func (n *NIC) setupFdir() error {
-	n.w32(hw.FDIRHKEY, hw.FdirBucketKey)
-	n.w32(hw.FDIRSKEY, hw.FdirSignatureKey)
-	n.w32(hw.FDIRM, hw.FdirmVLANID|hw.FdirmVLANP|hw.FdirmPool|hw.FdirmFlex)
-	n.w32(hw.FDIRSIP4M, 0xFFFFFFFF)
-	n.w32(hw.FDIRDIP4M, 0xFFFFFFFF)
-	n.w32(hw.FDIRTCPM, 0x0000FFFF) // source port not compared
-	n.w32(hw.FDIRUDPM, 0x0000FFFF)
-	n.w32(hw.FDIRCTRL, fdirPBAlloc|hw.FdirctrlPerfectMatch|hw.FdirctrlReportStatus|0xA<<hw.FdirctrlMaxLenShift|0xF<<hw.FdirctrlFullThShift)
-	return n.waitReg("FDIRCTRL.INIT_DONE", hw.FDIRCTRL, func(v uint32) bool { return v&hw.FdirctrlInitDone != 0 })
 }
 
 // fctrl is the FCTRL value of the NIC's current filtering.
@@ -616,173 +564,11 @@ func (n *NIC) setupInterrupts() error {
 	return nil
 }
 
-// Info implements nicdrv.NIC.
-func (n *NIC) Info() nicdrv.Info { return n.info }
-
-// MAC implements nicdrv.NIC.
-func (n *NIC) MAC() nicdrv.MAC { return n.mac }
-
-// Pool implements nicdrv.NIC.
-func (n *NIC) Pool() *nicdrv.Pool { return n.pool }
-
-// Link implements nicdrv.NIC.
-func (n *NIC) Link() nicdrv.Link {
-	l := n.r32(hw.LINKS)
-	if l&hw.LinksUp == 0 || l == 0xFFFFFFFF {
-		return nicdrv.Link{}
-	}
-	speed := map[uint32]int{hw.LinksSpeed10G: 10000, hw.LinksSpeed1G: 1000, hw.LinksSpeed100M: 100}[l&hw.LinksSpeedMask]
-	return nicdrv.Link{Up: true, SpeedMbps: speed, FullDuplex: true}
-}
-
-// WaitLink implements nicdrv.NIC.
-func (n *NIC) WaitLink(want bool, timeout time.Duration) (nicdrv.Link, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if n.closed.Load() {
-			return nicdrv.Link{}, n.errorf("wait for link", nicdrv.ErrClosed)
-		}
-		l := n.Link()
-		if l.Up == want {
-			return l, nil
-		}
-		if !time.Now().Before(deadline) {
-			return l, n.errorf("LINKS.UP", fmt.Errorf("link still %v after %v: %w", l, timeout, nicdrv.ErrTimeout))
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// Stats implements nicdrv.NIC.
-func (n *NIC) Stats() (nicdrv.Stats, error) {
-	if n.closed.Load() {
-		return nicdrv.Stats{}, n.errorf("stats", nicdrv.ErrClosed)
-	}
-	n.ctlMu.Lock()
-	n.readStats()
-	s := n.hwStat
-	n.ctlMu.Unlock()
-	for _, r := range n.rx {
-		s.RxNoBuffer += r.noBuf.Load()
-		s.RxDropped += r.dropped.Load()
-	}
-	for _, t := range n.tx {
-		s.TxRingFull += t.full.Load()
-		s.TxRejected += t.rejected.Load()
-	}
-	s.Interrupts = n.nIntr.Load()
-	return s, nil
-}
-
-// readStats adds the clear-on-read counters to hwStat (ctlMu held, or
-// during Open).
-func (n *NIC) readStats() {
-	r64 := func(lo int) uint64 {
-		l := uint64(n.r32(lo)) // low half first: reading the high half clears the counter
-		return l | uint64(n.r32(lo+4))<<32
-	}
-	s := &n.hwStat
-	s.RxErrors += uint64(n.r32(hw.CRCERRS)) + uint64(n.r32(hw.ILLERRC)) + uint64(n.r32(hw.ERRBC)) +
-		uint64(n.r32(hw.RLEC)) + uint64(n.r32(hw.RUC)) + uint64(n.r32(hw.ROC)) + uint64(n.r32(hw.RFC)) + uint64(n.r32(hw.RJC))
-	for i := 0; i < 8; i++ {
-		s.RxMissed += uint64(n.r32(hw.MPC(i)))
-	}
-	for q := 0; q < min(n.opts.Queues, hw.QueueStats); q++ {
-		s.RxNoDescriptor += uint64(n.r32(hw.QPRDC(q)))
-	}
-	s.RxFrames += uint64(n.r32(hw.GPRC))
-	s.RxBroadcast += uint64(n.r32(hw.BPRC))
-	s.RxMulticast += uint64(n.r32(hw.MPRC))
-	s.TxFrames += uint64(n.r32(hw.GPTC))
-	s.RxBytes += r64(hw.GORCL)
-	s.TxBytes += r64(hw.GOTCL)
-	n.r32(hw.TPR)
-	n.r32(hw.TPT)
-	r64(hw.TORL)
-	n.r32(hw.MPTC)
-	n.r32(hw.BPTC)
-}
-
-// SetPromiscuous implements nicdrv.NIC.
-func (n *NIC) SetPromiscuous(on bool) error {
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
-		return n.errorf("FCTRL.UPE", nicdrv.ErrClosed)
-	}
-	n.opts.Promiscuous = on
-	n.w32(hw.FCTRL, n.fctrl())
-	return nil
-}
-
-// SetMulticast implements nicdrv.NIC: the groups are hashed into the
-// 4096-bit multicast table (a hash match may let other groups through,
-// which the layer above filters).
-func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
-	var mta [hw.MTAEntries]uint32
-	for _, g := range groups {
-		if !g.IsMulticast() {
-			return n.errorf("MTA", fmt.Errorf("%v is not a group address (bit 0 of the first byte is clear)", g))
-		}
-		r, b := hw.MTAHash(g)
-		mta[r] |= 1 << b
-	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
-		return n.errorf("MTA", nicdrv.ErrClosed)
-	}
-	for i, v := range mta {
-		n.w32(hw.MTA+4*i, v)
-	}
-	return nil
-}
-
-// WaitRx implements nicdrv.NIC.
-func (n *NIC) WaitRx(ctx context.Context, q int) error {
-	if q < 0 || q >= len(n.rx) {
-		return n.errorf(fmt.Sprintf("wait on RX queue %d", q), nicdrv.ErrBadQueue)
-	}
-	r := n.rx[q]
-	for i := 0; ; i++ {
-		if n.closed.Load() {
-			return n.errorf("wait for RX", nicdrv.ErrClosed)
-		}
-		if r.ready() {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if n.irqs == nil {
-			if i < 100 {
-				runtime.Gosched()
-			} else {
-				time.Sleep(20 * time.Microsecond)
-			}
-			continue
-		}
-		// Arm the queue's vector, look again, then sleep: a frame that
-		// came between the first look and the arming raises the vector.
-		n.w32(hw.EIMSEx(q/32), 1<<(q%32))
-		if r.ready() {
-			return nil
-		}
-		c, err := n.irqs[q].Wait(ctx)
-		if err != nil {
-			if errors.Is(err, pci.ErrClosed) || n.closed.Load() {
-				return n.errorf("wait for RX", nicdrv.ErrClosed)
-			}
-			if cerr := ctx.Err(); cerr != nil {
-				return cerr
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return context.DeadlineExceeded
-			}
-			return n.errorf("wait for RX interrupt", err)
-		}
-		n.nIntr.Add(c)
-	}
+// WaitRx implements nicdrv.NIC: with interrupts it arms the queues'
+// vectors, looks at their rings again, and only then sleeps on their
+// eventfds.
+func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
+	return n.waiter.Wait(ctx, queues)
 }
 
 // RxBatch implements nicdrv.NIC.
@@ -823,20 +609,19 @@ func (n *NIC) Close() error {
 // failed Open. Nothing is released before the NIC is quiet.
 func (n *NIC) teardown() error {
 	var errs []error
-	if n.regs != nil {
+	if n.d.Regs != nil {
 		errs = append(errs, n.quiesce())
 		n.clr32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	}
 	if n.irqs != nil {
 		errs = append(errs, n.dev.DisableInterrupts())
 	}
-	if n.pool != nil {
+	if n.pools != nil {
 		for _, r := range n.rx {
 			errs = append(errs, r.release())
 		}
 		for _, t := range n.tx {
-			errs = append(errs, n.pool.Free(t.slot...))
-			clear(t.slot)
+			errs = append(errs, t.s.Release())
 		}
 	}
 	if n.ringMap != nil {
@@ -847,8 +632,8 @@ func (n *NIC) teardown() error {
 		errs = append(errs, n.ringMem.Close())
 		n.ringMem = nil
 	}
-	if n.ownPool && n.pool != nil {
-		errs = append(errs, n.pool.Close())
+	if n.pools != nil {
+		errs = append(errs, n.pools.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return n.errorf("close", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
 
@@ -25,13 +26,15 @@ import (
 type rxQueue struct {
 	nic  *NIC
 	q    int
+	pool *nicdrv.Pool // packet buffers
+	hdrs *nicdrv.Pool // header buffers (header split)
 	ring []byte
 	iova uint64
 	size uint32
 
 	mu         sync.Mutex // one batch at a time; Close waits on it
 	pkt, hdr   []*nicdrv.Buffer
-	scratch    []*nicdrv.Buffer
+	fill       *drv.RxFill // refills pkt (and hdr) from the pools
 	next, tail uint32
 	rdt        uint32
 	freeThresh uint32
@@ -48,13 +51,32 @@ type rxQueue struct {
 
 func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	r := &rxQueue{nic: n, q: q, ring: ring, iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
-		pkt: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, 2*size), split: n.opts.HeaderSplit,
-		maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
+	r := &rxQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
+		split: n.opts.HeaderSplit, maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
+	pools := []*nicdrv.Pool{r.pool}
 	if r.split {
-		r.hdr = make([]*nicdrv.Buffer, size)
+		r.hdrs = n.pools.Header[q]
+		pools = append(pools, r.hdrs)
+	}
+	r.fill = drv.NewRxFill(size, pools, &r.noBuf, r.encode)
+	r.pkt = r.fill.Bufs[0]
+	if r.split {
+		r.hdr = r.fill.Bufs[1]
 	}
 	return r
+}
+
+// encode writes slot s's read descriptor: its packet buffer and, with
+// header split, its header buffer. Plain stores: the NIC reads no
+// descriptor at or past RDT, and the RDT write that hands this one over
+// comes after. The driver itself looks at the slot again only once the NIC
+// owned it.
+func (r *rxQueue) encode(s uint32) {
+	d := hw.RxRead{PktAddr: r.pkt[s].IOVA()}
+	if r.split {
+		d.HdrAddr = r.hdr[s].IOVA()
+	}
+	d.Encode(r.desc(s))
 }
 
 func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
@@ -101,62 +123,15 @@ func (r *rxQueue) start() error {
 	return nil
 }
 
-// refill gives the NIC fresh buffers in slots [tail, next-1). It does not
-// write RDT.
+// refill gives the NIC fresh buffers in slots [tail, next-1): a packet
+// buffer from the queue's pool and, with header split, a header buffer from
+// its header pool. It does not write RDT.
 func (r *rxQueue) refill() {
-	stop := (r.next + r.size - 1) % r.size
-	want := int((stop + r.size - r.tail) % r.size)
-	if want == 0 {
-		return
+	stop := r.next + r.size - 1
+	if stop >= r.size {
+		stop -= r.size
 	}
-	need := 0
-	for i, s := 0, r.tail; i < want; i, s = i+1, (s+1)%r.size {
-		if r.pkt[s] == nil {
-			need++
-		}
-		if r.split && r.hdr[s] == nil {
-			need++
-		}
-	}
-	got, _ := r.nic.pool.Alloc(r.scratch[:need])
-	if got < need {
-		r.noBuf.Add(uint64(need - got))
-	}
-	k := 0
-	take := func(p **nicdrv.Buffer) bool {
-		if *p != nil {
-			return true
-		}
-		if k == got {
-			return false
-		}
-		*p = r.scratch[k]
-		r.scratch[k] = nil
-		k++
-		return true
-	}
-	for i := 0; i < want; i++ {
-		s := r.tail
-		if !take(&r.pkt[s]) {
-			break
-		}
-		d := hw.RxRead{PktAddr: r.pkt[s].IOVA()}
-		if r.split {
-			if !take(&r.hdr[s]) {
-				break
-			}
-			d.HdrAddr = r.hdr[s].IOVA()
-		}
-		// Plain stores: the NIC reads no descriptor at or past RDT, and
-		// the RDT write that hands this one over comes after. The driver
-		// itself looks at the slot again only once the NIC owned it.
-		d.Encode(r.desc(s))
-		r.tail = (s + 1) % r.size
-	}
-	if k < got {
-		_ = r.nic.pool.Free(r.scratch[k:got]...)
-		clear(r.scratch[k:got])
-	}
+	r.tail = r.fill.Fill(r.tail, stop)
 }
 
 // replenish refills the slots the driver has read and hands them to the
@@ -220,7 +195,9 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		dmasync.Observe()
 		wb := hw.DecodeRxWriteBack(d)
 		s := r.next
-		r.next = (r.next + 1) % r.size
+		if r.next++; r.next == r.size {
+			r.next = 0
+		}
 		// What the NIC writes back is outside input: no length in it may
 		// make the driver read past a buffer.
 		if r.split && wb.Split() && r.head == nil {
@@ -250,11 +227,14 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		if r.bad || f == nil || r.bytes < 14 || wb.Status&hw.RxErrRXE != 0 {
 			r.dropped.Add(1)
 			if f != nil {
-				_ = n.pool.Free(f)
+				_ = r.pool.Free(f)
 			}
 		} else {
 			f.Queue = r.q
-			f.Flags, f.Hash = rxFlags(wb), 0
+			f.Flags, f.Hash, f.Rule = rxFlags(wb), 0, 0
+			if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
+				f.Rule = n.ruleOf(wb, f.Data)
+			}
 			if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
 				f.Flags |= nicdrv.FlagHash
 				f.Hash = wb.Hash
@@ -291,21 +271,20 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 // release gives back every buffer the queue holds (Close, after the NIC
 // is quiet).
 func (r *rxQueue) release() error {
-	errs := []error{r.nic.pool.Free(r.pkt...), r.nic.pool.Free(r.hdr...)}
+	errs := []error{r.fill.Release()}
 	clear(r.pkt)
 	clear(r.hdr)
 	if r.head != nil {
-		errs = append(errs, r.nic.pool.Free(r.head))
+		errs = append(errs, r.pool.Free(r.head))
 		r.head, r.last = nil, nil
 	}
 	return errors.Join(errs...)
 }
 
-// txQueue is one TX ring: slots [clean, tail) are with the NIC, the rest
-// free; one slot stays empty so that a full ring is not mistaken for an
-// empty one. RS goes on one descriptor in rsEvery (and on the last of a
-// frame with memory attached, so that its completion comes at the next
-// reclaim); a DD there means every descriptor before it is done too.
+// txQueue is one TX ring: drv.TxSlots keeps which slots hold which
+// buffers and which descriptors ask for a write-back (RS on one in 32, and
+// on the last of a frame with memory attached, so that its completion
+// comes at the next reclaim).
 type txQueue struct {
 	nic  *NIC
 	q    int
@@ -313,57 +292,30 @@ type txQueue struct {
 	iova uint64
 	size uint32
 
-	mu       sync.Mutex
-	slot     []*nicdrv.Buffer
-	scratch  []*nicdrv.Buffer
-	clean    uint32
-	tail     uint32
-	ctx      hw.TxDesc // the checksum context last loaded (slot 0)
-	rsEvery  uint32
-	sinceRS  uint32
-	marks    []uint32
-	markHead int
-	markN    int
+	mu    sync.Mutex
+	pools drv.PoolCheck // which buffers the NIC may send
+	s     *drv.TxSlots
+	ctx   hw.TxDesc // the checksum context last loaded (slot 0)
 
 	full, rejected atomic.Uint64
 }
 
 func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	return &txQueue{nic: n, q: q, ring: ring, iova: iova, size: size, rsEvery: max(1, min(32, size/4)),
-		marks: make([]uint32, size), slot: make([]*nicdrv.Buffer, size), scratch: make([]*nicdrv.Buffer, size)}
+	t := &txQueue{nic: n, q: q, ring: ring, iova: iova, size: size, pools: drv.PoolCheck{DMA: n.dev.DMA()}}
+	t.s = drv.NewTxSlots(size, n.pools.Packet[q], t.done)
+	return t
 }
 
 func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
 
-// reclaim frees the buffers of descriptors the NIC has finished.
-func (t *txQueue) reclaim() {
-	k := 0
-	for t.markN > 0 {
-		m := t.marks[t.markHead]
-		if uint32(load64(t.desc(m)[8:])>>32)&hw.TxStatDD == 0 {
-			break
-		}
-		dmasync.Observe()
-		for {
-			c := t.clean
-			if b := t.slot[c]; b != nil {
-				t.scratch[k] = b
-				k++
-				t.slot[c] = nil
-			}
-			t.clean = (c + 1) % t.size
-			if c == m {
-				break
-			}
-		}
-		t.markHead = (t.markHead + 1) % len(t.marks)
-		t.markN--
+// done reports whether the NIC wrote DD back into slot m's descriptor.
+func (t *txQueue) done(m uint32) bool {
+	if uint32(load64(t.desc(m)[8:])>>32)&hw.TxStatDD == 0 {
+		return false
 	}
-	if k > 0 {
-		_ = t.nic.pool.Free(t.scratch[:k]...)
-		clear(t.scratch[:k])
-	}
+	dmasync.Observe()
+	return true
 }
 
 // reject explains why frame i cannot be sent, or returns nil.
@@ -372,8 +324,8 @@ func (t *txQueue) reject(i int, b *nicdrv.Buffer) error {
 	ext, _ := b.Attached()
 	l := len(b.Data) + len(ext)
 	switch {
-	case b.Pool() != n.pool:
-		return n.errorf("TX batch", fmt.Errorf("buffer %d is not from the NIC's pool", i))
+	case !t.pools.OK(b):
+		return n.errorf("TX batch", fmt.Errorf("buffer %d is not from a pool mapped in the NIC's DMA domain: allocate it from the NIC's Pool", i))
 	case b.Next != nil:
 		return n.errorf("TX batch", fmt.Errorf("frame %d is a chain of %d buffers (header split or jumbo receive): TX sends one buffer, plus memory attached with Buffer.Attach: %w", i, b.Segments(), nicdrv.ErrFrameSize))
 	case ext != nil && (len(b.Data) == 0 || len(ext) == 0):
@@ -393,9 +345,9 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	if n.closed.Load() {
 		return 0, n.errorf("TX batch", nicdrv.ErrClosed)
 	}
-	t.reclaim()
-	free := (t.clean + t.size - t.tail - 1) % t.size
-	old := t.tail
+	t.s.Reclaim()
+	free := t.s.Free()
+	old := t.s.Tail
 	sent := 0
 	var err error
 	for _, b := range bufs {
@@ -434,28 +386,24 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		free--
 		sent++
 	}
-	if t.tail != old {
-		n.w32(hw.TDT(t.q), t.tail)
-		t.reclaim()
+	if t.s.Tail != old {
+		n.w32(hw.TDT(t.q), t.s.Tail)
+		t.s.Reclaim()
 	}
 	return sent, err
 }
 
-// put writes a descriptor at tail, marking every rsEvery-th (and one put
-// with rs) for a write-back.
+// put writes a descriptor at the tail for a frame that frees b once done
+// (nil on its other descriptors), asking for a write-back where the slots
+// say.
 func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
-	t.sinceRS++
-	if t.sinceRS >= t.rsEvery || rs {
-		t.sinceRS = 0
+	slot, ask := t.s.Put(b, rs)
+	if ask {
 		d.CmdType |= hw.TxCmdRS
-		t.marks[(t.markHead+t.markN)%len(t.marks)] = t.tail
-		t.markN++
 	}
 	// Plain stores: the NIC reads no descriptor past TDT, and the TDT
 	// write (an uncached MMIO store, or the model's lock) comes after.
-	d.Encode(t.desc(t.tail))
-	t.slot[t.tail] = b
-	t.tail = (t.tail + 1) % t.size
+	d.Encode(t.desc(slot))
 }
 
 // offload prepares the checksums an IPv4 frame asks for: the IP checksum

@@ -61,7 +61,7 @@ func udpFrame(b []byte, dst, src nicdrv.MAC, sport, dport uint16, seq uint64) []
 // send transmits one frame built by fill on queue 0 of from.
 func send(t *testing.T, from *ixgbe.NIC, fill func(b []byte) []byte) {
 	t.Helper()
-	b, err := from.Pool().Get()
+	b, err := from.Pool(0).Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +85,13 @@ func send(t *testing.T, from *ixgbe.NIC, fill func(b []byte) []byte) {
 // what frame.
 func arrival(t *testing.T, n *ixgbe.NIC) (int, []byte) {
 	t.Helper()
+	q, fr, _ := arrivalRule(t, n)
+	return q, fr
+}
+
+// arrivalRule is arrival that also says which rule the frame matched.
+func arrivalRule(t *testing.T, n *ixgbe.NIC) (int, []byte, nicdrv.RuleID) {
+	t.Helper()
 	rx := make([]*nicdrv.Buffer, 1)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		for q := 0; q < n.Info().Queues; q++ {
@@ -93,17 +100,17 @@ func arrival(t *testing.T, n *ixgbe.NIC) (int, []byte) {
 				t.Fatal(err)
 			}
 			if k == 1 {
-				fr := rx[0].AppendFrame(nil)
+				fr, rule := rx[0].AppendFrame(nil), rx[0].Rule
 				if rx[0].Queue != q {
 					t.Errorf("frame from queue %d says queue %d", q, rx[0].Queue)
 				}
-				_ = n.Pool().Free(rx[0])
-				return q, fr
+				_ = n.Pool(0).Free(rx[0])
+				return q, fr, rule
 			}
 		}
 	}
 	t.Fatal("no frame arrived")
-	return 0, nil
+	return 0, nil, 0
 }
 
 // Every rule kind lands its flow on the queue it names, not queue 0; the
@@ -113,78 +120,178 @@ func arrival(t *testing.T, n *ixgbe.NIC) (int, []byte) {
 func TestSteering(t *testing.T) {
 	o := ixgbe.DefaultOptions()
 	o.Queues = 8
-	o.RxRing, o.TxRing = 64, 64 // a pool of 4096 buffers fills every ring
+	o.RxRing, o.TxRing = 64, 64
 	_, n := openPair(t, o)
 	a, b := n[0], n[1]
-	add := func(r nicdrv.Rule) {
+	add := func(r nicdrv.Rule) nicdrv.RuleID {
 		t.Helper()
-		if err := b.AddRule(r); err != nil {
+		id, err := b.AddRule(r)
+		if err != nil {
 			t.Fatalf("%v: %v", r, err)
 		}
+		return id
 	}
-	add(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: nictest.EtherType, Queue: 5})
-	add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7000, Queue: 3}) // 5-tuple 0
+	etqf := add(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: nictest.EtherType, Queue: 5})
+	five := add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7000, Queue: 3}) // 5-tuple 0
+	var last nicdrv.RuleID
 	for i := 1; i < hw.FiveTupleEntries; i++ {
-		add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(20000 + i), Queue: 1})
+		last = add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(20000 + i), Queue: 1})
 	}
 	// The 5-tuple table is full: these go to Flow Director.
-	add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7001, Queue: 6})
+	fdir := add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7001, Queue: 6})
 	add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7000, Queue: 7}) // shadowed by the 5-tuple filter
 
 	for _, c := range []struct {
 		what  string
 		fill  func([]byte) []byte
 		queue int
+		rule  nicdrv.RuleID
 	}{
-		{"EtherType filter", func(fr []byte) []byte { return nictest.Frame(fr, b.MAC(), a.MAC(), 1, 80) }, 5},
-		{"5-tuple filter", func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 7000, 2) }, 3},
-		{"5-tuple filter 127", func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 20127, 3) }, 1},
-		{"Flow Director perfect filter", func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 7001, 4) }, 6},
+		{"EtherType filter", func(fr []byte) []byte { return nictest.Frame(fr, b.MAC(), a.MAC(), 1, 80) }, 5, etqf},
+		{"5-tuple filter", func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 7000, 2) }, 3, five},
+		{"5-tuple filter 127", func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 20127, 3) }, 1, last},
+		{"Flow Director perfect filter", func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 7001, 4) }, 6, fdir},
 	} {
 		send(t, a, c.fill)
-		if q, _ := arrival(t, b); q != c.queue {
-			t.Errorf("%s: frame on queue %d, want %d", c.what, q, c.queue)
+		if q, _, rule := arrivalRule(t, b); q != c.queue || rule != c.rule {
+			t.Errorf("%s: frame on queue %d by rule %#x, want queue %d by rule %#x", c.what, q, rule, c.queue, c.rule)
 		}
 	}
 	// No rule: RSS spreads flows over the queues by their hash.
 	seen := map[int]bool{}
 	for port := uint16(0); port < 64; port++ {
 		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1000+port, 9999, 5) })
-		q, _ := arrival(t, b)
+		q, _, rule := arrivalRule(t, b)
 		seen[q] = true
+		if rule != 0 {
+			t.Errorf("a frame no rule matches says rule %#x", rule)
+		}
 	}
 	if len(seen) < 4 {
 		t.Errorf("64 UDP flows without a rule landed on queues %v only: RSS should spread them", seen)
 	}
+	// The 5-tuple filter removed, its port falls through to the Flow
+	// Director filter it shadowed.
+	if err := b.RemoveRule(five); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 7000, 2) })
+	if q, _, _ := arrivalRule(t, b); q != 7 {
+		t.Errorf("port 7000 after its 5-tuple filter was removed: queue %d, want 7 (its Flow Director filter)", q)
+	}
+	add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 7002, Queue: 3}) // 5-tuple 0 again
 	// Fill Flow Director; the next rule is refused, naming the tables.
 	for i := 2; i < hw.FdirPerfect64K; i++ {
 		add(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(30000 + i), Queue: 2})
 	}
-	err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 5, Queue: 2})
-	if !errors.Is(err, nicdrv.ErrNotSupported) || !strings.Contains(err.Error(), "Flow Director") {
-		t.Errorf("a rule beyond every table: %v, want ErrNotSupported naming the full tables", err)
+	_, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 5, Queue: 2})
+	if !errors.Is(err, nicdrv.ErrTableFull) || !strings.Contains(err.Error(), "Flow Director") {
+		t.Errorf("a rule beyond every table: %v, want ErrTableFull naming the full tables", err)
 	}
 	send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 30000+hw.FdirPerfect64K-1, 6) })
 	if q, _ := arrival(t, b); q != 2 {
 		t.Errorf("the last Flow Director filter: frame on queue %d, want 2", q)
 	}
+	// Flow Director holds port rules: a flex rule cannot share it.
+	if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleFlex, Offset: 42, Flex: 1, Queue: 1}); !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("a flex rule beside Flow Director port rules: %v, want ErrNotSupported", err)
+	}
 	for i := 1; i < hw.ETQFEntries; i++ {
 		add(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: uint16(0x8800 + i), Queue: 0})
 	}
-	if err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: 0x9000, Queue: 0}); !errors.Is(err, nicdrv.ErrNotSupported) || !strings.Contains(err.Error(), "ETQF") {
-		t.Errorf("a ninth EtherType rule: %v, want ErrNotSupported naming ETQF", err)
+	if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: 0x9000, Queue: 0}); !errors.Is(err, nicdrv.ErrTableFull) || !strings.Contains(err.Error(), "ETQF") {
+		t.Errorf("a ninth EtherType rule: %v, want ErrTableFull naming ETQF", err)
 	}
 	for _, r := range []nicdrv.Rule{
 		{Kind: nicdrv.RuleEtherType, EtherType: 0x0800, Queue: 1},
 		{Kind: nicdrv.RuleByte, Offset: 16, Value: 3, Queue: 1},
 		{Kind: nicdrv.RuleDestMAC, MAC: nicdrv.MAC{2, 0, 0, 0, 0, 9}, Queue: 1},
 	} {
-		if err := b.AddRule(r); !errors.Is(err, nicdrv.ErrNotSupported) {
+		if _, err := b.AddRule(r); !errors.Is(err, nicdrv.ErrNotSupported) {
 			t.Errorf("%v: %v, want ErrNotSupported", r, err)
 		}
 	}
-	if err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 1, Queue: 8}); !errors.Is(err, nicdrv.ErrBadQueue) {
+	if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 1, Queue: 8}); !errors.Is(err, nicdrv.ErrBadQueue) {
 		t.Errorf("a rule to queue 8 of 8: %v, want ErrBadQueue", err)
+	}
+}
+
+// Flex rules: the 16-bit word at one even offset of IP frames steers to
+// the queue a rule names; a 5-tuple filter still takes precedence (it is
+// applied before Flow Director), an EtherType filter precedes both, a
+// non-IP frame with the word never matches, one offset at a time.
+func TestSteeringFlex(t *testing.T) {
+	o := ixgbe.DefaultOptions()
+	o.Queues = 4
+	o.RxRing, o.TxRing = 64, 64
+	_, n := openPair(t, o)
+	a, b := n[0], n[1]
+	const off = 42 // the first word of a UDP payload
+	flexFrame := func(dport, word uint16) func([]byte) []byte {
+		return func(fr []byte) []byte {
+			fr = udpFrame(fr, b.MAC(), a.MAC(), 9, dport, 0)
+			binary.BigEndian.PutUint16(fr[off:], word)
+			return fr
+		}
+	}
+	flex, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleFlex, Offset: off, Flex: 0xBEEF, Queue: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, flexFrame(5000, 0xBEEF))
+	if q, _, rule := arrivalRule(t, b); q != 2 || rule != flex {
+		t.Errorf("flex match: queue %d rule %#x, want queue 2 rule %#x", q, rule, flex)
+	}
+	if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleFlex, Offset: 44, Flex: 1, Queue: 1}); !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("a flex rule at a second offset: %v, want ErrNotSupported", err)
+	}
+	// Precedence: a 5-tuple filter on the same frame's port wins.
+	five, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 5000, Queue: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, flexFrame(5000, 0xBEEF))
+	if q, _, rule := arrivalRule(t, b); q != 3 || rule != five {
+		t.Errorf("flex and 5-tuple both match: queue %d rule %#x, want the 5-tuple filter's queue 3 rule %#x", q, rule, five)
+	}
+	// A non-IP frame with the same word at the offset: no match.
+	send(t, a, func(fr []byte) []byte {
+		fr = nictest.Frame(fr, b.MAC(), a.MAC(), 0, 80)
+		binary.BigEndian.PutUint16(fr[off:], 0xBEEF)
+		return fr
+	})
+	if q, _, rule := arrivalRule(t, b); q != 0 || rule != 0 {
+		t.Errorf("a non-IP frame with the flex word: queue %d rule %#x, want queue 0 and no rule", q, rule)
+	}
+	// An EtherType filter precedes everything (and takes the non-IP frame).
+	et, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: nictest.EtherType, Queue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, func(fr []byte) []byte { return nictest.Frame(fr, b.MAC(), a.MAC(), 0, 80) })
+	if q, _, rule := arrivalRule(t, b); q != 1 || rule != et {
+		t.Errorf("EtherType filter: queue %d rule %#x, want queue 1 rule %#x", q, rule, et)
+	}
+	// Removed, the flex rule stops matching; with Flow Director empty, a
+	// flex rule at another offset goes in.
+	if err := b.RemoveRule(flex); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, flexFrame(5001, 0xBEEF))
+	if _, _, rule := arrivalRule(t, b); rule == flex {
+		t.Error("a removed flex rule still matches")
+	}
+	flex2, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleFlex, Offset: 44, Flex: 0x1234, Queue: 1})
+	if err != nil {
+		t.Fatalf("a flex rule at a new offset once Flow Director is empty: %v", err)
+	}
+	send(t, a, func(fr []byte) []byte {
+		fr = udpFrame(fr, b.MAC(), a.MAC(), 9, 5002, 0)
+		binary.BigEndian.PutUint16(fr[44:], 0x1234)
+		return fr
+	})
+	if q, _, rule := arrivalRule(t, b); q != 1 || rule != flex2 {
+		t.Errorf("flex rule at offset 44: queue %d rule %#x, want queue 1 rule %#x", q, rule, flex2)
 	}
 }
 
@@ -230,7 +337,7 @@ func TestJumbo(t *testing.T) {
 	p, n := openPair(t, o)
 	a, b := n[0], n[1]
 	mem := make([]byte, 3*4096)
-	m, err := a.Pool().DMA().Map(mem)
+	m, err := a.Pool(0).DMA().Map(mem)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +346,7 @@ func TestJumbo(t *testing.T) {
 		fr := nictest.Frame(make([]byte, size), b.MAC(), a.MAC(), uint64(size), size)
 		copy(mem, fr[14:])
 		iova, _, _ := m.IOVA(0)
-		buf, _ := a.Pool().Get()
+		buf, _ := a.Pool(0).Get()
 		copy(buf.SetLen(14), fr)
 		var done nictest.Completions
 		buf.Attach(mem[:size-14], iova, &done)
@@ -290,7 +397,7 @@ func stream(tb testing.TB, a, b *ixgbe.NIC, count int, tick func()) {
 	hdr := nictest.Frame(make([]byte, 60), b.MAC(), a.MAC(), 0, 60)[:14]
 	for sent := 0; sent < count; {
 		k := min(batch, count-sent)
-		if _, err := a.Pool().Alloc(tx[:k]); err != nil {
+		if _, err := a.Pool(0).Alloc(tx[:k]); err != nil {
 			tb.Fatal(err)
 		}
 		for _, bf := range tx[:k] {
@@ -310,7 +417,7 @@ func stream(tb testing.TB, a, b *ixgbe.NIC, count int, tick func()) {
 				tb.Fatal(err)
 			}
 			got += m
-			_ = b.Pool().Free(rx[:m]...)
+			_ = b.Pool(0).Free(rx[:m]...)
 		}
 		if tick != nil {
 			tick()
@@ -416,7 +523,7 @@ func TestDropWhenFull(t *testing.T) {
 	o.DropWhenFull = true
 	p, n := openPair(t, o)
 	a, b := n[0], n[1]
-	if err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: 0x88B6, Queue: 1}); err != nil {
+	if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: 0x88B6, Queue: 1}); err != nil {
 		t.Fatal(err)
 	}
 	const flood = 100 // to queue 0, which holds 31
@@ -440,9 +547,47 @@ func TestDropWhenFull(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); got1 == 0 && time.Now().Before(deadline); {
 		k, _ := b.RxBatch(1, rx)
 		got1 += k
-		_ = b.Pool().Free(rx[:k]...)
+		_ = b.Pool(0).Free(rx[:k]...)
 	}
 	if got1 != 1 {
 		t.Errorf("queue 1 received %d frames behind the full queue 0, want 1", got1)
+	}
+}
+
+// With header split the headers of a split frame land in a small buffer
+// of the queue's header pool, the payload in a packet buffer of its pool;
+// freeing the chain through the queue's pool gives each back to its own.
+func TestHeaderPool(t *testing.T) {
+	o := ixgbe.DefaultOptions()
+	o.HeaderSplit = true
+	o.RxRing, o.TxRing = 64, 64
+	_, n := openPair(t, o)
+	a, b := n[0], n[1]
+	send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 9, 7000, 1) })
+	rx := make([]*nicdrv.Buffer, 1)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		k, err := b.RxBatch(0, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no frame arrived")
+		}
+	}
+	h := rx[0]
+	if h.Next == nil || len(h.Data) != 14+20+8 {
+		t.Fatalf("a UDP frame with header split: %d bytes of headers, payload %v", len(h.Data), h.Next != nil)
+	}
+	if h.Cap() != 256 || h.Pool() == b.Pool(0) || h.Next.Pool() != b.Pool(0) {
+		t.Errorf("header buffer of %d bytes from the packet pool %v, payload from it %v: want a 256-byte header buffer of the header pool", h.Cap(), h.Pool() == b.Pool(0), h.Next.Pool() == b.Pool(0))
+	}
+	if err := b.Pool(0).Free(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close after the chain went back to two pools: %v", err)
 	}
 }

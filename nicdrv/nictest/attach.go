@@ -33,19 +33,19 @@ func (s *suite) attached(t *testing.T) {
 	// without an IOMMU, can reach at a fixed address (pageable for a
 	// model, when the locked-memory limit is reached).
 	mo := hugepage.DefaultOptions()
-	mo.AllowPageable = pci.AcceptsPageable(a.Pool().DMA())
+	mo.AllowPageable = pci.AcceptsPageable(a.Pool(0).DMA())
 	region, err := hugepage.Alloc(frames*2048, mo)
 	if err != nil {
 		t.Fatalf("memory to attach: %v", err)
 	}
 	defer region.Close()
 	mem := region.Bytes()[:frames*2048]
-	m, err := a.Pool().DMA().Map(mem)
+	m, err := a.Pool(0).DMA().Map(mem)
 	if err != nil {
 		t.Fatalf("map memory to attach: %v", err)
 	}
 	defer func() {
-		if err := a.Pool().DMA().Unmap(m); err != nil {
+		if err := a.Pool(0).DMA().Unmap(m); err != nil {
 			t.Errorf("unmap: %v", err)
 		}
 	}()
@@ -95,7 +95,7 @@ func (s *suite) attached(t *testing.T) {
 	if n, err := a.TxBatch(0, one); n != 0 || !errors.Is(err, nicdrv.ErrNotSupported) {
 		t.Errorf("checksum offload with an attachment: took %d, %v; want 0, ErrNotSupported", n, err)
 	}
-	if err := a.Pool().Free(one...); err != nil {
+	if err := a.Pool(0).Free(one...); err != nil {
 		t.Fatal(err)
 	}
 	if done.Count() != frames+1 {

@@ -19,9 +19,16 @@
 //   - a NIC closed and opened again on the same device (a driver restart)
 //     moves frames;
 //   - frames sent at a closed NIC cause no DMA (an IOMMU fault would show);
-//   - steering rules are carried out or refused with ErrNotSupported;
+//   - every rule kind the NIC holds (RuleCapacity) lands frames of the
+//     matching flow on the queue it names (the last queue, not only 0),
+//     with the rule's ID in Buffer.Rule when the NIC reports it, and
+//     others elsewhere; a rule removed stops matching; a kind the NIC does
+//     not hold is refused with ErrNotSupported; a full table is refused
+//     with ErrTableFull, and takes rules again once one is removed;
 //   - promiscuous and multicast filtering behave;
 //   - in interrupt mode, WaitRx sleeps until a frame comes;
+//   - WaitRx on several queues returns one that has a frame, polling and
+//     with interrupts; each queue receives into a pool of its own;
 //   - with header split, frames of mixed sizes arrive byte-exact when their
 //     buffers are put back together: IPv4 and IPv6 TCP and UDP split after
 //     their TCP or UDP header, non-IP frames (Open-MX's EtherType) and IP
@@ -98,8 +105,10 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("Restart", s.restart)
 	t.Run("NoDMAAfterClose", s.noDMAAfterClose)
 	t.Run("Rules", s.rules)
+	t.Run("RuleTableFull", s.ruleTableFull)
 	t.Run("Filters", s.filters)
 	t.Run("Interrupts", s.interrupts)
+	t.Run("WaitSeveral", s.waitSeveral)
 	t.Run("HeaderSplit", s.headerSplit)
 	t.Run("Attached", s.attached)
 }
@@ -200,7 +209,7 @@ func sendAll(t *testing.T, n nicdrv.NIC, q int, bufs []*nicdrv.Buffer) {
 func alloc(t *testing.T, n nicdrv.NIC, k int) []*nicdrv.Buffer {
 	t.Helper()
 	bufs := make([]*nicdrv.Buffer, k)
-	if _, err := n.Pool().Alloc(bufs); err != nil {
+	if _, err := n.Pool(0).Alloc(bufs); err != nil {
 		t.Fatalf("alloc %d buffers: %v", k, err)
 	}
 	return bufs
@@ -263,7 +272,7 @@ func (s *stream) step(t *testing.T, window int) bool {
 		if n > 0 {
 			moved = true
 		}
-		if err := s.to.Pool().Free(s.rx[:n]...); err != nil {
+		if err := s.to.Pool(0).Free(s.rx[:n]...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -437,10 +446,13 @@ func (s *suite) bothQueues(t *testing.T) {
 					if bf.Queue != q {
 						t.Errorf("frame from queue %d says queue %d", q, bf.Queue)
 					}
+					if bf.Pool() != b.Pool(q) {
+						t.Errorf("frame from queue %d is in another queue's pool: queues must not share a pool's lock", q)
+					}
 					perQueue[q]++
 				}
 				got += n
-				if err := b.Pool().Free(rx[:n]...); err != nil {
+				if err := b.Pool(0).Free(rx[:n]...); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -452,12 +464,61 @@ func (s *suite) bothQueues(t *testing.T) {
 	if perQueue[0] == 0 || perQueue[1] == 0 {
 		t.Errorf("frames per RX queue %v: RSS should spread 512 flows over both", perQueue)
 	}
+	if b.Pool(0) == b.Pool(1) || b.Pool(2) != nil || b.Pool(-1) != nil {
+		t.Errorf("Pool(0) %p, Pool(1) %p, Pool(2) %p: want a pool per queue and nil past the last", b.Pool(0), b.Pool(1), b.Pool(2))
+	}
+}
+
+// waitSeveral checks WaitRx on several queues: it returns a queue that
+// has a frame, whichever of them RSS picked, and ends with the context on
+// idle queues.
+func (s *suite) waitSeveral(t *testing.T) {
+	for _, intr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interrupts=%v", intr), func(t *testing.T) {
+			r := s.rig(t, Config{Queues: 2, Interrupts: intr})
+			a, b := r.NICs[0], r.NICs[1]
+			if b.Info().Queues < 2 {
+				t.Skipf("NIC opened with %d queues", b.Info().Queues)
+			}
+			seen := [2]bool{}
+			rx := make([]*nicdrv.Buffer, 1)
+			for port := uint16(0); port < 64 && !(seen[0] && seen[1]); port++ {
+				bufs := alloc(t, a, 1)
+				tcpFrame(bufs[0].SetLen(2048), b.MAC(), a.MAC(), 1000+port, uint64(port), 80, false)
+				bufs[0].SetLen(80)
+				sendAll(t, a, 0, bufs)
+				ctx, cancel := context.WithTimeout(context.Background(), hang)
+				q, err := b.WaitRx(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("WaitRx on every queue: %v", err)
+				}
+				k, err := b.RxBatch(q, rx)
+				if err != nil || k != 1 {
+					t.Fatalf("WaitRx said queue %d, whose RxBatch gives %d frames (%v)", q, k, err)
+				}
+				_ = b.Pool(q).Free(rx[0])
+				seen[q] = true
+			}
+			if !seen[0] || !seen[1] {
+				t.Errorf("64 flows woke WaitRx on queues %v only", seen)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if _, err := b.WaitRx(ctx, 0, 1); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("WaitRx on idle queues: %v, want the context's deadline", err)
+			}
+			if _, err := b.WaitRx(ctx, 2); !errors.Is(err, nicdrv.ErrBadQueue) {
+				t.Errorf("WaitRx on queue 2 of 2: %v, want ErrBadQueue", err)
+			}
+		})
+	}
 }
 
 func (s *suite) poolExhaustion(t *testing.T) {
 	r := s.rig(t, Config{Queues: 1})
 	a, b := r.NICs[0], r.NICs[1]
-	p := b.Pool()
+	p := b.Pool(0)
 	var held []*nicdrv.Buffer
 	chunk := make([]*nicdrv.Buffer, 256)
 	var exhausted error
@@ -579,36 +640,6 @@ func (s *suite) noDMAAfterClose(t *testing.T) {
 	}
 }
 
-func (s *suite) rules(t *testing.T) {
-	r := s.rig(t, Config{Queues: 1})
-	a := r.NICs[0]
-	for _, rule := range []nicdrv.Rule{
-		{Kind: nicdrv.RuleEtherType, EtherType: 0x86DF, Queue: 0},
-		{Kind: nicdrv.RuleUDPDestPort, Port: 4242, Queue: 0},
-		{Kind: nicdrv.RuleByte, Offset: 16, Value: 3, Queue: 0},
-		{Kind: nicdrv.RuleDestMAC, MAC: nicdrv.MAC{0x02, 0, 0, 0, 0, 0x77}, Queue: 0},
-	} {
-		err := a.AddRule(rule)
-		if err != nil && !errors.Is(err, nicdrv.ErrNotSupported) {
-			t.Errorf("rule %v: %v, want nil or ErrNotSupported", rule, err)
-		}
-		if rule.Kind == nicdrv.RuleDestMAC && err == nil {
-			// The NIC now accepts that address: check it does.
-			b := r.NICs[1]
-			bufs := alloc(t, b, 1)
-			Frame(bufs[0].SetLen(2048), rule.MAC, b.MAC(), 7, 100)
-			bufs[0].SetLen(100)
-			sendAll(t, b, 0, bufs)
-			if got := recvOne(t, a); got == nil || got[0] != rule.MAC[0] || got[5] != rule.MAC[5] {
-				t.Errorf("frame for %v accepted by a rule did not arrive", rule.MAC)
-			}
-		}
-	}
-	if err := a.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, Queue: 99}); !errors.Is(err, nicdrv.ErrBadQueue) && !errors.Is(err, nicdrv.ErrNotSupported) {
-		t.Errorf("rule to queue 99: %v, want ErrBadQueue", err)
-	}
-}
-
 // recvOne waits for one frame on queue 0 and returns a copy (nil on
 // timeout).
 func recvOne(t *testing.T, n nicdrv.NIC) []byte {
@@ -622,7 +653,7 @@ func recvOne(t *testing.T, n nicdrv.NIC) []byte {
 		}
 		if k == 1 {
 			out := append([]byte(nil), rx[0].Data...)
-			_ = n.Pool().Free(rx[0])
+			_ = n.Pool(0).Free(rx[0])
 			return out
 		}
 	}
@@ -698,7 +729,8 @@ func (s *suite) interrupts(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), hang)
 			defer cancel()
-			woke <- b.WaitRx(ctx, 0)
+			_, err := b.WaitRx(ctx, 0)
+			woke <- err
 		}()
 		bufs := alloc(t, a, 1)
 		Frame(bufs[0].SetLen(2048), b.MAC(), a.MAC(), uint64(round), 100)
@@ -714,12 +746,15 @@ func (s *suite) interrupts(t *testing.T) {
 	// An idle queue: WaitRx ends with the context, not before.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := b.WaitRx(ctx, 0); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.WaitRx(ctx, 0); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitRx on an idle queue: %v, want the context's deadline", err)
 	}
 	// Close wakes a sleeper.
 	done := make(chan error, 1)
-	go func() { done <- b.WaitRx(context.Background(), 0) }()
+	go func() {
+		_, err := b.WaitRx(context.Background(), 0)
+		done <- err
+	}()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func MacSwap(n nicdrv.NIC, q int, rx []*nicdrv.Buffer) (int, error) {
 		m, err := n.TxBatch(q, rx[sent:k])
 		sent += m
 		if err != nil {
-			_ = n.Pool().Free(rx[sent:k]...)
+			_ = n.Pool(0).Free(rx[sent:k]...)
 			return sent, err
 		}
 		if m == 0 {
@@ -41,7 +41,7 @@ func MacSwap(n nicdrv.NIC, q int, rx []*nicdrv.Buffer) (int, error) {
 		}
 	}
 	if sent < k {
-		_ = n.Pool().Free(rx[sent:k]...)
+		_ = n.Pool(0).Free(rx[sent:k]...)
 	}
 	return sent, nil
 }

@@ -190,7 +190,7 @@ func splitStream(t *testing.T, a, b nicdrv.NIC, first, count uint64) int {
 			}
 			exp++
 		}
-		if err := b.Pool().Free(rx[:n]...); err != nil {
+		if err := b.Pool(0).Free(rx[:n]...); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -240,7 +240,7 @@ func (s *suite) headerSplit(t *testing.T) {
 	if k, err := a.TxBatch(0, bufs[:1]); k != 0 || err == nil {
 		t.Errorf("TxBatch of a chained buffer: took %d, %v; want it refused", k, err)
 	}
-	if err := a.Pool().Free(bufs[0]); err != nil {
+	if err := a.Pool(0).Free(bufs[0]); err != nil {
 		t.Fatal(err)
 	}
 	// Both directions still move frames (the same rings, after the

@@ -123,10 +123,13 @@ func TestUnplug(t *testing.T) {
 			}
 			a, b := nics[0], nics[1]
 			waiting := make(chan error, 1)
-			go func() { waiting <- b.WaitRx(context.Background(), 0) }()
+			go func() {
+				_, err := b.WaitRx(context.Background(), 0)
+				waiting <- err
+			}()
 			// Frames flow, then the device goes.
 			bufs := make([]*nicdrv.Buffer, 32)
-			if _, err := a.Pool().Alloc(bufs); err != nil {
+			if _, err := a.Pool(0).Alloc(bufs); err != nil {
 				t.Fatal(err)
 			}
 			for i, bf := range bufs {
@@ -146,7 +149,7 @@ func TestUnplug(t *testing.T) {
 			for err == nil && time.Now().Before(deadline) {
 				var k int
 				k, err = b.RxBatch(0, rx)
-				_ = b.Pool().Free(rx[:k]...)
+				_ = b.Pool(0).Free(rx[:k]...)
 			}
 			if !errors.Is(err, usbnet.ErrGone) {
 				t.Fatalf("RxBatch after the unplug: %v, want ErrGone", err)
@@ -155,7 +158,7 @@ func TestUnplug(t *testing.T) {
 			t.Log(err)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if err := b.WaitRx(ctx, 0); !errors.Is(err, usbnet.ErrGone) {
+			if _, err := b.WaitRx(ctx, 0); !errors.Is(err, usbnet.ErrGone) {
 				t.Errorf("WaitRx after the unplug: %v, want ErrGone", err)
 			}
 			if _, err := b.TxBatch(0, nil); !errors.Is(err, usbnet.ErrGone) {
@@ -187,7 +190,7 @@ func TestNCMPacks(t *testing.T) {
 	a, b := nics[0], nics[1]
 	const frames = 100
 	bufs := make([]*nicdrv.Buffer, frames)
-	if _, err := a.Pool().Alloc(bufs); err != nil {
+	if _, err := a.Pool(0).Alloc(bufs); err != nil {
 		t.Fatal(err)
 	}
 	for i, bf := range bufs {
@@ -206,7 +209,7 @@ func TestNCMPacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		got += k
-		_ = b.Pool().Free(rx[:k]...)
+		_ = b.Pool(0).Free(rx[:k]...)
 	}
 	if got != frames {
 		t.Fatalf("%d of %d frames arrived", got, frames)
@@ -266,7 +269,7 @@ func TestFilterRequests(t *testing.T) {
 		t.Errorf("5 groups on a device filtering 4: filter %#x, want all-multicast", got)
 	}
 	send := func(dst nicdrv.MAC, seq uint64) {
-		bf, err := a.Pool().Get()
+		bf, err := a.Pool(0).Get()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +294,7 @@ func TestFilterRequests(t *testing.T) {
 		if seq := binary.BigEndian.Uint64(rx[0].Data[14:]); seq != 2 {
 			t.Errorf("frame %d arrived first: the group not asked for passed the driver's filter", seq)
 		}
-		_ = b.Pool().Free(rx[:k]...)
+		_ = b.Pool(0).Free(rx[:k]...)
 		return
 	}
 	t.Fatal("the subscribed group's frame did not arrive")
@@ -314,7 +317,7 @@ func TestStatsDeviceCounters(t *testing.T) {
 	}
 	defer nb.Close()
 	bufs := make([]*nicdrv.Buffer, 64)
-	if _, err := na.Pool().Alloc(bufs); err != nil {
+	if _, err := na.Pool(0).Alloc(bufs); err != nil {
 		t.Fatal(err)
 	}
 	for i, bf := range bufs {

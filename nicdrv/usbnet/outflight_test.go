@@ -47,7 +47,7 @@ func TestOutFlight(t *testing.T) {
 			buf := make([]byte, 2048)
 			send := func(seq int) {
 				size := 60 + seq*37%1400
-				tx, err := a.Pool().Get()
+				tx, err := a.Pool(0).Get()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -81,7 +81,7 @@ func TestOutFlight(t *testing.T) {
 						}
 						next++
 					}
-					b.Pool().Free(rx[:k]...)
+					b.Pool(0).Free(rx[:k]...)
 					return k > 0
 				})
 			}

@@ -140,7 +140,7 @@ func (d *direction) step(t *testing.T, window int) bool {
 	moved := false
 	if k := min(window-int(d.next-d.want), int(d.end-d.next), len(d.tx)); k > 0 {
 		bufs := d.tx[:k]
-		got, err := d.from.Pool().Alloc(bufs)
+		got, err := d.from.Pool(0).Alloc(bufs)
 		if err != nil && got == 0 {
 			t.Fatalf("%v: alloc: %v", d.from.MAC(), err)
 		}
@@ -155,7 +155,7 @@ func (d *direction) step(t *testing.T, window int) bool {
 			t.Fatalf("%v: TxBatch: %v", d.from.MAC(), err)
 		}
 		if sent < len(bufs) {
-			d.from.Pool().Free(bufs[sent:]...)
+			d.from.Pool(0).Free(bufs[sent:]...)
 		}
 		d.next += uint64(sent)
 		moved = sent > 0
@@ -171,7 +171,7 @@ func (d *direction) step(t *testing.T, window int) bool {
 		}
 		d.want++
 	}
-	if err := d.to.Pool().Free(d.rx[:n]...); err != nil {
+	if err := d.to.Pool(0).Free(d.rx[:n]...); err != nil {
 		t.Fatal(err)
 	}
 	return moved || n > 0
@@ -437,7 +437,7 @@ func TestQEMUUnplug(t *testing.T) {
 	}
 	frame := func(n nicdrv.NIC, dst nicdrv.MAC, seq uint64) []*nicdrv.Buffer {
 		bufs := make([]*nicdrv.Buffer, 1)
-		if _, err := n.Pool().Alloc(bufs); err != nil {
+		if _, err := n.Pool(0).Alloc(bufs); err != nil {
 			return nil
 		}
 		nictest.Frame(bufs[0].SetLen(2048), dst, n.MAC(), seq, nictest.Size(seq))
@@ -448,7 +448,7 @@ func TestQEMUUnplug(t *testing.T) {
 	drain := func(n nicdrv.NIC) (int, error) {
 		k, err := n.RxBatch(0, rx)
 		if k > 0 {
-			n.Pool().Free(rx[:k]...)
+			n.Pool(0).Free(rx[:k]...)
 		}
 		return k, err
 	}
@@ -462,14 +462,14 @@ func TestQEMUUnplug(t *testing.T) {
 		}
 		if b := frame(e, u.MAC(), seq); b != nil {
 			if k, _ := e.TxBatch(0, b); k == 0 {
-				e.Pool().Free(b...)
+				e.Pool(0).Free(b...)
 			}
 		}
 		if b := frame(u, e.MAC(), seq); b != nil {
 			if k, err := u.TxBatch(0, b); err != nil {
 				t.Fatal(err)
 			} else if k == 0 {
-				u.Pool().Free(b...)
+				u.Pool(0).Free(b...)
 			}
 		}
 		k, err := drain(u)
@@ -490,10 +490,10 @@ func TestQEMUUnplug(t *testing.T) {
 		if b := frame(u, e.MAC(), seq); b != nil {
 			if k, err := u.TxBatch(0, b); err != nil {
 				gone = err
-				u.Pool().Free(b...)
+				u.Pool(0).Free(b...)
 				break
 			} else if k == 0 {
-				u.Pool().Free(b...)
+				u.Pool(0).Free(b...)
 			}
 		}
 		if _, err := drain(u); err != nil {
@@ -501,7 +501,7 @@ func TestQEMUUnplug(t *testing.T) {
 		}
 		if b := frame(e, u.MAC(), seq); b != nil {
 			if k, _ := e.TxBatch(0, b); k == 0 {
-				e.Pool().Free(b...)
+				e.Pool(0).Free(b...)
 			}
 		}
 		drain(e)
@@ -523,7 +523,7 @@ func TestQEMUUnplug(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := u.WaitRx(ctx, 0); !errors.Is(err, usbnet.ErrGone) {
+	if _, err := u.WaitRx(ctx, 0); !errors.Is(err, usbnet.ErrGone) {
 		t.Errorf("WaitRx after device_del: %v, want ErrGone at once", err)
 	}
 	if _, err := u.TxBatch(0, nil); !errors.Is(err, usbnet.ErrGone) {

@@ -385,29 +385,35 @@ func (n *NIC) TxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 	return took, nil
 }
 
-// WaitRx implements nicdrv.NIC: it sleeps until the receive goroutine
-// delivers a frame, ctx ends, the NIC closes or its device fails.
-func (n *NIC) WaitRx(ctx context.Context, q int) error {
-	if err := n.check(q, "WaitRx"); err != nil {
-		return err
+// WaitRx implements nicdrv.NIC (queue 0 is the only one): it sleeps
+// until the receive goroutine delivers a frame, ctx ends, the NIC closes
+// or its device fails.
+func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
+	for _, q := range queues {
+		if err := n.check(q, "WaitRx"); err != nil {
+			return 0, err
+		}
+	}
+	if err := n.check(0, "WaitRx"); err != nil {
+		return 0, err
 	}
 	for {
 		n.rx.mu.Lock()
 		ready := n.rx.n > 0
 		n.rx.mu.Unlock()
 		if ready {
-			return nil
+			return 0, nil
 		}
 		if f := n.fault.Load(); f != nil {
-			return f
+			return 0, f
 		}
 		select {
 		case <-n.rx.kick:
 			n.st.wakeups.Add(1)
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-n.closedCh:
-			return n.errorf("WaitRx", nicdrv.ErrClosed)
+			return 0, n.errorf("WaitRx", nicdrv.ErrClosed)
 		}
 	}
 }

@@ -569,8 +569,14 @@ func (n *NIC) Function() Function { return n.fn }
 // MAC implements nicdrv.NIC: the address of the iMACAddress string.
 func (n *NIC) MAC() nicdrv.MAC { return n.mac }
 
-// Pool implements nicdrv.NIC.
-func (n *NIC) Pool() *nicdrv.Pool { return n.pool }
+// Pool implements nicdrv.NIC: the one queue's pool (nil for another
+// queue).
+func (n *NIC) Pool(q int) *nicdrv.Pool {
+	if q != 0 {
+		return nil
+	}
+	return n.pool
+}
 
 // check returns the error of a call on a closed or failed NIC.
 func (n *NIC) check(q int, op string) error {
@@ -670,9 +676,18 @@ func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
 
 // AddRule implements nicdrv.NIC: a USB function has one receive pipe and
 // no steering, so every rule is refused with ErrNotSupported.
-func (n *NIC) AddRule(r nicdrv.Rule) error {
-	return n.errorf("AddRule", fmt.Errorf("rule %v: a USB CDC function has one queue and no steering: %w", r, nicdrv.ErrNotSupported))
+func (n *NIC) AddRule(r nicdrv.Rule) (nicdrv.RuleID, error) {
+	return 0, n.errorf("AddRule", fmt.Errorf("rule %v: a USB CDC function has one queue and no steering: %w", r, nicdrv.ErrNotSupported))
 }
+
+// RemoveRule implements nicdrv.NIC: no rule is ever installed, so every
+// ID is unknown (ErrNoRule).
+func (n *NIC) RemoveRule(id nicdrv.RuleID) error {
+	return n.errorf("RemoveRule", fmt.Errorf("rule %#x: %w", uint32(id), nicdrv.ErrNoRule))
+}
+
+// RuleCapacity implements nicdrv.NIC: 0 for every kind.
+func (n *NIC) RuleCapacity(nicdrv.RuleKind) int { return 0 }
 
 // Close implements nicdrv.NIC: it stops the pipes, puts the data
 // interface back in setting 0 (no traffic), releases the interfaces to the

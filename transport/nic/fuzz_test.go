@@ -73,7 +73,7 @@ func FuzzReceive(f *testing.F) {
 		}
 		frame := append(dst[:], rest...)
 		send := func(fr []byte) {
-			b, err := raw.Pool().Get()
+			b, err := raw.Pool(0).Get()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -171,14 +171,14 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 	}
 	mac := n.MAC()
 	t := &Transport{
-		nic: n, pool: n.Pool(), mac: mac, id: transport.MACNICID(mac), opts: o,
+		nic: n, pool: n.Pool(0), mac: mac, id: transport.MACNICID(mac), opts: o,
 		// An untagged frame of at most 1514 bytes: a 1500-byte payload.
 		mtu: min(info.MaxFrame, 1514) - headerLen,
 		txb: make([]*nicdrv.Buffer, 0, 64),
 		rxb: make([]*nicdrv.Buffer, o.Batch),
 		// Lend at most a quarter of the pool: the rest keeps the RX
 		// ring and Send supplied.
-		lends:   transport.NewLends[*nicdrv.Buffer](max(1, n.Pool().Len()/4)),
+		lends:   transport.NewLends[*nicdrv.Buffer](max(1, n.Pool(0).Len()/4)),
 		regions: map[*transport.Region]*region{},
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -398,23 +398,10 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	}
 }
 
-// waitAny waits for a frame on any RX queue: on queue 0 with the driver's
-// WaitRx when there is one queue, by polling the queues otherwise.
+// waitAny waits for a frame on any RX queue, with one WaitRx on them all.
 func (t *Transport) waitAny(ctx context.Context) error {
-	q := t.nic.Info().Queues
-	if q == 1 {
-		return t.nic.WaitRx(ctx, 0)
-	}
-	short, cancel := context.WithTimeout(ctx, 200*time.Microsecond)
-	defer cancel()
-	for i := range q {
-		if err := t.nic.WaitRx(short, (t.next+i)%q); err == nil {
-			return nil
-		} else if !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-	}
-	return ctx.Err()
+	_, err := t.nic.WaitRx(ctx)
+	return err
 }
 
 // poll takes what the NIC has received, up to len(frames). rxMu is held.

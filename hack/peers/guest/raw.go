@@ -152,7 +152,7 @@ func ping(a nicdrv.NIC, dst nicdrv.MAC, size, rounds int) (median, p10 time.Dura
 			if try == 5 {
 				return 0, 0, fmt.Errorf("%d B round %d: no reply after %d tries", size, i, try)
 			}
-			buf, err := a.Pool().Get()
+			buf, err := a.Pool(0).Get()
 			if err != nil {
 				return 0, 0, err
 			}
@@ -183,7 +183,7 @@ func ping(a nicdrv.NIC, dst nicdrv.MAC, size, rounds int) (median, p10 time.Dura
 						got = true
 					}
 				}
-				a.Pool().Free(rx[:k]...)
+				a.Pool(0).Free(rx[:k]...)
 				if got {
 					rtts = append(rtts, rtt)
 					break

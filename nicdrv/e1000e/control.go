@@ -1,0 +1,186 @@
+package e1000e
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+)
+
+// The 82574L driver's control path: identity, link, statistics, address
+// filters and steering rules. Bring-up and Close are in e1000e.go, the data
+// path in queue.go and split.go.
+
+// Info implements nicdrv.NIC.
+func (n *NIC) Info() nicdrv.Info { return n.info }
+
+// MAC implements nicdrv.NIC.
+func (n *NIC) MAC() nicdrv.MAC { return n.mac }
+
+// Pool implements nicdrv.NIC.
+func (n *NIC) Pool(q int) *nicdrv.Pool {
+	if q < 0 || q >= len(n.pools.Packet) {
+		return nil
+	}
+	return n.pools.Packet[q]
+}
+
+// Link implements nicdrv.NIC.
+func (n *NIC) Link() nicdrv.Link {
+	s := n.r32(hw.STATUS)
+	if s&hw.StatusLU == 0 || s == 0xFFFFFFFF {
+		return nicdrv.Link{}
+	}
+	speed := map[uint32]int{0: 10, hw.StatusSpeed100: 100, hw.StatusSpeed1000: 1000, hw.StatusSpeedMask: 1000}[s&hw.StatusSpeedMask]
+	return nicdrv.Link{Up: true, SpeedMbps: speed, FullDuplex: s&hw.StatusFD != 0}
+}
+
+// WaitLink implements nicdrv.NIC.
+func (n *NIC) WaitLink(want bool, timeout time.Duration) (nicdrv.Link, error) {
+	return n.d.WaitLink(n.closed.Load, n.Link, "STATUS.LU", want, timeout)
+}
+
+// Stats implements nicdrv.NIC.
+func (n *NIC) Stats() (nicdrv.Stats, error) {
+	if n.closed.Load() {
+		return nicdrv.Stats{}, n.errorf("stats", nicdrv.ErrClosed)
+	}
+	n.ctlMu.Lock()
+	n.readStats()
+	s := n.hwStat
+	n.ctlMu.Unlock()
+	for _, r := range n.rx {
+		s.RxNoBuffer += r.noBuf.Load()
+		s.RxDropped += r.dropped.Load()
+	}
+	for _, t := range n.tx {
+		s.TxRingFull += t.full.Load()
+		s.TxRejected += t.rejected.Load()
+	}
+	s.Interrupts = n.nIntr.Load()
+	return s, nil
+}
+
+// readStats adds the clear-on-read counters to hwStat (ctlMu held, or
+// during Open).
+func (n *NIC) readStats() {
+	r64 := func(lo int) uint64 {
+		l := uint64(n.r32(lo)) // low half first: QEMU clears both on the high read
+		return l | uint64(n.r32(lo+4))<<32
+	}
+	s := &n.hwStat
+	s.RxErrors += uint64(n.r32(hw.CRCERRS)) + uint64(n.r32(hw.ALGNERRC)) + uint64(n.r32(hw.RXERRC)) + uint64(n.r32(hw.RUC)) + uint64(n.r32(hw.ROC))
+	s.RxMissed += uint64(n.r32(hw.MPC))
+	s.RxNoDescriptor += uint64(n.r32(hw.RNBC))
+	s.RxFrames += uint64(n.r32(hw.GPRC))
+	s.RxBroadcast += uint64(n.r32(hw.BPRC))
+	s.RxMulticast += uint64(n.r32(hw.MPRC))
+	s.TxFrames += uint64(n.r32(hw.GPTC))
+	s.RxBytes += r64(hw.GORCL)
+	s.TxBytes += r64(hw.GOTCL)
+	n.r32(hw.TPR)
+	n.r32(hw.TPT)
+	r64(hw.TORL)
+	r64(hw.TOTL)
+	n.r32(hw.MPTC)
+	n.r32(hw.BPTC)
+}
+
+// SetPromiscuous implements nicdrv.NIC.
+func (n *NIC) SetPromiscuous(on bool) error {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return n.errorf("RCTL.UPE", nicdrv.ErrClosed)
+	}
+	n.opts.Promiscuous = on
+	n.w32(hw.RCTL, n.rctl())
+	return nil
+}
+
+// SetMulticast implements nicdrv.NIC: the groups are hashed into the
+// 4096-bit multicast table (a hash match may let other groups through,
+// which the layer above filters).
+func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
+	var mta [hw.MTAEntries]uint32
+	for _, g := range groups {
+		if !g.IsMulticast() {
+			return n.errorf("MTA", fmt.Errorf("%v is not a group address (bit 0 of the first byte is clear)", g))
+		}
+		r, b := hw.MTAHash(g)
+		mta[r] |= 1 << b
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return n.errorf("MTA", nicdrv.ErrClosed)
+	}
+	for i, v := range mta {
+		n.w32(hw.MTA+4*i, v)
+	}
+	return nil
+}
+
+// RuleCapacity implements nicdrv.NIC: the 82574 steers only by RSS hash,
+// so the one kind it carries out is a destination MAC to queue 0 of a
+// single-queue NIC, in its spare receive addresses.
+func (n *NIC) RuleCapacity(k nicdrv.RuleKind) int {
+	if k == nicdrv.RuleDestMAC && n.opts.Queues == 1 {
+		return hw.RAREntries - 1
+	}
+	return 0
+}
+
+// AddRule implements nicdrv.NIC. The 82574 steers only by RSS hash, so the
+// one rule it carries out is "destination MAC M to queue 0" on a
+// single-queue NIC, by accepting M in a spare receive address register.
+// Everything else fails with nicdrv.ErrNotSupported.
+func (n *NIC) AddRule(r nicdrv.Rule) (nicdrv.RuleID, error) {
+	if err := r.Check(); err != nil {
+		return 0, n.errorf("rule", err)
+	}
+	if r.Queue >= n.opts.Queues {
+		return 0, n.errorf("rule "+r.String(), nicdrv.ErrBadQueue)
+	}
+	if r.Kind != nicdrv.RuleDestMAC || r.Queue != 0 || n.opts.Queues != 1 {
+		return 0, n.errorf("rule "+r.String(), fmt.Errorf("the 82574 steers only by RSS hash of IPv4 flows; demultiplex in software: %w", nicdrv.ErrNotSupported))
+	}
+	if r.MAC.IsMulticast() {
+		return 0, n.errorf("rule "+r.String(), errors.New("a group address: use SetMulticast"))
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return 0, n.errorf("rule", nicdrv.ErrClosed)
+	}
+	for i := 1; i < len(n.rar); i++ {
+		if n.rar[i] {
+			continue
+		}
+		n.rar[i] = true
+		m := r.MAC
+		n.w32(hw.RAL(i), uint32(m[0])|uint32(m[1])<<8|uint32(m[2])<<16|uint32(m[3])<<24)
+		n.w32(hw.RAH(i), uint32(m[4])|uint32(m[5])<<8|1<<31)
+		return nicdrv.RuleID(i), nil
+	}
+	return 0, n.errorf("rule "+r.String(), fmt.Errorf("all %d spare receive addresses in use: remove one: %w", hw.RAREntries-1, nicdrv.ErrTableFull))
+}
+
+// RemoveRule implements nicdrv.NIC: the receive address is cleared.
+func (n *NIC) RemoveRule(id nicdrv.RuleID) error {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.closed.Load() {
+		return n.errorf("remove rule", nicdrv.ErrClosed)
+	}
+	i := int(id)
+	if i < 1 || i >= len(n.rar) || !n.rar[i] {
+		return n.errorf(fmt.Sprintf("remove rule %#x", uint32(id)), nicdrv.ErrNoRule)
+	}
+	n.w32(hw.RAH(i), 0)
+	n.w32(hw.RAL(i), 0)
+	n.rar[i] = false
+	return nil
+}

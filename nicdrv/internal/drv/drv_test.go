@@ -1,0 +1,127 @@
+package drv_test
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
+)
+
+func newPools(t *testing.T, o drv.PoolsOptions) *drv.Pools {
+	t.Helper()
+	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plat.Close() })
+	p, err := drv.NewPools(plat.IOMMU(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+// RxFill fills slots in ring order from each array's pool, stops at the
+// first slot a short pool cannot complete (giving back what it took beyond
+// it), and encodes every slot it completes once.
+func TestRxFill(t *testing.T) {
+	p := newPools(t, drv.PoolsOptions{Queues: 1, Buffers: 6, Headers: 8})
+	var noBuf atomic.Uint64
+	var encoded []uint32
+	f := drv.NewRxFill(8, []*nicdrv.Pool{p.Packet[0], p.Header[0]}, &noBuf, func(s uint32) { encoded = append(encoded, s) })
+	tail := f.Fill(5, 4) // slots 5, 6, 7, 0, 1, 2, 3: 7 slots, 6 packet buffers
+	if tail != 3 || noBuf.Load() != 1 {
+		t.Fatalf("Fill(5, 4) with 6 packet buffers for 7 slots: tail %d, short %d; want 3, 1", tail, noBuf.Load())
+	}
+	if want := []uint32{5, 6, 7, 0, 1, 2}; len(encoded) != len(want) {
+		t.Fatalf("encoded slots %v, want %v", encoded, want)
+	}
+	if f.Bufs[1][3] != nil || f.Bufs[0][3] != nil {
+		t.Error("slot 3, which found no packet buffer, holds a buffer")
+	}
+	if p.Packet[0].Available() != 0 || p.Header[0].Available() != 2 {
+		t.Errorf("%d packet and %d header buffers left, want 0 and 2 (the one taken for slot 3 given back)", p.Packet[0].Available(), p.Header[0].Available())
+	}
+	// A packet buffer back: slot 3 completes.
+	b := f.Bufs[0][5]
+	f.Bufs[0][5] = nil
+	if err := p.Packet[0].Free(b); err != nil {
+		t.Fatal(err)
+	}
+	encoded = encoded[:0]
+	if tail = f.Fill(3, 4); tail != 4 || len(encoded) != 1 || encoded[0] != 3 {
+		t.Fatalf("Fill(3, 4): tail %d, encoded %v", tail, encoded)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Packet[0].Available() != 6 || p.Header[0].Available() != 8 {
+		t.Errorf("after Release: %d and %d free", p.Packet[0].Available(), p.Header[0].Available())
+	}
+}
+
+// TxSlots asks for a write-back every RSEvery descriptors and on request,
+// and reclaims exactly the slots up to a mark the NIC reports done.
+func TestTxSlots(t *testing.T) {
+	p := newPools(t, drv.PoolsOptions{Queues: 1, Buffers: 16})
+	done := map[uint32]bool{}
+	s := drv.NewTxSlots(16, p.Packet[0], func(m uint32) bool { return done[m] })
+	if s.RSEvery != 4 || s.Free() != 15 {
+		t.Fatalf("a ring of 16: RS every %d, %d free; want 4 and 15", s.RSEvery, s.Free())
+	}
+	bufs := make([]*nicdrv.Buffer, 6)
+	if _, err := p.Packet[0].Alloc(bufs); err != nil {
+		t.Fatal(err)
+	}
+	var asked []uint32
+	for i, b := range bufs {
+		if slot, rs := s.Put(b, i == 1); rs {
+			asked = append(asked, slot)
+		}
+	}
+	if len(asked) != 2 || asked[0] != 1 || asked[1] != 5 {
+		t.Fatalf("RS asked on slots %v, want [1 5] (on request, then 4 later)", asked)
+	}
+	s.Reclaim()
+	if p.Packet[0].Available() != 10 {
+		t.Fatalf("reclaim with nothing done freed %d", p.Packet[0].Available()-10)
+	}
+	done[1] = true
+	s.Reclaim()
+	if p.Packet[0].Available() != 12 || s.Clean != 2 {
+		t.Errorf("slot 1 done: %d free, clean %d; want 12 and 2", p.Packet[0].Available(), s.Clean)
+	}
+	if err := s.Release(); err != nil || p.Packet[0].Available() != 16 {
+		t.Errorf("Release: %v, %d free", err, p.Packet[0].Available())
+	}
+}
+
+// PoolCheck takes any pool of the NIC's DMA domain, not another's.
+func TestPoolCheck(t *testing.T) {
+	p := newPools(t, drv.PoolsOptions{Queues: 2, Buffers: 4})
+	other := newPools(t, drv.PoolsOptions{Queues: 1, Buffers: 4})
+	c := drv.PoolCheck{DMA: p.Packet[0].DMA()}
+	a, _ := p.Packet[1].Get()
+	b, _ := other.Packet[0].Get()
+	if !c.OK(a) || !c.OK(a) {
+		t.Error("a buffer of another queue's pool in the domain was refused")
+	}
+	if c.OK(b) {
+		t.Error("a buffer of another domain was accepted")
+	}
+	_ = p.Packet[1].Free(a)
+	_ = other.Packet[0].Free(b)
+	var n int
+	drv.Default(&n, 7)
+	drv.Default(&n, 9)
+	if n != 7 {
+		t.Errorf("Default: %d, want 7 (set once, then kept)", n)
+	}
+}

@@ -1,0 +1,129 @@
+// Package drv holds what the gomx NIC drivers (nicdrv/e1000e,
+// nicdrv/ixgbe) share below the nicdrv interface and above their
+// registers: the per-queue buffer pools and the waits on several queues.
+// It is internal: its types are the drivers' private state, and
+// a user sees them only through nicdrv.NIC.
+//
+// # Pools per queue
+//
+// Each RX queue receives into a pool of its own, and each TX queue's
+// reclaim gives buffers back to the pools they came from, so a queue served
+// by one goroutine takes only its own pool's lock, never contended by the
+// goroutines of other queues. A driver that header-splits into small
+// buffers (the 82599) gives each queue a second pool of HeaderBufferSize
+// buffers for the headers. A caller that passes one pool for every queue
+// (the drivers' Options.Pool) gets that: one pool, one lock, shared.
+package drv
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// HeaderBufferSize is the size of a header buffer: the largest header run
+// the NICs split off (Ethernet, IPv6 with extension headers, TCP with
+// options) fits, and it is the smallest pool buffer nicdrv makes.
+const HeaderBufferSize = 256
+
+// PoolsOptions say which pools a NIC's queues get.
+type PoolsOptions struct {
+	// Queues is the number of queues.
+	Queues int
+	// Shared, when set, is the one pool every queue receives into (the
+	// caller's); it is not closed with the Pools.
+	Shared *nicdrv.Pool
+	// Buffers is the size of each queue's own packet pool (Shared nil).
+	Buffers int
+	// Headers, when positive, gives each queue a pool of that many
+	// HeaderBufferSize buffers for split headers.
+	Headers int
+	// Memory is how the pools' memory is allocated.
+	Memory hugepage.Options
+	// Name prefixes the pools' memory names ("gomx-ixgbe").
+	Name string
+}
+
+// Pools are a NIC's buffer pools, by queue.
+type Pools struct {
+	// Packet is each queue's packet pool (every entry Shared when given).
+	Packet []*nicdrv.Pool
+	// Header is each queue's header pool; nil without Headers.
+	Header []*nicdrv.Pool
+	own    []*nicdrv.Pool
+}
+
+// NewPools makes the pools o asks for in dma, or none and an error.
+func NewPools(dma pci.DMA, o PoolsOptions) (*Pools, error) {
+	p := &Pools{Packet: make([]*nicdrv.Pool, o.Queues)}
+	make1 := func(what string, q, n, size int) (*nicdrv.Pool, error) {
+		mem := o.Memory
+		mem.Name = fmt.Sprintf("%s-%s%d", o.Name, what, q)
+		pl, err := nicdrv.NewPool(dma, nicdrv.PoolOptions{Buffers: n, BufferSize: size, Memory: mem})
+		if err != nil {
+			return nil, fmt.Errorf("queue %d %s pool: %w", q, what, err)
+		}
+		p.own = append(p.own, pl)
+		return pl, nil
+	}
+	for q := range p.Packet {
+		if o.Shared != nil {
+			p.Packet[q] = o.Shared
+			continue
+		}
+		pl, err := make1("rx", q, o.Buffers, nicdrv.BufferSize)
+		if err != nil {
+			return nil, errors.Join(err, p.Close())
+		}
+		p.Packet[q] = pl
+	}
+	if o.Headers > 0 {
+		p.Header = make([]*nicdrv.Pool, o.Queues)
+		for q := range p.Header {
+			pl, err := make1("hdr", q, o.Headers, HeaderBufferSize)
+			if err != nil {
+				return nil, errors.Join(err, p.Close())
+			}
+			p.Header[q] = pl
+		}
+	}
+	return p, nil
+}
+
+// Close closes the pools NewPools made (not a Shared one). It fails for a
+// pool whose buffers are still out, as nicdrv.Pool.Close does.
+func (p *Pools) Close() error {
+	var errs []error
+	for _, pl := range p.own {
+		errs = append(errs, pl.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// PoolCheck tells whether a Buffer is one a NIC may send: one of a pool
+// mapped in the NIC's DMA domain (any queue's, or another NIC's in the
+// same domain), so its IOVA means what the NIC will read. It remembers the
+// last pool it accepted, so a queue sending from one pool pays a pointer
+// comparison per frame. One per TX queue (it is not safe for concurrent
+// use).
+type PoolCheck struct {
+	// DMA is the NIC's DMA domain.
+	DMA pci.DMA
+	ok  *nicdrv.Pool
+}
+
+// OK reports whether b may be sent.
+func (c *PoolCheck) OK(b *nicdrv.Buffer) bool {
+	p := b.Pool()
+	if p == c.ok && p != nil {
+		return true
+	}
+	if p == nil || p.DMA() != c.DMA {
+		return false
+	}
+	c.ok = p
+	return true
+}
