@@ -339,7 +339,7 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	bl.ngot++
 	t0 := pl.e.b.copyClock()
 	if !pl.offloadReply(off, payload) { // pulloffload.go: the engine's copy
-		scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
+		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, off, payload))) // the one pull-reply copy
 	}
 	pl.e.b.copyClocked(t0)
 	pl.lastProgress = now
@@ -370,6 +370,7 @@ func (pl *pull) finish() {
 	pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)
 	r := pl.r
 	e.endPull(pl, nil)
+	e.copies.recv.Add(uint64(pl.total))
 	e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
 }
 
@@ -538,6 +539,7 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 			Handle: h.Handle, Magic: h.Magic}
 		rh.Put(fb[wire.HeadLen:], b.ord)
 		gatherAt(fb[wire.HeadLen+wire.PullReplyLen:wire.HeadLen+wire.PullReplyLen+n], r.segs, roff+off)
+		e.copies.framed(n)
 		lens = append(lens, wire.HeadLen+wire.PullReplyLen+n)
 		off += n
 		if len(lens) == rxBatch {
