@@ -261,7 +261,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		}
 	}
 	b.zc = newZeroCopy(tr, o.ZeroCopy) // zerocopy.go
-	b.cmaPublish() // cma.go
+	b.cmaPublish()                     // cma.go
 	go b.progress()
 	go b.fineTimer() // finetimer.go
 	return b, nil
@@ -433,7 +433,7 @@ func (b *Board) runTimersLocked() {
 	if busy {
 		b.lastBusy = b.now()
 	}
-	b.retryHeld() // lean.go
+	b.retryHeld()          // lean.go
 	if b.zcDrainLocked() { // zerocopy.go
 		b.lastBusy = b.now()
 	}

@@ -121,7 +121,7 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 	zs := e.freeRegion(int(h.RegionID))
 	r.region = -1
 	r.status.XferLength = min(h.PulledLength, r.length)
-	code := e.pullOutcome(h) // largefail.go
+	code := e.pullOutcome(h)         // largefail.go
 	if !e.b.zcHold(e, r, zs, code) { // zerocopy.go: else it completes once the NIC is done with its memory
 		r.protoHeld = false
 		e.complete(r, code)

@@ -26,7 +26,9 @@ func mapAnon(n int) ([]byte, error) {
 }
 
 // unmapAnon unmaps memory mapAnon or mapAnonAt mapped.
-func unmapAnon(b []byte) error { return unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b))) }
+func unmapAnon(b []byte) error {
+	return unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)))
+}
 
 // mapAnonAt maps n bytes of anonymous memory at addr exactly (the address
 // of memory just unmapped).
