@@ -31,6 +31,9 @@ type benchFlags struct {
 	unidir     bool
 	sync       bool
 	aligned    bool
+	// noChecksum and noZeroCopy are the board options of the same names
+	// (docs/zero-copy.md).
+	noChecksum, noZeroCopy bool
 	verify     bool
 	wait       string
 	baseline   bool
@@ -119,6 +122,8 @@ func (f *benchFlags) register(fs *flag.FlagSet, stream bool) {
 	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
 	fs.BoolVar(&f.sync, "sync", false, "synchronous sends (issend: completes when the receiver has the data)")
 	fs.BoolVar(&f.aligned, "aligned", false, "page-aligned buffers")
+	fs.BoolVar(&f.noChecksum, "no-checksum", false, "no CRC-32C frame trailer (for wires that check frames themselves, as an Ethernet NIC's FCS does): large messages then go out in place over --transport nic")
+	fs.BoolVar(&f.noZeroCopy, "no-zero-copy", false, "copy every pull reply, even where the transport could send it in place (the copying path, to compare)")
 	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
 	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll the transport) or block (sleep until woken)")
 	fs.BoolVar(&f.baseline, "baseline", true, "also measure a plain UDP-socket exchange of the same sizes")
