@@ -25,7 +25,7 @@ func (e *Engine) Invalidate(mem []byte) int {
 	if len(mem) == 0 {
 		return 0
 	}
-	return e.cache.invalidate(addrOf(mem), len(mem))
+	return e.cache.invalidate(mem)
 }
 
 // CopyPoll starts copying src into dst like ICopy and returns a function

@@ -89,7 +89,7 @@ func (e *Engine) ICopy(dst, src []byte) (*Cookie, error) {
 	}
 	ck.ents = [2]*regEntry{de, se}
 	err = e.schedule(ck, n-head, dst[head:n], func(ch Queue, off, l int, tag uint64) error {
-		return ch.EnqueueCopy(de.m, doff+off, se.m, soff+off, l, tag)
+		return ch.EnqueueCopy(de.Mapping(), doff+off, se.Mapping(), soff+off, l, tag)
 	})
 	if err != nil {
 		e.release(ck)
@@ -121,7 +121,7 @@ func (e *Engine) IFill(dst []byte, pattern uint64) (*Cookie, error) {
 	}
 	ck.ents[0] = de
 	err = e.schedule(ck, n, dst, func(ch Queue, off, l int, tag uint64) error {
-		return ch.EnqueueFill(de.m, doff+off, l, bits.RotateLeft64(pattern, -8*(off%8)), tag)
+		return ch.EnqueueFill(de.Mapping(), doff+off, l, bits.RotateLeft64(pattern, -8*(off%8)), tag)
 	})
 	if err != nil {
 		e.release(ck)

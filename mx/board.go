@@ -114,6 +114,7 @@ type Board struct {
 	cmaFree    []*cmaCopy             // recycled copies
 	cmaTabAt   map[cmaKey]uint64      // senders' endpoint table addresses, read once
 	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
+	zc         *zeroCopy              // zero-copy sends (zerocopy.go); nil when off
 
 	// src is the transport as a receive source: its owner is the
 	// progress goroutine or a polling waiter (poll.go). allSrcs and
@@ -257,7 +258,8 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 			b.spinSrcs = append(b.spinSrcs, s)
 		}
 	}
-	b.cmaPublish() // cma.go
+	b.zc = newZeroCopy(tr, o.ZeroCopy) // zerocopy.go
+	b.cmaPublish()                     // cma.go
 	go b.progress()
 	go b.fineTimer() // finetimer.go
 	return b, nil
@@ -318,6 +320,7 @@ func (b *Board) Close() error {
 		}
 		<-b.fineExited
 		b.closeHost()
+		b.zcClose() // zerocopy.go: after the transport completed its in-place sends
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)
 		}

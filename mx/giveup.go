@@ -38,8 +38,11 @@ func (p *partner) unreachable(now int64) bool {
 func (p *partner) failSend(r *Request, code error) {
 	e := p.ep
 	if r.region >= 0 {
-		e.freeRegion(r.region)
+		zs := e.freeRegion(r.region)
 		r.region = -1
+		if e.b.zcHold(e, r, zs, code) { // zerocopy.go: it completes once the NIC is done with its memory
+			return
+		}
 	}
 	r.protoHeld = false
 	if r.zombie {

@@ -49,6 +49,9 @@ type region struct {
 	// says nothing of a receiver that is pulling, and would start the
 	// timeout of a send whose receive was not even posted yet.
 	lastPull int64
+	// zc is what the send registered to be sent from in place
+	// (zerocopy.go), nil when none of it was.
+	zc *zcSend
 }
 
 func (e *Endpoint) allocRegion(r *Request) (int, bool) {
@@ -68,9 +71,13 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 	return -1, false
 }
 
-func (e *Endpoint) freeRegion(i int) {
-	e.regions[i].used = false
-	e.regions[i].r = nil
+// freeRegion frees region i and returns what its send registered to be
+// sent from in place (zerocopy.go), for zcHold.
+func (e *Endpoint) freeRegion(i int) *zcSend {
+	reg := &e.regions[i]
+	zs := reg.zc
+	reg.used, reg.r, reg.zc = false, nil, nil
+	return zs
 }
 
 // queueSend makes a send wait for resources: a region for a large send, or
@@ -111,12 +118,15 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 	if p.unacked.has(r) { // the NOTIFY also proves the RNDV arrived
 		p.unacked.remove(r)
 	}
-	e.freeRegion(int(h.RegionID))
+	zs := e.freeRegion(int(h.RegionID))
 	r.region = -1
 	r.status.XferLength = min(h.PulledLength, r.length)
-	r.protoHeld = false
-	e.complete(r, e.pullOutcome(h)) // largefail.go
-	e.b.maybeFree(r)
+	code := e.pullOutcome(h)         // largefail.go
+	if !e.b.zcHold(e, r, zs, code) { // zerocopy.go: else it completes once the NIC is done with its memory
+		r.protoHeld = false
+		e.complete(r, code)
+		e.b.maybeFree(r)
+	}
 	e.kickSends()
 }
 
@@ -339,7 +349,7 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	bl.ngot++
 	t0 := pl.e.b.copyClock()
 	if !pl.offloadReply(off, payload) { // pulloffload.go: the engine's copy
-		scatterAt(pl.r.segs, off, payload) // the one pull-reply copy
+		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, off, payload))) // the one pull-reply copy
 	}
 	pl.e.b.copyClocked(t0)
 	pl.lastProgress = now
@@ -370,6 +380,7 @@ func (pl *pull) finish() {
 	pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)
 	r := pl.r
 	e.endPull(pl, nil)
+	e.copies.recv.Add(uint64(pl.total))
 	e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
 }
 
@@ -525,6 +536,19 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	reg.lastPull = b.now()
 	off, end := int(start), int(start+bl)
 	roff := int(h.RegionOffset)
+	// In place where the transport can (zerocopy.go): the header in the
+	// batch buffer, the payload read by the NIC from r's segments.
+	zc := b.zcTo(nic, p.crc)
+	send := func(lens []int) {
+		e.cnt[SendPullReply] += uint64(len(lens))
+		if zc {
+			b.sendReplies(e, nic, lens, b.zc.out)
+			clear(b.zc.out)
+			b.zc.out = b.zc.out[:0]
+			return
+		}
+		b.sendBatch(nic, lens, p.crc)
+	}
 	lens := b.lens[:0]
 	for i := 0; off < end; i++ {
 		n := int(L)
@@ -537,17 +561,25 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 		rh := wire.PullReply{FrameSeq: uint8(int(h.FirstFrame) + i), FrameLength: uint16(n), Offset: uint32(off),
 			Handle: h.Handle, Magic: h.Magic}
 		rh.Put(fb[wire.HeadLen:], b.ord)
-		gatherAt(fb[wire.HeadLen+wire.PullReplyLen:wire.HeadLen+wire.PullReplyLen+n], r.segs, roff+off)
-		lens = append(lens, wire.HeadLen+wire.PullReplyLen+n)
+		if zc {
+			f, ok := b.zcFrame(reg, r, nic, roff+off, n, fb[:replyHeadLen])
+			b.zc.out = append(b.zc.out, f)
+			if !ok {
+				gatherAt(fb[replyHeadLen:replyHeadLen+n], r.segs, roff+off)
+				e.copies.framed(n)
+			}
+		} else {
+			gatherAt(fb[replyHeadLen:replyHeadLen+n], r.segs, roff+off)
+			e.copies.framed(n)
+		}
+		lens = append(lens, replyHeadLen+n)
 		off += n
 		if len(lens) == rxBatch {
-			b.sendBatch(nic, lens, p.crc)
-			e.cnt[SendPullReply] += uint64(len(lens))
+			send(lens)
 			lens = lens[:0]
 		}
 	}
-	e.cnt[SendPullReply] += uint64(len(lens))
-	b.sendBatch(nic, lens, p.crc)
+	send(lens)
 	b.lens = lens[:0]
 }
 

@@ -114,6 +114,8 @@ func (e *Endpoint) finishUnexpRecv(u *unexp) {
 	r := u.recv
 	u.recv = nil
 	n := scatterAt(r.segs, 0, u.buf)
+	e.copies.scatter.Add(uint64(n))
+	e.copies.recv.Add(uint64(n))
 	e.release(u)
 	e.finishRecv(r, u.p, u.match, u.length, uint32(n))
 	e.b.putUnexp(u) // nothing references it any more

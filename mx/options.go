@@ -90,6 +90,9 @@ type BoardOptions struct {
 	// and never with an Open-MX peer, which does not announce it. Only turn
 	// it off on wires that check integrity.
 	NoChecksum bool
+	// ZeroCopy configures sending large messages from the application's
+	// memory over transports that send in place (docs/zero-copy.md).
+	ZeroCopy ZeroCopyOptions
 	// NoSack turns off the selective ack (see package wire): between two
 	// gomx boards it is on when both announce it (neither set NoSack);
 	// an Open-MX peer never uses it.

@@ -80,7 +80,10 @@ func (b *Board) runTimersLocked() {
 	if busy {
 		b.lastBusy = b.now()
 	}
-	b.retryHeld() // lean.go
+	b.retryHeld()          // lean.go
+	if b.zcDrainLocked() { // zerocopy.go
+		b.lastBusy = b.now()
+	}
 }
 
 func (b *Board) progress() {

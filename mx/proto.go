@@ -89,6 +89,8 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte, lean
 	}
 	if r != nil {
 		n := scatterAt(r.segs, 0, payload)
+		e.copies.scatter.Add(uint64(n))
+		e.copies.recv.Add(uint64(n))
 		e.finishRecv(r, p, match, length, uint32(n))
 		return true
 	}
@@ -102,6 +104,7 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte, lean
 	*u = unexp{p: p, match: match, length: length, complete: true, bytes: len(payload)}
 	u.buf = e.b.getPayload(len(payload))
 	copy(u.buf, payload)
+	e.copies.scatter.Add(uint64(len(payload)))
 	e.queueUnexp(u)
 	return true
 }
@@ -165,9 +168,9 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 	off := m.Offset(p.stride)
 	switch {
 	case pt.r != nil:
-		scatterAt(pt.r.segs, off, payload)
+		e.copies.scatter.Add(uint64(scatterAt(pt.r.segs, off, payload)))
 	case pt.u != nil:
-		copy(pt.u.buf[off:], payload)
+		e.copies.scatter.Add(uint64(copy(pt.u.buf[off:], payload)))
 	}
 	if pt.ngot < pt.nfrags {
 		return
@@ -181,7 +184,9 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 	switch {
 	case pt.r != nil:
 		r := pt.r
-		e.finishRecv(r, p, r.status.Match, pt.msgLen, uint32(min(int(pt.msgLen), totalLen(r.segs))))
+		xfer := uint32(min(int(pt.msgLen), totalLen(r.segs)))
+		e.copies.recv.Add(uint64(xfer))
+		e.finishRecv(r, p, r.status.Match, pt.msgLen, xfer)
 	case pt.u != nil:
 		u := pt.u
 		u.pt = nil

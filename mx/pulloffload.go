@@ -160,7 +160,7 @@ func (pl *pull) offloadReply(off int, payload []byte) bool {
 	if info.Copied {
 		// The transport copied it to hold it: the CPU copies it from
 		// there, and the engine gains nothing.
-		scatterAt(pl.r.segs, off, src)
+		pl.e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, off, src)))
 		b.tr.Release(f)
 		return true
 	}
@@ -325,9 +325,10 @@ func (b *Board) reapCopy(c *pullCopy, err error) {
 	pl := c.pl
 	e := pl.e
 	if err != nil {
-		scatterAt(pl.r.segs, c.off, c.src) // no engine request runs any more
+		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, c.off, c.src))) // no engine request runs any more
 		e.cnt[PullEngineFallbacks]++
 	} else {
+		e.copies.engine.Add(uint64(len(c.src)))
 		e.cnt[RecvPullEngine]++
 	}
 	b.tr.Release(&c.frame)

@@ -52,6 +52,7 @@ var (
 type Region struct {
 	mem     []byte
 	inPlace bool
+	heads   bool
 	owner   any
 	release func() error
 	poll    func()
@@ -67,6 +68,17 @@ type Region struct {
 func NewRegion(owner any, mem []byte, inPlace bool, release func() error) *Region {
 	return &Region{mem: mem, inPlace: inPlace, owner: owner, release: release}
 }
+
+// SetTakesHead is for transport implementations, before the region is
+// handed out: frames of the region may carry a Frame.Head, which the
+// transport copies in front of Data.
+func (r *Region) SetTakesHead() { r.heads = true }
+
+// TakesHead reports whether frames of the region may carry a Frame.Head
+// (see the package documentation): the transport copies the head and
+// sends Data in place behind it. A frame whose region does not take heads
+// must carry its whole frame in Data.
+func (r *Region) TakesHead() bool { return r.heads }
 
 // Bytes returns the registered memory.
 func (r *Region) Bytes() []byte { return r.mem }
@@ -132,6 +144,9 @@ func (r *Region) Check(owner any, f *Frame) error {
 	}
 	if !within(r.mem, f.Data) {
 		return fmt.Errorf("%w: %d bytes outside the %d-byte region", ErrForeignRegion, len(f.Data), len(r.mem))
+	}
+	if len(f.Head) > 0 && !r.heads {
+		return fmt.Errorf("%w: the frame has a %d-byte Head and its region does not take one (Region.TakesHead): put the whole frame in Data", ErrForeignRegion, len(f.Head))
 	}
 	return nil
 }

@@ -67,6 +67,12 @@
 //     other frame, and says so: InPlace is false, Pending stays zero and
 //     [Region.CopiedSends] counts the copies. Frames without a Region are
 //     sent as before, copied before Send returns.
+//   - A header in front. A region whose transport can put a few copied
+//     bytes in front of in-place Data (a NIC that sends one frame from
+//     two descriptors) says so ([Region.TakesHead]); a frame of it may
+//     carry its header in Frame.Head, so a message layer sends its own
+//     header and the application's payload as one frame without copying
+//     the payload. Where no region takes heads, such a caller copies.
 //
 // Callers that neither hold nor register see the contract above unchanged.
 package transport
@@ -146,6 +152,14 @@ type Frame struct {
 	// transport, to be sent in place where the transport can. Recv leaves
 	// it nil.
 	Region *Region
+	// Head, on Send of a frame whose Region takes heads
+	// ([Region.TakesHead]), is bytes the frame carries before Data: the
+	// transport copies them (a message layer's header) and sends Data
+	// from the region behind them, so the frame is Head followed by Data
+	// and len(Head)+len(Data) must fit the MTU. A frame of any other
+	// region is refused when it carries one ([Region.Check]); frames
+	// without a Region leave it nil. Recv leaves it nil.
+	Head []byte
 }
 
 // Transport moves batches of frames between boards. See the package

@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -37,5 +39,22 @@ func TestUDPRoundTrip(t *testing.T) {
 	v4mapped := netip.AddrPortFrom(netip.MustParseAddr("::ffff:127.0.0.1"), 9)
 	if id, err := UDPNICID(v4mapped); err != nil || id.UDPAddr().String() != "127.0.0.1:9" {
 		t.Fatalf("v4-mapped: %v %v", id.UDPAddr(), err)
+	}
+}
+
+// TestHeadNeedsARegionThatTakesIt: Check refuses a Frame.Head on a region
+// that does not take one, naming the fix, and accepts it on one that does.
+func TestHeadNeedsARegionThatTakesIt(t *testing.T) {
+	owner := new(int)
+	mem := make([]byte, 64)
+	r := NewRegion(owner, mem, true, nil)
+	f := r.Frame(1, 0, 32)
+	f.Head = []byte{1, 2, 3}
+	if err := r.Check(owner, &f); !errors.Is(err, ErrForeignRegion) || !strings.Contains(err.Error(), "TakesHead") {
+		t.Fatalf("Check of a Head on a region without heads: %v", err)
+	}
+	r.SetTakesHead()
+	if err := r.Check(owner, &f); err != nil {
+		t.Fatalf("Check of a Head on a region that takes one: %v", err)
 	}
 }

@@ -119,6 +119,10 @@ type result struct {
 	// measured and warmup messages of this size, both endpoints together;
 	// nil when the peer is another process.
 	Recovery *recovery `json:"recovery,omitempty"`
+	// Copies is the payload bytes the CPU copied on each side during the
+	// measured and warmup messages of this size (mx.CopyStats); nil when
+	// the peer is another process.
+	Copies *copies `json:"copies,omitempty"`
 	// Faults is what the fault model did to the frames of this size
 	// (--loss and the others); nil without fault flags.
 	Faults *faultResult `json:"faults,omitempty"`

@@ -43,6 +43,9 @@ type commonFlags struct {
 	iterations int
 	warmup     int
 	aligned    bool
+	// noChecksum and noZeroCopy are the board options of the same names
+	// (docs/zero-copy.md).
+	noChecksum, noZeroCopy bool
 	verify     bool
 	wait       string
 	jsonOut    bool
@@ -185,6 +188,8 @@ func (f *commonFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.iterations, "iterations", 0, fmt.Sprintf("measured iterations per size (default %d, fewer above %s so each size moves at most that much)", defaultIterations, units.Format(maxBytesPerSize/defaultIterations)))
 	fs.IntVar(&f.warmup, "warmup", 10, "unmeasured iterations before each size (omx_perf -W)")
 	fs.BoolVar(&f.aligned, "aligned", false, "page-aligned buffers")
+	fs.BoolVar(&f.noChecksum, "no-checksum", false, "no CRC-32C frame trailer (for wires that check frames themselves, as an Ethernet NIC's FCS does): large messages then go out in place over --transport nic")
+	fs.BoolVar(&f.noZeroCopy, "no-zero-copy", false, "copy every pull reply, even where the transport could send it in place (the copying path, to compare)")
 	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
 	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll the transport) or block (sleep until woken)")
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")

@@ -19,7 +19,13 @@ and pull re-requests made on evidence (later frames arrived), "timer" those
 made when a retransmission timeout expired, "tlp" tail-loss probes (the last
 frame of the newest unacked message sent again), "dups" duplicates received
 (spurious resends, or the wire's --dup), "pull rq" pull-reply frames asked
-for again.
+for again. The copy columns are the payload bytes the CPU copied per payload
+byte (mx.CopyStats, warmup included): "a cp/s" on side a's sends (the pinger,
+the streamer) and "a cp/r" its receives, "b cp/s" and "b cp/r" side b's. A
+send over a copying transport costs 2 (mx builds the frame, the transport
+copies it), 3 for an eager message (mx's message buffer first); a large
+message sent in place costs 0 (docs/zero-copy.md). A receive costs 1, 2 for an
+unexpected message; a copy engine's copies are not the CPU's.
 `
 
 const pingpongNotes = `Round trips of each size between two endpoints, as omx_perf runs them:

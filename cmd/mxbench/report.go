@@ -76,6 +76,7 @@ func (t *tableReporter) header(what string) {
 		fmt.Fprintf(t.w, " | %12s %10s %7s", "raw "+lat, "raw MB/s", "lat x")
 	}
 	fmt.Fprintf(t.w, " | %6s %6s %6s %6s %7s", "fast", "timer", "tlp", "dups", "pull rq")
+	fmt.Fprintf(t.w, " | %6s %6s %6s %6s", "a cp/s", "a cp/r", "b cp/s", "b cp/r")
 	fmt.Fprintln(t.w)
 }
 
@@ -98,6 +99,9 @@ func (t *tableReporter) row(r result) {
 	if c := r.Recovery; c != nil {
 		fmt.Fprintf(t.w, " | %6d %6d %6d %6d %7d", c.FastRetransmits, c.TimerRetransmits, c.TailProbes,
 			c.DuplicatesReceived, c.PullFramesRerequested)
+	}
+	if c := r.Copies; c != nil {
+		fmt.Fprintf(t.w, " | %6.2f %6.2f %6.2f %6.2f", c.A.SendPerByte, c.A.RecvPerByte, c.B.SendPerByte, c.B.RecvPerByte)
 	}
 	fmt.Fprintln(t.w)
 }

@@ -147,6 +147,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		prog.Set("%s %s [%d/%d]: %d iterations", cmd, units.Format(int64(size)), i+1, len(sizes), iters)
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		before := []mx.Counters{p.a.Counters(), p.b.Counters()}
+		copiesBefore := [2]mx.CopyStats{p.a.CopyStats(), p.b.CopyStats()}
 		var wireBefore fault.Counts
 		if p.wire != nil {
 			wireBefore = p.wire()
@@ -154,6 +155,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		res, err := measureLocal(sctx, cmd, &f, sa, sb, size, iters)
 		cancel()
 		res.Recovery = recoveryBetween(before, []mx.Counters{p.a.Counters(), p.b.Counters()})
+		res.Copies = copiesBetween(copiesBefore, [2]mx.CopyStats{p.a.CopyStats(), p.b.CopyStats()})
 		if p.wire != nil {
 			res.Faults = faultsBetween(f.faults, wireBefore, p.wire())
 		}

@@ -208,13 +208,19 @@ func (w *Transport) Send(frames []transport.Frame) (rn int, rerr error) {
 	now := time.Now()
 	sent, tooBig := len(frames), error(nil)
 	for i := range frames {
-		if len(frames[i].Data) > w.mtu {
+		data := frames[i].Data
+		if h := frames[i].Head; len(h) > 0 {
+			// A header in front of region bytes (transport.Frame.Head):
+			// the model takes the frame whole, as it copies it.
+			data = append(append(make([]byte, 0, len(h)+len(data)), h...), data...)
+		}
+		if len(data) > w.mtu {
 			sent = i
-			tooBig = fmt.Errorf("fault: wrapper of %v: frame %d: %d bytes exceeds MTU %d: %w", w.inner.Addr(), i, len(frames[i].Data), w.mtu, transport.ErrTooBig)
+			tooBig = fmt.Errorf("fault: wrapper of %v: frame %d: %d bytes exceeds MTU %d: %w", w.inner.Addr(), i, len(data), w.mtu, transport.ErrTooBig)
 			break
 		}
 		w.cur = i
-		l.Frame(now, struct{}{}, frames[i].Peer, frames[i].Data, w.emitSend)
+		l.Frame(now, struct{}{}, frames[i].Peer, data, w.emitSend)
 	}
 	if len(w.out) > 0 {
 		k, err := w.inner.Send(w.out)
@@ -413,8 +419,9 @@ func (w *Transport) Release(f *transport.Frame) {
 }
 
 // Register registers mem with the wrapped transport. Without send faults,
-// frames of the region go to the wrapped transport as they are; with them
-// they pass through the model, which copies them.
+// frames of the region go to the wrapped transport as they are (in place
+// where it sends in place); with them they pass through the model, which
+// copies them, a Frame.Head and Data together.
 func (w *Transport) Register(mem []byte) (*transport.Region, error) {
 	return w.inner.Register(mem)
 }

@@ -2,6 +2,7 @@ package nic_test
 
 import (
 	"bytes"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -123,5 +124,75 @@ func TestSendInPlaceDescriptors(t *testing.T) {
 	}
 	if err := r.Close(); err != nil {
 		t.Errorf("Close of a completed region: %v", err)
+	}
+}
+
+// TestSendInPlaceHead: a frame of a region with a Head goes out as the
+// Ethernet header and the Head in a pool buffer, the payload read in place
+// from the region, and arrives as Head followed by Data.
+func TestSendInPlaceHead(t *testing.T) {
+	var seen txSeen
+	mo := emulated.DefaultE1000EOptions()
+	mo.TxBuffer = seen.hook
+	a, b := modelPairWith(t, mo, e1000e.DefaultOptions())
+	defer a.Close()
+	defer b.Close()
+
+	mem := make([]byte, 4096)
+	for i := range mem {
+		mem[i] = byte(i * 3)
+	}
+	r, err := a.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.TakesHead() {
+		t.Fatal("a region of the nic transport takes no head")
+	}
+	head := []byte("header of 20 bytes..")
+	f := r.Frame(b.Addr(), 100, 1000)
+	f.Head = head
+	if n, err := a.Send([]transport.Frame{f}); n != 1 || err != nil {
+		t.Fatalf("Send: %d, %v", n, err)
+	}
+	rx := make([]transport.Frame, 1)
+	for tries := 0; ; tries++ {
+		if tries == 100 {
+			t.Fatal("the frame never arrived")
+		}
+		n, err := b.Recv(rx, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+	}
+	want := append(append([]byte{}, head...), mem[100:1100]...)
+	if !bytes.Equal(rx[0].Data, want) {
+		t.Fatal("the frame arrived changed: want Head then Data")
+	}
+	seen.mu.Lock()
+	mems := seen.mems
+	seen.mu.Unlock()
+	if len(mems) != 2 || len(mems[0]) != 14+len(head) || !pointsInto(mems[1], mem, 100) || len(mems[1]) != 1000 {
+		t.Errorf("model read %d descriptors; want the Ethernet header and Head (%d bytes) and the region's 1000 bytes in place", len(mems), 14+len(head))
+	}
+	// Too big with its head: refused, nothing sent.
+	big := r.Frame(b.Addr(), 0, a.MTU())
+	big.Head = head
+	if _, err := a.Send([]transport.Frame{big}); !errors.Is(err, transport.ErrTooBig) {
+		t.Errorf("a frame whose Head and Data exceed the MTU: %v, want ErrTooBig", err)
+	}
+	for tries := 0; r.Pending() != 0; tries++ {
+		if tries == 1000 {
+			t.Fatalf("%d in-place sends pending", r.Pending())
+		}
+		if _, err := a.Recv(rx, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

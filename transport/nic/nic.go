@@ -25,7 +25,10 @@
 // the region is sent without copying its Data: the header goes into a pool
 // buffer and the Data stays where it is, attached to the buffer
 // (nicdrv.Buffer.Attach), which the driver sends as two TX descriptors,
-// the second pointing at the region's IOVA. The driver asks the NIC to
+// the second pointing at the region's IOVA. A frame's Head
+// (transport.Frame.Head: a message layer's header) is copied into the pool
+// buffer behind the Ethernet header, so the payload alone is read in
+// place. The driver asks the NIC to
 // write back DD on that descriptor, and the frame's send completes
 // (Region.Pending falls) when the driver reclaims it after DD: at once
 // where the NIC transmits on the tail write (QEMU, the emulated model),
@@ -213,8 +216,8 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		var bad error
 		for i := range batch {
 			f := &batch[i]
-			if len(f.Data) > t.mtu {
-				bad = fmt.Errorf("transport/nic: frame of %d bytes, MTU %d: %w", len(f.Data), t.mtu, transport.ErrTooBig)
+			if len(f.Head)+len(f.Data) > t.mtu {
+				bad = fmt.Errorf("transport/nic: frame of %d bytes, MTU %d: %w", len(f.Head)+len(f.Data), t.mtu, transport.ErrTooBig)
 				batch = batch[:i]
 				break
 			}
@@ -261,12 +264,14 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	for i := range frames {
 		f := &frames[i]
 		if f.Region != nil && t.attach(bufs[i], f) {
-			t.header(bufs[i].SetLen(headerLen), f.Peer)
+			b := bufs[i].SetLen(headerLen + len(f.Head))
+			t.header(b, f.Peer)
+			copy(b[headerLen:], f.Head)
 			continue
 		}
-		b := bufs[i].SetLen(headerLen + len(f.Data))
+		b := bufs[i].SetLen(headerLen + len(f.Head) + len(f.Data))
 		t.header(b, f.Peer)
-		copy(b[headerLen:], f.Data)
+		copy(b[headerLen+copy(b[headerLen:], f.Head):], f.Data)
 		if f.Region != nil {
 			f.Region.Copied()
 			t.txRegionCopied.Add(1)
@@ -504,6 +509,7 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	x := &region{t: t, m: m}
 	x.r = transport.NewRegion(t, mem, true, x.unmap)
 	x.r.SetPoll(t.reclaim)
+	x.r.SetTakesHead()
 	t.regMu.Lock()
 	defer t.regMu.Unlock()
 	if t.closed.Load() {

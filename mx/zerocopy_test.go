@@ -1,0 +1,382 @@
+package mx
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/fault"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/nic"
+)
+
+// The zero-copy tests run over the nic transport on both emulated NIC
+// pairs: 82574Ls (whose model shows a test where each TX descriptor
+// pointed) and 82599s.
+
+// zcModel is an emulated NIC pair for the zero-copy tests.
+type zcModel struct {
+	name string
+	// open returns the pair's two functions, the platform's IOMMU and
+	// its Close; tx, when set, sees every TX data descriptor (82574L
+	// only).
+	open func(t testing.TB, tx func(port int, iova uint64, mem []byte)) ([2]pci.Device, *emulated.IOMMU, func() error)
+	drv  func(pci.Device) (nicdrv.NIC, error)
+}
+
+var zcModels = []zcModel{
+	{name: "82574L",
+		open: func(t testing.TB, tx func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
+			o := emulated.DefaultE1000EOptions()
+			o.TxBuffer = tx
+			p, err := emulated.NewE1000E(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := p.Functions()
+			return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
+		},
+		drv: func(d pci.Device) (nicdrv.NIC, error) { return e1000e.Open(d, e1000e.DefaultOptions()) }},
+	{name: "82599",
+		open: func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
+			p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := p.Functions()
+			return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
+		},
+		drv: func(d pci.Device) (nicdrv.NIC, error) { return ixgbe.Open(d, ixgbe.DefaultOptions()) }},
+}
+
+// zcWire puts two boards on the nic transport over m, the receiving side
+// (b) behind a fault wrapper when faults are given. Its close checks that
+// no DMA mapping outlived the transports.
+func zcWire(t testing.TB, m zcModel, tx func(int, uint64, []byte), faults *fault.Options) *wire2 {
+	devs, iommu, closeModel := m.open(t, tx)
+	var trs [2]transport.Transport
+	for i := range 2 {
+		n, err := m.drv(devs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := nic.New(n, nic.Options{})
+		if err != nil {
+			n.Close()
+			t.Fatal(err)
+		}
+		trs[i] = tr
+	}
+	if faults != nil {
+		// Faults on what b receives: a's sends reach its NIC untouched,
+		// in place, and the wire loses, reorders and duplicates them.
+		w, err := fault.Wrap(trs[1], fault.WrapOptions{Recv: *faults})
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs[1] = w
+	}
+	return &wire2{a: trs[0], b: trs[1],
+		third: func() transport.Transport { t.Fatal("the zero-copy wire has two ends"); return nil },
+		close: func() {
+			if n := iommu.Live(); n != 0 {
+				t.Errorf("%s: %d DMA mappings left after both boards closed", m.name, n)
+			}
+			if n, last := iommu.Faults(); n != 0 {
+				t.Errorf("%s: %d DMA faults, the last %+v", m.name, n, last)
+			}
+			closeModel()
+		}}
+}
+
+// zcOptions are fast board options with zero copy as mode asks: "on"
+// (no trailer, so replies may go in place), "off" (forced off) or
+// "negotiated" (the boards agree on the trailer, which only a copy can
+// place after the payload).
+func zcOptions(mode string) BoardOptions {
+	o := fastOptions()
+	switch mode {
+	case "on":
+		o.NoChecksum = true
+	case "off":
+		o.NoChecksum = true
+		o.ZeroCopy.Off = true
+	}
+	return o
+}
+
+// zcSizes is a message of every size class: tiny, small, medium, and
+// large ones of one frame, one block, several blocks and a megabyte and
+// more.
+var zcSizes = []int{0, 17, 100, 5000, 32 << 10, 40 << 10, 100<<10 + 3, 1 << 20, 3<<20 + 1}
+
+// TestZeroCopyByteExact sends messages of every size class, from one
+// segment, several segments and an offset into a buffer, over both NIC
+// pairs with zero copy on, forced off and negotiated away: every byte
+// arrives, and the copy accounting says how: a large message sent in
+// place costs its sender no copy, the others two per byte.
+func TestZeroCopyByteExact(t *testing.T) {
+	for _, m := range zcModels {
+		for _, mode := range []string{"on", "off", "negotiated"} {
+			t.Run(m.name+"/"+mode, func(t *testing.T) {
+				checkLeaks(t)
+				pr := newPairOn(t, zcWire(t, m, nil, nil), zcOptions(mode))
+				ctx := testCtx(t, 60*time.Second)
+				thr := pr.ba.RendezvousThreshold()
+				for i, size := range zcSizes {
+					src := pattern(size+64, uint64(i+1))
+					for _, shape := range []string{"one", "offset", "segments"} {
+						var segs [][]byte
+						switch shape {
+						case "one":
+							segs = [][]byte{src[:size]}
+						case "offset":
+							segs = [][]byte{src[37 : 37+size]}
+						case "segments":
+							segs = [][]byte{src[:size/3], src[size/3 : size/2], src[size/2 : size]}
+						}
+						want := bytes.Join(segs, nil)
+						dst := make([]byte, size)
+						before, resent := pr.a.CopyStats(), retransmits(pr)
+						exchange(t, ctx, pr.a, pr.atob, pr.b, 9, ^uint64(0), segs, [][]byte{dst})
+						if !bytes.Equal(dst, want) {
+							t.Fatalf("%d bytes (%s): arrived changed", size, shape)
+						}
+						c := pr.a.CopyStats().Sub(before)
+						large := size > thr
+						switch {
+						case mode == "on" && large && shape != "segments":
+							// At least the message: a reply asked for again
+							// goes out in place again.
+							// An earlier eager message resent late is
+							// copied in the meantime.
+							if c.SendInPlace < uint64(size) || (c.SendCopied() != 0 && retransmits(pr) == resent) {
+								t.Errorf("%d bytes (%s): %d sent in place, %d copied; want all in place, none copied", size, shape, c.SendInPlace, c.SendCopied())
+							}
+						case mode == "on" && large:
+							// Only the frames that straddle two segments
+							// are copied.
+							if c.SendInPlace == 0 || c.SendInPlace+c.SendTransport < uint64(size) {
+								t.Errorf("%d bytes (%s): %d sent in place, %d copied: want most in place", size, shape, c.SendInPlace, c.SendCopied())
+							}
+						default:
+							if c.SendInPlace != 0 {
+								t.Errorf("%d bytes (%s, zero copy %s): %d bytes sent in place", size, shape, mode, c.SendInPlace)
+							}
+						}
+					}
+				}
+				s := pr.ba.ZeroCopyStats()
+				if mode == "on" && (s.Misses == 0 || s.Hits == 0) {
+					t.Errorf("registration cache %+v: want misses on first use, hits after", s)
+				}
+				if mode != "on" && s.Misses+s.Hits != 0 && s.Registered != 0 {
+					t.Errorf("zero copy %s: the cache holds %d registrations", mode, s.Registered)
+				}
+			})
+		}
+	}
+}
+
+// TestZeroCopyGuard: a sender that writes a guard pattern into its buffer
+// as soon as its send completes never has it read again: the 82574L
+// model sees no TX descriptor point into the buffer after completion, and
+// the receiver gets the message as it was. The wire loses, reorders and
+// duplicates frames, so re-requested replies are in flight as sends
+// complete.
+func TestZeroCopyGuard(t *testing.T) {
+	const size = 600 << 10
+	var buf atomic.Pointer[[]byte]
+	var done atomic.Bool
+	var late atomic.Int64
+	tx := func(port int, iova uint64, mem []byte) {
+		p := buf.Load()
+		if port != 0 || p == nil || len(mem) == 0 || !done.Load() {
+			return
+		}
+		b := *p
+		if &mem[0] == &b[0] || within(b, mem) {
+			late.Add(1)
+		}
+	}
+	fo := fault.Options{Loss: 0.02, Reorder: 0.02, Duplicate: 0.02, Seed: 7}
+	checkLeaks(t)
+	pr := newPairOn(t, zcWire(t, zcModels[0], tx, &fo), zcOptions("on"))
+	ctx := testCtx(t, 60*time.Second)
+	for i := range 20 {
+		src := pattern(size, uint64(100+i))
+		want := append([]byte(nil), src...)
+		buf.Store(&src)
+		dst := make([]byte, size)
+		r, err := pr.b.IRecv([][]byte{dst}, 5, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.a.ISend([][]byte{src}, pr.atob, 5, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		done.Store(true)
+		for j := range src {
+			src[j] = 0xEE // the guard
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(dst, want) {
+			t.Fatalf("message %d: the guard written after completion reached the receiver", i)
+		}
+		done.Store(false)
+	}
+	if n := late.Load(); n != 0 {
+		t.Errorf("the NIC read a sender's buffer %d times after its send completed", n)
+	}
+	if c := pr.a.CopyStats(); c.SendInPlace == 0 {
+		t.Errorf("nothing was sent in place: %+v", c)
+	}
+}
+
+// TestZeroCopyFaults: loss, reordering and duplication on the wire with
+// zero copy on, over both NIC pairs: every message arrives whole, several
+// in flight at once.
+func TestZeroCopyFaults(t *testing.T) {
+	for _, m := range zcModels {
+		t.Run(m.name, func(t *testing.T) {
+			fo := fault.Options{Loss: 0.03, Reorder: 0.03, Duplicate: 0.03, Seed: 11}
+			checkLeaks(t)
+			pr := newPairOn(t, zcWire(t, m, nil, &fo), zcOptions("on"))
+			ctx := testCtx(t, 90*time.Second)
+			const window, rounds = 4, 6
+			sizes := []int{64 << 10, 200<<10 + 1, 1 << 20, 50 << 10}
+			for round := range rounds {
+				var rs, ss []*Request
+				var srcs, dsts [][]byte
+				for k := range window {
+					size := sizes[(round+k)%len(sizes)]
+					src := pattern(size, uint64(round*window+k))
+					dst := make([]byte, size)
+					match := uint64(round*window + k)
+					r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
+				}
+				for k := range window {
+					if _, err := ss[k].Wait(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := rs[k].Wait(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(srcs[k], dsts[k]) {
+						t.Fatalf("round %d message %d: arrived changed", round, k)
+					}
+				}
+			}
+			c := pr.a.CopyStats()
+			if c.SendInPlace == 0 {
+				t.Errorf("nothing was sent in place: %+v", c)
+			}
+			if f := pr.b.Counters().Get(PullFramesRerequested); f == 0 {
+				t.Logf("the faults made no re-request (seed %d)", fo.Seed)
+			}
+		})
+	}
+}
+
+// TestZeroCopyCache: the board's registrations are cached (a second
+// message from the same memory, or part of it, maps nothing new), evicted
+// past CacheBytes, and dropped by Invalidate, after which memory mapped
+// again at the same address is registered afresh and its new bytes are
+// sent, never the old pages'.
+func TestZeroCopyCache(t *testing.T) {
+	o := zcOptions("on")
+	o.ZeroCopy.CacheBytes = 3 << 20
+	checkLeaks(t)
+	pr := newPairOn(t, zcWire(t, zcModels[1], nil, nil), o)
+	ctx := testCtx(t, 60*time.Second)
+	send := func(src []byte) {
+		t.Helper()
+		dst := make([]byte, len(src))
+		exchange(t, ctx, pr.a, pr.atob, pr.b, 3, ^uint64(0), [][]byte{src}, [][]byte{dst})
+		if !bytes.Equal(src, dst) {
+			t.Fatalf("%d bytes arrived changed", len(src))
+		}
+	}
+	a := pattern(2<<20, 1)
+	send(a)
+	send(a[4096 : 1<<20])
+	if s := pr.ba.ZeroCopyStats(); s.Misses != 1 || s.Hits != 1 || s.Registered != 1 {
+		t.Fatalf("after two messages from one buffer: %+v, want one registration, one hit", s)
+	}
+	b := pattern(2<<20, 2)
+	send(b) // past CacheBytes: a's idle registration goes
+	if s := pr.ba.ZeroCopyStats(); s.Evictions != 1 || s.Registered != 1 {
+		t.Fatalf("after a second buffer past the limit: %+v, want the first evicted", s)
+	}
+
+	// Memory the program maps itself, unmapped and mapped again at the
+	// same address.
+	mem, err := mapAnon(1 << 20)
+	if err != nil {
+		t.Skipf("anonymous mapping: %v", err)
+	}
+	copy(mem, pattern(len(mem), 3))
+	send(mem)
+	if n := pr.ba.Invalidate(mem); n != 1 {
+		t.Fatalf("Invalidate dropped %d registrations, want 1", n)
+	}
+	addr := &mem[0]
+	if err := unmapAnon(mem); err != nil {
+		t.Fatal(err)
+	}
+	mem2, err := mapAnonAt(addr, 1<<20)
+	if err != nil {
+		t.Skipf("mapping again at the same address: %v", err)
+	}
+	defer unmapAnon(mem2)
+	copy(mem2, pattern(len(mem2), 4))
+	misses := pr.ba.ZeroCopyStats().Misses
+	send(mem2)
+	if s := pr.ba.ZeroCopyStats(); s.Misses != misses+1 || s.Invalidations != 1 {
+		t.Errorf("memory mapped again at an invalidated address: %+v, want a new registration", s)
+	}
+	pr.ba.Invalidate(mem2) // before the deferred unmap
+}
+
+// TestZeroCopyLoopbackCopies: over a transport that copies, zero copy on
+// changes nothing but what the cache learns once: every reply is copied
+// and counted so.
+func TestZeroCopyLoopbackCopies(t *testing.T) {
+	pr := newPair(t, transportFactories[0], zcOptions("on"), loopback.Faults{})
+	ctx := testCtx(t, 20*time.Second)
+	for i := range 3 {
+		src := pattern(300<<10, uint64(i))
+		dst := make([]byte, len(src))
+		exchange(t, ctx, pr.a, pr.atob, pr.b, 1, ^uint64(0), [][]byte{src}, [][]byte{dst})
+		if !bytes.Equal(src, dst) {
+			t.Fatal("arrived changed")
+		}
+	}
+	if c := pr.a.CopyStats(); c.SendInPlace != 0 || c.SendTransport < c.SentBytes {
+		t.Errorf("over the copying loopback wire: %+v", c)
+	}
+	if s := pr.ba.ZeroCopyStats(); s.Registered != 0 || s.Misses > 1 {
+		t.Errorf("the cache kept asking a transport that copies: %+v", s)
+	}
+}
