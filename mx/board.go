@@ -188,6 +188,8 @@ type Board struct {
 	woke         owned.Count
 	loopYields   atomic.Uint64 // receive loops' hand-overs to goroutines they woke
 	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
+	// sleep: the waiter that sleeps on the board's sources (sleep.go).
+	sleep sleepState
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -199,6 +201,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	}
 	o.Local = o.Local.withEnv()
 	if err := o.spinFromEnv(); err != nil { // poll.go
+		return nil, err
+	}
+	if err := o.sleepInLoopEnv(); err != nil { // sleep.go
 		return nil, err
 	}
 	if err := o.Local.largeEnv(); err != nil {
@@ -259,6 +264,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 			b.spinSrcs = append(b.spinSrcs, s)
 		}
 	}
+	b.openSleep()  // sleep.go
 	b.cmaPublish() // cma.go
 	go b.progress()
 	go b.fineTimer() // finetimer.go
@@ -320,6 +326,9 @@ func (b *Board) Close() error {
 		}
 		<-b.fineExited
 		b.closeHost()
+		b.src.mu.Lock() // no waiter sleeps on the sources any more
+		b.closeSleep()
+		b.src.mu.Unlock()
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)
 		}
