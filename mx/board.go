@@ -203,7 +203,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	if err := o.spinFromEnv(); err != nil { // poll.go
 		return nil, err
 	}
-	if err := o.sleepInLoopEnv(); err != nil { // sleep.go
+	if err := o.sleepEnv(); err != nil { // sleep.go
 		return nil, err
 	}
 	if err := o.Local.largeEnv(); err != nil {

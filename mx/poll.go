@@ -395,8 +395,9 @@ func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 	return true
 }
 
-// lookLocked is lookSource's look, by the owner of s.mu.
-func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) {
+// lookLocked is lookSource's look, by the owner of s.mu. It reports
+// whether it found anything (a lane record, or frames).
+func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
 	if s.lane != nil {
 		// One look at the rings: a lane record taken, or nothing
 		// there (Pending's verdict), or a Recv for the rest.
@@ -412,10 +413,10 @@ func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) {
 				s.pollDone.Inc()
 				w.doneAt = s
 			}
-			return
+			return true
 		case laneEmpty:
 			s.drained()
-			return
+			return false
 		}
 	}
 	n, _ := s.tr.Recv(s.rx, 0)
@@ -427,6 +428,7 @@ func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) {
 	if n < len(s.rx) {
 		s.drained() // verdict.go
 	}
+	return n > 0
 }
 
 // polledLocked ends a waiter's handling of what it took from s: it runs

@@ -119,7 +119,7 @@ func TestWaitFindsItsMessageAtOnce(t *testing.T) {
 
 // TestIdleWaiterSleeps: a waiter whose message does not come polls for its
 // budget only, then sleeps: in the kernel on the board's sources itself
-// (sleep.go), or, with SleepInLoop, on its request while the board's
+// (sleep.go, SleepOnSources), or else on its request while the board's
 // receive loop sleeps on the rings' eventfd; the message that comes later
 // still wakes it.
 func TestIdleWaiterSleeps(t *testing.T) {
@@ -130,7 +130,7 @@ func TestIdleWaiterSleeps(t *testing.T) {
 			}
 			o := fastOptions()
 			o.Spin = 100 * time.Microsecond
-			o.SleepInLoop = inLoop
+			o.SleepOnSources = !inLoop
 			pr := newPair(t, shmFactory, o, loopback.Faults{})
 			st0 := pr.ba.WaitStats() // the connects
 			ctx := testCtx(t, time.Minute)

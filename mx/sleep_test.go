@@ -21,20 +21,25 @@ func needSleepers(t *testing.T) {
 	}
 }
 
-// asleepOn starts a Wait of r on its own goroutine and returns its result
-// channel once the waiter sleeps on b's sources.
+// asleepOn starts a wait on its own goroutine and returns its result
+// channel once the waiter sleeps: on b's sources, or on its channel when it
+// could not take them (a loop that did not step aside within takeGrace, on
+// a loaded machine).
 func asleepOn(t *testing.T, b *Board, wait func() error) chan error {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() { errc <- wait() }()
-	waitUntil(t, "the waiter to sleep on the sources", func() bool { return b.WaitStats().Sleeping == 1 })
+	waitUntil(t, "the waiter to sleep", func() bool {
+		return b.WaitStats().Sleeping == 1 || b.sleep.chanSleepers.Load() > 0
+	})
 	return errc
 }
 
 // TestSleeperReceives: over UDP and over the rings, blocking waits sleep
 // on the board's sources themselves and receive their messages on their
 // own goroutine (WaitStats.Kernel), every byte intact, each message sent
-// once its waiter sleeps; and two waiters of one board, one asleep on the
+// once its waiter sleeps (a few, under load, on their channels: see
+// asleepOn); and two waiters of one board, one asleep on the
 // sources and one on its channel, both get their messages.
 func TestSleeperReceives(t *testing.T) {
 	needSleepers(t)
@@ -42,6 +47,7 @@ func TestSleeperReceives(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := fastOptions()
 			o.Spin = -1 // sleep at once: every wait is the sleeper's
+			o.SleepOnSources = true
 			pr := newPair(t, factoryNamed(t, name), o, loopback.Faults{})
 			ctx := testCtx(t, time.Minute)
 			st0 := pr.ba.WaitStats()
@@ -66,9 +72,12 @@ func TestSleeperReceives(t *testing.T) {
 					t.Fatalf("message %d differs", i)
 				}
 			}
-			if st := pr.ba.WaitStats(); st.Kernel != st0.Kernel+n || st.Sleeping != 0 {
-				t.Fatalf("wait stats %+v (before %+v): want %d waits received asleep on the sources, none asleep now", st, st0, n)
+			// Most take the sources; under load a few may find the
+			// loop slow to step aside and sleep on their channels.
+			if st := pr.ba.WaitStats(); st.Kernel == st0.Kernel || st.Kernel > st0.Kernel+n || st.Sleeping != 0 {
+				t.Fatalf("wait stats %+v (before %+v): want up to %d waits received asleep on the sources, none asleep now", st, st0, n)
 			}
+			t.Logf("%d of %d waits received asleep on the sources", pr.ba.WaitStats().Kernel-st0.Kernel, n)
 			// Two waiters: one owns the sources, the other sleeps on its
 			// channel; the owner's message comes last.
 			bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
@@ -81,7 +90,9 @@ func TestSleeperReceives(t *testing.T) {
 				errs[i] = make(chan error, 1)
 				go func() { _, err := r.Wait(ctx); errs[i] <- err }()
 				if i == 0 {
-					waitUntil(t, "the first waiter to sleep on the sources", func() bool { return pr.ba.WaitStats().Sleeping == 1 })
+					waitUntil(t, "the first waiter to sleep", func() bool {
+						return pr.ba.WaitStats().Sleeping == 1 || pr.ba.sleep.chanSleepers.Load() > 0
+					})
 				}
 			}
 			for _, i := range []int{1, 0} {
@@ -107,6 +118,7 @@ func TestSleeperEnds(t *testing.T) {
 	needSleepers(t)
 	o := fastOptions()
 	o.Spin = -1
+	o.SleepOnSources = true
 	pr := newPair(t, factoryNamed(t, "udp"), o, loopback.Faults{})
 	buf := make([]byte, 8)
 	r, err := pr.a.IRecv([][]byte{buf}, 5, ^uint64(0), nil)
@@ -174,22 +186,22 @@ func TestSleeperEnds(t *testing.T) {
 // bad value names the variable and its values.
 func TestSleepEnv(t *testing.T) {
 	for _, c := range []struct {
-		v      string
-		inLoop bool
-		bad    bool
-	}{{"", false, false}, {"recv", false, false}, {"loop", true, false}, {"kernel", false, true}} {
-		t.Run(fmt.Sprintf("%q", c.v), func(t *testing.T) {
+		v          string
+		given, set bool
+		bad        bool
+	}{{"", false, false, false}, {"", true, true, false}, {"recv", false, true, false}, {"loop", true, false, false}, {"kernel", false, false, true}} {
+		t.Run(fmt.Sprintf("%q/%v", c.v, c.given), func(t *testing.T) {
 			t.Setenv("GOMX_SLEEP", c.v)
-			var o BoardOptions
-			err := o.sleepInLoopEnv()
+			o := BoardOptions{SleepOnSources: c.given}
+			err := o.sleepEnv()
 			if c.bad {
 				if err == nil || !errors.Is(err, ErrBadOptions) || !bytes.Contains([]byte(err.Error()), []byte("GOMX_SLEEP")) {
 					t.Fatalf("GOMX_SLEEP=%q: error %v, want one naming GOMX_SLEEP", c.v, err)
 				}
 				return
 			}
-			if err != nil || o.SleepInLoop != c.inLoop {
-				t.Fatalf("GOMX_SLEEP=%q: SleepInLoop %v, error %v; want %v", c.v, o.SleepInLoop, err, c.inLoop)
+			if err != nil || o.SleepOnSources != c.set {
+				t.Fatalf("GOMX_SLEEP=%q over %v: SleepOnSources %v, error %v; want %v", c.v, c.given, o.SleepOnSources, err, c.set)
 			}
 		})
 	}

@@ -172,6 +172,11 @@ func gomx_init(api C.int, fatal *C.int, errbuf *C.char) C.int {
 	} else {
 		*fatal = 0
 	}
+	// The waiters are C threads: a completion handed over from a receive
+	// loop costs a thread switch, so a blocking waiter sleeps on the
+	// board's sources and receives itself (mx's sleep.go; GOMX_SLEEP=loop
+	// turns it off).
+	cfg.Options.SleepOnSources = true
 	names := mx.NewNames()
 	bs, err := cfg.OpenBoards(names)
 	if err != nil {
