@@ -269,7 +269,9 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 	}
 	start, polled := int64(-1), false
 	gen := e.wakeGen.Load()
-	kernel := !b.opts.BusyPoll && b.canSleepOnSources() // sleep.go
+	// sleep.go; not for a large send, whose pull requests come as a
+	// stream of frames the receive loop takes better (see there).
+	kernel := !b.opts.BusyPoll && r.class != classLarge && b.canSleepOnSources()
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
 		w := waiterReq{r: r}
 		out, t, err := b.pollWait(ctx, &w, nil, b.waitBudget(e), e, gen, kernel)
