@@ -201,7 +201,8 @@ staticcheck:
 # over gomx, as a shared library C, C++ and Fortran MX programs link to
 # (cmd/libmyriexpress, cgo behind the cabi tag; docs/c-api.md). Built into
 # $(CABI_DIR)/lib as libopen-mx.so.0 (Open-MX's soname and symbol versions)
-# with libopen-mx.so and libmyriexpress.so linking to it.
+# with libopen-mx.so and libmyriexpress.so linking to it, and its headers
+# (those two and Open-MX's native open-mx.h) into $(CABI_DIR)/include.
 .PHONY: libmyriexpress test-cabi
 CABI_DIR ?= build/cabi
 CABI_LDFLAGS = -extldflags '-Wl,--version-script=$(CURDIR)/cmd/libmyriexpress/libmyriexpress.version -Wl,-soname,libopen-mx.so.0'
@@ -211,6 +212,8 @@ libmyriexpress:
 	rm -f $(CABI_DIR)/lib/libopen-mx.so.h
 	ln -sf libopen-mx.so.0 $(CABI_DIR)/lib/libopen-mx.so
 	ln -sf libopen-mx.so.0 $(CABI_DIR)/lib/libmyriexpress.so
+	mkdir -p $(CABI_DIR)/include
+	cp include/myriexpress.h include/mx_extensions.h include/open-mx.h $(CABI_DIR)/include/
 	$(GO) build -o $(CABI_DIR)/bin/omx_info ./cmd/omx_info
 
 # The C tests of libmyriexpress (gcc): one process, two processes over

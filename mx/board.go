@@ -187,6 +187,12 @@ type Board struct {
 	woke         owned.Count
 	loopYields   atomic.Uint64 // receive loops' hand-overs to goroutines they woke
 	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
+	// sleep: the waiter that sleeps on the board's sources (sleep.go).
+	sleep sleepState
+	// pulling counts the endpoints' pulls in flight (large.go), written
+	// under mu: a waiter asleep on the sources leaves a pull's burst of
+	// replies to the receive loop (sleep.go).
+	pulling atomic.Int32
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -198,6 +204,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	}
 	o.Local = o.Local.withEnv()
 	if err := o.spinFromEnv(); err != nil { // spin.go
+		return nil, err
+	}
+	if err := o.sleepEnv(); err != nil { // sleep.go
 		return nil, err
 	}
 	if err := o.Local.largeEnv(); err != nil {
@@ -259,6 +268,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		}
 	}
 	b.zc = newZeroCopy(tr, o.ZeroCopy) // zerocopy.go
+	b.openSleep()                      // sleep.go
 	b.cmaPublish()                     // cma.go
 	go b.progress()
 	go b.fineTimer() // finetimer.go
@@ -320,7 +330,10 @@ func (b *Board) Close() error {
 		}
 		<-b.fineExited
 		b.closeHost()
-		b.zcClose() // zerocopy.go: after the transport completed its in-place sends
+		b.zcClose()     // zerocopy.go: after the transport completed its in-place sends
+		b.src.mu.Lock() // no waiter sleeps on the sources any more
+		b.closeSleep()
+		b.src.mu.Unlock()
 		if b.opts.Names != nil && b.opts.Hostname != "" {
 			b.opts.Names.Unregister(b.opts.Hostname)
 		}

@@ -152,10 +152,12 @@ func (e *Endpoint) wakeupLocked() {
 	e.wakeGen.Add(1)
 	close(e.wake)
 	e.wake = make(chan struct{})
+	e.b.ringSleeper() // sleep.go
 }
 
 // signalEvent wakes WaitAny, Peek and Probe waiters.
 func (e *Endpoint) signalEvent() {
+	e.b.ringSleeper() // sleep.go: its owner may wait for r, or for an event
 	if e.evWaiters > 0 {
 		e.b.wokeOne()
 		close(e.ev)
@@ -652,19 +654,35 @@ func (m *Message) Recv(ctx context.Context, segs [][]byte) (Status, error) {
 // endpoint events in between.
 func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 	b := e.b
+	ok := false
+	locked := func() bool {
+		b.mu.Lock()
+		ok = cond()
+		b.mu.Unlock()
+		return ok || e.closedAtom.Load()
+	}
+	gen := e.wakeGen.Load()
+	kernel := !b.opts.BusyPoll && b.canSleepOnSources() // sleep.go
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
 		budget := b.waitBudget(e)
-		ok := false
-		out, _, err := b.pollWait(ctx, nil, func() bool {
-			b.mu.Lock()
-			ok = cond()
-			b.mu.Unlock()
-			return ok || e.closedAtom.Load()
-		}, budget, e, e.wakeGen.Load())
+		out, _, err := b.pollWait(ctx, nil, locked, budget, e, gen, kernel)
 		if err != nil {
 			return err
 		}
 		if out == pollHeld {
+			if !ok {
+				return ErrEndpointClosed
+			}
+			return nil
+		}
+		kernel = kernel && out == pollSpent
+	}
+	if kernel {
+		out, err := b.sleepOnSources(ctx, nil, locked, e, gen)
+		switch out {
+		case sleepErr:
+			return err
+		case sleepHeld:
 			if !ok {
 				return ErrEndpointClosed
 			}
@@ -684,6 +702,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 		e.evWaiters++
 		ev, wake := e.ev, e.wake
 		b.mu.Unlock()
+		b.sleep.chanSleepers.Add(1) // sleep.go
 		var err error
 		select {
 		case <-ev:
@@ -692,6 +711,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 		case <-wake:
 			err = ErrWokenUp
 		}
+		b.sleep.chanSleepers.Add(-1)
 		b.mu.Lock()
 		e.evWaiters--
 		if err != nil {

@@ -232,7 +232,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		// consumed here, under the lock its Wait would take again.
 		w.ok = w.r.consumeLocked(&w.st)
 	}
-	if w != nil && w.ok {
+	if w != nil && w.ok && !w.asleep {
 		// Its wait ends polled (firstLook, pollWait): counted here.
 		b.waitPolledLocked.Inc()
 	}

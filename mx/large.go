@@ -233,6 +233,7 @@ func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total 
 	pl.handle = uint32(slot) | (rand.Uint32() << 10)
 	pl.magic = pullMagic(e.id)
 	e.pulls[slot] = pl
+	b.pulling.Add(1) // sleep.go
 	r.pl = pl
 	pl.fill()
 }
@@ -463,6 +464,7 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 	pl.ending = true
 	e.b.waitPullCopies(pl) // the engine must be done writing into r first
 	e.pulls[pl.slot] = nil
+	e.b.pulling.Add(-1)
 	e.pullFree = append(e.pullFree, pl.slot)
 	pl.r.pl = nil
 	if code != nil {

@@ -84,6 +84,14 @@ type BoardOptions struct {
 	// message is caught by polling; one that comes later shrinks it.
 	// Default $GOMX_SPIN_MAX, else DefaultSpinMax (or Spin, if larger).
 	SpinMax time.Duration
+	// SleepOnSources makes a blocking waiter whose poll window is spent
+	// take the board's sources and sleep in the kernel on them itself, on
+	// its own thread, receiving its message there, instead of sleeping
+	// until the receive loop completes its request (see sleep.go). It
+	// pays where the waiter is a thread the Go scheduler cannot hand the
+	// completion to at no cost: a C thread waiting in libmyriexpress,
+	// which sets it. Default: $GOMX_SLEEP (recv sets it, loop clears it).
+	SleepOnSources bool
 	// NoChecksum turns off the CRC-32C frame trailer (see package wire).
 	// The trailer is a gomx extension negotiated at connect: frames between
 	// two boards carry it when both announce it (neither set NoChecksum),

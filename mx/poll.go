@@ -155,6 +155,9 @@ type waiterReq struct {
 	// it as gone from that source's pollers (lookSource).
 	polling bool
 	doneAt  *rxSource
+	// asleep: the waiter sleeps on the sources (sleep.go), and its wait
+	// counts as such, not as polled.
+	asleep bool
 }
 
 // pollWait polls the waiter's sources until w's request is done (or, when
@@ -163,8 +166,11 @@ type waiterReq struct {
 // up (its wake generation moves past gen). It says which of the first
 // three happened and, when the condition did not hold, the board's clock
 // when it started counting its budget (after its first few looks: a wait
-// that ends sooner reads no clock for it; -1 when it read none).
-func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, budget time.Duration, e *Endpoint, gen uint64) (pollOutcome, int64, error) {
+// that ends sooner reads no clock for it; -1 when it read none). stay: a
+// waiter that does not get its condition goes on to sleep on the sources
+// itself (sleep.go) once its budget is spent, so it does not hand them
+// back to their loops then.
+func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, budget time.Duration, e *Endpoint, gen uint64, stay bool) (pollOutcome, int64, error) {
 	var r *Request
 	if w != nil {
 		r = w.r
@@ -209,7 +215,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				s.idle.Store(idleFresh) // the loop times it (stayAway)
 			}
 			s.pollLeft.Add(1)
-			if !ok && s.polling() == 0 {
+			if !ok && !(stay && spent) && s.polling() == 0 {
 				// Hand Recv back at once: this waiter is going to
 				// sleep and its message must find an owner.
 				s.idle.Store(idleNever)
@@ -353,6 +359,14 @@ type WaitStats struct {
 	// completed) before it looked for more: the woken waiter runs at
 	// once, instead of after the loop's spin in Recv.
 	LoopYields uint64
+	// Kernel counts the waits that, their poll window spent, slept in
+	// the kernel on the board's sources and received their message on
+	// their own thread (sleep.go) instead of sleeping until the receive
+	// loop completed them.
+	Kernel uint64
+	// Sleeping is the number of waiters asleep in the kernel on the
+	// board's sources right now: 0 or 1 (one owns them at a time).
+	Sleeping int
 }
 
 // WaitStats returns the board's wait statistics.
@@ -360,11 +374,16 @@ func (b *Board) WaitStats() WaitStats {
 	// Every waiter polls the same sources (waitSources) and counts
 	// itself in each: the most pollers of one is the number of waiters
 	// polling (a count of its own cost two locked instructions a wait).
-	spinning := 0
+	spinning, sleeping := 0, 0
 	for _, s := range b.allSrcs {
-		spinning = max(spinning, int(s.polling()))
+		n := int(s.polling())
+		if s.asleep.Load() {
+			n-- // asleep on it in the kernel (sleep.go), not polling
+			sleeping = 1
+		}
+		spinning = max(spinning, n)
 	}
 	return WaitStats{Polled: b.waitPolled.Load() + b.waitPolledLocked.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
 		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load(),
-		LoopYields: b.loopYields.Load(), HandOvers: b.waitHandOver.Load()}
+		LoopYields: b.loopYields.Load(), HandOvers: b.waitHandOver.Load(), Kernel: b.sleep.waits.Load(), Sleeping: sleeping}
 }

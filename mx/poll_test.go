@@ -3,6 +3,7 @@ package mx
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -117,45 +118,63 @@ func TestWaitFindsItsMessageAtOnce(t *testing.T) {
 }
 
 // TestIdleWaiterSleeps: a waiter whose message does not come polls for its
-// budget only, then sleeps, and so does the board's receive loop (the
-// rings' futex); the message that comes later still wakes it.
+// budget only, then sleeps: in the kernel on the board's sources itself
+// (sleep.go, SleepOnSources), or else on its request while the board's
+// receive loop sleeps on the rings' eventfd; the message that comes later
+// still wakes it.
 func TestIdleWaiterSleeps(t *testing.T) {
-	o := fastOptions()
-	o.Spin = 100 * time.Microsecond
-	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	st0 := pr.ba.WaitStats() // the connects
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 100)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
-	waitUntil(t, "the waiter to give up polling", func() bool {
-		st := pr.ba.WaitStats()
-		return st.Slept == st0.Slept+1 && st.Spinning == 0
-	})
-	tr := pr.ba.tr.(*shm.Transport)
-	sleeps := shmCounter(tr, "shm receiver sleeps")
-	waitUntil(t, "the receive loop to sleep", func() bool { return shmCounter(tr, "shm receiver sleeps") > sleeps })
-	msg := pattern(100, 3)
-	s, err := pr.b.ISend([][]byte{msg}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(buf, msg) {
-		t.Fatal("the message differs")
-	}
-	if st := pr.ba.WaitStats(); st.Polled != st0.Polled || st.Slept != st0.Slept+1 {
-		t.Fatalf("wait stats %+v: want the one wait to have slept", st)
+	for _, inLoop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inloop=%v", inLoop), func(t *testing.T) {
+			if !inLoop && runtime.GOMAXPROCS(0) < 2 {
+				t.Skip("with GOMAXPROCS 1 no waiter sleeps on the sources (sleep.go): run with GOMAXPROCS=2 or more")
+			}
+			o := fastOptions()
+			o.Spin = 100 * time.Microsecond
+			o.SleepOnSources = !inLoop
+			pr := newPair(t, shmFactory, o, loopback.Faults{})
+			st0 := pr.ba.WaitStats() // the connects
+			ctx := testCtx(t, time.Minute)
+			buf := make([]byte, 100)
+			r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := r.Wait(ctx)
+				errc <- err
+			}()
+			waitUntil(t, "the waiter to give up polling", func() bool {
+				st := pr.ba.WaitStats()
+				return st.Slept == st0.Slept+1 && st.Spinning == 0
+			})
+			if inLoop {
+				tr := pr.ba.tr.(*shm.Transport)
+				sleeps := shmCounter(tr, "shm receiver sleeps")
+				waitUntil(t, "the receive loop to sleep", func() bool { return shmCounter(tr, "shm receiver sleeps") > sleeps })
+			} else {
+				waitUntil(t, "the waiter to sleep on the sources", func() bool { return pr.ba.WaitStats().Sleeping == 1 })
+			}
+			msg := pattern(100, 3)
+			s, err := pr.b.ISend([][]byte{msg}, pr.btoa, 7, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustWait(t, s, time.Minute)
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf, msg) {
+				t.Fatal("the message differs")
+			}
+			st := pr.ba.WaitStats()
+			if st.Polled != st0.Polled || st.Slept != st0.Slept+1 || st.Sleeping != 0 {
+				t.Fatalf("wait stats %+v: want the one wait to have slept, and nobody asleep now", st)
+			}
+			if want := st0.Kernel + map[bool]uint64{false: 1, true: 0}[inLoop]; st.Kernel != want {
+				t.Fatalf("wait stats %+v: %d waits received asleep on the sources, want %d", st, st.Kernel, want)
+			}
+		})
 	}
 }
 

@@ -208,9 +208,13 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		return st, err
 	}
 	start, polled := int64(-1), false
+	gen := e.wakeGen.Load()
+	// sleep.go; not for a large send, whose pull requests come as a
+	// stream of frames the receive loop takes better (see there).
+	kernel := !b.opts.BusyPoll && r.class != classLarge && b.canSleepOnSources()
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
 		w := waiterReq{r: r}
-		out, t, err := b.pollWait(ctx, &w, nil, b.waitBudget(e), e, e.wakeGen.Load())
+		out, t, err := b.pollWait(ctx, &w, nil, b.waitBudget(e), e, gen, kernel)
 		if w.ok {
 			// Consumed by the poll that completed it. Field by field:
 			// w.st was just written so (copyTo).
@@ -225,6 +229,29 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 			return st, err
 		}
 		start, polled = t, out == pollSpent
+		kernel = kernel && polled
+	}
+	if kernel {
+		// Sleep on the board's sources, receiving on this thread
+		// (sleep.go).
+		w := waiterReq{r: r}
+		out, err := b.sleepOnSources(ctx, &w, nil, e, gen)
+		switch {
+		case w.ok:
+			w.st.copyTo(&st)
+			if polled && start >= 0 {
+				e.spin.observe(b, b.clock()-start)
+			}
+			return st, st.Code
+		case out == sleepErr:
+			return Status{}, err
+		case out == sleepHeld:
+			if polled && start >= 0 {
+				e.spin.observe(b, b.clock()-start)
+			}
+			err = r.finish(&st)
+			return st, err
+		}
 	}
 	b.mu.Lock()
 	for !r.done.Load() {
@@ -235,6 +262,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		r.waiters++
 		wake := e.wake
 		b.mu.Unlock()
+		b.sleep.chanSleepers.Add(1) // sleep.go: an owner hands the sources back at once
 		var err error
 		select {
 		case <-r.ch:
@@ -243,6 +271,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		case <-wake:
 			err = ErrWokenUp
 		}
+		b.sleep.chanSleepers.Add(-1)
 		b.mu.Lock()
 		r.waiters--
 		if r.wokeAt != 0 {

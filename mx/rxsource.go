@@ -59,11 +59,16 @@ type rxSource struct {
 	// lane, for rings, lets a waiter take a lane record without a Recv
 	// (lane.go's takeLane).
 	lane *shm.Transport
+	// sleeper, when not nil, lets a waiter sleep on the source in the
+	// kernel (sleep.go); asleep is set while one owns it for that.
+	sleeper transport.Sleeper
+	asleep  atomic.Bool
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
 	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
 	s.idle.Store(idleNever)
+	s.sleeper, _ = tr.(transport.Sleeper)
 	if st, ok := tr.(*shm.Transport); ok {
 		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
 		// Every send of the board holds b.mu, and none (SendParts:
@@ -108,6 +113,11 @@ const (
 func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	grace := b.spinGrace()
 	if s.polling() > 0 {
+		if s.asleep.Load() {
+			// A waiter sleeps on it (sleep.go) and hands it back
+			// itself (s.wake): look again for the timers only.
+			return true, b.tick
+		}
 		return true, grace
 	}
 	now := b.clock()
@@ -211,6 +221,14 @@ func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 	if !s.mu.TryLock() {
 		return false
 	}
+	b.lookLocked(s, seen, w)
+	s.mu.Unlock()
+	return true
+}
+
+// lookLocked is lookSource's look, by the owner of s.mu. It reports
+// whether it found anything (a lane record, or frames).
+func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
 	if s.lane != nil {
 		// One look at the rings: a lane record taken, or nothing
 		// there (Pending's verdict), or a Recv for the rest.
@@ -226,12 +244,10 @@ func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 				s.pollDone.Inc()
 				w.doneAt = s
 			}
-			s.mu.Unlock()
 			return true
 		case laneEmpty:
 			s.drained()
-			s.mu.Unlock()
-			return true
+			return false
 		}
 	}
 	n, _ := s.tr.Recv(s.rx, 0)
@@ -243,8 +259,7 @@ func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
 	if n < len(s.rx) {
 		s.drained() // verdict.go
 	}
-	s.mu.Unlock()
-	return true
+	return n > 0
 }
 
 // polledLocked ends a waiter's handling of what it took from s: it runs

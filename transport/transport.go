@@ -225,6 +225,29 @@ type PeerWatcher interface {
 	LostPeers(dst []NICID) []NICID
 }
 
+// Sleeper is implemented by transports whose receiver can sleep in the
+// kernel on a file descriptor, on its own thread, instead of inside Recv
+// (where a transport parks its goroutine in the Go runtime's poller). A
+// thread of a C program waiting in a library built on the message layer
+// is woken by the kernel directly that way, where a goroutine parked in
+// the poller is woken by whichever thread polls and then handed to its
+// own; and one thread can sleep on several transports at once (ppoll).
+// The caller has the right to call Recv (no Recv runs meanwhile) from
+// ArmSleep until EndSleep.
+type Sleeper interface {
+	// ArmSleep prepares a sleep: from now on a frame that arrives makes
+	// fd readable (POLLIN), and a frame that waits already either keeps
+	// it readable or makes sleep false (the caller then calls EndSleep
+	// and receives).
+	ArmSleep() (fd int, sleep bool)
+	// EndSleep ends the sleep ArmSleep prepared; readable says whether
+	// the caller's poll found fd readable.
+	EndSleep(readable bool)
+	// Wake makes a Recv that is waiting (or the next one) return 0, nil
+	// soon, so another goroutine can take the transport's Recv over.
+	Wake()
+}
+
 // HostUnique is implemented by transports that know whether their NIC id
 // names this board alone among the boards of the host (within its network
 // namespace): true for a UDP address, or the MAC of a device one process

@@ -16,7 +16,6 @@
 #include "shim.h"
 #include "_cgo_export.h"
 
-#define MAX_EPS 4096 /* maxEndpoints in handles.go */
 
 static mx_return_t errors_are_fatal(char *str, mx_return_t ret)
 {
@@ -42,17 +41,15 @@ const mx_error_handler_t MX_ERRORS_RETURN = errors_return;
  * (MX_PARAM_ERROR_HANDLER), by endpoint table index. */
 static mx_error_handler_t global_handler;
 static int handler_set;
-static mx_error_handler_t ep_handlers[MAX_EPS];
+static mx_error_handler_t ep_handlers[GOMX_MAX_EPS];
 static pthread_mutex_t handler_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Nonzero while this thread runs an unexpected handler. */
-static __thread int in_handler;
+/* Nonzero while this thread runs an unexpected handler (shim.h). */
+__thread int gomx_in_handler;
 
 static int ep_index(mx_endpoint_t ep)
 {
-	uintptr_t h = (uintptr_t)ep;
-	int i = (int)(h & 0xffff) - 1;
-	return (i >= 0 && i < MAX_EPS) ? i : -1;
+	return gomx_ep_index((uintptr_t)ep);
 }
 
 static mx_error_handler_t handler_of(mx_endpoint_t ep)
@@ -95,14 +92,14 @@ static mx_return_t fail(mx_endpoint_t ep, const char *fn, int ret, const char *m
 	} while (0)
 
 #define NOT_IN_HANDLER(ep, fn)                                                             \
-	NEED(ep, fn, !in_handler, MX_CLOSE_IN_HANDLER,                                     \
+	NEED(ep, fn, !gomx_in_handler, MX_CLOSE_IN_HANDLER,                                     \
 	     "not allowed inside the unexpected handler (it must not block or close)")
 
 int gomx_call_unexp(uintptr_t fn, uintptr_t ctx, uint64_t a0, uint64_t a1, uint64_t match,
 		    uint32_t length, void *data, int deprecated)
 {
 	int act;
-	in_handler++;
+	gomx_in_handler++;
 	if (deprecated) {
 		((mx_matching_callback_t)fn)((void *)ctx, match, (int)length);
 		act = MX_RECV_CONTINUE;
@@ -112,7 +109,7 @@ int gomx_call_unexp(uintptr_t fn, uintptr_t ctx, uint64_t a0, uint64_t a1, uint6
 		src.stuff[1] = a1;
 		act = ((mx_unexp_handler_t)fn)((void *)ctx, src, match, length, data);
 	}
-	in_handler--;
+	gomx_in_handler--;
 	return act;
 }
 

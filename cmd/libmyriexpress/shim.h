@@ -20,4 +20,16 @@
 int gomx_call_unexp(uintptr_t fn, uintptr_t ctx, uint64_t a0, uint64_t a1, uint64_t match,
 		    uint32_t length, void *data, int deprecated);
 
+/* Nonzero while this thread runs an unexpected handler: blocking calls
+ * and closing fail there (shim.c, omx.c). */
+extern __thread int gomx_in_handler;
+
+/* The endpoint table index of a handle (handles.go), or -1. */
+#define GOMX_MAX_EPS 4096 /* maxEndpoints in handles.go */
+static inline int gomx_ep_index(uintptr_t h)
+{
+	int i = (int)(h & 0xffff) - 1;
+	return (i >= 0 && i < GOMX_MAX_EPS) ? i : -1;
+}
+
 #endif

@@ -28,7 +28,9 @@
 //     refused; a transport that declares Options.InPlace proves it: every
 //     frame counted in place, none copied;
 //   - Close with frames held and in-place sends pending ends the holds and
-//     completes the sends.
+//     completes the sends;
+//   - a [transport.Sleeper]'s Wake ends a waiting Recv, and its ArmSleep
+//     descriptor polls readable once a frame arrived.
 //
 // A transport that may lose frames under load (UDP, AF_XDP) sets
 // Options.Lossy: the suite then retries lone frames, counts rather than
@@ -112,6 +114,7 @@ func RunWith(t *testing.T, newPair NewPair, opts Options) {
 	t.Run("HoldRefused", s.holdRefused)
 	t.Run("SendInPlace", s.sendInPlace)
 	t.Run("CloseWithHeldFrames", s.closeHeld)
+	t.Run("Sleeper", s.sleeper)
 }
 
 type suite struct {

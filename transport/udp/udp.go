@@ -133,6 +133,8 @@ type Transport struct {
 	rxTimedOut bool // the last recvBatch hit the read deadline
 	rxFn       func(fd uintptr) bool
 	deadlineOn bool
+	fd         int         // the socket, for ArmSleep
+	wakeReq    atomic.Bool // Wake asked a waiting Recv to return
 	lends      *transport.Lends[[]byte]
 	spareMu    sync.Mutex
 	spare      [][]byte // released receive buffers, for the next Hold
@@ -200,6 +202,7 @@ func setup(conn *net.UDPConn, opts Options) (*Transport, error) {
 	t := &Transport{conn: conn, raw: raw, mtu: opts.MTU, batch: opts.Batch}
 	var serr error
 	err = raw.Control(func(fd uintptr) {
+		t.fd = int(fd)
 		serr = t.setSockopts(int(fd), opts)
 	})
 	if err == nil {
@@ -428,8 +431,8 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	// Try once without the poller: the busy-poll path and a full queue
 	// cost one syscall and no deadline.
 	n, err := t.recvBatch(frames, want, false)
-	if n > 0 || err != nil || timeout == 0 {
-		return n, err
+	if n > 0 || err != nil || timeout == 0 || t.rxTimedOut {
+		return n, err // (timed out at once: Wake's deadline)
 	}
 	switch {
 	case timeout > 0:
@@ -437,6 +440,11 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return 0, t.ioErr(err)
 		}
 		t.deadlineOn = true
+	}
+	// After the deadline is set: a Wake that set its own past deadline
+	// before ours is seen here, one after it ends the wait below.
+	if t.wakeReq.Load() && t.wakeReq.Swap(false) {
+		return 0, nil
 	}
 	// Wait; a batch of nothing but oversized datagrams is no reason to
 	// return before the timeout. Each pass consumes datagrams, so the loop
@@ -449,6 +457,23 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	}
 }
 
+// Wake makes a Recv that waits in the poller (or the next one that
+// would) return 0, nil at once (see [transport.Sleeper]): it sets a read
+// deadline in the past, which ends the wait, and the Recv that sees it
+// clears it again.
+func (t *Transport) Wake() {
+	t.wakeReq.Store(true)
+	_ = t.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
+// ArmSleep returns the socket, which polls readable while a datagram
+// waits (see [transport.Sleeper]). The socket's readiness is its queue,
+// so there is nothing to announce.
+func (t *Transport) ArmSleep() (fd int, sleep bool) { return t.fd, !t.closed.Load() }
+
+// EndSleep ends a sleep ArmSleep prepared: nothing to undo.
+func (t *Transport) EndSleep(readable bool) {}
+
 // recvBatch makes one recvmmsg call (waiting in the poller first if wait)
 // and fills frames with the datagrams that fit the MTU. On a deadline it
 // returns 0, nil and sets rxTimedOut.
@@ -456,7 +481,9 @@ func (t *Transport) recvBatch(frames []transport.Frame, want int, wait bool) (in
 	t.rxWant, t.rxWait, t.rxGot, t.rxErrno, t.rxTimedOut = want, wait, 0, 0, false
 	if err := t.raw.Read(t.rxFn); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			t.rxTimedOut = true
+			// Ours, or Wake's: either way the next Recv clears it.
+			t.rxTimedOut, t.deadlineOn = true, true
+			t.wakeReq.Store(false)
 			return 0, nil
 		}
 		return 0, t.ioErr(err)
