@@ -487,6 +487,7 @@ func TestUserWQStall(t *testing.T) {
 // runs again, Poll posts it and every copy lands.
 func TestUserWQSharedFull(t *testing.T) {
 	k := newKernelDSA(t)
+	k.o.Watchdog = time.Minute // a loaded machine must not make the full WQ look starved
 	a, b := k.open(t, "wq0.1"), k.open(t, "wq0.1")
 	defer a.Close()
 	defer b.Close()
@@ -534,5 +535,65 @@ func TestUserWQSharedFull(t *testing.T) {
 	}
 	if !bytes.Equal(dst, src) {
 		t.Fatal("copies through the full shared WQ differ")
+	}
+}
+
+// TestUserWQSharedStarved: a shared WQ that other users keep full fails
+// what this opener waits to post after the watchdog time, instead of
+// leaving it waiting forever; once the WQ has room, new requests run.
+func TestUserWQSharedStarved(t *testing.T) {
+	k := newKernelDSA(t)
+	a := k.open(t, "wq0.1")
+	defer a.Close()
+	o := k.o
+	o.Watchdog = 20 * time.Millisecond
+	b, err := OpenUserWQ("wq0.1", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dma := k.plat.IOMMU()
+	buf := make([]byte, 64<<10)
+	m, _ := dma.Map(buf)
+	defer dma.Unmap(m)
+	k.plat.Hold(0, true)
+	for i := 0; i < 16; i++ {
+		if err := a.EnqueueNull(uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		a.Submit()
+	}
+	if err := b.EnqueueCopy(m, 0, m, 4096, 4096, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.Submit()
+	var out [16]Completion
+	for w := startWait(5 * time.Second); b.Poll(out[:1]) == 0; {
+		if w.expired() {
+			t.Fatal("the starved request never failed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(out[0].Err, ErrStalled) || !strings.Contains(out[0].Err.Error(), "other users keep it full") {
+		t.Errorf("starved request: %v", out[0].Err)
+	}
+	k.plat.Hold(0, false)
+	for got, w := 0, startWait(5*time.Second); got < 16; {
+		got += a.Poll(out[got:])
+		if w.expired() {
+			t.Fatalf("the first opener got %d of 16", got)
+		}
+	}
+	if err := b.EnqueueCopy(m, 0, m, 4096, 4096, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.Submit()
+	for w := startWait(5 * time.Second); b.Poll(out[:1]) == 0; {
+		if w.expired() {
+			t.Fatal("no completion once the WQ had room")
+		}
+	}
+	if out[0].Err != nil {
+		t.Errorf("a request once the WQ had room: %v", out[0].Err)
 	}
 }
