@@ -196,3 +196,18 @@ func (pt *DSAPortal) Close() error {
 	pt.closed.Store(true)
 	return nil
 }
+
+// Hold makes function fn's engines take nothing from its WQs while hold
+// is set, as a device busy with other work: descriptors queue up until
+// the WQs are full, so a driver's handling of a full WQ (ENQCMD refused,
+// dedicated WQ overfilled) can be tested.
+func (p *DSA) Hold(fn int, hold bool) {
+	d := p.devs[fn]
+	d.paused.Store(hold)
+	if !hold {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -483,13 +483,15 @@ func TestDSAKernelPortal(t *testing.T) {
 	if err := p.ConfigureKernel(0, []KernelWQ{{Size: 2, Shared: true}, {Size: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	p.devs[0].paused.Store(true) // nothing leaves the WQs
+	p.Hold(0, true) // nothing leaves the WQs
 	shared, _ := p.UserPortal(0, 0)
 	dedicated, _ := p.UserPortal(0, 1)
 	var rec [64]byte
 	binary.LittleEndian.PutUint32(rec[dsahw.DescOffFlags:], uint32(dsahw.OpNoop)<<24)
-	if !shared.Enqueue(&rec) || !shared.Enqueue(&rec) {
-		t.Fatal("the shared WQ refused a descriptor while it had room")
+	for i := 0; i < 2; i++ {
+		if !shared.Enqueue(&rec) {
+			t.Fatalf("the shared WQ refused descriptor %d while it had room", i)
+		}
 	}
 	if shared.Enqueue(&rec) || shared.Refused() != 1 {
 		t.Fatalf("the full shared WQ took a third descriptor (refused %d)", shared.Refused())
@@ -504,7 +506,7 @@ func TestDSAKernelPortal(t *testing.T) {
 	if s := p.Stats(0); s.Violations != 2 || s.Dropped != 1 || !strings.Contains(s.LastViolation, "shared WQs take ENQCMD only") {
 		t.Errorf("MOVDIR64B to a shared WQ: %+v", s)
 	}
-	p.devs[0].paused.Store(false)
+	p.Hold(0, false)
 
 	q, _ := NewDSA(DSAOptions{})
 	defer q.Close()

@@ -290,6 +290,7 @@ type WQ struct {
 	redo      []uint64 // ring indexes to re-run after a page fault, oldest first
 	redoTries int      // faults of redo[0] so far
 	closing   bool
+	fullSince time.Time // when a shared WQ began refusing, none of ours in it
 
 	head, posted, tail, reaped uint64 // ring indexes
 	uHead, uTail               uint64 // units posted, completed

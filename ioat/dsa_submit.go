@@ -218,8 +218,10 @@ func (q *WQ) post() {
 		}
 		le.PutUint16(q.rec[dsahw.DescOffIntH:], q.intH)
 		if !q.write() {
-			return // a shared WQ is full: Poll posts it later
+			q.sharedFull() // a shared WQ is full: Poll posts it later
+			return
 		}
+		q.fullSince = time.Time{}
 		if q.uHead == q.uTail {
 			q.stall = 0 // the watchdog's clock starts with this work
 		}

@@ -380,6 +380,34 @@ func (q *WQ) repost(ui uint64) bool {
 	return !u.waiting
 }
 
+// sharedFull is the watchdog of a shared WQ that refuses every ENQCMD
+// while none of this WQ's descriptors are in it: other users keep it
+// full. After Options.Watchdog of that, what waits to be posted fails
+// (matching ErrStalled), so no caller waits forever; later requests try
+// again.
+func (q *WQ) sharedFull() {
+	if q.uHead != q.uTail {
+		q.fullSince = time.Time{} // ours will complete and free entries
+		return
+	}
+	if q.fullSince.IsZero() {
+		q.fullSince = time.Now()
+		return
+	}
+	if time.Since(q.fullSince) < q.opts.Watchdog {
+		return
+	}
+	err := opErr(q.d.addr, "enqcmd", fmt.Errorf("%w: shared %s refused every ENQCMD for %v with none of this process's descriptors in it: other users keep it full; use a dedicated WQ (sudo ioatctl dsa-config --mode dedicated) or a larger one",
+		ErrStalled, q.user.wq.Name, q.opts.Watchdog))
+	for k := q.posted; k < q.head; k++ {
+		q.failFrom(k, err)
+	}
+	q.stats.Watchdogs++
+	q.stats.Completed += q.head - q.posted
+	q.tail, q.posted = q.head, q.head
+	q.fullSince = time.Time{}
+}
+
 // userStall is the watchdog of the kernel path: the WQ completed nothing
 // for Options.Watchdog. User space cannot abort a kernel-owned WQ, so the
 // WQ fails what it holds and takes no more work; its ring stays mapped,

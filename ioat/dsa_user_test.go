@@ -480,3 +480,120 @@ func TestUserWQStall(t *testing.T) {
 	}
 	q.freeRing() // the test knows the model's WQ is disabled: nothing can write there now
 }
+
+// TestUserWQSharedFull: two openers of one shared WQ, the device held
+// busy. The first fills the WQ; the second's ENQCMDs are refused (retried,
+// bounded, then left for Poll) and nothing of it is lost: once the device
+// runs again, Poll posts it and every copy lands.
+func TestUserWQSharedFull(t *testing.T) {
+	k := newKernelDSA(t)
+	k.o.Watchdog = time.Minute // a loaded machine must not make the full WQ look starved
+	a, b := k.open(t, "wq0.1"), k.open(t, "wq0.1")
+	defer a.Close()
+	defer b.Close()
+	dma := k.plat.IOMMU()
+	src, dst := make([]byte, 64<<10), make([]byte, 64<<10)
+	for i := range src {
+		src[i] = byte(i*5 + 1)
+	}
+	sm, _ := dma.Map(src)
+	dm, _ := dma.Map(dst)
+	defer dma.Unmap(sm)
+	defer dma.Unmap(dm)
+	k.plat.Hold(0, true)
+	for i := 0; i < 16; i++ { // 16 single descriptors: the WQ's 16 entries
+		if err := a.EnqueueCopy(dm, i*2048, sm, i*2048, 2048, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		a.Submit()
+	}
+	for i := 16; i < 32; i++ {
+		if err := b.EnqueueCopy(dm, i*2048, sm, i*2048, 2048, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		b.Submit()
+	}
+	if r := b.Stats().EnqRetries; r < enqTries {
+		t.Fatalf("the second opener's ENQCMDs were refused %d times, want at least %d (the WQ was full)", r, enqTries)
+	}
+	k.plat.Hold(0, false)
+	var out [32]Completion
+	for _, q := range []*WQ{a, b} {
+		got := 0
+		for w := startWait(q.opts.Watchdog); got < 16; {
+			n := q.Poll(out[got:])
+			for _, c := range out[got : got+n] {
+				if c.Err != nil {
+					t.Fatal(c.Err)
+				}
+			}
+			got += n
+			if w.expired() {
+				t.Fatalf("%d of 16 completed", got)
+			}
+		}
+	}
+	if !bytes.Equal(dst, src) {
+		t.Fatal("copies through the full shared WQ differ")
+	}
+}
+
+// TestUserWQSharedStarved: a shared WQ that other users keep full fails
+// what this opener waits to post after the watchdog time, instead of
+// leaving it waiting forever; once the WQ has room, new requests run.
+func TestUserWQSharedStarved(t *testing.T) {
+	k := newKernelDSA(t)
+	a := k.open(t, "wq0.1")
+	defer a.Close()
+	o := k.o
+	o.Watchdog = 20 * time.Millisecond
+	b, err := OpenUserWQ("wq0.1", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dma := k.plat.IOMMU()
+	buf := make([]byte, 64<<10)
+	m, _ := dma.Map(buf)
+	defer dma.Unmap(m)
+	k.plat.Hold(0, true)
+	for i := 0; i < 16; i++ {
+		if err := a.EnqueueNull(uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		a.Submit()
+	}
+	if err := b.EnqueueCopy(m, 0, m, 4096, 4096, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.Submit()
+	var out [16]Completion
+	for w := startWait(5 * time.Second); b.Poll(out[:1]) == 0; {
+		if w.expired() {
+			t.Fatal("the starved request never failed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(out[0].Err, ErrStalled) || !strings.Contains(out[0].Err.Error(), "other users keep it full") {
+		t.Errorf("starved request: %v", out[0].Err)
+	}
+	k.plat.Hold(0, false)
+	for got, w := 0, startWait(5*time.Second); got < 16; {
+		got += a.Poll(out[got:])
+		if w.expired() {
+			t.Fatalf("the first opener got %d of 16", got)
+		}
+	}
+	if err := b.EnqueueCopy(m, 0, m, 4096, 4096, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.Submit()
+	for w := startWait(5 * time.Second); b.Poll(out[:1]) == 0; {
+		if w.expired() {
+			t.Fatal("no completion once the WQ had room")
+		}
+	}
+	if out[0].Err != nil {
+		t.Errorf("a request once the WQ had room: %v", out[0].Err)
+	}
+}

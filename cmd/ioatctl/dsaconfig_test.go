@@ -96,3 +96,32 @@ func TestUserWQDevice(t *testing.T) {
 		t.Errorf("a WQ and a PCI address mixed: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestListUserWQs: list names the kernel's user WQs beside the PCI
+// functions, and says how to configure one when there is none.
+func TestListUserWQs(t *testing.T) {
+	// The PCI tree of list's DSA test, with the idxd tree of ioat's.
+	var desc []byte
+	for _, f := range []string{"testdata/sysfs-dsa.txt", "../../ioat/testdata/idxd-user.txt"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		desc = append(append(desc, b...), '\n')
+	}
+	both := filepath.Join(t.TempDir(), "sysfs.txt")
+	os.WriteFile(both, desc, 0o644)
+	root := sysfstest.Build(t, both)
+	t.Setenv(envSysfsRoot, root)
+	r := ioatctl(t, "list")
+	if r.code != exitOK || !strings.Contains(r.stdout, "wq0.0 (dedicated, 16 entries, enabled), wq0.1 (shared") || !strings.Contains(r.stdout, "--device wq0.0") {
+		t.Errorf("list with user WQs: exit %d, stdout:\n%s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, w := range []string{"wq0.0", "wq0.1", "wq0.3"} {
+		os.WriteFile(filepath.Join(root, "bus/dsa/devices", w, "type"), []byte("none\n"), 0o644)
+	}
+	r = ioatctl(t, "list")
+	if !strings.Contains(r.stdout, "no user work queue: `sudo ioatctl dsa-config`") {
+		t.Errorf("list without user WQs:\n%s\nstderr %s", r.stdout, r.stderr)
+	}
+}

@@ -7,12 +7,14 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gomx-dev/gomx/cmd/internal/ioatdev"
 	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
+	"github.com/gomx-dev/gomx/ioat/idxd"
 	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/vfio"
 )
@@ -98,10 +100,31 @@ func runList(e *env, args []string) error {
 	if len(dsas) > 0 {
 		fmt.Fprintf(e.stdout, "%s (Data Streaming Accelerator), %d bound to vfio-pci: see docs/dsa.md (`ioatctl bind ADDR` moves one from idxd; `--device ADDR` drives it).\n", plural(len(dsas), "DSA function"), dsaBound(dsas))
 	}
+	if line := userWQLine(e); line != "" {
+		fmt.Fprintln(e.stdout, line)
+	}
 	if why != "" {
 		fmt.Fprintf(e.stdout, "CBVER and CHANCNT not read: %s\n", why)
 	}
 	return nil
+}
+
+// userWQLine describes the kernel's DSA user work queues (idxd sysfs), or
+// says none is configured; "" when the idxd driver lists no DSA.
+func userWQLine(e *env) string {
+	devs, err := idxd.Scan(e.sysfsRoot)
+	if err != nil || len(devs) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, w := range idxd.UserWQs(devs) {
+		parts = append(parts, fmt.Sprintf("%s (%s, %d entries, %s)", w.Name, w.Mode, w.Size, w.State))
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("The idxd driver has %s and no user work queue: `sudo ioatctl dsa-config` configures one.", plural(len(devs), "DSA"))
+	}
+	return fmt.Sprintf("DSA user work queues (kernel idxd): %s: `--device %s` drives one; `ioatctl dsa-config --check` says what is missing.",
+		strings.Join(parts, ", "), idxd.UserWQs(devs)[0].Name)
 }
 
 // dsaBound counts the DSA functions bound to vfio-pci.
