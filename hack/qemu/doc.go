@@ -83,13 +83,15 @@
 //
 // # Other configurations
 //
-// A configuration with Config.Run (hack/peers' benchmark VM) boots the same
-// machine and init, which sets up as usual and then runs that one program
-// instead of the test binaries; Options.Programs, Files and Modules put
-// main packages, host files (a dynamically linked program and the libraries
-// u-root's ldd names) and modules the program loads itself into its image.
-// Such configurations are not in Configs, so `make qemu-test` never boots
-// them.
+// A configuration with Config.Run (hack/peers' benchmark VMs) boots the
+// same machine and init, which sets up as usual and then runs that one
+// program instead of the test binaries; Options.Programs, Files and
+// Modules put main packages, host files (a dynamically linked program and
+// the libraries u-root's ldd names) and modules the program loads itself
+// into its image, and Options.USBPrograms main packages built with cgo and
+// the usb tag, beside the libraries they load (mxbench with libusb, on the
+// usb machine). Such configurations are not in Configs, so `make
+// qemu-test` never boots them.
 //
 // # What u-root does here, and what stays ours
 //
