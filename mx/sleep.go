@@ -105,9 +105,8 @@ type sleepState struct {
 	srcs []*rxSource
 	fds  []unix.PollFd
 	// waits counts the waits that slept on their sources and ended with
-	// their condition holding (WaitStats.Kernel); bulk those that left
-	// the sources to the loop for a pull's replies.
-	waits, bulk atomic.Uint64
+	// their condition holding (WaitStats.Kernel).
+	waits atomic.Uint64
 }
 
 // openSleep makes the board's eventfd when every source can sleep outside
@@ -293,7 +292,6 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 			// A pull's replies come as a stream of frames, each of
 			// which would also wake the runtime's poller (see above):
 			// the receive loop, asleep there anyway, takes them.
-			b.sleep.bulk.Add(1)
 			return sleepNotTaken, nil
 		}
 		b.sleepOnce(srcs, holds, e, gen, deadline)
