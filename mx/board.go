@@ -189,9 +189,9 @@ type Board struct {
 	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
 	// sleep: the waiter that sleeps on the board's sources (sleep.go).
 	sleep sleepState
-	// pulling counts the endpoints' pulls in flight (large.go), written
-	// under mu: a waiter asleep on the sources leaves a pull's burst of
-	// replies to the receive loop (sleep.go).
+	// pulling counts the endpoints' pulls in flight over the transport
+	// (large.go), written under mu: a waiter asleep on the sources leaves
+	// a pull's burst of replies to the receive loop (sleep.go).
 	pulling atomic.Int32
 }
 

@@ -365,6 +365,9 @@ func (e *Endpoint) newSend(p *partner, match uint64, n int, ctx any, class msgCl
 	r.match = match
 	r.length = uint32(n)
 	r.class = class
+	// A large send over the wire: its pull's requests come as frames
+	// of the transport (sleep.go).
+	r.bulk = class == classLarge && p.rings() == nil
 	// Field by field into the zeroed status (getReq): a composite
 	// literal is built on the stack and copied over, and a nil context
 	// needs no store (nor its write barrier).

@@ -132,6 +132,7 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 
 // pull is the receiving side of one large message.
 type pull struct {
+	bulk          bool // counted in Board.pulling: its replies come over the transport
 	slot          int
 	handle, magic uint32
 	e             *Endpoint
@@ -233,7 +234,9 @@ func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total 
 	pl.handle = uint32(slot) | (rand.Uint32() << 10)
 	pl.magic = pullMagic(e.id)
 	e.pulls[slot] = pl
-	b.pulling.Add(1) // sleep.go
+	if pl.bulk = p.rings() == nil; pl.bulk {
+		b.pulling.Add(1) // its replies come over the transport (sleep.go)
+	}
 	r.pl = pl
 	pl.fill()
 }
@@ -464,7 +467,9 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 	pl.ending = true
 	e.b.waitPullCopies(pl) // the engine must be done writing into r first
 	e.pulls[pl.slot] = nil
-	e.b.pulling.Add(-1)
+	if pl.bulk {
+		e.b.pulling.Add(-1)
+	}
 	e.pullFree = append(e.pullFree, pl.slot)
 	pl.r.pl = nil
 	if code != nil {

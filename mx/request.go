@@ -103,6 +103,7 @@ type Request struct {
 	seq       uint16
 	match     uint64
 	length    uint32
+	bulk      bool   // a large send over the transport, not rings (sleep.go)
 	buf       []byte // eager payload copy
 	segsBuf   [][]byte
 	segs      [][]byte
@@ -209,9 +210,10 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 	}
 	start, polled := int64(-1), false
 	gen := e.wakeGen.Load()
-	// sleep.go; not for a large send, whose pull requests come as a
-	// stream of frames the receive loop takes better (see there).
-	kernel := !b.opts.BusyPoll && r.class != classLarge && b.canSleepOnSources()
+	// sleep.go; not for a large send over the transport, whose pull
+	// requests come as a stream of frames the receive loop takes better
+	// (see there). r.bulk was set when the posting goroutine posted r.
+	kernel := !b.opts.BusyPoll && !r.bulk && b.canSleepOnSources()
 	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
 		w := waiterReq{r: r}
 		out, t, err := b.pollWait(ctx, &w, nil, b.waitBudget(e), e, gen, kernel)

@@ -46,12 +46,15 @@ import (
 // per round trip against 11.7 and 276 with the channel sleep; Go 220 µs
 // against 185). A frame that comes while the owner handles the last one
 // (the next batch of a burst) is taken by looking again for burstSpin
-// before sleeping, not by a sleep per batch. And a large message, which
-// comes as a stream of frames (a pull's requests at the sender, its
-// replies at the receiver: a spurious wake-up each), is left to the loop:
-// a wait for a large send sleeps on its channel, and an owner hands the
-// sources back and does so too while a pull is in flight: one hand-over
-// per large message, not a wake-up of the runtime's poller per frame.
+// before sleeping, not by a sleep per batch. And a large message over the
+// transport, which comes as a stream of datagrams (a pull's requests at
+// the sender, its replies at the receiver: a spurious wake-up each), is
+// left to the loop: a wait for such a send sleeps on its channel, and an
+// owner hands the sources back and does so too while such a pull is in
+// flight: one hand-over per large message, not a wake-up of the runtime's
+// poller per frame. Over the rings a burst costs no such wake-up (a
+// producer writes the eventfd only to a consumer that said it sleeps), so
+// large messages there stay the owner's.
 //
 // One waiter of a board at a time owns its sources so (sleepOwner); the
 // others sleep on their channels, and are completed by the
@@ -102,9 +105,8 @@ type sleepState struct {
 	srcs []*rxSource
 	fds  []unix.PollFd
 	// waits counts the waits that slept on their sources and ended with
-	// their condition holding (WaitStats.Kernel); bulk those that left
-	// the sources to the loop for a pull's replies.
-	waits, bulk atomic.Uint64
+	// their condition holding (WaitStats.Kernel).
+	waits atomic.Uint64
 }
 
 // openSleep makes the board's eventfd when every source can sleep outside
@@ -290,7 +292,6 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 			// A pull's replies come as a stream of frames, each of
 			// which would also wake the runtime's poller (see above):
 			// the receive loop, asleep there anyway, takes them.
-			b.sleep.bulk.Add(1)
 			return sleepNotTaken, nil
 		}
 		b.sleepOnce(srcs, holds, e, gen, deadline)
