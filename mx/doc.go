@@ -235,7 +235,11 @@
 // batch of it that wakes a sleeping waiter hands the processor to that
 // waiter before it looks at the rings again, so on a process with one P
 // the waiter runs at once and its next wait finds the rings free to poll
-// (WaitStats.LoopYields). With
+// (WaitStats.LoopYields). With BoardOptions.SleepOnSources (GOMX_SLEEP=recv;
+// libmyriexpress sets it, its waiters being C threads) a wait that runs out
+// of budget instead takes the board's sources and sleeps in the kernel on
+// them itself (ppoll on the socket and the rings' eventfd), receiving its
+// message on its own thread with no hand-over (sleep.go). With
 // BoardOptions.BusyPoll a waiting goroutine polls every source, the
 // transport included, without a budget; a transport that costs a system call
 // to look at (a UDP socket beside the host path's rings) only every 64 looks

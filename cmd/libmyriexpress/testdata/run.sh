@@ -124,7 +124,8 @@ if [ -n "${GOMX_OPENMX_SRC:-}" ]; then
 	for p in mx_pingpong mx_msg_loop mx_wait_any_test mx_wakeup_test mx_stream; do
 		gcc -O2 -w -pthread -I"$GOMX_OPENMX_SRC/common/mx/translate" -I"$GOMX_OPENMX_SRC/common" \
 			-imacros "$build/omx_config.h" -o "$build/$p" "$src/$p.c" -L"$lib" -lopen-mx
-		nm -D --undefined-only "$build/$p" | grep -q ' omx_' ||
+		nm -D --undefined-only "$build/$p" >"$build/undefined.out"
+		grep -q ' omx_' "$build/undefined.out" ||
 			{ echo "$p built through the translation headers calls no omx_ function"; exit 1; }
 	done
 	LD_BIND_NOW=1 run_mx_tests "$build"
@@ -141,16 +142,20 @@ if [ -n "${GOMX_OPENMX_BIN:-}" ]; then
 	for p in mx_pingpong mx_msg_loop mx_wait_any_test mx_wakeup_test mx_stream; do
 		bin=$GOMX_OPENMX_BIN/$p
 		[ -x "$bin" ] || { echo "GOMX_OPENMX_BIN: no program $bin"; exit 1; }
-		ldd "$bin" | grep -q "libopen-mx.so.0 => $lib/libopen-mx.so.0" ||
-			{ echo "$p does not bind $lib/libopen-mx.so.0:"; ldd "$bin"; exit 1; }
+		# (Into a file: grep -q ends early, and pipefail would count the
+		# writer's SIGPIPE as a failure.)
+		ldd "$bin" >"$build/ldd.out"
+		grep -q "libopen-mx.so.0 => $lib/libopen-mx.so.0" "$build/ldd.out" ||
+			{ echo "$p does not bind $lib/libopen-mx.so.0:"; cat "$build/ldd.out"; exit 1; }
 		# The versions it needs from libopen-mx.so.0.
 		for v in $(readelf -V -W "$bin" | awk '/File: libopen-mx/{f=1; next} /File:/{f=0} f && /Name:/{print $3}'); do
 			grep -q "Name: $v\$" <<<"$have" || { echo "$p needs $v, which libopen-mx.so.0 lacks"; exit 1; }
 		done
 		# Built with Open-MX's in-tree translation headers, it calls the
 		# native omx_ API: every omx_ function it needs must be here.
+		nm -D --defined-only "$lib/libopen-mx.so.0" >"$build/defined.out"
 		for f in $(nm -D --undefined-only "$bin" | awk '$2 ~ /^omx_/ {print $2}'); do
-			nm -D --defined-only "$lib/libopen-mx.so.0" | grep -Eq " ${f%%@*}(@|$)" ||
+			grep -Eq " ${f%%@*}(@|$)" "$build/defined.out" ||
 				{ echo "$p calls $f, which libopen-mx.so.0 lacks"; exit 1; }
 		done
 	done
