@@ -46,13 +46,13 @@ type commonFlags struct {
 	// noChecksum and noZeroCopy are the board options of the same names
 	// (docs/zero-copy.md).
 	noChecksum, noZeroCopy bool
-	verify     bool
-	wait       string
-	jsonOut    bool
-	plot       string
-	rndv       units.Size
-	timeout    time.Duration
-	job        jobFlags
+	verify                 bool
+	wait                   string
+	jsonOut                bool
+	plot                   string
+	rndv                   units.Size
+	timeout                time.Duration
+	job                    jobFlags
 }
 
 // pairFlags are the flags of the two-endpoint benchmarks, pingpong and
