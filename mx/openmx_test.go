@@ -76,9 +76,14 @@ func (o *omxPeer) recv(want wire.Type) []byte {
 			if wire.Type(b[wire.HeadLen]) == wire.TypeTruc {
 				o.trucs = append(o.trucs, b)
 			}
+			// TRUCs, which come whenever an ack is due, are kept only
+			// by a caller waiting for one: a second TRUC of the batch
+			// that holds the first must wait for its next call (a
+			// loaded run delivers the medium's and the tinies' acks in
+			// one batch).
 			if got == nil && wire.Type(b[wire.HeadLen]) == want {
 				got = b
-			} else if t := wire.Type(b[wire.HeadLen]); t != wire.TypeTruc {
+			} else if t := wire.Type(b[wire.HeadLen]); t != wire.TypeTruc || want == wire.TypeTruc {
 				o.backlog = append(o.backlog, b)
 			}
 		}
