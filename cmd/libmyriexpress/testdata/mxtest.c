@@ -2,6 +2,8 @@
  * mxtest: gomx's C tests of libmyriexpress, written against MX's API only
  * (myriexpress.h, mx_extensions.h). Every MX call's return code is
  * checked; any failure prints the call, the line and the code, and exits 1.
+ * One file (about 1,000 lines) on purpose: the tests build with one gcc
+ * command per binary, and each mode below is a few self-contained checks.
  *
  *   mxtest local                      one process: completion calls,
  *                                     probe, handler, wakeup, errors

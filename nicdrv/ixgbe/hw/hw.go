@@ -9,6 +9,10 @@
 // definitions, so a register is named once. Values come from the project's
 // spec notes (shared/spec/nic.md §2), which restate Linux's ixgbe
 // (ixgbe_type.h, ixgbe_82599.c), DPDK's ixgbe base code and ixy.
+//
+// The file is long (about 800 lines) because it is the register map: one
+// block of constants per register group, in the datasheet's order, where a
+// reader looks an offset up; splitting it would scatter the map.
 package hw
 
 import "encoding/binary"
