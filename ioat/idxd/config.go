@@ -36,12 +36,21 @@ type Plan struct {
 	Reset bool
 }
 
-// Writer writes one sysfs attribute. The default, os.WriteFile on the
-// path, is what the kernel's ABI takes; tests give a fake kernel.
+// Writer writes one sysfs attribute. The default writes the value in one
+// write to the attribute, which must exist (sysfs files are never created
+// by their writers), as the kernel's ABI takes it; tests give a fake kernel.
 type Writer func(path, value string) error
 
 func writeFile(path, value string) error {
-	return os.WriteFile(path, []byte(value), 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte(value)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Step is one attribute write Configure made.
