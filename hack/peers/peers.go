@@ -194,3 +194,35 @@ func Keep(line string, verbose bool) (string, bool) {
 	}
 	return "", false
 }
+
+// Install makes sure the host has what a host-side peer run needs: every
+// program in programs on PATH and every file in files. When one is
+// missing it installs pkgs from Debian as root with install set (saying so
+// on stderr, prefixed by tool), and otherwise fails naming what is missing
+// and the apt-get line that brings it.
+func Install(ctx context.Context, stderr io.Writer, tool string, install bool, programs, files, pkgs []string) error {
+	var missing []string
+	for _, p := range programs {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, filepath.Base(f))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if !install || os.Geteuid() != 0 {
+		return fmt.Errorf("%s missing: apt-get install %s", strings.Join(missing, ", "), strings.Join(pkgs, " "))
+	}
+	fmt.Fprintf(stderr, "%s: installing %s\n", tool, strings.Join(pkgs, " "))
+	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get install %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	return nil
+}

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomx-dev/gomx/hack/peers"
 	"github.com/gomx-dev/gomx/hack/peers/alltoall"
 	"github.com/gomx-dev/gomx/internal/chart"
 	"github.com/gomx-dev/gomx/internal/units"
@@ -148,29 +149,12 @@ func run(stdout, stderr io.Writer, args []string) error {
 // ensurePeer installs Open MPI's launcher and compiler wrapper when one is
 // missing.
 func ensurePeer(ctx context.Context, stderr io.Writer, install bool) error {
-	var missing []string
-	for _, p := range []string{"mpicc.openmpi", "mpirun.openmpi"} {
-		if _, err := exec.LookPath(p); err != nil {
-			missing = append(missing, p)
-		}
+	var files []string
+	if runtime.GOARCH == "amd64" {
+		files = append(files, "/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h")
 	}
-	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h"); err != nil && runtime.GOARCH == "amd64" {
-		missing = append(missing, "mpi.h")
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	pkgs := []string{"openmpi-bin", "libopenmpi-dev"}
-	if !install || os.Geteuid() != 0 {
-		return fmt.Errorf("%s missing: apt-get install %s", strings.Join(missing, ", "), strings.Join(pkgs, " "))
-	}
-	fmt.Fprintf(stderr, "peers-alltoall: installing %s\n", strings.Join(pkgs, " "))
-	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("apt-get install %s: %v\n%s", strings.Join(pkgs, " "), err, out)
-	}
-	return nil
+	return peers.Install(ctx, stderr, "peers-alltoall", install, []string{"mpicc.openmpi", "mpirun.openmpi"}, files,
+		[]string{"openmpi-bin", "libopenmpi-dev"})
 }
 
 // build compiles the MPI program and mxbench into dir.

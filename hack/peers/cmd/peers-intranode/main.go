@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomx-dev/gomx/hack/peers"
 	"github.com/gomx-dev/gomx/hack/peers/intranode"
 	"github.com/gomx-dev/gomx/internal/units"
 )
@@ -150,26 +151,9 @@ func measure(ctx context.Context, stderr io.Writer, dir, mxbench string, sz []in
 
 // ensurePeers installs the peers' packages when a program is missing.
 func ensurePeers(ctx context.Context, stderr io.Writer, install bool) error {
-	var missing []string
-	for _, p := range []string{"NPopenmpi", "NPmpich2", "mpirun.openmpi", "mpiexec.mpich"} {
-		if _, err := exec.LookPath(p); err != nil {
-			missing = append(missing, p)
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	pkgs := []string{"netpipe-openmpi", "netpipe-mpich2", "openmpi-bin", "mpich"}
-	if !install || os.Geteuid() != 0 {
-		return fmt.Errorf("%s missing: apt-get install %s", strings.Join(missing, ", "), strings.Join(pkgs, " "))
-	}
-	fmt.Fprintf(stderr, "peers-intranode: installing %s\n", strings.Join(pkgs, " "))
-	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("apt-get install %s: %v\n%s", strings.Join(pkgs, " "), err, out)
-	}
-	return nil
+	return peers.Install(ctx, stderr, "peers-intranode", install,
+		[]string{"NPopenmpi", "NPmpich2", "mpirun.openmpi", "mpiexec.mpich"}, nil,
+		[]string{"netpipe-openmpi", "netpipe-mpich2", "openmpi-bin", "mpich"})
 }
 
 // repeats is NetPIPE's -n for a size: enough round trips for a stable
