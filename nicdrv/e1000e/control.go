@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 )
 
 // The 82574L driver's control path: identity, link, statistics, address
@@ -104,13 +105,9 @@ func (n *NIC) SetPromiscuous(on bool) error {
 // 4096-bit multicast table (a hash match may let other groups through,
 // which the layer above filters).
 func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
-	var mta [hw.MTAEntries]uint32
-	for _, g := range groups {
-		if !g.IsMulticast() {
-			return n.errorf("MTA", fmt.Errorf("%v is not a group address (bit 0 of the first byte is clear)", g))
-		}
-		r, b := hw.MTAHash(g)
-		mta[r] |= 1 << b
+	mta, err := drv.MulticastTable(groups, hw.MTAHash)
+	if err != nil {
+		return n.errorf("MTA", err)
 	}
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()

@@ -121,3 +121,20 @@ func Default[T comparable](v *T, d T) {
 		*v = d
 	}
 }
+
+// MulticastTable is the 4096-bit multicast table (128 registers of 32
+// bits, as the 82574L and the 82599 both keep it) that admits groups, each
+// placed by hash (the NIC's hw.MTAHash). A hash match may let other groups
+// through, which the layer above filters. An address that is not a group
+// address is refused, naming it.
+func MulticastTable(groups []nicdrv.MAC, hash func([6]byte) (reg, bit int)) ([128]uint32, error) {
+	var mta [128]uint32
+	for _, g := range groups {
+		if !g.IsMulticast() {
+			return mta, fmt.Errorf("%v is not a group address (bit 0 of the first byte is clear)", g)
+		}
+		r, b := hash(g)
+		mta[r] |= 1 << b
+	}
+	return mta, nil
+}

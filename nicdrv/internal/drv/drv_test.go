@@ -1,6 +1,7 @@
 package drv_test
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -125,5 +126,31 @@ func TestPoolCheck(t *testing.T) {
 	drv.Default(&n, 9)
 	if n != 7 {
 		t.Errorf("Default: %d, want 7 (set once, then kept)", n)
+	}
+}
+
+// TestMulticastTable: each group sets the bit its hash names, and an
+// address that is not a group address is refused, named in the error.
+func TestMulticastTable(t *testing.T) {
+	hash := func(m [6]byte) (int, int) { return int(m[5]) % 128, int(m[4]) % 32 }
+	mta, err := drv.MulticastTable([]nicdrv.MAC{{0x01, 0, 0x5e, 0, 3, 7}, {0x33, 0x33, 0, 0, 33, 127}}, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, v := range mta {
+		want := uint32(0)
+		if r == 7 {
+			want = 1 << 3
+		}
+		if r == 127 {
+			want = 1 << 1
+		}
+		if v != want {
+			t.Errorf("register %d = %#x, want %#x", r, v, want)
+		}
+	}
+	uni := nicdrv.MAC{0x02, 0, 0, 0, 0, 1}
+	if _, err := drv.MulticastTable([]nicdrv.MAC{uni}, hash); err == nil || !strings.Contains(err.Error(), uni.String()+" is not a group address") {
+		t.Errorf("a unicast address: %v", err)
 	}
 }
