@@ -200,4 +200,13 @@
 // fault's seeded fault model on the cable. A frame gets an FCS as it enters
 // a faulty line and the receiving model checks it, so a corrupted frame is
 // counted in CRCERRS and dropped, as a NIC does.
+//
+// Both NIC models are built on one core (nicmodel.go) that holds what does
+// not depend on the chip: the platform's ports, the lock order, the
+// function's life cycle (configuration writes, FLR, close with no DMA
+// after it), the link, the front of the receive path (bad FCS, the
+// address filter, the hold that waits for descriptors) and the EITR
+// throttle of MSI-X messages. Each model supplies its registers, reset
+// values, filters, descriptor formats and interrupt causes through a small
+// set of hooks, so a third NIC model adds only what its datasheet defines.
 package emulated

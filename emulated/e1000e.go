@@ -2,10 +2,7 @@ package emulated
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
@@ -108,9 +105,7 @@ func DefaultE1000EOptions() E1000EOptions {
 // wire is counted in CRCERRS and dropped. MAC loopback (RCTL.LBM) and PHY loopback (PHY
 // control bit 14) turn the frame back into the sender's own RX path.
 type E1000E struct {
-	iommu *IOMMU
-	fns   []*Function
-	nics  []*e1000eNIC
+	nicPlatform[*e1000eNIC]
 }
 
 // E1000EStats counts what one emulated NIC saw and did.
@@ -149,7 +144,7 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 	if o.Clock == nil {
 		o.Clock = wallClock{}
 	}
-	p := &E1000E{iommu: newIOMMU(o.IOVABase, o.Scatter)}
+	p := &E1000E{nicPlatform[*e1000eNIC]{iommu: newIOMMU(o.IOVABase, o.Scatter)}}
 	for i := 0; i < o.Ports; i++ {
 		f := &Function{
 			addr: pci.Address{Bus: 1 + uint8(i), Device: 0, Function: 0},
@@ -160,11 +155,10 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initE1000EConfig(f)
-		n := &e1000eNIC{f: f, port: i, txHook: o.TxBuffer, hold: rxHold{max: o.Pending}, clock: o.Clock, mac: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)}}
+		n := &e1000eNIC{txHook: o.TxBuffer}
+		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)})
 		n.powerOn()
-		f.m = n
-		p.fns = append(p.fns, f)
-		p.nics = append(p.nics, n)
+		p.add(f, n)
 	}
 	if o.Cabled {
 		for i := 0; i+1 < o.Ports; i += 2 {
@@ -196,28 +190,6 @@ func initE1000EConfig(f *Function) {
 	le.PutUint16(f.cfgW[0xA2:], 0xC000)
 }
 
-// Functions returns the NICs' PCI functions.
-func (p *E1000E) Functions() []*Function { return p.fns }
-
-// Devices returns the functions as pci.Devices.
-func (p *E1000E) Devices() []pci.Device {
-	ds := make([]pci.Device, len(p.fns))
-	for i, f := range p.fns {
-		ds[i] = f
-	}
-	return ds
-}
-
-// IOMMU returns the platform's IOMMU.
-func (p *E1000E) IOMMU() *IOMMU { return p.iommu }
-
-// MAC returns the address port i loads from its NVM into RAL0/RAH0.
-func (p *E1000E) MAC(i int) [6]byte { return p.nics[i].mac }
-
-// Port returns port i for the wire (Cable, Hub, Connect), which may join
-// it to a port of another platform.
-func (p *E1000E) Port(i int) Port { return Port{end: p.nics[i]} }
-
 // Cable joins ports a and b of this platform with a cable whose link is up.
 // A port is on at most one cable or hub; cabling it again moves it.
 func (p *E1000E) Cable(a, b int) error { return p.Hub(a, b) }
@@ -238,18 +210,6 @@ func (p *E1000E) Hub(ports ...int) error {
 	}
 	return nil
 }
-
-// SetLink plugs (up) or unplugs the cable at port i, which raises ICR.LSC.
-// On a cable between two ports both ends see the change; on a hub of more,
-// only port i does (as QEMU's set_link on one hubport).
-func (p *E1000E) SetLink(i int, up bool) { setLink(p.nics[i], up) }
-
-// HoldGIOMaster makes port i keep STATUS.GIO_MASTER_ENABLE set while PCI
-// bus mastering is on, even after CTRL.GIO_MASTER_DISABLE asks it to stop
-// mastering: a NIC whose outstanding DMA never drains. A driver waiting for
-// the bit times out; only turning bus mastering off in configuration space
-// then stops the NIC's DMA.
-func (p *E1000E) HoldGIOMaster(i int, hold bool) { p.nics[i].holdGIO.Store(hold) }
 
 // Stats returns port i's counters.
 func (p *E1000E) Stats(i int) E1000EStats {
@@ -290,99 +250,19 @@ func (p *E1000E) ResetAccesses(i int) {
 	n.mu.Unlock()
 }
 
-// Close stops every NIC and takes its ports off the wire; no DMA happens
-// after it returns.
-func (p *E1000E) Close() error {
-	wireMu.Lock()
-	for _, n := range p.nics {
-		detachLocked(n)
-	}
-	wireMu.Unlock()
-	var errs []error
-	for _, f := range p.fns {
-		errs = append(errs, f.Close())
-	}
-	return errors.Join(errs...)
-}
-
-// e1000eNIC is one 82574L. Register accesses arrive on the driver's
-// goroutines and are serialised by mu; transmission runs on the goroutine
-// that writes TDT, under txMu, and hands frames to the peer after releasing
-// mu, so two cabled NICs transmitting at each other cannot deadlock (lock
-// order: txMu, then mu or the peer's mu, never two mu at once).
+// e1000eNIC is one 82574L: the state every NIC model keeps (nicCore,
+// with its locks) and the 82574L's own.
 type e1000eNIC struct {
-	f      *Function
-	mac    [6]byte
-	port   int
+	nicCore
 	txHook func(port int, iova uint64, mem []byte) // E1000EOptions.TxBuffer
 
-	plug jack // the wire (wire.go)
-	// holdGIO keeps STATUS.GIO_MASTER_ENABLE set while bus mastering is
-	// on, whatever CTRL.GIO_MASTER_DISABLE says (E1000E.HoldGIOMaster).
-	holdGIO atomic.Bool
-
-	txMu  sync.Mutex
-	out   [][]byte // frames of the TDT write being processed, to deliver
-	spare [][]byte // free frame buffers
-
-	mu      sync.Mutex
+	// Under mu.
 	regs    [hw.BAR0Size / 4]uint32
 	phy     [32]uint16
-	closed  bool
-	hold    rxHold // frames waiting for RX descriptors
-	rxOn    bool   // RCTL.EN latched
-	rxExt   bool   // extended descriptors latched
-	rxBuf   int    // buffer size latched
-	rxPS    bool   // packet split descriptors latched (e1000e_split.go)
+	rxOn    bool // RCTL.EN latched
+	rxExt   bool // extended descriptors latched
+	rxBuf   int  // buffer size latched
+	rxPS    bool // packet split descriptors latched (e1000e_split.go)
 	rxPSBuf [hw.PSBuffers]int
 	txCtx   hw.TxDesc
-	hint    int
-	lastLU  bool
-	vecNext [hw.MSIXVectors]time.Time
-	vecTmr  [hw.MSIXVectors]func() bool // stops a deferred message
-	clock   Clock
-
-	nTx, nRx, nDrop, nIRQ, nViol atomic.Uint64
-	lastViol                     atomic.Pointer[string]
-
-	acc regAccesses // under mu
-}
-
-func (n *e1000eNIC) configWrite(off, ln int) {
-	if off <= pci.ConfigCommand+1 && off+ln > pci.ConfigCommand {
-		// QEMU: turning bus mastering on flushes queued frames at once.
-		n.mu.Lock()
-		n.flushPendingLocked()
-		n.mu.Unlock()
-	}
-}
-
-func (n *e1000eNIC) flr() {
-	n.txMu.Lock()
-	defer n.txMu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.stopTimersLocked()
-	n.powerOn()
-}
-
-func (n *e1000eNIC) stopTimersLocked() {
-	for i, stop := range n.vecTmr {
-		if stop != nil {
-			stop()
-			n.vecTmr[i] = nil
-		}
-	}
-}
-
-func (n *e1000eNIC) close() {
-	// Taking txMu and mu waits out a transmission or reception in flight:
-	// no DMA after close returns.
-	n.txMu.Lock()
-	defer n.txMu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.closed = true
-	n.stopTimersLocked()
-	n.hold.drop()
 }

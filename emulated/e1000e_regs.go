@@ -14,12 +14,6 @@ import (
 // what a TDT write sets going in e1000e_tx.go; what a frame from the wire
 // does in e1000e_rx.go (packet split receive in e1000e_split.go).
 
-func (n *e1000eNIC) violation(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	n.nViol.Add(1)
-	n.lastViol.Store(&s)
-}
-
 func (n *e1000eNIC) reg(off int) uint32         { return n.regs[off/4] }
 func (n *e1000eNIC) set(off int, v uint32)      { n.regs[off/4] = v }
 func (n *e1000eNIC) has(off int, b uint32) bool { return n.regs[off/4]&b != 0 }
@@ -68,25 +62,7 @@ func (n *e1000eNIC) linkUp() bool {
 	return n.plug.cable.Load() || n.phyLoop() || n.macLoop()
 }
 
-func (n *e1000eNIC) jack() *jack { return &n.plug }
-
-func (n *e1000eNIC) setCable(up bool) {
-	n.plug.cable.Store(up)
-	n.mu.Lock()
-	n.linkChangedLocked()
-	n.mu.Unlock()
-}
-
-// linkChangedLocked raises LSC when STATUS.LU changed.
-func (n *e1000eNIC) linkChangedLocked() {
-	if lu := n.linkUp(); lu != n.lastLU {
-		n.lastLU = lu
-		n.causeLocked(hw.IntLSC)
-		if lu {
-			n.flushPendingLocked()
-		}
-	}
-}
+func (n *e1000eNIC) lscLocked() { n.causeLocked(hw.IntLSC) }
 
 func (n *e1000eNIC) status() uint32 {
 	s := uint32(hw.StatusLANInitDone)
@@ -418,29 +394,7 @@ func (n *e1000eNIC) causeLocked(c uint32) {
 	}
 }
 
-// messageLocked sends MSI-X vector vec, no sooner than EITR allows.
-func (n *e1000eNIC) messageLocked(vec int) {
-	now := n.clock.Now()
-	if now.Before(n.vecNext[vec]) {
-		if n.vecTmr[vec] == nil {
-			n.vecTmr[vec] = n.clock.AfterFunc(n.vecNext[vec].Sub(now), func() {
-				n.mu.Lock()
-				defer n.mu.Unlock()
-				n.vecTmr[vec] = nil
-				if !n.closed {
-					n.sendLocked(vec, n.clock.Now())
-				}
-			})
-		}
-		return
-	}
-	n.sendLocked(vec, now)
-}
-
-func (n *e1000eNIC) sendLocked(vec int, now time.Time) {
-	interval := time.Duration(n.reg(hw.EITR(vec))&0xFFFF) * 256 * time.Nanosecond
-	n.vecNext[vec] = now.Add(interval)
-	if n.f.raise(vec) {
-		n.nIRQ.Add(1)
-	}
+// eitrLocked implements nicHooks: EITR counts 256 ns units.
+func (n *e1000eNIC) eitrLocked(vec int) time.Duration {
+	return time.Duration(n.reg(hw.EITR(vec))&0xFFFF) * 256 * time.Nanosecond
 }

@@ -14,48 +14,13 @@ import (
 // in e1000e_split.go; registers in e1000e_regs.go; transmit in
 // e1000e_tx.go.
 
-// fromWire implements wireEnd: a frame with a bad FCS is counted (CRCERRS)
-// and dropped, as the MAC drops it.
-func (n *e1000eNIC) fromWire(fr []byte, badFCS bool) {
-	if badFCS {
-		n.mu.Lock()
-		n.regs[hw.CRCERRS/4]++
-		n.mu.Unlock()
-		n.nDrop.Add(1)
-		return
-	}
-	n.receive(fr)
-}
+func (n *e1000eNIC) rxOnLocked() bool { return n.rxOn }
+func (n *e1000eNIC) crcErrorLocked()  { n.regs[hw.CRCERRS/4]++ }
+func (n *e1000eNIC) missedLocked()    { n.regs[hw.MPC/4]++ }
 
-// receive takes a frame from the wire (or the loopback). The frame buffer
-// belongs to the caller: it is copied into the ring or the pending queue.
-func (n *e1000eNIC) receive(fr []byte) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed || !n.rxOn || !n.lastLU {
-		n.nDrop.Add(1)
-		return
-	}
-	if !n.accept(fr) {
-		return
-	}
-	if !n.hold.offer(fr, n.deliverLocked) {
-		n.nDrop.Add(1)
-		n.regs[hw.MPC/4]++
-	}
-}
-
-// flushPendingLocked moves waiting frames into the ring while it has room.
-func (n *e1000eNIC) flushPendingLocked() {
-	if !n.rxOn || !n.lastLU || n.closed {
-		return
-	}
-	n.hold.flush(n.deliverLocked)
-}
-
-// accept is the receive filter: RAR, promiscuous, broadcast and multicast
+// acceptLocked is the receive filter: RAR, promiscuous, broadcast and multicast
 // table.
-func (n *e1000eNIC) accept(fr []byte) bool {
+func (n *e1000eNIC) acceptLocked(fr []byte) bool {
 	if len(fr) < 14 {
 		n.nDrop.Add(1)
 		return false

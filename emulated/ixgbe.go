@@ -2,9 +2,7 @@ package emulated
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,9 +103,7 @@ func DefaultIXGBEOptions() IXGBEOptions {
 // included; a frame is delivered synchronously on the TDT write. A frame
 // corrupted on the wire is counted in CRCERRS and dropped.
 type IXGBE struct {
-	iommu *IOMMU
-	fns   []*Function
-	nics  []*ixgbeNIC
+	nicPlatform[*ixgbeNIC]
 }
 
 // IXGBEStats counts what one emulated 82599 saw and did.
@@ -155,7 +151,7 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 	if o.Clock == nil {
 		o.Clock = wallClock{}
 	}
-	p := &IXGBE{iommu: newIOMMU(o.IOVABase, o.Scatter)}
+	p := &IXGBE{nicPlatform[*ixgbeNIC]{iommu: newIOMMU(o.IOVABase, o.Scatter)}}
 	for i := 0; i < o.Ports; i++ {
 		f := &Function{
 			addr:    pci.Address{Bus: 0x10 + uint8(i), Device: 0, Function: 0},
@@ -165,12 +161,10 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initIXGBEConfig(f)
-		n := &ixgbeNIC{f: f, port: i, hold: rxHold{max: o.Pending}, clock: o.Clock, cpuTime: o.ThreadCPUTime,
-			mac: [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)}, regs: make([]uint32, hw.BAR0Size/4)}
+		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, regs: make([]uint32, hw.BAR0Size/4)}
+		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
 		n.powerOn()
-		f.m = n
-		p.fns = append(p.fns, f)
-		p.nics = append(p.nics, n)
+		p.add(f, n)
 	}
 	if o.Cabled {
 		for i := 0; i+1 < o.Ports; i += 2 {
@@ -202,27 +196,6 @@ func initIXGBEConfig(f *Function) {
 	le.PutUint16(f.cfgW[0x72:], 0xC000)
 }
 
-// Functions returns the NICs' PCI functions.
-func (p *IXGBE) Functions() []*Function { return p.fns }
-
-// Devices returns the functions as pci.Devices.
-func (p *IXGBE) Devices() []pci.Device {
-	ds := make([]pci.Device, len(p.fns))
-	for i, f := range p.fns {
-		ds[i] = f
-	}
-	return ds
-}
-
-// IOMMU returns the platform's IOMMU.
-func (p *IXGBE) IOMMU() *IOMMU { return p.iommu }
-
-// MAC returns the address port i loads from its NVM into RAL0/RAH0.
-func (p *IXGBE) MAC(i int) [6]byte { return p.nics[i].mac }
-
-// Port returns port i for the wire (Cable, Hub, Connect).
-func (p *IXGBE) Port(i int) Port { return Port{end: p.nics[i]} }
-
 // Cable joins ports a and b of this platform with a perfect cable.
 func (p *IXGBE) Cable(a, b int) error {
 	if a < 0 || b < 0 || a >= len(p.nics) || b >= len(p.nics) {
@@ -231,17 +204,8 @@ func (p *IXGBE) Cable(a, b int) error {
 	return Cable(p.Port(a), p.Port(b))
 }
 
-// SetLink plugs (up) or unplugs the cable at port i; on a cable both ends
-// see the change (LINKS, and the LSC cause).
-func (p *IXGBE) SetLink(i int, up bool) { setLink(p.nics[i], up) }
-
 // WireFaults returns what the fault model of port i's cable did so far.
 func (p *IXGBE) WireFaults(i int) fault.Counts { return wireFaults(p.nics[i]) }
-
-// HoldGIOMaster makes port i keep STATUS.GIO set while bus mastering is on,
-// even after CTRL.GIO_DIS: a NIC whose outstanding DMA never drains, for
-// testing a driver's Close after a timeout.
-func (p *IXGBE) HoldGIOMaster(i int, hold bool) { p.nics[i].holdGIO.Store(hold) }
 
 // Stats returns port i's counters.
 func (p *IXGBE) Stats(i int) IXGBEStats {
@@ -274,42 +238,15 @@ func (p *IXGBE) ResetAccesses(i int) {
 	n.mu.Unlock()
 }
 
-// Close stops every NIC and takes its ports off the wire; no DMA happens
-// after it returns.
-func (p *IXGBE) Close() error {
-	wireMu.Lock()
-	for _, n := range p.nics {
-		detachLocked(n)
-	}
-	wireMu.Unlock()
-	var errs []error
-	for _, f := range p.fns {
-		errs = append(errs, f.Close())
-	}
-	return errors.Join(errs...)
-}
-
-// ixgbeNIC is one 82599. Register accesses arrive on the driver's
-// goroutines and are serialised by mu; transmission runs on the goroutine
-// that writes TDT, under txMu, and hands frames to the wire after releasing
-// mu (lock order: txMu, then mu or a peer's mu, never two mu at once).
+// ixgbeNIC is one 82599: the state every NIC model keeps (nicCore, with
+// its locks) and the 82599's own.
 type ixgbeNIC struct {
-	f       *Function
-	mac     [6]byte
-	port    int
-	plug    jack
-	holdGIO atomic.Bool
+	nicCore
+	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
 
-	txMu  sync.Mutex
-	out   [][]byte
-	spare [][]byte
-
-	mu      sync.Mutex
+	// Under mu.
 	regs    []uint32
-	closed  bool
-	hold    rxHold // frames waiting for RX descriptors
-	macLink bool   // the driver set up the MAC link (AUTOC.AN_RESTART)
-	lastLU  bool
+	macLink bool // the driver set up the MAC link (AUTOC.AN_RESTART)
 	txCtx   [hw.MaxQueuePairs][2]hw.TxDesc
 	fdir    map[uint32][]fdirFilter // by bucket
 	fdirN   int
@@ -317,50 +254,7 @@ type ixgbeNIC struct {
 	fdirMis uint32
 	vecMask uint64 // EIMS: vectors enabled
 	vecCaus uint64 // EICR: vector causes pending
-	vecNext [hw.MSIXVectors]time.Time
-	vecTmr  [hw.MSIXVectors]func() bool
-	clock   Clock
-	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
-	hint    int
-	acc     regAccesses
 
-	nTx, nRx, nDrop, nBadFCS, nIRQ, nViol, nTail atomic.Uint64
-	modelNS                                      atomic.Int64
-	lastViol                                     atomic.Pointer[string]
-}
-
-func (n *ixgbeNIC) configWrite(off, ln int) {
-	if off <= pci.ConfigCommand+1 && off+ln > pci.ConfigCommand {
-		n.mu.Lock()
-		n.flushPendingLocked()
-		n.mu.Unlock()
-	}
-}
-
-func (n *ixgbeNIC) flr() {
-	n.txMu.Lock()
-	defer n.txMu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.stopTimersLocked()
-	n.powerOn()
-}
-
-func (n *ixgbeNIC) stopTimersLocked() {
-	for i, stop := range n.vecTmr {
-		if stop != nil {
-			stop()
-			n.vecTmr[i] = nil
-		}
-	}
-}
-
-func (n *ixgbeNIC) close() {
-	n.txMu.Lock()
-	defer n.txMu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.closed = true
-	n.stopTimersLocked()
-	n.hold.drop()
+	nTail   atomic.Uint64
+	modelNS atomic.Int64
 }

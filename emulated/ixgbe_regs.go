@@ -16,12 +16,6 @@ import (
 // ixgbe.go; the receive filters and the Flow Director table in
 // ixgbe_rules.go; transmit in ixgbe_tx.go; receive in ixgbe_rx.go.
 
-func (n *ixgbeNIC) violation(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	n.nViol.Add(1)
-	n.lastViol.Store(&s)
-}
-
 func (n *ixgbeNIC) reg(off int) uint32         { return n.regs[off/4] }
 func (n *ixgbeNIC) set(off int, v uint32)      { n.regs[off/4] = v }
 func (n *ixgbeNIC) has(off int, b uint32) bool { return n.regs[off/4]&b != 0 }
@@ -62,24 +56,7 @@ func (n *ixgbeNIC) linkUp() bool {
 	return n.macLink && (n.plug.cable.Load() || n.loopback())
 }
 
-func (n *ixgbeNIC) jack() *jack { return &n.plug }
-
-func (n *ixgbeNIC) setCable(up bool) {
-	n.plug.cable.Store(up)
-	n.mu.Lock()
-	n.linkChangedLocked()
-	n.mu.Unlock()
-}
-
-func (n *ixgbeNIC) linkChangedLocked() {
-	if lu := n.linkUp(); lu != n.lastLU {
-		n.lastLU = lu
-		n.otherCauseLocked(hw.EicrLSC)
-		if lu {
-			n.flushPendingLocked()
-		}
-	}
-}
+func (n *ixgbeNIC) lscLocked() { n.otherCauseLocked(hw.EicrLSC) }
 
 // clockNS is the model's own clock for ModelTime, in nanoseconds.
 func (n *ixgbeNIC) clockNS() int64 {
@@ -492,29 +469,7 @@ func (n *ixgbeNIC) fireLocked(v int) {
 	n.messageLocked(v)
 }
 
-// messageLocked sends MSI-X vector v, no sooner than its EITR allows.
-func (n *ixgbeNIC) messageLocked(v int) {
-	now := n.clock.Now()
-	if now.Before(n.vecNext[v]) {
-		if n.vecTmr[v] == nil {
-			n.vecTmr[v] = n.clock.AfterFunc(n.vecNext[v].Sub(now), func() {
-				n.mu.Lock()
-				defer n.mu.Unlock()
-				n.vecTmr[v] = nil
-				if !n.closed {
-					n.sendLocked(v, n.clock.Now())
-				}
-			})
-		}
-		return
-	}
-	n.sendLocked(v, now)
-}
-
-func (n *ixgbeNIC) sendLocked(v int, now time.Time) {
-	itv := time.Duration(n.reg(hw.EITR(v))&hw.EitrIntervalMask>>hw.EitrIntervalShift) * hw.EitrUnitNanos
-	n.vecNext[v] = now.Add(itv)
-	if n.f.raise(v) {
-		n.nIRQ.Add(1)
-	}
+// eitrLocked implements nicHooks.
+func (n *ixgbeNIC) eitrLocked(v int) time.Duration {
+	return time.Duration(n.reg(hw.EITR(v))&hw.EitrIntervalMask>>hw.EitrIntervalShift) * hw.EitrUnitNanos
 }

@@ -14,43 +14,9 @@ import (
 // Which queue it goes to is decided in ixgbe_rules.go; registers are in
 // ixgbe_regs.go; transmit in ixgbe_tx.go.
 
-// fromWire implements wireEnd.
-func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
-	if badFCS {
-		n.mu.Lock()
-		n.regs[hw.CRCERRS/4]++
-		n.mu.Unlock()
-		n.nBadFCS.Add(1)
-		n.nDrop.Add(1)
-		return
-	}
-	n.receive(fr)
-}
-
-// receive takes a frame from the wire or the loopback. The frame buffer is
-// the caller's: it is copied into the ring or the packet buffer.
-func (n *ixgbeNIC) receive(fr []byte) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed || !n.has(hw.RXCTRL, hw.RxctrlRXEN) || !n.lastLU {
-		n.nDrop.Add(1)
-		return
-	}
-	if !n.acceptLocked(fr) {
-		return
-	}
-	if !n.hold.offer(fr, n.deliverLocked) {
-		n.nDrop.Add(1)
-		n.regs[hw.MPC(0)/4]++
-	}
-}
-
-func (n *ixgbeNIC) flushPendingLocked() {
-	if !n.has(hw.RXCTRL, hw.RxctrlRXEN) || !n.lastLU || n.closed {
-		return
-	}
-	n.hold.flush(n.deliverLocked)
-}
+func (n *ixgbeNIC) rxOnLocked() bool { return n.has(hw.RXCTRL, hw.RxctrlRXEN) }
+func (n *ixgbeNIC) crcErrorLocked()  { n.regs[hw.CRCERRS/4]++ }
+func (n *ixgbeNIC) missedLocked()    { n.regs[hw.MPC(0)/4]++ }
 
 // acceptLocked is the L2 filter: receive addresses, promiscuous modes,
 // broadcast, the multicast table.

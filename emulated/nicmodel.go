@@ -1,0 +1,295 @@
+package emulated
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// What the two NIC models (the 82574L of e1000e*.go and the 82599 of
+// ixgbe*.go) share, because it does not depend on the NIC: the platform of
+// ports on one IOMMU, the locks and the order they are taken in, the
+// function's life cycle (configuration writes, FLR, close), the link as the
+// cable and the MAC's own link setting make it, the front of the receive
+// path (bad FCS, the receive filter, the hold that waits for descriptors)
+// and the EITR throttle of MSI-X messages. Each model supplies what its
+// datasheet defines through nicHooks: its registers, reset values, filter,
+// descriptor formats and interrupt causes.
+
+// nicPlatform is the ports of one emulated NIC platform and the IOMMU their
+// DMA goes through. N is the model's NIC type.
+type nicPlatform[N nicPort] struct {
+	iommu *IOMMU
+	fns   []*Function
+	nics  []N
+}
+
+// nicPort is a NIC model: a PCI function's model on the wire, with its
+// shared core.
+type nicPort interface {
+	model
+	wireEnd
+	core() *nicCore
+}
+
+// add makes f's model n and adds the port.
+func (p *nicPlatform[N]) add(f *Function, n N) {
+	f.m = n
+	p.fns = append(p.fns, f)
+	p.nics = append(p.nics, n)
+}
+
+// Functions returns the NICs' PCI functions.
+func (p *nicPlatform[N]) Functions() []*Function { return p.fns }
+
+// Devices returns the functions as pci.Devices.
+func (p *nicPlatform[N]) Devices() []pci.Device {
+	ds := make([]pci.Device, len(p.fns))
+	for i, f := range p.fns {
+		ds[i] = f
+	}
+	return ds
+}
+
+// IOMMU returns the platform's IOMMU.
+func (p *nicPlatform[N]) IOMMU() *IOMMU { return p.iommu }
+
+// MAC returns the address port i loads from its NVM into RAL0/RAH0.
+func (p *nicPlatform[N]) MAC(i int) [6]byte { return p.nics[i].core().mac }
+
+// Port returns port i for the wire (Cable, Hub, Connect), which may join
+// it to a port of another platform.
+func (p *nicPlatform[N]) Port(i int) Port { return Port{end: p.nics[i]} }
+
+// SetLink plugs (up) or unplugs the cable at port i, which raises the
+// NIC's link status change cause. On a cable both ends see the change; on
+// a hub of more, only port i does (as QEMU's set_link on one hubport).
+func (p *nicPlatform[N]) SetLink(i int, up bool) { setLink(p.nics[i], up) }
+
+// HoldGIOMaster makes port i keep STATUS's GIO master enable bit set while
+// PCI bus mastering is on, even after CTRL asks it to stop mastering: a NIC
+// whose outstanding DMA never drains. A driver waiting for the bit times
+// out; only turning bus mastering off in configuration space then stops
+// the NIC's DMA.
+func (p *nicPlatform[N]) HoldGIOMaster(i int, hold bool) { p.nics[i].core().holdGIO.Store(hold) }
+
+// Close stops every NIC and takes its ports off the wire; no DMA happens
+// after it returns.
+func (p *nicPlatform[N]) Close() error {
+	wireMu.Lock()
+	for _, n := range p.nics {
+		detachLocked(n)
+	}
+	wireMu.Unlock()
+	var errs []error
+	for _, f := range p.fns {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// nicHooks is what a NIC model defines for the shared core. The Locked
+// methods run under nicCore.mu.
+type nicHooks interface {
+	// powerOn sets the registers' power-on values; under txMu and mu.
+	powerOn()
+	// linkUp reports the link as STATUS/LINKS shows it.
+	linkUp() bool
+	// lscLocked raises the link status change cause.
+	lscLocked()
+	// rxOnLocked reports whether the receiver is enabled.
+	rxOnLocked() bool
+	// acceptLocked is the address filter; a frame it refuses it counts.
+	acceptLocked(fr []byte) bool
+	// deliverLocked writes fr into the RX ring the NIC steers it to.
+	deliverLocked(fr []byte) rxResult
+	// crcErrorLocked and missedLocked count a frame with a bad FCS and
+	// one missed for want of room in the registers that count them.
+	crcErrorLocked()
+	missedLocked()
+	// eitrLocked is the shortest time between two messages of vector
+	// vec (its EITR interval).
+	eitrLocked(vec int) time.Duration
+}
+
+// nicCore is the state both NIC models keep the same way. Register
+// accesses arrive on the driver's goroutines and are serialised by mu;
+// transmission runs on the goroutine that writes TDT, under txMu, and hands
+// frames to the wire after releasing mu, so two cabled NICs transmitting at
+// each other cannot deadlock (lock order: txMu, then mu or a peer's mu,
+// never two mu at once).
+type nicCore struct {
+	m    nicHooks
+	f    *Function
+	mac  [6]byte
+	port int
+
+	plug jack // the wire (wire.go)
+	// holdGIO keeps the GIO master enable bit set while bus mastering is
+	// on (nicPlatform.HoldGIOMaster).
+	holdGIO atomic.Bool
+
+	txMu  sync.Mutex
+	out   [][]byte // frames of the TDT write being processed, to deliver
+	spare [][]byte // free frame buffers
+
+	mu      sync.Mutex
+	closed  bool
+	hold    rxHold // frames waiting for RX descriptors
+	lastLU  bool
+	vecNext []time.Time   // when each vector may send again (EITR)
+	vecTmr  []func() bool // stops each vector's deferred message
+	clock   Clock
+	hint    int
+	acc     regAccesses
+
+	nTx, nRx, nDrop, nBadFCS, nIRQ, nViol atomic.Uint64
+	lastViol                              atomic.Pointer[string]
+}
+
+// newNICCore is the core of port of a model with vectors MSI-X vectors.
+func newNICCore(m nicHooks, f *Function, port, vectors, pending int, clock Clock, mac [6]byte) nicCore {
+	return nicCore{m: m, f: f, port: port, mac: mac, clock: clock, hold: rxHold{max: pending},
+		vecNext: make([]time.Time, vectors), vecTmr: make([]func() bool, vectors)}
+}
+
+func (c *nicCore) core() *nicCore { return c }
+
+// violation records a programming error.
+func (c *nicCore) violation(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	c.nViol.Add(1)
+	c.lastViol.Store(&s)
+}
+
+func (c *nicCore) jack() *jack { return &c.plug }
+
+func (c *nicCore) setCable(up bool) {
+	c.plug.cable.Store(up)
+	c.mu.Lock()
+	c.linkChangedLocked()
+	c.mu.Unlock()
+}
+
+// linkChangedLocked raises LSC when the link changed, and lets frames held
+// while it was down in once it is up.
+func (c *nicCore) linkChangedLocked() {
+	if lu := c.m.linkUp(); lu != c.lastLU {
+		c.lastLU = lu
+		c.m.lscLocked()
+		if lu {
+			c.flushPendingLocked()
+		}
+	}
+}
+
+// fromWire implements wireEnd: a frame with a bad FCS is counted and
+// dropped, as the MAC drops it.
+func (c *nicCore) fromWire(fr []byte, badFCS bool) {
+	if badFCS {
+		c.mu.Lock()
+		c.m.crcErrorLocked()
+		c.mu.Unlock()
+		c.nBadFCS.Add(1)
+		c.nDrop.Add(1)
+		return
+	}
+	c.receive(fr)
+}
+
+// receive takes a frame from the wire or the loopback. The frame buffer is
+// the caller's: it is copied into the ring or the hold.
+func (c *nicCore) receive(fr []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !c.m.rxOnLocked() || !c.lastLU {
+		c.nDrop.Add(1)
+		return
+	}
+	if !c.m.acceptLocked(fr) {
+		return
+	}
+	if !c.hold.offer(fr, c.m.deliverLocked) {
+		c.nDrop.Add(1)
+		c.m.missedLocked()
+	}
+}
+
+// flushPendingLocked moves held frames into the rings while they have room.
+func (c *nicCore) flushPendingLocked() {
+	if !c.m.rxOnLocked() || !c.lastLU || c.closed {
+		return
+	}
+	c.hold.flush(c.m.deliverLocked)
+}
+
+// messageLocked sends MSI-X vector vec, no sooner than its EITR allows.
+func (c *nicCore) messageLocked(vec int) {
+	now := c.clock.Now()
+	if now.Before(c.vecNext[vec]) {
+		if c.vecTmr[vec] == nil {
+			c.vecTmr[vec] = c.clock.AfterFunc(c.vecNext[vec].Sub(now), func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.vecTmr[vec] = nil
+				if !c.closed {
+					c.sendLocked(vec, c.clock.Now())
+				}
+			})
+		}
+		return
+	}
+	c.sendLocked(vec, now)
+}
+
+func (c *nicCore) sendLocked(vec int, now time.Time) {
+	c.vecNext[vec] = now.Add(c.m.eitrLocked(vec))
+	if c.f.raise(vec) {
+		c.nIRQ.Add(1)
+	}
+}
+
+// configWrite implements model: turning bus mastering on flushes held
+// frames at once (as QEMU does).
+func (c *nicCore) configWrite(off, ln int) {
+	if off <= pci.ConfigCommand+1 && off+ln > pci.ConfigCommand {
+		c.mu.Lock()
+		c.flushPendingLocked()
+		c.mu.Unlock()
+	}
+}
+
+// flr implements model.
+func (c *nicCore) flr() {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopTimersLocked()
+	c.m.powerOn()
+}
+
+func (c *nicCore) stopTimersLocked() {
+	for i, stop := range c.vecTmr {
+		if stop != nil {
+			stop()
+			c.vecTmr[i] = nil
+		}
+	}
+}
+
+// close implements model. Taking txMu and mu waits out a transmission or
+// reception in flight: no DMA after close returns.
+func (c *nicCore) close() {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.stopTimersLocked()
+	c.hold.drop()
+}
