@@ -188,4 +188,3 @@ func (e *Engine) shares(n int, out []int) {
 	}
 	out[last] += left // rounding: the remainder to the last queue taking part
 }
-
