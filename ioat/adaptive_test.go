@@ -3,9 +3,11 @@ package ioat
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/pci"
@@ -186,5 +188,88 @@ func TestAdaptiveMixed(t *testing.T) {
 	}
 	if got := dsa.Stats(0).Bytes - before; got < 2<<20 {
 		t.Errorf("the fast WQ took %d bytes of a 4 MiB striped copy: want most of it", got)
+	}
+}
+
+// policyRigs are the engines BenchmarkPolicy compares policies on: a
+// mixed engine of two CBDMA channels capped at 32 MiB/s and one DSA work
+// queue capped at 128 MiB/s (a fast queue and two slow ones), and an
+// engine of four CBDMA channels of one speed (48 MiB/s each), where
+// scheduling by measured rate must not lose to the fixed policies. Both
+// sum to 192 MiB/s. The caps are low so that a transfer lasts far longer
+// than the models' own copying and than the waits a loaded host's
+// scheduler adds: the figures then measure where the work went, not how
+// busy the machine was.
+var policyRigs = []struct {
+	name         string
+	cbChans, wqs int
+	cbBW, dsaBW  int64
+}{
+	{"mixed-2cb32M+1wq128M", 2, 1, 32 << 20, 128 << 20},
+	{"equal-4cb48M", 4, 0, 48 << 20, 0},
+}
+
+// policyCap is the summed rate cap of every policy rig.
+const policyCap = 192 << 20
+
+// BenchmarkPolicy runs copies of one size with a window of requests in
+// flight (1: one copy at a time, where only striping uses several
+// queues; 8: a stream) over each rig, with every policy. It reports the
+// rate (MB/s) and the rate as a share of the rig's summed caps
+// (cap-share), the figure to compare across policies. Run it with a
+// fixed count (-benchtime 20x): one 8 MiB copy on a slow queue takes a
+// quarter of a second.
+func BenchmarkPolicy(b *testing.B) {
+	for _, rg := range policyRigs {
+		for _, n := range []int{64 << 10, 1 << 20, 8 << 20} {
+			for _, window := range []int{1, 8} {
+				for p := RoundRobin; p <= Adaptive; p++ {
+					name := fmt.Sprintf("%s/%s/window=%d/%s", rg.name, sizeName(n), window, p)
+					b.Run(name, func(b *testing.B) {
+						o := offloadAll()
+						o.Policy = p
+						e, _, _ := mixedEngine(b, rg.cbChans, rg.cbBW, rg.wqs, rg.dsaBW, o)
+						src := make([][]byte, window)
+						dst := make([][]byte, window)
+						for i := range src {
+							src[i], dst[i] = make([]byte, n), make([]byte, n)
+							for _, buf := range [][]byte{src[i], dst[i]} {
+								r, err := e.Register(buf)
+								if err != nil {
+									b.Fatal(err)
+								}
+								b.Cleanup(func() { r.Close() })
+							}
+						}
+						cks := make([]*Cookie, window)
+						wait := func(i int) {
+							if cks[i] != nil {
+								if err := e.Wait(context.Background(), cks[i]); err != nil {
+									b.Fatal(err)
+								}
+								cks[i] = nil
+							}
+						}
+						b.SetBytes(int64(n))
+						b.ResetTimer()
+						t0 := time.Now()
+						for i := 0; i < b.N; i++ {
+							k := i % window
+							wait(k)
+							ck, err := e.ICopy(dst[k], src[k])
+							if err != nil {
+								b.Fatal(err)
+							}
+							cks[k] = ck
+						}
+						for k := range cks {
+							wait(k)
+						}
+						rate := float64(b.N) * float64(n) / time.Since(t0).Seconds()
+						b.ReportMetric(rate/policyCap, "cap-share")
+					})
+				}
+			}
+		}
 	}
 }
