@@ -97,6 +97,22 @@ func TestUserWQDevice(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "not a work queue name") {
 		t.Errorf("a WQ and a PCI address mixed: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// No shared virtual memory: the fix is the IOMMU's scalable mode.
+	root := dsaSysfs(t, "wq0.0")
+	os.WriteFile(filepath.Join(root, "bus/dsa/devices/dsa0/pasid_enabled"), []byte("0\n"), 0o644)
+	r = ioatctl(t, "copy", "--device", "wq0.0", "--size", "64K")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "sm_on") {
+		t.Errorf("copy without PASID: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// No user WQ at all: the fix is dsa-config.
+	root = dsaSysfs(t, "wq0.0")
+	for _, w := range []string{"wq0.0", "wq0.1", "wq0.3"} {
+		os.WriteFile(filepath.Join(root, "bus/dsa/devices", w, "type"), []byte("none\n"), 0o644)
+	}
+	r = ioatctl(t, "copy", "--device", "wq0.0", "--size", "64K")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "dsa-config") {
+		t.Errorf("copy with no user WQ: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
 
 // TestListUserWQs: list names the kernel's user WQs beside the PCI
