@@ -289,10 +289,15 @@ func (e *Engine) Check(c *Cookie) (bool, error) {
 	if c.done {
 		return true, c.err
 	}
+	// Every part is polled, not only up to the first unfinished one: a
+	// queue's completions are then seen when they happen, which frees its
+	// ring and gives the Adaptive policy its true rate.
+	done := true
 	for _, p := range c.parts {
-		if !p.c.poll(p.tag) {
-			return false, nil
-		}
+		done = p.c.poll(p.tag) && done
+	}
+	if !done {
+		return false, nil
 	}
 	var errs []error
 	for _, p := range c.parts {

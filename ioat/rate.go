@@ -22,10 +22,11 @@ var epoch = time.Now()
 // monoNow is nanoseconds since epoch, on the monotonic clock.
 func monoNow() int64 { return int64(time.Since(epoch)) }
 
-// rateWeight is the weight of a new sample in the moving average: an
-// eighth, so one odd reap (a poll that came late) moves the estimate
-// little and a lasting change takes over within a few dozen requests.
-const rateWeight = 1.0 / 8
+// rateWeight is the weight of a new sample in the moving average: a
+// quarter, so one odd sample (a transfer the host's scheduler held up)
+// moves the estimate by a quarter of its error and a lasting change takes
+// over within about ten requests.
+const rateWeight = 1.0 / 4
 
 // adaptiveMinPiece is the smallest piece Adaptive cuts a request into: a
 // smaller one costs a descriptor and a completion for little work.
