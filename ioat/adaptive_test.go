@@ -69,6 +69,7 @@ func TestShares(t *testing.T) {
 		for i, r := range rates {
 			ec := &echan{}
 			ec.rate.Store(math.Float64bits(r))
+			ec.sampled.Store(monoNow())
 			ec.load.Store(loads[i])
 			e.chans = append(e.chans, ec)
 		}
@@ -115,17 +116,27 @@ func TestShares(t *testing.T) {
 // and bytes outstanding.
 func TestEarliest(t *testing.T) {
 	e := &Engine{}
-	for _, r := range []float64{4, 1} {
+	for _, r := range []float64{4, 1, 0} {
 		ec := &echan{}
 		ec.rate.Store(math.Float64bits(r))
+		ec.sampled.Store(monoNow())
 		e.chans = append(e.chans, ec)
 	}
+	if got := e.earliest(64 << 10); got != e.chans[2] {
+		t.Error("an unmeasured queue was not tried first")
+	}
+	e.chans[2].rate.Store(math.Float64bits(0.5))
 	if got := e.earliest(64 << 10); got != e.chans[0] {
-		t.Error("an idle engine: the request went to the slow queue")
+		t.Error("an idle engine: the request went to a slow queue")
 	}
 	e.chans[0].load.Store(1 << 20) // fast queue: 1 MiB at 4 = 256K units ahead
 	if got := e.earliest(64 << 10); got != e.chans[1] {
 		t.Error("fast queue busy past the slow one's finish: the request waited for it")
+	}
+	e.chans[0].load.Store(0)
+	e.chans[1].sampled.Store(monoNow() - int64(2*exploreAfter))
+	if got := e.earliest(64 << 10); got != e.chans[1] {
+		t.Error("a slow queue without a sample for long is not tried again")
 	}
 }
 

@@ -44,9 +44,11 @@ const (
 	// request of at least StripeMin bytes is cut in proportion to the
 	// rates instead, so that every queue that takes a piece finishes it
 	// at the same time; a queue whose piece would fall under 64 KiB takes
-	// none. Over queues of one speed it behaves as LeastLoaded and
-	// Stripe; over fast and slow ones (a DSA beside CBDMA channels, a
-	// channel slowed by other traffic) it gives each what it can do.
+	// none. A queue not yet measured, or idle and unmeasured for 50 ms,
+	// is tried with the next whole request. Over queues of one speed it
+	// behaves as LeastLoaded and Stripe; over fast and slow ones (a DSA
+	// beside CBDMA channels, a channel slowed by other traffic) it gives
+	// each what it can do.
 	Adaptive
 )
 
@@ -217,9 +219,11 @@ type echan struct {
 	// turns it on; rate is the moving average of bytes per nanosecond
 	// completed while busy (float64 bits, 0 until measured); busyFrom
 	// (under mu) is when the queue last went busy or was last reaped,
-	// lastMiss when a poll last found its oldest request unfinished.
+	// lastMiss when a poll last found its oldest request unfinished;
+	// sampled when rate last changed.
 	adaptive bool
 	rate     atomic.Uint64
+	sampled  atomic.Int64
 	busyFrom int64
 	lastMiss int64
 }

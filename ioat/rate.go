@@ -78,6 +78,7 @@ func (ec *echan) observed(bytes, outstanding int64) {
 		return
 	}
 	ec.rate.Store(math.Float64bits(r))
+	ec.sampled.Store(now)
 }
 
 // refresh reaps every queue nobody else is reaping, so that the
@@ -95,43 +96,58 @@ func (e *Engine) refresh() {
 // measured), for Stats.
 func (ec *echan) rateBytes() float64 { return math.Float64frombits(ec.rate.Load()) * 1e9 }
 
+// exploreAfter is how long a queue may go without a sample before the
+// scheduler counts it as unmeasured again, so that a queue once measured
+// slow (or held up by the host while measured) is tried again now and
+// then rather than left idle for good.
+const exploreAfter = 50 * time.Millisecond
+
 // rates fills r with each queue's rate for scheduling. A queue not yet
-// measured counts as fast as the fastest measured one, so that it gets
-// work and is measured; when none is, all count alike.
-func (e *Engine) rates(r []float64) {
+// measured counts as fast as the fastest measured one (all alike when
+// none is). With explore, for placing a whole request, it counts twice
+// as fast, and so does one idle without a sample for exploreAfter: it
+// then gets the next request and is measured, at the cost of one request
+// per queue and period. A striped request does not explore: its piece on
+// a slow queue would hold the whole request up.
+func (e *Engine) rates(r []float64, explore bool) {
+	now := monoNow()
 	best := 0.0
 	for i, ec := range e.chans {
 		r[i] = math.Float64frombits(ec.rate.Load())
 		best = max(best, r[i])
+		if explore && ec.load.Load() == 0 && now-ec.sampled.Load() > int64(exploreAfter) {
+			r[i] = 0
+		}
 	}
 	if best == 0 {
 		best = 1
 	}
+	boost := 1.0
+	if explore {
+		boost = 2
+	}
 	for i := range r {
 		if r[i] == 0 {
-			r[i] = best
+			r[i] = boost * best
 		}
 	}
 }
 
 // earliest is the queue where a request of n bytes is expected to finish
-// first.
+// first, by the rates of rates.
 func (e *Engine) earliest(n int) *echan {
+	var buf [16]float64
+	r := buf[:0]
+	if len(e.chans) > len(buf) {
+		r = make([]float64, len(e.chans))
+	} else {
+		r = buf[:len(e.chans)]
+	}
+	e.rates(r, true)
 	var best *echan
 	bt := math.Inf(1)
-	fastest := 0.0
-	for _, ec := range e.chans {
-		fastest = max(fastest, math.Float64frombits(ec.rate.Load()))
-	}
-	if fastest == 0 {
-		fastest = 1
-	}
-	for _, ec := range e.chans {
-		r := math.Float64frombits(ec.rate.Load())
-		if r == 0 {
-			r = fastest
-		}
-		if t := float64(ec.load.Load()+int64(n)) / r; t < bt {
+	for i, ec := range e.chans {
+		if t := float64(ec.load.Load()+int64(n)) / r[i]; t < bt {
 			best, bt = ec, t
 		}
 	}
@@ -147,7 +163,7 @@ func (e *Engine) earliest(n int) *echan {
 func (e *Engine) shares(n int, out []int) {
 	nq := len(e.chans)
 	r := make([]float64, nq)
-	e.rates(r)
+	e.rates(r, false)
 	in := make([]bool, nq)
 	for i := range in {
 		in[i] = true
