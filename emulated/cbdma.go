@@ -478,9 +478,7 @@ type cbChannel struct {
 
 	nDesc, nBytes, nErr, nIRQ, nViol atomic.Uint64
 	lastViol                         atomic.Pointer[string]
-	bwStart                          time.Time
-	bwDue                            time.Time
-	bwBytes                          int64
+	bw                               pacer
 	gen                              uint64 // bumped by reset and arm
 }
 

@@ -245,32 +245,13 @@ func (c *cbChannel) pace(n int) bool {
 		return true
 	}
 	now := time.Now()
-	if c.bwDue.Before(now) {
-		// The channel was idle or behind: no credit for lost time, a new
-		// transfer starts now.
-		c.bwStart, c.bwBytes = now, 0
-	}
-	c.bwBytes += int64(n)
-	due := c.bwStart.Add(time.Duration(float64(c.bwBytes) / float64(limit) * float64(time.Second)))
-	c.bwDue = due
-	d := due.Sub(now)
-	if d <= 0 {
+	due := c.bw.next(n, limit, now)
+	if !due.After(now) {
 		return true
 	}
 	gen := c.gen
 	c.mu.Unlock()
-	// Go's timers are coarse (about a millisecond here): sleep for the bulk
-	// in nanosleep, which blocks only this thread and is precise to tens of
-	// microseconds, then yield-spin to the due time. Sleeping rather than
-	// spinning leaves the CPU (and its SMT sibling) to the application,
-	// which is the point of an offload engine.
-	if d > 60*time.Microsecond {
-		ts := unix.NsecToTimespec(int64(d - 40*time.Microsecond))
-		_ = unix.Nanosleep(&ts, nil)
-	}
-	for time.Now().Before(due) && !c.stopping.Load() {
-		runtime.Gosched()
-	}
+	sleepUntil(due, &c.stopping)
 	c.mu.Lock()
 	return gen == c.gen && c.state == hw.StateActive && !c.stuck && !c.stopping.Load()
 }

@@ -55,6 +55,18 @@ type DSAOptions struct {
 	// part, and UserPortal hands out a WQ's portal page as the character
 	// device's mmap would.
 	SVA bool
+	// Bandwidth caps each function's rate in bytes per second (0: as fast
+	// as memory allows): its engines share one rate, as they share the
+	// device's fabric. An engine busy with a capped transfer holds
+	// register accesses until it ends, as a command waits for the
+	// descriptors in flight.
+	Bandwidth int64
+	// IOMMU, when set, puts the functions behind an existing platform's
+	// IOMMU (a CBDMA model's, from its IOMMU method) instead of a new
+	// one, so one ioat.Engine can drive the channels of one and the work
+	// queues of the other, mapping each buffer once for both. IOVABase
+	// and Scatter are then that IOMMU's; SVA cannot be combined with it.
+	IOMMU *IOMMU
 }
 
 // DefaultDSAOptions returns one Sapphire Rapids DSA with 8 WQs sharing 128
@@ -145,11 +157,20 @@ func NewDSA(o DSAOptions) (*DSA, error) {
 	case o.MaxBatchShift < 1 || o.MaxBatchShift > 15:
 		return nil, fmt.Errorf("emulated dsa: max_batch_shift %d: want 1..15", o.MaxBatchShift)
 	}
+	if o.Bandwidth < 0 {
+		return nil, fmt.Errorf("emulated dsa: negative bandwidth %d", o.Bandwidth)
+	}
+	if o.IOMMU != nil && (o.SVA || o.Scatter || o.IOVABase != 0) {
+		return nil, fmt.Errorf("emulated dsa: IOMMU with SVA, Scatter or IOVABase: a shared IOMMU keeps its own address space; drop them")
+	}
 	if o.SVA && o.Scatter {
 		return nil, fmt.Errorf("emulated dsa: SVA and Scatter: a process address space has no IOVA segments to scatter")
 	}
-	p := &DSA{iommu: newIOMMU(o.IOVABase, o.Scatter)}
-	p.iommu.sva = o.SVA
+	p := &DSA{iommu: o.IOMMU}
+	if p.iommu == nil {
+		p.iommu = newIOMMU(o.IOVABase, o.Scatter)
+		p.iommu.sva = o.SVA
+	}
 	for i := 0; i < o.Devices; i++ {
 		f := &Function{
 			addr:    pci.Address{Bus: 0x6a + uint8(i)*0x10, Device: 1, Function: 0},
@@ -221,6 +242,11 @@ func (p *DSA) Stats(i int) DSAStats {
 		s.LastViolation = *v
 	}
 	return s
+}
+
+// SetBandwidth changes function i's rate cap (bytes/s, 0 for none).
+func (p *DSA) SetBandwidth(i int, bytesPerSec int64) {
+	p.devs[i].bwLimit.Store(bytesPerSec)
 }
 
 // InjectStatus makes function i complete the n-th descriptor it executes
@@ -302,6 +328,9 @@ type dsaDevice struct {
 	wake     chan struct{}
 	stopping atomic.Bool
 	done     chan struct{}
+
+	bwLimit atomic.Int64 // SetBandwidth's cap; 0: the option's
+	bw      pacer
 
 	nDesc, nBytes, nErr, nIRQ, nDrop, nViol atomic.Uint64
 	lastViol                                atomic.Pointer[string]

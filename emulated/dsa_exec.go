@@ -183,6 +183,9 @@ func (d *dsaDevice) run1(wqi int, wq *dsaWQ, desc *dsahw.Descriptor, c *dsahw.Co
 		c.Status = dsahw.StatusXferERange
 		return
 	}
+	if needsSize {
+		d.pace(int(desc.Size))
+	}
 	switch desc.Op {
 	case dsahw.OpNoop, dsahw.OpDrain:
 	case dsahw.OpMemMove:
@@ -196,6 +199,22 @@ func (d *dsaDevice) run1(wqi int, wq *dsaWQ, desc *dsahw.Descriptor, c *dsahw.Co
 	case dsahw.OpBatch:
 		d.batch(wqi, wq, desc, c)
 	}
+}
+
+// pace holds a transfer of n bytes until the device's bandwidth cap says
+// it is over; the data lands after it, so a driver that reads the
+// destination before the completion record sees the old bytes. It keeps
+// mu (commands wait for the transfer, as for any descriptor in flight)
+// but not qmu, so portal writes go on.
+func (d *dsaDevice) pace(n int) {
+	limit := d.bwLimit.Load()
+	if limit == 0 {
+		limit = d.o.Bandwidth
+	}
+	if limit <= 0 {
+		return
+	}
+	sleepUntil(d.bw.next(n, limit, time.Now()), &d.stopping)
 }
 
 // span translates [iova, iova+n) page by page; it returns the memory of

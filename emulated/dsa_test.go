@@ -520,3 +520,59 @@ func TestDSAKernelPortal(t *testing.T) {
 		t.Errorf("Touch on an IOMMU: %v", err)
 	}
 }
+
+// TestDSABandwidthCap: a capped DSA takes at least the capped time for a
+// transfer and lands the bytes only then; the cap is per function.
+func TestDSABandwidthCap(t *testing.T) {
+	r := newDSARig(t, DSAOptions{Bandwidth: 10 << 20}) // 10 MiB/s: 32 KiB takes ~3ms
+	r.configure(16)
+	for i := range 32 << 10 {
+		r.mem[dsaData+i] = byte(i)
+	}
+	t0 := time.Now()
+	r.submit(r.desc(dsahw.OpMemMove, 0, r.iova(dsaData), r.iova(dsaData+32<<10), 32<<10))
+	if c := r.wait(0); c.Status != dsahw.StatusSuccess {
+		t.Fatalf("status %#x", c.Status)
+	}
+	if el := time.Since(t0); el < 2*time.Millisecond {
+		// A floor the cap promises, not a timing assertion on speed.
+		t.Fatalf("32 KiB at 10 MiB/s completed in %v", el)
+	}
+	if !bytes.Equal(r.mem[dsaData:dsaData+32<<10], r.mem[dsaData+32<<10:dsaData+64<<10]) {
+		t.Fatal("capped move copied the wrong bytes")
+	}
+	r.p.SetBandwidth(0, 0) // lifted: the next completes without the floor
+	r.submit(r.desc(dsahw.OpMemMove, 1, r.iova(dsaData), r.iova(dsaData+32<<10), 32<<10))
+	if c := r.wait(1); c.Status != dsahw.StatusSuccess {
+		t.Fatalf("status %#x", c.Status)
+	}
+	r.noViolations()
+	if _, err := NewDSA(DSAOptions{Bandwidth: -1}); err == nil {
+		t.Error("negative bandwidth accepted")
+	}
+}
+
+// TestDSASharedIOMMU: a DSA behind a CBDMA model's IOMMU executes on
+// mappings made there, so one engine can drive both; options that would
+// give it an address space of its own are refused.
+func TestDSASharedIOMMU(t *testing.T) {
+	cb, err := NewCBDMA(CBDMAOptions{Channels: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	p, err := NewDSA(DSAOptions{IOMMU: cb.IOMMU()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.IOMMU() != cb.IOMMU() || p.Devices()[0].DMA() != cb.Devices()[0].DMA() {
+		t.Fatal("the DSA is not in the CBDMA model's DMA domain")
+	}
+	for _, o := range []DSAOptions{{IOMMU: cb.IOMMU(), SVA: true}, {IOMMU: cb.IOMMU(), Scatter: true}, {IOMMU: cb.IOMMU(), IOVABase: 1 << 40}} {
+		if q, err := NewDSA(o); err == nil {
+			q.Close()
+			t.Errorf("%+v accepted with a shared IOMMU", o)
+		}
+	}
+}

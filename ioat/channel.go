@@ -167,6 +167,11 @@ type Stats struct {
 	// sleep woken by its copy's completion does not count.
 	// Engine.ChannelStats fills it; Channel.Stats leaves it zero.
 	BoundWakes uint64
+	// Rate is the queue's completion rate in bytes per second as the
+	// Adaptive policy measured it (a moving average over busy time; 0
+	// under other policies or before the first completion).
+	// Engine.ChannelStats fills it; Channel.Stats leaves it zero.
+	Rate float64
 }
 
 // Completion reports one finished request.

@@ -309,7 +309,7 @@ func TestAllChannelsManyGoroutines(t *testing.T) {
 }
 
 func allChannelsManyGoroutines(t *testing.T, b backend) {
-	for _, pol := range []Policy{RoundRobin, LeastLoaded, Stripe, Dedicated} {
+	for _, pol := range []Policy{RoundRobin, LeastLoaded, Stripe, Dedicated, Adaptive} {
 		t.Run(pol.String(), func(t *testing.T) {
 			o := offloadAll()
 			o.Policy = pol

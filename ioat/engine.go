@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,9 +37,22 @@ const (
 	// address (per 2 MiB), so requests writing the same buffer stay in
 	// order on one channel while different buffers spread out.
 	Dedicated
+	// Adaptive schedules by each queue's measured completion rate: every
+	// queue keeps a moving average of the bytes per second it completes
+	// while busy, and a request goes whole to the queue where it would
+	// finish first (bytes outstanding plus its own, over that rate). A
+	// request of at least StripeMin bytes is cut in proportion to the
+	// rates instead, so that every queue that takes a piece finishes it
+	// at the same time; a queue whose piece would fall under 64 KiB takes
+	// none. A queue not yet measured, or idle and unmeasured for 50 ms,
+	// is tried with the next whole request. Over queues of one speed it
+	// behaves as LeastLoaded and Stripe; over fast and slow ones (a DSA
+	// beside CBDMA channels, a channel slowed by other traffic) it gives
+	// each what it can do.
+	Adaptive
 )
 
-var policyNames = [...]string{"round-robin", "least-loaded", "stripe", "dedicated"}
+var policyNames = [...]string{"round-robin", "least-loaded", "stripe", "dedicated", "adaptive"}
 
 func (p Policy) String() string {
 	if int(p) < len(policyNames) {
@@ -54,7 +68,13 @@ func ParsePolicy(s string) (Policy, error) {
 			return Policy(i), nil
 		}
 	}
-	return 0, fmt.Errorf("ioat: unknown policy %q (want round-robin, least-loaded, stripe or dedicated)", s)
+	return 0, fmt.Errorf("ioat: unknown policy %q (want %s)", s, PolicyList())
+}
+
+// PolicyList names every policy, for usage messages: "round-robin,
+// least-loaded, ... or adaptive".
+func PolicyList() string {
+	return strings.Join(policyNames[:len(policyNames)-1], ", ") + " or " + policyNames[len(policyNames)-1]
 }
 
 // Queue is one hardware queue an Engine drives: a CBDMA channel
@@ -121,8 +141,8 @@ type EngineOptions struct {
 	// HybridMin is the smallest request hybrid mode applies to (default
 	// 1 MiB).
 	HybridMin int
-	// StripeMin is the smallest request the Stripe policy splits (default
-	// 256 KiB).
+	// StripeMin is the smallest request the Stripe and Adaptive policies
+	// split (default 256 KiB).
 	StripeMin int
 	// CacheBytes bounds the memory kept mapped by the registration cache
 	// (default 1 GiB). Registered buffers do not count.
@@ -194,6 +214,18 @@ type echan struct {
 	asleep  atomic.Int32  // waiters in sleep now
 	spun    atomic.Uint64 // Engine.Wait calls that polled a request of it (Stats.SpunWaits)
 	bounded atomic.Uint64 // sleeps that ended by their bound (Stats.BoundWakes)
+
+	// The Adaptive policy's measure of the queue (rate.go): adaptive
+	// turns it on; rate is the moving average of bytes per nanosecond
+	// completed while busy (float64 bits, 0 until measured); busyFrom
+	// (under mu) is when the queue last went busy or was last reaped,
+	// lastMiss when a poll last found its oldest request unfinished;
+	// sampled when rate last changed.
+	adaptive bool
+	rate     atomic.Uint64
+	sampled  atomic.Int64
+	busyFrom int64
+	lastMiss int64
 }
 
 // NewEngine opens every channel of each CBDMA device (see ChannelCount)
@@ -248,7 +280,7 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 				return fail(opErr(dev.Address(), "WQCFG", fmt.Errorf("ChannelMask %#x selects none of the DSA's %d work queues: %w", o.ChannelMask, len(wqs), ErrBadRequest)))
 			}
 			for _, q := range keep {
-				e.chans = append(e.chans, &echan{ch: q, failed: map[uint64]error{}})
+				e.chans = append(e.chans, e.newChan(q))
 			}
 			continue
 		}
@@ -270,7 +302,7 @@ func NewEngine(devs []pci.Device, o EngineOptions) (*Engine, error) {
 			if err != nil {
 				return fail(err)
 			}
-			e.chans = append(e.chans, &echan{ch: ch, failed: map[uint64]error{}})
+			e.chans = append(e.chans, e.newChan(ch))
 		}
 		if opened == 0 {
 			return fail(opErr(dev.Address(), "CHANCNT", fmt.Errorf("ChannelMask %#x selects none of the function's %d channels: %w", o.ChannelMask, n, ErrBadRequest)))
@@ -304,9 +336,14 @@ func NewEngineQueues(qs []Queue, o EngineOptions) (*Engine, error) {
 	}
 	e := &Engine{dma: dma, cache: newRegCache(dma, o.CacheBytes), opts: o, irqWait: irqWaitMax}
 	for _, q := range qs {
-		e.chans = append(e.chans, &echan{ch: q, failed: map[uint64]error{}})
+		e.chans = append(e.chans, e.newChan(q))
 	}
 	return e, nil
+}
+
+// newChan wraps a queue for the engine.
+func (e *Engine) newChan(q Queue) *echan {
+	return &echan{ch: q, failed: map[uint64]error{}, adaptive: e.opts.Policy == Adaptive}
 }
 
 // fill sets the defaults of unset options and checks the policy.
@@ -327,7 +364,7 @@ func (o *EngineOptions) fill() error {
 	if o.SpinWait == 0 {
 		o.SpinWait = d.SpinWait
 	}
-	if o.Policy < RoundRobin || o.Policy > Dedicated {
+	if o.Policy < RoundRobin || o.Policy > Adaptive {
 		return fmt.Errorf("ioat: %v: %w", o.Policy, ErrBadRequest)
 	}
 	return nil
@@ -366,6 +403,7 @@ func (e *Engine) ChannelStats() []Stats {
 		ec.mu.Unlock()
 		s[i].SpunWaits = ec.spun.Load()
 		s[i].BoundWakes = ec.bounded.Load()
+		s[i].Rate = ec.rateBytes()
 	}
 	return s
 }

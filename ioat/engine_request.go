@@ -134,13 +134,23 @@ func (e *Engine) IFill(dst []byte, pattern uint64) (*Cookie, error) {
 // enqueues bytes [off, off+l) of it on a channel.
 func (e *Engine) schedule(ck *Cookie, n int, dst []byte, enq func(ch Queue, off, l int, tag uint64) error) error {
 	nch := len(e.chans)
-	if e.opts.Policy == Stripe && n >= e.opts.StripeMin && nch > 1 {
-		piece := ((n+nch-1)/nch + 63) &^ 63
+	if (e.opts.Policy == Stripe || e.opts.Policy == Adaptive) && n >= e.opts.StripeMin && nch > 1 {
+		lens := make([]int, nch)
+		if e.opts.Policy == Adaptive {
+			e.refresh()
+			e.shares(n, lens)
+		} else {
+			piece := ((n+nch-1)/nch + 63) &^ 63
+			for i, left := 0, n; i < nch; i++ {
+				lens[i] = min(piece, left)
+				left -= lens[i]
+			}
+		}
 		ck.parts = make([]part, 0, nch)
-		for i, off := 0, 0; off < n; i++ {
-			l := piece
-			if off+l > n {
-				l = n - off
+		off := 0
+		for i, l := range lens {
+			if l == 0 {
+				continue
 			}
 			ec := e.chans[i]
 			tag, err := ec.submit(int64(l), func(tag uint64) error { return enq(ec.ch, off, l, tag) })
@@ -158,6 +168,9 @@ func (e *Engine) schedule(ck *Cookie, n int, dst []byte, enq func(ch Queue, off,
 		ec = e.chans[int(e.rr.Add(1)-1)%nch]
 	case Dedicated:
 		ec = e.chans[int((addrOf(dst)>>21)%uintptr(nch))]
+	case Adaptive:
+		e.refresh()
+		ec = e.earliest(n)
 	default:
 		ec = e.leastLoaded()
 	}
@@ -187,6 +200,11 @@ func (e *Engine) leastLoaded() *echan {
 func (ec *echan) submit(n int64, enq func(tag uint64) error) (uint64, error) {
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
+	if ec.adaptive {
+		// Reap first: a queue whose work completed unseen is idle, and
+		// its busy time starts with this request.
+		ec.reapLocked()
+	}
 	var deadline time.Time
 	for {
 		err := enq(ec.next)
@@ -208,6 +226,9 @@ func (ec *echan) submit(n int64, enq func(tag uint64) error) (uint64, error) {
 	}
 	tag := ec.next
 	ec.next++
+	if ec.adaptive {
+		ec.markBusy()
+	}
 	ec.sizes = append(ec.sizes, n)
 	ec.load.Add(n)
 	ec.ch.Submit()
@@ -216,6 +237,7 @@ func (ec *echan) submit(n int64, enq func(tag uint64) error) (uint64, error) {
 
 // reapLocked collects completions from the channel.
 func (ec *echan) reapLocked() {
+	var bytes int64
 	for {
 		n := ec.ch.Poll(ec.comps[:])
 		for _, c := range ec.comps[:n] {
@@ -223,14 +245,18 @@ func (ec *echan) reapLocked() {
 				ec.failed[c.Tag] = c.Err
 			}
 			if len(ec.sizes) > 0 {
+				bytes += ec.sizes[0]
 				ec.load.Add(-ec.sizes[0])
 				ec.sizes = ec.sizes[1:]
 			}
 			ec.done.Store(c.Tag + 1)
 		}
 		if n < len(ec.comps) {
-			return
+			break
 		}
+	}
+	if ec.adaptive {
+		ec.observed(bytes, ec.load.Load())
 	}
 }
 
@@ -263,10 +289,15 @@ func (e *Engine) Check(c *Cookie) (bool, error) {
 	if c.done {
 		return true, c.err
 	}
+	// Every part is polled, not only up to the first unfinished one: a
+	// queue's completions are then seen when they happen, which frees its
+	// ring and gives the Adaptive policy its true rate.
+	done := true
 	for _, p := range c.parts {
-		if !p.c.poll(p.tag) {
-			return false, nil
-		}
+		done = p.c.poll(p.tag) && done
+	}
+	if !done {
+		return false, nil
 	}
 	var errs []error
 	for _, p := range c.parts {

@@ -27,6 +27,8 @@ type deviceFlags struct {
 	policy     string
 	interrupts bool
 	bandwidth  units.Size
+	dsaBW      units.Size
+	wqs        int
 	cbver      string
 	chancnt    int
 	timeout    time.Duration
@@ -35,11 +37,13 @@ type deviceFlags struct {
 
 // register adds the device flags to fs.
 func (d *deviceFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.device, "device", "auto", "auto, emulated (the CBDMA model), emulated-dsa (the DSA model), PCI addresses of CBDMA functions or DSAs bound to vfio-pci, or the kernel's DSA user work queues (wq0.0; see dsa-config) (comma-separated); auto uses every bound CBDMA function, else the emulated engine")
+	fs.StringVar(&d.device, "device", "auto", "auto, emulated (the CBDMA model), emulated-dsa (the DSA model), emulated,emulated-dsa (both behind one IOMMU, in one engine), PCI addresses of CBDMA functions or DSAs bound to vfio-pci, or the kernel's DSA user work queues (wq0.0; see dsa-config) (comma-separated); auto uses every bound CBDMA function, else the emulated engine")
 	fs.IntVar(&d.channels, "channels", 1, "channels of the emulated engine (with emulated-dsa: the DSA's work queues); on real functions (auto, or PCI addresses), how many functions, each run with every channel or work queue it has (with addresses: defaults to their number)")
-	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels: round-robin, least-loaded, stripe or dedicated")
+	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels and work queues: "+ioat.PolicyList()+" (by measured rate; docs/copy-engines.md)")
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
-	fs.Var(&d.bandwidth, "bandwidth", "emulated engine only: per-channel copy rate cap in bytes per second, with size suffixes (1G = 1 GiB/s); 0 for none")
+	fs.Var(&d.bandwidth, "bandwidth", "emulated engines only: copy rate cap in bytes per second of each CBDMA model channel and of the DSA model, with size suffixes (1G = 1 GiB/s); 0 for none")
+	fs.Var(&d.dsaBW, "dsa-bandwidth", "emulated,emulated-dsa only: the DSA model's rate cap, so it can be faster or slower than the channels (default: --bandwidth)")
+	fs.IntVar(&d.wqs, "wqs", 1, "emulated,emulated-dsa only: work queues of the DSA model (one engine each; --channels counts the CBDMA model's channels)")
 	fs.StringVar(&d.cbver, "cbver", "3.3", "emulated engine only: CBVER of the model, 3.2, 3.3 or 3.4")
 	fs.IntVar(&d.chancnt, "chancnt", 1, "emulated engine only: channels per PCI function (CHANCNT), 1 as on every Xeon, up to 4 as on older parts; --channels must be a multiple of it")
 	fs.DurationVar(&d.timeout, "timeout", 30*time.Second, "how long to wait for the engine beyond the run's own length before calling it stuck")
@@ -48,7 +52,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 
 // deviceChoice is a validated --device and its companions.
 type deviceChoice struct {
-	kind  string        // "auto", "emulated", "emulated-dsa", "pci" or "user"
+	kind  string        // "auto", "emulated", "emulated-dsa", "emulated-mixed", "pci" or "user"
 	addrs []pci.Address // for "pci"
 	wqs   []string      // for "user": the kernel's user WQs
 
@@ -58,6 +62,10 @@ type deviceChoice struct {
 	// chancnt is the emulated functions' channel count (CHANCNT).
 	chancnt   int
 	bandwidth int64
+	// dsaBW caps the DSA model, nwq counts its work queues beside the
+	// CBDMA model's channels (emulated-mixed).
+	dsaBW int64
+	nwq   int
 	// irq asks for interrupt-driven waits.
 	irq bool
 	// takeOver opens channels someone else claimed.
@@ -75,13 +83,21 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, chancnt: d.chancnt, bandwidth: d.bandwidth.N, irq: d.interrupts, cmd: cmd, timeout: d.timeout, takeOver: d.takeOver}
+	c := deviceChoice{channels: d.channels, chancnt: d.chancnt, bandwidth: d.bandwidth.N, dsaBW: d.bandwidth.N, nwq: d.wqs, irq: d.interrupts, cmd: cmd, timeout: d.timeout, takeOver: d.takeOver}
+	if set["dsa-bandwidth"] {
+		c.dsaBW = d.dsaBW.N
+	}
 	if d.timeout <= 0 {
 		return c, usagef(cmd, "--timeout %v: want a positive duration such as 30s", d.timeout)
 	}
 	switch {
 	case d.device == "auto" || d.device == "emulated" || d.device == "emulated-dsa":
 		c.kind = d.device
+	case d.device == "emulated,emulated-dsa" || d.device == "emulated-dsa,emulated":
+		c.kind = "emulated-mixed"
+		if c.nwq < 1 || c.nwq > 8 {
+			return c, usagef(cmd, "--wqs %d: the emulated DSA has 1 to 8 work queues (one per engine)", c.nwq)
+		}
 	case userWQName.MatchString(strings.Split(d.device, ",")[0]):
 		c.kind = "user"
 		for _, s := range strings.Split(d.device, ",") {
@@ -118,7 +134,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	if c.channels < 1 {
 		return c, usagef(cmd, "--channels %d: want at least 1", c.channels)
 	}
-	if c.kind == "emulated" && c.channels > 16 {
+	if (c.kind == "emulated" || c.kind == "emulated-mixed") && c.channels > 16 {
 		return c, usagef(cmd, "--channels %d: the emulated engine has at most 16 channels", c.channels)
 	}
 	if c.kind == "emulated-dsa" && c.channels > 8 {
@@ -126,7 +142,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	}
 	p, err := ioat.ParsePolicy(d.policy)
 	if err != nil {
-		return c, usagef(cmd, "--policy %s: want round-robin, least-loaded, stripe or dedicated", d.policy)
+		return c, usagef(cmd, "--policy %s: want %s", d.policy, ioat.PolicyList())
 	}
 	c.policy = p
 	switch d.cbver {
@@ -139,8 +155,11 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	default:
 		return c, usagef(cmd, "--cbver %s: want 3.2, 3.3 or 3.4", d.cbver)
 	}
-	if c.bandwidth < 0 {
-		return c, usagef(cmd, "--bandwidth must not be negative")
+	if c.bandwidth < 0 || c.dsaBW < 0 {
+		return c, usagef(cmd, "--bandwidth and --dsa-bandwidth must not be negative")
+	}
+	if c.kind != "emulated-mixed" && (set["wqs"] || set["dsa-bandwidth"]) {
+		return c, usagef(cmd, "--wqs and --dsa-bandwidth size the DSA model beside the CBDMA model: use them with --device emulated,emulated-dsa (with emulated-dsa alone, --channels counts its work queues and --bandwidth caps it)")
 	}
 	if c.kind == "emulated-dsa" && (set["cbver"] || set["chancnt"]) {
 		return c, usagef(cmd, "--cbver and --chancnt apply to the CBDMA model only: drop them, or use --device emulated")
@@ -153,7 +172,7 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 	case c.kind != "pci" && c.channels%c.chancnt != 0:
 		return c, usagef(cmd, "--channels %d is not a multiple of --chancnt %d: the emulated engine has whole functions of %d channels", c.channels, c.chancnt, c.chancnt)
 	}
-	for _, n := range []string{"bandwidth", "cbver", "chancnt"} {
+	for _, n := range []string{"bandwidth", "dsa-bandwidth", "wqs", "cbver", "chancnt"} {
 		if set[n] {
 			c.emuOnly = append(c.emuOnly, "--"+n)
 		}
@@ -171,8 +190,12 @@ type backend struct {
 	// user lists the kernel's DSA user work queues to open (--device
 	// wqD.Q), instead of devices.
 	user []string
-	// emulated is true for the in-process model; dsa for the DSA model.
-	emulated, dsa bool
+	// emulated is true for the in-process models; dsa for the DSA model
+	// alone, mixed for both models in one engine.
+	emulated, dsa, mixed bool
+	// wqs is how many work queues an engine configures on an emulated
+	// DSA.
+	wqs int
 	// name is "emulated" or the comma-separated PCI addresses, for JSON.
 	name string
 	// why says why this device was chosen.
@@ -190,11 +213,12 @@ func (b *backend) ringMemory(o *ioat.Options) {
 }
 
 // workQueues sets how many work queues an engine configures on each DSA:
-// on the DSA model, --channels of them (the model has that many engines
-// and groups); on a real DSA, the driver's default.
+// on the DSA model, --channels of them alone, --wqs beside the CBDMA
+// model (the model has that many engines and groups); on a real DSA, the
+// driver's default.
 func (b *backend) workQueues(o *ioat.EngineOptions, c deviceChoice) {
-	if b.dsa {
-		o.WQs = c.channels
+	if b.wqs > 0 {
+		o.WQs = b.wqs
 	}
 }
 
@@ -221,6 +245,8 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 		return openEmulated(c, "asked for with --device emulated")
 	case "emulated-dsa":
 		return openEmulatedDSA(c, "asked for with --device emulated-dsa")
+	case "emulated-mixed":
+		return openEmulatedMixed(c, "asked for with --device emulated,emulated-dsa")
 	case "pci":
 		return openVFIO(e, sys, c.addrs, "asked for with --device")
 	case "user":
@@ -262,9 +288,11 @@ func openBackend(e *env, c deviceChoice) (*backend, error) {
 // 1 MiB descriptor (its transfer cap) takes longer than that.
 func (c deviceChoice) watchdog() time.Duration {
 	d := ioat.DefaultOptions().Watchdog
-	if c.bandwidth > 0 {
-		if slow := 4 * time.Duration(float64(1<<20)/float64(c.bandwidth)*float64(time.Second)); slow > d {
-			d = slow
+	for _, bw := range []int64{c.bandwidth, c.dsaBW} {
+		if bw > 0 {
+			if slow := 4 * time.Duration(float64(1<<20)/float64(bw)*float64(time.Second)); slow > d {
+				d = slow
+			}
 		}
 	}
 	return d
@@ -285,14 +313,40 @@ func openEmulated(c deviceChoice, why string) (*backend, error) {
 // openEmulatedDSA builds an emulated DSA whose engines, groups and work
 // queues number c.channels, so the engine drives that many WQs.
 func openEmulatedDSA(c deviceChoice, why string) (*backend, error) {
-	if c.bandwidth > 0 {
-		return nil, usagef(c.cmd, "--bandwidth applies to the CBDMA model only: drop it, or use --device emulated")
-	}
-	s, err := ioatdev.OpenEmulatedDSA(emulated.DSAOptions{Engines: c.channels, Groups: c.channels, WQs: 8})
+	s, err := ioatdev.OpenEmulatedDSA(dsaModel(c.channels, c.bandwidth, nil))
 	if err != nil {
 		return nil, err
 	}
-	return &backend{devs: s.Devs, emulated: true, dsa: true, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
+	return &backend{devs: s.Devs, emulated: true, dsa: true, wqs: c.channels, name: s.Name, why: why, closers: []func() error{s.Close}}, nil
+}
+
+// dsaModel is the DSA model of n engines, groups and work queues at a
+// rate cap of bw (0: none), behind iommu (nil: its own). A capped model
+// splits transfers at 1 MiB, as the CBDMA model does, so that one
+// descriptor's time stays within the watchdog.
+func dsaModel(n int, bw int64, iommu *emulated.IOMMU) emulated.DSAOptions {
+	o := emulated.DSAOptions{Engines: n, Groups: n, WQs: 8, Bandwidth: bw, IOMMU: iommu}
+	if bw > 0 {
+		o.MaxXferShift = 20
+	}
+	return o
+}
+
+// openEmulatedMixed builds the CBDMA model (c.channels channels, capped
+// at c.bandwidth each) and the DSA model (c.nwq work queues, capped at
+// c.dsaBW) behind the CBDMA model's IOMMU, so one engine drives both.
+func openEmulatedMixed(c deviceChoice, why string) (*backend, error) {
+	cb, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: c.channels / c.chancnt, ChannelsPerFunction: c.chancnt, Version: c.version, Bandwidth: c.bandwidth})
+	if err != nil {
+		return nil, err
+	}
+	dsa, err := emulated.NewDSA(dsaModel(c.nwq, c.dsaBW, cb.IOMMU()))
+	if err != nil {
+		cb.Close()
+		return nil, err
+	}
+	return &backend{devs: append(cb.Devices(), dsa.Devices()...), emulated: true, mixed: true, wqs: c.nwq, name: "emulated,emulated-dsa", why: why,
+		closers: []func() error{cb.Close, dsa.Close}}, nil
 }
 
 // openVFIO opens the functions at addrs through one VFIO container
@@ -435,7 +489,7 @@ func (r *rig) memoryNote(buf *ioat.Buffer) string {
 // of the DSA model, which have no address a reader could mistake for a
 // device on the machine.
 func (r *rig) channelName(i int) string {
-	if r.dsa {
+	if r.emulated && isWQ(r.chans[i]) {
 		return fmt.Sprintf("emulated-dsa/%d", r.chans[i].Index)
 	}
 	if r.emulated {
@@ -500,6 +554,9 @@ func (r *rig) describe() string {
 	}
 	if r.dsa {
 		return fmt.Sprintf("emulated DSA (%s, modelled on %s, transfers up to %s): %s", n, r.info.Platform, units.Format(int64(r.info.MaxTransfer)), r.why)
+	}
+	if r.mixed {
+		return fmt.Sprintf("emulated CBDMA and DSA behind one IOMMU (%s, %s, modelled on %s and %s): %s", n, v, r.info.Platform, r.chans[len(r.chans)-1].Platform, r.why)
 	}
 	if r.emulated {
 		return fmt.Sprintf("emulated CBDMA (%s, %s, modelled on %s): %s", n, v, r.info.Platform, r.why)

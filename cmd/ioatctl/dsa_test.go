@@ -27,6 +27,33 @@ func TestDSAModel(t *testing.T) {
 	}
 }
 
+// TestMixedModels runs copy, verify and overlap on one engine over the
+// CBDMA model's channels and the DSA model's work queues behind one
+// IOMMU, with the adaptive policy and the models at different speeds.
+func TestMixedModels(t *testing.T) {
+	mixed := []string{"--device", "emulated,emulated-dsa", "--channels", "2", "--wqs", "1", "--bandwidth", "256M", "--dsa-bandwidth", "1G", "--policy", "adaptive"}
+	for _, args := range [][]string{
+		append([]string{"copy", "--size", "256K", "--iterations", "40", "--verify", "--memory", "16M"}, mixed...),
+		append([]string{"verify", "--iterations", "100"}, mixed[:6]...),
+		append([]string{"overlap", "--sizes", "64K", "--iterations", "3"}, mixed...),
+	} {
+		r := ioatctl(t, args...)
+		if r.err != nil {
+			t.Fatalf("%v: %v\n%s%s", args, r.err, r.stdout, r.stderr)
+		}
+		if args[0] != "verify" && !strings.Contains(r.stdout, "CBDMA and DSA behind one IOMMU (2 channels and 1 work queue") {
+			t.Errorf("%v: the header does not name both models:\n%s", args, r.stdout)
+		}
+		if args[0] == "verify" && (!strings.Contains(r.stdout, "emulated/1") || !strings.Contains(r.stdout, "emulated-dsa")) {
+			t.Errorf("verify does not name each channel and the DSA:\n%s", r.stdout)
+		}
+	}
+	// The DSA model alone takes a rate cap too.
+	if r := ioatctl(t, "copy", "--device", "emulated-dsa", "--bandwidth", "1G", "--size", "64K", "--iterations", "10"); r.err != nil {
+		t.Fatalf("emulated-dsa --bandwidth: %v", r.err)
+	}
+}
+
 func TestDSAUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -34,7 +61,11 @@ func TestDSAUsageErrors(t *testing.T) {
 	}{
 		{[]string{"copy", "--device", "emulated-dsa", "--channels", "9"}, "at most 8 work queues"},
 		{[]string{"copy", "--device", "emulated-dsa", "--cbver", "3.4"}, "CBDMA model only"},
-		{[]string{"copy", "--device", "emulated-dsa", "--bandwidth", "1G"}, "CBDMA model only"},
+		{[]string{"copy", "--device", "emulated-dsa", "--wqs", "2"}, "--device emulated,emulated-dsa"},
+		{[]string{"copy", "--device", "emulated", "--dsa-bandwidth", "1G"}, "--device emulated,emulated-dsa"},
+		{[]string{"copy", "--device", "emulated,emulated-dsa", "--wqs", "9"}, "1 to 8 work queues"},
+		{[]string{"copy", "--device", "emulated,emulated-dsa", "--dsa-bandwidth", "-1"}, "bad size"},
+		{[]string{"copy", "--device", "emulated", "--policy", "fastest"}, "adaptive"},
 	} {
 		r := ioatctl(t, tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.err.Error(), tc.want) {

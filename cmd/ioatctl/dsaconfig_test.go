@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/internal/sysfstest"
 )
 
@@ -95,6 +97,22 @@ func TestUserWQDevice(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "not a work queue name") {
 		t.Errorf("a WQ and a PCI address mixed: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// No shared virtual memory: the fix is the IOMMU's scalable mode.
+	root := dsaSysfs(t, "wq0.0")
+	os.WriteFile(filepath.Join(root, "bus/dsa/devices/dsa0/pasid_enabled"), []byte("0\n"), 0o644)
+	r = ioatctl(t, "copy", "--device", "wq0.0", "--size", "64K")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "sm_on") {
+		t.Errorf("copy without PASID: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// No user WQ at all: the fix is dsa-config.
+	root = dsaSysfs(t, "wq0.0")
+	for _, w := range []string{"wq0.0", "wq0.1", "wq0.3"} {
+		os.WriteFile(filepath.Join(root, "bus/dsa/devices", w, "type"), []byte("none\n"), 0o644)
+	}
+	r = ioatctl(t, "copy", "--device", "wq0.0", "--size", "64K")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "dsa-config") {
+		t.Errorf("copy with no user WQ: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
 
 // TestListUserWQs: list names the kernel's user WQs beside the PCI
@@ -116,6 +134,46 @@ func TestListUserWQs(t *testing.T) {
 	r := ioatctl(t, "list")
 	if r.code != exitOK || !strings.Contains(r.stdout, "wq0.0 (dedicated, 16 entries, enabled), wq0.1 (shared") || !strings.Contains(r.stdout, "--device wq0.0") {
 		t.Errorf("list with user WQs: exit %d, stdout:\n%s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	// --json: the DSA with idxd's view of it, then a record per
+	// configured WQ, all in the documented schema.
+	r = ioatctl(t, "list", "--json")
+	if r.err != nil {
+		t.Fatalf("list --json: %v", r.err)
+	}
+	doc, err := os.ReadFile("../../docs/json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := cli.CheckJSONLines(doc, []byte(r.stdout)); len(errs) > 0 {
+		t.Errorf("list --json against docs/json.md: %v", errs)
+	}
+	var dsa *listEntry
+	wqs := map[string]listWQ{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var x listEntry
+		if err := json.Unmarshal([]byte(line), &x); err != nil {
+			t.Fatal(err)
+		}
+		switch x.Kind {
+		case "dsa":
+			dsa = &x
+		case "wq":
+			if dsa == nil || x.Address != dsa.Address || x.WQ == nil {
+				t.Errorf("WQ record %s before its DSA's, or without its WQ", line)
+				continue
+			}
+			wqs[x.WQ.Name] = *x.WQ
+		}
+	}
+	if dsa == nil || dsa.IDXD == nil || dsa.IDXD.Name != "dsa0" || dsa.IDXD.State != "enabled" || !dsa.IDXD.PASIDEnabled || dsa.IDXD.WQs != len(wqs) {
+		t.Errorf("DSA record %+v (idxd %+v), %d WQ records", dsa, dsa.IDXD, len(wqs))
+	}
+	if w := wqs["wq0.0"]; w.Mode != "dedicated" || w.Type != "user" || w.State != "enabled" || w.Size != 16 {
+		t.Errorf("wq0.0: %+v, want dedicated user enabled with 16 entries", w)
+	}
+	if w := wqs["wq0.1"]; w.Mode != "shared" {
+		t.Errorf("wq0.1: %+v, want shared", w)
 	}
 	for _, w := range []string{"wq0.0", "wq0.1", "wq0.3"} {
 		os.WriteFile(filepath.Join(root, "bus/dsa/devices", w, "type"), []byte("none\n"), 0o644)

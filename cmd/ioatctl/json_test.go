@@ -20,7 +20,7 @@ func TestJSONSchemas(t *testing.T) {
 		schema string
 		args   []string
 	}{
-		{"ioatctl.list/1", []string{"list", "--json"}},
+		{"ioatctl.list/2", []string{"list", "--json"}},
 		{"ioatctl.copy/1", []string{"copy", "--device", "emulated", "--sizes", "4K,64K", "--iterations", "50", "--memory", "8M", "--verify", "--json"}},
 		{"ioatctl.copy/1", []string{"copy", "--device", "emulated", "--hot", "--size", "4K", "--iterations", "50", "--json"}},
 		{"ioatctl.verify/1", []string{"verify", "--device", "emulated", "--channels", "2", "--iterations", "50", "--json"}},

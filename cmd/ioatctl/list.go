@@ -19,10 +19,14 @@ import (
 	"github.com/gomx-dev/gomx/vfio"
 )
 
-// listEntry is one CBDMA function in list's output.
+// listEntry is one record of list's output: a CBDMA function, a DSA
+// function, or one of a DSA's work queues as the kernel's idxd driver
+// configured it (Kind "cbdma", "dsa" or "wq"). A WQ's record carries its
+// DSA's PCI fields and follows the DSA's record.
 type listEntry struct {
 	Schema   string   `json:"schema"`
 	Run      cli.Meta `json:"run"`
+	Kind     string   `json:"kind"`
 	Address  string   `json:"address"`
 	Device   string   `json:"device"`
 	Platform string   `json:"platform"`
@@ -35,16 +39,39 @@ type listEntry struct {
 	Driver     string `json:"driver"`
 	IOMMUGroup int    `json:"iommu_group"`
 	NUMANode   int    `json:"numa_node"`
+	// IDXD is the idxd driver's view of a DSA (nil when idxd does not
+	// list it, or for a CBDMA function).
+	IDXD *listIDXD `json:"idxd,omitempty"`
+	// WQ describes a work queue record.
+	WQ *listWQ `json:"wq,omitempty"`
+}
+
+// listIDXD is a DSA as the idxd driver lists it under /sys/bus/dsa.
+type listIDXD struct {
+	Name         string `json:"name"`
+	State        string `json:"state"`
+	PASIDEnabled bool   `json:"pasid_enabled"`
+	WQs          int    `json:"wqs"`
+}
+
+// listWQ is one work queue of a DSA as idxd configured it.
+type listWQ struct {
+	Name  string `json:"name"`
+	Mode  string `json:"mode"`
+	Type  string `json:"type"`
+	State string `json:"state"`
+	Size  int    `json:"size"`
+	Group int    `json:"group"`
 }
 
 // listSchema names and versions the JSON record of list (docs/json.md).
-const listSchema = "ioatctl.list/1"
+const listSchema = "ioatctl.list/2"
 
 // runList is the list subcommand.
 func runList(e *env, args []string) error {
 	const cmd = "list"
 	fs := newFlags(cmd)
-	asJSON := fs.Bool("json", false, "print one JSON object per function (schema ioatctl.list/1, docs/json.md)")
+	asJSON := fs.Bool("json", false, "print one JSON object per CBDMA function, DSA function and DSA work queue (schema ioatctl.list/2, docs/json.md)")
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
 		return err
@@ -66,16 +93,37 @@ func runList(e *env, args []string) error {
 	meta := cli.NewMeta("ioatctl")
 	for _, f := range fns {
 		entries = append(entries, listEntry{
-			Schema: listSchema, Run: meta, Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
+			Schema: listSchema, Run: meta, Kind: "cbdma", Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
 			Platform: string(hw.Models[f.Device].Platform), CBVER: probes[f.Addr].cbver, Channels: probes[f.Addr].channels,
 			Driver: f.Driver, IOMMUGroup: f.IOMMUGroup, NUMANode: f.NUMANode,
 		})
 	}
+	idxdDevs, _ := idxd.Scan(e.sysfsRoot) // none when idxd is not loaded
 	for _, f := range dsas {
-		entries = append(entries, listEntry{
-			Schema: listSchema, Run: meta, Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
+		x := listEntry{
+			Schema: listSchema, Run: meta, Kind: "dsa", Address: f.Addr.String(), Device: fmt.Sprintf("%04x", f.Device),
 			Platform: dsahw.Devices[f.Device], Driver: f.Driver, IOMMUGroup: f.IOMMUGroup, NUMANode: f.NUMANode,
-		})
+		}
+		entries = append(entries, x)
+		for _, d := range idxdDevs {
+			if d.PCI != x.Address {
+				continue
+			}
+			// The WQs idxd configured (size > 0), each a record after
+			// its DSA's.
+			var wqs []listEntry
+			for _, w := range d.WQs {
+				if w.Size == 0 {
+					continue
+				}
+				wx := x
+				wx.Kind = "wq"
+				wx.WQ = &listWQ{Name: w.Name, Mode: w.Mode, Type: w.Type, State: w.State, Size: w.Size, Group: w.Group}
+				wqs = append(wqs, wx)
+			}
+			entries[len(entries)-1].IDXD = &listIDXD{Name: d.Name, State: d.State, PASIDEnabled: d.PASIDEnabled, WQs: len(wqs)}
+			entries = append(entries, wqs...)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -146,6 +194,9 @@ func listTable(w io.Writer, entries []listEntry) (bound int) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHANNEL\tDEVICE\tPLATFORM\tCBVER\tDRIVER\tIOMMU GROUP\tNUMA")
 	for _, x := range entries {
+		if x.Kind == "wq" {
+			continue // the user WQ line describes them
+		}
 		if x.Driver == "vfio-pci" {
 			bound++
 		}

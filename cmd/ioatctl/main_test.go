@@ -273,16 +273,16 @@ func TestList(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &x); err != nil {
 			t.Fatalf("list --json: %v\n%s", err, r.stdout)
 		}
-		if x.Schema != "ioatctl.list/1" || x.Run.Tool != "ioatctl" {
+		if x.Schema != "ioatctl.list/2" || x.Run.Tool != "ioatctl" {
 			t.Errorf("list --json: schema %q, run %+v", x.Schema, x.Run)
 		}
 		x.Schema, x.Run = "", cli.Meta{}
 		entries = append(entries, x)
 	}
 	want := []listEntry{
-		{Address: "0000:00:04.0", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "ioatdma", IOMMUGroup: 10, NUMANode: 0},
-		{Address: "0000:00:04.1", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "vfio-pci", IOMMUGroup: 11, NUMANode: 0},
-		{Address: "0000:80:04.0", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "", IOMMUGroup: -1, NUMANode: 1},
+		{Kind: "cbdma", Address: "0000:00:04.0", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "ioatdma", IOMMUGroup: 10, NUMANode: 0},
+		{Kind: "cbdma", Address: "0000:00:04.1", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "vfio-pci", IOMMUGroup: 11, NUMANode: 0},
+		{Kind: "cbdma", Address: "0000:80:04.0", Device: "2021", Platform: "Skylake-SP/Cascade Lake (SKX)", Driver: "", IOMMUGroup: -1, NUMANode: 1},
 	}
 	if fmt.Sprint(entries) != fmt.Sprint(want) {
 		t.Errorf("list --json:\n got %+v\nwant %+v", entries, want)

@@ -55,7 +55,7 @@ func TestJSONDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"ioatctl.list/1", "ioatctl.copy/1", "ioatctl.verify/1", "ioatctl.overlap/1", "mxbench.pingpong/1", "mxbench.stream/1"} {
+	for _, name := range []string{"ioatctl.list/2", "ioatctl.copy/1", "ioatctl.verify/1", "ioatctl.overlap/1", "mxbench.pingpong/1", "mxbench.stream/1"} {
 		fields := s[name]
 		has := map[string]bool{}
 		for _, f := range fields {
