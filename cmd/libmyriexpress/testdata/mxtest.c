@@ -11,6 +11,8 @@
  *                                     other): ping-pong of every class of
  *                                     size, then a random message loop
  *   mxtest bench SIZE ITERS           two processes: ping-pong timing
+ *                                     (MXTEST_BIND=1: each process on its
+ *                                     own CPU, as mxbench --bind)
  *   mxtest mxbench-client HOST:PORT   the client of `mxbench serve`
  *   mxtest mxbench-server             the server of `mxbench pingpong
  *                                     --peer`, for one client
@@ -20,11 +22,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <dirent.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -739,21 +744,65 @@ static int run_pair_peer(const char *nicstr, const char *eidstr, int rounds)
 
 /* ---------------- bench: ping-pong timing ---------------- */
 
+/* bind_to puts every thread of this process (the library's included) on
+ * CPU cpu modulo the CPUs, as mxbench --bind binds its ranks, when
+ * MXTEST_BIND=1; threads started later inherit it. */
+static void bind_to(int cpu)
+{
+	const char *v = getenv("MXTEST_BIND");
+	if (!v || strcmp(v, "1") != 0)
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu % (int)sysconf(_SC_NPROCESSORS_ONLN), &set);
+	DIR *d = opendir("/proc/self/task");
+	REQUIRE(d != NULL);
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (sched_setaffinity(atoi(de->d_name), sizeof set, &set) != 0) {
+			fprintf(stderr, "%s: sched_setaffinity: %s\n", prog, strerror(errno));
+			exit(1);
+		}
+	}
+	closedir(d);
+}
+
+/* bench_buf returns size bytes as a Go program gets a buffer of a page or
+ * more from make: zeroed, page-aligned, fresh from the kernel and never
+ * written (mxbench writes its buffers only with --verify). */
+static uint8_t *bench_buf(uint32_t size)
+{
+	void *p = mmap(NULL, size + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "%s: mmap of %u bytes: %s\n", prog, size + 1, strerror(errno));
+		exit(1);
+	}
+	return p;
+}
+
+/* The round trips are mxbench's (cmd/mxbench/bench.go, pingOnce and
+ * pong): the initiator sends, then posts the receive for the reply (off
+ * the critical path: the reply cannot come before the peer has the
+ * message), then waits for both; the responder waits for the message,
+ * replies, posts its next receive, then waits for the reply's send. */
 static int run_bench(uint32_t size, int iters)
 {
 	mx_endpoint_t ep;
 	pid_t pid;
 	char arg[64];
+	bind_to(0);
 	snprintf(arg, sizeof arg, "%u:%d", size, iters);
 	mx_endpoint_addr_t peer = open_and_spawn(&ep, "bench-peer", arg, &pid);
-	uint8_t *sbuf = calloc(1, size + 1), *rbuf = calloc(1, size + 1);
+	uint8_t *sbuf = bench_buf(size), *rbuf = bench_buf(size);
 	int warm = iters / 10 + 10;
 	double t0 = 0;
 	for (int i = 0; i < warm + iters; i++) {
 		if (i == warm)
 			t0 = now_us();
-		mx_request_t rr = recv1(ep, rbuf, size, TAG_DATA);
 		mx_request_t sr = send1(ep, sbuf, size, peer, TAG_DATA);
+		mx_request_t rr = recv1(ep, rbuf, size, TAG_DATA);
 		WAIT(ep, &sr, NULL);
 		WAIT(ep, &rr, NULL);
 	}
@@ -763,6 +812,8 @@ static int run_bench(uint32_t size, int iters)
 	reap(pid);
 	MX(mx_close_endpoint(ep));
 	MX(mx_finalize());
+	munmap(sbuf, size + 1);
+	munmap(rbuf, size + 1);
 	return 0;
 }
 
@@ -772,19 +823,22 @@ static int run_bench_peer(const char *nicstr, const char *eidstr, const char *ar
 	uint32_t size;
 	int iters;
 	REQUIRE(sscanf(arg, "%u:%d", &size, &iters) == 2);
+	bind_to(1);
 	mx_endpoint_addr_t parent = peer_connect(&ep, nicstr, eidstr);
-	uint8_t *buf = calloc(1, size + 1);
+	uint8_t *sbuf = bench_buf(size), *rbuf = bench_buf(size);
 	int warm = iters / 10 + 10;
-	mx_request_t rr = recv1(ep, buf, size, TAG_DATA);
+	mx_request_t rr = recv1(ep, rbuf, size, TAG_DATA);
 	for (int i = 0; i < warm + iters; i++) {
 		WAIT(ep, &rr, NULL);
-		mx_request_t sr = send1(ep, buf, size, parent, TAG_DATA);
+		mx_request_t sr = send1(ep, sbuf, size, parent, TAG_DATA);
 		if (i + 1 < warm + iters)
-			rr = recv1(ep, buf, size, TAG_DATA);
+			rr = recv1(ep, rbuf, size, TAG_DATA);
 		WAIT(ep, &sr, NULL);
 	}
 	MX(mx_close_endpoint(ep));
 	MX(mx_finalize());
+	munmap(sbuf, size + 1);
+	munmap(rbuf, size + 1);
 	return 0;
 }
 
