@@ -23,6 +23,9 @@ rm -f "$lib/libopen-mx.so.h" # Go's own export header, not the API
 ln -sf libopen-mx.so.0 "$lib/libopen-mx.so"
 ln -sf libopen-mx.so.0 "$lib/libmyriexpress.so"
 
+echo "== the library's Go tests (the request table), with the race detector"
+(cd "$root" && "$go" test -tags cabi -race -count=1 ./cmd/libmyriexpress/)
+
 echo "== mxtest (gcc) and mxbench"
 gcc -O2 -Wall -Wextra -Werror -pthread -I"$root/include" -o "$build/mxtest" \
 	"$root/cmd/libmyriexpress/testdata/mxtest.c" -L"$lib" -lmyriexpress
@@ -48,6 +51,7 @@ timeout $t "$build/example" | grep -q 'received "hello" (6 bytes)'
 
 echo "== one process"
 timeout $t "$mxtest" local
+timeout $t "$mxtest" crossing 20000
 
 echo "== Open-MX's native API (open-mx.h, omx_*): one process"
 gcc -O2 -Wall -Wextra -Werror -pthread -I"$root/include" -o "$build/omxtest" \
