@@ -23,8 +23,8 @@ rm -f "$lib/libopen-mx.so.h" # Go's own export header, not the API
 ln -sf libopen-mx.so.0 "$lib/libopen-mx.so"
 ln -sf libopen-mx.so.0 "$lib/libmyriexpress.so"
 
-echo "== the library's Go tests (the request table), with the race detector"
-(cd "$root" && "$go" test -tags cabi -race -count=1 ./cmd/libmyriexpress/)
+echo "== the library's go vet (cgo, cabi tag) and Go tests (the request table) with the race detector"
+(cd "$root" && "$go" vet -tags cabi ./cmd/libmyriexpress/ && "$go" test -tags cabi -race -count=1 ./cmd/libmyriexpress/)
 
 echo "== mxtest (gcc) and mxbench"
 gcc -O2 -Wall -Wextra -Werror -pthread -I"$root/include" -o "$build/mxtest" \
