@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <dirent.h>
 #include <sched.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -744,29 +743,29 @@ static int run_pair_peer(const char *nicstr, const char *eidstr, int rounds)
 
 /* ---------------- bench: ping-pong timing ---------------- */
 
-/* bind_to puts every thread of this process (the library's included) on
- * CPU cpu modulo the CPUs, as mxbench --bind binds its ranks, when
- * MXTEST_BIND=1; threads started later inherit it. */
-static void bind_to(int cpu)
+/* bind_to binds this process to CPU cpu (modulo the CPUs) when
+ * MXTEST_BIND=1, as mxbench --bind binds its ranks: it sets the affinity
+ * and runs itself again, so the library's Go runtime starts on that one
+ * CPU, its threads bound with it and GOMAXPROCS 1 as in a bound mxbench
+ * rank. */
+static void bind_to(int cpu, char **argv)
 {
 	const char *v = getenv("MXTEST_BIND");
 	if (!v || strcmp(v, "1") != 0)
 		return;
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(cpu % (int)sysconf(_SC_NPROCESSORS_ONLN), &set);
-	DIR *d = opendir("/proc/self/task");
-	REQUIRE(d != NULL);
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		if (de->d_name[0] == '.')
-			continue;
-		if (sched_setaffinity(atoi(de->d_name), sizeof set, &set) != 0) {
-			fprintf(stderr, "%s: sched_setaffinity: %s\n", prog, strerror(errno));
-			exit(1);
-		}
+	cpu_set_t want, have;
+	CPU_ZERO(&want);
+	CPU_SET(cpu % (int)sysconf(_SC_NPROCESSORS_ONLN), &want);
+	REQUIRE(sched_getaffinity(0, sizeof have, &have) == 0);
+	if (CPU_EQUAL(&want, &have))
+		return;
+	if (sched_setaffinity(0, sizeof want, &want) != 0) {
+		fprintf(stderr, "%s: sched_setaffinity: %s\n", prog, strerror(errno));
+		exit(1);
 	}
-	closedir(d);
+	execv("/proc/self/exe", argv);
+	fprintf(stderr, "%s: execv /proc/self/exe: %s\n", prog, strerror(errno));
+	exit(1);
 }
 
 /* bench_buf returns size bytes as a Go program gets a buffer of a page or
@@ -787,12 +786,12 @@ static uint8_t *bench_buf(uint32_t size)
  * the critical path: the reply cannot come before the peer has the
  * message), then waits for both; the responder waits for the message,
  * replies, posts its next receive, then waits for the reply's send. */
-static int run_bench(uint32_t size, int iters)
+static int run_bench(uint32_t size, int iters, char **argv)
 {
 	mx_endpoint_t ep;
 	pid_t pid;
 	char arg[64];
-	bind_to(0);
+	bind_to(0, argv);
 	snprintf(arg, sizeof arg, "%u:%d", size, iters);
 	mx_endpoint_addr_t peer = open_and_spawn(&ep, "bench-peer", arg, &pid);
 	uint8_t *sbuf = bench_buf(size), *rbuf = bench_buf(size);
@@ -817,13 +816,13 @@ static int run_bench(uint32_t size, int iters)
 	return 0;
 }
 
-static int run_bench_peer(const char *nicstr, const char *eidstr, const char *arg)
+static int run_bench_peer(const char *nicstr, const char *eidstr, const char *arg, char **argv)
 {
 	mx_endpoint_t ep;
 	uint32_t size;
 	int iters;
 	REQUIRE(sscanf(arg, "%u:%d", &size, &iters) == 2);
-	bind_to(1);
+	bind_to(1, argv);
 	mx_endpoint_addr_t parent = peer_connect(&ep, nicstr, eidstr);
 	uint8_t *sbuf = bench_buf(size), *rbuf = bench_buf(size);
 	int warm = iters / 10 + 10;
@@ -1023,9 +1022,9 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "pair-peer") == 0 && argc > 4)
 		return run_pair_peer(argv[2], argv[3], atoi(argv[4]));
 	if (strcmp(cmd, "bench") == 0 && argc > 3)
-		return run_bench((uint32_t)atoi(argv[2]), atoi(argv[3]));
+		return run_bench((uint32_t)atoi(argv[2]), atoi(argv[3]), argv);
 	if (strcmp(cmd, "bench-peer") == 0 && argc > 4)
-		return run_bench_peer(argv[2], argv[3], argv[4]);
+		return run_bench_peer(argv[2], argv[3], argv[4], argv);
 	if (strcmp(cmd, "mxbench-client") == 0 && argc > 2)
 		return run_mxbench_client(argv[2], argc > 3 ? atoi(argv[3]) : 200);
 	if (strcmp(cmd, "mxbench-server") == 0)
