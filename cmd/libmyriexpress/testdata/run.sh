@@ -44,6 +44,16 @@ done
 if grep -q ' gomx_' <<<"$syms"; then
 	echo "libopen-mx.so.0 exports its internal gomx_ symbols"; exit 1
 fi
+# Every function the three headers declare (not macros or inline
+# functions, which the preprocessor and compiler resolve) is defined.
+defined=$(awk '$7 != "UND" {sub(/@.*/, "", $8); print $8}' <<<"$syms" | sort -u)
+for h in myriexpress.h mx_extensions.h open-mx.h; do
+	gcc -E -P -I"$root/include" "$root/include/$h" | tr '\n' ' ' | tr ';' '\n' |
+		grep -v 'static inline' | grep -oE '\b(mx|omx)_[a-z0-9_]+ *\(' | sed 's/ *($//'
+done | sort -u | grep -v '_t$' >"$build/declared.txt"
+missing=$(comm -23 "$build/declared.txt" <(echo "$defined"))
+[ -z "$missing" ] || { echo "declared in the headers but not defined by libopen-mx.so.0:" $missing; exit 1; }
+echo "libopen-mx.so.0 defines the $(wc -l <"$build/declared.txt") functions the headers declare"
 
 echo "== docs/c-api.md's example"
 gcc -Wall -Werror -I"$root/include" -o "$build/example" "$root/cmd/libmyriexpress/testdata/example.c" -L"$lib" -lmyriexpress
