@@ -7,7 +7,10 @@
 # (mxbench's default --bind; MXTEST_BIND=1 for mxtest), since two busy
 # processes the kernel leaves on one CPU wait for each other's time
 # slices; BIND=0 lets the kernel place them. WAIT=spin makes both sides
-# busy-poll (OMX_WAITSPIN=1, --wait spin: mxbench's default). Extra
+# busy-poll (OMX_WAITSPIN=1, --wait spin: mxbench's default). CHRT=1
+# runs both sides under SCHED_FIFO (chrt -f 10, as root): on a host other
+# jobs load, the two processes then have their CPUs as on an idle one
+# (other work on those CPUs waits for each run to end). Extra
 # environment (GOMX_SLEEP=loop, ...) applies to both sides.
 # Usage: bench.sh BUILD_DIR [PAIRS] [PATHS] [SIZES]
 # (BUILD_DIR as make test-cabi left it: mxtest, mxbench, cgocheck2/ unused;
@@ -30,11 +33,17 @@ case $bind in
 1) gobind=true ;;
 *) echo "bench.sh: BIND=$bind: want 0 or 1" >&2 && exit 2 ;;
 esac
+prio=()
+case ${CHRT:-0} in
+0) ;;
+1) prio=(chrt -f 10) ;;
+*) echo "bench.sh: CHRT=$CHRT: want 0 or 1" >&2 && exit 2 ;;
+esac
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
 uptime
-echo "waits: $wait; each process bound to a CPU: $gobind"
+echo "waits: $wait; each process bound to a CPU: $gobind; SCHED_FIFO: ${CHRT:-0}"
 printf '%-4s %-5s %6s %12s %12s %7s\n' path size iters C_us Go_us C/Go
 for path in $paths; do
 	if [ "$path" = udp ]; then
@@ -50,8 +59,8 @@ for path in $paths; do
 		esac
 		cs=() gs=()
 		for _ in $(seq 1 "$pairs"); do
-			c=$(env "${env[@]}" OMX_WAITSPIN=$cwait MXTEST_BIND=$bind timeout 300 "$build/mxtest" bench "$bytes" "$n" | awk '/^bench:/ {print $4}')
-			g=$(env "${env[@]}" timeout 300 "$build/mxbench" pingpong --procs 2 --transport udp --wait "$wait" \
+			c=$(env "${env[@]}" OMX_WAITSPIN=$cwait MXTEST_BIND=$bind timeout 300 "${prio[@]}" "$build/mxtest" bench "$bytes" "$n" | awk '/^bench:/ {print $4}')
+			g=$(env "${env[@]}" timeout 300 "${prio[@]}" "$build/mxbench" pingpong --procs 2 --transport udp --wait "$wait" \
 				--bind=$gobind --baseline=false --sizes "$bytes" --iterations "$n" |
 				awk '$1 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ {print $4}')
 			cs+=("$c") gs+=("$g")
