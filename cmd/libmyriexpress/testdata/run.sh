@@ -56,6 +56,10 @@ missing=$(comm -23 "$build/declared.txt" <(echo "$defined"))
 echo "libopen-mx.so.0 defines the $(wc -l <"$build/declared.txt") functions the headers declare"
 
 echo "== docs/c-api.md's example"
+# The program the page shows is the one built here.
+awk '/^## A program/ {on = 1} on && /^```c$/ {inb = 1; next} inb && /^```$/ {exit} inb' "$root/docs/c-api.md" |
+	diff - "$root/cmd/libmyriexpress/testdata/example.c" ||
+	{ echo "docs/c-api.md's example differs from cmd/libmyriexpress/testdata/example.c"; exit 1; }
 gcc -Wall -Werror -I"$root/include" -o "$build/example" "$root/cmd/libmyriexpress/testdata/example.c" -L"$lib" -lmyriexpress
 timeout $t "$build/example" | grep -q 'received "hello" (6 bytes)'
 
