@@ -31,7 +31,10 @@
 // pointer-sized mx_endpoint_t and mx_request_t. A request's record (slot)
 // is the context of its mx.Request, so completions reported without the
 // request (test_any, wait_any, peek) find their handle and the
-// application's context pointer again. Message buffers are the
+// application's context pointer again. Lookups take no lock, and slots
+// are taken and given back through a lock-free stack, so threads posting
+// and completing at once do not serialize and no call allocates. Message
+// buffers are the
 // application's C memory: the Go half wraps them in slices that mx may keep
 // until the request completes (C memory is not moved or collected), and
 // never stores a Go pointer into C memory; the tests run the library built

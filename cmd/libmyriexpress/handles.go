@@ -114,6 +114,7 @@ type slot struct {
 	segs [][]byte
 	gen  uint32
 	idx  uint32
+	next atomic.Uint32 // on the free stack: the slot below's index+1, 0 at the bottom
 	// state orders the poster's publication of r against a completion
 	// reported on another thread (test_any, wait_any) before the post
 	// call even returned, as an eager send can be: posting, live, or
@@ -151,38 +152,84 @@ const (
 	slotChunks = 4096 // 4 Mi requests held at once
 )
 
+// The slots live in chunks that, once made, stay for the process's life.
+// Free slots form a lock-free stack (a Treiber stack): every post takes
+// one and every completion gives one back, two locked instructions where
+// a mutex cost four. head holds the top slot's index+1 (0: empty) in its
+// low 32 bits and a count of the stack's changes in its high 32 bits, so
+// a compare-and-swap made from a stale look fails even when the same slot
+// is back on top (the ABA case). The stack's atomics also order the
+// fields a slot's last owner wrote before the next owner's writes.
 var slots struct {
-	mu     sync.Mutex
+	mu     sync.Mutex // serializes making new slots
 	chunks [slotChunks]atomic.Pointer[[slotChunk]slot]
-	n      uint32   // slots ever made
-	free   []uint32 // indexes of free slots
+	n      uint32 // slots ever made, under mu
+	head   atomic.Uint64
+}
+
+// slotAt returns the slot at index i, which has been made.
+func slotAt(i uint32) *slot {
+	return &slots.chunks[i/slotChunk].Load()[i%slotChunk]
+}
+
+// popFree takes the slot on top of the free stack, or nil when it is empty.
+func popFree() *slot {
+	for {
+		h := slots.head.Load()
+		top := uint32(h)
+		if top == 0 {
+			return nil
+		}
+		s := slotAt(top - 1)
+		// s.next may be stale if another thread took s meanwhile:
+		// then head changed, and the swap below fails.
+		next := s.next.Load()
+		if slots.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(next)) {
+			return s
+		}
+	}
+}
+
+// pushFree puts s on top of the free stack.
+func pushFree(s *slot) {
+	for {
+		h := slots.head.Load()
+		s.next.Store(uint32(h))
+		if slots.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(s.idx+1)) {
+			return
+		}
+	}
+}
+
+// makeSlot makes a new slot, or returns nil when 4 Mi exist already.
+func makeSlot() *slot {
+	slots.mu.Lock()
+	defer slots.mu.Unlock()
+	if slots.n == slotChunk*slotChunks {
+		return nil
+	}
+	i := slots.n
+	if i%slotChunk == 0 {
+		slots.chunks[i/slotChunk].Store(new([slotChunk]slot))
+	}
+	slots.n++
+	s := slotAt(i)
+	s.idx = i
+	return s
 }
 
 // newSlot takes a free slot for a request of e, or nil when 4 Mi requests
 // are held already.
 func newSlot(e *endpoint, uctx uintptr) *slot {
-	slots.mu.Lock()
-	var i uint32
-	if n := len(slots.free); n > 0 {
-		i = slots.free[n-1]
-		slots.free = slots.free[:n-1]
-	} else {
-		if slots.n == slotChunk*slotChunks {
-			slots.mu.Unlock()
+	s := popFree()
+	if s == nil {
+		if s = makeSlot(); s == nil {
 			return nil
 		}
-		i = slots.n
-		slots.n++
-		if i%slotChunk == 0 {
-			slots.chunks[i/slotChunk].Store(new([slotChunk]slot))
-		}
 	}
-	slots.mu.Unlock()
-	s := &slots.chunks[i/slotChunk].Load()[i%slotChunk]
-	s.idx = i
 	s.gen++
 	s.e, s.uctx = e, uctx
-	s.handle = uintptr(s.gen)<<32 | uintptr(i+1)
+	s.handle = uintptr(s.gen)<<32 | uintptr(s.idx+1)
 	s.state.Store(slotPosting)
 	return s
 }
@@ -199,9 +246,7 @@ func freeSlot(s *slot, keepSegs bool) {
 	} else {
 		s.segs = nil
 	}
-	slots.mu.Lock()
-	slots.free = append(slots.free, s.idx)
-	slots.mu.Unlock()
+	pushFree(s)
 }
 
 // freeSlotsOf releases the slots of e's requests once e is closed (its

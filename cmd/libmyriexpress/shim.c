@@ -45,7 +45,7 @@ static mx_error_handler_t ep_handlers[GOMX_MAX_EPS];
 static pthread_mutex_t handler_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Nonzero while this thread runs an unexpected handler (shim.h). */
-__thread int gomx_in_handler;
+GOMX_TLS int gomx_in_handler;
 
 static int ep_index(mx_endpoint_t ep)
 {

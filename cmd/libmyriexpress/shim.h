@@ -21,8 +21,13 @@ int gomx_call_unexp(uintptr_t fn, uintptr_t ctx, uint64_t a0, uint64_t a1, uint6
 		    uint32_t length, void *data, int deprecated);
 
 /* Nonzero while this thread runs an unexpected handler: blocking calls
- * and closing fail there (shim.c, omx.c). */
-extern __thread int gomx_in_handler;
+ * and closing fail there (shim.c, omx.c). Every blocking call reads it,
+ * so it is in the static TLS block (initial-exec, one load from %fs)
+ * rather than found through __tls_get_addr; the Go runtime's own TLS in
+ * this library is initial-exec too, so a dlopen already relies on the
+ * static TLS space glibc keeps for such libraries. */
+#define GOMX_TLS __thread __attribute__((tls_model("initial-exec")))
+extern GOMX_TLS int gomx_in_handler;
 
 /* The endpoint table index of a handle (handles.go), or -1. */
 #define GOMX_MAX_EPS 4096 /* maxEndpoints in handles.go */

@@ -11,6 +11,8 @@
  *                                     other): ping-pong of every class of
  *                                     size, then a random message loop
  *   mxtest bench SIZE ITERS           two processes: ping-pong timing
+ *                                     (MXTEST_BIND=1: each process on its
+ *                                     own CPU, as mxbench --bind)
  *   mxtest mxbench-client HOST:PORT   the client of `mxbench serve`
  *   mxtest mxbench-server             the server of `mxbench pingpong
  *                                     --peer`, for one client
@@ -20,11 +22,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -739,21 +743,65 @@ static int run_pair_peer(const char *nicstr, const char *eidstr, int rounds)
 
 /* ---------------- bench: ping-pong timing ---------------- */
 
-static int run_bench(uint32_t size, int iters)
+/* bind_to binds this process to CPU cpu (modulo the CPUs) when
+ * MXTEST_BIND=1, as mxbench --bind binds its ranks: it sets the affinity
+ * and runs itself again, so the library's Go runtime starts on that one
+ * CPU, its threads bound with it and GOMAXPROCS 1 as in a bound mxbench
+ * rank. */
+static void bind_to(int cpu, char **argv)
+{
+	const char *v = getenv("MXTEST_BIND");
+	if (!v || strcmp(v, "1") != 0)
+		return;
+	cpu_set_t want, have;
+	CPU_ZERO(&want);
+	CPU_SET(cpu % (int)sysconf(_SC_NPROCESSORS_ONLN), &want);
+	REQUIRE(sched_getaffinity(0, sizeof have, &have) == 0);
+	if (CPU_EQUAL(&want, &have))
+		return;
+	if (sched_setaffinity(0, sizeof want, &want) != 0) {
+		fprintf(stderr, "%s: sched_setaffinity: %s\n", prog, strerror(errno));
+		exit(1);
+	}
+	execv("/proc/self/exe", argv);
+	fprintf(stderr, "%s: execv /proc/self/exe: %s\n", prog, strerror(errno));
+	exit(1);
+}
+
+/* bench_buf returns size bytes as a Go program gets a buffer of a page or
+ * more from make: zeroed, page-aligned, fresh from the kernel and never
+ * written (mxbench writes its buffers only with --verify). */
+static uint8_t *bench_buf(uint32_t size)
+{
+	void *p = mmap(NULL, size + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "%s: mmap of %u bytes: %s\n", prog, size + 1, strerror(errno));
+		exit(1);
+	}
+	return p;
+}
+
+/* The round trips are mxbench's (cmd/mxbench/bench.go, pingOnce and
+ * pong): the initiator sends, then posts the receive for the reply (off
+ * the critical path: the reply cannot come before the peer has the
+ * message), then waits for both; the responder waits for the message,
+ * replies, posts its next receive, then waits for the reply's send. */
+static int run_bench(uint32_t size, int iters, char **argv)
 {
 	mx_endpoint_t ep;
 	pid_t pid;
 	char arg[64];
+	bind_to(0, argv);
 	snprintf(arg, sizeof arg, "%u:%d", size, iters);
 	mx_endpoint_addr_t peer = open_and_spawn(&ep, "bench-peer", arg, &pid);
-	uint8_t *sbuf = calloc(1, size + 1), *rbuf = calloc(1, size + 1);
+	uint8_t *sbuf = bench_buf(size), *rbuf = bench_buf(size);
 	int warm = iters / 10 + 10;
 	double t0 = 0;
 	for (int i = 0; i < warm + iters; i++) {
 		if (i == warm)
 			t0 = now_us();
-		mx_request_t rr = recv1(ep, rbuf, size, TAG_DATA);
 		mx_request_t sr = send1(ep, sbuf, size, peer, TAG_DATA);
+		mx_request_t rr = recv1(ep, rbuf, size, TAG_DATA);
 		WAIT(ep, &sr, NULL);
 		WAIT(ep, &rr, NULL);
 	}
@@ -763,28 +811,33 @@ static int run_bench(uint32_t size, int iters)
 	reap(pid);
 	MX(mx_close_endpoint(ep));
 	MX(mx_finalize());
+	munmap(sbuf, size + 1);
+	munmap(rbuf, size + 1);
 	return 0;
 }
 
-static int run_bench_peer(const char *nicstr, const char *eidstr, const char *arg)
+static int run_bench_peer(const char *nicstr, const char *eidstr, const char *arg, char **argv)
 {
 	mx_endpoint_t ep;
 	uint32_t size;
 	int iters;
 	REQUIRE(sscanf(arg, "%u:%d", &size, &iters) == 2);
+	bind_to(1, argv);
 	mx_endpoint_addr_t parent = peer_connect(&ep, nicstr, eidstr);
-	uint8_t *buf = calloc(1, size + 1);
+	uint8_t *sbuf = bench_buf(size), *rbuf = bench_buf(size);
 	int warm = iters / 10 + 10;
-	mx_request_t rr = recv1(ep, buf, size, TAG_DATA);
+	mx_request_t rr = recv1(ep, rbuf, size, TAG_DATA);
 	for (int i = 0; i < warm + iters; i++) {
 		WAIT(ep, &rr, NULL);
-		mx_request_t sr = send1(ep, buf, size, parent, TAG_DATA);
+		mx_request_t sr = send1(ep, sbuf, size, parent, TAG_DATA);
 		if (i + 1 < warm + iters)
-			rr = recv1(ep, buf, size, TAG_DATA);
+			rr = recv1(ep, rbuf, size, TAG_DATA);
 		WAIT(ep, &sr, NULL);
 	}
 	MX(mx_close_endpoint(ep));
 	MX(mx_finalize());
+	munmap(sbuf, size + 1);
+	munmap(rbuf, size + 1);
 	return 0;
 }
 
@@ -942,8 +995,15 @@ static int run_crossing(int n)
 		for (int i = 0; i < n; i++)
 			MX(mx_test(ep, &r, &st, &result)); /* a test of a pending receive */
 		double t3 = cpu_us();
-		printf("crossing (thread CPU time per call): C call %.1f ns, mx_progress %.1f ns, mx_test (pending) %.1f ns\n", (t1 - t0) * 1e3 / n,
-		       (t2 - t1) * 1e3 / n, (t3 - t2) * 1e3 / n);
+		for (int i = 0; i < n; i++) { /* a request's post and release */
+			mx_request_t c = recv1(ep, b, sizeof b, 0xBEEF);
+			MX(mx_cancel(ep, &c, &result));
+			REQUIRE(result == 1);
+		}
+		double t4 = cpu_us();
+		printf("crossing (thread CPU time per call): C call %.1f ns, mx_progress %.1f ns, mx_test (pending) %.1f ns, "
+		       "mx_irecv + mx_cancel %.1f ns\n",
+		       (t1 - t0) * 1e3 / n, (t2 - t1) * 1e3 / n, (t3 - t2) * 1e3 / n, (t4 - t3) * 1e3 / n);
 	}
 	(void)sink;
 	MX(mx_cancel(ep, &r, &result));
@@ -962,9 +1022,9 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "pair-peer") == 0 && argc > 4)
 		return run_pair_peer(argv[2], argv[3], atoi(argv[4]));
 	if (strcmp(cmd, "bench") == 0 && argc > 3)
-		return run_bench((uint32_t)atoi(argv[2]), atoi(argv[3]));
+		return run_bench((uint32_t)atoi(argv[2]), atoi(argv[3]), argv);
 	if (strcmp(cmd, "bench-peer") == 0 && argc > 4)
-		return run_bench_peer(argv[2], argv[3], argv[4]);
+		return run_bench_peer(argv[2], argv[3], argv[4], argv);
 	if (strcmp(cmd, "mxbench-client") == 0 && argc > 2)
 		return run_mxbench_client(argv[2], argc > 3 ? atoi(argv[3]) : 200);
 	if (strcmp(cmd, "mxbench-server") == 0)

@@ -23,6 +23,9 @@ rm -f "$lib/libopen-mx.so.h" # Go's own export header, not the API
 ln -sf libopen-mx.so.0 "$lib/libopen-mx.so"
 ln -sf libopen-mx.so.0 "$lib/libmyriexpress.so"
 
+echo "== the library's go vet (cgo, cabi tag) and Go tests (the request table) with the race detector"
+(cd "$root" && "$go" vet -tags cabi ./cmd/libmyriexpress/ && "$go" test -tags cabi -race -count=1 ./cmd/libmyriexpress/)
+
 echo "== mxtest (gcc) and mxbench"
 gcc -O2 -Wall -Wextra -Werror -pthread -I"$root/include" -o "$build/mxtest" \
 	"$root/cmd/libmyriexpress/testdata/mxtest.c" -L"$lib" -lmyriexpress
@@ -41,13 +44,28 @@ done
 if grep -q ' gomx_' <<<"$syms"; then
 	echo "libopen-mx.so.0 exports its internal gomx_ symbols"; exit 1
 fi
+# Every function the three headers declare (not macros or inline
+# functions, which the preprocessor and compiler resolve) is defined.
+defined=$(awk '$7 != "UND" {sub(/@.*/, "", $8); print $8}' <<<"$syms" | sort -u)
+for h in myriexpress.h mx_extensions.h open-mx.h; do
+	gcc -E -P -I"$root/include" "$root/include/$h" | tr '\n' ' ' | tr ';' '\n' |
+		grep -v 'static inline' | grep -oE '\b(mx|omx)_[a-z0-9_]+ *\(' | sed 's/ *($//'
+done | sort -u | grep -v '_t$' >"$build/declared.txt"
+missing=$(comm -23 "$build/declared.txt" <(echo "$defined"))
+[ -z "$missing" ] || { echo "declared in the headers but not defined by libopen-mx.so.0:" $missing; exit 1; }
+echo "libopen-mx.so.0 defines the $(wc -l <"$build/declared.txt") functions the headers declare"
 
 echo "== docs/c-api.md's example"
+# The program the page shows is the one built here.
+awk '/^## A program/ {on = 1} on && /^```c$/ {inb = 1; next} inb && /^```$/ {exit} inb' "$root/docs/c-api.md" |
+	diff - "$root/cmd/libmyriexpress/testdata/example.c" ||
+	{ echo "docs/c-api.md's example differs from cmd/libmyriexpress/testdata/example.c"; exit 1; }
 gcc -Wall -Werror -I"$root/include" -o "$build/example" "$root/cmd/libmyriexpress/testdata/example.c" -L"$lib" -lmyriexpress
 timeout $t "$build/example" | grep -q 'received "hello" (6 bytes)'
 
 echo "== one process"
 timeout $t "$mxtest" local
+timeout $t "$mxtest" crossing 20000
 
 echo "== Open-MX's native API (open-mx.h, omx_*): one process"
 gcc -O2 -Wall -Wextra -Werror -pthread -I"$root/include" -o "$build/omxtest" \

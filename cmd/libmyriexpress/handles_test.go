@@ -1,0 +1,103 @@
+//go:build cabi && cgo
+
+package main
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestSlotsConcurrent takes and frees slots from many goroutines at once
+// and checks no slot is ever held twice, that every handle names its own
+// slot while held, and that the free stack loses nothing.
+func TestSlotsConcurrent(t *testing.T) {
+	const workers, rounds, hold = 8, 2000, 4
+	e := &endpoint{}
+	var holders sync.Map // *slot -> worker
+	var dup atomic.Int32
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			held := make([]*slot, 0, hold)
+			for r := range rounds {
+				for len(held) < hold {
+					s := newSlot(e, uintptr(w))
+					if s == nil {
+						t.Error("newSlot: no slot")
+						return
+					}
+					if _, loaded := holders.LoadOrStore(s, w); loaded {
+						dup.Add(1)
+					}
+					held = append(held, s)
+				}
+				s := held[r%len(held)]
+				if got := slotOfHeld(s.handle); got != s || s.uctx != uintptr(w) {
+					t.Errorf("handle %#x: slot %p, want %p of worker %d", s.handle, got, s, w)
+					return
+				}
+				holders.Delete(s)
+				freeSlot(s, true)
+				held = append(held[:r%len(held)], held[r%len(held)+1:]...)
+			}
+			for _, s := range held {
+				holders.Delete(s)
+				freeSlot(s, true)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := dup.Load(); n != 0 {
+		t.Fatalf("%d slots were given to two holders at once", n)
+	}
+	// Every slot made is on the free stack again, once.
+	slots.mu.Lock()
+	made := slots.n
+	slots.mu.Unlock()
+	seen := map[uint32]bool{}
+	for i := uint32(0); i < made; i++ {
+		s := popFree()
+		if s == nil {
+			t.Fatalf("free stack holds %d slots, %d were made", i, made)
+		}
+		if seen[s.idx] {
+			t.Fatalf("slot %d is on the free stack twice", s.idx)
+		}
+		seen[s.idx] = true
+	}
+	if s := popFree(); s != nil {
+		t.Fatalf("free stack holds slot %d beyond the %d made", s.idx, made)
+	}
+	for i := range made {
+		pushFree(slotAt(i))
+	}
+}
+
+// slotOfHeld is slotOf for a slot whose request was never posted (r nil).
+func slotOfHeld(h uintptr) *slot {
+	i := uint32(h) - 1
+	if uint32(h) == 0 || i >= slotChunk*slotChunks {
+		return nil
+	}
+	c := slots.chunks[i/slotChunk].Load()
+	if c == nil {
+		return nil
+	}
+	if s := &c[i%slotChunk]; s.handle == h {
+		return s
+	}
+	return nil
+}
+
+// BenchmarkSlot is a request's slot taken and given back, as every post
+// and completion does.
+func BenchmarkSlot(b *testing.B) {
+	e := &endpoint{}
+	b.ReportAllocs()
+	for b.Loop() {
+		freeSlot(newSlot(e, 0), true)
+	}
+}
