@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/shm"
@@ -239,10 +240,61 @@ func bindPair(b *testing.B, pid int) func() {
 // message, every thread's (so work a receive loop took over counts too):
 // a loaded machine, which deschedules the benchmark, stretches ns/msg but
 // hardly cpu-ns/msg.
+//
+// Over the in-process wire and AF_XDP, a raw sub-benchmark does the same
+// with bare transport frames of the same size and no message layer (one
+// Send, and Recv until the frame is there, each way; frames as long as
+// mx's tiny message): mx's own cost is the difference.
 func BenchmarkMessageCost(b *testing.B) {
-	for _, tf := range []transportFactory{shmFactory, {name: "loopback", new: newLoopbackWire}} {
-		b.Run(tf.name, func(b *testing.B) { messageCost(b, tf) })
+	b.Run("shm", func(b *testing.B) { messageCost(b, shmFactory) })
+	for _, tf := range []transportFactory{{name: "loopback", new: newLoopbackWire}, {name: "xdp", new: newXDPWire}} {
+		b.Run(tf.name+"/mx", func(b *testing.B) { messageCost(b, tf) })
+		b.Run(tf.name+"/raw", func(b *testing.B) { rawMessageCost(b, tf) })
 	}
+}
+
+// rawMessageCost is BenchmarkMessageCost's raw exchange: an 8-byte frame
+// each way between the two transports of a fresh wire of tf.
+func rawMessageCost(b *testing.B, tf transportFactory) {
+	w := tf.new(b, loopback.Faults{})
+	b.Cleanup(func() {
+		w.a.Close()
+		w.b.Close()
+		w.close()
+	})
+	in := make([]transport.Frame, rxBatch)
+	atob := []transport.Frame{{Peer: w.b.Addr(), Data: make([]byte, wire.HeadLen+wire.MsgLen+8)}}
+	btoa := []transport.Frame{{Peer: w.a.Addr(), Data: make([]byte, wire.HeadLen+wire.MsgLen+8)}}
+	one := func(from, to transport.Transport, f []transport.Frame) {
+		if _, err := from.Send(f); err != nil {
+			b.Fatal(err)
+		}
+		for range 1 << 30 {
+			n, err := to.Recv(in, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n > 0 {
+				return
+			}
+		}
+		b.Fatal("a frame never came")
+	}
+	for range 100 {
+		one(w.a, w.b, atob)
+		one(w.b, w.a, btoa)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0 := cpuTime()
+	for range b.N {
+		one(w.a, w.b, atob)
+		one(w.b, w.a, btoa)
+	}
+	cpu := cpuTime() - c0
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/msg")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(2*b.N), "cpu-ns/msg")
 }
 
 func messageCost(b *testing.B, tf transportFactory) {
