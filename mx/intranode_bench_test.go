@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/shm"
@@ -226,34 +227,115 @@ func bindPair(b *testing.B, pid int) func() {
 }
 
 // BenchmarkMessageCost measures what mx itself spends on an 8-byte message
-// between two shared-memory boards, apart from waiting for the peer: one
-// goroutine posts the receive on one board, sends from the other and waits
-// (polling the rings, so the receiver's work runs on the same goroutine),
-// then answers the other way, so acks ride on the messages as in a
-// ping-pong. ns/msg is the CPU time of one message, sender's and
+// between two boards, apart from waiting for the peer: one goroutine posts
+// the receive on one board and looks for its message once (as a receiver
+// that waits already would, which finds nothing yet), sends from the other
+// and waits (polling the source, so the receiver's work runs on the same
+// goroutine), then answers the other way, so acks ride on the messages as
+// in a ping-pong. ns/msg is the time of one message, sender's and
 // receiver's work together, both boards on one CPU with warm caches: mx's
-// instructions, plus one write and one read of the rings' records, and no
-// cross-CPU transfer. Machine load stretches it less than a ping-pong
-// between processes, which waits on the other CPU.
+// instructions, plus one write and one read of the wire (the rings'
+// records for shm, a slot of the in-process wire's queue for loopback),
+// and no cross-CPU transfer. cpu-ns/msg is the process's CPU time per
+// message, every thread's (so work a receive loop took over counts too):
+// a loaded machine, which deschedules the benchmark, stretches ns/msg but
+// hardly cpu-ns/msg.
+//
+// Over the in-process wire and AF_XDP, a raw sub-benchmark does the same
+// with bare transport frames of the same size and no message layer (one
+// Send, and Recv until the frame is there, each way; frames as long as
+// mx's tiny message): mx's own cost is the difference.
 func BenchmarkMessageCost(b *testing.B) {
-	o := DefaultBoardOptions()
-	o.BusyPoll = true
-	pr := newPair(b, shmFactory, o, loopback.Faults{})
-	ctx := context.Background()
-	msg, bufA, bufB := make([]byte, 8), make([]byte, 8), make([]byte, 8)
-	one := func(src, dst *Endpoint, to Addr, rbuf []byte) {
-		pingOnce(b, ctx, src, to, dst, 1, ^uint64(0), [][]byte{msg}, [][]byte{rbuf})
+	b.Run("shm", func(b *testing.B) { messageCost(b, shmFactory) })
+	for _, tf := range []transportFactory{{name: "loopback", new: newLoopbackWire}, {name: "xdp", new: newXDPWire}} {
+		b.Run(tf.name+"/mx", func(b *testing.B) { messageCost(b, tf) })
+		b.Run(tf.name+"/raw", func(b *testing.B) { rawMessageCost(b, tf) })
+	}
+}
+
+// rawMessageCost is BenchmarkMessageCost's raw exchange: an 8-byte frame
+// each way between the two transports of a fresh wire of tf.
+func rawMessageCost(b *testing.B, tf transportFactory) {
+	w := tf.new(b, loopback.Faults{})
+	b.Cleanup(func() {
+		w.a.Close()
+		w.b.Close()
+		w.close()
+	})
+	in := make([]transport.Frame, rxBatch)
+	atob := []transport.Frame{{Peer: w.b.Addr(), Data: make([]byte, wire.HeadLen+wire.MsgLen+8)}}
+	btoa := []transport.Frame{{Peer: w.a.Addr(), Data: make([]byte, wire.HeadLen+wire.MsgLen+8)}}
+	one := func(from, to transport.Transport, f []transport.Frame) {
+		if _, err := from.Send(f); err != nil {
+			b.Fatal(err)
+		}
+		for range 1 << 30 {
+			n, err := to.Recv(in, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n > 0 {
+				return
+			}
+		}
+		b.Fatal("a frame never came")
 	}
 	for range 100 {
-		one(pr.a, pr.b, pr.atob, bufB)
-		one(pr.b, pr.a, pr.btoa, bufA)
+		one(w.a, w.b, atob)
+		one(w.b, w.a, btoa)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	c0 := cpuTime()
 	for range b.N {
-		one(pr.a, pr.b, pr.atob, bufB)
-		one(pr.b, pr.a, pr.btoa, bufA)
+		one(w.a, w.b, atob)
+		one(w.b, w.a, btoa)
 	}
+	cpu := cpuTime() - c0
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/msg")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(2*b.N), "cpu-ns/msg")
+}
+
+func messageCost(b *testing.B, tf transportFactory) {
+	o := DefaultBoardOptions()
+	o.BusyPoll = true
+	pr := newPair(b, tf, o, loopback.Faults{})
+	ctx := context.Background()
+	msg, bufA, bufB := make([]byte, 8), make([]byte, 8), make([]byte, 8)
+	ssegs, asegs, bsegs := [][]byte{msg}, [][]byte{bufA}, [][]byte{bufB}
+	one := func(src *Endpoint, to Addr, dst *Endpoint, rsegs [][]byte) {
+		r, err := dst.IRecv(rsegs, 1, ^uint64(0), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, ok := r.Test(); ok {
+			b.Fatal("a receive completed before its message was sent")
+		}
+		s, err := src.ISend(ssegs, to, 1, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 100 {
+		one(pr.a, pr.atob, pr.b, bsegs)
+		one(pr.b, pr.btoa, pr.a, asegs)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0 := cpuTime()
+	for range b.N {
+		one(pr.a, pr.atob, pr.b, bsegs)
+		one(pr.b, pr.btoa, pr.a, asegs)
+	}
+	cpu := cpuTime() - c0
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/msg")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(2*b.N), "cpu-ns/msg")
 }

@@ -254,10 +254,26 @@ func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
 	if n > 0 {
 		b.mu.Lock()
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
+		if w != nil && !w.ok && w.r.done.Load() && w.r.waiters == 0 {
+			// The batch completed the waiter's request (or it was done
+			// already): consumed here, under the lock its Wait would
+			// take again, as takeLane does.
+			if w.ok = w.r.consumeLocked(&w.st); w.ok && !w.asleep {
+				b.waitPolledLocked.Inc() // its wait ends polled (firstLook, pollWait)
+			}
+		}
 		b.polledLocked(s, seen)
 	}
 	if n < len(s.rx) {
 		s.drained() // verdict.go
+	}
+	if w != nil && w.ok && w.polling && n > 0 {
+		// As for a lane record (above): the waiter leaves s's pollers.
+		if s.idle.Load() != idleFresh {
+			s.idle.Store(idleFresh)
+		}
+		s.pollDone.Inc()
+		w.doneAt = s
 	}
 	return n > 0
 }

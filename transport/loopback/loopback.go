@@ -17,7 +17,11 @@
 // takes no lock: it loads the tail atomically and hands out Data slices that
 // point into the slots themselves. Those slots are released to the senders
 // only at the next Recv (or never, after Close), which is what keeps Data
-// valid until then, as the [transport] contract requires. A poll (timeout 0)
+// valid until then, as the [transport] contract requires. A sender that
+// finds the queue empty and every slot released starts filling at the
+// first slot again, so a queue that holds a frame or two at a time (a
+// ping-pong's) reuses the same few slots and buffers, which stay in the
+// cache, instead of walking through all of them. A poll (timeout 0)
 // on an empty queue is two atomic loads. A waiting Recv sleeps on a one-slot
 // channel that a sender signals only when the receiver has said it is about to
 // sleep.

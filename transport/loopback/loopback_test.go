@@ -677,3 +677,60 @@ func TestRoomFreedBeforeTheWait(t *testing.T) {
 		t.Fatal("waitRoom waited for a receiver that had already emptied the queue")
 	}
 }
+
+// TestPingPongReusesFirstSlot: frames sent one at a time to a receiver that
+// keeps up all land in the queue's first slot, and a frame the receiver
+// still holds (taken and not handed back, or kept with Hold) is never
+// overwritten by the next one.
+func TestPingPongReusesFirstSlot(t *testing.T) {
+	n := newNet(t, Options{QueueLen: 8})
+	a := attach(t, n, 1)
+	b := attach(t, n, 2)
+	in := make([]transport.Frame, 4)
+	send := func(v byte) {
+		t.Helper()
+		if k, err := a.Send([]transport.Frame{{Peer: 2, Data: []byte{v, v, v}}}); k != 1 || err != nil {
+			t.Fatalf("Send = %d, %v", k, err)
+		}
+	}
+	recv := func(want int) {
+		t.Helper()
+		if k, err := b.Recv(in, 0); k != want || err != nil {
+			t.Fatalf("Recv = %d, %v; want %d frames", k, err, want)
+		}
+	}
+	for i := range 20 {
+		send(byte(i))
+		if got := b.slot(b.ptail - 1); got != &b.slots[0] {
+			t.Fatalf("frame %d went to slot %d, want the first", i, (b.ptail-1-b.base.Load())&b.mask)
+		}
+		recv(1)
+		if in[0].Data[0] != byte(i) {
+			t.Fatalf("frame %d carries %d", i, in[0].Data[0])
+		}
+		recv(0) // a polling receiver hands the slot back
+	}
+	// Taken and not handed back: the next frame goes elsewhere.
+	send(100)
+	recv(1)
+	send(101)
+	if got := b.slot(b.ptail - 1); got == &b.slots[0] {
+		t.Fatal("a frame overwrote the slot of a frame the receiver still reads")
+	}
+	if !bytes.Equal(in[0].Data, []byte{100, 100, 100}) {
+		t.Fatalf("taken frame now %v", in[0].Data)
+	}
+	recv(1)
+	// Held across the release: the slot's buffer is the holder's.
+	held := in[0]
+	if _, err := b.Hold(&held); err != nil {
+		t.Fatal(err)
+	}
+	recv(0)
+	send(102)
+	recv(1)
+	if !bytes.Equal(held.Data, []byte{101, 101, 101}) || !bytes.Equal(in[0].Data, []byte{102, 102, 102}) {
+		t.Fatalf("held %v, received %v", held.Data, in[0].Data)
+	}
+	b.Release(&held)
+}

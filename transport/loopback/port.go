@@ -75,7 +75,14 @@ type Port struct {
 	mu    sync.Mutex
 	ptail uint64        // next slot to fill (mu)
 	tail  atomic.Uint64 // ptail as published to the receiver
-	rx    rxCounters    // frames sent to this port
+	// base is the position that maps to slots[0] (see slot): a producer
+	// that finds the queue empty and released moves it to ptail, so a
+	// queue that rarely holds more than a frame or two keeps reusing its
+	// first slots. Stored (under mu) before the tail that publishes the
+	// frames placed by it; the receiver loads it after tail, and only
+	// while it has frames the producers cannot rebase under.
+	base atomic.Uint64
+	rx   rxCounters // frames sent to this port
 	// stalled: a wait for room timed out at head stalledAt; later frames
 	// are dropped at once until the receiver moves head (mu).
 	stalled   bool
@@ -185,7 +192,15 @@ func (p *Port) enqueue(src transport.NICID, frames []transport.Frame) bool {
 	tail := p.ptail
 	// The acquire load of head orders our slot writes after the
 	// receiver's last reads of those slots (released by its store).
-	free := uint64(len(p.slots)) - (tail - p.head.Load())
+	head := p.head.Load()
+	free := uint64(len(p.slots)) - (tail - head)
+	if head == tail && (tail-p.base.Load())&p.mask != 0 {
+		// Empty, and every slot handed back: start again at slots[0],
+		// whose buffer is still in the cache, rather than walk on
+		// through all the others (a ping-pong cycled through every
+		// slot and its buffer, a cache miss per frame on each side).
+		p.base.Store(tail)
+	}
 	var put, dropped uint64
 	for i := range frames {
 		if free == 0 {
@@ -199,7 +214,7 @@ func (p *Port) enqueue(src transport.NICID, frames []transport.Frame) bool {
 		}
 		free--
 		d := frames[i].Data
-		s := &p.slots[tail&p.mask]
+		s := p.slot(tail)
 		if r := frames[i].Region; r != nil && len(d) > 0 {
 			// In place: the receiver reads the sender's memory, and
 			// the send completes when the receiver is done with it.
@@ -292,6 +307,13 @@ func (p *Port) waitRoom(tail uint64) uint64 {
 	}
 }
 
+// slot returns the slot of queue position pos: by the producer lock, or by
+// the receiver for a position it has taken and not yet handed back (no
+// producer moves base then: the queue is not empty and released).
+func (p *Port) slot(pos uint64) *slot {
+	return &p.slots[(pos-p.base.Load())&p.mask]
+}
+
 // slotCap is the capacity a slot allocates for a frame of n bytes: a power of
 // two (at least minSlotBuf) but never more than the MTU.
 func slotCap(n, mtu int) int {
@@ -319,14 +341,13 @@ func (p *Port) Recv(frames []transport.Frame, timeout time.Duration) (int, error
 		p.head.Store(p.next)
 	}
 	p.lends.Recv()
-	p.cmu.Unlock()
 	if p.closed.Load() {
+		p.cmu.Unlock()
 		return 0, p.errDone
 	}
-	if len(frames) == 0 {
-		return 0, nil
-	}
-	if n := p.take(frames); n > 0 || timeout == 0 {
+	n := p.takeLocked(frames)
+	p.cmu.Unlock()
+	if n > 0 || timeout == 0 || len(frames) == 0 {
 		return n, nil
 	}
 	return p.wait(frames, timeout)
@@ -336,7 +357,12 @@ func (p *Port) Recv(frames []transport.Frame, timeout time.Duration) (int, error
 func (p *Port) take(frames []transport.Frame) int {
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
-	if p.closed.Load() {
+	return p.takeLocked(frames)
+}
+
+// takeLocked is take with cmu held.
+func (p *Port) takeLocked(frames []transport.Frame) int {
+	if len(frames) == 0 || p.closed.Load() {
 		return 0 // Close completed the queued frames
 	}
 	avail := p.tail.Load() - p.next
@@ -345,8 +371,9 @@ func (p *Port) take(frames []transport.Frame) int {
 	}
 	n := min(int(avail), len(frames))
 	p.lends.Got(n)
+	base := p.base.Load() // after tail: see Port.base
 	for i := range n {
-		s := &p.slots[(p.next+uint64(i))&p.mask]
+		s := &p.slots[(p.next+uint64(i)-base)&p.mask]
 		frames[i] = transport.Frame{Peer: s.peer, Data: s.buf[:len(s.buf):len(s.buf)], Ref: p.lends.RecvRef(i)}
 		if s.reg != nil {
 			p.inPlace++
@@ -389,7 +416,7 @@ func (p *Port) wait(frames []transport.Frame, timeout time.Duration) (int, error
 // the receiver is done with, and forgets the senders' memory.
 func (p *Port) completeSlots(from, to uint64) {
 	for k := from; k != to; k++ {
-		s := &p.slots[k&p.mask]
+		s := p.slot(k)
 		if s.reg != nil {
 			s.reg.Done()
 			s.buf, s.reg = nil, nil
@@ -413,7 +440,7 @@ func (p *Port) Hold(f *transport.Frame) (transport.HoldInfo, error) {
 	if err != nil {
 		return transport.HoldInfo{}, fmt.Errorf("loopback: port %v: hold: %w", p.id, err)
 	}
-	s := &p.slots[(p.next-uint64(p.lends.Count())+uint64(i))&p.mask]
+	s := p.slot(p.next - uint64(p.lends.Count()) + uint64(i))
 	if p.lends.Lend(f, s.reg) {
 		s.buf, s.reg = nil, nil // the caller owns it now
 		return transport.HoldInfo{}, nil
