@@ -168,6 +168,11 @@ type pblock struct {
 	// what orders it against the others (holes).
 	fast uint64
 	fseq [maxBlockFrames]uint32
+	// amb marks the fast frames last asked for by the timer, whose earlier
+	// copy may only be late (a responder descheduled): a copy of one that
+	// arrives may answer the block's first PULL (seq), so it reveals only
+	// what that one would.
+	amb uint64
 	// tries counts the block's timer re-requests (the backoff exponent).
 	tries int
 }
@@ -283,6 +288,12 @@ func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
 		for x := lo; x <= hi; x++ {
 			bl.fast |= 1 << x
 			bl.fseq[x] = seq
+		}
+		run := (uint64(1)<<(hi-lo+1) - 1) << lo
+		if why == TimerRetransmits {
+			bl.amb |= run
+		} else {
+			bl.amb &^= run
 		}
 		lo = hi + 1
 	}
@@ -401,12 +412,15 @@ func (pl *pull) finish() {
 // a hole is asked for again at once when a reply asked for after it
 // arrives, and again each time a reply asked for after that request
 // arrives while it is still missing: once per round trip of the pull
-// path, and never on a wire that loses nothing. A wire that reorders
-// frames costs a duplicate per reordered frame.
+// path, and never on a wire that loses nothing. A frame asked for again on
+// evidence had its earlier copy lost, so a copy that arrives answers the
+// re-request; one the timer asked for again may answer either PULL, and
+// counts as an answer to the first (amb). A wire that reorders frames
+// costs a duplicate per reordered frame.
 func (pl *pull) lossEvidence(k, x int) {
 	ev := &pl.blocks[k]
 	te := ev.seq
-	if ev.fast&(1<<x) != 0 {
+	if (ev.fast&^ev.amb)&(1<<x) != 0 {
 		te = ev.fseq[x]
 	}
 	for j := range pl.blocks {
