@@ -95,3 +95,106 @@ func TestPullHolesAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// lateReplies holds a responder's PULL_REPLY frames (copies: the
+// transport's buffers are reused) until the puller asks for the pull's
+// first frame a second time, the pull timer's re-request: then the held
+// replies go out, in order, before that PULL reaches the responder, as
+// they would from a responder that was only descheduled.
+type lateReplies struct {
+	transport.Transport // the responder's
+	mu                  sync.Mutex
+	hold                bool
+	held                []transport.Frame
+}
+
+func (l *lateReplies) Send(frames []transport.Frame) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return sendKept(l.Transport, frames, func(f transport.Frame) bool {
+		p := f.Data[wire.HeadLen:]
+		if !l.hold || len(p) < wire.PullReplyLen || p[0] != byte(wire.TypePullReply) {
+			return true
+		}
+		l.held = append(l.held, transport.Frame{Peer: f.Peer, Data: append([]byte(nil), f.Data...)})
+		return false
+	})
+}
+
+// release sends the held replies.
+func (l *lateReplies) release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hold = false
+	for len(l.held) > 0 {
+		n, err := l.Transport.Send(l.held)
+		if err != nil {
+			return err
+		}
+		l.held = l.held[n:]
+	}
+	return nil
+}
+
+// watchPulls is the puller's transport: the second PULL for frame 0
+// releases the responder's held replies before it goes out.
+type watchPulls struct {
+	transport.Transport
+	late  *lateReplies
+	first int
+}
+
+func (w *watchPulls) Send(frames []transport.Frame) (int, error) {
+	for _, f := range frames {
+		p := f.Data[wire.HeadLen:]
+		if len(p) >= wire.PullLen && p[0] == byte(wire.TypePull) && p[40]|p[41]|p[42]|p[43] == 0 {
+			if w.first++; w.first == 2 {
+				if err := w.late.release(); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	return w.Transport.Send(frames)
+}
+
+// TestPullLateRepliesNoCascade makes a responder late rather than lossy:
+// its replies to a 1 MiB pull come only once the puller's pull timer has
+// asked for the first block again, and then all of them, in order, before
+// the re-request's. A reply to a frame the timer asked for again may
+// answer the first PULL: taken as the re-request's answer, the first
+// block's late replies would have "revealed" every later block lost. Only
+// the timer's one re-request of the first block may go out, no fast one,
+// and every byte arrives.
+func TestPullLateRepliesNoCascade(t *testing.T) {
+	w := newLoopbackWire(t, loopback.Faults{})
+	late := &lateReplies{Transport: w.a, hold: true}
+	w.a = late
+	w.b = &watchPulls{Transport: w.b, late: late}
+	opts := fastOptions()
+	opts.PullTimeout = 2 * time.Millisecond // no pull round trip measured yet
+	pr := newPairOn(t, w, opts)
+	msg := pattern(1<<20, 5)
+	buf := make([]byte, len(msg))
+	cb0 := pr.b.Counters()
+	r, _ := pr.b.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
+	s, _ := pr.a.ISend([][]byte{msg}, pr.atob, 1, nil)
+	mustWait(t, r, 30*time.Second)
+	mustWait(t, s, 30*time.Second)
+	if !bytes.Equal(buf, msg) {
+		t.Fatal("the message differs")
+	}
+	cb := pr.b.Counters()
+	delta := func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
+	t.Logf("fast %d, pull timeouts %d, frames again %d, duplicate replies %d",
+		delta(FastRetransmits), delta(PullTimeouts), delta(PullFramesRerequested), delta(DupPullReplies))
+	if late.hold {
+		t.Fatal("the pull timer never asked for the first block again: nothing was tested")
+	}
+	if got := delta(FastRetransmits); got != 0 {
+		t.Errorf("%d fast re-requests: late replies revealed no loss", got)
+	}
+	if got, most := delta(PullFramesRerequested), uint64(opts.PullBlockFrames)*delta(PullTimeouts); got > most {
+		t.Errorf("%d frames asked for again by %d pull timeouts: more than the first block each", got, delta(PullTimeouts))
+	}
+}
