@@ -117,8 +117,8 @@
 // (descheduled.go), nothing on an idle machine. A receiver acks the tail
 // of a burst RTOMin/4 after it (not AckDelay), so a paused stream's tail
 // is acked before the sender would probe it. The newest request unacked for twice the smoothed
-// round trip, srtt + 4*rttvar or srtt plus that allowance (at least
-// RTOMin/2), or any request unacked for srtt + max(4*rttvar, the
+// round trip, srtt + 4*rttvar or srtt plus that allowance and the tail's
+// ack delay, or any request unacked for srtt + max(4*rttvar, the
 // allowance) (clamped to RTOMin..RTOMax; ResendDelay before the first
 // sample), first triggers
 // a tail-loss probe: the newest unacked request's last frame, which a

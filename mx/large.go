@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"math/bits"
 	"math/rand/v2"
 
 	"github.com/gomx-dev/gomx/mx/wire"
@@ -145,6 +146,7 @@ type pull struct {
 	ref           rndvRef
 	blocks        []pblock // outstanding blocks in frame order
 	nextFrame     int      // first frame not yet requested
+	reqs          uint32   // PULLs sent: the number of the last one
 	lastProgress  int64
 	// copying counts the engine copies of its replies in flight
 	// (pulloffload.go); drained says every frame is in, so the last copy
@@ -157,20 +159,23 @@ type pblock struct {
 	first, n int
 	got      uint64
 	ngot     int
-	lastReq  int64
-	// fast marks the frames already asked for again on evidence (later
-	// frames arrived): each frame gets at most one such request, and
-	// only the timer asks again after that.
+	lastReq  int64 // when the block was last asked for whole or by its timer
+	// seq is the number (pull.reqs) of the PULL that asked for the
+	// block's frames not in fast.
+	seq uint32
+	// fast marks the frames asked for again since (on evidence or by the
+	// timer), each in the PULL numbered fseq[i]: a frame's PULL number is
+	// what orders it against the others (holes).
 	fast uint64
+	fseq [maxBlockFrames]uint32
+	// amb marks the fast frames last asked for by the timer, whose earlier
+	// copy may only be late (a responder descheduled): a copy of one that
+	// arrives may answer the block's first PULL (seq), so it reveals only
+	// what that one would.
+	amb uint64
 	// tries counts the block's timer re-requests (the backoff exponent).
 	tries int
 }
-
-// reorderAllowance is how many frames past a missing pull-reply frame must
-// arrive before the puller takes it as lost (RACK's reordering window, in
-// frames rather than time: the loopback and NIC wires reorder by a few
-// frames at most).
-const reorderAllowance = 3
 
 func (e *Endpoint) allocPull() (int, bool) {
 	if n := len(e.pullFree); n > 0 {
@@ -259,44 +264,52 @@ func (pl *pull) fill() {
 		n := min(o.PullBlockFrames, pl.nframes-pl.nextFrame)
 		pl.blocks = append(pl.blocks, pblock{first: pl.nextFrame, n: n})
 		pl.nextFrame += n
-		pl.request(&pl.blocks[len(pl.blocks)-1], false, 0)
+		bl := &pl.blocks[len(pl.blocks)-1]
+		bl.lastReq = pl.e.b.now()
+		bl.seq = pl.requestSpan(bl, 0, n-1, false, 0)
 	}
 }
 
-// request asks for the missing frames of a block (all of them the first
-// time). A repeated request asks for the span from the first to the last
-// missing frame; why says which counter the retransmission goes to
-// (FastRetransmits or TimerRetransmits).
-func (pl *pull) request(bl *pblock, again bool, why Counter) {
-	lo, hi := 0, bl.n-1
-	if again {
-		for lo < bl.n && bl.got&(1<<lo) != 0 {
+// rerequest asks again for the frames of block bl in mask, each run of
+// them in one PULL (so no frame the puller holds is sent again); why says
+// which counter the retransmission goes to (FastRetransmits or
+// TimerRetransmits).
+func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
+	for lo := 0; mask>>lo != 0; {
+		if mask&(1<<lo) == 0 {
 			lo++
+			continue
 		}
-		for hi >= 0 && bl.got&(1<<hi) != 0 {
-			hi--
+		hi := lo
+		for hi+1 < bl.n && mask&(1<<(hi+1)) != 0 {
+			hi++
 		}
-		if lo > hi {
-			return
+		seq := pl.requestSpan(bl, lo, hi, true, why)
+		for x := lo; x <= hi; x++ {
+			bl.fast |= 1 << x
+			bl.fseq[x] = seq
 		}
+		run := (uint64(1)<<(hi-lo+1) - 1) << lo
+		if why == TimerRetransmits {
+			bl.amb |= run
+		} else {
+			bl.amb &^= run
+		}
+		lo = hi + 1
 	}
-	pl.requestSpan(bl, lo, hi, again, why)
 }
 
-// requestSpan sends one PULL for frames lo..hi of block bl.
-func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) {
+// requestSpan sends one PULL for frames lo..hi of block bl and returns its
+// number (pull.reqs).
+func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uint32 {
 	e := pl.e
 	b := e.b
 	if again {
 		e.cnt[PullRerequests]++
 		e.cnt[why]++
-		for i := lo; i <= hi; i++ {
-			if bl.got&(1<<i) == 0 {
-				e.cnt[PullFramesRerequested]++
-			}
-		}
+		e.cnt[PullFramesRerequested] += uint64(hi - lo + 1)
 	}
-	bl.lastReq = b.now()
+	pl.reqs++
 	first := bl.first + lo
 	start, end := pl.geo.Start(first), pl.geo.End(bl.first+hi)
 	ffo := 0
@@ -313,6 +326,7 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) {
 	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendPull]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.PullLen, p.crc)
+	return pl.reqs
 }
 
 // reply stores one PULL_REPLY frame.
@@ -357,7 +371,7 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	}
 	pl.e.b.copyClocked(t0)
 	pl.lastProgress = now
-	pl.lossEvidence(i, k)
+	pl.lossEvidence(k, i-bl.first)
 	if bl.ngot < bl.n || k > 0 {
 		return
 	}
@@ -388,40 +402,50 @@ func (pl *pull) finish() {
 	e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
 }
 
-// lossEvidence asks again, at once, for the frames that frame i (of block
-// k) shows lost: every missing frame more than reorderAllowance frames
-// before it whose block was requested no later than block k. Each run of
-// missing frames goes in one PULL, and each frame is asked for this way
-// at most once.
-func (pl *pull) lossEvidence(i, k int) {
-	tk := pl.blocks[k].lastReq
-	for j := 0; j <= k; j++ {
+// lossEvidence asks again, at once, for the frames that frame x of block
+// k shows lost. A responder (gomx's or Open-MX's) answers the PULLs in the
+// order they come and sends each one's frames in order, and every
+// transport delivers one sender's frames in order, so a frame that arrives
+// says that every frame asked for by an earlier PULL, and every earlier
+// frame of its own PULL, has arrived or is lost. Each frame knows the
+// number of the PULL that last asked for it (pblock.seq, pblock.fseq), so
+// a hole is asked for again at once when a reply asked for after it
+// arrives, and again each time a reply asked for after that request
+// arrives while it is still missing: once per round trip of the pull
+// path, and never on a wire that loses nothing. A frame asked for again on
+// evidence had its earlier copy lost, so a copy that arrives answers the
+// re-request; one the timer asked for again may answer either PULL, and
+// counts as an answer to the first (amb). A wire that reorders frames
+// costs a duplicate per reordered frame.
+func (pl *pull) lossEvidence(k, x int) {
+	ev := &pl.blocks[k]
+	te := ev.seq
+	if (ev.fast&^ev.amb)&(1<<x) != 0 {
+		te = ev.fseq[x]
+	}
+	for j := range pl.blocks {
 		bl := &pl.blocks[j]
-		if bl.lastReq > tk {
+		missing := ^bl.got & (uint64(1)<<bl.n - 1)
+		if missing == 0 {
 			continue
 		}
-		limit := min(bl.n, i-reorderAllowance-bl.first) // frames below limit are "before" i
-		if limit <= 0 {
-			continue
+		var lost uint64
+		if plain := missing &^ bl.fast; plain != 0 {
+			switch {
+			case bl.seq < te:
+				lost = plain
+			case bl.seq == te: // the evidence's own PULL: its earlier frames
+				lost = plain & (uint64(1)<<x - 1)
+			}
 		}
-		lost := ^(bl.got | bl.fast) & (uint64(1)<<limit - 1)
-		for lo := 0; lost != 0 && lo < limit; {
-			if lost&(1<<lo) == 0 {
-				lo++
-				continue
+		for f := missing & bl.fast; f != 0; f &= f - 1 {
+			i := bits.TrailingZeros64(f)
+			if s := bl.fseq[i]; s < te || s == te && i < x {
+				lost |= 1 << i
 			}
-			hi := lo
-			for hi+1 < limit && lost&(1<<(hi+1)) != 0 {
-				hi++
-			}
-			for x := lo; x <= hi; x++ {
-				bl.fast |= 1 << x
-			}
-			lost &^= bl.fast
-			last := bl.lastReq
-			pl.requestSpan(bl, lo, hi, true, FastRetransmits)
-			bl.lastReq = last // a partial request does not restart the block's timer
-			lo = hi + 1
+		}
+		if lost != 0 {
+			pl.rerequest(bl, lost, FastRetransmits)
 		}
 	}
 }
@@ -432,8 +456,10 @@ func (pl *pull) lossEvidence(i, k int) {
 // oldest unfinished block only, its RTO doubled for each earlier timer
 // re-request of it. The replies are evidence for the later blocks
 // (lossEvidence), and a silence that was only a slow peer costs one block
-// of duplicates, not the window. A pull fails after
-// ResendDelay*ResendMax without progress.
+// of duplicates, not the window. A timer re-request is needed only where
+// no later reply comes to reveal a hole: the last frames of a pull, or a
+// re-request lost again with nothing asked for after it. A pull fails
+// after ResendDelay*ResendMax without progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
 	if pl.e.b.overdue(now, pl.lastProgress, int64(o.ResendDelay)*int64(o.ResendMax)) { // liveness.go
@@ -451,8 +477,9 @@ func (pl *pull) timer(now int64) {
 		}
 		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) {
 			bl.tries++
+			bl.lastReq = now
 			pl.e.cnt[PullTimeouts]++
-			pl.request(bl, true, TimerRetransmits)
+			pl.rerequest(bl, ^bl.got&(uint64(1)<<bl.n-1), TimerRetransmits)
 		}
 		return
 	}

@@ -101,7 +101,8 @@ func lossyPingPong(b *testing.B, f loopback.Faults, size int) {
 		unit string
 	}{
 		{FastRetransmits, "fast-rtx/op"}, {TimerRetransmits, "timer-rtx/op"},
-		{DupReceived, "dups/op"}, {PullFramesRerequested, "pull-rereq/op"}, {TailProbes, "tlp/op"},
+		{DupReceived, "dups/op"}, {PullFramesRerequested, "pull-rereq/op"}, {PullTimeouts, "pull-timeouts/op"},
+		{TailProbes, "tlp/op"},
 	} {
 		d := ca[c.k] - ca0[c.k] + cb[c.k] - cb0[c.k]
 		b.ReportMetric(float64(d)/n, c.unit)

@@ -37,7 +37,8 @@ type BoardOptions struct {
 	// (srtt + 4*rttvar, RFC 6298; see rtt.go): RTOMin keeps a fast, steady
 	// wire from resending on scheduling noise, RTOMax caps exponential
 	// backoff. The tail-loss probe waits twice the smoothed round trip,
-	// or srtt + 4*rttvar, at least RTOMin/2. Both allow for a peer the
+	// or srtt + 4*rttvar, at least srtt + RTOMin/4 (the receiver's delay
+	// of a tail's ack). Both allow for a peer the
 	// machine keeps descheduled, as their polling waiters measure it
 	// (descheduled.go). Defaults 250 us and ResendDelay. Before the first
 	// measurement ResendDelay and PullTimeout apply as they are.

@@ -285,10 +285,17 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			if seen != 0 {
 				descheduling.observe(now - seen) // descheduled.go
 			}
+			// A reading long after the last one: this waiter was
+			// descheduled (or handled a large batch), and the answers
+			// to what the timers would resend may wait in its sources.
+			// It looks at them first, and at the deadlines 16 looks on.
+			late := seen != 0 && now-seen >= int64(schedFloor)
 			seen = now
 			// Retransmission deadlines: no timer wakes a board whose
 			// waiters hold every P (finetimer.go).
-			b.runDue(now)
+			if !late {
+				b.runDue(now)
+			}
 			if start < 0 {
 				start = now - 1 // the first 16 looks: well under a microsecond
 			}

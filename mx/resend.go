@@ -129,17 +129,20 @@ func (p *partner) probe(now int64) {
 // smoothed round trip (RACK-TLP's choice) or srtt + 4*rttvar, whichever is
 // longer, so a wire whose round trips vary (a loaded machine stalling
 // the peer) does not probe every slow message, and at least srtt plus the
-// receiver's delay of a tail's ack (tailAckDelay) plus the time the
-// machine may keep the peer descheduled (descheduled.go); at least half
-// of RTOMin and at most the RTO. Before the first measurement it is the
-// RTO.
+// receiver's delay of a tail's ack (tailAckDelay, RTOMin/4) plus the time
+// the machine may keep the peer descheduled (descheduled.go); at most the
+// RTO. Before the first measurement it is the RTO. A lost frame that only
+// the probe reveals (a ping-pong's ping or pong) costs this timeout: on a
+// machine that keeps the peer running, about srtt + RTOMin/4, so that a
+// ping-pong losing 1% of its frames keeps its 99th percentile within a
+// few tens of round trips.
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)
 	if !p.rtt.ok || p.rtoMin() > int64(b.opts.RTOMin) { // no probes through shared memory (host.go)
 		return rto
 	}
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, p.rtt.srtt+b.tailAckDelay()+descheduling.slack(), int64(b.opts.RTOMin)/2)
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, p.rtt.srtt+b.tailAckDelay()+descheduling.slack())
 	for i := 0; i < backoff && t < rto; i++ {
 		t *= 2
 	}

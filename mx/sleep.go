@@ -252,6 +252,7 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 	}
 	var seen int64       // the clock when it last woke, for the timers (lookLocked)
 	var found int64 = -1 // when a look last found something, -1: not since it woke
+	woke := false        // it slept: the timers that came due meanwhile run after its look
 	for i := 0; ; i++ {
 		got := false
 		for _, s := range srcs {
@@ -260,6 +261,13 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 				ok = true
 				return sleepHeld, nil
 			}
+		}
+		if woke {
+			// finetimer.go: the timers that came due while it slept,
+			// once it took what arrived meanwhile (an answer to what
+			// they would resend).
+			woke = false
+			b.runDue(seen)
 		}
 		b.runCopies() // cma.go
 		if holds() {
@@ -296,7 +304,7 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 		}
 		b.sleepOnce(srcs, holds, e, gen, deadline)
 		seen = b.clock()
-		b.runDue(seen) // finetimer.go: the timers that came due while it slept
+		woke = true
 	}
 }
 

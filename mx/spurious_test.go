@@ -234,3 +234,87 @@ func pingPongMixed(ctx context.Context, pr *pair, n, first int) error {
 	}
 	return <-errc
 }
+
+// TestLosslessNoRecovery exchanges mixed messages (ping-pong, then a
+// stream with a window of receives) over the in-process wire, shared-memory
+// rings and UDP on 127.0.0.1, in both wait modes, with the default timers,
+// and requires every recovery counter (timer and fast retransmits, tail
+// probes, duplicates, pull re-requests) to stay at zero on both sides. It
+// is short enough for every CI run. Every timeout allows three times the
+// longest time the machine recently kept one of the process's goroutines
+// off its CPU (descheduled.go), and on a machine that keeps them running
+// (no gap recorded: the estimate is zero) the timeouts are the round
+// trip's and nothing may act: the zero is required of a run during which
+// the estimate, sampled every 50 ms from the end of the warm-up, stayed
+// at zero. Where it did not, the counters are logged with the estimate
+// (TestNoSpuriousRecovery bounds them) and the run says why it did not
+// judge: on a loaded 2-CPU machine, runs whose estimate never rose (tens
+// of milliseconds allowed) still saw a tail probe or a SACK's fast
+// retransmit now and then.
+func TestLosslessNoRecovery(t *testing.T) {
+	n := 4000
+	if testing.Short() || raceEnabled {
+		n = 1000
+	}
+	for _, name := range []string{"loopback", "shm", "udp"} {
+		tf := factoryNamed(t, name)
+		for _, busy := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
+				opts := DefaultBoardOptions()
+				opts.BusyPoll = busy
+				pr := newPair(t, tf, opts, loopback.Faults{})
+				ctx := testCtx(t, time.Hour)
+				if err := pingPongMixed(ctx, pr, 100, 0); err != nil { // the round trips are measured
+					t.Fatal(err)
+				}
+				before := [2]Counters{pr.a.Counters(), pr.b.Counters()}
+				busyMachine := make(chan int64)
+				stop := make(chan struct{})
+				go func() { // bounded by stop
+					var peak int64
+					tk := time.NewTicker(50 * time.Millisecond)
+					defer tk.Stop()
+					for {
+						peak = max(peak, descheduling.slack())
+						select {
+						case <-stop:
+							busyMachine <- max(peak, descheduling.slack())
+							return
+						case <-tk.C:
+						}
+					}
+				}()
+				err := pingPongMixed(ctx, pr, n/2, 100)
+				if err == nil {
+					runStream(t, pr, n/2, 32)
+				}
+				close(stop)
+				allowed := time.Duration(<-busyMachine)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var acts []string
+				for i, e := range []*Endpoint{pr.a, pr.b} {
+					c := e.Counters()
+					for _, k := range recoveryCounters {
+						if d := c.Get(k) - before[i].Get(k); d != 0 {
+							acts = append(acts, fmt.Sprintf("endpoint %d: %v %d", e.id, k, d))
+						}
+					}
+				}
+				lost := wireLost(pr)
+				switch {
+				case lost > 0:
+					t.Logf("the wire lost %d frames (a full socket buffer): recovery %v", lost, acts)
+				case allowed > 0:
+					t.Logf("not judged: the machine kept goroutines off their CPUs (the timeouts allowed up to %v for it); recovery %v",
+						allowed, acts)
+				case len(acts) > 0:
+					t.Errorf("%d messages on a lossless wire of a machine that kept every goroutine running: %v", n, acts)
+				default:
+					t.Logf("%d messages: no recovery", n)
+				}
+			})
+		}
+	}
+}
