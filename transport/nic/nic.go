@@ -1,6 +1,6 @@
 // Package nic is the transport over a user-space NIC driver (package
-// nicdrv): mx frames in raw Open-MX Ethernet framing, moved by the driver's
-// RX and TX batches with no kernel in the path.
+// nicdrv): mx frames in raw Open-MX Ethernet framing or Open-MX over UDP,
+// moved by the driver's RX and TX batches with no kernel in the path.
 //
 // # Framing
 //
@@ -11,6 +11,22 @@
 // receiver may see up to 46 bytes of Data where fewer were sent (the mx
 // headers carry their own lengths). Frames of another EtherType, or too
 // short to hold a header, are dropped and counted.
+//
+// # UDP framing
+//
+// With Options.Framing set to FramingUDP the transport speaks
+// Open-MX-over-UDP instead, as transport/udp does through the kernel: an
+// Ethernet header, an IPv4 header without options (DF set, a valid header
+// checksum) and a UDP header with checksum 0, then the Data as the UDP
+// payload (package transport/framing writes and reads these headers). The
+// board's NIC id is its IPv4 address and UDP port (Options.UDP), ip<<16 |
+// port, and the MTU is 28 bytes smaller. A received datagram is delivered
+// when it is unfragmented, addressed to that address and port, from a
+// non-zero port, and the NIC found no bad checksum in it; its UDP length
+// trims the Ethernet padding. The destination MAC of a peer comes from
+// Options.Neighbors or is learned from the datagrams the peer sent; a
+// datagram to a peer not known yet goes to the broadcast address. IP
+// framing is what lets a NIC's IP filters steer frames by UDP port.
 //
 // # Buffers
 //
@@ -58,6 +74,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -87,6 +104,18 @@ type Options struct {
 	// Batch is the most frames one RxBatch call takes per queue (default
 	// 64).
 	Batch int
+	// Framing is the link framing: FramingEthernet (the default, raw
+	// Open-MX frames, NIC id = MAC) or FramingUDP (Open-MX over
+	// IPv4/UDP, NIC id = ip<<16|port; see the package documentation).
+	Framing Framing
+	// UDP is the board's IPv4 address and UDP port, for FramingUDP. The
+	// port is the board's (queue transports take their own: see
+	// OpenQueue).
+	UDP netip.AddrPort
+	// Neighbors gives the MAC address of IPv4 peers, for FramingUDP;
+	// peers not listed are learned from the frames they send, and a frame
+	// to a peer not known yet is sent to the broadcast address.
+	Neighbors map[netip.Addr]nicdrv.MAC
 }
 
 // Transport is mx's transport over one NIC. It implements
@@ -98,6 +127,8 @@ type Transport struct {
 	id   transport.NICID
 	opts Options
 	mtu  int
+	ip   ipFraming // FramingUDP's addressing; hdr says which framing
+	hdr  int       // link header length: headerLen or framing.UDPHeadersLen
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -173,10 +204,14 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		return nil, fmt.Errorf("transport/nic: %s NIC's largest frame is %d bytes: too small", info.Driver, info.MaxFrame)
 	}
 	mac := n.MAC()
+	ipf, hdr, id, err := newFraming(o, mac, info)
+	if err != nil {
+		return nil, err
+	}
 	t := &Transport{
-		nic: n, pool: n.Pool(0), mac: mac, id: transport.MACNICID(mac), opts: o,
+		nic: n, pool: n.Pool(0), mac: mac, id: id, opts: o, ip: ipf, hdr: hdr,
 		// An untagged frame of at most 1514 bytes: a 1500-byte payload.
-		mtu: min(info.MaxFrame, 1514) - headerLen,
+		mtu: min(info.MaxFrame, 1514) - hdr,
 		txb: make([]*nicdrv.Buffer, 0, 64),
 		rxb: make([]*nicdrv.Buffer, o.Batch),
 		// Lend at most a quarter of the pool: the rest keeps the RX
@@ -191,7 +226,8 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 // NIC returns the NIC the transport runs over.
 func (t *Transport) NIC() nicdrv.NIC { return t.nic }
 
-// Addr implements transport.Transport: the NIC's MAC address.
+// Addr implements transport.Transport: the NIC's MAC address, or with UDP
+// framing its IPv4 address and port (ip<<16 | port).
 func (t *Transport) Addr() transport.NICID { return t.id }
 
 // HostUniqueNIC reports that the NIC id (the device's MAC) belongs to this
@@ -218,6 +254,11 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 			f := &batch[i]
 			if len(f.Head)+len(f.Data) > t.mtu {
 				bad = fmt.Errorf("transport/nic: frame of %d bytes, MTU %d: %w", len(f.Head)+len(f.Data), t.mtu, transport.ErrTooBig)
+				batch = batch[:i]
+				break
+			}
+			if err := t.reachable(f.Peer); err != nil {
+				bad = err
 				batch = batch[:i]
 				break
 			}
@@ -264,14 +305,14 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	for i := range frames {
 		f := &frames[i]
 		if f.Region != nil && t.attach(bufs[i], f) {
-			b := bufs[i].SetLen(headerLen + len(f.Head))
-			t.header(b, f.Peer)
-			copy(b[headerLen:], f.Head)
+			b := bufs[i].SetLen(t.hdr + len(f.Head))
+			t.header(b, f.Peer, len(f.Head)+len(f.Data))
+			copy(b[t.hdr:], f.Head)
 			continue
 		}
-		b := bufs[i].SetLen(headerLen + len(f.Head) + len(f.Data))
-		t.header(b, f.Peer)
-		copy(b[headerLen+copy(b[headerLen:], f.Head):], f.Data)
+		b := bufs[i].SetLen(t.hdr + len(f.Head) + len(f.Data))
+		t.header(b, f.Peer, len(f.Head)+len(f.Data))
+		copy(b[t.hdr+copy(b[t.hdr:], f.Head):], f.Data)
 		if f.Region != nil {
 			f.Region.Copied()
 			t.txRegionCopied.Add(1)
@@ -296,8 +337,12 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	return nil
 }
 
-// header writes the Ethernet header of a frame to peer.
-func (t *Transport) header(b []byte, peer transport.NICID) {
+// header writes the link header of a frame of n bytes of Data to peer.
+func (t *Transport) header(b []byte, peer transport.NICID, n int) {
+	if t.hdr != headerLen {
+		t.ip.header(b, t.mac, peer, n)
+		return
+	}
 	dst := peer.MAC()
 	copy(b[0:6], dst[:])
 	copy(b[6:12], t.mac[:])
@@ -424,24 +469,37 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 		}
 		for _, b := range t.rxb[:n] {
 			t.held = append(t.held, b)
-			d := b.Data
-			if len(d) < headerLen {
-				t.short.Add(1)
+			peer, data, ok := t.decode(b)
+			if !ok {
 				continue
 			}
-			if binary.BigEndian.Uint16(d[12:]) != transport.EtherType {
-				t.foreign.Add(1)
-				continue
-			}
-			var src [6]byte
-			copy(src[:], d[6:12])
-			frames[got] = transport.Frame{Peer: transport.MACNICID(src), Data: d[headerLen:], Ref: t.lends.RecvRef(len(t.held) - 1)}
+			frames[got] = transport.Frame{Peer: peer, Data: data, Ref: t.lends.RecvRef(len(t.held) - 1)}
 			got++
 		}
 		clear(t.rxb[:n])
 	}
 	t.next++
 	return got, nil
+}
+
+// decode checks a received frame's link header and returns its sender and
+// Data; a frame that is not for this transport is counted and skipped.
+func (t *Transport) decode(b *nicdrv.Buffer) (transport.NICID, []byte, bool) {
+	if t.hdr != headerLen {
+		return t.ip.decode(b)
+	}
+	d := b.Data
+	if len(d) < headerLen {
+		t.short.Add(1)
+		return 0, nil, false
+	}
+	if binary.BigEndian.Uint16(d[12:]) != transport.EtherType {
+		t.foreign.Add(1)
+		return 0, nil, false
+	}
+	var src [6]byte
+	copy(src[:], d[6:12])
+	return transport.MACNICID(src), d[headerLen:], true
 }
 
 // Hold implements transport.Transport: it lends the frame's packet buffer,
@@ -530,6 +588,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "nic_tx_region_copied", Value: t.txRegionCopied.Load()},
 	}
 	c = append(c, t.lends.Counters("nic_")...)
+	c = t.ip.counters(c)
 	s, err := t.nic.Stats()
 	if err != nil {
 		return c
