@@ -28,6 +28,31 @@
 // datagram to a peer not known yet goes to the broadcast address. IP
 // framing is what lets a NIC's IP filters steer frames by UDP port.
 //
+// # Queues
+//
+// A transport with UDP framing over a NIC of several queues implements
+// transport.Queued: OpenQueue(q) returns queue q as a transport of its
+// own (the same type), which sends on TX queue q and receives from RX
+// queue q with the queue's own pool, locks and buffers, so goroutines
+// serving different queues share no lock. Queue q's NIC id is the board's
+// address with port Options.UDP's port + q, and OpenQueue steers that port
+// to RX queue q (Steer): by a NIC rule where the NIC has one
+// (nicdrv.RuleUDPDestPort: the 82599's 5-tuple filters, then Flow
+// Director), and otherwise by software demultiplexing: each queue's
+// transport looks up the destination port of every frame it receives in
+// the board's table (a copy-on-write map read without a lock) and hands a
+// frame of another queue's port to that queue (a bounded channel; full, the
+// frame is dropped and counted). A queue whose ports are steered in
+// software cannot sleep on its own RX queue alone, so it looks at its ring
+// and its inbox in turn. RSS cannot stand in for a rule: its Toeplitz hash
+// covers the sender's address and port as well as the port chosen here
+// (and the 82574 hashes UDP datagrams by their addresses alone), so no
+// port lands on one queue for every sender.
+//
+// While queues are open, the board transport's own Send and Recv fail
+// with ErrQueuesOpen. A queue transport's Close removes its steering; the
+// board's Close closes the queues still open.
+//
 // # Buffers
 //
 // Send copies each frame's Data into a packet buffer of the NIC's pool,
@@ -130,6 +155,13 @@ type Transport struct {
 	ip   ipFraming // FramingUDP's addressing; hdr says which framing
 	hdr  int       // link header length: headerLen or framing.UDPHeadersLen
 
+	// Queues (queue.go): the TX queue Send uses and the RX queue Recv
+	// takes from (-1: every queue); a board's open queue transports, or
+	// a queue transport's own state.
+	txq, rxq int
+	queues   *queueSet
+	queue    *queueState
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	closed atomic.Bool
@@ -209,7 +241,8 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{
-		nic: n, pool: n.Pool(0), mac: mac, id: id, opts: o, ip: ipf, hdr: hdr,
+		nic: n, pool: n.Pool(0), mac: mac, id: id, opts: o, ip: ipf, hdr: hdr, rxq: -1,
+		queues: newQueueSet(info.Queues),
 		// An untagged frame of at most 1514 bytes: a 1500-byte payload.
 		mtu: min(info.MaxFrame, 1514) - hdr,
 		txb: make([]*nicdrv.Buffer, 0, 64),
@@ -240,6 +273,9 @@ func (t *Transport) MTU() int { return t.mtu }
 
 // Send implements transport.Transport.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	if err := t.queuesOpen(); err != nil {
+		return 0, err
+	}
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	sent := 0
@@ -320,7 +356,7 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	}
 	deadline = time.Time{}
 	for len(bufs) > 0 {
-		n, err := t.nic.TxBatch(0, bufs)
+		n, err := t.nic.TxBatch(t.txq, bufs)
 		bufs = bufs[n:]
 		if err != nil {
 			_ = t.pool.Free(bufs...)
@@ -402,6 +438,9 @@ func (t *Transport) closedOr(err error) error {
 
 // Recv implements transport.Transport.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	if err := t.queuesOpen(); err != nil {
+		return 0, err
+	}
 	t.rxMu.Lock()
 	defer t.rxMu.Unlock()
 	if t.closed.Load() {
@@ -448,8 +487,12 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	}
 }
 
-// waitAny waits for a frame on any RX queue, with one WaitRx on them all.
+// waitAny waits for a frame on any RX queue, with one WaitRx on them all,
+// or for a queue transport on its queue (queue.go).
 func (t *Transport) waitAny(ctx context.Context) error {
+	if t.queue != nil {
+		return t.waitQueue(ctx)
+	}
 	_, err := t.nic.WaitRx(ctx)
 	return err
 }
@@ -458,8 +501,14 @@ func (t *Transport) waitAny(ctx context.Context) error {
 func (t *Transport) poll(frames []transport.Frame) (int, error) {
 	got := 0
 	q := t.nic.Info().Queues
+	if t.queue != nil {
+		got, q = t.fromInbox(frames), 1
+	}
 	for k := 0; k < q && got < len(frames); k++ {
 		queue := (t.next + k) % q
+		if t.rxq >= 0 {
+			queue = t.rxq
+		}
 		n, err := t.nic.RxBatch(queue, t.rxb[:min(len(t.rxb), len(frames)-got)])
 		if err != nil {
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
@@ -468,6 +517,9 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 			return got, fmt.Errorf("transport/nic: %w", err)
 		}
 		for _, b := range t.rxb[:n] {
+			if t.queue != nil && t.forward(b) {
+				continue // steered in software to another queue
+			}
 			t.held = append(t.held, b)
 			peer, data, ok := t.decode(b)
 			if !ok {
@@ -544,7 +596,7 @@ func (t *Transport) reclaim() {
 	}
 	defer t.txMu.Unlock()
 	if !t.closed.Load() {
-		_, _ = t.nic.TxBatch(0, nil)
+		_, _ = t.nic.TxBatch(t.txq, nil)
 	}
 }
 
@@ -589,6 +641,7 @@ func (t *Transport) Counters() []transport.Counter {
 	}
 	c = append(c, t.lends.Counters("nic_")...)
 	c = t.ip.counters(c)
+	c = t.queueCounters(c)
 	s, err := t.nic.Stats()
 	if err != nil {
 		return c
@@ -610,12 +663,16 @@ func (t *Transport) Counters() []transport.Counter {
 // in-place sends still in its TX ring) and unmaps the regions still
 // registered.
 func (t *Transport) Close() error {
+	if t.queue != nil {
+		return t.closeQueue()
+	}
 	if t.closed.Swap(true) {
 		return nil
 	}
 	t.cancel()
+	err := t.closeQueues()
 	t.rxMu.Lock()
-	err := t.pool.Free(t.held...)
+	err = errors.Join(err, t.pool.Free(t.held...))
 	clear(t.held)
 	t.held = t.held[:0]
 	err = errors.Join(err, t.pool.Free(t.lends.Close()...))
@@ -629,5 +686,5 @@ func (t *Transport) Close() error {
 		err = errors.Join(err, t.pool.DMA().Unmap(x.m))
 		delete(t.regions, r)
 	}
-	return err
+	return errors.Join(err, t.queues.unmapOrphans())
 }
