@@ -19,10 +19,9 @@ import (
 func BenchmarkQueuedRate(b *testing.B) {
 	for _, n := range []int{1, 2, 4, 8} {
 		for _, steered := range []bool{true, false} {
-			name := fmt.Sprintf("endpoints=%d/queues=%d", n, n)
-			queues := n
+			name, queues := fmt.Sprintf("endpoints=%d/steered-queues=%d", n, n), n
 			if !steered {
-				name, queues = fmt.Sprintf("endpoints=%d/queues=1", n), 1
+				name, queues = fmt.Sprintf("endpoints=%d/one-queue", n), 1
 			}
 			b.Run(name, func(b *testing.B) { benchQueuedRate(b, n, queues) })
 		}
@@ -33,7 +32,7 @@ func benchQueuedRate(b *testing.B, n, queues int) {
 	ts := queuedNICs(b, max(queues, 1))
 	var qbs [2]*QueuedBoard
 	for i := range 2 {
-		qb, err := NewQueuedBoard(ts[i], QueuedOptions{})
+		qb, err := NewQueuedBoard(ts[i], QueuedOptions{Board: overNIC})
 		if err != nil {
 			b.Fatal(err)
 		}

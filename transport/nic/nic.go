@@ -531,6 +531,9 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 		clear(t.rxb[:n])
 	}
 	t.next++
+	if t.queue != nil && got > 0 {
+		t.queue.delivered.Add(uint64(got))
+	}
 	return got, nil
 }
 

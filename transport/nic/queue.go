@@ -134,8 +134,8 @@ type queueState struct {
 	inbox chan *nicdrv.Buffer
 	// forwarded counts frames this queue received for another queue's
 	// port and handed over; dropped those it could not (the other queue
-	// closed or its inbox full).
-	forwarded, dropped atomic.Uint64
+	// closed or its inbox full); delivered the frames its Recv returned.
+	forwarded, dropped, delivered atomic.Uint64
 }
 
 // Queues implements transport.Queued: the NIC's queue pairs.
@@ -406,6 +406,7 @@ func (t *Transport) queueCounters(c []transport.Counter) []transport.Counter {
 		return c
 	}
 	return append(c,
+		transport.Counter{Name: "nic_queue_delivered", Value: t.queue.delivered.Load()},
 		transport.Counter{Name: "nic_queue_forwarded", Value: t.queue.forwarded.Load()},
 		transport.Counter{Name: "nic_queue_forward_dropped", Value: t.queue.dropped.Load()},
 	)
