@@ -160,6 +160,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzPSAccept$$' -fuzztime 20000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz '^FuzzPacketSplitFrame$$' -fuzztime 2000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 5000x ./transport/nic/
+	$(GO) test -run '^$$' -fuzz '^FuzzReceiveUDP$$' -fuzztime 5000x ./transport/nic/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime 2000x ./cmd/internal/cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRecord$$' -fuzztime 20000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTable$$' -fuzztime 2000x ./cmd/internal/launch/

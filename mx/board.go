@@ -189,6 +189,9 @@ type Board struct {
 	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
 	// sleep: the waiter that sleeps on the board's sources (sleep.go).
 	sleep sleepState
+	// cpus are the CPUs the progress goroutine's thread is bound to
+	// (cpu.go), set before NewBoard returns; nil: not bound.
+	cpus []int
 	// pulling counts the endpoints' pulls in flight over the transport
 	// (large.go), written under mu: a waiter asleep on the sources leaves
 	// a pull's burst of replies to the receive loop (sleep.go).
@@ -267,11 +270,14 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 			b.spinSrcs = append(b.spinSrcs, s)
 		}
 	}
-	b.zc = newZeroCopy(tr, o.ZeroCopy) // zerocopy.go
-	b.openSleep()                      // sleep.go
-	b.cmaPublish()                     // cma.go
-	go b.progress()
-	go b.fineTimer() // finetimer.go
+	b.zc = newZeroCopy(tr, o.ZeroCopy)        // zerocopy.go
+	b.openSleep()                             // sleep.go
+	b.cmaPublish()                            // cma.go
+	go b.fineTimer()                          // finetimer.go
+	if err := b.startProgress(); err != nil { // cpu.go
+		_ = b.Close()
+		return nil, err
+	}
 	return b, nil
 }
 

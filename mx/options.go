@@ -133,6 +133,18 @@ type BoardOptions struct {
 	// Local configures the shortcut to endpoints of this process: on by
 	// default (see LocalOptions).
 	Local LocalOptions
+	// ProgressThread locks the board's progress goroutine to an OS thread
+	// of its own for the board's life (runtime.LockOSThread), so the
+	// thread that receives and completes stays the same and can be placed
+	// (QueuedBoard locks every queue's).
+	ProgressThread bool
+	// ProgressCPUs, when set, binds that thread to these CPUs
+	// (sched_setaffinity; it implies ProgressThread), so an endpoint's
+	// frames are received, matched and completed on a known core:
+	// Board.ProgressCPUs reports it, and the application may place its own
+	// goroutine there. NewBoard fails (closing the transport) when the
+	// kernel refuses the set.
+	ProgressCPUs []int
 }
 
 // DefaultBoardOptions returns the Open-MX defaults.
@@ -235,6 +247,11 @@ func (o BoardOptions) withDefaults() (BoardOptions, error) {
 		return o, fmt.Errorf("%w: MaxUnacked must be in 1..8191", ErrBadOptions)
 	case o.UnexpectedMaxMessages < 1 || o.UnexpectedMaxBytes < 1:
 		return o, fmt.Errorf("%w: unexpected queue bounds must be positive", ErrBadOptions)
+	}
+	for _, c := range o.ProgressCPUs {
+		if c < 0 || c >= maxCPU {
+			return o, fmt.Errorf("%w: ProgressCPUs has CPU %d: want 0..%d", ErrBadOptions, c, maxCPU-1)
+		}
 	}
 	return o, nil
 }

@@ -248,6 +248,25 @@ type Sleeper interface {
 	Wake()
 }
 
+// Queued is implemented by transports whose device has several receive
+// and transmit queues, so that the layer above can serve each queue from
+// its own goroutine (on its own core) with nothing shared between them:
+// each queue is a Transport of its own, with its own NIC id, whose Send
+// and Recv use only that queue and take no lock another queue's take.
+// Frames sent to a queue's NIC id arrive on that queue: the transport
+// steers them there, by a rule in the NIC where the NIC has one, and by
+// demultiplexing in software otherwise. While queues are open, the
+// Queued transport itself only opens and closes them (its own Send and
+// Recv fail); its Close closes them too.
+type Queued interface {
+	// Queues is how many queues there are: OpenQueue takes 0 to
+	// Queues()-1.
+	Queues() int
+	// OpenQueue returns queue q's transport. Its Close removes the
+	// queue's steering.
+	OpenQueue(q int) (Transport, error)
+}
+
 // HostUnique is implemented by transports that know whether their NIC id
 // names this board alone among the boards of the host (within its network
 // namespace): true for a UDP address, or the MAC of a device one process

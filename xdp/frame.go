@@ -1,131 +1,44 @@
 package xdp
 
-import (
-	"encoding/binary"
-	"errors"
-)
+import "github.com/gomx-dev/gomx/transport/framing"
 
-// Frame layout constants.
+// Frame layout constants: the framing package's, under the names this
+// package has always offered.
 const (
 	// EthHeaderLen is the length of an Ethernet header without VLAN tag.
-	EthHeaderLen = 14
+	EthHeaderLen = framing.EthHeaderLen
 	// UDPHeadersLen is the length of the Ethernet, IPv4 (no options) and
 	// UDP headers that UDP framing puts before the Data.
-	UDPHeadersLen = EthHeaderLen + 20 + 8
+	UDPHeadersLen = framing.UDPHeadersLen
 	// EtherTypeOpenMX is the Open-MX EtherType.
-	EtherTypeOpenMX = 0x86DF
+	EtherTypeOpenMX = framing.EtherTypeOpenMX
 
-	etherTypeIPv4 = 0x0800
-	minFrame      = 60 // Ethernet minimum without FCS
+	minFrame = framing.MinFrame // Ethernet minimum without FCS
 )
 
-// Errors of the frame decoders; frames from the wire that fail them are
-// dropped and counted, never trusted.
-var (
-	errShort  = errors.New("frame shorter than its headers")
-	errNotUDP = errors.New("not an IPv4/UDP frame for us")
-)
+// EthHeader is the part of an Ethernet header a transport uses (see
+// framing.EthHeader).
+type EthHeader = framing.EthHeader
 
-// EthHeader is the part of an Ethernet header a transport uses.
-type EthHeader struct {
-	Dst, Src  [6]byte // destination and source MAC addresses
-	EtherType uint16  // in host order
-}
+// UDPHeader is what UDP framing puts around the Data (see
+// framing.UDPHeader).
+type UDPHeader = framing.UDPHeader
 
 // PutEthHeader writes h into the first EthHeaderLen bytes of b.
-func PutEthHeader(b []byte, h EthHeader) {
-	copy(b[0:6], h.Dst[:])
-	copy(b[6:12], h.Src[:])
-	binary.BigEndian.PutUint16(b[12:14], h.EtherType)
-}
+func PutEthHeader(b []byte, h EthHeader) { framing.PutEthHeader(b, h) }
 
 // ParseEthHeader decodes the Ethernet header of frame and returns it with
 // the bytes after it. It fails for frames shorter than the header.
-func ParseEthHeader(frame []byte) (EthHeader, []byte, error) {
-	if len(frame) < EthHeaderLen {
-		return EthHeader{}, nil, errShort
-	}
-	var h EthHeader
-	copy(h.Dst[:], frame[0:6])
-	copy(h.Src[:], frame[6:12])
-	h.EtherType = binary.BigEndian.Uint16(frame[12:14])
-	return h, frame[EthHeaderLen:], nil
-}
-
-// UDPHeader is what UDP framing puts around the Data: Ethernet, IPv4 and
-// UDP addressing.
-type UDPHeader struct {
-	Eth              EthHeader // EtherType is IPv4
-	SrcIP, DstIP     [4]byte   // IPv4 addresses
-	SrcPort, DstPort uint16    // UDP ports, in host order
-}
+func ParseEthHeader(frame []byte) (EthHeader, []byte, error) { return framing.ParseEthHeader(frame) }
 
 // PutUDPHeaders writes the Ethernet, IPv4 and UDP headers for a payload of
-// n bytes into the first UDPHeadersLen bytes of b, with a correct IPv4
-// header checksum and no UDP checksum (0, allowed over IPv4).
-func PutUDPHeaders(b []byte, h UDPHeader, n int) {
-	h.Eth.EtherType = etherTypeIPv4
-	PutEthHeader(b, h.Eth)
-	ip := b[EthHeaderLen : EthHeaderLen+20]
-	ip[0] = 0x45 // version 4, 5 words
-	ip[1] = 0
-	binary.BigEndian.PutUint16(ip[2:4], uint16(20+8+n))
-	binary.BigEndian.PutUint16(ip[4:6], 0)      // id
-	binary.BigEndian.PutUint16(ip[6:8], 0x4000) // don't fragment
-	ip[8] = 64                                  // TTL
-	ip[9] = 17                                  // UDP
-	ip[10], ip[11] = 0, 0
-	copy(ip[12:16], h.SrcIP[:])
-	copy(ip[16:20], h.DstIP[:])
-	binary.BigEndian.PutUint16(ip[10:12], ipChecksum(ip))
-	udp := b[EthHeaderLen+20 : UDPHeadersLen]
-	binary.BigEndian.PutUint16(udp[0:2], h.SrcPort)
-	binary.BigEndian.PutUint16(udp[2:4], h.DstPort)
-	binary.BigEndian.PutUint16(udp[4:6], uint16(8+n))
-	binary.BigEndian.PutUint16(udp[6:8], 0)
-}
+// n bytes into the first UDPHeadersLen bytes of b (see
+// framing.PutUDPHeaders).
+func PutUDPHeaders(b []byte, h UDPHeader, n int) { framing.PutUDPHeaders(b, h, n) }
+
+// ParseUDP decodes an IPv4/UDP frame as UDP framing sends it and returns
+// the headers and the UDP payload (see framing.ParseUDP).
+func ParseUDP(frame []byte) (UDPHeader, []byte, error) { return framing.ParseUDP(frame) }
 
 // ipChecksum is the Internet checksum of an IPv4 header.
-func ipChecksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
-}
-
-// ParseUDP decodes an IPv4/UDP frame as UDP framing sends it: IPv4 without
-// options, not fragmented, UDP, with consistent lengths and a valid header
-// checksum. It returns the headers and the UDP payload, trimmed to the UDP
-// length (Ethernet padding removed).
-func ParseUDP(frame []byte) (UDPHeader, []byte, error) {
-	eth, rest, err := ParseEthHeader(frame)
-	if err != nil {
-		return UDPHeader{}, nil, err
-	}
-	if eth.EtherType != etherTypeIPv4 {
-		return UDPHeader{}, nil, errNotUDP
-	}
-	if len(rest) < 28 {
-		return UDPHeader{}, nil, errShort
-	}
-	ip := rest[:20]
-	if ip[0] != 0x45 || ip[9] != 17 || binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 || ipChecksum(ip) != 0 {
-		return UDPHeader{}, nil, errNotUDP
-	}
-	total := int(binary.BigEndian.Uint16(ip[2:4]))
-	udp := rest[20:28]
-	ulen := int(binary.BigEndian.Uint16(udp[4:6]))
-	if total > len(rest) || ulen < 8 || 20+ulen > total {
-		return UDPHeader{}, nil, errShort
-	}
-	h := UDPHeader{Eth: eth}
-	copy(h.SrcIP[:], ip[12:16])
-	copy(h.DstIP[:], ip[16:20])
-	h.SrcPort = binary.BigEndian.Uint16(udp[0:2])
-	h.DstPort = binary.BigEndian.Uint16(udp[2:4])
-	return h, rest[28 : 20+ulen], nil
-}
+func ipChecksum(h []byte) uint16 { return framing.IPChecksum(h) }

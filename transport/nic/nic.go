@@ -1,6 +1,6 @@
 // Package nic is the transport over a user-space NIC driver (package
-// nicdrv): mx frames in raw Open-MX Ethernet framing, moved by the driver's
-// RX and TX batches with no kernel in the path.
+// nicdrv): mx frames in raw Open-MX Ethernet framing or Open-MX over UDP,
+// moved by the driver's RX and TX batches with no kernel in the path.
 //
 // # Framing
 //
@@ -11,6 +11,47 @@
 // receiver may see up to 46 bytes of Data where fewer were sent (the mx
 // headers carry their own lengths). Frames of another EtherType, or too
 // short to hold a header, are dropped and counted.
+//
+// # UDP framing
+//
+// With Options.Framing set to FramingUDP the transport speaks
+// Open-MX-over-UDP instead, as transport/udp does through the kernel: an
+// Ethernet header, an IPv4 header without options (DF set, a valid header
+// checksum) and a UDP header with checksum 0, then the Data as the UDP
+// payload (package transport/framing writes and reads these headers). The
+// board's NIC id is its IPv4 address and UDP port (Options.UDP), ip<<16 |
+// port, and the MTU is 28 bytes smaller. A received datagram is delivered
+// when it is unfragmented, addressed to that address and port, from a
+// non-zero port, and the NIC found no bad checksum in it; its UDP length
+// trims the Ethernet padding. The destination MAC of a peer comes from
+// Options.Neighbors or is learned from the datagrams the peer sent; a
+// datagram to a peer not known yet goes to the broadcast address. IP
+// framing is what lets a NIC's IP filters steer frames by UDP port.
+//
+// # Queues
+//
+// A transport with UDP framing over a NIC of several queues implements
+// transport.Queued: OpenQueue(q) returns queue q as a transport of its
+// own (the same type), which sends on TX queue q and receives from RX
+// queue q with the queue's own pool, locks and buffers, so goroutines
+// serving different queues share no lock. Queue q's NIC id is the board's
+// address with port Options.UDP's port + q, and OpenQueue steers that port
+// to RX queue q (Steer): by a NIC rule where the NIC has one
+// (nicdrv.RuleUDPDestPort: the 82599's 5-tuple filters, then Flow
+// Director), and otherwise by software demultiplexing: each queue's
+// transport looks up the destination port of every frame it receives in
+// the board's table (a copy-on-write map read without a lock) and hands a
+// frame of another queue's port to that queue (a bounded channel; full, the
+// frame is dropped and counted). A queue whose ports are steered in
+// software cannot sleep on its own RX queue alone, so it looks at its ring
+// and its inbox in turn. RSS cannot stand in for a rule: its Toeplitz hash
+// covers the sender's address and port as well as the port chosen here
+// (and the 82574 hashes UDP datagrams by their addresses alone), so no
+// port lands on one queue for every sender.
+//
+// While queues are open, the board transport's own Send and Recv fail
+// with ErrQueuesOpen. A queue transport's Close removes its steering; the
+// board's Close closes the queues still open.
 //
 // # Buffers
 //
@@ -58,6 +99,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -87,6 +129,18 @@ type Options struct {
 	// Batch is the most frames one RxBatch call takes per queue (default
 	// 64).
 	Batch int
+	// Framing is the link framing: FramingEthernet (the default, raw
+	// Open-MX frames, NIC id = MAC) or FramingUDP (Open-MX over
+	// IPv4/UDP, NIC id = ip<<16|port; see the package documentation).
+	Framing Framing
+	// UDP is the board's IPv4 address and UDP port, for FramingUDP. The
+	// port is the board's (queue transports take their own: see
+	// OpenQueue).
+	UDP netip.AddrPort
+	// Neighbors gives the MAC address of IPv4 peers, for FramingUDP;
+	// peers not listed are learned from the frames they send, and a frame
+	// to a peer not known yet is sent to the broadcast address.
+	Neighbors map[netip.Addr]nicdrv.MAC
 }
 
 // Transport is mx's transport over one NIC. It implements
@@ -98,6 +152,15 @@ type Transport struct {
 	id   transport.NICID
 	opts Options
 	mtu  int
+	ip   ipFraming // FramingUDP's addressing; hdr says which framing
+	hdr  int       // link header length: headerLen or framing.UDPHeadersLen
+
+	// Queues (queue.go): the TX queue Send uses and the RX queue Recv
+	// takes from (-1: every queue); a board's open queue transports, or
+	// a queue transport's own state.
+	txq, rxq int
+	queues   *queueSet
+	queue    *queueState
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -173,10 +236,15 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		return nil, fmt.Errorf("transport/nic: %s NIC's largest frame is %d bytes: too small", info.Driver, info.MaxFrame)
 	}
 	mac := n.MAC()
+	ipf, hdr, id, err := newFraming(o, mac, info)
+	if err != nil {
+		return nil, err
+	}
 	t := &Transport{
-		nic: n, pool: n.Pool(0), mac: mac, id: transport.MACNICID(mac), opts: o,
+		nic: n, pool: n.Pool(0), mac: mac, id: id, opts: o, ip: ipf, hdr: hdr, rxq: -1,
+		queues: newQueueSet(info.Queues),
 		// An untagged frame of at most 1514 bytes: a 1500-byte payload.
-		mtu: min(info.MaxFrame, 1514) - headerLen,
+		mtu: min(info.MaxFrame, 1514) - hdr,
 		txb: make([]*nicdrv.Buffer, 0, 64),
 		rxb: make([]*nicdrv.Buffer, o.Batch),
 		// Lend at most a quarter of the pool: the rest keeps the RX
@@ -191,7 +259,8 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 // NIC returns the NIC the transport runs over.
 func (t *Transport) NIC() nicdrv.NIC { return t.nic }
 
-// Addr implements transport.Transport: the NIC's MAC address.
+// Addr implements transport.Transport: the NIC's MAC address, or with UDP
+// framing its IPv4 address and port (ip<<16 | port).
 func (t *Transport) Addr() transport.NICID { return t.id }
 
 // HostUniqueNIC reports that the NIC id (the device's MAC) belongs to this
@@ -204,6 +273,9 @@ func (t *Transport) MTU() int { return t.mtu }
 
 // Send implements transport.Transport.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	if err := t.queuesOpen(); err != nil {
+		return 0, err
+	}
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	sent := 0
@@ -218,6 +290,11 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 			f := &batch[i]
 			if len(f.Head)+len(f.Data) > t.mtu {
 				bad = fmt.Errorf("transport/nic: frame of %d bytes, MTU %d: %w", len(f.Head)+len(f.Data), t.mtu, transport.ErrTooBig)
+				batch = batch[:i]
+				break
+			}
+			if err := t.reachable(f.Peer); err != nil {
+				bad = err
 				batch = batch[:i]
 				break
 			}
@@ -264,14 +341,14 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	for i := range frames {
 		f := &frames[i]
 		if f.Region != nil && t.attach(bufs[i], f) {
-			b := bufs[i].SetLen(headerLen + len(f.Head))
-			t.header(b, f.Peer)
-			copy(b[headerLen:], f.Head)
+			b := bufs[i].SetLen(t.hdr + len(f.Head))
+			t.header(b, f.Peer, len(f.Head)+len(f.Data))
+			copy(b[t.hdr:], f.Head)
 			continue
 		}
-		b := bufs[i].SetLen(headerLen + len(f.Head) + len(f.Data))
-		t.header(b, f.Peer)
-		copy(b[headerLen+copy(b[headerLen:], f.Head):], f.Data)
+		b := bufs[i].SetLen(t.hdr + len(f.Head) + len(f.Data))
+		t.header(b, f.Peer, len(f.Head)+len(f.Data))
+		copy(b[t.hdr+copy(b[t.hdr:], f.Head):], f.Data)
 		if f.Region != nil {
 			f.Region.Copied()
 			t.txRegionCopied.Add(1)
@@ -279,7 +356,7 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	}
 	deadline = time.Time{}
 	for len(bufs) > 0 {
-		n, err := t.nic.TxBatch(0, bufs)
+		n, err := t.nic.TxBatch(t.txq, bufs)
 		bufs = bufs[n:]
 		if err != nil {
 			_ = t.pool.Free(bufs...)
@@ -296,8 +373,12 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	return nil
 }
 
-// header writes the Ethernet header of a frame to peer.
-func (t *Transport) header(b []byte, peer transport.NICID) {
+// header writes the link header of a frame of n bytes of Data to peer.
+func (t *Transport) header(b []byte, peer transport.NICID, n int) {
+	if t.hdr != headerLen {
+		t.ip.header(b, t.mac, peer, n)
+		return
+	}
 	dst := peer.MAC()
 	copy(b[0:6], dst[:])
 	copy(b[6:12], t.mac[:])
@@ -357,6 +438,9 @@ func (t *Transport) closedOr(err error) error {
 
 // Recv implements transport.Transport.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
+	if err := t.queuesOpen(); err != nil {
+		return 0, err
+	}
 	t.rxMu.Lock()
 	defer t.rxMu.Unlock()
 	if t.closed.Load() {
@@ -403,8 +487,12 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	}
 }
 
-// waitAny waits for a frame on any RX queue, with one WaitRx on them all.
+// waitAny waits for a frame on any RX queue, with one WaitRx on them all,
+// or for a queue transport on its queue (queue.go).
 func (t *Transport) waitAny(ctx context.Context) error {
+	if t.queue != nil {
+		return t.waitQueue(ctx)
+	}
 	_, err := t.nic.WaitRx(ctx)
 	return err
 }
@@ -413,8 +501,14 @@ func (t *Transport) waitAny(ctx context.Context) error {
 func (t *Transport) poll(frames []transport.Frame) (int, error) {
 	got := 0
 	q := t.nic.Info().Queues
+	if t.queue != nil {
+		got, q = t.fromInbox(frames), 1
+	}
 	for k := 0; k < q && got < len(frames); k++ {
 		queue := (t.next + k) % q
+		if t.rxq >= 0 {
+			queue = t.rxq
+		}
 		n, err := t.nic.RxBatch(queue, t.rxb[:min(len(t.rxb), len(frames)-got)])
 		if err != nil {
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
@@ -423,25 +517,44 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 			return got, fmt.Errorf("transport/nic: %w", err)
 		}
 		for _, b := range t.rxb[:n] {
+			if t.queue != nil && t.forward(b) {
+				continue // steered in software to another queue
+			}
 			t.held = append(t.held, b)
-			d := b.Data
-			if len(d) < headerLen {
-				t.short.Add(1)
+			peer, data, ok := t.decode(b)
+			if !ok {
 				continue
 			}
-			if binary.BigEndian.Uint16(d[12:]) != transport.EtherType {
-				t.foreign.Add(1)
-				continue
-			}
-			var src [6]byte
-			copy(src[:], d[6:12])
-			frames[got] = transport.Frame{Peer: transport.MACNICID(src), Data: d[headerLen:], Ref: t.lends.RecvRef(len(t.held) - 1)}
+			frames[got] = transport.Frame{Peer: peer, Data: data, Ref: t.lends.RecvRef(len(t.held) - 1)}
 			got++
 		}
 		clear(t.rxb[:n])
 	}
 	t.next++
+	if t.queue != nil && got > 0 {
+		t.queue.delivered.Add(uint64(got))
+	}
 	return got, nil
+}
+
+// decode checks a received frame's link header and returns its sender and
+// Data; a frame that is not for this transport is counted and skipped.
+func (t *Transport) decode(b *nicdrv.Buffer) (transport.NICID, []byte, bool) {
+	if t.hdr != headerLen {
+		return t.ip.decode(b)
+	}
+	d := b.Data
+	if len(d) < headerLen {
+		t.short.Add(1)
+		return 0, nil, false
+	}
+	if binary.BigEndian.Uint16(d[12:]) != transport.EtherType {
+		t.foreign.Add(1)
+		return 0, nil, false
+	}
+	var src [6]byte
+	copy(src[:], d[6:12])
+	return transport.MACNICID(src), d[headerLen:], true
 }
 
 // Hold implements transport.Transport: it lends the frame's packet buffer,
@@ -486,7 +599,7 @@ func (t *Transport) reclaim() {
 	}
 	defer t.txMu.Unlock()
 	if !t.closed.Load() {
-		_, _ = t.nic.TxBatch(0, nil)
+		_, _ = t.nic.TxBatch(t.txq, nil)
 	}
 }
 
@@ -530,6 +643,8 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "nic_tx_region_copied", Value: t.txRegionCopied.Load()},
 	}
 	c = append(c, t.lends.Counters("nic_")...)
+	c = t.ip.counters(c)
+	c = t.queueCounters(c)
 	s, err := t.nic.Stats()
 	if err != nil {
 		return c
@@ -551,12 +666,16 @@ func (t *Transport) Counters() []transport.Counter {
 // in-place sends still in its TX ring) and unmaps the regions still
 // registered.
 func (t *Transport) Close() error {
+	if t.queue != nil {
+		return t.closeQueue()
+	}
 	if t.closed.Swap(true) {
 		return nil
 	}
 	t.cancel()
+	err := t.closeQueues()
 	t.rxMu.Lock()
-	err := t.pool.Free(t.held...)
+	err = errors.Join(err, t.pool.Free(t.held...))
 	clear(t.held)
 	t.held = t.held[:0]
 	err = errors.Join(err, t.pool.Free(t.lends.Close()...))
@@ -570,5 +689,5 @@ func (t *Transport) Close() error {
 		err = errors.Join(err, t.pool.DMA().Unmap(x.m))
 		delete(t.regions, r)
 	}
-	return err
+	return errors.Join(err, t.queues.unmapOrphans())
 }

@@ -1,0 +1,180 @@
+package mx
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/nic"
+)
+
+// queuedNICs returns UDP-framed NIC transports over two cabled emulated
+// 82599s with the given number of queues; the test closes them.
+func queuedNICs(t testing.TB, queues int) [2]*nic.Transport {
+	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := range 2 {
+			if s := p.Stats(i); s.Violations != 0 {
+				t.Errorf("model 82599 %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+			}
+		}
+		if live := p.IOMMU().Live(); live != 0 {
+			t.Errorf("%d DMA mappings left after the boards closed", live)
+		}
+		p.Close()
+	})
+	var ts [2]*nic.Transport
+	for i := range 2 {
+		o := ixgbe.DefaultOptions()
+		o.Queues, o.RxRing, o.TxRing = queues, 128, 128
+		n, err := ixgbe.Open(p.Functions()[i], o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[i], err = nic.New(n, nic.Options{Framing: nic.FramingUDP,
+			UDP: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + i)}), 40000)})
+		if err != nil {
+			n.Close()
+			t.Fatal(err)
+		}
+	}
+	return ts
+}
+
+// allowedCPUs is the CPUs this process may run on.
+func allowedCPUs(t testing.TB) []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	var cpus []int
+	for c := range maxCPU {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus
+}
+
+// Endpoints of a queued board land one per queue, each on its queue's
+// board with its queue's NIC id and the CPU its queue's thread is bound
+// to, and exchange messages byte-exact with the endpoints of another
+// queued board, each pair over its own queues.
+func TestQueuedBoard(t *testing.T) {
+	const queues = 4
+	ts := queuedNICs(t, queues)
+	cpus := allowedCPUs(t)
+	var qbs [2]*QueuedBoard
+	for i := range 2 {
+		qb, err := NewQueuedBoard(ts[i], QueuedOptions{CPUs: cpus, Board: overNIC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := qb.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		qbs[i] = qb
+	}
+	var eps [2][queues]*Endpoint
+	for i := range 2 {
+		seen := map[transport.NICID]bool{}
+		for k := range queues {
+			e, err := qbs[i].OpenEndpoint(AnyEndpoint, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seen[e.Addr().NIC] {
+				t.Fatalf("two endpoints on the queue of %v", e.Addr().NIC)
+			}
+			seen[e.Addr().NIC] = true
+			q := slices.Index(qbs[i].Boards(), e.Board())
+			if want := []int{cpus[q%len(cpus)]}; !slices.Equal(e.CPUs(), want) {
+				t.Errorf("endpoint on queue %d served by CPUs %v, want %v", q, e.CPUs(), want)
+			}
+			eps[i][k] = e
+		}
+	}
+	ctx := testCtx(t, 30*time.Second)
+	for k := range queues {
+		a, b := eps[0][k], eps[1][k]
+		to, err := a.Connect(ctx, b.Addr().NIC, b.ID(), testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, size := range []int{0, 100, 5000, 100000} {
+			msg := pattern(size, uint64(k*10+i))
+			got := make([]byte, size)
+			exchange(t, ctx, a, to, b, uint64(i), ^uint64(0), [][]byte{msg}, [][]byte{got})
+			if !bytes.Equal(got, msg) {
+				t.Fatalf("queue pair %d, %d bytes: corrupted", k, size)
+			}
+		}
+	}
+	// Every queue's board received its own endpoint's frames from its
+	// queue: none was handed over in software (the 82599 steers by rule).
+	for i := range 2 {
+		for _, b := range qbs[i].Boards() {
+			c := map[string]uint64{}
+			for _, x := range b.TransportCounters() {
+				c[x.Name] = x.Value
+			}
+			if c["nic_queue_forwarded"] != 0 || c["nic_queue_delivered"] == 0 {
+				t.Errorf("board %v: %d frames received on its queue, %d handed over between queues",
+					b.NICID(), c["nic_queue_delivered"], c["nic_queue_forwarded"])
+			}
+		}
+	}
+}
+
+// overNIC keeps the boards of one process on the NIC: no in-process
+// shortcut, no shared-memory host path.
+var overNIC = BoardOptions{Local: LocalOptions{Off: true, NoShm: true}}
+
+// A transport without queues is refused, and a CPU the kernel cannot bind
+// fails NewBoard with ErrBadOptions.
+func TestQueuedBoardRefusals(t *testing.T) {
+	ts := queuedNICs(t, 2)
+	defer ts[1].Close()
+	n := loopback.NewNetwork(loopback.Options{})
+	defer n.Close()
+	tr, err := n.Attach(0x020000000001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewQueuedBoard(tr, QueuedOptions{}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("NewQueuedBoard over %T: %v, want ErrBadOptions", tr, err)
+	}
+	tr.Close()
+	if _, err := NewQueuedBoard(ts[0], QueuedOptions{Queues: 3}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("3 queues of 2: %v, want ErrBadOptions", err)
+	}
+	cpus := allowedCPUs(t)
+	bad := slices.Max(cpus) + 1
+	if bad < maxCPU {
+		if _, err := NewQueuedBoard(ts[0], QueuedOptions{CPUs: []int{bad}}); !errors.Is(err, ErrBadOptions) {
+			t.Errorf("progress bound to CPU %d, outside this process's %v: %v, want ErrBadOptions", bad, cpus, err)
+		}
+	}
+	// The queues closed again: the board transport works on its own.
+	if _, err := ts[0].Send([]transport.Frame{{Peer: ts[1].Addr(), Data: []byte("x")}}); err != nil {
+		t.Errorf("board Send after a refused NewQueuedBoard: %v", err)
+	}
+	ts[0].Close()
+	if _, err := NewBoard(tr, BoardOptions{ProgressCPUs: []int{-1}}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("ProgressCPUs -1: %v", err)
+	}
+}

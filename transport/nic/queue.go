@@ -1,0 +1,413 @@
+package nic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/framing"
+)
+
+// ErrQueuesOpen is returned by a board transport's Send and Recv while
+// queue transports of it are open: each queue's transport then sends and
+// receives on its own queue.
+var ErrQueuesOpen = errors.New("transport/nic: the board's queues are open: send and receive on each queue's transport (OpenQueue)")
+
+var _ transport.Queued = (*Transport)(nil)
+
+// Steering is how the frames for one UDP port reach one RX queue: a rule
+// in the NIC's filters, or the transport's software demultiplexing when the
+// NIC has no rule for it.
+type Steering struct {
+	// Port is the UDP destination port steered.
+	Port uint16
+	// Queue is the RX queue its frames reach.
+	Queue int
+	// Rule is the NIC's rule (nicdrv.Rule, RuleUDPDestPort) that steers
+	// them, or 0 when the transport demultiplexes them in software: the
+	// queue that receives such a frame hands it to its own queue's
+	// transport.
+	Rule nicdrv.RuleID
+
+	t       *Transport
+	removed atomic.Bool
+}
+
+// Hardware reports whether a NIC rule steers the port.
+func (s *Steering) Hardware() bool { return s.Rule != 0 }
+
+// String describes the steering.
+func (s *Steering) String() string {
+	how := "software demultiplexing"
+	if s.Hardware() {
+		how = fmt.Sprintf("NIC rule %d", s.Rule)
+	}
+	return fmt.Sprintf("UDP port %d to queue %d by %s", s.Port, s.Queue, how)
+}
+
+// Remove takes the steering out: the NIC's rule is removed, or the port
+// leaves the software table. Frames for the port then go wherever the NIC
+// puts them (RSS, or queue 0) and are dropped unless a transport has that
+// port. A second Remove does nothing.
+func (s *Steering) Remove() error {
+	if s.removed.Swap(true) {
+		return nil
+	}
+	if s.Hardware() {
+		if err := s.t.nic.RemoveRule(s.Rule); err != nil {
+			return fmt.Errorf("transport/nic: remove steering of port %d: %w", s.Port, err)
+		}
+		return nil
+	}
+	s.t.queues.unsteer(s.Port)
+	return nil
+}
+
+// queueSet is a board transport's queues: the queue transports open, and
+// the ports steered in software.
+type queueSet struct {
+	mu      sync.Mutex                  // opening and closing queues
+	open    []atomic.Pointer[Transport] // by queue
+	nopen   atomic.Int32
+	soft    atomic.Pointer[map[uint16]int] // port to queue, copy-on-write
+	softMu  sync.Mutex
+	orphans []*region // mappings of closed queues, unmapped at the board's Close
+}
+
+func newQueueSet(n int) *queueSet {
+	s := &queueSet{open: make([]atomic.Pointer[Transport], n)}
+	s.soft.Store(&map[uint16]int{})
+	return s
+}
+
+// steer adds port to the software table.
+func (s *queueSet) steer(port uint16, q int) {
+	s.softMu.Lock()
+	defer s.softMu.Unlock()
+	cur := *s.soft.Load()
+	next := make(map[uint16]int, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	next[port] = q
+	s.soft.Store(&next)
+}
+
+// unsteer takes port out of the software table.
+func (s *queueSet) unsteer(port uint16) {
+	s.softMu.Lock()
+	defer s.softMu.Unlock()
+	cur := *s.soft.Load()
+	next := make(map[uint16]int, len(cur))
+	for k, v := range cur {
+		if k != port {
+			next[k] = v
+		}
+	}
+	s.soft.Store(&next)
+}
+
+// unmapOrphans unmaps the regions of queue transports closed while the NIC
+// could still read them; the board's Close calls it after closing the NIC.
+func (s *queueSet) unmapOrphans() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	for _, x := range s.orphans {
+		err = errors.Join(err, x.t.pool.DMA().Unmap(x.m))
+	}
+	s.orphans = nil
+	return err
+}
+
+// queueState is what a queue transport has beyond a board's: its board,
+// its port's steering, and the frames other queues received for it.
+type queueState struct {
+	board *Transport
+	steer *Steering
+	inbox chan *nicdrv.Buffer
+	// forwarded counts frames this queue received for another queue's
+	// port and handed over; dropped those it could not (the other queue
+	// closed or its inbox full); delivered the frames its Recv returned.
+	forwarded, dropped, delivered atomic.Uint64
+}
+
+// Queues implements transport.Queued: the NIC's queue pairs.
+func (t *Transport) Queues() int { return t.nic.Info().Queues }
+
+// OpenQueue implements transport.Queued: it returns queue q as a transport
+// of its own, sending on TX queue q and receiving from RX queue q, with
+// the queue's own pool, locks and buffers, so its Send and Recv share no
+// lock with another queue's. It needs UDP framing: the queue's NIC id is
+// the board's IPv4 address with port Options.UDP's port + q, and OpenQueue
+// steers that port to RX queue q (Steer): by a NIC rule where the NIC has
+// one (the 82599's 5-tuple or Flow Director filters), else by software
+// demultiplexing, in which every queue's transport hands the frames it
+// receives for another queue's port to that queue (so, with software
+// steering, every queue must be open and received on). While any queue is
+// open the board transport's own Send and Recv fail with ErrQueuesOpen.
+// The queue transport's Close removes the steering; the board's Close
+// closes its queues.
+func (t *Transport) OpenQueue(q int) (transport.Transport, error) {
+	return t.openQueue(q)
+}
+
+func (t *Transport) openQueue(q int) (*Transport, error) {
+	if t.queue != nil {
+		return nil, errors.New("transport/nic: OpenQueue on a queue's transport: open queues on the board's")
+	}
+	if t.closed.Load() {
+		return nil, errClosed
+	}
+	if t.hdr != framing.UDPHeadersLen {
+		return nil, fmt.Errorf("transport/nic: queue transports need UDP framing (Options.Framing = FramingUDP): a NIC steers frames to queues by UDP port: %w", nicdrv.ErrNotSupported)
+	}
+	if q < 0 || q >= t.Queues() {
+		return nil, fmt.Errorf("transport/nic: queue %d of a %d-queue NIC: %w", q, t.Queues(), nicdrv.ErrBadQueue)
+	}
+	port := int(t.ip.port) + q
+	if port > 0xFFFF {
+		return nil, fmt.Errorf("transport/nic: queue %d's port %d+%d is past 65535: choose a lower Options.UDP port", q, t.ip.port, q)
+	}
+	s := t.queues
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[q].Load() != nil {
+		return nil, fmt.Errorf("transport/nic: queue %d is open already", q)
+	}
+	// From here on the board's Send and Recv refuse; one under way now
+	// would overlap the queue's on its rings, so the queue is not opened.
+	s.nopen.Add(1)
+	if !t.idle() {
+		s.nopen.Add(-1)
+		return nil, errors.New("transport/nic: OpenQueue while a Send or Recv of the board is under way: open the queues before using the board")
+	}
+	ip := t.ip
+	ip.port, ip.c = uint16(port), &ipCounters{}
+	id := t.id&^0xFFFF | transport.NICID(port)
+	x := &Transport{
+		nic: t.nic, pool: t.nic.Pool(q), mac: t.mac, id: id, opts: t.opts, mtu: t.mtu, ip: ip, hdr: t.hdr,
+		txq: q, rxq: q,
+		queue:   &queueState{board: t, inbox: make(chan *nicdrv.Buffer, 4*t.opts.Batch)},
+		txb:     make([]*nicdrv.Buffer, 0, 64),
+		rxb:     make([]*nicdrv.Buffer, t.opts.Batch),
+		lends:   transport.NewLends[*nicdrv.Buffer](max(1, t.nic.Pool(q).Len()/4)),
+		regions: map[*transport.Region]*region{},
+	}
+	x.ctx, x.cancel = context.WithCancel(t.ctx)
+	st, err := t.Steer(uint16(port), q)
+	if err != nil {
+		s.nopen.Add(-1)
+		x.cancel()
+		return nil, err
+	}
+	x.queue.steer = st
+	s.open[q].Store(x)
+	return x, nil
+}
+
+// idle reports whether no Send or Recv of the board is under way.
+func (t *Transport) idle() bool {
+	if !t.txMu.TryLock() {
+		return false
+	}
+	defer t.txMu.Unlock()
+	if !t.rxMu.TryLock() {
+		return false
+	}
+	defer t.rxMu.Unlock()
+	return true
+}
+
+// Steer makes the frames for UDP destination port reach RX queue q, and
+// returns the steering to Remove. It installs a NIC rule
+// (nicdrv.RuleUDPDestPort) where the NIC carries one out, and otherwise
+// (the NIC refuses it with nicdrv.ErrNotSupported or its table is full)
+// enters the port in the transport's software table, which queue
+// transports consult for every frame they receive. OpenQueue steers each
+// queue's own port; Steer steers others (a second port of the same queue).
+func (t *Transport) Steer(port uint16, q int) (*Steering, error) {
+	if t.queue != nil {
+		t = t.queue.board
+	}
+	if q < 0 || q >= t.Queues() {
+		return nil, fmt.Errorf("transport/nic: steer port %d to queue %d of a %d-queue NIC: %w", port, q, t.Queues(), nicdrv.ErrBadQueue)
+	}
+	s := &Steering{Port: port, Queue: q, t: t}
+	id, err := t.nic.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: port, Queue: q})
+	switch {
+	case err == nil:
+		s.Rule = id
+	case errors.Is(err, nicdrv.ErrNotSupported), errors.Is(err, nicdrv.ErrTableFull):
+		t.queues.steer(port, q)
+	default:
+		return nil, fmt.Errorf("transport/nic: steer port %d to queue %d: %w", port, q, err)
+	}
+	return s, nil
+}
+
+// queuesOpen fails a board transport's Send and Recv while its queues are
+// open.
+func (t *Transport) queuesOpen() error {
+	if t.queue == nil && t.queues.nopen.Load() > 0 {
+		return ErrQueuesOpen
+	}
+	return nil
+}
+
+// forward hands b, received on this queue, to the queue its UDP port is
+// steered to in software, and reports whether it did (or dropped it).
+func (t *Transport) forward(b *nicdrv.Buffer) bool {
+	soft := *t.queue.board.queues.soft.Load()
+	if len(soft) == 0 {
+		return false
+	}
+	h, _, err := framing.ParseUDP(b.Data)
+	if err != nil {
+		return false
+	}
+	q, ok := soft[h.DstPort]
+	if !ok || q == t.rxq {
+		return false
+	}
+	if o := t.queue.board.queues.open[q].Load(); o != nil && !o.closed.Load() {
+		select {
+		case o.queue.inbox <- b:
+			t.queue.forwarded.Add(1)
+			return true
+		default:
+		}
+	}
+	t.queue.dropped.Add(1)
+	_ = t.pool.Free(b)
+	return true
+}
+
+// fromInbox delivers frames other queues handed over, up to len(frames).
+// rxMu is held.
+func (t *Transport) fromInbox(frames []transport.Frame) int {
+	got := 0
+	for got < len(frames) {
+		var b *nicdrv.Buffer
+		select {
+		case b = <-t.queue.inbox:
+		default:
+			return got
+		}
+		t.held = append(t.held, b)
+		if peer, data, ok := t.decode(b); ok {
+			frames[got] = transport.Frame{Peer: peer, Data: data, Ref: t.lends.RecvRef(len(t.held) - 1)}
+			got++
+		}
+	}
+	return got
+}
+
+// waitQueue waits for a frame on the queue: on its RX queue alone with
+// WaitRx while no port is steered in software, and otherwise by looking at
+// the ring and the inbox in turn, yielding between looks, since a frame
+// may come from another queue.
+func (t *Transport) waitQueue(ctx context.Context) error {
+	if len(*t.queue.board.queues.soft.Load()) == 0 {
+		_, err := t.nic.WaitRx(ctx, t.rxq)
+		return err
+	}
+	for {
+		if len(t.queue.inbox) > 0 {
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		_, err := t.nic.WaitRx(wctx, t.rxq)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		runtime.Gosched()
+	}
+}
+
+// closeQueue closes a queue transport: its steering is removed, its
+// buffers go back, and its in-place sends complete (waiting for the NIC at
+// most Options.SendTimeout; a region still being read is then unmapped at
+// the board's Close instead).
+func (t *Transport) closeQueue() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	b := t.queue.board
+	s := b.queues
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.cancel()
+	err := t.queue.steer.Remove()
+	s.open[t.rxq].CompareAndSwap(t, nil)
+	err = errors.Join(err, t.releaseBuffers())
+	t.txMu.Lock()
+	deadline := time.Now().Add(t.opts.SendTimeout)
+	for t.inflight.Load() > 0 && time.Now().Before(deadline) && !b.closed.Load() {
+		_, _ = t.nic.TxBatch(t.txq, nil)
+		runtime.Gosched()
+	}
+	t.txMu.Unlock()
+	t.regMu.Lock()
+	for r, x := range t.regions {
+		if t.inflight.Load() == 0 && !b.closed.Load() {
+			err = errors.Join(err, t.pool.DMA().Unmap(x.m))
+		} else {
+			s.orphans = append(s.orphans, x)
+		}
+		delete(t.regions, r)
+	}
+	t.regMu.Unlock()
+	s.nopen.Add(-1)
+	return err
+}
+
+// releaseBuffers gives back the buffers Recv handed out, the held ones and
+// those still in the inbox.
+func (t *Transport) releaseBuffers() error {
+	t.rxMu.Lock()
+	defer t.rxMu.Unlock()
+	err := t.pool.Free(t.held...)
+	clear(t.held)
+	t.held = t.held[:0]
+	err = errors.Join(err, t.pool.Free(t.lends.Close()...))
+	for {
+		select {
+		case x := <-t.queue.inbox:
+			err = errors.Join(err, t.pool.Free(x))
+		default:
+			return err
+		}
+	}
+}
+
+// closeQueues closes the board's open queue transports, before the board
+// closes the NIC: their regions are unmapped after it (unmapOrphans).
+func (t *Transport) closeQueues() error {
+	var err error
+	for q := range t.queues.open {
+		if x := t.queues.open[q].Load(); x != nil {
+			err = errors.Join(err, x.closeQueue())
+		}
+	}
+	return err
+}
+
+// queueCounters appends a queue transport's software steering counters.
+func (t *Transport) queueCounters(c []transport.Counter) []transport.Counter {
+	if t.queue == nil {
+		return c
+	}
+	return append(c,
+		transport.Counter{Name: "nic_queue_delivered", Value: t.queue.delivered.Load()},
+		transport.Counter{Name: "nic_queue_forwarded", Value: t.queue.forwarded.Load()},
+		transport.Counter{Name: "nic_queue_forward_dropped", Value: t.queue.dropped.Load()},
+	)
+}
