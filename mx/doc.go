@@ -176,8 +176,10 @@
 // Nothing is lost to exhaustion. A large send that finds no free region
 // (BoardOptions.Regions) waits in the endpoint's resource queue, and every
 // later send waits behind it, so per-peer order holds; a matched large
-// receive that finds no free pull handle (BoardOptions.PullHandles) waits
-// in the pull queue. Both start as regions and handles are released. A full
+// receive that finds no free pull handle (BoardOptions.PullHandles), or
+// the board's pulls over its transport already asking for as many replies
+// as its NIC can hold (BoardOptions.PullFrames), waits in the pull queue.
+// Both start as regions, handles and pulls are released. A full
 // unexpected queue drops arriving messages un-acked, to be resent (or, on
 // the lean path, holds them).
 //

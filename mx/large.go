@@ -221,9 +221,16 @@ func (e *Endpoint) startPull(r *Request, p *partner, match uint64, msgLen uint32
 // transport: PULL requests answered by PULL_REPLY frames.
 func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) {
 	b := e.b
-	slot, ok := e.allocPull()
+	bulk := p.rings() == nil
+	ok := !bulk || b.pullRoom()
+	var slot int
+	if ok {
+		slot, ok = e.allocPull()
+	}
 	if !ok {
-		// Out of handles: wait for one, as Open-MX does.
+		// Out of handles, or the board's pulls over the transport asked
+		// for all the replies its NIC can hold: wait, as Open-MX waits
+		// for a handle.
 		r.p = p
 		r.rref = ref
 		e.cnt[PullsQueued]++
@@ -239,17 +246,25 @@ func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total 
 	pl.handle = uint32(slot) | (rand.Uint32() << 10)
 	pl.magic = pullMagic(e.id)
 	e.pulls[slot] = pl
-	if pl.bulk = p.rings() == nil; pl.bulk {
+	if pl.bulk = bulk; pl.bulk {
 		b.pulling.Add(1) // its replies come over the transport (sleep.go)
 	}
 	r.pl = pl
 	pl.fill()
 }
 
-// kickPulls starts queued pulls while handles are free.
+// pullRoom reports whether another pull over the transport may start
+// within BoardOptions.PullFrames (b.mu held).
+func (b *Board) pullRoom() bool {
+	n := int(b.pulling.Load())
+	return b.opts.PullFrames < 0 || n == 0 || (n+1)*b.opts.PullBlocks*b.opts.PullBlockFrames <= b.opts.PullFrames
+}
+
+// kickPulls starts queued pulls while handles are free and the board's
+// pulls leave room (queued pulls start in order).
 func (e *Endpoint) kickPulls() {
 	for r := e.pullq.Front(); r != nil && !e.closed; r = e.pullq.Front() {
-		if len(e.pullFree) == 0 && len(e.pulls) >= e.b.opts.PullHandles {
+		if len(e.pullFree) == 0 && len(e.pulls) >= e.b.opts.PullHandles || !e.b.pullRoom() {
 			return
 		}
 		e.pullq.remove(r)
@@ -502,7 +517,16 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 	if code != nil {
 		e.complete(pl.r, code)
 	}
-	e.kickPulls()
+	if !pl.bulk {
+		e.kickPulls()
+		return
+	}
+	// Room for a pull over the transport, of any endpoint of the board.
+	for _, o := range e.b.eps {
+		if o != nil {
+			o.kickPulls()
+		}
+	}
 }
 
 // ---- the region owner's side ----

@@ -120,6 +120,17 @@ type BoardOptions struct {
 	// pull handles); further matched large receives wait in a queue for
 	// one. Default 1024, at most 1024.
 	PullHandles int
+	// PullFrames bounds the PULL_REPLY frames the board's pulls over its
+	// transport may have asked for at once: each pull asks for up to
+	// PullBlocks × PullBlockFrames, so PullFrames over that many pulls
+	// run at once on the board (one at least) and further matched large
+	// receives wait in their endpoint's pull queue, as for a handle.
+	// Replies asked for beyond what the receiver's NIC can hold until the
+	// board takes them (its RX ring, 512 descriptors in gomx's drivers, and
+	// its packet buffer) are dropped by the NIC and asked for again only
+	// after PullTimeout. Default 512 (four pulls of 128 frames); -1 for no
+	// bound.
+	PullFrames int
 	// Regions bounds the large sends an endpoint has in flight (each holds
 	// a region the receiver pulls from); further sends to any peer wait in
 	// a queue, in order. Default 128 (Open-MX: half its 256 region ids),
@@ -165,6 +176,7 @@ func DefaultBoardOptions() BoardOptions {
 		UnexpectedMaxBytes:    64 << 20,
 		OpenMXMTU:             9000,
 		PullHandles:           maxPulls,
+		PullFrames:            512,
 		Regions:               128,
 	}
 }
@@ -223,6 +235,9 @@ func (o BoardOptions) withDefaults() (BoardOptions, error) {
 	if o.PullHandles == 0 {
 		o.PullHandles = d.PullHandles
 	}
+	if o.PullFrames == 0 {
+		o.PullFrames = d.PullFrames
+	}
 	if o.Regions == 0 {
 		o.Regions = d.Regions
 	}
@@ -231,6 +246,8 @@ func (o BoardOptions) withDefaults() (BoardOptions, error) {
 		return o, fmt.Errorf("%w: OpenMXMTU %d below %d", ErrBadOptions, o.OpenMXMTU, minMTU+ethHeaderLen)
 	case o.PullHandles < 1 || o.PullHandles > maxPulls:
 		return o, fmt.Errorf("%w: PullHandles must be in 1..%d", ErrBadOptions, maxPulls)
+	case o.PullFrames < -1:
+		return o, fmt.Errorf("%w: PullFrames %d: want a positive bound, or -1 for none", ErrBadOptions, o.PullFrames)
 	case o.Regions < 1 || o.Regions > 256:
 		return o, fmt.Errorf("%w: Regions must be in 1..256", ErrBadOptions)
 	case o.RendezvousThreshold < 128:

@@ -169,9 +169,10 @@ func (b *Board) zcFrame(reg *region, r *Request, nic transport.NICID, off, n int
 			zs.failed[si] = true
 			return transport.Frame{}, false
 		}
-		if rg := ent.Mapping(); !rg.InPlace() || !rg.TakesHead() {
-			// The transport copies its regions' frames, or cannot put
-			// our header in front: copy, and stop asking it.
+		if rg := ent.Mapping(); !rg.TakesHead() {
+			// The transport cannot put our header in front: copy, and
+			// stop asking it. (A region that copies but takes a head
+			// is used: the transport's one copy replaces our two.)
 			b.zc.cache.Put(ent)
 			b.zc.cache.Invalidate(seg)
 			b.zc.unable = true
@@ -189,16 +190,21 @@ func (b *Board) zcFrame(reg *region, r *Request, nic transport.NICID, off, n int
 
 // sendReplies sends the pull replies of one PULL built in the batch
 // buffers (lengths in lens, every frame's header in place), those whose
-// Frame is in inplace[i].Region in place; it counts what was copied and
-// what was not.
+// Frame is in inplace[i].Region from the application's memory: in place,
+// or copied once by the transport where its region copies; it counts what
+// was copied and what was not.
 func (b *Board) sendReplies(e *Endpoint, nic transport.NICID, lens []int, inplace []transport.Frame) {
 	b.txFrames = b.txFrames[:0]
 	var regions, copied0 uint64
 	var last *transport.Region
-	inBytes, inFrames := 0, 0
+	inBytes, inFrames, copiedBytes := 0, 0, 0
 	for i, n := range lens {
 		if f := inplace[i]; f.Region != nil {
 			b.txFrames = append(b.txFrames, f)
+			if !f.Region.InPlace() {
+				copiedBytes += len(f.Data)
+				continue
+			}
 			inBytes += len(f.Data)
 			inFrames++
 			if f.Region != last {
@@ -229,7 +235,7 @@ func (b *Board) sendReplies(e *Endpoint, nic transport.NICID, lens []int, inplac
 		var copied1 uint64
 		last = nil
 		for _, f := range b.txFrames {
-			if f.Region != nil && f.Region != last {
+			if f.Region != nil && f.Region.InPlace() && f.Region != last {
 				last = f.Region
 				copied1 += last.CopiedSends()
 			}
@@ -241,6 +247,7 @@ func (b *Board) sendReplies(e *Endpoint, nic transport.NICID, lens []int, inplac
 		e.copies.transport.Add(uint64(cp))
 		e.copies.inPlace.Add(uint64(inBytes - cp))
 	}
+	e.copies.transport.Add(uint64(copiedBytes))
 	for i := range b.txFrames {
 		b.txFrames[i] = transport.Frame{}
 	}

@@ -30,7 +30,10 @@
 // The driver asks the NIC to report the frame's last descriptor done and,
 // once it has, frees the Buffer, which calls the attachment's
 // [Completion]: only then may the caller change that memory. A Buffer
-// freed unsent (an error path, Close) completes its attachment too.
+// freed unsent (an error path, Close) completes its attachment too. A
+// driver whose device cannot read the caller's memory (a USB function)
+// copies the attachment into its own transfer instead and says so
+// ([Info].TxAttachCopied).
 //
 // # Buffers and the pools
 //
@@ -231,6 +234,14 @@ type Info struct {
 	// (see the package doc): headers in one Buffer, the payload in the
 	// Buffer chained after it.
 	HeaderSplit bool
+	// TxAttachCopied tells that the driver copies memory attached to a
+	// TX Buffer (Buffer.Attach) into a transfer buffer of its own, after
+	// TxBatch returns, instead of having the device read it in place: a
+	// USB function takes one bulk transfer per batch of frames (usbnet).
+	// A caller gains nothing by attaching memory to such a NIC, and a
+	// transport over it copies the frames it was asked to send in place,
+	// and says so.
+	TxAttachCopied bool
 }
 
 // Link is the state of the NIC's link.

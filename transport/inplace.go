@@ -71,7 +71,8 @@ func NewRegion(owner any, mem []byte, inPlace bool, release func() error) *Regio
 
 // SetTakesHead is for transport implementations, before the region is
 // handed out: frames of the region may carry a Frame.Head, which the
-// transport copies in front of Data.
+// transport copies in front of Data, whether it then sends Data in place
+// or copies it too.
 func (r *Region) SetTakesHead() { r.heads = true }
 
 // TakesHead reports whether frames of the region may carry a Frame.Head

@@ -72,7 +72,10 @@
 //     two descriptors) says so ([Region.TakesHead]); a frame of it may
 //     carry its header in Frame.Head, so a message layer sends its own
 //     header and the application's payload as one frame without copying
-//     the payload. Where no region takes heads, such a caller copies.
+//     the payload. A region that copies may take a head too (the
+//     transport then copies Head and Data into its buffer together, one
+//     copy where the caller would have made two); where no region takes
+//     heads, such a caller copies.
 //
 // Callers that neither hold nor register see the contract above unchanged.
 package transport

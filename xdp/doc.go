@@ -104,9 +104,10 @@
 // gives them back, and a frame with an in-place send still in flight is
 // handed out again only once the kernel completed it), Register accepts it
 // as an in-place region, and Send
-// writes only the Ethernet (or Ethernet/IP/UDP) headers into a frame of
-// its own and points the next descriptors at the Data where it lies, cut
-// at UMEM frame edges. Each such descriptor is one in-place send of the
+// writes only the Ethernet (or Ethernet/IP/UDP) headers, and the frame's
+// Head (transport.Frame.Head: every region takes one, so mx's pull replies
+// carry their header there), into a frame of its own and points the next
+// descriptors at the Data where it lies, cut at UMEM frame edges. Each such descriptor is one in-place send of the
 // region (Region.InPlaceSends, Pending) until the completion ring returns
 // its address; Region.Pending reaps the ring itself. Memory outside the
 // region frames, and Data short enough to need padding, is copied and

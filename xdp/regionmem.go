@@ -153,7 +153,11 @@ func (a *regionFrames) state() string {
 // Register implements [transport.Transport.Register]. Memory that lies in
 // the first socket's region frames (from RegionMemory) is sent in place
 // (Region.InPlace is true; see the package documentation); any other is
-// copied into UMEM frames to be sent, like frames without a region.
+// copied into UMEM frames to be sent, like frames without a region. Every
+// region takes a Frame.Head (Region.TakesHead), which Send copies behind
+// the link headers in the frame's first UMEM frame: a message layer's
+// header goes in front of Data sent in place, and in front of Data copied
+// with it, one copy for both.
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
 		return nil, errClosed
@@ -161,7 +165,9 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	s := t.socks[0]
 	all := s.RegionMemory()
 	if len(mem) == 0 || len(all) == 0 || addrOf(mem) < addrOf(all) || addrOf(mem)+uint64(len(mem)) > addrOf(all)+uint64(len(all)) {
-		return transport.NewRegion(t, mem, false, nil), nil
+		r := transport.NewRegion(t, mem, false, nil)
+		r.SetTakesHead()
+		return r, nil
 	}
 	lo := s.u.regionBase + addrOf(mem) - addrOf(all)
 	x := &region{lo: lo, hi: lo + uint64(len(mem))}
@@ -172,6 +178,7 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 		return nil
 	})
 	x.r.SetPoll(t.reap)
+	x.r.SetTakesHead()
 	t.regMu.Lock()
 	t.regions = append(t.regions, x)
 	t.regMu.Unlock()

@@ -247,8 +247,8 @@ const xdpPacketHeadroom = 256
 
 // Send transmits frames from the first queue's socket, copying each into a
 // UMEM frame, or, for a frame of a region in the UMEM's region frames
-// (Register), writing only its headers there and pointing a second
-// descriptor at the frame's Data in place. It waits up to a second for
+// (Register), writing only its headers (and its Head) there and pointing
+// the next descriptors at the frame's Data in place. It waits up to a second for
 // transmit frames to complete when all are in flight.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	t.txMu.Lock()
@@ -282,8 +282,8 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 		var ferr error
 		for i := range n {
 			f := &frames[sent+i]
-			if len(f.Data) > mtu {
-				ferr = fmt.Errorf("xdp: %d bytes of Data, MTU %d: %w", len(f.Data), mtu, transport.ErrTooBig)
+			if len(f.Head)+len(f.Data) > mtu {
+				ferr = fmt.Errorf("xdp: %d bytes of Head and Data, MTU %d: %w", len(f.Head)+len(f.Data), mtu, transport.ErrTooBig)
 				break
 			}
 			var x *region
@@ -293,7 +293,7 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 					break
 				}
 				// In place when the Data needs no padding after it.
-				if x = t.regionOf(r); x == nil || hdr+len(f.Data) < minFrame {
+				if x = t.regionOf(r); x == nil || hdr+len(f.Head)+len(f.Data) < minFrame {
 					x = nil
 					r.Copied()
 					t.txRegionCopied.Add(1)
@@ -310,16 +310,17 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 						ap.Addr(), ap.Addr(), t.opts.Interface, transport.ErrUnreachable)
 					break
 				}
-				PutUDPHeaders(b, UDPHeader{Eth: EthHeader{Dst: mac, Src: t.mac}, SrcIP: t.ip, DstIP: dst, SrcPort: t.port, DstPort: ap.Port()}, len(f.Data))
+				PutUDPHeaders(b, UDPHeader{Eth: EthHeader{Dst: mac, Src: t.mac}, SrcIP: t.ip, DstIP: dst, SrcPort: t.port, DstPort: ap.Port()}, len(f.Head)+len(f.Data))
 			} else {
 				PutEthHeader(b, EthHeader{Dst: f.Peer.MAC(), Src: t.mac, EtherType: EtherTypeOpenMX})
 			}
 			if x != nil {
-				out = t.inPlace(out, Desc{Addr: t.txDesc[i].Addr, Len: uint32(hdr)}, x, f)
+				out = t.inPlace(out, Desc{Addr: t.txDesc[i].Addr, Len: uint32(hdr + copy(b[hdr:], f.Head))}, x, f)
 				built++
 				continue
 			}
-			l := hdr + copy(b[hdr:], f.Data)
+			l := hdr + copy(b[hdr:], f.Head)
+			l += copy(b[l:], f.Data)
 			for ; l < minFrame; l++ {
 				b[l] = 0
 			}

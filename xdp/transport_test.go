@@ -307,3 +307,74 @@ func TestTransportSendInPlace(t *testing.T) {
 		})
 	}
 }
+
+// Every region takes a Head: a frame of a region in the region frames goes
+// out as the link headers and the Head in a UMEM frame of the socket's,
+// the Data in place behind them; a frame of heap memory is copied, Head
+// and Data together. Both arrive as Head followed by Data, and the
+// region's counters say which path each took.
+func TestTransportSendHead(t *testing.T) {
+	for _, udp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ethernet", true: "udp"}[udp], func(t *testing.T) {
+			a, b, _ := newTransports(t, 1, udp)
+			fs := a.Sockets()[0].FrameSize()
+			umem, err := a.RegionMemory(2 * fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			heap := make([]byte, 2*fs)
+			for i := range umem {
+				umem[i], heap[i] = byte(i*13), byte(i*7+1)
+			}
+			head := []byte("mx's header: 24 bytes..!")
+			size := min(1000, a.MTU()-len(head))
+			for _, mem := range [][]byte{umem, heap} {
+				inPlace := &mem[0] == &umem[0]
+				r, err := a.Register(mem)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.InPlace() != inPlace || !r.TakesHead() {
+					t.Fatalf("region (in the UMEM: %v): InPlace %v, TakesHead %v", inPlace, r.InPlace(), r.TakesHead())
+				}
+				f := r.Frame(b.Addr(), fs-size/2, size) // across a UMEM frame edge
+				f.Head = head
+				want := append(append([]byte{}, head...), mem[fs-size/2:fs-size/2+size]...)
+				arrived := false
+				for try := 0; !arrived; try++ {
+					if try == 20 {
+						t.Fatalf("the frame (in place: %v) never arrived whole", inPlace)
+					}
+					if n, err := a.Send([]transport.Frame{f}); n != 1 || err != nil {
+						t.Fatalf("Send: %d, %v", n, err)
+					}
+					got, err := recvAll(t, b, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, g := range got {
+						arrived = arrived || bytes.Equal(g.Data, want)
+					}
+					for k := 0; r.Pending() != 0; k++ {
+						if k == 5000 {
+							t.Fatalf("%d in-place sends pending", r.Pending())
+						}
+						a.Sockets()[0].Flush()
+						time.Sleep(100 * time.Microsecond)
+					}
+				}
+				if inPlace && (r.CopiedSends() != 0 || r.InPlaceSends() == 0) || !inPlace && (r.InPlaceSends() != 0 || r.CopiedSends() == 0) {
+					t.Errorf("region (in the UMEM: %v) counted %d in place, %d copied", inPlace, r.InPlaceSends(), r.CopiedSends())
+				}
+				big := r.Frame(b.Addr(), 0, a.MTU())
+				big.Head = head
+				if _, err := a.Send([]transport.Frame{big}); !errors.Is(err, transport.ErrTooBig) {
+					t.Errorf("a frame whose Head and Data exceed the MTU: %v, want ErrTooBig", err)
+				}
+				if err := r.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -77,7 +77,9 @@
 // counting what they sent and freeing their slots.
 // Buffers are copied into the transfer, so they go back to the pool at
 // once; memory attached with Buffer.Attach is copied too, and its
-// completion comes at the next TxBatch. WaitRx sleeps until the receiver
+// completion comes at the next TxBatch (Info.TxAttachCopied says so, and
+// the nic transport then copies what it was asked to send in place,
+// counted as copied). WaitRx sleeps until the receiver
 // delivers a frame.
 //
 // # Control path

@@ -560,6 +560,9 @@ func (n *NIC) Info() nicdrv.Info {
 		RxRing: n.opts.RxRing, TxRing: n.opts.TxRing, MaxFrame: n.maxFrame,
 		// WaitRx sleeps until the receive goroutine delivers a frame.
 		Interrupts: true,
+		// The transfer goroutine copies every frame, attachment included,
+		// into its bulk transfer.
+		TxAttachCopied: true,
 	}
 }
 

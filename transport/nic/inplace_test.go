@@ -8,8 +8,12 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/nicdrv/usbnet"
+	"github.com/gomx-dev/gomx/nicdrv/usbnet/usbfake"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/nic"
 )
 
 // txSeen records the TX data descriptors the model read.
@@ -191,6 +195,101 @@ func TestSendInPlaceHead(t *testing.T) {
 		if _, err := a.Recv(rx, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// usbPair is the nic transport over the usbnet driver on two cabled fake
+// NCM functions.
+func usbPair(t *testing.T) (a, b *nic.Transport) {
+	t.Helper()
+	devs := [2]*usbfake.Device{
+		usbfake.New(usbfake.Options{Model: usbnet.NCM, MAC: nicdrv.MAC{0x02, 0, 0, 0, 0, 0x0A}, Address: 2}),
+		usbfake.New(usbfake.Options{Model: usbnet.NCM, MAC: nicdrv.MAC{0x02, 0, 0, 0, 0, 0x0B}, Address: 3}),
+	}
+	usbfake.Cable(devs[0], devs[1])
+	var trs [2]*nic.Transport
+	for i, d := range devs {
+		n, err := usbnet.Open(d, usbnet.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := nic.New(n, nic.Options{})
+		if err != nil {
+			n.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[i] = tr
+	}
+	return trs[0], trs[1]
+}
+
+// TestRegisterOverUSBCopies: the usbnet driver copies attached memory into
+// its bulk transfers, so the transport's regions over it say they copy
+// (InPlace false), still take a Head, send Head and Data byte-exact, and
+// count each frame copied, none in place.
+func TestRegisterOverUSBCopies(t *testing.T) {
+	a, b := usbPair(t)
+	if !a.NIC().Info().TxAttachCopied {
+		t.Fatal("usbnet does not say that it copies attached memory (Info.TxAttachCopied)")
+	}
+	mem := make([]byte, 4096)
+	for i := range mem {
+		mem[i] = byte(i * 5)
+	}
+	r, err := a.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.InPlace() || !r.TakesHead() {
+		t.Fatalf("region over usbnet: InPlace %v, TakesHead %v; want false, true", r.InPlace(), r.TakesHead())
+	}
+	head := []byte("mx header, 16 B.")
+	const frames = 3
+	batch := make([]transport.Frame, frames)
+	for i := range batch {
+		batch[i] = r.Frame(b.Addr(), 100+i*1000, 1000)
+		batch[i].Head = head
+	}
+	if n, err := a.Send(batch); n != frames || err != nil {
+		t.Fatalf("Send: %d, %v", n, err)
+	}
+	// Copied during Send: the caller may change the memory at once.
+	for i := range mem {
+		mem[i] = 0xEE
+	}
+	rx := make([]transport.Frame, frames)
+	for got, tries := 0, 0; got < frames; tries++ {
+		if tries == 100 {
+			t.Fatalf("%d of %d frames arrived", got, frames)
+		}
+		n, err := b.Recv(rx, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range rx[:n] {
+			want := append(append([]byte{}, head...), make([]byte, 1000)...)
+			for k := range 1000 {
+				want[len(head)+k] = byte((100 + got*1000 + k) * 5)
+			}
+			if !bytes.Equal(f.Data, want) {
+				t.Fatalf("frame %d arrived changed (or read after Send returned): want Head then the Data as it was", got)
+			}
+			got++
+		}
+	}
+	if r.Pending() != 0 || r.InPlaceSends() != 0 || r.CopiedSends() != frames {
+		t.Errorf("region counted %d pending, %d in place, %d copied; want 0, 0, %d", r.Pending(), r.InPlaceSends(), r.CopiedSends(), frames)
+	}
+	c := map[string]uint64{}
+	for _, k := range a.Counters() {
+		c[k.Name] = k.Value
+	}
+	if c["nic_tx_in_place"] != 0 || c["nic_tx_region_copied"] != frames {
+		t.Errorf("nic_tx_in_place %d, nic_tx_region_copied %d; want 0, %d", c["nic_tx_in_place"], c["nic_tx_region_copied"], frames)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)

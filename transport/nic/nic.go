@@ -79,7 +79,10 @@
 // IOMMU), is copied and counted as such (Region.CopiedSends,
 // nic_tx_region_copied). Region.Close unmaps the memory; the transport's
 // Close completes every pending send (closing the NIC gives its buffers
-// back) and unmaps the regions still open.
+// back) and unmaps the regions still open. A NIC whose driver would copy
+// the attached memory anyway (nicdrv.Info.TxAttachCopied: a USB function)
+// gets no mapping: its regions copy (Region.InPlace false) and still take
+// a Head, so a caller sends its header and payload with one copy, not two.
 // Recv takes frames from every RX queue with RxBatch; their Data points into
 // the packet buffers, which the transport keeps until the next Recv or
 // Close, as the transport contract asks, and then frees.
@@ -606,13 +609,22 @@ func (t *Transport) reclaim() {
 // Register implements transport.Transport: it maps mem for DMA in the
 // NIC's domain, so that frames of the region are sent in place
 // (Region.InPlace is true; see the package documentation). An empty mem
-// has nothing to map: its region copies.
+// has nothing to map: its region copies. Over a NIC whose driver copies
+// attached memory itself (nicdrv.Info.TxAttachCopied: usbnet), nothing is
+// mapped either: the region copies each frame, Head and Data, into a
+// packet buffer during Send and counts it (Region.CopiedSends), so a
+// caller learns that the memory is read by the CPU.
 func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 	if t.closed.Load() {
 		return nil, errClosed
 	}
 	if len(mem) == 0 {
 		return transport.NewRegion(t, mem, false, nil), nil
+	}
+	if t.nic.Info().TxAttachCopied {
+		r := transport.NewRegion(t, mem, false, nil)
+		r.SetTakesHead()
+		return r, nil
 	}
 	dma := t.pool.DMA()
 	m, err := dma.Map(mem)

@@ -23,16 +23,25 @@ const RequireEnv = "GOMX_REQUIRE_XDP"
 // doc). The caller owns and closes them; the namespaces go in t.Cleanup.
 func Pair(t testing.TB) (a, b *xdp.Transport) {
 	t.Helper()
+	return PairWith(t, xdp.TransportOptions{}, xdp.TransportOptions{})
+}
+
+// PairWith is Pair with options for each end (a test that sends in place
+// reserves region frames in a's UMEM: Socket.RegionFrames). Interface is
+// set to the end's veth interface.
+func PairWith(t testing.TB, oa, ob xdp.TransportOptions) (a, b *xdp.Transport) {
+	t.Helper()
 	netnstest.Require(t, RequireEnv)
 	p := netnstest.NewPair(t, 1)
+	oa.Interface, ob.Interface = p.A, p.B
 	if err := p.InA(func() (err error) {
-		a, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.A})
+		a, err = xdp.NewTransport(oa)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.InB(func() (err error) {
-		b, err = xdp.NewTransport(xdp.TransportOptions{Interface: p.B})
+		b, err = xdp.NewTransport(ob)
 		return err
 	}); err != nil {
 		a.Close()
