@@ -193,6 +193,8 @@ type Board struct {
 	// (large.go), written under mu: a waiter asleep on the sources leaves
 	// a pull's burst of replies to the receive loop (sleep.go).
 	pulling atomic.Int32
+	// oversub: whether waiters yield from their first look (oversub.go).
+	oversub oversubState
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -207,6 +209,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		return nil, err
 	}
 	if err := o.sleepEnv(); err != nil { // sleep.go
+		return nil, err
+	}
+	if err := o.yieldEnv(); err != nil { // oversub.go
 		return nil, err
 	}
 	if err := o.Local.largeEnv(); err != nil {
@@ -269,6 +274,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	}
 	b.zc = newZeroCopy(tr, o.ZeroCopy) // zerocopy.go
 	b.openSleep()                      // sleep.go
+	b.initOversub()                    // oversub.go
 	b.cmaPublish()                     // cma.go
 	go b.progress()
 	go b.fineTimer() // finetimer.go
