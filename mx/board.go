@@ -196,6 +196,8 @@ type Board struct {
 	// (large.go), written under mu: a waiter asleep on the sources leaves
 	// a pull's burst of replies to the receive loop (sleep.go).
 	pulling atomic.Int32
+	// oversub: whether waiters yield from their first look (oversub.go).
+	oversub oversubState
 }
 
 // NewBoard opens a board on tr and starts its progress goroutine. The board
@@ -210,6 +212,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		return nil, err
 	}
 	if err := o.sleepEnv(); err != nil { // sleep.go
+		return nil, err
+	}
+	if err := o.yieldEnv(); err != nil { // oversub.go
 		return nil, err
 	}
 	if err := o.Local.largeEnv(); err != nil {
@@ -272,6 +277,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	}
 	b.zc = newZeroCopy(tr, o.ZeroCopy)        // zerocopy.go
 	b.openSleep()                             // sleep.go
+	b.initOversub()                           // oversub.go
 	b.cmaPublish()                            // cma.go
 	go b.fineTimer()                          // finetimer.go
 	if err := b.startProgress(); err != nil { // cpu.go

@@ -93,6 +93,16 @@ type BoardOptions struct {
 	// completion to at no cost: a C thread waiting in libmyriexpress,
 	// which sets it. Default: $GOMX_SLEEP (recv sets it, loop clears it).
 	SleepOnSources bool
+	// Yield says when waiters give their CPU away with sched_yield from
+	// their first empty look instead of spinning first, and poll so, a
+	// blocking waiter for at least SpinMax, before they sleep: on a node
+	// with more processes than CPUs, the process a waiter waits for
+	// usually needs the waiter's CPU (see oversub.go). YieldAuto, the
+	// default, does so when the processes the board shares rings with,
+	// itself among them, outnumber the CPUs they may run on; YieldAlways
+	// and YieldNever whatever the count. Default: $GOMX_YIELD (auto,
+	// always or never).
+	Yield YieldPolicy
 	// NoChecksum turns off the CRC-32C frame trailer (see package wire).
 	// The trailer is a gomx extension negotiated at connect: frames between
 	// two boards carry it when both announce it (neither set NoChecksum),

@@ -56,7 +56,10 @@ import (
 // makes it give its CPU away with sched_yield between polls (on a node
 // where processes outnumber cores, the peer that must answer may be
 // waiting for this very CPU). Open MPI spins in opal_progress the same
-// way, and yields only when told the node is oversubscribed.
+// way, and yields only when told the node is oversubscribed. A board that
+// finds its node oversubscribed (oversub.go) yields after every empty
+// look from the first, and polls so for at least SpinMax before it
+// sleeps.
 //
 // # The poll window
 //
@@ -234,6 +237,10 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		}
 	}()
 	kicked, yield := false, false
+	// yieldAll: the node is oversubscribed (oversub.go): give the CPU
+	// away after every empty look, and read the clock at every look,
+	// which costs little beside the system call.
+	yieldAll := b.oversub.yield.Load()
 	var seen int64 // the clock as this waiter last read it (every 16 looks), 0: not yet
 	for i := 0; ; i++ {
 		for _, s := range srcs {
@@ -280,7 +287,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 			runtime.Gosched()
 		}
-		if i&15 == 15 {
+		if i&15 == 15 || yieldAll {
 			now := b.clock()
 			if seen != 0 {
 				descheduling.observe(now - seen) // descheduled.go
@@ -304,7 +311,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				spent = true
 				return pollSpent, start, nil
 			}
-			yield = el >= yieldAfter
+			yield = yieldAll || el >= yieldAfter
 			if err := ctx.Err(); err != nil {
 				if holds() {
 					ok = true
@@ -322,7 +329,11 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// another thread to run this goroutine, a futex call per
 			// look.
 			b.waitYields.Add(1)
-			osYield()
+			if yieldAll {
+				rawYield()
+			} else {
+				osYield()
+			}
 		}
 	}
 }

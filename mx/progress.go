@@ -75,6 +75,7 @@ func (b *Board) runTimersLocked() {
 	b.stampAcks(b.setNow())        // ack.go
 	b.noteTimerRun(b.now())        // liveness.go
 	descheduling.rotate()          // descheduled.go
+	b.countOversub(b.now())        // oversub.go
 	b.due.Store(0)                 // the timers below note it again
 	busy := b.timersWithVerdicts() // verdict.go
 	if busy {

@@ -71,12 +71,17 @@ func (g *spinGovernor) observe(b *Board, blocked int64) {
 }
 
 // waitBudget is how long a wait on e polls before sleeping: -1 (no limit)
-// in busy-poll mode, else the endpoint's poll window.
+// in busy-poll mode, else the endpoint's poll window, and at least
+// SpinMax while waiters yield (oversub.go).
 func (b *Board) waitBudget(e *Endpoint) time.Duration {
 	if b.opts.BusyPoll {
 		return -1
 	}
-	return time.Duration(e.spin.window.Load())
+	w := time.Duration(e.spin.window.Load())
+	if b.oversub.yield.Load() {
+		w = max(w, b.opts.SpinMax)
+	}
+	return w
 }
 
 // SpinWindow returns how long a blocking wait on e polls before it sleeps
@@ -124,6 +129,17 @@ func (o *BoardOptions) spinFromEnv() error {
 // osYield gives the CPU to another runnable thread, if there is one
 // (sched_yield(2)).
 func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// rawYield is osYield without telling the Go runtime that the goroutine
+// enters a system call. sched_yield returns as soon as the kernel runs
+// the thread again, but on an oversubscribed CPU that may be after other
+// processes ran for a while; a goroutine inside Syscall for 20 µs or more
+// has its P taken by sysmon and handed to another thread (a futex wake),
+// and must get a P back when it returns (another). A waiter that yields
+// after every look (oversub.go) paid that on most of its yields; the P it
+// keeps instead has nothing else to run that could not wait for the next
+// look.
+func rawYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // A receive loop that woke a waiter hands its processor over before it
 // looks again. The frames it handled completed a request a goroutine

@@ -423,6 +423,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]), size)
 		m.Mapped, m.Owned, m.Rings = shmFootprint(w.boards[k])
 		m.RSS = peakRSS()
+		m.Yield, _, _ = w.boards[k].Oversubscribed()
 		times, err := w.gather(sctx, binary.BigEndian.AppendUint64(nil, math.Float64bits(perRound)))
 		if err == nil {
 			var all []moved
@@ -443,6 +444,9 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 					res.ShmRingsMax = max(res.ShmRingsMax, all[r].Rings)
 					res.ShmNodeBytes += all[r].Owned
 					res.RSSMax = max(res.RSSMax, all[r].RSS)
+					if all[r].Yield {
+						res.YieldingRanks++
+					}
 				}
 				res.TMinUS, res.TMaxUS, res.LatencyUS = lo, hi, sum/float64(n)
 				res.TAvgUS = res.LatencyUS

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/chart"
 	"github.com/gomx-dev/gomx/internal/units"
+	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport/fault"
 )
 
@@ -48,11 +49,13 @@ type commonFlags struct {
 	noChecksum, noZeroCopy bool
 	verify                 bool
 	wait                   string
-	jsonOut                bool
-	plot                   string
-	rndv                   units.Size
-	timeout                time.Duration
-	job                    jobFlags
+	// yield is the board's yield policy (mx.BoardOptions.Yield), by name.
+	yield   string
+	jsonOut bool
+	plot    string
+	rndv    units.Size
+	timeout time.Duration
+	job     jobFlags
 }
 
 // pairFlags are the flags of the two-endpoint benchmarks, pingpong and
@@ -192,6 +195,7 @@ func (f *commonFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noZeroCopy, "no-zero-copy", false, "copy every pull reply, even where the transport could send it in place (the copying path, to compare)")
 	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
 	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll the transport) or block (sleep until woken)")
+	fs.StringVar(&f.yield, "yield", "auto", "when a waiter gives its CPU away with sched_yield from its first empty look, and a blocking one polls so for the board's SpinMax (1ms) before it sleeps, as Open MPI's ranks do when oversubscribed: auto (when the processes sharing rings outnumber the CPUs they may run on), always or never (spin first; $GOMX_YIELD sets the same)")
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")
 	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on every wait: connecting (and resolving --peer), and each size")
@@ -349,6 +353,9 @@ func (f *commonFlags) validate(cmd string) ([]int, error) {
 	if f.wait != "spin" && f.wait != "block" {
 		return nil, usagef(cmd, "--wait %q: want spin or block", f.wait)
 	}
+	if _, err := mx.ParseYieldPolicy(f.yield); err != nil {
+		return nil, usagef(cmd, "--yield %q: want auto, always or never", f.yield)
+	}
 	if f.iterations < 0 || f.warmup < 0 {
 		return nil, usagef(cmd, "--iterations and --warmup must not be negative")
 	}
@@ -403,6 +410,13 @@ func (f *benchFlags) iterationsFor(size int) int {
 		return max(10, maxBytesPerSize/size)
 	}
 	return defaultIterations
+}
+
+// yieldPolicy is the board's yield policy --yield names (checked by
+// validate).
+func (f *commonFlags) yieldPolicy() mx.YieldPolicy {
+	p, _ := mx.ParseYieldPolicy(f.yield)
+	return p
 }
 
 // spin reports whether waits busy-poll.

@@ -119,6 +119,39 @@ func TestJobProcs(t *testing.T) {
 	}
 }
 
+// TestJobYield: the ranks of an alltoall yield their CPUs from their
+// first empty look when the job's processes outnumber the CPUs they are
+// bound to (--yield auto: four ranks here, bound round robin to the CPUs
+// this process may use), always with --yield always, and never with
+// --yield never; every byte is verified either way.
+func TestJobYield(t *testing.T) {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	auto := 0
+	if len(cpus) < n {
+		auto = n
+	}
+	for _, c := range []struct {
+		yield string
+		want  int
+	}{{"auto", auto}, {"always", n}, {"never", 0}} {
+		args := []string{"alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,4K", "--iterations", "200", "--warmup", "2",
+			"--wait", "block", "--yield", c.yield, "--verify", "--json"}
+		rows := jsonRows(t, runJob(t, args...))
+		if len(rows) != 2 {
+			t.Fatalf("%v: %d rows, want 2", args, len(rows))
+		}
+		for _, r := range rows {
+			if r.Procs != n || r.Errors != 0 || r.YieldingRanks != c.want {
+				t.Errorf("--yield %s on %d CPUs: %d of %d ranks yielded, want %d (row %+v)", c.yield, len(cpus), r.YieldingRanks, r.Procs, c.want, r)
+			}
+		}
+	}
+}
+
 // TestJobEngine: with --strategy shared the ranks send from their boards'
 // shared pools and the receiver copies out of them with the CPU; with
 // --strategy engine (the emulated engine by default on a machine with no

@@ -72,6 +72,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--sizes", "4KB"}, "ambiguous"},
 		{[]string{"pingpong", "--start", "8K", "--end", "4K"}, "above --end"},
 		{[]string{"pingpong", "--wait", "sometimes"}, "want spin or block"},
+		{[]string{"alltoall", "--yield", "sometimes"}, "--yield \"sometimes\": want auto, always or never"},
 		{[]string{"stream", "--window", "0"}, "want at least 1"},
 		{[]string{"pingpong", "--settle", "-1ms"}, "--settle must not be negative"},
 		{[]string{"pingpong", "--trials", "0"}, "--trials 0: want at least 1"},

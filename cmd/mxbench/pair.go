@@ -32,6 +32,7 @@ func (f *benchFlags) boardOptions() mx.BoardOptions {
 	o := mx.DefaultBoardOptions()
 	o.Local.Off = true // measure the transport, not mx's in-process shortcut
 	o.BusyPoll = f.spin()
+	o.Yield = f.yieldPolicy()
 	o.NoChecksum = f.noChecksum
 	o.ZeroCopy.Off = f.noZeroCopy
 	if f.rndv.IsSet {

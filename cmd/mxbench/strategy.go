@@ -28,6 +28,9 @@ type moved struct {
 	Rings  int   `json:"r,omitempty"`
 	// RSS is the rank's peak resident memory so far (peakRSS).
 	RSS int64 `json:"h,omitempty"`
+	// Yield: the rank's waiters yield their CPU from their first look
+	// (mx.Board.Oversubscribed).
+	Yield bool `json:"y,omitempty"`
 }
 
 // strategyOf names what moved the messages counted in d (after - before),
@@ -114,6 +117,10 @@ type jobResult struct {
 	// to its board open and every peer connected.
 	RSSMax    int64   `json:"rss_max_bytes,omitempty"`
 	StartupMS float64 `json:"startup_ms,omitempty"`
+	// alltoall: how many ranks' waiters yielded their CPU from their
+	// first empty look after the size ran (--yield; with auto, the ranks
+	// that found more processes than CPUs).
+	YieldingRanks int `json:"yielding_ranks,omitempty"`
 	// overlap: which measurement ("timings" or "availability"), EMP's
 	// per-call times, and RMPP's availability.
 	Kind         string  `json:"kind,omitempty"`

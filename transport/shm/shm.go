@@ -634,6 +634,19 @@ func (t *Transport) PeerProcess(peer transport.NICID) (pid int, word uint64, ok 
 	return 0, 0, false
 }
 
+// PeerPids appends the process ids of the boards with a live ring to this
+// transport (those that sent to it), as PeerProcess reports them: a
+// process with several boards that sent to us is there once per board.
+// It takes no lock: the list of rings is read as published.
+func (t *Transport) PeerPids(dst []int) []int {
+	for _, r := range *t.in.Load() {
+		if !r.dead.Load() {
+			dst = append(dst, r.pid)
+		}
+	}
+	return dst
+}
+
 // LostPeers appends the boards whose process went away (or that closed)
 // since the last call, each process once (see noteLost): see
 // transport.PeerWatcher.

@@ -1,0 +1,243 @@
+package mx
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// Waiting on an oversubscribed node.
+//
+// A waiter that polls (poll.go) spins on the rings for yieldAfter before
+// it gives its CPU away, and sleeps once its poll window is spent. Both
+// assume that the process that must answer runs on a CPU of its own. When
+// a node runs more processes than it has CPUs (a job started with
+// mpirun --oversubscribe, or more ranks than cores), the answer usually
+// waits for the very CPU the waiter holds: every microsecond spent
+// spinning delays it by as much, and a waiter that sleeps makes the
+// answer cost a doorbell and a wake-up besides (a system call for the
+// sender, a futex or an epoll wake-up and a context switch for the
+// receiver), tens of microseconds on a virtual machine, per message. Open
+// MPI, told the node is oversubscribed, spins in opal_progress calling
+// sched_yield between looks instead (mpi_yield_when_idle): a process that
+// waits hands its CPU to one that can go on at once, and a message costs
+// a context switch.
+//
+// A board whose waiters yield (oversubscribed, or BoardOptions.Yield set
+// to YieldAlways) does the same: a polling waiter calls sched_yield after
+// every empty look from the first, and a blocking waiter polls so, giving
+// the CPU away between looks, for at least BoardOptions.SpinMax before it
+// sleeps (its poll window, tuned as before, may be longer). The bound
+// keeps a waiter whose message is far away (a peer computing) from
+// burning a CPU that no one else wants, at a cost of one wake-up per
+// SpinMax of waiting, which is small beside the wait. A busy-polling
+// waiter, which never sleeps, yields after every empty look too.
+//
+// The board finds out by itself (YieldAuto, the default): whenever a ring
+// comes or goes, and every oversubEvery, its timers count the processes
+// it shares rings with (the peers whose rings come to it on the host
+// path, or on a shared-memory board's own transport), itself among them,
+// and the CPUs those processes may run on, the union of their scheduler
+// affinity masks (sched_getaffinity(2) of each, remembered per process).
+// More processes than CPUs is oversubscribed. The union, not this
+// process's own mask, is what counts: ranks each bound to one core of a
+// node with a core per rank see as many CPUs as ranks, while unbound
+// ranks, or ranks bound to the two CPUs of a small machine, see how few
+// there are. What the count cannot see is a CPU quota (a container's
+// cgroup cpu.max) or processes of other jobs that do not talk to this
+// one: YieldAlways (GOMX_YIELD=always) is for those; YieldNever
+// (GOMX_YIELD=never) keeps the spin of a node with a core per rank
+// whatever the count says.
+
+// YieldPolicy says when a board's waiters give their CPU away from their
+// first empty look instead of spinning (see BoardOptions.Yield).
+type YieldPolicy uint8
+
+const (
+	// YieldAuto yields when the processes the board shares rings with,
+	// itself among them, outnumber the CPUs they may run on.
+	YieldAuto YieldPolicy = iota
+	// YieldAlways yields whatever the count says.
+	YieldAlways
+	// YieldNever never yields from the first look: waiters spin for
+	// yieldAfter first, and sleep when their poll window is spent.
+	YieldNever
+)
+
+// String returns the policy's name, as ParseYieldPolicy and GOMX_YIELD
+// take it.
+func (p YieldPolicy) String() string {
+	switch p {
+	case YieldAuto:
+		return "auto"
+	case YieldAlways:
+		return "always"
+	case YieldNever:
+		return "never"
+	}
+	return fmt.Sprintf("YieldPolicy(%d)", uint8(p))
+}
+
+// ParseYieldPolicy reads a policy by name: auto, always or never.
+func ParseYieldPolicy(s string) (YieldPolicy, error) {
+	for _, p := range []YieldPolicy{YieldAuto, YieldAlways, YieldNever} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: yield policy %q: write auto (yield when the processes sharing rings outnumber their CPUs), always or never", ErrBadOptions, s)
+}
+
+// yieldEnv reads GOMX_YIELD into o.Yield when it is left at YieldAuto.
+func (o *BoardOptions) yieldEnv() error {
+	if o.Yield > YieldNever {
+		return fmt.Errorf("%w: Yield %v: use YieldAuto, YieldAlways or YieldNever", ErrBadOptions, o.Yield)
+	}
+	v := os.Getenv("GOMX_YIELD")
+	if v == "" || o.Yield != YieldAuto {
+		return nil
+	}
+	p, err := ParseYieldPolicy(v)
+	if err != nil {
+		return fmt.Errorf("GOMX_YIELD: %w", err)
+	}
+	o.Yield = p
+	return nil
+}
+
+// oversubEvery is how often a board with YieldAuto counts its processes
+// and their CPUs again when no ring came or went (a process's affinity
+// may change): a count costs a system call and a map look-up per
+// process. Whether a ring came or went costs a load per ring, at every
+// timer run.
+const oversubEvery = 50 * time.Millisecond
+
+// oversubState is a board's view of whether its node is oversubscribed.
+type oversubState struct {
+	// yield: waiters yield from their first empty look (read by every
+	// waiter; written by the timers, under b.mu).
+	yield atomic.Bool
+	// procs and cpus are the last count (WaitStats).
+	procs, cpus atomic.Int32
+	// Under b.mu: when the count was last made, the affinity of every
+	// peer process seen, and scratch for the pids.
+	checked int64
+	aff     map[int]affinity
+	pids    []int
+	round   uint32
+}
+
+// affinity is a process's CPU mask as last read, and the count round that
+// last saw the process (a process not seen in a round is forgotten).
+type affinity struct {
+	set  unix.CPUSet
+	seen uint32
+}
+
+// initOversub sets the policy's fixed answers at NewBoard.
+func (b *Board) initOversub() {
+	b.oversub.yield.Store(b.opts.Yield == YieldAlways)
+	b.oversub.checked = -int64(oversubEvery)
+}
+
+// shmTransport is the shared-memory transport of the board's peers on
+// this host: the host path's, or the board's own.
+func (b *Board) shmTransport() *shm.Transport {
+	if h := b.host; h != nil {
+		return h.tr
+	}
+	tr, _ := b.tr.(*shm.Transport)
+	return tr
+}
+
+// countOversub counts the processes the board shares rings with and the
+// CPUs they may run on, and sets whether its waiters yield (b.mu held;
+// from the timers): when a ring came or went since the last count, or
+// every oversubEvery (a process's mask may change).
+func (b *Board) countOversub(now int64) {
+	o := &b.oversub
+	if b.opts.Yield != YieldAuto {
+		return
+	}
+	tr := b.shmTransport()
+	if tr == nil {
+		return
+	}
+	rings := len(o.pids)
+	o.pids = tr.PeerPids(o.pids[:0])
+	if len(o.pids) == rings && now-o.checked < int64(oversubEvery) {
+		return
+	}
+	o.checked = now
+	procs, cpus, ok := o.count(os.Getpid(), o.pids, unix.SchedGetaffinity)
+	if !ok {
+		return
+	}
+	o.procs.Store(int32(procs))
+	o.cpus.Store(int32(cpus))
+	o.yield.Store(oversubscribed(procs, cpus))
+}
+
+// count counts the processes self and pids name (each once; pids may
+// repeat, and name self) and the CPUs in the union of their affinity
+// masks, which getaff reads for a process not seen in the last count
+// (sched_getaffinity(2)); a process it finds gone is left out. ok is
+// false when self's own mask cannot be read.
+func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *unix.CPUSet) error) (procs, cpus int, ok bool) {
+	var all unix.CPUSet
+	if getaff(self, &all) != nil {
+		return 0, 0, false
+	}
+	if o.aff == nil {
+		o.aff = make(map[int]affinity)
+	}
+	o.round++
+	procs = 1
+	for _, pid := range pids {
+		if pid == self || pid <= 0 {
+			continue
+		}
+		a, known := o.aff[pid]
+		if known && a.seen == o.round {
+			continue // a second board of the same process
+		}
+		if !known && getaff(pid, &a.set) != nil {
+			continue // gone already
+		}
+		a.seen = o.round
+		o.aff[pid] = a
+		procs++
+		orSet(&all, &a.set)
+	}
+	for pid, a := range o.aff {
+		if a.seen != o.round {
+			delete(o.aff, pid)
+		}
+	}
+	return procs, all.Count(), true
+}
+
+// oversubscribed reports whether procs processes outnumber the cpus they
+// may run on.
+func oversubscribed(procs, cpus int) bool { return cpus > 0 && procs > cpus }
+
+// orSet adds the CPUs of b to a.
+func orSet(a, b *unix.CPUSet) {
+	for i := range a {
+		a[i] |= b[i]
+	}
+}
+
+// Oversubscribed reports whether the board's waiters yield their CPU from
+// their first empty look (see BoardOptions.Yield), and the processes and
+// CPUs it last counted (zero under YieldAlways and YieldNever, and before
+// the first count).
+func (b *Board) Oversubscribed() (yield bool, procs, cpus int) {
+	o := &b.oversub
+	return o.yield.Load(), int(o.procs.Load()), int(o.cpus.Load())
+}

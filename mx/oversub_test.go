@@ -1,0 +1,225 @@
+package mx
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+// cpus returns a CPU set of the CPUs listed.
+func cpus(list ...int) unix.CPUSet {
+	var s unix.CPUSet
+	for _, c := range list {
+		s.Set(c)
+	}
+	return s
+}
+
+// TestOversubCount: the processes are counted once each (a process with
+// two boards, and this process's own boards, are one), the CPUs are the
+// union of their masks, and the node is oversubscribed only when the
+// processes outnumber them: ranks bound one per core are not, ranks bound
+// round robin to two CPUs are, and so are unbound ones on two CPUs.
+func TestOversubCount(t *testing.T) {
+	const self = 100
+	cases := []struct {
+		name  string
+		masks map[int]unix.CPUSet
+		pids  []int
+		procs int
+		cpus  int
+		over  bool
+	}{
+		{"two ranks, a core each", map[int]unix.CPUSet{self: cpus(0), 101: cpus(1)}, []int{101}, 2, 2, false},
+		{"eight ranks on a core each", map[int]unix.CPUSet{self: cpus(0), 101: cpus(1), 102: cpus(2), 103: cpus(3), 104: cpus(4), 105: cpus(5), 106: cpus(6), 107: cpus(7)},
+			[]int{101, 102, 103, 104, 105, 106, 107}, 8, 8, false},
+		{"four ranks bound round robin to two CPUs", map[int]unix.CPUSet{self: cpus(0), 101: cpus(1), 102: cpus(0), 103: cpus(1)},
+			[]int{101, 102, 103}, 4, 2, true},
+		{"four unbound ranks on two CPUs", map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1), 103: cpus(0, 1)},
+			[]int{101, 102, 103}, 4, 2, true},
+		{"a process with two boards, and our own", map[int]unix.CPUSet{self: cpus(0), 101: cpus(1), 102: cpus(1)},
+			[]int{101, self, 101, 102}, 3, 2, true},
+		{"a peer gone", map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1)}, []int{101, 102}, 2, 2, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var o oversubState
+			reads, gone := 0, 0
+			for _, pid := range c.pids {
+				if _, ok := c.masks[pid]; !ok {
+					gone++
+				}
+			}
+			getaff := func(pid int, set *unix.CPUSet) error {
+				reads++
+				m, ok := c.masks[pid]
+				if !ok {
+					return syscall.ESRCH
+				}
+				*set = m
+				return nil
+			}
+			for round := range 2 {
+				reads = 0
+				procs, n, ok := o.count(self, c.pids, getaff)
+				if !ok || procs != c.procs || n != c.cpus || oversubscribed(procs, n) != c.over {
+					t.Fatalf("round %d: %d processes on %d CPUs (ok %v), oversubscribed %v: want %d on %d, %v",
+						round, procs, n, ok, oversubscribed(procs, n), c.procs, c.cpus, c.over)
+				}
+				if round == 1 && reads != 1+gone {
+					// Our own mask, and those of the processes the
+					// first count found gone: the others are known.
+					t.Fatalf("second count read %d masks", reads)
+				}
+			}
+			if len(o.aff) != c.procs-1 {
+				t.Fatalf("%d processes remembered, want %d", len(o.aff), c.procs-1)
+			}
+			// A peer that is gone from the rings is forgotten.
+			if _, _, ok := o.count(self, nil, getaff); !ok || len(o.aff) != 0 {
+				t.Fatalf("%d processes remembered after they left", len(o.aff))
+			}
+		})
+	}
+}
+
+// TestYieldPolicyEnv: GOMX_YIELD sets a policy left at auto, a wrong one
+// is refused naming the choices, and an explicit option wins.
+func TestYieldPolicyEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		opt  YieldPolicy
+		want YieldPolicy
+		bad  bool
+	}{
+		{"", YieldAuto, YieldAuto, false},
+		{"always", YieldAuto, YieldAlways, false},
+		{"never", YieldAuto, YieldNever, false},
+		{"auto", YieldAuto, YieldAuto, false},
+		{"always", YieldNever, YieldNever, false},
+		{"sometimes", YieldAuto, 0, true},
+	} {
+		t.Setenv("GOMX_YIELD", c.env)
+		o := BoardOptions{Yield: c.opt}
+		err := o.yieldEnv()
+		if c.bad {
+			if !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), "GOMX_YIELD") || !strings.Contains(err.Error(), "always or never") {
+				t.Fatalf("GOMX_YIELD=%q: %v, want a bad-options error naming the choices", c.env, err)
+			}
+			continue
+		}
+		if err != nil || o.Yield != c.want {
+			t.Fatalf("GOMX_YIELD=%q over %v: %v, %v; want %v", c.env, c.opt, o.Yield, err, c.want)
+		}
+	}
+	t.Setenv("GOMX_YIELD", "")
+	if o := (BoardOptions{Yield: 7}); !errors.Is(o.yieldEnv(), ErrBadOptions) {
+		t.Fatal("Yield 7 taken")
+	}
+}
+
+// TestYieldingWaiterYields: a waiter on a board whose waiters yield
+// gives its CPU away from its first empty looks and, its message coming
+// while it does, completes it by polling: it neither spins a window first
+// nor sleeps.
+func TestYieldingWaiterYields(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Yield = YieldAlways
+	o.SpinMax = time.Hour // the message comes whenever the machine lets it
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	if y, _, _ := pr.ba.Oversubscribed(); !y {
+		t.Fatal("YieldAlways: the board's waiters do not yield")
+	}
+	st0 := pr.ba.WaitStats() // the connects
+	ctx := testCtx(t, time.Minute)
+	buf := make([]byte, 8)
+	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(ctx)
+		errc <- err
+	}()
+	// Spin's 5 ms window at first would make no system call; this waiter
+	// yields at once, many times over before the message is sent.
+	const yields = 200
+	waitUntil(t, "the waiter to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields })
+	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "8 bytes!" {
+		t.Fatalf("received %q", buf)
+	}
+	st := pr.ba.WaitStats()
+	if st.Polled != st0.Polled+1 || st.Slept != st0.Slept || st.Yields < st0.Yields+yields {
+		t.Fatalf("wait stats %+v (before %+v): want one wait completed while yielding", st, st0)
+	}
+}
+
+// TestYieldingWaiterSleepsAfterSpinMax: a yielding waiter whose message
+// does not come sleeps once SpinMax is spent, so an idle rank of an
+// oversubscribed job does not keep a CPU busy; the message still
+// completes it.
+func TestYieldingWaiterSleepsAfterSpinMax(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Yield = YieldAlways
+	o.Spin = time.Microsecond
+	o.SpinMax = time.Millisecond
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	st0 := pr.ba.WaitStats()
+	ctx := testCtx(t, time.Minute)
+	buf := make([]byte, 8)
+	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(ctx)
+		errc <- err
+	}()
+	waitUntil(t, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 })
+	if st := pr.ba.WaitStats(); st.Yields == st0.Yields {
+		t.Fatalf("wait stats %+v: slept without yielding first", st)
+	}
+	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "8 bytes!" {
+		t.Fatalf("received %q", buf)
+	}
+}
+
+// TestOversubAutoInOneProcess: boards of one process are one process,
+// however many there are: auto never finds them oversubscribed.
+func TestOversubAutoInOneProcess(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	pr := newPair(t, shmFactory, fastOptions(), loopback.Faults{})
+	pingOnce(t, testCtx(t, time.Minute), pr.a, pr.atob, pr.b, 1, ^uint64(0), [][]byte{[]byte("x")}, [][]byte{make([]byte, 1)})
+	pr.ba.mu.Lock()
+	pr.ba.countOversub(pr.ba.clock() + int64(time.Hour))
+	pr.ba.mu.Unlock()
+	if y, procs, n := pr.ba.Oversubscribed(); y || procs != 1 || n < 1 {
+		t.Fatalf("Oversubscribed: %v, %d processes, %d CPUs: want no, 1, at least 1", y, procs, n)
+	}
+}
