@@ -136,6 +136,8 @@ type queueState struct {
 	// port and handed over; dropped those it could not (the other queue
 	// closed or its inbox full); delivered the frames its Recv returned.
 	forwarded, dropped, delivered atomic.Uint64
+	// pushers counts other queues' forward calls pushing into inbox now.
+	pushers atomic.Int32
 }
 
 // Queues implements transport.Queued: the NIC's queue pairs.
@@ -276,12 +278,23 @@ func (t *Transport) forward(b *nicdrv.Buffer) bool {
 	if !ok || q == t.rxq {
 		return false
 	}
-	if o := t.queue.board.queues.open[q].Load(); o != nil && !o.closed.Load() {
-		select {
-		case o.queue.inbox <- b:
+	if o := t.queue.board.queues.open[q].Load(); o != nil {
+		// Announce the push before looking at closed: closeQueue sets
+		// closed, then waits for pushers to leave before it empties
+		// the inbox, so no buffer is left in a closed queue's inbox.
+		o.queue.pushers.Add(1)
+		pushed := false
+		if !o.closed.Load() {
+			select {
+			case o.queue.inbox <- b:
+				pushed = true
+			default:
+			}
+		}
+		o.queue.pushers.Add(-1)
+		if pushed {
 			t.queue.forwarded.Add(1)
 			return true
-		default:
 		}
 	}
 	t.queue.dropped.Add(1)
@@ -347,6 +360,9 @@ func (t *Transport) closeQueue() error {
 	t.cancel()
 	err := t.queue.steer.Remove()
 	s.open[t.rxq].CompareAndSwap(t, nil)
+	for t.queue.pushers.Load() > 0 { // a push takes no longer than a channel send
+		runtime.Gosched()
+	}
 	err = errors.Join(err, t.releaseBuffers())
 	t.txMu.Lock()
 	deadline := time.Now().Add(t.opts.SendTimeout)
