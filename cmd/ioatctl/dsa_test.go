@@ -48,6 +48,10 @@ func TestMixedModels(t *testing.T) {
 			t.Errorf("verify does not name each channel and the DSA:\n%s", r.stdout)
 		}
 	}
+	// Hybrid mode on both: the CPU copies the head of each 1 MiB copy.
+	if r := ioatctl(t, append([]string{"copy", "--size", "1M", "--iterations", "20", "--verify", "--memory", "16M", "--hybrid-head", "64K"}, mixed...)...); r.err != nil {
+		t.Fatalf("copy --hybrid-head: %v\n%s", r.err, r.stderr)
+	}
 	// The DSA model alone takes a rate cap too.
 	if r := ioatctl(t, "copy", "--device", "emulated-dsa", "--bandwidth", "1G", "--size", "64K", "--iterations", "10"); r.err != nil {
 		t.Fatalf("emulated-dsa --bandwidth: %v", r.err)
