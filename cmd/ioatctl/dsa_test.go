@@ -33,7 +33,9 @@ func TestDSAModel(t *testing.T) {
 func TestMixedModels(t *testing.T) {
 	mixed := []string{"--device", "emulated,emulated-dsa", "--channels", "2", "--wqs", "1", "--bandwidth", "256M", "--dsa-bandwidth", "1G", "--policy", "adaptive"}
 	for _, args := range [][]string{
-		append([]string{"copy", "--size", "256K", "--iterations", "40", "--verify", "--memory", "16M"}, mixed...),
+		// A window within the buffer slots: copies in flight never share a
+		// destination.
+		append([]string{"copy", "--size", "256K", "--iterations", "40", "--verify", "--memory", "16M", "--window", "8"}, mixed...),
 		append([]string{"verify", "--iterations", "100"}, mixed[:6]...),
 		append([]string{"overlap", "--sizes", "64K", "--iterations", "3"}, mixed...),
 	} {
@@ -49,7 +51,7 @@ func TestMixedModels(t *testing.T) {
 		}
 	}
 	// Hybrid mode on both: the CPU copies the head of each 1 MiB copy.
-	if r := ioatctl(t, append([]string{"copy", "--size", "1M", "--iterations", "20", "--verify", "--memory", "16M", "--hybrid-head", "64K"}, mixed...)...); r.err != nil {
+	if r := ioatctl(t, append([]string{"copy", "--size", "1M", "--iterations", "20", "--verify", "--memory", "16M", "--window", "4", "--hybrid-head", "64K"}, mixed...)...); r.err != nil {
 		t.Fatalf("copy --hybrid-head: %v\n%s", r.err, r.stderr)
 	}
 	// The DSA model alone takes a rate cap too.
