@@ -151,7 +151,11 @@
 //	failure in a batch                             member's record, batch status 0x05        DSA_COMP_BATCH_FAIL
 //
 // InjectStatus makes a chosen descriptor complete with a chosen status,
-// for testing a driver's recovery.
+// for testing a driver's recovery. DSAOptions.Bandwidth (or SetBandwidth)
+// caps a function's rate, its engines sharing it, as the CBDMA model's
+// cap does a channel's; DSAOptions.IOMMU puts the functions behind
+// another platform's IOMMU (a CBDMA model's), so one driver engine holds
+// channels and work queues of different speeds in one DMA domain.
 //
 // With DSAOptions.SVA the platform is a DSA as the kernel's idxd driver
 // leaves it for a process using its user work queues: ConfigureKernel

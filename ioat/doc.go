@@ -17,7 +17,9 @@
 // Engine opens every channel of a set of functions and every work queue
 // it configures on a DSA (or those EngineOptions.ChannelMask picks),
 // adds locking, spreads
-// requests by a Policy, copies small or overlapping requests on the CPU,
+// requests by a Policy (Adaptive: by each queue's measured completion
+// rate and bytes outstanding, for channels and work queues of different
+// speeds in one Engine), copies small or overlapping requests on the CPU,
 // and maps arbitrary []byte for DMA through a registration cache. Its
 // Wait polls briefly, then, with Options.Interrupts, sleeps on the
 // channel's MSI-X vector (each channel has its own: a function with

@@ -136,8 +136,10 @@ func (e *Engine) rates(r []float64, explore bool) {
 // earliest is the queue where a request of n bytes is expected to finish
 // first, by the rates of rates.
 func (e *Engine) earliest(n int) *echan {
+	// The rates of up to 16 queues stay on the stack: no allocation
+	// per request.
 	var buf [16]float64
-	r := buf[:0]
+	var r []float64
 	if len(e.chans) > len(buf) {
 		r = make([]float64, len(e.chans))
 	} else {

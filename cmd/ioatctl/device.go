@@ -29,6 +29,7 @@ type deviceFlags struct {
 	bandwidth  units.Size
 	dsaBW      units.Size
 	wqs        int
+	hybrid     units.Size
 	cbver      string
 	chancnt    int
 	timeout    time.Duration
@@ -40,6 +41,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.device, "device", "auto", "auto, emulated (the CBDMA model), emulated-dsa (the DSA model), emulated,emulated-dsa (both behind one IOMMU, in one engine), PCI addresses of CBDMA functions or DSAs bound to vfio-pci, or the kernel's DSA user work queues (wq0.0; see dsa-config) (comma-separated); auto uses every bound CBDMA function, else the emulated engine")
 	fs.IntVar(&d.channels, "channels", 1, "channels of the emulated engine (with emulated-dsa: the DSA's work queues); on real functions (auto, or PCI addresses), how many functions, each run with every channel or work queue it has (with addresses: defaults to their number)")
 	fs.StringVar(&d.policy, "policy", "round-robin", "how requests are spread over channels and work queues: "+ioat.PolicyList()+" (by measured rate; docs/copy-engines.md)")
+	fs.Var(&d.hybrid, "hybrid-head", "hybrid mode: the CPU copies this many bytes at the head of each copy of at least 1 MiB while the engine copies the rest (0: off, the default; docs/copy-engines.md)")
 	fs.BoolVar(&d.interrupts, "interrupts", false, "sleep on the channels' MSI-X interrupts instead of polling while waiting")
 	fs.Var(&d.bandwidth, "bandwidth", "emulated engines only: copy rate cap in bytes per second of each CBDMA model channel and of the DSA model, with size suffixes (1G = 1 GiB/s); 0 for none")
 	fs.Var(&d.dsaBW, "dsa-bandwidth", "emulated,emulated-dsa only: the DSA model's rate cap, so it can be faster or slower than the channels (default: --bandwidth)")
@@ -66,6 +68,8 @@ type deviceChoice struct {
 	// CBDMA model's channels (emulated-mixed).
 	dsaBW int64
 	nwq   int
+	// hybrid is EngineOptions.HybridHead.
+	hybrid int
 	// irq asks for interrupt-driven waits.
 	irq bool
 	// takeOver opens channels someone else claimed.
@@ -83,7 +87,7 @@ type deviceChoice struct {
 func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c := deviceChoice{channels: d.channels, chancnt: d.chancnt, bandwidth: d.bandwidth.N, dsaBW: d.bandwidth.N, nwq: d.wqs, irq: d.interrupts, cmd: cmd, timeout: d.timeout, takeOver: d.takeOver}
+	c := deviceChoice{hybrid: int(d.hybrid.N), channels: d.channels, chancnt: d.chancnt, bandwidth: d.bandwidth.N, dsaBW: d.bandwidth.N, nwq: d.wqs, irq: d.interrupts, cmd: cmd, timeout: d.timeout, takeOver: d.takeOver}
 	if set["dsa-bandwidth"] {
 		c.dsaBW = d.dsaBW.N
 	}
@@ -154,6 +158,9 @@ func (d *deviceFlags) validate(cmd string, fs *flag.FlagSet) (deviceChoice, erro
 		c.version = hw.Ver34
 	default:
 		return c, usagef(cmd, "--cbver %s: want 3.2, 3.3 or 3.4", d.cbver)
+	}
+	if c.hybrid < 0 {
+		return c, usagef(cmd, "--hybrid-head must not be negative")
 	}
 	if c.bandwidth < 0 || c.dsaBW < 0 {
 		return c, usagef(cmd, "--bandwidth and --dsa-bandwidth must not be negative")
@@ -379,6 +386,7 @@ func openRig(e *env, c deviceChoice) (*rig, error) {
 	o := ioat.DefaultEngineOptions()
 	o.Policy = c.policy
 	o.CPUThreshold = -1
+	o.HybridHead = c.hybrid
 	o.Channel.Interrupts = c.irq
 	b.ringMemory(&o.Channel)
 	o.Channel.Watchdog = c.watchdog()

@@ -33,7 +33,9 @@ func TestDSAModel(t *testing.T) {
 func TestMixedModels(t *testing.T) {
 	mixed := []string{"--device", "emulated,emulated-dsa", "--channels", "2", "--wqs", "1", "--bandwidth", "256M", "--dsa-bandwidth", "1G", "--policy", "adaptive"}
 	for _, args := range [][]string{
-		append([]string{"copy", "--size", "256K", "--iterations", "40", "--verify", "--memory", "16M"}, mixed...),
+		// A window within the buffer slots: copies in flight never share a
+		// destination.
+		append([]string{"copy", "--size", "256K", "--iterations", "40", "--verify", "--memory", "16M", "--window", "8"}, mixed...),
 		append([]string{"verify", "--iterations", "100"}, mixed[:6]...),
 		append([]string{"overlap", "--sizes", "64K", "--iterations", "3"}, mixed...),
 	} {
@@ -47,6 +49,10 @@ func TestMixedModels(t *testing.T) {
 		if args[0] == "verify" && (!strings.Contains(r.stdout, "emulated/1") || !strings.Contains(r.stdout, "emulated-dsa")) {
 			t.Errorf("verify does not name each channel and the DSA:\n%s", r.stdout)
 		}
+	}
+	// Hybrid mode on both: the CPU copies the head of each 1 MiB copy.
+	if r := ioatctl(t, append([]string{"copy", "--size", "1M", "--iterations", "20", "--verify", "--memory", "16M", "--window", "4", "--hybrid-head", "64K"}, mixed...)...); r.err != nil {
+		t.Fatalf("copy --hybrid-head: %v\n%s", r.err, r.stderr)
 	}
 	// The DSA model alone takes a rate cap too.
 	if r := ioatctl(t, "copy", "--device", "emulated-dsa", "--bandwidth", "1G", "--size", "64K", "--iterations", "10"); r.err != nil {

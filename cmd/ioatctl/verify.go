@@ -123,6 +123,7 @@ func runVerify(e *env, args []string) (err error) {
 	open := func(d pci.Device, mask uint32, wq string) error {
 		o := ioat.DefaultEngineOptions()
 		o.CPUThreshold = -1
+		o.HybridHead = choice.hybrid
 		o.ChannelMask = mask
 		o.Channel.Interrupts = choice.irq
 		b.ringMemory(&o.Channel)
