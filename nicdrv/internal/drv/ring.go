@@ -47,6 +47,9 @@ func (f *RxFill) Fill(tail, stop uint32) uint32 {
 	if want == 0 {
 		return tail
 	}
+	if len(f.Bufs) == 1 {
+		return f.fill1(tail, want)
+	}
 	// Count what each array needs, take it from its pool in one Alloc.
 	var got [2][]*nicdrv.Buffer
 	off := 0
@@ -93,6 +96,50 @@ fill:
 			clear(rest)
 		}
 	}
+	return s
+}
+
+// fill1 is Fill for one buffer per slot, in one pass: it takes a buffer
+// for each of the want slots from the pool at once (the slots are empty
+// but after a refill cut short or a dropped descriptor, so the guess is
+// nearly always right), fills the empty slots in ring order and gives back
+// what is left over.
+func (f *RxFill) fill1(tail, want uint32) uint32 {
+	bufs := f.Bufs[0]
+	got := f.scratch[:want]
+	k, _ := f.Pools[0].Alloc(got)
+	got = got[:k]
+	used := 0
+	s := tail
+	for i := uint32(0); i < want; i++ {
+		if bufs[s] == nil {
+			if used == len(got) {
+				// The pool ran short: count what the rest of the
+				// slots lack.
+				short := uint64(0)
+				for j, c := i, s; j < want; j++ {
+					if bufs[c] == nil {
+						short++
+					}
+					if c++; c == f.Size {
+						c = 0
+					}
+				}
+				f.NoBuf.Add(short)
+				break
+			}
+			bufs[s] = got[used]
+			used++
+		}
+		f.Encode(s)
+		if s++; s == f.Size {
+			s = 0
+		}
+	}
+	if rest := got[used:]; len(rest) > 0 {
+		_ = f.Pools[0].Free(rest...)
+	}
+	clear(got)
 	return s
 }
 
