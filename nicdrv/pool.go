@@ -291,10 +291,13 @@ func (p *Pool) Free(bufs ...*Buffer) error {
 	p.mu.Lock()
 	free := p.free
 	for i, b := range bufs {
+		if b == nil {
+			continue
+		}
 		// The common buffer: p's own, out, alone and with nothing
 		// attached. free never outgrows its capacity (the pool's size):
 		// only a buffer that is out goes back.
-		if b != nil && b.pool == p && b.out && b.Next == nil && b.extDone == nil && b.ext == nil && len(free) < cap(free) {
+		if b.pool == p && b.out && b.Next == nil && b.extDone == nil && b.ext == nil && len(free) < cap(free) {
 			b.out = false
 			free = append(free, b)
 			continue

@@ -186,14 +186,13 @@ type TxSlots struct {
 	marks    []uint32
 	markHead int
 	markN    int
-	scratch  []*nicdrv.Buffer
 }
 
 // NewTxSlots makes the bookkeeping of a ring of size slots; RS every 32
 // descriptors, or a quarter of a smaller ring.
 func NewTxSlots(size uint32, pool *nicdrv.Pool, done func(s uint32) bool) *TxSlots {
 	return &TxSlots{Size: size, Slot: make([]*nicdrv.Buffer, size), RSEvery: max(1, min(32, size/4)),
-		Done: done, Pool: pool, marks: make([]uint32, size), scratch: make([]*nicdrv.Buffer, size)}
+		Done: done, Pool: pool, marks: make([]uint32, size)}
 }
 
 // Free is the number of slots free for new descriptors.
@@ -226,37 +225,38 @@ func (t *TxSlots) Put(b *nicdrv.Buffer, rs bool) (slot uint32, askRS bool) {
 
 // Reclaim frees the buffers of every descriptor the NIC has finished: those
 // up to and including each marked slot Done reports, oldest first, with one
-// Free.
+// Free per run of slots (two when the run wraps).
 func (t *TxSlots) Reclaim() {
-	k := 0
+	from := t.Clean
 	for t.markN > 0 {
 		m := t.marks[t.markHead]
 		if !t.Done(m) {
 			break
 		}
-		for {
-			c := t.Clean
-			if b := t.Slot[c]; b != nil {
-				t.scratch[k] = b
-				k++
-				t.Slot[c] = nil
-			}
-			if t.Clean++; t.Clean == t.Size {
-				t.Clean = 0
-			}
-			if c == m {
-				break
-			}
+		if t.Clean = m + 1; t.Clean == t.Size {
+			t.Clean = 0
 		}
 		if t.markHead++; t.markHead == len(t.marks) {
 			t.markHead = 0
 		}
 		t.markN--
 	}
-	if k > 0 {
-		_ = t.Pool.Free(t.scratch[:k]...)
-		clear(t.scratch[:k])
+	to := t.Clean
+	if from == to {
+		return
 	}
+	if from > to {
+		t.free(t.Slot[from:])
+		from = 0
+	}
+	t.free(t.Slot[from:to])
+}
+
+// free gives back the buffers of a run of slots (nil entries are the
+// frames' other descriptors) and empties the run.
+func (t *TxSlots) free(run []*nicdrv.Buffer) {
+	_ = t.Pool.Free(run...)
+	clear(run)
 }
 
 // Release gives back every buffer still in a slot (Close, once the NIC is
