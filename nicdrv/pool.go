@@ -246,14 +246,16 @@ func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
 	}
 	n := min(len(bufs), len(p.free))
 	top := len(p.free) - n
-	for i := 0; i < n; i++ {
-		b := p.free[top+i]
+	// Both windows are cut to n once, so the loop runs without bounds
+	// checks.
+	from, to := p.free[top:top+n], bufs[:n]
+	for i, b := range from {
 		// Next and the attachment were cleared when the buffer was freed
 		// (and are zero in a new pool).
 		b.out = true
 		b.Data = b.mem
 		b.Flags, b.Hash, b.Queue, b.Rule = 0, 0, 0, 0
-		bufs[i] = b
+		to[i] = b
 	}
 	p.free = p.free[:top]
 	p.mu.Unlock()
@@ -287,38 +289,60 @@ var ErrNotPooled = sentinel.ErrNotPooled
 func (p *Pool) Free(bufs ...*Buffer) error {
 	bad := 0
 	p.mu.Lock()
-	for _, b := range bufs {
-		for b != nil {
-			next := b.Next
-			switch {
-			case b.pool == p:
-				if !p.putLocked(b) {
-					bad++
-					next = nil
-				}
-			case b.pool == nil:
-				bad++
-				next = nil
-			default:
-				// Another pool's: its own lock, never both at once.
-				p.mu.Unlock()
-				q := b.pool
-				q.mu.Lock()
-				if !q.putLocked(b) {
-					bad++
-					next = nil
-				}
-				q.mu.Unlock()
-				p.mu.Lock()
-			}
-			b = next
+	free := p.free
+	for i, b := range bufs {
+		if b == nil {
+			continue
 		}
+		// The common buffer: p's own, out, alone and with nothing
+		// attached. free never outgrows its capacity (the pool's size):
+		// only a buffer that is out goes back.
+		if b.pool == p && b.out && b.Next == nil && b.extDone == nil && b.ext == nil && len(free) < cap(free) {
+			b.out = false
+			free = append(free, b)
+			continue
+		}
+		p.free = free
+		bad += p.freeSlow(bufs[i])
+		free = p.free
 	}
+	p.free = free
 	p.mu.Unlock()
 	if bad > 0 {
 		return fmt.Errorf("nicdrv: free: %d buffers freed twice or from no pool: %w", bad, ErrNotPooled)
 	}
 	return nil
+}
+
+// freeSlow gives back b and the buffers chained after it, each to its own
+// pool, with p.mu held (and released while another pool's lock is taken,
+// never both at once); it returns how many were not out or from no pool.
+func (p *Pool) freeSlow(b *Buffer) (bad int) {
+	for b != nil {
+		next := b.Next
+		switch {
+		case b.pool == p:
+			if !p.putLocked(b) {
+				bad++
+				next = nil
+			}
+		case b.pool == nil:
+			bad++
+			next = nil
+		default:
+			p.mu.Unlock()
+			q := b.pool
+			q.mu.Lock()
+			if !q.putLocked(b) {
+				bad++
+				next = nil
+			}
+			q.mu.Unlock()
+			p.mu.Lock()
+		}
+		b = next
+	}
+	return bad
 }
 
 // putLocked gives b back to p (p.mu held); false when b is not out.

@@ -29,6 +29,7 @@ type rxQueue struct {
 	pool *nicdrv.Pool // packet buffers
 	hdrs *nicdrv.Pool // header buffers (header split)
 	ring []byte
+	d    []desc // ring, by descriptor
 	iova uint64
 	size uint32
 
@@ -51,7 +52,7 @@ type rxQueue struct {
 
 func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	r := &rxQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
+	r := &rxQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, d: descs(ring), iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
 		split: n.opts.HeaderSplit, maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
 	pools := []*nicdrv.Pool{r.pool}
 	if r.split {
@@ -72,11 +73,13 @@ func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 // comes after. The driver itself looks at the slot again only once the NIC
 // owned it.
 func (r *rxQueue) encode(s uint32) {
-	d := hw.RxRead{PktAddr: r.pkt[s].IOVA()}
+	d := &r.d[s]
+	binary.LittleEndian.PutUint64(d[0:8], r.pkt[s].IOVA())
+	var hdr uint64
 	if r.split {
-		d.HdrAddr = r.hdr[s].IOVA()
+		hdr = r.hdr[s].IOVA()
 	}
-	d.Encode(r.desc(s))
+	binary.LittleEndian.PutUint64(d[8:16], hdr)
 }
 
 func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
@@ -187,16 +190,32 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	}
 	got := 0
 	for got < len(out) && r.next != r.rdt {
-		d := r.desc(r.next)
-		st := uint32(load64(d[8:]))
-		if st&hw.RxStatDD == 0 {
+		d := &r.d[r.next]
+		hi := d.hi()
+		if uint32(hi)&hw.RxStatDD == 0 {
 			break
 		}
 		dmasync.Observe()
-		wb := hw.DecodeRxWriteBack(d)
+		lo := binary.LittleEndian.Uint64(d[0:8])
+		wb := hw.RxWriteBack{PktInfo: uint16(lo), HdrInfo: uint16(lo >> 16), Hash: uint32(lo >> 32),
+			Status: uint32(hi), Length: uint16(hi >> 32), VLAN: uint16(hi >> 48)}
 		s := r.next
 		if r.next++; r.next == r.size {
 			r.next = 0
+		}
+		// The common frame: whole in one packet buffer, no header split
+		// off, no error, a length that fits.
+		if r.head == nil && wb.Status&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP && !(r.split && wb.Split()) {
+			k := int(wb.Length)
+			if pb := r.pkt[s]; pb != nil && k >= 14 && k <= pb.Cap() && k <= n.opts.MaxFrame {
+				r.pkt[s] = nil
+				pb.SetLen(k)
+				pb.Next = nil
+				r.deliver(pb, wb)
+				out[got] = pb
+				got++
+				continue
+			}
 		}
 		// What the NIC writes back is outside input: no length in it may
 		// make the driver read past a buffer.
@@ -230,15 +249,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				_ = r.pool.Free(f)
 			}
 		} else {
-			f.Queue = r.q
-			f.Flags, f.Hash, f.Rule = rxFlags(wb), 0, 0
-			if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
-				f.Rule = n.ruleOf(wb, f.Data)
-			}
-			if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
-				f.Flags |= nicdrv.FlagHash
-				f.Hash = wb.Hash
-			}
+			r.deliver(f, wb)
 			out[got] = f
 			got++
 		}
@@ -246,6 +257,20 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	}
 	r.replenish()
 	return got, nil
+}
+
+// deliver sets what the write-back of frame f's last descriptor says
+// about it: its queue, offload flags, RSS hash and the rule that matched.
+func (r *rxQueue) deliver(f *nicdrv.Buffer, wb hw.RxWriteBack) {
+	f.Queue = r.q
+	f.Flags, f.Hash, f.Rule = rxFlags(wb), 0, 0
+	if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
+		f.Rule = r.nic.ruleOf(wb, f.Data)
+	}
+	if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
+		f.Flags |= nicdrv.FlagHash
+		f.Hash = wb.Hash
+	}
 }
 
 func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
@@ -289,6 +314,7 @@ type txQueue struct {
 	nic  *NIC
 	q    int
 	ring []byte
+	d    []desc // ring, by descriptor
 	iova uint64
 	size uint32
 
@@ -302,7 +328,7 @@ type txQueue struct {
 
 func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	t := &txQueue{nic: n, q: q, ring: ring, iova: iova, size: size, pools: drv.PoolCheck{DMA: n.dev.DMA()}}
+	t := &txQueue{nic: n, q: q, ring: ring, d: descs(ring), iova: iova, size: size, pools: drv.PoolCheck{DMA: n.dev.DMA()}}
 	t.s = drv.NewTxSlots(size, n.pools.Packet[q], t.done)
 	return t
 }
@@ -311,7 +337,7 @@ func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw
 
 // done reports whether the NIC wrote DD back into slot m's descriptor.
 func (t *txQueue) done(m uint32) bool {
-	if uint32(load64(t.desc(m)[8:])>>32)&hw.TxStatDD == 0 {
+	if uint32(t.d[m].hi()>>32)&hw.TxStatDD == 0 {
 		return false
 	}
 	dmasync.Observe()
@@ -350,7 +376,20 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	old := t.s.Tail
 	sent := 0
 	var err error
+	maxFrame := n.opts.MaxFrame
 	for _, b := range bufs {
+		// The common frame: one buffer of a pool the NIC may read, of a
+		// length the NIC takes, nothing attached, no checksum asked: one
+		// data descriptor, checked and written here.
+		if l := len(b.Data); free > 0 && b.Next == nil && b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) == 0 &&
+			l >= 14 && l <= maxFrame && t.pools.OK(b) {
+			if ext, _ := b.Attached(); ext == nil {
+				t.put(hw.DataTx(b.IOVA(), l, hw.TxCmdEOP|hw.TxCmdIFCS, uint32(l)<<hw.TxPaylenShift), b, false)
+				free--
+				sent++
+				continue
+			}
+		}
 		if err = t.reject(sent, b); err != nil {
 			t.rejected.Add(1)
 			break
@@ -403,7 +442,9 @@ func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
 	}
 	// Plain stores: the NIC reads no descriptor past TDT, and the TDT
 	// write (an uncached MMIO store, or the model's lock) comes after.
-	d.Encode(t.desc(slot))
+	w := &t.d[slot]
+	binary.LittleEndian.PutUint64(w[0:8], d.Addr)
+	binary.LittleEndian.PutUint64(w[8:16], uint64(d.CmdType)|uint64(d.Olinfo)<<32)
 }
 
 // offload prepares the checksums an IPv4 frame asks for: the IP checksum

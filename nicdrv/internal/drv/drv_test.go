@@ -68,6 +68,44 @@ func TestRxFill(t *testing.T) {
 	}
 }
 
+// With one pool, RxFill keeps the buffers slots still hold, fills the
+// empty ones in ring order, stops at the first it cannot fill, counts only
+// what the empty slots lacked, and gives back the buffers it took beyond
+// what the empty slots needed.
+func TestRxFillOnePool(t *testing.T) {
+	p := newPools(t, drv.PoolsOptions{Queues: 1, Buffers: 5})
+	var noBuf atomic.Uint64
+	var encoded []uint32
+	f := drv.NewRxFill(8, []*nicdrv.Pool{p.Packet[0]}, &noBuf, func(s uint32) { encoded = append(encoded, s) })
+	if tail := f.Fill(6, 1); tail != 1 || noBuf.Load() != 0 || len(encoded) != 3 {
+		t.Fatalf("Fill(6, 1): tail %d, short %d, encoded %v; want 1, 0, [6 7 0]", tail, noBuf.Load(), encoded)
+	}
+	kept := f.Bufs[0][7]
+	b6, b0 := f.Bufs[0][6], f.Bufs[0][0]
+	f.Bufs[0][6], f.Bufs[0][0] = nil, nil // slot 7 keeps its buffer
+	if err := p.Packet[0].Free(b6, b0); err != nil {
+		t.Fatal(err)
+	}
+	encoded = encoded[:0]
+	// Slots 6..4 (7 slots, 6 empty) with 4 buffers free.
+	tail := f.Fill(6, 5)
+	if f.Bufs[0][7] != kept {
+		t.Error("slot 7's buffer was replaced")
+	}
+	if want := []uint32{6, 7, 0, 1, 2}; tail != 3 || len(encoded) != len(want) {
+		t.Fatalf("Fill(6, 5) with 4 free for 6 empty slots: tail %d, encoded %v; want 3, %v", tail, encoded, want)
+	}
+	if noBuf.Load() != 2 {
+		t.Errorf("short %d, want 2 (slots 3 and 4)", noBuf.Load())
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Packet[0].Available() != 5 {
+		t.Errorf("after Release: %d free, want 5", p.Packet[0].Available())
+	}
+}
+
 // TxSlots asks for a write-back every RSEvery descriptors and on request,
 // and reclaims exactly the slots up to a mark the NIC reports done.
 func TestTxSlots(t *testing.T) {

@@ -47,6 +47,9 @@ func (f *RxFill) Fill(tail, stop uint32) uint32 {
 	if want == 0 {
 		return tail
 	}
+	if len(f.Bufs) == 1 {
+		return f.fill1(tail, want)
+	}
 	// Count what each array needs, take it from its pool in one Alloc.
 	var got [2][]*nicdrv.Buffer
 	off := 0
@@ -96,6 +99,50 @@ fill:
 	return s
 }
 
+// fill1 is Fill for one buffer per slot, in one pass: it takes a buffer
+// for each of the want slots from the pool at once (the slots are empty
+// but after a refill cut short or a dropped descriptor, so the guess is
+// nearly always right), fills the empty slots in ring order and gives back
+// what is left over.
+func (f *RxFill) fill1(tail, want uint32) uint32 {
+	bufs := f.Bufs[0]
+	got := f.scratch[:want]
+	k, _ := f.Pools[0].Alloc(got)
+	got = got[:k]
+	used := 0
+	s := tail
+	for i := uint32(0); i < want; i++ {
+		if bufs[s] == nil {
+			if used == len(got) {
+				// The pool ran short: count what the rest of the
+				// slots lack.
+				short := uint64(0)
+				for j, c := i, s; j < want; j++ {
+					if bufs[c] == nil {
+						short++
+					}
+					if c++; c == f.Size {
+						c = 0
+					}
+				}
+				f.NoBuf.Add(short)
+				break
+			}
+			bufs[s] = got[used]
+			used++
+		}
+		f.Encode(s)
+		if s++; s == f.Size {
+			s = 0
+		}
+	}
+	if rest := got[used:]; len(rest) > 0 {
+		_ = f.Pools[0].Free(rest...)
+	}
+	clear(got)
+	return s
+}
+
 // Release gives back every buffer in the slots (Close, once the NIC is
 // quiet).
 func (f *RxFill) Release() error {
@@ -139,14 +186,13 @@ type TxSlots struct {
 	marks    []uint32
 	markHead int
 	markN    int
-	scratch  []*nicdrv.Buffer
 }
 
 // NewTxSlots makes the bookkeeping of a ring of size slots; RS every 32
 // descriptors, or a quarter of a smaller ring.
 func NewTxSlots(size uint32, pool *nicdrv.Pool, done func(s uint32) bool) *TxSlots {
 	return &TxSlots{Size: size, Slot: make([]*nicdrv.Buffer, size), RSEvery: max(1, min(32, size/4)),
-		Done: done, Pool: pool, marks: make([]uint32, size), scratch: make([]*nicdrv.Buffer, size)}
+		Done: done, Pool: pool, marks: make([]uint32, size)}
 }
 
 // Free is the number of slots free for new descriptors.
@@ -179,37 +225,38 @@ func (t *TxSlots) Put(b *nicdrv.Buffer, rs bool) (slot uint32, askRS bool) {
 
 // Reclaim frees the buffers of every descriptor the NIC has finished: those
 // up to and including each marked slot Done reports, oldest first, with one
-// Free.
+// Free per run of slots (two when the run wraps).
 func (t *TxSlots) Reclaim() {
-	k := 0
+	from := t.Clean
 	for t.markN > 0 {
 		m := t.marks[t.markHead]
 		if !t.Done(m) {
 			break
 		}
-		for {
-			c := t.Clean
-			if b := t.Slot[c]; b != nil {
-				t.scratch[k] = b
-				k++
-				t.Slot[c] = nil
-			}
-			if t.Clean++; t.Clean == t.Size {
-				t.Clean = 0
-			}
-			if c == m {
-				break
-			}
+		if t.Clean = m + 1; t.Clean == t.Size {
+			t.Clean = 0
 		}
 		if t.markHead++; t.markHead == len(t.marks) {
 			t.markHead = 0
 		}
 		t.markN--
 	}
-	if k > 0 {
-		_ = t.Pool.Free(t.scratch[:k]...)
-		clear(t.scratch[:k])
+	to := t.Clean
+	if from == to {
+		return
 	}
+	if from > to {
+		t.free(t.Slot[from:])
+		from = 0
+	}
+	t.free(t.Slot[from:to])
+}
+
+// free gives back the buffers of a run of slots (nil entries are the
+// frames' other descriptors) and empties the run.
+func (t *TxSlots) free(run []*nicdrv.Buffer) {
+	_ = t.Pool.Free(run...)
+	clear(run)
 }
 
 // Release gives back every buffer still in a slot (Close, once the NIC is
