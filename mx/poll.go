@@ -233,6 +233,8 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			b.waitSlept.Add(1)
 		}
 	}()
+	// deferred: the last clock reading left the timers to this one (below).
+	deferred := false
 	kicked, yield := false, false
 	var seen int64 // the clock as this waiter last read it (every 16 looks), 0: not yet
 	for i := 0; ; i++ {
@@ -288,9 +290,12 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// A reading long after the last one: this waiter was
 			// descheduled (or handled a large batch), and the answers
 			// to what the timers would resend may wait in its sources.
-			// It looks at them first, and at the deadlines 16 looks on.
-			late := seen != 0 && now-seen >= int64(schedFloor)
+			// It looks at them first, and at the deadlines at the next
+			// reading, whatever that one shows (a waiter that yields
+			// between looks may find every reading late).
+			late := seen != 0 && now-seen >= int64(schedFloor) && !deferred
 			seen = now
+			deferred = late
 			// Retransmission deadlines: no timer wakes a board whose
 			// waiters hold every P (finetimer.go).
 			if !late {
