@@ -236,6 +236,8 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			b.waitSlept.Add(1)
 		}
 	}()
+	// deferred: the last clock reading left the timers to this one (below).
+	deferred := false
 	kicked, yield := false, false
 	// yieldAll: the node is oversubscribed (oversub.go): give the CPU
 	// away after every empty look, and read the clock at every look,
@@ -295,9 +297,12 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// A reading long after the last one: this waiter was
 			// descheduled (or handled a large batch), and the answers
 			// to what the timers would resend may wait in its sources.
-			// It looks at them first, and at the deadlines 16 looks on.
-			late := seen != 0 && now-seen >= int64(schedFloor)
+			// It looks at them first, and at the deadlines at the next
+			// reading, whatever that one shows (a waiter that yields
+			// between looks may find every reading late).
+			late := seen != 0 && now-seen >= int64(schedFloor) && !deferred
 			seen = now
+			deferred = late
 			// Retransmission deadlines: no timer wakes a board whose
 			// waiters hold every P (finetimer.go).
 			if !late {
