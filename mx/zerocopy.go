@@ -288,6 +288,11 @@ func (z *zeroCopy) release(zs *zcSend) {
 	for i, ent := range zs.ents {
 		if ent != nil {
 			z.cache.Put(ent)
+			if rg := ent.Mapping(); !rg.InPlace() {
+				// A region the transport copies maps nothing: kept, it
+				// would only keep the application's memory alive.
+				z.cache.Invalidate(rg.Bytes())
+			}
 			zs.ents[i] = nil
 		}
 	}
