@@ -42,7 +42,10 @@ import (
 
 // DefaultPullEngineMin is the default of BoardOptions.PullEngineMin: seed
 // 003, Table I's switch to the engine at 2 MiB (below it, the receiver's
-// caches make the CPU copy faster).
+// caches make the CPU copy faster). The emulated CBDMA and DSA engines,
+// whose copies are goroutines on the receiver's own CPUs, pay at no size
+// from 256 KiB to 4 MiB (BenchmarkPullEngine; docs/zero-copy.md), so they
+// cannot place the switch lower.
 const DefaultPullEngineMin = 2 << 20
 
 // DefaultPullEngineFrag is the default of BoardOptions.PullEngineFrag: a

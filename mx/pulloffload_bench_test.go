@@ -9,13 +9,15 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/ioat"
+	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/transport/loopback"
 )
 
-// BenchmarkPullEngine measures large messages pulled over the network path
-// with the receiver's pull-reply copies done by the CPU ("cpu") or by the
-// copy engine from held transport frames ("engine"), on the loopback wire
-// (9 KB frames) and the UDP transport (1.4 KB frames). It reports the
+// BenchmarkPullEngine measures large messages (256 KiB, 1 MiB, 4 MiB)
+// pulled over the network path with the receiver's pull-reply copies done
+// by the CPU ("cpu") or by a copy engine from held transport frames, the
+// emulated CBDMA ("cbdma") or DSA ("dsa"), on the loopback wire (9 KB
+// frames), the UDP transport and the emulated 82574L pair (1.4 KB frames). It reports the
 // one-way bandwidth (MB/s), the time per message (us/msg), the time the
 // receiver's progress goroutine spent on the copies per message
 // (rx-copy-us/msg: the copy itself for the CPU; holding, starting, reaping
@@ -33,27 +35,12 @@ func BenchmarkPullEngine(b *testing.B) {
 				tf = f
 			}
 		}
-		for _, size := range []int{1 << 20, 4 << 20} {
-			for _, engine := range []bool{false, true} {
-				name := "cpu"
-				if engine {
-					name = "engine"
-				}
-				b.Run(fmt.Sprintf("%s/%dKiB/%s", wire, size>>10, name), func(b *testing.B) {
-					plat, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: 2})
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.Cleanup(func() { plat.Close() })
-					eo := ioat.DefaultEngineOptions()
-					eo.CPUThreshold = -1
-					eng, err := ioat.NewEngine(plat.Devices(), eo)
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.Cleanup(func() { eng.Close() }) // after the boards' (newPair's) cleanup
+		for _, size := range []int{256 << 10, 1 << 20, 4 << 20} {
+			for _, engine := range []string{"cpu", "cbdma", "dsa"} {
+				b.Run(fmt.Sprintf("%s/%dKiB/%s", wire, size>>10, engine), func(b *testing.B) {
+					eng := benchEngine(b, engine)
 					oa, ob := fastOptions(), fastOptions()
-					if engine {
+					if eng != nil {
 						ob.Local.Engine = eng
 						ob.PullEngineMin = 64 << 10
 					}
@@ -86,10 +73,12 @@ func BenchmarkPullEngine(b *testing.B) {
 					b.ReportMetric(float64(copyNs)/1e3/float64(b.N), "rx-copy-us/msg")
 					b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/msg")
 					c := pr.b.Counters()
-					if engine && c.Get(RecvPullEngine) == 0 || !engine && c.Get(RecvPullEngine) != 0 {
+					if eng != nil && c.Get(RecvPullEngine) == 0 || eng == nil && c.Get(RecvPullEngine) != 0 {
 						b.Fatalf("wrong strategy ran: %d replies by the engine", c.Get(RecvPullEngine))
 					}
-					b.ReportMetric(float64(eng.CacheStats().Misses)/float64(b.N+1), "maps/msg")
+					if eng != nil {
+						b.ReportMetric(float64(eng.CacheStats().Misses)/float64(b.N+1), "maps/msg")
+					}
 					if n := c.Get(PullEngineFallbacks); n != 0 {
 						b.ReportMetric(float64(n)/float64(b.N), "fallbacks/msg")
 					}
@@ -99,6 +88,39 @@ func BenchmarkPullEngine(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchEngine returns a copy engine over two channels of the emulated
+// CBDMA ("cbdma") or two work queues of the emulated DSA ("dsa"), closed
+// after the boards (newPair's cleanup runs first), or nil for "cpu".
+func benchEngine(b *testing.B, model string) *ioat.Engine {
+	var devs []pci.Device
+	switch model {
+	case "cpu":
+		return nil
+	case "cbdma":
+		plat, err := emulated.NewCBDMA(emulated.CBDMAOptions{Channels: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { plat.Close() })
+		devs = plat.Devices()
+	case "dsa":
+		plat, err := emulated.NewDSA(emulated.DSAOptions{Engines: 2, Groups: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { plat.Close() })
+		devs = plat.Devices()
+	}
+	eo := ioat.DefaultEngineOptions()
+	eo.CPUThreshold = -1
+	eng, err := ioat.NewEngine(devs, eo)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { eng.Close() })
+	return eng
 }
 
 // cpuTime is the process's user and system CPU time so far.

@@ -25,8 +25,11 @@ import (
 //     trailer (the trailer follows the payload, and only the CPU could
 //     write it there: a peer that negotiated the trailer gets copies), and
 //     goes out on the board's own transport, not the host's shared memory.
-//     Anything else is copied, as before, and counted as such
-//     (copystats.go).
+//     A region that takes a head but copies (xdp outside its UMEM, the
+//     nic transport over usbnet) carries the reply too: the transport's
+//     one copy, counted as the transport's, replaces mx's gather and the
+//     transport's copy. Anything else is gathered and copied, and counted
+//     as such (copystats.go).
 //   - Completion. A large send completes on the receiver's NOTIFY, or
 //     fails; either way the NIC may still hold descriptors that point into
 //     its memory (a re-requested frame still in the TX ring). Such a send
@@ -285,6 +288,11 @@ func (z *zeroCopy) release(zs *zcSend) {
 	for i, ent := range zs.ents {
 		if ent != nil {
 			z.cache.Put(ent)
+			if rg := ent.Mapping(); !rg.InPlace() {
+				// A region the transport copies maps nothing: kept, it
+				// would only keep the application's memory alive.
+				z.cache.Invalidate(rg.Bytes())
+			}
 			zs.ents[i] = nil
 		}
 	}

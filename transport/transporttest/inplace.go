@@ -293,6 +293,9 @@ func (s *suite) holdRefused(t *testing.T) {
 
 // sendInPlace sends frames from a registered region: byte-exact, Pending
 // back to zero (completion) before the memory is reused, copies honest.
+// A region that takes a head (Region.TakesHead) sends a last round whose
+// frames carry their first 8 bytes in Frame.Head and the rest from the
+// region: each arrives as Head followed by Data.
 func (s *suite) sendInPlace(t *testing.T) {
 	a, b := s.pair(t)
 	const frames = 32
@@ -312,12 +315,21 @@ func (s *suite) sendInPlace(t *testing.T) {
 			fill(mem[i*holdSize:(i+1)*holdSize], h.key(round*frames+i))
 		}
 	}
-	for round := range 3 {
+	rounds, heads := 3, r.TakesHead()
+	if heads {
+		rounds++
+	}
+	for round := range rounds {
 		lo, hi := round*frames, (round+1)*frames
 		refill(round)
 		batch := make([]transport.Frame, frames)
 		for i := range batch {
 			batch[i] = r.Frame(b.Addr(), i*holdSize, holdSize)
+			if round == 3 {
+				// The key in the head, the rest from the region.
+				batch[i] = r.Frame(b.Addr(), i*holdSize+8, holdSize-8)
+				batch[i].Head = content(holdSize, h.key(round*frames+i))[:8]
+			}
 		}
 		for tries := 0; ; tries++ {
 			if n, err := a.Send(batch); n != frames || err != nil {
@@ -345,7 +357,8 @@ func (s *suite) sendInPlace(t *testing.T) {
 		h.check("sent from a region")
 		h.releaseAll()
 		for i := range frames {
-			if !s.matches(mem[i*holdSize:(i+1)*holdSize], content(holdSize, h.key(round*frames+i))) {
+			if want := content(holdSize, h.key(round*frames+i)); round == 3 && !s.matches(mem[i*holdSize+8:(i+1)*holdSize], want[8:]) ||
+				round < 3 && !s.matches(mem[i*holdSize:(i+1)*holdSize], want) {
 				t.Fatalf("round %d: sending changed the region's frame %d", round, i)
 			}
 		}
