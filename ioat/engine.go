@@ -90,6 +90,12 @@ type Queue interface {
 	// EnqueueFill adds a fill with a 64-bit pattern; ErrNoFill when the
 	// hardware has none.
 	EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, tag uint64) error
+	// EnqueueCompare adds a compare of two buffers and EnqueueCRC a
+	// CRC-32C generation; their Completion carries the result.
+	// pci.ErrNotSupported when the hardware has none (CBDMA, or a DSA
+	// whose OPCAP lacks the operation).
+	EnqueueCompare(a *pci.Mapping, aOff int, b *pci.Mapping, bOff, n int, tag uint64) error
+	EnqueueCRC(src *pci.Mapping, srcOff, n int, seed uint32, tag uint64) error
 	// EnqueueNull adds an operation that moves nothing and completes in
 	// order.
 	EnqueueNull(tag uint64) error
