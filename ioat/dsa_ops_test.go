@@ -1,6 +1,7 @@
 package ioat
 
 import (
+	"context"
 	"errors"
 	"hash/crc32"
 	"math/rand"
@@ -187,5 +188,61 @@ func TestUserWQCompareCRCFault(t *testing.T) {
 	}
 	if f := q.Stats().PageFaults - before; f < 2 {
 		t.Errorf("PageFaults grew by %d, want at least 2", f)
+	}
+}
+
+// TestEngineCompareCRC runs Compare and CRC32C (and their I-variants)
+// through an Engine over DSA work queues, then over one whose OPCAP lacks
+// them and over CBDMA channels, where the CPU computes them; the results
+// agree with bytes and hash/crc32 everywhere.
+func TestEngineCompareCRC(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		b       backend
+		offload bool
+	}{
+		{"dsa", dsaBackend(emulated.DSAOptions{}), true},
+		{"dsa-without", dsaBackend(emulated.DSAOptions{NoCompare: true, NoCRC: true}), false},
+		{"cbdma", emulatedBackend(emulated.CBDMAOptions{}), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, _ := newEngine(t, c.b, 2, offloadAll())
+			r := rand.New(rand.NewSource(3))
+			a := make([]byte, 1<<20)
+			r.Read(a)
+			b := make([]byte, len(a))
+			cpu := e.CPUCopies()
+			for i := 0; i < 12; i++ {
+				n := 1 + r.Intn(len(a))
+				copy(b, a)
+				want := -1
+				if i%3 != 0 {
+					want = r.Intn(n)
+					b[want] ^= 0x80
+				}
+				got, err := e.Compare(a[:n], b[:n])
+				if err != nil || got != want {
+					t.Fatalf("Compare of %d bytes: %d, %v; want %d", n, got, err, want)
+				}
+				seed := r.Uint32()
+				crc, err := e.CRC32C(seed, a[:n])
+				if w := crc32.Update(seed, castagnoliTab, a[:n]); err != nil || crc != w {
+					t.Fatalf("CRC32C of %d bytes: %#x, %v; want %#x", n, crc, err, w)
+				}
+				ck, err := e.ICRC32C(0, b[:n])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Wait(context.Background(), ck); err != nil || ck.CRC() != crc32.Checksum(b[:n], castagnoliTab) {
+					t.Fatalf("ICRC32C: %#x, %v", ck.CRC(), err)
+				}
+			}
+			if used := e.CPUCopies() - cpu; c.offload != (used == 0) {
+				t.Fatalf("the CPU computed %d of the requests (offload expected: %v)", used, c.offload)
+			}
+			if _, err := e.Compare(a[:10], b[:11]); !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("Compare of unequal lengths: %v, want ErrBadRequest", err)
+			}
+		})
 	}
 }

@@ -206,6 +206,10 @@ type echan struct {
 	failed map[uint64]error
 	sizes  []int64 // bytes of outstanding requests, in tag order
 	comps  [64]Completion
+	// want marks the tags of compares and CRCs whose Completion
+	// reapLocked keeps in results, until Check takes it.
+	want    map[uint64]bool
+	results map[uint64]Completion
 
 	// The waiters sleeping on the channel's interrupt (sleep). One of
 	// them at a time, the sleeper, waits on the eventfd; the others wait
