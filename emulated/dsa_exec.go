@@ -300,34 +300,71 @@ func (d *dsaDevice) compare(a, b uint64, n int, c *dsahw.Completion) {
 	defer d.f.dom.runlock()
 	x, xok, ok1 := d.span(a, n, false)
 	y, yok, ok2 := d.span(b, n, false)
-	if !ok1 || !ok2 {
-		if xok <= yok {
-			pageFault(c, 0, a, false)
-		} else {
-			pageFault(c, 0, b, false)
-		}
-		return
-	}
-	for i := range x {
-		if x[i] != y[i] {
+	if ok1 && ok2 {
+		if i := firstDiff(x, y); i >= 0 {
 			c.Result, c.Bytes = 1, uint32(i)
 			d.nBytes.Add(uint64(i))
 			return
 		}
+		d.nBytes.Add(uint64(n))
+		return
 	}
-	d.nBytes.Add(uint64(n))
+	// Partial completion: the bytes both buffers reach, page by page; a
+	// difference there completes the compare, else the fault where the
+	// first of them stops.
+	k := min(xok, yok)
+	for done := 0; done < k; {
+		l := min(k-done, int(pageSize-(a+uint64(done))%pageSize), int(pageSize-(b+uint64(done))%pageSize))
+		px, _ := d.f.dom.translate(a+uint64(done), l, false, &d.hint)
+		py, _ := d.f.dom.translate(b+uint64(done), l, false, &d.hint)
+		if i := firstDiff(px, py); i >= 0 {
+			c.Result, c.Bytes = 1, uint32(done+i)
+			d.nBytes.Add(uint64(done + i))
+			return
+		}
+		done += l
+	}
+	if xok <= yok {
+		pageFault(c, k, a+uint64(k), false)
+	} else {
+		pageFault(c, k, b+uint64(k), false)
+	}
+	d.nBytes.Add(uint64(k))
 }
 
+// firstDiff returns the index of the first byte where x and y (of equal
+// length) differ, or -1.
+func firstDiff(x, y []byte) int {
+	for i := range x {
+		if x[i] != y[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// crc generates the CRC-32C of n bytes at src from seed. On a fault it
+// reports the bytes done and their CRC in the record, from which the
+// rest can go on.
 func (d *dsaDevice) crc(src uint64, n int, seed uint32, c *dsahw.Completion) {
 	d.f.dom.rlock()
 	defer d.f.dom.runlock()
-	s, _, ok := d.span(src, n, false)
-	if !ok {
-		pageFault(c, 0, src, false)
+	s, sok, ok := d.span(src, n, false)
+	if ok {
+		c.CRC = uint64(dsahw.CRC32C(seed, s))
+		d.nBytes.Add(uint64(n))
 		return
 	}
-	c.CRC = uint64(dsahw.CRC32C(seed, s))
-	d.nBytes.Add(uint64(n))
+	crc := seed
+	for done := 0; done < sok; {
+		l := min(sok-done, int(pageSize-(src+uint64(done))%pageSize))
+		p, _ := d.f.dom.translate(src+uint64(done), l, false, &d.hint)
+		crc = dsahw.CRC32C(crc, p)
+		done += l
+	}
+	pageFault(c, sok, src+uint64(sok), false)
+	c.CRC = uint64(crc)
+	d.nBytes.Add(uint64(sok))
 }
 
 // batch runs the descriptor list of a batch descriptor in order. Its own

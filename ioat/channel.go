@@ -117,8 +117,11 @@ type Info struct {
 	// MaxTransfer is the largest transfer per descriptor (2^XFERCAP).
 	MaxTransfer int
 	Fill        bool
-	RingSize    int
-	Interrupts  bool
+	// Compare and CRC say whether the queue offers memory compare and
+	// CRC generation (a DSA whose OPCAP has them; never CBDMA).
+	Compare, CRC bool
+	RingSize     int
+	Interrupts   bool
 	// WasInUse is set when CHANCTRL.IN_USE was already claimed at open
 	// and Options.TakeOver took the channel over: a previous owner did not
 	// release it (it crashed, or another driver holds it).
@@ -181,6 +184,14 @@ type Completion struct {
 	// Err is nil on success, a *ChanError when the engine refused the
 	// request, or ErrClosed when the channel closed first.
 	Err error
+	// Differ and Offset are the outcome of a compare (WQ.EnqueueCompare):
+	// whether the buffers differ, and the offset of the first byte that
+	// does. Both are zero for other requests.
+	Differ bool
+	Offset int
+	// CRC is the CRC-32C of a CRC generation (WQ.EnqueueCRC); zero for
+	// other requests.
+	CRC uint32
 }
 
 // slot is the driver's record of one ring entry.
@@ -188,11 +199,29 @@ type slot struct {
 	tag     uint64
 	opFirst uint64 // ring index of the request's first descriptor
 	last    bool   // last descriptor of its request
-	op      uint8  // 0 copy, 1 fill, 2 null
+	op      uint8  // opCopy, opFill, opNull, opCompare, opCRC
 	failed  error  // set when the request failed
+	// A compare or CRC descriptor's part of its request: off is where
+	// its bytes start in the request (plus the bytes a page fault's
+	// partial completion already covered, for a compare), n how many it
+	// covers, res its record's result (the first difference, or the CRC)
+	// and differ the compare's verdict.
+	off    uint64
+	n      uint32
+	res    uint32
+	differ bool
 }
 
-var opNames = [...]string{"copy", "fill", "null"}
+// Slot kinds (slot.op).
+const (
+	opCopy = iota
+	opFill
+	opNull
+	opCompare
+	opCRC
+)
+
+var opNames = [...]string{"copy", "fill", "null", "compare", "crc"}
 
 func (c *Channel) domain() pci.DMA { return c.dev.DMA() }
 

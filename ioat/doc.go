@@ -5,7 +5,7 @@
 // bound to vfio-pci or an in-process model from package emulated, which
 // the driver cannot tell apart. On top of them it offers the asynchronous
 // memory-copy API of the paper the project follows: Copy, ICopy, Check
-// and Wait.
+// and Wait, with Fill, Compare and CRC32C beside it.
 //
 // # Layers
 //
@@ -43,8 +43,12 @@
 // descriptor with a 64-byte write (pci.Registers.WritePortal, MOVDIR64B)
 // and reads a 32-byte completion record per posting; it keeps no more
 // postings outstanding than the WQ's size, since the device drops one
-// past that without a trace. docs/dsa.md describes the DSA driver and how
-// to configure a real DSA.
+// past that without a trace. Where OPCAP has them, a WQ also compares
+// two buffers and generates CRC-32C, the result in the Completion
+// (Differ, Offset; CRC); Engine.Compare and Engine.CRC32C run them on
+// a work queue that can, or on the CPU when none can (CBDMA has
+// neither). docs/dsa.md describes the DSA driver and how to configure a
+// real DSA.
 //
 // # A channel's life
 //

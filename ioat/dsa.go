@@ -289,6 +289,9 @@ type WQ struct {
 	shared    bool
 	redo      []uint64 // ring indexes to re-run after a page fault, oldest first
 	redoTries int      // faults of redo[0] so far
+	// acc gathers, in deliver, the result of a compare or CRC request
+	// whose descriptors complete one by one.
+	acc       Completion
 	closing   bool
 	fullSince time.Time // when a shared WQ began refusing, none of ours in it
 
@@ -306,7 +309,8 @@ var _ Queue = (*WQ)(nil)
 func newWQ(d *dsaDevice, idx, nWQ, size int, xferShift, batchShift uint, o Options) (*WQ, error) {
 	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift, dma: d.dev.DMA()}
 	q.info = Info{Addr: d.addr, Index: idx, Channels: nWQ, Platform: hw.Platform(d.name),
-		MaxTransfer: q.maxXfer, Fill: dsahw.HasOp(d.opcap, dsahw.OpFill), RingSize: o.RingSize}
+		MaxTransfer: q.maxXfer, Fill: dsahw.HasOp(d.opcap, dsahw.OpFill),
+		Compare: dsahw.HasOp(d.opcap, dsahw.OpCompare), CRC: dsahw.HasOp(d.opcap, dsahw.OpCRCGen), RingSize: o.RingSize}
 	if id, err := pci.ReadID(d.dev); err == nil {
 		q.info.Device = id.Device
 	}

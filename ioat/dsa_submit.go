@@ -77,6 +77,91 @@ func (q *WQ) EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, tag ui
 	return q.enqueue(dsahw.OpFill, dst, dstOff, nil, 0, n, pattern, tag)
 }
 
+// EnqueueCompare adds a compare of n bytes of a at aOff with b at bOff,
+// split like EnqueueCopy. Its Completion says whether they differ and
+// where (Differ, Offset: the first byte that differs). It fails with
+// pci.ErrNotSupported when OPCAP lacks compare.
+func (q *WQ) EnqueueCompare(a *pci.Mapping, aOff int, b *pci.Mapping, bOff, n int, tag uint64) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if !q.info.Compare {
+		return opErr(q.d.addr, "compare", fmt.Errorf("%w: the device's OPCAP lacks memory compare (opcode 0x05): compare on the CPU (bytes.Equal)", pci.ErrNotSupported))
+	}
+	if err := checkRange("compare first buffer", a, aOff, n); err != nil {
+		return err
+	}
+	if err := checkRange("compare second buffer", b, bOff, n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return q.EnqueueNull(tag)
+	}
+	return q.enqueueResult(dsahw.OpCompare, opCompare, a, aOff, b, bOff, n, 0, tag)
+}
+
+// EnqueueCRC adds a CRC-32C (Castagnoli) generation over n bytes of src
+// at srcOff, continuing from seed as crc32.Update does (0 starts a fresh
+// CRC). Its Completion carries the CRC. A request longer than one
+// descriptor runs as several, the first from seed and the others from
+// 0, and Poll combines their CRCs. It fails with pci.ErrNotSupported
+// when OPCAP lacks CRC generation.
+func (q *WQ) EnqueueCRC(src *pci.Mapping, srcOff, n int, seed uint32, tag uint64) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if !q.info.CRC {
+		return opErr(q.d.addr, "crc", fmt.Errorf("%w: the device's OPCAP lacks CRC generation (opcode 0x10): compute it on the CPU (hash/crc32)", pci.ErrNotSupported))
+	}
+	if err := checkRange("CRC source", src, srcOff, n); err != nil {
+		return err
+	}
+	if n == 0 {
+		if err := q.EnqueueNull(tag); err != nil {
+			return err
+		}
+		s := &q.slots[(q.head-1)&q.mask]
+		s.op, s.res = opCRC, seed // no descriptor runs: the CRC of nothing is the seed
+		return nil
+	}
+	return q.enqueueResult(dsahw.OpCRCGen, opCRC, src, srcOff, nil, 0, n, seed, tag)
+}
+
+// enqueueResult enqueues a compare (b set) or a CRC (b nil) in
+// descriptors within the transfer limit and IOVA-contiguous. Each asks
+// for its own completion record, where the device writes its result;
+// post never puts them in a batch.
+func (q *WQ) enqueueResult(op, kind uint8, a *pci.Mapping, aOff int, b *pci.Mapping, bOff, n int, seed uint32, tag uint64) error {
+	need := 0
+	for done := 0; done < n; need++ {
+		l, _, _, err := q.chunk(a, aOff+done, b, bOff+done, n-done)
+		if err != nil {
+			return err
+		}
+		done += l
+	}
+	if need > q.Free() {
+		return ErrRingFull
+	}
+	first := q.head
+	le := binary.LittleEndian
+	for done := 0; done < n; {
+		l, x, y, _ := q.chunk(a, aOff+done, b, bOff+done, n-done)
+		i := q.head & q.mask
+		q.put(op, x, y, uint32(l), tag, first, done+l == n, kind)
+		d := q.ring[i*dsahw.DescSize:]
+		le.PutUint32(d[dsahw.DescOffFlags:], uint32(op)<<24|dsahw.FlagCRAV) // reads only: no cache control
+		sd := uint64(0)
+		if kind == opCRC && done == 0 {
+			sd = uint64(seed)
+		}
+		le.PutUint64(d[dsahw.DescOffCRCSeed:], sd)
+		q.slots[i].off, q.slots[i].n = uint64(done), uint32(l)
+		done += l
+	}
+	return nil
+}
+
 // EnqueueNull adds a no-op descriptor that completes in order.
 func (q *WQ) EnqueueNull(tag uint64) error {
 	if err := q.usable(); err != nil {
@@ -193,6 +278,7 @@ func (q *WQ) post() {
 		first := q.posted
 		n := uint64(1)
 		for first+n < q.head && int(n) < q.maxBatch && (first+n)&q.mask != 0 &&
+			q.slots[first&q.mask].op < opCompare && q.slots[(first+n)&q.mask].op < opCompare &&
 			q.slotIOVA[(first+n)&q.mask] == q.slotIOVA[first&q.mask]+n*dsahw.DescSize {
 			n++
 		}
@@ -286,6 +372,14 @@ func (q *WQ) Poll(out []Completion) int {
 		}
 		if st != dsahw.StatusSuccess && st != dsahw.StatusSuccessPred && !q.units[ui].redo {
 			q.unitFailed(u, rec, st)
+		}
+		if s := &q.slots[u.first&q.mask]; u.n == 1 && s.op >= opCompare && s.n > 0 &&
+			(st == dsahw.StatusSuccess || st == dsahw.StatusSuccessPred) {
+			c, _ := dsahw.DecodeCompletion(rec)
+			s.differ, s.res = c.Result != 0, c.Bytes
+			if s.op == opCRC {
+				s.res = uint32(c.CRC)
+			}
 		}
 		q.units[ui].redo = false
 		q.uTail++
@@ -397,12 +491,19 @@ func (q *WQ) stallCheck() {
 func (q *WQ) deliver(out []Completion) int {
 	n := 0
 	for n < len(out) && q.reaped < q.tail {
-		s := &q.slots[q.reaped&q.mask]
+		k := q.reaped
+		s := &q.slots[k&q.mask]
 		q.reaped++
+		if s.op >= opCompare {
+			q.gather(k, s)
+		}
 		if !s.last {
 			continue
 		}
 		out[n] = Completion{Tag: s.tag, Err: s.failed}
+		if s.op >= opCompare {
+			out[n].Differ, out[n].Offset, out[n].CRC = q.acc.Differ, q.acc.Offset, q.acc.CRC
+		}
 		n++
 		q.stats.Ops++
 		if s.failed != nil {
@@ -410,4 +511,21 @@ func (q *WQ) deliver(out []Completion) int {
 		}
 	}
 	return n
+}
+
+// gather adds ring index k's result to its request's: a compare reports
+// its first descriptor that found a difference; a CRC combines its
+// descriptors' CRCs in order.
+func (q *WQ) gather(k uint64, s *slot) {
+	if k == s.opFirst {
+		q.acc = Completion{}
+	}
+	switch {
+	case s.op == opCompare && s.differ && !q.acc.Differ:
+		q.acc.Differ, q.acc.Offset = true, int(s.off)+int(s.res)
+	case s.op == opCRC && k == s.opFirst:
+		q.acc.CRC = s.res
+	case s.op == opCRC:
+		q.acc.CRC = crc32cCombine(q.acc.CRC, s.res, uint64(s.n))
+	}
 }

@@ -187,7 +187,8 @@ func OpenUserWQ(name string, o UserOptions) (_ *WQ, err error) {
 		maxBatch: int(max(min(wq.MaxBatchSize, 1024), 1)), dma: o.DMA, shared: !wq.Dedicated(),
 		user: &userWQ{portal: portal, dev: *dev, wq: *wq, dir: dir}}
 	q.info = Info{Addr: addr, Index: wq.Index, Channels: len(dev.WQs), Platform: hw.Platform("DSA (kernel " + dev.Name + "/" + wq.Name + ")"),
-		MaxTransfer: maxXfer, Fill: dev.HasOp(dsahw.OpFill), RingSize: o.RingSize}
+		MaxTransfer: maxXfer, Fill: dev.HasOp(dsahw.OpFill),
+		Compare: dev.HasOp(dsahw.OpCompare), CRC: dev.HasOp(dsahw.OpCRCGen), RingSize: o.RingSize}
 	if err := q.allocRing(); err != nil {
 		return nil, err
 	}
@@ -353,7 +354,19 @@ func (q *WQ) fixFault(k uint64, rec []byte) bool {
 		src += uint64(c.Bytes)
 	}
 	le.PutUint64(b[dsahw.DescOffSrc:], src)
-	le.PutUint64(b[dsahw.DescOffDst:], le.Uint64(b[dsahw.DescOffDst:])+uint64(c.Bytes))
+	switch op {
+	case dsahw.OpCRCGen:
+		// The rest continues from the CRC of the bytes done; the
+		// destination field is unused.
+		if c.Bytes > 0 {
+			le.PutUint64(b[dsahw.DescOffCRCSeed:], uint64(uint32(c.CRC)))
+		}
+	case dsahw.OpCompare:
+		q.slots[i].off += uint64(c.Bytes) // the bytes done compared equal
+		fallthrough
+	default:
+		le.PutUint64(b[dsahw.DescOffDst:], le.Uint64(b[dsahw.DescOffDst:])+uint64(c.Bytes))
+	}
 	le.PutUint32(b[dsahw.DescOffSize:], size-c.Bytes)
 	le.PutUint32(q.recs[i*dsahw.ComplSize:], 0)
 	return true

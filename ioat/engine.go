@@ -90,6 +90,12 @@ type Queue interface {
 	// EnqueueFill adds a fill with a 64-bit pattern; ErrNoFill when the
 	// hardware has none.
 	EnqueueFill(dst *pci.Mapping, dstOff, n int, pattern uint64, tag uint64) error
+	// EnqueueCompare adds a compare of two buffers and EnqueueCRC a
+	// CRC-32C generation; their Completion carries the result.
+	// pci.ErrNotSupported when the hardware has none (CBDMA, or a DSA
+	// whose OPCAP lacks the operation).
+	EnqueueCompare(a *pci.Mapping, aOff int, b *pci.Mapping, bOff, n int, tag uint64) error
+	EnqueueCRC(src *pci.Mapping, srcOff, n int, seed uint32, tag uint64) error
 	// EnqueueNull adds an operation that moves nothing and completes in
 	// order.
 	EnqueueNull(tag uint64) error
@@ -200,6 +206,10 @@ type echan struct {
 	failed map[uint64]error
 	sizes  []int64 // bytes of outstanding requests, in tag order
 	comps  [64]Completion
+	// want marks the tags of compares and CRCs whose Completion
+	// reapLocked keeps in results, until Check takes it.
+	want    map[uint64]bool
+	results map[uint64]Completion
 
 	// The waiters sleeping on the channel's interrupt (sleep). One of
 	// them at a time, the sleeper, waits on the eventfd; the others wait

@@ -1,6 +1,7 @@
 package ioat
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
 )
 
@@ -27,7 +29,25 @@ type Cookie struct {
 	ents  [2]*regEntry
 	done  bool
 	err   error
+	// A compare's or CRC's outcome (result set): diff is the offset of
+	// the first byte that differs (-1: equal), crc the CRC-32C.
+	result bool
+	diff   int
+	crc    uint32
 }
+
+// Diff returns the outcome of a completed ICompare: the offset of the
+// first byte that differs, or -1 when the buffers are equal (and for
+// other requests).
+func (c *Cookie) Diff() int {
+	if !c.result {
+		return -1
+	}
+	return c.diff
+}
+
+// CRC returns the CRC-32C of a completed ICRC32C (0 for other requests).
+func (c *Cookie) CRC() uint32 { return c.crc }
 
 type part struct {
 	c   *echan
@@ -244,6 +264,12 @@ func (ec *echan) reapLocked() {
 			if c.Err != nil {
 				ec.failed[c.Tag] = c.Err
 			}
+			if len(ec.want) > 0 && ec.want[c.Tag] {
+				delete(ec.want, c.Tag)
+				if c.Err == nil {
+					ec.results[c.Tag] = c
+				}
+			}
 			if len(ec.sizes) > 0 {
 				bytes += ec.sizes[0]
 				ec.load.Add(-ec.sizes[0])
@@ -283,6 +309,16 @@ func (ec *echan) takeErr(tag uint64) error {
 	return err
 }
 
+// takeResult returns and forgets the result of a completed compare or
+// CRC.
+func (ec *echan) takeResult(tag uint64) Completion {
+	ec.mu.Lock()
+	defer ec.mu.Unlock()
+	r := ec.results[tag]
+	delete(ec.results, tag)
+	return r
+}
+
 // Check reports whether the request has completed, and its error if it
 // failed. It makes progress on the request's channels itself.
 func (e *Engine) Check(c *Cookie) (bool, error) {
@@ -306,6 +342,13 @@ func (e *Engine) Check(c *Cookie) (bool, error) {
 		}
 	}
 	c.err = errors.Join(errs...)
+	if c.result && c.err == nil {
+		r := c.parts[0].c.takeResult(c.parts[0].tag)
+		c.diff, c.crc = -1, r.CRC
+		if r.Differ {
+			c.diff = r.Offset
+		}
+	}
 	e.release(c)
 	c.done = true
 	return true, c.err
@@ -470,4 +513,155 @@ func overlaps(a, b []byte) bool {
 	}
 	pa, pb := addrOf(a), addrOf(b)
 	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+// Compare compares a and b, which must be as long, and returns the
+// offset of the first byte that differs, or -1 when they are equal. It
+// runs on a DSA work queue of the engine whose OPCAP has memory compare;
+// the CPU compares instead when no queue can (CBDMA has no compare) and
+// below EngineOptions.CPUThreshold, as for copies.
+func (e *Engine) Compare(a, b []byte) (int, error) {
+	c, err := e.ICompare(a, b)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.Wait(context.Background(), c); err != nil {
+		return 0, err
+	}
+	return c.Diff(), nil
+}
+
+// ICompare starts comparing a and b (as Compare) and returns a cookie;
+// once it completes, Cookie.Diff has the outcome. Neither buffer may be
+// written until then.
+func (e *Engine) ICompare(a, b []byte) (*Cookie, error) {
+	if e.closed.Load() {
+		return nil, fmt.Errorf("ioat: engine: %w", ErrClosed)
+	}
+	n := len(a)
+	if len(b) != n {
+		return nil, fmt.Errorf("ioat: compare of a %d-byte buffer with a %d-byte one: give buffers of one length: %w", n, len(b), ErrBadRequest)
+	}
+	ec := e.resultQueue(func(i Info) bool { return i.Compare })
+	if ec == nil || n < e.opts.CPUThreshold || n == 0 {
+		e.cpu.Add(1)
+		return &Cookie{done: true, result: true, diff: cpuDiff(a, b)}, nil
+	}
+	ck := &Cookie{e: e, result: true}
+	ae, aoff, err := e.cache.get(a)
+	if err != nil {
+		return nil, err
+	}
+	be, boff, err := e.cache.get(b)
+	if err != nil {
+		e.cache.put(ae)
+		return nil, err
+	}
+	ck.ents = [2]*regEntry{ae, be}
+	err = e.submitResult(ck, ec, n, func(tag uint64) error {
+		return ec.ch.EnqueueCompare(ae.Mapping(), aoff, be.Mapping(), boff, n, tag)
+	})
+	if err != nil {
+		e.release(ck)
+		return nil, err
+	}
+	return ck, nil
+}
+
+// CRC32C returns the CRC-32C (Castagnoli) of p continued from seed, as
+// crc32.Update(seed, crc32.MakeTable(crc32.Castagnoli), p) does. It runs
+// on a DSA work queue of the engine whose OPCAP has CRC generation; the
+// CPU computes it instead when no queue can (CBDMA channels do not) and
+// below EngineOptions.CPUThreshold, as for copies.
+func (e *Engine) CRC32C(seed uint32, p []byte) (uint32, error) {
+	c, err := e.ICRC32C(seed, p)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.Wait(context.Background(), c); err != nil {
+		return 0, err
+	}
+	return c.CRC(), nil
+}
+
+// ICRC32C starts a CRC-32C of p from seed (as CRC32C) and returns a
+// cookie; once it completes, Cookie.CRC has the value. p may not be
+// written until then.
+func (e *Engine) ICRC32C(seed uint32, p []byte) (*Cookie, error) {
+	if e.closed.Load() {
+		return nil, fmt.Errorf("ioat: engine: %w", ErrClosed)
+	}
+	n := len(p)
+	ec := e.resultQueue(func(i Info) bool { return i.CRC })
+	if ec == nil || n < e.opts.CPUThreshold || n == 0 {
+		e.cpu.Add(1)
+		return &Cookie{done: true, result: true, diff: -1, crc: dsahw.CRC32C(seed, p)}, nil
+	}
+	ck := &Cookie{e: e, result: true}
+	pe, poff, err := e.cache.get(p)
+	if err != nil {
+		return nil, err
+	}
+	ck.ents[0] = pe
+	err = e.submitResult(ck, ec, n, func(tag uint64) error {
+		return ec.ch.EnqueueCRC(pe.Mapping(), poff, n, seed, tag)
+	})
+	if err != nil {
+		e.release(ck)
+		return nil, err
+	}
+	return ck, nil
+}
+
+// resultQueue returns the least loaded queue that can, or nil.
+func (e *Engine) resultQueue(can func(Info) bool) *echan {
+	var best *echan
+	var bl int64
+	for _, ec := range e.chans {
+		if !can(ec.ch.Info()) {
+			continue
+		}
+		if l := ec.load.Load(); best == nil || l < bl {
+			best, bl = ec, l
+		}
+	}
+	return best
+}
+
+// submitResult places a compare or CRC on one queue (never striped: its
+// result is the queue's), asking reapLocked to keep its Completion.
+func (e *Engine) submitResult(ck *Cookie, ec *echan, n int, enq func(tag uint64) error) error {
+	tag, err := ec.submit(int64(n), func(tag uint64) error {
+		if ec.want == nil {
+			ec.want, ec.results = map[uint64]bool{}, map[uint64]Completion{}
+		}
+		ec.want[tag] = true
+		err := enq(tag)
+		if err != nil {
+			delete(ec.want, tag)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ck.inl[0] = part{c: ec, tag: tag}
+	ck.parts = ck.inl[:1]
+	return nil
+}
+
+// cpuDiff is the offset of the first byte where a and b differ, or -1.
+func cpuDiff(a, b []byte) int {
+	for i := 0; i < len(a); {
+		l := min(len(a)-i, 4096)
+		if !bytes.Equal(a[i:i+l], b[i:i+l]) {
+			for j := i; ; j++ {
+				if a[j] != b[j] {
+					return j
+				}
+			}
+		}
+		i += l
+	}
+	return -1
 }

@@ -515,3 +515,17 @@ func (c *Channel) failAll(err error) {
 	c.submitted = c.head
 	c.wbFloor = c.head
 }
+
+// EnqueueCompare fails with pci.ErrNotSupported: CBDMA has no compare
+// operation. A DSA work queue offers it (WQ.EnqueueCompare).
+func (c *Channel) EnqueueCompare(a *pci.Mapping, aOff int, b *pci.Mapping, bOff, n int, tag uint64) error {
+	return opErr(c.info.Addr, "compare", fmt.Errorf("%w: CBDMA has no compare operation; a DSA work queue whose OPCAP has compare (opcode 0x05) does", pci.ErrNotSupported))
+}
+
+// EnqueueCRC fails with pci.ErrNotSupported. Some CBDMA generations
+// (Jasper Forest, Broadwell-DE) advertise CRC and move-CRC operations in
+// DMACAPABILITY, but the driver does not use them; a DSA work queue
+// whose OPCAP has CRC generation offers CRC-32C (WQ.EnqueueCRC).
+func (c *Channel) EnqueueCRC(src *pci.Mapping, srcOff, n int, seed uint32, tag uint64) error {
+	return opErr(c.info.Addr, "crc", fmt.Errorf("%w: the CBDMA driver offers no CRC generation; a DSA work queue whose OPCAP has CRC generation (opcode 0x10) does", pci.ErrNotSupported))
+}

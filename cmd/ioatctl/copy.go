@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gomx-dev/gomx/cmd/internal/cache"
@@ -200,6 +201,9 @@ func runCopy(e *env, args []string) (err error) {
 		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %d, %s per size and mover\n",
 			r.queueCount(), choice.policy, f.window, lim.describe("copies"))
 		fmt.Fprintf(e.stdout, "cache:   %s\n", cacheNote)
+		if note := windowNote(f.window, bufs, sizes); note != "" {
+			fmt.Fprintf(e.stdout, "window:  %s\n", note)
+		}
 		fmt.Fprintf(e.stdout, "memory:  %s\n", bufs.memNote)
 		if r.emulated {
 			fmt.Fprint(e.stdout, emulatedCopyNote)
@@ -214,7 +218,7 @@ func runCopy(e *env, args []string) (err error) {
 	for i, size := range sizes {
 		row := copyRow{
 			Schema: copySchema, Run: meta, Device: r.name, Emulated: r.emulated, CBVER: cbverString(r.info.Version), Channels: r.channels(),
-			Policy: choice.policy.String(), Cache: cacheKind, Size: size, Window: f.window, LLCBytes: llcBytes,
+			Policy: choice.policy.String(), Cache: cacheKind, Size: size, Window: effWindow(f.window, bufs, int(size)), LLCBytes: llcBytes,
 		}
 		if !f.hot {
 			row.ColdBytes = int64(bufs.perSide(int(size)))
@@ -324,13 +328,40 @@ func measureCopy(eng *ioat.Engine, b *bufSet, size, window int, lim limit, verif
 	return verr, nil
 }
 
-// engineCopies keeps window copies outstanding on the engine, rotating
-// over the buffer slots, until the limit, then waits for the rest. It
-// returns the number of copies and the seconds from the first start to
-// the last completion.
+// effWindow is the window copies of size bytes run with: --window, at
+// most the buffer slots of that size, so no two copies in flight write
+// one destination (the bytes would land in either order, and on the
+// models, whose engines are goroutines, the writes race).
+func effWindow(window int, b *bufSet, size int) int { return min(window, b.slots(size)) }
+
+// windowNote says for which sizes --window was clamped to the buffer
+// slots, and how to get the window asked for; "" when it was not.
+func windowNote(window int, b *bufSet, sizes []int64) string {
+	var cut []string
+	for _, s := range sizes {
+		if w := effWindow(window, b, int(s)); w < window {
+			cut = append(cut, fmt.Sprintf("%d for %s", w, units.Format(s)))
+		}
+	}
+	if len(cut) == 0 {
+		return ""
+	}
+	fix := "raise --memory"
+	if !b.cold {
+		fix = "drop --hot"
+	}
+	return fmt.Sprintf("--window %d clamped to the buffer slots (%s): copies in flight never share a destination; for a deeper window %s",
+		window, strings.Join(cut, ", "), fix)
+}
+
+// engineCopies keeps window copies outstanding on the engine (at most
+// one per buffer slot: effWindow), rotating over the slots, until the
+// limit, then waits for the rest. It returns the number of copies and the
+// seconds from the first start to the last completion.
 func engineCopies(eng *ioat.Engine, b *bufSet, size, window int, lim limit) (int64, float64, error) {
 	n := int64(b.slots(size))
 	src, dst := b.src.Bytes(), b.dst.Bytes()
+	window = effWindow(window, b, size)
 	ring := make([]*ioat.Cookie, window)
 	w := int64(window)
 	budget := lim.duration + lim.wait

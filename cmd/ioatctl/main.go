@@ -282,7 +282,9 @@ copy (no CPU threshold). MB = 10^6 bytes.
 reports (sysfs, else CPUID) per side, within --memory for both sides (a
 quarter of MemAvailable by default); when the budget is smaller the header
 says the run is NOT cold. --hot copies the same buffer pair every time.
---window is the number of copies outstanding at once (128, as in the paper).
+--window is the number of copies outstanding at once (128, as in the paper),
+at most one per buffer slot, so copies in flight never share a destination
+(with --hot, one); the header says when it was clamped.
 --sweep measures 4 KiB to 8 MiB, doubling; --sizes takes a list. --duration
 applies to each size and each mover (engine, CPU). Sizes are bytes with an
 optional K, M, G (or KiB, MiB, GiB) suffix, powers of 1024.

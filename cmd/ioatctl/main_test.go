@@ -153,6 +153,9 @@ func TestCopyTableSweep(t *testing.T) {
 	if strings.Contains(r.stdout, " no\n") {
 		t.Errorf("a size did not verify:\n%s", r.stdout)
 	}
+	if !strings.Contains(r.stdout, "--window 8 clamped to the buffer slots (1 for 4 KiB, 1 for 12 KiB)") {
+		t.Errorf("the header does not say the hot window was clamped to the one slot:\n%s", r.stdout)
+	}
 	if r.stderr != "" {
 		t.Errorf("stderr is not a terminal, yet it got progress:\n%s", r.stderr)
 	}
@@ -508,5 +511,24 @@ func TestTakeOverFlag(t *testing.T) {
 	h := ioatctl(t, "copy", "-h")
 	if !strings.Contains(h.stdout+h.stderr, "take-over") {
 		t.Fatal("copy -h does not mention --take-over")
+	}
+}
+
+// TestCopyWindowClamped: a window deeper than the buffer slots is
+// clamped to them, so the DSA model's engines never write one
+// destination from two copies at once (the race detector would flag it),
+// and the row reports the window run.
+func TestCopyWindowClamped(t *testing.T) {
+	r := ioatctl(t, "copy", "--device", "emulated-dsa", "--size", "1M", "--memory", "4M", "--window", "128", "--iterations", "20", "--verify", "--json")
+	if r.err != nil {
+		t.Fatalf("copy: %v\n%s", r.err, r.stderr)
+	}
+	rows := jsonLines(t, r.stdout)
+	if len(rows) != 1 || rows[0]["window"] != 2.0 || rows[0]["verified"] != true {
+		t.Fatalf("want one verified row with window 2 (2 slots of 1 MiB per side):\n%s", r.stdout)
+	}
+	r = ioatctl(t, "copy", "--device", "emulated-dsa", "--size", "1M", "--memory", "4M", "--window", "128", "--iterations", "4")
+	if r.err != nil || !strings.Contains(r.stdout, "--window 128 clamped to the buffer slots (2 for 1 MiB): copies in flight never share a destination; for a deeper window raise --memory") {
+		t.Fatalf("the header does not explain the clamp (%v):\n%s", r.err, r.stdout)
 	}
 }
