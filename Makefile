@@ -23,7 +23,7 @@ hugepages:
 	@grep -E 'HugePages_(Total|Free)' /proc/meminfo || true
 
 test: hugepages
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
