@@ -137,6 +137,9 @@ func TestYieldingWaiterYields(t *testing.T) {
 	if y, _, _ := pr.ba.Oversubscribed(); !y {
 		t.Fatal("YieldAlways: the board's waiters do not yield")
 	}
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v: a yielding waiter polls for SpinMax, %v", w, o.SpinMax)
+	}
 	st0 := pr.ba.WaitStats() // the connects
 	ctx := testCtx(t, time.Minute)
 	buf := make([]byte, 8)

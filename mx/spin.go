@@ -85,12 +85,16 @@ func (b *Board) waitBudget(e *Endpoint) time.Duration {
 }
 
 // SpinWindow returns how long a blocking wait on e polls before it sleeps
-// right now (see BoardOptions.SpinMax); 0 when the board never polls.
+// right now (see BoardOptions.SpinMax and BoardOptions.Yield); 0 when the
+// board never polls.
 func (e *Endpoint) SpinWindow() time.Duration {
 	if len(e.b.waitSources()) == 0 {
 		return 0
 	}
-	return time.Duration(e.spin.window.Load())
+	if e.b.opts.BusyPoll {
+		return time.Duration(e.spin.window.Load())
+	}
+	return e.b.waitBudget(e)
 }
 
 // spinFromEnv reads GOMX_SPIN (a Go duration; 0 or negative: never spin)

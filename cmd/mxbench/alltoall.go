@@ -46,6 +46,15 @@ places one) is copied once straight out of shared memory, with mx's own
 choice too; --strategy shared shows that path, cma the copy by
 process_vm_readv that other buffers take.
 
+With more ranks than the CPUs they may run on (this host oversubscribed,
+as mpirun --oversubscribe runs MPI ranks), a rank's waiters give their CPU
+away with sched_yield from their first empty look, as Open MPI's ranks do
+there, and a blocking wait polls so for 1 ms before it sleeps: the rank
+that must answer usually waits for that very CPU. mx counts the processes
+it shares rings with and their CPUs by itself (--yield auto); --yield
+always or never overrides it. yielding_ranks in the JSON says how many
+ranks yielded.
+
 The ranks come from mpirun, srun or a PMI launcher (mpirun -np 4 mxbench
 alltoall), or --procs N starts N processes of this host. Processes on one
 host reach each other through shared memory, which mx picks by itself.

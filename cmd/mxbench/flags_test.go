@@ -14,7 +14,7 @@ import (
 // and the only ones it accepts.
 var honoured = func() map[string][]string {
 	common := []string{"aligned", "bind", "end", "engine", "engine-cpu", "iterations", "json", "key", "listen",
-		"multiplier", "no-checksum", "no-zero-copy", "plot", "procs", "rndv-threshold", "sizes", "start", "strategy", "timeout", "verify", "wait", "warmup"}
+		"multiplier", "no-checksum", "no-zero-copy", "plot", "procs", "rndv-threshold", "sizes", "start", "strategy", "timeout", "verify", "wait", "warmup", "yield"}
 	pair := []string{"baseline", "corrupt", "dup", "iface", "loss", "nic", "nic-interrupts", "peer", "peer-iface",
 		"remote-endpoint", "reorder", "seed", "settle", "transport", "usb", "xdp-mode", "xdp-udp"}
 	with := func(parts ...[]string) []string {

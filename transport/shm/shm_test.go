@@ -374,6 +374,9 @@ func TestAcrossProcesses(t *testing.T) {
 			t.Fatalf("%d bytes: echo differs", size)
 		}
 	}
+	if pids := a.PeerPids(nil); len(pids) != 1 || pids[0] != cmd.Process.Pid {
+		t.Fatalf("PeerPids %v, want the child's %d", pids, cmd.Process.Pid)
+	}
 	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
@@ -413,6 +416,9 @@ func TestKilledPeer(t *testing.T) {
 	}
 	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("x")}}); !errors.Is(err, transport.ErrUnreachable) {
 		t.Fatalf("send to a killed peer: %v", err)
+	}
+	if pids := a.PeerPids(nil); len(pids) != 0 {
+		t.Fatalf("PeerPids %v after the peer was killed, want none", pids)
 	}
 	// A new process takes the board over (its socket file is stale).
 	cmd2, out2 := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 77))
