@@ -198,10 +198,16 @@ func runCopy(e *env, args []string) (err error) {
 		if !f.hot {
 			cacheNote = bufs.coldNote
 		}
-		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %d, %s per size and mover\n",
-			r.queueCount(), choice.policy, f.window, lim.describe("copies"))
+		window := fmt.Sprint(f.window)
+		if cut := windowCut(f.window, bufs, sizes); cut != "" && !set["window"] {
+			// The default window, deeper than the buffers: say what ran,
+			// as a fact of the run rather than a warning.
+			window += " (" + cut + ": one copy per buffer slot)"
+		}
+		fmt.Fprintf(e.stdout, "run:     %s, policy %s, window %s, %s per size and mover\n",
+			r.queueCount(), choice.policy, window, lim.describe("copies"))
 		fmt.Fprintf(e.stdout, "cache:   %s\n", cacheNote)
-		if note := windowNote(f.window, bufs, sizes); note != "" {
+		if note := windowNote(f.window, bufs, sizes); note != "" && set["window"] {
 			fmt.Fprintf(e.stdout, "window:  %s\n", note)
 		}
 		fmt.Fprintf(e.stdout, "memory:  %s\n", bufs.memNote)
@@ -334,16 +340,24 @@ func measureCopy(eng *ioat.Engine, b *bufSet, size, window int, lim limit, verif
 // models, whose engines are goroutines, the writes race).
 func effWindow(window int, b *bufSet, size int) int { return min(window, b.slots(size)) }
 
-// windowNote says for which sizes --window was clamped to the buffer
-// slots, and how to get the window asked for; "" when it was not.
-func windowNote(window int, b *bufSet, sizes []int64) string {
+// windowCut lists the sizes whose window the buffer slots cut below
+// window, with the window they run ("16 for 4 MiB"); "" when none.
+func windowCut(window int, b *bufSet, sizes []int64) string {
 	var cut []string
 	for _, s := range sizes {
 		if w := effWindow(window, b, int(s)); w < window {
 			cut = append(cut, fmt.Sprintf("%d for %s", w, units.Format(s)))
 		}
 	}
-	if len(cut) == 0 {
+	return strings.Join(cut, ", ")
+}
+
+// windowNote says for which sizes a --window the user gave was clamped to
+// the buffer slots, and how to get the window asked for; "" when it was
+// not.
+func windowNote(window int, b *bufSet, sizes []int64) string {
+	cut := windowCut(window, b, sizes)
+	if cut == "" {
 		return ""
 	}
 	fix := "raise --memory"
@@ -351,7 +365,7 @@ func windowNote(window int, b *bufSet, sizes []int64) string {
 		fix = "drop --hot"
 	}
 	return fmt.Sprintf("--window %d clamped to the buffer slots (%s): copies in flight never share a destination; for a deeper window %s",
-		window, strings.Join(cut, ", "), fix)
+		window, cut, fix)
 }
 
 // engineCopies keeps window copies outstanding on the engine (at most

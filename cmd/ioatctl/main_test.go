@@ -531,4 +531,10 @@ func TestCopyWindowClamped(t *testing.T) {
 	if r.err != nil || !strings.Contains(r.stdout, "--window 128 clamped to the buffer slots (2 for 1 MiB): copies in flight never share a destination; for a deeper window raise --memory") {
 		t.Fatalf("the header does not explain the clamp (%v):\n%s", r.err, r.stdout)
 	}
+	// The default window, deeper than the buffers, is a fact of the run
+	// on its line, not a warning about a flag the user never gave.
+	r = ioatctl(t, "copy", "--device", "emulated-dsa", "--size", "1M", "--memory", "4M", "--iterations", "4")
+	if r.err != nil || !strings.Contains(r.stdout, "window 128 (2 for 1 MiB: one copy per buffer slot)") || strings.Contains(r.stdout, "window:  ") {
+		t.Fatalf("the default window's header (%v):\n%s", r.err, r.stdout)
+	}
 }
