@@ -111,9 +111,12 @@ func (o *BoardOptions) yieldEnv() error {
 }
 
 // oversubEvery is how often a board with YieldAuto counts its processes
-// and their CPUs again when no ring came or went (a process's affinity
-// may change): a count costs a system call and a map look-up per
-// process. Whether a ring came or went costs a load per ring, at every
+// and their CPUs again when the number of its peers did not change (one
+// process may have taken another's place, and this process's own mask,
+// read at every count, may have changed; a peer's mask is read once, when
+// the peer is first seen, as launchers bind ranks when they start them):
+// a count costs a system call per new process and a map look-up per
+// process. Whether the number changed costs a load per ring, at every
 // timer run.
 const oversubEvery = 50 * time.Millisecond
 
