@@ -203,20 +203,6 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		if r.next++; r.next == r.size {
 			r.next = 0
 		}
-		// The common frame: whole in one packet buffer, no header split
-		// off, no error, a length that fits.
-		if r.head == nil && wb.Status&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP && !(r.split && wb.Split()) {
-			k := int(wb.Length)
-			if pb := r.pkt[s]; pb != nil && k >= 14 && k <= pb.Cap() && k <= n.opts.MaxFrame {
-				r.pkt[s] = nil
-				pb.SetLen(k)
-				pb.Next = nil
-				r.deliver(pb, wb)
-				out[got] = pb
-				got++
-				continue
-			}
-		}
 		// What the NIC writes back is outside input: no length in it may
 		// make the driver read past a buffer.
 		if r.split && wb.Split() && r.head == nil {
@@ -249,7 +235,15 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				_ = r.pool.Free(f)
 			}
 		} else {
-			r.deliver(f, wb)
+			f.Queue = r.q
+			f.Flags, f.Hash, f.Rule = rxFlags(wb), 0, 0
+			if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
+				f.Rule = n.ruleOf(wb, f.Data)
+			}
+			if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
+				f.Flags |= nicdrv.FlagHash
+				f.Hash = wb.Hash
+			}
 			out[got] = f
 			got++
 		}
@@ -257,20 +251,6 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	}
 	r.replenish()
 	return got, nil
-}
-
-// deliver sets what the write-back of frame f's last descriptor says
-// about it: its queue, offload flags, RSS hash and the rule that matched.
-func (r *rxQueue) deliver(f *nicdrv.Buffer, wb hw.RxWriteBack) {
-	f.Queue = r.q
-	f.Flags, f.Hash, f.Rule = rxFlags(wb), 0, 0
-	if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
-		f.Rule = r.nic.ruleOf(wb, f.Data)
-	}
-	if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
-		f.Flags |= nicdrv.FlagHash
-		f.Hash = wb.Hash
-	}
 }
 
 func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
