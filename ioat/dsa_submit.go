@@ -127,18 +127,29 @@ func (q *WQ) EnqueueCRC(src *pci.Mapping, srcOff, n int, seed uint32, tag uint64
 	return q.enqueueResult(dsahw.OpCRCGen, opCRC, src, srcOff, nil, 0, n, seed, tag)
 }
 
+// pieces counts the descriptors n bytes at aOff of a (and bOff of b, when
+// set) take, each within the transfer limit and IOVA-contiguous on both
+// sides (chunk), or says why the bytes cannot be cut.
+func (q *WQ) pieces(a *pci.Mapping, aOff int, b *pci.Mapping, bOff, n int) (int, error) {
+	need := 0
+	for done := 0; done < n; need++ {
+		l, _, _, err := q.chunk(a, aOff+done, b, bOff+done, n-done)
+		if err != nil {
+			return 0, err
+		}
+		done += l
+	}
+	return need, nil
+}
+
 // enqueueResult enqueues a compare (b set) or a CRC (b nil) in
 // descriptors within the transfer limit and IOVA-contiguous. Each asks
 // for its own completion record, where the device writes its result;
 // post never puts them in a batch.
 func (q *WQ) enqueueResult(op, kind uint8, a *pci.Mapping, aOff int, b *pci.Mapping, bOff, n int, seed uint32, tag uint64) error {
-	need := 0
-	for done := 0; done < n; need++ {
-		l, _, _, err := q.chunk(a, aOff+done, b, bOff+done, n-done)
-		if err != nil {
-			return err
-		}
-		done += l
+	need, err := q.pieces(a, aOff, b, bOff, n)
+	if err != nil {
+		return err
 	}
 	if need > q.Free() {
 		return ErrRingFull
@@ -211,13 +222,9 @@ func (q *WQ) enqueue(op uint8, dst *pci.Mapping, dstOff int, src *pci.Mapping, s
 	}
 	need := 1
 	if n > q.maxXfer || len(dst.Segments) > 1 || (src != nil && len(src.Segments) > 1) {
-		need = 0
-		for done := 0; done < n; need++ {
-			l, _, _, err := q.chunk(dst, dstOff+done, src, srcOff+done, n-done)
-			if err != nil {
-				return err
-			}
-			done += l
+		var err error
+		if need, err = q.pieces(dst, dstOff, src, srcOff, n); err != nil {
+			return err
 		}
 	}
 	if need > q.Free() {
