@@ -3,7 +3,6 @@ package nic_test
 import (
 	"testing"
 
-	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/nic"
@@ -13,37 +12,7 @@ import (
 // ixgbePair is two transports over the ixgbe driver on two cabled emulated
 // 82599s.
 func ixgbePair(t *testing.T, o ixgbe.Options) (a, b transport.Transport) {
-	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for i := range 2 {
-			if s := p.Stats(i); s.Violations != 0 {
-				t.Errorf("model 82599 %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
-			}
-		}
-		if n, _ := p.IOMMU().Faults(); n != 0 {
-			t.Errorf("%d DMA faults", n)
-		}
-		if live := p.IOMMU().Live(); live != 0 {
-			t.Errorf("%d DMA mappings left after the transports closed", live)
-		}
-		p.Close()
-	})
-	var ts [2]transport.Transport
-	for i := range 2 {
-		n, err := ixgbe.Open(p.Functions()[i], o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := nic.New(n, nic.Options{})
-		if err != nil {
-			n.Close()
-			t.Fatal(err)
-		}
-		ts[i] = tr
-	}
+	ts := transportsWith(t, ixgbeNICs(t, o), func(int) nic.Options { return nic.Options{} })
 	return ts[0], ts[1]
 }
 

@@ -18,37 +18,7 @@ func modelPair(t *testing.T, o e1000e.Options) (a, b transport.Transport) {
 
 // modelPairWith is modelPair on a model built with mo.
 func modelPairWith(t *testing.T, mo emulated.E1000EOptions, o e1000e.Options) (a, b transport.Transport) {
-	p, err := emulated.NewE1000E(mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for i := range 2 {
-			if s := p.Stats(i); s.Violations != 0 {
-				t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
-			}
-		}
-		if n, _ := p.IOMMU().Faults(); n != 0 {
-			t.Errorf("%d DMA faults", n)
-		}
-		if live := p.IOMMU().Live(); live != 0 {
-			t.Errorf("%d DMA mappings left after the transports closed", live)
-		}
-		p.Close()
-	})
-	var ts [2]transport.Transport
-	for i := range 2 {
-		n, err := e1000e.Open(p.Functions()[i], o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := nic.New(n, nic.Options{})
-		if err != nil {
-			n.Close()
-			t.Fatal(err)
-		}
-		ts[i] = tr
-	}
+	ts := transportsWith(t, e1000eNICsWith(t, mo, o), func(int) nic.Options { return nic.Options{} })
 	return ts[0], ts[1]
 }
 

@@ -28,24 +28,42 @@ func udpOptions(i int) nic.Options {
 	return nic.Options{Framing: nic.FramingUDP, UDP: boardUDP(i)}
 }
 
+// modelHealth checks, when the test ends, what a pair of NIC models must
+// show after their transports closed: no programming violation, no DMA
+// fault and no mapping left; then it closes the models.
+func modelHealth(t testing.TB, what string, violations func(i int) (uint64, string), iommu *emulated.IOMMU, close func() error) {
+	t.Cleanup(func() {
+		for i := range 2 {
+			if n, last := violations(i); n != 0 {
+				t.Errorf("%s %d: %d violations, the last: %s", what, i, n, last)
+			}
+		}
+		if n, _ := iommu.Faults(); n != 0 {
+			t.Errorf("%d DMA faults", n)
+		}
+		if live := iommu.Live(); live != 0 {
+			t.Errorf("%d DMA mappings left after the transports closed", live)
+		}
+		close()
+	})
+}
+
 // e1000eNICs opens the driver on both NICs of a cabled pair of model
-// 82574Ls, and checks the model's health when the test ends.
+// 82574Ls, and checks the models' health when the test ends.
 func e1000eNICs(t testing.TB, o e1000e.Options) [2]nicdrv.NIC {
-	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+	return e1000eNICsWith(t, emulated.DefaultE1000EOptions(), o)
+}
+
+// e1000eNICsWith is e1000eNICs on models built with mo.
+func e1000eNICsWith(t testing.TB, mo emulated.E1000EOptions, o e1000e.Options) [2]nicdrv.NIC {
+	p, err := emulated.NewE1000E(mo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for i := range 2 {
-			if s := p.Stats(i); s.Violations != 0 {
-				t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
-			}
-		}
-		if live := p.IOMMU().Live(); live != 0 {
-			t.Errorf("%d DMA mappings left after the transports closed", live)
-		}
-		p.Close()
-	})
+	modelHealth(t, "model NIC", func(i int) (uint64, string) {
+		s := p.Stats(i)
+		return s.Violations, s.LastViolation
+	}, p.IOMMU(), p.Close)
 	var ns [2]nicdrv.NIC
 	for i := range 2 {
 		n, err := e1000e.Open(p.Functions()[i], o)
@@ -63,17 +81,10 @@ func ixgbeNICs(t testing.TB, o ixgbe.Options) [2]nicdrv.NIC {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for i := range 2 {
-			if s := p.Stats(i); s.Violations != 0 {
-				t.Errorf("model 82599 %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
-			}
-		}
-		if live := p.IOMMU().Live(); live != 0 {
-			t.Errorf("%d DMA mappings left after the transports closed", live)
-		}
-		p.Close()
-	})
+	modelHealth(t, "model 82599", func(i int) (uint64, string) {
+		s := p.Stats(i)
+		return s.Violations, s.LastViolation
+	}, p.IOMMU(), p.Close)
 	var ns [2]nicdrv.NIC
 	for i := range 2 {
 		n, err := ixgbe.Open(p.Functions()[i], o)
@@ -87,9 +98,14 @@ func ixgbeNICs(t testing.TB, o ixgbe.Options) [2]nicdrv.NIC {
 
 // transports makes a UDP-framed transport on each NIC.
 func transports(t testing.TB, ns [2]nicdrv.NIC) [2]*nic.Transport {
+	return transportsWith(t, ns, udpOptions)
+}
+
+// transportsWith makes a transport with opts(i) on NIC i.
+func transportsWith(t testing.TB, ns [2]nicdrv.NIC, opts func(i int) nic.Options) [2]*nic.Transport {
 	var ts [2]*nic.Transport
 	for i, n := range ns {
-		tr, err := nic.New(n, udpOptions(i))
+		tr, err := nic.New(n, opts(i))
 		if err != nil {
 			n.Close()
 			t.Fatal(err)
