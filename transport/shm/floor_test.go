@@ -25,7 +25,7 @@ import (
 //	GOMX_BENCH_BIND=1 go test -run '^$' -bench FloorPingPong ./transport/shm/
 func BenchmarkFloorPingPong(b *testing.B) {
 	frames := make([]transport.Frame, 8)
-	pingPong(b, "spin", []byte("8 bytes!"), func(a *Transport) int {
+	pingPong(b, "spin", 0, []byte("8 bytes!"), func(a *Transport) int {
 		n, err := a.Recv(frames, -1)
 		if err != nil {
 			b.Fatal(err)
@@ -48,7 +48,7 @@ func BenchmarkFloorPingPong(b *testing.B) {
 func BenchmarkTransportPingPong(b *testing.B) {
 	rx := make([]transport.Frame, 64)
 	var looks uint64
-	pingPong(b, "poll", make([]byte, 34), func(a *Transport) int {
+	pingPong(b, "poll", 0, make([]byte, 34), func(a *Transport) int {
 		for i := 0; ; i++ {
 			n, err := a.Recv(rx, 0)
 			if err != nil {
@@ -65,11 +65,36 @@ func BenchmarkTransportPingPong(b *testing.B) {
 	}, &looks)
 }
 
+// BenchmarkPeersIdleProcs is BenchmarkFloorPingPong in a job of N
+// processes: the 8-byte ping-pong between this process and the echo child
+// while N-2 other processes (children of their own) have rings both ways
+// with both of them, as the ranks of a job that connected to each other,
+// and then sleep in Recv. Its one-way latency stays flat in N when neither
+// side's poll scans the idle peers' rings and the idle peers cost no CPU.
+//
+//	GOMX_BENCH_BIND=1 go test -run '^$' -bench PeersIdleProcs -benchtime 200000x ./transport/shm/
+func BenchmarkPeersIdleProcs(b *testing.B) {
+	frames := make([]transport.Frame, 8)
+	for _, n := range []int{2, 16, 64} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			pingPong(b, "spin", n-2, []byte("8 bytes!"), func(a *Transport) int {
+				n, err := a.Recv(frames, -1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return n
+			})
+		})
+	}
+}
+
 // pingPong bounces msg between this process and an echo child of the given
 // mode ("spin": Recv(-1) with an hour's spin; "poll": Recv(rx, 0) in a
 // loop, one Send per frame), receiving with recv, and reports the one-way
-// latency. With a counter of empty looks, it reports them per round trip.
-func pingPong(b *testing.B, mode string, msg []byte, recv func(*Transport) int, looks ...*uint64) {
+// latency. idle more children connect to both and then sleep in Recv
+// (connectIdle). With a counter of empty looks, it reports them per round
+// trip.
+func pingPong(b *testing.B, mode string, idle int, msg []byte, recv func(*Transport) int, looks ...*uint64) {
 	dir := testDir(b)
 	a, err := Open(Options{Dir: dir, Spin: time.Hour, NoHugepages: true})
 	if err != nil {
@@ -78,8 +103,11 @@ func pingPong(b *testing.B, mode string, msg []byte, recv func(*Transport) int, 
 	defer a.Close()
 	cmd, out := spawn(b, os.Args[0], nil, fmt.Sprintf("echo %s %d %s", dir, 4343, mode))
 	waitReady(b, out)
-	defer bindBench(b, cmd.Process.Pid)()
 	peer := NICBase | 4343
+	if idle > 0 {
+		connectIdle(b, a, dir, peer, idle)
+	}
+	defer bindBench(b, cmd.Process.Pid)()
 	tx := []transport.Frame{{Peer: peer, Data: msg}}
 	trip := func() {
 		if _, err := a.Send(tx); err != nil {
@@ -123,6 +151,44 @@ func pingPong(b *testing.B, mode string, msg []byte, recv func(*Transport) int, 
 	}
 	a.Send([]transport.Frame{{Peer: peer, Data: []byte("quit")}})
 	cmd.Wait()
+}
+
+// connectIdle starts n idle children ("idle DIR BOARD A E"): each connects
+// to a (this process) and to the echo board e, both ways (the echo board
+// answers its hello, a sends it one), and then sleeps in Recv until a's
+// "quit" or its peers go away. It returns once a has every hello and every
+// child has a's: the rings of a job whose ranks connected to each other.
+func connectIdle(b *testing.B, a *Transport, dir string, e transport.NICID, n int) {
+	boards := make([]transport.NICID, n)
+	for i := range boards {
+		board := 5000 + i
+		boards[i] = NICBase | transport.NICID(board)
+		_, out := spawn(b, os.Args[0], nil, fmt.Sprintf("idle %s %d %d %d", dir, board, a.Board(), e&^NICBase))
+		waitReady(b, out)
+	}
+	rx := make([]transport.Frame, 64)
+	got := map[transport.NICID]bool{}
+	deadline := time.Now().Add(time.Minute)
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d idle children said hello", len(got), n)
+		}
+		k, err := a.Recv(rx, 100*time.Millisecond)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range rx[:k] {
+			got[f.Peer] = true
+		}
+	}
+	for _, p := range boards {
+		if _, err := a.Send([]transport.Frame{{Peer: p, Data: []byte("hello")}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if f := a.Footprint(); f.RingsIn != n || f.RingsOut != n {
+		b.Fatalf("%d rings in and %d out, want %d each", f.RingsIn, f.RingsOut, n)
+	}
 }
 
 func counterIn(cs []transport.Counter, name string) uint64 {

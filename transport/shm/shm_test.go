@@ -22,8 +22,9 @@ import (
 
 // childEnv makes the test binary a child process playing a role (see
 // TestMain): "echo DIR BOARD [spin|poll]", "dial DIR BOARD" (report
-// whether attaching to BOARD works) or "hold DIR BOARD PEER" (connect to
-// PEER, send a frame, then wait to be killed).
+// whether attaching to BOARD works), "hold DIR BOARD PEER" (connect to
+// PEER, send a frame, then wait to be killed) or "idle DIR BOARD A E"
+// (connect to A and E, then sleep until a peer goes away).
 const childEnv = "GOMX_SHM_TEST_CHILD"
 
 func TestMain(m *testing.M) {
@@ -71,6 +72,33 @@ func child(args []string) int {
 			t.Close()
 		}
 		return 0
+	case "idle":
+		// An idle rank of a job (BenchmarkPeersIdleProcs): says hello
+		// to A and E, then sleeps in Recv, dropping what comes, until a
+		// peer goes away.
+		t, err := Open(Options{Dir: dir, Board: board})
+		if err != nil {
+			fmt.Println("open:", err)
+			return 1
+		}
+		defer t.Close()
+		for _, p := range args[3:5] {
+			peer, _ := strconv.Atoi(p)
+			if _, err := t.Send([]transport.Frame{{Peer: NICBase | transport.NICID(peer), Data: []byte("hello")}}); err != nil {
+				fmt.Fprintln(os.Stderr, "child send:", err)
+				return 1
+			}
+		}
+		fmt.Println("ready")
+		frames := make([]transport.Frame, 64)
+		for {
+			if _, err := t.Recv(frames, time.Second); err != nil {
+				return 1
+			}
+			if len(t.LostPeers(nil)) > 0 {
+				return 0
+			}
+		}
 	case "echo", "hold":
 		o := Options{Dir: dir, Board: board}
 		if len(args) > 3 && args[3] == "spin" {
