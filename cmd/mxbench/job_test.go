@@ -119,6 +119,31 @@ func TestJobProcs(t *testing.T) {
 	}
 }
 
+// TestJobIdleRanks: pingpong and stream in a job of more than two
+// processes run between ranks 0 and 1 while the others wait, every byte
+// verified, and each row says how many CPUs the waiting ranks used
+// meanwhile: some (they wake for the barriers around the size), and at
+// most one each (every rank is bound to one CPU); a job of two has none
+// to report.
+func TestJobIdleRanks(t *testing.T) {
+	for _, cmd := range []string{"pingpong", "stream"} {
+		args := []string{cmd, "--procs", "4", "--sizes", "8,4K", "--iterations", "200", "--warmup", "2", "--wait", "block", "--verify", "--json"}
+		rows := jsonRows(t, runJob(t, args...))
+		if len(rows) != 2 {
+			t.Fatalf("%v: %d rows, want 2", args, len(rows))
+		}
+		for _, r := range rows {
+			if r.Procs != 4 || r.Errors != 0 || r.IdleCPU <= 0 || r.IdleCPU > 2 {
+				t.Errorf("%v: row %+v: want 4 procs, no errors, and the 2 idle ranks' CPUs in (0, 2]", args, r)
+			}
+		}
+	}
+	rows := jsonRows(t, runJob(t, "pingpong", "--procs", "2", "--sizes", "8", "--iterations", "20", "--wait", "block", "--json"))
+	if len(rows) != 1 || rows[0].IdleCPU != 0 {
+		t.Errorf("a job of two reports idle ranks: %+v", rows)
+	}
+}
+
 // TestJobYield: the ranks of an alltoall yield their CPUs from their
 // first empty look when the job's processes outnumber the CPUs they are
 // bound to (--yield auto: four ranks here, bound round robin to the CPUs

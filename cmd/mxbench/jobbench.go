@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/internal/units"
@@ -199,6 +200,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 			return err
 		}
 		before := w.eps[k].Counters()
+		cpu0, t0 := cpuTime(), time.Now()
 		var res result
 		var err error
 		switch {
@@ -217,6 +219,16 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		}
 		// Rank 1 received the measured direction: its counters say how.
 		m := strategyOf(countersSince(before, w.eps[k].Counters()), strategy, w.hostPathTo(k), size)
+		var wall time.Duration
+		if w.job.Size > 2 {
+			// The other ranks wait here until the pair is done, so
+			// their CPU time covers its run.
+			if err := w.barrier(sctx); err != nil {
+				cancel()
+				return err
+			}
+			m.CPU, wall = int64(cpuTime()-cpu0), time.Since(t0)
+		}
 		all, err := w.gatherMoved(sctx, m)
 		cancel()
 		if err != nil {
@@ -224,11 +236,25 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		}
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, all[1].Strategy, strategy, all[1].Fallbacks
+			res.IdleCPU = idleCPU(all, wall)
 			res.Engine, res.EngineCPU = w.engineName, w.engineCPU
 			rep.row(res)
 		}
 	}
 	return nil
+}
+
+// idleCPU is the CPUs ranks 2 and up used over wall, from their reports
+// (moved.CPU); 0 in a job of two.
+func idleCPU(all []moved, wall time.Duration) float64 {
+	if len(all) <= 2 || wall <= 0 {
+		return 0
+	}
+	var sum int64
+	for _, m := range all[2:] {
+		sum += m.CPU
+	}
+	return float64(sum) / float64(wall)
 }
 
 // hostPathTo reports whether this rank reaches its partner (rank 1 for

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -67,4 +68,14 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// cpuTime is the CPU time this process has used so far, user and system,
+// every thread (getrusage(2) RUSAGE_SELF); 0 when the kernel does not say.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

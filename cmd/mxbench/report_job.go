@@ -31,7 +31,8 @@ func (t *jobTable) header(what string) {
 		if t.cmd == "stream" {
 			lat = "us_per_msg"
 		}
-		fmt.Fprintf(t.w, "%10s %8s %12s %10s %6s %10s %10s %10s\n", "size", "iters", lat, "MB/s", "errors", "asked", "strategy", "fallbacks")
+		fmt.Fprintf(t.w, "# idle_cpu: the CPUs the ranks other than 0 and 1 (which only connected, and wait) used while the pair ran the size\n")
+		fmt.Fprintf(t.w, "%10s %8s %12s %10s %6s %10s %10s %10s %8s\n", "size", "iters", lat, "MB/s", "errors", "asked", "strategy", "fallbacks", "idle_cpu")
 	}
 }
 
@@ -63,8 +64,12 @@ func (t *jobTable) row(r result) {
 				r.Availability, r.MBPerS, asked, r.Strategy, r.Fallbacks, r.Preempted, fmt.Sprintf("%.0f/%.0f", r.RunQueueMS, r.QuietRunQueueMS))
 		}
 	default:
-		fmt.Fprintf(t.w, "%10s %8d %12.2f %10.1f %6d %10s %10s %10d\n", units.Format(int64(r.Size)), r.Iterations, r.LatencyUS, r.MBPerS,
-			r.Errors, asked, r.Strategy, r.Fallbacks)
+		idle := "-"
+		if r.Procs > 2 {
+			idle = fmt.Sprintf("%.2f", r.IdleCPU)
+		}
+		fmt.Fprintf(t.w, "%10s %8d %12.2f %10.1f %6d %10s %10s %10d %8s\n", units.Format(int64(r.Size)), r.Iterations, r.LatencyUS, r.MBPerS,
+			r.Errors, asked, r.Strategy, r.Fallbacks, idle)
 	}
 }
 

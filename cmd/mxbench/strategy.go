@@ -31,6 +31,10 @@ type moved struct {
 	// Yield: the rank's waiters yield their CPU from their first look
 	// (mx.Board.Oversubscribed).
 	Yield bool `json:"y,omitempty"`
+	// CPU is the CPU time (ns) the rank used while the pair of a
+	// pingpong or stream ran the size (cpuTime), in a job of more than
+	// two ranks.
+	CPU int64 `json:"c,omitempty"`
 }
 
 // strategyOf names what moved the messages counted in d (after - before),
@@ -117,6 +121,12 @@ type jobResult struct {
 	// to its board open and every peer connected.
 	RSSMax    int64   `json:"rss_max_bytes,omitempty"`
 	StartupMS float64 `json:"startup_ms,omitempty"`
+	// IdleCPU: pingpong and stream in a job of more than two ranks: the
+	// CPUs the other ranks, which only connected and wait, used while
+	// ranks 0 and 1 ran the size (their CPU time over its wall time). On
+	// a host with fewer CPUs than ranks, what they use is taken from the
+	// pair.
+	IdleCPU float64 `json:"idle_cpu,omitempty"`
 	// alltoall: how many ranks' waiters yielded their CPU from their
 	// first empty look after the size ran (--yield; with auto, the ranks
 	// that found more processes than CPUs).
