@@ -142,8 +142,9 @@ type jobRun struct {
 	// The ranks --procs started (none under a launcher).
 	cmds   []*exec.Cmd
 	wg     sync.WaitGroup
-	exited chan struct{} // closed once every rank exited
-	grace  time.Duration // killGrace when the job started
+	exited chan struct{}  // closed once every rank exited
+	spawn  chan *exec.Cmd // the ranks to start, to the spawner's thread (spawner)
+	grace  time.Duration  // killGrace when the job started
 	// stacks: GOTRACEBACK asks for every goroutine's stack (see
 	// tracebackAll), printed on out.
 	stacks bool
@@ -230,13 +231,19 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 	out := &lockedWriter{w: stderr} // each child's output is copied by goroutines of its own
 	j.out = out
 	j.kills = make([]killWhy, job.Size-1)
+	start := j.spawner()
 	for r := 1; r < job.Size; r++ {
 		c := exec.Command(exe, args...)
 		c.Env = append(os.Environ(), "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(job.Size),
 			"GOMX_BOOTSTRAP="+j.addr, "MXBENCH_PROCS_CHILD=1")
+		// A rank dies with rank 0, which started it: killed (SIGKILL,
+		// a crash), rank 0 cannot stop the others, and they would wait
+		// for it until their --timeout.
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		tail := &tailWriter{w: out}
 		c.Stdout, c.Stderr = out, tail
-		if err := c.Start(); err != nil {
+		if err := start(c); err != nil {
+			close(j.spawn)
 			j.cancel(err)
 			j.killAll(stopped)
 			j.wg.Wait()
@@ -249,6 +256,7 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 		j.wg.Add(1)
 		go j.reap(r, c, tail)
 	}
+	close(j.spawn)
 	j.exited = make(chan struct{})
 	go func() { j.wg.Wait(); close(j.exited) }()
 	j.stopped = make(chan struct{})
@@ -275,6 +283,31 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 		j.killAll(stopped)
 	})
 	return j, nil
+}
+
+// spawner returns the function that starts the ranks of --procs: on one
+// OS thread of this process, kept until every rank it started has been
+// reaped. The kernel sends a child's death signal (Pdeathsig) when the
+// thread that started it ends, not the process, and the Go runtime ends
+// a thread whose goroutine exits locked to it (mx's CPU binding locks
+// some): started from any thread, a rank could be killed while rank 0
+// still runs. Closing j.spawn after the last start lets the thread go
+// once the ranks are reaped (j.wg).
+func (j *jobRun) spawner() func(*exec.Cmd) error {
+	j.spawn = make(chan *exec.Cmd)
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		for c := range j.spawn {
+			done <- c.Start()
+		}
+		j.wg.Wait()
+		runtime.UnlockOSThread()
+	}()
+	return func(c *exec.Cmd) error {
+		j.spawn <- c
+		return <-done
+	}
 }
 
 // reap waits for rank r, run by c, and notes its failure.

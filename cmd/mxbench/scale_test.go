@@ -205,6 +205,60 @@ func TestAlltoallKilledPeer(t *testing.T) {
 	}
 }
 
+// TestProcsDieWithRankZero: rank 0 of --procs killed (SIGKILL: it can
+// stop nobody) takes the ranks it started with it, whatever they wait
+// for: in a pingpong, rank 1 waits for the next ping and the others at a
+// barrier, each for up to the job's --timeout (an hour here) had they not
+// been told.
+func TestProcsDieWithRankZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 processes: run without -short")
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "gomx-rank0-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(dir)
+	t.Setenv("GOMX_SHM_DIR", dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "pingpong", "--procs", "4", "--sizes", "8", "--iterations", "100000000",
+		"--wait", "block", "--timeout", "1h")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; boardSockets(dir) < 4; i++ {
+		if i == 6000 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%d of 4 boards opened in a minute\nstderr:\n%s", boardSockets(dir), errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	children := childPIDs(t, cmd.Process.Pid)
+	if len(children) != 3 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("rank 0 has %d children, want 3", len(children))
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for _, pid := range children {
+		for i := 0; syscall.Kill(pid, 0) == nil; i++ {
+			if i == 3000 {
+				for _, p := range children {
+					syscall.Kill(p, syscall.SIGKILL)
+				}
+				t.Fatalf("rank pid %d still ran 30 s after rank 0 was killed", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 // boardSockets counts the boards' sockets under an endpoint directory.
 func boardSockets(dir string) int {
 	n := 0
