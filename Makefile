@@ -80,10 +80,11 @@ test-mpirun:
 
 # mxbench alltoall among 32, 64 and 128 processes of this host, oversubscribed
 # with blocking waits, byte-exact, each rank within 64 MiB of shared memory by
-# its transport's own count, and a rank killed in a 64-rank job reported with
-# nobody hanging; without the race detector (make test runs only the 32).
+# its transport's own count, a rank killed in a 64-rank job reported with
+# nobody hanging, and rank 0 of --procs killed taking the others with it;
+# without the race detector (make test runs only the 32).
 test-scale:
-	$(GO) test -count=1 -run 'TestAlltoallAtScale|TestAlltoallKilledPeer' -v ./cmd/mxbench/
+	$(GO) test -count=1 -run 'TestAlltoallAtScale|TestAlltoallKilledPeer|TestProcsDieWithRankZero' -v ./cmd/mxbench/
 
 # mxbench jobs under Debian's Slurm srun, in a private single-node cluster
 # that hack/slurm/run.sh installs (as root), starts and stops again:
