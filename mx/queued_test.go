@@ -21,6 +21,11 @@ import (
 // queuedNICs returns UDP-framed NIC transports over two cabled emulated
 // 82599s with the given number of queues; the test closes them.
 func queuedNICs(t testing.TB, queues int) [2]*nic.Transport {
+	return queuedNICsRing(t, queues, 128)
+}
+
+// queuedNICsRing is queuedNICs with RX and TX rings of ring descriptors.
+func queuedNICsRing(t testing.TB, queues, ring int) [2]*nic.Transport {
 	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +44,7 @@ func queuedNICs(t testing.TB, queues int) [2]*nic.Transport {
 	var ts [2]*nic.Transport
 	for i := range 2 {
 		o := ixgbe.DefaultOptions()
-		o.Queues, o.RxRing, o.TxRing = queues, 128, 128
+		o.Queues, o.RxRing, o.TxRing = queues, ring, ring
 		n, err := ixgbe.Open(p.Functions()[i], o)
 		if err != nil {
 			t.Fatal(err)
