@@ -234,3 +234,38 @@ func runQueuedRate(b *testing.B, n, queues int, bind bool, msgs int) queuedRate 
 	}
 	return r
 }
+
+// BenchmarkQueuedRateInterleaved measures what BenchmarkQueuedRate's
+// ratios ask, in a way a machine whose load drifts affects less: for each
+// N (1, 2, 4, 8) it alternates N steered queues and one queue for five
+// rounds of b.N messages each and reports the medians of each placement's
+// msgs/s and of the per-round ratio steered/one-queue ("steered/1q"),
+// and the median steered rate over the median one-pair steered rate
+// ("steered-x1", N > 1). Its ns/op is the last measurement's alone.
+func BenchmarkQueuedRateInterleaved(b *testing.B) {
+	const rounds = 5
+	median := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	var one float64 // median steered rate of one pair
+	for _, n := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			var steered, oneQueue, ratio []float64
+			for range rounds {
+				s := runQueuedRate(b, n, n, false, b.N).perSecond()
+				q := runQueuedRate(b, n, 1, false, b.N).perSecond()
+				steered, oneQueue, ratio = append(steered, s), append(oneQueue, q), append(ratio, s/q)
+			}
+			b.ReportMetric(median(steered), "steered-msgs/s")
+			b.ReportMetric(median(oneQueue), "1q-msgs/s")
+			b.ReportMetric(median(ratio), "steered/1q")
+			if n == 1 {
+				one = median(steered)
+			} else if one > 0 {
+				b.ReportMetric(median(steered)/one, "steered-x1")
+			}
+		})
+	}
+}
