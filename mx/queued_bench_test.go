@@ -3,36 +3,133 @@ package mx
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// BenchmarkQueuedRate is the aggregate message rate of N endpoint pairs,
-// each driven by its own goroutine, over two emulated 82599s: with N
-// queues, each pair's endpoints on queues of their own whose ports the NIC
-// steers there (one progress goroutine per queue), against the same N
-// pairs on one queue (one progress goroutine and one board lock for all).
-// Each goroutine posts a window of 64-byte messages and their receives and
-// waits for all of them, b.N messages in all. The model NICs run on the
-// same cores as the boards, so the figure is the machine's, not a NIC's.
+// BenchmarkQueuedRate is the aggregate message rate of N endpoint pairs
+// (N = 1, 2, 4, 8), each driven by its own goroutine, over two emulated
+// 82599s, in three placements: N queues whose ports the NIC steers to
+// them, one progress thread per queue ("steered"); the same with each
+// queue's thread bound to a CPU and each pair's goroutine bound to its
+// endpoints' CPU, as Open-MX binds a process to its queue's core
+// ("steered-bound"); and the same N pairs on one queue, one progress
+// thread and one board lock for all ("one-queue"). Each goroutine posts
+// windows of 32 64-byte messages and their receives and waits for them;
+// b.N messages in all, spread evenly over the pairs, so give enough
+// (-benchtime=50000x) for a figure that is not set-up noise. The NICs
+// have rings of 1024 descriptors, so a receiving thread the machine
+// descheduled does not lose frames; "resends" reports the frames sent
+// again all the same, since a resend timer's wait dwarfs a run.
+//
+// Each configuration reports msgs/s (messages over wall time) and
+// cpu-us/msg (the process's user and system CPU time over the messages:
+// boards, progress threads, driver and the model NICs, which run on the
+// same cores, so the figure is the machine's, not a NIC's). The wall
+// figure swings with the machine's load; CPU time per message much less.
+// At the end the benchmark logs, for its last run of each configuration,
+// the rate of N pairs over one pair's in the same placement, and of
+// steered queues over one queue: ratios taken within one run.
 func BenchmarkQueuedRate(b *testing.B) {
+	type key struct {
+		n     int
+		place string
+	}
+	results := map[key]queuedRate{}
+	places := []string{"steered", "steered-bound", "one-queue"}
 	for _, n := range []int{1, 2, 4, 8} {
-		for _, steered := range []bool{true, false} {
-			name, queues := fmt.Sprintf("endpoints=%d/steered-queues=%d", n, n), n
-			if !steered {
-				name, queues = fmt.Sprintf("endpoints=%d/one-queue", n), 1
-			}
-			b.Run(name, func(b *testing.B) { benchQueuedRate(b, n, queues) })
+		for _, place := range places {
+			b.Run(fmt.Sprintf("endpoints=%d/%s", n, place), func(b *testing.B) {
+				queues := n
+				if place == "one-queue" {
+					queues = 1
+				}
+				r := runQueuedRate(b, n, queues, place == "steered-bound", b.N)
+				b.ReportMetric(r.perSecond(), "msgs/s")
+				b.ReportMetric(r.cpuPerMsg(), "cpu-us/msg")
+				b.ReportMetric(float64(r.resends), "resends")
+				results[key{n, place}] = r
+			})
 		}
 	}
+	if len(results) == 0 {
+		return
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "aggregate rate, msgs/s (cpu-us/msg); x1: over one pair in the same placement; /1q: over one queue\n")
+	fmt.Fprintf(&s, "%3s", "N")
+	for _, p := range places {
+		fmt.Fprintf(&s, " | %-36s", p)
+	}
+	s.WriteString("\n")
+	for _, n := range []int{1, 2, 4, 8} {
+		fmt.Fprintf(&s, "%3d", n)
+		for _, p := range places {
+			r, ok := results[key{n, p}]
+			if !ok {
+				fmt.Fprintf(&s, " | %-36s", "-")
+				continue
+			}
+			cell := fmt.Sprintf("%.0f (%.1f)", r.perSecond(), r.cpuPerMsg())
+			if one, ok := results[key{1, p}]; ok && n > 1 {
+				cell += fmt.Sprintf(" x1 %.2f", r.perSecond()/one.perSecond())
+			}
+			if q1, ok := results[key{n, "one-queue"}]; ok && p != "one-queue" {
+				cell += fmt.Sprintf(" /1q %.2f", r.perSecond()/q1.perSecond())
+			}
+			fmt.Fprintf(&s, " | %-36s", cell)
+		}
+		s.WriteString("\n")
+	}
+	b.Log("\n" + s.String())
 }
 
-func benchQueuedRate(b *testing.B, n, queues int) {
-	ts := queuedNICs(b, max(queues, 1))
+// queuedRate is one measurement: messages, wall time and the process's
+// CPU time.
+type queuedRate struct {
+	msgs      int
+	wall, cpu time.Duration
+	// resends counts frames sent again (fast, by timer, tail probes):
+	// a run that lost frames waited for recovery too.
+	resends uint64
+}
+
+func (r queuedRate) perSecond() float64 { return float64(r.msgs) / r.wall.Seconds() }
+func (r queuedRate) cpuPerMsg() float64 {
+	return float64(r.cpu.Microseconds()) / float64(max(r.msgs, 1))
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(tb testing.TB) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runQueuedRate sends msgs 64-byte messages over n endpoint pairs on two
+// queued boards of queues queues over emulated 82599s, each pair driven
+// by its own goroutine; with bind, each queue's progress thread is bound
+// to a CPU and each goroutine to its source endpoint's. The timer runs
+// only while the messages move.
+func runQueuedRate(b *testing.B, n, queues int, bind bool, msgs int) queuedRate {
+	b.StopTimer()
+	// Deep rings: a receiving thread descheduled for a while on a
+	// loaded machine must not cost frames (and a resend timer's wait).
+	ts := queuedNICsRing(b, queues, 1024)
+	qo := QueuedOptions{Board: overNIC}
+	if bind {
+		qo.CPUs = allowedCPUs(b)
+	}
 	var qbs [2]*QueuedBoard
 	for i := range 2 {
-		qb, err := NewQueuedBoard(ts[i], QueuedOptions{Board: overNIC})
+		qb, err := NewQueuedBoard(ts[i], qo)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -56,22 +153,31 @@ func benchQueuedRate(b *testing.B, n, queues int) {
 		}
 	}
 	const window = 32
-	per := (b.N + n - 1) / n
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
+	per := (msgs + n - 1) / n
+	var wg, ready sync.WaitGroup
+	start := make(chan struct{})
 	errs := make(chan error, n)
 	for k := range n {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
+			if bind {
+				// The thread stays bound: it retires with the goroutine.
+				if err := BindThread(src[k].CPUs()); err != nil {
+					ready.Done()
+					errs <- err
+					return
+				}
+			}
 			msg := make([]byte, 64)
 			bufs := make([][]byte, window)
 			for i := range bufs {
 				bufs[i] = make([]byte, 64)
 			}
 			sends, recvs := make([]*Request, window), make([]*Request, window)
+			ready.Done()
+			<-start
 			for done := 0; done < per; {
 				w := min(window, per-done)
 				for i := range w {
@@ -104,12 +210,62 @@ func benchQueuedRate(b *testing.B, n, queues int) {
 			}
 		}()
 	}
+	ready.Wait()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.StartTimer()
+	resends := func() uint64 {
+		var sum uint64
+		for _, e := range append(slices.Clone(src), dst...) {
+			c := e.Counters()
+			sum += c.Get(FastRetransmits) + c.Get(TimerRetransmits) + c.Get(TailProbes)
+		}
+		return sum
+	}
+	res0 := resends()
+	cpu0, t0 := processCPU(b), time.Now()
+	close(start)
 	wg.Wait()
-	el := time.Since(start)
+	r := queuedRate{msgs: per * n, wall: time.Since(t0), cpu: processCPU(b) - cpu0, resends: resends() - res0}
 	b.StopTimer()
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(per*n)/el.Seconds(), "msgs/s")
+	return r
+}
+
+// BenchmarkQueuedRateInterleaved measures what BenchmarkQueuedRate's
+// ratios ask, in a way a machine whose load drifts affects less: for each
+// N (1, 2, 4, 8) it alternates N steered queues and one queue for five
+// rounds of b.N messages each and reports the medians of each placement's
+// msgs/s and of the per-round ratio steered/one-queue ("steered/1q"),
+// and the median steered rate over the median one-pair steered rate
+// ("steered-x1", N > 1). Its ns/op is the last measurement's alone.
+func BenchmarkQueuedRateInterleaved(b *testing.B) {
+	const rounds = 5
+	median := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	var one float64 // median steered rate of one pair
+	for _, n := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			var steered, oneQueue, ratio []float64
+			for range rounds {
+				s := runQueuedRate(b, n, n, false, b.N).perSecond()
+				q := runQueuedRate(b, n, 1, false, b.N).perSecond()
+				steered, oneQueue, ratio = append(steered, s), append(oneQueue, q), append(ratio, s/q)
+			}
+			b.ReportMetric(median(steered), "steered-msgs/s")
+			b.ReportMetric(median(oneQueue), "1q-msgs/s")
+			b.ReportMetric(median(ratio), "steered/1q")
+			if n == 1 {
+				one = median(steered)
+			} else if one > 0 {
+				b.ReportMetric(median(steered)/one, "steered-x1")
+			}
+		})
+	}
 }

@@ -15,11 +15,17 @@ import (
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/nic"
+	"github.com/gomx-dev/gomx/xdp/xdptest"
 )
 
 // queuedNICs returns UDP-framed NIC transports over two cabled emulated
 // 82599s with the given number of queues; the test closes them.
 func queuedNICs(t testing.TB, queues int) [2]*nic.Transport {
+	return queuedNICsRing(t, queues, 128)
+}
+
+// queuedNICsRing is queuedNICs with RX and TX rings of ring descriptors.
+func queuedNICsRing(t testing.TB, queues, ring int) [2]*nic.Transport {
 	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +44,7 @@ func queuedNICs(t testing.TB, queues int) [2]*nic.Transport {
 	var ts [2]*nic.Transport
 	for i := range 2 {
 		o := ixgbe.DefaultOptions()
-		o.Queues, o.RxRing, o.TxRing = queues, 128, 128
+		o.Queues, o.RxRing, o.TxRing = queues, ring, ring
 		n, err := ixgbe.Open(p.Functions()[i], o)
 		if err != nil {
 			t.Fatal(err)
@@ -75,21 +81,91 @@ func allowedCPUs(t testing.TB) []int {
 func TestQueuedBoard(t *testing.T) {
 	const queues = 4
 	ts := queuedNICs(t, queues)
+	qbs, _ := queuedExchange(t, [2]transport.Transport{ts[0], ts[1]}, queues)
+	// Every queue's board received its own endpoint's frames from its
+	// queue: none was handed over in software (the 82599 steers by rule).
+	for i := range 2 {
+		for _, b := range qbs[i].Boards() {
+			c := map[string]uint64{}
+			for _, x := range b.TransportCounters() {
+				c[x.Name] = x.Value
+			}
+			if c["nic_queue_forwarded"] != 0 || c["nic_queue_delivered"] == 0 {
+				t.Errorf("board %v: %d frames received on its queue, %d handed over between queues",
+					b.NICID(), c["nic_queue_delivered"], c["nic_queue_forwarded"])
+			}
+		}
+	}
+}
+
+// The same over AF_XDP on a veth pair of several queues: each queue's
+// socket is a board of its own, and as veth puts a frame on the rx queue
+// of the sender's tx queue, endpoints on queues of the same index need no
+// hand-over between queues.
+func TestQueuedBoardXDP(t *testing.T) {
+	const queues = 3
+	a, b := xdptest.QueuedPair(t, queues)
+	qbs, eps := queuedExchange(t, [2]transport.Transport{a, b}, queues)
+	counters := func(b *Board) map[string]uint64 {
+		c := map[string]uint64{}
+		for _, x := range b.TransportCounters() {
+			c[x.Name] = x.Value
+		}
+		return c
+	}
+	for i := range 2 {
+		for _, b := range qbs[i].Boards() {
+			c := counters(b)
+			if c["xdp_queue_taken_over"] != 0 || c["xdp_queue_handed_over"] != 0 || c["xdp_rx_frames"] == 0 {
+				t.Errorf("board %v: %d frames received on its queue, %d handed over, %d taken over",
+					b.NICID(), c["xdp_rx_frames"], c["xdp_queue_handed_over"], c["xdp_queue_taken_over"])
+			}
+		}
+	}
+	// Endpoints on queues of different indices talk too: their frames land
+	// on the rx queue of the sender's index and are handed over.
+	ctx := testCtx(t, 30*time.Second)
+	x, y := eps[0][0], eps[1][1]
+	to, err := x.Connect(ctx, y.Addr().NIC, y.ID(), testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, size := range []int{10, 100000} {
+		msg := pattern(size, uint64(100+i))
+		got := make([]byte, size)
+		exchange(t, ctx, x, to, y, uint64(i), ^uint64(0), [][]byte{msg}, [][]byte{got})
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("across queues, %d bytes: corrupted", size)
+		}
+	}
+	if c := counters(qbs[1].Boards()[1]); c["xdp_queue_taken_over"] == 0 {
+		t.Errorf("queue 1 of b took no frame over from queue 0: %v", c)
+	}
+}
+
+// queuedExchange opens a queued board over each of ts (which it owns:
+// the boards close them when the test ends) and an endpoint per queue on
+// each, checks that each lands on its own queue's board with its NIC id
+// and bound CPU, and exchanges messages of several sizes byte-exact
+// between the endpoints of the same queue index. It returns the boards
+// and each one's endpoints, queue by queue.
+func queuedExchange(t *testing.T, ts [2]transport.Transport, queues int) ([2]*QueuedBoard, [2][]*Endpoint) {
 	cpus := allowedCPUs(t)
 	var qbs [2]*QueuedBoard
 	for i := range 2 {
 		qb, err := NewQueuedBoard(ts[i], QueuedOptions{CPUs: cpus, Board: overNIC})
 		if err != nil {
+			ts[i].Close()
 			t.Fatal(err)
 		}
-		defer func() {
+		t.Cleanup(func() {
 			if err := qb.Close(); err != nil {
 				t.Error(err)
 			}
-		}()
+		})
 		qbs[i] = qb
 	}
-	var eps [2][queues]*Endpoint
+	eps := [2][]*Endpoint{make([]*Endpoint, queues), make([]*Endpoint, queues)}
 	for i := range 2 {
 		seen := map[transport.NICID]bool{}
 		for k := range queues {
@@ -124,20 +200,7 @@ func TestQueuedBoard(t *testing.T) {
 			}
 		}
 	}
-	// Every queue's board received its own endpoint's frames from its
-	// queue: none was handed over in software (the 82599 steers by rule).
-	for i := range 2 {
-		for _, b := range qbs[i].Boards() {
-			c := map[string]uint64{}
-			for _, x := range b.TransportCounters() {
-				c[x.Name] = x.Value
-			}
-			if c["nic_queue_forwarded"] != 0 || c["nic_queue_delivered"] == 0 {
-				t.Errorf("board %v: %d frames received on its queue, %d handed over between queues",
-					b.NICID(), c["nic_queue_delivered"], c["nic_queue_forwarded"])
-			}
-		}
-	}
+	return qbs, eps
 }
 
 // overNIC keeps the boards of one process on the NIC: no in-process

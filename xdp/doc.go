@@ -90,6 +90,23 @@
 // transport.Transport for the mx message layer: raw Ethernet framing (NIC
 // id = MAC address) or IPv4/UDP framing (NIC id = ip<<16|port).
 //
+// # Queue transports
+//
+// With UDP framing the transport is also a transport.Queued: OpenQueue(k)
+// returns the socket of its k-th queue as a transport of its own, NIC id
+// the transport's address with UDP port Port+k (the program claims one
+// port per queue), with that socket's UMEM, fill, completion, RX and TX
+// rings, held frames and region frames to itself, so a queue's receive,
+// refill and completion take no lock another queue's take and mx's
+// QueuedBoard serves each queue from its own thread. [Transport.Steer]
+// puts a port's frames on its queue: an ethtool ntuple rule (udp4
+// dst-port to the queue's rx queue) where the driver has one, and in any
+// case an entry in a software table by which the queue a frame did land
+// on copies it into the owning queue's inbox and wakes it, since a socket
+// can only receive from its own rx queue. On veth (no ntuple) a frame
+// lands on the rx queue of the sender's tx queue, so queue k talking to
+// queue k of the peer needs no hand-over.
+//
 // # Sending in place
 //
 // Options.RegionFrames adds frames to the UMEM, after the ones the socket

@@ -136,6 +136,13 @@ func (a *regionFrames) freeLocked(at, n uint32) {
 	}
 }
 
+// inUse reports whether any run is handed out or draining.
+func (a *regionFrames) inUse() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.held) > 0 || a.waiting > 0
+}
+
 // state describes the frames for an error message: free, in the longest
 // free run, and draining.
 func (a *regionFrames) state() string {
@@ -188,12 +195,16 @@ func (t *Transport) Register(mem []byte) (*transport.Region, error) {
 // RegionMemory hands out n bytes, rounded up to whole UMEM frames, of the
 // region frames TransportOptions.Socket.RegionFrames reserved in the first
 // socket's UMEM: memory that Register sends from in place. It is the
-// caller's until ReleaseRegionMemory gives it back. It fails with ErrConfig,
+// caller's until ReleaseRegionMemory gives it back; a queue transport
+// (OpenQueue) hands out its own socket's. It fails with ErrConfig,
 // naming the fix, when no run of free region frames is long enough, or
 // none were reserved.
 func (t *Transport) RegionMemory(n int) ([]byte, error) {
 	if t.closed.Load() {
 		return nil, errClosed
+	}
+	if err := t.queuesOpen(); err != nil {
+		return nil, err
 	}
 	all := t.socks[0].RegionMemory()
 	fs := t.socks[0].FrameSize()

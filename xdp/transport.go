@@ -32,7 +32,9 @@ type TransportOptions struct {
 	Queues []int
 	// UDP, when valid, selects IPv4/UDP framing from this local address
 	// (the interface's IPv4 address and a UDP port); the zero value selects
-	// raw Ethernet framing with EtherType 0x86DF.
+	// raw Ethernet framing with EtherType 0x86DF. The XDP program claims
+	// one port per served queue, from this port up, for the queue
+	// transports (OpenQueue).
 	UDP netip.AddrPort
 	// Neighbors gives the MAC address of IPv4 peers for UDP framing. Peers
 	// not listed are looked up in the kernel's neighbour table of the
@@ -65,6 +67,8 @@ type Transport struct {
 	fds    []unix.PollFd
 	wake   int // eventfd that Close writes to end a blocked Recv
 	nl     int // rtnetlink socket in the interface's namespace, for neighbours
+	nlMu   *sync.Mutex
+	ctl    int // AF_INET socket in the interface's namespace, for ethtool
 	mac    [6]byte
 	ifMTU  int
 	addr   transport.NICID
@@ -96,6 +100,11 @@ type Transport struct {
 
 	rxFrames, txFrames, rxBad, txUnreach atomic.Uint64
 	txInPlace, txRegionCopied            atomic.Uint64
+
+	// queues are the transport's queue transports (queued.go); queue is
+	// set on a queue transport instead.
+	queues *queueSet
+	queue  *queueLink
 }
 
 // region is a Region registered in the UMEM's region frames: UMEM
@@ -115,7 +124,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{opts: o, wake: -1, nl: -1, ifMTU: ifi.MTU, neigh: make(map[[4]byte][6]byte), lends: transport.NewLends[lentFrame](0)}
+	t := &Transport{opts: o, wake: -1, nl: -1, ctl: -1, nlMu: &sync.Mutex{}, ifMTU: ifi.MTU, neigh: make(map[[4]byte][6]byte), lends: transport.NewLends[lentFrame](0)}
 	copy(t.mac[:], ifi.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -131,7 +140,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 		}
 		t.udp, t.ip, t.port = true, a.As4(), o.UDP.Port()
 		t.addr, _ = transport.UDPNICID(netip.AddrPortFrom(a, t.port))
-		po.NoEtherType, po.UDPPortLow, po.UDPPortHigh = true, t.port, t.port
+		po.NoEtherType, po.UDPPortLow = true, t.port
 		for ip, mac := range o.Neighbors {
 			if ip.Unmap().Is4() {
 				t.neigh[ip.Unmap().As4()] = mac
@@ -139,6 +148,9 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 		}
 		if t.nl, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE); err != nil {
 			return nil, opErr("socket(AF_NETLINK)", o.Interface, -1, err)
+		}
+		if t.ctl, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return nil, opErr("socket(AF_INET)", o.Interface, -1, err)
 		}
 	} else {
 		t.addr = transport.MACNICID(t.mac)
@@ -158,6 +170,14 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 			po.Queues = max(po.Queues, q+1)
 		}
 	}
+	if t.udp {
+		// One port per queue, for the queue transports.
+		hi := int(t.port) + len(queues) - 1
+		if hi > 0xFFFF {
+			return nil, configErr("new transport", fmt.Sprintf("UDP port %d and %d queues: the queues' ports would pass 65535: choose a port below %d", t.port, len(queues), 0x10000-len(queues)))
+		}
+		po.UDPPortHigh = uint16(hi)
+	}
 	if t.prog, err = Attach(o.Interface, po); err != nil {
 		return nil, err
 	}
@@ -166,9 +186,9 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 		if err != nil {
 			return nil, err
 		}
+		// Every socket has its region frames: each queue transport
+		// sends from its own.
 		t.socks = append(t.socks, s)
-		// Only the first socket sends: the others need no region frames.
-		o.Socket.RegionFrames = 0
 		if err := t.prog.Register(s, 0); err != nil {
 			return nil, err
 		}
@@ -192,6 +212,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 	u.mu.Lock()
 	u.regionDone = t.regionDone
 	u.mu.Unlock()
+	t.queues = newQueueSet(len(t.socks))
 	return t, nil
 }
 
@@ -204,7 +225,7 @@ func (t *Transport) release() error {
 	if t.prog != nil {
 		err = errors.Join(err, t.prog.Close())
 	}
-	for _, fd := range []int{t.wake, t.nl} {
+	for _, fd := range []int{t.wake, t.nl, t.ctl} {
 		if fd >= 0 {
 			err = errors.Join(err, unix.Close(fd))
 		}
@@ -255,6 +276,9 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	defer t.txMu.Unlock()
 	if t.closed.Load() {
 		return 0, errClosed
+	}
+	if err := t.queuesOpen(); err != nil {
+		return 0, err
 	}
 	s := t.socks[0]
 	mtu, hdr := t.MTU(), t.headers()
@@ -409,7 +433,11 @@ func (t *Transport) neighbour(ip [4]byte) ([6]byte, bool) {
 		return [6]byte{}, false
 	}
 	t.lookup = time.Now()
+	// Queue transports share the transport's rtnetlink socket (made in the
+	// interface's namespace): one dump at a time.
+	t.nlMu.Lock()
 	dumpNeighbours(t.nl, t.neigh)
+	t.nlMu.Unlock()
 	mac, ok := t.neigh[ip]
 	return mac, ok
 }
@@ -474,6 +502,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "xdp_tx_region_copied", Value: t.txRegionCopied.Load()},
 	}
 	c = append(c, t.lends.Counters("xdp_")...)
+	c = t.queueCounters(c)
 	var sum Stats
 	for _, s := range t.socks {
 		st, err := s.Stats()
@@ -495,6 +524,9 @@ func (t *Transport) Counters() []transport.Counter {
 	if qs, err := t.prog.Counters(); err == nil {
 		var red, unc uint64
 		for _, q := range qs {
+			if t.queue != nil && q.Queue != t.socks[0].Queue() {
+				continue
+			}
 			red += q.Redirected
 			unc += q.Unclaimed
 		}
@@ -512,20 +544,27 @@ func (t *Transport) Sockets() []*Socket { return t.socks }
 
 // Close ends a blocked Recv with transport.ErrClosed, waits for Recv and
 // Send to return, then closes the sockets and detaches the program.
+// It closes the queue transports first. A queue transport's Close ends its
+// blocked Recv likewise, removes its steering, gives its frames back to
+// its socket and the socket back to the transport.
 // Closing twice returns nil.
 func (t *Transport) Close() error {
+	if t.queue != nil {
+		return t.closeQueue()
+	}
 	if t.closed.Swap(true) {
 		return nil
 	}
 	var one [8]byte
 	one[0] = 1
 	unix.Write(t.wake, one[:])
+	err := t.closeQueues()
 	t.rxMu.Lock()
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	defer t.rxMu.Unlock()
 	t.lends.Close()
-	err := t.release()
+	err = errors.Join(err, t.release())
 	// The sockets are gone, and with them whatever the kernel still held:
 	// complete the in-place sends it will never report.
 	t.regMu.Lock()

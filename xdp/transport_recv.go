@@ -23,6 +23,12 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, errClosed
 	}
+	if err := t.queuesOpen(); err != nil {
+		return 0, err
+	}
+	if t.queue != nil {
+		t.recycle()
+	}
 	for i, s := range t.socks {
 		h := t.held[i]
 		if t.lentNow {
@@ -77,13 +83,20 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.closed.Load() {
 			return 0, errClosed
 		}
+		if t.queue != nil {
+			t.queue.drainWake()
+		}
 	}
 }
 
 // poll takes what the sockets have received, up to len(frames), starting
-// with a different socket each time. rxMu is held.
+// with a different socket each time, and for a queue transport what other
+// queues handed over. rxMu is held.
 func (t *Transport) poll(frames []transport.Frame) int {
 	got := 0
+	if t.queue != nil && len(t.queue.inbox) > 0 {
+		got = t.fromInbox(frames, got)
+	}
 	for k := range t.socks {
 		if got == len(frames) {
 			break
@@ -94,12 +107,13 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		n := s.Receive(t.rxDesc[:room])
 		for _, d := range t.rxDesc[:n] {
 			t.held[i] = append(t.held[i], d)
-			if f, ok := t.decode(s.Frame(d)); ok {
+			switch f, v := t.decode(s.Frame(d)); v {
+			case frameOurs:
 				f.Ref = t.lends.RecvRef(got)
 				frames[got] = f
 				t.rxAt = append(t.rxAt[:got], lentFrame{sock: i, pos: len(t.held[i]) - 1})
 				got++
-			} else {
+			case frameNotOurs:
 				t.rxBad.Add(1)
 			}
 		}
@@ -113,7 +127,8 @@ func (t *Transport) poll(frames []transport.Frame) int {
 }
 
 // lentFrame is a UMEM frame lent to a holder: its socket and descriptor
-// (pos: its index in held during the Recv that returned it).
+// (pos: its index in held during the Recv that returned it). Socket -1
+// marks a frame another queue handed over, which Hold copies.
 type lentFrame struct {
 	sock, pos int
 	d         Desc
@@ -125,8 +140,8 @@ const lentMark = ^uint64(0)
 // Hold implements [transport.Transport.Hold]: the UMEM frame is lent to the
 // caller and goes back to the fill ring at Release instead of the next
 // Recv; HoldInfo.DMA is the UMEM. At most a quarter of the UMEM's frames
-// are lent at once (the rest keep the fill ring supplied); past that Hold
-// copies Data.
+// are lent at once (the rest keep the fill ring supplied); past that, and
+// for a frame another queue handed over, Hold copies Data.
 func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
 	t.rxMu.Lock()
 	defer t.rxMu.Unlock()
@@ -138,8 +153,8 @@ func (t *Transport) Hold(f *transport.Frame) (transport.HoldInfo, error) {
 		return transport.HoldInfo{}, fmt.Errorf("xdp: hold: %w", err)
 	}
 	at := t.rxAt[k]
-	h := t.held[at.sock]
-	if h[at.pos].Addr != lentMark {
+	if at.sock >= 0 && t.held[at.sock][at.pos].Addr != lentMark {
+		h := t.held[at.sock]
 		at.d = h[at.pos]
 		if t.lends.Lend(f, at) {
 			h[at.pos].Addr = lentMark
@@ -160,26 +175,39 @@ func (t *Transport) Release(f *transport.Frame) {
 	}
 }
 
-// decode turns a received frame into a transport frame, or reports it is
-// not one for us.
-func (t *Transport) decode(b []byte) (transport.Frame, bool) {
+// What decode makes of a received frame.
+const (
+	frameNotOurs = iota // not a frame for this transport
+	frameOurs           // ours: the frame decode returns
+	frameHanded         // another queue's, handed over (or dropped) to it
+)
+
+// decode turns a received frame into a transport frame, or says what else
+// it is.
+func (t *Transport) decode(b []byte) (transport.Frame, int) {
 	if t.udp {
 		h, data, err := ParseUDP(b)
-		if err != nil || h.DstIP != t.ip || h.DstPort != t.port {
-			return transport.Frame{}, false
+		if err != nil || h.DstIP != t.ip {
+			return transport.Frame{}, frameNotOurs
+		}
+		if h.DstPort != t.port {
+			if t.queue != nil && t.handOver(h, data) {
+				return transport.Frame{}, frameHanded
+			}
+			return transport.Frame{}, frameNotOurs
 		}
 		id, err := transport.UDPNICID(netip.AddrPortFrom(netip.AddrFrom4(h.SrcIP), h.SrcPort))
 		if err != nil {
-			return transport.Frame{}, false
+			return transport.Frame{}, frameNotOurs
 		}
 		t.learn(h.SrcIP, h.Eth.Src)
-		return transport.Frame{Peer: id, Data: data}, true
+		return transport.Frame{Peer: id, Data: data}, frameOurs
 	}
 	h, data, err := ParseEthHeader(b)
 	if err != nil || h.EtherType != EtherTypeOpenMX || (h.Dst != t.mac && h.Dst[0]&1 == 0) {
-		return transport.Frame{}, false
+		return transport.Frame{}, frameNotOurs
 	}
-	return transport.Frame{Peer: transport.MACNICID(h.Src), Data: data}, true
+	return transport.Frame{Peer: transport.MACNICID(h.Src), Data: data}, frameOurs
 }
 
 // learn records the MAC address a UDP peer sends from, so that replies

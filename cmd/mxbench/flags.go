@@ -76,6 +76,11 @@ type pairFlags struct {
 	xdp         xdpFlags
 	nic         nicFlags
 	usb         usbFlags
+	// queues is --queues: serve each board's NIC queues from queued
+	// boards (mx.NewQueuedBoard), 0 for one board on one queue; bindApp
+	// is --bind-app (queues.go).
+	queues  int
+	bindApp bool
 }
 
 // sendFlags choose how the measured messages are sent: pingpong, stream
@@ -217,6 +222,8 @@ func (f *pairFlags) register(fs *flag.FlagSet) {
 	f.xdp.register(fs)
 	f.nic.register(fs)
 	f.usb.register(fs)
+	fs.IntVar(&f.queues, "queues", 0, "nic, xdp: open each board as a queued board of N queues (mx.NewQueuedBoard): UDP framing, one progress thread per queue, each endpoint's port steered to its queue by the NIC's rule where it has one (--nic model-82599), by software hand-over otherwise; 0: one board on one queue")
+	fs.BoolVar(&f.bindApp, "bind-app", false, "with --queues: bind each queue's progress thread to a CPU (the two boards' queue q to different CPUs) and run each side's goroutine on the CPU serving its endpoint (mx.Endpoint.CPUs), as Open-MX binds a process to its queue's core")
 }
 
 func (f *sendFlags) register(fs *flag.FlagSet) {
@@ -336,7 +343,7 @@ func (f *benchFlags) validatePair(cmd string) error {
 	if f.remoteEP < 0 || f.remoteEP > 255 {
 		return usagef(cmd, "--remote-endpoint %d: want 0..255", f.remoteEP)
 	}
-	return nil
+	return f.validateQueues(cmd)
 }
 
 // validate checks the flags every measuring subcommand has and returns

@@ -46,6 +46,12 @@ two fakes with --usb fake; spinning boards share the cores with the driver's
 pipe goroutines, so --wait block suits it on a small machine). --timeout
 bounds every wait: connecting and each size.
 
+--queues N opens each side as a queued board of N NIC queues (mx.NewQueuedBoard,
+UDP framing; --transport nic or xdp): a progress thread per queue, each
+endpoint's port steered to its queue. --bind-app binds each queue's thread to
+a CPU and runs each side's goroutine on the CPU serving its endpoint
+(docs/nics.md).
+
 --loss, --reorder, --dup and --corrupt make the wire lossy with one seeded
 fault model on every transport: the loopback wire injects the faults itself,
 and on the others mxbench wraps each board's transport with the same model

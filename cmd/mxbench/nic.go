@@ -27,6 +27,9 @@ import (
 type nicFlags struct {
 	nics       string
 	interrupts bool
+	// queues is --queues: the NICs then run that many queue pairs and
+	// the transports UDP framing, for queued boards.
+	queues int
 }
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
@@ -150,10 +153,14 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 	}
 	var ts [2]transport.Transport
 	for i, d := range devs {
-		drv, err := openDriver(d, n.interrupts)
+		drv, err := openDriver(d, n.interrupts, n.queues)
 		if err == nil {
 			var t *nic.Transport
-			if t, err = nic.New(drv, nic.Options{}); err == nil {
+			o := nic.Options{}
+			if n.queues > 0 {
+				o.Framing, o.UDP = nic.FramingUDP, queuedUDP(i)
+			}
+			if t, err = nic.New(drv, o); err == nil {
 				ts[i] = &nicTransport{Transport: t, done: done}
 				continue
 			}
@@ -164,10 +171,16 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 		} else {
 			release()
 		}
+		if n.queues > 0 {
+			err = fmt.Errorf("%w (--queues %d: the 82574 has 2 queue pairs, the 82599 64; lower --queues)", err, n.queues)
+		}
 		return nil, nil, "", nil, fmt.Errorf("nic %v: %w", d.Address(), err)
 	}
 	if n.interrupts {
 		what += ", MSI-X interrupts"
+	}
+	if n.queues > 0 {
+		what += ", UDP framing"
 	}
 	return ts[0], ts[1], what, nil, nil
 }
@@ -188,15 +201,22 @@ func driverName(d pci.Device) string {
 }
 
 // openDriver opens d with gomx's driver for it: ixgbe for an 82599,
-// e1000e otherwise (which refuses what is not an 82574L).
-func openDriver(d pci.Device, interrupts bool) (nicdrv.NIC, error) {
+// e1000e otherwise (which refuses what is not an 82574L), with queues
+// queue pairs (the driver's default when 0).
+func openDriver(d pci.Device, interrupts bool, queues int) (nicdrv.NIC, error) {
 	if is82599(d) {
 		o := ixgbe.DefaultOptions()
 		o.Interrupts = interrupts
+		if queues > 0 {
+			o.Queues = queues
+		}
 		return ixgbe.Open(d, o)
 	}
 	o := e1000e.DefaultOptions()
 	o.Interrupts = interrupts
+	if queues > 0 {
+		o.Queues = queues
+	}
 	return e1000e.Open(d, o)
 }
 

@@ -114,38 +114,38 @@ func (f *benchFlags) newPair(ctx context.Context) (*pair, error) {
 		}
 		return errors.Join(errs...)
 	}
-	opts := f.boardOptions()
-	ba, err := mx.NewBoard(ta, opts)
-	if err != nil {
-		ta.Close()
-		tb.Close()
-		p.close()
-		return nil, err
-	}
-	closers = append(closers, ba.Close)
-	bb, err := mx.NewBoard(tb, opts)
+	ba, err := f.openBoard(ta, 0)
 	if err != nil {
 		tb.Close()
 		p.close()
 		return nil, err
 	}
-	closers = append(closers, bb.Close)
+	closers = append(closers, ba.close)
+	bb, err := f.openBoard(tb, 1)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	closers = append(closers, bb.close)
 	key := uint32(f.key)
-	if p.a, err = ba.OpenEndpoint(0, key); err != nil {
+	if p.a, err = ba.open(0, key); err != nil {
 		p.close()
 		return nil, err
 	}
-	if p.b, err = bb.OpenEndpoint(0, key); err != nil {
+	if p.b, err = bb.open(0, key); err != nil {
 		p.close()
 		return nil, err
+	}
+	if f.queues > 0 {
+		p.what += fmt.Sprintf(", queued boards of %d queues%s", f.queues, ba.note)
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	if p.aAddr, err = p.a.Connect(cctx, bb.NICID(), p.b.ID(), key); err != nil {
+	if p.aAddr, err = p.a.Connect(cctx, p.b.Addr().NIC, p.b.ID(), key); err != nil {
 		p.close()
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	if p.bAddr, err = p.b.Connect(cctx, ba.NICID(), p.a.ID(), key); err != nil {
+	if p.bAddr, err = p.b.Connect(cctx, p.a.Addr().NIC, p.a.ID(), key); err != nil {
 		p.close()
 		return nil, fmt.Errorf("connect back: %w", err)
 	}

@@ -212,16 +212,12 @@ func verifiedNote(f *benchFlags) string {
 func settleLocal(ctx context.Context, f *benchFlags, sa, sb *side) error {
 	errc := make(chan error, 1)
 	go func() {
-		if f.spin() {
-			pin(1) // never unlocked: the pinned thread retires with the goroutine
-		}
+		f.place(sb, 1) // never unlocked: the pinned thread retires with the goroutine
 		errc <- sb.settleReply(ctx)
 	}()
 	errA := make(chan error, 1)
 	go func() {
-		if f.spin() {
-			pin(0)
-		}
+		f.place(sa, 0)
 		_, err := sa.settle(ctx, f.settle)
 		errA <- err
 	}()
@@ -248,9 +244,7 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 		reply = 0
 	}
 	go func() {
-		if f.spin() {
-			pin(1) // never unlocked: the pinned thread retires with the goroutine
-		}
+		f.place(sb, 1) // never unlocked: the pinned thread retires with the goroutine
 		if cmd == "stream" {
 			errc <- sb.sink(ctx, size, f.warmup+iters, f.window)
 		} else {
@@ -260,9 +254,7 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 	resc := make(chan result, 1)
 	errA := make(chan error, 1)
 	go func() {
-		if f.spin() {
-			pin(0)
-		}
+		f.place(sa, 0)
 		var res result
 		var err error
 		if cmd == "stream" {

@@ -25,6 +25,9 @@ type xdpFlags struct {
 	iface, peerIface string
 	mode             string
 	udpFraming       bool
+	// queues is --queues: the veth pair then has that many queues and
+	// the transports UDP framing, for queued boards.
+	queues int
 
 	pair *netns.Pair // the veth pair of this run, when mxbench made it
 }
@@ -106,7 +109,7 @@ func (x *xdpFlags) setup() error {
 	if x.iface != "" || x.pair != nil {
 		return nil
 	}
-	p, err := netns.NewPair(1)
+	p, err := netns.NewPair(max(1, x.queues))
 	if err != nil {
 		return fmt.Errorf("xdp: a veth pair for the run: %w (or give --iface and --peer-iface)", err)
 	}
@@ -149,7 +152,7 @@ func (x *xdpFlags) open(a bool, port uint16) (*xdp.Transport, error) {
 	default:
 		o.Interface = x.pair.B
 	}
-	if x.udpFraming && x.pair != nil {
+	if (x.udpFraming || x.queues > 0) && x.pair != nil {
 		ip := x.pair.IPB
 		if a {
 			ip = x.pair.IPA
@@ -192,7 +195,7 @@ func (x *xdpFlags) transports() (a, b transport.Transport, what string, nw *loop
 		return nil, nil, "", nil, err
 	}
 	framing := "raw Ethernet"
-	if x.udpFraming {
+	if x.udpFraming || x.queues > 0 {
 		framing = "IPv4/UDP"
 	}
 	mode := ta.Program().Mode()

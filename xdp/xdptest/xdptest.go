@@ -8,6 +8,7 @@
 package xdptest
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/gomx-dev/gomx/internal/netnstest"
@@ -34,6 +35,36 @@ func PairWith(t testing.TB, oa, ob xdp.TransportOptions) (a, b *xdp.Transport) {
 	netnstest.Require(t, RequireEnv)
 	p := netnstest.NewPair(t, 1)
 	oa.Interface, ob.Interface = p.A, p.B
+	if err := p.InA(func() (err error) {
+		a, err = xdp.NewTransport(oa)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.InB(func() (err error) {
+		b, err = xdp.NewTransport(ob)
+		return err
+	}); err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// QueuedPair returns two AF_XDP transports with UDP framing (port 40000
+// at each end's address) on a veth pair of queues queues per end, so each
+// serves its queues as transports of their own (xdp.Transport.OpenQueue,
+// mx.NewQueuedBoard), or skips t. UMEMs are kept small (2048 frames per
+// queue). The caller owns and closes them; the namespaces go in
+// t.Cleanup.
+func QueuedPair(t testing.TB, queues int) (a, b *xdp.Transport) {
+	t.Helper()
+	netnstest.Require(t, RequireEnv)
+	p := netnstest.NewPair(t, queues)
+	o := xdp.TransportOptions{Socket: xdp.Options{Frames: 2048}}
+	oa, ob := o, o
+	oa.Interface, oa.UDP = p.A, netip.AddrPortFrom(p.IPA, 40000)
+	ob.Interface, ob.UDP = p.B, netip.AddrPortFrom(p.IPB, 40000)
 	if err := p.InA(func() (err error) {
 		a, err = xdp.NewTransport(oa)
 		return err
