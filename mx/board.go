@@ -103,6 +103,10 @@ type Board struct {
 	hostErr           error
 	closeOnce         sync.Once
 
+	// holdUntil: no retransmission before this (board clock), the grace
+	// a late timer run gives the peer (finetimer.go).
+	holdUntil int64
+
 	// cmaEps holds each endpoint's table of large-send buffers for
 	// processes that copy from them; its address is published (cma.go).
 	cmaEps     [MaxEndpoints]uint64

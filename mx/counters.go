@@ -144,6 +144,11 @@ const (
 	// records a receiver copied straight into a matching posted receive.
 	LaneSends
 	LaneRecvs
+	// DueDrainFrames counts frames a timer run handled before it ran the
+	// retransmission timers whose deadline had passed (finetimer.go):
+	// answers that waited unread in a queue, which would otherwise have
+	// been resent.
+	DueDrainFrames
 	numCounters
 )
 
@@ -184,6 +189,7 @@ var counterNames = [numCounters]string{
 	"lean sends (ring peers: completed in the ring, never resent)", "lean messages held (taken later)",
 	"copy engine copies finished by Tests (nobody woken)",
 	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
+	"frames drained by a timer run before it resent",
 }
 
 // String returns the counter's label.

@@ -132,12 +132,90 @@ func (b *Board) deadline() int64 {
 // runDue runs the board's timers when now, a clock reading of a polling
 // goroutine that holds no lock, is past their deadline and nobody holds the
 // board's lock.
-func (b *Board) runDue(now int64) {
+func (b *Board) runDue(now int64) (ran bool) {
 	if now < b.deadline() || !b.mu.TryLock() {
-		return
+		return false
 	}
 	if !b.closed {
 		b.timersLocked(false)
 	}
 	b.unlock()
+	return true
+}
+
+// A timer run that serves a deadline looks at the sources first.
+//
+// The goroutine that runs the timers when a noted deadline passes (the
+// fine timer's; a polling waiter's; a receive loop's) is not always the one
+// that receives: the answers to what the timers would resend may wait,
+// unread, in a transport's queue, because the goroutine that owns it was
+// descheduled, or is the one running the timers now. A probe or a resend
+// sent then is spurious: a frame and a duplicate at the peer for an answer
+// that was already here. So a run whose noted deadline has passed first
+// takes what every source it can have at once already holds (a source
+// another goroutine is receiving from is that goroutine's to look at),
+// without waiting and at most drainBatches batches of each, as a verdict's
+// drain does (verdict.go). Such runs come once per probe timeout of a busy
+// partner; the periodic tick's runs do not drain.
+//
+// A run that comes schedFloor or more after that deadline was itself kept
+// from running, and the peer's goroutines, on the same machine or one as
+// loaded, likely as long: they may not have answered yet. So such a run
+// also gives them as long again: no probe, resend or pull re-request goes
+// out before now plus the lateness (Board.holdUntil; at most RTOMax), and
+// what is still unanswered then goes out at once, however late that run
+// is itself (a deadline within a grace gets none of its own, so a loaded
+// machine, where every run is late, cannot put resends off for ever). A
+// lost frame costs that much more only on a machine that just kept the
+// board from running.
+// Lateness is measured against the noted deadline only, which the fine
+// timer and polling waiters keep to the microsecond, not against the tick,
+// which the receive loop's Go timer fires a millisecond late on an idle
+// machine.
+
+// lateRun is the start of a timer run at now: once the noted deadline has
+// passed, it drains the sources, and holds retransmissions when the run
+// comes late for a deadline past the last grace (see above; b.mu held).
+func (b *Board) lateRun(now int64) {
+	d := b.due.Load()
+	if d == 0 || now < d {
+		return
+	}
+	b.drainDue()
+	if late := now - d; late >= int64(schedFloor) && d > b.holdUntil {
+		b.holdUntil = max(b.holdUntil, now+min(late, int64(b.opts.RTOMax)))
+	}
+}
+
+// held reports whether retransmissions wait for a late run's grace at now,
+// noting its end as a deadline when they do (b.mu held).
+func (b *Board) held(now int64) bool {
+	if now >= b.holdUntil {
+		return false
+	}
+	b.noteDue(b.holdUntil)
+	return true
+}
+
+// drainDue receives and handles what the sources already hold: those
+// nobody else is receiving from, and the one this goroutine received from
+// last (b.rxOwned; b.mu held).
+func (b *Board) drainDue() {
+	for _, s := range b.allSrcs {
+		owned := s == b.rxOwned
+		if !owned && !s.mu.TryLock() {
+			continue // its owner looks at it
+		}
+		for range drainBatches {
+			n, _ := s.tr.Recv(s.rx, 0)
+			if n == 0 {
+				break
+			}
+			b.cnt[DueDrainFrames] += uint64(n)
+			b.handleBatchLocked(s, s.rx[:n])
+		}
+		if !owned {
+			s.mu.Unlock()
+		}
+	}
 }

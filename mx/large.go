@@ -490,7 +490,7 @@ func (pl *pull) timer(now int64) {
 		if bl.ngot == bl.n {
 			continue
 		}
-		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) {
+		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) && !pl.e.b.held(now) { // finetimer.go
 			bl.tries++
 			bl.lastReq = now
 			pl.e.cnt[PullTimeouts]++

@@ -244,12 +244,15 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// which costs little beside the system call.
 	yieldAll := b.oversub.yield.Load()
 	var seen int64 // the clock as this waiter last read it (every 16 looks), 0: not yet
+	// worked: a look since that reading handled frames or ran the timers
+	worked := false
 	for i := 0; ; i++ {
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
 			}
-			looked := b.pollSource(s, seen, w)
+			looked, found := b.pollSource(s, seen, w)
+			worked = worked || found
 			if w != nil && w.ok {
 				// This look consumed the waiter's own request: done,
 				// without the other sources or the checks below.
@@ -291,7 +294,11 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		}
 		if i&15 == 15 || yieldAll {
 			now := b.clock()
-			if seen != 0 {
+			if seen != 0 && !worked {
+				// Only a reading after looks that found nothing measures
+				// the scheduler: one after a batch or a timer run
+				// measures that work too (a pull's copies, a Send that
+				// waited for room in the peer's queue).
 				descheduling.observe(now - seen) // descheduled.go
 			}
 			// A reading long after the last one: this waiter was
@@ -305,8 +312,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			deferred = late
 			// Retransmission deadlines: no timer wakes a board whose
 			// waiters hold every P (finetimer.go).
+			worked = false
 			if !late {
-				b.runDue(now)
+				worked = b.runDue(now)
 			}
 			if start < 0 {
 				start = now - 1 // the first 16 looks: well under a microsecond

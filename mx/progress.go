@@ -72,6 +72,7 @@ func (b *Board) timersLocked(force bool) {
 // nextTick alone, so the periodic tick keeps its schedule when the fine
 // goroutine (finetimer.go), which holds mu alone, calls this.
 func (b *Board) runTimersLocked() {
+	b.lateRun(b.setNow())          // finetimer.go
 	b.stampAcks(b.setNow())        // ack.go
 	b.noteTimerRun(b.now())        // liveness.go
 	descheduling.rotate()          // descheduled.go

@@ -61,7 +61,7 @@ func (b *Board) rtoGran() int64 {
 // RTOMin costs the whole message, so those keep the board's ticks.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
-	if p.unreachable(now) {
+	if p.unreachable(now) || b.held(now) {
 		return
 	}
 	if p.sack {

@@ -169,7 +169,7 @@ const (
 // gave it one), not in the application's thread.
 func (b *Board) testSource(s *rxSource) {
 	n := s.tests.Add(1)
-	if b.lookSource(s, 0, nil) {
+	if looked, _ := b.lookSource(s, 0, nil); looked {
 		if b.cmaQueued.Load() > 0 {
 			// Away (stayAway) or about to enter Recv: either way
 			// it comes back to run them.
@@ -209,21 +209,21 @@ func (b *Board) spinGrace() time.Duration {
 // polls a while reads the clock anyway (pollWait), and the receive loop,
 // which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
 // not before the waiter is preempted).
-func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) bool {
-	ok := b.lookSource(s, seen, w)
+func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) (looked, found bool) {
+	looked, found = b.lookSource(s, seen, w)
 	b.runCopies() // cma.go: without the source's lock
-	return ok
+	return looked, found
 }
 
 // lookSource is pollSource without running the single copies its frames
 // queued (cma.go).
-func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) bool {
+func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) (looked, found bool) {
 	if !s.mu.TryLock() {
-		return false
+		return false, false
 	}
-	b.lookLocked(s, seen, w)
+	found = b.lookLocked(s, seen, w)
 	s.mu.Unlock()
-	return true
+	return true, found
 }
 
 // lookLocked is lookSource's look, by the owner of s.mu. It reports
