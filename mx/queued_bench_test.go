@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gomx-dev/gomx/emulated"
 )
 
 // BenchmarkQueuedRate is the aggregate message rate of N endpoint pairs,
@@ -29,7 +31,7 @@ func BenchmarkQueuedRate(b *testing.B) {
 }
 
 func benchQueuedRate(b *testing.B, n, queues int) {
-	ts := queuedNICs(b, max(queues, 1))
+	ts, _ := queuedNICs(b, max(queues, 1), emulated.CableOptions{})
 	var qbs [2]*QueuedBoard
 	for i := range 2 {
 		qb, err := NewQueuedBoard(ts[i], QueuedOptions{Board: overNIC})
