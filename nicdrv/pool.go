@@ -342,32 +342,50 @@ var ErrNotPooled = sentinel.ErrNotPooled
 // (nil entries are skipped). A Buffer with memory attached (Attach) has its
 // completion called: the memory is the caller's again.
 func (p *Pool) Free(bufs ...*Buffer) error {
-	bad := 0
 	p.mu.Lock()
+	// The common buffer: p's own, out, alone and with nothing attached.
+	// free never outgrows its capacity (the pool's size): each of p's
+	// buffers is either out or in free, so while b is out free has room
+	// for it. The first other buffer (nil, another pool's, a chain, an
+	// attachment, one not out) hands the rest to freeRest, whose calls
+	// would otherwise cost this loop its registers.
 	free := p.free
-	for i, b := range bufs {
-		if b == nil {
-			continue
+	i := 0
+	for ; i < len(bufs); i++ {
+		b := bufs[i]
+		if b == nil || b.pool != p || b.state != bufOut || b.Next != nil {
+			break
 		}
-		// The common buffer: p's own, out, alone and with nothing
-		// attached. free never outgrows its capacity (the pool's size):
-		// each of p's buffers is either out or in free, so while b is
-		// out free has room for it.
-		if b.pool == p && b.state == bufOut && b.Next == nil {
-			b.state = 0
-			free = append(free, b)
-			continue
-		}
-		p.free = free
-		bad += p.freeSlow(bufs[i])
-		free = p.free
+		b.state = 0
+		free = append(free, b)
 	}
 	p.free = free
+	bad := 0
+	if i < len(bufs) {
+		bad = p.freeRest(bufs[i:])
+	}
 	p.mu.Unlock()
 	if bad > 0 {
 		return fmt.Errorf("nicdrv: free: %d buffers freed twice or from no pool: %w", bad, ErrNotPooled)
 	}
 	return nil
+}
+
+// freeRest is Free for bufs from the first that is not a common buffer on,
+// with p.mu held; it returns how many were not out or from no pool.
+func (p *Pool) freeRest(bufs []*Buffer) (bad int) {
+	for _, b := range bufs {
+		if b == nil {
+			continue
+		}
+		if b.pool == p && b.state == bufOut && b.Next == nil {
+			b.state = 0
+			p.free = append(p.free, b)
+			continue
+		}
+		bad += p.freeSlow(b)
+	}
+	return bad
 }
 
 // freeSlow gives back b and the buffers chained after it, each to its own

@@ -414,12 +414,19 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	sent := 0
 	var err error
 	maxFrame := n.opts.MaxFrame
-	for _, b := range bufs {
-		// The common frame: one buffer of a pool the NIC may read, of a
-		// length the NIC takes, nothing attached, no checksum asked: one
-		// data descriptor, checked and written here.
-		if l := len(b.Data); free > 0 && b.Plain() && b.Next == nil && b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) == 0 &&
-			l >= 14 && l <= maxFrame && t.pools.OK(b) {
+	for sent < len(bufs) {
+		// A run of common frames: one buffer of a pool the NIC may
+		// read, of a length the NIC takes, nothing attached, no checksum
+		// asked: one data descriptor each, checked and written here. The
+		// first other frame goes to sendOther, whose calls would
+		// otherwise cost this loop its registers.
+		for ; sent < len(bufs) && free > 0; sent++ {
+			b := bufs[sent]
+			l := len(b.Data)
+			if !b.Plain() || b.Next != nil || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0 ||
+				l < 14 || l > maxFrame || !t.pools.OK(b) {
+				break
+			}
 			slot, rs := t.s.Put(b, false)
 			cmd := uint64(uint32(l)|hw.TxDTypData|hw.TxCmdDEXT|hw.TxCmdEOP|hw.TxCmdIFCS) | uint64(l)<<(32+hw.TxPaylenShift)
 			if rs {
@@ -430,42 +437,15 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			binary.LittleEndian.PutUint64(w[0:8], b.IOVA())
 			binary.LittleEndian.PutUint64(w[8:16], cmd)
 			free--
-			sent++
-			continue
 		}
-		if err = t.reject(sent, b); err != nil {
-			t.rejected.Add(1)
+		if sent == len(bufs) {
 			break
 		}
-		ext, extIOVA := b.Attached()
-		total := uint32(len(b.Data)+len(ext)) << hw.TxPaylenShift
-		if ext != nil {
-			if free < 2 {
-				t.full.Add(1)
-				break
-			}
-			t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS, total), nil, false)
-			t.put(hw.DataTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS, 0), b, true)
-			free -= 2
-			sent++
-			continue
-		}
-		ctx, popts := t.offload(b)
-		need := uint32(1)
-		if popts != 0 && ctx != t.ctx {
-			need = 2
-		}
-		if free < need {
-			t.full.Add(1)
+		var used uint32
+		if used, err = t.sendOther(sent, bufs[sent], free); used == 0 {
 			break
 		}
-		if need == 2 {
-			t.put(ctx, nil, false)
-			t.ctx = ctx
-			free--
-		}
-		t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdEOP|hw.TxCmdIFCS, total|popts), b, false)
-		free--
+		free -= used
 		sent++
 	}
 	if t.s.Tail != old {
@@ -473,6 +453,42 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		t.s.Reclaim()
 	}
 	return sent, err
+}
+
+// sendOther queues frame i, b, which is not a common frame (or met a full
+// ring), with the general checks, and returns how many of the free slots
+// it took: 0 when it was refused (err says why) or the ring is full.
+func (t *txQueue) sendOther(i int, b *nicdrv.Buffer, free uint32) (uint32, error) {
+	if err := t.reject(i, b); err != nil {
+		t.rejected.Add(1)
+		return 0, err
+	}
+	ext, extIOVA := b.Attached()
+	total := uint32(len(b.Data)+len(ext)) << hw.TxPaylenShift
+	if ext != nil {
+		if free < 2 {
+			t.full.Add(1)
+			return 0, nil
+		}
+		t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS, total), nil, false)
+		t.put(hw.DataTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS, 0), b, true)
+		return 2, nil
+	}
+	ctx, popts := t.offload(b)
+	need := uint32(1)
+	if popts != 0 && ctx != t.ctx {
+		need = 2
+	}
+	if free < need {
+		t.full.Add(1)
+		return 0, nil
+	}
+	if need == 2 {
+		t.put(ctx, nil, false)
+		t.ctx = ctx
+	}
+	t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdEOP|hw.TxCmdIFCS, total|popts), b, false)
+	return need, nil
 }
 
 // put writes a descriptor at the tail for a frame that frees b once done
