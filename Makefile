@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PKGS := ./...
 
-.PHONY: all build-usb libmyriexpress test-cabi test test-short test-unprivileged test-mpirun test-scale test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-usb peers-intranode peers-alltoall
+.PHONY: all build-usb libmyriexpress test-cabi test test-short test-unprivileged test-mpirun test-scale test-queued-faults test-srun bench bench-smoke lint fmt-check vet staticcheck fuzz-smoke hugepages qemu-test peers-e1000e peers-usb peers-intranode peers-alltoall
 
 all: lint test
 
@@ -85,6 +85,13 @@ test-mpirun:
 # without the race detector (make test runs only the 32).
 test-scale:
 	$(GO) test -count=1 -run 'TestAlltoallAtScale|TestAlltoallKilledPeer|TestProcsDieWithRankZero' -v ./cmd/mxbench/
+
+# 100 000 mx messages of mixed sizes between the endpoints of two queued
+# boards, four queues each, over transport/nic on two emulated 82599s whose
+# cable loses, reorders, duplicates and corrupts frames, with a link flap,
+# all verified; without the race detector (make test runs 10 000).
+test-queued-faults:
+	$(GO) test -count=1 -run '^TestQueuedFaultyWire$$' -v ./mx/
 
 # mxbench jobs under Debian's Slurm srun, in a private single-node cluster
 # that hack/slurm/run.sh installs (as root), starts and stops again:

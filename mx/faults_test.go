@@ -101,30 +101,7 @@ func runStream(t *testing.T, pr *pair, n, window int) {
 	ctx := testCtx(t, time.Hour)
 	errc := make(chan error, 2)
 	go func() {
-		var pending []*Request
-		for i := 0; i < n; i++ {
-			msg := pattern(faultSize(i, th), uint64(i))
-			r, err := pr.a.ISend([][]byte{msg}, pr.atob, uint64(i), nil)
-			if err != nil {
-				errc <- err
-				return
-			}
-			pending = append(pending, r)
-			if len(pending) >= window {
-				if _, err := waitAMinute(ctx, pending[0]); err != nil {
-					errc <- fmt.Errorf("send %d: %w", i, err)
-					return
-				}
-				pending = pending[1:]
-			}
-		}
-		for _, r := range pending {
-			if _, err := waitAMinute(ctx, r); err != nil {
-				errc <- fmt.Errorf("send: %w", err)
-				return
-			}
-		}
-		errc <- nil
+		errc <- sendStream(ctx, pr.a, pr.atob, n, window, th)
 	}()
 	go func() {
 		errc <- recvStream(ctx, pr.b, n, window, th)
@@ -139,6 +116,32 @@ func runStream(t *testing.T, pr *pair, n, window int) {
 	if st, ok := pr.b.IProbe(0, 0); ok {
 		t.Fatalf("extra message delivered: %+v", st)
 	}
+}
+
+// sendStream sends n messages of faultSize from e to dest, message i with
+// match i, with up to window sends in flight, and waits for them all.
+func sendStream(ctx context.Context, e *Endpoint, dest Addr, n, window, th int) error {
+	var pending []*Request
+	for i := 0; i < n; i++ {
+		msg := pattern(faultSize(i, th), uint64(i))
+		r, err := e.ISend([][]byte{msg}, dest, uint64(i), nil)
+		if err != nil {
+			return err
+		}
+		pending = append(pending, r)
+		if len(pending) >= window {
+			if _, err := waitAMinute(ctx, pending[0]); err != nil {
+				return fmt.Errorf("send %d: %w", i, err)
+			}
+			pending = pending[1:]
+		}
+	}
+	for _, r := range pending {
+		if _, err := waitAMinute(ctx, r); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+	}
+	return nil
 }
 
 // waitAMinute waits for r for at most a minute (or until ctx is done).

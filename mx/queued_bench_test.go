@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/emulated"
 )
 
 // BenchmarkQueuedRate is the aggregate message rate of N endpoint pairs
@@ -122,7 +124,7 @@ func runQueuedRate(b *testing.B, n, queues int, bind bool, msgs int) queuedRate 
 	b.StopTimer()
 	// Deep rings: a receiving thread descheduled for a while on a
 	// loaded machine must not cost frames (and a resend timer's wait).
-	ts := queuedNICsRing(b, queues, 1024)
+	ts, _ := queuedNICsRing(b, queues, 1024, emulated.CableOptions{})
 	qo := QueuedOptions{Board: overNIC}
 	if bind {
 		qo.CPUs = allowedCPUs(b)

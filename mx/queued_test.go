@@ -3,7 +3,6 @@ package mx
 import (
 	"bytes"
 	"errors"
-	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/internal/nicpair"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
@@ -18,45 +18,20 @@ import (
 	"github.com/gomx-dev/gomx/xdp/xdptest"
 )
 
-// queuedNICs returns UDP-framed NIC transports over two cabled emulated
-// 82599s with the given number of queues; the test closes them.
-func queuedNICs(t testing.TB, queues int) [2]*nic.Transport {
-	return queuedNICsRing(t, queues, 128)
+// queuedNICs returns UDP-framed NIC transports over two emulated 82599s,
+// joined by a cable that cable describes (the zero value: a perfect one),
+// with the given number of queues and rings of 128 descriptors, and the
+// models' platform; the test closes the transports.
+func queuedNICs(t testing.TB, queues int, cable emulated.CableOptions) ([2]*nic.Transport, *emulated.IXGBE) {
+	return queuedNICsRing(t, queues, 128, cable)
 }
 
 // queuedNICsRing is queuedNICs with RX and TX rings of ring descriptors.
-func queuedNICsRing(t testing.TB, queues, ring int) [2]*nic.Transport {
-	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for i := range 2 {
-			if s := p.Stats(i); s.Violations != 0 {
-				t.Errorf("model 82599 %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
-			}
-		}
-		if live := p.IOMMU().Live(); live != 0 {
-			t.Errorf("%d DMA mappings left after the boards closed", live)
-		}
-		p.Close()
-	})
-	var ts [2]*nic.Transport
-	for i := range 2 {
-		o := ixgbe.DefaultOptions()
-		o.Queues, o.RxRing, o.TxRing = queues, ring, ring
-		n, err := ixgbe.Open(p.Functions()[i], o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts[i], err = nic.New(n, nic.Options{Framing: nic.FramingUDP,
-			UDP: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + i)}), 40000)})
-		if err != nil {
-			n.Close()
-			t.Fatal(err)
-		}
-	}
-	return ts
+func queuedNICsRing(t testing.TB, queues, ring int, cable emulated.CableOptions) ([2]*nic.Transport, *emulated.IXGBE) {
+	o := ixgbe.DefaultOptions()
+	o.Queues, o.RxRing, o.TxRing = queues, ring, ring
+	ns, p := nicpair.IXGBEOn(t, cable, o)
+	return nicpair.Transports(t, ns, nicpair.UDP), p
 }
 
 // allowedCPUs is the CPUs this process may run on.
@@ -80,7 +55,7 @@ func allowedCPUs(t testing.TB) []int {
 // queued board, each pair over its own queues.
 func TestQueuedBoard(t *testing.T) {
 	const queues = 4
-	ts := queuedNICs(t, queues)
+	ts, _ := queuedNICs(t, queues, emulated.CableOptions{})
 	qbs, _ := queuedExchange(t, [2]transport.Transport{ts[0], ts[1]}, queues)
 	// Every queue's board received its own endpoint's frames from its
 	// queue: none was handed over in software (the 82599 steers by rule).
@@ -210,7 +185,7 @@ var overNIC = BoardOptions{Local: LocalOptions{Off: true, NoShm: true}}
 // A transport without queues is refused, and a CPU the kernel cannot bind
 // fails NewBoard with ErrBadOptions.
 func TestQueuedBoardRefusals(t *testing.T) {
-	ts := queuedNICs(t, 2)
+	ts, _ := queuedNICs(t, 2, emulated.CableOptions{})
 	defer ts[1].Close()
 	n := loopback.NewNetwork(loopback.Options{})
 	defer n.Close()

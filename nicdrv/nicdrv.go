@@ -40,8 +40,10 @@
 // Every packet lives in a [Buffer] of a [Pool]: a fixed set of equal buffers
 // carved out of one hugepage region that is mapped for DMA once, so each
 // buffer has a fixed IOVA the driver programs into descriptors. The Buffer
-// headers are allocated once, when the pool is made; the fast path moves
-// pointers to them and never allocates. A received Buffer belongs to the
+// headers are allocated once, when the pool is made, one 64-byte cache
+// line each (what the fast path reads and writes per frame; a buffer's
+// IOVA, memory and attachment sit in arrays of the pool); the fast path
+// moves pointers to them and never allocates. A received Buffer belongs to the
 // caller until it is transmitted or given back with [Pool.Free]. A
 // transmitted Buffer belongs to the driver until the NIC has sent it; the
 // driver then frees it. [Pool.Alloc] never waits: when every buffer is out it

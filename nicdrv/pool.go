@@ -49,6 +49,11 @@ const (
 // first Buffer's Data holds the protocol headers and Next, the rest of the
 // frame. Frame and AppendFrame read a chain whole; Pool.Free gives back the
 // whole chain.
+//
+// A Buffer is one 64-byte cache line: every field the fast path reads or
+// writes per frame (the driver's RX and TX, Alloc and Free) is in it, and
+// what only some frames need (the buffer's IOVA, its memory, an
+// attachment) is in arrays of its Pool, found by the buffer's index.
 type Buffer struct {
 	// Data is the frame, starting with the Ethernet header. Its capacity
 	// is the buffer size; do not re-slice it to start elsewhere.
@@ -61,9 +66,9 @@ type Buffer struct {
 	Next *Buffer
 	// Queue is the RX queue the frame arrived on.
 	Queue int
-	// Flags report the NIC's receive offloads, and ask for transmit
-	// offloads (FlagTx...).
-	Flags Flags
+
+	pool *Pool
+
 	// Hash is the RSS hash when Flags has FlagHash.
 	Hash uint32
 	// Rule is the steering rule that sent the frame to its queue, when the
@@ -71,15 +76,30 @@ type Buffer struct {
 	// filters); 0 when no rule matched or the NIC does not say.
 	Rule RuleID
 
-	pool *Pool
-	mem  []byte
-	iova uint64
-	out  bool
+	idx uint32 // index in the pool's arrays
 
-	// The attachment (transmit only, see Attach).
-	ext     []byte
-	extIOVA uint64
-	extDone Completion
+	// Flags report the NIC's receive offloads, and ask for transmit
+	// offloads (FlagTx...).
+	Flags Flags
+
+	state bufState
+}
+
+// bufState says whether a Buffer is handed out and whether memory is
+// attached to it; a Buffer that is out with nothing attached (the common
+// frame) is exactly bufOut.
+type bufState uint8
+
+const (
+	bufOut bufState = 1 << iota
+	bufAttached
+)
+
+// attachment is the memory attached to a Buffer for transmit (Attach).
+type attachment struct {
+	ext  []byte
+	iova uint64
+	done Completion
 }
 
 // Completion is told when the NIC no longer reads memory attached to a
@@ -98,14 +118,33 @@ type Completion interface {
 // the caller must leave ext unchanged until done.Done is called: when the
 // driver reclaims the frame after the NIC reported it sent, or when the
 // Buffer goes back to the pool unsent (Pool.Free, a NIC's Close). done may
-// be nil. RX never sets an attachment; Alloc and Free clear it.
+// be nil. RX never sets an attachment; Alloc and Free clear it. Attaching
+// nil with a nil done removes an attachment (its completion is not called).
+// b is a Buffer of a Pool (Alloc gave it).
 func (b *Buffer) Attach(ext []byte, iova uint64, done Completion) {
-	b.ext, b.extIOVA, b.extDone = ext, iova, done
+	a := &b.pool.att[b.idx]
+	a.ext, a.iova, a.done = ext, iova, done
+	if ext == nil && done == nil {
+		b.state &^= bufAttached
+	} else {
+		b.state |= bufAttached
+	}
 }
 
 // Attached returns the memory attached for transmit and its IOVA (nil and
 // 0 when there is none).
-func (b *Buffer) Attached() ([]byte, uint64) { return b.ext, b.extIOVA }
+func (b *Buffer) Attached() ([]byte, uint64) {
+	if b.state&bufAttached == 0 {
+		return nil, 0
+	}
+	a := &b.pool.att[b.idx]
+	return a.ext, a.iova
+}
+
+// Plain reports whether b is a Buffer handed out by its Pool with nothing
+// attached: the common frame a driver's TX fast path sends with one
+// descriptor, without looking further.
+func (b *Buffer) Plain() bool { return b.state == bufOut }
 
 // FrameLen is the length of the whole frame: Data and every buffer chained
 // after it.
@@ -138,15 +177,27 @@ func (b *Buffer) Segments() int {
 
 // SetLen makes Data n bytes long (up to the buffer size) and returns it.
 func (b *Buffer) SetLen(n int) []byte {
-	b.Data = b.mem[:n]
+	b.Data = b.pool.mem(b.idx)[:n]
 	return b.Data
 }
 
-// Cap is the buffer size: the largest Data it can hold.
-func (b *Buffer) Cap() int { return len(b.mem) }
+// Cap is the buffer size: the largest Data it can hold (0 for a Buffer of
+// no pool).
+func (b *Buffer) Cap() int {
+	if b.pool == nil {
+		return 0
+	}
+	return b.pool.size
+}
 
-// IOVA is where the NIC sees the first byte of the buffer.
-func (b *Buffer) IOVA() uint64 { return b.iova }
+// IOVA is where the NIC sees the first byte of the buffer (0 for a Buffer
+// of no pool).
+func (b *Buffer) IOVA() uint64 {
+	if b.pool == nil {
+		return 0
+	}
+	return b.pool.iova[b.idx]
+}
 
 // Pool returns the pool the buffer belongs to.
 func (b *Buffer) Pool() *Pool { return b.pool }
@@ -175,7 +226,10 @@ type Pool struct {
 	region  *hugepage.Region
 	mapping *pci.Mapping
 	size    int
-	bufs    []Buffer
+	bytes   []byte       // every buffer's memory, buffer i at i*size
+	bufs    []Buffer     // by index
+	iova    []uint64     // each buffer's IOVA, by index
+	att     []attachment // each buffer's attachment, by index
 
 	mu     sync.Mutex
 	free   []*Buffer // a stack: the most recently freed buffer is warm in cache
@@ -194,7 +248,7 @@ func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
 	if o.Buffers < 1 || o.Buffers > 1<<24 {
 		return nil, fmt.Errorf("nicdrv: pool of %d buffers: want 1..%d", o.Buffers, 1<<24)
 	}
-	if o.BufferSize < 256 || o.BufferSize > 4096 || o.BufferSize&(o.BufferSize-1) != 0 {
+	if o.BufferSize < 256 || o.BufferSize > maxBufferSize || o.BufferSize&(o.BufferSize-1) != 0 {
 		return nil, fmt.Errorf("nicdrv: buffer size %d: want a power of two from 256 to 4096", o.BufferSize)
 	}
 	mem := o.Memory
@@ -211,8 +265,8 @@ func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
 		r.Close()
 		return nil, fmt.Errorf("nicdrv: map pool for DMA: %w", err)
 	}
-	p := &Pool{dma: dma, region: r, mapping: m, size: o.BufferSize, bufs: make([]Buffer, o.Buffers), free: make([]*Buffer, 0, o.Buffers)}
-	buf := r.Bytes()
+	p := &Pool{dma: dma, region: r, mapping: m, size: o.BufferSize, bytes: r.Bytes(), bufs: make([]Buffer, o.Buffers),
+		iova: make([]uint64, o.Buffers), att: make([]attachment, o.Buffers), free: make([]*Buffer, 0, o.Buffers)}
 	for i := range p.bufs {
 		off := i * o.BufferSize
 		iova, contig, err := m.IOVA(off)
@@ -225,8 +279,8 @@ func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
 			return nil, fmt.Errorf("nicdrv: pool: %w", err)
 		}
 		b := &p.bufs[i]
-		b.pool, b.iova = p, iova
-		b.mem = buf[off : off+o.BufferSize : off+o.BufferSize]
+		b.pool, b.idx = p, uint32(i)
+		p.iova[i] = iova
 	}
 	for i := len(p.bufs) - 1; i >= 0; i-- {
 		p.free = append(p.free, &p.bufs[i])
@@ -234,8 +288,8 @@ func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
 	return p, nil
 }
 
-// Alloc fills bufs with free buffers, Data set to the whole buffer, and
-// returns how many it filled. When the pool has fewer free buffers than
+// Alloc fills bufs with free buffers, Data set to the whole buffer, Flags,
+// Hash, Queue and Rule zero, and returns how many it filled. When the pool has fewer free buffers than
 // len(bufs) it fills what it can and returns ErrPoolExhausted with the
 // count; it never waits.
 func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
@@ -248,13 +302,14 @@ func (p *Pool) Alloc(bufs []*Buffer) (int, error) {
 	top := len(p.free) - n
 	// Both windows are cut to n once, so the loop runs without bounds
 	// checks.
-	from, to := p.free[top:top+n], bufs[:n]
+	from := p.free[top : top+n]
+	to := bufs[:len(from)]
 	for i, b := range from {
 		// Next and the attachment were cleared when the buffer was freed
 		// (and are zero in a new pool).
-		b.out = true
-		b.Data = b.mem
-		b.Flags, b.Hash, b.Queue, b.Rule = 0, 0, 0, 0
+		b.Data = p.mem(b.idx)
+		b.Queue, b.Hash, b.Rule = 0, 0, 0
+		b.Flags, b.state = 0, bufOut
 		to[i] = b
 	}
 	p.free = p.free[:top]
@@ -287,31 +342,50 @@ var ErrNotPooled = sentinel.ErrNotPooled
 // (nil entries are skipped). A Buffer with memory attached (Attach) has its
 // completion called: the memory is the caller's again.
 func (p *Pool) Free(bufs ...*Buffer) error {
-	bad := 0
 	p.mu.Lock()
+	// The common buffer: p's own, out, alone and with nothing attached.
+	// free never outgrows its capacity (the pool's size): each of p's
+	// buffers is either out or in free, so while b is out free has room
+	// for it. The first other buffer (nil, another pool's, a chain, an
+	// attachment, one not out) hands the rest to freeRest, whose calls
+	// would otherwise cost this loop its registers.
 	free := p.free
-	for i, b := range bufs {
-		if b == nil {
-			continue
+	i := 0
+	for ; i < len(bufs); i++ {
+		b := bufs[i]
+		if b == nil || b.pool != p || b.state != bufOut || b.Next != nil {
+			break
 		}
-		// The common buffer: p's own, out, alone and with nothing
-		// attached. free never outgrows its capacity (the pool's size):
-		// only a buffer that is out goes back.
-		if b.pool == p && b.out && b.Next == nil && b.extDone == nil && b.ext == nil && len(free) < cap(free) {
-			b.out = false
-			free = append(free, b)
-			continue
-		}
-		p.free = free
-		bad += p.freeSlow(bufs[i])
-		free = p.free
+		b.state = 0
+		free = append(free, b)
 	}
 	p.free = free
+	bad := 0
+	if i < len(bufs) {
+		bad = p.freeRest(bufs[i:])
+	}
 	p.mu.Unlock()
 	if bad > 0 {
 		return fmt.Errorf("nicdrv: free: %d buffers freed twice or from no pool: %w", bad, ErrNotPooled)
 	}
 	return nil
+}
+
+// freeRest is Free for bufs from the first that is not a common buffer on,
+// with p.mu held; it returns how many were not out or from no pool.
+func (p *Pool) freeRest(bufs []*Buffer) (bad int) {
+	for _, b := range bufs {
+		if b == nil {
+			continue
+		}
+		if b.pool == p && b.state == bufOut && b.Next == nil {
+			b.state = 0
+			p.free = append(p.free, b)
+			continue
+		}
+		bad += p.freeSlow(b)
+	}
+	return bad
 }
 
 // freeSlow gives back b and the buffers chained after it, each to its own
@@ -347,14 +421,17 @@ func (p *Pool) freeSlow(b *Buffer) (bad int) {
 
 // putLocked gives b back to p (p.mu held); false when b is not out.
 func (p *Pool) putLocked(b *Buffer) bool {
-	if !b.out {
+	if b.state&bufOut == 0 {
 		return false
 	}
-	if b.extDone != nil {
-		b.extDone.Done()
+	if b.state&bufAttached != 0 {
+		a := &p.att[b.idx]
+		if a.done != nil {
+			a.done.Done()
+		}
+		*a = attachment{}
 	}
-	b.out, b.Next = false, nil
-	b.ext, b.extIOVA, b.extDone = nil, 0, nil
+	b.state, b.Next = 0, nil
 	p.free = append(p.free, b)
 	return true
 }

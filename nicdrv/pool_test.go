@@ -2,6 +2,7 @@ package nicdrv_test
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/gomx-dev/gomx/emulated"
@@ -131,4 +132,12 @@ func TestPoolChain(t *testing.T) {
 		t.Fatalf("Get: %v, Next %v", err, b.Next)
 	}
 	_ = pool.Free(b)
+}
+
+// A Buffer is one cache line: the fields the fast path touches per frame
+// share it, and a pool's Buffers sit one per line.
+func TestBufferIsOneCacheLine(t *testing.T) {
+	if sz := reflect.TypeFor[nicdrv.Buffer]().Size(); sz != 64 {
+		t.Errorf("nicdrv.Buffer is %d bytes, want 64 (one cache line): move what the fast path does not touch per frame into the Pool's arrays", sz)
+	}
 }

@@ -535,7 +535,7 @@ func (n *NIC) allocRings() error {
 		if r.ps {
 			pools = append(pools, r.pool) // a payload buffer per slot too
 		}
-		r.fill = drv.NewRxFill(r.size, pools, &r.noBuf, r.encode)
+		r.fill = drv.NewRxFill(r.size, pools, &r.noBuf)
 		r.slot = r.fill.Bufs[0]
 		if r.ps {
 			r.pay = r.fill.Bufs[1]

@@ -99,13 +99,21 @@ func (r *rxQueue) replenish() {
 }
 
 // refill gives the NIC fresh buffers in slots [tail, next-1): one per
-// slot, or with header split two (split.go). It does not write RDT.
+// slot, or with header split two (split.go), and writes their read
+// descriptors. It does not write RDT.
 func (r *rxQueue) refill() {
 	stop := r.next + r.size - 1
 	if stop >= r.size {
 		stop -= r.size
 	}
+	from := r.tail
 	r.tail = r.fill.Fill(r.tail, stop)
+	for s := from; s != r.tail; {
+		r.encode(s)
+		if s++; s == r.size {
+			s = 0
+		}
+	}
 }
 
 // encode writes slot s's read descriptor, whose buffers are in place: one

@@ -46,6 +46,8 @@ type rxQueue struct {
 	parts      int            // buffers in it
 	bytes      int            // its length so far
 	bad        bool           // drop it at EOP
+	gathering  bool           // parts > 0 or bad: a frame is under way
+	sph        uint64         // SPH in a write-back's first word, with header split; else 0
 
 	noBuf, dropped atomic.Uint64
 }
@@ -59,7 +61,10 @@ func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 		r.hdrs = n.pools.Header[q]
 		pools = append(pools, r.hdrs)
 	}
-	r.fill = drv.NewRxFill(size, pools, &r.noBuf, r.encode)
+	if r.split {
+		r.sph = hw.HdrInfoSPH << 16
+	}
+	r.fill = drv.NewRxFill(size, pools, &r.noBuf)
 	r.pkt = r.fill.Bufs[0]
 	if r.split {
 		r.hdr = r.fill.Bufs[1]
@@ -128,13 +133,21 @@ func (r *rxQueue) start() error {
 
 // refill gives the NIC fresh buffers in slots [tail, next-1): a packet
 // buffer from the queue's pool and, with header split, a header buffer from
-// its header pool. It does not write RDT.
+// its header pool; and writes their read descriptors. It does not write
+// RDT.
 func (r *rxQueue) refill() {
 	stop := r.next + r.size - 1
 	if stop >= r.size {
 		stop -= r.size
 	}
+	from := r.tail
 	r.tail = r.fill.Fill(r.tail, stop)
+	for s := from; s != r.tail; {
+		r.encode(s)
+		if s++; s == r.size {
+			s = 0
+		}
+	}
 }
 
 // replenish refills the slots the driver has read and hands them to the
@@ -189,6 +202,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		return 0, n.errorf("RX batch", nicdrv.ErrClosed)
 	}
 	got := 0
+	maxFrame := n.opts.MaxFrame
 	for got < len(out) && r.next != r.rdt {
 		d := &r.d[r.next]
 		hi := d.hi()
@@ -197,14 +211,32 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		}
 		dmasync.Observe()
 		lo := binary.LittleEndian.Uint64(d[0:8])
-		wb := hw.RxWriteBack{PktInfo: uint16(lo), HdrInfo: uint16(lo >> 16), Hash: uint32(lo >> 32),
-			Status: uint32(hi), Length: uint16(hi >> 32), VLAN: uint16(hi >> 48)}
 		s := r.next
 		if r.next++; r.next == r.size {
 			r.next = 0
 		}
+		// The common frame: the first descriptor since the last frame
+		// ended cleanly (nothing gathered, nothing marked bad), the last
+		// of its frame, no error, no header split off, a length that
+		// fits both the slot's buffer and MaxFrame. Its packet buffer is
+		// the frame, handed over as it is: its Next is nil (Alloc gave it
+		// so) and its capacity the buffer size. Every other descriptor
+		// takes the general path below, which decides the same for this
+		// one.
+		if !r.gathering && hi&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP && lo&r.sph == 0 {
+			k := int(uint16(hi >> 32))
+			if pb := r.pkt[s]; pb != nil && k >= 14 && k <= cap(pb.Data) && k <= maxFrame {
+				r.pkt[s] = nil
+				pb.Data = pb.Data[:k]
+				r.deliver(pb, lo, hi)
+				out[got] = pb
+				got++
+				continue
+			}
+		}
 		// What the NIC writes back is outside input: no length in it may
 		// make the driver read past a buffer.
+		wb := writeBack(lo, hi)
 		if r.split && wb.Split() && r.head == nil {
 			h := wb.HeaderLen()
 			if hb := r.hdr[s]; hb != nil && h >= 14 && h <= hb.Cap() {
@@ -222,10 +254,11 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				r.bad = true
 			}
 		}
-		if r.parts > r.maxParts || r.bytes > n.opts.MaxFrame {
+		if r.parts > r.maxParts || r.bytes > maxFrame {
 			r.bad = true
 		}
 		if wb.Status&hw.RxStatEOP == 0 {
+			r.gathering = r.parts > 0 || r.bad
 			continue
 		}
 		f := r.head
@@ -235,22 +268,47 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				_ = r.pool.Free(f)
 			}
 		} else {
-			f.Queue = r.q
-			f.Flags, f.Hash, f.Rule = rxFlags(wb), 0, 0
-			if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
-				f.Rule = n.ruleOf(wb, f.Data)
-			}
-			if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
-				f.Flags |= nicdrv.FlagHash
-				f.Hash = wb.Hash
-			}
+			r.deliver(f, lo, hi)
 			out[got] = f
 			got++
 		}
-		r.head, r.last, r.parts, r.bytes, r.bad = nil, nil, 0, 0, false
+		r.head, r.last, r.parts, r.bytes, r.bad, r.gathering = nil, nil, 0, 0, false, false
 	}
 	r.replenish()
 	return got, nil
+}
+
+// deliver sets what the write-back of frame f's last descriptor (its two
+// words lo and hi) says about it: its queue, offload flags, RSS hash and
+// the rule that matched. f came from Pool.Alloc, which zeroed its Flags,
+// Hash and Rule, so a frame the NIC neither classified nor checked (no
+// packet type, no RSS type, no checksum status: a raw EtherType frame)
+// costs one store; others take classify.
+func (r *rxQueue) deliver(f *nicdrv.Buffer, lo, hi uint64) {
+	f.Queue = r.q
+	if lo&0xFFFF|hi&(hw.RxStatFLM|hw.RxStatIPCS|hw.RxStatL4CS) != 0 {
+		r.classify(f, lo, hi)
+	}
+}
+
+// writeBack decodes a write-back descriptor's two words.
+func writeBack(lo, hi uint64) hw.RxWriteBack {
+	return hw.RxWriteBack{PktInfo: uint16(lo), HdrInfo: uint16(lo >> 16), Hash: uint32(lo >> 32),
+		Status: uint32(hi), Length: uint16(hi >> 32), VLAN: uint16(hi >> 48)}
+}
+
+// classify sets f's offload flags, RSS hash and matched rule from the
+// write-back of its last descriptor.
+func (r *rxQueue) classify(f *nicdrv.Buffer, lo, hi uint64) {
+	wb := writeBack(lo, hi)
+	f.Flags = rxFlags(wb)
+	if wb.PktInfo&hw.PktTypeETQF != 0 || wb.Status&hw.RxStatFLM != 0 || wb.PktInfo&hw.PktTypeUDP != 0 {
+		f.Rule = r.nic.ruleOf(wb, f.Data)
+	}
+	if wb.PktInfo&0xF != hw.RSSTypeNone && wb.Status&hw.RxStatFLM == 0 {
+		f.Flags |= nicdrv.FlagHash
+		f.Hash = wb.Hash
+	}
 }
 
 func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
@@ -283,6 +341,7 @@ func (r *rxQueue) release() error {
 		errs = append(errs, r.pool.Free(r.head))
 		r.head, r.last = nil, nil
 	}
+	r.parts, r.bytes, r.bad, r.gathering = 0, 0, false, false
 	return errors.Join(errs...)
 }
 
@@ -312,8 +371,6 @@ func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
 	t.s = drv.NewTxSlots(size, n.pools.Packet[q], t.done)
 	return t
 }
-
-func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
 
 // done reports whether the NIC wrote DD back into slot m's descriptor.
 func (t *txQueue) done(m uint32) bool {
@@ -357,52 +414,38 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	sent := 0
 	var err error
 	maxFrame := n.opts.MaxFrame
-	for _, b := range bufs {
-		// The common frame: one buffer of a pool the NIC may read, of a
-		// length the NIC takes, nothing attached, no checksum asked: one
-		// data descriptor, checked and written here.
-		if l := len(b.Data); free > 0 && b.Next == nil && b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) == 0 &&
-			l >= 14 && l <= maxFrame && t.pools.OK(b) {
-			if ext, _ := b.Attached(); ext == nil {
-				t.put(hw.DataTx(b.IOVA(), l, hw.TxCmdEOP|hw.TxCmdIFCS, uint32(l)<<hw.TxPaylenShift), b, false)
-				free--
-				sent++
-				continue
-			}
-		}
-		if err = t.reject(sent, b); err != nil {
-			t.rejected.Add(1)
-			break
-		}
-		ext, extIOVA := b.Attached()
-		total := uint32(len(b.Data)+len(ext)) << hw.TxPaylenShift
-		if ext != nil {
-			if free < 2 {
-				t.full.Add(1)
+	for sent < len(bufs) {
+		// A run of common frames: one buffer of a pool the NIC may
+		// read, of a length the NIC takes, nothing attached, no checksum
+		// asked: one data descriptor each, checked and written here. The
+		// first other frame goes to sendOther, whose calls would
+		// otherwise cost this loop its registers.
+		for ; sent < len(bufs) && free > 0; sent++ {
+			b := bufs[sent]
+			l := len(b.Data)
+			if !b.Plain() || b.Next != nil || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0 ||
+				l < 14 || l > maxFrame || !t.pools.OK(b) {
 				break
 			}
-			t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS, total), nil, false)
-			t.put(hw.DataTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS, 0), b, true)
-			free -= 2
-			sent++
-			continue
-		}
-		ctx, popts := t.offload(b)
-		need := uint32(1)
-		if popts != 0 && ctx != t.ctx {
-			need = 2
-		}
-		if free < need {
-			t.full.Add(1)
-			break
-		}
-		if need == 2 {
-			t.put(ctx, nil, false)
-			t.ctx = ctx
+			slot, rs := t.s.Put(b, false)
+			cmd := uint64(uint32(l)|hw.TxDTypData|hw.TxCmdDEXT|hw.TxCmdEOP|hw.TxCmdIFCS) | uint64(l)<<(32+hw.TxPaylenShift)
+			if rs {
+				cmd |= hw.TxCmdRS
+			}
+			// Plain stores, as in put.
+			w := &t.d[slot]
+			binary.LittleEndian.PutUint64(w[0:8], b.IOVA())
+			binary.LittleEndian.PutUint64(w[8:16], cmd)
 			free--
 		}
-		t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdEOP|hw.TxCmdIFCS, total|popts), b, false)
-		free--
+		if sent == len(bufs) {
+			break
+		}
+		var used uint32
+		if used, err = t.sendOther(sent, bufs[sent], free); used == 0 {
+			break
+		}
+		free -= used
 		sent++
 	}
 	if t.s.Tail != old {
@@ -410,6 +453,42 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		t.s.Reclaim()
 	}
 	return sent, err
+}
+
+// sendOther queues frame i, b, which is not a common frame (or met a full
+// ring), with the general checks, and returns how many of the free slots
+// it took: 0 when it was refused (err says why) or the ring is full.
+func (t *txQueue) sendOther(i int, b *nicdrv.Buffer, free uint32) (uint32, error) {
+	if err := t.reject(i, b); err != nil {
+		t.rejected.Add(1)
+		return 0, err
+	}
+	ext, extIOVA := b.Attached()
+	total := uint32(len(b.Data)+len(ext)) << hw.TxPaylenShift
+	if ext != nil {
+		if free < 2 {
+			t.full.Add(1)
+			return 0, nil
+		}
+		t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS, total), nil, false)
+		t.put(hw.DataTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS, 0), b, true)
+		return 2, nil
+	}
+	ctx, popts := t.offload(b)
+	need := uint32(1)
+	if popts != 0 && ctx != t.ctx {
+		need = 2
+	}
+	if free < need {
+		t.full.Add(1)
+		return 0, nil
+	}
+	if need == 2 {
+		t.put(ctx, nil, false)
+		t.ctx = ctx
+	}
+	t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdEOP|hw.TxCmdIFCS, total|popts), b, false)
+	return need, nil
 }
 
 // put writes a descriptor at the tail for a frame that frees b once done

@@ -3,16 +3,17 @@ package nic_test
 import (
 	"testing"
 
+	"github.com/gomx-dev/gomx/internal/nicpair"
+
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/transport"
-	"github.com/gomx-dev/gomx/transport/nic"
 	"github.com/gomx-dev/gomx/transport/transporttest"
 )
 
 // ixgbePair is two transports over the ixgbe driver on two cabled emulated
 // 82599s.
 func ixgbePair(t *testing.T, o ixgbe.Options) (a, b transport.Transport) {
-	ts := transportsWith(t, ixgbeNICs(t, o), func(int) nic.Options { return nic.Options{} })
+	ts := nicpair.Transports(t, nicpair.IXGBE(t, o), nicpair.Raw)
 	return ts[0], ts[1]
 }
 

@@ -3,10 +3,11 @@ package nic_test
 import (
 	"testing"
 
+	"github.com/gomx-dev/gomx/internal/nicpair"
+
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/transport"
-	"github.com/gomx-dev/gomx/transport/nic"
 	"github.com/gomx-dev/gomx/transport/transporttest"
 )
 
@@ -18,7 +19,7 @@ func modelPair(t *testing.T, o e1000e.Options) (a, b transport.Transport) {
 
 // modelPairWith is modelPair on a model built with mo.
 func modelPairWith(t *testing.T, mo emulated.E1000EOptions, o e1000e.Options) (a, b transport.Transport) {
-	ts := transportsWith(t, e1000eNICsWith(t, mo, o), func(int) nic.Options { return nic.Options{} })
+	ts := nicpair.Transports(t, nicpair.E1000EWith(t, mo, o), nicpair.Raw)
 	return ts[0], ts[1]
 }
 

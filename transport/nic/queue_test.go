@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/nicpair"
+
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
@@ -17,7 +19,7 @@ import (
 // queuedBoards makes a UDP-framed board transport on each NIC and opens
 // every queue of both.
 func queuedBoards(t *testing.T, ns [2]nicdrv.NIC) (boards [2]*nic.Transport, qs [2][]transport.Transport) {
-	boards = transports(t, ns)
+	boards = nicpair.Transports(t, ns, nicpair.UDP)
 	for i, b := range boards {
 		t.Cleanup(func() {
 			if err := b.Close(); err != nil {
@@ -85,7 +87,7 @@ func sendN(t *testing.T, tr transport.Transport, peer transport.NICID, n int) {
 func TestQueuesSteer82599(t *testing.T) {
 	o := ixgbe.DefaultOptions()
 	o.Queues, o.RxRing, o.TxRing = 4, 128, 128
-	_, qs := queuedBoards(t, ixgbeNICs(t, o))
+	_, qs := queuedBoards(t, nicpair.IXGBE(t, o))
 	for q := range 4 {
 		if st := counter(qs[0][q], "nic_queue_forwarded"); st != 0 {
 			t.Fatalf("queue %d forwarded %d frames", q, st)
@@ -108,9 +110,9 @@ func TestQueuesSteer82599(t *testing.T) {
 func TestSteerRemove82599(t *testing.T) {
 	o := ixgbe.DefaultOptions()
 	o.Queues, o.RxRing, o.TxRing = 4, 128, 128
-	boards, qs := queuedBoards(t, ixgbeNICs(t, o))
+	boards, qs := queuedBoards(t, nicpair.IXGBE(t, o))
 	const port = 41000 // no queue's port: its frames count as other_dest where they land
-	to, _ := transport.UDPNICID(boardUDP(0))
+	to, _ := transport.UDPNICID(nicpair.UDPAddr(0))
 	to = to&^0xFFFF | port
 	landed := func() int {
 		t.Helper()
@@ -162,7 +164,7 @@ func TestSteerRemove82599(t *testing.T) {
 func TestQueuesSteerE1000E(t *testing.T) {
 	o := e1000e.DefaultOptions()
 	o.Queues = 2
-	_, qs := queuedBoards(t, e1000eNICs(t, o))
+	_, qs := queuedBoards(t, nicpair.E1000E(t, o))
 	for q := range 2 {
 		sendN(t, qs[1][0], qs[0][q].Addr(), 20)
 		got := receiveAll(t, qs[0], q, 20)
@@ -205,8 +207,8 @@ func TestQueuesSteerE1000E(t *testing.T) {
 func TestQueuesBoard(t *testing.T) {
 	o := ixgbe.DefaultOptions()
 	o.Queues, o.RxRing, o.TxRing = 2, 128, 128
-	ns := ixgbeNICs(t, o)
-	boards := transports(t, ns)
+	ns := nicpair.IXGBE(t, o)
+	boards := nicpair.Transports(t, ns, nicpair.UDP)
 	defer boards[1].Close()
 	b := boards[0]
 	x, err := b.OpenQueue(1)
@@ -238,7 +240,7 @@ func TestQueuesBoard(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ens := e1000eNICs(t, e1000e.DefaultOptions())
+	ens := nicpair.E1000E(t, e1000e.DefaultOptions())
 	defer ens[1].Close()
 	eth, err := nic.New(ens[0], nic.Options{})
 	if err != nil {
@@ -256,7 +258,7 @@ func TestConformanceQueue82599(t *testing.T) {
 	transporttest.RunWith(t, func(t *testing.T) (a, b transport.Transport) {
 		o := ixgbe.DefaultOptions()
 		o.Queues, o.RxRing, o.TxRing = 4, 128, 128
-		boards := transports(t, ixgbeNICs(t, o))
+		boards := nicpair.Transports(t, nicpair.IXGBE(t, o), nicpair.UDP)
 		t.Cleanup(func() {
 			for _, b := range boards {
 				if err := b.Close(); err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/nicpair"
+
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
@@ -18,103 +20,6 @@ import (
 	"github.com/gomx-dev/gomx/transport/transporttest"
 )
 
-// boardUDP is board i's address in the UDP framing tests.
-func boardUDP(i int) netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + i)}), 40000)
-}
-
-// udpOptions is UDP framing for board i.
-func udpOptions(i int) nic.Options {
-	return nic.Options{Framing: nic.FramingUDP, UDP: boardUDP(i)}
-}
-
-// modelHealth checks, when the test ends, what a pair of NIC models must
-// show after their transports closed: no programming violation, no DMA
-// fault and no mapping left; then it closes the models.
-func modelHealth(t testing.TB, what string, violations func(i int) (uint64, string), iommu *emulated.IOMMU, close func() error) {
-	t.Cleanup(func() {
-		for i := range 2 {
-			if n, last := violations(i); n != 0 {
-				t.Errorf("%s %d: %d violations, the last: %s", what, i, n, last)
-			}
-		}
-		if n, _ := iommu.Faults(); n != 0 {
-			t.Errorf("%d DMA faults", n)
-		}
-		if live := iommu.Live(); live != 0 {
-			t.Errorf("%d DMA mappings left after the transports closed", live)
-		}
-		close()
-	})
-}
-
-// e1000eNICs opens the driver on both NICs of a cabled pair of model
-// 82574Ls, and checks the models' health when the test ends.
-func e1000eNICs(t testing.TB, o e1000e.Options) [2]nicdrv.NIC {
-	return e1000eNICsWith(t, emulated.DefaultE1000EOptions(), o)
-}
-
-// e1000eNICsWith is e1000eNICs on models built with mo.
-func e1000eNICsWith(t testing.TB, mo emulated.E1000EOptions, o e1000e.Options) [2]nicdrv.NIC {
-	p, err := emulated.NewE1000E(mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	modelHealth(t, "model NIC", func(i int) (uint64, string) {
-		s := p.Stats(i)
-		return s.Violations, s.LastViolation
-	}, p.IOMMU(), p.Close)
-	var ns [2]nicdrv.NIC
-	for i := range 2 {
-		n, err := e1000e.Open(p.Functions()[i], o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns[i] = n
-	}
-	return ns
-}
-
-// ixgbeNICs is e1000eNICs for a pair of model 82599s.
-func ixgbeNICs(t testing.TB, o ixgbe.Options) [2]nicdrv.NIC {
-	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	modelHealth(t, "model 82599", func(i int) (uint64, string) {
-		s := p.Stats(i)
-		return s.Violations, s.LastViolation
-	}, p.IOMMU(), p.Close)
-	var ns [2]nicdrv.NIC
-	for i := range 2 {
-		n, err := ixgbe.Open(p.Functions()[i], o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns[i] = n
-	}
-	return ns
-}
-
-// transports makes a UDP-framed transport on each NIC.
-func transports(t testing.TB, ns [2]nicdrv.NIC) [2]*nic.Transport {
-	return transportsWith(t, ns, udpOptions)
-}
-
-// transportsWith makes a transport with opts(i) on NIC i.
-func transportsWith(t testing.TB, ns [2]nicdrv.NIC, opts func(i int) nic.Options) [2]*nic.Transport {
-	var ts [2]*nic.Transport
-	for i, n := range ns {
-		tr, err := nic.New(n, opts(i))
-		if err != nil {
-			n.Close()
-			t.Fatal(err)
-		}
-		ts[i] = tr
-	}
-	return ts
-}
-
 // The conformance suite over UDP framing, on both drivers. The UDP length
 // trims the Ethernet padding, so short frames arrive exactly as sent.
 func TestConformanceUDP(t *testing.T) {
@@ -122,21 +27,21 @@ func TestConformanceUDP(t *testing.T) {
 		name string
 		nics func(t *testing.T) [2]nicdrv.NIC
 	}{
-		{"e1000e", func(t *testing.T) [2]nicdrv.NIC { return e1000eNICs(t, e1000e.DefaultOptions()) }},
+		{"e1000e", func(t *testing.T) [2]nicdrv.NIC { return nicpair.E1000E(t, e1000e.DefaultOptions()) }},
 		{"e1000e-two-queues", func(t *testing.T) [2]nicdrv.NIC {
 			o := e1000e.DefaultOptions()
 			o.Queues = 2
-			return e1000eNICs(t, o)
+			return nicpair.E1000E(t, o)
 		}},
 		{"82599-four-queues", func(t *testing.T) [2]nicdrv.NIC {
 			o := ixgbe.DefaultOptions()
 			o.Queues, o.RxRing, o.TxRing = 4, 128, 128
-			return ixgbeNICs(t, o)
+			return nicpair.IXGBE(t, o)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			transporttest.RunWith(t, func(t *testing.T) (a, b transport.Transport) {
-				ts := transports(t, c.nics(t))
+				ts := nicpair.Transports(t, c.nics(t), nicpair.UDP)
 				return ts[0], ts[1]
 			}, transporttest.Options{InPlace: true})
 		})
@@ -239,10 +144,10 @@ func (r rawPeer) recv(t testing.TB) []byte {
 // it (an IP ID, a UDP checksum, Ethernet padding) arrives as its payload,
 // from the NIC id ip<<16|port.
 func TestUDPFramingOnTheWire(t *testing.T) {
-	ns := e1000eNICs(t, e1000e.DefaultOptions())
+	ns := nicpair.E1000E(t, e1000e.DefaultOptions())
 	raw := rawPeer{ns[0]}
 	defer raw.n.Close()
-	tr, err := nic.New(ns[1], udpOptions(1))
+	tr, err := nic.New(ns[1], nicpair.UDP(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +177,7 @@ func TestUDPFramingOnTheWire(t *testing.T) {
 
 	// The other way: a kernel-built datagram, with its checksum and ID.
 	payload := []byte("open-mx over udp")
-	fr := kernelDatagram(raw.n.MAC(), tr.NIC().MAC(), peerAP, boardUDP(1), payload)
+	fr := kernelDatagram(raw.n.MAC(), tr.NIC().MAC(), peerAP, nicpair.UDPAddr(1), payload)
 	raw.send(t, fr)
 	frames := make([]transport.Frame, 2)
 	n, err := tr.Recv(frames, 5*time.Second)
@@ -350,7 +255,7 @@ func TestUDPFramingOptions(t *testing.T) {
 		{UDP: netip.MustParseAddrPort("10.0.0.1:5")},
 		{Framing: 7},
 	} {
-		ns := e1000eNICs(t, e1000e.DefaultOptions())
+		ns := nicpair.E1000E(t, e1000e.DefaultOptions())
 		if tr, err := nic.New(ns[0], o); err == nil {
 			tr.Close()
 			t.Errorf("New(%+v) accepted", o)
@@ -380,7 +285,7 @@ var udpFuzzRig struct {
 // from "late". Frames are padded to the Ethernet minimum first, as the
 // wire does.
 func FuzzReceiveUDP(f *testing.F) {
-	good := kernelDatagram(nicdrv.MAC{2}, nicdrv.MAC{2}, netip.MustParseAddrPort("10.0.0.1:7"), boardUDP(1), []byte("hello"))
+	good := kernelDatagram(nicdrv.MAC{2}, nicdrv.MAC{2}, netip.MustParseAddrPort("10.0.0.1:7"), nicpair.UDPAddr(1), []byte("hello"))
 	f.Add(byte(7), good[12:])
 	f.Add(byte(0), good[12:])
 	f.Add(byte(3), good[12:30])
@@ -400,7 +305,7 @@ func FuzzReceiveUDP(f *testing.F) {
 			rig.raw = rawPeer{raw}
 			n, err := e1000e.Open(p.Functions()[1], e1000e.DefaultOptions())
 			if err == nil {
-				rig.tr, err = nic.New(n, udpOptions(1))
+				rig.tr, err = nic.New(n, nicpair.UDP(1))
 			}
 			rig.err = err
 		})
@@ -416,10 +321,10 @@ func FuzzReceiveUDP(f *testing.F) {
 		for len(frame) < 60 { // as the wire pads it
 			frame = append(frame, 0)
 		}
-		me := boardUDP(1).Addr().As4()
+		me := nicpair.UDPAddr(1).Addr().As4()
 		if sel&1 != 0 { // to the board's address and port
 			copy(frame[30:34], me[:])
-			binary.BigEndian.PutUint16(frame[36:], boardUDP(1).Port())
+			binary.BigEndian.PutUint16(frame[36:], nicpair.UDPAddr(1).Port())
 		}
 		if sel&2 != 0 { // no UDP checksum to be wrong
 			frame[40], frame[41] = 0, 0
@@ -429,7 +334,7 @@ func FuzzReceiveUDP(f *testing.F) {
 			binary.BigEndian.PutUint16(frame[24:], ^fold(sum16(0, frame[14:34])))
 		}
 		w, ok := readWireUDP(frame)
-		want := ok && w.dstIP == me && w.dstPort == boardUDP(1).Port() && w.srcPort != 0
+		want := ok && w.dstIP == me && w.dstPort == nicpair.UDPAddr(1).Port() && w.srcPort != 0
 		if want && binary.BigEndian.Uint16(frame[40:]) != 0 {
 			// A UDP checksum the NIC may check: compute what it should be
 			// over the datagram as the UDP length bounds it, and expect
@@ -447,7 +352,7 @@ func FuzzReceiveUDP(f *testing.F) {
 		}
 		raw.send(t, frame)
 		from := netip.MustParseAddrPort("10.0.0.1:9")
-		raw.send(t, kernelDatagram(src, mac, from, boardUDP(1), []byte("marker")))
+		raw.send(t, kernelDatagram(src, mac, from, nicpair.UDPAddr(1), []byte("marker")))
 		markerPeer, _ := transport.UDPNICID(from)
 
 		var sawFrame bool

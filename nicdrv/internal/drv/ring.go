@@ -11,7 +11,10 @@ import (
 // format: each slot holds one buffer per array of Bufs (a packet buffer;
 // with header split also a header buffer, from its own pool or the same),
 // and Fill gives the NIC's share of the ring fresh buffers, one Alloc per
-// array and call, whatever number of slots it fills.
+// array and call, whatever number of slots it fills. The driver then
+// writes the read descriptors of the slots Fill completed, in a loop of
+// its own (a call per slot through a function value would cost the fast
+// path more than the writes).
 type RxFill struct {
 	// Size is the number of slots.
 	Size uint32
@@ -19,9 +22,6 @@ type RxFill struct {
 	// takes; Pools the pool each array fills from.
 	Bufs  [][]*nicdrv.Buffer
 	Pools []*nicdrv.Pool
-	// Encode writes the read descriptor of slot s, whose buffers are all
-	// present, for the NIC.
-	Encode func(s uint32)
 	// NoBuf counts buffers the pools could not give.
 	NoBuf *atomic.Uint64
 
@@ -29,8 +29,8 @@ type RxFill struct {
 }
 
 // NewRxFill makes an RxFill of size slots, one array per pool.
-func NewRxFill(size uint32, pools []*nicdrv.Pool, noBuf *atomic.Uint64, encode func(s uint32)) *RxFill {
-	f := &RxFill{Size: size, Pools: pools, Encode: encode, NoBuf: noBuf, scratch: make([]*nicdrv.Buffer, int(size)*len(pools))}
+func NewRxFill(size uint32, pools []*nicdrv.Pool, noBuf *atomic.Uint64) *RxFill {
+	f := &RxFill{Size: size, Pools: pools, NoBuf: noBuf, scratch: make([]*nicdrv.Buffer, int(size)*len(pools))}
 	for range pools {
 		f.Bufs = append(f.Bufs, make([]*nicdrv.Buffer, size))
 	}
@@ -40,8 +40,10 @@ func NewRxFill(size uint32, pools []*nicdrv.Pool, noBuf *atomic.Uint64, encode f
 // Fill fills the slots from tail up to (not including) stop, in ring
 // order, and returns the new tail: the first slot it could not complete
 // (the pools ran short: the buffers it did get wait in their slots) or
-// stop. Slots that still hold a buffer (a refill cut short, a descriptor
-// the driver dropped) keep it. It writes no register.
+// stop. Every slot in [tail, the new tail) holds its buffers: the driver
+// writes their read descriptors. Slots that still hold a buffer (a refill
+// cut short, a descriptor the driver dropped) keep it. It writes no
+// register and no descriptor.
 func (f *RxFill) Fill(tail, stop uint32) uint32 {
 	want := (stop + f.Size - tail) % f.Size
 	if want == 0 {
@@ -85,7 +87,6 @@ fill:
 			bufs[s], got[a][used[a]] = got[a][used[a]], nil
 			used[a]++
 		}
-		f.Encode(s)
 		if s++; s == f.Size {
 			s = 0
 		}
@@ -131,7 +132,6 @@ func (f *RxFill) fill1(tail, want uint32) uint32 {
 			bufs[s] = got[used]
 			used++
 		}
-		f.Encode(s)
 		if s++; s == f.Size {
 			s = 0
 		}
@@ -139,7 +139,9 @@ func (f *RxFill) fill1(tail, want uint32) uint32 {
 	if rest := got[used:]; len(rest) > 0 {
 		_ = f.Pools[0].Free(rest...)
 	}
-	clear(got)
+	// got is left as it is: it points only into the pool's own Buffers,
+	// which live as long as the pool, and clearing it would cost a
+	// write-barriered store per slot.
 	return s
 }
 
