@@ -34,20 +34,33 @@
 // transport.Queued: OpenQueue(q) returns queue q as a transport of its
 // own (the same type), which sends on TX queue q and receives from RX
 // queue q with the queue's own pool, locks and buffers, so goroutines
-// serving different queues share no lock. Queue q's NIC id is the board's
-// address with port Options.UDP's port + q, and OpenQueue steers that port
-// to RX queue q (Steer): by a NIC rule where the NIC has one
-// (nicdrv.RuleUDPDestPort: the 82599's 5-tuple filters, then Flow
-// Director), and otherwise by software demultiplexing: each queue's
-// transport looks up the destination port of every frame it receives in
-// the board's table (a copy-on-write map read without a lock) and hands a
-// frame of another queue's port to that queue (a bounded channel; full, the
-// frame is dropped and counted). A queue whose ports are steered in
-// software cannot sleep on its own RX queue alone, so it looks at its ring
-// and its inbox in turn. RSS cannot stand in for a rule: its Toeplitz hash
-// covers the sender's address and port as well as the port chosen here
-// (and the 82574 hashes UDP datagrams by their addresses alone), so no
-// port lands on one queue for every sender.
+// serving different queues share no lock. Queue q's port is Options.UDP's
+// port + q, and OpenQueue steers the queue's frames to RX queue q in the
+// first of three ways the NIC allows:
+//
+//   - by a NIC rule for the port (nicdrv.RuleUDPDestPort: the 82599's
+//     5-tuple filters, then Flow Director); the queue's NIC id is the
+//     board's address with its port;
+//   - by RSS on an address of the queue's own: a NIC without such rules
+//     (the 82574) still puts each IPv4 datagram on the queue its
+//     redirection table names for the Toeplitz hash of the datagram's
+//     addresses (nicdrv.Info.RSS). Under a key that keeps the source
+//     address out of the table's index (e1000e.DestinationRSSKey, its
+//     driver's default), the destination address alone picks the queue,
+//     so with Options.QueueAddrs set OpenQueue gives queue q the first
+//     free address of that block which lands on queue q whoever sends
+//     (nicdrv.RSS.DestQueue), and the queue's NIC id is that address with
+//     its port. The NIC then steers every frame; no queue hands any over;
+//   - otherwise by software demultiplexing: the queue shares the board's
+//     address, each queue's transport looks up the destination port of
+//     every frame it receives in the board's table (a copy-on-write map
+//     read without a lock) and hands a frame of another queue's port to
+//     that queue (a bounded channel; full, the frame is dropped and
+//     counted). A queue whose ports are steered in software cannot sleep
+//     on its own RX queue alone, so it looks at its ring and its inbox in
+//     turn. The port alone cannot choose an RSS queue: the 82574 hashes
+//     UDP datagrams by their addresses only, and where ports are hashed
+//     the sender's port counts as much as the receiver's.
 //
 // While queues are open, the board transport's own Send and Recv fail
 // with ErrQueuesOpen. A queue transport's Close removes its steering; the
@@ -144,6 +157,15 @@ type Options struct {
 	// peers not listed are learned from the frames they send, and a frame
 	// to a peer not known yet is sent to the broadcast address.
 	Neighbors map[netip.Addr]nicdrv.MAC
+	// QueueAddrs, for FramingUDP, is a block of IPv4 addresses reserved
+	// to this board for its queues, used where the NIC has no rule for a
+	// UDP port but steers by RSS with a key that lets the destination
+	// address alone choose the queue (the 82574 with its driver's default
+	// key): OpenQueue(q) gives queue q the first free address of the
+	// block whose datagrams land on RX queue q from every sender. Leave
+	// it unset (or on a NIC that cannot) and queues share the board's
+	// address and are demultiplexed in software. See the package doc.
+	QueueAddrs netip.Prefix
 }
 
 // Transport is mx's transport over one NIC. It implements
