@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"syscall"
 	"time"
@@ -141,6 +142,13 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		if err != nil {
 			return err
 		}
+	}
+	if f.cpuprofile != "" {
+		stop, err := startCPUProfile(f.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
 	}
 	for i, size := range sizes {
 		iters := f.iterationsFor(size)
@@ -364,6 +372,25 @@ func toBaseline(name string, r rawResult, cmd string) *baselineResult {
 }
 
 // stderrf prints a progress note.
+// startCPUProfile starts the runtime's CPU profile into path and returns
+// what stops it and closes the file. The UDP baseline of each size, which
+// runs between the mx sizes, is in the profile too (--baseline=false
+// leaves it out).
+func startCPUProfile(path string) (func() error, error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return out.Close()
+	}, nil
+}
+
 func stderrf(w io.Writer, format string, args ...any) {
 	if w == nil {
 		w = os.Stderr
