@@ -168,6 +168,13 @@ func run(o options) error {
 		udp1Row     = "kernel UDP, one thread, turns"
 	)
 	start := time.Now()
+	// The clock source decides what a clock read costs: TSC is read in
+	// user space (the vDSO); others (hpet, acpi_pm) make it a system call
+	// that reads a device register, which TCG magnifies.
+	for _, f := range []string{"current_clocksource", "available_clocksource"} {
+		b, _ := os.ReadFile("/sys/devices/system/clocksource/clocksource0/" + f)
+		fmt.Printf("%s%s: %s\n", Marker, f, strings.TrimSpace(string(b)))
+	}
 
 	// The runs interleave the peers, so that a change in the host's load
 	// (TCG) falls on all of them alike: each run measures every peer once,
