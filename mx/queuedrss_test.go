@@ -24,7 +24,7 @@ import (
 func TestQueuedRSSVFIO(t *testing.T) {
 	v := nictest.OpenVFIO(t, nictest.VFIOWant{Driver: "e1000e", DevicesEnv: "GOMX_E1000E_DEVICES", Count: 2,
 		Match: func(f vfio.Function) bool { return hw.Is82574(f.Vendor, f.Device) }})
-	queuedRSS(t, [2]pci.Device{v.Devices[0], v.Devices[1]}, 20)
+	queuedRSS(t, [2]pci.Device{v.Devices[0], v.Devices[1]}, 8)
 }
 
 // TestQueuedRSS: mx endpoints on a queued board over two-queue 82574s (the
