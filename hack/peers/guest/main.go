@@ -291,10 +291,11 @@ func mxbench(o options) ([]mxResult, error) {
 		args = append(args, "--cpuprofile", prof)
 	}
 	res, err := runMxbench(nil, args...)
-	if err == nil && o.mxProfile {
+	if o.mxProfile {
+		// A failed run still stops its profile: print what it has.
 		b, rerr := os.ReadFile(prof)
 		if rerr != nil {
-			return nil, rerr
+			return nil, errors.Join(err, rerr)
 		}
 		enc := base64.StdEncoding.EncodeToString(b)
 		fmt.Println(ProfileBegin)
