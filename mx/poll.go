@@ -243,7 +243,18 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// away after every empty look, and read the clock at every look,
 	// which costs little beside the system call.
 	yieldAll := b.oversub.yield.Load()
-	var seen int64 // the clock as this waiter last read it (every 16 looks), 0: not yet
+	var seen int64 // the clock as this waiter last read it (every clockEvery looks), 0: not yet
+	// every-1: how many looks pass between clock readings, a mask.
+	every := 15
+	if budget < 0 {
+		every = busyClockEvery() - 1
+	}
+	late := false // counted among lateWaiters
+	defer func() {
+		if late {
+			lateWaiters.Add(-1)
+		}
+	}()
 	for i := 0; ; i++ {
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
@@ -289,10 +300,13 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 			runtime.Gosched()
 		}
-		if i&15 == 15 || yieldAll {
+		if i&every == every || yieldAll {
 			now := b.clock()
-			if seen != 0 {
-				descheduling.observe(now - seen) // descheduled.go
+			// floor scales schedFloor to the looks between readings
+			// (busyClockEvery): a gap over it was not spent looking.
+			floor := int64(schedFloor) * int64(every+1) / clockEvery
+			if seen != 0 && now-seen >= floor {
+				descheduling.observe(now - seen - floor + int64(schedFloor)) // descheduled.go
 			}
 			// A reading long after the last one: this waiter was
 			// descheduled (or handled a large batch), and the answers
@@ -300,7 +314,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// It looks at them first, and at the deadlines at the next
 			// reading, whatever that one shows (a waiter that yields
 			// between looks may find every reading late).
-			late := seen != 0 && now-seen >= int64(schedFloor) && !deferred
+			late := seen != 0 && now-seen >= floor && !deferred
 			seen = now
 			deferred = late
 			// Retransmission deadlines: no timer wakes a board whose
@@ -309,7 +323,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				b.runDue(now)
 			}
 			if start < 0 {
-				start = now - 1 // the first 16 looks: well under a microsecond
+				start = now - 1 // the first looks: well under a microsecond
 			}
 			el := time.Duration(now - start)
 			if budget >= 0 && el >= budget {
@@ -334,7 +348,11 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// another thread to run this goroutine, a futex call per
 			// look.
 			b.waitYields.Add(1)
-			if yieldAll {
+			if !late {
+				late = true
+				lateWaiters.Add(1)
+			}
+			if yieldAll || keepP() {
 				rawYield()
 			} else {
 				osYield()

@@ -80,7 +80,7 @@ func parseFlags(args []string) (options, error) {
 	sizes := fs.String("raw-sizes", "64,1514", "raw and UDP frame sizes in bytes (UDP payload = frame - 42)")
 	fs.StringVar(&o.testpmd, "testpmd", "/usr/bin/dpdk-testpmd", "DPDK's testpmd; \"\" skips that reflector")
 	fs.IntVar(&o.busyPollUS, "busy-poll", 50, "SO_BUSY_POLL microseconds on the kernel's UDP sockets")
-	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), \"mx\" only the mx row, for quick experiments")
+	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), \"mx\" only the mx row and gomx's raw ping, for quick experiments")
 	fs.BoolVar(&o.mxProfile, "mx-profile", false, "run mxbench with --cpuprofile and print the profile on the console, base64 between "+ProfileBegin+" and "+ProfileEnd+" lines")
 	o.usb.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -195,7 +195,7 @@ func run(o options) error {
 			}
 		}
 		// (c) raw ping against gomx's reflector, then testpmd's.
-		if !failed[gomxRow] && !o.mxOnly {
+		if !failed[gomxRow] {
 			if err := rawGomx(one, func(size int, us, fast float64) {
 				get(gomxRow, size).us = append(get(gomxRow, size).us, us)
 				get(gomxFast, size).us = append(get(gomxFast, size).us, fast)
@@ -205,7 +205,8 @@ func run(o options) error {
 			}
 		}
 		if o.mxOnly {
-			// The raw, testpmd and kernel rows are left out.
+			// The testpmd and kernel rows are left out; gomx's raw
+			// ping stays, the yardstick of the mx row.
 		} else if o.testpmd == "" {
 			fail(testpmdRw, o.rawSizes, errors.New("skipped (-testpmd \"\")"))
 		} else if !failed[testpmdRw] {

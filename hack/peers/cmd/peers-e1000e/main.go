@@ -31,7 +31,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	mxIters := fs.Int("mx-iterations", 500, "mxbench iterations per size and run")
 	mxSizes := fs.String("mx-sizes", "64,1K,4K", "mxbench --sizes")
 	noTestpmd := fs.Bool("no-testpmd", false, "leave DPDK's testpmd out (no apt, no testpmd row)")
-	only := fs.String("only", "", "\"raw\": only the raw-ping rows (gomx's and testpmd's reflectors); \"mx\": only the mx row; for quick experiments")
+	only := fs.String("only", "", "\"raw\": only the raw-ping rows (gomx's and testpmd's reflectors); \"mx\": only the mx row and gomx's raw ping; for quick experiments")
 	mxProfile := fs.Bool("mx-profile", false, "profile mxbench in the guest; the console carries the profile (base64), which -keep leaves in the serial log")
 	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
 	keep := qemu.KeepFlag(fs, "the run directory with the serial log")
