@@ -249,12 +249,6 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	if budget < 0 {
 		every = busyClockEvery() - 1
 	}
-	late := false // counted among lateWaiters
-	defer func() {
-		if late {
-			lateWaiters.Add(-1)
-		}
-	}()
 	for i := 0; ; i++ {
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
@@ -348,11 +342,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// another thread to run this goroutine, a futex call per
 			// look.
 			b.waitYields.Add(1)
-			if !late {
-				late = true
-				lateWaiters.Add(1)
-			}
-			if yieldAll || keepP() {
+			if yieldAll {
 				rawYield()
 			} else {
 				osYield()

@@ -135,21 +135,6 @@ func (o *BoardOptions) spinFromEnv() error {
 // (sched_yield(2)).
 func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// lateWaiters counts this process's waiters whose reply is late, which
-// yield between looks (pollWait).
-var lateWaiters atomic.Int32
-
-// keepP reports whether a late waiter yields with rawYield, keeping its P:
-// when the late waiters of this process are fewer than its Ps, one P at
-// least is free for its other goroutines, so keeping this one costs nobody,
-// while a yield through Syscall that the kernel keeps for 20 µs or more (a
-// loaded machine; every system call of a TCG guest) has its P taken by
-// sysmon and handed to another thread, and must win one back when it
-// returns: two futex wake-ups and a pass of the scheduler on every look.
-// With as many late waiters as Ps (one P: the peer of an in-process
-// ping-pong needs this waiter's P to answer), the yield gives the P up.
-func keepP() bool { return int(lateWaiters.Load()) < runtime.GOMAXPROCS(0) }
-
 // clockEvery is how many looks a polling waiter makes between readings of
 // the clock (deadlines, its budget, the context) where reading it is cheap;
 // busyClockEvery stretches that for a busy-polling waiter, which has no

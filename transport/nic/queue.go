@@ -283,7 +283,7 @@ func (t *Transport) openQueue(q int) (*Transport, error) {
 	}
 	x := &Transport{
 		nic: t.nic, pool: t.nic.Pool(q), mac: t.mac, id: id, opts: t.opts, mtu: t.mtu, ip: ip, hdr: t.hdr,
-		txq: q, rxq: q,
+		txq: q, rxq: q, nq: t.nq,
 		queue:   &queueState{board: t, inbox: make(chan *nicdrv.Buffer, 4*t.opts.Batch)},
 		txb:     make([]*nicdrv.Buffer, 0, 64),
 		rxb:     make([]*nicdrv.Buffer, t.opts.Batch),
