@@ -164,8 +164,11 @@ var clockCost = sync.OnceValue(func() time.Duration {
 // waiter: clockEvery, or slowClockEvery where a reading costs more than
 // slowClock. A deadline is then noticed up to slowClockEvery looks late: at
 // most a few milliseconds where a look is as slow as such a clock.
-func busyClockEvery() int {
-	if clockCost() > slowClock {
+func busyClockEvery() int { return clockStride(clockCost()) }
+
+// clockStride is busyClockEvery for a clock whose reading costs cost.
+func clockStride(cost time.Duration) int {
+	if cost > slowClock {
 		return slowClockEvery
 	}
 	return clockEvery
