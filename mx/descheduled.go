@@ -19,7 +19,8 @@ import (
 // Karn's rule keeps the slowest ones (those the probe overtook) out of it.
 //
 // A waiter that polls sees the same scheduler from its own side: it reads
-// the clock every 16 looks at its sources (pollWait), a microsecond or two
+// the clock every 16 looks at its sources (pollWait; a busy-polling waiter
+// every 256 where a reading costs a system call), a microsecond or two
 // apart while it runs, so a longer gap between two readings is a time it
 // was runnable but not running (or handling a large batch, which costs the
 // same at the peer). A waiter that sleeps times its wake-up: from the

@@ -129,8 +129,9 @@
 // netpoller (finetimer.go): a lost small frame costs about the probe
 // timeout, not a millisecond. The netpoller is not consulted while
 // busy-polling waiters hold every P, so whoever polls also looks at the
-// board's earliest deadline (one clock reading per 16 looks) and runs the
-// timers when it has passed, as DPDK's poll loops drive its timers. Full
+// board's earliest deadline (one clock reading per 16 looks, per 256 in
+// busy-poll mode where the clock costs a system call) and runs the timers
+// when it has passed, as DPDK's poll loops drive its timers. Full
 // resends keep the board's ticks, so a stalled peer costs a probe, not a
 // resent message. Between two gomx boards
 // that both announce it (ExtSack, unless BoardOptions.NoSack), a receiver

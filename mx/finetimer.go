@@ -111,8 +111,9 @@ func (b *Board) fineTimer() {
 //
 // So a goroutine that polls looks at the deadlines itself, as DPDK drives
 // rte_timer_manage from its poll loop: a polling waiter (pollWait) on the
-// clock reading it makes every 16 looks, whether they found anything or
-// not, and the receive loop after every Recv. The board's earliest deadline
+// clock reading it makes every 16 looks (256 where the clock is slow),
+// whether they found anything or not, and the receive loop after every
+// Recv. The board's earliest deadline
 // (deadline: the next tick, or the noted retransmission deadline if that is
 // sooner) is two atomics, a load each to look at; only once it has passed
 // does the looker take the board's lock and run the timers (runDue). A

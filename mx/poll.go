@@ -243,9 +243,14 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// away after every empty look, and read the clock at every look,
 	// which costs little beside the system call.
 	yieldAll := b.oversub.yield.Load()
-	var seen int64 // the clock as this waiter last read it (every 16 looks), 0: not yet
+	var seen int64 // the clock as this waiter last read it (every every+1 looks), 0: not yet
 	// worked: a look since that reading handled frames or ran the timers
 	worked := false
+	// every+1: how many looks pass between clock readings (every is a mask).
+	every := 15
+	if budget < 0 {
+		every = busyClockEvery() - 1
+	}
 	for i := 0; ; i++ {
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
@@ -292,14 +297,17 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 			runtime.Gosched()
 		}
-		if i&15 == 15 || yieldAll {
+		if i&every == every || yieldAll {
 			now := b.clock()
-			if seen != 0 && !worked {
+			// floor scales schedFloor to the looks between readings
+			// (busyClockEvery): a gap over it was not spent looking.
+			floor := int64(schedFloor) * int64(every+1) / clockEvery
+			if seen != 0 && !worked && now-seen >= floor {
 				// Only a reading after looks that found nothing measures
 				// the scheduler: one after a batch or a timer run
 				// measures that work too (a pull's copies, a Send that
 				// waited for room in the peer's queue).
-				descheduling.observe(now - seen) // descheduled.go
+				descheduling.observe(now - seen - floor + int64(schedFloor)) // descheduled.go
 			}
 			// A reading long after the last one: this waiter was
 			// descheduled (or handled a large batch), and the answers
@@ -307,7 +315,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// It looks at them first, and at the deadlines at the next
 			// reading, whatever that one shows (a waiter that yields
 			// between looks may find every reading late).
-			late := seen != 0 && now-seen >= int64(schedFloor) && !deferred
+			late := seen != 0 && now-seen >= floor && !deferred
 			seen = now
 			deferred = late
 			// Retransmission deadlines: no timer wakes a board whose
@@ -317,7 +325,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				worked = b.runDue(now)
 			}
 			if start < 0 {
-				start = now - 1 // the first 16 looks: well under a microsecond
+				start = now - 1 // the first looks: well under a microsecond
 			}
 			el := time.Duration(now - start)
 			if budget >= 0 && el >= budget {

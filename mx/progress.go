@@ -102,8 +102,17 @@ func (b *Board) progress() {
 		if away, d := b.stayAway(s); away {
 			// Waiters poll the transport, or did a moment ago and
 			// probably will again (poll.go): keep only the timers
-			// running, so that the next waiter finds Recv free.
-			timer.Reset(max(min(d, b.tick, time.Duration(b.nextTick.Load()-b.clock())), time.Microsecond))
+			// running, so that the next waiter finds Recv free. While
+			// waiters poll they run the timers themselves (runDue at
+			// their clock readings), so the loop sleeps until the last
+			// of them leaves (s.wake) or d passes, not until the next
+			// tick: on a machine whose every P a poller holds, a loop
+			// woken for each tick waits for the runtime to preempt a
+			// poller (every 10 ms, a signal) and then takes its P.
+			if s.polling() == 0 || s.asleep.Load() {
+				d = min(d, b.tick, time.Duration(b.nextTick.Load()-b.clock()))
+			}
+			timer.Reset(max(d, time.Microsecond))
 			select {
 			case <-b.quit:
 				return

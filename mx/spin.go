@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,6 +134,45 @@ func (o *BoardOptions) spinFromEnv() error {
 // osYield gives the CPU to another runnable thread, if there is one
 // (sched_yield(2)).
 func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// clockEvery is how many looks a polling waiter makes between readings of
+// the clock (deadlines, its budget, the context) where reading it is cheap;
+// busyClockEvery stretches that for a busy-polling waiter, which has no
+// budget, where the clock costs a system call (the vDSO cannot read the
+// clock source: a virtual machine with an HPET or ACPI PM timer for clock,
+// such as a TCG guest, where every reading is a device register emulated
+// under QEMU's big lock, which the other vCPU's MMIO then waits for).
+const clockEvery = 16
+
+// slowClock is the cost of one clock reading above which busy-polling
+// waiters read it every slowClockEvery looks instead of every clockEvery.
+const (
+	slowClock      = 500 * time.Nanosecond
+	slowClockEvery = 256
+)
+
+var clockCost = sync.OnceValue(func() time.Duration {
+	const n = 16
+	start := time.Now()
+	for range n {
+		_ = time.Now()
+	}
+	return time.Since(start) / n
+})
+
+// busyClockEvery is the looks between clock readings of a busy-polling
+// waiter: clockEvery, or slowClockEvery where a reading costs more than
+// slowClock. A deadline is then noticed up to slowClockEvery looks late: at
+// most a few milliseconds where a look is as slow as such a clock.
+func busyClockEvery() int { return clockStride(clockCost()) }
+
+// clockStride is busyClockEvery for a clock whose reading costs cost.
+func clockStride(cost time.Duration) int {
+	if cost > slowClock {
+		return slowClockEvery
+	}
+	return clockEvery
+}
 
 // rawYield is osYield without telling the Go runtime that the goroutine
 // enters a system call. sched_yield returns as soon as the kernel runs

@@ -244,6 +244,10 @@ type Info struct {
 	// transport over it copies the frames it was asked to send in place,
 	// and says so.
 	TxAttachCopied bool
+	// RSS describes how the NIC spreads IPv4 frames over its queues, so
+	// that a caller can predict where a datagram lands (nil when the NIC
+	// does not spread them, or does not say).
+	RSS *RSS
 }
 
 // Link is the state of the NIC's link.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"syscall"
 	"time"
@@ -142,6 +143,13 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 			return err
 		}
 	}
+	if f.cpuprofile != "" {
+		stop, err := startCPUProfile(f.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
 	for i, size := range sizes {
 		iters := f.iterationsFor(size)
 		prog.Set("%s %s [%d/%d]: %d iterations", cmd, units.Format(int64(size)), i+1, len(sizes), iters)
@@ -152,8 +160,12 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		if p.wire != nil {
 			wireBefore = p.wire()
 		}
+		waitsBefore := [2]mx.WaitStats{p.a.Board().WaitStats(), p.b.Board().WaitStats()}
 		res, err := measureLocal(sctx, cmd, &f, sa, sb, size, iters)
 		cancel()
+		if f.cpuprofile != "" {
+			printWaits(stderr, size, iters, waitsBefore, [2]mx.WaitStats{p.a.Board().WaitStats(), p.b.Board().WaitStats()})
+		}
 		res.Recovery = recoveryBetween(before, []mx.Counters{p.a.Counters(), p.b.Counters()})
 		res.Copies = copiesBetween(copiesBefore, [2]mx.CopyStats{p.a.CopyStats(), p.b.CopyStats()})
 		if p.wire != nil {
@@ -356,6 +368,45 @@ func toBaseline(name string, r rawResult, cmd string) *baselineResult {
 }
 
 // stderrf prints a progress note.
+// startCPUProfile starts the runtime's CPU profile into path and returns
+// what stops it and closes the file. The UDP baseline of each size, which
+// runs between the mx sizes, is in the profile too (--baseline=false
+// leaves it out).
+func startCPUProfile(path string) (func() error, error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return out.Close()
+	}, nil
+}
+
+// printWaits says, for a profiled run, how the two boards' waits went per
+// message of a size (mx.WaitStats): polled or slept, the waiters'
+// sched_yield calls, the progress goroutines' receives and yields.
+func printWaits(w io.Writer, size, iters int, before, after [2]mx.WaitStats) {
+	var d mx.WaitStats
+	for i := range 2 {
+		a, b := after[i], before[i]
+		d.Polled += a.Polled - b.Polled
+		d.Slept += a.Slept - b.Slept
+		d.Yields += a.Yields - b.Yields
+		d.LoopRecvs += a.LoopRecvs - b.LoopRecvs
+		d.LoopYields += a.LoopYields - b.LoopYields
+		d.HandOvers += a.HandOvers - b.HandOvers
+		d.Kernel += a.Kernel - b.Kernel
+	}
+	per := func(n uint64) float64 { return float64(n) / float64(max(iters, 1)) }
+	stderrf(w, "%s, per iteration (both boards): %.2f waits polled, %.2f slept, %.2f in the kernel, %.2f sched_yields, %.2f progress receives, %.2f progress yields, %.2f hand-overs",
+		units.Format(int64(size)), per(d.Polled), per(d.Slept), per(d.Kernel), per(d.Yields), per(d.LoopRecvs), per(d.LoopYields), per(d.HandOvers))
+}
+
 func stderrf(w io.Writer, format string, args ...any) {
 	if w == nil {
 		w = os.Stderr

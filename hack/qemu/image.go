@@ -307,8 +307,9 @@ var (
 	// ones with tests that need root, hugepages or real VFIO devices. A
 	// package written PATH@PATTERN runs only its tests that match
 	// -test.run=PATTERN there (mx: the forged-frame attack over the VFIO
-	// NICs; the rest of its tests need no device and run on the host).
-	DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e", "./transport/nic", "./mx@^TestForgedFramesVFIO$"}
+	// NICs and endpoints of queued boards steered by the 82574's RSS; the
+	// rest of its tests need no device and run on the host).
+	DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e", "./transport/nic", "./mx@^(TestForgedFramesVFIO|TestQueuedRSSVFIO)$"}
 
 	// GuestModules are the kernel modules the guest's init loads, by name;
 	// u-root's kmodule loads their dependencies first, from modules.dep.

@@ -140,6 +140,11 @@ type Options struct {
 	// payload in a second chained to it (nicdrv's header split; see
 	// split.go). Each RX descriptor then holds two pool buffers.
 	HeaderSplit bool
+	// RSSKey is the Toeplitz key of a two-queue NIC (default
+	// DestinationRSSKey, which steers by destination address;
+	// MicrosoftRSSKey spreads flows by source too). Info().RSS reports
+	// it with the redirection table.
+	RSSKey *[hw.RSSKeyLen]byte
 }
 
 // DefaultOptions returns one queue pair of 512-descriptor rings, polling.
@@ -156,6 +161,10 @@ func (o *Options) fill() error {
 	drv.Default(&o.InterruptInterval, d.InterruptInterval)
 	drv.Default(&o.LinkTimeout, d.LinkTimeout)
 	drv.Default(&o.RegisterTimeout, d.RegisterTimeout)
+	if o.RSSKey == nil {
+		k := DestinationRSSKey
+		o.RSSKey = &k
+	}
 	if o.PoolBuffers == 0 {
 		rx := o.RxRing
 		if o.HeaderSplit {
@@ -180,12 +189,45 @@ func (o *Options) fill() error {
 	return nil
 }
 
-// rssKey is the default Toeplitz key (the one Microsoft's RSS document and
-// most drivers use).
-var rssKey = [hw.RSSKeyLen]byte{
+// MicrosoftRSSKey is the Toeplitz key of Microsoft's RSS documentation,
+// which most drivers program: it spreads flows by source and destination.
+var MicrosoftRSSKey = [hw.RSSKeyLen]byte{
 	0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
 	0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
 	0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+}
+
+// DestinationRSSKey is the key the driver programs by default: Microsoft's
+// with key bits 25 to 62 cleared. Bit m of the hash (m = 0 for its most
+// significant bit) takes key bit i+m for every set bit i of the input, and
+// the redirection index is hash bits m = 25..31; the source address is
+// input bits 0..31, so with those key bits clear no source address reaches
+// the index, and a datagram's queue is a function of its destination
+// address (and, for TCP, its ports) alone. The 82574 has no filter that
+// steers by address or port, and hashes UDP by its addresses only, so this
+// is what lets a receiver choose an address per queue and have every
+// sender's datagrams land there (nicdrv.RSS.DestQueue; transport/nic's
+// Options.QueueAddrs). TCP flows still spread by port.
+var DestinationRSSKey = func() [hw.RSSKeyLen]byte {
+	k := MicrosoftRSSKey
+	k[3] &= 0x80 // bit 24 stays
+	k[4], k[5], k[6] = 0, 0, 0
+	k[7] &= 0x01 // bit 63 stays
+	return k
+}()
+
+// rssInfo describes what setupRx programs: with two queues, the key and a
+// table whose entries alternate between the queues, over IPv4 addresses
+// alone for UDP.
+func rssInfo(o Options) *nicdrv.RSS {
+	if o.Queues != 2 {
+		return nil
+	}
+	r := &nicdrv.RSS{Key: append([]byte(nil), o.RSSKey[:]...), Table: make([]int, hw.RETAEntries)}
+	for i := range r.Table {
+		r.Table[i] = i & 1
+	}
+	return r
 }
 
 // NIC is an open 82574L. It implements nicdrv.NIC.
@@ -286,7 +328,8 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
 		Arm: func(q int) { n.w32(hw.IMS, hw.IntRXQ0<<q) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
-		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
+		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit,
+		RSS: rssInfo(o)}
 	// Wait (bounded) for the link; a link that stays down is a state, not
 	// an error.
 	_, _ = n.WaitLink(true, o.LinkTimeout)
@@ -584,10 +627,10 @@ func (n *NIC) setupRx() error {
 	rxcsum := uint32(hw.RxcsumIPOFL | hw.RxcsumTUOFL)
 	if n.opts.Queues == 2 {
 		for i := 0; i < hw.RSSKeyLen/4; i++ {
-			k := rssKey[4*i:]
+			k := n.opts.RSSKey[4*i:]
 			n.w32(hw.RSSRK+4*i, uint32(k[0])|uint32(k[1])<<8|uint32(k[2])<<16|uint32(k[3])<<24)
 		}
-		// Alternate entries between the queues.
+		// Alternate entries between the queues (rssInfo says so).
 		for i := 0; i < hw.RETAEntries/4; i++ {
 			n.w32(hw.RETA+4*i, uint32(hw.RETAQueue1)<<8|uint32(hw.RETAQueue1)<<24)
 		}

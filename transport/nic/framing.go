@@ -91,13 +91,16 @@ func (n *neighbours) learn(ip [4]byte, mac nicdrv.MAC) {
 func newFraming(o Options, mac nicdrv.MAC, info nicdrv.Info) (ipFraming, int, transport.NICID, error) {
 	switch o.Framing {
 	case FramingEthernet:
-		if o.UDP.IsValid() || len(o.Neighbors) > 0 {
-			return ipFraming{}, 0, 0, errors.New("transport/nic: UDP or Neighbors set with Ethernet framing: set Framing to FramingUDP, or leave them empty")
+		if o.UDP.IsValid() || len(o.Neighbors) > 0 || o.QueueAddrs.IsValid() {
+			return ipFraming{}, 0, 0, errors.New("transport/nic: UDP, Neighbors or QueueAddrs set with Ethernet framing: set Framing to FramingUDP, or leave them empty")
 		}
 		return ipFraming{}, headerLen, transport.MACNICID(mac), nil
 	case FramingUDP:
 	default:
 		return ipFraming{}, 0, 0, fmt.Errorf("transport/nic: unknown framing %v: want FramingEthernet or FramingUDP", o.Framing)
+	}
+	if o.QueueAddrs.IsValid() && !o.QueueAddrs.Addr().Is4() {
+		return ipFraming{}, 0, 0, fmt.Errorf("transport/nic: QueueAddrs %v is not an IPv4 prefix: give a block such as 10.0.1.0/28", o.QueueAddrs)
 	}
 	id, err := transport.UDPNICID(o.UDP)
 	if err != nil || o.UDP.Port() == 0 || o.UDP.Addr().Unmap().IsUnspecified() {

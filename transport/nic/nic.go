@@ -34,20 +34,33 @@
 // transport.Queued: OpenQueue(q) returns queue q as a transport of its
 // own (the same type), which sends on TX queue q and receives from RX
 // queue q with the queue's own pool, locks and buffers, so goroutines
-// serving different queues share no lock. Queue q's NIC id is the board's
-// address with port Options.UDP's port + q, and OpenQueue steers that port
-// to RX queue q (Steer): by a NIC rule where the NIC has one
-// (nicdrv.RuleUDPDestPort: the 82599's 5-tuple filters, then Flow
-// Director), and otherwise by software demultiplexing: each queue's
-// transport looks up the destination port of every frame it receives in
-// the board's table (a copy-on-write map read without a lock) and hands a
-// frame of another queue's port to that queue (a bounded channel; full, the
-// frame is dropped and counted). A queue whose ports are steered in
-// software cannot sleep on its own RX queue alone, so it looks at its ring
-// and its inbox in turn. RSS cannot stand in for a rule: its Toeplitz hash
-// covers the sender's address and port as well as the port chosen here
-// (and the 82574 hashes UDP datagrams by their addresses alone), so no
-// port lands on one queue for every sender.
+// serving different queues share no lock. Queue q's port is Options.UDP's
+// port + q, and OpenQueue steers the queue's frames to RX queue q in the
+// first of three ways the NIC allows:
+//
+//   - by a NIC rule for the port (nicdrv.RuleUDPDestPort: the 82599's
+//     5-tuple filters, then Flow Director); the queue's NIC id is the
+//     board's address with its port;
+//   - by RSS on an address of the queue's own: a NIC without such rules
+//     (the 82574) still puts each IPv4 datagram on the queue its
+//     redirection table names for the Toeplitz hash of the datagram's
+//     addresses (nicdrv.Info.RSS). Under a key that keeps the source
+//     address out of the table's index (e1000e.DestinationRSSKey, its
+//     driver's default), the destination address alone picks the queue,
+//     so with Options.QueueAddrs set OpenQueue gives queue q the first
+//     free address of that block which lands on queue q whoever sends
+//     (nicdrv.RSS.DestQueue), and the queue's NIC id is that address with
+//     its port. The NIC then steers every frame; no queue hands any over;
+//   - otherwise by software demultiplexing: the queue shares the board's
+//     address, each queue's transport looks up the destination port of
+//     every frame it receives in the board's table (a copy-on-write map
+//     read without a lock) and hands a frame of another queue's port to
+//     that queue (a bounded channel; full, the frame is dropped and
+//     counted). A queue whose ports are steered in software cannot sleep
+//     on its own RX queue alone, so it looks at its ring and its inbox in
+//     turn. The port alone cannot choose an RSS queue: the 82574 hashes
+//     UDP datagrams by their addresses only, and where ports are hashed
+//     the sender's port counts as much as the receiver's.
 //
 // While queues are open, the board transport's own Send and Recv fail
 // with ErrQueuesOpen. A queue transport's Close removes its steering; the
@@ -144,6 +157,15 @@ type Options struct {
 	// peers not listed are learned from the frames they send, and a frame
 	// to a peer not known yet is sent to the broadcast address.
 	Neighbors map[netip.Addr]nicdrv.MAC
+	// QueueAddrs, for FramingUDP, is a block of IPv4 addresses reserved
+	// to this board for its queues, used where the NIC has no rule for a
+	// UDP port but steers by RSS with a key that lets the destination
+	// address alone choose the queue (the 82574 with its driver's default
+	// key): OpenQueue(q) gives queue q the first free address of the
+	// block whose datagrams land on RX queue q from every sender. Leave
+	// it unset (or on a NIC that cannot) and queues share the board's
+	// address and are demultiplexed in software. See the package doc.
+	QueueAddrs netip.Prefix
 }
 
 // Transport is mx's transport over one NIC. It implements
@@ -162,6 +184,7 @@ type Transport struct {
 	// takes from (-1: every queue); a board's open queue transports, or
 	// a queue transport's own state.
 	txq, rxq int
+	nq       int // the NIC's queues (Info, read once)
 	queues   *queueSet
 	queue    *queueState
 
@@ -244,7 +267,7 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{
-		nic: n, pool: n.Pool(0), mac: mac, id: id, opts: o, ip: ipf, hdr: hdr, rxq: -1,
+		nic: n, pool: n.Pool(0), mac: mac, id: id, opts: o, ip: ipf, hdr: hdr, rxq: -1, nq: info.Queues,
 		queues: newQueueSet(info.Queues),
 		// An untagged frame of at most 1514 bytes: a 1500-byte payload.
 		mtu: min(info.MaxFrame, 1514) - hdr,
@@ -439,13 +462,24 @@ func (t *Transport) closedOr(err error) error {
 	return fmt.Errorf("transport/nic: %w", err)
 }
 
-// Recv implements transport.Transport.
+// Recv implements transport.Transport. A look that finds the rings empty
+// (timeout 0) is the busy-polling waiter's every look, so it takes no
+// deferred calls (a function of this many returns and defers gets them
+// from the runtime's defer records, not open-coded) and reads nothing
+// from the NIC but the rings.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if err := t.queuesOpen(); err != nil {
 		return 0, err
 	}
 	t.rxMu.Lock()
-	defer t.rxMu.Unlock()
+	n, err := t.recvLocked(frames, timeout)
+	t.lends.Got(len(t.held))
+	t.rxMu.Unlock()
+	return n, err
+}
+
+// recvLocked is Recv with rxMu held.
+func (t *Transport) recvLocked(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if t.closed.Load() {
 		return 0, errClosed
 	}
@@ -458,7 +492,6 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		t.held = t.held[:0]
 	}
 	t.lends.Recv()
-	defer func() { t.lends.Got(len(t.held)) }()
 	if len(frames) == 0 {
 		return 0, nil
 	}
@@ -466,6 +499,12 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if n > 0 || err != nil || timeout == 0 {
 		return n, err
 	}
+	return t.recvWait(frames, timeout)
+}
+
+// recvWait waits up to timeout (forever if negative) for frames, after a
+// poll found none. rxMu is held.
+func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (int, error) {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if timeout > 0 {
@@ -503,7 +542,7 @@ func (t *Transport) waitAny(ctx context.Context) error {
 // poll takes what the NIC has received, up to len(frames). rxMu is held.
 func (t *Transport) poll(frames []transport.Frame) (int, error) {
 	got := 0
-	q := t.nic.Info().Queues
+	q := t.nq
 	if t.queue != nil {
 		got, q = t.fromInbox(frames), 1
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -22,41 +23,54 @@ var ErrQueuesOpen = errors.New("transport/nic: the board's queues are open: send
 var _ transport.Queued = (*Transport)(nil)
 
 // Steering is how the frames for one UDP port reach one RX queue: a rule
-// in the NIC's filters, or the transport's software demultiplexing when the
-// NIC has no rule for it.
+// in the NIC's filters, the NIC's RSS hash of a destination address chosen
+// for the queue, or the transport's software demultiplexing when the NIC
+// can do neither.
 type Steering struct {
 	// Port is the UDP destination port steered.
 	Port uint16
 	// Queue is the RX queue its frames reach.
 	Queue int
 	// Rule is the NIC's rule (nicdrv.Rule, RuleUDPDestPort) that steers
-	// them, or 0 when the transport demultiplexes them in software: the
-	// queue that receives such a frame hands it to its own queue's
-	// transport.
+	// them, or 0 when RSS or the transport's software demultiplexing
+	// does: with software, the queue that receives such a frame hands it
+	// to its own queue's transport.
 	Rule nicdrv.RuleID
+	// Addr, when valid, is the queue's own IPv4 address, chosen from
+	// Options.QueueAddrs so that the NIC's RSS puts every datagram to it
+	// on Queue whoever sends it (nicdrv.RSS.DestQueue).
+	Addr netip.Addr
 
 	t       *Transport
 	removed atomic.Bool
 }
 
-// Hardware reports whether a NIC rule steers the port.
-func (s *Steering) Hardware() bool { return s.Rule != 0 }
+// Hardware reports whether the NIC steers the frames itself, by a rule or
+// by RSS on the queue's address, so that no queue hands frames to another.
+func (s *Steering) Hardware() bool { return s.Rule != 0 || s.Addr.IsValid() }
 
 // String describes the steering.
 func (s *Steering) String() string {
-	how := "software demultiplexing"
-	if s.Hardware() {
-		how = fmt.Sprintf("NIC rule %d", s.Rule)
+	switch {
+	case s.Rule != 0:
+		return fmt.Sprintf("UDP port %d to queue %d by NIC rule %d", s.Port, s.Queue, s.Rule)
+	case s.Addr.IsValid():
+		return fmt.Sprintf("address %v (UDP port %d) to queue %d by the NIC's RSS hash", s.Addr, s.Port, s.Queue)
 	}
-	return fmt.Sprintf("UDP port %d to queue %d by %s", s.Port, s.Queue, how)
+	return fmt.Sprintf("UDP port %d to queue %d by software demultiplexing", s.Port, s.Queue)
 }
 
-// Remove takes the steering out: the NIC's rule is removed, or the port
-// leaves the software table. Frames for the port then go wherever the NIC
-// puts them (RSS, or queue 0) and are dropped unless a transport has that
-// port. A second Remove does nothing.
+// Remove takes the steering out: the NIC's rule is removed, the port
+// leaves the software table, or the queue's address becomes free for
+// another queue. Frames for the port then go wherever the NIC puts them
+// (RSS, or queue 0) and are dropped unless a transport has that port. A
+// second Remove does nothing.
 func (s *Steering) Remove() error {
 	if s.removed.Swap(true) {
+		return nil
+	}
+	if s.Addr.IsValid() {
+		s.t.queues.release(s.Addr)
 		return nil
 	}
 	if s.Hardware() {
@@ -77,7 +91,59 @@ type queueSet struct {
 	nopen   atomic.Int32
 	soft    atomic.Pointer[map[uint16]int] // port to queue, copy-on-write
 	softMu  sync.Mutex
-	orphans []*region // mappings of closed queues, unmapped at the board's Close
+	orphans []*region           // mappings of closed queues, unmapped at the board's Close
+	addrs   map[netip.Addr]bool // queue addresses in use (RSS steering), under softMu
+}
+
+// maxAddrTries bounds how many addresses of Options.QueueAddrs OpenQueue
+// tries for one queue.
+const maxAddrTries = 4096
+
+// pickAddr takes the first free address of prefix (past its network and
+// before its broadcast address) whose datagrams, to
+// port, the NIC's RSS puts on queue q whatever their sender. It reports
+// false when the RSS key lets the sender choose the queue (no address
+// steers) or no address of the prefix's first maxAddrTries does.
+func (s *queueSet) pickAddr(rss *nicdrv.RSS, prefix netip.Prefix, port uint16, q int) (netip.Addr, bool) {
+	s.softMu.Lock()
+	defer s.softMu.Unlock()
+	a := prefix.Masked().Addr()
+	last := netip.Addr{}
+	if prefix.Bits() <= 30 {
+		// Leave out the block's network and broadcast addresses.
+		a = a.Next()
+		b := a.As4()
+		host := uint32(1)<<(32-prefix.Bits()) - 1
+		v := (uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])) | host
+		last = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	for range maxAddrTries {
+		if !a.IsValid() || !prefix.Contains(a) || a == last {
+			break
+		}
+		if !s.addrs[a] {
+			got, err := rss.DestQueue(netip.AddrPortFrom(a, port))
+			if err != nil {
+				return netip.Addr{}, false
+			}
+			if got == q {
+				if s.addrs == nil {
+					s.addrs = map[netip.Addr]bool{}
+				}
+				s.addrs[a] = true
+				return a, true
+			}
+		}
+		a = a.Next()
+	}
+	return netip.Addr{}, false
+}
+
+// release frees a queue address.
+func (s *queueSet) release(a netip.Addr) {
+	s.softMu.Lock()
+	defer s.softMu.Unlock()
+	delete(s.addrs, a)
 }
 
 func newQueueSet(n int) *queueSet {
@@ -140,19 +206,32 @@ type queueState struct {
 	pushers atomic.Int32
 }
 
+// Steering returns how a queue transport's frames reach its queue (nil
+// for a board transport).
+func (t *Transport) Steering() *Steering {
+	if t.queue == nil {
+		return nil
+	}
+	return t.queue.steer
+}
+
 // Queues implements transport.Queued: the NIC's queue pairs.
 func (t *Transport) Queues() int { return t.nic.Info().Queues }
 
 // OpenQueue implements transport.Queued: it returns queue q as a transport
 // of its own, sending on TX queue q and receiving from RX queue q, with
 // the queue's own pool, locks and buffers, so its Send and Recv share no
-// lock with another queue's. It needs UDP framing: the queue's NIC id is
-// the board's IPv4 address with port Options.UDP's port + q, and OpenQueue
-// steers that port to RX queue q (Steer): by a NIC rule where the NIC has
-// one (the 82599's 5-tuple or Flow Director filters), else by software
-// demultiplexing, in which every queue's transport hands the frames it
-// receives for another queue's port to that queue (so, with software
-// steering, every queue must be open and received on). While any queue is
+// lock with another queue's. It needs UDP framing: the queue's port is
+// Options.UDP's port + q, and OpenQueue steers the queue's frames to RX
+// queue q: by a NIC rule for the port where the NIC has one (the 82599's
+// 5-tuple or Flow Director filters); else, with Options.QueueAddrs set and
+// a NIC whose RSS lets the destination address choose the queue (the
+// 82574), by giving the queue an address of that block which RSS puts on
+// queue q (the queue's NIC id then carries that address); else by software
+// demultiplexing (Steer), in which every queue's transport hands the
+// frames it receives for another queue's port to that queue (so, with
+// software steering, every queue must be open and received on). The
+// queue's Steering says which. While any queue is
 // open the board transport's own Send and Recv fail with ErrQueuesOpen.
 // The queue transport's Close removes the steering; the board's Close
 // closes its queues.
@@ -192,10 +271,19 @@ func (t *Transport) openQueue(q int) (*Transport, error) {
 	}
 	ip := t.ip
 	ip.port, ip.c = uint16(port), &ipCounters{}
+	st, err := t.steerQueue(uint16(port), q)
+	if err != nil {
+		s.nopen.Add(-1)
+		return nil, err
+	}
 	id := t.id&^0xFFFF | transport.NICID(port)
+	if st.Addr.IsValid() {
+		ip.ip = st.Addr.As4()
+		id, _ = transport.UDPNICID(netip.AddrPortFrom(st.Addr, uint16(port)))
+	}
 	x := &Transport{
 		nic: t.nic, pool: t.nic.Pool(q), mac: t.mac, id: id, opts: t.opts, mtu: t.mtu, ip: ip, hdr: t.hdr,
-		txq: q, rxq: q,
+		txq: q, rxq: q, nq: t.nq,
 		queue:   &queueState{board: t, inbox: make(chan *nicdrv.Buffer, 4*t.opts.Batch)},
 		txb:     make([]*nicdrv.Buffer, 0, 64),
 		rxb:     make([]*nicdrv.Buffer, t.opts.Batch),
@@ -203,12 +291,6 @@ func (t *Transport) openQueue(q int) (*Transport, error) {
 		regions: map[*transport.Region]*region{},
 	}
 	x.ctx, x.cancel = context.WithCancel(t.ctx)
-	st, err := t.Steer(uint16(port), q)
-	if err != nil {
-		s.nopen.Add(-1)
-		x.cancel()
-		return nil, err
-	}
 	x.queue.steer = st
 	s.open[q].Store(x)
 	return x, nil
@@ -252,6 +334,22 @@ func (t *Transport) Steer(port uint16, q int) (*Steering, error) {
 		return nil, fmt.Errorf("transport/nic: steer port %d to queue %d: %w", port, q, err)
 	}
 	return s, nil
+}
+
+// steerQueue steers queue q's frames to it: by a NIC rule for its port
+// where the NIC has one, else by RSS on an address of Options.QueueAddrs
+// chosen for the queue where the NIC's key lets the destination decide,
+// else in software (Steer).
+func (t *Transport) steerQueue(port uint16, q int) (*Steering, error) {
+	rss := t.nic.Info().RSS
+	if !t.opts.QueueAddrs.IsValid() || rss == nil || t.nic.RuleCapacity(nicdrv.RuleUDPDestPort) > 0 {
+		return t.Steer(port, q)
+	}
+	a, ok := t.queues.pickAddr(rss, t.opts.QueueAddrs, port, q)
+	if !ok {
+		return t.Steer(port, q)
+	}
+	return &Steering{Port: port, Queue: q, Addr: a, t: t}, nil
 }
 
 // queuesOpen fails a board transport's Send and Recv while its queues are

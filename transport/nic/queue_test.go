@@ -3,6 +3,7 @@ package nic_test
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -276,4 +277,76 @@ func TestConformanceQueue82599(t *testing.T) {
 		}
 		return x, y
 	}, transporttest.Options{InPlace: true})
+}
+
+// With Options.QueueAddrs the 82574 steers by RSS: each queue takes an
+// address of the block whose datagrams the driver's destination key puts
+// on that queue, whoever sends them, so frames from every queue of the
+// other board arrive on the queue they are addressed to and none is handed
+// over. Under Microsoft's key the sender moves datagrams between queues,
+// so the transport falls back to software steering on the board's address.
+func TestQueuesSteerE1000ERSS(t *testing.T) {
+	block := func(i int) netip.Prefix { return netip.MustParsePrefix(fmt.Sprintf("10.0.%d.0/28", 1+i)) }
+	o := e1000e.DefaultOptions()
+	o.Queues = 2
+	ts := transportsWith(t, e1000eNICs(t, o), func(i int) nic.Options {
+		u := udpOptions(i)
+		u.QueueAddrs = block(i)
+		return u
+	})
+	var qs [2][]transport.Transport
+	for i, b := range ts {
+		t.Cleanup(func() { b.Close() })
+		for q := range 2 {
+			x, err := b.OpenQueue(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := x.(*nic.Transport).Steering()
+			if !st.Hardware() || !block(i).Contains(st.Addr) || st.Queue != q {
+				t.Fatalf("board %d queue %d: %v, want RSS on an address of %v", i, q, st, block(i))
+			}
+			if got := x.Addr().UDPAddr(); got.Addr() != st.Addr {
+				t.Errorf("queue %d's NIC id is %v, want its address %v", q, got, st.Addr)
+			}
+			qs[i] = append(qs[i], x)
+		}
+	}
+	if qs[0][0].Addr().UDPAddr().Addr() == qs[0][1].Addr().UDPAddr().Addr() {
+		t.Fatal("both queues took one address")
+	}
+	for q := range 2 {
+		for from := range 2 {
+			sendN(t, qs[1][from], qs[0][q].Addr(), 10)
+			got := receiveAll(t, qs[0], q, 10)
+			if got[q] != 10 || got[1-q] != 0 {
+				t.Errorf("frames from queue %d to queue %d's address arrived %v per queue", from, q, got)
+			}
+		}
+	}
+	for q := range 2 {
+		for _, c := range []string{"nic_queue_forwarded", "nic_udp_other_dest", "nic_queue_forward_dropped"} {
+			if n := counter(qs[0][q], c); n != 0 {
+				t.Errorf("queue %d: %s = %d, want 0 with RSS steering", q, c, n)
+			}
+		}
+	}
+
+	ms := e1000e.MicrosoftRSSKey
+	o.RSSKey = &ms
+	b := transportsWith(t, e1000eNICs(t, o), func(i int) nic.Options {
+		u := udpOptions(i)
+		u.QueueAddrs = block(i)
+		return u
+	})
+	for i := range b {
+		defer b[i].Close()
+	}
+	x, err := b[0].OpenQueue(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := x.(*nic.Transport).Steering(); st.Hardware() || st.Addr.IsValid() || x.Addr() != b[0].Addr()+1 {
+		t.Errorf("under Microsoft's key: %v, NIC id %#x; want software steering on the board's address", st, uint64(x.Addr()))
+	}
 }

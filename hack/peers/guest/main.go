@@ -19,6 +19,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -47,6 +48,8 @@ type options struct {
 	testpmd    string
 	busyPollUS int
 	rawOnly    bool // -only raw: the raw-ping rows alone
+	mxOnly     bool // -only mx: the mx row alone
+	mxProfile  bool // print mxbench's CPU profile on the console
 	usb        usbOptions
 }
 
@@ -77,7 +80,8 @@ func parseFlags(args []string) (options, error) {
 	sizes := fs.String("raw-sizes", "64,1514", "raw and UDP frame sizes in bytes (UDP payload = frame - 42)")
 	fs.StringVar(&o.testpmd, "testpmd", "/usr/bin/dpdk-testpmd", "DPDK's testpmd; \"\" skips that reflector")
 	fs.IntVar(&o.busyPollUS, "busy-poll", 50, "SO_BUSY_POLL microseconds on the kernel's UDP sockets")
-	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), for quick experiments")
+	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), \"mx\" only the mx row and gomx's raw ping, for quick experiments")
+	fs.BoolVar(&o.mxProfile, "mx-profile", false, "run mxbench with --cpuprofile and print the profile on the console, base64 between "+ProfileBegin+" and "+ProfileEnd+" lines")
 	o.usb.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -86,8 +90,10 @@ func parseFlags(args []string) (options, error) {
 	case "":
 	case "raw":
 		o.rawOnly = true
+	case "mx":
+		o.mxOnly = true
 	default:
-		return o, fmt.Errorf("-only %q: want \"raw\" or nothing", *only)
+		return o, fmt.Errorf("-only %q: want \"raw\", \"mx\" or nothing", *only)
 	}
 	var err error
 	if o.a, err = pci.ParseAddress(*a); err != nil {
@@ -162,6 +168,13 @@ func run(o options) error {
 		udp1Row     = "kernel UDP, one thread, turns"
 	)
 	start := time.Now()
+	// The clock source decides what a clock read costs: TSC is read in
+	// user space (the vDSO); others (hpet, acpi_pm) make it a system call
+	// that reads a device register, which TCG magnifies.
+	for _, f := range []string{"current_clocksource", "available_clocksource"} {
+		b, _ := os.ReadFile("/sys/devices/system/clocksource/clocksource0/" + f)
+		fmt.Printf("%s%s: %s\n", Marker, f, strings.TrimSpace(string(b)))
+	}
 
 	// The runs interleave the peers, so that a change in the host's load
 	// (TCG) falls on all of them alike: each run measures every peer once,
@@ -191,7 +204,10 @@ func run(o options) error {
 				failed[gomxRow] = true
 			}
 		}
-		if o.testpmd == "" {
+		if o.mxOnly {
+			// The testpmd and kernel rows are left out; gomx's raw
+			// ping stays, the yardstick of the mx row.
+		} else if o.testpmd == "" {
 			fail(testpmdRw, o.rawSizes, errors.New("skipped (-testpmd \"\")"))
 		} else if !failed[testpmdRw] {
 			if err := rawTestpmd(one, func(size int, us, fast float64) {
@@ -203,7 +219,7 @@ func run(o options) error {
 			}
 		}
 		// (b) the kernel's driver: the NICs rebound to e1000e and back.
-		if !failed[udpRow] && !o.rawOnly {
+		if !failed[udpRow] && !o.rawOnly && !o.mxOnly {
 			if err := kernelUDP(one,
 				func(size int, us float64) { get(udpRow, size).us = append(get(udpRow, size).us, us) },
 				func(size int, us float64) { get(udp1Row, size).us = append(get(udp1Row, size).us, us) }); err != nil {
@@ -262,9 +278,36 @@ type mxResult struct {
 	} `json:"baseline"`
 }
 
+// The lines around a CPU profile the guest prints (-mx-profile).
+const (
+	ProfileBegin = "PEERS-PROFILE-BEGIN"
+	ProfileEnd   = "PEERS-PROFILE-END"
+)
+
 func mxbench(o options) ([]mxResult, error) {
-	return runMxbench(nil, "pingpong", "--transport", "nic", "--nic", o.a.String()+","+o.b.String(),
-		"--sizes", o.mxSizes, "--iterations", strconv.Itoa(o.mxIters), "--warmup", "50", "--baseline=false")
+	args := []string{"pingpong", "--transport", "nic", "--nic", o.a.String() + "," + o.b.String(),
+		"--sizes", o.mxSizes, "--iterations", strconv.Itoa(o.mxIters), "--warmup", "50", "--baseline=false"}
+	const prof = "/tmp/mxbench.pprof"
+	if o.mxProfile {
+		args = append(args, "--cpuprofile", prof)
+	}
+	res, err := runMxbench(nil, args...)
+	if o.mxProfile {
+		// A failed run still stops its profile: print what it has.
+		b, rerr := os.ReadFile(prof)
+		if rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		enc := base64.StdEncoding.EncodeToString(b)
+		fmt.Println(ProfileBegin)
+		for len(enc) > 0 {
+			n := min(len(enc), 76)
+			fmt.Println(enc[:n])
+			enc = enc[n:]
+		}
+		fmt.Println(ProfileEnd)
+	}
+	return res, err
 }
 
 // runMxbench runs /bin/mxbench with args and --json, its standard error on

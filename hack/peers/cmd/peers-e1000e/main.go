@@ -29,8 +29,10 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	runs := fs.Int("runs", 5, "repetitions of every measurement; the table reports the median")
 	rounds := fs.Int("rounds", 500, "ping-pong rounds per raw and UDP measurement")
 	mxIters := fs.Int("mx-iterations", 500, "mxbench iterations per size and run")
+	mxSizes := fs.String("mx-sizes", "64,1K,4K", "mxbench --sizes")
 	noTestpmd := fs.Bool("no-testpmd", false, "leave DPDK's testpmd out (no apt, no testpmd row)")
-	only := fs.String("only", "", "\"raw\": only the raw-ping rows (gomx's and testpmd's reflectors), for quick experiments")
+	only := fs.String("only", "", "\"raw\": only the raw-ping rows (gomx's and testpmd's reflectors); \"mx\": only the mx row and gomx's raw ping; for quick experiments")
+	mxProfile := fs.Bool("mx-profile", false, "profile mxbench in the guest; the console carries the profile (base64), which -keep leaves in the serial log")
 	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
 	keep := qemu.KeepFlag(fs, "the run directory with the serial log")
 	if err := fs.Parse(args); err != nil {
@@ -44,9 +46,12 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	}
 	start := time.Now()
 
-	guestArgs := []string{fmt.Sprintf("-rounds=%d", *rounds), fmt.Sprintf("-mx-iterations=%d", *mxIters)}
+	guestArgs := []string{fmt.Sprintf("-rounds=%d", *rounds), fmt.Sprintf("-mx-iterations=%d", *mxIters), "-mx-sizes=" + *mxSizes}
 	if *only != "" {
 		guestArgs = append(guestArgs, "-only="+*only)
+	}
+	if *mxProfile {
+		guestArgs = append(guestArgs, "-mx-profile")
 	}
 	var files []string
 	if *noTestpmd {
