@@ -289,8 +289,8 @@ func TestQueuesSteerE1000ERSS(t *testing.T) {
 	block := func(i int) netip.Prefix { return netip.MustParsePrefix(fmt.Sprintf("10.0.%d.0/28", 1+i)) }
 	o := e1000e.DefaultOptions()
 	o.Queues = 2
-	ts := transportsWith(t, e1000eNICs(t, o), func(i int) nic.Options {
-		u := udpOptions(i)
+	ts := nicpair.Transports(t, nicpair.E1000E(t, o), func(i int) nic.Options {
+		u := nicpair.UDP(i)
 		u.QueueAddrs = block(i)
 		return u
 	})
@@ -334,8 +334,8 @@ func TestQueuesSteerE1000ERSS(t *testing.T) {
 
 	ms := e1000e.MicrosoftRSSKey
 	o.RSSKey = &ms
-	b := transportsWith(t, e1000eNICs(t, o), func(i int) nic.Options {
-		u := udpOptions(i)
+	b := nicpair.Transports(t, nicpair.E1000E(t, o), func(i int) nic.Options {
+		u := nicpair.UDP(i)
 		u.QueueAddrs = block(i)
 		return u
 	})
