@@ -39,6 +39,7 @@
  * first, so either the post takes the ordinary path or the any-call sees
  * its record.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -85,7 +86,59 @@ static _Atomic int heldnone[GOMX_MAX_EPS];
  * this order, as Go reports completions in theirs). */
 static _Atomic uint64_t early_seq[GOMX_MAX_EPS];
 
+/* Each thread keeps one free record aside, so a post that does not use
+ * the record it was lent, and a wait that frees one, touch no shared
+ * cache line; the thread's exit gives it back. */
+static GOMX_TLS struct gomx_done *spare;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static GOMX_TLS int spare_keyed;
+
+static void done_push(struct gomx_done *d);
+
+static void spare_exit(void *arg)
+{
+	(void)arg;
+	if (spare) {
+		done_push(spare);
+		spare = NULL;
+	}
+}
+
+static void spare_init(void)
+{
+	pthread_key_create(&spare_key, spare_exit);
+}
+
+static struct gomx_done *done_pop(void);
+
 static struct gomx_done *done_get(void)
+{
+	struct gomx_done *d = spare;
+	if (d) {
+		spare = NULL;
+		return d;
+	}
+	return done_pop();
+}
+
+static void done_put(struct gomx_done *d)
+{
+	if (spare == NULL) {
+		if (!spare_keyed) {
+			/* Once per thread: the key's destructor gives the
+			 * spare back when the thread exits. */
+			pthread_once(&spare_once, spare_init);
+			pthread_setspecific(spare_key, (void *)1);
+			spare_keyed = 1;
+		}
+		spare = d;
+		return;
+	}
+	done_push(d);
+}
+
+static struct gomx_done *done_pop(void)
 {
 	uint64_t h = atomic_load_explicit(&dones_free, memory_order_acquire);
 	for (;;) {
@@ -107,7 +160,7 @@ static struct gomx_done *done_get(void)
 	return NULL;
 }
 
-static void done_put(struct gomx_done *d)
+static void done_push(struct gomx_done *d)
 {
 	uint32_t idx = (uint32_t)(d - dones) + 1;
 	uint64_t h = atomic_load_explicit(&dones_free, memory_order_relaxed);
