@@ -153,7 +153,7 @@ func gomx_connect(h C.uintptr_t, nic C.uint64_t, eid, key, timeout C.uint32_t, a
 	if err != nil {
 		return failErr(errbuf, err)
 	}
-	putAddr(addr, a, e)
+	putConnected(addr, a, e)
 	return rcSuccess
 }
 

@@ -38,6 +38,7 @@ type endpoint struct {
 	// what mx_get_endpoint_addr returned without mx_connect.
 	selfOnce sync.Once
 	selfErr  error
+	peers    peers // the addresses mx_connect returned (peers.go)
 }
 
 var eps struct {

@@ -46,7 +46,7 @@ func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match
 		freeSlot(s, true)
 		return fail(errbuf, code, err)
 	}
-	dest, _ := decodeAddr(a0, a1)
+	dest := destOf(e, a0, a1)
 	r, err := send(e, segs, dest, uint64(match), s, sync != 0)
 	if err != nil && errors.Is(err, mx.ErrBadEndpoint) && dest == e.ep.Addr() {
 		// A send to the endpoint's own address, which MX allows
