@@ -41,7 +41,10 @@
 // with GOEXPERIMENT=cgocheck2, which checks every such store. Endpoint
 // addresses (mx_endpoint_addr_t, 16 bytes) carry the peer's NIC id,
 // endpoint id and session, and the index of the local endpoint that made
-// them, since mx_set_endpoint_addr_context takes no endpoint.
+// them, since mx_set_endpoint_addr_context takes no endpoint; one that
+// mx_connect returned also carries the index of that endpoint's record of
+// the peer (peers.go), so a send through it finds mx's partner without a
+// map lookup, as a Go Addr from Connect does.
 //
 // # Requests completed in their post
 //
