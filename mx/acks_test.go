@@ -157,6 +157,9 @@ func TestEagerSendsCompleteAtOnce(t *testing.T) {
 	for _, size := range []int{0, 32, 128, 20000} {
 		msg := pattern(size, 1)
 		s, _ := pr.a.ISend([][]byte{msg}, pr.atob, 1, nil)
+		if !s.Done() {
+			t.Fatalf("eager send of %d bytes: Done is false once ISend returned", size)
+		}
 		if _, done := s.Test(); !done {
 			t.Fatalf("eager send of %d bytes did not complete once copied", size)
 		}
@@ -171,6 +174,9 @@ func TestEagerSendsCompleteAtOnce(t *testing.T) {
 	// Synchronous sends wait for the receiver.
 	s, _ := pr.a.ISSend([][]byte{[]byte("sync")}, pr.atob, 2, nil)
 	time.Sleep(10 * time.Millisecond)
+	if s.Done() {
+		t.Fatal("issend reports Done before the receiver matched")
+	}
 	if _, done := s.Test(); done {
 		t.Fatal("issend completed before the receiver matched")
 	}

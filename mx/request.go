@@ -154,6 +154,13 @@ func (l *doneList) remove(r *Request) { l.Remove(&r.d) }
 // Context returns the context value given when the request was posted.
 func (r *Request) Context() any { return r.status.Context }
 
+// Done reports whether the request has completed, without looking for
+// its message or consuming it: when it reports true, Test returns the
+// final status at once. An eager send that went out at once (into a
+// shared-memory ring, or within BoardOptions.ZombieSends) is done when
+// ISend returns.
+func (r *Request) Done() bool { return r != nil && r.done.Load() }
+
 // Test reports whether the request has completed. If it has, it returns the
 // final status and recycles the request. Status.Code tells success or
 // failure. A request whose message already waits in shared memory

@@ -89,7 +89,8 @@ func waitCtx(ms C.uint32_t) (context.Context, context.CancelFunc) {
 // its endpoint id in bits 48-55; in stuff[1], the peer's session in the low
 // 32 bits and the local endpoint's table index + 1 in bits 32-47, so that
 // mx_set_endpoint_addr_context, which gets no endpoint, finds the one the
-// address was made by.
+// address was made by; in bits 48-63, for an address mx_connect returned,
+// the index + 1 of that endpoint's record of the peer (peers.go).
 
 const nicMask = 1<<48 - 1
 
@@ -199,6 +200,7 @@ func gomx_finalize(errbuf *C.char) C.int {
 		dropEndpoint(e)
 		freeSlotsOf(e)
 	}
+	C.gomxc_drop_endpoint(0)
 	mxenv.CloseBoards(lib.boards)
 	lib.boards, lib.names = nil, nil
 	lib.inited.Store(false)

@@ -41,7 +41,27 @@
 // with GOEXPERIMENT=cgocheck2, which checks every such store. Endpoint
 // addresses (mx_endpoint_addr_t, 16 bytes) carry the peer's NIC id,
 // endpoint id and session, and the index of the local endpoint that made
-// them, since mx_set_endpoint_addr_context takes no endpoint.
+// them, since mx_set_endpoint_addr_context takes no endpoint; one that
+// mx_connect returned also carries the index of that endpoint's record of
+// the peer (peers.go), so a send through it finds mx's partner without a
+// map lookup, as a Go Addr from Connect does.
+//
+// # Requests completed in their post
+//
+// Each call into Go costs a cgo crossing (some 70-120 ns), so what C can
+// answer alone it does (done.c). An eager send, and a receive whose message
+// is already there, complete inside the post; the Go half then consumes
+// the completion at once and writes the MX status into a record of C
+// memory that shim.c lent it for the call, and the application gets a
+// handle naming that record (bit 63 set). mx_test, mx_wait and the other
+// calls on such a handle answer in C, so a ping-pong's wait for its send
+// does not cross. Records are taken and given back with atomics in C (a
+// free stack, one spare per thread); Go writes only the status, before
+// the C side publishes the record. Any-calls (test_any, wait_any, peek)
+// look at an endpoint's records first, oldest first; an endpoint's posts
+// stop completing into records at its first any-call, so completions keep
+// their order and a wait_any asleep in Go never misses one (done.c says
+// how the switch is made safe against posts on other threads).
 //
 // # Threads and callbacks
 //

@@ -65,6 +65,7 @@ func gomx_close_endpoint(h C.uintptr_t, errbuf *C.char) C.int {
 	}
 	dropEndpoint(e)
 	freeSlotsOf(e)
+	C.gomxc_drop_endpoint(h)
 	return rcSuccess
 }
 
@@ -152,7 +153,7 @@ func gomx_connect(h C.uintptr_t, nic C.uint64_t, eid, key, timeout C.uint32_t, a
 	if err != nil {
 		return failErr(errbuf, err)
 	}
-	putAddr(addr, a, e)
+	putConnected(addr, a, e)
 	return rcSuccess
 }
 

@@ -38,6 +38,7 @@ type endpoint struct {
 	// what mx_get_endpoint_addr returned without mx_connect.
 	selfOnce sync.Once
 	selfErr  error
+	peers    peers // the addresses mx_connect returned (peers.go)
 }
 
 var eps struct {
@@ -104,10 +105,12 @@ func allEndpoints() []*endpoint {
 // The mx.Request's context is the slot itself, so completions reported
 // without the request (test_any, wait_any, peek) find it again.
 type slot struct {
-	r      *mx.Request
-	e      *endpoint
-	uctx   uintptr // the application's context pointer
-	handle uintptr // what mx_request_t holds: generation<<32 | index+1
+	r    *mx.Request
+	e    *endpoint
+	uctx uintptr // the application's context pointer
+	// handle is what mx_request_t holds: generation<<32 | index+1, the
+	// generation's 31 low bits (bit 63 marks done.c's handles).
+	handle uintptr
 	// segs holds the request's segments as Go slices over the
 	// application's C memory, reused by the slot's next request once this
 	// one completed (never while mx may still read or write through it).
@@ -229,7 +232,7 @@ func newSlot(e *endpoint, uctx uintptr) *slot {
 	}
 	s.gen++
 	s.e, s.uctx = e, uctx
-	s.handle = uintptr(s.gen)<<32 | uintptr(s.idx+1)
+	s.handle = uintptr(s.gen&0x7fffffff)<<32 | uintptr(s.idx+1)
 	s.state.Store(slotPosting)
 	return s
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gomx-dev/gomx/mx"
 )
 
 // TestSlotsConcurrent takes and frees slots from many goroutines at once
@@ -99,5 +101,32 @@ func BenchmarkSlot(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		freeSlot(newSlot(e, 0), true)
+	}
+}
+
+// TestSlotHandlesLeaveBit63 checks that a slot's handle never sets bit 63,
+// which marks the handles of requests completed in their post (done.c),
+// however often the slot was used, and that its handle still names it.
+func TestSlotHandlesLeaveBit63(t *testing.T) {
+	e := &endpoint{}
+	s := newSlot(e, 0)
+	if s == nil {
+		t.Fatal("newSlot: no slot")
+	}
+	freeSlot(s, true)
+	for _, gen := range []uint32{1<<31 - 2, 1<<31 - 1, 1 << 31, 1<<32 - 1} {
+		s.gen = gen
+		got := newSlot(e, 0)
+		if got != s {
+			t.Fatalf("newSlot took slot %p, want the one just freed %p", got, s)
+		}
+		if got.handle>>63 != 0 {
+			t.Errorf("generation %#x: handle %#x sets bit 63", gen+1, got.handle)
+		}
+		got.r = new(mx.Request) // what publish records
+		if slotOf(got.handle) != got {
+			t.Errorf("generation %#x: handle %#x does not name its slot", gen+1, got.handle)
+		}
+		freeSlot(got, true)
 	}
 }

@@ -231,6 +231,34 @@ static void *complete_thread(void *arg)
 	return NULL;
 }
 
+/* A poster thread: eager sends completed in their post, each waited for
+ * by its handle, while another thread reports other requests of the same
+ * endpoint with test_any. */
+struct poster {
+	mx_endpoint_t ep;
+	mx_endpoint_addr_t dest;
+	int n, bad;
+};
+
+static void *post_thread(void *arg)
+{
+	struct poster *p = arg;
+	uint8_t one = 1;
+	for (int i = 0; i < p->n; i++) {
+		mx_segment_t s1 = {&one, 1};
+		mx_request_t sr;
+		mx_status_t st;
+		uint32_t result = 0;
+		if (mx_isend(p->ep, &s1, 1, p->dest, 0xE00, (void *)(uintptr_t)(i + 1), &sr) != MX_SUCCESS ||
+		    mx_wait(p->ep, &sr, MX_INFINITE, &st, &result) != MX_SUCCESS || result != 1 ||
+		    st.code != MX_STATUS_SUCCESS || (uintptr_t)st.context != (uintptr_t)i + 1 || sr != 0) {
+			p->bad++;
+			break;
+		}
+	}
+	return NULL;
+}
+
 static void sleep_us(long us)
 {
 	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
@@ -506,6 +534,119 @@ static int run_local(void)
 		}
 	}
 
+	/* Requests completed in their post (an eager send; a receive whose
+	 * message is there): the library answers for them without entering
+	 * Go (their handles have bit 63 set), with the same results as for
+	 * any request, until the endpoint's first any-call. Each part runs on
+	 * a fresh endpoint that sends to itself. */
+	{
+		uint8_t m[8] = "early", got[8] = {0};
+		mx_request_t s1, s2, s3, kept;
+		mx_endpoint_t e1;
+		mx_endpoint_addr_t self;
+		void *ctx;
+		MX(mx_open_endpoint(0, MX_ANY_ENDPOINT, KEY, NULL, 0, &e1));
+		MX(mx_get_endpoint_addr(e1, &self));
+		/* A send: context, ibuffered, cancel, timeout, then test. */
+		MX(mx_isend(e1, &(mx_segment_t){m, 6}, 1, self, 0xE10, (void *)0xE1, &s1));
+		REQUIRE((uintptr_t)s1 >> 63 == 1);
+		MX(mx_context(&s1, &ctx));
+		REQUIRE(ctx == (void *)0xE1);
+		MX(mx_ibuffered(e1, &s1, &result));
+		REQUIRE(result == 1);
+		EXPECT(mx_cancel(e1, &s1, &result), MX_CANCEL_NOT_SUPPORTED);
+		MX(mx_set_request_timeout(e1, s1, 1000));
+		EXPECT(mx_test(b, &s1, &st, &result), MX_BAD_REQUEST); /* another endpoint's */
+		kept = s1;
+		MX(mx_test(e1, &s1, &st, &result));
+		REQUIRE(result == 1 && s1 == 0 && st.code == MX_STATUS_SUCCESS && st.xfer_length == 6 &&
+			st.match_info == 0xE10 && st.context == (void *)0xE1);
+		EXPECT(mx_test(e1, &kept, &st, &result), MX_BAD_REQUEST); /* reported already */
+		EXPECT(mx_wait(e1, &kept, MX_INFINITE, &st, &result), MX_BAD_REQUEST);
+		EXPECT(mx_context(&kept, &ctx), MX_BAD_REQUEST);
+		/* A receive whose message is there: not cancellable, then wait. */
+		for (int i = 0; i < 100000; i++) {
+			MX(mx_iprobe(e1, 0xE10, MX_MATCH_MASK_NONE, &st, &result));
+			if (result)
+				break;
+			sleep_us(100);
+		}
+		REQUIRE(result == 1);
+		MX(mx_irecv(e1, &(mx_segment_t){got, sizeof got}, 1, 0xE10, MX_MATCH_MASK_NONE, (void *)0xE2, &r));
+		REQUIRE((uintptr_t)r >> 63 == 1);
+		EXPECT(mx_ibuffered(e1, &r, &result), MX_BAD_REQUEST); /* not a send */
+		MX(mx_cancel(e1, &r, &result));
+		REQUIRE(result == 0); /* completed: still held */
+		MX(mx_wait(e1, &r, MX_INFINITE, &st, &result));
+		REQUIRE(result == 1 && st.xfer_length == 6 && st.context == (void *)0xE2 && memcmp(got, "early", 6) == 0);
+		/* forget drops one; ipeek, peek, test_any and wait_any see the
+		 * others, oldest first, and then the endpoint's posts are Go's. */
+		MX(mx_isend(e1, &(mx_segment_t){m, 1}, 1, self, 0xE11, (void *)0x11, &s1));
+		MX(mx_isend(e1, &(mx_segment_t){m, 2}, 1, self, 0xE12, (void *)0x12, &s2));
+		MX(mx_isend(e1, &(mx_segment_t){m, 3}, 1, self, 0xE13, (void *)0x13, &s3));
+		MX(mx_isend(e1, &(mx_segment_t){m, 4}, 1, self, 0xE14, (void *)0x14, &kept));
+		MX(mx_forget(e1, &kept));
+		REQUIRE(kept == 0);
+		mx_request_t pk = 0;
+		MX(mx_ipeek(e1, &pk, &result));
+		REQUIRE(result == 1 && pk == s1);
+		MX(mx_peek(e1, 1000, &pk, &result));
+		REQUIRE(result == 1 && pk == s1);
+		MX(mx_test_any(e1, 0xE12, MX_MATCH_MASK_NONE, &st, &result));
+		REQUIRE(result == 1 && st.context == (void *)0x12 && st.xfer_length == 2);
+		EXPECT(mx_test(e1, &s2, &st, &result), MX_BAD_REQUEST);
+		MX(mx_wait_any(e1, 1000, 0xE00, 0xFF00, &st, &result));
+		REQUIRE(result == 1 && st.context == (void *)0x11);
+		MX(mx_wait(e1, &s3, MX_INFINITE, &st, &result));
+		REQUIRE(result == 1 && st.context == (void *)0x13);
+		MX(mx_test_any(e1, 0xE00, 0xFF00, &st, &result));
+		REQUIRE(result == 0);
+		MX(mx_isend(e1, &(mx_segment_t){m, 1}, 1, self, 0xE15, NULL, &s1));
+		REQUIRE((uintptr_t)s1 >> 63 == 0); /* after an any-call: Go's */
+		WAIT(e1, &s1, NULL);
+		for (int i = 0; i < 5; i++) {
+			r = recv1(e1, got, sizeof got, 0xE11 + (uint64_t)i);
+			WAIT(e1, &r, &st);
+			REQUIRE(st.xfer_length == (uint32_t)(i < 4 ? i + 1 : 1));
+		}
+		MX(mx_close_endpoint(e1));
+
+		/* The switch under concurrency: one thread posts and waits by
+		 * handle while another posts its own sends and makes the
+		 * endpoint's first any-calls (test_any, wait_any): each sees
+		 * its own completions, once each and in order. */
+		for (int round = 0; round < 20; round++) {
+			MX(mx_open_endpoint(0, MX_ANY_ENDPOINT, KEY, NULL, 0, &e1));
+			MX(mx_get_endpoint_addr(e1, &self));
+			struct poster ps = {.ep = e1, .dest = self, .n = 200};
+			pthread_t pt;
+			int mine = 0, reported = 0;
+			REQUIRE(pthread_create(&pt, NULL, post_thread, &ps) == 0);
+			for (int i = 0; i < 1000000 && reported < 50; i++) {
+				if (mine < 50) {
+					MX(mx_isend(e1, &(mx_segment_t){m, 1}, 1, self, 0xE01, (void *)(uintptr_t)(mine + 1), &s1));
+					mine++;
+				}
+				if (round % 2)
+					MX(mx_test_any(e1, 0xE01, MX_MATCH_MASK_NONE, &st, &result));
+				else
+					MX(mx_wait_any(e1, 1000, 0xE01, MX_MATCH_MASK_NONE, &st, &result));
+				if (result) {
+					REQUIRE(st.code == MX_STATUS_SUCCESS && st.match_info == 0xE01);
+					REQUIRE((uintptr_t)st.context == (uintptr_t)reported + 1);
+					reported++;
+				}
+			}
+			pthread_join(pt, NULL);
+			REQUIRE(ps.bad == 0 && reported == 50);
+			for (int i = 0; i < 250; i++) {
+				r = recv1(e1, got, sizeof got, i < 200 ? 0xE00 : 0xE01);
+				WAIT(e1, &r, &st);
+			}
+			MX(mx_close_endpoint(e1));
+		}
+	}
+
 	/* The error handler: a custom one sees failures and chooses the code. */
 	mx_error_handler_t old = mx_set_error_handler(counting_handler);
 	REQUIRE(old == MX_ERRORS_RETURN);
@@ -538,7 +679,13 @@ static int run_local(void)
 		free(vals);
 	}
 
-	MX(mx_close_endpoint(a));
+	/* Closing an endpoint releases its completed, unreported requests. */
+	{
+		uint8_t m = 1;
+		mx_request_t held = send1(a, &m, 1, aa, 0xF00);
+		MX(mx_close_endpoint(a));
+		EXPECT(mx_test(a, &held, &st, &result), MX_BAD_ENDPOINT);
+	}
 	EXPECT(mx_close_endpoint(a), MX_BAD_ENDPOINT);
 	MX(mx_close_endpoint(b));
 	MX(mx_finalize());
@@ -983,6 +1130,12 @@ static int run_crossing(int n)
 	volatile const char *sink;
 	MX(mx_init());
 	MX(mx_open_endpoint(0, MX_ANY_ENDPOINT, KEY, NULL, 0, &ep));
+	mx_endpoint_addr_t me, self;
+	uint64_t nic;
+	uint32_t eid;
+	MX(mx_get_endpoint_addr(ep, &me));
+	MX(mx_decompose_endpoint_addr(me, &nic, &eid));
+	MX(mx_connect(ep, nic, eid, KEY, 10000, &self)); /* as a program names a peer */
 	r = recv1(ep, b, sizeof b, 0xDEAD);
 	for (int round = 0; round < 3; round++) {
 		double t0 = cpu_us();
@@ -1001,9 +1154,17 @@ static int run_crossing(int n)
 			REQUIRE(result == 1);
 		}
 		double t4 = cpu_us();
+		for (int i = 0; i < n; i++) { /* a ping-pong's iteration, to itself */
+			mx_request_t c = recv1(ep, b, sizeof b, 0xF00D);
+			mx_request_t s1 = send1(ep, b, sizeof b, self, 0xF00D);
+			WAIT(ep, &s1, NULL);
+			WAIT(ep, &c, NULL);
+		}
+		double t5 = cpu_us();
 		printf("crossing (thread CPU time per call): C call %.1f ns, mx_progress %.1f ns, mx_test (pending) %.1f ns, "
-		       "mx_irecv + mx_cancel %.1f ns\n",
-		       (t1 - t0) * 1e3 / n, (t2 - t1) * 1e3 / n, (t3 - t2) * 1e3 / n, (t4 - t3) * 1e3 / n);
+		       "mx_irecv + mx_cancel %.1f ns, mx_irecv + mx_isend (8 B) + 2 mx_wait %.1f ns\n",
+		       (t1 - t0) * 1e3 / n, (t2 - t1) * 1e3 / n, (t3 - t2) * 1e3 / n, (t4 - t3) * 1e3 / n,
+		       (t5 - t4) * 1e3 / n);
 	}
 	(void)sink;
 	MX(mx_cancel(ep, &r, &result));
