@@ -529,6 +529,9 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 				continue
 			}
 			frames[got] = transport.Frame{Peer: peer, Data: data, Ref: t.lends.RecvRef(len(t.held) - 1)}
+			if ext, _ := b.Attached(); ext != nil {
+				frames[got].Placed = ext // a placement took the rest (place.go)
+			}
 			got++
 		}
 		clear(t.rxb[:n])
