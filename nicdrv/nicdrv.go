@@ -290,9 +290,10 @@ type Placement struct {
 
 // PlacementState is one RX queue's placements (Placer.RxPlacement).
 type PlacementState struct {
-	// Ahead is how many descriptors the NIC holds, or wrote back and
-	// RxBatch has not delivered yet, before a placement posted now: the
-	// frames that arrive first take them.
+	// Ahead is how many descriptors the NIC holds and has not written
+	// yet before a placement posted now: the next frames that arrive
+	// take them (frames it wrote already are not counted: RxBatch
+	// delivers them first).
 	Ahead int
 	// Posted and Consumed count the placements posted since Open and
 	// those a frame took (delivered or dropped), in posting order.

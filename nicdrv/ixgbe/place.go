@@ -191,5 +191,18 @@ func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
 	r := n.rx[q]
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return nicdrv.PlacementState{Ahead: int((r.tail + r.size - r.next) % r.size), Posted: r.posted, Consumed: r.consumed}
+	// The descriptors handed over, less those the NIC already wrote
+	// back: their frames arrived.
+	handed := (r.tail + r.size - r.next) % r.size
+	s := r.next
+	for range handed {
+		if uint32(r.d[s].hi())&hw.RxStatDD == 0 {
+			break
+		}
+		handed--
+		if s++; s == r.size {
+			s = 0
+		}
+	}
+	return nicdrv.PlacementState{Ahead: int(handed), Posted: r.posted, Consumed: r.consumed}
 }
