@@ -53,8 +53,13 @@ type placeRecv struct {
 	// expect counts the frames of pulls over the transport asked for
 	// and not yet received: they take the descriptors the NIC holds
 	// before a span posted now.
-	expect  int
-	drain   []placeDone
+	expect int
+	// pulls are the live pulls with spans posted; seen and settled
+	// are the consumed count at the last two timer runs: a span
+	// consumed by then was taken by a frame handled since.
+	pulls         []*pull
+	seen, settled uint64
+	drain         []placeDone
 	scratch []byte
 	spans   [][]byte
 }
@@ -72,8 +77,9 @@ type placeDone struct {
 type pullPlace struct {
 	seg  []byte
 	ent  *regcache.Entry[*transport.Region]
-	post []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
-	last uint64   // the number of its last span
+	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
+	last  uint64   // the number of its last span
+	taken []uint64 // by frame, a bit: the frame that took its span was handled
 }
 
 // newPlaceRecv returns the board's in-place receive state, nil when the
@@ -110,7 +116,8 @@ func (b *Board) placeStart(pl *pull) {
 		b.zc.cache.Put(ent)
 		return
 	}
-	pl.pp = &pullPlace{seg: seg, ent: ent, post: make([]uint64, pl.nframes)}
+	pl.pp = &pullPlace{seg: seg, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	b.plc.pulls = append(b.plc.pulls, pl)
 }
 
 // placeBlock counts the n frames from first that pl is about to ask for
@@ -174,23 +181,52 @@ func (pl *pull) ownSpan(i int, placed []byte) bool {
 }
 
 // placeSafe reports whether frame i may be copied into the receive
-// buffer: the NIC consumed its span and the one before it.
+// buffer: the frames that took its span and the one before it were
+// handled (a frame handled later, or still in the batch, may have been
+// written where frame i goes).
 func (pl *pull) placeSafe(i int) bool {
 	pp := pl.pp
 	if pp == nil {
 		return true
 	}
-	need := pp.post[i]
-	if i > 0 {
-		need = max(need, pp.post[i-1])
+	settled := pl.e.b.plc.settled
+	for j := max(0, i-1); j <= i; j++ {
+		if s := pp.post[j]; s != 0 && s > settled && pp.taken[j/64]&(1<<(j%64)) == 0 {
+			return false
+		}
 	}
-	return need == 0 || pl.e.b.plc.tr.Placement().Consumed >= need
+	return true
+}
+
+// spanTaken notes that a frame that took the span at placed was handled.
+func (b *Board) spanTaken(placed []byte) {
+	for _, pl := range b.plc.pulls {
+		pp := pl.pp
+		off, ok := offsetIn(pp.seg, placed)
+		if !ok {
+			continue
+		}
+		if k := pl.geo.Index(off - b.plc.hd); k >= 0 && k < len(pp.post) && pp.post[k] != 0 {
+			pp.taken[k/64] |= 1 << (k % 64)
+		}
+		return
+	}
+}
+
+// placeTick moves the settled count on (the board's timers).
+func (b *Board) placeTick() {
+	if b.plc == nil || len(b.plc.pulls) == 0 {
+		return
+	}
+	b.plc.settled = b.plc.seen
+	b.plc.seen = b.plc.tr.Placement().Consumed
 }
 
 // handlePlaced handles a frame that took a span: a reply of a live pull
 // in place when the span is its own, copied from where it landed
 // otherwise; anything else made whole by a copy and handled as any frame.
 func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
+	b.spanTaken(placed)
 	if len(data) >= replyHeadLen && wire.Type(data[wire.HeadLen]) == wire.TypePullReply {
 		h, err := wire.DecodePullReplyHeader(data[wire.HeadLen:], b.ord)
 		if err == nil && int(h.FrameLength) == len(data)-replyHeadLen+len(placed) {
@@ -218,6 +254,12 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 	pp := pl.pp
 	if pp == nil {
 		return false
+	}
+	for k, o := range b.plc.pulls {
+		if o == pl {
+			b.plc.pulls = append(b.plc.pulls[:k], b.plc.pulls[k+1:]...)
+			break
+		}
 	}
 	pl.pp = nil
 	if pp.last == 0 || b.plc.tr.Placement().Consumed >= pp.last || b.closed {

@@ -88,6 +88,7 @@ func (b *Board) runTimersLocked() {
 	if b.placeDrainLocked() { // placerecv.go
 		b.lastBusy = b.now()
 	}
+	b.placeTick() // placerecv.go
 }
 
 func (b *Board) progress() {

@@ -324,6 +324,12 @@ func TestZeroCopyFaults(t *testing.T) {
 			if c.SendInPlace == 0 {
 				t.Errorf("nothing was sent in place: %+v", c)
 			}
+			if rc := pr.b.CopyStats(); m.name == "82599-place" {
+				t.Logf("received %d bytes, %d in place, %.3f copied per byte", rc.RecvBytes, rc.RecvPlaced, rc.RecvPerByte())
+				if rc.RecvPlaced == 0 {
+					t.Errorf("nothing was received in place: %+v", rc)
+				}
+			}
 			if f := pr.b.Counters().Get(PullFramesRerequested); f == 0 {
 				t.Logf("the faults made no re-request (seed %d)", fo.Seed)
 			}
