@@ -60,8 +60,8 @@ type placeRecv struct {
 	pulls         []*pull
 	seen, settled uint64
 	drain         []placeDone
-	scratch []byte
-	spans   [][]byte
+	scratch       []byte
+	spans         [][]byte
 }
 
 // placeDone is a pull that ended with spans still posted.
@@ -75,8 +75,8 @@ type placeDone struct {
 
 // pullPlace is one pull's spans.
 type pullPlace struct {
-	seg  []byte
-	ent  *regcache.Entry[*transport.Region]
+	seg   []byte
+	ent   *regcache.Entry[*transport.Region]
 	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
 	last  uint64   // the number of its last span
 	taken []uint64 // by frame, a bit: the frame that took its span was handled
