@@ -191,6 +191,11 @@ func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
 	r := n.rx[q]
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if n.closed.Load() {
+		// The ring is unmapped: nothing is ahead, every placement
+		// consumed (releasePlace).
+		return nicdrv.PlacementState{Posted: r.posted, Consumed: r.consumed}
+	}
 	// The descriptors handed over, less those the NIC already wrote
 	// back: their frames arrived.
 	handed := (r.tail + r.size - r.next) % r.size
