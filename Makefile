@@ -188,6 +188,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLog$$' -fuzztime 2000x ./hack/qemu/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEnv$$' -fuzztime 5000x ./cmd/internal/mxenv/
 	$(GO) test -run '^$$' -fuzz '^FuzzRxWriteBacks$$' -fuzztime 20000x ./nicdrv/ixgbe/
+	$(GO) test -run '^$$' -fuzz '^FuzzPlaceWriteBacks$$' -fuzztime 20000x ./nicdrv/ixgbe/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNTB16$$' -fuzztime 20000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzNTBRoundTrip$$' -fuzztime 5000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 20000x ./nicdrv/usbnet/

@@ -75,7 +75,11 @@ func DefaultIXGBEOptions() IXGBEOptions {
 //     last) and, with header split, the header buffer, into which the
 //     headers PSRTYPE names go (up to the TCP or UDP header of an
 //     unfragmented IPv4 or IPv6 datagram, else the IP header), the rest to
-//     the packet buffer; HLREG0.JUMBOEN and MAXFRS bound the frame size, and
+//     the packet buffer; with header split "always use the header buffer"
+//     (DESCTYPE 101) a frame the parser does not split (not IP, or
+//     PSRTYPE naming no header) puts its first BSIZEHEADER bytes in the
+//     header buffer and the rest in the packet buffer, so every frame
+//     longer than the header buffer arrives in two; HLREG0.JUMBOEN and MAXFRS bound the frame size, and
 //     HLREG0.RXCRCSTRP must agree with RDRXCTL.CRCSTRIP;
 //   - TX uses advanced data and context descriptors only, with IFCS set and
 //     PAYLEN equal to the frame's length, and writes DD back where RS asks;

@@ -357,13 +357,13 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 			case base%hw.RingAlign != 0:
 				n.violation("RXDCTL%d.ENABLE with a ring base %#x not 128-byte aligned", q, base)
 				v &^= hw.RxdctlEnable
-			case dt != hw.SrrctlDescAdvOneBuf && dt != hw.SrrctlDescAdvHdrSplit:
-				n.violation("RXDCTL%d.ENABLE with SRRCTL%d.DESCTYPE = %d: this model uses advanced descriptors (one buffer, 001, or header split, 010)", q, q, dt>>25)
+			case dt != hw.SrrctlDescAdvOneBuf && dt != hw.SrrctlDescAdvHdrSplit && dt != hw.SrrctlDescAdvHdrAlways:
+				n.violation("RXDCTL%d.ENABLE with SRRCTL%d.DESCTYPE = %d: this model uses advanced descriptors (one buffer, 001; header split, 010; header split always using the header buffer, 101)", q, q, dt>>25)
 				v &^= hw.RxdctlEnable
 			case n.reg(hw.SRRCTL(q))&hw.SrrctlBSizePktMask == 0:
 				n.violation("RXDCTL%d.ENABLE with SRRCTL%d.BSIZEPACKET = 0: give the packet buffer size in KiB", q, q)
 				v &^= hw.RxdctlEnable
-			case dt == hw.SrrctlDescAdvHdrSplit && n.reg(hw.SRRCTL(q))&hw.SrrctlBSizeHdrMask == 0:
+			case dt != hw.SrrctlDescAdvOneBuf && n.reg(hw.SRRCTL(q))&hw.SrrctlBSizeHdrMask == 0:
 				n.violation("RXDCTL%d.ENABLE with header split and SRRCTL%d.BSIZEHEADER = 0", q, q)
 				v &^= hw.RxdctlEnable
 			}

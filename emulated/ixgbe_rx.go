@@ -118,7 +118,8 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		data = binary.LittleEndian.AppendUint32(append([]byte(nil), fr...), c)
 	}
 	hdr := 0
-	if srrctl&hw.SrrctlDescTypeMask == hw.SrrctlDescAdvHdrSplit && n.reg(hw.PSRTYPE(0))&(hw.PsrtypeTCPHdr|hw.PsrtypeUDPHdr|hw.PsrtypeIPv4Hdr|hw.PsrtypeIPv6Hdr) != 0 {
+	dt := srrctl & hw.SrrctlDescTypeMask
+	if (dt == hw.SrrctlDescAdvHdrSplit || dt == hw.SrrctlDescAdvHdrAlways) && n.reg(hw.PSRTYPE(0))&(hw.PsrtypeTCPHdr|hw.PsrtypeUDPHdr|hw.PsrtypeIPv4Hdr|hw.PsrtypeIPv6Hdr) != 0 {
 		if h, ok := psHeaderLen(fr, false, 1<<20); ok {
 			if h > hdrBuf {
 				c.status |= hw.RxErrHBO
@@ -126,6 +127,11 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 				hdr = h
 			}
 		}
+	}
+	if dt == hw.SrrctlDescAdvHdrAlways && hdr == 0 {
+		// "Always use the header buffer": a frame whose headers the
+		// parser did not split puts its first BSIZEHEADER bytes there.
+		hdr = min(len(data), hdrBuf)
 	}
 	rest := len(data) - hdr
 	need := uint32(max(1, (rest+pktBuf-1)/pktBuf))

@@ -119,6 +119,7 @@ type Board struct {
 	cmaTabAt   map[cmaKey]uint64      // senders' endpoint table addresses, read once
 	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
 	zc         *zeroCopy              // zero-copy sends (zerocopy.go); nil when off
+	plc        *placeRecv             // receiving in place (placerecv.go); nil when the transport cannot
 
 	// src is the transport as a receive source: its owner is the
 	// progress goroutine or a polling waiter (poll.go). allSrcs and
@@ -280,6 +281,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		}
 	}
 	b.zc = newZeroCopy(tr, o.ZeroCopy)        // zerocopy.go
+	b.plc = newPlaceRecv(tr, b.zc)            // placerecv.go
 	b.openSleep()                             // sleep.go
 	b.initOversub()                           // oversub.go
 	b.cmaPublish()                            // cma.go

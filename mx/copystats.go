@@ -49,6 +49,9 @@ type CopyStats struct {
 	// RecvEngine is the payload bytes a copy engine moved into receive
 	// buffers.
 	RecvEngine uint64
+	// RecvPlaced is the payload bytes the NIC wrote straight into
+	// receive buffers (placerecv.go), never copied by the CPU.
+	RecvPlaced uint64
 }
 
 // SendCopied is the payload bytes the CPU copied on the sending side.
@@ -78,7 +81,7 @@ func (c CopyStats) Sub(o CopyStats) CopyStats {
 		SentBytes: c.SentBytes - o.SentBytes, SendGather: c.SendGather - o.SendGather,
 		SendTransport: c.SendTransport - o.SendTransport, SendInPlace: c.SendInPlace - o.SendInPlace,
 		RecvBytes: c.RecvBytes - o.RecvBytes, RecvScatter: c.RecvScatter - o.RecvScatter,
-		RecvEngine: c.RecvEngine - o.RecvEngine,
+		RecvEngine: c.RecvEngine - o.RecvEngine, RecvPlaced: c.RecvPlaced - o.RecvPlaced,
 	}
 }
 
@@ -86,7 +89,7 @@ func (c CopyStats) Sub(o CopyStats) CopyStats {
 // read.
 type copyCounts struct {
 	sent, gather, transport, inPlace atomic.Uint64
-	recv, scatter, engine            atomic.Uint64
+	recv, scatter, engine, placed    atomic.Uint64
 }
 
 // CopyStats returns the endpoint's copy accounting.
@@ -95,7 +98,7 @@ func (e *Endpoint) CopyStats() CopyStats {
 	return CopyStats{
 		SentBytes: c.sent.Load(), SendGather: c.gather.Load(), SendTransport: c.transport.Load(),
 		SendInPlace: c.inPlace.Load(), RecvBytes: c.recv.Load(), RecvScatter: c.scatter.Load(),
-		RecvEngine: c.engine.Load(),
+		RecvEngine: c.engine.Load(), RecvPlaced: c.placed.Load(),
 	}
 }
 

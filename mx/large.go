@@ -153,6 +153,11 @@ type pull struct {
 	// reaped completes the pull; ending says endPull is waiting for them.
 	copying         int
 	drained, ending bool
+	// pp is the pull's spans posted for the NIC to place replies in
+	// (placerecv.go), nil when it posts none; expect counts its frames
+	// asked for and not yet in.
+	pp     *pullPlace
+	expect int
 }
 
 type pblock struct {
@@ -250,6 +255,7 @@ func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total 
 		b.pulling.Add(1) // its replies come over the transport (sleep.go)
 	}
 	r.pl = pl
+	b.placeStart(pl) // placerecv.go
 	pl.fill()
 }
 
@@ -280,6 +286,7 @@ func (pl *pull) fill() {
 		pl.blocks = append(pl.blocks, pblock{first: pl.nextFrame, n: n})
 		pl.nextFrame += n
 		bl := &pl.blocks[len(pl.blocks)-1]
+		pl.placeBlock(bl.first, n) // placerecv.go: spans before the PULL
 		bl.lastReq = pl.e.b.now()
 		bl.seq = pl.requestSpan(bl, 0, n-1, false, 0)
 	}
@@ -344,12 +351,14 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 	return pl.reqs
 }
 
-// reply stores one PULL_REPLY frame.
-func (pl *pull) reply(h *wire.PullReply, payload []byte) {
+// reply stores one PULL_REPLY frame: its payload, or, for a reply the
+// NIC placed (placerecv.go), the payload's first bytes with the rest in
+// placed: in place when own, else in a span not its own.
+func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own bool) {
 	e := pl.e
 	off := int(h.Offset)
 	i := pl.geo.Index(off)
-	if i < 0 || len(payload) != pl.geo.End(i)-off || h.FrameSeq != uint8(i) {
+	if i < 0 || len(payload)+len(placed) != pl.geo.End(i)-off || h.FrameSeq != uint8(i) {
 		e.cnt[DropBadPullReply]++
 		return
 	}
@@ -372,6 +381,9 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 		e.cnt[DupReceived]++
 		return
 	}
+	if !own && !pl.placeSafe(i) {
+		return // the NIC may still write over it: asked for again (placerecv.go)
+	}
 	now := e.b.now()
 	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 {
 		// The first reply to a block asked for once: a round trip of the
@@ -380,8 +392,16 @@ func (pl *pull) reply(h *wire.PullReply, payload []byte) {
 	}
 	bl.got |= bit
 	bl.ngot++
+	pl.placeGot()
 	t0 := pl.e.b.copyClock()
-	if !pl.offloadReply(off, payload) { // pulloffload.go: the engine's copy
+	switch {
+	case own: // in place but for the bytes of the header buffer
+		e.copies.scatter.Add(uint64(copy(pl.pp.seg[off:], payload)))
+		e.copies.placed.Add(uint64(len(placed)))
+	case placed != nil: // in a span not its own: moved to its place
+		n := scatterAt(pl.r.segs, off+len(payload), placed) // a memmove where the spans overlap
+		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, off, payload) + n))
+	case !pl.offloadReply(off, payload): // pulloffload.go: the engine's copy
 		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, off, payload))) // the one pull-reply copy
 	}
 	pl.e.b.copyClocked(t0)
@@ -514,7 +534,8 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 	}
 	e.pullFree = append(e.pullFree, pl.slot)
 	pl.r.pl = nil
-	if code != nil {
+	held := e.b.placeEnd(pl, code) // placerecv.go: spans still posted
+	if code != nil && !held {
 		e.complete(pl.r, code)
 	}
 	if !pl.bulk {
@@ -674,7 +695,7 @@ func (b *Board) handlePullReply(nic transport.NICID, h *wire.PullReply, payload 
 		e.cnt[DropBadPullReply]++
 		return
 	}
-	pl.reply(h, payload)
+	pl.reply(h, payload, nil, false)
 }
 
 func (b *Board) handleNackMCP(nic transport.NICID, h *wire.NackMCP) {

@@ -86,6 +86,10 @@ func (b *Board) runTimersLocked() {
 	if b.zcDrainLocked() { // zerocopy.go
 		b.lastBusy = b.now()
 	}
+	if b.placeDrainLocked() { // placerecv.go
+		b.lastBusy = b.now()
+	}
+	b.placeTick() // placerecv.go
 }
 
 func (b *Board) progress() {
@@ -184,9 +188,14 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		if tr != nil {
 			b.curFrame = f
 		}
-		b.handleFrame(f.Peer, f.Data)
+		if f.Placed != nil {
+			b.curFrame = nil                         // not one the engine may hold
+			b.handlePlaced(f.Peer, f.Data, f.Placed) // placerecv.go
+		} else {
+			b.handleFrame(f.Peer, f.Data)
+		}
 		b.curFrame = nil
-		f.Data = nil
+		f.Data, f.Placed = nil, nil
 	}
 	b.rxRings = outer
 	if len(rx) < len(s.rx) {

@@ -331,6 +331,7 @@ func (b *Board) zcClose() {
 	}
 	b.mu.Lock()
 	b.zcDrainLocked()
+	b.placeDrainLocked()
 	b.mu.Unlock()
 	_ = b.zc.cache.Close() // the transport unmapped what it still had
 }

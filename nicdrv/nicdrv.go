@@ -90,6 +90,31 @@
 // opened with it. A driver that cannot split refuses the option at Open
 // with an error wrapping [ErrNotSupported]; it never ignores it.
 //
+// # Payload placement
+//
+// A driver may let the caller choose, frame by frame, where the payload of
+// the next frames its RX queue receives lands ([Placer]): header split
+// that always uses the header buffer, whatever the frame, so that the
+// first [Info].PlaceHeader bytes of every frame go to a small header
+// buffer of the driver's and the rest to a packet buffer. The caller posts
+// packet buffers of its own ([Placement]: memory mapped for DMA in the
+// NIC's domain, such as the pages a message is received into) with
+// [Placer.PostRx]; the queue's descriptors take them in the order posted,
+// and RxBatch delivers the frame that took one as its header Buffer with
+// the placement's written bytes attached ([Buffer.Attached]). Frames that
+// take no placement arrive in pool Buffers as ever.
+//
+// The NIC fills descriptors in arrival order, whatever frame arrives: a
+// placement is consumed by the next frame the queue receives after every
+// descriptor handed to the NIC before it, which need not be the frame the
+// caller meant it for. [Placer.RxPlacement] says how many descriptors
+// come first and how many placements were consumed, so a caller that
+// posts for the frames it expects checks each one it gets and copies the
+// ones that landed elsewhere. Placements are consumed strictly in the
+// order they were posted, so the count of consumed ones names them: the
+// NIC writes no more into their memory. Close consumes every placement
+// still posted.
+//
 // # Control path
 //
 // Link state with a bounded wait ([NIC.WaitLink]), statistics (the NIC's
@@ -248,6 +273,55 @@ type Info struct {
 	// that a caller can predict where a datagram lands (nil when the NIC
 	// does not spread them, or does not say).
 	RSS *RSS
+	// PlaceHeader is, on a NIC opened to place payloads (the driver
+	// implements [Placer] and was asked to), how many bytes of each frame
+	// the NIC writes into the header buffer before the payload goes to a
+	// placement; 0 when payloads are not placed.
+	PlaceHeader int
+	// PlaceMin is the least length of a Placement's memory: the most the
+	// NIC may write into it (the largest frame less PlaceHeader).
+	PlaceMin int
+}
+
+// Placement is memory of the caller's posted to receive the payload of one
+// frame (see [Placer]): it is mapped for DMA in the NIC's domain and
+// IOVA-contiguous for len(Mem) bytes, from IOVA.
+type Placement struct {
+	// Mem is where the payload may land, from Mem[0]; at least
+	// Info().PlaceMin bytes.
+	Mem []byte
+	// IOVA is where the NIC sees Mem[0].
+	IOVA uint64
+}
+
+// PlacementState is one RX queue's placements (Placer.RxPlacement).
+type PlacementState struct {
+	// Ahead is how many descriptors the NIC holds and has not written
+	// yet before a placement posted now: the next frames that arrive
+	// take them (frames it wrote already are not counted: RxBatch
+	// delivers them first).
+	Ahead int
+	// Posted and Consumed count the placements posted since Open and
+	// those a frame took (delivered or dropped), in posting order.
+	Posted, Consumed uint64
+}
+
+// Placer is implemented by a NIC whose RX queues can receive payloads
+// into placements (see the package doc). Its methods may be called
+// while another goroutine calls RxBatch on queue q: the queue's lock
+// orders them.
+type Placer interface {
+	// PostRx hands placements to RX queue q, in order, after every
+	// descriptor the queue holds, and returns how many it took (fewer
+	// when the ring is full). A placement shorter than Info().PlaceMin
+	// is refused with ErrFrameSize, after the ones before it were taken;
+	// a NIC not opened to place payloads refuses every one with
+	// ErrNotSupported. While placements are posted and not consumed the
+	// queue gets no pool buffers behind them, so that the placements
+	// posted next follow them directly.
+	PostRx(q int, p []Placement) (int, error)
+	// RxPlacement reports queue q's placements.
+	RxPlacement(q int) PlacementState
 }
 
 // Link is the state of the NIC's link.

@@ -118,9 +118,13 @@ type Completion interface {
 // the caller must leave ext unchanged until done.Done is called: when the
 // driver reclaims the frame after the NIC reported it sent, or when the
 // Buffer goes back to the pool unsent (Pool.Free, a NIC's Close). done may
-// be nil. RX never sets an attachment; Alloc and Free clear it. Attaching
-// nil with a nil done removes an attachment (its completion is not called).
-// b is a Buffer of a Pool (Alloc gave it).
+// be nil. On receive, the driver sets an attachment on a frame whose
+// payload went to a Placement (see Placer): Data holds the bytes of the
+// header buffer and the attachment the bytes written into the placement
+// (non-nil, possibly empty, whenever the frame took one), with no
+// Completion. Alloc and Free clear it. Attaching nil with a nil done
+// removes an attachment (its completion is not called). b is a Buffer of
+// a Pool (Alloc gave it).
 func (b *Buffer) Attach(ext []byte, iova uint64, done Completion) {
 	a := &b.pool.att[b.idx]
 	a.ext, a.iova, a.done = ext, iova, done

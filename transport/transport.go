@@ -163,6 +163,12 @@ type Frame struct {
 	// region is refused when it carries one ([Region.Check]); frames
 	// without a Region leave it nil. Recv leaves it nil.
 	Head []byte
+	// Placed is set by Recv on a frame that took memory posted with
+	// [Placer.Post]: the NIC wrote the frame's first bytes into Data and
+	// the rest here, in the posted memory, so the frame is Data followed
+	// by Placed. It is non-nil (possibly empty) whenever the frame took a
+	// posting, whatever frame it is; nil otherwise. Send ignores it.
+	Placed []byte
 }
 
 // Transport moves batches of frames between boards. See the package
@@ -268,6 +274,48 @@ type Queued interface {
 	// OpenQueue returns queue q's transport. Its Close removes the
 	// queue's steering.
 	OpenQueue(q int) (Transport, error)
+}
+
+// Placer is implemented by transports whose NIC can write the payload of
+// a received frame straight into memory the caller registered (header
+// split into a small buffer of the transport's and the caller's memory:
+// the 82599's, nicdrv.Placer), so that a message layer that knows which
+// frames come next has each one's payload written once, by the NIC. The
+// caller posts spans of a registered [Region], one a frame, in the order
+// it expects the frames; the NIC gives them to the frames that arrive in
+// that order, whatever they are, after those that take the descriptors
+// ahead ([PlaceState].Ahead), so the caller checks each frame's Placed
+// against what it posted there and copies the frames that landed
+// elsewhere. Postings are consumed in the order posted (Consumed counts
+// them): the NIC writes no more into a consumed span, and the caller
+// must not give a region's memory back while spans of it are posted and
+// not consumed. Close consumes them all.
+type Placer interface {
+	// PlaceInfo says how a placed frame arrives: its first head bytes of
+	// Data in Data, the rest in Placed; a span is at least min bytes
+	// long (the most the NIC may write into it). head 0 means the
+	// transport cannot place (its NIC was not opened to, or it receives
+	// on several queues).
+	PlaceInfo() (head, min int)
+	// Post posts spans, each lying in r's memory, for the next frames
+	// after the ones already posted, and returns how many it took (fewer
+	// when the receive ring is full). A span shorter than min, outside r
+	// or not contiguous for the NIC is refused, naming it, after the
+	// ones before it were taken.
+	Post(r *Region, spans [][]byte) (int, error)
+	// Placement reports the postings.
+	Placement() PlaceState
+}
+
+// PlaceState is a transport's postings ([Placer.Placement]).
+type PlaceState struct {
+	// Ahead is how many frames will arrive before the next span posted
+	// takes one: the receive descriptors the NIC holds and has not
+	// filled, spans posted and not consumed among them.
+	Ahead int
+	// Posted and Consumed count the spans posted and those a frame took,
+	// in posting order.
+	Posted, Consumed uint64
 }
 
 // HostUnique is implemented by transports that know whether their NIC id

@@ -22,6 +22,7 @@ type copySide struct {
 	RecvBytes     uint64  `json:"recv_bytes"`
 	RecvScatter   uint64  `json:"recv_scatter"`
 	RecvEngine    uint64  `json:"recv_engine"`
+	RecvPlaced    uint64  `json:"recv_placed"`
 }
 
 func sideOf(c mx.CopyStats) copySide {
@@ -29,7 +30,7 @@ func sideOf(c mx.CopyStats) copySide {
 		SendPerByte: c.SendPerByte(), RecvPerByte: c.RecvPerByte(),
 		SentBytes: c.SentBytes, SendGather: c.SendGather, SendTransport: c.SendTransport,
 		SendInPlace: c.SendInPlace, RecvBytes: c.RecvBytes, RecvScatter: c.RecvScatter,
-		RecvEngine: c.RecvEngine,
+		RecvEngine: c.RecvEngine, RecvPlaced: c.RecvPlaced,
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 var honoured = func() map[string][]string {
 	common := []string{"aligned", "bind", "end", "engine", "engine-cpu", "iterations", "json", "key", "listen",
 		"multiplier", "no-checksum", "no-zero-copy", "plot", "procs", "rndv-threshold", "sizes", "start", "strategy", "timeout", "verify", "wait", "warmup", "yield"}
-	pair := []string{"baseline", "corrupt", "cpuprofile", "dup", "iface", "loss", "nic", "nic-interrupts", "peer", "peer-iface",
+	pair := []string{"baseline", "corrupt", "cpuprofile", "dup", "iface", "loss", "nic", "nic-interrupts", "nic-place", "peer", "peer-iface",
 		"remote-endpoint", "reorder", "seed", "settle", "transport", "usb", "xdp-mode", "xdp-udp", "queues", "bind-app"}
 	with := func(parts ...[]string) []string {
 		var out []string

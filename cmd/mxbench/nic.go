@@ -30,11 +30,14 @@ type nicFlags struct {
 	// queues is --queues: the NICs then run that many queue pairs and
 	// the transports UDP framing, for queued boards.
 	queues int
+	// place is --nic-place: 82599s place received payloads.
+	place bool
 }
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
+	fs.BoolVar(&n.place, "nic-place", false, "nic: open 82599s with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
 }
 
 // addrs parses --nic; nil for a model.
@@ -69,8 +72,8 @@ func parsePair[T comparable](flag, val, want, noun string, parse func(string) (T
 
 func (n *nicFlags) validate(cmd, tr, peer string) error {
 	if tr != "nic" {
-		if n.nics != "" || n.interrupts {
-			return usagef(cmd, "--nic and --nic-interrupts need --transport nic")
+		if n.nics != "" || n.interrupts || n.place {
+			return usagef(cmd, "--nic, --nic-interrupts and --nic-place need --transport nic")
 		}
 		return nil
 	}
@@ -153,7 +156,7 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 	}
 	var ts [2]transport.Transport
 	for i, d := range devs {
-		drv, err := openDriver(d, n.interrupts, n.queues)
+		drv, err := openDriver(d, n.interrupts, n.queues, n.place)
 		if err == nil {
 			var t *nic.Transport
 			o := nic.Options{}
@@ -200,17 +203,22 @@ func driverName(d pci.Device) string {
 	return "e1000e"
 }
 
-// openDriver opens d with gomx's driver for it: ixgbe for an 82599,
-// e1000e otherwise (which refuses what is not an 82574L), with queues
-// queue pairs (the driver's default when 0).
-func openDriver(d pci.Device, interrupts bool, queues int) (nicdrv.NIC, error) {
+// openDriver opens d with gomx's driver for it: ixgbe for an 82599
+// (placing payloads with place), e1000e otherwise (which refuses what is
+// not an 82574L, and place), with queues queue pairs (the driver's
+// default when 0).
+func openDriver(d pci.Device, interrupts bool, queues int, place bool) (nicdrv.NIC, error) {
 	if is82599(d) {
 		o := ixgbe.DefaultOptions()
 		o.Interrupts = interrupts
+		o.Placement = place
 		if queues > 0 {
 			o.Queues = queues
 		}
 		return ixgbe.Open(d, o)
+	}
+	if place {
+		return nil, fmt.Errorf("--nic-place: the 82574L driver places no payloads (its packet split would need a descriptor per frame the receiver posts): use 82599s")
 	}
 	o := e1000e.DefaultOptions()
 	o.Interrupts = interrupts

@@ -188,9 +188,23 @@ func (h *PullReply) Put(p []byte, o Order) {
 
 // DecodePullReply decodes a PULL_REPLY header and returns it with its payload.
 func DecodePullReply(p []byte, o Order) (PullReply, []byte, error) {
+	h, err := DecodePullReplyHeader(p, o)
+	if err != nil {
+		return h, nil, err
+	}
+	if len(p) < PullReplyLen+int(h.FrameLength) {
+		return h, nil, derr(TypePullReply, "payload", ErrShort)
+	}
+	return h, p[PullReplyLen : PullReplyLen+int(h.FrameLength)], nil
+}
+
+// DecodePullReplyHeader decodes the header of a PULL_REPLY whose payload
+// does not follow it in p (a NIC wrote it elsewhere): p need hold only
+// the header.
+func DecodePullReplyHeader(p []byte, o Order) (PullReply, error) {
 	var h PullReply
 	if err := checkType(p, TypePullReply, PullReplyLen); err != nil {
-		return h, nil, err
+		return h, err
 	}
 	h.FrameSeq = p[1]
 	h.FrameLength = o.u16(p[2:])
@@ -198,12 +212,9 @@ func DecodePullReply(p []byte, o Order) (PullReply, []byte, error) {
 	h.Handle = o.u32(p[8:])
 	h.Magic = o.u32(p[12:])
 	if h.FrameLength == 0 {
-		return h, nil, derr(TypePullReply, "frame length", ErrBadLength)
+		return h, derr(TypePullReply, "frame length", ErrBadLength)
 	}
-	if len(p) < PullReplyLen+int(h.FrameLength) {
-		return h, nil, derr(TypePullReply, "payload", ErrShort)
-	}
-	return h, p[PullReplyLen : PullReplyLen+int(h.FrameLength)], nil
+	return h, nil
 }
 
 // Notify is the 24-byte NOTIFY the puller sends, sequenced, when a pull is

@@ -37,6 +37,21 @@
 // unfragmented IPv4 or IPv6 TCP or UDP datagram into the first, the rest
 // into the second, and other frames whole into the packet buffer.
 //
+// With Options.Placement (SRRCTL DESCTYPE 101, "always use the header
+// buffer", 64-byte header buffers, PSRTYPE naming no header) every frame
+// splits after its first 64 bytes, and the driver implements
+// nicdrv.Placer: a descriptor the caller posts a placement for takes a
+// 64-byte header buffer of the queue's header pool and the placement as
+// its packet buffer; every other descriptor points its header buffer at
+// the start of a pool buffer and its packet buffer 64 bytes further in,
+// so such a frame lies whole in one pool Buffer as without split. Pool
+// descriptors are handed to the NIC at most 8 ahead of the frames
+// delivered, and none while placements are posted and not consumed, so
+// that placements posted for the frames a caller expects meet them
+// (nicdrv.PlacementState.Ahead says how many come first). With few
+// descriptors ahead the NIC holds arriving frames in its packet buffer
+// until RxBatch hands it more: leave DropWhenFull off.
+//
 // TX uses advanced data descriptors, and a context descriptor per queue
 // when a frame asks for checksum offload (each 82599 queue has its own
 // contexts, so every queue offloads in hardware). A Buffer with memory
@@ -150,6 +165,11 @@ type Options struct {
 	Promiscuous bool
 	// HeaderSplit receives with header split (see the package doc).
 	HeaderSplit bool
+	// Placement receives payloads into memory the caller posts
+	// (nicdrv.Placer; see the package doc): every RX queue splits every
+	// frame after its first 64 bytes (SRRCTL DESCTYPE 101). It excludes
+	// HeaderSplit and jumbo frames (MaxFrame at most 2048).
+	Placement bool
 	// DropWhenFull sets SRRCTL.DROP_EN on every RX queue: a queue with no
 	// free descriptor drops its frames (counted in Stats.RxNoDescriptor)
 	// instead of holding them in the NIC's packet buffer, which is shared,
@@ -199,6 +219,10 @@ func (o *Options) fill() error {
 		return fmt.Errorf("ixgbe: MaxFrame %d: want %d..%d (a 9000-byte MTU at most)", o.MaxFrame, hw.MaxFrame, maxJumbo)
 	case o.InterruptInterval < 0 || o.InterruptInterval > time.Duration(hw.EitrIntervalMask>>hw.EitrIntervalShift)*hw.EitrUnitNanos:
 		return fmt.Errorf("ixgbe: interrupt interval %v: want 0..1022µs", o.InterruptInterval)
+	case o.Placement && o.HeaderSplit:
+		return fmt.Errorf("ixgbe: Placement and HeaderSplit: a queue has one descriptor type; choose one")
+	case o.Placement && o.MaxFrame > nicdrv.BufferSize:
+		return fmt.Errorf("ixgbe: Placement with MaxFrame %d: placed frames take one descriptor each, so MaxFrame is at most %d (no jumbo frames)", o.MaxFrame, nicdrv.BufferSize)
 	case o.Pool != nil && o.Pool.BufferSize() != nicdrv.BufferSize:
 		return fmt.Errorf("ixgbe: pool buffers of %d bytes: the driver programs 2048-byte RX buffers; make the pool with BufferSize %d", o.Pool.BufferSize(), nicdrv.BufferSize)
 	}
@@ -291,7 +315,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.hwStat = nicdrv.Stats{}
 
 	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, Memory: o.Memory, Name: "gomx-ixgbe"}
-	if o.HeaderSplit {
+	if o.HeaderSplit || o.Placement {
 		po.Headers = 2 * o.RxRing
 	}
 	if n.pools, err = drv.NewPools(dev.DMA(), po); err != nil {
@@ -322,6 +346,9 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
+	if o.Placement {
+		n.info.PlaceHeader, n.info.PlaceMin = placeHeader, o.MaxFrame-placeHeader
+	}
 	_, _ = n.WaitLink(true, o.LinkTimeout)
 	return n, nil
 }
@@ -467,8 +494,12 @@ func (n *NIC) setupRx() error {
 		n.w32(hw.MTA+4*i, 0)
 	}
 	n.set32(hw.CTRLEXT, hw.CtrlExtNSDis)
-	if o.HeaderSplit {
+	switch {
+	case o.HeaderSplit:
 		n.w32(hw.PSRTYPE(0), hw.PsrtypeTCPHdr|hw.PsrtypeUDPHdr|hw.PsrtypeIPv4Hdr|hw.PsrtypeIPv6Hdr|hw.PsrtypeL2Hdr)
+	case o.Placement:
+		// No header parsed: every frame splits at BSIZEHEADER.
+		n.w32(hw.PSRTYPE(0), 0)
 	}
 	// RSS over IPv4 (TCP and UDP ports too), spreading the redirection
 	// table over the queues in turn.

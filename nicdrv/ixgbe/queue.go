@@ -41,6 +41,8 @@ type rxQueue struct {
 	freeThresh uint32
 	split      bool
 	maxParts   int // buffers one frame may take: its packet buffers and a header buffer
+	place      bool
+	placeState // Options.Placement (place.go)
 
 	head, last *nicdrv.Buffer // the frame being gathered
 	parts      int            // buffers in it
@@ -57,6 +59,9 @@ func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	r := &rxQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, d: descs(ring), iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
 		split: n.opts.HeaderSplit, maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
 	pools := []*nicdrv.Pool{r.pool}
+	if n.opts.Placement {
+		r.initPlace()
+	}
 	if r.split {
 		r.hdrs = n.pools.Header[q]
 		pools = append(pools, r.hdrs)
@@ -78,6 +83,10 @@ func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 // comes after. The driver itself looks at the slot again only once the NIC
 // owned it.
 func (r *rxQueue) encode(s uint32) {
+	if r.place {
+		r.encodePlace(s)
+		return
+	}
 	d := &r.d[s]
 	binary.LittleEndian.PutUint64(d[0:8], r.pkt[s].IOVA())
 	var hdr uint64
@@ -95,7 +104,9 @@ func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw
 // Options.DropWhenFull.
 func (r *rxQueue) srrctl() uint32 {
 	v := uint32(nicdrv.BufferSize>>10) | 4<<hw.SrrctlBSizeHdrShift
-	if r.split {
+	if r.place {
+		v = uint32(nicdrv.BufferSize>>10) | placeHeader/64<<hw.SrrctlBSizeHdrShift | hw.SrrctlDescAdvHdrAlways
+	} else if r.split {
 		v |= hw.SrrctlDescAdvHdrSplit
 	} else {
 		v |= hw.SrrctlDescAdvOneBuf
@@ -136,6 +147,10 @@ func (r *rxQueue) start() error {
 // its header pool; and writes their read descriptors. It does not write
 // RDT.
 func (r *rxQueue) refill() {
+	if r.place {
+		r.refillPlace()
+		return
+	}
 	stop := r.next + r.size - 1
 	if stop >= r.size {
 		stop -= r.size
@@ -154,6 +169,11 @@ func (r *rxQueue) refill() {
 // NIC with one RDT write, once freeThresh of them wait (or the NIC's share
 // would fall below freeThresh on a small ring).
 func (r *rxQueue) replenish() {
+	if r.place {
+		r.refillPlace()
+		r.writeTail()
+		return
+	}
 	waiting := (r.next + 2*r.size - 1 - r.rdt) % r.size
 	if waiting == 0 || (waiting < r.freeThresh && r.size-1-waiting >= r.freeThresh) {
 		return
@@ -223,7 +243,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		// so) and its capacity the buffer size. Every other descriptor
 		// takes the general path below, which decides the same for this
 		// one.
-		if !r.gathering && hi&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP && lo&r.sph == 0 {
+		if !r.place && !r.gathering && hi&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP && lo&r.sph == 0 {
 			k := int(uint16(hi >> 32))
 			if pb := r.pkt[s]; pb != nil && k >= 14 && k <= cap(pb.Data) && k <= maxFrame {
 				r.pkt[s] = nil
@@ -237,7 +257,9 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		// What the NIC writes back is outside input: no length in it may
 		// make the driver read past a buffer.
 		wb := writeBack(lo, hi)
-		if r.split && wb.Split() && r.head == nil {
+		if r.place {
+			r.placeDesc(s, wb)
+		} else if r.split && wb.Split() && r.head == nil {
 			h := wb.HeaderLen()
 			if hb := r.hdr[s]; hb != nil && h >= 14 && h <= hb.Cap() {
 				r.hdr[s] = nil
@@ -246,7 +268,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				r.bad = true
 			}
 		}
-		if k := int(wb.Length); k > 0 {
+		if k := int(wb.Length); k > 0 && !r.place {
 			if pb := r.pkt[s]; pb != nil && k <= pb.Cap() {
 				r.pkt[s] = nil
 				r.add(pb, k)
@@ -335,6 +357,9 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 // is quiet).
 func (r *rxQueue) release() error {
 	errs := []error{r.fill.Release()}
+	if r.place {
+		errs = append(errs, r.releasePlace())
+	}
 	clear(r.pkt)
 	clear(r.hdr)
 	if r.head != nil {

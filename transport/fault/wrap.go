@@ -66,6 +66,7 @@ type Transport struct {
 	// lends maps the wrapper's holds to the wrapped transport's.
 	refs    []uint64
 	inFrame transport.Frame // the wrapped frame being offered to the model
+	whole   []byte          // a placed frame made whole for the model (place.go)
 	lends   *transport.Lends[uint64]
 
 	// Frames passed straight through by a side without faults.
@@ -324,7 +325,7 @@ func (w *Transport) recvFaulty(frames []transport.Frame, timeout time.Duration) 
 		now = time.Now()
 		for i := range tmp[:m] {
 			w.inFrame = tmp[i]
-			w.recv.Frame(now, struct{}{}, tmp[i].Peer, tmp[i].Data, w.emitRecv)
+			w.recv.Frame(now, struct{}{}, tmp[i].Peer, w.modelData(tmp[i]), w.emitRecv)
 		}
 		w.inFrame = transport.Frame{}
 		n = w.n
@@ -347,6 +348,14 @@ func (w *Transport) recvFaulty(frames []transport.Frame, timeout time.Duration) 
 func (w *Transport) deliverRecv(it Item[struct{}]) {
 	for range it.Copies {
 		if w.n < len(w.dst) {
+			if w.direct(it.Data) {
+				// The placed frame itself, not a copy the model made:
+				// delivered as it arrived, split (place.go).
+				w.dst[w.n] = transport.Frame{Peer: it.Peer, Data: w.inFrame.Data, Placed: w.inFrame.Placed}
+				w.refs[w.n] = w.inFrame.Ref
+				w.n++
+				continue
+			}
 			w.dst[w.n] = transport.Frame{Peer: it.Peer, Data: it.Data}
 			w.refs[w.n] = 0
 			if in := w.inFrame.Data; len(in) > 0 && len(it.Data) == len(in) && &it.Data[0] == &in[0] {

@@ -100,6 +100,16 @@
 // the packet buffers, which the transport keeps until the next Recv or
 // Close, as the transport contract asks, and then frees.
 //
+// # Receiving in place
+//
+// Over a driver that places payloads (nicdrv.Placer: the 82599 opened
+// with ixgbe.Options.Placement), with raw Ethernet framing on one RX
+// queue, the transport is a transport.Placer (place.go): Post turns spans
+// of a registered region into the driver's placements (the region's
+// IOVAs), and a received frame that took one carries, in Frame.Placed,
+// the bytes the NIC wrote there; its Data is what came in the 64-byte
+// header buffer after the Ethernet header.
+//
 // # Waiting
 //
 // Recv with a timeout waits with the driver's WaitRx: on the queue's MSI-X
@@ -568,6 +578,9 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 				continue
 			}
 			frames[got] = transport.Frame{Peer: peer, Data: data, Ref: t.lends.RecvRef(len(t.held) - 1)}
+			if ext, _ := b.Attached(); ext != nil {
+				frames[got].Placed = ext // a placement took the rest (place.go)
+			}
 			got++
 		}
 		clear(t.rxb[:n])

@@ -1,0 +1,294 @@
+package mx
+
+import (
+	"github.com/gomx-dev/gomx/internal/regcache"
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// Receiving in place: where the transport can have its NIC write a
+// received frame's payload into memory mx posts (transport.Placer: the
+// 82599's header split into a 64-byte header buffer and the posted
+// memory), a pull posts, for each frame of a block it asks for, the span
+// of the receive buffer where that frame's payload goes, before it sends
+// the PULL. The replies arrive in the order asked, so each takes the span
+// posted for it: the NIC writes its payload once, in place, and the CPU
+// copies only the payload bytes that came in the header buffer (32 of each
+// frame: 64 less the Ethernet, peer index and PULL_REPLY headers).
+// docs/zero-copy.md tells the whole story; the rules that keep every byte
+// right whatever arrives:
+//
+//   - Which frames. The NIC gives the descriptors it holds to the next
+//     frames, whatever they are; PlaceState.Ahead says how many come
+//     before a span posted now. The board counts the replies it asked for
+//     and has not received (placeRecv.expect); a block posts no span for
+//     its first Ahead-expect frames, which take the descriptors ahead.
+//     A span must hold the most the NIC may write (PlaceInfo's min), so
+//     the last frames of a receive buffer get none. A pull posts only
+//     when its receive lies in one segment, zero copy is on and the peer
+//     sends no CRC-32C trailer (it would land after the payload).
+//   - Checking. A reply that took its own span is done. Anything that
+//     took a span not its own (another frame, a reply of another block
+//     or pull, a duplicate) is made whole by a copy and handled as any
+//     frame; the span's owner is not hurt, since it never took that span.
+//     A reply copied into the receive buffer is accepted only once the
+//     NIC has consumed its own span and the span before it (which the NIC
+//     may write up to a few bytes into this frame's range): otherwise the
+//     NIC might later write over it, so it is dropped and asked for again
+//     as a lost frame is. Spans are consumed in the order posted, so the
+//     count of consumed ones (PlaceState.Consumed) says which.
+//   - Completion. A receive whose every frame is in has no span left
+//     posted (each frame's own was consumed). A pull that ends early
+//     (failure, close) with spans still posted waits in the board's drain
+//     list until the NIC has consumed them, and only then completes: the
+//     application never gets back memory the NIC may still write. The
+//     transport's Close consumes every span.
+
+// placeRecv is a board's in-place receive state (b.mu held).
+type placeRecv struct {
+	tr   transport.Placer
+	hd   int // payload bytes a placed reply brings in its header buffer
+	min  int // the least span
+	head int // Data bytes of a placed frame
+	// expect counts the frames of pulls over the transport asked for
+	// and not yet received: they take the descriptors the NIC holds
+	// before a span posted now.
+	expect int
+	// pulls are the live pulls with spans posted; seen and settled
+	// are the consumed count at the last two timer runs: a span
+	// consumed by then was taken by a frame handled since.
+	pulls         []*pull
+	seen, settled uint64
+	drain         []placeDone
+	scratch       []byte
+	spans         [][]byte
+}
+
+// placeDone is a pull that ended with spans still posted.
+type placeDone struct {
+	e    *Endpoint
+	r    *Request
+	code error
+	last uint64
+	ent  *regcache.Entry[*transport.Region]
+}
+
+// pullPlace is one pull's spans.
+type pullPlace struct {
+	seg   []byte
+	ent   *regcache.Entry[*transport.Region]
+	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
+	last  uint64   // the number of its last span
+	taken []uint64 // by frame, a bit: the frame that took its span was handled
+}
+
+// newPlaceRecv returns the board's in-place receive state, nil when the
+// transport cannot place or zero copy is off.
+func newPlaceRecv(tr transport.Transport, zc *zeroCopy) *placeRecv {
+	p, ok := tr.(transport.Placer)
+	if !ok || zc == nil {
+		return nil
+	}
+	head, min := p.PlaceInfo()
+	if head <= replyHeadLen || min <= 0 {
+		return nil
+	}
+	return &placeRecv{tr: p, hd: head - replyHeadLen, min: min, head: head}
+}
+
+// placeStart makes pl post spans when it can: its receive in one
+// segment, registered with the transport through the board's
+// registration cache, and no trailer from its peer.
+func (b *Board) placeStart(pl *pull) {
+	if b.plc == nil || !pl.bulk || pl.p.crc || b.zc.unable || b.txFor(pl.p.nic) != b.tr {
+		return
+	}
+	segs := pl.r.segs
+	if len(segs) != 1 || len(segs[0]) < int(pl.total) {
+		return
+	}
+	seg := segs[0][:pl.total]
+	ent, _, err := b.zc.cache.Get(seg)
+	if err != nil {
+		return
+	}
+	if !ent.Mapping().InPlace() {
+		b.zc.cache.Put(ent)
+		return
+	}
+	pl.pp = &pullPlace{seg: seg, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	b.plc.pulls = append(b.plc.pulls, pl)
+}
+
+// placeBlock counts the n frames from first that pl is about to ask for
+// and, when pl places, posts their spans.
+func (pl *pull) placeBlock(first, n int) {
+	b := pl.e.b
+	pc := b.plc
+	if pc == nil || !pl.bulk {
+		return
+	}
+	ahead := 0
+	if pl.pp != nil {
+		ahead = pc.tr.Placement().Ahead - pc.expect
+	}
+	pc.expect += n
+	pl.expect += n
+	pp := pl.pp
+	if pp == nil {
+		return
+	}
+	spans := pc.spans[:0]
+	from := first + max(0, ahead)
+	var to int
+	for to = from; to < first+n; to++ {
+		at := pl.geo.Start(to) + pc.hd
+		if pl.geo.End(to)-pl.geo.Start(to) <= pc.hd || at+pc.min > len(pp.seg) {
+			break // the last frames: no room for a span
+		}
+		spans = append(spans, pp.seg[at:at+pc.min])
+	}
+	if len(spans) == 0 {
+		return
+	}
+	base := pc.tr.Placement().Posted
+	k, _ := pc.tr.Post(pp.ent.Mapping(), spans)
+	for j := range k {
+		pp.post[from+j] = base + uint64(j) + 1
+	}
+	if k > 0 {
+		pp.last = base + uint64(k)
+	}
+	clear(spans)
+	pc.spans = spans[:0]
+}
+
+// placeGot notes that frame i of pl arrived (once per frame).
+func (pl *pull) placeGot() {
+	if pl.e.b.plc != nil && pl.expect > 0 {
+		pl.expect--
+		pl.e.b.plc.expect--
+	}
+}
+
+// ownSpan reports whether a reply that took a span took frame i's own.
+func (pl *pull) ownSpan(i int, placed []byte) bool {
+	pp := pl.pp
+	if pp == nil || i < 0 || i >= len(pp.post) || pp.post[i] == 0 {
+		return false
+	}
+	return sameStart(placed, pp.seg[pl.geo.Start(i)+pl.e.b.plc.hd:])
+}
+
+// placeSafe reports whether frame i may be copied into the receive
+// buffer: the frames that took its span and the one before it were
+// handled (a frame handled later, or still in the batch, may have been
+// written where frame i goes).
+func (pl *pull) placeSafe(i int) bool {
+	pp := pl.pp
+	if pp == nil {
+		return true
+	}
+	settled := pl.e.b.plc.settled
+	for j := max(0, i-1); j <= i; j++ {
+		if s := pp.post[j]; s != 0 && s > settled && pp.taken[j/64]&(1<<(j%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// spanTaken notes that a frame that took the span at placed was handled.
+func (b *Board) spanTaken(placed []byte) {
+	for _, pl := range b.plc.pulls {
+		pp := pl.pp
+		off, ok := offsetIn(pp.seg, placed)
+		if !ok {
+			continue
+		}
+		if k := pl.geo.Index(off - b.plc.hd); k >= 0 && k < len(pp.post) && pp.post[k] != 0 {
+			pp.taken[k/64] |= 1 << (k % 64)
+		}
+		return
+	}
+}
+
+// placeTick moves the settled count on (the board's timers).
+func (b *Board) placeTick() {
+	if b.plc == nil || len(b.plc.pulls) == 0 {
+		return
+	}
+	b.plc.settled = b.plc.seen
+	b.plc.seen = b.plc.tr.Placement().Consumed
+}
+
+// handlePlaced handles a frame that took a span: a reply of a live pull
+// in place when the span is its own, copied from where it landed
+// otherwise; anything else made whole by a copy and handled as any frame.
+func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
+	b.spanTaken(placed)
+	if len(data) >= replyHeadLen && wire.Type(data[wire.HeadLen]) == wire.TypePullReply {
+		h, err := wire.DecodePullReplyHeader(data[wire.HeadLen:], b.ord)
+		if err == nil && int(h.FrameLength) == len(data)-replyHeadLen+len(placed) {
+			if e, pl := b.pullFor(nic, h.Handle, h.Magic); pl != nil {
+				e.cnt[RecvPullReply]++
+				pl.reply(&h, data[replyHeadLen:], placed, pl.ownSpan(pl.geo.Index(int(h.Offset)), placed))
+				return
+			}
+		}
+	}
+	buf := append(append(b.plc.scratch[:0], data...), placed...)
+	b.plc.scratch = buf
+	b.handleFrame(nic, buf)
+}
+
+// placeEnd is called as pl ends with code: it reports true when spans of
+// pl are still posted, the receive then completing from the drain list
+// once the NIC consumed them; false when pl's registration is given back
+// and the receive may complete now.
+func (b *Board) placeEnd(pl *pull, code error) bool {
+	if b.plc != nil && pl.expect > 0 {
+		b.plc.expect -= pl.expect
+		pl.expect = 0
+	}
+	pp := pl.pp
+	if pp == nil {
+		return false
+	}
+	for k, o := range b.plc.pulls {
+		if o == pl {
+			b.plc.pulls = append(b.plc.pulls[:k], b.plc.pulls[k+1:]...)
+			break
+		}
+	}
+	pl.pp = nil
+	if pp.last == 0 || b.plc.tr.Placement().Consumed >= pp.last || b.closed {
+		b.zc.cache.Put(pp.ent)
+		return false
+	}
+	b.plc.drain = append(b.plc.drain, placeDone{e: pl.e, r: pl.r, code: code, last: pp.last, ent: pp.ent})
+	return true
+}
+
+// placeDrainLocked completes the receives of the drain list whose spans
+// the NIC consumed, and reports whether some still wait (b.mu held).
+func (b *Board) placeDrainLocked() bool {
+	if b.plc == nil || len(b.plc.drain) == 0 {
+		return false
+	}
+	consumed := b.plc.tr.Placement().Consumed
+	kept := b.plc.drain[:0]
+	for _, d := range b.plc.drain {
+		if consumed < d.last && !b.closed {
+			kept = append(kept, d)
+			continue
+		}
+		b.zc.cache.Put(d.ent)
+		if !d.e.closed {
+			d.e.complete(d.r, d.code)
+		}
+	}
+	clear(b.plc.drain[len(kept):])
+	b.plc.drain = kept
+	return len(kept) > 0
+}

@@ -1,0 +1,213 @@
+package ixgbe
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
+)
+
+// Payload placement (Options.Placement; nicdrv.Placer). Every descriptor
+// of a placing queue splits its frame after placeHeader bytes (SRRCTL
+// DESCTYPE 101 with BSIZEHEADER 64 bytes and PSRTYPE naming no header, so
+// no frame is parsed shorter). A pool descriptor points its header buffer
+// at the start of a pool Buffer and its packet buffer placeHeader bytes
+// further, so the frame lands whole in the Buffer; a placed descriptor
+// takes a header buffer of the queue's header pool and the caller's
+// placement. Pool descriptors are handed placePoolAhead at most ahead of
+// the driver's reading, and none while placements are outstanding, so that
+// the placements a caller posts next follow the outstanding ones directly.
+
+const (
+	// placeHeader is the header buffer's size: BSIZEHEADER's unit, the
+	// least the 82599 splits at.
+	placeHeader = 64
+	// placePoolAhead bounds the pool descriptors handed to the NIC at
+	// once: the frames that arrive before a placement posted on an idle
+	// queue.
+	placePoolAhead = 8
+)
+
+// placeState is a placing queue's placements, by slot, and their counts.
+type placeState struct {
+	placed           []nicdrv.Placement // by slot; Mem nil for a pool descriptor
+	posted, consumed uint64
+}
+
+var _ nicdrv.Placer = (*NIC)(nil)
+
+// initPlace makes r a placing queue: header buffers kept by the queue
+// itself (the fill gives pool buffers alone).
+func (r *rxQueue) initPlace() {
+	r.place = true
+	r.hdrs = r.nic.pools.Header[r.q]
+	r.hdr = make([]*nicdrv.Buffer, r.size)
+	r.placed = make([]nicdrv.Placement, r.size)
+}
+
+// encodePlace writes slot s's read descriptor on a placing queue.
+func (r *rxQueue) encodePlace(s uint32) {
+	d := &r.d[s]
+	if p := r.placed[s]; p.Mem != nil {
+		binary.LittleEndian.PutUint64(d[0:8], p.IOVA)
+		binary.LittleEndian.PutUint64(d[8:16], r.hdr[s].IOVA())
+		return
+	}
+	b := r.pkt[s].IOVA()
+	binary.LittleEndian.PutUint64(d[0:8], b+placeHeader)
+	binary.LittleEndian.PutUint64(d[8:16], b)
+}
+
+// refillPlace hands pool descriptors to the NIC up to placePoolAhead
+// ahead of the driver's reading, when no placement is outstanding.
+func (r *rxQueue) refillPlace() {
+	if r.consumed != r.posted {
+		return
+	}
+	if (r.tail+r.size-r.next)%r.size >= placePoolAhead {
+		return
+	}
+	r.tail = r.fill.Fill(r.tail, (r.next+placePoolAhead)%r.size)
+}
+
+// writeTail hands the NIC every slot filled.
+func (r *rxQueue) writeTail() {
+	if r.tail != r.rdt {
+		r.nic.w32(hw.RDT(r.q), r.tail)
+		r.rdt = r.tail
+	}
+}
+
+// placeDesc takes the buffers of slot s, written back as wb, into the
+// frame being gathered (its header buffer and placement, or its pool
+// Buffer), or marks the frame bad.
+func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
+	h, k := 0, int(wb.Length)
+	if wb.Split() {
+		h = wb.HeaderLen()
+	}
+	if p := r.placed[s]; p.Mem != nil {
+		hb := r.hdr[s]
+		r.hdr[s], r.placed[s] = nil, nicdrv.Placement{}
+		r.consumed++
+		if hb == nil || r.head != nil || h == 0 || h > min(placeHeader, hb.Cap()) || k > len(p.Mem) {
+			r.bad = true
+			if hb != nil {
+				_ = r.hdrs.Free(hb)
+			}
+			return
+		}
+		r.add(hb, h)
+		hb.Attach(p.Mem[:k:k], p.IOVA, nil)
+		return
+	}
+	pb := r.pkt[s]
+	if pb == nil || r.head != nil || h > placeHeader || placeHeader+k > pb.Cap() {
+		r.bad = true
+		return
+	}
+	r.pkt[s] = nil
+	if h < placeHeader && k > 0 {
+		// Not split where the driver split it (a NIC that parsed a
+		// shorter header): move the rest down behind the header.
+		all := pb.Data[:0:pb.Cap()][:pb.Cap()]
+		copy(all[h:], all[placeHeader:placeHeader+k])
+	}
+	r.add(pb, h+k)
+}
+
+// releasePlace gives back the header buffers of posted placements (Close,
+// after the NIC is quiet), which counts them consumed.
+func (r *rxQueue) releasePlace() error {
+	err := r.hdrs.Free(r.hdr...)
+	clear(r.hdr)
+	clear(r.placed)
+	r.consumed = r.posted
+	return err
+}
+
+// post hands placements to the NIC after the slots it holds.
+func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.nic
+	switch {
+	case n.closed.Load():
+		return 0, n.errorf("post RX placements", nicdrv.ErrClosed)
+	case !r.place:
+		return 0, n.errorf("post RX placements", fmt.Errorf("the NIC was opened without Options.Placement: %w", nicdrv.ErrNotSupported))
+	}
+	stop := (r.next + r.size - 1) % r.size
+	took := 0
+	var err error
+	for i, p := range ps {
+		if r.tail == stop {
+			break
+		}
+		if len(p.Mem) < n.info.PlaceMin {
+			err = n.errorf("post RX placements", fmt.Errorf("placement %d of %d bytes: the NIC may write %d bytes into it (the largest frame less the %d-byte header): %w",
+				i, len(p.Mem), n.info.PlaceMin, placeHeader, nicdrv.ErrFrameSize))
+			break
+		}
+		s := r.tail
+		if r.hdr[s] == nil {
+			hb, e := r.hdrs.Get()
+			if e != nil {
+				r.noBuf.Add(1)
+				err = n.errorf("post RX placements", fmt.Errorf("no header buffer: %w", e))
+				break
+			}
+			r.hdr[s] = hb
+		}
+		if pb := r.pkt[s]; pb != nil {
+			r.pkt[s] = nil
+			err = errors.Join(err, r.pool.Free(pb))
+		}
+		r.placed[s] = p
+		r.encode(s)
+		r.posted++
+		r.tail = (s + 1) % r.size
+		took++
+	}
+	r.writeTail()
+	return took, err
+}
+
+// PostRx implements nicdrv.Placer.
+func (n *NIC) PostRx(q int, p []nicdrv.Placement) (int, error) {
+	if q < 0 || q >= len(n.rx) {
+		return 0, n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
+	}
+	return n.rx[q].post(p)
+}
+
+// RxPlacement implements nicdrv.Placer.
+func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
+	if q < 0 || q >= len(n.rx) {
+		return nicdrv.PlacementState{}
+	}
+	r := n.rx[q]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n.closed.Load() {
+		// The ring is unmapped: nothing is ahead, every placement
+		// consumed (releasePlace).
+		return nicdrv.PlacementState{Posted: r.posted, Consumed: r.consumed}
+	}
+	// The descriptors handed over, less those the NIC already wrote
+	// back: their frames arrived.
+	handed := (r.tail + r.size - r.next) % r.size
+	s := r.next
+	for range handed {
+		if uint32(r.d[s].hi())&hw.RxStatDD == 0 {
+			break
+		}
+		handed--
+		if s++; s == r.size {
+			s = 0
+		}
+	}
+	return nicdrv.PlacementState{Ahead: int(handed), Posted: r.posted, Consumed: r.consumed}
+}

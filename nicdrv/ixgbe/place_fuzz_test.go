@@ -1,0 +1,142 @@
+package ixgbe
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
+)
+
+// FuzzPlaceWriteBacks feeds arbitrary write-back descriptors to a placing
+// queue whose ring holds the pool descriptors ahead and then placements.
+// The oracle reads the bytes at the datasheet's offsets and restates the
+// rule: descriptors are consumed in order up to the first without DD; a
+// frame is one descriptor with EOP (one that follows a descriptor without
+// EOP is dropped with it); a pool descriptor's frame is its header (0 when
+// SPH is clear) and packet bytes, delivered when the header is at most 64
+// bytes, the packet fits behind it in the 2 KiB buffer, the frame is 14
+// bytes to MaxFrame long and RXE is clear; a placed descriptor's frame is
+// delivered when SPH is set, the header is 14 to 64 bytes, the packet
+// fits its placement and RXE is clear, with the placement attached. Every
+// placement taken is counted consumed, and every buffer comes back.
+func FuzzPlaceWriteBacks(f *testing.F) {
+	seed := make([]byte, 16*10)
+	for i := range 10 {
+		d := seed[16*i:]
+		binary.LittleEndian.PutUint16(d[2:], 1<<15|64<<5)
+		d[8], d[12] = 3, 200 // DD EOP, 200 bytes after the header
+	}
+	f.Add(seed)
+	bad := make([]byte, 32)
+	bad[8], bad[12] = 1, 10 // DD, no EOP
+	bad[16+8], bad[16+12] = 3, 10
+	f.Add(bad)
+
+	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer plat.Close()
+	pool, err := nicdrv.NewPool(plat.IOMMU(), nicdrv.PoolOptions{Buffers: 256})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer pool.Close()
+	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer pools.Close()
+	const mf, posted = 1518, 12
+	mem := make([]byte, posted*2048)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		const size = 32
+		n := &NIC{d: drv.Device{Regs: tailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, Placement: true, Queues: 1},
+			info: nicdrv.Info{PlaceHeader: placeHeader, PlaceMin: mf - placeHeader}}
+		ring := make([]byte, size*16)
+		r := newRxQueue(n, 0, ring, 0)
+		n.rx = []*rxQueue{r}
+		r.refill()
+		ahead := int(r.tail)
+		ps := make([]nicdrv.Placement, posted)
+		for i := range ps {
+			ps[i] = nicdrv.Placement{Mem: mem[i*2048 : i*2048+mf-placeHeader], IOVA: uint64(1<<40 + i*2048)}
+		}
+		if k, err := r.post(ps); k != posted || err != nil {
+			t.Fatalf("post: %d, %v", k, err)
+		}
+		k := min(len(raw)/16, int(r.rdt))
+		copy(ring, raw[:16*k])
+		type frame struct{ data, placed int }
+		var want []frame
+		consumed, open := 0, false
+		for i := 0; i < k; i++ {
+			d := raw[16*i:]
+			st := binary.LittleEndian.Uint32(d[8:])
+			if st&1 == 0 {
+				break
+			}
+			hi := binary.LittleEndian.Uint16(d[2:])
+			h, l := 0, int(binary.LittleEndian.Uint16(d[12:]))
+			if hi&0x8000 != 0 {
+				h = int(hi>>5) & 0x3FF
+			}
+			placed := i >= ahead
+			if placed {
+				consumed++
+			}
+			ok := !open && st&(1<<29) == 0
+			if placed {
+				ok = ok && hi&0x8000 != 0 && h >= 14 && h <= placeHeader && l <= mf-placeHeader
+			} else {
+				ok = ok && h <= placeHeader && placeHeader+l <= 2048 && h+l >= 14 && h+l <= mf
+			}
+			if st&2 == 0 {
+				open = true
+				continue
+			}
+			if ok {
+				if placed {
+					want = append(want, frame{h, l})
+				} else {
+					want = append(want, frame{h + l, -1})
+				}
+			}
+			open = false
+		}
+		out := make([]*nicdrv.Buffer, 64)
+		got, err := r.batch(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != len(want) {
+			t.Fatalf("delivered %d frames, want %d (%v)", got, len(want), want)
+		}
+		for i, b := range out[:got] {
+			ext, _ := b.Attached()
+			if len(b.Data) != want[i].data || (want[i].placed < 0) != (ext == nil) || ext != nil && len(ext) != want[i].placed || b.Next != nil {
+				t.Fatalf("frame %d: %d bytes, %d placed (%v); want %+v", i, len(b.Data), len(ext), ext != nil, want[i])
+			}
+		}
+		if r.consumed != uint64(consumed) {
+			t.Fatalf("%d placements consumed, want %d", r.consumed, consumed)
+		}
+		if err := pool.Free(out[:got]...); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.release(); err != nil {
+			t.Fatal(err)
+		}
+		if r.consumed != posted {
+			t.Fatalf("after release %d of %d placements consumed", r.consumed, posted)
+		}
+		if pool.Available() != pool.Len() {
+			t.Fatalf("%d of %d buffers back in the pool", pool.Available(), pool.Len())
+		}
+		if h := pools.Header[0]; h.Available() != h.Len() {
+			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
+		}
+	})
+}

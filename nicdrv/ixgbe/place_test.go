@@ -1,0 +1,225 @@
+package ixgbe_test
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+)
+
+// placeFrame is frame seq of n bytes from src to dst: a pattern that
+// names its sequence number in every byte.
+func placeFrame(dst, src nicdrv.MAC, seq, n int) []byte {
+	fr := make([]byte, n)
+	copy(fr[0:6], dst[:])
+	copy(fr[6:12], src[:])
+	fr[12], fr[13] = 0x88, 0xB5
+	for i := 14; i < n; i++ {
+		fr[i] = byte(seq*31 + i)
+	}
+	return fr
+}
+
+func sendFrames(t *testing.T, n nicdrv.NIC, frames [][]byte) {
+	t.Helper()
+	for len(frames) > 0 {
+		bufs := make([]*nicdrv.Buffer, min(len(frames), 32))
+		k, err := n.Pool(0).Alloc(bufs)
+		if err != nil && k == 0 {
+			t.Fatalf("alloc: %v", err)
+		}
+		for i := range k {
+			copy(bufs[i].SetLen(len(frames[i])), frames[i])
+		}
+		sent, err := n.TxBatch(0, bufs[:k])
+		if err != nil {
+			t.Fatalf("TX: %v", err)
+		}
+		_ = n.Pool(0).Free(bufs[sent:k]...)
+		frames = frames[sent:]
+	}
+}
+
+// recvFrames receives k frames from queue 0 of n, within a bounded wait.
+func recvFrames(t *testing.T, n nicdrv.NIC, k int) []*nicdrv.Buffer {
+	t.Helper()
+	var got []*nicdrv.Buffer
+	buf := make([]*nicdrv.Buffer, 32)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < k {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d frames", len(got), k)
+		}
+		m, err := n.RxBatch(0, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:m]...)
+		if m == 0 {
+			runtime.Gosched()
+		}
+	}
+	return got
+}
+
+func openPlacePair(t *testing.T) (a, b *ixgbe.NIC) {
+	p := newPlatform(t, emulated.DefaultIXGBEOptions())
+	var err error
+	if a, err = ixgbe.Open(p.Functions()[0], ixgbe.DefaultOptions()); err != nil {
+		t.Fatal(err)
+	}
+	o := ixgbe.DefaultOptions()
+	o.Placement = true
+	if b, err = ixgbe.Open(p.Functions()[1], o); err != nil {
+		_ = a.Close()
+		t.Fatal(err)
+	}
+	for _, n := range []*ixgbe.NIC{a, b} {
+		if _, err := n.WaitLink(true, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
+// TestPlacement posts placements in a receive buffer on the emulated
+// 82599: the frames after the pool descriptors ahead land with their first
+// 64 bytes in a header buffer and the rest in the placement, byte-exact
+// and in posting order; frames before and after arrive whole in pool
+// Buffers; short placements and a NIC opened without placement are
+// refused; placements left posted at Close leave no mapping or fault.
+func TestPlacement(t *testing.T) {
+	a, b := openPlacePair(t)
+	info := b.Info()
+	if info.PlaceHeader != 64 || info.PlaceMin != info.MaxFrame-64 {
+		t.Fatalf("Info: PlaceHeader %d, PlaceMin %d (MaxFrame %d)", info.PlaceHeader, info.PlaceMin, info.MaxFrame)
+	}
+	const placed, size = 16, 1514
+	stride := size - 64
+	mem := make([]byte, placed*stride+info.PlaceMin)
+	m, err := b.Pool(0).DMA().Map(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]nicdrv.Placement, placed)
+	for i := range ps {
+		iova, contig, err := m.IOVA(i * stride)
+		if err != nil || contig < info.PlaceMin {
+			t.Fatalf("placement %d: IOVA-contiguous for %d bytes (%v): the emulated IOMMU maps a heap buffer in one piece", i, contig, err)
+		}
+		ps[i] = nicdrv.Placement{Mem: mem[i*stride : i*stride+info.PlaceMin], IOVA: iova}
+	}
+
+	if _, err := a.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("PostRx on a NIC opened without Placement: %v, want ErrNotSupported", err)
+	}
+	short := nicdrv.Placement{Mem: mem[:info.PlaceMin-1], IOVA: ps[0].IOVA}
+	if k, err := b.PostRx(0, []nicdrv.Placement{short}); k != 0 || !errors.Is(err, nicdrv.ErrFrameSize) {
+		t.Errorf("PostRx of a %d-byte placement: %d taken, %v; want 0 and ErrFrameSize", len(short.Mem), k, err)
+	}
+
+	st := b.RxPlacement(0)
+	if st.Ahead == 0 || st.Posted != 0 {
+		t.Fatalf("idle queue: %+v, want pool descriptors ahead and nothing posted", st)
+	}
+	ahead := st.Ahead
+	if k, err := b.PostRx(0, ps); k != placed || err != nil {
+		t.Fatalf("PostRx: %d of %d taken: %v", k, placed, err)
+	}
+	if st := b.RxPlacement(0); st.Ahead != ahead+placed || st.Posted != placed || st.Consumed != 0 {
+		t.Fatalf("after posting: %+v", st)
+	}
+	// ahead frames to pool buffers, placed to the placements (the last a
+	// small one, all in the header buffer), then more to pool buffers.
+	var frames [][]byte
+	for i := range ahead + placed + 12 {
+		n := size
+		if i == ahead+placed-1 || i%5 == 4 {
+			n = 60
+		}
+		frames = append(frames, placeFrame(b.MAC(), a.MAC(), i, n))
+	}
+	sendFrames(t, a, frames)
+	got := recvFrames(t, b, len(frames))
+	checkPlaced(t, got, frames, ps, ahead)
+	for _, g := range got {
+		if err := g.Pool().Free(g); err != nil {
+			t.Error(err)
+		}
+	}
+	if st := b.RxPlacement(0); st.Consumed != placed {
+		t.Errorf("after the frames: %+v, want %d consumed", st, placed)
+	}
+
+	// Placements left posted at Close are consumed and unreachable.
+	if k, err := b.PostRx(0, ps[:4]); k != 4 || err != nil {
+		t.Fatalf("PostRx: %d: %v", k, err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.RxPlacement(0); st.Consumed != st.Posted {
+		t.Errorf("after Close: %+v, want every placement consumed", st)
+	}
+	if err := b.Pool(0).DMA().Unmap(m); err != nil {
+		t.Error(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrClosed) {
+		t.Errorf("PostRx after Close: %v", err)
+	}
+}
+
+// checkPlaced checks received frames against the frames sent: the ahead
+// first and those after the placements whole in pool Buffers, the others
+// split between a header buffer and their placement.
+func checkPlaced(t *testing.T, got []*nicdrv.Buffer, frames [][]byte, ps []nicdrv.Placement, ahead int) {
+	t.Helper()
+	placed := len(ps)
+	for i, g := range got {
+		fr := frames[i]
+		ext, iova := g.Attached()
+		inPlace := i >= ahead && i < ahead+placed
+		if inPlace != (ext != nil) {
+			t.Fatalf("frame %d: placed %v, want %v", i, ext != nil, inPlace)
+		}
+		if !inPlace {
+			if g.Next != nil || !bytes.Equal(g.Data, fr) {
+				t.Fatalf("frame %d in a pool buffer: %d bytes in %d buffers, want the %d-byte frame whole", i, g.FrameLen(), g.Segments(), len(fr))
+			}
+			continue
+		}
+		p := ps[i-ahead]
+		h := min(64, len(fr))
+		if !bytes.Equal(g.Data, fr[:h]) || !bytes.Equal(ext, fr[h:]) {
+			t.Fatalf("frame %d: header %d bytes, placed %d: not the frame's", i, len(g.Data), len(ext))
+		}
+		if iova != p.IOVA || len(ext) > 0 && unsafe.SliceData(ext) != unsafe.SliceData(p.Mem) {
+			t.Fatalf("frame %d landed outside its placement", i)
+		}
+		if !bytes.Equal(p.Mem[:len(ext)], fr[h:]) {
+			t.Fatalf("frame %d: the placement's memory does not hold its payload", i)
+		}
+	}
+}
+
+// TestPlacementOptions: Placement is refused with header split and with
+// jumbo frames, naming the conflict.
+func TestPlacementOptions(t *testing.T) {
+	p := newPlatform(t, emulated.DefaultIXGBEOptions())
+	for _, o := range []ixgbe.Options{{Placement: true, HeaderSplit: true}, {Placement: true, MaxFrame: 9018}} {
+		n, err := ixgbe.Open(p.Functions()[0], o)
+		if err == nil {
+			_ = n.Close()
+			t.Errorf("Open(%+v) succeeded", o)
+		}
+	}
+}
