@@ -42,6 +42,7 @@ func (p *partner) sendAck() {
 // through the rings, after ringAcks messages, else after ringAckDelay.
 func (p *partner) noteReceived(lean bool) {
 	b := p.ep.b
+	b.wakeTicks() // progress.go
 	p.notAcked++
 	every, delay := b.opts.NotAckedMax, b.tailAckDelay()
 	rings := lean && p.rings() != nil

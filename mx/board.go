@@ -58,7 +58,20 @@ type Board struct {
 	// every tick only.
 	tickBusy time.Duration
 	lastBusy int64
-	base     time.Time
+	// An idle board's ticks stretch (progress.go): idleTick is their
+	// period (0 while the board ticks every tick or tickBusy), quietRuns
+	// counts the ticks in a row that found nothing to time, fineTicks
+	// says the fine timer keeps the ticks until the progress goroutine
+	// has looked again (looks moved past fineMark), and tickRuns counts
+	// the periodic timer runs. All under mu but looks, which the
+	// progress goroutine adds to after each of its waits.
+	idleTick  time.Duration
+	quietRuns int
+	fineTicks bool
+	fineMark  uint64
+	tickRuns  uint64
+	looks     atomic.Uint64
+	base      time.Time
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
@@ -337,8 +350,12 @@ func (b *Board) Close() error {
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for
 		// whoever owns Recv to finish its batch before the transport
-		// unmaps them. Recv waits are bounded by the board's tick, so
-		// this takes at most one tick.
+		// unmaps them. Recv waits until the board's next tick, which an
+		// idle board stretches (progress.go): a transport that can be
+		// woken is asked to return at once.
+		if s := b.src.sleeper; s != nil {
+			s.Wake()
+		}
 		b.src.mu.Lock()
 		err = b.tr.Close()
 		b.src.mu.Unlock()

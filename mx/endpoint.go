@@ -253,6 +253,7 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 	r.match = match
 	r.status = Status{Match: match, Context: ctx, Source: Addr{NIC: nic, Endpoint: epID}}
 	p.connecting.push(r)
+	b.wakeTicks() // progress.go
 	b.setNow()
 	p.sendConnect(r)
 	return r, nil

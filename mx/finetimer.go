@@ -88,8 +88,17 @@ func (b *Board) fineTimer() {
 			return
 		}
 		b.armed = 0
-		if d := b.due.Load(); d != 0 && b.clock() >= d {
+		if b.fineTicks && b.clock() >= b.nextTick.Load() {
+			b.timersLocked(false) // the tick of a board that was idle (progress.go)
+		} else if d := b.due.Load(); d != 0 && b.clock() >= d {
 			b.runTimersLocked()
+		}
+		if b.fineTicks {
+			if b.idleTick != 0 || b.looks.Load() != b.fineMark {
+				b.fineTicks = false // the progress goroutine keeps them again
+			} else {
+				b.armFine(b.nextTick.Load())
+			}
 		}
 		if d := b.due.Load(); d != 0 {
 			b.armFine(d)

@@ -86,6 +86,7 @@ func (e *Endpoint) freeRegion(i int) *zcSend {
 func (e *Endpoint) queueSend(r *Request) {
 	e.cnt[SendsQueued]++
 	e.resq.push(r)
+	e.b.wakeTicks() // progress.go
 }
 
 // kickSends starts the sends waiting in the resource queue, in order,
@@ -251,6 +252,7 @@ func (e *Endpoint) ringPull(r *Request, p *partner, match uint64, msgLen, total 
 	pl.handle = uint32(slot) | (rand.Uint32() << 10)
 	pl.magic = pullMagic(e.id)
 	e.pulls[slot] = pl
+	b.wakeTicks() // progress.go
 	if pl.bulk = bulk; pl.bulk {
 		b.pulling.Add(1) // its replies come over the transport (sleep.go)
 	}
@@ -613,6 +615,7 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 		return
 	}
 	reg.lastPull = b.now()
+	b.wakeTicks() // progress.go: the NOTIFY is timed (largefail.go)
 	off, end := int(start), int(start+bl)
 	roff := int(h.RegionOffset)
 	// In place where the transport can (zerocopy.go): the header in the

@@ -168,6 +168,7 @@ func (p *partner) hold(f []byte) {
 	p.held = append(p.ep.b.getBuf(), f...)
 	p.ep.cnt[LeanHeld]++
 	p.ep.b.anyHeld = true
+	p.ep.b.wakeTicks() // progress.go
 }
 
 // retryHeld offers the held lean frames again, and then the early frames

@@ -16,7 +16,8 @@ import "time"
 // So each timer run measures the gap since the previous one. A running
 // board runs its timers at least every tick (the receive loop never waits
 // longer), so the part of a gap beyond liveClock.slack is a stall of the board
-// itself. Stalls are summed, and noted with the time they ended; overdue
+// itself. An idle board, which stretches its ticks (progress.go), plans a
+// longer gap: what it planned is not a stall either. Stalls are summed, and noted with the time they ended; overdue
 // takes from a silence the stalls that ended during it. Only the verdicts
 // use it: resends and round-trip samples keep wall time (a stall makes
 // its resends due at once, as before), and a verdict that was due before
@@ -36,6 +37,7 @@ const maxStallMarks = 64
 // forgotten.
 type liveClock struct {
 	slack   int64
+	planned int64 // how much later than a tick an idle board planned its next run (progress.go)
 	lastRun int64
 	stalled int64
 	marks   []stallMark
@@ -58,7 +60,7 @@ func stallSlackFor(tick time.Duration) int64 {
 func (b *Board) noteTimerRun(now int64) {
 	l := &b.live
 	if l.lastRun != 0 {
-		if s := now - l.lastRun - l.slack; s > 0 {
+		if s := now - l.lastRun - l.slack - l.planned; s > 0 {
 			l.stalled += s
 			b.cnt[BoardStalls]++
 			if len(l.marks) == maxStallMarks {
@@ -69,6 +71,7 @@ func (b *Board) noteTimerRun(now int64) {
 		}
 	}
 	l.lastRun = max(l.lastRun, now)
+	l.planned = 0
 }
 
 // overdue reports whether budget has passed since since on the board's

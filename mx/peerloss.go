@@ -47,6 +47,9 @@ func (b *Board) collectLost() {
 	if b.host != nil {
 		b.lost = b.host.tr.LostPeers(b.lost)
 	}
+	if len(b.lost) > 0 {
+		b.wakeTicks() // progress.go
+	}
 }
 
 // newSession is called when p begins a session with an incarnation of

@@ -46,6 +46,34 @@ func (b *Board) now() int64 {
 // ticking at tickBusy.
 const busyLinger = 100 * time.Millisecond
 
+// An idle board sleeps.
+//
+// A board ticks to time what is in flight: unacked sends, owed acks,
+// connects, pulls, a large send's NOTIFY, held lean frames, queued sends,
+// the copy engine's and zero-copy sends' completions, peers the transport
+// saw go. A board with none of these has nothing to time, and on a node
+// running a rank per core (or more) its ticks, each a wake-up of the
+// progress goroutine, of a sleeping waiter and of the Go runtime's
+// sysmon, came out of the CPUs the busy ranks need. So once idleAfter
+// ticks in a row found nothing to time (quietLocked), each tick doubles
+// the period of the next (idleTick), up to idleTickMax. Whatever starts
+// timed work calls wakeTicks, which brings the next tick back to
+// tickBusy from now and, since the progress goroutine or a sleeping
+// waiter may be waiting for the stretched tick, sets the fine timer
+// (finetimer.go) to fire it; the fine timer keeps the ticks until the
+// progress goroutine has looked again, which then waits for them
+// itself. Frames and application calls wake the board as before: a
+// stretched tick only delays the periodic duties of a board that has
+// none. The oversubscription count (oversub.go) and the machine's
+// descheduling window (descheduled.go) move at every timer run, so an
+// idle board counts again when it wakes, not on a schedule of its own.
+// The liveness clock (liveness.go) does not take a stretched tick for a
+// stall of the board. Without a fine timer the ticks never stretch.
+const (
+	idleAfter   = 4
+	idleTickMax = time.Second
+)
+
 // timersLocked runs every periodic duty when a tick is due (or force),
 // and the retransmission timers alone when only a noted deadline is
 // (finetimer.go).
@@ -61,11 +89,78 @@ func (b *Board) timersLocked(force bool) {
 		return
 	}
 	b.runTimersLocked()
-	next := b.now() + int64(b.tick)
-	if b.now()-b.lastBusy < int64(busyLinger) {
-		next = b.now() + int64(b.tickBusy)
+	b.tickRuns++
+	now := b.now()
+	next := now + int64(b.tick)
+	if now-b.lastBusy < int64(busyLinger) {
+		next = now + int64(b.tickBusy)
+	}
+	if b.fine != nil && now-b.lastBusy >= int64(busyLinger) && b.quietLocked() {
+		b.quietRuns++
+	} else {
+		b.quietRuns, b.idleTick = 0, 0
+	}
+	if b.quietRuns > idleAfter {
+		b.idleTick = min(max(2*b.idleTick, 2*b.tick), idleTickMax)
+		next = now + int64(b.idleTick)
+		b.live.planned = int64(b.idleTick - b.tick) // liveness.go
 	}
 	b.nextTick.Store(next)
+}
+
+// quietLocked reports whether the board has nothing to time: nothing in
+// flight, owed or waiting that a timer run would act on (b.mu held).
+func (b *Board) quietLocked() bool {
+	if b.due.Load() != 0 || len(b.pcopies) > 0 || len(b.toStamp) > 0 || len(b.ackOwed) > 0 ||
+		len(b.lost) > 0 || b.anyHeld || (b.zc != nil && len(b.zc.drain) > 0) {
+		return false
+	}
+	for _, e := range b.eps {
+		if e == nil {
+			continue
+		}
+		if e.resq.Len() > 0 {
+			return false
+		}
+		for _, p := range e.plist {
+			if (p.notAcked > 0 || p.ackStale) && p.ackDeadline != 0 || p.unacked.Len() > 0 ||
+				p.waitq.Len() > 0 || p.connecting.Len() > 0 || p.held != nil {
+				return false
+			}
+		}
+		for _, pl := range e.pulls {
+			if pl != nil {
+				return false
+			}
+		}
+		for i := range e.regions {
+			if reg := &e.regions[i]; reg.used && reg.lastPull != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// wakeTicks is called by whatever starts work the ticks time: on an idle
+// board it brings the next tick back to tickBusy from now (b.mu held; see
+// above).
+func (b *Board) wakeTicks() {
+	b.quietRuns = 0
+	if b.idleTick != 0 {
+		b.unidle()
+	}
+}
+
+// unidle ends an idle board's stretched ticks (wakeTicks).
+func (b *Board) unidle() {
+	b.idleTick = 0
+	t := b.clock() + int64(b.tickBusy)
+	if t < b.nextTick.Load() {
+		b.nextTick.Store(t)
+	}
+	b.fineTicks, b.fineMark = true, b.looks.Load()
+	b.armFine(t)
 }
 
 // runTimersLocked runs every endpoint's periodic duties now. It leaves
@@ -114,7 +209,7 @@ func (b *Board) progress() {
 			// woken for each tick waits for the runtime to preempt a
 			// poller (every 10 ms, a signal) and then takes its P.
 			if s.polling() == 0 || s.asleep.Load() {
-				d = min(d, b.tick, time.Duration(b.nextTick.Load()-b.clock()))
+				d = min(d, time.Duration(b.nextTick.Load()-b.clock()))
 			}
 			timer.Reset(max(d, time.Microsecond))
 			select {
@@ -123,6 +218,7 @@ func (b *Board) progress() {
 			case <-s.wake:
 			case <-timer.C:
 			}
+			b.looks.Add(1)
 			b.mu.Lock()
 			b.timersLocked(false)
 			b.unlock()
@@ -133,7 +229,10 @@ func (b *Board) progress() {
 		if wait < 0 {
 			wait = 0
 		}
-		wait = min(wait+time.Microsecond, b.tick)
+		wait = min(wait+time.Microsecond, idleTickMax)
+		if s.sleeper == nil && s.kick == nil {
+			wait = min(wait, b.tick) // Close cannot end its Recv sooner
+		}
 		if b.opts.BusyPoll && s.kick == nil {
 			wait = min(wait, pollHandover) // a poller may be waiting for Recv
 		}
@@ -144,6 +243,7 @@ func (b *Board) progress() {
 		n, err := b.tr.Recv(s.rx, wait)
 		woke := b.woke.Load() // what this batch and the timers wake
 		b.loopOut.Add(1)
+		b.looks.Add(1)
 		b.mu.Lock()
 		b.handleBatchLocked(s, s.rx[:n])
 		b.rxOwned = s // its verdicts may drain s (verdict.go)

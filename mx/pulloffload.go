@@ -192,6 +192,7 @@ func (pl *pull) offloadReply(off int, payload []byte) bool {
 	pl.r.engine.Add(1) // its waiters step aside (poll.go)
 	pl.e.engCopies.Add(1)
 	b.pcopies = append(b.pcopies, c)
+	b.wakeTicks() // progress.go
 	if startErr != nil {
 		b.reapCopy(c, startErr) // waits for what started, then the CPU copies
 		b.removeCopy(c)

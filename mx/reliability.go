@@ -195,6 +195,7 @@ func (p *partner) transmitNew(r *Request) {
 	r.firstSend = p.ep.b.now()
 	p.sendSeq = seqNext(p.sendSeq)
 	p.unacked.push(r)
+	p.ep.b.wakeTicks() // progress.go
 	p.transmit(r)
 	p.ep.b.noteDue(r.lastSend + p.pto(0))
 }
@@ -457,6 +458,7 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 			// An older one: ack after AckDelay, once however many come, so
 			// a flood of stale frames cannot make us flood acks.
 			p.ackStale = true
+			e.b.wakeTicks() // progress.go
 			p.ackDeadline = e.b.now() + int64(e.b.opts.AckDelay)
 		}
 	}

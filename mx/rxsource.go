@@ -115,8 +115,9 @@ func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	if s.polling() > 0 {
 		if s.asleep.Load() {
 			// A waiter sleeps on it (sleep.go) and hands it back
-			// itself (s.wake): look again for the timers only.
-			return true, b.tick
+			// itself (s.wake): look again for the timers only (at
+			// the next tick, progress.go).
+			return true, idleTickMax
 		}
 		return true, grace
 	}

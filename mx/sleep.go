@@ -369,8 +369,8 @@ func (b *Board) handBack(srcs []*rxSource) {
 }
 
 // sleepOnce sleeps in the kernel on the owned sources and the board's
-// eventfd until one is readable, the board's tick passes (its timers and
-// a closing board are looked at then) or deadline (zero: none). It arms
+// eventfd until one is readable, the board's next tick comes (its timers
+// are looked at then) or deadline (zero: none). It arms
 // the eventfd first and then checks the condition again: whoever changes
 // it after that check sees the sleep armed and writes the eventfd
 // (ringSleeper), and whoever changed it before is seen by the check.
@@ -387,7 +387,9 @@ func (b *Board) sleepOnce(srcs []*rxSource, holds func() bool, e *Endpoint, gen 
 		sleep = false
 	}
 	if sleep {
-		wait := b.tick
+		// Until the next tick, which an idle board stretches
+		// (progress.go), and at least a tick.
+		wait := min(max(time.Duration(b.nextTick.Load()-b.clock()), b.tick), idleTickMax)
 		if !deadline.IsZero() {
 			wait = min(wait, time.Until(deadline))
 		}

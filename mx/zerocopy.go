@@ -271,6 +271,7 @@ func (b *Board) zcHold(e *Endpoint, r *Request, zs *zcSend, code error) bool {
 		return false
 	}
 	b.zc.drain = append(b.zc.drain, zcDone{e: e, r: r, zs: zs, code: code})
+	b.wakeTicks() // progress.go
 	return true
 }
 
