@@ -69,7 +69,14 @@ func (r *rxQueue) refillPlace() {
 	if (r.tail+r.size-r.next)%r.size >= placePoolAhead {
 		return
 	}
+	from := r.tail
 	r.tail = r.fill.Fill(r.tail, (r.next+placePoolAhead)%r.size)
+	for s := from; s != r.tail; {
+		r.encode(s)
+		if s++; s == r.size {
+			s = 0
+		}
+	}
 }
 
 // writeTail hands the NIC every slot filled.
