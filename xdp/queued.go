@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/internal/porttable"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -83,7 +84,7 @@ func (s *PortSteering) Remove() error {
 	if s.removed.Swap(true) {
 		return nil
 	}
-	s.t.queues.unsteer(s.Port)
+	s.t.queues.soft.Delete(s.Port)
 	if !s.Hardware() {
 		return nil
 	}
@@ -99,43 +100,14 @@ func (s *PortSteering) Remove() error {
 // ports steered, as a copy-on-write table read by every queue's receive
 // path without a lock.
 type queueSet struct {
-	mu     sync.Mutex // opening and closing queues
-	open   []atomic.Pointer[Transport]
-	nopen  atomic.Int32
-	soft   atomic.Pointer[map[uint16]int] // port to queue
-	softMu sync.Mutex
+	mu    sync.Mutex // opening and closing queues
+	open  []atomic.Pointer[Transport]
+	nopen atomic.Int32
+	soft  porttable.Table // port to queue
 }
 
 func newQueueSet(n int) *queueSet {
-	s := &queueSet{open: make([]atomic.Pointer[Transport], n)}
-	s.soft.Store(&map[uint16]int{})
-	return s
-}
-
-// steer enters port in the software table.
-func (s *queueSet) steer(port uint16, q int) {
-	s.softMu.Lock()
-	defer s.softMu.Unlock()
-	next := map[uint16]int{port: q}
-	for k, v := range *s.soft.Load() {
-		if k != port {
-			next[k] = v
-		}
-	}
-	s.soft.Store(&next)
-}
-
-// unsteer takes port out of the software table.
-func (s *queueSet) unsteer(port uint16) {
-	s.softMu.Lock()
-	defer s.softMu.Unlock()
-	next := map[uint16]int{}
-	for k, v := range *s.soft.Load() {
-		if k != port {
-			next[k] = v
-		}
-	}
-	s.soft.Store(&next)
+	return &queueSet{open: make([]atomic.Pointer[Transport], n)}
 }
 
 // queueLink is what a queue transport has beyond a transport's: its
@@ -339,7 +311,7 @@ func (t *Transport) Steer(port uint16, q int) (*PortSteering, error) {
 	default:
 		return nil, err
 	}
-	t.queues.steer(port, q)
+	t.queues.soft.Set(port, q)
 	return st, nil
 }
 
@@ -358,7 +330,7 @@ func (t *Transport) queuesOpen() error {
 // dropped, and counted either way).
 func (t *Transport) handOver(h UDPHeader, data []byte) bool {
 	b := t.queue.board
-	k, ok := (*b.queues.soft.Load())[h.DstPort]
+	k, ok := b.queues.soft.Lookup(h.DstPort)
 	if !ok || k == t.queue.index {
 		return false
 	}

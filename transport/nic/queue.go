@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/porttable"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/framing"
@@ -79,7 +80,7 @@ func (s *Steering) Remove() error {
 		}
 		return nil
 	}
-	s.t.queues.unsteer(s.Port)
+	s.t.queues.soft.Delete(s.Port)
 	return nil
 }
 
@@ -89,10 +90,10 @@ type queueSet struct {
 	mu      sync.Mutex                  // opening and closing queues
 	open    []atomic.Pointer[Transport] // by queue
 	nopen   atomic.Int32
-	soft    atomic.Pointer[map[uint16]int] // port to queue, copy-on-write
-	softMu  sync.Mutex
+	soft    porttable.Table     // port to queue, steered in software
+	addrMu  sync.Mutex          // orders addrs
 	orphans []*region           // mappings of closed queues, unmapped at the board's Close
-	addrs   map[netip.Addr]bool // queue addresses in use (RSS steering), under softMu
+	addrs   map[netip.Addr]bool // queue addresses in use (RSS steering), under addrMu
 }
 
 // maxAddrTries bounds how many addresses of Options.QueueAddrs OpenQueue
@@ -105,8 +106,8 @@ const maxAddrTries = 4096
 // false when the RSS key lets the sender choose the queue (no address
 // steers) or no address of the prefix's first maxAddrTries does.
 func (s *queueSet) pickAddr(rss *nicdrv.RSS, prefix netip.Prefix, port uint16, q int) (netip.Addr, bool) {
-	s.softMu.Lock()
-	defer s.softMu.Unlock()
+	s.addrMu.Lock()
+	defer s.addrMu.Unlock()
 	a := prefix.Masked().Addr()
 	last := netip.Addr{}
 	if prefix.Bits() <= 30 {
@@ -141,42 +142,13 @@ func (s *queueSet) pickAddr(rss *nicdrv.RSS, prefix netip.Prefix, port uint16, q
 
 // release frees a queue address.
 func (s *queueSet) release(a netip.Addr) {
-	s.softMu.Lock()
-	defer s.softMu.Unlock()
+	s.addrMu.Lock()
+	defer s.addrMu.Unlock()
 	delete(s.addrs, a)
 }
 
 func newQueueSet(n int) *queueSet {
-	s := &queueSet{open: make([]atomic.Pointer[Transport], n)}
-	s.soft.Store(&map[uint16]int{})
-	return s
-}
-
-// steer adds port to the software table.
-func (s *queueSet) steer(port uint16, q int) {
-	s.softMu.Lock()
-	defer s.softMu.Unlock()
-	cur := *s.soft.Load()
-	next := make(map[uint16]int, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
-	}
-	next[port] = q
-	s.soft.Store(&next)
-}
-
-// unsteer takes port out of the software table.
-func (s *queueSet) unsteer(port uint16) {
-	s.softMu.Lock()
-	defer s.softMu.Unlock()
-	cur := *s.soft.Load()
-	next := make(map[uint16]int, len(cur))
-	for k, v := range cur {
-		if k != port {
-			next[k] = v
-		}
-	}
-	s.soft.Store(&next)
+	return &queueSet{open: make([]atomic.Pointer[Transport], n)}
 }
 
 // unmapOrphans unmaps the regions of queue transports closed while the NIC
@@ -329,7 +301,7 @@ func (t *Transport) Steer(port uint16, q int) (*Steering, error) {
 	case err == nil:
 		s.Rule = id
 	case errors.Is(err, nicdrv.ErrNotSupported), errors.Is(err, nicdrv.ErrTableFull):
-		t.queues.steer(port, q)
+		t.queues.soft.Set(port, q)
 	default:
 		return nil, fmt.Errorf("transport/nic: steer port %d to queue %d: %w", port, q, err)
 	}
@@ -364,7 +336,7 @@ func (t *Transport) queuesOpen() error {
 // forward hands b, received on this queue, to the queue its UDP port is
 // steered to in software, and reports whether it did (or dropped it).
 func (t *Transport) forward(b *nicdrv.Buffer) bool {
-	soft := *t.queue.board.queues.soft.Load()
+	soft := t.queue.board.queues.soft.Load()
 	if len(soft) == 0 {
 		return false
 	}
@@ -425,7 +397,7 @@ func (t *Transport) fromInbox(frames []transport.Frame) int {
 // the ring and the inbox in turn, yielding between looks, since a frame
 // may come from another queue.
 func (t *Transport) waitQueue(ctx context.Context) error {
-	if len(*t.queue.board.queues.soft.Load()) == 0 {
+	if t.queue.board.queues.soft.Len() == 0 {
 		_, err := t.nic.WaitRx(ctx, t.rxq)
 		return err
 	}
