@@ -35,20 +35,7 @@ func PairWith(t testing.TB, oa, ob xdp.TransportOptions) (a, b *xdp.Transport) {
 	netnstest.Require(t, RequireEnv)
 	p := netnstest.NewPair(t, 1)
 	oa.Interface, ob.Interface = p.A, p.B
-	if err := p.InA(func() (err error) {
-		a, err = xdp.NewTransport(oa)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InB(func() (err error) {
-		b, err = xdp.NewTransport(ob)
-		return err
-	}); err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
-	return a, b
+	return openPair(t, p, oa, ob)
 }
 
 // QueuedPair returns two AF_XDP transports with UDP framing (port 40000
@@ -65,6 +52,13 @@ func QueuedPair(t testing.TB, queues int) (a, b *xdp.Transport) {
 	oa, ob := o, o
 	oa.Interface, oa.UDP = p.A, netip.AddrPortFrom(p.IPA, 40000)
 	ob.Interface, ob.UDP = p.B, netip.AddrPortFrom(p.IPB, 40000)
+	return openPair(t, p, oa, ob)
+}
+
+// openPair opens a transport with oa in p's namespace A and one with ob in
+// B, or fails t (closing a when b fails).
+func openPair(t testing.TB, p *netnstest.Pair, oa, ob xdp.TransportOptions) (a, b *xdp.Transport) {
+	t.Helper()
 	if err := p.InA(func() (err error) {
 		a, err = xdp.NewTransport(oa)
 		return err
