@@ -44,21 +44,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 	bad[8], bad[11], bad[12] = 3, 1<<5, 60 // RXE
 	f.Add(bad, false, uint16(1518))
 
-	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer plat.Close()
-	pool, err := nicdrv.NewPool(plat.IOMMU(), nicdrv.PoolOptions{Buffers: 512})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer pool.Close()
-	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer pools.Close()
+	pool, pools := fuzzPools(f, 512)
 	f.Fuzz(func(t *testing.T, raw []byte, split bool, maxFrame uint16) {
 		const size = 32
 		mf := int(maxFrame)%(maxJumbo-1518+1) + 1518
@@ -145,4 +131,26 @@ func FuzzRxWriteBacks(f *testing.F) {
 			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
 		}
 	})
+}
+
+// fuzzPools returns a pool of buffers and the buffer pools of one queue
+// over it (packet buffers from the pool, and 64 header buffers), on a
+// one-port model's IOMMU, all closed when f ends.
+func fuzzPools(f *testing.F, buffers int) (*nicdrv.Pool, *drv.Pools) {
+	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { plat.Close() })
+	pool, err := nicdrv.NewPool(plat.IOMMU(), nicdrv.PoolOptions{Buffers: buffers})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { pool.Close() })
+	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { pools.Close() })
+	return pool, pools
 }

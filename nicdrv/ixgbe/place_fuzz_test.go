@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 )
@@ -34,21 +33,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 	bad[16+8], bad[16+12] = 3, 10
 	f.Add(bad)
 
-	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer plat.Close()
-	pool, err := nicdrv.NewPool(plat.IOMMU(), nicdrv.PoolOptions{Buffers: 256})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer pool.Close()
-	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer pools.Close()
+	pool, pools := fuzzPools(f, 256)
 	const mf, posted = 1518, 12
 	mem := make([]byte, posted*2048)
 	f.Fuzz(func(t *testing.T, raw []byte) {
