@@ -45,24 +45,10 @@ var zcModels = []zcModel{
 		},
 		drv: func(d pci.Device) (nicdrv.NIC, error) { return e1000e.Open(d, e1000e.DefaultOptions()) }},
 	{name: "82599",
-		open: func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
-			p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := p.Functions()
-			return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
-		},
-		drv: func(d pci.Device) (nicdrv.NIC, error) { return ixgbe.Open(d, ixgbe.DefaultOptions()) }},
+		open: openIXGBEPair,
+		drv:  func(d pci.Device) (nicdrv.NIC, error) { return ixgbe.Open(d, ixgbe.DefaultOptions()) }},
 	{name: "82599-place",
-		open: func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
-			p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := p.Functions()
-			return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
-		},
+		open: openIXGBEPair,
 		drv: func(d pci.Device) (nicdrv.NIC, error) {
 			o := ixgbe.DefaultOptions()
 			o.Placement = true
@@ -447,4 +433,14 @@ func TestZeroCopyReceiveInPlace(t *testing.T) {
 			t.Errorf("message %d: %.4f copied per byte: want at most one", i, c.RecvPerByte())
 		}
 	}
+}
+
+// openIXGBEPair opens a cabled pair of model 82599s for zcModels.
+func openIXGBEPair(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
+	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := p.Functions()
+	return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
 }
