@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +31,18 @@ type RxWaiter struct {
 	// Errorf wraps an error with the NIC and the operation.
 	Errorf func(op string, err error) error
 }
+
+// pollLooks is how many times a polling Wait looks at its rings before it
+// sleeps, and pollSleep how long each sleep lasts. Between the first looks
+// it does not yield: the goroutine that waits is often a progress thread
+// locked to its OS thread (mx's queued boards), and runtime.Gosched on a
+// locked thread hands the processor to another thread and back (two
+// futex wake-ups and two sleeps per yield). A sleep costs that once, and
+// leaves the processor to other goroutines for its length.
+const (
+	pollLooks = 64
+	pollSleep = 20 * time.Microsecond
+)
 
 // maxWait is the most queues one WaitRx sleeps on (pci.WaitAny's bound,
 // and the 82599's 64 queue pairs).
@@ -69,11 +80,10 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 			return 0, err
 		}
 		if w.IRQs == nil {
-			if i < 100 {
-				runtime.Gosched()
-			} else {
-				time.Sleep(20 * time.Microsecond)
+			if i < pollLooks {
+				continue
 			}
+			time.Sleep(pollSleep)
 			continue
 		}
 		// Arm the queues' vectors, look again, then sleep: a frame that
