@@ -485,13 +485,16 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		// without a call's loads and stores of them per frame). The
 		// first other frame goes to sendOther, whose calls would
 		// otherwise cost this loop its registers.
-		slots, tail, size, since, every := s.Slot, s.Tail, s.Size, s.SinceRS, s.RSEvery
+		slots, tail, since, every := s.Slot, s.Tail, s.SinceRS, s.RSEvery
 		ok := t.pools.Last()
-		for ; sent < len(bufs) && free > 0; sent++ {
+		// The run ends at the last frame or the last free slot; the
+		// length check is one unsigned comparison (14..maxFrame).
+		start, end, span := sent, min(len(bufs), sent+int(free)), uint(maxFrame-14)
+		for ; sent < end; sent++ {
 			b := bufs[sent]
 			l := len(b.Data)
 			if !b.Plain() || b.Next != nil || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0 ||
-				l < 14 || l > maxFrame || (b.Pool() != ok && !t.pools.OK(b)) {
+				uint(l-14) > span || (b.Pool() != ok && !t.pools.OK(b)) {
 				break
 			}
 			ok = b.Pool()
@@ -506,11 +509,11 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			w := &d[tail]
 			binary.LittleEndian.PutUint64(w[0:8], b.IOVA())
 			binary.LittleEndian.PutUint64(w[8:16], cmd)
-			if tail++; tail == size {
+			if tail++; int(tail) == len(slots) {
 				tail = 0
 			}
-			free--
 		}
+		free -= uint32(sent - start)
 		s.Tail, s.SinceRS = tail, since
 		if sent == len(bufs) {
 			break
