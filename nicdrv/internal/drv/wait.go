@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -32,24 +33,6 @@ type RxWaiter struct {
 	Errorf func(op string, err error) error
 }
 
-// pollLooks is how many times a polling Wait looks at its rings before it
-// sleeps; its first sleep lasts pollSleep, and each one after twice the
-// one before, up to pollSleepMax. It never yields with runtime.Gosched:
-// the goroutine that waits is often a progress thread locked to its OS
-// thread (mx's queued boards), and Gosched on a locked thread hands the
-// processor to another thread and back (two futex wake-ups and two sleeps
-// per yield), while a sleep costs that once and leaves the processor to
-// other goroutines for its length. Nor does it spin long: a board of
-// several queues has a waiting thread per queue, and a few of them
-// spinning fill a small machine's cores. The doubling lets a queue that
-// stays idle cost little, at the price of up to pollSleepMax of latency
-// for its first frame.
-const (
-	pollLooks    = 2
-	pollSleep    = 20 * time.Microsecond
-	pollSleepMax = 320 * time.Microsecond
-)
-
 // maxWait is the most queues one WaitRx sleeps on (pci.WaitAny's bound,
 // and the 82599's 64 queue pairs).
 const maxWait = 64
@@ -73,7 +56,6 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		}
 	}
 	var irqs [maxWait]*pci.Interrupt
-	sleep := pollSleep
 	for i := 0; ; i++ {
 		if w.Closed() {
 			return 0, w.Errorf("wait for RX", nicdrv.ErrClosed)
@@ -87,11 +69,11 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 			return 0, err
 		}
 		if w.IRQs == nil {
-			if i < pollLooks {
-				continue
+			if i < 100 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(20 * time.Microsecond)
 			}
-			time.Sleep(sleep)
-			sleep = min(2*sleep, pollSleepMax)
 			continue
 		}
 		// Arm the queues' vectors, look again, then sleep: a frame that
