@@ -100,17 +100,17 @@ fill:
 	return s
 }
 
-// fill1 is Fill for one buffer per slot, in one pass: it takes a buffer
-// for each of the want slots from the pool at once (the slots are empty
-// but after a refill cut short or a dropped descriptor, so the guess is
-// nearly always right), fills the empty slots in ring order and gives back
-// what is left over.
+// fill1 is Fill for one buffer per slot. The slots are empty but after a
+// refill cut short or a dropped descriptor: when all want of them are, the
+// pool's Alloc writes the buffers into the slots themselves; otherwise, in
+// one pass, it takes a buffer for each of the want slots from the pool at
+// once, fills the empty slots in ring order and gives back what is left
+// over.
 func (f *RxFill) fill1(tail, want uint32) uint32 {
 	bufs := f.Bufs[0]
-	// The common refill: every slot of the run is empty. Alloc then
-	// writes the buffers into the slots themselves (in two runs when the
-	// ring wraps), and a pool that runs short leaves the first slots
-	// filled and the rest empty, as the general loop below would.
+	// Every slot of the run empty: Alloc into them (in two runs when the
+	// ring wraps). A pool that runs short leaves the first slots filled
+	// and the rest empty, as the general loop below would.
 	first, second := bufs[tail:min(tail+want, f.Size)], bufs[:0]
 	if tail+want > f.Size {
 		second = bufs[:tail+want-f.Size]
