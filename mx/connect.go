@@ -31,6 +31,7 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 	}
 	x.Flags |= wire.ExtPullStatus // largefail.go
 	x.Flags |= wire.ExtRingLean   // lean.go
+	x.Flags |= wire.ExtReplyPad   // large.go: PULLs may ask for padded replies
 	if !b.opts.Local.NoLane {
 		x.Flags |= wire.ExtRingLane | wire.ExtRingLaneMedium // lane.go
 	}

@@ -25,6 +25,7 @@ type peerInfo struct {
 	lean     bool   // both sides announced ExtRingLean (lean.go)
 	lane     bool   // and ExtRingLane (lane.go)
 	laneMed  bool   // and ExtRingLaneMedium
+	replyPad bool   // it announced ExtReplyPad: it pads the replies a PULL asks it to (placerecv.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -99,6 +100,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.lean = pi.gomx && h.Ext.Flags&wire.ExtRingLean != 0
 	pi.lane = pi.lean && !b.opts.Local.NoLane && h.Ext.Flags&wire.ExtRingLane != 0
 	pi.laneMed = pi.lane && h.Ext.Flags&wire.ExtRingLaneMedium != 0
+	pi.replyPad = pi.gomx && h.Ext.Flags&wire.ExtReplyPad != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

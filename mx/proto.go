@@ -360,19 +360,23 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		}
 		b.handleNackLib(nic, &m)
 	case wire.TypePull:
-		m, err := wire.DecodePull(h, b.ord)
+		var ext uint8
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.replyPad {
+			ext = wire.ExtReplyPad
+		}
+		m, err := wire.DecodePull(h, b.ord, ext)
 		if err != nil {
 			b.cnt[DropBadPull]++
 			return
 		}
 		b.handlePull(nic, &m)
 	case wire.TypePullReply:
-		m, payload, err := wire.DecodePullReply(h, b.ord)
+		m, _, err := wire.DecodePullReply(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadPullReply]++
 			return
 		}
-		b.handlePullReply(nic, &m, payload)
+		b.handlePullReply(nic, &m, data[wire.HeadLen:])
 	case wire.TypeNackMCP:
 		m, err := wire.DecodeNackMCP(h, b.ord)
 		if err != nil {

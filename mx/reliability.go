@@ -74,6 +74,7 @@ type partner struct {
 	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
 	lane     bool // and tiny and small ones go as lane records (lane.go)
 	laneMed  bool // and mediums of one fragment too
+	replyPad bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
 	stride   int
 	replyLen int
 	context  any       // Endpoint.SetAddrContext
@@ -172,11 +173,11 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.lean, p.lane, p.laneMed = false, false, false, false, false
+		p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad = false, false, false, false, false, false
 		p.stride, p.replyLen = fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc, p.sack, p.lean, p.lane, p.laneMed = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed
+	p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed, pi.replyPad
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 

@@ -78,6 +78,12 @@ const (
 	// bytes), and as a receiver it reads them. Used when both sides set it
 	// (and ExtRingLane).
 	ExtRingLaneMedium = 1 << 5
+	// ExtReplyPad: the sender, as the owner of a region, honours
+	// Pull.ReplyPad: it puts that many zero bytes between each
+	// PULL_REPLY's header and its payload and cuts the block with the
+	// reply length less the pad. A puller sets a nonzero ReplyPad only in
+	// PULLs to a board that announced it.
+	ExtReplyPad = 1 << 6
 )
 
 func hasConnectExt(p []byte, o Order) bool {
