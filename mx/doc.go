@@ -285,7 +285,8 @@
 // transport/shm): it registers itself in the per-user endpoint directory
 // under its own NIC id, and frames to a peer found there take the rings
 // instead of the transport, with the same protocol; Local.NoShm
-// (GOMX_SHM=off) turns this off. Between processes a message above
+// (GOMX_SHM=off) turns this off, and so does Local.Off unless Local.Shm is
+// set too. Between processes a message above
 // Local.ShmEager (8 KiB) goes by rendezvous and the receiver copies it once
 // from the sender's buffer with process_vm_readv, or pulls it through the
 // rings where the kernel refuses (Local.Large chooses; see cma.go). A peer process

@@ -53,8 +53,8 @@ type hostReach struct {
 // returned by HostPathErr.
 func (b *Board) openHost() {
 	o := b.opts.Local
-	if o.Off || o.NoShm {
-		return
+	if o.NoShm || (o.Off && !o.Shm) {
+		return // Off keeps frames on the transport unless Shm asks for the rings
 	}
 	if _, ok := b.tr.(*shm.Transport); ok {
 		return // already a shared-memory board
