@@ -61,7 +61,14 @@ func (b *Board) rtoGran() int64 {
 // RTOMin costs the whole message, so those keep the board's ticks.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
-	if p.unreachable(now) || b.held(now) {
+	if p.unreachable(now) {
+		return
+	}
+	if p.probeAt == 0 {
+		// An ask resends nothing, so a late run's grace does not hold it.
+		p.askDue(now, p.probeTarget()) // ask.go
+	}
+	if b.held(now) {
 		return
 	}
 	if p.sack {
