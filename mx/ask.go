@@ -13,7 +13,7 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // thing to act. A question costs less to ask early than a resend: between
 // two boards that both announce ExtAsk, a sender whose newest unacked
 // message has waited askWait (twice the round trip, or srtt + 4·rttvar,
-// plus a small margin; no allowance for descheduling) sends a TRUC with
+// plus RTOMin/8; no allowance for descheduling) sends a TRUC with
 // TrucAsk: its own ack, and a question. The receiver answers at once with
 // a TRUC flagged TrucAnswer: its ack and, with SACK, what it holds past it.
 // Every transport delivers one sender's frames in order, so an answer
@@ -43,14 +43,27 @@ func (p *partner) askable() bool {
 }
 
 // askWait is how long the newest unacked message waits before an ask,
-// after backoff doublings: max(2·srtt, srtt + 4·rttvar) plus RTOMin/16 for
-// the clock reads of a polling waiter and the peer's handling.
+// after backoff doublings: max(2·srtt, srtt + 4·rttvar) plus half the
+// receiver's delay of a tail's ack (tailAckDelay/2: 31 µs by
+// default) for the clock reads of a polling waiter and the peer's
+// handling. A sleeping board's fine timer fires at the deadline of every
+// message sent (finetimer.go), most of them answered already: the margin
+// also keeps those wake-ups from coming every few round trips.
 func (p *partner) askWait(backoff int) int64 {
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + int64(p.ep.b.opts.RTOMin)/16
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + p.ep.b.tailAckDelay()/2
 	for range backoff {
 		t *= 2
 	}
 	return t
+}
+
+// tailDue is the deadline to note for the fine timer when r goes out: the
+// ask's when one may be sent, else the tail-loss probe's.
+func (p *partner) tailDue(r *Request) int64 {
+	if p.askAt == 0 && p.asks < askMax && p.askable() {
+		return r.lastSend + p.askWait(int(p.asks))
+	}
+	return r.lastSend + p.pto(0)
 }
 
 // askDue sends the ask when t, the probe's target, has waited askWait

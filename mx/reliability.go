@@ -204,7 +204,7 @@ func (p *partner) transmitNew(r *Request) {
 	p.unacked.push(r)
 	p.ep.b.wakeTicks() // progress.go
 	p.transmit(r)
-	p.ep.b.noteDue(r.lastSend + p.pto(0))
+	p.ep.b.noteDue(p.tailDue(r)) // ask.go
 }
 
 func (p *partner) flushWait() {
