@@ -276,14 +276,17 @@ func TestSackMediumFragment(t *testing.T) {
 				}
 				return
 			}
-			if delta(cb, cb0, SacksSent) == 0 || delta(ca, ca0, SacksReceived) == 0 || fast == 0 {
-				t.Errorf("with SACK: %d sent, %d received, %d fast retransmits; want a SACK and a fast retransmit",
-					delta(cb, cb0, SacksSent), delta(ca, ca0, SacksReceived), fast)
+			// The fragment comes back on the SACK after its reordering
+			// window, or on the answer to a question (ask.go) when that
+			// window's descheduling allowance is longer: either way alone.
+			if asked := delta(ca, ca0, AskRetransmits); delta(cb, cb0, SacksSent) == 0 || delta(ca, ca0, SacksReceived) == 0 || fast+asked == 0 {
+				t.Errorf("with SACK: %d sent, %d received, %d fast retransmits, %d on an answer; want a SACK and a fast retransmit",
+					delta(cb, cb0, SacksSent), delta(ca, ca0, SacksReceived), fast, asked)
 			}
 			// Three fragments, the lost one again (twice if a stalled
 			// machine delayed the first resend past a repeated SACK), and
 			// whatever a stall made the timers send.
-			if frags != 3+fast+3*timer+probes {
+			if frags != 3+fast+delta(ca, ca0, AskRetransmits)+3*timer+probes {
 				t.Errorf("%d fragments sent: want the three and the missing one only (timer %d, probes %d)", frags, timer, probes)
 			}
 		})
