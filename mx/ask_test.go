@@ -11,7 +11,7 @@ import (
 
 // TestAskRevealsLoss loses a ping of a ping-pong once (nothing later
 // reveals it), with the tail-loss probe and the RTO made slow (RTOMin
-// 50 ms: the probe waits srtt + 12.5 ms at least), in both wait modes,
+// 200 ms: the probe waits srtt + 50 ms at least), in both wait modes,
 // with and without SACK. The sender asks the late receiver what it holds
 // after about twice the round trip, the answer shows the ping missing, and
 // the ping is resent on it: an ask retransmit, no timer retransmit, and
@@ -27,8 +27,9 @@ func TestAskRevealsLoss(t *testing.T) {
 				opts := fastOptions()
 				opts.BusyPoll = busy
 				opts.NoSack = !sack
-				opts.ResendDelay = time.Second
-				opts.RTOMin = 50 * time.Millisecond
+				opts.ResendDelay = 2 * time.Second
+				opts.RTOMin = 200 * time.Millisecond // the probe waits 50 ms past srtt, the ask 25 ms
+				opts.AckDelay = 200 * time.Millisecond
 				opts.ZombieSends = -1
 				pr := newPairOn(t, w, opts, opts)
 				exchange := func(msg []byte) {
