@@ -273,7 +273,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	// Frames to itself: a gomx peer with the same options.
 	self := b.peerIndex(b.nic)
 	b.peers[self].gomx, b.peers[self].crc, b.peers[self].maxFrame = true, b.crc, mtu
-	b.peers[self].sack = !o.NoSack
+	b.peers[self].sack, b.peers[self].ask = !o.NoSack, true
 	if max := wire.MaxMediumFrag * fragStride(mtu, b.crc); b.opts.RendezvousThreshold > max {
 		b.opts.RendezvousThreshold = max
 	}

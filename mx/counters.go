@@ -149,6 +149,13 @@ const (
 	// answers that waited unread in a queue, which would otherwise have
 	// been resent.
 	DueDrainFrames
+	// Asking a late peer what it holds (ask.go): asks sent, asks
+	// answered, and messages resent because an answer showed them lost.
+	// An ask resends nothing: it is not a recovery action, and a lossless
+	// wire whose peer is late counts asks and answers but no resends.
+	TailAsks
+	AsksAnswered
+	AskRetransmits
 	numCounters
 )
 
@@ -190,6 +197,7 @@ var counterNames = [numCounters]string{
 	"copy engine copies finished by Tests (nobody woken)",
 	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
 	"frames drained by a timer run before it resent",
+	"tail asks sent (a late peer asked what it holds)", "asks answered", "resent on an ask's answer",
 }
 
 // String returns the counter's label.

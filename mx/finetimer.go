@@ -21,8 +21,9 @@ import (
 // An fd event, unlike a timeout, ends epoll_wait at once. So every board
 // has a timerfd (CLOCK_MONOTONIC, an hrtimer in the kernel) in the Go
 // netpoller and a goroutine blocked reading it. The protocol notes the
-// deadlines whose precision pays (noteDue: the tail-loss probe, which
-// resends one frame, and a SACK hole's reordering window); when one is
+// deadlines whose precision pays (noteDue: a question to a late peer,
+// ask.go, which resends nothing, the tail-loss probe, which resends one
+// frame, and a SACK hole's reordering window); when one is
 // earlier than the timerfd's, the timerfd is set to it. Full resends and
 // pull re-requests keep the board's ticks: fired precisely at RTOMin, they
 // resend whole messages whenever a loaded machine stalls the peer. When it fires, the goroutine runs the board's timers, which

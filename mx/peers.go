@@ -22,6 +22,7 @@ type peerInfo struct {
 	crc      bool   // both sides want the trailer: frames to and from it carry one
 	sack     bool   // both sides announced the selective ack (sack.go)
 	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
+	ask      bool   // both sides announced ExtAsk: a late peer is asked what it holds (ask.go)
 	lean     bool   // both sides announced ExtRingLean (lean.go)
 	lane     bool   // and ExtRingLane (lane.go)
 	laneMed  bool   // and ExtRingLaneMedium
@@ -97,6 +98,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.pullStat = pi.gomx && h.Ext.Flags&wire.ExtPullStatus != 0
+	pi.ask = pi.gomx && h.Ext.Flags&wire.ExtAsk != 0
 	pi.lean = pi.gomx && h.Ext.Flags&wire.ExtRingLean != 0
 	pi.lane = pi.lean && !b.opts.Local.NoLane && h.Ext.Flags&wire.ExtRingLane != 0
 	pi.laneMed = pi.lane && h.Ext.Flags&wire.ExtRingLaneMedium != 0

@@ -346,12 +346,12 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		m, _ := wire.DecodeConnect(h, b.ord)
 		b.handleConnect(nic, &m)
 	case wire.TypeTruc:
-		m, err := wire.DecodeTruc(h, b.ord)
+		m, err := wire.DecodeTruc(h, b.ord, 0) // the probe flags: handleTruc, from a peer that announced them
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.handleTruc(nic, &m)
+		b.handleTruc(nic, &m, h)
 	case wire.TypeNackLib:
 		m, err := wire.DecodeNackLib(h, b.ord)
 		if err != nil {

@@ -107,7 +107,7 @@ func decoded(p []byte, o Order) (map[string]uint64, any, error) {
 			"session": uint64(h.Session), "total": uint64(h.PulledLength), "rid": uint64(h.RegionID),
 			"rseq": uint64(h.RegionSeq), "seq": uint64(h.Seq), "ack": uint64(h.Ack)}, h, err
 	case TypeTruc:
-		h, err := DecodeTruc(p, o)
+		h, err := DecodeTruc(p, o, 0) // as from an Open-MX peer: byte 13 is a pad
 		return map[string]uint64{"dst": uint64(h.DstEP), "src": uint64(h.SrcEP), "gen": uint64(h.Gen),
 			"session": uint64(h.Session), "ack": uint64(h.AckUpTo), "acknum": uint64(h.AckNum),
 			"sendseq": uint64(h.SendSeq)}, h, err
