@@ -149,6 +149,11 @@ const (
 	// answers that waited unread in a queue, which would otherwise have
 	// been resent.
 	DueDrainFrames
+	// FineArms counts the times the fine timer's timerfd was set
+	// (timerfd_settime), and FineFirings the times it fired and its
+	// goroutine ran (finetimer.go).
+	FineArms
+	FineFirings
 	numCounters
 )
 
@@ -190,6 +195,7 @@ var counterNames = [numCounters]string{
 	"copy engine copies finished by Tests (nobody woken)",
 	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
 	"frames drained by a timer run before it resent",
+	"fine timer arms (timerfd_settime)", "fine timer firings",
 }
 
 // String returns the counter's label.
