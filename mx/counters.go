@@ -156,6 +156,11 @@ const (
 	TailAsks
 	AsksAnswered
 	AskRetransmits
+	// FineArms counts the times the fine timer's timerfd was set
+	// (timerfd_settime), and FineFirings the times it fired and its
+	// goroutine ran (finetimer.go).
+	FineArms
+	FineFirings
 	numCounters
 )
 
@@ -198,6 +203,7 @@ var counterNames = [numCounters]string{
 	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
 	"frames drained by a timer run before it resent",
 	"tail asks sent (a late peer asked what it holds)", "asks answered", "resent on an ask's answer",
+	"fine timer arms (timerfd_settime)", "fine timer firings",
 }
 
 // String returns the counter's label.

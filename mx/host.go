@@ -103,7 +103,7 @@ func (b *Board) HostPathErr() error { return b.hostErr }
 // HostPath reports whether frames to nic go through shared memory.
 func (b *Board) HostPath(nic transport.NICID) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	return b.txFor(nic) != b.tr
 }
 

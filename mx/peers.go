@@ -141,10 +141,50 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
 		n = wire.SealInPlace(buf, n)
 	}
 	b.tx1[0] = transport.Frame{Peer: nic, Data: buf[:n]}
-	if _, err := tr.Send(b.tx1[:]); err != nil {
+	if _, err := b.send(tr, b.tx1[:]); err != nil {
 		b.sendFailed(tr, nic)
 	}
 	b.tx1[0].Data = nil
+}
+
+// Sends kick after the lock.
+//
+// Over AF_XDP a send is two steps: the frame is copied into a UMEM frame
+// and put on the TX ring, then a sendto tells the kernel, which sends it
+// within that call (copy mode: several microseconds). A send made under
+// the board's lock held it across the system call, and whoever wanted the
+// lock meanwhile (the fine timer's goroutine, the receive loop, a waiter
+// of another endpoint) queued on it and had to be woken by a futex when it
+// was released. So a board whose transport can queue without the kick
+// (transport.Kicker) queues every frame under mu, in sequence order, and
+// the goroutine that releases mu kicks once after it (unlockKick, release),
+// for all the frames queued under that hold of the lock. The ring keeps
+// the order in which the frames were queued, which is the order the
+// protocol made them, and each queue's board has its own transport and
+// lock, so no lock is shared between queues. A kick that finds the ring
+// empty (another goroutine's kick took its frames) makes no system call.
+
+// send hands frames to tr: queued for the kick after mu when tr is the
+// board's kicker (b.mu held).
+func (b *Board) send(tr transport.Transport, frames []transport.Frame) (int, error) {
+	if b.kicker != nil && tr == b.tr {
+		b.kickOwed = true
+		return b.kicker.Queue(frames)
+	}
+	return tr.Send(frames)
+}
+
+// unlockKick releases mu, then kicks the frames queued under it. Every
+// release of a board's mu goes through it (or release, which does the
+// same), so no queued frame waits for a later unlock.
+func (b *Board) unlockKick() {
+	if !b.kickOwed {
+		b.mu.Unlock()
+		return
+	}
+	b.kickOwed = false
+	b.mu.Unlock()
+	_ = b.kicker.Kick() // a kick that fails leaves the frames to the next; losses are the protocol's
 }
 
 // isRings reports whether tr is shared-memory rings, whose frames carry
@@ -183,7 +223,7 @@ func (b *Board) sendBatch(nic transport.NICID, lens []int, crc bool) {
 	}
 	fr := b.txFrames
 	for len(fr) > 0 {
-		k, err := tr.Send(fr)
+		k, err := b.send(tr, fr)
 		if err != nil {
 			b.sendFailed(tr, nic)
 			break

@@ -66,7 +66,7 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	h := e.handler
 	p.inHandler = true
 	e.handlerBusy++
-	b.mu.Unlock()
+	b.unlockKick()
 	res := h(UnexpectedMessage{Source: p.addr(), Match: match, Length: length, Data: data})
 	b.mu.Lock()
 	e.handlerBusy--
