@@ -152,6 +152,14 @@ func (b *Board) placeStart(pl *pull) {
 	if len(segs) != 1 || len(segs[0]) < int(pl.total) {
 		return
 	}
+	lane := 0
+	if b.plc.lanes > 0 {
+		// Lanes only (lane 0 places nothing): with a peer that sends
+		// to none, or no lane free, the pull copies.
+		if lane = b.plc.freeLane(); !pl.p.replyLane || lane == 0 {
+			return
+		}
+	}
 	seg := segs[0][:pl.total]
 	ent, _, err := b.zc.cache.Get(seg)
 	if err != nil {
@@ -171,11 +179,9 @@ func (b *Board) placeStart(pl *pull) {
 		pl.nframes = pl.geo.Count()
 	}
 	pl.pp = &pullPlace{seg: seg, hd: hd, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
-	if pl.p.replyLane {
-		if k := b.plc.freeLane(); k > 0 {
-			pl.pp.lane = k
-			b.plc.busy[k] = pl
-		}
+	if lane > 0 {
+		pl.pp.lane = lane
+		b.plc.busy[lane] = pl
 	}
 	b.plc.pulls = append(b.plc.pulls, pl)
 }

@@ -369,7 +369,9 @@ type PlaceInfo struct {
 	// Min is the least span: the most the NIC may write into one.
 	Min int
 	// Lanes is how many lanes, 1..Lanes, receive only what their peers
-	// send to them (0: none).
+	// send to them (0: none). A transport with lanes places nothing on
+	// lane 0, which keeps its receive ring full of the transport's own
+	// buffers for the frames sent to no lane.
 	Lanes int
 	// SendsLanes says that Send honours Frame.Lane, so a peer's lanes
 	// can be used for frames this transport sends.

@@ -179,7 +179,10 @@ type Options struct {
 	// pool buffer of its own and sets their SRRCTL.DROP_EN, so a frame
 	// steered there that finds nothing posted is dropped instead of
 	// holding the packet buffer. Steer frames to them with EtherType
-	// rules. At most Queues-1: queue 0 takes the rest of the traffic.
+	// rules. At most Queues-1: queue 0 takes the rest of the traffic,
+	// and the queues beside the PlaceOnly ones then keep their whole
+	// ring of pool descriptors, as without placement (a placement posted
+	// there comes after them all).
 	PlaceOnly int
 	// DropWhenFull sets SRRCTL.DROP_EN on every RX queue: a queue with no
 	// free descriptor drops its frames (counted in Stats.RxNoDescriptor)

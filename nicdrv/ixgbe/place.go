@@ -79,6 +79,11 @@ func (r *rxQueue) encodePlace(s uint32) {
 // placePoolAhead.
 func (r *rxQueue) refillPlace() {
 	want := min(max(r.poolGot, 1), placePoolAhead)
+	if r.nic.opts.PlaceOnly > 0 {
+		// The queues beside PlaceOnly ones take what is not steered
+		// to them: a whole ring, as without placement.
+		want = r.size - 1
+	}
 	r.poolGot = 0
 	if r.consumed != r.posted || r.only {
 		return

@@ -55,7 +55,9 @@ func (t *Transport) removeLanes() error {
 // transport's one queue for everything else: with raw Ethernet framing (a
 // UDP frame's IP header says a length its split Data does not have), over
 // a NIC opened to place payloads whose queues, but for the lanes', are
-// one. Lanes 1..len(laneRules) are the queues kept for placement.
+// one, and none is kept for placement. Lanes 1..len(laneRules) are the
+// queues kept for placement; with them, lane 0 places nothing (its queue
+// keeps a whole ring for the traffic not steered to a lane).
 func (t *Transport) placeQueue(lane int) (nicdrv.Placer, int, bool) {
 	p, ok := t.nic.(nicdrv.Placer)
 	info := t.nic.Info()
@@ -67,9 +69,11 @@ func (t *Transport) placeQueue(lane int) (nicdrv.Placer, int, bool) {
 		return p, t.laneQ + lane - 1, true
 	case lane != 0:
 		return nil, 0, false
+	case info.PlaceOnly > 0:
+		return nil, 0, false // lane 0's queue keeps a whole ring of pool buffers
 	case t.rxq >= 0:
 		return p, t.rxq, true
-	case info.Queues-info.PlaceOnly == 1:
+	case info.Queues == 1:
 		return p, 0, true
 	}
 	return nil, 0, false
@@ -79,7 +83,8 @@ func (t *Transport) placeQueue(lane int) (nicdrv.Placer, int, bool) {
 // bytes after its Ethernet header in Data, the rest in Placed.
 func (t *Transport) PlaceInfo() transport.PlaceInfo {
 	pi := transport.PlaceInfo{SendsLanes: t.hdr == headerLen && t.queue == nil}
-	if _, _, ok := t.placeQueue(0); !ok {
+	_, _, ok0 := t.placeQueue(0)
+	if _, _, ok1 := t.placeQueue(1); !ok0 && !ok1 {
 		return pi
 	}
 	info := t.nic.Info()
