@@ -78,6 +78,12 @@
 //     the puller's NIC splits the frame (header split into a buffer of
 //     fixed size). It is written non-zero, and read, only between boards
 //     that both set [ExtReplyPad]; from any other peer the byte is a pad.
+//   - The reply lane ([Pull].Lane): byte 18 of a PULL, the next pad byte,
+//     names the receive lane of the puller's transport the block's
+//     replies go to (a NIC queue that receives only them). It is written
+//     non-zero, and read, only between boards that both set
+//     [ExtPlaceLane], a flag of the connect extension's second block
+//     ([ConnectExt].More, sent only when one of its flags is set).
 package wire
 
 import (

@@ -6,11 +6,14 @@
 //
 // Each frame is a 14-byte Ethernet header (destination MAC, source MAC,
 // EtherType transport.EtherType, 0x86DF) followed by the frame's Data, as
-// Open-MX puts it on the wire, so a board's NIC id is its MAC address. Short
+// Open-MX puts it on the wire, so a board's NIC id is its MAC address (a
+// frame sent to a receive lane, Frame.Lane, carries the lane's EtherType
+// instead, transport.LaneEtherType; see place.go). Short
 // frames are padded by the NIC to the Ethernet minimum of 60 bytes, so a
 // receiver may see up to 46 bytes of Data where fewer were sent (the mx
-// headers carry their own lengths). Frames of another EtherType, or too
-// short to hold a header, are dropped and counted.
+// headers carry their own lengths). Frames of another EtherType (neither
+// Open-MX's nor a lane's), or too short to hold a header, are dropped and
+// counted.
 //
 // # UDP framing
 //
@@ -108,7 +111,12 @@
 // of a registered region into the driver's placements (the region's
 // IOVAs), and a received frame that took one carries, in Frame.Placed,
 // the bytes the NIC wrote there; its Data is what came in the 64-byte
-// header buffer after the Ethernet header.
+// header buffer after the Ethernet header. Over a NIC that keeps queues
+// for placement alone (nicdrv.Info.PlaceOnly) the transport has lanes:
+// one EtherType rule per such queue, installed by New and removed by
+// Close, steers the frames peers send to that lane there, so a caller
+// that has a peer send a run of frames to a lane meets no other frame in
+// its postings; lane 0 then places nothing.
 //
 // # Waiting
 //
