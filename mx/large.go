@@ -349,6 +349,9 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 		RegionID: uint32(pl.ref.id), RegionSeq: pl.ref.seq, RegionOffset: uint32(pl.ref.off),
 		Handle: pl.handle, Magic: pl.magic, FirstFrameOffset: uint32(ffo),
 		BlockLength: uint32(end - start), FirstFrame: uint32(first), ReplyPad: uint8(pl.pad)}
+	if !again {
+		h.Lane = uint8(pl.lane()) // placerecv.go: a frame asked again comes on lane 0
+	}
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
@@ -632,10 +635,17 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	// In place where the transport can (zerocopy.go): the header in the
 	// batch buffer, the payload read by the NIC from r's segments.
 	zc := b.zcTo(nic, p.crc)
+	// The lane of the puller's transport the replies go to (placerecv.go),
+	// when it announced them; in place only (a copying sender's replies
+	// come on the puller's lane 0, and the puller cancels its lane).
+	var lane uint8
+	if p.replyLane && int(h.Lane) <= transport.MaxLanes {
+		lane = h.Lane
+	}
 	send := func(lens []int) {
 		e.cnt[SendPullReply] += uint64(len(lens))
 		if zc {
-			b.sendReplies(e, nic, lens, b.zc.out)
+			b.sendReplies(e, nic, lens, b.zc.out, lane)
 			clear(b.zc.out)
 			b.zc.out = b.zc.out[:0]
 			return

@@ -69,16 +69,17 @@ type partner struct {
 	// frames carry the trailer, the medium fragment stride and the pull
 	// reply length both sides use (Open-MX's build-time sizes for an
 	// Open-MX peer).
-	crc      bool
-	sack     bool // selective acks both ways (sack.go)
-	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
-	lane     bool // and tiny and small ones go as lane records (lane.go)
-	laneMed  bool // and mediums of one fragment too
-	replyPad bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
-	stride   int
-	replyLen int
-	context  any       // Endpoint.SetAddrContext
-	local    localPeer // which endpoint of this process it is (local.go)
+	crc       bool
+	sack      bool // selective acks both ways (sack.go)
+	lean      bool // eager messages of one frame through the rings take the lean path (lean.go)
+	lane      bool // and tiny and small ones go as lane records (lane.go)
+	laneMed   bool // and mediums of one fragment too
+	replyPad  bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
+	replyLane bool // the peer sends the pull replies a PULL asks for to a lane (placerecv.go)
+	stride    int
+	replyLen  int
+	context   any       // Endpoint.SetAddrContext
+	local     localPeer // which endpoint of this process it is (local.go)
 	// The rings frames to the peer take, as of the host path's generation
 	// ringsGen-1 (rings).
 	ringsTr  *shm.Transport
@@ -180,11 +181,12 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask = false, false, false, false, false, false, false
+		p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask, p.replyLane = false, false, false, false, false, false, false, false
 		p.stride, p.replyLen = fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
 	p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed, pi.replyPad, pi.ask
+	p.replyLane = pi.replyLane
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 

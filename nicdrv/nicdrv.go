@@ -115,6 +115,15 @@
 // NIC writes no more into their memory. Close consumes every placement
 // still posted.
 //
+// A NIC may keep some queues for placement alone ([Info].PlaceOnly): the
+// driver hands such a queue no buffer of its own, so every frame it
+// receives takes what the caller posted (a placement, or a pool buffer
+// posted as one), in order, and a frame that finds nothing posted is
+// dropped. With a steering rule sending it only the frames a caller asked
+// for (an EtherType of their own), nothing else takes their placements:
+// several callers each expecting a run of frames from a peer get one such
+// queue each. [Placer.CancelRx] takes back what such a queue did not use.
+//
 // # Control path
 //
 // Link state with a bounded wait ([NIC.WaitLink]), statistics (the NIC's
@@ -281,14 +290,22 @@ type Info struct {
 	// PlaceMin is the least length of a Placement's memory: the most the
 	// NIC may write into it (the largest frame less PlaceHeader).
 	PlaceMin int
+	// PlaceOnly is how many RX queues, the last ones, take only what is
+	// posted (see [Placer]): the driver hands them no buffer of its own,
+	// and a frame that finds nothing posted is dropped. A caller steers
+	// to each such queue (a rule) only the frames it posts for.
+	PlaceOnly int
 }
 
 // Placement is memory of the caller's posted to receive the payload of one
 // frame (see [Placer]): it is mapped for DMA in the NIC's domain and
-// IOVA-contiguous for len(Mem) bytes, from IOVA.
+// IOVA-contiguous for len(Mem) bytes, from IOVA. A Placement without
+// memory (Mem nil) posts a buffer of the queue's pool instead: the frame
+// that takes it arrives whole in a pool Buffer, as an unposted one does,
+// and it counts as posted and consumed as any placement.
 type Placement struct {
 	// Mem is where the payload may land, from Mem[0]; at least
-	// Info().PlaceMin bytes.
+	// Info().PlaceMin bytes, or nil for a pool buffer.
 	Mem []byte
 	// IOVA is where the NIC sees Mem[0].
 	IOVA uint64
@@ -322,6 +339,14 @@ type Placer interface {
 	PostRx(q int, p []Placement) (int, error)
 	// RxPlacement reports queue q's placements.
 	RxPlacement(q int) PlacementState
+	// CancelRx takes back every placement of queue q, one of the
+	// Info().PlaceOnly queues, that no frame took: the queue stops, its
+	// unwritten descriptors and any frame it holds undelivered are
+	// dropped and counted consumed, and it starts again with nothing
+	// posted. The NIC writes no more into any placement posted before.
+	// Another queue is refused with ErrNotSupported (stopping it would
+	// drop the traffic it carries).
+	CancelRx(q int) error
 }
 
 // Link is the state of the NIC's link.

@@ -203,6 +203,11 @@ func driverName(d pci.Device) string {
 	return "e1000e"
 }
 
+// placeLanes is how many queues an 82599 opened with --nic-place keeps
+// for placement alone, one a pull: the pulls mx runs at once by default
+// (BoardOptions.PullFrames / (PullBlocks x PullBlockFrames) = 4).
+const placeLanes = 4
+
 // openDriver opens d with gomx's driver for it: ixgbe for an 82599
 // (placing payloads with place), e1000e otherwise (which refuses what is
 // not an 82574L, and place), with queues queue pairs (the driver's
@@ -214,6 +219,10 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool) (nicdrv.N
 		o.Placement = place
 		if queues > 0 {
 			o.Queues = queues
+		} else if place {
+			// Queue 0 and a lane a pull (transport/nic place.go): as
+			// many as pulls run at once with mx's defaults.
+			o.Queues, o.PlaceOnly = 1+placeLanes, placeLanes
 		}
 		return ixgbe.Open(d, o)
 	}

@@ -50,7 +50,11 @@
 // that placements posted for the frames a caller expects meet them
 // (nicdrv.PlacementState.Ahead says how many come first). With few
 // descriptors ahead the NIC holds arriving frames in its packet buffer
-// until RxBatch hands it more: leave DropWhenFull off.
+// until RxBatch hands it more: leave DropWhenFull off. The last
+// Options.PlaceOnly queues get no pool descriptor at all: each takes only
+// what is posted (a pool buffer may be posted too), drops a frame that
+// finds nothing (SRRCTL.DROP_EN), and CancelRx stops it (RXDCTL.ENABLE),
+// drops what it holds and starts it again empty.
 //
 // TX uses advanced data descriptors, and a context descriptor per queue
 // when a frame asks for checksum offload (each 82599 queue has its own
@@ -170,6 +174,16 @@ type Options struct {
 	// frame after its first 64 bytes (SRRCTL DESCTYPE 101). It excludes
 	// HeaderSplit and jumbo frames (MaxFrame at most 2048).
 	Placement bool
+	// PlaceOnly, with Placement, keeps the last PlaceOnly RX queues for
+	// placement alone (nicdrv.Info.PlaceOnly): the driver hands them no
+	// pool buffer of its own and sets their SRRCTL.DROP_EN, so a frame
+	// steered there that finds nothing posted is dropped instead of
+	// holding the packet buffer. Steer frames to them with EtherType
+	// rules. At most Queues-1: queue 0 takes the rest of the traffic,
+	// and the queues beside the PlaceOnly ones then keep their whole
+	// ring of pool descriptors, as without placement (a placement posted
+	// there comes after them all).
+	PlaceOnly int
 	// DropWhenFull sets SRRCTL.DROP_EN on every RX queue: a queue with no
 	// free descriptor drops its frames (counted in Stats.RxNoDescriptor)
 	// instead of holding them in the NIC's packet buffer, which is shared,
@@ -221,6 +235,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("ixgbe: interrupt interval %v: want 0..1022µs", o.InterruptInterval)
 	case o.Placement && o.HeaderSplit:
 		return fmt.Errorf("ixgbe: Placement and HeaderSplit: a queue has one descriptor type; choose one")
+	case o.PlaceOnly < 0 || o.PlaceOnly > 0 && (!o.Placement || o.PlaceOnly >= o.Queues):
+		return fmt.Errorf("ixgbe: PlaceOnly %d with Placement %v and %d queues: want Placement and 0..Queues-1 (queue 0 takes the unsteered traffic)", o.PlaceOnly, o.Placement, o.Queues)
 	case o.Placement && o.MaxFrame > nicdrv.BufferSize:
 		return fmt.Errorf("ixgbe: Placement with MaxFrame %d: placed frames take one descriptor each, so MaxFrame is at most %d (no jumbo frames)", o.MaxFrame, nicdrv.BufferSize)
 	case o.Pool != nil && o.Pool.BufferSize() != nicdrv.BufferSize:
@@ -347,7 +363,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
-		n.info.PlaceHeader, n.info.PlaceMin = placeHeader, o.MaxFrame-placeHeader
+		n.info.PlaceHeader, n.info.PlaceMin, n.info.PlaceOnly = placeHeader, o.MaxFrame-placeHeader, o.PlaceOnly
 	}
 	_, _ = n.WaitLink(true, o.LinkTimeout)
 	return n, nil
