@@ -30,6 +30,11 @@ func queuedNICs(t testing.TB, queues int, cable emulated.CableOptions) ([2]*nic.
 func queuedNICsRing(t testing.TB, queues, ring int, cable emulated.CableOptions) ([2]*nic.Transport, *emulated.IXGBE) {
 	o := ixgbe.DefaultOptions()
 	o.Queues, o.RxRing, o.TxRing = queues, ring, ring
+	return queuedNICsWith(t, o, cable)
+}
+
+// queuedNICsWith is queuedNICs with the drivers opened with o.
+func queuedNICsWith(t testing.TB, o ixgbe.Options, cable emulated.CableOptions) ([2]*nic.Transport, *emulated.IXGBE) {
 	ns, p := nicpair.IXGBEOn(t, cable, o)
 	return nicpair.Transports(t, ns, nicpair.UDP), p
 }
