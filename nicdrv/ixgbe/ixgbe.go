@@ -106,9 +106,10 @@
 // (EIAC) and auto-mask (GPIE.EIAME, EIAM); EITR throttles each vector to one
 // message per Options.InterruptInterval, or not at all with
 // Options.NoModeration, so that a frame wakes its queue's sleeping thread
-// at once. WaitRx looks at the ring a few times without yielding (a frame
-// that follows closely costs no interrupt), then arms its queue's vector
-// (EIMS_EX), looks at the ring again, and only then sleeps on the eventfd:
+// at once. WaitRx looks at the ring a few times without yielding, then
+// with yields as the polling wait does (a frame that follows closely costs
+// no interrupt), then arms its queue's vector (EIMS_EX), looks at the
+// ring again, and only then sleeps on the eventfd:
 // a frame that lands between the last look and the arming finds the
 // vector armed and raises it. A WaitRx that finds a frame waiting returns
 // at once and writes no register, so a busy receiver's fast path stays
@@ -359,7 +360,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
 	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
-		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Count: &n.nIntr, Errorf: n.errorf}
+		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Yield: armYield, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
@@ -579,11 +580,19 @@ func (n *NIC) setupTx() error {
 	return nil
 }
 
-// armSpin is how many looks at its rings WaitRx takes, in interrupt mode,
-// before it arms the vectors: a frame that follows the last one closely
-// is taken without the register write that arms, the interrupt and the
-// wake-up.
-const armSpin = 64
+// armSpin and armYield are how many looks at its rings WaitRx takes, in
+// interrupt mode, before it arms the vectors: armSpin without yielding,
+// then armYield with a yield between two (as the polling wait begins). A
+// frame that follows the last one closely is taken without the register
+// write that arms, the interrupt and the wake-up; and a progress thread
+// locked to its OS thread, of which there may be more than cores, does
+// not sleep and wake for each frame of a queue that is busy but not
+// flooded (measured in docs/nics.md: arming after the looks alone cost a
+// steered queue four times the CPU per message at 8 queues a side).
+const (
+	armSpin  = 64
+	armYield = 100
+)
 
 // setupInterrupts enables one MSI-X vector per RX queue and one for link
 // changes; with 64 queues, which take every vector, link changes share the

@@ -238,12 +238,12 @@ func TestMulticastTable(t *testing.T) {
 	}
 }
 
-// In interrupt mode RxWaiter looks at the rings Spin times before it arms
-// a vector: a frame found within them costs no arming; past them it arms,
+// In interrupt mode RxWaiter looks at the rings Spin+Yield times before it
+// arms a vector: a frame found within them costs no arming; past them it arms,
 // looks once more (a frame that came meanwhile is taken without a sleep),
 // and otherwise sleeps until the vector fires.
 func TestRxWaiterSpin(t *testing.T) {
-	const spin = 8
+	const spin, yield = 5, 3
 	irq, err := pci.NewLocalInterrupt()
 	if err != nil {
 		t.Fatal(err)
@@ -257,9 +257,9 @@ func TestRxWaiterSpin(t *testing.T) {
 			k := looks.Add(1)
 			return frame.Load() || k == readyAt.Load()
 		},
-		Arm:   func(int) { arms.Add(1) },
-		IRQs:  []*pci.Interrupt{irq},
-		Spin:  spin,
+		Arm:  func(int) { arms.Add(1) },
+		IRQs: []*pci.Interrupt{irq},
+		Spin: spin, Yield: yield,
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
 	reset := func(at int64) {
 		looks.Store(0)
@@ -270,13 +270,13 @@ func TestRxWaiterSpin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	// A frame at the fifth look: taken while spinning, nothing armed.
-	reset(5)
-	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 5 {
-		t.Errorf("frame at look 5: queue %d, %v, %d arms, %d looks; want queue 0 after 5 looks, no arm", q, err, arms.Load(), looks.Load())
+	// A frame at the seventh look: taken while yielding, nothing armed.
+	reset(7)
+	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 7 {
+		t.Errorf("frame at look 7: queue %d, %v, %d arms, %d looks; want queue 0 after 7 looks, no arm", q, err, arms.Load(), looks.Load())
 	}
 	// A frame at the look right after arming: no sleep.
-	reset(spin + 2)
+	reset(spin + yield + 2)
 	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 1 || count.Load() != 0 {
 		t.Errorf("frame after arming: queue %d, %v, %d arms, %d interrupts; want 1 arm, no interrupt", q, err, arms.Load(), count.Load())
 	}
