@@ -181,7 +181,7 @@ func TestWakeOnFrame(t *testing.T) {
 			woke <- err
 		}()
 		// Bounded wait for the arming write: the waiter first looks at
-		// the ring a few times without yielding.
+		// the ring a while, spinning and then yielding.
 		for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["EIMS_EX0"] == armed; {
 			if time.Now().After(deadline) {
 				t.Fatalf("frame %d: WaitRx did not arm queue %d's vector (no EIMS_EX0 write)", i, q)
