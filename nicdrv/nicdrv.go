@@ -154,8 +154,12 @@
 // it is given (one, several, or all) until a frame arrives on one of them,
 // ctx ends or the NIC closes, and says which queue; the driver programs the
 // NIC's interrupt moderation so that a busy queue does not interrupt per
-// frame. A goroutine serving one queue waits on it alone; one serving
-// several waits on them together with one call.
+// frame, or, where its options turn moderation off (the 82599's
+// NoModeration), lets the frame itself wake the sleeper at once. Either
+// way WaitRx arms a vector only once it found the rings empty, so a busy
+// receiver touches no interrupt register. A goroutine serving one queue
+// waits on it alone; one serving several waits on them together with one
+// call.
 //
 // # Close
 //
