@@ -33,6 +33,7 @@ type Endpoint struct {
 	doneq       doneList
 	zombies     int
 	regions     [256]region
+	regionsUsed int      // regions with used set: the timers scan regions only when some are (largefail.go)
 	cmaTab      []uint64 // large-send buffers, read by processes that copy them (cma.go)
 	regionHint  int
 	resq        reqList // sends waiting for a region (and those behind them)

@@ -134,6 +134,9 @@ func (b *Board) quietLocked() bool {
 			}
 		}
 		for i := range e.regions {
+			if e.regionsUsed == 0 { // nothing to scan (largefail.go)
+				break
+			}
 			if reg := &e.regions[i]; reg.used && reg.lastPull != 0 {
 				return false
 			}
