@@ -325,7 +325,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	if d != nil {
 		return e.isendLocal(r, d, segs, n, sync)
 	}
-	e.copies.sent.Add(uint64(n))
+	e.copies.locked.sent += uint64(n)
 	if class == classLarge {
 		r.segs = append(r.segsBuf[:0], segs...) // before allocRegion publishes them (cma.go)
 		r.segsBuf = r.segs
@@ -340,7 +340,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	}
 	if r.class != classLarge {
 		r.buf = gather(r.buf[:0], segs)
-		e.copies.gather.Add(uint64(n))
+		e.copies.locked.gather += uint64(n)
 		r.status.XferLength = uint32(n)
 	}
 	r.protoHeld = true
