@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/mx/wire"
@@ -137,6 +138,9 @@ func (e *Endpoint) closeLocked() {
 	}
 	if b.eps[e.id] == e {
 		b.eps[e.id] = nil
+		if i := slices.Index(b.epl, e); i >= 0 {
+			b.epl = slices.Delete(b.epl, i, i+1)
+		}
 	}
 	e.wakeupLocked()
 }

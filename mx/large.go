@@ -553,10 +553,8 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 		return
 	}
 	// Room for a pull over the transport, of any endpoint of the board.
-	for _, o := range e.b.eps {
-		if o != nil {
-			o.kickPulls()
-		}
+	for _, o := range e.b.epl {
+		o.kickPulls()
 	}
 }
 

@@ -116,10 +116,7 @@ func (b *Board) quietLocked() bool {
 		len(b.lost) > 0 || b.anyHeld || (b.zc != nil && len(b.zc.drain) > 0) {
 		return false
 	}
-	for _, e := range b.eps {
-		if e == nil {
-			continue
-		}
+	for _, e := range b.epl {
 		if e.resq.Len() > 0 {
 			return false
 		}
