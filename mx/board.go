@@ -80,9 +80,13 @@ type Board struct {
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
-	mu       sync.Mutex
-	closed   bool
-	eps      [MaxEndpoints]*Endpoint
+	mu     sync.Mutex
+	closed bool
+	eps    [MaxEndpoints]*Endpoint
+	// epl lists the open endpoints of eps, in the order they opened: the
+	// timers walk it, where a walk of eps copied and scanned all
+	// MaxEndpoints slots at every timer run.
+	epl      []*Endpoint
 	wasOpen  [MaxEndpoints]bool
 	peers    []peerInfo
 	peerIdx  map[transport.NICID]uint16
@@ -414,6 +418,7 @@ func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 	}
 	e := newEndpoint(b, uint8(id), key)
 	b.eps[id] = e
+	b.epl = append(b.epl, e)
 	b.wasOpen[id] = true
 	registerLocal(e)
 	b.cmaOpen(e)

@@ -61,6 +61,7 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 		i := (e.regionHint + k) % n
 		if reg := &e.regions[i]; !reg.used {
 			reg.used = true
+			e.regionsUsed++
 			reg.seq++
 			reg.r = r
 			reg.lastPull = 0
@@ -77,6 +78,9 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 func (e *Endpoint) freeRegion(i int) *zcSend {
 	reg := &e.regions[i]
 	zs := reg.zc
+	if reg.used {
+		e.regionsUsed--
+	}
 	reg.used, reg.r, reg.zc = false, nil, nil
 	return zs
 }
@@ -552,10 +556,8 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 		return
 	}
 	// Room for a pull over the transport, of any endpoint of the board.
-	for _, o := range e.b.eps {
-		if o != nil {
-			o.kickPulls()
-		}
+	for _, o := range e.b.epl {
+		o.kickPulls()
 	}
 }
 

@@ -89,8 +89,8 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte, lean
 	}
 	if r != nil {
 		n := scatterAt(r.segs, 0, payload)
-		e.copies.scatter.Add(uint64(n))
-		e.copies.recv.Add(uint64(n))
+		e.copies.locked.scatter += uint64(n)
+		e.copies.locked.recv += uint64(n)
 		e.finishRecv(r, p, match, length, uint32(n))
 		return true
 	}

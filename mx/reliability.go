@@ -245,7 +245,7 @@ func (p *partner) transmit(r *Request) {
 		}
 		h.Put(hb, b.ord)
 		copy(hb[wire.MsgLen:], r.buf)
-		e.copies.framed(len(r.buf))
+		e.copies.framedLocked(len(r.buf))
 		e.cnt[c]++
 		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf), p.crc)
 	case classMedium:
@@ -329,7 +329,7 @@ func (p *partner) transmitFrags(r *Request, skip uint32) {
 		h.FragIndex, h.FragLength = uint8(i), uint16(n)
 		h.Put(fb[wire.HeadLen:], b.ord)
 		copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
-		e.copies.framed(n)
+		e.copies.framedLocked(n)
 		lens = append(lens, wire.HeadLen+wire.MediumLen+n)
 	}
 	e.cnt[SendMediumFrag] += uint64(len(lens))
@@ -366,7 +366,7 @@ func (p *partner) transmitLast(r *Request) {
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
 	copy(buf[wire.HeadLen+wire.MediumLen:], r.buf[off:])
-	e.copies.framed(n)
+	e.copies.framedLocked(n)
 	e.cnt[SendMediumFrag]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MediumLen+n, p.crc)
 }
