@@ -81,16 +81,17 @@ func (b *Board) timersLocked(force bool) {
 	if len(b.pcopies) > 0 {
 		b.reapPullCopies(true) // pulloffload.go
 	}
-	b.stampAcks(b.setNow()) // ack.go
-	if !force && b.now() < b.nextTick.Load() {
-		if d := b.due.Load(); d != 0 && b.now() >= d {
-			b.runTimersLocked()
+	now := b.setNow()
+	b.stampAcks(now) // ack.go
+	if !force && now < b.nextTick.Load() {
+		if d := b.due.Load(); d != 0 && now >= d {
+			b.runTimersAt(now)
 		}
 		return
 	}
-	b.runTimersLocked()
+	b.runTimersAt(now)
 	b.tickRuns++
-	now := b.now()
+	now = b.now()
 	next := now + int64(b.tick)
 	if now-b.lastBusy < int64(busyLinger) {
 		next = now + int64(b.tickBusy)
@@ -166,9 +167,18 @@ func (b *Board) unidle() {
 // runTimersLocked runs every endpoint's periodic duties now. It leaves
 // nextTick alone, so the periodic tick keeps its schedule when the fine
 // goroutine (finetimer.go), which holds mu alone, calls this.
-func (b *Board) runTimersLocked() {
-	b.lateRun(b.setNow())          // finetimer.go
-	b.stampAcks(b.setNow())        // ack.go
+func (b *Board) runTimersLocked() { b.runTimersAt(b.setNow()) }
+
+// runTimersAt is runTimersLocked on a clock reading, now, that the caller
+// has just made (setNow). A run reads the clock once: where the clock
+// source is an emulated device (a TCG guest's HPET), each reading is a
+// system call and a trip into the device model, several microseconds, and
+// a busy board runs its timers every tickBusy. Only a run whose drain
+// (lateRun) handled frames reads it again, for their acks' deadlines: the
+// batch forgot the reading (now).
+func (b *Board) runTimersAt(now int64) {
+	b.lateRun(now)                 // finetimer.go
+	b.stampAcks(b.now())           // ack.go
 	b.noteTimerRun(b.now())        // liveness.go
 	descheduling.rotate()          // descheduled.go
 	b.countOversub(b.now())        // oversub.go
