@@ -434,8 +434,8 @@ func TestPingPongTrials(t *testing.T) {
 		if r.Errors != 0 || r.Iterations != 50 || r.Trials != 3 || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
 			t.Errorf("row %+v: want 3 trials of 50 iterations, no errors, a mean and a p99", r)
 		}
-		if r.LatencyP50US <= 0 || r.LatencyP50US > r.LatencyP99US {
-			t.Errorf("row %+v: want a median round trip's half, at most the p99's", r)
+		if r.LatencyP10US <= 0 || r.LatencyP10US > r.LatencyP50US || r.LatencyP50US > r.LatencyP99US {
+			t.Errorf("row %+v: want a p10, a median and a p99 round trip's half, in that order", r)
 		}
 		if r.Baseline == nil || r.Baseline.Errors != 0 {
 			t.Errorf("row of %d B: baseline %+v, want one without errors", r.Size, r.Baseline)
