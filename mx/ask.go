@@ -58,8 +58,9 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // both announce ExtAsk a pull's timer so never re-requests blindly; toward
 // an Open-MX peer, or through the rings, it re-requests on its RTO.
 
-// askMax bounds the asks a partner sends while its ack point does not move.
-const askMax = 3
+// askBackoffMax bounds the doublings of askWait (which stops at RTOMax
+// anyway) so the count cannot wrap.
+const askBackoffMax = 32
 
 // askable reports whether p may be asked: a gomx peer that announced
 // ExtAsk, a measured round trip, and a network path (not the rings).
@@ -75,38 +76,46 @@ func (p *partner) askable() bool {
 // message sent (finetimer.go), most of them answered already: the margin
 // also keeps those wake-ups from coming every few round trips.
 func (p *partner) askWait(backoff int) int64 {
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + p.ep.b.tailAckDelay()/2
-	for range backoff {
+	b := p.ep.b
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
+	for i := 0; i < backoff && t < int64(b.opts.RTOMax); i++ {
 		t *= 2
 	}
-	return t
+	return min(t, int64(b.opts.RTOMax))
 }
 
 // tailDue is the deadline to note for the fine timer when r goes out: the
-// ask's when one may be sent, else the tail-loss probe's.
+// ask's toward a peer that answers, else the tail-loss probe's.
 func (p *partner) tailDue(r *Request) int64 {
-	if p.askAt == 0 && p.asks < askMax && p.askable() {
+	if p.askable() {
 		return r.lastSend + p.askWait(int(p.asks))
 	}
 	return r.lastSend + p.pto(0)
 }
 
 // askDue sends the ask when t, the probe's target, has waited askWait
-// since its last send, and notes the deadline for the fine timer before
-// then. One ask is outstanding at a time: an answer, or the ack point
-// moving, allows the next.
+// since its last send, and since the last ask if that one is still
+// unanswered, and notes the deadline for the fine timer before then.
 func (p *partner) askDue(now int64, t *Request) {
-	if p.askAt != 0 || p.asks >= askMax || !p.askable() {
-		return
+	from := t.lastSend
+	if p.askAt != 0 {
+		from = max(from, p.askAt)
 	}
-	if due := t.lastSend + p.askWait(int(p.asks)); now < due {
+	if due := from + p.askWait(int(p.asks)); now < due {
 		p.ep.b.noteDue(due)
 		return
 	}
-	p.askAt = now
-	p.asks++
+	p.askAt, p.lastAsk = now, now
+	p.asks = min(p.asks+1, askBackoffMax)
+	p.askTag = p.nextTag()
 	p.ep.cnt[TailAsks]++
-	p.sendTruc(wire.TrucAsk)
+	p.sendTruc(wire.TrucAsk | p.askTag<<wire.TrucTagShift)
+}
+
+// nextTag returns the tag of a new question to p.
+func (p *partner) nextTag() uint8 {
+	p.tags++
+	return p.tags & (wire.TrucTagMask >> wire.TrucTagShift)
 }
 
 // onProbe handles the probe flags of a TRUC from p, after its ack and SACK
@@ -114,18 +123,17 @@ func (p *partner) askDue(now int64, t *Request) {
 func (p *partner) onProbe(h *wire.Truc) {
 	pulls := h.Probe&wire.TrucPulls != 0
 	if h.Probe&wire.TrucAnswer != 0 {
-		if pulls {
-			p.onPullAnswer(h.Probe & wire.TrucTagMask >> wire.TrucTagShift)
-		} else {
+		tag := h.Probe & wire.TrucTagMask >> wire.TrucTagShift
+		switch {
+		case pulls:
+			p.onPullAnswer(tag)
+		case tag == p.askTag:
 			p.onAnswer()
 		}
 	}
 	if h.Probe&wire.TrucAsk != 0 {
-		if !pulls && p.fullSeq == h.SendSeq && p.notAcked == 0 && !p.ackStale && p.unacked.Len() > 0 {
-			return // everything is acked, on a message of ours our timers watch
-		}
 		p.ep.cnt[AsksAnswered]++
-		p.sendTruc(wire.TrucAnswer | h.Probe&(wire.TrucPulls|wire.TrucTagMask))
+		p.sendTruc(wire.TrucAnswer | h.Probe&(wire.TrucPulls|wire.TrucTagMask)) // the tag goes back
 	}
 }
 
@@ -182,9 +190,8 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 	if now < max(bl.lastReq, pl.lastProgress, pl.askAt)+p.pullAskWait(pl.asks) {
 		return
 	}
-	p.pullTag++
 	pl.asking = true
-	pl.askTag = p.pullTag & (wire.TrucTagMask >> wire.TrucTagShift)
+	pl.askTag = p.nextTag()
 	pl.askReq = pl.reqs
 	pl.askAt = now
 	pl.asks++

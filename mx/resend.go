@@ -64,9 +64,16 @@ func (p *partner) resendDue(now int64) {
 	if p.unreachable(now) {
 		return
 	}
-	if p.probeAt == 0 {
-		// An ask resends nothing, so a late run's grace does not hold it.
-		p.askDue(now, p.probeTarget()) // ask.go
+	if p.askable() {
+		// A peer that answers questions is asked (ask.go) instead of
+		// probed and resent to on timers: only an answer resends, and
+		// an ask resends nothing, so a late run's grace does not hold
+		// it. A SACK's holes are still resent on their window.
+		p.askDue(now, p.probeTarget())
+		if p.sack && !b.held(now) {
+			p.sackResend(now)
+		}
+		return
 	}
 	if b.held(now) {
 		return
