@@ -21,18 +21,24 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // before it that the answer neither acks nor lists as held was lost, and
 // it is resent at once (counter AskRetransmits). A loss so costs askWait
 // and a round trip. A peer that is only late answers when it runs, with
-// whatever it had (or with the reply itself): the ask resent nothing, and
-// the tail-loss probe and the RTO keep their allowance for the case where
-// neither the answer nor anything else comes.
+// whatever it had (or with the reply itself): the ask resent nothing.
 //
-// A receiver that holds everything the asker says it sent (the ask's
-// SendSeq is its ack point), has acked all of it, and has a message of its
-// own unacked toward the asker (which carried that ack, and which its own
-// timers recover if it was lost) does not answer: the ack is on its way.
-// A sender asks at most askMax times while its ack point does not move,
-// each ask after askWait doubled, and never a peer reached through the
-// rings (they lose nothing while the peer lives, host.go).
-
+// Between such boards the question replaces the tail-loss probe and the
+// RTO (resend.go): only an answer resends, so however long the machine
+// keeps the peer descheduled, a wire that loses nothing costs questions,
+// never a probe or a resend, and no timeout needs to guess the
+// scheduler's delays. A question or answer can be lost too: one still
+// unanswered after askWait is asked again, each wait doubled (up to
+// RTOMax) until the ack point moves, and every question carries a tag
+// (wire.TrucTagMask, from the partner's count) that its answer carries
+// back, so only the answer to the newest question, which reflects every
+// frame sent before it, resends. The receiver answers every question. A
+// peer whose messages all go unanswered is given up on by time
+// (giveup.go). Messages sent before a question do not time the round
+// trip when their ack comes (Karn's rule): it may have waited for an
+// earlier message's recovery. Toward an Open-MX peer, a peer reached
+// through the rings (they lose nothing while the peer lives, host.go),
+// and before a round trip was measured, the probe and the RTO act.
 //
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it
@@ -42,7 +48,7 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // arrives, a frame asked for by one of those PULLs that has not arrived
 // was lost. A pull (large.go) whose oldest unfinished block has been
 // silent for pullAskWait sends a TRUC flagged TrucAsk and TrucPulls, with
-// a tag (wire.TrucTagMask) from its partner's count, and notes the number
+// a tag from its partner's count, and notes the number
 // of the last PULL sent before it. The owner answers every such question
 // at once, whatever its ack state, with TrucAnswer, TrucPulls and the
 // tag; the answer whose tag is the pull's outstanding question's

@@ -59,6 +59,8 @@ func (b *Board) rtoGran() int64 {
 // (finetimer.go): a spurious probe costs one frame, but a full resend
 // fired by a precise timer whenever a loaded machine stalls the peer past
 // RTOMin costs the whole message, so those keep the board's ticks.
+// Toward a peer that answers questions (ask.go) neither the probe nor the
+// RTO acts: a question goes out instead, and only its answer resends.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
 	if p.unreachable(now) {
@@ -147,10 +149,9 @@ func (p *partner) probe(now int64) {
 // the machine may keep the peer descheduled (descheduled.go); at most the
 // RTO. Before the first measurement it is the RTO. Between gomx boards a
 // lost frame that no later frame reveals (a ping-pong's ping or pong) is
-// found earlier by asking the peer (ask.go), and the probe acts only when
-// neither the answer nor anything else came; toward an Open-MX peer such a
-// loss costs this timeout: on a machine that keeps the peer running, about
-// srtt + RTOMin/4.
+// found by asking the peer (ask.go), and no probe goes out; toward an
+// Open-MX peer such a loss costs this timeout: on a machine that keeps the
+// peer running, about srtt + RTOMin/4.
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)
