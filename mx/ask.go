@@ -21,24 +21,18 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // before it that the answer neither acks nor lists as held was lost, and
 // it is resent at once (counter AskRetransmits). A loss so costs askWait
 // and a round trip. A peer that is only late answers when it runs, with
-// whatever it had (or with the reply itself): the ask resent nothing.
+// whatever it had (or with the reply itself): the ask resent nothing, and
+// the tail-loss probe and the RTO keep their allowance for the case where
+// neither the answer nor anything else comes.
 //
-// Between such boards the question replaces the tail-loss probe and the
-// RTO (resend.go): only an answer resends, so however long the machine
-// keeps the peer descheduled, a wire that loses nothing costs questions,
-// never a probe or a resend, and no timeout needs to guess the
-// scheduler's delays. A question or answer can be lost too: one still
-// unanswered after askWait is asked again, each wait doubled (up to
-// RTOMax) until the ack point moves, and every question carries a tag
-// (wire.TrucTagMask, from the partner's count) that its answer carries
-// back, so only the answer to the newest question, which reflects every
-// frame sent before it, resends. The receiver answers every question. A
-// peer whose messages all go unanswered is given up on by time
-// (giveup.go). Messages sent before a question do not time the round
-// trip when their ack comes (Karn's rule): it may have waited for an
-// earlier message's recovery. Toward an Open-MX peer, a peer reached
-// through the rings (they lose nothing while the peer lives, host.go),
-// and before a round trip was measured, the probe and the RTO act.
+// A receiver that holds everything the asker says it sent (the ask's
+// SendSeq is its ack point), has acked all of it, and has a message of its
+// own unacked toward the asker (which carried that ack, and which its own
+// timers recover if it was lost) does not answer: the ack is on its way.
+// A sender asks at most askMax times while its ack point does not move,
+// each ask after askWait doubled, and never a peer reached through the
+// rings (they lose nothing while the peer lives, host.go).
+
 //
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it
@@ -48,7 +42,7 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // arrives, a frame asked for by one of those PULLs that has not arrived
 // was lost. A pull (large.go) whose oldest unfinished block has been
 // silent for pullAskWait sends a TRUC flagged TrucAsk and TrucPulls, with
-// a tag from its partner's count, and notes the number
+// a tag (wire.TrucTagMask) from its partner's count, and notes the number
 // of the last PULL sent before it. The owner answers every such question
 // at once, whatever its ack state, with TrucAnswer, TrucPulls and the
 // tag; the answer whose tag is the pull's outstanding question's
@@ -60,13 +54,15 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // questions meanwhile, re-requests nothing. An unanswered question (it or
 // its answer lost, the peer late) is asked again after pullAskWait
 // doubled, up to RTOMax; an answer with another tag (an earlier question,
-// asked again since) is not this one's and is ignored. Between boards that
+// asked again since) is not this one's and is ignored. A pull whose
+// replies the NIC places (placerecv.go) does not ask: those are reaped
+// apart from the frames handled on receive, so their order against an
+// answer is not the wire's. Between boards that
 // both announce ExtAsk a pull's timer so never re-requests blindly; toward
 // an Open-MX peer, or through the rings, it re-requests on its RTO.
 
-// askBackoffMax bounds the doublings of askWait (which stops at RTOMax
-// anyway) so the count cannot wrap.
-const askBackoffMax = 32
+// askMax bounds the asks a partner sends while its ack point does not move.
+const askMax = 3
 
 // askable reports whether p may be asked: a gomx peer that announced
 // ExtAsk, a measured round trip, and a network path (not the rings).
@@ -82,46 +78,38 @@ func (p *partner) askable() bool {
 // message sent (finetimer.go), most of them answered already: the margin
 // also keeps those wake-ups from coming every few round trips.
 func (p *partner) askWait(backoff int) int64 {
-	b := p.ep.b
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
-	for i := 0; i < backoff && t < int64(b.opts.RTOMax); i++ {
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + p.ep.b.tailAckDelay()/2
+	for range backoff {
 		t *= 2
 	}
-	return min(t, int64(b.opts.RTOMax))
+	return t
 }
 
 // tailDue is the deadline to note for the fine timer when r goes out: the
-// ask's toward a peer that answers, else the tail-loss probe's.
+// ask's when one may be sent, else the tail-loss probe's.
 func (p *partner) tailDue(r *Request) int64 {
-	if p.askable() {
+	if p.askAt == 0 && p.asks < askMax && p.askable() {
 		return r.lastSend + p.askWait(int(p.asks))
 	}
 	return r.lastSend + p.pto(0)
 }
 
 // askDue sends the ask when t, the probe's target, has waited askWait
-// since its last send, and since the last ask if that one is still
-// unanswered, and notes the deadline for the fine timer before then.
+// since its last send, and notes the deadline for the fine timer before
+// then. One ask is outstanding at a time: an answer, or the ack point
+// moving, allows the next.
 func (p *partner) askDue(now int64, t *Request) {
-	from := t.lastSend
-	if p.askAt != 0 {
-		from = max(from, p.askAt)
+	if p.askAt != 0 || p.asks >= askMax || !p.askable() {
+		return
 	}
-	if due := from + p.askWait(int(p.asks)); now < due {
+	if due := t.lastSend + p.askWait(int(p.asks)); now < due {
 		p.ep.b.noteDue(due)
 		return
 	}
-	p.askAt, p.lastAsk = now, now
-	p.asks = min(p.asks+1, askBackoffMax)
-	p.askTag = p.nextTag()
+	p.askAt = now
+	p.asks++
 	p.ep.cnt[TailAsks]++
-	p.sendTruc(wire.TrucAsk | p.askTag<<wire.TrucTagShift)
-}
-
-// nextTag returns the tag of a new question to p.
-func (p *partner) nextTag() uint8 {
-	p.tags++
-	return p.tags & (wire.TrucTagMask >> wire.TrucTagShift)
+	p.sendTruc(wire.TrucAsk)
 }
 
 // onProbe handles the probe flags of a TRUC from p, after its ack and SACK
@@ -129,17 +117,18 @@ func (p *partner) nextTag() uint8 {
 func (p *partner) onProbe(h *wire.Truc) {
 	pulls := h.Probe&wire.TrucPulls != 0
 	if h.Probe&wire.TrucAnswer != 0 {
-		tag := h.Probe & wire.TrucTagMask >> wire.TrucTagShift
-		switch {
-		case pulls:
-			p.onPullAnswer(tag)
-		case tag == p.askTag:
+		if pulls {
+			p.onPullAnswer(h.Probe & wire.TrucTagMask >> wire.TrucTagShift)
+		} else {
 			p.onAnswer()
 		}
 	}
 	if h.Probe&wire.TrucAsk != 0 {
+		if !pulls && p.fullSeq == h.SendSeq && p.notAcked == 0 && !p.ackStale && p.unacked.Len() > 0 {
+			return // everything is acked, on a message of ours our timers watch
+		}
 		p.ep.cnt[AsksAnswered]++
-		p.sendTruc(wire.TrucAnswer | h.Probe&(wire.TrucPulls|wire.TrucTagMask)) // the tag goes back
+		p.sendTruc(wire.TrucAnswer | h.Probe&(wire.TrucPulls|wire.TrucTagMask))
 	}
 }
 
@@ -196,8 +185,9 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 	if now < max(bl.lastReq, pl.lastProgress, pl.askAt)+p.pullAskWait(pl.asks) {
 		return
 	}
+	p.pullTag++
 	pl.asking = true
-	pl.askTag = p.nextTag()
+	pl.askTag = p.pullTag & (wire.TrucTagMask >> wire.TrucTagShift)
 	pl.askReq = pl.reqs
 	pl.askAt = now
 	pl.asks++

@@ -519,7 +519,10 @@ func (pl *pull) lostBefore(te uint32, x int, why Counter) {
 // re-request lost again with nothing asked for after it. Toward a peer
 // that answers questions (ExtAsk) the timer never re-requests: it asks
 // the region's owner instead, and only the answer re-requests what it
-// shows lost (ask.go). A pull fails after ResendDelay*ResendMax without
+// shows lost (ask.go). A pull whose replies the NIC places (placerecv.go)
+// does not ask: placed replies are reaped apart from the frames handled
+// on receive, so an answer may be handled before replies that came
+// ahead of it. A pull fails after ResendDelay*ResendMax without
 // progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
@@ -536,7 +539,7 @@ func (pl *pull) timer(now int64) {
 		if bl.ngot == bl.n {
 			continue
 		}
-		if pl.p.pullAskable() {
+		if pl.pp == nil && pl.p.pullAskable() {
 			pl.askDue(now, bl) // ask.go
 			return
 		}

@@ -80,8 +80,11 @@ func TestPullHolesAtOnce(t *testing.T) {
 				delta(PullFramesRerequested), delta(DupPullReplies))
 			// Per message: {0}, {5,6}, {10} twice, {31} (block 0) and
 			// {32} (block 1) in a PULL each, {60}.
-			if got, want := delta(FastRetransmits), uint64(7*n); got != want {
-				t.Errorf("%d fast re-requests, want %d (7 per message)", got, want)
+			// A hole may come back on the answer to a question (ask.go)
+			// when the pull was silent before the reply that reveals it
+			// arrived (a loaded machine): it counts as one either way.
+			if got, want := delta(FastRetransmits)+delta(AskRetransmits), uint64(7*n); got != want {
+				t.Errorf("%d re-requests on evidence or on an answer, want %d (7 per message)", got, want)
 			}
 			if got, want := delta(PullFramesRerequested), uint64(8*n); got != want {
 				t.Errorf("%d frames asked for again, want %d (8 per message)", got, want)
