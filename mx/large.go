@@ -167,6 +167,15 @@ type pull struct {
 	// its payload (wire.Pull.ReplyPad), asked for by a pull that places
 	// its replies; geo's reply length is the peer's less pad.
 	pad int
+	// Questions to the region's owner about late replies (ask.go):
+	// whether one is outstanding, its tag, the number of the last PULL
+	// sent before it (askReq), when the last one went out, and how many
+	// went out since one was last answered (the backoff exponent).
+	asking bool
+	askTag uint8
+	askReq uint32
+	askAt  int64
+	asks   int
 }
 
 type pblock struct {
@@ -471,6 +480,14 @@ func (pl *pull) lossEvidence(k, x int) {
 	if (ev.fast&^ev.amb)&(1<<x) != 0 {
 		te = ev.fseq[x]
 	}
+	pl.lostBefore(te, x, FastRetransmits)
+}
+
+// lostBefore asks again for every missing frame last asked for by a PULL
+// numbered before te, or by PULL te itself before its frame x: the frames
+// that evidence arriving after them shows lost. why is the counter the
+// re-requests go to.
+func (pl *pull) lostBefore(te uint32, x int, why Counter) {
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
 		missing := ^bl.got & (uint64(1)<<bl.n - 1)
@@ -493,7 +510,7 @@ func (pl *pull) lossEvidence(k, x int) {
 			}
 		}
 		if lost != 0 {
-			pl.rerequest(bl, lost, FastRetransmits)
+			pl.rerequest(bl, lost, why)
 		}
 	}
 }
@@ -506,8 +523,14 @@ func (pl *pull) lossEvidence(k, x int) {
 // (lossEvidence), and a silence that was only a slow peer costs one block
 // of duplicates, not the window. A timer re-request is needed only where
 // no later reply comes to reveal a hole: the last frames of a pull, or a
-// re-request lost again with nothing asked for after it. A pull fails
-// after ResendDelay*ResendMax without progress.
+// re-request lost again with nothing asked for after it. Toward a peer
+// that answers questions (ExtAsk) the timer never re-requests: it asks
+// the region's owner instead, and only the answer re-requests what it
+// shows lost (ask.go). A pull whose replies the NIC places (placerecv.go)
+// does not ask: placed replies are reaped apart from the frames handled
+// on receive, so an answer may be handled before replies that came
+// ahead of it. A pull fails after ResendDelay*ResendMax without
+// progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
 	if pl.e.b.overdue(now, pl.lastProgress, int64(o.ResendDelay)*int64(o.ResendMax)) { // liveness.go
@@ -522,6 +545,10 @@ func (pl *pull) timer(now int64) {
 		bl := &pl.blocks[j]
 		if bl.ngot == bl.n {
 			continue
+		}
+		if pl.pp == nil && pl.p.pullAskable() {
+			pl.askDue(now, bl) // ask.go
+			return
 		}
 		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) && !pl.e.b.held(now) { // finetimer.go
 			bl.tries++

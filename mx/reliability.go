@@ -118,6 +118,9 @@ type partner struct {
 	ask   bool
 	askAt int64
 	asks  uint8
+	// pullTag numbers the questions about pulls from the peer (ask.go):
+	// the last tag given.
+	pullTag uint8
 
 	// selective acks (sack.go), receive side: frames that arrived past
 	// a hole since the last ack or SACK went out, and whether a SACK

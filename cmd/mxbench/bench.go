@@ -169,6 +169,7 @@ type recovery struct {
 	DuplicatesReceived    uint64 `json:"duplicates_received"`
 	PullFramesRerequested uint64 `json:"pull_frames_rerequested"`
 	Asks                  uint64 `json:"asks"`
+	PullAsks              uint64 `json:"pull_asks"`
 	AskRetransmits        uint64 `json:"ask_retransmits"`
 }
 
@@ -189,6 +190,7 @@ func recoveryBetween(before, after []mx.Counters) *recovery {
 		DuplicatesReceived:    d(mx.DupReceived),
 		PullFramesRerequested: d(mx.PullFramesRerequested),
 		Asks:                  d(mx.TailAsks),
+		PullAsks:              d(mx.PullAsks),
 		AskRetransmits:        d(mx.AskRetransmits),
 	}
 }

@@ -121,6 +121,20 @@ const (
 	// frame its receiver sent before the ask had arrived, so what it
 	// neither acks nor lists as held was lost.
 	TrucAnswer = 1 << 1
+	// TrucPulls, with TrucAsk, says the question is about the asker's
+	// pulls from the receiver: the receiver answers it whatever its ack
+	// state, after the PULL_REPLY frames of every PULL that came before
+	// the ask, with TrucAnswer, TrucPulls and the ask's tag. An answer
+	// without it answers a question about the sequenced stream only.
+	TrucPulls = 1 << 2
+	// TrucTagMask holds, in a question with TrucPulls, a number the asker
+	// chose (shifted by TrucTagShift), which the answer carries back so
+	// the asker knows which of its questions it answers.
+	TrucTagMask = 0xf0
+	// TrucTagShift is the position of the tag in the probe flags.
+	TrucTagShift = 4
+	// trucProbeBits are the probe flags' defined bits.
+	trucProbeBits = TrucAsk | TrucAnswer | TrucPulls | TrucTagMask
 )
 
 func hasConnectExt(p []byte, o Order) bool {
@@ -223,7 +237,8 @@ func DecodeConnect(p []byte, o Order) (Connect, error) {
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
 //	4 data length (16; 16+8+6n with a SACK of n blocks) | 5 pad (3)
 //	8 destination session (4)
-//	12 data type (0x55 = ack) | 13 pad, or the probe flags with ExtAsk
+//	12 data type (0x55 = ack) | 13 pad, or with ExtAsk the probe flags:
+//	   bit 0 ask, 1 answer, 2 about pulls, 4-7 the question's tag
 //	14 ack up to (2) | 16 session again (4)
 //	20 ack number (4) | 24 sender's next send seq (2) | 26 resent | 27 pad
 //	gomx SACK extension: 28 magic "gmsk" (4) | 32 block count n (1..16)
@@ -235,7 +250,8 @@ type Truc struct {
 	AckNum            uint32 // monotonic per partner: stale acks are dropped
 	SendSeq           uint16 // the sender's next send seq (informational)
 	Resent            bool
-	// Probe holds TrucAsk and TrucAnswer: written as byte 13 (zero, as
+	// Probe holds TrucAsk, TrucAnswer, TrucPulls and the tag
+	// (TrucTagMask): written as byte 13 (zero, as
 	// Open-MX's pad, when there are none; a board sets them only toward a
 	// peer that announced ExtAsk), read only when the decoder is told the
 	// pair negotiated ExtAsk.
@@ -359,7 +375,7 @@ func DecodeTruc(p []byte, o Order, ext uint8) (Truc, error) {
 	h.SendSeq = o.u16(p[24:])
 	h.Resent = p[26] != 0
 	if ext&ExtAsk != 0 {
-		h.Probe = p[13] & (TrucAsk | TrucAnswer)
+		h.Probe = p[13] & trucProbeBits
 	}
 	l, err := sackLen(p, o)
 	if err != nil || l == 0 {
