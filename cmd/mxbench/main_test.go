@@ -471,10 +471,13 @@ func TestPingPongP99LongRun(t *testing.T) {
 // with an error that names the flag to raise, not a bare "context deadline
 // exceeded". The run is far longer than the bound on any machine (10^9
 // round trips in 50 ms), so the test does not depend on the machine's speed.
+// The settling round trips are off (--settle 0): their own deadline is
+// --timeout plus --settle, which a loaded machine can outlast before the
+// size starts.
 func TestSizeOverTimeoutNamesFix(t *testing.T) {
 	var out, errb bytes.Buffer
 	err := run(&out, &errb, []string{"pingpong", "--sizes", "8", "--iterations", "1000000000", "--warmup", "0",
-		"--timeout", "50ms", "--baseline=false"})
+		"--timeout", "50ms", "--settle", "0", "--baseline=false"})
 	if err == nil || !strings.Contains(err.Error(), "raise --timeout or lower --iterations") {
 		t.Fatalf("error %v, want one naming --timeout and --iterations", err)
 	}
