@@ -148,9 +148,9 @@ type Options struct {
 	HeaderSplit bool
 	// Placement receives payloads into memory the caller posts
 	// (nicdrv.Placer; place.go): packet split descriptors whose buffer 0
-	// takes the first 128 bytes of every frame that is not IP, and buffer
-	// 1 the rest, in a pool buffer or in a placement. It excludes
-	// HeaderSplit.
+	// takes the first 128 bytes of every frame that is not IP (IPv4 and
+	// IPv6 frames, its headers), and buffer 1 the rest, in a pool buffer
+	// or in a placement. It excludes HeaderSplit.
 	Placement bool
 	// RSSKey is the Toeplitz key of a two-queue NIC (default
 	// DestinationRSSKey, which steers by destination address;
@@ -646,7 +646,8 @@ func (n *NIC) setupRx() error {
 		n.w32(hw.PSRCTL, psrctl)
 		n.w32(hw.RFCTL, hw.RfctlEXTEN|hw.RfctlIPFRSPDis)
 	} else if n.opts.Placement {
-		// The same order; fragments whole in the packet buffer.
+		// The same order. IP fragments are not split at their
+		// headers either: their first 128 bytes go to buffer 0.
 		n.w32(hw.PSRCTL, placePSRCTL)
 		n.w32(hw.RFCTL, hw.RfctlEXTEN|hw.RfctlIPFRSPDis)
 	} else {
