@@ -279,7 +279,10 @@ type Info struct {
 	// placement; 0 when payloads are not placed.
 	PlaceHeader int
 	// PlaceMin is the least length of a Placement's memory: the most the
-	// NIC may write into it (the largest frame less PlaceHeader).
+	// NIC may write into it. That is the largest frame less PlaceHeader
+	// on a NIC that splits every frame there (the 82599), and less the
+	// shortest header it splits off on one that splits IP frames at
+	// their headers (the 82574L: Ethernet and IPv4, 34 bytes).
 	PlaceMin int
 }
 

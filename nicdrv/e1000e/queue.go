@@ -45,6 +45,8 @@ type rxQueue struct {
 	dsz uint32
 	pay []*nicdrv.Buffer
 
+	placeState // Options.Placement (place.go): packet split descriptors too
+
 	noBuf, dropped atomic.Uint64
 }
 
@@ -83,6 +85,11 @@ func rxFreeThresh(size uint32) uint32 { return max(1, min(32, size/8)) }
 // small ring). The descriptors are written before the tail moves: Write32
 // on a BAR (or the model's lock) orders them.
 func (r *rxQueue) replenish() {
+	if r.place {
+		r.refillPlace()
+		r.writeTail()
+		return
+	}
 	waiting := (r.next + 2*r.size - 1 - r.rdt) % r.size // [rdt, next-1)
 	if waiting == 0 || (waiting < r.freeThresh && r.size-1-waiting >= r.freeThresh) {
 		return
@@ -102,6 +109,10 @@ func (r *rxQueue) replenish() {
 // slot, or with header split two (split.go), and writes their read
 // descriptors. It does not write RDT.
 func (r *rxQueue) refill() {
+	if r.place {
+		r.refillPlace()
+		return
+	}
 	stop := r.next + r.size - 1
 	if stop >= r.size {
 		stop -= r.size
@@ -163,7 +174,9 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 			r.next = 0
 		}
 		var b *nicdrv.Buffer
-		if r.ps {
+		if r.place {
+			b = r.takePlace(d, s)
+		} else if r.ps {
 			b = r.takePS(d, s)
 		} else {
 			b = r.take(d, s)
