@@ -125,6 +125,21 @@ func (b *Board) txFor(nic transport.NICID) transport.Transport {
 	return b.tr
 }
 
+// hostLookAgain forgets that nic was found off the host path (b.mu
+// held): a board that just asked for or answered a connect may have opened
+// its host path since it was last looked for (a server that started after
+// a client's first attempt), and the next frame to it looks at the
+// directory again instead of taking the transport until hostRecheck
+// passes.
+func (b *Board) hostLookAgain(nic transport.NICID) {
+	if h := b.host; h != nil {
+		if r, ok := h.reach[nic]; ok && !r.ok {
+			delete(h.reach, nic)
+			h.gen++
+		}
+	}
+}
+
 // rings returns the shared-memory transport that frames to p take, or nil
 // (b.mu held): b.shmTo(p.nic), which on the host path looks the peer up in
 // a map, remembered until the host path's view of any peer changes. Every

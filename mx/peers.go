@@ -82,8 +82,10 @@ func (b *Board) headTo(nic transport.NICID) uint16 {
 }
 
 // learnPeer records what a connect extension (or its absence) says about
-// the board at nic.
+// the board at nic. A board that connects is also looked for on the host
+// path again (hostLookAgain).
 func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
+	b.hostLookAgain(nic)
 	i := b.peerIndex(nic)
 	if i == wire.NoPeerIndex {
 		return nil
