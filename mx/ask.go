@@ -114,11 +114,7 @@ func (p *partner) onAnswer() {
 		if r.lastSend >= at || p.sackedWhole(r) {
 			continue
 		}
-		r.sackHole = false
-		r.resends++ // Karn
-		p.ep.cnt[Resends]++
-		p.ep.cnt[AskRetransmits]++
-		p.transmitMissing(r)
+		p.resendMissing(r, AskRetransmits)
 		k++
 		if !p.sack {
 			break

@@ -189,11 +189,18 @@ func (p *partner) sackResend(now int64) {
 			b.noteDue(due)
 			continue
 		}
-		r.sackHole = false
-		r.resends++ // Karn
-		p.ep.cnt[Resends]++
-		p.ep.cnt[FastRetransmits]++
-		p.transmitMissing(r)
+		p.resendMissing(r, FastRetransmits)
 		k++
 	}
+}
+
+// resendMissing resends the frames of r the peer does not hold, counted
+// as a resend and under why (a fast retransmit, or one on an ask's
+// answer).
+func (p *partner) resendMissing(r *Request, why Counter) {
+	r.sackHole = false
+	r.resends++ // Karn
+	p.ep.cnt[Resends]++
+	p.ep.cnt[why]++
+	p.transmitMissing(r)
 }

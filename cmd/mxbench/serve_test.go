@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gomx-dev/gomx/mx"
 )
@@ -23,29 +21,10 @@ func TestServeClientShm(t *testing.T) {
 	clientDone = func(ep *mx.Endpoint) { counted = ep.Counters() }
 	t.Cleanup(func() { clientDone = nil })
 
-	addr := fmt.Sprintf("127.0.0.1:%d", freePortPair(t))
-	var sout, serr bytes.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(&sout, &serr, []string{"serve", "--listen", addr, "--once", "--wait", "block", "--timeout", "60s"})
-	}()
-	var out string
-	for try := 0; ; try++ {
-		var o, e bytes.Buffer
-		err := run(&o, &e, []string{"pingpong", "--transport", "udp", "--peer", addr, "--sizes", "8",
-			"--iterations", fmt.Sprint(iters), "--warmup", fmt.Sprint(warmup), "--baseline=false", "--json", "--wait", "block"})
-		if err == nil {
-			out = o.String()
-			break
-		}
-		if try == 20 || !strings.Contains(err.Error(), "connect") {
-			t.Fatalf("client: %v\nserver output:\n%s%s", err, sout.String(), serr.String())
-		}
-		time.Sleep(100 * time.Millisecond) // the server is not listening yet
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("server: %v\n%s%s", err, sout.String(), serr.String())
-	}
+	out, _ := serveAndRun(t, func(addr string) []string {
+		return []string{"pingpong", "--transport", "udp", "--peer", addr, "--sizes", "8",
+			"--iterations", fmt.Sprint(iters), "--warmup", fmt.Sprint(warmup), "--baseline=false", "--json", "--wait", "block"}
+	})
 	rows := jsonRows(t, out)
 	if len(rows) != 1 || rows[0].Strategy != "eager" {
 		t.Errorf("want one row whose messages took the shared-memory rings (strategy eager), got:\n%s", out)
