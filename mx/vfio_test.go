@@ -2,6 +2,9 @@ package mx
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +75,10 @@ func TestZeroCopyReceiveInPlaceVFIO(t *testing.T) {
 		src := pattern(size, uint64(70+i))
 		dst := make([]byte, size)
 		before := pr.b.CopyStats()
-		exchange(t, testCtx(t, time.Minute), pr.a, pr.atob, pr.b, 9, ^uint64(0), [][]byte{src}, [][]byte{dst})
+		if err := exchangeErr(testCtx(t, time.Minute), pr.a, pr.atob, pr.b, 9, [][]byte{src}, [][]byte{dst}); err != nil {
+			logPlaceState(t, pr, trs[1])
+			t.Fatalf("message %d (%d bytes): %v", i, size, err)
+		}
 		if !bytes.Equal(dst, src) {
 			t.Fatalf("message %d (%d bytes) arrived changed", i, size)
 		}
@@ -85,5 +91,70 @@ func TestZeroCopyReceiveInPlaceVFIO(t *testing.T) {
 	}
 	if placed == 0 && !v.NoIOMMU {
 		t.Errorf("nothing was received in place over QEMU's e1000e with an IOMMU")
+	}
+}
+
+// exchangeErr is exchange returning its error, so that a caller can say
+// what the boards saw before it fails.
+func exchangeErr(ctx context.Context, src *Endpoint, to Addr, dst *Endpoint, match uint64, ssegs, rsegs [][]byte) error {
+	r, err := dst.IRecv(rsegs, match, ^uint64(0), nil)
+	if err != nil {
+		return err
+	}
+	s, err := src.ISend(ssegs, to, match, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := s.Wait(ctx); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	return nil
+}
+
+// logPlaceState logs what a stuck placing pair saw: each board's and
+// endpoint's nonzero counters, the receiver's transport counters, its
+// placement state and live pulls.
+func logPlaceState(t *testing.T, pr *pair, rx transport.Transport) {
+	t.Helper()
+	for _, side := range []struct {
+		name string
+		b    *Board
+		e    *Endpoint
+	}{{"sender", pr.ba, pr.a}, {"receiver", pr.bb, pr.b}} {
+		var sb strings.Builder
+		side.b.Counters().NonZero(func(k Counter, v uint64) { fmt.Fprintf(&sb, " %v=%d", k, v) })
+		side.e.Counters().NonZero(func(k Counter, v uint64) { fmt.Fprintf(&sb, " %v=%d", k, v) })
+		t.Logf("%s counters:%s", side.name, sb.String())
+		sb.Reset()
+		for _, c := range side.b.TransportCounters() {
+			if c.Value != 0 {
+				fmt.Fprintf(&sb, " %s=%d", c.Name, c.Value)
+			}
+		}
+		t.Logf("%s transport:%s", side.name, sb.String())
+	}
+	if p, ok := rx.(transport.Placer); ok {
+		t.Logf("receiver placement: %+v", p.Placement())
+	}
+	b := pr.bb
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if pc := b.plc; pc != nil {
+		t.Logf("receiver placeRecv: expect %d, pulls %d, seen %d, settled %d, drain %d", pc.expect, len(pc.pulls), pc.seen, pc.settled, len(pc.drain))
+	}
+	for _, pl := range pr.b.pulls {
+		if pl == nil {
+			continue
+		}
+		t.Logf("  pull total %d frames %d pad %d next %d expect %d blocks %d places %v", pl.total, pl.nframes, pl.pad, pl.nextFrame, pl.expect, len(pl.blocks), pl.pp != nil)
+		if pp := pl.pp; pp != nil {
+			t.Logf("    last span %d posts %v", pp.last, pp.post)
+		}
+		for _, bl := range pl.blocks {
+			t.Logf("    block first %d n %d got %#x ngot %d seq %d", bl.first, bl.n, bl.got, bl.ngot, bl.seq)
+		}
 	}
 }

@@ -299,10 +299,13 @@ type Placement struct {
 
 // PlacementState is one RX queue's placements (Placer.RxPlacement).
 type PlacementState struct {
-	// Ahead is how many descriptors the NIC holds and has not written
-	// yet before a placement posted now: the next frames that arrive
-	// take them (frames it wrote already are not counted: RxBatch
-	// delivers them first).
+	// Ahead is how many descriptors come before a placement posted now:
+	// those the NIC holds and has not written, which the next frames
+	// that arrive take, and those it wrote whose frames RxBatch has not
+	// delivered yet. A caller that counts the frames it expects until
+	// it has handled them thus subtracts them all, whether or not the
+	// NIC wrote them yet: a frame the NIC writes between the two reads
+	// cannot move the count.
 	Ahead int
 	// Posted and Consumed count the placements posted since Open and
 	// those a frame took (delivered or dropped), in posting order.
