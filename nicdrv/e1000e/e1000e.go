@@ -40,8 +40,10 @@
 // extended data descriptor when a frame asks for checksum offload on queue
 // 0 (the 82574 has one TX context for both queues, so queue 1 computes
 // checksums in the driver). A Buffer with memory attached (Buffer.Attach)
-// takes two legacy descriptors, the buffer's Data and then the attached
-// memory, EOP on the second, which also carries RS so that the attachment
+// takes legacy descriptors for the buffer's Data and then for the attached
+// memory, one per 4 KiB IOMMU page it touches (QEMU 7.2 drops a frame whose
+// descriptor spans two pages that are not physically adjacent; see
+// txPage), EOP on the last, which also carries RS so that the attachment
 // completes at the next reclaim after the NIC read it.
 //
 // Every ring is owned the usual way: the NIC owns RX slots [RDH, RDT) and
