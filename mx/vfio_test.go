@@ -50,6 +50,7 @@ func TestZeroCopyReceiveInPlaceVFIO(t *testing.T) {
 	v := nictest.OpenVFIO(t, nictest.VFIOWant{Driver: "e1000e", DevicesEnv: "GOMX_E1000E_DEVICES", Count: 2,
 		Match: func(f vfio.Function) bool { return hw.Is82574(f.Vendor, f.Device) }})
 	var trs [2]transport.Transport
+	var nics [2]*e1000e.NIC
 	for i := range 2 {
 		o := e1000e.DefaultOptions()
 		o.Placement = true
@@ -63,6 +64,7 @@ func TestZeroCopyReceiveInPlaceVFIO(t *testing.T) {
 			t.Fatal(err)
 		}
 		trs[i] = tr
+		nics[i] = n
 	}
 	w := &wire2{a: trs[0], b: trs[1], close: func() {},
 		third: func() transport.Transport { t.Fatal("the VFIO placement wire has two ends"); return nil }}
@@ -77,6 +79,8 @@ func TestZeroCopyReceiveInPlaceVFIO(t *testing.T) {
 		before := pr.b.CopyStats()
 		if err := exchangeErr(testCtx(t, time.Minute), pr.a, pr.atob, pr.b, 9, [][]byte{src}, [][]byte{dst}); err != nil {
 			logPlaceState(t, pr, trs[1])
+			t.Logf("sender %s", nics[0].TxRingState(0, 6))
+			t.Logf("receiver %s", nics[1].TxRingState(0, 2))
 			t.Fatalf("message %d (%d bytes): %v", i, size, err)
 		}
 		if !bytes.Equal(dst, src) {
