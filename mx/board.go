@@ -194,6 +194,11 @@ type Board struct {
 	// rxRings: the batch being handled came from shared-memory rings,
 	// whose frames carry no trailer (see sendFrame).
 	rxRings bool
+	// rxLeft counts the frames received and not yet handled, in the
+	// batches being handled (one nests in another when a verdict
+	// drains a source): frames the NIC delivered before a span posted
+	// now (placerecv.go).
+	rxLeft int
 	// ackOwed: partners on the rings that reached NotAckedMax unacked
 	// messages, acked once a receive finds its source drained
 	// (ack.go); each at most once (partner.owed).

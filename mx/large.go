@@ -182,7 +182,10 @@ type pblock struct {
 	first, n int
 	got      uint64
 	ngot     int
-	lastReq  int64 // when the block was last asked for whole or by its timer
+	// arrived marks the frames that came at least once, kept or not
+	// (placerecv.go counts each once as no longer expected).
+	arrived uint64
+	lastReq int64 // when the block was last asked for whole or by its timer
 	// seq is the number (pull.reqs) of the PULL that asked for the
 	// block's frames not in fast.
 	seq uint32
@@ -403,6 +406,10 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own bool) {
 		e.cnt[DupReceived]++
 		return
 	}
+	if bl.arrived&bit == 0 {
+		bl.arrived |= bit
+		pl.placeGot() // it took a descriptor, whether kept or asked for again
+	}
 	if !own && !pl.placeSafe(i) {
 		return // the NIC may still write over it: asked for again (placerecv.go)
 	}
@@ -414,7 +421,6 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own bool) {
 	}
 	bl.got |= bit
 	bl.ngot++
-	pl.placeGot()
 	t0 := pl.e.b.copyClock()
 	switch {
 	case own: // in place but for the bytes of the header buffer

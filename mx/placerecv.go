@@ -27,9 +27,19 @@ import (
 //
 //   - Which frames. The NIC gives the descriptors it holds to the next
 //     frames, whatever they are; PlaceState.Ahead says how many come
-//     before a span posted now. The board counts the replies it asked for
-//     and has not received (placeRecv.expect); a block posts no span for
-//     its first Ahead-expect frames, which take the descriptors ahead.
+//     before a span posted now, the frames received and not yet returned
+//     by Recv among them. The board counts the replies it asked for that
+//     have not arrived (placeRecv.expect; a reply arrives once, whether
+//     it is kept or dropped to be asked for again) and the frames of the
+//     batches it is handling that it has not handled yet (Board.rxLeft);
+//     a block posts no span for its first Ahead-expect+rxLeft frames,
+//     which take the descriptors ahead. The count errs one way only: a
+//     frame nobody counted (an ack, a duplicate, a reply asked for again)
+//     takes a descriptor, and the replies after it take the spans of
+//     later frames, which is safe (their own spans were taken by the
+//     frames before them; see Checking). The other way, a reply in the
+//     span of an earlier frame must wait for its own span to be consumed,
+//     and would be dropped and asked for again, landing early in turn.
 //     A span must hold the most the NIC may write (PlaceInfo's min), so
 //     the last frames of a receive buffer get none. A pull posts only
 //     when its receive lies in one segment, zero copy is on and the peer
@@ -198,9 +208,9 @@ func (pl *pull) placeBlock(first, n int) {
 	ahead := 0
 	switch {
 	case lane > 0:
-		ahead = pc.tr.Placement(lane).Ahead - pl.expect
+		ahead = pc.tr.Placement(lane).Ahead - pl.expect + b.rxLeft
 	case pl.pp != nil:
-		ahead = pc.tr.Placement(0).Ahead - pc.expect
+		ahead = pc.tr.Placement(0).Ahead - pc.expect + b.rxLeft
 	}
 	if lane == 0 {
 		pc.expect += n
@@ -241,7 +251,8 @@ func (pl *pull) placeBlock(first, n int) {
 	pc.spans = spans[:0]
 }
 
-// placeGot notes that frame i of pl arrived (once per frame).
+// placeGot notes that a frame of pl arrived (once per frame, whether it
+// was kept or dropped to be asked for again).
 func (pl *pull) placeGot() {
 	if pl.e.b.plc != nil && pl.expect > 0 {
 		pl.expect--

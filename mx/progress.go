@@ -300,8 +300,10 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	tr := b.batchFrom(rx)
 	outer := b.rxRings // a verdict's drain may nest one batch in another
 	b.rxRings = s.spin
+	outerLeft := b.rxLeft
 	for i := range rx {
 		f := &rx[i]
+		b.rxLeft = outerLeft + len(rx) - 1 - i
 		if tr != nil {
 			b.curFrame = f
 		}
@@ -314,6 +316,7 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		b.curFrame = nil
 		f.Data, f.Placed = nil, nil
 	}
+	b.rxLeft = outerLeft
 	b.rxRings = outer
 	if len(rx) < len(s.rx) {
 		b.ackDrained() // ack.go

@@ -292,7 +292,10 @@ type Info struct {
 	// placement; 0 when payloads are not placed.
 	PlaceHeader int
 	// PlaceMin is the least length of a Placement's memory: the most the
-	// NIC may write into it (the largest frame less PlaceHeader).
+	// NIC may write into it. That is the largest frame less PlaceHeader
+	// on a NIC that splits every frame there (the 82599), and less the
+	// shortest header it splits off on one that splits IP frames at
+	// their headers (the 82574L: Ethernet and IPv4, 34 bytes).
 	PlaceMin int
 	// PlaceOnly is how many RX queues, the last ones, take only what is
 	// posted (see [Placer]): the driver hands them no buffer of its own,
@@ -317,10 +320,13 @@ type Placement struct {
 
 // PlacementState is one RX queue's placements (Placer.RxPlacement).
 type PlacementState struct {
-	// Ahead is how many descriptors the NIC holds and has not written
-	// yet before a placement posted now: the next frames that arrive
-	// take them (frames it wrote already are not counted: RxBatch
-	// delivers them first).
+	// Ahead is how many descriptors come before a placement posted now:
+	// those the NIC holds and has not written, which the next frames
+	// that arrive take, and those it wrote whose frames RxBatch has not
+	// delivered yet. A caller that counts the frames it expects until
+	// it has handled them thus subtracts them all, whether or not the
+	// NIC wrote them yet: a frame the NIC writes between the two reads
+	// cannot move the count.
 	Ahead int
 	// Posted and Consumed count the placements posted since Open and
 	// those a frame took (delivered or dropped), in posting order.

@@ -380,9 +380,10 @@ type PlaceInfo struct {
 
 // PlaceState is a lane's postings ([Placer.Placement]).
 type PlaceState struct {
-	// Ahead is how many frames will arrive before the next span posted
-	// takes one: the receive descriptors the NIC holds and has not
-	// filled, spans posted and not consumed among them.
+	// Ahead is how many frames come before the next span posted takes
+	// one: those Recv has not returned yet that the NIC received, and
+	// the receive descriptors it holds and has not filled, spans posted
+	// and not consumed among them.
 	Ahead int
 	// Posted and Consumed count the spans posted and those a frame took,
 	// in posting order.

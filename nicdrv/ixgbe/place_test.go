@@ -145,7 +145,28 @@ func TestPlacement(t *testing.T) {
 		}
 		frames = append(frames, placeFrame(b.MAC(), a.MAC(), i, n))
 	}
+	before, err := b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
 	sendFrames(t, a, frames)
+	// Written back and not delivered, the frames still come before a
+	// placement posted now: Ahead does not move until RxBatch.
+	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		s, err := b.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.RxFrames-before.RxFrames >= uint64(ahead+placed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d frames written back", s.RxFrames-before.RxFrames, ahead+placed)
+		}
+	}
+	if st := b.RxPlacement(0); st.Ahead != ahead+placed {
+		t.Errorf("every descriptor written back, none delivered: Ahead %d, want %d", st.Ahead, ahead+placed)
+	}
 	got := recvFrames(t, b, len(frames))
 	checkPlaced(t, got, frames, ps, ahead)
 	for _, g := range got {

@@ -81,8 +81,10 @@
 // domain the pool is mapped in, through the same pci.DMA), so a frame of
 // the region is sent without copying its Data: the header goes into a pool
 // buffer and the Data stays where it is, attached to the buffer
-// (nicdrv.Buffer.Attach), which the driver sends as two TX descriptors,
-// the second pointing at the region's IOVA. A frame's Head
+// (nicdrv.Buffer.Attach), which the driver sends as a descriptor for the
+// buffer and one or more pointing at the region's IOVAs (the 82574L's
+// driver gives each 4 KiB IOMMU page the payload touches its own, as
+// QEMU's e1000e needs). A frame's Head
 // (transport.Frame.Head: a message layer's header) is copied into the pool
 // buffer behind the Ethernet header, so the payload alone is read in
 // place. The driver asks the NIC to
