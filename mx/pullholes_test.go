@@ -129,6 +129,13 @@ func (l *lateReplies) Send(frames []transport.Frame) (int, error) {
 	})
 }
 
+// holding reports whether the responder holds its replies.
+func (l *lateReplies) holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hold
+}
+
 // release sends the held replies.
 func (l *lateReplies) release() error {
 	l.mu.Lock()
@@ -145,8 +152,9 @@ func (l *lateReplies) release() error {
 }
 
 // watchPulls is the puller's transport: the second PULL for frame 0 (or,
-// with asks set, the second question about pulls) releases the
-// responder's held replies before it goes out.
+// with asks set, the second question about pulls), among those sent
+// while the responder holds its replies, releases them before it goes
+// out.
 type watchPulls struct {
 	transport.Transport
 	late  *lateReplies
@@ -162,7 +170,10 @@ func (w *watchPulls) Send(frames []transport.Frame) (int, error) {
 			q := uint8(wire.TrucAsk | wire.TrucPulls)
 			again = len(p) >= wire.TrucLen && p[0] == byte(wire.TypeTruc) && p[13]&q == q
 		}
-		if again {
+		if again && w.late.holding() {
+			// Only what is asked while the replies are held counts:
+			// a loaded run may ask twice during an exchange before
+			// the hold, which would otherwise use up the release.
 			if w.first++; w.first == 2 {
 				if err := w.late.release(); err != nil {
 					return 0, err
