@@ -229,6 +229,17 @@ func TestPullLateRepliesNoCascade(t *testing.T) {
 	}
 }
 
+// exchangeWhole sends msg from pr.a to pr.b with tag, into buf, and fails
+// the test unless it arrives whole within 30 s.
+func exchangeWhole(t *testing.T, pr *pair, msg, buf []byte, tag uint64) {
+	t.Helper()
+	clear(buf)
+	exchange(t, testCtx(t, 30*time.Second), pr.a, pr.atob, pr.b, tag, ^uint64(0), [][]byte{msg}, [][]byte{buf})
+	if !bytes.Equal(buf, msg) {
+		t.Fatalf("message %d differs", tag)
+	}
+}
+
 // noAsks makes e's partners peers that do not answer questions (no
 // ExtAsk), as Open-MX peers are.
 func noAsks(e *Endpoint) {
@@ -258,24 +269,15 @@ func TestPullLateRepliesAsked(t *testing.T) {
 			pr := newPairOn(t, w, opts)
 			msg := pattern(1<<20, 5)
 			buf := make([]byte, len(msg))
-			exchange := func(tag uint64) {
-				clear(buf)
-				r, _ := pr.b.IRecv([][]byte{buf}, tag, ^uint64(0), nil)
-				s, _ := pr.a.ISend([][]byte{msg}, pr.atob, tag, nil)
-				mustWait(t, r, 30*time.Second)
-				mustWait(t, s, 30*time.Second)
-				if !bytes.Equal(buf, msg) {
-					t.Fatal("the message differs")
-				}
-			}
+			send := func(tag uint64) { exchangeWhole(t, pr, msg, buf, tag) }
 			if measured {
-				exchange(1)
+				send(1)
 			}
 			late.mu.Lock()
 			late.hold = true
 			late.mu.Unlock()
 			cb0 := pr.b.Counters()
-			exchange(2)
+			send(2)
 			cb := pr.b.Counters()
 			delta := func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
 			t.Logf("pull asks %d, frames again %d, duplicate replies %d, pull timeouts %d",
@@ -311,24 +313,15 @@ func TestPullAskRevealsLostReplies(t *testing.T) {
 			pr := newPairOn(t, w, opts)
 			msg := pattern(1<<20, 9)
 			buf := make([]byte, len(msg))
-			exchange := func(tag uint64) {
-				clear(buf)
-				r, _ := pr.b.IRecv([][]byte{buf}, tag, ^uint64(0), nil)
-				s, _ := pr.a.ISend([][]byte{msg}, pr.atob, tag, nil)
-				mustWait(t, r, 30*time.Second)
-				mustWait(t, s, 30*time.Second)
-				if !bytes.Equal(buf, msg) {
-					t.Fatalf("message %d differs", tag)
-				}
-			}
-			exchange(1) // the pull round trip is measured
+			send := func(tag uint64) { exchangeWhole(t, pr, msg, buf, tag) }
+			send(1) // the pull round trip is measured
 			d.mu.Lock()
 			for i := range 256 {
 				d.drops[uint8(i)] = 1
 			}
 			d.mu.Unlock()
 			cb0 := pr.b.Counters()
-			exchange(2)
+			send(2)
 			cb := pr.b.Counters()
 			delta := func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
 			t.Logf("pull asks %d, resent on an answer %d, frames again %d, pull timeouts %d, duplicates %d",
