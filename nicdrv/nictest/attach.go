@@ -21,6 +21,30 @@ func (c *Completions) Done() { c.n.Add(1) }
 // Count is how many attachments have completed.
 func (c *Completions) Count() int64 { return c.n.Load() }
 
+// attachMemory allocates size bytes with mo, pageable where a's DMA
+// accepts it (a model, when the locked-memory limit is reached), and maps
+// them for a's NIC; the test's cleanup unmaps and frees them.
+func attachMemory(t *testing.T, a nicdrv.NIC, size int, mo hugepage.Options) ([]byte, *pci.Mapping) {
+	t.Helper()
+	mo.AllowPageable = pci.AcceptsPageable(a.Pool(0).DMA())
+	region, err := hugepage.Alloc(size, mo)
+	if err != nil {
+		t.Fatalf("memory to attach: %v", err)
+	}
+	t.Cleanup(func() { region.Close() })
+	mem := region.Bytes()[:size]
+	m, err := a.Pool(0).DMA().Map(mem)
+	if err != nil {
+		t.Fatalf("map memory to attach: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := a.Pool(0).DMA().Unmap(m); err != nil {
+			t.Errorf("unmap: %v", err)
+		}
+	})
+	return mem, m
+}
+
 // attached sends frames whose payload is attached memory (Buffer.Attach):
 // they arrive byte-exact, each attachment completes once the NIC sent it,
 // the memory is not written, a Buffer freed unsent completes too, and a
@@ -32,23 +56,7 @@ func (s *suite) attached(t *testing.T) {
 	// Hugepage (or locked) memory, as a real device behind VFIO, with or
 	// without an IOMMU, can reach at a fixed address (pageable for a
 	// model, when the locked-memory limit is reached).
-	mo := hugepage.DefaultOptions()
-	mo.AllowPageable = pci.AcceptsPageable(a.Pool(0).DMA())
-	region, err := hugepage.Alloc(frames*2048, mo)
-	if err != nil {
-		t.Fatalf("memory to attach: %v", err)
-	}
-	defer region.Close()
-	mem := region.Bytes()[:frames*2048]
-	m, err := a.Pool(0).DMA().Map(mem)
-	if err != nil {
-		t.Fatalf("map memory to attach: %v", err)
-	}
-	defer func() {
-		if err := a.Pool(0).DMA().Unmap(m); err != nil {
-			t.Errorf("unmap: %v", err)
-		}
-	}()
+	mem, m := attachMemory(t, a, frames*2048, hugepage.DefaultOptions())
 	var done Completions
 	bufs := alloc(t, a, frames)
 	for i, buf := range bufs {
@@ -118,22 +126,7 @@ func (s *suite) attachedAcrossPages(t *testing.T) {
 	const frames = 16
 	mo := hugepage.DefaultOptions()
 	mo.PageSize = hugepage.Size4K
-	mo.AllowPageable = pci.AcceptsPageable(a.Pool(0).DMA())
-	region, err := hugepage.Alloc((2*frames+2)*4096, mo)
-	if err != nil {
-		t.Fatalf("memory to attach: %v", err)
-	}
-	defer region.Close()
-	mem := region.Bytes()[:(2*frames+2)*4096]
-	m, err := a.Pool(0).DMA().Map(mem)
-	if err != nil {
-		t.Fatalf("map memory to attach: %v", err)
-	}
-	defer func() {
-		if err := a.Pool(0).DMA().Unmap(m); err != nil {
-			t.Errorf("unmap: %v", err)
-		}
-	}()
+	mem, m := attachMemory(t, a, (2*frames+2)*4096, mo)
 	var done Completions
 	bufs := alloc(t, a, frames)
 	seqs := make([]uint64, 0, frames)
