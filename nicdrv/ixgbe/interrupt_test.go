@@ -86,15 +86,7 @@ func TestPerQueueInterrupts(t *testing.T) {
 	opts.InterruptInterval = 100 * time.Microsecond
 	opts.RxRing, opts.TxRing = 64, 64
 	opts.PoolBuffers = 6144 // 64 rings of 63 buffers, and some to send
-	var n [2]*ixgbe.NIC
-	for i := range n {
-		var err error
-		if n[i], err = ixgbe.Open(p.Functions()[i], opts); err != nil {
-			t.Fatal(err)
-		}
-		nic := n[i]
-		t.Cleanup(func() { nic.Close() })
-	}
+	n := openOn(t, p, opts)
 	a, b := n[0], n[1]
 	for q := 0; q < 64; q++ {
 		if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(9000 + q), Queue: q}); err != nil {
@@ -152,15 +144,7 @@ func TestWakeOnFrame(t *testing.T) {
 	opts := ixgbe.DefaultOptions()
 	opts.Queues = 4
 	opts.Interrupts, opts.NoModeration = true, true
-	var n [2]*ixgbe.NIC
-	for i := range n {
-		var err error
-		if n[i], err = ixgbe.Open(p.Functions()[i], opts); err != nil {
-			t.Fatal(err)
-		}
-		nic := n[i]
-		t.Cleanup(func() { nic.Close() })
-	}
+	n := openOn(t, p, opts)
 	a, b := n[0], n[1]
 	const q = 2
 	if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 9002, Queue: q}); err != nil {

@@ -23,6 +23,19 @@ import (
 func openPair(t testing.TB, o ixgbe.Options) (*emulated.IXGBE, [2]*ixgbe.NIC) {
 	t.Helper()
 	p := newPlatform(t, emulated.DefaultIXGBEOptions())
+	n := openOn(t, p, o)
+	for i := range n {
+		if _, err := n[i].WaitLink(true, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, n
+}
+
+// openOn opens the driver with o on both NICs of the model pair p; the
+// test's cleanup closes them.
+func openOn(t testing.TB, p *emulated.IXGBE, o ixgbe.Options) [2]*ixgbe.NIC {
+	t.Helper()
 	var n [2]*ixgbe.NIC
 	for i := range n {
 		var err error
@@ -32,12 +45,7 @@ func openPair(t testing.TB, o ixgbe.Options) (*emulated.IXGBE, [2]*ixgbe.NIC) {
 		nic := n[i]
 		t.Cleanup(func() { nic.Close() })
 	}
-	for i := range n {
-		if _, err := n[i].WaitLink(true, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return p, n
+	return n
 }
 
 // udpFrame writes an IPv4/UDP frame from src to dst with the given
@@ -460,15 +468,7 @@ func BenchmarkModelPair(b *testing.B) {
 	o := emulated.DefaultIXGBEOptions()
 	o.ThreadCPUTime = true
 	p := newPlatform(b, o)
-	var n [2]*ixgbe.NIC
-	for i := range n {
-		var err error
-		if n[i], err = ixgbe.Open(p.Functions()[i], ixgbe.DefaultOptions()); err != nil {
-			b.Fatal(err)
-		}
-		nic := n[i]
-		b.Cleanup(func() { nic.Close() })
-	}
+	n := openOn(b, p, ixgbe.DefaultOptions())
 	stream(b, n[0], n[1], 1024, nil)
 	const calls = 1000
 	k0 := threadCPU()
