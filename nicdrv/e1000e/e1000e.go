@@ -595,32 +595,48 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("RX ring", err)
 		}
-		r := &rxQueue{nic: n, q: i, pool: n.pools.Packet[i], ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
-			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)), ps: n.opts.HeaderSplit || n.opts.Placement}
-		pools := []*nicdrv.Pool{r.pool}
-		if n.opts.HeaderSplit {
-			pools = append(pools, r.pool) // a payload buffer per slot too
-		}
-		r.fill = drv.NewRxFill(r.size, pools, &r.noBuf)
-		r.slot = r.fill.Bufs[0]
-		if n.opts.HeaderSplit {
-			r.pay = r.fill.Bufs[1]
-		}
-		if n.opts.Placement {
-			r.initPlace()
-		}
-		n.rx = append(n.rx, r)
+		n.rx = append(n.rx, newRxQueue(n, i, b, iova))
 	}
 	for i := 0; i < q; i++ {
 		b, iova, err := ring(n.opts.TxRing, hw.DescSize)
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
-		t := &txQueue{nic: n, q: i, ring: b, iova: iova, size: uint32(n.opts.TxRing), pools: drv.PoolCheck{DMA: n.dev.DMA()}}
-		t.s = drv.NewTxSlots(t.size, n.pools.Packet[i], t.done)
-		n.tx = append(n.tx, t)
+		n.tx = append(n.tx, newTxQueue(n, i, b, iova))
 	}
 	return nil
+}
+
+// newRxQueue makes RX queue q over ring (its descriptors at iova), whose
+// descriptors are packet split ones with header split or placement.
+func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
+	dsz := uint32(hw.DescSize)
+	if n.opts.HeaderSplit || n.opts.Placement {
+		dsz = hw.PSDescSize
+	}
+	size := uint32(len(ring)) / dsz
+	r := &rxQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, iova: iova, size: size, dsz: dsz,
+		freeThresh: rxFreeThresh(size), ps: n.opts.HeaderSplit || n.opts.Placement}
+	pools := []*nicdrv.Pool{r.pool}
+	if n.opts.HeaderSplit {
+		pools = append(pools, r.pool) // a payload buffer per slot too
+	}
+	r.fill = drv.NewRxFill(r.size, pools, &r.noBuf)
+	r.slot = r.fill.Bufs[0]
+	if n.opts.HeaderSplit {
+		r.pay = r.fill.Bufs[1]
+	}
+	if n.opts.Placement {
+		r.initPlace()
+	}
+	return r
+}
+
+// newTxQueue makes TX queue q over ring (its descriptors at iova).
+func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
+	t := &txQueue{nic: n, q: q, ring: ring, iova: iova, size: uint32(len(ring) / hw.DescSize), pools: drv.PoolCheck{DMA: n.dev.DMA()}}
+	t.s = drv.NewTxSlots(t.size, n.pools.Packet[q], t.done)
+	return t
 }
 
 func (n *NIC) setupTx() {
