@@ -732,37 +732,23 @@ func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
 
 // RxBatch implements nicdrv.NIC.
 func (n *NIC) RxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
-	if q < 0 || q >= len(n.rx) {
-		return 0, n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
+	if err := n.d.CheckQueue("RX", q, len(n.rx)); err != nil {
+		return 0, err
 	}
 	return n.rx[q].batch(bufs)
 }
 
 // TxBatch implements nicdrv.NIC.
 func (n *NIC) TxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
-	if q < 0 || q >= len(n.tx) {
-		return 0, n.errorf(fmt.Sprintf("TX queue %d", q), nicdrv.ErrBadQueue)
+	if err := n.d.CheckQueue("TX", q, len(n.tx)); err != nil {
+		return 0, err
 	}
 	return n.tx[q].batch(bufs)
 }
 
 // Close implements nicdrv.NIC.
 func (n *NIC) Close() error {
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Swap(true) {
-		return nil
-	}
-	// Wait out batches in flight; later ones see closed.
-	for _, r := range n.rx {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-	}
-	for _, t := range n.tx {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-	}
-	return n.teardown()
+	return drv.Close(&n.ctlMu, &n.closed, n.rx, n.tx, n.teardown)
 }
 
 // teardown quiesces the NIC and releases everything, for Close and for a

@@ -153,6 +153,11 @@ func (r *rxQueue) ready() bool {
 	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
 }
 
+// Lock and Unlock take and give back the lock each batch of the queue
+// holds (drv.Close waits on it).
+func (r *rxQueue) Lock()   { r.mu.Lock() }
+func (r *rxQueue) Unlock() { r.mu.Unlock() }
+
 func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -296,6 +301,11 @@ func (t *txQueue) done(m uint32) bool {
 	dmasync.Observe()
 	return true
 }
+
+// Lock and Unlock take and give back the lock each batch of the queue
+// holds (drv.Close waits on it).
+func (t *txQueue) Lock()   { t.mu.Lock() }
+func (t *txQueue) Unlock() { t.mu.Unlock() }
 
 func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	t.mu.Lock()

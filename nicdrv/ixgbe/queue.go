@@ -228,6 +228,11 @@ func (r *rxQueue) add(b *nicdrv.Buffer, k int) {
 	r.bytes += k
 }
 
+// Lock and Unlock take and give back the lock each batch of the queue
+// holds (drv.Close waits on it).
+func (r *rxQueue) Lock()   { r.mu.Lock() }
+func (r *rxQueue) Unlock() { r.mu.Unlock() }
+
 func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -461,6 +466,11 @@ func (t *txQueue) reject(i int, b *nicdrv.Buffer) error {
 	}
 	return nil
 }
+
+// Lock and Unlock take and give back the lock each batch of the queue
+// holds (drv.Close waits on it).
+func (t *txQueue) Lock()   { t.mu.Lock() }
+func (t *txQueue) Unlock() { t.mu.Unlock() }
 
 func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	t.mu.Lock()
