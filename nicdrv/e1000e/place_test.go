@@ -15,62 +15,6 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
 )
 
-// placeFrame is frame seq of n bytes from src to dst, not IP (so the NIC
-// does not split it at its headers): a pattern that names its sequence
-// number in every byte.
-func placeFrame(dst, src nicdrv.MAC, seq, n int) []byte {
-	fr := make([]byte, n)
-	copy(fr[0:6], dst[:])
-	copy(fr[6:12], src[:])
-	fr[12], fr[13] = 0x88, 0xB5
-	for i := 14; i < n; i++ {
-		fr[i] = byte(seq*31 + i)
-	}
-	return fr
-}
-
-func sendFrames(t *testing.T, n nicdrv.NIC, frames [][]byte) {
-	t.Helper()
-	for len(frames) > 0 {
-		bufs := make([]*nicdrv.Buffer, min(len(frames), 32))
-		k, err := n.Pool(0).Alloc(bufs)
-		if err != nil && k == 0 {
-			t.Fatalf("alloc: %v", err)
-		}
-		for i := range k {
-			copy(bufs[i].SetLen(len(frames[i])), frames[i])
-		}
-		sent, err := n.TxBatch(0, bufs[:k])
-		if err != nil {
-			t.Fatalf("TX: %v", err)
-		}
-		_ = n.Pool(0).Free(bufs[sent:k]...)
-		frames = frames[sent:]
-	}
-}
-
-// recvFrames receives k frames from queue 0 of n, within a bounded wait.
-func recvFrames(t *testing.T, n nicdrv.NIC, k int) []*nicdrv.Buffer {
-	t.Helper()
-	var got []*nicdrv.Buffer
-	buf := make([]*nicdrv.Buffer, 32)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < k {
-		if time.Now().After(deadline) {
-			t.Fatalf("received %d of %d frames", len(got), k)
-		}
-		m, err := n.RxBatch(0, buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, buf[:m]...)
-		if m == 0 {
-			runtime.Gosched()
-		}
-	}
-	return got
-}
-
 // openPlacePair opens a (copying) and b (placing) on two cabled models.
 func openPlacePair(t *testing.T) (a, b *e1000e.NIC) {
 	p := newModel(t, emulated.DefaultE1000EOptions())
@@ -90,30 +34,6 @@ func openPlacePair(t *testing.T) (a, b *e1000e.NIC) {
 		}
 	}
 	return a, b
-}
-
-// placePlacements maps mem and cuts count placements of info.PlaceMin
-// bytes from it, stride bytes apart.
-func placePlacements(t *testing.T, n nicdrv.NIC, mem []byte, count, stride int) ([]nicdrv.Placement, func()) {
-	t.Helper()
-	info := n.Info()
-	m, err := n.Pool(0).DMA().Map(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := make([]nicdrv.Placement, count)
-	for i := range ps {
-		iova, contig, err := m.IOVA(i * stride)
-		if err != nil || contig < info.PlaceMin {
-			t.Fatalf("placement %d: IOVA-contiguous for %d bytes (%v): the emulated IOMMU maps a heap buffer in one piece, VFIO a hugepage", i, contig, err)
-		}
-		ps[i] = nicdrv.Placement{Mem: mem[i*stride : i*stride+info.PlaceMin], IOVA: iova}
-	}
-	return ps, func() {
-		if err := n.Pool(0).DMA().Unmap(m); err != nil {
-			t.Error(err)
-		}
-	}
 }
 
 // TestPlacement posts placements in a receive buffer on the emulated
@@ -172,7 +92,7 @@ func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
 	placed := 2 * len(sizes)
 	const stride = 1514 - 128
 	mem := alloc(placed*stride + info.PlaceMin)
-	ps, unmap := placePlacements(t, b, mem, placed, stride)
+	ps, unmap := nictest.Placements(t, b, mem, placed, stride)
 
 	if _, err := a.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrNotSupported) {
 		t.Errorf("PostRx on a NIC opened without Placement: %v, want ErrNotSupported", err)
@@ -206,13 +126,13 @@ func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
 	// to pool buffers; every size class in each part.
 	var frames [][]byte
 	for i := range ahead + placed + 12 {
-		frames = append(frames, placeFrame(b.MAC(), a.MAC(), i, sizes[i%len(sizes)]))
+		frames = append(frames, nictest.PlaceFrame(b.MAC(), a.MAC(), i, sizes[i%len(sizes)]))
 	}
 	before, err := b.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sendFrames(t, a, frames)
+	nictest.SendFrames(t, a, frames)
 	// Written back and not delivered, the frames still come before a
 	// placement posted now: Ahead does not move until RxBatch.
 	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
@@ -230,7 +150,7 @@ func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
 	if st := b.RxPlacement(0); st.Ahead != ahead+placed {
 		t.Errorf("every descriptor written back, none delivered: Ahead %d, want %d", st.Ahead, ahead+placed)
 	}
-	got := recvFrames(t, b, len(frames))
+	got := nictest.RecvFrames(t, b, len(frames))
 	checkPlaced(t, got, frames, ps, ahead, info.PlaceHeader)
 	for _, g := range got {
 		if err := g.Pool().Free(g); err != nil {
@@ -252,8 +172,8 @@ func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
 	for range ahead + 1 {
 		fs = append(fs, udp)
 	}
-	sendFrames(t, a, fs)
-	for i, g := range recvFrames(t, b, len(fs)) {
+	nictest.SendFrames(t, a, fs)
+	for i, g := range nictest.RecvFrames(t, b, len(fs)) {
 		ext, _ := g.Attached()
 		switch {
 		case i < ahead && (ext != nil || !bytes.Equal(g.Data, udp)):
