@@ -1,11 +1,11 @@
 package e1000e
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 )
 
 // Payload placement (Options.Placement; nicdrv.Placer) uses the 82574's
@@ -47,6 +47,9 @@ const (
 	// queue.
 	placePoolAhead = 8
 )
+
+// placeMinWhy says why a placement is at least Info.PlaceMin long.
+var placeMinWhy = fmt.Sprintf("a %d-byte frame less the %d-byte header it splits an IPv4 frame at", placeLargest, placeSplitMin)
 
 // placePSRCTL is the PSRCTL value of placement: buffer 0 of placeHeader
 // bytes, buffer 1 of a pool buffer.
@@ -209,38 +212,15 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	case !r.place:
 		return 0, n.errorf("post RX placements", fmt.Errorf("the NIC was opened without Options.Placement: %w", nicdrv.ErrNotSupported))
 	}
-	stop := (r.next + r.size - 1) % r.size
-	took := 0
-	var err error
-	for i, p := range ps {
-		if r.tail == stop {
-			break
-		}
-		if len(p.Mem) < n.info.PlaceMin {
-			err = n.errorf("post RX placements", fmt.Errorf("placement %d of %d bytes: the NIC may write %d bytes into it (a %d-byte frame less the %d-byte header it splits an IPv4 frame at): %w",
-				i, len(p.Mem), n.info.PlaceMin, placeLargest, placeSplitMin, nicdrv.ErrFrameSize))
-			break
-		}
-		s := r.tail
-		if r.hdr[s] == nil {
-			hb, e := r.hdrs.Get()
-			if e != nil {
-				r.noBuf.Add(1)
-				err = n.errorf("post RX placements", fmt.Errorf("no header buffer: %w", e))
-				break
-			}
-			r.hdr[s] = hb
-		}
-		if pb := r.slot[s]; pb != nil {
-			r.slot[s] = nil
-			err = errors.Join(err, r.pool.Free(pb))
-		}
-		r.placed[s] = p
+	from := r.tail
+	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.slot, Hdr: r.hdr, Placed: r.placed,
+		Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.noBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+	took, err := slots.Post(&n.d, ps)
+	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encodePlace(s)
-		r.posted++
-		r.tail = (s + 1) % r.size
-		took++
 	}
+	r.tail = slots.Tail
+	r.posted += uint64(took)
 	r.writeTail()
 	return took, err
 }

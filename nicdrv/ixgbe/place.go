@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
 
@@ -34,6 +35,9 @@ const (
 	// once.
 	placePoolAhead = 8
 )
+
+// placeMinWhy says why a placement is at least Info.PlaceMin long.
+var placeMinWhy = fmt.Sprintf("the largest frame less the %d-byte header", placeHeader)
 
 // placeState is a placing queue's placements, by slot, and their counts.
 type placeState struct {
@@ -175,51 +179,15 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	case !r.place:
 		return 0, n.errorf("post RX placements", fmt.Errorf("the NIC was opened without Options.Placement: %w", nicdrv.ErrNotSupported))
 	}
-	stop := (r.next + r.size - 1) % r.size
-	took := 0
-	var err error
-	for i, p := range ps {
-		if r.tail == stop {
-			break
-		}
-		if p.Mem == nil {
-			s := r.tail
-			if r.pkt[s] == nil && r.fill.Fill(s, (s+1)%r.size) == s {
-				err = n.errorf("post RX placements", fmt.Errorf("no pool buffer: %w", nicdrv.ErrPoolExhausted))
-				break
-			}
-			r.pooled[s] = true
-			r.encode(s)
-			r.posted++
-			r.tail = (s + 1) % r.size
-			took++
-			continue
-		}
-		if len(p.Mem) < n.info.PlaceMin {
-			err = n.errorf("post RX placements", fmt.Errorf("placement %d of %d bytes: the NIC may write %d bytes into it (the largest frame less the %d-byte header): %w",
-				i, len(p.Mem), n.info.PlaceMin, placeHeader, nicdrv.ErrFrameSize))
-			break
-		}
-		s := r.tail
-		if r.hdr[s] == nil {
-			hb, e := r.hdrs.Get()
-			if e != nil {
-				r.noBuf.Add(1)
-				err = n.errorf("post RX placements", fmt.Errorf("no header buffer: %w", e))
-				break
-			}
-			r.hdr[s] = hb
-		}
-		if pb := r.pkt[s]; pb != nil {
-			r.pkt[s] = nil
-			err = errors.Join(err, r.pool.Free(pb))
-		}
-		r.placed[s] = p
+	from := r.tail
+	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.pkt, Hdr: r.hdr, Placed: r.placed,
+		Pooled: r.pooled, Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.noBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+	took, err := slots.Post(&n.d, ps)
+	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encode(s)
-		r.posted++
-		r.tail = (s + 1) % r.size
-		took++
 	}
+	r.tail = slots.Tail
+	r.posted += uint64(took)
 	r.writeTail()
 	return took, err
 }

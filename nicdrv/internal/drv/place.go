@@ -1,0 +1,91 @@
+package drv
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gomx-dev/gomx/nicdrv"
+)
+
+// PostSlots is what posting placements (nicdrv.Placer.PostRx) works on: a
+// placing RX ring's slots from Tail on, one entry a slot in each array. A
+// driver makes one from its queue's state for each PostRx, under the
+// queue's lock, lets Post take the placements, writes the read
+// descriptors of the slots from its old tail up to Tail (as after
+// RxFill.Fill: a call per slot through a function value would cost more
+// than the writes), and keeps Tail and counts what Post took posted.
+type PostSlots struct {
+	// Size is the number of slots; Tail the first slot not handed out,
+	// Stop the slot Post stops at (the one before the driver's reading).
+	Size, Tail, Stop uint32
+	// Pkt and Hdr are the slots' pool and header buffers, Placed their
+	// placements (Mem nil for a pool descriptor).
+	Pkt, Hdr []*nicdrv.Buffer
+	Placed   []nicdrv.Placement
+	// Pooled marks the pool descriptors a caller posted (a Placement
+	// with Mem nil), which Fill gives a buffer. Nil when the NIC takes
+	// no such posting: a Placement with Mem nil is then too short.
+	Pooled []bool
+	Fill   *RxFill
+	// Pool takes back the pool buffer of a slot a placement takes; Hdrs
+	// gives the header buffers.
+	Pool, Hdrs *nicdrv.Pool
+	// NoBuf counts the header buffers Hdrs could not give.
+	NoBuf *atomic.Uint64
+	// Min is the least length of a placement (Info.PlaceMin), and Why
+	// says how the NIC comes to write that much, for the error that
+	// refuses a shorter one.
+	Min int
+	Why string
+}
+
+// Post takes placements ps, in order, into the slots from Tail until Stop,
+// and returns how many it took. A placed slot gets a header buffer (the
+// one it kept, or one of Hdrs) and gives back its pool buffer; a posted
+// pool descriptor (Pooled) gets a pool buffer. It stops at the first
+// placement it cannot take and says why: a placement shorter than Min, no
+// header buffer or pool buffer left. A pool buffer Pool does not take back
+// is an error too, but Post goes on. It writes no descriptor and no
+// register.
+func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
+	const op = "post RX placements"
+	took := 0
+	var err error
+	for i, pl := range ps {
+		if p.Tail == p.Stop {
+			break
+		}
+		s := p.Tail
+		if pl.Mem == nil && p.Pooled != nil {
+			if p.Pkt[s] == nil && p.Fill.Fill(s, (s+1)%p.Size) == s {
+				err = d.Errorf(op, fmt.Errorf("no pool buffer: %w", nicdrv.ErrPoolExhausted))
+				break
+			}
+			p.Pooled[s] = true
+		} else {
+			if len(pl.Mem) < p.Min {
+				err = d.Errorf(op, fmt.Errorf("placement %d of %d bytes: the NIC may write %d bytes into it (%s): %w",
+					i, len(pl.Mem), p.Min, p.Why, nicdrv.ErrFrameSize))
+				break
+			}
+			if p.Hdr[s] == nil {
+				hb, e := p.Hdrs.Get()
+				if e != nil {
+					p.NoBuf.Add(1)
+					err = d.Errorf(op, fmt.Errorf("no header buffer: %w", e))
+					break
+				}
+				p.Hdr[s] = hb
+			}
+			if pb := p.Pkt[s]; pb != nil {
+				p.Pkt[s] = nil
+				err = errors.Join(err, p.Pool.Free(pb))
+			}
+			p.Placed[s] = pl
+		}
+		p.Tail = (s + 1) % p.Size
+		took++
+	}
+	return took, err
+}
