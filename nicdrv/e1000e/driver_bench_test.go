@@ -4,13 +4,11 @@ import (
 	"encoding/binary"
 	"runtime"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drvtest"
 )
 
 // BenchmarkDriver is the driver alone, with no model: one TX and one RX
@@ -20,9 +18,7 @@ import (
 // to it, in batches of 32: Alloc, TxBatch, (the NIC), RxBatch, Free, the
 // batches through the NIC's own TxBatch and RxBatch as a caller makes them.
 // The figure is the driver's cost per frame with the pool's; the model's
-// is not in it. cpu-ns/frame is the benchmark thread's CPU time per frame,
-// which on a loaded machine leaves out the time the thread waited for a
-// CPU (ns/frame includes it).
+// is not in it (drvtest.PerFrame says what ns/frame and cpu-ns/frame are).
 func BenchmarkDriver(b *testing.B) {
 	const batch, size = 32, 512
 	runtime.LockOSThread()
@@ -38,7 +34,7 @@ func BenchmarkDriver(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pools.Close()
-	n := &NIC{dev: dev, d: drv.Device{Dev: dev, Regs: tailRegs{}}, pools: pools, opts: Options{Queues: 1}}
+	n := &NIC{dev: dev, d: drv.Device{Dev: dev, Regs: drvtest.TailRegs{}}, pools: pools, opts: Options{Queues: 1}}
 	rx := newRxQueue(n, 0, make([]byte, size*16), 0)
 	rx.refill()
 	rx.rdt = rx.tail
@@ -76,28 +72,7 @@ func BenchmarkDriver(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for range 64 {
-		round()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	c0 := threadCPU()
-	for i := 0; i < b.N; i += batch {
-		round()
-	}
-	cpu := threadCPU() - c0
-	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/frame")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/frame")
+	drvtest.PerFrame(b, batch, round)
 	_ = rx.fill.Release()
 	_ = tx.s.Release()
-}
-
-// threadCPU is the calling thread's CPU time.
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }

@@ -7,14 +7,8 @@ import (
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
-	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drvtest"
 )
-
-// tailRegs is a register file that only takes the RDT writes of the
-// receive path.
-type tailRegs struct{ pci.Registers }
-
-func (tailRegs) Write32(int, uint32) {}
 
 // FuzzPlaceWriteBacks feeds arbitrary packet split write-backs to a placing
 // queue whose ring holds the pool descriptors ahead and then placements.
@@ -48,20 +42,11 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { plat.Close() })
-	pool, err := nicdrv.NewPool(plat.IOMMU(), nicdrv.PoolOptions{Buffers: 256})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { pool.Close() })
-	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { pools.Close() })
+	pool, pools := drvtest.Pools(f, plat.IOMMU(), 256)
 	const size, posted, placeMin = 32, 12, placeLargest - placeSplitMin
 	mem := make([]byte, posted*2048)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		n := &NIC{d: drv.Device{Regs: tailRegs{}}, pools: pools, opts: Options{Placement: true, Queues: 1, RxRing: size},
+		n := &NIC{d: drv.Device{Regs: drvtest.TailRegs{}}, pools: pools, opts: Options{Placement: true, Queues: 1, RxRing: size},
 			info: nicdrv.Info{PlaceHeader: placeHeader, PlaceMin: placeMin}}
 		ring := make([]byte, size*32)
 		r := &rxQueue{nic: n, pool: pool, ring: ring, size: size, dsz: 32, ps: true, freeThresh: rxFreeThresh(size)}
@@ -81,8 +66,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		}
 		k := min(len(raw)/32, int(r.rdt))
 		copy(ring, raw[:32*k])
-		type frame struct{ data, placed int }
-		var want []frame
+		var want []drvtest.PlacedFrame
 		consumed, open := 0, false
 		for i := 0; i < k; i++ {
 			d := raw[32*i:]
@@ -109,9 +93,9 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			}
 			if ok {
 				if placed {
-					want = append(want, frame{l0, l1})
+					want = append(want, drvtest.PlacedFrame{Data: l0, Placed: l1})
 				} else {
-					want = append(want, frame{l0 + l1, -1})
+					want = append(want, drvtest.PlacedFrame{Data: l0 + l1, Placed: -1})
 				}
 			}
 			open = false
@@ -121,15 +105,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != len(want) {
-			t.Fatalf("delivered %d frames, want %d (%v)", got, len(want), want)
-		}
-		for i, b := range out[:got] {
-			ext, _ := b.Attached()
-			if len(b.Data) != want[i].data || (want[i].placed < 0) != (ext == nil) || ext != nil && len(ext) != want[i].placed || b.Next != nil {
-				t.Fatalf("frame %d: %d bytes, %d placed (%v); want %+v", i, len(b.Data), len(ext), ext != nil, want[i])
-			}
-		}
+		drvtest.CheckPlaced(t, out[:got], want)
 		if r.consumed != uint64(consumed) {
 			t.Fatalf("%d placements consumed, want %d", r.consumed, consumed)
 		}
@@ -145,11 +121,6 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		if r.consumed != posted {
 			t.Fatalf("after release %d of %d placements consumed", r.consumed, posted)
 		}
-		if pool.Available() != pool.Len() {
-			t.Fatalf("%d of %d buffers back in the pool", pool.Available(), pool.Len())
-		}
-		if h := pools.Header[0]; h.Available() != h.Len() {
-			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
-		}
+		drvtest.CheckReturned(t, pool, pools)
 	})
 }

@@ -7,14 +7,8 @@ import (
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
-	"github.com/gomx-dev/gomx/pci"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drvtest"
 )
-
-// tailRegs is a register file that only takes the RDT writes of the
-// receive path.
-type tailRegs struct{ pci.Registers }
-
-func (tailRegs) Write32(int, uint32) {}
 
 // FuzzRxWriteBacks feeds arbitrary advanced write-back descriptors (what a
 // device, or a broken one, may write into the RX ring) to the receive path,
@@ -48,7 +42,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, split bool, maxFrame uint16) {
 		const size = 32
 		mf := int(maxFrame)%(maxJumbo-1518+1) + 1518
-		n := &NIC{d: drv.Device{Regs: tailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
+		n := &NIC{d: drv.Device{Regs: drvtest.TailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
 		ring := make([]byte, size*16)
 		r := newRxQueue(n, 0, ring, 0)
 		r.refill()
@@ -124,12 +118,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 		if err := r.release(); err != nil {
 			t.Fatal(err)
 		}
-		if pool.Available() != pool.Len() {
-			t.Fatalf("%d of %d buffers back in the pool", pool.Available(), pool.Len())
-		}
-		if h := pools.Header[0]; h.Available() != h.Len() {
-			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
-		}
+		drvtest.CheckReturned(t, pool, pools)
 	})
 }
 
@@ -142,15 +131,5 @@ func fuzzPools(f *testing.F, buffers int) (*nicdrv.Pool, *drv.Pools) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { plat.Close() })
-	pool, err := nicdrv.NewPool(plat.IOMMU(), nicdrv.PoolOptions{Buffers: buffers})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { pool.Close() })
-	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { pools.Close() })
-	return pool, pools
+	return drvtest.Pools(f, plat.IOMMU(), buffers)
 }

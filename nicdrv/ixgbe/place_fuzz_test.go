@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drvtest"
 )
 
 // FuzzPlaceWriteBacks feeds arbitrary write-back descriptors to a placing
@@ -38,7 +39,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 	mem := make([]byte, posted*2048)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		const size = 32
-		n := &NIC{d: drv.Device{Regs: tailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, Placement: true, Queues: 1},
+		n := &NIC{d: drv.Device{Regs: drvtest.TailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, Placement: true, Queues: 1},
 			info: nicdrv.Info{PlaceHeader: placeHeader, PlaceMin: mf - placeHeader}}
 		ring := make([]byte, size*16)
 		r := newRxQueue(n, 0, ring, 0)
@@ -54,8 +55,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		}
 		k := min(len(raw)/16, int(r.rdt))
 		copy(ring, raw[:16*k])
-		type frame struct{ data, placed int }
-		var want []frame
+		var want []drvtest.PlacedFrame
 		consumed, open := 0, false
 		for i := 0; i < k; i++ {
 			d := raw[16*i:]
@@ -84,9 +84,9 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			}
 			if ok {
 				if placed {
-					want = append(want, frame{h, l})
+					want = append(want, drvtest.PlacedFrame{Data: h, Placed: l})
 				} else {
-					want = append(want, frame{h + l, -1})
+					want = append(want, drvtest.PlacedFrame{Data: h + l, Placed: -1})
 				}
 			}
 			open = false
@@ -96,15 +96,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != len(want) {
-			t.Fatalf("delivered %d frames, want %d (%v)", got, len(want), want)
-		}
-		for i, b := range out[:got] {
-			ext, _ := b.Attached()
-			if len(b.Data) != want[i].data || (want[i].placed < 0) != (ext == nil) || ext != nil && len(ext) != want[i].placed || b.Next != nil {
-				t.Fatalf("frame %d: %d bytes, %d placed (%v); want %+v", i, len(b.Data), len(ext), ext != nil, want[i])
-			}
-		}
+		drvtest.CheckPlaced(t, out[:got], want)
 		if r.consumed != uint64(consumed) {
 			t.Fatalf("%d placements consumed, want %d", r.consumed, consumed)
 		}
@@ -117,11 +109,6 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		if r.consumed != posted {
 			t.Fatalf("after release %d of %d placements consumed", r.consumed, posted)
 		}
-		if pool.Available() != pool.Len() {
-			t.Fatalf("%d of %d buffers back in the pool", pool.Available(), pool.Len())
-		}
-		if h := pools.Header[0]; h.Available() != h.Len() {
-			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
-		}
+		drvtest.CheckReturned(t, pool, pools)
 	})
 }

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drvtest"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
@@ -471,21 +470,21 @@ func BenchmarkModelPair(b *testing.B) {
 	n := openOn(b, p, ixgbe.DefaultOptions())
 	stream(b, n[0], n[1], 1024, nil)
 	const calls = 1000
-	k0 := threadCPU()
+	k0 := drvtest.ThreadCPU()
 	for range calls {
-		threadCPU()
+		drvtest.ThreadCPU()
 	}
-	clock := float64(threadCPU()-k0) / calls
+	clock := float64(drvtest.ThreadCPU()-k0) / calls
 	p.ResetAccesses(0)
 	p.ResetAccesses(1)
 	m0 := p.Stats(0).ModelTime + p.Stats(1).ModelTime
-	c0 := threadCPU()
+	c0 := drvtest.ThreadCPU()
 	b.ReportAllocs()
 	b.ResetTimer()
 	stream(b, n[0], n[1], b.N, nil)
 	b.StopTimer()
 	f := float64(b.N)
-	cpu := float64(threadCPU()-c0) / f
+	cpu := float64(drvtest.ThreadCPU()-c0) / f
 	model := float64((p.Stats(0).ModelTime + p.Stats(1).ModelTime - m0).Nanoseconds()) / f
 	a0, a1 := p.Accesses(0), p.Accesses(1)
 	acc := float64(a0.TotalReads()+a0.TotalWrites()+a1.TotalReads()+a1.TotalWrites()) / f
@@ -495,15 +494,6 @@ func BenchmarkModelPair(b *testing.B) {
 	b.ReportMetric(acc, "accesses/frame")
 	b.ReportMetric(model-clock*acc, "model-cpu-ns/frame")
 	b.ReportMetric(cpu-model-clock*acc, "driver-cpu-ns/frame")
-}
-
-// threadCPU is the calling thread's CPU time.
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }
 
 // Open refuses what is not an 82599 and options out of range, naming the
