@@ -1,18 +1,3 @@
-// Package drv holds what the gomx NIC drivers (nicdrv/e1000e,
-// nicdrv/ixgbe) share below the nicdrv interface and above their
-// registers: the per-queue buffer pools and the waits on several queues.
-// It is internal: its types are the drivers' private state, and
-// a user sees them only through nicdrv.NIC.
-//
-// # Pools per queue
-//
-// Each RX queue receives into a pool of its own, and each TX queue's
-// reclaim gives buffers back to the pools they came from, so a queue served
-// by one goroutine takes only its own pool's lock, never contended by the
-// goroutines of other queues. A driver that header-splits into small
-// buffers (the 82599) gives each queue a second pool of HeaderBufferSize
-// buffers for the headers. A caller that passes one pool for every queue
-// (the drivers' Options.Pool) gets that: one pool, one lock, shared.
 package drv
 
 import (
