@@ -288,11 +288,10 @@ type NIC struct {
 	pools  *drv.Pools
 	waiter drv.RxWaiter
 
-	ringMem *hugepage.Region
-	ringMap *pci.Mapping
-	rx      []*rxQueue
-	tx      []*txQueue
-	irqs    []*pci.Interrupt
+	rings *drv.Rings // the descriptor rings' memory
+	rx    []*rxQueue
+	tx    []*txQueue
+	irqs  []*pci.Interrupt
 
 	ctlMu  sync.Mutex // control path: statistics, filters, link, close
 	hwStat nicdrv.Stats
@@ -454,44 +453,20 @@ func (n *NIC) link() {
 func (n *NIC) allocRings() error {
 	q := n.opts.Queues
 	size := q * (n.opts.RxRing + n.opts.TxRing) * hw.DescSize
-	mem := n.opts.Memory
-	if mem.Name == "" {
-		mem.Name = "gomx-ixgbe-rings"
-	}
-	mem.AllowPageable = mem.AllowPageable || pci.AcceptsPageable(n.dev.DMA())
-	r, err := hugepage.Alloc(size, mem)
+	rings, err := n.d.AllocRings(size, n.opts.Memory, "gomx-ixgbe-rings")
 	if err != nil {
-		return n.errorf("ring memory", err)
+		return err
 	}
-	m, err := n.dev.DMA().Map(r.Bytes())
-	if err != nil {
-		r.Close()
-		return n.errorf("map rings", err)
-	}
-	n.ringMem, n.ringMap = r, m
-	off := 0
-	ring := func(count int) ([]byte, uint64, error) {
-		ln := count * hw.DescSize
-		iova, contig, err := m.IOVA(off)
-		if err == nil && contig < ln {
-			err = fmt.Errorf("a ring of %d bytes at offset %d crosses an IOVA segment edge: allocate ring memory in hugepages", ln, off)
-		}
-		if err == nil && iova%hw.RingAlign != 0 {
-			err = fmt.Errorf("ring IOVA %#x is not %d-byte aligned", iova, hw.RingAlign)
-		}
-		b := r.Bytes()[off : off+ln : off+ln]
-		off += ln
-		return b, iova, err
-	}
+	n.rings = rings
 	for i := 0; i < q; i++ {
-		b, iova, err := ring(n.opts.RxRing)
+		b, iova, err := rings.Cut(n.opts.RxRing*hw.DescSize, hw.RingAlign)
 		if err != nil {
 			return n.errorf("RX ring", err)
 		}
 		n.rx = append(n.rx, newRxQueue(n, i, b, iova))
 	}
 	for i := 0; i < q; i++ {
-		b, iova, err := ring(n.opts.TxRing)
+		b, iova, err := rings.Cut(n.opts.TxRing*hw.DescSize, hw.RingAlign)
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
@@ -692,14 +667,7 @@ func (n *NIC) teardown() error {
 			errs = append(errs, t.s.Release())
 		}
 	}
-	if n.ringMap != nil {
-		errs = append(errs, n.dev.DMA().Unmap(n.ringMap))
-		n.ringMap = nil
-	}
-	if n.ringMem != nil {
-		errs = append(errs, n.ringMem.Close())
-		n.ringMem = nil
-	}
+	errs = append(errs, n.rings.Release())
 	if n.pools != nil {
 		errs = append(errs, n.pools.Close())
 	}

@@ -1,7 +1,7 @@
 // Package drv holds what the gomx PCI NIC drivers (nicdrv/e1000e,
 // nicdrv/ixgbe) share below the nicdrv interface and above their
 // registers: attaching to the PCI function and waiting on its registers
-// (Device), the refill of an RX ring and the slots of a TX ring (RxFill,
+// (Device), the memory of the descriptor rings (Rings), the refill of an RX ring and the slots of a TX ring (RxFill,
 // TxSlots), the per-queue buffer pools (Pools), the waits on several
 // queues (RxWaiter), posting payload placements (PostSlots), and the
 // NIC-wide calls that take a queue (CheckQueue, Close). It is internal:
