@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/pci"
@@ -303,5 +304,46 @@ func TestRxWaiterSpin(t *testing.T) {
 	}
 	if arms.Load() != 1 {
 		t.Errorf("%d arms for one sleep, want 1", arms.Load())
+	}
+}
+
+// TestRings cuts two rings from ring memory on a model's IOMMU: each is
+// the bytes asked for, the second after the first in IOVA space; an IOVA
+// that is not a multiple of the alignment asked for is refused, naming it;
+// Release leaves nothing mapped and may be called again.
+func TestRings(t *testing.T) {
+	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plat.Close() })
+	d := &drv.Device{Dev: plat.Functions()[0]}
+	live := plat.IOMMU().Live()
+	r, err := d.AllocRings(8192, hugepage.Options{}, "gomx-test-rings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ia, err := r.Cut(4096, 128)
+	if err != nil || len(a) != 4096 || cap(a) != 4096 {
+		t.Fatalf("first ring: %d bytes (cap %d), %v", len(a), cap(a), err)
+	}
+	b, ib, err := r.Cut(2048, 0)
+	if err != nil || len(b) != 2048 || ib != ia+4096 {
+		t.Fatalf("second ring: %d bytes at IOVA %#x (first at %#x), %v", len(b), ib, ia, err)
+	}
+	// Twice the largest power of two the next IOVA is a multiple of.
+	next := ib + 2048
+	align := next & -next << 1
+	if _, ic, err := r.Cut(64, align); ic != next || err == nil || !strings.Contains(err.Error(), fmt.Sprintf("not %d-byte aligned", align)) {
+		t.Errorf("a ring at IOVA %#x cut with %d-byte alignment: %v", ic, align, err)
+	}
+	if err := r.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(); err != nil {
+		t.Errorf("second Release: %v", err)
+	}
+	if m := plat.IOMMU().Live(); m != live {
+		t.Errorf("%d mappings after Release, %d before the rings", m, live)
 	}
 }
