@@ -3,7 +3,6 @@ package e1000e_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,78 +13,6 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
 )
-
-// manualClock is an emulated.Clock that moves only when the test says so:
-// the model's interrupt throttle then counts in time the test controls,
-// so its effect shows in counts, however loaded the machine is.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tm := &manualTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, tm)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := tm.stopped
-		tm.stopped = true
-		return !was
-	}
-}
-
-// pending counts the timers not yet run or stopped.
-func (c *manualClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, tm := range c.timers {
-		if !tm.stopped {
-			n++
-		}
-	}
-	return n
-}
-
-// Advance moves the clock by d and runs the timers that came due, outside
-// the clock's lock (they take the model's).
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []func()
-	keep := c.timers[:0]
-	for _, tm := range c.timers {
-		switch {
-		case tm.stopped:
-		case !tm.at.After(c.now):
-			tm.stopped = true
-			due = append(due, tm.f)
-		default:
-			keep = append(keep, tm)
-		}
-	}
-	c.timers = keep
-	c.mu.Unlock()
-	for _, f := range due {
-		f()
-	}
-}
 
 // TestInterruptModeration floods a NIC in interrupt mode and counts what
 // reaches the receiver: every frame, in far fewer interrupts than frames,
@@ -100,7 +27,7 @@ func TestInterruptModeration(t *testing.T) {
 		bursts   = 400
 		perBurst = 4
 	)
-	clk := &manualClock{now: time.Unix(1e9, 0)}
+	clk := nictest.NewManualClock(time.Unix(1e9, 0))
 	o := emulated.DefaultE1000EOptions()
 	o.Clock = clk
 	p := newModel(t, o)
@@ -123,7 +50,7 @@ func TestInterruptModeration(t *testing.T) {
 	// The link-up interrupt (the "other" vector) came before: count from
 	// here, when only the RX vector is armed.
 	base := p.Stats(1).Interrupts
-	if n := clk.pending(); n != 0 {
+	if n := clk.Pending(); n != 0 {
 		t.Fatalf("%d interrupt messages held by the throttle before the flood: the count would include them", n)
 	}
 
@@ -185,7 +112,7 @@ func TestInterruptModeration(t *testing.T) {
 	frames := make([]*nicdrv.Buffer, perBurst)
 	for i := range bursts {
 		waitUntil("the receiver neither re-armed nor waits on the throttle", func() bool {
-			return regs.Read32(hw.IMS)&hw.IntRXQ0 != 0 || clk.pending() > 0
+			return regs.Read32(hw.IMS)&hw.IntRXQ0 != 0 || clk.Pending() > 0
 		}, false)
 		if n, err := a.Pool(0).Alloc(frames); err != nil || n != perBurst {
 			t.Fatalf("burst %d: alloc: %d, %v", i, n, err)

@@ -4,79 +4,21 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
 )
-
-// manualClock is an emulated.Clock that moves only when the test says so,
-// so the throttle's effect shows in counts whatever the machine's load.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tm := &manualTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, tm)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := tm.stopped
-		tm.stopped = true
-		return !was
-	}
-}
-
-// Advance moves the clock by d and runs the timers that came due, outside
-// the clock's lock (they take the model's).
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []func()
-	keep := c.timers[:0]
-	for _, tm := range c.timers {
-		switch {
-		case tm.stopped:
-		case !tm.at.After(c.now):
-			tm.stopped = true
-			due = append(due, tm.f)
-		default:
-			keep = append(keep, tm)
-		}
-	}
-	c.timers = keep
-	c.mu.Unlock()
-	for _, f := range due {
-		f()
-	}
-}
 
 // Every one of 64 queues has its own MSI-X vector: a frame steered to
 // queue q wakes the WaitRx of queue q. And EITR moderates each vector: a
 // queue re-armed after every frame is interrupted once per interval of the
 // model's clock, however many frames come within it.
 func TestPerQueueInterrupts(t *testing.T) {
-	clk := &manualClock{now: time.Unix(1000, 0)}
+	clk := nictest.NewManualClock(time.Unix(1000, 0))
 	o := emulated.DefaultIXGBEOptions()
 	o.Clock = clk
 	p := newPlatform(t, o)
@@ -137,7 +79,7 @@ func TestPerQueueInterrupts(t *testing.T) {
 // twenty frames. WaitRx arms the vector (an EIMS_EX write) before it
 // sleeps; each frame is sent only once that write is seen.
 func TestWakeOnFrame(t *testing.T) {
-	clk := &manualClock{now: time.Unix(1000, 0)}
+	clk := nictest.NewManualClock(time.Unix(1000, 0))
 	o := emulated.DefaultIXGBEOptions()
 	o.Clock = clk
 	p := newPlatform(t, o)
