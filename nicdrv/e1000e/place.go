@@ -206,11 +206,8 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.nic
-	switch {
-	case n.closed.Load():
-		return 0, n.errorf("post RX placements", nicdrv.ErrClosed)
-	case !r.place:
-		return 0, n.errorf("post RX placements", fmt.Errorf("the NIC was opened without Options.Placement: %w", nicdrv.ErrNotSupported))
+	if err := n.d.CanPost(n.closed.Load(), r.place); err != nil {
+		return 0, err
 	}
 	from := r.tail
 	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.slot, Hdr: r.hdr, Placed: r.placed,
@@ -227,8 +224,8 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 
 // PostRx implements nicdrv.Placer.
 func (n *NIC) PostRx(q int, p []nicdrv.Placement) (int, error) {
-	if q < 0 || q >= len(n.rx) {
-		return 0, n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
+	if err := n.d.CheckQueue("RX", q, len(n.rx)); err != nil {
+		return 0, err
 	}
 	return n.rx[q].post(p)
 }

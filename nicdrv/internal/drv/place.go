@@ -40,6 +40,19 @@ type PostSlots struct {
 	Why string
 }
 
+// CanPost is nil when a queue may take placements: its NIC is not closed
+// and is placing (Options.Placement); else the error that says which.
+func (d *Device) CanPost(closed, placing bool) error {
+	const op = "post RX placements"
+	switch {
+	case closed:
+		return d.Errorf(op, nicdrv.ErrClosed)
+	case !placing:
+		return d.Errorf(op, fmt.Errorf("the NIC was opened without Options.Placement: %w", nicdrv.ErrNotSupported))
+	}
+	return nil
+}
+
 // Post takes placements ps, in order, into the slots from Tail until Stop,
 // and returns how many it took. A placed slot gets a header buffer (the
 // one it kept, or one of Hdrs) and gives back its pool buffer; a posted
