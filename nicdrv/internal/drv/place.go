@@ -43,14 +43,19 @@ type PostSlots struct {
 // CanPost is nil when a queue may take placements: its NIC is not closed
 // and is placing (Options.Placement); else the error that says which.
 func (d *Device) CanPost(closed, placing bool) error {
-	const op = "post RX placements"
-	switch {
-	case closed:
-		return d.Errorf(op, nicdrv.ErrClosed)
-	case !placing:
-		return d.Errorf(op, fmt.Errorf("the NIC was opened without Options.Placement: %w", nicdrv.ErrNotSupported))
+	if !closed && placing {
+		return nil
 	}
-	return nil
+	return d.cannotPost(closed)
+}
+
+// cannotPost is CanPost's error, apart so that CanPost inlines.
+func (d *Device) cannotPost(closed bool) error {
+	const op = "post RX placements"
+	if closed {
+		return d.Errorf(op, nicdrv.ErrClosed)
+	}
+	return d.Errorf(op, fmt.Errorf("the NIC was opened without Options.Placement: %w", nicdrv.ErrNotSupported))
 }
 
 // Post takes placements ps, in order, into the slots from Tail until Stop,
