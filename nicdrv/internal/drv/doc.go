@@ -30,7 +30,7 @@
 // the compiler keeps the ring in registers. So folded, posting placements
 // measured the same as each driver's loop of its own had: by cachegrind,
 // on the 82599's BenchmarkPlace (a placement posted and its frame received
-// per frame, 576 000 frames, three runs each), 672.8 to 673.0
+// per frame, 576 000 frames, three runs each), 672.8 to 673.3
 // instructions per frame against 673.2 to 673.6.
 //
 // RxBatch and TxBatch share only the queue check (CheckQueue); the call
