@@ -27,13 +27,17 @@ func (s *Socket) Frame(d Desc) []byte {
 // Flush).
 func (s *Socket) Receive(descs []Desc) int {
 	// Keep the fill ring topped up first: it is what the kernel receives
-	// into, and an empty fill ring drops frames (counted in Stats).
+	// into, and an empty fill ring drops frames (counted in Stats). The
+	// UMEM's lock is taken only when that has work to do (refillDue), so a
+	// poll that finds nothing takes no lock and writes no line the
+	// transmit side or another queue's socket uses.
 	u := s.u
-	u.mu.Lock()
-	u.refill(u.keep)
-	kick := u.fill.needWakeup()
-	u.mu.Unlock()
-	if kick {
+	if u.refillDue() {
+		u.mu.Lock()
+		u.refill(u.keep)
+		u.mu.Unlock()
+	}
+	if u.fill.needWakeup() {
 		// Zero-copy drivers may sleep until told the fill ring has frames.
 		unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	}
@@ -45,7 +49,7 @@ func (s *Socket) Receive(descs []Desc) int {
 	}
 	if n > 0 {
 		s.rx.release(n)
-	} else if s.tx.pending() > 0 {
+	} else if s.txProd.Load() != s.txCons.Load() {
 		// Idle: push out frames a busy kernel left on the TX ring, so
 		// that a spinning receiver also keeps its transmissions moving.
 		s.kickTx()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/hugepage"
@@ -154,6 +155,31 @@ type umem struct {
 	// to the free list.
 	regionBase uint64
 	regionDone func(addr uint64)
+
+	// spare: the free list held more than keep frames when the lock was
+	// last released, so refill has frames to move (refillDue). Stored
+	// only when it changes: in a steady exchange it stays false, and the
+	// receiver's empty polls read a line nobody writes.
+	spare atomic.Bool
+}
+
+// refillDue reports, without the lock, whether refill would find work: a
+// transmission completed (the completion ring holds entries) or the free
+// list holds frames beyond keep. The fill ring loses entries only to
+// received frames, which go back through Release (which refills), and
+// completed frames come back only through the completion ring, so a poll
+// that sees neither has nothing to top up. Both indices are loaded
+// atomically (the consumer is ours, stored under u.mu).
+func (u *umem) refillDue() bool {
+	return u.spare.Load() || u.comp.producer.Load() != u.comp.consumer.Load()
+}
+
+// noteSpare records whether the free list holds frames beyond keep
+// (u.mu held).
+func (u *umem) noteSpare() {
+	if v := len(u.free) > u.keep; u.spare.Load() != v {
+		u.spare.Store(v)
+	}
 }
 
 // release frees the UMEM's rings and memory; the sockets are closed.
@@ -185,6 +211,7 @@ func (u *umem) reap() {
 	}
 	if n > 0 {
 		u.comp.release(n)
+		u.noteSpare()
 	}
 }
 
@@ -193,6 +220,7 @@ func (u *umem) reap() {
 // parked on the completion ring count as free. u.mu is held.
 func (u *umem) refill(keep int) {
 	u.reap()
+	defer u.noteSpare()
 	avail := len(u.free) - keep
 	if avail <= 0 {
 		return
@@ -217,6 +245,14 @@ func (u *umem) refill(keep int) {
 // once, each side by one goroutine at a time; sockets sharing a queue
 // (OpenShared) may be used by different goroutines. Close must not race
 // with either side.
+//
+// The receive side's cursors (rx) and the transmit side's (tx) lie on
+// cache lines of their own: a receiver spinning on an empty ring writes
+// its cached producer index at every poll, and a sender writes its cached
+// producer index at every post; on one line, each write would take the
+// line from the other goroutine's CPU. The receiver's look at the TX ring (is
+// anything left for it to kick?) goes through txProd and txCons, copies of
+// the ring's index pointers kept with the fields nobody writes.
 type Socket struct {
 	fd       int
 	iface    string
@@ -225,10 +261,16 @@ type Socket struct {
 	zeroCopy bool
 	opts     Options
 	u        *umem
-	rx       consRing[xdpDesc]
-	tx       prodRing[xdpDesc]
-	closed   atomic.Bool
-	closeMu  sync.RWMutex
+	// txProd and txCons are tx's shared producer and consumer indices,
+	// for the receive side (Receive's idle kick).
+	txProd, txCons *atomic.Uint32
+
+	rx consRing[xdpDesc]
+	_  cpu.CacheLinePad
+	tx prodRing[xdpDesc]
+
+	closed  atomic.Bool
+	closeMu sync.RWMutex
 }
 
 // Open opens an AF_XDP socket on queue of the interface named iface (in the
@@ -360,6 +402,7 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	undo = append(undo, func() { unmapRing(&s.tx.ringMap) })
 	s.rx.init()
 	s.tx.init()
+	s.txProd, s.txCons = s.tx.producer, s.tx.consumer
 
 	sa := sockaddrXDP{Family: afXDP, Flags: bindNeedWakeup, Ifindex: uint32(ifi.Index), QueueID: uint32(queue)}
 	switch {
@@ -600,6 +643,7 @@ func (s *Socket) Close() error {
 	}
 	err := unix.Close(s.fd)
 	err = errors.Join(err, unmapRing(&s.rx.ringMap), unmapRing(&s.tx.ringMap))
+	s.txProd, s.txCons = nil, nil
 	u := s.u
 	u.mu.Lock()
 	u.refs--
