@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/internal/owned"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -91,8 +92,8 @@ type Transport struct {
 	lentNow  bool
 	held     [][]Desc // per socket: frames handed out by the last Recv
 	rxDesc   []Desc
-	next     int // socket Recv starts with, for fairness
-	rxFrames atomic.Uint64
+	next     int         // socket Recv starts with, for fairness
+	rxFrames owned.Count // frames received, counted under rxMu
 
 	_ cpu.CacheLinePad
 
@@ -101,8 +102,8 @@ type Transport struct {
 	txOut  []Desc // the descriptors of a batch: headers, payloads in place
 	neigh  map[[4]byte][6]byte
 	lookup time.Time // last neighbour table dump
-	// txFrames counts the frames sent.
-	txFrames atomic.Uint64
+	// txFrames counts the frames sent, under txMu.
+	txFrames owned.Count
 
 	_ cpu.CacheLinePad
 
@@ -387,8 +388,9 @@ func (t *Transport) send(frames []transport.Frame, kick bool) (int, error) {
 			}
 			l := hdr + copy(b[hdr:], f.Head)
 			l += copy(b[l:], f.Data)
-			for ; l < minFrame; l++ {
-				b[l] = 0
+			if l < minFrame {
+				clear(b[l:minFrame])
+				l = minFrame
 			}
 			out = append(out, Desc{Addr: t.txDesc[i].Addr, Len: uint32(l)})
 			built++

@@ -134,9 +134,9 @@ func (t *Transport) poll(frames []transport.Frame) int {
 	}
 	t.next++
 	if got > 0 {
-		// Counted only when there is something to count: an atomic
-		// add is a locked instruction, and a spinning caller makes
-		// thousands of empty polls.
+		// Counted only when there is something to count, with a
+		// plain add (rxMu serializes the writers: internal/owned):
+		// a spinning caller makes thousands of empty polls.
 		t.rxFrames.Add(uint64(got))
 		t.lends.Got(got)
 	}
