@@ -58,8 +58,10 @@ func (s *Socket) Receive(descs []Desc) int {
 }
 
 // Release gives received (or allocated and unsent) frames back, straight to
-// the fill ring when it has room. Descriptors in the region frames
-// (RegionMemory) are the caller's and are left out.
+// the fill ring when it has room; frames beyond that wait at the bottom of
+// the free list, where the fill ring takes them first, and senders last
+// (see frameStack). Descriptors in the region frames (RegionMemory) are
+// the caller's and are left out.
 func (s *Socket) Release(descs []Desc) {
 	if len(descs) == 0 {
 		return
@@ -68,7 +70,7 @@ func (s *Socket) Release(descs []Desc) {
 	u.mu.Lock()
 	for _, d := range descs {
 		if d.Addr < u.regionBase {
-			u.free = append(u.free, d.Addr-d.Addr%uint64(u.frameSize))
+			u.free.pushCold(d.Addr - d.Addr%uint64(u.frameSize))
 		}
 	}
 	u.refill(u.keep)
@@ -82,11 +84,11 @@ func (s *Socket) Alloc(descs []Desc) int {
 	u := s.u
 	u.mu.Lock()
 	u.reap()
-	n := min(len(descs), len(u.free))
+	n := min(len(descs), u.free.len())
 	for i := range n {
-		descs[i] = Desc{Addr: u.free[len(u.free)-1-i], Len: u.frameSize}
+		descs[i] = Desc{Addr: u.free.top(i), Len: u.frameSize}
 	}
-	u.free = u.free[:len(u.free)-n]
+	u.free.drop(n)
 	u.mu.Unlock()
 	return n
 }

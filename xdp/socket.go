@@ -146,9 +146,9 @@ type umem struct {
 	frameSize uint32
 	fill      prodRing[uint64]
 	comp      consRing[uint64]
-	free      []uint64 // frames nobody owns, a stack
-	refs      int      // open sockets using this UMEM
-	keep      int      // frames refill leaves on the free list for transmitting
+	free      frameStack // frames nobody owns
+	refs      int        // open sockets using this UMEM
+	keep      int        // frames refill leaves on the free list for transmitting
 
 	// regionBase is where the frames of Options.RegionFrames start (the
 	// UMEM's end without any). Their completions go to regionDone, not
@@ -177,7 +177,7 @@ func (u *umem) refillDue() bool {
 // noteSpare records whether the free list holds frames beyond keep
 // (u.mu held).
 func (u *umem) noteSpare() {
-	if v := len(u.free) > u.keep; u.spare.Load() != v {
+	if v := u.free.len() > u.keep; u.spare.Load() != v {
 		u.spare.Store(v)
 	}
 }
@@ -207,12 +207,83 @@ func (u *umem) reap() {
 			}
 			continue
 		}
-		u.free = append(u.free, a-a%fs)
+		u.free.push(a - a%fs)
 	}
 	if n > 0 {
 		u.comp.release(n)
 		u.noteSpare()
 	}
+}
+
+// frameStack is the free list: a stack of frame addresses whose top holds
+// the transmit frames completed last, which this CPU wrote and the kernel
+// only read, and whose bottom the frames that lay unused longest and the
+// received frames given back (Release). A sender takes from the top
+// (Alloc), and refill feeds the fill ring from the bottom. A received
+// frame was written by the kernel on whichever CPU delivered it (in a
+// ping-pong between two threads, the peer's, inside its sendto), so a
+// send that wrote into it would take its lines from that CPU; and a frame
+// fed to the fill ring, a queue as deep as a quarter of the UMEM or more,
+// comes back only after all the frames ahead of it, out of every cache.
+// So a ping-pong sends from the one frame it sent from last time, and the
+// store that publishes the TX ring's producer index (a locked
+// instruction, which waits for the earlier stores into the frame) does
+// not wait for cache misses.
+type frameStack struct {
+	buf    []uint64 // power-of-two length, at least the UMEM's frames
+	lo, hi uint     // the bottom and one past the top, free-running
+}
+
+func newFrameStack(frames int) frameStack {
+	n := 1
+	for n < frames {
+		n <<= 1
+	}
+	return frameStack{buf: make([]uint64, n)}
+}
+
+// len is the number of frames on the stack.
+func (f *frameStack) len() int { return int(f.hi - f.lo) }
+
+// push puts a frame on top. The stack holds every UMEM frame at most
+// once, so it never grows, but a frame released twice (a caller's bug)
+// does not overwrite another.
+func (f *frameStack) push(a uint64) {
+	f.room()
+	f.buf[f.hi&uint(len(f.buf)-1)] = a
+	f.hi++
+}
+
+// pushCold puts a frame at the bottom, as push does at the top.
+func (f *frameStack) pushCold(a uint64) {
+	f.room()
+	f.lo--
+	f.buf[f.lo&uint(len(f.buf)-1)] = a
+}
+
+// room makes room for one more frame when the buffer is full.
+func (f *frameStack) room() {
+	if f.len() < len(f.buf) {
+		return
+	}
+	nb := make([]uint64, 2*len(f.buf))
+	for i := range f.len() {
+		nb[i] = f.buf[(f.lo+uint(i))&uint(len(f.buf)-1)]
+	}
+	f.buf, f.lo, f.hi = nb, 0, uint(len(f.buf))
+}
+
+// top is the i-th frame from the top (0: the top); i < len.
+func (f *frameStack) top(i int) uint64 { return f.buf[(f.hi-1-uint(i))&uint(len(f.buf)-1)] }
+
+// drop takes n frames off the top; n <= len.
+func (f *frameStack) drop(n int) { f.hi -= uint(n) }
+
+// popCold takes the bottom frame; the stack is not empty.
+func (f *frameStack) popCold() uint64 {
+	a := f.buf[f.lo&uint(len(f.buf)-1)]
+	f.lo++
+	return a
 }
 
 // refill moves free frames onto the fill ring, keeping keep frames back for
@@ -221,7 +292,7 @@ func (u *umem) reap() {
 func (u *umem) refill(keep int) {
 	u.reap()
 	defer u.noteSpare()
-	avail := len(u.free) - keep
+	avail := u.free.len() - keep
 	if avail <= 0 {
 		return
 	}
@@ -231,9 +302,8 @@ func (u *umem) refill(keep int) {
 		return
 	}
 	for i := range n {
-		*u.fill.slot(i) = u.free[len(u.free)-1-int(i)]
+		*u.fill.slot(i) = u.free.popCold()
 	}
-	u.free = u.free[:len(u.free)-int(n)]
 	u.fill.produce(n)
 	u.fill.commit()
 }
@@ -478,9 +548,9 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	if share == nil {
 		u.fill.init()
 		u.comp.init()
-		u.free = make([]uint64, 0, o.Frames)
+		u.free = newFrameStack(o.Frames)
 		for i := o.Frames - 1; i >= 0; i-- {
-			u.free = append(u.free, uint64(i*o.FrameSize))
+			u.free.push(uint64(i * o.FrameSize))
 		}
 	}
 	u.refs++
