@@ -27,13 +27,17 @@ func (s *Socket) Frame(d Desc) []byte {
 // Flush).
 func (s *Socket) Receive(descs []Desc) int {
 	// Keep the fill ring topped up first: it is what the kernel receives
-	// into, and an empty fill ring drops frames (counted in Stats).
+	// into, and an empty fill ring drops frames (counted in Stats). The
+	// UMEM's lock is taken only when that has work to do (refillDue), so a
+	// poll that finds nothing takes no lock and writes no line the
+	// transmit side or another queue's socket uses.
 	u := s.u
-	u.mu.Lock()
-	u.refill(u.keep)
-	kick := u.fill.needWakeup()
-	u.mu.Unlock()
-	if kick {
+	if u.refillDue() {
+		u.mu.Lock()
+		u.refill(u.keep)
+		u.mu.Unlock()
+	}
+	if u.fill.needWakeup() {
 		// Zero-copy drivers may sleep until told the fill ring has frames.
 		unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	}
@@ -45,7 +49,7 @@ func (s *Socket) Receive(descs []Desc) int {
 	}
 	if n > 0 {
 		s.rx.release(n)
-	} else if s.tx.pending() > 0 {
+	} else if s.txProd.Load() != s.txCons.Load() {
 		// Idle: push out frames a busy kernel left on the TX ring, so
 		// that a spinning receiver also keeps its transmissions moving.
 		s.kickTx()
@@ -54,8 +58,10 @@ func (s *Socket) Receive(descs []Desc) int {
 }
 
 // Release gives received (or allocated and unsent) frames back, straight to
-// the fill ring when it has room. Descriptors in the region frames
-// (RegionMemory) are the caller's and are left out.
+// the fill ring when it has room; frames beyond that wait at the bottom of
+// the free list, where the fill ring takes them first, and senders last
+// (see frameStack). Descriptors in the region frames (RegionMemory) are
+// the caller's and are left out.
 func (s *Socket) Release(descs []Desc) {
 	if len(descs) == 0 {
 		return
@@ -64,7 +70,7 @@ func (s *Socket) Release(descs []Desc) {
 	u.mu.Lock()
 	for _, d := range descs {
 		if d.Addr < u.regionBase {
-			u.free = append(u.free, d.Addr-d.Addr%uint64(u.frameSize))
+			u.free.pushCold(d.Addr - d.Addr%uint64(u.frameSize))
 		}
 	}
 	u.refill(u.keep)
@@ -78,11 +84,11 @@ func (s *Socket) Alloc(descs []Desc) int {
 	u := s.u
 	u.mu.Lock()
 	u.reap()
-	n := min(len(descs), len(u.free))
+	n := min(len(descs), u.free.len())
 	for i := range n {
-		descs[i] = Desc{Addr: u.free[len(u.free)-1-i], Len: u.frameSize}
+		descs[i] = Desc{Addr: u.free.top(i), Len: u.frameSize}
 	}
-	u.free = u.free[:len(u.free)-n]
+	u.free.drop(n)
 	u.mu.Unlock()
 	return n
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/hugepage"
@@ -145,15 +146,40 @@ type umem struct {
 	frameSize uint32
 	fill      prodRing[uint64]
 	comp      consRing[uint64]
-	free      []uint64 // frames nobody owns, a stack
-	refs      int      // open sockets using this UMEM
-	keep      int      // frames refill leaves on the free list for transmitting
+	free      frameStack // frames nobody owns
+	refs      int        // open sockets using this UMEM
+	keep      int        // frames refill leaves on the free list for transmitting
 
 	// regionBase is where the frames of Options.RegionFrames start (the
 	// UMEM's end without any). Their completions go to regionDone, not
 	// to the free list.
 	regionBase uint64
 	regionDone func(addr uint64)
+
+	// spare: the free list held more than keep frames when the lock was
+	// last released, so refill has frames to move (refillDue). Stored
+	// only when it changes: in a steady exchange it stays false, and the
+	// receiver's empty polls read a line nobody writes.
+	spare atomic.Bool
+}
+
+// refillDue reports, without the lock, whether refill would find work: a
+// transmission completed (the completion ring holds entries) or the free
+// list holds frames beyond keep. The fill ring loses entries only to
+// received frames, which go back through Release (which refills), and
+// completed frames come back only through the completion ring, so a poll
+// that sees neither has nothing to top up. Both indices are loaded
+// atomically (the consumer is ours, stored under u.mu).
+func (u *umem) refillDue() bool {
+	return u.spare.Load() || u.comp.producer.Load() != u.comp.consumer.Load()
+}
+
+// noteSpare records whether the free list holds frames beyond keep
+// (u.mu held).
+func (u *umem) noteSpare() {
+	if v := u.free.len() > u.keep; u.spare.Load() != v {
+		u.spare.Store(v)
+	}
 }
 
 // release frees the UMEM's rings and memory; the sockets are closed.
@@ -181,11 +207,83 @@ func (u *umem) reap() {
 			}
 			continue
 		}
-		u.free = append(u.free, a-a%fs)
+		u.free.push(a - a%fs)
 	}
 	if n > 0 {
 		u.comp.release(n)
+		u.noteSpare()
 	}
+}
+
+// frameStack is the free list: a stack of frame addresses whose top holds
+// the transmit frames completed last, which this CPU wrote and the kernel
+// only read, and whose bottom the frames that lay unused longest and the
+// received frames given back (Release). A sender takes from the top
+// (Alloc), and refill feeds the fill ring from the bottom. A received
+// frame was written by the kernel on whichever CPU delivered it (in a
+// ping-pong between two threads, the peer's, inside its sendto), so a
+// send that wrote into it would take its lines from that CPU; and a frame
+// fed to the fill ring, a queue as deep as a quarter of the UMEM or more,
+// comes back only after all the frames ahead of it, out of every cache.
+// So a ping-pong sends from the one frame it sent from last time, and the
+// store that publishes the TX ring's producer index (a locked
+// instruction, which waits for the earlier stores into the frame) does
+// not wait for cache misses.
+type frameStack struct {
+	buf    []uint64 // power-of-two length, at least the UMEM's frames
+	lo, hi uint     // the bottom and one past the top, free-running
+}
+
+func newFrameStack(frames int) frameStack {
+	n := 1
+	for n < frames {
+		n <<= 1
+	}
+	return frameStack{buf: make([]uint64, n)}
+}
+
+// len is the number of frames on the stack.
+func (f *frameStack) len() int { return int(f.hi - f.lo) }
+
+// push puts a frame on top. The stack holds every UMEM frame at most
+// once, so it never grows, but a frame released twice (a caller's bug)
+// does not overwrite another.
+func (f *frameStack) push(a uint64) {
+	f.room()
+	f.buf[f.hi&uint(len(f.buf)-1)] = a
+	f.hi++
+}
+
+// pushCold puts a frame at the bottom, as push does at the top.
+func (f *frameStack) pushCold(a uint64) {
+	f.room()
+	f.lo--
+	f.buf[f.lo&uint(len(f.buf)-1)] = a
+}
+
+// room makes room for one more frame when the buffer is full.
+func (f *frameStack) room() {
+	if f.len() < len(f.buf) {
+		return
+	}
+	nb := make([]uint64, 2*len(f.buf))
+	for i := range f.len() {
+		nb[i] = f.buf[(f.lo+uint(i))&uint(len(f.buf)-1)]
+	}
+	f.buf, f.lo, f.hi = nb, 0, uint(len(f.buf))
+}
+
+// top is the i-th frame from the top (0: the top); i < len.
+func (f *frameStack) top(i int) uint64 { return f.buf[(f.hi-1-uint(i))&uint(len(f.buf)-1)] }
+
+// drop takes n frames off the top; n <= len.
+func (f *frameStack) drop(n int) { f.hi -= uint(n) }
+
+// popCold takes the bottom frame; the stack is not empty.
+func (f *frameStack) popCold() uint64 {
+	a := f.buf[f.lo&uint(len(f.buf)-1)]
+	f.lo++
+	return a
 }
 
 // refill moves free frames onto the fill ring, keeping keep frames back for
@@ -193,7 +291,8 @@ func (u *umem) reap() {
 // parked on the completion ring count as free. u.mu is held.
 func (u *umem) refill(keep int) {
 	u.reap()
-	avail := len(u.free) - keep
+	defer u.noteSpare()
+	avail := u.free.len() - keep
 	if avail <= 0 {
 		return
 	}
@@ -203,9 +302,8 @@ func (u *umem) refill(keep int) {
 		return
 	}
 	for i := range n {
-		*u.fill.slot(i) = u.free[len(u.free)-1-int(i)]
+		*u.fill.slot(i) = u.free.popCold()
 	}
-	u.free = u.free[:len(u.free)-int(n)]
 	u.fill.produce(n)
 	u.fill.commit()
 }
@@ -217,6 +315,14 @@ func (u *umem) refill(keep int) {
 // once, each side by one goroutine at a time; sockets sharing a queue
 // (OpenShared) may be used by different goroutines. Close must not race
 // with either side.
+//
+// The receive side's cursors (rx) and the transmit side's (tx) lie on
+// cache lines of their own: a receiver spinning on an empty ring writes
+// its cached producer index at every poll, and a sender writes its cached
+// producer index at every post; on one line, each write would take the
+// line from the other goroutine's CPU. The receiver's look at the TX ring (is
+// anything left for it to kick?) goes through txProd and txCons, copies of
+// the ring's index pointers kept with the fields nobody writes.
 type Socket struct {
 	fd       int
 	iface    string
@@ -225,10 +331,16 @@ type Socket struct {
 	zeroCopy bool
 	opts     Options
 	u        *umem
-	rx       consRing[xdpDesc]
-	tx       prodRing[xdpDesc]
-	closed   atomic.Bool
-	closeMu  sync.RWMutex
+	// txProd and txCons are tx's shared producer and consumer indices,
+	// for the receive side (Receive's idle kick).
+	txProd, txCons *atomic.Uint32
+
+	rx consRing[xdpDesc]
+	_  cpu.CacheLinePad
+	tx prodRing[xdpDesc]
+
+	closed  atomic.Bool
+	closeMu sync.RWMutex
 }
 
 // Open opens an AF_XDP socket on queue of the interface named iface (in the
@@ -360,6 +472,7 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	undo = append(undo, func() { unmapRing(&s.tx.ringMap) })
 	s.rx.init()
 	s.tx.init()
+	s.txProd, s.txCons = s.tx.producer, s.tx.consumer
 
 	sa := sockaddrXDP{Family: afXDP, Flags: bindNeedWakeup, Ifindex: uint32(ifi.Index), QueueID: uint32(queue)}
 	switch {
@@ -435,9 +548,9 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	if share == nil {
 		u.fill.init()
 		u.comp.init()
-		u.free = make([]uint64, 0, o.Frames)
+		u.free = newFrameStack(o.Frames)
 		for i := o.Frames - 1; i >= 0; i-- {
-			u.free = append(u.free, uint64(i*o.FrameSize))
+			u.free.push(uint64(i * o.FrameSize))
 		}
 	}
 	u.refs++
@@ -600,6 +713,7 @@ func (s *Socket) Close() error {
 	}
 	err := unix.Close(s.fd)
 	err = errors.Join(err, unmapRing(&s.rx.ringMap), unmapRing(&s.tx.ringMap))
+	s.txProd, s.txCons = nil, nil
 	u := s.u
 	u.mu.Lock()
 	u.refs--

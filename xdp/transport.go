@@ -9,8 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/internal/owned"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -77,20 +79,33 @@ type Transport struct {
 	port   uint16
 	closed atomic.Bool
 
+	// The receive side's fields (rxMu to next, rxFrames) and the send
+	// side's (txMu to lookup, txFrames) lie on cache lines of their own, so
+	// that a goroutine spinning in Recv does not take the sender's lines
+	// from its CPU at every poll, nor the sender the receiver's.
+	_ cpu.CacheLinePad
+
 	rxMu  sync.Mutex                  // Recv is one goroutine at a time; Close waits for it
 	lends *transport.Lends[lentFrame] // held frames lent to the caller (Hold)
 	rxAt  []lentFrame                 // where each frame of the last Recv lies
 	// lentNow: Hold marked frames of the last Recv as lent (rxMu).
-	lentNow bool
-	held    [][]Desc // per socket: frames handed out by the last Recv
-	rxDesc  []Desc
-	next    int // socket Recv starts with, for fairness
+	lentNow  bool
+	held     [][]Desc // per socket: frames handed out by the last Recv
+	rxDesc   []Desc
+	next     int         // socket Recv starts with, for fairness
+	rxFrames owned.Count // frames received, counted under rxMu
+
+	_ cpu.CacheLinePad
 
 	txMu   sync.Mutex
 	txDesc []Desc
 	txOut  []Desc // the descriptors of a batch: headers, payloads in place
 	neigh  map[[4]byte][6]byte
 	lookup time.Time // last neighbour table dump
+	// txFrames counts the frames sent, under txMu.
+	txFrames owned.Count
+
+	_ cpu.CacheLinePad
 
 	// Regions (Register) in the first socket's region frames.
 	regMu   sync.RWMutex
@@ -98,8 +113,8 @@ type Transport struct {
 	// frames hands out the region frames (regionmem.go).
 	frames *regionFrames
 
-	rxFrames, txFrames, rxBad, txUnreach atomic.Uint64
-	txInPlace, txRegionCopied            atomic.Uint64
+	rxBad, txUnreach          atomic.Uint64
+	txInPlace, txRegionCopied atomic.Uint64
 
 	// queues are the transport's queue transports (queued.go); queue is
 	// set on a queue transport instead.
@@ -373,8 +388,9 @@ func (t *Transport) send(frames []transport.Frame, kick bool) (int, error) {
 			}
 			l := hdr + copy(b[hdr:], f.Head)
 			l += copy(b[l:], f.Data)
-			for ; l < minFrame; l++ {
-				b[l] = 0
+			if l < minFrame {
+				clear(b[l:minFrame])
+				l = minFrame
 			}
 			out = append(out, Desc{Addr: t.txDesc[i].Addr, Len: uint32(l)})
 			built++
