@@ -39,7 +39,9 @@ func overlapLocal(ctx context.Context, f *benchFlags, p *pair, sizes []int, rep 
 	rep.header(fmt.Sprintf("mxbench overlap: %s, ranks 0 and 1 as two boards of this process, %s%s",
 		p.what, f.describeWait(), progressNote(progressCPU)))
 	nics := []transport.NICID{p.a.Addr().NIC, p.b.Addr().NIC}
-	job := func(rank int) launch.Job { return launch.Job{Rank: rank, Size: 2, Launcher: "this process", OneNode: true} }
+	job := func(rank int) launch.Job {
+		return launch.Job{Rank: rank, Size: 2, Launcher: "this process", OneNode: true}
+	}
 	worlds := [2]*world{
 		{job: job(0), boards: []*mx.Board{p.a.Board()}, eps: []*mx.Endpoint{p.a}, peers: [][]mx.Addr{{{}, p.aAddr}},
 			nics: [][]transport.NICID{nics}, progressCPU: progressCPU, inProcess: true, local: p},
