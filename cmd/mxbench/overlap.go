@@ -40,6 +40,15 @@ milliseconds mean other work loaded the host, and the ratio measured the
 scheduler's fairness more than the library. Both ranks send a pattern:
 rank 0 checks the last answer of each run, and with --verify rank 1 checks
 every message.
+
+With --transport (and its wire's flags, as pingpong and stream take them)
+ranks 0 and 1 are two boards of this process over that wire instead of two
+processes: over the emulated 82599 pair with --nic-place the NICs read
+large messages from the sender's buffer and write them into the
+receiver's. Rank 1, both boards' progress and the model's DMA then run on
+the host's CPUs beside rank 0's computation, and the availability rows add
+the copies both sides' CPUs made per payload byte (a cp/s, a cp/r: rank 0
+sending, receiving; b: rank 1) and the pull frames asked for again.
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
