@@ -31,7 +31,8 @@ import (
 // a quiet one (where a caller is about to post for the frames it asked
 // for) holds one descriptor ahead of its placements, not eight: each of
 // those is a frame that arrives before the placements, whose payload the
-// caller then copies.
+// caller then copies. A queue starts with one; frames beyond those handed
+// wait in the NIC's packet buffer (QEMU's queue) for the next RxBatch.
 //
 // An IP frame split at its headers puts everything after them in buffer
 // 1: the most a placement may receive is the largest frame the NIC takes
@@ -79,7 +80,10 @@ func (r *rxQueue) initPlace() {
 	r.hdrs = r.nic.pools.Header[r.q]
 	r.hdr = make([]*nicdrv.Buffer, r.size)
 	r.placed = make([]nicdrv.Placement, r.size)
-	r.poolGot = placePoolAhead
+	// A queue starts as a quiet one: one pool descriptor, so that the
+	// first message after the NIC opened (and its peer connected) has
+	// one frame, not eight, in front of its placements.
+	r.poolGot = 1
 }
 
 // encodePlace writes slot s's read descriptor on a placing queue.
