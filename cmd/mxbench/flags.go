@@ -184,6 +184,7 @@ func (f *benchFlags) register(fs *flag.FlagSet, cmd string) {
 		f.alltoallFlags.register(fs)
 	case "overlap":
 		f.overlapFlags.register(fs)
+		f.pairFlags.registerWires(fs, "", overlapWireHelp())
 	}
 }
 
@@ -211,7 +212,7 @@ func (f *commonFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *pairFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.transport, "transport", envOr("MXBENCH_TRANSPORT", "loopback"), wireHelp())
+	f.registerWires(fs, envOr("MXBENCH_TRANSPORT", "loopback"), wireHelp())
 	fs.StringVar(&f.peer, "peer", "", "HOST:PORT of an mxbench serve (udp); empty runs both sides in this process")
 	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
 	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
@@ -222,11 +223,25 @@ func (f *pairFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.faults.dup, "dup", 0, "fraction of frames duplicated")
 	fs.Float64Var(&f.faults.corrupt, "corrupt", 0, "fraction of frames with a bit flipped")
 	fs.Int64Var(&f.faults.seed, "seed", 1, "fault PRNG seed: the same seed loses the same frames; off the loopback wire, the first board's sends use it and the second's (or, with --peer, this board's receives) use seed+1")
+	fs.IntVar(&f.queues, "queues", 0, "nic, xdp: open each board as a queued board of N queues (mx.NewQueuedBoard): UDP framing, one progress thread per queue, each endpoint's port steered to its queue by the NIC's rule where it has one (--nic model-82599), by software hand-over otherwise; 0: one board on one queue")
+	fs.BoolVar(&f.bindApp, "bind-app", false, "with --queues: bind each queue's progress thread to a CPU (the two boards' queue q to different CPUs) and run each side's goroutine on the CPU serving its endpoint (mx.Endpoint.CPUs), as Open-MX binds a process to its queue's core")
+}
+
+// registerWires declares --transport, def its default and help its usage,
+// and every wire's own flags (--nic, --iface, --usb ...): what chooses
+// and opens the two transports of a run in this process (pair.go,
+// wires.go), for pingpong and stream, and for overlap run in this process.
+func (f *pairFlags) registerWires(fs *flag.FlagSet, def, help string) {
+	fs.StringVar(&f.transport, "transport", def, help)
 	f.xdp.register(fs)
 	f.nic.register(fs)
 	f.usb.register(fs)
-	fs.IntVar(&f.queues, "queues", 0, "nic, xdp: open each board as a queued board of N queues (mx.NewQueuedBoard): UDP framing, one progress thread per queue, each endpoint's port steered to its queue by the NIC's rule where it has one (--nic model-82599), by software hand-over otherwise; 0: one board on one queue")
-	fs.BoolVar(&f.bindApp, "bind-app", false, "with --queues: bind each queue's progress thread to a CPU (the two boards' queue q to different CPUs) and run each side's goroutine on the CPU serving its endpoint (mx.Endpoint.CPUs), as Open-MX binds a process to its queue's core")
+}
+
+// overlapWireHelp is the usage of overlap's --transport.
+func overlapWireHelp() string {
+	return "run ranks 0 and 1 as two boards of this process over this wire, " + wireNames() +
+		" (e.g. nic with --nic model-82599 --nic-place: large messages placed by the NICs), instead of as two processes of a job (the default; then rank 0 reaches rank 1 by the host's paths)"
 }
 
 func (f *sendFlags) register(fs *flag.FlagSet) {
@@ -287,10 +302,22 @@ func (f *benchFlags) chooseTransport(fs *flag.FlagSet, stderr io.Writer) {
 // which declare pairFlags.
 func pairCommand(cmd string) bool { return cmd == "pingpong" || cmd == "stream" }
 
+// pairInProcess reports whether cmd may run its two sides in this process
+// over --transport: pingpong and stream, and overlap when --transport was
+// given (overlap otherwise runs as a job).
+func (f *benchFlags) pairInProcess(cmd string) bool {
+	return pairCommand(cmd) || cmd == "overlap" && f.transport != ""
+}
+
 // validate checks the flags cmd declared and returns the sizes to run.
 func (f *benchFlags) validate(cmd string) ([]int, error) {
-	if pairCommand(cmd) {
+	switch {
+	case f.pairInProcess(cmd):
 		if err := f.validatePair(cmd); err != nil {
+			return nil, err
+		}
+	case cmd == "overlap":
+		if err := f.refuseOtherWires(cmd, ""); err != nil {
 			return nil, err
 		}
 	}
@@ -319,13 +346,8 @@ func (f *benchFlags) validatePair(cmd string) error {
 	if f.peer != "" && !w.peer {
 		return usagef(cmd, "--peer needs a network transport: add --transport udp (%s runs both sides in this process)", w.name)
 	}
-	for _, o := range wires {
-		if o.validate != nil && o.name != w.name {
-			// A wire's own flags given for another wire are mistakes.
-			if err := o.validate(&benchFlags{pairFlags: pairFlags{transport: w.name, xdp: f.xdp, nic: f.nic, usb: f.usb}}, cmd); err != nil {
-				return err
-			}
-		}
+	if err := f.refuseOtherWires(cmd, w.name); err != nil {
+		return err
 	}
 	if w.validate != nil {
 		if err := w.validate(f, cmd); err != nil {
@@ -347,6 +369,20 @@ func (f *benchFlags) validatePair(cmd string) error {
 		return usagef(cmd, "--remote-endpoint %d: want 0..255", f.remoteEP)
 	}
 	return f.validateQueues(cmd)
+}
+
+// refuseOtherWires refuses the flags of every wire but the one named
+// (none when name is empty: overlap run as a job): a wire's own flags
+// given for another wire are mistakes.
+func (f *benchFlags) refuseOtherWires(cmd, name string) error {
+	for _, o := range wires {
+		if o.validate != nil && o.name != name {
+			if err := o.validate(&benchFlags{pairFlags: pairFlags{transport: name, xdp: f.xdp, nic: f.nic, usb: f.usb}}, cmd); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // validate checks the flags every measuring subcommand has and returns

@@ -29,7 +29,7 @@ var honoured = func() map[string][]string {
 		"pingpong": with(common, pair, []string{"sync", "trials", "unidirectional"}),
 		"stream":   with(common, pair, []string{"sync", "window"}),
 		"alltoall": with(common, []string{"sync", "schedule"}),
-		"overlap":  with(common, []string{"progress-cpu"}),
+		"overlap":  with(common, []string{"progress-cpu", "transport", "nic", "nic-interrupts", "nic-place", "iface", "peer-iface", "xdp-mode", "xdp-udp", "usb"}),
 		"serve":    with([]string{"endpoint", "key", "listen", "once", "timeout", "wait"}),
 	}
 }()

@@ -60,6 +60,12 @@ type world struct {
 	// on rank 0, the slowest rank's, for the rows.
 	startup    time.Duration
 	startupMax time.Duration
+	// inProcess is set when ranks 0 and 1 are two boards of this
+	// process (overlapLocal) rather than processes of a job; local is
+	// then, on rank 0, the pair, whose copies and recovery both ranks'
+	// rows report.
+	inProcess bool
+	local     *pair
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx

@@ -105,6 +105,7 @@ func init() {
 				"mxbench overlap --sizes 64K,1M,4M --strategy all  # availability per large-message strategy",
 				"mxbench overlap --sizes 1M,4M --strategy engine,cma --engine emulated  # copy-engine offload beside CMA",
 				"mxbench overlap --sizes 1M,4M --strategy engine,cma --engine-cpu 1 --progress-cpu 1 --wait block  # the engine on CPU 1, and rank 0's other threads with it",
+				"mxbench overlap --transport nic --nic model-82599 --nic-place --no-checksum --sizes 1M,4M --wait block  # both ranks in this process, large messages placed by the NICs",
 			}, runOverlap},
 		"serve": {"[--listen ADDR] [--endpoint N] [--once]", "the remote side for pingpong and stream clients (udp)",
 			serveNotes, []string{

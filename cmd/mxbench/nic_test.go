@@ -49,6 +49,70 @@ func TestNICPingPongModelPlaced(t *testing.T) {
 	}
 }
 
+// TestNICOverlap: overlap over the emulated 82599 pair, ranks 0 and 1 as
+// two boards of this process, reports EMP's timings and an availability
+// row with both sides' copies: with --nic-place neither side's CPU copies
+// a payload byte of the large messages (sent from the sender's buffer,
+// placed by the receiving NIC) when no reply was asked for again; without
+// it the receiver copies each byte once.
+func TestNICOverlap(t *testing.T) {
+	modes := []bool{true, false}
+	if raceEnabled {
+		// The same code runs both ways; the race detector makes each
+		// run (EMP's 200 batches over the model first) some 10 s.
+		modes = modes[:1]
+	}
+	for _, place := range modes {
+		args := []string{"overlap", "--transport", "nic", "--nic", "model-82599", "--no-checksum",
+			"--sizes", "1M", "--iterations", "3", "--warmup", "1", "--wait", "block", "--json"}
+		if place {
+			args = append(args, "--nic-place")
+		}
+		rows := jsonRows(t, runOK(t, args...))
+		if len(rows) != 2 || rows[0].Kind != "timings" || rows[1].Kind != "availability" {
+			t.Fatalf("place %v: rows %+v, want EMP's timings and one availability", place, rows)
+		}
+		if r := rows[0]; r.Procs != 0 || r.Size != empSize || r.PostSendUS <= 0 || r.WaitUS <= 0 {
+			t.Errorf("place %v: EMP timings %+v", place, r)
+		}
+		r := rows[1]
+		c := r.Copies
+		if r.Size != 1<<20 || r.Availability <= 0 || r.Procs != 0 || r.Strategy != "network" || c == nil || r.Recovery == nil {
+			t.Fatalf("place %v: availability %+v, want a 1 MiB row over the network with copies and recovery", place, r)
+		}
+		t.Logf("place %v: availability %.3f, %d exchanges, copies a %+v b %+v, %d pull frames asked again",
+			place, r.Availability, r.Iterations, c.A, c.B, r.Recovery.PullFramesRerequested)
+		// Rank 0 sends 1 MiB and rank 1 answers: both send the large
+		// messages in place; rank 0 copies only its 8-byte count, eager.
+		for side, s := range map[string]copySide{"a": c.A, "b": c.B} {
+			if s.SentBytes < 1<<20 || s.SendGather+s.SendTransport > 64 || s.SendInPlace < s.SentBytes-64 {
+				t.Errorf("place %v: side %s sent %+v, want every payload byte of the large messages sent in place", place, side, s)
+			}
+		}
+		// Rank 1 receives at least the first message; every other
+		// receive of either side is an answer or the next message.
+		b := c.B
+		switch {
+		case b.RecvBytes < 1<<20:
+			t.Errorf("place %v: rank 1 received %+v, want 1 MiB or more", place, b)
+		case place && b.RecvPlaced == 0:
+			t.Errorf("place %v: rank 1 received %+v, want payloads placed by the NIC", place, b)
+		case place && r.Recovery.PullFramesRerequested == 0 && (c.A.RecvScatter > copiedAtMost(c.A) || b.RecvScatter > copiedAtMost(b)):
+			t.Errorf("place %v: nothing was asked for again, yet the CPU copied %d and %d received bytes", place, c.A.RecvScatter, b.RecvScatter)
+		case !place && (b.RecvPlaced != 0 || b.RecvPerByte < 1):
+			t.Errorf("place %v: rank 1 received %+v, want every byte copied once by the CPU", place, b)
+		}
+	}
+}
+
+// copiedAtMost is what the CPU may copy of what a side received in
+// TestNICOverlap with placement and nothing asked for again: the 8-byte
+// count of rank 0's done message, eager, and of each 1 MiB message the
+// last reply, shorter than a span (1454 bytes at most).
+func copiedAtMost(s copySide) uint64 {
+	return 64 + s.RecvBytes/(1<<20)*1454
+}
+
 func TestNICUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -60,6 +124,10 @@ func TestNICUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--transport", "nic", "--nic", "00:01.0,zz"}, "bad address"},
 		{[]string{"pingpong", "--transport", "udp", "--nic", "model"}, "need --transport nic"},
 		{[]string{"pingpong", "--transport", "nic", "--nic", "model", "--peer", "h:1"}, "nic runs both sides in this process"},
+		{[]string{"overlap", "--transport", "nic"}, "needs --nic"},
+		{[]string{"overlap", "--transport", "udp", "--nic-place"}, "need --transport nic"},
+		{[]string{"overlap", "--transport", "nic", "--nic", "model", "--procs", "2"}, "drop --transport"},
+		{[]string{"overlap", "--nic", "model"}, "need --transport nic"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, tc.args)

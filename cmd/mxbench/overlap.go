@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomx-dev/gomx/internal/units"
@@ -39,6 +40,15 @@ milliseconds mean other work loaded the host, and the ratio measured the
 scheduler's fairness more than the library. Both ranks send a pattern:
 rank 0 checks the last answer of each run, and with --verify rank 1 checks
 every message.
+
+With --transport (and its wire's flags, as pingpong and stream take them)
+ranks 0 and 1 are two boards of this process over that wire instead of two
+processes: over the emulated 82599 pair with --nic-place the NICs read
+large messages from the sender's buffer and write them into the
+receiver's. Rank 1, both boards' progress and the model's DMA then run on
+the host's CPUs beside rank 0's computation, and the availability rows add
+the copies both sides' CPUs made per payload byte (a cp/s, a cp/r: rank 0
+sending, receiving; b: rank 1) and the pull frames asked for again.
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
@@ -47,19 +57,21 @@ const (
 	empBatch = 5
 )
 
-// computeSink keeps the compute loop from being optimised away.
-var computeSink uint64
+// computeSink keeps the compute loop from being optimised away. It is
+// atomic because both ranks compute in one process when overlap runs them
+// as two boards of it (overlapLocal).
+var computeSink atomic.Uint64
 
 // compute runs n units of work: a dependent chain of multiplications, a
 // few nanoseconds each, touching no memory.
 func compute(n int) {
-	x := computeSink | 1
+	x := computeSink.Load() | 1
 	for range n {
 		for range 64 {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
 	}
-	computeSink = x
+	computeSink.Store(x)
 }
 
 // unitsFor calibrates how many units of compute take about d.
@@ -120,7 +132,7 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 	}
 	if w.job.Rank == 0 {
 		res := result{Size: empSize, Iterations: batches, LatencyUS: send + recv + wait}
-		res.jobResult = jobResult{Kind: "timings", Procs: w.job.Size, Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks, Engine: w.engineName, EngineCPU: w.engineCPU,
+		res.jobResult = jobResult{Kind: "timings", Procs: w.procs(), Strategy: m.Strategy, StrategyAsked: strategy, Fallbacks: m.Fallbacks, Engine: w.engineName, EngineCPU: w.engineCPU,
 			PostSendUS: send, PostRecvUS: recv, WaitUS: wait}
 		rep.row(res)
 	}
@@ -146,19 +158,37 @@ func (w *world) overlap(ctx context.Context, f *benchFlags, k int, strategy stri
 			return fmt.Errorf("overlap: availability at %s: %w", units.Format(int64(size)), err)
 		}
 		before := ep.Counters()
+		var pairBefore pairCounts
+		if w.local != nil {
+			pairBefore = w.local.counts()
+		}
 		res, err := w.availability(sctx, ep, peer, sbuf[:size], rbuf[:size], work, slice, f.verify)
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.hostPathTo(k), size)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("overlap: availability at %s: %w", units.Format(int64(size)), err)
 		}
+		if w.local != nil {
+			after := w.local.counts()
+			res.Copies = copiesBetween(pairBefore.copies, after.copies)
+			res.Recovery = recoveryBetween(pairBefore.counters[:], after.counters[:])
+		}
 		if w.job.Rank == 0 {
-			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, m.Strategy, strategy, m.Fallbacks
+			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.procs(), m.Strategy, strategy, m.Fallbacks
 			res.Engine, res.EngineCPU = w.engineName, w.engineCPU
 			rep.row(res)
 		}
 	}
 	return nil
+}
+
+// procs is the rows' process count: the job's size, or 0 when ranks 0
+// and 1 are two boards of this process (overlapLocal).
+func (w *world) procs() int {
+	if w.inProcess {
+		return 0
+	}
+	return w.job.Size
 }
 
 // availabilityWork times a few round trips of the size between ranks 0

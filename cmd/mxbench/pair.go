@@ -177,3 +177,16 @@ func udpBaselinePair() (a, b transport.Transport, err error) {
 	}
 	return ua, ub, nil
 }
+
+// pairCounts is a snapshot of both endpoints' copy accounting and
+// counters, side a first.
+type pairCounts struct {
+	copies   [2]mx.CopyStats
+	counters [2]mx.Counters
+}
+
+// counts snapshots both endpoints.
+func (p *pair) counts() pairCounts {
+	return pairCounts{copies: [2]mx.CopyStats{p.a.CopyStats(), p.b.CopyStats()},
+		counters: [2]mx.Counters{p.a.Counters(), p.b.Counters()}}
+}

@@ -87,7 +87,7 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	f.job.given = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.job.given[fl.Name] = true })
 	needed := 2
-	if cmd == "overlap" && f.job.procs == 0 {
+	if cmd == "overlap" && f.job.procs == 0 && f.transport == "" {
 		f.job.procs = 2
 	}
 	job, ok, err := launched()

@@ -136,7 +136,7 @@ func (r *recorder) plot(cmd, path, transport string, stdout io.Writer, quiet boo
 	if len(r.rows) < 2 {
 		return fmt.Errorf("--plot %s: %d size measured; a curve needs two or more (--sizes or --start/--end)", path, len(r.rows))
 	}
-	if r.rows[0].Procs > 0 {
+	if r.rows[0].Procs > 0 || cmd == "overlap" {
 		return r.plotJob(cmd, path, stdout, quiet)
 	}
 	var x, mbs, lat, umbs, ulat, rmbs, rlat []float64

@@ -53,15 +53,28 @@ func (t *jobTable) row(r result) {
 				fmt.Fprintf(t.w, "%10s %8s %12s %12s %10s %10s %10s %10s\n", "size", "batches", "post_send_us", "post_recv_us", "wait_us", "total_us", "asked", "strategy")
 			} else {
 				fmt.Fprintf(t.w, "# RMPP processor availability: computation time alone / while every message is answered\n")
-				fmt.Fprintf(t.w, "%10s %8s %12s %10s %10s %10s %10s %10s %11s\n", "size", "msgs", "availability", "MB/s", "asked", "strategy", "fallbacks", "preempted", "runq_ms")
+				fmt.Fprintf(t.w, "%10s %8s %12s %10s %10s %10s %10s %10s %11s", "size", "msgs", "availability", "MB/s", "asked", "strategy", "fallbacks", "preempted", "runq_ms")
+				if r.Copies != nil {
+					// Both ranks in this process: what each copied.
+					fmt.Fprintf(t.w, " | %6s %6s %6s %6s %7s", "a cp/s", "a cp/r", "b cp/s", "b cp/r", "pull rq")
+				}
+				fmt.Fprintln(t.w)
 			}
 		}
 		if r.Kind == "timings" {
 			fmt.Fprintf(t.w, "%10s %8d %12.2f %12.2f %10.2f %10.2f %10s %10s\n", units.Format(int64(r.Size)), r.Iterations,
 				r.PostSendUS, r.PostRecvUS, r.WaitUS, r.LatencyUS, asked, r.Strategy)
 		} else {
-			fmt.Fprintf(t.w, "%10s %8d %12.3f %10.1f %10s %10s %10d %10d %11s\n", units.Format(int64(r.Size)), r.Iterations,
+			fmt.Fprintf(t.w, "%10s %8d %12.3f %10.1f %10s %10s %10d %10d %11s", units.Format(int64(r.Size)), r.Iterations,
 				r.Availability, r.MBPerS, asked, r.Strategy, r.Fallbacks, r.Preempted, fmt.Sprintf("%.0f/%.0f", r.RunQueueMS, r.QuietRunQueueMS))
+			if c := r.Copies; c != nil {
+				rq := uint64(0)
+				if r.Recovery != nil {
+					rq = r.Recovery.PullFramesRerequested
+				}
+				fmt.Fprintf(t.w, " | %6.2f %6.2f %6.2f %6.2f %7d", c.A.SendPerByte, c.A.RecvPerByte, c.B.SendPerByte, c.B.RecvPerByte, rq)
+			}
+			fmt.Fprintln(t.w)
 		}
 	default:
 		idle := "-"
@@ -107,6 +120,9 @@ func (r *recorder) plotJob(cmd, path string, stdout io.Writer, quiet bool) error
 			return fmt.Errorf("--plot %s: %s has %d size above 0; a curve needs two or more", path, name, len(c.x))
 		}
 		label := fmt.Sprintf("mx, %d processes, large messages: %s", r.rows[0].Procs, name)
+		if r.rows[0].Procs == 0 {
+			label = "mx, both ranks in this process, large messages: " + name
+		}
 		bw = append(bw, chart.Series{Name: label, X: c.x, Y: c.mbs})
 		lat = append(lat, chart.Series{Name: label, X: c.x, Y: c.lat})
 	}

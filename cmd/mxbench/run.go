@@ -38,7 +38,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if err := parse(stdout, cmd, fs, args); err != nil {
 		return err
 	}
-	if pairCommand(cmd) {
+	if f.pairInProcess(cmd) {
 		f.chooseTransport(fs, stderr)
 		f.faults.noteGiven(fs)
 	}
@@ -70,7 +70,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	} else {
 		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && f.baseline}
 	}
-	if isJob && !f.jsonOut {
+	if (isJob || cmd == "overlap") && !f.jsonOut {
 		rep = &jobTable{w: stdout, cmd: cmd}
 	}
 	prog := cli.NewProgress(stderr, "mxbench")
@@ -122,6 +122,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		return fmt.Errorf("%s over %s: %w", cmd, f.transport, err)
 	}
 	defer p.close()
+	if cmd == "overlap" {
+		return overlapLocal(ctx, &f, p, sizes, rep)
+	}
 	rep.header(fmt.Sprintf("mxbench %s: %s, both sides in this process, %s%s%s", cmd, p.what, f.describeWait(), syncNote(&f), settleNote(&f)))
 	maxSize := slices.Max(sizes) // validate refuses an empty list
 	window := max(f.window, 1)

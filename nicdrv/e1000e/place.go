@@ -25,7 +25,14 @@ import (
 // the caller's placement. As on the 82599, pool descriptors are handed at
 // most placePoolAhead ahead of the driver's reading, and none while
 // placements are outstanding, so that the placements a caller posts next
-// follow the outstanding ones directly.
+// follow the outstanding ones directly. How many follows the traffic: as
+// many as frames came in pool buffers since the last refill, at least
+// one, so that a busy queue takes a burst between two RxBatch calls while
+// a quiet one (where a caller is about to post for the frames it asked
+// for) holds one descriptor ahead of its placements, not eight: each of
+// those is a frame that arrives before the placements, whose payload the
+// caller then copies. A queue starts with one; frames beyond those handed
+// wait in the NIC's packet buffer (QEMU's queue) for the next RxBatch.
 //
 // An IP frame split at its headers puts everything after them in buffer
 // 1: the most a placement may receive is the largest frame the NIC takes
@@ -62,6 +69,9 @@ type placeState struct {
 	hdr              []*nicdrv.Buffer   // by slot: the header buffer of a placed descriptor
 	placed           []nicdrv.Placement // by slot; Mem nil for a pool descriptor
 	posted, consumed uint64
+	// poolGot counts the frames received in pool buffers since the last
+	// refill: the pool descriptors the next refill keeps ahead.
+	poolGot uint32
 }
 
 var _ nicdrv.Placer = (*NIC)(nil)
@@ -73,6 +83,10 @@ func (r *rxQueue) initPlace() {
 	r.hdrs = r.nic.pools.Header[r.q]
 	r.hdr = make([]*nicdrv.Buffer, r.size)
 	r.placed = make([]nicdrv.Placement, r.size)
+	// A queue starts as a quiet one: one pool descriptor, so that the
+	// first message after the NIC opened (and its peer connected) has
+	// one frame, not eight, in front of its placements.
+	r.poolGot = 1
 }
 
 // encodePlace writes slot s's read descriptor on a placing queue.
@@ -85,14 +99,18 @@ func (r *rxQueue) encodePlace(s uint32) {
 	hw.RxPSRead{Buffer: [hw.PSBuffers]uint64{b, b + placeHeader}}.Encode(r.desc(s))
 }
 
-// refillPlace hands pool descriptors to the NIC up to placePoolAhead
-// ahead of the driver's reading, when no placement is outstanding.
+// refillPlace hands pool descriptors to the NIC, when no placement is
+// outstanding, up to as many ahead of the driver's reading as frames
+// came in pool buffers since the last refill: at least 1, at most
+// placePoolAhead.
 func (r *rxQueue) refillPlace() {
-	if r.consumed != r.posted || (r.tail+r.size-r.next)%r.size >= placePoolAhead {
+	want := min(max(r.poolGot, 1), placePoolAhead)
+	r.poolGot = 0
+	if r.consumed != r.posted || (r.tail+r.size-r.next)%r.size >= want {
 		return
 	}
 	from := r.tail
-	r.tail = r.fill.Fill(r.tail, (r.next+placePoolAhead)%r.size)
+	r.tail = r.fill.Fill(r.tail, (r.next+want)%r.size)
 	for s := from; s != r.tail; {
 		r.encodePlace(s)
 		if s++; s == r.size {
@@ -165,6 +183,7 @@ func (r *rxQueue) takePlace(d []byte, s uint32) *nicdrv.Buffer {
 		r.stamp(hb, wb.MRQ, wb.Hash, wb.Status)
 		return hb
 	}
+	r.poolGot++
 	pb := r.slot[s]
 	payCap := 0
 	if pb != nil {

@@ -80,6 +80,63 @@ func TestPlacementVFIO(t *testing.T) {
 	})
 }
 
+// TestPlacementPoolAhead: a placing queue keeps as many pool descriptors
+// ahead as frames came in pool buffers since its last refill, one on a
+// quiet queue (as it starts, and as it takes one frame at a time), so that
+// one frame, not eight, arrives before the placements posted next. A
+// burst on such a queue waits in the NIC for the next RxBatch calls:
+// every frame arrives, none missed.
+func TestPlacementPoolAhead(t *testing.T) {
+	a, b := openPlacePair(t)
+	defer func() {
+		for _, n := range []*e1000e.NIC{a, b} {
+			if err := n.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	if st := b.RxPlacement(0); st.Ahead != 1 {
+		t.Fatalf("just opened: %+v, want one pool descriptor ahead", st)
+	}
+	free := func(bufs []*nicdrv.Buffer) {
+		for _, g := range bufs {
+			if err := g.Pool().Free(g); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	before, err := b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		sendFrames(t, a, [][]byte{placeFrame(b.MAC(), a.MAC(), i, 200)})
+		free(recvFrames(t, b, 1))
+	}
+	if st := b.RxPlacement(0); st.Ahead != 1 {
+		t.Errorf("after frames one at a time: %+v, want one pool descriptor ahead", st)
+	}
+	var burst [][]byte
+	for i := range 12 {
+		burst = append(burst, placeFrame(b.MAC(), a.MAC(), 100+i, 1514))
+	}
+	sendFrames(t, a, burst)
+	got := recvFrames(t, b, len(burst))
+	for i, g := range got {
+		if !bytes.Equal(g.Data, burst[i]) {
+			t.Errorf("burst frame %d: %d bytes, not the frame sent", i, len(g.Data))
+		}
+	}
+	free(got)
+	after, err := b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.RxMissed != before.RxMissed || after.RxFrames-before.RxFrames != 10+uint64(len(burst)) {
+		t.Errorf("%d frames received, %d missed; want %d and none", after.RxFrames-before.RxFrames, after.RxMissed-before.RxMissed, 10+len(burst))
+	}
+}
+
 // placement is TestPlacement's body over a copying NIC a cabled to b,
 // opened with placement, with the placements in memory of alloc; it
 // closes both.
