@@ -110,18 +110,18 @@ func TestPlacementPoolAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		sendFrames(t, a, [][]byte{placeFrame(b.MAC(), a.MAC(), i, 200)})
-		free(recvFrames(t, b, 1))
+		nictest.SendFrames(t, a, [][]byte{nictest.PlaceFrame(b.MAC(), a.MAC(), i, 200)})
+		free(nictest.RecvFrames(t, b, 1))
 	}
 	if st := b.RxPlacement(0); st.Ahead != 1 {
 		t.Errorf("after frames one at a time: %+v, want one pool descriptor ahead", st)
 	}
 	var burst [][]byte
 	for i := range 12 {
-		burst = append(burst, placeFrame(b.MAC(), a.MAC(), 100+i, 1514))
+		burst = append(burst, nictest.PlaceFrame(b.MAC(), a.MAC(), 100+i, 1514))
 	}
-	sendFrames(t, a, burst)
-	got := recvFrames(t, b, len(burst))
+	nictest.SendFrames(t, a, burst)
+	got := nictest.RecvFrames(t, b, len(burst))
 	for i, g := range got {
 		if !bytes.Equal(g.Data, burst[i]) {
 			t.Errorf("burst frame %d: %d bytes, not the frame sent", i, len(g.Data))
