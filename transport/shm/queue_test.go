@@ -1,0 +1,269 @@
+package shm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// newTestQueue returns a queue segment of size bytes (a power of two),
+// written empty for its first lap, as Open makes one.
+// It is mapped as the transport maps one, so the race detector sees only
+// the accesses the protocol orders (it does not watch such mappings).
+func newTestQueue(t testing.TB, size int) []byte {
+	seg, fd, err := newSegment("gomx-test-queue", queueSegLen(size), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	t.Cleanup(func() { seg.unmap() })
+	initQueue(seg.mem)
+	return seg.mem
+}
+
+// enqueue claims and publishes one frame, waiting (bounded) for room.
+func enqueue(t testing.TB, p *qProducer, f []byte) {
+	k := uint64(cellsFor(len(f)))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, ok := p.claim(k); ok {
+			p.put(c, len(f), f, nil)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("producer %d: no room in the queue for 10s", p.id)
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// testFrame is producer id's i-th frame: its id and number, then bytes
+// derived from both, of a length that crosses cell boundaries.
+func testFrame(id, i int) []byte {
+	n := 8 + (i*37+id*11)%300
+	f := make([]byte, n)
+	binary.LittleEndian.PutUint32(f, uint32(id))
+	binary.LittleEndian.PutUint32(f[4:], uint32(i))
+	for j := 8; j < n; j++ {
+		f[j] = byte(id*31 + i*7 + j)
+	}
+	return f
+}
+
+// TestQueueManyProducers has producers write frames of many lengths into
+// one small queue at once (it fills and wraps many times) while the
+// consumer takes them: every frame arrives byte for byte, each producer's
+// in the order it wrote them.
+func TestQueueManyProducers(t *testing.T) {
+	const producers, frames = 8, 2000
+	seg := newTestQueue(t, queueSizeFor(0, 1024))
+	cons := newQConsumer(seg, 1024)
+	var wg sync.WaitGroup
+	for id := 1; id <= producers; id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := qProducer{queue: newQueue(seg), id: uint32(id)}
+			for i := range frames {
+				enqueue(t, &p, testFrame(id, i))
+			}
+		}()
+	}
+	next := make([]int, producers+1)
+	deadline := time.Now().Add(30 * time.Second)
+	for got := 0; got < producers*frames; {
+		f, k, id, kind, err := cons.parse(1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != recFrame {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d frames after 30s", got, producers*frames)
+			}
+			cons.release(true)
+			runtime.Gosched()
+			continue
+		}
+		src := int(binary.LittleEndian.Uint32(f))
+		if src < 1 || src > producers || uint32(src) != id {
+			t.Fatalf("frame from producer %d in a record of producer %d", src, id)
+		}
+		if want := testFrame(src, next[src]); !bytes.Equal(f, want) {
+			t.Fatalf("producer %d frame %d: got %d bytes %x, want %d bytes %x", src, next[src], len(f), f[:8], len(want), want[:8])
+		}
+		next[src]++
+		got++
+		cons.advance(k)
+		if got%16 == 0 {
+			cons.release(false)
+		}
+	}
+	wg.Wait()
+}
+
+// TestQueueClaimedCellSkipped: a producer that claimed cells and never
+// published them (it was killed between the two) holds the consumer there
+// until its death is known; then the consumer skips exactly that record and
+// delivers what other producers wrote after it.
+func TestQueueClaimedCellSkipped(t *testing.T) {
+	seg := newTestQueue(t, queueSizeFor(0, 1024))
+	cons := newQConsumer(seg, 1024)
+	dead := qProducer{queue: newQueue(seg), id: 7}
+	live := qProducer{queue: newQueue(seg), id: 8}
+	enqueue(t, &live, testFrame(8, 0))
+	if _, ok := dead.claim(3); !ok { // claimed, never published
+		t.Fatal("no room for the claim")
+	}
+	enqueue(t, &live, testFrame(8, 1))
+	f, k, _, kind, err := cons.parse(1024)
+	if err != nil || kind != recFrame || !bytes.Equal(f, testFrame(8, 0)) {
+		t.Fatalf("first record: kind %d, %v", kind, err)
+	}
+	cons.advance(k)
+	_, k, id, kind, err := cons.parse(1024)
+	if err != nil || kind != recClaimed || id != 7 || k != 3 {
+		t.Fatalf("claimed record: kind %d id %d k %d, %v", kind, id, k, err)
+	}
+	cons.advance(k) // its producer is dead: skip
+	f, _, _, kind, err = cons.parse(1024)
+	if err != nil || kind != recFrame || !bytes.Equal(f, testFrame(8, 1)) {
+		t.Fatalf("record after the skipped one: kind %d, %v", kind, err)
+	}
+}
+
+// TestQueueFullThenFreed: a producer finds a queue the consumer has not
+// freed full, and claims again once the consumer released the cells.
+func TestQueueFullThenFreed(t *testing.T) {
+	seg := newTestQueue(t, 16*cellLen)
+	cons := newQConsumer(seg, 256)
+	p := qProducer{queue: newQueue(seg), id: 1}
+	for i := range 16 {
+		c, ok := p.claim(1)
+		if !ok {
+			t.Fatalf("claim %d of 16 failed", i)
+		}
+		p.put(c, 4, []byte("abcd"), nil)
+	}
+	if _, ok := p.claim(1); ok {
+		t.Fatal("claimed a cell of a full queue")
+	}
+	for range 16 {
+		_, k, _, kind, err := cons.parse(256)
+		if err != nil || kind != recFrame {
+			t.Fatalf("kind %d, %v", kind, err)
+		}
+		cons.advance(k)
+	}
+	if _, ok := p.claim(1); ok {
+		t.Fatal("claimed a cell the consumer has not released")
+	}
+	cons.release(true)
+	if _, ok := p.claim(1); !ok {
+		t.Fatal("no claim after the consumer released the queue")
+	}
+}
+
+// oracleQueueFrame reads the record at cursor cur of cells (n a power of
+// two) from the layout as queue.go describes it in prose, with code of its
+// own: the word's fields, the length in the first cell, 48 then 56 bytes a
+// cell past each cell's word.
+func oracleQueueFrame(cells []byte, cur uint64, mtu int) (frame []byte, k uint64, state int, ok bool) {
+	n := uint64(len(cells) / 64)
+	at := (cur % n) * 64
+	w := binary.LittleEndian.Uint64(cells[at:])
+	if w&0xFFFFFFFF == (cur-n)&0xFFFFFFFF {
+		return nil, 0, 0, true // a lap ago: not released yet, so empty
+	}
+	if w&0xFFFFFFFF != cur&0xFFFFFFFF {
+		return nil, 0, 0, false
+	}
+	state = int(w>>32) & 3
+	k = (w >> 34) & 0xFFFF
+	switch state {
+	case 0:
+		return nil, 0, 0, w>>32 == 0
+	case 1:
+		return nil, k, 1, k >= 1 && k <= n/3
+	case 2:
+	default:
+		return nil, 0, 0, false
+	}
+	l := int(binary.LittleEndian.Uint32(cells[at+8:]))
+	if l > mtu || k > n/3 {
+		return nil, 0, 0, false
+	}
+	want := uint64(1)
+	if l > 48 {
+		want += uint64((l - 48 + 55) / 56)
+	}
+	if want != k {
+		return nil, 0, 0, false
+	}
+	for i := uint64(0); i < k; i++ {
+		c := ((cur + i) % n) * 64
+		from := c + 8
+		if i == 0 {
+			from = c + 16
+		}
+		frame = append(frame, cells[from:c+64]...)
+	}
+	return frame[:l], k, 2, true
+}
+
+// FuzzQueueParse feeds arbitrary queue contents and cursors (what a buggy
+// or hostile producer could leave in the cells) to the consumer's parser:
+// it must never panic, and must agree with oracleQueueFrame.
+func FuzzQueueParse(f *testing.F) {
+	seg := newTestQueue(f, 16*cellLen)
+	p := qProducer{queue: newQueue(seg), id: 3}
+	for _, l := range []int{5, 48, 49, 200} {
+		c, _ := p.claim(uint64(cellsFor(l)))
+		p.put(c, l, bytes.Repeat([]byte{byte(l)}, l), nil)
+	}
+	p.claim(2)
+	cells := seg[qCellsOff:]
+	for _, cur := range []uint64{0, 1, 2, 7, 8, 3} {
+		f.Add(append([]byte(nil), cells...), cur, 300)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, cur uint64, mtu int) {
+		n := 16
+		for n*2*cellLen <= len(in) && n < 1024 {
+			n *= 2
+		}
+		if len(in) < n*cellLen || mtu < 0 || mtu > 1<<20 {
+			return
+		}
+		seg := make([]byte, queueSegLen(n*cellLen))
+		copy(seg[qCellsOff:], in)
+		q := newQConsumer(seg, mtu)
+		q.cur, q.wordAt = cur, q.word(cur)
+		frame, k, _, kind, err := q.parse(mtu)
+		want, wk, wstate, ok := oracleQueueFrame(seg[qCellsOff:], cur, mtu)
+		if !ok {
+			if err == nil {
+				t.Fatalf("parsed a broken record (kind %d, k %d)", kind, k)
+			}
+			if !errors.Is(err, errCorrupt) {
+				t.Fatalf("error %v is not errCorrupt", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("refused a valid record: %v", err)
+		}
+		switch {
+		case wstate == 0 && kind != recNone,
+			wstate == 1 && (kind != recClaimed || k != wk),
+			wstate == 2 && (kind != recFrame || k != wk || !bytes.Equal(frame, want)):
+			t.Fatal(fmt.Sprintf("parse: kind %d k %d %d bytes; oracle: state %d k %d %d bytes", kind, k, len(frame), wstate, wk, len(want)))
+		}
+	})
+}
