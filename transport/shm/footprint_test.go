@@ -79,7 +79,7 @@ func TestFootprintMatchesMappings(t *testing.T) {
 	const n = 5
 	var boards []*Transport
 	for range n {
-		b, err := Open(Options{Dir: dir, RingSize: 512 << 10, RingBudget: -1})
+		b, err := Open(ringOpts(Options{Dir: dir, RingSize: 512 << 10, RingBudget: -1}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,8 +105,8 @@ func TestFootprintMatchesMappings(t *testing.T) {
 	// Each segment is owned by one board and mapped by two (a ring: its
 	// producer and consumer; a doorbell: its consumer and every producer),
 	// so the owned total is the node's memory: the rings once, and the
-	// doorbells once.
-	if want := int64(n*(n-1)*ringSegLen(512<<10) + n*bellLen); owned != want {
+	// doorbells (with their receive queues) once.
+	if want := int64(n*(n-1)*ringSegLen(512<<10) + n*queueSegLen(boards[0].opts.QueueSize)); owned != want {
 		t.Errorf("the boards own %d bytes together, want %d", owned, want)
 	}
 	for _, b := range boards {

@@ -405,6 +405,13 @@ func putCtl(m []byte, kind, id, status uint32, size uint64) {
 func (o *outRing) control(msg []byte, fds []int) {
 	closeAll(fds)
 	m, ok := decodeCtl(msg)
+	if ok && m.kind == ctlLaneAns {
+		select {
+		case o.laneAns <- m.status:
+		default:
+		}
+		return
+	}
 	if !ok || m.kind != ctlAck {
 		return
 	}
@@ -472,6 +479,8 @@ func (t *Transport) inControl(r *inRing, c *net.UnixConn, msg []byte, fds []int)
 		var a [ctlLen]byte
 		putCtl(a[:], ctlAck, id, status, 0)
 		_, _ = c.Write(a[:])
+	case ctlLane:
+		t.inLane(r, c, m, fds)
 	case ctlRelease:
 		closeAll(fds)
 		r.segMu.Lock()

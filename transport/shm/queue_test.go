@@ -5,12 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
 )
 
 // newTestQueue returns a queue segment of size bytes (a power of two),
@@ -266,4 +269,80 @@ func FuzzQueueParse(f *testing.F) {
 			t.Fatal(fmt.Sprintf("parse: kind %d k %d %d bytes; oracle: state %d k %d %d bytes", kind, k, len(frame), wstate, wk, len(want)))
 		}
 	})
+}
+
+// ringOpts gives every pair a lane at its first frame, for tests of the
+// lanes themselves (rings, hot and cold, their accounting).
+func ringOpts(o Options) Options {
+	o.LaneAfter, o.Lanes = -1, 64
+	return o
+}
+
+func must(v int, err error) int {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestQueueProducerKilledMidEnqueue: a child process claims cells in our
+// receive queue and is killed before it publishes them. The frames another
+// producer queued behind its claim wait until the child is known dead, then
+// arrive, in order, past the skipped record (counted); nothing of the child
+// stays mapped, and no file stays in the directory.
+func TestQueueProducerKilledMidEnqueue(t *testing.T) {
+	a, dir := openChecked(t)
+	b, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cmd, out := spawn(t, os.Args[0], nil, fmt.Sprintf("claim %s %d %d", dir, 78, a.Board()))
+	waitReady(t, out)
+	child := NICBase | 78
+	if got := recvFrom(t, a, child); string(got) != "hello" {
+		t.Fatalf("got %q", got)
+	}
+	const after = 20
+	for i := range after {
+		if _, err := b.Send([]transport.Frame{{Peer: a.Addr(), Data: []byte(fmt.Sprintf("after %d", i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames := make([]transport.Frame, 8)
+	// The claim holds the queue while its producer lives.
+	if n, err := a.Recv(frames, 20*time.Millisecond); n != 0 || err != nil {
+		t.Fatalf("Recv past a live producer's claim: %d frames, %v", n, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < after; {
+		n, err := a.Recv(frames, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range frames[:n] {
+			if want := fmt.Sprintf("after %d", i); f.Peer != b.Addr() || string(f.Data) != want {
+				t.Fatalf("got %q from %v, want %q from %v", f.Data, f.Peer, want, b.Addr())
+			}
+			i++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d frames behind the dead claim: %v", i, after, a.Counters())
+		}
+	}
+	if c := counter(a, "shm queue claims of dead producers skipped"); c != 1 {
+		t.Fatalf("%d claims skipped, want 1", c)
+	}
+	// The killed child left only its socket file: the next Open of the
+	// directory removes it (checkNoLeaks then finds nothing).
+	c, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(c, "shm stale sockets removed at open"); n != 1 {
+		t.Errorf("%d stale sockets removed, want the child's", n)
+	}
+	c.Close()
 }

@@ -43,7 +43,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, errClosed
 	}
-	t.peeked = nil // not taken: poll returns it
+	t.peeked, t.peekedQ = nil, false // not taken: poll returns it
 	if t.toCommit {
 		t.commit()
 	}
@@ -167,7 +167,7 @@ func (t *Transport) sleep(deadline time.Time) {
 // that polls an empty ring in a tight loop then waits less for the frame
 // that comes, as each look is shorter.
 func (t *Transport) Pending() bool {
-	if t.toCommit || t.closed.Load() || t.pend != 0 || t.sum.Load() != 0 || t.fullScan.Load() {
+	if t.toCommit || t.closed.Load() || t.pend != 0 || t.sum.Load() != 0 || t.fullScan.Load() || t.queuePending() {
 		return true
 	}
 	for _, h := range t.hot {
@@ -195,6 +195,7 @@ func (t *Transport) Pending() bool {
 // looks at each hot ring and at the summary of the cold ones once per
 // poll, found or not (notify.go).
 func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
+	t.peekedQ = false
 	if t.closed.Load() {
 		return 0, nil, false, false
 	}
@@ -229,6 +230,11 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 		break
 	}
 	if r == nil {
+		if p, f, ok, e := t.peekQueue(); ok {
+			return p, f, true, false
+		} else if !e {
+			empty = false
+		}
 		var e bool
 		if r, e = t.peekCold(); r == nil {
 			return 0, nil, false, empty && e
@@ -248,6 +254,13 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 // is published once pubEvery bytes were consumed). Called under the same
 // lock as Peek, before any Recv.
 func (t *Transport) Take() {
+	if t.peekedQ {
+		t.peekedQ = false
+		t.q.advance(t.peekedLen)
+		t.toCommit = true
+		t.cnt.recvd.Inc()
+		return
+	}
 	r := t.peeked
 	if r == nil {
 		return
@@ -280,6 +293,9 @@ func (t *Transport) Take() {
 // then from the cold rings whose summary bits came up (notify.go).
 func (t *Transport) poll(frames []transport.Frame) int {
 	n := t.pollHot(frames, 0)
+	if n < len(frames) {
+		n = t.pollQueue(frames, n)
+	}
 	if n < len(frames) {
 		n = t.pollCold(frames, n)
 	}
@@ -416,8 +432,17 @@ func (t *Transport) commit() {
 	// (a clear of pointers costs a bulk write barrier per commit), and a
 	// ring they keep from the collector is unmapped already.
 	t.touched = t.touched[:0]
+	if t.q.cur != t.q.freed {
+		t.q.release(false)
+	}
+	t.qGather = false
 	if t.anyGone {
 		t.commitDead()
+	}
+	if len(t.qDead) > 0 {
+		t.inMu.Lock()
+		t.reapProducers()
+		t.inMu.Unlock()
 	}
 }
 
@@ -434,15 +459,26 @@ func (t *Transport) commitDead() {
 	t.inMu.Lock()
 	var keep []*inRing
 	for _, r := range *t.in.Load() {
+		if r.data == nil && r.dead.Load() {
+			r.gone = true // no lane: its queue records need nothing of it
+		}
 		if r.gone {
 			r.conn.Close()
 			t.dropSegments(r)
+			if r.data != nil {
+				t.lanesIn--
+			}
 			r.seg.unmap()
 			r.data = nil
+			// Its id stays until no claim of its can lie ahead in the
+			// queue (reapProducers).
+			r.qTail = t.q.tail.Load()
+			t.qDead = append(t.qDead, r)
 			continue
 		}
 		keep = append(keep, r)
 	}
 	t.setIn(keep)
+	t.reapProducers()
 	t.inMu.Unlock()
 }

@@ -88,8 +88,11 @@ func (t *Transport) write(o *outRing, frames []transport.Frame, refs, strict boo
 
 // writeLocked is write with o.mu held.
 func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
-	if o.dead.Load() || o.data == nil {
+	if o.dead.Load() || o.shut {
 		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
+	}
+	if o.data == nil {
+		return t.writeQueue(o, frames, refs, strict)
 	}
 	o.reapRefs()
 	var rec [refLen]byte
@@ -201,7 +204,7 @@ func (t *Transport) SerialSends() { t.serial.Store(true) }
 // sendParts is SendParts into ring o, its writers serialized (o.mu or
 // SerialSends).
 func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
-	if o.dead.Load() || o.data == nil {
+	if o.dead.Load() || o.shut {
 		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
 	n := len(head)
@@ -210,6 +213,12 @@ func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
 	}
 	if n > o.mtu {
 		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
+	}
+	if o.data == nil && !(t.wantLane(o) && t.openLaneLocked(o)) {
+		if !t.queueFrame(o, n, head, parts) {
+			return t.dropErr(o)
+		}
+		return nil
 	}
 	start := o.cur
 	at, ok := t.room(o, recordLen(n), &start)
@@ -329,6 +338,9 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		}
 		delete(t.out, peer)
 		t.snapOut()
+		if o.seg.mem != nil {
+			t.lanesOut--
+		}
 		o.close()
 		t.cnt.sent.Add(o.sent.Load()) // its count outlives it
 	}
@@ -375,59 +387,48 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	}
 	t.connected(peer, pid)
 	c.SetDeadline(time.Now().Add(handshakeTTL))
-	size := t.ringSize()
-	// Hugepages only for a ring that fills them: a smaller one would
-	// take a whole 2 MiB page.
-	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
-	if err != nil {
-		return fail(err)
-	}
 	le := binary.LittleEndian
-	le.PutUint32(seg.mem[magicOff:], ringMagic)
-	le.PutUint32(seg.mem[sizeOff:], uint32(size))
 	hello := make([]byte, helloLen)
 	le.PutUint32(hello, helloMagic)
 	le.PutUint32(hello[4:], version)
 	le.PutUint64(hello[8:], uint64(t.nic))
-	le.PutUint32(hello[16:], uint32(t.opts.MTU))
-	le.PutUint32(hello[20:], uint32(size))
-	le.PutUint64(hello[24:], t.word.Load())
-	err = sendFD(c, hello, fd)
-	unix.Close(fd) // the peer holds its own descriptor now
-	if err != nil {
-		seg.unmap()
+	le.PutUint64(hello[16:], t.word.Load())
+	if _, err := c.Write(hello); err != nil {
 		return fail(fmt.Errorf("%w: board %v: handshake: %v", transport.ErrUnreachable, peer, err))
 	}
 	w, fds, err := recvFD(c, welcomeLen, 2)
 	if err != nil {
-		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v refused the connection: %v", transport.ErrUnreachable, peer, err))
 	}
 	bfd, ev := fds[0], fds[1]
+	mtu, qid, qsize := min(t.opts.MTU, int(le.Uint32(w[8:]))), le.Uint32(w[12:]), int(le.Uint32(w[16:]))
 	if le.Uint32(w) != welcomeMagic || le.Uint32(w[4:]) != version {
 		unix.Close(bfd)
 		unix.Close(ev)
-		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v: bad welcome (a gomx of another version?)", transport.ErrUnreachable, peer))
+	}
+	if qid == 0 || qid > qMaxID || qsize > maxQueueSize || qsize&(qsize-1) != 0 || qsize < minFrames*cellsFor(mtu)*cellLen {
+		unix.Close(bfd)
+		unix.Close(ev)
+		return fail(fmt.Errorf("%w: board %v: a receive queue of %d bytes for producer %d (MTU %d) breaks the layout", transport.ErrUnreachable, peer, qsize, qid, mtu))
 	}
 	if err := checkBellEvent(ev); err != nil {
 		unix.Close(bfd)
-		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err))
 	}
-	bell, err := mapPeerFD(bfd, bellLen, bellLen)
+	bell, err := mapPeerFD(bfd, queueSegLen(qsize), queueSegLen(qsize))
 	if err != nil {
 		unix.Close(ev)
-		seg.unmap()
 		return fail(err)
 	}
 	c.SetDeadline(time.Time{})
-	o := &outRing{peer: peer, pid: pid, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
-		head: u64At(seg.mem, headOff),
-		slp:  u32At(bell.mem, bellSleepOff), ev: ev,
-		notifyWords: notifyWords{notify: u32At(seg.mem, ringNotifyOff), sum: u64At(bell.mem, bellSumOff)},
-		mtu:         min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
-		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
+	o := &outRing{peer: peer, pid: pid, bell: bell, conn: c,
+		slp: u32At(bell.mem, bellSleepOff), ev: ev,
+		notifyWords: notifyWords{sum: u64At(bell.mem, bellSumOff)},
+		q:           qProducer{queue: newQueue(bell.mem), id: qid},
+		mtu:         mtu, wakes: &t.cnt.wakes,
+		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
+		noLane: t.opts.Lanes == 0}
 	return o, nil
 }
 
@@ -440,7 +441,7 @@ func (o *outRing) close() {
 	o.seg.unmap()
 	o.bell.unmap()
 	unix.Close(o.ev)
-	o.data = nil
+	o.data, o.shut = nil, true
 	o.mu.Unlock()
 }
 

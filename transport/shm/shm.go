@@ -46,14 +46,28 @@ type Options struct {
 	// (records start on cache lines). Default 4 MiB minus the 4 KiB header
 	// (two 2 MiB hugepages per ring).
 	RingSize int
-	// RingBudget bounds the ring segments a transport writes, together,
-	// as a job grows: a new ring gets RingSize, or RingBudget divided
-	// among the other boards the endpoint directory lists when that is
-	// less, but never less than three frames of the MTU (ringSize).
-	// Since each process also maps the rings its peers write to it, a
-	// process of a job whose processes all talk to each other maps about
-	// twice RingBudget. Default 30 MiB; negative: every ring is RingSize.
+	// RingBudget bounds the lanes (per-pair rings) a transport writes,
+	// together: a new lane gets RingSize, or RingBudget divided among
+	// the lanes it may have (Lanes, or the other boards the endpoint
+	// directory lists when they are fewer) when that is less, but never
+	// less than three frames of the MTU (ringSize). Since a process also
+	// maps the lanes its peers write to it, at most Lanes of them, it
+	// maps at most about twice RingBudget in lanes. Default 8 MiB;
+	// negative: every lane is RingSize.
 	RingBudget int
+	// QueueSize is the bytes of the transport's receive queue, which
+	// every producer without a lane to it writes into and maps (see
+	// queue.go): rounded up to a power of two that holds three frames of
+	// the MTU. Default DefaultQueueSize (256 KiB).
+	QueueSize int
+	// LaneAfter is how many frames to a peer go through its receive
+	// queue before the pair gets a lane of its own (if both ends have
+	// one to spare: Lanes). Default 64; negative: at the first frame.
+	LaneAfter int
+	// Lanes bounds the lanes a transport writes, and the lanes it
+	// accepts from its peers: the pairs past the bound keep the queue.
+	// Default 4; negative: no lanes (every frame through the queue).
+	Lanes int
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
 	// Spin is how long Recv polls the rings before sleeping on the
@@ -88,6 +102,15 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RingBudget == 0 {
 		o.RingBudget = DefaultRingBudget
 	}
+	if o.LaneAfter == 0 {
+		o.LaneAfter = defaultLaneAfter
+	}
+	if o.Lanes == 0 {
+		o.Lanes = defaultLanes
+	}
+	if o.Lanes < 0 {
+		o.Lanes = 0
+	}
 	if o.Spin == 0 {
 		o.Spin = 20 * time.Microsecond
 		if v := os.Getenv("GOMX_SHM_SPIN"); v != "" {
@@ -113,19 +136,26 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("shm: MTU %d outside 256..1MiB", o.MTU)
 	case o.RingSize%ringAlign != 0 || o.RingSize < 4*recordLen(o.MTU) || o.RingSize < minRingLen:
 		return o, fmt.Errorf("shm: ring size %d must be a multiple of 64 holding 4 frames of the MTU (%d) and at least %d", o.RingSize, o.MTU, minRingLen)
+	case o.QueueSize < 0 || o.QueueSize > maxQueueSize:
+		return o, fmt.Errorf("shm: queue size %d outside 0..%d (0 takes the default)", o.QueueSize, maxQueueSize)
 	}
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	o.QueueSize = queueSizeFor(o.QueueSize, o.MTU)
 	return o, nil
 }
 
 // Handshake messages, on the SOCK_SEQPACKET connection a producer opens to
-// the consumer's socket: hello (producer → consumer, with the ring's memfd)
-// and welcome (consumer → producer, with the doorbell's memfd and eventfd).
+// the consumer's socket: hello (producer → consumer) and welcome (consumer
+// → producer, with the memfd of the doorbell and receive queue, and the
+// eventfd). A lane comes later, over the same connection (lane.go).
 const (
 	helloMagic   = 0x676D7868 // "gmxh"
 	welcomeMagic = 0x676D7877 // "gmxw"
-	helloLen     = 32         // magic u32, version u32, nic u64, mtu u32, size u32, word u64
-	welcomeLen   = 12         // magic u32, version u32, mtu u32
-	version      = 5          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings
+	helloLen     = 24         // magic u32, version u32, nic u64, word u64
+	welcomeLen   = 20         // magic u32, version u32, mtu u32, producer id u32, queue size u32
+	version      = 6          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand
 	handshakeTTL = 5 * time.Second
 )
 
@@ -163,6 +193,7 @@ type Transport struct {
 	// groups lists the rings of each summary bit (setIn); nextBit is the
 	// bit of the next ring (under inMu). See notify.go.
 	groups  atomic.Pointer[ringGroups]
+	nLanes  atomic.Int32 // the lanes in groups
 	nextBit int
 	// sum is the summary word in our doorbell; fullScan asks the Recv
 	// side to look at every ring once (a ring's producer went away).
@@ -206,17 +237,36 @@ type Transport struct {
 	toCommit bool
 	touched  []*inRing
 	anyGone  bool
-	// The record Peek returned, for Take: its ring, its index in the hot
-	// set (-1: a cold ring) and the record's length (under the caller's
-	// lock).
+	// The record Peek returned, for Take: its ring (nil and peekedQ: the
+	// queue's), its index in the hot set (-1: a cold ring) and the
+	// record's length (under the caller's lock).
+	peekedQ   bool
 	peeked    *inRing
 	peekedAt  int
 	peekedLen uint64
 	closed    atomic.Bool
 	wg        sync.WaitGroup
 
+	// The receive queue (queue.go, lane.go): the consumer's view (Recv
+	// side); the producers' ids (under inMu), with those of producers
+	// that went away kept until no claim of theirs can lie ahead; the
+	// lanes written to us (under inMu) and by us (under outMu).
+	q        qConsumer
+	qProd    map[uint32]*inRing
+	qDead    []*inRing
+	qSeen    map[uint32]*inRing // the Recv side's copy of qProd's entries it used
+	qNextID  uint32
+	lanesIn  int
+	lanesOut int
+	// qGather: the batch being built holds a frame gathered from queue
+	// cells (in q.buf), so it takes no second one.
+	qGather bool
+
 	cnt struct {
 		sent, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
+		// lane.go: lanes opened, lanes a peer refused, claims of dead
+		// producers skipped, queue broken by a producer.
+		lanes, lanesRefused, qSkipped, qBroken atomic.Uint64
 		// recvd has one writer at a time: the Recv side, which is
 		// serialized (rmu in Recv, the caller's lock around Peek and
 		// Take): a count without a locked instruction per frame.
@@ -265,6 +315,14 @@ type inRing struct {
 	word  uint64 // what it published (see Publish)
 	segMu sync.RWMutex
 	segs  map[uint32]segment // the producer's pool segments (pool.go)
+	// qid is the producer's id in our receive queue; gate, once the
+	// producer has a lane (data != nil), the queue cursor past its last
+	// record there: the lane is read only once the queue's cursor has
+	// reached it (0: open), so the pair's frames stay in order (lane.go).
+	// qTail: for a producer that went away, the queue's tail then.
+	qid   uint32
+	gate  uint64
+	qTail uint64
 }
 
 // outRing is a ring we write to another process.
@@ -295,7 +353,15 @@ type outRing struct {
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
 	acks      chan ctlAnswer
+	laneAns   chan uint32   // the consumer's answer to a lane (lane.go)
 	gone      chan struct{} // closed when the connection closes
+	// q is the consumer's receive queue, which frames go through while
+	// the pair has no lane (data == nil); viaQueue counts them, and
+	// noLane says a lane was refused (or none is to be had).
+	q        qProducer
+	viaQueue int
+	noLane   bool
+	shut     bool // closed (close)
 	refs      []refPending  // reference records the consumer has not passed (inplace.go)
 }
 
@@ -310,10 +376,11 @@ func Open(opts Options) (*Transport, error) {
 		return nil, err
 	}
 	stale := sweepStale(o.Dir) // stale.go
-	bell, bfd, err := newSegment("gomx-doorbell", bellLen, false)
+	bell, bfd, err := newSegment("gomx-doorbell", queueSegLen(o.QueueSize), false)
 	if err != nil {
 		return nil, err
 	}
+	initQueue(bell.mem)
 	ev, evFd, err := newBellEvent()
 	if err != nil {
 		bell.unmap()
@@ -323,6 +390,7 @@ func Open(opts Options) (*Transport, error) {
 	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, evFd: evFd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
+	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem, o.MTU), make(map[uint32]*inRing), 1
 	t.slp = u32At(bell.mem, bellSleepOff)
 	t.sum = u64At(bell.mem, bellSumOff)
 	if t.evRaw, err = ev.SyscallConn(); err != nil {
@@ -451,9 +519,10 @@ func (t *Transport) accept() {
 	}
 }
 
-// welcome checks a producer (same user, sane ring), maps its ring, answers
-// with the doorbell and starts watching the connection: when it closes, the
-// producer is gone and its ring is dropped.
+// welcome checks a producer (same user), gives it an id in the receive
+// queue, answers with the doorbell and queue and starts watching the
+// connection: when it closes, the producer is gone. Its lane, if it asks
+// for one later, comes over the same connection (inLane, lane.go).
 func (t *Transport) welcome(c *net.UnixConn) error {
 	uid, pid, err := peerCred(c)
 	if err != nil {
@@ -463,56 +532,28 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 		return fmt.Errorf("shm: refused a connection from uid %d", uid)
 	}
 	c.SetDeadline(time.Now().Add(handshakeTTL))
-	msg, fds, err := recvFD(c, helloLen, 1)
+	msg, _, err := recvFD(c, helloLen, 0)
 	if err != nil {
 		return err
 	}
-	fd := fds[0]
 	le := binary.LittleEndian
 	peer := transport.NICID(le.Uint64(msg[8:]))
-	mtu, size := int(le.Uint32(msg[16:])), int(le.Uint32(msg[20:]))
-	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 ||
-		mtu > t.opts.MTU || size%ringAlign != 0 || size < minRingLen || size < minFrames*recordLen(mtu) || size > 1<<30 {
-		unix.Close(fd)
+	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 {
 		return errors.New("shm: bad hello")
 	}
-	seg, err := mapPeerFD(fd, ringSegLen(size), ringSegLen(size)+hugePage)
-	if err != nil {
-		return err
-	}
-	if le.Uint32(seg.mem[magicOff:]) != ringMagic || int(le.Uint32(seg.mem[sizeOff:])) != size {
-		seg.unmap()
-		return errors.New("shm: bad ring header")
-	}
-	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c, pid: pid, word: le.Uint64(msg[24:]),
-		head: u64At(seg.mem, headOff)}
-	r.cur = r.head.Load()
-	if r.cur%ringAlign != 0 {
-		seg.unmap()
-		return fmt.Errorf("shm: a ring whose head %d is not on a %d-byte line", r.cur, ringAlign)
-	}
-	r.pos, r.pubHead = r.cur%uint64(size), r.cur
-	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
-	r.pubEvery = min(uint64(size/8), pubEvery)
-	r.notify = u32At(seg.mem, ringNotifyOff)
+	r := &inRing{peer: peer, conn: c, pid: pid, word: le.Uint64(msg[16:])}
 	t.connected(peer, pid) // before the producer can send a frame
-	// The ring joins the receive set before the producer hears back: its
-	// first frame may ring the doorbell right after the welcome, and a Recv
-	// woken then must find the ring.
 	t.inMu.Lock()
 	if t.closed.Load() {
 		t.inMu.Unlock()
-		seg.unmap()
 		return net.ErrClosed
 	}
+	if !t.newProducerID(r) {
+		t.inMu.Unlock()
+		return errors.New("shm: no free producer id in the receive queue")
+	}
 	old := *t.in.Load()
-	nw := append(append(make([]*inRing, 0, len(old)+1), old...), r)
-	// Cold until it delivers (notify.go): set before the producer hears
-	// back, so its first record sets the bit.
-	r.bit = t.nextBit & 63
-	t.nextBit++
-	r.notifyCold()
-	t.setIn(nw)
+	t.setIn(append(append(make([]*inRing, 0, len(old)+1), old...), r))
 	t.inMu.Unlock()
 	// Both descriptors stay open until Close, which closes them after this
 	// goroutine (accept) has returned.
@@ -520,9 +561,12 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	le.PutUint32(w, welcomeMagic)
 	le.PutUint32(w[4:], version)
 	le.PutUint32(w[8:], uint32(t.opts.MTU))
+	le.PutUint32(w[12:], r.qid)
+	le.PutUint32(w[16:], uint32(t.opts.QueueSize))
 	if err := sendFD(c, w, t.bellFd, t.evFd); err != nil {
-		// Recv unmaps it (and closes c) at its next call.
+		// Recv drops it (and closes c) at its next call.
 		r.dead.Store(true)
+		t.fullScan.Store(true)
 		t.ring()
 		return nil
 	}

@@ -133,7 +133,7 @@ func TestSpinFromEnv(t *testing.T) {
 // and a producer waiting for room still sees it move.
 func TestFullRingKeepsMoving(t *testing.T) {
 	const mtu, count = 16000, 600
-	a, b := newTestPair(t, Options{MTU: mtu, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute})
+	a, b := newTestPair(t, ringOpts(Options{MTU: mtu, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute}))
 	defer a.Close()
 	defer b.Close()
 	frame := func(i int) []byte {
@@ -186,7 +186,7 @@ func TestFullRingKeepsMoving(t *testing.T) {
 // the consumer drains the ring, it works again.
 func TestStuckReceiverFailsSendStrict(t *testing.T) {
 	const size = 4000
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond}))
 	defer a.Close()
 	defer b.Close()
 	frame := func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, size) }
@@ -318,7 +318,7 @@ func TestSendParts(t *testing.T) {
 }
 
 func testSendParts(t *testing.T, serial bool) {
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond}))
 	defer a.Close()
 	defer b.Close()
 	if serial {
@@ -364,7 +364,7 @@ func testSendParts(t *testing.T, serial bool) {
 // frame arrives whole and in each sender's order, and the transports
 // count every frame sent and received.
 func TestSerialSends(t *testing.T) {
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute}))
 	defer a.Close()
 	defer b.Close()
 	a.SerialSends()
@@ -426,7 +426,7 @@ func TestSerialSends(t *testing.T) {
 // with Peek and Take through many laps of a small ring gives the space
 // back: its producer never finds the ring full. Pads are left to Recv.
 func TestPeekTake(t *testing.T) {
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Second})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Second}))
 	defer a.Close()
 	defer b.Close()
 	if _, _, ok, empty := b.Peek(); ok || !empty {

@@ -1,0 +1,443 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+	"golang.org/x/sys/unix"
+)
+
+// Queue and lanes: how a pair's frames travel.
+//
+// A producer's first frames to a peer go through the peer's receive queue
+// (queue.go), which every producer maps and the consumer polls with one
+// load, however many peers it has. A pair that keeps sending gets a lane:
+// after Options.LaneAfter frames through the queue, the producer creates a
+// ring of its own (ring.go) and passes it over the pair's connection
+// (ctlLane, with the queue cursor just past its last queue record: the
+// gate); the consumer maps it if it reads fewer than Options.Lanes lanes,
+// and answers. A producer writes at most Options.Lanes lanes, so a process
+// maps at most that many rings each way, and the queues of the peers it
+// sends to: memory that grows with the number of peers by one queue each,
+// not by two rings. A refused pair stays on the queue.
+//
+// Order across the hand-over. Once the lane is accepted, the producer
+// writes the pair's frames there and no more into the queue. Its frames
+// in the queue all lie below the gate, so the consumer reads the lane
+// only once its queue cursor has reached the gate (a lane whose gate is
+// ahead is skipped, its summary bit kept pending): every frame of the
+// pair from the queue has been returned by then, and the pair's frames
+// come out in the order they were sent. A lane stays until the pair's
+// connection closes (a peer that goes away, Close).
+
+const (
+	ctlLane    = 4 // producer → consumer: a lane's ring (memfd); id: its size, size: the gate
+	ctlLaneAns = 5 // consumer → producer: status 0 the lane is read, else refused
+
+	defaultLaneAfter = 64
+	defaultLanes     = 4
+	maxQueueSize     = 64 << 20
+)
+
+// newProducerID gives r the lowest free producer id of the receive queue
+// (inMu held), or reports that all are taken.
+func (t *Transport) newProducerID(r *inRing) bool {
+	for range qMaxID {
+		id := t.qNextID
+		if t.qNextID++; t.qNextID > qMaxID {
+			t.qNextID = 1
+		}
+		if _, used := t.qProd[id]; !used {
+			r.qid = id
+			t.qProd[id] = r
+			return true
+		}
+	}
+	return false
+}
+
+// ---- producer side ----
+
+// wantLane reports whether the frame about to go through o's queue is the
+// one after which the pair asks for a lane. o's writers are serialized.
+func (t *Transport) wantLane(o *outRing) bool {
+	if o.noLane {
+		return false
+	}
+	o.viaQueue++
+	return o.viaQueue > t.opts.LaneAfter
+}
+
+// openLane creates a lane to o's peer and passes it, with the gate, over
+// the pair's connection, and waits (at most handshakeTTL) for the answer.
+// On any failure, or a refusal, the pair stays on the queue for good.
+// o's writers are serialized (o.mu or SerialSends).
+func (t *Transport) openLane(o *outRing) {
+	o.noLane = true
+	t.outMu.Lock()
+	if t.lanesOut >= t.opts.Lanes || t.closed.Load() {
+		t.outMu.Unlock()
+		return
+	}
+	t.lanesOut++
+	size := t.ringSize()
+	t.outMu.Unlock()
+	release := func() {
+		t.outMu.Lock()
+		t.lanesOut--
+		t.outMu.Unlock()
+	}
+	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
+	if err != nil {
+		release()
+		return
+	}
+	le := binary.LittleEndian
+	le.PutUint32(seg.mem[magicOff:], ringMagic)
+	le.PutUint32(seg.mem[sizeOff:], uint32(size))
+	// Cold until the consumer makes it hot (notify.go); the consumer
+	// writes the bit before it answers.
+	for len(o.laneAns) > 0 {
+		<-o.laneAns
+	}
+	err = o.sendCtl(ctlLane, uint32(size), o.q.end, fd)
+	unix.Close(fd)
+	status := uint32(1)
+	if err == nil {
+		timer := time.NewTimer(handshakeTTL)
+		select {
+		case status = <-o.laneAns:
+		case <-o.gone:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	if status != 0 {
+		t.cnt.lanesRefused.Add(1)
+		seg.unmap()
+		release()
+		return
+	}
+	// Written under outMu: Footprint reads the lane's segment.
+	t.outMu.Lock()
+	o.seg = seg
+	o.producer = newProducer(seg.mem[dataOff:dataOff+size], 0)
+	o.head = u64At(seg.mem, headOff)
+	o.notifyWords.notify = u32At(seg.mem, ringNotifyOff)
+	t.outMu.Unlock()
+	t.cnt.lanes.Add(1)
+}
+
+// queueFrame writes one frame, head followed by parts (l bytes in all),
+// into o's peer's receive queue and rings its doorbell if it sleeps.
+// False: the queue stayed full for FullWait with its consumer making no
+// progress, and the frame is dropped (counted).
+func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) bool {
+	k := uint64(cellsFor(l))
+	c, ok := o.q.claim(k)
+	if !ok {
+		if c, ok = t.waitQueue(o, k); !ok {
+			t.cnt.dropFull.Add(1)
+			return false
+		}
+	}
+	o.q.put(c, l, head, parts)
+	o.countSent()
+	// Sequentially consistent with the consumer's store of sleeping and
+	// its look at the queue (Dekker, as for a ring: publish).
+	if o.slp.Load() != 0 {
+		kick(o.ev)
+		o.wakes.Add(1)
+	}
+	return true
+}
+
+// waitQueue claims k cells of o's peer's queue, waiting while its
+// consumer makes progress; it gives up once the consumer moved nothing
+// for FullWait (it is stuck or gone), or the peer or we went away.
+func (t *Transport) waitQueue(o *outRing, k uint64) (uint64, bool) {
+	h := o.q.head.Load()
+	deadline := time.Now().Add(t.opts.FullWait)
+	for i := 0; ; i++ {
+		if c, ok := o.q.claim(k); ok {
+			return c, true
+		}
+		if o.dead.Load() || t.closed.Load() {
+			return 0, false
+		}
+		if nh := o.q.head.Load(); nh != h {
+			h = nh
+			deadline = time.Now().Add(t.opts.FullWait)
+		}
+		if i&63 == 63 {
+			if time.Now().After(deadline) {
+				return 0, false
+			}
+			time.Sleep(10 * time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
+	}
+}
+
+// writeQueue is writeLocked for a pair without a lane: the frames go
+// through the peer's receive queue, copied (a frame of an in-place region
+// too), until the pair gets a lane; the rest of the batch then goes there.
+func (t *Transport) writeQueue(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
+	for i := range frames {
+		// A frame sent in place asks for the lane at once: only a lane
+		// carries reference records.
+		lane := t.wantLane(o) || refs && frames[i].Region != nil && frames[i].Region.InPlace() && !o.noLane
+		if lane && t.openLaneLocked(o) {
+			n, err := t.writeLocked(o, frames[i:], refs, strict)
+			return i + n, err
+		}
+		f := &frames[i]
+		if len(f.Data) > o.mtu {
+			return i, fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, len(f.Data), o.mtu)
+		}
+		if r := f.Region; r != nil {
+			if err := r.Check(t, f); err != nil {
+				return i, fmt.Errorf("shm: frame %d: %w", i, err)
+			}
+			r.Copied()
+		}
+		if !t.queueFrame(o, len(f.Data), f.Data, nil) && strict {
+			return i, t.dropErr(o)
+		}
+	}
+	return len(frames), nil
+}
+
+// openLaneLocked asks for a lane (openLane) and reports whether the pair
+// has one now.
+func (t *Transport) openLaneLocked(o *outRing) bool {
+	t.openLane(o)
+	return o.data != nil
+}
+
+// ---- consumer side ----
+
+// inLane maps the lane producer r passed (ctlLane: its ring's memfd, size
+// and gate), if we read fewer than Options.Lanes lanes and it is sound,
+// makes it a cold ring of the receive set, and answers. Called by r's
+// connection's watcher.
+func (t *Transport) inLane(r *inRing, c interface{ Write([]byte) (int, error) }, m ctlMsg, fds []int) {
+	status := t.mapLane(r, m, fds)
+	if status != 0 {
+		t.cnt.refused.Add(1)
+	}
+	var a [ctlLen]byte
+	putCtl(a[:], ctlLaneAns, 0, status, 0)
+	_, _ = c.Write(a[:])
+}
+
+// mapLane is inLane's work: 0, or why the lane is refused (1: no lane to
+// spare, 2: a bad ring).
+func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
+	size := int(m.id)
+	if len(fds) != 1 || size%ringAlign != 0 || size < minRingLen || size > 1<<30 {
+		closeAll(fds)
+		return 2
+	}
+	t.inMu.Lock()
+	if t.lanesIn >= t.opts.Lanes || r.data != nil || t.closed.Load() || r.dead.Load() {
+		t.inMu.Unlock()
+		closeAll(fds)
+		return 1
+	}
+	t.lanesIn++ // taken now, given back on failure: a second lane waits for no mapping
+	t.inMu.Unlock()
+	seg, err := mapPeerFD(fds[0], ringSegLen(size), ringSegLen(size)+hugePage)
+	le := binary.LittleEndian
+	if err == nil && (le.Uint32(seg.mem[magicOff:]) != ringMagic || int(le.Uint32(seg.mem[sizeOff:])) != size || u64At(seg.mem, headOff).Load() != 0) {
+		seg.unmap()
+		err = errCorrupt
+	}
+	t.inMu.Lock()
+	defer t.inMu.Unlock()
+	if err != nil || t.closed.Load() {
+		t.lanesIn--
+		seg.unmap()
+		return 2
+	}
+	r.seg, r.data = seg, seg.mem[dataOff:dataOff+size]
+	r.head = u64At(seg.mem, headOff)
+	r.cur, r.pos, r.pubHead = 0, 0, 0
+	r.wordAt = u32At(r.data, recWordOff)
+	r.pubEvery = min(uint64(size/8), pubEvery)
+	r.notify = u32At(seg.mem, ringNotifyOff)
+	r.gate = m.size
+	// Cold until it delivers (notify.go): set before the producer hears
+	// back, so its first record sets the bit.
+	r.bit = t.nextBit & 63
+	t.nextBit++
+	r.notifyCold()
+	t.setIn(*t.in.Load())
+	return 0
+}
+
+// gateOpen reports whether lane r may be read: the queue's cursor has
+// reached its gate (or the queue is broken and delivers nothing more),
+// and opens it for good if so. Recv side.
+func (t *Transport) gateOpen(r *inRing) bool {
+	if t.q.cur < r.gate && !t.q.broken {
+		return false
+	}
+	r.gate = 0
+	return true
+}
+
+// pollQueue reads records of the receive queue into frames[n:], in queue
+// order, and returns the new count. A record claimed by a producer that
+// went away is skipped; one claimed by a live producer ends the look (it
+// is being written). At most one frame of several cells per batch: it is
+// gathered into q.buf, valid until the next Recv.
+func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
+	q := &t.q
+	for n < len(frames) && !q.broken {
+		w := q.wordAt.Load()
+		if uint32(w) != uint32(q.cur) || qState(w) == qEmpty {
+			if uint32(w) != uint32(q.cur) && uint32(w) != uint32(q.cur-q.n()) {
+				t.breakQueue() // neither this lap's nor the last one's
+			}
+			return n
+		}
+		if qK(w) > 1 && t.qGather {
+			return n
+		}
+		f, k, id, kind, err := q.parse(t.opts.MTU)
+		if err != nil {
+			t.breakQueue()
+			return n
+		}
+		t.toCommit = true
+		if kind == recClaimed {
+			if !t.claimDead(id) {
+				return n
+			}
+			q.advance(k)
+			t.cnt.qSkipped.Add(1)
+			continue
+		}
+		if kind != recFrame {
+			return n
+		}
+		q.advance(k)
+		if k > 1 {
+			t.qGather = true
+		}
+		fr := &frames[n]
+		fr.Peer, fr.Data, fr.Ref = t.queuePeer(id), f, t.lends.RecvRef(n)
+		if fr.Region != nil {
+			fr.Region = nil
+		}
+		n++
+	}
+	return n
+}
+
+// breakQueue stops the receive queue: a producer wrote a word the protocol
+// cannot produce, and nothing after it can be trusted. Its frames are lost
+// (the layer above resends or fails as for a lost peer); lanes go on.
+func (t *Transport) breakQueue() {
+	if !t.q.broken {
+		t.q.broken = true
+		t.cnt.qBroken.Add(1)
+		t.cnt.corrupt.Add(1)
+	}
+}
+
+// queuePeer is the board of producer id (0 if unknown: a frame from a
+// producer whose id is no longer ours, which cannot happen while its
+// records lie ahead).
+func (t *Transport) queuePeer(id uint32) transport.NICID {
+	// A read of the map under inMu would cost a lock per frame: the
+	// consumer keeps its own copy of the ids it has seen.
+	if r := t.qSeen[id]; r != nil && r.qid == id {
+		return r.peer
+	}
+	t.inMu.Lock()
+	r := t.qProd[id]
+	t.inMu.Unlock()
+	if r == nil {
+		return 0
+	}
+	if t.qSeen == nil {
+		t.qSeen = make(map[uint32]*inRing)
+	}
+	t.qSeen[id] = r
+	return r.peer
+}
+
+// claimDead reports whether the producer with id, whose claimed record is
+// at the queue's cursor, went away: it will never publish it.
+func (t *Transport) claimDead(id uint32) bool {
+	t.inMu.Lock()
+	r := t.qProd[id]
+	t.inMu.Unlock()
+	return r == nil || r.dead.Load()
+}
+
+// reapProducers forgets the ids of producers that went away once no claim
+// of theirs can lie ahead of the queue's cursor: a claim is made at the
+// tail, so every one of theirs is at or below the tail as it was when they
+// were found gone. Recv side, inMu held.
+func (t *Transport) reapProducers() {
+	k := 0
+	for _, r := range t.qDead {
+		w := t.q.wordAt.Load()
+		if t.q.cur >= r.qTail && !(uint32(w) == uint32(t.q.cur) && qState(w) == qClaimed && qID(w) == r.qid) || t.q.broken {
+			delete(t.qProd, r.qid)
+			delete(t.qSeen, r.qid)
+			continue
+		}
+		t.qDead[k] = r
+		k++
+	}
+	clear(t.qDead[k:])
+	t.qDead = t.qDead[:k]
+}
+
+// queuePending reports whether the record at the queue's cursor is
+// claimed or published.
+func (t *Transport) queuePending() bool {
+	w := t.q.wordAt.Load()
+	return uint32(w) == uint32(t.q.cur) && qState(w) != qEmpty && !t.q.broken
+}
+
+// peekQueue is Peek at the receive queue: the frame at its cursor, if
+// published (records of producers that went away skipped first). empty
+// reports that nothing is claimed there either.
+func (t *Transport) peekQueue() (peer transport.NICID, f []byte, ok, empty bool) {
+	q := &t.q
+	for !q.broken {
+		w := q.wordAt.Load()
+		if uint32(w) != uint32(q.cur) || qState(w) == qEmpty {
+			if uint32(w) != uint32(q.cur) && uint32(w) != uint32(q.cur-q.n()) {
+				t.breakQueue()
+			}
+			return 0, nil, false, true
+		}
+		f, k, id, kind, err := q.parse(t.opts.MTU)
+		if err != nil {
+			t.breakQueue()
+			return 0, nil, false, true
+		}
+		if kind == recClaimed {
+			if !t.claimDead(id) {
+				return 0, nil, false, false
+			}
+			q.advance(k)
+			t.toCommit = true
+			t.cnt.qSkipped.Add(1)
+			continue
+		}
+		t.peekedQ, t.peeked, t.peekedLen = true, nil, k
+		return t.queuePeer(id), f, true, false
+	}
+	return 0, nil, false, true
+}
