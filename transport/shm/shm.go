@@ -361,8 +361,8 @@ type outRing struct {
 	q        qProducer
 	viaQueue int
 	noLane   bool
-	shut     bool // closed (close)
-	refs      []refPending  // reference records the consumer has not passed (inplace.go)
+	shut     bool         // closed (close)
+	refs     []refPending // reference records the consumer has not passed (inplace.go)
 }
 
 // Open creates the board's doorbell and listens on its socket in the
