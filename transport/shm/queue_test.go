@@ -266,7 +266,7 @@ func FuzzQueueParse(f *testing.F) {
 		case wstate == 0 && kind != recNone,
 			wstate == 1 && (kind != recClaimed || k != wk),
 			wstate == 2 && (kind != recFrame || k != wk || !bytes.Equal(frame, want)):
-			t.Fatal(fmt.Sprintf("parse: kind %d k %d %d bytes; oracle: state %d k %d %d bytes", kind, k, len(frame), wstate, wk, len(want)))
+			t.Fatalf("parse: kind %d k %d %d bytes; oracle: state %d k %d %d bytes", kind, k, len(frame), wstate, wk, len(want))
 		}
 	})
 }
