@@ -113,8 +113,7 @@ func (t *Transport) Footprint() Footprint {
 		}
 		f.RingBytes += int64(len(o.bell.mem)) // the peer's doorbell and queue
 		peers[uint64(p)] = struct{}{}
-		if o.seg.mem != nil {
-			n := int64(len(o.seg.mem))
+		if n := o.laneBytes.Load(); n != 0 {
 			f.RingBytes += n
 			f.OwnedBytes += n
 			f.RingsOut++

@@ -77,19 +77,19 @@ func (t *Transport) wantLane(o *outRing) bool {
 // o's writers are serialized (o.mu or SerialSends).
 func (t *Transport) openLane(o *outRing) {
 	o.noLane = true
-	t.outMu.Lock()
-	if t.lanesOut >= t.opts.Lanes || t.closed.Load() {
-		t.outMu.Unlock()
-		return
+	// Not under outMu: o's writers hold o.mu (or the caller's lock), and
+	// Close and outFor take outMu before o.mu.
+	for {
+		n := t.lanesOut.Load()
+		if int(n) >= t.opts.Lanes || t.closed.Load() {
+			return
+		}
+		if t.lanesOut.CompareAndSwap(n, n+1) {
+			break
+		}
 	}
-	t.lanesOut++
 	size := t.ringSize()
-	t.outMu.Unlock()
-	release := func() {
-		t.outMu.Lock()
-		t.lanesOut--
-		t.outMu.Unlock()
-	}
+	release := func() { t.lanesOut.Add(-1) }
 	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
 	if err != nil {
 		release()
@@ -121,13 +121,11 @@ func (t *Transport) openLane(o *outRing) {
 		release()
 		return
 	}
-	// Written under outMu: Footprint reads the lane's segment.
-	t.outMu.Lock()
 	o.seg = seg
 	o.producer = newProducer(seg.mem[dataOff:dataOff+size], 0)
 	o.head = u64At(seg.mem, headOff)
 	o.notifyWords.notify = u32At(seg.mem, ringNotifyOff)
-	t.outMu.Unlock()
+	o.laneBytes.Store(int64(len(seg.mem))) // for Footprint, which takes no o.mu
 	t.cnt.lanes.Add(1)
 }
 

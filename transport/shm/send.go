@@ -338,8 +338,8 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		}
 		delete(t.out, peer)
 		t.snapOut()
-		if o.seg.mem != nil {
-			t.lanesOut--
+		if o.laneBytes.Load() != 0 {
+			t.lanesOut.Add(-1)
 		}
 		o.close()
 		t.cnt.sent.Add(o.sent.Load()) // its count outlives it
@@ -442,6 +442,7 @@ func (o *outRing) close() {
 	o.bell.unmap()
 	unix.Close(o.ev)
 	o.data, o.shut = nil, true
+	o.laneBytes.Store(0)
 	o.mu.Unlock()
 }
 

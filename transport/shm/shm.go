@@ -257,7 +257,7 @@ type Transport struct {
 	qSeen    map[uint32]*inRing // the Recv side's copy of qProd's entries it used
 	qNextID  uint32
 	lanesIn  int
-	lanesOut int
+	lanesOut atomic.Int32
 	// qGather: the batch being built holds a frame gathered from queue
 	// cells (in q.buf), so it takes no second one.
 	qGather bool
@@ -361,8 +361,11 @@ type outRing struct {
 	q        qProducer
 	viaQueue int
 	noLane   bool
-	shut     bool         // closed (close)
-	refs     []refPending // reference records the consumer has not passed (inplace.go)
+	shut     bool // closed (close)
+	// laneBytes is the lane's segment length once it is written (0: no
+	// lane), for Footprint.
+	laneBytes atomic.Int64
+	refs      []refPending // reference records the consumer has not passed (inplace.go)
 }
 
 // Open creates the board's doorbell and listens on its socket in the
