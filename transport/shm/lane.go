@@ -225,9 +225,6 @@ func (t *Transport) openLaneLocked(o *outRing) bool {
 // connection's watcher.
 func (t *Transport) inLane(r *inRing, c interface{ Write([]byte) (int, error) }, m ctlMsg, fds []int) {
 	status := t.mapLane(r, m, fds)
-	if status != 0 {
-		t.cnt.refused.Add(1)
-	}
 	var a [ctlLen]byte
 	putCtl(a[:], ctlLaneAns, 0, status, 0)
 	_, _ = c.Write(a[:])

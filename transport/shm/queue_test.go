@@ -346,3 +346,100 @@ func TestQueueProducerKilledMidEnqueue(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestLaneHandOverKeepsOrder: producers send numbered frames of many
+// lengths to one receiver at once; each pair moves from the queue to a
+// lane after LaneAfter frames, or stays on the queue when the receiver's
+// lanes are taken. Every frame arrives byte for byte and each producer's
+// in order, across the hand-over, and no transport has more lanes either
+// way than Lanes.
+func TestLaneHandOverKeepsOrder(t *testing.T) {
+	const producers, frames, lanes = 4, 600, 2
+	opts := Options{MTU: 4096, LaneAfter: 8, Lanes: lanes, QueueSize: 16 << 10}
+	boards := openMany(t, producers+1, opts)
+	rx := boards[0]
+	var wg sync.WaitGroup
+	for p := 1; p <= producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range frames {
+				if _, err := boards[p].SendStrict([]transport.Frame{{Peer: rx.Addr(), Data: testFrame(p, i)}}); err != nil {
+					t.Errorf("producer %d frame %d: %v", p, i, err)
+					return
+				}
+			}
+		}()
+	}
+	from := make(map[transport.NICID]int)
+	for p := 1; p <= producers; p++ {
+		from[boards[p].Addr()] = p
+	}
+	next := make([]int, producers+1)
+	buf := make([]transport.Frame, 16)
+	deadline := time.Now().Add(60 * time.Second)
+	for got := 0; got < producers*frames; {
+		n, err := rx.Recv(buf, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range buf[:n] {
+			p := from[f.Peer]
+			if p == 0 {
+				t.Fatalf("a frame from unknown board %v", f.Peer)
+			}
+			if want := testFrame(p, next[p]); !bytes.Equal(f.Data, want) {
+				t.Fatalf("producer %d: frame %d differs (got %d bytes, number %d)", p, next[p], len(f.Data), binary.LittleEndian.Uint32(f.Data[4:]))
+			}
+			next[p]++
+			got++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("received %v of %d each after 60s: %v", next[1:], frames, rx.Counters())
+		}
+	}
+	wg.Wait()
+	if f := rx.Footprint(); f.RingsIn != lanes {
+		t.Errorf("the receiver reads %d lanes, want %d", f.RingsIn, lanes)
+	}
+	refused, opened := uint64(0), uint64(0)
+	for _, b := range boards[1:] {
+		refused += counter(b, "shm lanes refused by peers")
+		opened += counter(b, "shm lanes opened")
+	}
+	if refused != producers-lanes || opened != lanes {
+		t.Errorf("%d lanes opened and %d refused, want %d and %d", opened, refused, lanes, producers-lanes)
+	}
+}
+
+// TestFootprintQueues: boards that each send a few frames to every other
+// map their own queue and one queue per peer, and no ring, as the
+// transport counts it and as the kernel lists it.
+func TestFootprintQueues(t *testing.T) {
+	dir := testDir(t)
+	checkNoLeaks(t, dir)
+	base := mappedGomx(t)
+	const n = 6
+	var boards []*Transport
+	for range n {
+		b, err := Open(Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		boards = append(boards, b)
+		defer b.Close()
+	}
+	allToAll(t, boards)
+	var mapped int64
+	q := int64(queueSegLen(boards[0].opts.QueueSize))
+	for i, b := range boards {
+		f := b.Footprint()
+		if f.RingsOut != 0 || f.RingsIn != 0 || f.Peers != n-1 || f.MappedBytes != n*q || f.OwnedBytes != q {
+			t.Errorf("board %d: %+v; want no lane, %d peers, %d bytes mapped and %d owned", i, f, n-1, n*q, q)
+		}
+		mapped += f.MappedBytes
+	}
+	if got := mappedGomx(t) - base; got != mapped {
+		t.Errorf("the boards count %d bytes mapped, the kernel lists %d", mapped, got)
+	}
+}
