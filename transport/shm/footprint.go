@@ -130,9 +130,6 @@ func (t *Transport) Footprint() Footprint {
 	t.outMu.Unlock()
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {
-		if r.gone {
-			continue
-		}
 		peers[uint64(r.peer)] = struct{}{}
 		if r.data != nil {
 			f.RingBytes += int64(len(r.seg.mem))
