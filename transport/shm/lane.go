@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
@@ -129,42 +130,97 @@ func (t *Transport) openLane(o *outRing) {
 	t.cnt.lanes.Add(1)
 }
 
+// The backlog. A producer that finds its peer's queue full does not wait
+// for room: the caller may hold a lock its own receive loop needs (mx's
+// board lock, under which every send runs), and the peer it waits for may
+// be waiting for room in our queue under its own: a cycle that only a
+// timeout would break. Instead the frame is copied into the pair's
+// backlog, in private memory, and the send returns; the pair's later
+// frames join the backlog behind it, so the pair's order holds, and the
+// backlog goes into the queue, in order, as room appears: by the pair's
+// next send, and by the transport's flusher goroutine, which runs while
+// any backlog is left and holds no lock but the ring's. The producer also
+// raises the queue's wait flag, so the consumer publishes its head as
+// soon as it frees cells. A pair gets no lane while it has a backlog (its
+// frames in the backlog would otherwise come out after the lane's).
+//
+// Bounds. The backlogs of a transport hold at most maxBacklog bytes; a
+// frame that would pass that waits, as for room in a full ring, until its
+// pair's backlog has gone into the queue and the frame's cells are free,
+// or the backlogs have room. A frame to a consumer that took nothing from
+// its queue for FullWait while the pair's backlog waited (it is stuck or
+// gone) is dropped and counted as for a full ring (SendStrict and
+// SendParts fail with ErrRingFull). A peer that goes away takes its
+// backlog with it (dropped, counted).
+
+// maxBacklog bounds the bytes waiting in a transport's backlogs.
+const maxBacklog = 16 << 20
+
 // queueFrame writes one frame, head followed by parts (l bytes in all),
-// into o's peer's receive queue and rings its doorbell if it sleeps.
-// False: the queue stayed full for FullWait with its consumer making no
-// progress, and the frame is dropped (counted).
-func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) bool {
-	k := uint64(cellsFor(l))
-	c, ok := o.q.claim(k)
-	if !ok {
-		if c, ok = t.waitQueue(o, k); !ok {
+// into o's peer's receive queue and rings its doorbell if it sleeps, or,
+// when the queue is full or frames of the pair wait already, appends it to
+// the pair's backlog. It fails with ErrRingFull (the frame dropped and
+// counted) past the backlog's bounds. o.mu held.
+func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) error {
+	if len(o.backlog) > 0 {
+		t.flushBacklog(o)
+	}
+	if len(o.backlog) == 0 {
+		if c, ok := o.q.claim(uint64(cellsFor(l))); ok {
+			t.putQueue(o, c, l, head, parts)
+			return nil
+		}
+		o.blHead, o.blAt = o.q.head.Load(), time.Now()
+	} else if time.Since(o.blAt) > t.opts.FullWait {
+		t.cnt.dropFull.Add(1)
+		return t.dropErr(o)
+	}
+	if t.blBytes.Load()+int64(l) > maxBacklog {
+		c, ok, fits := t.waitBacklog(o, l)
+		if !ok {
 			t.cnt.dropFull.Add(1)
-			return false
+			return t.dropErr(o)
+		}
+		if !fits {
+			t.putQueue(o, c, l, head, parts)
+			return nil
 		}
 	}
-	o.q.put(c, l, head, parts)
-	o.countSent()
-	// Sequentially consistent with the consumer's store of sleeping and
-	// its look at the queue (Dekker, as for a ring: publish).
-	if o.slp.Load() != 0 {
-		kick(o.ev)
-		o.wakes.Add(1)
+	b := make([]byte, 0, l)
+	b = append(b, head...)
+	for _, p := range parts {
+		b = append(b, p...)
 	}
-	return true
+	o.backlog = append(o.backlog, b)
+	t.blBytes.Add(int64(l))
+	t.cnt.backlogged.Add(1)
+	o.q.wantRoom()
+	if len(o.backlog) == 1 {
+		t.listBacklog(o)
+	}
+	return nil
 }
 
-// waitQueue claims k cells of o's peer's queue, waiting while its
-// consumer makes progress; it gives up once the consumer moved nothing
-// for FullWait (it is stuck or gone), or the peer or we went away.
-func (t *Transport) waitQueue(o *outRing, k uint64) (uint64, bool) {
+// waitBacklog waits, as for room in a full ring, until a frame of l
+// bytes fits in the backlogs (fits), or o's backlog has gone into the
+// queue and the frame's cells are claimed at c. It gives up (ok false)
+// once o's consumer took nothing for FullWait, or the peer or we went
+// away. o.mu held.
+func (t *Transport) waitBacklog(o *outRing, l int) (c uint64, ok, fits bool) {
+	k := uint64(cellsFor(l))
 	h := o.q.head.Load()
 	deadline := time.Now().Add(t.opts.FullWait)
 	for i := 0; ; i++ {
-		if c, ok := o.q.claim(k); ok {
-			return c, true
+		if t.flushBacklog(o); len(o.backlog) == 0 {
+			if c, ok := o.q.claim(k); ok {
+				return c, true, false
+			}
 		}
-		if o.dead.Load() || t.closed.Load() {
-			return 0, false
+		if t.blBytes.Load()+int64(l) <= maxBacklog {
+			return 0, true, true
+		}
+		if o.dead.Load() || o.shut || t.closed.Load() {
+			return 0, false, false
 		}
 		if nh := o.q.head.Load(); nh != h {
 			h = nh
@@ -172,7 +228,7 @@ func (t *Transport) waitQueue(o *outRing, k uint64) (uint64, bool) {
 		}
 		if i&63 == 63 {
 			if time.Now().After(deadline) {
-				return 0, false
+				return 0, false, false
 			}
 			time.Sleep(10 * time.Microsecond)
 		} else {
@@ -181,15 +237,140 @@ func (t *Transport) waitQueue(o *outRing, k uint64) (uint64, bool) {
 	}
 }
 
+// putQueue writes a frame into the k cells claimed at c of o's peer's
+// queue, publishes it and rings the peer's doorbell if it sleeps.
+func (t *Transport) putQueue(o *outRing, c uint64, l int, head []byte, parts [][]byte) {
+	o.q.put(c, l, head, parts)
+	o.countSent()
+	// Sequentially consistent with the consumer's store of sleeping and
+	// its look at the queue (Dekker, as for a ring: publish).
+	if o.slp.Load() != 0 {
+		kick(o.ev)
+		o.wakes.Add(1)
+	}
+}
+
+// flushBacklog moves o's backlog into its peer's queue, in order, as far
+// as there is room, and drops it if the peer or we went away. o.mu held.
+func (t *Transport) flushBacklog(o *outRing) {
+	if o.dead.Load() || o.shut || t.closed.Load() {
+		o.dropBacklog()
+		return
+	}
+	i := 0
+	for ; i < len(o.backlog); i++ {
+		b := o.backlog[i]
+		c, ok := o.q.claim(uint64(cellsFor(len(b))))
+		if !ok {
+			break
+		}
+		t.putQueue(o, c, len(b), b, nil)
+		t.blBytes.Add(-int64(len(b)))
+		o.backlog[i] = nil
+	}
+	if i == 0 {
+		if h := o.q.head.Load(); h != o.blHead {
+			// The consumer moves: the stall clock starts again.
+			o.blHead, o.blAt = h, time.Now()
+		}
+		o.q.wantRoom()
+		return
+	}
+	n := copy(o.backlog, o.backlog[i:])
+	clear(o.backlog[n:])
+	o.backlog = o.backlog[:n]
+	o.blHead, o.blAt = o.q.head.Load(), time.Now()
+	if n > 0 {
+		o.q.wantRoom()
+	}
+}
+
+// dropBacklog drops o's backlog (its peer or we went away), counted as
+// frames dropped. o.mu held.
+func (o *outRing) dropBacklog() {
+	for _, b := range o.backlog {
+		o.blBytes.Add(-int64(len(b)))
+		o.dropped.Add(1)
+	}
+	clear(o.backlog)
+	o.backlog = o.backlog[:0]
+}
+
+// listBacklog lists o, whose backlog just got its first frame, for the
+// flusher, and starts the flusher if it does not run. o.mu held.
+func (t *Transport) listBacklog(o *outRing) {
+	t.blMu.Lock()
+	defer t.blMu.Unlock()
+	if !o.blListed {
+		o.blListed = true
+		t.blOuts = append(t.blOuts, o)
+	}
+	// Close takes blMu after it sets closed: a flusher started here is
+	// in the wait group before Close waits for it.
+	if !t.flushing && !t.closed.Load() {
+		t.flushing = true
+		t.wg.Add(1)
+		go t.flusher()
+	}
+}
+
+// flusher moves the backlogs into their queues until none is left or the
+// transport closes. Between passes that moved nothing it yields the CPU
+// (the consumers it waits for may need it), and after a while of that
+// sleeps a little.
+func (t *Transport) flusher() {
+	defer t.wg.Done()
+	var list []*outRing
+	idle := 0
+	for {
+		t.blMu.Lock()
+		if len(t.blOuts) == 0 || t.closed.Load() {
+			t.flushing = false
+			t.blMu.Unlock()
+			return
+		}
+		list = append(list[:0], t.blOuts...)
+		t.blMu.Unlock()
+		moved := false
+		for _, o := range list {
+			o.mu.Lock()
+			before := len(o.backlog)
+			t.flushBacklog(o)
+			if len(o.backlog) != before {
+				moved = true
+			}
+			if len(o.backlog) == 0 {
+				t.blMu.Lock()
+				o.blListed = false
+				t.blOuts = slices.DeleteFunc(t.blOuts, func(x *outRing) bool { return x == o })
+				t.blMu.Unlock()
+			}
+			o.mu.Unlock()
+		}
+		clear(list)
+		if moved {
+			idle = 0
+			continue
+		}
+		if idle++; idle < 64 {
+			schedYield()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
 // writeQueue is writeLocked for a pair without a lane: the frames go
-// through the peer's receive queue, copied (a frame of an in-place region
-// too), until the pair gets a lane; the rest of the batch then goes there.
+// through the peer's receive queue (or its backlog), copied (a frame of an
+// in-place region too), until the pair gets a lane; the rest of the batch
+// then goes there. A frame dropped past the backlog's bounds is skipped,
+// or with strict ends the write with ErrRingFull.
 func (t *Transport) writeQueue(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
 	for i := range frames {
 		// A frame sent in place asks for the lane at once: only a lane
 		// carries reference records.
 		lane := t.wantLane(o) || refs && frames[i].Region != nil && frames[i].Region.InPlace() && !o.noLane
-		if lane && t.openLaneLocked(o) {
+		if lane && len(o.backlog) == 0 && t.openLaneLocked(o) {
 			n, err := t.writeLocked(o, frames[i:], refs, strict)
 			return i + n, err
 		}
@@ -203,8 +384,8 @@ func (t *Transport) writeQueue(o *outRing, frames []transport.Frame, refs, stric
 			}
 			r.Copied()
 		}
-		if !t.queueFrame(o, len(f.Data), f.Data, nil) && strict {
-			return i, t.dropErr(o)
+		if err := t.queueFrame(o, len(f.Data), f.Data, nil); err != nil && strict {
+			return i, err
 		}
 	}
 	return len(frames), nil
@@ -289,8 +470,8 @@ func (t *Transport) gateOpen(r *inRing) bool {
 // pollQueue reads records of the receive queue into frames[n:], in queue
 // order, and returns the new count. A record claimed by a producer that
 // went away is skipped; one claimed by a live producer ends the look (it
-// is being written). At most one frame of several cells per batch: it is
-// gathered into q.buf, valid until the next Recv.
+// is being written). A frame of several cells is gathered into its batch
+// slot's buffer (qConsumer.gatherBuf), valid until the next Recv.
 func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
 	q := &t.q
 	for n < len(frames) && !q.broken {
@@ -301,10 +482,7 @@ func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
 			}
 			return n
 		}
-		if qK(w) > 1 && t.qGather {
-			return n
-		}
-		f, k, id, kind, err := q.parse(t.opts.MTU)
+		f, k, id, kind, err := q.parse(t.opts.MTU, q.gatherBuf(n))
 		if err != nil {
 			t.breakQueue()
 			return n
@@ -322,9 +500,6 @@ func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
 			return n
 		}
 		q.advance(k)
-		if k > 1 {
-			t.qGather = true
-		}
 		fr := &frames[n]
 		fr.Peer, fr.Data, fr.Ref = t.queuePeer(id), f, t.lends.RecvRef(n)
 		if fr.Region != nil {
@@ -417,7 +592,7 @@ func (t *Transport) peekQueue() (peer transport.NICID, f []byte, ok, empty bool)
 			}
 			return 0, nil, false, true
 		}
-		f, k, id, kind, err := q.parse(t.opts.MTU)
+		f, k, id, kind, err := q.parse(t.opts.MTU, q.gatherBuf(0))
 		if err != nil {
 			t.breakQueue()
 			return 0, nil, false, true

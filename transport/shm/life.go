@@ -17,6 +17,10 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.ring() // a sleeping Recv returns ErrClosed
+	// A flusher starts only under blMu with closed unset (listBacklog):
+	// past this, none starts, and Wait below waits for the one that runs.
+	t.blMu.Lock()
+	t.blMu.Unlock() //nolint:staticcheck // an empty critical section: see above
 	err := t.ln.Close()
 	t.outMu.Lock()
 	p := t.pool
@@ -91,6 +95,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm lanes refused by peers", Value: t.cnt.lanesRefused.Load()},
 		{Name: "shm queue claims of dead producers skipped", Value: t.cnt.qSkipped.Load()},
 		{Name: "shm queue broken by a producer", Value: t.cnt.qBroken.Load()},
+		{Name: "shm frames that waited in a backlog", Value: t.cnt.backlogged.Load()},
 		{Name: CounterMappedBytes, Value: uint64(fp.MappedBytes)},
 		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
 		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},

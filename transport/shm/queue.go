@@ -17,6 +17,7 @@ import (
 //
 //	offset qTailOff   tail  uint64  where the next claim goes (a hint: see claim)
 //	offset qHeadOff   head  uint64  cells the consumer has consumed and freed
+//	offset qWaitOff   wait  uint32  1: a producer found the queue full
 //	offset qCellsOff  cells [n]cell, n a power of two
 //
 // A cell is 64 bytes (a cache line), its first 8 the cell word. A record is
@@ -63,6 +64,7 @@ import (
 const (
 	qTailOff  = 192
 	qHeadOff  = 256
+	qWaitOff  = 320
 	qCellsOff = 4096
 	cellLen   = 64
 	cellHdr   = 16
@@ -118,12 +120,13 @@ type queue struct {
 	mask  uint64 // n-1
 	tail  *atomic.Uint64
 	head  *atomic.Uint64
+	wait  *atomic.Uint32
 }
 
 func newQueue(seg []byte) queue {
 	cells := seg[qCellsOff:]
 	n := uint64(len(cells) / cellLen)
-	return queue{cells: cells, mask: n - 1, tail: u64At(seg, qTailOff), head: u64At(seg, qHeadOff)}
+	return queue{cells: cells, mask: n - 1, tail: u64At(seg, qTailOff), head: u64At(seg, qHeadOff), wait: u32At(seg, qWaitOff)}
 }
 
 func (q *queue) n() uint64 { return q.mask + 1 }
@@ -188,6 +191,16 @@ func (p *qProducer) claim(k uint64) (uint64, bool) {
 	return 0, false
 }
 
+// wantRoom tells the consumer that a producer found its queue full, so
+// that it publishes its head as soon as it frees cells (release) rather
+// than every eighth of the queue. A load first: producers that wait
+// together write the line once.
+func (p *qProducer) wantRoom() {
+	if p.wait.Load() == 0 {
+		p.wait.Store(1)
+	}
+}
+
 // put writes a frame of l bytes, head followed by parts, into the k =
 // cellsFor(l) cells claimed at c, and publishes it.
 func (p *qProducer) put(c uint64, l int, head []byte, parts [][]byte) {
@@ -234,13 +247,24 @@ type qConsumer struct {
 	freed   uint64         // cells below this are written empty for their next lap
 	pubHead uint64         // the head as last published
 	broken  bool           // a word broke the protocol: the queue delivers no more
-	buf     []byte         // a multi-cell frame, gathered
+	// bufs[i] holds the multi-cell frame of a batch's i-th slot,
+	// gathered (grown to the longest frame it took, at most the MTU).
+	bufs [][]byte
 }
 
-func newQConsumer(seg []byte, mtu int) qConsumer {
-	q := qConsumer{queue: newQueue(seg), buf: make([]byte, mtu)}
+func newQConsumer(seg []byte) qConsumer {
+	q := qConsumer{queue: newQueue(seg)}
 	q.wordAt = q.word(0)
 	return q
+}
+
+// gatherBuf is the buffer a multi-cell frame of a batch's slot i is
+// gathered into: valid until the next Recv (or Take).
+func (q *qConsumer) gatherBuf(i int) *[]byte {
+	for len(q.bufs) <= i {
+		q.bufs = append(q.bufs, nil)
+	}
+	return &q.bufs[i]
 }
 
 // Kinds of record at the consumer's cursor, besides recNone and recFrame
@@ -250,9 +274,10 @@ const recClaimed = 16
 // parse looks at the record at the consumer's cursor. It returns recNone
 // (nothing there), recClaimed (a producer is writing it: its id in id, its
 // cells in k), or recFrame with the frame (pointing into the cell for a
-// frame of one cell, else into q.buf, gathered) and its cells; every length
-// is checked against the queue and the MTU. Any other word is an error.
-func (q *qConsumer) parse(mtu int) (f []byte, k uint64, id uint32, kind int, err error) {
+// frame of one cell, else into *buf, gathered, which grows to hold it) and
+// its cells; every length is checked against the queue and the MTU. Any
+// other word is an error.
+func (q *qConsumer) parse(mtu int, buf *[]byte) (f []byte, k uint64, id uint32, kind int, err error) {
 	w := q.wordAt.Load()
 	if uint32(w) != uint32(q.cur) {
 		if uint32(w) == uint32(q.cur-q.n()) {
@@ -283,7 +308,10 @@ func (q *qConsumer) parse(mtu int) (f []byte, k uint64, id uint32, kind int, err
 		if k == 1 {
 			return cell[cellHdr : cellHdr+l : cellHdr+l], 1, id, recFrame, nil
 		}
-		b := q.buf[:l]
+		if cap(*buf) < l {
+			*buf = make([]byte, l)
+		}
+		b := (*buf)[:l]
 		n := copy(b, cell[cellHdr:cellLen])
 		for c := q.cur + 1; n < l; c++ {
 			at := int(c&q.mask) * cellLen
@@ -302,17 +330,27 @@ func (q *qConsumer) advance(k uint64) {
 
 // release writes the cells consumed since the last release empty for their
 // next lap, and publishes the head once an eighth of the queue was
-// consumed since it last was (or always, with force). Called when no
-// frame of those cells is lent out any more.
+// consumed since it last was, or at once when a producer said it found the
+// queue full (wantRoom), or always, with force. Called when no frame of
+// those cells is lent out any more.
 func (q *qConsumer) release(force bool) {
 	n := q.n()
 	for c := q.freed; c < q.cur; c++ {
 		q.word(c).Store(qWord(c+n, qEmpty, 0, 0))
 	}
 	q.freed = q.cur
-	if q.cur != q.pubHead && (force || q.cur-q.pubHead >= n/8) {
-		// The store releases the empty words above to the producers.
-		q.head.Store(q.cur)
-		q.pubHead = q.cur
+	if q.cur == q.pubHead {
+		return
 	}
+	if !force && q.cur-q.pubHead < n/8 {
+		if q.wait.Load() == 0 {
+			return
+		}
+		// Cleared before the head is published: a producer that still
+		// finds the queue full after that sets it anew.
+		q.wait.Store(0)
+	}
+	// The store releases the empty words above to the producers.
+	q.head.Store(q.cur)
+	q.pubHead = q.cur
 }

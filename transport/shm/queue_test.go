@@ -68,7 +68,7 @@ func testFrame(id, i int) []byte {
 func TestQueueManyProducers(t *testing.T) {
 	const producers, frames = 8, 2000
 	seg := newTestQueue(t, queueSizeFor(0, 1024))
-	cons := newQConsumer(seg, 1024)
+	cons := newQConsumer(seg)
 	var wg sync.WaitGroup
 	for id := 1; id <= producers; id++ {
 		wg.Add(1)
@@ -83,7 +83,7 @@ func TestQueueManyProducers(t *testing.T) {
 	next := make([]int, producers+1)
 	deadline := time.Now().Add(30 * time.Second)
 	for got := 0; got < producers*frames; {
-		f, k, id, kind, err := cons.parse(1024)
+		f, k, id, kind, err := cons.parse(1024, new([]byte))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestQueueManyProducers(t *testing.T) {
 // delivers what other producers wrote after it.
 func TestQueueClaimedCellSkipped(t *testing.T) {
 	seg := newTestQueue(t, queueSizeFor(0, 1024))
-	cons := newQConsumer(seg, 1024)
+	cons := newQConsumer(seg)
 	dead := qProducer{queue: newQueue(seg), id: 7}
 	live := qProducer{queue: newQueue(seg), id: 8}
 	enqueue(t, &live, testFrame(8, 0))
@@ -126,17 +126,17 @@ func TestQueueClaimedCellSkipped(t *testing.T) {
 		t.Fatal("no room for the claim")
 	}
 	enqueue(t, &live, testFrame(8, 1))
-	f, k, _, kind, err := cons.parse(1024)
+	f, k, _, kind, err := cons.parse(1024, new([]byte))
 	if err != nil || kind != recFrame || !bytes.Equal(f, testFrame(8, 0)) {
 		t.Fatalf("first record: kind %d, %v", kind, err)
 	}
 	cons.advance(k)
-	_, k, id, kind, err := cons.parse(1024)
+	_, k, id, kind, err := cons.parse(1024, new([]byte))
 	if err != nil || kind != recClaimed || id != 7 || k != 3 {
 		t.Fatalf("claimed record: kind %d id %d k %d, %v", kind, id, k, err)
 	}
 	cons.advance(k) // its producer is dead: skip
-	f, _, _, kind, err = cons.parse(1024)
+	f, _, _, kind, err = cons.parse(1024, new([]byte))
 	if err != nil || kind != recFrame || !bytes.Equal(f, testFrame(8, 1)) {
 		t.Fatalf("record after the skipped one: kind %d, %v", kind, err)
 	}
@@ -146,7 +146,7 @@ func TestQueueClaimedCellSkipped(t *testing.T) {
 // freed full, and claims again once the consumer released the cells.
 func TestQueueFullThenFreed(t *testing.T) {
 	seg := newTestQueue(t, 16*cellLen)
-	cons := newQConsumer(seg, 256)
+	cons := newQConsumer(seg)
 	p := qProducer{queue: newQueue(seg), id: 1}
 	for i := range 16 {
 		c, ok := p.claim(1)
@@ -159,7 +159,7 @@ func TestQueueFullThenFreed(t *testing.T) {
 		t.Fatal("claimed a cell of a full queue")
 	}
 	for range 16 {
-		_, k, _, kind, err := cons.parse(256)
+		_, k, _, kind, err := cons.parse(256, new([]byte))
 		if err != nil || kind != recFrame {
 			t.Fatalf("kind %d, %v", kind, err)
 		}
@@ -246,9 +246,9 @@ func FuzzQueueParse(f *testing.F) {
 		}
 		seg := make([]byte, queueSegLen(n*cellLen))
 		copy(seg[qCellsOff:], in)
-		q := newQConsumer(seg, mtu)
+		q := newQConsumer(seg)
 		q.cur, q.wordAt = cur, q.word(cur)
-		frame, k, _, kind, err := q.parse(mtu)
+		frame, k, _, kind, err := q.parse(mtu, new([]byte))
 		want, wk, wstate, ok := oracleQueueFrame(seg[qCellsOff:], cur, mtu)
 		if !ok {
 			if err == nil {

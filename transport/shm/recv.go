@@ -432,10 +432,11 @@ func (t *Transport) commit() {
 	// (a clear of pointers costs a bulk write barrier per commit), and a
 	// ring they keep from the collector is unmapped already.
 	t.touched = t.touched[:0]
-	if t.q.cur != t.q.freed {
+	// A producer waiting for room (the queue's wait flag) gets the head
+	// of cells freed already too.
+	if t.q.cur != t.q.freed || t.q.cur != t.q.pubHead && t.q.wait.Load() != 0 {
 		t.q.release(false)
 	}
-	t.qGather = false
 	if t.anyGone {
 		t.commitDead()
 	}

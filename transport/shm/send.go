@@ -179,10 +179,10 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 	}
 	if t.serial.Load() {
 		// The caller serializes every send and Close (SerialSends).
-		return t.sendParts(o, head, parts)
+		return t.sendParts(o, head, parts, false)
 	}
 	o.mu.Lock()
-	err = t.sendParts(o, head, parts)
+	err = t.sendParts(o, head, parts, true)
 	o.mu.Unlock()
 	return err
 }
@@ -202,8 +202,10 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 func (t *Transport) SerialSends() { t.serial.Store(true) }
 
 // sendParts is SendParts into ring o, its writers serialized (o.mu or
-// SerialSends).
-func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
+// SerialSends). A pair without a lane takes o.mu for its queue and
+// backlog all the same (locked: the caller holds it already), which the
+// backlog's flusher shares.
+func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte, locked bool) error {
 	if o.dead.Load() || o.shut {
 		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
@@ -214,11 +216,14 @@ func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
 	if n > o.mtu {
 		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
 	}
-	if o.data == nil && !(t.wantLane(o) && t.openLaneLocked(o)) {
-		if !t.queueFrame(o, n, head, parts) {
-			return t.dropErr(o)
+	if o.data == nil {
+		if !locked {
+			o.mu.Lock()
+			defer o.mu.Unlock()
 		}
-		return nil
+		if !(t.wantLane(o) && len(o.backlog) == 0 && t.openLaneLocked(o)) {
+			return t.queueFrame(o, n, head, parts)
+		}
 	}
 	start := o.cur
 	at, ok := t.room(o, recordLen(n), &start)
@@ -426,7 +431,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		slp: u32At(bell.mem, bellSleepOff), ev: ev,
 		notifyWords: notifyWords{sum: u64At(bell.mem, bellSumOff)},
 		q:           qProducer{queue: newQueue(bell.mem), id: qid},
-		mtu:         mtu, wakes: &t.cnt.wakes,
+		mtu:         mtu, wakes: &t.cnt.wakes, blBytes: &t.blBytes, dropped: &t.cnt.dropFull,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
 		noLane: t.opts.Lanes == 0}
 	return o, nil
@@ -437,6 +442,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 func (o *outRing) close() {
 	o.mu.Lock()
 	o.completeRefs()
+	o.dropBacklog()
 	o.conn.Close()
 	o.seg.unmap()
 	o.bell.unmap()

@@ -258,15 +258,20 @@ type Transport struct {
 	qNextID  uint32
 	lanesIn  int
 	lanesOut atomic.Int32
-	// qGather: the batch being built holds a frame gathered from queue
-	// cells (in q.buf), so it takes no second one.
-	qGather bool
+	// The backlogs (lane.go): the rings that have one (under blMu, as
+	// is flushing: the flusher runs), and the bytes they hold.
+	blMu     sync.Mutex
+	blOuts   []*outRing
+	flushing bool
+	blBytes  atomic.Int64
 
 	cnt struct {
 		sent, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
 		// lane.go: lanes opened, lanes a peer refused, claims of dead
 		// producers skipped, queue broken by a producer.
 		lanes, lanesRefused, qSkipped, qBroken atomic.Uint64
+		// frames that went into a backlog (lane.go)
+		backlogged atomic.Uint64
 		// recvd has one writer at a time: the Recv side, which is
 		// serialized (rmu in Recv, the caller's lock around Peek and
 		// Take): a count without a locked instruction per frame.
@@ -362,6 +367,18 @@ type outRing struct {
 	viaQueue int
 	noLane   bool
 	shut     bool // closed (close)
+	// backlog holds copies of the pair's frames, in order, that wait for
+	// room in the consumer's queue (lane.go); blHead and blAt are the
+	// consumer's head when the backlog last moved, or saw it move, and
+	// when; blListed: in the transport's blOuts (under its blMu). blBytes
+	// and dropped are the transport's byte count of the backlogs and its
+	// count of frames dropped. All but blListed under mu.
+	backlog  [][]byte
+	blHead   uint64
+	blAt     time.Time
+	blListed bool
+	blBytes  *atomic.Int64
+	dropped  *atomic.Uint64
 	// laneBytes is the lane's segment length once it is written (0: no
 	// lane), for Footprint.
 	laneBytes atomic.Int64
@@ -393,7 +410,7 @@ func Open(opts Options) (*Transport, error) {
 	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, evFd: evFd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
-	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem, o.MTU), make(map[uint32]*inRing), 1
+	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
 	t.slp = u32At(bell.mem, bellSleepOff)
 	t.sum = u64At(bell.mem, bellSumOff)
 	if t.evRaw, err = ev.SyscallConn(); err != nil {

@@ -1,0 +1,179 @@
+package shm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// backlogOpts: no lanes (every frame through the queue) and a queue of
+// 256 cells, which three 4000-byte frames fill.
+func backlogOpts(fullWait time.Duration) Options {
+	return Options{MTU: 8000, Lanes: -1, QueueSize: 16 << 10, NoHugepages: true, FullWait: fullWait}
+}
+
+// TestQueueFullUnderTheCallersLock: two boards each send a burst of
+// frames, several times what the other's queue holds, while holding a
+// lock that their own receive loop needs to handle what it took (as mx's
+// board lock is held by every send, and taken to handle every received
+// batch). A sender that waited for room under that lock would wait for a
+// peer whose receive loop waits for the peer's own lock, held by a sender
+// waiting for us: with FullWait an hour, the test would hang. The full
+// queues' frames wait in the backlogs instead, the sends return, and every
+// frame arrives, byte-exact and in order, none dropped; the same through
+// SendParts after SerialSends (mx's way) and through SendStrict.
+func TestQueueFullUnderTheCallersLock(t *testing.T) {
+	for _, parts := range []bool{true, false} {
+		t.Run(fmt.Sprintf("parts=%v", parts), func(t *testing.T) { testQueueFullUnderLock(t, parts) })
+	}
+}
+
+func testQueueFullUnderLock(t *testing.T, parts bool) {
+	const frames, size = 64, 4000
+	a, b := newTestPair(t, backlogOpts(time.Hour))
+	defer a.Close()
+	defer b.Close()
+	boards := []*Transport{a, b}
+	var locks [2]sync.Mutex
+	frame := func(from, i int) []byte {
+		f := bytes.Repeat([]byte{byte(from*frames + i)}, size-i)
+		f[0] = byte(i)
+		return f
+	}
+	if parts {
+		a.SerialSends()
+		b.SerialSends()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for me := range 2 {
+		tr, peer := boards[me], boards[1-me].Addr()
+		wg.Add(2)
+		go func() { // the sender: the whole burst under the lock
+			defer wg.Done()
+			locks[me].Lock()
+			defer locks[me].Unlock()
+			for i := range frames {
+				f := frame(me, i)
+				var err error
+				if parts {
+					err = tr.SendParts(peer, f[:10], [][]byte{f[10:]})
+				} else {
+					_, err = tr.SendStrict([]transport.Frame{{Peer: peer, Data: f}})
+				}
+				if err != nil {
+					errs <- fmt.Errorf("board %d frame %d: %w", me, i, err)
+					return
+				}
+			}
+		}()
+		go func() { // the receive loop: each batch handled under the lock
+			defer wg.Done()
+			buf := make([]transport.Frame, 8)
+			for got := 0; got < frames; {
+				n, err := tr.Recv(buf, time.Minute)
+				if err != nil || n == 0 {
+					errs <- fmt.Errorf("board %d after %d frames: Recv = %d, %v", me, got, n, err)
+					return
+				}
+				locks[me].Lock()
+				for _, f := range buf[:n] {
+					if want := frame(1-me, got); !bytes.Equal(f.Data, want) {
+						locks[me].Unlock()
+						errs <- fmt.Errorf("board %d: frame %d differs (%d bytes, first %d)", me, got, len(f.Data), f.Data[0])
+						return
+					}
+					got++
+				}
+				locks[me].Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, tr := range boards {
+		if d := counter(tr, "shm frames dropped (ring full)"); d != 0 {
+			t.Errorf("board %d dropped %d frames", i, d)
+		}
+		if n := counter(tr, "shm frames that waited in a backlog"); n == 0 {
+			t.Errorf("board %d: no frame waited in a backlog: the queue never filled, the test proves nothing", i)
+		}
+		// The flusher counts a frame's bytes out after it published it.
+		waitFor(t, "the backlog's bytes counted out", func() bool { return tr.blBytes.Load() == 0 })
+	}
+}
+
+// TestBacklogOfAStuckConsumer: frames to a consumer that takes nothing
+// wait in the backlog until it has taken nothing for FullWait, or the
+// backlogs reach their bound; then SendStrict fails with ErrRingFull
+// (counted). Every frame accepted before arrives, in order, once the
+// consumer reads.
+func TestBacklogOfAStuckConsumer(t *testing.T) {
+	const size = 4000
+	a, b := newTestPair(t, backlogOpts(10*time.Millisecond))
+	defer a.Close()
+	defer b.Close()
+	frame := func(i int) []byte {
+		f := bytes.Repeat([]byte{byte(i + 1)}, size)
+		f[1] = byte(i >> 8)
+		return f
+	}
+	sent := 0
+	var err error
+	for ; sent < 2*maxBacklog/size; sent++ { // the bound stops it first
+		if _, err = a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: frame(sent)}}); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrRingFull) {
+		t.Fatalf("after %d frames to a consumer that takes nothing: %v, want ErrRingFull", sent, err)
+	}
+	if d := counter(a, "shm frames dropped (ring full)"); d != 1 {
+		t.Errorf("%d frames counted dropped, want 1", d)
+	}
+	buf := make([]transport.Frame, 8)
+	for got := 0; got < sent; {
+		n, err := b.Recv(buf, time.Minute)
+		if err != nil || n == 0 {
+			t.Fatalf("after %d of %d frames: Recv = %d, %v", got, sent, n, err)
+		}
+		for _, f := range buf[:n] {
+			if !bytes.Equal(f.Data, frame(got)) {
+				t.Fatalf("frame %d of %d differs", got, sent)
+			}
+			got++
+		}
+	}
+	waitFor(t, "the backlog to empty", func() bool { return a.blBytes.Load() == 0 })
+}
+
+// TestBacklogOfAPeerThatWent: a backlog to a peer that closes is
+// dropped (counted), its bytes given back, and the flusher ends with the
+// transport.
+func TestBacklogOfAPeerThatWent(t *testing.T) {
+	a, b := newTestPair(t, backlogOpts(time.Hour))
+	defer a.Close()
+	const frames = 16
+	for i := range frames {
+		if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: make([]byte, 4000)}}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	waiting := counter(a, "shm frames that waited in a backlog")
+	if waiting == 0 {
+		t.Fatal("no frame waited in a backlog")
+	}
+	b.Close()
+	waitFor(t, "the backlog to be dropped", func() bool { return a.blBytes.Load() == 0 })
+	if d := counter(a, "shm frames dropped (ring full)"); d != waiting {
+		t.Errorf("%d frames counted dropped, want the %d of the backlog", d, waiting)
+	}
+}
