@@ -177,3 +177,50 @@ func TestBacklogOfAPeerThatWent(t *testing.T) {
 		t.Errorf("%d frames counted dropped, want the %d of the backlog", d, waiting)
 	}
 }
+
+// TestCloseDrainsTheBacklog: frames still in a backlog when their sender
+// closes were sent (mx completes a lean send on them), so Close moves
+// them into the receiver's queue first, while the receiver takes frames:
+// every one arrives, in order, after the sender has closed.
+func TestCloseDrainsTheBacklog(t *testing.T) {
+	const frames, size = 64, 4000
+	a, b := newTestPair(t, backlogOpts(10*time.Second))
+	defer b.Close()
+	frame := func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, size) }
+	for i := range frames {
+		if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: frame(i)}}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	if counter(a, "shm frames that waited in a backlog") == 0 {
+		t.Fatal("no frame waited in a backlog")
+	}
+	got := make(chan error, 1)
+	go func() {
+		buf := make([]transport.Frame, 8)
+		for i := 0; i < frames; {
+			n, err := b.Recv(buf, time.Minute)
+			if err != nil || n == 0 {
+				got <- fmt.Errorf("after %d of %d frames: Recv = %d, %v", i, frames, n, err)
+				return
+			}
+			for _, f := range buf[:n] {
+				if !bytes.Equal(f.Data, frame(i)) {
+					got <- fmt.Errorf("frame %d differs", i)
+					return
+				}
+				i++
+			}
+		}
+		got <- nil
+	}()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := counter(a, "shm frames dropped (ring full)"); d != 0 {
+		t.Errorf("Close dropped %d frames of the backlog", d)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -42,6 +42,16 @@
 // queue and its few lanes, and a process maps its own queue, the queues of
 // the peers it sends to and at most 2·Lanes rings, however large the job.
 //
+// A queue is far smaller than one frame of every peer at once (64 peers
+// of a 4 KiB frame each fill 4,096 cells), so it fills; a sender that
+// finds it full does not wait, since it may hold a lock its own receive
+// loop needs while the peer's sender waits for room in its queue in turn.
+// The frame is copied into the pair's backlog, in private memory, and the
+// pair's later frames go behind it; the next send and a flusher goroutine
+// move the backlog into the queue, in order, as the receiver frees cells
+// (it publishes its head at once when a producer raised the queue's wait
+// flag). Past 16 MiB of backlogs a sender waits as for a full ring.
+//
 // # Rings
 //
 // A lane is a ring written only by the sender and read only by the
@@ -59,7 +69,8 @@
 // or at once after a reference record (see commit in recv.go): a small
 // message costs the consumer no store to the shared head, and a producer
 // that finds the ring full still finds the head moving. A producer whose
-// consumer takes nothing for Options.FullWait drops the frame: Send counts
+// consumer takes nothing for Options.FullWait (from its ring, or from its
+// queue while the pair's backlog waits) drops the frame: Send counts
 // it, as a lossy wire would lose it, and SendStrict also fails with
 // ErrRingFull, for a caller that keeps no copy to resend. SendParts is
 // SendStrict for one frame given as a head and parts (mx's lane: a short

@@ -331,22 +331,7 @@ func (t *Transport) flusher() {
 		}
 		list = append(list[:0], t.blOuts...)
 		t.blMu.Unlock()
-		moved := false
-		for _, o := range list {
-			o.mu.Lock()
-			before := len(o.backlog)
-			t.flushBacklog(o)
-			if len(o.backlog) != before {
-				moved = true
-			}
-			if len(o.backlog) == 0 {
-				t.blMu.Lock()
-				o.blListed = false
-				t.blOuts = slices.DeleteFunc(t.blOuts, func(x *outRing) bool { return x == o })
-				t.blMu.Unlock()
-			}
-			o.mu.Unlock()
-		}
+		moved := t.flushPass(list)
 		clear(list)
 		if moved {
 			idle = 0
@@ -356,6 +341,60 @@ func (t *Transport) flusher() {
 			schedYield()
 		} else {
 			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// flushPass moves what it can of the backlogs of list into their queues,
+// takes the rings whose backlog is empty off the flusher's list, and
+// reports whether any frame moved.
+func (t *Transport) flushPass(list []*outRing) bool {
+	moved := false
+	for _, o := range list {
+		o.mu.Lock()
+		before := len(o.backlog)
+		t.flushBacklog(o)
+		if len(o.backlog) != before {
+			moved = true
+		}
+		if len(o.backlog) == 0 {
+			t.blMu.Lock()
+			o.blListed = false
+			t.blOuts = slices.DeleteFunc(t.blOuts, func(x *outRing) bool { return x == o })
+			t.blMu.Unlock()
+		}
+		o.mu.Unlock()
+	}
+	return moved
+}
+
+// drainBacklogs moves the backlogs into their queues before the transport
+// closes: their frames were sent (mx completes a send on the lean path
+// once SendParts returns), and they live only in our memory, where a
+// frame written into a queue would have outlived us. It waits while
+// frames move, and gives up on the rest once none moved for FullWait
+// (their receivers are stuck or gone).
+func (t *Transport) drainBacklogs() {
+	var list []*outRing
+	deadline := time.Now().Add(t.opts.FullWait)
+	for i := 0; ; i++ {
+		t.blMu.Lock()
+		list = append(list[:0], t.blOuts...)
+		t.blMu.Unlock()
+		if len(list) == 0 {
+			return
+		}
+		if t.flushPass(list) {
+			deadline = time.Now().Add(t.opts.FullWait)
+			continue
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		if i&63 == 63 {
+			time.Sleep(10 * time.Microsecond)
+		} else {
+			schedYield()
 		}
 	}
 }

@@ -9,10 +9,17 @@ import (
 // The end of a transport's life: Close, which undoes what Open built, and the
 // counters of what it moved.
 
-// Close stops accepting producers, closes every connection (the peers then
-// drop their rings), waits for a running Recv to leave, and unmaps every
-// ring and the doorbell. The socket file is removed.
+// Close first moves the frames waiting in backlogs into their receivers'
+// queues (waiting while they take frames, at most Options.FullWait for
+// one that takes none), then stops accepting producers, closes every
+// connection (the peers then drop their rings), waits for a running Recv
+// to leave, and unmaps every ring and the doorbell. The socket file is
+// removed.
 func (t *Transport) Close() error {
+	if t.closed.Load() {
+		return nil
+	}
+	t.drainBacklogs() // lane.go
 	if t.closed.Swap(true) {
 		return nil
 	}

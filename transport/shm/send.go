@@ -30,10 +30,11 @@ var errClosed = fmt.Errorf("shm: transport %w", transport.ErrClosed)
 var ErrRingFull = errors.New("shm: ring full, frame dropped")
 
 // Send writes frames into the rings of their peers, connecting to a peer
-// on its first frame. A full ring is waited on for at most Options.FullWait,
-// then the frame is dropped and counted (the layer above resends, as over
-// any lossy transport). A peer with no socket in the directory fails with
-// transport.ErrUnreachable.
+// on its first frame. A frame that finds its peer's receive queue full
+// waits in the pair's backlog, and Send goes on (lane.go). A full ring is
+// waited on for at most Options.FullWait, then the frame is dropped and
+// counted (the layer above resends, as over any lossy transport). A peer
+// with no socket in the directory fails with transport.ErrUnreachable.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	return t.send(frames, false)
 }

@@ -76,7 +76,9 @@ type Options struct {
 	Spin time.Duration
 	// FullWait is how long Send waits for room in a full ring whose
 	// receiver makes no progress before it drops the frame (counted;
-	// SendStrict fails with ErrRingFull).
+	// SendStrict fails with ErrRingFull), and how long a pair's backlog
+	// (frames that found the receive queue full) waits for a receiver
+	// that takes nothing before the pair's next frames are dropped.
 	// Default 1s: a live receiver on a busy machine can stall that long.
 	FullWait time.Duration
 }
