@@ -27,7 +27,8 @@ func (t *Transport) Close() error {
 	// A flusher starts only under blMu with closed unset (listBacklog):
 	// past this, none starts, and Wait below waits for the one that runs.
 	t.blMu.Lock()
-	t.blMu.Unlock() //nolint:staticcheck // an empty critical section: see above
+	//lint:ignore SA2001 the section is empty: taking the lock is the point (see above)
+	t.blMu.Unlock()
 	err := t.ln.Close()
 	t.outMu.Lock()
 	p := t.pool
