@@ -192,9 +192,12 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 // every other send (Send, SendStrict, SendParts) and with Close, under a
 // lock of its own (mx does: every send holds its board's lock, and no
 // SendParts comes after its endpoints are closed, before the transport
-// is): SendParts then takes no lock of the ring it writes, a locked
+// is): SendParts then takes no lock of the lane it writes, a locked
 // instruction less before the record's word, on the path of every
-// message. Everything else is unchanged: Send and SendStrict still lock
+// message. (A pair without a lane still takes the ring's lock: its
+// frames go through the receive queue, whose claims are locked
+// instructions anyway, and its backlog is shared with the flusher.)
+// Everything else is unchanged: Send and SendStrict still lock
 // the ring, and the transport's own work on a ring (reaping reference
 // records, Region.Pending) touches nothing SendParts writes. A caller
 // that breaks the promise corrupts the ring: the race detector reports
