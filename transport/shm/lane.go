@@ -72,12 +72,31 @@ func (t *Transport) wantLane(o *outRing) bool {
 	return o.viaQueue > t.opts.LaneAfter
 }
 
+// noteLanesIn tells producers, in the queue's header, whether we take
+// another lane, so that they do not ask (each question costs a round trip
+// over the pair's connection, which a sender waits for). inMu held.
+func (t *Transport) noteLanesIn() {
+	full := uint32(0)
+	if t.lanesIn >= t.opts.Lanes {
+		full = 1
+	}
+	if t.q.lanesFull.Load() != full {
+		t.q.lanesFull.Store(full)
+	}
+}
+
 // openLane creates a lane to o's peer and passes it, with the gate, over
 // the pair's connection, and waits (at most handshakeTTL) for the answer.
 // On any failure, or a refusal, the pair stays on the queue for good.
 // o's writers are serialized (o.mu or SerialSends).
 func (t *Transport) openLane(o *outRing) {
 	o.noLane = true
+	if o.q.lanesFull.Load() != 0 {
+		// The consumer reads as many lanes as it takes: it says no
+		// without being asked.
+		t.cnt.lanesRefused.Add(1)
+		return
+	}
 	// Not under outMu: o's writers hold o.mu (or the caller's lock), and
 	// Close and outFor take outMu before o.mu.
 	for {
@@ -465,6 +484,7 @@ func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
 		return 1
 	}
 	t.lanesIn++ // taken now, given back on failure: a second lane waits for no mapping
+	t.noteLanesIn()
 	t.inMu.Unlock()
 	seg, err := mapPeerFD(fds[0], ringSegLen(size), ringSegLen(size)+hugePage)
 	le := binary.LittleEndian
@@ -476,6 +496,7 @@ func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
 	defer t.inMu.Unlock()
 	if err != nil || t.closed.Load() {
 		t.lanesIn--
+		t.noteLanesIn()
 		seg.unmap()
 		return 2
 	}

@@ -18,6 +18,7 @@ import (
 //	offset qTailOff   tail  uint64  where the next claim goes (a hint: see claim)
 //	offset qHeadOff   head  uint64  cells the consumer has consumed and freed
 //	offset qWaitOff   wait  uint32  1: a producer found the queue full
+//	offset qLanesOff  lanesFull uint32  1: the consumer takes no more lanes
 //	offset qCellsOff  cells [n]cell, n a power of two
 //
 // A cell is 64 bytes (a cache line), its first 8 the cell word. A record is
@@ -65,6 +66,7 @@ const (
 	qTailOff  = 192
 	qHeadOff  = 256
 	qWaitOff  = 320
+	qLanesOff = 384
 	qCellsOff = 4096
 	cellLen   = 64
 	cellHdr   = 16
@@ -121,12 +123,16 @@ type queue struct {
 	tail  *atomic.Uint64
 	head  *atomic.Uint64
 	wait  *atomic.Uint32
+	// lanesFull is the consumer's word saying it reads as many lanes as
+	// it takes (lane.go): producers then do not ask for one.
+	lanesFull *atomic.Uint32
 }
 
 func newQueue(seg []byte) queue {
 	cells := seg[qCellsOff:]
 	n := uint64(len(cells) / cellLen)
-	return queue{cells: cells, mask: n - 1, tail: u64At(seg, qTailOff), head: u64At(seg, qHeadOff), wait: u32At(seg, qWaitOff)}
+	return queue{cells: cells, mask: n - 1, tail: u64At(seg, qTailOff), head: u64At(seg, qHeadOff), wait: u32At(seg, qWaitOff),
+		lanesFull: u32At(seg, qLanesOff)}
 }
 
 func (q *queue) n() uint64 { return q.mask + 1 }

@@ -468,6 +468,7 @@ func (t *Transport) commitDead() {
 			t.dropSegments(r)
 			if r.data != nil {
 				t.lanesIn--
+				t.noteLanesIn()
 			}
 			r.seg.unmap()
 			r.data = nil

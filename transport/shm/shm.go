@@ -413,6 +413,9 @@ func Open(opts Options) (*Transport, error) {
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
 	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
+	if o.Lanes == 0 {
+		t.q.lanesFull.Store(1) // it takes none
+	}
 	t.slp = u32At(bell.mem, bellSleepOff)
 	t.sum = u64At(bell.mem, bellSumOff)
 	if t.evRaw, err = ev.SyscallConn(); err != nil {
