@@ -165,6 +165,20 @@ type rxClass struct {
 	status  uint32
 }
 
+// ftqfProto is the IP protocol number of FTQF's protocol field (0 for
+// "other", which matches no frame's protocol here).
+func ftqfProto(f uint32) byte {
+	switch f {
+	case hw.FtqfProtoTCP:
+		return 6
+	case hw.FtqfProtoUDP:
+		return 17
+	case hw.FtqfProtoSCTP:
+		return 132
+	}
+	return 0
+}
+
 // classifyLocked steers a frame in the 82599's order: EtherType filters,
 // 5-tuple filters, Flow Director perfect filters, RSS, queue 0.
 func (n *ixgbeNIC) classifyLocked(fr []byte) rxClass {
@@ -212,7 +226,7 @@ func (n *ixgbeNIC) classifyLocked(fr []byte) rxClass {
 			continue
 		}
 		if f&hw.FtqfMaskProto == 0 {
-			want := map[uint32]byte{hw.FtqfProtoTCP: 6, hw.FtqfProtoUDP: 17, hw.FtqfProtoSCTP: 132}[f&hw.FtqfProtoMask]
+			want := ftqfProto(f & hw.FtqfProtoMask)
 			if f&hw.FtqfProtoMask == hw.FtqfProtoOther || want != proto {
 				continue
 			}

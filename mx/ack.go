@@ -15,11 +15,17 @@ import (
 // SACK a TRUC may carry is in sack.go.
 
 func (p *partner) sendAck() {
+	p.sendTruc(0)
+}
+
+// sendTruc sends an explicit ack with the probe flags given (ask.go; 0
+// for a plain ack).
+func (p *partner) sendTruc(probe uint8) {
 	e := p.ep
 	b := e.b
 	p.ackNumSent++
 	h := wire.Truc{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, AckUpTo: p.fullSeq,
-		AckNum: p.ackNumSent, SendSeq: p.sendSeq}
+		AckNum: p.ackNumSent, SendSeq: p.sendSeq, Probe: probe}
 	if p.sack {
 		p.buildSack(&h.Sack)
 		if h.HasSack = h.Sack.N > 0; h.HasSack {
@@ -180,7 +186,7 @@ func (p *partner) updateFull(lean bool) {
 	}
 }
 
-func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
+func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc, raw []byte) {
 	e := b.endpointFor(nic, h.DstEP, h.SrcEP, h.Session, 0, false)
 	if e == nil {
 		return
@@ -203,5 +209,10 @@ func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc) {
 	p.applyAck(h.AckUpTo)
 	if h.HasSack && p.sack {
 		p.onSack(&h.Sack)
+	}
+	if p.ask {
+		if a, err := wire.DecodeTruc(raw, b.ord, wire.ExtAsk); err == nil && a.Probe != 0 {
+			p.onProbe(&a) // ask.go
+		}
 	}
 }

@@ -38,7 +38,7 @@ func (e *Endpoint) SetRequestTimeout(r *Request, d time.Duration) error {
 	b := e.b
 	n := max(1, int(d/b.opts.ResendDelay))
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	if r == nil {
 		e.resendMax = n
 		return nil
@@ -93,7 +93,7 @@ func (e *Endpoint) Disconnect(addr Addr) error {
 func (e *Endpoint) SetAddrContext(addr Addr, v any) error {
 	b := e.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	p := e.partnerOf(addr)
 	if p == nil {
 		return e.opErr("set addr context", fmt.Errorf("%w: no peer %v", ErrBadEndpoint, addr))
@@ -107,7 +107,7 @@ func (e *Endpoint) SetAddrContext(addr Addr, v any) error {
 func (e *Endpoint) AddrContext(addr Addr) (any, error) {
 	b := e.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	p := e.partnerOf(addr)
 	if p == nil {
 		return nil, e.opErr("addr context", fmt.Errorf("%w: no peer %v", ErrBadEndpoint, addr))
@@ -123,7 +123,7 @@ func (e *Endpoint) AddrContext(addr Addr) (any, error) {
 func (e *Endpoint) IBuffered(r *Request) (bool, error) {
 	b := e.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	if r == nil || r.ep != e || !r.userHeld || r.kind != kindSend {
 		return false, e.opErr("ibuffered", ErrBadRequest)
 	}
@@ -138,13 +138,13 @@ func (e *Endpoint) IBuffered(r *Request) (bool, error) {
 func (e *Endpoint) DisableProgression() {
 	e.b.mu.Lock()
 	e.progOff++
-	e.b.mu.Unlock()
+	e.b.unlockKick()
 }
 
 // ReenableProgression undoes one DisableProgression.
 func (e *Endpoint) ReenableProgression() error {
 	e.b.mu.Lock()
-	defer e.b.mu.Unlock()
+	defer e.b.unlockKick()
 	if e.progOff == 0 {
 		return e.opErr("reenable progression", fmt.Errorf("%w: progression is not disabled", ErrBadRequest))
 	}

@@ -43,14 +43,19 @@ const (
 // acks and pulls, resends on timers and completes requests, so progress
 // never depends on the application calling in.
 type Board struct {
-	tr   transport.Transport
-	opts BoardOptions
-	nic  transport.NICID
-	mtu  int
-	crc  bool // this board wants the CRC-32C trailer (announced at connect)
-	ord  wire.Order
-	omx  int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
-	tick time.Duration
+	tr transport.Transport
+	// kicker is tr when its sends can be queued under mu and kicked
+	// after it (peers.go, "Sends kick after the lock"); kickOwed (under
+	// mu) says frames were queued since the last kick.
+	kicker   transport.Kicker
+	kickOwed bool
+	opts     BoardOptions
+	nic      transport.NICID
+	mtu      int
+	crc      bool // this board wants the CRC-32C trailer (announced at connect)
+	ord      wire.Order
+	omx      int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
+	tick     time.Duration
 	// tickBusy is the timer period while a retransmission timer may be
 	// pending (an unacked send or a pull) or was within busyLinger: a
 	// quarter of RTOMin. (A send made while the progress goroutine waits
@@ -89,23 +94,27 @@ type Board struct {
 	nextTick atomic.Int64 // written under mu; read without it by the receive loop
 	due      atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
 	armed    int64        // when the fine timer's timerfd fires, 0: not set
-	txbuf    []byte
-	laneHdr  [wire.LaneLen]byte // a lane record's header (lane.go)
-	frameMax int                // the largest frame Data on any path: the MTU, or the host path's (host.go)
-	tx1      [1]transport.Frame
-	txFrames []transport.Frame
-	txBufs   [][]byte
-	lens     []int
-	selfq    [][]byte
-	freeBufs [][]byte
-	draining bool
-	pool     pools
-	hostWait map[transport.NICID][]chan struct{} // QueryHostname waiters
-	rawq     []rawFrame
-	lout     []localDone       // other boards' local sends to complete (local.go)
-	lost     []transport.NICID // lost peers not yet acted on (peerloss.go)
-	lostGen  uint64            // bumped whenever lost is acted on and emptied
-	live     liveClock         // the board's own stalls, not a peer's silence (liveness.go)
+	// fineLapsed: a deadline was noted without setting the timerfd while
+	// busy-polling waiters watched the board (finetimer.go); read without
+	// mu by the receive loop.
+	fineLapsed atomic.Bool
+	txbuf      []byte
+	laneHdr    [wire.LaneLen]byte // a lane record's header (lane.go)
+	frameMax   int                // the largest frame Data on any path: the MTU, or the host path's (host.go)
+	tx1        [1]transport.Frame
+	txFrames   []transport.Frame
+	txBufs     [][]byte
+	lens       []int
+	selfq      [][]byte
+	freeBufs   [][]byte
+	draining   bool
+	pool       pools
+	hostWait   map[transport.NICID][]chan struct{} // QueryHostname waiters
+	rawq       []rawFrame
+	lout       []localDone       // other boards' local sends to complete (local.go)
+	lost       []transport.NICID // lost peers not yet acted on (peerloss.go)
+	lostGen    uint64            // bumped whenever lost is acted on and emptied
+	live       liveClock         // the board's own stalls, not a peer's silence (liveness.go)
 	// Verdicts wait for a drain of the sources (verdict.go): a duty
 	// wanted one (vWanted), the timer run drained them (vDrained), and
 	// the source whose Recv the goroutine running the timers owns.
@@ -265,6 +274,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 
 		fineExited: make(chan struct{}),
 	}
+	b.kicker, _ = tr.(transport.Kicker)
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
 	}
@@ -273,7 +283,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	// Frames to itself: a gomx peer with the same options.
 	self := b.peerIndex(b.nic)
 	b.peers[self].gomx, b.peers[self].crc, b.peers[self].maxFrame = true, b.crc, mtu
-	b.peers[self].sack = !o.NoSack
+	b.peers[self].sack, b.peers[self].ask = !o.NoSack, true
 	if max := wire.MaxMediumFrag * fragStride(mtu, b.crc); b.opts.RendezvousThreshold > max {
 		b.opts.RendezvousThreshold = max
 	}
@@ -321,7 +331,7 @@ func (b *Board) RendezvousThreshold() int { return b.opts.RendezvousThreshold }
 // Counters returns the board's counters: frames that reached no endpoint.
 func (b *Board) Counters() Counters {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	return b.cnt
 }
 
@@ -342,7 +352,7 @@ func (b *Board) Close() error {
 		b.unpinDMA()           // before the transport frees that memory
 		out := b.takeLocalOut()
 		b.takeCopy() // the endpoints are closed: every queued copy completes, none is returned
-		b.mu.Unlock()
+		b.unlockKick()
 		runLocalOut(out)
 		b.copies.Wait() // those running complete their receives (cma.go)
 		b.stopReaper()  // enginereap.go: its copies are among them
@@ -380,7 +390,7 @@ func (b *Board) Close() error {
 // one) with the given key: peers must present the same key to connect.
 func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	if b.closed {
 		return nil, &OpError{Op: "open endpoint", Err: ErrBoardClosed}
 	}

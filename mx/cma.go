@@ -426,10 +426,11 @@ func (b *Board) takeCopy() *cmaCopy {
 		b.cmaq[n] = nil
 		b.cmaq = b.cmaq[:n]
 		if !c.e.closed {
-			if p := c.p; p.notAcked > 0 && !p.dead {
-				// The copy takes a while: ack the RNDV (and what came
-				// before it) now, so the sender does not take the
-				// wait for a lost frame and resend it meanwhile.
+			if p := c.p; p.notAcked > 0 && !p.dead && copyOutlasts(c.total, p.rtoMin()) {
+				// The copy may take a while beside the sender's
+				// retransmission timeout: ack the RNDV (and what
+				// came before it) now, so the sender does not take
+				// the wait for a lost frame and resend it meanwhile.
 				c.e.cnt[AcksImmediate]++
 				p.sendAck()
 			}
@@ -440,6 +441,24 @@ func (b *Board) takeCopy() *cmaCopy {
 		b.copies.Done()
 	}
 	return nil
+}
+
+// copySlowNs is the time per byte a single copy is assumed to take at
+// worst when deciding whether to ack before it: 1 GB/s, well below what a
+// loaded machine copies (several GB/s here), so a copy that could come
+// near the sender's retransmission timeout is acked first.
+const copySlowNs = 1
+
+// copyOutlasts reports whether a single copy of n bytes may take a
+// quarter of rto (ns) or more. Between processes of one host (the only
+// place a single copy runs) the rings' retransmission floor is their
+// FullWait, a second by default: no copy comes near it, and acking each
+// RNDV before its copy only sent the sender a frame, and on an
+// oversubscribed node a wake-up, that the NOTIFY following a few
+// microseconds later makes useless (the NOTIFY carries the ack too).
+// Over a transport whose floor is short it still acks first.
+func copyOutlasts(n uint32, rto int64) bool {
+	return int64(n)*copySlowNs >= rto/4
 }
 
 // cmaCopyHook, when set by a test, runs before each copy.

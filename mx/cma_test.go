@@ -220,3 +220,25 @@ func holdCMACopies(t *testing.T, ctx context.Context) (release chan struct{}, st
 		}
 	}
 }
+
+// TestCopyOutlasts: a single copy is acked ahead only when it could come
+// near the sender's retransmission timeout: never on the rings (a second),
+// and over a transport with a floor of a few hundred microseconds, for
+// copies of a megabyte.
+func TestCopyOutlasts(t *testing.T) {
+	for _, c := range []struct {
+		n    uint32
+		rto  time.Duration
+		want bool
+	}{
+		{64 << 10, time.Second, false},
+		{64 << 20, time.Second, false},
+		{1 << 30, time.Second, true},
+		{4 << 10, 200 * time.Microsecond, false},
+		{1 << 20, 200 * time.Microsecond, true},
+	} {
+		if got := copyOutlasts(c.n, int64(c.rto)); got != c.want {
+			t.Errorf("copyOutlasts(%d B, rto %v) = %v, want %v", c.n, c.rto, got, c.want)
+		}
+	}
+}

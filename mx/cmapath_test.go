@@ -16,7 +16,9 @@ import (
 // just above DefaultShmEager, 64 KiB and 4 MiB takes exactly one RNDV and one NOTIFY, no PULL
 // and no pull reply, and two process_vm_readv calls on the receiver — its
 // region entry, then all its data in one call — after a first message
-// that also reads the sender's endpoint table. Pulled through the rings
+// that also reads the sender's endpoint table; and the receiver sends no
+// ack ahead of the copy (the NOTIFY acks the RNDV: the rings' resend floor
+// is far longer than any copy). Pulled through the rings
 // (LargeRings), it takes one RNDV, one NOTIFY and one PULL per block of
 // pull replies. On every path, nothing is resent, probed or re-requested
 // on a timer: the rings do not lose frames. Every echo comes back
@@ -69,7 +71,8 @@ func TestCMAMessageCost(t *testing.T) {
 						reads++ // the sender's endpoint table, once
 						first = false
 					}
-					wants = append(wants, want{RecvCMA, n}, want{SendPull, 0}, want{RecvPullReply, 0}, want{CMAReads, reads})
+					wants = append(wants, want{RecvCMA, n}, want{SendPull, 0}, want{RecvPullReply, 0}, want{CMAReads, reads},
+						want{AcksImmediate, 0})
 				}
 				for _, c := range wants {
 					if got := d.Get(c.k); got != c.want {

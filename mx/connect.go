@@ -30,7 +30,9 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 		x.Flags |= wire.ExtSack
 	}
 	x.Flags |= wire.ExtPullStatus // largefail.go
+	x.Flags |= wire.ExtAsk        // ask.go
 	x.Flags |= wire.ExtRingLean   // lean.go
+	x.Flags |= wire.ExtReplyPad   // large.go: PULLs may ask for padded replies
 	if !b.opts.Local.NoLane {
 		x.Flags |= wire.ExtRingLane | wire.ExtRingLaneMedium // lane.go
 	}

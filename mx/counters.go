@@ -149,6 +149,18 @@ const (
 	// answers that waited unread in a queue, which would otherwise have
 	// been resent.
 	DueDrainFrames
+	// Asking a late peer what it holds (ask.go): asks sent, asks
+	// answered, and messages resent because an answer showed them lost.
+	// An ask resends nothing: it is not a recovery action, and a lossless
+	// wire whose peer is late counts asks and answers but no resends.
+	TailAsks
+	AsksAnswered
+	AskRetransmits
+	// FineArms counts the times the fine timer's timerfd was set
+	// (timerfd_settime), and FineFirings the times it fired and its
+	// goroutine ran (finetimer.go).
+	FineArms
+	FineFirings
 	numCounters
 )
 
@@ -190,6 +202,8 @@ var counterNames = [numCounters]string{
 	"copy engine copies finished by Tests (nobody woken)",
 	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
 	"frames drained by a timer run before it resent",
+	"tail asks sent (a late peer asked what it holds)", "asks answered", "resent on an ask's answer",
+	"fine timer arms (timerfd_settime)", "fine timer firings",
 }
 
 // String returns the counter's label.

@@ -87,12 +87,12 @@ func (b *Board) QueryHostname(ctx context.Context, nic transport.NICID) (string,
 	for {
 		b.mu.Lock()
 		if b.closed {
-			b.mu.Unlock()
+			b.unlockKick()
 			return "", ErrBoardClosed
 		}
 		if i, ok := b.peerIdx[nic]; ok && b.peers[i].hostname != "" {
 			name := b.peers[i].hostname
-			b.mu.Unlock()
+			b.unlockKick()
 			return name, nil
 		}
 		if b.hostWait == nil {
@@ -165,11 +165,11 @@ func (b *Board) RecvRaw(ctx context.Context) (transport.NICID, []byte, error) {
 				default:
 				}
 			}
-			b.mu.Unlock()
+			b.unlockKick()
 			return f.nic, f.data, nil
 		}
 		closed := b.closed
-		b.mu.Unlock()
+		b.unlockKick()
 		if closed {
 			return 0, nil, ErrBoardClosed
 		}

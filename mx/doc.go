@@ -116,7 +116,13 @@
 // kept off its CPU, polling or waking up, in the last two to four seconds
 // (descheduled.go), nothing on an idle machine. A receiver acks the tail
 // of a burst RTOMin/4 after it (not AckDelay), so a paused stream's tail
-// is acked before the sender would probe it. The newest request unacked for twice the smoothed
+// is acked before the sender would probe it. Between two gomx boards (ExtAsk), the newest
+// request unacked for twice the smoothed round trip (or srtt + 4*rttvar)
+// plus RTOMin/8 (half a tail's ack delay), with no allowance, first makes the sender ask the peer
+// what it holds (a TRUC flagged TrucAsk, answered at once): what the answer
+// shows lost is resent then, so a lost ping or pong costs that wait and a
+// round trip, while a peer that is only late answers when it runs and
+// nothing is resent (ask.go). The newest request unacked for twice the smoothed
 // round trip, srtt + 4*rttvar or srtt plus that allowance and the tail's
 // ack delay, or any request unacked for srtt + max(4*rttvar, the
 // allowance) (clamped to RTOMin..RTOMax; ResendDelay before the first
@@ -285,7 +291,8 @@
 // transport/shm): it registers itself in the per-user endpoint directory
 // under its own NIC id, and frames to a peer found there take the rings
 // instead of the transport, with the same protocol; Local.NoShm
-// (GOMX_SHM=off) turns this off. Between processes a message above
+// (GOMX_SHM=off) turns this off, and so does Local.Off unless Local.Shm is
+// set too. Between processes a message above
 // Local.ShmEager (8 KiB) goes by rendezvous and the receiver copies it once
 // from the sender's buffer with process_vm_readv, or pulls it through the
 // rings where the kernel refuses (Local.Large chooses; see cma.go). A peer process

@@ -85,7 +85,7 @@ func (e *Endpoint) Addr() Addr { return Addr{NIC: e.b.nic, Endpoint: e.id, Sessi
 // Counters returns a snapshot of the endpoint's counters.
 func (e *Endpoint) Counters() Counters {
 	e.b.mu.Lock()
-	defer e.b.mu.Unlock()
+	defer e.b.unlockKick()
 	return e.cnt
 }
 
@@ -145,7 +145,7 @@ func (e *Endpoint) closeLocked() {
 func (e *Endpoint) Wakeup() {
 	e.b.mu.Lock()
 	e.wakeupLocked()
-	e.b.mu.Unlock()
+	e.b.unlockKick()
 }
 
 func (e *Endpoint) wakeupLocked() {
@@ -285,7 +285,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	b := e.b
 	b.mu.Lock()
 	if e.closed {
-		b.mu.Unlock()
+		b.unlockKick()
 		return nil, e.opErr("isend", ErrEndpointClosed)
 	}
 	p := dest.p
@@ -293,11 +293,11 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		p = e.partners[partnerKey{dest.NIC, dest.Endpoint}]
 	}
 	if p == nil || !p.rknown {
-		b.mu.Unlock()
+		b.unlockKick()
 		return nil, e.opErr("isend", fmt.Errorf("%w: %v is not connected", ErrBadEndpoint, dest))
 	}
 	if dest.Session != 0 && dest.Session != p.rsession {
-		b.mu.Unlock()
+		b.unlockKick()
 		return nil, e.opErr("isend", ErrBadSession)
 	}
 	var d *Endpoint // an endpoint of this process (local.go)
@@ -473,7 +473,7 @@ func (r *Request) Forget() {
 	}
 	b := r.ep.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	if !r.userHeld {
 		return
 	}
@@ -499,7 +499,7 @@ func (e *Endpoint) Wait(ctx context.Context, r *Request) (Status, error) { retur
 func (e *Endpoint) TestAny(match, mask uint64) (Status, bool) {
 	b := e.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	for r := e.doneq.Front(); r != nil; r = r.d.Next() {
 		if r.status.Match&mask == match {
 			var st Status
@@ -540,7 +540,7 @@ func (e *Endpoint) testAnyLocked(match, mask uint64) (Status, bool) {
 // IPeek returns the oldest completed request without completing it.
 func (e *Endpoint) IPeek() (*Request, bool) {
 	e.b.mu.Lock()
-	defer e.b.mu.Unlock()
+	defer e.b.unlockKick()
 	r := e.doneq.Front()
 	return r, r != nil
 }
@@ -557,7 +557,7 @@ func (e *Endpoint) Peek(ctx context.Context) (*Request, error) {
 // unexpected queue, and its status, without receiving it.
 func (e *Endpoint) IProbe(match, mask uint64) (Status, bool) {
 	e.b.mu.Lock()
-	defer e.b.mu.Unlock()
+	defer e.b.unlockKick()
 	if u := e.findUnexp(match, mask); u != nil {
 		return u.statusOf(), true
 	}
@@ -593,7 +593,7 @@ func (m *Message) Status() Status { return m.st }
 // it any more (MPI_Improbe).
 func (e *Endpoint) IMProbe(match, mask uint64) (*Message, bool) {
 	e.b.mu.Lock()
-	defer e.b.mu.Unlock()
+	defer e.b.unlockKick()
 	return e.mprobeLocked(match, mask)
 }
 
@@ -662,7 +662,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 	locked := func() bool {
 		b.mu.Lock()
 		ok = cond()
-		b.mu.Unlock()
+		b.unlockKick()
 		return ok || e.closedAtom.Load()
 	}
 	gen := e.wakeGen.Load()
@@ -696,16 +696,16 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 	b.mu.Lock()
 	for {
 		if cond() {
-			b.mu.Unlock()
+			b.unlockKick()
 			return nil
 		}
 		if e.closed {
-			b.mu.Unlock()
+			b.unlockKick()
 			return ErrEndpointClosed
 		}
 		e.evWaiters++
 		ev, wake := e.ev, e.wake
-		b.mu.Unlock()
+		b.unlockKick()
 		b.sleep.chanSleepers.Add(1) // sleep.go
 		var err error
 		select {
@@ -722,7 +722,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 			if cond() {
 				err = nil
 			}
-			b.mu.Unlock()
+			b.unlockKick()
 			return err
 		}
 	}
@@ -759,5 +759,5 @@ type UnexpectedHandler func(m UnexpectedMessage) HandlerResult
 func (e *Endpoint) SetUnexpectedHandler(h UnexpectedHandler) {
 	e.b.mu.Lock()
 	e.handler = h
-	e.b.mu.Unlock()
+	e.b.unlockKick()
 }

@@ -163,7 +163,7 @@ func (b *Board) endTest() {
 	clear(rp.starts)
 	rp.starts = rp.starts[:0]
 	rp.startsN.Add(-int32(len(q)))
-	b.mu.Unlock()
+	b.unlockKick()
 	for _, c := range q {
 		c.run() // starts it and hands it off (offload.go)
 	}

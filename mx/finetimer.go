@@ -21,8 +21,9 @@ import (
 // An fd event, unlike a timeout, ends epoll_wait at once. So every board
 // has a timerfd (CLOCK_MONOTONIC, an hrtimer in the kernel) in the Go
 // netpoller and a goroutine blocked reading it. The protocol notes the
-// deadlines whose precision pays (noteDue: the tail-loss probe, which
-// resends one frame, and a SACK hole's reordering window); when one is
+// deadlines whose precision pays (noteDue: a question to a late peer,
+// ask.go, which resends nothing, the tail-loss probe, which resends one
+// frame, and a SACK hole's reordering window); when one is
 // earlier than the timerfd's, the timerfd is set to it. Full resends and
 // pull re-requests keep the board's ticks: fired precisely at RTOMin, they
 // resend whole messages whenever a loaded machine stalls the peer. When it fires, the goroutine runs the board's timers, which
@@ -55,19 +56,87 @@ func (b *Board) armFine(t int64) {
 		return
 	}
 	b.armed = t
+	b.cnt[FineArms]++
 	d := max(t-b.clock(), 1000) // a zero value would disarm it
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d)}
 	_ = unix.TimerfdSettime(b.fineFd, 0, &spec, nil)
 }
 
 // noteDue records a retransmission deadline (board clock, ns): the fine
-// timer runs the timers then. Called with b.mu held.
+// timer runs the timers then, unless busy-polling waiters watch the board
+// (below). Called with b.mu held.
 func (b *Board) noteDue(t int64) {
 	if d := b.due.Load(); d != 0 && d <= t {
 		return
 	}
 	b.due.Store(t)
+	if b.watched() {
+		b.fineLapsed.Store(true)
+		return
+	}
 	b.armFine(t)
+}
+
+// A board that busy-polling waiters watch needs no fine timer.
+//
+// In a steady ping-pong each board has one deadline pending at nearly
+// every instant (its own message's tail-loss probe, then the ack it owes
+// for the peer's), and each message replaces it with a later one. A
+// timerfd armed for the earliest deadline therefore fired once per
+// deadline interval (tailAckDelay, 62.5 µs by default) whatever the
+// message rate, found nothing due, and was set again: a netpoller
+// wake-up, two reads and a timerfd_settime, some 30 µs of CPU each
+// (docs/message-cost.md). Yet while waiters busy-poll (BoardOptions.
+// BusyPoll) the deadlines are checked by whoever runs (below): the
+// polling waiters at their clock readings, and the receive loop, which
+// stays away from Recv for the poll grace after a waiter's success and
+// looks at the timers when it comes back. And while every P runs a
+// polling waiter the runtime does not look at its poller, so the timerfd
+// could not have run its goroutine anyway.
+//
+// So a deadline noted while the board is watched (a waiter polls its
+// transport, or one succeeded within the grace: the receive loop stays
+// away) does not set the timerfd, and a firing that finds the board
+// watched does not set it again; either notes that the fine timer lapsed
+// (fineLapsed). The receive loop, when it stops staying away and returns
+// to Recv, where it would sleep, sets the timerfd for the deadline then
+// pending (armLapsed), so a board that nobody watches any longer gets its
+// deadlines to the microsecond again. A steady busy-poll ping-pong makes
+// no timer system call; what it gives up is the precision of a deadline
+// that passes in the grace after the application stopped waiting, which
+// the loop runs at its next look instead (at most the grace later).
+// Boards whose waiters block keep the fine timer as it is: nothing else
+// runs while they sleep.
+
+// watched reports whether busy-polling waiters keep the board's
+// deadlines, so the fine timer need not (see above).
+func (b *Board) watched() bool {
+	if !b.opts.BusyPoll {
+		return false
+	}
+	s := b.src
+	if s.polling() > 0 {
+		return true
+	}
+	switch idle := s.idle.Load(); idle {
+	case idleFresh:
+		return true
+	case idleNever:
+		return false
+	default:
+		return b.now() < idle+int64(b.spinGrace())
+	}
+}
+
+// armLapsed sets the fine timer for the pending deadline if it lapsed
+// while the board was watched (b.mu held).
+func (b *Board) armLapsed() {
+	if !b.fineLapsed.Swap(false) {
+		return
+	}
+	if d := b.due.Load(); d != 0 {
+		b.armFine(d)
+	}
 }
 
 // fineTimer is the fine timer's goroutine: it runs the timers whenever
@@ -84,10 +153,11 @@ func (b *Board) fineTimer() {
 		}
 		b.mu.Lock()
 		if b.closed {
-			b.mu.Unlock()
+			b.unlockKick()
 			return
 		}
 		b.armed = 0
+		b.cnt[FineFirings]++
 		if b.fineTicks && b.clock() >= b.nextTick.Load() {
 			b.timersLocked(false) // the tick of a board that was idle (progress.go)
 		} else if d := b.due.Load(); d != 0 && b.clock() >= d {
@@ -101,7 +171,11 @@ func (b *Board) fineTimer() {
 			}
 		}
 		if d := b.due.Load(); d != 0 {
-			b.armFine(d)
+			if b.watched() {
+				b.fineLapsed.Store(true)
+			} else {
+				b.armFine(d)
+			}
 		}
 		b.unlock()
 	}

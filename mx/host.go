@@ -53,8 +53,8 @@ type hostReach struct {
 // returned by HostPathErr.
 func (b *Board) openHost() {
 	o := b.opts.Local
-	if o.Off || o.NoShm {
-		return
+	if o.NoShm || (o.Off && !o.Shm) {
+		return // Off keeps frames on the transport unless Shm asks for the rings
 	}
 	if _, ok := b.tr.(*shm.Transport); ok {
 		return // already a shared-memory board
@@ -103,7 +103,7 @@ func (b *Board) HostPathErr() error { return b.hostErr }
 // HostPath reports whether frames to nic go through shared memory.
 func (b *Board) HostPath(nic transport.NICID) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	return b.txFor(nic) != b.tr
 }
 
@@ -123,6 +123,21 @@ func (b *Board) txFor(nic transport.NICID) transport.Transport {
 		return h.tr
 	}
 	return b.tr
+}
+
+// hostLookAgain forgets that nic was found off the host path (b.mu
+// held): a board that just asked for or answered a connect may have opened
+// its host path since it was last looked for (a server that started after
+// a client's first attempt), and the next frame to it looks at the
+// directory again instead of taking the transport until hostRecheck
+// passes.
+func (b *Board) hostLookAgain(nic transport.NICID) {
+	if h := b.host; h != nil {
+		if r, ok := h.reach[nic]; ok && !r.ok {
+			delete(h.reach, nic)
+			h.gen++
+		}
+	}
 }
 
 // rings returns the shared-memory transport that frames to p take, or nil

@@ -252,6 +252,16 @@ func TestHostPathDefault(t *testing.T) {
 	if off.host != nil || a.HostPath(off.NICID()) {
 		t.Error("NoShm left a host path")
 	}
+	// Off (no in-process shortcut) keeps frames on the transport, unless
+	// Shm asks for the host path too, as a benchmark client whose server
+	// is another process does.
+	if noLocal := open(udpTr(), BoardOptions{Local: LocalOptions{Off: true}}); noLocal.host != nil || a.HostPath(noLocal.NICID()) {
+		t.Error("Off alone left a host path")
+	}
+	both := open(udpTr(), BoardOptions{Local: LocalOptions{Off: true, Shm: true}})
+	if both.host == nil || !both.HostPath(a.NICID()) || !a.HostPath(both.NICID()) {
+		t.Errorf("Off with Shm: no host path (%v)", both.HostPathErr())
+	}
 	t.Setenv("GOMX_SHM", "off")
 	if envOff := open(udpTr(), BoardOptions{}); envOff.host != nil {
 		t.Error("GOMX_SHM=off left a host path")

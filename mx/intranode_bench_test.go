@@ -327,8 +327,16 @@ func messageCost(b *testing.B, tf transportFactory) {
 		one(pr.a, pr.atob, pr.b, bsegs)
 		one(pr.b, pr.btoa, pr.a, asegs)
 	}
+	fine := func() (arms, firings uint64) {
+		for _, bd := range []*Board{pr.ba, pr.bb} {
+			c := bd.Counters()
+			arms, firings = arms+c[FineArms], firings+c[FineFirings]
+		}
+		return arms, firings
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	a0, f0 := fine()
 	c0 := cpuTime()
 	for range b.N {
 		one(pr.a, pr.atob, pr.b, bsegs)
@@ -336,6 +344,9 @@ func messageCost(b *testing.B, tf transportFactory) {
 	}
 	cpu := cpuTime() - c0
 	b.StopTimer()
+	a1, f1 := fine()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/msg")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(2*b.N), "cpu-ns/msg")
+	b.ReportMetric(float64(a1-a0)*1000/float64(2*b.N), "fine-arms/1k-msg")
+	b.ReportMetric(float64(f1-f0)*1000/float64(2*b.N), "fine-firings/1k-msg")
 }

@@ -220,7 +220,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	b.mu.Lock()
 	b.nowOK = false // read when the frame needs it (now), as for a batch
 	if len(b.pcopies) > 0 || !b.laneFast(nic, data, w) {
-		b.mu.Unlock()
+		b.unlockKick()
 		return laneOther
 	}
 	s.lane.Take()

@@ -159,6 +159,10 @@ type pull struct {
 	// asked for and not yet in.
 	pp     *pullPlace
 	expect int
+	// pad is the zero bytes each reply carries between its header and
+	// its payload (wire.Pull.ReplyPad), asked for by a pull that places
+	// its replies; geo's reply length is the peer's less pad.
+	pad int
 }
 
 type pblock struct {
@@ -344,7 +348,7 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 	h := wire.Pull{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, TotalLength: pl.total,
 		RegionID: uint32(pl.ref.id), RegionSeq: pl.ref.seq, RegionOffset: uint32(pl.ref.off),
 		Handle: pl.handle, Magic: pl.magic, FirstFrameOffset: uint32(ffo),
-		BlockLength: uint32(end - start), FirstFrame: uint32(first)}
+		BlockLength: uint32(end - start), FirstFrame: uint32(first), ReplyPad: uint8(pl.pad)}
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
@@ -600,8 +604,15 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	// The block, in Open-MX's frame geometry for this peer: it starts at
 	// FirstFrame*L - RegionOffset%L + FirstFrameOffset in the message and
 	// must lie in the pull, which must lie in the region; one PULL never
-	// makes more than 64 replies.
-	L := uint64(p.replyLen)
+	// makes more than 64 replies. A PULL that asks for padded replies
+	// (wire.Pull.ReplyPad) has them cut with L less the pad, each frame
+	// its header, the pad's zero bytes and its payload.
+	pad := int(h.ReplyPad)
+	if pad >= p.replyLen {
+		nack(wire.NackBadRDMAWindow, DropBadPull)
+		return
+	}
+	L := uint64(p.replyLen - pad)
 	skew := uint64(h.RegionOffset) % L
 	ffo, bl := uint64(h.FirstFrameOffset), uint64(h.BlockLength)
 	start := uint64(h.FirstFrame)*L + ffo
@@ -643,18 +654,20 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 		rh := wire.PullReply{FrameSeq: uint8(int(h.FirstFrame) + i), FrameLength: uint16(n), Offset: uint32(off),
 			Handle: h.Handle, Magic: h.Magic}
 		rh.Put(fb[wire.HeadLen:], b.ord)
+		hl := replyHeadLen + pad
+		clear(fb[replyHeadLen:hl])
 		if zc {
-			f, ok := b.zcFrame(reg, r, nic, roff+off, n, fb[:replyHeadLen])
+			f, ok := b.zcFrame(reg, r, nic, roff+off, n, fb[:hl])
 			b.zc.out = append(b.zc.out, f)
 			if !ok {
-				gatherAt(fb[replyHeadLen:replyHeadLen+n], r.segs, roff+off)
+				gatherAt(fb[hl:hl+n], r.segs, roff+off)
 				e.copies.framed(n)
 			}
 		} else {
-			gatherAt(fb[replyHeadLen:replyHeadLen+n], r.segs, roff+off)
+			gatherAt(fb[hl:hl+n], r.segs, roff+off)
 			e.copies.framed(n)
 		}
-		lens = append(lens, replyHeadLen+n)
+		lens = append(lens, hl+n)
 		off += n
 		if len(lens) == rxBatch {
 			send(lens)
@@ -687,18 +700,22 @@ func (b *Board) pullFor(nic transport.NICID, handle, magic uint32) (*Endpoint, *
 	return e, pl
 }
 
-func (b *Board) handlePullReply(nic transport.NICID, h *wire.PullReply, payload []byte) {
+// handlePullReply takes a PULL_REPLY whose header h was decoded from
+// frame (the whole frame after the peer index): its payload follows the
+// header and the pad its pull asked for.
+func (b *Board) handlePullReply(nic transport.NICID, h *wire.PullReply, frame []byte) {
 	e, pl := b.pullFor(nic, h.Handle, h.Magic)
 	if e == nil {
 		b.cnt[DropBadPullReply]++
 		return
 	}
 	e.cnt[RecvPullReply]++
-	if pl == nil {
+	if pl == nil || len(frame) < wire.PullReplyLen+pl.pad+int(h.FrameLength) {
 		e.cnt[DropBadPullReply]++
 		return
 	}
-	pl.reply(h, payload, nil, false)
+	at := wire.PullReplyLen + pl.pad
+	pl.reply(h, frame[at:at+int(h.FrameLength)], nil, false)
 }
 
 func (b *Board) handleNackMCP(nic transport.NICID, h *wire.NackMCP) {

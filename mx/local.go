@@ -42,6 +42,10 @@ type LocalOptions struct {
 	// Off sends to endpoints of this process through the transport and the
 	// full wire protocol, as to any other peer. Tests and benchmarks of a
 	// transport set it; GOMX_LOCAL=off in the environment sets it too.
+	// Unless Shm is set as well, it also leaves the host path off, so that
+	// frames to other processes of this host take the transport too; with
+	// Shm they take the rings (a benchmark client whose peer is another
+	// process sets both: no shortcut, the host path on).
 	Off bool
 	// Shm also reaches boards of other processes of this user on this host
 	// through shared memory (transport/shm; see host.go): the board opens a

@@ -22,9 +22,11 @@ type peerInfo struct {
 	crc      bool   // both sides want the trailer: frames to and from it carry one
 	sack     bool   // both sides announced the selective ack (sack.go)
 	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
+	ask      bool   // both sides announced ExtAsk: a late peer is asked what it holds (ask.go)
 	lean     bool   // both sides announced ExtRingLean (lean.go)
 	lane     bool   // and ExtRingLane (lane.go)
 	laneMed  bool   // and ExtRingLaneMedium
+	replyPad bool   // it announced ExtReplyPad: it pads the replies a PULL asks it to (placerecv.go)
 	maxFrame int    // its largest frame Data, when gomx
 	yourIdx  uint16 // our index in its peer table: the head of frames to it
 	hostname string // from its HOST_REPLY
@@ -80,8 +82,10 @@ func (b *Board) headTo(nic transport.NICID) uint16 {
 }
 
 // learnPeer records what a connect extension (or its absence) says about
-// the board at nic.
+// the board at nic. A board that connects is also looked for on the host
+// path again (hostLookAgain).
 func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
+	b.hostLookAgain(nic)
 	i := b.peerIndex(nic)
 	if i == wire.NoPeerIndex {
 		return nil
@@ -96,9 +100,11 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.crc = pi.gomx && b.crc && h.Ext.Flags&wire.ExtChecksum != 0
 	pi.sack = pi.gomx && !b.opts.NoSack && h.Ext.Flags&wire.ExtSack != 0
 	pi.pullStat = pi.gomx && h.Ext.Flags&wire.ExtPullStatus != 0
+	pi.ask = pi.gomx && h.Ext.Flags&wire.ExtAsk != 0
 	pi.lean = pi.gomx && h.Ext.Flags&wire.ExtRingLean != 0
 	pi.lane = pi.lean && !b.opts.Local.NoLane && h.Ext.Flags&wire.ExtRingLane != 0
 	pi.laneMed = pi.lane && h.Ext.Flags&wire.ExtRingLaneMedium != 0
+	pi.replyPad = pi.gomx && h.Ext.Flags&wire.ExtReplyPad != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))
@@ -137,10 +143,50 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
 		n = wire.SealInPlace(buf, n)
 	}
 	b.tx1[0] = transport.Frame{Peer: nic, Data: buf[:n]}
-	if _, err := tr.Send(b.tx1[:]); err != nil {
+	if _, err := b.send(tr, b.tx1[:]); err != nil {
 		b.sendFailed(tr, nic)
 	}
 	b.tx1[0].Data = nil
+}
+
+// Sends kick after the lock.
+//
+// Over AF_XDP a send is two steps: the frame is copied into a UMEM frame
+// and put on the TX ring, then a sendto tells the kernel, which sends it
+// within that call (copy mode: several microseconds). A send made under
+// the board's lock held it across the system call, and whoever wanted the
+// lock meanwhile (the fine timer's goroutine, the receive loop, a waiter
+// of another endpoint) queued on it and had to be woken by a futex when it
+// was released. So a board whose transport can queue without the kick
+// (transport.Kicker) queues every frame under mu, in sequence order, and
+// the goroutine that releases mu kicks once after it (unlockKick, release),
+// for all the frames queued under that hold of the lock. The ring keeps
+// the order in which the frames were queued, which is the order the
+// protocol made them, and each queue's board has its own transport and
+// lock, so no lock is shared between queues. A kick that finds the ring
+// empty (another goroutine's kick took its frames) makes no system call.
+
+// send hands frames to tr: queued for the kick after mu when tr is the
+// board's kicker (b.mu held).
+func (b *Board) send(tr transport.Transport, frames []transport.Frame) (int, error) {
+	if b.kicker != nil && tr == b.tr {
+		b.kickOwed = true
+		return b.kicker.Queue(frames)
+	}
+	return tr.Send(frames)
+}
+
+// unlockKick releases mu, then kicks the frames queued under it. Every
+// release of a board's mu goes through it (or release, which does the
+// same), so no queued frame waits for a later unlock.
+func (b *Board) unlockKick() {
+	if !b.kickOwed {
+		b.mu.Unlock()
+		return
+	}
+	b.kickOwed = false
+	b.mu.Unlock()
+	_ = b.kicker.Kick() // a kick that fails leaves the frames to the next; losses are the protocol's
 }
 
 // isRings reports whether tr is shared-memory rings, whose frames carry
@@ -179,7 +225,7 @@ func (b *Board) sendBatch(nic transport.NICID, lens []int, crc bool) {
 	}
 	fr := b.txFrames
 	for len(fr) > 0 {
-		k, err := tr.Send(fr)
+		k, err := b.send(tr, fr)
 		if err != nil {
 			b.sendFailed(tr, nic)
 			break

@@ -12,11 +12,18 @@ import (
 // memory), a pull posts, for each frame of a block it asks for, the span
 // of the receive buffer where that frame's payload goes, before it sends
 // the PULL. The replies arrive in the order asked, so each takes the span
-// posted for it: the NIC writes its payload once, in place, and the CPU
-// copies only the payload bytes that came in the header buffer (32 of each
-// frame: 64 less the Ethernet, peer index and PULL_REPLY headers).
-// docs/zero-copy.md tells the whole story; the rules that keep every byte
-// right whatever arrives:
+// posted for it: the NIC writes its payload once, in place.
+//
+// The NIC splits every frame at a fixed length (the 82599: 64 bytes, of
+// which 14 are the Ethernet header), longer than a PULL_REPLY's headers
+// (peer index and PULL_REPLY, 18 bytes). A peer that announced
+// wire.ExtReplyPad is asked (wire.Pull.ReplyPad) to put the difference
+// (32 bytes) as zeros between each reply's header and its payload, and to
+// cut the frames that much shorter: the payload then begins exactly at
+// the split, and the CPU copies nothing of it. From another peer (Open-MX)
+// the replies come unpadded and the CPU copies the payload bytes that come
+// in the header buffer (32 of each frame). docs/zero-copy.md tells the
+// whole story; the rules that keep every byte right whatever arrives:
 //
 //   - Which frames. The NIC gives the descriptors it holds to the next
 //     frames, whatever they are; PlaceState.Ahead says how many come
@@ -47,7 +54,7 @@ import (
 // placeRecv is a board's in-place receive state (b.mu held).
 type placeRecv struct {
 	tr   transport.Placer
-	hd   int // payload bytes a placed reply brings in its header buffer
+	hd   int // payload bytes an unpadded placed reply brings in its header buffer: the pad asked for
 	min  int // the least span
 	head int // Data bytes of a placed frame
 	// expect counts the frames of pulls over the transport asked for
@@ -76,6 +83,7 @@ type placeDone struct {
 // pullPlace is one pull's spans.
 type pullPlace struct {
 	seg   []byte
+	hd    int // payload bytes a reply brings in the header buffer: 0 when padded
 	ent   *regcache.Entry[*transport.Region]
 	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
 	last  uint64   // the number of its last span
@@ -116,7 +124,16 @@ func (b *Board) placeStart(pl *pull) {
 		b.zc.cache.Put(ent)
 		return
 	}
-	pl.pp = &pullPlace{seg: seg, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	hd := b.plc.hd
+	if p := pl.p; p.replyPad && hd <= 255 && hd < p.replyLen {
+		// Replies padded to begin their payload at the split, cut
+		// with the reply length less the pad (wire.Pull.ReplyPad).
+		pl.pad, hd = hd, 0
+		L := p.replyLen - pl.pad
+		pl.geo = wire.PullFrames{Total: int(pl.total), L: L, Skew: int(pl.ref.off) % L}
+		pl.nframes = pl.geo.Count()
+	}
+	pl.pp = &pullPlace{seg: seg, hd: hd, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
 	b.plc.pulls = append(b.plc.pulls, pl)
 }
 
@@ -142,8 +159,8 @@ func (pl *pull) placeBlock(first, n int) {
 	from := first + max(0, ahead)
 	var to int
 	for to = from; to < first+n; to++ {
-		at := pl.geo.Start(to) + pc.hd
-		if pl.geo.End(to)-pl.geo.Start(to) <= pc.hd || at+pc.min > len(pp.seg) {
+		at := pl.geo.Start(to) + pp.hd
+		if pl.geo.End(to)-pl.geo.Start(to) <= pp.hd || at+pc.min > len(pp.seg) {
 			break // the last frames: no room for a span
 		}
 		spans = append(spans, pp.seg[at:at+pc.min])
@@ -177,7 +194,7 @@ func (pl *pull) ownSpan(i int, placed []byte) bool {
 	if pp == nil || i < 0 || i >= len(pp.post) || pp.post[i] == 0 {
 		return false
 	}
-	return sameStart(placed, pp.seg[pl.geo.Start(i)+pl.e.b.plc.hd:])
+	return sameStart(placed, pp.seg[pl.geo.Start(i)+pp.hd:])
 }
 
 // placeSafe reports whether frame i may be copied into the receive
@@ -206,7 +223,7 @@ func (b *Board) spanTaken(placed []byte) {
 		if !ok {
 			continue
 		}
-		if k := pl.geo.Index(off - b.plc.hd); k >= 0 && k < len(pp.post) && pp.post[k] != 0 {
+		if k := pl.geo.Index(off - pp.hd); k >= 0 && k < len(pp.post) && pp.post[k] != 0 {
 			pp.taken[k/64] |= 1 << (k % 64)
 		}
 		return
@@ -229,10 +246,11 @@ func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
 	b.spanTaken(placed)
 	if len(data) >= replyHeadLen && wire.Type(data[wire.HeadLen]) == wire.TypePullReply {
 		h, err := wire.DecodePullReplyHeader(data[wire.HeadLen:], b.ord)
-		if err == nil && int(h.FrameLength) == len(data)-replyHeadLen+len(placed) {
-			if e, pl := b.pullFor(nic, h.Handle, h.Magic); pl != nil {
+		if err == nil {
+			e, pl := b.pullFor(nic, h.Handle, h.Magic)
+			if at := replyHeadLen + pl.padOf(); pl != nil && len(data) >= at && int(h.FrameLength) == len(data)-at+len(placed) {
 				e.cnt[RecvPullReply]++
-				pl.reply(&h, data[replyHeadLen:], placed, pl.ownSpan(pl.geo.Index(int(h.Offset)), placed))
+				pl.reply(&h, data[at:], placed, pl.ownSpan(pl.geo.Index(int(h.Offset)), placed))
 				return
 			}
 		}
@@ -240,6 +258,14 @@ func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
 	buf := append(append(b.plc.scratch[:0], data...), placed...)
 	b.plc.scratch = buf
 	b.handleFrame(nic, buf)
+}
+
+// padOf is the pad pl's replies carry, 0 for no pull.
+func (pl *pull) padOf() int {
+	if pl == nil {
+		return 0
+	}
+	return pl.pad
 }
 
 // placeEnd is called as pl ends with code: it reports true when spans of

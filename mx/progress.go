@@ -224,6 +224,13 @@ func (b *Board) progress() {
 			b.unlock()
 			continue
 		}
+		if b.fineLapsed.Load() {
+			// Back from staying away: nobody watches the deadlines
+			// now (finetimer.go).
+			b.mu.Lock()
+			b.armLapsed()
+			b.unlock()
+		}
 		s.mu.Lock()
 		wait := time.Duration(b.nextTick.Load() - b.clock())
 		if wait < 0 {
@@ -314,7 +321,7 @@ func (b *Board) unlock() { b.release(true) }
 func (b *Board) release(copies bool) {
 	if len(b.selfq) == 0 && len(b.lout) == 0 && (!copies || len(b.cmaq) == 0) {
 		// Nothing queued (the common case): a plain unlock.
-		b.mu.Unlock()
+		b.unlockKick()
 		return
 	}
 	for {
@@ -334,7 +341,7 @@ func (b *Board) release(copies bool) {
 		if copies {
 			c = b.takeCopy()
 		}
-		b.mu.Unlock()
+		b.unlockKick()
 		if out != nil {
 			runLocalOut(out) // completions of local sends from other boards
 		}

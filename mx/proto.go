@@ -66,7 +66,7 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	h := e.handler
 	p.inHandler = true
 	e.handlerBusy++
-	b.mu.Unlock()
+	b.unlockKick()
 	res := h(UnexpectedMessage{Source: p.addr(), Match: match, Length: length, Data: data})
 	b.mu.Lock()
 	e.handlerBusy--
@@ -346,12 +346,12 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		m, _ := wire.DecodeConnect(h, b.ord)
 		b.handleConnect(nic, &m)
 	case wire.TypeTruc:
-		m, err := wire.DecodeTruc(h, b.ord)
+		m, err := wire.DecodeTruc(h, b.ord, 0) // the probe flags: handleTruc, from a peer that announced them
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return
 		}
-		b.handleTruc(nic, &m)
+		b.handleTruc(nic, &m, h)
 	case wire.TypeNackLib:
 		m, err := wire.DecodeNackLib(h, b.ord)
 		if err != nil {
@@ -360,19 +360,23 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		}
 		b.handleNackLib(nic, &m)
 	case wire.TypePull:
-		m, err := wire.DecodePull(h, b.ord)
+		var ext uint8
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.replyPad {
+			ext = wire.ExtReplyPad
+		}
+		m, err := wire.DecodePull(h, b.ord, ext)
 		if err != nil {
 			b.cnt[DropBadPull]++
 			return
 		}
 		b.handlePull(nic, &m)
 	case wire.TypePullReply:
-		m, payload, err := wire.DecodePullReply(h, b.ord)
+		m, _, err := wire.DecodePullReply(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadPullReply]++
 			return
 		}
-		b.handlePullReply(nic, &m, payload)
+		b.handlePullReply(nic, &m, data[wire.HeadLen:])
 	case wire.TypeNackMCP:
 		m, err := wire.DecodeNackMCP(h, b.ord)
 		if err != nil {

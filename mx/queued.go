@@ -133,7 +133,7 @@ func (qb *QueuedBoard) Close() error {
 // openEndpoints counts the board's open endpoints.
 func (b *Board) openEndpoints() int {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockKick()
 	n := 0
 	for _, e := range b.eps {
 		if e != nil {

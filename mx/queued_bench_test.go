@@ -243,7 +243,9 @@ func runQueuedRate(b *testing.B, n, queues int, bind bool, msgs int) queuedRate 
 // rounds of b.N messages each and reports the medians of each placement's
 // msgs/s and of the per-round ratio steered/one-queue ("steered/1q"),
 // and the median steered rate over the median one-pair steered rate
-// ("steered-x1", N > 1). Its ns/op is the last measurement's alone.
+// ("steered-x1", N > 1), and the medians of each placement's CPU time per
+// message (as BenchmarkQueuedRate's cpu-us/msg), which the machine's load
+// moves less than the rates. Its ns/op is the last measurement's alone.
 func BenchmarkQueuedRateInterleaved(b *testing.B) {
 	const rounds = 5
 	median := func(v []float64) float64 {
@@ -254,15 +256,19 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 	var one float64 // median steered rate of one pair
 	for _, n := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
-			var steered, oneQueue, ratio []float64
+			var steered, oneQueue, ratio, steeredCPU, oneQueueCPU []float64
 			for range rounds {
-				s := runQueuedRate(b, n, n, false, b.N).perSecond()
-				q := runQueuedRate(b, n, 1, false, b.N).perSecond()
-				steered, oneQueue, ratio = append(steered, s), append(oneQueue, q), append(ratio, s/q)
+				s := runQueuedRate(b, n, n, false, b.N)
+				q := runQueuedRate(b, n, 1, false, b.N)
+				steered, oneQueue = append(steered, s.perSecond()), append(oneQueue, q.perSecond())
+				ratio = append(ratio, s.perSecond()/q.perSecond())
+				steeredCPU, oneQueueCPU = append(steeredCPU, s.cpuPerMsg()), append(oneQueueCPU, q.cpuPerMsg())
 			}
 			b.ReportMetric(median(steered), "steered-msgs/s")
 			b.ReportMetric(median(oneQueue), "1q-msgs/s")
 			b.ReportMetric(median(ratio), "steered/1q")
+			b.ReportMetric(median(steeredCPU), "steered-cpu-us/msg")
+			b.ReportMetric(median(oneQueueCPU), "1q-cpu-us/msg")
 			if n == 1 {
 				one = median(steered)
 			} else if one > 0 {

@@ -74,6 +74,7 @@ type partner struct {
 	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
 	lane     bool // and tiny and small ones go as lane records (lane.go)
 	laneMed  bool // and mediums of one fragment too
+	replyPad bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
 	stride   int
 	replyLen int
 	context  any       // Endpoint.SetAddrContext
@@ -109,6 +110,13 @@ type partner struct {
 	connAttempt uint8
 
 	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
+
+	// asking a late peer (ask.go): whether it announced ExtAsk, when the
+	// outstanding ask went out (0: none), and how many asks went out
+	// since the ack point last moved.
+	ask   bool
+	askAt int64
+	asks  uint8
 
 	// selective acks (sack.go), receive side: frames that arrived past
 	// a hole since the last ack or SACK went out, and whether a SACK
@@ -172,11 +180,11 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.lean, p.lane, p.laneMed = false, false, false, false, false
+		p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask = false, false, false, false, false, false, false
 		p.stride, p.replyLen = fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
-	p.crc, p.sack, p.lean, p.lane, p.laneMed = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed
+	p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed, pi.replyPad, pi.ask
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -197,7 +205,7 @@ func (p *partner) transmitNew(r *Request) {
 	p.unacked.push(r)
 	p.ep.b.wakeTicks() // progress.go
 	p.transmit(r)
-	p.ep.b.noteDue(r.lastSend + p.pto(0))
+	p.ep.b.noteDue(p.tailDue(r)) // ask.go
 }
 
 func (p *partner) flushWait() {
@@ -268,7 +276,7 @@ func (p *partner) applyAck(ack uint16) {
 		p.ackPoint = ack
 	}
 	for r := p.unacked.Front(); r != nil && seqBefore(r.seq, ack); r = p.unacked.Front() {
-		p.probeAt = 0
+		p.probeAt, p.askAt, p.asks = 0, 0, 0
 		if r.resends == 0 && !r.nacked && r.class != classLarge {
 			// Karn: only a request sent once times the round trip. (A
 			// RNDV's ack may wait for the receive to be posted.)

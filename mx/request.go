@@ -189,7 +189,7 @@ func (r *Request) Test() (st Status, ok bool) {
 	}
 	b.mu.Lock()
 	ok = r.consumeLocked(&st)
-	b.mu.Unlock()
+	b.unlockKick()
 	return st, ok
 }
 
@@ -265,12 +265,12 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 	b.mu.Lock()
 	for !r.done.Load() {
 		if !r.userHeld {
-			b.mu.Unlock()
+			b.unlockKick()
 			return Status{}, ErrBadRequest
 		}
 		r.waiters++
 		wake := e.wake
-		b.mu.Unlock()
+		b.unlockKick()
 		b.sleep.chanSleepers.Add(1) // sleep.go: an owner hands the sources back at once
 		var err error
 		select {
@@ -290,7 +290,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 			r.wokeAt = 0
 		}
 		if err != nil && !r.done.Load() {
-			b.mu.Unlock()
+			b.unlockKick()
 			return Status{}, err
 		}
 	}
@@ -301,7 +301,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		e.spin.observe(b, b.clock()-start)
 	}
 	ok := r.consumeLocked(&st)
-	b.mu.Unlock()
+	b.unlockKick()
 	if !ok {
 		return Status{}, ErrBadRequest
 	}
@@ -317,7 +317,7 @@ func (r *Request) finish(st *Status) error {
 	b := r.ep.b
 	b.mu.Lock()
 	ok := r.consumeLocked(st)
-	b.mu.Unlock()
+	b.unlockKick()
 	if !ok {
 		return ErrBadRequest
 	}

@@ -61,7 +61,14 @@ func (b *Board) rtoGran() int64 {
 // RTOMin costs the whole message, so those keep the board's ticks.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
-	if p.unreachable(now) || b.held(now) {
+	if p.unreachable(now) {
+		return
+	}
+	if p.probeAt == 0 {
+		// An ask resends nothing, so a late run's grace does not hold it.
+		p.askDue(now, p.probeTarget()) // ask.go
+	}
+	if b.held(now) {
 		return
 	}
 	if p.sack {
@@ -131,11 +138,12 @@ func (p *partner) probe(now int64) {
 // the peer) does not probe every slow message, and at least srtt plus the
 // receiver's delay of a tail's ack (tailAckDelay, RTOMin/4) plus the time
 // the machine may keep the peer descheduled (descheduled.go); at most the
-// RTO. Before the first measurement it is the RTO. A lost frame that only
-// the probe reveals (a ping-pong's ping or pong) costs this timeout: on a
-// machine that keeps the peer running, about srtt + RTOMin/4, so that a
-// ping-pong losing 1% of its frames keeps its 99th percentile within a
-// few tens of round trips.
+// RTO. Before the first measurement it is the RTO. Between gomx boards a
+// lost frame that no later frame reveals (a ping-pong's ping or pong) is
+// found earlier by asking the peer (ask.go), and the probe acts only when
+// neither the answer nor anything else came; toward an Open-MX peer such a
+// loss costs this timeout: on a machine that keeps the peer running, about
+// srtt + RTOMin/4.
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)

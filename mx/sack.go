@@ -161,13 +161,19 @@ func (p *partner) onSack(s *wire.Sack) {
 }
 
 // reorderWait is how long after its last send a request a SACK reports
-// missing is taken as lost: srtt and a quarter (RACK), the RTO before any
-// measurement.
+// missing is taken as lost: srtt and a quarter (RACK), plus the time the
+// machine may keep a goroutine descheduled (descheduled.go), the RTO
+// before any measurement. The allowance is the probe's: a frame the SACK
+// calls missing may be one a descheduled sender had not yet put on the
+// wire, or one the machine kept the receiving side from reading in order
+// (a UDP socket's frames handled by two goroutines), and on a lossless
+// wire those resends are spurious. On a machine that keeps its goroutines
+// running it is zero and costs a real loss nothing.
 func (p *partner) reorderWait() int64 {
 	if !p.rtt.ok {
 		return p.rto(p.ep.b.opts.ResendDelay, 0)
 	}
-	return p.rtt.srtt + p.rtt.srtt/4
+	return p.rtt.srtt + p.rtt.srtt/4 + descheduling.slack()
 }
 
 // sackResend resends the SACK holes that are due (fast retransmits) and
@@ -183,11 +189,18 @@ func (p *partner) sackResend(now int64) {
 			b.noteDue(due)
 			continue
 		}
-		r.sackHole = false
-		r.resends++ // Karn
-		p.ep.cnt[Resends]++
-		p.ep.cnt[FastRetransmits]++
-		p.transmitMissing(r)
+		p.resendMissing(r, FastRetransmits)
 		k++
 	}
+}
+
+// resendMissing resends the frames of r the peer does not hold, counted
+// as a resend and under why (a fast retransmit, or one on an ask's
+// answer).
+func (p *partner) resendMissing(r *Request, why Counter) {
+	r.sackHole = false
+	r.resends++ // Karn
+	p.ep.cnt[Resends]++
+	p.ep.cnt[why]++
+	p.transmitMissing(r)
 }

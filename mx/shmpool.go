@@ -81,7 +81,7 @@ func (e *Endpoint) AllocShared(n int) ([]byte, error) {
 	b := e.b
 	b.mu.Lock()
 	sp, err := b.sharedPoolLocked()
-	b.mu.Unlock()
+	b.unlockKick()
 	if err != nil {
 		return nil, e.opErr("alloc shared", err)
 	}
@@ -99,7 +99,7 @@ func (e *Endpoint) FreeShared(buf []byte) error {
 	b := e.b
 	b.mu.Lock()
 	sp := b.shared
-	b.mu.Unlock()
+	b.unlockKick()
 	if sp == nil {
 		return e.opErr("free shared", fmt.Errorf("%w: the board has no shared pool: free only what AllocShared returned", ErrBadRequest))
 	}
@@ -114,7 +114,7 @@ func (e *Endpoint) FreeShared(buf []byte) error {
 func (b *Board) SharedSegments() (own, peers int) {
 	b.mu.Lock()
 	sp, tr := b.shared, b.sharedTransport()
-	b.mu.Unlock()
+	b.unlockKick()
 	if sp != nil {
 		own = sp.pool.Segments()
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,10 +40,11 @@ func factoryNamed(t *testing.T, name string) transportFactory {
 // short warm-up: a process learns how long its machine deschedules from
 // its first waits, and this one may be the first to run. A machine loaded
 // far past its CPUs can still keep a peer off its CPU longer than any
-// recent gap said: each side may act once per thousand messages (a probe,
-// a resend, a pull re-request however many frames it names; once in a
+// recent gap said: each side may act once per 2000 messages (a probe,
+// a resend, a pull re-request however many frames it names; 4 times in a
 // short run); the log shows how often it did. With the timeouts of
-// round trips alone, several per thousand acted.
+// round trips alone, several per thousand acted. Busy-poll pairs run a
+// tenth of the messages; the AF_XDP pair needs root (xdptest).
 func TestNoSpuriousRecovery(t *testing.T) {
 	n := 100000
 	switch {
@@ -51,17 +53,10 @@ func TestNoSpuriousRecovery(t *testing.T) {
 	case raceEnabled:
 		n = 20000 // the same paths, several times slower each
 	}
-	for _, name := range []string{"loopback", "udp", "shm"} {
+	for _, name := range []string{"loopback", "udp", "shm", "xdp"} {
 		tf := factoryNamed(t, name)
 		for _, busy := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
-				if busy && runtime.NumCPU() < 4 {
-					// Two spinning boards with their receive loops on
-					// fewer CPUs starve each other for whole time
-					// slices, and their timers still fire in bursts
-					// (up to 12% of messages resent on 2 CPUs).
-					t.Skipf("busy-poll pairs need at least 4 CPUs to be judged here, this machine has %d: run on a larger one", runtime.NumCPU())
-				}
 				opts := DefaultBoardOptions()
 				opts.BusyPoll = busy
 				pr := newPair(t, tf, opts, loopback.Faults{})
@@ -88,9 +83,21 @@ func TestNoSpuriousRecovery(t *testing.T) {
 				// shorter than the peer's answer: 6% of a lossless run's
 				// messages resent), not the few a machine that deschedules
 				// a peer for longer than any recent gap still causes: on a
-				// loaded 2-CPU host that was up to 0.9% (spinning pairs,
-				// which lose whole time slices) and 0.35% (UDP).
-				allowed := max(uint64(m/50), 4)
+				// 2-CPU host at load average 40, up to 5 per 100 000
+				// messages (blocking waits, a tail probe or a pull
+				// re-request), none in busy-poll mode. Asks (ask.go)
+				// resend nothing and are not counted.
+				allowed := max(uint64(m/2000), 4)
+				if busy && runtime.NumCPU() < 4 {
+					// Two spinning boards with their receive loops on
+					// fewer CPUs lose whole time slices to each other
+					// and to the machine: a -race run on a loaded 2-CPU
+					// host saw 6 tail probes in 2000 messages. Logged,
+					// not judged.
+					t.Logf("not judged (busy-poll pair on %d CPUs): %d messages: a: %v; b: %v", runtime.NumCPU(), m,
+						recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
+					return
+				}
 				for i, e := range []*Endpoint{pr.a, pr.b} {
 					c := e.Counters()
 					var acts uint64
@@ -101,7 +108,7 @@ func TestNoSpuriousRecovery(t *testing.T) {
 						t.Errorf("endpoint %d: %d recovery actions in %d messages on a lossless wire, more than %d (%v)", e.id, acts, m, allowed, recoverySummary(c))
 					}
 				}
-				t.Logf("%d messages: a: %v; b: %v", m, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
+				t.Logf("%d messages: a: %v; b: %v", m, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
 			})
 		}
 	}
@@ -137,8 +144,9 @@ func wireLost(pr *pair) uint64 {
 // TestLossyPingPong exchanges mixed messages as a ping-pong over the
 // in-process wire losing 1% of its frames, in both wait modes: every byte
 // arrives, and the counters show the timers' recovery (a ping-pong's lost
-// frame is the last of its burst: only a probe or a timer brings it back,
-// from a waiter that spins as from a board that sleeps).
+// frame is the last of its burst: only a question's answer, a probe or a
+// timer brings it back, from a waiter that spins as from a board that
+// sleeps).
 func TestLossyPingPong(t *testing.T) {
 	n := 4000
 	if testing.Short() || raceEnabled {
@@ -157,11 +165,11 @@ func TestLossyPingPong(t *testing.T) {
 			var timers uint64
 			for _, e := range []*Endpoint{pr.a, pr.b} {
 				c := e.Counters()
-				timers += c.Get(TailProbes) + c.Get(TimerRetransmits)
+				timers += c.Get(AskRetransmits) + c.Get(TailProbes) + c.Get(TimerRetransmits)
 			}
 			t.Logf("a: %v; b: %v", recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
 			if timers == 0 {
-				t.Errorf("%d round trips over a wire losing 1%% of frames completed with no tail probe or timer retransmit", n)
+				t.Errorf("%d round trips over a wire losing 1%% of frames completed with no resend on an answer, tail probe or timer retransmit", n)
 			}
 		})
 	}
@@ -256,7 +264,7 @@ func TestLosslessNoRecovery(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		n = 1000
 	}
-	for _, name := range []string{"loopback", "shm", "udp"} {
+	for _, name := range []string{"loopback", "shm", "udp", "xdp"} {
 		tf := factoryNamed(t, name)
 		for _, busy := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
@@ -317,4 +325,14 @@ func TestLosslessNoRecovery(t *testing.T) {
 			})
 		}
 	}
+}
+
+// recoveryDelta says how the recovery counters, and the asks (which
+// resend nothing), moved from before to after.
+func recoveryDelta(before, after Counters) string {
+	var s strings.Builder
+	for _, k := range append(recoveryCounters, TailAsks, AsksAnswered, AskRetransmits) {
+		fmt.Fprintf(&s, "%v %d; ", k, after.Get(k)-before.Get(k))
+	}
+	return s.String()
 }

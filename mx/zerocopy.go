@@ -131,7 +131,7 @@ func (b *Board) ZeroCopyStats() ZeroCopyStats {
 	s := b.zc.cache.Stats()
 	b.mu.Lock()
 	n := len(b.zc.drain)
-	b.mu.Unlock()
+	b.unlockKick()
 	return ZeroCopyStats{Hits: s.Hits, Misses: s.Misses, Evictions: s.Evictions, Invalidations: s.Invalidations,
 		Registered: s.Entries, Bytes: s.Bytes, Waiting: n}
 }
@@ -333,7 +333,7 @@ func (b *Board) zcClose() {
 	b.mu.Lock()
 	b.zcDrainLocked()
 	b.placeDrainLocked()
-	b.mu.Unlock()
+	b.unlockKick()
 	_ = b.zc.cache.Close() // the transport unmapped what it still had
 }
 

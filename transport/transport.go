@@ -257,6 +257,26 @@ type Sleeper interface {
 	Wake()
 }
 
+// Kicker is implemented by transports whose Send ends with a system call
+// that only tells the kernel to take what was put on a transmit ring
+// (AF_XDP's sendto when the ring asks for a wake-up). A caller that sends
+// while holding a lock that other goroutines wait for queues its frames
+// under the lock and kicks after releasing it, so that nobody waits on
+// the lock for the length of a system call and the waiter the unlock
+// hands the lock to needs no wake-up from the kernel. Frames queued by
+// several senders leave in the order they were queued.
+type Kicker interface {
+	// Queue is Send without the kick: frames are copied (or described in
+	// place) and put on the transmit queue in order before it returns,
+	// and leave the host at the next Kick or Send. It kicks anyway when
+	// it must wait for transmit buffers or ring room.
+	Queue(frames []Frame) (n int, err error)
+	// Kick tells the kernel to transmit what Queue queued, if anything
+	// waits and the kernel asked to be told. It may run alongside Send,
+	// Queue and Close; it does nothing once the transport is closed.
+	Kick() error
+}
+
 // Queued is implemented by transports whose device has several receive
 // and transmit queues, so that the layer above can serve each queue from
 // its own goroutine (on its own core) with nothing shared between them:

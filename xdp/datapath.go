@@ -94,6 +94,22 @@ func (s *Socket) Alloc(descs []Desc) int {
 // kernel until they complete, when Alloc hands them out again; the caller
 // still owns descs[n:]. It does not allocate.
 func (s *Socket) Transmit(descs []Desc) (int, error) {
+	n, err := s.Post(descs)
+	if s.closed.Load() {
+		return n, err
+	}
+	if kerr := s.kickTx(); kerr != nil {
+		return n, kerr
+	}
+	return n, err
+}
+
+// Post is Transmit without the kick: it puts frames on the TX ring, where
+// they wait until Flush (or a Transmit, or an idle Receive) tells the
+// kernel. A sender that holds a lock other goroutines wait for posts under
+// it and flushes after releasing it, so nobody waits on the lock across
+// the system call; frames posted by several senders leave in ring order.
+func (s *Socket) Post(descs []Desc) (int, error) {
 	if s.closed.Load() {
 		return 0, &OpError{Op: "transmit", Iface: s.iface, Queue: s.queue, Err: ErrClosed}
 	}
@@ -125,9 +141,6 @@ func (s *Socket) Transmit(descs []Desc) (int, error) {
 	if n > 0 {
 		s.tx.produce(n)
 		s.tx.commit()
-	}
-	if err := s.kickTx(); err != nil {
-		return int(n), err
 	}
 	if bad != nil {
 		return int(n), bad
@@ -177,8 +190,14 @@ func (s *Socket) kickTx() error {
 // (a full device queue) leaves descriptors on the ring; a sender that
 // stops sending calls Flush until it returns 0, or keeps calling Receive,
 // which flushes when idle. Flush only reads the ring's shared indices, so
-// it may run alongside the transmit side.
+// it may run alongside the transmit side, and alongside Close (which waits
+// for it; a Flush after Close reports ErrClosed).
 func (s *Socket) Flush() (int, error) {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed.Load() {
+		return 0, &OpError{Op: "flush", Iface: s.iface, Queue: s.queue, Err: ErrClosed}
+	}
 	p := s.tx.pending()
 	if p == 0 {
 		return 0, nil

@@ -59,7 +59,11 @@
 // consumed entries are released by one store of the consumer index per
 // batch. The kernel is kicked with a syscall only when it sets
 // XDP_RING_NEED_WAKEUP in the ring's flags: always for TX in copy mode,
-// where one sendto sends at most the TX budget (32 by default).
+// where one sendto sends at most the TX budget (32 by default). The kick
+// can be made apart from the ring's entries: [Socket.Post] puts frames on
+// the TX ring and [Socket.Flush] kicks, so a sender that holds a lock
+// posts under it and makes the system call after releasing it
+// ([Transport.Queue] and [Transport.Kick], transport.Kicker).
 //
 // Frames are owned by exactly one party at a time. The UMEM's free list
 // holds frames nobody uses; [Socket.Receive] hands received frames to the

@@ -228,7 +228,7 @@ type Socket struct {
 	rx       consRing[xdpDesc]
 	tx       prodRing[xdpDesc]
 	closed   atomic.Bool
-	closeMu  sync.Mutex
+	closeMu  sync.RWMutex
 }
 
 // Open opens an AF_XDP socket on queue of the interface named iface (in the

@@ -272,6 +272,34 @@ const xdpPacketHeadroom = 256
 // the next descriptors at the frame's Data in place. It waits up to a second for
 // transmit frames to complete when all are in flight.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
+	return t.send(frames, true)
+}
+
+// Queue is Send without the system call that tells the kernel (the TX
+// kick): the frames are copied (or described in place) and put on the TX
+// ring in order, as Send does, and leave when the next Kick, Send or
+// idle Recv makes it. It kicks only when it must wait for transmit
+// frames or ring room. See transport.Kicker.
+func (t *Transport) Queue(frames []transport.Frame) (int, error) {
+	return t.send(frames, false)
+}
+
+// Kick tells the kernel to transmit what Queue left on the TX ring, when
+// frames wait there and the kernel asked to be told (NEED_WAKEUP). It
+// takes no lock of Send's, so it runs alongside senders; a kick finds the
+// ring empty (and makes no system call) when another kick sent its frames.
+func (t *Transport) Kick() error {
+	if t.closed.Load() || len(t.socks) == 0 {
+		return nil
+	}
+	if _, err := t.socks[0].Flush(); err != nil && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// send is Send, or Queue without kick.
+func (t *Transport) send(frames []transport.Frame, kick bool) (int, error) {
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	if t.closed.Load() {
@@ -355,7 +383,13 @@ func (t *Transport) Send(frames []transport.Frame) (int, error) {
 			s.Release(t.txDesc[built:n])
 		}
 		for off := 0; off < len(out); {
-			m, err := s.Transmit(out[off:])
+			var m int
+			var err error
+			if kick {
+				m, err = s.Transmit(out[off:])
+			} else if m, err = s.Post(out[off:]); m == 0 && err == nil {
+				_, err = s.Flush() // the ring is full: let the kernel take some
+			}
 			if err != nil {
 				t.unsent(s, out[off:])
 				done := frameCount(out[:off])

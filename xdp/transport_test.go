@@ -378,3 +378,57 @@ func TestTransportSendHead(t *testing.T) {
 		})
 	}
 }
+
+// Queue puts frames on the TX ring without the kick and Kick sends them:
+// several goroutines queueing (and kicking) at once each see their frames
+// arrive whole and in their order, and Kick after Close does nothing.
+func TestTransportQueueKick(t *testing.T) {
+	a, b, _ := newTransports(t, 1, false)
+	var k transport.Kicker = a
+	const senders, each = 4, 200 // fewer than b's RX ring holds
+	errs := make(chan error, senders)
+	for g := range senders {
+		go func() {
+			for i := range each {
+				f := []transport.Frame{{Peer: b.Addr(), Data: []byte{byte(g), byte(i >> 8), byte(i)}}}
+				if n, err := k.Queue(f); n != 1 || err != nil {
+					errs <- fmt.Errorf("sender %d: Queue = %d, %v", g, n, err)
+					return
+				}
+				if i%50 == 49 {
+					if err := k.Kick(); err != nil {
+						errs <- fmt.Errorf("sender %d: Kick: %v", g, err)
+						return
+					}
+				}
+			}
+			errs <- k.Kick()
+		}()
+	}
+	got, rerr := recvAll(t, b, senders*each)
+	for range senders {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rerr != nil || len(got) != senders*each {
+		t.Fatalf("received %d of %d frames: %v", len(got), senders*each, rerr)
+	}
+	var next [senders]int
+	for _, f := range got {
+		g, i := int(f.Data[0]), int(f.Data[1])<<8|int(f.Data[2])
+		if g >= senders || i != next[g] {
+			t.Fatalf("frame %d of sender %d arrived where %d was next", i, g, next[g])
+		}
+		next[g]++
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Kick(); err != nil {
+		t.Errorf("Kick after Close = %v, want nil", err)
+	}
+	if _, err := k.Queue([]transport.Frame{{Peer: b.Addr(), Data: []byte{1}}}); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Queue after Close = %v, want ErrClosed", err)
+	}
+}

@@ -200,7 +200,6 @@ func gomx_finalize(errbuf *C.char) C.int {
 		dropEndpoint(e)
 		freeSlotsOf(e)
 	}
-	C.gomxc_drop_endpoint(0)
 	mxenv.CloseBoards(lib.boards)
 	lib.boards, lib.names = nil, nil
 	lib.inited.Store(false)

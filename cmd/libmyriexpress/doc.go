@@ -46,22 +46,16 @@
 // the peer (peers.go), so a send through it finds mx's partner without a
 // map lookup, as a Go Addr from Connect does.
 //
-// # Requests completed in their post
+// # One place for a request's state
 //
-// Each call into Go costs a cgo crossing (some 70-120 ns), so what C can
-// answer alone it does (done.c). An eager send, and a receive whose message
-// is already there, complete inside the post; the Go half then consumes
-// the completion at once and writes the MX status into a record of C
-// memory that shim.c lent it for the call, and the application gets a
-// handle naming that record (bit 63 set). mx_test, mx_wait and the other
-// calls on such a handle answer in C, so a ping-pong's wait for its send
-// does not cross. Records are taken and given back with atomics in C (a
-// free stack, one spare per thread); Go writes only the status, before
-// the C side publishes the record. Any-calls (test_any, wait_any, peek)
-// look at an endpoint's records first, oldest first; an endpoint's posts
-// stop completing into records at its first any-call, so completions keep
-// their order and a wait_any asleep in Go never misses one (done.c says
-// how the switch is made safe against posts on other threads).
+// A request's completion lives in mx alone: every call on a request
+// crosses into Go (a cgo callback, some 70-130 ns of the runtime's) and
+// asks mx. The C half keeps no copy of any request's state, so the
+// any-calls (test_any, wait_any, peek) and the calls on one request see
+// the same completions in the same order, whatever threads make them.
+// What decides a ping-pong's latency is the responder's turnaround (its
+// wait returning to C, its send entering Go), which the C program's own
+// calls put on the critical path; docs/c-api.md measures it.
 //
 // # Threads and callbacks
 //

@@ -65,7 +65,6 @@ func gomx_close_endpoint(h C.uintptr_t, errbuf *C.char) C.int {
 	}
 	dropEndpoint(e)
 	freeSlotsOf(e)
-	C.gomxc_drop_endpoint(h)
 	return rcSuccess
 }
 

@@ -108,8 +108,7 @@ type slot struct {
 	r    *mx.Request
 	e    *endpoint
 	uctx uintptr // the application's context pointer
-	// handle is what mx_request_t holds: generation<<32 | index+1, the
-	// generation's 31 low bits (bit 63 marks done.c's handles).
+	// handle is what mx_request_t holds: generation<<32 | index+1.
 	handle uintptr
 	// segs holds the request's segments as Go slices over the
 	// application's C memory, reused by the slot's next request once this
@@ -232,7 +231,7 @@ func newSlot(e *endpoint, uctx uintptr) *slot {
 	}
 	s.gen++
 	s.e, s.uctx = e, uctx
-	s.handle = uintptr(s.gen&0x7fffffff)<<32 | uintptr(s.idx+1)
+	s.handle = uintptr(s.gen)<<32 | uintptr(s.idx+1)
 	s.state.Store(slotPosting)
 	return s
 }

@@ -104,10 +104,10 @@ func BenchmarkSlot(b *testing.B) {
 	}
 }
 
-// TestSlotHandlesLeaveBit63 checks that a slot's handle never sets bit 63,
-// which marks the handles of requests completed in their post (done.c),
-// however often the slot was used, and that its handle still names it.
-func TestSlotHandlesLeaveBit63(t *testing.T) {
+// TestSlotHandlesWrap checks that a slot's handle names it however often
+// the slot was used (its generation wraps), and that the handle of its
+// previous use does not.
+func TestSlotHandlesWrap(t *testing.T) {
 	e := &endpoint{}
 	s := newSlot(e, 0)
 	if s == nil {
@@ -120,12 +120,12 @@ func TestSlotHandlesLeaveBit63(t *testing.T) {
 		if got != s {
 			t.Fatalf("newSlot took slot %p, want the one just freed %p", got, s)
 		}
-		if got.handle>>63 != 0 {
-			t.Errorf("generation %#x: handle %#x sets bit 63", gen+1, got.handle)
-		}
 		got.r = new(mx.Request) // what publish records
 		if slotOf(got.handle) != got {
 			t.Errorf("generation %#x: handle %#x does not name its slot", gen+1, got.handle)
+		}
+		if old := uintptr(gen)<<32 | uintptr(got.idx+1); slotOf(old) != nil {
+			t.Errorf("generation %#x: the previous use's handle %#x still names the slot", gen+1, old)
 		}
 		freeSlot(got, true)
 	}

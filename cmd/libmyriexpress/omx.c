@@ -390,7 +390,7 @@ static omx_return_t omx_send(const char *fn, omx_endpoint_t ep, omx_seg_t *segs,
 {
 	OMX_NEED_REQUEST(ep, fn);
 	OMX_CALL(ep, fn,
-		 gomxc_isend(EP(ep), (mx_segment_t *)(void *)segs, nseg, dest.data[0], dest.data[1], match_info,
+		 gomx_isend(EP(ep), (mx_segment_t *)(void *)segs, nseg, dest.data[0], dest.data[1], match_info,
 			    (uintptr_t)context, sync, REQ(request), errbuf));
 }
 
@@ -435,7 +435,7 @@ omx_return_t omx_irecvv(omx_endpoint_t ep, omx_seg_t *segs, uint32_t nseg, uint6
 {
 	OMX_NEED_REQUEST(ep, "omx_irecv");
 	OMX_CALL(ep, "omx_irecv",
-		 gomxc_irecv(EP(ep), (mx_segment_t *)(void *)segs, nseg, match_info, match_mask, (uintptr_t)context,
+		 gomx_irecv(EP(ep), (mx_segment_t *)(void *)segs, nseg, match_info, match_mask, (uintptr_t)context,
 			    REQ(request), errbuf));
 }
 
@@ -450,7 +450,7 @@ omx_return_t omx_irecv(omx_endpoint_t ep, void *buffer, size_t length, uint64_t 
 omx_return_t omx_context(omx_request_t *request, void **context)
 {
 	OMX_NEED(NULL, "omx_context", context != NULL, OMX_BAD_INFO_ADDRESS, "context pointer is NULL");
-	OMX_CALL(NULL, "omx_context", gomxc_context(REQ(request), (uintptr_t *)context, errbuf));
+	OMX_CALL(NULL, "omx_context", gomx_context(REQ(request), (uintptr_t *)context, errbuf));
 }
 
 /* ---- completion ---- */
@@ -459,7 +459,7 @@ omx_return_t omx_test(omx_endpoint_t ep, omx_request_t *request, omx_status_t *s
 {
 	OMX_NEED_RESULT(ep, "omx_test");
 	OMX_NEED_REQUEST(ep, "omx_test");
-	OMX_DONE(ep, "omx_test", gomxc_test(EP(ep), REQ(request), MXST(status), result, errbuf), status, result);
+	OMX_DONE(ep, "omx_test", gomx_test(EP(ep), REQ(request), MXST(status), result, errbuf), status, result);
 }
 
 omx_return_t omx_wait(omx_endpoint_t ep, omx_request_t *request, omx_status_t *status, uint32_t *result,
@@ -470,7 +470,7 @@ omx_return_t omx_wait(omx_endpoint_t ep, omx_request_t *request, omx_status_t *s
 	OMX_NOT_IN_HANDLER(ep, "omx_wait");
 	OMX_NEED_RESULT(ep, "omx_wait");
 	OMX_NEED_REQUEST(ep, "omx_wait");
-	OMX_DONE(ep, "omx_wait", gomxc_wait(EP(ep), REQ(request), mx_timeout(timeout), MXST(status), result, errbuf),
+	OMX_DONE(ep, "omx_wait", gomx_wait(EP(ep), REQ(request), mx_timeout(timeout), MXST(status), result, errbuf),
 		 status, result);
 }
 
@@ -478,7 +478,7 @@ omx_return_t omx_test_any(omx_endpoint_t ep, uint64_t match_info, uint64_t match
 			  uint32_t *result)
 {
 	OMX_NEED_RESULT(ep, "omx_test_any");
-	OMX_DONE(ep, "omx_test_any", gomxc_test_any(EP(ep), match_info, match_mask, MXST(status), result, errbuf),
+	OMX_DONE(ep, "omx_test_any", gomx_test_any(EP(ep), match_info, match_mask, MXST(status), result, errbuf),
 		 status, result);
 }
 
@@ -490,7 +490,7 @@ omx_return_t omx_wait_any(omx_endpoint_t ep, uint64_t match_info, uint64_t match
 	OMX_NOT_IN_HANDLER(ep, "omx_wait_any");
 	OMX_NEED_RESULT(ep, "omx_wait_any");
 	OMX_DONE(ep, "omx_wait_any",
-		 gomxc_wait_any(EP(ep), mx_timeout(timeout), match_info, match_mask, MXST(status), result, errbuf),
+		 gomx_wait_any(EP(ep), mx_timeout(timeout), match_info, match_mask, MXST(status), result, errbuf),
 		 status, result);
 }
 
@@ -498,7 +498,7 @@ omx_return_t omx_ipeek(omx_endpoint_t ep, omx_request_t *request, uint32_t *resu
 {
 	OMX_NEED_RESULT(ep, "omx_ipeek");
 	OMX_NEED_REQUEST(ep, "omx_ipeek");
-	OMX_CALL(ep, "omx_ipeek", gomxc_ipeek(EP(ep), REQ(request), result, errbuf));
+	OMX_CALL(ep, "omx_ipeek", gomx_ipeek(EP(ep), REQ(request), result, errbuf));
 }
 
 omx_return_t omx_peek(omx_endpoint_t ep, omx_request_t *request, uint32_t *result, uint32_t timeout)
@@ -508,7 +508,7 @@ omx_return_t omx_peek(omx_endpoint_t ep, omx_request_t *request, uint32_t *resul
 	OMX_NOT_IN_HANDLER(ep, "omx_peek");
 	OMX_NEED_RESULT(ep, "omx_peek");
 	OMX_NEED_REQUEST(ep, "omx_peek");
-	OMX_CALL(ep, "omx_peek", gomxc_peek(EP(ep), mx_timeout(timeout), REQ(request), result, errbuf));
+	OMX_CALL(ep, "omx_peek", gomx_peek(EP(ep), mx_timeout(timeout), REQ(request), result, errbuf));
 }
 
 omx_return_t omx_iprobe(omx_endpoint_t ep, uint64_t match_info, uint64_t match_mask, omx_status_t *status,
@@ -535,26 +535,26 @@ omx_return_t omx_ibuffered(omx_endpoint_t ep, omx_request_t *request, uint32_t *
 {
 	OMX_NEED_RESULT(ep, "omx_ibuffered");
 	OMX_NEED_REQUEST(ep, "omx_ibuffered");
-	OMX_CALL(ep, "omx_ibuffered", gomxc_ibuffered(EP(ep), REQ(request), result, errbuf));
+	OMX_CALL(ep, "omx_ibuffered", gomx_ibuffered(EP(ep), REQ(request), result, errbuf));
 }
 
 omx_return_t omx_cancel(omx_endpoint_t ep, omx_request_t *request, uint32_t *result)
 {
 	OMX_NEED_RESULT(ep, "omx_cancel");
 	OMX_NEED_REQUEST(ep, "omx_cancel");
-	OMX_CALL(ep, "omx_cancel", gomxc_cancel(EP(ep), REQ(request), result, errbuf));
+	OMX_CALL(ep, "omx_cancel", gomx_cancel(EP(ep), REQ(request), result, errbuf));
 }
 
 omx_return_t omx_forget(omx_endpoint_t ep, omx_request_t *request)
 {
 	OMX_NEED_REQUEST(ep, "omx_forget");
-	OMX_CALL(ep, "omx_forget", gomxc_forget(EP(ep), REQ(request), errbuf));
+	OMX_CALL(ep, "omx_forget", gomx_forget(EP(ep), REQ(request), errbuf));
 }
 
 omx_return_t omx_set_request_timeout(omx_endpoint_t ep, omx_request_t request, uint32_t milliseconds)
 {
 	OMX_CALL(ep, "omx_set_request_timeout",
-		 gomxc_set_request_timeout(EP(ep), (uintptr_t)request, mx_timeout(milliseconds), errbuf));
+		 gomx_set_request_timeout(EP(ep), (uintptr_t)request, mx_timeout(milliseconds), errbuf));
 }
 
 omx_return_t omx_register_unexp_handler(omx_endpoint_t ep, omx_unexp_handler_t handler, void *context)

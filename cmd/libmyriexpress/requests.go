@@ -21,17 +21,11 @@ import (
 
 // ---- communication ----
 
-// gomx_isend and gomx_irecv post a request. When done.c lends a status
-// record (early not nil) and the request completed in the post itself (an
-// eager send, a receive whose message was there), they consume it at once,
-// write its status into *early and set *done: done.c then gives the
-// application a handle of its own and answers for the request without
-// entering Go. done.c lends a record only while no any-call (test_any,
-// wait_any, peek) runs on the endpoint, so nobody else can report the
-// request meanwhile.
+// gomx_isend and gomx_irecv post a request and give the application its
+// slot's handle.
 
 //export gomx_isend
-func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match C.uint64_t, uctx C.uintptr_t, sync C.int, out *C.uintptr_t, early *C.mx_status_t, done *C.int, errbuf *C.char) C.int {
+func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match C.uint64_t, uctx C.uintptr_t, sync C.int, out *C.uintptr_t, errbuf *C.char) C.int {
 	e := endpointOf(uintptr(h))
 	if e == nil {
 		return badEndpoint(errbuf, h)
@@ -59,24 +53,9 @@ func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match
 		freeSlot(s, true)
 		return failErr(errbuf, err)
 	}
-	postDone(s, r, out, early, done)
-	return rcSuccess
-}
-
-// postDone hands the posted request r to the application: its status in
-// *early when done.c lent a record and r completed already, else its slot's
-// handle in *out.
-func postDone(s *slot, r *mx.Request, out *C.uintptr_t, early *C.mx_status_t, done *C.int) {
-	if early != nil && r.Done() {
-		if st, ok := r.Test(); ok {
-			putStatus(early, &st, s.e, s.uctx)
-			freeSlot(s, true)
-			*done = 1
-			return
-		}
-	}
 	*out = C.uintptr_t(s.handle)
 	s.publish(r)
+	return rcSuccess
 }
 
 func send(e *endpoint, segs [][]byte, dest mx.Addr, match uint64, s *slot, sync bool) (*mx.Request, error) {
@@ -98,7 +77,7 @@ func (e *endpoint) connectSelf() error {
 }
 
 //export gomx_irecv
-func gomx_irecv(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, match, mask C.uint64_t, uctx C.uintptr_t, out *C.uintptr_t, early *C.mx_status_t, done *C.int, errbuf *C.char) C.int {
+func gomx_irecv(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, match, mask C.uint64_t, uctx C.uintptr_t, out *C.uintptr_t, errbuf *C.char) C.int {
 	e := endpointOf(uintptr(h))
 	if e == nil {
 		return badEndpoint(errbuf, h)
@@ -121,7 +100,8 @@ func gomx_irecv(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, match, mask C
 		freeSlot(s, true)
 		return failErr(errbuf, err)
 	}
-	postDone(s, r, out, early, done)
+	*out = C.uintptr_t(s.handle)
+	s.publish(r)
 	return rcSuccess
 }
 

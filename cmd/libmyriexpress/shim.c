@@ -245,7 +245,7 @@ mx_return_t mx_isend(mx_endpoint_t endpoint, mx_segment_t *segments_list, uint32
 {
 	NEED(endpoint, "mx_isend", request != NULL, MX_BAD_REQUEST, "request pointer is NULL");
 	RET_CALL(endpoint, "mx_isend",
-		 gomxc_isend((uintptr_t)endpoint, segments_list, segments_count, dest.stuff[0], dest.stuff[1],
+		 gomx_isend((uintptr_t)endpoint, segments_list, segments_count, dest.stuff[0], dest.stuff[1],
 			    match_info, (uintptr_t)context, 0, (uintptr_t *)request, errbuf));
 }
 
@@ -254,7 +254,7 @@ mx_return_t mx_issend(mx_endpoint_t endpoint, mx_segment_t *segments_list, uint3
 {
 	NEED(endpoint, "mx_issend", request != NULL, MX_BAD_REQUEST, "request pointer is NULL");
 	RET_CALL(endpoint, "mx_issend",
-		 gomxc_isend((uintptr_t)endpoint, segments_list, segments_count, dest.stuff[0], dest.stuff[1],
+		 gomx_isend((uintptr_t)endpoint, segments_list, segments_count, dest.stuff[0], dest.stuff[1],
 			    match_info, (uintptr_t)context, 1, (uintptr_t *)request, errbuf));
 }
 
@@ -263,7 +263,7 @@ mx_return_t mx_irecv(mx_endpoint_t endpoint, mx_segment_t *segments_list, uint32
 {
 	NEED(endpoint, "mx_irecv", request != NULL, MX_BAD_REQUEST, "request pointer is NULL");
 	RET_CALL(endpoint, "mx_irecv",
-		 gomxc_irecv((uintptr_t)endpoint, segments_list, segments_count, match_info, match_mask,
+		 gomx_irecv((uintptr_t)endpoint, segments_list, segments_count, match_info, match_mask,
 			    (uintptr_t)context, (uintptr_t *)request, errbuf));
 }
 
@@ -301,7 +301,7 @@ mx_return_t mx_test(mx_endpoint_t endpoint, mx_request_t *request, mx_status_t *
 	NEED_RESULT(endpoint, "mx_test");
 	NEED_REQUEST(endpoint, "mx_test");
 	RET_CALL(endpoint, "mx_test",
-		 gomxc_test((uintptr_t)endpoint, (uintptr_t *)request, status, result, errbuf));
+		 gomx_test((uintptr_t)endpoint, (uintptr_t *)request, status, result, errbuf));
 }
 
 mx_return_t mx_wait(mx_endpoint_t endpoint, mx_request_t *request, uint32_t timeout, mx_status_t *status,
@@ -311,7 +311,7 @@ mx_return_t mx_wait(mx_endpoint_t endpoint, mx_request_t *request, uint32_t time
 	NEED_RESULT(endpoint, "mx_wait");
 	NEED_REQUEST(endpoint, "mx_wait");
 	RET_CALL(endpoint, "mx_wait",
-		 gomxc_wait((uintptr_t)endpoint, (uintptr_t *)request, timeout, status, result, errbuf));
+		 gomx_wait((uintptr_t)endpoint, (uintptr_t *)request, timeout, status, result, errbuf));
 }
 
 mx_return_t mx_test_any(mx_endpoint_t endpoint, uint64_t match_info, uint64_t match_mask, mx_status_t *status,
@@ -319,7 +319,7 @@ mx_return_t mx_test_any(mx_endpoint_t endpoint, uint64_t match_info, uint64_t ma
 {
 	NEED_RESULT(endpoint, "mx_test_any");
 	RET_CALL(endpoint, "mx_test_any",
-		 gomxc_test_any((uintptr_t)endpoint, match_info, match_mask, status, result, errbuf));
+		 gomx_test_any((uintptr_t)endpoint, match_info, match_mask, status, result, errbuf));
 }
 
 mx_return_t mx_wait_any(mx_endpoint_t endpoint, uint32_t timeout, uint64_t match_info, uint64_t match_mask,
@@ -328,14 +328,14 @@ mx_return_t mx_wait_any(mx_endpoint_t endpoint, uint32_t timeout, uint64_t match
 	NOT_IN_HANDLER(endpoint, "mx_wait_any");
 	NEED_RESULT(endpoint, "mx_wait_any");
 	RET_CALL(endpoint, "mx_wait_any",
-		 gomxc_wait_any((uintptr_t)endpoint, timeout, match_info, match_mask, status, result, errbuf));
+		 gomx_wait_any((uintptr_t)endpoint, timeout, match_info, match_mask, status, result, errbuf));
 }
 
 mx_return_t mx_ipeek(mx_endpoint_t endpoint, mx_request_t *request, uint32_t *result)
 {
 	NEED_RESULT(endpoint, "mx_ipeek");
 	NEED_REQUEST(endpoint, "mx_ipeek");
-	RET_CALL(endpoint, "mx_ipeek", gomxc_ipeek((uintptr_t)endpoint, (uintptr_t *)request, result, errbuf));
+	RET_CALL(endpoint, "mx_ipeek", gomx_ipeek((uintptr_t)endpoint, (uintptr_t *)request, result, errbuf));
 }
 
 mx_return_t mx_peek(mx_endpoint_t endpoint, uint32_t timeout, mx_request_t *request, uint32_t *result)
@@ -344,7 +344,7 @@ mx_return_t mx_peek(mx_endpoint_t endpoint, uint32_t timeout, mx_request_t *requ
 	NEED_RESULT(endpoint, "mx_peek");
 	NEED_REQUEST(endpoint, "mx_peek");
 	RET_CALL(endpoint, "mx_peek",
-		 gomxc_peek((uintptr_t)endpoint, timeout, (uintptr_t *)request, result, errbuf));
+		 gomx_peek((uintptr_t)endpoint, timeout, (uintptr_t *)request, result, errbuf));
 }
 
 mx_return_t mx_iprobe(mx_endpoint_t endpoint, uint64_t match_info, uint64_t match_mask, mx_status_t *status,
@@ -368,13 +368,13 @@ mx_return_t mx_cancel(mx_endpoint_t endpoint, mx_request_t *request, uint32_t *r
 {
 	NEED_RESULT(endpoint, "mx_cancel");
 	NEED_REQUEST(endpoint, "mx_cancel");
-	RET_CALL(endpoint, "mx_cancel", gomxc_cancel((uintptr_t)endpoint, (uintptr_t *)request, result, errbuf));
+	RET_CALL(endpoint, "mx_cancel", gomx_cancel((uintptr_t)endpoint, (uintptr_t *)request, result, errbuf));
 }
 
 mx_return_t mx_forget(mx_endpoint_t endpoint, mx_request_t *request)
 {
 	NEED_REQUEST(endpoint, "mx_forget");
-	RET_CALL(endpoint, "mx_forget", gomxc_forget((uintptr_t)endpoint, (uintptr_t *)request, errbuf));
+	RET_CALL(endpoint, "mx_forget", gomx_forget((uintptr_t)endpoint, (uintptr_t *)request, errbuf));
 }
 
 mx_return_t mx_ibuffered(mx_endpoint_t endpoint, mx_request_t *request, uint32_t *result)
@@ -382,19 +382,19 @@ mx_return_t mx_ibuffered(mx_endpoint_t endpoint, mx_request_t *request, uint32_t
 	NEED_RESULT(endpoint, "mx_ibuffered");
 	NEED_REQUEST(endpoint, "mx_ibuffered");
 	RET_CALL(endpoint, "mx_ibuffered",
-		 gomxc_ibuffered((uintptr_t)endpoint, (uintptr_t *)request, result, errbuf));
+		 gomx_ibuffered((uintptr_t)endpoint, (uintptr_t *)request, result, errbuf));
 }
 
 mx_return_t mx_context(mx_request_t *request, void **context)
 {
 	NEED(NULL, "mx_context", context != NULL, MX_BAD_INFO_VAL, "context pointer is NULL");
-	RET_CALL(NULL, "mx_context", gomxc_context((uintptr_t *)request, (uintptr_t *)context, errbuf));
+	RET_CALL(NULL, "mx_context", gomx_context((uintptr_t *)request, (uintptr_t *)context, errbuf));
 }
 
 mx_return_t mx_set_request_timeout(mx_endpoint_t endpoint, mx_request_t request, uint32_t milli_seconds)
 {
 	RET_CALL(endpoint, "mx_set_request_timeout",
-		 gomxc_set_request_timeout((uintptr_t)endpoint, (uintptr_t)request, milli_seconds, errbuf));
+		 gomx_set_request_timeout((uintptr_t)endpoint, (uintptr_t)request, milli_seconds, errbuf));
 }
 
 /* ---- the unexpected handler ---- */

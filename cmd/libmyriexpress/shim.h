@@ -37,27 +37,4 @@ static inline int gomx_ep_index(uintptr_t h)
 	return (i >= 0 && i < GOMX_MAX_EPS) ? i : -1;
 }
 
-/* done.c: the calls on requests, answering in C for requests that
- * completed before their post returned and calling the gomx_* function
- * of the same name otherwise. shim.c and omx.c call these. */
-int gomxc_isend(uintptr_t ep, mx_segment_t *segs, uint32_t n, uint64_t a0, uint64_t a1, uint64_t match,
-		uintptr_t uctx, int sync, uintptr_t *out, char *errbuf);
-int gomxc_irecv(uintptr_t ep, mx_segment_t *segs, uint32_t n, uint64_t match, uint64_t mask, uintptr_t uctx,
-		uintptr_t *out, char *errbuf);
-int gomxc_test(uintptr_t ep, uintptr_t *req, mx_status_t *st, uint32_t *result, char *errbuf);
-int gomxc_wait(uintptr_t ep, uintptr_t *req, uint32_t timeout, mx_status_t *st, uint32_t *result, char *errbuf);
-int gomxc_test_any(uintptr_t ep, uint64_t match, uint64_t mask, mx_status_t *st, uint32_t *result, char *errbuf);
-int gomxc_wait_any(uintptr_t ep, uint32_t timeout, uint64_t match, uint64_t mask, mx_status_t *st,
-		   uint32_t *result, char *errbuf);
-int gomxc_ipeek(uintptr_t ep, uintptr_t *req, uint32_t *result, char *errbuf);
-int gomxc_peek(uintptr_t ep, uint32_t timeout, uintptr_t *req, uint32_t *result, char *errbuf);
-int gomxc_cancel(uintptr_t ep, uintptr_t *req, uint32_t *result, char *errbuf);
-int gomxc_forget(uintptr_t ep, uintptr_t *req, char *errbuf);
-int gomxc_ibuffered(uintptr_t ep, uintptr_t *req, uint32_t *result, char *errbuf);
-int gomxc_context(uintptr_t *req, uintptr_t *uctx, char *errbuf);
-int gomxc_set_request_timeout(uintptr_t ep, uintptr_t req, uint32_t ms, char *errbuf);
-/* Releases the records of endpoint ep's requests (every endpoint's when ep
- * is 0), once the endpoint is closed. */
-void gomxc_drop_endpoint(uintptr_t ep);
-
 #endif

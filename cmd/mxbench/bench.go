@@ -160,6 +160,8 @@ type recovery struct {
 	TailProbes            uint64 `json:"tail_probes"`
 	DuplicatesReceived    uint64 `json:"duplicates_received"`
 	PullFramesRerequested uint64 `json:"pull_frames_rerequested"`
+	Asks                  uint64 `json:"asks"`
+	AskRetransmits        uint64 `json:"ask_retransmits"`
 }
 
 // recoveryBetween sums, over the endpoints, how the loss-recovery counters
@@ -178,6 +180,8 @@ func recoveryBetween(before, after []mx.Counters) *recovery {
 		TailProbes:            d(mx.TailProbes),
 		DuplicatesReceived:    d(mx.DupReceived),
 		PullFramesRerequested: d(mx.PullFramesRerequested),
+		Asks:                  d(mx.TailAsks),
+		AskRetransmits:        d(mx.AskRetransmits),
 	}
 }
 

@@ -293,6 +293,37 @@ func freePortPair(t *testing.T) int {
 	return 0
 }
 
+// serveAndRun starts `mxbench serve --once` on a free loopback port, runs
+// the client whose arguments args gives for that address (retrying while
+// the server is not listening yet), waits for the server to finish, and
+// returns the client's output and the server's address.
+func serveAndRun(t *testing.T, args func(addr string) []string) (string, string) {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePortPair(t))
+	var sout, serr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(&sout, &serr, []string{"serve", "--listen", addr, "--once", "--wait", "block", "--timeout", "60s"})
+	}()
+	var out string
+	for try := 0; ; try++ {
+		var o, e bytes.Buffer
+		err := run(&o, &e, args(addr))
+		if err == nil {
+			out = o.String()
+			break
+		}
+		if try == 20 || !strings.Contains(err.Error(), "connect") {
+			t.Fatalf("client: %v\nserver output:\n%s%s", err, sout.String(), serr.String())
+		}
+		time.Sleep(100 * time.Millisecond) // the server is not listening yet
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v\n%s%s", err, sout.String(), serr.String())
+	}
+	return out, addr
+}
+
 // A client in this process runs pingpong and then stream against a server
 // started with `serve`, both over UDP, with the baseline beside each size;
 // then pingpong again with the fault model on the client's transport.
@@ -307,29 +338,10 @@ func TestServeClient(t *testing.T) {
 	} {
 		cmd := tc.cmd
 		t.Run(tc.name, func(t *testing.T) {
-			addr := fmt.Sprintf("127.0.0.1:%d", freePortPair(t))
-			var sout, serr bytes.Buffer
-			done := make(chan error, 1)
-			go func() {
-				done <- run(&sout, &serr, []string{"serve", "--listen", addr, "--once", "--wait", "block", "--timeout", "60s"})
-			}()
-			var out string
-			for try := 0; ; try++ {
-				var o, e bytes.Buffer
-				err := run(&o, &e, append([]string{cmd, "--transport", "udp", "--peer", addr, "--sizes", "0,8,4K,100K",
-					"--iterations", "20", "--warmup", "2", "--verify", "--json", "--wait", "block"}, tc.extra...))
-				if err == nil {
-					out = o.String()
-					break
-				}
-				if try == 20 || !strings.Contains(err.Error(), "connect") {
-					t.Fatalf("client: %v\nserver output:\n%s%s", err, sout.String(), serr.String())
-				}
-				time.Sleep(100 * time.Millisecond) // the server is not listening yet
-			}
-			if err := <-done; err != nil {
-				t.Fatalf("server: %v\n%s%s", err, sout.String(), serr.String())
-			}
+			out, addr := serveAndRun(t, func(addr string) []string {
+				return append([]string{cmd, "--transport", "udp", "--peer", addr, "--sizes", "0,8,4K,100K",
+					"--iterations", "20", "--warmup", "2", "--verify", "--json", "--wait", "block"}, tc.extra...)
+			})
 			rows := jsonRows(t, out)
 			if len(rows) != 4 {
 				t.Fatalf("%d rows, want 4:\n%s", len(rows), out)

@@ -269,6 +269,10 @@ func serveOne(ctx context.Context, ep *mx.Endpoint, key uint32, pbuf []byte, raw
 	return nil
 }
 
+// clientDone, when set, is given the client's endpoint after its last size
+// ran and before its board closes (the tests read its counters).
+var clientDone func(*mx.Endpoint)
+
 // runClient runs pingpong or stream against an `mxbench serve`.
 func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep reporter, stderr io.Writer) error {
 	if f.transport != "udp" {
@@ -315,7 +319,16 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 			return s.Add(r)
 		}
 	}
-	board, err := mx.NewBoard(tr, f.boardOptions())
+	opts := f.boardOptions()
+	if wire == nil {
+		// The server is another process: a server on this host is reached
+		// through shared memory, as `serve` reaches its clients, unless
+		// GOMX_SHM=off. (boardOptions turns off the in-process shortcut,
+		// which alone would keep this board off the host path.) With
+		// faults the frames stay on the faulty transport.
+		opts.Local.Shm = true
+	}
+	board, err := mx.NewBoard(tr, opts)
 	if err != nil {
 		tr.Close()
 		return err
@@ -372,6 +385,9 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 	}
 	rep.header(fmt.Sprintf("mxbench %s: udp %v -> server %s (endpoint %d)%s, %s%s", cmd, board.NICID().UDPAddr(), f.peer, f.remoteEP, faultNote, f.describeWait(), syncNote(f)))
 	s := newSide(ep, peer, maxSize, f.window, f)
+	if clientDone != nil {
+		defer clientDone(ep)
+	}
 	if f.spin() {
 		pin(0)
 		// The pinned thread stays with this goroutine until the command ends.
@@ -383,6 +399,10 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 		if wire != nil {
 			wireBefore = wire()
 		}
+		// Asked before the size runs: a server that served its last size
+		// may be gone by the time this end has counted.
+		hostPath := board.HostPath(peerNIC)
+		before := ep.Counters()
 		if cmd == "stream" {
 			res, err = s.stream(sctx, size, p.iters[i], f.warmup, f.window)
 		} else {
@@ -393,6 +413,12 @@ func runClient(ctx context.Context, cmd string, f *benchFlags, sizes []int, rep 
 			res, err = s.pingpong(sctx, size, reply, p.iters[i], f.warmup, 1) // --trials is refused with --peer
 		}
 		cancel()
+		if cmd == "pingpong" && !f.unidir {
+			// What moved the replies, from this end's counters as their
+			// receiver: "network" when the server is not reached through
+			// shared memory.
+			res.Strategy = strategyOf(countersSince(before, ep.Counters()), "", hostPath, size).Strategy
+		}
 		if wire != nil {
 			res.Faults = faultsBetween(f.faults, wireBefore, wire())
 		}

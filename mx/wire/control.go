@@ -78,6 +78,29 @@ const (
 	// bytes), and as a receiver it reads them. Used when both sides set it
 	// (and ExtRingLane).
 	ExtRingLaneMedium = 1 << 5
+	// ExtReplyPad: the sender, as the owner of a region, honours
+	// Pull.ReplyPad: it puts that many zero bytes between each
+	// PULL_REPLY's header and its payload and cuts the block with the
+	// reply length less the pad. A puller sets a nonzero ReplyPad only in
+	// PULLs to a board that announced it.
+	ExtReplyPad = 1 << 6
+	// ExtAsk: the sender writes and reads the TRUC's probe flags
+	// (Truc.Probe, byte 13, a pad in Open-MX): it asks a peer that is late
+	// what it holds, and answers such a question at once. Used when both
+	// sides set it.
+	ExtAsk = 1 << 7
+)
+
+// The TRUC probe flags (Truc.Probe), between boards that both set
+// ExtAsk.
+const (
+	// TrucAsk asks the receiver to answer at once with its ack (and its
+	// SACK): the sender's messages sent before this TRUC are late.
+	TrucAsk = 1 << 0
+	// TrucAnswer says the TRUC answers a TrucAsk: it was sent once every
+	// frame its receiver sent before the ask had arrived, so what it
+	// neither acks nor lists as held was lost.
+	TrucAnswer = 1 << 1
 )
 
 func hasConnectExt(p []byte, o Order) bool {
@@ -162,7 +185,8 @@ func DecodeConnect(p []byte, o Order) (Connect, error) {
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
 //	4 data length (16; 16+8+6n with a SACK of n blocks) | 5 pad (3)
 //	8 destination session (4)
-//	12 data type (0x55 = ack) | 13 pad | 14 ack up to (2) | 16 session again (4)
+//	12 data type (0x55 = ack) | 13 pad, or the probe flags with ExtAsk
+//	14 ack up to (2) | 16 session again (4)
 //	20 ack number (4) | 24 sender's next send seq (2) | 26 resent | 27 pad
 //	gomx SACK extension: 28 magic "gmsk" (4) | 32 block count n (1..16)
 //	33 reserved, zero (3) | 36 n blocks of: seq (2) | fragments held (4)
@@ -173,6 +197,11 @@ type Truc struct {
 	AckNum            uint32 // monotonic per partner: stale acks are dropped
 	SendSeq           uint16 // the sender's next send seq (informational)
 	Resent            bool
+	// Probe holds TrucAsk and TrucAnswer: written as byte 13 (zero, as
+	// Open-MX's pad, when there are none; a board sets them only toward a
+	// peer that announced ExtAsk), read only when the decoder is told the
+	// pair negotiated ExtAsk.
+	Probe uint8
 	// Sack says what the receiver holds past AckUpTo; HasSack says
 	// whether the extension is present (only between gomx boards that
 	// both announced ExtSack at connect).
@@ -242,7 +271,7 @@ func (h *Truc) Put(p []byte, o Order) {
 	p[0], p[1], p[2], p[3] = byte(TypeTruc), h.DstEP, h.SrcEP, h.Gen
 	p[4], p[5], p[6], p[7] = trucData, 0, 0, 0
 	o.put32(p[8:], h.Session)
-	p[12], p[13] = TrucAck, 0
+	p[12], p[13] = TrucAck, h.Probe
 	o.put16(p[14:], h.AckUpTo)
 	o.put32(p[16:], h.Session)
 	o.put32(p[20:], h.AckNum)
@@ -267,8 +296,11 @@ func (h *Truc) Put(p []byte, o Order) {
 }
 
 // DecodeTruc decodes a TRUC ack. Like Open-MX it requires at least 16 data
-// bytes, the ack data type and the same session in both places.
-func DecodeTruc(p []byte, o Order) (Truc, error) {
+// bytes, the ack data type and the same session in both places. ext is the
+// pair's negotiated extension flags: byte 13 is read as Probe (its known
+// bits only) when they include ExtAsk, and is a pad otherwise, whatever it
+// holds.
+func DecodeTruc(p []byte, o Order, ext uint8) (Truc, error) {
 	var h Truc
 	if err := checkType(p, TypeTruc, TrucLen); err != nil {
 		return h, err
@@ -288,6 +320,9 @@ func DecodeTruc(p []byte, o Order) (Truc, error) {
 	h.AckNum = o.u32(p[20:])
 	h.SendSeq = o.u16(p[24:])
 	h.Resent = p[26] != 0
+	if ext&ExtAsk != 0 {
+		h.Probe = p[13] & (TrucAsk | TrucAnswer)
+	}
 	l, err := sackLen(p, o)
 	if err != nil || l == 0 {
 		return h, err

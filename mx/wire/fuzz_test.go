@@ -25,7 +25,7 @@ var layouts = map[Type]struct {
 	TypeSmall:     {msgFields, []int{6, 7}},
 	TypeMedium:    {mediumFields, []int{27, 28, 29, 30, 31}},
 	TypeRndv:      {append(append([]field{}, msgFields[:6]...), msgFields[7:]...), []int{6, 7}},
-	TypePull:      {pullFields, []int{17, 18, 19}},
+	TypePull:      {pullFields, []int{18, 19}},
 	TypePullReply: {[]field{{"seq", 1, 1}, {"flen", 2, 2}, {"off", 4, 4}, {"handle", 8, 4}, {"magic", 12, 4}}, nil},
 	TypeNotify: {[]field{{"dst", 1, 1}, {"src", 2, 1}, {"gen", 3, 1}, {"session", 4, 4}, {"total", 8, 4},
 		{"rid", 12, 1}, {"rseq", 13, 1}, {"seq", 18, 2}, {"ack", 20, 2}}, []int{14, 15, 16, 17, 22, 23}},
@@ -47,7 +47,7 @@ var mediumFields = []field{{"dst", 1, 1}, {"src", 2, 1}, {"gen", 3, 1}, {"seq", 
 	{"session", 20, 4}, {"len", 4, 4}, {"match_a", 12, 4}, {"match_b", 16, 4}, {"flen", 24, 2}, {"fidx", 26, 1}}
 
 var pullFields = []field{{"dst", 1, 1}, {"src", 2, 1}, {"gen", 3, 1}, {"session", 4, 4}, {"total", 8, 4},
-	{"rid", 12, 4}, {"rseq", 16, 1}, {"roff", 20, 4}, {"handle", 24, 4}, {"magic", 28, 4},
+	{"rid", 12, 4}, {"rseq", 16, 1}, {"rpad", 17, 1}, {"roff", 20, 4}, {"handle", 24, 4}, {"magic", 28, 4},
 	{"ffo", 32, 4}, {"blen", 36, 4}, {"fidx", 40, 4}}
 
 func oracle(p []byte, bo binary.ByteOrder, fs []field) map[string]uint64 {
@@ -92,9 +92,9 @@ func decoded(p []byte, o Order) (map[string]uint64, any, error) {
 			"seq": uint64(h.Seq), "ack": uint64(h.Ack), "session": uint64(h.Session),
 			"match_a": h.Match >> 32, "match_b": h.Match & 0xffffffff}, h, err
 	case TypePull:
-		h, err := DecodePull(p, o)
+		h, err := DecodePull(p, o, ExtReplyPad)
 		return names(pullFields, u(uint64(h.DstEP), uint64(h.SrcEP), uint64(h.Gen), uint64(h.Session),
-			uint64(h.TotalLength), uint64(h.RegionID), uint64(h.RegionSeq), uint64(h.RegionOffset),
+			uint64(h.TotalLength), uint64(h.RegionID), uint64(h.RegionSeq), uint64(h.ReplyPad), uint64(h.RegionOffset),
 			uint64(h.Handle), uint64(h.Magic), uint64(h.FirstFrameOffset), uint64(h.BlockLength),
 			uint64(h.FirstFrame))), h, err
 	case TypePullReply:
@@ -107,7 +107,7 @@ func decoded(p []byte, o Order) (map[string]uint64, any, error) {
 			"session": uint64(h.Session), "total": uint64(h.PulledLength), "rid": uint64(h.RegionID),
 			"rseq": uint64(h.RegionSeq), "seq": uint64(h.Seq), "ack": uint64(h.Ack)}, h, err
 	case TypeTruc:
-		h, err := DecodeTruc(p, o)
+		h, err := DecodeTruc(p, o, 0) // as from an Open-MX peer: byte 13 is a pad
 		return map[string]uint64{"dst": uint64(h.DstEP), "src": uint64(h.SrcEP), "gen": uint64(h.Gen),
 			"session": uint64(h.Session), "ack": uint64(h.AckUpTo), "acknum": uint64(h.AckNum),
 			"sendseq": uint64(h.SendSeq)}, h, err

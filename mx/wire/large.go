@@ -62,12 +62,15 @@ func DecodeRndv(p []byte, o Order) (Rndv, error) {
 //
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
 //	4 session of the region owner (4) | 8 total pull length (4)
-//	12 region id (4) | 16 region seqnum | 17 pad (3) | 20 region offset (4)
-//	24 puller handle (4) | 28 puller magic (4)
+//	12 region id (4) | 16 region seqnum | 17 reply pad (gomx) | 18 pad (2)
+//	20 region offset (4) | 24 puller handle (4) | 28 puller magic (4)
 //	32 offset in the first frame (4) | 36 block length (4) | 40 first frame index (4)
 //
 // The frame geometry (see [PullFrames]) depends on the pull reply length,
-// which the header does not carry: both sides derive it from the MTU.
+// which the header does not carry: both sides derive it from the MTU, less
+// ReplyPad. Byte 17 is padding in Open-MX, which neither writes nor reads
+// it: it is ReplyPad only between boards that both announced
+// [ExtReplyPad] (see DecodePull).
 type Pull struct {
 	DstEP, SrcEP, Gen uint8
 	Session           uint32
@@ -80,6 +83,12 @@ type Pull struct {
 	FirstFrameOffset  uint32
 	BlockLength       uint32 // bytes this block covers
 	FirstFrame        uint32 // index of the block's first frame
+	// ReplyPad is how many zero bytes each PULL_REPLY of the block carries
+	// between its header and its payload, so that the payload begins
+	// where the puller's NIC splits the frame (its header buffer ends
+	// there); the reply length of the geometry is then the MTU's less
+	// ReplyPad. 0 asks for Open-MX's replies.
+	ReplyPad uint8
 }
 
 // Put writes the header.
@@ -89,7 +98,7 @@ func (h *Pull) Put(p []byte, o Order) {
 	o.put32(p[4:], h.Session)
 	o.put32(p[8:], h.TotalLength)
 	o.put32(p[12:], h.RegionID)
-	p[16], p[17], p[18], p[19] = h.RegionSeq, 0, 0, 0
+	p[16], p[17], p[18], p[19] = h.RegionSeq, h.ReplyPad, 0, 0
 	o.put32(p[20:], h.RegionOffset)
 	o.put32(p[24:], h.Handle)
 	o.put32(p[28:], h.Magic)
@@ -98,10 +107,14 @@ func (h *Pull) Put(p []byte, o Order) {
 	o.put32(p[40:], h.FirstFrame)
 }
 
-// DecodePull decodes a PULL request. It checks only that the block is not
-// empty; the region owner checks the rest against its region and the frame
+// DecodePull decodes a PULL request from a peer with which ext (the
+// connect extension flags both boards announced, 0 for an Open-MX peer or
+// one not connected yet) was negotiated: byte 17 is read as ReplyPad only
+// when ext has ExtReplyPad; otherwise it is Open-MX's pad, whatever it
+// holds, and ReplyPad is 0. It checks only that the block is not empty;
+// the region owner checks the rest against its region and the frame
 // geometry.
-func DecodePull(p []byte, o Order) (Pull, error) {
+func DecodePull(p []byte, o Order, ext uint8) (Pull, error) {
 	var h Pull
 	if err := checkType(p, TypePull, PullLen); err != nil {
 		return h, err
@@ -111,6 +124,9 @@ func DecodePull(p []byte, o Order) (Pull, error) {
 	h.TotalLength = o.u32(p[8:])
 	h.RegionID = o.u32(p[12:])
 	h.RegionSeq = p[16]
+	if ext&ExtReplyPad != 0 {
+		h.ReplyPad = p[17]
+	}
 	h.RegionOffset = o.u32(p[20:])
 	h.Handle = o.u32(p[24:])
 	h.Magic = o.u32(p[28:])

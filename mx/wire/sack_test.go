@@ -61,7 +61,7 @@ func FuzzSack(f *testing.F) {
 		if len(p) > 0 {
 			p[0] = byte(TypeTruc)
 		}
-		h, err := DecodeTruc(p, o)
+		h, err := DecodeTruc(p, o, 0)
 		if len(p) < TrucLen || p[4] < 16 || p[12] != TrucAck || bo.Uint32(p[8:12]) != bo.Uint32(p[16:20]) {
 			if err == nil {
 				t.Fatalf("accepted a TRUC the base checks reject: %x", p)
@@ -90,6 +90,17 @@ func FuzzSack(f *testing.F) {
 			if h.Sack.Blocks[i] != bl {
 				t.Fatalf("block %d: %+v, oracle %+v", i, h.Sack.Blocks[i], bl)
 			}
+		}
+		// Byte 13 is a pad unless the pair negotiated ExtAsk; then its two
+		// low bits are the probe flags and the other fields do not change.
+		if h.Probe != 0 {
+			t.Fatalf("probe flags %#x read from a pad", h.Probe)
+		}
+		ha, err := DecodeTruc(p, o, ExtAsk)
+		wantAsk := h
+		wantAsk.Probe = p[13] & 3
+		if err != nil || ha != wantAsk {
+			t.Fatalf("with ExtAsk: %+v %v; want %+v", ha, err, wantAsk)
 		}
 		n, err := FrameLen(append([]byte{0, 0}, p...), o)
 		if err != nil || n != HeadLen+h.Len() {
@@ -122,5 +133,29 @@ func TestTrucWithoutSackIsOpenMX(t *testing.T) {
 	q := sackSeed(BigEndian, 2)
 	if !bytes.Equal(p[5:], q[5:TrucLen]) || q[4] != 16+8+12 {
 		t.Fatalf("the SACK changed Open-MX's bytes:\n%x\n%x", p, q[:TrucLen])
+	}
+}
+
+// TestTrucProbeFlags checks byte 13 of a TRUC: the probe flags round-trip
+// between boards that negotiated ExtAsk, are written as Open-MX's zero pad
+// when there are none, and a pad byte holding garbage (Open-MX does not
+// clear its pads) decodes as no flags without ExtAsk.
+func TestTrucProbeFlags(t *testing.T) {
+	for _, probe := range []uint8{0, TrucAsk, TrucAnswer} {
+		h := Truc{DstEP: 1, SrcEP: 2, Session: 0xcafe, AckUpTo: 7, AckNum: 3, SendSeq: 9, Probe: probe}
+		p := make([]byte, TrucLen)
+		h.Put(p, BigEndian)
+		if p[13] != probe {
+			t.Fatalf("probe %#x written as byte 13 = %#x", probe, p[13])
+		}
+		if got, err := DecodeTruc(p, BigEndian, ExtAsk); err != nil || got != h {
+			t.Fatalf("with ExtAsk: %+v %v; want %+v", got, err, h)
+		}
+		p[13] = 0xff // an Open-MX pad
+		got, err := DecodeTruc(p, BigEndian, 0)
+		h.Probe = 0
+		if err != nil || got != h {
+			t.Fatalf("without ExtAsk, pad 0xff: %+v %v; want %+v", got, err, h)
+		}
 	}
 }

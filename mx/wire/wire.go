@@ -71,6 +71,13 @@
 //     Open-MX's pad, says that the puller gave the pull up. It is written
 //     non-zero, and read, only between boards that both set
 //     [ExtPullStatus]; from any other peer the byte is a pad.
+//   - The reply pad ([Pull].ReplyPad): byte 17 of a PULL, the first of
+//     Open-MX's pad, asks the region owner to put that many zero bytes
+//     between each PULL_REPLY's header and its payload and to cut the
+//     block's frames that much shorter, so that the payload begins where
+//     the puller's NIC splits the frame (header split into a buffer of
+//     fixed size). It is written non-zero, and read, only between boards
+//     that both set [ExtReplyPad]; from any other peer the byte is a pad.
 package wire
 
 import (

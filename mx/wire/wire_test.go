@@ -124,3 +124,23 @@ func TestPullFrames(t *testing.T) {
 		t.Error("one exact frame")
 	}
 }
+
+// TestPullReplyPad: a PULL's reply pad is byte 17, written by Put and read
+// by DecodePull only between boards that negotiated ExtReplyPad (Open-MX
+// leaves that byte, its pad, unwritten).
+func TestPullReplyPad(t *testing.T) {
+	for _, o := range []Order{BigEndian, LittleEndian} {
+		h := Pull{DstEP: 1, SrcEP: 2, BlockLength: 100, ReplyPad: 32}
+		p := make([]byte, PullLen)
+		h.Put(p, o)
+		if p[17] != 32 || p[18] != 0 || p[19] != 0 {
+			t.Fatalf("bytes 17..19 = % x, want 20 00 00", p[17:20])
+		}
+		if g, err := DecodePull(p, o, ExtReplyPad); err != nil || g != h {
+			t.Errorf("negotiated: got %+v %v, want %+v", g, err, h)
+		}
+		if g, err := DecodePull(p, o, 0); err != nil || g.ReplyPad != 0 {
+			t.Errorf("not negotiated: got ReplyPad %d %v, want 0", g.ReplyPad, err)
+		}
+	}
+}

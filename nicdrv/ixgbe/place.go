@@ -16,17 +16,22 @@ import (
 // at the start of a pool Buffer and its packet buffer placeHeader bytes
 // further, so the frame lands whole in the Buffer; a placed descriptor
 // takes a header buffer of the queue's header pool and the caller's
-// placement. Pool descriptors are handed placePoolAhead at most ahead of
+// placement. Pool descriptors are handed at most placePoolAhead ahead of
 // the driver's reading, and none while placements are outstanding, so that
 // the placements a caller posts next follow the outstanding ones directly.
+// How many follows the traffic: as many as the last RxBatch received in
+// pool buffers, at least one, so that a busy queue takes a burst between
+// two calls while a quiet one (where a caller is about to post for the
+// frames it asked for) holds one descriptor ahead of its placements, not
+// eight. Frames beyond them wait in the NIC's packet buffer for the next
+// call.
 
 const (
 	// placeHeader is the header buffer's size: BSIZEHEADER's unit, the
 	// least the 82599 splits at.
 	placeHeader = 64
 	// placePoolAhead bounds the pool descriptors handed to the NIC at
-	// once: the frames that arrive before a placement posted on an idle
-	// queue.
+	// once.
 	placePoolAhead = 8
 )
 
@@ -34,6 +39,9 @@ const (
 type placeState struct {
 	placed           []nicdrv.Placement // by slot; Mem nil for a pool descriptor
 	posted, consumed uint64
+	// poolGot counts the frames received in pool buffers since the last
+	// refill: the pool descriptors the next refill keeps ahead.
+	poolGot uint32
 }
 
 var _ nicdrv.Placer = (*NIC)(nil)
@@ -45,6 +53,7 @@ func (r *rxQueue) initPlace() {
 	r.hdrs = r.nic.pools.Header[r.q]
 	r.hdr = make([]*nicdrv.Buffer, r.size)
 	r.placed = make([]nicdrv.Placement, r.size)
+	r.poolGot = placePoolAhead
 }
 
 // encodePlace writes slot s's read descriptor on a placing queue.
@@ -60,17 +69,21 @@ func (r *rxQueue) encodePlace(s uint32) {
 	binary.LittleEndian.PutUint64(d[8:16], b)
 }
 
-// refillPlace hands pool descriptors to the NIC up to placePoolAhead
-// ahead of the driver's reading, when no placement is outstanding.
+// refillPlace hands pool descriptors to the NIC, when no placement is
+// outstanding, up to as many ahead of the driver's reading as frames
+// came in pool buffers since the last refill: at least 1, at most
+// placePoolAhead.
 func (r *rxQueue) refillPlace() {
+	want := min(max(r.poolGot, 1), placePoolAhead)
+	r.poolGot = 0
 	if r.consumed != r.posted {
 		return
 	}
-	if (r.tail+r.size-r.next)%r.size >= placePoolAhead {
+	if (r.tail+r.size-r.next)%r.size >= want {
 		return
 	}
 	from := r.tail
-	r.tail = r.fill.Fill(r.tail, (r.next+placePoolAhead)%r.size)
+	r.tail = r.fill.Fill(r.tail, (r.next+want)%r.size)
 	for s := from; s != r.tail; {
 		r.encode(s)
 		if s++; s == r.size {
@@ -116,6 +129,7 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 		return
 	}
 	r.pkt[s] = nil
+	r.poolGot++
 	if h < placeHeader && k > 0 {
 		// Not split where the driver split it (a NIC that parsed a
 		// shorter header): move the rest down behind the header.

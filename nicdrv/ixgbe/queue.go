@@ -157,9 +157,23 @@ func (r *rxQueue) refill() {
 	}
 	from := r.tail
 	r.tail = r.fill.Fill(r.tail, stop)
-	for s := from; s != r.tail; {
-		r.encode(s)
-		if s++; s == r.size {
+	if r.split {
+		for s := from; s != r.tail; {
+			r.encode(s)
+			if s++; s == r.size {
+				s = 0
+			}
+		}
+		return
+	}
+	// One buffer a slot: encode's stores, in a loop whose ring, slots
+	// and cursor stay in registers.
+	d, pkt, size, to := r.d, r.pkt, r.size, r.tail
+	for s := from; s != to; {
+		w := &d[s]
+		binary.LittleEndian.PutUint64(w[0:8], pkt[s].IOVA())
+		binary.LittleEndian.PutUint64(w[8:16], 0)
+		if s++; s == size {
 			s = 0
 		}
 	}
@@ -223,17 +237,23 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	}
 	got := 0
 	maxFrame := n.opts.MaxFrame
-	for got < len(out) && r.next != r.rdt {
-		d := &r.d[r.next]
-		hi := d.hi()
+	// The common frame's loop keeps the ring's cursor and arrays in
+	// locals (the compiler would otherwise load each field again after
+	// every store through a Buffer); the general path below works on
+	// the fields, so the cursor goes back to r.next before it.
+	d, pkt, next, rdt, size := r.d, r.pkt, r.next, r.rdt, r.size
+	fast := !r.place && !r.gathering
+	sph, q := r.sph, r.q
+	for got < len(out) && next != rdt {
+		hi := d[next].hi()
 		if uint32(hi)&hw.RxStatDD == 0 {
 			break
 		}
 		dmasync.Observe()
-		lo := binary.LittleEndian.Uint64(d[0:8])
-		s := r.next
-		if r.next++; r.next == r.size {
-			r.next = 0
+		lo := binary.LittleEndian.Uint64(d[next][0:8])
+		s := next
+		if next++; next == size {
+			next = 0
 		}
 		// The common frame: the first descriptor since the last frame
 		// ended cleanly (nothing gathered, nothing marked bad), the last
@@ -243,61 +263,77 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		// so) and its capacity the buffer size. Every other descriptor
 		// takes the general path below, which decides the same for this
 		// one.
-		if !r.place && !r.gathering && hi&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP && lo&r.sph == 0 {
+		if fast && hi&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP && lo&sph == 0 {
 			k := int(uint16(hi >> 32))
-			if pb := r.pkt[s]; pb != nil && k >= 14 && k <= cap(pb.Data) && k <= maxFrame {
-				r.pkt[s] = nil
+			if pb := pkt[s]; pb != nil && k >= 14 && k <= cap(pb.Data) && k <= maxFrame {
+				pkt[s] = nil
 				pb.Data = pb.Data[:k]
-				r.deliver(pb, lo, hi)
+				// What deliver does, with the queue in a register.
+				pb.Queue = q
+				if lo&0xFFFF|hi&(hw.RxStatFLM|hw.RxStatIPCS|hw.RxStatL4CS) != 0 {
+					r.classify(pb, lo, hi)
+				}
 				out[got] = pb
 				got++
 				continue
 			}
 		}
-		// What the NIC writes back is outside input: no length in it may
-		// make the driver read past a buffer.
-		wb := writeBack(lo, hi)
-		if r.place {
-			r.placeDesc(s, wb)
-		} else if r.split && wb.Split() && r.head == nil {
-			h := wb.HeaderLen()
-			if hb := r.hdr[s]; hb != nil && h >= 14 && h <= hb.Cap() {
-				r.hdr[s] = nil
-				r.add(hb, h)
-			} else {
-				r.bad = true
-			}
-		}
-		if k := int(wb.Length); k > 0 && !r.place {
-			if pb := r.pkt[s]; pb != nil && k <= pb.Cap() {
-				r.pkt[s] = nil
-				r.add(pb, k)
-			} else {
-				r.bad = true
-			}
-		}
-		if r.parts > r.maxParts || r.bytes > maxFrame {
-			r.bad = true
-		}
-		if wb.Status&hw.RxStatEOP == 0 {
-			r.gathering = r.parts > 0 || r.bad
-			continue
-		}
-		f := r.head
-		if r.bad || f == nil || r.bytes < 14 || wb.Status&hw.RxErrRXE != 0 {
-			r.dropped.Add(1)
-			if f != nil {
-				_ = r.pool.Free(f)
-			}
-		} else {
-			r.deliver(f, lo, hi)
-			out[got] = f
-			got++
-		}
-		r.head, r.last, r.parts, r.bytes, r.bad, r.gathering = nil, nil, 0, 0, false, false
+		r.next = next
+		got += r.general(out[got:], s, lo, hi, maxFrame)
+		fast = !r.place && !r.gathering
 	}
+	r.next = next
 	r.replenish()
 	return got, nil
+}
+
+// general takes slot s, written back as lo and hi, the way every
+// descriptor but the common frame's is taken: into the frame being
+// gathered, which it hands over in out[0] at its last descriptor. It
+// returns 1 when it handed over a frame, else 0.
+func (r *rxQueue) general(out []*nicdrv.Buffer, s uint32, lo, hi uint64, maxFrame int) int {
+	// What the NIC writes back is outside input: no length in it may
+	// make the driver read past a buffer.
+	wb := writeBack(lo, hi)
+	if r.place {
+		r.placeDesc(s, wb)
+	} else if r.split && wb.Split() && r.head == nil {
+		h := wb.HeaderLen()
+		if hb := r.hdr[s]; hb != nil && h >= 14 && h <= hb.Cap() {
+			r.hdr[s] = nil
+			r.add(hb, h)
+		} else {
+			r.bad = true
+		}
+	}
+	if k := int(wb.Length); k > 0 && !r.place {
+		if pb := r.pkt[s]; pb != nil && k <= pb.Cap() {
+			r.pkt[s] = nil
+			r.add(pb, k)
+		} else {
+			r.bad = true
+		}
+	}
+	if r.parts > r.maxParts || r.bytes > maxFrame {
+		r.bad = true
+	}
+	if wb.Status&hw.RxStatEOP == 0 {
+		r.gathering = r.parts > 0 || r.bad
+		return 0
+	}
+	f := r.head
+	if r.bad || f == nil || r.bytes < 14 || wb.Status&hw.RxErrRXE != 0 {
+		r.dropped.Add(1)
+		if f != nil {
+			_ = r.pool.Free(f)
+		}
+		r.head, r.last, r.parts, r.bytes, r.bad, r.gathering = nil, nil, 0, 0, false, false
+		return 0
+	}
+	r.deliver(f, lo, hi)
+	out[0] = f
+	r.head, r.last, r.parts, r.bytes, r.bad, r.gathering = nil, nil, 0, 0, false, false
+	return 1
 }
 
 // deliver sets what the write-back of frame f's last descriptor (its two
@@ -433,36 +469,52 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	if n.closed.Load() {
 		return 0, n.errorf("TX batch", nicdrv.ErrClosed)
 	}
-	t.s.Reclaim()
-	free := t.s.Free()
-	old := t.s.Tail
+	s := t.s
+	s.Reclaim()
+	free := s.Free()
+	old := s.Tail
 	sent := 0
 	var err error
 	maxFrame := n.opts.MaxFrame
+	d := t.d
 	for sent < len(bufs) {
 		// A run of common frames: one buffer of a pool the NIC may
 		// read, of a length the NIC takes, nothing attached, no checksum
-		// asked: one data descriptor each, checked and written here. The
+		// asked: one data descriptor each, checked and written here,
+		// with the slots' cursor and RS count in locals (what Put does,
+		// without a call's loads and stores of them per frame). The
 		// first other frame goes to sendOther, whose calls would
 		// otherwise cost this loop its registers.
-		for ; sent < len(bufs) && free > 0; sent++ {
+		slots, tail, since, every := s.Slot, s.Tail, s.SinceRS, s.RSEvery
+		ok := t.pools.Last()
+		// The run ends at the last frame or the last free slot; the
+		// length check is one unsigned comparison (14..maxFrame).
+		start, end, span := sent, min(len(bufs), sent+int(free)), uint(maxFrame-14)
+		for ; sent < end; sent++ {
 			b := bufs[sent]
 			l := len(b.Data)
 			if !b.Plain() || b.Next != nil || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0 ||
-				l < 14 || l > maxFrame || !t.pools.OK(b) {
+				uint(l-14) > span || (b.Pool() != ok && !t.pools.OK(b)) {
 				break
 			}
-			slot, rs := t.s.Put(b, false)
+			ok = b.Pool()
 			cmd := uint64(uint32(l)|hw.TxDTypData|hw.TxCmdDEXT|hw.TxCmdEOP|hw.TxCmdIFCS) | uint64(l)<<(32+hw.TxPaylenShift)
-			if rs {
+			if since++; since >= every {
+				since = 0
+				s.Mark(tail)
 				cmd |= hw.TxCmdRS
 			}
+			slots[tail] = b
 			// Plain stores, as in put.
-			w := &t.d[slot]
+			w := &d[tail]
 			binary.LittleEndian.PutUint64(w[0:8], b.IOVA())
 			binary.LittleEndian.PutUint64(w[8:16], cmd)
-			free--
+			if tail++; int(tail) == len(slots) {
+				tail = 0
+			}
 		}
+		free -= uint32(sent - start)
+		s.Tail, s.SinceRS = tail, since
 		if sent == len(bufs) {
 			break
 		}
@@ -473,9 +525,9 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		free -= used
 		sent++
 	}
-	if t.s.Tail != old {
-		n.w32(hw.TDT(t.q), t.s.Tail)
-		t.s.Reclaim()
+	if s.Tail != old {
+		n.w32(hw.TDT(t.q), s.Tail)
+		s.Reclaim()
 	}
 	return sent, err
 }

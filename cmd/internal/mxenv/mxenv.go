@@ -18,6 +18,7 @@
 //	OMX_FATAL_ERRORS (MX_ERRORS_ARE_FATAL)  0: errors return by default
 //	OMX_DISABLE_SHARED (MX_DISABLE_SHMEM)   1: no shared-memory path
 //	OMX_DISABLE_SELF (MX_DISABLE_SELF)      1: messages within the process take the wire
+//	                                        (other processes of the host still take shared memory)
 //	OMX_WAITSPIN                            1: waits busy-poll
 //	OMX_RNDV_THRESHOLD                      largest eager message on the wire
 //	OMX_SHARED_RNDV_THRESHOLD               largest eager message through shared memory
@@ -98,7 +99,15 @@ func Parse(env Getenv) (*Config, error) {
 	}{
 		{"OMX_FATAL_ERRORS", "MX_ERRORS_ARE_FATAL", func(v bool) { c.Fatal = v }},
 		{"OMX_DISABLE_SHARED", "MX_DISABLE_SHMEM", func(v bool) { c.Options.Local.NoShm = v }},
-		{"OMX_DISABLE_SELF", "MX_DISABLE_SELF", func(v bool) { c.Options.Local.Off = v }},
+		// Open-MX's DISABLE_SELF turns off only self-communication: with
+		// Local.Off alone mx would leave the host path off too, so Shm
+		// keeps it (OMX_DISABLE_SHARED's NoShm still wins).
+		{"OMX_DISABLE_SELF", "MX_DISABLE_SELF", func(v bool) {
+			c.Options.Local.Off = v
+			if v {
+				c.Options.Local.Shm = true
+			}
+		}},
 		{"OMX_WAITSPIN", "", func(v bool) { c.Options.BusyPoll = v }},
 	}
 	for _, f := range flags {

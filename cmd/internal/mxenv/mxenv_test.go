@@ -43,8 +43,8 @@ func TestParse(t *testing.T) {
 	switch {
 	case len(c.Boards) != 2 || c.Boards[0] != netip.MustParseAddrPort("10.0.0.1:40000"):
 		t.Errorf("boards %v", c.Boards)
-	case c.Fatal, !o.Local.NoShm, !o.Local.Off, !o.BusyPoll:
-		t.Errorf("flags: fatal %v noshm %v off %v busypoll %v", c.Fatal, o.Local.NoShm, o.Local.Off, o.BusyPoll)
+	case c.Fatal, !o.Local.NoShm, !o.Local.Off, !o.Local.Shm, !o.BusyPoll:
+		t.Errorf("flags: fatal %v noshm %v off %v shm %v busypoll %v", c.Fatal, o.Local.NoShm, o.Local.Off, o.Local.Shm, o.BusyPoll)
 	case o.RendezvousThreshold != 16384, o.Local.ShmEager != 4096, o.ResendMax != 7, o.NotAckedMax != 1:
 		t.Errorf("integers: %d %d %d %d", o.RendezvousThreshold, o.Local.ShmEager, o.ResendMax, o.NotAckedMax)
 	case o.ZombieSends >= 0:

@@ -116,6 +116,36 @@ func TestRxFillOnePool(t *testing.T) {
 	}
 }
 
+// With one pool and every slot of the run empty, a short pool fills the
+// run's first slots in ring order, across the ring's end, and leaves the
+// rest empty and counted.
+func TestRxFillEmptyShort(t *testing.T) {
+	for _, c := range []struct {
+		free      int
+		tail, nob uint32
+	}{
+		{free: 1, tail: 7, nob: 5}, // short in the run before the ring's end
+		{free: 3, tail: 1, nob: 3}, // short after it
+		{free: 6, tail: 4, nob: 0},
+	} {
+		p := newPools(t, drv.PoolsOptions{Queues: 1, Buffers: c.free})
+		var noBuf atomic.Uint64
+		f := drv.NewRxFill(8, []*nicdrv.Pool{p.Packet[0]}, &noBuf)
+		if tail := f.Fill(6, 4); tail != c.tail || noBuf.Load() != uint64(c.nob) {
+			t.Errorf("Fill(6, 4) with %d free: tail %d, short %d; want %d, %d", c.free, tail, noBuf.Load(), c.tail, c.nob)
+		}
+		complete(t, f, 6, c.tail)
+		for s := c.tail; s != 4; s = (s + 1) % 8 {
+			if f.Bufs[0][s] != nil {
+				t.Errorf("%d free: slot %d, past the tail %d, holds a buffer", c.free, s, c.tail)
+			}
+		}
+		if err := f.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TxSlots asks for a write-back every RSEvery descriptors and on request,
 // and reclaims exactly the slots up to a mark the NIC reports done.
 func TestTxSlots(t *testing.T) {

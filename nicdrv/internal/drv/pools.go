@@ -115,6 +115,10 @@ type PoolCheck struct {
 	ok  *nicdrv.Pool
 }
 
+// Last is the pool OK last accepted (nil before the first): a buffer of
+// it may be sent without asking OK.
+func (c *PoolCheck) Last() *nicdrv.Pool { return c.ok }
+
 // OK reports whether b may be sent.
 func (c *PoolCheck) OK(b *nicdrv.Buffer) bool {
 	p := b.Pool()

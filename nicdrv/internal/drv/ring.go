@@ -100,13 +100,32 @@ fill:
 	return s
 }
 
-// fill1 is Fill for one buffer per slot, in one pass: it takes a buffer
-// for each of the want slots from the pool at once (the slots are empty
-// but after a refill cut short or a dropped descriptor, so the guess is
-// nearly always right), fills the empty slots in ring order and gives back
-// what is left over.
+// fill1 is Fill for one buffer per slot. The slots are empty but after a
+// refill cut short or a dropped descriptor: when all want of them are, the
+// pool's Alloc writes the buffers into the slots themselves; otherwise, in
+// one pass, it takes a buffer for each of the want slots from the pool at
+// once, fills the empty slots in ring order and gives back what is left
+// over.
 func (f *RxFill) fill1(tail, want uint32) uint32 {
 	bufs := f.Bufs[0]
+	// Every slot of the run empty: Alloc into them (in two runs when the
+	// ring wraps). A pool that runs short leaves the first slots filled
+	// and the rest empty, as the general loop below would.
+	first, second := bufs[tail:min(tail+want, f.Size)], bufs[:0]
+	if tail+want > f.Size {
+		second = bufs[:tail+want-f.Size]
+	}
+	if allNil(first) && allNil(second) {
+		k, _ := f.Pools[0].Alloc(first)
+		if k == len(first) && len(second) > 0 {
+			k2, _ := f.Pools[0].Alloc(second)
+			k += k2
+		}
+		if short := want - uint32(k); short > 0 {
+			f.NoBuf.Add(uint64(short))
+		}
+		return (tail + uint32(k)) % f.Size
+	}
 	got := f.scratch[:want]
 	k, _ := f.Pools[0].Alloc(got)
 	got = got[:k]
@@ -143,6 +162,16 @@ func (f *RxFill) fill1(tail, want uint32) uint32 {
 	// which live as long as the pool, and clearing it would cost a
 	// write-barriered store per slot.
 	return s
+}
+
+// allNil reports whether every slot of bufs is empty.
+func allNil(bufs []*nicdrv.Buffer) bool {
+	for _, b := range bufs {
+		if b != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Release gives back every buffer in the slots (Close, once the NIC is
@@ -184,7 +213,12 @@ type TxSlots struct {
 	// its own).
 	Pool *nicdrv.Pool
 
-	sinceRS  uint32
+	// SinceRS counts the descriptors put since the last that asked for
+	// a write-back. A driver that fills a run of slots in its own loop
+	// (Slot, Tail, SinceRS in locals, Mark where a descriptor asks) stores
+	// them back after it, as Put would have left them.
+	SinceRS uint32
+
 	marks    []uint32
 	markHead int
 	markN    int
@@ -207,15 +241,10 @@ func (t *TxSlots) Free() uint32 { return (t.Clean + t.Size - t.Tail - 1) % t.Siz
 // complete at the next reclaim).
 func (t *TxSlots) Put(b *nicdrv.Buffer, rs bool) (slot uint32, askRS bool) {
 	slot = t.Tail
-	t.sinceRS++
-	if t.sinceRS >= t.RSEvery || rs {
-		t.sinceRS = 0
-		m := t.markHead + t.markN
-		if m >= len(t.marks) {
-			m -= len(t.marks)
-		}
-		t.marks[m] = slot
-		t.markN++
+	t.SinceRS++
+	if t.SinceRS >= t.RSEvery || rs {
+		t.SinceRS = 0
+		t.Mark(slot)
 		askRS = true
 	}
 	t.Slot[slot] = b
@@ -223,6 +252,17 @@ func (t *TxSlots) Put(b *nicdrv.Buffer, rs bool) (slot uint32, askRS bool) {
 		t.Tail = 0
 	}
 	return slot, askRS
+}
+
+// Mark records that slot's descriptor asks for a write-back (RS): Reclaim
+// looks at it, in the order the marks were made.
+func (t *TxSlots) Mark(slot uint32) {
+	m := t.markHead + t.markN
+	if m >= len(t.marks) {
+		m -= len(t.marks)
+	}
+	t.marks[m] = slot
+	t.markN++
 }
 
 // Reclaim frees the buffers of every descriptor the NIC has finished: those
