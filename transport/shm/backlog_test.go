@@ -224,3 +224,42 @@ func TestCloseDrainsTheBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBacklogWokenByTheConsumer: with FullWait an hour, the flusher
+// sleeps on its room bell between passes with nothing to move (no
+// polling), so the backlog reaches the receiver only if the consumer,
+// freeing the cells it waits for, writes the producer's room bell: the
+// sender sends nothing after its burst, and every frame arrives, in
+// order, with the consumer's count of room bells written above 0.
+func TestBacklogWokenByTheConsumer(t *testing.T) {
+	const frames, size = 32, 4000
+	a, b := newTestPair(t, backlogOpts(time.Hour))
+	defer a.Close()
+	defer b.Close()
+	frame := func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, size-i) }
+	for i := range frames {
+		if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: frame(i)}}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	if counter(a, "shm frames that waited in a backlog") == 0 {
+		t.Fatal("no frame waited in a backlog")
+	}
+	buf := make([]transport.Frame, 4)
+	for got := 0; got < frames; {
+		n, err := b.Recv(buf, time.Minute)
+		if err != nil || n == 0 {
+			t.Fatalf("after %d of %d frames: Recv = %d, %v", got, frames, n, err)
+		}
+		for _, f := range buf[:n] {
+			if !bytes.Equal(f.Data, frame(got)) {
+				t.Fatalf("frame %d differs", got)
+			}
+			got++
+		}
+	}
+	if n := counter(b, "shm room bells written for producers' backlogs"); n == 0 {
+		t.Error("the consumer wrote no room bell")
+	}
+	waitFor(t, "the backlog's bytes counted out", func() bool { return a.blBytes.Load() == 0 })
+}

@@ -54,6 +54,9 @@ func (t *Transport) newProducerID(r *inRing) bool {
 		if _, used := t.qProd[id]; !used {
 			r.qid = id
 			t.qProd[id] = r
+			if id > t.qHigh.Load() {
+				t.qHigh.Store(id)
+			}
 			return true
 		}
 	}
@@ -213,9 +216,12 @@ func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) e
 	o.backlog = append(o.backlog, b)
 	t.blBytes.Add(int64(l))
 	t.cnt.backlogged.Add(1)
-	o.q.wantRoom()
 	if len(o.backlog) == 1 {
 		t.listBacklog(o)
+		// Say that we wait and look once more (flushBacklog): room
+		// freed after that rings our room bell, and the flusher moves
+		// the backlog.
+		t.flushBacklog(o)
 	}
 	return nil
 }
@@ -270,38 +276,47 @@ func (t *Transport) putQueue(o *outRing, c uint64, l int, head []byte, parts [][
 }
 
 // flushBacklog moves o's backlog into its peer's queue, in order, as far
-// as there is room, and drops it if the peer or we went away. o.mu held.
+// as there is room, and drops it if the peer or we went away. When frames
+// are left, it says that the producer waits (wantRoom: the consumer then
+// writes our room bell once it frees cells) and looks once more, so room
+// freed at any time either moves them here or wakes the flusher. o.mu
+// held.
 func (t *Transport) flushBacklog(o *outRing) {
+	if len(o.backlog) == 0 {
+		return
+	}
 	if o.dead.Load() || o.shut || t.closed.Load() {
 		o.dropBacklog()
 		return
 	}
 	i := 0
-	for ; i < len(o.backlog); i++ {
-		b := o.backlog[i]
-		c, ok := o.q.claim(uint64(cellsFor(len(b))))
-		if !ok {
+	for armed := false; ; armed = true {
+		for ; i < len(o.backlog); i++ {
+			b := o.backlog[i]
+			c, ok := o.q.claim(uint64(cellsFor(len(b))))
+			if !ok {
+				break
+			}
+			t.putQueue(o, c, len(b), b, nil)
+			t.blBytes.Add(-int64(len(b)))
+			o.backlog[i] = nil
+		}
+		if i == len(o.backlog) || armed {
 			break
 		}
-		t.putQueue(o, c, len(b), b, nil)
-		t.blBytes.Add(-int64(len(b)))
-		o.backlog[i] = nil
+		o.q.wantRoom()
 	}
 	if i == 0 {
 		if h := o.q.head.Load(); h != o.blHead {
 			// The consumer moves: the stall clock starts again.
 			o.blHead, o.blAt = h, time.Now()
 		}
-		o.q.wantRoom()
 		return
 	}
 	n := copy(o.backlog, o.backlog[i:])
 	clear(o.backlog[n:])
 	o.backlog = o.backlog[:n]
 	o.blHead, o.blAt = o.q.head.Load(), time.Now()
-	if n > 0 {
-		o.q.wantRoom()
-	}
 }
 
 // dropBacklog drops o's backlog (its peer or we went away), counted as
@@ -334,13 +349,14 @@ func (t *Transport) listBacklog(o *outRing) {
 }
 
 // flusher moves the backlogs into their queues until none is left or the
-// transport closes. Between passes that moved nothing it yields the CPU
-// (the consumers it waits for may need it), and after a while of that
-// sleeps a little.
+// transport closes. A pass that moved nothing has said, for every backlog
+// left, that its producer waits (flushBacklog), so the flusher sleeps on
+// the room bell, which a consumer writes once it frees room one of them
+// waits for (and Close, and a peer that goes away); at most FullWait, so
+// that a backlog whose consumer is stuck is still found stalled.
 func (t *Transport) flusher() {
 	defer t.wg.Done()
 	var list []*outRing
-	idle := 0
 	for {
 		t.blMu.Lock()
 		if len(t.blOuts) == 0 || t.closed.Load() {
@@ -352,14 +368,8 @@ func (t *Transport) flusher() {
 		t.blMu.Unlock()
 		moved := t.flushPass(list)
 		clear(list)
-		if moved {
-			idle = 0
-			continue
-		}
-		if idle++; idle < 64 {
-			schedYield()
-		} else {
-			time.Sleep(50 * time.Microsecond)
+		if !moved {
+			t.roomBell.wait(time.Now().Add(t.opts.FullWait))
 		}
 	}
 }
@@ -585,22 +595,31 @@ func (t *Transport) breakQueue() {
 // producer whose id is no longer ours, which cannot happen while its
 // records lie ahead).
 func (t *Transport) queuePeer(id uint32) transport.NICID {
+	if r := t.producerOf(id); r != nil {
+		return r.peer
+	}
+	return 0
+}
+
+// producerOf is the ring of producer id of the receive queue (nil if
+// unknown). Recv side.
+func (t *Transport) producerOf(id uint32) *inRing {
 	// A read of the map under inMu would cost a lock per frame: the
 	// consumer keeps its own copy of the ids it has seen.
 	if r := t.qSeen[id]; r != nil && r.qid == id {
-		return r.peer
+		return r
 	}
 	t.inMu.Lock()
 	r := t.qProd[id]
 	t.inMu.Unlock()
 	if r == nil {
-		return 0
+		return nil
 	}
 	if t.qSeen == nil {
 		t.qSeen = make(map[uint32]*inRing)
 	}
 	t.qSeen[id] = r
-	return r.peer
+	return r
 }
 
 // claimDead reports whether the producer with id, whose claimed record is

@@ -23,7 +23,8 @@ func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	t.ring() // a sleeping Recv returns ErrClosed
+	t.ring()          // a sleeping Recv returns ErrClosed
+	t.roomBell.ring() // a sleeping flusher returns
 	// A flusher starts only under blMu with closed unset (listBacklog):
 	// past this, none starts, and Wait below waits for the one that runs.
 	t.blMu.Lock()
@@ -55,6 +56,7 @@ func (t *Transport) Close() error {
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {
 		t.dropSegments(r)
+		r.closeRoom()
 		r.seg.unmap()
 		r.data = nil
 	}
@@ -63,7 +65,8 @@ func (t *Transport) Close() error {
 	t.hot, t.touched = nil, nil
 	t.bell.unmap()
 	unix.Close(t.bellFd)
-	t.ev.Close()
+	t.ev.close()
+	t.roomBell.close()
 	t.lends.Close()
 	t.rmu.Unlock()
 	return err
@@ -104,6 +107,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm queue claims of dead producers skipped", Value: t.cnt.qSkipped.Load()},
 		{Name: "shm queue broken by a producer", Value: t.cnt.qBroken.Load()},
 		{Name: "shm frames that waited in a backlog", Value: t.cnt.backlogged.Load()},
+		{Name: "shm room bells written for producers' backlogs", Value: t.cnt.roomWakes.Load()},
 		{Name: CounterMappedBytes, Value: uint64(fp.MappedBytes)},
 		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
 		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},

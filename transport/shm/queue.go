@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 )
 
@@ -19,6 +20,7 @@ import (
 //	offset qHeadOff   head  uint64  cells the consumer has consumed and freed
 //	offset qWaitOff   wait  uint32  1: a producer found the queue full
 //	offset qLanesOff  lanesFull uint32  1: the consumer takes no more lanes
+//	offset qWaitersOff waiters [256]uint64  bit id: producer id waits for room
 //	offset qCellsOff  cells [n]cell, n a power of two
 //
 // A cell is 64 bytes (a cache line), its first 8 the cell word. A record is
@@ -67,11 +69,14 @@ const (
 	qHeadOff  = 256
 	qWaitOff  = 320
 	qLanesOff = 384
-	qCellsOff = 4096
-	cellLen   = 64
-	cellHdr   = 16
-	cellFirst = cellLen - cellHdr // frame bytes in a record's first cell
-	cellMore  = cellLen - 8       // frame bytes in each further cell
+	// qWaitersOff: a bit per producer id (qMaxID+1 bits), set by a
+	// producer whose backlog waits for room (wantRoom).
+	qWaitersOff = 2048
+	qCellsOff   = 4096
+	cellLen     = 64
+	cellHdr     = 16
+	cellFirst   = cellLen - cellHdr // frame bytes in a record's first cell
+	cellMore    = cellLen - 8       // frame bytes in each further cell
 
 	qEmpty   = 0
 	qClaimed = 1
@@ -126,13 +131,16 @@ type queue struct {
 	// lanesFull is the consumer's word saying it reads as many lanes as
 	// it takes (lane.go): producers then do not ask for one.
 	lanesFull *atomic.Uint32
+	// waiters has a bit per producer id whose backlog waits for room
+	// (wantRoom); wait says that some bit may be set.
+	waiters []byte
 }
 
 func newQueue(seg []byte) queue {
 	cells := seg[qCellsOff:]
 	n := uint64(len(cells) / cellLen)
 	return queue{cells: cells, mask: n - 1, tail: u64At(seg, qTailOff), head: u64At(seg, qHeadOff), wait: u32At(seg, qWaitOff),
-		lanesFull: u32At(seg, qLanesOff)}
+		lanesFull: u32At(seg, qLanesOff), waiters: seg[qWaitersOff:qCellsOff]}
 }
 
 func (q *queue) n() uint64 { return q.mask + 1 }
@@ -197,11 +205,26 @@ func (p *qProducer) claim(k uint64) (uint64, bool) {
 	return 0, false
 }
 
-// wantRoom tells the consumer that a producer found its queue full, so
-// that it publishes its head as soon as it frees cells (release) rather
-// than every eighth of the queue. A load first: producers that wait
-// together write the line once.
+// waiterWord is the word of the waiters' bitmap that holds id's bit.
+func (q *queue) waiterWord(id uint32) *atomic.Uint64 {
+	return u64At(q.waiters, int(id/64)*8)
+}
+
+// wantRoom tells the consumer that this producer found its queue full and
+// waits for room: its bit in the waiters' bitmap, then the wait flag, so
+// that the consumer publishes its head as soon as it frees cells (release)
+// rather than every eighth of the queue, and then writes the producer's
+// room bell (Transport.wakeWaiters). The caller looks for room again
+// after this (claim loads the head): the stores here and the consumer's
+// store of its head and load of the flag after it are sequentially
+// consistent (Dekker), so either the producer finds the room or the
+// consumer finds the flag and the bit. Loads first: a producer that waits
+// on writes no line again.
 func (p *qProducer) wantRoom() {
+	bit := uint64(1) << (p.id % 64)
+	if w := p.waiterWord(p.id); w.Load()&bit == 0 {
+		w.Or(bit)
+	}
 	if p.wait.Load() == 0 {
 		p.wait.Store(1)
 	}
@@ -338,25 +361,41 @@ func (q *qConsumer) advance(k uint64) {
 // next lap, and publishes the head once an eighth of the queue was
 // consumed since it last was, or at once when a producer said it found the
 // queue full (wantRoom), or always, with force. Called when no frame of
-// those cells is lent out any more.
-func (q *qConsumer) release(force bool) {
+// those cells is lent out any more. It reports whether producers wait for
+// the room it published: the caller wakes them (Transport.wakeWaiters).
+func (q *qConsumer) release(force bool) (wake bool) {
 	n := q.n()
 	for c := q.freed; c < q.cur; c++ {
 		q.word(c).Store(qWord(c+n, qEmpty, 0, 0))
 	}
 	q.freed = q.cur
 	if q.cur == q.pubHead {
-		return
+		return false
 	}
-	if !force && q.cur-q.pubHead < n/8 {
-		if q.wait.Load() == 0 {
-			return
-		}
-		// Cleared before the head is published: a producer that still
-		// finds the queue full after that sets it anew.
-		q.wait.Store(0)
+	if !force && q.cur-q.pubHead < n/8 && q.wait.Load() == 0 {
+		return false
 	}
-	// The store releases the empty words above to the producers.
+	// The store releases the empty words above to the producers. The
+	// flag's load after it is sequentially consistent with a waiting
+	// producer's store of it and its load of the head (wantRoom).
 	q.head.Store(q.cur)
 	q.pubHead = q.cur
+	return q.wait.Load() != 0
+}
+
+// takeWaiters clears the wait flag and calls wake with the id of every
+// producer whose bit is set in the waiters' bitmap, clearing it, up to
+// id high. The flag is cleared first: a producer that sets it (and its
+// bit) after that finds the head published before this call.
+func (q *qConsumer) takeWaiters(high uint32, wake func(id uint32)) {
+	q.wait.Store(0)
+	for i := uint32(0); i <= high/64; i++ {
+		w := q.waiterWord(i * 64)
+		if w.Load() == 0 {
+			continue
+		}
+		for b := w.Swap(0); b != 0; b &= b - 1 {
+			wake(i*64 + uint32(bits.TrailingZeros64(b)))
+		}
+	}
 }

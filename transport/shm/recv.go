@@ -2,9 +2,11 @@ package shm
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
+	"golang.org/x/sys/unix"
 )
 
 // The consumer side of the data path: Recv polls every ring written to us and
@@ -147,15 +149,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 // every 20 µs meanwhile), preempting the application each time. A count
 // left by a wake-up that came after the receiver had already looked makes
 // the next sleep return at once: the caller just looks again.
-func (t *Transport) sleep(deadline time.Time) {
-	if !deadline.IsZero() || t.evDeadline {
-		_ = t.ev.SetReadDeadline(deadline)
-		t.evDeadline = !deadline.IsZero()
-	}
-	// Any outcome returns: a count read, the deadline passed (the caller
-	// checks its clock), or an error (the caller re-checks closed).
-	_ = t.evRaw.Read(t.evRead)
-}
+func (t *Transport) sleep(deadline time.Time) { t.ev.wait(deadline) }
 
 // Pending reports whether a Recv would find anything to do now: a record
 // at a ring's cursor, a ring whose producer went away, ring space to give
@@ -435,7 +429,9 @@ func (t *Transport) commit() {
 	// A producer waiting for room (the queue's wait flag) gets the head
 	// of cells freed already too.
 	if t.q.cur != t.q.freed || t.q.cur != t.q.pubHead && t.q.wait.Load() != 0 {
-		t.q.release(false)
+		if t.q.release(false) {
+			t.q.takeWaiters(t.qHigh.Load(), t.wakeProducer)
+		}
 	}
 	if t.anyGone {
 		t.commitDead()
@@ -465,6 +461,7 @@ func (t *Transport) commitDead() {
 		}
 		if r.gone {
 			r.conn.Close()
+			r.closeRoom()
 			t.dropSegments(r)
 			if r.data != nil {
 				t.lanesIn--
@@ -483,4 +480,31 @@ func (t *Transport) commitDead() {
 	t.setIn(keep)
 	t.reapProducers()
 	t.inMu.Unlock()
+}
+
+// wakeProducer writes the room bell of producer id (of the receive
+// queue), whose backlog waits for the room just published. Recv side: the
+// bell is closed on this side too (closeRoom), so a descriptor number is
+// never written after it was closed and perhaps reused.
+func (t *Transport) wakeProducer(id uint32) {
+	if r := t.producerOf(id); r != nil {
+		r.kickRoom(&t.cnt.roomWakes)
+	}
+}
+
+// kickRoom writes r's producer's room bell, if open, and counts it in n.
+// Recv side.
+func (r *inRing) kickRoom(n *atomic.Uint64) {
+	if r.room >= 0 {
+		kick(r.room)
+		n.Add(1)
+	}
+}
+
+// closeRoom closes r's producer's room bell. Recv side, or Close.
+func (r *inRing) closeRoom() {
+	if r.room >= 0 {
+		unix.Close(r.room)
+		r.room = -1
+	}
 }

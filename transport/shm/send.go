@@ -402,7 +402,9 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	le.PutUint32(hello[4:], version)
 	le.PutUint64(hello[8:], uint64(t.nic))
 	le.PutUint64(hello[16:], t.word.Load())
-	if _, err := c.Write(hello); err != nil {
+	// Our room bell goes with the hello: the consumer writes it when it
+	// frees room a backlog of ours waits for (lane.go).
+	if err := sendFD(c, hello, t.roomBell.fd); err != nil {
 		return fail(fmt.Errorf("%w: board %v: handshake: %v", transport.ErrUnreachable, peer, err))
 	}
 	w, fds, err := recvFD(c, welcomeLen, 2)

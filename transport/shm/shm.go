@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -155,9 +154,9 @@ func (o Options) withDefaults() (Options, error) {
 const (
 	helloMagic   = 0x676D7868 // "gmxh"
 	welcomeMagic = 0x676D7877 // "gmxw"
-	helloLen     = 24         // magic u32, version u32, nic u64, word u64
+	helloLen     = 24         // magic u32, version u32, nic u64, word u64; with the producer's room bell
 	welcomeLen   = 20         // magic u32, version u32, mtu u32, producer id u32, queue size u32
-	version      = 6          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand
+	version      = 7          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting
 	handshakeTTL = 5 * time.Second
 )
 
@@ -177,18 +176,12 @@ type Transport struct {
 	bell   segment // our doorbell, mapped by every producer sending to us
 	bellFd int     // its memfd, passed to each producer; closed by Close
 	slp    *atomic.Uint32
-	// ev is the doorbell's eventfd (evFd, owned by ev, passed to each
-	// producer with the memfd): a sleeping Recv reads it, parked in the
-	// runtime's poller (see sleep). evBuf and evDeadline (a read
-	// deadline is set) belong to Recv, under rmu. evRaw and evRead (made
-	// once, at Open) read it through the poller without allocating: a
-	// Read of ev wraps every deadline it meets in a new *os.PathError.
-	ev         *os.File
-	evFd       int
-	evRaw      syscall.RawConn
-	evRead     func(fd uintptr) bool
-	evBuf      [8]byte
-	evDeadline bool
+	// ev is the doorbell's eventfd, passed to each producer with the
+	// memfd: a sleeping Recv waits on it (under rmu; see sleep). roomBell is
+	// the flusher's: passed to each consumer with our hello, which
+	// writes it when it frees room our backlogs wait for (lane.go).
+	ev       *eventBell
+	roomBell *eventBell
 
 	inMu sync.Mutex
 	in   atomic.Pointer[[]*inRing] // copy on write under inMu (setIn)
@@ -258,6 +251,7 @@ type Transport struct {
 	qDead    []*inRing
 	qSeen    map[uint32]*inRing // the Recv side's copy of qProd's entries it used
 	qNextID  uint32
+	qHigh    atomic.Uint32 // the highest producer id given (qWaiters)
 	lanesIn  int
 	lanesOut atomic.Int32
 	// The backlogs (lane.go): the rings that have one (under blMu, as
@@ -272,8 +266,9 @@ type Transport struct {
 		// lane.go: lanes opened, lanes a peer refused, claims of dead
 		// producers skipped, queue broken by a producer.
 		lanes, lanesRefused, qSkipped, qBroken atomic.Uint64
-		// frames that went into a backlog (lane.go)
-		backlogged atomic.Uint64
+		// frames that went into a backlog, and room bells written for
+		// backlogs (by us as a consumer) (lane.go)
+		backlogged, roomWakes atomic.Uint64
 		// recvd has one writer at a time: the Recv side, which is
 		// serialized (rmu in Recv, the caller's lock around Peek and
 		// Take): a count without a locked instruction per frame.
@@ -330,6 +325,10 @@ type inRing struct {
 	qid   uint32
 	gate  uint64
 	qTail uint64
+	// room is the producer's room bell (an eventfd it passed with its
+	// hello): the Recv side writes it when it frees room the producer's
+	// backlog waits for (lane.go), and closes it with the ring (-1 then).
+	room int
 }
 
 // outRing is a ring we write to another process.
@@ -403,13 +402,20 @@ func Open(opts Options) (*Transport, error) {
 		return nil, err
 	}
 	initQueue(bell.mem)
-	ev, evFd, err := newBellEvent()
+	ev, err := newEventBell("doorbell")
 	if err != nil {
 		bell.unmap()
 		unix.Close(bfd)
 		return nil, err
 	}
-	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, evFd: evFd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
+	room, err := newEventBell("room bell")
+	if err != nil {
+		bell.unmap()
+		unix.Close(bfd)
+		ev.close()
+		return nil, err
+	}
+	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
 	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
@@ -418,23 +424,12 @@ func Open(opts Options) (*Transport, error) {
 	}
 	t.slp = u32At(bell.mem, bellSleepOff)
 	t.sum = u64At(bell.mem, bellSumOff)
-	if t.evRaw, err = ev.SyscallConn(); err != nil {
-		bell.unmap()
-		unix.Close(bfd)
-		ev.Close()
-		return nil, fmt.Errorf("shm: the doorbell's eventfd: %w", err)
-	}
-	t.evRead = func(fd uintptr) bool {
-		// Done unless the count is still 0 (EAGAIN): then the poller
-		// parks the goroutine until the eventfd is readable.
-		_, err := unix.Read(int(fd), t.evBuf[:])
-		return err != unix.EAGAIN
-	}
 	t.setIn(nil)
 	if err := t.listen(); err != nil {
 		bell.unmap()
 		unix.Close(bfd)
-		ev.Close()
+		ev.close()
+		room.close()
 		return nil, err
 	}
 	t.wg.Add(1)
@@ -557,24 +552,30 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 		return fmt.Errorf("shm: refused a connection from uid %d", uid)
 	}
 	c.SetDeadline(time.Now().Add(handshakeTTL))
-	msg, _, err := recvFD(c, helloLen, 0)
+	msg, fds, err := recvFD(c, helloLen, 1)
 	if err != nil {
 		return err
 	}
 	le := binary.LittleEndian
 	peer := transport.NICID(le.Uint64(msg[8:]))
 	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 {
+		closeAll(fds)
 		return errors.New("shm: bad hello")
 	}
-	r := &inRing{peer: peer, conn: c, pid: pid, word: le.Uint64(msg[16:])}
+	if err := checkBellEvent(fds[0]); err != nil {
+		return err
+	}
+	r := &inRing{peer: peer, conn: c, pid: pid, word: le.Uint64(msg[16:]), room: fds[0]}
 	t.connected(peer, pid) // before the producer can send a frame
 	t.inMu.Lock()
 	if t.closed.Load() {
 		t.inMu.Unlock()
+		unix.Close(r.room)
 		return net.ErrClosed
 	}
 	if !t.newProducerID(r) {
 		t.inMu.Unlock()
+		unix.Close(r.room)
 		return errors.New("shm: no free producer id in the receive queue")
 	}
 	old := *t.in.Load()
@@ -588,7 +589,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	le.PutUint32(w[8:], uint32(t.opts.MTU))
 	le.PutUint32(w[12:], r.qid)
 	le.PutUint32(w[16:], uint32(t.opts.QueueSize))
-	if err := sendFD(c, w, t.bellFd, t.evFd); err != nil {
+	if err := sendFD(c, w, t.bellFd, t.ev.fd); err != nil {
 		// Recv drops it (and closes c) at its next call.
 		r.dead.Store(true)
 		t.fullScan.Store(true)
@@ -640,6 +641,8 @@ func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NIC
 	// looks at every ring once, and finds this one dead (notify.go).
 	t.fullScan.Store(true)
 	t.ring()
+	// A backlog to the peer is dropped by the flusher, which may sleep.
+	t.roomBell.ring()
 }
 
 // Lost peers are reported per process, not per connection. A peer process
@@ -748,4 +751,4 @@ func (t *Transport) Wake() {
 // ring wakes our own Recv: the eventfd's count stays up until a Recv
 // reads it, so one that is about to sleep returns at once. After Close the
 // file is closed and the write fails, harmlessly.
-func (t *Transport) ring() { _, _ = t.ev.Write(eventOne) }
+func (t *Transport) ring() { t.ev.ring() }
