@@ -26,16 +26,19 @@ func backlogOpts(fullWait time.Duration) Options {
 // waiting for us: with FullWait an hour, the test would hang. The full
 // queues' frames wait in the backlogs instead, the sends return, and every
 // frame arrives, byte-exact and in order, none dropped; the same through
-// SendParts after SerialSends (mx's way) and through SendStrict.
+// SendParts after SerialSends (mx's way) and through SendStrict, and the
+// same when each pair has a lane (a small ring) from its first frame.
 func TestQueueFullUnderTheCallersLock(t *testing.T) {
+	lanes := ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: time.Hour})
 	for _, parts := range []bool{true, false} {
-		t.Run(fmt.Sprintf("parts=%v", parts), func(t *testing.T) { testQueueFullUnderLock(t, parts) })
+		t.Run(fmt.Sprintf("parts=%v", parts), func(t *testing.T) { testQueueFullUnderLock(t, backlogOpts(time.Hour), parts) })
+		t.Run(fmt.Sprintf("lanes/parts=%v", parts), func(t *testing.T) { testQueueFullUnderLock(t, lanes, parts) })
 	}
 }
 
-func testQueueFullUnderLock(t *testing.T, parts bool) {
+func testQueueFullUnderLock(t *testing.T, opts Options, parts bool) {
 	const frames, size = 64, 4000
-	a, b := newTestPair(t, backlogOpts(time.Hour))
+	a, b := newTestPair(t, opts)
 	defer a.Close()
 	defer b.Close()
 	boards := []*Transport{a, b}
@@ -108,6 +111,11 @@ func testQueueFullUnderLock(t *testing.T, parts bool) {
 		}
 		// The flusher counts a frame's bytes out after it published it.
 		waitFor(t, "the backlog's bytes counted out", func() bool { return tr.blBytes.Load() == 0 })
+		if opts.LaneAfter < 0 {
+			if f := tr.Footprint(); f.RingsOut != 1 || f.RingsIn != 1 {
+				t.Errorf("board %d: %d lanes written and %d read, want 1 and 1", i, f.RingsOut, f.RingsIn)
+			}
+		}
 	}
 }
 

@@ -87,6 +87,11 @@ func TestFootprintMatchesMappings(t *testing.T) {
 		defer b.Close()
 	}
 	allToAll(t, boards)
+	// Each pair asked for its lane with its first frame; the consumers
+	// answer from their connections' watchers.
+	for _, b := range boards {
+		waitFor(t, "every lane mapped", func() bool { f := b.Footprint(); return f.RingsIn == n-1 && f.RingsOut == n-1 })
+	}
 	var mapped, owned int64
 	for i, b := range boards {
 		f := b.Footprint()

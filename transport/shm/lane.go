@@ -88,23 +88,103 @@ func (t *Transport) noteLanesIn() {
 	}
 }
 
-// openLane creates a lane to o's peer and passes it, with the gate, over
-// the pair's connection, and waits (at most handshakeTTL) for the answer.
-// On any failure, or a refusal, the pair stays on the queue for good.
-// o's writers are serialized (o.mu or SerialSends).
-func (t *Transport) openLane(o *outRing) {
-	o.noLane = true
+// laneReady reports whether o's pair writes its lane from this frame on.
+// After Options.LaneAfter frames through the queue (at once with now: a
+// frame sent in place, which only a lane carries), the producer asks for
+// a lane (askLane) and goes on through the queue without waiting for the
+// answer; it takes the lane at the first frame after the consumer
+// accepted it with no backlog left (takeLane), since frames in the
+// backlog are to come out before the lane's. o's writers are serialized
+// (o.mu held: a pair without a lane always takes it).
+func (t *Transport) laneReady(o *outRing, now bool) bool {
+	if o.data != nil {
+		return true
+	}
+	if o.noLane {
+		return false
+	}
+	if !o.laneAsked {
+		if !t.wantLane(o) && !now {
+			return false
+		}
+		t.askLane(o)
+		if o.noLane {
+			return false
+		}
+	}
+	if o.laneOK == 0 {
+		// A frame in place, and the first frame of a pair that is to
+		// have a lane at once (LaneAfter < 0, as when it connected),
+		// wait for the answer: only a lane carries a reference record,
+		// and such a pair has its lane from its first frame.
+		wait := now || t.opts.LaneAfter < 0 && o.q.end == 0
+		if !t.laneAnswer(o, wait) {
+			return false
+		}
+	}
+	if o.laneOK == 2 {
+		// Refused: the pair stays on the queue for good.
+		o.noLane = true
+		o.seg.unmap()
+		if o.laneBytes.Swap(0) != 0 {
+			t.lanesOut.Add(-1)
+		}
+		return false
+	}
+	if len(o.backlog) > 0 {
+		return false
+	}
+	t.takeLane(o)
+	return true
+}
+
+// laneAnswer takes the consumer's answer to o's lane into o.laneOK, if it
+// came, or with wait, waiting for it at most handshakeTTL (no answer:
+// refused). It reports whether o.laneOK holds an answer. o.mu held.
+func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
+	st := uint32(1)
+	select {
+	case st = <-o.laneAns:
+	default:
+		if !wait {
+			return false
+		}
+		timer := time.NewTimer(handshakeTTL)
+		select {
+		case st = <-o.laneAns:
+		case <-o.gone:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	o.laneOK = 1
+	if st != 0 {
+		o.laneOK = 2
+	}
+	return true
+}
+
+// askLane creates a lane to o's peer and passes it over the pair's
+// connection, without waiting for the answer (laneReady looks for it at
+// the pair's next frames): the caller may hold a lock its own receive
+// loop needs, and the consumer answers from its connection's watcher,
+// which another sender's wait could starve on a loaded host. On any
+// failure the pair stays on the queue for good. o.mu held.
+func (t *Transport) askLane(o *outRing) {
+	o.laneAsked = true
 	if o.q.lanesFull.Load() != 0 {
 		// The consumer reads as many lanes as it takes: it says no
 		// without being asked.
+		o.noLane = true
 		t.cnt.lanesRefused.Add(1)
 		return
 	}
-	// Not under outMu: o's writers hold o.mu (or the caller's lock), and
-	// Close and outFor take outMu before o.mu.
+	// Not under outMu: o's writers hold o.mu, and Close and outFor take
+	// outMu before o.mu.
 	for {
 		n := t.lanesOut.Load()
 		if int(n) >= t.opts.Lanes || t.closed.Load() {
+			o.noLane = true
 			return
 		}
 		if t.lanesOut.CompareAndSwap(n, n+1) {
@@ -112,44 +192,41 @@ func (t *Transport) openLane(o *outRing) {
 		}
 	}
 	size := t.ringSize()
-	release := func() { t.lanesOut.Add(-1) }
 	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
 	if err != nil {
-		release()
+		o.noLane = true
+		t.lanesOut.Add(-1)
 		return
 	}
 	le := binary.LittleEndian
 	le.PutUint32(seg.mem[magicOff:], ringMagic)
 	le.PutUint32(seg.mem[sizeOff:], uint32(size))
-	// Cold until the consumer makes it hot (notify.go); the consumer
-	// writes the bit before it answers.
 	for len(o.laneAns) > 0 {
 		<-o.laneAns
 	}
-	err = o.sendCtl(ctlLane, uint32(size), o.q.end, fd)
-	unix.Close(fd)
-	status := uint32(1)
-	if err == nil {
-		timer := time.NewTimer(handshakeTTL)
-		select {
-		case status = <-o.laneAns:
-		case <-o.gone:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-	if status != 0 {
-		t.cnt.lanesRefused.Add(1)
-		seg.unmap()
-		release()
-		return
-	}
+	// Mapped from here: Footprint counts it, close unmaps it.
 	o.seg = seg
-	o.producer = newProducer(seg.mem[dataOff:dataOff+size], 0)
-	o.head = u64At(seg.mem, headOff)
-	o.notifyWords.notify = u32At(seg.mem, ringNotifyOff)
-	o.laneBytes.Store(int64(len(seg.mem))) // for Footprint, which takes no o.mu
-	t.cnt.lanes.Add(1)
+	o.laneBytes.Store(int64(len(seg.mem)))
+	err = o.sendCtl(ctlLane, uint32(size), 0, fd)
+	unix.Close(fd)
+	if err != nil {
+		o.laneOK = 2 // laneReady gives it back
+	}
+}
+
+// takeLane makes o's accepted lane the pair's way from now on: it stores
+// the gate, the queue cursor just past the pair's last queue record, into
+// the lane's header before the lane's first record, so the consumer, which
+// loads the gate only after it found a record (whose word's load acquires
+// the gate), reads the lane only once its queue cursor has passed the
+// gate. o.mu held, and no backlog.
+func (t *Transport) takeLane(o *outRing) {
+	size := int(binary.LittleEndian.Uint32(o.seg.mem[sizeOff:])) // ours: askLane wrote it
+	u64At(o.seg.mem, ringGateOff).Store(o.q.end + 1)
+	o.producer = newProducer(o.seg.mem[dataOff:dataOff+size], 0)
+	o.head = u64At(o.seg.mem, headOff)
+	o.wait = u32At(o.seg.mem, ringWaitOff)
+	o.notifyWords.notify = u32At(o.seg.mem, ringNotifyOff)
 }
 
 // The backlog. A producer that finds its peer's queue full does not wait
@@ -181,31 +258,37 @@ const maxBacklog = 16 << 20
 // queueFrame writes one frame, head followed by parts (l bytes in all),
 // into o's peer's receive queue and rings its doorbell if it sleeps, or,
 // when the queue is full or frames of the pair wait already, appends it to
-// the pair's backlog. It fails with ErrRingFull (the frame dropped and
-// counted) past the backlog's bounds. o.mu held.
+// the pair's backlog (backlogFrame). o.mu held.
 func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) error {
-	if len(o.backlog) > 0 {
-		t.flushBacklog(o)
-	}
+	t.flushBacklog(o)
 	if len(o.backlog) == 0 {
 		if c, ok := o.q.claim(uint64(cellsFor(l))); ok {
 			t.putQueue(o, c, l, head, parts)
 			return nil
 		}
-		o.blHead, o.blAt = o.q.head.Load(), time.Now()
+	}
+	return t.backlogFrame(o, l, head, parts)
+}
+
+// backlogFrame appends a frame (head followed by parts, l bytes) to o's
+// backlog: its queue (no lane) or its lane was full, or frames wait
+// already. It fails with ErrRingFull (the frame dropped and counted) past
+// the backlog's bounds. o.mu held.
+func (t *Transport) backlogFrame(o *outRing, l int, head []byte, parts [][]byte) error {
+	if len(o.backlog) == 0 {
+		o.blHead, o.blAt = o.consumerHead(), time.Now()
 	} else if time.Since(o.blAt) > t.opts.FullWait {
 		t.cnt.dropFull.Add(1)
 		return t.dropErr(o)
 	}
 	if t.blBytes.Load()+int64(l) > maxBacklog {
-		c, ok, fits := t.waitBacklog(o, l)
+		ok, fits := t.waitBacklog(o, l, head, parts)
 		if !ok {
 			t.cnt.dropFull.Add(1)
 			return t.dropErr(o)
 		}
 		if !fits {
-			t.putQueue(o, c, l, head, parts)
-			return nil
+			return nil // written
 		}
 	}
 	b := make([]byte, 0, l)
@@ -217,6 +300,7 @@ func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) e
 	t.blBytes.Add(int64(l))
 	t.cnt.backlogged.Add(1)
 	if len(o.backlog) == 1 {
+		o.blOn.Store(true)
 		t.listBacklog(o)
 		// Say that we wait and look once more (flushBacklog): room
 		// freed after that rings our room bell, and the flusher moves
@@ -226,40 +310,66 @@ func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) e
 	return nil
 }
 
+// consumerHead is the head o's consumer published last: its lane's, or,
+// without one, its queue's.
+func (o *outRing) consumerHead() uint64 {
+	if o.data != nil {
+		return o.head.Load()
+	}
+	return o.q.head.Load()
+}
+
 // waitBacklog waits, as for room in a full ring, until a frame of l
 // bytes fits in the backlogs (fits), or o's backlog has gone into the
-// queue and the frame's cells are claimed at c. It gives up (ok false)
-// once o's consumer took nothing for FullWait, or the peer or we went
-// away. o.mu held.
-func (t *Transport) waitBacklog(o *outRing, l int) (c uint64, ok, fits bool) {
-	k := uint64(cellsFor(l))
-	h := o.q.head.Load()
+// queue or lane and the frame too (written: fits false). It gives up (ok
+// false) once o's consumer took nothing for FullWait, or the peer or we
+// went away. o.mu held.
+func (t *Transport) waitBacklog(o *outRing, l int, head []byte, parts [][]byte) (ok, fits bool) {
+	h := o.consumerHead()
 	deadline := time.Now().Add(t.opts.FullWait)
 	for i := 0; ; i++ {
-		if t.flushBacklog(o); len(o.backlog) == 0 {
-			if c, ok := o.q.claim(k); ok {
-				return c, true, false
-			}
+		if t.flushBacklog(o); len(o.backlog) == 0 && t.putNow(o, l, head, parts) {
+			return true, false
 		}
 		if t.blBytes.Load()+int64(l) <= maxBacklog {
-			return 0, true, true
+			return true, true
 		}
 		if o.dead.Load() || o.shut || t.closed.Load() {
-			return 0, false, false
+			return false, false
 		}
-		if nh := o.q.head.Load(); nh != h {
+		if nh := o.consumerHead(); nh != h {
 			h = nh
 			deadline = time.Now().Add(t.opts.FullWait)
 		}
 		if i&63 == 63 {
 			if time.Now().After(deadline) {
-				return 0, false, false
+				return false, false
 			}
 			time.Sleep(10 * time.Microsecond)
 		} else {
 			runtime.Gosched()
 		}
 	}
+}
+
+// putNow writes a frame into o's lane or queue if it has room now, and
+// publishes it. o.mu held.
+func (t *Transport) putNow(o *outRing, l int, head []byte, parts [][]byte) bool {
+	if o.data == nil {
+		c, ok := o.q.claim(uint64(cellsFor(l)))
+		if ok {
+			t.putQueue(o, c, l, head, parts)
+		}
+		return ok
+	}
+	at, ok := t.room(o, recordLen(l))
+	if ok {
+		start := o.cur
+		o.putParts(at, uint32(l), l, head, parts)
+		o.countSent()
+		o.publish(start)
+	}
+	return ok
 }
 
 // putQueue writes a frame into the k cells claimed at c of o's peer's
@@ -275,12 +385,12 @@ func (t *Transport) putQueue(o *outRing, c uint64, l int, head []byte, parts [][
 	}
 }
 
-// flushBacklog moves o's backlog into its peer's queue, in order, as far
-// as there is room, and drops it if the peer or we went away. When frames
-// are left, it says that the producer waits (wantRoom: the consumer then
-// writes our room bell once it frees cells) and looks once more, so room
-// freed at any time either moves them here or wakes the flusher. o.mu
-// held.
+// flushBacklog moves o's backlog into its peer's queue, or its lane, in
+// order, as far as there is room, and drops it if the peer or we went
+// away. When frames are left, it says that the producer waits (the
+// queue's wantRoom, or the lane's wait word: the consumer then writes our
+// room bell once it frees room) and looks once more, so room freed at any
+// time either moves them here or wakes the flusher. o.mu held.
 func (t *Transport) flushBacklog(o *outRing) {
 	if len(o.backlog) == 0 {
 		return
@@ -290,24 +400,32 @@ func (t *Transport) flushBacklog(o *outRing) {
 		return
 	}
 	i := 0
+	start := o.cur
 	for armed := false; ; armed = true {
 		for ; i < len(o.backlog); i++ {
-			b := o.backlog[i]
-			c, ok := o.q.claim(uint64(cellsFor(len(b))))
-			if !ok {
+			if !t.moveOne(o, o.backlog[i]) {
 				break
 			}
-			t.putQueue(o, c, len(b), b, nil)
-			t.blBytes.Add(-int64(len(b)))
+			t.blBytes.Add(-int64(len(o.backlog[i])))
 			o.backlog[i] = nil
 		}
 		if i == len(o.backlog) || armed {
 			break
 		}
-		o.q.wantRoom()
+		if o.data == nil {
+			o.q.wantRoom()
+		} else {
+			// Sequentially consistent with the consumer's store of its
+			// head and load of this word (commit), as for the queue.
+			o.wait.Store(1)
+		}
+	}
+	if o.data != nil && i > 0 {
+		o.publish(start)
+		o.clearAhead(o.headSeen + uint64(len(o.data)))
 	}
 	if i == 0 {
-		if h := o.q.head.Load(); h != o.blHead {
+		if h := o.consumerHead(); h != o.blHead {
 			// The consumer moves: the stall clock starts again.
 			o.blHead, o.blAt = h, time.Now()
 		}
@@ -316,7 +434,28 @@ func (t *Transport) flushBacklog(o *outRing) {
 	n := copy(o.backlog, o.backlog[i:])
 	clear(o.backlog[n:])
 	o.backlog = o.backlog[:n]
-	o.blHead, o.blAt = o.q.head.Load(), time.Now()
+	o.blHead, o.blAt = o.consumerHead(), time.Now()
+	if n == 0 {
+		o.blOn.Store(false)
+	}
+}
+
+// moveOne writes frame b of o's backlog into its queue or lane, if there
+// is room; a record in the lane is published by the caller. o.mu held.
+func (t *Transport) moveOne(o *outRing, b []byte) bool {
+	if o.data == nil {
+		c, ok := o.q.claim(uint64(cellsFor(len(b))))
+		if ok {
+			t.putQueue(o, c, len(b), b, nil)
+		}
+		return ok
+	}
+	at, ok := t.room(o, recordLen(len(b)))
+	if ok {
+		o.putRecord(at, uint32(len(b)), b)
+		o.countSent()
+	}
+	return ok
 }
 
 // dropBacklog drops o's backlog (its peer or we went away), counted as
@@ -328,6 +467,7 @@ func (o *outRing) dropBacklog() {
 	}
 	clear(o.backlog)
 	o.backlog = o.backlog[:0]
+	o.blOn.Store(false)
 }
 
 // listBacklog lists o, whose backlog just got its first frame, for the
@@ -437,8 +577,7 @@ func (t *Transport) writeQueue(o *outRing, frames []transport.Frame, refs, stric
 	for i := range frames {
 		// A frame sent in place asks for the lane at once: only a lane
 		// carries reference records.
-		lane := t.wantLane(o) || refs && frames[i].Region != nil && frames[i].Region.InPlace() && !o.noLane
-		if lane && len(o.backlog) == 0 && t.openLaneLocked(o) {
+		if t.laneReady(o, refs && frames[i].Region != nil && frames[i].Region.InPlace()) {
 			n, err := t.writeLocked(o, frames[i:], refs, strict)
 			return i + n, err
 		}
@@ -457,13 +596,6 @@ func (t *Transport) writeQueue(o *outRing, frames []transport.Frame, refs, stric
 		}
 	}
 	return len(frames), nil
-}
-
-// openLaneLocked asks for a lane (openLane) and reports whether the pair
-// has one now.
-func (t *Transport) openLaneLocked(o *outRing) bool {
-	t.openLane(o)
-	return o.data != nil
 }
 
 // ---- consumer side ----
@@ -516,7 +648,9 @@ func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
 	r.wordAt = u32At(r.data, recWordOff)
 	r.pubEvery = min(uint64(size/8), pubEvery)
 	r.notify = u32At(seg.mem, ringNotifyOff)
-	r.gate = m.size
+	// The gate comes with the lane's first record (takeLane).
+	r.gate, r.gateW = gatePending, u64At(seg.mem, ringGateOff)
+	r.wait = u32At(seg.mem, ringWaitOff)
 	// Cold until it delivers (notify.go): set before the producer hears
 	// back, so its first record sets the bit.
 	r.bit = t.nextBit & 63
@@ -526,10 +660,22 @@ func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
 	return 0
 }
 
-// gateOpen reports whether lane r may be read: the queue's cursor has
-// reached its gate (or the queue is broken and delivers nothing more),
-// and opens it for good if so. Recv side.
+// gatePending is a lane's gate before its producer took it (takeLane).
+const gatePending = ^uint64(0)
+
+// gateOpen reports whether lane r, which has a record at its cursor, may
+// be read: the queue's cursor has reached its gate (or the queue is broken
+// and delivers nothing more), and opens it for good if so. The gate is
+// read from the lane's header once a record is there: the load of the
+// record's word acquired it. Recv side.
 func (t *Transport) gateOpen(r *inRing) bool {
+	if r.gate == gatePending {
+		g := r.gateW.Load()
+		if g == 0 {
+			return false // a record before the gate: a broken producer
+		}
+		r.gate = g - 1
+	}
 	if t.q.cur < r.gate && !t.q.broken {
 		return false
 	}

@@ -262,7 +262,7 @@ func (t *Transport) pollCold(frames []transport.Frame, n int) int {
 			if r.gone || r.hot {
 				continue
 			}
-			if r.gate != 0 && !t.gateOpen(r) {
+			if r.gate != 0 && r.wordAt.Load() != 0 && !t.gateOpen(r) {
 				more = true // its queue frames come first (lane.go)
 				continue
 			}
@@ -315,7 +315,7 @@ func (t *Transport) peekCold() (r *inRing, empty bool) {
 			if r.gone || r.hot {
 				continue
 			}
-			if r.gate != 0 && !t.gateOpen(r) {
+			if r.gate != 0 && r.wordAt.Load() != 0 && !t.gateOpen(r) {
 				more, empty = true, false
 				continue
 			}

@@ -406,6 +406,13 @@ func (o *outRing) control(msg []byte, fds []int) {
 	closeAll(fds)
 	m, ok := decodeCtl(msg)
 	if ok && m.kind == ctlLaneAns {
+		// Counted here, not when the sender takes the lane (laneReady):
+		// the lane is mapped on both sides from now on either way.
+		if m.status == 0 {
+			o.lanesCnt.Add(1)
+		} else {
+			o.refusedCnt.Add(1)
+		}
 		select {
 		case o.laneAns <- m.status:
 		default:

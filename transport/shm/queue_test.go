@@ -402,11 +402,17 @@ func TestLaneHandOverKeepsOrder(t *testing.T) {
 	if f := rx.Footprint(); f.RingsIn != lanes {
 		t.Errorf("the receiver reads %d lanes, want %d", f.RingsIn, lanes)
 	}
-	refused, opened := uint64(0), uint64(0)
-	for _, b := range boards[1:] {
-		refused += counter(b, "shm lanes refused by peers")
-		opened += counter(b, "shm lanes opened")
-	}
+	// A producer goes on through the queue while it waits for the answer
+	// to its lane, which may come after its last frame.
+	var refused, opened uint64
+	waitFor(t, "every lane answered", func() bool {
+		refused, opened = 0, 0
+		for _, b := range boards[1:] {
+			refused += counter(b, "shm lanes refused by peers")
+			opened += counter(b, "shm lanes opened")
+		}
+		return refused+opened >= producers
+	})
 	if refused != producers-lanes || opened != lanes {
 		t.Errorf("%d lanes opened and %d refused, want %d and %d", opened, refused, lanes, producers-lanes)
 	}

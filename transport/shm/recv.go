@@ -415,11 +415,19 @@ func (t *Transport) commit() {
 		if r.gone {
 			continue
 		}
-		if r.cur-r.pubHead >= r.pubEvery || r.refsIn && r.cur != r.pubHead {
+		if r.cur-r.pubHead >= r.pubEvery || r.cur != r.pubHead && (r.refsIn || r.wait.Load() != 0) {
 			// The store releases: we no longer read below it, so the
 			// producer may overwrite it.
 			r.head.Store(r.cur)
 			r.pubHead, r.refsIn = r.cur, false
+			// Sequentially consistent with the store above: a producer
+			// whose backlog waits stores the word, then loads the head
+			// (flushBacklog), so either it sees this head or we see
+			// its word and ring its room bell.
+			if r.wait.Load() != 0 {
+				r.wait.Store(0)
+				r.kickRoom(&t.cnt.roomWakes)
+			}
 		}
 	}
 	// Not cleared: the pointers left are overwritten by the next batch's

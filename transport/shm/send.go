@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -96,6 +95,7 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 		return t.writeQueue(o, frames, refs, strict)
 	}
 	o.reapRefs()
+	t.flushBacklog(o)
 	var rec [refLen]byte
 	size := len(o.data)
 	start := o.cur
@@ -110,19 +110,30 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 				o.publish(start)
 				return i, fmt.Errorf("shm: frame %d: %w", i, err)
 			}
-			if ref = refs && t.refRecord(&frames[i], &rec); ref {
+			if ref = refs && len(o.backlog) == 0 && t.refRecord(&frames[i], &rec); ref {
 				data, word = rec[:], refMark
-			} else {
-				r.Copied() // records are written into the ring
 			}
 		}
-		at, ok := t.room(o, recordLen(len(data)), &start)
+		at, ok := uint64(0), false
+		if len(o.backlog) == 0 {
+			at, ok = t.room(o, recordLen(len(data)))
+		}
 		if !ok {
-			t.cnt.dropFull.Add(1)
-			if strict {
-				return i, t.dropErr(o)
+			// Full, or frames wait already: the frame waits in the
+			// backlog, copied (a frame in place too).
+			o.publish(start)
+			if f.Region != nil {
+				f.Region.Copied()
+			}
+			err := t.backlogFrame(o, len(f.Data), f.Data, nil)
+			start = o.cur
+			if err != nil && strict {
+				return i, err
 			}
 			continue
+		}
+		if f.Region != nil && !ref {
+			f.Region.Copied() // records are written into the ring
 		}
 		o.putRecord(at, word, data)
 		o.countSent()
@@ -138,11 +149,10 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 }
 
 // room finds the cursor at which a record of rl bytes goes into o's ring
-// (o.mu held), waiting for the consumer when the ring is full (waitRoom);
-// false: it stayed full, and the record is to be dropped. *start is the
-// cursor of the batch's first record not yet announced: a wait publishes
-// what came before it first.
-func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
+// (o.mu held, or the caller serializes o's writers), or reports that the
+// ring is full: the frame then waits in the pair's backlog (lane.go),
+// since the caller may hold a lock its own receive loop needs.
+func (t *Transport) room(o *outRing, rl int) (uint64, bool) {
 	at, ok := o.reserve(o.headSeen, rl)
 	if ok {
 		return at, true
@@ -151,16 +161,7 @@ func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
 	// the cached one. The load acquires: the consumer is done with every
 	// byte below it.
 	o.headSeen = o.head.Load()
-	if at, ok = o.reserve(o.headSeen, rl); ok {
-		return at, true
-	}
-	o.publish(*start) // wake the consumer to drain what we have
-	*start = o.cur
-	if !t.waitRoom(o, rl) {
-		return 0, false
-	}
-	at, _ = o.reserve(o.headSeen, rl)
-	return at, true
+	return o.reserve(o.headSeen, rl)
 }
 
 // SendParts writes one frame, head followed by the bytes of parts, into
@@ -220,20 +221,29 @@ func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte, locked bo
 	if n > o.mtu {
 		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
 	}
-	if o.data == nil {
+	if o.data == nil || o.blOn.Load() {
+		// No lane yet, or frames wait in the lane's backlog, which the
+		// flusher shares: o.mu.
+		if !locked {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			locked = true
+		}
+		if !t.laneReady(o, false) {
+			return t.queueFrame(o, n, head, parts)
+		}
+		if t.flushBacklog(o); len(o.backlog) > 0 {
+			return t.backlogFrame(o, n, head, parts)
+		}
+	}
+	start := o.cur
+	at, ok := t.room(o, recordLen(n))
+	if !ok {
 		if !locked {
 			o.mu.Lock()
 			defer o.mu.Unlock()
 		}
-		if !(t.wantLane(o) && len(o.backlog) == 0 && t.openLaneLocked(o)) {
-			return t.queueFrame(o, n, head, parts)
-		}
-	}
-	start := o.cur
-	at, ok := t.room(o, recordLen(n), &start)
-	if !ok {
-		t.cnt.dropFull.Add(1)
-		return t.dropErr(o)
+		return t.backlogFrame(o, n, head, parts)
 	}
 	o.putParts(at, uint32(n), n, head, parts)
 	o.countSent()
@@ -286,7 +296,9 @@ func (o *outRing) publish(start uint64) {
 	}
 }
 
-// dropErr says why waitRoom gave up on o's ring.
+// dropErr says why a frame to o's peer was dropped: its consumer took
+// nothing for FullWait while the pair's backlog waited (lane.go), or it
+// or we went away.
 func (t *Transport) dropErr(o *outRing) error {
 	switch {
 	case t.closed.Load():
@@ -296,41 +308,6 @@ func (t *Transport) dropErr(o *outRing) error {
 	}
 	return fmt.Errorf("%w: board %v took nothing from its ring for %v (it is stuck or gone; Options.FullWait sets how long to wait)",
 		ErrRingFull, o.peer, t.opts.FullWait)
-}
-
-// waitRoom waits until rl bytes fit. It gives up only when the consumer
-// made no progress for FullWait (it is stuck or gone), so a slow but live
-// receiver delays its senders rather than losing frames; after that, frames
-// to it are dropped at once until its cursor moves again.
-func (t *Transport) waitRoom(o *outRing, rl int) bool {
-	if o.stalled && o.head.Load() == o.stalledAt {
-		return false // it already timed out and has not moved since
-	}
-	o.stalled = false
-	deadline := time.Now().Add(t.opts.FullWait)
-	for i := 0; ; i++ {
-		h := o.head.Load()
-		if h != o.headSeen {
-			o.headSeen = h
-			deadline = time.Now().Add(t.opts.FullWait)
-		}
-		if _, ok := o.reserve(o.headSeen, rl); ok {
-			return true
-		}
-		if o.dead.Load() || t.closed.Load() {
-			return false
-		}
-		if i&63 == 63 {
-			if time.Now().After(deadline) {
-				// Stuck: drop frames at once until it moves again.
-				o.stalled, o.stalledAt = true, h
-				return false
-			}
-			time.Sleep(10 * time.Microsecond)
-		} else {
-			runtime.Gosched()
-		}
-	}
 }
 
 // outFor returns the ring to peer, connecting on first use and again after
@@ -347,10 +324,9 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		}
 		delete(t.out, peer)
 		t.snapOut()
-		if o.laneBytes.Load() != 0 {
+		if o.close() {
 			t.lanesOut.Add(-1)
 		}
-		o.close()
 		t.cnt.sent.Add(o.sent.Load()) // its count outlives it
 	}
 	o, err := t.dial(peer)
@@ -438,14 +414,16 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		notifyWords: notifyWords{sum: u64At(bell.mem, bellSumOff)},
 		q:           qProducer{queue: newQueue(bell.mem), id: qid},
 		mtu:         mtu, wakes: &t.cnt.wakes, blBytes: &t.blBytes, dropped: &t.cnt.dropFull,
+		lanesCnt: &t.cnt.lanes, refusedCnt: &t.cnt.lanesRefused,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
 		noLane: t.opts.Lanes == 0}
 	return o, nil
 }
 
 // close unmaps the ring and the peer's doorbell and closes the connection
-// (the consumer then drops its side).
-func (o *outRing) close() {
+// (the consumer then drops its side). It reports whether the pair had a
+// lane (or had asked for one), which no longer counts against Lanes.
+func (o *outRing) close() (lane bool) {
 	o.mu.Lock()
 	o.completeRefs()
 	o.dropBacklog()
@@ -454,8 +432,9 @@ func (o *outRing) close() {
 	o.bell.unmap()
 	unix.Close(o.ev)
 	o.data, o.shut = nil, true
-	o.laneBytes.Store(0)
+	lane = o.laneBytes.Swap(0) != 0
 	o.mu.Unlock()
+	return lane
 }
 
 // Reaches reports whether a board with NIC id peer listens in the endpoint

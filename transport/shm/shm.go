@@ -320,10 +320,15 @@ type inRing struct {
 	// qid is the producer's id in our receive queue; gate, once the
 	// producer has a lane (data != nil), the queue cursor past its last
 	// record there: the lane is read only once the queue's cursor has
-	// reached it (0: open), so the pair's frames stay in order (lane.go).
-	// qTail: for a producer that went away, the queue's tail then.
+	// reached it (0: open; gatePending: not yet read from gateW, the
+	// word in the lane's header), so the pair's frames stay in order
+	// (lane.go). wait is the lane's word that its producer's backlog
+	// waits for room. qTail: for a producer that went away, the queue's
+	// tail then.
 	qid   uint32
 	gate  uint64
+	gateW *atomic.Uint64
+	wait  *atomic.Uint32
 	qTail uint64
 	// room is the producer's room bell (an eventfd it passed with its
 	// hello): the Recv side writes it when it frees room the producer's
@@ -339,17 +344,15 @@ type outRing struct {
 	bell     segment
 	producer // the data area and our cursor (ring.go)
 	notifyWords
-	head      *atomic.Uint64
-	slp       *atomic.Uint32
-	ev        int    // the consumer's eventfd (see kick); closed by close
-	headSeen  uint64 // cached consumer head: reloaded only when the ring looks full
-	stalled   bool   // a wait for room timed out with the consumer at stalledAt
-	stalledAt uint64
-	mtu       int
-	conn      *net.UnixConn
-	pid       int // the consumer's process (SO_PEERCRED)
-	dead      atomic.Bool
-	wakes     *atomic.Uint64 // the transport's count of wake-ups sent
+	head     *atomic.Uint64
+	slp      *atomic.Uint32
+	ev       int    // the consumer's eventfd (see kick); closed by close
+	headSeen uint64 // cached consumer head: reloaded only when the ring looks full
+	mtu      int
+	conn     *net.UnixConn
+	pid      int // the consumer's process (SO_PEERCRED)
+	dead     atomic.Bool
+	wakes    *atomic.Uint64 // the transport's count of wake-ups sent
 	// sent counts the frames written: per ring, so senders to different
 	// peers share no counter; its writers are serialized (o.mu, or the
 	// caller of SerialSends), so it is counted without a locked
@@ -367,7 +370,16 @@ type outRing struct {
 	q        qProducer
 	viaQueue int
 	noLane   bool
-	shut     bool // closed (close)
+	// laneAsked: a lane was passed to the consumer (askLane; its
+	// segment in seg until taken); laneOK: its answer as laneReady read
+	// it (0: none yet, 1: accepted, 2: refused). lanesCnt and refusedCnt
+	// are the transport's counts of answers. wait is the lane's word
+	// that a backlog waits for room in it (lane.go).
+	laneAsked            bool
+	laneOK               uint8
+	lanesCnt, refusedCnt *atomic.Uint64
+	wait                 *atomic.Uint32
+	shut                 bool // closed (close)
 	// backlog holds copies of the pair's frames, in order, that wait for
 	// room in the consumer's queue (lane.go); blHead and blAt are the
 	// consumer's head when the backlog last moved, or saw it move, and
@@ -378,8 +390,11 @@ type outRing struct {
 	blHead   uint64
 	blAt     time.Time
 	blListed bool
-	blBytes  *atomic.Int64
-	dropped  *atomic.Uint64
+	// blOn says the backlog holds frames (stored under mu): a writer
+	// of a lane after SerialSends, which takes no lock, takes mu then.
+	blOn    atomic.Bool
+	blBytes *atomic.Int64
+	dropped *atomic.Uint64
 	// laneBytes is the lane's segment length once it is written (0: no
 	// lane), for Footprint.
 	laneBytes atomic.Int64
