@@ -36,21 +36,28 @@
 // has closed. A pair's first frames go through it. A pair that keeps
 // sending (Options.LaneAfter frames) gets a lane: a ring of its own
 // (below), passed over the pair's connection, at most Options.Lanes written
-// and read by each transport; the receiver reads a new lane only once its
-// queue cursor has passed the pair's last queue record, so a pair's frames
-// stay in order across the hand-over (lane.go). A receiver thus polls its
+// and read by each transport. The producer does not wait for the answer:
+// its frames go on through the queue until the lane is accepted, and its
+// first record in the lane comes after the gate, the queue cursor past its
+// last queue record, written into the lane's header; the receiver reads
+// the lane only once its queue cursor has passed the gate, so a pair's
+// frames stay in order across the hand-over (lane.go). A receiver thus polls its
 // queue and its few lanes, and a process maps its own queue, the queues of
 // the peers it sends to and at most 2·Lanes rings, however large the job.
 //
 // A queue is far smaller than one frame of every peer at once (64 peers
 // of a 4 KiB frame each fill 4,096 cells), so it fills; a sender that
-// finds it full does not wait, since it may hold a lock its own receive
-// loop needs while the peer's sender waits for room in its queue in turn.
-// The frame is copied into the pair's backlog, in private memory, and the
-// pair's later frames go behind it; the next send and a flusher goroutine
-// move the backlog into the queue, in order, as the receiver frees cells
-// (it publishes its head at once when a producer raised the queue's wait
-// flag). Past 16 MiB of backlogs a sender waits as for a full ring.
+// finds it (or its lane) full does not wait, since it may hold a lock its
+// own receive loop needs while the peer's sender waits for room in its
+// queue in turn. The frame is copied into the pair's backlog, in private
+// memory, and the pair's later frames go behind it; the next send and a
+// flusher goroutine move the backlog into the queue or lane, in order, as
+// the receiver frees room. The flusher does not poll: a producer with a
+// backlog sets its bit in the queue's header (or the lane's wait word),
+// and the receiver, once it has published the room it freed, writes that
+// producer's room bell, an eventfd the producer passed with its hello, on
+// which the flusher sleeps (the doorbell's handshake, below, the other
+// way round). Past 16 MiB of backlogs a sender waits for room.
 //
 // # Rings
 //
@@ -66,13 +73,13 @@
 // the ring looks full. The consumer hands out frames that point into the
 // ring, and publishes its head only at a later Recv, when the frames are
 // no longer in use, and then only every 64 KiB (an eighth of a small ring)
-// or at once after a reference record (see commit in recv.go): a small
-// message costs the consumer no store to the shared head, and a producer
-// that finds the ring full still finds the head moving. A producer whose
-// consumer takes nothing for Options.FullWait (from its ring, or from its
-// queue while the pair's backlog waits) drops the frame: Send counts
-// it, as a lossy wire would lose it, and SendStrict also fails with
-// ErrRingFull, for a caller that keeps no copy to resend. SendParts is
+// or at once after a reference record or while the producer's backlog
+// waits (see commit in recv.go): a small message costs the consumer no
+// store to the shared head, and a producer that finds the ring full still
+// finds the head moving. A producer whose consumer takes nothing for
+// Options.FullWait while the pair's backlog waits drops the frame: Send
+// counts it, as a lossy wire would lose it, and SendStrict also fails
+// with ErrRingFull, for a caller that keeps no copy to resend. SendParts is
 // SendStrict for one frame given as a head and parts (mx's lane: a short
 // header and the application's segments), written straight into the
 // record with no buffer of the caller's between. Every

@@ -18,21 +18,30 @@ import (
 // load, however many peers it has. A pair that keeps sending gets a lane:
 // after Options.LaneAfter frames through the queue, the producer creates a
 // ring of its own (ring.go) and passes it over the pair's connection
-// (ctlLane, with the queue cursor just past its last queue record: the
-// gate); the consumer maps it if it reads fewer than Options.Lanes lanes,
-// and answers. A producer writes at most Options.Lanes lanes, so a process
-// maps at most that many rings each way, and the queues of the peers it
-// sends to: memory that grows with the number of peers by one queue each,
-// not by two rings. A refused pair stays on the queue.
+// (ctlLane); the consumer maps it if it reads fewer than Options.Lanes
+// lanes, and answers. The producer does not wait for the answer, which
+// would be a round trip under the caller's lock (mx's board lock, which
+// its own receive loop needs): the pair's frames go on through the queue,
+// and the producer takes the lane at its first frame after the answer
+// came with no backlog left (laneReady). Only a frame sent in place, which
+// no queue carries, and the first frame of a pair that is to have a lane
+// at once (LaneAfter < 0, a round trip like the connection's own) wait for
+// it. A producer writes at most Options.Lanes lanes, so a process maps at
+// most that many rings each way, and the queues of the peers it sends to:
+// memory that grows with the number of peers by one queue each, not by
+// two rings. A refused pair stays on the queue.
 //
-// Order across the hand-over. Once the lane is accepted, the producer
-// writes the pair's frames there and no more into the queue. Its frames
-// in the queue all lie below the gate, so the consumer reads the lane
-// only once its queue cursor has reached the gate (a lane whose gate is
-// ahead is skipped, its summary bit kept pending): every frame of the
-// pair from the queue has been returned by then, and the pair's frames
-// come out in the order they were sent. A lane stays until the pair's
-// connection closes (a peer that goes away, Close).
+// Order across the hand-over. When the producer takes the lane, it writes
+// the gate, the queue cursor just past its last queue record, into the
+// lane's header, then the pair's frames into the lane and no more into
+// the queue. Its frames in the queue all lie below the gate, so the
+// consumer, which reads the gate once it finds the lane's first record
+// (whose word's load acquires it), reads the lane only once its queue
+// cursor has reached the gate (a lane whose gate is ahead is skipped, its
+// summary bit kept pending): every frame of the pair from the queue has
+// been returned by then, and the pair's frames come out in the order they
+// were sent. A lane stays until the pair's connection closes (a peer that
+// goes away, Close).
 
 const (
 	ctlLane    = 4 // producer → consumer: a lane's ring (memfd); id: its size, size: the gate
@@ -229,19 +238,32 @@ func (t *Transport) takeLane(o *outRing) {
 	o.notifyWords.notify = u32At(o.seg.mem, ringNotifyOff)
 }
 
-// The backlog. A producer that finds its peer's queue full does not wait
-// for room: the caller may hold a lock its own receive loop needs (mx's
-// board lock, under which every send runs), and the peer it waits for may
-// be waiting for room in our queue under its own: a cycle that only a
-// timeout would break. Instead the frame is copied into the pair's
-// backlog, in private memory, and the send returns; the pair's later
-// frames join the backlog behind it, so the pair's order holds, and the
-// backlog goes into the queue, in order, as room appears: by the pair's
-// next send, and by the transport's flusher goroutine, which runs while
-// any backlog is left and holds no lock but the ring's. The producer also
-// raises the queue's wait flag, so the consumer publishes its head as
-// soon as it frees cells. A pair gets no lane while it has a backlog (its
-// frames in the backlog would otherwise come out after the lane's).
+// The backlog. A producer that finds its peer's queue (or its lane) full
+// does not wait for room: the caller may hold a lock its own receive loop
+// needs (mx's board lock, under which every send runs), and the peer it
+// waits for may be waiting for room in our queue under its own: a cycle
+// that only a timeout would break. Instead the frame is copied into the
+// pair's backlog, in private memory, and the send returns; the pair's
+// later frames join the backlog behind it, so the pair's order holds, and
+// the backlog goes into the queue or lane, in order, as room appears: by
+// the pair's next send, and by the transport's flusher goroutine, which
+// runs while any backlog is left and holds no lock but the ring's. A pair
+// takes no lane while it has a backlog in the queue (its frames there
+// would otherwise come out after the lane's); a lane writer after
+// SerialSends, which takes no lock, takes the ring's while a backlog
+// waits (blOn), since the flusher writes the lane then.
+//
+// Waking the flusher. A producer whose backlog finds no room says so (the
+// queue's bitmap of waiting producers and its wait flag, or the lane's
+// wait word) and then looks for room once more; the consumer, once it
+// has published its head, looks at the flag (sequentially consistent on
+// both sides: either the producer sees the room or the consumer sees the
+// flag) and writes the room bell of every producer whose bit is set, an
+// eventfd the producer passed with its hello. The flusher sleeps on its
+// room bell between passes that moved nothing, so a backlog moves as soon
+// as the consumer frees room, with no polling; the sleep is bounded by
+// FullWait, after which a backlog whose consumer has not moved is found
+// stalled.
 //
 // Bounds. The backlogs of a transport hold at most maxBacklog bytes; a
 // frame that would pass that waits, as for room in a full ring, until its
