@@ -536,6 +536,58 @@ func (t *Transport) flusher() {
 	}
 }
 
+// pollBacklogs is the receive side's share of the flusher's work, for a
+// process whose backlogs wait (blBytes): Pending and Recv's spin call it
+// at every look. Where the flusher goroutine shares its P with a receive
+// loop that polls (one P, as a rank bound to one CPU has), it would run
+// only once that loop sleeps, a spin window later; so the loop reads the
+// room bell itself, without blocking, and when a consumer rang it, moves
+// the backlogs it can lock at once (TryLock: a sender or the flusher
+// holding a ring's lock flushes it anyway, and the receive side never
+// waits for a lock a sender holds). A ring it could not lock gets the
+// bell rung again, for the flusher.
+func (t *Transport) pollBacklogs() {
+	if t.closed.Load() {
+		return
+	}
+	var b [8]byte
+	if _, err := unix.Read(t.roomBell.fd, b[:]); err != nil {
+		return // not rung (EAGAIN)
+	}
+	t.blMu.Lock()
+	list := append(t.pollList[:0], t.blOuts...)
+	t.blMu.Unlock()
+	busy := false
+	for _, o := range list {
+		if !o.mu.TryLock() {
+			busy = true
+			continue
+		}
+		t.flushBacklog(o)
+		t.unlistIfEmpty(o)
+		o.mu.Unlock()
+	}
+	clear(list)
+	t.pollList = list[:0]
+	if busy {
+		t.roomBell.ring()
+	}
+}
+
+// unlistIfEmpty takes o off the flusher's list once its backlog is
+// empty. o.mu held.
+func (t *Transport) unlistIfEmpty(o *outRing) {
+	if len(o.backlog) != 0 {
+		return
+	}
+	t.blMu.Lock()
+	if o.blListed {
+		o.blListed = false
+		t.blOuts = slices.DeleteFunc(t.blOuts, func(x *outRing) bool { return x == o })
+	}
+	t.blMu.Unlock()
+}
+
 // flushPass moves what it can of the backlogs of list into their queues,
 // takes the rings whose backlog is empty off the flusher's list, and
 // reports whether any frame moved.
@@ -548,12 +600,7 @@ func (t *Transport) flushPass(list []*outRing) bool {
 		if len(o.backlog) != before {
 			moved = true
 		}
-		if len(o.backlog) == 0 {
-			t.blMu.Lock()
-			o.blListed = false
-			t.blOuts = slices.DeleteFunc(t.blOuts, func(x *outRing) bool { return x == o })
-			t.blMu.Unlock()
-		}
+		t.unlistIfEmpty(o)
 		o.mu.Unlock()
 	}
 	return moved

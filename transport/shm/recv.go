@@ -77,6 +77,9 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
 			return 0, nil
 		}
+		if t.blBytes.Load() != 0 {
+			t.pollBacklogs()
+		}
 		if i&63 == 63 || !clock && spin <= 0 {
 			now = time.Now()
 			if !clock {
@@ -161,6 +164,9 @@ func (t *Transport) sleep(deadline time.Time) { t.ev.wait(deadline) }
 // that polls an empty ring in a tight loop then waits less for the frame
 // that comes, as each look is shorter.
 func (t *Transport) Pending() bool {
+	if t.blBytes.Load() != 0 {
+		t.pollBacklogs()
+	}
 	if t.toCommit || t.closed.Load() || t.pend != 0 || t.sum.Load() != 0 || t.fullScan.Load() || t.queuePending() {
 		return true
 	}

@@ -258,6 +258,7 @@ type Transport struct {
 	// is flushing: the flusher runs), and the bytes they hold.
 	blMu     sync.Mutex
 	blOuts   []*outRing
+	pollList []*outRing // pollBacklogs' copy of blOuts (Recv side)
 	flushing bool
 	blBytes  atomic.Int64
 
