@@ -116,7 +116,7 @@ func (t *Transport) laneReady(o *outRing, now bool) bool {
 		if !t.wantLane(o) && !now {
 			return false
 		}
-		t.askLane(o)
+		t.askLane(o, now || t.opts.LaneAfter < 0 && o.q.end == 0)
 		if o.noLane {
 			return false
 		}
@@ -126,7 +126,9 @@ func (t *Transport) laneReady(o *outRing, now bool) bool {
 		// have a lane at once (LaneAfter < 0, as when it connected),
 		// wait for the answer: only a lane carries a reference record,
 		// and such a pair has its lane from its first frame.
-		wait := now || t.opts.LaneAfter < 0 && o.q.end == 0
+		// A lane still being made (makeLane, which needs o.mu) is not
+		// waited for: the frame goes through the queue, copied.
+		wait := (now || t.opts.LaneAfter < 0 && o.q.end == 0) && !o.making
 		if !t.laneAnswer(o, wait) {
 			return false
 		}
@@ -173,13 +175,17 @@ func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
 	return true
 }
 
-// askLane creates a lane to o's peer and passes it over the pair's
-// connection, without waiting for the answer (laneReady looks for it at
-// the pair's next frames): the caller may hold a lock its own receive
-// loop needs, and the consumer answers from its connection's watcher,
-// which another sender's wait could starve on a loaded host. On any
-// failure the pair stays on the queue for good. o.mu held.
-func (t *Transport) askLane(o *outRing) {
+// askLane asks for a lane to o's peer without waiting, and with wait,
+// as a frame in place and a pair that has its lane from its first frame
+// do, makes the lane itself. Otherwise the lane is made by a goroutine
+// (makeLane): its segment is mapped with every page populated, which on
+// hugepages zeroes some 4 MiB in the kernel (0.6 ms on an idle core,
+// milliseconds on a loaded one), and the pair's frames go on through the
+// queue meanwhile instead of waiting for that under the caller's lock.
+// The consumer answers from its connection's watcher, and laneReady looks
+// for the answer at the pair's next frames. On any failure the pair stays
+// on the queue for good. o.mu held.
+func (t *Transport) askLane(o *outRing, wait bool) {
 	o.laneAsked = true
 	if o.q.lanesFull.Load() != 0 {
 		// The consumer reads as many lanes as it takes: it says no
@@ -200,26 +206,97 @@ func (t *Transport) askLane(o *outRing) {
 			break
 		}
 	}
-	size := t.ringSize()
-	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
-	if err != nil {
+	for len(o.laneAns) > 0 {
+		<-o.laneAns
+	}
+	if wait {
+		seg, fd, err := t.newLane()
+		if err != nil {
+			o.noLane = true
+			t.lanesOut.Add(-1)
+			return
+		}
+		// Mapped from here: Footprint counts it, close unmaps it.
+		o.seg = seg
+		o.laneBytes.Store(int64(len(seg.mem)))
+		err = o.sendCtl(ctlLane, binary.LittleEndian.Uint32(seg.mem[sizeOff:]), 0, fd)
+		unix.Close(fd)
+		if err != nil {
+			o.laneOK = 2 // laneReady gives it back
+		}
+		return
+	}
+	// Close takes blMu after it sets closed: a goroutine started here is
+	// in the wait group before Close waits for it (as listBacklog's).
+	t.blMu.Lock()
+	if t.closed.Load() {
+		t.blMu.Unlock()
 		o.noLane = true
 		t.lanesOut.Add(-1)
 		return
 	}
+	t.wg.Add(1)
+	t.blMu.Unlock()
+	o.making = true
+	go t.makeLane(o)
+}
+
+// newLane makes a lane's segment, its header written, and returns it with
+// its memfd.
+func (t *Transport) newLane() (segment, int, error) {
+	size := t.ringSize()
+	mk := t.laneSeg
+	if mk == nil {
+		mk = newSegment
+	}
+	seg, fd, err := mk("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
+	if err != nil {
+		return segment{}, -1, err
+	}
 	le := binary.LittleEndian
 	le.PutUint32(seg.mem[magicOff:], ringMagic)
 	le.PutUint32(seg.mem[sizeOff:], uint32(size))
-	for len(o.laneAns) > 0 {
-		<-o.laneAns
+	return seg, fd, nil
+}
+
+// makeLane is askLane's goroutine: it makes o's lane, hands its segment
+// to o (under o.mu, which o's writers hold) and passes it to the consumer.
+// A failure is answered as a refusal (status 2 in laneAns, which
+// laneReady reads at the pair's next frame); a ring closed meanwhile gets
+// no lane.
+func (t *Transport) makeLane(o *outRing) {
+	defer t.wg.Done()
+	seg, fd, err := t.newLane()
+	o.mu.Lock()
+	o.making = false
+	if err != nil || o.shut || t.closed.Load() {
+		o.mu.Unlock()
+		if err == nil {
+			seg.unmap()
+			unix.Close(fd)
+		}
+		t.lanesOut.Add(-1)
+		o.refuse()
+		return
 	}
 	// Mapped from here: Footprint counts it, close unmaps it.
 	o.seg = seg
 	o.laneBytes.Store(int64(len(seg.mem)))
-	err = o.sendCtl(ctlLane, uint32(size), 0, fd)
+	o.mu.Unlock()
+	err = o.sendCtl(ctlLane, binary.LittleEndian.Uint32(seg.mem[sizeOff:]), 0, fd)
 	unix.Close(fd)
 	if err != nil {
-		o.laneOK = 2 // laneReady gives it back
+		// laneReady gives the segment back (the ring's close does, if
+		// it comes first).
+		o.refuse()
+	}
+}
+
+// refuse answers o's lane as refused, as a consumer's refusal would.
+func (o *outRing) refuse() {
+	select {
+	case o.laneAns <- 2:
+	default:
 	}
 }
 

@@ -449,3 +449,88 @@ func TestFootprintQueues(t *testing.T) {
 		t.Errorf("the boards count %d bytes mapped, the kernel lists %d", mapped, got)
 	}
 }
+
+// TestLaneMadeOffTheSendPath: the send after which a pair asks for its
+// lane does not make the lane's segment itself (mapping it populated is
+// milliseconds of zeroing on a loaded host, which the peer, waiting for
+// that very frame, would wait through): with the segment held back, every
+// send returns and every frame arrives, in order, through the queue, and
+// no lane is mapped; once the segment is made, the pair takes its lane,
+// and its frames go on, in order, with none put into a backlog.
+func TestLaneMadeOffTheSendPath(t *testing.T) {
+	const laneAfter, before, after = 8, 40, 40
+	a, b := newTestPair(t, Options{MTU: 4096, LaneAfter: laneAfter, Lanes: 1})
+	defer a.Close()
+	defer b.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before the Closes, which wait for the lane's maker
+	a.laneSeg = func(name string, n int, huge bool) (segment, int, error) {
+		close(entered)
+		<-release
+		return newSegment(name, n, huge)
+	}
+	send := func(from, to int) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			for i := from; i < to; i++ {
+				if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: testFrame(1, i)}}); err != nil {
+					done <- fmt.Errorf("frame %d: %w", i, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			unblock()
+			t.Fatal("a send waits for the lane's segment to be made")
+		}
+	}
+	buf := make([]transport.Frame, 8)
+	recv := func(from, to int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for i := from; i < to; {
+			n, err := b.Recv(buf, 10*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range buf[:n] {
+				if want := testFrame(1, i); f.Peer != a.Addr() || !bytes.Equal(f.Data, want) {
+					t.Fatalf("frame %d differs (got %d bytes from %v, number %d)", i, len(f.Data), f.Peer, binary.LittleEndian.Uint32(f.Data[4:]))
+				}
+				i++
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("frame %d of %d..%d not received", i, from, to)
+			}
+		}
+	}
+	send(0, before)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no lane asked for after %d frames", before)
+	}
+	recv(0, before)
+	if f := a.Footprint(); f.RingsOut != 0 {
+		t.Errorf("a lane is written before its segment was made: %+v", f)
+	}
+	unblock()
+	waitFor(t, "the lane to be answered", func() bool { return counter(a, "shm lanes opened") == 1 })
+	send(before, before+after)
+	recv(before, before+after)
+	if f := a.Footprint(); f.RingsOut != 1 {
+		t.Errorf("the pair writes %d lanes, want 1", f.RingsOut)
+	}
+	if n := counter(a, "shm frames that waited in a backlog"); n != 0 {
+		t.Errorf("%d frames waited in a backlog, want 0", n)
+	}
+}

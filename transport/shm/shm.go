@@ -254,6 +254,9 @@ type Transport struct {
 	qHigh    atomic.Uint32 // the highest producer id given (qWaiters)
 	lanesIn  int
 	lanesOut atomic.Int32
+	// laneSeg makes a lane's segment (newSegment; a test's replacement
+	// holds it back to show that senders do not wait for it).
+	laneSeg func(name string, n int, huge bool) (segment, int, error)
 	// The backlogs (lane.go): the rings that have one (under blMu, as
 	// is flushing: the flusher runs), and the bytes they hold.
 	blMu     sync.Mutex
@@ -377,6 +380,7 @@ type outRing struct {
 	// are the transport's counts of answers. wait is the lane's word
 	// that a backlog waits for room in it (lane.go).
 	laneAsked            bool
+	making               bool // makeLane makes the lane (lane.go)
 	laneOK               uint8
 	lanesCnt, refusedCnt *atomic.Uint64
 	wait                 *atomic.Uint32
