@@ -16,12 +16,13 @@ import (
 // A producer's first frames to a peer go through the peer's receive queue
 // (queue.go), which every producer maps and the consumer polls with one
 // load, however many peers it has. A pair that keeps sending gets a lane:
-// after Options.LaneAfter frames through the queue, the producer creates a
-// ring of its own (ring.go) and passes it over the pair's connection
-// (ctlLane); the consumer maps it if it reads fewer than Options.Lanes
-// lanes, and answers. The producer does not wait for the answer, which
-// would be a round trip under the caller's lock (mx's board lock, which
-// its own receive loop needs): the pair's frames go on through the queue,
+// after Options.LaneAfter frames through the queue, the producer has a
+// goroutine create a ring of its own (ring.go) and pass it over the
+// pair's connection (ctlLane); the consumer maps it if it reads fewer
+// than Options.Lanes lanes, and answers. The producer waits neither for
+// the ring (makeLane) nor for the answer, which would be a round trip
+// under the caller's lock (mx's board lock, which its own receive loop
+// needs): the pair's frames go on through the queue,
 // and the producer takes the lane at its first frame after the answer
 // came with no backlog left (laneReady). Only a frame sent in place, which
 // no queue carries, and the first frame of a pair that is to have a lane
