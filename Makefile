@@ -166,6 +166,8 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzSack$$' -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzRxAccept$$' -fuzztime 20000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz '^FuzzPSAccept$$' -fuzztime 20000x ./nicdrv/e1000e/
+	$(GO) test -run '^$$' -fuzz '^FuzzPlaceAccept$$' -fuzztime 20000x ./nicdrv/e1000e/
+	$(GO) test -run '^$$' -fuzz '^FuzzPlaceWriteBacks$$' -fuzztime 5000x ./nicdrv/e1000e/
 	$(GO) test -run '^$$' -fuzz '^FuzzPacketSplitFrame$$' -fuzztime 2000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 5000x ./transport/nic/
 	$(GO) test -run '^$$' -fuzz '^FuzzReceiveUDP$$' -fuzztime 5000x ./transport/nic/

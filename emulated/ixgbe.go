@@ -69,7 +69,8 @@ func DefaultIXGBEOptions() IXGBEOptions {
 //     naming advanced descriptors; TX also needs DMATXCTL.TE first). A
 //     ring's base, length, head or SRRCTL written while the queue is
 //     enabled, a tail outside the ring, or a frame steered to a queue that
-//     is not enabled, is a violation;
+//     is not enabled, is a violation, but for a queue with a ring and
+//     SRRCTL.DROP_EN, stopped for a moment, which drops the frame (QPRDC);
 //   - RX uses advanced descriptors only: SRRCTL sets the packet buffer size
 //     (a frame longer than one buffer spans several descriptors, EOP on the
 //     last) and, with header split, the header buffer, into which the

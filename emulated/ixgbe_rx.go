@@ -104,6 +104,15 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		return rxDropped
 	}
 	q := c.queue
+	if q < hw.MaxQueuePairs && !n.rxEnabled(q) && n.reg(hw.SRRCTL(q))&hw.SrrctlDropEn != 0 && n.reg(hw.RDLEN(q)) != 0 {
+		// A queue stopped for a moment (a driver taking its
+		// descriptors back) that drops when it has none: dropped.
+		if q < hw.QueueStats {
+			n.regs[hw.QPRDC(q)/4]++
+		}
+		n.nDrop.Add(1)
+		return rxDropped
+	}
 	if q >= hw.MaxQueuePairs || !n.rxEnabled(q) {
 		n.violation("frame steered to RX queue %d, which is not enabled", q)
 		n.nDrop.Add(1)

@@ -10,7 +10,8 @@ import (
 )
 
 // BenchmarkPingPong measures one-way latency (half a round trip) between two
-// boards in one process, like omx_perf, reporting us/oneway.
+// boards in one process, like omx_perf, reporting us/oneway, and the CPU
+// time and fine-timer firings per message.
 func BenchmarkPingPong(b *testing.B) {
 	for _, tf := range transportFactories {
 		for _, mode := range []string{"busypoll", "blocking"} {
@@ -61,19 +62,32 @@ func pingPong(b *testing.B, tf transportFactory, opts BoardOptions, size int) {
 	for i := 0; i < 10; i++ {
 		round()
 	}
+	firings := func() (n uint64) {
+		for _, bd := range []*Board{pr.ba, pr.bb} {
+			n += bd.Counters()[FineFirings]
+		}
+		return n
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	f0, c0 := firings(), cpuTime()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		round()
 	}
 	el := time.Since(start)
+	cpu := cpuTime() - c0
 	b.StopTimer()
+	f1 := firings()
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(el.Nanoseconds())/1e3/float64(2*b.N), "us/oneway")
 	b.ReportMetric(float64(2*b.N*size)/el.Seconds()/1e6, "MB/s")
+	// The process's CPU time and the fine timer's firings (finetimer.go)
+	// per message, both boards together.
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(2*b.N), "cpu-ns/msg")
+	b.ReportMetric(float64(f1-f0)*1000/float64(2*b.N), "fine-firings/1k-msg")
 }
 
 // BenchmarkStream measures one-directional throughput with 16 sends in

@@ -80,9 +80,13 @@ type Board struct {
 
 	// mu protects every field below and all endpoint, partner and request
 	// state of the board.
-	mu       sync.Mutex
-	closed   bool
-	eps      [MaxEndpoints]*Endpoint
+	mu     sync.Mutex
+	closed bool
+	eps    [MaxEndpoints]*Endpoint
+	// epl lists the open endpoints of eps, in the order they opened: the
+	// timers walk it, where a walk of eps copied and scanned all
+	// MaxEndpoints slots at every timer run.
+	epl      []*Endpoint
 	wasOpen  [MaxEndpoints]bool
 	peers    []peerInfo
 	peerIdx  map[transport.NICID]uint16
@@ -190,6 +194,11 @@ type Board struct {
 	// rxRings: the batch being handled came from shared-memory rings,
 	// whose frames carry no trailer (see sendFrame).
 	rxRings bool
+	// rxLeft counts the frames received and not yet handled, in the
+	// batches being handled (one nests in another when a verdict
+	// drains a source): frames the NIC delivered before a span posted
+	// now (placerecv.go).
+	rxLeft int
 	// ackOwed: partners on the rings that reached NotAckedMax unacked
 	// messages, acked once a receive finds its source drained
 	// (ack.go); each at most once (partner.owed).
@@ -414,6 +423,7 @@ func (b *Board) OpenEndpoint(id int, key uint32) (*Endpoint, error) {
 	}
 	e := newEndpoint(b, uint8(id), key)
 	b.eps[id] = e
+	b.epl = append(b.epl, e)
 	b.wasOpen[id] = true
 	registerLocal(e)
 	b.cmaOpen(e)

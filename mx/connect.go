@@ -36,6 +36,9 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 	if !b.opts.Local.NoLane {
 		x.Flags |= wire.ExtRingLane | wire.ExtRingLaneMedium // lane.go
 	}
+	if p, ok := b.tr.(transport.Placer); ok && p.PlaceInfo().SendsLanes {
+		x.More |= wire.ExtPlaceLane // large.go: pull replies go to the lane a PULL names
+	}
 	return x
 }
 

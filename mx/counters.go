@@ -156,6 +156,10 @@ const (
 	TailAsks
 	AsksAnswered
 	AskRetransmits
+	// PullAsks counts the questions a puller sent the region's owner
+	// about replies that were late (ask.go); the frames an answer shows
+	// lost are counted as FastRetransmits and PullFramesRerequested.
+	PullAsks
 	// FineArms counts the times the fine timer's timerfd was set
 	// (timerfd_settime), and FineFirings the times it fired and its
 	// goroutine ran (finetimer.go).
@@ -203,6 +207,7 @@ var counterNames = [numCounters]string{
 	"lane sends (lane records written into the ring)", "lane receives (straight into a posted receive)",
 	"frames drained by a timer run before it resent",
 	"tail asks sent (a late peer asked what it holds)", "asks answered", "resent on an ask's answer",
+	"pull asks sent (a late pull's owner asked what it sent)",
 	"fine timer arms (timerfd_settime)", "fine timer firings",
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/mx/wire"
@@ -33,6 +34,7 @@ type Endpoint struct {
 	doneq       doneList
 	zombies     int
 	regions     [256]region
+	regionsUsed int      // regions with used set: the timers scan regions only when some are (largefail.go)
 	cmaTab      []uint64 // large-send buffers, read by processes that copy them (cma.go)
 	regionHint  int
 	resq        reqList // sends waiting for a region (and those behind them)
@@ -136,6 +138,9 @@ func (e *Endpoint) closeLocked() {
 	}
 	if b.eps[e.id] == e {
 		b.eps[e.id] = nil
+		if i := slices.Index(b.epl, e); i >= 0 {
+			b.epl = slices.Delete(b.epl, i, i+1)
+		}
 	}
 	e.wakeupLocked()
 }
@@ -324,7 +329,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	if d != nil {
 		return e.isendLocal(r, d, segs, n, sync)
 	}
-	e.copies.sent.Add(uint64(n))
+	e.copies.locked.sent += uint64(n)
 	if class == classLarge {
 		r.segs = append(r.segsBuf[:0], segs...) // before allocRegion publishes them (cma.go)
 		r.segsBuf = r.segs
@@ -339,7 +344,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	}
 	if r.class != classLarge {
 		r.buf = gather(r.buf[:0], segs)
-		e.copies.gather.Add(uint64(n))
+		e.copies.locked.gather += uint64(n)
 		r.status.XferLength = uint32(n)
 	}
 	r.protoHeld = true

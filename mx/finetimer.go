@@ -24,8 +24,9 @@ import (
 // deadlines whose precision pays (noteDue: a question to a late peer,
 // ask.go, which resends nothing, the tail-loss probe, which resends one
 // frame, and a SACK hole's reordering window); when one is
-// earlier than the timerfd's, the timerfd is set to it. Full resends and
-// pull re-requests keep the board's ticks: fired precisely at RTOMin, they
+// earlier than the timerfd's, the timerfd is set to it. Full resends, pull
+// re-requests and a pull's questions to its owner (ask.go) keep the
+// board's ticks: fired precisely at RTOMin, they
 // resend whole messages whenever a loaded machine stalls the peer. When it fires, the goroutine runs the board's timers, which
 // note what is still pending. No thread sleeps for it and nothing runs on
 // an idle board. The progress goroutine keeps its own ticks, so the fine

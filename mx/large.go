@@ -61,6 +61,7 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 		i := (e.regionHint + k) % n
 		if reg := &e.regions[i]; !reg.used {
 			reg.used = true
+			e.regionsUsed++
 			reg.seq++
 			reg.r = r
 			reg.lastPull = 0
@@ -77,6 +78,9 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 func (e *Endpoint) freeRegion(i int) *zcSend {
 	reg := &e.regions[i]
 	zs := reg.zc
+	if reg.used {
+		e.regionsUsed--
+	}
 	reg.used, reg.r, reg.zc = false, nil, nil
 	return zs
 }
@@ -163,13 +167,25 @@ type pull struct {
 	// its payload (wire.Pull.ReplyPad), asked for by a pull that places
 	// its replies; geo's reply length is the peer's less pad.
 	pad int
+	// Questions to the region's owner about late replies (ask.go):
+	// whether one is outstanding, its tag, the number of the last PULL
+	// sent before it (askReq), when the last one went out, and how many
+	// went out since one was last answered (the backoff exponent).
+	asking bool
+	askTag uint8
+	askReq uint32
+	askAt  int64
+	asks   int
 }
 
 type pblock struct {
 	first, n int
 	got      uint64
 	ngot     int
-	lastReq  int64 // when the block was last asked for whole or by its timer
+	// arrived marks the frames that came at least once, kept or not
+	// (placerecv.go counts each once as no longer expected).
+	arrived uint64
+	lastReq int64 // when the block was last asked for whole or by its timer
 	// seq is the number (pull.reqs) of the PULL that asked for the
 	// block's frames not in fast.
 	seq uint32
@@ -349,6 +365,9 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 		RegionID: uint32(pl.ref.id), RegionSeq: pl.ref.seq, RegionOffset: uint32(pl.ref.off),
 		Handle: pl.handle, Magic: pl.magic, FirstFrameOffset: uint32(ffo),
 		BlockLength: uint32(end - start), FirstFrame: uint32(first), ReplyPad: uint8(pl.pad)}
+	if !again {
+		h.Lane = uint8(pl.lane()) // placerecv.go: a frame asked again comes on lane 0
+	}
 	buf := b.frameBuf()
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
@@ -387,6 +406,10 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own bool) {
 		e.cnt[DupReceived]++
 		return
 	}
+	if bl.arrived&bit == 0 {
+		bl.arrived |= bit
+		pl.placeGot() // it took a descriptor, whether kept or asked for again
+	}
 	if !own && !pl.placeSafe(i) {
 		return // the NIC may still write over it: asked for again (placerecv.go)
 	}
@@ -398,7 +421,6 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own bool) {
 	}
 	bl.got |= bit
 	bl.ngot++
-	pl.placeGot()
 	t0 := pl.e.b.copyClock()
 	switch {
 	case own: // in place but for the bytes of the header buffer
@@ -464,6 +486,14 @@ func (pl *pull) lossEvidence(k, x int) {
 	if (ev.fast&^ev.amb)&(1<<x) != 0 {
 		te = ev.fseq[x]
 	}
+	pl.lostBefore(te, x, FastRetransmits)
+}
+
+// lostBefore asks again for every missing frame last asked for by a PULL
+// numbered before te, or by PULL te itself before its frame x: the frames
+// that evidence arriving after them shows lost. why is the counter the
+// re-requests go to.
+func (pl *pull) lostBefore(te uint32, x int, why Counter) {
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
 		missing := ^bl.got & (uint64(1)<<bl.n - 1)
@@ -486,7 +516,7 @@ func (pl *pull) lossEvidence(k, x int) {
 			}
 		}
 		if lost != 0 {
-			pl.rerequest(bl, lost, FastRetransmits)
+			pl.rerequest(bl, lost, why)
 		}
 	}
 }
@@ -499,8 +529,14 @@ func (pl *pull) lossEvidence(k, x int) {
 // (lossEvidence), and a silence that was only a slow peer costs one block
 // of duplicates, not the window. A timer re-request is needed only where
 // no later reply comes to reveal a hole: the last frames of a pull, or a
-// re-request lost again with nothing asked for after it. A pull fails
-// after ResendDelay*ResendMax without progress.
+// re-request lost again with nothing asked for after it. Toward a peer
+// that answers questions (ExtAsk) the timer never re-requests: it asks
+// the region's owner instead, and only the answer re-requests what it
+// shows lost (ask.go). A pull whose replies the NIC places (placerecv.go)
+// does not ask: placed replies are reaped apart from the frames handled
+// on receive, so an answer may be handled before replies that came
+// ahead of it. A pull fails after ResendDelay*ResendMax without
+// progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
 	if pl.e.b.overdue(now, pl.lastProgress, int64(o.ResendDelay)*int64(o.ResendMax)) { // liveness.go
@@ -515,6 +551,10 @@ func (pl *pull) timer(now int64) {
 		bl := &pl.blocks[j]
 		if bl.ngot == bl.n {
 			continue
+		}
+		if pl.pp == nil && pl.p.pullAskable() {
+			pl.askDue(now, bl) // ask.go
+			return
 		}
 		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) && !pl.e.b.held(now) { // finetimer.go
 			bl.tries++
@@ -549,10 +589,8 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 		return
 	}
 	// Room for a pull over the transport, of any endpoint of the board.
-	for _, o := range e.b.eps {
-		if o != nil {
-			o.kickPulls()
-		}
+	for _, o := range e.b.epl {
+		o.kickPulls()
 	}
 }
 
@@ -632,10 +670,17 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	// In place where the transport can (zerocopy.go): the header in the
 	// batch buffer, the payload read by the NIC from r's segments.
 	zc := b.zcTo(nic, p.crc)
+	// The lane of the puller's transport the replies go to (placerecv.go),
+	// when it announced them; in place only (a copying sender's replies
+	// come on the puller's lane 0, and the puller cancels its lane).
+	var lane uint8
+	if p.replyLane && int(h.Lane) <= transport.MaxLanes {
+		lane = h.Lane
+	}
 	send := func(lens []int) {
 		e.cnt[SendPullReply] += uint64(len(lens))
 		if zc {
-			b.sendReplies(e, nic, lens, b.zc.out)
+			b.sendReplies(e, nic, lens, b.zc.out, lane)
 			clear(b.zc.out)
 			b.zc.out = b.zc.out[:0]
 			return

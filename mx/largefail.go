@@ -82,8 +82,12 @@ func (e *Endpoint) pullOutcome(h *wire.Notify) error {
 
 // notifyTimeouts fails the large sends whose receiver started pulling and
 // then neither pulled again nor notified for the notify timeout (see
-// above).
+// above). An endpoint with no large send in a region has nothing to scan:
+// every timer run of a board that carries small messages came here.
 func (e *Endpoint) notifyTimeouts(now int64) {
+	if e.regionsUsed == 0 {
+		return
+	}
 	o := &e.b.opts
 	limit := int64(o.ResendDelay) * int64(2*o.ResendMax+1+notifyTimeoutSlack)
 	for i := range e.regions {

@@ -26,19 +26,26 @@ func lossyOptions() BoardOptions {
 // loss-recovery counters of both endpoints per round trip.
 //
 //	go test -run '^$' -bench LossyPingPong -benchtime 300x ./mx/
+//
+// Each runs with blocking waits (wait=block) and busy-polling ones
+// (wait=spin).
 func BenchmarkLossyPingPong(b *testing.B) {
-	for _, loss := range []float64{0, 0.001, 0.01} {
-		for _, size := range []int{8, 64 << 10, 1 << 20} {
-			b.Run(fmt.Sprintf("loss=%g/%dB", loss, size), func(b *testing.B) {
-				lossyPingPong(b, loopback.Faults{Loss: loss, Seed: 13}, size)
-			})
+	for _, wait := range []string{"block", "spin"} {
+		for _, loss := range []float64{0, 0.001, 0.01} {
+			for _, size := range []int{8, 64 << 10, 1 << 20} {
+				b.Run(fmt.Sprintf("wait=%s/loss=%g/%dB", wait, loss, size), func(b *testing.B) {
+					o := lossyOptions()
+					o.BusyPoll = wait == "spin"
+					lossyPingPong(b, o, loopback.Faults{Loss: loss, Seed: 13}, size)
+				})
+			}
 		}
 	}
 }
 
-func lossyPingPong(b *testing.B, f loopback.Faults, size int) {
+func lossyPingPong(b *testing.B, o BoardOptions, f loopback.Faults, size int) {
 	tf := transportFactories[0] // the loopback wire
-	pr := newPair(b, tf, lossyOptions(), f)
+	pr := newPair(b, tf, o, f)
 	ctx := testCtx(b, 10*time.Minute)
 	sbuf, rbuf := pattern(size, 1), make([]byte, size)
 	pbuf := make([]byte, size)

@@ -16,20 +16,21 @@ import (
 // gomx connect extension, or nothing (an Open-MX peer, or one that has not
 // connected yet).
 type peerInfo struct {
-	nic      transport.NICID
-	learnt   bool   // an accepted CONNECT told what follows
-	gomx     bool   // it sent the gomx connect extension
-	crc      bool   // both sides want the trailer: frames to and from it carry one
-	sack     bool   // both sides announced the selective ack (sack.go)
-	pullStat bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
-	ask      bool   // both sides announced ExtAsk: a late peer is asked what it holds (ask.go)
-	lean     bool   // both sides announced ExtRingLean (lean.go)
-	lane     bool   // and ExtRingLane (lane.go)
-	laneMed  bool   // and ExtRingLaneMedium
-	replyPad bool   // it announced ExtReplyPad: it pads the replies a PULL asks it to (placerecv.go)
-	maxFrame int    // its largest frame Data, when gomx
-	yourIdx  uint16 // our index in its peer table: the head of frames to it
-	hostname string // from its HOST_REPLY
+	nic       transport.NICID
+	learnt    bool   // an accepted CONNECT told what follows
+	gomx      bool   // it sent the gomx connect extension
+	crc       bool   // both sides want the trailer: frames to and from it carry one
+	sack      bool   // both sides announced the selective ack (sack.go)
+	pullStat  bool   // it announced ExtPullStatus: NOTIFYs say a failed pull (largefail.go)
+	ask       bool   // both sides announced ExtAsk: a late peer is asked what it holds (ask.go)
+	lean      bool   // both sides announced ExtRingLean (lean.go)
+	lane      bool   // and ExtRingLane (lane.go)
+	laneMed   bool   // and ExtRingLaneMedium
+	replyPad  bool   // it announced ExtReplyPad: it pads the replies a PULL asks it to (placerecv.go)
+	replyLane bool   // it announced ExtPlaceLane: it sends the replies a PULL asks for to the lane it names (placerecv.go)
+	maxFrame  int    // its largest frame Data, when gomx
+	yourIdx   uint16 // our index in its peer table: the head of frames to it
+	hostname  string // from its HOST_REPLY
 }
 
 // peerIndex returns the board's index for nic in its peer table, adding it.
@@ -105,6 +106,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.lane = pi.lean && !b.opts.Local.NoLane && h.Ext.Flags&wire.ExtRingLane != 0
 	pi.laneMed = pi.lane && h.Ext.Flags&wire.ExtRingLaneMedium != 0
 	pi.replyPad = pi.gomx && h.Ext.Flags&wire.ExtReplyPad != 0
+	pi.replyLane = pi.gomx && h.Ext.More&wire.ExtPlaceLane != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

@@ -27,9 +27,19 @@ import (
 //
 //   - Which frames. The NIC gives the descriptors it holds to the next
 //     frames, whatever they are; PlaceState.Ahead says how many come
-//     before a span posted now. The board counts the replies it asked for
-//     and has not received (placeRecv.expect); a block posts no span for
-//     its first Ahead-expect frames, which take the descriptors ahead.
+//     before a span posted now, the frames received and not yet returned
+//     by Recv among them. The board counts the replies it asked for that
+//     have not arrived (placeRecv.expect; a reply arrives once, whether
+//     it is kept or dropped to be asked for again) and the frames of the
+//     batches it is handling that it has not handled yet (Board.rxLeft);
+//     a block posts no span for its first Ahead-expect+rxLeft frames,
+//     which take the descriptors ahead. The count errs one way only: a
+//     frame nobody counted (an ack, a duplicate, a reply asked for again)
+//     takes a descriptor, and the replies after it take the spans of
+//     later frames, which is safe (their own spans were taken by the
+//     frames before them; see Checking). The other way, a reply in the
+//     span of an earlier frame must wait for its own span to be consumed,
+//     and would be dropped and asked for again, landing early in turn.
 //     A span must hold the most the NIC may write (PlaceInfo's min), so
 //     the last frames of a receive buffer get none. A pull posts only
 //     when its receive lies in one segment, zero copy is on and the peer
@@ -44,6 +54,18 @@ import (
 //     NIC might later write over it, so it is dropped and asked for again
 //     as a lost frame is. Spans are consumed in the order posted, so the
 //     count of consumed ones (PlaceState.Consumed) says which.
+//   - Lanes. Where the transport has lanes (transport.PlaceInfo.Lanes:
+//     NIC queues that receive only what their peers send them) and the
+//     peer announced wire.ExtPlaceLane, a pull takes a free lane for its
+//     life and each PULL asks for its replies on it (wire.Pull.Lane):
+//     nothing else arrives there, so no other frame takes its spans,
+//     and several pulls place at once, one a lane. A lane takes only
+//     what is posted, so every frame of a block gets a posting (the last
+//     frames, with no room for a span, a buffer of the transport's), and
+//     a frame asked for again comes on lane 0. A pull that ends with
+//     postings left on its lane (frames lost before the NIC, a sender
+//     that did not use the lane) has the transport cancel them
+//     (transport.Placer.Cancel) before its receive completes.
 //   - Completion. A receive whose every frame is in has no span left
 //     posted (each frame's own was consumed). A pull that ends early
 //     (failure, close) with spans still posted waits in the board's drain
@@ -58,14 +80,18 @@ type placeRecv struct {
 	min  int // the least span
 	head int // Data bytes of a placed frame
 	// expect counts the frames of pulls over the transport asked for
-	// and not yet received: they take the descriptors the NIC holds
-	// before a span posted now.
+	// on lane 0 and not yet received: they take the descriptors the NIC
+	// holds before a span posted now.
 	expect int
+	// lanes is how many lanes the transport has; busy[k] is the pull
+	// lane k is bound to (index 0 unused).
+	lanes int
+	busy  [transport.MaxLanes + 1]*pull
 	// pulls are the live pulls with spans posted; seen and settled
-	// are the consumed count at the last two timer runs: a span
-	// consumed by then was taken by a frame handled since.
+	// are, by lane, the consumed count at the last two timer runs: a
+	// span consumed by then was taken by a frame handled since.
 	pulls         []*pull
-	seen, settled uint64
+	seen, settled [transport.MaxLanes + 1]uint64
 	drain         []placeDone
 	scratch       []byte
 	spans         [][]byte
@@ -76,6 +102,7 @@ type placeDone struct {
 	e    *Endpoint
 	r    *Request
 	code error
+	lane int
 	last uint64
 	ent  *regcache.Entry[*transport.Region]
 }
@@ -84,6 +111,7 @@ type placeDone struct {
 type pullPlace struct {
 	seg   []byte
 	hd    int // payload bytes a reply brings in the header buffer: 0 when padded
+	lane  int // the transport's lane its spans are posted on
 	ent   *regcache.Entry[*transport.Region]
 	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
 	last  uint64   // the number of its last span
@@ -97,11 +125,30 @@ func newPlaceRecv(tr transport.Transport, zc *zeroCopy) *placeRecv {
 	if !ok || zc == nil {
 		return nil
 	}
-	head, min := p.PlaceInfo()
-	if head <= replyHeadLen || min <= 0 {
+	pi := p.PlaceInfo()
+	if pi.Head <= replyHeadLen || pi.Min <= 0 {
 		return nil
 	}
-	return &placeRecv{tr: p, hd: head - replyHeadLen, min: min, head: head}
+	return &placeRecv{tr: p, hd: pi.Head - replyHeadLen, min: pi.Min, head: pi.Head, lanes: min(pi.Lanes, transport.MaxLanes)}
+}
+
+// lane is the transport's lane pl's replies come on: 0 when it places on
+// none.
+func (pl *pull) lane() int {
+	if pl.pp == nil {
+		return 0
+	}
+	return pl.pp.lane
+}
+
+// freeLane returns a lane no pull holds, 0 for none.
+func (pc *placeRecv) freeLane() int {
+	for k := 1; k <= pc.lanes; k++ {
+		if pc.busy[k] == nil {
+			return k
+		}
+	}
+	return 0
 }
 
 // placeStart makes pl post spans when it can: its receive in one
@@ -114,6 +161,14 @@ func (b *Board) placeStart(pl *pull) {
 	segs := pl.r.segs
 	if len(segs) != 1 || len(segs[0]) < int(pl.total) {
 		return
+	}
+	lane := 0
+	if b.plc.lanes > 0 {
+		// Lanes only (lane 0 places nothing): with a peer that sends
+		// to none, or no lane free, the pull copies.
+		if lane = b.plc.freeLane(); !pl.p.replyLane || lane == 0 {
+			return
+		}
 	}
 	seg := segs[0][:pl.total]
 	ent, _, err := b.zc.cache.Get(seg)
@@ -134,6 +189,10 @@ func (b *Board) placeStart(pl *pull) {
 		pl.nframes = pl.geo.Count()
 	}
 	pl.pp = &pullPlace{seg: seg, hd: hd, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	if lane > 0 {
+		pl.pp.lane = lane
+		b.plc.busy[lane] = pl
+	}
 	b.plc.pulls = append(b.plc.pulls, pl)
 }
 
@@ -145,11 +204,17 @@ func (pl *pull) placeBlock(first, n int) {
 	if pc == nil || !pl.bulk {
 		return
 	}
+	lane := pl.lane()
 	ahead := 0
-	if pl.pp != nil {
-		ahead = pc.tr.Placement().Ahead - pc.expect
+	switch {
+	case lane > 0:
+		ahead = pc.tr.Placement(lane).Ahead - pl.expect + b.rxLeft
+	case pl.pp != nil:
+		ahead = pc.tr.Placement(0).Ahead - pc.expect + b.rxLeft
 	}
-	pc.expect += n
+	if lane == 0 {
+		pc.expect += n
+	}
 	pl.expect += n
 	pp := pl.pp
 	if pp == nil {
@@ -161,17 +226,23 @@ func (pl *pull) placeBlock(first, n int) {
 	for to = from; to < first+n; to++ {
 		at := pl.geo.Start(to) + pp.hd
 		if pl.geo.End(to)-pl.geo.Start(to) <= pp.hd || at+pc.min > len(pp.seg) {
-			break // the last frames: no room for a span
+			if lane == 0 {
+				break // the last frames: no room for a span
+			}
+			spans = append(spans, nil) // a lane's: a buffer of the transport's
+			continue
 		}
 		spans = append(spans, pp.seg[at:at+pc.min])
 	}
 	if len(spans) == 0 {
 		return
 	}
-	base := pc.tr.Placement().Posted
-	k, _ := pc.tr.Post(pp.ent.Mapping(), spans)
+	base := pc.tr.Placement(lane).Posted
+	k, _ := pc.tr.Post(lane, pp.ent.Mapping(), spans)
 	for j := range k {
-		pp.post[from+j] = base + uint64(j) + 1
+		if spans[j] != nil {
+			pp.post[from+j] = base + uint64(j) + 1
+		}
 	}
 	if k > 0 {
 		pp.last = base + uint64(k)
@@ -180,11 +251,14 @@ func (pl *pull) placeBlock(first, n int) {
 	pc.spans = spans[:0]
 }
 
-// placeGot notes that frame i of pl arrived (once per frame).
+// placeGot notes that a frame of pl arrived (once per frame, whether it
+// was kept or dropped to be asked for again).
 func (pl *pull) placeGot() {
 	if pl.e.b.plc != nil && pl.expect > 0 {
 		pl.expect--
-		pl.e.b.plc.expect--
+		if pl.lane() == 0 {
+			pl.e.b.plc.expect--
+		}
 	}
 }
 
@@ -206,7 +280,7 @@ func (pl *pull) placeSafe(i int) bool {
 	if pp == nil {
 		return true
 	}
-	settled := pl.e.b.plc.settled
+	settled := pl.e.b.plc.settled[pp.lane]
 	for j := max(0, i-1); j <= i; j++ {
 		if s := pp.post[j]; s != 0 && s > settled && pp.taken[j/64]&(1<<(j%64)) == 0 {
 			return false
@@ -232,11 +306,16 @@ func (b *Board) spanTaken(placed []byte) {
 
 // placeTick moves the settled count on (the board's timers).
 func (b *Board) placeTick() {
-	if b.plc == nil || len(b.plc.pulls) == 0 {
+	pc := b.plc
+	if pc == nil || len(pc.pulls) == 0 {
 		return
 	}
-	b.plc.settled = b.plc.seen
-	b.plc.seen = b.plc.tr.Placement().Consumed
+	for k := 0; k <= pc.lanes; k++ {
+		if k == 0 || pc.busy[k] != nil {
+			pc.settled[k] = pc.seen[k]
+			pc.seen[k] = pc.tr.Placement(k).Consumed
+		}
+	}
 }
 
 // handlePlaced handles a frame that took a span: a reply of a live pull
@@ -274,12 +353,22 @@ func (pl *pull) padOf() int {
 // and the receive may complete now.
 func (b *Board) placeEnd(pl *pull, code error) bool {
 	if b.plc != nil && pl.expect > 0 {
-		b.plc.expect -= pl.expect
+		if pl.lane() == 0 {
+			b.plc.expect -= pl.expect
+		}
 		pl.expect = 0
 	}
 	pp := pl.pp
 	if pp == nil {
 		return false
+	}
+	if pp.lane > 0 && b.plc.busy[pp.lane] == pl {
+		if st := b.plc.tr.Placement(pp.lane); !b.closed && st.Consumed < st.Posted {
+			// Postings left (frames lost before the NIC, or a sender
+			// that did not use the lane): take them back.
+			_ = b.plc.tr.Cancel(pp.lane)
+		}
+		b.plc.busy[pp.lane] = nil
 	}
 	for k, o := range b.plc.pulls {
 		if o == pl {
@@ -288,11 +377,11 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 		}
 	}
 	pl.pp = nil
-	if pp.last == 0 || b.plc.tr.Placement().Consumed >= pp.last || b.closed {
+	if pp.last == 0 || b.plc.tr.Placement(pp.lane).Consumed >= pp.last || b.closed {
 		b.zc.cache.Put(pp.ent)
 		return false
 	}
-	b.plc.drain = append(b.plc.drain, placeDone{e: pl.e, r: pl.r, code: code, last: pp.last, ent: pp.ent})
+	b.plc.drain = append(b.plc.drain, placeDone{e: pl.e, r: pl.r, code: code, lane: pp.lane, last: pp.last, ent: pp.ent})
 	return true
 }
 
@@ -302,10 +391,9 @@ func (b *Board) placeDrainLocked() bool {
 	if b.plc == nil || len(b.plc.drain) == 0 {
 		return false
 	}
-	consumed := b.plc.tr.Placement().Consumed
 	kept := b.plc.drain[:0]
 	for _, d := range b.plc.drain {
-		if consumed < d.last && !b.closed {
+		if b.plc.tr.Placement(d.lane).Consumed < d.last && !b.closed {
 			kept = append(kept, d)
 			continue
 		}

@@ -350,7 +350,14 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// another thread to run this goroutine, a futex call per
 			// look.
 			b.waitYields.Add(1)
-			if yieldAll {
+			if yieldAll || budget < 0 {
+				// A busy-polling waiter holds its P while it
+				// spins anyway: a yield that tells the runtime
+				// (osYield) only lets sysmon take that P away
+				// during a slow sched_yield, and the waiter
+				// then waits for a P, and another thread for
+				// the wake-up that hands it one, on the reply's
+				// critical path.
 				rawYield()
 			} else {
 				osYield()

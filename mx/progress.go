@@ -81,16 +81,17 @@ func (b *Board) timersLocked(force bool) {
 	if len(b.pcopies) > 0 {
 		b.reapPullCopies(true) // pulloffload.go
 	}
-	b.stampAcks(b.setNow()) // ack.go
-	if !force && b.now() < b.nextTick.Load() {
-		if d := b.due.Load(); d != 0 && b.now() >= d {
-			b.runTimersLocked()
+	now := b.setNow()
+	b.stampAcks(now) // ack.go
+	if !force && now < b.nextTick.Load() {
+		if d := b.due.Load(); d != 0 && now >= d {
+			b.runTimersAt(now)
 		}
 		return
 	}
-	b.runTimersLocked()
+	b.runTimersAt(now)
 	b.tickRuns++
-	now := b.now()
+	now = b.now()
 	next := now + int64(b.tick)
 	if now-b.lastBusy < int64(busyLinger) {
 		next = now + int64(b.tickBusy)
@@ -115,10 +116,7 @@ func (b *Board) quietLocked() bool {
 		len(b.lost) > 0 || b.anyHeld || (b.zc != nil && len(b.zc.drain) > 0) {
 		return false
 	}
-	for _, e := range b.eps {
-		if e == nil {
-			continue
-		}
+	for _, e := range b.epl {
 		if e.resq.Len() > 0 {
 			return false
 		}
@@ -134,6 +132,9 @@ func (b *Board) quietLocked() bool {
 			}
 		}
 		for i := range e.regions {
+			if e.regionsUsed == 0 { // nothing to scan (largefail.go)
+				break
+			}
 			if reg := &e.regions[i]; reg.used && reg.lastPull != 0 {
 				return false
 			}
@@ -166,9 +167,18 @@ func (b *Board) unidle() {
 // runTimersLocked runs every endpoint's periodic duties now. It leaves
 // nextTick alone, so the periodic tick keeps its schedule when the fine
 // goroutine (finetimer.go), which holds mu alone, calls this.
-func (b *Board) runTimersLocked() {
-	b.lateRun(b.setNow())          // finetimer.go
-	b.stampAcks(b.setNow())        // ack.go
+func (b *Board) runTimersLocked() { b.runTimersAt(b.setNow()) }
+
+// runTimersAt is runTimersLocked by a caller that has just read the clock
+// (now, by setNow). The clock is read again only after a late run drained
+// the sources (lateRun), which takes time: a timer run otherwise costs one
+// reading, the one its caller made to see that the run was due.
+func (b *Board) runTimersAt(now int64) {
+	if d := b.due.Load(); d != 0 && now >= d {
+		b.lateRun(now) // finetimer.go
+		now = b.setNow()
+	}
+	b.stampAcks(now)               // ack.go
 	b.noteTimerRun(b.now())        // liveness.go
 	descheduling.rotate()          // descheduled.go
 	b.countOversub(b.now())        // oversub.go
@@ -290,8 +300,10 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	tr := b.batchFrom(rx)
 	outer := b.rxRings // a verdict's drain may nest one batch in another
 	b.rxRings = s.spin
+	outerLeft := b.rxLeft
 	for i := range rx {
 		f := &rx[i]
+		b.rxLeft = outerLeft + len(rx) - 1 - i
 		if tr != nil {
 			b.curFrame = f
 		}
@@ -304,6 +316,7 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		b.curFrame = nil
 		f.Data, f.Placed = nil, nil
 	}
+	b.rxLeft = outerLeft
 	b.rxRings = outer
 	if len(rx) < len(s.rx) {
 		b.ackDrained() // ack.go

@@ -89,8 +89,8 @@ func (p *partner) deliverEager(match uint64, length uint32, payload []byte, lean
 	}
 	if r != nil {
 		n := scatterAt(r.segs, 0, payload)
-		e.copies.scatter.Add(uint64(n))
-		e.copies.recv.Add(uint64(n))
+		e.copies.locked.scatter += uint64(n)
+		e.copies.locked.recv += uint64(n)
 		e.finishRecv(r, p, match, length, uint32(n))
 		return true
 	}
@@ -360,11 +360,14 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		}
 		b.handleNackLib(nic, &m)
 	case wire.TypePull:
-		var ext uint8
+		var ext, more uint8
 		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.replyPad {
 			ext = wire.ExtReplyPad
 		}
-		m, err := wire.DecodePull(h, b.ord, ext)
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.replyLane {
+			more = wire.ExtPlaceLane
+		}
+		m, err := wire.DecodePull(h, b.ord, ext, more)
 		if err != nil {
 			b.cnt[DropBadPull]++
 			return

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 )
 
 // BenchmarkQueuedRate is the aggregate message rate of N endpoint pairs
@@ -21,7 +22,12 @@ import (
 // queue's thread bound to a CPU and each pair's goroutine bound to its
 // endpoints' CPU, as Open-MX binds a process to its queue's core
 // ("steered-bound"); and the same N pairs on one queue, one progress
-// thread and one board lock for all ("one-queue"). Each goroutine posts
+// thread and one board lock for all ("one-queue"). In these the progress
+// threads poll their rings (the driver's polling WaitRx); "steered-irq"
+// and "one-queue-irq" are the steered and one-queue placements with every
+// progress thread asleep on its queue's MSI-X vector once its ring is
+// empty, the vector unmoderated (ixgbe.Options.NoModeration) so that the
+// frame itself wakes it. Each goroutine posts
 // windows of 32 64-byte messages and their receives and waits for them;
 // b.N messages in all, spread evenly over the pairs, so give enough
 // (-benchtime=50000x) for a figure that is not set-up noise. The NICs
@@ -36,22 +42,23 @@ import (
 // figure swings with the machine's load; CPU time per message much less.
 // At the end the benchmark logs, for its last run of each configuration,
 // the rate of N pairs over one pair's in the same placement, and of
-// steered queues over one queue: ratios taken within one run.
+// steered queues over one queue that waits the same way: ratios taken
+// within one run.
 func BenchmarkQueuedRate(b *testing.B) {
 	type key struct {
 		n     int
 		place string
 	}
 	results := map[key]queuedRate{}
-	places := []string{"steered", "steered-bound", "one-queue"}
+	places := []string{"steered", "steered-bound", "one-queue", "steered-irq", "one-queue-irq"}
 	for _, n := range []int{1, 2, 4, 8} {
 		for _, place := range places {
 			b.Run(fmt.Sprintf("endpoints=%d/%s", n, place), func(b *testing.B) {
 				queues := n
-				if place == "one-queue" {
+				if strings.HasPrefix(place, "one-queue") {
 					queues = 1
 				}
-				r := runQueuedRate(b, n, queues, place == "steered-bound", b.N)
+				r := runQueuedRate(b, n, queues, place == "steered-bound", strings.HasSuffix(place, "-irq"), b.N)
 				b.ReportMetric(r.perSecond(), "msgs/s")
 				b.ReportMetric(r.cpuPerMsg(), "cpu-us/msg")
 				b.ReportMetric(float64(r.resends), "resends")
@@ -81,7 +88,11 @@ func BenchmarkQueuedRate(b *testing.B) {
 			if one, ok := results[key{1, p}]; ok && n > 1 {
 				cell += fmt.Sprintf(" x1 %.2f", r.perSecond()/one.perSecond())
 			}
-			if q1, ok := results[key{n, "one-queue"}]; ok && p != "one-queue" {
+			oneQueue := "one-queue"
+			if strings.HasSuffix(p, "-irq") {
+				oneQueue += "-irq"
+			}
+			if q1, ok := results[key{n, oneQueue}]; ok && p != oneQueue {
 				cell += fmt.Sprintf(" /1q %.2f", r.perSecond()/q1.perSecond())
 			}
 			fmt.Fprintf(&s, " | %-36s", cell)
@@ -118,13 +129,18 @@ func processCPU(tb testing.TB) time.Duration {
 // runQueuedRate sends msgs 64-byte messages over n endpoint pairs on two
 // queued boards of queues queues over emulated 82599s, each pair driven
 // by its own goroutine; with bind, each queue's progress thread is bound
-// to a CPU and each goroutine to its source endpoint's. The timer runs
-// only while the messages move.
-func runQueuedRate(b *testing.B, n, queues int, bind bool, msgs int) queuedRate {
+// to a CPU and each goroutine to its source endpoint's; with irq, the
+// NICs are opened with unmoderated interrupts, so a progress thread whose
+// ring is empty sleeps on its queue's vector until a frame raises it
+// (else it polls). The timer runs only while the messages move.
+func runQueuedRate(b *testing.B, n, queues int, bind, irq bool, msgs int) queuedRate {
 	b.StopTimer()
 	// Deep rings: a receiving thread descheduled for a while on a
 	// loaded machine must not cost frames (and a resend timer's wait).
-	ts, _ := queuedNICsRing(b, queues, 1024, emulated.CableOptions{})
+	o := ixgbe.DefaultOptions()
+	o.Queues, o.RxRing, o.TxRing = queues, 1024, 1024
+	o.Interrupts, o.NoModeration = irq, irq
+	ts, _ := queuedNICsWith(b, o, emulated.CableOptions{})
 	qo := QueuedOptions{Board: overNIC}
 	if bind {
 		qo.CPUs = allowedCPUs(b)
@@ -239,13 +255,16 @@ func runQueuedRate(b *testing.B, n, queues int, bind bool, msgs int) queuedRate 
 
 // BenchmarkQueuedRateInterleaved measures what BenchmarkQueuedRate's
 // ratios ask, in a way a machine whose load drifts affects less: for each
-// N (1, 2, 4, 8) it alternates N steered queues and one queue for five
-// rounds of b.N messages each and reports the medians of each placement's
-// msgs/s and of the per-round ratio steered/one-queue ("steered/1q"),
-// and the median steered rate over the median one-pair steered rate
-// ("steered-x1", N > 1), and the medians of each placement's CPU time per
-// message (as BenchmarkQueuedRate's cpu-us/msg), which the machine's load
-// moves less than the rates. Its ns/op is the last measurement's alone.
+// N (1, 2, 4, 8) and each way of waiting (wait=poll: the progress threads
+// poll their rings; wait=irq: they sleep on their queues' unmoderated
+// MSI-X vectors once their rings are empty) it alternates N steered
+// queues and one queue for five rounds of b.N messages each and reports
+// the medians of each placement's msgs/s and of the per-round ratio
+// steered/one-queue ("steered/1q"), and the median steered rate over the
+// median one-pair steered rate of the same wait ("steered-x1", N > 1),
+// and the medians of each placement's CPU time per message (as
+// BenchmarkQueuedRate's cpu-us/msg), which the machine's load moves less
+// than the rates. Its ns/op is the last measurement's alone.
 func BenchmarkQueuedRateInterleaved(b *testing.B) {
 	const rounds = 5
 	median := func(v []float64) float64 {
@@ -253,27 +272,33 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 		slices.Sort(v)
 		return v[len(v)/2]
 	}
-	var one float64 // median steered rate of one pair
+	one := map[bool]float64{} // median steered rate of one pair, by wait
 	for _, n := range []int{1, 2, 4, 8} {
-		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
-			var steered, oneQueue, ratio, steeredCPU, oneQueueCPU []float64
-			for range rounds {
-				s := runQueuedRate(b, n, n, false, b.N)
-				q := runQueuedRate(b, n, 1, false, b.N)
-				steered, oneQueue = append(steered, s.perSecond()), append(oneQueue, q.perSecond())
-				ratio = append(ratio, s.perSecond()/q.perSecond())
-				steeredCPU, oneQueueCPU = append(steeredCPU, s.cpuPerMsg()), append(oneQueueCPU, q.cpuPerMsg())
+		for _, irq := range []bool{false, true} {
+			wait := "poll"
+			if irq {
+				wait = "irq"
 			}
-			b.ReportMetric(median(steered), "steered-msgs/s")
-			b.ReportMetric(median(oneQueue), "1q-msgs/s")
-			b.ReportMetric(median(ratio), "steered/1q")
-			b.ReportMetric(median(steeredCPU), "steered-cpu-us/msg")
-			b.ReportMetric(median(oneQueueCPU), "1q-cpu-us/msg")
-			if n == 1 {
-				one = median(steered)
-			} else if one > 0 {
-				b.ReportMetric(median(steered)/one, "steered-x1")
-			}
-		})
+			b.Run(fmt.Sprintf("endpoints=%d/wait=%s", n, wait), func(b *testing.B) {
+				var steered, oneQueue, ratio, steeredCPU, oneQueueCPU []float64
+				for range rounds {
+					s := runQueuedRate(b, n, n, false, irq, b.N)
+					q := runQueuedRate(b, n, 1, false, irq, b.N)
+					steered, oneQueue = append(steered, s.perSecond()), append(oneQueue, q.perSecond())
+					ratio = append(ratio, s.perSecond()/q.perSecond())
+					steeredCPU, oneQueueCPU = append(steeredCPU, s.cpuPerMsg()), append(oneQueueCPU, q.cpuPerMsg())
+				}
+				b.ReportMetric(median(steered), "steered-msgs/s")
+				b.ReportMetric(median(oneQueue), "1q-msgs/s")
+				b.ReportMetric(median(ratio), "steered/1q")
+				b.ReportMetric(median(steeredCPU), "steered-cpu-us/msg")
+				b.ReportMetric(median(oneQueueCPU), "1q-cpu-us/msg")
+				if n == 1 {
+					one[irq] = median(steered)
+				} else if one[irq] > 0 {
+					b.ReportMetric(median(steered)/one[irq], "steered-x1")
+				}
+			})
+		}
 	}
 }

@@ -69,16 +69,17 @@ type partner struct {
 	// frames carry the trailer, the medium fragment stride and the pull
 	// reply length both sides use (Open-MX's build-time sizes for an
 	// Open-MX peer).
-	crc      bool
-	sack     bool // selective acks both ways (sack.go)
-	lean     bool // eager messages of one frame through the rings take the lean path (lean.go)
-	lane     bool // and tiny and small ones go as lane records (lane.go)
-	laneMed  bool // and mediums of one fragment too
-	replyPad bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
-	stride   int
-	replyLen int
-	context  any       // Endpoint.SetAddrContext
-	local    localPeer // which endpoint of this process it is (local.go)
+	crc       bool
+	sack      bool // selective acks both ways (sack.go)
+	lean      bool // eager messages of one frame through the rings take the lean path (lean.go)
+	lane      bool // and tiny and small ones go as lane records (lane.go)
+	laneMed   bool // and mediums of one fragment too
+	replyPad  bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
+	replyLane bool // the peer sends the pull replies a PULL asks for to a lane (placerecv.go)
+	stride    int
+	replyLen  int
+	context   any       // Endpoint.SetAddrContext
+	local     localPeer // which endpoint of this process it is (local.go)
 	// The rings frames to the peer take, as of the host path's generation
 	// ringsGen-1 (rings).
 	ringsTr  *shm.Transport
@@ -117,6 +118,9 @@ type partner struct {
 	ask   bool
 	askAt int64
 	asks  uint8
+	// pullTag numbers the questions about pulls from the peer (ask.go):
+	// the last tag given.
+	pullTag uint8
 
 	// selective acks (sack.go), receive side: frames that arrived past
 	// a hole since the last ack or SACK went out, and whether a SACK
@@ -180,11 +184,12 @@ func (p *partner) sizes() {
 	b := p.ep.b
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
-		p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask = false, false, false, false, false, false, false
+		p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask, p.replyLane = false, false, false, false, false, false, false, false
 		p.stride, p.replyLen = fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
 	p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed, pi.replyPad, pi.ask
+	p.replyLane = pi.replyLane
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 
@@ -243,7 +248,7 @@ func (p *partner) transmit(r *Request) {
 		}
 		h.Put(hb, b.ord)
 		copy(hb[wire.MsgLen:], r.buf)
-		e.copies.framed(len(r.buf))
+		e.copies.framedLocked(len(r.buf))
 		e.cnt[c]++
 		b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+len(r.buf), p.crc)
 	case classMedium:
@@ -327,7 +332,7 @@ func (p *partner) transmitFrags(r *Request, skip uint32) {
 		h.FragIndex, h.FragLength = uint8(i), uint16(n)
 		h.Put(fb[wire.HeadLen:], b.ord)
 		copy(fb[wire.HeadLen+wire.MediumLen:], r.buf[off:off+n])
-		e.copies.framed(n)
+		e.copies.framedLocked(n)
 		lens = append(lens, wire.HeadLen+wire.MediumLen+n)
 	}
 	e.cnt[SendMediumFrag] += uint64(len(lens))
@@ -364,7 +369,7 @@ func (p *partner) transmitLast(r *Request) {
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
 	copy(buf[wire.HeadLen+wire.MediumLen:], r.buf[off:])
-	e.copies.framed(n)
+	e.copies.framedLocked(n)
 	e.cnt[SendMediumFrag]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MediumLen+n, p.crc)
 }

@@ -204,7 +204,8 @@ func (b *Board) spinGrace() time.Duration {
 
 // pollSource receives and handles one batch from s if nobody else owns
 // its Recv, and reports whether it could look. w, when not nil, is the
-// waiter's request (see waiterReq). It runs the timers when a
+// waiter's request (see waiterReq). Unless the batch completed w's
+// request, it runs the timers when a
 // tick is due by the batch's clock or, when no frame of it needed the
 // time, by seen, the waiter's own latest reading (0: none): a waiter that
 // polls a while reads the clock anyway (pollWait), and the receive loop,
@@ -263,7 +264,15 @@ func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
 				b.waitPolledLocked.Inc() // its wait ends polled (firstLook, pollWait)
 			}
 		}
-		b.polledLocked(s, seen)
+		if w != nil && w.ok {
+			// Its waiter returns to the application, which likely
+			// sends at once (a reply, the next message): the timers
+			// wait for the waiter's next look, or whoever runs next,
+			// rather than delay that send by a run.
+			b.release(false)
+		} else {
+			b.polledLocked(s, seen)
+		}
 	}
 	if n < len(s.rx) {
 		s.drained() // verdict.go

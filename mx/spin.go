@@ -182,7 +182,8 @@ func clockStride(cost time.Duration) int {
 // and must get a P back when it returns (another). A waiter that yields
 // after every look (oversub.go) paid that on most of its yields; the P it
 // keeps instead has nothing else to run that could not wait for the next
-// look.
+// look. A busy-polling waiter, which keeps its P whatever it does, yields
+// so too.
 func rawYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // A receive loop that woke a waiter hands its processor over before it

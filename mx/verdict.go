@@ -122,8 +122,8 @@ func (b *Board) clearMarks() {
 func (b *Board) timerPass() bool {
 	b.checkLostPeers() // peerloss.go
 	busy := false
-	for _, e := range b.eps {
-		if e != nil && e.timers() {
+	for _, e := range b.epl {
+		if e.timers() {
 			busy = true
 		}
 	}

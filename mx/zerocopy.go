@@ -196,13 +196,14 @@ func (b *Board) zcFrame(reg *region, r *Request, nic transport.NICID, off, n int
 // Frame is in inplace[i].Region from the application's memory: in place,
 // or copied once by the transport where its region copies; it counts what
 // was copied and what was not.
-func (b *Board) sendReplies(e *Endpoint, nic transport.NICID, lens []int, inplace []transport.Frame) {
+func (b *Board) sendReplies(e *Endpoint, nic transport.NICID, lens []int, inplace []transport.Frame, lane uint8) {
 	b.txFrames = b.txFrames[:0]
 	var regions, copied0 uint64
 	var last *transport.Region
 	inBytes, inFrames, copiedBytes := 0, 0, 0
 	for i, n := range lens {
 		if f := inplace[i]; f.Region != nil {
+			f.Lane = lane
 			b.txFrames = append(b.txFrames, f)
 			if !f.Region.InPlace() {
 				copiedBytes += len(f.Data)
@@ -217,7 +218,7 @@ func (b *Board) sendReplies(e *Endpoint, nic transport.NICID, lens []int, inplac
 			}
 			continue
 		}
-		b.txFrames = append(b.txFrames, transport.Frame{Peer: nic, Data: b.txBufs[i][:n]})
+		b.txFrames = append(b.txFrames, transport.Frame{Peer: nic, Data: b.txBufs[i][:n], Lane: lane})
 	}
 	fr := b.txFrames
 	for len(fr) > 0 {

@@ -19,7 +19,7 @@ import (
 
 // The zero-copy tests run over the nic transport on both emulated NIC
 // pairs: 82574Ls (whose model shows a test where each TX descriptor
-// pointed) and 82599s.
+// pointed) and 82599s, each also opened to place received payloads.
 
 // zcModel is an emulated NIC pair for the zero-copy tests.
 type zcModel struct {
@@ -29,21 +29,17 @@ type zcModel struct {
 	// only).
 	open func(t testing.TB, tx func(port int, iova uint64, mem []byte)) ([2]pci.Device, *emulated.IOMMU, func() error)
 	drv  func(pci.Device) (nicdrv.NIC, error)
+	// place says the receiving NIC places payloads; placedCopies bounds
+	// the receiver's copies per byte of a large message then (the
+	// payload bytes each reply brings in its header buffer).
+	place        bool
+	placedCopies float64
 }
 
 var zcModels = []zcModel{
 	{name: "82574L",
-		open: func(t testing.TB, tx func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
-			o := emulated.DefaultE1000EOptions()
-			o.TxBuffer = tx
-			p, err := emulated.NewE1000E(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := p.Functions()
-			return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
-		},
-		drv: func(d pci.Device) (nicdrv.NIC, error) { return e1000e.Open(d, e1000e.DefaultOptions()) }},
+		open: openE1000EPair,
+		drv:  func(d pci.Device) (nicdrv.NIC, error) { return e1000e.Open(d, e1000e.DefaultOptions()) }},
 	{name: "82599",
 		open: openIXGBEPair,
 		drv:  func(d pci.Device) (nicdrv.NIC, error) { return ixgbe.Open(d, ixgbe.DefaultOptions()) }},
@@ -53,7 +49,27 @@ var zcModels = []zcModel{
 			o := ixgbe.DefaultOptions()
 			o.Placement = true
 			return ixgbe.Open(d, o)
-		}},
+		},
+		place: true, placedCopies: 0.05},
+	{name: "82599-lanes",
+		open: openIXGBEPair,
+		drv: func(d pci.Device) (nicdrv.NIC, error) {
+			o := ixgbe.DefaultOptions()
+			o.Placement, o.Queues, o.PlaceOnly = true, 5, 4
+			return ixgbe.Open(d, o)
+		},
+		place: true, placedCopies: 0.05},
+	// 96 payload bytes of each 1486-byte reply in the 128-byte header
+	// buffer, and the replies that take the descriptors ahead: 0.076 per
+	// byte.
+	{name: "82574L-place",
+		open: openE1000EPair,
+		drv: func(d pci.Device) (nicdrv.NIC, error) {
+			o := e1000e.DefaultOptions()
+			o.Placement = true
+			return e1000e.Open(d, o)
+		},
+		place: true, placedCopies: 0.09},
 }
 
 // zcWire puts two boards on the nic transport over m, the receiving side
@@ -126,7 +142,7 @@ var zcSizes = []int{0, 17, 100, 5000, 32 << 10, 40 << 10, 100<<10 + 3, 1 << 20, 
 func TestZeroCopyByteExact(t *testing.T) {
 	for _, m := range zcModels {
 		modes := []string{"on", "off", "negotiated"}
-		if m.name == "82599-place" {
+		if m.place {
 			modes = append(modes, "unpadded")
 		}
 		for _, mode := range modes {
@@ -169,7 +185,7 @@ func TestZeroCopyByteExact(t *testing.T) {
 						c := pr.a.CopyStats().Sub(before)
 						large := size > thr
 						rc := pr.b.CopyStats().Sub(beforeB)
-						if m.name == "82599-place" && on && large {
+						if m.place && on && large {
 							// The NIC places what took its own span;
 							// what landed elsewhere (a frame resent
 							// early took a span) is copied once.
@@ -202,7 +218,7 @@ func TestZeroCopyByteExact(t *testing.T) {
 						}
 					}
 				}
-				if m.name == "82599-place" && on && placedAll == 0 {
+				if m.place && on && placedAll == 0 {
 					t.Errorf("nothing was received in place")
 				}
 				s := pr.ba.ZeroCopyStats()
@@ -324,7 +340,7 @@ func TestZeroCopyFaults(t *testing.T) {
 			if c.SendInPlace == 0 {
 				t.Errorf("nothing was sent in place: %+v", c)
 			}
-			if rc := pr.b.CopyStats(); m.name == "82599-place" {
+			if rc := pr.b.CopyStats(); m.place {
 				t.Logf("received %d bytes, %d in place, %.3f copied per byte", rc.RecvBytes, rc.RecvPlaced, rc.RecvPerByte())
 				if rc.RecvPlaced == 0 {
 					t.Errorf("nothing was received in place: %+v", rc)
@@ -418,59 +434,150 @@ func TestZeroCopyLoopbackCopies(t *testing.T) {
 	}
 }
 
-// TestZeroCopyReceiveInPlace: over the 82599 pair opened to place
-// payloads, a 1 MiB message received on a quiet wire has its payload
+// TestZeroCopyReceiveInPlace: over the 82599 and 82574L pairs opened to
+// place payloads, a 1 MiB message received on a quiet wire has its payload
 // written by the NIC into the receive buffer, byte-exact, every byte
 // written once (by the NIC or, for the replies that took the pool
 // descriptors ahead and the last one, by the CPU). From a peer that pads
 // its replies (wire.ExtReplyPad) the replies in place cost the CPU
-// nothing; from one that does not (as Open-MX), the 32 payload bytes of
-// each that came in the header buffer are copied. Where frames were
-// resent, at most one byte per byte.
+// nothing; from one that does not (as Open-MX), the payload bytes of each
+// that came in the header buffer (32 on the 82599, 96 on the 82574L) are
+// copied. Where frames were resent, at most one byte per byte.
 func TestZeroCopyReceiveInPlace(t *testing.T) {
-	for _, padded := range []bool{true, false} {
-		t.Run(map[bool]string{true: "padded", false: "unpadded"}[padded], func(t *testing.T) {
-			checkLeaks(t)
-			o := zcOptions("on")
-			o.PullTimeout = 200 * time.Millisecond // no re-request on a slow host
-			pr := newPairOn(t, zcWire(t, zcModels[2], nil, nil), o)
-			if !padded {
-				// What b learnt at connect of a peer that never
-				// announced ExtReplyPad.
-				pr.bb.mu.Lock()
-				pr.btoa.p.replyPad = false
-				pr.bb.mu.Unlock()
-			}
-			const size = 1 << 20
-			const frames = size / 1400 // more than there are
-			for i := range 3 {
-				src := pattern(size, uint64(40+i))
-				dst := make([]byte, size)
-				before, resent := pr.b.CopyStats(), retransmits(pr)
-				exchange(t, testCtx(t, time.Minute), pr.a, pr.atob, pr.b, 9, ^uint64(0), [][]byte{src}, [][]byte{dst})
-				if !bytes.Equal(dst, src) {
-					t.Fatalf("message %d arrived changed", i)
+	inHeader := map[string]int{"82599-place": 32, "82599-lanes": 32, "82574L-place": 96}
+	for _, m := range zcModels {
+		if !m.place {
+			continue
+		}
+		for _, padded := range []bool{true, false} {
+			t.Run(m.name+"/"+map[bool]string{true: "padded", false: "unpadded"}[padded], func(t *testing.T) {
+				checkLeaks(t)
+				o := zcOptions("on")
+				o.PullTimeout = 200 * time.Millisecond // no re-request on a slow host
+				pr := newPairOn(t, zcWire(t, m, nil, nil), o)
+				if !padded {
+					// What b learnt at connect of a peer that never
+					// announced ExtReplyPad.
+					pr.bb.mu.Lock()
+					pr.btoa.p.replyPad = false
+					pr.bb.mu.Unlock()
 				}
-				c := pr.b.CopyStats().Sub(before)
-				t.Logf("message %d: %d bytes in place, %.4f copied per byte", i, c.RecvPlaced, c.RecvPerByte())
-				if c.RecvPerByte() > 1 {
-					t.Errorf("message %d: %.4f copied per byte: want at most one", i, c.RecvPerByte())
+				const size = 1 << 20
+				const frames = size / 1400 // more than there are
+				for i := range 3 {
+					src := pattern(size, uint64(40+i))
+					dst := make([]byte, size)
+					before, resent := pr.b.CopyStats(), retransmits(pr)
+					exchange(t, testCtx(t, time.Minute), pr.a, pr.atob, pr.b, 9, ^uint64(0), [][]byte{src}, [][]byte{dst})
+					if !bytes.Equal(dst, src) {
+						t.Fatalf("message %d arrived changed", i)
+					}
+					c := pr.b.CopyStats().Sub(before)
+					t.Logf("message %d: %d bytes in place, %.4f copied per byte", i, c.RecvPlaced, c.RecvPerByte())
+					if c.RecvPerByte() > 1 {
+						t.Errorf("message %d: %.4f copied per byte: want at most one", i, c.RecvPerByte())
+					}
+					if retransmits(pr) != resent {
+						continue
+					}
+					if c.RecvScatter+c.RecvPlaced != size {
+						t.Errorf("message %d: %d bytes copied and %d placed of %d: want each written once", i, c.RecvScatter, c.RecvPlaced, size)
+					}
+					switch {
+					case c.RecvPlaced < size*9/10 || c.RecvPerByte() > m.placedCopies:
+						t.Errorf("message %d: %d bytes in place, %.4f copied per byte: want over 90%% in place, at most %.2f copied", i, c.RecvPlaced, c.RecvPerByte(), m.placedCopies)
+					case padded && c.RecvScatter > 12*1500:
+						t.Errorf("message %d: %d bytes copied: want only the replies before the first span and the last one", i, c.RecvScatter)
+					case !padded && c.RecvScatter < uint64(inHeader[m.name]*frames/2):
+						t.Errorf("message %d: %d bytes copied: want the %d bytes of each reply's header buffer", i, c.RecvScatter, inHeader[m.name])
+					}
 				}
-				if retransmits(pr) != resent {
-					continue
-				}
-				if c.RecvScatter+c.RecvPlaced != size {
-					t.Errorf("message %d: %d bytes copied and %d placed of %d: want each written once", i, c.RecvScatter, c.RecvPlaced, size)
-				}
-				switch {
-				case padded && c.RecvScatter > 12*1500:
-					t.Errorf("message %d: %d bytes copied: want only the replies before the first span and the last one", i, c.RecvScatter)
-				case !padded && (c.RecvScatter < 32*frames/2 || c.RecvPerByte() > 0.05):
-					t.Errorf("message %d: %d bytes copied: want the 32 bytes of each reply's header buffer", i, c.RecvScatter)
-				}
-			}
-		})
+			})
+		}
 	}
+}
+
+// TestZeroCopyPlaceLanes: over 82599s keeping four queues for
+// placement, many large receives matched at once (as mxbench stream's
+// window of 16) each place on a lane of their own, so the RNDVs, acks
+// and other pulls' replies that arrive meanwhile take none of their
+// spans: byte-exact, and the CPU copies about nothing (the last reply of
+// each message, shorter than a span). Every lane is free at the end.
+func TestZeroCopyPlaceLanes(t *testing.T) {
+	checkLeaks(t)
+	o := zcOptions("on")
+	o.PullTimeout = 200 * time.Millisecond // no re-request on a slow host
+	pr := newPairOn(t, zcWire(t, zcModels[3], nil, nil), o)
+	if pl := pr.bb.plc; pl == nil || pl.lanes != 4 {
+		t.Fatalf("the receiving board has no lanes: %+v", pl)
+	}
+	sizes := []int{1 << 20, 300<<10 + 7, 1<<20 + 4097, 64 << 10}
+	const window = 16
+	ctx := testCtx(t, 2*time.Minute)
+	before, resent := pr.b.CopyStats(), retransmits(pr)
+	var rs, ss []*Request
+	var srcs, dsts [][]byte
+	for k := range window {
+		size := sizes[k%len(sizes)]
+		src, dst := pattern(size, uint64(70+k)), make([]byte, size)
+		r, err := pr.b.IRecv([][]byte{dst}, uint64(k), ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.a.ISend([][]byte{src}, pr.atob, uint64(k), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
+	}
+	for k := range window {
+		if _, err := ss[k].Wait(ctx); err != nil {
+			pr.b.Counters().NonZero(func(k Counter, v uint64) { t.Logf("b %v %d", k, v) })
+			for _, c := range pr.bb.tr.(transport.Stats).Counters() {
+				if c.Value != 0 {
+					t.Logf("b %s %d", c.Name, c.Value)
+				}
+			}
+			t.Fatal(err)
+		}
+		if _, err := rs[k].Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(srcs[k], dsts[k]) {
+			t.Fatalf("message %d arrived changed", k)
+		}
+	}
+	c := pr.b.CopyStats().Sub(before)
+	t.Logf("%d bytes received, %d in place, %.4f copied per byte", c.RecvBytes, c.RecvPlaced, c.RecvPerByte())
+	switch {
+	case c.RecvPerByte() > 1:
+		t.Errorf("%.4f copied per byte: want at most one", c.RecvPerByte())
+	case retransmits(pr) == resent && c.RecvPerByte() > 0.01:
+		t.Errorf("%.4f copied per byte with nothing resent: want the pulls placed, one a lane", c.RecvPerByte())
+	}
+	pr.bb.mu.Lock()
+	defer pr.bb.mu.Unlock()
+	for k, pl := range pr.bb.plc.busy {
+		if pl != nil {
+			t.Errorf("lane %d still bound to a pull", k)
+		}
+	}
+	if n := len(pr.bb.plc.drain); n != 0 {
+		t.Errorf("%d receives wait for their spans", n)
+	}
+}
+
+// openE1000EPair opens a cabled pair of model 82574Ls for zcModels; tx
+// sees every TX data descriptor.
+func openE1000EPair(t testing.TB, tx func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
+	o := emulated.DefaultE1000EOptions()
+	o.TxBuffer = tx
+	p, err := emulated.NewE1000E(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := p.Functions()
+	return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
 }
 
 // openIXGBEPair opens a cabled pair of model 82599s for zcModels.

@@ -115,6 +115,15 @@
 // NIC writes no more into their memory. Close consumes every placement
 // still posted.
 //
+// A NIC may keep some queues for placement alone ([Info].PlaceOnly): the
+// driver hands such a queue no buffer of its own, so every frame it
+// receives takes what the caller posted (a placement, or a pool buffer
+// posted as one), in order, and a frame that finds nothing posted is
+// dropped. With a steering rule sending it only the frames a caller asked
+// for (an EtherType of their own), nothing else takes their placements:
+// several callers each expecting a run of frames from a peer get one such
+// queue each. [Placer.CancelRx] takes back what such a queue did not use.
+//
 // # Control path
 //
 // Link state with a bounded wait ([NIC.WaitLink]), statistics (the NIC's
@@ -145,8 +154,12 @@
 // it is given (one, several, or all) until a frame arrives on one of them,
 // ctx ends or the NIC closes, and says which queue; the driver programs the
 // NIC's interrupt moderation so that a busy queue does not interrupt per
-// frame. A goroutine serving one queue waits on it alone; one serving
-// several waits on them together with one call.
+// frame, or, where its options turn moderation off (the 82599's
+// NoModeration), lets the frame itself wake the sleeper at once. Either
+// way WaitRx arms a vector only once it found the rings empty, so a busy
+// receiver touches no interrupt register. A goroutine serving one queue
+// waits on it alone; one serving several waits on them together with one
+// call.
 //
 // # Close
 //
@@ -279,16 +292,27 @@ type Info struct {
 	// placement; 0 when payloads are not placed.
 	PlaceHeader int
 	// PlaceMin is the least length of a Placement's memory: the most the
-	// NIC may write into it (the largest frame less PlaceHeader).
+	// NIC may write into it. That is the largest frame less PlaceHeader
+	// on a NIC that splits every frame there (the 82599), and less the
+	// shortest header it splits off on one that splits IP frames at
+	// their headers (the 82574L: Ethernet and IPv4, 34 bytes).
 	PlaceMin int
+	// PlaceOnly is how many RX queues, the last ones, take only what is
+	// posted (see [Placer]): the driver hands them no buffer of its own,
+	// and a frame that finds nothing posted is dropped. A caller steers
+	// to each such queue (a rule) only the frames it posts for.
+	PlaceOnly int
 }
 
 // Placement is memory of the caller's posted to receive the payload of one
 // frame (see [Placer]): it is mapped for DMA in the NIC's domain and
-// IOVA-contiguous for len(Mem) bytes, from IOVA.
+// IOVA-contiguous for len(Mem) bytes, from IOVA. A Placement without
+// memory (Mem nil) posts a buffer of the queue's pool instead: the frame
+// that takes it arrives whole in a pool Buffer, as an unposted one does,
+// and it counts as posted and consumed as any placement.
 type Placement struct {
 	// Mem is where the payload may land, from Mem[0]; at least
-	// Info().PlaceMin bytes.
+	// Info().PlaceMin bytes, or nil for a pool buffer.
 	Mem []byte
 	// IOVA is where the NIC sees Mem[0].
 	IOVA uint64
@@ -296,10 +320,13 @@ type Placement struct {
 
 // PlacementState is one RX queue's placements (Placer.RxPlacement).
 type PlacementState struct {
-	// Ahead is how many descriptors the NIC holds and has not written
-	// yet before a placement posted now: the next frames that arrive
-	// take them (frames it wrote already are not counted: RxBatch
-	// delivers them first).
+	// Ahead is how many descriptors come before a placement posted now:
+	// those the NIC holds and has not written, which the next frames
+	// that arrive take, and those it wrote whose frames RxBatch has not
+	// delivered yet. A caller that counts the frames it expects until
+	// it has handled them thus subtracts them all, whether or not the
+	// NIC wrote them yet: a frame the NIC writes between the two reads
+	// cannot move the count.
 	Ahead int
 	// Posted and Consumed count the placements posted since Open and
 	// those a frame took (delivered or dropped), in posting order.
@@ -322,6 +349,14 @@ type Placer interface {
 	PostRx(q int, p []Placement) (int, error)
 	// RxPlacement reports queue q's placements.
 	RxPlacement(q int) PlacementState
+	// CancelRx takes back every placement of queue q, one of the
+	// Info().PlaceOnly queues, that no frame took: the queue stops, its
+	// unwritten descriptors and any frame it holds undelivered are
+	// dropped and counted consumed, and it starts again with nothing
+	// posted. The NIC writes no more into any placement posted before.
+	// Another queue is refused with ErrNotSupported (stopping it would
+	// drop the traffic it carries).
+	CancelRx(q int) error
 }
 
 // Link is the state of the NIC's link.

@@ -92,6 +92,17 @@ import (
 // EtherType is the Open-MX EtherType used by raw Ethernet framing.
 const EtherType = 0x86DF
 
+// MaxLanes is the most receive lanes a transport offers ([Placer]).
+const MaxLanes = 8
+
+// LaneEtherType is the EtherType of raw Ethernet frames sent to receive
+// lane lane (1..MaxLanes) of a peer's transport ([Frame].Lane):
+// EtherType+lane, 0x86E0 to 0x86E7, unregistered as Open-MX's own is. A
+// frame of one of these EtherTypes is an Open-MX frame like any other; it
+// is sent only to a peer that asked for it (mx negotiates it), and
+// receivers take it on any queue.
+func LaneEtherType(lane int) uint16 { return EtherType + uint16(lane) }
+
 // NICID is a 48-bit board address: a MAC address for Ethernet framing, or an
 // IPv4 address and UDP port (ip<<16 | port) for UDP framing.
 type NICID uint64
@@ -169,6 +180,13 @@ type Frame struct {
 	// by Placed. It is non-nil (possibly empty) whenever the frame took a
 	// posting, whatever frame it is; nil otherwise. Send ignores it.
 	Placed []byte
+	// Lane, on Send, is the receive lane (1..MaxLanes; 0 for none) of
+	// the peer's transport the frame is meant for ([Placer]): a
+	// transport whose PlaceInfo says SendsLanes marks the frame so that
+	// the peer's NIC steers it there (raw Ethernet framing: the
+	// EtherType LaneEtherType(Lane)); any other ignores it, and the frame
+	// arrives as any other. Recv leaves it 0.
+	Lane uint8
 }
 
 // Transport moves batches of frames between boards. See the package
@@ -302,36 +320,70 @@ type Queued interface {
 // the 82599's, nicdrv.Placer), so that a message layer that knows which
 // frames come next has each one's payload written once, by the NIC. The
 // caller posts spans of a registered [Region], one a frame, in the order
-// it expects the frames; the NIC gives them to the frames that arrive in
-// that order, whatever they are, after those that take the descriptors
-// ahead ([PlaceState].Ahead), so the caller checks each frame's Placed
-// against what it posted there and copies the frames that landed
-// elsewhere. Postings are consumed in the order posted (Consumed counts
-// them): the NIC writes no more into a consumed span, and the caller
-// must not give a region's memory back while spans of it are posted and
-// not consumed. Close consumes them all.
+// it expects the frames, on a lane:
+//
+//   - lane 0 is where the transport receives every frame: the NIC gives
+//     its postings to the frames that arrive in that order, whatever they
+//     are, after those that take the descriptors ahead
+//     ([PlaceState].Ahead), so the caller checks each frame's Placed
+//     against what it posted there and copies the frames that landed
+//     elsewhere;
+//   - lanes 1 to [PlaceInfo].Lanes each receive only the frames a peer
+//     sent to that lane ([Frame].Lane), so a caller that has a peer send
+//     a run of frames to a lane it alone posts on meets no other frame
+//     there. A lane takes only what is posted: a frame that finds nothing
+//     is dropped, and a nil span posts a buffer of the transport's (the
+//     frame then arrives whole in Data, as an unposted one does).
+//
+// Postings are consumed in the order posted, lane by lane (Consumed
+// counts them): the NIC writes no more into a consumed span, and the
+// caller must not give a region's memory back while spans of it are
+// posted and not consumed. Cancel takes back what a lane did not use;
+// Close consumes every posting.
 type Placer interface {
-	// PlaceInfo says how a placed frame arrives: its first head bytes of
-	// Data in Data, the rest in Placed; a span is at least min bytes
-	// long (the most the NIC may write into it). head 0 means the
-	// transport cannot place (its NIC was not opened to, or it receives
-	// on several queues).
-	PlaceInfo() (head, min int)
-	// Post posts spans, each lying in r's memory, for the next frames
-	// after the ones already posted, and returns how many it took (fewer
-	// when the receive ring is full). A span shorter than min, outside r
-	// or not contiguous for the NIC is refused, naming it, after the
-	// ones before it were taken.
-	Post(r *Region, spans [][]byte) (int, error)
-	// Placement reports the postings.
-	Placement() PlaceState
+	// PlaceInfo says how the transport places; Head 0 means it cannot
+	// (its NIC was not opened to, or it receives on several queues).
+	PlaceInfo() PlaceInfo
+	// Post posts spans, each lying in r's memory (or nil, on a lane
+	// above 0, for a buffer of the transport's), for the next frames of
+	// lane after the ones already posted, and returns how many it took
+	// (fewer when the receive ring is full). A span shorter than Min,
+	// outside r or not contiguous for the NIC is refused, naming it,
+	// after the ones before it were taken.
+	Post(lane int, r *Region, spans [][]byte) (int, error)
+	// Placement reports lane's postings.
+	Placement(lane int) PlaceState
+	// Cancel takes back every posting of lane (1..Lanes) no frame took,
+	// counting them consumed, and drops the frames the lane received and
+	// Recv did not deliver yet: afterwards the NIC writes into none of
+	// the lane's spans. It is for a lane whose frames stopped coming (a
+	// message given up, a peer that did not use the lane).
+	Cancel(lane int) error
 }
 
-// PlaceState is a transport's postings ([Placer.Placement]).
+// PlaceInfo says how a [Placer] places.
+type PlaceInfo struct {
+	// Head is how many bytes of a placed frame's Data arrive in Data,
+	// the rest in Placed; 0 when the transport cannot place.
+	Head int
+	// Min is the least span: the most the NIC may write into one.
+	Min int
+	// Lanes is how many lanes, 1..Lanes, receive only what their peers
+	// send to them (0: none). A transport with lanes places nothing on
+	// lane 0, which keeps its receive ring full of the transport's own
+	// buffers for the frames sent to no lane.
+	Lanes int
+	// SendsLanes says that Send honours Frame.Lane, so a peer's lanes
+	// can be used for frames this transport sends.
+	SendsLanes bool
+}
+
+// PlaceState is a lane's postings ([Placer.Placement]).
 type PlaceState struct {
-	// Ahead is how many frames will arrive before the next span posted
-	// takes one: the receive descriptors the NIC holds and has not
-	// filled, spans posted and not consumed among them.
+	// Ahead is how many frames come before the next span posted takes
+	// one: those Recv has not returned yet that the NIC received, and
+	// the receive descriptors it holds and has not filled, spans posted
+	// and not consumed among them.
 	Ahead int
 	// Posted and Consumed count the spans posted and those a frame took,
 	// in posting order.

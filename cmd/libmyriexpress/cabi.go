@@ -130,6 +130,13 @@ func putStatus(dst *C.mx_status_t, st *mx.Status, e *endpoint, uctx uintptr) {
 // application's memory (C memory: mx may keep them until the request
 // completes).
 func segments(segs [][]byte, list *C.mx_segment_t, n C.uint32_t) ([][]byte, mx.ReturnCode, error) {
+	if n == 1 && list != nil && list.segment_ptr != nil && list.segment_length != 0 && cap(segs) > 0 {
+		// The common case, one segment in a reused slot: no loop and no
+		// append.
+		segs = segs[:1]
+		segs[0] = unsafe.Slice((*byte)(list.segment_ptr), int(list.segment_length))
+		return segs, mx.Success, nil
+	}
 	if n == 0 {
 		return segs, mx.Success, nil
 	}

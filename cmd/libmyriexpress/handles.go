@@ -241,9 +241,11 @@ func newSlot(e *endpoint, uctx uintptr) *slot {
 // request still in flight): the slot then gets a fresh slice.
 func freeSlot(s *slot, keepSegs bool) {
 	s.r, s.e, s.handle = nil, nil, 0
-	s.state.Store(0)
+	// The state stays as it was: nothing looks at a free slot's state,
+	// and newSlot sets it before the slot's next request is visible.
+	// The kept slices point into C memory, which the collector does not
+	// follow, and the next post overwrites them before reading any.
 	if keepSegs {
-		clear(s.segs)
 		s.segs = s.segs[:0]
 	} else {
 		s.segs = nil

@@ -107,6 +107,14 @@ type result struct {
 	// LatencyP99US is half the 99th-percentile round trip (pingpong), of
 	// those timed: every one, or every sampleStride-th of a long run.
 	LatencyP99US float64 `json:"latency_p99_us,omitempty"`
+	// LatencyP50US is half the median round trip (pingpong), of the same
+	// round trips: beside the mean, what a typical message costs without
+	// the rare slow one (a garbage collection, a descheduled thread).
+	LatencyP50US float64 `json:"latency_p50_us,omitempty"`
+	// LatencyP10US is half the round trip that a tenth of them beat: the
+	// path's own cost, least blurred by a loaded machine descheduling the
+	// run's threads (or a virtual machine's vCPUs).
+	LatencyP10US float64 `json:"latency_p10_us,omitempty"`
 	MBPerS       float64 `json:"mb_per_s"`
 	MsgPerS      float64 `json:"msg_per_s,omitempty"`
 	Errors       int     `json:"errors"`
@@ -161,6 +169,7 @@ type recovery struct {
 	DuplicatesReceived    uint64 `json:"duplicates_received"`
 	PullFramesRerequested uint64 `json:"pull_frames_rerequested"`
 	Asks                  uint64 `json:"asks"`
+	PullAsks              uint64 `json:"pull_asks"`
 	AskRetransmits        uint64 `json:"ask_retransmits"`
 }
 
@@ -181,6 +190,7 @@ func recoveryBetween(before, after []mx.Counters) *recovery {
 		DuplicatesReceived:    d(mx.DupReceived),
 		PullFramesRerequested: d(mx.PullFramesRerequested),
 		Asks:                  d(mx.TailAsks),
+		PullAsks:              d(mx.PullAsks),
 		AskRetransmits:        d(mx.AskRetransmits),
 	}
 }
@@ -366,6 +376,8 @@ func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup, tr
 	if len(rtts) > 0 {
 		slices.Sort(rtts)
 		res.LatencyP99US = rtts[len(rtts)*99/100].Seconds() * 1e6 / 2
+		res.LatencyP50US = rtts[len(rtts)/2].Seconds() * 1e6 / 2
+		res.LatencyP10US = rtts[len(rtts)/10].Seconds() * 1e6 / 2
 	}
 	legs := 1
 	if reply == size {

@@ -434,6 +434,9 @@ func TestPingPongTrials(t *testing.T) {
 		if r.Errors != 0 || r.Iterations != 50 || r.Trials != 3 || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
 			t.Errorf("row %+v: want 3 trials of 50 iterations, no errors, a mean and a p99", r)
 		}
+		if r.LatencyP10US <= 0 || r.LatencyP10US > r.LatencyP50US || r.LatencyP50US > r.LatencyP99US {
+			t.Errorf("row %+v: want a p10, a median and a p99 round trip's half, in that order", r)
+		}
 		if r.Baseline == nil || r.Baseline.Errors != 0 {
 			t.Errorf("row of %d B: baseline %+v, want one without errors", r.Size, r.Baseline)
 		}
@@ -459,8 +462,8 @@ func TestPingPongP99LongRun(t *testing.T) {
 	if sampleStride(n) < 2 {
 		t.Fatalf("%d round trips: stride %d, want them sampled", n, sampleStride(n))
 	}
-	if r := rows[0]; r.Errors != 0 || r.Iterations != n || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
-		t.Errorf("row %+v: want %d iterations, no errors, a mean and a p99", r, n)
+	if r := rows[0]; r.Errors != 0 || r.Iterations != n || r.LatencyUS <= 0 || r.LatencyP99US <= 0 || r.LatencyP50US <= 0 || r.LatencyP50US > r.LatencyP99US {
+		t.Errorf("row %+v: want %d iterations, no errors, a mean, a median and a p99", r, n)
 	}
 }
 
@@ -468,10 +471,13 @@ func TestPingPongP99LongRun(t *testing.T) {
 // with an error that names the flag to raise, not a bare "context deadline
 // exceeded". The run is far longer than the bound on any machine (10^9
 // round trips in 50 ms), so the test does not depend on the machine's speed.
+// The settling round trips are off (--settle 0): their own deadline is
+// --timeout plus --settle, which a loaded machine can outlast before the
+// size starts.
 func TestSizeOverTimeoutNamesFix(t *testing.T) {
 	var out, errb bytes.Buffer
 	err := run(&out, &errb, []string{"pingpong", "--sizes", "8", "--iterations", "1000000000", "--warmup", "0",
-		"--timeout", "50ms", "--baseline=false"})
+		"--timeout", "50ms", "--settle", "0", "--baseline=false"})
 	if err == nil || !strings.Contains(err.Error(), "raise --timeout or lower --iterations") {
 		t.Fatalf("error %v, want one naming --timeout and --iterations", err)
 	}

@@ -30,14 +30,14 @@ type nicFlags struct {
 	// queues is --queues: the NICs then run that many queue pairs and
 	// the transports UDP framing, for queued boards.
 	queues int
-	// place is --nic-place: 82599s place received payloads.
+	// place is --nic-place: the NICs place received payloads.
 	place bool
 }
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
-	fs.BoolVar(&n.place, "nic-place", false, "nic: open 82599s with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
+	fs.BoolVar(&n.place, "nic-place", false, "nic: open the NICs (82599s: header split; 82574Ls: packet split) with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
 }
 
 // addrs parses --nic; nil for a model.
@@ -203,10 +203,15 @@ func driverName(d pci.Device) string {
 	return "e1000e"
 }
 
+// placeLanes is how many queues an 82599 opened with --nic-place keeps
+// for placement alone, one a pull: the pulls mx runs at once by default
+// (BoardOptions.PullFrames / (PullBlocks x PullBlockFrames) = 4).
+const placeLanes = 4
+
 // openDriver opens d with gomx's driver for it: ixgbe for an 82599
-// (placing payloads with place), e1000e otherwise (which refuses what is
-// not an 82574L, and place), with queues queue pairs (the driver's
-// default when 0).
+// (placing payloads on lanes with place), e1000e otherwise (which refuses
+// what is not an 82574L; placing payloads on its one receive queue with
+// place), with queues queue pairs (the driver's default when 0).
 func openDriver(d pci.Device, interrupts bool, queues int, place bool) (nicdrv.NIC, error) {
 	if is82599(d) {
 		o := ixgbe.DefaultOptions()
@@ -214,14 +219,16 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool) (nicdrv.N
 		o.Placement = place
 		if queues > 0 {
 			o.Queues = queues
+		} else if place {
+			// Queue 0 and a lane a pull (transport/nic place.go): as
+			// many as pulls run at once with mx's defaults.
+			o.Queues, o.PlaceOnly = 1+placeLanes, placeLanes
 		}
 		return ixgbe.Open(d, o)
 	}
-	if place {
-		return nil, fmt.Errorf("--nic-place: the 82574L driver places no payloads (its packet split would need a descriptor per frame the receiver posts): use 82599s")
-	}
 	o := e1000e.DefaultOptions()
 	o.Interrupts = interrupts
+	o.Placement = place
 	if queues > 0 {
 		o.Queues = queues
 	}

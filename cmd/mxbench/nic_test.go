@@ -33,6 +33,22 @@ func TestNICPingPong82599ModelVerified(t *testing.T) {
 	}
 }
 
+// TestNICPingPongModelPlaced: --nic-place over the 82574L models has the
+// NICs write large messages' payloads into the receive buffers (packet
+// split), byte-exact, and the JSON says so.
+func TestNICPingPongModelPlaced(t *testing.T) {
+	out := runOK(t, "pingpong", "--transport", "nic", "--nic", "model", "--nic-place", "--no-checksum", "--baseline=false",
+		"--sizes", "1M", "--iterations", "3", "--warmup", "1", "--verify", "--json")
+	rows := jsonRows(t, out)
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1:\n%s", len(rows), out)
+	}
+	r := rows[0]
+	if r.Errors != 0 || r.Copies == nil || r.Copies.B.RecvPlaced == 0 || r.Copies.B.RecvPerByte > 1 {
+		t.Errorf("row %+v (copies %+v): want no errors and payloads received in place", r, r.Copies)
+	}
+}
+
 func TestNICUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

@@ -139,6 +139,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		sctx, cancel := context.WithTimeout(ctx, f.timeout+f.settle)
 		err := settleLocal(sctx, &f, sa, sb)
 		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w (the settling round trips took longer than --settle %v and --timeout %v allow; raise --timeout, or --settle 0 to skip them)", err, f.settle, f.timeout)
+		}
 		if err != nil {
 			return err
 		}

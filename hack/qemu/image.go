@@ -312,7 +312,7 @@ var (
 	// queued boards steered by the 82574's RSS; the rest of its tests need
 	// no device and run on the host).
 	DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e",
-		"./transport/nic@^(TestConformanceVFIO|TestMXSizeClasses)$", "./mx@^(TestForgedFramesVFIO|TestQueuedRSSVFIO)$"}
+		"./transport/nic@^(TestConformanceVFIO|TestMXSizeClasses)$", "./mx@^(TestForgedFramesVFIO|TestQueuedRSSVFIO|TestZeroCopyReceiveInPlaceVFIO)$"}
 
 	// GuestModules are the kernel modules the guest's init loads, by name;
 	// u-root's kmodule loads their dependencies first, from modules.dep.

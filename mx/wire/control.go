@@ -17,6 +17,7 @@ package wire
 //	         24 replier's next expected seqnum (2) | 26 is_reply = 1 | 27 attempt
 //	         28 status | 29 pad (3)
 //	gomx extension (data length 24): 32 magic "gomx" (4) | 36 version | 37 flags | 38 largest frame (2)
+//	its second block (data length 32): 40 more flags | 41 zero (7)
 type Connect struct {
 	DstEP, SrcEP, Gen uint8
 	// YourIndex is the receiver's index in the sender's peer table: the
@@ -42,10 +43,17 @@ type Connect struct {
 // ConnectExt is the gomx extension of CONNECT: 8 data bytes after Open-MX's
 // 16, announced by the data length field (24 instead of 16). Open-MX reads
 // only its 16 bytes and never sends a data length of 24.
+//
+// Flags has no bit left: More holds the flags after them (ExtPlaceLane,
+// ...), in a second block of 8 bytes (data length 32) that is written
+// only when More is not zero, so a board that sets none sends the 24
+// data bytes an older gomx board sends. A decoder reads More only from a
+// CONNECT whose data length says 32 or more.
 type ConnectExt struct {
 	Version  uint8  // ConnectExtVersion
 	Flags    uint8  // ExtChecksum, ...
 	MaxFrame uint16 // the sender's largest frame Data (its transport MTU)
+	More     uint8  // ExtPlaceLane, ...: byte 40, in the second block
 }
 
 // The gomx connect extension's magic, version and flags.
@@ -91,6 +99,18 @@ const (
 	ExtAsk = 1 << 7
 )
 
+// The flags of ConnectExt.More.
+const (
+	// ExtPlaceLane: the sender, as the owner of a region, honours
+	// Pull.Lane: it sends each PULL_REPLY the PULL asks for to that
+	// receive lane of the puller's transport (transport.Frame.Lane), so
+	// the puller's NIC steers them to a queue where only its postings
+	// wait. A board announces it only when its transport can send to
+	// lanes; a puller sets a nonzero Lane only in PULLs to a board that
+	// announced it.
+	ExtPlaceLane = 1 << 0
+)
+
 // The TRUC probe flags (Truc.Probe), between boards that both set
 // ExtAsk.
 const (
@@ -101,6 +121,20 @@ const (
 	// frame its receiver sent before the ask had arrived, so what it
 	// neither acks nor lists as held was lost.
 	TrucAnswer = 1 << 1
+	// TrucPulls, with TrucAsk, says the question is about the asker's
+	// pulls from the receiver: the receiver answers it whatever its ack
+	// state, after the PULL_REPLY frames of every PULL that came before
+	// the ask, with TrucAnswer, TrucPulls and the ask's tag. An answer
+	// without it answers a question about the sequenced stream only.
+	TrucPulls = 1 << 2
+	// TrucTagMask holds, in a question with TrucPulls, a number the asker
+	// chose (shifted by TrucTagShift), which the answer carries back so
+	// the asker knows which of its questions it answers.
+	TrucTagMask = 0xf0
+	// TrucTagShift is the position of the tag in the probe flags.
+	TrucTagShift = 4
+	// trucProbeBits are the probe flags' defined bits.
+	trucProbeBits = TrucAsk | TrucAnswer | TrucPulls | TrucTagMask
 )
 
 func hasConnectExt(p []byte, o Order) bool {
@@ -108,10 +142,19 @@ func hasConnectExt(p []byte, o Order) bool {
 		o.u32(p[ConnectLen:]) == ConnectExtMagic
 }
 
+// hasConnectExtMore reports whether a CONNECT with the extension has its
+// second block.
+func hasConnectExtMore(p []byte) bool {
+	return p[4] >= connectData+ConnectExtLen+ConnectExtMoreLen && len(p) >= ConnectLen+ConnectExtLen+ConnectExtMoreLen
+}
+
 // Len returns the encoded length: ConnectLen, plus ConnectExtLen with the
-// extension.
+// extension, plus ConnectExtMoreLen when its More flags are set.
 func (h *Connect) Len() int {
-	if h.HasExt {
+	switch {
+	case h.HasExt && h.Ext.More != 0:
+		return ConnectLen + ConnectExtLen + ConnectExtMoreLen
+	case h.HasExt:
 		return ConnectLen + ConnectExtLen
 	}
 	return ConnectLen
@@ -144,6 +187,12 @@ func (h *Connect) Put(p []byte, o Order) {
 		o.put32(x, ConnectExtMagic)
 		x[4], x[5] = h.Ext.Version, h.Ext.Flags
 		o.put16(x[6:], h.Ext.MaxFrame)
+		if h.Ext.More != 0 {
+			p[4] += ConnectExtMoreLen
+			m := p[ConnectLen+ConnectExtLen : ConnectLen+ConnectExtLen+ConnectExtMoreLen]
+			clear(m)
+			m[0] = h.Ext.More
+		}
 	}
 }
 
@@ -174,6 +223,9 @@ func DecodeConnect(p []byte, o Order) (Connect, error) {
 		x := p[ConnectLen:]
 		h.HasExt = true
 		h.Ext = ConnectExt{Version: x[4], Flags: x[5], MaxFrame: o.u16(x[6:])}
+		if hasConnectExtMore(p) {
+			h.Ext.More = x[ConnectExtLen]
+		}
 	}
 	return h, nil
 }
@@ -185,7 +237,8 @@ func DecodeConnect(p []byte, o Order) (Connect, error) {
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
 //	4 data length (16; 16+8+6n with a SACK of n blocks) | 5 pad (3)
 //	8 destination session (4)
-//	12 data type (0x55 = ack) | 13 pad, or the probe flags with ExtAsk
+//	12 data type (0x55 = ack) | 13 pad, or with ExtAsk the probe flags:
+//	   bit 0 ask, 1 answer, 2 about pulls, 4-7 the question's tag
 //	14 ack up to (2) | 16 session again (4)
 //	20 ack number (4) | 24 sender's next send seq (2) | 26 resent | 27 pad
 //	gomx SACK extension: 28 magic "gmsk" (4) | 32 block count n (1..16)
@@ -197,7 +250,8 @@ type Truc struct {
 	AckNum            uint32 // monotonic per partner: stale acks are dropped
 	SendSeq           uint16 // the sender's next send seq (informational)
 	Resent            bool
-	// Probe holds TrucAsk and TrucAnswer: written as byte 13 (zero, as
+	// Probe holds TrucAsk, TrucAnswer, TrucPulls and the tag
+	// (TrucTagMask): written as byte 13 (zero, as
 	// Open-MX's pad, when there are none; a board sets them only toward a
 	// peer that announced ExtAsk), read only when the decoder is told the
 	// pair negotiated ExtAsk.
@@ -321,7 +375,7 @@ func DecodeTruc(p []byte, o Order, ext uint8) (Truc, error) {
 	h.SendSeq = o.u16(p[24:])
 	h.Resent = p[26] != 0
 	if ext&ExtAsk != 0 {
-		h.Probe = p[13] & (TrucAsk | TrucAnswer)
+		h.Probe = p[13] & trucProbeBits
 	}
 	l, err := sackLen(p, o)
 	if err != nil || l == 0 {

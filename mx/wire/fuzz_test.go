@@ -92,7 +92,7 @@ func decoded(p []byte, o Order) (map[string]uint64, any, error) {
 			"seq": uint64(h.Seq), "ack": uint64(h.Ack), "session": uint64(h.Session),
 			"match_a": h.Match >> 32, "match_b": h.Match & 0xffffffff}, h, err
 	case TypePull:
-		h, err := DecodePull(p, o, ExtReplyPad)
+		h, err := DecodePull(p, o, ExtReplyPad, 0)
 		return names(pullFields, u(uint64(h.DstEP), uint64(h.SrcEP), uint64(h.Gen), uint64(h.Session),
 			uint64(h.TotalLength), uint64(h.RegionID), uint64(h.RegionSeq), uint64(h.ReplyPad), uint64(h.RegionOffset),
 			uint64(h.Handle), uint64(h.Magic), uint64(h.FirstFrameOffset), uint64(h.BlockLength),

@@ -62,7 +62,7 @@ func DecodeRndv(p []byte, o Order) (Rndv, error) {
 //
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
 //	4 session of the region owner (4) | 8 total pull length (4)
-//	12 region id (4) | 16 region seqnum | 17 reply pad (gomx) | 18 pad (2)
+//	12 region id (4) | 16 region seqnum | 17 reply pad (gomx) | 18 reply lane (gomx) | 19 pad
 //	20 region offset (4) | 24 puller handle (4) | 28 puller magic (4)
 //	32 offset in the first frame (4) | 36 block length (4) | 40 first frame index (4)
 //
@@ -70,7 +70,8 @@ func DecodeRndv(p []byte, o Order) (Rndv, error) {
 // which the header does not carry: both sides derive it from the MTU, less
 // ReplyPad. Byte 17 is padding in Open-MX, which neither writes nor reads
 // it: it is ReplyPad only between boards that both announced
-// [ExtReplyPad] (see DecodePull).
+// [ExtReplyPad] (see DecodePull), and byte 18 is Lane only between boards
+// that both announced [ExtPlaceLane].
 type Pull struct {
 	DstEP, SrcEP, Gen uint8
 	Session           uint32
@@ -89,6 +90,10 @@ type Pull struct {
 	// there); the reply length of the geometry is then the MTU's less
 	// ReplyPad. 0 asks for Open-MX's replies.
 	ReplyPad uint8
+	// Lane is the receive lane of the puller's transport the block's
+	// replies go to (transport.Frame.Lane), so that its NIC steers them
+	// to a queue of their own; 0 for none.
+	Lane uint8
 }
 
 // Put writes the header.
@@ -98,7 +103,7 @@ func (h *Pull) Put(p []byte, o Order) {
 	o.put32(p[4:], h.Session)
 	o.put32(p[8:], h.TotalLength)
 	o.put32(p[12:], h.RegionID)
-	p[16], p[17], p[18], p[19] = h.RegionSeq, h.ReplyPad, 0, 0
+	p[16], p[17], p[18], p[19] = h.RegionSeq, h.ReplyPad, h.Lane, 0
 	o.put32(p[20:], h.RegionOffset)
 	o.put32(p[24:], h.Handle)
 	o.put32(p[28:], h.Magic)
@@ -111,10 +116,12 @@ func (h *Pull) Put(p []byte, o Order) {
 // connect extension flags both boards announced, 0 for an Open-MX peer or
 // one not connected yet) was negotiated: byte 17 is read as ReplyPad only
 // when ext has ExtReplyPad; otherwise it is Open-MX's pad, whatever it
-// holds, and ReplyPad is 0. It checks only that the block is not empty;
+// holds, and ReplyPad is 0. Byte 18 is read as Lane only when more (the
+// negotiated ConnectExt.More flags) has ExtPlaceLane. It checks only that
+// the block is not empty;
 // the region owner checks the rest against its region and the frame
 // geometry.
-func DecodePull(p []byte, o Order, ext uint8) (Pull, error) {
+func DecodePull(p []byte, o Order, ext, more uint8) (Pull, error) {
 	var h Pull
 	if err := checkType(p, TypePull, PullLen); err != nil {
 		return h, err
@@ -126,6 +133,9 @@ func DecodePull(p []byte, o Order, ext uint8) (Pull, error) {
 	h.RegionSeq = p[16]
 	if ext&ExtReplyPad != 0 {
 		h.ReplyPad = p[17]
+	}
+	if more&ExtPlaceLane != 0 {
+		h.Lane = p[18]
 	}
 	h.RegionOffset = o.u32(p[20:])
 	h.Handle = o.u32(p[24:])

@@ -53,6 +53,9 @@ func FuzzSack(f *testing.F) {
 	bad[32] = 17
 	f.Add(bad, false)
 	f.Add(sackSeed(BigEndian, 4)[:40], false)
+	probe := sackSeed(LittleEndian, 2)
+	probe[13] = 0xff // every probe bit, a tag and the undefined bit 3
+	f.Add(probe, true)
 	f.Fuzz(func(t *testing.T, p []byte, little bool) {
 		o, bo := BigEndian, binary.ByteOrder(binary.BigEndian)
 		if little {
@@ -91,14 +94,15 @@ func FuzzSack(f *testing.F) {
 				t.Fatalf("block %d: %+v, oracle %+v", i, h.Sack.Blocks[i], bl)
 			}
 		}
-		// Byte 13 is a pad unless the pair negotiated ExtAsk; then its two
-		// low bits are the probe flags and the other fields do not change.
+		// Byte 13 is a pad unless the pair negotiated ExtAsk; then bits
+		// 0-2 are the probe flags and 4-7 a question's tag (bit 3 is
+		// undefined, read as zero), and the other fields do not change.
 		if h.Probe != 0 {
 			t.Fatalf("probe flags %#x read from a pad", h.Probe)
 		}
 		ha, err := DecodeTruc(p, o, ExtAsk)
 		wantAsk := h
-		wantAsk.Probe = p[13] & 3
+		wantAsk.Probe = p[13] & 0xf7
 		if err != nil || ha != wantAsk {
 			t.Fatalf("with ExtAsk: %+v %v; want %+v", ha, err, wantAsk)
 		}
@@ -141,7 +145,7 @@ func TestTrucWithoutSackIsOpenMX(t *testing.T) {
 // when there are none, and a pad byte holding garbage (Open-MX does not
 // clear its pads) decodes as no flags without ExtAsk.
 func TestTrucProbeFlags(t *testing.T) {
-	for _, probe := range []uint8{0, TrucAsk, TrucAnswer} {
+	for _, probe := range []uint8{0, TrucAsk, TrucAnswer, TrucAsk | TrucPulls | 9<<TrucTagShift, TrucAnswer | TrucPulls | 0xf0} {
 		h := Truc{DstEP: 1, SrcEP: 2, Session: 0xcafe, AckUpTo: 7, AckNum: 3, SendSeq: 9, Probe: probe}
 		p := make([]byte, TrucLen)
 		h.Put(p, BigEndian)

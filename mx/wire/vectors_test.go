@@ -219,7 +219,7 @@ func vectors() []vector {
 			02 01`},
 		{name: "PULL", put: func(p []byte, o Order) int { wantPull.Put(p, o); return PullLen },
 			check: func(t *testing.T, p []byte, o Order) {
-				if h, err := DecodePull(p, o, 0); err != nil || h != wantPull {
+				if h, err := DecodePull(p, o, 0, 0); err != nil || h != wantPull {
 					t.Fatalf("got %+v %v", h, err)
 				}
 			},

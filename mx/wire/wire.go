@@ -78,6 +78,12 @@
 //     the puller's NIC splits the frame (header split into a buffer of
 //     fixed size). It is written non-zero, and read, only between boards
 //     that both set [ExtReplyPad]; from any other peer the byte is a pad.
+//   - The reply lane ([Pull].Lane): byte 18 of a PULL, the next pad byte,
+//     names the receive lane of the puller's transport the block's
+//     replies go to (a NIC queue that receives only them). It is written
+//     non-zero, and read, only between boards that both set
+//     [ExtPlaceLane], a flag of the connect extension's second block
+//     ([ConnectExt].More, sent only when one of its flags is set).
 package wire
 
 import (
@@ -135,18 +141,21 @@ const (
 	NotifyLen     = 24 // NOTIFY
 	ConnectLen    = 32 // CONNECT request or reply, Open-MX's 16 data bytes included
 	ConnectExtLen = 8  // the gomx connect extension after ConnectLen
-	TrucLen       = 28 // TRUC ack
-	NackLibLen    = 16 // NACK_LIB
-	NackMCPLen    = 16 // NACK_MCP
-	HostQueryLen  = 16 // HOST_QUERY
-	HostReplyLen  = 16 // HOST_REPLY header; the hostname follows
-	ChecksumLen   = 4  // CRC-32C trailer
-	rndvPayload   = 8  // the RNDV message header's payload length field
-	connectData   = 16 // Open-MX's CONNECT data length
-	trucData      = 16 // TRUC data length (offsets 12..27)
-	TinyMax       = 32
-	SmallMax      = 128
-	MaxMediumFrag = 32 // fragments per medium message (a 32-bit bitmap)
+	// ConnectExtMoreLen is the gomx connect extension's second block,
+	// after the first, when its data length says 32 (ConnectExt.More).
+	ConnectExtMoreLen = 8
+	TrucLen           = 28 // TRUC ack
+	NackLibLen        = 16 // NACK_LIB
+	NackMCPLen        = 16 // NACK_MCP
+	HostQueryLen      = 16 // HOST_QUERY
+	HostReplyLen      = 16 // HOST_REPLY header; the hostname follows
+	ChecksumLen       = 4  // CRC-32C trailer
+	rndvPayload       = 8  // the RNDV message header's payload length field
+	connectData       = 16 // Open-MX's CONNECT data length
+	trucData          = 16 // TRUC data length (offsets 12..27)
+	TinyMax           = 32
+	SmallMax          = 128
+	MaxMediumFrag     = 32 // fragments per medium message (a 32-bit bitmap)
 )
 
 // NoPeerIndex is the peer index a sender uses before the receiver has told it
@@ -334,6 +343,9 @@ func FrameLen(data []byte, o Order) (int, error) {
 		n = ConnectLen
 		if hasConnectExt(p, o) {
 			n += ConnectExtLen
+			if hasConnectExtMore(p) {
+				n += ConnectExtMoreLen
+			}
 		}
 	case TypeTruc:
 		if err := need(TrucLen); err != nil {

@@ -136,11 +136,57 @@ func TestPullReplyPad(t *testing.T) {
 		if p[17] != 32 || p[18] != 0 || p[19] != 0 {
 			t.Fatalf("bytes 17..19 = % x, want 20 00 00", p[17:20])
 		}
-		if g, err := DecodePull(p, o, ExtReplyPad); err != nil || g != h {
+		if g, err := DecodePull(p, o, ExtReplyPad, 0); err != nil || g != h {
 			t.Errorf("negotiated: got %+v %v, want %+v", g, err, h)
 		}
-		if g, err := DecodePull(p, o, 0); err != nil || g.ReplyPad != 0 {
+		if g, err := DecodePull(p, o, 0, 0); err != nil || g.ReplyPad != 0 {
 			t.Errorf("not negotiated: got ReplyPad %d %v, want 0", g.ReplyPad, err)
+		}
+	}
+}
+
+// TestPullLane: a PULL's reply lane is byte 18, read only between boards
+// that negotiated ExtPlaceLane (a pad of Open-MX's otherwise).
+func TestPullLane(t *testing.T) {
+	for _, o := range []Order{BigEndian, LittleEndian} {
+		h := Pull{DstEP: 1, SrcEP: 2, BlockLength: 100, ReplyPad: 32, Lane: 3}
+		p := make([]byte, PullLen)
+		h.Put(p, o)
+		if p[17] != 32 || p[18] != 3 || p[19] != 0 {
+			t.Fatalf("bytes 17..19 = % x, want 20 03 00", p[17:20])
+		}
+		if g, err := DecodePull(p, o, ExtReplyPad, ExtPlaceLane); err != nil || g != h {
+			t.Errorf("negotiated: got %+v %v, want %+v", g, err, h)
+		}
+		if g, err := DecodePull(p, o, ExtReplyPad, 0); err != nil || g.Lane != 0 {
+			t.Errorf("not negotiated: got Lane %d %v, want 0", g.Lane, err)
+		}
+	}
+}
+
+// TestConnectExtMore: the second block of the connect extension is
+// written only with More flags (so a board without them sends the 24 data
+// bytes an older gomx board reads), and read only when the data length
+// says it is there.
+func TestConnectExtMore(t *testing.T) {
+	for _, more := range []uint8{0, ExtPlaceLane} {
+		h := Connect{DstEP: 1, HasExt: true, Ext: ConnectExt{Version: ConnectExtVersion, Flags: ExtAsk, MaxFrame: 1500, More: more}}
+		p := make([]byte, ConnectLen+ConnectExtLen+ConnectExtMoreLen)
+		h.Put(p, BigEndian)
+		want := ConnectLen + ConnectExtLen
+		if more != 0 {
+			want += ConnectExtMoreLen
+		}
+		if h.Len() != want || int(p[4])+16 != want {
+			t.Fatalf("More %#x: Len %d, data length %d, want %d", more, h.Len(), p[4], want)
+		}
+		g, err := DecodeConnect(p[:want], BigEndian)
+		if err != nil || g != h {
+			t.Errorf("More %#x: got %+v %v, want %+v", more, g, err, h)
+		}
+		f := append(make([]byte, HeadLen), p[:want]...)
+		if n, err := FrameLen(f, BigEndian); err != nil || n != HeadLen+want {
+			t.Errorf("More %#x: FrameLen %d %v, want %d", more, n, err, HeadLen+want)
 		}
 	}
 }

@@ -86,3 +86,36 @@ func TestAttachCompletesAfterWriteBack(t *testing.T) {
 		t.Errorf("model sent %d frames with %d violations, want 2 and the one above", s.TxFrames, s.Violations)
 	}
 }
+
+// TxRingState names the registers and the driver's slots, and lists the
+// descriptors around the head: a frame the NIC sent without being asked
+// for a write-back (RS) is still the driver's to reclaim.
+func TestTxRingState(t *testing.T) {
+	p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	n, err := e1000e.Open(p.Functions()[0], e1000e.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	b, err := n.Pool(0).Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b.SetLen(60), []byte{0x52, 0x54, 0, 0x12, 0x34, 0x57, 0x52, 0x54, 0, 0x12, 0x34, 0x56, 0x88, 0xB5})
+	if k, err := n.TxBatch(0, []*nicdrv.Buffer{b}); k != 1 || err != nil {
+		t.Fatalf("TxBatch: %d, %v", k, err)
+	}
+	s := n.TxRingState(0, 2)
+	for _, want := range []string{"TDH 1 TDT 1", "driver clean 0 tail 1", "slot 0: addr", "len 60 cmd 0x3 status 0x0 buffer true", "\n  slot 3:"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("TxRingState lacks %q:\n%s", want, s)
+		}
+	}
+	if s := n.TxRingState(5, 2); !strings.Contains(s, "no such queue") {
+		t.Errorf("TxRingState(5): %q", s)
+	}
+}

@@ -3,6 +3,7 @@ package e1000e
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gomx-dev/gomx/nicdrv"
@@ -180,4 +181,34 @@ func (n *NIC) RemoveRule(id nicdrv.RuleID) error {
 	n.w32(hw.RAL(i), 0)
 	n.rar[i] = false
 	return nil
+}
+
+// TxRingState describes TX queue q for a stalled sender: the NIC's head
+// and tail registers, the driver's clean and tail slots, and the
+// descriptors of the around slots each side of the head register (address,
+// length, command, DD), so that a ring the NIC stopped processing shows
+// where and on what. It reads registers and takes the queue's lock, so it
+// is for diagnosis, not the data path.
+func (n *NIC) TxRingState(q, around int) string {
+	if q < 0 || q >= len(n.tx) {
+		return fmt.Sprintf("TX queue %d: no such queue", q)
+	}
+	if n.closed.Load() {
+		return fmt.Sprintf("TX queue %d: NIC closed", q)
+	}
+	t := n.tx[q]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var sb strings.Builder
+	head, tail := n.r32(hw.Q(hw.TDH, q)), n.r32(hw.Q(hw.TDT, q))
+	fmt.Fprintf(&sb, "TX queue %d: TDH %d TDT %d TCTL %#x, driver clean %d tail %d free %d, %d slots",
+		q, head, tail, n.r32(hw.TCTL), t.s.Clean, t.s.Tail, t.s.Free(), t.size)
+	for i := -around; i <= around; i++ {
+		s := ((int(head)+i)%int(t.size) + int(t.size)) % int(t.size)
+		d := t.desc(uint32(s))
+		lo, hi := load64(d[0:]), load64(d[8:])
+		fmt.Fprintf(&sb, "\n  slot %d: addr %#x len %d cmd %#x status %#x buffer %v",
+			s, lo, uint16(hi), uint8(hi>>24), uint8(hi>>32), t.s.Slot[s] != nil)
+	}
+	return sb.String()
 }

@@ -30,12 +30,20 @@
 // nicdrv.ErrNotSupported). With Options.HeaderSplit, RX uses packet split
 // descriptors instead: 32 bytes, a header and a payload buffer each, so
 // that TCP and UDP over IPv4 and IPv6 arrive with their headers in one
-// buffer and their payload in another (split.go). TX uses legacy descriptors, or a context and an
+// buffer and their payload in another (split.go). With Options.Placement
+// (place.go) the packet split descriptors receive payloads where the
+// caller chooses (nicdrv.Placer): a frame that is not IP, such as an
+// Open-MX frame, puts its first 128 bytes in buffer 0 (a header buffer
+// of the driver's) and the rest in buffer 1, a placement the caller
+// posted or, without one, the rest of the pool buffer behind buffer 0.
+// TX uses legacy descriptors, or a context and an
 // extended data descriptor when a frame asks for checksum offload on queue
 // 0 (the 82574 has one TX context for both queues, so queue 1 computes
 // checksums in the driver). A Buffer with memory attached (Buffer.Attach)
-// takes two legacy descriptors, the buffer's Data and then the attached
-// memory, EOP on the second, which also carries RS so that the attachment
+// takes legacy descriptors for the buffer's Data and then for the attached
+// memory, one per 4 KiB IOMMU page it touches (QEMU 7.2 drops a frame whose
+// descriptor spans two pages that are not physically adjacent; see
+// txPage), EOP on the last, which also carries RS so that the attachment
 // completes at the next reclaim after the NIC read it.
 //
 // Every ring is owned the usual way: the NIC owns RX slots [RDH, RDT) and
@@ -140,6 +148,12 @@ type Options struct {
 	// payload in a second chained to it (nicdrv's header split; see
 	// split.go). Each RX descriptor then holds two pool buffers.
 	HeaderSplit bool
+	// Placement receives payloads into memory the caller posts
+	// (nicdrv.Placer; place.go): packet split descriptors whose buffer 0
+	// takes the first 128 bytes of every frame that is not IP (IPv4 and
+	// IPv6 frames, its headers), and buffer 1 the rest, in a pool buffer
+	// or in a placement. It excludes HeaderSplit.
+	Placement bool
 	// RSSKey is the Toeplitz key of a two-queue NIC (default
 	// DestinationRSSKey, which steers by destination address;
 	// MicrosoftRSSKey spreads flows by source too). Info().RSS reports
@@ -173,6 +187,8 @@ func (o *Options) fill() error {
 		o.PoolBuffers = max(1024, 2*(rx+o.TxRing))
 	}
 	switch {
+	case o.Placement && o.HeaderSplit:
+		return fmt.Errorf("e1000e: Placement and HeaderSplit: a queue has one way of filling its packet split descriptors; choose one")
 	case o.Queues < 1 || o.Queues > hw.Queues:
 		return fmt.Errorf("e1000e: %d queues: the 82574 has 1 or 2", o.Queues)
 	case o.RxRing < 8 || o.RxRing > 4096 || o.RxRing%8 != 0:
@@ -300,8 +316,12 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 
 	// Header split on the 82574 writes a frame it does not split whole
 	// into buffer 0, so header buffers are packet buffers: no header pool.
-	if n.pools, err = drv.NewPools(dev.DMA(), drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers,
-		Memory: o.Memory, Name: "gomx-e1000e"}); err != nil {
+	// Placement takes a header buffer for each placement posted.
+	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, Memory: o.Memory, Name: "gomx-e1000e"}
+	if o.Placement {
+		po.Headers = o.RxRing
+	}
+	if n.pools, err = drv.NewPools(dev.DMA(), po); err != nil {
 		return nil, n.errorf("buffer pools", err)
 	}
 	if err := n.allocRings(); err != nil {
@@ -330,6 +350,9 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
 		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit,
 		RSS: rssInfo(o)}
+	if o.Placement {
+		n.info.PlaceHeader, n.info.PlaceMin = placeHeader, placeLargest-placeSplitMin
+	}
 	// Wait (bounded) for the link; a link that stays down is a state, not
 	// an error.
 	_, _ = n.WaitLink(true, o.LinkTimeout)
@@ -537,7 +560,7 @@ func (n *NIC) phyWrite(reg int, v uint16) error {
 func (n *NIC) allocRings() error {
 	q := n.opts.Queues
 	rxDesc := hw.DescSize
-	if n.opts.HeaderSplit {
+	if n.opts.HeaderSplit || n.opts.Placement {
 		rxDesc = hw.PSDescSize
 	}
 	size := q * (n.opts.RxRing*rxDesc + n.opts.TxRing*hw.DescSize)
@@ -573,15 +596,18 @@ func (n *NIC) allocRings() error {
 			return n.errorf("RX ring", err)
 		}
 		r := &rxQueue{nic: n, q: i, pool: n.pools.Packet[i], ring: b, iova: iova, size: uint32(n.opts.RxRing), dsz: uint32(rxDesc),
-			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)), ps: n.opts.HeaderSplit}
+			freeThresh: rxFreeThresh(uint32(n.opts.RxRing)), ps: n.opts.HeaderSplit || n.opts.Placement}
 		pools := []*nicdrv.Pool{r.pool}
-		if r.ps {
+		if n.opts.HeaderSplit {
 			pools = append(pools, r.pool) // a payload buffer per slot too
 		}
 		r.fill = drv.NewRxFill(r.size, pools, &r.noBuf)
 		r.slot = r.fill.Bufs[0]
-		if r.ps {
+		if n.opts.HeaderSplit {
 			r.pay = r.fill.Bufs[1]
+		}
+		if n.opts.Placement {
+			r.initPlace()
 		}
 		n.rx = append(n.rx, r)
 	}
@@ -621,6 +647,11 @@ func (n *NIC) setupRx() error {
 		// EN. IP fragments are not split, so they arrive whole.
 		n.w32(hw.PSRCTL, psrctl)
 		n.w32(hw.RFCTL, hw.RfctlEXTEN|hw.RfctlIPFRSPDis)
+	} else if n.opts.Placement {
+		// The same order. IP fragments are not split at their
+		// headers either: their first 128 bytes go to buffer 0.
+		n.w32(hw.PSRCTL, placePSRCTL)
+		n.w32(hw.RFCTL, hw.RfctlEXTEN|hw.RfctlIPFRSPDis)
 	} else {
 		n.w32(hw.RFCTL, hw.RfctlEXTEN)
 	}
@@ -644,7 +675,7 @@ func (n *NIC) setupRx() error {
 // rctl is the RCTL value of the NIC's current configuration.
 func (n *NIC) rctl() uint32 {
 	v := uint32(hw.RctlEN | hw.RctlBAM | hw.RctlSECRC | hw.RctlBSIZE2048)
-	if n.opts.HeaderSplit {
+	if n.opts.HeaderSplit || n.opts.Placement {
 		v |= hw.RctlDTYPPS
 	}
 	if n.opts.Promiscuous {
@@ -734,6 +765,9 @@ func (n *NIC) teardown() error {
 	if n.pools != nil {
 		for _, r := range n.rx {
 			errs = append(errs, r.fill.Release())
+			if r.place {
+				errs = append(errs, r.releasePlace())
+			}
 		}
 		for _, t := range n.tx {
 			errs = append(errs, t.s.Release())

@@ -84,3 +84,49 @@ func FuzzPSAccept(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlaceAccept feeds arbitrary written-back packet split descriptors
+// to a placing queue's acceptance, for a placement or a pool buffer (a
+// buffer 1 of payCap bytes). The oracle reads the descriptor bytes itself:
+// deliver exactly when EOP is set, no frame error, not discarding, buffer
+// 0 holds an Ethernet header and at most the 128-byte header buffer,
+// buffer 1 at most payCap, buffers 2 and 3 nothing, and either HDRSP with
+// the header length equal to buffer 0's, or no HDRSP with buffer 0 full
+// whenever buffer 1 holds anything; then deliver exactly those lengths.
+func FuzzPlaceAccept(f *testing.F) {
+	placed := make([]byte, 32)
+	placed[8], placed[12], placed[18], placed[19] = 3, 128, 0x6A, 0x05 // 128 + 1386
+	f.Add(placed, false, uint16(1488))
+	small := make([]byte, 32)
+	small[8], small[12] = 3, 60
+	f.Add(small, false, uint16(1488))
+	split := make([]byte, 32)
+	split[8], split[12], split[16], split[17], split[18], split[19] = 3, 42, 42, 0x80, 0xC0, 0x05
+	f.Add(split, false, uint16(1920))
+	short := slices.Clone(placed)
+	short[12] = 100 // buffer 1 written before buffer 0 was full
+	f.Add(short, false, uint16(1488))
+	f.Add(placed, true, uint16(1000))
+	f.Fuzz(func(t *testing.T, raw []byte, discarding bool, payCap uint16) {
+		if len(raw) < hw.PSDescSize {
+			return
+		}
+		le := func(i int) int { return int(raw[i]) | int(raw[i+1])<<8 }
+		eop := raw[8]&2 != 0
+		frameErr := raw[11]&(1<<0|1<<1|1<<2|1<<4|1<<7) != 0
+		l0, l1, l2, l3 := le(12), le(18), le(20), le(22)
+		hdrSplit, hdrLen := raw[17]&0x80 != 0, le(16)&0x3FF
+		layout := hdrSplit && hdrLen == l0 || !hdrSplit && (l1 == 0 || l0 == 128)
+		good := eop && !frameErr && !discarding && l0 >= 14 && l0 <= 128 && l1 <= int(payCap) && l2 == 0 && l3 == 0 && layout
+		hdr, pay, deliver, next := placeAccept(hw.DecodeRxPSWriteBack(raw), discarding, 128, int(payCap))
+		if deliver != good {
+			t.Fatalf("deliver %v, want %v for % x (discarding %v, payCap %d)", deliver, good, raw[:32], discarding, payCap)
+		}
+		if deliver && (hdr != l0 || pay != l1) {
+			t.Fatalf("delivered %d + %d bytes, the descriptor says %d + %d", hdr, pay, l0, l1)
+		}
+		if next != !eop {
+			t.Fatalf("discardNext %v for EOP %v", next, eop)
+		}
+	})
+}

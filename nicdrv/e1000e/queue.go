@@ -45,6 +45,8 @@ type rxQueue struct {
 	dsz uint32
 	pay []*nicdrv.Buffer
 
+	placeState // Options.Placement (place.go): packet split descriptors too
+
 	noBuf, dropped atomic.Uint64
 }
 
@@ -83,6 +85,11 @@ func rxFreeThresh(size uint32) uint32 { return max(1, min(32, size/8)) }
 // small ring). The descriptors are written before the tail moves: Write32
 // on a BAR (or the model's lock) orders them.
 func (r *rxQueue) replenish() {
+	if r.place {
+		r.refillPlace()
+		r.writeTail()
+		return
+	}
 	waiting := (r.next + 2*r.size - 1 - r.rdt) % r.size // [rdt, next-1)
 	if waiting == 0 || (waiting < r.freeThresh && r.size-1-waiting >= r.freeThresh) {
 		return
@@ -102,6 +109,10 @@ func (r *rxQueue) replenish() {
 // slot, or with header split two (split.go), and writes their read
 // descriptors. It does not write RDT.
 func (r *rxQueue) refill() {
+	if r.place {
+		r.refillPlace()
+		return
+	}
 	stop := r.next + r.size - 1
 	if stop >= r.size {
 		stop -= r.size
@@ -163,7 +174,9 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 			r.next = 0
 		}
 		var b *nicdrv.Buffer
-		if r.ps {
+		if r.place {
+			b = r.takePlace(d, s)
+		} else if r.ps {
 			b = r.takePS(d, s)
 		} else {
 			b = r.take(d, s)
@@ -316,16 +329,27 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			break
 		}
 		if ext != nil {
-			// Header from the buffer, payload in place: two descriptors,
-			// the last asking for DD so that the attachment completes as
-			// soon as the NIC has read it.
-			if free < 2 {
+			// Header from the buffer, payload in place: a descriptor for
+			// the header and one for each IOMMU page the payload touches
+			// (attachPieces), the last asking for DD so that the
+			// attachment completes as soon as the NIC has read it.
+			need := 1 + attachPieces(extIOVA, len(ext))
+			if free < need {
 				t.full.Add(1)
 				break
 			}
 			t.put(hw.LegacyTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS), nil, false)
-			t.put(hw.LegacyTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS), b, true)
-			free -= 2
+			for iova, left := extIOVA, len(ext); left > 0; {
+				k := min(left, int(txPage-iova%txPage))
+				if k == left {
+					t.put(hw.LegacyTx(iova, k, hw.TxCmdEOP|hw.TxCmdIFCS), b, true)
+				} else {
+					t.put(hw.LegacyTx(iova, k, hw.TxCmdIFCS), nil, false)
+				}
+				iova += uint64(k)
+				left -= k
+			}
+			free -= need
 			sent++
 			continue
 		}
@@ -366,6 +390,24 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		t.s.Reclaim()
 	}
 	return sent, err
+}
+
+// txPage is the IOMMU page an attachment's descriptors stay within. Memory
+// attached to a frame (Buffer.Attach) is contiguous in the NIC's IOVA
+// space but, outside the pool's hugepages, not in physical memory: behind
+// each 4 KiB IOMMU page is a page of its own. A NIC reads through the
+// IOMMU page by page and does not care, but QEMU 7.2's e1000e maps each
+// TX descriptor's buffer with a single DMA map (net_tx_pkt_add_raw_fragment)
+// that stops where the next page's physical address does not follow, and
+// then drops the whole frame while still writing DD back: the sender sees
+// the frame sent and it never reaches the wire. So the driver gives the
+// NIC one descriptor per page an attachment touches.
+const txPage = 4096
+
+// attachPieces is the number of TX descriptors the n bytes attached at
+// iova take: one per txPage they touch (n > 0).
+func attachPieces(iova uint64, n int) uint32 {
+	return uint32((iova+uint64(n)-1)/txPage - iova/txPage + 1)
 }
 
 // put writes a descriptor at the tail for a frame that frees b once done

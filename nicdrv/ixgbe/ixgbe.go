@@ -50,7 +50,11 @@
 // that placements posted for the frames a caller expects meet them
 // (nicdrv.PlacementState.Ahead says how many come first). With few
 // descriptors ahead the NIC holds arriving frames in its packet buffer
-// until RxBatch hands it more: leave DropWhenFull off.
+// until RxBatch hands it more: leave DropWhenFull off. The last
+// Options.PlaceOnly queues get no pool descriptor at all: each takes only
+// what is posted (a pool buffer may be posted too), drops a frame that
+// finds nothing (SRRCTL.DROP_EN), and CancelRx stops it (RXDCTL.ENABLE),
+// drops what it holds and starts it again empty.
 //
 // TX uses advanced data descriptors, and a context descriptor per queue
 // when a frame asks for checksum offload (each 82599 queue has its own
@@ -104,8 +108,16 @@
 // and one for link changes (IVAR, IVAR_MISC; with 64 queues it shares the
 // last queue's), in MSI-X mode with auto-clear
 // (EIAC) and auto-mask (GPIE.EIAME, EIAM); EITR throttles each vector to one
-// message per Options.InterruptInterval. WaitRx arms its queue's vector,
-// looks at the ring again, and only then sleeps on the eventfd.
+// message per Options.InterruptInterval, or not at all with
+// Options.NoModeration, so that a frame wakes its queue's sleeping thread
+// at once. WaitRx looks at the ring a few times without yielding, then
+// with yields as the polling wait does (a frame that follows closely costs
+// no interrupt), then arms its queue's vector (EIMS_EX), looks at the
+// ring again, and only then sleeps on the eventfd:
+// a frame that lands between the last look and the arming finds the
+// vector armed and raises it. A WaitRx that finds a frame waiting returns
+// at once and writes no register, so a busy receiver's fast path stays
+// free of register accesses.
 //
 // # Close
 //
@@ -161,6 +173,13 @@ type Options struct {
 	// InterruptInterval is the least time between two interrupts of one
 	// vector (EITR, in 2 µs units; default 50µs).
 	InterruptInterval time.Duration
+	// NoModeration turns every vector's throttle off (EITR interval 0),
+	// and InterruptInterval is not used: a frame that lands on an armed
+	// queue raises its vector at once, so a thread asleep in WaitRx wakes
+	// on the frame itself. A busy queue still interrupts little: its
+	// vector masks itself as it fires (auto-mask), and WaitRx arms it
+	// again only once it found the ring empty.
+	NoModeration bool
 	// Promiscuous starts the NIC accepting every frame.
 	Promiscuous bool
 	// HeaderSplit receives with header split (see the package doc).
@@ -170,6 +189,16 @@ type Options struct {
 	// frame after its first 64 bytes (SRRCTL DESCTYPE 101). It excludes
 	// HeaderSplit and jumbo frames (MaxFrame at most 2048).
 	Placement bool
+	// PlaceOnly, with Placement, keeps the last PlaceOnly RX queues for
+	// placement alone (nicdrv.Info.PlaceOnly): the driver hands them no
+	// pool buffer of its own and sets their SRRCTL.DROP_EN, so a frame
+	// steered there that finds nothing posted is dropped instead of
+	// holding the packet buffer. Steer frames to them with EtherType
+	// rules. At most Queues-1: queue 0 takes the rest of the traffic,
+	// and the queues beside the PlaceOnly ones then keep their whole
+	// ring of pool descriptors, as without placement (a placement posted
+	// there comes after them all).
+	PlaceOnly int
 	// DropWhenFull sets SRRCTL.DROP_EN on every RX queue: a queue with no
 	// free descriptor drops its frames (counted in Stats.RxNoDescriptor)
 	// instead of holding them in the NIC's packet buffer, which is shared,
@@ -219,8 +248,12 @@ func (o *Options) fill() error {
 		return fmt.Errorf("ixgbe: MaxFrame %d: want %d..%d (a 9000-byte MTU at most)", o.MaxFrame, hw.MaxFrame, maxJumbo)
 	case o.InterruptInterval < 0 || o.InterruptInterval > time.Duration(hw.EitrIntervalMask>>hw.EitrIntervalShift)*hw.EitrUnitNanos:
 		return fmt.Errorf("ixgbe: interrupt interval %v: want 0..1022µs", o.InterruptInterval)
+	case o.NoModeration && !o.Interrupts:
+		return fmt.Errorf("ixgbe: NoModeration without Interrupts: it turns the interrupt throttle off; set Interrupts too, or leave it out when polling")
 	case o.Placement && o.HeaderSplit:
 		return fmt.Errorf("ixgbe: Placement and HeaderSplit: a queue has one descriptor type; choose one")
+	case o.PlaceOnly < 0 || o.PlaceOnly > 0 && (!o.Placement || o.PlaceOnly >= o.Queues):
+		return fmt.Errorf("ixgbe: PlaceOnly %d with Placement %v and %d queues: want Placement and 0..Queues-1 (queue 0 takes the unsteered traffic)", o.PlaceOnly, o.Placement, o.Queues)
 	case o.Placement && o.MaxFrame > nicdrv.BufferSize:
 		return fmt.Errorf("ixgbe: Placement with MaxFrame %d: placed frames take one descriptor each, so MaxFrame is at most %d (no jumbo frames)", o.MaxFrame, nicdrv.BufferSize)
 	case o.Pool != nil && o.Pool.BufferSize() != nicdrv.BufferSize:
@@ -343,11 +376,11 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
 	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
-		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
+		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Yield: armYield, Count: &n.nIntr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
-		n.info.PlaceHeader, n.info.PlaceMin = placeHeader, o.MaxFrame-placeHeader
+		n.info.PlaceHeader, n.info.PlaceMin, n.info.PlaceOnly = placeHeader, o.MaxFrame-placeHeader, o.PlaceOnly
 	}
 	_, _ = n.WaitLink(true, o.LinkTimeout)
 	return n, nil
@@ -563,6 +596,20 @@ func (n *NIC) setupTx() error {
 	return nil
 }
 
+// armSpin and armYield are how many looks at its rings WaitRx takes, in
+// interrupt mode, before it arms the vectors: armSpin without yielding,
+// then armYield with a yield between two (as the polling wait begins). A
+// frame that follows the last one closely is taken without the register
+// write that arms, the interrupt and the wake-up; and a progress thread
+// locked to its OS thread, of which there may be more than cores, does
+// not sleep and wake for each frame of a queue that is busy but not
+// flooded (measured in docs/nics.md: arming after the looks alone cost a
+// steered queue four times the CPU per message at 8 queues a side).
+const (
+	armSpin  = 64
+	armYield = 100
+)
+
 // setupInterrupts enables one MSI-X vector per RX queue and one for link
 // changes; with 64 queues, which take every vector, link changes share the
 // last queue's (a waiter woken by one looks at its ring and sleeps again).
@@ -584,6 +631,9 @@ func (n *NIC) setupInterrupts() error {
 	}
 	n.w32(hw.IVARMisc, (uint32(other)|hw.IVARValid)<<hw.IVARMiscOtherShift)
 	itr := uint32(n.opts.InterruptInterval/(hw.EitrUnitNanos*time.Nanosecond)) << hw.EitrIntervalShift & hw.EitrIntervalMask
+	if n.opts.NoModeration {
+		itr = 0
+	}
 	for v := 0; v <= other; v++ {
 		n.w32(hw.EITR(v), itr|hw.EitrCntWDis)
 	}

@@ -38,6 +38,8 @@ const (
 // placeState is a placing queue's placements, by slot, and their counts.
 type placeState struct {
 	placed           []nicdrv.Placement // by slot; Mem nil for a pool descriptor
+	pooled           []bool             // by slot: a pool descriptor the caller posted
+	only             bool               // one of Options.PlaceOnly: no pool descriptor but those posted
 	posted, consumed uint64
 	// poolGot counts the frames received in pool buffers since the last
 	// refill: the pool descriptors the next refill keeps ahead.
@@ -53,7 +55,9 @@ func (r *rxQueue) initPlace() {
 	r.hdrs = r.nic.pools.Header[r.q]
 	r.hdr = make([]*nicdrv.Buffer, r.size)
 	r.placed = make([]nicdrv.Placement, r.size)
+	r.pooled = make([]bool, r.size)
 	r.poolGot = placePoolAhead
+	r.only = r.q >= r.nic.opts.Queues-r.nic.opts.PlaceOnly
 }
 
 // encodePlace writes slot s's read descriptor on a placing queue.
@@ -75,8 +79,13 @@ func (r *rxQueue) encodePlace(s uint32) {
 // placePoolAhead.
 func (r *rxQueue) refillPlace() {
 	want := min(max(r.poolGot, 1), placePoolAhead)
+	if r.nic.opts.PlaceOnly > 0 {
+		// The queues beside PlaceOnly ones take what is not steered
+		// to them: a whole ring, as without placement.
+		want = r.size - 1
+	}
 	r.poolGot = 0
-	if r.consumed != r.posted {
+	if r.consumed != r.posted || r.only {
 		return
 	}
 	if (r.tail+r.size-r.next)%r.size >= want {
@@ -124,12 +133,17 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 		return
 	}
 	pb := r.pkt[s]
+	if r.pooled[s] {
+		r.pooled[s] = false
+		r.consumed++
+	} else {
+		r.poolGot++
+	}
 	if pb == nil || r.head != nil || h > placeHeader || placeHeader+k > pb.Cap() {
 		r.bad = true
 		return
 	}
 	r.pkt[s] = nil
-	r.poolGot++
 	if h < placeHeader && k > 0 {
 		// Not split where the driver split it (a NIC that parsed a
 		// shorter header): move the rest down behind the header.
@@ -145,6 +159,7 @@ func (r *rxQueue) releasePlace() error {
 	err := r.hdrs.Free(r.hdr...)
 	clear(r.hdr)
 	clear(r.placed)
+	clear(r.pooled)
 	r.consumed = r.posted
 	return err
 }
@@ -166,6 +181,19 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	for i, p := range ps {
 		if r.tail == stop {
 			break
+		}
+		if p.Mem == nil {
+			s := r.tail
+			if r.pkt[s] == nil && r.fill.Fill(s, (s+1)%r.size) == s {
+				err = n.errorf("post RX placements", fmt.Errorf("no pool buffer: %w", nicdrv.ErrPoolExhausted))
+				break
+			}
+			r.pooled[s] = true
+			r.encode(s)
+			r.posted++
+			r.tail = (s + 1) % r.size
+			took++
+			continue
 		}
 		if len(p.Mem) < n.info.PlaceMin {
 			err = n.errorf("post RX placements", fmt.Errorf("placement %d of %d bytes: the NIC may write %d bytes into it (the largest frame less the %d-byte header): %w",
@@ -204,6 +232,61 @@ func (n *NIC) PostRx(q int, p []nicdrv.Placement) (int, error) {
 	return n.rx[q].post(p)
 }
 
+// CancelRx implements nicdrv.Placer.
+func (n *NIC) CancelRx(q int) error {
+	if q < 0 || q >= len(n.rx) {
+		return n.errorf(fmt.Sprintf("RX queue %d", q), nicdrv.ErrBadQueue)
+	}
+	return n.rx[q].cancel()
+}
+
+// cancel stops a PlaceOnly queue, drops what it holds, and starts it
+// again with nothing posted. With RXDCTL.ENABLE clear (polled) the NIC
+// fetches no descriptor of the queue, so every slot from the driver's
+// reading to the tail goes back to the driver: placements and posted pool
+// descriptors counted consumed (whether a frame took them or not: those
+// frames are dropped), buffers kept in their slots for the next posting.
+// The head is moved to the tail before the queue is enabled again.
+func (r *rxQueue) cancel() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.nic
+	op := fmt.Sprintf("cancel RX placements of queue %d", r.q)
+	switch {
+	case n.closed.Load():
+		return n.errorf(op, nicdrv.ErrClosed)
+	case !r.place || !r.only:
+		return n.errorf(op, fmt.Errorf("not one of Options.PlaceOnly's queues: %w", nicdrv.ErrNotSupported))
+	}
+	if r.next == r.tail && r.head == nil {
+		return nil
+	}
+	n.clr32(hw.RXDCTL(r.q), hw.RxdctlEnable)
+	if err := n.waitReg(fmt.Sprintf("RXDCTL%d.ENABLE", r.q), hw.RXDCTL(r.q), func(v uint32) bool { return v&hw.RxdctlEnable == 0 }); err != nil {
+		return err
+	}
+	var errs []error
+	for s := r.next; s != r.tail; s = (s + 1) % r.size {
+		if r.placed[s].Mem != nil || r.pooled[s] {
+			r.consumed++
+		}
+		r.placed[s], r.pooled[s] = nicdrv.Placement{}, false
+		r.d[s] = desc{}
+	}
+	if r.head != nil {
+		errs = append(errs, r.pool.Free(r.head))
+		r.head, r.last = nil, nil
+		r.parts, r.bytes, r.bad, r.gathering = 0, 0, false, false
+	}
+	r.next = r.tail
+	n.w32(hw.RDH(r.q), r.tail)
+	n.w32(hw.RDT(r.q), r.tail)
+	n.set32(hw.RXDCTL(r.q), hw.RxdctlEnable)
+	errs = append(errs, n.waitReg(fmt.Sprintf("RXDCTL%d.ENABLE", r.q), hw.RXDCTL(r.q), func(v uint32) bool { return v&hw.RxdctlEnable != 0 }))
+	r.rdt = r.tail
+	return errors.Join(errs...)
+}
+
 // RxPlacement implements nicdrv.Placer.
 func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
 	if q < 0 || q >= len(n.rx) {
@@ -217,18 +300,9 @@ func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
 		// consumed (releasePlace).
 		return nicdrv.PlacementState{Posted: r.posted, Consumed: r.consumed}
 	}
-	// The descriptors handed over, less those the NIC already wrote
-	// back: their frames arrived.
+	// Every descriptor handed over and not yet delivered, written back
+	// or not: a caller that counts the frames it expects and has not
+	// handled counts the ones written back among them.
 	handed := (r.tail + r.size - r.next) % r.size
-	s := r.next
-	for range handed {
-		if uint32(r.d[s].hi())&hw.RxStatDD == 0 {
-			break
-		}
-		handed--
-		if s++; s == r.size {
-			s = 0
-		}
-	}
 	return nicdrv.PlacementState{Ahead: int(handed), Posted: r.posted, Consumed: r.consumed}
 }

@@ -145,7 +145,28 @@ func TestPlacement(t *testing.T) {
 		}
 		frames = append(frames, placeFrame(b.MAC(), a.MAC(), i, n))
 	}
+	before, err := b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
 	sendFrames(t, a, frames)
+	// Written back and not delivered, the frames still come before a
+	// placement posted now: Ahead does not move until RxBatch.
+	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		s, err := b.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.RxFrames-before.RxFrames >= uint64(ahead+placed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d frames written back", s.RxFrames-before.RxFrames, ahead+placed)
+		}
+	}
+	if st := b.RxPlacement(0); st.Ahead != ahead+placed {
+		t.Errorf("every descriptor written back, none delivered: Ahead %d, want %d", st.Ahead, ahead+placed)
+	}
 	got := recvFrames(t, b, len(frames))
 	checkPlaced(t, got, frames, ps, ahead)
 	for _, g := range got {
@@ -215,11 +236,50 @@ func checkPlaced(t *testing.T, got []*nicdrv.Buffer, frames [][]byte, ps []nicdr
 // jumbo frames, naming the conflict.
 func TestPlacementOptions(t *testing.T) {
 	p := newPlatform(t, emulated.DefaultIXGBEOptions())
-	for _, o := range []ixgbe.Options{{Placement: true, HeaderSplit: true}, {Placement: true, MaxFrame: 9018}} {
+	for _, o := range []ixgbe.Options{{Placement: true, HeaderSplit: true}, {Placement: true, MaxFrame: 9018},
+		{Queues: 2, PlaceOnly: 1}, {Placement: true, Queues: 2, PlaceOnly: 2}, {Placement: true, PlaceOnly: -1}} {
 		n, err := ixgbe.Open(p.Functions()[0], o)
 		if err == nil {
 			_ = n.Close()
 			t.Errorf("Open(%+v) succeeded", o)
 		}
+	}
+}
+
+// TestPlaceOnlyCancel: a PlaceOnly queue gets no pool descriptor of the
+// driver's, takes a posted pool buffer as a placement's turn, and
+// CancelRx takes back what no frame took; queue 0 refuses CancelRx.
+func TestPlaceOnlyCancel(t *testing.T) {
+	o := ixgbe.DefaultOptions()
+	o.Placement, o.Queues, o.PlaceOnly = true, 2, 1
+	p := newPlatform(t, emulated.DefaultIXGBEOptions())
+	n, err := ixgbe.Open(p.Functions()[0], o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if info := n.Info(); info.PlaceOnly != 1 {
+		t.Fatalf("Info.PlaceOnly %d, want 1", info.PlaceOnly)
+	}
+	if s := n.RxPlacement(1); s.Ahead != 0 || s.Posted != 0 {
+		t.Fatalf("PlaceOnly queue before any posting: %+v, want nothing ahead", s)
+	}
+	if s := n.RxPlacement(0); s.Ahead == 0 {
+		t.Fatalf("queue 0: %+v, want pool descriptors ahead", s)
+	}
+	if k, err := n.PostRx(1, []nicdrv.Placement{{}, {}}); k != 2 || err != nil {
+		t.Fatalf("PostRx of two pool buffers: %d, %v", k, err)
+	}
+	if s := n.RxPlacement(1); s.Ahead != 2 || s.Posted != 2 {
+		t.Fatalf("after posting: %+v", s)
+	}
+	if err := n.CancelRx(1); err != nil {
+		t.Fatal(err)
+	}
+	if s := n.RxPlacement(1); s.Ahead != 0 || s.Consumed != 2 {
+		t.Fatalf("after CancelRx: %+v", s)
+	}
+	if err := n.CancelRx(0); !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("CancelRx(0): %v, want ErrNotSupported", err)
 	}
 }

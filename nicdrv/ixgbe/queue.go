@@ -111,7 +111,7 @@ func (r *rxQueue) srrctl() uint32 {
 	} else {
 		v |= hw.SrrctlDescAdvOneBuf
 	}
-	if r.nic.opts.DropWhenFull {
+	if r.nic.opts.DropWhenFull || r.only {
 		v |= hw.SrrctlDropEn
 	}
 	return v
@@ -124,7 +124,7 @@ func (r *rxQueue) start() error {
 	r.next, r.tail = 0, 0
 	clear(r.ring)
 	r.refill()
-	if r.tail == 0 {
+	if r.tail == 0 && !r.only {
 		return n.errorf(fmt.Sprintf("fill RX ring %d", r.q), fmt.Errorf("no free buffer in the pool: %w", nicdrv.ErrPoolExhausted))
 	}
 	n.w32(hw.RDBAL(r.q), uint32(r.iova))

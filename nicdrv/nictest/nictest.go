@@ -38,6 +38,8 @@
 //     TxBatch reclaims), its memory is left unchanged, a Buffer freed
 //     unsent completes, and checksum offload with an attachment is
 //     refused with ErrNotSupported;
+//   - a frame whose attached payload straddles a 4 KiB page of base-page
+//     memory arrives byte-exact (skipped without an IOMMU);
 //   - nothing leaks: closing the NICs gives every buffer back.
 //
 // Waits are on conditions, bounded by generous deadlines that only keep a
@@ -111,6 +113,7 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("WaitSeveral", s.waitSeveral)
 	t.Run("HeaderSplit", s.headerSplit)
 	t.Run("Attached", s.attached)
+	t.Run("AttachedAcrossPages", s.attachedAcrossPages)
 }
 
 type suite struct {

@@ -35,25 +35,33 @@ func (w *Transport) direct(data []byte) bool {
 
 // PlaceInfo implements transport.Placer: the wrapped transport's, or 0
 // when it cannot place.
-func (w *Transport) PlaceInfo() (head, min int) {
+func (w *Transport) PlaceInfo() transport.PlaceInfo {
 	if p, ok := w.inner.(transport.Placer); ok {
 		return p.PlaceInfo()
 	}
-	return 0, 0
+	return transport.PlaceInfo{}
 }
 
 // Post implements transport.Placer: the wrapped transport's.
-func (w *Transport) Post(r *transport.Region, spans [][]byte) (int, error) {
+func (w *Transport) Post(lane int, r *transport.Region, spans [][]byte) (int, error) {
 	if p, ok := w.inner.(transport.Placer); ok {
-		return p.Post(r, spans)
+		return p.Post(lane, r, spans)
 	}
 	return 0, fmt.Errorf("fault: wrapper of %v: post: the wrapped transport cannot place payloads", w.inner.Addr())
 }
 
 // Placement implements transport.Placer: the wrapped transport's.
-func (w *Transport) Placement() transport.PlaceState {
+func (w *Transport) Placement(lane int) transport.PlaceState {
 	if p, ok := w.inner.(transport.Placer); ok {
-		return p.Placement()
+		return p.Placement(lane)
 	}
 	return transport.PlaceState{}
+}
+
+// Cancel implements transport.Placer: the wrapped transport's.
+func (w *Transport) Cancel(lane int) error {
+	if p, ok := w.inner.(transport.Placer); ok {
+		return p.Cancel(lane)
+	}
+	return fmt.Errorf("fault: wrapper of %v: cancel: the wrapped transport cannot place payloads", w.inner.Addr())
 }

@@ -44,11 +44,11 @@ type Transport struct {
 	opts  WrapOptions
 
 	// Send side: the line's lock guards out, origin, cur and lateBuf.
-	send     *Line[struct{}]
+	send     *Line[uint8] // tagged with each frame's Lane
 	out      []transport.Frame
 	origin   []int // index in the caller's batch of each frame in out
 	cur      int
-	emitSend func(Item[struct{}])
+	emitSend func(Item[uint8])
 	lateBuf  [2]transport.Frame
 	lateErrs atomic.Uint64 // held or delayed frames the wrapped Send refused
 
@@ -221,7 +221,7 @@ func (w *Transport) Send(frames []transport.Frame) (rn int, rerr error) {
 			break
 		}
 		w.cur = i
-		l.Frame(now, struct{}{}, frames[i].Peer, data, w.emitSend)
+		l.Frame(now, frames[i].Lane, frames[i].Peer, data, w.emitSend)
 	}
 	if len(w.out) > 0 {
 		k, err := w.inner.Send(w.out)
@@ -236,18 +236,18 @@ func (w *Transport) Send(frames []transport.Frame) (rn int, rerr error) {
 
 // appendOut queues a frame the model let through for the wrapped Send (line
 // lock held).
-func (w *Transport) appendOut(it Item[struct{}]) {
+func (w *Transport) appendOut(it Item[uint8]) {
 	for range it.Copies {
-		w.out = append(w.out, transport.Frame{Peer: it.Peer, Data: it.Data})
+		w.out = append(w.out, transport.Frame{Peer: it.Peer, Data: it.Data, Lane: it.Tag})
 		w.origin = append(w.origin, w.cur)
 	}
 }
 
 // sendLate sends a held or delayed frame when it is due (line lock held).
-func (w *Transport) sendLate(it Item[struct{}]) {
+func (w *Transport) sendLate(it Item[uint8]) {
 	b := w.lateBuf[:0]
 	for range it.Copies {
-		b = append(b, transport.Frame{Peer: it.Peer, Data: it.Data})
+		b = append(b, transport.Frame{Peer: it.Peer, Data: it.Data, Lane: it.Tag})
 	}
 	if _, err := w.inner.Send(b); err != nil {
 		w.lateErrs.Add(1)

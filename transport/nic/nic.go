@@ -6,11 +6,14 @@
 //
 // Each frame is a 14-byte Ethernet header (destination MAC, source MAC,
 // EtherType transport.EtherType, 0x86DF) followed by the frame's Data, as
-// Open-MX puts it on the wire, so a board's NIC id is its MAC address. Short
+// Open-MX puts it on the wire, so a board's NIC id is its MAC address (a
+// frame sent to a receive lane, Frame.Lane, carries the lane's EtherType
+// instead, transport.LaneEtherType; see place.go). Short
 // frames are padded by the NIC to the Ethernet minimum of 60 bytes, so a
 // receiver may see up to 46 bytes of Data where fewer were sent (the mx
-// headers carry their own lengths). Frames of another EtherType, or too
-// short to hold a header, are dropped and counted.
+// headers carry their own lengths). Frames of another EtherType (neither
+// Open-MX's nor a lane's), or too short to hold a header, are dropped and
+// counted.
 //
 // # UDP framing
 //
@@ -78,8 +81,10 @@
 // domain the pool is mapped in, through the same pci.DMA), so a frame of
 // the region is sent without copying its Data: the header goes into a pool
 // buffer and the Data stays where it is, attached to the buffer
-// (nicdrv.Buffer.Attach), which the driver sends as two TX descriptors,
-// the second pointing at the region's IOVA. A frame's Head
+// (nicdrv.Buffer.Attach), which the driver sends as a descriptor for the
+// buffer and one or more pointing at the region's IOVAs (the 82574L's
+// driver gives each 4 KiB IOMMU page the payload touches its own, as
+// QEMU's e1000e needs). A frame's Head
 // (transport.Frame.Head: a message layer's header) is copied into the pool
 // buffer behind the Ethernet header, so the payload alone is read in
 // place. The driver asks the NIC to
@@ -108,7 +113,12 @@
 // of a registered region into the driver's placements (the region's
 // IOVAs), and a received frame that took one carries, in Frame.Placed,
 // the bytes the NIC wrote there; its Data is what came in the 64-byte
-// header buffer after the Ethernet header.
+// header buffer after the Ethernet header. Over a NIC that keeps queues
+// for placement alone (nicdrv.Info.PlaceOnly) the transport has lanes:
+// one EtherType rule per such queue, installed by New and removed by
+// Close, steers the frames peers send to that lane there, so a caller
+// that has a peer send a run of frames to a lane meets no other frame in
+// its postings; lane 0 then places nothing.
 //
 // # Waiting
 //
@@ -195,8 +205,12 @@ type Transport struct {
 	// a queue transport's own state.
 	txq, rxq int
 	nq       int // the NIC's queues (Info, read once)
-	queues   *queueSet
-	queue    *queueState
+	// Lanes (place.go): the EtherType rules of lanes 1..len, and the
+	// queue of lane 1.
+	laneRules []nicdrv.RuleID
+	laneQ     int
+	queues    *queueSet
+	queue     *queueState
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -289,6 +303,7 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		regions: map[*transport.Region]*region{},
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.setupLanes()
 	return t, nil
 }
 
@@ -378,12 +393,12 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 		f := &frames[i]
 		if f.Region != nil && t.attach(bufs[i], f) {
 			b := bufs[i].SetLen(t.hdr + len(f.Head))
-			t.header(b, f.Peer, len(f.Head)+len(f.Data))
+			t.header(b, f.Peer, len(f.Head)+len(f.Data), f.Lane)
 			copy(b[t.hdr:], f.Head)
 			continue
 		}
 		b := bufs[i].SetLen(t.hdr + len(f.Head) + len(f.Data))
-		t.header(b, f.Peer, len(f.Head)+len(f.Data))
+		t.header(b, f.Peer, len(f.Head)+len(f.Data), f.Lane)
 		copy(b[t.hdr+copy(b[t.hdr:], f.Head):], f.Data)
 		if f.Region != nil {
 			f.Region.Copied()
@@ -409,8 +424,9 @@ func (t *Transport) sendBatch(frames []transport.Frame) error {
 	return nil
 }
 
-// header writes the link header of a frame of n bytes of Data to peer.
-func (t *Transport) header(b []byte, peer transport.NICID, n int) {
+// header writes the link header of a frame of n bytes of Data to peer,
+// for the peer's lane (raw Ethernet framing; see place.go).
+func (t *Transport) header(b []byte, peer transport.NICID, n int, lane uint8) {
 	if t.hdr != headerLen {
 		t.ip.header(b, t.mac, peer, n)
 		return
@@ -418,7 +434,11 @@ func (t *Transport) header(b []byte, peer transport.NICID, n int) {
 	dst := peer.MAC()
 	copy(b[0:6], dst[:])
 	copy(b[6:12], t.mac[:])
-	binary.BigEndian.PutUint16(b[12:], transport.EtherType)
+	et := uint16(transport.EtherType)
+	if lane > 0 && lane <= transport.MaxLanes {
+		et = transport.LaneEtherType(int(lane))
+	}
+	binary.BigEndian.PutUint16(b[12:], et)
 }
 
 // attach hangs the Data of f, a frame of a region Check accepted, on b to
@@ -603,7 +623,8 @@ func (t *Transport) decode(b *nicdrv.Buffer) (transport.NICID, []byte, bool) {
 		t.short.Add(1)
 		return 0, nil, false
 	}
-	if binary.BigEndian.Uint16(d[12:]) != transport.EtherType {
+	if et := binary.BigEndian.Uint16(d[12:]); et-transport.EtherType > transport.MaxLanes {
+		// Open-MX's EtherType, or one of a lane's (place.go).
 		t.foreign.Add(1)
 		return 0, nil, false
 	}
@@ -745,7 +766,7 @@ func (t *Transport) Close() error {
 	err = errors.Join(err, t.pool.Free(t.lends.Close()...))
 	t.rxMu.Unlock()
 	t.txMu.Lock()
-	err = errors.Join(err, t.nic.Close())
+	err = errors.Join(err, t.removeLanes(), t.nic.Close())
 	t.txMu.Unlock()
 	t.regMu.Lock()
 	defer t.regMu.Unlock()

@@ -349,6 +349,8 @@ static int run_local(void)
 		many[i] = (mx_segment_t){small, 0};
 	EXPECT(mx_irecv(a, many, MX_MAX_SEGMENTS + 1, 0, MX_MATCH_MASK_NONE, NULL, &r), MX_BAD_SEG_CNT);
 	EXPECT(mx_irecv(a, NULL, 2, 0, MX_MATCH_MASK_NONE, NULL, &r), MX_BAD_SEG_LIST);
+	mx_segment_t nullseg = {NULL, 8}; /* one segment, the common case's path */
+	EXPECT(mx_irecv(a, &nullseg, 1, 0, MX_MATCH_MASK_NONE, NULL, &r), MX_BAD_SEG_MEM);
 
 	/* wait_any and test_any with a match filter, contexts, mx_context. */
 	for (int i = 0; i < 3; i++) {

@@ -157,7 +157,11 @@ func run(o options) error {
 		}
 	}
 	const (
-		mxRow     = "mx over gomx e1000e (VFIO)"
+		mxRow = "mx over gomx e1000e (VFIO)"
+		// The median round trip's half, as the raw ping reports its
+		// rounds (the mx row is mxbench's mean).
+		mxMedian  = "mx p50 over gomx e1000e"
+		mxFast    = "mx p10 over gomx e1000e"
 		gomxRow   = "raw ping, gomx reflector"
 		testpmdRw = "raw ping, testpmd reflector"
 		// The fastest tenth of the rounds: the path's own cost, less
@@ -191,6 +195,10 @@ func run(o options) error {
 			} else {
 				for _, r := range res {
 					get(mxRow, r.Size).us = append(get(mxRow, r.Size).us, r.LatencyUS)
+					if r.LatencyP50US > 0 {
+						get(mxMedian, r.Size).us = append(get(mxMedian, r.Size).us, r.LatencyP50US)
+						get(mxFast, r.Size).us = append(get(mxFast, r.Size).us, r.LatencyP10US)
+					}
 				}
 			}
 		}
@@ -269,8 +277,12 @@ func run(o options) error {
 type mxResult struct {
 	Size      int     `json:"size"`
 	LatencyUS float64 `json:"latency_us"`
-	MBPerS    float64 `json:"mb_per_s"`
-	Errors    int     `json:"errors"`
+	// LatencyP50US and LatencyP10US are half the median round trip and
+	// half the one a tenth of them beat.
+	LatencyP50US float64 `json:"latency_p50_us"`
+	LatencyP10US float64 `json:"latency_p10_us"`
+	MBPerS       float64 `json:"mb_per_s"`
+	Errors       int     `json:"errors"`
 	// Baseline is mxbench's plain UDP-socket exchange of the same size.
 	Baseline *struct {
 		LatencyUS float64 `json:"latency_us"`

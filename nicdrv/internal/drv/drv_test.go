@@ -1,13 +1,18 @@
 package drv_test
 
 import (
+	"context"
+	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
+	"github.com/gomx-dev/gomx/pci"
 )
 
 func newPools(t *testing.T, o drv.PoolsOptions) *drv.Pools {
@@ -230,5 +235,73 @@ func TestMulticastTable(t *testing.T) {
 	uni := nicdrv.MAC{0x02, 0, 0, 0, 0, 1}
 	if _, err := drv.MulticastTable([]nicdrv.MAC{uni}, hash); err == nil || !strings.Contains(err.Error(), uni.String()+" is not a group address") {
 		t.Errorf("a unicast address: %v", err)
+	}
+}
+
+// In interrupt mode RxWaiter looks at the rings Spin+Yield times before it
+// arms a vector: a frame found within them costs no arming; past them it arms,
+// looks once more (a frame that came meanwhile is taken without a sleep),
+// and otherwise sleeps until the vector fires.
+func TestRxWaiterSpin(t *testing.T) {
+	const spin, yield = 5, 3
+	irq, err := pci.NewLocalInterrupt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer irq.Close()
+	var looks, arms, readyAt atomic.Int64
+	var frame atomic.Bool
+	var count atomic.Uint64
+	w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
+		Ready: func(int) bool {
+			k := looks.Add(1)
+			return frame.Load() || k == readyAt.Load()
+		},
+		Arm:  func(int) { arms.Add(1) },
+		IRQs: []*pci.Interrupt{irq},
+		Spin: spin, Yield: yield,
+		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+	reset := func(at int64) {
+		looks.Store(0)
+		arms.Store(0)
+		readyAt.Store(at)
+		frame.Store(false)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// A frame at the seventh look: taken while yielding, nothing armed.
+	reset(7)
+	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 7 {
+		t.Errorf("frame at look 7: queue %d, %v, %d arms, %d looks; want queue 0 after 7 looks, no arm", q, err, arms.Load(), looks.Load())
+	}
+	// A frame at the look right after arming: no sleep.
+	reset(spin + yield + 2)
+	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 1 || count.Load() != 0 {
+		t.Errorf("frame after arming: queue %d, %v, %d arms, %d interrupts; want 1 arm, no interrupt", q, err, arms.Load(), count.Load())
+	}
+	// No frame until the vector is armed: the waiter sleeps, and the
+	// frame's interrupt wakes it.
+	reset(-1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Wait(ctx, nil)
+		done <- err
+	}()
+	for arms.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the waiter never armed its vector")
+		}
+		runtime.Gosched()
+	}
+	frame.Store(true)
+	if err := irq.Signal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if arms.Load() != 1 {
+		t.Errorf("%d arms for one sleep, want 1", arms.Load())
 	}
 }

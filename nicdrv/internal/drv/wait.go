@@ -27,6 +27,13 @@ type RxWaiter struct {
 	Arm func(q int)
 	// IRQs are the queues' vectors by queue; nil in polling mode.
 	IRQs []*pci.Interrupt
+	// Spin is how many looks at the rings interrupt mode takes without
+	// yielding, and Yield how many more it takes with runtime.Gosched
+	// between them (the polling wait's yields), before it arms the vectors
+	// and sleeps: a frame that comes within them costs no interrupt and no
+	// register write, and the yields let the goroutines that send and
+	// complete run meanwhile. Both 0: arm after the first look.
+	Spin, Yield int
 	// Count counts the interrupts consumed.
 	Count *atomic.Uint64
 	// Errorf wraps an error with the NIC and the operation.
@@ -73,6 +80,12 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 				runtime.Gosched()
 			} else {
 				time.Sleep(20 * time.Microsecond)
+			}
+			continue
+		}
+		if i < w.Spin+w.Yield {
+			if i >= w.Spin {
+				runtime.Gosched()
 			}
 			continue
 		}

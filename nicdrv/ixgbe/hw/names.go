@@ -16,6 +16,9 @@ var regNames = func() map[int]string {
 		FDIRUDPM: "FDIRUDPM", FDIRMATCH: "FDIRMATCH", FDIRMISS: "FDIRMISS", FDIRHKEY: "FDIRHKEY",
 		FDIRSKEY: "FDIRSKEY", FDIRM: "FDIRM", FDIRIP6M: "FDIRIP6M",
 	}
+	for i := range 2 {
+		m[EIMSEx(i)], m[EIMCEx(i)], m[EIAMEx(i)] = fmt.Sprintf("EIMS_EX%d", i), fmt.Sprintf("EIMC_EX%d", i), fmt.Sprintf("EIAM_EX%d", i)
+	}
 	for q := 0; q < MaxQueuePairs; q++ {
 		for name, off := range map[string]int{"RDBAL": RDBAL(q), "RDBAH": RDBAH(q), "RDLEN": RDLEN(q), "RDH": RDH(q),
 			"RDT": RDT(q), "RXDCTL": RXDCTL(q), "SRRCTL": SRRCTL(q), "TDBAL": TDBAL(q), "TDBAH": TDBAH(q),

@@ -1,0 +1,155 @@
+package e1000e
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
+	"github.com/gomx-dev/gomx/pci"
+)
+
+// tailRegs is a register file that only takes the RDT writes of the
+// receive path.
+type tailRegs struct{ pci.Registers }
+
+func (tailRegs) Write32(int, uint32) {}
+
+// FuzzPlaceWriteBacks feeds arbitrary packet split write-backs to a placing
+// queue whose ring holds the pool descriptors ahead and then placements.
+// The oracle reads the bytes at the datasheet's offsets (status and errors
+// at 8, buffer 0's length at 12, the header status at 16, buffers 1 to 3
+// at 18, 20, 22) and restates the rule: descriptors are consumed in order
+// up to the first without DD; a frame is one descriptor with EOP (one that
+// follows a descriptor without EOP is dropped with it); it is delivered
+// when no frame error is set, buffer 0 holds 14 to 128 bytes, buffers 2
+// and 3 nothing, buffer 1 at most what it may hold (the placement, or the
+// pool buffer behind buffer 0), and the lengths agree with the split (HDRSP
+// with the header length equal to buffer 0's, or without it buffer 0 full
+// when buffer 1 holds anything); a placed descriptor's frame then comes
+// with the placement attached, a pool descriptor's whole in its buffer.
+// Every placement taken is counted consumed, and every buffer comes back.
+func FuzzPlaceWriteBacks(f *testing.F) {
+	seed := make([]byte, 32*12)
+	for i := range 12 {
+		d := seed[32*i:]
+		d[8], d[12] = 3, 128                        // DD EOP, buffer 0 full
+		binary.LittleEndian.PutUint16(d[18:], 1386) // the rest of a 1514-byte frame
+	}
+	f.Add(seed)
+	bad := make([]byte, 64)
+	bad[8], bad[12] = 1, 128 // DD, no EOP
+	bad[32+8], bad[32+12] = 3, 60
+	f.Add(bad)
+
+	plat, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { plat.Close() })
+	pool, err := nicdrv.NewPool(plat.IOMMU(), nicdrv.PoolOptions{Buffers: 256})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { pool.Close() })
+	pools, err := drv.NewPools(plat.IOMMU(), drv.PoolsOptions{Queues: 1, Shared: pool, Headers: 64})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { pools.Close() })
+	const size, posted, placeMin = 32, 12, placeLargest - placeSplitMin
+	mem := make([]byte, posted*2048)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		n := &NIC{d: drv.Device{Regs: tailRegs{}}, pools: pools, opts: Options{Placement: true, Queues: 1, RxRing: size},
+			info: nicdrv.Info{PlaceHeader: placeHeader, PlaceMin: placeMin}}
+		ring := make([]byte, size*32)
+		r := &rxQueue{nic: n, pool: pool, ring: ring, size: size, dsz: 32, ps: true, freeThresh: rxFreeThresh(size)}
+		r.fill = drv.NewRxFill(size, []*nicdrv.Pool{pool}, &r.noBuf)
+		r.slot = r.fill.Bufs[0]
+		r.initPlace()
+		n.rx = []*rxQueue{r}
+		r.refill()
+		r.writeTail()
+		ahead := int(r.tail)
+		ps := make([]nicdrv.Placement, posted)
+		for i := range ps {
+			ps[i] = nicdrv.Placement{Mem: mem[i*2048 : i*2048+placeMin], IOVA: uint64(1<<40 + i*2048)}
+		}
+		if k, err := r.post(ps); k != posted || err != nil {
+			t.Fatalf("post: %d, %v", k, err)
+		}
+		k := min(len(raw)/32, int(r.rdt))
+		copy(ring, raw[:32*k])
+		type frame struct{ data, placed int }
+		var want []frame
+		consumed, open := 0, false
+		for i := 0; i < k; i++ {
+			d := raw[32*i:]
+			le := func(o int) int { return int(binary.LittleEndian.Uint16(d[o:])) }
+			st := binary.LittleEndian.Uint32(d[8:])
+			if st&1 == 0 {
+				break
+			}
+			placed := i >= ahead
+			if placed {
+				consumed++
+			}
+			l0, hs, l1, l2, l3 := le(12), le(16), le(18), le(20), le(22)
+			payCap := 2048 - 128
+			if placed {
+				payCap = placeMin
+			}
+			layout := hs&0x8000 != 0 && hs&0x3FF == l0 || hs&0x8000 == 0 && (l1 == 0 || l0 == 128)
+			frameErr := st&(1<<24|1<<25|1<<26|1<<28|1<<31) != 0
+			ok := !open && !frameErr && l0 >= 14 && l0 <= 128 && l1 <= payCap && l2 == 0 && l3 == 0 && layout
+			if st&2 == 0 {
+				open = true
+				continue
+			}
+			if ok {
+				if placed {
+					want = append(want, frame{l0, l1})
+				} else {
+					want = append(want, frame{l0 + l1, -1})
+				}
+			}
+			open = false
+		}
+		out := make([]*nicdrv.Buffer, 64)
+		got, err := r.batch(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != len(want) {
+			t.Fatalf("delivered %d frames, want %d (%v)", got, len(want), want)
+		}
+		for i, b := range out[:got] {
+			ext, _ := b.Attached()
+			if len(b.Data) != want[i].data || (want[i].placed < 0) != (ext == nil) || ext != nil && len(ext) != want[i].placed || b.Next != nil {
+				t.Fatalf("frame %d: %d bytes, %d placed (%v); want %+v", i, len(b.Data), len(ext), ext != nil, want[i])
+			}
+		}
+		if r.consumed != uint64(consumed) {
+			t.Fatalf("%d placements consumed, want %d", r.consumed, consumed)
+		}
+		if err := pool.Free(out[:got]...); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.fill.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.releasePlace(); err != nil {
+			t.Fatal(err)
+		}
+		if r.consumed != posted {
+			t.Fatalf("after release %d of %d placements consumed", r.consumed, posted)
+		}
+		if pool.Available() != pool.Len() {
+			t.Fatalf("%d of %d buffers back in the pool", pool.Available(), pool.Len())
+		}
+		if h := pools.Header[0]; h.Available() != h.Len() {
+			t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
+		}
+	})
+}

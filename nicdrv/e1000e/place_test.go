@@ -1,0 +1,329 @@
+package e1000e_test
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
+)
+
+// placeFrame is frame seq of n bytes from src to dst, not IP (so the NIC
+// does not split it at its headers): a pattern that names its sequence
+// number in every byte.
+func placeFrame(dst, src nicdrv.MAC, seq, n int) []byte {
+	fr := make([]byte, n)
+	copy(fr[0:6], dst[:])
+	copy(fr[6:12], src[:])
+	fr[12], fr[13] = 0x88, 0xB5
+	for i := 14; i < n; i++ {
+		fr[i] = byte(seq*31 + i)
+	}
+	return fr
+}
+
+func sendFrames(t *testing.T, n nicdrv.NIC, frames [][]byte) {
+	t.Helper()
+	for len(frames) > 0 {
+		bufs := make([]*nicdrv.Buffer, min(len(frames), 32))
+		k, err := n.Pool(0).Alloc(bufs)
+		if err != nil && k == 0 {
+			t.Fatalf("alloc: %v", err)
+		}
+		for i := range k {
+			copy(bufs[i].SetLen(len(frames[i])), frames[i])
+		}
+		sent, err := n.TxBatch(0, bufs[:k])
+		if err != nil {
+			t.Fatalf("TX: %v", err)
+		}
+		_ = n.Pool(0).Free(bufs[sent:k]...)
+		frames = frames[sent:]
+	}
+}
+
+// recvFrames receives k frames from queue 0 of n, within a bounded wait.
+func recvFrames(t *testing.T, n nicdrv.NIC, k int) []*nicdrv.Buffer {
+	t.Helper()
+	var got []*nicdrv.Buffer
+	buf := make([]*nicdrv.Buffer, 32)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < k {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d frames", len(got), k)
+		}
+		m, err := n.RxBatch(0, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:m]...)
+		if m == 0 {
+			runtime.Gosched()
+		}
+	}
+	return got
+}
+
+// openPlacePair opens a (copying) and b (placing) on two cabled models.
+func openPlacePair(t *testing.T) (a, b *e1000e.NIC) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	var err error
+	if a, err = e1000e.Open(p.Functions()[0], e1000e.DefaultOptions()); err != nil {
+		t.Fatal(err)
+	}
+	o := e1000e.DefaultOptions()
+	o.Placement = true
+	if b, err = e1000e.Open(p.Functions()[1], o); err != nil {
+		_ = a.Close()
+		t.Fatal(err)
+	}
+	for _, n := range []*e1000e.NIC{a, b} {
+		if _, err := n.WaitLink(true, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
+// placePlacements maps mem and cuts count placements of info.PlaceMin
+// bytes from it, stride bytes apart.
+func placePlacements(t *testing.T, n nicdrv.NIC, mem []byte, count, stride int) ([]nicdrv.Placement, func()) {
+	t.Helper()
+	info := n.Info()
+	m, err := n.Pool(0).DMA().Map(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]nicdrv.Placement, count)
+	for i := range ps {
+		iova, contig, err := m.IOVA(i * stride)
+		if err != nil || contig < info.PlaceMin {
+			t.Fatalf("placement %d: IOVA-contiguous for %d bytes (%v): the emulated IOMMU maps a heap buffer in one piece, VFIO a hugepage", i, contig, err)
+		}
+		ps[i] = nicdrv.Placement{Mem: mem[i*stride : i*stride+info.PlaceMin], IOVA: iova}
+	}
+	return ps, func() {
+		if err := n.Pool(0).DMA().Unmap(m); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestPlacement posts placements in a receive buffer on the emulated
+// 82574L: the frames after the pool descriptors ahead land with their
+// first 128 bytes in a header buffer and the rest in the placement,
+// byte-exact and in posting order, at every size from a minimum frame to
+// a full one; frames before and after arrive whole in pool Buffers; short
+// placements and a NIC opened without placement are refused; placements
+// left posted at Close leave no mapping, fault or violation.
+func TestPlacement(t *testing.T) {
+	a, b := openPlacePair(t)
+	placement(t, a, b, func(n int) []byte { return make([]byte, n) })
+}
+
+// TestPlacementVFIO is TestPlacement over real (or QEMU's) 82574Ls
+// through VFIO, the placements in hugepage memory: QEMU 7.2's e1000e
+// writes a frame it does not split into buffer 0 until it is full, then
+// buffer 1, as the model does.
+func TestPlacementVFIO(t *testing.T) {
+	v := nictest.OpenVFIO(t, vfioWant)
+	a, err := e1000e.Open(v.Devices[0], e1000e.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e1000e.DefaultOptions()
+	o.Placement = true
+	b, err := e1000e.Open(v.Devices[1], o)
+	if err != nil {
+		_ = a.Close()
+		t.Fatal(err)
+	}
+	for _, n := range []*e1000e.NIC{a, b} {
+		if _, err := n.WaitLink(true, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	placement(t, a, b, func(n int) []byte {
+		r, err := hugepage.Alloc(n, hugepage.Options{Name: "gomx-e1000e-place-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		return r.Bytes()
+	})
+}
+
+// placement is TestPlacement's body over a copying NIC a cabled to b,
+// opened with placement, with the placements in memory of alloc; it
+// closes both.
+func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
+	info := b.Info()
+	if info.PlaceHeader != 128 || info.PlaceMin != info.MaxFrame+4-34 {
+		t.Fatalf("Info: PlaceHeader %d, PlaceMin %d (MaxFrame %d)", info.PlaceHeader, info.PlaceMin, info.MaxFrame)
+	}
+	sizes := []int{60, 127, 128, 129, 200, 1000, 1513, 1514}
+	placed := 2 * len(sizes)
+	const stride = 1514 - 128
+	mem := alloc(placed*stride + info.PlaceMin)
+	ps, unmap := placePlacements(t, b, mem, placed, stride)
+
+	if _, err := a.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("PostRx on a NIC opened without Placement: %v, want ErrNotSupported", err)
+	}
+	if info.PlaceOnly != 0 {
+		t.Errorf("Info().PlaceOnly %d: the 82574L keeps no queue for placement alone", info.PlaceOnly)
+	}
+	if err := b.CancelRx(0); !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("CancelRx(0): %v, want ErrNotSupported (no queue for placement alone)", err)
+	}
+	if err := b.CancelRx(7); !errors.Is(err, nicdrv.ErrBadQueue) {
+		t.Errorf("CancelRx(7): %v, want ErrBadQueue", err)
+	}
+	short := nicdrv.Placement{Mem: mem[:info.PlaceMin-1], IOVA: ps[0].IOVA}
+	if k, err := b.PostRx(0, []nicdrv.Placement{short}); k != 0 || !errors.Is(err, nicdrv.ErrFrameSize) {
+		t.Errorf("PostRx of a %d-byte placement: %d taken, %v; want 0 and ErrFrameSize", len(short.Mem), k, err)
+	}
+
+	st := b.RxPlacement(0)
+	if st.Ahead == 0 || st.Posted != 0 {
+		t.Fatalf("idle queue: %+v, want pool descriptors ahead and nothing posted", st)
+	}
+	ahead := st.Ahead
+	if k, err := b.PostRx(0, ps); k != placed || err != nil {
+		t.Fatalf("PostRx: %d of %d taken: %v", k, placed, err)
+	}
+	if st := b.RxPlacement(0); st.Ahead != ahead+placed || st.Posted != uint64(placed) || st.Consumed != 0 {
+		t.Fatalf("after posting: %+v", st)
+	}
+	// ahead frames to pool buffers, placed to the placements, then more
+	// to pool buffers; every size class in each part.
+	var frames [][]byte
+	for i := range ahead + placed + 12 {
+		frames = append(frames, placeFrame(b.MAC(), a.MAC(), i, sizes[i%len(sizes)]))
+	}
+	before, err := b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendFrames(t, a, frames)
+	// Written back and not delivered, the frames still come before a
+	// placement posted now: Ahead does not move until RxBatch.
+	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		s, err := b.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.RxFrames-before.RxFrames >= uint64(ahead+placed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d frames written back", s.RxFrames-before.RxFrames, ahead+placed)
+		}
+	}
+	if st := b.RxPlacement(0); st.Ahead != ahead+placed {
+		t.Errorf("every descriptor written back, none delivered: Ahead %d, want %d", st.Ahead, ahead+placed)
+	}
+	got := recvFrames(t, b, len(frames))
+	checkPlaced(t, got, frames, ps, ahead, info.PlaceHeader)
+	for _, g := range got {
+		if err := g.Pool().Free(g); err != nil {
+			t.Error(err)
+		}
+	}
+	if st := b.RxPlacement(0); st.Consumed != uint64(placed) {
+		t.Errorf("after the frames: %+v, want %d consumed", st, placed)
+	}
+
+	// An IPv4/UDP frame the NIC splits at its 42 bytes of headers: whole
+	// in a pool Buffer, and in a placement its payload after them.
+	udp := udpFrame(b.MAC(), a.MAC(), 1514)
+	ahead = b.RxPlacement(0).Ahead
+	if k, err := b.PostRx(0, ps[:1]); k != 1 || err != nil {
+		t.Fatalf("PostRx: %d: %v", k, err)
+	}
+	var fs [][]byte
+	for range ahead + 1 {
+		fs = append(fs, udp)
+	}
+	sendFrames(t, a, fs)
+	for i, g := range recvFrames(t, b, len(fs)) {
+		ext, _ := g.Attached()
+		switch {
+		case i < ahead && (ext != nil || !bytes.Equal(g.Data, udp)):
+			t.Errorf("UDP frame %d in a pool buffer: %d bytes, placed %v: not the frame whole", i, len(g.Data), ext != nil)
+		case i == ahead && (!bytes.Equal(g.Data, udp[:42]) || !bytes.Equal(ext, udp[42:])):
+			t.Errorf("UDP frame in a placement: %d + %d bytes, want its 42 bytes of headers and the rest", len(g.Data), len(ext))
+		}
+		_ = g.Pool().Free(g)
+	}
+
+	// Placements left posted at Close are consumed and unreachable.
+	if k, err := b.PostRx(0, ps[:4]); k != 4 || err != nil {
+		t.Fatalf("PostRx: %d: %v", k, err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.RxPlacement(0); st.Consumed != st.Posted {
+		t.Errorf("after Close: %+v, want every placement consumed", st)
+	}
+	unmap()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrClosed) {
+		t.Errorf("PostRx after Close: %v", err)
+	}
+}
+
+// checkPlaced checks received frames against the frames sent: the ahead
+// first and those after the placements whole in pool Buffers, the others
+// split after hdr bytes between a header buffer and their placement.
+func checkPlaced(t *testing.T, got []*nicdrv.Buffer, frames [][]byte, ps []nicdrv.Placement, ahead, hdr int) {
+	t.Helper()
+	placed := len(ps)
+	for i, g := range got {
+		fr := frames[i]
+		ext, iova := g.Attached()
+		inPlace := i >= ahead && i < ahead+placed
+		if inPlace != (ext != nil) {
+			t.Fatalf("frame %d: placed %v, want %v", i, ext != nil, inPlace)
+		}
+		if !inPlace {
+			if g.Next != nil || !bytes.Equal(g.Data, fr) {
+				t.Fatalf("frame %d in a pool buffer: %d bytes in %d buffers, want the %d-byte frame whole", i, g.FrameLen(), g.Segments(), len(fr))
+			}
+			continue
+		}
+		p := ps[i-ahead]
+		h := min(hdr, len(fr))
+		if !bytes.Equal(g.Data, fr[:h]) || !bytes.Equal(ext, fr[h:]) {
+			t.Fatalf("frame %d (%d bytes): header %d bytes, placed %d: not the frame's", i, len(fr), len(g.Data), len(ext))
+		}
+		if iova != p.IOVA || len(ext) > 0 && unsafe.SliceData(ext) != unsafe.SliceData(p.Mem) {
+			t.Fatalf("frame %d landed outside its placement", i)
+		}
+		if !bytes.Equal(p.Mem[:len(ext)], fr[h:]) {
+			t.Fatalf("frame %d: the placement's memory does not hold its payload", i)
+		}
+	}
+}
+
+// TestPlacementOptions: Placement is refused with header split, naming
+// the conflict.
+func TestPlacementOptions(t *testing.T) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	o := e1000e.DefaultOptions()
+	o.Placement, o.HeaderSplit = true, true
+	if n, err := e1000e.Open(p.Functions()[0], o); err == nil {
+		_ = n.Close()
+		t.Errorf("Open with Placement and HeaderSplit succeeded")
+	}
+}
