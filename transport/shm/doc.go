@@ -78,10 +78,13 @@
 // or at once after a reference record or while the producer's backlog
 // waits (see commit in recv.go): a small message costs the consumer no
 // store to the shared head, and a producer that finds the ring full still
-// finds the head moving. A producer whose consumer takes nothing for
-// Options.FullWait while the pair's backlog waits drops the frame: Send
-// counts it, as a lossy wire would lose it, and SendStrict also fails
-// with ErrRingFull, for a caller that keeps no copy to resend. SendParts is
+// finds the head moving. A frame that finds the ring full waits in the
+// pair's backlog (lane.go), in the sender's memory, and the send goes on;
+// only once the transport's backlogs reach their bound (16 MiB) does a
+// sender wait, and if the consumer takes nothing for Options.FullWait of
+// that wait, the frame is dropped: Send counts it, as a lossy wire would
+// lose it, and SendStrict also fails with ErrRingFull, for a caller that
+// keeps no copy to resend. SendParts is
 // SendStrict for one frame given as a head and parts (mx's lane: a short
 // header and the application's segments), written straight into the
 // record with no buffer of the caller's between. Every

@@ -339,18 +339,25 @@ func (t *Transport) takeLane(o *outRing) {
 // flag) and writes the room bell of every producer whose bit is set, an
 // eventfd the producer passed with its hello. The flusher sleeps on its
 // room bell between passes that moved nothing, so a backlog moves as soon
-// as the consumer frees room, with no polling; the sleep is bounded by
-// FullWait, after which a backlog whose consumer has not moved is found
-// stalled.
+// as the consumer frees room, with no polling. Its sleep is bounded
+// (FullWait) only as a safety net: nothing is dropped for the time a
+// backlog waits, so a wake-up that came late would cost time, not frames.
 //
-// Bounds. The backlogs of a transport hold at most maxBacklog bytes; a
-// frame that would pass that waits, as for room in a full ring, until its
-// pair's backlog has gone into the queue and the frame's cells are free,
-// or the backlogs have room. A frame to a consumer that took nothing from
-// its queue for FullWait while the pair's backlog waited (it is stuck or
-// gone) is dropped and counted as for a full ring (SendStrict and
-// SendParts fail with ErrRingFull). A peer that goes away takes its
-// backlog with it (dropped, counted).
+// Bounds. The backlogs of a transport hold at most maxBacklog bytes. A
+// frame within that bound is never dropped, however long its consumer
+// takes: the consumer may be alive but without a CPU for a while (a
+// loaded machine, or the sender itself in the same process taking the
+// CPU while it fills the backlog), and nothing is gained by dropping a
+// frame that costs the sender no wait. A frame that would pass the bound
+// waits, as for room in a full ring, until its pair's backlog has gone
+// into the queue and the frame's cells are free, or the backlogs have
+// room; the sender gives the CPU away meanwhile, and gives up only once
+// the pair's consumer took nothing for FullWait of that wait (it is stuck
+// or gone): the frame is dropped and counted as for a full ring
+// (SendStrict and SendParts fail with ErrRingFull). So memory stays
+// bounded, a stuck consumer holds a sender at most FullWait a frame, and
+// a consumer that moves at all within FullWait loses nothing. A peer that
+// goes away takes its backlog with it (dropped, counted).
 
 // maxBacklog bounds the bytes waiting in a transport's backlogs.
 const maxBacklog = 16 << 20
@@ -372,15 +379,12 @@ func (t *Transport) queueFrame(o *outRing, l int, head []byte, parts [][]byte) e
 
 // backlogFrame appends a frame (head followed by parts, l bytes) to o's
 // backlog: its queue (no lane) or its lane was full, or frames wait
-// already. It fails with ErrRingFull (the frame dropped and counted) past
-// the backlog's bounds. o.mu held.
+// already. A frame that fits in the backlogs' bound is never dropped,
+// however long the consumer takes: it costs the sender no wait. Past the
+// bound the sender waits (waitBacklog), and the frame is dropped (counted,
+// ErrRingFull) only once o's consumer took nothing for FullWait of that
+// wait. o.mu held.
 func (t *Transport) backlogFrame(o *outRing, l int, head []byte, parts [][]byte) error {
-	if len(o.backlog) == 0 {
-		o.blHead, o.blAt = o.consumerHead(), time.Now()
-	} else if time.Since(o.blAt) > t.opts.FullWait {
-		t.cnt.dropFull.Add(1)
-		return t.dropErr(o)
-	}
 	if t.blBytes.Load()+int64(l) > maxBacklog {
 		ok, fits := t.waitBacklog(o, l, head, parts)
 		if !ok {
@@ -525,16 +529,11 @@ func (t *Transport) flushBacklog(o *outRing) {
 		o.clearAhead(o.headSeen + uint64(len(o.data)))
 	}
 	if i == 0 {
-		if h := o.consumerHead(); h != o.blHead {
-			// The consumer moves: the stall clock starts again.
-			o.blHead, o.blAt = h, time.Now()
-		}
 		return
 	}
 	n := copy(o.backlog, o.backlog[i:])
 	clear(o.backlog[n:])
 	o.backlog = o.backlog[:n]
-	o.blHead, o.blAt = o.consumerHead(), time.Now()
 	if n == 0 {
 		o.blOn.Store(false)
 	}
@@ -592,8 +591,8 @@ func (t *Transport) listBacklog(o *outRing) {
 // transport closes. A pass that moved nothing has said, for every backlog
 // left, that its producer waits (flushBacklog), so the flusher sleeps on
 // the room bell, which a consumer writes once it frees room one of them
-// waits for (and Close, and a peer that goes away); at most FullWait, so
-// that a backlog whose consumer is stuck is still found stalled.
+// waits for (and Close, and a peer that goes away); at most FullWait, a
+// safety net: no frame is dropped for the time it sleeps.
 func (t *Transport) flusher() {
 	defer t.wg.Done()
 	var list []*outRing

@@ -23,17 +23,20 @@ import (
 // transport.
 var errClosed = fmt.Errorf("shm: transport %w", transport.ErrClosed)
 
-// ErrRingFull is SendStrict's error for a frame it dropped: the peer's
-// ring stayed full while its consumer made no progress for
-// Options.FullWait (it is stuck or gone).
+// ErrRingFull is SendStrict's error for a frame it dropped: the
+// transport's backlogs were at their bound, and the peer's consumer made
+// no progress for Options.FullWait while the sender waited for room (it
+// is stuck or gone).
 var ErrRingFull = errors.New("shm: ring full, frame dropped")
 
 // Send writes frames into the rings of their peers, connecting to a peer
-// on its first frame. A frame that finds its peer's receive queue full
-// waits in the pair's backlog, and Send goes on (lane.go). A full ring is
-// waited on for at most Options.FullWait, then the frame is dropped and
-// counted (the layer above resends, as over any lossy transport). A peer
-// with no socket in the directory fails with transport.ErrUnreachable.
+// on its first frame. A frame that finds its peer's receive queue (or
+// lane) full waits in the pair's backlog (lane.go), and Send goes on.
+// Once the backlogs are at their bound, Send waits for room, and drops
+// the frame (counted; the layer above resends, as over any lossy
+// transport) only after the consumer made no progress for
+// Options.FullWait of that wait. A peer with no socket in the directory
+// fails with transport.ErrUnreachable.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	return t.send(frames, false)
 }
@@ -297,8 +300,8 @@ func (o *outRing) publish(start uint64) {
 }
 
 // dropErr says why a frame to o's peer was dropped: its consumer took
-// nothing for FullWait while the pair's backlog waited (lane.go), or it
-// or we went away.
+// nothing for FullWait while the sender waited for room in the full
+// backlogs (lane.go), or it or we went away.
 func (t *Transport) dropErr(o *outRing) error {
 	switch {
 	case t.closed.Load():

@@ -73,12 +73,13 @@ type Options struct {
 	// doorbell's eventfd. Default $GOMX_SHM_SPIN (a Go duration), else 20µs;
 	// negative: never spin.
 	Spin time.Duration
-	// FullWait is how long Send waits for room in a full ring whose
-	// receiver makes no progress before it drops the frame (counted;
-	// SendStrict fails with ErrRingFull), and how long a pair's backlog
-	// (frames that found the receive queue full) waits for a receiver
-	// that takes nothing before the pair's next frames are dropped.
-	// Default 1s: a live receiver on a busy machine can stall that long.
+	// FullWait is how long a sender whose backlogs (frames that found
+	// their receiver's queue or lane full) have reached their bound
+	// waits for a receiver that takes nothing before it drops the frame
+	// (counted; SendStrict fails with ErrRingFull). Below the bound a
+	// frame waits in the backlog however long its receiver takes, and
+	// the sender does not wait. Default 1s: a live receiver on a busy
+	// machine can stall that long.
 	FullWait time.Duration
 }
 
@@ -386,14 +387,11 @@ type outRing struct {
 	wait                 *atomic.Uint32
 	shut                 bool // closed (close)
 	// backlog holds copies of the pair's frames, in order, that wait for
-	// room in the consumer's queue (lane.go); blHead and blAt are the
-	// consumer's head when the backlog last moved, or saw it move, and
-	// when; blListed: in the transport's blOuts (under its blMu). blBytes
-	// and dropped are the transport's byte count of the backlogs and its
-	// count of frames dropped. All but blListed under mu.
+	// room in the consumer's queue (lane.go); blListed: in the
+	// transport's blOuts (under its blMu). blBytes and dropped are the
+	// transport's byte count of the backlogs and its count of frames
+	// dropped. All but blListed under mu.
 	backlog  [][]byte
-	blHead   uint64
-	blAt     time.Time
 	blListed bool
 	// blOn says the backlog holds frames (stored under mu): a writer
 	// of a lane after SerialSends, which takes no lock, takes mu then.
