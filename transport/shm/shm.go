@@ -524,9 +524,10 @@ func (t *Transport) Addr() transport.NICID { return t.nic }
 // MTU returns the largest frame.
 func (t *Transport) MTU() int { return t.opts.MTU }
 
-// FullWait returns how long Send waits for room in a full ring before it
-// drops a frame (Options.FullWait): the rings lose no frame sooner, so a
-// layer above that resends lost frames need not look for losses earlier.
+// FullWait returns how long a Send that found the backlogs at their bound
+// waits for a consumer that takes nothing before it drops a frame
+// (Options.FullWait): the rings lose no frame sooner, so a layer above
+// that resends lost frames need not look for losses earlier.
 func (t *Transport) FullWait() time.Duration { return t.opts.FullWait }
 
 // Board returns the board number.
