@@ -426,15 +426,11 @@ func (o *outRing) consumerHead() uint64 {
 // waitBacklog waits, as for room in a full ring, until a frame of l
 // bytes fits in the backlogs (fits), or o's backlog has gone into the
 // queue or lane and the frame too (written: fits false). It gives up (ok
-// false) once o's consumer took nothing for FullWait of this wait, or the
-// peer or we went away. While the consumer does not move, it sleeps
-// between looks, longer each time (up to a millisecond): the consumer it
-// waits for may be short of CPU (on a loaded machine, or beside us in this
-// very process), and a sender that spun would take it. o.mu held.
+// false) once o's consumer took nothing for FullWait, or the peer or we
+// went away. o.mu held.
 func (t *Transport) waitBacklog(o *outRing, l int, head []byte, parts [][]byte) (ok, fits bool) {
 	h := o.consumerHead()
 	deadline := time.Now().Add(t.opts.FullWait)
-	var pause time.Duration
 	for i := 0; ; i++ {
 		if t.flushBacklog(o); len(o.backlog) == 0 && t.putNow(o, l, head, parts) {
 			return true, false
@@ -446,18 +442,17 @@ func (t *Transport) waitBacklog(o *outRing, l int, head []byte, parts [][]byte) 
 			return false, false
 		}
 		if nh := o.consumerHead(); nh != h {
-			h, pause = nh, 0
+			h = nh
 			deadline = time.Now().Add(t.opts.FullWait)
 		}
-		if pause == 0 && i&63 != 63 {
+		if i&63 == 63 {
+			if time.Now().After(deadline) {
+				return false, false
+			}
+			time.Sleep(10 * time.Microsecond)
+		} else {
 			runtime.Gosched()
-			continue
 		}
-		if time.Now().After(deadline) {
-			return false, false
-		}
-		pause = min(max(2*pause, 10*time.Microsecond), time.Millisecond)
-		time.Sleep(pause)
 	}
 }
 
