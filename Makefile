@@ -176,6 +176,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTable$$' -fuzztime 2000x ./cmd/internal/launch/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpandHostlist$$' -fuzztime 20000x ./cmd/internal/launch/
 	$(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 2000x ./transport/shm/
+	$(GO) test -run '^$$' -fuzz '^FuzzQueueParse$$' -fuzztime 20000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedEntry$$' -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNetPIPE$$' -fuzztime 2000x ./hack/peers/intranode/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 2000x ./hack/peers/alltoall/

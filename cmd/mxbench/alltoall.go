@@ -33,10 +33,12 @@ time per round, t_min_us and t_max_us the fastest and slowest rank's, as
 IMB reports them. MB/s is the bytes one rank sends per round, (N-1) x SIZE,
 over t_avg. strategy says how rank 0's large messages moved (eager, rings,
 cma, or the name mx gives a strategy; see pingpong -h). shm_MiB is the
-most shared memory one rank's host path mapped (its rings both ways, the
-doorbells, pool segments), node_MiB the node's (each segment once), rings
-the most rings one rank had: each rank's rings shrink as the job grows,
-so a rank maps about 60 MiB of rings at most (transport/shm RingBudget).
+most shared memory one rank's host path mapped (its own receive queue and
+the queue of each peer it sends to, its lanes both ways, pool segments),
+node_MiB the node's (each segment once), rings the most lanes one rank
+had: a pair that keeps sending gets a lane (a ring of its own), at most 4
+a rank each way (transport/shm Options.Lanes), so a rank of a 128-rank
+job maps some 50 MiB.
 rss_MiB is the largest peak resident memory of a rank so far (VmHWM,
 rss_max_bytes in the JSON). The header says how long after its process
 started the slowest rank had its board open and every peer connected

@@ -1,7 +1,8 @@
 // Package shm is a transport between processes of one host through shared
-// memory: lock-free single-producer rings in memfd segments (on 2 MiB
-// hugepages when there are free ones), found through a per-user endpoint
-// directory, with no system call on the fast path.
+// memory: one lock-free multi-producer receive queue per process, and
+// single-producer rings (lanes) for the pairs that talk most, in memfd
+// segments (on 2 MiB hugepages when there are free ones), found through a
+// per-user endpoint directory, with no system call on the fast path.
 //
 // # Boards and the endpoint directory
 //
@@ -18,15 +19,52 @@
 // name, and a connect is refused; see stale.go), so the directory does not
 // collect the names of killed processes.
 //
+// # The receive queue and lanes
+//
+// The first frame to a peer connects to its socket; the receiver answers,
+// with SCM_RIGHTS, with the memfd of its doorbell, which holds its receive
+// queue, and its eventfd (see Sleeping and waking), and gives the producer
+// an id in the queue. The memfds are closed once mapped, so a live
+// transport holds mappings and, besides its sockets, one descriptor per
+// peer it sends to (the peer's eventfd) and its own eventfd.
+//
+// The receive queue (queue.go) is one per receiver, written by every
+// producer: 64-byte cells, each with a word that names its lap, claimed
+// with a compare-and-swap on that word, so producers never take the same
+// cells and a producer killed between its claim and its publish leaves a
+// claimed record that the receiver skips once the producer's connection
+// has closed. A pair's first frames go through it. A pair that keeps
+// sending (Options.LaneAfter frames) gets a lane: a ring of its own
+// (below), passed over the pair's connection, at most Options.Lanes written
+// and read by each transport. The producer waits neither for the ring,
+// which a goroutine makes (mapping it populated is milliseconds of
+// zeroing on a loaded host), nor for the answer: its frames go on
+// through the queue until the lane is made and accepted, and its
+// first record in the lane comes after the gate, the queue cursor past its
+// last queue record, written into the lane's header; the receiver reads
+// the lane only once its queue cursor has passed the gate, so a pair's
+// frames stay in order across the hand-over (lane.go). A receiver thus polls its
+// queue and its few lanes, and a process maps its own queue, the queues of
+// the peers it sends to and at most 2·Lanes rings, however large the job.
+//
+// A queue is far smaller than one frame of every peer at once (64 peers
+// of a 4 KiB frame each fill 4,096 cells), so it fills; a sender that
+// finds it (or its lane) full does not wait, since it may hold a lock its
+// own receive loop needs while the peer's sender waits for room in its
+// queue in turn. The frame is copied into the pair's backlog, in private
+// memory, and the pair's later frames go behind it; the next send and a
+// flusher goroutine move the backlog into the queue or lane, in order, as
+// the receiver frees room. The flusher does not poll: a producer with a
+// backlog sets its bit in the queue's header (or the lane's wait word),
+// and the receiver, once it has published the room it freed, writes that
+// producer's room bell, an eventfd the producer passed with its hello, on
+// which the flusher sleeps (the doorbell's handshake, below, the other
+// way round). Past 16 MiB of backlogs a sender waits for room.
+//
 // # Rings
 //
-// The first frame to a peer connects to its socket and hands over, with
-// SCM_RIGHTS, a memfd holding a ring written only by the sender and read
-// only by the receiver; the receiver answers with the memfd of its doorbell
-// and its eventfd (see Sleeping and waking). The memfds are closed once
-// mapped, so a live transport holds mappings and, besides its sockets, one
-// descriptor per ring it writes (the peer's eventfd) and its own eventfd.
-// Each direction of a pair has its own ring.
+// A lane is a ring written only by the sender and read only by the
+// receiver.
 //
 // A ring has a consumer cursor (head) on a cache line of its own, and
 // records of a length, a record word and a frame, each starting on a 64-byte
@@ -37,12 +75,16 @@
 // the ring looks full. The consumer hands out frames that point into the
 // ring, and publishes its head only at a later Recv, when the frames are
 // no longer in use, and then only every 64 KiB (an eighth of a small ring)
-// or at once after a reference record (see commit in recv.go): a small
-// message costs the consumer no store to the shared head, and a producer
-// that finds the ring full still finds the head moving. A producer whose
-// consumer takes nothing for Options.FullWait drops the frame: Send counts
-// it, as a lossy wire would lose it, and SendStrict also fails with
-// ErrRingFull, for a caller that keeps no copy to resend. SendParts is
+// or at once after a reference record or while the producer's backlog
+// waits (see commit in recv.go): a small message costs the consumer no
+// store to the shared head, and a producer that finds the ring full still
+// finds the head moving. A frame that finds the ring full waits in the
+// pair's backlog (lane.go), in the sender's memory, and the send goes on;
+// only once the transport's backlogs reach their bound (16 MiB) does a
+// sender wait, and if the consumer takes nothing for Options.FullWait of
+// that wait, the frame is dropped: Send counts it, as a lossy wire would
+// lose it, and SendStrict also fails with ErrRingFull, for a caller that
+// keeps no copy to resend. SendParts is
 // SendStrict for one frame given as a head and parts (mx's lane: a short
 // header and the application's segments), written straight into the
 // record with no buffer of the caller's between. Every
@@ -51,19 +93,16 @@
 //
 // # Many peers
 //
-// A process of a job talks to every other, so both the rings it maps and
-// the rings it polls would grow with the job. Neither does. A new ring's
-// size is Options.RingBudget (30 MiB) divided among the boards the
-// endpoint directory lists, within RingSize and a floor of three frames of
-// the MTU (ringSize, footprint.go), so a process writes about RingBudget
-// of rings and maps about twice that at any size of a job, until the
-// floor. A receiver polls at most eight hot rings directly; every other
-// ring is cold, and its producer sets the ring's bit in a 64-bit summary
-// word in the receiver's doorbell after publishing, so an empty look costs
-// the hot rings and one load, whatever the number of peers (notify.go:
-// which rings are hot, and why no record is missed). Footprint counts the
-// shared memory a transport maps and owns, from its own tables; the
-// counters carry it.
+// A process of a job talks to every other; what it maps and polls grows
+// by one receive queue (256 KiB by default) per peer it sends to, not by
+// two rings. A lane's size is Options.RingBudget (8 MiB) divided among the
+// lanes a transport may write, within RingSize and a floor of three frames
+// of the MTU (ringSize, footprint.go). A receiver polls its queue, at most
+// eight hot lanes directly, and the cold ones through a 64-bit summary
+// word in its doorbell that their producers set after publishing, so an
+// empty look costs a few loads whatever the number of peers (notify.go).
+// Footprint counts the shared memory a transport maps and owns, from its
+// own tables; the counters carry it.
 //
 // # Sleeping and waking
 //

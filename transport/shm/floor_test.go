@@ -157,7 +157,8 @@ func pingPong(b *testing.B, mode string, idle int, msg []byte, recv func(*Transp
 // to a (this process) and to the echo board e, both ways (the echo board
 // answers its hello, a sends it one), and then sleeps in Recv until a's
 // "quit" or its peers go away. It returns once a has every hello and every
-// child has a's: the rings of a job whose ranks connected to each other.
+// child has a's: a job whose ranks connected to each other, each pair
+// through the receivers' queues.
 func connectIdle(b *testing.B, a *Transport, dir string, e transport.NICID, n int) {
 	boards := make([]transport.NICID, n)
 	for i := range boards {
@@ -186,8 +187,8 @@ func connectIdle(b *testing.B, a *Transport, dir string, e transport.NICID, n in
 			b.Fatal(err)
 		}
 	}
-	if f := a.Footprint(); f.RingsIn != n || f.RingsOut != n {
-		b.Fatalf("%d rings in and %d out, want %d each", f.RingsIn, f.RingsOut, n)
+	if f := a.Footprint(); f.Peers != n {
+		b.Fatalf("connected with %d boards, want the %d idle ones", f.Peers, n)
 	}
 }
 

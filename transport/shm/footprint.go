@@ -5,32 +5,28 @@ import (
 	"strings"
 )
 
-// DefaultRingBudget is Options.RingBudget's default: with every process
-// of a job talking to every other, a process maps about twice this in
-// rings, at any size of the job (until the rings reach their floor of
-// three frames of the MTU: some 1,000 peers at the default MTU).
-const DefaultRingBudget = 30 << 20
+// DefaultRingBudget is Options.RingBudget's default: a process writes at
+// most this in lanes and reads at most as much, at any size of the job
+// (with the default Lanes, each lane is 2 MiB, a hugepage).
+const DefaultRingBudget = 8 << 20
 
 // minFrames is how many frames of the MTU the smallest ring holds. The
 // rings stay live with a record of up to 7/16 of the ring (see commit);
 // a third leaves room.
 const minFrames = 3
 
-// ringSize is the data size of a new ring this transport writes:
-// Options.RingSize, or when the endpoint directory lists more boards than
-// Options.RingBudget gives rings of that size to, the budget shared among
+// ringSize is the data size of a new lane this transport writes:
+// Options.RingSize, or when Options.RingBudget does not give that to each
+// of the lanes it may write (Options.Lanes, or the other boards the
+// endpoint directory lists when they are fewer), the budget shared among
 // them (segment headers included) on a cache-line multiple, but never
-// less than minFrames frames of the MTU nor minRingLen. The boards listed
-// are the processes this one may come to talk to: in a job they have all
-// opened their boards before the first frame (they traded their
-// addresses), so every rank sizes its rings alike. A board opened later
-// finds the directory fuller, and its rings are the smaller.
+// less than minFrames frames of the MTU nor minRingLen.
 func (t *Transport) ringSize() int {
 	size := t.opts.RingSize
 	if t.opts.RingBudget <= 0 {
 		return size
 	}
-	peers := t.boardsListed() - 1
+	peers := min(t.boardsListed()-1, max(t.opts.Lanes, 1))
 	if peers < 1 {
 		return size
 	}
@@ -104,19 +100,23 @@ func (t *Transport) Footprint() Footprint {
 	peers := make(map[uint64]struct{})
 	t.outMu.Lock()
 	if !t.closed.Load() {
-		f.RingBytes += bellLen
-		f.OwnedBytes += bellLen
+		n := int64(len(t.bell.mem)) // the doorbell and receive queue
+		f.RingBytes += n
+		f.OwnedBytes += n
 	}
 	// A ring in the table is unmapped only under outMu (outFor, Close):
 	// its segment can be read here without the ring's own lock, which a
 	// sender waiting for room holds.
 	for p, o := range t.out {
-		if o.seg.mem != nil {
-			n := int64(len(o.seg.mem))
-			f.RingBytes += n + int64(len(o.bell.mem))
+		if o.bell.mem == nil {
+			continue // closed
+		}
+		f.RingBytes += int64(len(o.bell.mem)) // the peer's doorbell and queue
+		peers[uint64(p)] = struct{}{}
+		if n := o.laneBytes.Load(); n != 0 {
+			f.RingBytes += n
 			f.OwnedBytes += n
 			f.RingsOut++
-			peers[uint64(p)] = struct{}{}
 		}
 	}
 	if p := t.pool; p != nil {
@@ -130,12 +130,11 @@ func (t *Transport) Footprint() Footprint {
 	t.outMu.Unlock()
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {
-		if r.data == nil {
-			continue
-		}
-		f.RingBytes += int64(len(r.seg.mem))
-		f.RingsIn++
 		peers[uint64(r.peer)] = struct{}{}
+		if r.data != nil {
+			f.RingBytes += int64(len(r.seg.mem))
+			f.RingsIn++
+		}
 		r.segMu.RLock()
 		for _, s := range r.segs {
 			f.PoolBytes += int64(len(s.mem))

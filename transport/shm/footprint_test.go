@@ -79,7 +79,7 @@ func TestFootprintMatchesMappings(t *testing.T) {
 	const n = 5
 	var boards []*Transport
 	for range n {
-		b, err := Open(Options{Dir: dir, RingSize: 512 << 10, RingBudget: -1})
+		b, err := Open(ringOpts(Options{Dir: dir, RingSize: 512 << 10, RingBudget: -1}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +87,11 @@ func TestFootprintMatchesMappings(t *testing.T) {
 		defer b.Close()
 	}
 	allToAll(t, boards)
+	// Each pair asked for its lane with its first frame; the consumers
+	// answer from their connections' watchers.
+	for _, b := range boards {
+		waitFor(t, "every lane mapped", func() bool { f := b.Footprint(); return f.RingsIn == n-1 && f.RingsOut == n-1 })
+	}
 	var mapped, owned int64
 	for i, b := range boards {
 		f := b.Footprint()
@@ -105,8 +110,8 @@ func TestFootprintMatchesMappings(t *testing.T) {
 	// Each segment is owned by one board and mapped by two (a ring: its
 	// producer and consumer; a doorbell: its consumer and every producer),
 	// so the owned total is the node's memory: the rings once, and the
-	// doorbells once.
-	if want := int64(n*(n-1)*ringSegLen(512<<10) + n*bellLen); owned != want {
+	// doorbells (with their receive queues) once.
+	if want := int64(n*(n-1)*ringSegLen(512<<10) + n*queueSegLen(boards[0].opts.QueueSize)); owned != want {
 		t.Errorf("the boards own %d bytes together, want %d", owned, want)
 	}
 	for _, b := range boards {

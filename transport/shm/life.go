@@ -9,14 +9,27 @@ import (
 // The end of a transport's life: Close, which undoes what Open built, and the
 // counters of what it moved.
 
-// Close stops accepting producers, closes every connection (the peers then
-// drop their rings), waits for a running Recv to leave, and unmaps every
-// ring and the doorbell. The socket file is removed.
+// Close first moves the frames waiting in backlogs into their receivers'
+// queues (waiting while they take frames, at most Options.FullWait for
+// one that takes none), then stops accepting producers, closes every
+// connection (the peers then drop their rings), waits for a running Recv
+// to leave, and unmaps every ring and the doorbell. The socket file is
+// removed.
 func (t *Transport) Close() error {
+	if t.closed.Load() {
+		return nil
+	}
+	t.drainBacklogs() // lane.go
 	if t.closed.Swap(true) {
 		return nil
 	}
-	t.ring() // a sleeping Recv returns ErrClosed
+	t.ring()          // a sleeping Recv returns ErrClosed
+	t.roomBell.ring() // a sleeping flusher returns
+	// A flusher starts only under blMu with closed unset (listBacklog):
+	// past this, none starts, and Wait below waits for the one that runs.
+	t.blMu.Lock()
+	//lint:ignore SA2001 the section is empty: taking the lock is the point (see above)
+	t.blMu.Unlock()
 	err := t.ln.Close()
 	t.outMu.Lock()
 	p := t.pool
@@ -43,6 +56,7 @@ func (t *Transport) Close() error {
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {
 		t.dropSegments(r)
+		r.closeRoom()
 		r.seg.unmap()
 		r.data = nil
 	}
@@ -51,7 +65,8 @@ func (t *Transport) Close() error {
 	t.hot, t.touched = nil, nil
 	t.bell.unmap()
 	unix.Close(t.bellFd)
-	t.ev.Close()
+	t.ev.close()
+	t.roomBell.close()
 	t.lends.Close()
 	t.rmu.Unlock()
 	return err
@@ -87,6 +102,12 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm frames sent in place", Value: t.cnt.inPlace.Load()},
 		{Name: "shm in-place frames dropped (memory not shared)", Value: t.cnt.refBad.Load()},
 		{Name: "shm cold rings made hot", Value: t.cnt.promotions.Load()},
+		{Name: "shm lanes opened", Value: t.cnt.lanes.Load()},
+		{Name: "shm lanes refused by peers", Value: t.cnt.lanesRefused.Load()},
+		{Name: "shm queue claims of dead producers skipped", Value: t.cnt.qSkipped.Load()},
+		{Name: "shm queue broken by a producer", Value: t.cnt.qBroken.Load()},
+		{Name: "shm frames that waited in a backlog", Value: t.cnt.backlogged.Load()},
+		{Name: "shm room bells written for producers' backlogs", Value: t.cnt.roomWakes.Load()},
 		{Name: CounterMappedBytes, Value: uint64(fp.MappedBytes)},
 		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
 		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},

@@ -81,15 +81,21 @@ const (
 // ringGroups lists the rings of each summary bit.
 type ringGroups [64][]*inRing
 
-// setIn replaces the table of rings written to us (inMu held) and the
-// rings of each summary bit.
+// setIn replaces the table of producers writing to us (inMu held) and
+// the lanes of each summary bit (a producer without a lane writes into
+// the receive queue only).
 func (t *Transport) setIn(rings []*inRing) {
 	var g ringGroups
+	n := 0
 	for _, r := range rings {
-		g[r.bit] = append(g[r.bit], r)
+		if r.data != nil {
+			g[r.bit] = append(g[r.bit], r)
+			n++
+		}
 	}
 	t.in.Store(&rings)
 	t.groups.Store(&g)
+	t.nLanes.Store(int32(n))
 }
 
 // notifyCold makes r cold: its producer sets r's summary bit from its next
@@ -181,6 +187,8 @@ func (t *Transport) dropHot() {
 func (t *Transport) takeSummary() {
 	if t.fullScan.Load() && t.fullScan.Swap(false) {
 		t.pend = ^uint64(0)
+		// A producer without a lane is dropped by commitDead too.
+		t.anyGone, t.toCommit = true, true
 	}
 	if t.sum.Load() != 0 {
 		t.pend |= t.sum.Swap(0)
@@ -229,7 +237,7 @@ func (t *Transport) pollHot(frames []transport.Frame, n int) int {
 // anyCold reports whether some ring is cold, or a ring's producer went
 // away: otherwise the hot rings are all there is to look at.
 func (t *Transport) anyCold() bool {
-	return len(*t.in.Load()) > len(t.hot) || t.fullScan.Load()
+	return int(t.nLanes.Load()) > len(t.hot) || t.fullScan.Load()
 }
 
 // pollCold reads records of the cold rings whose bits are pending into
@@ -252,6 +260,10 @@ func (t *Transport) pollCold(frames []transport.Frame, n int) int {
 		more := false
 		for _, r := range g[b] {
 			if r.gone || r.hot {
+				continue
+			}
+			if r.gate != 0 && r.wordAt.Load() != 0 && !t.gateOpen(r) {
+				more = true // its queue frames come first (lane.go)
 				continue
 			}
 			if r.wordAt.Load() != 0 {
@@ -301,6 +313,10 @@ func (t *Transport) peekCold() (r *inRing, empty bool) {
 		more := false
 		for _, r := range g[b] {
 			if r.gone || r.hot {
+				continue
+			}
+			if r.gate != 0 && r.wordAt.Load() != 0 && !t.gateOpen(r) {
+				more, empty = true, false
 				continue
 			}
 			if r.wordAt.Load() != 0 {

@@ -34,7 +34,7 @@ func openMany(t *testing.T, n int, o Options) []*Transport {
 // Peek and Take, and that cold rings were made hot on the way.
 func TestColdRingsDeliverInOrder(t *testing.T) {
 	const producers, per = 3 * hotMax, 3 * promoteAfter
-	boards := openMany(t, producers+1, Options{Spin: -1, MTU: 1024, RingSize: 64 << 10, RingBudget: -1})
+	boards := openMany(t, producers+1, ringOpts(Options{Spin: -1, MTU: 1024, RingSize: 64 << 10, RingBudget: -1}))
 	rx, tx := boards[0], boards[1:]
 	errs := make(chan error, 1)
 	// A round at a time: the receiver drains each round before the next
@@ -112,7 +112,7 @@ func TestColdRingsDeliverInOrder(t *testing.T) {
 // and goes away is noticed (its ring unmapped, its loss reported) though
 // no frame of it raises its bit.
 func TestColdRingOfAGoneProducer(t *testing.T) {
-	boards := openMany(t, hotMax+3, Options{MTU: 1024, RingSize: 64 << 10, RingBudget: -1})
+	boards := openMany(t, hotMax+3, ringOpts(Options{MTU: 1024, RingSize: 64 << 10, RingBudget: -1}))
 	rx, tx := boards[0], boards[1:]
 	frames := make([]transport.Frame, 8)
 	for _, s := range tx {
@@ -156,23 +156,27 @@ func TestColdRingOfAGoneProducer(t *testing.T) {
 	}
 }
 
-// TestRingsShrinkWithTheJob checks that a ring's size is the budget shared
-// among the boards of the directory, within RingSize and the floor of
-// three frames of the MTU, and that a job of every board talking to every
-// other stays within twice the budget per process, as the transport
-// counts it.
-func TestRingsShrinkWithTheJob(t *testing.T) {
+// TestLanesShareTheBudget checks that a lane's size is the budget shared
+// among the lanes a transport may write (Lanes, or the other boards of the
+// directory when fewer), within RingSize and the floor of three frames of
+// the MTU, and that a job of every board talking to every other stays
+// within twice the budget and the receive queues per process, as the
+// transport counts it.
+func TestLanesShareTheBudget(t *testing.T) {
 	const n, budget, mtu = 12, 1 << 20, 4096
-	boards := openMany(t, n, Options{MTU: mtu, RingBudget: budget})
-	want := (budget/(n-1) - dataOff) &^ (ringAlign - 1)
+	boards := openMany(t, n, Options{MTU: mtu, RingBudget: budget, LaneAfter: -1})
+	want := (budget/defaultLanes - dataOff) &^ (ringAlign - 1)
 	if got := boards[0].ringSize(); got != want {
 		t.Errorf("a ring of %d bytes with %d boards and a budget of %d, want %d", got, n, budget, want)
 	}
 	allToAll(t, boards)
 	for i, b := range boards {
 		f := b.Footprint()
-		if bound := int64(2*budget + n*bellLen); f.MappedBytes > bound {
-			t.Errorf("board %d maps %d bytes, over twice the budget and the doorbells (%d)", i, f.MappedBytes, bound)
+		if bound := int64(2*budget + n*queueSegLen(b.opts.QueueSize)); f.MappedBytes > bound {
+			t.Errorf("board %d maps %d bytes, over twice the budget and the queues (%d)", i, f.MappedBytes, bound)
+		}
+		if f.RingsOut > defaultLanes || f.RingsIn > defaultLanes {
+			t.Errorf("board %d writes %d lanes and reads %d, over %d", i, f.RingsOut, f.RingsIn, defaultLanes)
 		}
 	}
 	for _, c := range []struct {
@@ -180,7 +184,8 @@ func TestRingsShrinkWithTheJob(t *testing.T) {
 		want int
 	}{
 		{Options{MTU: mtu, RingBudget: 64 << 10}, max(minFrames*recordLen(mtu), minRingLen)},
-		{Options{MTU: 65535, RingBudget: 1 << 20}, minFrames * recordLen(65535)},
+		{Options{MTU: 65535, RingBudget: 1 << 20}, (1<<20/defaultLanes - dataOff) &^ (ringAlign - 1)},
+		{Options{MTU: 65535, RingBudget: 512 << 10}, minFrames * recordLen(65535)},
 		{Options{MTU: mtu, RingBudget: 1 << 30}, 4<<20 - dataOff},
 		{Options{MTU: mtu, RingBudget: -1}, 4<<20 - dataOff},
 	} {

@@ -405,6 +405,20 @@ func putCtl(m []byte, kind, id, status uint32, size uint64) {
 func (o *outRing) control(msg []byte, fds []int) {
 	closeAll(fds)
 	m, ok := decodeCtl(msg)
+	if ok && m.kind == ctlLaneAns {
+		// Counted here, not when the sender takes the lane (laneReady):
+		// the lane is mapped on both sides from now on either way.
+		if m.status == 0 {
+			o.lanesCnt.Add(1)
+		} else {
+			o.refusedCnt.Add(1)
+		}
+		select {
+		case o.laneAns <- m.status:
+		default:
+		}
+		return
+	}
 	if !ok || m.kind != ctlAck {
 		return
 	}
@@ -472,6 +486,8 @@ func (t *Transport) inControl(r *inRing, c *net.UnixConn, msg []byte, fds []int)
 		var a [ctlLen]byte
 		putCtl(a[:], ctlAck, id, status, 0)
 		_, _ = c.Write(a[:])
+	case ctlLane:
+		t.inLane(r, c, m, fds)
 	case ctlRelease:
 		closeAll(fds)
 		r.segMu.Lock()

@@ -2,9 +2,11 @@ package shm
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
+	"golang.org/x/sys/unix"
 )
 
 // The consumer side of the data path: Recv polls every ring written to us and
@@ -43,7 +45,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 	if t.closed.Load() {
 		return 0, errClosed
 	}
-	t.peeked = nil // not taken: poll returns it
+	t.peeked, t.peekedQ = nil, false // not taken: poll returns it
 	if t.toCommit {
 		t.commit()
 	}
@@ -74,6 +76,9 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		// instruction.
 		if t.wakeReq.Load() && t.wakeReq.Swap(false) {
 			return 0, nil
+		}
+		if t.blBytes.Load() != 0 {
+			t.pollBacklogs()
 		}
 		if i&63 == 63 || !clock && spin <= 0 {
 			now = time.Now()
@@ -147,15 +152,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 // every 20 µs meanwhile), preempting the application each time. A count
 // left by a wake-up that came after the receiver had already looked makes
 // the next sleep return at once: the caller just looks again.
-func (t *Transport) sleep(deadline time.Time) {
-	if !deadline.IsZero() || t.evDeadline {
-		_ = t.ev.SetReadDeadline(deadline)
-		t.evDeadline = !deadline.IsZero()
-	}
-	// Any outcome returns: a count read, the deadline passed (the caller
-	// checks its clock), or an error (the caller re-checks closed).
-	_ = t.evRaw.Read(t.evRead)
-}
+func (t *Transport) sleep(deadline time.Time) { t.ev.wait(deadline) }
 
 // Pending reports whether a Recv would find anything to do now: a record
 // at a ring's cursor, a ring whose producer went away, ring space to give
@@ -167,7 +164,10 @@ func (t *Transport) sleep(deadline time.Time) {
 // that polls an empty ring in a tight loop then waits less for the frame
 // that comes, as each look is shorter.
 func (t *Transport) Pending() bool {
-	if t.toCommit || t.closed.Load() || t.pend != 0 || t.sum.Load() != 0 || t.fullScan.Load() {
+	if t.blBytes.Load() != 0 {
+		t.pollBacklogs()
+	}
+	if t.toCommit || t.closed.Load() || t.pend != 0 || t.sum.Load() != 0 || t.fullScan.Load() || t.queuePending() {
 		return true
 	}
 	for _, h := range t.hot {
@@ -195,6 +195,7 @@ func (t *Transport) Pending() bool {
 // looks at each hot ring and at the summary of the cold ones once per
 // poll, found or not (notify.go).
 func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
+	t.peekedQ = false
 	if t.closed.Load() {
 		return 0, nil, false, false
 	}
@@ -229,6 +230,11 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 		break
 	}
 	if r == nil {
+		if p, f, ok, e := t.peekQueue(); ok {
+			return p, f, true, false
+		} else if !e {
+			empty = false
+		}
 		var e bool
 		if r, e = t.peekCold(); r == nil {
 			return 0, nil, false, empty && e
@@ -248,6 +254,13 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 // is published once pubEvery bytes were consumed). Called under the same
 // lock as Peek, before any Recv.
 func (t *Transport) Take() {
+	if t.peekedQ {
+		t.peekedQ = false
+		t.q.advance(t.peekedLen)
+		t.toCommit = true
+		t.cnt.recvd.Inc()
+		return
+	}
 	r := t.peeked
 	if r == nil {
 		return
@@ -280,6 +293,9 @@ func (t *Transport) Take() {
 // then from the cold rings whose summary bits came up (notify.go).
 func (t *Transport) poll(frames []transport.Frame) int {
 	n := t.pollHot(frames, 0)
+	if n < len(frames) {
+		n = t.pollQueue(frames, n)
+	}
 	if n < len(frames) {
 		n = t.pollCold(frames, n)
 	}
@@ -405,19 +421,39 @@ func (t *Transport) commit() {
 		if r.gone {
 			continue
 		}
-		if r.cur-r.pubHead >= r.pubEvery || r.refsIn && r.cur != r.pubHead {
+		if r.cur-r.pubHead >= r.pubEvery || r.cur != r.pubHead && (r.refsIn || r.wait.Load() != 0) {
 			// The store releases: we no longer read below it, so the
 			// producer may overwrite it.
 			r.head.Store(r.cur)
 			r.pubHead, r.refsIn = r.cur, false
+			// Sequentially consistent with the store above: a producer
+			// whose backlog waits stores the word, then loads the head
+			// (flushBacklog), so either it sees this head or we see
+			// its word and ring its room bell.
+			if r.wait.Load() != 0 {
+				r.wait.Store(0)
+				r.kickRoom(&t.cnt.roomWakes)
+			}
 		}
 	}
 	// Not cleared: the pointers left are overwritten by the next batch's
 	// (a clear of pointers costs a bulk write barrier per commit), and a
 	// ring they keep from the collector is unmapped already.
 	t.touched = t.touched[:0]
+	// A producer waiting for room (the queue's wait flag) gets the head
+	// of cells freed already too.
+	if t.q.cur != t.q.freed || t.q.cur != t.q.pubHead && t.q.wait.Load() != 0 {
+		if t.q.release(false) {
+			t.q.takeWaiters(t.qHigh.Load(), t.wakeProducer)
+		}
+	}
 	if t.anyGone {
 		t.commitDead()
+	}
+	if len(t.qDead) > 0 {
+		t.inMu.Lock()
+		t.reapProducers()
+		t.inMu.Unlock()
 	}
 }
 
@@ -434,15 +470,55 @@ func (t *Transport) commitDead() {
 	t.inMu.Lock()
 	var keep []*inRing
 	for _, r := range *t.in.Load() {
+		if r.data == nil && r.dead.Load() {
+			r.gone = true // no lane: its queue records need nothing of it
+		}
 		if r.gone {
 			r.conn.Close()
+			r.closeRoom()
 			t.dropSegments(r)
+			if r.data != nil {
+				t.lanesIn--
+				t.noteLanesIn()
+			}
 			r.seg.unmap()
 			r.data = nil
+			// Its id stays until no claim of its can lie ahead in the
+			// queue (reapProducers).
+			r.qTail = t.q.tail.Load()
+			t.qDead = append(t.qDead, r)
 			continue
 		}
 		keep = append(keep, r)
 	}
 	t.setIn(keep)
+	t.reapProducers()
 	t.inMu.Unlock()
+}
+
+// wakeProducer writes the room bell of producer id (of the receive
+// queue), whose backlog waits for the room just published. Recv side: the
+// bell is closed on this side too (closeRoom), so a descriptor number is
+// never written after it was closed and perhaps reused.
+func (t *Transport) wakeProducer(id uint32) {
+	if r := t.producerOf(id); r != nil {
+		r.kickRoom(&t.cnt.roomWakes)
+	}
+}
+
+// kickRoom writes r's producer's room bell, if open, and counts it in n.
+// Recv side.
+func (r *inRing) kickRoom(n *atomic.Uint64) {
+	if r.room >= 0 {
+		kick(r.room)
+		n.Add(1)
+	}
+}
+
+// closeRoom closes r's producer's room bell. Recv side, or Close.
+func (r *inRing) closeRoom() {
+	if r.room >= 0 {
+		unix.Close(r.room)
+		r.room = -1
+	}
 }

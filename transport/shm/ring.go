@@ -38,18 +38,22 @@ import (
 // which the consumer sees because it acquired the previous record's word,
 // stored after the 0. Any other value is a broken producer.
 const (
-	headOff    = 64
-	magicOff   = 128
-	sizeOff    = 132
-	dataOff    = 4096
-	recHdr     = 8 // length, record word
-	recWordOff = 4 // the record word's offset in a record
-	padMark    = 0xFFFFFFFF
-	refMark    = 0x80000000 | refLen
-	refLen     = 16
-	ringMagic  = 0x676D7872 // "gmxr"
-	ringAlign  = 64
-	minRingLen = 64 << 10
+	headOff  = 64
+	magicOff = 128
+	sizeOff  = 132
+	// ringGateOff: a lane's gate + 1 (0: not yet taken), ringWaitOff:
+	// 1 while its producer's backlog waits for room (lane.go).
+	ringGateOff = 320
+	ringWaitOff = 384
+	dataOff     = 4096
+	recHdr      = 8 // length, record word
+	recWordOff  = 4 // the record word's offset in a record
+	padMark     = 0xFFFFFFFF
+	refMark     = 0x80000000 | refLen
+	refLen      = 16
+	ringMagic   = 0x676D7872 // "gmxr"
+	ringAlign   = 64
+	minRingLen  = 64 << 10
 )
 
 // Doorbell layout: one segment per receiving transport, shared with every

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,16 +23,20 @@ import (
 // transport.
 var errClosed = fmt.Errorf("shm: transport %w", transport.ErrClosed)
 
-// ErrRingFull is SendStrict's error for a frame it dropped: the peer's
-// ring stayed full while its consumer made no progress for
-// Options.FullWait (it is stuck or gone).
+// ErrRingFull is SendStrict's error for a frame it dropped: the
+// transport's backlogs were at their bound, and the peer's consumer made
+// no progress for Options.FullWait while the sender waited for room (it
+// is stuck or gone).
 var ErrRingFull = errors.New("shm: ring full, frame dropped")
 
 // Send writes frames into the rings of their peers, connecting to a peer
-// on its first frame. A full ring is waited on for at most Options.FullWait,
-// then the frame is dropped and counted (the layer above resends, as over
-// any lossy transport). A peer with no socket in the directory fails with
-// transport.ErrUnreachable.
+// on its first frame. A frame that finds its peer's receive queue (or
+// lane) full waits in the pair's backlog (lane.go), and Send goes on.
+// Once the backlogs are at their bound, Send waits for room, and drops
+// the frame (counted; the layer above resends, as over any lossy
+// transport) only after the consumer made no progress for
+// Options.FullWait of that wait. A peer with no socket in the directory
+// fails with transport.ErrUnreachable.
 func (t *Transport) Send(frames []transport.Frame) (int, error) {
 	return t.send(frames, false)
 }
@@ -88,10 +91,14 @@ func (t *Transport) write(o *outRing, frames []transport.Frame, refs, strict boo
 
 // writeLocked is write with o.mu held.
 func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, strict bool) (int, error) {
-	if o.dead.Load() || o.data == nil {
+	if o.dead.Load() || o.shut {
 		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
+	if o.data == nil {
+		return t.writeQueue(o, frames, refs, strict)
+	}
 	o.reapRefs()
+	t.flushBacklog(o)
 	var rec [refLen]byte
 	size := len(o.data)
 	start := o.cur
@@ -106,19 +113,30 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 				o.publish(start)
 				return i, fmt.Errorf("shm: frame %d: %w", i, err)
 			}
-			if ref = refs && t.refRecord(&frames[i], &rec); ref {
+			if ref = refs && len(o.backlog) == 0 && t.refRecord(&frames[i], &rec); ref {
 				data, word = rec[:], refMark
-			} else {
-				r.Copied() // records are written into the ring
 			}
 		}
-		at, ok := t.room(o, recordLen(len(data)), &start)
+		at, ok := uint64(0), false
+		if len(o.backlog) == 0 {
+			at, ok = t.room(o, recordLen(len(data)))
+		}
 		if !ok {
-			t.cnt.dropFull.Add(1)
-			if strict {
-				return i, t.dropErr(o)
+			// Full, or frames wait already: the frame waits in the
+			// backlog, copied (a frame in place too).
+			o.publish(start)
+			if f.Region != nil {
+				f.Region.Copied()
+			}
+			err := t.backlogFrame(o, len(f.Data), f.Data, nil)
+			start = o.cur
+			if err != nil && strict {
+				return i, err
 			}
 			continue
+		}
+		if f.Region != nil && !ref {
+			f.Region.Copied() // records are written into the ring
 		}
 		o.putRecord(at, word, data)
 		o.countSent()
@@ -134,11 +152,10 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 }
 
 // room finds the cursor at which a record of rl bytes goes into o's ring
-// (o.mu held), waiting for the consumer when the ring is full (waitRoom);
-// false: it stayed full, and the record is to be dropped. *start is the
-// cursor of the batch's first record not yet announced: a wait publishes
-// what came before it first.
-func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
+// (o.mu held, or the caller serializes o's writers), or reports that the
+// ring is full: the frame then waits in the pair's backlog (lane.go),
+// since the caller may hold a lock its own receive loop needs.
+func (t *Transport) room(o *outRing, rl int) (uint64, bool) {
 	at, ok := o.reserve(o.headSeen, rl)
 	if ok {
 		return at, true
@@ -147,16 +164,7 @@ func (t *Transport) room(o *outRing, rl int, start *uint64) (uint64, bool) {
 	// the cached one. The load acquires: the consumer is done with every
 	// byte below it.
 	o.headSeen = o.head.Load()
-	if at, ok = o.reserve(o.headSeen, rl); ok {
-		return at, true
-	}
-	o.publish(*start) // wake the consumer to drain what we have
-	*start = o.cur
-	if !t.waitRoom(o, rl) {
-		return 0, false
-	}
-	at, _ = o.reserve(o.headSeen, rl)
-	return at, true
+	return o.reserve(o.headSeen, rl)
 }
 
 // SendParts writes one frame, head followed by the bytes of parts, into
@@ -176,10 +184,10 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 	}
 	if t.serial.Load() {
 		// The caller serializes every send and Close (SerialSends).
-		return t.sendParts(o, head, parts)
+		return t.sendParts(o, head, parts, false)
 	}
 	o.mu.Lock()
-	err = t.sendParts(o, head, parts)
+	err = t.sendParts(o, head, parts, true)
 	o.mu.Unlock()
 	return err
 }
@@ -188,9 +196,12 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 // every other send (Send, SendStrict, SendParts) and with Close, under a
 // lock of its own (mx does: every send holds its board's lock, and no
 // SendParts comes after its endpoints are closed, before the transport
-// is): SendParts then takes no lock of the ring it writes, a locked
+// is): SendParts then takes no lock of the lane it writes, a locked
 // instruction less before the record's word, on the path of every
-// message. Everything else is unchanged: Send and SendStrict still lock
+// message. (A pair without a lane still takes the ring's lock: its
+// frames go through the receive queue, whose claims are locked
+// instructions anyway, and its backlog is shared with the flusher.)
+// Everything else is unchanged: Send and SendStrict still lock
 // the ring, and the transport's own work on a ring (reaping reference
 // records, Region.Pending) touches nothing SendParts writes. A caller
 // that breaks the promise corrupts the ring: the race detector reports
@@ -199,9 +210,11 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 func (t *Transport) SerialSends() { t.serial.Store(true) }
 
 // sendParts is SendParts into ring o, its writers serialized (o.mu or
-// SerialSends).
-func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
-	if o.dead.Load() || o.data == nil {
+// SerialSends). A pair without a lane takes o.mu for its queue and
+// backlog all the same (locked: the caller holds it already), which the
+// backlog's flusher shares.
+func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte, locked bool) error {
+	if o.dead.Load() || o.shut {
 		return fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
 	n := len(head)
@@ -211,11 +224,29 @@ func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte) error {
 	if n > o.mtu {
 		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
 	}
+	if o.data == nil || o.blOn.Load() {
+		// No lane yet, or frames wait in the lane's backlog, which the
+		// flusher shares: o.mu.
+		if !locked {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			locked = true
+		}
+		if !t.laneReady(o, false) {
+			return t.queueFrame(o, n, head, parts)
+		}
+		if t.flushBacklog(o); len(o.backlog) > 0 {
+			return t.backlogFrame(o, n, head, parts)
+		}
+	}
 	start := o.cur
-	at, ok := t.room(o, recordLen(n), &start)
+	at, ok := t.room(o, recordLen(n))
 	if !ok {
-		t.cnt.dropFull.Add(1)
-		return t.dropErr(o)
+		if !locked {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+		}
+		return t.backlogFrame(o, n, head, parts)
 	}
 	o.putParts(at, uint32(n), n, head, parts)
 	o.countSent()
@@ -268,7 +299,9 @@ func (o *outRing) publish(start uint64) {
 	}
 }
 
-// dropErr says why waitRoom gave up on o's ring.
+// dropErr says why a frame to o's peer was dropped: its consumer took
+// nothing for FullWait while the sender waited for room in the full
+// backlogs (lane.go), or it or we went away.
 func (t *Transport) dropErr(o *outRing) error {
 	switch {
 	case t.closed.Load():
@@ -278,41 +311,6 @@ func (t *Transport) dropErr(o *outRing) error {
 	}
 	return fmt.Errorf("%w: board %v took nothing from its ring for %v (it is stuck or gone; Options.FullWait sets how long to wait)",
 		ErrRingFull, o.peer, t.opts.FullWait)
-}
-
-// waitRoom waits until rl bytes fit. It gives up only when the consumer
-// made no progress for FullWait (it is stuck or gone), so a slow but live
-// receiver delays its senders rather than losing frames; after that, frames
-// to it are dropped at once until its cursor moves again.
-func (t *Transport) waitRoom(o *outRing, rl int) bool {
-	if o.stalled && o.head.Load() == o.stalledAt {
-		return false // it already timed out and has not moved since
-	}
-	o.stalled = false
-	deadline := time.Now().Add(t.opts.FullWait)
-	for i := 0; ; i++ {
-		h := o.head.Load()
-		if h != o.headSeen {
-			o.headSeen = h
-			deadline = time.Now().Add(t.opts.FullWait)
-		}
-		if _, ok := o.reserve(o.headSeen, rl); ok {
-			return true
-		}
-		if o.dead.Load() || t.closed.Load() {
-			return false
-		}
-		if i&63 == 63 {
-			if time.Now().After(deadline) {
-				// Stuck: drop frames at once until it moves again.
-				o.stalled, o.stalledAt = true, h
-				return false
-			}
-			time.Sleep(10 * time.Microsecond)
-		} else {
-			runtime.Gosched()
-		}
-	}
 }
 
 // outFor returns the ring to peer, connecting on first use and again after
@@ -329,7 +327,9 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		}
 		delete(t.out, peer)
 		t.snapOut()
-		o.close()
+		if o.close() {
+			t.lanesOut.Add(-1)
+		}
 		t.cnt.sent.Add(o.sent.Load()) // its count outlives it
 	}
 	o, err := t.dial(peer)
@@ -375,73 +375,69 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	}
 	t.connected(peer, pid)
 	c.SetDeadline(time.Now().Add(handshakeTTL))
-	size := t.ringSize()
-	// Hugepages only for a ring that fills them: a smaller one would
-	// take a whole 2 MiB page.
-	seg, fd, err := newSegment("gomx-ring", ringSegLen(size), !t.opts.NoHugepages && ringSegLen(size)%hugePage == 0)
-	if err != nil {
-		return fail(err)
-	}
 	le := binary.LittleEndian
-	le.PutUint32(seg.mem[magicOff:], ringMagic)
-	le.PutUint32(seg.mem[sizeOff:], uint32(size))
 	hello := make([]byte, helloLen)
 	le.PutUint32(hello, helloMagic)
 	le.PutUint32(hello[4:], version)
 	le.PutUint64(hello[8:], uint64(t.nic))
-	le.PutUint32(hello[16:], uint32(t.opts.MTU))
-	le.PutUint32(hello[20:], uint32(size))
-	le.PutUint64(hello[24:], t.word.Load())
-	err = sendFD(c, hello, fd)
-	unix.Close(fd) // the peer holds its own descriptor now
-	if err != nil {
-		seg.unmap()
+	le.PutUint64(hello[16:], t.word.Load())
+	// Our room bell goes with the hello: the consumer writes it when it
+	// frees room a backlog of ours waits for (lane.go).
+	if err := sendFD(c, hello, t.roomBell.fd); err != nil {
 		return fail(fmt.Errorf("%w: board %v: handshake: %v", transport.ErrUnreachable, peer, err))
 	}
 	w, fds, err := recvFD(c, welcomeLen, 2)
 	if err != nil {
-		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v refused the connection: %v", transport.ErrUnreachable, peer, err))
 	}
 	bfd, ev := fds[0], fds[1]
+	mtu, qid, qsize := min(t.opts.MTU, int(le.Uint32(w[8:]))), le.Uint32(w[12:]), int(le.Uint32(w[16:]))
 	if le.Uint32(w) != welcomeMagic || le.Uint32(w[4:]) != version {
 		unix.Close(bfd)
 		unix.Close(ev)
-		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v: bad welcome (a gomx of another version?)", transport.ErrUnreachable, peer))
+	}
+	if qid == 0 || qid > qMaxID || qsize > maxQueueSize || qsize&(qsize-1) != 0 || qsize < minFrames*cellsFor(mtu)*cellLen {
+		unix.Close(bfd)
+		unix.Close(ev)
+		return fail(fmt.Errorf("%w: board %v: a receive queue of %d bytes for producer %d (MTU %d) breaks the layout", transport.ErrUnreachable, peer, qsize, qid, mtu))
 	}
 	if err := checkBellEvent(ev); err != nil {
 		unix.Close(bfd)
-		seg.unmap()
 		return fail(fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err))
 	}
-	bell, err := mapPeerFD(bfd, bellLen, bellLen)
+	bell, err := mapPeerFD(bfd, queueSegLen(qsize), queueSegLen(qsize))
 	if err != nil {
 		unix.Close(ev)
-		seg.unmap()
 		return fail(err)
 	}
 	c.SetDeadline(time.Time{})
-	o := &outRing{peer: peer, pid: pid, seg: seg, bell: bell, producer: newProducer(seg.mem[dataOff:dataOff+size], 0), conn: c,
-		head: u64At(seg.mem, headOff),
-		slp:  u32At(bell.mem, bellSleepOff), ev: ev,
-		notifyWords: notifyWords{notify: u32At(seg.mem, ringNotifyOff), sum: u64At(bell.mem, bellSumOff)},
-		mtu:         min(t.opts.MTU, int(le.Uint32(w[8:]))), wakes: &t.cnt.wakes,
-		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), gone: make(chan struct{})}
+	o := &outRing{peer: peer, pid: pid, bell: bell, conn: c,
+		slp: u32At(bell.mem, bellSleepOff), ev: ev,
+		notifyWords: notifyWords{sum: u64At(bell.mem, bellSumOff)},
+		q:           qProducer{queue: newQueue(bell.mem), id: qid},
+		mtu:         mtu, wakes: &t.cnt.wakes, blBytes: &t.blBytes, dropped: &t.cnt.dropFull,
+		lanesCnt: &t.cnt.lanes, refusedCnt: &t.cnt.lanesRefused,
+		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
+		noLane: t.opts.Lanes == 0}
 	return o, nil
 }
 
 // close unmaps the ring and the peer's doorbell and closes the connection
-// (the consumer then drops its side).
-func (o *outRing) close() {
+// (the consumer then drops its side). It reports whether the pair had a
+// lane (or had asked for one), which no longer counts against Lanes.
+func (o *outRing) close() (lane bool) {
 	o.mu.Lock()
 	o.completeRefs()
+	o.dropBacklog()
 	o.conn.Close()
 	o.seg.unmap()
 	o.bell.unmap()
 	unix.Close(o.ev)
-	o.data = nil
+	o.data, o.shut = nil, true
+	lane = o.laneBytes.Swap(0) != 0
 	o.mu.Unlock()
+	return lane
 }
 
 // Reaches reports whether a board with NIC id peer listens in the endpoint

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -46,24 +45,41 @@ type Options struct {
 	// (records start on cache lines). Default 4 MiB minus the 4 KiB header
 	// (two 2 MiB hugepages per ring).
 	RingSize int
-	// RingBudget bounds the ring segments a transport writes, together,
-	// as a job grows: a new ring gets RingSize, or RingBudget divided
-	// among the other boards the endpoint directory lists when that is
-	// less, but never less than three frames of the MTU (ringSize).
-	// Since each process also maps the rings its peers write to it, a
-	// process of a job whose processes all talk to each other maps about
-	// twice RingBudget. Default 30 MiB; negative: every ring is RingSize.
+	// RingBudget bounds the lanes (per-pair rings) a transport writes,
+	// together: a new lane gets RingSize, or RingBudget divided among
+	// the lanes it may have (Lanes, or the other boards the endpoint
+	// directory lists when they are fewer) when that is less, but never
+	// less than three frames of the MTU (ringSize). Since a process also
+	// maps the lanes its peers write to it, at most Lanes of them, it
+	// maps at most about twice RingBudget in lanes. Default 8 MiB;
+	// negative: every lane is RingSize.
 	RingBudget int
+	// QueueSize is the bytes of the transport's receive queue, which
+	// every producer without a lane to it writes into and maps (see
+	// queue.go): rounded up to a power of two that holds three frames of
+	// the MTU. Default DefaultQueueSize (256 KiB).
+	QueueSize int
+	// LaneAfter is how many frames to a peer go through its receive
+	// queue before the pair gets a lane of its own (if both ends have
+	// one to spare: Lanes). Default 64; negative: at the first frame.
+	LaneAfter int
+	// Lanes bounds the lanes a transport writes, and the lanes it
+	// accepts from its peers: the pairs past the bound keep the queue.
+	// Default 4; negative: no lanes (every frame through the queue).
+	Lanes int
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
 	// Spin is how long Recv polls the rings before sleeping on the
 	// doorbell's eventfd. Default $GOMX_SHM_SPIN (a Go duration), else 20µs;
 	// negative: never spin.
 	Spin time.Duration
-	// FullWait is how long Send waits for room in a full ring whose
-	// receiver makes no progress before it drops the frame (counted;
-	// SendStrict fails with ErrRingFull).
-	// Default 1s: a live receiver on a busy machine can stall that long.
+	// FullWait is how long a sender whose backlogs (frames that found
+	// their receiver's queue or lane full) have reached their bound
+	// waits for a receiver that takes nothing before it drops the frame
+	// (counted; SendStrict fails with ErrRingFull). Below the bound a
+	// frame waits in the backlog however long its receiver takes, and
+	// the sender does not wait. Default 1s: a live receiver on a busy
+	// machine can stall that long.
 	FullWait time.Duration
 }
 
@@ -87,6 +103,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RingBudget == 0 {
 		o.RingBudget = DefaultRingBudget
+	}
+	if o.LaneAfter == 0 {
+		o.LaneAfter = defaultLaneAfter
+	}
+	if o.Lanes == 0 {
+		o.Lanes = defaultLanes
+	}
+	if o.Lanes < 0 {
+		o.Lanes = 0
 	}
 	if o.Spin == 0 {
 		o.Spin = 20 * time.Microsecond
@@ -113,19 +138,26 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("shm: MTU %d outside 256..1MiB", o.MTU)
 	case o.RingSize%ringAlign != 0 || o.RingSize < 4*recordLen(o.MTU) || o.RingSize < minRingLen:
 		return o, fmt.Errorf("shm: ring size %d must be a multiple of 64 holding 4 frames of the MTU (%d) and at least %d", o.RingSize, o.MTU, minRingLen)
+	case o.QueueSize < 0 || o.QueueSize > maxQueueSize:
+		return o, fmt.Errorf("shm: queue size %d outside 0..%d (0 takes the default)", o.QueueSize, maxQueueSize)
 	}
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	o.QueueSize = queueSizeFor(o.QueueSize, o.MTU)
 	return o, nil
 }
 
 // Handshake messages, on the SOCK_SEQPACKET connection a producer opens to
-// the consumer's socket: hello (producer → consumer, with the ring's memfd)
-// and welcome (consumer → producer, with the doorbell's memfd and eventfd).
+// the consumer's socket: hello (producer → consumer) and welcome (consumer
+// → producer, with the memfd of the doorbell and receive queue, and the
+// eventfd). A lane comes later, over the same connection (lane.go).
 const (
 	helloMagic   = 0x676D7868 // "gmxh"
 	welcomeMagic = 0x676D7877 // "gmxw"
-	helloLen     = 32         // magic u32, version u32, nic u64, mtu u32, size u32, word u64
-	welcomeLen   = 12         // magic u32, version u32, mtu u32
-	version      = 5          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings
+	helloLen     = 24         // magic u32, version u32, nic u64, word u64; with the producer's room bell
+	welcomeLen   = 20         // magic u32, version u32, mtu u32, producer id u32, queue size u32
+	version      = 7          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting
 	handshakeTTL = 5 * time.Second
 )
 
@@ -145,24 +177,19 @@ type Transport struct {
 	bell   segment // our doorbell, mapped by every producer sending to us
 	bellFd int     // its memfd, passed to each producer; closed by Close
 	slp    *atomic.Uint32
-	// ev is the doorbell's eventfd (evFd, owned by ev, passed to each
-	// producer with the memfd): a sleeping Recv reads it, parked in the
-	// runtime's poller (see sleep). evBuf and evDeadline (a read
-	// deadline is set) belong to Recv, under rmu. evRaw and evRead (made
-	// once, at Open) read it through the poller without allocating: a
-	// Read of ev wraps every deadline it meets in a new *os.PathError.
-	ev         *os.File
-	evFd       int
-	evRaw      syscall.RawConn
-	evRead     func(fd uintptr) bool
-	evBuf      [8]byte
-	evDeadline bool
+	// ev is the doorbell's eventfd, passed to each producer with the
+	// memfd: a sleeping Recv waits on it (under rmu; see sleep). roomBell is
+	// the flusher's: passed to each consumer with our hello, which
+	// writes it when it frees room our backlogs wait for (lane.go).
+	ev       *eventBell
+	roomBell *eventBell
 
 	inMu sync.Mutex
 	in   atomic.Pointer[[]*inRing] // copy on write under inMu (setIn)
 	// groups lists the rings of each summary bit (setIn); nextBit is the
 	// bit of the next ring (under inMu). See notify.go.
 	groups  atomic.Pointer[ringGroups]
+	nLanes  atomic.Int32 // the lanes in groups
 	nextBit int
 	// sum is the summary word in our doorbell; fullScan asks the Recv
 	// side to look at every ring once (a ring's producer went away).
@@ -206,17 +233,47 @@ type Transport struct {
 	toCommit bool
 	touched  []*inRing
 	anyGone  bool
-	// The record Peek returned, for Take: its ring, its index in the hot
-	// set (-1: a cold ring) and the record's length (under the caller's
-	// lock).
+	// The record Peek returned, for Take: its ring (nil and peekedQ: the
+	// queue's), its index in the hot set (-1: a cold ring) and the
+	// record's length (under the caller's lock).
+	peekedQ   bool
 	peeked    *inRing
 	peekedAt  int
 	peekedLen uint64
 	closed    atomic.Bool
 	wg        sync.WaitGroup
 
+	// The receive queue (queue.go, lane.go): the consumer's view (Recv
+	// side); the producers' ids (under inMu), with those of producers
+	// that went away kept until no claim of theirs can lie ahead; the
+	// lanes written to us (under inMu) and by us (under outMu).
+	q        qConsumer
+	qProd    map[uint32]*inRing
+	qDead    []*inRing
+	qSeen    map[uint32]*inRing // the Recv side's copy of qProd's entries it used
+	qNextID  uint32
+	qHigh    atomic.Uint32 // the highest producer id given (qWaiters)
+	lanesIn  int
+	lanesOut atomic.Int32
+	// laneSeg makes a lane's segment (newSegment; a test's replacement
+	// holds it back to show that senders do not wait for it).
+	laneSeg func(name string, n int, huge bool) (segment, int, error)
+	// The backlogs (lane.go): the rings that have one (under blMu, as
+	// is flushing: the flusher runs), and the bytes they hold.
+	blMu     sync.Mutex
+	blOuts   []*outRing
+	pollList []*outRing // pollBacklogs' copy of blOuts (Recv side)
+	flushing bool
+	blBytes  atomic.Int64
+
 	cnt struct {
 		sent, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
+		// lane.go: lanes opened, lanes a peer refused, claims of dead
+		// producers skipped, queue broken by a producer.
+		lanes, lanesRefused, qSkipped, qBroken atomic.Uint64
+		// frames that went into a backlog, and room bells written for
+		// backlogs (by us as a consumer) (lane.go)
+		backlogged, roomWakes atomic.Uint64
 		// recvd has one writer at a time: the Recv side, which is
 		// serialized (rmu in Recv, the caller's lock around Peek and
 		// Take): a count without a locked instruction per frame.
@@ -265,6 +322,23 @@ type inRing struct {
 	word  uint64 // what it published (see Publish)
 	segMu sync.RWMutex
 	segs  map[uint32]segment // the producer's pool segments (pool.go)
+	// qid is the producer's id in our receive queue; gate, once the
+	// producer has a lane (data != nil), the queue cursor past its last
+	// record there: the lane is read only once the queue's cursor has
+	// reached it (0: open; gatePending: not yet read from gateW, the
+	// word in the lane's header), so the pair's frames stay in order
+	// (lane.go). wait is the lane's word that its producer's backlog
+	// waits for room. qTail: for a producer that went away, the queue's
+	// tail then.
+	qid   uint32
+	gate  uint64
+	gateW *atomic.Uint64
+	wait  *atomic.Uint32
+	qTail uint64
+	// room is the producer's room bell (an eventfd it passed with its
+	// hello): the Recv side writes it when it frees room the producer's
+	// backlog waits for (lane.go), and closes it with the ring (-1 then).
+	room int
 }
 
 // outRing is a ring we write to another process.
@@ -275,17 +349,15 @@ type outRing struct {
 	bell     segment
 	producer // the data area and our cursor (ring.go)
 	notifyWords
-	head      *atomic.Uint64
-	slp       *atomic.Uint32
-	ev        int    // the consumer's eventfd (see kick); closed by close
-	headSeen  uint64 // cached consumer head: reloaded only when the ring looks full
-	stalled   bool   // a wait for room timed out with the consumer at stalledAt
-	stalledAt uint64
-	mtu       int
-	conn      *net.UnixConn
-	pid       int // the consumer's process (SO_PEERCRED)
-	dead      atomic.Bool
-	wakes     *atomic.Uint64 // the transport's count of wake-ups sent
+	head     *atomic.Uint64
+	slp      *atomic.Uint32
+	ev       int    // the consumer's eventfd (see kick); closed by close
+	headSeen uint64 // cached consumer head: reloaded only when the ring looks full
+	mtu      int
+	conn     *net.UnixConn
+	pid      int // the consumer's process (SO_PEERCRED)
+	dead     atomic.Bool
+	wakes    *atomic.Uint64 // the transport's count of wake-ups sent
 	// sent counts the frames written: per ring, so senders to different
 	// peers share no counter; its writers are serialized (o.mu, or the
 	// caller of SerialSends), so it is counted without a locked
@@ -295,8 +367,41 @@ type outRing struct {
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
 	acks      chan ctlAnswer
+	laneAns   chan uint32   // the consumer's answer to a lane (lane.go)
 	gone      chan struct{} // closed when the connection closes
-	refs      []refPending  // reference records the consumer has not passed (inplace.go)
+	// q is the consumer's receive queue, which frames go through while
+	// the pair has no lane (data == nil); viaQueue counts them, and
+	// noLane says a lane was refused (or none is to be had).
+	q        qProducer
+	viaQueue int
+	noLane   bool
+	// laneAsked: a lane was passed to the consumer (askLane; its
+	// segment in seg until taken); laneOK: its answer as laneReady read
+	// it (0: none yet, 1: accepted, 2: refused). lanesCnt and refusedCnt
+	// are the transport's counts of answers. wait is the lane's word
+	// that a backlog waits for room in it (lane.go).
+	laneAsked            bool
+	making               bool // makeLane makes the lane (lane.go)
+	laneOK               uint8
+	lanesCnt, refusedCnt *atomic.Uint64
+	wait                 *atomic.Uint32
+	shut                 bool // closed (close)
+	// backlog holds copies of the pair's frames, in order, that wait for
+	// room in the consumer's queue (lane.go); blListed: in the
+	// transport's blOuts (under its blMu). blBytes and dropped are the
+	// transport's byte count of the backlogs and its count of frames
+	// dropped. All but blListed under mu.
+	backlog  [][]byte
+	blListed bool
+	// blOn says the backlog holds frames (stored under mu): a writer
+	// of a lane after SerialSends, which takes no lock, takes mu then.
+	blOn    atomic.Bool
+	blBytes *atomic.Int64
+	dropped *atomic.Uint64
+	// laneBytes is the lane's segment length once it is written (0: no
+	// lane), for Footprint.
+	laneBytes atomic.Int64
+	refs      []refPending // reference records the consumer has not passed (inplace.go)
 }
 
 // Open creates the board's doorbell and listens on its socket in the
@@ -310,38 +415,39 @@ func Open(opts Options) (*Transport, error) {
 		return nil, err
 	}
 	stale := sweepStale(o.Dir) // stale.go
-	bell, bfd, err := newSegment("gomx-doorbell", bellLen, false)
+	bell, bfd, err := newSegment("gomx-doorbell", queueSegLen(o.QueueSize), false)
 	if err != nil {
 		return nil, err
 	}
-	ev, evFd, err := newBellEvent()
+	initQueue(bell.mem)
+	ev, err := newEventBell("doorbell")
 	if err != nil {
 		bell.unmap()
 		unix.Close(bfd)
 		return nil, err
 	}
-	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, evFd: evFd, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
+	room, err := newEventBell("room bell")
+	if err != nil {
+		bell.unmap()
+		unix.Close(bfd)
+		ev.close()
+		return nil, err
+	}
+	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
+	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
+	if o.Lanes == 0 {
+		t.q.lanesFull.Store(1) // it takes none
+	}
 	t.slp = u32At(bell.mem, bellSleepOff)
 	t.sum = u64At(bell.mem, bellSumOff)
-	if t.evRaw, err = ev.SyscallConn(); err != nil {
-		bell.unmap()
-		unix.Close(bfd)
-		ev.Close()
-		return nil, fmt.Errorf("shm: the doorbell's eventfd: %w", err)
-	}
-	t.evRead = func(fd uintptr) bool {
-		// Done unless the count is still 0 (EAGAIN): then the poller
-		// parks the goroutine until the eventfd is readable.
-		_, err := unix.Read(int(fd), t.evBuf[:])
-		return err != unix.EAGAIN
-	}
 	t.setIn(nil)
 	if err := t.listen(); err != nil {
 		bell.unmap()
 		unix.Close(bfd)
-		ev.Close()
+		ev.close()
+		room.close()
 		return nil, err
 	}
 	t.wg.Add(1)
@@ -418,9 +524,10 @@ func (t *Transport) Addr() transport.NICID { return t.nic }
 // MTU returns the largest frame.
 func (t *Transport) MTU() int { return t.opts.MTU }
 
-// FullWait returns how long Send waits for room in a full ring before it
-// drops a frame (Options.FullWait): the rings lose no frame sooner, so a
-// layer above that resends lost frames need not look for losses earlier.
+// FullWait returns how long a Send that found the backlogs at their bound
+// waits for a consumer that takes nothing before it drops a frame
+// (Options.FullWait): the rings lose no frame sooner, so a layer above
+// that resends lost frames need not look for losses earlier.
 func (t *Transport) FullWait() time.Duration { return t.opts.FullWait }
 
 // Board returns the board number.
@@ -451,9 +558,10 @@ func (t *Transport) accept() {
 	}
 }
 
-// welcome checks a producer (same user, sane ring), maps its ring, answers
-// with the doorbell and starts watching the connection: when it closes, the
-// producer is gone and its ring is dropped.
+// welcome checks a producer (same user), gives it an id in the receive
+// queue, answers with the doorbell and queue and starts watching the
+// connection: when it closes, the producer is gone. Its lane, if it asks
+// for one later, comes over the same connection (inLane, lane.go).
 func (t *Transport) welcome(c *net.UnixConn) error {
 	uid, pid, err := peerCred(c)
 	if err != nil {
@@ -467,52 +575,30 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	if err != nil {
 		return err
 	}
-	fd := fds[0]
 	le := binary.LittleEndian
 	peer := transport.NICID(le.Uint64(msg[8:]))
-	mtu, size := int(le.Uint32(msg[16:])), int(le.Uint32(msg[20:]))
-	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 ||
-		mtu > t.opts.MTU || size%ringAlign != 0 || size < minRingLen || size < minFrames*recordLen(mtu) || size > 1<<30 {
-		unix.Close(fd)
+	if le.Uint32(msg) != helloMagic || le.Uint32(msg[4:]) != version || peer&^transport.NICIDMask != 0 {
+		closeAll(fds)
 		return errors.New("shm: bad hello")
 	}
-	seg, err := mapPeerFD(fd, ringSegLen(size), ringSegLen(size)+hugePage)
-	if err != nil {
+	if err := checkBellEvent(fds[0]); err != nil {
 		return err
 	}
-	if le.Uint32(seg.mem[magicOff:]) != ringMagic || int(le.Uint32(seg.mem[sizeOff:])) != size {
-		seg.unmap()
-		return errors.New("shm: bad ring header")
-	}
-	r := &inRing{peer: peer, seg: seg, data: seg.mem[dataOff : dataOff+size], conn: c, pid: pid, word: le.Uint64(msg[24:]),
-		head: u64At(seg.mem, headOff)}
-	r.cur = r.head.Load()
-	if r.cur%ringAlign != 0 {
-		seg.unmap()
-		return fmt.Errorf("shm: a ring whose head %d is not on a %d-byte line", r.cur, ringAlign)
-	}
-	r.pos, r.pubHead = r.cur%uint64(size), r.cur
-	r.wordAt = u32At(r.data, int(r.pos)+recWordOff)
-	r.pubEvery = min(uint64(size/8), pubEvery)
-	r.notify = u32At(seg.mem, ringNotifyOff)
+	r := &inRing{peer: peer, conn: c, pid: pid, word: le.Uint64(msg[16:]), room: fds[0]}
 	t.connected(peer, pid) // before the producer can send a frame
-	// The ring joins the receive set before the producer hears back: its
-	// first frame may ring the doorbell right after the welcome, and a Recv
-	// woken then must find the ring.
 	t.inMu.Lock()
 	if t.closed.Load() {
 		t.inMu.Unlock()
-		seg.unmap()
+		unix.Close(r.room)
 		return net.ErrClosed
 	}
+	if !t.newProducerID(r) {
+		t.inMu.Unlock()
+		unix.Close(r.room)
+		return errors.New("shm: no free producer id in the receive queue")
+	}
 	old := *t.in.Load()
-	nw := append(append(make([]*inRing, 0, len(old)+1), old...), r)
-	// Cold until it delivers (notify.go): set before the producer hears
-	// back, so its first record sets the bit.
-	r.bit = t.nextBit & 63
-	t.nextBit++
-	r.notifyCold()
-	t.setIn(nw)
+	t.setIn(append(append(make([]*inRing, 0, len(old)+1), old...), r))
 	t.inMu.Unlock()
 	// Both descriptors stay open until Close, which closes them after this
 	// goroutine (accept) has returned.
@@ -520,9 +606,12 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	le.PutUint32(w, welcomeMagic)
 	le.PutUint32(w[4:], version)
 	le.PutUint32(w[8:], uint32(t.opts.MTU))
-	if err := sendFD(c, w, t.bellFd, t.evFd); err != nil {
-		// Recv unmaps it (and closes c) at its next call.
+	le.PutUint32(w[12:], r.qid)
+	le.PutUint32(w[16:], uint32(t.opts.QueueSize))
+	if err := sendFD(c, w, t.bellFd, t.ev.fd); err != nil {
+		// Recv drops it (and closes c) at its next call.
 		r.dead.Store(true)
+		t.fullScan.Store(true)
 		t.ring()
 		return nil
 	}
@@ -571,6 +660,8 @@ func (t *Transport) watch(c *net.UnixConn, dead *atomic.Bool, peer transport.NIC
 	// looks at every ring once, and finds this one dead (notify.go).
 	t.fullScan.Store(true)
 	t.ring()
+	// A backlog to the peer is dropped by the flusher, which may sleep.
+	t.roomBell.ring()
 }
 
 // Lost peers are reported per process, not per connection. A peer process
@@ -679,4 +770,4 @@ func (t *Transport) Wake() {
 // ring wakes our own Recv: the eventfd's count stays up until a Recv
 // reads it, so one that is about to sleep returns at once. After Close the
 // file is closed and the write fails, harmlessly.
-func (t *Transport) ring() { _, _ = t.ev.Write(eventOne) }
+func (t *Transport) ring() { t.ev.ring() }

@@ -9,9 +9,9 @@ import "golang.org/x/sys/unix"
 func (t *Transport) ArmSleep() (fd int, sleep bool) {
 	t.slp.Store(1)
 	if t.Pending() || t.wakeReq.Load() {
-		return t.evFd, false
+		return t.ev.fd, false
 	}
-	return t.evFd, true
+	return t.ev.fd, true
 }
 
 // EndSleep ends a sleep ArmSleep prepared, and reads the eventfd's count
@@ -20,6 +20,6 @@ func (t *Transport) EndSleep(readable bool) {
 	t.slp.Store(0)
 	if readable {
 		var b [8]byte
-		_, _ = unix.Read(t.evFd, b[:])
+		_, _ = unix.Read(t.ev.fd, b[:])
 	}
 }

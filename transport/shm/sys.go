@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,18 +88,62 @@ func mapPeerFD(fd, min, max int) (segment, error) {
 	return segment{mem: mem}, nil
 }
 
-// newBellEvent creates the receiver's wake-up descriptor: an eventfd,
-// non-blocking, so that os.NewFile registers it with the Go runtime's
-// poller and a Read of it parks the goroutine, not its thread (see
-// Transport.sleep). It returns the file and its descriptor, which the file
-// owns (for passing to producers while the file is open).
-func newBellEvent() (*os.File, int, error) {
+// eventBell is an eventfd that a goroutine sleeps on and other processes
+// write (kick) to wake it: a receiver's doorbell, and a producer's room
+// bell, which consumers write when they free room its backlogs wait for
+// (lane.go). The descriptor is non-blocking, so os.NewFile registers it
+// with the Go runtime's poller and a wait parks the goroutine, not its
+// thread (see Transport.sleep); raw and read (made once, at creation)
+// read it through the poller without allocating: a Read of the file wraps
+// every deadline it meets in a new *os.PathError. buf and deadline (a read
+// deadline is set) belong to the one goroutine that waits.
+type eventBell struct {
+	f        *os.File
+	fd       int // owned by f; passed to peers while f is open
+	raw      syscall.RawConn
+	read     func(fd uintptr) bool
+	buf      [8]byte
+	deadline bool
+}
+
+// newEventBell creates an eventBell; what names it in errors.
+func newEventBell(what string) (*eventBell, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		return nil, -1, fmt.Errorf("shm: eventfd for the doorbell: %w", err)
+		return nil, fmt.Errorf("shm: eventfd for the %s: %w", what, err)
 	}
-	return os.NewFile(uintptr(fd), "gomx-doorbell-event"), fd, nil
+	b := &eventBell{f: os.NewFile(uintptr(fd), "gomx-"+what), fd: fd}
+	if b.raw, err = b.f.SyscallConn(); err != nil {
+		b.f.Close()
+		return nil, fmt.Errorf("shm: the %s's eventfd: %w", what, err)
+	}
+	b.read = func(fd uintptr) bool {
+		// Done unless the count is still 0 (EAGAIN): then the poller
+		// parks the goroutine until the eventfd is readable.
+		_, err := unix.Read(int(fd), b.buf[:])
+		return err != unix.EAGAIN
+	}
+	return b, nil
 }
+
+// wait sleeps until the eventfd is written or until deadline (zero: no
+// bound), and resets its count. Any outcome returns: a count read, the
+// deadline passed (the caller checks its clock), or an error (the file was
+// closed: the caller checks why).
+func (b *eventBell) wait(deadline time.Time) {
+	if !deadline.IsZero() || b.deadline {
+		_ = b.f.SetReadDeadline(deadline)
+		b.deadline = !deadline.IsZero()
+	}
+	_ = b.raw.Read(b.read)
+}
+
+// ring writes the eventfd from this process: its sleeper returns, or its
+// next wait returns at once. After close the write fails, harmlessly.
+func (b *eventBell) ring() { _, _ = b.f.Write(eventOne) }
+
+// close closes the eventfd; a wait in progress returns.
+func (b *eventBell) close() { b.f.Close() }
 
 // checkBellEvent makes sure fd, passed by a consumer, is an eventfd and
 // makes it non-blocking (the consumer's own is already), so that kick

@@ -133,7 +133,7 @@ func TestSpinFromEnv(t *testing.T) {
 // and a producer waiting for room still sees it move.
 func TestFullRingKeepsMoving(t *testing.T) {
 	const mtu, count = 16000, 600
-	a, b := newTestPair(t, Options{MTU: mtu, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute})
+	a, b := newTestPair(t, ringOpts(Options{MTU: mtu, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute}))
 	defer a.Close()
 	defer b.Close()
 	frame := func(i int) []byte {
@@ -180,19 +180,22 @@ func TestFullRingKeepsMoving(t *testing.T) {
 	}
 }
 
-// TestStuckReceiverFailsSendStrict: a ring whose consumer takes nothing
-// for FullWait makes SendStrict fail with ErrRingFull for the frame that
-// found no room (counted), the frames before it arrive intact, and once
-// the consumer drains the ring, it works again.
+// TestStuckReceiverFailsSendStrict: frames to a lane whose consumer takes
+// nothing wait in the pair's backlog once the ring is full, until the
+// consumer has taken nothing for FullWait (or the backlogs are full):
+// then SendStrict fails with ErrRingFull for the frame that found no room
+// (counted), the frames before it arrive intact, in order (the backlog's
+// through the lane as the consumer frees room), and once the consumer
+// drains the ring, it works again.
 func TestStuckReceiverFailsSendStrict(t *testing.T) {
 	const size = 4000
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond}))
 	defer a.Close()
 	defer b.Close()
 	frame := func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, size) }
 	sent := 0
 	var err error
-	for ; sent < 2*minRingLen/size; sent++ { // the ring holds fewer
+	for ; sent < 2*maxBacklog/size; sent++ { // the ring and the backlogs hold fewer
 		var n int
 		if n, err = a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: frame(sent)}}); err != nil {
 			if n != 0 {
@@ -318,7 +321,7 @@ func TestSendParts(t *testing.T) {
 }
 
 func testSendParts(t *testing.T, serial bool) {
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Millisecond}))
 	defer a.Close()
 	defer b.Close()
 	if serial {
@@ -349,7 +352,7 @@ func testSendParts(t *testing.T, serial bool) {
 		t.Fatalf("an 8001-byte frame: %v, want ErrTooBig", err)
 	}
 	var err error
-	for i := 0; i < 2*minRingLen/4000 && err == nil; i++ { // the ring holds fewer
+	for i := 0; i < 2*maxBacklog/4000 && err == nil; i++ { // the ring and the backlogs hold fewer
 		err = a.SendParts(b.Addr(), nil, [][]byte{make([]byte, 4000)})
 	}
 	if !errors.Is(err, ErrRingFull) {
@@ -364,7 +367,7 @@ func testSendParts(t *testing.T, serial bool) {
 // frame arrives whole and in each sender's order, and the transports
 // count every frame sent and received.
 func TestSerialSends(t *testing.T) {
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: time.Minute}))
 	defer a.Close()
 	defer b.Close()
 	a.SerialSends()
@@ -426,7 +429,7 @@ func TestSerialSends(t *testing.T) {
 // with Peek and Take through many laps of a small ring gives the space
 // back: its producer never finds the ring full. Pads are left to Recv.
 func TestPeekTake(t *testing.T) {
-	a, b := newTestPair(t, Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Second})
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Second}))
 	defer a.Close()
 	defer b.Close()
 	if _, _, ok, empty := b.Peek(); ok || !empty {
