@@ -60,6 +60,8 @@ type world struct {
 	// on rank 0, the slowest rank's, for the rows.
 	startup    time.Duration
 	startupMax time.Duration
+	// bound: --procs bound this rank's process to one CPU (bindRanks).
+	bound bool
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx
