@@ -2,6 +2,7 @@ package mx
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -224,5 +225,87 @@ func TestOversubAutoInOneProcess(t *testing.T) {
 	pr.ba.mu.Unlock()
 	if y, procs, n := pr.ba.Oversubscribed(); y || procs != 1 || n < 1 {
 		t.Fatalf("Oversubscribed: %v, %d processes, %d CPUs: want no, 1, at least 1", y, procs, n)
+	}
+}
+
+// TestYieldingWaiterTakesAllThatWaits: a yielding waiter whose rings hold
+// several messages takes them one look after another and gives its CPU
+// away only after a look that found nothing: the messages that came for
+// its other receives while it waited (an alltoall's, from every peer)
+// cost it no yield, where each yield on a CPU that other ranks share is a
+// context switch.
+func TestYieldingWaiterTakesAllThatWaits(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Yield = YieldAlways
+	o.SpinMax = time.Hour
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	ctx := testCtx(t, time.Minute)
+	s := pr.ba.spinSrcs[0]
+	// The receive loop stays away from rings a waiter polls (stayAway):
+	// a poller of the test's own keeps it away, so the messages wait in
+	// the rings for the measured waiter alone.
+	s.pollIn.Add(1)
+	defer func() {
+		s.pollLeft.Add(1)
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}()
+	const others = 16
+	for attempt := 0; ; attempt++ {
+		if attempt == 20 {
+			t.Fatal("the receive loop took the rings in every attempt")
+		}
+		s.kick()
+		waitUntil(t, "the receive loop to leave the rings", func() bool {
+			if !s.mu.TryLock() {
+				s.kick()
+				return false
+			}
+			s.mu.Unlock()
+			return true
+		})
+		st0 := pr.ba.WaitStats()
+		base := uint64(attempt+1) << 8
+		var reqs []*Request
+		bufs := make([][]byte, others+1)
+		for i := range bufs {
+			bufs[i] = make([]byte, 8)
+			r, err := pr.a.IRecv([][]byte{bufs[i]}, base+uint64(i), ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs = append(reqs, r)
+		}
+		for i := range bufs {
+			sr, err := pr.b.ISend([][]byte{[]byte(fmt.Sprintf("msg %4d", i))}, pr.btoa, base+uint64(i), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustWait(t, sr, time.Minute)
+		}
+		// The last message's receive first: the others' messages lie
+		// before it in the rings.
+		if _, err := reqs[others].Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st := pr.ba.WaitStats()
+		for i, r := range reqs[:others] {
+			if _, err := r.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("msg %4d", i); string(bufs[i]) != want {
+				t.Fatalf("receive %d got %q, want %q", i, bufs[i], want)
+			}
+		}
+		if st.LoopRecvs != st0.LoopRecvs {
+			continue // the loop took some of them: not this waiter's looks alone
+		}
+		if st.Yields != st0.Yields {
+			t.Fatalf("the waiter yielded %d times taking %d messages that were in its rings, want none", st.Yields-st0.Yields, others+1)
+		}
+		return
 	}
 }

@@ -252,12 +252,17 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		every = busyClockEvery() - 1
 	}
 	for i := 0; ; i++ {
+		// took: this pass's looks took frames (or a lane record), which
+		// may have been for this waiter's request or not; the next look
+		// follows at once, and only a pass that took nothing yields.
+		took := false
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 {
 				continue
 			}
 			looked, found := b.pollSource(s, seen, w)
 			worked = worked || found
+			took = took || found
 			if w != nil && w.ok {
 				// This look consumed the waiter's own request: done,
 				// without the other sources or the checks below.
@@ -344,11 +349,16 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				return pollSpent, start, ErrWokenUp
 			}
 		}
-		if yield {
+		if yield && !took {
 			// The reply is late: let another process (the peer,
 			// perhaps) have this CPU. Not runtime.Gosched: that wakes
 			// another thread to run this goroutine, a futex call per
-			// look.
+			// look. A pass that took frames does not: more may wait
+			// behind them (a look takes one lane record, or one
+			// batch), and each yield on a CPU that other ranks share
+			// is a context switch: a waiter of an alltoall, whose
+			// peers' messages come together, switches once a round,
+			// not once a message.
 			b.waitYields.Add(1)
 			if yieldAll || budget < 0 {
 				// A busy-polling waiter holds its P while it

@@ -28,6 +28,14 @@ func allowedCPUs() ([]int, error) {
 	return cpuList(all), nil
 }
 
+// oversubscribes reports whether a job of n ranks on this host has more
+// ranks than the CPUs this process may run on (its ranks' too: --procs
+// starts them before it binds itself).
+func oversubscribes(n int) bool {
+	cpus, err := allowedCPUs()
+	return err == nil && n > len(cpus)
+}
+
 // cpuList lists the CPUs of a set, in order.
 func cpuList(set unix.CPUSet) []int {
 	var l []int

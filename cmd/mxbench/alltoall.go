@@ -55,7 +55,10 @@ there, and a blocking wait polls so for 1 ms before it sleeps: the rank
 that must answer usually waits for that very CPU. mx counts the processes
 it shares rings with and their CPUs by itself (--yield auto); --yield
 always or never overrides it. yielding_ranks in the JSON says how many
-ranks yielded.
+ranks yielded. --procs binds its ranks one to a CPU when the job has no
+more ranks than the host's CPUs, and leaves an oversubscribed job unbound,
+with one Go processor a rank, as mpirun leaves one: a bound rank cannot
+move to the CPU that is free (--bind overrides; bound_ranks in the JSON).
 
 The ranks come from mpirun, srun or a PMI launcher (mpirun -np 4 mxbench
 alltoall), or --procs N starts N processes of this host. Processes on one
@@ -435,6 +438,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		m.Mapped, m.Owned, m.Rings = shmFootprint(w.boards[k])
 		m.RSS = peakRSS()
 		m.Yield, _, _ = w.boards[k].Oversubscribed()
+		m.Bound = w.bound
 		times, err := w.gather(sctx, binary.BigEndian.AppendUint64(nil, math.Float64bits(perRound)))
 		if err == nil {
 			var all []moved
@@ -457,6 +461,9 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 					res.RSSMax = max(res.RSSMax, all[r].RSS)
 					if all[r].Yield {
 						res.YieldingRanks++
+					}
+					if all[r].Bound {
+						res.BoundRanks++
 					}
 				}
 				res.TMinUS, res.TMaxUS, res.LatencyUS = lo, hi, sum/float64(n)

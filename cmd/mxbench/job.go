@@ -66,6 +66,8 @@ type world struct {
 	// rows report.
 	inProcess bool
 	local     *pair
+	// bound: --procs bound this rank's process to one CPU (bindRanks).
+	bound bool
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx

@@ -145,9 +145,9 @@ func TestJobIdleRanks(t *testing.T) {
 }
 
 // TestJobYield: the ranks of an alltoall yield their CPUs from their
-// first empty look when the job's processes outnumber the CPUs they are
-// bound to (--yield auto: four ranks here, bound round robin to the CPUs
-// this process may use), always with --yield always, and never with
+// first empty look when the job's processes outnumber the CPUs they may
+// run on (--yield auto: four ranks here, on the CPUs this process may
+// use), always with --yield always, and never with
 // --yield never; every byte is verified either way.
 func TestJobYield(t *testing.T) {
 	cpus, err := allowedCPUs()
@@ -174,6 +174,58 @@ func TestJobYield(t *testing.T) {
 				t.Errorf("--yield %s on %d CPUs: %d of %d ranks yielded, want %d (row %+v)", c.yield, len(cpus), r.YieldingRanks, r.Procs, c.want, r)
 			}
 		}
+	}
+}
+
+// TestJobBind: --procs binds its ranks one to a CPU, round robin, when
+// the job has no more ranks than the CPUs this process may use, and leaves
+// an oversubscribed job unbound with one processor a rank, as mpirun
+// binds by default; --bind and --bind=false override the choice. The rows
+// say how many ranks were bound, and every byte is verified.
+func TestJobBind(t *testing.T) {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cpus) < 2 {
+		t.Skip("one CPU: --procs binds no rank (bindProcess); run on a host with two or more")
+	}
+	fits, over := len(cpus), len(cpus)+2
+	for _, c := range []struct {
+		n    int
+		bind []string
+		want int
+	}{
+		{fits, nil, fits},
+		{over, nil, 0},
+		{over, []string{"--bind"}, over},
+		{fits, []string{"--bind=false"}, 0},
+	} {
+		args := append([]string{"alltoall", "--procs", fmt.Sprint(c.n), "--sizes", "8", "--iterations", "50", "--warmup", "2",
+			"--wait", "block", "--verify", "--json"}, c.bind...)
+		// A subtest each: rank 0 runs in this process, and its binding
+		// is undone when its (sub)test ends (keepBinding).
+		t.Run(fmt.Sprintf("%d ranks %s", c.n, strings.Join(c.bind, " ")), func(t *testing.T) {
+			var rec struct {
+				Run struct {
+					GOMAXPROCS int `json:"gomaxprocs"`
+				} `json:"run"`
+			}
+			out := runJob(t, args...)
+			rows := jsonRows(t, out)
+			if len(rows) != 1 {
+				t.Fatalf("%v: %d rows, want 1", args, len(rows))
+			}
+			if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &rec); err != nil {
+				t.Fatal(err)
+			}
+			if r := rows[0]; r.Procs != c.n || r.Errors != 0 || r.BoundRanks != c.want {
+				t.Errorf("%v on %d CPUs: %d of %d ranks bound, want %d (row %+v)", args, len(cpus), r.BoundRanks, r.Procs, c.want, r)
+			}
+			if c.n > len(cpus) && rec.Run.GOMAXPROCS != 1 {
+				t.Errorf("%v on %d CPUs: rank 0 ran with GOMAXPROCS %d, want 1", args, len(cpus), rec.Run.GOMAXPROCS)
+			}
+		})
 	}
 }
 

@@ -42,14 +42,27 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		return rankError(job, err)
 	}
 	ctx := jr.ctx
-	bind := f.job.bind && (job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != "")
-	if bind {
+	procs := job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != ""
+	over := oversubscribes(job.Size)
+	if procs && over && je.cpu < 0 {
+		// A rank's share of this host is less than a CPU: one
+		// processor, as a bound rank gets (below). With the runtime's
+		// default (a P per CPU) the goroutines the rank's frames wake
+		// run on a second thread beside the waiter: futex wake-ups and
+		// context switches on CPUs every rank competes for (8 ranks on
+		// 2 CPUs, 8 B alltoall: 21-27 switches a round, against 14-15
+		// with one P).
+		runtime.GOMAXPROCS(1)
+	}
+	bound := false
+	if procs && f.bindRanks(over) {
 		// Once rank 0 started the others (they would inherit its
 		// binding, and see one CPU); before the boards start their
 		// goroutines' threads, which inherit it. An emulated engine's
 		// channels share the rank's CPU unless --engine-cpu gives them
 		// one: mx's waits step aside while the engine copies.
 		cpu := bindProcess(job.Rank)
+		bound = cpu >= 0
 		switch {
 		case cpu >= 0 && je.cpu < 0:
 			// One processor for the one CPU, from the start, as a
@@ -103,6 +116,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		return err
 	}
 	w.engineName, w.engineCPU = je.name(), je.cpuField()
+	w.bound = bound
 	w.progressCPU = progressCPU
 	defer w.close()
 	// Noted before the boards close, which the other ranks may fail of.

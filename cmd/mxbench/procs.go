@@ -45,8 +45,24 @@ type jobFlags struct {
 func (f *commonFlags) registerJob(fs *flag.FlagSet) {
 	fs.IntVar(&f.job.procs, "procs", 0, "run as N processes of this host, started by mxbench itself (under mpirun, srun or a PMI launcher the launcher's ranks are used instead)")
 	fs.StringVar(&f.job.strategy, "strategy", envOr("GOMX_SHM_LARGE", ""), "between processes: how large messages move, as mx names it ("+joinOr(mxStrategies())+"), a comma-separated list, or all (env GOMX_SHM_LARGE; default: mx's own choice)")
-	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (--bind=false: let the kernel place them)")
+	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (--bind=false: let the kernel place them); default: bind when the job has no more ranks than this host's CPUs, and leave an oversubscribed job unbound, as mpirun does")
 	f.registerEngine(fs)
+}
+
+// bindRanks reports whether the ranks --procs starts bind each to a CPU:
+// as --bind says when it is given, else when the job does not
+// oversubscribe this host (over false). Open MPI's mpirun binds by default
+// only then too (its binding policy is none when oversubscribed), and for
+// the same reason: a rank that waits for a message yields its CPU, and on
+// a host with fewer CPUs than ranks the rank that must answer is one of
+// those waiting for a CPU. Ranks bound round robin cannot go to the CPU
+// that is free: with 8 ranks on 2 CPUs, the 8 B alltoall switched
+// contexts twice as often bound as unbound (docs/intranode-scale.md).
+func (f *commonFlags) bindRanks(over bool) bool {
+	if f.job.given["bind"] {
+		return f.job.bind
+	}
+	return !over
 }
 
 func joinOr(s []string) string {

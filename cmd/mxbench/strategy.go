@@ -31,6 +31,8 @@ type moved struct {
 	// Yield: the rank's waiters yield their CPU from their first look
 	// (mx.Board.Oversubscribed).
 	Yield bool `json:"y,omitempty"`
+	// Bound: --procs bound the rank to one CPU (bindRanks).
+	Bound bool `json:"b,omitempty"`
 	// CPU is the CPU time (ns) the rank used while the pair of a
 	// pingpong or stream ran the size (cpuTime), in a job of more than
 	// two ranks.
@@ -131,6 +133,10 @@ type jobResult struct {
 	// first empty look after the size ran (--yield; with auto, the ranks
 	// that found more processes than CPUs).
 	YieldingRanks int `json:"yielding_ranks,omitempty"`
+	// alltoall: how many ranks --procs bound to one CPU each (--bind; by
+	// default all when the job fits the host's CPUs, none when it
+	// oversubscribes them, as mpirun binds).
+	BoundRanks int `json:"bound_ranks,omitempty"`
 	// overlap: which measurement ("timings" or "availability"), EMP's
 	// per-call times, and RMPP's availability.
 	Kind         string  `json:"kind,omitempty"`

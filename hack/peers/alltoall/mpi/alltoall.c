@@ -4,7 +4,10 @@
  * then ITERS timed rounds; every rank divides its own elapsed time by ITERS,
  * and rank 0 prints the fastest, mean and slowest rank's time per round.
  * ITERS follows mxbench's rule: 1000, or fewer (at least 10) when a rank
- * would send more than 256 MiB for the size.
+ * would send more than 256 MiB for the size. A2A_ROUNDS in the environment
+ * (mpirun -x A2A_ROUNDS) gives every size that many timed rounds instead,
+ * as mxbench's --iterations does: for counting system calls and context
+ * switches per round over more rounds than the start-up costs.
  *
  * usage: mpirun -np N alltoall WARMUP SIZE...
  * prints one line per size: size iters t_min_us t_avg_us t_max_us
@@ -41,6 +44,11 @@ int main(int argc, char **argv)
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
 	warmup = atoi(argv[1]);
+	if (getenv("A2A_ROUNDS") && atol(getenv("A2A_ROUNDS")) < 1) {
+		if (rank == 0)
+			fprintf(stderr, "A2A_ROUNDS=%s: want 1 or more rounds\n", getenv("A2A_ROUNDS"));
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	}
 	for (i = 2; i < argc; i++) {
 		long s = atol(argv[i]);
 		if (s < 0) {
@@ -61,7 +69,7 @@ int main(int argc, char **argv)
 	memset(in, 0, (size_t)biggest * ranks + 1);
 	for (i = 2; i < argc; i++) {
 		int size = atoi(argv[i]);
-		long iters = rounds_for(size, ranks);
+		long iters = getenv("A2A_ROUNDS") ? atol(getenv("A2A_ROUNDS")) : rounds_for(size, ranks);
 		double t0, mine, lo, hi, sum;
 
 		for (k = 0; k < warmup; k++)
