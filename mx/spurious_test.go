@@ -37,7 +37,10 @@ func factoryNamed(t *testing.T, name string) transportFactory {
 // or resent to on a timer (ask.go), and only an answer, which reflects
 // every frame sent before its question, resends: a peer the machine keeps
 // descheduled answers late, and the questions wait for it. Through the
-// rings nothing is resent before their own timeout, a second. The
+// rings nothing is resent before their own timeout, a second. A wire that
+// delivered frames out of order (UDP on loopback, now and then) is judged
+// on its timers only: a frame that arrives past a hole is evidence of a
+// loss, and what acts on evidence may resend. The
 // messages go as a ping-pong (each answered by the next size) and then as
 // a stream of the same sizes with a window of receives in flight (whose
 // tail waits for a delayed ack); the counters are read after a short
@@ -79,9 +82,23 @@ func TestNoSpuriousRecovery(t *testing.T) {
 					t.Logf("the wire lost %d frames: recovery %v / %v", lost, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
 					return
 				}
+				// A wire that delivered frames out of order (the
+				// receiver stored some past a hole: UDP on loopback can,
+				// when the kernel handles two datagrams of one socket on
+				// two CPUs) gives evidence of a loss that was none: what
+				// acts on evidence (a SACK's hole, an answer, a pull's
+				// hole) may resend, and is logged. No timer may act
+				// whatever the wire did.
+				judged := []Counter{TimerRetransmits, TailProbes}
+				reordered := pr.a.Counters().Get(EarlyStored) + pr.b.Counters().Get(EarlyStored) - before[0].Get(EarlyStored) - before[1].Get(EarlyStored)
+				if reordered == 0 {
+					judged = append(recoveryCounters, AskRetransmits)
+				} else {
+					t.Logf("the wire delivered frames out of order (%d stored past a hole): resends on that evidence are not judged", reordered)
+				}
 				for i, e := range []*Endpoint{pr.a, pr.b} {
 					c := e.Counters()
-					for _, k := range append(recoveryCounters, AskRetransmits) {
+					for _, k := range judged {
 						if d := c.Get(k) - before[i].Get(k); d != 0 {
 							t.Errorf("endpoint %d: %v %d in %d messages on a lossless wire", e.id, k, d, m)
 						}
