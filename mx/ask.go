@@ -152,14 +152,15 @@ func (p *partner) onProbe(h *wire.Truc) {
 	}
 }
 
-// onAnswer resends what the answer to the outstanding ask shows lost:
-// every unacked message last sent before the ask that the peer does not
-// hold whole (only the oldest without SACK, which cannot say what the
-// peer holds past its ack point).
+// onAnswer resends what the answer to the newest question shows lost:
+// every unacked message last sent before the question that the peer does
+// not hold whole (only the oldest without SACK, which cannot say what the
+// peer holds past its ack point). The answer's own ack, applied first, may
+// have moved the ack point: what it leaves unacked was still lost.
 func (p *partner) onAnswer() {
 	at := p.askAt
 	if at == 0 {
-		return // an answer to an ask the ack point has moved past
+		return // answered already (a duplicate of the answer)
 	}
 	p.askAt = 0
 	k := 0

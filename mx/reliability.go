@@ -113,8 +113,8 @@ type partner struct {
 	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
 
 	// asking a late peer (ask.go): whether it announced ExtAsk, when the
-	// outstanding ask went out (0: none), and how many asks went out
-	// since the ack point last moved.
+	// newest question went out while its answer has not come (0: none),
+	// and how many questions went out since the ack point last moved.
 	ask   bool
 	askAt int64
 	asks  uint8
@@ -288,7 +288,7 @@ func (p *partner) applyAck(ack uint16) {
 		p.ackPoint = ack
 	}
 	for r := p.unacked.Front(); r != nil && seqBefore(r.seq, ack); r = p.unacked.Front() {
-		p.probeAt, p.askAt, p.asks = 0, 0, 0
+		p.probeAt, p.asks = 0, 0 // an outstanding question's answer still counts (ask.go)
 		if r.resends == 0 && !r.nacked && r.class != classLarge && r.lastSend > p.lastAsk {
 			// Karn: only a request sent once times the round trip, and
 			// not one sent before a question (ask.go), whose ack may
