@@ -28,9 +28,12 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // one. A receiver may still drop what it reported: an early packet it
 // cannot deliver when its turn comes (the unexpected queue is full) is
 // dropped then, as Open-MX drops it. So no request is ever completed on a
-// SACK alone (only the cumulative ack completes sends), the oldest unacked
-// request is always under the retransmission timer, and a timer resend
-// sends the whole request and forgets what SACKs said of it.
+// SACK alone (only the cumulative ack completes sends), every TRUC's SACK
+// (or its absence) replaces what the last one said (onSack), the oldest
+// unacked request is always under the retransmission timer or, toward a
+// peer that answers questions, resent on an answer that neither acks nor
+// lists it (ask.go), and a timer resend sends the whole request and
+// forgets what SACKs said of it.
 
 // sackEvery is how many frames past a hole make the receiver repeat its SACK.
 const sackEvery = 4
