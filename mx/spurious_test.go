@@ -251,10 +251,8 @@ func pingPongMixed(ctx context.Context, pr *pair, n, first int) error {
 // trip's and nothing may act: the zero is required of a run during which
 // the estimate, sampled every 50 ms from the end of the warm-up, stayed
 // at zero. Where it did not, the counters are logged with the estimate
-// (TestNoSpuriousRecovery bounds them) and the run says why it did not
-// judge: on a loaded 2-CPU machine, runs whose estimate never rose (tens
-// of milliseconds allowed) still saw a tail probe or a SACK's fast
-// retransmit now and then.
+// (TestNoSpuriousRecovery, longer, requires them at zero at any load) and
+// the run says why it did not judge.
 func TestLosslessNoRecovery(t *testing.T) {
 	n := 4000
 	if testing.Short() || raceEnabled {
