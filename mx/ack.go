@@ -207,8 +207,12 @@ func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc, raw []byte) {
 	}
 	p.ackNumRecv = h.AckNum
 	p.applyAck(h.AckUpTo)
-	if h.HasSack && p.sack {
-		p.onSack(&h.Sack)
+	if p.sack {
+		if h.HasSack {
+			p.onSack(&h.Sack)
+		} else {
+			p.onSack(&noSack) // holds nothing past the ack: forget what SACKs said
+		}
 	}
 	if p.ask {
 		if a, err := wire.DecodeTruc(raw, b.ord, wire.ExtAsk); err == nil && a.Probe != 0 {

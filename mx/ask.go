@@ -6,33 +6,46 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // TRUC's probe flags).
 //
 // In a ping-pong nothing reveals a lost ping or pong: no later frame comes
-// to open a hole, so only a timer can tell. The tail-loss probe (resend.go)
-// waits, past the round trip, for as long as the machine may keep the peer
-// descheduled (descheduled.go): on a loaded machine that is milliseconds,
-// and it is what every real loss would cost if the probe were the first
-// thing to act. A question costs less to ask early than a resend: between
-// two boards that both announce ExtAsk, a sender whose newest unacked
-// message has waited askWait (twice the round trip, or srtt + 4·rttvar,
-// plus RTOMin/8; no allowance for descheduling) sends a TRUC with
-// TrucAsk: its own ack, and a question. The receiver answers at once with
-// a TRUC flagged TrucAnswer: its ack and, with SACK, what it holds past it.
-// Every transport delivers one sender's frames in order, so an answer
-// reflects every frame the asker sent before the ask: a message sent
-// before it that the answer neither acks nor lists as held was lost, and
-// it is resent at once (counter AskRetransmits). A loss so costs askWait
-// and a round trip. A peer that is only late answers when it runs, with
-// whatever it had (or with the reply itself): the ask resent nothing, and
-// the tail-loss probe and the RTO keep their allowance for the case where
-// neither the answer nor anything else comes.
+// to open a hole, so only a timer can tell. A timer that resends (the
+// tail-loss probe, the RTO: resend.go) has to guess how late the peer may
+// be: on a loaded machine a peer runnable but descheduled answers
+// milliseconds late on a wire that lost nothing, and a resend on such a
+// guess is spurious recovery. A question needs no guess. Between two
+// boards that both announce ExtAsk, a sender whose newest unacked message
+// has waited askWait (twice the round trip, or srtt + 4·rttvar, plus
+// RTOMin/8; no allowance for descheduling) sends a TRUC with TrucAsk and
+// a tag (wire.TrucTagMask): its own ack, and a question. The receiver
+// answers every question at once with a TRUC flagged TrucAnswer that
+// carries the tag back: its ack and, with SACK, what it holds past it.
+// Every transport delivers one sender's frames in order, and a board
+// handles them in that order, so the answer reflects every frame the
+// asker sent before the question: a message last sent before it that the
+// answer neither acks nor lists as held was lost, and it is resent at
+// once (counter AskRetransmits; only the oldest without SACK, which
+// cannot say what is held past the ack point). A loss so costs askWait
+// and a round trip.
 //
-// A receiver that holds everything the asker says it sent (the ask's
-// SendSeq is its ack point), has acked all of it, and has a message of its
-// own unacked toward the asker (which carried that ack, and which its own
-// timers recover if it was lost) does not answer: the ack is on its way.
-// A sender asks at most askMax times while its ack point does not move,
-// each ask after askWait doubled, and never a peer reached through the
-// rings (they lose nothing while the peer lives, host.go).
-
+// Toward such a peer the question replaces the tail-loss probe and the
+// RTO: only an answer (or a SACK's hole, sack.go) resends, so a peer the
+// machine keeps descheduled for however long costs questions, never a
+// resend, and no timeout needs to guess the scheduler. A question or its
+// answer can be lost too, and a late peer answers late: a question still
+// unanswered after askWait is asked again, each wait doubled up to
+// RTOMax, until the ack point moves; only the answer carrying the newest
+// question's tag resends (an earlier one's reflects less). The next
+// question after an answer also waits askWait doubled, from the last one:
+// an answer that resent what it showed missing is followed by a question
+// when that resend is due. The answer's TRUC is read whole before the
+// question is settled: its ack, and its SACK or the absence of one, which
+// replaces whatever earlier SACKs said (sack.go's onSack), so a message
+// the receiver reported and then dropped (an early packet it could not
+// deliver when its turn came) is resent on the next answer. A peer whose
+// messages all go unanswered is given up on by time (giveup.go). Messages
+// sent before a question do not time the round trip when their ack comes
+// (Karn's rule): it may have waited for an earlier message's recovery.
+// Toward an Open-MX peer, a peer reached through the rings (they lose
+// nothing while the peer lives, host.go), and before a round trip was
+// measured, the probe and the RTO act.
 //
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it
@@ -61,8 +74,9 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // both announce ExtAsk a pull's timer so never re-requests blindly; toward
 // an Open-MX peer, or through the rings, it re-requests on its RTO.
 
-// askMax bounds the asks a partner sends while its ack point does not move.
-const askMax = 3
+// askBackoffMax bounds the doublings of askWait (which stops at RTOMax
+// anyway) so the count cannot wrap.
+const askBackoffMax = 32
 
 // askable reports whether p may be asked: a gomx peer that announced
 // ExtAsk, a measured round trip, and a network path (not the rings).
@@ -78,38 +92,45 @@ func (p *partner) askable() bool {
 // message sent (finetimer.go), most of them answered already: the margin
 // also keeps those wake-ups from coming every few round trips.
 func (p *partner) askWait(backoff int) int64 {
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + p.ep.b.tailAckDelay()/2
-	for range backoff {
+	b := p.ep.b
+	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
+	for i := 0; i < backoff && t < int64(b.opts.RTOMax); i++ {
 		t *= 2
 	}
-	return t
+	return min(t, int64(b.opts.RTOMax))
 }
 
 // tailDue is the deadline to note for the fine timer when r goes out: the
-// ask's when one may be sent, else the tail-loss probe's.
+// ask's toward a peer that answers, else the tail-loss probe's.
 func (p *partner) tailDue(r *Request) int64 {
-	if p.askAt == 0 && p.asks < askMax && p.askable() {
+	if p.askable() {
 		return r.lastSend + p.askWait(int(p.asks))
 	}
 	return r.lastSend + p.pto(0)
 }
 
-// askDue sends the ask when t, the probe's target, has waited askWait
-// since its last send, and notes the deadline for the fine timer before
-// then. One ask is outstanding at a time: an answer, or the ack point
-// moving, allows the next.
+// askDue sends a question when t, the newest unacked request the peer
+// does not hold whole, has waited askWait since its last send and since
+// the last question (answered or not; askWait doubled for every question
+// since the ack point last moved), and notes the deadline of the next one
+// for the fine timer.
 func (p *partner) askDue(now int64, t *Request) {
-	if p.askAt != 0 || p.asks >= askMax || !p.askable() {
-		return
-	}
-	if due := t.lastSend + p.askWait(int(p.asks)); now < due {
+	if due := max(t.lastSend, p.lastAsk) + p.askWait(int(p.asks)); now < due {
 		p.ep.b.noteDue(due)
 		return
 	}
-	p.askAt = now
-	p.asks++
+	p.askAt, p.lastAsk = now, now
+	p.asks = min(p.asks+1, askBackoffMax)
+	p.askTag = p.nextTag()
 	p.ep.cnt[TailAsks]++
-	p.sendTruc(wire.TrucAsk)
+	p.sendTruc(wire.TrucAsk | p.askTag<<wire.TrucTagShift)
+	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
+}
+
+// nextTag returns the tag of a new question to p.
+func (p *partner) nextTag() uint8 {
+	p.tags++
+	return p.tags & (wire.TrucTagMask >> wire.TrucTagShift)
 }
 
 // onProbe handles the probe flags of a TRUC from p, after its ack and SACK
@@ -117,29 +138,29 @@ func (p *partner) askDue(now int64, t *Request) {
 func (p *partner) onProbe(h *wire.Truc) {
 	pulls := h.Probe&wire.TrucPulls != 0
 	if h.Probe&wire.TrucAnswer != 0 {
-		if pulls {
-			p.onPullAnswer(h.Probe & wire.TrucTagMask >> wire.TrucTagShift)
-		} else {
+		tag := h.Probe & wire.TrucTagMask >> wire.TrucTagShift
+		switch {
+		case pulls:
+			p.onPullAnswer(tag)
+		case tag == p.askTag:
 			p.onAnswer()
 		}
 	}
 	if h.Probe&wire.TrucAsk != 0 {
-		if !pulls && p.fullSeq == h.SendSeq && p.notAcked == 0 && !p.ackStale && p.unacked.Len() > 0 {
-			return // everything is acked, on a message of ours our timers watch
-		}
 		p.ep.cnt[AsksAnswered]++
-		p.sendTruc(wire.TrucAnswer | h.Probe&(wire.TrucPulls|wire.TrucTagMask))
+		p.sendTruc(wire.TrucAnswer | h.Probe&(wire.TrucPulls|wire.TrucTagMask)) // the tag goes back
 	}
 }
 
-// onAnswer resends what the answer to the outstanding ask shows lost:
-// every unacked message last sent before the ask that the peer does not
-// hold whole (only the oldest without SACK, which cannot say what the
-// peer holds past its ack point).
+// onAnswer resends what the answer to the newest question shows lost:
+// every unacked message last sent before the question that the peer does
+// not hold whole (only the oldest without SACK, which cannot say what the
+// peer holds past its ack point). The answer's own ack, applied first, may
+// have moved the ack point: what it leaves unacked was still lost.
 func (p *partner) onAnswer() {
 	at := p.askAt
 	if at == 0 {
-		return // an answer to an ask the ack point has moved past
+		return // answered already (a duplicate of the answer)
 	}
 	p.askAt = 0
 	k := 0
@@ -185,9 +206,8 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 	if now < max(bl.lastReq, pl.lastProgress, pl.askAt)+p.pullAskWait(pl.asks) {
 		return
 	}
-	p.pullTag++
 	pl.asking = true
-	pl.askTag = p.pullTag & (wire.TrucTagMask >> wire.TrucTagShift)
+	pl.askTag = p.nextTag()
 	pl.askReq = pl.reqs
 	pl.askAt = now
 	pl.asks++

@@ -65,3 +65,77 @@ func TestAskRevealsLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerAfterDroppedHeldMessage makes the receiver drop a message it
+// had reported held: the first copy of message 0 is lost, message 1
+// arrives past the hole and a SACK says it is held whole; message 0's
+// resend fills the receiver's only unexpected slot (UnexpectedMaxMessages
+// 1, no receive posted), so message 1, drained behind it, finds no room
+// and is dropped. The receiver then holds nothing past its ack point, and
+// its acks carry no SACK. Only the receiver's answers can tell the sender
+// what it holds, and the SACK seen before the drop is stale: an answer
+// that does not list message 1 must make it be resent, or it never comes
+// (asks replace the tail-loss probe and the RTO toward a gomx peer,
+// ask.go). Once the receives are posted both messages arrive, in both
+// wait modes.
+func TestAnswerAfterDroppedHeldMessage(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			w := newLoopbackWire(t, loopback.Faults{})
+			marker := []byte("message-0-is-lost-once")
+			d := &dropFirst{Transport: w.a, marker: marker}
+			w.a = d
+			opts := fastOptions()
+			opts.BusyPoll = busy
+			opts.ResendDelay = 2 * time.Second // unreachable only after an hour
+			opts.ZombieSends = -1              // a send completes on its ack
+			optsB := opts
+			optsB.UnexpectedMaxMessages = 1
+			pr := newPairOn(t, w, opts, optsB)
+			ctx := testCtx(t, time.Minute)
+			buf := make([]byte, 64)
+			for i := range 20 { // round trips to measure: the peer is askable
+				exchange(t, ctx, pr.a, pr.atob, pr.b, uint64(100+i), ^uint64(0), [][]byte{[]byte("ping")}, [][]byte{buf})
+			}
+			msgs := [][]byte{marker, []byte("message-1-is-dropped-after-its-sack")}
+			var sends []*Request
+			for i, m := range msgs {
+				s, err := pr.a.ISend([][]byte{m}, pr.atob, uint64(10+i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sends = append(sends, s)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for pr.b.Counters().Get(DropUnexpectedFull) == 0 || pr.a.Counters().Get(SacksReceived) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("message 1 was not reported held and then dropped: a: %v; b: drops %d",
+						recoveryDelta(Counters{}, pr.a.Counters()), pr.b.Counters().Get(DropUnexpectedFull))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if !d.dropped.Load() {
+				t.Fatal("the wire dropped nothing")
+			}
+			for i, m := range msgs {
+				got := make([]byte, len(m))
+				r, err := pr.b.IRecv([][]byte{got}, uint64(10+i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := r.Wait(ctx); err != nil {
+					t.Fatalf("message %d: %v (a: %v)", i, err, recoveryDelta(Counters{}, pr.a.Counters()))
+				}
+				if !bytes.Equal(got, m) {
+					t.Fatalf("message %d: got %q, want %q", i, got, m)
+				}
+			}
+			for i, s := range sends {
+				if _, err := s.Wait(ctx); err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+			}
+			t.Logf("a: %v", recoveryDelta(Counters{}, pr.a.Counters()))
+		})
+	}
+}

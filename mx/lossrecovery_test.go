@@ -41,9 +41,10 @@ func TestLossRecovery(t *testing.T) {
 			ca, cb := pr.a.Counters(), pr.b.Counters()
 			fast := ca.Get(FastRetransmits) + cb.Get(FastRetransmits)
 			timer := ca.Get(TimerRetransmits) + cb.Get(TimerRetransmits)
-			t.Logf("fast retransmits %d, timer retransmits %d, tail probes %d, duplicates received %d/%d, pull frames re-requested %d",
-				fast, timer, ca.Get(TailProbes), ca.Get(DupReceived), cb.Get(DupReceived), cb.Get(PullFramesRerequested))
-			if loss > 0 && fast+timer+ca.Get(TailProbes) == 0 {
+			asked := ca.Get(AskRetransmits) + cb.Get(AskRetransmits) // on a question's answer (ask.go)
+			t.Logf("fast retransmits %d, timer retransmits %d, on an answer %d, tail probes %d, duplicates received %d/%d, pull frames re-requested %d",
+				fast, timer, asked, ca.Get(TailProbes), ca.Get(DupReceived), cb.Get(DupReceived), cb.Get(PullFramesRerequested))
+			if loss > 0 && fast+timer+asked+ca.Get(TailProbes) == 0 {
 				t.Errorf("frames were lost but no retransmission was counted")
 			}
 			if cb.Get(DupReceived) == 0 {
@@ -99,7 +100,8 @@ func sendKept(tr transport.Transport, frames []transport.Frame, keep func(transp
 
 // TestUnreachableKeepsTotalTime sends, to a partner whose round trip is
 // known (so resends start at RTOMin), one message whose every copy the
-// wire drops: the resends back off, and the send still fails with
+// wire drops: the resends (on the answers to questions that back off)
+// back off, and the send still fails with
 // ErrUnreachable no sooner than ResendDelay*(ResendMax+1) after it went
 // out, as with fixed-period resends.
 func TestUnreachableKeepsTotalTime(t *testing.T) {
@@ -140,7 +142,9 @@ func TestUnreachableKeepsTotalTime(t *testing.T) {
 		t.Errorf("declared unreachable after %v, before the configured %v", el, total)
 	}
 	after := pr.a.Counters()
-	resends := after.Get(TimerRetransmits) - before.Get(TimerRetransmits)
+	// Resends on a timer, or, toward a peer that answers questions
+	// (ask.go), on each answer that shows the message still missing.
+	resends := after.Get(TimerRetransmits) + after.Get(AskRetransmits) - before.Get(TimerRetransmits) - before.Get(AskRetransmits)
 	// RTOMin 1 ms backing off to RTOMax 40 ms within 210 ms: about ten
 	// resends; without backoff it would be about two hundred.
 	if resends == 0 || resends > uint64(opts.ResendMax) {

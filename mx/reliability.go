@@ -113,20 +113,27 @@ type partner struct {
 	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
 
 	// asking a late peer (ask.go): whether it announced ExtAsk, when the
-	// outstanding ask went out (0: none), and how many asks went out
-	// since the ack point last moved.
+	// newest question went out while its answer has not come (0: none),
+	// and how many questions went out since the ack point last moved.
 	ask   bool
 	askAt int64
 	asks  uint8
-	// pullTag numbers the questions about pulls from the peer (ask.go):
-	// the last tag given.
-	pullTag uint8
+	// tags numbers the questions to the peer (ask.go), its pulls' too:
+	// the last one's tag is its low four bits; askTag is the outstanding
+	// question's about the stream.
+	tags   uint8
+	askTag uint8
+	// lastAsk is when the last question about the stream went out.
+	lastAsk int64
 
 	// selective acks (sack.go), receive side: frames that arrived past
 	// a hole since the last ack or SACK went out, and whether a SACK
 	// reported a hole that the ack point has not passed yet.
 	oooFrames int
 	sackOpen  bool
+	// Send side: whether a request in unacked may have a sackHeld that
+	// the next TRUC must confirm or forget (onSack).
+	sackKnown bool
 
 	rtt  rtt // round-trip estimate of the sequenced stream (rtt.go)
 	prtt rtt // and of pulls to the peer: PULL to first PULL_REPLY
@@ -281,10 +288,12 @@ func (p *partner) applyAck(ack uint16) {
 		p.ackPoint = ack
 	}
 	for r := p.unacked.Front(); r != nil && seqBefore(r.seq, ack); r = p.unacked.Front() {
-		p.probeAt, p.askAt, p.asks = 0, 0, 0
-		if r.resends == 0 && !r.nacked && r.class != classLarge {
-			// Karn: only a request sent once times the round trip. (A
-			// RNDV's ack may wait for the receive to be posted.)
+		p.probeAt, p.asks = 0, 0 // an outstanding question's answer still counts (ask.go)
+		if r.resends == 0 && !r.nacked && r.class != classLarge && r.lastSend > p.lastAsk {
+			// Karn: only a request sent once times the round trip, and
+			// not one sent before a question (ask.go), whose ack may
+			// have waited for an earlier one's recovery. (A RNDV's ack
+			// may wait for the receive to be posted.)
 			p.rtt.sample(p.ep.b.now() - r.lastSend)
 		}
 		p.unacked.remove(r)

@@ -59,14 +59,23 @@ func (b *Board) rtoGran() int64 {
 // (finetimer.go): a spurious probe costs one frame, but a full resend
 // fired by a precise timer whenever a loaded machine stalls the peer past
 // RTOMin costs the whole message, so those keep the board's ticks.
+// Toward a peer that answers questions (ask.go) neither the probe nor the
+// RTO acts: a question goes out instead, and only its answer resends.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
 	if p.unreachable(now) {
 		return
 	}
-	if p.probeAt == 0 {
-		// An ask resends nothing, so a late run's grace does not hold it.
-		p.askDue(now, p.probeTarget()) // ask.go
+	if p.askable() {
+		// A peer that answers questions is asked (ask.go) instead of
+		// probed and resent to on timers: only an answer resends, and
+		// an ask resends nothing, so a late run's grace does not hold
+		// it. A SACK's holes are still resent on their window.
+		p.askDue(now, p.probeTarget())
+		if p.sack && !b.held(now) {
+			p.sackResend(now)
+		}
+		return
 	}
 	if b.held(now) {
 		return
@@ -140,10 +149,9 @@ func (p *partner) probe(now int64) {
 // the machine may keep the peer descheduled (descheduled.go); at most the
 // RTO. Before the first measurement it is the RTO. Between gomx boards a
 // lost frame that no later frame reveals (a ping-pong's ping or pong) is
-// found earlier by asking the peer (ask.go), and the probe acts only when
-// neither the answer nor anything else came; toward an Open-MX peer such a
-// loss costs this timeout: on a machine that keeps the peer running, about
-// srtt + RTOMin/4.
+// found by asking the peer (ask.go), and no probe goes out; toward an
+// Open-MX peer such a loss costs this timeout: on a machine that keeps the
+// peer running, about srtt + RTOMin/4.
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)

@@ -28,9 +28,12 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // one. A receiver may still drop what it reported: an early packet it
 // cannot deliver when its turn comes (the unexpected queue is full) is
 // dropped then, as Open-MX drops it. So no request is ever completed on a
-// SACK alone (only the cumulative ack completes sends), the oldest unacked
-// request is always under the retransmission timer, and a timer resend
-// sends the whole request and forgets what SACKs said of it.
+// SACK alone (only the cumulative ack completes sends), every TRUC's SACK
+// (or its absence) replaces what the last one said (onSack), the oldest
+// unacked request is always under the retransmission timer or, toward a
+// peer that answers questions, resent on an answer that neither acks nor
+// lists it (ask.go), and a timer resend sends the whole request and
+// forgets what SACKs said of it.
 
 // sackEvery is how many frames past a hole make the receiver repeat its SACK.
 const sackEvery = 4
@@ -137,26 +140,50 @@ func (p *partner) sackedWhole(r *Request) bool {
 	return p.sack && r.sackHeld&m == m
 }
 
-// onSack takes a SACK from the receiver (after its cumulative ack was
-// applied) and resends the holes that are due.
+// noSack is the empty SACK of a TRUC that carries none (read only).
+var noSack wire.Sack
+
+// onSack takes what a TRUC from the receiver says it holds past its
+// cumulative ack (after the ack was applied): s, empty for a TRUC that
+// carries no SACK, and resends the holes that are due. Every TRUC says
+// all the receiver holds, as of when it was sent: a SACK lists every
+// message and fragment past the ack point unless it is full
+// (wire.SackMaxBlocks, the farthest left out), and a TRUC without one
+// says nothing is held. So what an earlier SACK said of a request is
+// forgotten unless this one says it again: a receiver that dropped a
+// message it had reported (an early packet it could not deliver when its
+// turn came) must have it resent, and an answer to a question (ask.go)
+// resends only what its own TRUC does not list.
 func (p *partner) onSack(s *wire.Sack) {
-	p.ep.cnt[SacksReceived]++
+	if s.N > 0 {
+		p.ep.cnt[SacksReceived]++
+	} else if !p.sackKnown {
+		return // nothing to forget: a plain ack costs no walk
+	}
+	known := false
 	j := 0
 	for r := p.unacked.Front(); r != nil; r = r.q.Next() {
 		for j < s.N && seqBefore(s.Blocks[j].Seq, r.seq) {
 			j++
 		}
 		if j >= s.N {
-			break
+			if s.N == wire.SackMaxBlocks {
+				known = true // past a full SACK: what the last one said stands
+				break
+			}
+			r.sackHeld = 0 // not held; a hole only if something past it is
+			continue
 		}
 		held := uint32(0)
 		if s.Blocks[j].Seq == r.seq {
 			held = s.Blocks[j].Held
 		}
 		r.sackHeld = held
+		known = known || held != 0
 		m := p.fragMask(r)
 		r.sackHole = held&m != m
 	}
+	p.sackKnown = known
 	p.sackResend(p.ep.b.now())
 }
 

@@ -127,9 +127,10 @@ const (
 	// the ask, with TrucAnswer, TrucPulls and the ask's tag. An answer
 	// without it answers a question about the sequenced stream only.
 	TrucPulls = 1 << 2
-	// TrucTagMask holds, in a question with TrucPulls, a number the asker
-	// chose (shifted by TrucTagShift), which the answer carries back so
-	// the asker knows which of its questions it answers.
+	// TrucTagMask holds, in a question, a number the asker chose
+	// (shifted by TrucTagShift), which the answer carries back so the
+	// asker knows which of its questions it answers: with TrucPulls, one
+	// of a pull's; without, one about the sequenced stream.
 	TrucTagMask = 0xf0
 	// TrucTagShift is the position of the tag in the probe flags.
 	TrucTagShift = 4
