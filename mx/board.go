@@ -175,9 +175,9 @@ type Board struct {
 	// to do (counter SleepsEmpty): read without mu by Counters.
 	sleepsEmpty atomic.Uint64
 	loopWaits   atomic.Uint64 // Recv calls of the progress goroutine that may wait (timeout not 0)
-	rawWake    chan struct{}
-	quit       chan struct{}
-	exited     chan struct{}
+	rawWake     chan struct{}
+	quit        chan struct{}
+	exited      chan struct{}
 	// fine is the timerfd of the fine timer (nil without one);
 	// fineExited is closed when its goroutine ends (finetimer.go).
 	fine       *os.File
