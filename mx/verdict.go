@@ -65,8 +65,13 @@ func (b *Board) drainForVerdict() bool {
 				}
 				b.vMarks[s] = e
 			}
+			// Out of Recv, so that it finds the transport drained: a
+			// loop may wait there for a frame alone (a tick is far
+			// off, or there is none, finetimer.go).
 			if s.kick != nil {
-				s.kick() // out of Recv, so that it finds the transport drained
+				s.kick()
+			} else if s.sleeper != nil {
+				s.sleeper.Wake()
 			}
 			all = false
 			continue
