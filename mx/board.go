@@ -306,6 +306,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
 	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/4))
+	b.lastBusy = -int64(busyLinger)      // nothing has needed the busy tick yet
 	b.live.slack = stallSlackFor(b.tick) // liveness.go
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
