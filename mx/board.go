@@ -59,9 +59,9 @@ type Board struct {
 	// tickBusy is the timer period while a duty that has no deadline of
 	// its own is pending (held lean frames, zero-copy and placed-receive
 	// completions, a deferred verdict) or was within busyLinger: a
-	// quarter of RTOMin, and the least lateness of a full resend's or
-	// pull re-request's noted deadline (resendLag, finetimer.go). A
-	// board with messages in flight ticks every tick.
+	// quarter of RTOMin. It is also the lateness a full resend's or pull
+	// re-request's noted deadline allows (finetimer.go). A board with
+	// messages in flight ticks every tick.
 	tickBusy time.Duration
 	lastBusy int64
 	// An idle board stops ticking (progress.go): idleTick is not 0 while

@@ -2,7 +2,6 @@ package mx
 
 import (
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,10 +25,9 @@ import (
 // ask.go, which resends nothing, the tail-loss probe, which resends one
 // frame, and a SACK hole's reordering window); when one is
 // earlier than the timerfd's, the timerfd is set to it. Full resends and
-// pull re-requests are noted a millisecond after they come due
-// (resendLag), about the lateness the tick gave them: fired precisely at
-// RTOMin, they would resend whole messages whenever a loaded machine
-// stalls the peer.
+// pull re-requests are noted a busy tick (Board.tickBusy) after they come
+// due, the lateness a tick gave them: fired precisely at RTOMin, they
+// would resend whole messages whenever a loaded machine stalls the peer.
 // When it fires, the goroutine runs the board's timers, which note what is
 // still pending. No thread sleeps for it and nothing runs on an idle
 // board. The progress goroutine keeps its own ticks, so the fine timer
@@ -48,7 +46,7 @@ import (
 // needs a finer schedule notes its own deadline: the probe, a SACK hole,
 // an ask, a tail's ack, and (noteResendDue, noteRerequestDue) the full
 // resends and pull re-requests of a partner whose timeouts are finer than
-// the tick, a millisecond late (resendLag). So a board whose messages are in flight no longer ticks every
+// the tick. So a board whose messages are in flight no longer ticks every
 // busy tick (a quarter of RTOMin) to find, nearly always, nothing due: a
 // progress thread asleep on a NIC's interrupt is woken by the frame, not
 // by a tick. Only what has no deadline of its own and must not wait a
@@ -383,7 +381,7 @@ func (b *Board) drainDue() {
 
 // noteResendDue notes when p's next full resend (or the probe an expired
 // RTO sends) comes due, when p's timeouts are finer than the tick (see
-// "One schedule"): resendLag after the earliest RTO of its unacked
+// "One schedule"): a busy tick after the earliest RTO of its unacked
 // requests, and after the probe's round trip once the probe went out
 // (resendDue; b.mu held). Requests past the first resendScan are not
 // looked at: they were sent later, with as many resends or fewer.
@@ -401,25 +399,15 @@ func (p *partner) noteResendDue() {
 	if p.probeAt != 0 {
 		t = max(t, p.probeAt+p.rto(b.opts.ResendDelay, 0))
 	}
-	b.noteDue(t + b.resendLag())
-}
-
-// resendLag is how long after it comes due a full resend's or a pull
-// re-request's noted deadline is: a millisecond (what the tick that ran
-// them, on the Go runtime's timers, gave them on an idle machine), at
-// least a busy tick, at most a tick. A resend fired to the microsecond
-// after a peer's stall on a loaded machine resends what the peer was
-// about to acknowledge.
-func (b *Board) resendLag() int64 {
-	return int64(min(b.tick, max(b.tickBusy, time.Millisecond)))
+	b.noteDue(t + int64(b.tickBusy))
 }
 
 // resendScan bounds the unacked requests noteResendDue looks at.
 const resendScan = 2 * resendBurst
 
 // noteRerequestDue notes when the pull's first incomplete block is
-// re-requested, when its partner's timeouts are finer than the tick:
-// resendLag after its pull RTO (pull.timer; b.mu held). A pull that asks
+// re-requested, when its partner's timeouts are finer than the tick: a
+// busy tick after its pull RTO (pull.timer; b.mu held). A pull that asks
 // its owner instead notes the ask's deadline itself (ask.go).
 func (pl *pull) noteRerequestDue() {
 	if !pl.p.finerThanTick() {
@@ -434,7 +422,7 @@ func (pl *pull) noteRerequestDue() {
 		if pl.pp == nil && pl.p.pullAskable() {
 			return
 		}
-		b.noteDue(max(bl.lastReq, pl.lastProgress) + pl.p.pullRTO(bl.tries) + b.resendLag())
+		b.noteDue(max(bl.lastReq, pl.lastProgress) + pl.p.pullRTO(bl.tries) + int64(b.tickBusy))
 		return
 	}
 }

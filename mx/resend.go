@@ -56,7 +56,7 @@ func (b *Board) rtoGran() int64 {
 // to the microsecond (finetimer.go): a spurious probe costs one frame, but
 // a full resend fired by a precise timer whenever a loaded machine stalls
 // the peer past RTOMin costs the whole message, so the resends' deadline
-// is noted a millisecond late (noteResendDue), as a tick would have run it.
+// is noted a busy tick late (noteResendDue), as a tick would have run it.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
 	if p.unreachable(now) {
