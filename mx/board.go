@@ -379,13 +379,11 @@ func (b *Board) Close() error {
 		// Frames from Recv point into the transport's buffers (an
 		// AF_XDP UMEM, say) until the next Recv or Close: wait for
 		// whoever owns Recv to finish its batch before the transport
-		// unmaps them. Recv waits until the board's next tick, and an
-		// idle board has none (progress.go): a transport that can be
+		// unmaps them. Recv waits until the board's next tick, which an
+		// idle board stretches (progress.go): a transport that can be
 		// woken is asked to return at once.
 		if s := b.src.sleeper; s != nil {
 			s.Wake()
-		} else if b.src.kick != nil {
-			b.src.kick()
 		}
 		b.src.mu.Lock()
 		err = b.tr.Close()

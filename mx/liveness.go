@@ -16,8 +16,8 @@ import "time"
 // So each timer run measures the gap since the previous one. A running
 // board runs its timers at least every tick (the receive loop never waits
 // longer), so the part of a gap beyond liveClock.slack is a stall of the board
-// itself. An idle board, which has no tick (progress.go), plans an
-// unbounded gap: what it planned is not a stall either. Stalls are summed, and noted with the time they ended; overdue
+// itself. An idle board, which stretches its ticks (progress.go), plans a
+// longer gap: what it planned is not a stall either. Stalls are summed, and noted with the time they ended; overdue
 // takes from a silence the stalls that ended during it. Only the verdicts
 // use it: resends and round-trip samples keep wall time (a stall makes
 // its resends due at once, as before), and a verdict that was due before

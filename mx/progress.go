@@ -166,7 +166,7 @@ func (b *Board) wakeTicks() {
 	}
 }
 
-// unidle brings an idle board's ticks back (wakeTicks).
+// unidle ends an idle board's stretched ticks (wakeTicks).
 func (b *Board) unidle() {
 	b.idleTick = 0
 	t := b.clock() + int64(b.tickBusy)
