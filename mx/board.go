@@ -56,16 +56,15 @@ type Board struct {
 	ord      wire.Order
 	omx      int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick     time.Duration
-	// tickBusy is the timer period while a duty that has no deadline of
-	// its own is pending (held lean frames, zero-copy and placed-receive
-	// completions, a deferred verdict) or was within busyLinger: a
-	// quarter of RTOMin. It is also the lateness a full resend's or pull
-	// re-request's noted deadline allows (finetimer.go). A board with
-	// messages in flight ticks every tick.
+	// tickBusy is the timer period while a retransmission timer may be
+	// pending (an unacked send or a pull) or was within busyLinger: a
+	// quarter of RTOMin. (A send made while the progress goroutine waits
+	// cannot shorten that wait, hence the linger.) An idle board wakes
+	// every tick only.
 	tickBusy time.Duration
 	lastBusy int64
-	// An idle board stops ticking (progress.go): idleTick is not 0 while
-	// it has no tick (0 while it ticks every tick or tickBusy), quietRuns
+	// An idle board's ticks stretch (progress.go): idleTick is their
+	// period (0 while the board ticks every tick or tickBusy), quietRuns
 	// counts the ticks in a row that found nothing to time, fineTicks
 	// says the fine timer keeps the ticks until the progress goroutine
 	// has looked again (looks moved past fineMark), and tickRuns counts
@@ -87,20 +86,18 @@ type Board struct {
 	// epl lists the open endpoints of eps, in the order they opened: the
 	// timers walk it, where a walk of eps copied and scanned all
 	// MaxEndpoints slots at every timer run.
-	epl       []*Endpoint
-	wasOpen   [MaxEndpoints]bool
-	peers     []peerInfo
-	peerIdx   map[transport.NICID]uint16
-	freeReqs  []*Request
-	late      *Request // freed, to be recycled at the next getReq (freeLater)
-	cnt       Counters
-	nowv      int64        // the board's clock as last read (now, setNow)
-	nowOK     bool         // nowv was read since the batch in hand began
-	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
-	due       atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
-	armed     int64        // when the fine timer's timerfd fires, 0: not set
-	inRun     bool         // a timer run notes deadlines: the timerfd is set when it ends (runTimersAt)
-	refreshed int64        // the armed value refreshArmed last looked at (finetimer.go)
+	epl      []*Endpoint
+	wasOpen  [MaxEndpoints]bool
+	peers    []peerInfo
+	peerIdx  map[transport.NICID]uint16
+	freeReqs []*Request
+	late     *Request // freed, to be recycled at the next getReq (freeLater)
+	cnt      Counters
+	nowv     int64        // the board's clock as last read (now, setNow)
+	nowOK    bool         // nowv was read since the batch in hand began
+	nextTick atomic.Int64 // written under mu; read without it by the receive loop
+	due      atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
+	armed    int64        // when the fine timer's timerfd fires, 0: not set
 	// fineLapsed: a deadline was noted without setting the timerfd while
 	// busy-polling waiters watched the board (finetimer.go); read without
 	// mu by the receive loop.
@@ -306,7 +303,6 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	t := min(o.AckDelay, o.ResendDelay, o.PullTimeout) / 2
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
 	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/4))
-	b.lastBusy = -int64(busyLinger)      // nothing has needed the busy tick yet
 	b.live.slack = stallSlackFor(b.tick) // liveness.go
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)

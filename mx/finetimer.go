@@ -24,47 +24,15 @@ import (
 // deadlines whose precision pays (noteDue: a question to a late peer,
 // ask.go, which resends nothing, the tail-loss probe, which resends one
 // frame, and a SACK hole's reordering window); when one is
-// earlier than the timerfd's, the timerfd is set to it. Full resends and
-// pull re-requests are noted a busy tick (Board.tickBusy) after they come
-// due, the lateness a tick gave them: fired precisely at RTOMin, they
-// would resend whole messages whenever a loaded machine stalls the peer.
-// When it fires, the goroutine runs the board's timers, which note what is
-// still pending. No thread sleeps for it and nothing runs on an idle
-// board. The progress goroutine keeps its own ticks, so the fine timer
-// only ever makes a timer fire sooner; where no timerfd can be had (a
-// seccomp filter, say), the ticks alone remain. A board whose waiters
+// earlier than the timerfd's, the timerfd is set to it. Full resends, pull
+// re-requests and a pull's questions to its owner (ask.go) keep the
+// board's ticks: fired precisely at RTOMin, they
+// resend whole messages whenever a loaded machine stalls the peer. When it fires, the goroutine runs the board's timers, which
+// note what is still pending. No thread sleeps for it and nothing runs on
+// an idle board. The progress goroutine keeps its own ticks, so the fine
+// timer only ever makes a timer fire sooner; where no timerfd can be had
+// (a seccomp filter, say), the ticks alone remain. A board whose waiters
 // spin is not woken by it: they look at its deadlines themselves (below).
-//
-// One schedule.
-//
-// A board's timers run when its earliest deadline comes (deadline: the
-// noted one, or the next tick), and a sleeping board is woken only for
-// that. The tick is what remains periodic: connect resends
-// (ResendDelay), delayed acks (AckDelay), a pull's or NOTIFY's give-up
-// budget, the liveness and descheduling clocks, whose timeouts are
-// milliseconds to seconds; it runs every Board.tick (8 ms by default). What
-// needs a finer schedule notes its own deadline: the probe, a SACK hole,
-// an ask, a tail's ack, and (noteResendDue, noteRerequestDue) the full
-// resends and pull re-requests of a partner whose timeouts are finer than
-// the tick. So a board whose messages are in flight no longer ticks every
-// busy tick (a quarter of RTOMin) to find, nearly always, nothing due: a
-// progress thread asleep on a NIC's interrupt is woken by the frame, not
-// by a tick. Only what has no deadline of its own and must not wait a
-// tick (held lean frames, zero-copy and placed-receive completions) keeps
-// the board on busy ticks (Board.lastBusy). A board with nothing to time
-// has no tick at all (noTick, progress.go): it sleeps until a frame, an
-// application call or a noted deadline, and whatever starts timed work
-// brings the ticks back (wakeTicks).
-//
-// The timerfd is set lazily: only when a deadline is noted that is earlier
-// than the one it is set for, never cancelled (a timerfd_settime costs
-// 5-8 µs here, and most deadlines are replaced by later ones a round trip
-// after they were noted, so cancelling each would cost more than the
-// firings it saves). A firing that finds nothing due (FineIdle) sets it
-// again for the deadline pending then, if any. So a blocking ping-pong,
-// which has one deadline pending at nearly every instant, each message
-// replacing it with a later one, fires it about once per deadline
-// interval (the probe timeout, or a tail's ack delay), not per message.
 
 // openFineTimer creates the board's timerfd: the file the goroutine reads
 // and the descriptor to set it with (never File.Fd, which would make the
@@ -75,29 +43,6 @@ func openFineTimer() (*os.File, int) {
 		return nil, -1
 	}
 	return os.NewFile(uintptr(fd), "mx fine timer"), fd
-}
-
-// refreshArmed looks again, while it runs anyway, at the deadline of a
-// timerfd about to fire (set for less than a busy tick from now, and not
-// looked at since it was set). Most such deadlines have gone (a tail's
-// ack that a reply carried, the probe of a message since acked) but stay
-// noted, as the noted deadline only moves earlier between timer runs. So
-// the timers run here and note what is pending now: the firing then finds
-// the deadline moved and sets the timerfd for it, without a timer run of
-// its own, whose lateness against a deadline that had gone would hold
-// resends back (lateRun). When nothing at all is pending, the timerfd is
-// stopped: a timerfd_settime costs a fifth of a firing for nothing. At
-// most once per setting of the timerfd (b.mu held).
-func (b *Board) refreshArmed(now int64) {
-	a := b.armed
-	if a == 0 || now >= a || a-now >= int64(b.tickBusy) || b.refreshed == a || b.inRun {
-		return
-	}
-	b.refreshed = a
-	b.runTimersAt(now)
-	if b.armed == a && b.due.Load() == 0 {
-		b.setFine(0)
-	}
 }
 
 // armFine sets the timerfd to fire at t (board clock, ns) unless it is
@@ -111,18 +56,10 @@ func (b *Board) armFine(t int64) {
 	if b.armed != 0 && b.armed <= t {
 		return
 	}
-	b.setFine(t)
-}
-
-// setFine sets the timerfd to fire at t, or stops it when t is 0 (b.mu
-// held, the timerfd open).
-func (b *Board) setFine(t int64) {
 	b.armed = t
 	b.cnt[FineArms]++
-	var spec unix.ItimerSpec
-	if t != 0 {
-		spec.Value = unix.NsecToTimespec(max(t-b.clock(), 1000)) // a zero value would disarm it
-	}
+	d := max(t-b.clock(), 1000) // a zero value would disarm it
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d)}
 	_ = unix.TimerfdSettime(b.fineFd, 0, &spec, nil)
 }
 
@@ -134,15 +71,6 @@ func (b *Board) noteDue(t int64) {
 		return
 	}
 	b.due.Store(t)
-	if b.inRun {
-		return // set once for the earliest, when the run ends (runTimersAt)
-	}
-	b.armDue(t)
-}
-
-// armDue sets the fine timer for the noted deadline t, or notes that it
-// lapsed while busy-polling waiters watch the board (below; b.mu held).
-func (b *Board) armDue(t int64) {
 	if b.watched() {
 		b.fineLapsed.Store(true)
 		return
@@ -376,53 +304,5 @@ func (b *Board) drainDue() {
 		if !owned {
 			s.mu.Unlock()
 		}
-	}
-}
-
-// noteResendDue notes when p's next full resend (or the probe an expired
-// RTO sends) comes due, when p's timeouts are finer than the tick (see
-// "One schedule"): a busy tick after the earliest RTO of its unacked
-// requests, and after the probe's round trip once the probe went out
-// (resendDue; b.mu held). Requests past the first resendScan are not
-// looked at: they were sent later, with as many resends or fewer.
-func (p *partner) noteResendDue() {
-	if p.unacked.Len() == 0 || !p.finerThanTick() {
-		return
-	}
-	b := p.ep.b
-	t := int64(noTick)
-	k := 0
-	for r := p.unacked.Front(); r != nil && k < resendScan; r = r.q.Next() {
-		t = min(t, r.lastSend+p.rto(b.opts.ResendDelay, r.resends))
-		k++
-	}
-	if p.probeAt != 0 {
-		t = max(t, p.probeAt+p.rto(b.opts.ResendDelay, 0))
-	}
-	b.noteDue(t + int64(b.tickBusy))
-}
-
-// resendScan bounds the unacked requests noteResendDue looks at.
-const resendScan = 2 * resendBurst
-
-// noteRerequestDue notes when the pull's first incomplete block is
-// re-requested, when its partner's timeouts are finer than the tick: a
-// busy tick after its pull RTO (pull.timer; b.mu held). A pull that asks
-// its owner instead notes the ask's deadline itself (ask.go).
-func (pl *pull) noteRerequestDue() {
-	if !pl.p.finerThanTick() {
-		return
-	}
-	b := pl.e.b
-	for j := range pl.blocks {
-		bl := &pl.blocks[j]
-		if bl.ngot == bl.n {
-			continue
-		}
-		if pl.pp == nil && pl.p.pullAskable() {
-			return
-		}
-		b.noteDue(max(bl.lastReq, pl.lastProgress) + pl.p.pullRTO(bl.tries) + int64(b.tickBusy))
-		return
 	}
 }

@@ -2,7 +2,6 @@ package mx
 
 import (
 	"errors"
-	"math"
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
@@ -56,32 +55,24 @@ const busyLinger = 100 * time.Millisecond
 // running a rank per core (or more) its ticks, each a wake-up of the
 // progress goroutine, of a sleeping waiter and of the Go runtime's
 // sysmon, came out of the CPUs the busy ranks need. So once idleAfter
-// ticks in a row found nothing to time (quietLocked), the board has no
-// tick at all (nextTick is noTick, idleTick idleTickMax): its receive loop
-// and a waiter asleep on its sources wait for a frame, a wake-up or a
-// noted deadline alone. Whatever starts timed work calls wakeTicks, which
-// brings the next tick back to tickBusy from now and, since the progress
-// goroutine or a sleeping waiter may be waiting without a timeout, sets
-// the fine timer (finetimer.go) to fire it; the fine timer keeps the ticks
-// until the progress goroutine has looked again, which then waits for
-// them itself. Frames and application calls wake the board as before. The
-// oversubscription count (oversub.go) and the machine's descheduling
-// window (descheduled.go) move at every timer run, so an idle board counts
-// again when it wakes, not on a schedule of its own. The liveness clock
-// (liveness.go) does not take the idle gap for a stall of the board.
-// Without a fine timer the ticks never stop, and a transport whose Recv
-// Close cannot end (neither a transport.Sleeper nor rings that kick)
-// keeps its receive loop's waits within a tick.
+// ticks in a row found nothing to time (quietLocked), each tick doubles
+// the period of the next (idleTick), up to idleTickMax. Whatever starts
+// timed work calls wakeTicks, which brings the next tick back to
+// tickBusy from now and, since the progress goroutine or a sleeping
+// waiter may be waiting for the stretched tick, sets the fine timer
+// (finetimer.go) to fire it; the fine timer keeps the ticks until the
+// progress goroutine has looked again, which then waits for them
+// itself. Frames and application calls wake the board as before: a
+// stretched tick only delays the periodic duties of a board that has
+// none. The oversubscription count (oversub.go) and the machine's
+// descheduling window (descheduled.go) move at every timer run, so an
+// idle board counts again when it wakes, not on a schedule of its own.
+// The liveness clock (liveness.go) does not take a stretched tick for a
+// stall of the board. Without a fine timer the ticks never stretch.
 const (
 	idleAfter   = 4
 	idleTickMax = time.Second
 )
-
-// noTick is nextTick on a board that has nothing to time (see "One
-// schedule" in finetimer.go): no periodic run is planned, and the board
-// sleeps until a frame, an application call or a noted deadline. Far
-// enough out that adding a wait to it cannot overflow.
-const noTick = math.MaxInt64 / 4
 
 // timersLocked runs every periodic duty when a tick is due (or force),
 // and the retransmission timers alone when only a noted deadline is
@@ -95,8 +86,6 @@ func (b *Board) timersLocked(force bool) {
 	if !force && now < b.nextTick.Load() {
 		if d := b.due.Load(); d != 0 && now >= d {
 			b.runTimersAt(now)
-		} else {
-			b.refreshArmed(now) // finetimer.go
 		}
 		return
 	}
@@ -113,11 +102,9 @@ func (b *Board) timersLocked(force bool) {
 		b.quietRuns, b.idleTick = 0, 0
 	}
 	if b.quietRuns > idleAfter {
-		// Nothing to time: no tick until something starts timed work
-		// (wakeTicks) or the fine timer's deadline comes.
-		b.idleTick = idleTickMax
-		next = noTick
-		b.live.planned = noTick // liveness.go: not a stall
+		b.idleTick = min(max(2*b.idleTick, 2*b.tick), idleTickMax)
+		next = now + int64(b.idleTick)
+		b.live.planned = int64(b.idleTick - b.tick) // liveness.go
 	}
 	b.nextTick.Store(next)
 }
@@ -191,11 +178,6 @@ func (b *Board) runTimersAt(now int64) {
 		b.lateRun(now) // finetimer.go
 		now = b.setNow()
 	}
-	// A run notes its deadlines anew: the fine timer is set once, for
-	// the earliest of them, when it ends (finetimer.go).
-	outer := b.inRun
-	b.inRun = true
-	defer b.endRun(outer)
 	b.stampAcks(now)               // ack.go
 	b.noteTimerRun(b.now())        // liveness.go
 	descheduling.rotate()          // descheduled.go
@@ -213,16 +195,6 @@ func (b *Board) runTimersAt(now int64) {
 		b.lastBusy = b.now()
 	}
 	b.placeTick() // placerecv.go
-}
-
-// endRun ends a timer run (runTimersAt) that was nested in another when
-// outer: the outermost sets the fine timer for the earliest deadline its
-// duties noted (b.mu held).
-func (b *Board) endRun(outer bool) {
-	b.inRun = outer
-	if d := b.due.Load(); !outer && d != 0 {
-		b.armDue(d)
-	}
 }
 
 func (b *Board) progress() {
@@ -246,23 +218,15 @@ func (b *Board) progress() {
 			// tick: on a machine whose every P a poller holds, a loop
 			// woken for each tick waits for the runtime to preempt a
 			// poller (every 10 ms, a signal) and then takes its P.
-			var tc <-chan time.Time // nil: wait for s.wake alone
-			if next := b.nextTick.Load(); s.polling() == 0 || s.asleep.Load() {
-				if next < noTick || d < idleTickMax {
-					d = min(d, time.Duration(next-b.clock()))
-					tc = timer.C
-				}
-			} else {
-				tc = timer.C
+			if s.polling() == 0 || s.asleep.Load() {
+				d = min(d, time.Duration(b.nextTick.Load()-b.clock()))
 			}
-			if tc != nil {
-				timer.Reset(max(d, time.Microsecond))
-			}
+			timer.Reset(max(d, time.Microsecond))
 			select {
 			case <-b.quit:
 				return
 			case <-s.wake:
-			case <-tc:
+			case <-timer.C:
 				b.sleepsEmpty.Add(1)
 			}
 			b.looks.Add(1)
@@ -284,16 +248,12 @@ func (b *Board) progress() {
 		if wait < 0 {
 			wait = 0
 		}
-		if t0+int64(wait) >= noTick {
-			wait = -1 // no tick: until a frame, a Wake or Close
-		} else {
-			wait = min(wait+time.Microsecond, idleTickMax)
+		wait = min(wait+time.Microsecond, idleTickMax)
+		if s.sleeper == nil && s.kick == nil {
+			wait = min(wait, b.tick) // Close cannot end its Recv sooner
 		}
-		if s.sleeper == nil && s.kick == nil && (wait < 0 || wait > b.tick) {
-			wait = b.tick // Close cannot end its Recv sooner
-		}
-		if b.opts.BusyPoll && s.kick == nil && (wait < 0 || wait > pollHandover) {
-			wait = pollHandover // a poller may be waiting for Recv
+		if b.opts.BusyPoll && s.kick == nil {
+			wait = min(wait, pollHandover) // a poller may be waiting for Recv
 		}
 		if b.pcopyN.Load() > 0 {
 			wait = 0 // look again at once: the engine's copies are reaped next (pulloffload.go)

@@ -20,9 +20,12 @@ func (p *partner) pullRTO(backoff int) int64 {
 
 // finerThanTick reports whether p's retransmission timeouts can be shorter
 // than the board's tick, so that its pending resends and pull re-requests
-// are noted as deadlines to fire on time (finetimer.go; b.mu held). A peer
+// need the busy tick (Board.tickBusy) to fire on time (b.mu held). A peer
 // on the rings cannot: its floor is the rings' FullWait, a second by
 // default (rtoMin), and the tick (at most 10 ms) fires that within 1 %.
+// Ticking every tickBusy for it woke the progress goroutine some 16 000
+// times a second while a ring peer's messages were in flight, each wake-up
+// taken from the application's CPU, to find nothing due.
 func (p *partner) finerThanTick() bool {
 	return p.rtoMin() < int64(p.ep.b.tick)
 }
@@ -51,12 +54,11 @@ func (b *Board) rtoGran() int64 {
 // (RTO) after the probe, what is still overdue is resent in full, each
 // request after the partner's RTO doubled for every earlier resend of it.
 // A request unacked for ResendDelay*(its resend limit+1) since its first
-// send makes the partner unreachable, however the backoff went. The
+// send makes the partner unreachable, however the backoff went. Only the
 // probe's deadline (and SACK holes', sack.go) is noted for the fine timer
-// to the microsecond (finetimer.go): a spurious probe costs one frame, but
-// a full resend fired by a precise timer whenever a loaded machine stalls
-// the peer past RTOMin costs the whole message, so the resends' deadline
-// is noted a busy tick late (noteResendDue), as a tick would have run it.
+// (finetimer.go): a spurious probe costs one frame, but a full resend
+// fired by a precise timer whenever a loaded machine stalls the peer past
+// RTOMin costs the whole message, so those keep the board's ticks.
 func (p *partner) resendDue(now int64) {
 	b := p.ep.b
 	if p.unreachable(now) {
@@ -174,7 +176,7 @@ func (e *Endpoint) timers() bool {
 		}
 		if p.unacked.Len() > 0 {
 			p.resendDue(now)
-			p.noteResendDue() // finetimer.go
+			busy = busy || p.unacked.Len() > 0 && p.finerThanTick()
 		}
 		if p.held != nil {
 			busy = true // retried after the timer pass (Board.retryHeld)
@@ -196,12 +198,10 @@ func (e *Endpoint) timers() bool {
 			r = next
 		}
 	}
-	for k, pl := range e.pulls {
+	for _, pl := range e.pulls {
 		if pl != nil {
 			pl.timer(now)
-			if e.pulls[k] == pl {
-				pl.noteRerequestDue() // finetimer.go
-			}
+			busy = busy || pl.p.finerThanTick()
 		}
 	}
 	e.notifyTimeouts(now) // largefail.go

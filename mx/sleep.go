@@ -387,25 +387,15 @@ func (b *Board) sleepOnce(srcs []*rxSource, holds func() bool, e *Endpoint, gen 
 		sleep = false
 	}
 	if sleep {
-		// Until the next tick, and at least a tick; a board with
-		// nothing to time has none (progress.go): then until a frame,
-		// a wake-up or the caller's deadline alone.
-		wait := time.Duration(-1)
-		if next := b.nextTick.Load(); next < noTick {
-			wait = min(max(time.Duration(next-b.clock()), b.tick), idleTickMax)
-		}
+		// Until the next tick, which an idle board stretches
+		// (progress.go), and at least a tick.
+		wait := min(max(time.Duration(b.nextTick.Load()-b.clock()), b.tick), idleTickMax)
 		if !deadline.IsZero() {
-			if d := time.Until(deadline); wait < 0 || d < wait {
-				wait = max(d, 0)
-			}
+			wait = min(wait, time.Until(deadline))
 		}
-		if wait != 0 {
-			var ts *unix.Timespec
-			if wait > 0 {
-				t := unix.NsecToTimespec(int64(wait))
-				ts = &t
-			}
-			if n, err := unix.Ppoll(fds, ts, nil); n == 0 && err == nil { // EINTR, a timeout: the caller looks again
+		if wait > 0 {
+			ts := unix.NsecToTimespec(int64(wait))
+			if n, err := unix.Ppoll(fds, &ts, nil); n == 0 && err == nil { // EINTR, a timeout: the caller looks again
 				b.sleepsEmpty.Add(1)
 			}
 		}

@@ -65,13 +65,8 @@ func (b *Board) drainForVerdict() bool {
 				}
 				b.vMarks[s] = e
 			}
-			// Out of Recv, so that it finds the transport drained: a
-			// loop may wait there for a frame alone (a tick is far
-			// off, or there is none, finetimer.go).
 			if s.kick != nil {
-				s.kick()
-			} else if s.sleeper != nil {
-				s.sleeper.Wake()
+				s.kick() // out of Recv, so that it finds the transport drained
 			}
 			all = false
 			continue
