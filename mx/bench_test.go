@@ -62,15 +62,9 @@ func pingPong(b *testing.B, tf transportFactory, opts BoardOptions, size int) {
 	for i := 0; i < 10; i++ {
 		round()
 	}
-	firings := func() (n uint64) {
-		for _, bd := range []*Board{pr.ba, pr.bb} {
-			n += bd.Counters()[FineFirings]
-		}
-		return n
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	f0, c0 := firings(), cpuTime()
+	w0, c0 := takeWakes(pr.ba, pr.bb), cpuTime()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		round()
@@ -78,7 +72,7 @@ func pingPong(b *testing.B, tf transportFactory, opts BoardOptions, size int) {
 	el := time.Since(start)
 	cpu := cpuTime() - c0
 	b.StopTimer()
-	f1 := firings()
+	w1 := takeWakes(pr.ba, pr.bb)
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
@@ -87,7 +81,45 @@ func pingPong(b *testing.B, tf transportFactory, opts BoardOptions, size int) {
 	// The process's CPU time and the fine timer's firings (finetimer.go)
 	// per message, both boards together.
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(2*b.N), "cpu-ns/msg")
-	b.ReportMetric(float64(f1-f0)*1000/float64(2*b.N), "fine-firings/1k-msg")
+	w1.sub(w0).report(b, 2*b.N)
+}
+
+// boardWakes is what woke two boards: their fine timers' arms, firings
+// and firings with nothing due, their periodic timer runs (ticks), and
+// their sleeps that ended by a timeout with nothing to do, of all the
+// waits their receive loops made (finetimer.go).
+type boardWakes struct {
+	arms, firings, idle, ticks, empty, waits uint64
+}
+
+// takeWakes adds up the boards' wake-up counts now.
+func takeWakes(bds ...*Board) (w boardWakes) {
+	for _, bd := range bds {
+		c := bd.Counters()
+		_, ticks, _ := bd.idleState()
+		w.arms += c[FineArms]
+		w.firings += c[FineFirings]
+		w.idle += c[FineIdle]
+		w.empty += c[SleepsEmpty]
+		w.ticks += ticks
+		w.waits += bd.loopWaits.Load()
+	}
+	return w
+}
+
+func (w boardWakes) sub(v boardWakes) boardWakes {
+	return boardWakes{w.arms - v.arms, w.firings - v.firings, w.idle - v.idle, w.ticks - v.ticks, w.empty - v.empty, w.waits - v.waits}
+}
+
+// report reports the counts per 1 000 of msgs messages.
+func (w boardWakes) report(b *testing.B, msgs int) {
+	per := func(n uint64) float64 { return float64(n) * 1000 / float64(max(msgs, 1)) }
+	b.ReportMetric(per(w.arms), "fine-arms/1k-msg")
+	b.ReportMetric(per(w.firings), "fine-firings/1k-msg")
+	b.ReportMetric(per(w.idle), "fine-idle/1k-msg")
+	b.ReportMetric(per(w.ticks), "ticks/1k-msg")
+	b.ReportMetric(per(w.empty), "empty-sleeps/1k-msg")
+	b.ReportMetric(per(w.waits), "loop-waits/1k-msg")
 }
 
 // BenchmarkStream measures one-directional throughput with 16 sends in

@@ -171,9 +171,13 @@ type Board struct {
 	spinShrank atomic.Uint64 // and shrunk
 	loopRecvs  atomic.Uint64 // Recv calls of the progress goroutine
 	loopOut    atomic.Uint64 // and returns from them
-	rawWake    chan struct{}
-	quit       chan struct{}
-	exited     chan struct{}
+	// sleepsEmpty counts the board's sleeps that timed out with nothing
+	// to do (counter SleepsEmpty): read without mu by Counters.
+	sleepsEmpty atomic.Uint64
+	loopWaits   atomic.Uint64 // Recv calls of the progress goroutine that may wait (timeout not 0)
+	rawWake     chan struct{}
+	quit        chan struct{}
+	exited      chan struct{}
 	// fine is the timerfd of the fine timer (nil without one);
 	// fineExited is closed when its goroutine ends (finetimer.go).
 	fine       *os.File
@@ -341,7 +345,9 @@ func (b *Board) RendezvousThreshold() int { return b.opts.RendezvousThreshold }
 func (b *Board) Counters() Counters {
 	b.mu.Lock()
 	defer b.unlockKick()
-	return b.cnt
+	c := b.cnt
+	c[SleepsEmpty] = b.sleepsEmpty.Load()
+	return c
 }
 
 // Close closes every endpoint, stops the progress goroutine and closes the

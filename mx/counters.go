@@ -165,6 +165,13 @@ const (
 	// goroutine ran (finetimer.go).
 	FineArms
 	FineFirings
+	// FineIdle counts the fine timer's firings that found nothing due
+	// (the deadline it was set for had moved or gone), and SleepsEmpty
+	// the board's sleeps that ended with nothing to do: a wait of the
+	// receive loop or of a waiter asleep on the sources that timed out
+	// with no frame, no hand-over and no wake-up (finetimer.go).
+	FineIdle
+	SleepsEmpty
 	numCounters
 )
 
@@ -209,6 +216,7 @@ var counterNames = [numCounters]string{
 	"tail asks sent (a late peer asked what it holds)", "asks answered", "resent on an ask's answer",
 	"pull asks sent (a late pull's owner asked what it sent)",
 	"fine timer arms (timerfd_settime)", "fine timer firings",
+	"fine timer firings with nothing due", "sleeps ended by a timeout with nothing to do",
 }
 
 // String returns the counter's label.

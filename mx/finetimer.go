@@ -163,6 +163,8 @@ func (b *Board) fineTimer() {
 			b.timersLocked(false) // the tick of a board that was idle (progress.go)
 		} else if d := b.due.Load(); d != 0 && b.clock() >= d {
 			b.runTimersLocked()
+		} else {
+			b.cnt[FineIdle]++
 		}
 		if b.fineTicks {
 			if b.idleTick != 0 || b.looks.Load() != b.fineMark {

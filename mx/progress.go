@@ -227,6 +227,7 @@ func (b *Board) progress() {
 				return
 			case <-s.wake:
 			case <-timer.C:
+				b.sleepsEmpty.Add(1)
 			}
 			b.looks.Add(1)
 			b.mu.Lock()
@@ -242,7 +243,8 @@ func (b *Board) progress() {
 			b.unlock()
 		}
 		s.mu.Lock()
-		wait := time.Duration(b.nextTick.Load() - b.clock())
+		t0 := b.clock()
+		wait := time.Duration(b.nextTick.Load() - t0)
 		if wait < 0 {
 			wait = 0
 		}
@@ -257,7 +259,13 @@ func (b *Board) progress() {
 			wait = 0 // look again at once: the engine's copies are reaped next (pulloffload.go)
 		}
 		b.loopRecvs.Add(1)
+		if wait != 0 {
+			b.loopWaits.Add(1)
+		}
 		n, err := b.tr.Recv(s.rx, wait)
+		if n == 0 && err == nil && wait > 0 && b.clock()-t0 >= int64(wait) {
+			b.sleepsEmpty.Add(1) // a timeout, not a Wake
+		}
 		woke := b.woke.Load() // what this batch and the timers wake
 		b.loopOut.Add(1)
 		b.looks.Add(1)

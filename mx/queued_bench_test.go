@@ -62,6 +62,12 @@ func BenchmarkQueuedRate(b *testing.B) {
 				b.ReportMetric(r.perSecond(), "msgs/s")
 				b.ReportMetric(r.cpuPerMsg(), "cpu-us/msg")
 				b.ReportMetric(float64(r.resends), "resends")
+				if r.wakes.waits > 0 {
+					// The progress threads' waits that a timeout, not a
+					// frame, ended (finetimer.go).
+					b.ReportMetric(float64(r.wakes.empty)/float64(r.wakes.waits), "empty-sleeps/wait")
+				}
+				r.wakes.report(b, r.msgs)
 				results[key{n, place}] = r
 			})
 		}
@@ -110,6 +116,8 @@ type queuedRate struct {
 	// resends counts frames sent again (fast, by timer, tail probes):
 	// a run that lost frames waited for recovery too.
 	resends uint64
+	// wakes: what woke the boards of both sides (bench_test.go).
+	wakes boardWakes
 }
 
 func (r queuedRate) perSecond() float64 { return float64(r.msgs) / r.wall.Seconds() }
@@ -241,10 +249,13 @@ func runQueuedRate(b *testing.B, n, queues int, bind, irq bool, msgs int) queued
 		return sum
 	}
 	res0 := resends()
+	boards := append(qbs[0].Boards(), qbs[1].Boards()...)
+	w0 := takeWakes(boards...)
 	cpu0, t0 := processCPU(b), time.Now()
 	close(start)
 	wg.Wait()
 	r := queuedRate{msgs: per * n, wall: time.Since(t0), cpu: processCPU(b) - cpu0, resends: resends() - res0}
+	r.wakes = takeWakes(boards...).sub(w0)
 	b.StopTimer()
 	close(errs)
 	for err := range errs {

@@ -395,7 +395,9 @@ func (b *Board) sleepOnce(srcs []*rxSource, holds func() bool, e *Endpoint, gen 
 		}
 		if wait > 0 {
 			ts := unix.NsecToTimespec(int64(wait))
-			_, _ = unix.Ppoll(fds, &ts, nil) // EINTR, a timeout: the caller looks again
+			if n, err := unix.Ppoll(fds, &ts, nil); n == 0 && err == nil { // EINTR, a timeout: the caller looks again
+				b.sleepsEmpty.Add(1)
+			}
 		}
 	}
 	b.sleep.armed.Store(false)
