@@ -203,6 +203,11 @@ type Board struct {
 	// drains a source): frames the NIC delivered before a span posted
 	// now (placerecv.go).
 	rxLeft int
+	// rxLeftLane counts the same frames by the lane they came on
+	// (transport.Frame.Lane; index 0 unused): a lane's queue holds only
+	// what was posted on it, so only its own frames come before a span
+	// posted there.
+	rxLeftLane [transport.MaxLanes + 1]int
 	// ackOwed: partners on the rings that reached NotAckedMax unacked
 	// messages, acked once a receive finds its source drained
 	// (ack.go); each at most once (partner.owed).

@@ -33,7 +33,9 @@ import (
 //     it is kept or dropped to be asked for again) and the frames of the
 //     batches it is handling that it has not handled yet (Board.rxLeft);
 //     a block posts no span for its first Ahead-expect+rxLeft frames,
-//     which take the descriptors ahead. The count errs one way only: a
+//     which take the descriptors ahead (on a lane, rxLeft counts only
+//     the frames of the batch that came on that lane: no other frame
+//     takes its descriptors). The count errs one way only: a
 //     frame nobody counted (an ack, a duplicate, a reply asked for again)
 //     takes a descriptor, and the replies after it take the spans of
 //     later frames, which is safe (their own spans were taken by the
@@ -208,7 +210,10 @@ func (pl *pull) placeBlock(first, n int) {
 	ahead := 0
 	switch {
 	case lane > 0:
-		ahead = pc.tr.Placement(lane).Ahead - pl.expect + b.rxLeft
+		// Only the lane's own frames take its postings: those of other
+		// queues in the batch being handled come before none of them
+		// (a span left unposted on a lane is a frame the NIC drops).
+		ahead = pc.tr.Placement(lane).Ahead - pl.expect + b.rxLeftLane[lane]
 	case pl.pp != nil:
 		ahead = pc.tr.Placement(0).Ahead - pc.expect + b.rxLeft
 	}

@@ -308,10 +308,21 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	tr := b.batchFrom(rx)
 	outer := b.rxRings // a verdict's drain may nest one batch in another
 	b.rxRings = s.spin
-	outerLeft := b.rxLeft
+	outerLeft, outerLane := b.rxLeft, b.rxLeftLane
+	lanes := b.plc != nil && b.plc.lanes > 0
+	if lanes {
+		for i := range rx {
+			if l := rx[i].Lane; l > 0 && int(l) <= transport.MaxLanes {
+				b.rxLeftLane[l]++
+			}
+		}
+	}
 	for i := range rx {
 		f := &rx[i]
 		b.rxLeft = outerLeft + len(rx) - 1 - i
+		if l := f.Lane; lanes && l > 0 && int(l) <= transport.MaxLanes {
+			b.rxLeftLane[l]--
+		}
 		if tr != nil {
 			b.curFrame = f
 		}
@@ -324,7 +335,7 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		b.curFrame = nil
 		f.Data, f.Placed = nil, nil
 	}
-	b.rxLeft = outerLeft
+	b.rxLeft, b.rxLeftLane = outerLeft, outerLane
 	b.rxRings = outer
 	if len(rx) < len(s.rx) {
 		b.ackDrained() // ack.go

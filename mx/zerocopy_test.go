@@ -549,6 +549,17 @@ func TestZeroCopyPlaceLanes(t *testing.T) {
 	}
 	c := pr.b.CopyStats().Sub(before)
 	t.Logf("%d bytes received, %d in place, %.4f copied per byte", c.RecvBytes, c.RecvPlaced, c.RecvPerByte())
+	// A lane's queue takes only what is posted on it and drops a frame
+	// that finds no posting: on a lossless wire every reply of a pull
+	// finds its own, whatever else the batch that asked for it holds.
+	for _, n := range pr.bb.tr.(transport.Stats).Counters() {
+		if n.Name == "nic_rx_no_descriptor" && n.Value != 0 {
+			t.Errorf("the receiving NIC dropped %d frames that found nothing posted on their lane", n.Value)
+		}
+	}
+	if n := pr.b.Counters().Get(PullFramesRerequested); n != 0 {
+		t.Errorf("%d pull frames asked for again on a lossless wire", n)
+	}
 	switch {
 	case c.RecvPerByte() > 1:
 		t.Errorf("%.4f copied per byte: want at most one", c.RecvPerByte())

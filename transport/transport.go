@@ -185,7 +185,10 @@ type Frame struct {
 	// transport whose PlaceInfo says SendsLanes marks the frame so that
 	// the peer's NIC steers it there (raw Ethernet framing: the
 	// EtherType LaneEtherType(Lane)); any other ignores it, and the frame
-	// arrives as any other. Recv leaves it 0.
+	// arrives as any other. On Recv, a transport with lanes sets it to
+	// the lane the frame arrived on, so a caller that posts on a lane
+	// can tell the frames of a batch that took that lane's postings from
+	// the others; 0 for any other frame, and on every other transport.
 	Lane uint8
 }
 

@@ -597,7 +597,7 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 			if !ok {
 				continue
 			}
-			frames[got] = transport.Frame{Peer: peer, Data: data, Ref: t.lends.RecvRef(len(t.held) - 1)}
+			frames[got] = transport.Frame{Peer: peer, Data: data, Ref: t.lends.RecvRef(len(t.held) - 1), Lane: t.laneOf(queue)}
 			if ext, _ := b.Attached(); ext != nil {
 				frames[got].Placed = ext // a placement took the rest (place.go)
 			}

@@ -17,9 +17,10 @@ var _ transport.Placer = (*Transport)(nil)
 // k-th of those queues) and Close removes them. A peer that sends a frame
 // with Frame.Lane k writes that EtherType, so the frame lands on queue k
 // of the receiver, where only what the receiver posted waits. Recv takes
-// from every queue, lanes included, and accepts the lane EtherTypes on
-// any of them (a frame sent to a lane of a receiver that has none arrives
-// on its one queue).
+// from every queue, lanes included, marks each frame that came from a
+// lane's queue with its lane (Frame.Lane), and accepts the lane
+// EtherTypes on any queue (a frame sent to a lane of a receiver that has
+// none arrives on its one queue, with Lane 0).
 
 // setupLanes installs the lane rules, when the NIC keeps queues for
 // placement and the framing is raw Ethernet; a rule the NIC refuses ends
@@ -39,6 +40,14 @@ func (t *Transport) setupLanes() {
 		t.laneRules = append(t.laneRules, id)
 	}
 	t.laneQ = first
+}
+
+// laneOf returns the lane RX queue q is, 0 for none.
+func (t *Transport) laneOf(q int) uint8 {
+	if k := q - t.laneQ + 1; t.queue == nil && len(t.laneRules) > 0 && k >= 1 && k <= len(t.laneRules) {
+		return uint8(k)
+	}
+	return 0
 }
 
 // removeLanes removes the lane rules (Close, before the NIC closes).
