@@ -17,6 +17,7 @@ import (
 type gotFrame struct {
 	whole  []byte
 	placed []byte // the posted memory it took; nil for none
+	lane   uint8  // the lane Recv said it came on
 }
 
 func recvN(t *testing.T, tr transport.Transport, n int) []gotFrame {
@@ -33,7 +34,7 @@ func recvN(t *testing.T, tr transport.Transport, n int) []gotFrame {
 			t.Fatal(err)
 		}
 		for _, f := range fs[:k] {
-			g := gotFrame{whole: append(append([]byte(nil), f.Data...), f.Placed...)}
+			g := gotFrame{whole: append(append([]byte(nil), f.Data...), f.Placed...), lane: f.Lane}
 			if f.Placed != nil {
 				g.placed = f.Placed
 			}
@@ -106,6 +107,9 @@ func TestPlaceLanes(t *testing.T) {
 			if g.placed != nil || len(g.whole) < 300 {
 				t.Errorf("the lane-0 frame took a posting (%d bytes)", len(g.whole))
 			}
+			if g.lane != 0 {
+				t.Errorf("the lane-0 frame came with Lane %d", g.lane)
+			}
 			continue
 		}
 		lane = append(lane, g)
@@ -117,6 +121,9 @@ func TestPlaceLanes(t *testing.T) {
 		want := send[[]int{0, 2, 3}[i]].Data
 		if !bytes.Equal(g.whole[:len(want)], want) {
 			t.Errorf("lane frame %d changed", i)
+		}
+		if g.lane != 1 {
+			t.Errorf("lane frame %d came with Lane %d, want 1 (the lane it took postings on)", i, g.lane)
 		}
 		switch {
 		case i == 1 && g.placed != nil:
