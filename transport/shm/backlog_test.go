@@ -149,19 +149,7 @@ func testSlowConsumer(t *testing.T, opts Options) {
 	if w := counter(a, "shm frames that waited in a backlog"); w < frames/2 {
 		t.Fatalf("%d frames waited in a backlog, want most of the %d", w, frames)
 	}
-	buf := make([]transport.Frame, 8)
-	for got := 0; got < frames; {
-		n, err := b.Recv(buf, time.Minute)
-		if err != nil || n == 0 {
-			t.Fatalf("after %d of %d frames: Recv = %d, %v", got, frames, n, err)
-		}
-		for _, f := range buf[:n] {
-			if !bytes.Equal(f.Data, frame(got)) {
-				t.Fatalf("frame %d of %d: %d bytes, not the ones sent", got, frames, len(f.Data))
-			}
-			got++
-		}
-	}
+	recvInOrder(t, b, frames, 8, frame)
 	if d := counter(a, "shm frames dropped (ring full)"); d != 0 {
 		t.Errorf("%d frames dropped", d)
 	}
@@ -196,19 +184,7 @@ func TestBacklogOfAStuckConsumer(t *testing.T) {
 	if d := counter(a, "shm frames dropped (ring full)"); d != 1 {
 		t.Errorf("%d frames counted dropped, want 1", d)
 	}
-	buf := make([]transport.Frame, 8)
-	for got := 0; got < sent; {
-		n, err := b.Recv(buf, time.Minute)
-		if err != nil || n == 0 {
-			t.Fatalf("after %d of %d frames: Recv = %d, %v", got, sent, n, err)
-		}
-		for _, f := range buf[:n] {
-			if !bytes.Equal(f.Data, frame(got)) {
-				t.Fatalf("frame %d of %d differs", got, sent)
-			}
-			got++
-		}
-	}
+	recvInOrder(t, b, sent, 8, frame)
 	waitFor(t, "the backlog to empty", func() bool { return a.blBytes.Load() == 0 })
 }
 
@@ -302,21 +278,28 @@ func TestBacklogWokenByTheConsumer(t *testing.T) {
 	if counter(a, "shm frames that waited in a backlog") == 0 {
 		t.Fatal("no frame waited in a backlog")
 	}
-	buf := make([]transport.Frame, 4)
-	for got := 0; got < frames; {
-		n, err := b.Recv(buf, time.Minute)
-		if err != nil || n == 0 {
-			t.Fatalf("after %d of %d frames: Recv = %d, %v", got, frames, n, err)
-		}
-		for _, f := range buf[:n] {
-			if !bytes.Equal(f.Data, frame(got)) {
-				t.Fatalf("frame %d differs", got)
-			}
-			got++
-		}
-	}
+	recvInOrder(t, b, frames, 4, frame)
 	if n := counter(b, "shm room bells written for producers' backlogs"); n == 0 {
 		t.Error("the consumer wrote no room bell")
 	}
 	waitFor(t, "the backlog's bytes counted out", func() bool { return a.blBytes.Load() == 0 })
+}
+
+// recvInOrder receives count frames on tr, batch at a time, and fails the
+// test unless frame i is exactly frame(i).
+func recvInOrder(t *testing.T, tr *Transport, count, batch int, frame func(int) []byte) {
+	t.Helper()
+	buf := make([]transport.Frame, batch)
+	for got := 0; got < count; {
+		n, err := tr.Recv(buf, time.Minute)
+		if err != nil || n == 0 {
+			t.Fatalf("after %d of %d frames: Recv = %d, %v", got, count, n, err)
+		}
+		for _, f := range buf[:n] {
+			if !bytes.Equal(f.Data, frame(got)) {
+				t.Fatalf("frame %d of %d: %d bytes, not the ones sent", got, count, len(f.Data))
+			}
+			got++
+		}
+	}
 }
