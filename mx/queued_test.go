@@ -65,16 +65,7 @@ func TestQueuedBoard(t *testing.T) {
 	// Every queue's board received its own endpoint's frames from its
 	// queue: none was handed over in software (the 82599 steers by rule).
 	for i := range 2 {
-		for _, b := range qbs[i].Boards() {
-			c := map[string]uint64{}
-			for _, x := range b.TransportCounters() {
-				c[x.Name] = x.Value
-			}
-			if c["nic_queue_forwarded"] != 0 || c["nic_queue_delivered"] == 0 {
-				t.Errorf("board %v: %d frames received on its queue, %d handed over between queues",
-					b.NICID(), c["nic_queue_delivered"], c["nic_queue_forwarded"])
-			}
-		}
+		checkSteered(t, qbs[i])
 	}
 }
 
@@ -113,16 +104,7 @@ func TestQueuedBoardInterrupts(t *testing.T) {
 			t.Errorf("NIC %d raised %d interrupts (want some: its progress threads slept on their vectors), %d violations (%s)",
 				i, s.Interrupts, s.Violations, s.LastViolation)
 		}
-		for _, b := range qbs[i].Boards() {
-			c := map[string]uint64{}
-			for _, x := range b.TransportCounters() {
-				c[x.Name] = x.Value
-			}
-			if c["nic_queue_forwarded"] != 0 || c["nic_queue_delivered"] == 0 {
-				t.Errorf("board %v: %d frames received on its queue, %d handed over between queues",
-					b.NICID(), c["nic_queue_delivered"], c["nic_queue_forwarded"])
-			}
-		}
+		checkSteered(t, qbs[i])
 	}
 }
 
@@ -267,5 +249,21 @@ func TestQueuedBoardRefusals(t *testing.T) {
 	ts[0].Close()
 	if _, err := NewBoard(tr, BoardOptions{ProgressCPUs: []int{-1}}); !errors.Is(err, ErrBadOptions) {
 		t.Errorf("ProgressCPUs -1: %v", err)
+	}
+}
+
+// checkSteered fails the test unless every board of qb received its own
+// endpoint's frames on its own queue, none handed over in software.
+func checkSteered(t *testing.T, qb *QueuedBoard) {
+	t.Helper()
+	for _, b := range qb.Boards() {
+		c := map[string]uint64{}
+		for _, x := range b.TransportCounters() {
+			c[x.Name] = x.Value
+		}
+		if c["nic_queue_forwarded"] != 0 || c["nic_queue_delivered"] == 0 {
+			t.Errorf("board %v: %d frames received on its queue, %d handed over between queues",
+				b.NICID(), c["nic_queue_delivered"], c["nic_queue_forwarded"])
+		}
 	}
 }
