@@ -321,11 +321,14 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 			b.spinSrcs = append(b.spinSrcs, s)
 		}
 	}
-	b.zc = newZeroCopy(tr, o.ZeroCopy)        // zerocopy.go
-	b.plc = newPlaceRecv(tr, b.zc)            // placerecv.go
-	b.openSleep()                             // sleep.go
-	b.initOversub()                           // oversub.go
-	b.cmaPublish()                            // cma.go
+	b.zc = newZeroCopy(tr, o.ZeroCopy) // zerocopy.go
+	b.plc = newPlaceRecv(tr, b.zc)     // placerecv.go
+	b.openSleep()                      // sleep.go
+	b.initOversub()                    // oversub.go
+	b.cmaPublish()                     // cma.go
+	if b.host != nil {
+		go b.hostProgress() // host.go: after every field it may use is set
+	}
 	go b.fineTimer()                          // finetimer.go
 	if err := b.startProgress(); err != nil { // cpu.go
 		_ = b.Close()

@@ -50,7 +50,10 @@ type hostReach struct {
 
 // openHost opens the host path when asked for (from NewBoard, before the
 // progress goroutine starts). A failure leaves the board without one and is
-// returned by HostPathErr.
+// returned by HostPathErr. NewBoard starts the path's goroutine
+// (hostProgress) only once the whole board is set up: a frame may wait on
+// the rings already (a peer's connect to an endpoint number this process
+// had before), and answering it uses the board's send buffer and state.
 func (b *Board) openHost() {
 	o := b.opts.Local
 	if o.NoShm || (o.Off && !o.Shm) {
@@ -76,7 +79,6 @@ func (b *Board) openHost() {
 		quit: make(chan struct{}), exited: make(chan struct{})}
 	b.allSrcs = append(b.allSrcs, b.host.src)
 	b.frameMax = max(b.frameMax, min(tr.MTU(), 65535))
-	go b.hostProgress()
 }
 
 // hostDir is the endpoint directory of the host path: a directory per

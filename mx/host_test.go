@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/shm"
 	"github.com/gomx-dev/gomx/transport/udp"
 )
 
@@ -415,5 +417,75 @@ func TestBlockingWaitOneP(t *testing.T) {
 			s, _ := e.ISend(nil, addr, echoStop, nil)
 			mustWait(t, s, 10*time.Second)
 		})
+	}
+}
+
+// TestHostPathFrameAtOpen: frames that reach the rings while a board opens
+// (a peer still connecting to the endpoint number a process at the same
+// address had before) are answered by the board each time it opens. What
+// guards this is NewBoard's order, which starts the path's goroutine only
+// once the board is set up; it once started it before the board's send
+// buffer existed, and a nack for a frame taken in that window panicked.
+// The window is too short for this test to hit reliably; it checks the
+// scenario end to end.
+func TestHostPathFrameAtOpen(t *testing.T) {
+	checkLeaks(t)
+	dir := shmDir(t)
+	hdir, err := hostDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := udp.Listen("127.0.0.1:0", udp.Options{})
+	if err != nil {
+		t.Skipf("udp unavailable: %v", err)
+	}
+	addr := first.Addr()
+	first.Close()
+	// A stranger on this host keeps asking endpoint 7 of that address to
+	// connect, before, during and after each board at it opens.
+	peer, err := shm.Open(shm.Options{Dir: hdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	frame := make([]byte, wire.HeadLen+wire.ConnectLen)
+	(&wire.Connect{DstEP: 7, SrcEP: 1, SrcSession: 9, Key: testKey}).Put(frame[wire.HeadLen:], wire.BigEndian)
+	stop, done := make(chan struct{}), make(chan struct{})
+	rx := make([]transport.Frame, 16)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			peer.Send([]transport.Frame{{Peer: addr, Data: frame}}) // fails while no board is there
+			// It takes what comes back (the nacks, the rings' own
+			// records), as any peer on the rings does.
+			peer.Recv(rx, 0) // valid until the next Recv: nothing to release
+			runtime.Gosched()
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 10 {
+		tr, err := udp.Listen(addr.UDPAddr().String(), udp.Options{})
+		if err != nil {
+			t.Skipf("udp: the address is taken again: %v", err)
+		}
+		o := hostOptions(dir)
+		o.Local.Shm = true
+		b, err := NewBoard(tr, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.HostPathErr() != nil || b.host == nil {
+			b.Close()
+			t.Fatalf("board %d: no host path: %v", i, b.HostPathErr())
+		}
+		waitCond(t, "the board refuses the stranger's connect", func() bool {
+			return b.Counters().Get(DropBadEndpoint) > 0
+		})
+		b.Close()
 	}
 }
