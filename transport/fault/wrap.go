@@ -258,8 +258,12 @@ func (w *Transport) sendLate(it Item[uint8]) {
 // Recv fills frames with frames the model let through; see
 // [transport.Transport.Recv]. A frame handed out as the wrapped transport
 // returned it stays valid until the next Recv, like the wrapped
-// transport's; held, delayed, corrupted and surplus duplicated frames are
-// copies the wrapper made.
+// transport's, and keeps the Lane the wrapped transport gave it; held,
+// delayed, corrupted and surplus duplicated frames are copies the wrapper
+// made, with Lane 0, and so is the second copy of a frame duplicated at
+// once: a copy took no posting of a lane in the batch that delivers it
+// (its original took one, in the batch it arrived in), so a caller that
+// counts a batch's frames by lane counts only the frames that did.
 func (w *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	if w.recv == nil {
 		n, err := w.inner.Recv(frames, timeout)
@@ -346,20 +350,26 @@ func (w *Transport) recvFaulty(frames []transport.Frame, timeout time.Duration) 
 // deliverRecv puts a received frame the model let through into the caller's
 // frames, or, when they are full, a copy of it into the ready queue.
 func (w *Transport) deliverRecv(it Item[struct{}]) {
+	// lane is the wrapped frame's Lane, for the first copy delivered as
+	// it arrived only: a duplicate took no posting of its own.
+	lane := w.inFrame.Lane
 	for range it.Copies {
 		if w.n < len(w.dst) {
 			if w.direct(it.Data) {
 				// The placed frame itself, not a copy the model made:
 				// delivered as it arrived, split (place.go).
-				w.dst[w.n] = transport.Frame{Peer: it.Peer, Data: w.inFrame.Data, Placed: w.inFrame.Placed}
+				w.dst[w.n] = transport.Frame{Peer: it.Peer, Data: w.inFrame.Data, Placed: w.inFrame.Placed, Lane: lane}
 				w.refs[w.n] = w.inFrame.Ref
 				w.n++
+				lane = 0
 				continue
 			}
 			w.dst[w.n] = transport.Frame{Peer: it.Peer, Data: it.Data}
 			w.refs[w.n] = 0
 			if in := w.inFrame.Data; len(in) > 0 && len(it.Data) == len(in) && &it.Data[0] == &in[0] {
 				w.refs[w.n] = w.inFrame.Ref // the wrapped transport's buffer
+				w.dst[w.n].Lane = lane
+				lane = 0
 			}
 			w.n++
 			continue
