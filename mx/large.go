@@ -535,8 +535,14 @@ func (pl *pull) lostBefore(te uint32, x int, why Counter) {
 // shows lost (ask.go). A pull whose replies the NIC places (placerecv.go)
 // does not ask: placed replies are reaped apart from the frames handled
 // on receive, so an answer may be handled before replies that came
-// ahead of it. A pull fails after ResendDelay*ResendMax without
-// progress.
+// ahead of it. Such a timer re-request asks for a whole block again, so
+// it waits, as a verdict does, for the frames already received
+// (verdict.go): the replies it would ask for may be in the transport's
+// rings, unread because the goroutine that owns the receive source was
+// descheduled while this one ran the timers. The re-request goes out
+// only if the pull is still silent once the sources were drained, and a
+// tick or so later while their owner holds them. A pull fails after
+// ResendDelay*ResendMax without progress.
 func (pl *pull) timer(now int64) {
 	o := &pl.e.b.opts
 	if pl.e.b.overdue(now, pl.lastProgress, int64(o.ResendDelay)*int64(o.ResendMax)) { // liveness.go
@@ -557,6 +563,9 @@ func (pl *pull) timer(now int64) {
 			return
 		}
 		if now-max(bl.lastReq, pl.lastProgress) >= pl.p.pullRTO(bl.tries) && !pl.e.b.held(now) { // finetimer.go
+			if !pl.e.b.mayDeclare() { // verdict.go: the replies may wait unread
+				return
+			}
 			bl.tries++
 			bl.lastReq = now
 			pl.e.cnt[PullTimeouts]++

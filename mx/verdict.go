@@ -28,6 +28,11 @@ package mx
 // owner has since found it drained and handled what it got. A verdict is
 // thus given a tick or so later than before, and never while frames that
 // could answer it wait unread in a queue.
+//
+// A pull's timer re-request (large.go, pull.timer) waits for the
+// same drain: it is no verdict, but it asks for a whole block again, and
+// the replies it would ask for may be in the transport's rings (a lane's,
+// placed by the NIC), not yet reaped.
 
 // drainBatches bounds a verdict's drain: a peer flooding the board cannot
 // keep a timer run going.
