@@ -172,7 +172,7 @@ func (r *rxQueue) takePlace(d []byte, s uint32) *nicdrv.Buffer {
 		r.discard = discardNext
 		if !deliver {
 			if !discardNext {
-				r.dropped.Add(1)
+				r.cnt.Dropped.Add(1)
 			}
 			_ = r.hdrs.Free(hb)
 			return nil
@@ -193,7 +193,7 @@ func (r *rxQueue) takePlace(d []byte, s uint32) *nicdrv.Buffer {
 	r.discard = discardNext
 	if !deliver || pb == nil {
 		if !discardNext {
-			r.dropped.Add(1)
+			r.cnt.Dropped.Add(1)
 		}
 		return nil
 	}
@@ -225,12 +225,12 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.nic
-	if err := n.d.CanPost(n.closed.Load(), r.place); err != nil {
+	if err := n.d.CanPost(n.d.Closed.Load(), r.place); err != nil {
 		return 0, err
 	}
 	from := r.tail
 	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.slot, Hdr: r.hdr, Placed: r.placed,
-		Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.noBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+		Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
 	took, err := slots.Post(&n.d, ps)
 	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encodePlace(s)
@@ -263,21 +263,9 @@ func (n *NIC) CancelRx(q int) error {
 }
 
 // RxPlacement implements nicdrv.Placer.
-func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
-	if q < 0 || q >= len(n.rx) {
-		return nicdrv.PlacementState{}
-	}
-	r := n.rx[q]
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if n.closed.Load() {
-		// The ring is unmapped: nothing is ahead, every placement
-		// consumed (releasePlace).
-		return nicdrv.PlacementState{Posted: r.posted, Consumed: r.consumed}
-	}
-	// Every descriptor handed over and not yet delivered, written back
-	// or not: a caller that counts the frames it expects and has not
-	// handled counts the ones written back among them.
-	handed := (r.rdt + r.size - r.next) % r.size
-	return nicdrv.PlacementState{Ahead: int(handed), Posted: r.posted, Consumed: r.consumed}
+func (n *NIC) RxPlacement(q int) nicdrv.PlacementState { return drv.RxPlacement(&n.d, n.rx, q) }
+
+// Placements implements drv.PlacingQueue (r.mu held).
+func (r *rxQueue) Placements() (handed uint32, posted, consumed uint64) {
+	return (r.rdt + r.size - r.next) % r.size, r.posted, r.consumed
 }

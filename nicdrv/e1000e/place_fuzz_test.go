@@ -50,7 +50,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			info: nicdrv.Info{PlaceHeader: placeHeader, PlaceMin: placeMin}}
 		ring := make([]byte, size*32)
 		r := &rxQueue{nic: n, pool: pool, ring: ring, size: size, dsz: 32, ps: true, freeThresh: rxFreeThresh(size)}
-		r.fill = drv.NewRxFill(size, []*nicdrv.Pool{pool}, &r.noBuf)
+		r.fill = drv.NewRxFill(size, []*nicdrv.Pool{pool}, &r.cnt.NoBuf)
 		r.slot = r.fill.Bufs[0]
 		r.initPlace()
 		n.rx = []*rxQueue{r}

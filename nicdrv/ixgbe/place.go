@@ -173,12 +173,12 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.nic
-	if err := n.d.CanPost(n.closed.Load(), r.place); err != nil {
+	if err := n.d.CanPost(n.d.Closed.Load(), r.place); err != nil {
 		return 0, err
 	}
 	from := r.tail
 	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.pkt, Hdr: r.hdr, Placed: r.placed,
-		Pooled: r.pooled, Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.noBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+		Pooled: r.pooled, Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
 	took, err := slots.Post(&n.d, ps)
 	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encode(s)
@@ -218,7 +218,7 @@ func (r *rxQueue) cancel() error {
 	n := r.nic
 	op := fmt.Sprintf("cancel RX placements of queue %d", r.q)
 	switch {
-	case n.closed.Load():
+	case n.d.Closed.Load():
 		return n.errorf(op, nicdrv.ErrClosed)
 	case !r.place || !r.only:
 		return n.errorf(op, fmt.Errorf("not one of Options.PlaceOnly's queues: %w", nicdrv.ErrNotSupported))
@@ -253,21 +253,9 @@ func (r *rxQueue) cancel() error {
 }
 
 // RxPlacement implements nicdrv.Placer.
-func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
-	if q < 0 || q >= len(n.rx) {
-		return nicdrv.PlacementState{}
-	}
-	r := n.rx[q]
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if n.closed.Load() {
-		// The ring is unmapped: nothing is ahead, every placement
-		// consumed (releasePlace).
-		return nicdrv.PlacementState{Posted: r.posted, Consumed: r.consumed}
-	}
-	// Every descriptor handed over and not yet delivered, written back
-	// or not: a caller that counts the frames it expects and has not
-	// handled counts the ones written back among them.
-	handed := (r.tail + r.size - r.next) % r.size
-	return nicdrv.PlacementState{Ahead: int(handed), Posted: r.posted, Consumed: r.consumed}
+func (n *NIC) RxPlacement(q int) nicdrv.PlacementState { return drv.RxPlacement(&n.d, n.rx, q) }
+
+// Placements implements drv.PlacingQueue (r.mu held).
+func (r *rxQueue) Placements() (handed uint32, posted, consumed uint64) {
+	return (r.tail + r.size - r.next) % r.size, r.posted, r.consumed
 }

@@ -11,8 +11,10 @@ import (
 )
 
 // Device is what a driver holds of its PCI function: the function, its
-// register file (BAR0), and the bound on every wait on a register.
+// register file (BAR0), the bound on every wait on a register, and the
+// NIC's control-path state (Control).
 type Device struct {
+	Control
 	Dev  pci.Device
 	Addr pci.Address
 	Regs pci.Registers

@@ -3,8 +3,11 @@
 // registers: attaching to the PCI function and waiting on its registers
 // (Device), the memory of the descriptor rings (Rings), the refill of an RX ring and the slots of a TX ring (RxFill,
 // TxSlots), the per-queue buffer pools (Pools), the waits on several
-// queues (RxWaiter), posting payload placements (PostSlots), and the
-// NIC-wide calls that take a queue (CheckQueue, Close). It is internal:
+// queues (RxWaiter), posting payload placements (PostSlots), the
+// NIC-wide calls that take a queue (CheckQueue, Close, RxPlacement), and
+// the control path (Control: the control lock, the closed flag, Stats over
+// the statistics registers both NICs keep and the queues' counters,
+// SetMulticast, Teardown). It is internal:
 // its types are the drivers' private state, and a user sees them only
 // through nicdrv.NIC. What differs between the NICs, the descriptor
 // formats and the registers, stays in each driver.

@@ -3,6 +3,7 @@ package drv
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/nicdrv"
@@ -106,4 +107,36 @@ func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
 		took++
 	}
 	return took, err
+}
+
+// PlacingQueue is an RX queue as RxPlacement sees it: its lock, and what
+// it holds of placements under that lock.
+type PlacingQueue interface {
+	sync.Locker
+	// Placements says how many descriptors the queue has handed to the
+	// NIC and not yet delivered (written back or not), and how many
+	// placements it took and consumed.
+	Placements() (handed uint32, posted, consumed uint64)
+}
+
+// RxPlacement is nicdrv.Placer.RxPlacement over a driver's RX queues: the
+// state of queue q (none for a queue the NIC lacks), read under its lock.
+// A closed NIC's rings are unmapped, so nothing is ahead and every
+// placement was consumed when Close released it. Ahead counts every
+// descriptor handed over and not yet delivered, written back or not: a
+// caller that counts the frames it expects and has not handled counts the
+// ones written back among them. It is a control-path call, generic like
+// Close.
+func RxPlacement[Q PlacingQueue](d *Device, rx []Q, q int) nicdrv.PlacementState {
+	if q < 0 || q >= len(rx) {
+		return nicdrv.PlacementState{}
+	}
+	r := rx[q]
+	r.Lock()
+	defer r.Unlock()
+	handed, posted, consumed := r.Placements()
+	if d.Closed.Load() {
+		return nicdrv.PlacementState{Posted: posted, Consumed: consumed}
+	}
+	return nicdrv.PlacementState{Ahead: int(handed), Posted: posted, Consumed: consumed}
 }

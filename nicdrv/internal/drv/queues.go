@@ -1,6 +1,7 @@
 package drv
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -44,4 +45,34 @@ func Close[R, T sync.Locker](ctl *sync.Mutex, closed *atomic.Bool, rx []R, tx []
 		defer t.Unlock()
 	}
 	return teardown()
+}
+
+// Teardown quiesces a NIC and releases what it holds, for Close and for a
+// failed Open, in the order that keeps memory safe: quiesce stops the
+// NIC's DMA (when BAR0 was mapped; it turns bus mastering off even when a
+// wait in it times out), then the interrupts are turned off (irqs: they
+// were enabled), release gives back the queues' buffers (once pools
+// exist), and only then are the ring memory and the pools freed. Every
+// step runs whatever an earlier one returned; the error joins them all.
+func (d *Device) Teardown(quiesce func() error, irqs bool, release func() error, rings *Rings, pools *Pools) error {
+	var errs []error
+	if d.Regs != nil {
+		errs = append(errs, quiesce())
+	}
+	if irqs {
+		// The driver keeps its Interrupts: a WaitRx still looking at
+		// one finds it closed and returns ErrClosed.
+		errs = append(errs, d.Dev.DisableInterrupts())
+	}
+	if pools != nil {
+		errs = append(errs, release())
+	}
+	errs = append(errs, rings.Release())
+	if pools != nil {
+		errs = append(errs, pools.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return d.Errorf("close", err)
+	}
+	return nil
 }
