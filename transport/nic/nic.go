@@ -123,10 +123,13 @@
 // # Waiting
 //
 // Recv with a timeout waits with the driver's WaitRx: on the queue's MSI-X
-// eventfd in interrupt mode, by polling otherwise. A Send that finds the TX
-// ring full or the pool empty retries for a bounded time (the NIC drains
-// the ring and Recv's next call frees buffers) and then fails rather than
-// hang. Close makes a waiting Recv return transport.ErrClosed, gives every
+// eventfd in interrupt mode, by polling otherwise. Wake (transport.Waker)
+// ends such a wait at once, so a receiver with nothing to do may wait as
+// long as it likes (an idle mx board, until its stretched tick) and still
+// hand Recv over or close the transport without waiting. A Send that
+// finds the TX ring full or the pool empty retries for a bounded time
+// (the NIC drains the ring and Recv's next call frees buffers) and then
+// fails rather than hang. Close makes a waiting Recv return transport.ErrClosed, gives every
 // buffer back and closes the NIC.
 package nic
 
@@ -215,6 +218,13 @@ type Transport struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	closed atomic.Bool
+
+	// wakeMu guards the Recv wait under way (wakeWait, its context's
+	// cancel; nil: none) and woken, a Wake that found none waiting: the
+	// next wait returns at once.
+	wakeMu   sync.Mutex
+	wakeWait context.CancelFunc
+	woken    bool
 
 	txMu sync.Mutex
 	txb  []*nicdrv.Buffer
@@ -543,13 +553,17 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 		ctx, cancel = context.WithCancel(t.ctx)
 	}
 	defer cancel()
+	if !t.armWake(cancel) {
+		return 0, nil // woken before the wait
+	}
+	defer t.disarmWake()
 	for {
 		if err := t.waitAny(ctx); err != nil {
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
 				return 0, errClosed
 			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				return 0, nil
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) && t.ctx.Err() == nil {
+				return 0, nil // the timeout, or Wake
 			}
 			return 0, fmt.Errorf("transport/nic: %w", err)
 		}
@@ -557,6 +571,42 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 			return n, err
 		}
 	}
+}
+
+var _ transport.Waker = (*Transport)(nil)
+
+// Wake implements transport.Waker: a Recv waiting for frames (on the NIC's
+// interrupts or by polling its rings) returns 0, nil at once, and one
+// called while none waits makes the next wait return so. Only Recv's wait
+// looks at it: a Recv that finds frames pays nothing for it.
+func (t *Transport) Wake() {
+	t.wakeMu.Lock()
+	if t.wakeWait != nil {
+		t.wakeWait()
+	} else {
+		t.woken = true
+	}
+	t.wakeMu.Unlock()
+}
+
+// armWake makes cancel the wait Wake ends, or reports false (and clears
+// the Wake) when a Wake came since the last wait.
+func (t *Transport) armWake(cancel context.CancelFunc) bool {
+	t.wakeMu.Lock()
+	defer t.wakeMu.Unlock()
+	if t.woken {
+		t.woken = false
+		return false
+	}
+	t.wakeWait = cancel
+	return true
+}
+
+// disarmWake ends the wait armWake armed.
+func (t *Transport) disarmWake() {
+	t.wakeMu.Lock()
+	t.wakeWait = nil
+	t.wakeMu.Unlock()
 }
 
 // waitAny waits for a frame on any RX queue, with one WaitRx on them all,
