@@ -734,18 +734,18 @@ func (n *NIC) teardown() error {
 		n.restoreResetState()
 		return err
 	}
-	release := func() error {
-		var errs []error
-		for _, r := range n.rx {
-			errs = append(errs, r.fill.Release())
-			if r.place {
-				errs = append(errs, r.releasePlace())
-			}
-		}
-		for _, t := range n.tx {
-			errs = append(errs, t.s.Release())
-		}
-		return errors.Join(errs...)
-	}
-	return n.d.Teardown(quiesce, n.irqs != nil, release, n.rings, n.pools)
+	return drv.Teardown(&n.d, quiesce, n.irqs != nil, n.rx, n.tx, n.rings, n.pools)
 }
+
+// Release implements drv.Releaser: the queue's buffers go back to their
+// pools (Close, once the NIC is quiet).
+func (r *rxQueue) Release() error {
+	err := r.fill.Release()
+	if r.place {
+		err = errors.Join(err, r.releasePlace())
+	}
+	return err
+}
+
+// Release implements drv.Releaser.
+func (t *txQueue) Release() error { return t.s.Release() }

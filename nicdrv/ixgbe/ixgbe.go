@@ -654,15 +654,8 @@ func (n *NIC) teardown() error {
 		n.clr32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 		return err
 	}
-	release := func() error {
-		var errs []error
-		for _, r := range n.rx {
-			errs = append(errs, r.release())
-		}
-		for _, t := range n.tx {
-			errs = append(errs, t.s.Release())
-		}
-		return errors.Join(errs...)
-	}
-	return n.d.Teardown(quiesce, n.irqs != nil, release, n.rings, n.pools)
+	return drv.Teardown(&n.d, quiesce, n.irqs != nil, n.rx, n.tx, n.rings, n.pools)
 }
+
+// Release implements drv.Releaser.
+func (t *txQueue) Release() error { return t.s.Release() }

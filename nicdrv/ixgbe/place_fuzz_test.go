@@ -103,7 +103,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		if err := pool.Free(out[:got]...); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.release(); err != nil {
+		if err := r.Release(); err != nil {
 			t.Fatal(err)
 		}
 		if r.consumed != posted {

@@ -393,9 +393,9 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 	return f
 }
 
-// release gives back every buffer the queue holds (Close, after the NIC
-// is quiet).
-func (r *rxQueue) release() error {
+// Release implements drv.Releaser: it gives back every buffer the queue
+// holds (Close, after the NIC is quiet).
+func (r *rxQueue) Release() error {
 	errs := []error{r.fill.Release()}
 	if r.place {
 		errs = append(errs, r.releasePlace())

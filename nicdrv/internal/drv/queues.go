@@ -47,14 +47,19 @@ func Close[R, T sync.Locker](ctl *sync.Mutex, closed *atomic.Bool, rx []R, tx []
 	return teardown()
 }
 
+// Releaser is a queue as Teardown sees it: Release gives back the
+// buffers it holds, once the NIC is quiet.
+type Releaser interface{ Release() error }
+
 // Teardown quiesces a NIC and releases what it holds, for Close and for a
 // failed Open, in the order that keeps memory safe: quiesce stops the
 // NIC's DMA (when BAR0 was mapped; it turns bus mastering off even when a
 // wait in it times out), then the interrupts are turned off (irqs: they
-// were enabled), release gives back the queues' buffers (once pools
-// exist), and only then are the ring memory and the pools freed. Every
-// step runs whatever an earlier one returned; the error joins them all.
-func (d *Device) Teardown(quiesce func() error, irqs bool, release func() error, rings *Rings, pools *Pools) error {
+// were enabled), the queues give their buffers back (once pools exist),
+// and only then are the ring memory and the pools freed. Every step runs
+// whatever an earlier one returned; the error joins them all. It runs
+// once, so its generic calls cost nothing a caller would notice.
+func Teardown[R, T Releaser](d *Device, quiesce func() error, irqs bool, rx []R, tx []T, rings *Rings, pools *Pools) error {
 	var errs []error
 	if d.Regs != nil {
 		errs = append(errs, quiesce())
@@ -65,7 +70,12 @@ func (d *Device) Teardown(quiesce func() error, irqs bool, release func() error,
 		errs = append(errs, d.Dev.DisableInterrupts())
 	}
 	if pools != nil {
-		errs = append(errs, release())
+		for _, r := range rx {
+			errs = append(errs, r.Release())
+		}
+		for _, t := range tx {
+			errs = append(errs, t.Release())
+		}
 	}
 	errs = append(errs, rings.Release())
 	if pools != nil {
