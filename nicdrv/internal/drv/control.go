@@ -13,12 +13,12 @@ import (
 // and the queues' software counters. A driver keeps one in its Device and
 // registers each queue's counters with AddRx and AddTx at Open.
 type Control struct {
+	// Closed is set once by Close; every call that touches the NIC
+	// looks at it (first: the data path reads it).
+	Closed atomic.Bool
 	// Mu serializes the control path: statistics, filters, rules, link
 	// changes and Close.
 	Mu sync.Mutex
-	// Closed is set once by Close; every call that touches the NIC
-	// looks at it.
-	Closed atomic.Bool
 	// HWStat sums what the NIC's clear-on-read counters held at each
 	// read (under Mu).
 	HWStat nicdrv.Stats
