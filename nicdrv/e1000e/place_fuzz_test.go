@@ -106,8 +106,8 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			t.Fatal(err)
 		}
 		drvtest.CheckPlaced(t, out[:got], want)
-		if r.consumed != uint64(consumed) {
-			t.Fatalf("%d placements consumed, want %d", r.consumed, consumed)
+		if r.Consumed != uint64(consumed) {
+			t.Fatalf("%d placements consumed, want %d", r.Consumed, consumed)
 		}
 		if err := pool.Free(out[:got]...); err != nil {
 			t.Fatal(err)
@@ -118,8 +118,8 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		if err := r.releasePlace(); err != nil {
 			t.Fatal(err)
 		}
-		if r.consumed != posted {
-			t.Fatalf("after release %d of %d placements consumed", r.consumed, posted)
+		if r.Consumed != posted {
+			t.Fatalf("after release %d of %d placements consumed", r.Consumed, posted)
 		}
 		drvtest.CheckReturned(t, pool, pools)
 	})

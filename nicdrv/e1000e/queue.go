@@ -477,7 +477,7 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
 	if csumAt >= 0 {
 		// Seed the field with the folded pseudo-header sum; the NIC adds
 		// the rest.
-		s := pseudoSum(fr[26:34], proto, tot-ihl)
+		s := drv.PseudoSum(fr[26:34], proto, tot-ihl)
 		binary.BigEndian.PutUint16(fr[csumAt:], s)
 	} else if want&nicdrv.FlagTxIPChecksum == 0 {
 		return none, false
@@ -487,18 +487,6 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
 		tucso = csumAt
 	}
 	return hw.ContextTx(14, 24, uint16(l4-1), uint8(l4), uint8(tucso), uint16(14+tot-1), tucmd), true
-}
-
-// pseudoSum is the folded (not complemented) IPv4 pseudo-header sum.
-func pseudoSum(addrs []byte, proto byte, l4len int) uint16 {
-	s := uint32(proto) + uint32(l4len)
-	for i := 0; i+1 < len(addrs); i += 2 {
-		s += uint32(addrs[i])<<8 | uint32(addrs[i+1])
-	}
-	for s > 0xFFFF {
-		s = s&0xFFFF + s>>16
-	}
-	return uint16(s)
 }
 
 // softChecksums fills in the checksums in the driver.
@@ -525,7 +513,7 @@ func softChecksums(fr []byte, ihl, tot int, ip bool, l4At int) {
 	}
 	if l4At >= 0 {
 		binary.BigEndian.PutUint16(fr[l4At:], 0)
-		s := uint32(pseudoSum(fr[26:34], fr[23], tot-ihl))
+		s := uint32(drv.PseudoSum(fr[26:34], fr[23], tot-ihl))
 		c := ^fold(sum(s, fr[14+ihl:14+tot]))
 		if c == 0 && fr[23] == 17 {
 			c = 0xFFFF

@@ -622,7 +622,7 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, popts uint32) {
 			at = 14 + ihl + 6
 		}
 		if at >= 0 {
-			binary.BigEndian.PutUint16(fr[at:], pseudoSum(fr[26:34], proto, tot-ihl))
+			binary.BigEndian.PutUint16(fr[at:], drv.PseudoSum(fr[26:34], proto, tot-ihl))
 			popts |= hw.TxPoptsTXSM
 		}
 	}
@@ -630,16 +630,4 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, popts uint32) {
 		return hw.TxDesc{}, 0
 	}
 	return hw.ContextTx(14, ihl, tucmd), popts
-}
-
-// pseudoSum is the folded (not complemented) IPv4 pseudo-header sum.
-func pseudoSum(addrs []byte, proto byte, l4len int) uint16 {
-	s := uint32(proto) + uint32(l4len)
-	for i := 0; i+1 < len(addrs); i += 2 {
-		s += uint32(addrs[i])<<8 | uint32(addrs[i+1])
-	}
-	for s > 0xFFFF {
-		s = s&0xFFFF + s>>16
-	}
-	return uint16(s)
 }

@@ -1,16 +1,18 @@
 // Package drv holds what the gomx PCI NIC drivers (nicdrv/e1000e,
 // nicdrv/ixgbe) share below the nicdrv interface and above their
 // registers: attaching to the PCI function and waiting on its registers
-// (Device), the memory of the descriptor rings (Rings), the refill of an RX ring and the slots of a TX ring (RxFill,
-// TxSlots), the per-queue buffer pools (Pools), the waits on several
-// queues (RxWaiter), posting payload placements (PostSlots), the
-// NIC-wide calls that take a queue (CheckQueue, Close, RxPlacement), and
-// the control path (Control: the control lock, the closed flag, Stats over
-// the statistics registers both NICs keep and the queues' counters,
-// SetMulticast, Teardown). It is internal:
-// its types are the drivers' private state, and a user sees them only
-// through nicdrv.NIC. What differs between the NICs, the descriptor
-// formats and the registers, stays in each driver.
+// (Device), the memory of the descriptor rings (Rings), the refill of an
+// RX ring and the slots of a TX ring (RxFill, TxSlots), the per-queue
+// buffer pools (Pools), the waits on several queues (RxWaiter), posting
+// payload placements and keeping their record (PostSlots, Placements),
+// the IPv4 pseudo-header sum that checksum offload is seeded with
+// (PseudoSum), the NIC-wide calls that take a queue (CheckQueue, Close,
+// RxPlacement), and the control path (Control: the control lock, the
+// closed flag, Stats over the statistics registers both NICs keep and
+// the queues' counters, SetMulticast, Teardown). It is internal: its
+// types are the drivers' private state, and a user sees them only through
+// nicdrv.NIC. What differs between the NICs, the descriptor formats and
+// the registers, stays in each driver.
 //
 // # Pools per queue
 //

@@ -9,13 +9,48 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv"
 )
 
+// Placements is a placing RX queue's record of its placements, by slot,
+// and their counts; a driver keeps it in the queue (embedded) and reads
+// its slices on its fast path as its own fields.
+type Placements struct {
+	// Placed is each slot's placement; Mem nil for a pool descriptor.
+	Placed []nicdrv.Placement
+	// Pooled marks the pool descriptors a caller posted (PostSlots.Post);
+	// nil when the NIC takes no such posting.
+	Pooled []bool
+	// Posted counts the placements taken, Consumed those the NIC filled
+	// (or Close gave back).
+	Posted, Consumed uint64
+}
+
+// InitPlacements makes the record of a ring of size slots; pooled says
+// whether the queue takes posted pool descriptors.
+func (p *Placements) InitPlacements(size uint32, pooled bool) {
+	p.Placed = make([]nicdrv.Placement, size)
+	if pooled {
+		p.Pooled = make([]bool, size)
+	}
+}
+
+// ReleasePlacements gives back the header buffers of posted placements
+// (hdr, by slot, to hdrs) once the NIC is quiet (Close), which counts
+// every placement consumed.
+func (p *Placements) ReleasePlacements(hdrs *nicdrv.Pool, hdr []*nicdrv.Buffer) error {
+	err := hdrs.Free(hdr...)
+	clear(hdr)
+	clear(p.Placed)
+	clear(p.Pooled)
+	p.Consumed = p.Posted
+	return err
+}
+
 // PostSlots is what posting placements (nicdrv.Placer.PostRx) works on: a
 // placing RX ring's slots from Tail on, one entry a slot in each array. A
 // driver makes one from its queue's state for each PostRx, under the
 // queue's lock, lets Post take the placements, writes the read
 // descriptors of the slots from its old tail up to Tail (as after
 // RxFill.Fill: a call per slot through a function value would cost more
-// than the writes), and keeps Tail and counts what Post took posted.
+// than the writes), and keeps Tail.
 type PostSlots struct {
 	// Size is the number of slots; Tail the first slot not handed out,
 	// Stop the slot Post stops at (the one before the driver's reading).
@@ -23,12 +58,12 @@ type PostSlots struct {
 	// Pkt and Hdr are the slots' pool and header buffers, Placed their
 	// placements (Mem nil for a pool descriptor).
 	Pkt, Hdr []*nicdrv.Buffer
-	Placed   []nicdrv.Placement
-	// Pooled marks the pool descriptors a caller posted (a Placement
-	// with Mem nil), which Fill gives a buffer. Nil when the NIC takes
-	// no such posting: a Placement with Mem nil is then too short.
-	Pooled []bool
-	Fill   *RxFill
+	// Place is the queue's record: Post sets its slots' Placed and (for
+	// a Placement with Mem nil, which Fill gives a buffer) Pooled, and
+	// counts what it took in Posted. Without Pooled a Placement with Mem
+	// nil is too short.
+	Place *Placements
+	Fill  *RxFill
 	// Pool takes back the pool buffer of a slot a placement takes; Hdrs
 	// gives the header buffers.
 	Pool, Hdrs *nicdrv.Pool
@@ -60,7 +95,7 @@ func (d *Device) cannotPost(closed bool) error {
 }
 
 // Post takes placements ps, in order, into the slots from Tail until Stop,
-// and returns how many it took. A placed slot gets a header buffer (the
+// and returns how many it took (counted in Place.Posted). A placed slot gets a header buffer (the
 // one it kept, or one of Hdrs) and gives back its pool buffer; a posted
 // pool descriptor (Pooled) gets a pool buffer. It stops at the first
 // placement it cannot take and says why: a placement shorter than Min, no
@@ -76,12 +111,12 @@ func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
 			break
 		}
 		s := p.Tail
-		if pl.Mem == nil && p.Pooled != nil {
+		if pl.Mem == nil && p.Place.Pooled != nil {
 			if p.Pkt[s] == nil && p.Fill.Fill(s, (s+1)%p.Size) == s {
 				err = d.Errorf(op, fmt.Errorf("no pool buffer: %w", nicdrv.ErrPoolExhausted))
 				break
 			}
-			p.Pooled[s] = true
+			p.Place.Pooled[s] = true
 		} else {
 			if len(pl.Mem) < p.Min {
 				err = d.Errorf(op, fmt.Errorf("placement %d of %d bytes: the NIC may write %d bytes into it (%s): %w",
@@ -101,11 +136,12 @@ func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
 				p.Pkt[s] = nil
 				err = errors.Join(err, p.Pool.Free(pb))
 			}
-			p.Placed[s] = pl
+			p.Place.Placed[s] = pl
 		}
 		p.Tail = (s + 1) % p.Size
 		took++
 	}
+	p.Place.Posted += uint64(took)
 	return took, err
 }
 
@@ -113,10 +149,10 @@ func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
 // it holds of placements under that lock.
 type PlacingQueue interface {
 	sync.Locker
-	// Placements says how many descriptors the queue has handed to the
-	// NIC and not yet delivered (written back or not), and how many
-	// placements it took and consumed.
-	Placements() (handed uint32, posted, consumed uint64)
+	// Handed says how many descriptors the queue has handed to the NIC
+	// and not yet delivered (written back or not), and returns its
+	// record of placements.
+	Handed() (handed uint32, p *Placements)
 }
 
 // RxPlacement is nicdrv.Placer.RxPlacement over a driver's RX queues: the
@@ -134,9 +170,9 @@ func RxPlacement[Q PlacingQueue](d *Device, rx []Q, q int) nicdrv.PlacementState
 	r := rx[q]
 	r.Lock()
 	defer r.Unlock()
-	handed, posted, consumed := r.Placements()
+	handed, p := r.Handed()
 	if d.Closed.Load() {
-		return nicdrv.PlacementState{Posted: posted, Consumed: consumed}
+		return nicdrv.PlacementState{Posted: p.Posted, Consumed: p.Consumed}
 	}
-	return nicdrv.PlacementState{Ahead: int(handed), Posted: posted, Consumed: consumed}
+	return nicdrv.PlacementState{Ahead: int(handed), Posted: p.Posted, Consumed: p.Consumed}
 }
