@@ -283,8 +283,8 @@ type Sleeper interface {
 // once; over one that is not a Waker it must keep each wait short.
 type Waker interface {
 	// Wake makes a Recv that is waiting (or the next one that would
-	// wait) return 0, nil soon, so another goroutine can take the
-	// transport's Recv over. It may be called from any goroutine, at any
+	// wait) return soon, with 0, nil when no frame has come, so another
+	// goroutine can take the transport's Recv over. It may be called from any goroutine, at any
 	// time, and costs a Recv that finds frames nothing.
 	Wake()
 }

@@ -240,6 +240,10 @@ type Transport struct {
 	inflight atomic.Int64 // in-place frames not completed
 
 	foreign, short, sendWaits atomic.Uint64
+	// rxWakes counts the returns of Recv's waits from the driver's WaitRx
+	// (a frame, the timeout, Wake or a hand-over): the receiving thread's
+	// wake-ups.
+	rxWakes                   atomic.Uint64
 	txInPlace, txRegionCopied atomic.Uint64
 }
 
@@ -562,8 +566,13 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
 				return 0, errClosed
 			}
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) && t.ctx.Err() == nil {
-				return 0, nil // the timeout, or Wake
+			if errors.Is(err, context.DeadlineExceeded) {
+				return 0, nil
+			}
+			if errors.Is(err, context.Canceled) && t.ctx.Err() == nil {
+				// Wake, or a frame another queue handed over
+				// (nudge): take what is there, if anything.
+				return t.poll(frames)
 			}
 			return 0, fmt.Errorf("transport/nic: %w", err)
 		}
@@ -585,6 +594,18 @@ func (t *Transport) Wake() {
 		t.wakeWait()
 	} else {
 		t.woken = true
+	}
+	t.wakeMu.Unlock()
+}
+
+// nudge ends the Recv wait under way, if any, so that it looks at the
+// rings and the inbox again: a frame another queue handed over is there.
+// Unlike Wake it leaves no Wake for a later wait, which would look at the
+// inbox before it waits anyway.
+func (t *Transport) nudge() {
+	t.wakeMu.Lock()
+	if t.wakeWait != nil {
+		t.wakeWait()
 	}
 	t.wakeMu.Unlock()
 }
@@ -616,6 +637,7 @@ func (t *Transport) waitAny(ctx context.Context) error {
 		return t.waitQueue(ctx)
 	}
 	_, err := t.nic.WaitRx(ctx)
+	t.rxWakes.Add(1)
 	return err
 }
 
@@ -774,6 +796,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "nic_foreign_ethertype", Value: t.foreign.Load()},
 		{Name: "nic_short_frames", Value: t.short.Load()},
 		{Name: "nic_send_waits", Value: t.sendWaits.Load()},
+		{Name: "nic_rx_wait_wakeups", Value: t.rxWakes.Load()},
 		{Name: "nic_tx_in_place", Value: t.txInPlace.Load()},
 		{Name: "nic_tx_region_copied", Value: t.txRegionCopied.Load()},
 	}
