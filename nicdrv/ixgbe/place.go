@@ -167,13 +167,14 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 		return 0, err
 	}
 	from := r.tail
-	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.pkt, Hdr: r.hdr, Place: &r.Placements,
+	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.pkt, Hdr: r.hdr, Placed: r.Placed, Pooled: r.Pooled,
 		Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
 	took, err := slots.Post(&n.d, ps)
 	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encode(s)
 	}
 	r.tail = slots.Tail
+	r.Posted += uint64(took)
 	r.writeTail()
 	return took, err
 }

@@ -50,7 +50,7 @@ func (p *Placements) ReleasePlacements(hdrs *nicdrv.Pool, hdr []*nicdrv.Buffer) 
 // queue's lock, lets Post take the placements, writes the read
 // descriptors of the slots from its old tail up to Tail (as after
 // RxFill.Fill: a call per slot through a function value would cost more
-// than the writes), and keeps Tail.
+// than the writes), and keeps Tail and counts what Post took posted.
 type PostSlots struct {
 	// Size is the number of slots; Tail the first slot not handed out,
 	// Stop the slot Post stops at (the one before the driver's reading).
@@ -58,12 +58,14 @@ type PostSlots struct {
 	// Pkt and Hdr are the slots' pool and header buffers, Placed their
 	// placements (Mem nil for a pool descriptor).
 	Pkt, Hdr []*nicdrv.Buffer
-	// Place is the queue's record: Post sets its slots' Placed and (for
-	// a Placement with Mem nil, which Fill gives a buffer) Pooled, and
-	// counts what it took in Posted. Without Pooled a Placement with Mem
-	// nil is too short.
-	Place *Placements
-	Fill  *RxFill
+	// Placed and Pooled are the queue's record's (Placements): Post sets
+	// a slot's Placed, or for a Placement with Mem nil, which Fill gives
+	// a buffer, its Pooled. Without Pooled a Placement with Mem nil is
+	// too short. (Slices of their own, not a pointer to the record: the
+	// loop keeps them in registers.)
+	Placed []nicdrv.Placement
+	Pooled []bool
+	Fill   *RxFill
 	// Pool takes back the pool buffer of a slot a placement takes; Hdrs
 	// gives the header buffers.
 	Pool, Hdrs *nicdrv.Pool
@@ -95,7 +97,7 @@ func (d *Device) cannotPost(closed bool) error {
 }
 
 // Post takes placements ps, in order, into the slots from Tail until Stop,
-// and returns how many it took (counted in Place.Posted). A placed slot gets a header buffer (the
+// and returns how many it took. A placed slot gets a header buffer (the
 // one it kept, or one of Hdrs) and gives back its pool buffer; a posted
 // pool descriptor (Pooled) gets a pool buffer. It stops at the first
 // placement it cannot take and says why: a placement shorter than Min, no
@@ -111,12 +113,12 @@ func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
 			break
 		}
 		s := p.Tail
-		if pl.Mem == nil && p.Place.Pooled != nil {
+		if pl.Mem == nil && p.Pooled != nil {
 			if p.Pkt[s] == nil && p.Fill.Fill(s, (s+1)%p.Size) == s {
 				err = d.Errorf(op, fmt.Errorf("no pool buffer: %w", nicdrv.ErrPoolExhausted))
 				break
 			}
-			p.Place.Pooled[s] = true
+			p.Pooled[s] = true
 		} else {
 			if len(pl.Mem) < p.Min {
 				err = d.Errorf(op, fmt.Errorf("placement %d of %d bytes: the NIC may write %d bytes into it (%s): %w",
@@ -136,12 +138,11 @@ func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
 				p.Pkt[s] = nil
 				err = errors.Join(err, p.Pool.Free(pb))
 			}
-			p.Place.Placed[s] = pl
+			p.Placed[s] = pl
 		}
 		p.Tail = (s + 1) % p.Size
 		took++
 	}
-	p.Place.Posted += uint64(took)
 	return took, err
 }
 
