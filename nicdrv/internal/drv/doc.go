@@ -50,7 +50,20 @@
 // measured 349.3 to 349.6, the same as the driver's own. Timed on the
 // shared 2-core VM (load 10 to 20), neither difference could be told from
 // the run-to-run spread, which was 35 to 40%. The cost is small, but
-// nothing is gained for it, so the fast path keeps its direct call. Close
-// is generic: it runs once, and its calls through the dictionary cost
-// nothing a caller would notice.
+// nothing is gained for it, so the fast path keeps its direct call. Close,
+// Teardown and RxPlacement are generic: they are control calls, and their
+// calls through the dictionary cost nothing a caller would notice.
+//
+// The control path's state is shared the same way: each queue keeps its
+// counters (RxCounters, TxCounters) and its record of placements
+// (Placements) as fields of its own, embedded, so the fast path counts a
+// drop or reads a slot's placement as before, with no call; Stats and
+// RxPlacement read them through the Control and the queue's lock. Folded
+// so, the drivers' fast paths make the same calls as before (the same
+// call instructions in every receive, refill and transmit function), and
+// by cachegrind (GOGC=off, GOMAXPROCS=1, 100 000 against 300 000 frames)
+// the e1000e's BenchmarkDriver ran 633.6 to 634.4 instructions a frame
+// against 635.2 to 635.5, and the 82599's BenchmarkPlace 675.5 to 676.2
+// against 671.8 to 674.2, the difference there the alignment padding
+// (NOPs) of the receive batch's loops.
 package drv
