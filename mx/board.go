@@ -386,8 +386,8 @@ func (b *Board) Close() error {
 		// unmaps them. Recv waits until the board's next tick, which an
 		// idle board stretches (progress.go): a transport that can be
 		// woken is asked to return at once.
-		if s := b.src.sleeper; s != nil {
-			s.Wake()
+		if w := b.src.waker; w != nil {
+			w.Wake()
 		}
 		b.src.mu.Lock()
 		err = b.tr.Close()

@@ -76,7 +76,7 @@ func TestIdleBoardSleeps(t *testing.T) {
 			// receive's waiter may hand the source back once or twice.
 			// (A transport Close cannot wake keeps its Recv waits
 			// within a tick, progress.go.)
-			if s := pr.ba.src; s.sleeper == nil && s.kick == nil {
+			if s := pr.ba.src; s.waker == nil && s.kick == nil {
 				t.Logf("progress goroutine not counted: its Recv waits a tick at most")
 			} else if looks := looks1 - looks0; looks > 8 {
 				t.Errorf("idle board's progress goroutine woke %d times in %d ticks, want at most 8", looks, runs1-runs0)

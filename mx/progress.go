@@ -249,7 +249,7 @@ func (b *Board) progress() {
 			wait = 0
 		}
 		wait = min(wait+time.Microsecond, idleTickMax)
-		if s.sleeper == nil && s.kick == nil {
+		if s.waker == nil && s.kick == nil {
 			wait = min(wait, b.tick) // Close cannot end its Recv sooner
 		}
 		if b.opts.BusyPoll && s.kick == nil {

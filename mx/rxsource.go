@@ -63,12 +63,17 @@ type rxSource struct {
 	// kernel (sleep.go); asleep is set while one owns it for that.
 	sleeper transport.Sleeper
 	asleep  atomic.Bool
+	// waker, when not nil, ends the receive loop's wait in Recv at once
+	// (a Sleeper is one), so the loop may wait there as long as the
+	// board's next tick, however stretched, and Close need not wait for it.
+	waker transport.Waker
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
 	s := &rxSource{tr: tr, rx: make([]transport.Frame, rxBatch), wake: make(chan struct{}, 1)}
 	s.idle.Store(idleNever)
 	s.sleeper, _ = tr.(transport.Sleeper)
+	s.waker, _ = tr.(transport.Waker)
 	if st, ok := tr.(*shm.Transport); ok {
 		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
 		// Every send of the board holds b.mu, and none (SendParts:

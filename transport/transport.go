@@ -273,8 +273,19 @@ type Sleeper interface {
 	// EndSleep ends the sleep ArmSleep prepared; readable says whether
 	// the caller's poll found fd readable.
 	EndSleep(readable bool)
-	// Wake makes a Recv that is waiting (or the next one) return 0, nil
-	// soon, so another goroutine can take the transport's Recv over.
+	Waker
+}
+
+// Waker is implemented by transports whose waiting Recv another goroutine
+// can end early. A receiver over such a transport may wait in Recv as
+// long as it has nothing else to do (an idle board, until its next
+// stretched tick) and still hand Recv over, or close the transport, at
+// once; over one that is not a Waker it must keep each wait short.
+type Waker interface {
+	// Wake makes a Recv that is waiting (or the next one that would
+	// wait) return soon, with 0, nil when no frame has come, so another
+	// goroutine can take the transport's Recv over. It may be called from any goroutine, at any
+	// time, and costs a Recv that finds frames nothing.
 	Wake()
 }
 

@@ -50,21 +50,8 @@ func modelRig(t *testing.T, c nictest.Config) *nictest.Rig {
 			return nil
 		},
 	}
-	r.Reopen = func(i int) (nicdrv.NIC, error) {
-		if r.NICs[i] != nil {
-			if err := r.NICs[i].Close(); err != nil {
-				return nil, err
-			}
-			r.NICs[i] = nil
-		}
-		return open(i)
-	}
-	for i := range 2 {
-		n, err := open(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.NICs[i] = n
+	if err := r.Open(open); err != nil {
+		t.Fatal(err)
 	}
 	return r
 }

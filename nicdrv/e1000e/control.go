@@ -8,7 +8,6 @@ import (
 
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
-	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 )
 
 // The 82574L driver's control path: identity, link, statistics, address
@@ -22,12 +21,7 @@ func (n *NIC) Info() nicdrv.Info { return n.info }
 func (n *NIC) MAC() nicdrv.MAC { return n.mac }
 
 // Pool implements nicdrv.NIC.
-func (n *NIC) Pool(q int) *nicdrv.Pool {
-	if q < 0 || q >= len(n.pools.Packet) {
-		return nil
-	}
-	return n.pools.Packet[q]
-}
+func (n *NIC) Pool(q int) *nicdrv.Pool { return n.pools.Queue(q) }
 
 // Link implements nicdrv.NIC.
 func (n *NIC) Link() nicdrv.Link {
@@ -41,84 +35,36 @@ func (n *NIC) Link() nicdrv.Link {
 
 // WaitLink implements nicdrv.NIC.
 func (n *NIC) WaitLink(want bool, timeout time.Duration) (nicdrv.Link, error) {
-	return n.d.WaitLink(n.closed.Load, n.Link, "STATUS.LU", want, timeout)
+	return n.d.WaitLink(n.d.Closed.Load, n.Link, "STATUS.LU", want, timeout)
 }
 
 // Stats implements nicdrv.NIC.
-func (n *NIC) Stats() (nicdrv.Stats, error) {
-	if n.closed.Load() {
-		return nicdrv.Stats{}, n.errorf("stats", nicdrv.ErrClosed)
-	}
-	n.ctlMu.Lock()
-	n.readStats()
-	s := n.hwStat
-	n.ctlMu.Unlock()
-	for _, r := range n.rx {
-		s.RxNoBuffer += r.noBuf.Load()
-		s.RxDropped += r.dropped.Load()
-	}
-	for _, t := range n.tx {
-		s.TxRingFull += t.full.Load()
-		s.TxRejected += t.rejected.Load()
-	}
-	s.Interrupts = n.nIntr.Load()
-	return s, nil
-}
+func (n *NIC) Stats() (nicdrv.Stats, error) { return n.d.Stats(n.readStats) }
 
-// readStats adds the clear-on-read counters to hwStat (ctlMu held, or
-// during Open).
-func (n *NIC) readStats() {
-	r64 := func(lo int) uint64 {
-		l := uint64(n.r32(lo)) // low half first: QEMU clears both on the high read
-		return l | uint64(n.r32(lo+4))<<32
-	}
-	s := &n.hwStat
-	s.RxErrors += uint64(n.r32(hw.CRCERRS)) + uint64(n.r32(hw.ALGNERRC)) + uint64(n.r32(hw.RXERRC)) + uint64(n.r32(hw.RUC)) + uint64(n.r32(hw.ROC))
+// readStats adds the clear-on-read counters to s (d.Mu held, or during
+// Open).
+func (n *NIC) readStats(s *nicdrv.Stats) {
+	n.d.ReadStats(s)
+	s.RxErrors += uint64(n.r32(hw.ALGNERRC)) + uint64(n.r32(hw.RXERRC))
 	s.RxMissed += uint64(n.r32(hw.MPC))
 	s.RxNoDescriptor += uint64(n.r32(hw.RNBC))
-	s.RxFrames += uint64(n.r32(hw.GPRC))
-	s.RxBroadcast += uint64(n.r32(hw.BPRC))
-	s.RxMulticast += uint64(n.r32(hw.MPRC))
-	s.TxFrames += uint64(n.r32(hw.GPTC))
-	s.RxBytes += r64(hw.GORCL)
-	s.TxBytes += r64(hw.GOTCL)
-	n.r32(hw.TPR)
-	n.r32(hw.TPT)
-	r64(hw.TORL)
-	r64(hw.TOTL)
-	n.r32(hw.MPTC)
-	n.r32(hw.BPTC)
+	n.d.Read64(hw.TOTL)
 }
 
 // SetPromiscuous implements nicdrv.NIC.
 func (n *NIC) SetPromiscuous(on bool) error {
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
-		return n.errorf("RCTL.UPE", nicdrv.ErrClosed)
-	}
-	n.opts.Promiscuous = on
-	n.w32(hw.RCTL, n.rctl())
-	return nil
+	return n.d.Locked("RCTL.UPE", func() error {
+		n.opts.Promiscuous = on
+		n.w32(hw.RCTL, n.rctl())
+		return nil
+	})
 }
 
 // SetMulticast implements nicdrv.NIC: the groups are hashed into the
 // 4096-bit multicast table (a hash match may let other groups through,
 // which the layer above filters).
 func (n *NIC) SetMulticast(groups []nicdrv.MAC) error {
-	mta, err := drv.MulticastTable(groups, hw.MTAHash)
-	if err != nil {
-		return n.errorf("MTA", err)
-	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
-		return n.errorf("MTA", nicdrv.ErrClosed)
-	}
-	for i, v := range mta {
-		n.w32(hw.MTA+4*i, v)
-	}
-	return nil
+	return n.d.SetMulticast(groups, hw.MTAHash, hw.MTA)
 }
 
 // RuleCapacity implements nicdrv.NIC: the 82574 steers only by RSS hash,
@@ -148,9 +94,9 @@ func (n *NIC) AddRule(r nicdrv.Rule) (nicdrv.RuleID, error) {
 	if r.MAC.IsMulticast() {
 		return 0, n.errorf("rule "+r.String(), errors.New("a group address: use SetMulticast"))
 	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
+	n.d.Mu.Lock()
+	defer n.d.Mu.Unlock()
+	if n.d.Closed.Load() {
 		return 0, n.errorf("rule", nicdrv.ErrClosed)
 	}
 	for i := 1; i < len(n.rar); i++ {
@@ -168,9 +114,9 @@ func (n *NIC) AddRule(r nicdrv.Rule) (nicdrv.RuleID, error) {
 
 // RemoveRule implements nicdrv.NIC: the receive address is cleared.
 func (n *NIC) RemoveRule(id nicdrv.RuleID) error {
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
+	n.d.Mu.Lock()
+	defer n.d.Mu.Unlock()
+	if n.d.Closed.Load() {
 		return n.errorf("remove rule", nicdrv.ErrClosed)
 	}
 	i := int(id)
@@ -193,7 +139,7 @@ func (n *NIC) TxRingState(q, around int) string {
 	if q < 0 || q >= len(n.tx) {
 		return fmt.Sprintf("TX queue %d: no such queue", q)
 	}
-	if n.closed.Load() {
+	if n.d.Closed.Load() {
 		return fmt.Sprintf("TX queue %d: NIC closed", q)
 	}
 	t := n.tx[q]

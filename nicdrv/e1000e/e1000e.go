@@ -85,8 +85,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gomx-dev/gomx/hugepage"
@@ -262,11 +260,7 @@ type NIC struct {
 	tx    []*txQueue
 	irqs  []*pci.Interrupt
 
-	ctlMu  sync.Mutex // control path: statistics, filters, link, close
-	hwStat nicdrv.Stats
-	rar    [hw.RAREntries]bool // receive addresses in use (0 is the station's)
-	closed atomic.Bool
-	nIntr  atomic.Uint64
+	rar [hw.RAREntries]bool // receive addresses in use (0 is the station's)
 }
 
 var _ nicdrv.NIC = (*NIC)(nil)
@@ -310,8 +304,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.initHW()
 	n.readMAC()
 	n.link()
-	n.readStats() // clear the clear-on-read counters
-	n.hwStat = nicdrv.Stats{}
+	n.readStats(&nicdrv.Stats{}) // clear the clear-on-read counters
 
 	// Header split on the 82574 writes a frame it does not split whole
 	// into buffer 0, so header buffers are packet buffers: no header pool.
@@ -344,8 +337,8 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.clr32(hw.CTRL, hw.CtrlGIOMasterDis)
 	n.w32(hw.RCTL, n.rctl())
-	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
-		Arm: func(q int) { n.w32(hw.IMS, hw.IntRXQ0<<q) }, IRQs: n.irqs, Count: &n.nIntr, Errorf: n.errorf}
+	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
+		Arm: func(q int) { n.w32(hw.IMS, hw.IntRXQ0<<q) }, IRQs: n.irqs, Count: &n.d.Intr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
 		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit,
 		RSS: rssInfo(o)}
@@ -573,14 +566,18 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("RX ring", err)
 		}
-		n.rx = append(n.rx, newRxQueue(n, i, b, iova))
+		r := newRxQueue(n, i, b, iova)
+		n.rx = append(n.rx, r)
+		n.d.AddRx(&r.cnt)
 	}
 	for i := 0; i < q; i++ {
 		b, iova, err := rings.Cut(n.opts.TxRing*hw.DescSize, 0)
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
-		n.tx = append(n.tx, newTxQueue(n, i, b, iova))
+		t := newTxQueue(n, i, b, iova)
+		n.tx = append(n.tx, t)
+		n.d.AddTx(&t.cnt)
 	}
 	return nil
 }
@@ -599,7 +596,7 @@ func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	if n.opts.HeaderSplit {
 		pools = append(pools, r.pool) // a payload buffer per slot too
 	}
-	r.fill = drv.NewRxFill(r.size, pools, &r.noBuf)
+	r.fill = drv.NewRxFill(r.size, pools, &r.cnt.NoBuf)
 	r.slot = r.fill.Bufs[0]
 	if n.opts.HeaderSplit {
 		r.pay = r.fill.Bufs[1]
@@ -726,39 +723,29 @@ func (n *NIC) TxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 
 // Close implements nicdrv.NIC.
 func (n *NIC) Close() error {
-	return drv.Close(&n.ctlMu, &n.closed, n.rx, n.tx, n.teardown)
+	return drv.Close(&n.d.Mu, &n.d.Closed, n.rx, n.tx, n.teardown)
 }
 
 // teardown quiesces the NIC and releases everything, for Close and for a
 // failed Open. Nothing is released before the NIC is quiet.
 func (n *NIC) teardown() error {
-	var errs []error
-	if n.d.Regs != nil {
-		errs = append(errs, n.quiesce())
+	quiesce := func() error {
+		err := n.quiesce()
 		n.restoreResetState()
+		return err
 	}
-	if n.irqs != nil {
-		// n.irqs stays set: a WaitRx still looking at it finds the
-		// Interrupt closed and returns ErrClosed.
-		errs = append(errs, n.dev.DisableInterrupts())
-	}
-	if n.pools != nil {
-		for _, r := range n.rx {
-			errs = append(errs, r.fill.Release())
-			if r.place {
-				errs = append(errs, r.releasePlace())
-			}
-		}
-		for _, t := range n.tx {
-			errs = append(errs, t.s.Release())
-		}
-	}
-	errs = append(errs, n.rings.Release())
-	if n.pools != nil {
-		errs = append(errs, n.pools.Close())
-	}
-	if err := errors.Join(errs...); err != nil {
-		return n.errorf("close", err)
-	}
-	return nil
+	return drv.Teardown(&n.d, quiesce, n.irqs != nil, n.rx, n.tx, n.rings, n.pools)
 }
+
+// Release implements drv.Releaser: the queue's buffers go back to their
+// pools (Close, once the NIC is quiet).
+func (r *rxQueue) Release() error {
+	err := r.fill.Release()
+	if r.place {
+		err = errors.Join(err, r.releasePlace())
+	}
+	return err
+}
+
+// Release implements drv.Releaser.
+func (t *txQueue) Release() error { return t.s.Release() }

@@ -64,11 +64,10 @@ var placePSRCTL = hw.PSRCTLValue(placeHeader, nicdrv.BufferSize, 0, 0)
 
 // placeState is a placing queue's placements, by slot, and their counts.
 type placeState struct {
-	place            bool
-	hdrs             *nicdrv.Pool
-	hdr              []*nicdrv.Buffer   // by slot: the header buffer of a placed descriptor
-	placed           []nicdrv.Placement // by slot; Mem nil for a pool descriptor
-	posted, consumed uint64
+	place bool
+	hdrs  *nicdrv.Pool
+	hdr   []*nicdrv.Buffer // by slot: the header buffer of a placed descriptor
+	drv.Placements
 	// poolGot counts the frames received in pool buffers since the last
 	// refill: the pool descriptors the next refill keeps ahead.
 	poolGot uint32
@@ -82,7 +81,7 @@ func (r *rxQueue) initPlace() {
 	r.place = true
 	r.hdrs = r.nic.pools.Header[r.q]
 	r.hdr = make([]*nicdrv.Buffer, r.size)
-	r.placed = make([]nicdrv.Placement, r.size)
+	r.InitPlacements(r.size, false)
 	// A queue starts as a quiet one: one pool descriptor, so that the
 	// first message after the NIC opened (and its peer connected) has
 	// one frame, not eight, in front of its placements.
@@ -91,7 +90,7 @@ func (r *rxQueue) initPlace() {
 
 // encodePlace writes slot s's read descriptor on a placing queue.
 func (r *rxQueue) encodePlace(s uint32) {
-	if p := r.placed[s]; p.Mem != nil {
+	if p := r.Placed[s]; p.Mem != nil {
 		hw.RxPSRead{Buffer: [hw.PSBuffers]uint64{r.hdr[s].IOVA(), p.IOVA}}.Encode(r.desc(s))
 		return
 	}
@@ -106,7 +105,7 @@ func (r *rxQueue) encodePlace(s uint32) {
 func (r *rxQueue) refillPlace() {
 	want := min(max(r.poolGot, 1), placePoolAhead)
 	r.poolGot = 0
-	if r.consumed != r.posted || (r.tail+r.size-r.next)%r.size >= want {
+	if r.Consumed != r.Posted || (r.tail+r.size-r.next)%r.size >= want {
 		return
 	}
 	from := r.tail
@@ -164,15 +163,15 @@ func placeAccept(wb hw.RxPSWriteBack, discarding bool, hdrCap, payCap int) (hdr,
 // refill.
 func (r *rxQueue) takePlace(d []byte, s uint32) *nicdrv.Buffer {
 	wb := hw.DecodeRxPSWriteBack(d)
-	if p := r.placed[s]; p.Mem != nil {
+	if p := r.Placed[s]; p.Mem != nil {
 		hb := r.hdr[s]
-		r.hdr[s], r.placed[s] = nil, nicdrv.Placement{}
-		r.consumed++
+		r.hdr[s], r.Placed[s] = nil, nicdrv.Placement{}
+		r.Consumed++
 		h, k, deliver, discardNext := placeAccept(wb, r.discard, min(placeHeader, hb.Cap()), len(p.Mem))
 		r.discard = discardNext
 		if !deliver {
 			if !discardNext {
-				r.dropped.Add(1)
+				r.cnt.Dropped.Add(1)
 			}
 			_ = r.hdrs.Free(hb)
 			return nil
@@ -193,7 +192,7 @@ func (r *rxQueue) takePlace(d []byte, s uint32) *nicdrv.Buffer {
 	r.discard = discardNext
 	if !deliver || pb == nil {
 		if !discardNext {
-			r.dropped.Add(1)
+			r.cnt.Dropped.Add(1)
 		}
 		return nil
 	}
@@ -212,31 +211,25 @@ func (r *rxQueue) takePlace(d []byte, s uint32) *nicdrv.Buffer {
 
 // releasePlace gives back the header buffers of posted placements (Close,
 // after the NIC is quiet), which counts them consumed.
-func (r *rxQueue) releasePlace() error {
-	err := r.hdrs.Free(r.hdr...)
-	clear(r.hdr)
-	clear(r.placed)
-	r.consumed = r.posted
-	return err
-}
+func (r *rxQueue) releasePlace() error { return r.ReleasePlacements(r.hdrs, r.hdr) }
 
 // post hands placements to the NIC after the slots it holds.
 func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.nic
-	if err := n.d.CanPost(n.closed.Load(), r.place); err != nil {
+	if err := n.d.CanPost(n.d.Closed.Load(), r.place); err != nil {
 		return 0, err
 	}
 	from := r.tail
-	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.slot, Hdr: r.hdr, Placed: r.placed,
-		Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.noBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.slot, Hdr: r.hdr, Placed: r.Placed, Pooled: r.Pooled,
+		Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
 	took, err := slots.Post(&n.d, ps)
 	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encodePlace(s)
 	}
 	r.tail = slots.Tail
-	r.posted += uint64(took)
+	r.Posted += uint64(took)
 	r.writeTail()
 	return took, err
 }
@@ -263,21 +256,9 @@ func (n *NIC) CancelRx(q int) error {
 }
 
 // RxPlacement implements nicdrv.Placer.
-func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
-	if q < 0 || q >= len(n.rx) {
-		return nicdrv.PlacementState{}
-	}
-	r := n.rx[q]
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if n.closed.Load() {
-		// The ring is unmapped: nothing is ahead, every placement
-		// consumed (releasePlace).
-		return nicdrv.PlacementState{Posted: r.posted, Consumed: r.consumed}
-	}
-	// Every descriptor handed over and not yet delivered, written back
-	// or not: a caller that counts the frames it expects and has not
-	// handled counts the ones written back among them.
-	handed := (r.rdt + r.size - r.next) % r.size
-	return nicdrv.PlacementState{Ahead: int(handed), Posted: r.posted, Consumed: r.consumed}
+func (n *NIC) RxPlacement(q int) nicdrv.PlacementState { return drv.RxPlacement(&n.d, n.rx, q) }
+
+// Handed implements drv.PlacingQueue (r.mu held).
+func (r *rxQueue) Handed() (uint32, *drv.Placements) {
+	return (r.rdt + r.size - r.next) % r.size, &r.Placements
 }

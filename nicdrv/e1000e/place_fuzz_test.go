@@ -50,7 +50,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			info: nicdrv.Info{PlaceHeader: placeHeader, PlaceMin: placeMin}}
 		ring := make([]byte, size*32)
 		r := &rxQueue{nic: n, pool: pool, ring: ring, size: size, dsz: 32, ps: true, freeThresh: rxFreeThresh(size)}
-		r.fill = drv.NewRxFill(size, []*nicdrv.Pool{pool}, &r.noBuf)
+		r.fill = drv.NewRxFill(size, []*nicdrv.Pool{pool}, &r.cnt.NoBuf)
 		r.slot = r.fill.Bufs[0]
 		r.initPlace()
 		n.rx = []*rxQueue{r}
@@ -106,8 +106,8 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			t.Fatal(err)
 		}
 		drvtest.CheckPlaced(t, out[:got], want)
-		if r.consumed != uint64(consumed) {
-			t.Fatalf("%d placements consumed, want %d", r.consumed, consumed)
+		if r.Consumed != uint64(consumed) {
+			t.Fatalf("%d placements consumed, want %d", r.Consumed, consumed)
 		}
 		if err := pool.Free(out[:got]...); err != nil {
 			t.Fatal(err)
@@ -118,8 +118,8 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		if err := r.releasePlace(); err != nil {
 			t.Fatal(err)
 		}
-		if r.consumed != posted {
-			t.Fatalf("after release %d of %d placements consumed", r.consumed, posted)
+		if r.Consumed != posted {
+			t.Fatalf("after release %d of %d placements consumed", r.Consumed, posted)
 		}
 		drvtest.CheckReturned(t, pool, pools)
 	})

@@ -18,22 +18,11 @@ import (
 // openPlacePair opens a (copying) and b (placing) on two cabled models.
 func openPlacePair(t *testing.T) (a, b *e1000e.NIC) {
 	p := newModel(t, emulated.DefaultE1000EOptions())
-	var err error
-	if a, err = e1000e.Open(p.Functions()[0], e1000e.DefaultOptions()); err != nil {
-		t.Fatal(err)
-	}
-	o := e1000e.DefaultOptions()
-	o.Placement = true
-	if b, err = e1000e.Open(p.Functions()[1], o); err != nil {
-		_ = a.Close()
-		t.Fatal(err)
-	}
-	for _, n := range []*e1000e.NIC{a, b} {
-		if _, err := n.WaitLink(true, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return a, b
+	return nictest.OpenPair(t, func(i int) (*e1000e.NIC, error) {
+		o := e1000e.DefaultOptions()
+		o.Placement = i == 1
+		return e1000e.Open(p.Functions()[i], o)
+	})
 }
 
 // TestPlacement posts placements in a receive buffer on the emulated

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv"
@@ -47,7 +46,7 @@ type rxQueue struct {
 
 	placeState // Options.Placement (place.go): packet split descriptors too
 
-	noBuf, dropped atomic.Uint64
+	cnt drv.RxCounters // Stats' RxNoBuffer and RxDropped
 }
 
 func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*r.dsz : (i+1)*r.dsz] }
@@ -140,14 +139,14 @@ func (r *rxQueue) encode(s uint32) {
 
 // ready reports whether the next slot holds a written-back descriptor.
 func (r *rxQueue) ready() bool {
-	if r.nic.closed.Load() {
+	if r.nic.d.Closed.Load() {
 		return false
 	}
 	if !r.mu.TryLock() {
 		return true // a batch is running: let the caller look
 	}
 	defer r.mu.Unlock()
-	if r.nic.closed.Load() || r.next == r.rdt {
+	if r.nic.d.Closed.Load() || r.next == r.rdt {
 		return false // nothing handed to the NIC (see batch)
 	}
 	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
@@ -161,7 +160,7 @@ func (r *rxQueue) Unlock() { r.mu.Unlock() }
 func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.nic.closed.Load() {
+	if r.nic.d.Closed.Load() {
 		return 0, r.nic.errorf("RX batch", nicdrv.ErrClosed)
 	}
 	got := 0
@@ -206,7 +205,7 @@ func (r *rxQueue) take(d []byte, s uint32) *nicdrv.Buffer {
 	r.discard = discardNext
 	if !deliver || b == nil {
 		if !discardNext {
-			r.dropped.Add(1) // counted once per frame, at its last descriptor
+			r.cnt.Dropped.Add(1) // counted once per frame, at its last descriptor
 		}
 		if b != nil {
 			_ = r.pool.Free(b)
@@ -288,7 +287,7 @@ type txQueue struct {
 	s     *drv.TxSlots  // which slots hold which buffers, which ask for RS
 	ctx   hw.TxDesc     // the checksum context last loaded (queue 0)
 
-	full, rejected atomic.Uint64
+	cnt drv.TxCounters // Stats' TxRingFull and TxRejected
 }
 
 func (t *txQueue) desc(i uint32) []byte { return t.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
@@ -311,7 +310,7 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.nic
-	if n.closed.Load() {
+	if n.d.Closed.Load() {
 		return 0, n.errorf("TX batch", nicdrv.ErrClosed)
 	}
 	t.s.Reclaim()
@@ -323,7 +322,7 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		ext, extIOVA := b.Attached()
 		if l := len(b.Data) + len(ext); l < 14 || l > hw.MaxFrame || !t.pools.OK(b) || b.Next != nil ||
 			ext != nil && (len(b.Data) == 0 || len(ext) == 0 || b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0) {
-			t.rejected.Add(1)
+			t.cnt.Rejected.Add(1)
 			switch {
 			case !t.pools.OK(b):
 				err = n.errorf("TX batch", fmt.Errorf("buffer %d is not from a pool mapped in the NIC's DMA domain: allocate it from the NIC's Pool", sent))
@@ -345,7 +344,7 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			// attachment completes as soon as the NIC has read it.
 			need := 1 + attachPieces(extIOVA, len(ext))
 			if free < need {
-				t.full.Add(1)
+				t.cnt.Full.Add(1)
 				break
 			}
 			t.put(hw.LegacyTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS), nil, false)
@@ -369,7 +368,7 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 			need = 2
 		}
 		if free < need {
-			t.full.Add(1)
+			t.cnt.Full.Add(1)
 			break
 		}
 		if offload && ctx != t.ctx {
@@ -478,7 +477,7 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
 	if csumAt >= 0 {
 		// Seed the field with the folded pseudo-header sum; the NIC adds
 		// the rest.
-		s := pseudoSum(fr[26:34], proto, tot-ihl)
+		s := drv.PseudoSum(fr[26:34], proto, tot-ihl)
 		binary.BigEndian.PutUint16(fr[csumAt:], s)
 	} else if want&nicdrv.FlagTxIPChecksum == 0 {
 		return none, false
@@ -488,18 +487,6 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
 		tucso = csumAt
 	}
 	return hw.ContextTx(14, 24, uint16(l4-1), uint8(l4), uint8(tucso), uint16(14+tot-1), tucmd), true
-}
-
-// pseudoSum is the folded (not complemented) IPv4 pseudo-header sum.
-func pseudoSum(addrs []byte, proto byte, l4len int) uint16 {
-	s := uint32(proto) + uint32(l4len)
-	for i := 0; i+1 < len(addrs); i += 2 {
-		s += uint32(addrs[i])<<8 | uint32(addrs[i+1])
-	}
-	for s > 0xFFFF {
-		s = s&0xFFFF + s>>16
-	}
-	return uint16(s)
 }
 
 // softChecksums fills in the checksums in the driver.
@@ -526,7 +513,7 @@ func softChecksums(fr []byte, ihl, tot int, ip bool, l4At int) {
 	}
 	if l4At >= 0 {
 		binary.BigEndian.PutUint16(fr[l4At:], 0)
-		s := uint32(pseudoSum(fr[26:34], fr[23], tot-ihl))
+		s := uint32(drv.PseudoSum(fr[26:34], fr[23], tot-ihl))
 		c := ^fold(sum(s, fr[14+ihl:14+tot]))
 		if c == 0 && fr[23] == 17 {
 			c = 0xFFFF

@@ -66,7 +66,7 @@ func (r *rxQueue) takePS(d []byte, s uint32) *nicdrv.Buffer {
 	r.discard = discardNext
 	if !deliver || r.slot[s] == nil || (pay > 0 && r.pay[s] == nil) {
 		if !discardNext {
-			r.dropped.Add(1)
+			r.cnt.Dropped.Add(1)
 		}
 		return nil
 	}

@@ -26,21 +26,8 @@ func vfioRig(t *testing.T, c nictest.Config) *nictest.Rig {
 	opts.Interrupts = c.Interrupts
 	opts.HeaderSplit = c.HeaderSplit
 	r := &nictest.Rig{Faults: v.Faults(), SetLink: nictest.QEMUSetLink()}
-	r.Reopen = func(i int) (nicdrv.NIC, error) {
-		if r.NICs[i] != nil {
-			if err := r.NICs[i].Close(); err != nil {
-				return nil, err
-			}
-			r.NICs[i] = nil
-		}
-		return e1000e.Open(v.Devices[i], opts)
-	}
-	for i := range 2 {
-		n, err := e1000e.Open(v.Devices[i], opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.NICs[i] = n
+	if err := r.Open(func(i int) (nicdrv.NIC, error) { return e1000e.Open(v.Devices[i], opts) }); err != nil {
+		t.Fatal(err)
 	}
 	return r
 }

@@ -57,21 +57,8 @@ func rig(open func(i int) (nicdrv.NIC, error), setLink func(bool), faults func()
 		Faults:  faults,
 		Check:   check,
 	}
-	r.Reopen = func(i int) (nicdrv.NIC, error) {
-		if r.NICs[i] != nil {
-			if err := r.NICs[i].Close(); err != nil {
-				return nil, err
-			}
-			r.NICs[i] = nil
-		}
-		return open(i)
-	}
-	for i := range 2 {
-		n, err := open(i)
-		if err != nil {
-			return nil, err
-		}
-		r.NICs[i] = n
+	if err := r.Open(open); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

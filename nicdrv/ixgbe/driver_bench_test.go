@@ -74,7 +74,7 @@ func BenchmarkDriver(b *testing.B) {
 		}
 	}
 	drvtest.PerFrame(b, batch, round)
-	_ = rx.release()
+	_ = rx.Release()
 	_ = tx.s.Release()
 }
 
@@ -133,5 +133,5 @@ func BenchmarkPlace(b *testing.B) {
 		}
 	}
 	drvtest.PerFrame(b, batch, round)
-	_ = rx.release()
+	_ = rx.Release()
 }

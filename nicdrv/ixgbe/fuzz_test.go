@@ -92,7 +92,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 		t.Cleanup(func() {
 			if !returned {
 				_ = pool.Free(out[:got]...)
-				_ = r.release()
+				_ = r.Release()
 			}
 		})
 		if err != nil {
@@ -115,7 +115,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 		if err := pool.Free(out[:got]...); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.release(); err != nil {
+		if err := r.Release(); err != nil {
 			t.Fatal(err)
 		}
 		drvtest.CheckReturned(t, pool, pools)

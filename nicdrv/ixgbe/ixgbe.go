@@ -138,7 +138,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -293,14 +292,10 @@ type NIC struct {
 	tx    []*txQueue
 	irqs  []*pci.Interrupt
 
-	ctlMu  sync.Mutex // control path: statistics, filters, link, close
-	hwStat nicdrv.Stats
-	rules  ruleTables
+	rules ruleTables
 	// fivePorts maps a destination port to the 5-tuple rule that takes
 	// it, for the receive path (ruleOf); nil when no 5-tuple rule is in.
 	fivePorts atomic.Pointer[map[uint16]nicdrv.RuleID]
-	closed    atomic.Bool
-	nIntr     atomic.Uint64
 }
 
 var _ nicdrv.NIC = (*NIC)(nil)
@@ -343,8 +338,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.readMAC()
 	n.link()
-	n.readStats()
-	n.hwStat = nicdrv.Stats{}
+	n.readStats(&nicdrv.Stats{}) // clear the clear-on-read counters
 
 	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, Memory: o.Memory, Name: "gomx-ixgbe"}
 	if o.HeaderSplit || o.Placement {
@@ -374,8 +368,8 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
-	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
-		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Yield: armYield, Count: &n.nIntr, Errorf: n.errorf}
+	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
+		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Yield: armYield, Count: &n.d.Intr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
@@ -463,14 +457,18 @@ func (n *NIC) allocRings() error {
 		if err != nil {
 			return n.errorf("RX ring", err)
 		}
-		n.rx = append(n.rx, newRxQueue(n, i, b, iova))
+		r := newRxQueue(n, i, b, iova)
+		n.rx = append(n.rx, r)
+		n.d.AddRx(&r.cnt)
 	}
 	for i := 0; i < q; i++ {
 		b, iova, err := rings.Cut(n.opts.TxRing*hw.DescSize, hw.RingAlign)
 		if err != nil {
 			return n.errorf("TX ring", err)
 		}
-		n.tx = append(n.tx, newTxQueue(n, i, b, iova))
+		t := newTxQueue(n, i, b, iova)
+		n.tx = append(n.tx, t)
+		n.d.AddTx(&t.cnt)
 	}
 	return nil
 }
@@ -645,34 +643,19 @@ func (n *NIC) TxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 
 // Close implements nicdrv.NIC.
 func (n *NIC) Close() error {
-	return drv.Close(&n.ctlMu, &n.closed, n.rx, n.tx, n.teardown)
+	return drv.Close(&n.d.Mu, &n.d.Closed, n.rx, n.tx, n.teardown)
 }
 
 // teardown quiesces the NIC and releases everything, for Close and for a
 // failed Open. Nothing is released before the NIC is quiet.
 func (n *NIC) teardown() error {
-	var errs []error
-	if n.d.Regs != nil {
-		errs = append(errs, n.quiesce())
+	quiesce := func() error {
+		err := n.quiesce()
 		n.clr32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
+		return err
 	}
-	if n.irqs != nil {
-		errs = append(errs, n.dev.DisableInterrupts())
-	}
-	if n.pools != nil {
-		for _, r := range n.rx {
-			errs = append(errs, r.release())
-		}
-		for _, t := range n.tx {
-			errs = append(errs, t.s.Release())
-		}
-	}
-	errs = append(errs, n.rings.Release())
-	if n.pools != nil {
-		errs = append(errs, n.pools.Close())
-	}
-	if err := errors.Join(errs...); err != nil {
-		return n.errorf("close", err)
-	}
-	return nil
+	return drv.Teardown(&n.d, quiesce, n.irqs != nil, n.rx, n.tx, n.rings, n.pools)
 }
+
+// Release implements drv.Releaser.
+func (t *txQueue) Release() error { return t.s.Release() }

@@ -41,10 +41,8 @@ var placeMinWhy = fmt.Sprintf("the largest frame less the %d-byte header", place
 
 // placeState is a placing queue's placements, by slot, and their counts.
 type placeState struct {
-	placed           []nicdrv.Placement // by slot; Mem nil for a pool descriptor
-	pooled           []bool             // by slot: a pool descriptor the caller posted
-	only             bool               // one of Options.PlaceOnly: no pool descriptor but those posted
-	posted, consumed uint64
+	drv.Placements      // Pooled: the pool descriptors the caller posted
+	only           bool // one of Options.PlaceOnly: no pool descriptor but those posted
 	// poolGot counts the frames received in pool buffers since the last
 	// refill: the pool descriptors the next refill keeps ahead.
 	poolGot uint32
@@ -58,8 +56,7 @@ func (r *rxQueue) initPlace() {
 	r.place = true
 	r.hdrs = r.nic.pools.Header[r.q]
 	r.hdr = make([]*nicdrv.Buffer, r.size)
-	r.placed = make([]nicdrv.Placement, r.size)
-	r.pooled = make([]bool, r.size)
+	r.InitPlacements(r.size, true)
 	r.poolGot = placePoolAhead
 	r.only = r.q >= r.nic.opts.Queues-r.nic.opts.PlaceOnly
 }
@@ -67,7 +64,7 @@ func (r *rxQueue) initPlace() {
 // encodePlace writes slot s's read descriptor on a placing queue.
 func (r *rxQueue) encodePlace(s uint32) {
 	d := &r.d[s]
-	if p := r.placed[s]; p.Mem != nil {
+	if p := r.Placed[s]; p.Mem != nil {
 		binary.LittleEndian.PutUint64(d[0:8], p.IOVA)
 		binary.LittleEndian.PutUint64(d[8:16], r.hdr[s].IOVA())
 		return
@@ -89,7 +86,7 @@ func (r *rxQueue) refillPlace() {
 		want = r.size - 1
 	}
 	r.poolGot = 0
-	if r.consumed != r.posted || r.only {
+	if r.Consumed != r.Posted || r.only {
 		return
 	}
 	if (r.tail+r.size-r.next)%r.size >= want {
@@ -121,10 +118,10 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 	if wb.Split() {
 		h = wb.HeaderLen()
 	}
-	if p := r.placed[s]; p.Mem != nil {
+	if p := r.Placed[s]; p.Mem != nil {
 		hb := r.hdr[s]
-		r.hdr[s], r.placed[s] = nil, nicdrv.Placement{}
-		r.consumed++
+		r.hdr[s], r.Placed[s] = nil, nicdrv.Placement{}
+		r.Consumed++
 		if hb == nil || r.head != nil || h == 0 || h > min(placeHeader, hb.Cap()) || k > len(p.Mem) {
 			r.bad = true
 			if hb != nil {
@@ -137,9 +134,9 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 		return
 	}
 	pb := r.pkt[s]
-	if r.pooled[s] {
-		r.pooled[s] = false
-		r.consumed++
+	if r.Pooled[s] {
+		r.Pooled[s] = false
+		r.Consumed++
 	} else {
 		r.poolGot++
 	}
@@ -159,32 +156,25 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 
 // releasePlace gives back the header buffers of posted placements (Close,
 // after the NIC is quiet), which counts them consumed.
-func (r *rxQueue) releasePlace() error {
-	err := r.hdrs.Free(r.hdr...)
-	clear(r.hdr)
-	clear(r.placed)
-	clear(r.pooled)
-	r.consumed = r.posted
-	return err
-}
+func (r *rxQueue) releasePlace() error { return r.ReleasePlacements(r.hdrs, r.hdr) }
 
 // post hands placements to the NIC after the slots it holds.
 func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.nic
-	if err := n.d.CanPost(n.closed.Load(), r.place); err != nil {
+	if err := n.d.CanPost(n.d.Closed.Load(), r.place); err != nil {
 		return 0, err
 	}
 	from := r.tail
-	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.pkt, Hdr: r.hdr, Placed: r.placed,
-		Pooled: r.pooled, Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.noBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.pkt, Hdr: r.hdr, Placed: r.Placed, Pooled: r.Pooled,
+		Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
 	took, err := slots.Post(&n.d, ps)
 	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encode(s)
 	}
 	r.tail = slots.Tail
-	r.posted += uint64(took)
+	r.Posted += uint64(took)
 	r.writeTail()
 	return took, err
 }
@@ -218,7 +208,7 @@ func (r *rxQueue) cancel() error {
 	n := r.nic
 	op := fmt.Sprintf("cancel RX placements of queue %d", r.q)
 	switch {
-	case n.closed.Load():
+	case n.d.Closed.Load():
 		return n.errorf(op, nicdrv.ErrClosed)
 	case !r.place || !r.only:
 		return n.errorf(op, fmt.Errorf("not one of Options.PlaceOnly's queues: %w", nicdrv.ErrNotSupported))
@@ -232,10 +222,10 @@ func (r *rxQueue) cancel() error {
 	}
 	var errs []error
 	for s := r.next; s != r.tail; s = (s + 1) % r.size {
-		if r.placed[s].Mem != nil || r.pooled[s] {
-			r.consumed++
+		if r.Placed[s].Mem != nil || r.Pooled[s] {
+			r.Consumed++
 		}
-		r.placed[s], r.pooled[s] = nicdrv.Placement{}, false
+		r.Placed[s], r.Pooled[s] = nicdrv.Placement{}, false
 		r.d[s] = desc{}
 	}
 	if r.head != nil {
@@ -253,21 +243,9 @@ func (r *rxQueue) cancel() error {
 }
 
 // RxPlacement implements nicdrv.Placer.
-func (n *NIC) RxPlacement(q int) nicdrv.PlacementState {
-	if q < 0 || q >= len(n.rx) {
-		return nicdrv.PlacementState{}
-	}
-	r := n.rx[q]
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if n.closed.Load() {
-		// The ring is unmapped: nothing is ahead, every placement
-		// consumed (releasePlace).
-		return nicdrv.PlacementState{Posted: r.posted, Consumed: r.consumed}
-	}
-	// Every descriptor handed over and not yet delivered, written back
-	// or not: a caller that counts the frames it expects and has not
-	// handled counts the ones written back among them.
-	handed := (r.tail + r.size - r.next) % r.size
-	return nicdrv.PlacementState{Ahead: int(handed), Posted: r.posted, Consumed: r.consumed}
+func (n *NIC) RxPlacement(q int) nicdrv.PlacementState { return drv.RxPlacement(&n.d, n.rx, q) }
+
+// Handed implements drv.PlacingQueue (r.mu held).
+func (r *rxQueue) Handed() (uint32, *drv.Placements) {
+	return (r.tail + r.size - r.next) % r.size, &r.Placements
 }

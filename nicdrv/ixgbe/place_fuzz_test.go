@@ -97,17 +97,17 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			t.Fatal(err)
 		}
 		drvtest.CheckPlaced(t, out[:got], want)
-		if r.consumed != uint64(consumed) {
-			t.Fatalf("%d placements consumed, want %d", r.consumed, consumed)
+		if r.Consumed != uint64(consumed) {
+			t.Fatalf("%d placements consumed, want %d", r.Consumed, consumed)
 		}
 		if err := pool.Free(out[:got]...); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.release(); err != nil {
+		if err := r.Release(); err != nil {
 			t.Fatal(err)
 		}
-		if r.consumed != posted {
-			t.Fatalf("after release %d of %d placements consumed", r.consumed, posted)
+		if r.Consumed != posted {
+			t.Fatalf("after release %d of %d placements consumed", r.Consumed, posted)
 		}
 		drvtest.CheckReturned(t, pool, pools)
 	})

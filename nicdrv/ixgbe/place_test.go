@@ -17,22 +17,11 @@ import (
 // openPlacePair opens a (copying) and b (placing) on two cabled models.
 func openPlacePair(t *testing.T) (a, b *ixgbe.NIC) {
 	p := newPlatform(t, emulated.DefaultIXGBEOptions())
-	var err error
-	if a, err = ixgbe.Open(p.Functions()[0], ixgbe.DefaultOptions()); err != nil {
-		t.Fatal(err)
-	}
-	o := ixgbe.DefaultOptions()
-	o.Placement = true
-	if b, err = ixgbe.Open(p.Functions()[1], o); err != nil {
-		_ = a.Close()
-		t.Fatal(err)
-	}
-	for _, n := range []*ixgbe.NIC{a, b} {
-		if _, err := n.WaitLink(true, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return a, b
+	return nictest.OpenPair(t, func(i int) (*ixgbe.NIC, error) {
+		o := ixgbe.DefaultOptions()
+		o.Placement = i == 1
+		return ixgbe.Open(p.Functions()[i], o)
+	})
 }
 
 // TestPlacement posts placements in a receive buffer on the emulated

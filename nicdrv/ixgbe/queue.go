@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv"
@@ -51,7 +50,7 @@ type rxQueue struct {
 	gathering  bool           // parts > 0 or bad: a frame is under way
 	sph        uint64         // SPH in a write-back's first word, with header split; else 0
 
-	noBuf, dropped atomic.Uint64
+	cnt drv.RxCounters // Stats' RxNoBuffer and RxDropped
 }
 
 func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
@@ -69,7 +68,7 @@ func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	if r.split {
 		r.sph = hw.HdrInfoSPH << 16
 	}
-	r.fill = drv.NewRxFill(size, pools, &r.noBuf)
+	r.fill = drv.NewRxFill(size, pools, &r.cnt.NoBuf)
 	r.pkt = r.fill.Bufs[0]
 	if r.split {
 		r.hdr = r.fill.Bufs[1]
@@ -201,14 +200,14 @@ func (r *rxQueue) replenish() {
 
 // ready reports whether the next slot holds a written-back descriptor.
 func (r *rxQueue) ready() bool {
-	if r.nic.closed.Load() {
+	if r.nic.d.Closed.Load() {
 		return false
 	}
 	if !r.mu.TryLock() {
 		return true
 	}
 	defer r.mu.Unlock()
-	if r.nic.closed.Load() || r.next == r.rdt {
+	if r.nic.d.Closed.Load() || r.next == r.rdt {
 		return false
 	}
 	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
@@ -237,7 +236,7 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.nic
-	if n.closed.Load() {
+	if n.d.Closed.Load() {
 		return 0, n.errorf("RX batch", nicdrv.ErrClosed)
 	}
 	got := 0
@@ -328,7 +327,7 @@ func (r *rxQueue) general(out []*nicdrv.Buffer, s uint32, lo, hi uint64, maxFram
 	}
 	f := r.head
 	if r.bad || f == nil || r.bytes < 14 || wb.Status&hw.RxErrRXE != 0 {
-		r.dropped.Add(1)
+		r.cnt.Dropped.Add(1)
 		if f != nil {
 			_ = r.pool.Free(f)
 		}
@@ -394,9 +393,9 @@ func rxFlags(wb hw.RxWriteBack) nicdrv.Flags {
 	return f
 }
 
-// release gives back every buffer the queue holds (Close, after the NIC
-// is quiet).
-func (r *rxQueue) release() error {
+// Release implements drv.Releaser: it gives back every buffer the queue
+// holds (Close, after the NIC is quiet).
+func (r *rxQueue) Release() error {
 	errs := []error{r.fill.Release()}
 	if r.place {
 		errs = append(errs, r.releasePlace())
@@ -428,7 +427,7 @@ type txQueue struct {
 	s     *drv.TxSlots
 	ctx   hw.TxDesc // the checksum context last loaded (slot 0)
 
-	full, rejected atomic.Uint64
+	cnt drv.TxCounters // Stats' TxRingFull and TxRejected
 }
 
 func newTxQueue(n *NIC, q int, ring []byte, iova uint64) *txQueue {
@@ -476,7 +475,7 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.nic
-	if n.closed.Load() {
+	if n.d.Closed.Load() {
 		return 0, n.errorf("TX batch", nicdrv.ErrClosed)
 	}
 	s := t.s
@@ -547,14 +546,14 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 // it took: 0 when it was refused (err says why) or the ring is full.
 func (t *txQueue) sendOther(i int, b *nicdrv.Buffer, free uint32) (uint32, error) {
 	if err := t.reject(i, b); err != nil {
-		t.rejected.Add(1)
+		t.cnt.Rejected.Add(1)
 		return 0, err
 	}
 	ext, extIOVA := b.Attached()
 	total := uint32(len(b.Data)+len(ext)) << hw.TxPaylenShift
 	if ext != nil {
 		if free < 2 {
-			t.full.Add(1)
+			t.cnt.Full.Add(1)
 			return 0, nil
 		}
 		t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS, total), nil, false)
@@ -567,7 +566,7 @@ func (t *txQueue) sendOther(i int, b *nicdrv.Buffer, free uint32) (uint32, error
 		need = 2
 	}
 	if free < need {
-		t.full.Add(1)
+		t.cnt.Full.Add(1)
 		return 0, nil
 	}
 	if need == 2 {
@@ -623,7 +622,7 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, popts uint32) {
 			at = 14 + ihl + 6
 		}
 		if at >= 0 {
-			binary.BigEndian.PutUint16(fr[at:], pseudoSum(fr[26:34], proto, tot-ihl))
+			binary.BigEndian.PutUint16(fr[at:], drv.PseudoSum(fr[26:34], proto, tot-ihl))
 			popts |= hw.TxPoptsTXSM
 		}
 	}
@@ -631,16 +630,4 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, popts uint32) {
 		return hw.TxDesc{}, 0
 	}
 	return hw.ContextTx(14, ihl, tucmd), popts
-}
-
-// pseudoSum is the folded (not complemented) IPv4 pseudo-header sum.
-func pseudoSum(addrs []byte, proto byte, l4len int) uint16 {
-	s := uint32(proto) + uint32(l4len)
-	for i := 0; i+1 < len(addrs); i += 2 {
-		s += uint32(addrs[i])<<8 | uint32(addrs[i+1])
-	}
-	for s > 0xFFFF {
-		s = s&0xFFFF + s>>16
-	}
-	return uint16(s)
 }

@@ -40,7 +40,7 @@ type fdirRule struct {
 	in   hw.FdirInput // masked, as hashed
 }
 
-// ruleTables is what the driver knows of the NIC's filter tables (ctlMu).
+// ruleTables is what the driver knows of the NIC's filter tables (d.Mu).
 type ruleTables struct {
 	etqf      [hw.ETQFEntries]bool
 	fiveTuple [hw.FiveTupleEntries]uint32 // destination port + 1; 0 when free
@@ -79,9 +79,9 @@ func (n *NIC) AddRule(r nicdrv.Rule) (nicdrv.RuleID, error) {
 	if r.Queue >= n.opts.Queues {
 		return 0, n.errorf(op, fmt.Errorf("queue %d of %d: %w", r.Queue, n.opts.Queues, nicdrv.ErrBadQueue))
 	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
+	n.d.Mu.Lock()
+	defer n.d.Mu.Unlock()
+	if n.d.Closed.Load() {
 		return 0, n.errorf(op, nicdrv.ErrClosed)
 	}
 	var id nicdrv.RuleID
@@ -109,9 +109,9 @@ func (n *NIC) AddRule(r nicdrv.Rule) (nicdrv.RuleID, error) {
 // RemoveRule implements nicdrv.NIC.
 func (n *NIC) RemoveRule(id nicdrv.RuleID) error {
 	op := fmt.Sprintf("remove rule %#x", uint32(id))
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	if n.closed.Load() {
+	n.d.Mu.Lock()
+	defer n.d.Mu.Unlock()
+	if n.d.Closed.Load() {
 		return n.errorf(op, nicdrv.ErrClosed)
 	}
 	i := int(id & (1<<tagShift - 1))

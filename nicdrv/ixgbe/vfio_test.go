@@ -20,21 +20,8 @@ var vfioWant = nictest.VFIOWant{Driver: "ixgbe", DevicesEnv: "GOMX_IXGBE_DEVICES
 func vfioRig(t *testing.T, c nictest.Config) *nictest.Rig {
 	v := nictest.OpenVFIO(t, vfioWant)
 	r := &nictest.Rig{Faults: v.Faults(), SetLink: nictest.QEMUSetLink()}
-	r.Reopen = func(i int) (nicdrv.NIC, error) {
-		if r.NICs[i] != nil {
-			if err := r.NICs[i].Close(); err != nil {
-				return nil, err
-			}
-			r.NICs[i] = nil
-		}
-		return ixgbe.Open(v.Devices[i], options(c))
-	}
-	for i := range 2 {
-		n, err := ixgbe.Open(v.Devices[i], options(c))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.NICs[i] = n
+	if err := r.Open(func(i int) (nicdrv.NIC, error) { return ixgbe.Open(v.Devices[i], options(c)) }); err != nil {
+		t.Fatal(err)
 	}
 	return r
 }

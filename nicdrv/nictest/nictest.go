@@ -89,6 +89,33 @@ type Rig struct {
 	Check func() error
 }
 
+// Open opens both NICs of r with open(i), and sets Reopen to close NIC i
+// (when open) and open it again with open(i). It fails with the first
+// error, having closed the NIC it opened before it.
+func (r *Rig) Open(open func(i int) (nicdrv.NIC, error)) error {
+	r.Reopen = func(i int) (nicdrv.NIC, error) {
+		if r.NICs[i] != nil {
+			if err := r.NICs[i].Close(); err != nil {
+				return nil, err
+			}
+			r.NICs[i] = nil
+		}
+		return open(i)
+	}
+	for i := range 2 {
+		n, err := open(i)
+		if err != nil {
+			if i == 1 {
+				err = errors.Join(err, r.NICs[0].Close())
+				r.NICs[0] = nil
+			}
+			return err
+		}
+		r.NICs[i] = n
+	}
+	return nil
+}
+
 // NewRig opens a rig for one subtest. It registers, with t.Cleanup, the
 // release of whatever it made besides the NICs; the suite closes the NICs
 // first.

@@ -93,3 +93,25 @@ func Placements(t testing.TB, n nicdrv.NIC, mem []byte, count, stride int) ([]ni
 		}
 	}
 }
+
+// OpenPair opens NIC 0 and NIC 1 of a cabled pair with open and waits
+// (5 s at most) until both see their link up. On failure it closes what it
+// opened and fails t; the caller closes the NICs.
+func OpenPair[N nicdrv.NIC](t testing.TB, open func(i int) (N, error)) (a, b N) {
+	t.Helper()
+	var err error
+	if a, err = open(0); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = open(1); err != nil {
+		_ = a.Close()
+		t.Fatal(err)
+	}
+	for _, n := range []N{a, b} {
+		if _, err := n.WaitLink(true, 5*time.Second); err != nil {
+			_, _ = a.Close(), b.Close()
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}

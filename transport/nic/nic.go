@@ -123,10 +123,13 @@
 // # Waiting
 //
 // Recv with a timeout waits with the driver's WaitRx: on the queue's MSI-X
-// eventfd in interrupt mode, by polling otherwise. A Send that finds the TX
-// ring full or the pool empty retries for a bounded time (the NIC drains
-// the ring and Recv's next call frees buffers) and then fails rather than
-// hang. Close makes a waiting Recv return transport.ErrClosed, gives every
+// eventfd in interrupt mode, by polling otherwise. Wake (transport.Waker)
+// ends such a wait at once, so a receiver with nothing to do may wait as
+// long as it likes (an idle mx board, until its stretched tick) and still
+// hand Recv over or close the transport without waiting. A Send that
+// finds the TX ring full or the pool empty retries for a bounded time
+// (the NIC drains the ring and Recv's next call frees buffers) and then
+// fails rather than hang. Close makes a waiting Recv return transport.ErrClosed, gives every
 // buffer back and closes the NIC.
 package nic
 
@@ -216,6 +219,13 @@ type Transport struct {
 	cancel context.CancelFunc
 	closed atomic.Bool
 
+	// wakeMu guards the Recv wait under way (wakeWait, its context's
+	// cancel; nil: none) and woken, a Wake that found none waiting: the
+	// next wait returns at once.
+	wakeMu   sync.Mutex
+	wakeWait context.CancelFunc
+	woken    bool
+
 	txMu sync.Mutex
 	txb  []*nicdrv.Buffer
 
@@ -230,6 +240,10 @@ type Transport struct {
 	inflight atomic.Int64 // in-place frames not completed
 
 	foreign, short, sendWaits atomic.Uint64
+	// rxWakes counts the returns of Recv's waits from the driver's WaitRx
+	// (a frame, the timeout, Wake or a hand-over): the receiving thread's
+	// wake-ups.
+	rxWakes                   atomic.Uint64
 	txInPlace, txRegionCopied atomic.Uint64
 }
 
@@ -543,6 +557,10 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 		ctx, cancel = context.WithCancel(t.ctx)
 	}
 	defer cancel()
+	if !t.armWake(cancel) {
+		return 0, nil // woken before the wait
+	}
+	defer t.disarmWake()
 	for {
 		if err := t.waitAny(ctx); err != nil {
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
@@ -550,6 +568,11 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				return 0, nil
+			}
+			if errors.Is(err, context.Canceled) && t.ctx.Err() == nil {
+				// Wake, or a frame another queue handed over
+				// (nudge): take what is there, if anything.
+				return t.poll(frames)
 			}
 			return 0, fmt.Errorf("transport/nic: %w", err)
 		}
@@ -559,6 +582,54 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 	}
 }
 
+var _ transport.Waker = (*Transport)(nil)
+
+// Wake implements transport.Waker: a Recv waiting for frames (on the NIC's
+// interrupts or by polling its rings) returns 0, nil at once, and one
+// called while none waits makes the next wait return so. Only Recv's wait
+// looks at it: a Recv that finds frames pays nothing for it.
+func (t *Transport) Wake() {
+	t.wakeMu.Lock()
+	if t.wakeWait != nil {
+		t.wakeWait()
+	} else {
+		t.woken = true
+	}
+	t.wakeMu.Unlock()
+}
+
+// nudge ends the Recv wait under way, if any, so that it looks at the
+// rings and the inbox again: a frame another queue handed over is there.
+// Unlike Wake it leaves no Wake for a later wait, which would look at the
+// inbox before it waits anyway.
+func (t *Transport) nudge() {
+	t.wakeMu.Lock()
+	if t.wakeWait != nil {
+		t.wakeWait()
+	}
+	t.wakeMu.Unlock()
+}
+
+// armWake makes cancel the wait Wake ends, or reports false (and clears
+// the Wake) when a Wake came since the last wait.
+func (t *Transport) armWake(cancel context.CancelFunc) bool {
+	t.wakeMu.Lock()
+	defer t.wakeMu.Unlock()
+	if t.woken {
+		t.woken = false
+		return false
+	}
+	t.wakeWait = cancel
+	return true
+}
+
+// disarmWake ends the wait armWake armed.
+func (t *Transport) disarmWake() {
+	t.wakeMu.Lock()
+	t.wakeWait = nil
+	t.wakeMu.Unlock()
+}
+
 // waitAny waits for a frame on any RX queue, with one WaitRx on them all,
 // or for a queue transport on its queue (queue.go).
 func (t *Transport) waitAny(ctx context.Context) error {
@@ -566,6 +637,7 @@ func (t *Transport) waitAny(ctx context.Context) error {
 		return t.waitQueue(ctx)
 	}
 	_, err := t.nic.WaitRx(ctx)
+	t.rxWakes.Add(1)
 	return err
 }
 
@@ -724,6 +796,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "nic_foreign_ethertype", Value: t.foreign.Load()},
 		{Name: "nic_short_frames", Value: t.short.Load()},
 		{Name: "nic_send_waits", Value: t.sendWaits.Load()},
+		{Name: "nic_rx_wait_wakeups", Value: t.rxWakes.Load()},
 		{Name: "nic_tx_in_place", Value: t.txInPlace.Load()},
 		{Name: "nic_tx_region_copied", Value: t.txRegionCopied.Load()},
 	}

@@ -363,6 +363,7 @@ func (t *Transport) forward(b *nicdrv.Buffer) bool {
 		}
 		o.queue.pushers.Add(-1)
 		if pushed {
+			o.nudge()
 			t.queue.forwarded.Add(1)
 			return true
 		}
@@ -392,27 +393,18 @@ func (t *Transport) fromInbox(frames []transport.Frame) int {
 	return got
 }
 
-// waitQueue waits for a frame on the queue: on its RX queue alone with
-// WaitRx while no port is steered in software, and otherwise by looking at
-// the ring and the inbox in turn, yielding between looks, since a frame
-// may come from another queue.
+// waitQueue waits for a frame on the queue: on its RX queue with WaitRx,
+// until a frame comes there or another queue hands one over to its inbox
+// (forward), which ends the wait (nudge). recvWait armed the wait's
+// cancel before this looks at the inbox, so a frame handed over before
+// the look is seen by it, and one handed over after ends the wait.
 func (t *Transport) waitQueue(ctx context.Context) error {
-	if t.queue.board.queues.soft.Len() == 0 {
-		_, err := t.nic.WaitRx(ctx, t.rxq)
-		return err
+	if len(t.queue.inbox) > 0 {
+		return nil
 	}
-	for {
-		if len(t.queue.inbox) > 0 {
-			return nil
-		}
-		wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-		_, err := t.nic.WaitRx(wctx, t.rxq)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		runtime.Gosched()
-	}
+	_, err := t.nic.WaitRx(ctx, t.rxq)
+	t.rxWakes.Add(1)
+	return err
 }
 
 // closeQueue closes a queue transport: its steering is removed, its

@@ -11,13 +11,18 @@ import (
 )
 
 // Device is what a driver holds of its PCI function: the function, its
-// register file (BAR0), and the bound on every wait on a register.
+// register file (BAR0), the bound on every wait on a register, and the
+// NIC's control-path state (Control).
 type Device struct {
 	Dev  pci.Device
 	Addr pci.Address
 	Regs pci.Registers
 	// RegisterTimeout bounds WaitReg.
 	RegisterTimeout time.Duration
+	// Control follows Regs, so that Control.Closed, which every batch
+	// reads, shares a cache line with the register file every batch
+	// writes through.
+	Control
 }
 
 // Identity says which PCI functions a driver takes.

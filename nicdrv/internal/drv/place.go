@@ -3,10 +3,46 @@ package drv
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/nicdrv"
 )
+
+// Placements is a placing RX queue's record of its placements, by slot,
+// and their counts; a driver keeps it in the queue (embedded) and reads
+// its slices on its fast path as its own fields.
+type Placements struct {
+	// Placed is each slot's placement; Mem nil for a pool descriptor.
+	Placed []nicdrv.Placement
+	// Pooled marks the pool descriptors a caller posted (PostSlots.Post);
+	// nil when the NIC takes no such posting.
+	Pooled []bool
+	// Posted counts the placements taken, Consumed those the NIC filled
+	// (or Close gave back).
+	Posted, Consumed uint64
+}
+
+// InitPlacements makes the record of a ring of size slots; pooled says
+// whether the queue takes posted pool descriptors.
+func (p *Placements) InitPlacements(size uint32, pooled bool) {
+	p.Placed = make([]nicdrv.Placement, size)
+	if pooled {
+		p.Pooled = make([]bool, size)
+	}
+}
+
+// ReleasePlacements gives back the header buffers of posted placements
+// (hdr, by slot, to hdrs) once the NIC is quiet (Close), which counts
+// every placement consumed.
+func (p *Placements) ReleasePlacements(hdrs *nicdrv.Pool, hdr []*nicdrv.Buffer) error {
+	err := hdrs.Free(hdr...)
+	clear(hdr)
+	clear(p.Placed)
+	clear(p.Pooled)
+	p.Consumed = p.Posted
+	return err
+}
 
 // PostSlots is what posting placements (nicdrv.Placer.PostRx) works on: a
 // placing RX ring's slots from Tail on, one entry a slot in each array. A
@@ -22,10 +58,12 @@ type PostSlots struct {
 	// Pkt and Hdr are the slots' pool and header buffers, Placed their
 	// placements (Mem nil for a pool descriptor).
 	Pkt, Hdr []*nicdrv.Buffer
-	Placed   []nicdrv.Placement
-	// Pooled marks the pool descriptors a caller posted (a Placement
-	// with Mem nil), which Fill gives a buffer. Nil when the NIC takes
-	// no such posting: a Placement with Mem nil is then too short.
+	// Placed and Pooled are the queue's record's (Placements): Post sets
+	// a slot's Placed, or for a Placement with Mem nil, which Fill gives
+	// a buffer, its Pooled. Without Pooled a Placement with Mem nil is
+	// too short. (Slices of their own, not a pointer to the record: the
+	// loop keeps them in registers.)
+	Placed []nicdrv.Placement
 	Pooled []bool
 	Fill   *RxFill
 	// Pool takes back the pool buffer of a slot a placement takes; Hdrs
@@ -106,4 +144,36 @@ func (p *PostSlots) Post(d *Device, ps []nicdrv.Placement) (int, error) {
 		took++
 	}
 	return took, err
+}
+
+// PlacingQueue is an RX queue as RxPlacement sees it: its lock, and what
+// it holds of placements under that lock.
+type PlacingQueue interface {
+	sync.Locker
+	// Handed says how many descriptors the queue has handed to the NIC
+	// and not yet delivered (written back or not), and returns its
+	// record of placements.
+	Handed() (handed uint32, p *Placements)
+}
+
+// RxPlacement is nicdrv.Placer.RxPlacement over a driver's RX queues: the
+// state of queue q (none for a queue the NIC lacks), read under its lock.
+// A closed NIC's rings are unmapped, so nothing is ahead and every
+// placement was consumed when Close released it. Ahead counts every
+// descriptor handed over and not yet delivered, written back or not: a
+// caller that counts the frames it expects and has not handled counts the
+// ones written back among them. It is a control-path call, generic like
+// Close.
+func RxPlacement[Q PlacingQueue](d *Device, rx []Q, q int) nicdrv.PlacementState {
+	if q < 0 || q >= len(rx) {
+		return nicdrv.PlacementState{}
+	}
+	r := rx[q]
+	r.Lock()
+	defer r.Unlock()
+	handed, p := r.Handed()
+	if d.Closed.Load() {
+		return nicdrv.PlacementState{Posted: p.Posted, Consumed: p.Consumed}
+	}
+	return nicdrv.PlacementState{Ahead: int(handed), Posted: p.Posted, Consumed: p.Consumed}
 }

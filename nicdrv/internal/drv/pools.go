@@ -116,3 +116,12 @@ func (c *PoolCheck) OK(b *nicdrv.Buffer) bool {
 	c.ok = p
 	return true
 }
+
+// Queue is queue q's packet pool, nicdrv.NIC.Pool: nil for a queue the NIC
+// lacks.
+func (p *Pools) Queue(q int) *nicdrv.Pool {
+	if q < 0 || q >= len(p.Packet) {
+		return nil
+	}
+	return p.Packet[q]
+}

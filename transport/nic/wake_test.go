@@ -1,0 +1,85 @@
+package nic_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// recvResult is what a Recv returned.
+type recvResult struct {
+	n   int
+	err error
+}
+
+// recvBounded runs tr.Recv with a wait longer than any test (an hour) and
+// returns what it returned once start has run, failing the test when it
+// has not returned within bound.
+func recvBounded(t *testing.T, tr transport.Transport, frames []transport.Frame, start func(), bound time.Duration) recvResult {
+	t.Helper()
+	done := make(chan recvResult, 1)
+	go func() {
+		n, err := tr.Recv(frames, time.Hour)
+		done <- recvResult{n, err}
+	}()
+	start()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(bound):
+		t.Fatalf("Recv still waiting %v after the call that should end it", bound)
+		return recvResult{}
+	}
+}
+
+// TestWake checks transport.Waker over the NIC, polling and on interrupts:
+// a Wake ends a Recv that waits for frames with 0, nil, one that came while
+// no Recv waited ends the next wait, and a frame is received as usual after
+// both.
+func TestWake(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		irq  bool
+	}{{"polling", false}, {"interrupts", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			o := e1000e.DefaultOptions()
+			o.Interrupts = c.irq
+			a, b := modelPair(t, o)
+			t.Cleanup(func() {
+				for _, tr := range []transport.Transport{a, b} {
+					if err := tr.Close(); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			w, ok := a.(transport.Waker)
+			if !ok {
+				t.Fatalf("a %T is not a transport.Waker", a)
+			}
+			frames := make([]transport.Frame, 4)
+			// A Wake while Recv waits (or before it waits: it then
+			// returns at once).
+			if r := recvBounded(t, a, frames, w.Wake, 30*time.Second); r.n != 0 || r.err != nil {
+				t.Fatalf("woken Recv: %d frames, %v; want 0, nil", r.n, r.err)
+			}
+			// A Wake with no Recv under way ends the next wait.
+			w.Wake()
+			if r := recvBounded(t, a, frames, func() {}, 30*time.Second); r.n != 0 || r.err != nil {
+				t.Fatalf("Recv after a Wake: %d frames, %v; want 0, nil", r.n, r.err)
+			}
+			// The Wakes are spent: the next Recv waits for the frame.
+			data := []byte("a frame after the wake-ups, long enough for the minimum")
+			send := func() {
+				if _, err := b.Send([]transport.Frame{{Peer: a.Addr(), Data: data}}); err != nil {
+					t.Error(err)
+				}
+			}
+			r := recvBounded(t, a, frames, send, 30*time.Second)
+			if r.err != nil || r.n != 1 || string(frames[0].Data) != string(data) {
+				t.Fatalf("Recv after the wake-ups: %d frames, %v; want the frame sent", r.n, r.err)
+			}
+		})
+	}
+}
