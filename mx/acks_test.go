@@ -287,3 +287,51 @@ func TestLaneAcksOneWay(t *testing.T) {
 		return pr.atob.p.ackPoint == pr.atob.p.sendSeq
 	})
 }
+
+// TestLaneAckJoinedBySequenced checks noteReceived's classes on a pair
+// on the rings: lane records alone wait AckDelay and are never owed an
+// ack when the rings run dry; a tiny message of the sequenced path that
+// joins them (its sender may wait for the ack) brings the deadline forward
+// to ringAckDelay and is owed one at NotAckedMax.
+func TestLaneAckJoinedBySequenced(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.AckDelay = time.Hour
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	b := pr.b.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer func() { b.nowOK = false }() // the readings below are this test's
+	p := pr.btoa.p
+	if p.rings() == nil {
+		t.Fatal("the pair is not on the rings")
+	}
+	p.sendAck() // nothing owed from the connection
+	deadline := func() int64 {
+		if p.ackDeadline == ackUnstamped {
+			b.stampAcks(b.setNow())
+		}
+		return p.ackDeadline
+	}
+	for range o.NotAckedMax {
+		p.noteReceived(ackLane)
+	}
+	now := b.setNow()
+	if !p.ackLazy || p.owed || p.notAcked != o.NotAckedMax {
+		t.Fatalf("%d lane records: lazy %v, owed %v, %d un-acked; want lazy, not owed, %d", o.NotAckedMax, p.ackLazy, p.owed, p.notAcked, o.NotAckedMax)
+	}
+	if d := deadline(); d < now+int64(time.Hour)-int64(time.Minute) {
+		t.Fatalf("lane records alone: ack due in %v, want AckDelay (%v)", time.Duration(d-now), o.AckDelay)
+	}
+	p.noteReceived(ackSmall)
+	if p.ackLazy || !p.owed {
+		t.Fatalf("a tiny message joined: lazy %v, owed %v; want neither lazy nor without an owed ack", p.ackLazy, p.owed)
+	}
+	if d := deadline(); d > b.setNow()+int64(ringAckDelay) {
+		t.Fatalf("a tiny message joined: ack due in %v, want at most ringAckDelay (%v)", time.Duration(d-now), ringAckDelay)
+	}
+	sent := pr.b.cnt[SendTruc]
+	b.ackDrained()
+	if pr.b.cnt[SendTruc] != sent+1 || p.notAcked != 0 || p.ackDeadline != 0 || p.ackLazy {
+		t.Fatalf("rings drained: %d ack frames, %d un-acked, deadline %d, lazy %v; want one ack and nothing left", pr.b.cnt[SendTruc]-sent, p.notAcked, p.ackDeadline, p.ackLazy)
+	}
+}
