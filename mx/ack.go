@@ -184,7 +184,11 @@ func (b *Board) stampAcks(now int64) {
 // each one's payload copy until its ack, and 64 of them would crowd its
 // cache for one frame saved per 4 messages of several frames each;
 // measured, the difference was lost in noise. One that took the lean path
-// (lean.go) left no copy behind, and is acked as a tiny one.
+// (lean.go) left no copy behind, and is acked as a tiny one. A lane
+// record is acked more lazily still (ackLane): only a lean send writes
+// one, so no sender waits for its ack, and the drained rule and the short
+// delay, which are for senders that may, do not apply to lane records
+// alone.
 const (
 	ringAcksMax  = 64
 	ringAckDelay = DefaultSpinMax
