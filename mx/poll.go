@@ -203,9 +203,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// so the loop's first pass does not look again: on a node whose
 	// waiters yield after every empty look (yieldAll), it yields at once.
 	// A look costs the loads of lines other CPUs write (the queue's
-	// word, the hot lanes'): without that second look in a row, the
-	// looks of an oversubscribed 8-rank 8 B alltoall's waiters went from
-	// 20% to 15% of the job's CPU (docs/intranode-scale.md).
+	// word, the hot lanes'), and the first looks were 5% of an
+	// oversubscribed 8-rank 8 B alltoall's CPU, the look right after each
+	// about as much (docs/intranode-scale.md).
 	looked := false
 	if r != nil {
 		done, idle := b.firstLook(w, srcs, mixed)
