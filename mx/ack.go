@@ -40,18 +40,47 @@ func (p *partner) sendTruc(probe uint8) {
 	p.notAcked = 0
 	p.ackStale = false
 	p.ackDeadline = 0
+	p.ackLazy = false
 }
 
-// noteReceived records that the full-receive point moved: ack now after
-// NotAckedMax messages, else after tailAckDelay; for a tiny or small
-// message, or one that came by the lean path (lean), from a peer reached
-// through the rings, after ringAcks messages, else after ringAckDelay.
-func (p *partner) noteReceived(lean bool) {
+// ackClass is what a received message asks of its receiver's acks
+// (noteReceived).
+type ackClass uint8
+
+const (
+	// ackSeq: a message whose sender keeps it for a resend until its
+	// ack (a medium of several fragments, a rendezvous, a notify):
+	// acked after NotAckedMax messages, else after tailAckDelay.
+	ackSeq ackClass = iota
+	// ackSmall: a tiny or small message, or an eager one of one frame
+	// that came by the lean path. From a peer on the rings: acked after
+	// ringAcks messages, after NotAckedMax once a receive finds the rings
+	// drained (its sender may wait for it: a sequenced tiny message
+	// completes on its ack once ZombieSends run out), else after
+	// ringAckDelay. From any other peer: as ackSeq.
+	ackSmall
+	// ackLane: a lane record (lane.go). Only a lean send writes one, and
+	// its sender completed it as it wrote it and keeps nothing for it
+	// (lean.go): the ack only moves the sender's lean window, which
+	// ringAcks keeps far from full. Acked after ringAcks messages, else
+	// AckDelay after the first: a pair that talks one way (an alltoall's
+	// Bruck steps, a stream to a sink) pays an ack frame per ringAcks
+	// messages or per AckDelay, not per NotAckedMax messages each time its
+	// receiver's rings run dry. Once the messages waiting for an ack
+	// include one of another class, they are acked as that one asks.
+	ackLane
+)
+
+// noteReceived records that the full-receive point moved by a message of
+// class c: ack now, or when the rings run dry, or after a delay, as c asks
+// (ackClass).
+func (p *partner) noteReceived(c ackClass) {
 	b := p.ep.b
 	b.wakeTicks() // progress.go
 	p.notAcked++
 	every, delay := b.opts.NotAckedMax, b.tailAckDelay()
-	rings := lean && p.rings() != nil
+	rings := c != ackSeq && p.rings() != nil
+	lazy := rings && c == ackLane
 	if rings {
 		every, delay = b.ringAcks(), min(int64(b.opts.AckDelay), int64(ringAckDelay))
 	}
@@ -60,7 +89,19 @@ func (p *partner) noteReceived(lean bool) {
 		p.sendAck()
 		return
 	}
-	if rings && p.notAcked >= b.opts.NotAckedMax && !p.owed {
+	if lazy && (p.ackDeadline == 0 || p.ackLazy) {
+		// Only lane records wait for this ack.
+		p.ackLazy = true
+		delay = int64(b.opts.AckDelay)
+	} else if p.ackLazy {
+		// A message that asks for a sooner ack joins lane records
+		// that waited: its deadline replaces theirs.
+		p.ackLazy = false
+		if p.ackDeadline != ackUnstamped {
+			p.ackDeadline = 0
+		}
+	}
+	if rings && !p.ackLazy && p.notAcked >= b.opts.NotAckedMax && !p.owed {
 		p.owed = true
 		b.ackOwed = append(b.ackOwed, p)
 	}
@@ -110,7 +151,11 @@ func (b *Board) stampAcks(now int64) {
 	for i, p := range b.toStamp {
 		b.toStamp[i], p.stampQ = nil, false
 		if p.ackDeadline == ackUnstamped {
-			p.ackDeadline = now + min(int64(b.opts.AckDelay), int64(ringAckDelay))
+			delay := min(int64(b.opts.AckDelay), int64(ringAckDelay))
+			if p.ackLazy {
+				delay = int64(b.opts.AckDelay) // only lane records wait (ackLane)
+			}
+			p.ackDeadline = now + delay
 			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
 		}
 	}
@@ -139,7 +184,11 @@ func (b *Board) stampAcks(now int64) {
 // each one's payload copy until its ack, and 64 of them would crowd its
 // cache for one frame saved per 4 messages of several frames each;
 // measured, the difference was lost in noise. One that took the lean path
-// (lean.go) left no copy behind, and is acked as a tiny one.
+// (lean.go) left no copy behind, and is acked as a tiny one. A lane
+// record is acked more lazily still (ackLane): only a lean send writes
+// one, so no sender waits for its ack, and the drained rule and the short
+// delay, which are for senders that may, do not apply to lane records
+// alone.
 const (
 	ringAcksMax  = 64
 	ringAckDelay = DefaultSpinMax
@@ -171,10 +220,9 @@ func (b *Board) ringAcks() int {
 	return max(n, b.opts.NotAckedMax)
 }
 
-// updateFull moves the full-receive point past what arrived whole; lean:
-// the message that moved it was tiny or small, or came by the lean path
-// (see noteReceived).
-func (p *partner) updateFull(lean bool) {
+// updateFull moves the full-receive point past what arrived whole; c: the
+// class of the message that moved it (noteReceived).
+func (p *partner) updateFull(c ackClass) {
 	old := p.fullSeq
 	if len(p.partials) > 0 {
 		p.fullSeq = p.partials[0].seq
@@ -182,7 +230,7 @@ func (p *partner) updateFull(lean bool) {
 		p.fullSeq = p.recvSeq
 	}
 	if p.fullSeq != old && !p.fullMoved() {
-		p.noteReceived(lean)
+		p.noteReceived(c)
 	}
 }
 

@@ -207,3 +207,131 @@ func TestBusyTickOnlyForFineTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// laneStream sends n 8-byte messages from a to b of pr one at a time, each
+// received (and its receive waited for) before the next goes, so that b's
+// rings run dry after every message, and checks their bytes. It returns
+// b's ack frames and a's lane sends. A sender that never waits takes its
+// acks only when its receive loop runs: every 32 messages the stream waits
+// until a holds no more than ringAcks messages un-acked, so that it stays
+// within the lean window (leanWindow) whenever its loop runs.
+func laneStream(t *testing.T, pr *pair, n int) (acks, laneSends uint64) {
+	t.Helper()
+	acks0, lanes0 := pr.b.Counters().Get(SendTruc), pr.a.Counters().Get(LaneSends)
+	buf := make([]byte, 8)
+	every := pr.b.b.ringAcks()
+	for i := range n {
+		if i%32 == 31 {
+			waitUntil(t, "the sender to take its acks", func() bool {
+				pr.a.b.mu.Lock()
+				defer pr.a.b.mu.Unlock()
+				return seqDiff(pr.atob.p.sendSeq, pr.atob.p.ackPoint) <= every
+			})
+		}
+		r, err := pr.b.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, r, 10*time.Second)
+		if string(buf) != string(pattern(8, uint64(i))) {
+			t.Fatalf("message %d: bytes changed", i)
+		}
+		mustWait(t, s, 10*time.Second)
+	}
+	return pr.b.Counters().Get(SendTruc) - acks0, pr.a.Counters().Get(LaneSends) - lanes0
+}
+
+// TestLaneAcksOneWay: a pair that talks one way, by lane records, whose
+// receiver's rings run dry after every message, costs an ack frame per
+// ringAcks messages, not per NotAckedMax: the sender completed each one as
+// it wrote it (lean.go). With AckDelay an hour no delayed ack can come;
+// then, with the default AckDelay, the last few messages are acked once
+// that delay has passed, and no sooner by any count.
+func TestLaneAcksOneWay(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.AckDelay = time.Hour
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	// A pair's first messages go before its lane records may (the
+	// boards' announcements): count from the first that did.
+	waitUntil(t, "the pair's first lane record", func() bool {
+		laneStream(t, pr, 1)
+		return pr.a.Counters().Get(LaneSends) > 0
+	})
+	const n = 512
+	acks, lanes := laneStream(t, pr, n)
+	if lanes != n {
+		t.Fatalf("%d of %d messages went as lane records", lanes, n)
+	}
+	every := uint64(pr.b.b.ringAcks())
+	t.Logf("%d messages, one way: %d ack frames (%.3f a message)", n, acks, float64(acks)/n)
+	if acks > n/every+1 {
+		t.Fatalf("%d messages one way: %d ack frames, want at most %d (one per %d)", n, acks, n/every+1, every)
+	}
+
+	pr = newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	if acks, _ := laneStream(t, pr, 3); acks > 1 {
+		t.Fatalf("3 messages: %d ack frames before the delay, want at most 1", acks)
+	}
+	waitUntil(t, "the delayed ack of a one-way stream's last messages", func() bool { return pr.b.Counters().Get(AcksDelayed) > 0 })
+	if c := pr.b.Counters(); c.Get(AcksImmediate) != 0 || c.Get(AcksDelayed) != 1 {
+		t.Fatalf("3 messages: %d acks at once, %d delayed; want 0 and 1", c.Get(AcksImmediate), c.Get(AcksDelayed))
+	}
+	// The sender's lean window moved: everything it sent is acked.
+	waitUntil(t, "the sender to take the delayed ack", func() bool {
+		pr.a.b.mu.Lock()
+		defer pr.a.b.mu.Unlock()
+		return pr.atob.p.ackPoint == pr.atob.p.sendSeq
+	})
+}
+
+// TestLaneAckJoinedBySequenced checks noteReceived's classes on a pair
+// on the rings: lane records alone wait AckDelay and are never owed an
+// ack when the rings run dry; a tiny message of the sequenced path that
+// joins them (its sender may wait for the ack) brings the deadline forward
+// to ringAckDelay and is owed one at NotAckedMax.
+func TestLaneAckJoinedBySequenced(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.AckDelay = time.Hour
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	b := pr.b.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer func() { b.nowOK = false }() // the readings below are this test's
+	p := pr.btoa.p
+	if p.rings() == nil {
+		t.Fatal("the pair is not on the rings")
+	}
+	p.sendAck() // nothing owed from the connection
+	deadline := func() int64 {
+		if p.ackDeadline == ackUnstamped {
+			b.stampAcks(b.setNow())
+		}
+		return p.ackDeadline
+	}
+	for range o.NotAckedMax {
+		p.noteReceived(ackLane)
+	}
+	now := b.setNow()
+	if !p.ackLazy || p.owed || p.notAcked != o.NotAckedMax {
+		t.Fatalf("%d lane records: lazy %v, owed %v, %d un-acked; want lazy, not owed, %d", o.NotAckedMax, p.ackLazy, p.owed, p.notAcked, o.NotAckedMax)
+	}
+	if d := deadline(); d < now+int64(time.Hour)-int64(time.Minute) {
+		t.Fatalf("lane records alone: ack due in %v, want AckDelay (%v)", time.Duration(d-now), o.AckDelay)
+	}
+	p.noteReceived(ackSmall)
+	if p.ackLazy || !p.owed {
+		t.Fatalf("a tiny message joined: lazy %v, owed %v; want neither lazy nor without an owed ack", p.ackLazy, p.owed)
+	}
+	if d := deadline(); d > b.setNow()+int64(ringAckDelay) {
+		t.Fatalf("a tiny message joined: ack due in %v, want at most ringAckDelay (%v)", time.Duration(d-now), ringAckDelay)
+	}
+	sent := pr.b.cnt[SendTruc]
+	b.ackDrained()
+	if pr.b.cnt[SendTruc] != sent+1 || p.notAcked != 0 || p.ackDeadline != 0 || p.ackLazy {
+		t.Fatalf("rings drained: %d ack frames, %d un-acked, deadline %d, lazy %v; want one ack and nothing left", pr.b.cnt[SendTruc]-sent, p.notAcked, p.ackDeadline, p.ackLazy)
+	}
+}

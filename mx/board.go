@@ -215,6 +215,10 @@ type Board struct {
 	// toStamp: partners on the rings whose ack deadline waits for the
 	// next clock reading (stampAcks).
 	toStamp []*partner
+	// laneRec: the frame in hand is a lane record rebuilt as the frame
+	// it stands for (recvLane), whose ack is a lane record's (ackLane);
+	// recvSequenced takes it for that frame alone.
+	laneRec bool
 	// anyHeld: some partner holds a lean frame it could not take yet
 	// (lean.go), offered again after each timer run.
 	anyHeld bool

@@ -126,6 +126,7 @@ func (p *partner) reset(code error) {
 	}
 	p.notAcked = 0
 	p.ackDeadline = 0
+	p.ackLazy = false
 	p.oooFrames, p.sackOpen = 0, false
 	p.dead = true
 }

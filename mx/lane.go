@@ -108,7 +108,9 @@ func (b *Board) recvLane(nic transport.NICID, data []byte) {
 	wire.PutPeerIndex(f, wire.NoPeerIndex, b.ord)
 	m.Put(f[wire.HeadLen:], b.ord)
 	copy(f[wire.HeadLen+wire.MsgLen:], payload)
+	b.laneRec = true // its ack is a lane record's (ackLane)
 	b.sequenced(nic, f, h.DstEP, h.SrcEP, h.Session, h.Seq, laneClass(h.Length), nil, &m)
+	b.laneRec = false
 	b.putBuf(f)
 }
 
@@ -129,7 +131,9 @@ func (b *Board) recvLaneMedium(nic transport.NICID, h *wire.Lane, payload []byte
 	wire.PutPeerIndex(f, wire.NoPeerIndex, b.ord)
 	m.Put(f[wire.HeadLen:], b.ord)
 	copy(f[wire.HeadLen+wire.MediumLen:], payload)
+	b.laneRec = true // its ack is a lane record's (ackLane)
 	b.sequenced(nic, f, h.DstEP, h.SrcEP, h.Session, h.Seq, RecvMediumFrag, &m, nil)
+	b.laneRec = false
 	b.putBuf(f)
 }
 
@@ -191,7 +195,7 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 		e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
 	}
 	p.recvSeq = seqNext(p.recvSeq)
-	p.updateFull(true)
+	p.updateFull(ackLane)
 	return true
 }
 

@@ -196,7 +196,7 @@ func (p *partner) addFrag(pt *partial, f []byte) {
 		}
 	}
 	e.b.putPartial(pt)
-	p.updateFull(false)
+	p.updateFull(ackSeq)
 }
 
 func (p *partner) deliverRndv(m *wire.Rndv) bool {

@@ -100,6 +100,7 @@ type partner struct {
 	notAcked    int
 	ackStale    bool // an obsolete duplicate asked for a (delayed) ack
 	owed        bool // in Board.ackOwed: acked when the rings run dry
+	ackLazy     bool // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
 	stampQ      bool // in Board.toStamp: its ack deadline waits for a time
 	ackDeadline int64
 	ackNumSent  uint32
@@ -234,6 +235,7 @@ func (p *partner) piggyback() uint16 {
 	p.notAcked = 0
 	p.ackStale = false
 	p.ackDeadline = 0
+	p.ackLazy = false
 	return p.fullSeq
 }
 
@@ -410,6 +412,10 @@ func u16(b []byte, o wire.Order) uint16 {
 // tiny or small message), else nil.
 func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 	e := p.ep
+	// A lane record's (recvLane) for this frame only: not for the early
+	// frames it lets through (drainEarly).
+	laneRec := e.b.laneRec
+	e.b.laneRec = false
 	h := f[wire.HeadLen:]
 	typ := wire.Type(h[0])
 	seq, ack := seqFields(h, e.b.ord)
@@ -435,7 +441,14 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 			return
 		}
 		p.recvSeq = seqNext(p.recvSeq)
-		p.updateFull(lean || typ == wire.TypeTiny || typ == wire.TypeSmall)
+		c := ackSeq
+		switch {
+		case laneRec:
+			c = ackLane // recvLane: a lane record, rebuilt as its frame
+		case lean || typ == wire.TypeTiny || typ == wire.TypeSmall:
+			c = ackSmall
+		}
+		p.updateFull(c)
 		if len(p.partials) > 0 && p.partials[0].seq != seq {
 			p.outOfOrder() // an earlier medium is still missing fragments
 		}

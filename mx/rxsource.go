@@ -317,15 +317,20 @@ func (b *Board) polledLocked(s *rxSource, seen int64) {
 // instruction per source) and the deferred accounting of pollWait's loop.
 // A success is accounted as the loop's: the wait counts as Polled, and
 // the receive loop times the success (stayAway). w's request is done
-// when it reports true.
-func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) bool {
+// when it reports true; idle reports that it was not, and that the look
+// found every source it looked at empty and owned by nobody else (none
+// inside its receive loop's Recv), so that a look at once after it
+// would most likely find nothing either.
+func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) (done, idle bool) {
+	idle = true
 	for _, s := range srcs {
 		if !mixed || s.spin {
-			b.pollSource(s, 0, w)
+			looked, found := b.pollSource(s, 0, w)
+			idle = idle && looked && !found
 		}
 	}
 	if !w.ok && !w.r.done.Load() {
-		return false
+		return false, idle
 	}
 	for _, s := range srcs {
 		if s.idle.Load() != idleFresh {
@@ -335,7 +340,7 @@ func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) bool {
 	if !w.ok {
 		b.waitPolled.Add(1) // else counted by takeLane
 	}
-	return true
+	return true, false
 }
 
 // waitSources returns the sources a waiter polls: in busy-poll mode all of

@@ -13,7 +13,7 @@ import (
 // honoured is, per subcommand, every flag it reads: the flags its -h lists,
 // and the only ones it accepts.
 var honoured = func() map[string][]string {
-	common := []string{"aligned", "bind", "end", "engine", "engine-cpu", "iterations", "json", "key", "listen",
+	common := []string{"aligned", "bind", "counters", "end", "engine", "engine-cpu", "iterations", "json", "key", "listen",
 		"multiplier", "no-checksum", "no-zero-copy", "plot", "procs", "rndv-threshold", "sizes", "start", "strategy", "timeout", "verify", "wait", "warmup", "yield"}
 	pair := []string{"baseline", "corrupt", "cpuprofile", "dup", "iface", "loss", "nic", "nic-interrupts", "nic-place", "peer", "peer-iface",
 		"remote-endpoint", "reorder", "seed", "settle", "transport", "usb", "xdp-mode", "xdp-udp", "queues", "bind-app"}

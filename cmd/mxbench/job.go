@@ -224,7 +224,8 @@ func (w *world) close() {
 // printCounters prints, one line per board, the counters of this rank's
 // boards and transports that are not zero: what a failed rank says about
 // its failure (a peer declared unreachable, a ring found broken or its
-// peer gone), for its launcher's or rank 0's report.
+// peer gone), for its launcher's or rank 0's report; with --counters, what
+// rank 0's boards did over the whole job.
 func (w *world) printCounters(out io.Writer) {
 	for k, b := range w.boards {
 		var parts []string

@@ -579,3 +579,22 @@ func TestPrintCounters(t *testing.T) {
 		t.Errorf("printCounters printed %q", line)
 	}
 }
+
+// TestJobCounters: with --counters rank 0 alone prints what its board
+// counted over the job, once it ended: an alltoall among 4 ranks sent
+// tiny messages, and it says how many.
+func TestJobCounters(t *testing.T) {
+	keepBinding(t)
+	t.Setenv(asMainEnv, "1")
+	args := []string{"alltoall", "--procs", "4", "--sizes", "8", "--iterations", "50", "--warmup", "2", "--wait", "block", "--verify", "--counters"}
+	var out, errb bytes.Buffer
+	err := run(&out, &errb, args)
+	os.Unsetenv(asMainEnv)
+	if err != nil {
+		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "mxbench: rank 0 of 4: board 0 counted: ") || !strings.Contains(lines[0], "send tiny: ") {
+		t.Fatalf("stderr of %s: want one line of rank 0's counters, with its tiny sends; got:\n%s", strings.Join(args, " "), errb.String())
+	}
+}

@@ -124,7 +124,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	// First of all, what the boards counted: why a peer was declared
 	// unreachable, what the rings dropped.
 	defer func() {
-		if err != nil {
+		if err != nil || f.job.counters && job.Rank == 0 {
 			w.printCounters(stderr)
 		}
 	}()

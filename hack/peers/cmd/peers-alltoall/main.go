@@ -182,8 +182,15 @@ func build(ctx context.Context, dir string) (prog, mxbench string, err error) {
 		return "", "", fmt.Errorf("mpicc.openmpi -O2 -o %s %s: %v\n%s", prog, src, err, out)
 	}
 	mxbench = filepath.Join(dir, "mxbench")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", mxbench, "./cmd/mxbench").CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("go build ./cmd/mxbench (run from the repository's root): %v\n%s", err, out)
+	// Without cgo the binary links no C library: glibc registers every
+	// thread for restartable sequences (rseq), and the kernel then updates
+	// that area on each return to a thread that was switched out or moved,
+	// some 3% of the CPU of an oversubscribed 8-rank 8 B alltoall, whose
+	// ranks hand the CPUs around with sched_yield (docs/intranode-scale.md).
+	build := exec.CommandContext(ctx, "go", "build", "-o", mxbench, "./cmd/mxbench")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("CGO_ENABLED=0 go build ./cmd/mxbench (run from the repository's root): %v\n%s", err, out)
 	}
 	return prog, mxbench, nil
 }
