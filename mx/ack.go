@@ -77,7 +77,7 @@ func (p *partner) noteReceived(lean bool) {
 			}
 			return
 		}
-		p.ackDeadline = b.now() + delay
+		p.ackDeadline = b.ackClock() + delay
 		b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
 	}
 }

@@ -42,6 +42,35 @@ func (b *Board) now() int64 {
 	return b.nowv
 }
 
+// ackClock is now for the receive path's ack bookkeeping (the round-trip
+// sample of an ack, the delayed-ack deadline a message starts), which
+// every small message of a ping-pong does and nothing else in its
+// handling needs the time for. A clock reading costs tens to hundreds of
+// nanoseconds on a virtual machine's clock source (far more where the
+// hypervisor traps the TSC), and that reading sat between the message
+// and the application's reply. A batch a polling waiter took has a
+// reading at hand: the waiter's own latest (b.seen), made at most a few
+// looks (busyClockEvery) before the look that found the frames, so
+// before they arrived or just after; or a later one of the board's
+// (nowv), which every protocol timestamp comes from. Their maximum is
+// never before a timestamp the protocol stored, so a duration measured
+// from it is not negative; it is early by at most the waiter's gap
+// between readings, which makes a round-trip sample that much short of
+// the time to the handling (and no longer than the time to the arrival)
+// and a delayed ack that much sooner, both well within the margins the
+// probe and question timeouts keep (tailAckDelay, descheduling.slack).
+// Without such a reading (the receive loop's batches, a waiter's first
+// look) it is now.
+func (b *Board) ackClock() int64 {
+	if b.nowOK {
+		return b.nowv
+	}
+	if b.seen != 0 {
+		return max(b.seen, b.nowv)
+	}
+	return b.now()
+}
+
 // busyLinger is how long after its last pending timer a board keeps
 // ticking at tickBusy.
 const busyLinger = 100 * time.Millisecond
@@ -77,11 +106,27 @@ const (
 // timersLocked runs every periodic duty when a tick is due (or force),
 // and the retransmission timers alone when only a noted deadline is
 // (finetimer.go).
-func (b *Board) timersLocked(force bool) {
+func (b *Board) timersLocked(force bool) { b.timersAt(force, 0) }
+
+// timersAt is timersLocked by a caller that read the clock a moment ago
+// (read, by b.clock; 0: none), as a polling waiter does to see that a
+// deadline passed (runDue, polledLocked): the run takes that reading (or a
+// later one of the board's) as its time instead of reading the clock
+// again at once, a reading as dear as the rest of a tick's check (see
+// ackClock). A run that reaps a pull's copies first, which may wait,
+// reads the clock after them.
+func (b *Board) timersAt(force bool, read int64) {
 	if len(b.pcopies) > 0 {
 		b.reapPullCopies(true) // pulloffload.go
+		read = 0
 	}
-	now := b.setNow()
+	var now int64
+	if read != 0 {
+		now = max(read, b.nowv)
+		b.nowv, b.nowOK = now, true
+	} else {
+		now = b.setNow()
+	}
 	b.stampAcks(now) // ack.go
 	if !force && now < b.nextTick.Load() {
 		if d := b.due.Load(); d != 0 && now >= d {
