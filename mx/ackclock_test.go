@@ -46,6 +46,51 @@ func TestAckClock(t *testing.T) {
 	}
 }
 
+// TestPolledSampleWaitsForReading checks where a round-trip sample from a
+// polling waiter's batch is taken: on the board's next clock reading
+// when that comes within rttFoldGap of the waiter's, dropped when it
+// comes later; on the batch's reading when it has one; on a reading
+// made at once when no waiter's reading is at hand.
+func TestPolledSampleWaitsForReading(t *testing.T) {
+	// A board whose clock reads ten minutes (below rttMaxSample).
+	ten := int64(10 * time.Minute)
+	for _, c := range []struct {
+		name  string
+		seen  int64 // the waiter's reading (0: none)
+		nowOK bool  // the batch read the clock (at 3000)
+		next  int64 // the board's next reading (0: none)
+		want  int64 // the sample taken (sent at 500); 0: none; -1: one on a reading of the clock
+	}{
+		{name: "next reading soon", seen: 1000, next: 4000, want: 3500},
+		{name: "next reading late", seen: 1000, next: 1000 + rttFoldGap + 1, want: 0},
+		{name: "batch's reading", seen: 1000, nowOK: true, want: 2500},
+		{name: "no waiter's reading", want: -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := &Board{base: time.Now().Add(-10 * time.Minute), seen: c.seen, nowv: 3000, nowOK: c.nowOK}
+			p := &partner{ep: &Endpoint{b: b}}
+			p.sampleRTT(500)
+			b.seen = 0
+			if c.next != 0 {
+				if p.rtt.ok {
+					t.Fatalf("sample %d taken before the next reading", p.rtt.srtt)
+				}
+				b.useReading(c.next)
+			}
+			switch {
+			case len(b.rttPend) != 0:
+				t.Fatalf("%d samples still pending after the reading", len(b.rttPend))
+			case c.want == 0 && p.rtt.ok:
+				t.Fatalf("sample %d taken, want it dropped", p.rtt.srtt)
+			case c.want > 0 && p.rtt.srtt != c.want:
+				t.Fatalf("sample %v, want %d", p.rtt, c.want)
+			case c.want < 0 && p.rtt.srtt < ten-500:
+				t.Fatalf("sample %v, want one on a reading of the clock (about %d)", p.rtt, ten)
+			}
+		})
+	}
+}
+
 // TestPolledRoundTripSamples checks that round-trip samples taken on a
 // polling waiter's reading (ackClock) measure a round trip: a ping-pong
 // of busy-polling waiters leaves each side's estimate positive and well

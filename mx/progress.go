@@ -29,8 +29,18 @@ func (b *Board) clock() int64 { return int64(time.Since(b.base)) }
 
 // setNow reads the clock for the work in hand and returns it (b.mu held).
 func (b *Board) setNow() int64 {
-	b.nowv, b.nowOK = b.clock(), true
+	b.useReading(b.clock())
 	return b.nowv
+}
+
+// useReading makes now, a reading of the clock, the time of the work in
+// hand, and folds in the round-trip samples that waited for it
+// (sampleRTT). b.mu held.
+func (b *Board) useReading(now int64) {
+	b.nowv, b.nowOK = now, true
+	if len(b.rttPend) > 0 {
+		b.foldRTT()
+	}
 }
 
 // now returns the clock as read for the work in hand, reading it first
@@ -42,25 +52,87 @@ func (b *Board) now() int64 {
 	return b.nowv
 }
 
-// ackClock is now for the receive path's ack bookkeeping (the round-trip
-// sample of an ack, the delayed-ack deadline a message starts), which
-// every small message of a ping-pong does and nothing else in its
-// handling needs the time for. A clock reading costs tens to hundreds of
-// nanoseconds on a virtual machine's clock source (far more where the
-// hypervisor traps the TSC), and that reading sat between the message
-// and the application's reply. A batch a polling waiter took has a
-// reading at hand: the waiter's own latest (b.seen), made at most a few
-// looks (busyClockEvery) before the look that found the frames, so
-// before they arrived or just after; or a later one of the board's
-// (nowv), which every protocol timestamp comes from. Their maximum is
-// never before a timestamp the protocol stored, so a duration measured
-// from it is not negative; it is early by at most the waiter's gap
-// between readings, which makes a round-trip sample that much short of
-// the time to the handling (and no longer than the time to the arrival)
-// and a delayed ack that much sooner, both well within the margins the
-// probe and question timeouts keep (tailAckDelay, descheduling.slack).
-// Without such a reading (the receive loop's batches, a waiter's first
-// look) it is now.
+// The clock and a polled message.
+//
+// Every small message of a ping-pong does ack bookkeeping on arrival: the
+// ack it carries gives a round-trip sample, and the message starts a
+// delayed-ack deadline. Nothing else in its handling needs the time, and
+// a clock reading costs tens to hundreds of nanoseconds on a virtual
+// machine's clock source (more where the hypervisor traps the TSC), a
+// reading that sat between the message and the application's reply.
+// A batch a polling waiter took has a reading at hand instead: the
+// waiter's own latest (b.seen), made at most a few looks
+// (busyClockEvery) before the look that found the frames.
+//
+// The deadline takes it (ackClock): it is early by at most the waiter's
+// gap between readings, so the ack may go that much sooner, well inside
+// tailAckDelay. A round-trip sample does not: one taken on the waiter's
+// reading would leave out the time the waiter took to find the frame,
+// which on a loaded machine (a waiter descheduled between its reading
+// and its look) is most of what the estimate's variance is there to
+// cover. So the sample waits for the board's next reading (sampleRTT),
+// the reply's send in a ping-pong, which reads the clock anyway, and is
+// taken then if that reading came within rttFoldGap of the waiter's: it
+// counts the receiver's time to find and handle the frame, as a reading
+// at the handling did, and at most rttFoldGap of the application's. A
+// later reading (an application that computed before it called mx
+// again) would count the application's time: the sample is dropped, as
+// Karn's rule drops an ambiguous one.
+
+// rttFoldGap bounds the time between a polling waiter's reading and the
+// board's next one within which the acks of the waiter's batch still
+// give round-trip samples (sampleRTT): a sample may count up to that much
+// of the receiver's own time.
+const rttFoldGap = int64(20 * time.Microsecond)
+
+// rttPending is a round-trip sample waiting for the next reading: the
+// partner and when the acked request was sent.
+type rttPending struct {
+	p    *partner
+	sent int64
+}
+
+// maxRTTPend bounds the samples one batch leaves pending; past it they
+// are taken on a reading made at once.
+const maxRTTPend = 64
+
+// sampleRTT folds in the round-trip sample of an ack of a request sent
+// at sent: at once when the batch has a reading, else at the board's
+// next reading when a polling waiter's batch brought it (see above),
+// else on a reading made now. b.mu held.
+func (p *partner) sampleRTT(sent int64) {
+	b := p.ep.b
+	switch {
+	case b.nowOK:
+		p.rtt.sample(b.nowv - sent)
+	case b.seen != 0 && len(b.rttPend) < maxRTTPend:
+		if len(b.rttPend) == 0 {
+			b.rttSeen = b.seen
+		}
+		b.rttPend = append(b.rttPend, rttPending{p: p, sent: sent})
+	default:
+		p.rtt.sample(b.now() - sent)
+	}
+}
+
+// foldRTT takes the pending round-trip samples on the reading just made
+// (b.nowv), or drops them when it came more than rttFoldGap after the
+// waiter's (see above). b.mu held.
+func (b *Board) foldRTT() {
+	if b.nowv-b.rttSeen <= rttFoldGap {
+		for _, x := range b.rttPend {
+			x.p.rtt.sample(b.nowv - x.sent)
+		}
+	}
+	clear(b.rttPend)
+	b.rttPend = b.rttPend[:0]
+}
+
+// ackClock is now for a message's delayed-ack deadline: the batch's
+// reading, else a polling waiter's (or a later one of the board's), else
+// a reading made now (see above). The waiter's and the board's readings
+// are never before a timestamp the protocol stored, so a deadline from
+// their maximum is not in the past of any of them.
 func (b *Board) ackClock() int64 {
 	if b.nowOK {
 		return b.nowv
@@ -122,8 +194,8 @@ func (b *Board) timersAt(force bool, read int64) {
 	}
 	var now int64
 	if read != 0 {
-		now = max(read, b.nowv)
-		b.nowv, b.nowOK = now, true
+		b.useReading(max(read, b.nowv))
+		now = b.nowv
 	} else {
 		now = b.setNow()
 	}

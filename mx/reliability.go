@@ -294,12 +294,7 @@ func (p *partner) applyAck(ack uint16) {
 			// not one sent before a question (ask.go), whose ack may
 			// have waited for an earlier one's recovery. (A RNDV's ack
 			// may wait for the receive to be posted.)
-			b := p.ep.b
-			d := b.ackClock() - r.lastSend
-			if d <= 0 {
-				d = b.now() - r.lastSend // sent after the waiter's reading
-			}
-			p.rtt.sample(d)
+			p.sampleRTT(r.lastSend) // progress.go
 		}
 		p.unacked.remove(r)
 		p.acked(r)
