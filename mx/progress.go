@@ -82,8 +82,12 @@ func (b *Board) now() int64 {
 // rttFoldGap bounds the time between a polling waiter's reading and the
 // board's next one within which the acks of the waiter's batch still
 // give round-trip samples (sampleRTT): a sample may count up to that much
-// of the receiver's own time.
-const rttFoldGap = int64(20 * time.Microsecond)
+// of the receiver's own time, about the default tail-ack delay
+// (tailAckDelay: RTOMin/4), which the peer's probe allows for anyway. A
+// shorter bound kept only the samples of undisturbed exchanges on a
+// loaded machine, and the questions to a late peer (ask.go) came a third
+// more often.
+const rttFoldGap = int64(64 * time.Microsecond)
 
 // rttPending is a round-trip sample waiting for the next reading: the
 // partner and when the acked request was sent.
