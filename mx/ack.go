@@ -118,7 +118,7 @@ func (p *partner) noteReceived(c ackClass) {
 			}
 			return
 		}
-		p.ackDeadline = b.now() + delay
+		p.ackDeadline = b.ackClock() + delay
 		b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
 	}
 }

@@ -93,8 +93,17 @@ type Board struct {
 	freeReqs []*Request
 	late     *Request // freed, to be recycled at the next getReq (freeLater)
 	cnt      Counters
-	nowv     int64        // the board's clock as last read (now, setNow)
-	nowOK    bool         // nowv was read since the batch in hand began
+	nowv     int64 // the board's clock as last read (now, setNow)
+	nowOK    bool  // nowv was read since the batch in hand began
+	// seen is the clock as the polling waiter whose batch is in hand last
+	// read it, before the look that took the batch (lookLocked); 0: none
+	// (see ackClock).
+	seen int64
+	// rttPend are the round-trip samples acks in such a batch left for
+	// the board's next clock reading, and rttSeen the waiter's reading
+	// before them (sampleRTT).
+	rttPend  []rttPending
+	rttSeen  int64
 	nextTick atomic.Int64 // written under mu; read without it by the receive loop
 	due      atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
 	armed    int64        // when the fine timer's timerfd fires, 0: not set

@@ -224,7 +224,7 @@ func (b *Board) runDue(now int64) (ran bool) {
 		return false
 	}
 	if !b.closed {
-		b.timersLocked(false)
+		b.timersAt(false, now) // the reading that found it due
 	}
 	b.unlock()
 	return true

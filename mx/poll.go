@@ -263,6 +263,14 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	if budget < 0 {
 		every = busyClockEvery() - 1
 	}
+	// early: read the clock after the first pass that took nothing, not
+	// after every+1 looks, where a reply takes a system call to come (the
+	// AF_XDP kick, transport.Kicker): it comes microseconds later, and the
+	// ack bookkeeping of its handling takes this reading instead of one
+	// between the reply and the application (ackClock). Where replies
+	// come sooner (rings, the in-process wire) a reading per wait would
+	// cost more than it saves.
+	early := b.kicker != nil
 	for i := 0; ; i++ {
 		// took: this pass's looks took frames (or a lane record), which
 		// may have been for this waiter's request or not; the next look
@@ -314,7 +322,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 			runtime.Gosched()
 		}
-		if i&every == every || yieldAll {
+		if i&every == every || yieldAll || (early && seen == 0) {
 			now := b.clock()
 			// floor scales schedFloor to the looks between readings
 			// (busyClockEvery): a gap over it was not spent looking.

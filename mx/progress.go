@@ -29,8 +29,18 @@ func (b *Board) clock() int64 { return int64(time.Since(b.base)) }
 
 // setNow reads the clock for the work in hand and returns it (b.mu held).
 func (b *Board) setNow() int64 {
-	b.nowv, b.nowOK = b.clock(), true
+	b.useReading(b.clock())
 	return b.nowv
+}
+
+// useReading makes now, a reading of the clock, the time of the work in
+// hand, and folds in the round-trip samples that waited for it
+// (sampleRTT). b.mu held.
+func (b *Board) useReading(now int64) {
+	b.nowv, b.nowOK = now, true
+	if len(b.rttPend) > 0 {
+		b.foldRTT()
+	}
 }
 
 // now returns the clock as read for the work in hand, reading it first
@@ -40,6 +50,101 @@ func (b *Board) now() int64 {
 		return b.setNow()
 	}
 	return b.nowv
+}
+
+// The clock and a polled message.
+//
+// Every small message of a ping-pong does ack bookkeeping on arrival: the
+// ack it carries gives a round-trip sample, and the message starts a
+// delayed-ack deadline. Nothing else in its handling needs the time, and
+// a clock reading costs tens to hundreds of nanoseconds on a virtual
+// machine's clock source (more where the hypervisor traps the TSC), a
+// reading that sat between the message and the application's reply.
+// A batch a polling waiter took has a reading at hand instead: the
+// waiter's own latest (b.seen), made at most a few looks
+// (busyClockEvery) before the look that found the frames.
+//
+// The deadline takes it (ackClock): it is early by at most the waiter's
+// gap between readings, so the ack may go that much sooner, well inside
+// tailAckDelay. A round-trip sample does not: one taken on the waiter's
+// reading would leave out the time the waiter took to find the frame,
+// which on a loaded machine (a waiter descheduled between its reading
+// and its look) is most of what the estimate's variance is there to
+// cover. So the sample waits for the board's next reading (sampleRTT),
+// the reply's send in a ping-pong, which reads the clock anyway, and is
+// taken then if that reading came within rttFoldGap of the waiter's: it
+// counts the receiver's time to find and handle the frame, as a reading
+// at the handling did, and at most rttFoldGap of the application's. A
+// later reading (an application that computed before it called mx
+// again) would count the application's time: the sample is dropped, as
+// Karn's rule drops an ambiguous one.
+
+// rttFoldGap bounds the time between a polling waiter's reading and the
+// board's next one within which the acks of the waiter's batch still
+// give round-trip samples (sampleRTT): a sample may count up to that much
+// of the receiver's own time, about the default tail-ack delay
+// (tailAckDelay: RTOMin/4), which the peer's probe allows for anyway. A
+// shorter bound kept only the samples of undisturbed exchanges on a
+// loaded machine, and the questions to a late peer (ask.go) came a third
+// more often.
+const rttFoldGap = int64(64 * time.Microsecond)
+
+// rttPending is a round-trip sample waiting for the next reading: the
+// partner and when the acked request was sent.
+type rttPending struct {
+	p    *partner
+	sent int64
+}
+
+// maxRTTPend bounds the samples one batch leaves pending; past it they
+// are taken on a reading made at once.
+const maxRTTPend = 64
+
+// sampleRTT folds in the round-trip sample of an ack of a request sent
+// at sent: at once when the batch has a reading, else at the board's
+// next reading when a polling waiter's batch brought it (see above),
+// else on a reading made now. b.mu held.
+func (p *partner) sampleRTT(sent int64) {
+	b := p.ep.b
+	switch {
+	case b.nowOK:
+		p.rtt.sample(b.nowv - sent)
+	case b.seen != 0 && len(b.rttPend) < maxRTTPend:
+		if len(b.rttPend) == 0 {
+			b.rttSeen = b.seen
+		}
+		b.rttPend = append(b.rttPend, rttPending{p: p, sent: sent})
+	default:
+		p.rtt.sample(b.now() - sent)
+	}
+}
+
+// foldRTT takes the pending round-trip samples on the reading just made
+// (b.nowv), or drops them when it came more than rttFoldGap after the
+// waiter's (see above). b.mu held.
+func (b *Board) foldRTT() {
+	if b.nowv-b.rttSeen <= rttFoldGap {
+		for _, x := range b.rttPend {
+			x.p.rtt.sample(b.nowv - x.sent)
+		}
+	}
+	clear(b.rttPend)
+	b.rttPend = b.rttPend[:0]
+}
+
+// ackClock is now for a message's delayed-ack deadline: the batch's
+// reading, else a polling waiter's (or a later one of the board's), else
+// a reading made now (see above). The waiter's and the board's readings
+// are never before a timestamp the protocol stored, so a deadline from
+// their maximum is not in the past of any of them.
+func (b *Board) ackClock() int64 {
+	if b.nowOK {
+		return b.nowv
+	}
+	if b.seen != 0 {
+		return max(b.seen, b.nowv)
+	}
+	return b.now()
 }
 
 // busyLinger is how long after its last pending timer a board keeps
@@ -77,11 +182,27 @@ const (
 // timersLocked runs every periodic duty when a tick is due (or force),
 // and the retransmission timers alone when only a noted deadline is
 // (finetimer.go).
-func (b *Board) timersLocked(force bool) {
+func (b *Board) timersLocked(force bool) { b.timersAt(force, 0) }
+
+// timersAt is timersLocked by a caller that read the clock a moment ago
+// (read, by b.clock; 0: none), as a polling waiter does to see that a
+// deadline passed (runDue, polledLocked): the run takes that reading (or a
+// later one of the board's) as its time instead of reading the clock
+// again at once, a reading as dear as the rest of a tick's check (see
+// ackClock). A run that reaps a pull's copies first, which may wait,
+// reads the clock after them.
+func (b *Board) timersAt(force bool, read int64) {
 	if len(b.pcopies) > 0 {
 		b.reapPullCopies(true) // pulloffload.go
+		read = 0
 	}
-	now := b.setNow()
+	var now int64
+	if read != 0 {
+		b.useReading(max(read, b.nowv))
+		now = b.nowv
+	} else {
+		now = b.setNow()
+	}
 	b.stampAcks(now) // ack.go
 	if !force && now < b.nextTick.Load() {
 		if d := b.due.Load(); d != 0 && now >= d {

@@ -296,7 +296,7 @@ func (p *partner) applyAck(ack uint16) {
 			// not one sent before a question (ask.go), whose ack may
 			// have waited for an earlier one's recovery. (A RNDV's ack
 			// may wait for the receive to be posted.)
-			p.rtt.sample(p.ep.b.now() - r.lastSend)
+			p.sampleRTT(r.lastSend) // progress.go
 		}
 		p.unacked.remove(r)
 		p.acked(r)

@@ -260,7 +260,9 @@ func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
+		b.seen = seen                    // the ack bookkeeping's clock (ackClock)
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
+		b.seen = 0
 		if w != nil && !w.ok && w.r.done.Load() && w.r.waiters == 0 {
 			// The batch completed the waiter's request (or it was done
 			// already): consumed here, under the lock its Wait would
@@ -298,12 +300,13 @@ func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
 // the handling read or, when it read none, by seen (see pollSource), and
 // releases b.mu (held).
 func (b *Board) polledLocked(s *rxSource, seen int64) {
+	read := int64(0) // the handling's reading, a moment old (timersAt)
 	if b.nowOK {
-		seen = b.nowv
+		seen, read = b.nowv, b.nowv
 	}
 	if seen != 0 && seen >= b.deadline() { // finetimer.go
 		b.rxOwned = s // verdict.go
-		b.timersLocked(false)
+		b.timersAt(false, read)
 		b.rxOwned = nil
 	}
 	b.release(false)

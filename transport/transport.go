@@ -112,21 +112,15 @@ const NICIDMask = 1<<48 - 1
 
 // MACNICID returns the NIC id of a 6-byte MAC address.
 func MACNICID(mac [6]byte) NICID {
-	var id NICID
-	for _, b := range mac {
-		id = id<<8 | NICID(b)
-	}
-	return id
+	// Written out (no loop): every received frame's source becomes one.
+	return NICID(mac[0])<<40 | NICID(mac[1])<<32 | NICID(mac[2])<<24 |
+		NICID(mac[3])<<16 | NICID(mac[4])<<8 | NICID(mac[5])
 }
 
 // MAC returns the NIC id as a MAC address.
 func (id NICID) MAC() [6]byte {
-	var mac [6]byte
-	for i := 5; i >= 0; i-- {
-		mac[i] = byte(id)
-		id >>= 8
-	}
-	return mac
+	// Written out (no loop): every sent frame's destination is one.
+	return [6]byte{byte(id >> 40), byte(id >> 32), byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}
 }
 
 // UDPAddr returns the NIC id as an IPv4 address and UDP port.

@@ -15,7 +15,7 @@ import (
 // Frame returns the bytes of frame d: d.Len bytes at d.Addr in the UMEM.
 // They stay valid while the caller owns d (until Release or Transmit).
 func (s *Socket) Frame(d Desc) []byte {
-	end := d.Addr - d.Addr%uint64(s.u.frameSize) + uint64(s.u.frameSize)
+	end := s.u.frameStart(d.Addr) + uint64(s.u.frameSize)
 	return s.u.mem[d.Addr : d.Addr+uint64(d.Len) : end]
 }
 
@@ -70,7 +70,7 @@ func (s *Socket) Release(descs []Desc) {
 	u.mu.Lock()
 	for _, d := range descs {
 		if d.Addr < u.regionBase {
-			u.free.pushCold(d.Addr - d.Addr%uint64(u.frameSize))
+			u.free.pushCold(u.frameStart(d.Addr))
 		}
 	}
 	u.refill(u.keep)
@@ -157,7 +157,7 @@ func (s *Socket) Post(descs []Desc) (int, error) {
 // fits reports whether d lies within one UMEM frame.
 func (s *Socket) fits(d Desc) bool {
 	fs := uint64(s.u.frameSize)
-	return d.Addr < uint64(len(s.u.mem)) && d.Addr%fs+uint64(d.Len) <= fs
+	return d.Addr < uint64(len(s.u.mem)) && d.Addr-s.u.frameStart(d.Addr)+uint64(d.Len) <= fs
 }
 
 // kickTx tells the kernel to process the TX ring when it asked for it

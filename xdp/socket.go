@@ -182,6 +182,11 @@ func (u *umem) noteSpare() {
 	}
 }
 
+// frameStart is the start of the UMEM frame that holds address a. Frame
+// sizes are powers of two (Options), so it is a mask, not a division: the
+// receive and transmit paths take it for every frame.
+func (u *umem) frameStart(a uint64) uint64 { return a &^ uint64(u.frameSize-1) }
+
 // release frees the UMEM's rings and memory; the sockets are closed.
 func (u *umem) release() error {
 	err := errors.Join(unmapRing(&u.fill.ringMap), unmapRing(&u.comp.ringMap))
@@ -196,7 +201,6 @@ func (u *umem) release() error {
 // reap moves completed transmissions to the free list. u.mu is held.
 func (u *umem) reap() {
 	n := u.comp.avail(uint32(u.comp.size))
-	fs := uint64(u.frameSize)
 	for i := range n {
 		// A frame sent from an offset (a received frame sent back) comes
 		// back with that offset: keep the frame's start.
@@ -207,7 +211,7 @@ func (u *umem) reap() {
 			}
 			continue
 		}
-		u.free.push(a - a%fs)
+		u.free.push(u.frameStart(a))
 	}
 	if n > 0 {
 		u.comp.release(n)

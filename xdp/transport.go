@@ -437,7 +437,7 @@ func (t *Transport) inPlace(out []Desc, head Desc, x *region, f *transport.Frame
 	fs := uint64(t.socks[0].FrameSize())
 	addr := x.lo + uint64(x.r.Offset(f.Data))
 	for left := uint64(len(f.Data)); left > 0; {
-		k := min(left, fs-addr%fs)
+		k := min(left, fs-(addr&(fs-1))) // frame sizes are powers of two
 		left -= k
 		out = append(out, Desc{Addr: addr, Len: uint32(k), More: left > 0})
 		x.r.Begin()

@@ -111,11 +111,15 @@ func (t *Transport) poll(frames []transport.Frame) int {
 	if t.queue != nil && len(t.queue.inbox) > 0 {
 		got = t.fromInbox(frames, got)
 	}
-	for k := range t.socks {
+	// i runs over the sockets from next, wrapping: a compare, where a
+	// modulo was a division on every poll of a spinning caller.
+	for k, i := 0, t.next; k < len(t.socks); k, i = k+1, i+1 {
 		if got == len(frames) {
 			break
 		}
-		i := (t.next + k) % len(t.socks)
+		if i >= len(t.socks) {
+			i = 0
+		}
 		s := t.socks[i]
 		room := min(len(frames)-got, len(t.rxDesc), cap(t.held[i])-len(t.held[i]))
 		n := s.Receive(t.rxDesc[:room])
@@ -132,7 +136,9 @@ func (t *Transport) poll(frames []transport.Frame) int {
 			}
 		}
 	}
-	t.next++
+	if t.next++; t.next >= len(t.socks) {
+		t.next = 0
+	}
 	if got > 0 {
 		// Counted only when there is something to count, with a
 		// plain add (rxMu serializes the writers: internal/owned):
