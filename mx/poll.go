@@ -199,20 +199,20 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// Sources that cost a system call are looked at only every
 	// syscallEvery looks when rings are polled beside them.
 	mixed := len(b.spinSrcs) > 0 && len(b.spinSrcs) < len(srcs)
-	// looked: the first look found every source empty a moment ago,
+	// firstIdle: the first look found every source empty a moment ago,
 	// so the loop's first pass does not look again: on a node whose
 	// waiters yield after every empty look (yieldAll), it yields at once.
 	// A look costs the loads of lines other CPUs write (the queue's
 	// word, the hot lanes'), and the first looks were 5% of an
 	// oversubscribed 8-rank 8 B alltoall's CPU, the look right after each
 	// about as much (docs/intranode-scale.md).
-	looked := false
+	firstIdle := false
 	if r != nil {
 		done, idle := b.firstLook(w, srcs, mixed)
 		if done {
 			return pollHeld, start, nil
 		}
-		looked = idle
+		firstIdle = idle
 	}
 	for _, s := range srcs {
 		s.pollIn.Add(1)
@@ -277,7 +277,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		// follows at once, and only a pass that took nothing yields.
 		took := false
 		for _, s := range srcs {
-			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 || i == 0 && looked {
+			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 || i == 0 && firstIdle {
 				continue
 			}
 			looked, found := b.pollSource(s, seen, w)
