@@ -490,18 +490,31 @@ func TestSpinRoundTripIsFree(t *testing.T) {
 	waitUntil(t, "the progress goroutines to leave the rings", func() bool {
 		return pr.ba.loopRecvs.Load() == pr.ba.loopOut.Load() && pr.bb.loopRecvs.Load() == pr.bb.loopOut.Load()
 	})
-	s0 := take()
-	const rounds = 2000
-	for range rounds {
-		round()
-	}
-	s1 := take()
-	if s1.loops != s0.loops {
-		t.Fatalf("the progress goroutines received %d times while waiters polled", s1.loops-s0.loops)
-	}
-	if s1.yields != s0.yields || s1.shm != s0.shm {
-		t.Fatalf("%d round trips made system calls: %d sched_yield by waiters, %d futex calls and yields by the rings",
+	// A waiter that the machine takes off its CPU mid-look finds, once
+	// back, that it has polled for over yieldAfter and yields, as it
+	// should: the peer may be off its CPU too. So a run of round trips
+	// during which the machine descheduled a waiter (other processes
+	// busy on every CPU) measures the machine, not the message path; the
+	// test asks for one run in a few that made no system call at all.
+	const rounds, runs = 2000, 5
+	for run := 1; ; run++ {
+		s0 := take()
+		for range rounds {
+			round()
+		}
+		s1 := take()
+		if s1.loops != s0.loops {
+			t.Fatalf("the progress goroutines received %d times while waiters polled", s1.loops-s0.loops)
+		}
+		if s1.yields == s0.yields && s1.shm == s0.shm {
+			return
+		}
+		msg := fmt.Sprintf("%d round trips made system calls: %d sched_yield by waiters, %d futex calls and yields by the rings",
 			rounds, s1.yields-s0.yields, s1.shm-s0.shm)
+		if run == runs {
+			t.Fatalf("in each of %d runs; the last: %s", runs, msg)
+		}
+		t.Logf("run %d: %s", run, msg)
 	}
 }
 
