@@ -63,6 +63,10 @@ func TestPolledSampleWaitsForReading(t *testing.T) {
 	}{
 		{name: "next reading soon", seen: 1000, next: 4000, want: 3500},
 		{name: "next reading late", seen: 1000, next: 1000 + rttFoldGap + 1, want: 0},
+		// Another goroutine's reading from before the waiter's (made
+		// before the ack came, its timer run delayed): dropped, not a
+		// sample of almost nothing.
+		{name: "next reading older", seen: 1000, next: 900, want: 0},
 		{name: "batch's reading", seen: 1000, nowOK: true, want: 2500},
 		{name: "no waiter's reading", want: -1},
 	} {

@@ -255,7 +255,8 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// away after every empty look, and read the clock at every look,
 	// which costs little beside the system call.
 	yieldAll := b.oversub.yield.Load()
-	var seen int64 // the clock as this waiter last read it (every every+1 looks), 0: not yet
+	var seen int64  // the clock as this waiter last read it (every every+1 looks), 0: not yet
+	var fresh int64 // seen, or 0 once the waiter yielded after reading it (pollSource's ack)
 	// worked: a look since that reading handled frames or ran the timers
 	worked := false
 	// every+1: how many looks pass between clock readings (every is a mask).
@@ -280,7 +281,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 || i == 0 && firstIdle {
 				continue
 			}
-			looked, found := b.pollSource(s, seen, w)
+			looked, found := b.pollSource(s, seen, fresh, w)
 			worked = worked || found
 			took = took || found
 			if w != nil && w.ok {
@@ -341,7 +342,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// reading, whatever that one shows (a waiter that yields
 			// between looks may find every reading late).
 			late := seen != 0 && now-seen >= floor && !deferred
-			seen = now
+			seen, fresh = now, now
 			deferred = late
 			// Retransmission deadlines: no timer wakes a board whose
 			// waiters hold every P (finetimer.go).
@@ -380,6 +381,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// peers' messages come together, switches once a round,
 			// not once a message.
 			b.waitYields.Add(1)
+			fresh = 0
 			if yieldAll || budget < 0 {
 				// A busy-polling waiter holds its P while it
 				// spins anyway: a yield that tells the runtime

@@ -62,11 +62,17 @@ func (b *Board) now() int64 {
 // reading that sat between the message and the application's reply.
 // A batch a polling waiter took has a reading at hand instead: the
 // waiter's own latest (b.seen), made at most a few looks
-// (busyClockEvery) before the look that found the frames.
+// (busyClockEvery) before the look that found the frames, and not before
+// a yield: a waiter that gave its CPU away since its reading passes none
+// (pollSource's ack), nor does one asleep on its sources, whose reading
+// is as old as the burst it woke to.
 //
-// The deadline takes it (ackClock): it is early by at most the waiter's
-// gap between readings, so the ack may go that much sooner, well inside
-// tailAckDelay. A round-trip sample does not: one taken on the waiter's
+// The deadline takes it (ackClock): it is early by the waiter's gap
+// between readings, so the ack may go that much sooner, well inside
+// tailAckDelay, unless the machine took the waiter's CPU between its
+// reading and its look; then the deadline may be in the past, and the
+// next timer run sends the ack at once and counts itself late
+// (finetimer.go's lateRun), as it would after that descheduling anyway. A round-trip sample does not: one taken on the waiter's
 // reading would leave out the time the waiter took to find the frame,
 // which on a loaded machine (a waiter descheduled between its reading
 // and its look) is most of what the estimate's variance is there to
@@ -121,9 +127,11 @@ func (p *partner) sampleRTT(sent int64) {
 
 // foldRTT takes the pending round-trip samples on the reading just made
 // (b.nowv), or drops them when it came more than rttFoldGap after the
-// waiter's (see above). b.mu held.
+// waiter's (see above), or before it: another goroutine's reading from
+// before the acks came (it was descheduled between its reading and its
+// timer run) would make each sample nearly nothing. b.mu held.
 func (b *Board) foldRTT() {
-	if b.nowv-b.rttSeen <= rttFoldGap {
+	if gap := b.nowv - b.rttSeen; gap >= 0 && gap <= rttFoldGap {
 		for _, x := range b.rttPend {
 			x.p.rtt.sample(b.nowv - x.sent)
 		}

@@ -175,7 +175,7 @@ const (
 // gave it one), not in the application's thread.
 func (b *Board) testSource(s *rxSource) {
 	n := s.tests.Add(1)
-	if looked, _ := b.lookSource(s, 0, nil); looked {
+	if looked, _ := b.lookSource(s, 0, 0, nil); looked {
 		if b.cmaQueued.Load() > 0 {
 			// Away (stayAway) or about to enter Recv: either way
 			// it comes back to run them.
@@ -215,27 +215,30 @@ func (b *Board) spinGrace() time.Duration {
 // time, by seen, the waiter's own latest reading (0: none): a waiter that
 // polls a while reads the clock anyway (pollWait), and the receive loop,
 // which stays away meanwhile, may not get a CPU soon (with GOMAXPROCS 1
-// not before the waiter is preempted).
-func (b *Board) pollSource(s *rxSource, seen int64, w *waiterReq) (looked, found bool) {
-	looked, found = b.lookSource(s, seen, w)
+// not before the waiter is preempted). ack is the reading the batch's
+// ack bookkeeping may take as now (ackClock), 0 for none: seen when the
+// waiter has not given its CPU away since it read it. A late seen only
+// runs the timers later; a late ack would date deadlines in the past.
+func (b *Board) pollSource(s *rxSource, seen, ack int64, w *waiterReq) (looked, found bool) {
+	looked, found = b.lookSource(s, seen, ack, w)
 	b.runCopies() // cma.go: without the source's lock
 	return looked, found
 }
 
 // lookSource is pollSource without running the single copies its frames
 // queued (cma.go).
-func (b *Board) lookSource(s *rxSource, seen int64, w *waiterReq) (looked, found bool) {
+func (b *Board) lookSource(s *rxSource, seen, ack int64, w *waiterReq) (looked, found bool) {
 	if !s.mu.TryLock() {
 		return false, false
 	}
-	found = b.lookLocked(s, seen, w)
+	found = b.lookLocked(s, seen, ack, w)
 	s.mu.Unlock()
 	return true, found
 }
 
 // lookLocked is lookSource's look, by the owner of s.mu. It reports
 // whether it found anything (a lane record, or frames).
-func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
+func (b *Board) lookLocked(s *rxSource, seen, ack int64, w *waiterReq) bool {
 	if s.lane != nil {
 		// One look at the rings: a lane record taken, or nothing
 		// there (Pending's verdict), or a Recv for the rest.
@@ -260,7 +263,7 @@ func (b *Board) lookLocked(s *rxSource, seen int64, w *waiterReq) bool {
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
-		b.seen = seen                    // the ack bookkeeping's clock (ackClock)
+		b.seen = ack                     // the ack bookkeeping's clock (ackClock)
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
 		b.seen = 0
 		if w != nil && !w.ok && w.r.done.Load() && w.r.waiters == 0 {
@@ -328,7 +331,7 @@ func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) (done, idl
 	idle = true
 	for _, s := range srcs {
 		if !mixed || s.spin {
-			looked, found := b.pollSource(s, 0, w)
+			looked, found := b.pollSource(s, 0, 0, w)
 			idle = idle && looked && !found
 		}
 	}

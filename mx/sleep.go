@@ -256,7 +256,9 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 	for i := 0; ; i++ {
 		got := false
 		for _, s := range srcs {
-			got = b.lookLocked(s, seen, w) || got
+			// seen is as old as the burst it woke to: fine for
+			// the timers (later), not for the ack deadlines.
+			got = b.lookLocked(s, seen, 0, w) || got
 			if w != nil && w.ok {
 				ok = true
 				return sleepHeld, nil

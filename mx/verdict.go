@@ -72,6 +72,8 @@ func (b *Board) drainForVerdict() bool {
 			}
 			if s.kick != nil {
 				s.kick() // out of Recv, so that it finds the transport drained
+			} else if s.waker != nil {
+				s.waker.Wake() // a NIC loop may wait there until its stretched tick
 			}
 			all = false
 			continue
