@@ -94,13 +94,20 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		}
 		defer w.cleanup(&f)
 		// An interrupted run must not leave what setup made behind.
-		stop := make(chan os.Signal, 1)
+		// signal.Stop does not close stop: done ends the watcher when
+		// the run returns, so runs in one process leave none behind.
+		stop, done := make(chan os.Signal, 1), make(chan struct{})
 		signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(stop)
+		defer func() {
+			signal.Stop(stop)
+			close(done)
+		}()
 		go func() {
-			if _, ok := <-stop; ok {
+			select {
+			case <-stop:
 				w.cleanup(&f)
 				os.Exit(130)
+			case <-done:
 			}
 		}()
 	}

@@ -137,19 +137,20 @@ func (r *rxQueue) encode(s uint32) {
 	hw.RxRead{Buffer: r.slot[s].IOVA()}.Encode(r.desc(s))
 }
 
-// ready reports whether the next slot holds a written-back descriptor.
-func (r *rxQueue) ready() bool {
+// ready reports whether the next slot holds a written-back descriptor,
+// and that slot (the ring position RxWaiter.Ready asks for).
+func (r *rxQueue) ready() (bool, uint32) {
 	if r.nic.d.Closed.Load() {
-		return false
+		return false, 0
 	}
 	if !r.mu.TryLock() {
-		return true // a batch is running: let the caller look
+		return true, 0 // a batch is running: let the caller look
 	}
 	defer r.mu.Unlock()
 	if r.nic.d.Closed.Load() || r.next == r.rdt {
-		return false // nothing handed to the NIC (see batch)
+		return false, r.next // nothing handed to the NIC (see batch)
 	}
-	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
+	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0, r.next
 }
 
 // Lock and Unlock take and give back the lock each batch of the queue

@@ -113,7 +113,9 @@
 // at once. WaitRx looks at the ring a few times without yielding, then
 // with yields as the polling wait does (a frame that follows closely costs
 // no interrupt), then arms its queue's vector (EIMS_EX), looks at the
-// ring again, and only then sleeps on the eventfd:
+// ring again, and only then sleeps on the eventfd. The looks count across
+// waits that end at their timeout while the ring stays as it was, so a
+// receive loop whose waits are shorter than the looks still sleeps:
 // a frame that lands between the last look and the arming finds the
 // vector armed and raises it. A WaitRx that finds a frame waiting returns
 // at once and writes no register, so a busy receiver's fast path stays
@@ -368,7 +370,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
-	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) bool { return n.rx[q].ready() },
+	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) (bool, uint32) { return n.rx[q].ready() },
 		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Yield: armYield, Count: &n.d.Intr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}

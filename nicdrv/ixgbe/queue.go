@@ -198,19 +198,20 @@ func (r *rxQueue) replenish() {
 	}
 }
 
-// ready reports whether the next slot holds a written-back descriptor.
-func (r *rxQueue) ready() bool {
+// ready reports whether the next slot holds a written-back descriptor,
+// and that slot (the ring position RxWaiter.Ready asks for).
+func (r *rxQueue) ready() (bool, uint32) {
 	if r.nic.d.Closed.Load() {
-		return false
+		return false, 0
 	}
 	if !r.mu.TryLock() {
-		return true
+		return true, 0
 	}
 	defer r.mu.Unlock()
 	if r.nic.d.Closed.Load() || r.next == r.rdt {
-		return false
+		return false, r.next
 	}
-	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0
+	return uint32(load64(r.desc(r.next)[8:]))&hw.RxStatDD != 0, r.next
 }
 
 // add appends b, holding k bytes, to the frame being gathered.

@@ -54,6 +54,14 @@ func testQueueFullUnderLock(t *testing.T, opts Options, parts bool) {
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
+	// Both locks are taken before either burst starts and held until both
+	// are sent, so neither receive loop handles a frame during the bursts
+	// and each burst overfills the other's queue or lane whatever the
+	// scheduler runs first (a sender that ran after the other had sent and
+	// let go found a receive loop keeping up, and nothing waited).
+	var locked, sent sync.WaitGroup
+	locked.Add(2)
+	sent.Add(2)
 	for me := range 2 {
 		tr, peer := boards[me], boards[1-me].Addr()
 		wg.Add(2)
@@ -61,6 +69,10 @@ func testQueueFullUnderLock(t *testing.T, opts Options, parts bool) {
 			defer wg.Done()
 			locks[me].Lock()
 			defer locks[me].Unlock()
+			locked.Done()
+			locked.Wait()
+			defer sent.Wait()
+			defer sent.Done()
 			for i := range frames {
 				f := frame(me, i)
 				var err error

@@ -754,13 +754,20 @@ func (t *Transport) LostPeers(dst []transport.NICID) []transport.NICID {
 // Wake makes a Recv that is waiting (or the next one) return 0, nil at
 // once: a receive loop uses it to stop without closing the transport, and
 // mx to take Recv over from its progress goroutine. It makes a system call
-// only when the Recv sleeps; a spinning one sees the request at its next
-// look.
+// only when the Recv sleeps and no earlier request is still pending; a
+// spinning one sees the request at its next look.
 func (t *Transport) Wake() {
 	// Sequentially consistent with Recv's store of sleeping and its
 	// re-check of wakeReq (Dekker): either Recv sees the request, or we
-	// see sleeping == 1 and write the eventfd it reads.
-	t.wakeReq.Store(true)
+	// see sleeping == 1 and write the eventfd it reads. A request still
+	// pending was made by an earlier Wake, which gave the same promise
+	// (Recv clears it as it returns for it): a woken Recv that has not
+	// run yet still shows sleeping, and a caller that wakes it again and
+	// again (mx's Request.Test while the loop waits for a CPU: with one P,
+	// a million eventfd writes in one run) writes once.
+	if t.wakeReq.Swap(true) {
+		return
+	}
 	if t.slp.Load() != 0 {
 		t.cnt.wakes.Add(1)
 		t.ring()

@@ -53,6 +53,43 @@ func TestWakeSleepingRecv(t *testing.T) {
 	}
 }
 
+// TestWakeWritesOncePerRequest: Wakes that come while an earlier one is
+// still pending (its Recv asleep, or woken but not yet run) write the
+// eventfd once between them; once the Recv has returned for it, the next
+// Wake writes again.
+func TestWakeWritesOncePerRequest(t *testing.T) {
+	a, b := newTestPair(t, Options{Spin: time.Microsecond})
+	defer a.Close()
+	defer b.Close()
+	frames := make([]transport.Frame, 4)
+	for round := uint64(1); round <= 2; round++ {
+		slept := counter(a, "shm receiver sleeps")
+		done := make(chan error, 1)
+		go func() {
+			n, err := a.Recv(frames, -1)
+			if err == nil && n != 0 {
+				err = fmt.Errorf("%d frames", n)
+			}
+			done <- err
+		}()
+		waitFor(t, fmt.Sprintf("the receiver to sleep (round %d)", round), func() bool { return counter(a, "shm receiver sleeps") > slept })
+		for range 100 {
+			a.Wake()
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: woken Recv: %v", round, err)
+		}
+		if w := counter(a, "shm receiver wake-ups sent"); w != round {
+			t.Fatalf("round %d: %d wake-ups sent for 100 Wakes of one sleep each round, want %d", round, w, round)
+		}
+		// The Wakes after the Recv returned left a request pending, for
+		// the next Recv: this one takes it, so the next round's sleeps.
+		if n, err := a.Recv(frames, time.Millisecond); n != 0 || err != nil {
+			t.Fatalf("round %d: Recv after the Wakes: %d frames, %v", round, n, err)
+		}
+	}
+}
+
 // TestBusyReceiverCostsNoWakeups: frames to a receiver that is polling
 // (spinning in Recv, not sleeping) are delivered without a single futex
 // wake-up from the producer; once it sleeps, the producer wakes it.

@@ -2,6 +2,7 @@ package drv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -254,9 +255,9 @@ func TestRxWaiterSpin(t *testing.T) {
 	var frame atomic.Bool
 	var count atomic.Uint64
 	w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
-		Ready: func(int) bool {
+		Ready: func(int) (bool, uint32) {
 			k := looks.Add(1)
-			return frame.Load() || k == readyAt.Load()
+			return frame.Load() || k == readyAt.Load(), 0
 		},
 		Arm:  func(int) { arms.Add(1) },
 		IRQs: []*pci.Interrupt{irq},
@@ -304,6 +305,83 @@ func TestRxWaiterSpin(t *testing.T) {
 	}
 	if arms.Load() != 1 {
 		t.Errorf("%d arms for one sleep, want 1", arms.Load())
+	}
+}
+
+// The looks before arming add up over waits that end at their deadline
+// with the ring where it was: a receive loop whose every wait is shorter
+// than the looks take still arms its vector and sleeps, on the wait after
+// Spin+Yield looks in all. A frame taken from the ring (its position
+// moves) starts the count again.
+func TestRxWaiterCarriesLooks(t *testing.T) {
+	const spin, yield = 5, 3
+	irq, err := pci.NewLocalInterrupt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer irq.Close()
+	// Each wait's context ends at its second look at queue 1's ring, as a
+	// short timeout would, or at the arming: Wait runs the hooks on the
+	// caller's goroutine, so the waits are the same every run.
+	var looks, arms int
+	var pos uint32
+	var end context.CancelFunc
+	var count atomic.Uint64
+	w := drv.RxWaiter{Queues: 2, Closed: func() bool { return false },
+		Ready: func(q int) (bool, uint32) {
+			if q != 1 {
+				return false, 0
+			}
+			if looks++; looks == 2 {
+				end()
+			}
+			return false, pos
+		},
+		Arm:  func(int) { arms++; end() },
+		IRQs: []*pci.Interrupt{irq, irq},
+		Spin: spin, Yield: yield,
+		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+	waits := func(n int, queues ...int) {
+		t.Helper()
+		for range n {
+			var ctx context.Context
+			ctx, end = context.WithCancel(context.Background())
+			looks = 0
+			if _, err := w.Wait(ctx, queues); !errors.Is(err, context.Canceled) {
+				t.Fatalf("a wait whose context ends: %v", err)
+			}
+			end()
+		}
+	}
+	short := (spin + yield) / 2 // waits of two looks each before the arming
+	waits(short, 1)
+	if arms != 0 {
+		t.Fatalf("%d waits of 2 looks armed %d times, want none", short, arms)
+	}
+	waits(1, 1)
+	if arms != 1 {
+		t.Fatalf("the wait after %d looks at an idle ring armed %d times, want once", spin+yield, arms)
+	}
+	// Every later wait on the still idle ring arms after its first look.
+	waits(1, 1)
+	if arms != 2 {
+		t.Fatalf("a later wait on the idle ring: %d arms in all, want 2", arms)
+	}
+	// A frame taken: the count starts again.
+	pos++
+	waits(short, 1)
+	if arms != 2 {
+		t.Errorf("%d short waits after a frame was taken armed %d times, want none", short, arms-2)
+	}
+	waits(1, 1)
+	if arms != 3 {
+		t.Errorf("the wait after those: %d arms, want 1", arms-2)
+	}
+	// Waiting on queues 0 and 1 at once counts from the fewer looks:
+	// queue 0's ring was never looked at.
+	waits(1, 0, 1)
+	if arms != 3 {
+		t.Errorf("a first wait on queues 0 and 1: %d arms, want none", arms-3)
 	}
 }
 

@@ -21,8 +21,10 @@ type RxWaiter struct {
 	Queues int
 	// Closed reports whether the NIC is closed.
 	Closed func() bool
-	// Ready reports whether queue q has a frame waiting.
-	Ready func(q int) bool
+	// Ready reports whether queue q has a frame waiting, and where on
+	// its ring the next frame will be taken from (the position moves
+	// whenever the driver takes frames; see quiet).
+	Ready func(q int) (bool, uint32)
 	// Arm unmasks queue q's interrupt (interrupt mode only).
 	Arm func(q int)
 	// IRQs are the queues' vectors by queue; nil in polling mode.
@@ -38,7 +40,27 @@ type RxWaiter struct {
 	Count *atomic.Uint64
 	// Errorf wraps an error with the NIC and the operation.
 	Errorf func(op string, err error) error
+
+	// quiet holds, for each queue, the looks at its ring that found it
+	// empty since the driver last took a frame from it, carried from one
+	// Wait to the next (the ring position of the last look in the upper
+	// 32 bits, the looks in the lower).
+	quiet [maxWait]atomic.Uint64
 }
+
+// The looks before arming count across waits. A receive loop that wakes
+// on a schedule (mx's progress goroutine runs its timers every tick, a
+// few tens of microseconds apart while messages are in flight) calls Wait
+// with a timeout shorter than the Spin and Yield looks take once the
+// yields run other goroutines; a count that began at zero at every call
+// would never reach the arming, and such a loop would poll an idle ring
+// for as long as it stayed idle, never sleeping on its vector. So Wait
+// begins where the last wait on the queue stopped, as long as the ring's
+// position shows that no frame was taken from it since (a ring that took
+// exactly a multiple of its size in between looks untouched, and its wait
+// arms early once). A frame taken starts the count again, so a queue that
+// is busy but not flooded still costs no interrupt and no register write
+// per frame.
 
 // maxWait is the most queues one WaitRx sleeps on (pci.WaitAny's bound,
 // and the 82599's 64 queue pairs).
@@ -63,16 +85,25 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		}
 	}
 	var irqs [maxWait]*pci.Interrupt
+	var pos [maxWait]uint32
 	for i := 0; ; i++ {
 		if w.Closed() {
 			return 0, w.Errorf("wait for RX", nicdrv.ErrClosed)
 		}
-		for _, q := range queues {
-			if w.Ready(q) {
+		for k, q := range queues {
+			ready, p := w.Ready(q)
+			if ready {
 				return q, nil
 			}
+			pos[k] = p
+		}
+		if i == 0 && w.IRQs != nil {
+			i = w.carried(queues, pos[:len(queues)])
 		}
 		if err := ctx.Err(); err != nil {
+			if w.IRQs != nil {
+				w.carry(queues, pos[:len(queues)], i+1)
+			}
 			return 0, err
 		}
 		if w.IRQs == nil {
@@ -96,12 +127,13 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 			irqs[k] = w.IRQs[q]
 		}
 		for _, q := range queues {
-			if w.Ready(q) {
+			if ready, _ := w.Ready(q); ready {
 				return q, nil
 			}
 		}
 		_, c, err := pci.WaitAny(ctx, irqs[:len(queues)]...)
 		if err != nil {
+			w.carry(queues, pos[:len(queues)], i+1)
 			if errors.Is(err, pci.ErrClosed) || w.Closed() {
 				return 0, w.Errorf("wait for RX", nicdrv.ErrClosed)
 			}
@@ -116,5 +148,29 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 			return 0, w.Errorf("wait for RX interrupt", err)
 		}
 		w.Count.Add(c)
+	}
+}
+
+// carried is how many looks at queues found them empty before this wait,
+// at the positions pos its first look found them: the fewest that any of
+// them carries (0 for a queue a frame was taken from since).
+func (w *RxWaiter) carried(queues []int, pos []uint32) int {
+	n := uint32(1<<32 - 1)
+	for k, q := range queues {
+		v := w.quiet[q].Load()
+		if uint32(v>>32) != pos[k] {
+			return 0
+		}
+		n = min(n, uint32(v))
+	}
+	return int(n)
+}
+
+// carry records, as a wait ends empty, that queues were found empty at
+// pos looks times in a row (kept no higher than the arming needs).
+func (w *RxWaiter) carry(queues []int, pos []uint32, looks int) {
+	looks = min(looks, w.Spin+w.Yield)
+	for k, q := range queues {
+		w.quiet[q].Store(uint64(pos[k])<<32 | uint64(looks))
 	}
 }
