@@ -56,10 +56,13 @@ func (c *Control) AddTx(t *TxCounters) { c.tx = append(c.tx, t) }
 // counters to HWStat; the queues' software counters and the interrupts
 // are added to a copy of it.
 func (d *Device) Stats(read func(*nicdrv.Stats)) (nicdrv.Stats, error) {
+	d.Mu.Lock()
 	if d.Closed.Load() {
+		// Checked under Mu, which Close holds while it tears the NIC
+		// down: a Stats that waited for it reads no register after.
+		d.Mu.Unlock()
 		return nicdrv.Stats{}, d.Errorf("stats", nicdrv.ErrClosed)
 	}
-	d.Mu.Lock()
 	read(&d.HWStat)
 	s := d.HWStat
 	d.Mu.Unlock()
