@@ -278,8 +278,9 @@ type Sleeper interface {
 type Waker interface {
 	// Wake makes a Recv that is waiting (or the next one that would
 	// wait) return soon, with 0, nil when no frame has come, so another
-	// goroutine can take the transport's Recv over. It may be called from any goroutine, at any
-	// time, and costs a Recv that finds frames nothing.
+	// goroutine can take the transport's Recv over. It may be called
+	// from any goroutine, at any time, and costs a Recv that finds
+	// frames nothing.
 	Wake()
 }
 
