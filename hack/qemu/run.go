@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	vmqemu "github.com/hugelgupf/vmtest/qemu"
@@ -29,6 +31,12 @@ type BootResult struct {
 	Log string
 	// Wall is how long QEMU ran.
 	Wall time.Duration
+	// Crashed is the fault that ended QEMU itself (a segmentation fault,
+	// an abort), empty when it exited or was killed on the timeout.
+	Crashed string
+	// Earlier is the boot before this one when Run booted the
+	// configuration again after QEMU crashed; nil otherwise.
+	Earlier *BootResult
 }
 
 // Boot runs QEMU in configuration c until the guest powers off or
@@ -89,9 +97,29 @@ func Boot(ctx context.Context, c Config, kernel, initrd, logPath string, stream 
 		r.Problems = append(r.Problems, fmt.Sprintf("QEMU killed after the %v timeout", c.Timeout))
 	case runErr != nil:
 		r.Problems = append(r.Problems, fmt.Sprintf("qemu-system-x86_64: %v", runErr))
+		r.Crashed = qemuFault(runErr)
 	}
 	fmt.Fprintf(lf, "# wall %v, problems: %q\n", r.Wall.Round(time.Millisecond), r.Problems)
 	return r
+}
+
+// qemuFault names the signal of QEMU's own fault that err reports (QEMU
+// died of a segmentation fault, an abort, a bus error...), or "" when err
+// is anything else: an exit status, or the kill that ends a timed-out run.
+func qemuFault(err error) string {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return ""
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return ""
+	}
+	switch sig := ws.Signal(); sig {
+	case syscall.SIGSEGV, syscall.SIGABRT, syscall.SIGBUS, syscall.SIGILL, syscall.SIGFPE:
+		return sig.String()
+	}
+	return ""
 }
 
 // serialLog receives QEMU's console output: it keeps all of it for
@@ -336,6 +364,16 @@ func Run(ctx context.Context, o Options) ([]BootResult, error) {
 			stream = out
 		}
 		r := Boot(ctx, c, k.Vmlinux, initrd, filepath.Join(runDir, c.Name+".serial.log"), stream)
+		if r.Crashed != "" && ctx.Err() == nil {
+			// QEMU itself died, which no guest may cause: a fault of
+			// the emulator (multi-threaded TCG is where it was seen),
+			// not a verdict on the tests, which get one more boot.
+			// Both boots are reported; the second decides.
+			log("QEMU crashed (%s) after %.1fs of %s; booting it once more (serial log %s kept)", r.Crashed, r.Wall.Seconds(), c.Name, r.Log)
+			first := r
+			r = Boot(ctx, c, k.Vmlinux, initrd, filepath.Join(runDir, c.Name+".again.serial.log"), stream)
+			r.Earlier = &first
+		}
 		results = append(results, r)
 		verdict := "PASS"
 		if len(r.Problems) > 0 {
@@ -379,6 +417,9 @@ func Report(results []BootResult) string {
 			verdict = "FAIL"
 		}
 		fmt.Fprintf(&b, "%s %-11s %5.1fs  kernel %s\n", verdict, r.Config.Name, r.Wall.Seconds(), r.Summary.Kernel)
+		if e := r.Earlier; e != nil {
+			fmt.Fprintf(&b, "     note: booted twice: QEMU crashed (%s) after %.1fs of the first boot (serial log %s)\n", e.Crashed, e.Wall.Seconds(), e.Log)
+		}
 		for _, t := range r.Summary.Tests {
 			fmt.Fprintf(&b, "     %s\n", t.Line())
 		}

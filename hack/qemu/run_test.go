@@ -109,3 +109,36 @@ func TestBootVerdict(t *testing.T) {
 		})
 	}
 }
+
+// TestBootQEMUFault: a QEMU that dies of its own fault is told apart from
+// one that exits with a status or is killed on the timeout, so Run can
+// boot the configuration once more and say so.
+func TestBootQEMUFault(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		timeout      time.Duration
+		want         string
+	}{
+		{"segmentation fault", "echo booting; kill -SEGV $$", time.Minute, "segmentation fault"},
+		{"abort", "echo booting; kill -ABRT $$", time.Minute, "aborted"},
+		{"exit status", "echo booting; exit 1", time.Minute, ""},
+		{"timeout", "echo booting; exec sleep 600", 2 * time.Second, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fakeQEMU(t, tc.script)
+			c := Configs[0]
+			c.Timeout = tc.timeout
+			r := Boot(context.Background(), c, "/k", "/i", filepath.Join(t.TempDir(), "serial.log"), nil)
+			if r.Crashed != tc.want {
+				t.Fatalf("Crashed = %q, want %q (problems %q)", r.Crashed, tc.want, r.Problems)
+			}
+			if len(r.Problems) == 0 {
+				t.Fatal("a boot without the guest's summary passed")
+			}
+		})
+	}
+	r := BootResult{Config: Configs[0], Wall: time.Second, Earlier: &BootResult{Crashed: "segmentation fault", Wall: 2 * time.Second, Log: "/x/first.log"}}
+	if got := Report([]BootResult{r}); !strings.Contains(got, "note: booted twice: QEMU crashed (segmentation fault) after 2.0s of the first boot (serial log /x/first.log)") {
+		t.Errorf("the report does not say the configuration was booted twice:\n%s", got)
+	}
+}
