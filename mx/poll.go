@@ -264,7 +264,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	if budget < 0 {
 		every = busyClockEvery() - 1
 	}
-	// early: read the clock after the first pass that took nothing, not
+	// early: read the clock after the first pass (whatever it took), not
 	// after every+1 looks, where a reply takes a system call to come (the
 	// AF_XDP kick, transport.Kicker): it comes microseconds later, and the
 	// ack bookkeeping of its handling takes this reading instead of one

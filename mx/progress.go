@@ -72,8 +72,9 @@ func (b *Board) now() int64 {
 // tailAckDelay, unless the machine took the waiter's CPU between its
 // reading and its look; then the deadline may be in the past, and the
 // next timer run sends the ack at once and counts itself late
-// (finetimer.go's lateRun), as it would after that descheduling anyway. A round-trip sample does not: one taken on the waiter's
-// reading would leave out the time the waiter took to find the frame,
+// (finetimer.go's lateRun), as it would after that descheduling anyway.
+// A round-trip sample does not take the waiter's reading: one taken on it
+// would leave out the time the waiter took to find the frame,
 // which on a loaded machine (a waiter descheduled between its reading
 // and its look) is most of what the estimate's variance is there to
 // cover. So the sample waits for the board's next reading (sampleRTT),
