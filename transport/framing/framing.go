@@ -115,6 +115,33 @@ func IPChecksum(h []byte) uint16 {
 	return ^uint16(sum)
 }
 
+// UDPChecksumOK reports whether the UDP checksum of a frame ParseUDP
+// accepted is right by RFC 768: summed over the pseudo-header and the UDP
+// datagram as the UDP length bounds it, not the IP payload, which may be
+// longer. A zero checksum (none sent) is right.
+func UDPChecksumOK(frame []byte) bool {
+	ip := frame[EthHeaderLen : EthHeaderLen+20]
+	ulen := int(binary.BigEndian.Uint16(frame[EthHeaderLen+24:]))
+	udp := frame[EthHeaderLen+20 : EthHeaderLen+20+ulen]
+	if udp[6] == 0 && udp[7] == 0 {
+		return true
+	}
+	sum := uint32(17) + uint32(ulen)
+	for _, b := range [][]byte{ip[12:20], udp} {
+		for i := 0; i < len(b); i += 2 {
+			w := uint32(b[i]) << 8
+			if i+1 < len(b) {
+				w |= uint32(b[i+1])
+			}
+			sum += w
+		}
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return sum == 0xffff
+}
+
 // ParseUDP decodes an IPv4/UDP frame as UDP framing sends it: IPv4 without
 // options, not fragmented, UDP, with consistent lengths and a valid header
 // checksum. It returns the headers and the UDP payload, trimmed to the UDP

@@ -36,3 +36,39 @@ func TestPutUDPHeadersFields(t *testing.T) {
 		t.Errorf("ParseUDP = %+v, %d bytes, %v", got, len(data), err)
 	}
 }
+
+// UDPChecksumOK sums over the UDP length, not the IP payload: checked on a
+// datagram whose checksum (0x85f5, an odd 3-byte payload) was computed by
+// hand from RFC 768, with the IP payload carrying extra bytes after it.
+func TestUDPChecksumOK(t *testing.T) {
+	h := framing.UDPHeader{SrcIP: [4]byte{192, 168, 1, 2}, DstIP: [4]byte{192, 168, 1, 3}, SrcPort: 4000, DstPort: 5000}
+	frame := func(csum uint16, extra int) []byte {
+		b := make([]byte, framing.UDPHeadersLen+3+extra)
+		framing.PutUDPHeaders(b, h, 3+extra)
+		copy(b[framing.UDPHeadersLen:], "odd")
+		for i := range extra {
+			b[framing.UDPHeadersLen+3+i] = 0xa5
+		}
+		binary.BigEndian.PutUint16(b[38:], 8+3) // UDP length: the extra bytes are outside
+		binary.BigEndian.PutUint16(b[40:], csum)
+		if _, data, err := framing.ParseUDP(b); err != nil || string(data) != "odd" {
+			t.Fatalf("ParseUDP: %q, %v", data, err)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		csum  uint16
+		extra int
+		ok    bool
+	}{
+		{0x85f5, 0, true},
+		{0x85f5, 7, true},
+		{0x85f4, 0, false},
+		{0x85f4, 7, false},
+		{0, 7, true}, // none sent
+	} {
+		if got := framing.UDPChecksumOK(frame(c.csum, c.extra)); got != c.ok {
+			t.Errorf("checksum %#x with %d bytes after the datagram: ok %v, want %v", c.csum, c.extra, got, c.ok)
+		}
+	}
+}

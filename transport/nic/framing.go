@@ -149,16 +149,25 @@ func (f *ipFraming) header(b []byte, mac nicdrv.MAC, peer transport.NICID, n int
 
 // decode checks a received frame's IPv4/UDP headers: an unfragmented
 // datagram to the board's address and this transport's port, from a
-// non-zero port, that the NIC did not find a bad checksum in. It learns
-// the sender's MAC, and returns the sender and the UDP payload.
+// non-zero port, with right checksums. It learns the sender's MAC, and
+// returns the sender and the UDP payload.
+//
+// A NIC's verdict of a bad UDP checksum is checked again in software, as
+// Linux does: a NIC sums over the IP payload, and a datagram whose UDP
+// length is shorter than that is right by RFC 768 when the NIC says it is
+// wrong. Its verdict of a right one is trusted.
 func (f *ipFraming) decode(b *nicdrv.Buffer) (transport.NICID, []byte, bool) {
-	if b.Flags&(nicdrv.FlagIPChecksumBad|nicdrv.FlagL4ChecksumBad) != 0 {
+	if b.Flags&nicdrv.FlagIPChecksumBad != 0 {
 		f.c.bad.Add(1)
 		return 0, nil, false
 	}
 	h, data, err := framing.ParseUDP(b.Data)
 	if err != nil {
 		f.c.notUDP.Add(1)
+		return 0, nil, false
+	}
+	if b.Flags&nicdrv.FlagL4ChecksumBad != 0 && !framing.UDPChecksumOK(b.Data) {
+		f.c.bad.Add(1)
 		return 0, nil, false
 	}
 	if h.DstIP != f.ip || h.DstPort != f.port || h.SrcPort == 0 {
