@@ -25,7 +25,9 @@ n-1 steps) or bruck (log2 n steps of n/2 blocks packed into one message);
 auto, the default, takes bruck for 256 B or less among 8 ranks or more,
 linear up to 32 KiB and pairwise above, as MPICH does, except that with
 --wait block (an oversubscribed host) it takes linear above 256 B, since
-each pairwise step costs every rank a wake-up. The schedule that
+each pairwise step costs every rank a wake-up, and among fewer than 16
+ranks at any size, as Open MPI does: each step a rank waits for costs it
+a context switch there. The schedule that
 ran is in the table and the JSON. With --verify every rank sends every
 other its own bytes, checked on arrival. Per size, after a barrier, every
 rank times its rounds; t_avg_us is the mean over ranks of each rank's mean
@@ -115,18 +117,34 @@ var schedules = []string{schedAuto, schedLinear, schedPairwise, schedBruck}
 // costs each rank a sleep and a wake-up, and on 2 CPUs linear measured
 // 1.5-5x faster than pairwise among 8 and 16 ranks at 4 KiB, 64 KiB and
 // 1 MiB (docs/intranode-scale.md), while Bruck still beat linear at 8
-// and 256 B among 16.
+// and 256 B among 16. Among 8 to 15 blocking ranks small blocks go
+// linear too, as Open MPI's fixed rules send them: on a host with fewer
+// CPUs than ranks every step a rank waits for costs it a sched_yield and
+// a context switch (some 3 µs here), and Bruck's log2 n steps, each
+// waiting for a message its predecessor sends only once it has run,
+// switched about twice per rank and round among 8, linear's single wait
+// about once (docs/intranode-scale.md, "Small messages at scale").
 func chooseSchedule(asked string, size, n int, blocking bool) string {
 	if asked != "" && asked != schedAuto {
 		return asked
 	}
 	switch {
-	case size <= 256 && n >= 8:
+	case size <= 256 && n >= bruckFrom(blocking):
 		return schedBruck
 	case size <= 32<<10 || blocking:
 		return schedLinear
 	}
 	return schedPairwise
+}
+
+// bruckFrom is the fewest ranks auto runs Bruck's schedule among for
+// small blocks: MPICH's 8 for busy-polling ranks, Open MPI's 16 for
+// blocking ones (chooseSchedule).
+func bruckFrom(blocking bool) int {
+	if blocking {
+		return 16
+	}
+	return 8
 }
 
 // a2aTag is the match of alltoall's messages from rank src; step is the

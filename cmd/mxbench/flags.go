@@ -259,7 +259,7 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 
 func (f *alltoallFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
-		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear above 256 B)")
+		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear but for 256 B or less among 16 ranks or more, as Open MPI chooses)")
 }
 
 func (f *overlapFlags) register(fs *flag.FlagSet) {

@@ -16,8 +16,9 @@ import (
 	"github.com/gomx-dev/gomx/transport/shm"
 )
 
-// TestChooseSchedule: auto takes MPICH's choice by size and ranks, and an
-// asked schedule is kept.
+// TestChooseSchedule: auto takes MPICH's choice by size and ranks (Open
+// MPI's for small blocks among blocking ranks), and an asked schedule is
+// kept.
 func TestChooseSchedule(t *testing.T) {
 	for _, c := range []struct {
 		asked    string
@@ -26,6 +27,9 @@ func TestChooseSchedule(t *testing.T) {
 		want     string
 	}{
 		{schedAuto, 8, 8, false, schedBruck},
+		{schedAuto, 8, 8, true, schedLinear},
+		{schedAuto, 256, 15, true, schedLinear},
+		{schedAuto, 8, 16, true, schedBruck},
 		{schedAuto, 256, 128, true, schedBruck},
 		{schedAuto, 8, 4, false, schedLinear},
 		{schedAuto, 257, 16, false, schedLinear},
@@ -60,14 +64,14 @@ func TestAlltoallSchedules(t *testing.T) {
 			}
 		}
 	}
-	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "8", "--sizes", "8,1K,64K", "--iterations", "2", "--warmup", "1",
+	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "16", "--sizes", "8,1K,64K", "--iterations", "2", "--warmup", "1",
 		"--wait", "block", "--verify", "--json"))
 	var got []string
 	for _, r := range rows {
 		got = append(got, r.Schedule)
 	}
 	if want := []string{schedBruck, schedLinear, schedLinear}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("auto among 8 blocking ranks at 8 B, 1 KiB, 64 KiB ran %v, want %v", got, want)
+		t.Errorf("auto among 16 blocking ranks at 8 B, 1 KiB, 64 KiB ran %v, want %v", got, want)
 	}
 }
 
