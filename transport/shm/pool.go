@@ -401,7 +401,8 @@ func putCtl(m []byte, kind, id, status uint32, size uint64) {
 }
 
 // control handles a message the consumer sent on the ring's connection: an
-// acknowledgement of a shared segment. Descriptors are never expected.
+// acknowledgement of a shared segment, the answer to a lane, or word that
+// a retired lane is unmapped (lane.go). Descriptors are never expected.
 func (o *outRing) control(msg []byte, fds []int) {
 	closeAll(fds)
 	m, ok := decodeCtl(msg)
@@ -417,6 +418,10 @@ func (o *outRing) control(msg []byte, fds []int) {
 		case o.laneAns <- m.status:
 		default:
 		}
+		return
+	}
+	if ok && m.kind == ctlLaneFree {
+		o.laneFreed.Store(true) // laneReady reads it (lane.go)
 		return
 	}
 	if !ok || m.kind != ctlAck {
