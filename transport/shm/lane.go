@@ -1157,18 +1157,10 @@ func (t *Transport) breakQueue() {
 	}
 }
 
-// queuePeer is the board of producer id (0 if unknown: a frame from a
-// producer whose id is no longer ours, which cannot happen while its
-// records lie ahead).
-func (t *Transport) queuePeer(id uint32) transport.NICID {
-	if r := t.producerOf(id); r != nil {
-		return r.peer
-	}
-	return 0
-}
-
 // producerOf is the ring of producer id of the receive queue (nil if
-// unknown). Recv side.
+// unknown: a frame from a producer whose id is no longer ours, which
+// cannot happen while its records lie ahead; its frame goes up from board
+// 0). Recv side.
 func (t *Transport) producerOf(id uint32) *inRing {
 	// A read of the map under inMu would cost a lock per frame: the
 	// consumer keeps its own copy of the ids it has seen.
@@ -1251,13 +1243,18 @@ func (t *Transport) peekQueue() (peer transport.NICID, f []byte, ok, empty bool)
 			t.cnt.qSkipped.Add(1)
 			continue
 		}
-		if kind == recFrame && t.laneFirst(t.producerOf(id)) {
+		r := t.producerOf(id)
+		if kind == recFrame && t.laneFirst(r) {
 			// The producer's lane to its closing record first: Recv
 			// reads it (pollQueue).
 			return 0, nil, false, false
 		}
+		var peer transport.NICID
+		if r != nil {
+			peer = r.peer
+		}
 		t.peekedQ, t.peeked, t.peekedLen = true, nil, k
-		return t.queuePeer(id), f, true, false
+		return peer, f, true, false
 	}
 	return 0, nil, false, true
 }
