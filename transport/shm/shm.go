@@ -173,7 +173,7 @@ const (
 	welcomeMagic = 0x676D7877 // "gmxw"
 	helloLen     = 24         // magic u32, version u32, nic u64, word u64; with the producer's room bell
 	welcomeLen   = 20         // magic u32, version u32, mtu u32, producer id u32, queue size u32
-	version      = 7          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting
+	version      = 8          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting; 8: lanes retired (a closing record)
 	handshakeTTL = 5 * time.Second
 )
 
