@@ -31,7 +31,7 @@ func TestHostLaneRetiredWhenIdle(t *testing.T) {
 					t.Skipf("udp unavailable: %v", err)
 				}
 				o := fastOptions()
-				o.Local = LocalOptions{Off: true, Shm: true, ShmDir: dir, LaneIdle: 20 * time.Millisecond}
+				o.Local = LocalOptions{Off: true, Shm: true, ShmDir: dir, LaneIdle: 50 * time.Millisecond}
 				o.BusyPoll = mode.busy
 				b, err := NewBoard(tr, o)
 				if err != nil {
@@ -65,9 +65,12 @@ func TestHostLaneRetiredWhenIdle(t *testing.T) {
 			// Queues only: the pair is connected and idle.
 			wait("no lane before the first burst", func() bool { return lanes(a)+lanes(b) == 0 })
 			aBase, bBase := a.host.tr.Footprint().MappedBytes, b.host.tr.Footprint().MappedBytes
-			const cycles, burst = 4, 400
+			const cycles, burst = 4, 100
 			next := 0
-			for c := range cycles {
+			// exchange sends a burst of messages from a to b and checks
+			// that each lands in the receive posted for it, in order.
+			exchange := func(c int) {
+				t.Helper()
 				recvs, bufs := make([]*Request, burst), make([][]byte, burst)
 				for i := range burst {
 					bufs[i] = make([]byte, 128)
@@ -93,15 +96,28 @@ func TestHostLaneRetiredWhenIdle(t *testing.T) {
 				}
 				waitSends(t, sends)
 				next += burst
-				wait(fmt.Sprintf("cycle %d: the busy pair's lane", c), func() bool {
-					return a.host.tr.Footprint().RingsOut == 1 && b.host.tr.Footprint().RingsIn == 1
-				})
-				if fa, fb := a.host.tr.Footprint(), b.host.tr.Footprint(); fa.MappedBytes <= aBase || fb.MappedBytes <= bBase {
+			}
+			for c := range cycles {
+				// Busy: bursts until the pair has its lane (LaneAfter
+				// frames within a LaneIdle, however slow the host).
+				k := 0
+				for ; a.host.tr.Footprint().RingsOut == 0 || b.host.tr.Footprint().RingsIn == 0; k++ {
+					if k == 100 {
+						t.Fatalf("cycle %d: no lane after %d messages: a %+v, b %+v", c, k*burst, a.host.tr.Footprint(), b.host.tr.Footprint())
+					}
+					exchange(c)
+				}
+				exchange(c) // on the lane
+				fa, fb := a.host.tr.Footprint(), b.host.tr.Footprint()
+				if fa.MappedBytes <= aBase || fb.MappedBytes <= bBase {
 					t.Fatalf("cycle %d: a lane is up, yet the boards map %d and %d bytes (%d and %d with queues only)", c, fa.MappedBytes, fb.MappedBytes, aBase, bBase)
 				}
+				idleFrom := time.Now()
 				wait(fmt.Sprintf("cycle %d: the idle lanes retired", c), func() bool {
 					return lanes(a)+lanes(b) == 0 && a.host.tr.Footprint().MappedBytes == aBase && b.host.tr.Footprint().MappedBytes == bBase
 				})
+				t.Logf("cycle %d: the lane up after %d bursts; bytes mapped by the sender %d -> %d, by the receiver %d -> %d, %v after the last burst", c,
+					k, fa.MappedBytes, aBase, fb.MappedBytes, bBase, time.Since(idleFrom).Round(time.Millisecond))
 			}
 			var retired uint64
 			for _, c := range a.TransportCounters() {
