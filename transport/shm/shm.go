@@ -61,7 +61,9 @@ type Options struct {
 	QueueSize int
 	// LaneAfter is how many frames to a peer go through its receive
 	// queue before the pair gets a lane of its own (if both ends have
-	// one to spare: Lanes). Default 64; negative: at the first frame.
+	// one to spare: Lanes): that many within one LaneIdle, as RetireIdle
+	// starts the count again every LaneIdle (without RetireIdle, that
+	// many in all). Default 64; negative: at the first frame.
 	LaneAfter int
 	// Lanes bounds the lanes a transport writes, and the lanes it
 	// accepts from its peers: the pairs past the bound keep the queue.
