@@ -34,9 +34,9 @@
 // cells and a producer killed between its claim and its publish leaves a
 // claimed record that the receiver skips once the producer's connection
 // has closed. A pair's first frames go through it. A pair that keeps
-// sending (Options.LaneAfter frames) gets a lane: a ring of its own
-// (below), passed over the pair's connection, at most Options.Lanes written
-// and read by each transport. The producer waits neither for the ring,
+// sending (Options.LaneAfter frames within Options.LaneIdle) gets a lane:
+// a ring of its own (below), passed over the pair's connection, at most
+// Options.Lanes written and read by each transport. The producer waits neither for the ring,
 // which a goroutine makes (mapping it populated is milliseconds of
 // zeroing on a loaded host), nor for the answer: its frames go on
 // through the queue until the lane is made and accepted, and its
