@@ -284,8 +284,7 @@ func (t *Transport) askLane(o *outRing, wait bool) {
 		// LaneAfter frames (a lane of the consumer's may retire
 		// meanwhile); counted once until it has a lane.
 		o.laneAsked, o.viaQueue = false, 0
-		if !o.refusedNoted {
-			o.refusedNoted = true
+		if !o.refusedNoted.Swap(true) {
 			t.cnt.lanesRefused.Add(1)
 		}
 		return
@@ -417,7 +416,8 @@ func (t *Transport) takeLane(o *outRing) {
 	o.head = u64At(o.seg.mem, headOff)
 	o.wait = u32At(o.seg.mem, ringWaitOff)
 	o.notifyWords.notify = u32At(o.seg.mem, ringNotifyOff)
-	o.headSeen, o.idleMark, o.refusedNoted = 0, false, false
+	o.headSeen, o.idleMark = 0, false
+	o.refusedNoted.Store(false)
 }
 
 // retireLane ends o's lane (see "Retiring a lane" above): it writes the

@@ -409,9 +409,11 @@ func (o *outRing) control(msg []byte, fds []int) {
 	if ok && m.kind == ctlLaneAns {
 		// Counted here, not when the sender takes the lane (laneReady):
 		// the lane is mapped on both sides from now on either way.
+		// A pair refused is counted once until it has a lane: it asks
+		// again after another LaneAfter frames (lane.go).
 		if m.status == 0 {
 			o.lanesCnt.Add(1)
-		} else {
+		} else if !o.refusedNoted.Swap(true) {
 			o.refusedCnt.Add(1)
 		}
 		select {

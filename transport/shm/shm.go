@@ -443,13 +443,15 @@ type outRing struct {
 	// until the consumer said it unmapped the lane (laneFreed, set by
 	// the connection's watcher); epoch: the transport's epoch when
 	// viaQueue last started again; refusedNoted: a refusal was counted
-	// since the pair last had a lane. idleSent and idleSince: the frames
-	// sent when RetireIdle last saw the count change, and when (idleMark:
-	// they are set for the lane in use). All but laneFreed under mu.
+	// since the pair last had a lane (by askLane, or by the watcher for
+	// the consumer's answer). idleSent and idleSince: the frames sent
+	// when RetireIdle last saw the count change, and when (idleMark: they
+	// are set for the lane in use; idleSince is also read under the
+	// transport's idleMu). All but laneFreed and refusedNoted under mu.
 	retiring     bool
 	laneFreed    atomic.Bool
 	epoch        uint32
-	refusedNoted bool
+	refusedNoted atomic.Bool
 	idleMark     bool
 	idleSent     uint64
 	idleSince    time.Time
