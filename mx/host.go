@@ -70,7 +70,7 @@ func (b *Board) openHost() {
 		b.hostErr = err
 		return
 	}
-	tr, err := shm.Open(shm.Options{NIC: b.nic, Dir: dir})
+	tr, err := shm.Open(shm.Options{NIC: b.nic, Dir: dir, LaneIdle: o.LaneIdle})
 	if err != nil {
 		b.hostErr = err
 		return

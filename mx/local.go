@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gomx-dev/gomx/transport"
 )
@@ -64,6 +65,14 @@ type LocalOptions struct {
 	NoLane bool
 	// ShmDir is the endpoint directory (default: shm.DefaultDir()).
 	ShmDir string
+	// LaneIdle is how long a lane (a per-pair ring of the host path,
+	// transport/shm) may go without a frame from this board before the
+	// board's timers retire it, giving its memory back on both sides; the
+	// pair goes back to the peer's receive queue, and gets a lane again
+	// once it is busy again (shm.Options.LaneIdle). Default
+	// $GOMX_SHM_LANE_IDLE (a Go duration), else shm.DefaultLaneIdle
+	// (100 ms); negative: lanes stay until their peer goes away.
+	LaneIdle time.Duration
 	// Large is how large messages move between processes of this host
 	// (cma.go): LargeAuto (default) copies once with process_vm_readv where
 	// the kernel permits it, else pulls through the rings. GOMX_SHM_LARGE

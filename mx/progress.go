@@ -317,6 +317,11 @@ func (b *Board) runTimersAt(now int64) {
 	if busy {
 		b.lastBusy = b.now()
 	}
+	if b.host != nil {
+		// Lanes idle for LaneIdle go back to the queue (shm.RetireIdle
+		// looks at them once per eighth of it).
+		b.host.tr.RetireIdle(b.base.Add(time.Duration(now)))
+	}
 	b.retryHeld()          // lean.go
 	if b.zcDrainLocked() { // zerocopy.go
 		b.lastBusy = b.now()

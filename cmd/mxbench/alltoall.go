@@ -68,11 +68,15 @@ host reach each other through shared memory, which mx picks by itself.
 Only rank 0 prints; another rank prints one line if it fails.
 `
 
-// shmFootprint reads the shared memory b's host path maps, owns, and its
-// rings both ways, from the transport's own counters (0 without one).
-func shmFootprint(b *mx.Board) (mapped, owned int64, rings int) {
+// shmFootprint reads the shared memory b's host path maps, owns, its
+// rings both ways, and the lanes it retired so far (idle ones, given back
+// to the receive queue), from the transport's own counters (0 without
+// one).
+func shmFootprint(b *mx.Board) (mapped, owned int64, rings int, retired uint64) {
 	for _, c := range b.TransportCounters() {
 		switch c.Name {
+		case shm.CounterLanesRetired:
+			retired = c.Value
 		case shm.CounterMappedBytes:
 			mapped = int64(c.Value)
 		case shm.CounterOwnedBytes:
@@ -81,7 +85,7 @@ func shmFootprint(b *mx.Board) (mapped, owned int64, rings int) {
 			rings += int(c.Value)
 		}
 	}
-	return mapped, owned, rings
+	return mapped, owned, rings, retired
 }
 
 // The schedules of alltoall, as MPI libraries name them.
@@ -453,7 +457,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		}
 		perRound := time.Since(start).Seconds() * 1e6 / float64(max(iters, 1))
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]), size)
-		m.Mapped, m.Owned, m.Rings = shmFootprint(w.boards[k])
+		m.Mapped, m.Owned, m.Rings, m.Retired = shmFootprint(w.boards[k])
 		m.RSS = peakRSS()
 		m.Yield, _, _ = w.boards[k].Oversubscribed()
 		m.Bound = w.bound
@@ -476,6 +480,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 					res.ShmMappedMax = max(res.ShmMappedMax, all[r].Mapped)
 					res.ShmRingsMax = max(res.ShmRingsMax, all[r].Rings)
 					res.ShmNodeBytes += all[r].Owned
+					res.ShmLanesRetired += all[r].Retired
 					res.RSSMax = max(res.RSSMax, all[r].RSS)
 					if all[r].Yield {
 						res.YieldingRanks++

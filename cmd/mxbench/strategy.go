@@ -26,6 +26,8 @@ type moved struct {
 	Mapped int64 `json:"m,omitempty"`
 	Owned  int64 `json:"o,omitempty"`
 	Rings  int   `json:"r,omitempty"`
+	// Retired: the lanes the rank retired so far (shmFootprint).
+	Retired uint64 `json:"l,omitempty"`
 	// RSS is the rank's peak resident memory so far (peakRSS).
 	RSS int64 `json:"h,omitempty"`
 	// Yield: the rank's waiters yield their CPU from their first look
@@ -118,6 +120,9 @@ type jobResult struct {
 	ShmMappedMax int64 `json:"shm_mapped_bytes_max,omitempty"`
 	ShmRingsMax  int   `json:"shm_rings_max,omitempty"`
 	ShmNodeBytes int64 `json:"shm_node_bytes,omitempty"`
+	// alltoall: the lanes the ranks retired since the job began (idle
+	// for shm.Options.LaneIdle, GOMX_SHM_LANE_IDLE), summed.
+	ShmLanesRetired uint64 `json:"shm_lanes_retired,omitempty"`
 	// alltoall: the largest peak resident memory of a rank so far
 	// (VmHWM), and the slowest rank's start-up: from its process's start
 	// to its board open and every peer connected.

@@ -34,16 +34,22 @@
 // cells and a producer killed between its claim and its publish leaves a
 // claimed record that the receiver skips once the producer's connection
 // has closed. A pair's first frames go through it. A pair that keeps
-// sending (Options.LaneAfter frames) gets a lane: a ring of its own
-// (below), passed over the pair's connection, at most Options.Lanes written
-// and read by each transport. The producer waits neither for the ring,
+// sending (Options.LaneAfter frames within Options.LaneIdle) gets a lane:
+// a ring of its own (below), passed over the pair's connection, at most
+// Options.Lanes written and read by each transport. The producer waits neither for the ring,
 // which a goroutine makes (mapping it populated is milliseconds of
 // zeroing on a loaded host), nor for the answer: its frames go on
 // through the queue until the lane is made and accepted, and its
 // first record in the lane comes after the gate, the queue cursor past its
 // last queue record, written into the lane's header; the receiver reads
 // the lane only once its queue cursor has passed the gate, so a pair's
-// frames stay in order across the hand-over (lane.go). A receiver thus polls its
+// frames stay in order across the hand-over (lane.go). A lane its producer
+// wrote nothing on for Options.LaneIdle is retired (RetireIdle, which mx
+// calls from its board's timers) by the hand-over the other way: a closing
+// record, which the receiver reads, with the lane's records before it,
+// before the pair's next frame through the queue, then unmaps the lane and
+// says so; the pair gets a lane again once it is busy again, so the lanes
+// go to the pairs busy now. A receiver thus polls its
 // queue and its few lanes, and a process maps its own queue, the queues of
 // the peers it sends to and at most 2·Lanes rings, however large the job.
 //

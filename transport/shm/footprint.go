@@ -90,6 +90,9 @@ const (
 	CounterRingsWritten = "shm rings written"
 	// CounterRingsRead is Footprint.RingsIn.
 	CounterRingsRead = "shm rings read"
+	// CounterLanesRetired counts the lanes a transport retired as their
+	// producer (RetireIdle).
+	CounterLanesRetired = "shm lanes retired"
 )
 
 // Footprint reports the shared memory t maps now (see [Footprint]). It

@@ -30,7 +30,10 @@ import (
 // it. A producer writes at most Options.Lanes lanes, so a process maps at
 // most that many rings each way, and the queues of the peers it sends to:
 // memory that grows with the number of peers by one queue each, not by
-// two rings. A refused pair stays on the queue.
+// two rings. A refused pair stays on the queue, and asks again after
+// another LaneAfter frames through it (a consumer that reads as many
+// lanes as it takes says so in its queue's header, so asking it costs a
+// load, not a round trip).
 //
 // Order across the hand-over. When the producer takes the lane, it writes
 // the gate, the queue cursor just past its last queue record, into the
@@ -41,17 +44,53 @@ import (
 // cursor has reached the gate (a lane whose gate is ahead is skipped, its
 // summary bit kept pending): every frame of the pair from the queue has
 // been returned by then, and the pair's frames come out in the order they
-// were sent. A lane stays until the pair's connection closes (a peer that
-// goes away, Close).
+// were sent.
+//
+// Retiring a lane: the hand-over the other way. A lane on which its
+// producer wrote nothing for Options.LaneIdle is retired by RetireIdle
+// (mx calls it from its board's timers): the producer writes a closing
+// record as the lane's last record (retireLane: never with a backlog
+// left, whose frames go into the lane first), unmaps its side and sends
+// the pair's next frames through the queue. Its first queue record after
+// the closing record is published after it, so the consumer, whose load
+// of that record's word acquires the closing record, finds the lane
+// holding records when it meets a queue record of a producer whose lane
+// it still reads with its queue cursor at or past the lane's gate (a
+// queue record below the gate is one from before the lane: laneFirst),
+// and reads the lane to its closing record before it returns that queue
+// record. Having read the closing record, it unmaps the lane at its next
+// commit, when no frame it returned points into it any more
+// (freeRetired), and answers over the pair's connection (ctlLaneFree);
+// until that answer, the producer asks for no lane (the consumer reads
+// one lane per producer), after it, the pair asks again once it is busy
+// again: after LaneAfter frames through the queue within one LaneIdle
+// (RetireIdle starts every pair's count again once per LaneIdle, so a
+// pair that sends a frame now and then does not pass LaneAfter in the
+// end). So a pair's frames keep their order across both hand-overs,
+// however often they alternate, and the lanes go to the pairs busy now.
+// A producer that writes as many lanes as it may, with a pair that asks
+// for one, retires the lane idle longest once it has been idle for an
+// eighth of LaneIdle: the busier pair gets it at its next ask. A consumer
+// at its bound cannot take a lane from a producer: only a producer writes
+// a closing record, so its producers' lanes come free as they go idle.
 
 const (
-	ctlLane    = 4 // producer → consumer: a lane's ring (memfd); id: its size, size: the gate
-	ctlLaneAns = 5 // consumer → producer: status 0 the lane is read, else refused
+	ctlLane     = 4 // producer → consumer: a lane's ring (memfd); id: its size, size: the gate
+	ctlLaneAns  = 5 // consumer → producer: status 0 the lane is read, 1 refused (no lane to spare), 2 refused (a bad ring)
+	ctlLaneFree = 6 // consumer → producer: the lane was read to its closing record and unmapped
 
 	defaultLaneAfter = 64
 	defaultLanes     = 4
 	maxQueueSize     = 64 << 20
 )
+
+// DefaultLaneIdle is Options.LaneIdle's default: a lane costs a few
+// milliseconds to make (its segment's pages are populated), so a pair
+// that gets it back within this long pays a few percent of its time for
+// it at most, and a process that stops talking to a peer gives the
+// lane's memory back within a tenth of a second or so (at the next run of
+// the timers that call RetireIdle).
+const DefaultLaneIdle = 100 * time.Millisecond
 
 // newProducerID gives r the lowest free producer id of the receive queue
 // (inMu held), or reports that all are taken.
@@ -80,6 +119,9 @@ func (t *Transport) newProducerID(r *inRing) bool {
 func (t *Transport) wantLane(o *outRing) bool {
 	if o.noLane {
 		return false
+	}
+	if e := t.epoch.Load(); o.epoch != e {
+		o.epoch, o.viaQueue = e, 0 // a new LaneIdle: busy now, not once
 	}
 	o.viaQueue++
 	return o.viaQueue > t.opts.LaneAfter
@@ -113,13 +155,21 @@ func (t *Transport) laneReady(o *outRing, now bool) bool {
 	if o.noLane {
 		return false
 	}
+	if o.retiring {
+		// The consumer reads its lane to the closing record first.
+		if !o.laneFreed.Load() {
+			return false
+		}
+		o.laneFreed.Store(false)
+		o.retiring = false
+	}
 	if !o.laneAsked {
 		if !t.wantLane(o) && !now {
 			return false
 		}
 		t.askLane(o, now || t.opts.LaneAfter < 0 && o.q.end == 0)
-		if o.noLane {
-			return false
+		if o.noLane || !o.laneAsked {
+			return false // none to be had now (askLane)
 		}
 	}
 	if o.laneOK == 0 {
@@ -134,13 +184,47 @@ func (t *Transport) laneReady(o *outRing, now bool) bool {
 			return false
 		}
 	}
-	if o.laneOK == 2 {
-		// Refused: the pair stays on the queue for good.
+	if o.laneOK >= 2 {
+		t.refused(o)
+		return false
+	}
+	if len(o.backlog) > 0 {
+		return false
+	}
+	t.takeLane(o)
+	return true
+}
+
+// refused gives back o's lane, which the consumer refused: the pair stays
+// on the queue, and asks again after another LaneAfter frames; for good
+// if the lane could not be made or passed (laneOK 3). o.mu held.
+func (t *Transport) refused(o *outRing) {
+	o.seg.unmap()
+	if o.laneBytes.Swap(0) != 0 {
+		t.lanesOut.Add(-1)
+	}
+	if o.laneOK == 3 {
 		o.noLane = true
-		o.seg.unmap()
-		if o.laneBytes.Swap(0) != 0 {
-			t.lanesOut.Add(-1)
-		}
+	}
+	o.laneAsked, o.laneOK, o.viaQueue = false, 0, 0
+}
+
+// settleLane, for a pair that asked for a lane and has not taken it,
+// takes the consumer's answer if it came: a lane refused is given back,
+// and one accepted is taken if no backlog waits, as the pair's next frame
+// would (laneReady). A pair that went idle right after it asked sends no
+// next frame, and its lane, mapped on both sides, would stay until the
+// pair's connection closed: taken here, it is retired once idle, as any
+// lane. It reports whether the pair writes its lane now. o.mu held.
+func (t *Transport) settleLane(o *outRing) bool {
+	if o.data != nil {
+		return true
+	}
+	if !o.laneAsked || o.making || o.retiring || o.laneOK == 0 && !t.laneAnswer(o, false) {
+		return false
+	}
+	if o.laneOK >= 2 {
+		t.refused(o)
 		return false
 	}
 	if len(o.backlog) > 0 {
@@ -152,7 +236,9 @@ func (t *Transport) laneReady(o *outRing, now bool) bool {
 
 // laneAnswer takes the consumer's answer to o's lane into o.laneOK, if it
 // came, or with wait, waiting for it at most handshakeTTL (no answer:
-// refused). It reports whether o.laneOK holds an answer. o.mu held.
+// refused for now). It reports whether o.laneOK holds an answer: 1
+// accepted, 2 refused for now (no lane to spare), 3 for good (the lane
+// could not be made, passed or mapped). o.mu held.
 func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
 	st := uint32(1)
 	select {
@@ -169,9 +255,13 @@ func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
 		}
 		timer.Stop()
 	}
-	o.laneOK = 1
-	if st != 0 {
+	switch st {
+	case 0:
+		o.laneOK = 1
+	case 1:
 		o.laneOK = 2
+	default:
+		o.laneOK = 3
 	}
 	return true
 }
@@ -190,17 +280,29 @@ func (t *Transport) askLane(o *outRing, wait bool) {
 	o.laneAsked = true
 	if o.q.lanesFull.Load() != 0 {
 		// The consumer reads as many lanes as it takes: it says no
-		// without being asked.
-		o.noLane = true
-		t.cnt.lanesRefused.Add(1)
+		// without being asked. The pair asks again after another
+		// LaneAfter frames (a lane of the consumer's may retire
+		// meanwhile); counted once until it has a lane.
+		o.laneAsked, o.viaQueue = false, 0
+		if !o.refusedNoted.Swap(true) {
+			t.cnt.lanesRefused.Add(1)
+		}
 		return
 	}
 	// Not under outMu: o's writers hold o.mu, and Close and outFor take
 	// outMu before o.mu.
 	for {
 		n := t.lanesOut.Load()
-		if int(n) >= t.opts.Lanes || t.closed.Load() {
+		if t.closed.Load() {
 			o.noLane = true
+			return
+		}
+		if int(n) >= t.opts.Lanes {
+			// We write as many lanes as we may: RetireIdle retires
+			// the idlest for this pair, which asks again after
+			// another LaneAfter frames.
+			o.laneAsked, o.viaQueue = false, 0
+			t.laneWanted.Store(true)
 			return
 		}
 		if t.lanesOut.CompareAndSwap(n, n+1) {
@@ -223,7 +325,7 @@ func (t *Transport) askLane(o *outRing, wait bool) {
 		err = o.sendCtl(ctlLane, binary.LittleEndian.Uint32(seg.mem[sizeOff:]), 0, fd)
 		unix.Close(fd)
 		if err != nil {
-			o.laneOK = 2 // laneReady gives it back
+			o.laneOK = 3 // laneReady gives it back
 		}
 		return
 	}
@@ -314,6 +416,103 @@ func (t *Transport) takeLane(o *outRing) {
 	o.head = u64At(o.seg.mem, headOff)
 	o.wait = u32At(o.seg.mem, ringWaitOff)
 	o.notifyWords.notify = u32At(o.seg.mem, ringNotifyOff)
+	o.headSeen, o.idleMark = 0, false
+	o.refusedNoted.Store(false)
+}
+
+// retireLane ends o's lane (see "Retiring a lane" above): it writes the
+// closing record, unmaps our side of the lane and sends the pair's next
+// frames through the queue, unless the lane is not done with: a backlog
+// or a reference record the consumer has not passed waits for it, and a
+// lane too full for the closing record is not idle. It reports whether
+// the lane was retired. o.mu held (and, after SerialSends, the caller's
+// lock, which SendParts to o's lane takes instead).
+func (t *Transport) retireLane(o *outRing) bool {
+	if o.data == nil || o.shut || o.dead.Load() || len(o.backlog) != 0 {
+		return false
+	}
+	if o.reapRefs(); len(o.refs) != 0 {
+		return false
+	}
+	start := o.cur
+	at, ok := t.room(o, recordLen(0))
+	if !ok {
+		return false
+	}
+	o.putRecord(at, closeMark, nil)
+	o.publish(start)
+	// The consumer keeps its own mapping until it has read the lane.
+	o.seg.unmap()
+	o.producer = producer{}
+	o.head, o.wait, o.notifyWords.notify = nil, nil, nil
+	o.laneBytes.Store(0)
+	t.lanesOut.Add(-1)
+	o.retiring, o.idleMark = true, false
+	o.laneAsked, o.laneOK, o.viaQueue = false, 0, 0
+	t.cnt.lanesRetired.Add(1)
+	return true
+}
+
+// RetireIdle retires the lanes t writes on which nothing was sent for
+// Options.LaneIdle up to now (see "Retiring a lane" above), and, when t
+// writes as many lanes as it may and a pair without one asked for one,
+// the lane idle longest if it was idle for an eighth of LaneIdle. It
+// reports how many it retired. It is for the timers of the layer above
+// (mx calls it at its board's timer runs), which give it their clock's
+// reading (a test, its own); it looks at the lanes at most once per eighth
+// of LaneIdle, so a caller may call it often, and it costs a look at each
+// pair then. A lane is idle from the first call that finds its count of
+// frames sent unchanged. After SerialSends, the caller serializes it with
+// its sends, as it does them with each other.
+func (t *Transport) RetireIdle(now time.Time) int {
+	idle := t.opts.LaneIdle
+	if idle < 0 || t.closed.Load() {
+		return 0
+	}
+	t.idleMu.Lock()
+	defer t.idleMu.Unlock()
+	if now.Sub(t.lastSweep) < idle/8 {
+		return 0
+	}
+	t.lastSweep = now
+	if now.Sub(t.epochAt) >= idle {
+		t.epochAt = now
+		t.epoch.Add(1)
+	}
+	m := t.outSnap.Load()
+	if m == nil || t.lanesOut.Load() == 0 {
+		return 0
+	}
+	n := 0
+	var victim *outRing
+	for _, o := range *m {
+		if o.laneBytes.Load() == 0 {
+			continue
+		}
+		o.mu.Lock()
+		switch sent := o.sent.Load(); {
+		case !t.settleLane(o): // asked for, not answered, or a backlog waits
+		case !o.idleMark || sent != o.idleSent:
+			o.idleMark, o.idleSent, o.idleSince = true, sent, now
+		case now.Sub(o.idleSince) >= idle:
+			if t.retireLane(o) {
+				n++
+			}
+		case now.Sub(o.idleSince) >= idle/8 && (victim == nil || o.idleSince.Before(victim.idleSince)):
+			victim = o
+		}
+		o.mu.Unlock()
+	}
+	if n > 0 {
+		t.laneWanted.Store(false) // the pair that asked gets one of these
+	} else if victim != nil && t.laneWanted.Swap(false) {
+		victim.mu.Lock()
+		if victim.idleMark && victim.sent.Load() == victim.idleSent && t.retireLane(victim) {
+			n++
+		}
+		victim.mu.Unlock()
+	}
+	return n
 }
 
 // The backlog. A producer that finds its peer's queue (or its lane) full
@@ -802,8 +1001,69 @@ func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
 	r.bit = t.nextBit & 63
 	t.nextBit++
 	r.notifyCold()
+	r.lane.Store(true) // the Recv side looks at r's lane fields after this
 	t.setIn(*t.in.Load())
 	return 0
+}
+
+// laneFirst reports whether producer r's lane holds records to return
+// before r's record at the queue's cursor: r retired its lane, and wrote
+// its closing record before that queue record, whose word's load
+// acquired it (see "Retiring a lane" above). A lane with a record at its
+// cursor and its gate open at the queue's cursor is such a lane: a
+// queue record below the gate is one from before the lane. Recv side.
+func (t *Transport) laneFirst(r *inRing) bool {
+	if r == nil || !r.lane.Load() || r.closed || r.gone || r.wordAt.Load() == 0 {
+		return false
+	}
+	return t.gateOpen(r)
+}
+
+// freeRetired unmaps the lanes whose closing record the Recv side read
+// (pollRing), once no frame it returned points into them (commit), takes
+// them out of the receive set, and tells each producer over the pair's
+// connection that it may ask for a lane again. Recv side.
+func (t *Transport) freeRetired() {
+	t.anyRetired = false
+	k := 0
+	for _, h := range t.hot {
+		if h.r.closed {
+			h.r.hot = false
+			continue
+		}
+		t.hot[k] = h
+		k++
+	}
+	clear(t.hot[k:])
+	t.hot = t.hot[:k]
+	var freed []*inRing
+	t.inMu.Lock()
+	for _, r := range *t.in.Load() {
+		if !r.closed {
+			continue
+		}
+		r.closed = false
+		if r.data == nil {
+			continue // its producer went away meanwhile (commitDead)
+		}
+		r.seg.unmap()
+		r.data, r.head, r.wordAt, r.gateW, r.wait, r.notify = nil, nil, nil, nil, nil, nil
+		r.gate, r.coldHits, r.refsIn = 0, 0, false
+		r.lane.Store(false)
+		t.lanesIn--
+		t.cnt.lanesClosedIn.Add(1)
+		freed = append(freed, r)
+	}
+	if len(freed) > 0 {
+		t.noteLanesIn()
+		t.setIn(*t.in.Load())
+	}
+	t.inMu.Unlock()
+	var a [ctlLen]byte
+	putCtl(a[:], ctlLaneFree, 0, 0, 0)
+	for _, r := range freed {
+		_, _ = r.conn.Write(a[:]) // a connection closed meanwhile: its producer is gone
+	}
 }
 
 // gatePending is a lane's gate before its producer took it (takeLane).
@@ -861,9 +1121,23 @@ func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
 		if kind != recFrame {
 			return n
 		}
+		r := t.producerOf(id)
+		if t.laneFirst(r) {
+			// Its lane to the closing record first, then this record
+			// (parsed again: it was gathered into slot n's buffer).
+			n = t.pollRing(r, frames, n)
+			if !r.closed || n == len(frames) {
+				return n
+			}
+			continue
+		}
 		q.advance(k)
+		var peer transport.NICID
+		if r != nil {
+			peer = r.peer
+		}
 		fr := &frames[n]
-		fr.Peer, fr.Data, fr.Ref = t.queuePeer(id), f, t.lends.RecvRef(n)
+		fr.Peer, fr.Data, fr.Ref = peer, f, t.lends.RecvRef(n)
 		if fr.Region != nil {
 			fr.Region = nil
 		}
@@ -883,18 +1157,10 @@ func (t *Transport) breakQueue() {
 	}
 }
 
-// queuePeer is the board of producer id (0 if unknown: a frame from a
-// producer whose id is no longer ours, which cannot happen while its
-// records lie ahead).
-func (t *Transport) queuePeer(id uint32) transport.NICID {
-	if r := t.producerOf(id); r != nil {
-		return r.peer
-	}
-	return 0
-}
-
 // producerOf is the ring of producer id of the receive queue (nil if
-// unknown). Recv side.
+// unknown: a frame from a producer whose id is no longer ours, which
+// cannot happen while its records lie ahead; its frame goes up from board
+// 0). Recv side.
 func (t *Transport) producerOf(id uint32) *inRing {
 	// A read of the map under inMu would cost a lock per frame: the
 	// consumer keeps its own copy of the ids it has seen.
@@ -977,8 +1243,18 @@ func (t *Transport) peekQueue() (peer transport.NICID, f []byte, ok, empty bool)
 			t.cnt.qSkipped.Add(1)
 			continue
 		}
+		r := t.producerOf(id)
+		if kind == recFrame && t.laneFirst(r) {
+			// The producer's lane to its closing record first: Recv
+			// reads it (pollQueue).
+			return 0, nil, false, false
+		}
+		var peer transport.NICID
+		if r != nil {
+			peer = r.peer
+		}
 		t.peekedQ, t.peeked, t.peekedLen = true, nil, k
-		return t.queuePeer(id), f, true, false
+		return peer, f, true, false
 	}
 	return 0, nil, false, true
 }

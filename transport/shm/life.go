@@ -104,6 +104,8 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm cold rings made hot", Value: t.cnt.promotions.Load()},
 		{Name: "shm lanes opened", Value: t.cnt.lanes.Load()},
 		{Name: "shm lanes refused by peers", Value: t.cnt.lanesRefused.Load()},
+		{Name: CounterLanesRetired, Value: t.cnt.lanesRetired.Load()},
+		{Name: "shm lanes retired by peers", Value: t.cnt.lanesClosedIn.Load()},
 		{Name: "shm queue claims of dead producers skipped", Value: t.cnt.qSkipped.Load()},
 		{Name: "shm queue broken by a producer", Value: t.cnt.qBroken.Load()},
 		{Name: "shm frames that waited in a backlog", Value: t.cnt.backlogged.Load()},

@@ -401,22 +401,29 @@ func putCtl(m []byte, kind, id, status uint32, size uint64) {
 }
 
 // control handles a message the consumer sent on the ring's connection: an
-// acknowledgement of a shared segment. Descriptors are never expected.
+// acknowledgement of a shared segment, the answer to a lane, or word that
+// a retired lane is unmapped (lane.go). Descriptors are never expected.
 func (o *outRing) control(msg []byte, fds []int) {
 	closeAll(fds)
 	m, ok := decodeCtl(msg)
 	if ok && m.kind == ctlLaneAns {
 		// Counted here, not when the sender takes the lane (laneReady):
 		// the lane is mapped on both sides from now on either way.
+		// A pair refused is counted once until it has a lane: it asks
+		// again after another LaneAfter frames (lane.go).
 		if m.status == 0 {
 			o.lanesCnt.Add(1)
-		} else {
+		} else if !o.refusedNoted.Swap(true) {
 			o.refusedCnt.Add(1)
 		}
 		select {
 		case o.laneAns <- m.status:
 		default:
 		}
+		return
+	}
+	if ok && m.kind == ctlLaneFree {
+		o.laneFreed.Store(true) // laneReady reads it (lane.go)
 		return
 	}
 	if !ok || m.kind != ctlAck {

@@ -69,6 +69,13 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if n := t.poll(frames); n > 0 {
 			return n, nil
 		}
+		if t.anyRetired {
+			// A lane's closing record, and no frame of this call points
+			// into the lane: unmap it now rather than at the next Recv,
+			// which a receive loop that waits without a timeout may not
+			// make for long (lane.go).
+			t.commit()
+		}
 		if t.closed.Load() {
 			return 0, errClosed
 		}
@@ -339,6 +346,12 @@ func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
 			if kind == recPad {
 				continue
 			}
+			if kind == recClose {
+				// The lane's last record: its producer retired it, and
+				// the next commit unmaps it (freeRetired, lane.go).
+				r.closed, t.anyRetired = true, true
+				return n
+			}
 			// A reference record: its send completes when our head
 			// passes it, at the next Recv (commit).
 			r.refsIn = true
@@ -446,6 +459,9 @@ func (t *Transport) commit() {
 		if t.q.release(false) {
 			t.q.takeWaiters(t.qHigh.Load(), t.wakeProducer)
 		}
+	}
+	if t.anyRetired {
+		t.freeRetired() // lane.go
 	}
 	if t.anyGone {
 		t.commitDead()

@@ -25,7 +25,8 @@ import (
 // (length padMark), which tells the consumer to skip to the start of the
 // data area. A reference record (length refMark) carries, instead of a
 // frame, the refLen bytes that name a frame in a pool segment the producer
-// shared (see inplace.go).
+// shared (see inplace.go). A closing record (length closeMark, one line) is
+// a lane's last: its producer retired the lane (lane.go).
 //
 // The record word is what the consumer polls. It is recWord(c) for the
 // record at cursor c (never 0) once the record is published, and 0 before:
@@ -49,6 +50,7 @@ const (
 	recHdr      = 8 // length, record word
 	recWordOff  = 4 // the record word's offset in a record
 	padMark     = 0xFFFFFFFF
+	closeMark   = 0xFFFFFFFE
 	refMark     = 0x80000000 | refLen
 	refLen      = 16
 	ringMagic   = 0x676D7872 // "gmxr"
@@ -89,14 +91,15 @@ const (
 	recFrame        // a frame
 	recRef          // a reference record: its refLen bytes (inplace.go)
 	recPad          // a pad record: skip to the start of the data area
+	recClose        // a closing record: the lane's last (lane.go)
 )
 
 // parseRecord reads the record at cursor head, at offset pos (head % the
 // size) of a ring whose data area is data (a multiple of ringAlign long),
 // with mtu the largest frame allowed. It returns the record's kind, its
 // bytes (pointing into data: the frame, or the reference record's refLen
-// bytes; nil for a pad) and the ring space it takes (for a pad, the rest of
-// the data area). The record word is loaded atomically, which acquires the
+// bytes; nil for a pad and a closing record) and the ring space it takes
+// (for a pad, the rest of the data area; for a closing record, one line). The record word is loaded atomically, which acquires the
 // record's length and bytes; every length comes from the other process, so
 // each is checked against the data area and the MTU before it is used.
 //
@@ -118,6 +121,8 @@ func parseRecord(data []byte, head, pos uint64, mtu int) (rec []byte, rl uint64,
 	switch {
 	case n == padMark:
 		return nil, size - pos, recPad, nil
+	case n == closeMark:
+		return nil, ringAlign, recClose, nil
 	case n == refMark:
 		n, kind = refLen, recRef
 	case int64(n) > int64(mtu):

@@ -346,6 +346,10 @@ func FuzzParseRecord(f *testing.F) {
 	f.Add(append([]byte(nil), o.data...), uint64(0), 100)
 	f.Add(append([]byte(nil), o.data...), uint64(192), 100)
 	f.Add(make([]byte, 64), uint64(64), 16)
+	closing := make([]byte, 128) // a lane's closing record at cursor 64
+	binary.LittleEndian.PutUint32(closing[64:], closeMark)
+	binary.LittleEndian.PutUint32(closing[64+recWordOff:], recWord(64))
+	f.Add(closing, uint64(64), 100)
 	f.Fuzz(func(t *testing.T, in []byte, head uint64, mtu int) {
 		// A data area is a multiple of 64 bytes, 64-byte aligned (a fresh
 		// slice is at least 8-byte aligned, enough for the atomics).
@@ -375,6 +379,10 @@ func FuzzParseRecord(f *testing.F) {
 			t.Fatalf("accepted record word %#x at cursor %d", w, head)
 		case next <= head || next-head > size-pos:
 			t.Fatalf("cursor %d -> %d past the end of the ring", head, next)
+		case n == closeMark || kind == recClose:
+			if kind != recClose || frame != nil || n != closeMark || next-head != ringAlign {
+				t.Fatalf("a closing record that is none: length %#x, kind %d, next %d", n, kind, next)
+			}
 		case kind == recPad || frame == nil:
 			if kind != recPad || frame != nil || n != padMark || next%size != 0 {
 				t.Fatalf("a pad record that is none: length %#x, next %d", n, next)

@@ -61,12 +61,20 @@ type Options struct {
 	QueueSize int
 	// LaneAfter is how many frames to a peer go through its receive
 	// queue before the pair gets a lane of its own (if both ends have
-	// one to spare: Lanes). Default 64; negative: at the first frame.
+	// one to spare: Lanes): that many within one LaneIdle, as RetireIdle
+	// starts the count again every LaneIdle (without RetireIdle, that
+	// many in all). Default 64; negative: at the first frame.
 	LaneAfter int
 	// Lanes bounds the lanes a transport writes, and the lanes it
 	// accepts from its peers: the pairs past the bound keep the queue.
 	// Default 4; negative: no lanes (every frame through the queue).
 	Lanes int
+	// LaneIdle is how long a lane may go without a frame from its
+	// producer before RetireIdle retires it, unmapping it on both sides
+	// (the pair goes back to the queue, and gets a lane again once it is
+	// busy again: lane.go). Default $GOMX_SHM_LANE_IDLE (a Go duration),
+	// else DefaultLaneIdle; negative: lanes are never retired.
+	LaneIdle time.Duration
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
 	// Spin is how long Recv polls the rings before sleeping on the
@@ -129,6 +137,16 @@ func (o Options) withDefaults() (Options, error) {
 	if o.FullWait == 0 {
 		o.FullWait = time.Second
 	}
+	if o.LaneIdle == 0 {
+		o.LaneIdle = DefaultLaneIdle
+		if v := os.Getenv("GOMX_SHM_LANE_IDLE"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d == 0 {
+				return o, fmt.Errorf("shm: GOMX_SHM_LANE_IDLE=%q is not a duration other than 0 (write 100ms, or -1s to keep lanes for good)", v)
+			}
+			o.LaneIdle = d
+		}
+	}
 	switch {
 	case o.NIC != 0 && (o.Board != 0 || o.NIC&^transport.NICIDMask != 0):
 		return o, fmt.Errorf("shm: a board named by NIC id %v takes no board number, and the id must fit 48 bits", o.NIC)
@@ -157,7 +175,7 @@ const (
 	welcomeMagic = 0x676D7877 // "gmxw"
 	helloLen     = 24         // magic u32, version u32, nic u64, word u64; with the producer's room bell
 	welcomeLen   = 20         // magic u32, version u32, mtu u32, producer id u32, queue size u32
-	version      = 7          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting
+	version      = 8          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting; 8: lanes retired (a closing record)
 	handshakeTTL = 5 * time.Second
 )
 
@@ -265,12 +283,27 @@ type Transport struct {
 	pollList []*outRing // pollBacklogs' copy of blOuts (Recv side)
 	flushing bool
 	blBytes  atomic.Int64
+	// Retiring lanes (lane.go): RetireIdle's state (under idleMu): when
+	// it last looked at the lanes and when the count of frames a pair
+	// sends through the queue before it asks for a lane last started
+	// again (epoch, which each pair compares with its own); laneWanted:
+	// a pair asked for a lane while we wrote Lanes of them. anyRetired:
+	// the Recv side read a lane's closing record (freeRetired unmaps it).
+	idleMu     sync.Mutex
+	lastSweep  time.Time
+	epochAt    time.Time
+	epoch      atomic.Uint32
+	laneWanted atomic.Bool
+	anyRetired bool
 
 	cnt struct {
 		sent, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
 		// lane.go: lanes opened, lanes a peer refused, claims of dead
 		// producers skipped, queue broken by a producer.
 		lanes, lanesRefused, qSkipped, qBroken atomic.Uint64
+		// lanes we retired as their producer, lanes our producers
+		// retired (read to their closing record and unmapped)
+		lanesRetired, lanesClosedIn atomic.Uint64
 		// frames that went into a backlog, and room bells written for
 		// backlogs (by us as a consumer) (lane.go)
 		backlogged, roomWakes atomic.Uint64
@@ -335,6 +368,11 @@ type inRing struct {
 	gateW *atomic.Uint64
 	wait  *atomic.Uint32
 	qTail uint64
+	// lane is set once a lane is mapped (mapLane), cleared once it is
+	// unmapped after its closing record (freeRetired); closed: the Recv
+	// side read that record (lane.go).
+	lane   atomic.Bool
+	closed bool
 	// room is the producer's room bell (an eventfd it passed with its
 	// hello): the Recv side writes it when it frees room the producer's
 	// backlog waits for (lane.go), and closes it with the ring (-1 then).
@@ -401,7 +439,23 @@ type outRing struct {
 	// laneBytes is the lane's segment length once it is written (0: no
 	// lane), for Footprint.
 	laneBytes atomic.Int64
-	refs      []refPending // reference records the consumer has not passed (inplace.go)
+	// Retiring the lane (lane.go): retiring, from the closing record
+	// until the consumer said it unmapped the lane (laneFreed, set by
+	// the connection's watcher); epoch: the transport's epoch when
+	// viaQueue last started again; refusedNoted: a refusal was counted
+	// since the pair last had a lane (by askLane, or by the watcher for
+	// the consumer's answer). idleSent and idleSince: the frames sent
+	// when RetireIdle last saw the count change, and when (idleMark: they
+	// are set for the lane in use; idleSince is also read under the
+	// transport's idleMu). All but laneFreed and refusedNoted under mu.
+	retiring     bool
+	laneFreed    atomic.Bool
+	epoch        uint32
+	refusedNoted atomic.Bool
+	idleMark     bool
+	idleSent     uint64
+	idleSince    time.Time
+	refs         []refPending // reference records the consumer has not passed (inplace.go)
 }
 
 // Open creates the board's doorbell and listens on its socket in the
