@@ -176,9 +176,17 @@ func gomx_wait(h C.uintptr_t, req *C.uintptr_t, timeout C.uint32_t, dst *C.mx_st
 	if s == nil {
 		return badRequest(errbuf, uintptr(ptrOr0(req)))
 	}
-	ctx, cancel := waitCtx(timeout)
-	st, err := s.r.Wait(ctx)
-	cancel()
+	// A wait without a timeout, the common one, makes no context and
+	// calls no cancel on its way out (the way to the reply's send).
+	var st mx.Status
+	var err error
+	if timeout == 0 {
+		st, err = s.r.Wait(context.Background())
+	} else {
+		ctx, cancel := waitCtx(timeout)
+		st, err = s.r.Wait(ctx)
+		cancel()
+	}
 	if slotOfStatus(&st) == nil {
 		return waitEnded(err, result, errbuf)
 	}
