@@ -142,8 +142,13 @@ func (s *slot) publish(r *mx.Request) {
 
 // release frees the slot of a request whose completion was reported,
 // unless its poster has not published it yet: publish frees it then.
+// Only the poster moves a slot from posting to live and nothing moves it
+// back while the request is held, so a slot seen live (always so when the
+// completion came through the request's handle, which the application
+// only has once the post returned) needs no compare-and-swap: a plain
+// load keeps a locked instruction off a wait's return.
 func (s *slot) release() {
-	if s.state.CompareAndSwap(slotPosting, slotDoneEarly) {
+	if s.state.Load() == slotPosting && s.state.CompareAndSwap(slotPosting, slotDoneEarly) {
 		return
 	}
 	freeSlot(s, true)

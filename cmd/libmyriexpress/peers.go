@@ -70,21 +70,17 @@ func (t *peers) remember(a mx.Addr) int {
 	return i + 1
 }
 
-// lookup returns the remembered address that a, carrying index + 1 n,
-// names, or a itself.
-func (t *peers) lookup(a mx.Addr, n int) mx.Addr {
+// entry returns the remembered address at index + 1 n, or nil.
+func (t *peers) entry(n int) *mx.Addr {
 	i := n - 1
 	if i < 0 || i >= peerChunk*peerChunks {
-		return a
+		return nil
 	}
 	c := t.chunks[i/peerChunk].Load()
 	if c == nil {
-		return a
+		return nil
 	}
-	if k := c[i%peerChunk].Load(); k != nil && k.NIC == a.NIC && k.Endpoint == a.Endpoint && k.Session == a.Session {
-		return *k
-	}
-	return a
+	return c[i%peerChunk].Load()
 }
 
 // putConnected writes the address mx_connect returned: putAddr's, with
@@ -94,8 +90,20 @@ func putConnected(dst *C.mx_endpoint_addr_t, a mx.Addr, e *endpoint) {
 	dst.stuff[1] |= C.uint64_t(e.peers.remember(a)) << 48
 }
 
+// dest decodes a send's destination from an address's two words: the
+// remembered address the index in bits 48-63 of a1 names when it is the
+// same peer and session, else the address as it is (mx finds its peer
+// then). The entry is compared with the words themselves, so the common
+// case builds no Addr of its own and looks up no endpoint.
+func (t *peers) dest(a0, a1 uint64) mx.Addr {
+	nic, eid, sess := transport.NICID(a0&nicMask), uint8(a0>>48), uint32(a1)
+	if k := t.entry(int(a1 >> 48)); k != nil && k.NIC == nic && k.Endpoint == eid && k.Session == sess {
+		return *k
+	}
+	return mx.Addr{NIC: nic, Endpoint: eid, Session: sess}
+}
+
 // destOf decodes a send's destination address for e.
 func destOf(e *endpoint, a0, a1 C.uint64_t) mx.Addr {
-	a, _ := decodeAddr(a0, a1)
-	return e.peers.lookup(a, int(uint64(a1)>>48))
+	return e.peers.dest(uint64(a0), uint64(a1))
 }

@@ -21,15 +21,15 @@ func TestPeers(t *testing.T) {
 	if na != 1 || nb != 2 {
 		t.Fatalf("indexes %d, %d: want 1, 2", na, nb)
 	}
-	if got := tab.lookup(mx.Addr{NIC: 0x1234, Endpoint: 3, Session: 7}, na); got != a {
+	if got := lookup(&tab, mx.Addr{NIC: 0x1234, Endpoint: 3, Session: 7}, na); got != a {
 		t.Errorf("lookup of a: %+v, want %+v", got, a)
 	}
 	// b's index with a's address: the entry names another peer.
-	if got := tab.lookup(a, nb); got != a {
+	if got := lookup(&tab, a, nb); got != a {
 		t.Errorf("lookup of a with b's index: %+v", got)
 	}
 	for _, n := range []int{0, -1, 3, 1 << 16, peerChunk + 1} {
-		if got := tab.lookup(a, n); got != a {
+		if got := lookup(&tab, a, n); got != a {
 			t.Errorf("lookup with index %d: %+v", n, got)
 		}
 	}
@@ -39,11 +39,11 @@ func TestPeers(t *testing.T) {
 	if n := tab.remember(a2); n != na {
 		t.Errorf("reconnection's index %d, want %d", n, na)
 	}
-	if got := tab.lookup(a2, na); got != a2 {
+	if got := lookup(&tab, a2, na); got != a2 {
 		t.Errorf("lookup after reconnection: %+v", got)
 	}
 	old := a
-	if got := tab.lookup(old, na); got != old {
+	if got := lookup(&tab, old, na); got != old {
 		t.Errorf("lookup of the old session: %+v", got)
 	}
 }
@@ -84,7 +84,7 @@ func TestPeersConcurrent(t *testing.T) {
 	for range 20 {
 		for i := range n {
 			a := mx.Addr{NIC: transport.NICID(i), Session: 1}
-			if got := tab.lookup(a, i+1); got != a {
+			if got := lookup(&tab, a, i+1); got != a {
 				t.Fatalf("peer %d: %+v", i, got)
 			}
 		}
@@ -96,4 +96,9 @@ func TestPeersConcurrent(t *testing.T) {
 			t.Fatalf("entry %d: %+v", i, k)
 		}
 	}
+}
+
+// lookup is what a send to a, its address carrying index + 1 n, sends to.
+func lookup(t *peers, a mx.Addr, n int) mx.Addr {
+	return t.dest(uint64(a.NIC)&nicMask|uint64(a.Endpoint)<<48, uint64(a.Session)|uint64(uint16(n))<<48)
 }

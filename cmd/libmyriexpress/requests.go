@@ -41,7 +41,14 @@ func gomx_isend(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, a0, a1, match
 		return fail(errbuf, code, err)
 	}
 	dest := destOf(e, a0, a1)
-	r, err := send(e, segs, dest, uint64(match), s, sync != 0)
+	// The first try calls mx directly: a call through send, on the way
+	// to the ring, cost a frame and the arguments' copies.
+	var r *mx.Request
+	if sync == 0 {
+		r, err = e.ep.ISend(segs, dest, uint64(match), s)
+	} else {
+		r, err = e.ep.ISSend(segs, dest, uint64(match), s)
+	}
 	if err != nil && errors.Is(err, mx.ErrBadEndpoint) && dest == e.ep.Addr() {
 		// A send to the endpoint's own address, which MX allows
 		// without a connect: connect to itself once, then send.
@@ -176,9 +183,17 @@ func gomx_wait(h C.uintptr_t, req *C.uintptr_t, timeout C.uint32_t, dst *C.mx_st
 	if s == nil {
 		return badRequest(errbuf, uintptr(ptrOr0(req)))
 	}
-	ctx, cancel := waitCtx(timeout)
-	st, err := s.r.Wait(ctx)
-	cancel()
+	// A wait without a timeout, the common one, makes no context and
+	// calls no cancel on its way out (the way to the reply's send).
+	var st mx.Status
+	var err error
+	if timeout == 0 {
+		st, err = s.r.Wait(context.Background())
+	} else {
+		ctx, cancel := waitCtx(timeout)
+		st, err = s.r.Wait(ctx)
+		cancel()
+	}
 	if slotOfStatus(&st) == nil {
 		return waitEnded(err, result, errbuf)
 	}
