@@ -43,6 +43,20 @@ type IXGBEOptions struct {
 	// its thread: on a loaded machine the figure then leaves out the time
 	// the thread waited for a CPU.
 	ThreadCPUTime bool
+	// AsyncDMA gives each NIC a DMA engine of its own, as a NIC has: a
+	// TDT write records the tail and returns, and a goroutine of the
+	// NIC's (one per NIC, started by the first tail write with work for
+	// it) fetches the descriptors, reads the frames through the IOMMU,
+	// delivers them onto the cable (so the peer's receive DMA runs there
+	// too) and writes the descriptors back, in the order and with the
+	// checks of the synchronous path. Without it the goroutine that
+	// writes TDT does all of that before the write returns, so every
+	// frame is on the wire (and in a cabled peer's RX ring) when it
+	// does: tests that look for a frame right after sending it want
+	// that; a benchmark of the driver's or mx's own CPU time wants the
+	// engine, whose time is not the driver's. Close and resets stop the
+	// engine and wait for it (ixgbe_dma.go).
+	AsyncDMA bool
 }
 
 // DefaultIXGBEOptions returns two cabled NICs.
@@ -105,7 +119,8 @@ func DefaultIXGBEOptions() IXGBEOptions {
 //
 // Ports are joined by a cable (Cable), or through Port to ports of any
 // other platform (the package's Cable, Hub, Connect), an 82574L model's
-// included; a frame is delivered synchronously on the TDT write. A frame
+// included. A frame is delivered synchronously on the TDT write, or by
+// the NIC's own DMA engine after it with IXGBEOptions.AsyncDMA. A frame
 // corrupted on the wire is counted in CRCERRS and dropped.
 type IXGBE struct {
 	nicPlatform[*ixgbeNIC]
@@ -129,9 +144,10 @@ type IXGBEStats struct {
 	// TailWrites counts RDT and TDT writes.
 	TailWrites uint64
 	// ModelTime is the time spent in the model's register accesses (which
-	// includes the transmission and reception a TDT or RDT write causes):
-	// the model's share of a run on the same cores as the driver. Wall
-	// time, or thread CPU time with IXGBEOptions.ThreadCPUTime.
+	// includes the transmission and reception a TDT or RDT write causes)
+	// and, with IXGBEOptions.AsyncDMA, in its DMA engine's passes: the
+	// model's share of a run on the same cores as the driver. Wall time,
+	// or thread CPU time with IXGBEOptions.ThreadCPUTime.
 	ModelTime time.Duration
 	// Violations counts programming errors (see IXGBE); LastViolation
 	// describes the latest.
@@ -166,7 +182,7 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initIXGBEConfig(f)
-		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, regs: make([]uint32, hw.BAR0Size/4)}
+		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
 		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
 		n.powerOn()
 		p.add(f, n)
@@ -248,6 +264,11 @@ func (p *IXGBE) ResetAccesses(i int) {
 type ixgbeNIC struct {
 	nicCore
 	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
+	async   bool // IXGBEOptions.AsyncDMA
+
+	// Under txMu: the transmit walk's IOMMU hint (the receive path,
+	// under mu, has nicCore's).
+	txHint int
 
 	// Under mu.
 	regs    []uint32
@@ -259,6 +280,8 @@ type ixgbeNIC struct {
 	fdirMis uint32
 	vecMask uint64 // EIMS: vectors enabled
 	vecCaus uint64 // EICR: vector causes pending
+
+	dma *dmaEngine // the running DMA engine (AsyncDMA), or nil
 
 	nTail   atomic.Uint64
 	modelNS atomic.Int64
