@@ -129,7 +129,9 @@ type IXGBE struct {
 // IXGBEStats counts what one emulated 82599 saw and did.
 type IXGBEStats struct {
 	// TxFrames and RxFrames are frames sent to the wire and written into
-	// RX rings.
+	// RX rings. A frame is counted sent once the wire (or the loopback)
+	// took it: when a cabled peer's TxFrames reached k, the first k frames
+	// are in this NIC's ring, held, or counted dropped.
 	TxFrames, RxFrames uint64
 	// RxDropped counts frames that reached the NIC but were not received
 	// (RX off, link down, no room, filtered to a drop, bad size or FCS).

@@ -144,6 +144,9 @@ func (n *ixgbeNIC) txQueue(q int) {
 		case lu:
 			toWire(n, fr)
 		}
+		// Counted once handed on, so a TxFrames that reached k says
+		// the first k frames are in the peer's hands.
+		n.nTx.Add(1)
 		n.spare = append(n.spare, fr)
 	}
 	n.out = n.out[:0]
@@ -254,7 +257,6 @@ func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap,
 	if popts := first.Olinfo & (hw.TxPoptsIXSM | hw.TxPoptsTXSM); popts != 0 {
 		n.txChecksum(fr, q, first.Olinfo, popts)
 	}
-	n.nTx.Add(1)
 	t.frames++
 	t.octets += uint64(len(fr) + 4)
 	if fr[0]&1 != 0 {
