@@ -95,12 +95,6 @@ func waitSent(t testing.TB, p *emulated.IXGBE, i int, count uint64) {
 	}
 }
 
-// onePort is m for a platform of one NIC, uncabled.
-func onePort(m emulated.IXGBEOptions) emulated.IXGBEOptions {
-	m.Ports, m.Cabled = 1, false
-	return m
-}
-
 // pairRig opens the driver on two cabled emulated 82599s made with m.
 func pairRig(m emulated.IXGBEOptions) func(t *testing.T, c nictest.Config) *nictest.Rig {
 	return func(t *testing.T, c nictest.Config) *nictest.Rig { return pairRigOn(t, m, c) }
