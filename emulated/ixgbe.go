@@ -47,9 +47,11 @@ type IXGBEOptions struct {
 	// TDT write records the tail and returns, and a goroutine of the
 	// NIC's (one per NIC, started by the first tail write with work for
 	// it) fetches the descriptors, reads the frames through the IOMMU,
-	// delivers them onto the cable (so the peer's receive DMA runs there
-	// too) and writes the descriptors back, in the order and with the
-	// checks of the synchronous path. Without it the goroutine that
+	// puts them on the cable and writes the descriptors back, in the
+	// order and with the checks of the synchronous path; it also takes
+	// the frames that came off the wire into the NIC's packet buffer
+	// through the receive path (the RX ring writes, their write-backs
+	// and interrupts), so each NIC writes its own host's memory. Without it the goroutine that
 	// writes TDT does all of that before the write returns, so every
 	// frame is on the wire (and in a cabled peer's RX ring) when it
 	// does: tests that look for a frame right after sending it want
@@ -131,7 +133,8 @@ type IXGBEStats struct {
 	// TxFrames and RxFrames are frames sent to the wire and written into
 	// RX rings. A frame is counted sent once the wire (or the loopback)
 	// took it: when a cabled peer's TxFrames reached k, the first k frames
-	// are in this NIC's ring, held, or counted dropped.
+	// are in this NIC's ring, held, counted dropped or (AsyncDMA) counted
+	// in RxQueued.
 	TxFrames, RxFrames uint64
 	// RxDropped counts frames that reached the NIC but were not received
 	// (RX off, link down, no room, filtered to a drop, bad size or FCS).
@@ -141,6 +144,11 @@ type IXGBEStats struct {
 	// Pending is the number of frames in the packet buffer waiting for RX
 	// descriptors now.
 	Pending int
+	// RxQueued is the number of frames off the wire waiting for the
+	// NIC's DMA engine (IXGBEOptions.AsyncDMA) now, or being received
+	// by it: zero, once the sender's TxFrames counted a frame, says the
+	// frame was received (written, held or dropped).
+	RxQueued int
 	// Interrupts counts MSI-X messages delivered.
 	Interrupts uint64
 	// TailWrites counts RDT and TDT writes.
@@ -241,6 +249,7 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 	n.mu.Lock()
 	s.Pending = n.hold.len()
 	n.mu.Unlock()
+	s.RxQueued = int(n.in.queued.Load())
 	return s
 }
 
@@ -284,6 +293,8 @@ type ixgbeNIC struct {
 	vecCaus uint64 // EICR: vector causes pending
 
 	dma *dmaEngine // the running DMA engine (AsyncDMA), or nil
+
+	in wireIn // frames off the wire waiting for the engine (AsyncDMA)
 
 	nTail   atomic.Uint64
 	modelNS atomic.Int64

@@ -3,6 +3,7 @@ package emulated
 import (
 	"math/bits"
 	"runtime"
+	"sync"
 	"sync/atomic"
 )
 
@@ -23,6 +24,19 @@ import (
 // differs is only which goroutine runs them and when: the driver learns
 // that a frame went out from the write-back, as from a NIC.
 //
+// The engine is also the NIC's receive DMA. A frame coming off the wire
+// is copied into the NIC's packet buffer (wireIn, as the MAC stores it),
+// and the engine, woken as for a tail, takes it through the receive path
+// the synchronous mode runs on the sender's goroutine: the address filter,
+// the steering, the RX ring writes (header buffer, packet buffer or the
+// caller's placement), the write-back and the interrupt. So each NIC
+// writes its own host's memory on its own engine, as two NICs on a cable
+// do: the sender's engine reads the sender's memory, the receiver's
+// writes the receiver's, and a frame crosses on neither driver's
+// goroutine. The packet buffer holds up to IXGBEOptions.Pending frames
+// waiting for the engine (beyond it a frame is missed: MPC) besides those
+// waiting for descriptors (rxHold).
+//
 // # One engine per NIC
 //
 // The engine is one goroutine per NIC, not one per TX queue. The walk of
@@ -34,27 +48,26 @@ import (
 // order, as synchronously; across queues the engine serves the marked
 // queues lowest first on each pass, where the synchronous path follows the
 // order of the tail writes (the 82599 arbitrates round robin: no order
-// across queues is promised either way). The engine also carries each
-// frame onto the cable, so the peer's receive DMA (its RX ring writes)
-// runs on this NIC's engine, as it runs on the writer of TDT without it:
-// a frame travels from one NIC's memory into the other's on neither
-// driver's goroutine.
+// across queues is promised either way). Frames off the wire are received
+// in the order they came.
 //
 // # Waking, stopping
 //
 // The engine sleeps on a channel of one slot (kick), never polls: a tail
 // write that finds the slot full has its queue's bit in pending already
 // seen by the pass to come. It is started by the first tail write that
-// has work for it and stopped, and waited for, by Close, a function-level
+// has work for it, or the first frame off the wire, and stopped, and waited for, by Close, a function-level
 // reset and CTRL.RST (stopEngine): the pass in flight ends first (it holds
 // txMu, which those take), then the goroutine returns, and a queue marked
 // but not yet served is forgotten, its descriptors unread, as a reset
-// aborts a NIC's DMA. A reset's next tail write starts a new engine; after
-// Close none starts, so no DMA happens after Close returns.
+// aborts a NIC's DMA; so are the frames in the packet buffer. A reset's
+// next tail write or frame starts a new engine; after Close none starts,
+// so no DMA happens after Close returns.
 
 // dmaEngine is a NIC's transmit DMA goroutine.
 type dmaEngine struct {
 	pending atomic.Uint64 // TX queues whose tail moved, bit q for queue q
+	rx      atomic.Bool   // frames wait in the packet buffer (wireIn)
 	wake    chan struct{} // one slot: a pass is due
 	stop    chan struct{} // closed by stopEngine
 	done    chan struct{} // closed when the goroutine returns
@@ -81,6 +94,103 @@ func (e *dmaEngine) kick(q int) {
 	}
 }
 
+// kickRx wakes the engine for frames in the packet buffer.
+func (e *dmaEngine) kickRx() {
+	e.rx.Store(true)
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wireIn is an 82599's packet buffer of frames off the wire waiting for
+// its engine (AsyncDMA). Its own lock, never held with another: the
+// sender's engine appends under it, this NIC's engine swaps the frames
+// out under it.
+type wireIn struct {
+	mu     sync.Mutex
+	frames []wireFrame
+	spare  []wireFrame  // the engine's batch, emptied, to swap back in
+	free   [][]byte     // frame buffers to reuse
+	queued atomic.Int64 // frames in frames or in the engine's batch
+}
+
+type wireFrame struct {
+	b      []byte
+	badFCS bool
+}
+
+// fromWire implements wireEnd: synchronously the frame goes through the
+// receive path at once; with AsyncDMA it waits in the packet buffer for
+// the engine.
+func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
+	if !n.async {
+		n.nicCore.fromWire(fr, badFCS)
+		return
+	}
+	w := &n.in
+	w.mu.Lock()
+	if len(w.frames) >= n.hold.max {
+		w.mu.Unlock()
+		n.mu.Lock()
+		n.missedLocked()
+		n.mu.Unlock()
+		n.nDrop.Add(1)
+		return
+	}
+	var b []byte
+	if k := len(w.free); k > 0 {
+		b = w.free[k-1]
+		w.free = w.free[:k-1]
+	}
+	w.frames = append(w.frames, wireFrame{b: append(b[:0], fr...), badFCS: badFCS})
+	w.queued.Add(1)
+	w.mu.Unlock()
+	n.mu.Lock()
+	var e *dmaEngine
+	if !n.closed {
+		e = n.engineLocked()
+	}
+	n.mu.Unlock()
+	if e != nil {
+		e.kickRx()
+	}
+}
+
+// receiveWire takes the frames in the packet buffer through the receive
+// path. On the engine.
+func (n *ixgbeNIC) receiveWire() {
+	w := &n.in
+	w.mu.Lock()
+	batch := w.frames
+	w.frames = w.spare
+	w.spare = nil
+	w.mu.Unlock()
+	for _, f := range batch {
+		n.nicCore.fromWire(f.b, f.badFCS)
+	}
+	w.mu.Lock()
+	for i := range batch {
+		w.free = append(w.free, batch[i].b)
+		batch[i].b = nil
+	}
+	w.spare = batch[:0]
+	w.queued.Add(-int64(len(batch)))
+	w.mu.Unlock()
+}
+
+// dropWire empties the packet buffer (reset, Close).
+func (n *ixgbeNIC) dropWire() {
+	w := &n.in
+	w.mu.Lock()
+	for _, f := range w.frames {
+		w.free = append(w.free, f.b)
+	}
+	w.queued.Add(-int64(len(w.frames)))
+	w.frames = w.frames[:0]
+	w.mu.Unlock()
+}
+
 // runEngine is the engine's goroutine: it waits for a kick, then serves
 // every marked queue, until stopped.
 func (n *ixgbeNIC) runEngine(e *dmaEngine) {
@@ -99,18 +209,27 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 		// Each pass takes the queues marked since the last; a tail
 		// write during the pass marks its queue again and fills the
 		// wake slot, so the loop ends when the driver stops writing.
-		for p := e.pending.Swap(0); p != 0; p = e.pending.Swap(0) {
+		for {
+			p, rx := e.pending.Swap(0), e.rx.Swap(false)
+			if p == 0 && !rx {
+				break
+			}
 			select {
 			case <-e.stop:
 				return
 			default:
 			}
 			t0 := n.clockNS()
-			n.txMu.Lock()
-			for ; p != 0; p &= p - 1 {
-				n.txQueue(bits.TrailingZeros64(p))
+			if rx {
+				n.receiveWire()
 			}
-			n.txMu.Unlock()
+			if p != 0 {
+				n.txMu.Lock()
+				for ; p != 0; p &= p - 1 {
+					n.txQueue(bits.TrailingZeros64(p))
+				}
+				n.txMu.Unlock()
+			}
 			n.modelNS.Add(n.clockNS() - t0)
 		}
 	}
@@ -128,6 +247,7 @@ func (n *ixgbeNIC) stopEngine() {
 		close(e.stop)
 		<-e.done
 	}
+	n.dropWire()
 }
 
 // flr implements model: the engine stops before the reset.

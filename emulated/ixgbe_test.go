@@ -39,14 +39,22 @@ func ixgbeDMAModes(t *testing.T, test func(t *testing.T, m emulated.IXGBEOptions
 	}
 }
 
-// waitIXGBESent waits, at most 10 s, until port i of p has put count
-// frames on the wire since it was made (with AsyncDMA the NIC's engine
-// sends after TxBatch returns).
+// waitIXGBESent waits, at most 10 s, until port i of p has put count frames on
+// the wire since it was made and every port has received what came to it
+// (RxQueued 0): with AsyncDMA the NICs' engines send after TxBatch returns
+// and receive after that.
 func waitIXGBESent(t *testing.T, p *emulated.IXGBE, i int, count uint64) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); p.Stats(i).TxFrames < count; runtime.Gosched() {
+	queued := func() (n int) {
+		for j := range p.Functions() {
+			n += p.Stats(j).RxQueued
+		}
+		return n
+	}
+	done := func() bool { return p.Stats(i).TxFrames >= count && queued() == 0 }
+	for deadline := time.Now().Add(10 * time.Second); !done(); runtime.Gosched() {
 		if time.Now().After(deadline) {
-			t.Fatalf("model 82599 %d sent %d frames in 10 s, want %d", i, p.Stats(i).TxFrames, count)
+			t.Fatalf("model 82599 %d sent %d frames in 10 s (want %d), %d frames wait for an engine", i, p.Stats(i).TxFrames, count, queued())
 		}
 	}
 }
