@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
@@ -196,5 +197,33 @@ func TestIXGBEDMAEngineStops(t *testing.T) {
 	}
 	if st := q.p.Stats(0); st.Violations != 1 || !strings.Contains(st.LastViolation, "not enabled") {
 		t.Errorf("%d violations, the last %q; want the one of the tail write after CTRL.RST", st.Violations, st.LastViolation)
+	}
+}
+
+// With AsyncDMA the receiving NIC's own engine writes a frame off the wire
+// into its ring: sending from one NIC of a cabled pair starts both
+// engines, every frame arrives, nothing waits in a packet buffer once the
+// sender counted it sent, and Close stops both engines.
+func TestIXGBEReceiveOnOwnEngine(t *testing.T) {
+	base := engines()
+	m := emulated.DefaultIXGBEOptions()
+	m.AsyncDMA = true
+	p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+	sendFrames(t, n[0], n[1], 10)
+	waitIXGBESent(t, p, 0, 10)
+	if got := received(t, n[1]); got != 10 {
+		t.Errorf("%d of 10 frames arrived", got)
+	}
+	if e := engines() - base; e != 2 {
+		t.Errorf("%d DMA engines run, want 2 (the sender's, the receiver's)", e)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitEngines(t, base, "Close")
+	for i := range 2 {
+		if s := p.Stats(i); s.Violations != 0 || s.RxQueued != 0 {
+			t.Errorf("NIC %d: %d violations (the last %q), %d frames left queued", i, s.Violations, s.LastViolation, s.RxQueued)
+		}
 	}
 }
