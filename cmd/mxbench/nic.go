@@ -35,14 +35,14 @@ type nicFlags struct {
 	place bool
 	// syncDMA is --nic-sync-dma: the emulated 82599s do their DMA on
 	// the goroutine that writes the transmit tail instead of on DMA
-	// engines of their own.
+	// engines of their own (emulated.IXGBEOptions.AsyncDMA).
 	syncDMA bool
 }
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
-	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the model do each NIC's transmit DMA (reading the sender's memory, writing the receiver's) on the goroutine that writes the transmit tail, before the write returns, as the model's tests do; by default each emulated NIC does it on a DMA engine goroutine of its own, as a NIC does beside the CPU (docs/zero-copy.md)")
+	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the goroutine that writes a NIC's transmit tail do that NIC's transmit DMA and the peer's receive DMA (reading the sender's memory, writing the receiver's) before the write returns, as the model's tests do; by default each emulated NIC does its own transmit and receive DMA on an engine goroutine of its own, as a NIC does beside the CPU, and the run gets one more GOMAXPROCS per NIC for them (docs/zero-copy.md)")
 	fs.BoolVar(&n.place, "nic-place", false, "nic: open the NICs (82599s: header split; 82574Ls: packet split) with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
 }
 
