@@ -43,6 +43,22 @@ type IXGBEOptions struct {
 	// its thread: on a loaded machine the figure then leaves out the time
 	// the thread waited for a CPU.
 	ThreadCPUTime bool
+	// AsyncDMA gives each NIC a DMA engine of its own, as a NIC has: a
+	// TDT write records the tail and returns, and a goroutine of the
+	// NIC's (one per NIC, started by the first tail write with work for
+	// it) fetches the descriptors, reads the frames through the IOMMU,
+	// puts them on the cable and writes the descriptors back, in the
+	// order and with the checks of the synchronous path; it also takes
+	// the frames that came off the wire into the NIC's packet buffer
+	// through the receive path (the RX ring writes, their write-backs
+	// and interrupts), so each NIC writes its own host's memory. Without it the goroutine that
+	// writes TDT does all of that before the write returns, so every
+	// frame is on the wire (and in a cabled peer's RX ring) when it
+	// does: tests that look for a frame right after sending it want
+	// that; a benchmark of the driver's or mx's own CPU time wants the
+	// engine, whose time is not the driver's. Close and resets stop the
+	// engine and wait for it (ixgbe_dma.go).
+	AsyncDMA bool
 }
 
 // DefaultIXGBEOptions returns two cabled NICs.
@@ -105,7 +121,8 @@ func DefaultIXGBEOptions() IXGBEOptions {
 //
 // Ports are joined by a cable (Cable), or through Port to ports of any
 // other platform (the package's Cable, Hub, Connect), an 82574L model's
-// included; a frame is delivered synchronously on the TDT write. A frame
+// included. A frame is delivered synchronously on the TDT write, or by
+// the NIC's own DMA engine after it with IXGBEOptions.AsyncDMA. A frame
 // corrupted on the wire is counted in CRCERRS and dropped.
 type IXGBE struct {
 	nicPlatform[*ixgbeNIC]
@@ -114,7 +131,10 @@ type IXGBE struct {
 // IXGBEStats counts what one emulated 82599 saw and did.
 type IXGBEStats struct {
 	// TxFrames and RxFrames are frames sent to the wire and written into
-	// RX rings.
+	// RX rings. A frame is counted sent once the wire (or the loopback)
+	// took it: when a cabled peer's TxFrames reached k, the first k frames
+	// are in this NIC's ring, held, counted dropped or (AsyncDMA) counted
+	// in RxQueued.
 	TxFrames, RxFrames uint64
 	// RxDropped counts frames that reached the NIC but were not received
 	// (RX off, link down, no room, filtered to a drop, bad size or FCS).
@@ -124,14 +144,20 @@ type IXGBEStats struct {
 	// Pending is the number of frames in the packet buffer waiting for RX
 	// descriptors now.
 	Pending int
+	// RxQueued is the number of frames off the wire waiting for the
+	// NIC's DMA engine (IXGBEOptions.AsyncDMA) now, or being received
+	// by it: zero, once the sender's TxFrames counted a frame, says the
+	// frame was received (written, held or dropped).
+	RxQueued int
 	// Interrupts counts MSI-X messages delivered.
 	Interrupts uint64
 	// TailWrites counts RDT and TDT writes.
 	TailWrites uint64
 	// ModelTime is the time spent in the model's register accesses (which
-	// includes the transmission and reception a TDT or RDT write causes):
-	// the model's share of a run on the same cores as the driver. Wall
-	// time, or thread CPU time with IXGBEOptions.ThreadCPUTime.
+	// includes the transmission and reception a TDT or RDT write causes)
+	// and, with IXGBEOptions.AsyncDMA, in its DMA engine's passes: the
+	// model's share of a run on the same cores as the driver. Wall time,
+	// or thread CPU time with IXGBEOptions.ThreadCPUTime.
 	ModelTime time.Duration
 	// Violations counts programming errors (see IXGBE); LastViolation
 	// describes the latest.
@@ -166,7 +192,7 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 		}
 		f.bar = &bar{f: f, size: hw.BAR0Size}
 		initIXGBEConfig(f)
-		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, regs: make([]uint32, hw.BAR0Size/4)}
+		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
 		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
 		n.powerOn()
 		p.add(f, n)
@@ -223,6 +249,7 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 	n.mu.Lock()
 	s.Pending = n.hold.len()
 	n.mu.Unlock()
+	s.RxQueued = int(n.in.queued.Load())
 	return s
 }
 
@@ -248,6 +275,11 @@ func (p *IXGBE) ResetAccesses(i int) {
 type ixgbeNIC struct {
 	nicCore
 	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
+	async   bool // IXGBEOptions.AsyncDMA
+
+	// Under txMu: the transmit walk's IOMMU hint (the receive path,
+	// under mu, has nicCore's).
+	txHint int
 
 	// Under mu.
 	regs    []uint32
@@ -259,6 +291,10 @@ type ixgbeNIC struct {
 	fdirMis uint32
 	vecMask uint64 // EIMS: vectors enabled
 	vecCaus uint64 // EICR: vector causes pending
+
+	dma *dmaEngine // the running DMA engine (AsyncDMA), or nil
+
+	in wireIn // frames off the wire waiting for the engine (AsyncDMA)
 
 	nTail   atomic.Uint64
 	modelNS atomic.Int64

@@ -185,6 +185,13 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 		n.transmit(q, v)
 		return
 	}
+	if off == hw.CTRL && v&hw.CtrlRst != 0 {
+		// A software reset stops the DMA engine and waits out a
+		// transmission in flight: powerOn runs under txMu and mu.
+		n.stopEngine()
+		n.txMu.Lock()
+		defer n.txMu.Unlock()
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.acc.count(&n.acc.writes, off)

@@ -1,6 +1,7 @@
 package emulated_test
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,50 @@ import (
 // ixgbePair is two emulated 82599s brought up by the driver.
 func ixgbePair(t *testing.T, o ixgbe.Options) (*emulated.IXGBE, [2]*ixgbe.NIC) {
 	t.Helper()
-	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+	return ixgbePairOn(t, emulated.DefaultIXGBEOptions(), o)
+}
+
+// ixgbeDMAModes runs test over the 82599 model with its transmit DMA on
+// the writer of TDT ("sync") and on the NIC's DMA engine ("async",
+// IXGBEOptions.AsyncDMA); m is DefaultIXGBEOptions in that mode.
+func ixgbeDMAModes(t *testing.T, test func(t *testing.T, m emulated.IXGBEOptions)) {
+	for _, async := range []bool{false, true} {
+		name := "sync"
+		if async {
+			name = "async"
+		}
+		t.Run(name, func(t *testing.T) {
+			m := emulated.DefaultIXGBEOptions()
+			m.AsyncDMA = async
+			test(t, m)
+		})
+	}
+}
+
+// waitIXGBESent waits, at most 10 s, until port i of p has put count frames on
+// the wire since it was made and every port has received what came to it
+// (RxQueued 0): with AsyncDMA the NICs' engines send after TxBatch returns
+// and receive after that.
+func waitIXGBESent(t *testing.T, p *emulated.IXGBE, i int, count uint64) {
+	t.Helper()
+	queued := func() (n int) {
+		for j := range p.Functions() {
+			n += p.Stats(j).RxQueued
+		}
+		return n
+	}
+	done := func() bool { return p.Stats(i).TxFrames >= count && queued() == 0 }
+	for deadline := time.Now().Add(10 * time.Second); !done(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("model 82599 %d sent %d frames in 10 s (want %d), %d frames wait for an engine", i, p.Stats(i).TxFrames, count, queued())
+		}
+	}
+}
+
+// ixgbePairOn is two emulated 82599s made with m brought up by the driver.
+func ixgbePairOn(t *testing.T, m emulated.IXGBEOptions, o ixgbe.Options) (*emulated.IXGBE, [2]*ixgbe.NIC) {
+	t.Helper()
+	p, err := emulated.NewIXGBE(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,127 +206,136 @@ func TestIXGBEStrictness(t *testing.T) {
 // Statistics registers clear on read; 64-bit ones when the high half is
 // read.
 func TestIXGBEStatsClearOnRead(t *testing.T) {
-	p, n := ixgbePair(t, ixgbe.DefaultOptions())
-	sendFrames(t, n[0], n[1], 10)
-	if got := received(t, n[1]); got != 10 {
-		t.Fatalf("%d of 10 frames arrived", got)
-	}
-	regs, _ := p.Functions()[1].BAR(0)
-	if v := regs.Read32(hw.GPRC); v != 10 {
-		t.Errorf("GPRC %d, want 10", v)
-	}
-	if v := regs.Read32(hw.GPRC); v != 0 {
-		t.Errorf("GPRC %d on a second read, want 0", v)
-	}
-	lo := regs.Read32(hw.GORCL)
-	regs.Read32(hw.GORCH)
-	if lo != 10*104 || regs.Read32(hw.GORCL) != 0 {
-		t.Errorf("GORCL %d (want %d), then not cleared by reading GORCH", lo, 10*104)
-	}
-	if s := p.Stats(1); s.Violations != 0 {
-		t.Error(s.LastViolation)
-	}
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+		sendFrames(t, n[0], n[1], 10)
+		waitIXGBESent(t, p, 0, 10)
+		if got := received(t, n[1]); got != 10 {
+			t.Fatalf("%d of 10 frames arrived", got)
+		}
+		regs, _ := p.Functions()[1].BAR(0)
+		if v := regs.Read32(hw.GPRC); v != 10 {
+			t.Errorf("GPRC %d, want 10", v)
+		}
+		if v := regs.Read32(hw.GPRC); v != 0 {
+			t.Errorf("GPRC %d on a second read, want 0", v)
+		}
+		lo := regs.Read32(hw.GORCL)
+		regs.Read32(hw.GORCH)
+		if lo != 10*104 || regs.Read32(hw.GORCL) != 0 {
+			t.Errorf("GORCL %d (want %d), then not cleared by reading GORCH", lo, 10*104)
+		}
+		if s := p.Stats(1); s.Violations != 0 {
+			t.Error(s.LastViolation)
+		}
+	})
 }
 
 // The wire's fault model: a corrupted frame reaches the receiving model
 // with a bad FCS, which it counts (CRCERRS, the driver's RxErrors) and
 // drops; lost frames never arrive. The same seed gives the same pattern.
 func TestWireFaults(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		o    fault.Options
-	}{
-		{"corrupt", fault.Options{Corrupt: 1, Seed: 1}},
-		{"loss", fault.Options{Loss: 0.3, Seed: 7}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			p, n := ixgbePair(t, ixgbe.DefaultOptions())
-			if err := emulated.Connect(emulated.CableOptions{Faults: c.o}, p.Port(0), p.Port(1)); err != nil {
-				t.Fatal(err)
-			}
-			for i := range n {
-				if _, err := n[i].WaitLink(true, 5*time.Second); err != nil {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		for _, c := range []struct {
+			name string
+			o    fault.Options
+		}{
+			{"corrupt", fault.Options{Corrupt: 1, Seed: 1}},
+			{"loss", fault.Options{Loss: 0.3, Seed: 7}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+				if err := emulated.Connect(emulated.CableOptions{Faults: c.o}, p.Port(0), p.Port(1)); err != nil {
 					t.Fatal(err)
 				}
-			}
-			const frames = 200
-			sendFrames(t, n[0], n[1], frames)
-			got := received(t, n[1])
-			wf := p.WireFaults(0)
-			st, _ := n[1].Stats()
-			switch c.name {
-			case "corrupt":
-				if got != 0 || p.Stats(1).RxBadFCS != frames || st.RxErrors != frames {
-					t.Errorf("%d frames corrupted on the wire: %d received, %d bad FCS in the model, %d errors in the driver's stats", frames, got, p.Stats(1).RxBadFCS, st.RxErrors)
+				for i := range n {
+					if _, err := n[i].WaitLink(true, 5*time.Second); err != nil {
+						t.Fatal(err)
+					}
 				}
-			case "loss":
-				if wf.Dropped == 0 || uint64(got) != frames-wf.Dropped {
-					t.Errorf("%d frames, %d lost on the wire, %d received", frames, wf.Dropped, got)
+				const frames = 200
+				sendFrames(t, n[0], n[1], frames)
+				waitIXGBESent(t, p, 0, frames)
+				got := received(t, n[1])
+				wf := p.WireFaults(0)
+				st, _ := n[1].Stats()
+				switch c.name {
+				case "corrupt":
+					if got != 0 || p.Stats(1).RxBadFCS != frames || st.RxErrors != frames {
+						t.Errorf("%d frames corrupted on the wire: %d received, %d bad FCS in the model, %d errors in the driver's stats", frames, got, p.Stats(1).RxBadFCS, st.RxErrors)
+					}
+				case "loss":
+					if wf.Dropped == 0 || uint64(got) != frames-wf.Dropped {
+						t.Errorf("%d frames, %d lost on the wire, %d received", frames, wf.Dropped, got)
+					}
 				}
-			}
-			if s := p.Stats(1); s.Violations != 0 {
-				t.Error(s.LastViolation)
-			}
-		})
-	}
+				if s := p.Stats(1); s.Violations != 0 {
+					t.Error(s.LastViolation)
+				}
+			})
+		}
+	})
 }
 
 // A faulty cable between an 82599 and an 82574L: the 82574L model too
 // counts the corrupted frames in CRCERRS (the e1000e driver's RxErrors) and
 // drops them.
 func TestWireFaultsAcrossModels(t *testing.T) {
-	px, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	pe, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pe.Close()
-	if err := emulated.Connect(emulated.CableOptions{Faults: fault.Options{Corrupt: 0.5, Seed: 3}}, px.Port(0), pe.Port(0)); err != nil {
-		t.Fatal(err)
-	}
-	a, err := ixgbe.Open(px.Functions()[0], ixgbe.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := e1000e.Open(pe.Functions()[0], e1000e.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	const frames = 100
-	for i := 0; i < frames; i++ {
-		buf, _ := a.Pool(0).Get()
-		nictest.Frame(buf.SetLen(2048), b.MAC(), a.MAC(), uint64(i), 100)
-		buf.SetLen(100)
-		for k := 0; k == 0; {
-			if k, err = a.TxBatch(0, []*nicdrv.Buffer{buf}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	rx := make([]*nicdrv.Buffer, 64)
-	got := 0
-	for {
-		k, err := b.RxBatch(0, rx)
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		px, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1, AsyncDMA: m.AsyncDMA})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k == 0 {
-			break
+		defer px.Close()
+		pe, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
+		if err != nil {
+			t.Fatal(err)
 		}
-		got += k
-		_ = b.Pool(0).Free(rx[:k]...)
-	}
-	st, _ := b.Stats()
-	corrupted := px.WireFaults(0).Corrupted
-	if corrupted == 0 || uint64(got)+corrupted != frames || st.RxErrors != corrupted {
-		t.Errorf("%d frames, %d corrupted on the wire: %d received, %d errors counted by the 82574L", frames, corrupted, got, st.RxErrors)
-	}
+		defer pe.Close()
+		if err := emulated.Connect(emulated.CableOptions{Faults: fault.Options{Corrupt: 0.5, Seed: 3}}, px.Port(0), pe.Port(0)); err != nil {
+			t.Fatal(err)
+		}
+		a, err := ixgbe.Open(px.Functions()[0], ixgbe.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		b, err := e1000e.Open(pe.Functions()[0], e1000e.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		const frames = 100
+		for i := 0; i < frames; i++ {
+			buf, _ := a.Pool(0).Get()
+			nictest.Frame(buf.SetLen(2048), b.MAC(), a.MAC(), uint64(i), 100)
+			buf.SetLen(100)
+			for k := 0; k == 0; {
+				if k, err = a.TxBatch(0, []*nicdrv.Buffer{buf}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		waitIXGBESent(t, px, 0, frames)
+		rx := make([]*nicdrv.Buffer, 64)
+		got := 0
+		for {
+			k, err := b.RxBatch(0, rx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == 0 {
+				break
+			}
+			got += k
+			_ = b.Pool(0).Free(rx[:k]...)
+		}
+		st, _ := b.Stats()
+		corrupted := px.WireFaults(0).Corrupted
+		if corrupted == 0 || uint64(got)+corrupted != frames || st.RxErrors != corrupted {
+			t.Errorf("%d frames, %d corrupted on the wire: %d received, %d errors counted by the 82574L", frames, corrupted, got, st.RxErrors)
+		}
+	})
 }
 
 // RSS against Microsoft's verification vectors: with the default key,
@@ -292,51 +345,53 @@ func TestWireFaultsAcrossModels(t *testing.T) {
 // table names for the hash's low 7 bits (the driver fills entry e with
 // queue e mod 16).
 func TestIXGBERSSVectors(t *testing.T) {
-	o := ixgbe.DefaultOptions()
-	o.Queues = 16
-	o.RxRing, o.TxRing = 64, 64
-	_, n := ixgbePair(t, o)
-	a, b := n[0], n[1]
-	for _, c := range []struct {
-		proto byte
-		hash  uint32
-	}{{6, 0x51ccc178}, {17, 0x51ccc178}, {1, 0x323e8fc2}} {
-		buf, err := a.Pool(0).Get()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fr := buf.SetLen(80)
-		clear(fr)
-		dst, src := b.MAC(), a.MAC()
-		copy(fr[0:], dst[:])
-		copy(fr[6:], src[:])
-		fr[12], fr[13] = 0x08, 0x00
-		ip := fr[14:]
-		ip[0], ip[3], ip[8], ip[9] = 0x45, 66, 64, c.proto
-		copy(ip[12:], []byte{66, 9, 149, 187, 161, 142, 100, 80})
-		ip[20], ip[21], ip[22], ip[23] = 2794>>8, 2794&0xFF, 1766>>8, 1766&0xFF
-		if c.proto == 6 {
-			ip[32] = 5 << 4
-		}
-		if k, err := a.TxBatch(0, []*nicdrv.Buffer{buf}); k != 1 || err != nil {
-			t.Fatal(k, err)
-		}
-		want := int(c.hash&127) % 16
-		rx := make([]*nicdrv.Buffer, 1)
-		got := -1
-		for deadline := time.Now().Add(5 * time.Second); got < 0 && time.Now().Before(deadline); {
-			for q := 0; q < 16 && got < 0; q++ {
-				if k, _ := b.RxBatch(q, rx); k == 1 {
-					got = q
-					if rx[0].Flags&nicdrv.FlagHash == 0 || rx[0].Hash != c.hash {
-						t.Errorf("protocol %d: hash %#x (flags %#x), want %#x", c.proto, rx[0].Hash, rx[0].Flags, c.hash)
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		o := ixgbe.DefaultOptions()
+		o.Queues = 16
+		o.RxRing, o.TxRing = 64, 64
+		_, n := ixgbePairOn(t, m, o)
+		a, b := n[0], n[1]
+		for _, c := range []struct {
+			proto byte
+			hash  uint32
+		}{{6, 0x51ccc178}, {17, 0x51ccc178}, {1, 0x323e8fc2}} {
+			buf, err := a.Pool(0).Get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr := buf.SetLen(80)
+			clear(fr)
+			dst, src := b.MAC(), a.MAC()
+			copy(fr[0:], dst[:])
+			copy(fr[6:], src[:])
+			fr[12], fr[13] = 0x08, 0x00
+			ip := fr[14:]
+			ip[0], ip[3], ip[8], ip[9] = 0x45, 66, 64, c.proto
+			copy(ip[12:], []byte{66, 9, 149, 187, 161, 142, 100, 80})
+			ip[20], ip[21], ip[22], ip[23] = 2794>>8, 2794&0xFF, 1766>>8, 1766&0xFF
+			if c.proto == 6 {
+				ip[32] = 5 << 4
+			}
+			if k, err := a.TxBatch(0, []*nicdrv.Buffer{buf}); k != 1 || err != nil {
+				t.Fatal(k, err)
+			}
+			want := int(c.hash&127) % 16
+			rx := make([]*nicdrv.Buffer, 1)
+			got := -1
+			for deadline := time.Now().Add(5 * time.Second); got < 0 && time.Now().Before(deadline); {
+				for q := 0; q < 16 && got < 0; q++ {
+					if k, _ := b.RxBatch(q, rx); k == 1 {
+						got = q
+						if rx[0].Flags&nicdrv.FlagHash == 0 || rx[0].Hash != c.hash {
+							t.Errorf("protocol %d: hash %#x (flags %#x), want %#x", c.proto, rx[0].Hash, rx[0].Flags, c.hash)
+						}
+						_ = b.Pool(0).Free(rx[0])
 					}
-					_ = b.Pool(0).Free(rx[0])
 				}
 			}
+			if got != want {
+				t.Errorf("protocol %d: frame on queue %d, want %d", c.proto, got, want)
+			}
 		}
-		if got != want {
-			t.Errorf("protocol %d: frame on queue %d, want %d", c.proto, got, want)
-		}
-	}
+	})
 }

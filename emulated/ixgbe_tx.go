@@ -7,44 +7,133 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
 
-// The 82599 model's transmit path: a TDT write walks the TX ring, reads
-// the context and data descriptors, gathers each frame from guest memory,
-// inserts the checksums the descriptors ask for, writes the descriptors
-// back and hands the frames to the wire (or back to the receive path when
-// the NIC loops). Registers are in ixgbe_regs.go, receive in ixgbe_rx.go.
+// The 82599 model's transmit path: a TDT write records the tail; the
+// NIC's DMA then walks the TX ring, reads the context and data
+// descriptors, gathers each frame from guest memory, inserts the checksums
+// the descriptors ask for, writes the descriptors back and hands the
+// frames to the wire (or back to the receive path when the NIC loops).
+// Who runs that DMA is the one difference between the model's two modes:
+// the goroutine that wrote TDT, before the write returns, or the NIC's
+// DMA engine (IXGBEOptions.AsyncDMA, ixgbe_dma.go). Both run txQueue, so
+// the descriptors, the write-backs, the counters and the violations are
+// the same. Registers are in ixgbe_regs.go, receive in ixgbe_rx.go.
+//
+// The walk of a ring holds txMu, not mu: it reads the registers it needs
+// under mu first (txSnap), moves the bytes with mu free, so the driver's
+// register accesses (another queue's tail, RDT, statistics) proceed during
+// a long DMA, and takes mu again to move TDH and add what it counted
+// (txTally). Everything the walk touches outside mu (txCtx, the frame
+// buffers, txHint) belongs to txMu.
 
-// transmit is a TDT write: the model sends synchronously, so every frame
-// between TDH and the new TDT is on the wire when the write returns.
+// transmit is a TDT write. Synchronous, every frame between TDH and the
+// new TDT is on the wire when the write returns; with AsyncDMA the write
+// records the tail and wakes the NIC's DMA engine.
 func (n *ixgbeNIC) transmit(q int, tdt uint32) {
+	if n.async {
+		var e *dmaEngine
+		n.mu.Lock()
+		if n.tailWriteLocked(q, tdt) {
+			e = n.engineLocked()
+		}
+		n.mu.Unlock()
+		if e != nil {
+			e.kick(q)
+		}
+		return
+	}
 	n.txMu.Lock()
 	defer n.txMu.Unlock()
 	n.mu.Lock()
+	ok := n.tailWriteLocked(q, tdt)
+	n.mu.Unlock()
+	if ok {
+		n.txQueue(q)
+	}
+}
+
+// tailWriteLocked records a write of tdt to TDT(q) and checks it as the
+// 82599 does when the write arrives. It reports whether the queue has
+// descriptors for the DMA to fetch.
+func (n *ixgbeNIC) tailWriteLocked(q int, tdt uint32) bool {
 	n.acc.count(&n.acc.writes, hw.TDT(q))
 	n.nTail.Add(1)
 	if n.closed {
-		n.mu.Unlock()
-		return
+		return false
 	}
 	n.set(hw.TDT(q), tdt)
 	l := n.reg(hw.TDLEN(q)) / hw.DescSize
 	switch {
 	case tdt >= l && l != 0:
 		n.violation("TDT%d = %d outside a ring of %d descriptors", q, tdt, l)
-		n.mu.Unlock()
-		return
+		return false
 	case !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE):
 		if tdt != n.reg(hw.TDH(q)) {
 			n.violation("TDT%d moved while TX queue %d is not enabled (TXDCTL.ENABLE, DMATXCTL.TE)", q, q)
 		}
-		n.mu.Unlock()
-		return
+		return false
 	case !n.f.busMaster():
 		n.violation("TDT%d written with PCI bus mastering off: the NIC cannot fetch descriptors", q)
+		return false
+	}
+	return true
+}
+
+// txSnap is what a ring walk reads from the registers under mu before it
+// moves bytes without it.
+type txSnap struct {
+	base         uint64
+	l, head, tdt uint32
+	maxFrame     int
+	pad          bool
+}
+
+// txTally is what a ring walk counted, added to the registers and access
+// counts under mu when it ends.
+type txTally struct {
+	fetch, wb      uint64
+	frames, octets uint64
+	bcast, mcast   uint32
+}
+
+// txQueue transmits what TX queue q holds between TDH and TDT, if the
+// queue may still transmit, and delivers the frames. Under txMu.
+func (n *ixgbeNIC) txQueue(q int) {
+	n.mu.Lock()
+	l := n.reg(hw.TDLEN(q)) / hw.DescSize
+	tdt := n.reg(hw.TDT(q))
+	if n.closed || !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE) || !n.f.busMaster() || tdt >= l {
+		// The tail write recorded what was wrong with it; a queue
+		// stopped since fetches nothing more.
 		n.mu.Unlock()
 		return
 	}
+	s := txSnap{
+		base:     uint64(n.reg(hw.TDBAH(q)))<<32 | uint64(n.reg(hw.TDBAL(q))),
+		l:        l,
+		head:     n.reg(hw.TDH(q)),
+		tdt:      tdt,
+		maxFrame: n.maxFrameLocked(),
+		pad:      n.has(hw.HLREG0, hw.Hlreg0TxPadEn),
+	}
+	n.mu.Unlock()
+
 	n.out = n.out[:0]
-	n.txRingLocked(q, l, tdt)
+	var t txTally
+	head := n.txRing(q, &s, &t)
+
+	n.mu.Lock()
+	if n.reg(hw.TDH(q)) == s.head {
+		// Unless the driver stopped the queue and set its head
+		// during the walk, which the next walk then starts from.
+		n.set(hw.TDH(q), head)
+	}
+	n.acc.txFetch += t.fetch
+	n.acc.txWB += t.wb
+	n.count64(hw.GOTCL, t.octets)
+	n.regs[hw.GPTC/4] += uint32(t.frames)
+	n.regs[hw.TPT/4] += uint32(t.frames)
+	n.regs[hw.BPTC/4] += t.bcast
+	n.regs[hw.MPTC/4] += t.mcast
 	loop := n.loopback()
 	lu := n.linkUp()
 	n.mu.Unlock()
@@ -55,6 +144,9 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 		case lu:
 			toWire(n, fr)
 		}
+		// Counted once handed on, so a TxFrames that reached k says
+		// the first k frames are in the peer's hands.
+		n.nTx.Add(1)
 		n.spare = append(n.spare, fr)
 	}
 	n.out = n.out[:0]
@@ -69,28 +161,27 @@ func (n *ixgbeNIC) frameBuf() []byte {
 	return make([]byte, 0, 16384)
 }
 
-// txRingLocked walks TX ring q from TDH to tdt, gathering frames into
-// n.out.
-func (n *ixgbeNIC) txRingLocked(q int, l, tdt uint32) {
+// txRing walks TX ring q from the snapshot's head to its tail, gathering
+// frames into n.out, and returns the new head. Under txMu, not mu.
+func (n *ixgbeNIC) txRing(q int, s *txSnap, t *txTally) uint32 {
 	dom := n.f.dom
-	base := uint64(n.reg(hw.TDBAH(q)))<<32 | uint64(n.reg(hw.TDBAL(q)))
-	head := n.reg(hw.TDH(q))
+	l, head := s.l, s.head
 	if head >= l {
 		n.violation("TDH%d = %d outside a ring of %d descriptors", q, head, l)
-		return
+		return head
 	}
 	frame := n.frameBuf()
 	var first hw.TxDesc
 	inFrame, faulted := false, false
 	dom.rlock()
 	defer dom.runlock()
-	for head != tdt {
-		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.hint)
+	for head != s.tdt {
+		raw, ok := dom.translate(s.base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.txHint)
 		if !ok {
 			n.violation("TX descriptor %d of queue %d at an unmapped IOVA", head, q)
 			break
 		}
-		n.acc.txFetch++
+		t.fetch++
 		d := hw.DecodeTxDesc(raw)
 		switch {
 		case d.CmdType&hw.TxCmdDEXT == 0:
@@ -107,7 +198,7 @@ func (n *ixgbeNIC) txRingLocked(q int, l, tdt uint32) {
 				}
 			}
 			if ln := d.Len(); ln > 0 {
-				buf, ok := dom.translate(d.Addr, ln, false, &n.hint)
+				buf, ok := dom.translate(d.Addr, ln, false, &n.txHint)
 				switch {
 				case !ok:
 					n.violation("TX buffer at IOVA %#x (%d bytes) is not mapped", d.Addr, ln)
@@ -120,7 +211,7 @@ func (n *ixgbeNIC) txRingLocked(q int, l, tdt uint32) {
 				if faulted {
 					frame = frame[:0]
 				} else {
-					n.finishFrameLocked(&frame, q, first)
+					n.finishFrame(&frame, q, first, s, t)
 				}
 				inFrame, faulted = false, false
 			}
@@ -128,20 +219,20 @@ func (n *ixgbeNIC) txRingLocked(q int, l, tdt uint32) {
 		if d.CmdType&hw.TxCmdRS != 0 {
 			dmasync.Publish()
 			store64(raw[8:16], uint64(d.CmdType)|uint64(d.Olinfo|hw.TxStatDD)<<32)
-			n.acc.txWB++
+			t.wb++
 		}
 		head = (head + 1) % l
 	}
-	n.set(hw.TDH(q), head)
 	if inFrame {
 		n.violation("TX queue %d: descriptors up to TDT end without EOP", q)
 	}
 	n.spare = append(n.spare, frame[:0])
+	return head
 }
 
-// finishFrameLocked checks, pads, checksums and counts a complete frame and
-// queues it for the wire.
-func (n *ixgbeNIC) finishFrameLocked(frame *[]byte, q int, first hw.TxDesc) {
+// finishFrame checks, pads, checksums and counts a complete frame and
+// queues it for the wire. Under txMu.
+func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap, t *txTally) {
 	fr := *frame
 	*frame = n.frameBuf()
 	drop := func() { n.spare = append(n.spare, fr[:0]) }
@@ -153,28 +244,26 @@ func (n *ixgbeNIC) finishFrameLocked(frame *[]byte, q int, first hw.TxDesc) {
 		drop()
 		return
 	}
-	if max := n.maxFrameLocked(); len(fr) > max {
-		n.violation("TX frame of %d bytes: longer than %d (HLREG0.JUMBOEN, MAXFRS)", len(fr), max)
+	if len(fr) > s.maxFrame {
+		n.violation("TX frame of %d bytes: longer than %d (HLREG0.JUMBOEN, MAXFRS)", len(fr), s.maxFrame)
 		drop()
 		return
 	}
-	if n.has(hw.HLREG0, hw.Hlreg0TxPadEn) {
+	if s.pad {
 		for len(fr) < hw.MinFrame {
 			fr = append(fr, 0)
 		}
 	}
 	if popts := first.Olinfo & (hw.TxPoptsIXSM | hw.TxPoptsTXSM); popts != 0 {
-		n.txChecksumLocked(fr, q, first.Olinfo, popts)
+		n.txChecksum(fr, q, first.Olinfo, popts)
 	}
-	n.nTx.Add(1)
-	n.count64(hw.GOTCL, uint64(len(fr)+4))
-	n.regs[hw.GPTC/4]++
-	n.regs[hw.TPT/4]++
+	t.frames++
+	t.octets += uint64(len(fr) + 4)
 	if fr[0]&1 != 0 {
 		if isBroadcast(fr) {
-			n.regs[hw.BPTC/4]++
+			t.bcast++
 		} else {
-			n.regs[hw.MPTC/4]++
+			t.mcast++
 		}
 	}
 	n.out = append(n.out, fr)
@@ -193,9 +282,9 @@ func (n *ixgbeNIC) count64(lo int, v uint64) {
 	n.regs[lo/4], n.regs[lo/4+1] = uint32(c), uint32(c>>32)
 }
 
-// txChecksumLocked inserts the IPv4 header and TCP/UDP checksums the
+// txChecksum inserts the IPv4 header and TCP/UDP checksums the
 // context descriptor (IDX of olinfo) describes.
-func (n *ixgbeNIC) txChecksumLocked(fr []byte, q int, olinfo, popts uint32) {
+func (n *ixgbeNIC) txChecksum(fr []byte, q int, olinfo, popts uint32) {
 	c := n.txCtx[q][olinfo>>hw.TxOlinfoIdxShift&1]
 	if c.DTyp() != hw.TxDTypContext {
 		n.violation("TX checksum offload on queue %d without a context descriptor", q)

@@ -118,8 +118,10 @@ type nicHooks interface {
 
 // nicCore is the state both NIC models keep the same way. Register
 // accesses arrive on the driver's goroutines and are serialised by mu;
-// transmission runs on the goroutine that writes TDT, under txMu, and hands
-// frames to the wire after releasing mu, so two cabled NICs transmitting at
+// transmission runs under txMu, on the goroutine that writes TDT (or, for
+// an 82599 with AsyncDMA, on the NIC's DMA engine, which also receives the
+// frames its packet buffer took off the wire), and hands frames to
+// the wire after releasing mu, so two cabled NICs transmitting at
 // each other cannot deadlock (lock order: txMu, then mu or a peer's mu,
 // never two mu at once).
 type nicCore struct {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -32,11 +33,16 @@ type nicFlags struct {
 	queues int
 	// place is --nic-place: the NICs place received payloads.
 	place bool
+	// syncDMA is --nic-sync-dma: the emulated 82599s do their DMA on
+	// the goroutine that writes the transmit tail instead of on DMA
+	// engines of their own (emulated.IXGBEOptions.AsyncDMA).
+	syncDMA bool
 }
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
+	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the goroutine that writes a NIC's transmit tail do that NIC's transmit DMA and the peer's receive DMA (reading the sender's memory, writing the receiver's) before the write returns, as the model's tests do; by default each emulated NIC does its own transmit and receive DMA on an engine goroutine of its own, as a NIC does beside the CPU, and the run gets one more GOMAXPROCS per NIC for them (docs/zero-copy.md)")
 	fs.BoolVar(&n.place, "nic-place", false, "nic: open the NICs (82599s: header split; 82574Ls: packet split) with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
 }
 
@@ -72,10 +78,13 @@ func parsePair[T comparable](flag, val, want, noun string, parse func(string) (T
 
 func (n *nicFlags) validate(cmd, tr, peer string) error {
 	if tr != "nic" {
-		if n.nics != "" || n.interrupts || n.place {
-			return usagef(cmd, "--nic, --nic-interrupts and --nic-place need --transport nic")
+		if n.nics != "" || n.interrupts || n.place || n.syncDMA {
+			return usagef(cmd, "--nic, --nic-interrupts, --nic-place and --nic-sync-dma need --transport nic")
 		}
 		return nil
+	}
+	if n.syncDMA && n.nics != "model-82599" {
+		return usagef(cmd, "--nic-sync-dma chooses how the emulated 82599s do their DMA: it needs --nic model-82599")
 	}
 	if peer != "" {
 		return usagef(cmd, "--transport nic runs both sides in this process on two cabled NICs: drop --peer")
@@ -100,13 +109,31 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 	var release func() error
 	switch {
 	case addrs == nil && n.nics == "model-82599":
-		p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+		o := emulated.DefaultIXGBEOptions()
+		o.AsyncDMA = !n.syncDMA
+		p, err := emulated.NewIXGBE(o)
 		if err != nil {
 			return nil, nil, "", nil, err
 		}
 		devs[0], devs[1] = p.Functions()[0], p.Functions()[1]
 		release = p.Close
-		what = "nic: gomx's ixgbe driver on two emulated 82599s"
+		what = "nic: gomx's ixgbe driver on two emulated 82599s, DMA on the transmit tail's writer"
+		if !n.syncDMA {
+			// A processor for each NIC's DMA engine: busy-polling
+			// boards hold a P each and yield their thread, not their
+			// P (mx's sched_yield), so without one of its own an
+			// engine would wait for the runtime's preemption (10 ms)
+			// between passes. The engines' threads then share the
+			// host's CPUs with the boards', as the OS schedules them.
+			procs := runtime.GOMAXPROCS(0)
+			runtime.GOMAXPROCS(procs + 2)
+			release = func() error {
+				err := p.Close()
+				runtime.GOMAXPROCS(procs)
+				return err
+			}
+			what = "nic: gomx's ixgbe driver on two emulated 82599s, DMA on an engine of each NIC's own (one more P each)"
+		}
 	case addrs == nil:
 		p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -20,15 +21,43 @@ func TestNICPingPongModelVerified(t *testing.T) {
 	}
 }
 
+// TestNICPingPong82599ModelVerified runs over the 82599 models with their
+// DMA on engines of their own (the default) and on the tail's writer
+// (--nic-sync-dma): byte-exact both ways, and the processors the engines
+// were given are given back when the run ends.
 func TestNICPingPong82599ModelVerified(t *testing.T) {
-	out := runOK(t, "pingpong", "--transport", "nic", "--nic", "model-82599", "--sizes", "0,32,1K,40K", "--iterations", "20", "--warmup", "2", "--verify", "--json")
-	rows := jsonRows(t, out)
-	if len(rows) != 4 {
-		t.Fatalf("%d rows, want 4:\n%s", len(rows), out)
+	for _, extra := range [][]string{nil, {"--nic-sync-dma"}} {
+		procs := runtime.GOMAXPROCS(0)
+		args := append([]string{"pingpong", "--transport", "nic", "--nic", "model-82599", "--sizes", "0,32,1K,40K", "--iterations", "20", "--warmup", "2", "--verify", "--json"}, extra...)
+		out := runOK(t, args...)
+		rows := jsonRows(t, out)
+		if len(rows) != 4 {
+			t.Fatalf("%v: %d rows, want 4:\n%s", extra, len(rows), out)
+		}
+		for _, r := range rows {
+			if r.Errors != 0 || r.Iterations != 20 || r.LatencyUS <= 0 {
+				t.Errorf("%v: row %+v: want 20 iterations, no errors, a latency", extra, r)
+			}
+		}
+		if p := runtime.GOMAXPROCS(0); p != procs {
+			t.Errorf("%v: GOMAXPROCS %d after the run, want %d as before it", extra, p, procs)
+		}
 	}
-	for _, r := range rows {
-		if r.Errors != 0 || r.Iterations != 20 || r.LatencyUS <= 0 {
-			t.Errorf("row %+v: want 20 iterations, no errors, a latency", r)
+}
+
+func TestNICSyncDMAUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pingpong", "--transport", "nic", "--nic", "model", "--nic-sync-dma"}, "needs --nic model-82599"},
+		{[]string{"stream", "--transport", "loopback", "--nic-sync-dma"}, "need --transport nic"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(&out, &errb, tc.args)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("mxbench %v: error %v, want a usage error containing %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -18,58 +18,61 @@ import (
 // queue re-armed after every frame is interrupted once per interval of the
 // model's clock, however many frames come within it.
 func TestPerQueueInterrupts(t *testing.T) {
-	clk := nictest.NewManualClock(time.Unix(1000, 0))
-	o := emulated.DefaultIXGBEOptions()
-	o.Clock = clk
-	p := newPlatform(t, o)
-	opts := ixgbe.DefaultOptions()
-	opts.Queues = 64
-	opts.Interrupts = true
-	opts.InterruptInterval = 100 * time.Microsecond
-	opts.RxRing, opts.TxRing = 64, 64
-	opts.PoolBuffers = 6144 // 64 rings of 63 buffers, and some to send
-	n := openOn(t, p, opts)
-	a, b := n[0], n[1]
-	for q := 0; q < 64; q++ {
-		if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(9000 + q), Queue: q}); err != nil {
-			t.Fatal(err)
+	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		clk := nictest.NewManualClock(time.Unix(1000, 0))
+		o := m
+		o.Clock = clk
+		p := newPlatform(t, o)
+		opts := ixgbe.DefaultOptions()
+		opts.Queues = 64
+		opts.Interrupts = true
+		opts.InterruptInterval = 100 * time.Microsecond
+		opts.RxRing, opts.TxRing = 64, 64
+		opts.PoolBuffers = 6144 // 64 rings of 63 buffers, and some to send
+		n := openOn(t, p, opts)
+		a, b := n[0], n[1]
+		for q := 0; q < 64; q++ {
+			if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: uint16(9000 + q), Queue: q}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	for q := 0; q < 64; q++ {
-		woke := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			_, err := b.WaitRx(ctx, q)
-			woke <- err
-		}()
-		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, uint16(9000+q), uint64(q)) })
-		if err := <-woke; err != nil {
-			t.Fatalf("queue %d: WaitRx: %v", q, err)
+		for q := 0; q < 64; q++ {
+			woke := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err := b.WaitRx(ctx, q)
+				woke <- err
+			}()
+			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, uint16(9000+q), uint64(q)) })
+			if err := <-woke; err != nil {
+				t.Fatalf("queue %d: WaitRx: %v", q, err)
+			}
+			if got, _ := arrival(t, b); got != q {
+				t.Fatalf("frame for queue %d arrived on %d", q, got)
+			}
+			clk.Advance(time.Millisecond) // past every throttle
 		}
-		if got, _ := arrival(t, b); got != q {
-			t.Fatalf("frame for queue %d arrived on %d", q, got)
+		// Moderation: queue 5 re-armed after every frame, the clock frozen.
+		before, sent := p.Stats(1).Interrupts, p.Stats(0).TxFrames
+		for i := range 20 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			_, _ = b.WaitRx(ctx, 5) // arms the vector
+			cancel()
+			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9005, uint64(i)) })
+			if q, _ := arrival(t, b); q != 5 {
+				t.Fatalf("frame for queue 5 arrived on %d", q)
+			}
 		}
-		clk.Advance(time.Millisecond) // past every throttle
-	}
-	// Moderation: queue 5 re-armed after every frame, the clock frozen.
-	before := p.Stats(1).Interrupts
-	for i := range 20 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		_, _ = b.WaitRx(ctx, 5) // arms the vector
-		cancel()
-		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9005, uint64(i)) })
-		if q, _ := arrival(t, b); q != 5 {
-			t.Fatalf("frame for queue 5 arrived on %d", q)
+		waitSent(t, p, 0, sent+20) // every delivery done, its interrupt decided
+		if got := p.Stats(1).Interrupts - before; got != 1 {
+			t.Errorf("%d interrupts for 20 frames within one EITR interval, want 1", got)
 		}
-	}
-	if got := p.Stats(1).Interrupts - before; got != 1 {
-		t.Errorf("%d interrupts for 20 frames within one EITR interval, want 1", got)
-	}
-	clk.Advance(opts.InterruptInterval)
-	if got := p.Stats(1).Interrupts - before; got != 2 {
-		t.Errorf("%d interrupts once the interval passed, want the deferred one (2)", got)
-	}
+		clk.Advance(opts.InterruptInterval)
+		if got := p.Stats(1).Interrupts - before; got != 2 {
+			t.Errorf("%d interrupts once the interval passed, want the deferred one (2)", got)
+		}
+	})
 }
 
 // With NoModeration a frame that lands while WaitRx sleeps on its queue's
@@ -79,53 +82,59 @@ func TestPerQueueInterrupts(t *testing.T) {
 // twenty frames. WaitRx arms the vector (an EIMS_EX write) before it
 // sleeps; each frame is sent only once that write is seen.
 func TestWakeOnFrame(t *testing.T) {
-	clk := nictest.NewManualClock(time.Unix(1000, 0))
-	o := emulated.DefaultIXGBEOptions()
-	o.Clock = clk
-	p := newPlatform(t, o)
-	opts := ixgbe.DefaultOptions()
-	opts.Queues = 4
-	opts.Interrupts, opts.NoModeration = true, true
-	n := openOn(t, p, opts)
-	a, b := n[0], n[1]
-	const q = 2
-	if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 9002, Queue: q}); err != nil {
-		t.Fatal(err)
-	}
-	before := p.Stats(1).Interrupts
-	const frames = 20
-	for i := range frames {
-		armed := p.Accesses(1).Writes["EIMS_EX0"]
-		woke := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			got, err := b.WaitRx(ctx, q)
-			if err == nil && got != q {
-				err = fmt.Errorf("WaitRx returned queue %d, want %d", got, q)
+	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		clk := nictest.NewManualClock(time.Unix(1000, 0))
+		o := m
+		o.Clock = clk
+		p := newPlatform(t, o)
+		opts := ixgbe.DefaultOptions()
+		opts.Queues = 4
+		opts.Interrupts, opts.NoModeration = true, true
+		n := openOn(t, p, opts)
+		a, b := n[0], n[1]
+		const q = 2
+		if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleUDPDestPort, Port: 9002, Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+		before, sent := p.Stats(1).Interrupts, p.Stats(0).TxFrames
+		const frames = 20
+		for i := range frames {
+			armed := p.Accesses(1).Writes["EIMS_EX0"]
+			woke := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				got, err := b.WaitRx(ctx, q)
+				if err == nil && got != q {
+					err = fmt.Errorf("WaitRx returned queue %d, want %d", got, q)
+				}
+				woke <- err
+			}()
+			// Bounded wait for the arming write: the waiter first looks at
+			// the ring a while, spinning and then yielding.
+			for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["EIMS_EX0"] == armed; {
+				if time.Now().After(deadline) {
+					t.Fatalf("frame %d: WaitRx did not arm queue %d's vector (no EIMS_EX0 write)", i, q)
+				}
+				runtime.Gosched()
 			}
-			woke <- err
-		}()
-		// Bounded wait for the arming write: the waiter first looks at
-		// the ring a while, spinning and then yielding.
-		for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["EIMS_EX0"] == armed; {
-			if time.Now().After(deadline) {
-				t.Fatalf("frame %d: WaitRx did not arm queue %d's vector (no EIMS_EX0 write)", i, q)
+			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9002, uint64(i)) })
+			if err := <-woke; err != nil {
+				t.Fatalf("frame %d: %v", i, err)
 			}
-			runtime.Gosched()
+			// The interrupt is counted after it woke WaitRx, on the
+			// goroutine that delivered the frame: the engine's in the
+			// async mode, which counts the frame sent after that.
+			waitSent(t, p, 0, sent+uint64(i+1))
+			if got, _ := arrival(t, b); got != q {
+				t.Fatalf("frame %d arrived on queue %d, want %d", i, got, q)
+			}
 		}
-		send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9002, uint64(i)) })
-		if err := <-woke; err != nil {
-			t.Fatalf("frame %d: %v", i, err)
+		if got := p.Stats(1).Interrupts - before; got != frames {
+			t.Errorf("%d interrupts for %d frames that each found the vector armed, the clock frozen: want one each (EITR 0)", got, frames)
 		}
-		if got, _ := arrival(t, b); got != q {
-			t.Fatalf("frame %d arrived on queue %d, want %d", i, got, q)
+		if s, _ := b.Stats(); s.Interrupts == 0 {
+			t.Error("WaitRx consumed no interrupt: it never slept on the vector")
 		}
-	}
-	if got := p.Stats(1).Interrupts - before; got != frames {
-		t.Errorf("%d interrupts for %d frames that each found the vector armed, the clock frozen: want one each (EITR 0)", got, frames)
-	}
-	if s, _ := b.Stats(); s.Interrupts == 0 {
-		t.Error("WaitRx consumed no interrupt: it never slept on the vector")
-	}
+	})
 }

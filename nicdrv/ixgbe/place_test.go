@@ -15,8 +15,8 @@ import (
 )
 
 // openPlacePair opens a (copying) and b (placing) on two cabled models.
-func openPlacePair(t *testing.T) (a, b *ixgbe.NIC) {
-	p := newPlatform(t, emulated.DefaultIXGBEOptions())
+func openPlacePair(t *testing.T, m emulated.IXGBEOptions) (a, b *ixgbe.NIC) {
+	p := newPlatform(t, m)
 	return nictest.OpenPair(t, func(i int) (*ixgbe.NIC, error) {
 		o := ixgbe.DefaultOptions()
 		o.Placement = i == 1
@@ -31,95 +31,97 @@ func openPlacePair(t *testing.T) (a, b *ixgbe.NIC) {
 // Buffers; short placements and a NIC opened without placement are
 // refused; placements left posted at Close leave no mapping or fault.
 func TestPlacement(t *testing.T) {
-	a, b := openPlacePair(t)
-	info := b.Info()
-	if info.PlaceHeader != 64 || info.PlaceMin != info.MaxFrame-64 {
-		t.Fatalf("Info: PlaceHeader %d, PlaceMin %d (MaxFrame %d)", info.PlaceHeader, info.PlaceMin, info.MaxFrame)
-	}
-	const placed, size = 16, 1514
-	stride := size - 64
-	mem := make([]byte, placed*stride+info.PlaceMin)
-	ps, unmap := nictest.Placements(t, b, mem, placed, stride)
-
-	if _, err := a.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrNotSupported) {
-		t.Errorf("PostRx on a NIC opened without Placement: %v, want ErrNotSupported", err)
-	}
-	short := nicdrv.Placement{Mem: mem[:info.PlaceMin-1], IOVA: ps[0].IOVA}
-	if k, err := b.PostRx(0, []nicdrv.Placement{short}); k != 0 || !errors.Is(err, nicdrv.ErrFrameSize) {
-		t.Errorf("PostRx of a %d-byte placement: %d taken, %v; want 0 and ErrFrameSize", len(short.Mem), k, err)
-	}
-
-	st := b.RxPlacement(0)
-	if st.Ahead == 0 || st.Posted != 0 {
-		t.Fatalf("idle queue: %+v, want pool descriptors ahead and nothing posted", st)
-	}
-	ahead := st.Ahead
-	if k, err := b.PostRx(0, ps); k != placed || err != nil {
-		t.Fatalf("PostRx: %d of %d taken: %v", k, placed, err)
-	}
-	if st := b.RxPlacement(0); st.Ahead != ahead+placed || st.Posted != placed || st.Consumed != 0 {
-		t.Fatalf("after posting: %+v", st)
-	}
-	// ahead frames to pool buffers, placed to the placements (the last a
-	// small one, all in the header buffer), then more to pool buffers.
-	var frames [][]byte
-	for i := range ahead + placed + 12 {
-		n := size
-		if i == ahead+placed-1 || i%5 == 4 {
-			n = 60
+	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		a, b := openPlacePair(t, m)
+		info := b.Info()
+		if info.PlaceHeader != 64 || info.PlaceMin != info.MaxFrame-64 {
+			t.Fatalf("Info: PlaceHeader %d, PlaceMin %d (MaxFrame %d)", info.PlaceHeader, info.PlaceMin, info.MaxFrame)
 		}
-		frames = append(frames, nictest.PlaceFrame(b.MAC(), a.MAC(), i, n))
-	}
-	before, err := b.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nictest.SendFrames(t, a, frames)
-	// Written back and not delivered, the frames still come before a
-	// placement posted now: Ahead does not move until RxBatch.
-	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
-		s, err := b.Stats()
+		const placed, size = 16, 1514
+		stride := size - 64
+		mem := make([]byte, placed*stride+info.PlaceMin)
+		ps, unmap := nictest.Placements(t, b, mem, placed, stride)
+
+		if _, err := a.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrNotSupported) {
+			t.Errorf("PostRx on a NIC opened without Placement: %v, want ErrNotSupported", err)
+		}
+		short := nicdrv.Placement{Mem: mem[:info.PlaceMin-1], IOVA: ps[0].IOVA}
+		if k, err := b.PostRx(0, []nicdrv.Placement{short}); k != 0 || !errors.Is(err, nicdrv.ErrFrameSize) {
+			t.Errorf("PostRx of a %d-byte placement: %d taken, %v; want 0 and ErrFrameSize", len(short.Mem), k, err)
+		}
+
+		st := b.RxPlacement(0)
+		if st.Ahead == 0 || st.Posted != 0 {
+			t.Fatalf("idle queue: %+v, want pool descriptors ahead and nothing posted", st)
+		}
+		ahead := st.Ahead
+		if k, err := b.PostRx(0, ps); k != placed || err != nil {
+			t.Fatalf("PostRx: %d of %d taken: %v", k, placed, err)
+		}
+		if st := b.RxPlacement(0); st.Ahead != ahead+placed || st.Posted != placed || st.Consumed != 0 {
+			t.Fatalf("after posting: %+v", st)
+		}
+		// ahead frames to pool buffers, placed to the placements (the last a
+		// small one, all in the header buffer), then more to pool buffers.
+		var frames [][]byte
+		for i := range ahead + placed + 12 {
+			n := size
+			if i == ahead+placed-1 || i%5 == 4 {
+				n = 60
+			}
+			frames = append(frames, nictest.PlaceFrame(b.MAC(), a.MAC(), i, n))
+		}
+		before, err := b.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.RxFrames-before.RxFrames >= uint64(ahead+placed) {
-			break
+		nictest.SendFrames(t, a, frames)
+		// Written back and not delivered, the frames still come before a
+		// placement posted now: Ahead does not move until RxBatch.
+		for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+			s, err := b.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.RxFrames-before.RxFrames >= uint64(ahead+placed) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d frames written back", s.RxFrames-before.RxFrames, ahead+placed)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d frames written back", s.RxFrames-before.RxFrames, ahead+placed)
+		if st := b.RxPlacement(0); st.Ahead != ahead+placed {
+			t.Errorf("every descriptor written back, none delivered: Ahead %d, want %d", st.Ahead, ahead+placed)
 		}
-	}
-	if st := b.RxPlacement(0); st.Ahead != ahead+placed {
-		t.Errorf("every descriptor written back, none delivered: Ahead %d, want %d", st.Ahead, ahead+placed)
-	}
-	got := nictest.RecvFrames(t, b, len(frames))
-	checkPlaced(t, got, frames, ps, ahead)
-	for _, g := range got {
-		if err := g.Pool().Free(g); err != nil {
-			t.Error(err)
+		got := nictest.RecvFrames(t, b, len(frames))
+		checkPlaced(t, got, frames, ps, ahead)
+		for _, g := range got {
+			if err := g.Pool().Free(g); err != nil {
+				t.Error(err)
+			}
 		}
-	}
-	if st := b.RxPlacement(0); st.Consumed != placed {
-		t.Errorf("after the frames: %+v, want %d consumed", st, placed)
-	}
+		if st := b.RxPlacement(0); st.Consumed != placed {
+			t.Errorf("after the frames: %+v, want %d consumed", st, placed)
+		}
 
-	// Placements left posted at Close are consumed and unreachable.
-	if k, err := b.PostRx(0, ps[:4]); k != 4 || err != nil {
-		t.Fatalf("PostRx: %d: %v", k, err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := b.RxPlacement(0); st.Consumed != st.Posted {
-		t.Errorf("after Close: %+v, want every placement consumed", st)
-	}
-	unmap()
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrClosed) {
-		t.Errorf("PostRx after Close: %v", err)
-	}
+		// Placements left posted at Close are consumed and unreachable.
+		if k, err := b.PostRx(0, ps[:4]); k != 4 || err != nil {
+			t.Fatalf("PostRx: %d: %v", k, err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := b.RxPlacement(0); st.Consumed != st.Posted {
+			t.Errorf("after Close: %+v, want every placement consumed", st)
+		}
+		unmap()
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrClosed) {
+			t.Errorf("PostRx after Close: %v", err)
+		}
+	})
 }
 
 // checkPlaced checks received frames against the frames sent: the ahead
@@ -158,51 +160,55 @@ func checkPlaced(t *testing.T, got []*nicdrv.Buffer, frames [][]byte, ps []nicdr
 // TestPlacementOptions: Placement is refused with header split and with
 // jumbo frames, naming the conflict.
 func TestPlacementOptions(t *testing.T) {
-	p := newPlatform(t, emulated.DefaultIXGBEOptions())
-	for _, o := range []ixgbe.Options{{Placement: true, HeaderSplit: true}, {Placement: true, MaxFrame: 9018},
-		{Queues: 2, PlaceOnly: 1}, {Placement: true, Queues: 2, PlaceOnly: 2}, {Placement: true, PlaceOnly: -1}} {
-		n, err := ixgbe.Open(p.Functions()[0], o)
-		if err == nil {
-			_ = n.Close()
-			t.Errorf("Open(%+v) succeeded", o)
+	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		p := newPlatform(t, m)
+		for _, o := range []ixgbe.Options{{Placement: true, HeaderSplit: true}, {Placement: true, MaxFrame: 9018},
+			{Queues: 2, PlaceOnly: 1}, {Placement: true, Queues: 2, PlaceOnly: 2}, {Placement: true, PlaceOnly: -1}} {
+			n, err := ixgbe.Open(p.Functions()[0], o)
+			if err == nil {
+				_ = n.Close()
+				t.Errorf("Open(%+v) succeeded", o)
+			}
 		}
-	}
+	})
 }
 
 // TestPlaceOnlyCancel: a PlaceOnly queue gets no pool descriptor of the
 // driver's, takes a posted pool buffer as a placement's turn, and
 // CancelRx takes back what no frame took; queue 0 refuses CancelRx.
 func TestPlaceOnlyCancel(t *testing.T) {
-	o := ixgbe.DefaultOptions()
-	o.Placement, o.Queues, o.PlaceOnly = true, 2, 1
-	p := newPlatform(t, emulated.DefaultIXGBEOptions())
-	n, err := ixgbe.Open(p.Functions()[0], o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	if info := n.Info(); info.PlaceOnly != 1 {
-		t.Fatalf("Info.PlaceOnly %d, want 1", info.PlaceOnly)
-	}
-	if s := n.RxPlacement(1); s.Ahead != 0 || s.Posted != 0 {
-		t.Fatalf("PlaceOnly queue before any posting: %+v, want nothing ahead", s)
-	}
-	if s := n.RxPlacement(0); s.Ahead == 0 {
-		t.Fatalf("queue 0: %+v, want pool descriptors ahead", s)
-	}
-	if k, err := n.PostRx(1, []nicdrv.Placement{{}, {}}); k != 2 || err != nil {
-		t.Fatalf("PostRx of two pool buffers: %d, %v", k, err)
-	}
-	if s := n.RxPlacement(1); s.Ahead != 2 || s.Posted != 2 {
-		t.Fatalf("after posting: %+v", s)
-	}
-	if err := n.CancelRx(1); err != nil {
-		t.Fatal(err)
-	}
-	if s := n.RxPlacement(1); s.Ahead != 0 || s.Consumed != 2 {
-		t.Fatalf("after CancelRx: %+v", s)
-	}
-	if err := n.CancelRx(0); !errors.Is(err, nicdrv.ErrNotSupported) {
-		t.Errorf("CancelRx(0): %v, want ErrNotSupported", err)
-	}
+	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		o := ixgbe.DefaultOptions()
+		o.Placement, o.Queues, o.PlaceOnly = true, 2, 1
+		p := newPlatform(t, m)
+		n, err := ixgbe.Open(p.Functions()[0], o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		if info := n.Info(); info.PlaceOnly != 1 {
+			t.Fatalf("Info.PlaceOnly %d, want 1", info.PlaceOnly)
+		}
+		if s := n.RxPlacement(1); s.Ahead != 0 || s.Posted != 0 {
+			t.Fatalf("PlaceOnly queue before any posting: %+v, want nothing ahead", s)
+		}
+		if s := n.RxPlacement(0); s.Ahead == 0 {
+			t.Fatalf("queue 0: %+v, want pool descriptors ahead", s)
+		}
+		if k, err := n.PostRx(1, []nicdrv.Placement{{}, {}}); k != 2 || err != nil {
+			t.Fatalf("PostRx of two pool buffers: %d, %v", k, err)
+		}
+		if s := n.RxPlacement(1); s.Ahead != 2 || s.Posted != 2 {
+			t.Fatalf("after posting: %+v", s)
+		}
+		if err := n.CancelRx(1); err != nil {
+			t.Fatal(err)
+		}
+		if s := n.RxPlacement(1); s.Ahead != 0 || s.Consumed != 2 {
+			t.Fatalf("after CancelRx: %+v", s)
+		}
+		if err := n.CancelRx(0); !errors.Is(err, nicdrv.ErrNotSupported) {
+			t.Errorf("CancelRx(0): %v, want ErrNotSupported", err)
+		}
+	})
 }

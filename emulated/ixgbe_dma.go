@@ -1,0 +1,265 @@
+package emulated
+
+import (
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// The 82599 model's DMA engine (IXGBEOptions.AsyncDMA): the goroutine
+// that does a NIC's transmit DMA when the goroutine writing TDT should not.
+//
+// A real NIC's DMA runs beside the CPU: a TDT write is a posted write the
+// CPU forgets at once, and the NIC fetches the descriptors, reads the
+// buffers, puts the frames on the wire and writes the descriptors back on
+// its own. With AsyncDMA the model does the same. The TDT write records
+// the tail and checks it (a tail outside the ring, a queue not enabled,
+// bus mastering off: the same violations as the synchronous path), marks
+// the queue in the engine's pending set and wakes the engine; the engine
+// then runs txQueue, the same walk the synchronous path runs, for every
+// queue marked, until none is. The descriptor fetches, the IOMMU
+// translations, the write-backs with their DD bits and their order, the
+// counters and the violations are therefore the synchronous path's; what
+// differs is only which goroutine runs them and when: the driver learns
+// that a frame went out from the write-back, as from a NIC.
+//
+// The engine is also the NIC's receive DMA. A frame coming off the wire
+// is copied into the NIC's packet buffer (wireIn, as the MAC stores it),
+// and the engine, woken as for a tail, takes it through the receive path
+// the synchronous mode runs on the sender's goroutine: the address filter,
+// the steering, the RX ring writes (header buffer, packet buffer or the
+// caller's placement), the write-back and the interrupt. So each NIC
+// writes its own host's memory on its own engine, as two NICs on a cable
+// do: the sender's engine reads the sender's memory, the receiver's
+// writes the receiver's, and a frame crosses on neither driver's
+// goroutine. The packet buffer holds up to IXGBEOptions.Pending frames
+// waiting for the engine (beyond it a frame is missed: MPC) besides those
+// waiting for descriptors (rxHold).
+//
+// # One engine per NIC
+//
+// The engine is one goroutine per NIC, not one per TX queue. The walk of
+// a ring holds the NIC's txMu (the frame buffers, the context descriptors
+// and the order in which frames reach the wire are the NIC's, not a
+// queue's), so engines of two queues of one NIC would take turns on it and
+// gain nothing over one; the 82599 itself has one transmit DMA that
+// arbitrates between its queues. Within a queue frames leave in ring
+// order, as synchronously; across queues the engine serves the marked
+// queues lowest first on each pass, where the synchronous path follows the
+// order of the tail writes (the 82599 arbitrates round robin: no order
+// across queues is promised either way). Frames off the wire are received
+// in the order they came.
+//
+// # Waking, stopping
+//
+// The engine sleeps on a channel of one slot (kick), never polls: a tail
+// write that finds the slot full has its queue's bit in pending already
+// seen by the pass to come. It is started by the first tail write that
+// has work for it, or the first frame off the wire, and stopped, and waited for, by Close, a function-level
+// reset and CTRL.RST (stopEngine): the pass in flight ends first (it holds
+// txMu, which those take), then the goroutine returns, and a queue marked
+// but not yet served is forgotten, its descriptors unread, as a reset
+// aborts a NIC's DMA; so are the frames in the packet buffer. A reset's
+// next tail write or frame starts a new engine; after Close none starts,
+// so no DMA happens after Close returns.
+
+// dmaEngine is a NIC's transmit DMA goroutine.
+type dmaEngine struct {
+	pending atomic.Uint64 // TX queues whose tail moved, bit q for queue q
+	rx      atomic.Bool   // frames wait in the packet buffer (wireIn)
+	wake    chan struct{} // one slot: a pass is due
+	stop    chan struct{} // closed by stopEngine
+	done    chan struct{} // closed when the goroutine returns
+}
+
+// engineLocked returns the NIC's DMA engine, started if it was not
+// running. Under mu.
+func (n *ixgbeNIC) engineLocked() *dmaEngine {
+	if n.dma == nil {
+		e := &dmaEngine{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		n.dma = e
+		go n.runEngine(e)
+	}
+	return n.dma
+}
+
+// kick marks TX queue q as having descriptors to fetch and wakes the
+// engine.
+func (e *dmaEngine) kick(q int) {
+	e.pending.Or(1 << uint(q))
+	select {
+	case e.wake <- struct{}{}:
+	default: // a pass is due already; it will see q's bit
+	}
+}
+
+// kickRx wakes the engine for frames in the packet buffer.
+func (e *dmaEngine) kickRx() {
+	e.rx.Store(true)
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wireIn is an 82599's packet buffer of frames off the wire waiting for
+// its engine (AsyncDMA). Its own lock, never held with another: the
+// sender's engine appends under it, this NIC's engine swaps the frames
+// out under it.
+type wireIn struct {
+	mu     sync.Mutex
+	frames []wireFrame
+	spare  []wireFrame  // the engine's batch, emptied, to swap back in
+	free   [][]byte     // frame buffers to reuse
+	queued atomic.Int64 // frames in frames or in the engine's batch
+}
+
+type wireFrame struct {
+	b      []byte
+	badFCS bool
+}
+
+// fromWire implements wireEnd: synchronously the frame goes through the
+// receive path at once; with AsyncDMA it waits in the packet buffer for
+// the engine.
+func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
+	if !n.async {
+		n.nicCore.fromWire(fr, badFCS)
+		return
+	}
+	w := &n.in
+	w.mu.Lock()
+	if len(w.frames) >= n.hold.max {
+		w.mu.Unlock()
+		n.mu.Lock()
+		n.missedLocked()
+		n.mu.Unlock()
+		n.nDrop.Add(1)
+		return
+	}
+	var b []byte
+	if k := len(w.free); k > 0 {
+		b = w.free[k-1]
+		w.free = w.free[:k-1]
+	}
+	w.frames = append(w.frames, wireFrame{b: append(b[:0], fr...), badFCS: badFCS})
+	w.queued.Add(1)
+	w.mu.Unlock()
+	n.mu.Lock()
+	var e *dmaEngine
+	if !n.closed {
+		e = n.engineLocked()
+	}
+	n.mu.Unlock()
+	if e != nil {
+		e.kickRx()
+	}
+}
+
+// receiveWire takes the frames in the packet buffer through the receive
+// path. On the engine.
+func (n *ixgbeNIC) receiveWire() {
+	w := &n.in
+	w.mu.Lock()
+	batch := w.frames
+	w.frames = w.spare
+	w.spare = nil
+	w.mu.Unlock()
+	for _, f := range batch {
+		n.nicCore.fromWire(f.b, f.badFCS)
+	}
+	w.mu.Lock()
+	for i := range batch {
+		w.free = append(w.free, batch[i].b)
+		batch[i].b = nil
+	}
+	w.spare = batch[:0]
+	w.queued.Add(-int64(len(batch)))
+	w.mu.Unlock()
+}
+
+// dropWire empties the packet buffer (reset, Close).
+func (n *ixgbeNIC) dropWire() {
+	w := &n.in
+	w.mu.Lock()
+	for _, f := range w.frames {
+		w.free = append(w.free, f.b)
+	}
+	w.queued.Add(-int64(len(w.frames)))
+	w.frames = w.frames[:0]
+	w.mu.Unlock()
+}
+
+// runEngine is the engine's goroutine: it waits for a kick, then serves
+// every marked queue, until stopped.
+func (n *ixgbeNIC) runEngine(e *dmaEngine) {
+	defer close(e.done)
+	if n.cpuTime {
+		// ModelTime in thread CPU time reads this thread's clock.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.wake:
+		}
+		// Each pass takes the queues marked since the last; a tail
+		// write during the pass marks its queue again and fills the
+		// wake slot, so the loop ends when the driver stops writing.
+		for {
+			p, rx := e.pending.Swap(0), e.rx.Swap(false)
+			if p == 0 && !rx {
+				break
+			}
+			select {
+			case <-e.stop:
+				return
+			default:
+			}
+			t0 := n.clockNS()
+			if rx {
+				n.receiveWire()
+			}
+			if p != 0 {
+				n.txMu.Lock()
+				for ; p != 0; p &= p - 1 {
+					n.txQueue(bits.TrailingZeros64(p))
+				}
+				n.txMu.Unlock()
+			}
+			n.modelNS.Add(n.clockNS() - t0)
+		}
+	}
+}
+
+// stopEngine stops the NIC's DMA engine, if one runs, and waits for its
+// goroutine to return. It takes mu and then no lock while it waits, so it
+// must be called holding neither txMu nor mu (the engine takes both).
+func (n *ixgbeNIC) stopEngine() {
+	n.mu.Lock()
+	e := n.dma
+	n.dma = nil
+	n.mu.Unlock()
+	if e != nil {
+		close(e.stop)
+		<-e.done
+	}
+	n.dropWire()
+}
+
+// flr implements model: the engine stops before the reset.
+func (n *ixgbeNIC) flr() {
+	n.stopEngine()
+	n.nicCore.flr()
+}
+
+// close implements model: the NIC closes (waiting out a pass in flight,
+// which holds txMu) and then its engine stops, so no engine starts or
+// moves a byte after close returns.
+func (n *ixgbeNIC) close() {
+	n.nicCore.close()
+	n.stopEngine()
+}
