@@ -151,7 +151,7 @@ func (p *partner) rings() *shm.Transport {
 	b := p.ep.b
 	h := b.host
 	if h == nil {
-		return b.shmTo(p.nic)
+		return b.rings
 	}
 	if p.ringsGen != h.gen+1 {
 		p.ringsTr = b.shmTo(p.nic) // may move h.gen
