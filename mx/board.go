@@ -11,6 +11,7 @@ import (
 	"github.com/gomx-dev/gomx/internal/owned"
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // MaxEndpoints is the number of endpoint ids a board offers (the wire's
@@ -44,6 +45,9 @@ const (
 // never depends on the application calling in.
 type Board struct {
 	tr transport.Transport
+	// rings is tr when it is shared-memory rings, else nil: asked on
+	// every message (shmTo, partner.rings), and tr never changes.
+	rings *shm.Transport
 	// kicker is tr when its sends can be queued under mu and kicked
 	// after it (peers.go, "Sends kick after the lock"); kickOwed (under
 	// mu) says frames were queued since the last kick.
@@ -298,6 +302,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		base:     time.Now(),
 		peerIdx:  make(map[transport.NICID]uint16),
 		frameMax: mtu,
+		rings:    shmOf(tr),
 		src:      newRxSource(tr),
 		rawWake:  make(chan struct{}, 1),
 		quit:     make(chan struct{}),
@@ -562,4 +567,10 @@ func (b *Board) TransportCounters() []transport.Counter {
 		out = append(out, b.host.tr.Counters()...)
 	}
 	return out
+}
+
+// shmOf returns tr when it is shared-memory rings, else nil.
+func shmOf(tr transport.Transport) *shm.Transport {
+	s, _ := tr.(*shm.Transport)
+	return s
 }

@@ -233,8 +233,8 @@ func (e *Endpoint) publishRegion(i int, r *Request) {
 // shmTo returns the shared-memory transport frames to nic go through, or
 // nil (b.mu held).
 func (b *Board) shmTo(nic transport.NICID) *shm.Transport {
-	if tr, ok := b.tr.(*shm.Transport); ok {
-		return tr
+	if b.rings != nil {
+		return b.rings
 	}
 	if h := b.host; h != nil && b.txFor(nic) == transport.Transport(h.tr) {
 		return h.tr

@@ -414,26 +414,35 @@ func (e *Endpoint) IRecv(segs [][]byte, match, mask uint64, ctx any) (*Request, 
 		return nil, e.opErr("irecv", ErrBadSegCount)
 	}
 	b := e.b
+	// The unlocks are written out rather than deferred: this runs once
+	// per message, and a defer costs a closure and its call.
 	b.mu.Lock()
-	defer b.unlock()
 	if e.closed {
+		b.unlock()
 		return nil, e.opErr("irecv", ErrEndpointClosed)
 	}
 	r := b.getReq(e, kindRecv)
 	r.userHeld = true
 	r.match = match
 	r.mask = mask
-	r.segs = append(r.segsBuf[:0], segs...)
+	if len(segs) == 1 {
+		// The common case, one store instead of a typed slice copy.
+		r.segs = append(r.segsBuf[:0], segs[0])
+	} else {
+		r.segs = append(r.segsBuf[:0], segs...)
+	}
 	r.segsBuf = r.segs
 	r.status.Context = ctx
 	for u := e.unexp.Front(); u != nil; u = u.q.Next() {
 		if u.match&mask == match {
 			e.unexp.remove(u)
 			e.takeUnexp(r, u)
+			b.unlock()
 			return r, nil
 		}
 	}
 	e.posted.push(r)
+	b.unlock()
 	return r, nil
 }
 

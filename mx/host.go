@@ -148,11 +148,16 @@ func (b *Board) hostLookAgain(nic transport.NICID) {
 // frame that does not take the rings goes through txFor, which looks the
 // peer up again when it is due, so a peer found later is not missed.
 func (p *partner) rings() *shm.Transport {
+	if b := p.ep.b; b.host == nil {
+		return b.rings // inlined: asked several times per message
+	}
+	return p.hostRings()
+}
+
+// hostRings is rings on a board with a host path.
+func (p *partner) hostRings() *shm.Transport {
 	b := p.ep.b
 	h := b.host
-	if h == nil {
-		return b.shmTo(p.nic)
-	}
 	if p.ringsGen != h.gen+1 {
 		p.ringsTr = b.shmTo(p.nic) // may move h.gen
 		p.ringsGen = h.gen + 1

@@ -133,6 +133,9 @@ type oversubState struct {
 	aff     map[int]affinity
 	pids    []int
 	round   uint32
+	// all and one are count's masks: getaff, a function value, takes
+	// their addresses, so locals would move to the heap at every count.
+	all, one unix.CPUSet
 }
 
 // affinity is a process's CPU mask as last read, and the count round that
@@ -192,8 +195,9 @@ func (b *Board) countOversub(now int64) {
 // (sched_getaffinity(2)); a process it finds gone is left out. ok is
 // false when self's own mask cannot be read.
 func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *unix.CPUSet) error) (procs, cpus int, ok bool) {
-	var all unix.CPUSet
-	if getaff(self, &all) != nil {
+	all := &o.all
+	*all = unix.CPUSet{}
+	if getaff(self, all) != nil {
 		return 0, 0, false
 	}
 	if o.aff == nil {
@@ -209,13 +213,17 @@ func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *uni
 		if known && a.seen == o.round {
 			continue // a second board of the same process
 		}
-		if !known && getaff(pid, &a.set) != nil {
-			continue // gone already
+		if !known {
+			o.one = unix.CPUSet{}
+			if getaff(pid, &o.one) != nil {
+				continue // gone already
+			}
+			a.set = o.one
 		}
 		a.seen = o.round
 		o.aff[pid] = a
 		procs++
-		orSet(&all, &a.set)
+		orSet(all, &a.set)
 	}
 	for pid, a := range o.aff {
 		if a.seen != o.round {

@@ -199,9 +199,13 @@ func recoveryBetween(before, after []mx.Counters) *recovery {
 type baselineResult struct {
 	Transport string  `json:"transport"`
 	LatencyUS float64 `json:"latency_us"`
-	MBPerS    float64 `json:"mb_per_s"`
-	MsgPerS   float64 `json:"msg_per_s,omitempty"`
-	Errors    int     `json:"errors"`
+	// LatencyP50US and LatencyP10US are the baseline's as the result's
+	// (pingpong over the raw exchanges: UDP sockets and bare AF_XDP).
+	LatencyP50US float64 `json:"latency_p50_us,omitempty"`
+	LatencyP10US float64 `json:"latency_p10_us,omitempty"`
+	MBPerS       float64 `json:"mb_per_s"`
+	MsgPerS      float64 `json:"msg_per_s,omitempty"`
+	Errors       int     `json:"errors"`
 }
 
 // side is one endpoint's end of a measurement: the endpoint, the peer's

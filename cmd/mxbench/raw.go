@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gomx-dev/gomx/transport"
@@ -173,6 +174,22 @@ type rawResult struct {
 	OneWay time.Duration // half the mean round trip; time per message for a stream
 	MBPerS float64       // payload throughput, 10^6 bytes per second
 	Errors int           // round trips or messages lost
+	// P50 and P10 are half the median round trip and half the one a
+	// tenth of them beat (pingpong), over the round trips of every trial
+	// timed as mx's are (sampleStride), so that they compare with mx's
+	// latency_p50_us and latency_p10_us of the same run; rtts holds them.
+	P50, P10 time.Duration
+	rtts     []time.Duration
+}
+
+// setQuantiles sets P50 and P10 from rtts (sorted here).
+func (r *rawResult) setQuantiles() {
+	if len(r.rtts) == 0 {
+		return
+	}
+	slices.Sort(r.rtts)
+	r.P50 = r.rtts[len(r.rtts)/2] / 2
+	r.P10 = r.rtts[len(r.rtts)/10] / 2
 }
 
 // bestRaw runs a raw ping-pong trials times (--trials) and returns the
@@ -180,10 +197,12 @@ type rawResult struct {
 // every run.
 func bestRaw(trials int, run func() (rawResult, error)) (rawResult, error) {
 	var best rawResult
+	var rtts []time.Duration
 	errs := 0
 	for t := range max(trials, 1) {
 		r, err := run()
 		errs += r.Errors
+		rtts = append(rtts, r.rtts...)
 		if err != nil {
 			r.Errors = errs
 			return r, err
@@ -193,6 +212,8 @@ func bestRaw(trials int, run func() (rawResult, error)) (rawResult, error) {
 		}
 	}
 	best.Errors = errs
+	best.rtts = rtts
+	best.setQuantiles()
 	return best, nil
 }
 
@@ -201,9 +222,18 @@ func bestRaw(trials int, run func() (rawResult, error)) (rawResult, error) {
 func rawPing(s *rawSide, size, reply, iterations, warmup int) (rawResult, error) {
 	var res rawResult
 	var start time.Time
+	stride := sampleStride(iterations)
+	res.rtts = make([]time.Duration, 0, iterations/stride+1)
+	var t0 time.Duration // since start: when the timed round trip began
+	next := 0            // the next round trip to time
 	for i := 0; i < warmup+iterations; i++ {
 		if i == warmup {
 			start = time.Now()
+		}
+		m := i - warmup // the timed round trip's number, as in side.pingpong
+		timed := m >= 0 && m == next
+		if timed && m != 0 && stride > 1 {
+			t0 = time.Since(start)
 		}
 		seq, err := s.next(size, uint32(reply))
 		if err != nil {
@@ -214,6 +244,11 @@ func rawPing(s *rawSide, size, reply, iterations, warmup int) (rawResult, error)
 				return res, err
 			}
 			res.Errors++
+		}
+		if timed {
+			now := time.Since(start)
+			res.rtts = append(res.rtts, now-t0)
+			t0, next = now, next+stride
 		}
 	}
 	el := time.Since(start)

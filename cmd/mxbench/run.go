@@ -373,7 +373,8 @@ func (u *udpBaseline) measure(cmd string, f *benchFlags, size, iters int) (*base
 }
 
 func toBaseline(name string, r rawResult, cmd string) *baselineResult {
-	b := &baselineResult{Transport: name, LatencyUS: r.OneWay.Seconds() * 1e6, MBPerS: r.MBPerS, Errors: r.Errors}
+	b := &baselineResult{Transport: name, LatencyUS: r.OneWay.Seconds() * 1e6, MBPerS: r.MBPerS, Errors: r.Errors,
+		LatencyP50US: r.P50.Seconds() * 1e6, LatencyP10US: r.P10.Seconds() * 1e6}
 	if cmd == "stream" && r.OneWay > 0 {
 		b.MsgPerS = 1 / r.OneWay.Seconds()
 	}
