@@ -191,6 +191,16 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 		n.stopEngine()
 		n.txMu.Lock()
 		defer n.txMu.Unlock()
+	} else if _, reg, rx, ok := ringReg(off); ok && !rx && reg != hw.TDT(0) || off == hw.DMATXCTL || off == hw.CTRL {
+		// What stops transmit DMA or reprograms a TX ring (TXDCTL,
+		// TDBAL/H, TDLEN, TDH, DMATXCTL.TE, CTRL.GIODis) waits out a
+		// ring walk in flight, which holds txMu and not mu: the
+		// hardware's enable and GIO status bits read set until its
+		// outstanding DMA is done, so a driver that polls them clear
+		// finds no DMA running, and a ring programmed afresh is not
+		// walked from a stale head.
+		n.txMu.Lock()
+		defer n.txMu.Unlock()
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -317,10 +317,14 @@ func (b *Board) runTimersAt(now int64) {
 	if busy {
 		b.lastBusy = b.now()
 	}
+	// Lanes idle for LaneIdle go back to the queue (shm.RetireIdle looks
+	// at them once per eighth of it), on the host path and on a board
+	// whose own transport is the rings.
 	if b.host != nil {
-		// Lanes idle for LaneIdle go back to the queue (shm.RetireIdle
-		// looks at them once per eighth of it).
 		b.host.tr.RetireIdle(b.base.Add(time.Duration(now)))
+	}
+	if b.rings != nil {
+		b.rings.RetireIdle(b.base.Add(time.Duration(now)))
 	}
 	b.retryHeld()          // lean.go
 	if b.zcDrainLocked() { // zerocopy.go

@@ -197,10 +197,9 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 			drv.Close()
 		}
 		if i == 1 {
-			ts[0].Close()
-		} else {
-			release()
+			ts[0].Close() // one of the two done calls: release the rest here
 		}
+		once.Do(func() { release() })
 		if n.queues > 0 {
 			err = fmt.Errorf("%w (--queues %d: the 82574 has 2 queue pairs, the 82599 64; lower --queues)", err, n.queues)
 		}

@@ -235,10 +235,12 @@ func (t *Transport) settleLane(o *outRing) bool {
 }
 
 // laneAnswer takes the consumer's answer to o's lane into o.laneOK, if it
-// came, or with wait, waiting for it at most handshakeTTL (no answer:
-// refused for now). It reports whether o.laneOK holds an answer: 1
-// accepted, 2 refused for now (no lane to spare), 3 for good (the lane
-// could not be made, passed or mapped). o.mu held.
+// came, or with wait, waiting for it at most handshakeTTL. It reports
+// whether o.laneOK holds an answer: 1 accepted, 2 refused for now (no
+// lane to spare), 3 for good (the lane could not be made, passed or
+// mapped, or no answer came in time: an answer that came later could be
+// taken for the answer to a later ask, so the pair never asks again).
+// o.mu held.
 func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
 	st := uint32(1)
 	select {
@@ -247,6 +249,7 @@ func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
 		if !wait {
 			return false
 		}
+		st = 2 // no answer in time, or the peer gone: for good
 		timer := time.NewTimer(handshakeTTL)
 		select {
 		case st = <-o.laneAns:

@@ -99,9 +99,10 @@ const (
 // with mtu the largest frame allowed. It returns the record's kind, its
 // bytes (pointing into data: the frame, or the reference record's refLen
 // bytes; nil for a pad and a closing record) and the ring space it takes
-// (for a pad, the rest of the data area; for a closing record, one line). The record word is loaded atomically, which acquires the
-// record's length and bytes; every length comes from the other process, so
-// each is checked against the data area and the MTU before it is used.
+// (for a pad, the rest of the data area; for a closing record, one line).
+// The record word is loaded atomically, which acquires the record's
+// length and bytes; every length comes from the other process, so each is
+// checked against the data area and the MTU before it is used.
 //
 // The caller keeps the cursor aligned (it starts aligned, checked when the
 // ring is mapped, and moves by record lengths, multiples of ringAlign), so
