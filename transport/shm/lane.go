@@ -184,6 +184,13 @@ func (t *Transport) laneReady(o *outRing, now bool) bool {
 			return false
 		}
 	}
+	return t.answered(o)
+}
+
+// answered acts on the consumer's answer in o.laneOK: a lane refused is
+// given back, one accepted is taken if no backlog waits. It reports
+// whether the pair writes its lane now. o.mu held.
+func (t *Transport) answered(o *outRing) bool {
 	if o.laneOK >= 2 {
 		t.refused(o)
 		return false
@@ -223,15 +230,7 @@ func (t *Transport) settleLane(o *outRing) bool {
 	if !o.laneAsked || o.making || o.retiring || o.laneOK == 0 && !t.laneAnswer(o, false) {
 		return false
 	}
-	if o.laneOK >= 2 {
-		t.refused(o)
-		return false
-	}
-	if len(o.backlog) > 0 {
-		return false
-	}
-	t.takeLane(o)
-	return true
+	return t.answered(o)
 }
 
 // laneAnswer takes the consumer's answer to o's lane into o.laneOK, if it
