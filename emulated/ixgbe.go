@@ -3,6 +3,7 @@ package emulated
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -237,6 +238,26 @@ func (p *IXGBE) Cable(a, b int) error {
 
 // WireFaults returns what the fault model of port i's cable did so far.
 func (p *IXGBE) WireFaults(i int) fault.Counts { return wireFaults(p.nics[i]) }
+
+// WaitSent waits, at most timeout, until port i has put count frames on
+// the wire since it was made and every port has received what came to it
+// (RxQueued 0 on each): with AsyncDMA the NICs' engines send after the
+// driver's TxBatch returns, and receive after that. It returns an error
+// that says how far they got when the time runs out.
+func (p *IXGBE) WaitSent(i int, count uint64, timeout time.Duration) error {
+	queued := func() (n int64) {
+		for _, m := range p.nics {
+			n += m.in.queued.Load()
+		}
+		return n
+	}
+	for deadline := time.Now().Add(timeout); p.nics[i].nTx.Load() < count || queued() != 0; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("model 82599 %d sent %d frames in %v (want %d), %d frames wait for an engine", i, p.nics[i].nTx.Load(), timeout, count, queued())
+		}
+	}
+	return nil
+}
 
 // Stats returns port i's counters.
 func (p *IXGBE) Stats(i int) IXGBEStats {

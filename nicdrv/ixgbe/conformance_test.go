@@ -2,7 +2,6 @@ package ixgbe_test
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -83,23 +82,13 @@ func dmaModes(t *testing.T, test func(t *testing.T, m emulated.IXGBEOptions)) {
 	}
 }
 
-// waitSent waits, at most 10 s, until port i of p has put count frames on
-// the wire since it was made and every port has received what came to it
-// (RxQueued 0): with AsyncDMA the NICs' engines send after TxBatch returns
-// and receive after that.
+// waitSent fails the test unless port i of p has put count frames on the
+// wire and every port has received what came to it within 10 s
+// (emulated.IXGBE.WaitSent).
 func waitSent(t testing.TB, p *emulated.IXGBE, i int, count uint64) {
 	t.Helper()
-	queued := func() (n int) {
-		for j := range p.Functions() {
-			n += p.Stats(j).RxQueued
-		}
-		return n
-	}
-	done := func() bool { return p.Stats(i).TxFrames >= count && queued() == 0 }
-	for deadline := time.Now().Add(10 * time.Second); !done(); runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatalf("model 82599 %d sent %d frames in 10 s (want %d), %d frames wait for an engine", i, p.Stats(i).TxFrames, count, queued())
-		}
+	if err := p.WaitSent(i, count, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
