@@ -103,16 +103,28 @@ func PutUDPHeaders(b []byte, h UDPHeader, n int) {
 	binary.BigEndian.PutUint16(udp[6:8], 0)
 }
 
-// ipChecksum is the Internet checksum of an IPv4 header.
-func IPChecksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
+// IPChecksum is the Internet checksum (RFC 1071) of an IPv4 header.
+func IPChecksum(h []byte) uint16 { return ^fold(sum(0, h)) }
+
+// sum adds b to the one's complement sum s as big-endian 16-bit words,
+// an odd last byte padded with zero on the right (RFC 1071).
+func sum(s uint32, b []byte) uint32 {
+	for len(b) >= 2 {
+		s += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
 	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
+	if len(b) == 1 {
+		s += uint32(b[0]) << 8
 	}
-	return ^uint16(sum)
+	return s
+}
+
+// fold folds a sum's carries back into its low 16 bits.
+func fold(s uint32) uint16 {
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return uint16(s)
 }
 
 // UDPChecksumOK reports whether the UDP checksum of a frame ParseUDP
@@ -126,20 +138,7 @@ func UDPChecksumOK(frame []byte) bool {
 	if udp[6] == 0 && udp[7] == 0 {
 		return true
 	}
-	sum := uint32(17) + uint32(ulen)
-	for _, b := range [][]byte{ip[12:20], udp} {
-		for i := 0; i < len(b); i += 2 {
-			w := uint32(b[i]) << 8
-			if i+1 < len(b) {
-				w |= uint32(b[i+1])
-			}
-			sum += w
-		}
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return sum == 0xffff
+	return fold(sum(sum(17+uint32(ulen), ip[12:20]), udp)) == 0xffff
 }
 
 // ParseUDP decodes an IPv4/UDP frame as UDP framing sends it: IPv4 without
