@@ -234,6 +234,15 @@ func driverName(d pci.Device) string {
 // (BoardOptions.PullFrames / (PullBlocks x PullBlockFrames) = 4).
 const placeLanes = 4
 
+// txRing82599 is the 82599's TX ring: room for the replies mx's pulls
+// ask for at once (BoardOptions.PullFrames, 512) sent in place, two
+// descriptors each (header and payload), and the frames around them. With
+// the driver's default of 512 the sender's TX ring held half of them: the
+// rest waited in Send, which yields until the NIC has sent enough
+// (nic_tx_ring_full), holding the board's sending goroutine, and over the
+// emulated pair taking the CPU the NICs' DMA engines need to send them.
+const txRing82599 = 2048
+
 // openDriver opens d with gomx's driver for it: ixgbe for an 82599
 // (placing payloads on lanes with place), e1000e otherwise (which refuses
 // what is not an 82574L; placing payloads on its one receive queue with
@@ -243,6 +252,7 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool) (nicdrv.N
 		o := ixgbe.DefaultOptions()
 		o.Interrupts = interrupts
 		o.Placement = place
+		o.TxRing = txRing82599
 		if queues > 0 {
 			o.Queues = queues
 		} else if place {
