@@ -166,7 +166,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 	defer dom.runlock()
 	off := hdr
 	for i := uint32(0); i < need; i++ {
-		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.hint)
+		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.rxHint[0])
 		if !ok {
 			n.violation("RX descriptor %d of queue %d at an unmapped IOVA", head, q)
 			n.nDrop.Add(1)
@@ -180,7 +180,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 			if hdrAddr&1 != 0 {
 				n.violation("RX descriptor %d of queue %d: header buffer address %#x has bit 0 set (it must be even: DD sits there)", head, q, hdrAddr)
 			}
-			hb, ok := dom.translate(hdrAddr, hdr, true, &n.hint)
+			hb, ok := dom.translate(hdrAddr, hdr, true, &n.rxHint[1])
 			if !ok {
 				n.violation("RX header buffer at IOVA %#x (%d bytes) is not mapped", hdrAddr, hdr)
 				n.nDrop.Add(1)
@@ -191,7 +191,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		}
 		k := min(pktBuf, len(data)-off)
 		if k > 0 {
-			buf, ok := dom.translate(pktAddr, k, true, &n.hint)
+			buf, ok := dom.translate(pktAddr, k, true, &n.rxHint[2])
 			if !ok {
 				n.violation("RX buffer at IOVA %#x (%d bytes) is not mapped", pktAddr, k)
 				n.nDrop.Add(1)

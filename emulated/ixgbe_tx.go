@@ -176,7 +176,7 @@ func (n *ixgbeNIC) txRing(q int, s *txSnap, t *txTally) uint32 {
 	dom.rlock()
 	defer dom.runlock()
 	for head != s.tdt {
-		raw, ok := dom.translate(s.base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.txHint)
+		raw, ok := dom.translate(s.base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.txHint[0])
 		if !ok {
 			n.violation("TX descriptor %d of queue %d at an unmapped IOVA", head, q)
 			break
@@ -198,7 +198,11 @@ func (n *ixgbeNIC) txRing(q int, s *txSnap, t *txTally) uint32 {
 				}
 			}
 			if ln := d.Len(); ln > 0 {
-				buf, ok := dom.translate(d.Addr, ln, false, &n.txHint)
+				hint := &n.txHint[1]
+				if len(frame) > 0 {
+					hint = &n.txHint[2]
+				}
+				buf, ok := dom.translate(d.Addr, ln, false, hint)
 				switch {
 				case !ok:
 					n.violation("TX buffer at IOVA %#x (%d bytes) is not mapped", d.Addr, ln)
