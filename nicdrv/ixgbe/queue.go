@@ -413,8 +413,10 @@ func (r *rxQueue) Release() error {
 
 // txQueue is one TX ring: drv.TxSlots keeps which slots hold which
 // buffers and which descriptors ask for a write-back (RS on one in 32, and
-// on the last of a frame with memory attached, so that its completion
-// comes at the next reclaim).
+// on the last descriptor of a batch that sent memory attached, so that
+// the completions of its attachments come at the next reclaim: one
+// write-back a batch, where RS on each such frame cost the NIC one a
+// frame).
 type txQueue struct {
 	nic  *NIC
 	q    int
@@ -427,6 +429,10 @@ type txQueue struct {
 	pools drv.PoolCheck // which buffers the NIC may send
 	s     *drv.TxSlots
 	ctx   hw.TxDesc // the checksum context last loaded (slot 0)
+	// attached says a frame with memory attached was put since the
+	// last descriptor that asks for a write-back: the batch ends with
+	// one that asks (batch).
+	attached bool
 
 	cnt drv.TxCounters // Stats' TxRingFull and TxRejected
 }
@@ -535,6 +541,9 @@ func (t *txQueue) batch(bufs []*nicdrv.Buffer) (int, error) {
 		free -= used
 		sent++
 	}
+	if t.attached {
+		t.askLast()
+	}
 	if s.Tail != old {
 		n.w32(hw.TDT(t.q), s.Tail)
 		s.Reclaim()
@@ -558,7 +567,11 @@ func (t *txQueue) sendOther(i int, b *nicdrv.Buffer, free uint32) (uint32, error
 			return 0, nil
 		}
 		t.put(hw.DataTx(b.IOVA(), len(b.Data), hw.TxCmdIFCS, total), nil, false)
-		t.put(hw.DataTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS, 0), b, true)
+		if t.put(hw.DataTx(extIOVA, len(ext), hw.TxCmdEOP|hw.TxCmdIFCS, 0), b, false) {
+			t.attached = false
+		} else {
+			t.attached = true
+		}
 		return 2, nil
 	}
 	ctx, popts := t.offload(b)
@@ -580,8 +593,8 @@ func (t *txQueue) sendOther(i int, b *nicdrv.Buffer, free uint32) (uint32, error
 
 // put writes a descriptor at the tail for a frame that frees b once done
 // (nil on its other descriptors), asking for a write-back where the slots
-// say.
-func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
+// say, and reports whether it asked.
+func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) bool {
 	slot, ask := t.s.Put(b, rs)
 	if ask {
 		d.CmdType |= hw.TxCmdRS
@@ -591,6 +604,26 @@ func (t *txQueue) put(d hw.TxDesc, b *nicdrv.Buffer, rs bool) {
 	w := &t.d[slot]
 	binary.LittleEndian.PutUint64(w[0:8], d.Addr)
 	binary.LittleEndian.PutUint64(w[8:16], uint64(d.CmdType)|uint64(d.Olinfo)<<32)
+	return ask
+}
+
+// askLast makes the last descriptor put ask for a write-back, unless it
+// already does, before the tail hands it to the NIC: the attachments put
+// since the last that asked complete at the next reclaim after the NIC
+// sent them. A descriptor that asks is the last of its frame (RSEvery's
+// are, and sendOther's attachment descriptor is its frame's last), so
+// the slots' buffers before it are all of frames it covers.
+func (t *txQueue) askLast() {
+	t.attached = false
+	s := t.s
+	if s.SinceRS == 0 {
+		return // the last descriptor put asks already
+	}
+	last := (s.Tail + s.Size - 1) % s.Size
+	s.SinceRS = 0
+	s.Mark(last)
+	w := &t.d[last]
+	binary.LittleEndian.PutUint64(w[8:16], binary.LittleEndian.Uint64(w[8:16])|uint64(hw.TxCmdRS))
 }
 
 // offload prepares the checksums an IPv4 frame asks for: the IP checksum
