@@ -228,6 +228,17 @@ type Transport struct {
 
 	txMu sync.Mutex
 	txb  []*nicdrv.Buffer
+	// txRegion is the region the last frame sent in place was of (under
+	// txMu): a pull's replies come from one region, so Send finds its
+	// mapping without the map and its lock (regionOf).
+	txRegion *region
+
+	// postMu serializes Post, whose placements are built in postBuf
+	// (no allocation a block) and whose region is found through
+	// postRegion as Send's through txRegion.
+	postMu     sync.Mutex
+	postBuf    []nicdrv.Placement
+	postRegion *region
 
 	rxMu  sync.Mutex
 	held  []*nicdrv.Buffer
@@ -253,6 +264,31 @@ type region struct {
 	t *Transport
 	r *transport.Region
 	m *pci.Mapping
+	// gone is set when the region leaves the transport's map (under
+	// regMu): a cached pointer to it is then looked up again.
+	gone atomic.Bool
+}
+
+// regionOf returns the mapping of r, nil when r is not one of the
+// transport's mapped regions, through the one-entry cache *last (under
+// the lock that guards it).
+func (t *Transport) regionOf(r *transport.Region, last **region) *region {
+	if x := *last; x != nil && x.r == r && !x.gone.Load() {
+		return x
+	}
+	t.regMu.RLock()
+	x := t.regions[r]
+	t.regMu.RUnlock()
+	if x != nil {
+		*last = x
+	}
+	return x
+}
+
+// forget removes x from the transport's map (regMu held).
+func (t *Transport) forget(x *region) {
+	x.gone.Store(true)
+	delete(t.regions, x.r)
 }
 
 // Done implements nicdrv.Completion: the NIC has read one frame of the
@@ -271,7 +307,7 @@ func (x *region) unmap() error {
 	if t.regions[x.r] != x {
 		return nil
 	}
-	delete(t.regions, x.r)
+	t.forget(x)
 	if err := t.pool.DMA().Unmap(x.m); err != nil {
 		return fmt.Errorf("transport/nic: unmap region: %w", err)
 	}
@@ -464,9 +500,7 @@ func (t *Transport) attach(b *nicdrv.Buffer, f *transport.Frame) bool {
 	if len(f.Data) == 0 || !r.InPlace() {
 		return false
 	}
-	t.regMu.RLock()
-	x := t.regions[r]
-	t.regMu.RUnlock()
+	x := t.regionOf(r, &t.txRegion)
 	if x == nil {
 		return false
 	}
@@ -843,9 +877,9 @@ func (t *Transport) Close() error {
 	t.txMu.Unlock()
 	t.regMu.Lock()
 	defer t.regMu.Unlock()
-	for r, x := range t.regions {
+	for _, x := range t.regions {
 		err = errors.Join(err, t.pool.DMA().Unmap(x.m))
-		delete(t.regions, r)
+		t.forget(x)
 	}
 	return errors.Join(err, t.queues.unmapOrphans())
 }

@@ -110,13 +110,17 @@ func (t *Transport) Post(lane int, r *transport.Region, spans [][]byte) (int, er
 	if t.closed.Load() {
 		return 0, errClosed
 	}
-	t.regMu.Lock()
-	x := t.regions[r]
-	t.regMu.Unlock()
+	t.postMu.Lock()
+	defer t.postMu.Unlock()
+	x := t.regionOf(r, &t.postRegion)
 	if x == nil {
 		return 0, fmt.Errorf("transport/nic: post: the region is not one of this transport's mapped regions: register the memory with this transport")
 	}
-	ps := make([]nicdrv.Placement, 0, len(spans))
+	ps := t.postBuf[:0]
+	defer func() {
+		clear(ps) // the spans are the caller's memory: keep none
+		t.postBuf = ps[:0]
+	}()
 	var err error
 	for i, s := range spans {
 		if s == nil && lane > 0 {

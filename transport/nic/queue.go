@@ -434,13 +434,13 @@ func (t *Transport) closeQueue() error {
 	}
 	t.txMu.Unlock()
 	t.regMu.Lock()
-	for r, x := range t.regions {
+	for _, x := range t.regions {
 		if t.inflight.Load() == 0 && !b.closed.Load() {
 			err = errors.Join(err, t.pool.DMA().Unmap(x.m))
 		} else {
 			s.orphans = append(s.orphans, x)
 		}
-		delete(t.regions, r)
+		t.forget(x)
 	}
 	t.regMu.Unlock()
 	s.nopen.Add(-1)
