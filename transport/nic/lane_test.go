@@ -162,6 +162,14 @@ func TestPlaceLanes(t *testing.T) {
 	if err := reg.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A region closed is not posted on, though the last Post used it.
+	before := b.Placement(1)
+	if k, err := b.Post(1, reg, [][]byte{mem[:pi.Min]}); k != 0 || err == nil {
+		t.Errorf("Post of a closed region: %d, %v; want 0 and an error", k, err)
+	}
+	if s := b.Placement(1); s != before {
+		t.Errorf("Post of a closed region changed lane 1: %+v, was %+v", s, before)
+	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
