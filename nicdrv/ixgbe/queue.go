@@ -283,6 +283,13 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 				continue
 			}
 		}
+		if r.place && !r.gathering && hi&(hw.RxStatEOP|hw.RxErrRXE) == hw.RxStatEOP {
+			if f := r.placedFrame(s, lo, hi, maxFrame); f != nil {
+				out[got] = f
+				got++
+				continue
+			}
+		}
 		r.next = next
 		got += r.general(out[got:], s, lo, hi, maxFrame)
 		fast = !r.place && !r.gathering
