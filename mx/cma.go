@@ -541,10 +541,9 @@ func (c *cmaCopy) copyData() {
 // the kernel ran for 20 µs or more (as a 64 KiB copy on an oversubscribed
 // CPU often is) had its P taken by the runtime's monitor thread and handed
 // to another thread, which looked for work and went back to sleep, and
-// kept the monitor polling every 20 µs: some 15% of the samples of an
-// 8-rank 64 KiB alltoall (docs/intranode-scale.md). Larger copies, which
-// may take milliseconds, let the runtime run the process's other
-// goroutines meanwhile.
+// kept the monitor polling every 20 µs (docs/intranode-scale.md, "Large
+// messages at fan-in"). Larger copies, which may take milliseconds, let
+// the runtime run the process's other goroutines meanwhile.
 const cmaRawMax = 1 << 20
 
 // rawProcessVMReadv is unix.ProcessVMReadv without telling the Go runtime
