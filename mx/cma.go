@@ -41,9 +41,9 @@ import (
 // it puts the message elsewhere than the call read it from, a second call
 // reads it from there. The entry is written before the RNDV is sent and
 // stays valid until the NOTIFY frees the region, so the data read after an
-// entry that checks out is the message's. Reading the entry in a call of
-// its own, as mx did, cost a system call per message and its page
-// lookups: 15% of the samples of an 8-rank 64 KiB alltoall
+// entry that checks out is the message's. A call of its own for the entry
+// would cost a system call per message, with its task lookup, ptrace
+// check and page walk: 15% of the samples of an 8-rank 64 KiB alltoall
 // (docs/intranode-scale.md).
 //
 // The data copy runs on the goroutine that matched the RNDV, right after
@@ -51,8 +51,9 @@ import (
 // (Board.release, runCopies), never on a goroutine of its own: starting
 // one per message cost a thread wake-up and a wait for a CPU that the
 // spinning processes hold, longer than the copy of anything below a
-// megabyte. Before copying, the receiver acks the RNDV, so the sender
-// does not take a long copy for a lost frame.
+// megabyte. Before a copy that could come near the sender's
+// retransmission timeout, the receiver acks the RNDV, so the sender does
+// not take it for a lost frame (copyOutlasts).
 //
 // The kernel allows process_vm_readv only where ptrace would be allowed
 // (same user, and with Yama's ptrace_scope 1 only for a tracer the sender
