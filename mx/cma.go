@@ -36,7 +36,8 @@ import (
 // read from that endpoint. A pull then reads the region's entry and the
 // data in one process_vm_readv call (counted in CMAReads): the entry
 // first, the data from where the cached entry says the sender's buffer
-// lies (applications send from the same buffers over and over). The entry
+// lies, when the two entries before named the same buffer (applications
+// send from the same buffers over and over). The entry
 // must carry the RNDV's region sequence number and cover the message; when
 // it puts the message elsewhere than the call read it from, a second call
 // reads it from there. The entry is written before the RNDV is sent and
@@ -347,7 +348,7 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 	// confirms it or sends the copy round again (cmaCopy.finish).
 	c.remote[0] = unix.RemoteIovec{Base: uintptr(src.tab) + uintptr(ref.id)*cmaEntryBytes, Len: cmaEntryBytes}
 	c.nr = 1
-	if src.seen {
+	if src.stable {
 		c.nr += cmaSource(c.remote[1:], &src.last, ref.off, total)
 	}
 	c.src = src
@@ -388,11 +389,22 @@ type cmaKey struct {
 // address of its region table and the last region entry read from it
 // (seen once one was), whose buffer is where the next message from that
 // endpoint most likely lies too (an application sends from the same
-// buffers over and over).
+// buffers over and over). stable says the last two entries named the same
+// buffer: only then is the next message read from it before its entry
+// confirms it, so a sender that alternates between buffers (double
+// buffering) costs the receiver two calls a message, never a copy read
+// in vain.
 type cmaSender struct {
-	tab  uint64
-	seen bool
-	last [cmaEntryWords]uint64
+	tab    uint64
+	seen   bool
+	stable bool
+	last   [cmaEntryWords]uint64
+}
+
+// note records the region entry ent, checked, as the sender's last.
+func (s *cmaSender) note(ent *[cmaEntryWords]uint64) {
+	s.stable = s.seen && [cmaEntryWords - 1]uint64(s.last[1:]) == [cmaEntryWords - 1]uint64(ent[1:])
+	s.last, s.seen = *ent, true
 }
 
 // cmaSource fills dst with where the message of total bytes at offset off
@@ -635,7 +647,7 @@ func (c *cmaCopy) checkEntry() int {
 	if k == 0 {
 		return entryBad
 	}
-	c.src.last, c.src.seen = c.ent, true
+	c.src.note(&c.ent)
 	if k == c.nr-1 && [cmaMaxSegs]unix.RemoteIovec(c.remote[1:]) == exact {
 		return entryRead
 	}

@@ -245,11 +245,14 @@ func TestCopyOutlasts(t *testing.T) {
 
 // TestCMAReadsWhereTheLastEntrySaid: a single copy reads the region's
 // entry and the message in one process_vm_readv, the message from where
-// the sender endpoint's last entry put its buffer. A sender that keeps its
-// buffer costs one call a message; one that moves to another buffer, to
-// two segments, or to a shorter message at another offset of the same
-// buffer costs a second call for that message (the first read the wrong
-// bytes, or none), and every message arrives byte-exact whichever it was.
+// the sender endpoint's last entry put its buffer, once two entries in a
+// row named the same buffer. A sender that keeps its buffer costs one call
+// a message; one that moves to another buffer, to two segments, or to a
+// shorter message at another offset of the same buffer costs a second
+// call for that message (the first read the wrong bytes, or none) and for
+// the next (read after its entry, until the buffer is seen to stay); one
+// that alternates between two buffers costs two calls a message. Every
+// message arrives byte-exact whichever it was.
 func TestCMAReadsWhereTheLastEntrySaid(t *testing.T) {
 	o := shmTestOptions()
 	o.Local.Large = LargeCMA
@@ -264,16 +267,22 @@ func TestCMAReadsWhereTheLastEntrySaid(t *testing.T) {
 		calls uint64
 	}{
 		{"first from A (the table, the entry, the data)", [][]byte{bufA}, 3},
-		{"A again", [][]byte{bufA}, 1},
-		{"A again", [][]byte{bufA}, 1},
+		{"A again (the entry, then the data)", [][]byte{bufA}, 2},
+		{"A a third time", [][]byte{bufA}, 1},
+		{"A a fourth time", [][]byte{bufA}, 1},
 		{"B", [][]byte{bufB}, 2},
-		{"B again", [][]byte{bufB}, 1},
+		{"B again", [][]byte{bufB}, 2},
+		{"B a third time", [][]byte{bufB}, 1},
 		{"A", [][]byte{bufA}, 2},
+		{"B: alternating", [][]byte{bufB}, 2},
+		{"A: alternating", [][]byte{bufA}, 2},
 		{"A in two segments", [][]byte{bufA[:size/3], bufA[size/3:]}, 2},
-		{"A in the same two segments", [][]byte{bufA[:size/3], bufA[size/3:]}, 1},
+		{"A in the same two segments", [][]byte{bufA[:size/3], bufA[size/3:]}, 2},
+		{"A in the same two segments again", [][]byte{bufA[:size/3], bufA[size/3:]}, 1},
 		{"two other segments", [][]byte{split[:size/2], split[size/2:]}, 2},
 		{"the second half of B", [][]byte{bufB[size/2:]}, 2},
-		{"the second half of B again", [][]byte{bufB[size/2:]}, 1},
+		{"the second half of B again", [][]byte{bufB[size/2:]}, 2},
+		{"the second half of B a third time", [][]byte{bufB[size/2:]}, 1},
 	}
 	buf := make([]byte, size)
 	for i, s := range steps {

@@ -112,7 +112,7 @@ const (
 	// reads of a sender's endpoint table, region entries and message
 	// data. A large message copied once costs one (its entry and all its
 	// data), two when it lies elsewhere than the sender endpoint's last
-	// message did, plus one per sender endpoint the first time.
+	// two messages did, plus one per sender endpoint the first time.
 	CMAReads
 	// Verdicts (verdict.go): frames a timer's drain handled before it
 	// declared a peer or a pull dead, and verdicts put off because another
