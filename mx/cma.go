@@ -37,10 +37,10 @@ import (
 // data in one process_vm_readv call (counted in CMAReads): the entry
 // first, the data from where the cached entry says the sender's buffer
 // lies, when the two entries before named the same buffer (applications
-// send from the same buffers over and over). The entry
-// must carry the RNDV's region sequence number and cover the message; when
-// it puts the message elsewhere than the call read it from, a second call
-// reads it from there. The entry is written before the RNDV is sent and
+// send from the same buffers over and over). The entry must carry the
+// RNDV's region sequence number and cover the message; when it puts the
+// message elsewhere than the call read it from, a second call reads it
+// from there. The entry is written before the RNDV is sent and
 // stays valid until the NOTIFY frees the region, so the data read after an
 // entry that checks out is the message's. A call of its own for the entry
 // would cost a system call per message, with its task lookup, ptrace
@@ -284,11 +284,11 @@ var errCMAShort = errors.New("short process_vm_readv")
 // live as long as their board) and queues the copy, which whoever holds
 // b.mu runs right after releasing it and any receive source's lock
 // (Board.unlock, runCopies): one process_vm_readv for the region's entry
-// and the whole message (cmaCopy), on the goroutine that handled the RNDV — a polling waiter, or
-// the receive loop — with no hand-off to another goroutine, and without
-// b.mu so other requests progress meanwhile. A copy the kernel fails, or
-// whose entry does not describe the message, falls back to a pull through
-// the rings. b.mu held.
+// and the whole message (cmaCopy), on the goroutine that handled the RNDV
+// — a polling waiter, or the receive loop — with no hand-off to another
+// goroutine, and without b.mu so other requests progress meanwhile. A copy
+// the kernel fails, or whose entry does not describe the message, falls
+// back to a pull through the rings. b.mu held.
 func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) bool {
 	b := e.b
 	if e.pullShared(r, p, match, msgLen, total, ref) { // shmpool.go: out of the sender's shared segment
@@ -554,8 +554,8 @@ func (c *cmaCopy) copyData() {
 // the kernel ran for 20 µs or more (as a 64 KiB copy on an oversubscribed
 // CPU often is) had its P taken by the runtime's monitor thread and handed
 // to another thread, which looked for work and went back to sleep, and
-// kept the monitor polling every 20 µs (docs/intranode-scale.md, "Large
-// messages at fan-in"). Larger copies, which may take milliseconds, let
+// kept the monitor polling every 20 µs (docs/intranode-scale.md, "What a
+// 64 KiB message costs"). Larger copies, which may take milliseconds, let
 // the runtime run the process's other goroutines meanwhile.
 const cmaRawMax = 1 << 20
 
@@ -566,7 +566,7 @@ func rawProcessVMReadv(pid int, local []unix.Iovec, remote []unix.RemoteIovec) (
 		uintptr(unsafe.Pointer(unsafe.SliceData(local))), uintptr(len(local)),
 		uintptr(unsafe.Pointer(unsafe.SliceData(remote))), uintptr(len(remote)), 0)
 	if errno != 0 {
-		return int(n), errno
+		return 0, errno
 	}
 	return int(n), nil
 }
