@@ -155,7 +155,7 @@ type Board struct {
 	cmaq       []*cmaCopy             // single copies to run when mu is released (cma.go)
 	cmaQueued  atomic.Int32           // len(cmaq), read without mu
 	cmaFree    []*cmaCopy             // recycled copies
-	cmaTabAt   map[cmaKey]uint64      // senders' endpoint table addresses, read once
+	cmaTabAt   map[cmaKey]*cmaSender  // senders' endpoint tables and last entries (cma.go)
 	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
 	zc         *zeroCopy              // zero-copy sends (zerocopy.go); nil when off
 	plc        *placeRecv             // receiving in place (placerecv.go); nil when the transport cannot

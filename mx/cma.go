@@ -30,21 +30,31 @@ import (
 // number and up to cmaMaxSegs address/length pairs). The board publishes
 // the address of cmaEps to every shm board it connects to
 // (shm.Transport.Publish), and the receiver learns it, with the sender's
-// process id, from its ring (shm.Transport.PeerProcess). A pull then reads
-// the region's entry and the data: two process_vm_readv calls (counted in
-// CMAReads), each checked (the entry must carry the RNDV's region sequence
-// number and cover the message); the endpoint's table address, which lives
-// as long as the sender's board, is read once per sender process and
-// endpoint and cached. The entry is written before the RNDV is sent and
-// stays valid until the NOTIFY frees the region.
+// process id, from its ring (shm.Transport.PeerProcess). The endpoint's
+// table address, which lives as long as the sender's board, is read once
+// per sender process and endpoint and cached, with the last region entry
+// read from that endpoint. A pull then reads the region's entry and the
+// data in one process_vm_readv call (counted in CMAReads): the entry
+// first, the data from where the cached entry says the sender's buffer
+// lies, when the two entries before named the same buffer (applications
+// send from the same buffers over and over). The entry must carry the
+// RNDV's region sequence number and cover the message; when it puts the
+// message elsewhere than the call read it from, a second call reads it
+// from there. The entry is written before the RNDV is sent and
+// stays valid until the NOTIFY frees the region, so the data read after an
+// entry that checks out is the message's. A call of its own for the entry
+// would cost a system call per message, with its task lookup, ptrace
+// check and page walk: 15% of the samples of an 8-rank 64 KiB alltoall
+// (docs/intranode-scale.md).
 //
 // The data copy runs on the goroutine that matched the RNDV, right after
 // it releases the board lock and the lock of the rings it received from
 // (Board.release, runCopies), never on a goroutine of its own: starting
 // one per message cost a thread wake-up and a wait for a CPU that the
 // spinning processes hold, longer than the copy of anything below a
-// megabyte. Before copying, the receiver acks the RNDV, so the sender
-// does not take a long copy for a lost frame.
+// megabyte. Before a copy that could come near the sender's
+// retransmission timeout, the receiver acks the RNDV, so the sender does
+// not take it for a lost frame (copyOutlasts).
 //
 // The kernel allows process_vm_readv only where ptrace would be allowed
 // (same user, and with Yama's ptrace_scope 1 only for a tracer the sender
@@ -269,14 +279,15 @@ var errCMAShort = errors.New("short process_vm_readv")
 // pullCMA completes a matched large receive of total bytes by copying it
 // from the sender's buffer, when the sender is a process of this host that
 // published its table and the kernel allows it; it reports whether it took
-// the receive over (otherwise the caller pulls). It reads the sender's
-// region entry here (the endpoint's table address is read once per sender
-// process and endpoint, then cached: tables live as long as their board),
-// and queues the data copy, which whoever holds b.mu runs right after
-// releasing it and any receive source's lock (Board.unlock, runCopies): one process_vm_readv for the whole
-// message, on the goroutine that handled the RNDV — a polling waiter, or
-// the receive loop — with no hand-off to another goroutine, and without
-// b.mu so other requests progress meanwhile. A copy the kernel fails falls
+// the receive over (otherwise the caller pulls). It reads the sender
+// endpoint's table address once per sender process and endpoint (tables
+// live as long as their board) and queues the copy, which whoever holds
+// b.mu runs right after releasing it and any receive source's lock
+// (Board.unlock, runCopies): one process_vm_readv for the region's entry
+// and the whole message (cmaCopy), on the goroutine that handled the RNDV
+// — a polling waiter, or the receive loop — with no hand-off to another
+// goroutine, and without b.mu so other requests progress meanwhile. A copy
+// the kernel fails, or whose entry does not describe the message, falls
 // back to a pull through the rings. b.mu held.
 func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) bool {
 	b := e.b
@@ -290,42 +301,26 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 	if !ok || tab == 0 {
 		return false
 	}
-	// The endpoint's table (cached), then the region's entry.
+	// The endpoint's table address, read once per sender endpoint and
+	// cached with the last entry read from it.
 	key := cmaKey{pid: pid, tab: tab, ep: p.epID, session: p.rsession}
-	epTab, ok := b.cmaTabAt[key]
-	if !ok {
+	src := b.cmaTabAt[key]
+	if src == nil {
 		var w [1]uint64
 		if !e.cmaStep(pid, u64Bytes(w[:]), uintptr(tab)+uintptr(p.epID)*8, 8) || w[0] == 0 {
 			return false
 		}
-		epTab = w[0]
 		if b.cmaTabAt == nil || len(b.cmaTabAt) >= cmaTabCache {
-			b.cmaTabAt = make(map[cmaKey]uint64) // bounded: forget, read again
+			b.cmaTabAt = make(map[cmaKey]*cmaSender) // bounded: forget, read again
 		}
-		b.cmaTabAt[key] = epTab
-	}
-	var ent [cmaEntryWords]uint64
-	if !e.cmaStep(pid, u64Bytes(ent[:]), uintptr(epTab)+uintptr(ref.id)*cmaEntryBytes, cmaEntryBytes) {
-		return false
-	}
-	nsegs := int(ent[1])
-	if ent[0] != uint64(ref.seq)<<1|1 || nsegs < 1 || nsegs > cmaMaxSegs {
-		return false
+		src = &cmaSender{tab: w[0]}
+		b.cmaTabAt[key] = src
 	}
 	c := b.newCopy()
-	// The message: total bytes from offset ref.off of the region.
-	skip, left := uint64(ref.off), uint64(total)
-	for i := 0; i < nsegs && left > 0; i++ {
-		addr, l := ent[2+2*i], ent[3+2*i]
-		if skip >= l {
-			skip -= l
-			continue
-		}
-		n := min(l-skip, left)
-		c.remote[c.nr] = unix.RemoteIovec{Base: uintptr(addr + skip), Len: int(n)}
-		c.nr++
-		skip, left = 0, left-n
-	}
+	// The local side: the region's entry, then total bytes of the receive.
+	c.local[0] = unix.Iovec{Base: (*byte)(unsafe.Pointer(&c.ent[0]))}
+	c.local[0].SetLen(cmaEntryBytes)
+	c.nl = 1
 	need := int(total)
 	for _, s := range r.segs {
 		if need == 0 {
@@ -342,12 +337,21 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 		}
 		need -= k
 	}
-	if left > 0 || need > 0 {
-		// The entry does not cover the message (pull and let the sender
-		// judge), or the receive has more segments than one call takes.
+	if need > 0 {
+		// The receive has more segments than one call takes.
 		b.freeCopy(c)
 		return false
 	}
+	// The remote side: the entry, and the message where the sender's last
+	// entry says it lies, when that covers it. The entry read in the same
+	// call (before the data: the kernel reads the remote vectors in order)
+	// confirms it or sends the copy round again (cmaCopy.finish).
+	c.remote[0] = unix.RemoteIovec{Base: uintptr(src.tab) + uintptr(ref.id)*cmaEntryBytes, Len: cmaEntryBytes}
+	c.nr = 1
+	if src.stable {
+		c.nr += cmaSource(c.remote[1:], &src.last, ref.off, total)
+	}
+	c.src = src
 	c.e, c.r, c.p, c.match, c.msgLen, c.total, c.ref, c.pid = e, r, p, match, msgLen, total, ref, pid
 	b.copies.Add(1)
 	b.cmaq = append(b.cmaq, c)
@@ -381,10 +385,66 @@ type cmaKey struct {
 	session uint32
 }
 
+// cmaSender is what a receiving board keeps of a sender endpoint: the
+// address of its region table and the last region entry read from it
+// (seen once one was), whose buffer is where the next message from that
+// endpoint most likely lies too (an application sends from the same
+// buffers over and over). stable says the last two entries named the same
+// buffer: only then is the next message read from it before its entry
+// confirms it, so a sender that alternates between buffers (double
+// buffering) costs the receiver two calls a message, never a copy read
+// in vain.
+type cmaSender struct {
+	tab    uint64
+	seen   bool
+	stable bool
+	last   [cmaEntryWords]uint64
+}
+
+// note records the region entry ent, checked, as the sender's last.
+func (s *cmaSender) note(ent *[cmaEntryWords]uint64) {
+	s.stable = s.seen && [cmaEntryWords - 1]uint64(s.last[1:]) == [cmaEntryWords - 1]uint64(ent[1:])
+	s.last, s.seen = *ent, true
+}
+
+// cmaSource fills dst with where the message of total bytes at offset off
+// of a region lies in the sender's memory, by the region entry ent, and
+// returns how many vectors it took; 0 when ent is not a valid entry of 1
+// to cmaMaxSegs segments or does not cover the message (its sequence
+// number, word 0, is the caller's to check).
+func cmaSource(dst []unix.RemoteIovec, ent *[cmaEntryWords]uint64, off uint16, total uint32) int {
+	nsegs := ent[1]
+	if nsegs < 1 || nsegs > cmaMaxSegs {
+		return 0
+	}
+	n := 0
+	skip, left := uint64(off), uint64(total)
+	for i := 0; i < int(nsegs) && left > 0; i++ {
+		addr, l := ent[2+2*i], ent[3+2*i]
+		if skip >= l {
+			skip -= l
+			continue
+		}
+		k := min(l-skip, left)
+		dst[n] = unix.RemoteIovec{Base: uintptr(addr + skip), Len: int(k)}
+		n++
+		skip, left = 0, left-k
+	}
+	if left > 0 {
+		return 0
+	}
+	return n
+}
+
 // cmaCopy is a single copy queued or in flight: a matched large receive
 // to fill with process_vm_readv outside the board lock. r belongs to it
 // until it completes r. Copies are recycled (Board.cmaFree): a message
 // costs no allocation.
+//
+// A copy first reads the region's entry into ent (local[0], remote[0])
+// and, in the same call, the message from where the sender's last entry
+// (src) put it; when the entry read says otherwise, it goes round again
+// with the vectors the entry gives, without the entry (exact).
 type cmaCopy struct {
 	e             *Endpoint
 	r             *Request
@@ -393,9 +453,13 @@ type cmaCopy struct {
 	msgLen, total uint32
 	ref           rndvRef
 	pid           int
+	src           *cmaSender
+	exact         bool
+	n             int // bytes the call copied
 	nl, nr        int
-	local         [MaxSegments]unix.Iovec
-	remote        [cmaMaxSegs]unix.RemoteIovec
+	local         [1 + MaxSegments]unix.Iovec
+	remote        [1 + cmaMaxSegs]unix.RemoteIovec
+	ent           [cmaEntryWords]uint64
 	err           error
 }
 
@@ -464,31 +528,86 @@ func copyOutlasts(n uint32, rto int64) bool {
 // cmaCopyHook, when set by a test, runs before each copy.
 var cmaCopyHook func()
 
-// copyData runs the copy itself: one process_vm_readv for the whole
-// message (no lock held).
+// copyData runs the copy itself: one process_vm_readv for the region's
+// entry and the whole message, or, going round again, for the message
+// alone (no lock held).
 func (c *cmaCopy) copyData() {
 	if cmaCopyHook != nil {
 		cmaCopyHook()
 	}
+	lo := 0
+	if c.exact {
+		lo = 1 // local[0] and remote[0] are the entry, read already
+	}
+	if c.total > cmaRawMax {
+		c.n, c.err = unix.ProcessVMReadv(c.pid, c.local[lo:c.nl], c.remote[lo:c.nr], 0)
+		return
+	}
+	c.n, c.err = rawProcessVMReadv(c.pid, c.local[lo:c.nl], c.remote[lo:c.nr])
+}
+
+// cmaRawMax is the largest copy made as a raw system call. A
+// process_vm_readv copies without waiting for anything but the CPU (the
+// sender's pages are resident: it has just written them), so up to a
+// megabyte, some 100-300 µs, it holds the goroutine's P no longer than
+// the same copy done by the CPU in Go would. Through Syscall, a copy that
+// the kernel ran for 20 µs or more (as a 64 KiB copy on an oversubscribed
+// CPU often is) had its P taken by the runtime's monitor thread and handed
+// to another thread, which looked for work and went back to sleep, and
+// kept the monitor polling every 20 µs (docs/intranode-scale.md, "What a
+// 64 KiB message costs"). Larger copies, which may take milliseconds, let
+// the runtime run the process's other goroutines meanwhile.
+const cmaRawMax = 1 << 20
+
+// rawProcessVMReadv is unix.ProcessVMReadv without telling the Go runtime
+// that the goroutine enters a system call (see cmaRawMax).
+func rawProcessVMReadv(pid int, local []unix.Iovec, remote []unix.RemoteIovec) (int, error) {
+	n, _, errno := unix.RawSyscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
+		uintptr(unsafe.Pointer(unsafe.SliceData(local))), uintptr(len(local)),
+		uintptr(unsafe.Pointer(unsafe.SliceData(remote))), uintptr(len(remote)), 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// finish completes the receive and notifies the sender, sends the copy
+// round again when the entry it read put the message elsewhere than it
+// read it from, or pulls through the rings when the copy failed or the
+// entry does not describe the message (b.mu held).
+func (c *cmaCopy) finish() {
+	e, b := c.e, c.e.b
+	b.setNow()
+	e.cnt[CMAReads]++
+	if !e.closed && c.err == nil && !c.exact {
+		switch c.checkEntry() {
+		case entryAgain:
+			b.cmaq = append(b.cmaq, c) // still counted in b.copies
+			b.cmaQueued.Add(1)
+			return
+		case entryBad:
+			defer b.copies.Done()
+			defer b.freeCopy(c)
+			if c.p.dead {
+				e.complete(c.r, ErrUnreachable)
+				return
+			}
+			e.ringPull(c.r, c.p, c.match, c.msgLen, c.total, c.ref)
+			return
+		}
+	}
+	defer b.copies.Done()
+	defer b.freeCopy(c)
 	want := 0
 	for _, v := range c.local[:c.nl] {
 		want += int(v.Len)
 	}
-	n, err := unix.ProcessVMReadv(c.pid, c.local[:c.nl], c.remote[:c.nr], 0)
-	if err == nil && n != want {
-		err = errCMAShort
+	if c.exact {
+		want -= cmaEntryBytes
 	}
-	c.err = err
-}
-
-// finish completes the receive and notifies the sender, or pulls through
-// the rings when the copy failed (b.mu held).
-func (c *cmaCopy) finish() {
-	e, b := c.e, c.e.b
-	defer b.copies.Done()
-	defer b.freeCopy(c)
-	b.setNow()
-	e.cnt[CMAReads]++
+	if c.err == nil && c.n != want {
+		c.err = errCMAShort
+	}
 	switch {
 	case e.closed:
 		e.complete(c.r, ErrEndpointClosed)
@@ -504,6 +623,38 @@ func (c *cmaCopy) finish() {
 		c.p.sendNotify(c.total, c.ref.id, c.ref.seq)
 		e.finishRecv(c.r, c.p, c.match, c.msgLen, c.total)
 	}
+}
+
+// What the entry a copy read says of the message.
+const (
+	entryRead  = iota // the message is where the copy read it from
+	entryAgain        // it lies elsewhere: copy again, from there (exact)
+	entryBad          // the entry is not the RNDV's, or does not cover the message
+)
+
+// checkEntry judges the region entry a first copy read with the message
+// (b.mu held; c.err nil). A call too short to hold the entry leaves the
+// short count for finish to report.
+func (c *cmaCopy) checkEntry() int {
+	if c.n < cmaEntryBytes {
+		return entryRead
+	}
+	var exact [cmaMaxSegs]unix.RemoteIovec
+	k := 0
+	if c.ent[0] == uint64(c.ref.seq)<<1|1 {
+		k = cmaSource(exact[:], &c.ent, c.ref.off, c.total)
+	}
+	if k == 0 {
+		return entryBad
+	}
+	c.src.note(&c.ent)
+	if k == c.nr-1 && [cmaMaxSegs]unix.RemoteIovec(c.remote[1:]) == exact {
+		return entryRead
+	}
+	copy(c.remote[1:], exact[:k])
+	c.nr = 1 + k
+	c.exact = true
+	return entryAgain
 }
 
 // cmaStep reads n bytes at addr in pid into dst, noting a refusal.

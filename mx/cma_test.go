@@ -242,3 +242,72 @@ func TestCopyOutlasts(t *testing.T) {
 		}
 	}
 }
+
+// TestCMAReadsWhereTheLastEntrySaid: a single copy reads the region's
+// entry and the message in one process_vm_readv, the message from where
+// the sender endpoint's last entry put its buffer, once two entries in a
+// row named the same buffer. A sender that keeps its buffer costs one call
+// a message; one that moves to another buffer, to two segments, or to a
+// shorter message at another offset of the same buffer costs a second
+// call for that message (the first read the wrong bytes, or none) and for
+// the next (read after its entry, until the buffer is seen to stay); one
+// that alternates between two buffers costs two calls a message. Every
+// message arrives byte-exact whichever it was.
+func TestCMAReadsWhereTheLastEntrySaid(t *testing.T) {
+	o := shmTestOptions()
+	o.Local.Large = LargeCMA
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	ctx := testCtx(t, time.Minute)
+	const size = 64 << 10
+	bufA, bufB := pattern(size, 1), pattern(size, 2)
+	split := pattern(size, 3)
+	steps := []struct {
+		name  string
+		segs  [][]byte
+		calls uint64
+	}{
+		{"first from A (the table, the entry, the data)", [][]byte{bufA}, 3},
+		{"A again (the entry, then the data)", [][]byte{bufA}, 2},
+		{"A a third time", [][]byte{bufA}, 1},
+		{"A a fourth time", [][]byte{bufA}, 1},
+		{"B", [][]byte{bufB}, 2},
+		{"B again", [][]byte{bufB}, 2},
+		{"B a third time", [][]byte{bufB}, 1},
+		{"A", [][]byte{bufA}, 2},
+		{"B: alternating", [][]byte{bufB}, 2},
+		{"A: alternating", [][]byte{bufA}, 2},
+		{"A in two segments", [][]byte{bufA[:size/3], bufA[size/3:]}, 2},
+		{"A in the same two segments", [][]byte{bufA[:size/3], bufA[size/3:]}, 2},
+		{"A in the same two segments again", [][]byte{bufA[:size/3], bufA[size/3:]}, 1},
+		{"two other segments", [][]byte{split[:size/2], split[size/2:]}, 2},
+		{"the second half of B", [][]byte{bufB[size/2:]}, 2},
+		{"the second half of B again", [][]byte{bufB[size/2:]}, 2},
+		{"the second half of B a third time", [][]byte{bufB[size/2:]}, 1},
+	}
+	buf := make([]byte, size)
+	for i, s := range steps {
+		var want []byte
+		for _, seg := range s.segs {
+			want = append(want, seg...)
+		}
+		clear(buf)
+		c0 := pr.a.Counters()
+		exchange(t, ctx, pr.b, pr.btoa, pr.a, uint64(i), ^uint64(0), s.segs, [][]byte{buf})
+		d := countersSince(c0, pr.a.Counters())
+		if d.Get(CMARefused) > 0 {
+			t.Skipf("the kernel refuses process_vm_readv (Yama ptrace_scope?): %d refusals", d.Get(CMARefused))
+		}
+		if !bytes.Equal(buf[:len(want)], want) {
+			t.Fatalf("step %d (%s): the message differs", i, s.name)
+		}
+		if got := d.Get(RecvCMA); got != 1 {
+			t.Fatalf("step %d (%s): %d single copies, want 1", i, s.name, got)
+		}
+		if got := d.Get(CMAReads); got != s.calls {
+			t.Errorf("step %d (%s): %d process_vm_readv calls, want %d", i, s.name, got, s.calls)
+		}
+		if got := d.Get(CMAFailed); got != 0 {
+			t.Errorf("step %d (%s): %d failed copies", i, s.name, got)
+		}
+	}
+}

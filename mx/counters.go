@@ -110,8 +110,9 @@ const (
 	PullEngineFallbacks
 	// CMAReads counts process_vm_readv calls (cma.go): the receiver's
 	// reads of a sender's endpoint table, region entries and message
-	// data. A large message copied once costs two (its entry, then all
-	// its data in one call), plus one per sender endpoint the first time.
+	// data. A large message copied once costs one (its entry and all its
+	// data), two when it lies elsewhere than the sender endpoint's last
+	// two messages did, plus one per sender endpoint the first time.
 	CMAReads
 	// Verdicts (verdict.go): frames a timer's drain handled before it
 	// declared a peer or a pull dead, and verdicts put off because another
