@@ -66,14 +66,18 @@ type Options struct {
 	// many in all). Default 64; negative: at the first frame.
 	LaneAfter int
 	// Lanes bounds the lanes a transport writes, and the lanes it
-	// accepts from its peers: the pairs past the bound keep the queue.
-	// Default 4; negative: no lanes (every frame through the queue).
+	// accepts from its peers: the pairs past the bound keep the queue,
+	// but for a pair busy on the queue, for which a transport at its
+	// bound asks the producer of its lane used least recently to retire
+	// it (askback.go). Default 4; negative: no lanes (every frame
+	// through the queue).
 	Lanes int
 	// LaneIdle is how long a lane may go without a frame from its
 	// producer before RetireIdle retires it, unmapping it on both sides
 	// (the pair goes back to the queue, and gets a lane again once it is
 	// busy again: lane.go). Default $GOMX_SHM_LANE_IDLE (a Go duration),
-	// else DefaultLaneIdle; negative: lanes are never retired.
+	// else DefaultLaneIdle; negative: lanes are never retired, nor
+	// asked back.
 	LaneIdle time.Duration
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
