@@ -69,14 +69,17 @@ Only rank 0 prints; another rank prints one line if it fails.
 `
 
 // shmFootprint reads the shared memory b's host path maps, owns, its
-// rings both ways, and the lanes it retired so far (idle ones, given back
-// to the receive queue), from the transport's own counters (0 without
-// one).
-func shmFootprint(b *mx.Board) (mapped, owned int64, rings int, retired uint64) {
+// rings both ways, the lanes it retired so far (idle ones, given back to
+// the receive queue, and those its consumers asked back) and the lanes it
+// asked its producers back for busier pairs, from the transport's own
+// counters (0 without one).
+func shmFootprint(b *mx.Board) (mapped, owned int64, rings int, retired, askedBack uint64) {
 	for _, c := range b.TransportCounters() {
 		switch c.Name {
 		case shm.CounterLanesRetired:
 			retired = c.Value
+		case shm.CounterLanesAskedBack:
+			askedBack = c.Value
 		case shm.CounterMappedBytes:
 			mapped = int64(c.Value)
 		case shm.CounterOwnedBytes:
@@ -85,7 +88,7 @@ func shmFootprint(b *mx.Board) (mapped, owned int64, rings int, retired uint64) 
 			rings += int(c.Value)
 		}
 	}
-	return mapped, owned, rings, retired
+	return mapped, owned, rings, retired, askedBack
 }
 
 // The schedules of alltoall, as MPI libraries name them.
@@ -457,7 +460,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		}
 		perRound := time.Since(start).Seconds() * 1e6 / float64(max(iters, 1))
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]), size)
-		m.Mapped, m.Owned, m.Rings, m.Retired = shmFootprint(w.boards[k])
+		m.Mapped, m.Owned, m.Rings, m.Retired, m.AskedBack = shmFootprint(w.boards[k])
 		m.RSS = peakRSS()
 		m.Yield, _, _ = w.boards[k].Oversubscribed()
 		m.Bound = w.bound
@@ -481,6 +484,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 					res.ShmRingsMax = max(res.ShmRingsMax, all[r].Rings)
 					res.ShmNodeBytes += all[r].Owned
 					res.ShmLanesRetired += all[r].Retired
+					res.ShmLanesAskedBack += all[r].AskedBack
 					res.RSSMax = max(res.RSSMax, all[r].RSS)
 					if all[r].Yield {
 						res.YieldingRanks++

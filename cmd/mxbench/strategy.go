@@ -28,6 +28,9 @@ type moved struct {
 	Rings  int   `json:"r,omitempty"`
 	// Retired: the lanes the rank retired so far (shmFootprint).
 	Retired uint64 `json:"l,omitempty"`
+	// AskedBack: the lanes the rank asked its producers back for busier
+	// pairs so far (shmFootprint).
+	AskedBack uint64 `json:"a,omitempty"`
 	// RSS is the rank's peak resident memory so far (peakRSS).
 	RSS int64 `json:"h,omitempty"`
 	// Yield: the rank's waiters yield their CPU from their first look
@@ -123,6 +126,9 @@ type jobResult struct {
 	// alltoall: the lanes the ranks retired since the job began (idle
 	// for shm.Options.LaneIdle, GOMX_SHM_LANE_IDLE), summed.
 	ShmLanesRetired uint64 `json:"shm_lanes_retired,omitempty"`
+	// alltoall: the lanes the ranks, as receivers at their bound, asked
+	// their producers back for busier pairs since the job began, summed.
+	ShmLanesAskedBack uint64 `json:"shm_lanes_asked_back,omitempty"`
 	// alltoall: the largest peak resident memory of a rank so far
 	// (VmHWM), and the slowest rank's start-up: from its process's start
 	// to its board open and every peer connected.

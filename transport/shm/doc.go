@@ -49,7 +49,10 @@
 // record, which the receiver reads, with the lane's records before it,
 // before the pair's next frame through the queue, then unmaps the lane and
 // says so; the pair gets a lane again once it is busy again, so the lanes
-// go to the pairs busy now. A receiver thus polls its
+// go to the pairs busy now. A receiver that reads as many lanes as it
+// takes, with a pair busy on its queue, asks the producer of the lane it
+// used least recently to retire it, and keeps the lane freed for the busy
+// pair (askback.go). A receiver thus polls its
 // queue and its few lanes, and a process maps its own queue, the queues of
 // the peers it sends to and at most 2·Lanes rings, however large the job.
 //

@@ -91,8 +91,12 @@ const (
 	// CounterRingsRead is Footprint.RingsIn.
 	CounterRingsRead = "shm rings read"
 	// CounterLanesRetired counts the lanes a transport retired as their
-	// producer (RetireIdle).
+	// producer (RetireIdle, and at their consumer's ask).
 	CounterLanesRetired = "shm lanes retired"
+	// CounterLanesAskedBack counts the lanes a transport, as their
+	// consumer at its bound, asked their producers to retire for a
+	// busier pair.
+	CounterLanesAskedBack = "shm lanes asked back for busier pairs"
 )
 
 // Footprint reports the shared memory t maps now (see [Footprint]). It

@@ -71,8 +71,9 @@ import (
 // A producer that writes as many lanes as it may, with a pair that asks
 // for one, retires the lane idle longest once it has been idle for an
 // eighth of LaneIdle: the busier pair gets it at its next ask. A consumer
-// at its bound cannot take a lane from a producer: only a producer writes
-// a closing record, so its producers' lanes come free as they go idle.
+// at its bound with a busy pair on its queue asks the producer of its
+// lane used least recently to retire it (ctlLaneRetire), and keeps the
+// lane freed for the busy pair (askback.go).
 
 const (
 	ctlLane     = 4 // producer → consumer: a lane's ring (memfd); id: its size, size: the gate
@@ -132,8 +133,8 @@ func (t *Transport) wantLane(o *outRing) bool {
 // over the pair's connection, which a sender waits for). inMu held.
 func (t *Transport) noteLanesIn() {
 	full := uint32(0)
-	if t.lanesIn >= t.opts.Lanes {
-		full = 1
+	if t.lanesIn >= t.opts.Lanes || t.reserved != nil && t.lanesIn+1 >= t.opts.Lanes {
+		full = 1 // a lane kept for a busier pair (askback.go) is taken
 	}
 	if t.q.lanesFull.Load() != full {
 		t.q.lanesFull.Store(full)
@@ -164,7 +165,9 @@ func (t *Transport) laneReady(o *outRing, now bool) bool {
 		o.retiring = false
 	}
 	if !o.laneAsked {
-		if !t.wantLane(o) && !now {
+		// A consumer that keeps a lane for the pair offered it
+		// (askback.go): asked for at once.
+		if !t.wantLane(o) && !now && !o.offered.Load() {
 			return false
 		}
 		t.askLane(o, now || t.opts.LaneAfter < 0 && o.q.end == 0)
@@ -280,7 +283,7 @@ func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
 // on the queue for good. o.mu held.
 func (t *Transport) askLane(o *outRing, wait bool) {
 	o.laneAsked = true
-	if o.q.lanesFull.Load() != 0 {
+	if o.q.lanesFull.Load() != 0 && !o.offered.Load() {
 		// The consumer reads as many lanes as it takes: it says no
 		// without being asked. The pair asks again after another
 		// LaneAfter frames (a lane of the consumer's may retire
@@ -311,6 +314,7 @@ func (t *Transport) askLane(o *outRing, wait bool) {
 			break
 		}
 	}
+	o.offered.Store(false) // asked: the offer is answered
 	for len(o.laneAns) > 0 {
 		<-o.laneAns
 	}
@@ -420,6 +424,7 @@ func (t *Transport) takeLane(o *outRing) {
 	o.notifyWords.notify = u32At(o.seg.mem, ringNotifyOff)
 	o.headSeen, o.idleMark = 0, false
 	o.refusedNoted.Store(false)
+	o.offered.Store(false)
 }
 
 // retireLane ends o's lane (see "Retiring a lane" above): it writes the
@@ -473,19 +478,23 @@ func (t *Transport) RetireIdle(now time.Time) int {
 	}
 	t.idleMu.Lock()
 	defer t.idleMu.Unlock()
+	n := 0
+	if t.asked.Load() && t.asked.Swap(false) {
+		n = t.retireAllAsked() // askback.go: at once, not once per look
+	}
 	if now.Sub(t.lastSweep) < idle/8 {
-		return 0
+		return n
 	}
 	t.lastSweep = now
+	t.tick.Add(1) // the Recv side's look at its lanes (askback.go)
 	if now.Sub(t.epochAt) >= idle {
 		t.epochAt = now
 		t.epoch.Add(1)
 	}
 	m := t.outSnap.Load()
 	if m == nil || t.lanesOut.Load() == 0 {
-		return 0
+		return n
 	}
-	n := 0
 	var victim *outRing
 	for _, o := range *m {
 		if o.laneBytes.Load() == 0 {
@@ -967,10 +976,16 @@ func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
 		return 2
 	}
 	t.inMu.Lock()
-	if t.lanesIn >= t.opts.Lanes || r.data != nil || t.closed.Load() || r.dead.Load() {
+	// The last lane to spare may be kept for a busier pair (askback.go).
+	kept := t.reserved != nil && t.reserved != r && t.lanesIn+1 >= t.opts.Lanes
+	if t.lanesIn >= t.opts.Lanes || kept || r.data != nil || t.closed.Load() || r.dead.Load() {
 		t.inMu.Unlock()
 		closeAll(fds)
 		return 1
+	}
+	if t.reserved == r {
+		t.reserved = nil
+		t.cnt.granted.Add(1)
 	}
 	t.lanesIn++ // taken now, given back on failure: a second lane waits for no mapping
 	t.noteLanesIn()
@@ -1052,10 +1067,17 @@ func (t *Transport) freeRetired() {
 		r.data, r.head, r.wordAt, r.gateW, r.wait, r.notify = nil, nil, nil, nil, nil, nil
 		r.gate, r.coldHits, r.refsIn = 0, 0, false
 		r.lane.Store(false)
+		r.laneSeen = false
+		if r == t.askV {
+			t.askV = nil // asked back and freed (askback.go)
+		}
 		t.lanesIn--
 		t.cnt.lanesClosedIn.Add(1)
 		freed = append(freed, r)
 	}
+	// A lane freed goes to the busier pair it was asked back for,
+	// before producers can read that we have one to spare.
+	g := t.keepLane()
 	if len(freed) > 0 {
 		t.noteLanesIn()
 		t.setIn(*t.in.Load())
@@ -1066,6 +1088,7 @@ func (t *Transport) freeRetired() {
 	for _, r := range freed {
 		_, _ = r.conn.Write(a[:]) // a connection closed meanwhile: its producer is gone
 	}
+	t.offer(g)
 }
 
 // gatePending is a lane's gate before its producer took it (takeLane).
@@ -1137,6 +1160,8 @@ func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
 		var peer transport.NICID
 		if r != nil {
 			peer = r.peer
+			r.qFrames++ // the pair's traffic (askback.go)
+			r.qBytes += uint64(len(f))
 		}
 		fr := &frames[n]
 		fr.Peer, fr.Data, fr.Ref = peer, f, t.lends.RecvRef(n)
@@ -1256,6 +1281,7 @@ func (t *Transport) peekQueue() (peer transport.NICID, f []byte, ok, empty bool)
 			peer = r.peer
 		}
 		t.peekedQ, t.peeked, t.peekedLen = true, nil, k
+		t.peekedQR, t.peekedQN = r, len(f)
 		return peer, f, true, false
 	}
 	return 0, nil, false, true

@@ -401,8 +401,9 @@ func putCtl(m []byte, kind, id, status uint32, size uint64) {
 }
 
 // control handles a message the consumer sent on the ring's connection: an
-// acknowledgement of a shared segment, the answer to a lane, or word that
-// a retired lane is unmapped (lane.go). Descriptors are never expected.
+// acknowledgement of a shared segment, the answer to a lane, word that a
+// retired lane is unmapped (lane.go), an ask to retire the lane or the
+// offer of one (askback.go). Descriptors are never expected.
 func (o *outRing) control(msg []byte, fds []int) {
 	closeAll(fds)
 	m, ok := decodeCtl(msg)
@@ -423,7 +424,20 @@ func (o *outRing) control(msg []byte, fds []int) {
 		return
 	}
 	if ok && m.kind == ctlLaneFree {
+		// An ask for the lane came before this answer, if at all: it
+		// is answered (askback.go).
+		o.retireAsk.Store(false)
 		o.laneFreed.Store(true) // laneReady reads it (lane.go)
+		return
+	}
+	if ok && m.kind == ctlLaneRetire {
+		// Retired at the pair's next send or RetireIdle (askback.go).
+		o.retireAsk.Store(true)
+		o.asked.Store(true)
+		return
+	}
+	if ok && m.kind == ctlLaneOffer {
+		o.offered.Store(true) // the pair's next frame asks (laneReady)
 		return
 	}
 	if !ok || m.kind != ctlAck {

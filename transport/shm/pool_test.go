@@ -108,6 +108,10 @@ func FuzzControl(f *testing.F) {
 	f.Add(m[:])
 	putCtl(m[:], ctlAck, 7, 2, 0)
 	f.Add(m[:])
+	putCtl(m[:], ctlLaneRetire, 0, 0, 0) // askback.go; FuzzProducerControl acts on them
+	f.Add(m[:])
+	putCtl(m[:], ctlLaneOffer, 0, 0, 0)
+	f.Add(m[:])
 	f.Add([]byte("gmxc"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, ok := decodeCtl(b)

@@ -266,6 +266,11 @@ func (t *Transport) Take() {
 		t.q.advance(t.peekedLen)
 		t.toCommit = true
 		t.cnt.recvd.Inc()
+		if r := t.peekedQR; r != nil {
+			r.qFrames++ // the pair's traffic (askback.go)
+			r.qBytes += uint64(t.peekedQN)
+			t.peekedQR = nil
+		}
 		return
 	}
 	r := t.peeked
@@ -471,6 +476,9 @@ func (t *Transport) commit() {
 		t.reapProducers()
 		t.inMu.Unlock()
 	}
+	if tk := t.tick.Load(); tk != t.inTick {
+		t.lookAtLanes(tk) // askback.go, once per look of RetireIdle
+	}
 }
 
 // commitDead unmaps the rings of producers that went away once every
@@ -497,6 +505,7 @@ func (t *Transport) commitDead() {
 				t.lanesIn--
 				t.noteLanesIn()
 			}
+			t.forgetAsks(r) // askback.go
 			r.seg.unmap()
 			r.data = nil
 			// Its id stays until no claim of its can lie ahead in the
@@ -509,7 +518,10 @@ func (t *Transport) commitDead() {
 	}
 	t.setIn(keep)
 	t.reapProducers()
+	g := t.keepLane() // a lane of the producers gone, for a busier pair
+	t.noteLanesIn()
 	t.inMu.Unlock()
+	t.offer(g)
 }
 
 // wakeProducer writes the room bell of producer id (of the receive

@@ -94,6 +94,9 @@ func (t *Transport) writeLocked(o *outRing, frames []transport.Frame, refs, stri
 	if o.dead.Load() || o.shut {
 		return 0, fmt.Errorf("%w: board %v went away", transport.ErrUnreachable, o.peer)
 	}
+	if o.retireAsk.Load() {
+		t.retireAsked(o) // askback.go
+	}
 	if o.data == nil {
 		return t.writeQueue(o, frames, refs, strict)
 	}
@@ -224,13 +227,16 @@ func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte, locked bo
 	if n > o.mtu {
 		return fmt.Errorf("%w: %d bytes, MTU %d", transport.ErrTooBig, n, o.mtu)
 	}
-	if o.data == nil || o.blOn.Load() {
+	if o.data == nil || o.blOn.Load() || o.retireAsk.Load() {
 		// No lane yet, or frames wait in the lane's backlog, which the
-		// flusher shares: o.mu.
+		// flusher shares, or the consumer asked for the lane back: o.mu.
 		if !locked {
 			o.mu.Lock()
 			defer o.mu.Unlock()
 			locked = true
+		}
+		if o.retireAsk.Load() {
+			t.retireAsked(o) // askback.go
 		}
 		if !t.laneReady(o, false) {
 			return t.queueFrame(o, n, head, parts)
@@ -417,7 +423,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		notifyWords: notifyWords{sum: u64At(bell.mem, bellSumOff)},
 		q:           qProducer{queue: newQueue(bell.mem), id: qid},
 		mtu:         mtu, wakes: &t.cnt.wakes, blBytes: &t.blBytes, dropped: &t.cnt.dropFull,
-		lanesCnt: &t.cnt.lanes, refusedCnt: &t.cnt.lanesRefused,
+		lanesCnt: &t.cnt.lanes, refusedCnt: &t.cnt.lanesRefused, asked: &t.asked,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
 		noLane: t.opts.Lanes == 0}
 	return o, nil

@@ -66,14 +66,18 @@ type Options struct {
 	// many in all). Default 64; negative: at the first frame.
 	LaneAfter int
 	// Lanes bounds the lanes a transport writes, and the lanes it
-	// accepts from its peers: the pairs past the bound keep the queue.
-	// Default 4; negative: no lanes (every frame through the queue).
+	// accepts from its peers: the pairs past the bound keep the queue,
+	// but for a pair busy on the queue, for which a transport at its
+	// bound asks the producer of its lane used least recently to retire
+	// it (askback.go). Default 4; negative: no lanes (every frame
+	// through the queue).
 	Lanes int
 	// LaneIdle is how long a lane may go without a frame from its
 	// producer before RetireIdle retires it, unmapping it on both sides
 	// (the pair goes back to the queue, and gets a lane again once it is
 	// busy again: lane.go). Default $GOMX_SHM_LANE_IDLE (a Go duration),
-	// else DefaultLaneIdle; negative: lanes are never retired.
+	// else DefaultLaneIdle; negative: lanes are never retired, nor
+	// asked back.
 	LaneIdle time.Duration
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
@@ -175,7 +179,7 @@ const (
 	welcomeMagic = 0x676D7877 // "gmxw"
 	helloLen     = 24         // magic u32, version u32, nic u64, word u64; with the producer's room bell
 	welcomeLen   = 20         // magic u32, version u32, mtu u32, producer id u32, queue size u32
-	version      = 8          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting; 8: lanes retired (a closing record)
+	version      = 9          // 3: 64-byte records polled by their record word; 4: an eventfd doorbell; 5: hot and cold rings; 6: a receive queue, lanes on demand; 7: room bells, lanes asked without waiting; 8: lanes retired (a closing record); 9: lanes asked back by their consumer
 	handshakeTTL = 5 * time.Second
 )
 
@@ -295,6 +299,23 @@ type Transport struct {
 	epoch      atomic.Uint32
 	laneWanted atomic.Bool
 	anyRetired bool
+	// Lanes asked back (askback.go): tick counts RetireIdle's looks (the
+	// Recv side's clock; inTick: the look it last acted on); asked: a
+	// consumer asked us to retire a lane we write. askV, askAt and
+	// grantTo: our ask out (Recv side); reserved and offerAt: the lane
+	// kept for grantTo since that look (under inMu).
+	tick     atomic.Uint32
+	asked    atomic.Bool
+	inTick   uint32
+	askV     *inRing
+	askAt    uint32
+	grantTo  *inRing
+	reserved *inRing
+	offerAt  uint32
+	// The producer of the queue record Peek returned and its length, for
+	// Take's count (askback.go).
+	peekedQR *inRing
+	peekedQN int
 
 	cnt struct {
 		sent, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
@@ -304,6 +325,10 @@ type Transport struct {
 		// lanes we retired as their producer, lanes our producers
 		// retired (read to their closing record and unmapped)
 		lanesRetired, lanesClosedIn atomic.Uint64
+		// askback.go: lanes we asked producers to retire for a busier
+		// pair, lanes kept for such a pair that it took, asks and
+		// kept lanes that lapsed, lanes we retired at our consumer's ask
+		askedBack, granted, askLapsed, retiredAsked atomic.Uint64
 		// frames that went into a backlog, and room bells written for
 		// backlogs (by us as a consumer) (lane.go)
 		backlogged, roomWakes atomic.Uint64
@@ -377,6 +402,17 @@ type inRing struct {
 	// hello): the Recv side writes it when it frees room the producer's
 	// backlog waits for (lane.go), and closes it with the ring (-1 then).
 	room int
+	// What the Recv side measures of the pair's traffic (askback.go):
+	// frames and bytes through the queue and their marks at the last
+	// look; for a lane, its cursor at the last look (useCur, laneSeen:
+	// noted since it was mapped) and the look that last found it moved;
+	// the loads (decaying sums per look) of the pair's frames through the
+	// queue and of its bytes both ways. A producer that let a lane kept
+	// for it lapse is not offered one again before the look snubUntil.
+	qFrames, qBytes, qfMark, qbMark, qfLoad uint64
+	laneSeen                                bool
+	useCur, load                            uint64
+	usedAt, snubUntil                       uint32
 }
 
 // outRing is a ring we write to another process.
@@ -432,10 +468,17 @@ type outRing struct {
 	backlog  [][]byte
 	blListed bool
 	// blOn says the backlog holds frames (stored under mu): a writer
-	// of a lane after SerialSends, which takes no lock, takes mu then.
-	blOn    atomic.Bool
-	blBytes *atomic.Int64
-	dropped *atomic.Uint64
+	// of a lane after SerialSends, which takes no lock, takes mu then;
+	// as it does when retireAsk says the consumer asked for the lane
+	// back (set by the connection's watcher, askback.go). offered: the
+	// consumer keeps a lane for the pair, which asks for it at once.
+	// asked is the transport's flag for RetireIdle.
+	blOn      atomic.Bool
+	retireAsk atomic.Bool
+	offered   atomic.Bool
+	asked     *atomic.Bool
+	blBytes   *atomic.Int64
+	dropped   *atomic.Uint64
 	// laneBytes is the lane's segment length once it is written (0: no
 	// lane), for Footprint.
 	laneBytes atomic.Int64
