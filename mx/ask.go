@@ -67,12 +67,19 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // questions meanwhile, re-requests nothing. An unanswered question (it or
 // its answer lost, the peer late) is asked again after pullAskWait
 // doubled, up to RTOMax; an answer with another tag (an earlier question,
-// asked again since) is not this one's and is ignored. A pull whose
-// replies the NIC places (placerecv.go) does not ask: those are reaped
-// apart from the frames handled on receive, so their order against an
-// answer is not the wire's. Between boards that
-// both announce ExtAsk a pull's timer so never re-requests blindly; toward
-// an Open-MX peer, or through the rings, it re-requests on its RTO.
+// asked again since) is not this one's and is ignored.
+//
+// A pull whose replies the NIC places on a lane (placerecv.go) asks too,
+// but its replies come on the lane's queue and the answer on queue 0, so
+// the answer may be handled before replies that came ahead of it on the
+// wire, still in the lane's ring. Its answer is therefore acted on by the
+// pull's timer, once the board drained its receive sources as for a
+// verdict (verdict.go): every reply the NIC received before the answer
+// has then been handled. A pull placing on lane 0 does not ask: each
+// answer would take a descriptor ahead of its spans. Between boards that
+// both announce ExtAsk a pull's timer so never re-requests blindly (but on
+// lane 0); toward an Open-MX peer, or through the rings, it re-requests
+// on its RTO.
 
 // askBackoffMax bounds the doublings of askWait (which stops at RTOMax
 // anyway) so the count cannot wrap.
@@ -182,6 +189,15 @@ func (p *partner) pullAskable() bool {
 	return p.ask && p.rtoMin() <= int64(p.ep.b.opts.RTOMin)
 }
 
+// askable reports whether pl asks its partner about late replies instead
+// of re-requesting on its timer: toward a peer that answers (pullAskable),
+// unless the NIC places its replies on lane 0, where every answer would
+// take a descriptor ahead of its spans (placerecv.go) and move each reply
+// after it off its own.
+func (pl *pull) askable() bool {
+	return pl.p.pullAskable() && (pl.pp == nil || pl.pp.lane > 0)
+}
+
 // pullAskWait is how long a pull block's silence lasts before a question
 // to p, after backoff doublings: as askWait, from the pull path's round
 // trip (a PULL to its first reply), or the pull RTO before one was
@@ -227,10 +243,24 @@ func (p *partner) onPullAnswer(tag uint8) {
 		}
 		pl.asking = false
 		pl.asks = 0
-		n := e.cnt[PullRerequests]
-		pl.lostBefore(pl.askReq+1, 0, AskRetransmits)
-		if e.cnt[PullRerequests] != n && len(pl.blocks) > 0 {
-			pl.blocks[0].lastReq = now // the next question waits from the re-request
+		if pl.pp != nil {
+			// Placed: the replies ahead of the answer may still wait in
+			// the lane's ring. The timer acts once it was drained.
+			pl.answered = true
+			e.b.noteDue(now)
+			continue
 		}
+		pl.onAnswer(now)
+	}
+}
+
+// onAnswer re-requests the missing frames asked for by the PULLs sent
+// before the pull's answered question.
+func (pl *pull) onAnswer(now int64) {
+	e := pl.e
+	n := e.cnt[PullRerequests]
+	pl.lostBefore(pl.askReq+1, 0, AskRetransmits)
+	if e.cnt[PullRerequests] != n && len(pl.blocks) > 0 {
+		pl.blocks[0].lastReq = now // the next question waits from the re-request
 	}
 }

@@ -176,6 +176,9 @@ type pull struct {
 	askReq uint32
 	askAt  int64
 	asks   int
+	// answered says the answer to a placed pull's question came and is
+	// acted on once the receive sources were drained (pull.timer).
+	answered bool
 }
 
 type pblock struct {
@@ -532,14 +535,14 @@ func (pl *pull) lostBefore(te uint32, x int, why Counter) {
 // re-request lost again with nothing asked for after it. Toward a peer
 // that answers questions (ExtAsk) the timer never re-requests: it asks
 // the region's owner instead, and only the answer re-requests what it
-// shows lost (ask.go). A pull whose replies the NIC places (placerecv.go)
-// does not ask: placed replies are reaped apart from the frames handled
-// on receive, so an answer may be handled before replies that came
-// ahead of it. Such a timer re-request asks for a whole block again, so
-// it waits, as a verdict does, for the frames already received
-// (verdict.go): the replies it would ask for may be in the transport's
-// rings, unread because the goroutine that owns the receive source was
-// descheduled while this one ran the timers. The re-request goes out
+// shows lost (ask.go); a pull placing on a lane acts on its answer here,
+// once the sources were drained. A pull placing on lane 0 (placerecv.go)
+// does not ask: each answer would take a descriptor ahead of its spans.
+// Its timer re-request, as one toward a peer that is not asked, asks for
+// a whole block again, so it waits, as a verdict does, for the frames
+// already received (verdict.go): the replies it would ask for may be in
+// the transport's rings, unread because the goroutine that owns the
+// receive source was descheduled while this one ran the timers. The re-request goes out
 // only if the pull is still silent once the sources were drained, and a
 // tick or so later while their owner holds them. A pull fails after
 // ResendDelay*ResendMax without progress.
@@ -553,12 +556,20 @@ func (pl *pull) timer(now int64) {
 		pl.abandon(ErrUnreachable) // largefail.go
 		return
 	}
+	if pl.answered {
+		if !pl.e.b.mayDeclare() { // verdict.go: replies ahead of the answer may wait on the lane
+			return
+		}
+		pl.answered = false
+		pl.onAnswer(now) // ask.go
+		return
+	}
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
 		if bl.ngot == bl.n {
 			continue
 		}
-		if pl.pp == nil && pl.p.pullAskable() {
+		if pl.askable() {
 			pl.askDue(now, bl) // ask.go
 			return
 		}

@@ -16,7 +16,8 @@ import (
 // descheduled owner would): it puts the re-request off, and when the
 // source is drained the replies answer it. The pull then completes with
 // every byte in place, no frame asked for twice and none received twice.
-// Both wait modes.
+// The peer here answers no questions, as an Open-MX peer: a gomx peer's
+// pull asks instead (TestPlacedPullAsksLatePeer). Both wait modes.
 func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 	for _, busy := range []bool{true, false} {
 		name := "busy-poll"
@@ -50,6 +51,7 @@ func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitCond(t, "b has the RNDV", func() bool { return pr.b.Counters().Get(RecvRndv) > 0 })
+			noAsks(pr.b) // the timer re-requests only toward a peer that is not asked
 			freeze(pr.ba)
 			r, err := pr.b.IRecv([][]byte{dst}, 5, ^uint64(0), nil)
 			if err != nil {

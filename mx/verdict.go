@@ -32,7 +32,9 @@ package mx
 // A pull's timer re-request (large.go, pull.timer) waits for the
 // same drain: it is no verdict, but it asks for a whole block again, and
 // the replies it would ask for may be in the transport's rings (a lane's,
-// placed by the NIC), not yet reaped.
+// placed by the NIC), not yet reaped. So does acting on the answer to a
+// question about a pull that places on a lane (ask.go): the answer comes
+// on another queue than the replies it follows.
 
 // drainBatches bounds a verdict's drain: a peer flooding the board cannot
 // keep a timer run going.
