@@ -106,18 +106,25 @@ func (b *Board) noteDue(t int64) {
 // no timer system call; what it gives up is the precision of a deadline
 // that passes in the grace after the application stopped waiting, which
 // the loop runs at its next look instead (at most the grace later).
-// Boards whose waiters block keep the fine timer as it is: nothing else
-// runs while they sleep.
+// Blocking waiters poll their transport for their poll window before
+// they sleep where it costs no system call to look at (an AF_XDP socket,
+// shared-memory rings: poll.go), and watch the deadlines meanwhile as
+// busy-polling ones do; the last to give up and sleep hands Recv back to
+// the loop at once, which sets the timerfd. A waiter that sleeps on the
+// sources itself (sleep.go) sets it before it sleeps.
 
-// watched reports whether busy-polling waiters keep the board's
-// deadlines, so the fine timer need not (see above).
+// watched reports whether polling waiters keep the board's deadlines, so
+// the fine timer need not (see above): busy-polling waiters, or blocking
+// waiters in their poll window on a transport they poll (poll.go), until
+// they leave it. A waiter asleep on the sources (sleep.go) wakes at the
+// board's ticks only and leaves the deadlines to the fine timer.
 func (b *Board) watched() bool {
-	if !b.opts.BusyPoll {
+	s := b.src
+	if !b.opts.BusyPoll && !(s.spin && b.opts.Spin > 0) {
 		return false
 	}
-	s := b.src
 	if s.polling() > 0 {
-		return true
+		return !s.asleep.Load()
 	}
 	switch idle := s.idle.Load(); idle {
 	case idleFresh:

@@ -22,8 +22,13 @@ import (
 // The adaptive poll removes both while a reply is expected soon, as Open
 // MPI's vader BTL and DPDK's poll-mode drivers do: Wait, before sleeping,
 // polls the sources that cost no system call to look at (shared-memory
-// rings) from the waiting goroutine itself, for at most
-// BoardOptions.Spin. A message found there is handled and its request
+// rings, an AF_XDP socket's RX ring: transport.Spinner) from the waiting
+// goroutine itself, for its poll window (below). Over AF_XDP the kernel
+// writes the frame into the RX ring inside the sender's sendto, so the
+// waiter takes it with no wake-up at all, where sleeping on its request
+// cost the receive loop's ppoll wake-up and a goroutine hand-off, and
+// the fine timer's arming per message (finetimer.go: a waiter in its
+// window watches the deadlines). A message found there is handled and its request
 // completed on the waiter's goroutine, which then returns at once. While
 // any waiter polls a source, its receive loop steps aside (a loop inside
 // Recv is asked to return with the transport's Wake, which makes no system

@@ -75,6 +75,53 @@ func TestWaitPollsTheRings(t *testing.T) {
 	}
 }
 
+// TestWaitPollsAFXDP: a blocking Wait on a board over AF_XDP polls the
+// socket's RX ring itself, as it polls shared-memory rings, and the
+// message the kernel puts there completes it on the waiting goroutine,
+// without a wake-up of the receive loop; a deadline noted meanwhile leaves
+// the fine timer unset, since the waiter watches it (finetimer.go).
+func TestWaitPollsAFXDP(t *testing.T) {
+	o := fastOptions()
+	o.Spin = time.Hour // the message comes whenever the machine lets it
+	pr := newPair(t, transportFactory{name: "xdp", new: newXDPWire}, o, loopback.Faults{})
+	if pr.a.SpinWindow() == 0 {
+		t.Fatal("a blocking board over AF_XDP does not poll its socket")
+	}
+	st0 := pr.ba.WaitStats() // the connects
+	ctx := testCtx(t, time.Minute)
+	buf := make([]byte, 8)
+	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(ctx)
+		errc <- err
+	}()
+	waitUntil(t, "the waiter to poll", func() bool { return pr.ba.WaitStats().Spinning == 1 })
+	pr.ba.mu.Lock()
+	if !pr.ba.watched() {
+		t.Error("a board whose waiter polls its socket is not watched: its fine timer is set for every deadline")
+	}
+	pr.ba.mu.Unlock()
+	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "8 bytes!" {
+		t.Fatalf("received %q", buf)
+	}
+	st := pr.ba.WaitStats()
+	if st.Polled != st0.Polled+1 || st.Slept != st0.Slept || st.Spinning != 0 {
+		t.Fatalf("wait stats %+v: want one wait completed while polling", st)
+	}
+}
+
 // TestWaitFindsItsMessageAtOnce: a Wait whose message already sits in the
 // rings (a reply that came while the waiter sent) completes with the
 // message intact, and leaves no poller behind; it is a polled wait unless

@@ -446,7 +446,7 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	b.nowOK = false // read when a frame needs it (now)
 	tr := b.batchFrom(rx)
 	outer := b.rxRings // a verdict's drain may nest one batch in another
-	b.rxRings = s.spin
+	b.rxRings = s.rings
 	outerLeft, outerLane := b.rxLeft, b.rxLeftLane
 	lanes := b.plc != nil && b.plc.lanes > 0
 	if lanes {

@@ -199,7 +199,8 @@ func (r *Request) Test() (st Status, ok bool) {
 // error (nil on success; ErrTruncated for a truncated receive, ...), and the
 // request is recycled. Otherwise the request stays pending and Wait returns
 // a zero Status. Before it sleeps, the waiting goroutine polls the
-// shared-memory rings itself for its endpoint's poll window (between 0 and
+// sources that cost no system call to look at (shared-memory rings, an
+// AF_XDP socket) itself for its endpoint's poll window (between 0 and
 // BoardOptions.SpinMax, tuned by how the endpoint's waits end; see
 // Endpoint.SpinWindow), and a message found there completes the request
 // without a wake-up; in busy-poll mode

@@ -24,8 +24,11 @@ type rxSource struct {
 	// it returned (they point into the transport's buffers).
 	mu sync.Mutex
 	rx []transport.Frame
-	// spin: adaptive waiters poll it (it costs no system call to look at).
+	// spin: adaptive waiters poll it (it costs no system call to look at:
+	// shared-memory rings, an AF_XDP socket's RX ring; transport.Spinner).
 	spin bool
+	// rings: it is shared-memory rings (frames there carry no trailer).
+	rings bool
 	// kick makes a Recv in progress return soon (nil: wait for its timeout).
 	kick func()
 	// The waiters polling it now (polling) are those that came (pollIn)
@@ -75,12 +78,21 @@ func newRxSource(tr transport.Transport) *rxSource {
 	s.sleeper, _ = tr.(transport.Sleeper)
 	s.waker, _ = tr.(transport.Waker)
 	if st, ok := tr.(*shm.Transport); ok {
-		s.spin, s.kick, s.pending, s.lane = true, st.Wake, st.Pending, st
+		s.spin, s.rings, s.kick, s.pending, s.lane = true, true, st.Wake, st.Pending, st
 		// Every send of the board holds b.mu, and none (SendParts:
 		// the lane's, from isend) follows its endpoints' close, which
 		// comes before the transport's: the lane's record goes into
 		// the ring without a lock of the ring's.
 		st.SerialSends()
+	} else if sp, ok := tr.(transport.Spinner); ok && sp.SpinCheap() {
+		// An AF_XDP socket: the kernel writes the frame into the RX
+		// ring in the sender's system call, so a waiter polling the
+		// ring takes it with no wake-up (poll.go). Its loop, inside
+		// Recv, is asked out with Wake.
+		s.spin = true
+		if s.waker != nil {
+			s.kick = s.waker.Wake
+		}
 	}
 	return s
 }

@@ -304,6 +304,13 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 			// the receive loop, asleep there anyway, takes them.
 			return sleepNotTaken, nil
 		}
+		if b.fineLapsed.Load() {
+			// Deadlines noted while it polled (finetimer.go's
+			// watched): its sleep lasts until the next tick.
+			b.mu.Lock()
+			b.armLapsed()
+			b.unlock()
+		}
 		b.sleepOnce(srcs, holds, e, gen, deadline)
 		seen = b.clock()
 		woke = true

@@ -284,6 +284,18 @@ type Waker interface {
 	Wake()
 }
 
+// Spinner is implemented by transports whose Recv with a zero timeout
+// looks for frames in memory that the kernel or the peer writes (an AF_XDP
+// socket's RX ring, shared-memory rings) and makes no system call when
+// none has come. A receiver that expects a frame soon may poll such a
+// transport for a while before it sleeps, at the cost of memory loads
+// alone, and so take the frame without a wake-up; over a transport whose
+// every look is a system call (a UDP socket) it would pay one per look.
+type Spinner interface {
+	// SpinCheap reports whether an empty look costs no system call.
+	SpinCheap() bool
+}
+
 // Kicker is implemented by transports whose Send ends with a system call
 // that only tells the kernel to take what was put on a transmit ring
 // (AF_XDP's sendto when the ring asks for a wake-up). A caller that sends

@@ -94,6 +94,23 @@
 // transport.Transport for the mx message layer: raw Ethernet framing (NIC
 // id = MAC address) or IPv4/UDP framing (NIC id = ip<<16|port).
 //
+// A Recv that waits polls the RX rings for TransportOptions.Spin (20 µs),
+// then sleeps in ppoll(2) on the sockets and an eventfd on its own thread
+// (not in the Go runtime's poller). On veth in copy mode the frame reaches
+// the peer's RX ring inside the sender's sendto, so a receiver that polls
+// the ring takes it with no wake-up, and one asleep in ppoll costs a
+// thread wake-up per frame. So the transport is a transport.Spinner (a
+// look that finds nothing makes no system call: mx's blocking waiters
+// poll it themselves before they sleep) and a transport.Waker
+// ([Transport.Wake] ends a waiting Recv: a flag its spin sees, and an
+// eventfd write only when it sleeps). The kernel's own busy polling
+// (Options.BusyPoll: SO_BUSY_POLL, SO_PREFER_BUSY_POLL) does not shorten
+// poll(2) on an AF_XDP socket by itself: poll busy-loops only where the
+// net.core.busy_poll sysctl is set, machine-wide, and it would then spin
+// on the receiving veth's NAPI, which the sender's softirq has already
+// run; recvfrom and sendto on a socket with SO_BUSY_POLL run one NAPI
+// poll each.
+//
 // # Queue transports
 //
 // With UDP framing the transport is also a transport.Queued: OpenQueue(k)

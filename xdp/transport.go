@@ -18,6 +18,8 @@ import (
 
 var _ transport.Transport = (*Transport)(nil)
 var _ transport.Stats = (*Transport)(nil)
+var _ transport.Waker = (*Transport)(nil)
+var _ transport.Spinner = (*Transport)(nil)
 
 // errClosed is what calls on a closed Transport return: transport.ErrClosed,
 // which is also xdp.ErrClosed.
@@ -94,6 +96,10 @@ type Transport struct {
 	rxDesc   []Desc
 	next     int         // socket Recv starts with, for fairness
 	rxFrames owned.Count // frames received, counted under rxMu
+	// wakeAsked: Wake asked the Recv that waits (or the next one that
+	// would) to return; asleep: a Recv sleeps in ppoll, so Wake writes
+	// the eventfd wake to end it (transport_recv.go).
+	wakeAsked, asleep atomic.Bool
 
 	_ cpu.CacheLinePad
 

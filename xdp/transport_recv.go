@@ -16,7 +16,9 @@ import (
 // lend a received UMEM frame past the next Recv.
 
 // Recv returns received frames; see transport.Transport. Data points into
-// the UMEM and stays valid until the next Recv or Close.
+// the UMEM and stays valid until the next Recv or Close. A Recv that waits
+// polls the RX rings for TransportOptions.Spin, then sleeps in ppoll(2) on
+// the sockets and the transport's eventfd, which Wake and Close write.
 func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, error) {
 	t.rxMu.Lock()
 	defer t.rxMu.Unlock()
@@ -62,6 +64,9 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 		if timeout == 0 {
 			return 0, nil
 		}
+		if t.wakeAsked.Load() && t.wakeAsked.Swap(false) {
+			return 0, nil // Wake: another goroutine takes Recv over
+		}
 		if i%spinClockEvery != 0 {
 			continue // see spinClockEvery
 		}
@@ -82,9 +87,20 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			v := unix.NsecToTimespec(int64(timeout - waited))
 			ts = &v
 		}
-		if _, err := unix.Ppoll(t.fds, ts, nil); err != nil && err != unix.EINTR {
+		// asleep before the last look at wakeAsked, as Wake stores
+		// wakeAsked before it looks at asleep: either this Recv sees
+		// the request, or Wake sees the sleep and writes the eventfd.
+		t.asleep.Store(true)
+		if t.wakeAsked.Load() {
+			t.asleep.Store(false)
+			continue // returns at the check above
+		}
+		_, err := unix.Ppoll(t.fds, ts, nil)
+		t.asleep.Store(false)
+		if err != nil && err != unix.EINTR {
 			return 0, opErr("ppoll", t.opts.Interface, -1, err)
 		}
+		t.drainWake()
 		if t.closed.Load() {
 			return 0, errClosed
 		}
@@ -92,6 +108,38 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 			t.queue.drainWake()
 		}
 		i = -1 // look at the clock after the next poll
+	}
+}
+
+// Wake implements [transport.Waker]: a Recv that waits returns 0, nil
+// soon (the next that would wait, if none does), so that another goroutine
+// can take Recv over. It makes a system call only when that Recv sleeps
+// in ppoll; a Recv that spins sees it at its next poll. It must not run
+// concurrently with Close, which closes the eventfd it writes.
+func (t *Transport) Wake() {
+	t.wakeAsked.Store(true)
+	if t.asleep.Load() && !t.closed.Load() {
+		var one [8]byte
+		one[0] = 1
+		unix.Write(t.wake, one[:])
+	}
+}
+
+// SpinCheap implements [transport.Spinner]: a look at the RX rings reads
+// memory the kernel writes and makes no system call when nothing came
+// (only a zero-copy driver that asks for a wake-up of its fill ring, or a
+// TX ring the kernel left frames on, makes the look kick the kernel).
+func (t *Transport) SpinCheap() bool { return true }
+
+// drainWake reads the count Wake (or Close) left in the eventfd, so that
+// the next ppoll sleeps. Close's write is seen anyway: it sets closed
+// before it writes, and Recv looks at closed after this read.
+func (t *Transport) drainWake() {
+	for _, p := range t.fds {
+		if p.Fd == int32(t.wake) && p.Revents&unix.POLLIN != 0 {
+			var c [8]byte
+			_, _ = unix.Read(t.wake, c[:])
+		}
 	}
 }
 

@@ -161,6 +161,56 @@ func TestTransportRecvTimeoutAndClose(t *testing.T) {
 	}
 }
 
+// Wake ends a Recv that waits, whether it spins or sleeps in ppoll, with
+// 0, nil, and a Wake that comes first ends the next Recv that would wait;
+// a Wake spends itself, so the Recv after it waits its timeout again.
+func TestTransportWake(t *testing.T) {
+	a, b, _ := newTransports(t, 1, false)
+	buf := make([]transport.Frame, 4)
+	a.Wake()
+	if n, err := a.Recv(buf, -1); n != 0 || err != nil {
+		t.Fatalf("Recv after Wake = %d, %v; want 0, nil", n, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := a.Recv(buf, -1)
+		if err == nil && n != 0 {
+			err = fmt.Errorf("%d frames", n)
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !a.asleep.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("Recv(-1) on an idle transport never slept in ppoll")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a.Wake()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Recv asleep, woken: %v; want 0, nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wake did not end a Recv asleep in ppoll")
+	}
+	start := time.Now()
+	if n, err := a.Recv(buf, 30*time.Millisecond); n != 0 || err != nil {
+		t.Fatalf("Recv(30ms) after the Wake = %d, %v", n, err)
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("Recv(30ms) after a spent Wake returned after %v: the wake-up stayed pending", d)
+	}
+	if _, err := b.Send([]transport.Frame{{Peer: a.Addr(), Data: []byte("after a wake")}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := recvAll(t, a, 1)
+	if err != nil || len(got) != 1 || !bytes.HasPrefix(got[0].Data, []byte("after a wake")) {
+		t.Fatalf("frame after the wake-ups: %v, %v", got, err)
+	}
+}
+
 func ExampleNewTransport() {
 	// In the network namespace of eth1, serve every queue with raw
 	// Ethernet framing.

@@ -26,7 +26,7 @@ type WrapOptions struct {
 // (its counters, then the model's), [transport.PeerWatcher] and
 // [transport.HostUnique] are forwarded, and answer as a transport without
 // them would (no lost peers; not host-unique) when the wrapped one lacks
-// them. A message layer that reaches host-unique boards over shared memory
+// them, and so is [transport.Spinner] while Recv passes straight through. A message layer that reaches host-unique boards over shared memory
 // instead of the wire (mx's host path) bypasses the faults for those boards:
 // turn that path off to put every frame through the model. A layer that
 // recognises a transport by its concrete type (mx gives boards on the
@@ -134,6 +134,15 @@ func (w *Transport) MTU() int { return w.mtu }
 func (w *Transport) HostUniqueNIC() bool {
 	hu, ok := w.inner.(transport.HostUnique)
 	return ok && hu.HostUniqueNIC()
+}
+
+// SpinCheap implements [transport.Spinner]: it reports what the wrapped
+// transport reports when Recv passes straight through to it (no receive
+// faults), and false otherwise (a Recv with receive faults waits for the
+// frames the model holds).
+func (w *Transport) SpinCheap() bool {
+	sp, ok := w.inner.(transport.Spinner)
+	return ok && w.recv == nil && sp.SpinCheap()
 }
 
 // LostPeers forwards to the wrapped transport's [transport.PeerWatcher], and

@@ -183,6 +183,9 @@ type poolTransport struct {
 	maxUsed int
 }
 
+// SpinCheap says the pool's Recv makes no system call (it makes none).
+func (p *poolTransport) SpinCheap() bool { return true }
+
 func newPool(addr transport.NICID, bufs int) *poolTransport {
 	p := &poolTransport{addr: addr, hostU: true}
 	for range bufs {
@@ -343,10 +346,17 @@ func TestCapabilities(t *testing.T) {
 		t.Errorf("fault_send_frames = %d, want 1", c)
 	}
 
-	a, _ := loopPair(t) // no HostUnique, no PeerWatcher
+	if !w.SpinCheap() {
+		t.Error("a wrapper with send faults only hides that the wrapped transport's Recv costs no system call")
+	}
+	if r := wrap(t, newPool(0x0a0000010002, 1), fault.WrapOptions{Recv: fault.Options{Loss: 0.5}}); r.SpinCheap() {
+		t.Error("a wrapper with receive faults, whose Recv waits for held frames, says a waiter may poll it")
+	}
+
+	a, _ := loopPair(t) // no HostUnique, no PeerWatcher, no Spinner
 	wa := wrap(t, a, fault.WrapOptions{})
-	if wa.HostUniqueNIC() || len(wa.LostPeers(nil)) != 0 {
-		t.Error("a wrapper of a transport without HostUnique or PeerWatcher claims them")
+	if wa.HostUniqueNIC() || len(wa.LostPeers(nil)) != 0 || wa.SpinCheap() {
+		t.Error("a wrapper of a transport without HostUnique, PeerWatcher or Spinner claims them")
 	}
 	wa.Send([]transport.Frame{{Peer: 2, Data: []byte{1}}, {Peer: 2, Data: []byte{2}}})
 	if send, _ := wa.Counts(); send != (fault.Counts{Frames: 2}) {
