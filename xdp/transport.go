@@ -100,6 +100,11 @@ type Transport struct {
 	// would) to return; asleep: a Recv sleeps in ppoll, so Wake writes
 	// the eventfd wake to end it (transport_recv.go).
 	wakeAsked, asleep atomic.Bool
+	// wakeMu orders Wake's eventfd write against release's close of
+	// that eventfd (wakeShut): a Wake racing Close must not write to a
+	// descriptor number the process may already have reused.
+	wakeMu   sync.Mutex
+	wakeShut bool
 
 	_ cpu.CacheLinePad
 
@@ -246,6 +251,9 @@ func (t *Transport) release() error {
 	if t.prog != nil {
 		err = errors.Join(err, t.prog.Close())
 	}
+	t.wakeMu.Lock()
+	t.wakeShut = true
+	t.wakeMu.Unlock()
 	for _, fd := range []int{t.wake, t.nl, t.ctl} {
 		if fd >= 0 {
 			err = errors.Join(err, unix.Close(fd))

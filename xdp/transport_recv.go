@@ -114,14 +114,18 @@ func (t *Transport) Recv(frames []transport.Frame, timeout time.Duration) (int, 
 // Wake implements [transport.Waker]: a Recv that waits returns 0, nil
 // soon (the next that would wait, if none does), so that another goroutine
 // can take Recv over. It makes a system call only when that Recv sleeps
-// in ppoll; a Recv that spins sees it at its next poll. It must not run
-// concurrently with Close, which closes the eventfd it writes.
+// in ppoll; a Recv that spins sees it at its next poll. It may race Close:
+// once Close has closed the eventfd, Wake writes nothing.
 func (t *Transport) Wake() {
 	t.wakeAsked.Store(true)
-	if t.asleep.Load() && !t.closed.Load() {
-		var one [8]byte
-		one[0] = 1
-		unix.Write(t.wake, one[:])
+	if t.asleep.Load() {
+		t.wakeMu.Lock()
+		if !t.wakeShut {
+			var one [8]byte
+			one[0] = 1
+			unix.Write(t.wake, one[:])
+		}
+		t.wakeMu.Unlock()
 	}
 }
 
