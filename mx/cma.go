@@ -547,17 +547,20 @@ func (c *cmaCopy) copyData() {
 }
 
 // cmaRawMax is the largest copy made as a raw system call. A
-// process_vm_readv copies without waiting for anything but the CPU (the
-// sender's pages are resident: it has just written them), so up to a
-// megabyte, some 100-300 µs, it holds the goroutine's P no longer than
-// the same copy done by the CPU in Go would. Through Syscall, a copy that
-// the kernel ran for 20 µs or more (as a 64 KiB copy on an oversubscribed
-// CPU often is) had its P taken by the runtime's monitor thread and handed
-// to another thread, which looked for work and went back to sleep, and
-// kept the monitor polling every 20 µs (docs/intranode-scale.md, "What a
-// 64 KiB message costs"). Larger copies, which may take milliseconds, let
-// the runtime run the process's other goroutines meanwhile.
-const cmaRawMax = 1 << 20
+// process_vm_readv copies without waiting for anything but the CPU when
+// the sender's pages are resident (it has just written them) and the
+// receive buffer is faulted in, so up to 256 KiB, some tens of µs, it
+// holds the goroutine's P no longer than the same copy done by the CPU in
+// Go would. Through Syscall, a copy that the kernel ran for 20 µs or more
+// (as a 64 KiB copy on an oversubscribed CPU often is) had its P taken by
+// the runtime's monitor thread and handed to another thread, which looked
+// for work and went back to sleep, and kept the monitor polling every
+// 20 µs (docs/intranode-scale.md, "What a 64 KiB message costs"). Larger
+// copies, and any copy that faults in a fresh receive buffer or waits for
+// the sender's memory map, may take milliseconds: those go through
+// Syscall, so that the runtime (a stop-the-world collection among it)
+// runs the process's other goroutines meanwhile.
+const cmaRawMax = 256 << 10
 
 // rawProcessVMReadv is unix.ProcessVMReadv without telling the Go runtime
 // that the goroutine enters a system call (see cmaRawMax).

@@ -77,6 +77,9 @@ func newRxSource(tr transport.Transport) *rxSource {
 	s.idle.Store(idleNever)
 	s.sleeper, _ = tr.(transport.Sleeper)
 	s.waker, _ = tr.(transport.Waker)
+	if rw, ok := tr.(interface{ RecvWaker() transport.Waker }); ok && s.waker == nil {
+		s.waker = rw.RecvWaker() // a fault wrapper whose Recv passes through
+	}
 	if st, ok := tr.(*shm.Transport); ok {
 		s.spin, s.rings, s.kick, s.pending, s.lane = true, true, st.Wake, st.Pending, st
 		// Every send of the board holds b.mu, and none (SendParts:
@@ -84,15 +87,15 @@ func newRxSource(tr transport.Transport) *rxSource {
 		// comes before the transport's: the lane's record goes into
 		// the ring without a lock of the ring's.
 		st.SerialSends()
-	} else if sp, ok := tr.(transport.Spinner); ok && sp.SpinCheap() {
+	} else if sp, ok := tr.(transport.Spinner); ok && sp.SpinCheap() && s.waker != nil {
 		// An AF_XDP socket: the kernel writes the frame into the RX
 		// ring in the sender's system call, so a waiter polling the
 		// ring takes it with no wake-up (poll.go). Its loop, inside
-		// Recv, is asked out with Wake.
+		// Recv, is asked out with Wake; a transport that cannot be
+		// asked out (a fault wrapper around one, say) is not polled
+		// by waiters, who would spin against the loop's lock.
 		s.spin = true
-		if s.waker != nil {
-			s.kick = s.waker.Wake
-		}
+		s.kick = s.waker.Wake
 	}
 	return s
 }

@@ -466,6 +466,9 @@ func (t *Transport) closeQueue() error {
 		u.regionDone = b.regionDone
 	}
 	u.mu.Unlock()
+	t.wakeMu.Lock() // see Transport.wakeMu: a racing Wake writes nothing now
+	t.wakeShut = true
+	t.wakeMu.Unlock()
 	err = errors.Join(err, unix.Close(t.wake), unix.Close(q.efd))
 	b.queues.nopen.Add(-1)
 	return err

@@ -122,7 +122,7 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 		hb := r.hdr[s]
 		r.hdr[s], r.Placed[s] = nil, nicdrv.Placement{}
 		r.Consumed++
-		if hb == nil || r.head != nil || h == 0 || h > min(placeHeader, hb.Cap()) || k > len(p.Mem) {
+		if hb == nil || r.head != nil || h < 14 || h > min(placeHeader, hb.Cap()) || k > len(p.Mem) {
 			r.bad = true
 			if hb != nil {
 				_ = r.hdrs.Free(hb)
@@ -156,7 +156,8 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 
 // placedFrame takes slot s, written back as lo and hi with EOP and no
 // error, when it is the common placed frame: a placement, split with a
-// header of 1 to placeHeader bytes in its header buffer and no more than
+// header of 14 (an Ethernet header) to placeHeader bytes in its header
+// buffer, as general requires, and no more than
 // the placement holds after it, of a length from 14 to maxFrame. It
 // returns the frame (the header buffer with the written part of the
 // placement attached), as general would, or nil, having changed nothing,

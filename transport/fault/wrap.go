@@ -145,6 +145,18 @@ func (w *Transport) SpinCheap() bool {
 	return ok && w.recv == nil && sp.SpinCheap()
 }
 
+// RecvWaker returns the wrapped transport's [transport.Waker] when Recv
+// passes straight through to it (no receive faults), and nil otherwise:
+// waking it then ends the wrapper's waiting Recv. The wrapper is not a
+// Waker itself, as it could not keep that promise with receive faults or
+// around a transport that is not one.
+func (w *Transport) RecvWaker() transport.Waker {
+	if wk, ok := w.inner.(transport.Waker); ok && w.recv == nil {
+		return wk
+	}
+	return nil
+}
+
 // LostPeers forwards to the wrapped transport's [transport.PeerWatcher], and
 // returns dst unchanged when it has none.
 func (w *Transport) LostPeers(dst []transport.NICID) []transport.NICID {

@@ -355,6 +355,12 @@ func TestCapabilities(t *testing.T) {
 
 	a, _ := loopPair(t) // no HostUnique, no PeerWatcher, no Spinner
 	wa := wrap(t, a, fault.WrapOptions{})
+	if wk, ok := transport.Transport(a).(transport.Waker); (wa.RecvWaker() != nil) != ok || ok && wa.RecvWaker() != wk {
+		t.Errorf("RecvWaker of a pass-through wrapper = %v, want the wrapped transport's Waker (%v)", wa.RecvWaker(), ok)
+	}
+	if r := wrap(t, a, fault.WrapOptions{Recv: fault.Options{Loss: 0.5}}); r.RecvWaker() != nil {
+		t.Error("a wrapper with receive faults hands out the wrapped transport's Waker, which would not end its Recv")
+	}
 	if wa.HostUniqueNIC() || len(wa.LostPeers(nil)) != 0 || wa.SpinCheap() {
 		t.Error("a wrapper of a transport without HostUnique, PeerWatcher or Spinner claims them")
 	}
