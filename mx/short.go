@@ -7,7 +7,8 @@ import (
 
 // The short path: the common case of a message-passing program, a tiny or
 // small message (one TINY or SMALL frame, at most 128 bytes) to a connected
-// peer, taken in two functions instead of the general paths' sixty.
+// peer, taken in two functions instead of the general paths' chains of
+// eight and twelve (docs/message-cost.md, "The short path").
 //
 // sendShort sends such a message when nothing waits to be sent ahead of it:
 // no send of the endpoint queued for a region, no send of the partner
