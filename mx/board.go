@@ -232,6 +232,9 @@ type Board struct {
 	// it stands for (recvLane), whose ack is a lane record's (ackLane);
 	// recvSequenced takes it for that frame alone.
 	laneRec bool
+	// shortOff sends and receives every message on the general paths,
+	// never on the short path (short.go): for the tests that compare the two.
+	shortOff bool
 	// anyHeld: some partner holds a lean frame it could not take yet
 	// (lean.go), offered again after each timer run.
 	anyHeld bool

@@ -173,6 +173,10 @@ const (
 	// with no frame, no hand-over and no wake-up (finetimer.go).
 	FineIdle
 	SleepsEmpty
+	// The short path (short.go): tiny and small messages sent, and
+	// received into the first posted receive, by its two functions.
+	ShortSends
+	ShortRecvs
 	numCounters
 )
 
@@ -218,6 +222,7 @@ var counterNames = [numCounters]string{
 	"pull asks sent (a late pull's owner asked what it sent)",
 	"fine timer arms (timerfd_settime)", "fine timer firings",
 	"fine timer firings with nothing due", "sleeps ended by a timeout with nothing to do",
+	"short-path sends (tiny, small)", "short-path receives (straight into the first posted receive)",
 }
 
 // String returns the counter's label.

@@ -73,6 +73,17 @@
 //     the receiver completes and sends a sequenced NOTIFY; the sender
 //     completes on it.
 //
+// Tiny and small messages over a transport (not the shared-memory rings)
+// take a short path when nothing is unusual (short.go; counters ShortSends
+// and ShortRecvs): a send to a connected peer with no send waiting ahead of
+// it and the window open builds its frame in one function, byte for byte
+// the general path's, and keeps the same state for a resend; a received
+// frame that is the next of its partner's sequence and matches the first
+// posted receive, which holds it whole in one segment, completes that
+// receive in one function. Everything else (out of order, duplicates, no
+// or another matching receive, truncation, several segments, an unexpected
+// handler) takes the general path.
+//
 // # Reliability
 //
 // Each pair of endpoints (a partner) numbers its sequenced packets (TINY,

@@ -311,6 +311,11 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	}
 	class := b.sendClass(p, n, sync)
 	wait := e.resq.Len() > 0 // keep per-peer order behind waiting sends
+	if e.shortSend(p, class, d, wait) {
+		r := e.sendShort(p, class, match, segs, n, ctx) // short.go
+		b.unlock()
+		return r, nil
+	}
 	if !p.dead && d == nil && !wait && e.sendLean(p, class, match, segs, n) {
 		// In the peer's ring (lean.go): the request is made only now,
 		// once the frame is on its way, and completes at once.

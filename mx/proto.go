@@ -273,6 +273,9 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		b.recvLane(nic, data) // lane.go
 		return
 	}
+	if b.recvShort(nic, data) { // short.go
+		return
+	}
 	n, err := wire.FrameLen(data, b.ord)
 	if err != nil {
 		if errors.Is(err, wire.ErrUnknownType) {

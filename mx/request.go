@@ -354,6 +354,10 @@ func (r *Request) consumeLocked(st *Status) bool {
 	r.status.copyTo(st)
 	r.ep.doneq.remove(r)
 	r.userHeld = false
-	r.ep.b.maybeFree(r)
+	if !r.protoHeld {
+		// An eager send completed before its ack (a zombie) stays with
+		// the protocol: no call to find that out.
+		r.ep.b.maybeFree(r)
+	}
 	return true
 }

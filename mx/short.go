@@ -1,0 +1,160 @@
+package mx
+
+import (
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+)
+
+// The short path: the common case of a message-passing program, a tiny or
+// small message (one TINY or SMALL frame, at most 128 bytes) to a connected
+// peer, taken in two functions instead of the general paths' chains of
+// eight and twelve (docs/message-cost.md, "The short path").
+//
+// sendShort sends such a message when nothing waits to be sent ahead of it:
+// no send of the endpoint queued for a region, no send of the partner
+// waiting for the window, the window open (fewer than MaxUnacked in
+// flight), the peer reached through the transport (not through the rings,
+// whose lean path, lean.go, is shorter still, nor an endpoint of this
+// process, local.go) and not declared dead. It keeps everything the
+// general path keeps for reliability: the next sequence number, the
+// request on the unacked list with its copy of the payload for a resend,
+// the piggybacked ack, the tail-loss probe's deadline, the counters and the
+// zombie completion (BoardOptions.ZombieSends). The frame is byte for byte
+// the one the general path sends (TestShortPathFramesMatch).
+//
+// recvShort takes a TINY or SMALL frame whose sequence number is the next
+// its partner expects, when the first posted receive of its endpoint
+// matches it and holds it whole in its one segment: it copies the payload,
+// completes the receive, applies the piggybacked ack and moves the ack
+// point, as recvSequenced and deliverEager do. Anything else takes the
+// general path (handleFrame): a frame that fails to decode or whose
+// checksum is wrong (counted there), an unknown endpoint or session, a
+// partner not connected, a frame out of order, a duplicate, a partner with
+// early frames stored, medium messages in progress, a lean frame held or a
+// message in its unexpected handler, an endpoint with an unexpected handler,
+// no posted receive or a first one that does not match (the message may
+// match a later one, or go to the unexpected queue, where probes find it),
+// a receive of several segments, and a receive too short (truncation).
+//
+// BoardOptions has no switch for it: both paths have the same effect, and
+// the tests that compare them turn it off on a board (Board.shortOff).
+
+// shortSend reports whether a send of class to p may take sendShort (b.mu
+// held); d is the endpoint of this process that p is, wait whether sends
+// of e wait for a region.
+func (e *Endpoint) shortSend(p *partner, class msgClass, d *Endpoint, wait bool) bool {
+	b := e.b
+	return class <= classSmall && !wait && d == nil && !p.dead && !b.shortOff &&
+		p.waitq.Len() == 0 && p.unacked.Len() < b.opts.MaxUnacked && p.rings() == nil
+}
+
+// sendShort sends a tiny or small message (class) of n bytes from segs to
+// p with match and returns its request (b.mu held; shortSend said yes).
+func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]byte, n int, ctx any) *Request {
+	b := e.b
+	r := b.getReq(e, kindSend)
+	r.userHeld, r.protoHeld = true, true
+	r.p = p
+	r.match = match
+	r.length = uint32(n)
+	r.class = class
+	// Field by field into the zeroed status, as newSend does.
+	r.status.Source = p.addr()
+	r.status.Match = match
+	r.status.MsgLength = uint32(n)
+	r.status.XferLength = uint32(n)
+	if ctx != nil {
+		r.status.Context = ctx
+	}
+	r.buf = gather(r.buf[:0], segs) // kept for a resend
+	e.copies.locked.sent += uint64(n)
+	e.copies.locked.gather += uint64(n)
+
+	// Sequenced and on the unacked list, as transmitNew does.
+	now := b.setNow()
+	r.seq = p.sendSeq
+	r.firstSend, r.lastSend = now, now
+	p.sendSeq = seqNext(p.sendSeq)
+	p.unacked.push(r)
+	b.wakeTicks() // progress.go
+
+	// The frame, as transmit builds it.
+	typ, c := wire.TypeTiny, SendTiny
+	if class == classSmall {
+		typ, c = wire.TypeSmall, SendSmall
+	}
+	buf := b.frameBuf()
+	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
+	h := wire.Msg{Type: typ, DstEP: p.epID, SrcEP: e.id, Length: uint16(n), Seq: r.seq, Ack: p.piggyback(),
+		Match: match, Session: p.rsession}
+	h.Put(buf[wire.HeadLen:], b.ord)
+	copy(buf[wire.HeadLen+wire.MsgLen:], r.buf)
+	e.copies.framedLocked(n)
+	e.cnt[c]++
+	e.cnt[ShortSends]++
+	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+n, p.crc)
+	b.noteDue(p.tailDue(r)) // ask.go
+
+	if e.zombies < b.opts.ZombieSends {
+		r.zombie = true
+		e.zombies++
+		e.complete(r, nil)
+	}
+	return r
+}
+
+// recvShort takes data, a received frame, on the short path and reports
+// whether it did; when it did not, nothing has changed and the frame
+// takes the general path. b.mu held.
+func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
+	if len(data) < wire.HeadLen+wire.MsgLen || b.shortOff {
+		return false
+	}
+	if t := wire.Type(data[wire.HeadLen]); t != wire.TypeTiny && t != wire.TypeSmall {
+		return false // before DecodeMsg, whose error would be an allocation
+	}
+	m, payload, err := wire.DecodeMsg(data[wire.HeadLen:], b.ord)
+	if err != nil {
+		return false
+	}
+	e := b.eps[m.DstEP]
+	if e == nil || m.Session != e.session || e.handler != nil {
+		return false
+	}
+	p := e.partnerAt(nic, m.SrcEP)
+	if p == nil || !p.rknown || m.Seq != p.recvSeq || p.inHandler || p.held != nil ||
+		len(p.early) > 0 || len(p.partials) > 0 {
+		return false
+	}
+	r := e.posted.Front()
+	if r == nil || m.Match&r.mask != r.match || len(r.segs) != 1 || len(r.segs[0]) < len(payload) {
+		return false
+	}
+	if !b.rxRings { // rings carry no trailer (see sendFrame)
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.crc {
+			if _, err := wire.VerifyLen(data, wire.HeadLen+wire.MsgLen+len(payload)); err != nil {
+				return false // dropped and counted there
+			}
+		}
+	}
+	c := RecvTiny
+	if m.Type == wire.TypeSmall {
+		c = RecvSmall
+	}
+	e.cnt[c]++
+	e.cnt[ShortRecvs]++
+	p.applyAck(m.Ack) // completes sends, may send waiting ones: posted receives stay
+	e.posted.remove(r)
+	k := copy(r.segs[0], payload)
+	e.copies.locked.scatter += uint64(k)
+	e.copies.locked.recv += uint64(k)
+	st := &r.status
+	st.Source = p.addr()
+	st.Match = m.Match
+	st.MsgLength = uint32(len(payload))
+	st.XferLength = uint32(k)
+	e.complete(r, nil)
+	p.recvSeq = seqNext(p.recvSeq)
+	p.updateFull(ackSmall)
+	return true
+}
