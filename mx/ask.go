@@ -74,8 +74,9 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // the answer may be handled before replies that came ahead of it on the
 // wire, still in the lane's ring. Its answer is therefore acted on by the
 // pull's timer, once the board drained its receive sources as for a
-// verdict (verdict.go): every reply the NIC received before the answer
-// has then been handled. A pull placing on lane 0 does not ask: each
+// verdict, in a drain that started after the answer was handled
+// (verdict.go, mayActSince): every reply the NIC received before the
+// answer has then been handled. A pull placing on lane 0 does not ask: each
 // answer would take a descriptor ahead of its spans. Between boards that
 // both announce ExtAsk a pull's timer so never re-requests blindly (but on
 // lane 0); toward an Open-MX peer, or through the rings, it re-requests
@@ -247,6 +248,7 @@ func (p *partner) onPullAnswer(tag uint8) {
 			// Placed: the replies ahead of the answer may still wait in
 			// the lane's ring. The timer acts once it was drained.
 			pl.answered = true
+			pl.answerGen = e.b.drainGen
 			e.b.noteDue(now)
 			continue
 		}

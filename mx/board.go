@@ -135,10 +135,14 @@ type Board struct {
 	// Verdicts wait for a drain of the sources (verdict.go): a duty
 	// wanted one (vWanted), the timer run drained them (vDrained), and
 	// the source whose Recv the goroutine running the timers owns.
+	// drainGen counts the drains started; vFrom is the oldest of them
+	// that the completed drain's evidence dates from (a busy source's
+	// mark may be older than the drain that counted it).
 	vWanted, vDrained bool
 	rxOwned           *rxSource
-	vMarks            map[*rxSource]uint64 // emptied of busy sources when a verdict came due
-	host              *hostPath            // peers of this host through shared memory (host.go)
+	vMarks            map[*rxSource]vMark // busy sources, when a verdict came due
+	drainGen, vFrom   uint64
+	host              *hostPath // peers of this host through shared memory (host.go)
 	hostErr           error
 	closeOnce         sync.Once
 

@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gomx-dev/gomx/transport/loopback"
+	"golang.org/x/sys/unix"
 )
 
 // TestLargeStrategies echoes every size class, with one or several
@@ -310,4 +312,142 @@ func TestCMAReadsWhereTheLastEntrySaid(t *testing.T) {
 			t.Errorf("step %d (%s): %d failed copies", i, s.name, got)
 		}
 	}
+}
+
+// TestCMALastEntryChangesUnderIt: the single copy that reads a message
+// from where the sender's last entry put it before the entry confirms it
+// (TestCMAReadsWhereTheLastEntrySaid) delivers each message's own bytes
+// whatever the sender did to that buffer meanwhile: new contents at the
+// same address, the buffer unmapped and another mapped in its place, the
+// buffer unmapped and the message sent from elsewhere (the first call
+// reads the entry and stops at the unmapped data; a second reads the
+// message where the entry says), and an entry whose sequence number is
+// not the RNDV's (the copy gives up on it and pulls through the rings).
+// Every message arrives byte-exact.
+func TestCMALastEntryChangesUnderIt(t *testing.T) {
+	o := shmTestOptions()
+	o.Local.Large = LargeCMA
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	ctx := testCtx(t, time.Minute)
+	const size = 64 << 10
+	buf := make([]byte, size)
+	tag := uint64(0)
+	// send sends msg from pr.b to pr.a and checks its bytes, one single
+	// copy (or none, ring), the number of process_vm_readv calls and no
+	// failed copy.
+	send := func(name string, msg []byte, ring bool, calls uint64) {
+		t.Helper()
+		want := bytes.Clone(msg)
+		clear(buf)
+		c0 := pr.a.Counters()
+		tag++
+		exchange(t, ctx, pr.b, pr.btoa, pr.a, tag, ^uint64(0), [][]byte{msg}, [][]byte{buf})
+		d := countersSince(c0, pr.a.Counters())
+		if d.Get(CMARefused) > 0 {
+			t.Skipf("the kernel refuses process_vm_readv (Yama ptrace_scope?): %d refusals", d.Get(CMARefused))
+		}
+		if !bytes.Equal(buf[:len(want)], want) {
+			t.Fatalf("%s: the message differs", name)
+		}
+		single := uint64(1)
+		if ring {
+			single = 0
+		}
+		if got := d.Get(RecvCMA); got != single {
+			t.Fatalf("%s: %d single copies, want %d", name, got, single)
+		}
+		if got := d.Get(CMAReads); got != calls {
+			t.Errorf("%s: %d process_vm_readv calls, want %d", name, got, calls)
+		}
+		if got := d.Get(CMAFailed); got != 0 {
+			t.Errorf("%s: %d failed copies", name, got)
+		}
+	}
+
+	// New contents at one address: each message carries its own bytes.
+	a := pattern(size, 1)
+	send("first from A", a, false, 3)
+	send("A again", a, false, 2)
+	for i := range 3 {
+		copy(a, pattern(size, uint64(10+i)))
+		send("A rewritten", a, false, 1)
+	}
+
+	// A buffer unmapped, another mapped at its address.
+	m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := unsafe.Pointer(unsafe.SliceData(m))
+	copy(m, pattern(size, 20))
+	send("from a mapping", m, false, 2)
+	send("the mapping again", m, false, 2)
+	send("the mapping a third time", m, false, 1)
+	if err := unix.Munmap(m); err != nil {
+		t.Fatal(err)
+	}
+	p, err := unix.MmapPtr(-1, 0, addr, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+	if err != nil {
+		t.Skipf("could not map again at %p (something else took it, or no MAP_FIXED_NOREPLACE): %v", addr, err)
+	}
+	m = unsafe.Slice((*byte)(p), size)
+	if p != addr {
+		unix.MunmapPtr(p, size)
+		t.Skipf("the kernel mapped at %p, not at %p", p, addr)
+	}
+	copy(m, pattern(size, 21))
+	send("a new mapping at the old address", m, false, 1)
+	// Unmapped, and the next message from elsewhere: the first call
+	// reads the entry and stops at the unmapped page.
+	if err := unix.MunmapPtr(p, size); err != nil {
+		t.Fatal(err)
+	}
+	b := pattern(size, 30)
+	send("B after the mapping went", b, false, 2)
+
+	// A stale entry: the RNDV's region entry says another sequence.
+	send("B again", b, false, 2)
+	send("B a third time", b, false, 1)
+	e := pr.b
+	r, err := pr.b.ISend([][]byte{b}, pr.btoa, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.b.mu.Lock()
+	i := -1
+	for k := range e.regions {
+		if e.regions[k].used && e.regions[k].r == r {
+			i = k
+		}
+	}
+	if i >= 0 {
+		e.cmaTab[i*cmaEntryWords] = uint64(e.regions[i].seq+1)<<1 | 1
+	}
+	e.b.mu.Unlock()
+	if i < 0 {
+		t.Fatal("the send has no region")
+	}
+	clear(buf)
+	c0 := pr.a.Counters()
+	rr, err := pr.a.IRecv([][]byte{buf}, 100, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rr.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := countersSince(c0, pr.a.Counters())
+	if !bytes.Equal(buf, b) {
+		t.Fatal("the message read after a stale entry differs")
+	}
+	if got := d.Get(RecvCMA); got != 0 {
+		t.Errorf("%d single copies after an entry with another sequence number, want the rings", got)
+	}
+	if got := d.Get(CMAReads); got != 1 {
+		t.Errorf("%d process_vm_readv calls for a stale entry, want 1", got)
+	}
+	send("B after the stale entry", b, false, 1)
 }

@@ -177,8 +177,10 @@ type pull struct {
 	askAt  int64
 	asks   int
 	// answered says the answer to a placed pull's question came and is
-	// acted on once the receive sources were drained (pull.timer).
-	answered bool
+	// acted on once the receive sources were drained by a drain numbered
+	// after answerGen, the board's drainGen when it came (pull.timer).
+	answered  bool
+	answerGen uint64
 }
 
 type pblock struct {
@@ -557,7 +559,7 @@ func (pl *pull) timer(now int64) {
 		return
 	}
 	if pl.answered {
-		if !pl.e.b.mayDeclare() { // verdict.go: replies ahead of the answer may wait on the lane
+		if !pl.e.b.mayActSince(pl.answerGen) { // verdict.go: replies ahead of the answer may wait on the lane
 			return
 		}
 		pl.answered = false

@@ -68,6 +68,9 @@ func TestPlacedPullAsksLatePeer(t *testing.T) {
 			if n := c.Get(PullFramesRerequested); n != 0 {
 				t.Errorf("%d pull frames asked for again from a late peer on a lossless wire: %v", n, nonZero(pr.b.cnt))
 			}
+			if n := c.Get(AskRetransmits); n != 0 {
+				t.Errorf("%d pull blocks re-requested on an answer while their replies waited on the lane: %v", n, nonZero(pr.b.cnt))
+			}
 			if n := c.Get(DupPullReplies); n != 0 {
 				t.Errorf("%d pull replies received twice", n)
 			}

@@ -36,6 +36,17 @@ package mx
 // question about a pull that places on a lane (ask.go): the answer comes
 // on another queue than the replies it follows.
 
+// An answer to a placed pull's question needs more than any drain: one
+// that started after the answer was handled. The answer comes on queue
+// 0; a drain that handles it after it drained the lane, or a busy source
+// whose owner found it drained after a mark taken before the answer came,
+// leaves replies ahead of the answer unread in the lane's ring. So every
+// drain has a number (drainGen, bumped as it starts), each mark the
+// number of the drain that took it, and a completed drain is as old as
+// its oldest evidence (vFrom); the answer notes the number current when
+// it was handled and is acted on only after a drain numbered later
+// (mayActSince).
+
 // drainBatches bounds a verdict's drain: a peer flooding the board cannot
 // keep a timer run going.
 const drainBatches = 8
@@ -52,10 +63,31 @@ func (b *Board) mayDeclare() bool {
 	return false
 }
 
+// mayActSince is mayDeclare for a duty that must wait for a drain that
+// started after drain number gen (b.drainGen when the duty's evidence was
+// handled). A drain that completed but is not that recent asks for
+// another timer run at once (b.mu held).
+func (b *Board) mayActSince(gen uint64) bool {
+	if b.vDrained && b.vFrom > gen {
+		return true
+	}
+	b.vWanted = true
+	if b.vDrained {
+		b.noteDue(b.now()) // this run's drain is too old: the next one drains again
+	}
+	return false
+}
+
+// vMark is what a drain noted of a source another goroutine owned: how
+// many times its owner had found it drained, and the drain's number.
+type vMark struct{ emptied, gen uint64 }
+
 // drainForVerdict receives and handles what every source already holds
 // (see above). It reports whether it could look at every source (b.mu
 // held).
 func (b *Board) drainForVerdict() bool {
+	b.drainGen++
+	b.vFrom = b.drainGen
 	all := true
 	for _, s := range b.allSrcs {
 		owned := s == b.rxOwned
@@ -63,14 +95,15 @@ func (b *Board) drainForVerdict() bool {
 			s.wantEmptied.Store(true) // before the count is read: see rxSource.drained
 			e := s.emptied.Load()
 			mark, marked := b.vMarks[s]
-			if marked && e != mark {
+			if marked && e != mark.emptied {
+				b.vFrom = min(b.vFrom, mark.gen)
 				continue // its owner found it drained since the verdict came due
 			}
 			if !marked {
 				if b.vMarks == nil {
-					b.vMarks = make(map[*rxSource]uint64)
+					b.vMarks = make(map[*rxSource]vMark)
 				}
-				b.vMarks[s] = e
+				b.vMarks[s] = vMark{e, b.drainGen}
 			}
 			if s.kick != nil {
 				s.kick() // out of Recv, so that it finds the transport drained

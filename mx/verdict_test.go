@@ -211,3 +211,79 @@ func TestHostPathPeerKilled(t *testing.T) {
 		t.Fatalf("send to a killed peer: %v, want ErrUnreachable (counters %v, board %v)", err, nonZero(e.Counters()), nonZero(b.Counters()))
 	}
 }
+
+// TestPlacedAnswerWaitsForALaterDrain: the answer to a placed pull's
+// question is acted on only after a drain that started after the answer
+// was handled (verdict.go, mayActSince), in the two ways an earlier drain
+// could pass for one: an answer handled inside a drain (it comes on
+// queue 0, possibly after the lane was drained), and a source another
+// goroutine owns whose owner found it drained after a mark taken before
+// the answer came. Driven by hand, under the board's lock, so no timing
+// decides it.
+func TestPlacedAnswerWaitsForALaterDrain(t *testing.T) {
+	pr := newPair(t, loopbackOnly, DefaultBoardOptions(), loopback.Faults{})
+	b := pr.bb
+	freeze(b) // the test owns the source, as another goroutine would
+	defer thaw(b)
+	if len(b.allSrcs) == 0 {
+		t.Fatal("the board has no receive source")
+	}
+	drainDone := func() bool {
+		if !b.drainForVerdict() {
+			return false
+		}
+		b.clearMarks()
+		return true
+	}
+	mayAct := func(gen uint64) bool {
+		b.vDrained = true
+		ok := b.mayActSince(gen)
+		b.vDrained, b.vWanted = false, false
+		return ok
+	}
+	ownerDrains := func() {
+		for _, s := range b.allSrcs {
+			s.emptied.Add(1)
+		}
+	}
+
+	// A source owned elsewhere: the drain marks it and is put off.
+	if drainDone() {
+		t.Fatal("a drain counted a source another goroutine holds as drained at once")
+	}
+	answer := b.drainGen // the answer comes after the mark
+	ownerDrains()        // and the owner finds the source drained
+	if !drainDone() {
+		t.Fatal("the owner found the source drained, yet the drain was put off")
+	}
+	if mayAct(answer) {
+		t.Error("a mark taken before the answer came counted as a drain after it")
+	}
+	if drainDone() { // a fresh mark, after the answer
+		t.Fatal("a fresh mark counted as drained at once")
+	}
+	ownerDrains()
+	if !drainDone() {
+		t.Fatal("the owner found the source drained after the fresh mark, yet the drain was put off")
+	}
+	if !mayAct(answer) {
+		t.Error("a drain whose every mark was taken after the answer did not count")
+	}
+
+	// The sources free: an answer handled inside a drain needs the next.
+	b.rxOwned = b.src
+	defer func() { b.rxOwned = nil }()
+	if !drainDone() {
+		t.Fatal("a drain of a source the timers own was put off")
+	}
+	answer = b.drainGen // handled inside that drain, after the lane's turn
+	if mayAct(answer) {
+		t.Error("the drain that handled the answer counted as a drain after it")
+	}
+	if !drainDone() {
+		t.Fatal("a drain of a source the timers own was put off")
+	}
+	if !mayAct(answer) {
+		t.Error("a drain that started after the answer did not count")
+	}
+}
