@@ -73,9 +73,10 @@
 //     the receiver completes and sends a sequenced NOTIFY; the sender
 //     completes on it.
 //
-// Tiny and small messages over a transport (not the shared-memory rings)
-// take a short path when nothing is unusual (short.go; counters ShortSends
-// and ShortRecvs): a send to a connected peer with no send waiting ahead of
+// Tiny and small messages take a short path when nothing is unusual
+// (short.go; counters ShortSends and ShortRecvs): a send over a transport
+// (a peer on the shared-memory rings takes the lean path, lean.go) to a
+// connected peer with no send waiting ahead of
 // it and the window open builds its frame in one function, byte for byte
 // the general path's, and keeps the same state for a resend; a received
 // frame that is the next of its partner's sequence and matches the first

@@ -22,8 +22,9 @@ import (
 // zombie completion (BoardOptions.ZombieSends). The frame is byte for byte
 // the one the general path sends (TestShortPathFramesMatch).
 //
-// recvShort takes a TINY or SMALL frame whose sequence number is the next
-// its partner expects, when the first posted receive of its endpoint
+// recvShort takes a TINY or SMALL frame, from a transport or a lean one
+// from the rings (lean.go), whose sequence number is the next its partner
+// expects, when the first posted receive of its endpoint
 // matches it and holds it whole in its one segment: it copies the payload,
 // completes the receive, applies the piggybacked ack and moves the ack
 // point, as recvSequenced and deliverEager do. Anything else takes the
@@ -143,8 +144,8 @@ func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
 	}
 	e.cnt[c]++
 	e.cnt[ShortRecvs]++
-	p.applyAck(m.Ack) // completes sends, may send waiting ones: posted receives stay
-	e.posted.remove(r)
+	e.posted.remove(r) // first, as laneFast does: applyAck need not leave posted alone
+	p.applyAck(m.Ack)  // completes sends, may send waiting ones
 	k := copy(r.segs[0], payload)
 	e.copies.locked.scatter += uint64(k)
 	e.copies.locked.recv += uint64(k)
