@@ -191,14 +191,20 @@ func (t *Transport) forgetAsks(r *inRing) {
 // dropped (the pair retired it already), as is one to a transport whose
 // lanes are kept for good (LaneIdle negative); a lane that cannot be
 // retired yet (a backlog, a reference record not passed, no room for the
-// closing record) is tried again at the next send and RetireIdle. o.mu
-// held (and, after SerialSends, the caller's lock).
+// closing record) is tried again at the next send and RetireIdle, until
+// the epoch after the ask's is over (the consumer's ask has lapsed by
+// then), so RetireIdle does not look at such a lane for good. o.mu held
+// (and, after SerialSends, the caller's lock).
 func (t *Transport) retireAsked(o *outRing) bool {
 	if o.data == nil || o.shut || o.dead.Load() || t.opts.LaneIdle < 0 {
 		o.retireAsk.Store(false)
 		return false
 	}
 	if !t.retireLane(o) {
+		if t.epoch.Load()-o.askEpoch.Load() > 1 {
+			o.retireAsk.Store(false) // lapsed
+			return false
+		}
 		t.asked.Store(true)
 		return false
 	}

@@ -1077,9 +1077,11 @@ func (t *Transport) freeRetired() {
 	}
 	// A lane freed goes to the busier pair it was asked back for,
 	// before producers can read that we have one to spare.
+	// The header is noted whether or not this commit freed one: the
+	// slot kept may be one an earlier commit freed.
 	g := t.keepLane()
+	t.noteLanesIn()
 	if len(freed) > 0 {
-		t.noteLanesIn()
 		t.setIn(*t.in.Load())
 	}
 	t.inMu.Unlock()

@@ -432,6 +432,9 @@ func (o *outRing) control(msg []byte, fds []int) {
 	}
 	if ok && m.kind == ctlLaneRetire {
 		// Retired at the pair's next send or RetireIdle (askback.go).
+		if o.epochOf != nil {
+			o.askEpoch.Store(o.epochOf.Load())
+		}
 		o.retireAsk.Store(true)
 		o.asked.Store(true)
 		return

@@ -477,8 +477,12 @@ type outRing struct {
 	retireAsk atomic.Bool
 	offered   atomic.Bool
 	asked     *atomic.Bool
-	blBytes   *atomic.Int64
-	dropped   *atomic.Uint64
+	// askEpoch: the transport's epoch (epochOf) when the consumer's ask
+	// came (askback.go).
+	epochOf  *atomic.Uint32
+	askEpoch atomic.Uint32
+	blBytes  *atomic.Int64
+	dropped  *atomic.Uint64
 	// laneBytes is the lane's segment length once it is written (0: no
 	// lane), for Footprint.
 	laneBytes atomic.Int64
