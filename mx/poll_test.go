@@ -44,35 +44,7 @@ func shmCounter(tr *shm.Transport, name string) uint64 {
 func TestWaitPollsTheRings(t *testing.T) {
 	o := fastOptions()
 	o.Spin = time.Hour // the message comes whenever the machine lets it
-	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	st0 := pr.ba.WaitStats() // the connects
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
-	waitUntil(t, "the waiter to poll", func() bool { return pr.ba.WaitStats().Spinning == 1 })
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
-	}
-	st := pr.ba.WaitStats()
-	if st.Polled != st0.Polled+1 || st.Slept != st0.Slept || st.Spinning != 0 {
-		t.Fatalf("wait stats %+v: want one wait completed while polling", st)
-	}
+	waitCompletesWhilePolling(t, newPair(t, shmFactory, o, loopback.Faults{}), nil)
 }
 
 // TestWaitPollsAFXDP: a blocking Wait on a board over AF_XDP polls the
@@ -87,6 +59,21 @@ func TestWaitPollsAFXDP(t *testing.T) {
 	if pr.a.SpinWindow() == 0 {
 		t.Fatal("a blocking board over AF_XDP does not poll its socket")
 	}
+	waitCompletesWhilePolling(t, pr, func() {
+		pr.ba.mu.Lock()
+		if !pr.ba.watched() {
+			t.Error("a board whose waiter polls its socket is not watched: its fine timer is set for every deadline")
+		}
+		pr.ba.mu.Unlock()
+	})
+}
+
+// waitCompletesWhilePolling posts a receive on pr.a, waits for it on
+// another goroutine until that waiter polls (then runs whilePolling, if
+// not nil), sends the message from pr.b, and checks that the wait
+// completed while polling, without a sleep, with the message's bytes.
+func waitCompletesWhilePolling(t *testing.T, pr *pair, whilePolling func()) {
+	t.Helper()
 	st0 := pr.ba.WaitStats() // the connects
 	ctx := testCtx(t, time.Minute)
 	buf := make([]byte, 8)
@@ -100,11 +87,9 @@ func TestWaitPollsAFXDP(t *testing.T) {
 		errc <- err
 	}()
 	waitUntil(t, "the waiter to poll", func() bool { return pr.ba.WaitStats().Spinning == 1 })
-	pr.ba.mu.Lock()
-	if !pr.ba.watched() {
-		t.Error("a board whose waiter polls its socket is not watched: its fine timer is set for every deadline")
+	if whilePolling != nil {
+		whilePolling()
 	}
-	pr.ba.mu.Unlock()
 	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
 	if err != nil {
 		t.Fatal(err)
