@@ -380,6 +380,9 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 			case n.reg(hw.SRRCTL(q))&hw.SrrctlBSizePktMask == 0:
 				n.violation("RXDCTL%d.ENABLE with SRRCTL%d.BSIZEPACKET = 0: give the packet buffer size in KiB", q, q)
 				v &^= hw.RxdctlEnable
+			case n.reg(hw.SRRCTL(q))&hw.SrrctlBSizePktMask > 16:
+				n.violation("RXDCTL%d.ENABLE with SRRCTL%d.BSIZEPACKET = %d KiB: the 82599 takes 1 to 16 KiB", q, q, n.reg(hw.SRRCTL(q))&hw.SrrctlBSizePktMask)
+				v &^= hw.RxdctlEnable
 			case dt != hw.SrrctlDescAdvOneBuf && n.reg(hw.SRRCTL(q))&hw.SrrctlBSizeHdrMask == 0:
 				n.violation("RXDCTL%d.ENABLE with header split and SRRCTL%d.BSIZEHEADER = 0", q, q)
 				v &^= hw.RxdctlEnable

@@ -144,6 +144,17 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 	}
 	rest := len(data) - hdr
 	need := uint32(max(1, (rest+pktBuf-1)/pktBuf))
+	if dt == hw.SrrctlDescAdvHdrAlways && need > 1 {
+		// Strict where a driver that places payloads relies on one
+		// descriptor a frame: the packet buffer of every descriptor of
+		// such a queue, a posted placement or a pool buffer, must take
+		// the longest frame MAXFRS lets in after its header. This model
+		// spreads frames over descriptors only in the one-buffer and
+		// header split types.
+		n.violation("RX queue %d (SRRCTL.DESCTYPE 101, always the header buffer): a frame of %d bytes leaves %d after its %d-byte header, more than SRRCTL.BSIZEPACKET's %d: this model puts such a frame in one descriptor only; give BSIZEPACKET room for MAXFRS", q, len(data), rest, hdr, pktBuf)
+		n.nDrop.Add(1)
+		return rxDropped
+	}
 	l := n.reg(hw.RDLEN(q)) / hw.DescSize
 	head, tail := n.reg(hw.RDH(q)), n.reg(hw.RDT(q))
 	if head >= l || tail >= l {

@@ -172,6 +172,13 @@ func TestIXGBEStrictness(t *testing.T) {
 			regs.Write32(hw.TDLEN(0), 1024)
 			regs.Write32(hw.TXDCTL(0), hw.TxdctlEnable)
 		}},
+		{"SRRCTL.BSIZEPACKET above 16 KiB", "1 to 16 KiB", func() {
+			regs.Write32(hw.RDBAL(3), uint32(base))
+			regs.Write32(hw.RDBAH(3), uint32(base>>32))
+			regs.Write32(hw.RDLEN(3), 1024)
+			regs.Write32(hw.SRRCTL(3), 17|hw.SrrctlDescAdvOneBuf)
+			regs.Write32(hw.RXDCTL(3), hw.RxdctlEnable)
+		}},
 		{"an EtherType filter on IPv4", "IPv4", func() { regs.Write32(hw.ETQF(0), hw.EtqfFilterEn|0x0800) }},
 		{"FDIRCTRL without room in the packet buffer", "RXPBSIZE0", func() {
 			regs.Write32(hw.FDIRCTRL, hw.FdirctrlPBAlloc64K|hw.FdirctrlPerfectMatch)
@@ -382,5 +389,37 @@ func TestIXGBERSSVectors(t *testing.T) {
 				t.Errorf("protocol %d: frame on queue %d, want %d", c.proto, got, want)
 			}
 		}
+	})
+}
+
+// A queue that always uses the header buffer (SRRCTL.DESCTYPE 101, what
+// ixgbe.Options.Placement sets) takes each frame in one descriptor: a
+// frame longer than BSIZEHEADER + BSIZEPACKET is a violation and is
+// dropped, never spread over a second descriptor (a second placement), and
+// a frame that fits still arrives whole.
+func TestIXGBEAlwaysHeaderFrameFitsBSizePacket(t *testing.T) {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		o := ixgbe.DefaultOptions()
+		o.Placement, o.MaxFrame, o.BufferSize = true, 9018, 16384
+		p, n := ixgbePairOn(t, m, o)
+		// Make the receiver's queue 0 take 2 KiB packet buffers, as a
+		// driver that forgot BSIZEPACKET for its jumbo frames would.
+		regs, _ := p.Functions()[1].BAR(0)
+		regs.Write32(hw.RXDCTL(0), regs.Read32(hw.RXDCTL(0))&^hw.RxdctlEnable)
+		regs.Write32(hw.SRRCTL(0), regs.Read32(hw.SRRCTL(0))&^hw.SrrctlBSizePktMask|2)
+		regs.Write32(hw.RXDCTL(0), regs.Read32(hw.RXDCTL(0))|hw.RxdctlEnable)
+		before := p.Stats(1).Violations
+		frames := [][]byte{nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 0, 9014), nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 1, 2000)}
+		nictest.SendFrames(t, n[0], frames)
+		waitIXGBESent(t, p, 0, 2)
+		s := p.Stats(1)
+		if s.Violations != before+1 || !strings.Contains(s.LastViolation, "BSIZEPACKET") {
+			t.Fatalf("a 9014-byte frame on 2 KiB packet buffers: %d new violations, the last %q; want one naming BSIZEPACKET", s.Violations-before, s.LastViolation)
+		}
+		got := nictest.RecvFrames(t, n[1], 1)
+		if got[0].FrameLen() != 2000 {
+			t.Errorf("the frame that fits: %d bytes received, want 2000", got[0].FrameLen())
+		}
+		_ = got[0].Pool().Free(got[0])
 	})
 }

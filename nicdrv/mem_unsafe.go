@@ -3,7 +3,7 @@ package nicdrv
 import "unsafe"
 
 // maxBufferSize bounds a pool's buffer size (NewPool refuses larger).
-const maxBufferSize = 4096
+const maxBufferSize = 16384
 
 // mem is buffer i's memory, the whole buffer. i is a Buffer's idx, set by
 // NewPool below the pool's length, so the slice is inside p.bytes; it is

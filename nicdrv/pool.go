@@ -211,7 +211,10 @@ type PoolOptions struct {
 	// Buffers is the number of buffers (default 4096).
 	Buffers int
 	// BufferSize is the size of each (default BufferSize); a power of two
-	// from 256 to 4096, so buffers never straddle a page.
+	// from 256 to 16384. Up to 4096 a buffer never straddles a page; a
+	// larger one (a jumbo frame's, in one receive buffer) needs memory
+	// that is IOVA-contiguous across it (hugepages, or a domain behind an
+	// IOMMU), and NewPool refuses memory where it is not.
 	BufferSize int
 	// Memory is how the hugepage memory is allocated (default
 	// hugepage.DefaultOptions()). AllowPageable is set for a domain that
@@ -253,7 +256,7 @@ func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
 		return nil, fmt.Errorf("nicdrv: pool of %d buffers: want 1..%d", o.Buffers, 1<<24)
 	}
 	if o.BufferSize < 256 || o.BufferSize > maxBufferSize || o.BufferSize&(o.BufferSize-1) != 0 {
-		return nil, fmt.Errorf("nicdrv: buffer size %d: want a power of two from 256 to 4096", o.BufferSize)
+		return nil, fmt.Errorf("nicdrv: buffer size %d: want a power of two from 256 to %d", o.BufferSize, maxBufferSize)
 	}
 	mem := o.Memory
 	if mem.Name == "" {

@@ -3,6 +3,7 @@ package nicdrv_test
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/gomx-dev/gomx/emulated"
@@ -94,11 +95,36 @@ func TestPoolOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for _, o := range []nicdrv.PoolOptions{{Buffers: -1}, {BufferSize: 100}, {BufferSize: 3000}, {BufferSize: 8192}} {
+	for _, o := range []nicdrv.PoolOptions{{Buffers: -1}, {BufferSize: 100}, {BufferSize: 3000}, {BufferSize: 32768}} {
 		if pool, err := nicdrv.NewPool(p.IOMMU(), o); err == nil {
 			pool.Close()
 			t.Errorf("options %+v accepted", o)
 		}
+	}
+	// A 16 KiB buffer (a jumbo frame whole) where the domain maps the
+	// memory in one piece: every buffer whole, IOVA-contiguous.
+	pool, err := nicdrv.NewPool(p.IOMMU(), nicdrv.PoolOptions{Buffers: 8, BufferSize: 16384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pool.Get()
+	if err != nil || len(b.Data) != 16384 {
+		t.Fatalf("Get from a pool of 16 KiB buffers: %v, %d bytes", err, len(b.Data))
+	}
+	_ = pool.Free(b)
+	pool.Close()
+	// Where each 4 KiB page is a segment of its own (no IOMMU, no
+	// hugepages), a buffer above a page would straddle segments: refused.
+	c, err := emulated.NewCBDMA(emulated.CBDMAOptions{Scatter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if pool, err := nicdrv.NewPool(c.IOMMU(), nicdrv.PoolOptions{Buffers: 8, BufferSize: 16384}); err == nil || !strings.Contains(err.Error(), "straddles") {
+		if err == nil {
+			pool.Close()
+		}
+		t.Errorf("16 KiB buffers in 4 KiB IOVA segments: %v, want a refusal saying a buffer straddles a segment", err)
 	}
 }
 

@@ -25,8 +25,9 @@
 // descriptors (16 bytes: the read format gives the NIC a packet and, with
 // header split, a header buffer; the write-back format returns the length,
 // status, checksum results, RSS hash and packet type). Every RX queue gets
-// 2 KiB pool buffers (SRRCTL.BSIZEPACKET); a frame longer than one buffer
-// (a jumbo frame, Options.MaxFrame up to 9018 bytes) spans several
+// pool buffers of Options.BufferSize (SRRCTL.BSIZEPACKET; 2 KiB by
+// default, up to 16 KiB); a frame longer than one buffer (a jumbo frame,
+// Options.MaxFrame up to 9018 bytes, in 2 KiB buffers) spans several
 // descriptors and is delivered as a chain of Buffers (Buffer.Next), as a
 // header split frame is. With several queues RSS spreads IPv4 TCP and UDP
 // flows by their Toeplitz hash through the 128-entry redirection table, and
@@ -165,9 +166,16 @@ type Options struct {
 	// PoolBuffers sizes each queue's pool (default: enough to fill the
 	// queue's RX and TX rings twice, at least 1024).
 	PoolBuffers int
+	// BufferSize is the size of each pool buffer, and each RX queue's
+	// packet buffer size (SRRCTL.BSIZEPACKET, in KiB): a power of two
+	// from 2048 (the default) to 16384, the most BSIZEPACKET takes. A
+	// pool buffer of at least MaxFrame bytes receives every frame whole
+	// in one descriptor; with Placement it must be (see Placement).
+	BufferSize int
 	// MaxFrame is the largest frame without FCS (default 1518; up to 9018
-	// for jumbo frames, which arrive as chains of Buffers and are sent
-	// with Buffer.Attach).
+	// for jumbo frames, which arrive as chains of Buffers when they are
+	// longer than BufferSize, and are sent from one buffer or with
+	// Buffer.Attach).
 	MaxFrame int
 	// Interrupts enables MSI-X interrupt mode for WaitRx.
 	Interrupts bool
@@ -188,7 +196,9 @@ type Options struct {
 	// Placement receives payloads into memory the caller posts
 	// (nicdrv.Placer; see the package doc): every RX queue splits every
 	// frame after its first 64 bytes (SRRCTL DESCTYPE 101). It excludes
-	// HeaderSplit and jumbo frames (MaxFrame at most 2048).
+	// HeaderSplit, and each placed frame takes one descriptor, so every
+	// buffer the NIC may fill must hold the largest frame: MaxFrame at
+	// most BufferSize (jumbo frames with BufferSize 16384).
 	Placement bool
 	// PlaceOnly, with Placement, keeps the last PlaceOnly RX queues for
 	// placement alone (nicdrv.Info.PlaceOnly): the driver hands them no
@@ -225,17 +235,21 @@ func DefaultOptions() Options {
 // maxJumbo is the largest MaxFrame the driver takes: a 9000-byte MTU.
 const maxJumbo = 9018
 
+// maxBufferSize is the largest BufferSize: SRRCTL.BSIZEPACKET's 16 KiB.
+const maxBufferSize = 16384
+
 func (o *Options) fill() error {
 	d := DefaultOptions()
 	drv.Default(&o.Queues, d.Queues)
 	drv.Default(&o.RxRing, d.RxRing)
 	drv.Default(&o.TxRing, d.TxRing)
 	drv.Default(&o.MaxFrame, d.MaxFrame)
+	drv.Default(&o.BufferSize, nicdrv.BufferSize)
 	drv.Default(&o.InterruptInterval, d.InterruptInterval)
 	drv.Default(&o.LinkTimeout, d.LinkTimeout)
 	drv.Default(&o.RegisterTimeout, d.RegisterTimeout)
 	if o.PoolBuffers == 0 {
-		per := (o.MaxFrame + nicdrv.BufferSize - 1) / nicdrv.BufferSize
+		per := (o.MaxFrame + o.BufferSize - 1) / o.BufferSize
 		o.PoolBuffers = max(1024, 2*(o.RxRing+o.TxRing), o.RxRing*per+o.TxRing)
 	}
 	switch {
@@ -255,10 +269,12 @@ func (o *Options) fill() error {
 		return fmt.Errorf("ixgbe: Placement and HeaderSplit: a queue has one descriptor type; choose one")
 	case o.PlaceOnly < 0 || o.PlaceOnly > 0 && (!o.Placement || o.PlaceOnly >= o.Queues):
 		return fmt.Errorf("ixgbe: PlaceOnly %d with Placement %v and %d queues: want Placement and 0..Queues-1 (queue 0 takes the unsteered traffic)", o.PlaceOnly, o.Placement, o.Queues)
-	case o.Placement && o.MaxFrame > nicdrv.BufferSize:
-		return fmt.Errorf("ixgbe: Placement with MaxFrame %d: placed frames take one descriptor each, so MaxFrame is at most %d (no jumbo frames)", o.MaxFrame, nicdrv.BufferSize)
-	case o.Pool != nil && o.Pool.BufferSize() != nicdrv.BufferSize:
-		return fmt.Errorf("ixgbe: pool buffers of %d bytes: the driver programs 2048-byte RX buffers; make the pool with BufferSize %d", o.Pool.BufferSize(), nicdrv.BufferSize)
+	case o.BufferSize < nicdrv.BufferSize || o.BufferSize > maxBufferSize || o.BufferSize&(o.BufferSize-1) != 0:
+		return fmt.Errorf("ixgbe: BufferSize %d: want a power of two from %d to %d (SRRCTL.BSIZEPACKET, 1..16 KiB)", o.BufferSize, nicdrv.BufferSize, maxBufferSize)
+	case o.Placement && o.MaxFrame > o.BufferSize:
+		return fmt.Errorf("ixgbe: Placement with MaxFrame %d and %d-byte pool buffers: a placed frame takes one descriptor, and a pool buffer must hold any frame the NIC may put where a placement was expected; set BufferSize to at least %d", o.MaxFrame, o.BufferSize, o.MaxFrame)
+	case o.Pool != nil && o.Pool.BufferSize() != o.BufferSize:
+		return fmt.Errorf("ixgbe: pool buffers of %d bytes: the driver programs %d-byte RX buffers (BufferSize); make the pool with BufferSize %d", o.Pool.BufferSize(), o.BufferSize, o.BufferSize)
 	}
 	return nil
 }
@@ -342,7 +358,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.link()
 	n.readStats(&nicdrv.Stats{}) // clear the clear-on-read counters
 
-	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, Memory: o.Memory, Name: "gomx-ixgbe"}
+	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, BufferSize: o.BufferSize, Memory: o.Memory, Name: "gomx-ixgbe"}
 	if o.HeaderSplit || o.Placement {
 		po.Headers = 2 * o.RxRing
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -14,14 +15,28 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
 )
 
-// openPlacePair opens a (copying) and b (placing) on two cabled models.
-func openPlacePair(t *testing.T, m emulated.IXGBEOptions) (a, b *ixgbe.NIC) {
+// openPlacePair opens a (copying) and b (placing) on two cabled models,
+// both with frames of up to maxFrame bytes in pool buffers of bufSize.
+func openPlacePair(t *testing.T, m emulated.IXGBEOptions, maxFrame, bufSize int) (a, b *ixgbe.NIC) {
 	p := newPlatform(t, m)
 	return nictest.OpenPair(t, func(i int) (*ixgbe.NIC, error) {
 		o := ixgbe.DefaultOptions()
 		o.Placement = i == 1
+		o.MaxFrame, o.BufferSize = maxFrame, bufSize
 		return ixgbe.Open(p.Functions()[i], o)
 	})
+}
+
+// placeGeometries are the frame and buffer sizes TestPlacement runs:
+// the default, and jumbo frames in 16 KiB buffers (SRRCTL.BSIZEPACKET
+// 16 KiB), where a 9014-byte frame lands whole in one placement.
+var placeGeometries = []struct {
+	name              string
+	maxFrame, bufSize int
+	frame             int // the long frames sent
+}{
+	{"1518", 1518, 2048, 1514},
+	{"jumbo", 9018, 16384, 9014},
 }
 
 // TestPlacement posts placements in a receive buffer on the emulated
@@ -31,13 +46,19 @@ func openPlacePair(t *testing.T, m emulated.IXGBEOptions) (a, b *ixgbe.NIC) {
 // Buffers; short placements and a NIC opened without placement are
 // refused; placements left posted at Close leave no mapping or fault.
 func TestPlacement(t *testing.T) {
+	for _, g := range placeGeometries {
+		t.Run(g.name, func(t *testing.T) { testPlacement(t, g.maxFrame, g.bufSize, g.frame) })
+	}
+}
+
+func testPlacement(t *testing.T, maxFrame, bufSize, size int) {
 	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
-		a, b := openPlacePair(t, m)
+		a, b := openPlacePair(t, m, maxFrame, bufSize)
 		info := b.Info()
-		if info.PlaceHeader != 64 || info.PlaceMin != info.MaxFrame-64 {
+		if info.PlaceHeader != 64 || info.PlaceMin != maxFrame-64 || info.MaxFrame != maxFrame {
 			t.Fatalf("Info: PlaceHeader %d, PlaceMin %d (MaxFrame %d)", info.PlaceHeader, info.PlaceMin, info.MaxFrame)
 		}
-		const placed, size = 16, 1514
+		const placed = 16
 		stride := size - 64
 		mem := make([]byte, placed*stride+info.PlaceMin)
 		ps, unmap := nictest.Placements(t, b, mem, placed, stride)
@@ -158,16 +179,31 @@ func checkPlaced(t *testing.T, got []*nicdrv.Buffer, frames [][]byte, ps []nicdr
 }
 
 // TestPlacementOptions: Placement is refused with header split and with
-// jumbo frames, naming the conflict.
+// jumbo frames in pool buffers too small to hold one, naming the
+// conflict; buffer sizes SRRCTL.BSIZEPACKET cannot express are refused.
 func TestPlacementOptions(t *testing.T) {
 	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
 		p := newPlatform(t, m)
-		for _, o := range []ixgbe.Options{{Placement: true, HeaderSplit: true}, {Placement: true, MaxFrame: 9018},
-			{Queues: 2, PlaceOnly: 1}, {Placement: true, Queues: 2, PlaceOnly: 2}, {Placement: true, PlaceOnly: -1}} {
-			n, err := ixgbe.Open(p.Functions()[0], o)
+		for _, c := range []struct {
+			o    ixgbe.Options
+			want string
+		}{
+			{ixgbe.Options{Placement: true, HeaderSplit: true}, "HeaderSplit"},
+			{ixgbe.Options{Placement: true, MaxFrame: 9018}, "set BufferSize to at least 9018"},
+			{ixgbe.Options{Placement: true, MaxFrame: 9018, BufferSize: 8192}, "set BufferSize to at least 9018"},
+			{ixgbe.Options{BufferSize: 32768}, "BufferSize 32768"},
+			{ixgbe.Options{BufferSize: 3072}, "BufferSize 3072"},
+			{ixgbe.Options{BufferSize: 1024}, "BufferSize 1024"},
+			{ixgbe.Options{Queues: 2, PlaceOnly: 1}, "PlaceOnly"},
+			{ixgbe.Options{Placement: true, Queues: 2, PlaceOnly: 2}, "PlaceOnly"},
+			{ixgbe.Options{Placement: true, PlaceOnly: -1}, "PlaceOnly"},
+		} {
+			n, err := ixgbe.Open(p.Functions()[0], c.o)
 			if err == nil {
 				_ = n.Close()
-				t.Errorf("Open(%+v) succeeded", o)
+				t.Errorf("Open(%+v) succeeded", c.o)
+			} else if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Open(%+v): %v; want it to say %q", c.o, err, c.want)
 			}
 		}
 	})

@@ -55,8 +55,10 @@ type rxQueue struct {
 
 func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	size := uint32(len(ring) / hw.DescSize)
-	r := &rxQueue{nic: n, q: q, pool: n.pools.Packet[q], ring: ring, d: descs(ring), iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
-		split: n.opts.HeaderSplit, maxParts: (n.opts.MaxFrame+nicdrv.BufferSize-1)/nicdrv.BufferSize + 1}
+	pool := n.pools.Packet[q]
+	bs := pool.BufferSize()
+	r := &rxQueue{nic: n, q: q, pool: pool, ring: ring, d: descs(ring), iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
+		split: n.opts.HeaderSplit, maxParts: (n.opts.MaxFrame+bs-1)/bs + 1}
 	pools := []*nicdrv.Pool{r.pool}
 	if n.opts.Placement {
 		r.initPlace()
@@ -97,14 +99,15 @@ func (r *rxQueue) encode(s uint32) {
 
 func (r *rxQueue) desc(i uint32) []byte { return r.ring[i*hw.DescSize : (i+1)*hw.DescSize] }
 
-// srrctl is the queue's SRRCTL: 2 KiB packet buffers, and with header
+// srrctl is the queue's SRRCTL: packet buffers of Options.BufferSize, and with header
 // split a 256-byte header buffer size (the headers the NIC recognises fit;
 // the driver's header buffers are whole pool buffers), and DROP_EN with
 // Options.DropWhenFull.
 func (r *rxQueue) srrctl() uint32 {
-	v := uint32(nicdrv.BufferSize>>10) | 4<<hw.SrrctlBSizeHdrShift
+	bsize := uint32(r.pool.BufferSize() >> 10)
+	v := bsize | 4<<hw.SrrctlBSizeHdrShift
 	if r.place {
-		v = uint32(nicdrv.BufferSize>>10) | placeHeader/64<<hw.SrrctlBSizeHdrShift | hw.SrrctlDescAdvHdrAlways
+		v = bsize | placeHeader/64<<hw.SrrctlBSizeHdrShift | hw.SrrctlDescAdvHdrAlways
 	} else if r.split {
 		v |= hw.SrrctlDescAdvHdrSplit
 	} else {

@@ -1,6 +1,7 @@
 package drv
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -23,6 +24,9 @@ type PoolsOptions struct {
 	Shared *nicdrv.Pool
 	// Buffers is the size of each queue's own packet pool (Shared nil).
 	Buffers int
+	// BufferSize is the size of each packet buffer of those pools
+	// (default nicdrv.BufferSize).
+	BufferSize int
 	// Headers, when positive, gives each queue a pool of that many
 	// HeaderBufferSize buffers for split headers.
 	Headers int
@@ -59,7 +63,7 @@ func NewPools(dma pci.DMA, o PoolsOptions) (*Pools, error) {
 			p.Packet[q] = o.Shared
 			continue
 		}
-		pl, err := make1("rx", q, o.Buffers, nicdrv.BufferSize)
+		pl, err := make1("rx", q, o.Buffers, cmp.Or(o.BufferSize, nicdrv.BufferSize))
 		if err != nil {
 			return nil, errors.Join(err, p.Close())
 		}
