@@ -189,6 +189,16 @@ type Options struct {
 	// it unset (or on a NIC that cannot) and queues share the board's
 	// address and are demultiplexed in software. See the package doc.
 	QueueAddrs netip.Prefix
+	// MTU is the most bytes a frame carries after its Ethernet header
+	// (the link MTU: the IP MTU for FramingUDP): 1500 when zero, and no
+	// more than the NIC's largest frame less 18 bytes (Ethernet header
+	// and a VLAN tag) nor than one of its pool buffers less the Ethernet
+	// header, since Send copies a frame into one buffer and Recv takes
+	// one buffer a frame. Jumbo frames (up to 9000) need a NIC opened for
+	// them: the 82599 with ixgbe.Options MaxFrame and BufferSize.
+	// Transport.MTU, what mx sees, is this less the framing's headers
+	// after the Ethernet header (none raw, 28 for UDP).
+	MTU int
 }
 
 // Transport is mx's transport over one NIC. It implements
@@ -340,13 +350,22 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An untagged frame of at most 1514 bytes by default: a 1500-byte
+	// payload.
+	mtu := min(info.MaxFrame, headerLen+1500) - hdr
+	if o.MTU != 0 {
+		if o.MTU < minFrame || o.MTU+headerLen+4 > info.MaxFrame || o.MTU+headerLen > n.Pool(0).BufferSize() {
+			return nil, fmt.Errorf("transport/nic: MTU %d over a %s NIC whose largest frame is %d bytes and pool buffers %d: want %d..%d (open the NIC for larger frames and buffers)",
+				o.MTU, info.Driver, info.MaxFrame, n.Pool(0).BufferSize(), minFrame, min(info.MaxFrame-headerLen-4, n.Pool(0).BufferSize()-headerLen))
+		}
+		mtu = headerLen + o.MTU - hdr
+	}
 	t := &Transport{
 		nic: n, pool: n.Pool(0), mac: mac, id: id, opts: o, ip: ipf, hdr: hdr, rxq: -1, nq: info.Queues,
 		queues: newQueueSet(info.Queues),
-		// An untagged frame of at most 1514 bytes: a 1500-byte payload.
-		mtu: min(info.MaxFrame, 1514) - hdr,
-		txb: make([]*nicdrv.Buffer, 0, 64),
-		rxb: make([]*nicdrv.Buffer, o.Batch),
+		mtu:    mtu,
+		txb:    make([]*nicdrv.Buffer, 0, 64),
+		rxb:    make([]*nicdrv.Buffer, o.Batch),
 		// Lend at most a quarter of the pool: the rest keeps the RX
 		// ring and Send supplied.
 		lends:   transport.NewLends[*nicdrv.Buffer](max(1, n.Pool(0).Len()/4)),
