@@ -15,7 +15,7 @@ import (
 var honoured = func() map[string][]string {
 	common := []string{"aligned", "bind", "counters", "end", "engine", "engine-cpu", "iterations", "json", "key", "listen",
 		"multiplier", "no-checksum", "no-zero-copy", "plot", "procs", "rndv-threshold", "sizes", "start", "strategy", "timeout", "verify", "wait", "warmup", "yield"}
-	pair := []string{"baseline", "corrupt", "cpuprofile", "dup", "iface", "loss", "nic", "nic-interrupts", "nic-place", "nic-sync-dma", "peer", "peer-iface",
+	pair := []string{"baseline", "corrupt", "cpuprofile", "dup", "iface", "loss", "nic", "nic-interrupts", "nic-mtu", "nic-place", "nic-sync-dma", "peer", "peer-iface",
 		"remote-endpoint", "reorder", "seed", "settle", "transport", "usb", "xdp-mode", "xdp-udp", "queues", "bind-app"}
 	with := func(parts ...[]string) []string {
 		var out []string
@@ -29,7 +29,7 @@ var honoured = func() map[string][]string {
 		"pingpong": with(common, pair, []string{"sync", "trials", "unidirectional"}),
 		"stream":   with(common, pair, []string{"sync", "window"}),
 		"alltoall": with(common, []string{"sync", "schedule"}),
-		"overlap":  with(common, []string{"progress-cpu", "transport", "nic", "nic-interrupts", "nic-place", "nic-sync-dma", "iface", "peer-iface", "xdp-mode", "xdp-udp", "usb"}),
+		"overlap":  with(common, []string{"progress-cpu", "transport", "nic", "nic-interrupts", "nic-mtu", "nic-place", "nic-sync-dma", "iface", "peer-iface", "xdp-mode", "xdp-udp", "usb"}),
 		"serve":    with([]string{"endpoint", "key", "listen", "once", "timeout", "wait"}),
 	}
 }()

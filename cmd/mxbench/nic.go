@@ -4,11 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"strings"
 	"sync"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/hugepage"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
@@ -37,12 +39,16 @@ type nicFlags struct {
 	// the goroutine that writes the transmit tail instead of on DMA
 	// engines of their own (emulated.IXGBEOptions.AsyncDMA).
 	syncDMA bool
+	// mtu is --nic-mtu: the link MTU (1500, or jumbo frames up to 9000
+	// on 82599s).
+	mtu int
 }
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
 	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the goroutine that writes a NIC's transmit tail do that NIC's transmit DMA and the peer's receive DMA (reading the sender's memory, writing the receiver's) before the write returns, as the model's tests do; by default each emulated NIC does its own transmit and receive DMA on an engine goroutine of its own, as a NIC does beside the CPU, and the run gets one more GOMAXPROCS per NIC for them (docs/zero-copy.md)")
+	fs.IntVar(&n.mtu, "nic-mtu", 1500, "nic: the link MTU, 1500 or, on 82599s, jumbo frames up to 9000: the NICs are opened for frames of MTU + 18 bytes in receive buffers of the next power of two (SRRCTL.BSIZEPACKET up to 16 KiB), so each frame, placed or not, takes one descriptor, and mx cuts pull replies and medium fragments for the larger frames (a pull reply carries MTU - 18 bytes of payload, MTU - 50 when placed; docs/zero-copy.md)")
 	fs.BoolVar(&n.place, "nic-place", false, "nic: open the NICs (82599s: header split; 82574Ls: packet split) with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
 }
 
@@ -78,10 +84,16 @@ func parsePair[T comparable](flag, val, want, noun string, parse func(string) (T
 
 func (n *nicFlags) validate(cmd, tr, peer string) error {
 	if tr != "nic" {
-		if n.nics != "" || n.interrupts || n.place || n.syncDMA {
-			return usagef(cmd, "--nic, --nic-interrupts, --nic-place and --nic-sync-dma need --transport nic")
+		if n.nics != "" || n.interrupts || n.place || n.syncDMA || n.mtu != 1500 {
+			return usagef(cmd, "--nic, --nic-interrupts, --nic-place, --nic-sync-dma and --nic-mtu need --transport nic")
 		}
 		return nil
+	}
+	if n.mtu < 1500 || n.mtu > maxMTU {
+		return usagef(cmd, "--nic-mtu %d: want 1500..%d (jumbo frames on 82599s)", n.mtu, maxMTU)
+	}
+	if n.mtu > 1500 && n.nics == "model" {
+		return usagef(cmd, "--nic-mtu %d: gomx's 82574L driver takes 1500-byte frames only; use --nic model-82599", n.mtu)
 	}
 	if n.syncDMA && n.nics != "model-82599" {
 		return usagef(cmd, "--nic-sync-dma chooses how the emulated 82599s do their DMA: it needs --nic model-82599")
@@ -183,10 +195,13 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 	}
 	var ts [2]transport.Transport
 	for i, d := range devs {
-		drv, err := openDriver(d, n.interrupts, n.queues, n.place)
+		drv, err := openDriver(d, n.interrupts, n.queues, n.place, n.mtu, addrs == nil)
 		if err == nil {
 			var t *nic.Transport
 			o := nic.Options{}
+			if n.mtu != 1500 {
+				o.MTU = n.mtu
+			}
 			if n.queues > 0 {
 				o.Framing, o.UDP = nic.FramingUDP, queuedUDP(i)
 			}
@@ -210,6 +225,9 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 	}
 	if n.queues > 0 {
 		what += ", UDP framing"
+	}
+	if n.mtu != 1500 {
+		what += fmt.Sprintf(", MTU %d (jumbo frames)", n.mtu)
 	}
 	return ts[0], ts[1], what, nil, nil
 }
@@ -243,16 +261,33 @@ const placeLanes = 4
 // emulated pair taking the CPU the NICs' DMA engines need to send them.
 const txRing82599 = 2048
 
+// maxMTU is the largest --nic-mtu: ixgbe's largest frame (9018 bytes)
+// less the Ethernet header and a VLAN tag.
+const maxMTU = 9000
+
 // openDriver opens d with gomx's driver for it: ixgbe for an 82599
-// (placing payloads on lanes with place), e1000e otherwise (which refuses
+// (placing payloads on lanes with place; for frames of an mtu above 1500
+// in receive buffers that hold them whole), e1000e otherwise (which refuses
 // what is not an 82574L; placing payloads on its one receive queue with
-// place), with queues queue pairs (the driver's default when 0).
-func openDriver(d pci.Device, interrupts bool, queues int, place bool) (nicdrv.NIC, error) {
+// place), with queues queue pairs (the driver's default when 0). model
+// says d is an emulated NIC, whose large pools then take base pages
+// rather than the host's hugepages.
+func openDriver(d pci.Device, interrupts bool, queues int, place bool, mtu int, model bool) (nicdrv.NIC, error) {
 	if is82599(d) {
 		o := ixgbe.DefaultOptions()
 		o.Interrupts = interrupts
 		o.Placement = place
 		o.TxRing = txRing82599
+		if mtu > 1500 {
+			o.MaxFrame = mtu + 18
+			o.BufferSize = 1 << bits.Len(uint(o.MaxFrame-1))
+			// A pool a queue of RX ring, TX ring and a ring more: at
+			// 16 KiB a buffer, the default (twice both rings) is 160 MiB.
+			o.PoolBuffers = 2*o.RxRing + o.TxRing
+			if model {
+				o.Memory.PageSize = hugepage.Size4K
+			}
+		}
 		if queues > 0 {
 			o.Queues = queues
 		} else if place {
@@ -261,6 +296,9 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool) (nicdrv.N
 			o.Queues, o.PlaceOnly = 1+placeLanes, placeLanes
 		}
 		return ixgbe.Open(d, o)
+	}
+	if mtu > 1500 {
+		return nil, fmt.Errorf("MTU %d: gomx's 82574L driver takes 1500-byte frames only", mtu)
 	}
 	o := e1000e.DefaultOptions()
 	o.Interrupts = interrupts

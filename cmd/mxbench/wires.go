@@ -67,7 +67,7 @@ var wires = []wire{
 		},
 	},
 	{name: "nic", about: "gomx's user-space drivers on two cabled 82574Ls or 82599s bound to vfio-pci (--nic A,B), or two emulated ones (--nic model, --nic model-82599)",
-		flags:    []string{"nic", "nic-interrupts", "nic-place"},
+		flags:    []string{"nic", "nic-interrupts", "nic-place", "nic-mtu"},
 		validate: func(f *benchFlags, cmd string) error { return f.nic.validate(cmd, f.transport, f.peer) },
 		open: func(f *benchFlags) (transport.Transport, transport.Transport, string, *loopback.Network, error) {
 			return f.nic.transports()
