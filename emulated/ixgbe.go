@@ -89,8 +89,11 @@ func DefaultIXGBEOptions() IXGBEOptions {
 //     is not enabled, is a violation, but for a queue with a ring and
 //     SRRCTL.DROP_EN, stopped for a moment, which drops the frame (QPRDC);
 //   - RX uses advanced descriptors only: SRRCTL sets the packet buffer size
-//     (a frame longer than one buffer spans several descriptors, EOP on the
-//     last) and, with header split, the header buffer, into which the
+//     (BSIZEPACKET, 1 to 16 KiB, else a violation; a frame longer than one
+//     buffer spans several descriptors, EOP on the last, but on a queue
+//     that always uses the header buffer, where this model keeps a frame
+//     to one descriptor, such a frame is a violation and dropped) and,
+//     with header split, the header buffer, into which the
 //     headers PSRTYPE names go (up to the TCP or UDP header of an
 //     unfragmented IPv4 or IPv6 datagram, else the IP header), the rest to
 //     the packet buffer; with header split "always use the header buffer"
