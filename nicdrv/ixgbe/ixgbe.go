@@ -164,7 +164,8 @@ type Options struct {
 	// queue, so that queues share no lock, and Close closes them.
 	Pool *nicdrv.Pool
 	// PoolBuffers sizes each queue's pool (default: enough to fill the
-	// queue's RX and TX rings twice, at least 1024).
+	// queue's RX and TX rings twice, at least 1024); a PlaceOnly queue's
+	// pool holds at most RxRing buffers, the most it can have posted.
 	PoolBuffers int
 	// BufferSize is the size of each pool buffer, and each RX queue's
 	// packet buffer size (SRRCTL.BSIZEPACKET, in KiB): a power of two
@@ -361,6 +362,11 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	po := drv.PoolsOptions{Queues: o.Queues, Shared: o.Pool, Buffers: o.PoolBuffers, BufferSize: o.BufferSize, Memory: o.Memory, Name: "gomx-ixgbe"}
 	if o.HeaderSplit || o.Placement {
 		po.Headers = 2 * o.RxRing
+	}
+	if o.Pool == nil && o.PlaceOnly > 0 {
+		// A PlaceOnly queue's pool serves only the pool buffers a
+		// caller posts there (a ring's worth at most), and sends nothing.
+		po.Small, po.SmallBuffers = o.PlaceOnly, min(o.PoolBuffers, o.RxRing)
 	}
 	if n.pools, err = drv.NewPools(dev.DMA(), po); err != nil {
 		return nil, n.errorf("buffer pools", err)

@@ -225,6 +225,10 @@ func TestPlaceOnlyCancel(t *testing.T) {
 		if info := n.Info(); info.PlaceOnly != 1 {
 			t.Fatalf("Info.PlaceOnly %d, want 1", info.PlaceOnly)
 		}
+		// The PlaceOnly queue's pool: a ring's worth, no more.
+		if k, k0 := n.Pool(1).Len(), n.Pool(0).Len(); k != o.RxRing || k0 <= o.RxRing {
+			t.Errorf("pools of %d (queue 0) and %d (PlaceOnly) buffers, want more than %d and %d", k0, k, o.RxRing, o.RxRing)
+		}
 		if s := n.RxPlacement(1); s.Ahead != 0 || s.Posted != 0 {
 			t.Fatalf("PlaceOnly queue before any posting: %+v, want nothing ahead", s)
 		}

@@ -27,6 +27,10 @@ type PoolsOptions struct {
 	// BufferSize is the size of each packet buffer of those pools
 	// (default nicdrv.BufferSize).
 	BufferSize int
+	// Small, when positive, is how many of the last queues get pools of
+	// SmallBuffers instead of Buffers (queues that take only what the
+	// caller posts, and never send: the 82599's PlaceOnly queues).
+	Small, SmallBuffers int
 	// Headers, when positive, gives each queue a pool of that many
 	// HeaderBufferSize buffers for split headers.
 	Headers int
@@ -63,7 +67,11 @@ func NewPools(dma pci.DMA, o PoolsOptions) (*Pools, error) {
 			p.Packet[q] = o.Shared
 			continue
 		}
-		pl, err := make1("rx", q, o.Buffers, cmp.Or(o.BufferSize, nicdrv.BufferSize))
+		n := o.Buffers
+		if q >= o.Queues-o.Small {
+			n = o.SmallBuffers
+		}
+		pl, err := make1("rx", q, n, cmp.Or(o.BufferSize, nicdrv.BufferSize))
 		if err != nil {
 			return nil, errors.Join(err, p.Close())
 		}
