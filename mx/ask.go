@@ -176,7 +176,7 @@ func (p *partner) onAnswer() {
 		if r.lastSend >= at || p.sackedWhole(r) {
 			continue
 		}
-		p.resendMissing(r, AskRetransmits)
+		p.resendMissing(r, AskRetransmits, r.sackHeld) // all it lacks: each was sent before the question
 		k++
 		if !p.sack {
 			break

@@ -351,11 +351,11 @@ func (p *partner) transmitFrags(r *Request, skip uint32) {
 	b.lens = lens[:0]
 }
 
-// transmitMissing resends what the receiver's latest SACK says it lacks
-// of r: the missing fragments of a medium, the whole of anything else.
-func (p *partner) transmitMissing(r *Request) {
-	if r.class == classMedium && p.sack && r.sackHeld != 0 {
-		p.transmitFrags(r, r.sackHeld)
+// transmitMissing resends r but the fragments in skip: a medium's other
+// fragments, the whole of anything else.
+func (p *partner) transmitMissing(r *Request, skip uint32) {
+	if r.class == classMedium && p.sack && skip != 0 {
+		p.transmitFrags(r, skip)
 		return
 	}
 	p.transmit(r)

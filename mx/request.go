@@ -113,9 +113,10 @@ type Request struct {
 	resendMax int  // SetRequestTimeout: resends before failure; 0: the endpoint's
 	nacked    bool // a NACK_LIB came; the next one (after the resend it caused) fails it
 	// What the receiver's latest selective ack said of it (sack.go): the
-	// fragments it holds, and whether it is a hole to resend.
+	// fragments it holds, and those it shows lost (sent before a frame
+	// the receiver holds, and missing: the holes to resend).
 	sackHeld uint32
-	sackHole bool
+	sackLost uint32
 	acked    bool
 	region   int // -1: none
 	// notify (internal)

@@ -114,7 +114,7 @@ func (p *partner) resendDue(now int64) {
 			return
 		}
 		r.resends++
-		r.sackHole, r.sackHeld = false, 0 // in full: what a SACK said may be stale
+		r.sackLost, r.sackHeld = 0, 0 // in full: what a SACK said may be stale
 		p.ep.cnt[Resends]++
 		p.ep.cnt[TimerRetransmits]++
 		p.transmit(r)

@@ -1,6 +1,10 @@
 package mx
 
-import "github.com/gomx-dev/gomx/mx/wire"
+import (
+	"math/bits"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+)
 
 // Selective acknowledgement of the sequenced stream (a gomx extension, see
 // package wire: ExtSack in the connect extension, the SACK block of TRUC).
@@ -19,11 +23,18 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // while holes remain.
 //
 // Send side. A SACK marks every unacked request up to the highest one it
-// lists: held whole, or a hole (nothing or only some fragments held). A
-// hole is resent, only its missing fragments, as a fast retransmit once it
-// has been out for srtt plus a quarter of srtt (RACK's reordering window,
-// so a frame that was only overtaken is not sent twice); until then the
-// fine timer holds its deadline. Requests held whole are neither resent by
+// lists: held whole, or a hole (nothing or only some fragments held). Only
+// what was sent before the farthest frame the receiver holds is shown
+// lost: of the highest request listed, the fragments past its highest one
+// held are not a hole, for the receiver may not have read them yet (every
+// TRUC carries the SACK, and one that goes out between two receive
+// batches of a medium's fragments lists only the first ones; a sender
+// that handles it after the reordering window, descheduled meanwhile,
+// would resend the rest while the wire still carries them). A hole is
+// resent, only its missing fragments, as a fast retransmit once it has
+// been out for srtt plus a quarter of srtt (RACK's reordering window, so a
+// frame that was only overtaken is not sent twice); until then the fine
+// timer holds its deadline. Requests held whole are neither resent by
 // the timer nor used as the tail-loss probe, except the oldest unacked
 // one. A receiver may still drop what it reported: an early packet it
 // cannot deliver when its turn comes (the unexpected queue is full) is
@@ -140,6 +151,14 @@ func (p *partner) sackedWhole(r *Request) bool {
 	return p.sack && r.sackHeld&m == m
 }
 
+// belowTop returns the bits below the highest set bit of x (0 for 0).
+func belowTop(x uint32) uint32 {
+	if x == 0 {
+		return 0
+	}
+	return 1<<(bits.Len32(x)-1) - 1
+}
+
 // noSack is the empty SACK of a TRUC that carries none (read only).
 var noSack wire.Sack
 
@@ -181,7 +200,15 @@ func (p *partner) onSack(s *wire.Sack) {
 		r.sackHeld = held
 		known = known || held != 0
 		m := p.fragMask(r)
-		r.sackHole = held&m != m
+		lost := m &^ held
+		if j == s.N-1 && s.Blocks[j].Seq == r.seq {
+			// The farthest frame the receiver holds is one of r's:
+			// only r's fragments sent before it are shown lost. Those
+			// after it may not have been read yet (the TRUC went out
+			// between two receive batches of r's fragments).
+			lost &= belowTop(held & m)
+		}
+		r.sackLost = lost
 	}
 	p.sackKnown = known
 	p.sackResend(p.ep.b.now())
@@ -209,25 +236,25 @@ func (p *partner) sackResend(now int64) {
 	b := p.ep.b
 	k := 0
 	for r := p.unacked.Front(); r != nil && k < resendBurst; r = r.q.Next() {
-		if !r.sackHole {
+		if r.sackLost == 0 {
 			continue
 		}
 		if due := r.lastSend + p.reorderWait(); now < due {
 			b.noteDue(due)
 			continue
 		}
-		p.resendMissing(r, FastRetransmits)
+		p.resendMissing(r, FastRetransmits, ^r.sackLost)
 		k++
 	}
 }
 
-// resendMissing resends the frames of r the peer does not hold, counted
-// as a resend and under why (a fast retransmit, or one on an ask's
-// answer).
-func (p *partner) resendMissing(r *Request, why Counter) {
-	r.sackHole = false
+// resendMissing resends the frames of r but those in skip (the
+// fragments the peer holds, or those not shown lost), counted as a resend
+// and under why (a fast retransmit, or one on an ask's answer).
+func (p *partner) resendMissing(r *Request, why Counter, skip uint32) {
+	r.sackLost = 0
 	r.resends++ // Karn
 	p.ep.cnt[Resends]++
 	p.ep.cnt[why]++
-	p.transmitMissing(r)
+	p.transmitMissing(r, skip)
 }
