@@ -178,7 +178,7 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	}
 	r := e.matchPosted(h.Match)
 	if r == nil {
-		return false
+		return b.laneUnexp(e, p, &h, payload)
 	}
 	e.cnt[laneClass(h.Length)]++
 	e.cnt[LaneRecvs]++
@@ -194,6 +194,33 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	} else {
 		e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
 	}
+	p.recvSeq = seqNext(p.recvSeq)
+	p.updateFull(ackLane)
+	return true
+}
+
+// laneUnexp queues lane record h of partner p of e, payload its bytes,
+// which laneFast found next in p's sequence with nothing of p before it
+// but no posted receive to match, as an unexpected message, as the
+// general path would (deliverEager): when e has no unexpected handler
+// and its unexpected queue has room. It reports false, having changed
+// nothing, otherwise: the general path then offers it to the handler, or
+// holds it. In a collective whose ranks run at different paces (an
+// alltoall oversubscribed) half the messages come before their receive,
+// and each took the general path's Recv batch, a rebuilt Open-MX frame
+// and its dispatch. Called with b.mu held.
+func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte) bool {
+	if e.handler != nil || !e.unexpRoom(len(payload)) {
+		return false
+	}
+	e.cnt[laneClass(h.Length)]++
+	p.applyAck(h.Ack)
+	u := b.getUnexp()
+	u.p, u.match, u.length, u.complete, u.bytes = p, h.Match, uint32(h.Length), true, len(payload)
+	u.buf = b.getPayload(len(payload))
+	copy(u.buf, payload)
+	e.copies.locked.scatter += uint64(len(payload))
+	e.queueUnexp(u)
 	p.recvSeq = seqNext(p.recvSeq)
 	p.updateFull(ackLane)
 	return true
