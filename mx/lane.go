@@ -42,12 +42,15 @@ import (
 // payload straight into that receive's segments and completes it
 // (counted as LaneRecvs, and as a receive of its class). That is exactly
 // what the general path does with such a frame, minus decoding an Open-MX
-// header and dispatching it. Every other case (no matching receive: the
-// unexpected queue or the handler; a record out of sequence; a partner
+// header and dispatching it. A record with no posted receive to match,
+// for an endpoint without an unexpected handler whose unexpected queue
+// has room, goes straight into that queue the same way (laneUnexp), as
+// the general path would put it there. Every other case (an unexpected
+// handler to call, or a full queue; a record out of sequence; a partner
 // with frames held, early or partial; an unknown endpoint or session) is
 // handed to the general path as the TINY, SMALL or MEDIUM frame the record
 // stands for, rebuilt in a board buffer, and behaves as such a frame does:
-// queued, held, stored early, nacked or dropped. A record that fails its checks
+// handled, held, stored early, nacked or dropped. A record that fails its checks
 // (it comes from another process's memory) is dropped and counted as
 // DropBadHeader, and one that did not come through the rings as
 // DropUnknownType.
@@ -56,8 +59,8 @@ import (
 // not even take a Recv for such a record: it looks at the next frame in
 // place (shm.Transport.Peek, which also says when the rings hold nothing
 // for a Recv, so an empty look is one look at each ring) and,
-// when it is a lane record that goes straight into a posted receive,
-// delivers it under b.mu and consumes it (Take): no batch, no frame
+// when it is a lane record that goes straight into a posted receive (or
+// into the unexpected queue), delivers it under b.mu and consumes it (Take): no batch, no frame
 // lending, no generic dispatch, one lock of the board. When the record
 // fills the waiter's own receive, that receive is consumed there and then,
 // its status written straight for the waiter: it is never marked done nor
