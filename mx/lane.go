@@ -60,8 +60,9 @@ import (
 // place (shm.Transport.Peek, which also says when the rings hold nothing
 // for a Recv, so an empty look is one look at each ring) and,
 // when it is a lane record that goes straight into a posted receive (or
-// into the unexpected queue), delivers it under b.mu and consumes it (Take): no batch, no frame
-// lending, no generic dispatch, one lock of the board. When the record
+// into the unexpected queue), delivers it under b.mu and consumes it
+// (Take): no batch, no frame lending, no generic dispatch, one lock of
+// the board. When the record
 // fills the waiter's own receive, that receive is consumed there and then,
 // its status written straight for the waiter: it is never marked done nor
 // listed as completed, as no one else could have seen it before its Wait
