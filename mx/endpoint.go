@@ -26,7 +26,7 @@ type Endpoint struct {
 	// Guarded by b.mu.
 	closed      bool
 	partners    map[partnerKey]*partner
-	lastP       *partner // the partner frames came from last (partnerAt)
+	pcache      [pcacheLen]*partner // partners found before (partnerAt)
 	plist       []*partner
 	posted      reqList
 	unexp       uxList

@@ -42,12 +42,15 @@ import (
 // payload straight into that receive's segments and completes it
 // (counted as LaneRecvs, and as a receive of its class). That is exactly
 // what the general path does with such a frame, minus decoding an Open-MX
-// header and dispatching it. Every other case (no matching receive: the
-// unexpected queue or the handler; a record out of sequence; a partner
+// header and dispatching it. A record with no posted receive to match,
+// for an endpoint without an unexpected handler whose unexpected queue
+// has room, goes straight into that queue the same way (laneUnexp), as
+// the general path would put it there. Every other case (an unexpected
+// handler to call, or a full queue; a record out of sequence; a partner
 // with frames held, early or partial; an unknown endpoint or session) is
 // handed to the general path as the TINY, SMALL or MEDIUM frame the record
 // stands for, rebuilt in a board buffer, and behaves as such a frame does:
-// queued, held, stored early, nacked or dropped. A record that fails its checks
+// handled, held, stored early, nacked or dropped. A record that fails its checks
 // (it comes from another process's memory) is dropped and counted as
 // DropBadHeader, and one that did not come through the rings as
 // DropUnknownType.
@@ -56,9 +59,10 @@ import (
 // not even take a Recv for such a record: it looks at the next frame in
 // place (shm.Transport.Peek, which also says when the rings hold nothing
 // for a Recv, so an empty look is one look at each ring) and,
-// when it is a lane record that goes straight into a posted receive,
-// delivers it under b.mu and consumes it (Take): no batch, no frame
-// lending, no generic dispatch, one lock of the board. When the record
+// when it is a lane record that goes straight into a posted receive (or
+// into the unexpected queue), delivers it under b.mu and consumes it
+// (Take): no batch, no frame lending, no generic dispatch, one lock of
+// the board. When the record
 // fills the waiter's own receive, that receive is consumed there and then,
 // its status written straight for the waiter: it is never marked done nor
 // listed as completed, as no one else could have seen it before its Wait
@@ -178,7 +182,7 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	}
 	r := e.matchPosted(h.Match)
 	if r == nil {
-		return false
+		return b.laneUnexp(e, p, &h, payload)
 	}
 	e.cnt[laneClass(h.Length)]++
 	e.cnt[LaneRecvs]++
@@ -194,6 +198,33 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	} else {
 		e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
 	}
+	p.recvSeq = seqNext(p.recvSeq)
+	p.updateFull(ackLane)
+	return true
+}
+
+// laneUnexp queues lane record h of partner p of e, payload its bytes,
+// which laneFast found next in p's sequence with nothing of p before it
+// but no posted receive to match, as an unexpected message, as the
+// general path would (deliverEager): when e has no unexpected handler
+// and its unexpected queue has room. It reports false, having changed
+// nothing, otherwise: the general path then offers it to the handler, or
+// holds it. In a collective whose ranks run at different paces (an
+// alltoall oversubscribed) half the messages come before their receive,
+// and each took the general path's Recv batch, a rebuilt Open-MX frame
+// and its dispatch. Called with b.mu held.
+func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte) bool {
+	if e.handler != nil || !e.unexpRoom(len(payload)) {
+		return false
+	}
+	e.cnt[laneClass(h.Length)]++
+	p.applyAck(h.Ack)
+	u := b.getUnexp()
+	u.p, u.match, u.length, u.complete, u.bytes = p, h.Match, uint32(h.Length), true, len(payload)
+	u.buf = b.getPayload(len(payload))
+	copy(u.buf, payload)
+	e.copies.locked.scatter += uint64(len(payload))
+	e.queueUnexp(u)
 	p.recvSeq = seqNext(p.recvSeq)
 	p.updateFull(ackLane)
 	return true

@@ -396,3 +396,98 @@ func TestLaneMedium(t *testing.T) {
 			ca.Get(LaneSends)-lane, ca.Get(LeanSends)-lean, len(sizes))
 	}
 }
+
+// ownSource takes s for the test as a polling waiter does (rxsource.go):
+// its receive loop, if inside Recv, is asked out until s.mu is free. The
+// caller unlocks s.mu.
+func ownSource(t *testing.T, s *rxSource) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !s.mu.TryLock() {
+		if time.Now().After(deadline) {
+			t.Fatal("the receive loop kept the rings")
+		}
+		if s.kick != nil {
+			s.kick()
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// TestLaneUnexpectedTakenByWaiter: lane records that come before their
+// receive is posted (in an oversubscribed alltoall, half the messages)
+// are taken by a polling waiter's look itself, into the unexpected queue,
+// as those with a posted receive are: no look leaves one to a Recv
+// batch. The receives posted afterwards get them from there, in order and
+// intact; an endpoint with an unexpected handler still hands them to the
+// general path, which calls it.
+func TestLaneUnexpectedTakenByWaiter(t *testing.T) {
+	for _, handler := range []bool{false, true} {
+		t.Run(fmt.Sprintf("handler=%v", handler), func(t *testing.T) {
+			pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+			var handled atomic.Int32
+			if handler {
+				pr.b.SetUnexpectedHandler(func(UnexpectedMessage) HandlerResult {
+					handled.Add(1)
+					return Continue
+				})
+			}
+			const n = 6
+			last := make([]byte, 8)
+			rl, err := pr.b.IRecv([][]byte{last}, n-1, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := pr.bb.spinSrcs[0]
+			ownSource(t, s)
+			for i := range n {
+				if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, uint64(i), nil); err != nil {
+					s.mu.Unlock()
+					t.Fatal(err)
+				}
+			}
+			var looks []laneLook
+			for range n + 1 {
+				looks = append(looks, pr.bb.takeLane(s, 0, nil))
+			}
+			s.mu.Unlock()
+			if handler {
+				if looks[0] != laneOther {
+					t.Fatalf("with a handler the first look took %v, want laneOther (the general path calls the handler)", looks[0])
+				}
+				waitUntil(t, "the handler to see the messages", func() bool { return handled.Load() == n-1 })
+			} else {
+				for i, l := range looks[:n] {
+					if l != laneTaken {
+						t.Fatalf("look %d: %v, want laneTaken (looks %v)", i, l, looks)
+					}
+				}
+				if looks[n] != laneEmpty {
+					t.Fatalf("look after the records: %v, want laneEmpty", looks[n])
+				}
+				if got := pr.b.Counters().Get(UnexpectedQueued); got != n-1 {
+					t.Fatalf("%d messages queued unexpected, want %d", got, n-1)
+				}
+			}
+			if st := mustWait(t, rl, 30*time.Second); st.Code != nil || string(last) != string(pattern(8, n-1)) {
+				t.Fatalf("posted receive: %v, bytes intact %v", st.Code, string(last) == string(pattern(8, n-1)))
+			}
+			// The handler let them by (Continue): with it or without, they
+			// wait in the unexpected queue for their receives.
+			for i := range n - 1 {
+				buf := make([]byte, 8)
+				r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := mustWait(t, r, 30*time.Second)
+				if st.Code != nil || st.XferLength != 8 || st.Source.NIC != pr.a.b.NICID() || string(buf) != string(pattern(8, uint64(i))) {
+					t.Fatalf("message %d: %v, %d bytes from %v, intact %v", i, st.Code, st.XferLength, st.Source.NIC, string(buf) == string(pattern(8, uint64(i))))
+				}
+			}
+			if got := pr.b.Counters().Get(RecvTiny); got != n {
+				t.Fatalf("%d tiny receives counted, want %d", got, n)
+			}
+		})
+	}
+}

@@ -110,12 +110,13 @@ func (e *Endpoint) takeUnexp(r *Request, u *unexp) {
 }
 
 // finishUnexpRecv copies a complete unexpected message to its receive.
+// Called with b.mu held.
 func (e *Endpoint) finishUnexpRecv(u *unexp) {
 	r := u.recv
 	u.recv = nil
 	n := scatterAt(r.segs, 0, u.buf)
-	e.copies.scatter.Add(uint64(n))
-	e.copies.recv.Add(uint64(n))
+	e.copies.locked.scatter += uint64(n)
+	e.copies.locked.recv += uint64(n)
 	e.release(u)
 	e.finishRecv(r, u.p, u.match, u.length, uint32(n))
 	e.b.putUnexp(u) // nothing references it any more

@@ -151,6 +151,16 @@ func engineBusy(r *Request, e *Endpoint) bool {
 // little beside the kernel's own path.
 const syscallEvery = 64
 
+// yieldClockEvery is how many looks a waiter that yields after every
+// empty look (an oversubscribed node) makes per clock reading: a power
+// of two. Each look is a sched_yield, some microseconds at least, so the
+// budget (SpinMax, 1 ms) and the deadlines are still looked at every few
+// microseconds, and the reading, which followed every yield (2% of an
+// oversubscribed 8-rank alltoall's CPU, the clock's page cold after the
+// switch), is made a quarter as often; a wait whose message comes within
+// that many looks reads no clock.
+const yieldClockEvery = 4
+
 // waiterReq is a waiter's request r, and what its own polls did with it: a
 // look that completed it under b.mu (takeLane) consumes it there too, its
 // final status in st (ok), so the waiter takes no lock again to finish.
@@ -255,11 +265,11 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	}()
 	// deferred: the last clock reading left the timers to this one (below).
 	deferred := false
-	kicked, yield := false, false
 	// yieldAll: the node is oversubscribed (oversub.go): give the CPU
-	// away after every empty look, and read the clock at every look,
-	// which costs little beside the system call.
+	// away after every empty look from the first, and read the clock
+	// every yieldClockEvery looks (see there).
 	yieldAll := b.oversub.yield.Load()
+	kicked, yield := false, yieldAll
 	var seen int64  // the clock as this waiter last read it (every every+1 looks), 0: not yet
 	var fresh int64 // seen, or 0 once the waiter yielded after reading it (pollSource's ack)
 	// worked: a look since that reading handled frames or ran the timers
@@ -328,11 +338,17 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 			runtime.Gosched()
 		}
-		if i&every == every || yieldAll || (early && seen == 0) {
+		if i&every == every || yieldAll && i&(yieldClockEvery-1) == yieldClockEvery-1 || (early && seen == 0) {
 			now := b.clock()
 			// floor scales schedFloor to the looks between readings
 			// (busyClockEvery): a gap over it was not spent looking.
+			// (A yielding waiter's looks are each a yield too: a gap
+			// over schedFloor is the scheduler's, whichever yield of
+			// the few since the last reading took it.)
 			floor := int64(schedFloor) * int64(every+1) / clockEvery
+			if yieldAll {
+				floor = int64(schedFloor)
+			}
 			if seen != 0 && !worked && now-seen >= floor {
 				// Only a reading after looks that found nothing measures
 				// the scheduler: one after a batch or a timer run

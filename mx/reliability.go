@@ -166,18 +166,33 @@ func (e *Endpoint) partner(nic transport.NICID, epID uint8, create bool) *partne
 }
 
 // partnerAt returns the partner for endpoint epID of nic, or nil. It
-// remembers the last one found: frames come in runs from one peer, and a
-// map lookup hashes the key for every frame. (Partners are never removed,
-// so the one remembered stays valid.)
+// looks in a small direct-mapped cache of the partners found before
+// (pcache) first: frames come in runs from one peer, or, in a
+// collective, from each of a few peers in turn, and a map lookup hashes
+// the struct key for every frame (an 8-rank alltoall's receiver, whose
+// peers take turns, missed a cache of one at nearly every frame).
+// Partners are never removed, so the ones remembered stay valid.
 func (e *Endpoint) partnerAt(nic transport.NICID, epID uint8) *partner {
-	if p := e.lastP; p != nil && p.nic == nic && p.epID == epID {
+	i := pcacheSlot(nic, epID)
+	if p := e.pcache[i]; p != nil && p.nic == nic && p.epID == epID {
 		return p
 	}
 	p := e.partners[partnerKey{nic, epID}]
 	if p != nil {
-		e.lastP = p
+		e.pcache[i] = p
 	}
 	return p
+}
+
+// pcacheLen is the number of slots of an endpoint's partner cache
+// (partnerAt): a power of two.
+const pcacheLen = 32
+
+// pcacheSlot is the partner cache's slot for endpoint epID of nic: a
+// multiplicative hash of the two, so that NICs that differ in a few bits
+// (the ports of a node's processes) spread.
+func pcacheSlot(nic transport.NICID, epID uint8) uint {
+	return uint((uint64(nic)<<8|uint64(epID))*0x9E3779B97F4A7C15>>59) & (pcacheLen - 1)
 }
 
 func (p *partner) addr() Addr {

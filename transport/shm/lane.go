@@ -1192,9 +1192,13 @@ func (t *Transport) breakQueue() {
 // 0). Recv side.
 func (t *Transport) producerOf(id uint32) *inRing {
 	// A read of the map under inMu would cost a lock per frame: the
-	// consumer keeps its own copy of the ids it has seen.
-	if r := t.qSeen[id]; r != nil && r.qid == id {
-		return r
+	// consumer keeps its own copy of the ids it has seen, indexed by id
+	// (ids are small: the lowest free one is given), so a frame of a
+	// producer seen before costs no hash.
+	if int(id) < len(t.qSeen) {
+		if r := t.qSeen[id]; r != nil && r.qid == id {
+			return r
+		}
 	}
 	t.inMu.Lock()
 	r := t.qProd[id]
@@ -1202,8 +1206,8 @@ func (t *Transport) producerOf(id uint32) *inRing {
 	if r == nil {
 		return nil
 	}
-	if t.qSeen == nil {
-		t.qSeen = make(map[uint32]*inRing)
+	if int(id) >= len(t.qSeen) {
+		t.qSeen = append(t.qSeen, make([]*inRing, int(id)+1-len(t.qSeen))...)
 	}
 	t.qSeen[id] = r
 	return r
@@ -1228,7 +1232,9 @@ func (t *Transport) reapProducers() {
 		w := t.q.wordAt.Load()
 		if t.q.cur >= r.qTail && !(uint32(w) == uint32(t.q.cur) && qState(w) == qClaimed && qID(w) == r.qid) || t.q.broken {
 			delete(t.qProd, r.qid)
-			delete(t.qSeen, r.qid)
+			if int(r.qid) < len(t.qSeen) {
+				t.qSeen[r.qid] = nil
+			}
 			continue
 		}
 		t.qDead[k] = r

@@ -39,6 +39,7 @@ func (t *Transport) Close() error {
 	}
 	t.outMu.Lock()
 	t.lastOut.Store(nil)
+	clear(t.sendTo[:]) // its sender is serialized with Close (SerialSends)
 	t.outSnap.Store(nil)
 	for p, o := range t.out {
 		o.close()

@@ -181,13 +181,17 @@ func (t *Transport) SendParts(peer transport.NICID, head []byte, parts [][]byte)
 	if t.closed.Load() {
 		return errClosed
 	}
+	if t.serial.Load() {
+		// The caller serializes every send and Close (SerialSends).
+		o, err := t.serialRingTo(peer)
+		if err != nil {
+			return err
+		}
+		return t.sendParts(o, head, parts, false)
+	}
 	o, err := t.ringTo(peer)
 	if err != nil {
 		return err
-	}
-	if t.serial.Load() {
-		// The caller serializes every send and Close (SerialSends).
-		return t.sendParts(o, head, parts, false)
 	}
 	o.mu.Lock()
 	err = t.sendParts(o, head, parts, true)
@@ -265,6 +269,34 @@ func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte, locked bo
 // serialized (o.mu, or SerialSends' caller): an owned count, without a
 // locked instruction on every send.
 func (o *outRing) countSent() { o.sent.Inc() }
+
+// serialRingTo is ringTo for a sender serialized by its caller
+// (SerialSends): it looks in a small direct-mapped cache of the rings it
+// sent to before (sendTo), which only such a sender reads and writes, so
+// its stores share no line with another sender. A collective's sender,
+// which sends to each of its peers in turn, found the ring in ringTo's
+// table (a map) at nearly every send.
+func (t *Transport) serialRingTo(peer transport.NICID) (*outRing, error) {
+	i := sendToSlot(peer)
+	if o := t.sendTo[i]; o != nil && o.peer == peer && !o.dead.Load() {
+		return o, nil
+	}
+	o, err := t.ringTo(peer)
+	if err == nil {
+		t.sendTo[i] = o
+	}
+	return o, err
+}
+
+// sendToLen is the number of slots of serialRingTo's cache: a power of
+// two.
+const sendToLen = 32
+
+// sendToSlot is peer's slot in serialRingTo's cache: a multiplicative
+// hash, so that NIC ids that differ in a few low bits spread.
+func sendToSlot(peer transport.NICID) uint {
+	return uint(uint64(peer)*0x9E3779B97F4A7C15>>59) & (sendToLen - 1)
+}
 
 // ringTo returns the ring to peer: the newest peer's, else another live
 // one's, without a lock and without a store (senders to different peers

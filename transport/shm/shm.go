@@ -222,6 +222,9 @@ type Transport struct {
 	out     map[transport.NICID]*outRing
 	lastOut atomic.Pointer[outRing]                      // the ring connected last: Send finds it without outMu
 	outSnap atomic.Pointer[map[transport.NICID]*outRing] // a copy of out for Send (snapOut)
+	// sendTo caches the rings a serialized sender found (serialRingTo);
+	// only it, and Close, which it is serialized with, touch it.
+	sendTo [sendToLen]*outRing
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
@@ -272,7 +275,7 @@ type Transport struct {
 	q        qConsumer
 	qProd    map[uint32]*inRing
 	qDead    []*inRing
-	qSeen    map[uint32]*inRing // the Recv side's copy of qProd's entries it used
+	qSeen    []*inRing // the Recv side's copy of qProd's entries it used, by id
 	qNextID  uint32
 	qHigh    atomic.Uint32 // the highest producer id given (qWaiters)
 	lanesIn  int
