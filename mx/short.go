@@ -26,7 +26,9 @@ import (
 // from the rings (lean.go), whose sequence number is the next its partner
 // expects, when the first posted receive of its endpoint
 // matches it and holds it whole in its one segment: it copies the payload,
-// completes the receive, applies the piggybacked ack and moves the ack
+// completes the receive (or, when it is the request of the polling waiter
+// whose look took the frame, hands it to that waiter, which consumes it at
+// once: Board.rxWaiter), applies the piggybacked ack and moves the ack
 // point, as recvSequenced and deliverEager do. Anything else takes the
 // general path (handleFrame): a frame that fails to decode or whose
 // checksum is wrong (counted there), an unknown endpoint or session, a
@@ -154,7 +156,15 @@ func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
 	st.Match = m.Match
 	st.MsgLength = uint32(len(payload))
 	st.XferLength = uint32(k)
-	e.complete(r, nil)
+	if r == b.rxWaiter && b.rxTook == nil && r.userHeld && !r.forgotten && r.waiters == 0 {
+		// The polling waiter's own (lookLocked): handed to it, which
+		// consumes it right after, as consumeLocked would, without the
+		// completion's done list and events (takeLane does the same).
+		r.userHeld = false
+		b.rxTook = r
+	} else {
+		e.complete(r, nil)
+	}
 	p.recvSeq = seqNext(p.recvSeq)
 	p.updateFull(ackSmall)
 	return true
