@@ -493,7 +493,9 @@ func (b *Board) putBuf(x []byte) {
 }
 
 func (b *Board) getReq(e *Endpoint, kind reqKind) *Request {
-	if b.late != nil {
+	if b.late != nil && (b.kicker == nil || len(b.freeReqs) == 0) {
+		// With a kicker, a short send's stampAfterKick recycles it,
+		// after the frame left (short.go).
 		b.recycle(b.late) // freeLater
 		b.late = nil
 	}
