@@ -103,6 +103,12 @@ type Board struct {
 	// read it, before the look that took the batch (lookLocked); 0: none
 	// (see ackClock).
 	seen int64
+	// rxWaiter is the request of the polling waiter whose look took the
+	// batch in hand (lookLocked), nil for none. recvShort hands that
+	// request to its waiter as it delivers the message to it (rxTook),
+	// without completing it, and lookLocked consumes it, as takeLane
+	// does for a lane record.
+	rxWaiter, rxTook *Request
 	// rttPend are the round-trip samples acks in such a batch left for
 	// the board's next clock reading, and rttSeen the waiter's reading
 	// before them (sampleRTT).
@@ -487,7 +493,9 @@ func (b *Board) putBuf(x []byte) {
 }
 
 func (b *Board) getReq(e *Endpoint, kind reqKind) *Request {
-	if b.late != nil {
+	if b.late != nil && (b.kicker == nil || len(b.freeReqs) == 0) {
+		// With a kicker, a short send's stampAfterKick recycles it,
+		// after the frame left (short.go).
 		b.recycle(b.late) // freeLater
 		b.late = nil
 	}

@@ -306,7 +306,7 @@ func (p *partner) applyAck(ack uint16) {
 	}
 	for r := p.unacked.Front(); r != nil && seqBefore(r.seq, ack); r = p.unacked.Front() {
 		p.probeAt, p.asks = 0, 0 // an outstanding question's answer still counts (ask.go)
-		if r.resends == 0 && !r.nacked && r.class != classLarge && r.lastSend > p.lastAsk {
+		if r.resends == 0 && !r.nacked && r.class != classLarge && r.lastSend > p.lastAsk && r.lastSend != unstamped {
 			// Karn: only a request sent once times the round trip, and
 			// not one sent before a question (ask.go), whose ack may
 			// have waited for an earlier one's recovery. (A RNDV's ack

@@ -278,16 +278,31 @@ func (b *Board) lookLocked(s *rxSource, seen, ack int64, w *waiterReq) bool {
 	n, _ := s.tr.Recv(s.rx, 0)
 	if n > 0 {
 		b.mu.Lock()
-		b.seen = ack                     // the ack bookkeeping's clock (ackClock)
+		was := w != nil && w.ok
+		b.seen = ack // the ack bookkeeping's clock (ackClock)
+		if w != nil && !w.ok {
+			b.rxWaiter = w.r
+		}
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
+		b.rxWaiter = nil
 		b.seen = 0
+		if r := b.rxTook; r != nil && w != nil && r == w.r {
+			// recvShort delivered the waiter's own receive and left
+			// it to the waiter: consumed now, without its completion.
+			b.rxTook = nil
+			r.status.copyTo(&w.st)
+			w.ok = true
+			b.freeLater(r) // cleared for the pool once the reply is out
+		}
 		if w != nil && !w.ok && w.r.done.Load() && w.r.waiters == 0 {
 			// The batch completed the waiter's request (or it was done
 			// already): consumed here, under the lock its Wait would
-			// take again, as takeLane does.
-			if w.ok = w.r.consumeLocked(&w.st); w.ok && !w.asleep {
-				b.waitPolledLocked.Inc() // its wait ends polled (firstLook, pollWait)
-			}
+			// take again, as takeLane does. (recvShort consumes the
+			// waiter's own receive as it delivers it.)
+			w.ok = w.r.consumeLocked(&w.st)
+		}
+		if w != nil && w.ok && !was && !w.asleep {
+			b.waitPolledLocked.Inc() // its wait ends polled (firstLook, pollWait)
 		}
 		if w != nil && w.ok {
 			// Its waiter returns to the application, which likely

@@ -20,13 +20,19 @@ import (
 // request on the unacked list with its copy of the payload for a resend,
 // the piggybacked ack, the tail-loss probe's deadline, the counters and the
 // zombie completion (BoardOptions.ZombieSends). The frame is byte for byte
-// the one the general path sends (TestShortPathFramesMatch).
+// the one the general path sends (TestShortPathFramesMatch). Over a
+// transport that kicks after the lock (AF_XDP), the clock reading that
+// stamps the request, the tail-loss deadline and the zombie completion
+// come after the kick (stampAfterKick, below), off the round trip's
+// critical path.
 //
 // recvShort takes a TINY or SMALL frame, from a transport or a lean one
 // from the rings (lean.go), whose sequence number is the next its partner
 // expects, when the first posted receive of its endpoint
 // matches it and holds it whole in its one segment: it copies the payload,
-// completes the receive, applies the piggybacked ack and moves the ack
+// completes the receive (or, when it is the request of the polling waiter
+// whose look took the frame, hands it to that waiter, which consumes it at
+// once: Board.rxWaiter), applies the piggybacked ack and moves the ack
 // point, as recvSequenced and deliverEager do. Anything else takes the
 // general path (handleFrame): a frame that fails to decode or whose
 // checksum is wrong (counted there), an unknown endpoint or session, a
@@ -71,8 +77,13 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.copies.locked.sent += uint64(n)
 	e.copies.locked.gather += uint64(n)
 
-	// Sequenced and on the unacked list, as transmitNew does.
-	now := b.setNow()
+	// Sequenced and on the unacked list, as transmitNew does. Over a
+	// transport that kicks after the lock, the clock is read after the
+	// kick (stampAfterKick), not here.
+	now := unstamped
+	if b.kicker == nil {
+		now = b.setNow()
+	}
 	r.seq = p.sendSeq
 	r.firstSend, r.lastSend = now, now
 	p.sendSeq = seqNext(p.sendSeq)
@@ -94,14 +105,22 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.cnt[c]++
 	e.cnt[ShortSends]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+n, p.crc)
-	b.noteDue(p.tailDue(r)) // ask.go
+	if now != unstamped {
+		b.noteDue(p.tailDue(r)) // ask.go
+		e.zombieDone(r)
+	}
+	return r
+}
 
-	if e.zombies < b.opts.ZombieSends {
+// zombieDone completes r, a short send not acked yet, before its ack when
+// the endpoint may have that many zombies (BoardOptions.ZombieSends).
+// b.mu held.
+func (e *Endpoint) zombieDone(r *Request) {
+	if !r.done.Load() && e.zombies < e.b.opts.ZombieSends {
 		r.zombie = true
 		e.zombies++
 		e.complete(r, nil)
 	}
-	return r
 }
 
 // recvShort takes data, a received frame, on the short path and reports
@@ -154,8 +173,67 @@ func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
 	st.Match = m.Match
 	st.MsgLength = uint32(len(payload))
 	st.XferLength = uint32(k)
-	e.complete(r, nil)
+	if r == b.rxWaiter && b.rxTook == nil && r.userHeld && !r.forgotten && r.waiters == 0 {
+		// The polling waiter's own (lookLocked): handed to it, which
+		// consumes it right after, as consumeLocked would, without the
+		// completion's done list and events (takeLane does the same).
+		r.userHeld = false
+		b.rxTook = r
+	} else {
+		e.complete(r, nil)
+	}
 	p.recvSeq = seqNext(p.recvSeq)
 	p.updateFull(ackSmall)
 	return true
+}
+
+// unstamped is the send time (Request.lastSend, firstSend) of a short
+// send whose clock reading comes after its kick (stampAfterKick). It lies
+// so far in the future that every deadline counted from it (resends, the
+// tail-loss probe and questions, reordering, the unreachable verdict) is
+// not due, a question's answer does not resend it (onAnswer), and its ack
+// gives no round-trip sample (applyAck).
+const unstamped = int64(1) << 61
+
+// The send's clock reading after its kick.
+//
+// A short send stamps its request with the clock (the resend and
+// tail-loss deadlines count from it, its ack's round-trip sample too),
+// and its reading also takes the round-trip samples of the acks the
+// waiter's batch brought (sampleRTT, foldRTT). Over AF_XDP the frame
+// leaves in the kick that follows the lock (unlockKick): read before the
+// frame, the clock sat between the message that came and the reply, on
+// the round trip's critical path, and a reading costs 130-450 ns on this
+// project's virtual machines (docs/message-cost.md). So over a transport
+// that kicks after the lock, sendShort leaves the request unstamped and
+// isend reads the clock after the kick, while the peer handles the frame,
+// and stamps it under a second hold of the lock. Until then no timer
+// counts from it (unstamped); an ack or a resend that came meanwhile
+// (another goroutine's look) leaves nothing to stamp. The round-trip
+// samples the reading takes now include the sendto (a few microseconds,
+// far inside RTOMin).
+
+// stampAfterKick gives r, a short send that went out unstamped, the
+// clock read now (b.mu not held; the kick is made), notes its tail-loss
+// deadline and completes it as a zombie (ZombieSends), all of which
+// sendShort leaves to it; it also clears the receive its waiter consumed
+// (freeLater). isend calls it before it returns r, so a zombie is done
+// when ISend returns, as on every path.
+func (b *Board) stampAfterKick(r *Request) {
+	now := b.clock()
+	b.mu.Lock()
+	b.useReading(max(now, b.nowv)) // never behind a reading the protocol stored meanwhile
+	now = b.nowv
+	if p := r.p; r.lastSend == unstamped && p != nil && p.unacked.has(r) {
+		r.firstSend, r.lastSend = now, now
+		b.noteDue(p.tailDue(r)) // ask.go
+	} else if r.lastSend == unstamped {
+		r.firstSend, r.lastSend = now, now // gone from the unacked list: nothing counts from it
+	}
+	r.ep.zombieDone(r) // unless its ack came meanwhile (and completed it)
+	if b.late != nil {
+		b.recycle(b.late) // freeLater: the reply is out
+		b.late = nil
+	}
+	b.unlock()
 }
