@@ -71,10 +71,9 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.copies.locked.sent += uint64(n)
 	e.copies.locked.gather += uint64(n)
 
-	// Sequenced and on the unacked list, as transmitNew does.
-	now := b.setNow()
+	// Sequenced and on the unacked list, as transmitNew does; stamped
+	// once the frame is out (below).
 	r.seq = p.sendSeq
-	r.firstSend, r.lastSend = now, now
 	p.sendSeq = seqNext(p.sendSeq)
 	p.unacked.push(r)
 	b.wakeTicks() // progress.go
@@ -94,6 +93,10 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.cnt[c]++
 	e.cnt[ShortSends]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+n, p.crc)
+	// The clock after the frame left: where a reading is a system call
+	// (a virtual machine's HPET), the frame does not wait for it.
+	now := b.setNow()
+	r.firstSend, r.lastSend = now, now
 	b.noteDue(p.tailDue(r)) // ask.go
 
 	if e.zombies < b.opts.ZombieSends {
