@@ -92,6 +92,17 @@ func (b *Board) now() int64 {
 // again) would count the application's time: the sample is dropped, as
 // Karn's rule drops an ambiguous one.
 
+// Where a reading costs a system call (Board.slowClk: the vDSO cannot read
+// the clock source, as in a TCG guest, whose HPET reading is 4-7 µs), a
+// polling waiter's reading is hundreds of looks old, and the reading a
+// received message made was most of what stood between the frame and the
+// application's reply. There the message reads none: its ack deadline
+// waits for the board's next reading (the reply's send, whose piggyback
+// clears it anyway, else the waiter's next look: noteReceived, stampAcks),
+// as a ring peer's does, and only one ack in slowRTTEvery gives a
+// round-trip sample. The sender stamps its request after the frame left
+// (sendShort), on every clock.
+
 // rttFoldGap bounds the time between a polling waiter's reading and the
 // board's next one within which the acks of the waiter's batch still
 // give round-trip samples (sampleRTT): a sample may count up to that much
