@@ -106,15 +106,24 @@ func (p *partner) noteReceived(c ackClass) {
 		b.ackOwed = append(b.ackOwed, p)
 	}
 	if p.ackDeadline == 0 {
-		if rings && !b.nowOK {
+		if !b.nowOK && (rings || b.slowClk && b.seen == 0 && p.rings() == nil) {
 			// No clock read for this batch yet: the deadline waits for
 			// the next one (stampAcks). In a ping-pong every message
 			// starts a deadline that the reply's piggyback clears, and
-			// the reading was a tenth of such a message's cost.
+			// the reading was a tenth of such a message's cost; where
+			// the clock is slow (a system call: Board.slowClk) it was
+			// a reading between the message and the reply on any
+			// transport.
 			p.ackDeadline = ackUnstamped
 			if !p.stampQ {
 				p.stampQ = true
 				b.toStamp = append(b.toStamp, p)
+			}
+			if !rings {
+				// Stamped at the board's next reading (useReading): the
+				// reply's send, else the waiter's next look (pollWait).
+				b.readWants = true
+				b.unstamped.Store(true)
 			}
 			return
 		}
@@ -148,12 +157,20 @@ const ackUnstamped = math.MaxInt64
 // ack goes out at most that much later than ringAckDelay after the
 // message. Called with b.mu held.
 func (b *Board) stampAcks(now int64) {
+	if len(b.toStamp) == 0 {
+		return
+	}
+	if b.slowClk {
+		b.unstamped.Store(false)
+	}
 	for i, p := range b.toStamp {
 		b.toStamp[i], p.stampQ = nil, false
 		if p.ackDeadline == ackUnstamped {
 			delay := min(int64(b.opts.AckDelay), int64(ringAckDelay))
 			if p.ackLazy {
 				delay = int64(b.opts.AckDelay) // only lane records wait (ackLane)
+			} else if b.slowClk && p.rings() == nil {
+				delay = b.tailAckDelay() // a wire peer's, on a slow clock
 			}
 			p.ackDeadline = now + delay
 			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)

@@ -112,11 +112,21 @@ type Board struct {
 	// rttPend are the round-trip samples acks in such a batch left for
 	// the board's next clock reading, and rttSeen the waiter's reading
 	// before them (sampleRTT).
-	rttPend  []rttPending
-	rttSeen  int64
-	nextTick atomic.Int64 // written under mu; read without it by the receive loop
-	due      atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
-	armed    int64        // when the fine timer's timerfd fires, 0: not set
+	rttPend []rttPending
+	rttSeen int64
+	// slowClk: a clock reading costs a system call here (clockSlow), so
+	// a message handled without one leaves its ack deadline to the next
+	// reading and gives a round-trip sample only now and then
+	// (noteReceived, sampleRTT); unstamped says such a deadline waits.
+	slowClk   bool
+	unstamped atomic.Bool
+	// readWants: the next reading has work waiting for it (useReading):
+	// round-trip samples in rttPend, or, on a slow clock, ack deadlines
+	// in toStamp.
+	readWants bool
+	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
+	due       atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
+	armed     int64        // when the fine timer's timerfd fires, 0: not set
 	// fineLapsed: a deadline was noted without setting the timerfd while
 	// busy-polling waiters watched the board (finetimer.go); read without
 	// mu by the receive loop.
@@ -235,8 +245,9 @@ type Board struct {
 	// messages, acked once a receive finds its source drained
 	// (ack.go); each at most once (partner.owed).
 	ackOwed []*partner
-	// toStamp: partners on the rings whose ack deadline waits for the
-	// next clock reading (stampAcks).
+	// toStamp: partners on the rings, or on any transport where the
+	// clock is slow, whose ack deadline waits for the next clock reading
+	// (stampAcks).
 	toStamp []*partner
 	// laneRec: the frame in hand is a lane record rebuilt as the frame
 	// it stands for (recvLane), whose ack is a lane record's (ackLane);
@@ -324,6 +335,7 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		fineExited: make(chan struct{}),
 	}
 	b.kicker, _ = tr.(transport.Kicker)
+	b.slowClk = clockSlow() // spin.go
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
 	}

@@ -38,8 +38,14 @@ func (b *Board) setNow() int64 {
 // (sampleRTT). b.mu held.
 func (b *Board) useReading(now int64) {
 	b.nowv, b.nowOK = now, true
-	if len(b.rttPend) > 0 {
-		b.foldRTT()
+	if b.readWants {
+		b.readWants = false
+		if len(b.rttPend) > 0 {
+			b.foldRTT()
+		}
+		if b.slowClk {
+			b.stampAcks(now) // ack.go
+		}
 	}
 }
 
@@ -86,6 +92,17 @@ func (b *Board) now() int64 {
 // again) would count the application's time: the sample is dropped, as
 // Karn's rule drops an ambiguous one.
 
+// Where a reading costs a system call (Board.slowClk: the vDSO cannot read
+// the clock source, as in a TCG guest, whose HPET reading is 4-7 µs), a
+// polling waiter's reading is hundreds of looks old, and the reading a
+// received message made was most of what stood between the frame and the
+// application's reply. There the message reads none: its ack deadline
+// waits for the board's next reading (the reply's send, whose piggyback
+// clears it anyway, else the waiter's next look: noteReceived, stampAcks),
+// as a ring peer's does, and only one ack in slowRTTEvery gives a
+// round-trip sample. The sender stamps its request after the frame left
+// (sendShort), on every clock.
+
 // rttFoldGap bounds the time between a polling waiter's reading and the
 // board's next one within which the acks of the waiter's batch still
 // give round-trip samples (sampleRTT): a sample may count up to that much
@@ -121,10 +138,26 @@ func (p *partner) sampleRTT(sent int64) {
 			b.rttSeen = b.seen
 		}
 		b.rttPend = append(b.rttPend, rttPending{p: p, sent: sent})
+		b.readWants = true
+	case b.slowClk:
+		// A reading is a system call here: only every slowRTTEvery-th
+		// sample reads the clock; the others are dropped, as Karn's
+		// rule drops an ambiguous one.
+		if p.rttSkip++; p.rttSkip >= slowRTTEvery {
+			p.rttSkip = 0
+			p.rtt.sample(b.now() - sent)
+		}
 	default:
 		p.rtt.sample(b.now() - sent)
 	}
 }
+
+// slowRTTEvery is how many acks a board on a slow clock (Board.slowClk)
+// handles without a reading at hand per round-trip sample it reads the
+// clock for: a reading costs several microseconds there, on the path
+// from the message to the application's reply, and the estimate needs
+// far fewer samples than a ping-pong gives.
+const slowRTTEvery = 8
 
 // foldRTT takes the pending round-trip samples on the reading just made
 // (b.nowv), or drops them when it came more than rttFoldGap after the

@@ -102,6 +102,7 @@ type partner struct {
 	owed        bool // in Board.ackOwed: acked when the rings run dry
 	ackLazy     bool // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
 	stampQ      bool // in Board.toStamp: its ack deadline waits for a time
+	rttSkip     int  // acks since the last round-trip sample on a slow clock (sampleRTT)
 	ackDeadline int64
 	ackNumSent  uint32
 	inHandler   bool
@@ -306,7 +307,7 @@ func (p *partner) applyAck(ack uint16) {
 	}
 	for r := p.unacked.Front(); r != nil && seqBefore(r.seq, ack); r = p.unacked.Front() {
 		p.probeAt, p.asks = 0, 0 // an outstanding question's answer still counts (ask.go)
-		if r.resends == 0 && !r.nacked && r.class != classLarge && r.lastSend > p.lastAsk && r.lastSend != unstamped {
+		if r.resends == 0 && !r.nacked && r.class != classLarge && r.lastSend > p.lastAsk && r.lastSend != sendUnstamped {
 			// Karn: only a request sent once times the round trip, and
 			// not one sent before a question (ask.go), whose ack may
 			// have waited for an earlier one's recovery. (A RNDV's ack

@@ -77,15 +77,16 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.copies.locked.sent += uint64(n)
 	e.copies.locked.gather += uint64(n)
 
-	// Sequenced and on the unacked list, as transmitNew does. Over a
-	// transport that kicks after the lock, the clock is read after the
-	// kick (stampAfterKick), not here.
-	now := unstamped
-	if b.kicker == nil {
-		now = b.setNow()
+	// Sequenced and on the unacked list, as transmitNew does. The clock
+	// is read once the frame is out, so the frame never waits for a
+	// reading (a system call where the clock is a virtual machine's
+	// HPET): over a transport that kicks after the lock, after the kick
+	// (stampAfterKick), marked sendUnstamped until then; else
+	// right after sendFrame, below.
+	if b.kicker != nil {
+		r.firstSend, r.lastSend = sendUnstamped, sendUnstamped
 	}
 	r.seq = p.sendSeq
-	r.firstSend, r.lastSend = now, now
 	p.sendSeq = seqNext(p.sendSeq)
 	p.unacked.push(r)
 	b.wakeTicks() // progress.go
@@ -105,10 +106,13 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.cnt[c]++
 	e.cnt[ShortSends]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+n, p.crc)
-	if now != unstamped {
-		b.noteDue(p.tailDue(r)) // ask.go
-		e.zombieDone(r)
+	if b.kicker != nil {
+		return r // stamped, noted and completed by stampAfterKick
 	}
+	now := b.setNow()
+	r.firstSend, r.lastSend = now, now
+	b.noteDue(p.tailDue(r)) // ask.go
+	e.zombieDone(r)
 	return r
 }
 
@@ -187,13 +191,13 @@ func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
 	return true
 }
 
-// unstamped is the send time (Request.lastSend, firstSend) of a short
+// sendUnstamped is the send time (Request.lastSend, firstSend) of a short
 // send whose clock reading comes after its kick (stampAfterKick). It lies
 // so far in the future that every deadline counted from it (resends, the
 // tail-loss probe and questions, reordering, the unreachable verdict) is
 // not due, a question's answer does not resend it (onAnswer), and its ack
 // gives no round-trip sample (applyAck).
-const unstamped = int64(1) << 61
+const sendUnstamped = int64(1) << 61
 
 // The send's clock reading after its kick.
 //
@@ -208,7 +212,7 @@ const unstamped = int64(1) << 61
 // that kicks after the lock, sendShort leaves the request unstamped and
 // isend reads the clock after the kick, while the peer handles the frame,
 // and stamps it under a second hold of the lock. Until then no timer
-// counts from it (unstamped); an ack or a resend that came meanwhile
+// counts from it (sendUnstamped); an ack or a resend that came meanwhile
 // (another goroutine's look) leaves nothing to stamp. The round-trip
 // samples the reading takes now include the sendto (a few microseconds,
 // far inside RTOMin).
@@ -224,10 +228,10 @@ func (b *Board) stampAfterKick(r *Request) {
 	b.mu.Lock()
 	b.useReading(max(now, b.nowv)) // never behind a reading the protocol stored meanwhile
 	now = b.nowv
-	if p := r.p; r.lastSend == unstamped && p != nil && p.unacked.has(r) {
+	if p := r.p; r.lastSend == sendUnstamped && p != nil && p.unacked.has(r) {
 		r.firstSend, r.lastSend = now, now
 		b.noteDue(p.tailDue(r)) // ask.go
-	} else if r.lastSend == unstamped {
+	} else if r.lastSend == sendUnstamped {
 		r.firstSend, r.lastSend = now, now // gone from the unacked list: nothing counts from it
 	}
 	r.ep.zombieDone(r) // unless its ack came meanwhile (and completed it)

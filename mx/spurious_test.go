@@ -60,54 +60,65 @@ func TestNoSpuriousRecovery(t *testing.T) {
 		tf := factoryNamed(t, name)
 		for _, busy := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
-				opts := DefaultBoardOptions()
-				opts.BusyPoll = busy
-				pr := newPair(t, tf, opts, loopback.Faults{})
-				m := n
-				if busy && raceEnabled {
-					m = n / 10 // two spinning goroutines, each slowed by the race detector
-				}
-				ctx := testCtx(t, time.Hour)
-				if err := pingPongMixed(ctx, pr, 200, 0); err != nil {
-					t.Fatal(err)
-				}
-				before := [2]Counters{pr.a.Counters(), pr.b.Counters()}
-				if err := pingPongMixed(ctx, pr, m/2, 200); err != nil {
-					t.Fatal(err)
-				}
-				runStream(t, pr, m/2, 64)
-				if lost := wireLost(pr); lost > 0 {
-					// UDP drops what a full socket buffer cannot take:
-					// that recovery was no mistake.
-					t.Logf("the wire lost %d frames: recovery %v / %v", lost, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
-					return
-				}
-				// A wire that delivered frames out of order (the
-				// receiver stored some past a hole: UDP on loopback can,
-				// when the kernel handles two datagrams of one socket on
-				// two CPUs) gives evidence of a loss that was none: what
-				// acts on evidence (a SACK's hole, an answer, a pull's
-				// hole) may resend, and is logged. No timer may act
-				// whatever the wire did.
-				judged := []Counter{TimerRetransmits, TailProbes}
-				reordered := pr.a.Counters().Get(EarlyStored) + pr.b.Counters().Get(EarlyStored) - before[0].Get(EarlyStored) - before[1].Get(EarlyStored)
-				if reordered == 0 {
-					judged = append(recoveryCounters, AskRetransmits)
-				} else {
-					t.Logf("the wire delivered frames out of order (%d stored past a hole): resends on that evidence are not judged", reordered)
-				}
-				for i, e := range []*Endpoint{pr.a, pr.b} {
-					c := e.Counters()
-					for _, k := range judged {
-						if d := c.Get(k) - before[i].Get(k); d != 0 {
-							t.Errorf("endpoint %d: %v %d in %d messages on a lossless wire", e.id, k, d, m)
-						}
-					}
-				}
-				t.Logf("%d messages: a: %v; b: %v", m, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
+				checkNoSpurious(t, tf, busy, false, n)
 			})
 		}
 	}
+}
+
+// checkNoSpurious is TestNoSpuriousRecovery's exchange of n messages over
+// tf in one wait mode (busy: busy-polling waiters), on boards that take
+// their clock as slow (slow: Board.slowClk) or as it is.
+func checkNoSpurious(t *testing.T, tf transportFactory, busy, slow bool, n int) {
+	opts := DefaultBoardOptions()
+	opts.BusyPoll = busy
+	pr := newPair(t, tf, opts, loopback.Faults{})
+	if slow {
+		setSlowClock(pr.ba)
+		setSlowClock(pr.bb)
+	}
+	m := n
+	if busy && raceEnabled {
+		m = n / 10 // two spinning goroutines, each slowed by the race detector
+	}
+	ctx := testCtx(t, time.Hour)
+	if err := pingPongMixed(ctx, pr, 200, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := [2]Counters{pr.a.Counters(), pr.b.Counters()}
+	if err := pingPongMixed(ctx, pr, m/2, 200); err != nil {
+		t.Fatal(err)
+	}
+	runStream(t, pr, m/2, 64)
+	if lost := wireLost(pr); lost > 0 {
+		// UDP drops what a full socket buffer cannot take:
+		// that recovery was no mistake.
+		t.Logf("the wire lost %d frames: recovery %v / %v", lost, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
+		return
+	}
+	// A wire that delivered frames out of order (the
+	// receiver stored some past a hole: UDP on loopback can,
+	// when the kernel handles two datagrams of one socket on
+	// two CPUs) gives evidence of a loss that was none: what
+	// acts on evidence (a SACK's hole, an answer, a pull's
+	// hole) may resend, and is logged. No timer may act
+	// whatever the wire did.
+	judged := []Counter{TimerRetransmits, TailProbes}
+	reordered := pr.a.Counters().Get(EarlyStored) + pr.b.Counters().Get(EarlyStored) - before[0].Get(EarlyStored) - before[1].Get(EarlyStored)
+	if reordered == 0 {
+		judged = append(recoveryCounters, AskRetransmits)
+	} else {
+		t.Logf("the wire delivered frames out of order (%d stored past a hole): resends on that evidence are not judged", reordered)
+	}
+	for i, e := range []*Endpoint{pr.a, pr.b} {
+		c := e.Counters()
+		for _, k := range judged {
+			if d := c.Get(k) - before[i].Get(k); d != 0 {
+				t.Errorf("endpoint %d: %v %d in %d messages on a lossless wire", e.id, k, d, m)
+			}
+		}
+	}
+	t.Logf("%d messages: a: %v; b: %v", m, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
 }
 
 // wireLost returns how many frames the pair's transports sent and never

@@ -47,9 +47,10 @@ type options struct {
 	rawSizes   []int
 	testpmd    string
 	busyPollUS int
-	rawOnly    bool // -only raw: the raw-ping rows alone
-	mxOnly     bool // -only mx: the mx row alone
-	mxProfile  bool // print mxbench's CPU profile on the console
+	rawOnly    bool   // -only raw: the raw-ping rows alone
+	mxOnly     bool   // -only mx: the mx row alone
+	mxProfile  bool   // print mxbench's CPU profile on the console
+	mxCompare  string // another mxbench, run before /bin/mxbench in every run
 	usb        usbOptions
 }
 
@@ -81,6 +82,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.testpmd, "testpmd", "/usr/bin/dpdk-testpmd", "DPDK's testpmd; \"\" skips that reflector")
 	fs.IntVar(&o.busyPollUS, "busy-poll", 50, "SO_BUSY_POLL microseconds on the kernel's UDP sockets")
 	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), \"mx\" only the mx row and gomx's raw ping, for quick experiments")
+	fs.StringVar(&o.mxCompare, "mx-compare", "", "another build of mxbench (a path in the guest), run just before /bin/mxbench in every run: its rows say (compare)")
 	fs.BoolVar(&o.mxProfile, "mx-profile", false, "run mxbench with --cpuprofile and print the profile on the console, base64 between "+ProfileBegin+" and "+ProfileEnd+" lines")
 	o.usb.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -186,21 +188,35 @@ func run(o options) error {
 	one := o
 	one.runs = 1
 	failed := map[string]bool{}
-	for i := range o.runs {
-		// (a) mx over the VFIO e1000e transport, through mxbench.
-		if !failed[mxRow] && !o.rawOnly {
-			if res, err := mxbench(o); err != nil {
-				fail(mxRow, []int{64}, err)
-				failed[mxRow] = true
-			} else {
-				for _, r := range res {
-					get(mxRow, r.Size).us = append(get(mxRow, r.Size).us, r.LatencyUS)
-					if r.LatencyP50US > 0 {
-						get(mxMedian, r.Size).us = append(get(mxMedian, r.Size).us, r.LatencyP50US)
-						get(mxFast, r.Size).us = append(get(mxFast, r.Size).us, r.LatencyP10US)
-					}
-				}
+	// mxRows runs mxbench from bin and appends its figures to the mx rows
+	// (their names ending in suffix).
+	mxRows := func(bin, suffix string) {
+		if failed[mxRow+suffix] {
+			return
+		}
+		res, err := mxbench(o, bin)
+		if err != nil {
+			fail(mxRow+suffix, []int{64}, err)
+			failed[mxRow+suffix] = true
+			return
+		}
+		for _, r := range res {
+			get(mxRow+suffix, r.Size).us = append(get(mxRow+suffix, r.Size).us, r.LatencyUS)
+			if r.LatencyP50US > 0 {
+				get(mxMedian+suffix, r.Size).us = append(get(mxMedian+suffix, r.Size).us, r.LatencyP50US)
+				get(mxFast+suffix, r.Size).us = append(get(mxFast+suffix, r.Size).us, r.LatencyP10US)
 			}
+		}
+	}
+	for i := range o.runs {
+		// (a) mx over the VFIO e1000e transport, through mxbench: the
+		// build to compare with first, when there is one, so that the
+		// host's load falls on both builds alike.
+		if !o.rawOnly {
+			if o.mxCompare != "" {
+				mxRows(o.mxCompare, " (compare)")
+			}
+			mxRows("/bin/mxbench", "")
 		}
 		// (c) raw ping against gomx's reflector, then testpmd's.
 		if !failed[gomxRow] {
@@ -296,14 +312,14 @@ const (
 	ProfileEnd   = "PEERS-PROFILE-END"
 )
 
-func mxbench(o options) ([]mxResult, error) {
+func mxbench(o options, bin string) ([]mxResult, error) {
 	args := []string{"pingpong", "--transport", "nic", "--nic", o.a.String() + "," + o.b.String(),
 		"--sizes", o.mxSizes, "--iterations", strconv.Itoa(o.mxIters), "--warmup", "50", "--baseline=false"}
 	const prof = "/tmp/mxbench.pprof"
 	if o.mxProfile {
 		args = append(args, "--cpuprofile", prof)
 	}
-	res, err := runMxbench(nil, args...)
+	res, err := runBench(nil, bin, args...)
 	if o.mxProfile {
 		// A failed run still stops its profile: print what it has.
 		b, rerr := os.ReadFile(prof)
@@ -326,8 +342,13 @@ func mxbench(o options) ([]mxResult, error) {
 // the console, and returns its rows. start, when set, starts the process
 // (inside a network namespace, see end.in).
 func runMxbench(start func(func() error) error, args ...string) ([]mxResult, error) {
-	fmt.Printf("peers: mxbench %s\n", strings.Join(args, " "))
-	cmd := exec.Command("/bin/mxbench", append(args, "--json")...)
+	return runBench(start, "/bin/mxbench", args...)
+}
+
+// runBench is runMxbench of the mxbench at bin.
+func runBench(start func(func() error) error, bin string, args ...string) ([]mxResult, error) {
+	fmt.Printf("peers: %s %s\n", bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, append(args, "--json")...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stdout
 	var err error

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	mxSizes := fs.String("mx-sizes", "64,1K,4K", "mxbench --sizes")
 	noTestpmd := fs.Bool("no-testpmd", false, "leave DPDK's testpmd out (no apt, no testpmd row)")
 	only := fs.String("only", "", "\"raw\": only the raw-ping rows (gomx's and testpmd's reflectors); \"mx\": only the mx row and gomx's raw ping; for quick experiments")
+	mxCompare := fs.String("mx-compare", "", "a static build of mxbench (CGO_ENABLED=0) to run just before the tree's in every run, rows marked (compare): another commit's, say; an absolute path outside /tmp, which the guest mounts afresh")
 	mxProfile := fs.Bool("mx-profile", false, "profile mxbench in the guest; the console carries the profile (base64), which -keep leaves in the serial log")
 	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
 	keep := qemu.KeepFlag(fs, "the run directory with the serial log")
@@ -54,6 +56,13 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 		guestArgs = append(guestArgs, "-mx-profile")
 	}
 	var files []string
+	if *mxCompare != "" {
+		if !filepath.IsAbs(*mxCompare) || strings.HasPrefix(*mxCompare, "/tmp/") {
+			return fmt.Errorf("peers-e1000e: -mx-compare %q: want an absolute path outside /tmp", *mxCompare)
+		}
+		guestArgs = append(guestArgs, "-mx-compare="+*mxCompare)
+		files = append(files, *mxCompare)
+	}
 	if *noTestpmd {
 		guestArgs = append(guestArgs, "-testpmd=")
 	} else {

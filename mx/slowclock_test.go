@@ -1,0 +1,125 @@
+package mx
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+// setSlowClock makes b handle messages as on a clock whose reading is a
+// system call (Board.slowClk: a TCG guest's HPET), whatever this machine's
+// clock costs. Called before the pair exchanges its messages.
+func setSlowClock(b *Board) {
+	b.mu.Lock()
+	b.slowClk = true
+	b.mu.Unlock()
+}
+
+// TestSlowClockNoSpuriousRecovery is TestNoSpuriousRecovery on boards
+// that read no clock for a small message's receive (its ack deadline waits
+// for the next reading, and one ack in slowRTTEvery gives a round-trip
+// sample), over the in-process wire and UDP on loopback, in both wait
+// modes: no timer, probe or resend acts on a lossless wire.
+func TestSlowClockNoSpuriousRecovery(t *testing.T) {
+	n := 20000
+	if testing.Short() || raceEnabled {
+		n = 4000
+	}
+	for _, name := range []string{"loopback", "udp"} {
+		tf := factoryNamed(t, name)
+		for _, busy := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
+				checkNoSpurious(t, tf, busy, true, n)
+			})
+		}
+	}
+}
+
+// TestSlowClockLossyPingPong is TestLossyPingPong on boards that take
+// their clock as slow: every byte of a ping-pong over a wire losing 1% of
+// its frames arrives, brought back by questions, probes or timers.
+func TestSlowClockLossyPingPong(t *testing.T) {
+	n := 2000
+	if testing.Short() || raceEnabled {
+		n = 500
+	}
+	tf := factoryNamed(t, "loopback")
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			opts := fastOptions()
+			opts.BusyPoll = busy
+			pr := newPair(t, tf, opts, loopback.Faults{})
+			setSlowClock(pr.ba)
+			setSlowClock(pr.bb)
+			pr.w.faults(loopback.Faults{Loss: 0.01, Seed: 7})
+			if err := pingPongMixed(testCtx(t, time.Hour), pr, n, 0); err != nil {
+				t.Fatal(err)
+			}
+			var timers uint64
+			for _, e := range []*Endpoint{pr.a, pr.b} {
+				c := e.Counters()
+				timers += c.Get(AskRetransmits) + c.Get(TailProbes) + c.Get(TimerRetransmits)
+			}
+			t.Logf("a: %v; b: %v", recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
+			if timers == 0 {
+				t.Errorf("%d round trips over a wire losing 1%% of frames completed with no resend on an answer, tail probe or timer retransmit", n)
+			}
+		})
+	}
+}
+
+// TestSlowClockAcksUnanswered sends small messages one way to a receiver on
+// a slow clock that never replies, in both wait modes: each is acked (its
+// deadline, left for the next reading, gets one), so the sender's window
+// empties and the receiver counts delayed acks.
+func TestSlowClockAcksUnanswered(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			opts := DefaultBoardOptions()
+			opts.BusyPoll = busy
+			pr := newPair(t, factoryNamed(t, "loopback"), opts, loopback.Faults{})
+			setSlowClock(pr.ba)
+			setSlowClock(pr.bb)
+			ctx := testCtx(t, time.Minute)
+			buf := make([]byte, 64)
+			const n = 20
+			for i := range n {
+				r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := pr.a.ISend([][]byte{buf}, pr.atob, uint64(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := waitAMinute(ctx, r); err != nil {
+					t.Fatalf("receive %d: %v", i, err)
+				}
+				if _, err := waitAMinute(ctx, s); err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+				// The receiver does nothing more: its ack must go out
+				// without a reply to carry it.
+				waitCond(t, fmt.Sprintf("message %d is acked", i), func() bool { return pr.ba.unackedTotal() == 0 })
+			}
+			if c := pr.b.Counters(); c.Get(AcksDelayed) == 0 {
+				t.Errorf("%d unanswered messages and no delayed ack", n)
+			}
+		})
+	}
+}
+
+// unackedTotal returns how many sequenced sends of b wait for an ack.
+func (b *Board) unackedTotal() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, e := range b.epl {
+		for _, p := range e.plist {
+			n += p.unacked.Len()
+		}
+	}
+	return n
+}
