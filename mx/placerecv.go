@@ -42,6 +42,32 @@ import (
 //     frames before them; see Checking). The other way, a reply in the
 //     span of an earlier frame must wait for its own span to be consumed,
 //     and would be dropped and asked for again, landing early in turn.
+//   - Realigning. On lane 0 a frame nobody counted that comes after the
+//     spans were posted pushes every reply of those spans one span late,
+//     and leaves the blocks posted next a shortfall: more replies owed
+//     than descriptors ahead (Ahead-expect+rxLeft below 0). A shortfall
+//     alone does not say whether the missing descriptors were taken by
+//     frames nobody counted (the last replies owed will take the next
+//     block's first spans) or counted frames were lost (they will not
+//     take them). A reply that took a span says: a reply asked for once,
+//     on its first arrival, tells the posting it took less its own
+//     (placeRecv.late). When that word is late, the next block goes
+//     behind as many pool descriptors (nil spans), at most the
+//     shortfall, for the late replies to take, and its own replies land
+//     in their spans again: a stray costs the rest of its window, not
+//     the message. Word from before that realignment does not count
+//     again (placeRecv.lateFrom). Without late word the block goes
+//     unshifted, as the count has it: a spare no late reply takes would
+//     make every reply of the block land early.
+//   - Answers. The peer answers each question the board asks it
+//     (ask.go), at once and in order, so the answers to the questions
+//     asked before a pull started come ahead of its replies: the pull
+//     counts those not yet received (partner.asked less answered) ahead
+//     of its spans, behind spare pool descriptors where fewer are ahead,
+//     until its first reply, which shows the rest lost (an
+//     answer received and not yet handled is counted both in Ahead or
+//     rxLeft and here, which cancel). A question the peer asks arrives
+//     when it does; it is realigned as any stray.
 //     A span must hold the most the NIC may write (PlaceInfo's min), so
 //     the last frames of a receive buffer get none. A pull posts only
 //     when its receive lies in one segment, zero copy is on and the peer
@@ -127,10 +153,10 @@ type pullPlace struct {
 	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
 	last  uint64   // the number of its last span
 	taken []uint64 // by frame, a bit: the frame that took its span was handled
-	// answer says the pull's peer owes the board the answer to a tail
-	// question (partner.askAt): a frame that comes before the replies
-	// to the pull's PULLs, until its first reply is handled.
-	answer bool
+	// asked is the count of questions to the pull's peer (partner.asked)
+	// when it started on lane 0: their answers not yet received come
+	// before its replies. 0 once its first reply came.
+	asked uint64
 }
 
 // newPlaceRecv returns the board's in-place receive state, nil when the
@@ -203,8 +229,10 @@ func (b *Board) placeStart(pl *pull) {
 		pl.geo = wire.PullFrames{Total: int(pl.total), L: L, Skew: int(pl.ref.off) % L}
 		pl.nframes = pl.geo.Count()
 	}
-	pl.pp = &pullPlace{seg: seg, hd: hd, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64),
-		answer: lane == 0 && pl.p.askAt != 0}
+	pl.pp = &pullPlace{seg: seg, hd: hd, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	if lane == 0 {
+		pl.pp.asked = pl.p.asked
+	}
 	if lane > 0 {
 		pl.pp.lane = lane
 		b.plc.busy[lane] = pl
@@ -221,7 +249,7 @@ func (pl *pull) placeBlock(first, n int) {
 		return
 	}
 	lane := pl.lane()
-	ahead := 0
+	ahead, owed := 0, 0
 	switch {
 	case lane > 0:
 		// Only the lane's own frames take its postings: those of other
@@ -230,8 +258,9 @@ func (pl *pull) placeBlock(first, n int) {
 		ahead = pc.tr.Placement(lane).Ahead - pl.expect + b.rxLeftLane[lane]
 	case pl.pp != nil:
 		ahead = pc.tr.Placement(0).Ahead - pc.expect + b.rxLeft
-		if pl.pp.answer = pl.pp.answer && pl.p.askAt != 0; pl.pp.answer {
-			ahead-- // the answer to the peer's question comes first
+		if p := pl.p; pl.pp.asked > p.answered {
+			owed = int(pl.pp.asked - p.answered) // the answers owed come first
+			ahead -= owed
 		}
 	}
 	if lane == 0 {
@@ -250,12 +279,13 @@ func (pl *pull) placeBlock(first, n int) {
 	// counted frames were lost (they will not come, or come much later).
 	// A reply that ran late says which: as many pool descriptors as it
 	// ran late, at most the shortfall, go before the spans, for those
-	// replies to take. Without that word the spans go unshifted (a late
+	// replies to take; so do the answers owed, which come for sure
+	// (unless lost). Without that word the spans go unshifted (a late
 	// reply is copied; an early one, which a wrong spare would make of
 	// every reply of the block, could not be kept).
 	spare := 0
-	if lane == 0 && ahead < 0 && pc.late > 0 {
-		spare = min(-ahead, pc.late)
+	if lane == 0 && ahead < 0 && max(0, pc.late)+owed > 0 {
+		spare = min(-ahead, max(0, pc.late)+owed)
 		for range spare {
 			spans = append(spans, nil)
 		}
@@ -299,8 +329,11 @@ func (pl *pull) placeBlock(first, n int) {
 // placeGot notes that a frame of pl arrived (once per frame, whether it
 // was kept or dropped to be asked for again).
 func (pl *pull) placeGot() {
-	if pl.pp != nil {
-		pl.pp.answer = false // its replies come after the answer
+	if pp := pl.pp; pp != nil && pp.asked > 0 {
+		// Its replies come after the answers owed when it started:
+		// those not received were lost.
+		pl.p.answered = max(pl.p.answered, pp.asked)
+		pp.asked = 0
 	}
 	if pl.e.b.plc != nil && pl.expect > 0 {
 		pl.expect--
