@@ -178,3 +178,33 @@ func TestPlacedPullCountsTheAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnSpanIsTheOffsets: a reply is taken as in place only when the
+// span it took is the one posted for the offset its own header names;
+// any other span (its neighbours', one posted for nothing, a span for
+// its offset that was never posted) makes it a copy to that offset.
+func TestOwnSpanIsTheOffsets(t *testing.T) {
+	const L, hd, n = 1450, 32, 8
+	geo := wire.PullFrames{Total: n*L - 100, L: L, Skew: 0}
+	seg := make([]byte, geo.Total)
+	pl := &pull{geo: geo, nframes: geo.Count()}
+	pl.pp = &pullPlace{seg: seg, hd: hd, post: make([]uint64, pl.nframes)}
+	for i := range pl.nframes - 1 { // the last frame has no span
+		pl.pp.post[i] = uint64(10 + i)
+	}
+	for i := range pl.nframes {
+		for j := range pl.nframes {
+			placed := seg[geo.Start(j)+hd:]
+			want := i == j && pl.pp.post[i] != 0
+			if got := pl.ownSpan(i, placed); got != want {
+				t.Errorf("frame %d in the span at frame %d's offset: own %v, want %v", i, j, got, want)
+			}
+			if pl.ownSpan(i, seg[geo.Start(j)+hd+1:]) {
+				t.Errorf("frame %d in a span a byte past frame %d's: own", i, j)
+			}
+		}
+	}
+	if pl.ownSpan(-1, seg) || pl.ownSpan(pl.nframes, seg) {
+		t.Error("an offset outside the pull: own")
+	}
+}
