@@ -60,7 +60,7 @@ func retransmits(pr *pair) uint64 {
 	var n uint64
 	for _, e := range []*Endpoint{pr.a, pr.b} {
 		c := e.Counters()
-		n += c.Get(FastRetransmits) + c.Get(TimerRetransmits) + c.Get(TailProbes)
+		n += c.Get(FastRetransmits) + c.Get(TimerRetransmits) + c.Get(TailProbes) + c.Get(AskRetransmits)
 	}
 	return n
 }
