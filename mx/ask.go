@@ -146,6 +146,7 @@ func (p *partner) nextTag() uint8 {
 func (p *partner) onProbe(h *wire.Truc) {
 	pulls := h.Probe&wire.TrucPulls != 0
 	if h.Probe&wire.TrucAnswer != 0 {
+		p.answered = min(p.answered+1, p.asked)
 		tag := h.Probe & wire.TrucTagMask >> wire.TrucTagShift
 		switch {
 		case pulls:

@@ -60,7 +60,19 @@ func retransmits(pr *pair) uint64 {
 	var n uint64
 	for _, e := range []*Endpoint{pr.a, pr.b} {
 		c := e.Counters()
-		n += c.Get(FastRetransmits) + c.Get(TimerRetransmits) + c.Get(TailProbes)
+		n += c.Get(FastRetransmits) + c.Get(TimerRetransmits) + c.Get(TailProbes) + c.Get(AskRetransmits)
+	}
+	return n
+}
+
+// questions counts the questions either side of pr asked about late
+// frames (ask.go): each is a frame, and its answer another, that no pull
+// counted on.
+func questions(pr *pair) uint64 {
+	var n uint64
+	for _, e := range []*Endpoint{pr.a, pr.b} {
+		c := e.Counters()
+		n += c.Get(TailAsks) + c.Get(PullAsks)
 	}
 	return n
 }

@@ -177,6 +177,11 @@ const (
 	// received into the first posted receive, by its two functions.
 	ShortSends
 	ShortRecvs
+	// PlaceRealigns counts the blocks a pull placing on lane 0 posted
+	// behind spare pool descriptors, for the replies of earlier blocks
+	// that frames nobody counted had pushed past their spans
+	// (placerecv.go).
+	PlaceRealigns
 	numCounters
 )
 
@@ -223,6 +228,7 @@ var counterNames = [numCounters]string{
 	"fine timer arms (timerfd_settime)", "fine timer firings",
 	"fine timer firings with nothing due", "sleeps ended by a timeout with nothing to do",
 	"short-path sends (tiny, small)", "short-path receives (straight into the first posted receive)",
+	"placed blocks realigned behind spare descriptors",
 }
 
 // String returns the counter's label.

@@ -42,6 +42,32 @@ import (
 //     frames before them; see Checking). The other way, a reply in the
 //     span of an earlier frame must wait for its own span to be consumed,
 //     and would be dropped and asked for again, landing early in turn.
+//   - Realigning. On lane 0 a frame nobody counted that comes after the
+//     spans were posted pushes every reply of those spans one span late,
+//     and leaves the blocks posted next a shortfall: more replies owed
+//     than descriptors ahead (Ahead-expect+rxLeft below 0). A shortfall
+//     alone does not say whether the missing descriptors were taken by
+//     frames nobody counted (the last replies owed will take the next
+//     block's first spans) or counted frames were lost (they will not
+//     take them). A reply that took a span says: a reply asked for once,
+//     on its first arrival, tells the posting it took less its own
+//     (placeRecv.late). When that word is late, the next block goes
+//     behind as many pool descriptors (nil spans), at most the
+//     shortfall, for the late replies to take, and its own replies land
+//     in their spans again: a stray costs the rest of its window, not
+//     the message. Word from before that realignment does not count
+//     again (placeRecv.lateFrom). Without late word the block goes
+//     unshifted, as the count has it: a spare no late reply takes would
+//     make every reply of the block land early.
+//   - Answers. The peer answers each question the board asks it
+//     (ask.go), at once and in order, so the answers to the questions
+//     asked before a pull started come ahead of its replies: the pull
+//     counts those not yet received (partner.asked less answered) ahead
+//     of its spans, behind spare pool descriptors where fewer are ahead,
+//     until its first reply, which shows the rest lost (an
+//     answer received and not yet handled is counted both in Ahead or
+//     rxLeft and here, which cancel). A question the peer asks arrives
+//     when it does; it is realigned as any stray.
 //     A span must hold the most the NIC may write (PlaceInfo's min), so
 //     the last frames of a receive buffer get none. A pull posts only
 //     when its receive lies in one segment, zero copy is on and the peer
@@ -85,6 +111,15 @@ type placeRecv struct {
 	// on lane 0 and not yet received: they take the descriptors the NIC
 	// holds before a span posted now.
 	expect int
+	// late is the last word on how lane 0's replies run against their
+	// spans: the number of the posting a reply asked for once took,
+	// less its own span's (0 in place, positive when frames nobody
+	// counted took descriptors before it, negative when frames counted
+	// did not come). Only replies that took a posting numbered after
+	// lateFrom speak: those before it were posted before the last
+	// realignment, which answered them.
+	late     int
+	lateFrom uint64
 	// lanes is how many lanes the transport has; busy[k] is the pull
 	// lane k is bound to (index 0 unused).
 	lanes int
@@ -118,6 +153,10 @@ type pullPlace struct {
 	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
 	last  uint64   // the number of its last span
 	taken []uint64 // by frame, a bit: the frame that took its span was handled
+	// asked is the count of questions to the pull's peer (partner.asked)
+	// when it started on lane 0: their answers not yet received come
+	// before its replies. 0 once its first reply came.
+	asked uint64
 }
 
 // newPlaceRecv returns the board's in-place receive state, nil when the
@@ -191,6 +230,9 @@ func (b *Board) placeStart(pl *pull) {
 		pl.nframes = pl.geo.Count()
 	}
 	pl.pp = &pullPlace{seg: seg, hd: hd, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	if lane == 0 {
+		pl.pp.asked = pl.p.asked
+	}
 	if lane > 0 {
 		pl.pp.lane = lane
 		b.plc.busy[lane] = pl
@@ -207,7 +249,7 @@ func (pl *pull) placeBlock(first, n int) {
 		return
 	}
 	lane := pl.lane()
-	ahead := 0
+	ahead, owed := 0, 0
 	switch {
 	case lane > 0:
 		// Only the lane's own frames take its postings: those of other
@@ -216,6 +258,10 @@ func (pl *pull) placeBlock(first, n int) {
 		ahead = pc.tr.Placement(lane).Ahead - pl.expect + b.rxLeftLane[lane]
 	case pl.pp != nil:
 		ahead = pc.tr.Placement(0).Ahead - pc.expect + b.rxLeft
+		if p := pl.p; pl.pp.asked > p.answered {
+			owed = int(pl.pp.asked - p.answered) // the answers owed come first
+			ahead -= owed
+		}
 	}
 	if lane == 0 {
 		pc.expect += n
@@ -226,6 +272,24 @@ func (pl *pull) placeBlock(first, n int) {
 		return
 	}
 	spans := pc.spans[:0]
+	// Spare descriptors: when the frames counted ahead are fewer than
+	// the frames of earlier blocks still to come (ahead < 0), either
+	// frames nobody counted took descriptors (the earlier replies run
+	// late and the last of them will take this block's first spans) or
+	// counted frames were lost (they will not come, or come much later).
+	// A reply that ran late says which: as many pool descriptors as it
+	// ran late, at most the shortfall, go before the spans, for those
+	// replies to take; so do the answers owed, which come for sure
+	// (unless lost). Without that word the spans go unshifted (a late
+	// reply is copied; an early one, which a wrong spare would make of
+	// every reply of the block, could not be kept).
+	spare := 0
+	if lane == 0 && ahead < 0 && max(0, pc.late)+owed > 0 {
+		spare = min(-ahead, max(0, pc.late)+owed)
+		for range spare {
+			spans = append(spans, nil)
+		}
+	}
 	from := first + max(0, ahead)
 	var to int
 	for to = from; to < first+n; to++ {
@@ -239,18 +303,24 @@ func (pl *pull) placeBlock(first, n int) {
 		}
 		spans = append(spans, pp.seg[at:at+pc.min])
 	}
-	if len(spans) == 0 {
-		return
+	if len(spans) == spare {
+		clear(spans)
+		pc.spans = spans[:0]
+		return // no span to realign: the frames take pool buffers
 	}
 	base := pc.tr.Placement(lane).Posted
 	k, _ := pc.tr.Post(lane, pp.ent.Mapping(), spans)
-	for j := range k {
+	for j := spare; j < k; j++ {
 		if spans[j] != nil {
-			pp.post[from+j] = base + uint64(j) + 1
+			pp.post[from+j-spare] = base + uint64(j) + 1
 		}
 	}
 	if k > 0 {
 		pp.last = base + uint64(k)
+	}
+	if spare > 0 && k > 0 {
+		pc.late, pc.lateFrom = 0, base+uint64(min(k, spare))
+		pl.e.cnt[PlaceRealigns]++
 	}
 	clear(spans)
 	pc.spans = spans[:0]
@@ -259,6 +329,12 @@ func (pl *pull) placeBlock(first, n int) {
 // placeGot notes that a frame of pl arrived (once per frame, whether it
 // was kept or dropped to be asked for again).
 func (pl *pull) placeGot() {
+	if pp := pl.pp; pp != nil && pp.asked > 0 {
+		// Its replies come after the answers owed when it started:
+		// those not received were lost.
+		pl.p.answered = max(pl.p.answered, pp.asked)
+		pp.asked = 0
+	}
 	if pl.e.b.plc != nil && pl.expect > 0 {
 		pl.expect--
 		if pl.lane() == 0 {
@@ -294,8 +370,10 @@ func (pl *pull) placeSafe(i int) bool {
 	return true
 }
 
-// spanTaken notes that a frame that took the span at placed was handled.
-func (b *Board) spanTaken(placed []byte) {
+// spanTaken notes that a frame that took the span at placed was handled,
+// and returns the lane and number of that span's posting (0 for a span
+// of no live pull).
+func (b *Board) spanTaken(placed []byte) (int, uint64) {
 	for _, pl := range b.plc.pulls {
 		pp := pl.pp
 		off, ok := offsetIn(pp.seg, placed)
@@ -304,8 +382,29 @@ func (b *Board) spanTaken(placed []byte) {
 		}
 		if k := pl.geo.Index(off - pp.hd); k >= 0 && k < len(pp.post) && pp.post[k] != 0 {
 			pp.taken[k/64] |= 1 << (k % 64)
+			return pp.lane, pp.post[k]
 		}
+		return pp.lane, 0
+	}
+	return 0, 0
+}
+
+// placeLate takes the word of frame i's reply, which took posting took
+// of lane 0, on how late lane 0's replies run (placeRecv.late): only a
+// reply to a frame asked for once, on its first arrival, whose own span
+// was posted, speaks.
+func (pl *pull) placeLate(i int, took uint64) {
+	pc, pp := pl.e.b.plc, pl.pp
+	if pp == nil || pp.lane != 0 || took <= pc.lateFrom || i < 0 || i >= len(pp.post) || pp.post[i] == 0 {
 		return
+	}
+	for j := range pl.blocks {
+		if bl := &pl.blocks[j]; i >= bl.first && i < bl.first+bl.n {
+			if bit := uint64(1) << (i - bl.first); (bl.arrived|bl.fast)&bit == 0 {
+				pc.late = int(int64(took) - int64(pp.post[i]))
+			}
+			return
+		}
 	}
 }
 
@@ -327,14 +426,22 @@ func (b *Board) placeTick() {
 // in place when the span is its own, copied from where it landed
 // otherwise; anything else made whole by a copy and handled as any frame.
 func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
-	b.spanTaken(placed)
+	lane, took := b.spanTaken(placed)
 	if len(data) >= replyHeadLen && wire.Type(data[wire.HeadLen]) == wire.TypePullReply {
 		h, err := wire.DecodePullReplyHeader(data[wire.HeadLen:], b.ord)
 		if err == nil {
 			e, pl := b.pullFor(nic, h.Handle, h.Magic)
 			if at := replyHeadLen + pl.padOf(); pl != nil && len(data) >= at && int(h.FrameLength) == len(data)-at+len(placed) {
 				e.cnt[RecvPullReply]++
-				pl.reply(&h, data[at:], placed, pl.ownSpan(pl.geo.Index(int(h.Offset)), placed))
+				// The frame's own offset says where its payload goes:
+				// in place only when the span it took is the one
+				// posted for that offset (ownSpan), else copied there
+				// from where it landed (pull.reply).
+				i := pl.geo.Index(int(h.Offset))
+				if lane == 0 && took != 0 {
+					pl.placeLate(i, took)
+				}
+				pl.reply(&h, data[at:], placed, pl.ownSpan(i, placed))
 				return
 			}
 		}

@@ -127,6 +127,11 @@ type partner struct {
 	askTag uint8
 	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
+	// asked and answered count the questions sent to the peer (about
+	// the stream or a pull) and the answers received: the peer answers
+	// each at once, in order, so asked-answered answers are on their way
+	// (less any lost), each a frame no pull asked for (placerecv.go).
+	asked, answered uint64
 
 	// selective acks (sack.go), receive side: frames that arrived past
 	// a hole since the last ack or SACK went out, and whether a SACK

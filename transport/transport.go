@@ -348,7 +348,9 @@ type Queued interface {
 //     are, after those that take the descriptors ahead
 //     ([PlaceState].Ahead), so the caller checks each frame's Placed
 //     against what it posted there and copies the frames that landed
-//     elsewhere;
+//     elsewhere (a nil span posts a buffer of the transport's there too:
+//     a spare descriptor for a frame the caller expects before the
+//     spans that follow it);
 //   - lanes 1 to [PlaceInfo].Lanes each receive only the frames a peer
 //     sent to that lane ([Frame].Lane), so a caller that has a peer send
 //     a run of frames to a lane it alone posts on meets no other frame
@@ -365,8 +367,9 @@ type Placer interface {
 	// PlaceInfo says how the transport places; Head 0 means it cannot
 	// (its NIC was not opened to, or it receives on several queues).
 	PlaceInfo() PlaceInfo
-	// Post posts spans, each lying in r's memory (or nil, on a lane
-	// above 0, for a buffer of the transport's), for the next frames of
+	// Post posts spans, each lying in r's memory (or nil for a buffer
+	// of the transport's: a frame that takes it arrives whole, in Data,
+	// and it counts as posted and consumed), for the next frames of
 	// lane after the ones already posted, and returns how many it took
 	// (fewer when the receive ring is full). A span shorter than Min,
 	// outside r or not contiguous for the NIC is refused, naming it,

@@ -81,7 +81,7 @@ func (r *rxQueue) initPlace() {
 	r.place = true
 	r.hdrs = r.nic.pools.Header[r.q]
 	r.hdr = make([]*nicdrv.Buffer, r.size)
-	r.InitPlacements(r.size, false)
+	r.InitPlacements(r.size, true)
 	// A queue starts as a quiet one: one pool descriptor, so that the
 	// first message after the NIC opened (and its peer connected) has
 	// one frame, not eight, in front of its placements.
@@ -182,7 +182,15 @@ func (r *rxQueue) takePlace(d []byte, s uint32) *nicdrv.Buffer {
 		r.stamp(hb, wb.MRQ, wb.Hash, wb.Status)
 		return hb
 	}
-	r.poolGot++
+	if r.Pooled[s] {
+		// A pool descriptor the caller posted (a Placement without
+		// memory): counted as a placement, not as traffic for the
+		// next refill.
+		r.Pooled[s] = false
+		r.Consumed++
+	} else {
+		r.poolGot++
+	}
 	pb := r.slot[s]
 	payCap := 0
 	if pb != nil {
@@ -223,7 +231,7 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	}
 	from := r.tail
 	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.slot, Hdr: r.hdr, Placed: r.Placed, Pooled: r.Pooled,
-		Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+		Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
 	took, err := slots.Post(&n.d, ps)
 	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encodePlace(s)

@@ -293,3 +293,56 @@ func TestPlacementOptions(t *testing.T) {
 		t.Errorf("Open with Placement and HeaderSplit succeeded")
 	}
 }
+
+// TestPlacementPooledPosting: a Placement without memory posts a pool
+// descriptor in line with the placements: the frame that takes it arrives
+// whole in a pool Buffer, the one after it takes the next placement, and
+// the pool descriptor counts as posted and consumed as a placement does.
+func TestPlacementPooledPosting(t *testing.T) {
+	a, b := openPlacePair(t)
+	defer func() {
+		for _, n := range []*e1000e.NIC{a, b} {
+			if err := n.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	info := b.Info()
+	mem := make([]byte, 2*info.PlaceMin)
+	ps, unmap := nictest.Placements(t, b, mem, 2, info.PlaceMin)
+	defer unmap()
+	st := b.RxPlacement(0)
+	post := []nicdrv.Placement{ps[0], {}, ps[1]}
+	if k, err := b.PostRx(0, post); k != len(post) || err != nil {
+		t.Fatalf("PostRx: took %d of %d: %v", k, len(post), err)
+	}
+	if got := b.RxPlacement(0); got.Posted != st.Posted+3 || got.Ahead != st.Ahead+3 {
+		t.Fatalf("after posting: %+v (before %+v), want three more posted and ahead", got, st)
+	}
+	var frames [][]byte
+	for i := range st.Ahead + 3 {
+		frames = append(frames, nictest.PlaceFrame(b.MAC(), a.MAC(), i, 1000))
+	}
+	nictest.SendFrames(t, a, frames)
+	got := nictest.RecvFrames(t, b, len(frames))
+	for i, g := range got {
+		k := i - st.Ahead // which posting it took: -1 and below for the pool ones ahead
+		switch {
+		case k == 0 || k == 2:
+			p := ps[k/2]
+			if at, _ := g.Attached(); len(at) == 0 || &at[0] != &p.Mem[0] || !bytes.Equal(append(append([]byte(nil), g.Data...), at...), frames[i]) {
+				t.Errorf("frame %d: not in placement %d", i, k/2)
+			}
+		default:
+			if at, _ := g.Attached(); len(at) != 0 || !bytes.Equal(g.Data, frames[i]) {
+				t.Errorf("frame %d: not whole in a pool Buffer", i)
+			}
+		}
+		if err := g.Pool().Free(g); err != nil {
+			t.Error(err)
+		}
+	}
+	if got := b.RxPlacement(0); got.Consumed != st.Consumed+3 {
+		t.Errorf("after the frames: %+v, want the three postings consumed", got)
+	}
+}

@@ -123,7 +123,7 @@ func (t *Transport) Post(lane int, r *transport.Region, spans [][]byte) (int, er
 	}()
 	var err error
 	for i, s := range spans {
-		if s == nil && lane > 0 {
+		if s == nil {
 			ps = append(ps, nicdrv.Placement{})
 			continue
 		}
