@@ -526,7 +526,7 @@ func (b *Board) getReq(e *Endpoint, kind reqKind) *Request {
 
 // maybeFree recycles r when neither the application nor the protocol holds it.
 func (b *Board) maybeFree(r *Request) {
-	if r.userHeld || r.protoHeld || r.kind == 0 {
+	if r.userHeld || r.protoHeld || r.kickHeld || r.kind == 0 {
 		return
 	}
 	b.recycle(r)

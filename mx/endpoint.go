@@ -313,7 +313,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	wait := e.resq.Len() > 0 // keep per-peer order behind waiting sends
 	if e.shortSend(p, class, d, wait) {
 		r := e.sendShort(p, class, match, segs, n, ctx) // short.go
-		late := r.lastSend == sendUnstamped
+		late := r.kickHeld
 		b.unlock()
 		if late {
 			b.stampAfterKick(r) // short.go

@@ -84,6 +84,10 @@ type Request struct {
 
 	userHeld  bool // the application may still Test/Wait it
 	protoHeld bool // the protocol still references it (unacked, region, pull)
+	// kickHeld: isend still holds it between its kick and its clock
+	// reading (stampAfterKick), when another goroutine may ack, complete
+	// and consume it; maybeFree leaves it to stampAfterKick.
+	kickHeld  bool
 	forgotten bool
 	zombie    bool // an eager send completed before its ack
 	waiters   int

@@ -85,6 +85,7 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	// right after sendFrame, below.
 	if b.kicker != nil {
 		r.firstSend, r.lastSend = sendUnstamped, sendUnstamped
+		r.kickHeld = true // not recycled before stampAfterKick, whoever consumes it
 	}
 	r.seq = p.sendSeq
 	p.sendSeq = seqNext(p.sendSeq)
@@ -223,18 +224,28 @@ const sendUnstamped = int64(1) << 61
 // sendShort leaves to it; it also clears the receive its waiter consumed
 // (freeLater). isend calls it before it returns r, so a zombie is done
 // when ISend returns, as on every path.
+// Until then r is kickHeld: an ack handled meanwhile by another goroutine
+// may complete it and that goroutine's WaitAny consume it, and it is freed
+// here, not under that goroutine.
 func (b *Board) stampAfterKick(r *Request) {
 	now := b.clock()
 	b.mu.Lock()
 	b.useReading(max(now, b.nowv)) // never behind a reading the protocol stored meanwhile
 	now = b.nowv
-	if p := r.p; r.lastSend == sendUnstamped && p != nil && p.unacked.has(r) {
-		r.firstSend, r.lastSend = now, now
-		b.noteDue(p.tailDue(r)) // ask.go
-	} else if r.lastSend == sendUnstamped {
-		r.firstSend, r.lastSend = now, now // gone from the unacked list: nothing counts from it
+	r.kickHeld = false
+	// Each field on its own: a resend meanwhile (a probe, a NACK) stamped
+	// lastSend and not firstSend, from which the unreachable verdict counts.
+	if r.firstSend == sendUnstamped {
+		r.firstSend = now
+	}
+	if r.lastSend == sendUnstamped {
+		r.lastSend = now
+		if p := r.p; p != nil && p.unacked.has(r) {
+			b.noteDue(p.tailDue(r)) // ask.go
+		}
 	}
 	r.ep.zombieDone(r) // unless its ack came meanwhile (and completed it)
+	b.maybeFree(r)     // consumed meanwhile (another goroutine's WaitAny): freed now
 	if b.late != nil {
 		b.recycle(b.late) // freeLater: the reply is out
 		b.late = nil
