@@ -146,8 +146,15 @@ func (p *partner) nextTag() uint8 {
 func (p *partner) onProbe(h *wire.Truc) {
 	pulls := h.Probe&wire.TrucPulls != 0
 	if h.Probe&wire.TrucAnswer != 0 {
-		p.answered = min(p.answered+1, p.asked)
 		tag := h.Probe & wire.TrucTagMask >> wire.TrucTagShift
+		// Answers come in the order asked: this one settles its own
+		// question and every one before it (answered, or it or its
+		// answer lost), so only those asked after it may still be owed.
+		// A lost question or answer then stops counting at the next
+		// answer, and a duplicate answer counts nothing.
+		if after := uint64((p.tags - tag) & (wire.TrucTagMask >> wire.TrucTagShift)); after <= p.asked {
+			p.answered = min(max(p.answered, p.asked-after), p.asked)
+		}
 		switch {
 		case pulls:
 			p.onPullAnswer(tag)
