@@ -93,7 +93,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		n.nDrop.Add(1)
 		return rxDropped
 	}
-	if len(fr) > n.maxFrameLocked() {
+	if len(fr) > frameLimit(fr, n.maxFrameLocked()) {
 		n.regs[hw.ROC/4]++
 		n.nDrop.Add(1)
 		return rxDropped

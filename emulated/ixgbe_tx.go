@@ -248,8 +248,8 @@ func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap,
 		drop()
 		return
 	}
-	if len(fr) > s.maxFrame {
-		n.violation("TX frame of %d bytes: longer than %d (HLREG0.JUMBOEN, MAXFRS)", len(fr), s.maxFrame)
+	if lim := frameLimit(fr, s.maxFrame); len(fr) > lim {
+		n.violation("TX frame of %d bytes: longer than %d (HLREG0.JUMBOEN, MAXFRS; 4 more with a VLAN tag)", len(fr), lim)
 		drop()
 		return
 	}
@@ -273,12 +273,24 @@ func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap,
 	n.out = append(n.out, fr)
 }
 
-// maxFrameLocked is the largest frame without FCS the MAC passes.
+// maxFrameLocked is the largest untagged frame without FCS the MAC
+// passes (MAXFRS.MFS less the FCS; see frameLimit for a tagged one).
 func (n *ixgbeNIC) maxFrameLocked() int {
 	if n.has(hw.HLREG0, hw.Hlreg0JumboEn) {
 		return int(n.reg(hw.MAXFRS)>>hw.MaxfrsShift) - 4
 	}
 	return hw.MaxFrame
+}
+
+// frameLimit is the largest length without FCS of a frame like fr when
+// the largest untagged one is untagged: a frame with a VLAN tag (EtherType
+// 0x8100 at offset 12) may be 4 bytes longer, as the 82599 admits one of
+// MFS+4 bytes (MAXFRS; the hard-wired 1518 likewise admits 1522 tagged).
+func frameLimit(fr []byte, untagged int) int {
+	if len(fr) >= 14 && fr[12] == 0x81 && fr[13] == 0x00 {
+		return untagged + 4
+	}
+	return untagged
 }
 
 func (n *ixgbeNIC) count64(lo int, v uint64) {

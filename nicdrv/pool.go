@@ -278,7 +278,7 @@ func NewPool(dma pci.DMA, o PoolOptions) (*Pool, error) {
 		off := i * o.BufferSize
 		iova, contig, err := m.IOVA(off)
 		if err == nil && contig < o.BufferSize {
-			err = fmt.Errorf("buffer %d straddles an IOVA segment edge", i)
+			err = fmt.Errorf("buffer %d of %d bytes straddles an IOVA segment edge (IOVA-contiguous for %d bytes): the memory is not in pages of at least the buffer size; reserve hugepages or use an IOMMU", i, o.BufferSize, contig)
 		}
 		if err != nil {
 			dma.Unmap(m)

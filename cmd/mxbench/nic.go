@@ -48,7 +48,7 @@ func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring")
 	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the goroutine that writes a NIC's transmit tail do that NIC's transmit DMA and the peer's receive DMA (reading the sender's memory, writing the receiver's) before the write returns, as the model's tests do; by default each emulated NIC does its own transmit and receive DMA on an engine goroutine of its own, as a NIC does beside the CPU, and the run gets one more GOMAXPROCS per NIC for them (docs/zero-copy.md)")
-	fs.IntVar(&n.mtu, "nic-mtu", 1500, "nic: the link MTU, 1500 or, on 82599s, jumbo frames up to 9000: the NICs are opened for frames of MTU + 18 bytes in receive buffers of the next power of two (SRRCTL.BSIZEPACKET up to 16 KiB), so each frame, placed or not, takes one descriptor, and mx cuts pull replies and medium fragments for the larger frames (a pull reply carries MTU - 18 bytes of payload, MTU - 50 when placed; docs/zero-copy.md)")
+	fs.IntVar(&n.mtu, "nic-mtu", 1500, "nic: the link MTU, 1500 or, on 82599s, jumbo frames up to 9000: the NICs are opened for frames of MTU + 18 bytes in receive buffers of the next power of two (SRRCTL.BSIZEPACKET up to 16 KiB), so each frame, placed or not, takes one descriptor (a VLAN-tagged one too, 4 bytes longer); each queue's pool then holds 3413 such buffers, per NIC 13 MiB up to MTU 4074, 27 MiB to 8170, 53 MiB above (85 MiB with --nic-place's 4 placing queues of 512 more), and mx cuts pull replies and medium fragments for the larger frames (a pull reply carries MTU - 18 bytes of payload, MTU - 50 when placed; docs/zero-copy.md)")
 	fs.BoolVar(&n.place, "nic-place", false, "nic: open the NICs (82599s: header split; 82574Ls: packet split) with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
 }
 
@@ -280,10 +280,15 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool, mtu int, 
 		o.TxRing = txRing82599
 		if mtu > 1500 {
 			o.MaxFrame = mtu + 18
-			o.BufferSize = 1 << bits.Len(uint(o.MaxFrame-1))
-			// A pool a queue of RX ring, TX ring and a ring more: at
-			// 16 KiB a buffer, the default (twice both rings) is 160 MiB.
-			o.PoolBuffers = 2*o.RxRing + o.TxRing
+			// A buffer holds a VLAN-tagged frame too, 4 bytes longer.
+			o.BufferSize = 1 << bits.Len(uint(o.MaxFrame+4-1))
+		}
+		if o.BufferSize > nicdrv.BufferSize {
+			// A queue's pool holds its RX ring, its TX ring of copied
+			// sends and the transport's lends (a quarter of the pool):
+			// (512+2048)*4/3 = 3413 buffers, 53 MiB at 16 KiB (the
+			// default, twice both rings, would be 80 MiB).
+			o.PoolBuffers = (o.RxRing + o.TxRing) * 4 / 3
 			if model {
 				o.Memory.PageSize = hugepage.Size4K
 			}
@@ -298,7 +303,7 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool, mtu int, 
 		return ixgbe.Open(d, o)
 	}
 	if mtu > 1500 {
-		return nil, fmt.Errorf("MTU %d: gomx's 82574L driver takes 1500-byte frames only", mtu)
+		return nil, fmt.Errorf("--nic-mtu %d: gomx's 82574L driver takes 1500-byte frames only; use 82599s or --nic-mtu 1500", mtu)
 	}
 	o := e1000e.DefaultOptions()
 	o.Interrupts = interrupts

@@ -107,6 +107,18 @@ func TestNICStreamJumboPlaced(t *testing.T) {
 	}
 }
 
+// TestNICStreamPlacedBufferEdge: --nic-mtu 2030 --nic-place makes frames
+// of 2048 bytes, whose VLAN-tagged kin of 2052 the 82599 also admits: the
+// NICs open with 4 KiB buffers (ixgbe refuses placement otherwise) and
+// the stream arrives byte-exact.
+func TestNICStreamPlacedBufferEdge(t *testing.T) {
+	rows := jsonRows(t, runOK(t, "stream", "--transport", "nic", "--nic", "model-82599", "--nic-mtu", "2030", "--nic-place", "--no-checksum",
+		"--baseline=false", "--sizes", "64K", "--iterations", "2", "--warmup", "1", "--verify", "--json"))
+	if len(rows) != 1 || rows[0].Errors != 0 {
+		t.Fatalf("rows %+v: want one without errors", rows)
+	}
+}
+
 // TestNICOverlap: overlap over the emulated 82599 pair, ranks 0 and 1 as
 // two boards of this process, reports EMP's timings and an availability
 // row with both sides' copies: with --nic-place neither side's CPU copies

@@ -159,7 +159,7 @@ type Options struct {
 	// 32 to 8192 (default 512).
 	RxRing, TxRing int
 	// Pool, when set, is the one buffer pool every queue receives into
-	// (its buffers must be 2048 bytes), and its lock is shared by every
+	// (its buffers must be BufferSize bytes), and its lock is shared by every
 	// queue. When nil, Open makes a pool of PoolBuffers buffers for each
 	// queue, so that queues share no lock, and Close closes them.
 	Pool *nicdrv.Pool
@@ -198,8 +198,10 @@ type Options struct {
 	// (nicdrv.Placer; see the package doc): every RX queue splits every
 	// frame after its first 64 bytes (SRRCTL DESCTYPE 101). It excludes
 	// HeaderSplit, and each placed frame takes one descriptor, so every
-	// buffer the NIC may fill must hold the largest frame: MaxFrame at
-	// most BufferSize (jumbo frames with BufferSize 16384).
+	// buffer the NIC may fill must hold the largest frame, which is
+	// MaxFrame+4 with a VLAN tag (the 82599 admits a tagged frame 4 bytes
+	// past MAXFRS.MFS): MaxFrame+4 at most BufferSize (jumbo frames with
+	// BufferSize 16384).
 	Placement bool
 	// PlaceOnly, with Placement, keeps the last PlaceOnly RX queues for
 	// placement alone (nicdrv.Info.PlaceOnly): the driver hands them no
@@ -235,6 +237,12 @@ func DefaultOptions() Options {
 
 // maxJumbo is the largest MaxFrame the driver takes: a 9000-byte MTU.
 const maxJumbo = 9018
+
+// vlanTag is how much longer than MaxFrame a frame the 82599 admits may
+// be: a VLAN-tagged one may be MAXFRS.MFS+4 bytes (and 1522 with
+// HLREG0.JUMBOEN off), so a placement and a placing queue's pool buffer
+// hold MaxFrame+vlanTag bytes.
+const vlanTag = 4
 
 // maxBufferSize is the largest BufferSize: SRRCTL.BSIZEPACKET's 16 KiB.
 const maxBufferSize = 16384
@@ -272,8 +280,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("ixgbe: PlaceOnly %d with Placement %v and %d queues: want Placement and 0..Queues-1 (queue 0 takes the unsteered traffic)", o.PlaceOnly, o.Placement, o.Queues)
 	case o.BufferSize < nicdrv.BufferSize || o.BufferSize > maxBufferSize || o.BufferSize&(o.BufferSize-1) != 0:
 		return fmt.Errorf("ixgbe: BufferSize %d: want a power of two from %d to %d (SRRCTL.BSIZEPACKET, 1..16 KiB)", o.BufferSize, nicdrv.BufferSize, maxBufferSize)
-	case o.Placement && o.MaxFrame > o.BufferSize:
-		return fmt.Errorf("ixgbe: Placement with MaxFrame %d and %d-byte pool buffers: a placed frame takes one descriptor, and a pool buffer must hold any frame the NIC may put where a placement was expected; set BufferSize to at least %d", o.MaxFrame, o.BufferSize, o.MaxFrame)
+	case o.Placement && o.MaxFrame+vlanTag > o.BufferSize:
+		return fmt.Errorf("ixgbe: Placement with MaxFrame %d and %d-byte pool buffers: a placed frame takes one descriptor, and a pool buffer must hold any frame the NIC may put where a placement was expected, VLAN-tagged ones of MaxFrame+%d bytes too; set BufferSize to at least %d", o.MaxFrame, o.BufferSize, vlanTag, o.MaxFrame+vlanTag)
 	case o.Pool != nil && o.Pool.BufferSize() != o.BufferSize:
 		return fmt.Errorf("ixgbe: pool buffers of %d bytes: the driver programs %d-byte RX buffers (BufferSize); make the pool with BufferSize %d", o.Pool.BufferSize(), o.BufferSize, o.BufferSize)
 	}
@@ -397,7 +405,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
-		n.info.PlaceHeader, n.info.PlaceMin, n.info.PlaceOnly = placeHeader, o.MaxFrame-placeHeader, o.PlaceOnly
+		n.info.PlaceHeader, n.info.PlaceMin, n.info.PlaceOnly = placeHeader, o.MaxFrame+vlanTag-placeHeader, o.PlaceOnly
 	}
 	_, _ = n.WaitLink(true, o.LinkTimeout)
 	return n, nil

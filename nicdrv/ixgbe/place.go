@@ -37,7 +37,7 @@ const (
 )
 
 // placeMinWhy says why a placement is at least Info.PlaceMin long.
-var placeMinWhy = fmt.Sprintf("the largest frame less the %d-byte header", placeHeader)
+var placeMinWhy = fmt.Sprintf("the largest frame (MaxFrame, %d more with a VLAN tag) less the %d-byte header", vlanTag, placeHeader)
 
 // placeState is a placing queue's placements, by slot, and their counts.
 type placeState struct {

@@ -55,7 +55,7 @@ func testPlacement(t *testing.T, maxFrame, bufSize, size int) {
 	dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
 		a, b := openPlacePair(t, m, maxFrame, bufSize)
 		info := b.Info()
-		if info.PlaceHeader != 64 || info.PlaceMin != maxFrame-64 || info.MaxFrame != maxFrame {
+		if info.PlaceHeader != 64 || info.PlaceMin != maxFrame+4-64 || info.MaxFrame != maxFrame {
 			t.Fatalf("Info: PlaceHeader %d, PlaceMin %d (MaxFrame %d)", info.PlaceHeader, info.PlaceMin, info.MaxFrame)
 		}
 		const placed = 16
@@ -189,8 +189,8 @@ func TestPlacementOptions(t *testing.T) {
 			want string
 		}{
 			{ixgbe.Options{Placement: true, HeaderSplit: true}, "HeaderSplit"},
-			{ixgbe.Options{Placement: true, MaxFrame: 9018}, "set BufferSize to at least 9018"},
-			{ixgbe.Options{Placement: true, MaxFrame: 9018, BufferSize: 8192}, "set BufferSize to at least 9018"},
+			{ixgbe.Options{Placement: true, MaxFrame: 9018}, "set BufferSize to at least 9022"},
+			{ixgbe.Options{Placement: true, MaxFrame: 9018, BufferSize: 8192}, "set BufferSize to at least 9022"},
 			{ixgbe.Options{BufferSize: 32768}, "BufferSize 32768"},
 			{ixgbe.Options{BufferSize: 3072}, "BufferSize 3072"},
 			{ixgbe.Options{BufferSize: 1024}, "BufferSize 1024"},
@@ -251,4 +251,57 @@ func TestPlaceOnlyCancel(t *testing.T) {
 			t.Errorf("CancelRx(0): %v, want ErrNotSupported", err)
 		}
 	})
+}
+
+// TestPlacementVLAN sends VLAN-tagged frames of MaxFrame+4 bytes, the
+// largest the 82599 admits (MAXFRS.MFS does not count the tag), to
+// placements of Info.PlaceMin bytes laid end to end with a guard after
+// each: every frame lands whole in its placement and no byte after a
+// placement is written.
+func TestPlacementVLAN(t *testing.T) {
+	for _, g := range placeGeometries {
+		t.Run(g.name, func(t *testing.T) {
+			dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+				a, b := openPlacePair(t, m, g.maxFrame, g.bufSize)
+				info := b.Info()
+				const placed, guard = 4, 64
+				stride := info.PlaceMin + guard
+				mem := bytes.Repeat([]byte{0xEE}, placed*stride)
+				ps, unmap := nictest.Placements(t, b, mem, placed, stride)
+				ahead := b.RxPlacement(0).Ahead
+				if k, err := b.PostRx(0, ps); k != placed || err != nil {
+					t.Fatalf("PostRx: %d of %d taken: %v", k, placed, err)
+				}
+				var frames [][]byte
+				for i := range ahead + placed {
+					n := 60
+					if i >= ahead {
+						n = g.maxFrame + 4
+					}
+					fr := nictest.PlaceFrame(b.MAC(), a.MAC(), i, n)
+					fr[12], fr[13], fr[14], fr[15] = 0x81, 0x00, 0x00, byte(i)
+					frames = append(frames, fr)
+				}
+				nictest.SendFrames(t, a, frames)
+				got := nictest.RecvFrames(t, b, len(frames))
+				checkPlaced(t, got, frames, ps, ahead)
+				for i := range placed {
+					if g := mem[i*stride+info.PlaceMin : (i+1)*stride]; !bytes.Equal(g, bytes.Repeat([]byte{0xEE}, guard)) {
+						t.Errorf("placement %d: the %d bytes after it were written", i, guard)
+					}
+				}
+				for _, g := range got {
+					if err := g.Pool().Free(g); err != nil {
+						t.Error(err)
+					}
+				}
+				for _, n := range []*ixgbe.NIC{b, a} {
+					if err := n.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				unmap()
+			})
+		})
+	}
 }

@@ -58,7 +58,7 @@ func newRxQueue(n *NIC, q int, ring []byte, iova uint64) *rxQueue {
 	pool := n.pools.Packet[q]
 	bs := pool.BufferSize()
 	r := &rxQueue{nic: n, q: q, pool: pool, ring: ring, d: descs(ring), iova: iova, size: size, freeThresh: max(1, min(32, size/8)),
-		split: n.opts.HeaderSplit, maxParts: (n.opts.MaxFrame+bs-1)/bs + 1}
+		split: n.opts.HeaderSplit, maxParts: (n.opts.MaxFrame+vlanTag+bs-1)/bs + 1}
 	pools := []*nicdrv.Pool{r.pool}
 	if n.opts.Placement {
 		r.initPlace()
@@ -231,6 +231,16 @@ func (r *rxQueue) add(b *nicdrv.Buffer, k int) {
 	r.bytes += k
 }
 
+// txLimit is the longest frame starting with data the NIC sends when
+// MaxFrame is maxFrame: 4 bytes longer with a VLAN tag (EtherType 0x8100),
+// as MAXFRS.MFS does not count the tag.
+func txLimit(data []byte, maxFrame int) int {
+	if len(data) >= 14 && data[12] == 0x81 && data[13] == 0x00 {
+		return maxFrame + vlanTag
+	}
+	return maxFrame
+}
+
 // Lock and Unlock take and give back the lock each batch of the queue
 // holds (drv.Close waits on it).
 func (r *rxQueue) Lock()   { r.mu.Lock() }
@@ -244,7 +254,8 @@ func (r *rxQueue) batch(out []*nicdrv.Buffer) (int, error) {
 		return 0, n.errorf("RX batch", nicdrv.ErrClosed)
 	}
 	got := 0
-	maxFrame := n.opts.MaxFrame
+	// The NIC admits a VLAN-tagged frame 4 bytes past MaxFrame.
+	maxFrame := n.opts.MaxFrame + vlanTag
 	// The common frame's loop keeps the ring's cursor and arrays in
 	// locals (the compiler would otherwise load each field again after
 	// every store through a Buffer); the general path below works on
@@ -477,8 +488,8 @@ func (t *txQueue) reject(i int, b *nicdrv.Buffer) error {
 		return n.errorf("TX batch", fmt.Errorf("frame %d: %d bytes in the buffer and %d attached: an attachment follows a nonempty Data and is nonempty: %w", i, len(b.Data), len(ext), nicdrv.ErrFrameSize))
 	case ext != nil && b.Flags&(nicdrv.FlagTxIPChecksum|nicdrv.FlagTxL4Checksum) != 0:
 		return n.errorf("TX batch", fmt.Errorf("frame %d asks for checksum offload with memory attached: the driver seeds the checksum in Data; copy the frame into the buffer: %w", i, nicdrv.ErrNotSupported))
-	case l < 14 || l > n.opts.MaxFrame:
-		return n.errorf("TX batch", fmt.Errorf("frame %d of %d bytes, want 14..%d: %w", i, l, n.opts.MaxFrame, nicdrv.ErrFrameSize))
+	case l < 14 || l > txLimit(b.Data, n.opts.MaxFrame):
+		return n.errorf("TX batch", fmt.Errorf("frame %d of %d bytes, want 14..%d (4 more with a VLAN tag): %w", i, l, n.opts.MaxFrame, nicdrv.ErrFrameSize))
 	}
 	return nil
 }

@@ -8,7 +8,10 @@ import (
 
 	"github.com/gomx-dev/gomx/internal/nicpair"
 
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/nic"
 	"github.com/gomx-dev/gomx/transport/transporttest"
@@ -98,10 +101,11 @@ func TestMTU(t *testing.T) {
 		name string
 		o    func(*ixgbe.Options)
 		mtu  int
+		want string
 	}{
-		{"a 1518-byte NIC", func(*ixgbe.Options) {}, 9000},
-		{"2 KiB pool buffers", func(o *ixgbe.Options) { o.MaxFrame = 9018 }, 9000},
-		{"an MTU below the Ethernet minimum", jumbo, 40},
+		{"a 1518-byte NIC", func(*ixgbe.Options) {}, 9000, "MTU"},
+		{"2 KiB pool buffers", func(o *ixgbe.Options) { o.MaxFrame = 9018 }, 1500, "BufferSize of at least 9022"},
+		{"an MTU below the Ethernet minimum", jumbo, 40, "MTU"},
 	} {
 		o := ixgbe.DefaultOptions()
 		c.o(&o)
@@ -110,10 +114,75 @@ func TestMTU(t *testing.T) {
 			if tr, err := nic.New(n, nic.Options{MTU: c.mtu}); err == nil {
 				tr.Close()
 				t.Errorf("%s, MTU %d: accepted", c.name, c.mtu)
-			} else if !strings.Contains(err.Error(), "MTU") {
-				t.Errorf("%s, MTU %d: %v, want it to name the MTU", c.name, c.mtu, err)
+			} else if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s, MTU %d: %v, want it to say %q", c.name, c.mtu, err, c.want)
 			}
 			n.Close()
 		}
+	}
+}
+
+// TestChainedFrameDropped: over an 82599 whose largest frame (2048)
+// fills its 2 KiB buffers, a VLAN-tagged frame 4 bytes longer, which the
+// NIC admits and chains over two buffers, is dropped whole and counted
+// (nic_chained_frames), not handed up cut to its first buffer; the frame
+// after it arrives.
+func TestChainedFrameDropped(t *testing.T) {
+	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The sender's 4 KiB buffers hold the long frame; the receiver's 2 KiB
+	// ones chain it.
+	o := ixgbe.DefaultOptions()
+	o.MaxFrame = 2048
+	a, rx := nictest.OpenPair(t, func(i int) (*ixgbe.NIC, error) {
+		oi := o
+		if i == 0 {
+			oi.BufferSize = 4096
+		}
+		return ixgbe.Open(p.Functions()[i], oi)
+	})
+	ns := [2]*ixgbe.NIC{a, rx}
+	defer ns[0].Close()
+	b, err := nic.New(ns[1], nicpair.Raw(1))
+	if err != nil {
+		ns[1].Close()
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dst, src := ns[1].MAC(), ns[0].MAC()
+	frame := func(n int, tagged bool) []byte {
+		fr := make([]byte, n)
+		copy(fr, dst[:])
+		copy(fr[6:], src[:])
+		h := 12
+		if tagged {
+			fr[12], fr[13], fr[15] = 0x81, 0x00, 7
+			h = 16
+		}
+		fr[h], fr[h+1] = 0x86, 0xDF
+		for i := h + 2; i < n; i++ {
+			fr[i] = byte(i)
+		}
+		return fr
+	}
+	long, short := frame(o.MaxFrame+4, true), frame(200, false)
+	bufs := make([]*nicdrv.Buffer, 2)
+	if k, err := ns[0].Pool(0).Alloc(bufs); k != 2 {
+		t.Fatalf("alloc: %d: %v", k, err)
+	}
+	copy(bufs[0].SetLen(len(long)), long)
+	copy(bufs[1].SetLen(len(short)), short)
+	if k, err := ns[0].TxBatch(0, bufs); k != 2 || err != nil {
+		t.Fatalf("TX: %d sent: %v", k, err)
+	}
+	got := recvN(t, b, 1)
+	if !bytes.Equal(got[0].whole, short[14:]) {
+		t.Fatalf("received %d bytes, want the %d-byte frame after the chained one", len(got[0].whole), len(short)-14)
+	}
+	if c := counter(b, "nic_chained_frames"); c != 1 {
+		t.Errorf("nic_chained_frames %d, want 1", c)
 	}
 }

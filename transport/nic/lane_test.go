@@ -57,7 +57,7 @@ func TestPlaceLanes(t *testing.T) {
 	a, b := ts[0], ts[1]
 	defer a.Close()
 	pi := b.PlaceInfo()
-	if pi.Head != 64-14 || pi.Lanes != 2 || !pi.SendsLanes || pi.Min != o.MaxFrame-64 {
+	if pi.Head != 64-14 || pi.Lanes != 2 || !pi.SendsLanes || pi.Min != o.MaxFrame+4-64 {
 		t.Fatalf("PlaceInfo %+v: want head 50, 2 lanes, sends lanes", pi)
 	}
 	regs, _ := p.Functions()[1].BAR(0)

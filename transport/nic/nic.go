@@ -12,8 +12,9 @@
 // frames are padded by the NIC to the Ethernet minimum of 60 bytes, so a
 // receiver may see up to 46 bytes of Data where fewer were sent (the mx
 // headers carry their own lengths). Frames of another EtherType (neither
-// Open-MX's nor a lane's), or too short to hold a header, are dropped and
-// counted.
+// Open-MX's nor a lane's), too short to hold a header, or longer than one
+// pool buffer (a chain of Buffers), are dropped and counted. New refuses a
+// NIC whose largest frame is longer than its pool buffers.
 //
 // # UDP framing
 //
@@ -260,7 +261,7 @@ type Transport struct {
 	regions  map[*transport.Region]*region
 	inflight atomic.Int64 // in-place frames not completed
 
-	foreign, short, sendWaits atomic.Uint64
+	foreign, short, chained, sendWaits atomic.Uint64
 	// rxWakes counts the returns of Recv's waits from the driver's WaitRx
 	// (a frame, the timeout, Wake or a hand-over): the receiving thread's
 	// wake-ups.
@@ -344,6 +345,10 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 	info := n.Info()
 	if info.MaxFrame < minFrame+headerLen {
 		return nil, fmt.Errorf("transport/nic: %s NIC's largest frame is %d bytes: too small", info.Driver, info.MaxFrame)
+	}
+	if bs := n.Pool(0).BufferSize(); info.MaxFrame > bs {
+		return nil, fmt.Errorf("transport/nic: %s NIC's largest frame is %d bytes and its pool buffers %d: the transport takes a frame in one buffer; open the NIC with a BufferSize of at least %d (ixgbe.Options.BufferSize; MaxFrame+4 for a VLAN tag)",
+			info.Driver, info.MaxFrame, bs, info.MaxFrame+4)
 	}
 	mac := n.MAC()
 	ipf, hdr, id, err := newFraming(o, mac, info)
@@ -740,6 +745,13 @@ func (t *Transport) poll(frames []transport.Frame) (int, error) {
 // decode checks a received frame's link header and returns its sender and
 // Data; a frame that is not for this transport is counted and skipped.
 func (t *Transport) decode(b *nicdrv.Buffer) (transport.NICID, []byte, bool) {
+	if b.Next != nil {
+		// A frame longer than one pool buffer, which a NIC admitting
+		// frames up to a VLAN tag past its buffers may chain: a frame
+		// is one buffer here, so it is dropped whole, not cut.
+		t.chained.Add(1)
+		return 0, nil, false
+	}
 	if t.hdr != headerLen {
 		return t.ip.decode(b)
 	}
@@ -848,6 +860,7 @@ func (t *Transport) Counters() []transport.Counter {
 	c := []transport.Counter{
 		{Name: "nic_foreign_ethertype", Value: t.foreign.Load()},
 		{Name: "nic_short_frames", Value: t.short.Load()},
+		{Name: "nic_chained_frames", Value: t.chained.Load()},
 		{Name: "nic_send_waits", Value: t.sendWaits.Load()},
 		{Name: "nic_rx_wait_wakeups", Value: t.rxWakes.Load()},
 		{Name: "nic_tx_in_place", Value: t.txInPlace.Load()},
