@@ -36,9 +36,6 @@ func (p *partner) sendTruc(probe uint8) {
 	wire.PutPeerIndex(buf, p.peerIdx, b.ord)
 	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendTruc]++
-	if probe&wire.TrucAsk != 0 {
-		p.asked++
-	}
 	b.sendFrame(p.nic, buf, wire.HeadLen+h.Len(), p.crc)
 	p.notAcked = 0
 	p.ackStale = false

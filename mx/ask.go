@@ -31,8 +31,8 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // resend, and no timeout needs to guess the scheduler. A question or its
 // answer can be lost too, and a late peer answers late: a question still
 // unanswered after askWait is asked again, each wait doubled up to
-// RTOMax, until the ack point moves; only the answer carrying the newest
-// question's tag resends (an earlier one's reflects less). The next
+// RTOMax, until the ack point moves; only the answer to the newest
+// question resends (an earlier one's reflects less). The next
 // question after an answer also waits askWait doubled, from the last one:
 // an answer that resent what it showed missing is followed by a question
 // when that resend is due. The answer's TRUC is read whole before the
@@ -55,10 +55,10 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // arrives, a frame asked for by one of those PULLs that has not arrived
 // was lost. A pull (large.go) whose oldest unfinished block has been
 // silent for pullAskWait sends a TRUC flagged TrucAsk and TrucPulls, with
-// a tag (wire.TrucTagMask) from its partner's count, and notes the number
-// of the last PULL sent before it. The owner answers every such question
-// at once, whatever its ack state, with TrucAnswer, TrucPulls and the
-// tag; the answer whose tag is the pull's outstanding question's
+// a tag (wire.TrucTagMask) from its partner's numbering (below), and
+// notes the number of the last PULL sent before it. The owner answers
+// every such question at once, whatever its ack state, with TrucAnswer,
+// TrucPulls and the tag; the answer to the pull's outstanding question
 // re-requests exactly the missing frames asked for up to that PULL
 // (counter AskRetransmits; the frames in PullFramesRerequested), and
 // nothing else. A wire that is only slow delivers the replies before the
@@ -66,8 +66,24 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // descheduled answers late, and the pull, which sent nothing but
 // questions meanwhile, re-requests nothing. An unanswered question (it or
 // its answer lost, the peer late) is asked again after pullAskWait
-// doubled, up to RTOMax; an answer with another tag (an earlier question,
-// asked again since) is not this one's and is ignored.
+// doubled, up to RTOMax; the answer to an earlier question (asked again
+// since) is not this one's and is ignored.
+//
+// Which question an answer answers. The tag has four bits, and a peer
+// kept from running for a while (half a second on a loaded 2-CPU VM) has
+// dozens of questions to answer at once: with tags taken round and
+// round, the answer to a question asked sixteen questions earlier, sent
+// before the PULLs that followed it were handled and arriving ahead of
+// their replies, carried the newest question's tag and re-requested
+// every frame of those PULLs, each of which then arrived twice. So every
+// question to a peer, the stream's and the pulls', has a number (its tag
+// the low four bits), the peer answers them in the order they were sent,
+// and the answer tagged t answers the first question after the last one
+// answered whose number ends in t (answerNumber). No more than askWindow
+// (16) questions wait for their answers at once, so no two of them share
+// a tag: with sixteen waiting, an asker asks again its own newest question
+// (same number; its answer shows only what was sent before the first
+// copy), and one with none waiting gives the oldest up (askNumber).
 //
 // A pull whose replies the NIC places on a lane (placerecv.go) asks too,
 // but its replies come on the lane's queue and the answer on queue 0, so
@@ -127,18 +143,59 @@ func (p *partner) askDue(now int64, t *Request) {
 		p.ep.b.noteDue(due)
 		return
 	}
-	p.askAt, p.lastAsk = now, now
+	p.lastAsk = now
 	p.asks = min(p.asks+1, askBackoffMax)
-	p.askTag = p.nextTag()
+	own := uint64(0)
+	if p.askAt != 0 {
+		own = p.askNum
+	}
+	num, fresh := p.askNumber(own)
+	if fresh {
+		p.askAt, p.askNum = now, num
+	}
 	p.ep.cnt[TailAsks]++
-	p.sendTruc(wire.TrucAsk | p.askTag<<wire.TrucTagShift)
+	p.sendTruc(wire.TrucAsk | askTag(num)<<wire.TrucTagShift)
 	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
 }
 
-// nextTag returns the tag of a new question to p.
-func (p *partner) nextTag() uint8 {
-	p.tags++
-	return p.tags & (wire.TrucTagMask >> wire.TrucTagShift)
+// askWindow is how many questions to a peer may wait for their answers
+// at once: as many as their tags tell apart.
+const askWindow = wire.TrucTagMask>>wire.TrucTagShift + 1
+
+// askTag is the tag of question number num.
+func askTag(num uint64) uint8 { return uint8(num) & (askWindow - 1) }
+
+// askNumber returns the number of the next question to p, and whether it
+// is a new one. Questions are numbered in the order they go out, and p
+// answers them in that order, so the answer tagged t answers the first
+// question after the last one answered whose number ends in t: no two
+// questions waiting for their answers may share a tag. With askWindow
+// waiting, the asker asks again own, its own question still waiting
+// (fresh false: the answer may be the earlier copy's, and reflects only
+// what was sent before it), or, with none, the oldest waiting question is
+// given up and its tag taken anew.
+func (p *partner) askNumber(own uint64) (num uint64, fresh bool) {
+	if p.asked-p.answered >= askWindow {
+		if own > p.answered {
+			return own, false
+		}
+		p.answered++
+	}
+	p.asked++
+	return p.asked, true
+}
+
+// answerNumber returns the number of the question an answer tagged tag
+// answers: the first one after the last answered with that tag; false
+// when none such was asked (a duplicate, or an answer from before the
+// window moved past it).
+func (p *partner) answerNumber(tag uint8) (uint64, bool) {
+	n := p.answered + 1 + uint64((tag-askTag(p.answered+1))&(askWindow-1))
+	if n > p.asked {
+		return 0, false
+	}
+	p.answered = n
+	return n, true
 }
 
 // onProbe handles the probe flags of a TRUC from p, after its ack and SACK
@@ -146,19 +203,12 @@ func (p *partner) nextTag() uint8 {
 func (p *partner) onProbe(h *wire.Truc) {
 	pulls := h.Probe&wire.TrucPulls != 0
 	if h.Probe&wire.TrucAnswer != 0 {
-		tag := h.Probe & wire.TrucTagMask >> wire.TrucTagShift
-		// Answers come in the order asked: this one settles its own
-		// question and every one before it (answered, or it or its
-		// answer lost), so only those asked after it may still be owed.
-		// A lost question or answer then stops counting at the next
-		// answer, and a duplicate answer counts nothing.
-		if after := uint64((p.tags - tag) & (wire.TrucTagMask >> wire.TrucTagShift)); after <= p.asked {
-			p.answered = min(max(p.answered, p.asked-after), p.asked)
-		}
+		num, ok := p.answerNumber(h.Probe & wire.TrucTagMask >> wire.TrucTagShift)
 		switch {
+		case !ok:
 		case pulls:
-			p.onPullAnswer(tag)
-		case tag == p.askTag:
+			p.onPullAnswer(num)
+		case num == p.askNum:
 			p.onAnswer()
 		}
 	}
@@ -231,23 +281,29 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 	if now < max(bl.lastReq, pl.lastProgress, pl.askAt)+p.pullAskWait(pl.asks) {
 		return
 	}
+	own := uint64(0)
+	if pl.asking {
+		own = pl.askNum
+	}
+	num, fresh := p.askNumber(own)
+	if fresh {
+		pl.askNum, pl.askReq = num, pl.reqs
+	}
 	pl.asking = true
-	pl.askTag = p.nextTag()
-	pl.askReq = pl.reqs
 	pl.askAt = now
 	pl.asks++
 	pl.e.cnt[PullAsks]++
-	p.sendTruc(wire.TrucAsk | wire.TrucPulls | pl.askTag<<wire.TrucTagShift)
+	p.sendTruc(wire.TrucAsk | wire.TrucPulls | askTag(num)<<wire.TrucTagShift)
 }
 
-// onPullAnswer takes the answer tagged tag to a question about pulls from
+// onPullAnswer takes the answer to question number num about pulls from
 // p: the pull whose outstanding question it answers re-requests the
 // missing frames asked for by the PULLs sent before that question.
-func (p *partner) onPullAnswer(tag uint8) {
+func (p *partner) onPullAnswer(num uint64) {
 	e := p.ep
 	now := e.b.now()
 	for _, pl := range e.pulls {
-		if pl == nil || pl.p != p || !pl.asking || pl.askTag != tag {
+		if pl == nil || pl.p != p || !pl.asking || pl.askNum != num {
 			continue
 		}
 		pl.asking = false

@@ -8,16 +8,13 @@ import (
 
 // TestAnswersSettleEarlierQuestions: the peer answers questions in the
 // order asked, so an answer settles its own question and every one asked
-// before it. A question or answer lost on the way stops counting as owed
+// before it (answerNumber). A question or answer lost on the way stops counting as owed
 // (partner.asked less answered, which a placed pull on lane 0 counts
 // ahead of its spans) at the next answer, and a duplicate answer settles
 // nothing more.
 func TestAnswersSettleEarlierQuestions(t *testing.T) {
 	p := &partner{}
-	ask := func() { // as askDue and the pull's question do
-		p.nextTag()
-		p.asked++
-	}
+	ask := func() { p.askNumber(0) } // as askDue and the pull's question number theirs
 	answer := func(tag uint8) {
 		p.onProbe(&wire.Truc{Probe: wire.TrucAnswer | tag<<wire.TrucTagShift})
 	}
@@ -40,13 +37,13 @@ func TestAnswersSettleEarlierQuestions(t *testing.T) {
 	for range 20 { // tags wrap past 15
 		ask()
 	}
-	answer(p.tags & (wire.TrucTagMask >> wire.TrucTagShift))
+	answer(askTag(p.asked))
 	if got := owed(); got != 0 {
 		t.Fatalf("after the newest answer, tags wrapped: %d owed, want 0", got)
 	}
 	ask()
 	ask()
-	answer((p.tags - 1) & (wire.TrucTagMask >> wire.TrucTagShift))
+	answer(askTag(p.asked - 1))
 	if got := owed(); got != 1 {
 		t.Fatalf("after the older of two answers: %d owed, want 1", got)
 	}

@@ -168,11 +168,12 @@ type pull struct {
 	// its replies; geo's reply length is the peer's less pad.
 	pad int
 	// Questions to the region's owner about late replies (ask.go):
-	// whether one is outstanding, its tag, the number of the last PULL
-	// sent before it (askReq), when the last one went out, and how many
-	// went out since one was last answered (the backoff exponent).
+	// whether one is outstanding, its number (partner.asked), the
+	// number of the last PULL sent before it (askReq), when the last one
+	// went out, and how many went out since one was last answered (the
+	// backoff exponent).
 	asking bool
-	askTag uint8
+	askNum uint64
 	askReq uint32
 	askAt  int64
 	asks   int

@@ -161,9 +161,16 @@ func TestPlacedPullCountsTheAnswer(t *testing.T) {
 				pr.bb.mu.Lock()
 				p := pr.btoa.p
 				for range 2 {
-					p.askAt, p.lastAsk = pr.bb.now(), pr.bb.now()
-					p.askTag = p.nextTag()
-					p.sendTruc(wire.TrucAsk | p.askTag<<wire.TrucTagShift)
+					now, own := pr.bb.now(), uint64(0)
+					if p.askAt != 0 {
+						own = p.askNum
+					}
+					num, fresh := p.askNumber(own)
+					if fresh {
+						p.askAt, p.askNum = now, num
+					}
+					p.lastAsk = now
+					p.sendTruc(wire.TrucAsk | askTag(num)<<wire.TrucTagShift)
 				}
 				pr.bb.mu.Unlock()
 			}, func(*pair) {})

@@ -120,18 +120,17 @@ type partner struct {
 	ask   bool
 	askAt int64
 	asks  uint8
-	// tags numbers the questions to the peer (ask.go), its pulls' too:
-	// the last one's tag is its low four bits; askTag is the outstanding
-	// question's about the stream.
-	tags   uint8
-	askTag uint8
+	// asked numbers the questions to the peer (ask.go), its pulls' too:
+	// the last one's; a question's tag is its number's low four bits.
+	// answered is the number of the last question known answered (or
+	// given up: askNumber), and askNum the outstanding question's about
+	// the stream. The peer answers each at once, in order, so
+	// asked-answered answers are on their way (less any lost), each a
+	// frame no pull asked for (placerecv.go).
+	asked, answered uint64
+	askNum          uint64
 	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
-	// asked and answered count the questions sent to the peer (about
-	// the stream or a pull) and the answers received: the peer answers
-	// each at once, in order, so asked-answered answers are on their way
-	// (less any lost), each a frame no pull asked for (placerecv.go).
-	asked, answered uint64
 
 	// selective acks (sack.go), receive side: frames that arrived past
 	// a hole since the last ack or SACK went out, and whether a SACK

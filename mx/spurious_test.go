@@ -121,6 +121,102 @@ func checkNoSpurious(t *testing.T, tf transportFactory, busy, slow bool, n int) 
 	t.Logf("%d messages: a: %v; b: %v", m, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
 }
 
+// TestNoSpuriousRecoveryLarge is TestNoSpuriousRecovery's large-message
+// case: 1 MiB messages as a busy-poll ping-pong (150, 30 with -short or
+// -race) over the network wires (the in-process wire, UDP on loopback,
+// AF_XDP with root), where a pull asks its owner about late replies
+// (ask.go): each message is a pull of about a hundred replies, and a
+// loaded machine makes questions wait for their answers by the dozen.
+// Neither side may ask for a pull frame again, receive one twice, or
+// resend anything on a timer or an answer.
+func TestNoSpuriousRecoveryLarge(t *testing.T) {
+	n := 150
+	if testing.Short() || raceEnabled {
+		n = 30
+	}
+	for _, name := range []string{"loopback", "udp", "xdp"} {
+		tf := factoryNamed(t, name)
+		t.Run(name, func(t *testing.T) {
+			opts := DefaultBoardOptions()
+			opts.BusyPoll = true
+			pr := newPair(t, tf, opts, loopback.Faults{})
+			ctx := testCtx(t, time.Hour)
+			if err := pingPongLarge(ctx, pr, 5, 1<<20); err != nil { // warm-up: the round trips are measured
+				t.Fatal(err)
+			}
+			before := [2]Counters{pr.a.Counters(), pr.b.Counters()}
+			if err := pingPongLarge(ctx, pr, n, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			if lost := wireLost(pr); lost > 0 {
+				t.Logf("the wire lost %d frames: recovery %v / %v", lost, recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
+				return
+			}
+			for i, e := range []*Endpoint{pr.a, pr.b} {
+				c := e.Counters()
+				for _, k := range append(recoveryCounters, AskRetransmits) {
+					if d := c.Get(k) - before[i].Get(k); d != 0 {
+						t.Errorf("endpoint %d: %v %d in %d 1 MiB round trips on a lossless wire", e.id, k, d, n)
+					}
+				}
+			}
+			t.Logf("%d round trips: a: %v; b: %v", n, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
+		})
+	}
+}
+
+// pingPongLarge sends n messages of size bytes from a to b, each sent
+// back by b, and checks every byte of both.
+func pingPongLarge(ctx context.Context, pr *pair, n, size int) error {
+	errc := make(chan error, 1)
+	go func() {
+		buf := make([]byte, size)
+		for i := range n {
+			r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			if _, err := waitAMinute(ctx, r); err != nil {
+				errc <- fmt.Errorf("b: receive %d: %w", i, err)
+				return
+			}
+			s, err := pr.b.ISend([][]byte{buf}, pr.btoa, uint64(i), nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			if _, err := waitAMinute(ctx, s); err != nil {
+				errc <- fmt.Errorf("b: send %d: %w", i, err)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	back := make([]byte, size)
+	for i := range n {
+		msg := pattern(size, uint64(i))
+		r, err := pr.a.IRecv([][]byte{back}, uint64(i), ^uint64(0), nil)
+		if err != nil {
+			return err
+		}
+		s, err := pr.a.ISend([][]byte{msg}, pr.atob, uint64(i), nil)
+		if err != nil {
+			return err
+		}
+		if _, err := waitAMinute(ctx, s); err != nil {
+			return fmt.Errorf("a: send %d: %w", i, err)
+		}
+		if _, err := waitAMinute(ctx, r); err != nil {
+			return fmt.Errorf("a: receive %d: %w", i, err)
+		}
+		if !bytes.Equal(back, msg) {
+			return fmt.Errorf("message %d came back different", i)
+		}
+	}
+	return <-errc
+}
+
 // wireLost returns how many frames the pair's transports sent and never
 // received, by their own counters ("sent", "received"), once the last
 // frames had a moment to land; 0 for transports that count neither.
