@@ -45,29 +45,7 @@ func TestSlowClockLossyPingPong(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		n = 500
 	}
-	tf := factoryNamed(t, "loopback")
-	for _, busy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
-			opts := fastOptions()
-			opts.BusyPoll = busy
-			pr := newPair(t, tf, opts, loopback.Faults{})
-			setSlowClock(pr.ba)
-			setSlowClock(pr.bb)
-			pr.w.faults(loopback.Faults{Loss: 0.01, Seed: 7})
-			if err := pingPongMixed(testCtx(t, time.Hour), pr, n, 0); err != nil {
-				t.Fatal(err)
-			}
-			var timers uint64
-			for _, e := range []*Endpoint{pr.a, pr.b} {
-				c := e.Counters()
-				timers += c.Get(AskRetransmits) + c.Get(TailProbes) + c.Get(TimerRetransmits)
-			}
-			t.Logf("a: %v; b: %v", recoverySummary(pr.a.Counters()), recoverySummary(pr.b.Counters()))
-			if timers == 0 {
-				t.Errorf("%d round trips over a wire losing 1%% of frames completed with no resend on an answer, tail probe or timer retransmit", n)
-			}
-		})
-	}
+	checkLossyPingPong(t, n, true)
 }
 
 // TestSlowClockAcksUnanswered sends small messages one way to a receiver on

@@ -255,12 +255,24 @@ func TestLossyPingPong(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		n = 1000
 	}
+	checkLossyPingPong(t, n, false)
+}
+
+// checkLossyPingPong is TestLossyPingPong's ping-pong of n mixed messages
+// over the in-process wire losing 1% of its frames, in both wait modes,
+// on boards that take their clock as slow (slow: Board.slowClk) or as it
+// is.
+func checkLossyPingPong(t *testing.T, n int, slow bool) {
 	tf := factoryNamed(t, "loopback")
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
 			opts := fastOptions()
 			opts.BusyPoll = busy
 			pr := newPair(t, tf, opts, loopback.Faults{})
+			if slow {
+				setSlowClock(pr.ba)
+				setSlowClock(pr.bb)
+			}
 			pr.w.faults(loopback.Faults{Loss: 0.01, Seed: 7})
 			if err := pingPongMixed(testCtx(t, time.Hour), pr, n, 0); err != nil {
 				t.Fatal(err)
