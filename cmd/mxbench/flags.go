@@ -71,6 +71,8 @@ type pairFlags struct {
 	settle    time.Duration
 	// cpuprofile is where the measured sizes' CPU profile goes.
 	cpuprofile string
+	// trace is where the measured sizes' execution trace goes.
+	trace string
 	// unavailable says why the chosen wire cannot run in this process
 	// (chooseTransport), when it is not falling back.
 	unavailable string
@@ -217,6 +219,7 @@ func (f *pairFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.remoteEP, "remote-endpoint", 0, "the server's endpoint id")
 	fs.DurationVar(&f.settle, "settle", defaultSettle, "unmeasured round trips for this long before the first size, until the Go runtime's monitor thread has backed off (0: none; both sides in this process or --procs)")
 	fs.BoolVar(&f.baseline, "baseline", true, "also measure a plain UDP-socket exchange of the same sizes")
+	fs.StringVar(&f.trace, "trace", "", "write an execution trace of the measured sizes (runtime/trace) to `FILE`, for go tool trace: which goroutines ran, waited for a CPU, blocked or slept, and when")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured sizes (both sides in this process; --baseline=false keeps the UDP baseline out) to `FILE`, for go tool pprof, and print per size how the boards' waits went per iteration")
 	fs.Float64Var(&f.faults.loss, "loss", 0, "fraction of frames lost, on every --transport (see --seed)")
 	fs.Float64Var(&f.faults.reorder, "reorder", 0, "fraction of frames swapped with the next one to the same board")

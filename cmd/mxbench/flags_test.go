@@ -16,7 +16,7 @@ var honoured = func() map[string][]string {
 	common := []string{"aligned", "bind", "counters", "end", "engine", "engine-cpu", "iterations", "json", "key", "listen",
 		"multiplier", "no-checksum", "no-zero-copy", "plot", "procs", "rndv-threshold", "sizes", "start", "strategy", "timeout", "verify", "wait", "warmup", "yield"}
 	pair := []string{"baseline", "corrupt", "cpuprofile", "dup", "iface", "loss", "nic", "nic-interrupts", "nic-mtu", "nic-place", "nic-sync-dma", "peer", "peer-iface",
-		"remote-endpoint", "reorder", "seed", "settle", "transport", "usb", "xdp-mode", "xdp-udp", "queues", "bind-app"}
+		"remote-endpoint", "reorder", "seed", "settle", "trace", "transport", "usb", "xdp-mode", "xdp-udp", "queues", "bind-app"}
 	with := func(parts ...[]string) []string {
 		var out []string
 		for _, p := range parts {

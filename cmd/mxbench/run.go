@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"syscall"
 	"time"
@@ -158,6 +159,13 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	}
 	if f.cpuprofile != "" {
 		stop, err := startCPUProfile(f.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
+	if f.trace != "" {
+		stop, err := startTrace(f.trace)
 		if err != nil {
 			return err
 		}
@@ -397,6 +405,23 @@ func startCPUProfile(path string) (func() error, error) {
 	}
 	return func() error {
 		pprof.StopCPUProfile()
+		return out.Close()
+	}, nil
+}
+
+// startTrace starts the runtime's execution trace into path and returns
+// what stops it and closes the file.
+func startTrace(path string) (func() error, error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	if err := trace.Start(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	return func() error {
+		trace.Stop()
 		return out.Close()
 	}, nil
 }
