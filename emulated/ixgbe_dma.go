@@ -25,7 +25,11 @@ import (
 // that a frame went out from the write-back, as from a NIC.
 //
 // The engine is also the NIC's receive DMA. A frame coming off the wire
-// is copied into the NIC's packet buffer (wireIn, as the MAC stores it),
+// goes into the NIC's packet buffer (wireIn, as the MAC stores it): from
+// a peer 82599 on a perfect cable the buffer the sender's engine gathered
+// it in, which the packet buffer keeps, giving a spent one back
+// (takeFromWire; the copy a cable makes costs nothing the chips do), from
+// anything else a copy,
 // and the engine, woken as for a tail, takes it through the receive path
 // the synchronous mode runs on the sender's goroutine: the address filter,
 // the steering, the RX ring writes (header buffer, packet buffer or the
@@ -146,6 +150,39 @@ func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
 	w.frames = append(w.frames, wireFrame{b: append(b[:0], fr...), badFCS: badFCS})
 	w.queued.Add(1)
 	w.mu.Unlock()
+	n.kickAfterWire()
+}
+
+// takeFromWire implements wireTaker: with AsyncDMA the packet buffer
+// keeps fr itself, and the sender gets a spent frame buffer of this NIC's
+// in its place, so a frame crosses the cable without a copy. A full
+// packet buffer, or the synchronous model, takes nothing (fromWire then
+// counts the miss, or receives the frame at once).
+func (n *ixgbeNIC) takeFromWire(fr []byte) ([]byte, bool) {
+	if !n.async {
+		return nil, false
+	}
+	w := &n.in
+	w.mu.Lock()
+	if len(w.frames) >= n.hold.max {
+		w.mu.Unlock()
+		return nil, false
+	}
+	var back []byte
+	if k := len(w.free); k > 0 {
+		back = w.free[k-1][:0]
+		w.free[k-1] = nil
+		w.free = w.free[:k-1]
+	}
+	w.frames = append(w.frames, wireFrame{b: fr})
+	w.queued.Add(1)
+	w.mu.Unlock()
+	n.kickAfterWire()
+	return back, true
+}
+
+// kickAfterWire wakes the engine for a frame put in the packet buffer.
+func (n *ixgbeNIC) kickAfterWire() {
 	n.mu.Lock()
 	var e *dmaEngine
 	if !n.closed {

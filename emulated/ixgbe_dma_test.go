@@ -1,14 +1,18 @@
 package emulated_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -224,6 +228,71 @@ func TestIXGBEReceiveOnOwnEngine(t *testing.T) {
 	for i := range 2 {
 		if s := p.Stats(i); s.Violations != 0 || s.RxQueued != 0 {
 			t.Errorf("NIC %d: %d violations (the last %q), %d frames left queued", i, s.Violations, s.LastViolation, s.RxQueued)
+		}
+	}
+}
+
+// With AsyncDMA a frame crosses the cable in the sender's frame buffer
+// (the receiver's packet buffer keeps it and gives a spent buffer back)
+// rather than as a copy: every frame still arrives whole and in order
+// while the sender's engine goes on gathering later frames into buffers
+// that came back, bursts of them waiting in the receiver's packet buffer.
+func TestIXGBEFramesCrossTheCableWhole(t *testing.T) {
+	m := emulated.DefaultIXGBEOptions()
+	m.AsyncDMA = true
+	p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+	a, b := n[0], n[1]
+	const total, burst = 600, 32
+	rx := make([]*nicdrv.Buffer, 64)
+	next := uint64(0)
+	check := func() {
+		t.Helper()
+		k, err := b.RxBatch(0, rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, buf := range rx[:k] {
+			want := nictest.Frame(make([]byte, 2048), b.MAC(), a.MAC(), next, nictest.Size(next))
+			if !bytes.Equal(buf.Data, want) {
+				t.Fatalf("frame %d: %d bytes, not the %d sent (sequence %d)", next, len(buf.Data), len(want), binary.BigEndian.Uint64(buf.Data[14:]))
+			}
+			next++
+		}
+		_ = b.Pool(0).Free(rx[:k]...)
+	}
+	bufs := make([]*nicdrv.Buffer, 0, burst)
+	for seq := uint64(0); seq < total; {
+		bufs = bufs[:0]
+		for ; len(bufs) < burst && seq < total; seq++ {
+			buf, err := a.Pool(0).Get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			nictest.Frame(buf.SetLen(2048), b.MAC(), a.MAC(), seq, nictest.Size(seq))
+			buf.SetLen(nictest.Size(seq))
+			bufs = append(bufs, buf)
+		}
+		for sent := 0; sent < len(bufs); {
+			k, err := a.TxBatch(0, bufs[sent:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent += k
+		}
+		if seq%(4*burst) == 0 {
+			check() // some bursts wait in the packet buffer
+		}
+	}
+	waitIXGBESent(t, p, 0, total)
+	for deadline := time.Now().Add(10 * time.Second); next < total; {
+		check()
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d frames arrived after 10 s", next, total)
+		}
+	}
+	for i := range 2 {
+		if s := p.Stats(i); s.Violations != 0 || s.RxDropped != 0 {
+			t.Errorf("NIC %d: %d violations (the last %q), %d frames dropped", i, s.Violations, s.LastViolation, s.RxDropped)
 		}
 	}
 }

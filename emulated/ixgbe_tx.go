@@ -142,12 +142,16 @@ func (n *ixgbeNIC) txQueue(q int) {
 		case loop:
 			n.receive(fr)
 		case lu:
-			toWire(n, fr)
+			// A peer that keeps the frame for its engine takes this
+			// buffer and gives one of its spent ones back.
+			fr = handOff(n, fr)
 		}
 		// Counted once handed on, so a TxFrames that reached k says
 		// the first k frames are in the peer's hands.
 		n.nTx.Add(1)
-		n.spare = append(n.spare, fr)
+		if cap(fr) >= txFrameCap {
+			n.spare = append(n.spare, fr[:0])
+		}
 	}
 	n.out = n.out[:0]
 }
@@ -158,8 +162,13 @@ func (n *ixgbeNIC) frameBuf() []byte {
 		n.spare = n.spare[:k-1]
 		return b[:0]
 	}
-	return make([]byte, 0, 16384)
+	return make([]byte, 0, txFrameCap)
 }
+
+// txFrameCap is the size of the TX path's frame buffers: the longest
+// frame the walk gathers. A buffer a peer gives back (handOff) that is
+// shorter is left to the garbage collector.
+const txFrameCap = 16384
 
 // txRing walks TX ring q from the snapshot's head to its tail, gathering
 // frames into n.out, and returns the new head. Under txMu, not mu.

@@ -194,6 +194,44 @@ func toWire(e wireEnd, fr []byte) {
 	seg.line.Unlock()
 }
 
+// wireTaker is a wireEnd that can keep a frame off the wire for later
+// (an 82599 with AsyncDMA: its packet buffer) and so may take the
+// sender's buffer itself rather than a copy.
+type wireTaker interface {
+	// takeFromWire does what fromWire(fr, false) does but keeps fr
+	// itself, and returns a buffer of its own the caller keeps in fr's
+	// place (nil when it has none); taken false: it kept nothing and did
+	// nothing, and fromWire must be called.
+	takeFromWire(fr []byte) (back []byte, taken bool)
+}
+
+// handOff sends frame fr from e as toWire does, on a perfect cable to a
+// model that keeps frames for later (wireTaker) without a copy: that
+// model takes fr, and handOff returns the buffer the caller keeps in its
+// place (nil for none). Otherwise it returns fr, still the caller's.
+func handOff(e wireEnd, fr []byte) []byte {
+	j := e.jack()
+	seg := j.seg.Load()
+	if seg == nil || !j.cable.Load() || seg.line != nil || len(seg.ends) != 2 {
+		toWire(e, fr)
+		return fr
+	}
+	p := seg.ends[0]
+	if p == e {
+		p = seg.ends[1]
+	}
+	if p == e || !p.jack().cable.Load() {
+		return fr
+	}
+	if t, ok := p.(wireTaker); ok {
+		if back, taken := t.takeFromWire(fr); taken {
+			return back
+		}
+	}
+	p.fromWire(fr, false)
+	return fr
+}
+
 // deliver hands a frame that crossed the fault line to every port of its
 // sender's segment (as it is now) but the sender, checking its FCS.
 func deliver(it fault.Item[wireEnd]) {
