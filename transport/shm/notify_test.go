@@ -159,7 +159,8 @@ func TestColdRingOfAGoneProducer(t *testing.T) {
 // TestLanesShareTheBudget checks that a lane's size is the budget shared
 // among the lanes a transport may write (Lanes, or the other boards of the
 // directory when fewer), within RingSize and the floor of three frames of
-// the MTU, and that a job of every board talking to every other stays
+// the MTU (a share above a hugepage rounded down to whole hugepages), and
+// that a job of every board talking to every other stays
 // within twice the budget and the receive queues per process, as the
 // transport counts it.
 func TestLanesShareTheBudget(t *testing.T) {
@@ -188,6 +189,10 @@ func TestLanesShareTheBudget(t *testing.T) {
 		{Options{MTU: 65535, RingBudget: 512 << 10}, minFrames * recordLen(65535)},
 		{Options{MTU: mtu, RingBudget: 1 << 30}, 4<<20 - dataOff},
 		{Options{MTU: mtu, RingBudget: -1}, 4<<20 - dataOff},
+		// Three lanes of 8 MiB: 2.7 MiB each, rounded down to a
+		// hugepage (hugeShare), or kept on ordinary pages.
+		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3}, 2<<20 - dataOff},
+		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3, NoHugepages: true}, (8<<20/3 - dataOff) &^ (ringAlign - 1)},
 	} {
 		o, err := c.o.withDefaults()
 		if err != nil {

@@ -49,7 +49,9 @@ type Options struct {
 	// together: a new lane gets RingSize, or RingBudget divided among
 	// the lanes it may have (Lanes, or the other boards the endpoint
 	// directory lists when they are fewer) when that is less, but never
-	// less than three frames of the MTU (ringSize). Since a process also
+	// less than three frames of the MTU, and a share of more than a 2 MiB
+	// hugepage rounded down to whole hugepages unless NoHugepages
+	// (ringSize). Since a process also
 	// maps the lanes its peers write to it, at most Lanes of them, it
 	// maps at most about twice RingBudget in lanes. Default 8 MiB;
 	// negative: every lane is RingSize.
