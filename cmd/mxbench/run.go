@@ -158,16 +158,16 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		}
 	}
 	if f.cpuprofile != "" {
-		stop, err := startCPUProfile(f.cpuprofile)
-		if err != nil {
-			return err
+		stop, serr := startCPUProfile(f.cpuprofile)
+		if serr != nil {
+			return serr
 		}
 		defer func() { err = errors.Join(err, stop()) }()
 	}
 	if f.trace != "" {
-		stop, err := startTrace(f.trace)
-		if err != nil {
-			return err
+		stop, serr := startTrace(f.trace)
+		if serr != nil {
+			return serr
 		}
 		defer func() { err = errors.Join(err, stop()) }()
 	}
