@@ -136,13 +136,20 @@ func (t *Transport) lookNow() {
 // TestAskBackRacesSends: four producers, a receiver that reads two lanes.
 // Each producer goes through cycles: busy (bursts as fast as the receiver
 // takes them) until its pair has a lane, then a trickle of a frame per
-// look of RetireIdle until its lane is asked back; a goroutine runs
-// everyone's RetireIdle with a clock of an eighth of LaneIdle a look, so
-// asks race sends, the producers' own idle retirement (once a producer
-// is done, the others' trickles stop and idle lanes retire on their own)
-// and lanes kept for pairs. Every frame arrives byte for byte, each
-// producer's in order, none dropped, with a receiver that busy-polls and
-// one that sleeps, reading through Recv and through Peek and Take.
+// look of RetireIdle until its lane is asked back. The receiving
+// goroutine runs everyone's RetireIdle with a clock of an eighth of
+// LaneIdle a look, so asks race sends, the producers' own idle
+// retirement (once a producer is done, the others' trickles stop and idle
+// lanes retire on their own) and lanes kept for pairs. The clock moves on
+// only once the receiver took a few frames, the trickling holders sent
+// their frame of the last look and the producers read the receiver's ask
+// and offer, as LaneIdle in real time is ample for all three: so a holder
+// that the scheduler leaves aside is not idle, nor does an ask lapse,
+// for the test's clock alone, and lanes move by asks until a producer is
+// done. Every frame arrives byte for byte, each producer's in order, none
+// dropped, lanes are asked back and the pairs asked for get them, with a
+// receiver that busy-polls and one that sleeps, reading through Recv and
+// through Peek and Take.
 func TestAskBackRacesSends(t *testing.T) {
 	for _, mode := range []struct {
 		name string
@@ -155,27 +162,13 @@ func TestAskBackRacesSends(t *testing.T) {
 			rx, tx := boards[0], boards[1:]
 			clk := &laneClock{now: time.Unix(1e9, 0)}
 			var stop atomic.Bool
-			var looks, received atomic.Int64
+			defer stop.Store(true)
+			var looks atomic.Int64
 			var finished atomic.Int32
-			var wg, retirer sync.WaitGroup
-			retirer.Add(1)
-			go func() {
-				defer retirer.Done()
-				for !stop.Load() {
-					now := clk.after(idle / 8)
-					for _, b := range boards {
-						b.RetireIdle(now)
-					}
-					looks.Add(1)
-					// The next look once the receiver took a few
-					// frames (asks and offers have time to be read),
-					// or after a while without any.
-					for i, got := 0, received.Load(); i < 256 && received.Load() < got+8 && !stop.Load(); i++ {
-						runtime.Gosched()
-					}
-				}
-			}()
-			defer func() { stop.Store(true); retirer.Wait() }()
+			// trickled[k]: 1 + the look producer k sent its trickle
+			// frame of, while it trickles; 0 while it does not.
+			var trickled [producers]atomic.Int64
+			var wg sync.WaitGroup
 			errs := make(chan error, producers)
 			chk := newInOrder(tx...)
 			chk.seen = make([]atomic.Int64, producers)
@@ -225,9 +218,11 @@ func TestAskBackRacesSends(t *testing.T) {
 								if !send(1) {
 									return
 								}
-								for looks.Load() == l && laneTaken(p, rx.Addr()) && !stop.Load() {
+								trickled[k].Store(l + 1)
+								for looks.Load() == l && laneTaken(p, rx.Addr()) && finished.Load() == 0 && !stop.Load() {
 									runtime.Gosched()
 								}
+								trickled[k].Store(0)
 							} else {
 								runtime.Gosched()
 							}
@@ -251,11 +246,37 @@ func TestAskBackRacesSends(t *testing.T) {
 				}
 				return chk.got == n
 			}
+			// ready: the clock may move on. Each holder that trickles
+			// sent its frame of this look (or stopped trickling), and
+			// the producers answered or heard what the receiver asked.
+			ready := func() bool {
+				l := looks.Load()
+				for k, p := range tx {
+					if laneTaken(p, rx.Addr()) && finished.Load() == 0 && trickled[k].Load() != l+1 {
+						return false
+					}
+					if lanePending(p, rx.Addr()) {
+						return false
+					}
+				}
+				return heard(rx, tx)
+			}
+			mark := 0
 			for c := 0; !all(); c++ {
 				if err := chk.take(rx, buf, c%2 == 1, time.Millisecond); err != nil {
 					t.Fatal(err)
 				}
-				received.Store(int64(chk.got))
+				// A look once the receiver took a few frames, or none
+				// came (every producer waits for a look), and ready.
+				if (chk.got >= mark+8 || c%8 == 7) && ready() {
+					now := clk.after(idle / 8)
+					for _, b := range boards {
+						b.RetireIdle(now)
+					}
+					rx.lookNow()
+					looks.Add(1)
+					mark = chk.got
+				}
 				select {
 				case err := <-errs:
 					t.Fatal(err)
@@ -271,8 +292,8 @@ func TestAskBackRacesSends(t *testing.T) {
 				atAsk += counter(p, cntAtAsk)
 			}
 			asked, kept := counter(rx, CounterLanesAskedBack), counter(rx, cntKept)
-			if asked == 0 {
-				t.Errorf("no lane asked back: the receiver's bound never made a lane move")
+			if asked == 0 || kept == 0 {
+				t.Errorf("%d lanes asked back, %d kept and taken: the receiver's bound never made a lane move", asked, kept)
 			}
 			for _, b := range boards {
 				if n := counter(b, "shm frames dropped (ring full)"); n != 0 {
