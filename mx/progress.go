@@ -512,7 +512,11 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	if len(rx) < len(s.rx) {
 		b.ackDrained() // ack.go
 	}
-	b.pcopyN.Store(int32(len(b.pcopies)))
+	if n := int32(len(b.pcopies)); b.pcopyN.Load() != n {
+		// Stored only when it moved: an atomic store is a locked
+		// instruction, and nearly every batch leaves it at 0.
+		b.pcopyN.Store(n)
+	}
 }
 
 // unlock drains frames the board sent to itself, releases mu, then
