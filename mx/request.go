@@ -177,7 +177,9 @@ func (r *Request) Test() (st Status, ok bool) {
 	}
 	b := r.ep.b
 	if !r.done.Load() {
-		if !r.tested.Load() {
+		if b.reaper != nil && !r.tested.Load() {
+			// Only a board with a reaper reads it (offload.go): an
+			// atomic store is a locked instruction.
 			r.tested.Store(true)
 		}
 		if r.engine.Load() > 0 {
