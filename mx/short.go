@@ -115,7 +115,7 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.cnt[ShortSends]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+n, p.crc)
 	if late != nil {
-		if b.kicker != nil {
+		if b.kicker != nil && b.late == nil {
 			b.late = late // after the kick (stampAfterKick)
 		} else {
 			b.recycle(late)
