@@ -176,6 +176,10 @@ type waiterReq struct {
 	// asleep: the waiter sleeps on the sources (sleep.go), and its wait
 	// counts as such, not as polled.
 	asleep bool
+	// looked: the caller made the first look (firstLook, in
+	// Request.Wait), which did not find the request done; idle is what
+	// that look said of the sources.
+	looked, idle bool
 }
 
 // pollWait polls the waiter's sources until w's request is done (or, when
@@ -222,7 +226,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// oversubscribed 8-rank 8 B alltoall's CPU, the look right after each
 	// about as much (docs/intranode-scale.md).
 	firstIdle := false
-	if r != nil {
+	if r != nil && w.looked {
+		firstIdle = w.idle
+	} else if r != nil {
 		done, idle := b.firstLook(w, srcs, mixed)
 		if done {
 			return pollHeld, start, nil

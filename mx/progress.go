@@ -480,9 +480,14 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	tr := b.batchFrom(rx)
 	outer := b.rxRings // a verdict's drain may nest one batch in another
 	b.rxRings = s.rings
-	outerLeft, outerLane := b.rxLeft, b.rxLeftLane
+	outerLeft := b.rxLeft
+	// The counts by lane (placerecv.go), saved and restored only where
+	// the transport places by lane: a copy of the array each way was a
+	// tenth of this function's instructions.
+	var outerLane [transport.MaxLanes + 1]int
 	lanes := b.plc != nil && b.plc.lanes > 0
 	if lanes {
+		outerLane = b.rxLeftLane
 		for i := range rx {
 			if l := rx[i].Lane; l > 0 && int(l) <= transport.MaxLanes {
 				b.rxLeftLane[l]++
@@ -507,12 +512,19 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		b.curFrame = nil
 		f.Data, f.Placed = nil, nil
 	}
-	b.rxLeft, b.rxLeftLane = outerLeft, outerLane
+	b.rxLeft = outerLeft
+	if lanes {
+		b.rxLeftLane = outerLane
+	}
 	b.rxRings = outer
 	if len(rx) < len(s.rx) {
 		b.ackDrained() // ack.go
 	}
-	b.pcopyN.Store(int32(len(b.pcopies)))
+	if n := int32(len(b.pcopies)); b.pcopyN.Load() != n {
+		// Stored only when it moved: an atomic store is a locked
+		// instruction, and nearly every batch leaves it at 0.
+		b.pcopyN.Store(n)
+	}
 }
 
 // unlock drains frames the board sent to itself, releases mu, then

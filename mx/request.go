@@ -177,7 +177,9 @@ func (r *Request) Test() (st Status, ok bool) {
 	}
 	b := r.ep.b
 	if !r.done.Load() {
-		if !r.tested.Load() {
+		if b.reaper != nil && !r.tested.Load() {
+			// Only a board with a reaper reads it (offload.go): an
+			// atomic store is a locked instruction.
 			r.tested.Store(true)
 		}
 		if r.engine.Load() > 0 {
@@ -223,12 +225,33 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 	}
 	start, polled := int64(-1), false
 	gen := e.wakeGen.Load()
+	srcs := b.waitSources()
+	var w waiterReq
+	if len(srcs) > 0 && (b.opts.BusyPoll || r.engine.Load() == 0) {
+		// The first look (firstLook), made here rather than in pollWait,
+		// whose setup (its deferred accounting, the budget) a message
+		// already there does not need: in a ping-pong the reply is
+		// mostly there at once. An adaptive waiter whose request waits
+		// for the copy engine does not look (pollWait says so).
+		w.r = r
+		mixed := len(b.spinSrcs) > 0 && len(b.spinSrcs) < len(srcs)
+		done, idle := b.firstLook(&w, srcs, mixed)
+		if done {
+			if w.ok {
+				w.st.copyTo(&st) // consumed by the look
+				return st, st.Code
+			}
+			err = r.finish(&st)
+			return st, err
+		}
+		w.looked, w.idle = true, idle
+	}
 	// sleep.go; not for a large send over the transport, whose pull
 	// requests come as a stream of frames the receive loop takes better
 	// (see there). r.bulk was set when the posting goroutine posted r.
 	kernel := !b.opts.BusyPoll && !r.bulk && b.canSleepOnSources()
-	if b.opts.BusyPoll || len(b.waitSources()) > 0 {
-		w := waiterReq{r: r}
+	if b.opts.BusyPoll || len(srcs) > 0 {
+		w.r = r
 		out, t, err := b.pollWait(ctx, &w, nil, b.waitBudget(e), e, gen, kernel)
 		if w.ok {
 			// Consumed by the poll that completed it. Field by field:

@@ -361,7 +361,8 @@ func (b *Board) firstLook(w *waiterReq, srcs []*rxSource, mixed bool) (done, idl
 	idle = true
 	for _, s := range srcs {
 		if !mixed || s.spin {
-			looked, found := b.pollSource(s, 0, 0, w)
+			looked, found := b.lookSource(s, 0, 0, w)
+			b.runCopies() // as pollSource does
 			idle = idle && looked && !found
 		}
 	}

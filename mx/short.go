@@ -59,6 +59,13 @@ func (e *Endpoint) shortSend(p *partner, class msgClass, d *Endpoint, wait bool)
 // p with match and returns its request (b.mu held; shortSend said yes).
 func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]byte, n int, ctx any) *Request {
 	b := e.b
+	// The request freed last (freeLater: most likely the receive this
+	// message answers) is cleared for the pool once the frame is out,
+	// not before it, where getReq would clear it.
+	var late *Request
+	if len(b.freeReqs) > 0 {
+		late, b.late = b.late, nil
+	}
 	r := b.getReq(e, kindSend)
 	r.userHeld, r.protoHeld = true, true
 	r.p = p
@@ -107,6 +114,13 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	e.cnt[c]++
 	e.cnt[ShortSends]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.MsgLen+n, p.crc)
+	if late != nil {
+		if b.kicker != nil && b.late == nil {
+			b.late = late // after the kick (stampAfterKick)
+		} else {
+			b.recycle(late)
+		}
+	}
 	if b.kicker != nil {
 		return r // stamped, noted and completed by stampAfterKick
 	}
