@@ -390,15 +390,7 @@ func (b *Board) progress() {
 			// tick: on a machine whose every P a poller holds, a loop
 			// woken for each tick waits for the runtime to preempt a
 			// poller (every 10 ms, a signal) and then takes its P.
-			// Once the last poller has left, nobody else watches the
-			// deadlines noted while it polled (the fine timer lapsed:
-			// finetimer.go), an ack deadline the waiter's look left
-			// for the next reading among them (ack.go): the loop wakes
-			// for the earliest, not only for the next tick.
-			switch {
-			case s.polling() == 0:
-				d = min(d, time.Duration(b.deadline()-b.clock()))
-			case s.asleep.Load():
+			if s.polling() == 0 || s.asleep.Load() {
 				d = min(d, time.Duration(b.nextTick.Load()-b.clock()))
 			}
 			timer.Reset(max(d, time.Microsecond))

@@ -118,7 +118,7 @@ func stopTicks(b *Board) {
 // receiver's delayed ack. A waiter asleep on its sources (UDP) gives the
 // deadline its time with the reading it made as it woke, before its wait
 // returns; a busy-polling waiter leaves it for the next reading, the
-// receive loop's next look, which then wakes for the deadline.
+// receive loop's next look (at most the poll grace later).
 func TestSlowClockAckWithoutTick(t *testing.T) {
 	for _, c := range []struct {
 		name    string
