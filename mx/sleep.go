@@ -237,6 +237,17 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 				}
 			}
 		}
+		if ok && b.slowClk && b.unstamped.Load() {
+			// A look with no reading at hand (before its first sleep)
+			// left an ack deadline for the next reading (ack.go): the
+			// board's loop, which stays away until the next tick while
+			// the owner sleeps, looks now and stamps it, rather than a
+			// tick later.
+			select {
+			case b.src.wake <- struct{}{}:
+			default:
+			}
+		}
 	}()
 	var deadline time.Time
 	if d, has := ctx.Deadline(); has {
@@ -253,17 +264,22 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 	var seen int64       // the clock when it last woke, for the timers (lookLocked)
 	var found int64 = -1 // when a look last found something, -1: not since it woke
 	woke := false        // it slept: the timers that came due meanwhile run after its look
+	// ack: the reading made since the look before, for the ack
+	// deadlines of what the next look handles (lookLocked's ack): the
+	// one made as it woke, or a burst's; 0 once a look used it. seen
+	// stays as old as the burst it woke to: fine for the timers
+	// (later), not for the ack deadlines.
+	var ack int64
 	for i := 0; ; i++ {
 		got := false
 		for _, s := range srcs {
-			// seen is as old as the burst it woke to: fine for
-			// the timers (later), not for the ack deadlines.
-			got = b.lookLocked(s, seen, 0, w) || got
+			got = b.lookLocked(s, seen, ack, w) || got
 			if w != nil && w.ok {
 				ok = true
 				return sleepHeld, nil
 			}
 		}
+		ack = 0
 		if woke {
 			// finetimer.go: the timers that came due while it slept,
 			// once it took what arrived meanwhile (an answer to what
@@ -287,6 +303,7 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 			// (the clock read every 8 looks), then sleep.
 			if got || i&7 == 7 {
 				now := b.clock()
+				ack = now
 				if got {
 					found = now
 				} else if time.Duration(now-found) >= burstSpin {
@@ -313,6 +330,7 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 		}
 		b.sleepOnce(srcs, holds, e, gen, deadline)
 		seen = b.clock()
+		ack = seen
 		woke = true
 	}
 }

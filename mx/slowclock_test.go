@@ -101,3 +101,95 @@ func (b *Board) unackedTotal() int {
 	}
 	return n
 }
+
+// stopTicks puts b's periodic ticks an hour apart, so that only what a
+// test is about can run its timers: its loop's looks, its fine timer.
+func stopTicks(b *Board) {
+	b.mu.Lock()
+	b.tick, b.tickBusy = time.Hour, time.Hour
+	b.nextTick.Store(b.clock() + int64(time.Hour))
+	b.mu.Unlock()
+}
+
+// TestSlowClockAckWithoutTick: on a slow clock, a message whose receiver
+// then neither replies nor waits again is acked without the board's next
+// tick, whoever received it. The receiver's ticks are stopped and the
+// sender asks only after half a second, so the ack the sender gets is the
+// receiver's delayed ack. A waiter asleep on its sources (UDP) gives the
+// deadline its time with the reading it made as it woke, before its wait
+// returns; a busy-polling waiter leaves it for the next reading, the
+// receive loop's next look (at most the poll grace later).
+func TestSlowClockAckWithoutTick(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		wire    string
+		busy    bool
+		sleeper bool
+	}{
+		{"busypoll", "loopback", true, false},
+		{"sleeper", "udp", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.sleeper {
+				needSleepers(t)
+			}
+			oa := fastOptions()
+			oa.RTOMin, oa.ResendDelay = 2*time.Second, 4*time.Second // asks after 250 ms at least
+			ob := fastOptions()
+			ob.BusyPoll = c.busy
+			if c.sleeper {
+				ob.Spin = -1 // sleep at once
+				ob.SleepOnSources = true
+			}
+			pr := newPair(t, factoryNamed(t, c.wire), oa, loopback.Faults{}, ob)
+			setSlowClock(pr.ba)
+			setSlowClock(pr.bb)
+			stopTicks(pr.bb)
+			ctx := testCtx(t, time.Minute)
+			buf := make([]byte, 64)
+			const n = 5
+			for i := range n {
+				r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait := func() error { _, err := waitAMinute(ctx, r); return err }
+				var errc chan error
+				k0 := pr.bb.WaitStats().Kernel
+				if c.sleeper {
+					errc = asleepOn(t, pr.bb, wait)
+				}
+				s, err := pr.a.ISend([][]byte{buf}, pr.atob, uint64(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.sleeper {
+					err = <-errc
+				} else {
+					err = wait()
+				}
+				if err != nil {
+					t.Fatalf("receive %d: %v", i, err)
+				}
+				if pr.bb.WaitStats().Kernel > k0 && pr.bb.unstamped.Load() {
+					// Received on the waiter's own thread (not on its
+					// channel, by the loop, which stamps after its batch).
+					t.Fatalf("message %d: the waiter asleep on its sources left its ack deadline without a time", i)
+				}
+				if _, err := waitAMinute(ctx, s); err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+				waitCond(t, fmt.Sprintf("message %d is acked", i), func() bool { return pr.ba.unackedTotal() == 0 })
+			}
+			if c.sleeper && pr.bb.WaitStats().Kernel == 0 {
+				t.Errorf("none of %d waits received asleep on the sources", n)
+			}
+			if asks := pr.a.Counters().Get(TailAsks); asks != 0 {
+				t.Errorf("the sender asked %d times: an ack was late", asks)
+			}
+			if d := pr.b.Counters().Get(AcksDelayed); d < n {
+				t.Errorf("%d delayed acks for %d unanswered messages", d, n)
+			}
+		})
+	}
+}

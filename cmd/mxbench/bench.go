@@ -115,9 +115,15 @@ type result struct {
 	// path's own cost, least blurred by a loaded machine descheduling the
 	// run's threads (or a virtual machine's vCPUs).
 	LatencyP10US float64 `json:"latency_p10_us,omitempty"`
-	MBPerS       float64 `json:"mb_per_s"`
-	MsgPerS      float64 `json:"msg_per_s,omitempty"`
-	Errors       int     `json:"errors"`
+	// LatencyP999US and LatencyMaxUS are half the 99.9th-percentile and
+	// half the slowest round trip of those timed: the rare stalls (a
+	// spinning goroutine preempted, a garbage collection, a descheduled
+	// thread) that the mean carries and the p99 hides.
+	LatencyP999US float64 `json:"latency_p999_us,omitempty"`
+	LatencyMaxUS  float64 `json:"latency_max_us,omitempty"`
+	MBPerS        float64 `json:"mb_per_s"`
+	MsgPerS       float64 `json:"msg_per_s,omitempty"`
+	Errors        int     `json:"errors"`
 	// Baseline is the plain UDP-socket exchange of the same size.
 	Baseline *baselineResult `json:"baseline,omitempty"`
 	// Raw is the same exchange directly on the run's transport, without
@@ -382,6 +388,8 @@ func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup, tr
 		res.LatencyP99US = rtts[len(rtts)*99/100].Seconds() * 1e6 / 2
 		res.LatencyP50US = rtts[len(rtts)/2].Seconds() * 1e6 / 2
 		res.LatencyP10US = rtts[len(rtts)/10].Seconds() * 1e6 / 2
+		res.LatencyP999US = rtts[len(rtts)*999/1000].Seconds() * 1e6 / 2
+		res.LatencyMaxUS = rtts[len(rtts)-1].Seconds() * 1e6 / 2
 	}
 	legs := 1
 	if reply == size {

@@ -128,7 +128,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 			w.printCounters(stderr)
 		}
 	}()
-	if f.spin() {
+	if f.spin() && !boundToOne() {
 		pin(job.Rank)
 	}
 	cctx, cancel = context.WithTimeout(ctx, f.timeout)
@@ -318,4 +318,20 @@ func runAlltoall(stdout, stderr io.Writer, args []string) error {
 
 func runOverlap(stdout, stderr io.Writer, args []string) error {
 	return runBench("overlap", stdout, stderr, args)
+}
+
+// boundToOne reports whether this process may run on one CPU only: bound
+// by --procs (bindProcess) or by the launcher that started it. Its
+// busy-polling goroutine then stays unlocked (pin is for a process that
+// may run on several): every thread of the process runs on that CPU
+// anyway, and a goroutine locked to its thread costs the Go runtime a
+// hand-over at each of sysmon's preemptions of a goroutine that ran 10 ms
+// (every 10-20 ms while it spins): the thread's P goes to another thread,
+// which runs what else is runnable (mx's receive loop, its timers) and
+// hands the P back, two futex wake-ups on the rank's one CPU, where an
+// unlocked goroutine's preemption is a goroutine switch on its own thread
+// (docs/message-cost.md, "Busy-poll stalls").
+func boundToOne() bool {
+	cpus, err := allowedCPUs()
+	return err == nil && len(cpus) == 1
 }

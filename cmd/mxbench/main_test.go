@@ -422,8 +422,9 @@ func TestSampleStride(t *testing.T) {
 // TestPingPongTrials: --trials runs that many timed trials per size, the
 // responder answers every round trip of every trial (a count that did not
 // match would leave one side waiting until --timeout), every byte is
-// checked, and the rows say how many trials they kept the best of; the
-// UDP baseline beside them runs its trials too.
+// checked, and the rows say how many trials they kept the best of, with
+// their percentiles up to the slowest round trip; the UDP baseline beside
+// them runs its trials too.
 func TestPingPongTrials(t *testing.T) {
 	out := runOK(t, "pingpong", "--sizes", "8,1K", "--iterations", "50", "--warmup", "5", "--trials", "3", "--verify", "--timeout", "1m", "--json")
 	rows := jsonRows(t, out)
@@ -434,8 +435,12 @@ func TestPingPongTrials(t *testing.T) {
 		if r.Errors != 0 || r.Iterations != 50 || r.Trials != 3 || r.LatencyUS <= 0 || r.LatencyP99US <= 0 {
 			t.Errorf("row %+v: want 3 trials of 50 iterations, no errors, a mean and a p99", r)
 		}
-		if r.LatencyP10US <= 0 || r.LatencyP10US > r.LatencyP50US || r.LatencyP50US > r.LatencyP99US {
-			t.Errorf("row %+v: want a p10, a median and a p99 round trip's half, in that order", r)
+		if r.LatencyP10US <= 0 || r.LatencyP10US > r.LatencyP50US || r.LatencyP50US > r.LatencyP99US ||
+			r.LatencyP99US > r.LatencyP999US || r.LatencyP999US > r.LatencyMaxUS {
+			t.Errorf("row %+v: want a p10, a median, a p99, a p99.9 and the slowest round trip's half, in that order", r)
+		}
+		if r.LatencyUS > r.LatencyMaxUS {
+			t.Errorf("row %+v: mean over the slowest round trip's half", r)
 		}
 		if r.Baseline == nil || r.Baseline.Errors != 0 {
 			t.Errorf("row of %d B: baseline %+v, want one without errors", r.Size, r.Baseline)
