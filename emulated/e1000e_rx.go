@@ -3,6 +3,7 @@ package emulated
 import (
 	"encoding/binary"
 
+	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 )
@@ -259,7 +260,7 @@ func (n *e1000eNIC) rxChecksumLocked(fr []byte) uint32 {
 	var st uint32
 	if rxcsum&hw.RxcsumIPOFL != 0 {
 		st |= hw.RxStatIPCS
-		if csumFold(csumAdd(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
+		if csum.Fold(csum.Add(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
 			st |= hw.RxErrIPE
 		}
 	}
@@ -267,15 +268,13 @@ func (n *e1000eNIC) rxChecksumLocked(fr []byte) uint32 {
 		if proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0 {
 			return st // UDP without a checksum
 		}
-		sum := csumAdd(0, ip[12:20])
-		sum += uint32(proto) + uint32(len(l4))
-		sum = csumAdd(sum, l4)
+		sum := csum.Add(csum.Pseudo(ip[12:20], proto, len(l4)), l4)
 		if proto == 6 {
 			st |= hw.RxStatTCPCS
 		} else {
 			st |= hw.RxStatUDPCS
 		}
-		if csumFold(sum) != 0xFFFF {
+		if csum.Fold(sum) != 0xFFFF {
 			st |= hw.RxErrTCPE
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 
+	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
@@ -62,7 +63,7 @@ func (n *ixgbeNIC) acceptLocked(fr []byte) bool {
 // the 82599 always does, and returns the status and error bits.
 func (n *ixgbeNIC) rxChecksumLocked(ip, l4 []byte, proto byte) uint32 {
 	st := uint32(hw.RxStatIPCS)
-	if csumFold(csumAdd(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
+	if csum.Fold(csum.Add(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
 		st |= hw.RxErrIPE
 	}
 	if l4 == nil || (proto != 6 && proto != 17) {
@@ -71,12 +72,12 @@ func (n *ixgbeNIC) rxChecksumLocked(ip, l4 []byte, proto byte) uint32 {
 	if proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0 {
 		return st
 	}
-	sum := csumAdd(0, ip[12:20]) + uint32(proto) + uint32(len(l4))
+	sum := csum.Pseudo(ip[12:20], proto, len(l4))
 	st |= hw.RxStatL4CS
 	if proto == 17 {
 		st |= hw.RxStatUDPCS
 	}
-	if csumFold(csumAdd(sum, l4)) != 0xFFFF {
+	if csum.Fold(csum.Add(sum, l4)) != 0xFFFF {
 		st |= hw.RxErrTCPE
 	}
 	return st
