@@ -44,15 +44,7 @@ func (n *e1000eNIC) acceptLocked(fr []byte) bool {
 	case rctl&hw.RctlUPE != 0:
 		return true
 	}
-	lo := uint32(dst[0]) | uint32(dst[1])<<8 | uint32(dst[2])<<16 | uint32(dst[3])<<24
-	hi := uint32(dst[4]) | uint32(dst[5])<<8
-	for i := 0; i < hw.RAREntries; i++ {
-		rah := n.reg(hw.RAH(i))
-		if rah&(1<<31) != 0 && n.reg(hw.RAL(i)) == lo && rah&0xFFFF == hi {
-			return true
-		}
-	}
-	return false
+	return matchRAR(n.regs[:], hw.RAL(0), hw.RAREntries, dst)
 }
 
 // deliverLocked writes one frame into the RX ring its queue selects.

@@ -48,15 +48,7 @@ func (n *ixgbeNIC) acceptLocked(fr []byte) bool {
 	case fctrl&hw.FctrlUPE != 0:
 		return true
 	}
-	lo := uint32(dst[0]) | uint32(dst[1])<<8 | uint32(dst[2])<<16 | uint32(dst[3])<<24
-	hi := uint32(dst[4]) | uint32(dst[5])<<8
-	for i := 0; i < hw.RAREntries; i++ {
-		rah := n.reg(hw.RAH(i))
-		if rah&(1<<31) != 0 && n.reg(hw.RAL(i)) == lo && rah&0xFFFF == hi {
-			return true
-		}
-	}
-	return false
+	return matchRAR(n.regs, hw.RAL(0), hw.RAREntries, dst)
 }
 
 // rxChecksumLocked checks an IPv4 frame's header and TCP/UDP checksums, as
