@@ -156,7 +156,6 @@ func TestAskBackRacesSends(t *testing.T) {
 			clk := &laneClock{now: time.Unix(1e9, 0)}
 			var stop atomic.Bool
 			var looks, received atomic.Int64
-			var finished atomic.Int32
 			var wg, retirer sync.WaitGroup
 			retirer.Add(1)
 			go func() {
@@ -176,10 +175,8 @@ func TestAskBackRacesSends(t *testing.T) {
 				}
 			}()
 			defer func() { stop.Store(true); retirer.Wait() }()
-			errs := make(chan error, producers)
-			chk := newInOrder(tx...)
-			chk.seen = make([]atomic.Int64, producers)
-			var sent [producers]atomic.Int64
+			race := newLaneRace(rx, tx, window)
+			errs, finished := race.errs, &race.finished
 			for k, p := range tx {
 				wg.Add(1)
 				go func() {
@@ -187,24 +184,7 @@ func TestAskBackRacesSends(t *testing.T) {
 					defer finished.Add(1)
 					rnd := rand.New(rand.NewPCG(uint64(k), 2))
 					i := 0
-					send := func(n int) bool {
-						for range n {
-							for deadline := time.Now().Add(60 * time.Second); int64(i)-chk.seen[k].Load() >= window; {
-								if time.Now().After(deadline) {
-									errs <- fmt.Errorf("producer %d: frame %d not received in 60s", k+1, int(chk.seen[k].Load()))
-									return false
-								}
-								runtime.Gosched()
-							}
-							if _, err := p.SendStrict([]transport.Frame{{Peer: rx.Addr(), Data: testFrame(k+1, i)}}); err != nil {
-								errs <- fmt.Errorf("producer %d frame %d: %v", k+1, i, err)
-								return false
-							}
-							i++
-							sent[k].Store(int64(i))
-						}
-						return true
-					}
+					send := func(n int) bool { return race.send(k, p, &i, n) }
 					for c := range cycles {
 						deadline := time.Now().Add(60 * time.Second)
 						for !laneTaken(p, rx.Addr()) {
@@ -239,32 +219,7 @@ func TestAskBackRacesSends(t *testing.T) {
 					}
 				}()
 			}
-			buf := make([]transport.Frame, 16)
-			deadline := time.Now().Add(180 * time.Second)
-			all := func() bool {
-				if finished.Load() != producers {
-					return false
-				}
-				n := 0
-				for k := range sent {
-					n += int(sent[k].Load())
-				}
-				return chk.got == n
-			}
-			for c := 0; !all(); c++ {
-				if err := chk.take(rx, buf, c%2 == 1, time.Millisecond); err != nil {
-					t.Fatal(err)
-				}
-				received.Store(int64(chk.got))
-				select {
-				case err := <-errs:
-					t.Fatal(err)
-				default:
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("received %v after 180s: %v", chk.next, rx.Counters())
-				}
-			}
+			race.receive(t, func() { received.Store(int64(race.chk.got)) })
 			wg.Wait()
 			var atAsk uint64
 			for _, p := range tx {
@@ -280,7 +235,7 @@ func TestAskBackRacesSends(t *testing.T) {
 				}
 			}
 			t.Logf("%d frames; %d asked back, %d kept and taken, %d lapsed, %d retired at the ask, %d retired in all",
-				chk.got, asked, kept, counter(rx, cntAskLapsed), atAsk, sumCounter(tx, CounterLanesRetired))
+				race.chk.got, asked, kept, counter(rx, cntAskLapsed), atAsk, sumCounter(tx, CounterLanesRetired))
 		})
 	}
 }
