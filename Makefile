@@ -1,5 +1,5 @@
-# gomx build, test and benchmark entry points. `make test` is the README's
-# test command and what CI runs.
+# gomx build, test and benchmark entry points. `make test` is what CI runs:
+# the README's test command with the race detector (cgo: a C compiler).
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
@@ -122,7 +122,7 @@ peers-alltoall:
 bench-smoke: hugepages
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
 
-# The figures quoted in the README and docs/benchmarks.md.
+# The figures quoted in docs/benchmarks.md.
 bench: hugepages
 	$(GO) test -run '^$$' -bench 'ChannelBatch32' -benchtime=5000000x ./ioat/
 	$(GO) test -run '^$$' -bench 'Copy$$|ColdCopy4MiB' -benchtime=64x ./ioat/

@@ -2,7 +2,6 @@ package emulated
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -104,8 +103,7 @@ func DefaultCBDMAOptions() CBDMAOptions {
 
 // CBDMA is an emulated platform of CBDMA functions behind one IOMMU.
 type CBDMA struct {
-	iommu *IOMMU
-	fns   []*Function
+	platform
 	chans []*cbChannel
 }
 
@@ -172,7 +170,7 @@ func NewCBDMA(o CBDMAOptions) (*CBDMA, error) {
 	if !known {
 		return nil, fmt.Errorf("emulated cbdma: device ID %#04x is not a CBDMA ID", o.DeviceID)
 	}
-	p := &CBDMA{iommu: newIOMMU(o.IOVABase, o.Scatter)}
+	p := &CBDMA{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}}
 	caps := uint32(hw.CapPageBreak | hw.CapCmplTimeout)
 	dcaOff := uint16(0)
 	if o.Version < hw.Ver34 {
@@ -277,30 +275,6 @@ func initCBDMAConfig(f *Function, dev uint16, vectors int) {
 	for _, off := range []int{hw.CfgDMAUncErrMsk, hw.CfgDMAUncErrSev, hw.CfgChanErrMskInt, hw.CfgChanErrSevInt} {
 		le.PutUint32(f.cfgW[off:], 0xFFFFFFFF)
 	}
-}
-
-// Functions returns the platform's PCI functions.
-func (p *CBDMA) Functions() []*Function { return p.fns }
-
-// Devices returns the functions as pci.Devices.
-func (p *CBDMA) Devices() []pci.Device {
-	ds := make([]pci.Device, len(p.fns))
-	for i, f := range p.fns {
-		ds[i] = f
-	}
-	return ds
-}
-
-// IOMMU returns the platform's IOMMU (its DMA domain).
-func (p *CBDMA) IOMMU() *IOMMU { return p.iommu }
-
-// Close stops every channel; no DMA happens after it returns.
-func (p *CBDMA) Close() error {
-	var errs []error
-	for _, f := range p.fns {
-		errs = append(errs, f.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // Channel numbers in InjectError, InjectHang, SetBandwidth and Stats count

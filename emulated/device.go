@@ -2,6 +2,7 @@ package emulated
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,38 @@ type model interface {
 	flr()
 	// close stops the model's goroutines.
 	close()
+}
+
+// platform is the PCI functions of one emulated platform and the IOMMU
+// their DMA goes through. Every platform (CBDMA, DSA, and the NICs' through
+// nicPlatform) embeds it.
+type platform struct {
+	iommu *IOMMU
+	fns   []*Function
+}
+
+// Functions returns the platform's PCI functions.
+func (p *platform) Functions() []*Function { return p.fns }
+
+// Devices returns the functions as pci.Devices.
+func (p *platform) Devices() []pci.Device {
+	ds := make([]pci.Device, len(p.fns))
+	for i, f := range p.fns {
+		ds[i] = f
+	}
+	return ds
+}
+
+// IOMMU returns the platform's IOMMU (its DMA domain).
+func (p *platform) IOMMU() *IOMMU { return p.iommu }
+
+// Close stops every function; no DMA happens after it returns.
+func (p *platform) Close() error {
+	var errs []error
+	for _, f := range p.fns {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Function is one emulated PCI function. It implements pci.Device over a

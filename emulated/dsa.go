@@ -2,7 +2,6 @@ package emulated
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -89,9 +88,8 @@ const (
 
 // DSA is an emulated platform of DSA functions behind one IOMMU.
 type DSA struct {
-	iommu *IOMMU
-	fns   []*Function
-	devs  []*dsaDevice
+	platform
+	devs []*dsaDevice
 }
 
 // DSAStats counts what a DSA function did.
@@ -166,7 +164,7 @@ func NewDSA(o DSAOptions) (*DSA, error) {
 	if o.SVA && o.Scatter {
 		return nil, fmt.Errorf("emulated dsa: SVA and Scatter: a process address space has no IOVA segments to scatter")
 	}
-	p := &DSA{iommu: o.IOMMU}
+	p := &DSA{platform: platform{iommu: o.IOMMU}}
 	if p.iommu == nil {
 		p.iommu = newIOMMU(o.IOVABase, o.Scatter)
 		p.iommu.sva = o.SVA
@@ -207,30 +205,6 @@ func initDSAConfig(f *Function, dev uint16, vectors int) {
 	le.PutUint32(c[0x88:], 0x3000)
 	le.PutUint16(f.cfgW[pci.ConfigCommand:], pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable)
 	le.PutUint16(f.cfgW[0x82:], 0xC000)
-}
-
-// Functions returns the platform's PCI functions.
-func (p *DSA) Functions() []*Function { return p.fns }
-
-// Devices returns the functions as pci.Devices.
-func (p *DSA) Devices() []pci.Device {
-	ds := make([]pci.Device, len(p.fns))
-	for i, f := range p.fns {
-		ds[i] = f
-	}
-	return ds
-}
-
-// IOMMU returns the platform's IOMMU (its DMA domain).
-func (p *DSA) IOMMU() *IOMMU { return p.iommu }
-
-// Close stops every function; no DMA happens after it returns.
-func (p *DSA) Close() error {
-	var errs []error
-	for _, f := range p.fns {
-		errs = append(errs, f.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // Stats returns function i's counters.

@@ -129,42 +129,20 @@ type E1000EStats struct {
 
 // NewE1000E builds the platform.
 func NewE1000E(o E1000EOptions) (*E1000E, error) {
-	if o.Ports == 0 {
-		o.Ports = 2
+	if err := nicOptions("e1000e", &o.Ports, &o.Pending, DefaultE1000EOptions().Pending, &o.Clock); err != nil {
+		return nil, err
 	}
-	if o.Pending == 0 {
-		o.Pending = DefaultE1000EOptions().Pending
-	}
-	if o.Ports < 1 || o.Ports > 32 {
-		return nil, fmt.Errorf("emulated e1000e: %d ports: want 1..32", o.Ports)
-	}
-	if o.Pending < 0 {
-		return nil, fmt.Errorf("emulated e1000e: negative Pending %d", o.Pending)
-	}
-	if o.Clock == nil {
-		o.Clock = wallClock{}
-	}
-	p := &E1000E{nicPlatform[*e1000eNIC]{iommu: newIOMMU(o.IOVABase, o.Scatter)}}
+	p := &E1000E{nicPlatform[*e1000eNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}}}
 	for i := 0; i < o.Ports; i++ {
-		f := &Function{
-			addr: pci.Address{Bus: 1 + uint8(i), Device: 0, Function: 0},
-			dom:  p.iommu,
-			nIRQ: hw.MSIXVectors,
-			// A PCIe function: the extended configuration space answers.
-			cfgSize: 4096,
-		}
-		f.bar = &bar{f: f, size: hw.BAR0Size}
-		initE1000EConfig(f)
+		f := newNICFunction(1+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initE1000EConfig)
 		n := &e1000eNIC{txHook: o.TxBuffer}
 		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)})
 		n.powerOn()
 		p.add(f, n)
 	}
 	if o.Cabled {
-		for i := 0; i+1 < o.Ports; i += 2 {
-			if err := p.Cable(i, i+1); err != nil {
-				return nil, err
-			}
+		if err := p.cablePairs(); err != nil {
+			return nil, err
 		}
 	}
 	return p, nil

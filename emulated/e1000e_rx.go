@@ -3,6 +3,7 @@ package emulated
 import (
 	"encoding/binary"
 
+	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 )
@@ -43,15 +44,7 @@ func (n *e1000eNIC) acceptLocked(fr []byte) bool {
 	case rctl&hw.RctlUPE != 0:
 		return true
 	}
-	lo := uint32(dst[0]) | uint32(dst[1])<<8 | uint32(dst[2])<<16 | uint32(dst[3])<<24
-	hi := uint32(dst[4]) | uint32(dst[5])<<8
-	for i := 0; i < hw.RAREntries; i++ {
-		rah := n.reg(hw.RAH(i))
-		if rah&(1<<31) != 0 && n.reg(hw.RAL(i)) == lo && rah&0xFFFF == hi {
-			return true
-		}
-	}
-	return false
+	return matchRAR(n.regs[:], hw.RAL(0), hw.RAREntries, dst)
 }
 
 // deliverLocked writes one frame into the RX ring its queue selects.
@@ -259,7 +252,7 @@ func (n *e1000eNIC) rxChecksumLocked(fr []byte) uint32 {
 	var st uint32
 	if rxcsum&hw.RxcsumIPOFL != 0 {
 		st |= hw.RxStatIPCS
-		if csumFold(csumAdd(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
+		if csum.Fold(csum.Add(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
 			st |= hw.RxErrIPE
 		}
 	}
@@ -267,15 +260,13 @@ func (n *e1000eNIC) rxChecksumLocked(fr []byte) uint32 {
 		if proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0 {
 			return st // UDP without a checksum
 		}
-		sum := csumAdd(0, ip[12:20])
-		sum += uint32(proto) + uint32(len(l4))
-		sum = csumAdd(sum, l4)
+		sum := csum.Add(csum.Pseudo(ip[12:20], proto, len(l4)), l4)
 		if proto == 6 {
 			st |= hw.RxStatTCPCS
 		} else {
 			st |= hw.RxStatUDPCS
 		}
-		if csumFold(sum) != 0xFFFF {
+		if csum.Fold(sum) != 0xFFFF {
 			st |= hw.RxErrTCPE
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
+	ixhw "github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -331,5 +332,35 @@ func TestE1000EAccesses(t *testing.T) {
 	r.p.ResetAccesses(1)
 	if b := r.p.Accesses(1); b.TotalReads()+b.TotalWrites()+b.RxDescFetches+b.RxDescWriteBacks != 0 {
 		t.Errorf("after ResetAccesses: %+v", b)
+	}
+}
+
+// matchRAR reads the receive address registers as RAL(i) at RAL(0)+8i and
+// RAH(i) 4 bytes after it; both NICs lay them out so. An address matches
+// only where its entry holds it with Address Valid set.
+func TestMatchRAR(t *testing.T) {
+	for i := 0; i < hw.RAREntries; i++ {
+		if hw.RAL(i) != hw.RAL(0)+8*i || hw.RAH(i) != hw.RAL(i)+4 {
+			t.Fatalf("82574L RAL(%d) %#x, RAH(%d) %#x: not the layout matchRAR reads", i, hw.RAL(i), i, hw.RAH(i))
+		}
+	}
+	for i := 0; i < ixhw.RAREntries; i++ {
+		if ixhw.RAL(i) != ixhw.RAL(0)+8*i || ixhw.RAH(i) != ixhw.RAL(i)+4 {
+			t.Fatalf("82599 RAL(%d) %#x, RAH(%d) %#x: not the layout matchRAR reads", i, ixhw.RAL(i), i, ixhw.RAH(i))
+		}
+	}
+	var regs [hw.BAR0Size / 4]uint32
+	mac := [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
+	regs[hw.RAL(3)/4] = 0x12005452
+	regs[hw.RAH(3)/4] = 0x5634
+	if matchRAR(regs[:], hw.RAL(0), hw.RAREntries, mac) {
+		t.Error("an entry without Address Valid matched")
+	}
+	regs[hw.RAH(3)/4] |= 1 << 31
+	if !matchRAR(regs[:], hw.RAL(0), hw.RAREntries, mac) {
+		t.Error("a valid entry holding the address did not match")
+	}
+	if matchRAR(regs[:], hw.RAL(0), hw.RAREntries, [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x57}) {
+		t.Error("another address matched")
 	}
 }

@@ -3,6 +3,7 @@ package emulated
 import (
 	"encoding/binary"
 
+	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e/hw"
 )
@@ -224,7 +225,7 @@ func (n *e1000eNIC) txChecksum(fr []byte, popts uint8) {
 			n.violation("TX checksum context out of the frame: start %d, offset %d, end %d, frame %d bytes", start, at, end, len(fr))
 			return
 		}
-		s := ^csumFold(csumAdd(0, fr[start:end+1]))
+		s := csum.Checksum(fr[start : end+1])
 		if udp && s == 0 {
 			s = 0xFFFF
 		}
@@ -237,23 +238,4 @@ func (n *e1000eNIC) txChecksum(fr []byte, popts uint8) {
 	if popts&hw.TxPoptsTXSM != 0 {
 		ins(tucss, tucso, tucse, c.Cmd()&hw.TxTucmdTCP == 0)
 	}
-}
-
-// csumAdd adds b to a one's-complement sum.
-func csumAdd(sum uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	return sum
-}
-
-func csumFold(sum uint32) uint16 {
-	for sum > 0xFFFF {
-		sum = sum&0xFFFF + sum>>16
-	}
-	return uint16(sum)
 }

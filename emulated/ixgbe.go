@@ -171,41 +171,20 @@ type IXGBEStats struct {
 
 // NewIXGBE builds the platform.
 func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
-	if o.Ports == 0 {
-		o.Ports = 2
+	if err := nicOptions("ixgbe", &o.Ports, &o.Pending, DefaultIXGBEOptions().Pending, &o.Clock); err != nil {
+		return nil, err
 	}
-	if o.Pending == 0 {
-		o.Pending = DefaultIXGBEOptions().Pending
-	}
-	if o.Ports < 1 || o.Ports > 32 {
-		return nil, fmt.Errorf("emulated ixgbe: %d ports: want 1..32", o.Ports)
-	}
-	if o.Pending < 0 {
-		return nil, fmt.Errorf("emulated ixgbe: negative Pending %d", o.Pending)
-	}
-	if o.Clock == nil {
-		o.Clock = wallClock{}
-	}
-	p := &IXGBE{nicPlatform[*ixgbeNIC]{iommu: newIOMMU(o.IOVABase, o.Scatter)}}
+	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}}}
 	for i := 0; i < o.Ports; i++ {
-		f := &Function{
-			addr:    pci.Address{Bus: 0x10 + uint8(i), Device: 0, Function: 0},
-			dom:     p.iommu,
-			nIRQ:    hw.MSIXVectors,
-			cfgSize: 4096,
-		}
-		f.bar = &bar{f: f, size: hw.BAR0Size}
-		initIXGBEConfig(f)
+		f := newNICFunction(0x10+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initIXGBEConfig)
 		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
 		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
 		n.powerOn()
 		p.add(f, n)
 	}
 	if o.Cabled {
-		for i := 0; i+1 < o.Ports; i += 2 {
-			if err := Cable(p.Port(i), p.Port(i+1)); err != nil {
-				return nil, err
-			}
+		if err := p.cablePairs(); err != nil {
+			return nil, err
 		}
 	}
 	return p, nil

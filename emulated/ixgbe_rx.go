@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 
+	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
@@ -47,22 +48,14 @@ func (n *ixgbeNIC) acceptLocked(fr []byte) bool {
 	case fctrl&hw.FctrlUPE != 0:
 		return true
 	}
-	lo := uint32(dst[0]) | uint32(dst[1])<<8 | uint32(dst[2])<<16 | uint32(dst[3])<<24
-	hi := uint32(dst[4]) | uint32(dst[5])<<8
-	for i := 0; i < hw.RAREntries; i++ {
-		rah := n.reg(hw.RAH(i))
-		if rah&(1<<31) != 0 && n.reg(hw.RAL(i)) == lo && rah&0xFFFF == hi {
-			return true
-		}
-	}
-	return false
+	return matchRAR(n.regs, hw.RAL(0), hw.RAREntries, dst)
 }
 
 // rxChecksumLocked checks an IPv4 frame's header and TCP/UDP checksums, as
 // the 82599 always does, and returns the status and error bits.
 func (n *ixgbeNIC) rxChecksumLocked(ip, l4 []byte, proto byte) uint32 {
 	st := uint32(hw.RxStatIPCS)
-	if csumFold(csumAdd(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
+	if csum.Fold(csum.Add(0, ip[:int(ip[0]&0xF)*4])) != 0xFFFF {
 		st |= hw.RxErrIPE
 	}
 	if l4 == nil || (proto != 6 && proto != 17) {
@@ -71,12 +64,12 @@ func (n *ixgbeNIC) rxChecksumLocked(ip, l4 []byte, proto byte) uint32 {
 	if proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0 {
 		return st
 	}
-	sum := csumAdd(0, ip[12:20]) + uint32(proto) + uint32(len(l4))
+	sum := csum.Pseudo(ip[12:20], proto, len(l4))
 	st |= hw.RxStatL4CS
 	if proto == 17 {
 		st |= hw.RxStatUDPCS
 	}
-	if csumFold(csumAdd(sum, l4)) != 0xFFFF {
+	if csum.Fold(csum.Add(sum, l4)) != 0xFFFF {
 		st |= hw.RxErrTCPE
 	}
 	return st

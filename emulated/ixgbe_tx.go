@@ -3,6 +3,7 @@ package emulated
 import (
 	"encoding/binary"
 
+	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
@@ -327,7 +328,7 @@ func (n *ixgbeNIC) txChecksum(fr []byte, q int, olinfo, popts uint32) {
 			n.violation("IXSM without TUCMD.IPV4 in the context")
 		}
 		binary.BigEndian.PutUint16(ip[10:], 0)
-		binary.BigEndian.PutUint16(ip[10:], ^csumFold(csumAdd(0, ip[:ipLen])))
+		binary.BigEndian.PutUint16(ip[10:], csum.Checksum(ip[:ipLen]))
 	}
 	if popts&hw.TxPoptsTXSM != 0 {
 		l4 := fr[macLen+ipLen:]
@@ -347,7 +348,7 @@ func (n *ixgbeNIC) txChecksum(fr []byte, q int, olinfo, popts uint32) {
 		}
 		// The driver seeded the field with the pseudo-header sum (as
 		// Linux and DPDK do); the NIC sums from the L4 header to the end.
-		s := ^csumFold(csumAdd(0, l4))
+		s := csum.Checksum(l4)
 		if udp && s == 0 {
 			s = 0xFFFF
 		}

@@ -1,7 +1,6 @@
 package emulated
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -23,9 +22,74 @@ import (
 // nicPlatform is the ports of one emulated NIC platform and the IOMMU their
 // DMA goes through. N is the model's NIC type.
 type nicPlatform[N nicPort] struct {
-	iommu *IOMMU
-	fns   []*Function
-	nics  []N
+	platform
+	nics []N
+}
+
+// nicOptions checks and defaults what both NIC models' options hold
+// alike: ports (1 to 32, default 2), pending (not negative, default
+// defPending) and clock (default the wall clock). name is the model's
+// package, for the error.
+func nicOptions(name string, ports, pending *int, defPending int, clock *Clock) error {
+	if *ports == 0 {
+		*ports = 2
+	}
+	if *pending == 0 {
+		*pending = defPending
+	}
+	if *ports < 1 || *ports > 32 {
+		return fmt.Errorf("emulated %s: %d ports: want 1..32", name, *ports)
+	}
+	if *pending < 0 {
+		return fmt.Errorf("emulated %s: negative Pending %d", name, *pending)
+	}
+	if *clock == nil {
+		*clock = wallClock{}
+	}
+	return nil
+}
+
+// newNICFunction is a NIC model's PCI function on bus, in the IOMMU
+// domain dom: a PCIe function (the extended configuration space answers)
+// with vectors MSI-X vectors, a BAR 0 of barSize bytes, and the
+// configuration space initConfig writes.
+func newNICFunction(bus uint8, dom *IOMMU, vectors, barSize int, initConfig func(*Function)) *Function {
+	f := &Function{
+		addr:    pci.Address{Bus: bus, Device: 0, Function: 0},
+		dom:     dom,
+		nIRQ:    vectors,
+		cfgSize: 4096,
+	}
+	f.bar = &bar{f: f, size: barSize}
+	initConfig(f)
+	return f
+}
+
+// matchRAR reports whether dst is one of the receive addresses in regs, a
+// model's register file: entries RAL/RAH pairs from offset ral on, RAL(i)
+// at ral+8i and RAH(i) 4 bytes after it, as both NICs lay them out. An
+// entry counts when its Address Valid bit (RAH bit 31) is set.
+func matchRAR(regs []uint32, ral, entries int, dst [6]byte) bool {
+	lo := uint32(dst[0]) | uint32(dst[1])<<8 | uint32(dst[2])<<16 | uint32(dst[3])<<24
+	hi := uint32(dst[4]) | uint32(dst[5])<<8
+	for i := 0; i < entries; i++ {
+		off := (ral + 8*i) / 4
+		if rah := regs[off+1]; rah&(1<<31) != 0 && regs[off] == lo && rah&0xFFFF == hi {
+			return true
+		}
+	}
+	return false
+}
+
+// cablePairs cables port 0 to port 1, 2 to 3, and so on (a model's
+// Options.Cabled).
+func (p *nicPlatform[N]) cablePairs() error {
+	for i := 0; i+1 < len(p.nics); i += 2 {
+		if err := Cable(p.Port(i), p.Port(i+1)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nicPort is a NIC model: a PCI function's model on the wire, with its
@@ -42,21 +106,6 @@ func (p *nicPlatform[N]) add(f *Function, n N) {
 	p.fns = append(p.fns, f)
 	p.nics = append(p.nics, n)
 }
-
-// Functions returns the NICs' PCI functions.
-func (p *nicPlatform[N]) Functions() []*Function { return p.fns }
-
-// Devices returns the functions as pci.Devices.
-func (p *nicPlatform[N]) Devices() []pci.Device {
-	ds := make([]pci.Device, len(p.fns))
-	for i, f := range p.fns {
-		ds[i] = f
-	}
-	return ds
-}
-
-// IOMMU returns the platform's IOMMU.
-func (p *nicPlatform[N]) IOMMU() *IOMMU { return p.iommu }
 
 // MAC returns the address port i loads from its NVM into RAL0/RAH0.
 func (p *nicPlatform[N]) MAC(i int) [6]byte { return p.nics[i].core().mac }
@@ -85,11 +134,7 @@ func (p *nicPlatform[N]) Close() error {
 		detachLocked(n)
 	}
 	wireMu.Unlock()
-	var errs []error
-	for _, f := range p.fns {
-		errs = append(errs, f.Close())
-	}
-	return errors.Join(errs...)
+	return p.platform.Close()
 }
 
 // nicHooks is what a NIC model defines for the shared core. The Locked

@@ -1,7 +1,6 @@
 package mx
 
 import (
-	"bytes"
 	"testing"
 	"time"
 
@@ -19,106 +18,70 @@ import (
 // The peer here answers no questions, as an Open-MX peer: a gomx peer's
 // pull asks instead (TestPlacedPullAsksLatePeer). Both wait modes.
 func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
-	for _, busy := range []bool{true, false} {
-		name := "busy-poll"
-		if !busy {
-			name = "blocking"
-		}
-		t.Run(name, func(t *testing.T) {
-			checkLeaks(t)
-			o := zcOptions("on")
-			o.BusyPoll = busy
-			// Long while the pull starts (no round trip is measured
-			// before the stall, so PullTimeout applies), short once b
-			// is stopped: the pull is overdue long before b reads.
-			o.PullTimeout = time.Minute
-			const overdue = 5 * time.Millisecond
-			w := zcWire(t, zcModels[3], nil, nil)
-			inner := w.b
-			pr := newPairOn(t, w, o)
-			if pl := pr.bb.plc; pl == nil || pl.lanes == 0 {
-				t.Fatalf("the receiving board has no lanes: %+v", pl)
-			}
-			const size = 1 << 20
-			src, dst := pattern(size, 91), make([]byte, size)
-			ctx := testCtx(t, time.Minute)
-			// The RNDV waits at b unexpected; a then stops, and the
-			// pull starts as b matches it: a holds the PULLs unread until
-			// b has sent them all and stopped too; then a answers them,
-			// and the replies land on b's lane while nothing on b reads.
-			s, err := pr.a.ISend([][]byte{src}, pr.atob, 5, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitCond(t, "b has the RNDV", func() bool { return pr.b.Counters().Get(RecvRndv) > 0 })
-			noAsks(pr.b) // the timer re-requests only toward a peer that is not asked
-			freeze(pr.ba)
-			r, err := pr.b.IRecv([][]byte{dst}, 5, ^uint64(0), nil)
-			if err != nil {
-				thaw(pr.ba)
-				t.Fatal(err)
-			}
-			blocks := uint64(pr.bb.opts.PullBlocks)
-			waitCond(t, "b asked for the first window", func() bool {
-				return pr.b.Counters().Get(SendPull) >= blocks
-			})
-			freeze(pr.bb)
-			pr.bb.opts.PullTimeout = overdue
-			frozen := true
-			defer func() {
-				if frozen {
-					thaw(pr.bb)
-				}
-			}()
+	bothWaitModes(t, func(t *testing.T, busy bool) {
+		checkLeaks(t)
+		o := zcOptions("on")
+		o.BusyPoll = busy
+		// Long while the pull starts (no round trip is measured
+		// before the stall, so PullTimeout applies), short once b
+		// is stopped: the pull is overdue long before b reads.
+		o.PullTimeout = time.Minute
+		const overdue = 5 * time.Millisecond
+		// The RNDV waits at b unexpected; a then stops, and the
+		// pull starts as b matches it: a holds the PULLs unread until
+		// b has sent them all and stopped too; then a answers them,
+		// and the replies land on b's lane while nothing on b reads.
+		p := startPlacedPull(t, o, 91)
+		pr := p.pr
+		noAsks(pr.b) // the timer re-requests only toward a peer that is not asked
+		freeze(pr.ba)
+		r, err := pr.b.IRecv([][]byte{p.dst}, 5, ^uint64(0), nil)
+		if err != nil {
 			thaw(pr.ba)
-			window := blocks * uint64(pr.bb.opts.PullBlockFrames)
-			waitCond(t, "a sent the first window of replies", func() bool {
-				return pr.a.Counters().Get(SendPullReply) >= window
-			})
-			waitGone(t, time.Now(), 3*overdue)
-			// b's timers find the pull silent while another goroutine
-			// owns the source: the re-request waits.
-			pr.bb.runTimersLocked()
-			if n := pr.bb.cnt[VerdictsDeferred]; n == 0 {
-				t.Errorf("the overdue pull's timer did not wait for the source to be drained")
-			}
-			if n := pr.b.cnt[PullFramesRerequested]; n != 0 {
-				t.Errorf("%d frames asked for again while their replies waited in the ring: %v / %v", n, nonZero(pr.b.cnt), nonZero(pr.bb.cnt))
-			}
-			// The owner's own timer run drains the source first: the
-			// replies answer the pull.
-			pr.bb.rxOwned = pr.bb.src
-			pr.bb.runTimersLocked()
-			pr.bb.rxOwned = nil
-			// The rest of the pull runs on timers no loaded machine
-			// reaches: nothing is lost, so nothing may be asked again.
-			pr.bb.opts.PullTimeout, pr.bb.opts.RTOMin, pr.bb.opts.RTOMax = time.Minute, time.Minute, time.Minute
-			frozen = false
-			thaw(pr.bb)
-			if _, err := r.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(src, dst) {
-				t.Fatal("the message arrived changed")
-			}
-			c := pr.b.Counters()
-			if n := c.Get(PullFramesRerequested); n != 0 {
-				t.Errorf("%d pull frames asked for again on a lossless wire", n)
-			}
-			if n := c.Get(DupPullReplies); n != 0 {
-				t.Errorf("%d pull replies received twice", n)
-			}
-			for _, n := range inner.(transport.Stats).Counters() {
-				if n.Name == "nic_rx_no_descriptor" && n.Value != 0 {
-					t.Errorf("the receiving NIC dropped %d frames", n.Value)
-				}
-			}
-			if cs := pr.b.CopyStats(); cs.RecvPlaced == 0 {
-				t.Errorf("nothing placed: %+v", cs)
-			}
+			t.Fatal(err)
+		}
+		blocks := uint64(pr.bb.opts.PullBlocks)
+		waitCond(t, "b asked for the first window", func() bool {
+			return pr.b.Counters().Get(SendPull) >= blocks
 		})
-	}
+		freeze(pr.bb)
+		pr.bb.opts.PullTimeout = overdue
+		frozen := true
+		defer func() {
+			if frozen {
+				thaw(pr.bb)
+			}
+		}()
+		thaw(pr.ba)
+		window := blocks * uint64(pr.bb.opts.PullBlockFrames)
+		waitCond(t, "a sent the first window of replies", func() bool {
+			return pr.a.Counters().Get(SendPullReply) >= window
+		})
+		waitGone(t, time.Now(), 3*overdue)
+		// b's timers find the pull silent while another goroutine
+		// owns the source: the re-request waits.
+		pr.bb.runTimersLocked()
+		if n := pr.bb.cnt[VerdictsDeferred]; n == 0 {
+			t.Errorf("the overdue pull's timer did not wait for the source to be drained")
+		}
+		if n := pr.b.cnt[PullFramesRerequested]; n != 0 {
+			t.Errorf("%d frames asked for again while their replies waited in the ring: %v / %v", n, nonZero(pr.b.cnt), nonZero(pr.bb.cnt))
+		}
+		// The owner's own timer run drains the source first: the
+		// replies answer the pull.
+		pr.bb.rxOwned = pr.bb.src
+		pr.bb.runTimersLocked()
+		pr.bb.rxOwned = nil
+		// The rest of the pull runs on timers no loaded machine
+		// reaches: nothing is lost, so nothing may be asked again.
+		pr.bb.opts.PullTimeout, pr.bb.opts.RTOMin, pr.bb.opts.RTOMax = time.Minute, time.Minute, time.Minute
+		frozen = false
+		thaw(pr.bb)
+		p.check(t, r)
+		for _, n := range p.inner.(transport.Stats).Counters() {
+			if n.Name == "nic_rx_no_descriptor" && n.Value != 0 {
+				t.Errorf("the receiving NIC dropped %d frames", n.Value)
+			}
+		}
+	})
 }

@@ -1,6 +1,10 @@
 package nicdrv
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/gomx-dev/gomx/internal/csum"
+)
 
 // FillChecksums computes in software the checksums a frame's transmit
 // flags ask for (FlagTxIPChecksum, FlagTxL4Checksum), for a driver whose
@@ -19,7 +23,7 @@ func FillChecksums(fr []byte, f Flags) {
 	}
 	if want&FlagTxIPChecksum != 0 {
 		binary.BigEndian.PutUint16(fr[24:], 0)
-		binary.BigEndian.PutUint16(fr[24:], ^foldSum(addSum(0, fr[14:14+ihl])))
+		binary.BigEndian.PutUint16(fr[24:], csum.Checksum(fr[14:14+ihl]))
 	}
 	if want&FlagTxL4Checksum == 0 {
 		return
@@ -36,28 +40,9 @@ func FillChecksums(fr []byte, f Flags) {
 		return
 	}
 	binary.BigEndian.PutUint16(fr[at:], 0)
-	s := addSum(uint32(proto)+uint32(tot-ihl), fr[26:34])
-	c := ^foldSum(addSum(s, fr[l4:14+tot]))
+	c := ^csum.Fold(csum.Add(csum.Pseudo(fr[26:34], proto, tot-ihl), fr[l4:14+tot]))
 	if c == 0 && proto == 17 {
 		c = 0xFFFF // UDP sends a computed zero as all ones
 	}
 	binary.BigEndian.PutUint16(fr[at:], c)
-}
-
-func addSum(s uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		s += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	return s
-}
-
-func foldSum(s uint32) uint16 {
-	for s > 0xFFFF {
-		s = s&0xFFFF + s>>16
-	}
-	return uint16(s)
 }

@@ -258,7 +258,7 @@ func unprivileged(t *testing.T, dir, tool string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// The README's first command works for a user with no privileges, no
+// The README's first run (ioatctl copy) works for a user with no privileges, no
 // hugepages of their own and an 8 MiB locked-memory limit: the emulated
 // engine runs on ordinary memory and says so. So do verify and overlap.
 func TestUnprivileged(t *testing.T) {

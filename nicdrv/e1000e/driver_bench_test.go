@@ -2,7 +2,6 @@ package e1000e
 
 import (
 	"encoding/binary"
-	"runtime"
 	"testing"
 
 	"github.com/gomx-dev/gomx/emulated"
@@ -21,8 +20,6 @@ import (
 // is not in it (drvtest.PerFrame says what ns/frame and cpu-ns/frame are).
 func BenchmarkDriver(b *testing.B) {
 	const batch, size = 32, 512
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	plat, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 1})
 	if err != nil {
 		b.Fatal(err)

@@ -57,11 +57,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 		r.refill()
 		r.writeTail()
 		ahead := int(r.tail)
-		ps := make([]nicdrv.Placement, posted)
-		for i := range ps {
-			ps[i] = nicdrv.Placement{Mem: mem[i*2048 : i*2048+placeMin], IOVA: uint64(1<<40 + i*2048)}
-		}
-		if k, err := r.post(ps); k != posted || err != nil {
+		if k, err := r.post(drvtest.Placements(mem, posted, placeMin)); k != posted || err != nil {
 			t.Fatalf("post: %d, %v", k, err)
 		}
 		k := min(len(raw)/32, int(r.rdt))
@@ -100,27 +96,7 @@ func FuzzPlaceWriteBacks(f *testing.F) {
 			}
 			open = false
 		}
-		out := make([]*nicdrv.Buffer, 64)
-		got, err := r.batch(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		drvtest.CheckPlaced(t, out[:got], want)
-		if r.Consumed != uint64(consumed) {
-			t.Fatalf("%d placements consumed, want %d", r.Consumed, consumed)
-		}
-		if err := pool.Free(out[:got]...); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.fill.Release(); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.releasePlace(); err != nil {
-			t.Fatal(err)
-		}
-		if r.Consumed != posted {
-			t.Fatalf("after release %d of %d placements consumed", r.Consumed, posted)
-		}
-		drvtest.CheckReturned(t, pool, pools)
+		q := drvtest.PlacingQueue{Batch: r.batch, Placements: &r.Placements, Release: r.Release, Pool: pool, Pools: pools}
+		q.CheckDelivered(t, want, consumed, posted)
 	})
 }

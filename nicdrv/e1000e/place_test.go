@@ -3,10 +3,8 @@ package e1000e_test
 import (
 	"bytes"
 	"errors"
-	"runtime"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/hugepage"
@@ -140,9 +138,6 @@ func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
 	mem := alloc(placed*stride + info.PlaceMin)
 	ps, unmap := nictest.Placements(t, b, mem, placed, stride)
 
-	if _, err := a.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrNotSupported) {
-		t.Errorf("PostRx on a NIC opened without Placement: %v, want ErrNotSupported", err)
-	}
 	if info.PlaceOnly != 0 {
 		t.Errorf("Info().PlaceOnly %d: the 82574L keeps no queue for placement alone", info.PlaceOnly)
 	}
@@ -152,65 +147,12 @@ func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
 	if err := b.CancelRx(7); !errors.Is(err, nicdrv.ErrBadQueue) {
 		t.Errorf("CancelRx(7): %v, want ErrBadQueue", err)
 	}
-	short := nicdrv.Placement{Mem: mem[:info.PlaceMin-1], IOVA: ps[0].IOVA}
-	if k, err := b.PostRx(0, []nicdrv.Placement{short}); k != 0 || !errors.Is(err, nicdrv.ErrFrameSize) {
-		t.Errorf("PostRx of a %d-byte placement: %d taken, %v; want 0 and ErrFrameSize", len(short.Mem), k, err)
-	}
-
-	st := b.RxPlacement(0)
-	if st.Ahead == 0 || st.Posted != 0 {
-		t.Fatalf("idle queue: %+v, want pool descriptors ahead and nothing posted", st)
-	}
-	ahead := st.Ahead
-	if k, err := b.PostRx(0, ps); k != placed || err != nil {
-		t.Fatalf("PostRx: %d of %d taken: %v", k, placed, err)
-	}
-	if st := b.RxPlacement(0); st.Ahead != ahead+placed || st.Posted != uint64(placed) || st.Consumed != 0 {
-		t.Fatalf("after posting: %+v", st)
-	}
-	// ahead frames to pool buffers, placed to the placements, then more
-	// to pool buffers; every size class in each part.
-	var frames [][]byte
-	for i := range ahead + placed + 12 {
-		frames = append(frames, nictest.PlaceFrame(b.MAC(), a.MAC(), i, sizes[i%len(sizes)]))
-	}
-	before, err := b.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nictest.SendFrames(t, a, frames)
-	// Written back and not delivered, the frames still come before a
-	// placement posted now: Ahead does not move until RxBatch.
-	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
-		s, err := b.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.RxFrames-before.RxFrames >= uint64(ahead+placed) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d frames written back", s.RxFrames-before.RxFrames, ahead+placed)
-		}
-	}
-	if st := b.RxPlacement(0); st.Ahead != ahead+placed {
-		t.Errorf("every descriptor written back, none delivered: Ahead %d, want %d", st.Ahead, ahead+placed)
-	}
-	got := nictest.RecvFrames(t, b, len(frames))
-	checkPlaced(t, got, frames, ps, ahead, info.PlaceHeader)
-	for _, g := range got {
-		if err := g.Pool().Free(g); err != nil {
-			t.Error(err)
-		}
-	}
-	if st := b.RxPlacement(0); st.Consumed != uint64(placed) {
-		t.Errorf("after the frames: %+v, want %d consumed", st, placed)
-	}
+	nictest.PlaceAhead(t, a, b, ps, func(i, _ int) int { return sizes[i%len(sizes)] })
 
 	// An IPv4/UDP frame the NIC splits at its 42 bytes of headers: whole
 	// in a pool Buffer, and in a placement its payload after them.
 	udp := udpFrame(b.MAC(), a.MAC(), 1514)
-	ahead = b.RxPlacement(0).Ahead
+	ahead := b.RxPlacement(0).Ahead
 	if k, err := b.PostRx(0, ps[:1]); k != 1 || err != nil {
 		t.Fatalf("PostRx: %d: %v", k, err)
 	}
@@ -231,55 +173,7 @@ func placement(t *testing.T, a, b *e1000e.NIC, alloc func(int) []byte) {
 	}
 
 	// Placements left posted at Close are consumed and unreachable.
-	if k, err := b.PostRx(0, ps[:4]); k != 4 || err != nil {
-		t.Fatalf("PostRx: %d: %v", k, err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := b.RxPlacement(0); st.Consumed != st.Posted {
-		t.Errorf("after Close: %+v, want every placement consumed", st)
-	}
-	unmap()
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.PostRx(0, ps[:1]); !errors.Is(err, nicdrv.ErrClosed) {
-		t.Errorf("PostRx after Close: %v", err)
-	}
-}
-
-// checkPlaced checks received frames against the frames sent: the ahead
-// first and those after the placements whole in pool Buffers, the others
-// split after hdr bytes between a header buffer and their placement.
-func checkPlaced(t *testing.T, got []*nicdrv.Buffer, frames [][]byte, ps []nicdrv.Placement, ahead, hdr int) {
-	t.Helper()
-	placed := len(ps)
-	for i, g := range got {
-		fr := frames[i]
-		ext, iova := g.Attached()
-		inPlace := i >= ahead && i < ahead+placed
-		if inPlace != (ext != nil) {
-			t.Fatalf("frame %d: placed %v, want %v", i, ext != nil, inPlace)
-		}
-		if !inPlace {
-			if g.Next != nil || !bytes.Equal(g.Data, fr) {
-				t.Fatalf("frame %d in a pool buffer: %d bytes in %d buffers, want the %d-byte frame whole", i, g.FrameLen(), g.Segments(), len(fr))
-			}
-			continue
-		}
-		p := ps[i-ahead]
-		h := min(hdr, len(fr))
-		if !bytes.Equal(g.Data, fr[:h]) || !bytes.Equal(ext, fr[h:]) {
-			t.Fatalf("frame %d (%d bytes): header %d bytes, placed %d: not the frame's", i, len(fr), len(g.Data), len(ext))
-		}
-		if iova != p.IOVA || len(ext) > 0 && unsafe.SliceData(ext) != unsafe.SliceData(p.Mem) {
-			t.Fatalf("frame %d landed outside its placement", i)
-		}
-		if !bytes.Equal(p.Mem[:len(ext)], fr[h:]) {
-			t.Fatalf("frame %d: the placement's memory does not hold its payload", i)
-		}
-	}
+	nictest.ClosePlacing(t, a, b, ps, unmap)
 }
 
 // TestPlacementOptions: Placement is refused with header split, naming

@@ -467,7 +467,7 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
 		}
 	}
 	if t.q != 0 {
-		softChecksums(fr, ihl, tot, want&nicdrv.FlagTxIPChecksum != 0, csumAt)
+		nicdrv.FillChecksums(fr, want)
 		return none, false
 	}
 	// RS is put's to decide, as on any descriptor.
@@ -488,37 +488,4 @@ func (t *txQueue) offload(b *nicdrv.Buffer) (ctx hw.TxDesc, hwOffload bool) {
 		tucso = csumAt
 	}
 	return hw.ContextTx(14, 24, uint16(l4-1), uint8(l4), uint8(tucso), uint16(14+tot-1), tucmd), true
-}
-
-// softChecksums fills in the checksums in the driver.
-func softChecksums(fr []byte, ihl, tot int, ip bool, l4At int) {
-	sum := func(s uint32, b []byte) uint32 {
-		for len(b) >= 2 {
-			s += uint32(b[0])<<8 | uint32(b[1])
-			b = b[2:]
-		}
-		if len(b) == 1 {
-			s += uint32(b[0]) << 8
-		}
-		return s
-	}
-	fold := func(s uint32) uint16 {
-		for s > 0xFFFF {
-			s = s&0xFFFF + s>>16
-		}
-		return uint16(s)
-	}
-	if ip {
-		binary.BigEndian.PutUint16(fr[24:], 0)
-		binary.BigEndian.PutUint16(fr[24:], ^fold(sum(0, fr[14:14+ihl])))
-	}
-	if l4At >= 0 {
-		binary.BigEndian.PutUint16(fr[l4At:], 0)
-		s := uint32(drv.PseudoSum(fr[26:34], fr[23], tot-ihl))
-		c := ^fold(sum(s, fr[14+ihl:14+tot]))
-		if c == 0 && fr[23] == 17 {
-			c = 0xFFFF
-		}
-		binary.BigEndian.PutUint16(fr[l4At:], c)
-	}
 }

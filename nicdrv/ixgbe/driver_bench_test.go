@@ -2,7 +2,6 @@ package ixgbe
 
 import (
 	"encoding/binary"
-	"runtime"
 	"testing"
 
 	"github.com/gomx-dev/gomx/emulated"
@@ -22,8 +21,6 @@ import (
 // what ns/frame and cpu-ns/frame are).
 func BenchmarkDriver(b *testing.B) {
 	const batch, size = 32, 512
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
 	if err != nil {
 		b.Fatal(err)
@@ -87,8 +84,6 @@ func BenchmarkDriver(b *testing.B) {
 // placed frame with the pool's.
 func BenchmarkPlace(b *testing.B) {
 	const batch, size, mf = 32, 512, 1518
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	plat, err := emulated.NewIXGBE(emulated.IXGBEOptions{Ports: 1})
 	if err != nil {
 		b.Fatal(err)
@@ -108,10 +103,7 @@ func BenchmarkPlace(b *testing.B) {
 	rx.rdt = rx.tail
 	n.rx = []*rxQueue{rx}
 	mem := make([]byte, batch*2048)
-	ps := make([]nicdrv.Placement, batch)
-	for i := range ps {
-		ps[i] = nicdrv.Placement{Mem: mem[i*2048 : i*2048+mf-placeHeader], IOVA: uint64(1<<40 + i*2048)}
-	}
+	ps := drvtest.Placements(mem, batch, mf-placeHeader)
 	out := make([]*nicdrv.Buffer, batch)
 	round := func() {
 		from := rx.tail

@@ -167,7 +167,7 @@ func (r *rxQueue) placedFrame(s uint32, lo, hi uint64, maxFrame int) *nicdrv.Buf
 	p := &r.Placed[s]
 	hb := r.hdr[s]
 	h, k := int(uint16(lo>>16)&hw.HdrInfoLenMask)>>hw.HdrInfoLenShift, int(uint16(hi>>32))
-	if p.Mem == nil || hb == nil || uint16(lo>>16)&hw.HdrInfoSPH == 0 || h == 0 || h > min(placeHeader, hb.Cap()) ||
+	if p.Mem == nil || hb == nil || uint16(lo>>16)&hw.HdrInfoSPH == 0 || h < 14 || h > min(placeHeader, hb.Cap()) ||
 		k > len(p.Mem) || h+k < 14 || h+k > maxFrame {
 		return nil
 	}

@@ -425,6 +425,10 @@ func tcpFrame(b []byte, dst, src nicdrv.MAC, port uint16, seq uint64, size int, 
 	return b
 }
 
+// sum, fold and pseudo are the suite's own Internet checksum (RFC 1071),
+// written apart from internal/csum: the drivers' software checksums and the
+// models' offload compute with that package, and the suite checks what
+// they wrote against this independent sum.
 func sum(s uint32, b []byte) uint32 {
 	for i := 0; i+1 < len(b); i += 2 {
 		s += uint32(b[i])<<8 | uint32(b[i+1])

@@ -15,6 +15,8 @@ package framing
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/gomx-dev/gomx/internal/csum"
 )
 
 // Frame layout constants.
@@ -104,28 +106,7 @@ func PutUDPHeaders(b []byte, h UDPHeader, n int) {
 }
 
 // IPChecksum is the Internet checksum (RFC 1071) of an IPv4 header.
-func IPChecksum(h []byte) uint16 { return ^fold(sum(0, h)) }
-
-// sum adds b to the one's complement sum s as big-endian 16-bit words,
-// an odd last byte padded with zero on the right (RFC 1071).
-func sum(s uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		s += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	return s
-}
-
-// fold folds a sum's carries back into its low 16 bits.
-func fold(s uint32) uint16 {
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return uint16(s)
-}
+func IPChecksum(h []byte) uint16 { return csum.Checksum(h) }
 
 // UDPChecksumOK reports whether the UDP checksum of a frame ParseUDP
 // accepted is right by RFC 768: summed over the pseudo-header and the UDP
@@ -138,7 +119,7 @@ func UDPChecksumOK(frame []byte) bool {
 	if udp[6] == 0 && udp[7] == 0 {
 		return true
 	}
-	return fold(sum(sum(17+uint32(ulen), ip[12:20]), udp)) == 0xffff
+	return csum.Fold(csum.Add(csum.Pseudo(ip[12:20], 17, ulen), udp)) == 0xffff
 }
 
 // ParseUDP decodes an IPv4/UDP frame as UDP framing sends it: IPv4 without

@@ -164,15 +164,12 @@ func TestAskBackRacesSends(t *testing.T) {
 			var stop atomic.Bool
 			defer stop.Store(true)
 			var looks atomic.Int64
-			var finished atomic.Int32
 			// trickled[k]: 1 + the look producer k sent its trickle
 			// frame of, while it trickles; 0 while it does not.
 			var trickled [producers]atomic.Int64
 			var wg sync.WaitGroup
-			errs := make(chan error, producers)
-			chk := newInOrder(tx...)
-			chk.seen = make([]atomic.Int64, producers)
-			var sent [producers]atomic.Int64
+			race := newLaneRace(rx, tx, window)
+			errs, finished, chk := race.errs, &race.finished, race.chk
 			for k, p := range tx {
 				wg.Add(1)
 				go func() {
@@ -180,24 +177,7 @@ func TestAskBackRacesSends(t *testing.T) {
 					defer finished.Add(1)
 					rnd := rand.New(rand.NewPCG(uint64(k), 2))
 					i := 0
-					send := func(n int) bool {
-						for range n {
-							for deadline := time.Now().Add(60 * time.Second); int64(i)-chk.seen[k].Load() >= window; {
-								if time.Now().After(deadline) {
-									errs <- fmt.Errorf("producer %d: frame %d not received in 60s", k+1, int(chk.seen[k].Load()))
-									return false
-								}
-								runtime.Gosched()
-							}
-							if _, err := p.SendStrict([]transport.Frame{{Peer: rx.Addr(), Data: testFrame(k+1, i)}}); err != nil {
-								errs <- fmt.Errorf("producer %d frame %d: %v", k+1, i, err)
-								return false
-							}
-							i++
-							sent[k].Store(int64(i))
-						}
-						return true
-					}
+					send := func(n int) bool { return race.send(k, p, &i, n) }
 					for c := range cycles {
 						deadline := time.Now().Add(60 * time.Second)
 						for !laneTaken(p, rx.Addr()) {
@@ -234,18 +214,6 @@ func TestAskBackRacesSends(t *testing.T) {
 					}
 				}()
 			}
-			buf := make([]transport.Frame, 16)
-			deadline := time.Now().Add(180 * time.Second)
-			all := func() bool {
-				if finished.Load() != producers {
-					return false
-				}
-				n := 0
-				for k := range sent {
-					n += int(sent[k].Load())
-				}
-				return chk.got == n
-			}
 			// ready: the clock may move on. Each holder that trickles
 			// sent its frame of this look (or stopped trickling), and
 			// the producers answered or heard what the receiver asked.
@@ -261,11 +229,8 @@ func TestAskBackRacesSends(t *testing.T) {
 				}
 				return heard(rx, tx)
 			}
-			mark := 0
-			for c := 0; !all(); c++ {
-				if err := chk.take(rx, buf, c%2 == 1, time.Millisecond); err != nil {
-					t.Fatal(err)
-				}
+			mark, c := 0, 0
+			race.receive(t, func() {
 				// A look once the receiver took a few frames, or none
 				// came (every producer waits for a look), and ready.
 				if (chk.got >= mark+8 || c%8 == 7) && ready() {
@@ -277,15 +242,8 @@ func TestAskBackRacesSends(t *testing.T) {
 					looks.Add(1)
 					mark = chk.got
 				}
-				select {
-				case err := <-errs:
-					t.Fatal(err)
-				default:
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("received %v after 180s: %v", chk.next, rx.Counters())
-				}
-			}
+				c++
+			})
 			wg.Wait()
 			var atAsk uint64
 			for _, p := range tx {

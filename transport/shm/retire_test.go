@@ -142,6 +142,85 @@ func sendOne(t *testing.T, a *Transport, peer transport.NICID, p, i int) {
 	}
 }
 
+// laneRace is what the tests that race lane changes against sends
+// (TestLaneRetireRacesSends, TestAskBackRacesSends) share: producers that
+// each send their frames (testFrame) in order to one receiver, at most
+// window frames ahead of what it has read, and the receiver's loop.
+type laneRace struct {
+	rx       *Transport
+	window   int
+	chk      *inOrder
+	sent     []atomic.Int64 // frames producer k sent, at index k
+	finished atomic.Int32   // producers done
+	errs     chan error
+}
+
+func newLaneRace(rx *Transport, tx []*Transport, window int) *laneRace {
+	r := &laneRace{rx: rx, window: window, chk: newInOrder(tx...), sent: make([]atomic.Int64, len(tx)), errs: make(chan error, len(tx))}
+	r.chk.seen = make([]atomic.Int64, len(tx))
+	return r
+}
+
+// send sends n frames of producer k (its number is k+1) from p, from
+// frame *i on, each once the receiver is less than window frames behind.
+// A failure goes to errs, and send returns false.
+func (r *laneRace) send(k int, p *Transport, i *int, n int) bool {
+	for range n {
+		// At most window frames ahead of the receiver: a backlog that
+		// never drains keeps a pair off its lane.
+		for deadline := time.Now().Add(60 * time.Second); int64(*i)-r.chk.seen[k].Load() >= int64(r.window); {
+			if time.Now().After(deadline) {
+				r.errs <- fmt.Errorf("producer %d: frame %d not received in 60s", k+1, int(r.chk.seen[k].Load()))
+				return false
+			}
+			runtime.Gosched()
+		}
+		if _, err := p.SendStrict([]transport.Frame{{Peer: r.rx.Addr(), Data: testFrame(k+1, *i)}}); err != nil {
+			r.errs <- fmt.Errorf("producer %d frame %d: %v", k+1, *i, err)
+			return false
+		}
+		*i++
+		r.sent[k].Store(int64(*i))
+	}
+	return true
+}
+
+// receive reads at the receiver, through Recv and through Peek and Take
+// by turns, until every producer is done and every frame it sent has
+// arrived, calling took (if not nil) after each read. It fails t on a
+// producer's error, and after 180s.
+func (r *laneRace) receive(t *testing.T, took func()) {
+	t.Helper()
+	buf := make([]transport.Frame, 16)
+	deadline := time.Now().Add(180 * time.Second)
+	all := func() bool {
+		if int(r.finished.Load()) != len(r.sent) {
+			return false
+		}
+		n := 0
+		for k := range r.sent {
+			n += int(r.sent[k].Load())
+		}
+		return r.chk.got == n
+	}
+	for c := 0; !all(); c++ {
+		if err := r.chk.take(r.rx, buf, c%2 == 1, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if took != nil {
+			took()
+		}
+		select {
+		case err := <-r.errs:
+			t.Fatal(err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("received %v after 180s: %v", r.chk.next, r.rx.Counters())
+		}
+	}
+}
+
 // TestLaneRetiredAndBack: a pair goes from the queue to a lane, the lane
 // goes idle and is retired with frames still unread in it, the pair's next
 // frames go through the queue, and once busy again the pair gets a lane
@@ -389,36 +468,18 @@ func TestLaneRetireRacesSends(t *testing.T) {
 				}
 			}()
 			defer func() { stop.Store(true); retirer.Wait() }()
-			errs := make(chan error, producers)
-			chk := newInOrder(tx...)
-			chk.seen = make([]atomic.Int64, producers)
-			var sent [producers]atomic.Int64
-			var finished atomic.Int32
+			race := newLaneRace(rx, tx, window)
+			errs := race.errs
 			for k, p := range tx {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer finished.Add(1)
+					defer race.finished.Add(1)
 					rnd := rand.New(rand.NewPCG(uint64(k), 1))
 					i := 0
 					send := func(n int) bool {
-						for range n {
-							// At most window frames ahead of the
-							// receiver: a backlog that never drains
-							// keeps a pair off its lane.
-							for deadline := time.Now().Add(60 * time.Second); int64(i)-chk.seen[k].Load() >= window; {
-								if time.Now().After(deadline) {
-									errs <- fmt.Errorf("producer %d: frame %d not received in 60s", k+1, int(chk.seen[k].Load()))
-									return false
-								}
-								runtime.Gosched()
-							}
-							if _, err := p.SendStrict([]transport.Frame{{Peer: rx.Addr(), Data: testFrame(k+1, i)}}); err != nil {
-								errs <- fmt.Errorf("producer %d frame %d: %v", k+1, i, err)
-								return false
-							}
-							i++
-							sent[k].Store(int64(i))
+						if !race.send(k, p, &i, n) {
+							return false
 						}
 						for range rnd.IntN(4) {
 							runtime.Gosched()
@@ -451,31 +512,7 @@ func TestLaneRetireRacesSends(t *testing.T) {
 					}
 				}()
 			}
-			buf := make([]transport.Frame, 16)
-			deadline := time.Now().Add(180 * time.Second)
-			all := func() bool {
-				if finished.Load() != producers {
-					return false
-				}
-				n := 0
-				for k := range sent {
-					n += int(sent[k].Load())
-				}
-				return chk.got == n
-			}
-			for c := 0; !all(); c++ {
-				if err := chk.take(rx, buf, c%2 == 1, time.Millisecond); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case err := <-errs:
-					t.Fatal(err)
-				default:
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("received %v after 180s: %v", chk.next, rx.Counters())
-				}
-			}
+			race.receive(t, nil)
 			wg.Wait()
 			var retired, opened uint64
 			for _, p := range tx {
@@ -488,7 +525,7 @@ func TestLaneRetireRacesSends(t *testing.T) {
 			if n := counter(rx, "shm frames dropped (ring full)"); n != 0 {
 				t.Errorf("%d frames dropped", n)
 			}
-			t.Logf("%d frames, %d lanes opened, %d retired", chk.got, opened, retired)
+			t.Logf("%d frames, %d lanes opened, %d retired", race.chk.got, opened, retired)
 		})
 	}
 }

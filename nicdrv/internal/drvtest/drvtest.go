@@ -1,14 +1,15 @@
 // Package drvtest holds what the PCI NIC drivers' own tests (nicdrv/e1000e
 // and nicdrv/ixgbe, package-internal: they drive a ring without a model
 // behind it) share: a register file that swallows the data path's tail
-// writes, the pools the receive fuzzers take their buffers from, the
-// fuzzers' checks of what a placing queue delivered and of buffers that
-// did not come back, and the loop of the per-frame benchmarks with their
-// figures. The conformance suite every NIC passes is nicdrv/nictest; this
+// writes, the pools the receive fuzzers take their buffers from and the
+// placements they post, the fuzzers' checks of what a placing queue
+// delivered and of buffers that did not come back, and the loop of the
+// per-frame benchmarks with their figures. The conformance suite every NIC passes is nicdrv/nictest; this
 // package is for the tests that reach into a driver.
 package drvtest
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -44,6 +45,56 @@ func Pools(tb testing.TB, dma pci.DMA, buffers int) (*nicdrv.Pool, *drv.Pools) {
 	}
 	tb.Cleanup(func() { pools.Close() })
 	return pool, pools
+}
+
+// Placements cuts n placements of size bytes from mem, 2 KiB apart (mem
+// holds n*2048 bytes), with made-up IOVAs from 1<<40 on: a ring driven
+// by a test has no NIC behind it to write to them.
+func Placements(mem []byte, n, size int) []nicdrv.Placement {
+	ps := make([]nicdrv.Placement, n)
+	for i := range ps {
+		ps[i] = nicdrv.Placement{Mem: mem[i*2048 : i*2048+size], IOVA: uint64(1<<40 + i*2048)}
+	}
+	return ps
+}
+
+// PlacingQueue is a placing RX queue a receive fuzzer drives: its receive
+// (the queue's batch), its record of placements, the release Close makes
+// of what it holds, and the pools it takes from (Pools returned them).
+type PlacingQueue struct {
+	Batch      func([]*nicdrv.Buffer) (int, error)
+	Placements *drv.Placements
+	Release    func() error
+	Pool       *nicdrv.Pool
+	Pools      *drv.Pools
+}
+
+// CheckDelivered receives what q delivers and fails t unless it is the
+// frames of want (CheckPlaced) with consumed placements counted consumed;
+// it then gives the frames back, releases q, and fails t unless every one
+// of the posted placements is counted consumed and every buffer is back
+// (CheckReturned).
+func (q PlacingQueue) CheckDelivered(t testing.TB, want []PlacedFrame, consumed, posted int) {
+	t.Helper()
+	out := make([]*nicdrv.Buffer, 64)
+	got, err := q.Batch(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	CheckPlaced(t, out[:got], want)
+	if q.Placements.Consumed != uint64(consumed) {
+		t.Fatalf("%d placements consumed, want %d", q.Placements.Consumed, consumed)
+	}
+	if err := q.Pool.Free(out[:got]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if q.Placements.Consumed != uint64(posted) {
+		t.Fatalf("after release %d of %d placements consumed", q.Placements.Consumed, posted)
+	}
+	CheckReturned(t, q.Pool, q.Pools)
 }
 
 // PlacedFrame is what a placing queue should deliver for one frame: Data
@@ -84,9 +135,12 @@ func CheckReturned(t testing.TB, pool *nicdrv.Pool, pools *drv.Pools) {
 // 64 rounds to warm up, then b.N frames' worth, timed. It reports
 // ns/frame, the wall time per frame, and cpu-ns/frame, the benchmark
 // thread's CPU time per frame, which on a loaded machine leaves out the
-// time the thread waited for a CPU. The caller locks its goroutine to its
-// thread (runtime.LockOSThread) for the CPU time to be the round's.
+// time the thread waited for a CPU. It locks the goroutine to its thread
+// (runtime.LockOSThread) while it runs, for the CPU time to be the
+// rounds'.
 func PerFrame(b *testing.B, batch int, round func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for range 64 {
 		round()
 	}
