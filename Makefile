@@ -153,8 +153,10 @@ bench: hugepages
 # coordinator can fail a time-boxed run at its deadline with "context deadline
 # exceeded" and no crasher (golang/go#75804, fixed in 1.27); -fuzztime Nx
 # avoids it. Every pattern is anchored ('^FuzzX$$'): an unanchored -fuzz that
-# matches two fuzzers in a package refuses to run.
+# matches two fuzzers in a package refuses to run. hack/fuzz-listed.sh first
+# fails on any fuzzer in the tree that has no line here.
 fuzz-smoke:
+	bash hack/fuzz-listed.sh
 	$(GO) test -run '^$$' -fuzz '^FuzzDescriptor$$' -fuzztime 5000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzRegisterWrites$$' -fuzztime 5000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5000x ./ioat/hw/
@@ -181,6 +183,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTable$$' -fuzztime 2000x ./cmd/internal/launch/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpandHostlist$$' -fuzztime 20000x ./cmd/internal/launch/
 	$(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 2000x ./transport/shm/
+	$(GO) test -run '^$$' -fuzz '^FuzzProducerControl$$' -fuzztime 2000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzQueueParse$$' -fuzztime 20000x ./transport/shm/
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedEntry$$' -fuzztime 2000x ./mx/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNetPIPE$$' -fuzztime 2000x ./hack/peers/intranode/
