@@ -157,8 +157,8 @@ func (r *rxQueue) placeDesc(s uint32, wb hw.RxWriteBack) {
 // placedFrame takes slot s, written back as lo and hi with EOP and no
 // error, when it is the common placed frame: a placement, split with a
 // header of 14 (an Ethernet header) to placeHeader bytes in its header
-// buffer, as general requires, and no more than
-// the placement holds after it, of a length from 14 to maxFrame. It
+// buffer, as general requires, and no more than the placement holds
+// after it, of a length up to maxFrame. It
 // returns the frame (the header buffer with the written part of the
 // placement attached), as general would, or nil, having changed nothing,
 // for every other descriptor, which general then takes. A stream of
@@ -168,7 +168,7 @@ func (r *rxQueue) placedFrame(s uint32, lo, hi uint64, maxFrame int) *nicdrv.Buf
 	hb := r.hdr[s]
 	h, k := int(uint16(lo>>16)&hw.HdrInfoLenMask)>>hw.HdrInfoLenShift, int(uint16(hi>>32))
 	if p.Mem == nil || hb == nil || uint16(lo>>16)&hw.HdrInfoSPH == 0 || h < 14 || h > min(placeHeader, hb.Cap()) ||
-		k > len(p.Mem) || h+k < 14 || h+k > maxFrame {
+		k > len(p.Mem) || h+k > maxFrame {
 		return nil
 	}
 	mem, iova := p.Mem[:k:k], p.IOVA
