@@ -146,7 +146,7 @@ func TestSlowClockAckWithoutTick(t *testing.T) {
 			setSlowClock(pr.bb)
 			stopTicks(pr.bb)
 			ctx := testCtx(t, time.Minute)
-			buf := make([]byte, 64)
+			buf, sbuf := make([]byte, 64), make([]byte, 64) // a receive and a send may run at once
 			const n = 5
 			for i := range n {
 				r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
@@ -159,7 +159,7 @@ func TestSlowClockAckWithoutTick(t *testing.T) {
 				if c.sleeper {
 					errc = asleepOn(t, pr.bb, wait)
 				}
-				s, err := pr.a.ISend([][]byte{buf}, pr.atob, uint64(i), nil)
+				s, err := pr.a.ISend([][]byte{sbuf}, pr.atob, uint64(i), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
