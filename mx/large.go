@@ -584,10 +584,6 @@ func (pl *pull) timer(now int64) {
 			bl.lastReq = now
 			pl.e.cnt[PullTimeouts]++
 			pl.rerequest(bl, ^bl.got&(uint64(1)<<bl.n-1), TimerRetransmits)
-			// The sources were drained (mayDeclare): a lane span still
-			// posted for a missing frame is one the NIC never filled, as
-			// after an answer (ask.go).
-			pl.placeLost(bl.seq + 1) // placerecv.go
 		}
 		return
 	}

@@ -410,10 +410,9 @@ func (pl *pull) placeLate(i int, took uint64) {
 	}
 }
 
-// placeLost is called when the answer to a lane pull's question, or its
-// timer's re-request toward a peer that is not asked (large.go), showed
+// placeLost is called when the answer to a lane pull's question showed
 // frames lost, the frames of the PULLs numbered below te that have not
-// come. Both act once the lane was drained (ask.go, verdict.go), so
+// come. The answer is acted on once the lane was drained (ask.go), so
 // every reply the NIC received before it was handled: a span still
 // posted for such a frame was not taken because the frame was lost before
 // the NIC. Its copy, asked for again, comes on lane 0 and may be kept
