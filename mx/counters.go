@@ -182,10 +182,6 @@ const (
 	// that frames nobody counted had pushed past their spans
 	// (placerecv.go).
 	PlaceRealigns
-	// PlaceLaneCancels counts the lanes a pull took its postings back
-	// from when the answer to its question showed replies lost before
-	// the NIC whose spans were still posted (placerecv.go, placeLost).
-	PlaceLaneCancels
 	numCounters
 )
 
@@ -233,7 +229,6 @@ var counterNames = [numCounters]string{
 	"fine timer firings with nothing due", "sleeps ended by a timeout with nothing to do",
 	"short-path sends (tiny, small)", "short-path receives (straight into the first posted receive)",
 	"placed blocks realigned behind spare descriptors",
-	"placing lanes cancelled after replies lost",
 }
 
 // String returns the counter's label.

@@ -1,8 +1,6 @@
 package mx
 
 import (
-	"math/bits"
-
 	"github.com/gomx-dev/gomx/internal/regcache"
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
@@ -406,41 +404,6 @@ func (pl *pull) placeLate(i int, took uint64) {
 				pc.late = int(int64(took) - int64(pp.post[i]))
 			}
 			return
-		}
-	}
-}
-
-// placeLost is called when the answer to a lane pull's question showed
-// frames lost, the frames of the PULLs numbered below te that have not
-// come. The answer is acted on once the lane was drained (ask.go), so
-// every reply the NIC received before it was handled: a span still
-// posted for such a frame was not taken because the frame was lost before
-// the NIC. Its copy, asked for again, comes on lane 0 and may be kept
-// only once that span is consumed (placeSafe), and nothing but a later
-// reply on the lane would consume it: at the end of a pull, none comes,
-// and the copies would be refused and asked for again without end. So the
-// pull takes its lane's postings back (transport.Placer.Cancel, which
-// counts them consumed): the copies are kept from the second timer run
-// on, and the replies still to come on the lane for later blocks, finding
-// nothing posted, are dropped by the NIC and asked for again, copied.
-func (pl *pull) placeLost(te uint32) {
-	pp := pl.pp
-	if pp == nil || pp.lane == 0 || pl.e.b.plc.busy[pp.lane] != pl {
-		return
-	}
-	pc := pl.e.b.plc
-	st := pc.tr.Placement(pp.lane)
-	for j := range pl.blocks {
-		bl := &pl.blocks[j]
-		if bl.seq >= te {
-			continue
-		}
-		for m := ^bl.got & (uint64(1)<<bl.n - 1); m != 0; m &= m - 1 {
-			if s := pp.post[bl.first+bits.TrailingZeros64(m)]; s > st.Consumed {
-				_ = pc.tr.Cancel(pp.lane)
-				pl.e.cnt[PlaceLaneCancels]++
-				return
-			}
 		}
 	}
 }
