@@ -70,8 +70,8 @@ func (b *Board) now() int64 {
 // waiter's own latest (b.seen), made at most a few looks
 // (busyClockEvery) before the look that found the frames, and not before
 // a yield: a waiter that gave its CPU away since its reading passes none
-// (pollSource's ack), nor does one asleep on its sources, whose reading
-// is as old as the burst it woke to.
+// (pollSource's ack). A waiter asleep on its sources passes the reading
+// it made as it woke, or after the burst that followed (sleep.go).
 //
 // The deadline takes it (ackClock): it is early by the waiter's gap
 // between readings, so the ack may go that much sooner, well inside
