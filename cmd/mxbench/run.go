@@ -389,39 +389,34 @@ func toBaseline(name string, r rawResult, cmd string) *baselineResult {
 	return b
 }
 
-// stderrf prints a progress note.
 // startCPUProfile starts the runtime's CPU profile into path and returns
 // what stops it and closes the file. The UDP baseline of each size, which
 // runs between the mx sizes, is in the profile too (--baseline=false
 // leaves it out).
 func startCPUProfile(path string) (func() error, error) {
-	out, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(out); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return out.Close()
-	}, nil
+	return startRecording("--cpuprofile", path, pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // startTrace starts the runtime's execution trace into path and returns
 // what stops it and closes the file.
 func startTrace(path string) (func() error, error) {
+	return startRecording("--trace", path, trace.Start, trace.Stop)
+}
+
+// startRecording creates path and starts a recording into it with start;
+// the function it returns stops the recording and closes the file. Errors
+// name the flag that asked for it.
+func startRecording(flag, path string, start func(io.Writer) error, stop func()) (func() error, error) {
 	out, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("--trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	if err := trace.Start(out); err != nil {
+	if err := start(out); err != nil {
 		out.Close()
-		return nil, fmt.Errorf("--trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return func() error {
-		trace.Stop()
+		stop()
 		return out.Close()
 	}, nil
 }
@@ -446,6 +441,7 @@ func printWaits(w io.Writer, size, iters int, before, after [2]mx.WaitStats) {
 		units.Format(int64(size)), per(d.Polled), per(d.Slept), per(d.Kernel), per(d.Yields), per(d.LoopRecvs), per(d.LoopYields), per(d.HandOvers))
 }
 
+// stderrf prints a progress note.
 func stderrf(w io.Writer, format string, args ...any) {
 	if w == nil {
 		w = os.Stderr
