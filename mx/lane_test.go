@@ -398,10 +398,13 @@ func TestLaneMedium(t *testing.T) {
 }
 
 // ownSource takes s for the test as a polling waiter does (rxsource.go):
-// its receive loop, if inside Recv, is asked out until s.mu is free. The
-// caller unlocks s.mu.
+// counted among its pollers, so that its receive loop stays away, which
+// is asked out of Recv if inside, until s.mu is free. The caller unlocks
+// s.mu.
 func ownSource(t *testing.T, s *rxSource) {
 	t.Helper()
+	s.pollIn.Add(1)
+	defer s.pollLeft.Add(1)
 	deadline := time.Now().Add(30 * time.Second)
 	for !s.mu.TryLock() {
 		if time.Now().After(deadline) {
