@@ -640,6 +640,15 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 	}
 }
 
+var _ transport.Spinner = (*Transport)(nil)
+
+// SpinCheap implements transport.Spinner: a queue transport's empty look
+// (Recv with a zero timeout) reads its RX ring's next descriptor in DMA
+// memory and makes no system call and no register read, so a waiter that
+// expects a frame soon may poll its own queue (mx's run-to-completion
+// wait). A board transport's look sweeps every queue: it reports false.
+func (t *Transport) SpinCheap() bool { return t.queue != nil }
+
 var _ transport.Waker = (*Transport)(nil)
 
 // Wake implements transport.Waker: a Recv waiting for frames (on the NIC's
