@@ -233,8 +233,9 @@
 // progress goroutine receives frame batches, demultiplexes them to
 // endpoints, matches, answers acks and pulls, resends on timers and
 // completes requests. A wait first polls the shared-memory rings (a shm
-// board's, or the host path's) and an AF_XDP socket (any transport.Spinner:
-// a look costs no system call) from the waiting goroutine for the endpoint's
+// board's, or the host path's), an AF_XDP socket and a NIC queue's RX ring
+// (a queued board's; any transport.Spinner: a look costs no system call)
+// from the waiting goroutine for the endpoint's
 // poll window, which starts at BoardOptions.Spin (GOMX_SPIN, default
 // DefaultSpin) and tunes itself up to BoardOptions.SpinMax (GOMX_SPIN_MAX)
 // as Linux's haltpoll governor does: it grows after a wait whose message

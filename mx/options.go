@@ -72,8 +72,9 @@ type BoardOptions struct {
 	// instead of sleeping: lowest latency, one core spinning per waiter.
 	BusyPoll bool
 	// Spin is how long a waiting goroutine polls shared-memory rings (a
-	// shm board, or the host path) and an AF_XDP socket (any
-	// transport.Spinner) itself before it sleeps, at first: a
+	// shm board, or the host path), an AF_XDP socket and a NIC queue's RX
+	// ring (a queued board's; any transport.Spinner) itself before it
+	// sleeps, at first: a
 	// message found meanwhile completes its request with no futex and no
 	// goroutine hand-off (see poll.go). Each endpoint then tunes its own
 	// window between 0 and SpinMax from how its waits end

@@ -31,7 +31,12 @@ type QueuedOptions struct {
 // scales with queues. The transport steers each queue's NIC id (for the
 // NIC transport, a UDP port) to its queue, by a NIC rule where it can, so
 // an endpoint's frames are received, matched and completed on its queue's
-// thread. OpenEndpoint assigns each endpoint the queue with the fewest
+// thread, or, while the application waits for them, on the waiting
+// goroutine itself: a queue's RX ring costs no system call to look at
+// (transport.Spinner), so a waiter polls its own queue for its poll window
+// and handles what it finds under that queue's locks alone, run to
+// completion as a DPDK lcore serves its queue, while the queue's thread
+// steps aside (BoardOptions.Spin). OpenEndpoint assigns each endpoint the queue with the fewest
 // endpoints; the endpoint's Addr carries its queue's NIC id, which is what
 // peers connect to, and Endpoint.CPUs reports the CPU serving it.
 type QueuedBoard struct {

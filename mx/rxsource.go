@@ -25,7 +25,8 @@ type rxSource struct {
 	mu sync.Mutex
 	rx []transport.Frame
 	// spin: adaptive waiters poll it (it costs no system call to look at:
-	// shared-memory rings, an AF_XDP socket's RX ring; transport.Spinner).
+	// shared-memory rings, an AF_XDP socket's or a NIC queue's RX ring;
+	// transport.Spinner).
 	spin bool
 	// rings: it is shared-memory rings (frames there carry no trailer).
 	rings bool
@@ -90,7 +91,10 @@ func newRxSource(tr transport.Transport) *rxSource {
 	} else if sp, ok := tr.(transport.Spinner); ok && sp.SpinCheap() && s.waker != nil {
 		// An AF_XDP socket: the kernel writes the frame into the RX
 		// ring in the sender's system call, so a waiter polling the
-		// ring takes it with no wake-up (poll.go). Its loop, inside
+		// ring takes it with no wake-up (poll.go). A NIC queue of a
+		// queued board likewise: the NIC writes the frame and its
+		// descriptor, and the waiter serves its own endpoint's queue
+		// to completion under that queue's lock alone. Its loop, inside
 		// Recv, is asked out with Wake; a transport that cannot be
 		// asked out (a fault wrapper around one, say) is not polled
 		// by waiters, who would spin against the loop's lock.

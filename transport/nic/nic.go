@@ -608,13 +608,14 @@ func (t *Transport) recvLocked(frames []transport.Frame, timeout time.Duration) 
 // poll found none. rxMu is held.
 func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (int, error) {
 	var ctx context.Context
-	var cancel context.CancelFunc
-	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(t.ctx, timeout)
-	} else {
-		ctx, cancel = context.WithCancel(t.ctx)
-	}
+	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
+	if timeout > 0 {
+		// The deadline without a timer (waitctx.go).
+		dl, release := withDeadline(ctx, time.Now().Add(timeout))
+		defer release()
+		ctx = dl
+	}
 	if !t.armWake(cancel) {
 		return 0, nil // woken before the wait
 	}
@@ -639,6 +640,15 @@ func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (i
 		}
 	}
 }
+
+var _ transport.Spinner = (*Transport)(nil)
+
+// SpinCheap implements transport.Spinner: a queue transport's empty look
+// (Recv with a zero timeout) reads its RX ring's next descriptor in DMA
+// memory and makes no system call and no register read, so a waiter that
+// expects a frame soon may poll its own queue (mx's run-to-completion
+// wait). A board transport's look sweeps every queue: it reports false.
+func (t *Transport) SpinCheap() bool { return t.queue != nil }
 
 var _ transport.Waker = (*Transport)(nil)
 
