@@ -149,23 +149,12 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 }
 
 func initE1000EConfig(f *Function) {
-	c := &f.cfg
-	le := binary.LittleEndian
-	le.PutUint16(c[pci.ConfigVendorID:], hw.VendorIntel)
-	le.PutUint16(c[pci.ConfigDeviceID:], hw.Device82574L)
-	le.PutUint16(c[pci.ConfigStatus:], pci.StatusCapList)
-	c[pci.ConfigClass+1] = 0x00 // Ethernet
-	c[pci.ConfigClass+2] = 0x02 // network controller
-	le.PutUint32(c[pci.ConfigBAR0:], 0xFEBC0000)
-	le.PutUint16(c[pci.ConfigSubVendorID:], hw.VendorIntel)
-	c[pci.ConfigCapPtr] = 0xA0
-	// MSI-X capability: 5 vectors, table and PBA in BAR3 (as QEMU).
-	c[0xA0] = pci.CapMSIX
-	le.PutUint16(c[0xA2:], hw.MSIXVectors-1)
-	le.PutUint32(c[0xA4:], 3)
-	le.PutUint32(c[0xA8:], 0x2000|3)
-	le.PutUint16(f.cfgW[pci.ConfigCommand:], pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable)
-	le.PutUint16(f.cfgW[0xA2:], 0xC000)
+	// An Ethernet controller (class 02h, subclass 00h) with a 32-bit
+	// memory BAR0 and MSI-X at 0xA0: 5 vectors, table and PBA in BAR3 (as
+	// QEMU).
+	baseConfig{vendor: hw.VendorIntel, device: hw.Device82574L, class: 0x02, subclass: 0x00, bar0: 0xFEBC0000,
+		msix: 0xA0, vectors: hw.MSIXVectors, table: 3, pba: 0x2000 | 3}.init(f)
+	binary.LittleEndian.PutUint16(f.cfg[pci.ConfigSubVendorID:], hw.VendorIntel)
 }
 
 // Cable joins ports a and b of this platform with a cable whose link is up.
