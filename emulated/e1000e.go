@@ -132,7 +132,7 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 	if err := nicOptions("e1000e", &o.Ports, &o.Pending, DefaultE1000EOptions().Pending, &o.Clock); err != nil {
 		return nil, err
 	}
-	p := &E1000E{nicPlatform[*e1000eNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}}}
+	p := &E1000E{nicPlatform[*e1000eNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(1+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initE1000EConfig)
 		n := &e1000eNIC{txHook: o.TxBuffer}
@@ -197,25 +197,6 @@ func (p *E1000E) Stats(i int) E1000EStats {
 // and every descriptor access a DMA through the IOMMU. Frames are counted
 // in E1000EStats and MSI-X messages in its Interrupts.
 type E1000EAccesses = NICAccesses
-
-// Accesses returns what port i's driver has done to it since the platform
-// was made or since ResetAccesses.
-func (p *E1000E) Accesses(i int) E1000EAccesses {
-	n := p.nics[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	a := n.acc
-	return a.named(hw.RegName)
-}
-
-// ResetAccesses sets port i's access counts to zero, so that a test can
-// count one phase (a steady stream after the bring-up).
-func (p *E1000E) ResetAccesses(i int) {
-	n := p.nics[i]
-	n.mu.Lock()
-	n.acc = regAccesses{}
-	n.mu.Unlock()
-}
 
 // e1000eNIC is one 82574L: the state every NIC model keeps (nicCore,
 // with its locks) and the 82574L's own.

@@ -174,7 +174,7 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 	if err := nicOptions("ixgbe", &o.Ports, &o.Pending, DefaultIXGBEOptions().Pending, &o.Clock); err != nil {
 		return nil, err
 	}
-	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}}}
+	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(0x10+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initIXGBEConfig)
 		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
@@ -243,23 +243,6 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 	n.mu.Unlock()
 	s.RxQueued = int(n.in.queued.Load())
 	return s
-}
-
-// Accesses returns what port i's driver has done to it since the platform
-// was made or since ResetAccesses.
-func (p *IXGBE) Accesses(i int) NICAccesses {
-	n := p.nics[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.acc.named(hw.RegName)
-}
-
-// ResetAccesses sets port i's access counts to zero.
-func (p *IXGBE) ResetAccesses(i int) {
-	n := p.nics[i]
-	n.mu.Lock()
-	n.acc = regAccesses{}
-	n.mu.Unlock()
 }
 
 // ixgbeNIC is one 82599: the state every NIC model keeps (nicCore, with
