@@ -317,10 +317,7 @@ func (d *dsaDevice) close() {
 	if d.stopping.Swap(true) {
 		return
 	}
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
+	d.kick()
 	<-d.done
 	// Holding mu after the goroutine ended guarantees no DMA is in flight.
 	d.mu.Lock()
