@@ -248,27 +248,14 @@ func cpuList(set *unix.CPUSet) []int {
 const dcaOffset = 0x0E00
 
 func initCBDMAConfig(f *Function, dev uint16, vectors int) {
-	c := &f.cfg
+	// A base system peripheral (class 08h, subclass 80h: other) with a
+	// 64-bit memory BAR0 and MSI-X at 0x80: one vector per channel
+	// (Linux's ioat_dma_setup_interrupts asks for CHANCNT of them), table
+	// at BAR0+0x2000, PBA at BAR0+0x3000 (spec §2.3).
+	baseConfig{vendor: hw.VendorIntel, device: dev, class: 0x08, subclass: 0x80, bar0: 0xFBD00004,
+		msix: 0x80, vectors: vectors, table: 0x2000, pba: 0x3000}.init(f)
 	le := binary.LittleEndian
-	le.PutUint16(c[pci.ConfigVendorID:], hw.VendorIntel)
-	le.PutUint16(c[pci.ConfigDeviceID:], dev)
-	le.PutUint16(c[pci.ConfigStatus:], pci.StatusCapList)
-	c[pci.ConfigRevision] = 0x07
-	c[pci.ConfigClass+1] = 0x80                  // subclass: other system peripheral
-	c[pci.ConfigClass+2] = 0x08                  // class: base system peripheral
-	le.PutUint32(c[pci.ConfigBAR0:], 0xFBD00004) // 64-bit memory BAR
-	c[pci.ConfigCapPtr] = 0x80
-	// MSI-X capability at 0x80: one vector per channel (Linux's
-	// ioat_dma_setup_interrupts asks for CHANCNT of them), table at
-	// BAR0+0x2000, PBA at BAR0+0x3000 (spec §2.3).
-	c[0x80] = pci.CapMSIX
-	c[0x81] = 0
-	le.PutUint16(c[0x82:], uint16(vectors-1)) // table size, encoded N-1
-	le.PutUint32(c[0x84:], 0x2000)
-	le.PutUint32(c[0x88:], 0x3000)
-	// Writable: command register memory, bus master and INTx disable.
-	le.PutUint16(f.cfgW[pci.ConfigCommand:], pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable)
-	le.PutUint16(f.cfgW[0x82:], 0xC000) // MSI-X enable and function mask
+	f.cfg[pci.ConfigRevision] = 0x07
 	for _, off := range []int{hw.CfgDMAUncErrSts, hw.CfgChanErrInt} {
 		le.PutUint32(f.cfgW1C[off:], 0xFFFFFFFF)
 	}

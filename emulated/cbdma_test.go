@@ -320,16 +320,8 @@ func TestInterrupt(t *testing.T) {
 // vectors; with INTRCTRL's MSI-X vector control each channel interrupts
 // on its own, without it every channel on vector 0.
 func TestVectorPerChannel(t *testing.T) {
-	p, err := NewCBDMA(CBDMAOptions{Channels: 1, ChannelsPerFunction: 4, Version: hw.Ver32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	f := p.Functions()[0]
-	regs, _ := f.BAR(0)
-	if err := pci.SetCommand(f, pci.CommandMemory|pci.CommandBusMaster); err != nil {
-		t.Fatal(err)
-	}
+	r := newRig(t, CBDMAOptions{ChannelsPerFunction: 4, Version: hw.Ver32})
+	f, regs, mem, iova := r.f, r.regs, r.mem, r.iova(0)
 	if _, err := f.EnableInterrupts(5); err == nil {
 		t.Fatal("five vectors on a four-channel function")
 	}
@@ -337,13 +329,6 @@ func TestVectorPerChannel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem := make([]byte, 4096)
-	m, err := p.IOMMU().Map(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.IOMMU().Unmap(m)
-	iova := m.Segments[0].IOVA
 	// Channel n's one descriptor (a self-linked null asking for an
 	// interrupt) at 64 x n, its completion word at 1024 + 64 x n.
 	run := func(n int) {
@@ -378,9 +363,7 @@ func TestVectorPerChannel(t *testing.T) {
 			}
 		}
 	}
-	if s := p.Stats(0); s.Violations != 0 {
-		t.Errorf("violations: %s", s.LastViolation)
-	}
+	r.noViolations()
 }
 
 func TestBandwidthCap(t *testing.T) {

@@ -56,6 +56,40 @@ func (p *platform) Close() error {
 	return errors.Join(errs...)
 }
 
+// baseConfig is the configuration space every model's function starts
+// from: vendor and device IDs, class, BAR0, and one capability, MSI-X.
+// What a driver may write there is the command register's memory,
+// bus-master and INTx-disable bits and MSI-X's enable and function mask.
+// A model adds what is its own (a revision, a second BAR, error registers)
+// after init.
+type baseConfig struct {
+	vendor, device  uint16
+	class, subclass byte   // base class and subclass
+	bar0            uint32 // BAR0's address with its type bits
+	msix            int    // offset of the MSI-X capability
+	vectors         int    // MSI-X table size
+	table, pba      uint32 // MSI-X table and PBA: BAR offset | BIR
+}
+
+// init writes b into f's configuration space and its writable mask.
+func (b baseConfig) init(f *Function) {
+	c := &f.cfg
+	le := binary.LittleEndian
+	le.PutUint16(c[pci.ConfigVendorID:], b.vendor)
+	le.PutUint16(c[pci.ConfigDeviceID:], b.device)
+	le.PutUint16(c[pci.ConfigStatus:], pci.StatusCapList)
+	c[pci.ConfigClass+1] = b.subclass
+	c[pci.ConfigClass+2] = b.class
+	le.PutUint32(c[pci.ConfigBAR0:], b.bar0)
+	c[pci.ConfigCapPtr] = byte(b.msix)
+	c[b.msix] = pci.CapMSIX
+	le.PutUint16(c[b.msix+2:], uint16(b.vectors-1)) // table size, encoded N-1
+	le.PutUint32(c[b.msix+4:], b.table)
+	le.PutUint32(c[b.msix+8:], b.pba)
+	le.PutUint16(f.cfgW[pci.ConfigCommand:], pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable)
+	le.PutUint16(f.cfgW[b.msix+2:], 0xC000) // MSI-X enable and function mask
+}
+
 // Function is one emulated PCI function. It implements pci.Device over a
 // model of the device's registers.
 type Function struct {

@@ -189,22 +189,11 @@ func NewDSA(o DSAOptions) (*DSA, error) {
 }
 
 func initDSAConfig(f *Function, dev uint16, vectors int) {
-	c := &f.cfg
-	le := binary.LittleEndian
-	le.PutUint16(c[pci.ConfigVendorID:], dsahw.VendorIntel)
-	le.PutUint16(c[pci.ConfigDeviceID:], dev)
-	le.PutUint16(c[pci.ConfigStatus:], pci.StatusCapList)
-	c[pci.ConfigClass+1] = 0x80 // subclass: other system peripheral
-	c[pci.ConfigClass+2] = 0x08 // class: base system peripheral
-	le.PutUint32(c[pci.ConfigBAR0:], 0xC0000004)
-	le.PutUint32(c[pci.ConfigBAR0+8:], 0xC1000004)
-	c[pci.ConfigCapPtr] = 0x80
-	c[0x80] = pci.CapMSIX
-	le.PutUint16(c[0x82:], uint16(vectors-1))
-	le.PutUint32(c[0x84:], 0x2000)
-	le.PutUint32(c[0x88:], 0x3000)
-	le.PutUint16(f.cfgW[pci.ConfigCommand:], pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable)
-	le.PutUint16(f.cfgW[0x82:], 0xC000)
+	// A base system peripheral (class 08h, subclass 80h: other) with
+	// 64-bit memory BARs 0 (registers) and 2 (portals) and MSI-X at 0x80.
+	baseConfig{vendor: dsahw.VendorIntel, device: dev, class: 0x08, subclass: 0x80, bar0: 0xC0000004,
+		msix: 0x80, vectors: vectors, table: 0x2000, pba: 0x3000}.init(f)
+	binary.LittleEndian.PutUint32(f.cfg[pci.ConfigBAR0+8:], 0xC1000004)
 }
 
 // Stats returns function i's counters.
@@ -328,10 +317,7 @@ func (d *dsaDevice) close() {
 	if d.stopping.Swap(true) {
 		return
 	}
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
+	d.kick()
 	<-d.done
 	// Holding mu after the goroutine ended guarantees no DMA is in flight.
 	d.mu.Lock()

@@ -48,13 +48,25 @@ func (d *dsaDevice) portalWrite(bar, off int, rec *[64]byte) {
 		d.violation("descriptor written to full dedicated WQ %d (%d entries in flight): dropped; keep at most the WQ size outstanding", wqi, wq.size)
 		return
 	}
+	d.queueLocked(wq, rec)
+}
+
+// queueLocked puts rec at the tail of wq, which has room, and wakes the
+// engine if it had nothing queued; under qmu.
+func (d *dsaDevice) queueLocked(wq *dsaWQ, rec *[64]byte) {
 	wq.q[(wq.qHead+wq.qN)%wq.size] = *rec
 	wq.qN++
 	if d.work.Add(1) == 1 {
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
+		d.kick()
+	}
+}
+
+// kick wakes the engine goroutine if it is parked; a wake already pending
+// does for this one too.
+func (d *dsaDevice) kick() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
 	}
 }
 

@@ -177,14 +177,7 @@ func (pt *DSAPortal) Enqueue(rec *[64]byte) bool {
 		pt.refused.Add(1)
 		return false
 	}
-	wq.q[(wq.qHead+wq.qN)%wq.size] = *rec
-	wq.qN++
-	if d.work.Add(1) == 1 {
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
-	}
+	d.queueLocked(wq, rec)
 	return true
 }
 
@@ -205,9 +198,6 @@ func (p *DSA) Hold(fn int, hold bool) {
 	d := p.devs[fn]
 	d.paused.Store(hold)
 	if !hold {
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
+		d.kick()
 	}
 }

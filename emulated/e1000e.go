@@ -132,7 +132,7 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 	if err := nicOptions("e1000e", &o.Ports, &o.Pending, DefaultE1000EOptions().Pending, &o.Clock); err != nil {
 		return nil, err
 	}
-	p := &E1000E{nicPlatform[*e1000eNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}}}
+	p := &E1000E{nicPlatform[*e1000eNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(1+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initE1000EConfig)
 		n := &e1000eNIC{txHook: o.TxBuffer}
@@ -149,23 +149,12 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 }
 
 func initE1000EConfig(f *Function) {
-	c := &f.cfg
-	le := binary.LittleEndian
-	le.PutUint16(c[pci.ConfigVendorID:], hw.VendorIntel)
-	le.PutUint16(c[pci.ConfigDeviceID:], hw.Device82574L)
-	le.PutUint16(c[pci.ConfigStatus:], pci.StatusCapList)
-	c[pci.ConfigClass+1] = 0x00 // Ethernet
-	c[pci.ConfigClass+2] = 0x02 // network controller
-	le.PutUint32(c[pci.ConfigBAR0:], 0xFEBC0000)
-	le.PutUint16(c[pci.ConfigSubVendorID:], hw.VendorIntel)
-	c[pci.ConfigCapPtr] = 0xA0
-	// MSI-X capability: 5 vectors, table and PBA in BAR3 (as QEMU).
-	c[0xA0] = pci.CapMSIX
-	le.PutUint16(c[0xA2:], hw.MSIXVectors-1)
-	le.PutUint32(c[0xA4:], 3)
-	le.PutUint32(c[0xA8:], 0x2000|3)
-	le.PutUint16(f.cfgW[pci.ConfigCommand:], pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable)
-	le.PutUint16(f.cfgW[0xA2:], 0xC000)
+	// An Ethernet controller (class 02h, subclass 00h) with a 32-bit
+	// memory BAR0 and MSI-X at 0xA0: 5 vectors, table and PBA in BAR3 (as
+	// QEMU).
+	baseConfig{vendor: hw.VendorIntel, device: hw.Device82574L, class: 0x02, subclass: 0x00, bar0: 0xFEBC0000,
+		msix: 0xA0, vectors: hw.MSIXVectors, table: 3, pba: 0x2000 | 3}.init(f)
+	binary.LittleEndian.PutUint16(f.cfg[pci.ConfigSubVendorID:], hw.VendorIntel)
 }
 
 // Cable joins ports a and b of this platform with a cable whose link is up.
@@ -208,25 +197,6 @@ func (p *E1000E) Stats(i int) E1000EStats {
 // and every descriptor access a DMA through the IOMMU. Frames are counted
 // in E1000EStats and MSI-X messages in its Interrupts.
 type E1000EAccesses = NICAccesses
-
-// Accesses returns what port i's driver has done to it since the platform
-// was made or since ResetAccesses.
-func (p *E1000E) Accesses(i int) E1000EAccesses {
-	n := p.nics[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	a := n.acc
-	return a.named(hw.RegName)
-}
-
-// ResetAccesses sets port i's access counts to zero, so that a test can
-// count one phase (a steady stream after the bring-up).
-func (p *E1000E) ResetAccesses(i int) {
-	n := p.nics[i]
-	n.mu.Lock()
-	n.acc = regAccesses{}
-	n.mu.Unlock()
-}
 
 // e1000eNIC is one 82574L: the state every NIC model keeps (nicCore,
 // with its locks) and the 82574L's own.

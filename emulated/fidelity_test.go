@@ -365,23 +365,11 @@ func TestXferCapRange(t *testing.T) {
 // TestMultiChannelFunction: a function with CHANCNT > 1 has one register
 // block per channel at 0x80 x (n+1), each an independent engine.
 func TestMultiChannelFunction(t *testing.T) {
-	p, err := NewCBDMA(CBDMAOptions{Channels: 1, ChannelsPerFunction: 3, Version: hw.Ver33})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	f := p.Functions()[0]
-	regs, _ := f.BAR(0)
-	if err := pci.SetCommand(f, pci.CommandMemory|pci.CommandBusMaster); err != nil {
-		t.Fatal(err)
-	}
+	r := newRig(t, CBDMAOptions{ChannelsPerFunction: 3, Version: hw.Ver33})
+	regs, mem, iova := r.regs, r.mem, r.iova(0)
 	if n := regs.Read8(hw.RegChanCnt) & 0x1F; n != 3 {
 		t.Fatalf("CHANCNT %d, want 3", n)
 	}
-	mem := make([]byte, 64<<10)
-	m, _ := p.IOMMU().Map(mem)
-	defer p.IOMMU().Unmap(m)
-	iova := m.Segments[0].IOVA
 	for ch := 0; ch < 3; ch++ {
 		base := hw.ChannelBase(ch)
 		ring := ch * 1024
@@ -409,9 +397,7 @@ func TestMultiChannelFunction(t *testing.T) {
 			t.Fatalf("channel %d write-back %#x", ch, wb)
 		}
 	}
-	if s := p.Stats(0); s.Violations != 0 {
-		t.Fatal(s.LastViolation)
-	}
+	r.noViolations()
 }
 
 // TestShortConfigSpace: with ConfigSize 256 the function has no extended

@@ -174,7 +174,7 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 	if err := nicOptions("ixgbe", &o.Ports, &o.Pending, DefaultIXGBEOptions().Pending, &o.Clock); err != nil {
 		return nil, err
 	}
-	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}}}
+	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(0x10+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initIXGBEConfig)
 		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
@@ -191,23 +191,12 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 }
 
 func initIXGBEConfig(f *Function) {
-	c := &f.cfg
-	le := binary.LittleEndian
-	le.PutUint16(c[pci.ConfigVendorID:], hw.VendorIntel)
-	le.PutUint16(c[pci.ConfigDeviceID:], hw.Device82599SFP)
-	le.PutUint16(c[pci.ConfigStatus:], pci.StatusCapList)
-	c[pci.ConfigClass+1] = 0x00
-	c[pci.ConfigClass+2] = 0x02
-	le.PutUint32(c[pci.ConfigBAR0:], 0xF0000000|0x4) // 64-bit memory BAR
-	le.PutUint16(c[pci.ConfigSubVendorID:], hw.VendorIntel)
-	c[pci.ConfigCapPtr] = 0x70
-	// MSI-X capability: 64 vectors, table and PBA in BAR4 (as the 82599).
-	c[0x70] = pci.CapMSIX
-	le.PutUint16(c[0x72:], hw.MSIXVectors-1)
-	le.PutUint32(c[0x74:], 4)
-	le.PutUint32(c[0x78:], 0x2000|4)
-	le.PutUint16(f.cfgW[pci.ConfigCommand:], pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable)
-	le.PutUint16(f.cfgW[0x72:], 0xC000)
+	// An Ethernet controller (class 02h, subclass 00h) with a 64-bit
+	// memory BAR0 and MSI-X at 0x70: 64 vectors, table and PBA in BAR4 (as
+	// the 82599).
+	baseConfig{vendor: hw.VendorIntel, device: hw.Device82599SFP, class: 0x02, subclass: 0x00, bar0: 0xF0000000 | 0x4,
+		msix: 0x70, vectors: hw.MSIXVectors, table: 4, pba: 0x2000 | 4}.init(f)
+	binary.LittleEndian.PutUint16(f.cfg[pci.ConfigSubVendorID:], hw.VendorIntel)
 }
 
 // Cable joins ports a and b of this platform with a perfect cable.
@@ -254,23 +243,6 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 	n.mu.Unlock()
 	s.RxQueued = int(n.in.queued.Load())
 	return s
-}
-
-// Accesses returns what port i's driver has done to it since the platform
-// was made or since ResetAccesses.
-func (p *IXGBE) Accesses(i int) NICAccesses {
-	n := p.nics[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.acc.named(hw.RegName)
-}
-
-// ResetAccesses sets port i's access counts to zero.
-func (p *IXGBE) ResetAccesses(i int) {
-	n := p.nics[i]
-	n.mu.Lock()
-	n.acc = regAccesses{}
-	n.mu.Unlock()
 }
 
 // ixgbeNIC is one 82599: the state every NIC model keeps (nicCore, with

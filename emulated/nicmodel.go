@@ -23,7 +23,8 @@ import (
 // DMA goes through. N is the model's NIC type.
 type nicPlatform[N nicPort] struct {
 	platform
-	nics []N
+	nics    []N
+	regName func(off int) string // the model's register names, for Accesses
 }
 
 // nicOptions checks and defaults what both NIC models' options hold
@@ -109,6 +110,24 @@ func (p *nicPlatform[N]) add(f *Function, n N) {
 
 // MAC returns the address port i loads from its NVM into RAL0/RAH0.
 func (p *nicPlatform[N]) MAC(i int) [6]byte { return p.nics[i].core().mac }
+
+// Accesses returns what port i's driver has done to it since the platform
+// was made or since ResetAccesses.
+func (p *nicPlatform[N]) Accesses(i int) NICAccesses {
+	c := p.nics[i].core()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.acc.named(p.regName)
+}
+
+// ResetAccesses sets port i's access counts to zero, so that a test can
+// count one phase (a steady stream after the bring-up).
+func (p *nicPlatform[N]) ResetAccesses(i int) {
+	c := p.nics[i].core()
+	c.mu.Lock()
+	c.acc = regAccesses{}
+	c.mu.Unlock()
+}
 
 // Port returns port i for the wire (Cable, Hub, Connect), which may join
 // it to a port of another platform.

@@ -80,8 +80,9 @@ func qemuSetup(t *testing.T, feature string) (Options, []Function) {
 	return realSetup(t)
 }
 
-// openAll opens a container and the functions at addrs, and closes them
-// when the test ends, failing it if the container reports a leak.
+// openAll opens a container and the functions at addrs (none: the
+// container alone), and closes them when the test ends, failing it if the
+// container reports a leak.
 func openAll(t *testing.T, o Options, addrs ...pci.Address) (*Container, []*Device) {
 	t.Helper()
 	checkNoFDLeak(t)
@@ -128,16 +129,7 @@ func TestQEMUGroupNotViable(t *testing.T) {
 	if bad == nil {
 		skipWithoutQEMU(t, "nonviable", "no function bound to vfio-pci sits in a non-viable IOMMU group")
 	}
-	checkNoFDLeak(t)
-	c, err := OpenContainer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Container.Close: %v", err)
-		}
-	}()
+	c, _ := openAll(t, o)
 	d, err := c.Open(bad.Addr)
 	if err == nil {
 		d.Close()
@@ -181,16 +173,7 @@ func TestQEMUUnboundDevice(t *testing.T) {
 	if f.Driver != "" {
 		t.Fatalf("after Unbind %s is bound to %q, want no driver", a, f.Driver)
 	}
-	checkNoFDLeak(t)
-	c, err := OpenContainer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Container.Close: %v", err)
-		}
-	}()
+	c, _ := openAll(t, o)
 	if d, err := c.Open(a); err == nil {
 		d.Close()
 		t.Fatalf("Open(%s) of an unbound function succeeded", a)

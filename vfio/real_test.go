@@ -61,16 +61,7 @@ func realSetup(t *testing.T) (Options, []Function) {
 // vfio-pci: open, config space, BAR0, command register, interrupts, reset.
 func TestRealDevices(t *testing.T) {
 	o, fns := realSetup(t)
-	checkNoFDLeak(t)
-	c, err := OpenContainer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Container.Close: %v", err)
-		}
-	}()
+	c, _ := openAll(t, o)
 	for _, f := range fns {
 		t.Run(f.Addr.String(), func(t *testing.T) {
 			if err := o.Sysfs.CheckViable(f.Addr); err != nil {
@@ -175,17 +166,9 @@ func TestRealDevices(t *testing.T) {
 // container of the first usable function.
 func TestRealDMA(t *testing.T) {
 	o, fns := realSetup(t)
-	checkNoFDLeak(t)
-	c, err := OpenContainer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Container.Close: %v", err)
-		}
-	}()
+	c, _ := openAll(t, o)
 	var d *Device
+	var err error
 	for _, f := range fns {
 		if d, err = c.Open(f.Addr); err == nil {
 			break

@@ -74,9 +74,16 @@ const noIOMMUParam = "module/vfio/parameters/enable_unsafe_noiommu_mode"
 
 // Functions lists every PCI function, sorted by address.
 func (s Sysfs) Functions() ([]Function, error) {
-	ents, err := os.ReadDir(s.devicesDir())
+	return s.functionsIn(s.devicesDir(), "list PCI functions")
+}
+
+// functionsIn reads the function of every entry of dir named by a PCI
+// address (other entries are passed over), sorted by address; op names
+// the listing in the error when dir cannot be read.
+func (s Sysfs) functionsIn(dir, op string) ([]Function, error) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, &pci.OpError{Op: "list PCI functions", Err: err}
+		return nil, &pci.OpError{Op: op, Err: err}
 	}
 	var out []Function
 	for _, e := range ents {
@@ -221,25 +228,7 @@ func parseDecAttr(b []byte) (int, error) {
 
 // Group lists the functions in IOMMU group n, sorted by address.
 func (s Sysfs) Group(n int) ([]Function, error) {
-	dir := s.groupDevicesDir(n)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, &pci.OpError{Op: fmt.Sprintf("list IOMMU group %d", n), Err: err}
-	}
-	var out []Function
-	for _, e := range ents {
-		a, err := pci.ParseAddress(e.Name())
-		if err != nil {
-			continue
-		}
-		f, err := s.Function(a)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	sortFunctions(out)
-	return out, nil
+	return s.functionsIn(s.groupDevicesDir(n), fmt.Sprintf("list IOMMU group %d", n))
 }
 
 // groupSafeDriver reports whether a function bound to driver d lets its

@@ -276,8 +276,17 @@ func freeSlotsOf(e *endpoint) {
 	}
 }
 
-// slotOf returns the slot handle h names, or nil.
+// slotOf returns the slot of the posted request handle h names, or nil.
 func slotOf(h uintptr) *slot {
+	if s := slotNamed(h); s != nil && s.r != nil {
+		return s
+	}
+	return nil
+}
+
+// slotNamed returns the slot handle h names, whether or not its request
+// is posted yet, or nil.
+func slotNamed(h uintptr) *slot {
 	i := uint32(h) - 1
 	if uint32(h) == 0 || i >= slotChunk*slotChunks {
 		return nil
@@ -286,11 +295,10 @@ func slotOf(h uintptr) *slot {
 	if c == nil {
 		return nil
 	}
-	s := &c[i%slotChunk]
-	if s.handle != h || s.r == nil {
-		return nil
+	if s := &c[i%slotChunk]; s.handle == h {
+		return s
 	}
-	return s
+	return nil
 }
 
 // slotOfStatus returns the slot of a completed request's status, or nil

@@ -37,7 +37,7 @@ func TestSlotsConcurrent(t *testing.T) {
 					held = append(held, s)
 				}
 				s := held[r%len(held)]
-				if got := slotOfHeld(s.handle); got != s || s.uctx != uintptr(w) {
+				if got := slotNamed(s.handle); got != s || s.uctx != uintptr(w) {
 					t.Errorf("handle %#x: slot %p, want %p of worker %d", s.handle, got, s, w)
 					return
 				}
@@ -76,22 +76,6 @@ func TestSlotsConcurrent(t *testing.T) {
 	for i := range made {
 		pushFree(slotAt(i))
 	}
-}
-
-// slotOfHeld is slotOf for a slot whose request was never posted (r nil).
-func slotOfHeld(h uintptr) *slot {
-	i := uint32(h) - 1
-	if uint32(h) == 0 || i >= slotChunk*slotChunks {
-		return nil
-	}
-	c := slots.chunks[i/slotChunk].Load()
-	if c == nil {
-		return nil
-	}
-	if s := &c[i%slotChunk]; s.handle == h {
-		return s
-	}
-	return nil
 }
 
 // BenchmarkSlot is a request's slot taken and given back, as every post

@@ -114,16 +114,23 @@ func gomx_irecv(h C.uintptr_t, list *C.mx_segment_t, n C.uint32_t, match, mask C
 
 // ---- completion ----
 
-// heldSlot returns the slot *req names for endpoint e.
-func heldSlot(e *endpoint, req *C.uintptr_t) *slot {
-	if req == nil {
-		return nil
+// heldSlot returns the slot *req names on the open endpoint h, or nil and
+// the failure MX returns when h names no open endpoint (MX_BAD_ENDPOINT,
+// MX_NOT_INITIALIZED) or *req no request that endpoint holds
+// (MX_BAD_REQUEST).
+func heldSlot(h C.uintptr_t, req *C.uintptr_t, errbuf *C.char) (*slot, C.int) {
+	e := endpointOf(uintptr(h))
+	if e == nil {
+		return nil, badEndpoint(errbuf, h)
 	}
-	s := slotOf(uintptr(*req))
+	var s *slot
+	if req != nil {
+		s = slotOf(uintptr(*req))
+	}
 	if s == nil || s.e != e {
-		return nil
+		return nil, badRequest(errbuf, uintptr(ptrOr0(req)))
 	}
-	return s
+	return s, rcSuccess
 }
 
 // complete reports a completed request: the status to the application,
@@ -138,13 +145,9 @@ func complete(s *slot, st *mx.Status, dst *C.mx_status_t, req *C.uintptr_t) {
 
 //export gomx_test
 func gomx_test(h C.uintptr_t, req *C.uintptr_t, dst *C.mx_status_t, result *C.uint32_t, errbuf *C.char) C.int {
-	e := endpointOf(uintptr(h))
-	if e == nil {
-		return badEndpoint(errbuf, h)
-	}
-	s := heldSlot(e, req)
+	s, rc := heldSlot(h, req, errbuf)
 	if s == nil {
-		return badRequest(errbuf, uintptr(ptrOr0(req)))
+		return rc
 	}
 	st, ok := s.r.Test()
 	if !ok {
@@ -175,13 +178,9 @@ func waitEnded(err error, result *C.uint32_t, errbuf *C.char) C.int {
 
 //export gomx_wait
 func gomx_wait(h C.uintptr_t, req *C.uintptr_t, timeout C.uint32_t, dst *C.mx_status_t, result *C.uint32_t, errbuf *C.char) C.int {
-	e := endpointOf(uintptr(h))
-	if e == nil {
-		return badEndpoint(errbuf, h)
-	}
-	s := heldSlot(e, req)
+	s, rc := heldSlot(h, req, errbuf)
 	if s == nil {
-		return badRequest(errbuf, uintptr(ptrOr0(req)))
+		return rc
 	}
 	// A wait without a timeout, the common one, makes no context and
 	// calls no cancel on its way out (the way to the reply's send).
@@ -239,15 +238,11 @@ func gomx_wait_any(h C.uintptr_t, timeout C.uint32_t, match, mask C.uint64_t, ds
 
 //export gomx_cancel
 func gomx_cancel(h C.uintptr_t, req *C.uintptr_t, result *C.uint32_t, errbuf *C.char) C.int {
-	e := endpointOf(uintptr(h))
-	if e == nil {
-		return badEndpoint(errbuf, h)
-	}
-	s := heldSlot(e, req)
+	s, rc := heldSlot(h, req, errbuf)
 	if s == nil {
-		return badRequest(errbuf, uintptr(ptrOr0(req)))
+		return rc
 	}
-	ok, err := e.ep.Cancel(s.r)
+	ok, err := s.e.ep.Cancel(s.r)
 	if err != nil {
 		return failErr(errbuf, err)
 	}
@@ -266,13 +261,9 @@ func gomx_cancel(h C.uintptr_t, req *C.uintptr_t, result *C.uint32_t, errbuf *C.
 
 //export gomx_forget
 func gomx_forget(h C.uintptr_t, req *C.uintptr_t, errbuf *C.char) C.int {
-	e := endpointOf(uintptr(h))
-	if e == nil {
-		return badEndpoint(errbuf, h)
-	}
-	s := heldSlot(e, req)
+	s, rc := heldSlot(h, req, errbuf)
 	if s == nil {
-		return badRequest(errbuf, uintptr(ptrOr0(req)))
+		return rc
 	}
 	s.r.Forget()
 	freeSlot(s, false) // mx may still read or write the segments
@@ -282,15 +273,11 @@ func gomx_forget(h C.uintptr_t, req *C.uintptr_t, errbuf *C.char) C.int {
 
 //export gomx_ibuffered
 func gomx_ibuffered(h C.uintptr_t, req *C.uintptr_t, result *C.uint32_t, errbuf *C.char) C.int {
-	e := endpointOf(uintptr(h))
-	if e == nil {
-		return badEndpoint(errbuf, h)
-	}
-	s := heldSlot(e, req)
+	s, rc := heldSlot(h, req, errbuf)
 	if s == nil {
-		return badRequest(errbuf, uintptr(ptrOr0(req)))
+		return rc
 	}
-	ok, err := e.ep.IBuffered(s.r)
+	ok, err := s.e.ep.IBuffered(s.r)
 	if err != nil {
 		return failErr(errbuf, err)
 	}

@@ -177,6 +177,23 @@ func (f *TableFilter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Report ends a peers command's output (qemu.Options.Report): the table
+// was streamed already, so for each VM only how long it ran, beside the
+// wall time since start of the whole run, and its problems, each line
+// named by cmd.
+func Report(cmd string, start time.Time) func([]qemu.BootResult) string {
+	return func(rs []qemu.BootResult) string {
+		var b strings.Builder
+		for _, r := range rs {
+			fmt.Fprintf(&b, "%s: VM %s in %.0fs (wall of the whole run %.0fs)", cmd, r.Config.Name, r.Wall.Seconds(), time.Since(start).Seconds())
+			for _, p := range r.Problems {
+				fmt.Fprintf(&b, "\n  problem: %s", p)
+			}
+		}
+		return b.String()
+	}
+}
+
 // Keep decides what TableFilter prints for one line: the table line
 // without the console's "[config time]" prefix, a guest line that says a
 // phase ended or failed, a host line, or (verbose) any line.

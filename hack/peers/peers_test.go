@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/hack/qemu"
 )
 
 func TestTableFilterKeepsTableAndProgress(t *testing.T) {
@@ -63,5 +66,19 @@ func TestUSBConfigRunsTheGuestOnTheUSBMachine(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(c.MachineArgs(), " "), "usb-net") {
 		t.Errorf("machine %q has no usb-net", c.MachineArgs())
+	}
+}
+
+// TestReportNamesEveryVMAndProblem: the closing lines name the command,
+// each VM with its time, and every problem of a failed boot.
+func TestReportNamesEveryVMAndProblem(t *testing.T) {
+	rs := []qemu.BootResult{
+		{Config: qemu.Config{Name: "peers-usb"}, Wall: 90 * time.Second, Problems: []string{"no table", "guest timed out"}},
+	}
+	got := Report("peers-usb", time.Now())(rs)
+	lines := strings.Split(got, "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "peers-usb: VM peers-usb in 90s (wall of the whole run ") ||
+		lines[1] != "  problem: no table" || lines[2] != "  problem: guest timed out" {
+		t.Fatalf("Report = %q", got)
 	}
 }

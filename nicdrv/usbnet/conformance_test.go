@@ -18,6 +18,24 @@ func pair(m usbnet.Model) [2]*usbfake.Device {
 	return [2]*usbfake.Device{a, b}
 }
 
+// openPair opens the driver with o on both devices of a pair; closing the
+// NICs is the test's (a test may close one early, or unplug it).
+func openPair(t *testing.T, devs [2]*usbfake.Device, o usbnet.Options) [2]*usbnet.NIC {
+	t.Helper()
+	var nics [2]*usbnet.NIC
+	for i := range nics {
+		n, err := usbnet.Open(devs[i], o)
+		if err != nil {
+			if i > 0 {
+				nics[0].Close()
+			}
+			t.Fatal(err)
+		}
+		nics[i] = n
+	}
+	return nics
+}
+
 // fakeRig opens the driver on two cabled fake devices of model m.
 func fakeRig(m usbnet.Model) nictest.NewRig {
 	return func(t *testing.T, c nictest.Config) *nictest.Rig {

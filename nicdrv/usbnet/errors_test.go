@@ -113,14 +113,7 @@ func TestUnplug(t *testing.T) {
 	for _, m := range []usbnet.Model{usbnet.ECM, usbnet.NCM} {
 		t.Run(m.String(), func(t *testing.T) {
 			devs := pair(m)
-			var nics [2]*usbnet.NIC
-			for i := range nics {
-				n, err := usbnet.Open(devs[i], usbnet.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				nics[i] = n
-			}
+			nics := openPair(t, devs, usbnet.Options{})
 			a, b := nics[0], nics[1]
 			waiting := make(chan error, 1)
 			go func() {
@@ -178,15 +171,9 @@ func TestUnplug(t *testing.T) {
 // ways: the point of NCM.
 func TestNCMPacks(t *testing.T) {
 	devs := pair(usbnet.NCM)
-	var nics [2]*usbnet.NIC
-	for i := range nics {
-		n, err := usbnet.Open(devs[i], usbnet.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
-		nics[i] = n
-	}
+	nics := openPair(t, devs, usbnet.Options{})
+	defer nics[0].Close()
+	defer nics[1].Close()
 	a, b := nics[0], nics[1]
 	const frames = 100
 	bufs := make([]*nicdrv.Buffer, frames)
@@ -228,15 +215,9 @@ func TestNCMPacks(t *testing.T) {
 // still keeping exactly the groups asked for.
 func TestFilterRequests(t *testing.T) {
 	devs := pair(usbnet.ECM)
-	var nics [2]*usbnet.NIC
-	for i := range nics {
-		n, err := usbnet.Open(devs[i], usbnet.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
-		nics[i] = n
-	}
+	nics := openPair(t, devs, usbnet.Options{})
+	defer nics[0].Close()
+	defer nics[1].Close()
 	a, b := nics[0], nics[1]
 	if got := devs[1].PacketFilter(); got != 0x0C {
 		t.Errorf("packet filter after Open %#x, want directed|broadcast (0x0c)", got)

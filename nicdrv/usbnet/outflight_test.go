@@ -33,14 +33,7 @@ func TestOutFlight(t *testing.T) {
 			devs := pair(m)
 			o := usbnet.DefaultOptions()
 			o.OutFlight = flight
-			var nics [2]*usbnet.NIC
-			for i := range nics {
-				n, err := usbnet.Open(devs[i], o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				nics[i] = n
-			}
+			nics := openPair(t, devs, o)
 			a, b := nics[0], nics[1]
 			defer b.Close()
 			devs[0].HoldOut(true)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomx-dev/gomx/internal/nicpair"
+	"github.com/gomx-dev/gomx/emulated/nicpair"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"

@@ -3,7 +3,7 @@ package nic_test
 import (
 	"testing"
 
-	"github.com/gomx-dev/gomx/internal/nicpair"
+	"github.com/gomx-dev/gomx/emulated/nicpair"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"

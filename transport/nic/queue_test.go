@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/nicpair"
+	"github.com/gomx-dev/gomx/emulated/nicpair"
 
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/nicpair"
+	"github.com/gomx-dev/gomx/emulated/nicpair"
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"

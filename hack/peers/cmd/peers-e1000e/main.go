@@ -81,16 +81,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 		Keep:     *keep,
 		Stream:   true,
 		Out:      out,
-		Report: func(rs []qemu.BootResult) string {
-			var b strings.Builder
-			for _, r := range rs {
-				fmt.Fprintf(&b, "peers-e1000e: VM %s in %.0fs (wall of the whole run %.0fs)", r.Config.Name, r.Wall.Seconds(), time.Since(start).Seconds())
-				for _, p := range r.Problems {
-					fmt.Fprintf(&b, "\n  problem: %s", p)
-				}
-			}
-			return b.String()
-		},
+		Report:   peers.Report("peers-e1000e", start),
 	})
 	_ = results
 	return err

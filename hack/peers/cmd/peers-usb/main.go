@@ -59,16 +59,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 		Keep:        *keep,
 		Stream:      true,
 		Out:         &peers.TableFilter{Out: stdout, Verbose: *verbose},
-		Report: func(rs []qemu.BootResult) string {
-			var b strings.Builder
-			for _, r := range rs {
-				fmt.Fprintf(&b, "peers-usb: VM %s in %.0fs (wall of the whole run %.0fs)", r.Config.Name, r.Wall.Seconds(), time.Since(start).Seconds())
-				for _, p := range r.Problems {
-					fmt.Fprintf(&b, "\n  problem: %s", p)
-				}
-			}
-			return b.String()
-		},
+		Report:      peers.Report("peers-usb", start),
 	})
 	return err
 }

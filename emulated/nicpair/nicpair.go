@@ -13,6 +13,10 @@
 // (emulated.CableOptions), so that a test runs the whole stack, drivers
 // and models included, over a wire that loses, reorders, duplicates and
 // corrupts frames.
+//
+// It stands beside the models it cables and above the drivers and the
+// transport it opens on them. Package emulated itself imports neither: a
+// model knows its driver's registers (the hw packages), never the driver.
 package nicpair
 
 import (
