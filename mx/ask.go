@@ -326,9 +326,6 @@ func (pl *pull) onAnswer(now int64) {
 	e := pl.e
 	n := e.cnt[PullRerequests]
 	pl.lostBefore(pl.askReq+1, 0, AskRetransmits)
-	if e.cnt[PullRerequests] != n {
-		pl.placeLost(pl.askReq + 1) // placerecv.go: spans their copies wait for
-	}
 	if e.cnt[PullRerequests] != n && len(pl.blocks) > 0 {
 		pl.blocks[0].lastReq = now // the next question waits from the re-request
 	}

@@ -347,6 +347,7 @@ func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
 		}
 		lo = hi + 1
 	}
+	pl.placeLost(bl, mask) // placerecv.go: spans their copies would wait for
 }
 
 // requestSpan sends one PULL for frames lo..hi of block bl and returns its

@@ -110,10 +110,11 @@ import (
 //     a frame asked for again comes on lane 0. A reply lost before the
 //     NIC leaves a posting no reply of the lane takes once the pull's
 //     last replies are in, and the copies of the frames whose spans are
-//     among those postings could never be kept: so when the answer to
-//     the pull's question (acted on once the lane was drained: ask.go)
-//     shows such frames lost, the pull has the transport take its lane's
-//     postings back (transport.Placer.Cancel, which stops the queue
+//     among those postings could never be kept: so when a frame asked
+//     for again (on the answer to the pull's question, acted on once the
+//     lane was drained, ask.go; on evidence; on the timer) has its span
+//     or the one before still posted, the pull has the transport take
+//     its lane's postings back (transport.Placer.Cancel, which stops the queue
 //     before it counts them consumed: the NIC writes none of them
 //     afterwards), and the copies asked for again are kept. Replies
 //     still on their way to the lane then find nothing posted (and are
@@ -449,35 +450,31 @@ func (pl *pull) placeLate(i int, took uint64) {
 	}
 }
 
-// placeLost is called when the answer to a lane pull's question showed
-// frames lost, those of the PULLs numbered below te that have not come.
-// The answer is acted on once the lane was drained (ask.go), so every
-// reply the NIC received before it was handled: a span still posted for
-// such a frame, or for the frame before it, was not taken because
-// replies were lost before the NIC. The copy of such a frame, asked for
-// again on lane 0, may be kept only once those spans are done, and at
-// the end of a pull no reply on the lane takes them: the pull takes its
-// lane's postings back (placeCancel).
-func (pl *pull) placeLost(te uint32) {
+// placeLost is called as pl asks again, on lane 0, for the frames of bl
+// in mask (on evidence, on the answer to its question, or on its timer).
+// A copy of such a frame may be kept only once the NIC writes no more
+// into its span and the one before it (Checking), and a reply lost
+// before the NIC leaves a span posted that only a later reply on the
+// lane would consume: at the end of a pull, none comes. So when one of
+// those spans is still posted, the pull takes its lane's postings back
+// (placeCancel). Replies still on their way to the lane then find
+// nothing posted (dropped by the NIC, and asked for again) or the
+// postings of later blocks (copied); either way no byte goes wrong, only
+// copies are paid.
+func (pl *pull) placeLost(bl *pblock, mask uint64) {
 	pp := pl.pp
 	if pp == nil || pp.lane == 0 || pl.e.b.plc.busy[pp.lane] != pl {
 		return
 	}
 	b := pl.e.b
-	st := b.plc.tr.Placement(pp.lane)
-	for j := range pl.blocks {
-		bl := &pl.blocks[j]
-		if bl.seq >= te {
-			continue
-		}
-		for m := ^bl.got & (uint64(1)<<bl.n - 1); m != 0; m &= m - 1 {
-			i := bl.first + bits.TrailingZeros64(m)
-			for k := max(0, i-1); k <= i; k++ {
-				if s := pp.post[k]; s > st.Consumed {
-					b.placeCancel(pp.lane)
-					pl.e.cnt[PlaceLaneCancels]++
-					return
-				}
+	consumed := b.plc.tr.Placement(pp.lane).Consumed
+	for m := mask; m != 0; m &= m - 1 {
+		i := bl.first + bits.TrailingZeros64(m)
+		for k := max(0, i-1); k <= i && k < len(pp.post); k++ {
+			if pp.post[k] > consumed {
+				b.placeCancel(pp.lane)
+				pl.e.cnt[PlaceLaneCancels]++
+				return
 			}
 		}
 	}
