@@ -2,6 +2,7 @@ package emulated_test
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,6 +270,36 @@ func TestWireFaults(t *testing.T) {
 					t.Error(s.LastViolation)
 				}
 			})
+		}
+	})
+}
+
+// A cable's Lose loses exactly the frames it picks, and is asked about
+// every frame, both ways, before the fault model and on a perfect cable
+// alike.
+func TestWireLose(t *testing.T) {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		var seen, lost atomic.Uint64
+		lose := func(fr []byte) bool {
+			if len(fr) < 14 {
+				t.Errorf("Lose asked about a %d-byte frame", len(fr))
+			}
+			return seen.Add(1)%3 == 0 && lost.Add(1) > 0
+		}
+		p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+		if err := emulated.Connect(emulated.CableOptions{Lose: lose}, p.Port(0), p.Port(1)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if _, err := n[i].WaitLink(true, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const frames = 90
+		sendFrames(t, n[0], n[1], frames)
+		waitIXGBESent(t, p, 0, frames)
+		if got := received(t, n[1]); seen.Load() != frames || lost.Load() != frames/3 || got != frames-frames/3 {
+			t.Errorf("%d frames sent, Lose asked about %d and lost %d, %d received", frames, seen.Load(), lost.Load(), got)
 		}
 	})
 }

@@ -28,7 +28,9 @@ import (
 // corrupted. The wire then gives every frame an Ethernet FCS (CRC-32) as it
 // enters the line and checks it where it leaves, so a corrupted frame
 // reaches the receiving model marked with a bad FCS, which that model counts
-// (CRCERRS) and drops, as a NIC does.
+// (CRCERRS) and drops, as a NIC does. A segment may also lose the frames
+// a function of their bytes picks (CableOptions.Lose): a test's loss at
+// an exact frame, where the fault model draws at random.
 
 // wireEnd is what the wire needs of a model's port.
 type wireEnd interface {
@@ -55,6 +57,7 @@ type jack struct {
 type segment struct {
 	ends []wireEnd
 	line *fault.Line[wireEnd] // nil: a perfect wire
+	lose func([]byte) bool    // CableOptions.Lose
 }
 
 // wireMu serialises rewiring, which may span platforms.
@@ -69,6 +72,14 @@ type CableOptions struct {
 	// Faults is the fault model frames meet on the wire (the zero value:
 	// a perfect wire). Its Seed makes the pattern repeatable.
 	Faults fault.Options
+	// Lose, when set, is asked about every frame a port transmits (the
+	// Ethernet frame without its FCS, the caller's only for the call)
+	// before the fault model, and the wire loses each one it returns
+	// true for: a loss at a frame picked by its contents, where Faults
+	// draws at random. It is called on the transmitting goroutine,
+	// which may hold a model's transmit lock: it must not call into a
+	// model.
+	Lose func(frame []byte) bool
 }
 
 // Cable joins ports a and b, of the same platform or of two, with a
@@ -102,7 +113,7 @@ func Connect(o CableOptions, ports ...Port) error {
 	}
 	wireMu.Lock()
 	defer wireMu.Unlock()
-	seg := &segment{}
+	seg := &segment{lose: o.Lose}
 	if o.Faults.Active() {
 		seg.line = fault.NewLine(o.Faults, deliver)
 	}
@@ -124,7 +135,7 @@ func detachLocked(e wireEnd) {
 	if old == nil {
 		return
 	}
-	rest := &segment{line: old.line}
+	rest := &segment{line: old.line, lose: old.lose}
 	for _, o := range old.ends {
 		if o != e {
 			rest.ends = append(rest.ends, o)
@@ -176,6 +187,9 @@ func toWire(e wireEnd, fr []byte) {
 	if seg == nil || !j.cable.Load() {
 		return
 	}
+	if seg.lose != nil && seg.lose(fr) {
+		return
+	}
 	if seg.line == nil {
 		for _, p := range seg.ends {
 			if p != e && p.jack().cable.Load() {
@@ -212,7 +226,7 @@ type wireTaker interface {
 func handOff(e wireEnd, fr []byte) []byte {
 	j := e.jack()
 	seg := j.seg.Load()
-	if seg == nil || !j.cable.Load() || seg.line != nil || len(seg.ends) != 2 {
+	if seg == nil || !j.cable.Load() || seg.line != nil || seg.lose != nil || len(seg.ends) != 2 {
 		toWire(e, fr)
 		return fr
 	}

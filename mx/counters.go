@@ -182,6 +182,14 @@ const (
 	// that frames nobody counted had pushed past their spans
 	// (placerecv.go).
 	PlaceRealigns
+	// PlaceLaneCancels counts the lanes a pull took its postings back
+	// from when the answer to its question showed replies lost before
+	// the NIC whose spans were still posted (placerecv.go, placeLost);
+	// PlaceSpoiled the placed frames whose bytes were not used because
+	// a copy kept before them may have been written over their span
+	// (placerecv.go, Checking).
+	PlaceLaneCancels
+	PlaceSpoiled
 	numCounters
 )
 
@@ -229,6 +237,7 @@ var counterNames = [numCounters]string{
 	"fine timer firings with nothing due", "sleeps ended by a timeout with nothing to do",
 	"short-path sends (tiny, small)", "short-path receives (straight into the first posted receive)",
 	"placed blocks realigned behind spare descriptors",
+	"placing lanes cancelled after replies lost", "placed frames dropped: a copy may have written over their span",
 }
 
 // String returns the counter's label.

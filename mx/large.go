@@ -347,6 +347,7 @@ func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
 		}
 		lo = hi + 1
 	}
+	pl.placeLost(bl, mask) // placerecv.go: spans their copies would wait for
 }
 
 // requestSpan sends one PULL for frames lo..hi of block bl and returns its
@@ -384,8 +385,10 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 
 // reply stores one PULL_REPLY frame: its payload, or, for a reply the
 // NIC placed (placerecv.go), the payload's first bytes with the rest in
-// placed: in place when own, else in a span not its own.
-func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own bool) {
+// placed: in place when own, else in a span not its own. A spoiled reply
+// took a span a copy has since been written over (placerecv.go,
+// Checking): it counts as arrived, and is asked for again as a lost one.
+func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bool) {
 	e := pl.e
 	off := int(h.Offset)
 	i := pl.geo.Index(off)
@@ -416,8 +419,8 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own bool) {
 		bl.arrived |= bit
 		pl.placeGot() // it took a descriptor, whether kept or asked for again
 	}
-	if !own && !pl.placeSafe(i) {
-		return // the NIC may still write over it: asked for again (placerecv.go)
+	if spoiled || !own && !pl.placeSafe(i) {
+		return // its bytes are not sure, or the NIC may still write over them: asked for again (placerecv.go)
 	}
 	now := e.b.now()
 	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 {
@@ -783,7 +786,7 @@ func (b *Board) handlePullReply(nic transport.NICID, h *wire.PullReply, frame []
 		return
 	}
 	at := wire.PullReplyLen + pl.pad
-	pl.reply(h, frame[at:at+int(h.FrameLength)], nil, false)
+	pl.reply(h, frame[at:at+int(h.FrameLength)], nil, false, false)
 }
 
 func (b *Board) handleNackMCP(nic transport.NICID, h *wire.NackMCP) {

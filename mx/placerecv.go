@@ -1,6 +1,8 @@
 package mx
 
 import (
+	"math/bits"
+
 	"github.com/gomx-dev/gomx/internal/regcache"
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport"
@@ -77,11 +79,26 @@ import (
 //     or pull, a duplicate) is made whole by a copy and handled as any
 //     frame; the span's owner is not hurt, since it never took that span.
 //     A reply copied into the receive buffer is accepted only once the
-//     NIC has consumed its own span and the span before it (which the NIC
-//     may write up to a few bytes into this frame's range): otherwise the
-//     NIC might later write over it, so it is dropped and asked for again
-//     as a lost frame is. Spans are consumed in the order posted, so the
-//     count of consumed ones (PlaceState.Consumed) says which.
+//     NIC writes no more into its own span and the span before it (which
+//     the NIC may write up to a few bytes into this frame's range):
+//     otherwise the NIC might later write over it, so it is dropped and
+//     asked for again as a lost frame is. Spans are consumed in the order
+//     posted, lane by lane, so a posting is done once a frame that took
+//     it or a later one was handled (placeRecv.done), once a Cancel took
+//     it back, or, for a frame nobody handles (one a fault wrapper lost
+//     after the NIC placed it), once it was consumed two timer runs ago
+//     (placeRecv.settled).
+//     Such a copy overwrites the span, and the frame that took that span
+//     may not have been handled yet (still in a batch, or read before a
+//     Cancel): its bytes there are no longer its own. So every copy
+//     notes the highest posting it relied on (placeRecv.relied), and a
+//     frame that took that posting or an earlier one, handled after,
+//     is not trusted: its bytes are not used, and it is asked for again
+//     as a lost frame is (counter PlaceSpoiled). That is the invariant
+//     that keeps every byte right whatever the timing: a byte of the
+//     receive buffer is written from a span only by the handling of the
+//     frame that took the span, before any copy that relied on that
+//     span being done.
 //   - Lanes. Where the transport has lanes (transport.PlaceInfo.Lanes:
 //     NIC queues that receive only what their peers send them) and the
 //     peer announced wire.ExtPlaceLane, a pull takes a free lane for its
@@ -90,10 +107,21 @@ import (
 //     and several pulls place at once, one a lane. A lane takes only
 //     what is posted, so every frame of a block gets a posting (the last
 //     frames, with no room for a span, a buffer of the transport's), and
-//     a frame asked for again comes on lane 0. A pull that ends with
-//     postings left on its lane (frames lost before the NIC, a sender
-//     that did not use the lane) has the transport cancel them
-//     (transport.Placer.Cancel) before its receive completes.
+//     a frame asked for again comes on lane 0. A reply lost before the
+//     NIC leaves a posting no reply of the lane takes once the pull's
+//     last replies are in, and the copies of the frames whose spans are
+//     among those postings could never be kept: so when a frame asked
+//     for again (on the answer to the pull's question, acted on once the
+//     lane was drained, ask.go; on evidence; on the timer) has its span
+//     or the one before still posted, the pull has the transport take
+//     its lane's postings back (transport.Placer.Cancel, which stops the queue
+//     before it counts them consumed: the NIC writes none of them
+//     afterwards), and the copies asked for again are kept. Replies
+//     still on their way to the lane then find nothing posted (and are
+//     dropped by the NIC, and asked for again) or the postings of later
+//     blocks (and are copied). A pull that ends with postings left on
+//     its lane (a sender that did not use the lane) has the transport
+//     cancel them too before its receive completes.
 //   - Completion. A receive whose every frame is in has no span left
 //     posted (each frame's own was consumed). A pull that ends early
 //     (failure, close) with spans still posted waits in the board's drain
@@ -129,9 +157,16 @@ type placeRecv struct {
 	// span consumed by then was taken by a frame handled since.
 	pulls         []*pull
 	seen, settled [transport.MaxLanes + 1]uint64
-	drain         []placeDone
-	scratch       []byte
-	spans         [][]byte
+	// done is, by lane, the posting up to which the NIC writes no more
+	// spans: the highest a handled frame took (postings are consumed in
+	// order), or the last a Cancel took back. relied is, by lane, the
+	// highest posting a copy into the receive buffer relied on being
+	// done: a frame that took it or an earlier one and is handled later
+	// has had its span written over, and is not trusted (Checking).
+	done, relied [transport.MaxLanes + 1]uint64
+	drain        []placeDone
+	scratch      []byte
+	spans        [][]byte
 }
 
 // placeDone is a pull that ended with spans still posted.
@@ -353,20 +388,27 @@ func (pl *pull) ownSpan(i int, placed []byte) bool {
 }
 
 // placeSafe reports whether frame i may be copied into the receive
-// buffer: the frames that took its span and the one before it were
-// handled (a frame handled later, or still in the batch, may have been
-// written where frame i goes).
+// buffer: the NIC writes no more into its span and the one before it
+// (Checking). When it may, the postings it relied on are noted
+// (placeRecv.relied): a frame that took one of them and is handled later
+// may have been written where frame i goes, and its bytes are not used.
 func (pl *pull) placeSafe(i int) bool {
 	pp := pl.pp
 	if pp == nil {
 		return true
 	}
-	settled := pl.e.b.plc.settled[pp.lane]
+	pc := pl.e.b.plc
+	lane := pp.lane
+	bound := max(pc.settled[lane], pc.done[lane])
+	var top uint64
 	for j := max(0, i-1); j <= i; j++ {
-		if s := pp.post[j]; s != 0 && s > settled && pp.taken[j/64]&(1<<(j%64)) == 0 {
+		s := pp.post[j]
+		if s != 0 && s > bound && pp.taken[j/64]&(1<<(j%64)) == 0 {
 			return false
 		}
+		top = max(top, s)
 	}
+	pc.relied[lane] = max(pc.relied[lane], top)
 	return true
 }
 
@@ -408,6 +450,50 @@ func (pl *pull) placeLate(i int, took uint64) {
 	}
 }
 
+// placeLost is called as pl asks again, on lane 0, for the frames of bl
+// in mask (on evidence, on the answer to its question, or on its timer).
+// A copy of such a frame may be kept only once the NIC writes no more
+// into its span and the one before it (Checking), and a reply lost
+// before the NIC leaves a span posted that only a later reply on the
+// lane would consume: at the end of a pull, none comes. So when one of
+// those spans is still posted, the pull takes its lane's postings back
+// (placeCancel). Replies still on their way to the lane then find
+// nothing posted (dropped by the NIC, and asked for again) or the
+// postings of later blocks (copied); either way no byte goes wrong, only
+// copies are paid.
+func (pl *pull) placeLost(bl *pblock, mask uint64) {
+	pp := pl.pp
+	if pp == nil || pp.lane == 0 || pl.e.b.plc.busy[pp.lane] != pl {
+		return
+	}
+	b := pl.e.b
+	consumed := b.plc.tr.Placement(pp.lane).Consumed
+	for m := mask; m != 0; m &= m - 1 {
+		i := bl.first + bits.TrailingZeros64(m)
+		for k := max(0, i-1); k <= i && k < len(pp.post); k++ {
+			if pp.post[k] > consumed {
+				b.placeCancel(pp.lane)
+				pl.e.cnt[PlaceLaneCancels]++
+				return
+			}
+		}
+	}
+}
+
+// placeCancel has the transport take back lane's postings. Once Cancel
+// returns, the NIC writes into none of them (it stopped the queue, and
+// counts them consumed), so they are done; the frames it placed before
+// and Recv delivered but the board has not handled yet are judged as
+// any frame that took a posting done (Checking).
+func (b *Board) placeCancel(lane int) {
+	if err := b.plc.tr.Cancel(lane); err != nil {
+		return
+	}
+	if st := b.plc.tr.Placement(lane); st.Posted > b.plc.done[lane] {
+		b.plc.done[lane] = st.Posted
+	}
+}
+
 // placeTick moves the settled count on (the board's timers).
 func (b *Board) placeTick() {
 	pc := b.plc
@@ -427,6 +513,14 @@ func (b *Board) placeTick() {
 // otherwise; anything else made whole by a copy and handled as any frame.
 func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
 	lane, took := b.spanTaken(placed)
+	pc := b.plc
+	// A frame that took a posting a copy relied on being done was
+	// written where that copy now is: its bytes there are not its own
+	// (Checking). The postings before the one it took are done.
+	spoiled := took != 0 && took <= pc.relied[lane]
+	if took > pc.done[lane] {
+		pc.done[lane] = took
+	}
 	if len(data) >= replyHeadLen && wire.Type(data[wire.HeadLen]) == wire.TypePullReply {
 		h, err := wire.DecodePullReplyHeader(data[wire.HeadLen:], b.ord)
 		if err == nil {
@@ -441,10 +535,17 @@ func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
 				if lane == 0 && took != 0 {
 					pl.placeLate(i, took)
 				}
-				pl.reply(&h, data[at:], placed, pl.ownSpan(i, placed))
+				if spoiled {
+					e.cnt[PlaceSpoiled]++
+				}
+				pl.reply(&h, data[at:], placed, pl.ownSpan(i, placed), spoiled)
 				return
 			}
 		}
+	}
+	if spoiled {
+		b.cnt[PlaceSpoiled]++
+		return // its bytes are not its own: as if lost
 	}
 	buf := append(append(b.plc.scratch[:0], data...), placed...)
 	b.plc.scratch = buf
@@ -478,7 +579,7 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 		if st := b.plc.tr.Placement(pp.lane); !b.closed && st.Consumed < st.Posted {
 			// Postings left (frames lost before the NIC, or a sender
 			// that did not use the lane): take them back.
-			_ = b.plc.tr.Cancel(pp.lane)
+			b.placeCancel(pp.lane)
 		}
 		b.plc.busy[pp.lane] = nil
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/transport/fault"
 	"github.com/gomx-dev/gomx/transport/nic"
 )
 
@@ -110,7 +111,7 @@ func IXGBEOn(t testing.TB, cable emulated.CableOptions, o ixgbe.Options) ([2]nic
 		s := p.Stats(i)
 		return s.Violations, s.LastViolation
 	}, p.IOMMU(), p.Close)
-	if cable != (emulated.CableOptions{}) {
+	if cable.Faults != (fault.Options{}) || cable.Lose != nil {
 		if err := emulated.Connect(cable, p.Port(0), p.Port(1)); err != nil {
 			t.Fatal(err)
 		}
