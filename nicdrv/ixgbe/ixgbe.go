@@ -401,7 +401,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
 	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) (bool, uint32) { return n.rx[q].ready() },
-		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Yield: armYield, Count: &n.d.Intr, Errorf: n.errorf}
+		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Count: &n.d.Intr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
@@ -601,19 +601,13 @@ func (n *NIC) setupTx() error {
 	return nil
 }
 
-// armSpin and armYield are how many looks at its rings WaitRx takes, in
-// interrupt mode, before it arms the vectors: armSpin without yielding,
-// then armYield with a yield between two (as the polling wait begins). A
+// armSpin is how many looks at its rings WaitRx takes, in interrupt mode,
+// before it arms the vectors, without yielding (drv.RxWaiter.Spin). A
 // frame that follows the last one closely is taken without the register
-// write that arms, the interrupt and the wake-up; and a progress thread
-// locked to its OS thread, of which there may be more than cores, does
-// not sleep and wake for each frame of a queue that is busy but not
-// flooded (measured in docs/nics.md: arming after the looks alone cost a
-// steered queue four times the CPU per message at 8 queues a side).
-const (
-	armSpin  = 64
-	armYield = 100
-)
+// write that arms, the interrupt and the wake-up. The looks do not yield:
+// a progress thread locked to its OS thread paid two context switches for
+// each runtime.Gosched between looks (measured in docs/nics.md).
+const armSpin = 164
 
 // setupInterrupts enables one MSI-X vector per RX queue and one for link
 // changes; with 64 queues, which take every vector, link changes share the

@@ -240,12 +240,12 @@ func TestMulticastTable(t *testing.T) {
 	}
 }
 
-// In interrupt mode RxWaiter looks at the rings Spin+Yield times before it
+// In interrupt mode RxWaiter looks at the rings Spin times before it
 // arms a vector: a frame found within them costs no arming; past them it arms,
 // looks once more (a frame that came meanwhile is taken without a sleep),
 // and otherwise sleeps until the vector fires.
 func TestRxWaiterSpin(t *testing.T) {
-	const spin, yield = 5, 3
+	const spin = 8
 	irq, err := pci.NewLocalInterrupt()
 	if err != nil {
 		t.Fatal(err)
@@ -259,9 +259,9 @@ func TestRxWaiterSpin(t *testing.T) {
 			k := looks.Add(1)
 			return frame.Load() || k == readyAt.Load(), 0
 		},
-		Arm:  func(int) { arms.Add(1) },
-		IRQs: []*pci.Interrupt{irq},
-		Spin: spin, Yield: yield,
+		Arm:   func(int) { arms.Add(1) },
+		IRQs:  []*pci.Interrupt{irq},
+		Spin:  spin,
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
 	reset := func(at int64) {
 		looks.Store(0)
@@ -272,13 +272,13 @@ func TestRxWaiterSpin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	// A frame at the seventh look: taken while yielding, nothing armed.
+	// A frame at the seventh look: taken while spinning, nothing armed.
 	reset(7)
 	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 7 {
 		t.Errorf("frame at look 7: queue %d, %v, %d arms, %d looks; want queue 0 after 7 looks, no arm", q, err, arms.Load(), looks.Load())
 	}
 	// A frame at the look right after arming: no sleep.
-	reset(spin + yield + 2)
+	reset(spin + 2)
 	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 1 || count.Load() != 0 {
 		t.Errorf("frame after arming: queue %d, %v, %d arms, %d interrupts; want 1 arm, no interrupt", q, err, arms.Load(), count.Load())
 	}
@@ -311,10 +311,10 @@ func TestRxWaiterSpin(t *testing.T) {
 // The looks before arming add up over waits that end at their deadline
 // with the ring where it was: a receive loop whose every wait is shorter
 // than the looks take still arms its vector and sleeps, on the wait after
-// Spin+Yield looks in all. A frame taken from the ring (its position
+// Spin looks in all. A frame taken from the ring (its position
 // moves) starts the count again.
 func TestRxWaiterCarriesLooks(t *testing.T) {
-	const spin, yield = 5, 3
+	const spin = 8
 	irq, err := pci.NewLocalInterrupt()
 	if err != nil {
 		t.Fatal(err)
@@ -337,9 +337,9 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 			}
 			return false, pos
 		},
-		Arm:  func(int) { arms++; end() },
-		IRQs: []*pci.Interrupt{irq, irq},
-		Spin: spin, Yield: yield,
+		Arm:   func(int) { arms++; end() },
+		IRQs:  []*pci.Interrupt{irq, irq},
+		Spin:  spin,
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
 	waits := func(n int, queues ...int) {
 		t.Helper()
@@ -353,14 +353,14 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 			end()
 		}
 	}
-	short := (spin + yield) / 2 // waits of two looks each before the arming
+	short := (spin) / 2 // waits of two looks each before the arming
 	waits(short, 1)
 	if arms != 0 {
 		t.Fatalf("%d waits of 2 looks armed %d times, want none", short, arms)
 	}
 	waits(1, 1)
 	if arms != 1 {
-		t.Fatalf("the wait after %d looks at an idle ring armed %d times, want once", spin+yield, arms)
+		t.Fatalf("the wait after %d looks at an idle ring armed %d times, want once", spin, arms)
 	}
 	// Every later wait on the still idle ring arms after its first look.
 	waits(1, 1)

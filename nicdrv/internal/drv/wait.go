@@ -29,13 +29,15 @@ type RxWaiter struct {
 	Arm func(q int)
 	// IRQs are the queues' vectors by queue; nil in polling mode.
 	IRQs []*pci.Interrupt
-	// Spin is how many looks at the rings interrupt mode takes without
-	// yielding, and Yield how many more it takes with runtime.Gosched
-	// between them (the polling wait's yields), before it arms the vectors
-	// and sleeps: a frame that comes within them costs no interrupt and no
-	// register write, and the yields let the goroutines that send and
-	// complete run meanwhile. Both 0: arm after the first look.
-	Spin, Yield int
+	// Spin is how many looks at the rings interrupt mode takes before it
+	// arms the vectors and sleeps: a frame that comes within them costs no
+	// interrupt and no register write. The looks do not yield: the caller
+	// that waits is typically a progress goroutine locked to its OS thread,
+	// for which runtime.Gosched hands the Go processor to another thread
+	// and back (two futex calls and two context switches a look); the
+	// looks hold the processor for a few microseconds instead, and the
+	// sleep that ends them gives it up once. 0: arm after the first look.
+	Spin int
 	// Count counts the interrupts consumed.
 	Count *atomic.Uint64
 	// Errorf wraps an error with the NIC and the operation.
@@ -51,8 +53,8 @@ type RxWaiter struct {
 // The looks before arming count across waits. A receive loop that wakes
 // on a schedule (mx's progress goroutine runs its timers every tick, a
 // few tens of microseconds apart while messages are in flight) calls Wait
-// with a timeout shorter than the Spin and Yield looks take once the
-// yields run other goroutines; a count that began at zero at every call
+// with a timeout shorter than the Spin looks can take on cores shared
+// with other threads; a count that began at zero at every call
 // would never reach the arming, and such a loop would poll an idle ring
 // for as long as it stayed idle, never sleeping on its vector. So Wait
 // begins where the last wait on the queue stopped, as long as the ring's
@@ -65,6 +67,17 @@ type RxWaiter struct {
 // maxWait is the most queues one WaitRx sleeps on (pci.WaitAny's bound,
 // and the 82599's 64 queue pairs).
 const maxWait = 64
+
+// pollYield is how many looks the polling wait takes with a
+// runtime.Gosched between them before it sleeps pollSleep between looks.
+// Unlike the interrupt wait it yields: a polling thread that spun and then
+// slept answered a frame nobody waited for up to a sleep later (a Go sleep
+// this short lasts about a millisecond on an idle process), measured in
+// docs/nics.md.
+const (
+	pollYield = 100
+	pollSleep = 20 * time.Microsecond
+)
 
 // Wait waits until one of queues (every queue when empty) has a frame and
 // returns it, as nicdrv.NIC.WaitRx says.
@@ -107,17 +120,14 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 			return 0, err
 		}
 		if w.IRQs == nil {
-			if i < 100 {
+			if i < pollYield {
 				runtime.Gosched()
 			} else {
-				time.Sleep(20 * time.Microsecond)
+				time.Sleep(pollSleep)
 			}
 			continue
 		}
-		if i < w.Spin+w.Yield {
-			if i >= w.Spin {
-				runtime.Gosched()
-			}
+		if i < w.Spin {
 			continue
 		}
 		// Arm the queues' vectors, look again, then sleep: a frame that
@@ -169,7 +179,7 @@ func (w *RxWaiter) carried(queues []int, pos []uint32) int {
 // carry records, as a wait ends empty, that queues were found empty at
 // pos looks times in a row (kept no higher than the arming needs).
 func (w *RxWaiter) carry(queues []int, pos []uint32, looks int) {
-	looks = min(looks, w.Spin+w.Yield)
+	looks = min(looks, w.Spin)
 	for k, q := range queues {
 		w.quiet[q].Store(uint64(pos[k])<<32 | uint64(looks))
 	}
