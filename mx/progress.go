@@ -43,9 +43,7 @@ func (b *Board) useReading(now int64) {
 		if len(b.rttPend) > 0 {
 			b.foldRTT()
 		}
-		if b.slowClk {
-			b.stampAcks(now) // ack.go
-		}
+		b.stampAcks(now) // ack.go
 	}
 }
 
@@ -92,16 +90,19 @@ func (b *Board) now() int64 {
 // again) would count the application's time: the sample is dropped, as
 // Karn's rule drops an ambiguous one.
 
-// Where a reading costs a system call (Board.slowClk: the vDSO cannot read
-// the clock source, as in a TCG guest, whose HPET reading is 4-7 µs), a
-// polling waiter's reading is hundreds of looks old, and the reading a
-// received message made was most of what stood between the frame and the
-// application's reply. There the message reads none: its ack deadline
-// waits for the board's next reading (the reply's send, whose piggyback
-// clears it anyway, else the waiter's next look: noteReceived, stampAcks),
-// as a ring peer's does, and only one ack in slowRTTEvery gives a
-// round-trip sample. The sender stamps its request after the frame left
-// (sendShort), on every clock.
+// A batch with no waiter's reading at hand (a reply found at the waiter's
+// first look, before its first reading; the receive loop's batch; a
+// waiter that gave its CPU away) reads none either: the message's ack
+// deadline waits for the board's next reading (the reply's send, whose
+// piggyback clears it anyway, else the waiter's next look, which reads
+// the clock at its first pass, else the receive loop's timer run after
+// its batch or at its next look: noteReceived, stampAcks), as a ring
+// peer's does, and only one ack in rttEvery gives a round-trip sample
+// read at once. A reading costs 40-450 ns through the vDSO on this
+// project's virtual machines, and a system call where the vDSO cannot
+// read the clock source (a TCG guest's HPET, 4-7 µs): it was most of
+// what a ping-pong's receive did beside the protocol. The sender stamps
+// its request after the frame left (sendShort).
 
 // rttFoldGap bounds the time between a polling waiter's reading and the
 // board's next one within which the acks of the waiter's batch still
@@ -139,25 +140,21 @@ func (p *partner) sampleRTT(sent int64) {
 		}
 		b.rttPend = append(b.rttPend, rttPending{p: p, sent: sent})
 		b.readWants = true
-	case b.slowClk:
-		// A reading is a system call here: only every slowRTTEvery-th
-		// sample reads the clock; the others are dropped, as Karn's
-		// rule drops an ambiguous one.
-		if p.rttSkip++; p.rttSkip >= slowRTTEvery {
+	default:
+		// Only every rttEvery-th such sample reads the clock; the
+		// others are dropped, as Karn's rule drops an ambiguous one.
+		if p.rttSkip++; p.rttSkip >= rttEvery {
 			p.rttSkip = 0
 			p.rtt.sample(b.now() - sent)
 		}
-	default:
-		p.rtt.sample(b.now() - sent)
 	}
 }
 
-// slowRTTEvery is how many acks a board on a slow clock (Board.slowClk)
-// handles without a reading at hand per round-trip sample it reads the
-// clock for: a reading costs several microseconds there, on the path
-// from the message to the application's reply, and the estimate needs
-// far fewer samples than a ping-pong gives.
-const slowRTTEvery = 8
+// rttEvery is how many acks a board handles without a reading at hand
+// per round-trip sample it reads the clock for: the reading stands on
+// the path from the message to the application's reply, and the
+// estimate needs far fewer samples than a ping-pong gives.
+const rttEvery = 8
 
 // foldRTT takes the pending round-trip samples on the reading just made
 // (b.nowv), or drops them when it came more than rttFoldGap after the
