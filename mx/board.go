@@ -109,6 +109,10 @@ type Board struct {
 	// without completing it, and lookLocked consumes it, as takeLane
 	// does for a lane record.
 	rxWaiter, rxTook *Request
+	// rxRead is the clock as the receive loop read it when its Recv
+	// returned frames, for the batch's handling and the timer run after
+	// it (progress); 0: none, the batch reads when a frame needs it.
+	rxRead int64
 	// rttPend are the round-trip samples acks in such a batch left for
 	// the board's next clock reading, and rttSeen the waiter's reading
 	// before them (sampleRTT).
