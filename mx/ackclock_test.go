@@ -250,7 +250,12 @@ func TestAckWithoutTick(t *testing.T) {
 				needSleepers(t)
 			}
 			oa := fastOptions()
-			oa.RTOMin, oa.ResendDelay = 2*time.Second, 4*time.Second // asks after 250 ms at least
+			// The sender asks after 250 ms at least: askWait counts half
+			// its tailAckDelay, min(AckDelay, RTOMin/4), and
+			// fastOptions' AckDelay (500 µs) would make it 250 µs, which
+			// a receiver descheduled on a loaded machine outlasts once
+			// the sender's receive loop has taken a round-trip sample.
+			oa.RTOMin, oa.ResendDelay, oa.AckDelay = 2*time.Second, 4*time.Second, time.Second
 			ob := fastOptions()
 			ob.BusyPoll = c.busy
 			if c.sleeper {
