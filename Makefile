@@ -169,6 +169,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzHandleFrame$$' -fuzztime 5000x ./mx/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeParams$$' -fuzztime 5000x ./cmd/mxbench/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5000x ./internal/units/
+	$(GO) test -run '^$$' -fuzz '^FuzzChecksum$$' -fuzztime 5000x ./internal/crc32c/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzSack$$' -fuzztime 20000x ./mx/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzRxAccept$$' -fuzztime 20000x ./nicdrv/e1000e/

@@ -106,14 +106,14 @@ func (p *partner) noteReceived(c ackClass) {
 		b.ackOwed = append(b.ackOwed, p)
 	}
 	if p.ackDeadline == 0 {
-		if !b.nowOK && (rings || b.slowClk && b.seen == 0 && p.rings() == nil) {
-			// No clock read for this batch yet: the deadline waits for
-			// the next one (stampAcks). In a ping-pong every message
-			// starts a deadline that the reply's piggyback clears, and
-			// the reading was a tenth of such a message's cost; where
-			// the clock is slow (a system call: Board.slowClk) it was
-			// a reading between the message and the reply on any
-			// transport.
+		if !b.nowOK && (rings || b.seen == 0) {
+			// No clock read for this batch yet, and no waiter's reading
+			// to take (ackClock): the deadline waits for the next one
+			// (stampAcks). In a ping-pong every message starts a
+			// deadline that the reply's piggyback clears, and the
+			// reading stood between the message and the reply: a tenth
+			// of such a message's cost on the rings, a system call
+			// where the vDSO cannot read the clock.
 			p.ackDeadline = ackUnstamped
 			if !p.stampQ {
 				p.stampQ = true
@@ -123,7 +123,9 @@ func (p *partner) noteReceived(c ackClass) {
 				// Stamped at the board's next reading (useReading): the
 				// reply's send, else the waiter's next look (pollWait).
 				b.readWants = true
-				b.unstamped.Store(true)
+				if !b.unstamped.Load() {
+					b.unstamped.Store(true)
+				}
 			}
 			return
 		}
@@ -144,24 +146,26 @@ func (b *Board) tailAckDelay() int64 {
 	return min(int64(b.opts.AckDelay), int64(b.opts.RTOMin)/4)
 }
 
-// ackUnstamped is the ack deadline of a ring peer whose messages a waiter
-// handled without reading the clock (noteReceived): never due until
+// ackUnstamped is the ack deadline of a peer whose messages were handled
+// without a clock reading at hand (noteReceived): never due until
 // stampAcks gives it a time.
 const ackUnstamped = math.MaxInt64
 
-// stampAcks gives the unstamped ack deadlines of ring peers (noteReceived)
-// their time, counted from now: the clock of the next timer check
-// (timersLocked), which the receive loop makes at least every spinGrace
-// while waiters poll the rings (BoardOptions.BusyPoll: pollGrace), and a
-// polling waiter when a tick is due (pollSource). So a ring peer's delayed
-// ack goes out at most that much later than ringAckDelay after the
-// message. Called with b.mu held.
+// stampAcks gives the unstamped ack deadlines (noteReceived) their time,
+// counted from now: the board's next reading (useReading: a send's, a
+// polling waiter's, which reads at its first pass while one waits:
+// pollWait's early), else the clock of the next timer check
+// (timersLocked), which the receive loop makes after each batch and at
+// least every spinGrace while waiters poll the rings (BoardOptions.BusyPoll:
+// pollGrace). So a delayed ack goes out at most that much later than its
+// delay (ringAckDelay, tailAckDelay) after the message. Called with b.mu
+// held.
 func (b *Board) stampAcks(now int64) {
 	if len(b.toStamp) == 0 {
 		return
 	}
-	if b.slowClk {
-		b.unstamped.Store(false)
+	if b.unstamped.Load() {
+		b.unstamped.Store(false) // a locked instruction: only when it moves
 	}
 	for i, p := range b.toStamp {
 		b.toStamp[i], p.stampQ = nil, false
@@ -169,8 +173,8 @@ func (b *Board) stampAcks(now int64) {
 			delay := min(int64(b.opts.AckDelay), int64(ringAckDelay))
 			if p.ackLazy {
 				delay = int64(b.opts.AckDelay) // only lane records wait (ackLane)
-			} else if b.slowClk && p.rings() == nil {
-				delay = b.tailAckDelay() // a wire peer's, on a slow clock
+			} else if p.rings() == nil {
+				delay = b.tailAckDelay() // a wire peer's
 			}
 			p.ackDeadline = now + delay
 			b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)

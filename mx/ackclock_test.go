@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,7 +51,8 @@ func TestAckClock(t *testing.T) {
 // polling waiter's batch is taken: on the board's next clock reading
 // when that comes within rttFoldGap of the waiter's, dropped when it
 // comes later; on the batch's reading when it has one; on a reading
-// made at once when no waiter's reading is at hand.
+// made at once for one in rttEvery of the samples that have no waiter's
+// reading at hand, dropped for the others.
 func TestPolledSampleWaitsForReading(t *testing.T) {
 	// A board whose clock reads ten minutes (below rttMaxSample).
 	ten := int64(10 * time.Minute)
@@ -59,6 +61,7 @@ func TestPolledSampleWaitsForReading(t *testing.T) {
 		seen  int64 // the waiter's reading (0: none)
 		nowOK bool  // the batch read the clock (at 3000)
 		next  int64 // the board's next reading (0: none)
+		skip  int   // acks without a reading at hand since the last sample read for one
 		want  int64 // the sample taken (sent at 500); 0: none; -1: one on a reading of the clock
 	}{
 		{name: "next reading soon", seen: 1000, next: 4000, want: 3500},
@@ -68,11 +71,13 @@ func TestPolledSampleWaitsForReading(t *testing.T) {
 		// sample of almost nothing.
 		{name: "next reading older", seen: 1000, next: 900, want: 0},
 		{name: "batch's reading", seen: 1000, nowOK: true, want: 2500},
-		{name: "no waiter's reading", want: -1},
+		{name: "no waiter's reading, rttEvery-th", skip: rttEvery - 1, want: -1},
+		{name: "no waiter's reading, others", skip: 0, want: 0},
+		{name: "no waiter's reading, others later", skip: rttEvery - 2, want: 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := &Board{base: time.Now().Add(-10 * time.Minute), seen: c.seen, nowv: 3000, nowOK: c.nowOK}
-			p := &partner{ep: &Endpoint{b: b}}
+			p := &partner{ep: &Endpoint{b: b}, rttSkip: c.skip}
 			p.sampleRTT(500)
 			b.seen = 0
 			if c.next != 0 {
@@ -90,18 +95,30 @@ func TestPolledSampleWaitsForReading(t *testing.T) {
 				t.Fatalf("sample %v, want %d", p.rtt, c.want)
 			case c.want < 0 && p.rtt.srtt < ten-500:
 				t.Fatalf("sample %v, want one on a reading of the clock (about %d)", p.rtt, ten)
+			case c.want == 0 && c.seen == 0 && b.nowOK:
+				t.Fatal("the clock was read for a sample that was dropped")
 			}
 		})
 	}
 }
 
-// TestPolledRoundTripSamples checks that round-trip samples taken on a
-// polling waiter's reading (ackClock) measure a round trip: a ping-pong
-// of busy-polling waiters leaves each side's estimate positive and well
-// above the 1 ns a sample taken before its send would be clamped to.
+// TestPolledRoundTripSamples checks that round-trip samples come and
+// measure a round trip, in both wait modes: taken on a polling waiter's
+// reading (ackClock), or, where the receive had none at hand (the receive
+// loop's batches with blocking waits over the in-process wire), on a
+// reading made for one ack in rttEvery. A ping-pong leaves each side's
+// estimate positive and well above the 1 ns a sample taken before its
+// send would be clamped to.
 func TestPolledRoundTripSamples(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) { checkRoundTripSamples(t, busy) })
+	}
+}
+
+// checkRoundTripSamples is TestPolledRoundTripSamples in one wait mode.
+func checkRoundTripSamples(t *testing.T, busy bool) {
 	opts := DefaultBoardOptions()
-	opts.BusyPoll = true
+	opts.BusyPoll = busy
 	pr := newPair(t, factoryNamed(t, "loopback"), opts, loopback.Faults{})
 	ctx := testCtx(t, time.Minute)
 	const rounds = 2000
@@ -146,5 +163,152 @@ func TestPolledRoundTripSamples(t *testing.T) {
 		if !est.ok || est.srtt < 100 {
 			t.Errorf("side %s: round-trip estimate %+v after %d round trips: want samples, and an srtt of at least 100 ns", side.name, est, rounds)
 		}
+	}
+}
+
+// TestAcksUnanswered sends small messages one way to a receiver that never
+// replies, in both wait modes: each is acked (its deadline, left for the
+// next reading when the receive had none at hand, gets one), so the
+// sender's window empties and the receiver counts delayed acks.
+func TestAcksUnanswered(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			opts := DefaultBoardOptions()
+			opts.BusyPoll = busy
+			pr := newPair(t, factoryNamed(t, "loopback"), opts, loopback.Faults{})
+			ctx := testCtx(t, time.Minute)
+			buf := make([]byte, 64)
+			const n = 20
+			for i := range n {
+				r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := pr.a.ISend([][]byte{buf}, pr.atob, uint64(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := waitAMinute(ctx, r); err != nil {
+					t.Fatalf("receive %d: %v", i, err)
+				}
+				if _, err := waitAMinute(ctx, s); err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+				// The receiver does nothing more: its ack must go out
+				// without a reply to carry it.
+				waitCond(t, fmt.Sprintf("message %d is acked", i), func() bool { return pr.ba.unackedTotal() == 0 })
+			}
+			if c := pr.b.Counters(); c.Get(AcksDelayed) == 0 {
+				t.Errorf("%d unanswered messages and no delayed ack", n)
+			}
+		})
+	}
+}
+
+// unackedTotal returns how many sequenced sends of b wait for an ack.
+func (b *Board) unackedTotal() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, e := range b.epl {
+		for _, p := range e.plist {
+			n += p.unacked.Len()
+		}
+	}
+	return n
+}
+
+// stopTicks puts b's periodic ticks an hour apart, so that only what a
+// test is about can run its timers: its loop's looks, its fine timer.
+func stopTicks(b *Board) {
+	b.mu.Lock()
+	b.tick, b.tickBusy = time.Hour, time.Hour
+	b.nextTick.Store(b.clock() + int64(time.Hour))
+	b.mu.Unlock()
+}
+
+// TestAckWithoutTick: a message whose receiver then neither replies nor
+// waits again is acked without the board's next
+// tick, whoever received it. The receiver's ticks are stopped and the
+// sender asks only after half a second, so the ack the sender gets is the
+// receiver's delayed ack. A waiter asleep on its sources (UDP) gives the
+// deadline its time with the reading it made as it woke, before its wait
+// returns; a busy-polling waiter leaves it for the next reading, the
+// receive loop's next look (at most the poll grace later).
+func TestAckWithoutTick(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		wire    string
+		busy    bool
+		sleeper bool
+	}{
+		{"busypoll", "loopback", true, false},
+		{"sleeper", "udp", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.sleeper {
+				needSleepers(t)
+			}
+			oa := fastOptions()
+			// The sender asks after 250 ms at least: askWait counts half
+			// its tailAckDelay, min(AckDelay, RTOMin/4), and
+			// fastOptions' AckDelay (500 µs) would make it 250 µs, which
+			// a receiver descheduled on a loaded machine outlasts once
+			// the sender's receive loop has taken a round-trip sample.
+			oa.RTOMin, oa.ResendDelay, oa.AckDelay = 2*time.Second, 4*time.Second, time.Second
+			ob := fastOptions()
+			ob.BusyPoll = c.busy
+			if c.sleeper {
+				ob.Spin = -1 // sleep at once
+				ob.SleepOnSources = true
+			}
+			pr := newPair(t, factoryNamed(t, c.wire), oa, loopback.Faults{}, ob)
+			stopTicks(pr.bb)
+			ctx := testCtx(t, time.Minute)
+			buf, sbuf := make([]byte, 64), make([]byte, 64) // a receive and a send may run at once
+			const n = 5
+			for i := range n {
+				r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait := func() error { _, err := waitAMinute(ctx, r); return err }
+				var errc chan error
+				k0 := pr.bb.WaitStats().Kernel
+				if c.sleeper {
+					errc = asleepOn(t, pr.bb, wait)
+				}
+				s, err := pr.a.ISend([][]byte{sbuf}, pr.atob, uint64(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.sleeper {
+					err = <-errc
+				} else {
+					err = wait()
+				}
+				if err != nil {
+					t.Fatalf("receive %d: %v", i, err)
+				}
+				if pr.bb.WaitStats().Kernel > k0 && pr.bb.unstamped.Load() {
+					// Received on the waiter's own thread (not on its
+					// channel, by the loop, which stamps after its batch).
+					t.Fatalf("message %d: the waiter asleep on its sources left its ack deadline without a time", i)
+				}
+				if _, err := waitAMinute(ctx, s); err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+				waitCond(t, fmt.Sprintf("message %d is acked", i), func() bool { return pr.ba.unackedTotal() == 0 })
+			}
+			if c.sleeper && pr.bb.WaitStats().Kernel == 0 {
+				t.Errorf("none of %d waits received asleep on the sources", n)
+			}
+			if asks := pr.a.Counters().Get(TailAsks); asks != 0 {
+				t.Errorf("the sender asked %d times: an ack was late", asks)
+			}
+			if d := pr.b.Counters().Get(AcksDelayed); d < n {
+				t.Errorf("%d delayed acks for %d unanswered messages", d, n)
+			}
+		})
 	}
 }

@@ -109,20 +109,21 @@ type Board struct {
 	// without completing it, and lookLocked consumes it, as takeLane
 	// does for a lane record.
 	rxWaiter, rxTook *Request
+	// rxRead is the clock as the receive loop read it when its Recv
+	// returned frames, for the batch's handling and the timer run after
+	// it (progress); 0: none, the batch reads when a frame needs it.
+	rxRead int64
 	// rttPend are the round-trip samples acks in such a batch left for
 	// the board's next clock reading, and rttSeen the waiter's reading
 	// before them (sampleRTT).
 	rttPend []rttPending
 	rttSeen int64
-	// slowClk: a clock reading costs a system call here (clockSlow), so
-	// a message handled without one leaves its ack deadline to the next
-	// reading and gives a round-trip sample only now and then
-	// (noteReceived, sampleRTT); unstamped says such a deadline waits.
-	slowClk   bool
+	// unstamped: a message handled without a clock reading left its ack
+	// deadline to the next one (noteReceived, stampAcks); read without mu
+	// by polling waiters, which then read the clock soon (runDue).
 	unstamped atomic.Bool
 	// readWants: the next reading has work waiting for it (useReading):
-	// round-trip samples in rttPend, or, on a slow clock, ack deadlines
-	// in toStamp.
+	// round-trip samples in rttPend, or ack deadlines in toStamp.
 	readWants bool
 	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
 	due       atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
@@ -245,9 +246,8 @@ type Board struct {
 	// messages, acked once a receive finds its source drained
 	// (ack.go); each at most once (partner.owed).
 	ackOwed []*partner
-	// toStamp: partners on the rings, or on any transport where the
-	// clock is slow, whose ack deadline waits for the next clock reading
-	// (stampAcks).
+	// toStamp: partners whose ack deadline waits for the next clock
+	// reading (stampAcks).
 	toStamp []*partner
 	// laneRec: the frame in hand is a lane record rebuilt as the frame
 	// it stands for (recvLane), whose ack is a lane record's (ackLane);
@@ -335,7 +335,6 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		fineExited: make(chan struct{}),
 	}
 	b.kicker, _ = tr.(transport.Kicker)
-	b.slowClk = clockSlow() // spin.go
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
 	}

@@ -225,10 +225,10 @@ func (b *Board) deadline() int64 {
 
 // runDue runs the board's timers when now, a clock reading of a polling
 // goroutine that holds no lock, is past their deadline, or ack deadlines
-// wait for a reading (Board.unstamped: a slow clock), and nobody holds the
+// wait for a reading (Board.unstamped), and nobody holds the
 // board's lock.
 func (b *Board) runDue(now int64) (ran bool) {
-	if now < b.deadline() && !(b.slowClk && b.unstamped.Load()) || !b.mu.TryLock() {
+	if now < b.deadline() && !b.unstamped.Load() || !b.mu.TryLock() {
 		return false
 	}
 	if !b.closed {

@@ -253,29 +253,6 @@ func BenchmarkMessageCost(b *testing.B) {
 	}
 }
 
-// benchClock sets the boards' clock mode (Board.slowClk) from
-// GOMX_BENCH_CLOCK: "fast" or "slow"; unset, each board keeps what it
-// measured (clockSlow). Under valgrind a reading takes some 20 µs, so the
-// boards take their clock as slow and callgrind would count the slow-clock
-// path, not the one this machine runs (docs/message-cost.md).
-func benchClock(b *testing.B, boards ...*Board) {
-	var slow bool
-	switch v := os.Getenv("GOMX_BENCH_CLOCK"); v {
-	case "":
-		return
-	case "fast":
-	case "slow":
-		slow = true
-	default:
-		b.Fatalf("GOMX_BENCH_CLOCK=%q: write fast or slow", v)
-	}
-	for _, bd := range boards {
-		bd.mu.Lock()
-		bd.slowClk = slow
-		bd.mu.Unlock()
-	}
-}
-
 // rawMessageCost is BenchmarkMessageCost's raw exchange: an 8-byte frame
 // each way between the two transports of a fresh wire of tf.
 func rawMessageCost(b *testing.B, tf transportFactory) {
@@ -324,7 +301,6 @@ func messageCost(b *testing.B, tf transportFactory) {
 	o := DefaultBoardOptions()
 	o.BusyPoll = true
 	pr := newPair(b, tf, o, loopback.Faults{})
-	benchClock(b, pr.ba, pr.bb)
 	ctx := context.Background()
 	msg, bufA, bufB := make([]byte, 8), make([]byte, 8), make([]byte, 8)
 	ssegs, asegs, bsegs := [][]byte{msg}, [][]byte{bufA}, [][]byte{bufB}

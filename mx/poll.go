@@ -292,10 +292,10 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// between the reply and the application (ackClock). Where replies
 	// come sooner (rings, the in-process wire) a reading per wait would
 	// cost more than it saves.
-	// On a slow clock (Board.slowClk) the same holds when an ack deadline
-	// waits for a reading (noteReceived): the application did not reply
-	// with a send, whose reading would have stamped it.
-	early := b.kicker != nil || b.slowClk && b.unstamped.Load()
+	// The same holds when an ack deadline waits for a reading
+	// (noteReceived): the application did not reply with a send, whose
+	// reading would have stamped it.
+	early := b.kicker != nil || b.unstamped.Load()
 	for i := 0; ; i++ {
 		// took: this pass's looks took frames (or a lane record), which
 		// may have been for this waiter's request or not; the next look

@@ -43,9 +43,7 @@ func (b *Board) useReading(now int64) {
 		if len(b.rttPend) > 0 {
 			b.foldRTT()
 		}
-		if b.slowClk {
-			b.stampAcks(now) // ack.go
-		}
+		b.stampAcks(now) // ack.go
 	}
 }
 
@@ -92,16 +90,20 @@ func (b *Board) now() int64 {
 // again) would count the application's time: the sample is dropped, as
 // Karn's rule drops an ambiguous one.
 
-// Where a reading costs a system call (Board.slowClk: the vDSO cannot read
-// the clock source, as in a TCG guest, whose HPET reading is 4-7 µs), a
-// polling waiter's reading is hundreds of looks old, and the reading a
-// received message made was most of what stood between the frame and the
-// application's reply. There the message reads none: its ack deadline
-// waits for the board's next reading (the reply's send, whose piggyback
-// clears it anyway, else the waiter's next look: noteReceived, stampAcks),
-// as a ring peer's does, and only one ack in slowRTTEvery gives a
-// round-trip sample. The sender stamps its request after the frame left
-// (sendShort), on every clock.
+// A waiter's batch with no reading of the waiter's at hand (a reply
+// found at its first look, before its first reading; a waiter that gave
+// its CPU away) reads none either: the message's ack deadline waits for
+// the board's next reading (the reply's send, whose piggyback clears it
+// anyway, else the waiter's next look, which reads the clock at its first
+// pass, else the receive loop's next look: noteReceived, stampAcks), as a
+// ring peer's does, and only one ack in rttEvery gives a round-trip
+// sample read at once. The receive loop reads the clock once per batch,
+// as its Recv returns, for the batch and the timer run after it
+// (Board.rxRead). A reading costs 40-450 ns through the vDSO on this
+// project's virtual machines, and a system call where the vDSO cannot
+// read the clock source (a TCG guest's HPET, 4-7 µs): it was most of
+// what a ping-pong's receive did beside the protocol. The sender stamps
+// its request after the frame left (sendShort).
 
 // rttFoldGap bounds the time between a polling waiter's reading and the
 // board's next one within which the acks of the waiter's batch still
@@ -139,25 +141,21 @@ func (p *partner) sampleRTT(sent int64) {
 		}
 		b.rttPend = append(b.rttPend, rttPending{p: p, sent: sent})
 		b.readWants = true
-	case b.slowClk:
-		// A reading is a system call here: only every slowRTTEvery-th
-		// sample reads the clock; the others are dropped, as Karn's
-		// rule drops an ambiguous one.
-		if p.rttSkip++; p.rttSkip >= slowRTTEvery {
+	default:
+		// Only every rttEvery-th such sample reads the clock; the
+		// others are dropped, as Karn's rule drops an ambiguous one.
+		if p.rttSkip++; p.rttSkip >= rttEvery {
 			p.rttSkip = 0
 			p.rtt.sample(b.now() - sent)
 		}
-	default:
-		p.rtt.sample(b.now() - sent)
 	}
 }
 
-// slowRTTEvery is how many acks a board on a slow clock (Board.slowClk)
-// handles without a reading at hand per round-trip sample it reads the
-// clock for: a reading costs several microseconds there, on the path
-// from the message to the application's reply, and the estimate needs
-// far fewer samples than a ping-pong gives.
-const slowRTTEvery = 8
+// rttEvery is how many acks a board handles without a reading at hand
+// per round-trip sample it reads the clock for: the reading stands on
+// the path from the message to the application's reply, and the
+// estimate needs far fewer samples than a ping-pong gives.
+const rttEvery = 8
 
 // foldRTT takes the pending round-trip samples on the reading just made
 // (b.nowv), or drops them when it came more than rttFoldGap after the
@@ -441,10 +439,21 @@ func (b *Board) progress() {
 		woke := b.woke.Load() // what this batch and the timers wake
 		b.loopOut.Add(1)
 		b.looks.Add(1)
+		// One reading for the batch and the timer run after it, made
+		// before the lock: the run reads the clock anyway, and a
+		// message's round-trip sample and ack deadline want the time it
+		// came (a receive with no reading at hand takes a sample for
+		// one ack in rttEvery only: sampleRTT).
+		var read int64
+		if n > 0 {
+			read = b.clock()
+		}
 		b.mu.Lock()
+		b.rxRead = read
 		b.handleBatchLocked(s, s.rx[:n])
+		b.rxRead = 0
 		b.rxOwned = s // its verdicts may drain s (verdict.go)
-		b.timersLocked(false)
+		b.timersAt(false, read)
 		b.rxOwned = nil
 		b.release(false)
 		if n < len(s.rx) {
@@ -476,7 +485,15 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	if len(rx) == 0 {
 		return
 	}
-	b.nowOK = false // read when a frame needs it (now)
+	if t := b.rxRead; t != 0 {
+		// The receive loop's reading as the frames came: the batch's
+		// round-trip samples and ack deadlines take it, and so does the
+		// timer run after it (progress).
+		b.rxRead = 0
+		b.useReading(max(t, b.nowv))
+	} else {
+		b.nowOK = false // read when a frame needs it (now)
+	}
 	tr := b.batchFrom(rx)
 	outer := b.rxRings // a verdict's drain may nest one batch in another
 	b.rxRings = s.rings

@@ -237,7 +237,7 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 				}
 			}
 		}
-		if ok && b.slowClk && b.unstamped.Load() {
+		if ok && b.unstamped.Load() {
 			// A look with no reading at hand (before its first sleep)
 			// left an ack deadline for the next reading (ack.go): the
 			// board's loop, which stays away until the next tick while

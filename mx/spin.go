@@ -166,11 +166,6 @@ var clockCost = sync.OnceValue(func() time.Duration {
 // most a few milliseconds where a look is as slow as such a clock.
 func busyClockEvery() int { return clockStride(clockCost()) }
 
-// clockSlow reports whether a clock reading costs more than slowClock
-// here: a system call (see clockEvery). A board on such a clock reads it
-// for none of a small message's receive (noteReceived, sampleRTT).
-func clockSlow() bool { return clockCost() > slowClock }
-
 // clockStride is busyClockEvery for a clock whose reading costs cost.
 func clockStride(cost time.Duration) int {
 	if cost > slowClock {

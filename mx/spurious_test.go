@@ -60,23 +60,18 @@ func TestNoSpuriousRecovery(t *testing.T) {
 		tf := factoryNamed(t, name)
 		for _, busy := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
-				checkNoSpurious(t, tf, busy, false, n)
+				checkNoSpurious(t, tf, busy, n)
 			})
 		}
 	}
 }
 
 // checkNoSpurious is TestNoSpuriousRecovery's exchange of n messages over
-// tf in one wait mode (busy: busy-polling waiters), on boards that take
-// their clock as slow (slow: Board.slowClk) or as it is.
-func checkNoSpurious(t *testing.T, tf transportFactory, busy, slow bool, n int) {
+// tf in one wait mode (busy: busy-polling waiters).
+func checkNoSpurious(t *testing.T, tf transportFactory, busy bool, n int) {
 	opts := DefaultBoardOptions()
 	opts.BusyPoll = busy
 	pr := newPair(t, tf, opts, loopback.Faults{})
-	if slow {
-		setSlowClock(pr.ba)
-		setSlowClock(pr.bb)
-	}
 	m := n
 	if busy && raceEnabled {
 		m = n / 10 // two spinning goroutines, each slowed by the race detector
@@ -255,24 +250,18 @@ func TestLossyPingPong(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		n = 1000
 	}
-	checkLossyPingPong(t, n, false)
+	checkLossyPingPong(t, n)
 }
 
 // checkLossyPingPong is TestLossyPingPong's ping-pong of n mixed messages
-// over the in-process wire losing 1% of its frames, in both wait modes,
-// on boards that take their clock as slow (slow: Board.slowClk) or as it
-// is.
-func checkLossyPingPong(t *testing.T, n int, slow bool) {
+// over the in-process wire losing 1% of its frames, in both wait modes.
+func checkLossyPingPong(t *testing.T, n int) {
 	tf := factoryNamed(t, "loopback")
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
 			opts := fastOptions()
 			opts.BusyPoll = busy
 			pr := newPair(t, tf, opts, loopback.Faults{})
-			if slow {
-				setSlowClock(pr.ba)
-				setSlowClock(pr.bb)
-			}
 			pr.w.faults(loopback.Faults{Loss: 0.01, Seed: 7})
 			if err := pingPongMixed(testCtx(t, time.Hour), pr, n, 0); err != nil {
 				t.Fatal(err)

@@ -90,7 +90,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+
+	"github.com/gomx-dev/gomx/internal/crc32c"
 )
 
 // Type is the 1-byte Open-MX packet type.
@@ -269,8 +270,6 @@ func (o Order) put32(p []byte, v uint32) {
 	binary.BigEndian.PutUint32(p, v)
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // PeerIndex returns the peer index at the start of data.
 func PeerIndex(data []byte, o Order) (uint16, error) {
 	if len(data) < HeadLen {
@@ -379,13 +378,13 @@ func FrameLen(data []byte, o Order) (int, error) {
 // Seal appends the CRC-32C of frame to frame and returns the result; frame
 // must have ChecksumLen bytes of spare capacity to avoid an allocation.
 func Seal(frame []byte) []byte {
-	return binary.BigEndian.AppendUint32(frame, crc32.Checksum(frame, castagnoli))
+	return binary.BigEndian.AppendUint32(frame, crc32c.Checksum(frame))
 }
 
 // SealInPlace writes the CRC-32C of buf[:n] to buf[n:n+4] and returns n+4.
 // buf must be at least n+ChecksumLen long.
 func SealInPlace(buf []byte, n int) int {
-	binary.BigEndian.PutUint32(buf[n:], crc32.Checksum(buf[:n], castagnoli))
+	binary.BigEndian.PutUint32(buf[n:], crc32c.Checksum(buf[:n]))
 	return n + ChecksumLen
 }
 
@@ -409,7 +408,7 @@ func VerifyLen(data []byte, n int) ([]byte, error) {
 	if len(data) < n+ChecksumLen {
 		return nil, derr(Type(data[HeadLen]), "checksum", ErrShort)
 	}
-	if binary.BigEndian.Uint32(data[n:]) != crc32.Checksum(data[:n], castagnoli) {
+	if binary.BigEndian.Uint32(data[n:]) != crc32c.Checksum(data[:n]) {
 		return nil, derr(Type(data[HeadLen]), "checksum", ErrChecksum)
 	}
 	return data[:n], nil
