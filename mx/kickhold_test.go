@@ -2,6 +2,7 @@ package mx
 
 import (
 	"bytes"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,10 +13,13 @@ import (
 
 // gatedKicker is a transport whose sends are queued and kicked, as
 // AF_XDP's are (transport.Kicker); queued frames leave at once. Once
-// armed, its next Kick reports on in and waits for gate: the sender is
-// held between its kick and what follows it.
+// armed, the next Kick made by a goroutine started in function sender
+// reports on in and waits for gate: the sender is held between its kick
+// and what follows it. Kicks from anywhere else (the board's receive
+// loop sending an ack) pass, so the gate holds the send it means.
 type gatedKicker struct {
 	transport.Transport
+	sender   string
 	armed    atomic.Bool
 	in, gate chan struct{}
 }
@@ -23,11 +27,18 @@ type gatedKicker struct {
 func (g *gatedKicker) Queue(frames []transport.Frame) (int, error) { return g.Send(frames) }
 
 func (g *gatedKicker) Kick() error {
-	if g.armed.CompareAndSwap(true, false) {
+	if g.armed.Load() && g.fromSender() && g.armed.CompareAndSwap(true, false) {
 		g.in <- struct{}{}
 		<-g.gate
 	}
 	return nil
+}
+
+// fromSender reports whether the calling goroutine runs a function named
+// g.sender (the goroutine's own stack, read only while armed).
+func (g *gatedKicker) fromSender() bool {
+	buf := make([]byte, 8<<10)
+	return bytes.Contains(buf[:runtime.Stack(buf, false)], []byte(g.sender))
 }
 
 // TestShortSendConsumedBeforeItsStamp: over a transport that kicks after
@@ -39,7 +50,8 @@ func (g *gatedKicker) Kick() error {
 // complete with their own messages only.
 func TestShortSendConsumedBeforeItsStamp(t *testing.T) {
 	w := newLoopbackWire(t, loopback.Faults{})
-	g := &gatedKicker{Transport: w.a, in: make(chan struct{}), gate: make(chan struct{})}
+	g := &gatedKicker{Transport: w.a, sender: "TestShortSendConsumedBeforeItsStamp.func",
+		in: make(chan struct{}), gate: make(chan struct{})}
 	w.a = g
 	pr := newPairOn(t, w, DefaultBoardOptions())
 	ctx := testCtx(t, time.Minute)
