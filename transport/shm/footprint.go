@@ -157,6 +157,10 @@ func (t *Transport) Footprint() Footprint {
 			f.RingsOut++
 		}
 	}
+	if n := t.spareBytes(); n != 0 { // spare.go: lanes made ahead
+		f.RingBytes += n
+		f.OwnedBytes += n
+	}
 	if p := t.pool; p != nil {
 		p.mu.Lock()
 		for _, s := range p.segs {
