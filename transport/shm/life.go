@@ -122,6 +122,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
 		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},
 		{Name: "shm pool bytes mapped", Value: uint64(fp.PoolBytes)},
+		{Name: "shm spare lane bytes mapped", Value: uint64(fp.SpareBytes)},
 		{Name: CounterRingsWritten, Value: uint64(fp.RingsOut)},
 		{Name: CounterRingsRead, Value: uint64(fp.RingsIn)},
 		{Name: "shm peers with rings", Value: uint64(fp.Peers)},

@@ -451,7 +451,7 @@ func TestFootprintQueues(t *testing.T) {
 		if spares != min(b.opts.Lanes, n-1) {
 			t.Errorf("board %d holds %d spare lanes, want %d", i, spares, min(b.opts.Lanes, n-1))
 		}
-		if f.RingsOut != 0 || f.RingsIn != 0 || f.Peers != n-1 || f.MappedBytes != n*q+sb || f.OwnedBytes != q+sb {
+		if f.RingsOut != 0 || f.RingsIn != 0 || f.Peers != n-1 || f.MappedBytes != n*q+sb || f.OwnedBytes != q+sb || f.SpareBytes != sb {
 			t.Errorf("board %d: %+v; want no lane, %d peers, %d bytes mapped and %d owned", i, f, n-1, n*q+sb, q+sb)
 		}
 		mapped += f.MappedBytes
