@@ -38,9 +38,9 @@ import (
 // the lane it makes; without a spare the goroutine makes the lane as
 // before. A spare holds its place among the lanes written (lanesOut), so
 // spares and lanes together keep every bound of Options.Lanes and
-// Options.RingBudget; a spare no pair took within about a LaneIdle (eight
-// looks of RetireIdle) is unmapped, so an idle process gives its memory
-// back as it gives back idle lanes. Footprint counts spares among the
+// Options.RingBudget; a spare no pair took within eight LaneIdles
+// (spareTicks looks of RetireIdle) is unmapped, so an idle process gives
+// its memory back, later than it gives back an idle lane. Footprint counts spares among the
 // bytes mapped and owned, not among the rings. Options.NoSpareLanes makes
 // none.
 
@@ -53,8 +53,11 @@ type spareLane struct {
 }
 
 // spareTicks is how many looks of RetireIdle (each an eighth of
-// LaneIdle) a spare waits for a pair before it is unmapped.
-const spareTicks = 9
+// LaneIdle) a spare waits for a pair before it is unmapped: eight
+// LaneIdles (0.8 s by default), since a job's ranks connect one after the
+// other, and the last of a few dozen may connect that much later than the
+// first; the traffic that makes its pairs ask follows.
+const spareTicks = 64
 
 // makeSpare makes a spare when another fits: the lanes written (spares
 // among them) are fewer than Options.Lanes and than peers, the rings in

@@ -13,7 +13,7 @@ import (
 // lane then, and the pair that asks for a lane takes it: no segment is
 // made after the dial, the lane is the bytes the spare mapped, and every
 // frame arrives in order across the switch. A spare nobody takes is
-// unmapped after about a LaneIdle of RetireIdle's looks, and its place
+// unmapped after spareTicks of RetireIdle's looks, and its place
 // among the lanes written is free again: the pair gets a lane made when it
 // asks, as without spares.
 func TestSpareLaneTakenAtOnce(t *testing.T) {
