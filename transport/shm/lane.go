@@ -491,8 +491,8 @@ func (t *Transport) RetireIdle(now time.Time) int {
 		return n
 	}
 	t.lastSweep = now
-	t.tick.Add(1)     // the Recv side's look at its lanes (askback.go)
-	t.dropOldSpares() // spare.go
+	t.tick.Add(1)        // the Recv side's look at its lanes (askback.go)
+	t.dropOldSpares(now) // spare.go
 	if now.Sub(t.epochAt) >= idle {
 		t.epochAt = now
 		t.epoch.Add(1)

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,8 +40,8 @@ import (
 // before. A spare holds its place among the lanes written (lanesOut), so
 // spares and lanes together keep every bound of Options.Lanes and
 // Options.RingBudget; a spare no pair took within eight LaneIdles
-// (spareTicks looks of RetireIdle) is unmapped, so an idle process gives
-// its memory back, later than it gives back an idle lane. Footprint counts spares among the
+// (spareIdles, by RetireIdle's clock) is unmapped, so an idle process
+// gives its memory back, later than it gives back an idle lane. Footprint counts spares among the
 // bytes mapped and owned, not among the rings. Options.NoSpareLanes makes
 // none.
 
@@ -48,16 +49,19 @@ import (
 type spareLane struct {
 	seg  segment
 	fd   int
-	size int    // the ring's data bytes, as its header says
-	tick uint32 // t.tick when made: RetireIdle's looks since say its age
+	size int // the ring's data bytes, as its header says
+	// seen is RetireIdle's clock at its first look after the spare was
+	// made (zero until then): its age is counted from there, in the
+	// caller's clock, however seldom the caller looks.
+	seen time.Time
 }
 
-// spareTicks is how many looks of RetireIdle (each an eighth of
-// LaneIdle) a spare waits for a pair before it is unmapped: eight
-// LaneIdles (0.8 s by default), since a job's ranks connect one after the
-// other, and the last of a few dozen may connect that much later than the
-// first; the traffic that makes its pairs ask follows.
-const spareTicks = 64
+// spareIdles is how many LaneIdles a spare waits for a pair (from
+// RetireIdle's first look at it) before it is unmapped: 0.8 s by default,
+// since a job's ranks connect one after the other, and the last of a few
+// dozen may connect that much later than the first; the traffic that
+// makes its pairs ask follows.
+const spareIdles = 8
 
 // makeSpare makes a spare when another fits: the lanes written (spares
 // among them) are fewer than Options.Lanes and than peers, the rings in
@@ -82,7 +86,6 @@ func (t *Transport) makeSpare(peers int) {
 			break
 		}
 		if t.lanesOut.CompareAndSwap(n, n+1) {
-			s.tick = t.tick.Load()
 			t.spares = append(t.spares, s)
 			t.cnt.spares.Add(1)
 			return
@@ -122,15 +125,16 @@ func (t *Transport) dropSpare(s spareLane) {
 	t.lanesOut.Add(-1)
 }
 
-// dropOldSpares unmaps the spares no pair took within spareTicks looks of
-// RetireIdle (idleMu held).
-func (t *Transport) dropOldSpares() {
+// dropOldSpares unmaps the spares no pair took within spareIdles
+// LaneIdles of RetireIdle's clock, now (idleMu held).
+func (t *Transport) dropOldSpares(now time.Time) {
 	t.spareMu.Lock()
 	defer t.spareMu.Unlock()
-	now := t.tick.Load()
 	k := 0
 	for _, s := range t.spares {
-		if now-s.tick >= spareTicks {
+		if s.seen.IsZero() {
+			s.seen = now
+		} else if now.Sub(s.seen) >= spareIdles*t.opts.LaneIdle {
 			t.dropSpare(s)
 			continue
 		}

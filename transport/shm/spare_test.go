@@ -13,7 +13,7 @@ import (
 // lane then, and the pair that asks for a lane takes it: no segment is
 // made after the dial, the lane is the bytes the spare mapped, and every
 // frame arrives in order across the switch. A spare nobody takes is
-// unmapped after spareTicks of RetireIdle's looks, and its place
+// unmapped after spareIdles LaneIdles of RetireIdle's clock, and its place
 // among the lanes written is free again: the pair gets a lane made when it
 // asks, as without spares.
 func TestSpareLaneTakenAtOnce(t *testing.T) {
@@ -77,14 +77,15 @@ func TestSpareLaneTakenAtOnce(t *testing.T) {
 				return
 			}
 			now := time.Now()
-			for range spareTicks + 1 {
-				now = now.Add(idle/8 + time.Millisecond)
+			a.RetireIdle(now) // its first look at the spare
+			for range 2 {
+				now = now.Add(spareIdles*idle/2 + time.Millisecond)
 				a.RetireIdle(now)
 			}
 			f := a.Footprint()
 			if q := int64(queueSegLen(a.opts.QueueSize)); f.MappedBytes != 2*q || a.lanesOut.Load() != 0 {
-				t.Fatalf("after %d looks the producer maps %d bytes (%d with the spare), writes %d lanes; want its queue and its peer's, %d bytes, no lane",
-					spareTicks+1, f.MappedBytes, withSpare.MappedBytes, a.lanesOut.Load(), 2*q)
+				t.Fatalf("after %v the producer maps %d bytes (%d with the spare), writes %d lanes; want its queue and its peer's, %d bytes, no lane",
+					spareIdles*idle, f.MappedBytes, withSpare.MappedBytes, a.lanesOut.Load(), 2*q)
 			}
 			// The pair asks now, and gets a lane made for it.
 			for i := 0; counter(a, "shm lanes opened") == 0; i++ {
