@@ -36,9 +36,10 @@
 // has closed. A pair's first frames go through it. A pair that keeps
 // sending (Options.LaneAfter frames within Options.LaneIdle) gets a lane:
 // a ring of its own (below), passed over the pair's connection, at most
-// Options.Lanes written and read by each transport. The producer waits neither for the ring,
-// which a goroutine makes (mapping it populated is milliseconds of
-// zeroing on a loaded host), nor for the answer: its frames go on
+// Options.Lanes written and read by each transport. The producer waits neither for the ring
+// (mapping it populated is milliseconds of zeroing on a loaded host: a
+// transport makes spare rings when it dials its peers, spare.go, and
+// without one a goroutine makes it), nor for the answer: its frames go on
 // through the queue until the lane is made and accepted, and its
 // first record in the lane comes after the gate, the queue cursor past its
 // last queue record, written into the lane's header; the receiver reads

@@ -100,8 +100,11 @@ type Footprint struct {
 	MappedBytes int64
 	// OwnedBytes is what this process created of MappedBytes.
 	OwnedBytes int64
-	// RingBytes is the rings both ways and the doorbells.
+	// RingBytes is the rings both ways, the doorbells and SpareBytes.
 	RingBytes int64
+	// SpareBytes is the spare lanes: segments made for lanes before a
+	// pair asks for one (spare.go), owned, not yet counted as rings.
+	SpareBytes int64
 	// PoolBytes is the pool segments, this process's and its peers'.
 	PoolBytes int64
 	// RingsOut and RingsIn count the rings this process writes and reads.
@@ -156,6 +159,11 @@ func (t *Transport) Footprint() Footprint {
 			f.OwnedBytes += n
 			f.RingsOut++
 		}
+	}
+	if n := t.spareBytes(); n != 0 { // spare.go: lanes made ahead
+		f.SpareBytes = n
+		f.RingBytes += n
+		f.OwnedBytes += n
 	}
 	if p := t.pool; p != nil {
 		p.mu.Lock()

@@ -271,9 +271,10 @@ func (t *Transport) laneAnswer(o *outRing, wait bool) bool {
 	return true
 }
 
-// askLane asks for a lane to o's peer without waiting, and with wait,
-// as a frame in place and a pair that has its lane from its first frame
-// do, makes the lane itself. Otherwise the lane is made by a goroutine
+// askLane asks for a lane to o's peer without waiting. With a spare
+// segment made ahead (spare.go) it passes that at once; with wait, as a
+// frame in place and a pair that has its lane from its first frame do,
+// it makes the lane itself. Otherwise the lane is made by a goroutine
 // (makeLane): its segment is mapped with every page populated, which on
 // hugepages zeroes some 4 MiB in the kernel (0.6 ms on an idle core,
 // milliseconds on a loaded one), and the pair's frames go on through the
@@ -294,9 +295,11 @@ func (t *Transport) askLane(o *outRing, wait bool) {
 		}
 		return
 	}
+	// A spare (spare.go) comes with its place among the lanes written.
+	seg, fd, spare := t.takeSpare()
 	// Not under outMu: o's writers hold o.mu, and Close and outFor take
 	// outMu before o.mu.
-	for {
+	for !spare {
 		n := t.lanesOut.Load()
 		if t.closed.Load() {
 			o.noLane = true
@@ -318,17 +321,19 @@ func (t *Transport) askLane(o *outRing, wait bool) {
 	for len(o.laneAns) > 0 {
 		<-o.laneAns
 	}
-	if wait {
-		seg, fd, err := t.newLane()
-		if err != nil {
-			o.noLane = true
-			t.lanesOut.Add(-1)
-			return
+	if spare || wait {
+		if !spare {
+			var err error
+			if seg, fd, err = t.newLane(); err != nil {
+				o.noLane = true
+				t.lanesOut.Add(-1)
+				return
+			}
 		}
 		// Mapped from here: Footprint counts it, close unmaps it.
 		o.seg = seg
 		o.laneBytes.Store(int64(len(seg.mem)))
-		err = o.sendCtl(ctlLane, binary.LittleEndian.Uint32(seg.mem[sizeOff:]), 0, fd)
+		err := o.sendCtl(ctlLane, binary.LittleEndian.Uint32(seg.mem[sizeOff:]), 0, fd)
 		unix.Close(fd)
 		if err != nil {
 			o.laneOK = 3 // laneReady gives it back
@@ -486,7 +491,8 @@ func (t *Transport) RetireIdle(now time.Time) int {
 		return n
 	}
 	t.lastSweep = now
-	t.tick.Add(1) // the Recv side's look at its lanes (askback.go)
+	t.tick.Add(1)        // the Recv side's look at its lanes (askback.go)
+	t.dropOldSpares(now) // spare.go
 	if now.Sub(t.epochAt) >= idle {
 		t.epochAt = now
 		t.epoch.Add(1)

@@ -53,6 +53,7 @@ func (t *Transport) Close() error {
 	}
 	t.inMu.Unlock()
 	t.wg.Wait()
+	t.dropSpares() // spare.go: no goroutine makes one any more
 	t.rmu.Lock()
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {
@@ -105,6 +106,8 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: "shm cold rings made hot", Value: t.cnt.promotions.Load()},
 		{Name: "shm lanes opened", Value: t.cnt.lanes.Load()},
 		{Name: "shm lanes refused by peers", Value: t.cnt.lanesRefused.Load()},
+		{Name: "shm spare lanes made", Value: t.cnt.spares.Load()},
+		{Name: "shm spare lanes taken by pairs", Value: t.cnt.sparesTaken.Load()},
 		{Name: CounterLanesRetired, Value: t.cnt.lanesRetired.Load()},
 		{Name: "shm lanes retired by peers", Value: t.cnt.lanesClosedIn.Load()},
 		{Name: CounterLanesAskedBack, Value: t.cnt.askedBack.Load()},
@@ -119,6 +122,7 @@ func (t *Transport) Counters() []transport.Counter {
 		{Name: CounterOwnedBytes, Value: uint64(fp.OwnedBytes)},
 		{Name: "shm ring bytes mapped", Value: uint64(fp.RingBytes)},
 		{Name: "shm pool bytes mapped", Value: uint64(fp.PoolBytes)},
+		{Name: "shm spare lane bytes mapped", Value: uint64(fp.SpareBytes)},
 		{Name: CounterRingsWritten, Value: uint64(fp.RingsOut)},
 		{Name: CounterRingsRead, Value: uint64(fp.RingsIn)},
 		{Name: "shm peers with rings", Value: uint64(fp.Peers)},

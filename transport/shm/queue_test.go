@@ -420,8 +420,9 @@ func TestLaneHandOverKeepsOrder(t *testing.T) {
 }
 
 // TestFootprintQueues: boards that each send a few frames to every other
-// map their own queue and one queue per peer, and no ring, as the
-// transport counts it and as the kernel lists it.
+// map their own queue, one queue per peer and their spare lanes (one per
+// peer dialed, at most Lanes: spare.go), and no ring, as the transport
+// counts it and as the kernel lists it.
 func TestFootprintQueues(t *testing.T) {
 	dir := testDir(t)
 	checkNoLeaks(t, dir)
@@ -441,8 +442,17 @@ func TestFootprintQueues(t *testing.T) {
 	q := int64(queueSegLen(boards[0].opts.QueueSize))
 	for i, b := range boards {
 		f := b.Footprint()
-		if f.RingsOut != 0 || f.RingsIn != 0 || f.Peers != n-1 || f.MappedBytes != n*q || f.OwnedBytes != q {
-			t.Errorf("board %d: %+v; want no lane, %d peers, %d bytes mapped and %d owned", i, f, n-1, n*q, q)
+		b.spareMu.Lock()
+		spares, sb := len(b.spares), int64(0)
+		for _, s := range b.spares {
+			sb += int64(len(s.seg.mem))
+		}
+		b.spareMu.Unlock()
+		if spares != min(b.opts.Lanes, n-1) {
+			t.Errorf("board %d holds %d spare lanes, want %d", i, spares, min(b.opts.Lanes, n-1))
+		}
+		if f.RingsOut != 0 || f.RingsIn != 0 || f.Peers != n-1 || f.MappedBytes != n*q+sb || f.OwnedBytes != q+sb || f.SpareBytes != sb {
+			t.Errorf("board %d: %+v; want no lane, %d peers, %d bytes mapped and %d owned", i, f, n-1, n*q+sb, q+sb)
 		}
 		mapped += f.MappedBytes
 	}
@@ -457,10 +467,11 @@ func TestFootprintQueues(t *testing.T) {
 // that very frame, would wait through): with the segment held back, every
 // send returns and every frame arrives, in order, through the queue, and
 // no lane is mapped; once the segment is made, the pair takes its lane,
-// and its frames go on, in order, with none put into a backlog.
+// and its frames go on, in order, with none put into a backlog. (Without
+// a spare lane, made at the dial: TestSpareLaneTakenAtOnce.)
 func TestLaneMadeOffTheSendPath(t *testing.T) {
 	const laneAfter, before, after = 8, 40, 40
-	a, b := newTestPair(t, Options{MTU: 4096, LaneAfter: laneAfter, Lanes: 1})
+	a, b := newTestPair(t, Options{MTU: 4096, LaneAfter: laneAfter, Lanes: 1, NoSpareLanes: true})
 	defer a.Close()
 	defer b.Close()
 	entered, release := make(chan struct{}), make(chan struct{})

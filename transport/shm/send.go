@@ -377,6 +377,7 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	t.out[peer] = o
 	t.snapOut()
 	t.lastOut.Store(o)
+	t.makeSpare(len(t.out)) // spare.go
 	t.wg.Add(1)
 	go t.watch(o.conn, &o.dead, peer, o.pid, func(msg []byte, fds []int) {
 		if msg == nil {

@@ -81,6 +81,12 @@ type Options struct {
 	// else DefaultLaneIdle; negative: lanes are never retired, nor
 	// asked back.
 	LaneIdle time.Duration
+	// NoSpareLanes makes no lane segment before a pair asks for a lane
+	// (spare.go): by default, a transport that dials a peer makes a
+	// spare while the lanes it writes and its spares are fewer than Lanes
+	// and than the peers it dialed, and a pair that asks takes one at
+	// once.
+	NoSpareLanes bool
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
 	// Spin is how long Recv polls the rings before sleeping on the
@@ -282,6 +288,10 @@ type Transport struct {
 	qHigh    atomic.Uint32 // the highest producer id given (qWaiters)
 	lanesIn  int
 	lanesOut atomic.Int32
+	// Spare lanes (spare.go): segments made ahead of an ask (under
+	// spareMu).
+	spareMu sync.Mutex
+	spares  []spareLane
 	// laneSeg makes a lane's segment (newSegment; a test's replacement
 	// holds it back to show that senders do not wait for it).
 	laneSeg func(name string, n int, huge bool) (segment, int, error)
@@ -327,6 +337,8 @@ type Transport struct {
 		// lane.go: lanes opened, lanes a peer refused, claims of dead
 		// producers skipped, queue broken by a producer.
 		lanes, lanesRefused, qSkipped, qBroken atomic.Uint64
+		// spare.go: spare lanes made, and taken by a pair that asked
+		spares, sparesTaken atomic.Uint64
 		// lanes we retired as their producer, lanes our producers
 		// retired (read to their closing record and unmapped)
 		lanesRetired, lanesClosedIn atomic.Uint64
