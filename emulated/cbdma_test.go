@@ -74,16 +74,26 @@ func (r *rig) start() {
 	r.regs.Write64(r.ch(hw.ChanChainAddr), r.iova(rigRing))
 }
 
+// waitState waits, bounded, for the channel to reach state want. The
+// clock is read before the register, so the read that fails the test is
+// one taken after the whole bound: a test thread descheduled between a
+// read and the clock check does not fail on a state seconds old. The
+// failure names what the channel's goroutine did (descriptors run,
+// parks), which tells an engine that never ran from one that missed the
+// doorbell.
 func (r *rig) waitState(want hw.State) uint64 {
 	r.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		expired := time.Now().After(deadline)
 		sts := r.regs.Read64(r.ch(hw.ChanSts))
 		if hw.StatusState(sts) == want {
 			return sts
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("channel state %v, want %v (CHANERR %s)", hw.StatusState(sts), want, hw.ErrString(r.regs.Read32(r.ch(hw.ChanErr))))
+		if expired {
+			c := r.p.chans[0]
+			r.t.Fatalf("channel state %v, want %v (CHANERR %s; %d descriptors run, %d parks, DMACOUNT %d)", hw.StatusState(sts), want,
+				hw.ErrString(r.regs.Read32(r.ch(hw.ChanErr))), c.nDesc.Load(), c.parks.Load(), uint16(c.dmacount.Load()))
 		}
 		time.Sleep(10 * time.Microsecond)
 	}

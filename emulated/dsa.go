@@ -226,7 +226,10 @@ func (p *DSA) InjectStatus(i, n int, status uint8) {
 // InjectHang makes function i swallow the n-th descriptor it executes
 // from now: it runs nothing and writes neither a completion record nor
 // SWERR, as a device that stops completing, so a driver's watchdog must
-// notice.
+// notice. A descriptor an abort discards before an engine takes it is not
+// executed and does not count: the hang waits for the next one, so a test
+// lets the watchdog fire only once the descriptor has been taken
+// (DSAStats.Descriptors counts it).
 func (p *DSA) InjectHang(i, n int) {
 	d := p.devs[i]
 	d.mu.Lock()

@@ -299,15 +299,19 @@ type WQ struct {
 	uHead, uTail               uint64 // units posted, completed
 	stall                      int
 	stallAt                    time.Time
-	closed                     bool
-	broken                     error
-	rec                        [dsahw.DescSize]byte // the portal write's staging
+	// now is the watchdog's clock: time.Now, unless a test drives the
+	// watchdog from a clock of its own so that it fires when the test
+	// says, not when the scheduler happens to starve the device.
+	now    func() time.Time
+	closed bool
+	broken error
+	rec    [dsahw.DescSize]byte // the portal write's staging
 }
 
 var _ Queue = (*WQ)(nil)
 
 func newWQ(d *dsaDevice, idx, nWQ, size int, xferShift, batchShift uint, o Options) (*WQ, error) {
-	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift, dma: d.dev.DMA()}
+	q := &WQ{d: d, idx: idx, opts: o, wqSize: uint64(size), maxXfer: 1 << min(xferShift, 31), maxBatch: 1 << batchShift, dma: d.dev.DMA(), now: time.Now}
 	q.info = Info{Addr: d.addr, Index: idx, Channels: nWQ, Platform: hw.Platform(d.name),
 		MaxTransfer: q.maxXfer, Fill: dsahw.HasOp(d.opcap, dsahw.OpFill),
 		Compare: dsahw.HasOp(d.opcap, dsahw.OpCompare), CRC: dsahw.HasOp(d.opcap, dsahw.OpCRCGen), RingSize: o.RingSize}

@@ -442,7 +442,7 @@ func (q *WQ) failFrom(k uint64, err error) {
 func (q *WQ) stallCheck() {
 	q.stall++
 	if q.stall == 1 {
-		q.stallAt = time.Now()
+		q.stallAt = q.now()
 		return
 	}
 	if q.user != nil {
@@ -456,11 +456,11 @@ func (q *WQ) stallCheck() {
 		sw = q.d.regs.Read64(dsahw.RegSWErr)
 		if sw&dsahw.SWErrValid == 0 || int(sw>>dsahw.SWErrWQShift&0xFF) != q.idx {
 			sw = 0
-			if time.Since(q.stallAt) < q.opts.Watchdog {
+			if q.now().Sub(q.stallAt) < q.opts.Watchdog {
 				return
 			}
 		}
-	case q.stall&63 == 0 && time.Since(q.stallAt) >= q.opts.Watchdog:
+	case q.stall&63 == 0 && q.now().Sub(q.stallAt) >= q.opts.Watchdog:
 	default:
 		return
 	}

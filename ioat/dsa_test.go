@@ -281,10 +281,18 @@ func threadCPU() int64 {
 }
 
 // TestDSAWatchdog: a posting whose record never comes fails its requests
-// with ErrStalled after the watchdog time, the WQ is aborted, and it keeps
-// working.
+// with ErrStalled once the watchdog time has passed, not before; the WQ is
+// aborted, and it keeps working. The watchdog reads a clock the test
+// moves, and it moves it only after the model has swallowed the posting:
+// an abort before that would discard the posting unexecuted and leave the
+// injected hang for the copy that follows, as a loaded machine that
+// delayed the model's engine past a wall-clock watchdog did.
 func TestDSAWatchdog(t *testing.T) {
-	q, plat, sm, dm := openDSAWQ(t, emulated.DSAOptions{}, Options{RingSize: 64, Watchdog: 20 * time.Millisecond})
+	const watchdog = 20 * time.Millisecond
+	q, plat, sm, dm := openDSAWQ(t, emulated.DSAOptions{}, Options{RingSize: 64, Watchdog: watchdog})
+	clock := time.Unix(1, 0)
+	q.now = func() time.Time { return clock }
+	base := plat.Stats(0).Descriptors
 	plat.InjectHang(0, 0)
 	for i := 0; i < 3; i++ {
 		if err := q.EnqueueCopy(dm, i*4096, sm, i*4096, 4096, uint64(i)); err != nil {
@@ -292,6 +300,34 @@ func TestDSAWatchdog(t *testing.T) {
 		}
 	}
 	q.Submit()
+	// The first look at the unfinished posting starts the watchdog's
+	// clock. Until the model has taken the posting, and for enough looks
+	// after it for both of the watchdog's checks (SWERR every 1024, the
+	// clock every 64) just short of the watchdog time, nothing fails.
+	out := make([]Completion, 3)
+	poll := func() {
+		t.Helper()
+		if n := q.Poll(out); n != 0 {
+			t.Fatalf("%d requests completed before the watchdog time: %v", n, out[0].Err)
+		}
+	}
+	poll()
+	clock = clock.Add(watchdog - time.Nanosecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for plat.Stats(0).Descriptors == base {
+		if time.Now().After(deadline) {
+			t.Fatal("the model took no descriptor of the posting in 10s")
+		}
+		poll()
+		runtime.Gosched()
+	}
+	for i := 0; i < 4096; i++ {
+		poll()
+	}
+	if s := q.Stats(); s.Watchdogs != 0 {
+		t.Fatalf("stats %+v: the watchdog fired before its time", s)
+	}
+	clock = clock.Add(time.Nanosecond)
 	for i, r := range drain(t, q, 3) {
 		if !errors.Is(r.Err, ErrStalled) {
 			t.Fatalf("request %d: %v, want ErrStalled", i, r.Err)

@@ -185,7 +185,7 @@ func OpenUserWQ(name string, o UserOptions) (_ *WQ, err error) {
 	}
 	q := &WQ{d: d, idx: wq.Index, opts: o.Options, wqSize: uint64(wq.Size), maxXfer: maxXfer,
 		maxBatch: int(max(min(wq.MaxBatchSize, 1024), 1)), dma: o.DMA, shared: !wq.Dedicated(),
-		user: &userWQ{portal: portal, dev: *dev, wq: *wq, dir: dir}}
+		user: &userWQ{portal: portal, dev: *dev, wq: *wq, dir: dir}, now: time.Now}
 	q.info = Info{Addr: addr, Index: wq.Index, Channels: len(dev.WQs), Platform: hw.Platform("DSA (kernel " + dev.Name + "/" + wq.Name + ")"),
 		MaxTransfer: maxXfer, Fill: dev.HasOp(dsahw.OpFill),
 		Compare: dev.HasOp(dsahw.OpCompare), CRC: dev.HasOp(dsahw.OpCRCGen), RingSize: o.RingSize}
@@ -404,10 +404,10 @@ func (q *WQ) sharedFull() {
 		return
 	}
 	if q.fullSince.IsZero() {
-		q.fullSince = time.Now()
+		q.fullSince = q.now()
 		return
 	}
-	if time.Since(q.fullSince) < q.opts.Watchdog {
+	if q.now().Sub(q.fullSince) < q.opts.Watchdog {
 		return
 	}
 	err := opErr(q.d.addr, "enqcmd", fmt.Errorf("%w: shared %s refused every ENQCMD for %v with none of this process's descriptors in it: other users keep it full; use a dedicated WQ (sudo ioatctl dsa-config --mode dedicated) or a larger one",
@@ -426,7 +426,7 @@ func (q *WQ) sharedFull() {
 // WQ fails what it holds and takes no more work; its ring stays mapped,
 // since the device may still write records into it.
 func (q *WQ) userStall() {
-	if q.stall&63 != 0 || time.Since(q.stallAt) < q.opts.Watchdog {
+	if q.stall&63 != 0 || q.now().Sub(q.stallAt) < q.opts.Watchdog {
 		return
 	}
 	q.stats.Watchdogs++
