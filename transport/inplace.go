@@ -69,6 +69,13 @@ func NewRegion(owner any, mem []byte, inPlace bool, release func() error) *Regio
 	return &Region{mem: mem, inPlace: inPlace, owner: owner, release: release}
 }
 
+// Owner returns the transport the region was registered with: the value
+// its Register gave NewRegion, which Check compares. A transport that
+// forwards Register to another (a wrapper, or a type embedding a
+// transport) hands out regions owned by that other one, and checks their
+// frames against it.
+func (r *Region) Owner() any { return r.owner }
+
 // SetTakesHead is for transport implementations, before the region is
 // handed out: frames of the region may carry a Frame.Head, which the
 // transport copies in front of Data, whether it then sends Data in place

@@ -69,6 +69,11 @@ type Transport struct {
 	whole   []byte          // a placed frame made whole for the model (place.go)
 	lends   *transport.Lends[uint64]
 
+	// owners are the owners of the regions Register handed out other
+	// than the wrapped transport itself (copy on write under ownMu).
+	ownMu  sync.Mutex
+	owners atomic.Pointer[[]any]
+
 	// Frames passed straight through by a side without faults.
 	sendPass, recvPass atomic.Uint64
 
@@ -216,7 +221,7 @@ func (w *Transport) Send(frames []transport.Frame) (rn int, rerr error) {
 		return 0, w.errDone
 	}
 	// Frames of regions take the model's way, copied like any other.
-	if k, err := transport.CopyRegions(w.inner, frames); err != nil {
+	if k, err := w.copyRegions(frames); err != nil {
 		frames = frames[:k]
 		defer func() {
 			if rerr == nil {
@@ -461,9 +466,67 @@ func (w *Transport) Release(f *transport.Frame) {
 // Register registers mem with the wrapped transport. Without send faults,
 // frames of the region go to the wrapped transport as they are (in place
 // where it sends in place); with them they pass through the model, which
-// copies them, a Frame.Head and Data together.
+// copies them, a Frame.Head and Data together. The region is the wrapped
+// transport's, owned by whatever its Register forwards to (a transport it
+// embeds or wraps in turn), and Send takes frames of the regions of every
+// owner Register met.
 func (w *Transport) Register(mem []byte) (*transport.Region, error) {
-	return w.inner.Register(mem)
+	r, err := w.inner.Register(mem)
+	if err == nil {
+		w.addOwner(r.Owner())
+	}
+	return r, err
+}
+
+// addOwner records the owner of a region Register handed out.
+func (w *Transport) addOwner(o any) {
+	if o == any(w.inner) {
+		return
+	}
+	w.ownMu.Lock()
+	defer w.ownMu.Unlock()
+	old := w.owners.Load()
+	var cur []any
+	if old != nil {
+		cur = *old
+	}
+	for _, x := range cur {
+		if x == o {
+			return
+		}
+	}
+	next := append(append(make([]any, 0, len(cur)+1), cur...), o)
+	w.owners.Store(&next)
+}
+
+// copyRegions is transport.CopyRegions for the wrapper, whose frames of
+// regions may be owned by the wrapped transport or by one Register met
+// behind it: it checks each against its owner when the wrapper knows
+// that owner (against the wrapped transport otherwise, which fails for a
+// foreign region) and counts its copy.
+func (w *Transport) copyRegions(frames []transport.Frame) (int, error) {
+	owners := w.owners.Load()
+	for i := range frames {
+		f := &frames[i]
+		r := f.Region
+		if r == nil {
+			continue
+		}
+		owner := any(w.inner)
+		if o := r.Owner(); o != owner && owners != nil {
+			for _, x := range *owners {
+				if x == o {
+					owner = o
+					break
+				}
+			}
+		}
+		if err := r.Check(owner, f); err != nil {
+			return i, fmt.Errorf("frame %d: %w", i, err)
+		}
+		r.Copied()
+	}
+	return len(frames), nil
 }
 
 // Close stops the send side's goroutine, dropping the frames it holds, and
