@@ -354,14 +354,24 @@ func (t *Transport) dropErr(o *outRing) error {
 // outFor returns the ring to peer, connecting on first use and again after
 // the peer went away (a new process may have taken its board).
 func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
+	o, peers, err := t.outForLocked(peer)
+	if peers > 0 {
+		t.makeSpare(peers) // spare.go, outMu released
+	}
+	return o, err
+}
+
+// outForLocked is outFor under outMu. After a dial it also returns the
+// peers in the table, for the spare outFor makes then (0 otherwise).
+func (t *Transport) outForLocked(peer transport.NICID) (*outRing, int, error) {
 	t.outMu.Lock()
 	defer t.outMu.Unlock()
 	if t.closed.Load() {
-		return nil, errClosed
+		return nil, 0, errClosed
 	}
 	if o := t.out[peer]; o != nil {
 		if !o.dead.Load() {
-			return o, nil
+			return o, 0, nil
 		}
 		delete(t.out, peer)
 		t.snapOut()
@@ -372,12 +382,12 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 	}
 	o, err := t.dial(peer)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	t.out[peer] = o
 	t.snapOut()
 	t.lastOut.Store(o)
-	t.makeSpare(len(t.out)) // spare.go
+	peers := len(t.out)
 	t.wg.Add(1)
 	go t.watch(o.conn, &o.dead, peer, o.pid, func(msg []byte, fds []int) {
 		if msg == nil {
@@ -386,7 +396,7 @@ func (t *Transport) outFor(peer transport.NICID) (*outRing, error) {
 		}
 		o.control(msg, fds)
 	})
-	return o, nil
+	return o, peers, nil
 }
 
 // snapOut publishes a copy of the table of rings for Send to read without

@@ -85,7 +85,8 @@ type Options struct {
 	// (spare.go): by default, a transport that dials a peer makes a
 	// spare while the lanes it writes and its spares are fewer than Lanes
 	// and than the peers it dialed, and a pair that asks takes one at
-	// once.
+	// once. A negative LaneIdle makes none either (nothing would give an
+	// untaken spare back before Close).
 	NoSpareLanes bool
 	// NoHugepages keeps rings on ordinary pages.
 	NoHugepages bool
@@ -292,6 +293,11 @@ type Transport struct {
 	// spareMu).
 	spareMu sync.Mutex
 	spares  []spareLane
+	// spareSize is the size of a lane made now (ringSize), as last
+	// computed off the send path: when a spare was made, and at
+	// RetireIdle's looks while there are spares. takeSpare compares
+	// with it, as ringSize reads the socket directory (spare.go).
+	spareSize atomic.Int64
 	// laneSeg makes a lane's segment (newSegment; a test's replacement
 	// holds it back to show that senders do not wait for it).
 	laneSeg func(name string, n int, huge bool) (segment, int, error)

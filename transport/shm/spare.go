@@ -68,9 +68,16 @@ const spareIdles = 8
 // the table. The spare takes its place among the lanes written (a CAS on
 // lanesOut, which askLane's takes too) only once made, so the bound holds
 // however the two interleave; one that no longer fits is given back.
-// outMu held (outFor, after it dialed a peer).
+// outFor calls it after it dialed a peer, with the peers then in its
+// table, once outMu is released: making the segment clears its pages,
+// which the other users of outMu (in-place sends, Reaches, Footprint,
+// other dials) should not wait for. Close sets closed before it drops
+// the spares, and the spare is kept only if closed is still clear under
+// spareMu, so a spare made as the transport closes is unmapped here.
 func (t *Transport) makeSpare(peers int) {
-	if t.opts.NoSpareLanes || int(t.lanesOut.Load()) >= min(t.opts.Lanes, peers) {
+	// Without LaneIdle (negative) RetireIdle never looks, and a spare no
+	// pair takes would stay until Close: make none.
+	if t.opts.NoSpareLanes || t.opts.LaneIdle < 0 || int(t.lanesOut.Load()) >= min(t.opts.Lanes, peers) {
 		return
 	}
 	seg, fd, err := t.newLane()
@@ -78,6 +85,7 @@ func (t *Transport) makeSpare(peers int) {
 		return // the pair that asks makes its lane (askLane)
 	}
 	s := spareLane{seg: seg, fd: fd, size: int(binary.LittleEndian.Uint32(seg.mem[sizeOff:]))}
+	t.spareSize.Store(int64(s.size))
 	t.spareMu.Lock()
 	defer t.spareMu.Unlock()
 	for !t.closed.Load() {
@@ -95,16 +103,18 @@ func (t *Transport) makeSpare(peers int) {
 	unix.Close(s.fd)
 }
 
-// takeSpare takes a spare of the size a lane made now would have, with
-// its place among the lanes written, and gives back those of another
-// size. It reports false when there is none.
+// takeSpare takes a spare of the size a lane made now would have
+// (spareSize: ringSize reads the socket directory, which the ask, on a
+// pair's send path, does not wait for), with its place among the lanes
+// written, and gives back those of another size. It reports false when
+// there is none.
 func (t *Transport) takeSpare() (segment, int, bool) {
 	t.spareMu.Lock()
 	defer t.spareMu.Unlock()
 	if len(t.spares) == 0 {
 		return segment{}, -1, false
 	}
-	size := t.ringSize()
+	size := int(t.spareSize.Load())
 	for len(t.spares) > 0 {
 		s := t.spares[len(t.spares)-1]
 		t.spares = t.spares[:len(t.spares)-1]
@@ -126,8 +136,16 @@ func (t *Transport) dropSpare(s spareLane) {
 }
 
 // dropOldSpares unmaps the spares no pair took within spareIdles
-// LaneIdles of RetireIdle's clock, now (idleMu held).
+// LaneIdles of RetireIdle's clock, now, and while there are spares
+// refreshes spareSize, as boards listed since change it (idleMu held).
 func (t *Transport) dropOldSpares(now time.Time) {
+	t.spareMu.Lock()
+	n := len(t.spares)
+	t.spareMu.Unlock()
+	if n == 0 {
+		return
+	}
+	t.spareSize.Store(int64(t.ringSize()))
 	t.spareMu.Lock()
 	defer t.spareMu.Unlock()
 	k := 0
