@@ -608,14 +608,13 @@ func (t *Transport) recvLocked(frames []transport.Frame, timeout time.Duration) 
 // poll found none. rxMu is held.
 func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (int, error) {
 	var ctx context.Context
-	ctx, cancel := context.WithCancel(t.ctx)
-	defer cancel()
+	var cancel context.CancelFunc
 	if timeout > 0 {
-		// The deadline without a timer (waitctx.go).
-		dl, release := withDeadline(ctx, time.Now().Add(timeout))
-		defer release()
-		ctx = dl
+		ctx, cancel = context.WithTimeout(t.ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(t.ctx)
 	}
+	defer cancel()
 	if !t.armWake(cancel) {
 		return 0, nil // woken before the wait
 	}
