@@ -182,14 +182,21 @@ const (
 	// that frames nobody counted had pushed past their spans
 	// (placerecv.go).
 	PlaceRealigns
-	// PlaceLaneCancels counts the lanes a pull took its postings back
-	// from when the answer to its question showed replies lost before
-	// the NIC whose spans were still posted (placerecv.go, placeLost);
-	// PlaceSpoiled the placed frames whose bytes were not used because
+	// PlaceLaneCancels counts the times a pull had the transport take
+	// its lane's postings back (placerecv.go, placeCancel): as it asked
+	// again, on any path (evidence, its question's answer, its timer),
+	// for a frame whose span, or an earlier span reaching into its range,
+	// was still posted (placeLost), and as it ended with postings left on
+	// its lane (placeEnd); a cancel with nothing posted is not counted.
+	// PlaceCancelErrors counts the cancels the transport failed (the
+	// postings stay, and the copies that wait on them wait for the NIC to
+	// consume them). PlaceSpoiled counts the placed frames dropped because
 	// a copy kept before them may have been written over their span
-	// (placerecv.go, Checking).
+	// (placerecv.go, Checking): replies that would otherwise have been
+	// kept, and other frames.
 	PlaceLaneCancels
 	PlaceSpoiled
+	PlaceCancelErrors
 	numCounters
 )
 
@@ -237,7 +244,8 @@ var counterNames = [numCounters]string{
 	"fine timer firings with nothing due", "sleeps ended by a timeout with nothing to do",
 	"short-path sends (tiny, small)", "short-path receives (straight into the first posted receive)",
 	"placed blocks realigned behind spare descriptors",
-	"placing lanes cancelled after replies lost", "placed frames dropped: a copy may have written over their span",
+	"placing lanes cancelled (postings taken back)", "placed frames dropped: a copy may have written over their span",
+	"placing lane cancels failed",
 }
 
 // String returns the counter's label.

@@ -419,8 +419,12 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 		bl.arrived |= bit
 		pl.placeGot() // it took a descriptor, whether kept or asked for again
 	}
-	if spoiled || !own && !pl.placeSafe(i) {
-		return // its bytes are not sure, or the NIC may still write over them: asked for again (placerecv.go)
+	if spoiled {
+		e.cnt[PlaceSpoiled]++
+		return // its bytes are not sure: asked for again (placerecv.go)
+	}
+	if !own && !pl.placeSafe(i) {
+		return // the NIC may still write over them: asked for again (placerecv.go)
 	}
 	now := e.b.now()
 	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 {
@@ -433,6 +437,7 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 	t0 := pl.e.b.copyClock()
 	switch {
 	case own: // in place but for the bytes of the header buffer
+		pl.placeOwn(i)
 		e.copies.scatter.Add(uint64(copy(pl.pp.seg[off:], payload)))
 		e.copies.placed.Add(uint64(len(placed)))
 	case placed != nil: // in a span not its own: moved to its place

@@ -213,7 +213,7 @@ func TestPlacedLaneSpanWrittenOver(t *testing.T) {
 				b.placeTick()
 				b.placeTick()
 			case "cancelled": // the lane's postings taken back
-				b.placeCancel(pl.pp.lane)
+				b.placeCancel(pl.e, pl.pp.lane)
 			}
 			b.handleBatchLocked(b.src, batch)
 			spoiled := pr.b.cnt[PlaceSpoiled]

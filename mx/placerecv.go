@@ -79,9 +79,10 @@ import (
 //     or pull, a duplicate) is made whole by a copy and handled as any
 //     frame; the span's owner is not hurt, since it never took that span.
 //     A reply copied into the receive buffer is accepted only once the
-//     NIC writes no more into its own span and the span before it (which
-//     the NIC may write up to a few bytes into this frame's range):
-//     otherwise the NIC might later write over it, so it is dropped and
+//     NIC writes no more into its own span and every earlier span that
+//     reaches into its range (the span before it, by a few bytes; with a
+//     span longer than several frames, a jumbo NIC's for a peer of a
+//     smaller MTU, several: spansOver): otherwise the NIC might later write over it, so it is dropped and
 //     asked for again as a lost frame is. Spans are consumed in the order
 //     posted, lane by lane, so a posting is done once a frame that took
 //     it or a later one was handled (placeRecv.done), once a Cancel took
@@ -94,7 +95,10 @@ import (
 //     notes the highest posting it relied on (placeRecv.relied), and a
 //     frame that took that posting or an earlier one, handled after,
 //     is not trusted: its bytes are not used, and it is asked for again
-//     as a lost frame is (counter PlaceSpoiled). That is the invariant
+//     as a lost frame is (counter PlaceSpoiled). A reply in its own span
+//     whose first bytes came in the header buffer (unpadded) has them
+//     written by the CPU where earlier spans may reach: that write relies
+//     on them too (placeOwn). That is the invariant
 //     that keeps every byte right whatever the timing: a byte of the
 //     receive buffer is written from a span only by the handling of the
 //     frame that took the span, before any copy that relied on that
@@ -113,10 +117,13 @@ import (
 //     among those postings could never be kept: so when a frame asked
 //     for again (on the answer to the pull's question, acted on once the
 //     lane was drained, ask.go; on evidence; on the timer) has its span
-//     or the one before still posted, the pull has the transport take
-//     its lane's postings back (transport.Placer.Cancel, which stops the queue
-//     before it counts them consumed: the NIC writes none of them
-//     afterwards), and the copies asked for again are kept. Replies
+//     or an earlier one reaching into its range still posted, the pull
+//     has the transport take its lane's postings back
+//     (transport.Placer.Cancel, which stops the queue before it counts
+//     them consumed: the NIC writes none of them afterwards), and the
+//     copies asked for again are kept. A Cancel that fails takes nothing
+//     back (counter PlaceCancelErrors): the copies wait for the NIC to
+//     consume those postings, and the pull asks again on its timer. Replies
 //     still on their way to the lane then find nothing posted (and are
 //     dropped by the NIC, and asked for again) or the postings of later
 //     blocks (and are copied). A pull that ends with postings left on
@@ -387,11 +394,28 @@ func (pl *pull) ownSpan(i int, placed []byte) bool {
 	return sameStart(placed, pp.seg[pl.geo.Start(i)+pp.hd:])
 }
 
+// spansOver returns the first frame whose span, were it posted, would
+// hold bytes of frame i's range: the spans of frames from it to i-1
+// reach Start(i). A span holds the most the NIC may write (PlaceInfo's
+// min), which may cover several frames: a jumbo NIC's spans for a peer
+// whose smaller MTU sets the reply length (8958 bytes over six frames
+// of 1450) reach past the frames after them, the last frames' unposted
+// ones among them.
+func (pl *pull) spansOver(i int) int {
+	pp, span := pl.pp, pl.e.b.plc.min
+	j := i
+	for j > 0 && pl.geo.Start(j-1)+pp.hd+span > pl.geo.Start(i) {
+		j--
+	}
+	return j
+}
+
 // placeSafe reports whether frame i may be copied into the receive
-// buffer: the NIC writes no more into its span and the one before it
-// (Checking). When it may, the postings it relied on are noted
-// (placeRecv.relied): a frame that took one of them and is handled later
-// may have been written where frame i goes, and its bytes are not used.
+// buffer: the NIC writes no more into its span and any earlier span
+// that reaches into its range (Checking, spansOver). When it may, the
+// postings it relied on are noted (placeRecv.relied): a frame that took
+// one of them and is handled later may have been written where frame i
+// goes, and its bytes are not used.
 func (pl *pull) placeSafe(i int) bool {
 	pp := pl.pp
 	if pp == nil {
@@ -401,7 +425,7 @@ func (pl *pull) placeSafe(i int) bool {
 	lane := pp.lane
 	bound := max(pc.settled[lane], pc.done[lane])
 	var top uint64
-	for j := max(0, i-1); j <= i; j++ {
+	for j := pl.spansOver(i); j <= i; j++ {
 		s := pp.post[j]
 		if s != 0 && s > bound && pp.taken[j/64]&(1<<(j%64)) == 0 {
 			return false
@@ -410,6 +434,25 @@ func (pl *pull) placeSafe(i int) bool {
 	}
 	pc.relied[lane] = max(pc.relied[lane], top)
 	return true
+}
+
+// placeOwn notes, as the CPU writes the first bytes of frame i's reply
+// that took its own span (the hd bytes its header buffer brought) at
+// Start(i), the postings of the earlier spans those bytes land in
+// (placeRecv.relied): where hd and a span are longer than a frame, the
+// span before reaches them, and a frame that took it and is handled
+// later would have its bytes there written over.
+func (pl *pull) placeOwn(i int) {
+	pp := pl.pp
+	if pp == nil || pp.hd == 0 {
+		return
+	}
+	pc := pl.e.b.plc
+	var top uint64
+	for j := pl.spansOver(i); j < i; j++ {
+		top = max(top, pp.post[j])
+	}
+	pc.relied[pp.lane] = max(pc.relied[pp.lane], top)
 }
 
 // spanTaken notes that a frame that took the span at placed was handled,
@@ -453,14 +496,14 @@ func (pl *pull) placeLate(i int, took uint64) {
 // placeLost is called as pl asks again, on lane 0, for the frames of bl
 // in mask (on evidence, on the answer to its question, or on its timer).
 // A copy of such a frame may be kept only once the NIC writes no more
-// into its span and the one before it (Checking), and a reply lost
-// before the NIC leaves a span posted that only a later reply on the
-// lane would consume: at the end of a pull, none comes. So when one of
-// those spans is still posted, the pull takes its lane's postings back
-// (placeCancel). Replies still on their way to the lane then find
-// nothing posted (dropped by the NIC, and asked for again) or the
-// postings of later blocks (copied); either way no byte goes wrong, only
-// copies are paid.
+// into its span and the earlier ones that reach into its range
+// (Checking, spansOver), and a reply lost before the NIC leaves a span
+// posted that only a later reply on the lane would consume: at the end
+// of a pull, none comes. So when one of those spans is still posted,
+// the pull takes its lane's postings back (placeCancel). Replies still
+// on their way to the lane then find nothing posted (dropped by the
+// NIC, and asked for again) or the postings of later blocks (copied);
+// either way no byte goes wrong, only copies are paid.
 func (pl *pull) placeLost(bl *pblock, mask uint64) {
 	pp := pl.pp
 	if pp == nil || pp.lane == 0 || pl.e.b.plc.busy[pp.lane] != pl {
@@ -470,25 +513,41 @@ func (pl *pull) placeLost(bl *pblock, mask uint64) {
 	consumed := b.plc.tr.Placement(pp.lane).Consumed
 	for m := mask; m != 0; m &= m - 1 {
 		i := bl.first + bits.TrailingZeros64(m)
-		for k := max(0, i-1); k <= i && k < len(pp.post); k++ {
+		if i >= len(pp.post) {
+			continue
+		}
+		for k := pl.spansOver(i); k <= i; k++ {
 			if pp.post[k] > consumed {
-				b.placeCancel(pp.lane)
-				pl.e.cnt[PlaceLaneCancels]++
+				b.placeCancel(pl.e, pp.lane)
 				return
 			}
 		}
 	}
 }
 
-// placeCancel has the transport take back lane's postings. Once Cancel
-// returns, the NIC writes into none of them (it stopped the queue, and
-// counts them consumed), so they are done; the frames it placed before
-// and Recv delivered but the board has not handled yet are judged as
-// any frame that took a posting done (Checking).
-func (b *Board) placeCancel(lane int) {
+// placeCancel has the transport take back lane's postings, counting the
+// cancel in e's counters when there were postings to take back
+// (PlaceLaneCancels) and a failure when the transport could not
+// (PlaceCancelErrors). Once Cancel returns without error, the NIC writes
+// into none of them (it stopped the queue, and counts them consumed), so
+// they are done; the frames it placed before and Recv delivered but the
+// board has not handled yet are judged as any frame that took a posting
+// done (Checking). When Cancel fails nothing is taken as done: the
+// postings the transport still holds keep the copies that wait on them
+// waiting, the pull asks again on its timer (each time trying the cancel
+// again), and should the NIC never consume them the pull ends as its
+// peer's unreachable and its receive waits in the drain list until they
+// are consumed or the board closes (Completion): slower, never a wrong
+// byte.
+func (b *Board) placeCancel(e *Endpoint, lane int) {
+	if st := b.plc.tr.Placement(lane); st.Consumed >= st.Posted {
+		return // nothing posted
+	}
 	if err := b.plc.tr.Cancel(lane); err != nil {
+		e.cnt[PlaceCancelErrors]++
 		return
 	}
+	e.cnt[PlaceLaneCancels]++
 	if st := b.plc.tr.Placement(lane); st.Posted > b.plc.done[lane] {
 		b.plc.done[lane] = st.Posted
 	}
@@ -535,9 +594,6 @@ func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
 				if lane == 0 && took != 0 {
 					pl.placeLate(i, took)
 				}
-				if spoiled {
-					e.cnt[PlaceSpoiled]++
-				}
 				pl.reply(&h, data[at:], placed, pl.ownSpan(i, placed), spoiled)
 				return
 			}
@@ -576,10 +632,10 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 		return false
 	}
 	if pp.lane > 0 && b.plc.busy[pp.lane] == pl {
-		if st := b.plc.tr.Placement(pp.lane); !b.closed && st.Consumed < st.Posted {
+		if !b.closed {
 			// Postings left (frames lost before the NIC, or a sender
 			// that did not use the lane): take them back.
-			b.placeCancel(pp.lane)
+			b.placeCancel(pl.e, pp.lane)
 		}
 		b.plc.busy[pp.lane] = nil
 	}

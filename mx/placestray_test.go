@@ -215,3 +215,81 @@ func TestOwnSpanIsTheOffsets(t *testing.T) {
 		t.Error("an offset outside the pull: own")
 	}
 }
+
+// laneSpans lays out a pull of n frames of L bytes placing on lane 1 as
+// placeBlock lays one block on a lane, with spans of span bytes: frame
+// i's posting is 1+i, the last frames (no room for a span) a buffer of
+// the transport's, 0 in post.
+func laneSpans(n, L, hd, span int) *pull {
+	geo := wire.PullFrames{Total: n * L, L: L}
+	b := &Board{plc: &placeRecv{min: span, hd: hd}}
+	pl := &pull{e: &Endpoint{b: b}, geo: geo, nframes: geo.Count()}
+	pl.pp = &pullPlace{seg: make([]byte, geo.Total), hd: hd, lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	for i := range pl.nframes {
+		if geo.Start(i)+hd+span <= geo.Total {
+			pl.pp.post[i] = uint64(1 + i)
+		}
+	}
+	return pl
+}
+
+// TestPlaceSafeSpansReachingSeveralFrames: a jumbo 82599's spans (8958
+// bytes) for a peer whose 1500-byte MTU sets the reply length (1450)
+// cover six frames each. With every posting up to frame 92's done and
+// frame 93's still posted, no frame whose range span 93 reaches (93 to
+// 99, the last six with no span of their own) may be copied; once 93 is
+// done, each may, and the copy relies on posting 94 (span 93's).
+func TestPlaceSafeSpansReachingSeveralFrames(t *testing.T) {
+	const n, L, span = 100, 1450, 8958
+	for _, hd := range []int{0, 32} {
+		pl := laneSpans(n, L, hd, span)
+		pp, pc := pl.pp, pl.e.b.plc
+		if pp.post[93] == 0 || pp.post[94] != 0 {
+			t.Fatalf("hd %d: spans laid out as not expected: %v", hd, pp.post[90:])
+		}
+		pc.done[1] = pp.post[92]
+		for i := 93; i < n; i++ {
+			if pl.placeSafe(i) {
+				t.Errorf("hd %d: frame %d may be copied with span 93 still posted", hd, i)
+			}
+		}
+		if pc.relied[1] != 0 {
+			t.Errorf("hd %d: relied on posting %d, no copy kept", hd, pc.relied[1])
+		}
+		pc.done[1] = pp.post[93]
+		for i := 94; i < n; i++ {
+			if !pl.placeSafe(i) {
+				t.Errorf("hd %d: frame %d may not be copied with every span done", hd, i)
+			}
+		}
+		if pc.relied[1] != pp.post[93] {
+			t.Errorf("hd %d: the copies relied on posting %d, want %d (span 93's)", hd, pc.relied[1], pp.post[93])
+		}
+		// A frame whose span is far from the posted one is not held by it.
+		pc.done[1] = pp.post[80]
+		if !pl.placeSafe(70) || pl.placeSafe(85) {
+			t.Errorf("hd %d: frame 70 (spans done) or 85 (span 81 posted) judged wrong", hd)
+		}
+	}
+}
+
+// TestPlaceOwnReliesOnTheSpansBefore: an unpadded reply in its own span
+// has its header buffer's bytes written by the CPU at its start, where
+// the spans before it reach: the copy relies on them (a frame that took
+// one and is handled later is not trusted). A padded one writes nothing
+// there.
+func TestPlaceOwnReliesOnTheSpansBefore(t *testing.T) {
+	const L = 1450
+	for _, c := range []struct{ hd, span int }{{32, 1450}, {32, 8958}} {
+		pl := laneSpans(20, L, c.hd, c.span)
+		pl.placeOwn(10)
+		if got, want := pl.e.b.plc.relied[1], pl.pp.post[9]; got != want {
+			t.Errorf("hd %d, spans of %d: the header bytes of frame 10 relied on posting %d, want %d (frame 9's)", c.hd, c.span, got, want)
+		}
+	}
+	pl := laneSpans(20, L, 0, 1450)
+	pl.placeOwn(10)
+	if pl.e.b.plc.relied[1] != 0 {
+		t.Errorf("padded: relied on posting %d", pl.e.b.plc.relied[1])
+	}
+}

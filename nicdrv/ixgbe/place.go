@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
@@ -222,6 +223,11 @@ func (n *NIC) CancelRx(q int) error {
 	return n.rx[q].cancel()
 }
 
+// rxDisableSettle is how long a receive queue's DMA may go on after
+// RXDCTL.ENABLE reads clear (the 82599 datasheet's receive queue
+// disable: about 100 µs).
+const rxDisableSettle = 100 * time.Microsecond
+
 // cancel stops a PlaceOnly queue, drops what it holds, and starts it
 // again with nothing posted. With RXDCTL.ENABLE clear (polled) the NIC
 // fetches no descriptor of the queue, so every slot from the driver's
@@ -247,6 +253,16 @@ func (r *rxQueue) cancel() error {
 	if err := n.waitReg(fmt.Sprintf("RXDCTL%d.ENABLE", r.q), hw.RXDCTL(r.q), func(v uint32) bool { return v&hw.RxdctlEnable == 0 }); err != nil {
 		return err
 	}
+	// The 82599 datasheet's rule for disabling a receive queue: once
+	// RXDCTL.ENABLE reads clear, wait about 100 µs more before reusing
+	// the queue's buffers, as the device may still finish a data write in
+	// progress (Linux's ixgbe_disable_rx_queue allows the same: "the
+	// hardware may take up to 100us to really disable the rx queue").
+	// Only then are the postings counted consumed: the board takes them
+	// as done as Cancel returns. (The model of package emulated writes a
+	// frame whole under its lock; the wait costs it nothing that
+	// matters, a cancel being rare.)
+	time.Sleep(rxDisableSettle)
 	var errs []error
 	for s := r.next; s != r.tail; s = (s + 1) % r.size {
 		if r.Placed[s].Mem != nil || r.Pooled[s] {
