@@ -277,41 +277,12 @@ func TestPlacedLaneLossyCable(t *testing.T) {
 		place: true}
 	checkLeaks(t)
 	pr := newPairOn(t, zcWire(t, m, nil, nil), zcOptions("on"))
-	const window, rounds = 4, 6
-	sizes := []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}
-	for round := range rounds {
-		ctx := testCtx(t, time.Minute) // per round
-		var rs, ss []*Request
-		var srcs, dsts [][]byte
-		for k := range window {
-			size := sizes[(round+k)%len(sizes)]
-			match := uint64(round*window + k)
-			src, dst := pattern(size, match), make([]byte, size)
-			r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
-		}
-		for k := range window {
-			if _, err := rs[k].Wait(ctx); err != nil {
-				t.Fatalf("round %d message %d: %v (counters %v)", round, k, err, nonZero(pr.b.Counters()))
-			}
-			if _, err := ss[k].Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(srcs[k], dsts[k]) {
-				pr.ba.mu.Lock()
-				geo := wire.PullFrames{Total: len(srcs[k]), L: pr.atob.p.replyLen - pr.bb.plc.hd}
-				pr.ba.mu.Unlock()
-				t.Fatalf("round %d message %d: arrived changed at %s", round, k, firstDiff(srcs[k], dsts[k], geo))
-			}
-		}
-	}
+	windowedRounds(t, pr, []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}, func(src, dst []byte) string {
+		pr.ba.mu.Lock()
+		geo := wire.PullFrames{Total: len(src), L: pr.atob.p.replyLen - pr.bb.plc.hd}
+		pr.ba.mu.Unlock()
+		return firstDiff(src, dst, geo)
+	})
 	rc, cnt := pr.b.CopyStats(), pr.b.Counters()
 	t.Logf("received %d bytes, %d in place; %d pull frames asked again, %d lanes taken back, %d replies spoiled",
 		rc.RecvBytes, rc.RecvPlaced, cnt.Get(PullFramesRerequested), cnt.Get(PlaceLaneCancels), cnt.Get(PlaceSpoiled))

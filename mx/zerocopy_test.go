@@ -319,39 +319,7 @@ func TestZeroCopyFaults(t *testing.T) {
 			fo := fault.Options{Loss: 0.03, Reorder: 0.03, Duplicate: 0.03, Seed: 11}
 			checkLeaks(t)
 			pr := newPairOn(t, zcWire(t, m, nil, &fo), zcOptions("on"))
-			const window, rounds = 4, 6
-			sizes := []int{64 << 10, 200<<10 + 1, 1 << 20, 50 << 10}
-			for round := range rounds {
-				ctx := testCtx(t, time.Minute) // per round
-				var rs, ss []*Request
-				var srcs, dsts [][]byte
-				for k := range window {
-					size := sizes[(round+k)%len(sizes)]
-					src := pattern(size, uint64(round*window+k))
-					dst := make([]byte, size)
-					match := uint64(round*window + k)
-					r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
-				}
-				for k := range window {
-					if _, err := ss[k].Wait(ctx); err != nil {
-						t.Fatal(err)
-					}
-					if _, err := rs[k].Wait(ctx); err != nil {
-						t.Fatal(err)
-					}
-					if !bytes.Equal(srcs[k], dsts[k]) {
-						t.Fatalf("round %d message %d: arrived changed", round, k)
-					}
-				}
-			}
+			windowedRounds(t, pr, []int{64 << 10, 200<<10 + 1, 1 << 20, 50 << 10}, nil)
 			c := pr.a.CopyStats()
 			if c.SendInPlace == 0 {
 				t.Errorf("nothing was sent in place: %+v", c)
@@ -640,4 +608,47 @@ func openIXGBEPair(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *e
 	}
 	f := p.Functions()
 	return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
+}
+
+// windowedRounds sends 6 rounds of 4 messages in flight from pr.a to
+// pr.b, their sizes taken in turn from sizes, and fails the test unless
+// every send and receive completes and every message arrives byte-exact.
+// where, if not nil, says where a changed message first differs.
+func windowedRounds(t *testing.T, pr *pair, sizes []int, where func(src, dst []byte) string) {
+	t.Helper()
+	const window, rounds = 4, 6
+	for round := range rounds {
+		ctx := testCtx(t, time.Minute) // per round
+		var rs, ss []*Request
+		var srcs, dsts [][]byte
+		for k := range window {
+			size := sizes[(round+k)%len(sizes)]
+			match := uint64(round*window + k)
+			src, dst := pattern(size, match), make([]byte, size)
+			r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
+		}
+		for k := range window {
+			if _, err := rs[k].Wait(ctx); err != nil {
+				t.Fatalf("round %d message %d: %v (counters %v)", round, k, err, nonZero(pr.b.Counters()))
+			}
+			if _, err := ss[k].Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(srcs[k], dsts[k]) {
+				at := ""
+				if where != nil {
+					at = " at " + where(srcs[k], dsts[k])
+				}
+				t.Fatalf("round %d message %d: arrived changed%s", round, k, at)
+			}
+		}
+	}
 }
