@@ -214,9 +214,15 @@ func (c Config) InitArgs() []string {
 // Append is the kernel command line. no_timer_check skips the kernel's
 // early check that the IO-APIC timer ticks, which a TCG guest on a loaded
 // host can fail ("timer doesn't work through Interrupt-remapped IO-APIC"
-// and a panic).
+// and a panic). tsc=reliable keeps the guest on the TSC clocksource, as
+// bare-metal Xeons run: TCG derives the guest's TSC from the host's
+// monotonic clock, but the kernel's clocksource watchdog, seeing a vCPU
+// descheduled by a loaded host as skew, would otherwise fall back to the
+// emulated HPET, on which every clock reading is a system call and a
+// device-register exit into QEMU (4-7 µs), and the Go runtime and mx read
+// the clock often.
 func (c Config) Append() string {
-	a := "console=ttyS0 panic=-1 loglevel=4 no_timer_check rdinit=/init"
+	a := "console=ttyS0 panic=-1 loglevel=4 no_timer_check tsc=reliable rdinit=/init"
 	if !c.NoIOMMU {
 		a += " intel_iommu=on"
 	}
