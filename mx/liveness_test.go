@@ -43,8 +43,14 @@ func TestStalledBoardsKeepLivePeers(t *testing.T) {
 	}
 	freeze(pr.ba)
 	// The send's own budget, set with both boards stopped, so that no
-	// timer of a running board can judge it before the stall.
-	s.resendMax = int(budget / pr.ba.opts.ResendDelay)
+	// timer of a running board can judge it before the stall. Until a
+	// stopped, b's silence was real: a ran (its timers with it) while the
+	// test went from the send to the freeze, which takes a descheduled
+	// test goroutine as long as the scheduler likes. So the budget left
+	// when the stall begins is budget, whatever a's last timer run before
+	// it had already counted.
+	ran := time.Duration(max(0, pr.ba.live.lastRun-s.firstSend))
+	s.resendMax = int((ran + budget) / pr.ba.opts.ResendDelay)
 	waitGone(t, time.Now(), 3*budget)
 	pr.ba.rxOwned = pr.ba.src // the timers may drain it: the test holds it
 	pr.ba.runTimersLocked()

@@ -15,18 +15,22 @@ import (
 // descheduled owner would): it puts the re-request off, and when the
 // source is drained the replies answer it. The pull then completes with
 // every byte in place, no frame asked for twice and none received twice.
-// The peer here answers no questions, as an Open-MX peer: a gomx peer's
+// The pull is made overdue by dating its requests and progress two
+// minute-long PullTimeouts back, not by a short timeout: the drain asks
+// for the next window, and a timeout that a loaded machine outlasts while
+// the drain handles the first made that window's re-request due in the
+// same run (as it should be), its lane's postings taken back and its
+// replies dropped. The peer here answers no questions, as an Open-MX peer: a gomx peer's
 // pull asks instead (TestPlacedPullAsksLatePeer). Both wait modes.
 func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 	bothWaitModes(t, func(t *testing.T, busy bool) {
 		checkLeaks(t)
 		o := zcOptions("on")
 		o.BusyPoll = busy
-		// Long while the pull starts (no round trip is measured
-		// before the stall, so PullTimeout applies), short once b
-		// is stopped: the pull is overdue long before b reads.
-		o.PullTimeout = time.Minute
-		const overdue = 5 * time.Millisecond
+		// No round trip is measured before the stall, so PullTimeout
+		// applies.
+		const long = time.Minute
+		o.PullTimeout = long
 		// The RNDV waits at b unexpected; a then stops, and the
 		// pull starts as b matches it: a holds the PULLs unread until
 		// b has sent them all and stopped too; then a answers them,
@@ -45,7 +49,12 @@ func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 			return pr.b.Counters().Get(SendPull) >= blocks
 		})
 		freeze(pr.bb)
-		pr.bb.opts.PullTimeout = overdue
+		// From here on every timer is one no loaded machine reaches
+		// (a round trip measured from here on is bounded by RTOMin and
+		// RTOMax), and the pull's liveness budget is far past how far
+		// back the test dates it.
+		bo := &pr.bb.opts
+		bo.RTOMin, bo.RTOMax, bo.ResendMax = long, long, int(10*long/bo.ResendDelay)
 		frozen := true
 		defer func() {
 			if frozen {
@@ -57,7 +66,17 @@ func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 		waitCond(t, "a sent the first window of replies", func() bool {
 			return pr.a.Counters().Get(SendPullReply) >= window
 		})
-		waitGone(t, time.Now(), 3*overdue)
+		// The pull has been silent for twice its timeout, as if b
+		// had been held back that long.
+		for _, pl := range pr.b.pulls {
+			if pl == nil {
+				continue
+			}
+			pl.lastProgress -= int64(2 * long)
+			for j := range pl.blocks {
+				pl.blocks[j].lastReq -= int64(2 * long)
+			}
+		}
 		// b's timers find the pull silent while another goroutine
 		// owns the source: the re-request waits.
 		pr.bb.runTimersLocked()
@@ -72,9 +91,11 @@ func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 		pr.bb.rxOwned = pr.bb.src
 		pr.bb.runTimersLocked()
 		pr.bb.rxOwned = nil
-		// The rest of the pull runs on timers no loaded machine
-		// reaches: nothing is lost, so nothing may be asked again.
-		pr.bb.opts.PullTimeout, pr.bb.opts.RTOMin, pr.bb.opts.RTOMax = time.Minute, time.Minute, time.Minute
+		if n := pr.bb.cnt[VerdictDrainFrames]; n < window {
+			t.Errorf("the owner's timer run drained %d frames before judging the pull, want the %d replies", n, window)
+		}
+		// The rest of the pull runs on the minute timers: nothing is
+		// lost, so nothing may be asked again.
 		frozen = false
 		thaw(pr.bb)
 		p.check(t, r)
