@@ -1,8 +1,11 @@
 package shm
 
 import (
-	"os"
-	"strings"
+	"bytes"
+	"encoding/binary"
+	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultRingBudget is Options.RingBudget's default: a process writes at
@@ -67,18 +70,86 @@ func hugeShare(share int) int {
 
 // boardsListed counts the board sockets in the endpoint directory, this
 // board's among them.
+//
+// RetireIdle's looks call it while there are spares (every LaneIdle/8),
+// so it reads the directory through a descriptor it keeps open (dirList)
+// into a buffer it reuses, with no allocation and no open or close: a
+// board that moves messages allocates nothing in its steady state
+// (TestCMANoAllocations), and a job's N processes do not each open and
+// read a directory of N entries at every look.
 func (t *Transport) boardsListed() int {
-	ents, err := os.ReadDir(t.opts.Dir)
-	if err != nil {
+	d := &t.dirList
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.opened {
+		d.opened, d.fd = true, -1
+		if fd, err := unix.Open(t.opts.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			d.fd = fd
+		}
+	}
+	if d.fd < 0 {
+		return 0
+	}
+	if d.buf == nil {
+		d.buf = make([]byte, 8<<10)
+	}
+	if _, err := unix.Seek(d.fd, 0, 0); err != nil {
 		return 0
 	}
 	n := 0
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".sock") {
+	for {
+		m, err := unix.Getdents(d.fd, d.buf)
+		if err != nil || m <= 0 {
+			return n
+		}
+		n += socketsIn(d.buf[:m])
+	}
+}
+
+// socketsIn counts the names ending in ".sock" among the linux_dirent64
+// records of b (d_ino 8 bytes, d_off 8, d_reclen 2, d_type 1, then the
+// name, NUL-terminated).
+func socketsIn(b []byte) int {
+	n := 0
+	for len(b) >= 19 {
+		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+		if reclen < 19 || reclen > len(b) {
+			return n
+		}
+		name := b[19:reclen]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		if bytes.HasSuffix(name, sockSuffix) {
 			n++
 		}
+		b = b[reclen:]
 	}
 	return n
+}
+
+// sockSuffix ends a board's socket file name.
+var sockSuffix = []byte(".sock")
+
+// dirList is the endpoint directory held open for boardsListed, opened at
+// its first call: fd is -1 when it could not be opened (boardsListed then
+// counts none) and after Close.
+type dirList struct {
+	mu     sync.Mutex
+	opened bool
+	fd     int
+	buf    []byte
+}
+
+// closeDirList closes it (Close): a later boardsListed counts none.
+func (t *Transport) closeDirList() {
+	d := &t.dirList
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.opened && d.fd >= 0 {
+		unix.Close(d.fd)
+	}
+	d.opened, d.fd = true, -1
 }
 
 // Footprint is the shared memory a transport holds, counted from its own

@@ -53,7 +53,8 @@ func (t *Transport) Close() error {
 	}
 	t.inMu.Unlock()
 	t.wg.Wait()
-	t.dropSpares() // spare.go: no goroutine makes one any more
+	t.dropSpares()   // spare.go: no goroutine makes one any more
+	t.closeDirList() // footprint.go
 	t.rmu.Lock()
 	t.inMu.Lock()
 	for _, r := range *t.in.Load() {

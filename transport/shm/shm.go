@@ -298,6 +298,9 @@ type Transport struct {
 	// RetireIdle's looks while there are spares. takeSpare compares
 	// with it, as ringSize reads the socket directory (spare.go).
 	spareSize atomic.Int64
+	// dirList is the endpoint directory, held open for boardsListed
+	// (footprint.go).
+	dirList dirList
 	// laneSeg makes a lane's segment (newSegment; a test's replacement
 	// holds it back to show that senders do not wait for it).
 	laneSeg func(name string, n int, huge bool) (segment, int, error)
