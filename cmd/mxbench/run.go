@@ -72,7 +72,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		rep = &jsonReporter{enc: json.NewEncoder(stdout), rec: jsonRecord{Schema: schemaFor(cmd), Run: cli.NewMeta("mxbench"),
 			Command: cmd, Transport: f.transport, Peer: f.peer, Wait: f.wait, Sync: f.sync, Verify: f.verify}}
 	} else {
-		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && f.baseline}
+		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && (f.baseline || f.interleave)}
 	}
 	if (isJob || cmd == "overlap") && !f.jsonOut {
 		rep = &jobTable{w: stdout, cmd: cmd}
