@@ -140,6 +140,12 @@ type result struct {
 	// Faults is what the fault model did to the frames of this size
 	// (--loss and the others); nil without fault flags.
 	Faults *faultResult `json:"faults,omitempty"`
+	// Paired compares mx with the raw exchange trial by trial
+	// (--interleave); nil otherwise.
+	Paired *paired `json:"paired,omitempty"`
+	// rtts are the round trips timed for the percentiles (pingpong),
+	// sorted: measureInterleaved pools them over its trials.
+	rtts []time.Duration
 	// The fields of a run as a job of several processes (job.go).
 	jobResult
 }
@@ -383,14 +389,7 @@ func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup, tr
 			best = el
 		}
 	}
-	if len(rtts) > 0 {
-		slices.Sort(rtts)
-		res.LatencyP99US = rtts[len(rtts)*99/100].Seconds() * 1e6 / 2
-		res.LatencyP50US = rtts[len(rtts)/2].Seconds() * 1e6 / 2
-		res.LatencyP10US = rtts[len(rtts)/10].Seconds() * 1e6 / 2
-		res.LatencyP999US = rtts[len(rtts)*999/1000].Seconds() * 1e6 / 2
-		res.LatencyMaxUS = rtts[len(rtts)-1].Seconds() * 1e6 / 2
-	}
+	res.setQuantiles(rtts)
 	legs := 1
 	if reply == size {
 		legs = 2
@@ -400,6 +399,21 @@ func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup, tr
 		res.MBPerS = float64(legs*iterations*size) / best.Seconds() / 1e6
 	}
 	return res, nil
+}
+
+// setQuantiles sorts rtts, the round trips timed, keeps them (rtts) and
+// sets the percentiles from them.
+func (r *result) setQuantiles(rtts []time.Duration) {
+	r.rtts = rtts
+	if len(rtts) == 0 {
+		return
+	}
+	slices.Sort(rtts)
+	r.LatencyP99US = rtts[len(rtts)*99/100].Seconds() * 1e6 / 2
+	r.LatencyP50US = rtts[len(rtts)/2].Seconds() * 1e6 / 2
+	r.LatencyP10US = rtts[len(rtts)/10].Seconds() * 1e6 / 2
+	r.LatencyP999US = rtts[len(rtts)*999/1000].Seconds() * 1e6 / 2
+	r.LatencyMaxUS = rtts[len(rtts)-1].Seconds() * 1e6 / 2
 }
 
 // rttEvery is the widest stride of the round trips pingpong times one by

@@ -98,6 +98,8 @@ type sendFlags struct {
 type pingpongFlags struct {
 	trials int
 	unidir bool
+	// interleave is --interleave (interleave.go).
+	interleave bool
 }
 
 // streamFlags are stream's own flags.
@@ -254,6 +256,7 @@ func (f *sendFlags) register(fs *flag.FlagSet) {
 func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.trials, "trials", 1, "pingpong: timed trials of --iterations round trips per size, back to back; a row reports its best trial, as NetPIPE reports the fastest of its trials (3 in Debian's build; the UDP and raw baselines too)")
 	fs.BoolVar(&f.unidir, "unidirectional", false, "the server answers with 0 bytes (omx_perf -U)")
+	fs.BoolVar(&f.interleave, "interleave", false, "pingpong over xdp: alternate --trials trials of the raw AF_XDP exchange (on a second veth pair) and of mx, each after its own --warmup, and report the median of the pairs' differences of their median one-way times with its confidence interval (`paired` in --json; --baseline=false then leaves out only the UDP baseline): resolves what a loaded host's changes of state hide between a raw run and an mx run")
 }
 
 func (f *streamFlags) register(fs *flag.FlagSet) {
@@ -332,12 +335,33 @@ func (f *benchFlags) validate(cmd string) ([]int, error) {
 		if f.trials > 1 && f.peer != "" {
 			return nil, usagef(cmd, "--trials is not passed to an mxbench serve: run both sides here (--procs 2, or a launcher) or leave --trials out")
 		}
+		if f.interleave {
+			if err := f.validateInterleave(cmd); err != nil {
+				return nil, err
+			}
+		}
 	case "stream":
 		if f.window < 1 {
 			return nil, usagef(cmd, "--window %d: want at least 1", f.window)
 		}
 	}
 	return f.commonFlags.validate(cmd)
+}
+
+// validateInterleave checks --interleave: a wire with a raw exchange that
+// can run beside mx's, pairs enough for a median. (--baseline=false then
+// leaves out the UDP baseline only.)
+func (f *benchFlags) validateInterleave(cmd string) error {
+	w, _ := wireNamed(f.transport)
+	switch {
+	case f.peer != "" || w.rawBeside == nil:
+		return usagef(cmd, "--interleave compares mx with the raw exchange of its wire, both sides in this process: --transport xdp")
+	case f.trials < 3:
+		return usagef(cmd, "--interleave takes the median of --trials pairs of trials: give --trials 3 or more (below 9 its confidence interval is the pairs' extremes)")
+	case f.xdp.iface != "":
+		return usagef(cmd, "--interleave runs the raw exchange on a veth pair of its own: drop --iface and --peer-iface")
+	}
+	return nil
 }
 
 // validatePair checks pairFlags: the wire, the fault model, --settle.

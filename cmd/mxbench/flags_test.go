@@ -26,7 +26,7 @@ var honoured = func() map[string][]string {
 		return out
 	}
 	return map[string][]string{
-		"pingpong": with(common, pair, []string{"sync", "trials", "unidirectional"}),
+		"pingpong": with(common, pair, []string{"interleave", "sync", "trials", "unidirectional"}),
 		"stream":   with(common, pair, []string{"sync", "window"}),
 		"alltoall": with(common, []string{"sync", "schedule"}),
 		"overlap":  with(common, []string{"progress-cpu", "transport", "nic", "nic-interrupts", "nic-mtu", "nic-place", "nic-sync-dma", "iface", "peer-iface", "xdp-mode", "xdp-udp", "usb"}),

@@ -76,6 +76,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stream", "--window", "0"}, "want at least 1"},
 		{[]string{"pingpong", "--settle", "-1ms"}, "--settle must not be negative"},
 		{[]string{"pingpong", "--trials", "0"}, "--trials 0: want at least 1"},
+		{[]string{"pingpong", "--transport", "loopback", "--trials", "5", "--interleave"}, "--interleave compares mx with the raw exchange"},
+		{[]string{"pingpong", "--transport", "xdp", "--trials", "2", "--interleave"}, "--interleave takes the median of --trials pairs"},
 		{[]string{"stream", "--trials", "3"}, "stream has no flag --trials: only pingpong has it"},
 		{[]string{"pingpong", "--trials", "3", "--transport", "udp", "--peer", "127.0.0.1:1"}, "--trials is not passed to an mxbench serve"},
 		{[]string{"pingpong", "extra"}, "unexpected arguments"},
@@ -375,7 +377,7 @@ func TestXDPPingPong(t *testing.T) {
 		}
 		t.Skip(why)
 	}
-	before, _ := os.ReadDir("/run/netns")
+	defer noNamespaceLeft(t)()
 	out := runOK(t, "pingpong", "--transport", "xdp", "--sizes", "0,8,1K,40K", "--iterations", "50", "--verify", "--json", "--wait", "block")
 	rows := jsonRows(t, out)
 	if len(rows) != 4 {
@@ -386,18 +388,63 @@ func TestXDPPingPong(t *testing.T) {
 			t.Errorf("row %+v: want no errors, a UDP baseline and a raw AF_XDP figure", r)
 		}
 	}
-	// Other packages' tests make namespaces at the same time: look only
-	// for new ones named after this process.
-	had := map[string]bool{}
-	for _, e := range before {
-		had[e.Name()] = true
-	}
-	after, _ := os.ReadDir("/run/netns")
-	mine := fmt.Sprintf("gomx-%d", os.Getpid()%100000)
-	for _, e := range after {
-		if !had[e.Name()] && strings.HasPrefix(e.Name(), mine) {
-			t.Errorf("namespace %s left behind", e.Name())
+}
+
+// noNamespaceLeft notes the network namespaces there are; the function it
+// returns fails the test for a namespace of this process made since and
+// still there. Other packages' tests make namespaces at the same time, so
+// it looks only at those named after this process.
+func noNamespaceLeft(t *testing.T) func() {
+	before, _ := os.ReadDir("/run/netns")
+	return func() {
+		had := map[string]bool{}
+		for _, e := range before {
+			had[e.Name()] = true
 		}
+		after, _ := os.ReadDir("/run/netns")
+		mine := fmt.Sprintf("gomx-%d", os.Getpid()%100000)
+		for _, e := range after {
+			if !had[e.Name()] && strings.HasPrefix(e.Name(), mine) {
+				t.Errorf("namespace %s left behind", e.Name())
+			}
+		}
+	}
+}
+
+// --interleave over AF_XDP: raw and mx trials alternate, the row carries
+// both sides' figures over all their trials and the paired comparison
+// (its fields as docs/json.md lists them), --baseline=false leaves out
+// only the UDP baseline, and neither veth pair is left behind.
+func TestXDPInterleave(t *testing.T) {
+	if why := netns.Missing(); why != "" {
+		if os.Getenv("GOMX_REQUIRE_XDP") == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	defer noNamespaceLeft(t)()
+	out := runOK(t, "pingpong", "--transport", "xdp", "--sizes", "8", "--iterations", "50", "--warmup", "10",
+		"--trials", "3", "--interleave", "--baseline=false", "--json", "--wait", "block")
+	doc, err := os.ReadFile("../../docs/json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := cli.CheckJSONLines(doc, []byte(out)); len(errs) > 0 {
+		t.Errorf("--interleave: %v", errs)
+	}
+	rows := jsonRows(t, out)
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1:\n%s", len(rows), out)
+	}
+	r := rows[0]
+	p := r.Paired
+	switch {
+	case r.Errors != 0 || r.Raw == nil || r.Raw.LatencyP50US <= 0 || r.LatencyP50US <= 0 || r.Baseline != nil:
+		t.Errorf("row %+v: want no errors, mx's and the raw exchange's medians, and no UDP baseline", r)
+	case p == nil || p.Trials != 3 || p.MxP50US <= 0 || p.RawP50US <= 0:
+		t.Errorf("paired %+v: want 3 pairs of positive medians", p)
+	case !(p.DiffLoUS <= p.DiffP50US && p.DiffP50US <= p.DiffHiUS) || p.Confidence != 0.75:
+		t.Errorf("paired %+v: want the median difference inside its interval, of 75 %% for 3 pairs", p)
 	}
 }
 

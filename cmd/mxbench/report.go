@@ -104,6 +104,10 @@ func (t *tableReporter) row(r result) {
 		fmt.Fprintf(t.w, " | %6.2f %6.2f %6.2f %6.2f", c.A.SendPerByte, c.A.RecvPerByte, c.B.SendPerByte, c.B.RecvPerByte)
 	}
 	fmt.Fprintln(t.w)
+	if p := r.Paired; p != nil {
+		fmt.Fprintf(t.w, "# %s, %d trials of mx and of raw alternated: median one-way mx %.2f us, raw %.2f us; mx - raw, median of the pairs %.2f us (%.2f to %.2f, %.0f %% confidence)\n",
+			units.Format(int64(r.Size)), p.Trials, p.MxP50US, p.RawP50US, p.DiffP50US, p.DiffLoUS, p.DiffHiUS, 100*p.Confidence)
+	}
 }
 
 // recorder passes results to a reporter, erasing the progress line first,

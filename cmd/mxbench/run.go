@@ -51,6 +51,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if isJob && f.interleave {
+		return usagef(cmd, "--interleave runs both sides in this process: drop --procs (or the launcher)")
+	}
 	if cmd == "alltoall" && isJob && job.OneNode && job.Rank == 0 {
 		if err := alltoallFits(cmd, job.Size, slices.Max(sizes), f.verify); err != nil {
 			return err
@@ -69,7 +72,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		rep = &jsonReporter{enc: json.NewEncoder(stdout), rec: jsonRecord{Schema: schemaFor(cmd), Run: cli.NewMeta("mxbench"),
 			Command: cmd, Transport: f.transport, Peer: f.peer, Wait: f.wait, Sync: f.sync, Verify: f.verify}}
 	} else {
-		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && f.baseline}
+		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && (f.baseline || f.interleave)}
 	}
 	if (isJob || cmd == "overlap") && !f.jsonOut {
 		rep = &jobTable{w: stdout, cmd: cmd}
@@ -120,10 +123,21 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		if udpFirst, err = measureUDPBaselines(cmd, &f, sizes); err != nil {
 			return err
 		}
-		prog.Set("%s: the raw %s exchange of %d sizes", cmd, w.name, len(sizes))
-		if raw, err = w.raw(&f, cmd, sizes); err != nil {
-			return err
+		if !f.interleave {
+			prog.Set("%s: the raw %s exchange of %d sizes", cmd, w.name, len(sizes))
+			if raw, err = w.raw(&f, cmd, sizes); err != nil {
+				return err
+			}
 		}
+	}
+	var beside *rawPair
+	if f.interleave {
+		prog.Set("%s: the raw %s exchange beside mx's wire", cmd, w.name)
+		var closeBeside func()
+		if beside, closeBeside, err = w.rawBeside(&f, slices.Max(sizes)); err != nil {
+			return fmt.Errorf("--interleave: %w", err)
+		}
+		defer closeBeside()
 	}
 	p, err := f.newPair(ctx)
 	if err != nil {
@@ -182,7 +196,12 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 			wireBefore = p.wire()
 		}
 		waitsBefore := [2]mx.WaitStats{p.a.Board().WaitStats(), p.b.Board().WaitStats()}
-		res, err := measureLocal(sctx, cmd, &f, sa, sb, size, iters)
+		var res result
+		if beside != nil {
+			res, err = measureInterleaved(sctx, &f, sa, sb, beside, size, iters)
+		} else {
+			res, err = measureLocal(sctx, cmd, &f, sa, sb, size, iters, f.warmup, f.trials)
+		}
 		cancel()
 		if f.cpuprofile != "" {
 			printWaits(stderr, size, iters, waitsBefore, [2]mx.WaitStats{p.a.Board().WaitStats(), p.b.Board().WaitStats()})
@@ -206,7 +225,10 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 			}
 		}
 		if udpFirst != nil {
-			res.Baseline, res.Raw = udpFirst[size], raw[size]
+			res.Baseline = udpFirst[size]
+		}
+		if res.Raw == nil && raw != nil {
+			res.Raw = raw[size]
 		}
 		rep.row(res)
 	}
@@ -269,8 +291,9 @@ func settleLocal(ctx context.Context, f *benchFlags, sa, sb *side) error {
 }
 
 // measureLocal runs one size with both sides in this process: b's side in
-// its own goroutine, pinned to another CPU.
-func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, size, iters int) (result, error) {
+// its own goroutine, pinned to another CPU; a pingpong makes warmup round
+// trips, then trials timed trials of iters.
+func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, size, iters, warmup, trials int) (result, error) {
 	errc := make(chan error, 1)
 	reply := size
 	if f.unidir {
@@ -279,9 +302,9 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 	go func() {
 		f.place(sb, 1) // never unlocked: the pinned thread retires with the goroutine
 		if cmd == "stream" {
-			errc <- sb.sink(ctx, size, f.warmup+iters, f.window)
+			errc <- sb.sink(ctx, size, warmup+iters, f.window)
 		} else {
-			errc <- sb.pong(ctx, size, reply, f.warmup+f.trials*iters)
+			errc <- sb.pong(ctx, size, reply, warmup+trials*iters)
 		}
 	}()
 	resc := make(chan result, 1)
@@ -291,9 +314,9 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 		var res result
 		var err error
 		if cmd == "stream" {
-			res, err = sa.stream(ctx, size, iters, f.warmup, f.window)
+			res, err = sa.stream(ctx, size, iters, warmup, f.window)
 		} else {
-			res, err = sa.pingpong(ctx, size, reply, iters, f.warmup, f.trials)
+			res, err = sa.pingpong(ctx, size, reply, iters, warmup, trials)
 		}
 		resc <- res
 		errA <- err

@@ -46,6 +46,10 @@ type wire struct {
 	// without mx (the "raw" columns). The baselines then run first, before
 	// mx's boards take the wire.
 	raw func(f *benchFlags, cmd string, sizes []int) (map[int]*baselineResult, error)
+	// rawBeside, when not nil, opens the raw exchange on a wire of the
+	// same kind beside the one mx's boards use, for --interleave; what
+	// it returns closes it (cleanup removes what it made, too).
+	rawBeside func(f *benchFlags, maxSize int) (*rawPair, func(), error)
 }
 
 // wires are the transports, in the order the help lists them.
@@ -54,7 +58,7 @@ var wires = []wire{
 	{name: "udp", about: "kernel UDP sockets on 127.0.0.1, or toward --peer", peer: true, open: openUDP},
 	{name: "xdp", about: "AF_XDP on a veth pair in throwaway namespaces, or --iface/--peer-iface (root)",
 		missing:  func(f *benchFlags) string { return f.xdp.missing() },
-		flags:    []string{"iface", "peer-iface", "xdp-mode", "xdp-udp"},
+		flags:    []string{"iface", "peer-iface", "xdp-mode", "xdp-udp", "interleave"},
 		validate: func(f *benchFlags, cmd string) error { return f.xdp.validate(cmd, f.transport, f.peer) },
 		setup:    func(f *benchFlags) error { return f.xdp.setup() },
 		cleanup:  func(f *benchFlags) { f.xdp.close() },
@@ -65,6 +69,7 @@ var wires = []wire{
 		raw: func(f *benchFlags, cmd string, sizes []int) (map[int]*baselineResult, error) {
 			return f.xdp.rawXDP(cmd, f, sizes)
 		},
+		rawBeside: func(f *benchFlags, maxSize int) (*rawPair, func(), error) { return f.xdp.rawBeside(f, maxSize) },
 	},
 	{name: "nic", about: "gomx's user-space drivers on two cabled 82574Ls or 82599s bound to vfio-pci (--nic A,B), or two emulated ones (--nic model, --nic model-82599)",
 		flags:    []string{"nic", "nic-interrupts", "nic-place", "nic-mtu"},

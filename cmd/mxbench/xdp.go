@@ -30,6 +30,8 @@ type xdpFlags struct {
 	queues int
 
 	pair *netns.Pair // the veth pair of this run, when mxbench made it
+	// beside is the second veth pair, of --interleave's raw exchange.
+	beside *netns.Pair
 }
 
 func (x *xdpFlags) register(fs *flag.FlagSet) {
@@ -117,45 +119,49 @@ func (x *xdpFlags) setup() error {
 	return nil
 }
 
-// close deletes the veth pair mxbench made.
+// close deletes the veth pairs mxbench made.
 func (x *xdpFlags) close() error {
-	if x.pair == nil {
-		return nil
+	var err error
+	for _, p := range []**netns.Pair{&x.pair, &x.beside} {
+		if *p != nil {
+			err = errors.Join(err, (*p).Close())
+			*p = nil
+		}
 	}
-	err := x.pair.Close()
-	x.pair = nil
 	return err
 }
 
-// in runs fn in side a's (or b's) namespace, or here for --iface.
-func (x *xdpFlags) in(a bool, fn func() error) error {
+// in runs fn in side a's (or b's) namespace of pair p, or here for
+// --iface (p nil).
+func in(p *netns.Pair, a bool, fn func() error) error {
 	switch {
-	case x.pair == nil:
+	case p == nil:
 		return fn()
 	case a:
-		return x.pair.InA(fn)
+		return p.InA(fn)
 	default:
-		return x.pair.InB(fn)
+		return p.InB(fn)
 	}
 }
 
-// open opens one side's xdp transport.
-func (x *xdpFlags) open(a bool, port uint16) (*xdp.Transport, error) {
+// open opens one side's xdp transport on veth pair p (nil: --iface and
+// --peer-iface).
+func (x *xdpFlags) open(p *netns.Pair, a bool, port uint16) (*xdp.Transport, error) {
 	o := xdp.TransportOptions{Attach: x.attachMode()}
 	switch {
-	case x.pair == nil && a:
+	case p == nil && a:
 		o.Interface = x.iface
-	case x.pair == nil:
+	case p == nil:
 		o.Interface = x.peerIface
 	case a:
-		o.Interface = x.pair.A
+		o.Interface = p.A
 	default:
-		o.Interface = x.pair.B
+		o.Interface = p.B
 	}
-	if (x.udpFraming || x.queues > 0) && x.pair != nil {
-		ip := x.pair.IPB
+	if (x.udpFraming || x.queues > 0) && p != nil {
+		ip := p.IPB
 		if a {
-			ip = x.pair.IPA
+			ip = p.IPA
 		}
 		o.UDP = netip.AddrPortFrom(ip, port)
 	}
@@ -165,14 +171,14 @@ func (x *xdpFlags) open(a bool, port uint16) (*xdp.Transport, error) {
 		t, err = xdp.NewTransport(o)
 		return err
 	}
-	err := x.in(a, open)
+	err := in(p, a, open)
 	// The run opens the same queues again right after the raw AF_XDP
 	// baseline closed them, and the kernel lets go of a closed socket's
 	// queue in deferred work, which a loaded machine may run late: wait
 	// for the queue, a bounded time, before calling it taken.
 	for deadline := time.Now().Add(xdpRebindWait); errors.Is(err, xdp.ErrBusy) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
-		err = x.in(a, open)
+		err = in(p, a, open)
 	}
 	return t, err
 }
@@ -185,11 +191,17 @@ func (x *xdpFlags) transports() (a, b transport.Transport, what string, nw *loop
 	if err := x.setup(); err != nil {
 		return nil, nil, "", nil, err
 	}
-	ta, err := x.open(true, 40100)
+	return x.transportsOn(x.pair)
+}
+
+// transportsOn opens both ends on veth pair p (nil: --iface and
+// --peer-iface).
+func (x *xdpFlags) transportsOn(p *netns.Pair) (a, b transport.Transport, what string, nw *loopback.Network, err error) {
+	ta, err := x.open(p, true, 40100)
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	tb, err := x.open(false, 40100)
+	tb, err := x.open(p, false, 40100)
 	if err != nil {
 		ta.Close()
 		return nil, nil, "", nil, err
@@ -199,8 +211,8 @@ func (x *xdpFlags) transports() (a, b transport.Transport, what string, nw *loop
 		framing = "IPv4/UDP"
 	}
 	mode := ta.Program().Mode()
-	if x.pair != nil {
-		what = fmt.Sprintf("xdp on veth %s<->%s (namespaces %s, %s), %s framing, %v XDP", x.pair.A, x.pair.B, x.pair.NSA, x.pair.NSB, framing, mode)
+	if p != nil {
+		what = fmt.Sprintf("xdp on veth %s<->%s (namespaces %s, %s), %s framing, %v XDP", p.A, p.B, p.NSA, p.NSB, framing, mode)
 	} else {
 		what = fmt.Sprintf("xdp on %s<->%s, %s framing, %v XDP", x.iface, x.peerIface, framing, mode)
 	}
@@ -237,19 +249,14 @@ func (x *xdpFlags) udpPair() (a, b transport.Transport, err error) {
 // boards take the interfaces (one XDP program per interface).
 func (x *xdpFlags) rawXDP(cmd string, f *benchFlags, sizes []int) (map[int]*baselineResult, error) {
 	out := map[int]*baselineResult{}
-	ta, tb, _, _, err := x.transports()
+	if err := x.setup(); err != nil {
+		return nil, err
+	}
+	raw, closeRaw, err := x.rawOn(x.pair, f, slices.Max(sizes))
 	if err != nil {
 		return nil, err
 	}
-	defer ta.Close()
-	defer tb.Close()
-	raw, err := newRawPair(ta, tb, slices.Max(sizes), f.spin())
-	if raw != nil {
-		raw.limit = f.timeout
-	}
-	if err != nil {
-		return nil, err
-	}
+	defer closeRaw()
 	for _, size := range sizes {
 		iters := f.iterationsFor(size)
 		var r rawResult
@@ -264,4 +271,42 @@ func (x *xdpFlags) rawXDP(cmd string, f *benchFlags, sizes []int) (map[int]*base
 		out[size] = toBaseline("xdp", r, cmd)
 	}
 	return out, nil
+}
+
+// rawOn opens a raw AF_XDP exchange on veth pair p (nil: --iface and
+// --peer-iface) and returns it with what closes it.
+func (x *xdpFlags) rawOn(p *netns.Pair, f *benchFlags, maxSize int) (*rawPair, func(), error) {
+	ta, tb, _, _, err := x.transportsOn(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeBoth := func() {
+		ta.Close()
+		tb.Close()
+	}
+	raw, err := newRawPair(ta, tb, maxSize, f.spin())
+	if err != nil {
+		closeBoth()
+		return nil, nil, err
+	}
+	raw.limit = f.timeout
+	return raw, closeBoth, nil
+}
+
+// rawBeside opens the raw AF_XDP exchange of --interleave on a veth pair
+// of its own, made like the run's (same queues, framing and attach
+// mode), since the run's interfaces carry the mx boards' program and
+// sockets while the raw trials alternate with theirs. What it returns
+// closes the exchange; close deletes the pair with the run's.
+func (x *xdpFlags) rawBeside(f *benchFlags, maxSize int) (*rawPair, func(), error) {
+	p, err := netns.NewPair(max(1, x.queues))
+	if err != nil {
+		return nil, nil, fmt.Errorf("xdp: a second veth pair for the interleaved raw exchange: %w", err)
+	}
+	x.beside = p // close deletes it too, also on an interrupt
+	raw, closeRaw, err := x.rawOn(p, f, maxSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	return raw, closeRaw, nil
 }
