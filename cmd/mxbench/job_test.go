@@ -124,12 +124,14 @@ func TestJobProcs(t *testing.T) {
 // verified, and each row says how many CPUs the waiting ranks used
 // meanwhile: some (they wake for the barriers around the size), and at
 // most one each (every rank is bound to one CPU); a job of two has none
-// to report. Every row, a job of two's too, says what a message cost the
+// to report; with --wait spin too, where the waiting ranks' boards still
+// block. Every row, a job of two's too, says what a message cost the
 // pair in CPU time: some, and less than the whole row's wall time on
 // both CPUs.
 func TestJobIdleRanks(t *testing.T) {
-	for _, cmd := range []string{"pingpong", "stream"} {
-		args := []string{cmd, "--procs", "4", "--sizes", "8,4K", "--iterations", "200", "--warmup", "2", "--wait", "block", "--verify", "--json"}
+	for _, c := range []struct{ cmd, wait string }{{"pingpong", "block"}, {"stream", "block"}, {"pingpong", "spin"}} {
+		cmd := c.cmd
+		args := []string{cmd, "--procs", "4", "--sizes", "8,4K", "--iterations", "200", "--warmup", "2", "--wait", c.wait, "--verify", "--json"}
 		rows := jsonRows(t, runJob(t, args...))
 		if len(rows) != 2 {
 			t.Fatalf("%v: %d rows, want 2", args, len(rows))

@@ -114,7 +114,14 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		}
 	}()
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
-	w, err := openWorld(cctx, f, job, jr.addr, jr.ln, strategies, re)
+	// A pingpong's or stream's ranks 2 and up only wait for the pair:
+	// their boards block whatever --wait says, as idle ranks do. Busy-
+	// polling, each would keep a CPU (or, yielding, a place in its run
+	// queue) from the pair, and the pair's cost would grow with N for
+	// want of idle ranks (16 ranks on 2 CPUs, --wait spin: 200-580 µs a
+	// message where the pair alone takes 7-16).
+	waitsOnly := (cmd == "pingpong" || cmd == "stream") && job.Rank >= 2
+	w, err := openWorld(cctx, f, job, jr.addr, jr.ln, strategies, re, waitsOnly)
 	cancel()
 	if err != nil {
 		return err
@@ -132,7 +139,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 			w.printCounters(stderr)
 		}
 	}()
-	if f.spin() && !boundToOne() {
+	if f.spin() && !waitsOnly && !boundToOne() {
 		pin(job.Rank)
 	}
 	cctx, cancel = context.WithTimeout(ctx, f.timeout)
