@@ -27,9 +27,19 @@ copies it), 3 for an eager message (mx's message buffer first); a large
 message sent in place costs 0 (docs/zero-copy.md). A receive costs 1, 2 for an
 unexpected message; a copy engine's copies are not the CPU's. In a job of
 more than two processes (--procs N, or a launcher's), ranks 0 and 1 measure
-while the others only connect to every rank and wait: idle_cpu is the CPUs
+while the others only connect to every rank and wait (their boards block
+whatever --wait says, so that they stay idle): idle_cpu is the CPUs
 those idle ranks used meanwhile (their CPU time over the size's wall time),
-which a host with fewer CPUs than processes takes from the pair.
+which a host with fewer CPUs than processes takes from the pair. In a job,
+cpu_us and cs are the CPU time and the context switches of ranks 0 and 1
+together per message (a round trip is two): what a message costs, which
+the wall time of a loaded host blurs. To compare job sizes like for like,
+give --bind (ranks 0 and 1 then sit on the first two CPUs at every size,
+the waiting ranks on the other CPUs when there are more; by default a job
+larger than the host's CPUs runs unbound, and the pair may share a CPU)
+and a --yield other than auto (auto yields once the job's processes, idle
+ones among them, outnumber the CPUs, so the pair's waits change with N):
+mxbench pingpong --procs N --sizes 8 --wait block --bind --yield never.
 `
 
 const pingpongNotes = `Round trips of each size between two endpoints, as omx_perf runs them:

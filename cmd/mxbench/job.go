@@ -112,7 +112,7 @@ func mxStrategies() []string {
 // to every other rank.
 //
 // re, when not nil, is the copy engine every board is given.
-func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, ln net.Listener, strategies []string, re *rankEngine) (_ *world, err error) {
+func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, ln net.Listener, strategies []string, re *rankEngine, waitsOnly bool) (_ *world, err error) {
 	w := &world{job: job}
 	defer func() {
 		if err != nil {
@@ -140,6 +140,9 @@ func openWorld(ctx context.Context, f *benchFlags, job launch.Job, addr string, 
 		}
 		o := f.boardOptions()
 		o.Local.Off = false // the host path (shared memory) is the point
+		if waitsOnly {
+			o.BusyPoll = false
+		}
 		if re != nil {
 			o.Local.Engine = re.eng
 		}

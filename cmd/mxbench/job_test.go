@@ -124,10 +124,14 @@ func TestJobProcs(t *testing.T) {
 // verified, and each row says how many CPUs the waiting ranks used
 // meanwhile: some (they wake for the barriers around the size), and at
 // most one each (every rank is bound to one CPU); a job of two has none
-// to report.
+// to report; with --wait spin too, where the waiting ranks' boards still
+// block. Every row, a job of two's too, says what a message cost the
+// pair in CPU time: some, and less than the whole row's wall time on
+// both CPUs.
 func TestJobIdleRanks(t *testing.T) {
-	for _, cmd := range []string{"pingpong", "stream"} {
-		args := []string{cmd, "--procs", "4", "--sizes", "8,4K", "--iterations", "200", "--warmup", "2", "--wait", "block", "--verify", "--json"}
+	for _, c := range []struct{ cmd, wait string }{{"pingpong", "block"}, {"stream", "block"}, {"pingpong", "spin"}} {
+		cmd := c.cmd
+		args := []string{cmd, "--procs", "4", "--sizes", "8,4K", "--iterations", "200", "--warmup", "2", "--wait", c.wait, "--verify", "--json"}
 		rows := jsonRows(t, runJob(t, args...))
 		if len(rows) != 2 {
 			t.Fatalf("%v: %d rows, want 2", args, len(rows))
@@ -136,11 +140,54 @@ func TestJobIdleRanks(t *testing.T) {
 			if r.Procs != 4 || r.Errors != 0 || r.IdleCPU <= 0 || r.IdleCPU > 2 {
 				t.Errorf("%v: row %+v: want 4 procs, no errors, and the 2 idle ranks' CPUs in (0, 2]", args, r)
 			}
+			checkPairCost(t, args, r)
 		}
 	}
-	rows := jsonRows(t, runJob(t, "pingpong", "--procs", "2", "--sizes", "8", "--iterations", "20", "--wait", "block", "--json"))
+	args := []string{"pingpong", "--procs", "2", "--sizes", "8", "--iterations", "20", "--wait", "block", "--json"}
+	rows := jsonRows(t, runJob(t, args...))
 	if len(rows) != 1 || rows[0].IdleCPU != 0 {
-		t.Errorf("a job of two reports idle ranks: %+v", rows)
+		t.Fatalf("a job of two reports idle ranks: %+v", rows)
+	}
+	checkPairCost(t, args, rows[0])
+}
+
+// checkPairCost checks a row's CPU time per message of ranks 0 and 1:
+// more than none, and at most two CPUs busy for every message of the
+// row's mean latency (a pingpong's one-way time, a stream's time per
+// message), with a millisecond's slack a message for a loaded host.
+func checkPairCost(t *testing.T, args []string, r result) {
+	t.Helper()
+	if r.PairCPUUS <= 0 || r.PairCPUUS > 2*r.LatencyUS+1000 || r.PairSwitches < 0 {
+		t.Errorf("%v: row %+v: want the pair's CPU per message in (0, 2 x latency]", args, r)
+	}
+}
+
+// TestBindSlot: --bind gives ranks 0 and 1 the first two CPUs at every
+// job size, and the waiting ranks of a pingpong or stream the others when
+// there are more; an alltoall's ranks go round robin.
+func TestBindSlot(t *testing.T) {
+	for _, c := range []struct {
+		cmd               string
+		rank, size, ncpus int
+		want              int
+	}{
+		{"pingpong", 0, 16, 2, 0},
+		{"pingpong", 1, 16, 2, 1},
+		{"pingpong", 5, 16, 2, 5}, // two CPUs: shared, round robin
+		{"pingpong", 2, 64, 8, 2},
+		{"pingpong", 7, 64, 8, 7},
+		{"pingpong", 8, 64, 8, 2}, // never CPU 0 or 1
+		{"stream", 9, 64, 8, 3},
+		{"pingpong", 1, 2, 8, 1},
+		{"alltoall", 8, 64, 8, 8},
+	} {
+		got := bindSlot(c.cmd, c.rank, c.size, c.ncpus)
+		if got != c.want {
+			t.Errorf("bindSlot(%s, rank %d, %d ranks, %d CPUs) = %d, want %d", c.cmd, c.rank, c.size, c.ncpus, got, c.want)
+		}
+		if c.size > 2 && c.ncpus > 2 && c.rank >= 2 && (c.cmd == "pingpong" || c.cmd == "stream") && got%c.ncpus < 2 {
+			t.Errorf("bindSlot(%s, rank %d, %d ranks, %d CPUs) = %d: a waiting rank on the pair's CPU", c.cmd, c.rank, c.size, c.ncpus, got)
+		}
 	}
 }
 

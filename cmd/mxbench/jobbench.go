@@ -61,7 +61,11 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		// goroutines' threads, which inherit it. An emulated engine's
 		// channels share the rank's CPU unless --engine-cpu gives them
 		// one: mx's waits step aside while the engine copies.
-		cpu := bindProcess(job.Rank)
+		slot := job.Rank
+		if cpus, err := allowedCPUs(); err == nil {
+			slot = bindSlot(cmd, job.Rank, job.Size, len(cpus))
+		}
+		cpu := bindProcess(slot)
 		bound = cpu >= 0
 		switch {
 		case cpu >= 0 && je.cpu < 0:
@@ -110,7 +114,14 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		}
 	}()
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
-	w, err := openWorld(cctx, f, job, jr.addr, jr.ln, strategies, re)
+	// A pingpong's or stream's ranks 2 and up only wait for the pair:
+	// their boards block whatever --wait says, as idle ranks do. Busy-
+	// polling, each would keep a CPU (or, yielding, a place in its run
+	// queue) from the pair, and the pair's cost would grow with N for
+	// want of idle ranks (16 ranks on 2 CPUs, --wait spin: 200-580 µs a
+	// message where the pair alone takes 7-16).
+	waitsOnly := (cmd == "pingpong" || cmd == "stream") && job.Rank >= 2
+	w, err := openWorld(cctx, f, job, jr.addr, jr.ln, strategies, re, waitsOnly)
 	cancel()
 	if err != nil {
 		return err
@@ -128,7 +139,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 			w.printCounters(stderr)
 		}
 	}()
-	if f.spin() && !boundToOne() {
+	if f.spin() && !waitsOnly && !boundToOne() {
 		pin(job.Rank)
 	}
 	cctx, cancel = context.WithTimeout(ctx, f.timeout)
@@ -215,6 +226,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		}
 		before := w.eps[k].Counters()
 		cpu0, t0 := cpuTime(), time.Now()
+		pairCPU0, sw0 := cpuAndSwitches()
 		var res result
 		var err error
 		switch {
@@ -231,8 +243,12 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 			cancel()
 			return fmt.Errorf("%s of %s: %w", cmd, units.Format(int64(size)), err)
 		}
+		pairCPU, sw := cpuAndSwitches()
 		// Rank 1 received the measured direction: its counters say how.
 		m := strategyOf(countersSince(before, w.eps[k].Counters()), strategy, w.hostPathTo(k), size)
+		if s != nil {
+			m.CPU, m.Switches = int64(pairCPU-pairCPU0), sw-sw0
+		}
 		var wall time.Duration
 		if w.job.Size > 2 {
 			// The other ranks wait here until the pair is done, so
@@ -241,7 +257,10 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 				cancel()
 				return err
 			}
-			m.CPU, wall = int64(cpuTime()-cpu0), time.Since(t0)
+			if s == nil {
+				m.CPU = int64(cpuTime() - cpu0)
+			}
+			wall = time.Since(t0)
 		}
 		all, err := w.gatherMoved(sctx, m)
 		cancel()
@@ -251,6 +270,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, all[1].Strategy, strategy, all[1].Fallbacks
 			res.IdleCPU = idleCPU(all, wall)
+			res.PairCPUUS, res.PairSwitches = pairCost(all, pairMessages(cmd, f, size, iters))
 			res.Engine, res.EngineCPU = w.engineName, w.engineCPU
 			rep.row(res)
 		}
@@ -269,6 +289,44 @@ func idleCPU(all []moved, wall time.Duration) float64 {
 		sum += m.CPU
 	}
 	return float64(sum) / float64(wall)
+}
+
+// bindSlot is the CPU, counted among the ncpus this process may use, that
+// --bind gives rank of a job of size ranks running cmd: the rank modulo
+// ncpus, as mpirun --bind-to core places ranks, except that a pingpong or
+// stream, where ranks 0 and 1 measure and the others wait, keeps the
+// first two CPUs for the pair when the host has more and places the
+// waiting ranks round robin on the rest. Either way ranks 0 and 1 sit on
+// the same two CPUs whatever the job's size, so that runs at different N
+// compare like for like; on a host of two CPUs the waiting ranks share
+// them with the pair.
+func bindSlot(cmd string, rank, size, ncpus int) int {
+	if (cmd == "pingpong" || cmd == "stream") && size > 2 && ncpus > 2 && rank >= 2 {
+		return 2 + (rank-2)%(ncpus-2)
+	}
+	return rank
+}
+
+// pairMessages is how many messages ranks 0 and 1 moved in one size of
+// cmd: every round trip of a pingpong (warmup and trials) is two, a
+// reply of 0 bytes (--unidirectional) among them; a stream's messages
+// are one way.
+func pairMessages(cmd string, f *benchFlags, size, iters int) int {
+	if cmd == "stream" {
+		return f.warmup + iters
+	}
+	return 2 * (f.warmup + max(f.trials, 1)*iters)
+}
+
+// pairCost is the CPU time (µs) and the context switches of ranks 0 and 1
+// together per message, from their reports (moved.CPU, moved.Switches).
+func pairCost(all []moved, msgs int) (cpuUS, switches float64) {
+	if len(all) < 2 || msgs <= 0 {
+		return 0, 0
+	}
+	cpu := all[0].CPU + all[1].CPU
+	sw := all[0].Switches + all[1].Switches
+	return float64(cpu) / 1e3 / float64(msgs), float64(sw) / float64(msgs)
 }
 
 // hostPathTo reports whether this rank reaches its partner (rank 1 for

@@ -244,7 +244,7 @@ func mixedRank() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	f := &benchFlags{commonFlags: commonFlags{wait: "block", timeout: time.Minute, key: 0x6d786265}}
-	w, err := openWorld(ctx, f, job, addr, nil, []string{""}, nil)
+	w, err := openWorld(ctx, f, job, addr, nil, []string{""}, nil, false)
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ type jobFlags struct {
 func (f *commonFlags) registerJob(fs *flag.FlagSet) {
 	fs.IntVar(&f.job.procs, "procs", 0, "run as N processes of this host, started by mxbench itself (under mpirun, srun or a PMI launcher the launcher's ranks are used instead)")
 	fs.StringVar(&f.job.strategy, "strategy", envOr("GOMX_SHM_LARGE", ""), "between processes: how large messages move, as mx names it ("+joinOr(mxStrategies())+"), a comma-separated list, or all (env GOMX_SHM_LARGE; default: mx's own choice)")
-	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (--bind=false: let the kernel place them); default: bind when the job has no more ranks than this host's CPUs, and leave an oversubscribed job unbound, as mpirun does")
+	fs.BoolVar(&f.job.bind, "bind", true, "with --procs, bind each rank's process (every thread) to one CPU, its rank modulo the CPUs, as mpirun --bind-to core binds MPI ranks (a pingpong's or stream's ranks 0 and 1 on the first two CPUs at every N, its waiting ranks on the rest when there are more); --bind=false: let the kernel place them; default: bind when the job has no more ranks than this host's CPUs, and leave an oversubscribed job unbound, as mpirun does")
 	fs.BoolVar(&f.job.counters, "counters", false, "rank 0 prints its boards' and transports' counters that are not zero once the job ends (ack frames sent, lane records, messages), to stderr")
 	f.registerEngine(fs)
 }

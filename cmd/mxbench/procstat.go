@@ -73,9 +73,17 @@ func peakRSS() int64 {
 // cpuTime is the CPU time this process has used so far, user and system,
 // every thread (getrusage(2) RUSAGE_SELF); 0 when the kernel does not say.
 func cpuTime() time.Duration {
+	cpu, _ := cpuAndSwitches()
+	return cpu
+}
+
+// cpuAndSwitches is cpuTime and the context switches of every thread of
+// this process so far, voluntary (a sleep, a yield to another process) and
+// not (preempted); zeros when the kernel does not say.
+func cpuAndSwitches() (time.Duration, int64) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw
 }

@@ -31,8 +31,8 @@ func (t *jobTable) header(what string) {
 		if t.cmd == "stream" {
 			lat = "us_per_msg"
 		}
-		fmt.Fprintf(t.w, "# idle_cpu: the CPUs the ranks other than 0 and 1 (which only connected, and wait) used while the pair ran the size\n")
-		fmt.Fprintf(t.w, "%10s %8s %12s %10s %6s %10s %10s %10s %8s\n", "size", "iters", lat, "MB/s", "errors", "asked", "strategy", "fallbacks", "idle_cpu")
+		fmt.Fprintf(t.w, "# cpu_us, cs: the CPU time (µs) and context switches of ranks 0 and 1 together per message; idle_cpu: the CPUs the ranks other than 0 and 1 (which only connected, and wait) used while the pair ran the size\n")
+		fmt.Fprintf(t.w, "%10s %8s %12s %10s %6s %10s %10s %10s %8s %6s %8s\n", "size", "iters", lat, "MB/s", "errors", "asked", "strategy", "fallbacks", "cpu_us", "cs", "idle_cpu")
 	}
 }
 
@@ -81,8 +81,8 @@ func (t *jobTable) row(r result) {
 		if r.Procs > 2 {
 			idle = fmt.Sprintf("%.2f", r.IdleCPU)
 		}
-		fmt.Fprintf(t.w, "%10s %8d %12.2f %10.1f %6d %10s %10s %10d %8s\n", units.Format(int64(r.Size)), r.Iterations, r.LatencyUS, r.MBPerS,
-			r.Errors, asked, r.Strategy, r.Fallbacks, idle)
+		fmt.Fprintf(t.w, "%10s %8d %12.2f %10.1f %6d %10s %10s %10d %8.2f %6.2f %8s\n", units.Format(int64(r.Size)), r.Iterations, r.LatencyUS, r.MBPerS,
+			r.Errors, asked, r.Strategy, r.Fallbacks, r.PairCPUUS, r.PairSwitches, idle)
 	}
 }
 

@@ -39,9 +39,14 @@ type moved struct {
 	// Bound: --procs bound the rank to one CPU (bindRanks).
 	Bound bool `json:"b,omitempty"`
 	// CPU is the CPU time (ns) the rank used while the pair of a
-	// pingpong or stream ran the size (cpuTime), in a job of more than
-	// two ranks.
+	// pingpong or stream ran the size (cpuTime): for ranks 0 and 1 over
+	// their own messages, warmup included; for the others from the
+	// barrier before the size to the one after, in a job of more than two
+	// ranks.
 	CPU int64 `json:"c,omitempty"`
+	// Switches is the context switches of ranks 0 and 1 over the same
+	// messages (cpuAndSwitches).
+	Switches int64 `json:"x,omitempty"`
 }
 
 // strategyOf names what moved the messages counted in d (after - before),
@@ -140,6 +145,13 @@ type jobResult struct {
 	// a host with fewer CPUs than ranks, what they use is taken from the
 	// pair.
 	IdleCPU float64 `json:"idle_cpu,omitempty"`
+	// PairCPUUS and PairSwitches: pingpong and stream in a job: the CPU
+	// time (µs) and the context switches of ranks 0 and 1 together per
+	// message they moved (warmup included; a round trip is two), what a
+	// message costs its two processes, which the wall time of a loaded or
+	// oversubscribed host blurs.
+	PairCPUUS    float64 `json:"pair_cpu_us_per_msg,omitempty"`
+	PairSwitches float64 `json:"pair_switches_per_msg,omitempty"`
 	// alltoall: how many ranks' waiters yielded their CPU from their
 	// first empty look after the size ran (--yield; with auto, the ranks
 	// that found more processes than CPUs).
