@@ -100,17 +100,20 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		// An interrupted run must not leave what setup made behind.
 		// signal.Stop does not close stop: done ends the watcher when
 		// the run returns, so runs in one process leave none behind.
+		// A hang-up, and a closed output pipe (`mxbench ... | head`,
+		// which would otherwise kill the process on its next write),
+		// clean up too, exiting as the shell reports each signal.
 		stop, done := make(chan os.Signal, 1), make(chan struct{})
-		signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+		signal.Notify(stop, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 		defer func() {
 			signal.Stop(stop)
 			close(done)
 		}()
 		go func() {
 			select {
-			case <-stop:
+			case sig := <-stop:
 				w.cleanup(&f)
-				os.Exit(130)
+				os.Exit(128 + int(sig.(syscall.Signal)))
 			case <-done:
 			}
 		}()

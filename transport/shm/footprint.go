@@ -82,11 +82,32 @@ func (t *Transport) boardsListed() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.opened {
-		d.opened, d.fd = true, -1
-		if fd, err := unix.Open(t.opts.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-			d.fd = fd
-		}
+		d.opened = true
+		d.open(t.opts.Dir)
 	}
+	n := d.count()
+	if n == 0 && d.fd >= 0 {
+		// This board's own socket is listed while it is open, so none
+		// means the directory was removed (and perhaps made again by
+		// another Open) under the descriptor: look at it by its path.
+		unix.Close(d.fd)
+		d.open(t.opts.Dir)
+		n = d.count()
+	}
+	return n
+}
+
+// open opens dir for count (fd -1 when it cannot).
+func (d *dirList) open(dir string) {
+	d.fd = -1
+	if fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		d.fd = fd
+	}
+}
+
+// count counts the board sockets listed through the descriptor, 0 when
+// it has none or a read fails.
+func (d *dirList) count() int {
 	if d.fd < 0 {
 		return 0
 	}
@@ -99,7 +120,10 @@ func (t *Transport) boardsListed() int {
 	n := 0
 	for {
 		m, err := unix.Getdents(d.fd, d.buf)
-		if err != nil || m <= 0 {
+		if err != nil {
+			return 0
+		}
+		if m <= 0 {
 			return n
 		}
 		n += socketsIn(d.buf[:m])

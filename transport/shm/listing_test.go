@@ -47,7 +47,7 @@ func TestBoardsListedCountsSockets(t *testing.T) {
 	for i := range 400 {
 		touch(fmt.Sprintf("board-%s-%d.sock", pad, i))
 		if i%3 == 0 {
-			touch(fmt.Sprintf("ring-%s-%d", pad, i))   // not a socket
+			touch(fmt.Sprintf("ring-%s-%d", pad, i))    // not a socket
 			touch(fmt.Sprintf("sock-%s-%d.so", pad, i)) // nor this
 		}
 		if i%57 == 0 {
@@ -64,6 +64,19 @@ func TestBoardsListedCountsSockets(t *testing.T) {
 		}
 	}
 	check("200 removed")
+	// The directory removed and made again under the open descriptor
+	// (a user clearing /dev/shm/gomx-UID while a board runs): the count
+	// follows the path, not the old directory.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		touch(fmt.Sprintf("board-%d.sock", i))
+	}
+	check("directory made again")
 	tr.closeDirList()
 	if n := tr.boardsListed(); n != 0 {
 		t.Fatalf("after Close boardsListed counts %d, want 0", n)
