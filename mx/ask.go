@@ -325,7 +325,7 @@ func (p *partner) onPullAnswer(num uint64) {
 func (pl *pull) onAnswer(now int64) {
 	e := pl.e
 	n := e.cnt[PullRerequests]
-	pl.lostBefore(pl.askReq+1, 0, AskRetransmits)
+	pl.lostBefore(pl.askReq+1, 0, AskRetransmits, evidenceAll)
 	if e.cnt[PullRerequests] != n && len(pl.blocks) > 0 {
 		pl.blocks[0].lastReq = now // the next question waits from the re-request
 	}

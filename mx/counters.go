@@ -183,11 +183,11 @@ const (
 	// (placerecv.go).
 	PlaceRealigns
 	// PlaceLaneCancels counts the times a pull had the transport take
-	// its lane's postings back (placerecv.go, placeCancel): as it asked
-	// again, on any path (evidence, its question's answer, its timer),
-	// for a frame whose span, or an earlier span reaching into its range,
-	// was still posted (placeLost), and as it ended with postings left on
-	// its lane (placeEnd); a cancel with nothing posted is not counted.
+	// its lane's postings back (placerecv.go, placeCancel): when it held
+	// replies waiting on postings and no frame was owed on the lane any
+	// more to take them (placeFlush: replies lost before the NIC left
+	// them), and as it ended with postings left on its lane (placeEnd);
+	// a cancel with nothing posted is not counted.
 	// PlaceCancelErrors counts the cancels the transport failed (the
 	// postings stay, and the copies that wait on them wait for the NIC to
 	// consume them). PlaceSpoiled counts the placed frames dropped because
@@ -197,6 +197,12 @@ const (
 	PlaceLaneCancels
 	PlaceSpoiled
 	PlaceCancelErrors
+	// PlaceHeld counts the replies a pull placing on a lane received
+	// whole where their place in the receive buffer was not yet safe to
+	// write (a reply lost before the NIC moves each later one into the
+	// span before its own), kept aside and copied there once it was
+	// (placerecv.go, Holding), instead of being asked for again.
+	PlaceHeld
 	numCounters
 )
 
@@ -246,6 +252,7 @@ var counterNames = [numCounters]string{
 	"placed blocks realigned behind spare descriptors",
 	"placing lanes cancelled (postings taken back)", "placed frames dropped: a copy may have written over their span",
 	"placing lane cancels failed",
+	"placed replies held until their place was safe",
 }
 
 // String returns the counter's label.

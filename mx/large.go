@@ -347,7 +347,6 @@ func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
 		}
 		lo = hi + 1
 	}
-	pl.placeLost(bl, mask) // placerecv.go: spans their copies would wait for
 }
 
 // requestSpan sends one PULL for frames lo..hi of block bl and returns its
@@ -423,19 +422,26 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 		e.cnt[PlaceSpoiled]++
 		return // its bytes are not sure: asked for again (placerecv.go)
 	}
-	if !own && !pl.placeSafe(i) {
-		return // the NIC may still write over them: asked for again (placerecv.go)
+	// A reply whose place the NIC may still write (placerecv.go,
+	// Checking) is held until it may not, on a lane, and asked for
+	// again on lane 0.
+	hold := !own && !pl.placeReady(i, pl.lane() == 0)
+	if hold && !pl.placeHold(i, payload, placed) {
+		return
 	}
 	now := e.b.now()
-	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 {
+	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 && bl.got == 0 {
 		// The first reply to a block asked for once: a round trip of the
 		// pull path (Karn's rule as for sends).
 		pl.p.prtt.sample(now - bl.lastReq)
 	}
 	bl.got |= bit
-	bl.ngot++
+	if !hold {
+		bl.ngot++
+	}
 	t0 := pl.e.b.copyClock()
 	switch {
+	case hold: // copied into the receive buffer by placeFlush
 	case own: // in place but for the bytes of the header buffer
 		pl.placeOwn(i)
 		e.copies.scatter.Add(uint64(copy(pl.pp.seg[off:], payload)))
@@ -449,13 +455,20 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 	pl.e.b.copyClocked(t0)
 	pl.lastProgress = now
 	pl.lossEvidence(k, i-bl.first)
-	if bl.ngot < bl.n || k > 0 {
-		return
-	}
-	// Slide the window past every finished block.
+	pl.placeFlush(false) // placerecv.go: held replies whose place is safe now
+	pl.advance()
+}
+
+// advance slides the window past every finished block (each of its frames
+// in the receive buffer), asks for the next blocks, and finishes the pull
+// when every frame is in.
+func (pl *pull) advance() {
 	n := 0
 	for n < len(pl.blocks) && pl.blocks[n].ngot == pl.blocks[n].n {
 		n++
+	}
+	if n == 0 {
+		return
 	}
 	pl.blocks = append(pl.blocks[:0], pl.blocks[n:]...)
 	pl.fill()
@@ -493,24 +506,47 @@ func (pl *pull) finish() {
 // evidence had its earlier copy lost, so a copy that arrives answers the
 // re-request; one the timer asked for again may answer either PULL, and
 // counts as an answer to the first (amb). A wire that reorders frames
-// costs a duplicate per reordered frame.
+// costs a duplicate per reordered frame. A pull placing on a lane has its
+// frames come on two queues, which the board reads in turn, not in the
+// order the wire brought them: those asked for once on the lane, those
+// asked for again on lane 0 (placerecv.go). A frame there is evidence
+// only for the frames that come on its own queue.
 func (pl *pull) lossEvidence(k, x int) {
 	ev := &pl.blocks[k]
 	te := ev.seq
+	on := evidenceAll
 	if (ev.fast&^ev.amb)&(1<<x) != 0 {
 		te = ev.fseq[x]
+		if pl.lane() > 0 {
+			on = evidenceAgain
+		}
+	} else if pl.lane() > 0 {
+		on = evidenceOnce
 	}
-	pl.lostBefore(te, x, FastRetransmits)
+	pl.lostBefore(te, x, FastRetransmits, on)
 }
 
+// Which frames a reply is evidence for (lostBefore).
+const (
+	evidenceAll   = iota
+	evidenceOnce  // those asked for once only (a placing pull's lane)
+	evidenceAgain // those asked for again (lane 0, for a placing pull)
+)
+
 // lostBefore asks again for every missing frame last asked for by a PULL
-// numbered before te, or by PULL te itself before its frame x: the frames
-// that evidence arriving after them shows lost. why is the counter the
-// re-requests go to.
-func (pl *pull) lostBefore(te uint32, x int, why Counter) {
+// numbered before te, or by PULL te itself before its frame x, among the
+// frames on says: the frames that evidence arriving after them shows
+// lost. why is the counter the re-requests go to.
+func (pl *pull) lostBefore(te uint32, x int, why Counter, on int) {
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
 		missing := ^bl.got & (uint64(1)<<bl.n - 1)
+		switch on {
+		case evidenceOnce:
+			missing &^= bl.fast
+		case evidenceAgain:
+			missing &= bl.fast
+		}
 		if missing == 0 {
 			continue
 		}
@@ -567,6 +603,17 @@ func (pl *pull) timer(now int64) {
 		pl.abandon(ErrUnreachable) // largefail.go
 		return
 	}
+	if pp := pl.pp; pp != nil && len(pp.held) > 0 {
+		// Held replies (placerecv.go) wait for the frames that took the
+		// postings of their places to be handled. One dropped after the
+		// NIC placed it never is: once the sources were drained, a
+		// posting consumed two timer runs ago is done.
+		settled := now-pl.lastProgress >= pl.p.pullRTO(0) && pl.e.b.mayDeclare()
+		pl.placeFlush(settled)
+		if pl.advance(); pl.e.pulls[pl.slot] != pl || pl.ending {
+			return // finished
+		}
+	}
 	if pl.answered {
 		if !pl.e.b.mayActSince(pl.answerGen) { // verdict.go: replies ahead of the answer may wait on the lane
 			return
@@ -577,8 +624,8 @@ func (pl *pull) timer(now int64) {
 	}
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
-		if bl.ngot == bl.n {
-			continue
+		if bl.got == uint64(1)<<bl.n-1 {
+			continue // every frame in, or held (placerecv.go)
 		}
 		if pl.askable() {
 			pl.askDue(now, bl) // ask.go

@@ -111,24 +111,38 @@ import (
 //     and several pulls place at once, one a lane. A lane takes only
 //     what is posted, so every frame of a block gets a posting (the last
 //     frames, with no room for a span, a buffer of the transport's), and
-//     a frame asked for again comes on lane 0. A reply lost before the
-//     NIC leaves a posting no reply of the lane takes once the pull's
-//     last replies are in, and the copies of the frames whose spans are
-//     among those postings could never be kept: so when a frame asked
-//     for again (on the answer to the pull's question, acted on once the
-//     lane was drained, ask.go; on evidence; on the timer) has its span
-//     or an earlier one reaching into its range still posted, the pull
-//     has the transport take its lane's postings back
-//     (transport.Placer.Cancel, which stops the queue before it counts
-//     them consumed: the NIC writes none of them afterwards), and the
-//     copies asked for again are kept. A Cancel that fails takes nothing
-//     back (counter PlaceCancelErrors): the copies wait for the NIC to
-//     consume those postings, and the pull asks again on its timer. Replies
-//     still on their way to the lane then find nothing posted (and are
-//     dropped by the NIC, and asked for again) or the postings of later
-//     blocks (and are copied). A pull that ends with postings left on
-//     its lane (a sender that did not use the lane) has the transport
-//     cancel them too before its receive completes.
+//     a frame asked for again comes on lane 0.
+//   - Holding. A reply lost before the NIC on a lane leaves its posting
+//     to the next reply, and each later reply of the blocks posted lands
+//     in the span before its own: whole, but where its own place may
+//     still be written by the NIC (its own span, taken by the reply after
+//     it) or hold a frame not yet handled. A pull on a lane keeps such a
+//     reply (pullPlace.held, counter PlaceHeld: a copy) and copies it
+//     into its place once the frames that took the postings of its range
+//     were handled (placeReady, without the settled count, which would
+//     trust a posting whose frame still waits in the lane's ring and
+//     spoil it), rather than drop it and ask for it again; a copy asked
+//     for again on lane 0 is held the same way. The loss's own frame is
+//     asked for again on evidence from a reply of the lane, and the next
+//     block posted skips the descriptors the lost replies left
+//     (placeBlock counts only the frames still owed on the lane,
+//     laneOwed), so its replies take their own spans again: a loss costs
+//     its frame, asked for again, and copies of the rest of the window.
+//     The two queues are read in turn, not in the order the wire brought
+//     their frames, so a reply on one is no evidence of a loss on the
+//     other (lossEvidence). When no frame is owed on the lane any more
+//     and replies are still held, no reply will take the postings left
+//     (the last spans, after a loss): the pull has the transport take
+//     its lane's postings back (transport.Placer.Cancel, which stops the
+//     queue before it counts them consumed: the NIC writes none of them
+//     afterwards, counter PlaceLaneCancels) and copies the held replies
+//     in. A Cancel that fails takes nothing back (counter
+//     PlaceCancelErrors): the held replies wait, and the pull's timer,
+//     once the pull was silent and the sources drained, counts the
+//     postings consumed two timer runs ago done and tries the cancel
+//     again. A pull that ends with postings left on its lane (a sender
+//     that did not use the lane) has the transport cancel them too
+//     before its receive completes.
 //   - Completion. A receive whose every frame is in has no span left
 //     posted (each frame's own was consumed). A pull that ends early
 //     (failure, close) with spans still posted waits in the board's drain
@@ -174,6 +188,9 @@ type placeRecv struct {
 	drain        []placeDone
 	scratch      []byte
 	spans        [][]byte
+	// stash is the buffers of held replies given back (pullPlace.held),
+	// for the next to reuse.
+	stash [][]byte
 }
 
 // placeDone is a pull that ended with spans still posted.
@@ -199,6 +216,17 @@ type pullPlace struct {
 	// when it started on lane 0: their answers not yet received come
 	// before its replies. 0 once its first reply came.
 	asked uint64
+	// held is, on a lane, the replies received whole whose place the
+	// NIC may still write (Holding): their payloads, kept until it may
+	// not.
+	held []heldReply
+}
+
+// heldReply is a reply's payload kept until its place in the receive
+// buffer is safe to write: frame i's bytes.
+type heldReply struct {
+	i   int
+	buf []byte
 }
 
 // newPlaceRecv returns the board's in-place receive state, nil when the
@@ -297,7 +325,12 @@ func (pl *pull) placeBlock(first, n int) {
 		// Only the lane's own frames take its postings: those of other
 		// queues in the batch being handled come before none of them
 		// (a span left unposted on a lane is a frame the NIC drops).
-		ahead = pc.tr.Placement(lane).Ahead - pl.expect + b.rxLeftLane[lane]
+		// The frames owed on the lane take the descriptors ahead: not
+		// those asked for again, which come on lane 0 (a lost reply
+		// leaves a posting no frame of the blocks posted takes; the
+		// first frame of this block takes it, copied, and the others
+		// their own spans again).
+		ahead = pc.tr.Placement(lane).Ahead - pl.laneOwed(len(pl.blocks)-1) + b.rxLeftLane[lane]
 	case pl.pp != nil:
 		ahead = pc.tr.Placement(0).Ahead - pc.expect + b.rxLeft
 		if p := pl.p; pl.pp.asked > p.answered {
@@ -416,14 +449,24 @@ func (pl *pull) spansOver(i int) int {
 // postings it relied on are noted (placeRecv.relied): a frame that took
 // one of them and is handled later may have been written where frame i
 // goes, and its bytes are not used.
-func (pl *pull) placeSafe(i int) bool {
+func (pl *pull) placeSafe(i int) bool { return pl.placeReady(i, true) }
+
+// placeReady is placeSafe, counting the postings consumed two timer runs
+// ago (placeRecv.settled) as done only when settled is true: a pull that
+// can hold its replies (Holding) waits for the frames that took them to
+// be handled instead, so that no copy is written over a frame still
+// waiting, unhandled, in the lane's ring.
+func (pl *pull) placeReady(i int, settled bool) bool {
 	pp := pl.pp
 	if pp == nil {
 		return true
 	}
 	pc := pl.e.b.plc
 	lane := pp.lane
-	bound := max(pc.settled[lane], pc.done[lane])
+	bound := pc.done[lane]
+	if settled {
+		bound = max(bound, pc.settled[lane])
+	}
 	var top uint64
 	for j := pl.spansOver(i); j <= i; j++ {
 		s := pp.post[j]
@@ -434,6 +477,92 @@ func (pl *pull) placeSafe(i int) bool {
 	}
 	pc.relied[lane] = max(pc.relied[lane], top)
 	return true
+}
+
+// laneOwed counts the frames of pl's first n blocks still owed on its
+// lane: asked for there and neither received (kept or not) nor asked for
+// again on lane 0 (a frame asked for again by the timer may yet come on
+// the lane, late, and is still owed).
+func (pl *pull) laneOwed(n int) int {
+	owed := 0
+	for j := range n {
+		bl := &pl.blocks[j]
+		owed += bits.OnesCount64(^(bl.arrived | bl.fast&^bl.amb) & (uint64(1)<<bl.n - 1))
+	}
+	return owed
+}
+
+// placeHold keeps the payload of frame i, received whole (payload, and
+// placed when it took a span), until its place in the receive buffer is
+// safe to write (Holding), and reports whether it did: only a pull
+// placing on a lane holds; on lane 0 the frame is dropped and asked for
+// again.
+func (pl *pull) placeHold(i int, payload, placed []byte) bool {
+	pp := pl.pp
+	if pp == nil || pp.lane == 0 {
+		return false
+	}
+	pc := pl.e.b.plc
+	var buf []byte
+	if n := len(pc.stash); n > 0 {
+		buf, pc.stash = pc.stash[n-1][:0], pc.stash[:n-1]
+	}
+	buf = append(append(buf, payload...), placed...)
+	pl.e.copies.scatter.Add(uint64(len(buf)))
+	pp.held = append(pp.held, heldReply{i: i, buf: buf})
+	pl.e.cnt[PlaceHeld]++
+	return true
+}
+
+// placeFlush copies into the receive buffer the held replies whose place
+// became safe (placeReady) and counts them in. When no frame is owed on
+// the lane any more, nothing will take the postings left (the spans a
+// lost reply's successors did not reach): the lane's postings are taken
+// back, so the replies that wait on them are safe. settled is the
+// timer's word that the pull was silent and the sources drained: the
+// postings consumed two timer runs ago count as done, and the lane's
+// postings are taken back whatever is owed (a frame asked for again on
+// the timer may still be on its way there). The caller slides the window
+// (pull.advance).
+func (pl *pull) placeFlush(settled bool) {
+	pp := pl.pp
+	if pp == nil || len(pp.held) == 0 {
+		return
+	}
+	e := pl.e
+	b := e.b
+	if b.plc.busy[pp.lane] == pl && (settled || pl.laneOwed(len(pl.blocks)) == 0) {
+		b.placeCancel(e, pp.lane)
+	}
+	kept := pp.held[:0]
+	for _, h := range pp.held {
+		if !pl.placeReady(h.i, settled) {
+			kept = append(kept, h)
+			continue
+		}
+		t0 := b.copyClock()
+		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, pl.geo.Start(h.i), h.buf)))
+		b.copyClocked(t0)
+		for j := range pl.blocks {
+			if bl := &pl.blocks[j]; h.i >= bl.first && h.i < bl.first+bl.n {
+				bl.ngot++
+				break
+			}
+		}
+		b.plc.stash = append(b.plc.stash, h.buf)
+	}
+	clear(pp.held[len(kept):])
+	pp.held = kept
+}
+
+// placeStale gives back the buffers of pp's held replies (the pull
+// ended).
+func (pc *placeRecv) placeStale(pp *pullPlace) {
+	for _, h := range pp.held {
+		pc.stash = append(pc.stash, h.buf)
+	}
+	clear(pp.held)
+	pp.held = nil
 }
 
 // placeOwn notes, as the CPU writes the first bytes of frame i's reply
@@ -489,38 +618,6 @@ func (pl *pull) placeLate(i int, took uint64) {
 				pc.late = int(int64(took) - int64(pp.post[i]))
 			}
 			return
-		}
-	}
-}
-
-// placeLost is called as pl asks again, on lane 0, for the frames of bl
-// in mask (on evidence, on the answer to its question, or on its timer).
-// A copy of such a frame may be kept only once the NIC writes no more
-// into its span and the earlier ones that reach into its range
-// (Checking, spansOver), and a reply lost before the NIC leaves a span
-// posted that only a later reply on the lane would consume: at the end
-// of a pull, none comes. So when one of those spans is still posted,
-// the pull takes its lane's postings back (placeCancel). Replies still
-// on their way to the lane then find nothing posted (dropped by the
-// NIC, and asked for again) or the postings of later blocks (copied);
-// either way no byte goes wrong, only copies are paid.
-func (pl *pull) placeLost(bl *pblock, mask uint64) {
-	pp := pl.pp
-	if pp == nil || pp.lane == 0 || pl.e.b.plc.busy[pp.lane] != pl {
-		return
-	}
-	b := pl.e.b
-	consumed := b.plc.tr.Placement(pp.lane).Consumed
-	for m := mask; m != 0; m &= m - 1 {
-		i := bl.first + bits.TrailingZeros64(m)
-		if i >= len(pp.post) {
-			continue
-		}
-		for k := pl.spansOver(i); k <= i; k++ {
-			if pp.post[k] > consumed {
-				b.placeCancel(pl.e, pp.lane)
-				return
-			}
 		}
 	}
 }
@@ -646,6 +743,7 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 		}
 	}
 	pl.pp = nil
+	b.plc.placeStale(pp)
 	if pp.last == 0 || b.plc.tr.Placement(pp.lane).Consumed >= pp.last || b.closed {
 		b.zc.cache.Put(pp.ent)
 		return false
