@@ -159,7 +159,7 @@ const (
 	AskRetransmits
 	// PullAsks counts the questions a puller sent the region's owner
 	// about replies that were late (ask.go); the frames an answer shows
-	// lost are counted as FastRetransmits and PullFramesRerequested.
+	// lost are counted as AskRetransmits and PullFramesRerequested.
 	PullAsks
 	// FineArms counts the times the fine timer's timerfd was set
 	// (timerfd_settime), and FineFirings the times it fired and its
@@ -186,7 +186,9 @@ const (
 	// its lane's postings back (placerecv.go, placeCancel): when it held
 	// replies waiting on postings and no frame was owed on the lane any
 	// more to take them (placeFlush: replies lost before the NIC left
-	// them), and as it ended with postings left on its lane (placeEnd);
+	// them), from the pull's timer once the pull was silent and the
+	// sources drained (a cancel that failed before, or what is still
+	// owed), and as it ended with postings left on its lane (placeEnd);
 	// a cancel with nothing posted is not counted.
 	// PlaceCancelErrors counts the cancels the transport failed (the
 	// postings stay, and the copies that wait on them wait for the NIC to
