@@ -218,15 +218,6 @@ func (b *Board) unackedTotal() int {
 	return n
 }
 
-// stopTicks puts b's periodic ticks an hour apart, so that only what a
-// test is about can run its timers: its loop's looks, its fine timer.
-func stopTicks(b *Board) {
-	b.mu.Lock()
-	b.tick, b.tickBusy = time.Hour, time.Hour
-	b.nextTick.Store(b.clock() + int64(time.Hour))
-	b.mu.Unlock()
-}
-
 // TestAckWithoutTick: a message whose receiver then neither replies nor
 // waits again is acked without the board's next
 // tick, whoever received it. The receiver's ticks are stopped and the
@@ -258,12 +249,12 @@ func TestAckWithoutTick(t *testing.T) {
 			oa.RTOMin, oa.ResendDelay, oa.AckDelay = 2*time.Second, 4*time.Second, time.Second
 			ob := fastOptions()
 			ob.BusyPoll = c.busy
+			ob.noTicks = true // only the loop's looks and the fine timer run b's timers
 			if c.sleeper {
 				ob.Spin = -1 // sleep at once
 				ob.SleepOnSources = true
 			}
 			pr := newPair(t, factoryNamed(t, c.wire), oa, loopback.Faults{}, ob)
-			stopTicks(pr.bb)
 			ctx := testCtx(t, time.Minute)
 			buf, sbuf := make([]byte, 64), make([]byte, 64) // a receive and a send may run at once
 			const n = 5

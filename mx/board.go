@@ -351,6 +351,9 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 	b.tick = max(50*time.Microsecond, min(t, 10*time.Millisecond))
 	b.tickBusy = max(50*time.Microsecond, min(b.tick, o.RTOMin/4))
 	b.live.slack = stallSlackFor(b.tick) // liveness.go
+	if o.noTicks {
+		b.tick, b.tickBusy = time.Hour, time.Hour
+	}
 	if o.Names != nil && o.Hostname != "" {
 		o.Names.Register(o.Hostname, b.nic)
 	}

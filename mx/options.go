@@ -168,6 +168,12 @@ type BoardOptions struct {
 	// goroutine there. NewBoard fails (closing the transport) when the
 	// kernel refuses the set.
 	ProgressCPUs []int
+
+	// noTicks (package tests only) puts the board's periodic ticks an
+	// hour apart from its start, so that only what a test is about runs
+	// its timers: its loop's looks, its fine timer. Set before the
+	// progress goroutine starts, it is read as the tick itself is.
+	noTicks bool
 }
 
 // DefaultBoardOptions returns the Open-MX defaults.
