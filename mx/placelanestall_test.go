@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,9 +91,7 @@ func TestPlacedLaneLossAtPullEnd(t *testing.T) {
 			if pl := pr.bb.plc; pl == nil || pl.lanes == 0 {
 				t.Fatalf("the receiving board has no lanes: %+v", pl)
 			}
-			pr.ba.mu.Lock()
-			n := wire.PullFrames{Total: size, L: pr.atob.p.replyLen - pr.bb.plc.hd}.Count()
-			pr.ba.mu.Unlock()
+			n := pullGeometry(pr, size).Count()
 			frames.Store(int64(n))
 			src, dst := pattern(size, 41), make([]byte, size)
 			ctx := testCtx(t, time.Minute)
@@ -251,6 +250,14 @@ func TestPlacedLaneSpanWrittenOver(t *testing.T) {
 	}
 }
 
+// pullGeometry is the frames of a pull of size bytes from pr's a to b
+// (a's reply length toward b, less b's header room), read under a's lock.
+func pullGeometry(pr *pair, size int) wire.PullFrames {
+	pr.ba.mu.Lock()
+	defer pr.ba.mu.Unlock()
+	return wire.PullFrames{Total: size, L: pr.atob.p.replyLen - pr.bb.plc.hd}
+}
+
 // firstDiff says where got first differs from want, by frame of geo.
 func firstDiff(want, got []byte, geo wire.PullFrames) string {
 	for i := range want {
@@ -288,10 +295,7 @@ func TestPlacedLaneLossyCable(t *testing.T) {
 	checkLeaks(t)
 	pr := newPairOn(t, zcWire(t, m, nil, nil), zcOptions("on"))
 	windowedRounds(t, pr, []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}, func(src, dst []byte) string {
-		pr.ba.mu.Lock()
-		geo := wire.PullFrames{Total: len(src), L: pr.atob.p.replyLen - pr.bb.plc.hd}
-		pr.ba.mu.Unlock()
-		return firstDiff(src, dst, geo)
+		return firstDiff(src, dst, pullGeometry(pr, len(src)))
 	})
 	rc, cnt := pr.b.CopyStats(), pr.b.Counters()
 	t.Logf("received %d bytes, %d in place; %d pull frames asked again, %d lanes taken back, %d replies spoiled",
@@ -331,36 +335,19 @@ func TestPlacedLaneLossCostsItsFrames(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			checkLeaks(t)
 			var frames atomic.Int64 // the message's, once known
-			m := laneLossModel(func(seq int) bool {
-				for _, s := range c.lost(int(frames.Load())) {
-					if seq == s {
-						return true
-					}
-				}
-				return false
-			})
+			m := laneLossModel(func(seq int) bool { return slices.Contains(c.lost(int(frames.Load())), seq) })
 			pr := newPairOn(t, zcWire(t, m, nil, nil), zcOptions("on"))
 			if pl := pr.bb.plc; pl == nil || pl.lanes == 0 {
 				t.Fatalf("the receiving board has no lanes: %+v", pl)
 			}
-			pr.ba.mu.Lock()
-			n := wire.PullFrames{Total: size, L: pr.atob.p.replyLen - pr.bb.plc.hd}.Count()
-			pr.ba.mu.Unlock()
+			geo := pullGeometry(pr, size)
+			n := geo.Count()
 			frames.Store(int64(n))
 			lost := len(c.lost(n))
 			src, dst := pattern(size, 47), make([]byte, size)
-			ctx := testCtx(t, time.Minute)
-			r, err := pr.b.IRecv([][]byte{dst}, 5, ^uint64(0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := pr.a.ISend([][]byte{src}, pr.atob, 5, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitDone(t, ctx, r, s)
+			exchange(t, testCtx(t, time.Minute), pr.a, pr.atob, pr.b, 5, ^uint64(0), [][]byte{src}, [][]byte{dst})
 			if !bytes.Equal(src, dst) {
-				t.Fatalf("the message arrived changed: %s", firstDiff(src, dst, wire.PullFrames{Total: size, L: pr.atob.p.replyLen - pr.bb.plc.hd}))
+				t.Fatalf("the message arrived changed: %s", firstDiff(src, dst, geo))
 			}
 			// Every reply that arrived whole is kept: received once, not
 			// dropped and asked for again. Receptions beyond the
