@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,10 +48,11 @@ type options struct {
 	rawSizes   []int
 	testpmd    string
 	busyPollUS int
-	rawOnly    bool   // -only raw: the raw-ping rows alone
-	mxOnly     bool   // -only mx: the mx row alone
-	mxProfile  bool   // print mxbench's CPU profile on the console
-	mxCompare  string // another mxbench, run before /bin/mxbench in every run
+	rawOnly    bool     // -only raw: the raw-ping rows alone
+	mxOnly     bool     // -only mx: the mx row alone
+	mxProfile  bool     // print mxbench's CPU profile on the console
+	mxTrace    bool     // print mxbench's execution trace on the console
+	mxCompare  []string // other mxbench builds, run beside /bin/mxbench in every run
 	usb        usbOptions
 }
 
@@ -82,8 +84,9 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.testpmd, "testpmd", "/usr/bin/dpdk-testpmd", "DPDK's testpmd; \"\" skips that reflector")
 	fs.IntVar(&o.busyPollUS, "busy-poll", 50, "SO_BUSY_POLL microseconds on the kernel's UDP sockets")
 	only := fs.String("only", "", "\"raw\" measures only the raw-ping rows (gomx's and testpmd's reflectors), \"mx\" only the mx row and gomx's raw ping, for quick experiments")
-	fs.StringVar(&o.mxCompare, "mx-compare", "", "another build of mxbench (a path in the guest), run just before /bin/mxbench in every run: its rows say (compare)")
+	compare := fs.String("mx-compare", "", "other builds of mxbench (paths in the guest, separated by colons), run beside /bin/mxbench in every run, the builds' order turned by one each run: their rows end in (compare), or (NAME) when there are several")
 	fs.BoolVar(&o.mxProfile, "mx-profile", false, "run mxbench with --cpuprofile and print the profile on the console, base64 between "+ProfileBegin+" and "+ProfileEnd+" lines")
+	fs.BoolVar(&o.mxTrace, "mx-trace", false, "run mxbench with --trace (runtime/trace) and print the trace on the console, base64 between "+TraceBegin+" and "+TraceEnd+" lines")
 	o.usb.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -96,6 +99,9 @@ func parseFlags(args []string) (options, error) {
 		o.mxOnly = true
 	default:
 		return o, fmt.Errorf("-only %q: want \"raw\", \"mx\" or nothing", *only)
+	}
+	if *compare != "" {
+		o.mxCompare = strings.Split(*compare, ":")
 	}
 	var err error
 	if o.a, err = pci.ParseAddress(*a); err != nil {
@@ -210,13 +216,12 @@ func run(o options) error {
 	}
 	for i := range o.runs {
 		// (a) mx over the VFIO e1000e transport, through mxbench: the
-		// build to compare with first, when there is one, so that the
-		// host's load falls on both builds alike.
+		// builds to compare with beside the tree's, each first in turn,
+		// so that the host's load falls on all builds alike.
 		if !o.rawOnly {
-			if o.mxCompare != "" {
-				mxRows(o.mxCompare, " (compare)")
+			for _, b := range compareOrder(o.mxCompare, i) {
+				mxRows(b.bin, b.suffix)
 			}
-			mxRows("/bin/mxbench", "")
 		}
 		// (c) raw ping against gomx's reflector, then testpmd's.
 		if !failed[gomxRow] {
@@ -289,6 +294,30 @@ func run(o options) error {
 	return nil
 }
 
+// build is an mxbench to run and the suffix of its rows.
+type build struct{ bin, suffix string }
+
+// compareOrder is the order of run i's mxbench builds: the tree's
+// (/bin/mxbench) and those of -mx-compare, turned by i, so that each goes
+// first as often as the others over the runs. A single build to compare
+// with marks its rows (compare), several their file names.
+func compareOrder(compare []string, i int) []build {
+	if len(compare) == 0 {
+		return []build{{"/bin/mxbench", ""}}
+	}
+	all := make([]build, 0, len(compare)+1)
+	for _, c := range compare {
+		suffix := " (compare)"
+		if len(compare) > 1 {
+			suffix = " (" + filepath.Base(c) + ")"
+		}
+		all = append(all, build{c, suffix})
+	}
+	all = append(all, build{"/bin/mxbench", ""})
+	k := i % len(all)
+	return append(all[k:], all[:k]...)
+}
+
 // mxResult is the part of mxbench's --json output used here.
 type mxResult struct {
 	Size      int     `json:"size"`
@@ -310,32 +339,54 @@ type mxResult struct {
 const (
 	ProfileBegin = "PEERS-PROFILE-BEGIN"
 	ProfileEnd   = "PEERS-PROFILE-END"
+	// TraceBegin and TraceEnd surround an execution trace (-mx-trace).
+	TraceBegin = "PEERS-TRACE-BEGIN"
+	TraceEnd   = "PEERS-TRACE-END"
 )
 
 func mxbench(o options, bin string) ([]mxResult, error) {
 	args := []string{"pingpong", "--transport", "nic", "--nic", o.a.String() + "," + o.b.String(),
 		"--sizes", o.mxSizes, "--iterations", strconv.Itoa(o.mxIters), "--warmup", "50", "--baseline=false"}
-	const prof = "/tmp/mxbench.pprof"
+	const (
+		prof  = "/tmp/mxbench.pprof"
+		trace = "/tmp/mxbench.trace"
+	)
 	if o.mxProfile {
 		args = append(args, "--cpuprofile", prof)
 	}
-	res, err := runBench(nil, bin, args...)
-	if o.mxProfile {
-		// A failed run still stops its profile: print what it has.
-		b, rerr := os.ReadFile(prof)
-		if rerr != nil {
-			return nil, errors.Join(err, rerr)
-		}
-		enc := base64.StdEncoding.EncodeToString(b)
-		fmt.Println(ProfileBegin)
-		for len(enc) > 0 {
-			n := min(len(enc), 76)
-			fmt.Println(enc[:n])
-			enc = enc[n:]
-		}
-		fmt.Println(ProfileEnd)
+	if o.mxTrace {
+		args = append(args, "--trace", trace)
 	}
-	return res, err
+	res, err := runBench(nil, bin, args...)
+	// A failed run still stops its recordings: print what they hold.
+	if o.mxProfile {
+		err = errors.Join(err, printFile(prof, ProfileBegin, ProfileEnd))
+	}
+	if o.mxTrace {
+		err = errors.Join(err, printFile(trace, TraceBegin, TraceEnd))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// printFile prints the file at path on the console, base64 in lines of 76
+// characters between the lines begin and end.
+func printFile(path, begin, end string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	enc := base64.StdEncoding.EncodeToString(b)
+	fmt.Println(begin)
+	for len(enc) > 0 {
+		n := min(len(enc), 76)
+		fmt.Println(enc[:n])
+		enc = enc[n:]
+	}
+	fmt.Println(end)
+	return nil
 }
 
 // runMxbench runs /bin/mxbench with args and --json, its standard error on

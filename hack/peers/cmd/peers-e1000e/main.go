@@ -33,8 +33,9 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	mxSizes := fs.String("mx-sizes", "64,1K,4K", "mxbench --sizes")
 	noTestpmd := fs.Bool("no-testpmd", false, "leave DPDK's testpmd out (no apt, no testpmd row)")
 	only := fs.String("only", "", "\"raw\": only the raw-ping rows (gomx's and testpmd's reflectors); \"mx\": only the mx row and gomx's raw ping; for quick experiments")
-	mxCompare := fs.String("mx-compare", "", "a static build of mxbench (CGO_ENABLED=0) to run just before the tree's in every run, rows marked (compare): another commit's, say; an absolute path outside /tmp, which the guest mounts afresh")
+	mxCompare := fs.String("mx-compare", "", "static builds of mxbench (CGO_ENABLED=0), separated by colons, to run beside the tree's in every run, each first in turn; rows marked (compare), or (FILE NAME) for several: another commit's, say; absolute paths outside /tmp, which the guest mounts afresh")
 	mxProfile := fs.Bool("mx-profile", false, "profile mxbench in the guest; the console carries the profile (base64), which -keep leaves in the serial log")
+	mxTrace := fs.Bool("mx-trace", false, "record an execution trace of mxbench in the guest (runtime/trace: what each goroutine, thread and P did); the console carries it (base64), which -keep leaves in the serial log")
 	verbose := fs.Bool("v", false, "copy the whole guest console, not only the table")
 	keep := qemu.KeepFlag(fs, "the run directory with the serial log")
 	if err := fs.Parse(args); err != nil {
@@ -52,16 +53,26 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 	if *only != "" {
 		guestArgs = append(guestArgs, "-only="+*only)
 	}
+	if *mxTrace {
+		guestArgs = append(guestArgs, "-mx-trace")
+	}
 	if *mxProfile {
 		guestArgs = append(guestArgs, "-mx-profile")
 	}
 	var files []string
 	if *mxCompare != "" {
-		if !filepath.IsAbs(*mxCompare) || strings.HasPrefix(*mxCompare, "/tmp/") {
-			return fmt.Errorf("peers-e1000e: -mx-compare %q: want an absolute path outside /tmp", *mxCompare)
+		seen := map[string]bool{}
+		for _, f := range strings.Split(*mxCompare, ":") {
+			if !filepath.IsAbs(f) || strings.HasPrefix(f, "/tmp/") {
+				return fmt.Errorf("peers-e1000e: -mx-compare %q: want absolute paths outside /tmp", f)
+			}
+			if seen[filepath.Base(f)] {
+				return fmt.Errorf("peers-e1000e: -mx-compare: two builds named %q: their rows would mix (give them different file names)", filepath.Base(f))
+			}
+			seen[filepath.Base(f)] = true
+			files = append(files, f)
 		}
 		guestArgs = append(guestArgs, "-mx-compare="+*mxCompare)
-		files = append(files, *mxCompare)
 	}
 	if *noTestpmd {
 		guestArgs = append(guestArgs, "-testpmd=")
@@ -70,7 +81,7 @@ func run(ctx context.Context, stdout io.Writer, args []string) error {
 		if err != nil {
 			return fmt.Errorf("peers-e1000e: %w (or pass -no-testpmd)", err)
 		}
-		files = f
+		files = append(files, f...)
 	}
 	out := &peers.TableFilter{Out: stdout, Verbose: *verbose}
 	results, err := qemu.Run(ctx, qemu.Options{
