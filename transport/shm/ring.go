@@ -217,6 +217,50 @@ func (p *producer) putParts(at uint64, n uint32, l int, head []byte, parts [][]b
 	}
 }
 
+// putLine is putParts for the commonest record, a small message's: one
+// line (a frame of head and part, n <= ringAlign-recHdr bytes), that needs
+// no pad record, finds room below headSeen, the consumer's head as
+// cached, and has the next record's word zeroed already (clearAhead). It
+// reports false, having written nothing, otherwise: putParts then writes
+// it. A line is a fixed-size array here, so its stores need no bounds
+// checks and no slice of the data area is built per store.
+func (p *producer) putLine(headSeen uint64, n int, head, part []byte) bool {
+	at := p.cur
+	pos := at - p.lap
+	size := uint64(len(p.data))
+	end := at + ringAlign
+	if n > ringAlign-recHdr || len(head)+len(part) != n || size-pos < ringAlign || end+recHdr-headSeen > size || p.clear <= end {
+		return false
+	}
+	rec := (*[ringAlign]byte)(p.data[pos:])
+	le := binary.LittleEndian
+	le.PutUint32(rec[:], uint32(n))
+	copyLine(rec, copyLine(rec, recHdr, head), part)
+	u32At(rec[:], recWordOff).Store(recWord(at))
+	// Never the data area's last line: clearAhead stops at its end, so
+	// that line fails the p.clear test above, and p.lap stays.
+	p.cur = end
+	return true
+}
+
+// copyLine copies b into line at k, which it fits, 8 bytes at a time and
+// then byte by byte, and returns the offset past it. Not copy: a call of
+// memmove for a few bytes costs more than the copy (the caller's registers
+// are saved around it), and its wider loads of a header just written with
+// 8-byte stores would stall (see copyWords).
+func copyLine(line *[ringAlign]byte, k int, b []byte) int {
+	le := binary.LittleEndian
+	for len(b) >= 8 {
+		le.PutUint64(line[k:], le.Uint64(b))
+		b, k = b[8:], k+8
+	}
+	for _, c := range b {
+		line[k] = c
+		k++
+	}
+	return k
+}
+
 // clearAhead zeroes the record words of the lines up to clearAheadLen past
 // the cursor, stopping at the end of the data area (a pad record zeroes the
 // start) and at limit, the first cursor whose line the consumer may still

@@ -149,7 +149,8 @@ func TestRingMatchesOracle(t *testing.T) {
 }
 
 // codeRing writes records the way Send does: reserve, producer.put, then
-// producer.clearAhead.
+// producer.clearAhead; or, as SendParts does for a record of one line,
+// producer.putLine (given the frame as a head and a part) when it takes it.
 type codeRing struct {
 	producer
 	head uint64
@@ -165,7 +166,10 @@ func (r *codeRing) put(f []byte, fill func(c uint64, f []byte)) bool {
 	if fill != nil {
 		fill(at+recHdr, f)
 	}
-	r.producer.put(at, f)
+	split := min(len(f), 24) // mx's lane header, then the payload
+	if !r.putLine(r.head, len(f), f[:split], f[split:]) {
+		r.producer.put(at, f)
+	}
 	r.clearAhead(r.head + uint64(len(r.data)))
 	return true
 }

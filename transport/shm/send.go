@@ -250,6 +250,12 @@ func (t *Transport) sendParts(o *outRing, head []byte, parts [][]byte, locked bo
 		}
 	}
 	start := o.cur
+	if len(parts) == 1 && o.putLine(o.headSeen, n, head, parts[0]) {
+		o.countSent()
+		o.publish(start)
+		o.clearAhead(o.headSeen + uint64(len(o.data)))
+		return nil
+	}
 	at, ok := t.room(o, recordLen(n))
 	if !ok {
 		if !locked {
