@@ -562,14 +562,18 @@ func (b *Board) recycle(r *Request) {
 		default:
 		}
 	}
-	buf, segsBuf, ch := r.buf[:0], r.segsBuf[:0], r.ch
+	segsBuf := r.segsBuf[:0]
 	for i := range segsBuf[:cap(segsBuf)] {
+		// Not "for i := range s { s[i] = nil }", which the compiler
+		// makes a call of memclrHasPointers: there are one or two.
 		segsBuf[:cap(segsBuf)][i] = nil
 	}
-	// Clear in place, then restore what is kept: a composite literal
-	// would be built on the stack and copied over r, twice the stores.
-	*r = Request{}
-	r.buf, r.segsBuf, r.ch = buf, segsBuf, ch
+	r.buf, r.segsBuf = r.buf[:0], segsBuf
+	// Only the use's state: the links are off every list (cleared by
+	// their Remove), and the buffers and channel are kept. Cleared in
+	// place: a composite literal would be built on the stack and copied
+	// over it, twice the stores.
+	r.reqState = reqState{}
 	if len(b.freeReqs) < 8192 {
 		b.freeReqs = append(b.freeReqs, r)
 	}

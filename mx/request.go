@@ -71,6 +71,28 @@ const (
 //
 // One goroutine at a time may wait on a given request.
 type Request struct {
+	// reqState is what a use of the request leaves behind, cleared for
+	// the next (Board.recycle); the fields below it outlive the use.
+	reqState
+
+	// Links for the lists a request is on (package ilist): q for one
+	// reqList (posted, unacked, waitq, connecting, resq, pullq), d for the
+	// endpoint's doneList. A request is on no list when it is recycled,
+	// and a list's Remove clears the node: nothing to clear.
+	q, d ilist.Node[Request]
+	// Kept for the next use, emptied: the eager payload's copy (buf), the
+	// backing array of segs (segsBuf, its pointers cleared), and the
+	// completion channel (ch, drained).
+	buf     []byte
+	segsBuf [][]byte
+	ch      chan struct{}
+}
+
+// reqState is a Request's state for one use: a recycled request is
+// cleared by one store of its zero value, which is as long as this
+// struct (the links, buffers and channel Request keeps beside it are not
+// cleared). Each field a use may set belongs here.
+type reqState struct {
 	done atomic.Bool // completed: status is final
 	// engine counts the copy-engine copies in flight that fill it
 	// (offload.go, pulloffload.go): its waiters step aside (poll.go).
@@ -91,15 +113,9 @@ type Request struct {
 	forgotten bool
 	zombie    bool // an eager send completed before its ack
 	waiters   int
-	ch        chan struct{}
 	signaled  bool  // complete sent on ch (maybeFree drains it)
 	wokeAt    int64 // when complete woke a sleeping waiter (board clock): its wake-up is timed (descheduled.go)
 	status    Status
-
-	// Links for the lists a request is on (package ilist): q for one
-	// reqList (posted, unacked, waitq, connecting, resq, pullq), d for the
-	// endpoint's doneList.
-	q, d ilist.Node[Request]
 
 	// send
 	p         *partner
@@ -107,9 +123,7 @@ type Request struct {
 	seq       uint16
 	match     uint64
 	length    uint32
-	bulk      bool   // a large send over the transport, not rings (sleep.go)
-	buf       []byte // eager payload copy
-	segsBuf   [][]byte
+	bulk      bool // a large send over the transport, not rings (sleep.go)
 	segs      [][]byte
 	lastSend  int64
 	firstSend int64 // when the request first went out: the unreachable verdict counts from it
