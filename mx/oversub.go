@@ -56,21 +56,21 @@ import (
 // receiver shows in its doorbell, which every board sending to it maps,
 // whether it sleeps and how long it has slept in all (shm.PeerSleeps),
 // written only as it falls asleep and wakes. A process counts for the
-// share of the time since the last look it was not asleep: nothing when
-// it was asleep at both looks and slept no more in between (asleep
+// share of the time since the last look it was not asleep: nothing when it
+// was asleep at both looks and slept no more in between (asleep
 // throughout), 1 - slept/interval when it woke in between, all of it when
-// it is new or its doorbell could not be read; a share of awakeWhole or
-// more counts whole. The shares are summed and rounded, so the brief
-// wake-ups of idle ranks count for nothing, ranks that poll count whole
-// and many ranks that each sleep most of the time count together; the
-// CPUs are those of the processes with a share. A
-// look costs a load of a line per peer that the peer writes only when it
-// sleeps or wakes, no system call. What the count cannot see is a CPU
-// quota (a container's cgroup cpu.max), processes of other jobs that do
-// not talk to this one, or a process that computes while its receiver
-// sleeps: YieldAlways (GOMX_YIELD=always) is for those; YieldNever
-// (GOMX_YIELD=never) keeps the spin of a node with a core per rank
-// whatever the count says.
+// it is new or its doorbell could not be read (looks are doorEvery apart
+// while some are left out); a share of awakeWhole or more counts whole.
+// The shares are summed and rounded, so the brief wake-ups of idle ranks
+// count for nothing, ranks that poll count whole and many ranks that each
+// sleep most of the time count together; the CPUs are those of the
+// processes with a share. A look costs a load of a line per peer that the
+// peer writes only when it sleeps or wakes, no system call. What the count
+// cannot see is a CPU quota (a container's cgroup cpu.max), processes of
+// other jobs that do not talk to this one, or a process that computes
+// while its receiver sleeps: YieldAlways (GOMX_YIELD=always) is for those;
+// YieldNever (GOMX_YIELD=never) keeps the spin of a node with a core per
+// rank whatever the count says.
 
 // YieldPolicy says when a board's waiters give their CPU away from their
 // first empty look instead of spinning (see BoardOptions.Yield).
@@ -138,6 +138,14 @@ func (o *BoardOptions) yieldEnv() error {
 // changed costs a load per ring, at every timer run.
 const oversubEvery = 50 * time.Millisecond
 
+// doorEvery is how often a board that left sleeping processes out of its
+// count looks at their doorbells again (at its timer runs, a tick apart
+// while it is busy): processes that wake, as every rank does when an
+// alltoall starts after a quiet phase, count again within a tick or two,
+// not an oversubEvery later, and a wake-up is measured against a short
+// interval, whose share awake it mostly is.
+const doorEvery = 5 * time.Millisecond
+
 // oversubState is a board's view of whether its node is oversubscribed.
 type oversubState struct {
 	// yield: waiters yield from their first empty look (read by every
@@ -154,11 +162,12 @@ type oversubState struct {
 	// The peers' doorbells at the last look (looked: when; looks counts
 	// them), each process's share of that interval awake (shares), and
 	// scratch.
-	looked int64
-	looks  uint32
-	doors  map[transport.NICID]doorLook
-	shares map[int]float64
-	sleeps []shm.PeerSleep
+	looked   int64
+	looks    uint32
+	sleepers bool // the last count left some out (or in part): see doorEvery
+	doors    map[transport.NICID]doorLook
+	shares   map[int]float64
+	sleeps   []shm.PeerSleep
 	// all and one are count's masks: getaff, a function value, takes
 	// their addresses, so locals would move to the heap at every count.
 	all, one unix.CPUSet
@@ -198,7 +207,8 @@ func (b *Board) shmTransport() *shm.Transport {
 // countOversub counts the processes the board shares rings with that are
 // awake and the CPUs they may run on, and sets whether its waiters yield
 // (b.mu held; from the timers): when a ring came or went since the last
-// count, or every oversubEvery.
+// count, every oversubEvery, and from doorEvery while it leaves sleepers
+// out.
 func (b *Board) countOversub(now int64) {
 	o := &b.oversub
 	if b.opts.Yield != YieldAuto {
@@ -210,7 +220,7 @@ func (b *Board) countOversub(now int64) {
 	}
 	rings := len(o.pids)
 	o.pids = tr.PeerPids(o.pids[:0])
-	if len(o.pids) == rings && now-o.checked < int64(oversubEvery) {
+	if len(o.pids) == rings && now-o.checked < int64(oversubEvery) && (now-o.looked < int64(doorEvery) || !o.sleepers) {
 		return
 	}
 	o.checked = now
@@ -285,6 +295,7 @@ func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *uni
 		o.aff = make(map[int]affinity)
 	}
 	o.round++
+	o.sleepers = false
 	load := 1.0
 	for _, pid := range pids {
 		if pid == self || pid <= 0 {
@@ -306,6 +317,8 @@ func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *uni
 		awake, ok := o.shares[pid]
 		if !ok || awake >= awakeWhole {
 			awake = 1
+		} else {
+			o.sleepers = true
 		}
 		if awake > 0 {
 			load += awake
