@@ -77,8 +77,9 @@ import (
 type YieldPolicy uint8
 
 const (
-	// YieldAuto yields when the processes the board shares rings with,
-	// itself among them, outnumber the CPUs they may run on.
+	// YieldAuto yields when the processes the board shares rings with
+	// that are awake, itself among them, outnumber the CPUs they may run
+	// on.
 	YieldAuto YieldPolicy = iota
 	// YieldAlways yields whatever the count says.
 	YieldAlways
@@ -108,7 +109,7 @@ func ParseYieldPolicy(s string) (YieldPolicy, error) {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: yield policy %q: write auto (yield when the processes sharing rings outnumber their CPUs), always or never", ErrBadOptions, s)
+	return 0, fmt.Errorf("%w: yield policy %q: write auto (yield when the awake processes sharing rings outnumber their CPUs), always or never", ErrBadOptions, s)
 }
 
 // yieldEnv reads GOMX_YIELD into o.Yield when it is left at YieldAuto.
