@@ -100,8 +100,9 @@ type BoardOptions struct {
 	// blocking waiter for at least SpinMax, before they sleep: on a node
 	// with more processes than CPUs, the process a waiter waits for
 	// usually needs the waiter's CPU (see oversub.go). YieldAuto, the
-	// default, does so when the processes the board shares rings with,
-	// itself among them, outnumber the CPUs they may run on; YieldAlways
+	// default, does so when the processes the board shares rings with
+	// that are awake (not asleep on their rings), itself among them,
+	// outnumber the CPUs they may run on; YieldAlways
 	// and YieldNever whatever the count. Default: $GOMX_YIELD (auto,
 	// always or never).
 	Yield YieldPolicy

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
 
@@ -40,27 +41,45 @@ import (
 //
 // The board finds out by itself (YieldAuto, the default): whenever a ring
 // comes or goes, and every oversubEvery, its timers count the processes
-// it shares rings with (the peers whose rings come to it on the host
-// path, or on a shared-memory board's own transport), itself among them,
-// and the CPUs those processes may run on, the union of their scheduler
-// affinity masks (sched_getaffinity(2) of each, remembered per process).
-// More processes than CPUs is oversubscribed. The union, not this
-// process's own mask, is what counts: ranks each bound to one core of a
-// node with a core per rank see as many CPUs as ranks, while unbound
-// ranks, or ranks bound to the two CPUs of a small machine, see how few
-// there are. What the count cannot see is a CPU quota (a container's
-// cgroup cpu.max) or processes of other jobs that do not talk to this
-// one: YieldAlways (GOMX_YIELD=always) is for those; YieldNever
-// (GOMX_YIELD=never) keeps the spin of a node with a core per rank
-// whatever the count says.
+// it shares rings with that compete for a CPU (the peers whose rings come
+// to it on the host path, or on a shared-memory board's own transport),
+// itself among them, and the CPUs those processes may run on, the union
+// of their scheduler affinity masks (sched_getaffinity(2) of each,
+// remembered per process). More processes than CPUs is oversubscribed.
+// The union, not this process's own mask, is what counts: ranks each
+// bound to one core of a node with a core per rank see as many CPUs as
+// ranks, while unbound ranks, or ranks bound to the two CPUs of a small
+// machine, see how few there are.
+//
+// A process asleep does not compete: the idle ranks of a job in which two
+// ranks talk would otherwise make those two yield at every look. Each
+// receiver shows in its doorbell, which every board sending to it maps,
+// whether it sleeps and how long it has slept in all (shm.PeerSleeps),
+// written only as it falls asleep and wakes. A process counts for the
+// share of the time since the last look it was not asleep: nothing when it
+// was asleep at both looks and slept no more in between (asleep
+// throughout), 1 - slept/interval when it woke in between, all of it when
+// it is new or its doorbell could not be read (looks are doorEvery apart
+// while some are left out); a share of awakeWhole or more counts whole.
+// The shares are summed and rounded, so the brief wake-ups of idle ranks
+// count for nothing, ranks that poll count whole and many ranks that each
+// sleep most of the time count together; the CPUs are those of the
+// processes with a share. A look costs a load of a line per peer that the
+// peer writes only when it sleeps or wakes, no system call. What the count
+// cannot see is a CPU quota (a container's cgroup cpu.max), processes of
+// other jobs that do not talk to this one, or a process that computes
+// while its receiver sleeps: YieldAlways (GOMX_YIELD=always) is for those;
+// YieldNever (GOMX_YIELD=never) keeps the spin of a node with a core per
+// rank whatever the count says.
 
 // YieldPolicy says when a board's waiters give their CPU away from their
 // first empty look instead of spinning (see BoardOptions.Yield).
 type YieldPolicy uint8
 
 const (
-	// YieldAuto yields when the processes the board shares rings with,
-	// itself among them, outnumber the CPUs they may run on.
+	// YieldAuto yields when the processes the board shares rings with
+	// that are awake, itself among them, outnumber the CPUs they may run
+	// on.
 	YieldAuto YieldPolicy = iota
 	// YieldAlways yields whatever the count says.
 	YieldAlways
@@ -90,7 +109,7 @@ func ParseYieldPolicy(s string) (YieldPolicy, error) {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: yield policy %q: write auto (yield when the processes sharing rings outnumber their CPUs), always or never", ErrBadOptions, s)
+	return 0, fmt.Errorf("%w: yield policy %q: write auto (yield when the awake processes sharing rings outnumber their CPUs), always or never", ErrBadOptions, s)
 }
 
 // yieldEnv reads GOMX_YIELD into o.Yield when it is left at YieldAuto.
@@ -111,14 +130,22 @@ func (o *BoardOptions) yieldEnv() error {
 }
 
 // oversubEvery is how often a board with YieldAuto counts its processes
-// and their CPUs again when the number of its peers did not change (one
-// process may have taken another's place, and this process's own mask,
-// read at every count, may have changed; a peer's mask is read once, when
-// the peer is first seen, as launchers bind ranks when they start them):
-// a count costs a system call per new process and a map look-up per
-// process. Whether the number changed costs a load per ring, at every
-// timer run.
+// and their CPUs again when the number of its peers did not change: the
+// peers' sleep changes, one process may have taken another's place, and
+// this process's own mask, read at every count, may have changed (a
+// peer's mask is read once, when the peer is first seen, as launchers
+// bind ranks when they start them). A count costs a system call per new
+// process, and a load and a map look-up per peer. Whether the number
+// changed costs a load per ring, at every timer run.
 const oversubEvery = 50 * time.Millisecond
+
+// doorEvery is how often a board that left sleeping processes out of its
+// count looks at their doorbells again (at its timer runs, a tick apart
+// while it is busy): processes that wake, as every rank does when an
+// alltoall starts after a quiet phase, count again within a tick or two,
+// not an oversubEvery later, and a wake-up is measured against a short
+// interval, whose share awake it mostly is.
+const doorEvery = 5 * time.Millisecond
 
 // oversubState is a board's view of whether its node is oversubscribed.
 type oversubState struct {
@@ -133,6 +160,15 @@ type oversubState struct {
 	aff     map[int]affinity
 	pids    []int
 	round   uint32
+	// The peers' doorbells at the last look (looked: when; looks counts
+	// them), each process's share of that interval awake (shares), and
+	// scratch.
+	looked   int64
+	looks    uint32
+	sleepers bool // the last count left some out (or in part): see doorEvery
+	doors    map[transport.NICID]doorLook
+	shares   map[int]float64
+	sleeps   []shm.PeerSleep
 	// all and one are count's masks: getaff, a function value, takes
 	// their addresses, so locals would move to the heap at every count.
 	all, one unix.CPUSet
@@ -143,6 +179,14 @@ type oversubState struct {
 type affinity struct {
 	set  unix.CPUSet
 	seen uint32
+}
+
+// doorLook is a peer's doorbell as a look read it (see shm.PeerSleep),
+// and which look that was.
+type doorLook struct {
+	asleep bool
+	slept  time.Duration
+	seen   uint32
 }
 
 // initOversub sets the policy's fixed answers at NewBoard.
@@ -161,10 +205,11 @@ func (b *Board) shmTransport() *shm.Transport {
 	return tr
 }
 
-// countOversub counts the processes the board shares rings with and the
-// CPUs they may run on, and sets whether its waiters yield (b.mu held;
-// from the timers): when a ring came or went since the last count, or
-// every oversubEvery (a process's mask may change).
+// countOversub counts the processes the board shares rings with that are
+// awake and the CPUs they may run on, and sets whether its waiters yield
+// (b.mu held; from the timers): when a ring came or went since the last
+// count, every oversubEvery, and from doorEvery while it leaves sleepers
+// out.
 func (b *Board) countOversub(now int64) {
 	o := &b.oversub
 	if b.opts.Yield != YieldAuto {
@@ -176,10 +221,12 @@ func (b *Board) countOversub(now int64) {
 	}
 	rings := len(o.pids)
 	o.pids = tr.PeerPids(o.pids[:0])
-	if len(o.pids) == rings && now-o.checked < int64(oversubEvery) {
+	if len(o.pids) == rings && now-o.checked < int64(oversubEvery) && (now-o.looked < int64(doorEvery) || !o.sleepers) {
 		return
 	}
 	o.checked = now
+	o.sleeps = tr.PeerSleeps(o.sleeps[:0])
+	o.share(now, o.sleeps)
 	procs, cpus, ok := o.count(os.Getpid(), o.pids, unix.SchedGetaffinity)
 	if !ok {
 		return
@@ -189,11 +236,56 @@ func (b *Board) countOversub(now int64) {
 	o.yield.Store(oversubscribed(procs, cpus))
 }
 
+// share sets each process's share of the time since the last look (at
+// now, on the board's clock) it was awake, from what its boards' doorbells
+// show now (sleeps) and showed at the last look: the largest of its
+// boards'. A board not looked at before counts as awake.
+func (o *oversubState) share(now int64, sleeps []shm.PeerSleep) {
+	if o.doors == nil {
+		o.doors, o.shares = make(map[transport.NICID]doorLook), make(map[int]float64)
+	}
+	clear(o.shares)
+	o.looks++
+	span := time.Duration(now - o.looked)
+	for _, s := range sleeps {
+		awake := 1.0
+		if last, ok := o.doors[s.Peer]; ok && last.seen == o.looks-1 && span > 0 {
+			switch slept := s.Slept - last.slept; {
+			case s.Asleep && last.asleep && slept == 0:
+				awake = 0 // asleep throughout
+			case slept >= span:
+				awake = 0
+			default:
+				awake = 1 - float64(slept)/float64(span)
+			}
+		}
+		o.doors[s.Peer] = doorLook{asleep: s.Asleep, slept: s.Slept, seen: o.looks}
+		if a, ok := o.shares[s.Pid]; !ok || awake > a {
+			o.shares[s.Pid] = awake
+		}
+	}
+	for p, d := range o.doors {
+		if d.seen != o.looks {
+			delete(o.doors, p)
+		}
+	}
+	o.looked = now
+}
+
+// awakeWhole is the share of an interval a process awake that long counts
+// for a whole process. A rank that polls and yields still shows some
+// sleep: its receive loop sleeps on the doorbell while its waiters poll
+// the rings themselves (a ping-pong's ranks showed 0.25-1 awake), and that
+// sleep says nothing of the CPU the process wants.
+const awakeWhole = 1.0 / 8
+
 // count counts the processes self and pids name (each once; pids may
-// repeat, and name self) and the CPUs in the union of their affinity
-// masks, which getaff reads for a process not seen in the last count
-// (sched_getaffinity(2)); a process it finds gone is left out. ok is
-// false when self's own mask cannot be read.
+// repeat, and name self) that compete for a CPU and the CPUs in the union
+// of their affinity masks, which getaff reads for a process not seen in
+// the last count (sched_getaffinity(2)); a process it finds gone is left
+// out. A process counts for its share awake (share; a whole process when
+// share has none for it or from awakeWhole), and its CPUs when that share
+// is above nothing; self counts whole. ok is false when self's own mask cannot be read.
 func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *unix.CPUSet) error) (procs, cpus int, ok bool) {
 	all := &o.all
 	*all = unix.CPUSet{}
@@ -204,7 +296,8 @@ func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *uni
 		o.aff = make(map[int]affinity)
 	}
 	o.round++
-	procs = 1
+	o.sleepers = false
+	load := 1.0
 	for _, pid := range pids {
 		if pid == self || pid <= 0 {
 			continue
@@ -222,15 +315,23 @@ func (o *oversubState) count(self int, pids []int, getaff func(pid int, set *uni
 		}
 		a.seen = o.round
 		o.aff[pid] = a
-		procs++
-		orSet(all, &a.set)
+		awake, ok := o.shares[pid]
+		if !ok || awake >= awakeWhole {
+			awake = 1
+		} else {
+			o.sleepers = true
+		}
+		if awake > 0 {
+			load += awake
+			orSet(all, &a.set)
+		}
 	}
 	for pid, a := range o.aff {
 		if a.seen != o.round {
 			delete(o.aff, pid)
 		}
 	}
-	return procs, all.Count(), true
+	return int(load + 0.5), all.Count(), true
 }
 
 // oversubscribed reports whether procs processes outnumber the cpus they

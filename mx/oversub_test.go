@@ -10,7 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // cpus returns a CPU set of the CPUs listed.
@@ -88,6 +90,164 @@ func TestOversubCount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOversubIgnoresSleepers: what the peers' doorbells showed at two looks
+// decides how much each process counts. One asleep at both looks that
+// slept no more in between, or that slept longer than the interval,
+// counts for nothing and its CPUs are not counted; one that polled, or
+// slept some of the interval, counts whole; many that each slept most of
+// it count together for their shares; one not seen before counts whole.
+func TestOversubIgnoresSleepers(t *testing.T) {
+	const self = 100
+	const span = 50 * time.Millisecond
+	type door struct {
+		asleep bool
+		slept  time.Duration
+	}
+	cases := []struct {
+		name         string
+		masks        map[int]unix.CPUSet // self's and the peers'
+		first, then  map[int]door        // each peer's doorbell at the two looks
+		procs, ncpus int
+		over         bool
+	}{
+		{"a pair and two idle ranks asleep throughout",
+			map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1), 103: cpus(0, 1)},
+			map[int]door{101: {false, 0}, 102: {true, 7 * span}, 103: {true, 0}},
+			map[int]door{101: {false, 0}, 102: {true, 7 * span}, 103: {true, 0}}, 2, 2, false},
+		{"an idle rank that woke between the looks for a moment",
+			map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1)},
+			map[int]door{101: {false, 0}, 102: {true, 0}},
+			map[int]door{101: {false, 0}, 102: {true, span - span/100}}, 2, 2, false},
+		{"a rank that slept half the time counts whole",
+			map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1)},
+			map[int]door{101: {false, 0}, 102: {false, 0}},
+			map[int]door{101: {false, 0}, 102: {false, span / 2}}, 3, 2, true},
+		{"asleep now, but awake at the last look",
+			map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1)},
+			map[int]door{101: {false, 0}, 102: {false, 0}},
+			map[int]door{101: {false, 0}, 102: {true, 0}}, 3, 2, true},
+		{"ten ranks each awake a tenth of the time",
+			map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1), 103: cpus(0, 1), 104: cpus(0, 1), 105: cpus(0, 1),
+				106: cpus(0, 1), 107: cpus(0, 1), 108: cpus(0, 1), 109: cpus(0, 1), 110: cpus(0, 1)},
+			map[int]door{101: {}, 102: {}, 103: {}, 104: {}, 105: {}, 106: {}, 107: {}, 108: {}, 109: {}, 110: {}},
+			map[int]door{101: {false, span * 9 / 10}, 102: {false, span * 9 / 10}, 103: {false, span * 9 / 10}, 104: {false, span * 9 / 10},
+				105: {false, span * 9 / 10}, 106: {false, span * 9 / 10}, 107: {false, span * 9 / 10}, 108: {false, span * 9 / 10},
+				109: {false, span * 9 / 10}, 110: {false, span * 9 / 10}}, 2, 2, false},
+		{"sixteen ranks each awake a tenth of the time",
+			func() map[int]unix.CPUSet {
+				m := map[int]unix.CPUSet{self: cpus(0, 1)}
+				for p := 101; p <= 116; p++ {
+					m[p] = cpus(0, 1)
+				}
+				return m
+			}(),
+			func() map[int]door {
+				m := map[int]door{}
+				for p := 101; p <= 116; p++ {
+					m[p] = door{}
+				}
+				return m
+			}(),
+			func() map[int]door {
+				m := map[int]door{}
+				for p := 101; p <= 116; p++ {
+					m[p] = door{false, span * 9 / 10}
+				}
+				return m
+			}(), 3, 2, true},
+		{"two awake on one CPU, a sleeper on another",
+			map[int]unix.CPUSet{self: cpus(0), 101: cpus(0), 102: cpus(1)},
+			map[int]door{101: {false, 0}, 102: {true, 0}},
+			map[int]door{101: {false, 0}, 102: {true, 0}}, 2, 1, true},
+		{"a peer first seen at the second look",
+			map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1)},
+			map[int]door{101: {false, 0}},
+			map[int]door{101: {false, 0}, 102: {true, 0}}, 3, 2, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			getaff := func(pid int, set *unix.CPUSet) error {
+				m, ok := c.masks[pid]
+				if !ok {
+					return syscall.ESRCH
+				}
+				*set = m
+				return nil
+			}
+			sleeps := func(doors map[int]door) []shm.PeerSleep {
+				var s []shm.PeerSleep
+				for pid, d := range doors {
+					// A board per process, named after it.
+					s = append(s, shm.PeerSleep{Peer: transport.NICID(pid), Pid: pid, Asleep: d.asleep, Slept: d.slept})
+				}
+				return s
+			}
+			var pids []int
+			for pid := range c.masks {
+				if pid != self {
+					pids = append(pids, pid)
+				}
+			}
+			var o oversubState
+			o.share(int64(time.Second), sleeps(c.first))
+			if _, _, ok := o.count(self, pids, getaff); !ok {
+				t.Fatal("own mask not read")
+			}
+			o.share(int64(time.Second+span), sleeps(c.then))
+			procs, n, ok := o.count(self, pids, getaff)
+			if !ok || procs != c.procs || n != c.ncpus || oversubscribed(procs, n) != c.over {
+				t.Fatalf("%d processes on %d CPUs (ok %v), oversubscribed %v: want %d on %d, %v",
+					procs, n, ok, oversubscribed(procs, n), c.procs, c.ncpus, c.over)
+			}
+		})
+	}
+}
+
+// TestOversubCountsAwakeProcesses: a board sharing rings with two other
+// processes counts the one that busy-polls and not the one asleep waiting
+// for a message, from what their doorbells show, however many CPUs the
+// host has.
+func TestOversubCountsAwakeProcesses(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	dir := shmDir(t)
+	ctx := testCtx(t, 2*time.Minute)
+	startShmChild(t, ctx, dir+" 1")
+	startShmChild(t, ctx, dir+" 2 busy")
+	tr, err := shm.Open(shm.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBoard(tr, shmTestOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := b.OpenEndpoint(0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, board := range []int{1, 2} {
+		addr, err := e.Connect(ctx, shm.NICBase|transport.NICID(board), 0, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		echoSizes(t, ctx, e, addr, []int{8})
+	}
+	if pids := tr.PeerPids(nil); len(pids) != 2 {
+		t.Fatalf("rings from %v, want the two children", pids)
+	}
+	// A count made once both rings were there: itself and the busy
+	// child, once the other has slept through a look.
+	since := b.clock()
+	waitUntil(t, "the sleeping child to be left out", func() bool {
+		b.mu.Lock()
+		counted := b.oversub.checked > since
+		b.mu.Unlock()
+		_, procs, _ := b.Oversubscribed()
+		return counted && procs == 2
+	})
 }
 
 // TestYieldPolicyEnv: GOMX_YIELD sets a policy left at auto, a wrong one

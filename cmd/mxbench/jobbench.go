@@ -252,8 +252,12 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		var wall time.Duration
 		if w.job.Size > 2 {
 			// The other ranks wait here until the pair is done, so
-			// their CPU time covers its run.
-			if err := w.barrier(sctx); err != nil {
+			// their CPU time covers its run: for rank 0's word alone,
+			// not in a barrier, whose message to rank 0 would be sent
+			// at once, in the middle of the run, and cost the pair a
+			// message and its acks from every idle rank (the gather
+			// below tells rank 0 that all are done).
+			if _, err := w.bcast(sctx, nil); err != nil {
 				cancel()
 				return err
 			}

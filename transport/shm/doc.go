@@ -132,7 +132,10 @@
 // while the Recv sleeps, so the layer above can take Recv over from a
 // spinning receive loop cheaply; a peer that goes away, and Close, write it
 // too. The counters say how often the receiver slept and how many wake-ups
-// the producers sent.
+// the producers sent. As it wakes, the receiver adds the time it slept to a
+// total beside the flag; PeerSleeps reads both, which tells a producer
+// whether its consumer slept throughout since its last look (mx counts only
+// the processes that did not as competing for a CPU).
 //
 // The eventfd, not a futex in the doorbell, because of where the sleeper
 // waits: the eventfd is non-blocking and read through the runtime's poller

@@ -119,24 +119,25 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		// returns at once (or is woken).
 		t.slp.Store(1)
 		if n := t.poll(frames); n > 0 {
-			t.slp.Store(0)
+			t.awake(0)
 			return n, nil
 		}
 		if t.closed.Load() {
-			t.slp.Store(0)
+			t.awake(0)
 			return 0, errClosed
 		}
 		if t.wakeReq.Swap(false) { // see Wake
-			t.slp.Store(0)
+			t.awake(0)
 			return 0, nil
 		}
 		if timeout > 0 && !time.Now().Before(deadline) {
-			t.slp.Store(0)
+			t.awake(0)
 			return 0, nil
 		}
 		t.cnt.sleeps.Add(1)
+		from := time.Now()
 		t.sleep(deadline)
-		t.slp.Store(0)
+		t.awake(time.Since(from))
 		if t.wakeReq.Swap(false) {
 			return t.poll(frames), nil
 		}

@@ -63,9 +63,11 @@ const (
 // passed with it: see Transport.sleep).
 //
 //	offset 64  sleeping  uint32  1 while the receiver may sleep on its eventfd
+//	offset 72  slept     uint64  ns the receiver slept in all, added as each sleep ends (PeerSleeps)
 //	offset 128 summary   uint64  the bits of cold rings with news (notify.go)
 const (
 	bellSleepOff = 64
+	bellSleptOff = 72
 	bellLen      = 4096
 )
 

@@ -207,7 +207,11 @@ type Transport struct {
 	ln     *net.UnixListener
 	bell   segment // our doorbell, mapped by every producer sending to us
 	bellFd int     // its memfd, passed to each producer; closed by Close
-	slp    *atomic.Uint32
+	// slp and slept are the doorbell's sleeping flag and sleep total;
+	// sleepFrom is when the sleep ArmSleep prepared began (Recv side).
+	slp       *atomic.Uint32
+	slept     *atomic.Uint64
+	sleepFrom time.Time
 	// ev is the doorbell's eventfd, passed to each producer with the
 	// memfd: a sleeping Recv waits on it (under rmu; see sleep). roomBell is
 	// the flusher's: passed to each consumer with our hello, which
@@ -451,8 +455,9 @@ type outRing struct {
 	notifyWords
 	head     *atomic.Uint64
 	slp      *atomic.Uint32
-	ev       int    // the consumer's eventfd (see kick); closed by close
-	headSeen uint64 // cached consumer head: reloaded only when the ring looks full
+	slept    *atomic.Uint64 // the consumer's sleep total (PeerSleeps)
+	ev       int            // the consumer's eventfd (see kick); closed by close
+	headSeen uint64         // cached consumer head: reloaded only when the ring looks full
 	mtu      int
 	conn     *net.UnixConn
 	pid      int // the consumer's process (SO_PEERCRED)
@@ -568,6 +573,7 @@ func Open(opts Options) (*Transport, error) {
 		t.q.lanesFull.Store(1) // it takes none
 	}
 	t.slp = u32At(bell.mem, bellSleepOff)
+	t.slept = u64At(bell.mem, bellSleptOff)
 	t.sum = u64At(bell.mem, bellSumOff)
 	t.setIn(nil)
 	if err := t.listen(); err != nil {
@@ -861,6 +867,50 @@ func (t *Transport) PeerPids(dst []int) []int {
 		if !r.dead.Load() {
 			dst = append(dst, r.pid)
 		}
+	}
+	return dst
+}
+
+// PeerSleep is what the doorbell of a board this transport sends to shows
+// of that board's receiver (PeerSleeps).
+type PeerSleep struct {
+	Peer transport.NICID
+	// Pid is the board's process, as PeerProcess reports it.
+	Pid int
+	// Asleep says the receiver announced a sleep on its doorbell's
+	// eventfd and has not ended it.
+	Asleep bool
+	// Slept is the time the receiver has slept in all, by its own clock,
+	// added as each sleep ends (at least a nanosecond a sleep, and for a
+	// sleep announced and called off): a receiver seen Asleep at two looks
+	// with Slept unchanged slept from the first to the second.
+	Slept time.Duration
+}
+
+// PeerSleeps appends the sleep state of the boards this transport sends
+// to (see PeerSleep): one load of a line each receiver writes only when it
+// goes to sleep or wakes. A ring a sender holds locked at that moment is
+// left out (its doorbell is unmapped under that lock); so are rings whose
+// connection has closed.
+func (t *Transport) PeerSleeps(dst []PeerSleep) []PeerSleep {
+	m := t.outSnap.Load()
+	if m == nil {
+		return dst
+	}
+	for _, o := range *m {
+		if o.dead.Load() || !o.mu.TryLock() {
+			continue
+		}
+		if !o.shut {
+			// The total before and after the flag: a receiver that woke
+			// (flag down, then the total) and slept again between the
+			// loads is not taken for one that slept throughout.
+			a := o.slept.Load()
+			asleep := o.slp.Load() != 0
+			b := o.slept.Load()
+			dst = append(dst, PeerSleep{Peer: o.peer, Pid: o.pid, Asleep: asleep && a == b, Slept: time.Duration(b)})
+		}
+		o.mu.Unlock()
 	}
 	return dst
 }

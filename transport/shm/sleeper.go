@@ -1,12 +1,17 @@
 package shm
 
-import "golang.org/x/sys/unix"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // ArmSleep prepares a sleep on the doorbell's eventfd outside Recv (see
 // [transport.Sleeper]): it announces the sleep to producers, as Recv does
 // before it sleeps, then looks once more (Pending). The caller serializes
 // it with its own Recv calls, as for Pending.
 func (t *Transport) ArmSleep() (fd int, sleep bool) {
+	t.sleepFrom = time.Now()
 	t.slp.Store(1)
 	if t.Pending() || t.wakeReq.Load() {
 		return t.ev.fd, false
@@ -17,9 +22,18 @@ func (t *Transport) ArmSleep() (fd int, sleep bool) {
 // EndSleep ends a sleep ArmSleep prepared, and reads the eventfd's count
 // when the caller's poll found it readable, so the next sleep sleeps.
 func (t *Transport) EndSleep(readable bool) {
-	t.slp.Store(0)
+	t.awake(time.Since(t.sleepFrom))
 	if readable {
 		var b [8]byte
 		_, _ = unix.Read(t.ev.fd, b[:])
 	}
+}
+
+// awake ends a sleep announced in the doorbell: it lowers the flag, then
+// adds slept (at least a nanosecond, so that a producer sees a new sleep,
+// or one called off) to the doorbell's total (PeerSleeps). In that order,
+// a reader that saw the flag up reads a total without this sleep.
+func (t *Transport) awake(slept time.Duration) {
+	t.slp.Store(0)
+	t.slept.Add(uint64(max(slept, 1)))
 }
