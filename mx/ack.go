@@ -119,13 +119,16 @@ func (p *partner) noteReceived(c ackClass) {
 				p.stampQ = true
 				b.toStamp = append(b.toStamp, p)
 			}
-			if !rings {
-				// Stamped at the board's next reading (useReading): the
-				// reply's send, else the waiter's next look (pollWait).
-				b.readWants = true
-				if !b.unstamped.Load() {
-					b.unstamped.Store(true)
-				}
+			// Stamped at the board's next reading (useReading): the
+			// reply's send, else the waiter's next look (pollWait),
+			// else a timer check. A ring peer's waits for no early
+			// reading (unstamped), but takes the next one made: a
+			// busy-polling board on a loaded machine may check its
+			// timers seconds apart, and a ring peer whose ack waited
+			// for that was probed (the rings' FullWait).
+			b.readWants = true
+			if !rings && !b.unstamped.Load() {
+				b.unstamped.Store(true)
 			}
 			return
 		}

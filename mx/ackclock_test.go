@@ -51,8 +51,9 @@ func TestAckClock(t *testing.T) {
 // polling waiter's batch is taken: on the board's next clock reading
 // when that comes within rttFoldGap of the waiter's, dropped when it
 // comes later; on the batch's reading when it has one; on a reading
-// made at once for one in rttEvery of the samples that have no waiter's
-// reading at hand, dropped for the others.
+// made at once when there is none at hand. A partner's first ack gives a
+// sample, and then one in rttEvery, whichever way its time is read; the
+// others are dropped, and no clock is read for them.
 func TestPolledSampleWaitsForReading(t *testing.T) {
 	// A board whose clock reads ten minutes (below rttMaxSample).
 	ten := int64(10 * time.Minute)
@@ -61,7 +62,8 @@ func TestPolledSampleWaitsForReading(t *testing.T) {
 		seen  int64 // the waiter's reading (0: none)
 		nowOK bool  // the batch read the clock (at 3000)
 		next  int64 // the board's next reading (0: none)
-		skip  int   // acks without a reading at hand since the last sample read for one
+		est   bool  // the partner has an estimate already (srtt 7 ns)
+		skip  int   // acks since the last one that gave a sample
 		want  int64 // the sample taken (sent at 500); 0: none; -1: one on a reading of the clock
 	}{
 		{name: "next reading soon", seen: 1000, next: 4000, want: 3500},
@@ -71,31 +73,46 @@ func TestPolledSampleWaitsForReading(t *testing.T) {
 		// sample of almost nothing.
 		{name: "next reading older", seen: 1000, next: 900, want: 0},
 		{name: "batch's reading", seen: 1000, nowOK: true, want: 2500},
-		{name: "no waiter's reading, rttEvery-th", skip: rttEvery - 1, want: -1},
-		{name: "no waiter's reading, others", skip: 0, want: 0},
-		{name: "no waiter's reading, others later", skip: rttEvery - 2, want: 0},
+		{name: "no reading at hand", want: -1},
+		{name: "rttEvery-th, no reading at hand", est: true, skip: rttEvery - 1, want: -1},
+		{name: "rttEvery-th, next reading soon", est: true, skip: rttEvery - 1, seen: 1000, next: 4000, want: 3500},
+		{name: "rttEvery-th, batch's reading", est: true, skip: rttEvery - 1, nowOK: true, want: 2500},
+		{name: "others, no reading at hand", est: true, skip: 0, want: 0},
+		{name: "others later, no reading at hand", est: true, skip: rttEvery - 2, want: 0},
+		{name: "others, next reading soon", est: true, skip: 0, seen: 1000, next: 4000, want: 0},
+		{name: "others, batch's reading", est: true, skip: 0, nowOK: true, want: 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := &Board{base: time.Now().Add(-10 * time.Minute), seen: c.seen, nowv: 3000, nowOK: c.nowOK}
 			p := &partner{ep: &Endpoint{b: b}, rttSkip: c.skip}
+			if c.est {
+				p.rtt = rtt{srtt: 7, rttvar: 3, ok: true}
+			}
+			before := p.rtt
 			p.sampleRTT(500)
 			b.seen = 0
 			if c.next != 0 {
-				if p.rtt.ok {
-					t.Fatalf("sample %d taken before the next reading", p.rtt.srtt)
+				if p.rtt != before {
+					t.Fatalf("sample %+v taken before the next reading", p.rtt)
 				}
 				b.useReading(c.next)
+			}
+			// The sample r itself: what the estimate was set to, or
+			// what moved it from srtt 7 (srtt = (7*7 + r)/8).
+			r := p.rtt.srtt
+			if c.est {
+				r = 8*p.rtt.srtt - 49
 			}
 			switch {
 			case len(b.rttPend) != 0:
 				t.Fatalf("%d samples still pending after the reading", len(b.rttPend))
-			case c.want == 0 && p.rtt.ok:
-				t.Fatalf("sample %d taken, want it dropped", p.rtt.srtt)
-			case c.want > 0 && p.rtt.srtt != c.want:
-				t.Fatalf("sample %v, want %d", p.rtt, c.want)
-			case c.want < 0 && p.rtt.srtt < ten-500:
-				t.Fatalf("sample %v, want one on a reading of the clock (about %d)", p.rtt, ten)
-			case c.want == 0 && c.seen == 0 && b.nowOK:
+			case c.want == 0 && p.rtt != before:
+				t.Fatalf("sample taken (%+v), want it dropped", p.rtt)
+			case c.want > 0 && (r < c.want-7 || r > c.want):
+				t.Fatalf("sample %d (%+v), want %d", r, p.rtt, c.want)
+			case c.want < 0 && r < ten-500-8:
+				t.Fatalf("sample %d, want one on a reading of the clock (about %d)", r, ten)
+			case c.want == 0 && c.seen == 0 && !c.nowOK && b.nowOK:
 				t.Fatal("the clock was read for a sample that was dropped")
 			}
 		})
@@ -301,5 +318,75 @@ func TestAckWithoutTick(t *testing.T) {
 				t.Errorf("%d delayed acks for %d unanswered messages", d, n)
 			}
 		})
+	}
+}
+
+// TestRoundTripSamplesUnbiased checks that which acks give round-trip
+// samples does not depend on how late their reply came. A reply found at
+// a waiter's first look has no waiter's reading at hand; a later one
+// does (the waiter read the clock while it polled), and so does one the
+// receive loop's batch brought. If the first kind gave a sample only one
+// time in rttEvery and the others every time, a ping-pong's estimate
+// would lean toward its slow round trips, and so would the tail-loss
+// probe's and the ask's timeouts drawn from it. Here half the acks, in a
+// seeded random order, come fast (1 µs) at a first look and half slow
+// (50 µs) after the waiter read the clock or in a loop's batch: the
+// samples must be about half slow (with one in rttEvery for the first
+// kind and all of the second, 89 % were, and the estimate was 46 µs).
+func TestRoundTripSamplesUnbiased(t *testing.T) {
+	const (
+		fast = int64(time.Microsecond)
+		slow = int64(50 * time.Microsecond)
+		acks = 4000
+	)
+	b := &Board{base: time.Now().Add(-10 * time.Minute)}
+	p := &partner{ep: &Endpoint{b: b}}
+	rng := uint64(0x9E3779B97F4A7C15)
+	var took [2]int // samples taken: fast, slow
+	var offered [2]int
+	for i := range acks {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		late := rng&1 == 1
+		before := p.rtt
+		b.nowOK, b.seen = false, 0
+		k := 0
+		if late {
+			k = 1
+			now := b.clock()
+			if i%2 == 0 {
+				// The waiter read the clock, polled, and then the
+				// reply came; the reply's send reads it again.
+				b.seen = now
+				p.sampleRTT(now - slow)
+				b.seen = 0
+				b.useReading(now)
+			} else {
+				// The receive loop's batch, with its reading.
+				b.nowv, b.nowOK = now, true
+				p.sampleRTT(now - slow)
+			}
+		} else {
+			// Found at the waiter's first look: no reading at hand.
+			p.sampleRTT(b.clock() - fast)
+		}
+		offered[k]++
+		if p.rtt != before {
+			took[k]++
+		}
+	}
+	if len(b.rttPend) != 0 {
+		t.Fatalf("%d samples left pending", len(b.rttPend))
+	}
+	total := took[0] + took[1]
+	share := float64(took[1]) / float64(total)
+	want := float64(offered[1]) / float64(acks)
+	t.Logf("acks fast %d slow %d; samples fast %d slow %d; srtt %v", offered[0], offered[1], took[0], took[1], time.Duration(p.rtt.srtt))
+	if total < acks/(2*rttEvery) {
+		t.Errorf("%d samples from %d acks: want at least one in %d", total, acks, 2*rttEvery)
+	}
+	if share < want-0.1 || share > want+0.1 {
+		t.Errorf("slow replies gave %.0f %% of the samples, and were %.0f %% of the acks: the sample choice depends on how late the reply came", 100*share, 100*want)
 	}
 }

@@ -208,6 +208,68 @@ func TestBusyTickOnlyForFineTimeouts(t *testing.T) {
 	}
 }
 
+// TestProbeAllowsDescheduledPeer checks that the tail-loss probe's
+// timeout allows for a peer the machine keeps descheduled by itself, not
+// through the measured round trip: with the process's descheduling
+// estimate at a loaded machine's (descheduled.go), a probe toward a peer
+// that is probed (an Open-MX peer over the network) waits at least srtt
+// plus that allowance whether the round trips measured 1 µs or 50 µs, and
+// one through the rings waits their FullWait plus the allowance, so a
+// ring peer descheduled past FullWait is not probed. With no allowance
+// (an idle machine) the network's probe waits about a round trip and the
+// rings' FullWait.
+func TestProbeAllowsDescheduledPeer(t *testing.T) {
+	saved := [2]int64{descheduling.cur.Load(), descheduling.prev.Load()}
+	t.Cleanup(func() { descheduling.cur.Store(saved[0]); descheduling.prev.Store(saved[1]) })
+	const gap = int64(40 * time.Millisecond) // the longest recent gap: the allowance is 3x
+	for _, c := range []struct {
+		name  string
+		tf    transportFactory
+		rings bool
+	}{{"loopback", loopbackOnly, false}, {"rings", shmFactory, true}} {
+		pr := newPair(t, c.tf, DefaultBoardOptions(), loopback.Faults{})
+		b, p := pr.a.b, pr.atob.p
+		for _, srtt := range []int64{int64(time.Microsecond), int64(50 * time.Microsecond)} {
+			for _, loaded := range []bool{false, true} {
+				// The estimate is the process's: the pair's own waiters
+				// may raise it meanwhile, so the timeout is taken between
+				// two equal readings of it (bounded).
+				var pto, slack int64
+				for i := 0; ; i++ {
+					descheduling.start.Store(time.Now().UnixNano()) // no rotation meanwhile
+					descheduling.cur.Store(0)
+					descheduling.prev.Store(0)
+					if loaded {
+						descheduling.cur.Store(gap)
+					}
+					slack = descheduling.slack()
+					b.mu.Lock()
+					p.rtt = rtt{srtt: srtt, rttvar: srtt / 4, ok: true}
+					pto = p.pto(0)
+					b.mu.Unlock()
+					if descheduling.slack() == slack || i == 100 {
+						break
+					}
+				}
+				if loaded && slack < 3*gap {
+					t.Fatalf("allowance %v with a gap of %v, want 3x", time.Duration(slack), time.Duration(gap))
+				}
+				var lo, hi int64
+				if c.rings {
+					lo = int64(pr.ba.rings.FullWait()) + slack
+					hi = lo
+				} else {
+					lo = srtt + slack
+					hi = max(2*srtt, srtt+b.tailAckDelay()+slack)
+				}
+				if pto < lo || pto > hi {
+					t.Errorf("%s, srtt %v, allowance %v: probe after %v, want %v..%v", c.name, time.Duration(srtt), time.Duration(slack), time.Duration(pto), time.Duration(lo), time.Duration(hi))
+				}
+			}
+		}
+	}
+}
+
 // laneStream sends n 8-byte messages from a to b of pr one at a time, each
 // received (and its receive waited for) before the next goes, so that b's
 // rings run dry after every message, and checks their bytes. It returns

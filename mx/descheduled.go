@@ -32,8 +32,8 @@ import (
 // from its first message. It keeps the longest gap of the last one to two
 // windows of schedWindow, and every retransmission timeout allows three
 // times that for the peer to be scheduled: it is the granularity term of
-// the RTO (rtt.timeout's gran), and a floor of the probe timeout past
-// srtt (partner.pto). On an idle machine the gaps stay under schedFloor,
+// the RTO (rtt.timeout's gran), a floor of the probe timeout past srtt
+// (partner.pto), and added to the rings' floor (partner.rtoBounds). On an idle machine the gaps stay under schedFloor,
 // nothing is recorded, and the timeouts are the round trip's; under load
 // they grow to the scheduler's slices within one wait, and shrink again
 // two windows after the load is gone. A machine loaded far past its CPUs

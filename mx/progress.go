@@ -96,8 +96,9 @@ func (b *Board) now() int64 {
 // the board's next reading (the reply's send, whose piggyback clears it
 // anyway, else the waiter's next look, which reads the clock at its first
 // pass, else the receive loop's next look: noteReceived, stampAcks), as a
-// ring peer's does, and only one ack in rttEvery gives a round-trip
-// sample read at once. The receive loop reads the clock once per batch,
+// ring peer's does, and a round-trip sample it is to give (one ack in
+// rttEvery, counted apart from how the time is read: sampleRTT) reads the
+// clock at once. The receive loop reads the clock once per batch,
 // as its Recv returns, for the batch and the timer run after it
 // (Board.rxRead). A reading costs 40-450 ns through the vDSO on this
 // project's virtual machines, and a system call where the vDSO cannot
@@ -127,10 +128,27 @@ type rttPending struct {
 const maxRTTPend = 64
 
 // sampleRTT folds in the round-trip sample of an ack of a request sent
-// at sent: at once when the batch has a reading, else at the board's
-// next reading when a polling waiter's batch brought it (see above),
-// else on a reading made now. b.mu held.
+// at sent, for the partner's first ack and then one ack in rttEvery (the
+// others are dropped, as Karn's rule drops an ambiguous one): at once
+// when the batch has a reading, else at the board's next reading when a
+// polling waiter's batch brought it (see above), else on a reading made
+// now. b.mu held.
+//
+// Which acks give a sample is counted before, and apart from, how the
+// time is read: a reply found at the waiter's first look has no reading
+// at hand and a later one has the waiter's, so a choice that depended on
+// the reading would depend on how late the reply came, and the estimate
+// (and the ask's and the probe's timeouts) would lean toward the slow
+// round trips (TestRoundTripSamplesUnbiased). The estimate gives no
+// allowance for a descheduled peer: the timeouts add the machine's own
+// (descheduled.go).
 func (p *partner) sampleRTT(sent int64) {
+	if p.rtt.ok {
+		if p.rttSkip++; p.rttSkip < rttEvery {
+			return
+		}
+		p.rttSkip = 0
+	}
 	b := p.ep.b
 	switch {
 	case b.nowOK:
@@ -142,19 +160,14 @@ func (p *partner) sampleRTT(sent int64) {
 		b.rttPend = append(b.rttPend, rttPending{p: p, sent: sent})
 		b.readWants = true
 	default:
-		// Only every rttEvery-th such sample reads the clock; the
-		// others are dropped, as Karn's rule drops an ambiguous one.
-		if p.rttSkip++; p.rttSkip >= rttEvery {
-			p.rttSkip = 0
-			p.rtt.sample(b.now() - sent)
-		}
+		p.rtt.sample(b.now() - sent)
 	}
 }
 
-// rttEvery is how many acks a board handles without a reading at hand
-// per round-trip sample it reads the clock for: the reading stands on
-// the path from the message to the application's reply, and the
-// estimate needs far fewer samples than a ping-pong gives.
+// rttEvery is how many acks give one round-trip sample: a sample with no
+// reading at hand reads the clock on the path from the message to the
+// application's reply, and the estimate needs far fewer samples than a
+// ping-pong gives.
 const rttEvery = 8
 
 // foldRTT takes the pending round-trip samples on the reading just made
@@ -441,9 +454,8 @@ func (b *Board) progress() {
 		b.looks.Add(1)
 		// One reading for the batch and the timer run after it, made
 		// before the lock: the run reads the clock anyway, and a
-		// message's round-trip sample and ack deadline want the time it
-		// came (a receive with no reading at hand takes a sample for
-		// one ack in rttEvery only: sampleRTT).
+		// message's round-trip sample (one ack in rttEvery gives one:
+		// sampleRTT) and ack deadline want the time it came.
 		var read int64
 		if n > 0 {
 			read = b.clock()

@@ -102,7 +102,7 @@ type partner struct {
 	owed        bool // in Board.ackOwed: acked when the rings run dry
 	ackLazy     bool // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
 	stampQ      bool // in Board.toStamp: its ack deadline waits for a time
-	rttSkip     int  // acks without a reading at hand since the last sample read for one (sampleRTT)
+	rttSkip     int  // acks since the last one that gave a round-trip sample (sampleRTT)
 	ackDeadline int64
 	ackNumSent  uint32
 	inHandler   bool

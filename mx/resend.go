@@ -14,8 +14,30 @@ import "time"
 
 // pullRTO is the re-request timeout of a pull block from the peer.
 func (p *partner) pullRTO(backoff int) int64 {
+	lo, hi := p.rtoBounds()
+	return p.prtt.timeout(int64(p.ep.b.opts.PullTimeout), p.ep.b.rtoGran(), lo, hi, backoff)
+}
+
+// rtoBounds are the bounds of p's retransmission timeouts (b.mu held):
+// RTOMin..RTOMax on a network path, where the descheduling allowance
+// (descheduled.go) is the granularity term of srtt + max(G, 4*rttvar).
+// Through the rings a timeout is their floor (rtoMin: FullWait, a second
+// by default) plus that allowance, whatever the round trip or the
+// doublings: the rings lose a frame only when its receiver took nothing
+// for FullWait while the sender waited for room, and a receiver the
+// machine keeps off its CPU takes nothing, so without the allowance a
+// peer descheduled past FullWait on a loaded machine was probed and
+// resent to with every frame in its ring. The floor is the rings' own
+// term and the allowance the machine's: neither comes from the measured
+// round trips (whose samples give no allowance for a descheduled peer).
+func (p *partner) rtoBounds() (lo, hi int64) {
 	b := p.ep.b
-	return p.prtt.timeout(int64(b.opts.PullTimeout), b.rtoGran(), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+	lo = p.rtoMin()
+	if lo > int64(b.opts.RTOMin) {
+		lo += descheduling.slack()
+		return lo, lo
+	}
+	return lo, int64(b.opts.RTOMax)
 }
 
 // finerThanTick reports whether p's retransmission timeouts can be shorter
@@ -33,8 +55,8 @@ func (p *partner) finerThanTick() bool {
 // rto is the partner's retransmission timeout after backoff doublings,
 // fallback until a round trip has been measured (rtt.go).
 func (p *partner) rto(fallback time.Duration, backoff int) int64 {
-	b := p.ep.b
-	return p.rtt.timeout(int64(fallback), b.rtoGran(), p.rtoMin(), int64(b.opts.RTOMax), backoff)
+	lo, hi := p.rtoBounds()
+	return p.rtt.timeout(int64(fallback), p.ep.b.rtoGran(), lo, hi, backoff)
 }
 
 // rtoGran is the granularity term of the retransmission timeouts (the G
@@ -147,7 +169,8 @@ func (p *partner) probe(now int64) {
 // the peer) does not probe every slow message, and at least srtt plus the
 // receiver's delay of a tail's ack (tailAckDelay, RTOMin/4) plus the time
 // the machine may keep the peer descheduled (descheduled.go); at most the
-// RTO. Before the first measurement it is the RTO. Between gomx boards a
+// RTO. Before the first measurement, and through the rings, it is the
+// RTO. Between gomx boards a
 // lost frame that no later frame reveals (a ping-pong's ping or pong) is
 // found by asking the peer (ask.go), and no probe goes out; toward an
 // Open-MX peer such a loss costs this timeout: on a machine that keeps the
@@ -155,7 +178,7 @@ func (p *partner) probe(now int64) {
 func (p *partner) pto(backoff int) int64 {
 	b := p.ep.b
 	rto := p.rto(b.opts.ResendDelay, backoff)
-	if !p.rtt.ok || p.rtoMin() > int64(b.opts.RTOMin) { // no probes through shared memory (host.go)
+	if !p.rtt.ok || p.rtoMin() > int64(b.opts.RTOMin) { // the rings: their floor and the allowance (rtoBounds)
 		return rto
 	}
 	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar, p.rtt.srtt+b.tailAckDelay()+descheduling.slack())

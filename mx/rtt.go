@@ -1,8 +1,9 @@
 package mx
 
-// Round-trip estimation (RFC 6298) per partner. Every ack of a request
+// Round-trip estimation (RFC 6298) per partner. The first ack of a request
 // sent once (Karn's rule: never a resent one, whose ack is ambiguous) and
-// every first reply to a pull block requested once gives a sample; the
+// then one such ack in rttEvery (sampleRTT), and every first reply to a
+// pull block requested once, gives a sample; the
 // retransmission timeout is srtt + max(granularity, 4*rttvar), clamped to
 // BoardOptions.RTOMin..RTOMax. Before the first sample a partner uses the
 // configured ResendDelay (sends) or PullTimeout (pulls), today's fixed
