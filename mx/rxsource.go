@@ -416,9 +416,12 @@ func (b *Board) waitSources() []*rxSource {
 // after it (stayAway), its timers running, and takes Recv back once the
 // sends stop. A look that finds the loop inside Recv asks it out (the
 // transport's Wake), so the next send's look finds the queue free.
-// Nothing else changes: a waiter that gives up polling hands the
-// queue back at once, as before (pollWait), and a board without a poll
-// window (Spin <= 0) has no grace, so its loop never stays away.
+// A waiter that gives up polling hands the queue back at once, as before
+// (pollWait); a send on the same board a moment later keeps the loop away
+// again, at most spinGrace past the last send, and its look completes
+// that waiter's request if its frame came. A board without a poll window
+// (Spin <= 0) has no grace: its sends do not look, and its loop never
+// stays away.
 
 // serveSource is a send's look at s, its board's queue: it handles what
 // s has if nobody else owns its Recv, and then keeps the receive loop
@@ -427,8 +430,11 @@ func (b *Board) waitSources() []*rxSource {
 // of whose endpoints had an UnexpectedHandler: a handler runs where the
 // progress engine runs, never inside ISend.
 func (b *Board) serveSource(s *rxSource) {
-	if !s.spin || b.handlers.Load() {
-		return // a look that costs a system call, or a handler to keep out of ISend
+	if !s.spin || b.handlers.Load() || b.spinGrace() <= 0 {
+		// A look that costs a system call, a handler to keep out of
+		// ISend, or no grace to keep the loop away with (Spin <= 0):
+		// the loop alone takes the queue, as before.
+		return
 	}
 	looked, found := b.lookSource(s, 0, 0, nil)
 	if found {
