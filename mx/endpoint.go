@@ -273,7 +273,7 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 // lack of resources and per-peer order holds.
 func (e *Endpoint) ISend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
 	r, err := e.isend(segs, dest, match, ctx, false)
-	if b := e.b; b.serveSends {
+	if b := e.b; b.serveSends.Load() {
 		b.serveSource(b.src) // rxsource.go
 	}
 	return r, err
@@ -284,7 +284,7 @@ func (e *Endpoint) ISend(segs [][]byte, dest Addr, match uint64, ctx any) (*Requ
 // data.
 func (e *Endpoint) ISSend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
 	r, err := e.isend(segs, dest, match, ctx, true)
-	if b := e.b; b.serveSends {
+	if b := e.b; b.serveSends.Load() {
 		b.serveSource(b.src) // rxsource.go
 	}
 	return r, err

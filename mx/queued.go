@@ -88,7 +88,7 @@ func NewQueuedBoard(tr transport.Transport, o QueuedOptions) (*QueuedBoard, erro
 		if err != nil {
 			return undo(errors.Join(fmt.Errorf("mx: board of queue %d: %w", q, err), x.Close()))
 		}
-		b.serveSends = true // rxsource.go: a send serves its queue
+		b.serveSends.Store(true) // rxsource.go: a send serves its queue
 		qb.boards = append(qb.boards, b)
 	}
 	qb.tr = tr
