@@ -400,7 +400,7 @@ func (b *Board) progress() {
 				b.sleepsEmpty.Add(1)
 			}
 			b.looks.Add(1)
-			if b.serveSends.Load() && s.polling() == 0 {
+			if b.serveSends.Load() && !b.opts.BusyPoll && s.polling() == 0 {
 				b.drainServed(s) // rxsource.go
 			}
 			b.mu.Lock()

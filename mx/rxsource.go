@@ -421,7 +421,10 @@ func (b *Board) waitSources() []*rxSource {
 // again, at most spinGrace past the last send, and its look completes
 // that waiter's request if its frame came. A board without a poll window
 // (Spin <= 0) has no grace: its sends do not look, and its loop never
-// stays away.
+// stays away. Nor do the sends of a busy-polling board (BusyPoll), whose
+// waiters poll without a budget and keep the loop away themselves: its
+// ping-pong's median round trip came out slower with the looks (8 B over
+// two emulated 82599s, mxbench --wait spin, docs/nics.md).
 
 // serveSource is a send's look at s, its board's queue: it handles what
 // s has if nobody else owns its Recv, and then keeps the receive loop
@@ -430,10 +433,11 @@ func (b *Board) waitSources() []*rxSource {
 // of whose endpoints had an UnexpectedHandler: a handler runs where the
 // progress engine runs, never inside ISend.
 func (b *Board) serveSource(s *rxSource) {
-	if !s.spin || b.handlers.Load() || b.spinGrace() <= 0 {
-		// A look that costs a system call, a handler to keep out of
-		// ISend, or no grace to keep the loop away with (Spin <= 0):
-		// the loop alone takes the queue, as before.
+	if !s.spin || b.opts.BusyPoll || b.handlers.Load() || b.spinGrace() <= 0 {
+		// A look that costs a system call, waiters that poll without a
+		// budget (they keep the loop away themselves), a handler to
+		// keep out of ISend, or no grace to keep the loop away with
+		// (Spin <= 0): the queue is taken as before.
 		return
 	}
 	looked, found := b.lookSource(s, 0, 0, nil)
