@@ -273,6 +273,15 @@ type Board struct {
 	woke         owned.Count
 	loopYields   atomic.Uint64 // receive loops' hand-overs to goroutines they woke
 	waitHandOver atomic.Uint64 // waits that slept at once for a loop inside Recv (pollHandOver)
+	// serveSends: a queue's board (set by NewQueuedBoard, before any
+	// endpoint opens, while the progress goroutine runs), whose sends look
+	// at its queue (rxsource.go's serveSource), unless handlers: an
+	// endpoint of the board had an UnexpectedHandler, which its sends'
+	// looks must not run.
+	serveSends atomic.Bool
+	handlers   atomic.Bool
+	// waitServed counts the sends whose look took frames (serveSource).
+	waitServed atomic.Uint64
 	// sleep: the waiter that sleeps on the board's sources (sleep.go).
 	sleep sleepState
 	// cpus are the CPUs the progress goroutine's thread is bound to

@@ -272,14 +272,22 @@ func (e *Endpoint) IConnect(nic transport.NICID, epID uint8, key uint32, match u
 // for one, and sends posted after it wait behind it, so nothing fails for
 // lack of resources and per-peer order holds.
 func (e *Endpoint) ISend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
-	return e.isend(segs, dest, match, ctx, false)
+	r, err := e.isend(segs, dest, match, ctx, false)
+	if b := e.b; b.serveSends.Load() {
+		b.serveSource(b.src) // rxsource.go
+	}
+	return r, err
 }
 
 // ISSend is a synchronous send: it always uses the rendezvous protocol and
 // completes only when the receiver has matched the message and taken the
 // data.
 func (e *Endpoint) ISSend(segs [][]byte, dest Addr, match uint64, ctx any) (*Request, error) {
-	return e.isend(segs, dest, match, ctx, true)
+	r, err := e.isend(segs, dest, match, ctx, true)
+	if b := e.b; b.serveSends.Load() {
+		b.serveSource(b.src) // rxsource.go
+	}
+	return r, err
 }
 
 func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync bool) (*Request, error) {
@@ -780,6 +788,9 @@ type UnexpectedHandler func(m UnexpectedMessage) HandlerResult
 
 // SetUnexpectedHandler installs h (nil removes it).
 func (e *Endpoint) SetUnexpectedHandler(h UnexpectedHandler) {
+	if h != nil {
+		e.b.handlers.Store(true) // sends stop serving the queue (rxsource.go)
+	}
 	e.b.mu.Lock()
 	e.handler = h
 	e.b.unlockKick()

@@ -475,6 +475,10 @@ type WaitStats struct {
 	// Sleeping is the number of waiters asleep in the kernel on the
 	// board's sources right now: 0 or 1 (one owns them at a time).
 	Sleeping int
+	// Served counts the sends on a queue's board (QueuedBoard) whose
+	// look at the queue took frames on the sending goroutine: acks,
+	// mostly, which the queue's progress thread did not have to poll for.
+	Served uint64
 }
 
 // WaitStats returns the board's wait statistics.
@@ -493,5 +497,6 @@ func (b *Board) WaitStats() WaitStats {
 	}
 	return WaitStats{Polled: b.waitPolled.Load() + b.waitPolledLocked.Load(), Slept: b.waitSlept.Load(), Spinning: spinning,
 		Yields: b.waitYields.Load(), Engine: b.waitEngine.Load(), Grew: b.spinGrew.Load(), Shrank: b.spinShrank.Load(), LoopRecvs: b.loopRecvs.Load(),
-		LoopYields: b.loopYields.Load(), HandOvers: b.waitHandOver.Load(), Kernel: b.sleep.waits.Load(), Sleeping: sleeping}
+		LoopYields: b.loopYields.Load(), HandOvers: b.waitHandOver.Load(), Kernel: b.sleep.waits.Load(), Sleeping: sleeping,
+		Served: b.waitServed.Load()}
 }

@@ -413,6 +413,9 @@ func (b *Board) progress() {
 				b.sleepsEmpty.Add(1)
 			}
 			b.looks.Add(1)
+			if b.serveSends.Load() && !b.opts.BusyPoll && s.polling() == 0 {
+				b.drainServed(s) // rxsource.go
+			}
 			b.mu.Lock()
 			b.timersLocked(false)
 			b.unlock()

@@ -36,7 +36,10 @@ type QueuedOptions struct {
 // (transport.Spinner), so a waiter polls its own queue for its poll window
 // and handles what it finds under that queue's locks alone, run to
 // completion as a DPDK lcore serves its queue, while the queue's thread
-// steps aside (BoardOptions.Spin). OpenEndpoint assigns each endpoint the queue with the fewest
+// steps aside (BoardOptions.Spin). A send likewise ends with a look at its
+// board's queue, which takes the acks of earlier sends on the sending
+// goroutine, and the queue's thread stays away from a queue the
+// application so serves as it does from one a waiter polled. OpenEndpoint assigns each endpoint the queue with the fewest
 // endpoints; the endpoint's Addr carries its queue's NIC id, which is what
 // peers connect to, and Endpoint.CPUs reports the CPU serving it.
 type QueuedBoard struct {
@@ -85,6 +88,7 @@ func NewQueuedBoard(tr transport.Transport, o QueuedOptions) (*QueuedBoard, erro
 		if err != nil {
 			return undo(errors.Join(fmt.Errorf("mx: board of queue %d: %w", q, err), x.Close()))
 		}
+		b.serveSends.Store(true) // rxsource.go: a send serves its queue
 		qb.boards = append(qb.boards, b)
 	}
 	qb.tr = tr

@@ -395,3 +395,87 @@ func (b *Board) waitSources() []*rxSource {
 	}
 	return b.spinSrcs
 }
+
+// A queue's board serves its queue on the sending goroutine too.
+//
+// A waiter serves its own queue while it polls (poll.go). The frames that
+// come for no waiter are mostly acks: a board that streams sends receives
+// an ack for every few of them, and nobody waits on the sending side (a
+// send completes as its frame leaves). On such a queue its locked
+// progress thread alone looked for them, in the driver's polling WaitRx,
+// whose every runtime.Gosched on a locked thread is a hand-off of the Go
+// processor to another thread and back (four futex calls, two context
+// switches); with a thread per queue and side, those hand-offs grow with
+// the queues, not with the frames, and on two cores shared with the
+// application's goroutines and the NIC models they took the CPU that
+// steering was meant to win (docs/nics.md, "Why steering does not win
+// here"). So a send on a queue's board ends with one look at its queue
+// (serveSource), as Open-MX's isend calls its progression and a DPDK
+// lcore reaps its own receive queue, and a look that could take the
+// queue counts as a poller's success does: the loop stays away spinGrace
+// after it (stayAway), its timers running, and takes Recv back once the
+// sends stop. A look that finds the loop inside Recv asks it out (the
+// transport's Wake), so the next send's look finds the queue free.
+// A waiter that gives up polling hands the queue back at once, as before
+// (pollWait); a send on the same board a moment later keeps the loop away
+// again, at most spinGrace past the last send, and its look completes
+// that waiter's request if its frame came. A board without a poll window
+// (Spin <= 0) has no grace: its sends do not look, and its loop never
+// stays away. Nor do the sends of a busy-polling board (BusyPoll), whose
+// waiters poll without a budget and keep the loop away themselves: its
+// ping-pong's median round trip came out slower with the looks (8 B over
+// two emulated 82599s, mxbench --wait spin, docs/nics.md).
+
+// serveSource is a send's look at s, its board's queue: it handles what
+// s has if nobody else owns its Recv, and then keeps the receive loop
+// away for spinGrace. It looks only at a queue that costs no system call
+// to look at (transport.Spinner, as waiters poll), and not on a board one
+// of whose endpoints had an UnexpectedHandler: a handler runs where the
+// progress engine runs, never inside ISend.
+func (b *Board) serveSource(s *rxSource) {
+	if !s.spin || b.opts.BusyPoll || b.handlers.Load() || b.spinGrace() <= 0 {
+		// A look that costs a system call, waiters that poll without a
+		// budget (they keep the loop away themselves), a handler to
+		// keep out of ISend, or no grace to keep the loop away with
+		// (Spin <= 0): the queue is taken as before.
+		return
+	}
+	looked, found := b.lookSource(s, 0, 0, nil)
+	if found {
+		b.waitServed.Add(1)
+	}
+	if s.idle.Load() != idleFresh {
+		s.idle.Store(idleFresh) // the loop times it (stayAway)
+	}
+	if !looked {
+		// The loop is inside Recv, or handling what it took: ask it
+		// out (a no-op past the first ask of its wait), so that it
+		// stays away and the next send's look takes the queue. A
+		// frame there now is the loop's as it returns.
+		if s.kick != nil {
+			s.kick()
+		}
+		return
+	}
+	b.runCopies() // cma.go: without the source's lock
+}
+
+// drainServed is the look of a queue's receive loop, staying away from a
+// queue its sends serve, before it runs the timers: what came since the
+// last send's look (the acks of a burst's last sends, frames of nobody's
+// waiting) is handled first, all of it, batch after batch while each
+// look takes frames (at most a ring's worth), so a timer does not take an
+// ack that waits in the ring for a loss, and a queue does not fill behind
+// a loop that takes one batch a tick.
+func (b *Board) drainServed(s *rxSource) {
+	for range maxServedBatches {
+		if looked, found := b.lookSource(s, 0, 0, nil); !looked || !found {
+			break
+		}
+	}
+	b.runCopies() // cma.go: without the source's lock
+}
+
+// maxServedBatches bounds drainServed: 64 batches of rxBatch frames, more
+// than an RX ring holds.
+const maxServedBatches = 64
