@@ -22,7 +22,7 @@ func (p *partner) pullRTO(backoff int) int64 {
 // RTOMin..RTOMax on a network path, where the descheduling allowance
 // (descheduled.go) is the granularity term of srtt + max(G, 4*rttvar).
 // Through the rings a timeout is their floor (rtoMin: FullWait, a second
-// by default) plus that allowance, whatever the round trip or the
+// by default) plus that allowance (at most RTOMax), whatever the round trip or the
 // doublings: the rings lose a frame only when its receiver took nothing
 // for FullWait while the sender waited for room, and a receiver the
 // machine keeps off its CPU takes nothing, so without the allowance a
@@ -34,7 +34,10 @@ func (p *partner) rtoBounds() (lo, hi int64) {
 	b := p.ep.b
 	lo = p.rtoMin()
 	if lo > int64(b.opts.RTOMin) {
-		lo += descheduling.slack()
+		// The allowance is capped at RTOMax, so one huge gap seen once
+		// (a SIGSTOP, a paused VM) does not stretch every later ring
+		// timeout by three times it.
+		lo += min(descheduling.slack(), int64(b.opts.RTOMax))
 		return lo, lo
 	}
 	return lo, int64(b.opts.RTOMax)
