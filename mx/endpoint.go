@@ -738,6 +738,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 		ev, wake := e.ev, e.wake
 		b.unlockKick()
 		b.sleep.chanSleepers.Add(1) // sleep.go
+		b.blocked(1)                // oversub.go
 		var err error
 		select {
 		case <-ev:
@@ -747,6 +748,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 			err = ErrWokenUp
 		}
 		b.sleep.chanSleepers.Add(-1)
+		b.blocked(-1)
 		b.mu.Lock()
 		e.evWaiters--
 		if err != nil {

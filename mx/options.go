@@ -101,7 +101,7 @@ type BoardOptions struct {
 	// with more processes than CPUs, the process a waiter waits for
 	// usually needs the waiter's CPU (see oversub.go). YieldAuto, the
 	// default, does so when the processes the board shares rings with
-	// that are awake (not asleep on their rings), itself among them,
+	// that are awake (not blocked in a wait), itself among them,
 	// outnumber the CPUs they may run on; YieldAlways
 	// and YieldNever whatever the count. Default: $GOMX_YIELD (auto,
 	// always or never).

@@ -51,11 +51,14 @@ import (
 // ranks, while unbound ranks, or ranks bound to the two CPUs of a small
 // machine, see how few there are.
 //
-// A process asleep does not compete: the idle ranks of a job in which two
-// ranks talk would otherwise make those two yield at every look. Each
-// receiver shows in its doorbell, which every board sending to it maps,
-// whether it sleeps and how long it has slept in all (shm.PeerSleeps),
-// written only as it falls asleep and wakes. A process counts for the
+// A process blocked in a wait does not compete: the idle ranks of a job
+// in which two ranks talk would otherwise make those two yield at every
+// look. Each receiver shows in its doorbell, which every board sending to
+// it maps, whether it sleeps while a waiter of its board is blocked (on
+// its channel or asleep on the sources: blocked) and how long it has
+// slept so in all (shm.PeerSleeps), written only as it falls asleep and
+// wakes and as waiters block. A receive loop asleep on its rings while
+// the application computes outside mx is awake. A process counts for the
 // share of the time since the last look it was not asleep: nothing when it
 // was asleep at both looks and slept no more in between (asleep
 // throughout), 1 - slept/interval when it woke in between, all of it when
@@ -67,8 +70,8 @@ import (
 // processes with a share. A look costs a load of a line per peer that the
 // peer writes only when it sleeps or wakes, no system call. What the count
 // cannot see is a CPU quota (a container's cgroup cpu.max), processes of
-// other jobs that do not talk to this one, or a process that computes
-// while its receiver sleeps: YieldAlways (GOMX_YIELD=always) is for those;
+// other jobs that do not talk to this one, or a process with one
+// goroutine blocked in a wait and another computing: YieldAlways (GOMX_YIELD=always) is for those;
 // YieldNever (GOMX_YIELD=never) keeps the spin of a node with a core per
 // rank whatever the count says.
 
@@ -78,8 +81,8 @@ type YieldPolicy uint8
 
 const (
 	// YieldAuto yields when the processes the board shares rings with
-	// that are awake, itself among them, outnumber the CPUs they may run
-	// on.
+	// that are not blocked in a wait, itself among them, outnumber the
+	// CPUs they may run on.
 	YieldAuto YieldPolicy = iota
 	// YieldAlways yields whatever the count says.
 	YieldAlways
@@ -169,6 +172,9 @@ type oversubState struct {
 	doors    map[transport.NICID]doorLook
 	shares   map[int]float64
 	sleeps   []shm.PeerSleep
+	// rings is shmTransport's answer, whose doorbell shows the board's
+	// waiters blocked (blocked).
+	rings *shm.Transport
 	// all and one are count's masks: getaff, a function value, takes
 	// their addresses, so locals would move to the heap at every count.
 	all, one unix.CPUSet
@@ -191,6 +197,7 @@ type doorLook struct {
 
 // initOversub sets the policy's fixed answers at NewBoard.
 func (b *Board) initOversub() {
+	b.oversub.rings = b.shmTransport()
 	b.oversub.yield.Store(b.opts.Yield == YieldAlways)
 	b.oversub.checked = -int64(oversubEvery)
 }
@@ -203,6 +210,17 @@ func (b *Board) shmTransport() *shm.Transport {
 	}
 	tr, _ := b.tr.(*shm.Transport)
 	return tr
+}
+
+// blocked adds n (1 or -1) to the count of the board's waiters blocked in
+// a wait that its rings' doorbell shows (shm.AddBlocked): the peers count
+// this process as asleep only while its receiver sleeps and that count is
+// above nothing, not while its receive loop sleeps and the application
+// computes.
+func (b *Board) blocked(n int32) {
+	if tr := b.oversub.rings; tr != nil {
+		tr.AddBlocked(n)
+	}
 }
 
 // countOversub counts the processes the board shares rings with that are
@@ -273,10 +291,9 @@ func (o *oversubState) share(now int64, sleeps []shm.PeerSleep) {
 }
 
 // awakeWhole is the share of an interval a process awake that long counts
-// for a whole process. A rank that polls and yields still shows some
-// sleep: its receive loop sleeps on the doorbell while its waiters poll
-// the rings themselves (a ping-pong's ranks showed 0.25-1 awake), and that
-// sleep says nothing of the CPU the process wants.
+// for a whole process. A rank that polls and yields may still show some
+// sleep: a blocking waiter whose poll window is spent sleeps until the
+// next message, and that sleep says little of the CPU the process wants.
 const awakeWhole = 1.0 / 8
 
 // count counts the processes self and pids name (each once; pids may

@@ -205,16 +205,19 @@ func TestOversubIgnoresSleepers(t *testing.T) {
 	}
 }
 
-// TestOversubCountsAwakeProcesses: a board sharing rings with two other
-// processes counts the one that busy-polls and not the one asleep waiting
-// for a message, from what their doorbells show, however many CPUs the
-// host has.
+// TestOversubCountsAwakeProcesses: a board sharing rings with three other
+// processes counts the one that busy-polls and the one that computes
+// outside mx, whose receive loop sleeps on its rings, and not the one
+// blocked waiting for a message, from what their doorbells show, however
+// many CPUs the host has. The computing one counts whole over looks
+// between which its loop slept.
 func TestOversubCountsAwakeProcesses(t *testing.T) {
 	t.Setenv("GOMX_YIELD", "")
 	dir := shmDir(t)
 	ctx := testCtx(t, 2*time.Minute)
-	startShmChild(t, ctx, dir+" 1")
+	waiting := startShmChild(t, ctx, dir+" 1").Process.Pid
 	startShmChild(t, ctx, dir+" 2 busy")
+	computing := startShmChild(t, ctx, dir+" 3 compute").Process.Pid
 	tr, err := shm.Open(shm.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -228,25 +231,59 @@ func TestOversubCountsAwakeProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, board := range []int{1, 2} {
+	for _, board := range []int{1, 2, 3} {
 		addr, err := e.Connect(ctx, shm.NICBase|transport.NICID(board), 0, testKey)
 		if err != nil {
 			t.Fatal(err)
 		}
 		echoSizes(t, ctx, e, addr, []int{8})
 	}
-	if pids := tr.PeerPids(nil); len(pids) != 2 {
-		t.Fatalf("rings from %v, want the two children", pids)
+	if pids := tr.PeerPids(nil); len(pids) != 3 {
+		t.Fatalf("rings from %v, want the three children", pids)
 	}
-	// A count made once both rings were there: itself and the busy
-	// child, once the other has slept through a look.
-	since := b.clock()
-	waitUntil(t, "the sleeping child to be left out", func() bool {
+	// The computing child's doorbell as the board's counts go (under
+	// its lock, which they hold): its loop asleep on its rings and no
+	// waiter blocked at one look and at another two counts later. Its
+	// loop slept most of that time (it wakes at its ticks): none of it
+	// was blocked in a wait.
+	door := func() (shm.PeerSleep, bool) {
+		for _, s := range tr.PeerSleeps(nil) {
+			if s.Pid == computing {
+				return s, true
+			}
+		}
+		return shm.PeerSleep{}, false
+	}
+	var firstLook uint32
+	have := false
+	waitUntil(t, "two counts over the computing child asleep on its rings", func() bool {
 		b.mu.Lock()
-		counted := b.oversub.checked > since
+		defer b.mu.Unlock()
+		d, ok := door()
+		if !ok || !d.Sleeping || d.Asleep {
+			have = false
+			return false
+		}
+		if !have {
+			firstLook, have = b.oversub.looks, true
+			return false
+		}
+		return b.oversub.looks >= firstLook+2
+	})
+	b.mu.Lock()
+	share, waitShare := b.oversub.shares[computing], b.oversub.shares[waiting]
+	b.mu.Unlock()
+	if share < awakeWhole {
+		t.Fatalf("the computing child counts for %.2f of a process, want whole", share)
+	}
+	// Itself, the busy child and the computing one, once the waiting one
+	// has slept through a look.
+	waitUntil(t, "the waiting child to be left out", func() bool {
+		b.mu.Lock()
+		waitShare = b.oversub.shares[waiting]
 		b.mu.Unlock()
 		_, procs, _ := b.Oversubscribed()
-		return counted && procs == 2
+		return waitShare == 0 && procs == 3
 	})
 }
 

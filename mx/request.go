@@ -315,6 +315,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		wake := e.wake
 		b.unlockKick()
 		b.sleep.chanSleepers.Add(1) // sleep.go: an owner hands the sources back at once
+		b.blocked(1)                // oversub.go
 		var err error
 		select {
 		case <-r.ch:
@@ -324,6 +325,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 			err = ErrWokenUp
 		}
 		b.sleep.chanSleepers.Add(-1)
+		b.blocked(-1)
 		b.mu.Lock()
 		r.waiters--
 		if r.wokeAt != 0 {

@@ -227,12 +227,15 @@ func openShmChild(dir string, board int, o BoardOptions) (*Board, *Endpoint, err
 }
 
 // shmEchoChild echoes messages on board BOARD of DIR; match 1<<62 makes it
-// answer with an unexpected 1 MiB message.
+// answer with an unexpected 1 MiB message. "busy" after them busy-polls;
+// "compute" echoes one message and then waits for nothing in mx, as an
+// application computing would.
 func shmEchoChild(arg string) error {
 	f := strings.Fields(arg)
 	board, _ := strconv.Atoi(f[1])
 	opts := shmTestOptions()
 	opts.BusyPoll = len(f) > 2 && f[2] == "busy"
+	compute := len(f) > 2 && f[2] == "compute"
 	b, e, err := openShmChild(f[0], board, opts)
 	if err != nil {
 		return err
@@ -264,6 +267,10 @@ func shmEchoChild(arg string) error {
 		}
 		if _, err := s.Wait(ctx); err != nil {
 			return err
+		}
+		if compute {
+			<-ctx.Done() // not an mx wait: the parent kills us first
+			return nil
 		}
 	}
 }

@@ -404,6 +404,8 @@ func (b *Board) handBack(srcs []*rxSource) {
 func (b *Board) sleepOnce(srcs []*rxSource, holds func() bool, e *Endpoint, gen uint64, deadline time.Time) {
 	fds := append(b.sleep.fds[:0], unix.PollFd{Fd: int32(b.sleep.fd), Events: unix.POLLIN})
 	sleep := true
+	b.blocked(1) // oversub.go: before ArmSleep, which reads it
+	defer b.blocked(-1)
 	b.sleep.armed.Store(true)
 	for _, s := range srcs {
 		fd, ok := s.sleeper.ArmSleep()

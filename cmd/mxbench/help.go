@@ -37,8 +37,8 @@ the wall time of a loaded host blurs. To compare job sizes like for like,
 give --bind (ranks 0 and 1 then sit on the first two CPUs at every size,
 the waiting ranks on the other CPUs when there are more; by default a job
 larger than the host's CPUs runs unbound, and the pair may share a CPU)
-and --yield never, or auto (which counts only the processes awake, so the
-idle ranks stop counting once they sleep, some 50 ms after a barrier):
+and --yield never, or auto (which leaves out the processes blocked in a
+wait, so the idle ranks stop counting some 50 ms after they block):
 mxbench pingpong --procs N --sizes 8 --wait block --bind --yield never.
 `
 

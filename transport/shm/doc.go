@@ -132,10 +132,12 @@
 // while the Recv sleeps, so the layer above can take Recv over from a
 // spinning receive loop cheaply; a peer that goes away, and Close, write it
 // too. The counters say how often the receiver slept and how many wake-ups
-// the producers sent. As it wakes, the receiver adds the time it slept to a
-// total beside the flag; PeerSleeps reads both, which tells a producer
-// whether its consumer slept throughout since its last look (mx counts only
-// the processes that did not as competing for a CPU).
+// the producers sent. Beside the flag the layer above counts its waiters
+// blocked in a wait (AddBlocked), and as it wakes the receiver adds to a
+// total the time it slept while one was; PeerSleeps reads all three, which
+// tells a producer whether its consumer's process waited throughout since
+// its last look (mx counts only the processes that did not as competing
+// for a CPU; a receive loop asleep while its application computes does).
 //
 // The eventfd, not a futex in the doorbell, because of where the sleeper
 // waits: the eventfd is non-blocking and read through the runtime's poller

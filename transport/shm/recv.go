@@ -119,25 +119,25 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		// returns at once (or is woken).
 		t.slp.Store(1)
 		if n := t.poll(frames); n > 0 {
-			t.awake(0)
+			t.awake(0, false)
 			return n, nil
 		}
 		if t.closed.Load() {
-			t.awake(0)
+			t.awake(0, false)
 			return 0, errClosed
 		}
 		if t.wakeReq.Swap(false) { // see Wake
-			t.awake(0)
+			t.awake(0, false)
 			return 0, nil
 		}
 		if timeout > 0 && !time.Now().Before(deadline) {
-			t.awake(0)
+			t.awake(0, false)
 			return 0, nil
 		}
 		t.cnt.sleeps.Add(1)
-		from := time.Now()
+		from, held := time.Now(), t.blocked.Load() != 0
 		t.sleep(deadline)
-		t.awake(time.Since(from))
+		t.awake(time.Since(from), held)
 		if t.wakeReq.Swap(false) {
 			return t.poll(frames), nil
 		}

@@ -468,7 +468,8 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	}
 	c.SetDeadline(time.Time{})
 	o := &outRing{peer: peer, pid: pid, bell: bell, conn: c,
-		slp: u32At(bell.mem, bellSleepOff), slept: u64At(bell.mem, bellSleptOff), ev: ev,
+		slp: u32At(bell.mem, bellSleepOff), blocked: u32At(bell.mem, bellBlockOff),
+		slept: u64At(bell.mem, bellSleptOff), ev: ev,
 		notifyWords: notifyWords{sum: u64At(bell.mem, bellSumOff)},
 		q:           qProducer{queue: newQueue(bell.mem), id: qid},
 		mtu:         mtu, wakes: &t.cnt.wakes, blBytes: &t.blBytes, dropped: &t.cnt.dropFull,

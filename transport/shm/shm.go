@@ -207,11 +207,14 @@ type Transport struct {
 	ln     *net.UnixListener
 	bell   segment // our doorbell, mapped by every producer sending to us
 	bellFd int     // its memfd, passed to each producer; closed by Close
-	// slp and slept are the doorbell's sleeping flag and sleep total;
-	// sleepFrom is when the sleep ArmSleep prepared began (Recv side).
+	// slp, blocked and slept are the doorbell's sleeping flag, blocked
+	// waiters and sleep total; sleepFrom is when the sleep ArmSleep
+	// prepared began, sleepHeld whether a waiter was blocked then.
 	slp       *atomic.Uint32
+	blocked   *atomic.Uint32
 	slept     *atomic.Uint64
 	sleepFrom time.Time
+	sleepHeld bool
 	// ev is the doorbell's eventfd, passed to each producer with the
 	// memfd: a sleeping Recv waits on it (under rmu; see sleep). roomBell is
 	// the flusher's: passed to each consumer with our hello, which
@@ -455,6 +458,7 @@ type outRing struct {
 	notifyWords
 	head     *atomic.Uint64
 	slp      *atomic.Uint32
+	blocked  *atomic.Uint32 // the consumer's blocked waiters (PeerSleeps)
 	slept    *atomic.Uint64 // the consumer's sleep total (PeerSleeps)
 	ev       int            // the consumer's eventfd (see kick); closed by close
 	headSeen uint64         // cached consumer head: reloaded only when the ring looks full
@@ -573,6 +577,7 @@ func Open(opts Options) (*Transport, error) {
 		t.q.lanesFull.Store(1) // it takes none
 	}
 	t.slp = u32At(bell.mem, bellSleepOff)
+	t.blocked = u32At(bell.mem, bellBlockOff)
 	t.slept = u64At(bell.mem, bellSleptOff)
 	t.sum = u64At(bell.mem, bellSumOff)
 	t.setIn(nil)
@@ -877,21 +882,25 @@ type PeerSleep struct {
 	Peer transport.NICID
 	// Pid is the board's process, as PeerProcess reports it.
 	Pid int
-	// Asleep says the receiver announced a sleep on its doorbell's
-	// eventfd and has not ended it.
-	Asleep bool
-	// Slept is the time the receiver has slept in all, by its own clock,
-	// added as each sleep ends (at least a nanosecond a sleep, and for a
-	// sleep announced and called off): a receiver seen Asleep at two looks
+	// Sleeping says the receiver announced a sleep on its doorbell's
+	// eventfd and has not ended it; Asleep, that it does so while a
+	// waiter of its process is blocked in a wait on it (AddBlocked): a
+	// receive loop asleep while its application computes is Sleeping,
+	// not Asleep.
+	Sleeping, Asleep bool
+	// Slept is the time the receiver has slept in all with a waiter
+	// blocked at the start and the end of the sleep, by its own clock,
+	// added as each sleep ends (at least a nanosecond a sleep, for any
+	// sleep, even one called off): a receiver seen Asleep at two looks
 	// with Slept unchanged slept from the first to the second.
 	Slept time.Duration
 }
 
 // PeerSleeps appends the sleep state of the boards this transport sends
-// to (see PeerSleep): one load of a line each receiver writes only when it
-// goes to sleep or wakes. A ring a sender holds locked at that moment is
-// left out (its doorbell is unmapped under that lock); so are rings whose
-// connection has closed.
+// to (see PeerSleep): loads of a line each receiver writes only when it
+// goes to sleep or wakes and its waiters block or unblock. A ring a
+// sender holds locked at that moment is left out (its doorbell is
+// unmapped under that lock); so are rings whose connection has closed.
 func (t *Transport) PeerSleeps(dst []PeerSleep) []PeerSleep {
 	m := t.outSnap.Load()
 	if m == nil {
@@ -906,13 +915,23 @@ func (t *Transport) PeerSleeps(dst []PeerSleep) []PeerSleep {
 			// (flag down, then the total) and slept again between the
 			// loads is not taken for one that slept throughout.
 			a := o.slept.Load()
-			asleep := o.slp.Load() != 0
+			sleeping := o.slp.Load() != 0
+			blocked := o.blocked.Load() != 0
 			b := o.slept.Load()
-			dst = append(dst, PeerSleep{Peer: o.peer, Pid: o.pid, Asleep: asleep && a == b, Slept: time.Duration(b)})
+			dst = append(dst, PeerSleep{Peer: o.peer, Pid: o.pid, Sleeping: sleeping,
+				Asleep: sleeping && blocked && a == b, Slept: time.Duration(b)})
 		}
 		o.mu.Unlock()
 	}
 	return dst
+}
+
+// AddBlocked adds n (1 as a waiter of the layer above blocks in a wait on
+// this transport, -1 as it stops) to the count in the doorbell that
+// PeerSleeps reads: producers take a receiver asleep for one whose
+// process waits, not one whose receive loop sleeps while it computes.
+func (t *Transport) AddBlocked(n int32) {
+	t.blocked.Add(uint32(n))
 }
 
 // LostPeers appends the boards whose process went away (or that closed)

@@ -11,7 +11,7 @@ import (
 // before it sleeps, then looks once more (Pending). The caller serializes
 // it with its own Recv calls, as for Pending.
 func (t *Transport) ArmSleep() (fd int, sleep bool) {
-	t.sleepFrom = time.Now()
+	t.sleepFrom, t.sleepHeld = time.Now(), t.blocked.Load() != 0
 	t.slp.Store(1)
 	if t.Pending() || t.wakeReq.Load() {
 		return t.ev.fd, false
@@ -22,7 +22,7 @@ func (t *Transport) ArmSleep() (fd int, sleep bool) {
 // EndSleep ends a sleep ArmSleep prepared, and reads the eventfd's count
 // when the caller's poll found it readable, so the next sleep sleeps.
 func (t *Transport) EndSleep(readable bool) {
-	t.awake(time.Since(t.sleepFrom))
+	t.awake(time.Since(t.sleepFrom), t.sleepHeld)
 	if readable {
 		var b [8]byte
 		_, _ = unix.Read(t.ev.fd, b[:])
@@ -30,10 +30,14 @@ func (t *Transport) EndSleep(readable bool) {
 }
 
 // awake ends a sleep announced in the doorbell: it lowers the flag, then
-// adds slept (at least a nanosecond, so that a producer sees a new sleep,
-// or one called off) to the doorbell's total (PeerSleeps). In that order,
-// a reader that saw the flag up reads a total without this sleep.
-func (t *Transport) awake(slept time.Duration) {
+// adds slept to the doorbell's total when a waiter was blocked at its
+// start (held) and still is, a nanosecond otherwise, so that a producer
+// sees a new sleep, or one called off (PeerSleeps). In that order, a
+// reader that saw the flag up reads a total without this sleep.
+func (t *Transport) awake(slept time.Duration, held bool) {
 	t.slp.Store(0)
+	if !held || t.blocked.Load() == 0 {
+		slept = 1
+	}
 	t.slept.Add(uint64(max(slept, 1)))
 }
