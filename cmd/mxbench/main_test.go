@@ -489,8 +489,11 @@ func TestPingPongTrials(t *testing.T) {
 		if r.LatencyUS > r.LatencyMaxUS {
 			t.Errorf("row %+v: mean over the slowest round trip's half", r)
 		}
-		if r.Baseline == nil || r.Baseline.Errors != 0 {
-			t.Errorf("row of %d B: baseline %+v, want one without errors", r.Size, r.Baseline)
+		// The UDP baseline does not resend: a round trip the kernel
+		// dropped, or one a loaded machine kept past rawWait, counts as
+		// lost. Its trials must have run, with at most one such loss.
+		if r.Baseline == nil || r.Baseline.Errors > 1 || r.Baseline.LatencyUS <= 0 {
+			t.Errorf("row of %d B: baseline %+v, want one that ran with at most one round trip lost", r.Size, r.Baseline)
 		}
 	}
 	one := jsonRows(t, runOK(t, "pingpong", "--sizes", "8", "--iterations", "50", "--json"))
