@@ -1,0 +1,141 @@
+package mx
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+)
+
+// TestPlaceHeldChainOneCopy: frame 5's reply is lost before the NIC on
+// a lane, so replies 6 to 20 each land in the span before their own and
+// are held where they landed, none safe to move (each one's place holds
+// the next, the last's own span still posted). The copy of frame 5 then
+// comes from lane 0 and cannot wait: the chain is flushed from its end,
+// reply 20 copied aside (its span still posted), 19 down to 6 each
+// copied once from where the NIC wrote it; frame 5 goes in. Reply 21
+// lands in span 20 and waits; once the lane's postings are done, 21 and
+// then 20 go in. Every frame ends with its own bytes, and the CPU copied
+// each moved reply once, one twice.
+func TestPlaceHeldChainOneCopy(t *testing.T) {
+	const n, L = 40, 1450
+	pl := laneSpans(n, L, 0, 1458)
+	pl.blocks = []pblock{{first: 0, n: n}}
+	pp, pc := pl.pp, pl.e.b.plc
+	want := pattern(pl.geo.Total, 7)
+	frame := func(i int) []byte { return want[pl.geo.Start(i):pl.geo.End(i)] }
+	// The NIC writes reply j in the span of frame s, and the board
+	// handles it: its posting and those before are done.
+	land := func(j, s int) {
+		placed := pp.seg[pl.geo.Start(s) : pl.geo.Start(s)+copy(pp.seg[pl.geo.Start(s):], frame(j))]
+		pp.taken[s/64] |= 1 << (s % 64)
+		pc.done[1] = max(pc.done[1], pp.post[s])
+		if j == s {
+			pl.blocks[0].ngot++
+			return
+		}
+		if pl.placeWritable(j, placed) {
+			t.Fatalf("reply %d in span %d: written at once, its place not final", j, s)
+		}
+		if !pl.placeHold(j, nil, placed) {
+			t.Fatalf("reply %d not held", j)
+		}
+		pl.placeFlush(false)
+	}
+	for j := range 5 {
+		land(j, j)
+	}
+	for j := 6; j <= 20; j++ {
+		land(j, j-1)
+	}
+	if len(pp.held) != 15 || pl.e.cnt[PlaceAside] != 0 || pl.e.copies.scatter.Load() != 0 {
+		t.Fatalf("replies 6-20 in the spans before their own: %d held, %d aside, %d bytes copied; want 15 held where they landed, nothing copied",
+			len(pp.held), pl.e.cnt[PlaceAside], pl.e.copies.scatter.Load())
+	}
+	// The copy of frame 5, from lane 0.
+	if !pl.placeWritable(5, nil) {
+		t.Fatal("frame 5's copy may not be written with its span and the one before done")
+	}
+	copy(pp.seg[pl.geo.Start(5):], frame(5))
+	pl.blocks[0].ngot++
+	if len(pp.held) != 1 || pp.held[0].i != 20 || pl.e.cnt[PlaceAside] != 1 {
+		t.Fatalf("after frame 5's copy: held %v, %d aside; want reply 20 alone, copied aside", pp.held, pl.e.cnt[PlaceAside])
+	}
+	land(21, 20)
+	if len(pp.held) != 2 {
+		t.Fatalf("reply 21 in span 20: %d held, want 20 and 21", len(pp.held))
+	}
+	pc.done[1] = pp.post[n-2] // a Cancel took the lane's postings back
+	pl.placeFlush(false)
+	if len(pp.held) != 0 || pl.blocks[0].ngot != 22 {
+		t.Fatalf("every posting done: %d still held, %d frames in, want 22", len(pp.held), pl.blocks[0].ngot)
+	}
+	for i := range 22 {
+		if !bytes.Equal(pp.seg[pl.geo.Start(i):pl.geo.End(i)], frame(i)) {
+			t.Errorf("frame %d holds bytes not its own", i)
+		}
+	}
+	// Replies 6 to 21 once each, 20 once more.
+	if got, want := pl.e.copies.scatter.Load(), uint64(17*L); got != want {
+		t.Errorf("%d bytes copied, want %d (16 moved replies and one copied aside)", got, want)
+	}
+}
+
+// TestPlaceSpanOfAShorterFrame: a message whose first frame is shorter
+// (a region offset, wire.PullFrames.Skew) loses that frame before the NIC
+// on a lane, and the second, a full one, lands in the first's span: its
+// last bytes lie in the second frame's span, which the NIC may write
+// since. That reply is not trusted (spanTaken); one that fits the range
+// of the frame whose span it took is.
+func TestPlaceSpanOfAShorterFrame(t *testing.T) {
+	const L = 1450
+	geo := wire.PullFrames{Total: 20*L - 300, L: L, Skew: 300}
+	b := &Board{plc: &placeRecv{min: 1458, lanes: 1}}
+	pl := &pull{e: &Endpoint{b: b}, geo: geo, nframes: geo.Count()}
+	pl.pp = &pullPlace{seg: make([]byte, geo.Total), lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, 1)}
+	for i := range pl.nframes - 1 {
+		pl.pp.post[i] = uint64(1 + i)
+	}
+	b.plc.pulls = []*pull{pl}
+	span := func(s, n int) []byte { return pl.pp.seg[geo.Start(s) : geo.Start(s)+n] }
+	for _, c := range []struct {
+		name  string
+		s, n  int
+		whole bool
+	}{
+		{"frame 1 in frame 0's span", 0, geo.End(1) - geo.Start(1), false},
+		{"frame 0 in its own span", 0, geo.End(0) - geo.Start(0), true},
+		{"frame 2 in frame 1's span", 1, L, true},
+		{"frame 2 in frame 3's span", 3, L, true},
+	} {
+		lane, took, whole := b.spanTaken(span(c.s, c.n))
+		if lane != 1 || took != pl.pp.post[c.s] || whole != c.whole {
+			t.Errorf("%s: lane %d, posting %d, within its frame %v; want 1, %d, %v", c.name, lane, took, whole, pl.pp.post[c.s], c.whole)
+		}
+	}
+}
+
+// TestPlaceStashShrinks: the buffers of held replies given back are kept
+// for the next, but those no held reply took between two timer runs are
+// freed: the stash follows what is in use, and empties when idle.
+func TestPlaceStashShrinks(t *testing.T) {
+	pc := &placeRecv{}
+	for range 8 {
+		pc.putStash(make([]byte, 0, 1450))
+	}
+	pc.trimStash() // the first run: all 8 came since
+	if len(pc.stash) != 8 {
+		t.Fatalf("%d buffers kept after the run they came in, want 8", len(pc.stash))
+	}
+	a, b := pc.takeStash(), pc.takeStash()
+	pc.putStash(a)
+	pc.putStash(b)
+	pc.trimStash() // 2 in use at once since the last run: 6 idle
+	if len(pc.stash) != 2 {
+		t.Fatalf("%d buffers kept with 2 in use since the last run, want 2", len(pc.stash))
+	}
+	pc.trimStash() // idle
+	if len(pc.stash) != 0 || pc.stash != nil {
+		t.Fatalf("%d buffers kept on an idle board, want none", len(pc.stash))
+	}
+}
