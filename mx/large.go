@@ -521,7 +521,9 @@ func (pl *pull) finish() {
 // frames come on two queues, which the board reads in turn, not in the
 // order the wire brought them: those asked for once on the lane, those
 // asked for again on lane 0 (placerecv.go). A frame there is evidence
-// only for the frames that come on its own queue.
+// only for the frames that come on its own queue; one a question's answer
+// asked for again may come on either (amb), and the queue it came on
+// says which (onLane).
 func (pl *pull) lossEvidence(k, x int, onLane bool) {
 	ev := &pl.blocks[k]
 	te := ev.seq

@@ -118,17 +118,31 @@ import (
 //     in the span before its own: whole, but where its own place may
 //     still be written by the NIC (its own span, taken by the reply after
 //     it) or hold a frame not yet handled. A pull on a lane keeps such a
-//     reply (pullPlace.held, counter PlaceHeld: a copy) and copies it
-//     into its place once the frames that took the postings of its range
-//     were handled (placeReady, without the settled count, which would
-//     trust a posting whose frame still waits in the lane's ring and
-//     spoil it), rather than drop it and ask for it again; a copy asked
-//     for again on lane 0 is held the same way. The loss's own frame is
+//     reply where the NIC wrote it (pullPlace.held, counter PlaceHeld;
+//     only its header buffer's payload bytes, none when padded, are
+//     copied aside) and copies it once into its place when that place is
+//     final (placeReady, without the settled count, which would trust a
+//     posting whose frame still waits in the lane's ring and spoil it)
+//     and free: the held replies of a loss form a chain, each lying in
+//     the place of the one before, flushed from its end (placeFlush),
+//     rather than dropped and asked for again. Its bytes stay whole
+//     there: the NIC writes no more into its span or any before it
+//     (consumed in order), none after reaches them (a frame whose bytes
+//     pass the range of its span's frame is not trusted, spanTaken), and
+//     every CPU write into a frame's range first empties it of held
+//     bytes (pullPlace.src). A copy asked for again on lane 0 whose place
+//     is final but holds a held reply cannot wait: the chain is flushed
+//     at once, its end, whose own place is not final, copied aside
+//     (placeVacate, counter PlaceAside: one second copy); a copy whose
+//     place is not final is held aside whole. The loss's own frame is
 //     asked for again on evidence from a reply of the lane, and the next
 //     block posted skips the descriptors the lost replies left
 //     (placeBlock counts only the frames still owed on the lane,
-//     laneOwed), so its replies take their own spans again: a loss costs
-//     its frame, asked for again, and copies of the rest of the window.
+//     laneOwed: those a question's answer asked for again, whose
+//     originals may still come there, stay owed until a copy comes), so
+//     its replies take their own spans again: a loss costs its frame,
+//     asked for again, and one copy of each reply of the rest of the
+//     window.
 //     The two queues are read in turn, not in the order the wire brought
 //     their frames, so a reply on one is no evidence of a loss on the
 //     other (lossEvidence). When no frame is owed on the lane any more
