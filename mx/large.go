@@ -493,14 +493,18 @@ func (pl *pull) advance() {
 }
 
 // finish completes a pull whose every frame is in its receive buffer: the
-// NOTIFY, then the receive.
+// NOTIFY, then the receive, unless spans of it are still posted (a lane
+// whose postings the transport could not take back, placerecv.go): it
+// then completes once the NIC consumed them.
 func (pl *pull) finish() {
 	e := pl.e
 	pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)
 	r := pl.r
-	e.endPull(pl, nil)
+	code := r.status.setRecv(pl.p, pl.match, pl.msgLen, pl.total)
 	e.copies.recv.Add(uint64(pl.total))
-	e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
+	if !e.endPull(pl, code) && code == nil {
+		e.complete(r, nil)
+	}
 }
 
 // lossEvidence asks again, at once, for the frames that frame x of block
@@ -666,10 +670,11 @@ func (pl *pull) timer(now int64) {
 }
 
 // endPull releases a pull (and starts a queued one); a non-nil code fails
-// its receive.
-func (e *Endpoint) endPull(pl *pull, code error) {
+// its receive. It reports whether the receive waits in the drain list
+// instead, to complete with code once the NIC consumed its spans.
+func (e *Endpoint) endPull(pl *pull, code error) bool {
 	if e.pulls[pl.slot] != pl || pl.ending {
-		return
+		return false
 	}
 	pl.ending = true
 	e.b.waitPullCopies(pl) // the engine must be done writing into r first
@@ -685,12 +690,13 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 	}
 	if !pl.bulk {
 		e.kickPulls()
-		return
+		return held
 	}
 	// Room for a pull over the transport, of any endpoint of the board.
 	for _, o := range e.b.epl {
 		o.kickPulls()
 	}
+	return held
 }
 
 // ---- the region owner's side ----

@@ -156,8 +156,11 @@ import (
 //     once the pull was silent and the sources drained, counts the
 //     postings consumed two timer runs ago done and tries the cancel
 //     again. A pull that ends with postings left on its lane (a sender
-//     that did not use the lane) has the transport cancel them too
-//     before its receive completes.
+//     that did not use the lane, a buffer of the transport's its last
+//     reply did not take) has the transport cancel them too before its
+//     receive completes; should that fail, the lane stays the pull's
+//     and the receive waits in the drain list, which tries the cancel
+//     again on every timer run.
 //   - Completion. A receive whose every frame is in has no span left
 //     posted (each frame's own was consumed). A pull that ends early
 //     (failure, close) with spans still posted waits in the board's drain
@@ -211,7 +214,8 @@ type placeRecv struct {
 	stashLow int
 }
 
-// placeDone is a pull that ended with spans still posted.
+// placeDone is a pull that ended with spans still posted; on a lane,
+// the lane stays pl's until they were consumed.
 type placeDone struct {
 	e    *Endpoint
 	r    *Request
@@ -219,6 +223,7 @@ type placeDone struct {
 	lane int
 	last uint64
 	ent  *regcache.Entry[*transport.Region]
+	pl   *pull
 }
 
 // pullPlace is one pull's spans.
@@ -959,7 +964,9 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 			// that did not use the lane): take them back.
 			b.placeCancel(pl.e, pp.lane)
 		}
-		b.plc.busy[pp.lane] = nil
+		if st := b.plc.tr.Placement(pp.lane); st.Consumed >= st.Posted || b.closed {
+			b.plc.busy[pp.lane] = nil
+		} // else the lane stays pl's until they are (placeDrainLocked): another pull's replies would take them
 	}
 	for k, o := range b.plc.pulls {
 		if o == pl {
@@ -973,7 +980,7 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 		b.zc.cache.Put(pp.ent)
 		return false
 	}
-	b.plc.drain = append(b.plc.drain, placeDone{e: pl.e, r: pl.r, code: code, lane: pp.lane, last: pp.last, ent: pp.ent})
+	b.plc.drain = append(b.plc.drain, placeDone{e: pl.e, r: pl.r, code: code, lane: pp.lane, last: pp.last, ent: pp.ent, pl: pl})
 	return true
 }
 
@@ -985,9 +992,20 @@ func (b *Board) placeDrainLocked() bool {
 	}
 	kept := b.plc.drain[:0]
 	for _, d := range b.plc.drain {
+		if d.lane > 0 && b.plc.busy[d.lane] == d.pl && !b.closed {
+			// A lane whose postings the transport could not take
+			// back (placeEnd): try again; nothing else comes there.
+			b.placeCancel(d.e, d.lane)
+			if st := b.plc.tr.Placement(d.lane); st.Consumed >= st.Posted {
+				b.plc.busy[d.lane] = nil
+			}
+		}
 		if b.plc.tr.Placement(d.lane).Consumed < d.last && !b.closed {
 			kept = append(kept, d)
 			continue
+		}
+		if d.lane > 0 && b.plc.busy[d.lane] == d.pl {
+			b.plc.busy[d.lane] = nil
 		}
 		b.zc.cache.Put(d.ent)
 		if !d.e.closed {
