@@ -447,7 +447,9 @@ func TestPlacedLaneLossCostsItsFrames(t *testing.T) {
 			aside := cnt.Get(PlaceAside)
 			t.Logf("%d bytes copied for the %d not placed (%.2f a byte), %d replies held, %d copied aside",
 				cs.RecvScatter, cs.RecvBytes-cs.RecvPlaced, float64(cs.RecvScatter)/float64(cs.RecvBytes-cs.RecvPlaced), cnt.Get(PlaceHeld), aside)
-			if cs.RecvPlaced == 0 {
+			if cs.RecvPlaced == 0 && silent == 0 {
+				// A loaded machine's question may ask again, on lane 0,
+				// for every reply the loss left to place.
 				t.Errorf("nothing placed: %+v", cs)
 			}
 			if aside > again || cs.RecvScatter > cs.RecvBytes-cs.RecvPlaced+aside*L {
