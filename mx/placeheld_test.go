@@ -218,3 +218,87 @@ func TestPlacedLaneCancelFailsKeepsReceive(t *testing.T) {
 		t.Errorf("after the cancel: %d lanes held, counters %v", n, nonZero(pr.b.Counters()))
 	}
 }
+
+// TestPlaceHeldCycle: lane replies swapped before the NIC, no loss. The
+// replies of a cycle each land in another's span (with 2: reply 6 in
+// span 5, then 5 in span 6), so each is held where the NIC wrote it,
+// and each place holds another of them: no order of copies from where
+// they landed undoes it. The reply that closes the cycle is copied aside
+// (one second copy), the rest flushes as a chain at once, and every
+// frame ends with its own bytes. (Before, each waited for the other to
+// move, nothing asked for them again, and the pull failed unreachable.)
+func TestPlaceHeldCycle(t *testing.T) {
+	const n, L = 40, 1450
+	for _, c := range []struct {
+		name   string
+		land   [][2]int // reply, span, in the order the NIC takes them
+		cycles uint64
+	}{
+		{"two", [][2]int{{6, 5}, {5, 6}}, 1},
+		{"three", [][2]int{{7, 5}, {5, 6}, {6, 7}}, 1},
+		{"three the other way", [][2]int{{6, 5}, {7, 6}, {5, 7}}, 1},
+		{"two, then two", [][2]int{{6, 5}, {5, 6}, {9, 8}, {8, 9}}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pl := laneSpans(n, L, 0, 1458)
+			pl.blocks = []pblock{{first: 0, n: n}}
+			pp, pc := pl.pp, pl.e.b.plc
+			want := pattern(pl.geo.Total, 7)
+			frame := func(i int) []byte { return want[pl.geo.Start(i):pl.geo.End(i)] }
+			moved := map[int]bool{}
+			for _, js := range c.land {
+				moved[js[0]] = true
+			}
+			land := func(j, s int) {
+				placed := pp.seg[pl.geo.Start(s) : pl.geo.Start(s)+copy(pp.seg[pl.geo.Start(s):], frame(j))]
+				pp.taken[s/64] |= 1 << (s % 64)
+				pc.done[1] = max(pc.done[1], pp.post[s])
+				if j == s {
+					pl.blocks[0].ngot++
+					return
+				}
+				if pl.placeWritable(j, placed) {
+					copy(pp.seg[pl.geo.Start(j):], placed)
+					pl.blocks[0].ngot++
+					return
+				}
+				if !pl.placeHold(j, nil, placed) {
+					t.Fatalf("reply %d not held", j)
+				}
+				pl.placeFlush(false)
+			}
+			next := 0
+			for _, js := range c.land {
+				for ; next < js[1] && next < js[0]; next++ {
+					if !moved[next] {
+						land(next, next)
+					}
+				}
+				land(js[0], js[1])
+			}
+			if len(pp.held) != 0 {
+				t.Fatalf("every reply of the cycles in, their spans taken: %d still held (%+v)", len(pp.held), pp.held)
+			}
+			for j := next; j < n; j++ {
+				if !moved[j] {
+					land(j, j)
+				}
+			}
+			if len(pp.held) != 0 || pl.blocks[0].ngot != n {
+				t.Fatalf("every reply in: %d held, %d frames in, want %d", len(pp.held), pl.blocks[0].ngot, n)
+			}
+			for i := range n {
+				if !bytes.Equal(pp.seg[pl.geo.Start(i):pl.geo.End(i)], frame(i)) {
+					t.Errorf("frame %d holds bytes not its own", i)
+				}
+			}
+			// Each moved reply copied once, one a cycle twice.
+			if got, want := pl.e.cnt[PlaceAside], c.cycles; got != want {
+				t.Errorf("%d replies copied aside, want %d (one a cycle)", got, want)
+			}
+			if got, want := pl.e.copies.scatter.Load(), (uint64(len(moved))+c.cycles)*L; got != want {
+				t.Errorf("%d bytes copied, want %d (each moved reply once, one a cycle twice)", got, want)
+			}
+		})
+	}
+}

@@ -373,6 +373,44 @@ func TestPlacedLaneLossyCable(t *testing.T) {
 	}
 }
 
+// TestPlacedLaneReorderedCable: frames swapped on the cable, before the
+// receiving NIC, with no loss: lane replies land each in another's span,
+// and swapped ones in each other's (a cycle of held replies, which only a
+// copy aside undoes). Every message arrives whole, in time: a held reply
+// that waited forever failed its pull as unreachable.
+func TestPlacedLaneReorderedCable(t *testing.T) {
+	for _, fo := range []fault.Options{{Reorder: 0.02, Seed: 1}, {Reorder: 0.02, Loss: 0.01, Duplicate: 0.01, Seed: 2}} {
+		t.Run(fmt.Sprintf("loss %g dup %g", fo.Loss, fo.Duplicate), func(t *testing.T) {
+			m := zcModel{name: "82599-lanes-reordering-cable",
+				open: func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
+					p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := emulated.Connect(emulated.CableOptions{Faults: fo}, p.Port(0), p.Port(1)); err != nil {
+						p.Close()
+						t.Fatal(err)
+					}
+					f := p.Functions()
+					return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
+				},
+				drv:   laneLossModel(nil).drv,
+				place: true}
+			checkLeaks(t)
+			pr := newPairOn(t, zcWire(t, m, nil, nil), zcOptions("on"))
+			windowedRounds(t, pr, []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}, func(src, dst []byte) string {
+				return firstDiff(src, dst, pullGeometry(pr, len(src)))
+			})
+			rc, cnt := pr.b.CopyStats(), pr.b.Counters()
+			t.Logf("received %d bytes, %d in place; %d replies held, %d copied aside, %d pull frames asked again, %d timeouts",
+				rc.RecvBytes, rc.RecvPlaced, cnt.Get(PlaceHeld), cnt.Get(PlaceAside), cnt.Get(PullFramesRerequested), cnt.Get(PullTimeouts))
+			if rc.RecvPlaced == 0 {
+				t.Errorf("nothing was received in place: %+v", rc)
+			}
+		})
+	}
+}
+
 // TestPlacedLaneLossCostsItsFrames: lane replies lost on the cable,
 // before the receiving NIC, in patterns a test picks. Each loss moves
 // every later reply of the blocks posted into the span before its own;

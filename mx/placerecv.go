@@ -125,7 +125,11 @@ import (
 //     posting whose frame still waits in the lane's ring and spoil it)
 //     and free: the held replies of a loss form a chain, each lying in
 //     the place of the one before, flushed from its end (placeFlush),
-//     rather than dropped and asked for again. Its bytes stay whole
+//     rather than dropped and asked for again. Replies swapped before
+//     the NIC would lie each in another's place, a cycle no order of
+//     moves undoes: the reply that would close one is copied aside
+//     instead (heldCycle, counter PlaceAside), and the rest flushes as a
+//     chain. Its bytes stay whole
 //     there: the NIC writes no more into its span or any before it
 //     (consumed in order), none after reaches them (a frame whose bytes
 //     pass the range of its span's frame is not trusted, spanTaken), and
@@ -582,6 +586,13 @@ func (pl *pull) placeHold(i int, payload, placed []byte) bool {
 			h.at, h.n, h.from = off, len(placed), f
 		}
 	}
+	if h.at >= 0 && pl.heldCycle(i, h.from) {
+		// Its place holds, down the chain, the reply whose place it
+		// lies in: a cycle (replies swapped before the NIC), which no
+		// order of copies from where they landed undoes. It alone is
+		// copied aside; the rest of the cycle then flushes as a chain.
+		h.at = -1
+	}
 	switch {
 	case h.at < 0:
 		h.head = append(append(pc.takeStash(), payload...), placed...)
@@ -600,6 +611,29 @@ func (pl *pull) placeHold(i int, payload, placed []byte) bool {
 	pp.held = append(pp.held, h)
 	pl.e.cnt[PlaceHeld]++
 	return true
+}
+
+// heldCycle reports whether reply i, held in the range of frame from,
+// would close a cycle of held replies: its own place holds a held reply,
+// whose place holds another, and so on, down to reply from, whose place
+// reply i would take. The held replies form no cycle otherwise (src
+// has one reply per frame and each lies in one frame's range), so the
+// walk ends at a free place within len(held) steps.
+func (pl *pull) heldCycle(i, from int) bool {
+	pp := pl.pp
+	if pp.src == nil {
+		return false
+	}
+	for j, n := i, 0; n <= len(pp.held); n++ {
+		s := int(pp.src[j])
+		if s == 0 {
+			return false
+		}
+		if j = s - 1; j == from {
+			return true
+		}
+	}
+	return false
 }
 
 // placeFlush copies into the receive buffer the held replies whose place
@@ -662,9 +696,8 @@ func (pl *pull) placeIn(h *heldReply) {
 	t0 := b.copyClock()
 	n := 0
 	if h.at >= 0 {
-		// Where it landed and its place may overlap (a span of a
-		// shorter frame): copy is a memmove, and the bytes of the
-		// header buffer go after.
+		// Where it landed lies in frame h.from's range, which is not
+		// its place; the bytes of the header buffer go before.
 		n = copy(pp.seg[at+len(h.head):], pp.seg[h.at:h.at+h.n])
 		pp.src[h.from] = 0
 	}
