@@ -495,7 +495,10 @@ func (pl *pull) advance() {
 // finish completes a pull whose every frame is in its receive buffer: the
 // NOTIFY, then the receive, unless spans of it are still posted (a lane
 // whose postings the transport could not take back, placerecv.go): it
-// then completes once the NIC consumed them.
+// then completes once the NIC consumed them. On lane 0 none is left: a
+// reply kept outside its own span waited for that span to be done
+// (placeWritable), so every span of a pull whose frames are all in was
+// consumed (TestPlaceLane0FinishedPullHasNoSpanPosted).
 func (pl *pull) finish() {
 	e := pl.e
 	pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)

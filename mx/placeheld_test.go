@@ -3,6 +3,7 @@ package mx
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -300,5 +301,83 @@ func TestPlaceHeldCycle(t *testing.T) {
 				t.Errorf("%d bytes copied, want %d (each moved reply once, one a cycle twice)", got, want)
 			}
 		})
+	}
+}
+
+// TestPlaceLane0FinishedPullHasNoSpanPosted: on lane 0 a pull's replies
+// take its spans in the order posted, whatever frame each is (lost,
+// duplicated, another's), and a reply not in its own span is kept only
+// once its own span is done (placeWritable), even when buffers of the
+// transport's ahead of the spans take its first replies. So a pull whose
+// every frame is in has had every span consumed, and its receive completes at once
+// (placeEnd finds nothing posted): none waits in the drain list for
+// traffic that may never come. Random schedules: replies sent in order,
+// lost, duplicated, among strangers, the missing asked for again.
+func TestPlaceLane0FinishedPullHasNoSpanPosted(t *testing.T) {
+	const n, L = 60, 1450
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		pl := laneSpans(n, L, 0, 1458)
+		pp, pc := pl.pp, pl.e.b.plc
+		pp.lane = 0
+		// Buffers of the transport's posted ahead of the spans (fewer
+		// frames came before the pull's replies than it counted, or
+		// more).
+		ahead := uint64(rng.IntN(2 * n))
+		var posted uint64
+		for k, s := range pp.post {
+			if s != 0 {
+				pp.post[k] += ahead
+				posted = max(posted, pp.post[k])
+			}
+		}
+		in := make([]bool, n)
+		var queue []int
+		got, consumed := 0, uint64(0)
+		for step := 0; got < n; step++ {
+			if step > 100*n {
+				t.Fatalf("seed %d: %d of %d frames in after %d arrivals", seed, got, n, step)
+			}
+			if len(queue) == 0 { // the frames not in, asked for again
+				for k := range n {
+					if !in[k] {
+						queue = append(queue, k)
+					}
+				}
+			}
+			i := queue[0] // the frame that arrives, sent in order
+			if rng.IntN(20) != 0 {
+				queue = queue[1:] // else duplicated
+			}
+			if rng.IntN(10) == 0 {
+				continue // lost
+			}
+			stranger := rng.IntN(10) == 0
+			var took uint64
+			if consumed < posted {
+				consumed++
+				took = consumed
+				if took > ahead { // posting ahead+1+s is frame s's span
+					s := int(took - ahead - 1)
+					pp.taken[s/64] |= 1 << (s % 64)
+				}
+				pc.done[0] = max(pc.done[0], took)
+			}
+			if stranger || in[i] {
+				continue
+			}
+			own := took > ahead && pp.post[i] == took
+			if took > ahead && took <= pc.relied[0] {
+				continue // spoiled: asked for again
+			}
+			if !own && !pl.placeWritable(i, nil) {
+				continue // its own span not done: asked for again
+			}
+			in[i] = true
+			got++
+		}
+		if consumed < posted {
+			t.Fatalf("seed %d: every frame in with %d of %d postings consumed", seed, consumed, posted)
+		}
 	}
 }
