@@ -616,9 +616,10 @@ func (pl *pull) placeHold(i int, payload, placed []byte) bool {
 // heldCycle reports whether reply i, held in the range of frame from,
 // would close a cycle of held replies: its own place holds a held reply,
 // whose place holds another, and so on, down to reply from, whose place
-// reply i would take. The held replies form no cycle otherwise (src
-// has one reply per frame and each lies in one frame's range), so the
-// walk ends at a free place within len(held) steps.
+// reply i would take. Only a reply held in a frame's range adds a link
+// (src), and each that would close a cycle is copied aside instead, so
+// the held replies form none: the walk ends at a free place within
+// len(held) steps.
 func (pl *pull) heldCycle(i, from int) bool {
 	pp := pl.pp
 	if pp.src == nil {
