@@ -202,9 +202,13 @@ const (
 	// PlaceHeld counts the replies a pull placing on a lane received
 	// whole where their place in the receive buffer was not yet safe to
 	// write (a reply lost before the NIC moves each later one into the
-	// span before its own), kept aside and copied there once it was
-	// (placerecv.go, Holding), instead of being asked for again.
+	// span before its own), kept where they landed and copied to their
+	// place once it was (placerecv.go, Holding), instead of being asked
+	// for again. PlaceAside counts those of them copied aside, a second copy: a
+	// reply copied from lane 0 whose place was not safe yet, and a held
+	// reply moved out of the way of a copy that could not wait.
 	PlaceHeld
+	PlaceAside
 	numCounters
 )
 
@@ -254,7 +258,7 @@ var counterNames = [numCounters]string{
 	"placed blocks realigned behind spare descriptors",
 	"placing lanes cancelled (postings taken back)", "placed frames dropped: a copy may have written over their span",
 	"placing lane cancels failed",
-	"placed replies held until their place was safe",
+	"placed replies held until their place was safe", "held replies copied aside",
 }
 
 // String returns the counter's label.

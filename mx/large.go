@@ -200,10 +200,11 @@ type pblock struct {
 	// what orders it against the others (holes).
 	fast uint64
 	fseq [maxBlockFrames]uint32
-	// amb marks the fast frames last asked for by the timer, whose earlier
-	// copy may only be late (a responder descheduled): a copy of one that
-	// arrives may answer the block's first PULL (seq), so it reveals only
-	// what that one would.
+	// amb marks the fast frames last asked for by the timer, or, on a
+	// placing lane, by a question's answer, whose earlier copy may only
+	// be late (a responder descheduled, a sender's queue): a copy of one
+	// that arrives may answer the block's first PULL (seq), so it reveals
+	// only what that one would.
 	amb uint64
 	// tries counts the block's timer re-requests (the backoff exponent).
 	tries int
@@ -325,6 +326,10 @@ func (pl *pull) fill() {
 // which counter the retransmission goes to (FastRetransmits or
 // TimerRetransmits).
 func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
+	// A pull placing on a lane asks again on lane 0; what a question's
+	// answer asks again for whose original was only asked for on the
+	// lane may still come there, late (placerecv.go, laneOwed).
+	lost := bl.fast &^ bl.amb
 	for lo := 0; mask>>lo != 0; {
 		if mask&(1<<lo) == 0 {
 			lo++
@@ -340,9 +345,12 @@ func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
 			bl.fseq[x] = seq
 		}
 		run := (uint64(1)<<(hi-lo+1) - 1) << lo
-		if why == TimerRetransmits {
+		switch {
+		case why == TimerRetransmits:
 			bl.amb |= run
-		} else {
+		case why == AskRetransmits && pl.lane() > 0:
+			bl.amb = bl.amb&^run | run&^lost
+		default:
 			bl.amb &^= run
 		}
 		lo = hi + 1
@@ -422,13 +430,16 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 		e.cnt[PlaceSpoiled]++
 		return // its bytes are not sure: asked for again (placerecv.go)
 	}
-	// A reply whose place the NIC may still write (placerecv.go,
-	// Checking) is held until it may not, on a lane, and asked for
-	// again on lane 0.
-	hold := !own && !pl.placeReady(i, pl.lane() == 0)
+	// A reply whose place the NIC may still write, or a held reply
+	// still lies in (placerecv.go, Checking, Holding), is held until
+	// it may be written, on a lane, and asked for again on lane 0.
+	hold := !own && !pl.placeWritable(i, placed)
 	if hold && !pl.placeHold(i, payload, placed) {
 		return
 	}
+	// Which queue it came on, for a pull placing on a lane: a frame
+	// that took a span, or came on a lane in a buffer of the transport's.
+	onLane := placed != nil || e.b.curFrame != nil && e.b.curFrame.Lane > 0
 	now := e.b.now()
 	if bl.ngot == 0 && bl.tries == 0 && bl.fast == 0 && bl.got == 0 {
 		// The first reply to a block asked for once: a round trip of the
@@ -454,7 +465,7 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 	}
 	pl.e.b.copyClocked(t0)
 	pl.lastProgress = now
-	pl.lossEvidence(k, i-bl.first)
+	pl.lossEvidence(k, i-bl.first, onLane)
 	pl.placeFlush(false) // placerecv.go: held replies whose place is safe now
 	pl.advance()
 }
@@ -482,14 +493,21 @@ func (pl *pull) advance() {
 }
 
 // finish completes a pull whose every frame is in its receive buffer: the
-// NOTIFY, then the receive.
+// NOTIFY, then the receive, unless spans of it are still posted (a lane
+// whose postings the transport could not take back, placerecv.go): it
+// then completes once the NIC consumed them. On lane 0 none is left: a
+// reply kept outside its own span waited for that span to be done
+// (placeWritable), so every span of a pull whose frames are all in was
+// consumed (TestPlaceLane0FinishedPullHasNoSpanPosted).
 func (pl *pull) finish() {
 	e := pl.e
 	pl.p.sendNotify(pl.total, pl.ref.id, pl.ref.seq)
 	r := pl.r
-	e.endPull(pl, nil)
+	code := r.status.setRecv(pl.p, pl.match, pl.msgLen, pl.total)
 	e.copies.recv.Add(uint64(pl.total))
-	e.finishRecv(r, pl.p, pl.match, pl.msgLen, pl.total)
+	if !e.endPull(pl, code) && code == nil {
+		e.complete(r, nil)
+	}
 }
 
 // lossEvidence asks again, at once, for the frames that frame x of block
@@ -510,17 +528,27 @@ func (pl *pull) finish() {
 // frames come on two queues, which the board reads in turn, not in the
 // order the wire brought them: those asked for once on the lane, those
 // asked for again on lane 0 (placerecv.go). A frame there is evidence
-// only for the frames that come on its own queue.
-func (pl *pull) lossEvidence(k, x int) {
+// only for the frames that come on its own queue; one a question's answer
+// asked for again may come on either (amb), and the queue it came on
+// says which (onLane).
+func (pl *pull) lossEvidence(k, x int, onLane bool) {
 	ev := &pl.blocks[k]
 	te := ev.seq
 	on := evidenceAll
-	if (ev.fast&^ev.amb)&(1<<x) != 0 {
+	switch bit := uint64(1) << x; {
+	case pl.lane() > 0 && ev.amb&bit != 0:
+		// Its original and its copy may both come: the queue it came
+		// on says which (an answer to seq or later either way).
+		on = evidenceAgain
+		if onLane {
+			on = evidenceOnce
+		}
+	case (ev.fast&^ev.amb)&bit != 0:
 		te = ev.fseq[x]
 		if pl.lane() > 0 {
 			on = evidenceAgain
 		}
-	} else if pl.lane() > 0 {
+	case pl.lane() > 0:
 		on = evidenceOnce
 	}
 	pl.lostBefore(te, x, FastRetransmits, on)
@@ -645,10 +673,11 @@ func (pl *pull) timer(now int64) {
 }
 
 // endPull releases a pull (and starts a queued one); a non-nil code fails
-// its receive.
-func (e *Endpoint) endPull(pl *pull, code error) {
+// its receive. It reports whether the receive waits in the drain list
+// instead, to complete with code once the NIC consumed its spans.
+func (e *Endpoint) endPull(pl *pull, code error) bool {
 	if e.pulls[pl.slot] != pl || pl.ending {
-		return
+		return false
 	}
 	pl.ending = true
 	e.b.waitPullCopies(pl) // the engine must be done writing into r first
@@ -664,12 +693,13 @@ func (e *Endpoint) endPull(pl *pull, code error) {
 	}
 	if !pl.bulk {
 		e.kickPulls()
-		return
+		return held
 	}
 	// Room for a pull over the transport, of any endpoint of the board.
 	for _, o := range e.b.epl {
 		o.kickPulls()
 	}
+	return held
 }
 
 // ---- the region owner's side ----

@@ -2,6 +2,7 @@ package mx
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/gomx-dev/gomx/internal/regcache"
 	"github.com/gomx-dev/gomx/mx/wire"
@@ -117,17 +118,35 @@ import (
 //     in the span before its own: whole, but where its own place may
 //     still be written by the NIC (its own span, taken by the reply after
 //     it) or hold a frame not yet handled. A pull on a lane keeps such a
-//     reply (pullPlace.held, counter PlaceHeld: a copy) and copies it
-//     into its place once the frames that took the postings of its range
-//     were handled (placeReady, without the settled count, which would
-//     trust a posting whose frame still waits in the lane's ring and
-//     spoil it), rather than drop it and ask for it again; a copy asked
-//     for again on lane 0 is held the same way. The loss's own frame is
+//     reply where the NIC wrote it (pullPlace.held, counter PlaceHeld;
+//     only its header buffer's payload bytes, none when padded, are
+//     copied aside) and copies it once into its place when that place is
+//     final (placeReady, without the settled count, which would trust a
+//     posting whose frame still waits in the lane's ring and spoil it)
+//     and free: the held replies of a loss form a chain, each lying in
+//     the place of the one before, flushed from its end (placeFlush),
+//     rather than dropped and asked for again. Replies swapped before
+//     the NIC would lie each in another's place, a cycle no order of
+//     moves undoes: the reply that would close one is copied aside
+//     instead (heldCycle, counter PlaceAside), and the rest flushes as a
+//     chain. Its bytes stay whole
+//     there: the NIC writes no more into its span or any before it
+//     (consumed in order), none after reaches them (a frame whose bytes
+//     pass the range of its span's frame is not trusted, spanTaken), and
+//     every CPU write into a frame's range first empties it of held
+//     bytes (pullPlace.src). A copy asked for again on lane 0 whose place
+//     is final but holds a held reply cannot wait: the chain is flushed
+//     at once, its end, whose own place is not final, copied aside
+//     (placeVacate, counter PlaceAside: one second copy); a copy whose
+//     place is not final is held aside whole. The loss's own frame is
 //     asked for again on evidence from a reply of the lane, and the next
 //     block posted skips the descriptors the lost replies left
 //     (placeBlock counts only the frames still owed on the lane,
-//     laneOwed), so its replies take their own spans again: a loss costs
-//     its frame, asked for again, and copies of the rest of the window.
+//     laneOwed: those a question's answer asked for again, whose
+//     originals may still come there, stay owed until a copy comes), so
+//     its replies take their own spans again: a loss costs its frame,
+//     asked for again, and one copy of each reply of the rest of the
+//     window.
 //     The two queues are read in turn, not in the order the wire brought
 //     their frames, so a reply on one is no evidence of a loss on the
 //     other (lossEvidence). When no frame is owed on the lane any more
@@ -141,8 +160,11 @@ import (
 //     once the pull was silent and the sources drained, counts the
 //     postings consumed two timer runs ago done and tries the cancel
 //     again. A pull that ends with postings left on its lane (a sender
-//     that did not use the lane) has the transport cancel them too
-//     before its receive completes.
+//     that did not use the lane, a buffer of the transport's its last
+//     reply did not take) has the transport cancel them too before its
+//     receive completes; should that fail, the lane stays the pull's
+//     and the receive waits in the drain list, which tries the cancel
+//     again on every timer run.
 //   - Completion. A receive whose every frame is in has no span left
 //     posted (each frame's own was consumed). A pull that ends early
 //     (failure, close) with spans still posted waits in the board's drain
@@ -188,12 +210,16 @@ type placeRecv struct {
 	drain        []placeDone
 	scratch      []byte
 	spans        [][]byte
+	chain        []int
 	// stash is the buffers of held replies given back (pullPlace.held),
-	// for the next to reuse.
-	stash [][]byte
+	// for the next to reuse; stashLow is the fewest it had since the
+	// timers last trimmed it (trimStash).
+	stash    [][]byte
+	stashLow int
 }
 
-// placeDone is a pull that ended with spans still posted.
+// placeDone is a pull that ended with spans still posted; on a lane,
+// the lane stays pl's until they were consumed.
 type placeDone struct {
 	e    *Endpoint
 	r    *Request
@@ -201,6 +227,7 @@ type placeDone struct {
 	lane int
 	last uint64
 	ent  *regcache.Entry[*transport.Region]
+	pl   *pull
 }
 
 // pullPlace is one pull's spans.
@@ -216,17 +243,22 @@ type pullPlace struct {
 	// when it started on lane 0: their answers not yet received come
 	// before its replies. 0 once its first reply came.
 	asked uint64
-	// held is, on a lane, the replies received whole whose place the
-	// NIC may still write (Holding): their payloads, kept until it may
-	// not.
+	// held is, on a lane, the replies received whole whose place was
+	// not safe to write (Holding), kept until it is; src is, by frame,
+	// 1 + the held reply whose bytes the NIC wrote in that frame's
+	// range, 0 for none.
 	held []heldReply
+	src  []int32
 }
 
-// heldReply is a reply's payload kept until its place in the receive
-// buffer is safe to write: frame i's bytes.
+// heldReply is frame i's reply, kept until its place in the receive
+// buffer is safe to write: the n bytes the NIC wrote at offset at of
+// the receive buffer, in the range of frame from, whose span it took,
+// then, copied aside, the payload bytes of its header buffer (head);
+// or, with at -1, its whole payload in head.
 type heldReply struct {
-	i   int
-	buf []byte
+	i, at, n, from int
+	head           []byte
 }
 
 // newPlaceRecv returns the board's in-place receive state, nil when the
@@ -457,9 +489,19 @@ func (pl *pull) placeSafe(i int) bool { return pl.placeReady(i, true) }
 // be handled instead, so that no copy is written over a frame still
 // waiting, unhandled, in the lane's ring.
 func (pl *pull) placeReady(i int, settled bool) bool {
+	top, ok := pl.placeBound(i, settled)
+	if ok {
+		pl.rely(top)
+	}
+	return ok
+}
+
+// placeBound reports whether frame i's range is final (placeReady), and
+// the highest posting that says so, without noting it.
+func (pl *pull) placeBound(i int, settled bool) (uint64, bool) {
 	pp := pl.pp
 	if pp == nil {
-		return true
+		return 0, true
 	}
 	pc := pl.e.b.plc
 	lane := pp.lane
@@ -471,11 +513,41 @@ func (pl *pull) placeReady(i int, settled bool) bool {
 	for j := pl.spansOver(i); j <= i; j++ {
 		s := pp.post[j]
 		if s != 0 && s > bound && pp.taken[j/64]&(1<<(j%64)) == 0 {
-			return false
+			return 0, false
 		}
 		top = max(top, s)
 	}
-	pc.relied[lane] = max(pc.relied[lane], top)
+	return top, true
+}
+
+// rely notes that a copy into the receive buffer relied on the postings
+// of pl's lane up to top being done (placeRecv.relied).
+func (pl *pull) rely(top uint64) {
+	pc := pl.e.b.plc
+	pc.relied[pl.pp.lane] = max(pc.relied[pl.pp.lane], top)
+}
+
+// placeWritable reports whether frame i's reply may be written into the
+// receive buffer now: its range is final (placeReady) and holds no held
+// reply's bytes (Holding). A reply that took a span waits, held where it
+// landed, for the held reply in its range to move on; any other (a copy
+// from lane 0) has that one flushed at once (placeVacate).
+func (pl *pull) placeWritable(i int, placed []byte) bool {
+	pp := pl.pp
+	if pp == nil {
+		return true
+	}
+	top, ok := pl.placeBound(i, pp.lane == 0)
+	if !ok {
+		return false
+	}
+	if pp.src != nil && pp.src[i] != 0 {
+		if placed != nil {
+			return false
+		}
+		pl.placeVacate(i)
+	}
+	pl.rely(top)
 	return true
 }
 
@@ -492,33 +564,88 @@ func (pl *pull) laneOwed(n int) int {
 	return owed
 }
 
-// placeHold keeps the payload of frame i, received whole (payload, and
-// placed when it took a span), until its place in the receive buffer is
-// safe to write (Holding), and reports whether it did: only a pull
-// placing on a lane holds; on lane 0 the frame is dropped and asked for
-// again.
+// placeHold keeps frame i's reply, received whole (payload, and placed
+// when it took a span), until its place in the receive buffer is safe to
+// write (Holding), and reports whether it did: only a pull placing on a
+// lane holds; on lane 0 the frame is dropped and asked for again. What
+// the NIC wrote stays where it is, in the range of the frame whose span
+// it took, until it is copied to its place (placeIn); only the bytes of
+// its header buffer are copied aside. A frame that took no span of the
+// pull's (a copy from lane 0) is copied aside whole (PlaceAside).
 func (pl *pull) placeHold(i int, payload, placed []byte) bool {
 	pp := pl.pp
 	if pp == nil || pp.lane == 0 {
 		return false
 	}
 	pc := pl.e.b.plc
-	var buf []byte
-	if n := len(pc.stash); n > 0 {
-		buf, pc.stash = pc.stash[n-1][:0], pc.stash[:n-1]
+	h := heldReply{i: i, at: -1}
+	if off, ok := offsetIn(pp.seg, placed); ok && placed != nil {
+		// In the span of frame from, within its range (handlePlaced
+		// trusts no frame that reaches past it).
+		if f := pl.geo.Index(off - pp.hd); f >= 0 && f < len(pp.post) && pp.post[f] != 0 && off+len(placed) <= pl.geo.End(f) {
+			h.at, h.n, h.from = off, len(placed), f
+		}
 	}
-	buf = append(append(buf, payload...), placed...)
-	pl.e.copies.scatter.Add(uint64(len(buf)))
-	pp.held = append(pp.held, heldReply{i: i, buf: buf})
+	if h.at >= 0 && pl.heldCycle(i, h.from) {
+		// Its place holds, down the chain, the reply whose place it
+		// lies in: a cycle (replies swapped before the NIC), which no
+		// order of copies from where they landed undoes. It alone is
+		// copied aside; the rest of the cycle then flushes as a chain.
+		h.at = -1
+	}
+	switch {
+	case h.at < 0:
+		h.head = append(append(pc.takeStash(), payload...), placed...)
+	case len(payload) > 0:
+		h.head = append(pc.takeStash(), payload...)
+	}
+	pl.e.copies.scatter.Add(uint64(len(h.head)))
+	if h.at >= 0 {
+		if pp.src == nil {
+			pp.src = make([]int32, len(pp.post))
+		}
+		pp.src[h.from] = int32(i + 1)
+	} else {
+		pl.e.cnt[PlaceAside]++
+	}
+	pp.held = append(pp.held, h)
 	pl.e.cnt[PlaceHeld]++
 	return true
 }
 
+// heldCycle reports whether reply i, held in the range of frame from,
+// would close a cycle of held replies: its own place holds a held reply,
+// whose place holds another, and so on, down to reply from, whose place
+// reply i would take. Only a reply held in a frame's range adds a link
+// (src), and each that would close a cycle is copied aside instead, so
+// the held replies form none: the walk ends at a free place within
+// len(held) steps.
+func (pl *pull) heldCycle(i, from int) bool {
+	pp := pl.pp
+	if pp.src == nil {
+		return false
+	}
+	for j, n := i, 0; n <= len(pp.held); n++ {
+		s := int(pp.src[j])
+		if s == 0 {
+			return false
+		}
+		if j = s - 1; j == from {
+			return true
+		}
+	}
+	return false
+}
+
 // placeFlush copies into the receive buffer the held replies whose place
-// became safe (placeReady) and counts them in. When no frame is owed on
-// the lane any more, nothing will take the postings left (the spans a
-// lost reply's successors did not reach): the lane's postings are taken
-// back, so the replies that wait on them are safe. settled is the
+// became safe (placeReady) and free (no held reply's bytes in it), and
+// counts them in. The held replies of a loss form a chain, each in the
+// place of the one before it, flushed from its end: the last, whose own
+// place is the first to be final, then the one whose place that freed,
+// and so on, each copied once, from where the NIC wrote it. When no frame
+// is owed on the lane any more, nothing will take the postings left (the
+// spans a lost reply's successors did not reach): the lane's postings are
+// taken back, so the replies that wait on them are safe. settled is the
 // timer's word that the pull was silent and the sources drained: the
 // postings consumed two timer runs ago count as done, and the lane's
 // postings are taken back whatever is owed (a frame asked for again on
@@ -534,35 +661,162 @@ func (pl *pull) placeFlush(settled bool) {
 	if b.plc.busy[pp.lane] == pl && (settled || pl.laneOwed(len(pl.blocks)) == 0) {
 		b.placeCancel(e, pp.lane)
 	}
-	kept := pp.held[:0]
-	for _, h := range pp.held {
-		if !pl.placeReady(h.i, settled) {
-			kept = append(kept, h)
-			continue
+	// From the last held: a chain flushes in one pass; a pass that moved
+	// one may have freed the place of one before it in the list.
+	for moved := true; moved; {
+		moved = false
+		for k := len(pp.held) - 1; k >= 0; k-- {
+			h := &pp.held[k]
+			if h.i < 0 || pp.src != nil && pp.src[h.i] != 0 {
+				continue
+			}
+			top, ok := pl.placeBound(h.i, settled)
+			if !ok {
+				continue
+			}
+			pl.rely(top)
+			pl.placeIn(h)
+			moved = true
 		}
-		t0 := b.copyClock()
-		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, pl.geo.Start(h.i), h.buf)))
-		b.copyClocked(t0)
-		for j := range pl.blocks {
-			if bl := &pl.blocks[j]; h.i >= bl.first && h.i < bl.first+bl.n {
-				bl.ngot++
-				break
+		kept := pp.held[:0]
+		for _, h := range pp.held {
+			if h.i >= 0 {
+				kept = append(kept, h)
 			}
 		}
-		b.plc.stash = append(b.plc.stash, h.buf)
+		clear(pp.held[len(kept):])
+		pp.held = kept
+	}
+}
+
+// placeIn copies held reply h into its place, counts it in its block and
+// marks it gone (h.i -1); its place is final and free (placeFlush).
+func (pl *pull) placeIn(h *heldReply) {
+	pp, b := pl.pp, pl.e.b
+	at := pl.geo.Start(h.i)
+	t0 := b.copyClock()
+	n := 0
+	if h.at >= 0 {
+		// Where it landed lies in frame h.from's range, which is not
+		// its place; the bytes of the header buffer go before.
+		n = copy(pp.seg[at+len(h.head):], pp.seg[h.at:h.at+h.n])
+		pp.src[h.from] = 0
+	}
+	n += copy(pp.seg[at:], h.head)
+	pl.e.copies.scatter.Add(uint64(n))
+	b.copyClocked(t0)
+	for j := range pl.blocks {
+		if bl := &pl.blocks[j]; h.i >= bl.first && h.i < bl.first+bl.n {
+			bl.ngot++
+			break
+		}
+	}
+	b.plc.putStash(h.head)
+	*h = heldReply{i: -1}
+}
+
+// placeVacate empties frame f's range of the held reply whose bytes lie
+// there, for a write that cannot wait (a copy of frame f from lane 0):
+// that reply is copied to its place, once its own place was emptied the
+// same way, down the chain; the first of the chain whose place is not
+// final yet is copied aside instead (PlaceAside: a second copy of one
+// reply, so that the rest of the chain and frame f go in now).
+func (pl *pull) placeVacate(f int) {
+	pp, pc := pl.pp, pl.e.b.plc
+	chain := pc.chain[:0]
+	for j := int(pp.src[f]) - 1; j >= 0; j = int(pp.src[j]) - 1 {
+		k := slices.IndexFunc(pp.held, func(h heldReply) bool { return h.i == j })
+		if k < 0 || slices.Contains(chain, k) {
+			break // a chain runs one way (postings and frames in one order): cannot be
+		}
+		chain = append(chain, k)
+		if _, ok := pl.placeBound(j, false); !ok {
+			break
+		}
+	}
+	if len(chain) == 0 {
+		return
+	}
+	last := &pp.held[chain[len(chain)-1]]
+	if _, ok := pl.placeBound(last.i, false); !ok || pp.src[last.i] != 0 {
+		pl.placeAside(last)
+		chain = chain[:len(chain)-1]
+	}
+	for m := len(chain) - 1; m >= 0; m-- {
+		h := &pp.held[chain[m]]
+		top, _ := pl.placeBound(h.i, false)
+		pl.rely(top)
+		pl.placeIn(h)
+	}
+	kept := pp.held[:0]
+	for _, h := range pp.held {
+		if h.i >= 0 {
+			kept = append(kept, h)
+		}
 	}
 	clear(pp.held[len(kept):])
 	pp.held = kept
+	pc.chain = chain[:0]
+}
+
+// placeAside copies the bytes held reply h has in the receive buffer
+// aside, after those of its header buffer (PlaceAside).
+func (pl *pull) placeAside(h *heldReply) {
+	pp, pc := pl.pp, pl.e.b.plc
+	if h.head == nil {
+		h.head = pc.takeStash()
+	}
+	h.head = append(h.head, pp.seg[h.at:h.at+h.n]...)
+	pl.e.copies.scatter.Add(uint64(h.n))
+	pp.src[h.from] = 0
+	h.at, h.n = -1, 0
+	pl.e.cnt[PlaceAside]++
+}
+
+// takeStash returns an empty buffer for a held reply's bytes, reused
+// when one was given back.
+func (pc *placeRecv) takeStash() []byte {
+	n := len(pc.stash)
+	if n == 0 {
+		return nil
+	}
+	buf := pc.stash[n-1][:0]
+	pc.stash[n-1] = nil
+	pc.stash = pc.stash[:n-1]
+	pc.stashLow = min(pc.stashLow, n-1)
+	return buf
+}
+
+// putStash gives a held reply's buffer back for reuse.
+func (pc *placeRecv) putStash(buf []byte) {
+	if buf != nil {
+		pc.stash = append(pc.stash, buf)
+	}
+}
+
+// trimStash frees the buffers given back that no held reply took since
+// the last call (the timers'): the stash shrinks to what is in use
+// again, and to nothing on an idle board.
+func (pc *placeRecv) trimStash() {
+	if n := min(pc.stashLow, len(pc.stash)); n > 0 {
+		clear(pc.stash[:n])
+		pc.stash = append(pc.stash[:0], pc.stash[n:]...)
+		if len(pc.stash) == 0 {
+			pc.stash = nil
+		}
+	}
+	pc.stashLow = len(pc.stash)
 }
 
 // placeStale gives back the buffers of pp's held replies (the pull
 // ended).
 func (pc *placeRecv) placeStale(pp *pullPlace) {
 	for _, h := range pp.held {
-		pc.stash = append(pc.stash, h.buf)
+		pc.putStash(h.head)
 	}
 	clear(pp.held)
 	pp.held = nil
+	pp.src = nil
 }
 
 // placeOwn notes, as the CPU writes the first bytes of frame i's reply
@@ -586,8 +840,12 @@ func (pl *pull) placeOwn(i int) {
 
 // spanTaken notes that a frame that took the span at placed was handled,
 // and returns the lane and number of that span's posting (0 for a span
-// of no live pull).
-func (b *Board) spanTaken(placed []byte) (int, uint64) {
+// of no live pull), and whether the frame's bytes there lie within the
+// range of the frame the span was posted for: bytes past it lie in the
+// next frame's span, which the NIC may have written since, and are not
+// trusted (a reply longer than a message's shorter first frame, in its
+// span).
+func (b *Board) spanTaken(placed []byte) (int, uint64, bool) {
 	for _, pl := range b.plc.pulls {
 		pp := pl.pp
 		off, ok := offsetIn(pp.seg, placed)
@@ -596,11 +854,11 @@ func (b *Board) spanTaken(placed []byte) (int, uint64) {
 		}
 		if k := pl.geo.Index(off - pp.hd); k >= 0 && k < len(pp.post) && pp.post[k] != 0 {
 			pp.taken[k/64] |= 1 << (k % 64)
-			return pp.lane, pp.post[k]
+			return pp.lane, pp.post[k], off+len(placed) <= pl.geo.End(k)
 		}
-		return pp.lane, 0
+		return pp.lane, 0, true
 	}
-	return 0, 0
+	return 0, 0, true
 }
 
 // placeLate takes the word of frame i's reply, which took posting took
@@ -650,10 +908,15 @@ func (b *Board) placeCancel(e *Endpoint, lane int) {
 	}
 }
 
-// placeTick moves the settled count on (the board's timers).
+// placeTick moves the settled count on and trims the held replies'
+// buffers (the board's timers).
 func (b *Board) placeTick() {
 	pc := b.plc
-	if pc == nil || len(pc.pulls) == 0 {
+	if pc == nil {
+		return
+	}
+	pc.trimStash()
+	if len(pc.pulls) == 0 {
 		return
 	}
 	for k := 0; k <= pc.lanes; k++ {
@@ -668,12 +931,13 @@ func (b *Board) placeTick() {
 // in place when the span is its own, copied from where it landed
 // otherwise; anything else made whole by a copy and handled as any frame.
 func (b *Board) handlePlaced(nic transport.NICID, data, placed []byte) {
-	lane, took := b.spanTaken(placed)
+	lane, took, whole := b.spanTaken(placed)
 	pc := b.plc
 	// A frame that took a posting a copy relied on being done was
 	// written where that copy now is: its bytes there are not its own
-	// (Checking). The postings before the one it took are done.
-	spoiled := took != 0 && took <= pc.relied[lane]
+	// (Checking), nor are those past its span's frame. The postings
+	// before the one it took are done.
+	spoiled := took != 0 && took <= pc.relied[lane] || !whole
 	if took > pc.done[lane] {
 		pc.done[lane] = took
 	}
@@ -734,7 +998,9 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 			// that did not use the lane): take them back.
 			b.placeCancel(pl.e, pp.lane)
 		}
-		b.plc.busy[pp.lane] = nil
+		if st := b.plc.tr.Placement(pp.lane); st.Consumed >= st.Posted || b.closed {
+			b.plc.busy[pp.lane] = nil
+		} // else the lane stays pl's until they are (placeDrainLocked): another pull's replies would take them
 	}
 	for k, o := range b.plc.pulls {
 		if o == pl {
@@ -748,7 +1014,7 @@ func (b *Board) placeEnd(pl *pull, code error) bool {
 		b.zc.cache.Put(pp.ent)
 		return false
 	}
-	b.plc.drain = append(b.plc.drain, placeDone{e: pl.e, r: pl.r, code: code, lane: pp.lane, last: pp.last, ent: pp.ent})
+	b.plc.drain = append(b.plc.drain, placeDone{e: pl.e, r: pl.r, code: code, lane: pp.lane, last: pp.last, ent: pp.ent, pl: pl})
 	return true
 }
 
@@ -760,9 +1026,20 @@ func (b *Board) placeDrainLocked() bool {
 	}
 	kept := b.plc.drain[:0]
 	for _, d := range b.plc.drain {
+		if d.lane > 0 && b.plc.busy[d.lane] == d.pl && !b.closed {
+			// A lane whose postings the transport could not take
+			// back (placeEnd): try again; nothing else comes there.
+			b.placeCancel(d.e, d.lane)
+			if st := b.plc.tr.Placement(d.lane); st.Consumed >= st.Posted {
+				b.plc.busy[d.lane] = nil
+			}
+		}
 		if b.plc.tr.Placement(d.lane).Consumed < d.last && !b.closed {
 			kept = append(kept, d)
 			continue
+		}
+		if d.lane > 0 && b.plc.busy[d.lane] == d.pl {
+			b.plc.busy[d.lane] = nil
 		}
 		b.zc.cache.Put(d.ent)
 		if !d.e.closed {

@@ -327,9 +327,14 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 	res := <-resc
 	err := <-errA
 	if err != nil {
-		// The responder may still wait for messages that will not come.
+		// The responder may still wait for messages that will not come;
+		// what it saw, when it failed too (a receive that failed, bytes
+		// that did not verify), goes beside the initiator's error.
 		select {
-		case <-errc:
+		case rerr := <-errc:
+			if rerr != nil {
+				err = errors.Join(err, fmt.Errorf("responder: %w", rerr))
+			}
 		case <-time.After(time.Second):
 		}
 		return res, err
