@@ -678,15 +678,21 @@ func (pl *pull) placeFlush(settled bool) {
 			pl.placeIn(h)
 			moved = true
 		}
-		kept := pp.held[:0]
-		for _, h := range pp.held {
-			if h.i >= 0 {
-				kept = append(kept, h)
-			}
-		}
-		clear(pp.held[len(kept):])
-		pp.held = kept
+		pp.dropMoved()
 	}
+}
+
+// dropMoved removes from pp.held the replies moved into place or aside
+// (h.i -1), keeping the order of the rest.
+func (pp *pullPlace) dropMoved() {
+	kept := pp.held[:0]
+	for _, h := range pp.held {
+		if h.i >= 0 {
+			kept = append(kept, h)
+		}
+	}
+	clear(pp.held[len(kept):])
+	pp.held = kept
 }
 
 // placeIn copies held reply h into its place, counts it in its block and
@@ -748,14 +754,7 @@ func (pl *pull) placeVacate(f int) {
 		pl.rely(top)
 		pl.placeIn(h)
 	}
-	kept := pp.held[:0]
-	for _, h := range pp.held {
-		if h.i >= 0 {
-			kept = append(kept, h)
-		}
-	}
-	clear(pp.held[len(kept):])
-	pp.held = kept
+	pp.dropMoved()
 	pc.chain = chain[:0]
 }
 
