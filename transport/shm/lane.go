@@ -1137,7 +1137,7 @@ func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
 			}
 			return n
 		}
-		f, k, id, kind, err := q.parse(t.opts.MTU, q.gatherBuf(n))
+		f, k, id, kind, err := q.parse(t.mtu, q.gatherBuf(n))
 		if err != nil {
 			t.breakQueue()
 			return n
@@ -1270,7 +1270,7 @@ func (t *Transport) peekQueue() (peer transport.NICID, f []byte, ok, empty bool)
 			}
 			return 0, nil, false, true
 		}
-		f, k, id, kind, err := q.parse(t.opts.MTU, q.gatherBuf(0))
+		f, k, id, kind, err := q.parse(t.mtu, q.gatherBuf(0))
 		if err != nil {
 			t.breakQueue()
 			return 0, nil, false, true

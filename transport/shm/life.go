@@ -93,7 +93,7 @@ func (t *Transport) Counters() []transport.Counter {
 	fp := t.Footprint()
 	return []transport.Counter{
 		{Name: "shm frames sent", Value: t.sent()},
-		{Name: "shm frames received", Value: t.cnt.recvd.Load()},
+		{Name: "shm frames received", Value: t.recvd.Load()},
 		{Name: "shm frames dropped (ring full)", Value: t.cnt.dropFull.Load()},
 		{Name: "shm corrupt rings dropped", Value: t.cnt.corrupt.Load()},
 		{Name: "shm peers gone", Value: t.cnt.peersGone.Load()},

@@ -270,12 +270,13 @@ func (w *qWriter) write(b []byte) {
 
 // qConsumer is the receiver's view of its own queue.
 type qConsumer struct {
-	queue
+	// What an empty look reads (peekQueue) first, on one line.
 	cur     uint64         // the next record's cursor
 	wordAt  *atomic.Uint64 // its word
+	broken  bool           // a word broke the protocol: the queue delivers no more
 	freed   uint64         // cells below this are written empty for their next lap
 	pubHead uint64         // the head as last published
-	broken  bool           // a word broke the protocol: the queue delivers no more
+	queue
 	// bufs[i] holds the multi-cell frame of a batch's i-th slot,
 	// gathered (grown to the longest frame it took, at most the MTU).
 	bufs [][]byte

@@ -249,7 +249,7 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 		}
 	}
 	// The record word's load acquires the record (parseRecord).
-	f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+	f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.mtu)
 	if err != nil || kind != recFrame {
 		return 0, nil, false, false
 	}
@@ -266,7 +266,7 @@ func (t *Transport) Take() {
 		t.peekedQ = false
 		t.q.advance(t.peekedLen)
 		t.toCommit = true
-		t.cnt.recvd.Inc()
+		t.recvd.Inc()
 		if r := t.peekedQR; r != nil {
 			r.qFrames++ // the pair's traffic (askback.go)
 			r.qBytes += uint64(t.peekedQN)
@@ -299,7 +299,7 @@ func (t *Transport) Take() {
 	// Only the Recv side writes recvd, and it is serialized (the
 	// caller's lock here, rmu or that lock in Recv): an owned count,
 	// without a locked instruction (an atomic store is an XCHG).
-	t.cnt.recvd.Inc()
+	t.recvd.Inc()
 }
 
 // poll reads up to len(frames) records: from the hot rings, round robin,
@@ -313,7 +313,7 @@ func (t *Transport) poll(frames []transport.Frame) int {
 		n = t.pollCold(frames, n)
 	}
 	if n > 0 {
-		t.cnt.recvd.Add(uint64(n))
+		t.recvd.Add(uint64(n))
 		t.lends.Got(n)
 	}
 	return n
@@ -332,7 +332,7 @@ func (t *Transport) pollRing(r *inRing, frames []transport.Frame, n int) int {
 	size := uint64(len(r.data))
 	for n < len(frames) {
 		// The record word's load acquires the record (parseRecord).
-		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.opts.MTU)
+		f, rl, kind, err := parseRecord(r.data, r.cur, r.pos, t.mtu)
 		if err != nil {
 			t.cnt.corrupt.Add(1)
 			r.dead.Store(true)

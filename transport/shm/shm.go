@@ -201,12 +201,48 @@ const yieldAfter = 20 * time.Microsecond
 // Transport is a shared-memory transport: one board of this host. It
 // implements transport.Transport and transport.Stats.
 type Transport struct {
-	opts   Options
-	nic    transport.NICID
 	path   string
-	ln     *net.UnixListener
 	bell   segment // our doorbell, mapped by every producer sending to us
 	bellFd int     // its memfd, passed to each producer; closed by Close
+	// The Recv side's own state that every Peek and Take reads or
+	// writes (under rmu, or the lock of a caller of Peek and Take), on
+	// two whole cache lines (after 56 bytes of fields, as outRing's), so
+	// a receiver whose lines other processes' turns evicted (an
+	// oversubscribed collective) fetches two of them, not the five these
+	// fields spread over before (TestHotLines). The hot
+	// rings and the round robin over them; the record Peek returned,
+	// for Take: its ring (nil and peekedQ: the queue's), its index in
+	// the hot set (-1: a cold ring) and the record's length; toCommit:
+	// poll consumed records or saw a dead ring since the last commit.
+	hot       []hotRing
+	rr        int
+	peeked    *inRing
+	peekedAt  int
+	peekedLen uint64
+	toCommit  bool
+	peekedQ   bool
+	// recvd counts the frames received. It has one writer at a time:
+	// the Recv side, which is serialized (rmu in Recv, the caller's lock
+	// around Peek and Take): a count without a locked instruction per
+	// frame.
+	recvd owned.Count
+	// The producer of the queue record Peek returned and its length, for
+	// Take's count (askback.go).
+	peekedQR *inRing
+	peekedQN int
+	mtu      int          // opts.MTU, for parseRecord
+	nLanes   atomic.Int32 // the lanes in groups
+	fullScan atomic.Bool  // the Recv side looks at every ring once (a ring's producer went away)
+	// The receive queue (queue.go, lane.go): the consumer's view (Recv
+	// side), its cursor, the cursor's word and broken first, on the
+	// second line too.
+	q     qConsumer
+	pend  uint64 // the summary bits not yet found empty (notify.go)
+	rrBit int    // where the last look at them stopped
+
+	opts Options
+	nic  transport.NICID
+	ln   *net.UnixListener
 	// slp, blocked and slept are the doorbell's sleeping flag, blocked
 	// waiters and sleep total; sleepFrom is when the sleep ArmSleep
 	// prepared began, sleepHeld whether a waiter was blocked then.
@@ -227,19 +263,20 @@ type Transport struct {
 	// groups lists the rings of each summary bit (setIn); nextBit is the
 	// bit of the next ring (under inMu). See notify.go.
 	groups  atomic.Pointer[ringGroups]
-	nLanes  atomic.Int32 // the lanes in groups
 	nextBit int
-	// sum is the summary word in our doorbell; fullScan asks the Recv
-	// side to look at every ring once (a ring's producer went away).
-	sum      *atomic.Uint64
-	fullScan atomic.Bool
+	// sum is the summary word in our doorbell.
+	sum *atomic.Uint64
 
 	outMu   sync.Mutex
 	out     map[transport.NICID]*outRing
 	lastOut atomic.Pointer[outRing]                      // the ring connected last: Send finds it without outMu
 	outSnap atomic.Pointer[map[transport.NICID]*outRing] // a copy of out for Send (snapOut)
-	// sendTo caches the rings a serialized sender found (serialRingTo);
-	// only it, and Close, which it is serialized with, touch it.
+	// closed and serial (SerialSends: SendParts locks no ring) are read
+	// by every send, beside the first slots of sendTo, which caches the
+	// rings a serialized sender found (serialRingTo); only it, and Close,
+	// which it is serialized with, touch it.
+	closed atomic.Bool
+	serial atomic.Bool
 	sendTo [sendToLen]*outRing
 
 	lostMu sync.Mutex
@@ -248,7 +285,6 @@ type Transport struct {
 	gonePid map[transport.NICID]int
 
 	wakeReq atomic.Bool // Wake asked a blocked Recv to return
-	serial  atomic.Bool // SerialSends: SendParts locks no ring
 
 	spin atomic.Int64 // Recv's spin (ns, <= 0: none): Options.Spin, then SetSpin
 
@@ -259,36 +295,19 @@ type Transport struct {
 
 	rmu   sync.Mutex                 // held by Recv; Close takes it to unmap safely
 	lends *transport.Lends[struct{}] // holds: always copies (Hold)
-	// The Recv side's own state (under rmu, or the lock of a caller of
-	// Peek and Take): the hot rings and the round robin over them, the
-	// summary bits not yet found empty and where the last look at them
-	// stopped (notify.go).
-	hot   []hotRing
-	looks uint64 // looks at the hot set
-	rr    int
-	pend  uint64
-	rrBit int
-	// toCommit: poll consumed records or saw a dead ring since the last
-	// commit; touched: the rings it consumed records of; anyGone: a ring
-	// was found gone.
-	toCommit bool
-	touched  []*inRing
-	anyGone  bool
-	// The record Peek returned, for Take: its ring (nil and peekedQ: the
-	// queue's), its index in the hot set (-1: a cold ring) and the
-	// record's length (under the caller's lock).
-	peekedQ   bool
-	peeked    *inRing
-	peekedAt  int
-	peekedLen uint64
-	closed    atomic.Bool
-	wg        sync.WaitGroup
+	// The rest of the Recv side's own state (under rmu, or the lock of a
+	// caller of Peek and Take; see hot above): looks at the hot set;
+	// touched: the rings poll consumed records of since the last commit;
+	// anyGone: a ring was found gone.
+	looks   uint64
+	touched []*inRing
+	anyGone bool
+	wg      sync.WaitGroup
 
-	// The receive queue (queue.go, lane.go): the consumer's view (Recv
-	// side); the producers' ids (under inMu), with those of producers
-	// that went away kept until no claim of theirs can lie ahead; the
-	// lanes written to us (under inMu) and by us (under outMu).
-	q        qConsumer
+	// The receive queue's producers' ids (under inMu), with those of
+	// producers that went away kept until no claim of theirs can lie
+	// ahead; the lanes written to us (under inMu) and by us (under
+	// outMu).
 	qProd    map[uint32]*inRing
 	qDead    []*inRing
 	qSeen    []*inRing // the Recv side's copy of qProd's entries it used, by id
@@ -343,10 +362,6 @@ type Transport struct {
 	grantTo  *inRing
 	reserved *inRing
 	offerAt  uint32
-	// The producer of the queue record Peek returned and its length, for
-	// Take's count (askback.go).
-	peekedQR *inRing
-	peekedQN int
 
 	cnt struct {
 		sent, dropFull, corrupt, peersGone, refused, sleeps, wakes, yields atomic.Uint64
@@ -365,33 +380,44 @@ type Transport struct {
 		// frames that went into a backlog, and room bells written for
 		// backlogs (by us as a consumer) (lane.go)
 		backlogged, roomWakes atomic.Uint64
-		// recvd has one writer at a time: the Recv side, which is
-		// serialized (rmu in Recv, the caller's lock around Peek and
-		// Take): a count without a locked instruction per frame.
-		recvd           owned.Count
-		stale           atomic.Uint64 // stale sockets Open removed (stale.go)
-		inPlace, refBad atomic.Uint64 // inplace.go
-		promotions      atomic.Uint64 // cold rings made hot (notify.go)
+		stale                 atomic.Uint64 // stale sockets Open removed (stale.go)
+		inPlace, refBad       atomic.Uint64 // inplace.go
+		promotions            atomic.Uint64 // cold rings made hot (notify.go)
 	}
 
 	refs refRegions // regions sent in place (inplace.go)
 }
 
 // inRing is a ring another process writes to us.
+//
+// What a look at the ring reads (Peek, pollHot) comes first, on one cache
+// line of its 64-byte-aligned allocation (the padding at the end keeps
+// its size a multiple of 64 bytes, and so its size class's objects
+// aligned; TestHotLines checks both), and what a take writes on the next:
+// a receiver whose lines other processes' turns evicted (an
+// oversubscribed collective) fetches one line of the ring for an empty
+// look, two for a record, not the three or four its fields spread over
+// before.
 type inRing struct {
-	peer    transport.NICID
-	seg     segment
+	wordAt *atomic.Uint32 // the record word at cur
+	// dead: the producer went away (its connection closed) or broke the
+	// ring. gone: and the Recv goroutine, which alone reads and writes
+	// it, read every record the producer published (or the ring is
+	// broken): commit unmaps the ring.
+	dead    atomic.Bool
+	gone    bool
 	data    []byte
-	head    *atomic.Uint64
-	cur     uint64         // our head, published by commit
-	pos     uint64         // cur % len(data), kept without a division
-	wordAt  *atomic.Uint32 // the record word at cur
-	pubHead uint64         // the head as last published
+	cur     uint64 // our head, published by commit
+	pos     uint64 // cur % len(data), kept without a division
+	peer    transport.NICID
+	pubHead uint64 // the head as last published
 	// pubEvery: commit publishes the head once it moved this far (an
 	// eighth of the ring at most); refsIn: or a reference record was
 	// consumed since.
 	pubEvery uint64
+	head     *atomic.Uint64
 	refsIn   bool
+	seg      segment
 	// bit is the ring's summary bit, notify the word in its header that
 	// tells the producer whether to set it; hot: the Recv side polls the
 	// ring directly; coldHits: frames delivered while cold; touched: in
@@ -403,16 +429,10 @@ type inRing struct {
 	coldHits uint32
 	touched  bool
 	conn     *net.UnixConn
-	// dead: the producer went away (its connection closed) or broke the
-	// ring. gone: and the Recv goroutine, which alone reads and writes
-	// it, read every record the producer published (or the ring is
-	// broken): commit unmaps the ring.
-	dead  atomic.Bool
-	gone  bool
-	pid   int    // the producer's process (SO_PEERCRED)
-	word  uint64 // what it published (see Publish)
-	segMu sync.RWMutex
-	segs  map[uint32]segment // the producer's pool segments (pool.go)
+	pid      int    // the producer's process (SO_PEERCRED)
+	word     uint64 // what it published (see Publish)
+	segMu    sync.RWMutex
+	segs     map[uint32]segment // the producer's pool segments (pool.go)
 	// qid is the producer's id in our receive queue; gate, once the
 	// producer has a lane (data != nil), the queue cursor past its last
 	// record there: the lane is read only once the queue's cursor has
@@ -446,32 +466,51 @@ type inRing struct {
 	laneSeen                                bool
 	useCur, load                            uint64
 	usedAt, snubUntil                       uint32
+	// Up to 384 bytes, a size class whose objects are 64-byte aligned
+	// (TestHotLines says by how much when a field is added).
+	_ [40]byte
 }
 
 // outRing is a ring we write to another process.
+//
+// What a send to a lane reads and writes (sendParts, putLine, publish)
+// lies on two whole cache lines: a sender whose lines other processes'
+// turns evicted (an oversubscribed collective) fetches two lines of it,
+// not the six its fields spread over before. The ring's size class is a
+// multiple of 64 bytes, and the runtime puts an 8-byte header before an
+// object of more than 512 bytes with pointers: so 56 bytes of fields
+// come first, and the hot ones start a line (TestHotLines).
 type outRing struct {
-	mu       sync.Mutex
-	peer     transport.NICID
 	seg      segment
-	bell     segment
-	producer // the data area and our cursor (ring.go)
-	notifyWords
 	head     *atomic.Uint64
-	slp      *atomic.Uint32
 	blocked  *atomic.Uint32 // the consumer's blocked waiters (PeerSleeps)
 	slept    *atomic.Uint64 // the consumer's sleep total (PeerSleeps)
-	ev       int            // the consumer's eventfd (see kick); closed by close
+	producer                // the data area and our cursor (ring.go)
 	headSeen uint64         // cached consumer head: reloaded only when the ring looks full
+	peer     transport.NICID
 	mtu      int
-	conn     *net.UnixConn
-	pid      int // the consumer's process (SO_PEERCRED)
 	dead     atomic.Bool
-	wakes    *atomic.Uint64 // the transport's count of wake-ups sent
+	// blOn says the backlog holds frames (stored under mu): a writer
+	// of a lane after SerialSends, which takes no lock, takes mu then;
+	// as it does when retireAsk says the consumer asked for the lane
+	// back (set by the connection's watcher, askback.go).
+	blOn      atomic.Bool
+	retireAsk atomic.Bool
+	shut      bool // closed (close)
 	// sent counts the frames written: per ring, so senders to different
 	// peers share no counter; its writers are serialized (o.mu, or the
 	// caller of SerialSends), so it is counted without a locked
 	// instruction.
-	sent      owned.Count
+	sent owned.Count
+	notifyWords
+	slp *atomic.Uint32
+	mu  sync.Mutex
+
+	bell      segment
+	ev        int // the consumer's eventfd (see kick); closed by close
+	conn      *net.UnixConn
+	pid       int            // the consumer's process (SO_PEERCRED)
+	wakes     *atomic.Uint64 // the transport's count of wake-ups sent
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
@@ -494,7 +533,6 @@ type outRing struct {
 	laneOK               uint8
 	lanesCnt, refusedCnt *atomic.Uint64
 	wait                 *atomic.Uint32
-	shut                 bool // closed (close)
 	// backlog holds copies of the pair's frames, in order, that wait for
 	// room in the consumer's queue (lane.go); blListed: in the
 	// transport's blOuts (under its blMu). blBytes and dropped are the
@@ -502,16 +540,10 @@ type outRing struct {
 	// dropped. All but blListed under mu.
 	backlog  [][]byte
 	blListed bool
-	// blOn says the backlog holds frames (stored under mu): a writer
-	// of a lane after SerialSends, which takes no lock, takes mu then;
-	// as it does when retireAsk says the consumer asked for the lane
-	// back (set by the connection's watcher, askback.go). offered: the
-	// consumer keeps a lane for the pair, which asks for it at once.
-	// asked is the transport's flag for RetireIdle.
-	blOn      atomic.Bool
-	retireAsk atomic.Bool
-	offered   atomic.Bool
-	asked     *atomic.Bool
+	// offered: the consumer keeps a lane for the pair, which asks for it
+	// at once. asked is the transport's flag for RetireIdle.
+	offered atomic.Bool
+	asked   *atomic.Bool
 	// askEpoch: the transport's epoch (epochOf) when the consumer's ask
 	// came (askback.go).
 	epochOf  *atomic.Uint32
@@ -569,7 +601,7 @@ func Open(opts Options) (*Transport, error) {
 		ev.close()
 		return nil, err
 	}
-	t := &Transport{opts: o, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
+	t := &Transport{opts: o, mtu: o.MTU, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
 	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
