@@ -117,6 +117,9 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		// that published after our look sees sleeping == 1 and writes the
 		// eventfd, whose count stays up until read, so the sleep below
 		// returns at once (or is woken).
+		// The sleep is counted from before it is announced, as ArmSleep
+		// counts it: a look that saw the flag saw a sleep already counting.
+		from, held := time.Now(), t.blocked.Load() != 0
 		t.slp.Store(1)
 		if n := t.poll(frames); n > 0 {
 			t.awake(0, false)
@@ -135,7 +138,6 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 			return 0, nil
 		}
 		t.cnt.sleeps.Add(1)
-		from, held := time.Now(), t.blocked.Load() != 0
 		t.sleep(deadline)
 		t.awake(time.Since(from), held)
 		if t.wakeReq.Swap(false) {
