@@ -397,3 +397,48 @@ func TestLaneAckJoinedBySequenced(t *testing.T) {
 		t.Fatalf("rings drained: %d ack frames, %d un-acked, deadline %d, lazy %v; want one ack and nothing left", pr.b.cnt[SendTruc]-sent, p.notAcked, p.ackDeadline, p.ackLazy)
 	}
 }
+
+// TestUnmeasuredTimeoutsAllowDescheduledPeer: before the first round-trip
+// sample, the probe, the RTO and the pull RTO toward a network peer wait
+// their configured fallback (ResendDelay, PullTimeout) plus the
+// descheduling allowance, as the measured ones have it for their
+// granularity term: a fallback of milliseconds (mxbench's lossy runs use
+// 20 ms) was overrun by a peer a loaded machine kept descheduled, and the
+// first messages of a lossless stream were probed and resent. The
+// allowance is set, not measured: the process's estimate holds a gap of
+// 40 ms (the test's gate on the machine's scheduler).
+func TestUnmeasuredTimeoutsAllowDescheduledPeer(t *testing.T) {
+	saved := [2]int64{descheduling.cur.Load(), descheduling.prev.Load()}
+	t.Cleanup(func() { descheduling.cur.Store(saved[0]); descheduling.prev.Store(saved[1]) })
+	opts := DefaultBoardOptions()
+	opts.ResendDelay = 20 * time.Millisecond
+	opts.PullTimeout = 50 * time.Millisecond
+	pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+	b, p := pr.a.b, pr.atob.p
+	const gap = int64(40 * time.Millisecond)
+	// The pair's own waiters may raise the estimate meanwhile: the
+	// timeouts are taken between two equal readings of it (bounded).
+	var slack, rto, pto, pull int64
+	for i := 0; ; i++ {
+		descheduling.start.Store(time.Now().UnixNano()) // no rotation meanwhile
+		descheduling.prev.Store(0)
+		descheduling.cur.Store(gap)
+		slack = descheduling.slack()
+		b.mu.Lock()
+		p.rtt, p.prtt = rtt{}, rtt{} // no round trip measured yet
+		rto, pto, pull = p.rto(opts.ResendDelay, 0), p.pto(0), p.pullRTO(0)
+		b.mu.Unlock()
+		if descheduling.slack() == slack || i == 100 {
+			break
+		}
+	}
+	want := func(what string, got int64, fallback time.Duration) {
+		t.Helper()
+		if lo := int64(fallback) + min(slack, int64(fallback)); got < lo {
+			t.Errorf("%s before a round trip was measured, allowance %v: %v, want at least %v", what, time.Duration(slack), time.Duration(got), time.Duration(lo))
+		}
+	}
+	want("RTO", rto, opts.ResendDelay)
+	want("probe timeout", pto, opts.ResendDelay)
+	want("pull RTO", pull, opts.PullTimeout)
+}

@@ -15,7 +15,19 @@ import "time"
 // pullRTO is the re-request timeout of a pull block from the peer.
 func (p *partner) pullRTO(backoff int) int64 {
 	lo, hi := p.rtoBounds()
-	return p.prtt.timeout(int64(p.ep.b.opts.PullTimeout), p.ep.b.rtoGran(), lo, hi, backoff)
+	return p.prtt.timeout(unmeasured(p.ep.b.opts.PullTimeout), p.ep.b.rtoGran(), lo, hi, backoff)
+}
+
+// unmeasured is a timeout before the first round-trip sample: the
+// configured fallback plus the descheduling allowance (descheduled.go).
+// A measured timeout has the allowance as its granularity term; the
+// fallback is a guess at the round trip only, and mxbench's lossy runs
+// (and any caller) may set it to milliseconds, which a peer descheduled
+// on a loaded machine overran: the first messages of a stream, sent
+// before a round trip was measured, were probed and resent to on a
+// lossless wire.
+func unmeasured(fallback time.Duration) int64 {
+	return int64(fallback) + min(descheduling.slack(), int64(fallback))
 }
 
 // rtoBounds are the bounds of p's retransmission timeouts (b.mu held):
@@ -56,10 +68,11 @@ func (p *partner) finerThanTick() bool {
 }
 
 // rto is the partner's retransmission timeout after backoff doublings,
-// fallback until a round trip has been measured (rtt.go).
+// fallback plus the descheduling allowance (unmeasured) until a round
+// trip has been measured (rtt.go).
 func (p *partner) rto(fallback time.Duration, backoff int) int64 {
 	lo, hi := p.rtoBounds()
-	return p.rtt.timeout(int64(fallback), p.ep.b.rtoGran(), lo, hi, backoff)
+	return p.rtt.timeout(unmeasured(fallback), p.ep.b.rtoGran(), lo, hi, backoff)
 }
 
 // rtoGran is the granularity term of the retransmission timeouts (the G
