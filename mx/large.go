@@ -530,14 +530,15 @@ func (pl *pull) finish() {
 // asked for again on lane 0 (placerecv.go). A frame there is evidence
 // only for the frames that come on its own queue; one asked for again may
 // come on either (its original may only have been late), and the queue
-// it came on says which (onLane). On the lane a reordered frame costs
-// nothing (laneEvidence).
+// it came on says which (onLane); one asked for on the lane only is its
+// original wherever it came (a fault wrapper delivers the copies it makes
+// on lane 0). On the lane a reordered frame costs nothing (laneEvidence).
 func (pl *pull) lossEvidence(k, x int, onLane bool) {
 	ev := &pl.blocks[k]
 	te := ev.seq
 	on := evidenceAll
 	switch bit := uint64(1) << x; {
-	case pl.lane() > 0 && onLane:
+	case pl.lane() > 0 && (onLane || ev.fast&bit == 0):
 		pl.laneEvidence(k, ev.first+x)
 		return
 	case pl.lane() > 0 && ev.amb&bit != 0:
