@@ -528,30 +528,65 @@ func (pl *pull) finish() {
 // frames come on two queues, which the board reads in turn, not in the
 // order the wire brought them: those asked for once on the lane, those
 // asked for again on lane 0 (placerecv.go). A frame there is evidence
-// only for the frames that come on its own queue; one a question's answer
-// asked for again may come on either (amb), and the queue it came on
-// says which (onLane).
+// only for the frames that come on its own queue; one asked for again may
+// come on either (its original may only have been late), and the queue
+// it came on says which (onLane); one asked for on the lane only is its
+// original wherever it came (a fault wrapper delivers the copies it makes
+// on lane 0). On the lane a reordered frame costs nothing (laneEvidence).
 func (pl *pull) lossEvidence(k, x int, onLane bool) {
 	ev := &pl.blocks[k]
 	te := ev.seq
 	on := evidenceAll
 	switch bit := uint64(1) << x; {
+	case pl.lane() > 0 && (onLane || ev.fast&bit == 0):
+		pl.laneEvidence(k, ev.first+x)
+		return
 	case pl.lane() > 0 && ev.amb&bit != 0:
-		// Its original and its copy may both come: the queue it came
-		// on says which (an answer to seq or later either way).
+		// A copy of one whose original may come too: an answer to
+		// seq or later.
 		on = evidenceAgain
-		if onLane {
-			on = evidenceOnce
-		}
 	case (ev.fast&^ev.amb)&bit != 0:
 		te = ev.fseq[x]
 		if pl.lane() > 0 {
 			on = evidenceAgain
 		}
-	case pl.lane() > 0:
-		on = evidenceOnce
 	}
 	pl.lostBefore(te, x, FastRetransmits, on)
+}
+
+// laneReorder is how many frames a reply on a placing lane may be
+// overtaken by before it is taken for lost (TCP's duplicate threshold).
+const laneReorder = 3
+
+// laneEvidence asks again, at once, for the frames asked for once on pl's
+// lane that the arrival there of frame i, in block k, shows lost. The
+// lane delivers only the pull's replies, in the order its PULLs asked for
+// them (blocks in order, each block's frames in order), so a wire that
+// loses nothing but reorders them puts a reply at most a few frames
+// late, and the spans hold it whole (Holding in placerecv.go: a reordered
+// reply is held where it landed and copied into place, not asked for
+// again). A hole is taken for lost only once a frame laneReorder frames
+// after it has come; a block none of whose frames came, once a frame two
+// blocks after it has: its PULL may have been overtaken by the next one,
+// whose replies then all come first. A loss so costs its frame asked for
+// again a few frames later, and a block's PULL lost one block later; a
+// loss among the last frames asked for is shown by the question's answer
+// (ask.go), as it was.
+func (pl *pull) laneEvidence(k, i int) {
+	cut := i - laneReorder + 1 // the frames before it are lost
+	for j := 0; j <= k && pl.blocks[j].first < cut; j++ {
+		bl := &pl.blocks[j]
+		if bl.arrived == 0 && j+1 >= k {
+			continue
+		}
+		missing := ^(bl.got | bl.fast) & (uint64(1)<<bl.n - 1)
+		if c := cut - bl.first; c < bl.n {
+			missing &= uint64(1)<<c - 1
+		}
+		if missing != 0 {
+			pl.rerequest(bl, missing, FastRetransmits)
+		}
+	}
 }
 
 // Which frames a reply is evidence for (lostBefore).

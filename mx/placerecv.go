@@ -139,7 +139,9 @@ import (
 //     at once, its end, whose own place is not final, copied aside
 //     (placeVacate, counter PlaceAside: one second copy); a copy whose
 //     place is not final is held aside whole. The loss's own frame is
-//     asked for again on evidence from a reply of the lane, and the next
+//     asked for again on evidence from a reply of the lane, laneReorder
+//     frames after it (laneEvidence: a reply or a PULL the wire only
+//     reordered is held so, not asked for again), and the next
 //     block posted skips the descriptors the lost replies left
 //     (placeBlock counts only the frames still owed on the lane,
 //     laneOwed: those a question's answer asked for again, whose
