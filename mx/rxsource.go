@@ -156,11 +156,23 @@ func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	if left := time.Duration(idle + int64(grace) - now); left > 0 {
 		return true, left
 	}
+	if grace > 0 && b.serveSends.Load() && b.sleep.chanSleepers.Load() == 0 {
+		// A queue its application served lately (servedLinger): look
+		// again a grace later, not in Recv's wait.
+		if left := time.Duration(idle + int64(servedLinger) - now); left > 0 {
+			return true, min(left, grace)
+		}
+	}
 	if t := s.tests.Load(); t-s.loopTests.Swap(t) >= testsToStay {
 		return true, testAway
 	}
 	return false, 0
 }
+
+// servedLinger is how long after its application last served it (a
+// send's look, a waiter's success) a queue's receive loop stays out of
+// Recv while no waiter of its board sleeps (see serveSource).
+const servedLinger = time.Millisecond
 
 // An application that tests its requests often (Request.Test between
 // slices of a computation, as RMPP's and netperf's availability loops do)
