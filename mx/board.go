@@ -280,6 +280,10 @@ type Board struct {
 	// looks must not run.
 	serveSends atomic.Bool
 	handlers   atomic.Bool
+	// progressTID is the OS thread of a progress goroutine locked to one
+	// (ProgressThread), 0 before it starts or when it is not locked: a
+	// benchmark reads that thread's CPU clock (progressCPU).
+	progressTID atomic.Int32
 	// waitServed counts the sends whose look took frames (serveSource).
 	waitServed atomic.Uint64
 	// sleep: the waiter that sleeps on the board's sources (sleep.go).

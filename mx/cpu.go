@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,10 +28,31 @@ func (b *Board) startProgress() error {
 		// Never unlocked: the thread ends with the goroutine, and the
 		// affinity set on it with the thread.
 		runtime.LockOSThread()
+		b.progressTID.Store(int32(unix.Gettid()))
 		errc <- b.bindCPUs()
 		b.progress()
 	}()
 	return <-errc
+}
+
+// progressCPU is the CPU time the board's progress thread has used, the
+// Go runtime's work on it included (its hand-offs of the processor, its
+// parking), by the thread's CPU clock (CLOCK_THREAD_CPUTIME_ID read from
+// another thread: clock_getcpuclockid's clock for the thread's id); 0 when
+// the progress goroutine is not locked to a thread (ProgressThread) or its
+// thread has ended.
+func (b *Board) progressCPU() time.Duration {
+	tid := b.progressTID.Load()
+	if tid == 0 {
+		return 0
+	}
+	// The kernel's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED).
+	const perThread, sched = 4, 2
+	var ts unix.Timespec
+	if unix.ClockGettime(int32(^tid<<3|perThread|sched), &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // bindCPUs binds the calling thread to the options' ProgressCPUs.

@@ -61,6 +61,7 @@ func BenchmarkQueuedRate(b *testing.B) {
 				r := runQueuedRate(b, n, queues, place == "steered-bound", strings.HasSuffix(place, "-irq"), b.N)
 				b.ReportMetric(r.perSecond(), "msgs/s")
 				b.ReportMetric(r.cpuPerMsg(), "cpu-us/msg")
+				b.ReportMetric(r.threadsPerMsg(), "queue-cpu-us/msg")
 				b.ReportMetric(float64(r.resends), "resends")
 				if r.wakes.waits > 0 {
 					// The progress threads' waits that a timeout, not a
@@ -113,6 +114,10 @@ func BenchmarkQueuedRate(b *testing.B) {
 type queuedRate struct {
 	msgs      int
 	wall, cpu time.Duration
+	// threads is the CPU time of both sides' progress threads (a queue
+	// each), by their thread CPU clocks: what the queues cost of their
+	// own, apart from the application goroutines that serve them.
+	threads time.Duration
 	// resends counts frames sent again (fast, by timer, tail probes):
 	// a run that lost frames waited for recovery too.
 	resends uint64
@@ -123,6 +128,18 @@ type queuedRate struct {
 func (r queuedRate) perSecond() float64 { return float64(r.msgs) / r.wall.Seconds() }
 func (r queuedRate) cpuPerMsg() float64 {
 	return float64(r.cpu.Microseconds()) / float64(max(r.msgs, 1))
+}
+func (r queuedRate) threadsPerMsg() float64 {
+	return float64(r.threads.Microseconds()) / float64(max(r.msgs, 1))
+}
+
+// threadsCPU adds up the CPU time of the boards' progress threads.
+func threadsCPU(bds []*Board) time.Duration {
+	var sum time.Duration
+	for _, bd := range bds {
+		sum += bd.progressCPU()
+	}
+	return sum
 }
 
 // processCPU is the process's user and system CPU time so far.
@@ -251,10 +268,11 @@ func runQueuedRate(b *testing.B, n, queues int, bind, irq bool, msgs int) queued
 	res0 := resends()
 	boards := append(qbs[0].Boards(), qbs[1].Boards()...)
 	w0 := takeWakes(boards...)
-	cpu0, t0 := processCPU(b), time.Now()
+	th0, cpu0, t0 := threadsCPU(boards), processCPU(b), time.Now()
 	close(start)
 	wg.Wait()
 	r := queuedRate{msgs: per * n, wall: time.Since(t0), cpu: processCPU(b) - cpu0, resends: resends() - res0}
+	r.threads = threadsCPU(boards) - th0
 	r.wakes = takeWakes(boards...).sub(w0)
 	b.StopTimer()
 	close(errs)
@@ -291,19 +309,22 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 				wait = "irq"
 			}
 			b.Run(fmt.Sprintf("endpoints=%d/wait=%s", n, wait), func(b *testing.B) {
-				var steered, oneQueue, ratio, steeredCPU, oneQueueCPU []float64
+				var steered, oneQueue, ratio, steeredCPU, oneQueueCPU, steeredQ, oneQueueQ []float64
 				for range rounds {
 					s := runQueuedRate(b, n, n, false, irq, b.N)
 					q := runQueuedRate(b, n, 1, false, irq, b.N)
 					steered, oneQueue = append(steered, s.perSecond()), append(oneQueue, q.perSecond())
 					ratio = append(ratio, s.perSecond()/q.perSecond())
 					steeredCPU, oneQueueCPU = append(steeredCPU, s.cpuPerMsg()), append(oneQueueCPU, q.cpuPerMsg())
+					steeredQ, oneQueueQ = append(steeredQ, s.threadsPerMsg()), append(oneQueueQ, q.threadsPerMsg())
 				}
 				b.ReportMetric(median(steered), "steered-msgs/s")
 				b.ReportMetric(median(oneQueue), "1q-msgs/s")
 				b.ReportMetric(median(ratio), "steered/1q")
 				b.ReportMetric(median(steeredCPU), "steered-cpu-us/msg")
 				b.ReportMetric(median(oneQueueCPU), "1q-cpu-us/msg")
+				b.ReportMetric(median(steeredQ), "steered-queue-cpu-us/msg")
+				b.ReportMetric(median(oneQueueQ), "1q-queue-cpu-us/msg")
 				if n == 1 {
 					one[irq] = median(steered)
 				} else if one[irq] > 0 {

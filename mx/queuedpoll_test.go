@@ -165,3 +165,62 @@ func TestQueuedSenderServesItsQueue(t *testing.T) {
 		}
 	}
 }
+
+// A queue's receive loop stays out of Recv for servedLinger after its
+// application last served the queue (a send's look, a waiter's success),
+// looking again every spinGrace, so a queue the application keeps serving
+// costs its thread no wait in Recv; it takes Recv back once a waiter of
+// the board sleeps (its message must find an owner), once the serving
+// stopped servedLinger ago, or once a waiter gave up polling. A board
+// that is not a queue's keeps only the poll grace.
+func TestQueuedLoopLingers(t *testing.T) {
+	ts, _ := queuedNICs(t, 1, emulated.CableOptions{})
+	defer ts[1].Close()
+	bo := overNIC
+	bo.Spin = 50 * time.Microsecond
+	qb, err := NewQueuedBoard(ts[0], QueuedOptions{Board: bo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qb.Close()
+	b := qb.Boards()[0]
+	s := b.src
+	grace := b.spinGrace()
+	// stay sets the source's last service ago before now and asks
+	// stayAway, again while the asking took long enough to blur ago (a
+	// descheduled test): at most 100 tries.
+	stay := func(ago time.Duration) (bool, time.Duration) {
+		t.Helper()
+		for range 100 {
+			t0 := b.clock()
+			s.idle.Store(t0 - int64(ago))
+			away, d := b.stayAway(s)
+			if b.clock()-t0 < int64(grace) {
+				return away, d
+			}
+		}
+		t.Skip("every try took longer than the poll grace: the machine is too loaded to time the linger")
+		return false, 0
+	}
+	lingering := grace + (servedLinger-grace)/4
+	if away, d := stay(lingering); !away || d <= 0 || d > grace {
+		t.Errorf("served %v ago (grace %v, linger %v): away %v for %v, want away for at most the grace", lingering, grace, servedLinger, away, d)
+	}
+	b.sleep.chanSleepers.Add(1)
+	if away, _ := stay(lingering); away {
+		t.Errorf("served %v ago with a waiter asleep: away, want Recv taken back", lingering)
+	}
+	b.sleep.chanSleepers.Add(-1)
+	if away, _ := stay(2 * servedLinger); away {
+		t.Errorf("served %v ago: away, want Recv taken back after %v", 2*servedLinger, servedLinger)
+	}
+	s.idle.Store(idleNever)
+	if away, _ := b.stayAway(s); away {
+		t.Error("after a waiter gave up polling: away, want Recv taken back")
+	}
+	b.serveSends.Store(false)
+	defer b.serveSends.Store(true)
+	if away, _ := stay(lingering); away {
+		t.Errorf("a board that is not a queue's, served %v ago: away past the grace (%v)", lingering, grace)
+	}
+}

@@ -156,11 +156,24 @@ func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	if left := time.Duration(idle + int64(grace) - now); left > 0 {
 		return true, left
 	}
+	if grace > 0 && b.serveSends.Load() && !b.opts.BusyPoll && b.sleep.chanSleepers.Load() == 0 {
+		// A queue its application served lately, no waiter asleep
+		// (servedLinger): look again a grace later, not in Recv.
+		if left := time.Duration(idle + int64(servedLinger) - now); left > 0 {
+			return true, min(left, grace)
+		}
+	}
 	if t := s.tests.Load(); t-s.loopTests.Swap(t) >= testsToStay {
 		return true, testAway
 	}
 	return false, 0
 }
+
+// servedLinger is how long after its application last served it (a
+// send's look, a waiter's success) a queue's receive loop stays out of
+// Recv while no waiter of its board sleeps on its channel (see
+// serveSource).
+const servedLinger = time.Millisecond
 
 // An application that tests its requests often (Request.Test between
 // slices of a computation, as RMPP's and netperf's availability loops do)
@@ -413,13 +426,19 @@ func (b *Board) waitSources() []*rxSource {
 // (serveSource), as Open-MX's isend calls its progression and a DPDK
 // lcore reaps its own receive queue, and a look that could take the
 // queue counts as a poller's success does: the loop stays away spinGrace
-// after it (stayAway), its timers running, and takes Recv back once the
-// sends stop. A look that finds the loop inside Recv asks it out (the
+// after it (stayAway), its timers running, and longer (below). A look that finds the loop inside Recv asks it out (the
 // transport's Wake), so the next send's look finds the queue free.
 // A waiter that gives up polling hands the queue back at once, as before
 // (pollWait); a send on the same board a moment later keeps the loop away
-// again, at most spinGrace past the last send, and its look completes
-// that waiter's request if its frame came. A board without a poll window
+// again, and its look completes that waiter's request if its frame came.
+// Past spinGrace the loop still stays out of Recv, for servedLinger after
+// the last service, while no waiter of the board sleeps on its channel:
+// it looks every spinGrace from a timer (drainServed), so a queue whose
+// application serves it costs its thread a timer wake-up per grace, where
+// it polled in the driver's WaitRx between the application's looks, a
+// hand-off per look (or a wake-up on the vector per frame). A waiter that
+// goes to sleep hands the queue back first (pollWait), so its message
+// still finds an owner at once. A board without a poll window
 // (Spin <= 0) has no grace: its sends do not look, and its loop never
 // stays away. Nor do the sends of a busy-polling board (BusyPoll), whose
 // waiters poll without a budget and keep the loop away themselves: its
