@@ -88,22 +88,36 @@ func TestIdleBoardSleeps(t *testing.T) {
 			if _, err := ref.a.IConnect(transport.NICID(0x02000000ffff), 2, testKey, 0, nil); err != nil {
 				t.Fatal(err)
 			}
+			// refTicks waits until the reference board ran n more ticks.
+			refTicks := func(n uint64) {
+				t.Helper()
+				_, from, _ := ref.ba.idleState()
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+					if _, now, _ := ref.ba.idleState(); now-from >= n {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the reference board ran fewer than %d ticks in 30s", n)
+					}
+				}
+			}
+			// The window opens once the waiter's poll is over: it sleeps
+			// on its channel, and the receive loop it handed the sources
+			// back to has had 20 ticks to go back to its wait. (A
+			// polling waiter keeps the loop away and wakes it as it
+			// leaves: the waiter is not idle.)
+			for deadline := time.Now().Add(30 * time.Second); pr.ba.sleep.chanSleepers.Load() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the receive's waiter did not sleep within 30s")
+				}
+			}
+			refTicks(20)
 			pr.ba.mu.Lock()
 			planned := pr.ba.nextTick.Load()
 			pr.ba.mu.Unlock()
-			_, refRuns0, _ := ref.ba.idleState()
 			_, runs2, looks2 := pr.ba.idleState()
 			c2 := pr.ba.Counters()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				if _, n, _ := ref.ba.idleState(); n-refRuns0 >= 200 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the reference board ran fewer than 200 ticks in 30s")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			refTicks(200)
 			_, runs3, looks3 := pr.ba.idleState()
 			c3 := pr.ba.Counters()
 			// The planned tick, if the window outlasted it (a loaded
