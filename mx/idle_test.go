@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 )
 
@@ -36,11 +37,15 @@ func waitIdle(t *testing.T, b *Board, p time.Duration, bound time.Duration) {
 }
 
 // TestIdleBoardSleeps checks that a board with nothing in flight stops
-// ticking: its tick period doubles at each tick, the progress goroutine
-// wakes about once per tick, and whatever is sent afterwards brings the
-// ticks back and completes as usual. Counted in ticks and wake-ups, not
-// time: while the period goes from 8 ticks to 32, a board ticking every
-// tick would run its timers 24 times, an idle one runs them twice.
+// ticking at once and then wakes no more: from its last message it runs
+// its timers a few times (the ack it owes, the ticks that find it quiet)
+// before it waits the longest tick, where doubling the period from the
+// fifth quiet tick took some fifteen runs; and while a busy board beside
+// it runs 200 ticks, it runs no timers, its fine timer does not fire and
+// its receive loop does not wake, unless the longest tick it planned
+// falls inside them. Counted in timer runs, the board's counters and
+// another board's ticks, not time. Whatever is sent afterwards brings the
+// ticks back and completes as usual.
 func TestIdleBoardSleeps(t *testing.T) {
 	for _, tf := range transportFactories {
 		if tf.name != "loopback" && tf.name != "udp" && tf.name != "shm" {
@@ -53,6 +58,8 @@ func TestIdleBoardSleeps(t *testing.T) {
 			buf := [][]byte{make([]byte, 8)}
 			exchange(t, ctx, pr.a, pr.atob, pr.b, 1, ^uint64(0), msg, buf)
 			exchange(t, ctx, pr.b, pr.btoa, pr.a, 2, ^uint64(0), msg, buf)
+			// Idle once: a new board ticks busy for its first busyLinger.
+			waitIdle(t, pr.ba, idleTickMax, 30*time.Second)
 			// A receive posted and waited for in the background: an idle
 			// rank waits so, and a posted receive is nothing to time.
 			r, err := pr.a.IRecv(buf, 3, ^uint64(0), nil)
@@ -61,25 +68,77 @@ func TestIdleBoardSleeps(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { _, err := r.Wait(ctx); done <- err }()
-
-			tick := pr.ba.tick
-			waitIdle(t, pr.ba, 8*tick, 30*time.Second)
-			_, runs0, looks0 := pr.ba.idleState()
-			waitIdle(t, pr.ba, 32*tick, 30*time.Second)
-			_, runs1, looks1 := pr.ba.idleState()
-			// 8 -> 16 -> 32: two stretched ticks, and a third if the
-			// period was already past 8 ticks when first read.
-			if runs := runs1 - runs0; runs > 3 {
-				t.Errorf("idle board ran its timers %d times while its tick period went from 8 to 32 ticks, want at most 3", runs)
+			// A message each way wakes the ticks; from the last, the
+			// board stretches again.
+			exchange(t, ctx, pr.a, pr.atob, pr.b, 4, ^uint64(0), msg, buf)
+			buf5 := [][]byte{make([]byte, 8)}
+			exchange(t, ctx, pr.b, pr.btoa, pr.a, 5, ^uint64(0), msg, buf5)
+			_, runs0, _ := pr.ba.idleState()
+			waitIdle(t, pr.ba, idleTickMax, 30*time.Second)
+			_, runs1, _ := pr.ba.idleState()
+			// The ack owed for the last message, the two quiet ticks,
+			// and a tick or two before the ack came.
+			if runs := runs1 - runs0; runs > 6 {
+				t.Errorf("board ran its timers %d times between its last message and its longest tick, want at most 6", runs)
 			}
-			// Each tick wakes the progress goroutine once; the
-			// receive's waiter may hand the source back once or twice.
-			// (A transport Close cannot wake keeps its Recv waits
-			// within a tick, progress.go.)
+
+			// A busy board's ticks measure the window: a connect to a
+			// NIC nobody attached keeps its board ticking.
+			ref := newPair(t, loopbackOnly, patientResends(), loopback.Faults{})
+			if _, err := ref.a.IConnect(transport.NICID(0x02000000ffff), 2, testKey, 0, nil); err != nil {
+				t.Fatal(err)
+			}
+			// refTicks waits until the reference board ran n more ticks.
+			refTicks := func(n uint64) {
+				t.Helper()
+				_, from, _ := ref.ba.idleState()
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+					if _, now, _ := ref.ba.idleState(); now-from >= n {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the reference board ran fewer than %d ticks in 30s", n)
+					}
+				}
+			}
+			// The window opens once the waiter's poll is over: it sleeps
+			// on its channel, and the receive loop it handed the sources
+			// back to has had 20 ticks to go back to its wait. (A
+			// polling waiter keeps the loop away and wakes it as it
+			// leaves: the waiter is not idle.)
+			for deadline := time.Now().Add(30 * time.Second); pr.ba.sleep.chanSleepers.Load() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the receive's waiter did not sleep within 30s")
+				}
+			}
+			refTicks(20)
+			pr.ba.mu.Lock()
+			planned := pr.ba.nextTick.Load()
+			pr.ba.mu.Unlock()
+			_, runs2, looks2 := pr.ba.idleState()
+			c2 := pr.ba.Counters()
+			refTicks(200)
+			_, runs3, looks3 := pr.ba.idleState()
+			c3 := pr.ba.Counters()
+			// The planned tick, if the window outlasted it (a loaded
+			// machine stretches 200 ticks): one timer run and one wake
+			// of whoever keeps the ticks per idleTickMax past it.
+			allowed := uint64(0)
+			if now := pr.ba.clock(); now >= planned {
+				allowed = 1 + uint64((now-planned)/int64(idleTickMax))
+			}
+			if runs := runs3 - runs2; runs > allowed {
+				t.Errorf("idle board ran its timers %d times while another board ticked 200 times, want %d", runs, allowed)
+			}
+			if f := c3[FineFirings] - c2[FineFirings]; f > allowed {
+				t.Errorf("idle board's fine timer fired %d times while another board ticked 200 times, want %d", f, allowed)
+			}
+			// (A transport Close cannot wake keeps the receive loop's Recv
+			// waits within a tick, progress.go.)
 			if s := pr.ba.src; s.waker == nil && s.kick == nil {
 				t.Logf("progress goroutine not counted: its Recv waits a tick at most")
-			} else if looks := looks1 - looks0; looks > 8 {
-				t.Errorf("idle board's progress goroutine woke %d times in %d ticks, want at most 8", looks, runs1-runs0)
+			} else if looks := looks3 - looks2; looks > allowed {
+				t.Errorf("idle board's receive loop woke %d times while another board ticked 200 times, want %d", looks, allowed)
 			}
 
 			// A send ends the idle ticks at once, and everything

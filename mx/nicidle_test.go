@@ -31,18 +31,19 @@ func nicWakes(b *Board) uint64 {
 	return 0
 }
 
-// measureIdle brings b's ticks back (as work that the ticks time does),
-// waits until they stretch to 8 and then to 32 ticks, and counts what its
-// progress thread did in between.
+// measureIdle waits until b's ticks stretched to the longest (a new
+// board ticks busy for its first busyLinger), brings them back (as work
+// that the ticks time does) and counts what its progress thread did until
+// they stretched to the longest again.
 func measureIdle(t *testing.T, b *Board) idleWakes {
 	t.Helper()
+	waitIdle(t, b, idleTickMax, 30*time.Second)
+	_, runs0, looks0 := b.idleState()
+	empty0, nic0 := b.Counters()[SleepsEmpty], nicWakes(b)
 	b.mu.Lock()
 	b.wakeTicks()
 	b.unlock()
-	waitIdle(t, b, 8*b.tick, 30*time.Second)
-	_, runs0, looks0 := b.idleState()
-	empty0, nic0 := b.Counters()[SleepsEmpty], nicWakes(b)
-	waitIdle(t, b, 32*b.tick, 30*time.Second)
+	waitIdle(t, b, idleTickMax, 30*time.Second)
 	_, runs1, looks1 := b.idleState()
 	return idleWakes{runs: runs1 - runs0, looks: looks1 - looks0,
 		empty: b.Counters()[SleepsEmpty] - empty0, nicWakes: nicWakes(b) - nic0}
@@ -51,10 +52,10 @@ func measureIdle(t *testing.T, b *Board) idleWakes {
 // TestIdleNICBoardSleeps checks that the boards of an idle queued board
 // over NIC models with interrupts (the progress threads sleep on their
 // queues' MSI-X vectors) do not wake their progress threads for nothing:
-// while a board's tick period goes from 8 ticks to 32 its thread wakes
-// about once per stretched tick, not once per tick (24 times), as it did
-// while the NIC transport's Recv could not be ended early and so had to
-// wait a tick at most; and on the 82574L, whose queues steer UDP ports in
+// from its ticks brought back until they stretch to the longest again
+// (three ticks) its thread wakes about once per tick, not once per
+// millisecond, as it did while the NIC transport's Recv could not be
+// ended early; and on the 82574L, whose queues steer UDP ports in
 // software, a queue's wait sleeps until another queue hands it a frame
 // instead of looking every millisecond. Messages afterwards still go
 // through at once, and Close ends the long waits. Counted in wake-ups,
@@ -111,11 +112,11 @@ func idleNICBoards(t *testing.T, ts [2]*nic.Transport, queues int) {
 					w := measureIdle(t, bd)
 					t.Logf("%d timer runs, %d wake-ups (%d with nothing to do), %d returns from the driver's wait",
 						w.runs, w.looks, w.empty, w.nicWakes)
-					// 8 -> 16 -> 32: two stretched ticks, a third if the
-					// period was past 8 when first read; a wake-up each,
-					// and slack for a hand-over at the start.
-					if w.runs > 3 || w.looks > 8 || w.empty > 8 || w.nicWakes > 8 {
-						t.Errorf("idle: %d timer runs, %d progress wake-ups, %d of them empty, %d returns from the driver's wait while its tick stretched from 8 to 32 ticks; want at most 3, 8, 8, 8",
+					// The tick brought back and two quiet ticks, a
+					// fourth if a tick was due as it was brought back; a
+					// wake-up each, and slack for a hand-over at the start.
+					if w.runs > 4 || w.looks > 8 || w.empty > 8 || w.nicWakes > 8 {
+						t.Errorf("idle: %d timer runs, %d progress wake-ups, %d of them empty, %d returns from the driver's wait until its tick stretched to the longest; want at most 4, 8, 8, 8",
 							w.runs, w.looks, w.empty, w.nicWakes)
 					}
 				})

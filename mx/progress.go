@@ -212,9 +212,17 @@ const busyLinger = 100 * time.Millisecond
 // saw go. A board with none of these has nothing to time, and on a node
 // running a rank per core (or more) its ticks, each a wake-up of the
 // progress goroutine, of a sleeping waiter and of the Go runtime's
-// sysmon, came out of the CPUs the busy ranks need. So once idleAfter
-// ticks in a row found nothing to time (quietLocked), each tick doubles
-// the period of the next (idleTick), up to idleTickMax. Whatever starts
+// sysmon, came out of the CPUs the busy ranks need. So once two ticks
+// in a row found nothing to time (quietLocked) and no message came
+// between them (each calls wakeTicks), the board waits idleTickMax for
+// its next tick (idleTick): an idle rank of a job makes two timer runs
+// after its last message, where doubling the period from the fifth quiet
+// tick made a dozen over the next second. A board that writes lanes
+// (shm.Transport.LanesOut) waits their LaneIdle instead, at most
+// idleTickMax: a lane retires at the first timer run (RetireIdle) LaneIdle
+// after the one that found it idle, so it still retires within about
+// two LaneIdle of its last frame. A busy board never stretches: its
+// messages come between its ticks. Whatever starts
 // timed work calls wakeTicks, which brings the next tick back to
 // tickBusy from now and, since the progress goroutine or a sleeping
 // waiter may be waiting for the stretched tick, sets the fine timer
@@ -228,7 +236,7 @@ const busyLinger = 100 * time.Millisecond
 // The liveness clock (liveness.go) does not take a stretched tick for a
 // stall of the board. Without a fine timer the ticks never stretch.
 const (
-	idleAfter   = 4
+	idleAfter   = 1
 	idleTickMax = time.Second
 )
 
@@ -276,7 +284,10 @@ func (b *Board) timersAt(force bool, read int64) {
 		b.quietRuns, b.idleTick = 0, 0
 	}
 	if b.quietRuns > idleAfter {
-		b.idleTick = min(max(2*b.idleTick, 2*b.tick), idleTickMax)
+		b.idleTick = idleTickMax
+		if tr := b.shmTransport(); tr != nil && tr.LanesOut() > 0 && tr.LaneIdle() > 0 {
+			b.idleTick = min(max(tr.LaneIdle(), 2*b.tick), idleTickMax)
+		}
 		next = now + int64(b.idleTick)
 		b.live.planned = int64(b.idleTick - b.tick) // liveness.go
 	}

@@ -30,7 +30,9 @@ more than two processes (--procs N, or a launcher's), ranks 0 and 1 measure
 while the others only connect to every rank and wait (their boards block
 whatever --wait says, so that they stay idle): idle_cpu is the CPUs
 those idle ranks used meanwhile (their CPU time over the size's wall time),
-which a host with fewer CPUs than processes takes from the pair. In a job,
+which a host with fewer CPUs than processes takes from the pair, and the
+JSON's idle_switches their context switches, the mean per idle rank: how
+often each woke meanwhile. In a job,
 cpu_us and cs are the CPU time and the context switches of ranks 0 and 1
 together per message (a round trip is two): what a message costs, which
 the wall time of a loaded host blurs. To compare job sizes like for like,

@@ -262,7 +262,8 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 				return err
 			}
 			if s == nil {
-				m.CPU = int64(cpuTime() - cpu0)
+				cpu, sw := cpuAndSwitches()
+				m.CPU, m.Switches = int64(cpu-cpu0), sw-sw0
 			}
 			wall = time.Since(t0)
 		}
@@ -273,7 +274,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		}
 		if w.job.Rank == 0 {
 			res.Procs, res.Strategy, res.StrategyAsked, res.Fallbacks = w.job.Size, all[1].Strategy, strategy, all[1].Fallbacks
-			res.IdleCPU = idleCPU(all, wall)
+			res.IdleCPU, res.IdleSwitches = idleCPU(all, wall), idleSwitches(all)
 			res.PairCPUUS, res.PairSwitches = pairCost(all, pairMessages(cmd, f, size, iters))
 			res.Engine, res.EngineCPU = w.engineName, w.engineCPU
 			rep.row(res)
@@ -293,6 +294,20 @@ func idleCPU(all []moved, wall time.Duration) float64 {
 		sum += m.CPU
 	}
 	return float64(sum) / float64(wall)
+}
+
+// idleSwitches is the mean of the context switches of ranks 2 and up
+// while the pair ran, from their reports (moved.Switches); 0 in a job of
+// two.
+func idleSwitches(all []moved) float64 {
+	if len(all) <= 2 {
+		return 0
+	}
+	var sum int64
+	for _, m := range all[2:] {
+		sum += m.Switches
+	}
+	return float64(sum) / float64(len(all)-2)
 }
 
 // bindSlot is the CPU, counted among the ncpus this process may use, that

@@ -44,8 +44,9 @@ type moved struct {
 	// barrier before the size to the one after, in a job of more than two
 	// ranks.
 	CPU int64 `json:"c,omitempty"`
-	// Switches is the context switches of ranks 0 and 1 over the same
-	// messages (cpuAndSwitches).
+	// Switches is the context switches of the rank over the same span
+	// (cpuAndSwitches): each wake-up of an idle rank's sleeping thread
+	// ends in one.
 	Switches int64 `json:"x,omitempty"`
 }
 
@@ -145,6 +146,11 @@ type jobResult struct {
 	// a host with fewer CPUs than ranks, what they use is taken from the
 	// pair.
 	IdleCPU float64 `json:"idle_cpu,omitempty"`
+	// IdleSwitches: the same runs: the context switches of an idle rank
+	// while the pair ran the size, the mean over those ranks: how often
+	// each woke (its timers, the runtime's monitor), on CPUs the pair
+	// may need.
+	IdleSwitches float64 `json:"idle_switches,omitempty"`
 	// PairCPUUS and PairSwitches: pingpong and stream in a job: the CPU
 	// time (µs) and the context switches of ranks 0 and 1 together per
 	// message they moved (warmup included; a round trip is two), what a

@@ -465,6 +465,23 @@ func (t *Transport) retireLane(o *outRing) bool {
 	return true
 }
 
+// LanesOut reports how many lanes t writes now, spares left out: the
+// lanes RetireIdle has to time. A caller whose timers have nothing else
+// to do may call RetireIdle seldom while there are none (mx's idle board:
+// it then only drops spare lanes, which cost memory and no frame), and
+// every LaneIdle while there are: a lane retires at the first call
+// LaneIdle after the call that found it idle.
+func (t *Transport) LanesOut() int {
+	t.spareMu.Lock()
+	spares := len(t.spares) // each holds a place in lanesOut (spare.go)
+	t.spareMu.Unlock()
+	return max(int(t.lanesOut.Load())-spares, 0)
+}
+
+// LaneIdle is Options.LaneIdle as t took it: how long a lane may go
+// without a frame before RetireIdle retires it (negative: never).
+func (t *Transport) LaneIdle() time.Duration { return t.opts.LaneIdle }
+
 // RetireIdle retires the lanes t writes on which nothing was sent for
 // Options.LaneIdle up to now (see "Retiring a lane" above), and, when t
 // writes as many lanes as it may and a pair without one asked for one,
