@@ -569,14 +569,22 @@ const laneReorder = 3
 // after it has come; a block none of whose frames came, once a frame two
 // blocks after it has: its PULL may have been overtaken by the next one,
 // whose replies then all come first. A loss so costs its frame asked for
-// again a few frames later, and a block's PULL lost one block later; a
-// loss among the last frames asked for is shown by the question's answer
-// (ask.go), as it was.
+// again a few frames later, and a block's PULL lost one block later. The
+// last frame asked for can be overtaken by nothing, so its arrival shows
+// every hole before it lost (TCP's early retransmit): a loss among the
+// last frames, or of the last blocks' PULLs, and any loss when the window
+// is too short for the thresholds (PullBlocks below 3), is asked for
+// again when the last reply comes, not only after the question's answer
+// (ask.go), which still shows a loss of the last reply itself.
 func (pl *pull) laneEvidence(k, i int) {
 	cut := i - laneReorder + 1 // the frames before it are lost
+	last := i+1 == pl.nextFrame
+	if last {
+		cut = i
+	}
 	for j := 0; j <= k && pl.blocks[j].first < cut; j++ {
 		bl := &pl.blocks[j]
-		if bl.arrived == 0 && j+1 >= k {
+		if bl.arrived == 0 && (j == k || j+1 == k && !last) {
 			continue
 		}
 		missing := ^(bl.got | bl.fast) & (uint64(1)<<bl.n - 1)
