@@ -124,6 +124,21 @@ func (p *partner) askWait(backoff int) int64 {
 	return min(t, int64(b.opts.RTOMax))
 }
 
+// noteTail notes for the fine timer the deadline of r, which just went
+// out (tailDue), unless the board has an earlier one noted already: its
+// wait is at least tailAckDelay/2 (or RTOMax, if shorter) whatever the
+// round-trip estimate, so a deadline noted before that bound past r's
+// send stands, and noteDue would have kept it. In a ping-pong it nearly
+// always does (the previous message's deadline, answered but not yet
+// passed), so most sends skip the estimate's arithmetic. b.mu held.
+func (p *partner) noteTail(r *Request) {
+	b := p.ep.b
+	if d := b.due.Load(); d != 0 && d <= r.lastSend+min(b.tailAckDelay()/2, int64(b.opts.RTOMax)) {
+		return
+	}
+	b.noteDue(p.tailDue(r))
+}
+
 // tailDue is the deadline to note for the fine timer when r goes out: the
 // ask's toward a peer that answers, else the tail-loss probe's.
 func (p *partner) tailDue(r *Request) int64 {

@@ -238,7 +238,7 @@ func (p *partner) transmitNew(r *Request) {
 	p.unacked.push(r)
 	p.ep.b.wakeTicks() // progress.go
 	p.transmit(r)
-	p.ep.b.noteDue(p.tailDue(r)) // ask.go
+	p.noteTail(r) // ask.go
 }
 
 func (p *partner) flushWait() {

@@ -126,7 +126,7 @@ func (e *Endpoint) sendShort(p *partner, class msgClass, match uint64, segs [][]
 	}
 	now := b.setNow()
 	r.firstSend, r.lastSend = now, now
-	b.noteDue(p.tailDue(r)) // ask.go
+	p.noteTail(r) // ask.go
 	e.zombieDone(r)
 	return r
 }
@@ -255,7 +255,7 @@ func (b *Board) stampAfterKick(r *Request) {
 	if r.lastSend == sendUnstamped {
 		r.lastSend = now
 		if p := r.p; p != nil && p.unacked.has(r) {
-			b.noteDue(p.tailDue(r)) // ask.go
+			p.noteTail(r) // ask.go
 		}
 	}
 	r.ep.zombieDone(r) // unless its ack came meanwhile (and completed it)

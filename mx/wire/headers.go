@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/binary"
+
 // The packet headers, one type per packet: the eager messages (TINY, SMALL,
 // MEDIUM) here, large messages in large.go, connection and acknowledgement
 // control in control.go, host discovery in host.go.
@@ -30,16 +32,29 @@ type Msg struct {
 	Session uint32 // session id of the destination endpoint
 }
 
-// Put writes the header.
+// Put writes the header. It is written on every small message, so the
+// byte order is chosen once for the whole header, not per field.
 func (h *Msg) Put(p []byte, o Order) {
-	_ = p[MsgLen-1]
+	p = p[:MsgLen]
 	p[0], p[1], p[2], p[3] = byte(h.Type), h.DstEP, h.SrcEP, h.Gen
-	o.put16(p[4:], h.Length)
-	o.put16(p[6:], 0)
-	o.put16(p[8:], h.Seq)
-	o.put16(p[10:], h.Ack)
-	putMatch(p[12:], h.Match, o)
-	o.put32(p[20:], h.Session)
+	if o == LittleEndian {
+		le := binary.LittleEndian
+		le.PutUint16(p[4:], h.Length)
+		le.PutUint16(p[6:], 0)
+		le.PutUint16(p[8:], h.Seq)
+		le.PutUint16(p[10:], h.Ack)
+		le.PutUint32(p[12:], uint32(h.Match>>32))
+		le.PutUint32(p[16:], uint32(h.Match))
+		le.PutUint32(p[20:], h.Session)
+		return
+	}
+	be := binary.BigEndian
+	be.PutUint16(p[4:], h.Length)
+	be.PutUint16(p[6:], 0)
+	be.PutUint16(p[8:], h.Seq)
+	be.PutUint16(p[10:], h.Ack)
+	be.PutUint64(p[12:], h.Match) // match high, then low
+	be.PutUint32(p[20:], h.Session)
 }
 
 // DecodeMsg decodes a TINY or SMALL header and returns it with its payload.
@@ -52,12 +67,20 @@ func DecodeMsg(p []byte, o Order) (Msg, []byte, error) {
 	if h.Type != TypeTiny && h.Type != TypeSmall {
 		return h, nil, derr(h.Type, "type", ErrUnknownType)
 	}
-	h.DstEP, h.SrcEP, h.Gen = p[1], p[2], p[3]
-	h.Length = o.u16(p[4:])
-	h.Seq = o.u16(p[8:])
-	h.Ack = o.u16(p[10:])
-	h.Match = getMatch(p[12:], o)
-	h.Session = o.u32(p[20:])
+	// The byte order chosen once for the whole header (see Put).
+	q := p[:MsgLen]
+	h.DstEP, h.SrcEP, h.Gen = q[1], q[2], q[3]
+	if o == LittleEndian {
+		le := binary.LittleEndian
+		h.Length, h.Seq, h.Ack = le.Uint16(q[4:]), le.Uint16(q[8:]), le.Uint16(q[10:])
+		h.Match = uint64(le.Uint32(q[12:]))<<32 | uint64(le.Uint32(q[16:]))
+		h.Session = le.Uint32(q[20:])
+	} else {
+		be := binary.BigEndian
+		h.Length, h.Seq, h.Ack = be.Uint16(q[4:]), be.Uint16(q[8:]), be.Uint16(q[10:])
+		h.Match = be.Uint64(q[12:]) // match high, then low
+		h.Session = be.Uint32(q[20:])
+	}
 	max := uint16(TinyMax)
 	if h.Type == TypeSmall {
 		max = SmallMax
