@@ -29,6 +29,7 @@ func (b *Board) startProgress() error {
 		// affinity set on it with the thread.
 		runtime.LockOSThread()
 		b.progressTID.Store(int32(unix.Gettid()))
+		defer b.progressTID.Store(0) // the thread's id may be reused once it ends
 		errc <- b.bindCPUs()
 		b.progress()
 	}()

@@ -214,6 +214,14 @@ func TestQueuedLoopLingers(t *testing.T) {
 	if away, _ := stay(2 * servedLinger); away {
 		t.Errorf("served %v ago: away, want Recv taken back after %v", 2*servedLinger, servedLinger)
 	}
+	// Another source of the board (the host path's rings, whose loop
+	// does not drain while away) does not linger.
+	own := s
+	s = &rxSource{spin: true}
+	if away, _ := stay(lingering); away {
+		t.Errorf("the board's other source, served %v ago: away past the grace (%v)", lingering, grace)
+	}
+	s = own
 	s.idle.Store(idleNever)
 	if away, _ := b.stayAway(s); away {
 		t.Error("after a waiter gave up polling: away, want Recv taken back")

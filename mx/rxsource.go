@@ -156,10 +156,15 @@ func (b *Board) stayAway(s *rxSource) (bool, time.Duration) {
 	if left := time.Duration(idle + int64(grace) - now); left > 0 {
 		return true, left
 	}
-	if grace > 0 && b.serveSends.Load() && !b.opts.BusyPoll && b.sleep.chanSleepers.Load() == 0 {
-		// A queue its application served lately, no waiter asleep
-		// (servedLinger): look again a grace later, not in Recv.
+	if grace > 0 && s == b.src && s.spin && b.serveSends.Load() && !b.opts.BusyPoll &&
+		!b.handlers.Load() && b.sleep.chanSleepers.Load() == 0 {
+		// The queue its sends serve (serveSource's conditions; not the
+		// host path, whose loop does not drain while away), served
+		// lately, no waiter asleep (servedLinger): look again a grace
+		// later, not in Recv. The Tests counted meanwhile were the
+		// application's looks, not a reason to stay away longer.
 		if left := time.Duration(idle + int64(servedLinger) - now); left > 0 {
+			s.loopTests.Store(s.tests.Load())
 			return true, min(left, grace)
 		}
 	}
@@ -438,7 +443,10 @@ func (b *Board) waitSources() []*rxSource {
 // it polled in the driver's WaitRx between the application's looks, a
 // hand-off per look (or a wake-up on the vector per frame). A waiter that
 // goes to sleep hands the queue back first (pollWait), so its message
-// still finds an owner at once. A board without a poll window
+// still finds an owner within a grace (at once, unless another waiter
+// still polls or a send marks the queue served again meanwhile). The host
+// path's loop, boards with handlers and queues whose look costs a system
+// call do not linger. A board without a poll window
 // (Spin <= 0) has no grace: its sends do not look, and its loop never
 // stays away. Nor do the sends of a busy-polling board (BusyPoll), whose
 // waiters poll without a budget and keep the loop away themselves: its
