@@ -196,3 +196,73 @@ func TestIdleBoardFindsDeadPeer(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleSendOnlyBoardTicks checks that a board that only sends lean
+// messages (a stream's sender) leaves its stretched tick once it sends:
+// a lean send completes at once and times nothing, yet the board must
+// answer its lanes' retire requests and count its peers. From an idle
+// board, stretched to idleTickMax with no lane out, it streams over a
+// lane; after every send the board's next tick is at most its lanes'
+// LaneIdle away, and it runs its timers while the stream goes on.
+// Counted in messages and timer runs, not time.
+func TestIdleSendOnlyBoardTicks(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	ctx := testCtx(t, time.Minute)
+	tr := pr.ba.shmTransport()
+	msg := [][]byte{pattern(8, 1)}
+	buf := [][]byte{make([]byte, 8)}
+	send := func(match uint64, check func()) {
+		t.Helper()
+		r, err := pr.b.IRecv(buf, match, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.a.ISend(msg, pr.atob, match, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check()
+		if _, err := s.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const bound = 50000
+	lanes := pr.a.Counters().Get(LaneSends)
+	for i := 0; pr.a.Counters().Get(LaneSends) == lanes; i++ {
+		if i == bound {
+			t.Fatalf("no lane send in %d messages", bound)
+		}
+		send(uint64(i), func() {})
+	}
+	// Idle, its lane retired: the longest tick.
+	waitIdle(t, pr.ba, idleTickMax, 30*time.Second)
+	if n := tr.LanesOut(); n != 0 {
+		t.Fatalf("board stretched to %v with %d lanes out", idleTickMax, n)
+	}
+	_, runs0, _ := pr.ba.idleState()
+	laneTick := min(max(tr.LaneIdle(), 2*pr.ba.tick), idleTickMax)
+	lanes = pr.a.Counters().Get(LaneSends)
+	for i := 0; ; i++ {
+		_, runs, _ := pr.ba.idleState()
+		if runs-runs0 >= 3 && pr.a.Counters().Get(LaneSends) > lanes {
+			break
+		}
+		if i == bound {
+			t.Fatalf("%d timer runs and %d lane sends in %d lean sends", runs-runs0, pr.a.Counters().Get(LaneSends)-lanes, bound)
+		}
+		send(uint64(i), func() {
+			pr.ba.mu.Lock()
+			idle, next, now := pr.ba.idleTick, pr.ba.nextTick.Load(), pr.ba.clock()
+			pr.ba.mu.Unlock()
+			// (Two timer runs between the send and this look may
+			// stretch the tick again, to laneTick while a lane is out.)
+			if tr.LanesOut() > 0 && (idle > laneTick || time.Duration(next-now) > laneTick) {
+				t.Fatalf("send %d went, with a lane out: tick period %v, next tick in %v, want at most %v",
+					i, idle, time.Duration(next-now), laneTick)
+			}
+		})
+	}
+}

@@ -117,6 +117,13 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	if lane {
 		e.cnt[LaneSends]++
 	}
+	if b.quietRuns != 0 {
+		// A lean send times nothing and its acks call nothing: a board
+		// that only sends so (a stream's sender) would otherwise stay
+		// on its stretched tick, and answer its lanes' retire requests
+		// and count its peers once a second (progress.go).
+		b.wakeTicks()
+	}
 	return true
 }
 

@@ -64,6 +64,8 @@ import (
 // throughout), 1 - slept/interval when it woke in between, all of it when
 // it is new or its doorbell could not be read (looks are doorEvery apart
 // while some are left out); a share of awakeWhole or more counts whole.
+// Looks more than 2*oversubEvery apart (an idle board's stretched tick)
+// count a process as its doorbell shows it now, asleep or awake whole.
 // The shares are summed and rounded, so the brief wake-ups of idle ranks
 // count for nothing, ranks that poll count whole and many ranks that each
 // sleep most of the time count together; the CPUs are those of the
@@ -257,7 +259,10 @@ func (b *Board) countOversub(now int64) {
 // share sets each process's share of the time since the last look (at
 // now, on the board's clock) it was awake, from what its boards' doorbells
 // show now (sleeps) and showed at the last look: the largest of its
-// boards'. A board not looked at before counts as awake.
+// boards'. A board not looked at before counts as awake. When the last
+// look is more than 2*oversubEvery old (an idle board's stretched tick,
+// progress.go, or a stall) a board counts as it is now: awake whole,
+// asleep nothing.
 func (o *oversubState) share(now int64, sleeps []shm.PeerSleep) {
 	if o.doors == nil {
 		o.doors, o.shares = make(map[transport.NICID]doorLook), make(map[int]float64)
@@ -265,9 +270,17 @@ func (o *oversubState) share(now int64, sleeps []shm.PeerSleep) {
 	clear(o.shares)
 	o.looks++
 	span := time.Duration(now - o.looked)
+	stale := o.looks > 1 && span > 2*oversubEvery // a stretched tick, or a stall
 	for _, s := range sleeps {
 		awake := 1.0
-		if last, ok := o.doors[s.Peer]; ok && last.seen == o.looks-1 && span > 0 {
+		if stale {
+			// Shares of so long an interval say nothing of now: a
+			// peer that woke a moment ago would count for nothing.
+			// Count it as it is now; the next look refines it.
+			if s.Asleep {
+				awake = 0
+			}
+		} else if last, ok := o.doors[s.Peer]; ok && last.seen == o.looks-1 && span > 0 {
 			switch slept := s.Slept - last.slept; {
 			case s.Asleep && last.asleep && slept == 0:
 				awake = 0 // asleep throughout

@@ -203,6 +203,29 @@ func TestOversubIgnoresSleepers(t *testing.T) {
 			}
 		})
 	}
+	// Looks a stretched tick apart (idleTickMax): a peer that woke a
+	// millisecond ago after a second asleep counts whole, as it would
+	// over looks a tick apart, not for the thousandth of the interval
+	// it was awake (the rank took itself for alone on its CPU); one
+	// asleep now counts for nothing. The next look measures shares.
+	t.Run("a peer that woke after a stretched tick", func(t *testing.T) {
+		masks := map[int]unix.CPUSet{self: cpus(0), 101: cpus(0), 102: cpus(0)}
+		getaff := func(pid int, set *unix.CPUSet) error { *set = masks[pid]; return nil }
+		pids := []int{101, 102}
+		var o oversubState
+		o.share(int64(time.Second), []shm.PeerSleep{{Peer: 101, Pid: 101, Asleep: true}, {Peer: 102, Pid: 102, Asleep: true}})
+		o.count(self, pids, getaff)
+		woke := int64(time.Second + idleTickMax + time.Millisecond)
+		o.share(woke, []shm.PeerSleep{{Peer: 101, Pid: 101, Slept: idleTickMax}, {Peer: 102, Pid: 102, Asleep: true}})
+		if procs, n, _ := o.count(self, pids, getaff); procs != 2 || n != 1 || !oversubscribed(procs, n) {
+			t.Fatalf("%d processes on %d CPUs: want 2 on 1 (self and the peer awake now)", procs, n)
+		}
+		o.share(woke+int64(span), []shm.PeerSleep{{Peer: 101, Pid: 101, Asleep: true, Slept: idleTickMax + span*9/10},
+			{Peer: 102, Pid: 102, Asleep: true}})
+		if procs, n, _ := o.count(self, pids, getaff); procs != 1 || n != 1 || oversubscribed(procs, n) {
+			t.Fatalf("%d processes on %d CPUs a tick later: want 1 on 1 (the peer slept nine tenths of the tick)", procs, n)
+		}
+	})
 }
 
 // TestOversubCountsAwakeProcesses: a board sharing rings with three other

@@ -222,10 +222,13 @@ const busyLinger = 100 * time.Millisecond
 // idleTickMax: a lane retires at the first timer run (RetireIdle) LaneIdle
 // after the one that found it idle, so it still retires within about
 // two LaneIdle of its last frame. A busy board never stretches: its
-// messages come between its ticks. Whatever starts
-// timed work calls wakeTicks, which brings the next tick back to
-// tickBusy from now and, since the progress goroutine or a sleeping
-// waiter may be waiting for the stretched tick, sets the fine timer
+// messages come between its ticks, a lean send among them (lean.go),
+// which times nothing but keeps a board that only sends so (a stream's
+// sender) answering its lanes' retire requests and counting its peers
+// at every tick. Whatever starts timed work calls wakeTicks, which
+// brings the next tick back to tickBusy from now and, since the progress
+// goroutine or a sleeping waiter may be waiting for the stretched tick,
+// sets the fine timer
 // (finetimer.go) to fire it; the fine timer keeps the ticks until the
 // progress goroutine has looked again, which then waits for them
 // itself. Frames and application calls wake the board as before: a
