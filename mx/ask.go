@@ -83,7 +83,11 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // (16) questions wait for their answers at once, so no two of them share
 // a tag: with sixteen waiting, an asker asks again its own newest question
 // (same number; its answer shows only what was sent before the first
-// copy), and one with none waiting gives the oldest up (askNumber).
+// copy), and one with none waiting asks the newest waiting question
+// again without taking it as its own. No question is given up: its late
+// answer would carry the tag of the one numbered sixteen later. A
+// question asked again retires its tag until its copies' answers could
+// no longer come (askNumber).
 //
 // A pull whose replies the NIC places on a lane (placerecv.go) asks too,
 // but its replies come on the lane's queue and the answer on queue 0, so
@@ -153,9 +157,12 @@ func (p *partner) askDue(now int64, t *Request) {
 	if fresh {
 		p.askAt, p.askNum = now, num
 	}
+	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
+	if num == 0 {
+		return
+	}
 	p.ep.cnt[TailAsks]++
 	p.sendTruc(wire.TrucAsk | askTag(num)<<wire.TrucTagShift)
-	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
 }
 
 // askWindow is how many questions to a peer may wait for their answers
@@ -180,9 +187,9 @@ func askTag(num uint64) uint8 { return uint8(num) & (askWindow - 1) }
 // retires its tag (askCopy) until an answer shows its copies' answers
 // can no longer come; a new number with a retired tag is not asked (a
 // waiting question is asked again, as with askWindow waiting), or, with
-// none waiting, it is skipped as answered (at most askWindow in a row:
-// with every tag retired, a new question is asked, and its answer may be
-// taken for a copy's and ignored, so it is asked again).
+// none waiting, it is skipped as answered. With every tag retired and
+// none waiting, nothing is asked (num 0), askRefuseMax times in a row at
+// most, so copies' answers that were lost cannot stop the questions.
 func (p *partner) askNumber(own uint64) (num uint64, fresh bool) {
 	for skips := 0; ; skips++ {
 		retired := skips < askWindow && p.retired(p.asked+1)
@@ -196,7 +203,11 @@ func (p *partner) askNumber(own uint64) (num uint64, fresh bool) {
 			p.asked++
 			p.answered = p.asked // never asked: nothing to answer
 			continue
+		case skips >= askWindow && p.refused < askRefuseMax:
+			p.refused++
+			return 0, false // every tag retired: ask when a copy's answer came
 		default:
+			p.refused = 0
 			p.asked++
 			return p.asked, true
 		}
@@ -204,6 +215,10 @@ func (p *partner) askNumber(own uint64) (num uint64, fresh bool) {
 		return num, false
 	}
 }
+
+// askRefuseMax is how many times in a row askNumber refuses a question
+// with every tag retired before it asks one anyway.
+const askRefuseMax = 64
 
 // askCopy notes that question num goes out again: until an answer to a
 // question asked after this copy comes (the peer answers in order), an
@@ -356,6 +371,9 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 	}
 	pl.askAt = now
 	pl.asks++
+	if num == 0 {
+		return
+	}
 	pl.e.cnt[PullAsks]++
 	p.sendTruc(wire.TrucAsk | wire.TrucPulls | askTag(num)<<wire.TrucTagShift)
 }

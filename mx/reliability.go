@@ -132,6 +132,8 @@ type partner struct {
 	// copies are the questions asked again, by tag (askCopy), while
 	// their copies' answers may still come.
 	copies [askWindow]askCopies
+	// refused counts askNumber's refusals in a row (every tag retired).
+	refused int
 	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
 
