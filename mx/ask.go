@@ -83,7 +83,11 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // (16) questions wait for their answers at once, so no two of them share
 // a tag: with sixteen waiting, an asker asks again its own newest question
 // (same number; its answer shows only what was sent before the first
-// copy), and one with none waiting gives the oldest up (askNumber).
+// copy), and one with none waiting asks the newest waiting question
+// again without taking it as its own. No question is given up: its late
+// answer would carry the tag of the one numbered sixteen later. A
+// question asked again retires its tag until its copies' answers could
+// no longer come (askNumber).
 //
 // A pull whose replies the NIC places on a lane (placerecv.go) asks too,
 // but its replies come on the lane's queue and the answer on queue 0, so
@@ -168,9 +172,12 @@ func (p *partner) askDue(now int64, t *Request) {
 	if fresh {
 		p.askAt, p.askNum = now, num
 	}
+	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
+	if num == 0 {
+		return
+	}
 	p.ep.cnt[TailAsks]++
 	p.sendTruc(wire.TrucAsk | askTag(num)<<wire.TrucTagShift)
-	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
 }
 
 // askWindow is how many questions to a peer may wait for their answers
@@ -184,32 +191,104 @@ func askTag(num uint64) uint8 { return uint8(num) & (askWindow - 1) }
 // is a new one. Questions are numbered in the order they go out, and p
 // answers them in that order, so the answer tagged t answers the first
 // question after the last one answered whose number ends in t: no two
-// questions waiting for their answers may share a tag. With askWindow
-// waiting, the asker asks again own, its own question still waiting
+// questions whose answers may still come may share a tag. With askWindow
+// waiting (or the next number's tag retired, below), the asker asks again own, its own question still waiting
 // (fresh false: the answer may be the earlier copy's, and reflects only
-// what was sent before it), or, with none, the oldest waiting question is
-// given up and its tag taken anew.
+// what was sent before it), or, with none, the newest waiting question,
+// which it does not take as its own: its answer settles the window, and
+// the asker asks its own question when its timer comes again. No
+// question is given up while waiting: its late answer would carry the
+// tag of the question numbered askWindow later. A question asked again
+// retires its tag (askCopy) until an answer shows its copies' answers
+// can no longer come; a new number with a retired tag is not asked (a
+// waiting question is asked again, as with askWindow waiting), or, with
+// none waiting, it is skipped as answered. With every tag retired and
+// none waiting, nothing is asked (num 0), askRefuseMax times in a row at
+// most, so copies' answers that were lost cannot stop the questions.
 func (p *partner) askNumber(own uint64) (num uint64, fresh bool) {
-	if p.asked-p.answered >= askWindow {
-		if own > p.answered {
-			return own, false
+	for skips := 0; ; skips++ {
+		retired := skips < askWindow && p.retired(p.asked+1)
+		blocked := p.asked-p.answered >= askWindow || retired
+		switch {
+		case blocked && own > p.answered:
+			num = own
+		case blocked && p.asked > p.answered:
+			num = p.asked
+		case retired:
+			p.asked++
+			p.answered = p.asked // never asked: nothing to answer
+			continue
+		case skips >= askWindow && p.refused < askRefuseMax:
+			p.refused++
+			return 0, false // every tag retired: ask when a copy's answer came
+		default:
+			p.refused = 0
+			p.asked++
+			return p.asked, true
 		}
-		p.answered++
+		p.askCopy(num)
+		return num, false
 	}
-	p.asked++
-	return p.asked, true
+}
+
+// askRefuseMax is how many times in a row askNumber refuses a question
+// with every tag retired before it asks one anyway.
+const askRefuseMax = 64
+
+// askCopy notes that question num goes out again: until an answer to a
+// question asked after this copy comes (the peer answers in order), an
+// answer with num's tag once num is settled is a copy's and answers
+// nothing.
+func (p *partner) askCopy(num uint64) {
+	c := &p.copies[askTag(num)]
+	if c.num != num {
+		*c = askCopies{num: num}
+	}
+	c.bound = p.asked
+	c.n++
+}
+
+// retired reports whether question number num may not be asked: its tag
+// is that of an earlier question asked again whose copies' answers may
+// still come.
+func (p *partner) retired(num uint64) bool {
+	c := p.copies[askTag(num)]
+	return c.num != 0 && c.num < num
+}
+
+// askCopies is a question asked more than once (askCopy): its number,
+// the last number asked when its last copy went out, and how many copies
+// went out after the first (so at most as many answers may still come
+// once it is settled).
+type askCopies struct {
+	num, bound uint64
+	n          int
 }
 
 // answerNumber returns the number of the question an answer tagged tag
 // answers: the first one after the last answered with that tag; false
 // when none such was asked (a duplicate, or an answer from before the
-// window moved past it).
+// window moved past it) or the answer is a settled question's copy's.
+// A question's retirement ends when as many answers as it had copies
+// came after it was settled, or an answer to a question asked after its
+// last copy went out (the peer answers in order).
 func (p *partner) answerNumber(tag uint8) (uint64, bool) {
+	if c := &p.copies[tag&(askWindow-1)]; c.num != 0 && c.num <= p.answered {
+		if c.n--; c.n == 0 {
+			*c = askCopies{} // every copy's answer came
+		}
+		return 0, false
+	}
 	n := p.answered + 1 + uint64((tag-askTag(p.answered+1))&(askWindow-1))
 	if n > p.asked {
 		return 0, false
 	}
 	p.answered = n
+	for i, c := range p.copies {
+		if c.num != 0 && c.bound < n {
+			p.copies[i] = askCopies{}
+		}
+	}
 	return n, true
 }
 
@@ -303,10 +382,13 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 	num, fresh := p.askNumber(own)
 	if fresh {
 		pl.askNum, pl.askReq = num, pl.reqs
+		pl.asking = true
 	}
-	pl.asking = true
 	pl.askAt = now
 	pl.asks++
+	if num == 0 {
+		return
+	}
 	pl.e.cnt[PullAsks]++
 	p.sendTruc(wire.TrucAsk | wire.TrucPulls | askTag(num)<<wire.TrucTagShift)
 }

@@ -48,3 +48,52 @@ func TestAnswersSettleEarlierQuestions(t *testing.T) {
 		t.Fatalf("after the older of two answers: %d owed, want 1", got)
 	}
 }
+
+// TestAskWindowFullWithAnswersLost fills the questions' window and loses
+// every answer: an asker with no question waiting asks the newest again
+// (it does not take it as its own, nor gives any question up, whose late
+// answer would carry a new question's tag); that answer empties the
+// window, and the next question is a new one. A question asked again
+// retires its tag: a copy's answer coming after the question was settled
+// answers nothing, and no new question takes the tag until that answer
+// came or one to a question asked after the copy did.
+func TestAskWindowFullWithAnswersLost(t *testing.T) {
+	p := &partner{}
+	for range askWindow {
+		if _, fresh := p.askNumber(0); !fresh {
+			t.Fatal("a question with the window not full was not a new one")
+		}
+	}
+	newest := p.asked
+	num, fresh := p.askNumber(0) // every answer so far lost
+	if fresh || num != newest {
+		t.Fatalf("window full, no question of the asker's own: asked %d (new %v), want the newest, %d, again", num, fresh, newest)
+	}
+	if got, ok := p.answerNumber(askTag(newest)); !ok || got != newest {
+		t.Fatalf("the answer to the newest question taken for %d (%v), want %d", got, ok, newest)
+	}
+	if owed := p.asked - p.answered; owed != 0 {
+		t.Fatalf("after the newest question's answer: %d owed, want 0", owed)
+	}
+	next, fresh := p.askNumber(0)
+	if !fresh || next != newest+1 {
+		t.Fatalf("after the window emptied: asked %d (new %v), want a new question %d", next, fresh, newest+1)
+	}
+	for p.asked < newest+askWindow-1 {
+		p.askNumber(0)
+	}
+	// The next number has the copied question's tag: not asked while the
+	// copy's answer may come; the newest waiting question is asked again.
+	if num, fresh := p.askNumber(0); fresh || num != p.asked {
+		t.Fatalf("next number's tag retired: asked %d (new %v), want the newest, %d, again", num, fresh, p.asked)
+	}
+	if got, ok := p.answerNumber(askTag(newest)); ok {
+		t.Fatalf("the copy's answer taken for question %d", got)
+	}
+	if num, fresh := p.askNumber(0); !fresh || askTag(num) != askTag(newest) {
+		t.Fatalf("after the copy's answer: asked %d (new %v), want a new one with tag %d", num, fresh, askTag(newest))
+	}
+	if got, ok := p.answerNumber(askTag(next)); !ok || got != next {
+		t.Fatalf("the answer to %d taken for %d (%v)", next, got, ok)
+	}
+}

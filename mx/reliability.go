@@ -123,12 +123,17 @@ type partner struct {
 	// asked numbers the questions to the peer (ask.go), its pulls' too:
 	// the last one's; a question's tag is its number's low four bits.
 	// answered is the number of the last question known answered (or
-	// given up: askNumber), and askNum the outstanding question's about
+	// skipped: askNumber), and askNum the outstanding question's about
 	// the stream. The peer answers each at once, in order, so
 	// asked-answered answers are on their way (less any lost), each a
 	// frame no pull asked for (placerecv.go).
 	asked, answered uint64
 	askNum          uint64
+	// copies are the questions asked again, by tag (askCopy), while
+	// their copies' answers may still come.
+	copies [askWindow]askCopies
+	// refused counts askNumber's refusals in a row (every tag retired).
+	refused int
 	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
 
