@@ -242,7 +242,11 @@ const askRefuseMax = 64
 func (p *partner) askCopy(num uint64) {
 	c := &p.copies[askTag(num)]
 	if c.num != num {
-		*c = askCopies{num: num}
+		old := 0
+		if c.num != 0 {
+			old = c.n + c.old // an earlier question's copies' answers still due, ahead of num's
+		}
+		*c = askCopies{num: num, old: old}
 	}
 	c.bound = p.asked
 	c.n++
@@ -262,7 +266,7 @@ func (p *partner) retired(num uint64) bool {
 // once it is settled).
 type askCopies struct {
 	num, bound uint64
-	n          int
+	n, old     int
 }
 
 // answerNumber returns the number of the question an answer tagged tag
@@ -273,6 +277,10 @@ type askCopies struct {
 // came after it was settled, or an answer to a question asked after its
 // last copy went out (the peer answers in order).
 func (p *partner) answerNumber(tag uint8) (uint64, bool) {
+	if c := &p.copies[tag&(askWindow-1)]; c.old > 0 {
+		c.old--
+		return 0, false
+	}
 	if c := &p.copies[tag&(askWindow-1)]; c.num != 0 && c.num <= p.answered {
 		if c.n--; c.n == 0 {
 			*c = askCopies{} // every copy's answer came

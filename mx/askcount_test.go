@@ -97,3 +97,42 @@ func TestAskWindowFullWithAnswersLost(t *testing.T) {
 		t.Fatalf("the answer to %d taken for %d (%v)", next, got, ok)
 	}
 }
+
+// TestAskCopyAfterRefusals: every tag retired by a question asked twice
+// whose copy's answer has not come, and nothing waiting, askNumber
+// refuses askRefuseMax times and then asks anyway; a question asked then
+// and asked again takes over a retired tag's record, and the late answer
+// to the earlier question's copy must still answer nothing.
+func TestAskCopyAfterRefusals(t *testing.T) {
+	p := &partner{}
+	for range askWindow {
+		p.askNumber(0)
+	}
+	for n := uint64(1); n <= askWindow; n++ {
+		p.askCopy(n) // each asked again
+	}
+	for n := uint64(1); n <= askWindow; n++ {
+		if got, ok := p.answerNumber(askTag(n)); !ok || got != n {
+			t.Fatalf("the answer to %d taken for %d (%v)", n, got, ok)
+		}
+	}
+	for i := range askRefuseMax {
+		if num, _ := p.askNumber(0); num != 0 {
+			t.Fatalf("refusal %d: asked %d with every tag retired", i, num)
+		}
+	}
+	f, fresh := p.askNumber(0)
+	if !fresh || f == 0 {
+		t.Fatalf("after %d refusals: asked %d (new %v), want a new question", askRefuseMax, f, fresh)
+	}
+	if again, _ := p.askNumber(f); again != f {
+		t.Fatalf("question %d asked again as %d", f, again)
+	}
+	old := f - askWindow // the earlier question with f's tag
+	if got, ok := p.answerNumber(askTag(old)); ok {
+		t.Fatalf("the late answer to %d's copy taken for %d", old, got)
+	}
+	if got, ok := p.answerNumber(askTag(f)); !ok || got != f {
+		t.Fatalf("the answer to %d taken for %d (%v)", f, got, ok)
+	}
+}
