@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/nic"
 )
 
 // A waiter on a queued board polls its own queue's RX ring (a queue
@@ -23,15 +24,7 @@ func TestQueuedWaiterPollsItsQueue(t *testing.T) {
 	}
 	bo := overNIC
 	bo.Spin = DefaultSpin // whatever GOMX_SPIN says
-	var qbs [2]*QueuedBoard
-	for i := range 2 {
-		qb, err := NewQueuedBoard(ts[i], QueuedOptions{Board: bo})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer qb.Close()
-		qbs[i] = qb
-	}
+	qbs := queuedBoards(t, ts, bo)
 	for _, b := range qbs[1].Boards() {
 		if sp, ok := b.tr.(transport.Spinner); !ok || !sp.SpinCheap() {
 			t.Fatalf("queue transport %T: not a cheap Spinner", b.tr)
@@ -47,18 +40,7 @@ func TestQueuedWaiterPollsItsQueue(t *testing.T) {
 		return n
 	}
 	for k := range queues {
-		a, err := qbs[0].OpenEndpoint(AnyEndpoint, testKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := qbs[1].OpenEndpoint(AnyEndpoint, testKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		to, err := a.Connect(ctx, b.Addr().NIC, b.ID(), testKey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, b, to := queuedConnect(t, ctx, qbs)
 		before := polled()
 		// Until a wait on b's board completed by its own poll: the
 		// queue's thread may take a given frame first, but not every one.
@@ -88,15 +70,7 @@ func TestQueuedSenderServesItsQueue(t *testing.T) {
 	ts, _ := queuedNICs(t, queues, emulated.CableOptions{})
 	bo := overNIC
 	bo.Spin = DefaultSpin // whatever GOMX_SPIN says: the loop stays away
-	var qbs [2]*QueuedBoard
-	for i := range 2 {
-		qb, err := NewQueuedBoard(ts[i], QueuedOptions{Board: bo})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer qb.Close()
-		qbs[i] = qb
-	}
+	qbs := queuedBoards(t, ts, bo)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	stream := func(k int, a *Endpoint, to Addr, b *Endpoint, round int) {
@@ -130,18 +104,7 @@ func TestQueuedSenderServesItsQueue(t *testing.T) {
 		}
 	}
 	for k := range queues {
-		a, err := qbs[0].OpenEndpoint(AnyEndpoint, testKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := qbs[1].OpenEndpoint(AnyEndpoint, testKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		to, err := a.Connect(ctx, b.Addr().NIC, b.ID(), testKey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, b, to := queuedConnect(t, ctx, qbs)
 		// Windows of sends until one of the sending board's sends took
 		// frames of its queue: its thread may take a given ack first,
 		// but not every one.
@@ -231,4 +194,38 @@ func TestQueuedLoopLingers(t *testing.T) {
 	if away, _ := stay(lingering); away {
 		t.Errorf("a board that is not a queue's, served %v ago: away past the grace (%v)", lingering, grace)
 	}
+}
+
+// queuedBoards opens a QueuedBoard with options bo over each of ts,
+// closed when the test ends.
+func queuedBoards(t *testing.T, ts [2]*nic.Transport, bo BoardOptions) [2]*QueuedBoard {
+	t.Helper()
+	var qbs [2]*QueuedBoard
+	for i := range 2 {
+		qb, err := NewQueuedBoard(ts[i], QueuedOptions{Board: bo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { qb.Close() })
+		qbs[i] = qb
+	}
+	return qbs
+}
+
+// queuedConnect opens an endpoint on each of qbs (on the queue with the
+// fewest endpoints) and connects the first to the second.
+func queuedConnect(t *testing.T, ctx context.Context, qbs [2]*QueuedBoard) (a, b *Endpoint, to Addr) {
+	t.Helper()
+	a, err := qbs[0].OpenEndpoint(AnyEndpoint, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = qbs[1].OpenEndpoint(AnyEndpoint, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to, err = a.Connect(ctx, b.Addr().NIC, b.ID(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, to
 }
