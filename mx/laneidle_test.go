@@ -103,18 +103,24 @@ func TestHostLaneRetiredWhenIdle(t *testing.T) {
 			for c := range cycles {
 				// Busy: bursts until the pair has its lane (LaneAfter
 				// frames within a LaneIdle, however slow the host).
+				// The footprint is taken when the lane is seen: a host
+				// that deschedules the pair for LaneIdle retires it
+				// again before the next look.
 				k := 0
-				for ; a.host.tr.Footprint().RingsOut == 0 || b.host.tr.Footprint().RingsIn == 0; k++ {
+				var fa, fb shm.Footprint
+				for ; ; k++ {
+					if fa, fb = a.host.tr.Footprint(), b.host.tr.Footprint(); fa.RingsOut != 0 && fb.RingsIn != 0 {
+						break
+					}
 					if k == 100 {
-						t.Fatalf("cycle %d: no lane after %d messages: a %+v, b %+v", c, k*burst, a.host.tr.Footprint(), b.host.tr.Footprint())
+						t.Fatalf("cycle %d: no lane after %d messages: a %+v, b %+v", c, k*burst, fa, fb)
 					}
 					exchange(c)
 				}
-				exchange(c) // on the lane
-				fa, fb := a.host.tr.Footprint(), b.host.tr.Footprint()
 				if fa.MappedBytes <= aBase || fb.MappedBytes <= bBase {
 					t.Fatalf("cycle %d: a lane is up, yet the boards map %d and %d bytes (%d and %d with queues only)", c, fa.MappedBytes, fb.MappedBytes, aBase, bBase)
 				}
+				exchange(c) // on the lane, or on the queue again once it retired: each message lands either way
 				idleFrom := time.Now()
 				wait(fmt.Sprintf("cycle %d: the idle lanes retired", c), func() bool {
 					return lanes(a)+lanes(b) == 0 && a.host.tr.Footprint().MappedBytes == aBase && b.host.tr.Footprint().MappedBytes == bBase
