@@ -154,17 +154,16 @@ func (p *partner) tailDue(r *Request) int64 {
 
 // askDue sends a question when t, the newest unacked request the peer
 // does not hold whole, has waited askWait since its last send and since
-// the asker last tried (askWait doubled for every question of its own
-// asked since the ack point last moved), and notes the deadline of the
-// next one for the fine timer. A try that asked nothing (askNumber
-// refused) or asked another's question again doubles nothing: the asker
-// tries again after the same wait.
+// the last question (answered or not; askWait doubled for every question
+// since the ack point last moved), and notes the deadline of the next one
+// for the fine timer.
 func (p *partner) askDue(now int64, t *Request) {
 	if due := max(t.lastSend, p.lastAsk) + p.askWait(int(p.asks)); now < due {
 		p.ep.b.noteDue(due)
 		return
 	}
 	p.lastAsk = now
+	p.asks = min(p.asks+1, askBackoffMax)
 	own := uint64(0)
 	if p.askAt != 0 {
 		own = p.askNum
@@ -173,23 +172,12 @@ func (p *partner) askDue(now int64, t *Request) {
 	if fresh {
 		p.askAt, p.askNum = now, num
 	}
-	if ownAsked(num, own, fresh) {
-		p.asks = min(p.asks+1, askBackoffMax)
-	}
 	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
 	if num == 0 {
 		return
 	}
 	p.ep.cnt[TailAsks]++
 	p.sendTruc(wire.TrucAsk | askTag(num)<<wire.TrucTagShift)
-}
-
-// ownAsked reports whether askNumber's num (fresh: a new question) is
-// the asker's own question, new or asked again (own: its question still
-// waiting, or 0), so that its backoff doubles: not when askNumber refused
-// (num 0) or the asker asked another's question again on its behalf.
-func ownAsked(num, own uint64, fresh bool) bool {
-	return fresh || num != 0 && num == own
 }
 
 // askWindow is how many questions to a peer may wait for their answers
@@ -389,9 +377,7 @@ func (p *partner) pullAskWait(backoff int) int64 {
 
 // askDue sends the pull's question when bl, its oldest unfinished block,
 // has been silent for pullAskWait since it was last asked for, the pull
-// last progressed and the pull last tried to ask (pullAskWait doubled for
-// each question of its own since the last answer: as partner.askDue, a
-// refusal or another's question asked again doubles nothing).
+// last progressed and the last question went out.
 func (pl *pull) askDue(now int64, bl *pblock) {
 	p := pl.p
 	if now < max(bl.lastReq, pl.lastProgress, pl.askAt)+p.pullAskWait(pl.asks) {
@@ -407,9 +393,7 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 		pl.asking = true
 	}
 	pl.askAt = now
-	if ownAsked(num, own, fresh) {
-		pl.asks = min(pl.asks+1, askBackoffMax)
-	}
+	pl.asks++
 	if num == 0 {
 		return
 	}

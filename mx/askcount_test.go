@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/gomx-dev/gomx/mx/wire"
-	"github.com/gomx-dev/gomx/transport/loopback"
 )
 
 // TestAnswersSettleEarlierQuestions: the peer answers questions in the
@@ -135,103 +134,5 @@ func TestAskCopyAfterRefusals(t *testing.T) {
 	}
 	if got, ok := p.answerNumber(askTag(f)); !ok || got != f {
 		t.Fatalf("the answer to %d taken for %d (%v)", f, got, ok)
-	}
-}
-
-// TestAskBackoffCountsOwnQuestions: an asker's wait doubles only for the
-// questions it asked for itself (askDue, pull.askDue). One whose try
-// found the window full of others' questions (and asked the newest again
-// on their behalf), or every tag retired (askNumber refused: nothing went
-// out), asks its own question once its undoubled wait passed since that
-// try, and not before. Times are the board's clock as the askers are
-// given it; each asker runs with the board's lock held, as its timer does.
-func TestAskBackoffCountsOwnQuestions(t *testing.T) {
-	type asker struct {
-		ask  func(now int64)         // the asker's timer at now
-		wait func(backoff int) int64 // its wait after backoff doublings
-		own  func() bool             // whether its own question is waiting
-		sent Counter                 // its questions sent
-	}
-	askers := map[string]func(pr *pair, p *partner) asker{
-		"stream": func(pr *pair, p *partner) asker {
-			r := &Request{} // unacked since the clock's start
-			return asker{func(now int64) { p.askDue(now, r) }, p.askWait, func() bool { return p.askAt != 0 }, TailAsks}
-		},
-		"pull": func(pr *pair, p *partner) asker {
-			pl, bl := &pull{p: p, e: pr.a}, &pblock{}
-			return asker{func(now int64) { pl.askDue(now, bl) }, p.pullAskWait, func() bool { return pl.asking }, PullAsks}
-		},
-	}
-	// Each fills the window of a partner that has asked nothing yet so
-	// that the asker's next try does not ask a question of its own, and
-	// then clears what stopped it (the peer's answers come).
-	blocks := map[string]struct{ block, clear func(p *partner) }{
-		"another's question asked again": {
-			block: func(p *partner) {
-				for range askWindow {
-					p.askNumber(0) // others' questions, every one waiting
-				}
-			},
-			clear: func(p *partner) { p.answerNumber(askTag(p.asked)) },
-		},
-		"every tag retired": {
-			block: func(p *partner) {
-				for range askWindow {
-					p.askNumber(0)
-				}
-				for n := uint64(1); n <= askWindow; n++ {
-					p.askCopy(n) // asked again: the copy's answer may come
-				}
-				for n := uint64(1); n <= askWindow; n++ {
-					p.answerNumber(askTag(n))
-				}
-			},
-			clear: func(p *partner) {
-				for n := uint64(1); n <= askWindow; n++ {
-					p.answerNumber(askTag(n)) // the copies' answers
-				}
-			},
-		},
-	}
-	for an, newAsker := range askers {
-		for bn, bc := range blocks {
-			t.Run(an+"/"+bn, func(t *testing.T) {
-				pr := newPair(t, factoryNamed(t, "loopback"), DefaultBoardOptions(), loopback.Faults{})
-				b := pr.ba
-				b.mu.Lock()
-				defer b.mu.Unlock()
-				p := pr.a.partners[partnerKey{pr.atob.NIC, pr.atob.Endpoint}]
-				if p == nil || !p.ask || p.asked != 0 {
-					t.Fatalf("partner %+v: want a peer that answers questions, none asked yet", p)
-				}
-				p.rtt.sample(100_000) // the round trips as measured: 100 µs, the waits far below RTOMax
-				p.prtt.sample(100_000)
-				a := newAsker(pr, p)
-				sent := func() uint64 { return pr.a.cnt[a.sent] }
-				bc.block(p)
-				t0 := a.wait(0) + 1_000_000 // past the request's first wait
-				before := sent()
-				a.ask(t0)
-				if a.own() {
-					t.Fatalf("the try at %d asked its own question with the window blocked", t0)
-				}
-				tried := sent() - before // 1: another's asked again; 0: refused
-				bc.clear(p)
-				if a.ask(t0 + a.wait(0) - 1); sent() != before+tried {
-					t.Fatalf("asked again %d ns after the try at %d, before its wait of %d", a.wait(0)-1, t0, a.wait(0))
-				}
-				if a.ask(t0 + a.wait(0)); !a.own() || sent() != before+tried+1 {
-					t.Fatalf("no question of its own %d ns (its undoubled wait) after a try that asked none: the wait doubled for another's question or a refusal", a.wait(0))
-				}
-				// Its own question doubles the next wait.
-				t1 := t0 + a.wait(0)
-				if a.ask(t1 + a.wait(0)); sent() != before+tried+1 {
-					t.Fatalf("its own question asked again after %d ns, not its doubled wait %d", a.wait(0), a.wait(1))
-				}
-				if a.ask(t1 + a.wait(1)); sent() != before+tried+2 {
-					t.Fatalf("its own question not asked again after its doubled wait %d", a.wait(1))
-				}
-			})
-		}
 	}
 }

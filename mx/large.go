@@ -169,9 +169,9 @@ type pull struct {
 	pad int
 	// Questions to the region's owner about late replies (ask.go):
 	// whether one is outstanding, its number (partner.asked), the
-	// number of the last PULL sent before it (askReq), when the pull last
-	// tried to ask, and how many questions of its own went out since one
-	// was last answered (the backoff exponent).
+	// number of the last PULL sent before it (askReq), when the last one
+	// went out, and how many went out since one was last answered (the
+	// backoff exponent).
 	asking bool
 	askNum uint64
 	askReq uint32

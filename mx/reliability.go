@@ -116,8 +116,7 @@ type partner struct {
 
 	// asking a late peer (ask.go): whether it announced ExtAsk, when the
 	// newest question went out while its answer has not come (0: none),
-	// and how many questions of its own the stream asked since the ack
-	// point last moved (the backoff exponent).
+	// and how many questions went out since the ack point last moved.
 	ask   bool
 	askAt int64
 	asks  uint8
@@ -135,8 +134,7 @@ type partner struct {
 	copies [askWindow]askCopies
 	// refused counts askNumber's refusals in a row (every tag retired).
 	refused int
-	// lastAsk is when the stream's asker last tried to ask (askDue),
-	// whether a question went out or askNumber refused.
+	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
 
 	// selective acks (sack.go), receive side: frames that arrived past
