@@ -91,20 +91,31 @@ func TestStream(t *testing.T) {
 	}
 }
 
-// runStream sends n messages from a to b with window receives in flight and
-// verifies them.
+// runStream sends n messages of mixed sizes (faultSize) from a to b with
+// window receives in flight and verifies them.
 func runStream(t *testing.T, pr *pair, n, window int) {
-	th := pr.ba.RendezvousThreshold()
+	runStreamOf(t, pr, n, window, mixedSizes(pr.ba.RendezvousThreshold()))
+}
+
+// mixedSizes is faultSize at the rendezvous threshold th, as a stream's
+// size of message i.
+func mixedSizes(th int) func(int) int {
+	return func(i int) int { return faultSize(i, th) }
+}
+
+// runStreamOf sends n messages from a to b, message i of size(i) bytes,
+// with window receives in flight, and verifies them.
+func runStreamOf(t *testing.T, pr *pair, n, window int, size func(int) int) {
 	// Each wait is bounded by a minute without its request completing,
 	// not the stream by a total: a loaded -race run can take many
 	// minutes for a lossy stream that never stops progressing.
 	ctx := testCtx(t, time.Hour)
 	errc := make(chan error, 2)
 	go func() {
-		errc <- sendStream(ctx, pr.a, pr.atob, n, window, th)
+		errc <- sendStream(ctx, pr.a, pr.atob, n, window, size)
 	}()
 	go func() {
-		errc <- recvStream(ctx, pr.b, n, window, th)
+		errc <- recvStream(ctx, pr.b, n, window, size)
 	}()
 	for k := 0; k < 2; k++ {
 		if err := <-errc; err != nil {
@@ -118,12 +129,12 @@ func runStream(t *testing.T, pr *pair, n, window int) {
 	}
 }
 
-// sendStream sends n messages of faultSize from e to dest, message i with
-// match i, with up to window sends in flight, and waits for them all.
-func sendStream(ctx context.Context, e *Endpoint, dest Addr, n, window, th int) error {
+// sendStream sends n messages from e to dest, message i of size(i) bytes
+// with match i, with up to window sends in flight, and waits for them all.
+func sendStream(ctx context.Context, e *Endpoint, dest Addr, n, window int, size func(int) int) error {
 	var pending []*Request
 	for i := 0; i < n; i++ {
-		msg := pattern(faultSize(i, th), uint64(i))
+		msg := pattern(size(i), uint64(i))
 		r, err := e.ISend([][]byte{msg}, dest, uint64(i), nil)
 		if err != nil {
 			return err
@@ -151,18 +162,20 @@ func waitAMinute(ctx context.Context, r *Request) (Status, error) {
 	return r.Wait(ctx)
 }
 
-func recvStream(ctx context.Context, e *Endpoint, n, window, th int) error {
-	maxLen := th + 200001
+// recvStream receives and verifies sendStream's n messages on e, with
+// window receives posted, each with a buffer of at least its message's
+// size.
+func recvStream(ctx context.Context, e *Endpoint, n, window int, size func(int) int) error {
 	type slot struct {
 		r   *Request
 		buf []byte
 	}
 	slots := make([]slot, window)
-	for i := range slots {
-		slots[i].buf = make([]byte, maxLen)
-	}
 	post := func(i int) error {
 		s := &slots[i%window]
+		if len(s.buf) < size(i) {
+			s.buf = make([]byte, size(i))
+		}
 		r, err := e.IRecv([][]byte{s.buf}, 0, 0, i)
 		s.r = r
 		return err
@@ -178,7 +191,7 @@ func recvStream(ctx context.Context, e *Endpoint, n, window, th int) error {
 		if err != nil {
 			return fmt.Errorf("recv %d: %w", i, err)
 		}
-		want := faultSize(i, th)
+		want := size(i)
 		if st.Match != uint64(i) || st.MsgLength != uint32(want) || st.Context != i {
 			return fmt.Errorf("recv %d: got match %d length %d (want %d)", i, st.Match, st.MsgLength, want)
 		}

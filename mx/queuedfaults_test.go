@@ -98,8 +98,8 @@ func TestQueuedFaultyWire(t *testing.T) {
 	per := n / queues
 	errc := make(chan error, 2*queues)
 	for k := range queues {
-		go func() { errc <- sendStream(ctx, from[k], dest[k], per, window, th) }()
-		go func() { errc <- recvStream(ctx, to[k], per, window, th) }()
+		go func() { errc <- sendStream(ctx, from[k], dest[k], per, window, mixedSizes(th)) }()
+		go func() { errc <- recvStream(ctx, to[k], per, window, mixedSizes(th)) }()
 	}
 	// The link goes down early in the run and comes back once frames
 	// were lost to it.

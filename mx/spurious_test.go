@@ -26,65 +26,102 @@ func factoryNamed(t *testing.T, name string) transportFactory {
 	return transportFactory{}
 }
 
-// TestNoSpuriousRecovery exchanges 100 000 mixed messages (mostly tiny and
-// small, some mediums, a few large ones: faultSize) over wires that lose
-// nothing (the in-process wire, UDP on loopback, shared-memory rings,
-// AF_XDP on a veth pair with root), in both wait modes, with the default
-// timers, and checks that recovery never acted on either side: no timer
-// retransmit, tail-loss probe, fast retransmit, resend on a question's
-// answer, duplicate or pull re-request, however loaded the machine. Over
-// the network a gomx peer is asked what it holds instead of being probed
-// or resent to on a timer (ask.go), and only an answer, which reflects
-// every frame sent before its question, resends: a peer the machine keeps
+// TestNoSpuriousRecovery exchanges messages over wires that lose nothing
+// (the in-process wire, UDP on loopback, shared-memory rings, AF_XDP on a
+// veth pair with root), in both wait modes, with the default timers, and
+// checks that recovery never acted on either side: no timer retransmit,
+// tail-loss probe, fast retransmit, resend on a question's answer,
+// duplicate or pull re-request, however loaded the machine. Over the
+// network a gomx peer is asked what it holds instead of being probed or
+// resent to on a timer (ask.go), and only an answer, which reflects every
+// frame sent before its question, resends: a peer the machine keeps
 // descheduled answers late, and the questions wait for it. Through the
 // rings nothing is resent before their own timeout, a second. A wire that
 // delivered frames out of order (UDP on loopback, now and then) is judged
 // on its timers only: a frame that arrives past a hole is evidence of a
-// loss, and what acts on evidence may resend. The
-// messages go as a ping-pong (each answered by the next size) and then as
-// a stream of the same sizes with a window of receives in flight (whose
-// tail waits for a delayed ack); the counters are read after a short
-// warm-up (the first round trips are measured, and a timer acts before
-// there is a round trip to ask after). The questions sent and answered
-// are logged. Under -race each pair runs 20 000 messages, a busy-poll pair
-// 2 000.
+// loss, and what acts on evidence may resend. The counters are read after
+// a short warm-up (the first round trips are measured, and a timer acts
+// before there is a round trip to ask after). The questions sent and
+// answered are logged.
+//
+// Each case is a workload over some transports. "mixed": 100 000 messages
+// (mostly tiny and small, some mediums, a few large ones: faultSize) as a
+// ping-pong (each answered by the next size) and then as a stream of the
+// same sizes with 64 receives in flight (whose tail waits for a delayed
+// ack); under -race 20 000, a busy-poll pair 2 000. "stream1MiB": 500
+// 1 MiB messages (200 with -short or -race) as a stream with 16 in flight
+// over the in-process wire and UDP: a dozen pulls of about a hundred
+// replies each at once, whose questions to the sender (about the pulls)
+// and the sender's own (about its RNDVs) share one window of tags.
 func TestNoSpuriousRecovery(t *testing.T) {
-	n := 100000
+	mixed := 100000
 	switch {
 	case testing.Short():
-		n = 4000
+		mixed = 4000
 	case raceEnabled:
-		n = 20000 // the same paths, several times slower each
+		mixed = 20000 // the same paths, several times slower each
 	}
-	for _, name := range []string{"loopback", "udp", "shm", "xdp"} {
-		tf := factoryNamed(t, name)
-		for _, busy := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/busypoll=%v", name, busy), func(t *testing.T) {
-				checkNoSpurious(t, tf, busy, n)
-			})
+	large := 500
+	if testing.Short() || raceEnabled {
+		large = 200
+	}
+	for _, c := range []struct {
+		name       string
+		transports []string
+		n          int
+		warm       func(t *testing.T, pr *pair)
+		run        func(t *testing.T, pr *pair, n int) // n messages
+	}{
+		{
+			name: "mixed", transports: []string{"loopback", "udp", "shm", "xdp"}, n: mixed,
+			warm: func(t *testing.T, pr *pair) { runPingPongMixed(t, pr, 200, 0) },
+			run: func(t *testing.T, pr *pair, n int) {
+				runPingPongMixed(t, pr, n/2, 200)
+				runStream(t, pr, n/2, 64)
+			},
+		},
+		{
+			name: "stream1MiB", transports: []string{"loopback", "udp"}, n: large,
+			warm: func(t *testing.T, pr *pair) { // both round trips, the stream's and the pull path's
+				runPingPongMixed(t, pr, 200, 0)
+				runStreamOf(t, pr, 32, 16, func(int) int { return 1 << 20 })
+			},
+			run: func(t *testing.T, pr *pair, n int) { runStreamOf(t, pr, n, 16, func(int) int { return 1 << 20 }) },
+		},
+	} {
+		for _, name := range c.transports {
+			tf := factoryNamed(t, name)
+			for _, busy := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/busypoll=%v", c.name, name, busy), func(t *testing.T) {
+					m := c.n
+					if busy && raceEnabled {
+						m = c.n / 10 // two spinning goroutines, each slowed by the race detector
+					}
+					checkNoSpurious(t, tf, busy, m, c.warm, c.run)
+				})
+			}
 		}
 	}
 }
 
-// checkNoSpurious is TestNoSpuriousRecovery's exchange of n messages over
-// tf in one wait mode (busy: busy-polling waiters).
-func checkNoSpurious(t *testing.T, tf transportFactory, busy bool, n int) {
+// runPingPongMixed is pingPongMixed's n messages from first, failing t on
+// an error.
+func runPingPongMixed(t *testing.T, pr *pair, n, first int) {
+	if err := pingPongMixed(testCtx(t, time.Hour), pr, n, first); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNoSpurious is TestNoSpuriousRecovery's exchange of n messages
+// (run) after a warm-up (warm) over tf in one wait mode (busy:
+// busy-polling waiters).
+func checkNoSpurious(t *testing.T, tf transportFactory, busy bool, n int, warm func(*testing.T, *pair), run func(*testing.T, *pair, int)) {
 	opts := DefaultBoardOptions()
 	opts.BusyPoll = busy
 	pr := newPair(t, tf, opts, loopback.Faults{})
-	m := n
-	if busy && raceEnabled {
-		m = n / 10 // two spinning goroutines, each slowed by the race detector
-	}
-	ctx := testCtx(t, time.Hour)
-	if err := pingPongMixed(ctx, pr, 200, 0); err != nil {
-		t.Fatal(err)
-	}
+	warm(t, pr)
 	before := [2]Counters{pr.a.Counters(), pr.b.Counters()}
-	if err := pingPongMixed(ctx, pr, m/2, 200); err != nil {
-		t.Fatal(err)
-	}
-	runStream(t, pr, m/2, 64)
+	run(t, pr, n)
 	if lost := wireLost(pr); lost > 0 {
 		// UDP drops what a full socket buffer cannot take:
 		// that recovery was no mistake.
@@ -109,11 +146,11 @@ func checkNoSpurious(t *testing.T, tf transportFactory, busy bool, n int) {
 		c := e.Counters()
 		for _, k := range judged {
 			if d := c.Get(k) - before[i].Get(k); d != 0 {
-				t.Errorf("endpoint %d: %v %d in %d messages on a lossless wire", e.id, k, d, m)
+				t.Errorf("endpoint %d: %v %d in %d messages on a lossless wire", e.id, k, d, n)
 			}
 		}
 	}
-	t.Logf("%d messages: a: %v; b: %v", m, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
+	t.Logf("%d messages: a: %v; b: %v", n, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
 }
 
 // TestNoSpuriousRecoveryLarge is TestNoSpuriousRecovery's large-message

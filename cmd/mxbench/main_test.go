@@ -185,9 +185,13 @@ func TestFaultyWireEveryByte(t *testing.T) {
 	}
 }
 
-// The fault flags work on every wire: off the loopback wire mxbench wraps
-// each board's transport with the same fault model, every message still
-// arrives byte-exact, and each JSON row says what the model did.
+// The fault flags work on every wire, in both wait modes: off the
+// loopback wire mxbench wraps each board's transport with the same fault
+// model, every message still arrives byte-exact, and each JSON row says
+// what the model did. A `--loss 0` run (the model kept, dropping nothing)
+// recovers nothing on a timer: its rows' recovery shows no timer
+// retransmit and no tail probe (between gomx boards a late peer is asked,
+// never resent to on a timer).
 func TestFaultsEveryTransport(t *testing.T) {
 	for _, args := range [][]string{
 		{"--transport", "loopback"},
@@ -196,33 +200,48 @@ func TestFaultsEveryTransport(t *testing.T) {
 		{"--transport", "usb", "--usb", "fake-ncm"},
 		{"--transport", "xdp"},
 	} {
-		t.Run(args[1], func(t *testing.T) {
-			if args[1] == "xdp" {
-				if why := netns.Missing(); why != "" {
-					t.Skip(why)
+		for _, wait := range []string{"block", "spin"} {
+			t.Run(args[1]+"/"+wait, func(t *testing.T) {
+				if args[1] == "xdp" {
+					if why := netns.Missing(); why != "" {
+						t.Skip(why)
+					}
 				}
-			}
-			out := runOK(t, append([]string{"pingpong", "--sizes", "8,1K,48K", "--iterations", "40",
-				"--loss", "0.05", "--reorder", "0.05", "--dup", "0.02", "--corrupt", "0.01", "--seed", "9",
-				"--verify", "--baseline=false", "--json", "--wait", "block"}, args...)...)
-			rows := jsonRows(t, out)
-			if len(rows) != 3 {
-				t.Fatalf("%d rows, want 3:\n%s", len(rows), out)
-			}
-			var frames, dropped uint64
-			for _, r := range rows {
-				if r.Errors != 0 || r.Faults == nil || r.Faults.Loss != 0.05 || r.Faults.Seed != 9 || r.LatencyP99US <= 0 {
-					t.Fatalf("row %+v (faults %+v): want no errors, a p99 latency and the fault settings", r, r.Faults)
+				common := append([]string{"pingpong", "--sizes", "8,1K,48K", "--iterations", "40", "--seed", "9",
+					"--verify", "--baseline=false", "--json", "--wait", wait}, args...)
+				out := runOK(t, slices.Concat(common, []string{"--loss", "0.05", "--reorder", "0.05", "--dup", "0.02", "--corrupt", "0.01"})...)
+				rows := jsonRows(t, out)
+				if len(rows) != 3 {
+					t.Fatalf("%d rows, want 3:\n%s", len(rows), out)
 				}
-				frames += r.Faults.Frames
-				dropped += r.Faults.Dropped
-			}
-			// Thousands of frames at 5% loss: none lost would be a model
-			// that is not there.
-			if frames < 200 || dropped == 0 || dropped > frames/4 {
-				t.Errorf("%d of %d frames lost at 5%% loss", dropped, frames)
-			}
-		})
+				var frames, dropped uint64
+				for _, r := range rows {
+					if r.Errors != 0 || r.Faults == nil || r.Faults.Loss != 0.05 || r.Faults.Seed != 9 || r.LatencyP99US <= 0 {
+						t.Fatalf("row %+v (faults %+v): want no errors, a p99 latency and the fault settings", r, r.Faults)
+					}
+					frames += r.Faults.Frames
+					dropped += r.Faults.Dropped
+				}
+				// Thousands of frames at 5% loss: none lost would be a model
+				// that is not there.
+				if frames < 200 || dropped == 0 || dropped > frames/4 {
+					t.Errorf("%d of %d frames lost at 5%% loss", dropped, frames)
+				}
+				out = runOK(t, slices.Concat(common, []string{"--loss", "0"})...)
+				rows = jsonRows(t, out)
+				if len(rows) != 3 {
+					t.Fatalf("--loss 0: %d rows, want 3:\n%s", len(rows), out)
+				}
+				for _, r := range rows {
+					if r.Errors != 0 || r.Faults == nil || r.Faults.Frames == 0 || r.Faults.Dropped != 0 || r.Recovery == nil {
+						t.Fatalf("--loss 0: row %+v (faults %+v): want no errors, frames through the model, none dropped, the recovery counters", r, r.Faults)
+					}
+					if c := r.Recovery; c.TimerRetransmits != 0 || c.TailProbes != 0 {
+						t.Errorf("--loss 0, %d B: %d timer retransmits, %d tail probes on a lossless wire (recovery %+v)", r.Size, c.TimerRetransmits, c.TailProbes, *c)
+					}
+				}
+			})
+		}
 	}
 }
 
