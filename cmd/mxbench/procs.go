@@ -21,11 +21,19 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/cmd/internal/launch"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // maxRanks is the most ranks a job may have: the collectives' matches
-// carry a rank in 16 bits (gather).
-const maxRanks = 1 << 16
+// carry a rank in 16 bits (gather). maxHostRanks is the most of them one
+// host may run: every rank's board takes the others of its host into its
+// shared-memory receive queue (transport/shm MaxProducers), and a peer
+// past that would be refused and fall back to UDP in the middle of the
+// job, so a job on one host that is larger is refused before it starts.
+const (
+	maxRanks     = 1 << 16
+	maxHostRanks = shm.MaxProducers + 1
+)
 
 // jobFlags are the flags of a run as N processes, which every measuring
 // subcommand has (commonFlags).
@@ -135,6 +143,10 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	}
 	if job.Size > maxRanks {
 		return job, false, usagef(cmd, "%d processes: at most %d", job.Size, maxRanks)
+	}
+	if job.OneNode && job.Size > maxHostRanks {
+		return job, false, usagef(cmd, "%d processes on one host: at most %d processes a host reach each other through shared memory (each one's receive queue takes %d peers, transport/shm MaxProducers): run %d or fewer (--procs, mpirun -np, srun -n), or spread the job over more hosts (mpirun --npernode %d, srun --ntasks-per-node %d)",
+			job.Size, maxHostRanks, shm.MaxProducers, maxHostRanks, maxHostRanks, maxHostRanks)
 	}
 	if f.schedule != "" && !slices.Contains(schedules, f.schedule) {
 		return job, false, usagef(cmd, "--schedule %q: want %s", f.schedule, joinOr(schedules))

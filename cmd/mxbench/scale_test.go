@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,22 +76,56 @@ func TestAlltoallSchedules(t *testing.T) {
 	}
 }
 
-// TestAlltoallUsage: a schedule that does not exist, and a job larger than
-// the collectives' matches carry, are refused with a message naming the
-// fix, before any process starts.
+// TestAlltoallUsage: a schedule that does not exist, a job larger than
+// the collectives' matches carry, and one on one host larger than the
+// shared-memory receive queue takes (transport/shm MaxProducers, one
+// process more than its producers: the receiver itself), are refused
+// with a message naming the limit and the fix, before any process
+// starts; the host's limit holds for pingpong's idle ranks and for a
+// launcher's job on one node too.
 func TestAlltoallUsage(t *testing.T) {
+	hostFix := fmt.Sprintf("at most %d processes a host reach each other through shared memory", shm.MaxProducers+1)
 	for _, c := range []struct {
 		args []string
+		env  map[string]string
 		want string
 	}{
-		{[]string{"alltoall", "--procs", "4", "--schedule", "ring"}, "want auto, linear, pairwise or bruck"},
-		{[]string{"alltoall", "--procs", "70000"}, "at most 65536"},
-		{[]string{"alltoall", "--procs", "4096", "--sizes", "64M"}, "give smaller --sizes or --end, or fewer ranks"},
+		{args: []string{"alltoall", "--procs", "4", "--schedule", "ring"}, want: "want auto, linear, pairwise or bruck"},
+		{args: []string{"alltoall", "--procs", "70000"}, want: "at most 65536"},
+		{args: []string{"alltoall", "--procs", "4096", "--sizes", "64M"}, want: "give smaller --sizes or --end, or fewer ranks"},
+		{args: []string{"alltoall", "--procs", fmt.Sprint(shm.MaxProducers + 2)}, want: hostFix},
+		{args: []string{"pingpong", "--procs", fmt.Sprint(shm.MaxProducers + 2)}, want: "or spread the job over more hosts"},
+		{args: []string{"alltoall"}, want: hostFix, env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
+			"OMPI_COMM_WORLD_SIZE": fmt.Sprint(shm.MaxProducers + 2), "OMPI_COMM_WORLD_LOCAL_SIZE": fmt.Sprint(shm.MaxProducers + 2)}},
 	} {
+		jobEnv = func(k string) string { return c.env[k] }
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, c.args)
+		jobEnv = os.Getenv
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("mxbench %s: %v, want an error saying %q", strings.Join(c.args, " "), err, c.want)
+			t.Errorf("mxbench %s (env %v): %v, want an error saying %q", strings.Join(c.args, " "), c.env, err, c.want)
+		}
+	}
+}
+
+// TestAlltoallTagsPastRanks256: alltoall's matches keep every rank apart,
+// and every Bruck step of a rank's, up to the largest job mxbench runs
+// (maxRanks): no two (rank, step) share a match, none is another job
+// message's (collectives), and the rank reads back from its match (a
+// rank of 8 bits, as the issue found, made rank 256 rank 0's twin).
+func TestAlltoallTagsPastRanks256(t *testing.T) {
+	steps := bits.Len(uint(maxRanks - 1)) // Bruck's ceil(log2 n) steps, numbered from 1
+	seen := make(map[uint64][2]int, maxRanks*(steps+1))
+	for src := range maxRanks {
+		for step := 0; step <= steps; step++ {
+			tag := a2aTag(src, step)
+			if old, dup := seen[tag]; dup {
+				t.Fatalf("rank %d step %d and rank %d step %d share match %#x", src, step, old[0], old[1], tag)
+			}
+			seen[tag] = [2]int{src, step}
+			if tag>>48 != tagA2A>>48 || int(uint32(tag)) != src || int(tag>>32&0xffff) != step {
+				t.Fatalf("rank %d step %d: match %#x does not read back (or leaves alltoall's tags)", src, step, tag)
+			}
 		}
 	}
 }
