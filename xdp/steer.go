@@ -385,6 +385,19 @@ func QueueCPU(iface string, q int) (int, string) {
 	return -1, "no interrupt named after " + iface + " queue " + strconv.Itoa(q) + " in /proc/interrupts (virtual device, or the driver names its vectors otherwise)"
 }
 
+// IRQCPU implements transport.IRQCPU: the CPU servicing the interrupt of
+// the rx queue the transport receives on (QueueCPU), read again at every
+// call so that it follows the kernel (irqbalance moves vectors); -1 when
+// the transport serves several rx queues (a queue transport, OpenQueue,
+// serves one) or the queue has no interrupt QueueCPU finds (veth).
+func (t *Transport) IRQCPU() int {
+	if len(t.socks) != 1 {
+		return -1
+	}
+	cpu, _ := QueueCPU(t.opts.Interface, t.socks[0].Queue())
+	return cpu
+}
+
 // firstCPU returns the first CPU of a list like "2-3,6".
 func firstCPU(list string) (int, bool) {
 	first, _, _ := strings.Cut(list, ",")
