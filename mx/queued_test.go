@@ -213,6 +213,10 @@ func TestEndpointCPUsFromTheQueuesIRQ(t *testing.T) {
 		{irq: irq, progress: []int{bound}, want: []int{bound}},
 		{irq: -1},
 	} {
+		if c.progress != nil && irq == bound {
+			t.Logf("row %d skipped: one CPU allowed, so a bound thread's CPU and the IRQ's cannot be told apart", i)
+			continue
+		}
 		port, err := n.Attach(transport.NICID(0x020000000010 + i))
 		if err != nil {
 			t.Fatal(err)
