@@ -85,9 +85,11 @@ func (b *Board) ProgressCPUs() []int { return slices.Clone(b.cpus) }
 // goroutine's when that is bound (Board.ProgressCPUs); else, over a
 // transport that names the CPU servicing its receive queue's interrupt
 // (transport.IRQCPU: an AF_XDP queue of a NIC), that CPU, where the
-// kernel receives the endpoint's frames; nil when neither is known. An
-// application that runs the endpoint's goroutine there (BindThread) keeps
-// the endpoint's state on one core.
+// kernel receives the endpoint's frames; nil when neither is known. The
+// IRQ CPU is read from /proc at every call, so that it follows the kernel
+// (irqbalance moves vectors): CPUs is for setting up, not the fast path.
+// An application that runs the endpoint's goroutine there (BindThread)
+// keeps the endpoint's state on one core.
 func (e *Endpoint) CPUs() []int {
 	if cpus := e.b.ProgressCPUs(); cpus != nil {
 		return cpus
