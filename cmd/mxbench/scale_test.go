@@ -77,14 +77,17 @@ func TestAlltoallSchedules(t *testing.T) {
 }
 
 // TestAlltoallUsage: a schedule that does not exist, a job larger than
-// the collectives' matches carry, and one on one host larger than the
-// shared-memory receive queue takes (transport/shm MaxProducers, one
+// the collectives' matches carry, and one with more ranks on a host than
+// the shared-memory receive queue takes (transport/shm MaxProducers, one
 // process more than its producers: the receiver itself), are refused
 // with a message naming the limit and the fix, before any process
-// starts; the host's limit holds for pingpong's idle ranks and for a
-// launcher's job on one node too.
+// starts. The host's limit holds for pingpong's idle ranks, and under a
+// launcher for the ranks it says share a node, on one node or several,
+// each launcher's message naming its own option.
 func TestAlltoallUsage(t *testing.T) {
-	hostFix := fmt.Sprintf("at most %d processes a host reach each other through shared memory", shm.MaxProducers+1)
+	const host = shm.MaxProducers + 1
+	hostFix := fmt.Sprintf("at most %d processes a host reach each other through shared memory", host)
+	over, size := fmt.Sprint(host+1), fmt.Sprint(4*host)
 	for _, c := range []struct {
 		args []string
 		env  map[string]string
@@ -93,10 +96,20 @@ func TestAlltoallUsage(t *testing.T) {
 		{args: []string{"alltoall", "--procs", "4", "--schedule", "ring"}, want: "want auto, linear, pairwise or bruck"},
 		{args: []string{"alltoall", "--procs", "70000"}, want: "at most 65536"},
 		{args: []string{"alltoall", "--procs", "4096", "--sizes", "64M"}, want: "give smaller --sizes or --end, or fewer ranks"},
-		{args: []string{"alltoall", "--procs", fmt.Sprint(shm.MaxProducers + 2)}, want: hostFix},
-		{args: []string{"pingpong", "--procs", fmt.Sprint(shm.MaxProducers + 2)}, want: "or spread the job over more hosts"},
-		{args: []string{"alltoall"}, want: hostFix, env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
-			"OMPI_COMM_WORLD_SIZE": fmt.Sprint(shm.MaxProducers + 2), "OMPI_COMM_WORLD_LOCAL_SIZE": fmt.Sprint(shm.MaxProducers + 2)}},
+		{args: []string{"alltoall", "--procs", over}, want: hostFix},
+		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("--procs %s: %s", over, hostFix)},
+		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("MaxProducers): run %d or fewer (run `mxbench", host)},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("%s ranks on one host (openmpi): %s", over, hostFix), env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
+			"OMPI_COMM_WORLD_SIZE": over, "OMPI_COMM_WORLD_LOCAL_SIZE": over}},
+		// Several nodes, one of them running too many.
+		{args: []string{"alltoall"}, want: fmt.Sprintf("%s of the %s ranks on one host (openmpi): %s", over, size, hostFix), env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
+			"OMPI_COMM_WORLD_SIZE": size, "OMPI_COMM_WORLD_LOCAL_SIZE": over}},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("(mpirun --npernode %d)", host), env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
+			"OMPI_COMM_WORLD_SIZE": size, "OMPI_COMM_WORLD_LOCAL_SIZE": over}},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("(srun --ntasks-per-node %d)", host), env: map[string]string{"SLURM_PROCID": "0",
+			"SLURM_NTASKS": size, "SLURM_STEP_NUM_NODES": "3", "SLURM_STEP_TASKS_PER_NODE": fmt.Sprintf("%d(x2),%s", host-1, over)}},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("(mpiexec -ppn %d)", host), env: map[string]string{"PMI_RANK": "0",
+			"PMI_SIZE": size, "MPI_LOCALNRANKS": over}},
 	} {
 		jobEnv = func(k string) string { return c.env[k] }
 		var out, errb bytes.Buffer
