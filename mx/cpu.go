@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/transport"
 )
 
 // maxCPU bounds the CPU numbers ProgressCPUs may name: the kernel's
@@ -80,10 +82,25 @@ func (b *Board) bindCPUs() error {
 func (b *Board) ProgressCPUs() []int { return slices.Clone(b.cpus) }
 
 // CPUs returns the CPUs that serve the endpoint: its board's progress
-// goroutine's (Board.ProgressCPUs); nil when that goroutine is not bound.
+// goroutine's when that is bound (Board.ProgressCPUs); else, over a
+// transport that names the CPU servicing its receive queue's interrupt
+// (transport.IRQCPU: an AF_XDP queue of a NIC), that CPU, where the
+// kernel receives the endpoint's frames; nil when neither is known. The
+// IRQ CPU is read from /proc at every call, so that it follows the kernel
+// (irqbalance moves vectors): CPUs is for setting up, not the fast path.
 // An application that runs the endpoint's goroutine there (BindThread)
 // keeps the endpoint's state on one core.
-func (e *Endpoint) CPUs() []int { return e.b.ProgressCPUs() }
+func (e *Endpoint) CPUs() []int {
+	if cpus := e.b.ProgressCPUs(); cpus != nil {
+		return cpus
+	}
+	if q, ok := e.b.tr.(transport.IRQCPU); ok {
+		if c := q.IRQCPU(); c >= 0 {
+			return []int{c}
+		}
+	}
+	return nil
+}
 
 // BindThread locks the calling goroutine to its OS thread and binds that
 // thread to cpus (sched_setaffinity), for an application that places its

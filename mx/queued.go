@@ -19,7 +19,9 @@ type QueuedOptions struct {
 	// 0 (0: all of them).
 	Queues int
 	// CPUs, when set, binds queue q's progress thread to CPU
-	// CPUs[q%len(CPUs)]; when empty the threads are locked but not bound.
+	// CPUs[q%len(CPUs)]; when empty the threads are locked but not bound,
+	// and Endpoint.CPUs names the CPU servicing the queue's interrupt
+	// where the queue's transport knows it (transport.IRQCPU).
 	CPUs []int
 }
 

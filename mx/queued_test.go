@@ -15,6 +15,7 @@ import (
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/nic"
+	"github.com/gomx-dev/gomx/xdp"
 	"github.com/gomx-dev/gomx/xdp/xdptest"
 )
 
@@ -150,6 +151,91 @@ func TestQueuedBoardXDP(t *testing.T) {
 	}
 	if c := counters(qbs[1].Boards()[1]); c["xdp_queue_taken_over"] == 0 {
 		t.Errorf("queue 1 of b took no frame over from queue 0: %v", c)
+	}
+}
+
+// Queued boards over AF_XDP on veth given no CPUs: veth's rx queues have
+// no interrupt of their own, so no endpoint reports a serving CPU, and the
+// transport of several queues names none. xdp's TestIRQCPU checks the
+// CPUs a NIC's queues name (a fake /proc), TestEndpointCPUsFromTheQueuesIRQ
+// that an endpoint reports its transport's.
+func TestQueuedBoardXDPServingCPU(t *testing.T) {
+	const queues = 2
+	a, b := xdptest.QueuedPair(t, queues)
+	defer b.Close()
+	if c := a.IRQCPU(); c != -1 {
+		t.Errorf("a transport of %d rx queues names CPU %d as its queue's", queues, c)
+	}
+	qb, err := NewQueuedBoard(a, QueuedOptions{Board: overNIC})
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	defer qb.Close()
+	for range queues {
+		e, err := qb.OpenEndpoint(AnyEndpoint, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := e.Board().tr.(*xdp.Transport).Sockets()[0]
+		if got := e.CPUs(); got != nil {
+			_, why := xdp.QueueCPU(s.Interface(), s.Queue())
+			t.Errorf("endpoint on veth rx queue %d served by CPUs %v, want none: veth has no queue interrupt (%s)", s.Queue(), got, why)
+		}
+	}
+}
+
+// irqTransport is a loopback port that names the CPU servicing its
+// receive queue's interrupt (transport.IRQCPU), as an AF_XDP queue of a
+// NIC does; -1 for none.
+type irqTransport struct {
+	transport.Transport
+	cpu int
+}
+
+func (t irqTransport) IRQCPU() int { return t.cpu }
+
+// An endpoint reports the CPU that services its queue's interrupt as the
+// one serving it when its board's progress thread is not bound; a bound
+// thread's CPUs come first (the user asked for them), and a transport
+// that names no CPU leaves the endpoint with none.
+func TestEndpointCPUsFromTheQueuesIRQ(t *testing.T) {
+	cpus := allowedCPUs(t)
+	irq, bound := cpus[len(cpus)-1], cpus[0]
+	n := loopback.NewNetwork(loopback.Options{})
+	defer n.Close()
+	for i, c := range []struct {
+		irq      int
+		progress []int
+		want     []int
+	}{
+		{irq: irq, want: []int{irq}},
+		{irq: irq, progress: []int{bound}, want: []int{bound}},
+		{irq: -1},
+	} {
+		if c.progress != nil && irq == bound {
+			t.Logf("row %d skipped: one CPU allowed, so a bound thread's CPU and the IRQ's cannot be told apart", i)
+			continue
+		}
+		port, err := n.Attach(transport.NICID(0x020000000010 + i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewBoard(irqTransport{Transport: port, cpu: c.irq}, BoardOptions{ProgressCPUs: c.progress})
+		if err != nil {
+			port.Close()
+			t.Fatal(err)
+		}
+		e, err := b.OpenEndpoint(0, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.CPUs(); !slices.Equal(got, c.want) {
+			t.Errorf("IRQ CPU %d, progress bound to %v: endpoint served by %v, want %v", c.irq, c.progress, got, c.want)
+		}
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package mx
 import (
 	"bytes"
 	"cmp"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,7 +126,9 @@ func zcWire(t testing.TB, m zcModel, tx func(int, uint64, []byte), faults *fault
 			if n, last := iommu.Faults(); n != 0 {
 				t.Errorf("%s: %d DMA faults, the last %+v", m.name, n, last)
 			}
-			closeModel()
+			if err := closeModel(); err != nil {
+				t.Errorf("%s: %v", m.name, err)
+			}
 		}}
 }
 
@@ -588,7 +592,8 @@ func TestZeroCopyPlaceLanes(t *testing.T) {
 }
 
 // openE1000EPair opens a cabled pair of model 82574Ls for zcModels; tx
-// sees every TX data descriptor.
+// sees every TX data descriptor. Its close fails when a model counted a
+// violation (the driver programmed it as the hardware forbids).
 func openE1000EPair(t testing.TB, tx func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
 	o := emulated.DefaultE1000EOptions()
 	o.TxBuffer = tx
@@ -597,17 +602,34 @@ func openE1000EPair(t testing.TB, tx func(int, uint64, []byte)) ([2]pci.Device, 
 		t.Fatal(err)
 	}
 	f := p.Functions()
-	return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
+	return [2]pci.Device{f[0], f[1]}, p.IOMMU(), func() error {
+		return modelClose(p.Close, func(i int) (uint64, string) { s := p.Stats(i); return s.Violations, s.LastViolation })
+	}
 }
 
-// openIXGBEPair opens a cabled pair of model 82599s for zcModels.
+// openIXGBEPair opens a cabled pair of model 82599s for zcModels; its
+// close fails as openE1000EPair's.
 func openIXGBEPair(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
 	p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := p.Functions()
-	return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
+	return [2]pci.Device{f[0], f[1]}, p.IOMMU(), func() error {
+		return modelClose(p.Close, func(i int) (uint64, string) { s := p.Stats(i); return s.Violations, s.LastViolation })
+	}
+}
+
+// modelClose closes a pair of models and reports the violations either
+// counted (viols: port i's count and the last).
+func modelClose(close func() error, viols func(i int) (uint64, string)) error {
+	var errs []error
+	for i := range 2 {
+		if n, last := viols(i); n != 0 {
+			errs = append(errs, fmt.Errorf("model NIC %d counted %d violations, the last %q", i, n, last))
+		}
+	}
+	return errors.Join(append(errs, close())...)
 }
 
 // windowedRounds sends 6 rounds of 4 messages in flight from pr.a to

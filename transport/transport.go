@@ -414,6 +414,19 @@ type PlaceState struct {
 	Posted, Consumed uint64
 }
 
+// IRQCPU is implemented by transports that receive on one queue of a NIC
+// whose interrupt the kernel services on a CPU it names (an AF_XDP
+// socket's rx queue: the affinity of the queue's MSI-X vector), where
+// the kernel's receive processing of the transport's frames runs. The
+// message layer reports that CPU as the one serving its endpoints when it
+// binds no thread of its own.
+type IRQCPU interface {
+	// IRQCPU returns that CPU, or -1 when it is not known: the transport
+	// receives on several queues, or its queue has no interrupt of its
+	// own (a virtual device) or one named otherwise.
+	IRQCPU() int
+}
+
 // HostUnique is implemented by transports that know whether their NIC id
 // names this board alone among the boards of the host (within its network
 // namespace): true for a UDP address, or the MAC of a device one process

@@ -39,9 +39,10 @@ func queueFrame(from, to int, seq uint32) []byte {
 // delivered byte-exact by queue r alone, those that arrive on another rx
 // queue (veth has no ntuple rules: a frame lands on the rx queue of the
 // sender's tx queue) handed over to it; once a queue's steering is removed
-// its port's frames are no longer anyone's. While queues are open the
-// transport's own Send and Recv refuse, and after they close it works
-// again; nothing leaks.
+// its port's frames are no longer anyone's; each queue names its rx
+// queue's interrupt CPU (none on veth), the transport of all none. While
+// queues are open the transport's own Send and Recv refuse, and after
+// they close it works again; nothing leaks.
 func TestQueues(t *testing.T) {
 	const queues = 3
 	requireXDP(t)
@@ -81,6 +82,13 @@ func TestQueues(t *testing.T) {
 			t.Errorf("queue %d steered as %v; want its port to its rx queue by software (veth has no ntuple rules)", q, st)
 		}
 		t.Log(st)
+		if c := qb[q].IRQCPU(); c != -1 {
+			_, why := QueueCPU(p.B, q)
+			t.Errorf("queue %d: IRQCPU %d, want -1: veth has no queue interrupt (%s)", q, c, why)
+		}
+	}
+	if c := a.IRQCPU(); c != -1 {
+		t.Errorf("a transport of %d rx queues: IRQCPU %d, want -1", queues, c)
 	}
 	if _, err := a.OpenQueue(0); !errors.Is(err, ErrBusy) {
 		t.Errorf("opening an open queue: %v, want ErrBusy", err)

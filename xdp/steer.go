@@ -343,13 +343,21 @@ func insertRule(fd int, iface string, fs *ethtoolRxFlowSpec) (uint32, error) {
 // (Intel), IFACE-rx-Q, IFACE-Q, IFACE-fp-Q (bnx2x/qede), IFACE-rxtx-Q.
 var irqName = regexp.MustCompile(`^(.+?)-(?:TxRx-|rx-|rxtx-|fp-|txrx-|)(\d+)$`)
 
-// QueueCPU returns the CPU that services rx queue q of iface: the first CPU
-// of the effective affinity of the interrupt named after the interface and
-// the queue in /proc/interrupts. It returns -1 and the reason when there is
-// no such interrupt: virtual devices (veth runs the receive path on the
-// sending CPU), or drivers that name vectors otherwise.
+// procRoot is where QueueCPU reads the kernel's interrupt tables
+// (interrupts, irq/N/...); tests point it at a fake tree.
+var procRoot = "/proc"
+
+// QueueCPU returns the CPU that services rx queue q of iface, for the
+// interrupt named after the interface and the queue in /proc/interrupts:
+// the first CPU of its effective affinity, or, where the kernel keeps
+// none, its allowed affinity (smp_affinity_list) when that names one CPU
+// alone. It returns -1 and the reason when there is no such interrupt
+// (virtual devices: veth runs the receive path on the sending CPU; drivers
+// that name vectors otherwise) or neither list names the CPU: an allowed
+// mask of several CPUs says where the interrupt may go, not where it goes.
+// Otherwise the reason is the file the CPU was read from.
 func QueueCPU(iface string, q int) (int, string) {
-	f, err := os.Open("/proc/interrupts")
+	f, err := os.Open(filepath.Join(procRoot, "interrupts"))
 	if err != nil {
 		return -1, err.Error()
 	}
@@ -371,18 +379,46 @@ func QueueCPU(iface string, q int) (int, string) {
 		if m == nil || m[1] != iface || m[2] != strconv.Itoa(q) {
 			continue
 		}
-		for _, name := range []string{"effective_affinity_list", "smp_affinity_list"} {
-			p := filepath.Join("/proc/irq", irq, name)
-			b, err := os.ReadFile(p)
-			if err != nil {
-				continue
-			}
-			if cpu, ok := firstCPU(strings.TrimSpace(string(b))); ok {
-				return cpu, p
-			}
-		}
+		return irqCPU(irq)
+	}
+	if err := sc.Err(); err != nil {
+		return -1, err.Error()
 	}
 	return -1, "no interrupt named after " + iface + " queue " + strconv.Itoa(q) + " in /proc/interrupts (virtual device, or the driver names its vectors otherwise)"
+}
+
+// irqCPU returns the CPU that services interrupt irq, as QueueCPU says.
+func irqCPU(irq string) (int, string) {
+	dir := filepath.Join(procRoot, "irq", irq)
+	eff := filepath.Join(dir, "effective_affinity_list")
+	if b, err := os.ReadFile(eff); err == nil {
+		if cpu, ok := firstCPU(strings.TrimSpace(string(b))); ok {
+			return cpu, eff
+		}
+	}
+	allowed := filepath.Join(dir, "smp_affinity_list")
+	b, err := os.ReadFile(allowed)
+	if err != nil {
+		return -1, "no CPU in " + eff + ", and " + err.Error()
+	}
+	list := strings.TrimSpace(string(b))
+	if cpu, err := strconv.ParseUint(list, 10, 31); err == nil {
+		return int(cpu), allowed
+	}
+	return -1, "no CPU in " + eff + ", and " + allowed + " allows " + strconv.Quote(list) + ", not one CPU: which serves is unknown"
+}
+
+// IRQCPU implements transport.IRQCPU: the CPU servicing the interrupt of
+// the rx queue the transport receives on (QueueCPU), read again at every
+// call so that it follows the kernel (irqbalance moves vectors); -1 when
+// the transport serves several rx queues (a queue transport, OpenQueue,
+// serves one) or the queue has no interrupt QueueCPU finds (veth).
+func (t *Transport) IRQCPU() int {
+	if len(t.socks) != 1 {
+		return -1
+	}
+	cpu, _ := QueueCPU(t.opts.Interface, t.socks[0].Queue())
+	return cpu
 }
 
 // firstCPU returns the first CPU of a list like "2-3,6".

@@ -2,10 +2,13 @@ package xdp
 
 import (
 	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gomx-dev/gomx/internal/netnstest"
+	"github.com/gomx-dev/gomx/internal/sysfstest"
 )
 
 // Without rules every endpoint gets a socket on every queue, and the
@@ -133,5 +136,50 @@ func TestIRQName(t *testing.T) {
 	}
 	if c, ok := firstCPU("2-3,6"); c != 2 || !ok {
 		t.Errorf("firstCPU = %d, %v", c, ok)
+	}
+}
+
+// useProc points QueueCPU at the fake /proc described in testdata/desc
+// until the test ends.
+func useProc(t *testing.T, desc string) {
+	root := sysfstest.Build(t, filepath.Join("testdata", desc))
+	old := procRoot
+	procRoot = root
+	t.Cleanup(func() { procRoot = old })
+}
+
+// A transport on one rx queue of a NIC names the CPU servicing that
+// queue's interrupt, read from a fake /proc in which each queue's vector
+// has a CPU of its own: its effective affinity, or its allowed affinity
+// when the kernel keeps no effective one and that names one CPU alone. An
+// allowed affinity of several CPUs, malformed or missing affinity files,
+// and a queue without a vector name none (-1), as does a transport of
+// several queues, and a /proc without an interrupts table.
+func TestIRQCPU(t *testing.T) {
+	useProc(t, "proc-irq.txt")
+	one := func(q int) *Transport {
+		return &Transport{opts: TransportOptions{Interface: "ens5"}, socks: []*Socket{{iface: "ens5", queue: q}}}
+	}
+	for q, want := range []int{3, 1, 0, 2, 1, -1, -1, -1, 3, -1, -1} {
+		if got := one(q).IRQCPU(); got != want {
+			_, why := QueueCPU("ens5", q)
+			t.Errorf("ens5 rx queue %d: IRQCPU %d, want %d (%s)", q, got, want, why)
+		}
+		cpu, why := QueueCPU("ens5", q)
+		if cpu >= 0 && !strings.HasPrefix(why, procRoot) {
+			t.Errorf("ens5 rx queue %d: CPU %d read from %q, want a file under %s", q, cpu, why, procRoot)
+		}
+		t.Logf("ens5 rx queue %d: CPU %d (%s)", q, cpu, why)
+	}
+	if c, _ := QueueCPU("ens50", 0); c != 2 {
+		t.Errorf("ens50 rx queue 0: CPU %d, want 2", c)
+	}
+	both := &Transport{opts: TransportOptions{Interface: "ens5"}, socks: []*Socket{{queue: 0}, {queue: 1}}}
+	if c := both.IRQCPU(); c != -1 {
+		t.Errorf("a transport of rx queues 0 and 1: IRQCPU %d, want -1", c)
+	}
+	procRoot = t.TempDir()
+	if c, why := QueueCPU("ens5", 0); c != -1 {
+		t.Errorf("no interrupts table: CPU %d (%s), want -1", c, why)
 	}
 }

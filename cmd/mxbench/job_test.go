@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/cmd/internal/launch"
+	"github.com/gomx-dev/gomx/internal/cli"
 	"github.com/gomx-dev/gomx/mx"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
@@ -127,12 +128,21 @@ func TestJobProcs(t *testing.T) {
 // to report; with --wait spin too, where the waiting ranks' boards still
 // block. Every row, a job of two's too, says what a message cost the
 // pair in CPU time: some, and less than the whole row's wall time on
-// both CPUs.
+// both CPUs. The rows match their schema in docs/json.md, idle fields
+// included.
 func TestJobIdleRanks(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ cmd, wait string }{{"pingpong", "block"}, {"stream", "block"}, {"pingpong", "spin"}} {
 		cmd := c.cmd
 		args := []string{cmd, "--procs", "4", "--sizes", "8,4K", "--iterations", "200", "--warmup", "2", "--wait", c.wait, "--verify", "--json"}
-		rows := jsonRows(t, runJob(t, args...))
+		out := runJob(t, args...)
+		if _, errs := cli.CheckJSONLines(doc, []byte(out)); len(errs) > 0 {
+			t.Errorf("%v: docs/json.md: %v", args, errs)
+		}
+		rows := jsonRows(t, out)
 		if len(rows) != 2 {
 			t.Fatalf("%v: %d rows, want 2", args, len(rows))
 		}

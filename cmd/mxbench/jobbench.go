@@ -42,7 +42,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		return rankError(job, err)
 	}
 	ctx := jr.ctx
-	procs := job.Launcher == "mxbench --procs" || os.Getenv("MXBENCH_PROCS_CHILD") != ""
+	procs := job.Launcher == procsLauncher || os.Getenv("MXBENCH_PROCS_CHILD") != ""
 	over := oversubscribes(job.Size)
 	if procs && over && je.cpu < 0 {
 		// A rank's share of this host is less than a CPU: one

@@ -21,11 +21,19 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/cmd/internal/launch"
+	"github.com/gomx-dev/gomx/transport/shm"
 )
 
 // maxRanks is the most ranks a job may have: the collectives' matches
-// carry a rank in 16 bits (gather).
-const maxRanks = 1 << 16
+// carry a rank in 16 bits (gather). maxHostRanks is the most of them one
+// host may run: every rank's board takes the others of its host into its
+// shared-memory receive queue (transport/shm MaxProducers), and a peer
+// past that would be refused and fall back to UDP in the middle of the
+// job, so a job on one host that is larger is refused before it starts.
+const (
+	maxRanks     = 1 << 16
+	maxHostRanks = shm.MaxProducers + 1
+)
 
 // jobFlags are the flags of a run as N processes, which every measuring
 // subcommand has (commonFlags).
@@ -128,13 +136,17 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 		}
 		return job, false, nil
 	} else {
-		job = launch.Job{Rank: 0, Size: f.job.procs, Launcher: "mxbench --procs", OneNode: true}
+		job = launch.Job{Rank: 0, Size: f.job.procs, Launcher: procsLauncher, OneNode: true, NodeRanks: f.job.procs}
 	}
 	if job.Size < needed {
 		return job, false, usagef(cmd, "%s needs %d processes or more (got %d)", cmd, needed, job.Size)
 	}
 	if job.Size > maxRanks {
 		return job, false, usagef(cmd, "%d processes: at most %d", job.Size, maxRanks)
+	}
+	if job.NodeRanks > maxHostRanks {
+		return job, false, usagef(cmd, "%s: at most %d processes a host reach each other through shared memory (each one's receive queue takes %d peers, transport/shm MaxProducers): %s",
+			hostRanks(job), maxHostRanks, shm.MaxProducers, hostFix(job.Launcher))
 	}
 	if f.schedule != "" && !slices.Contains(schedules, f.schedule) {
 		return job, false, usagef(cmd, "--schedule %q: want %s", f.schedule, joinOr(schedules))
@@ -147,6 +159,38 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	}
 	f.transport = "udp"
 	return job, true, nil
+}
+
+// procsLauncher is the Launcher of a job --procs starts.
+const procsLauncher = "mxbench --procs"
+
+// hostRanks says how many of job's ranks share a host, and who says so.
+func hostRanks(job launch.Job) string {
+	switch {
+	case job.Launcher == procsLauncher:
+		return fmt.Sprintf("--procs %d", job.Size)
+	case job.OneNode:
+		return fmt.Sprintf("%d ranks on one host (%s)", job.Size, job.Launcher)
+	}
+	return fmt.Sprintf("%d of the %d ranks on one host (%s)", job.NodeRanks, job.Size, job.Launcher)
+}
+
+// hostFix says how to run at most maxHostRanks ranks a host under
+// launcher.
+func hostFix(launcher string) string {
+	if launcher == procsLauncher {
+		return fmt.Sprintf("run %d or fewer", maxHostRanks)
+	}
+	opt := map[string]string{
+		"openmpi": "mpirun --npernode %d",
+		"slurm":   "srun --ntasks-per-node %d",
+		"pmi":     "mpiexec -ppn %d",
+		"pmix":    "prterun --map-by ppr:%d:node",
+	}[launcher]
+	if opt == "" {
+		opt = "%d a node"
+	}
+	return fmt.Sprintf("run fewer ranks, or spread them over more hosts, %d or fewer on each (%s)", maxHostRanks, fmt.Sprintf(opt, maxHostRanks))
 }
 
 // jobRun is this process's part in starting a job: the context its work
@@ -229,7 +273,7 @@ const stderrTail = 3
 // come (they print only their failures), and wait reports every rank that
 // failed; the job's context is cancelled when one does.
 func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writer) (*jobRun, error) {
-	if job.Launcher != "mxbench --procs" {
+	if job.Launcher != procsLauncher {
 		addr, err := launch.Bootstrap(job, jobEnv)
 		return &jobRun{ctx: ctx, addr: addr, job: job, out: stderr, stacks: tracebackAll()}, err
 	}

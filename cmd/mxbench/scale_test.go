@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,22 +76,69 @@ func TestAlltoallSchedules(t *testing.T) {
 	}
 }
 
-// TestAlltoallUsage: a schedule that does not exist, and a job larger than
-// the collectives' matches carry, are refused with a message naming the
-// fix, before any process starts.
+// TestAlltoallUsage: a schedule that does not exist, a job larger than
+// the collectives' matches carry, and one with more ranks on a host than
+// the shared-memory receive queue takes (transport/shm MaxProducers, one
+// process more than its producers: the receiver itself), are refused
+// with a message naming the limit and the fix, before any process
+// starts. The host's limit holds for pingpong's idle ranks, and under a
+// launcher for the ranks it says share a node, on one node or several,
+// each launcher's message naming its own option.
 func TestAlltoallUsage(t *testing.T) {
+	const host = shm.MaxProducers + 1
+	hostFix := fmt.Sprintf("at most %d processes a host reach each other through shared memory", host)
+	over, size := fmt.Sprint(host+1), fmt.Sprint(4*host)
 	for _, c := range []struct {
 		args []string
+		env  map[string]string
 		want string
 	}{
-		{[]string{"alltoall", "--procs", "4", "--schedule", "ring"}, "want auto, linear, pairwise or bruck"},
-		{[]string{"alltoall", "--procs", "70000"}, "at most 65536"},
-		{[]string{"alltoall", "--procs", "4096", "--sizes", "64M"}, "give smaller --sizes or --end, or fewer ranks"},
+		{args: []string{"alltoall", "--procs", "4", "--schedule", "ring"}, want: "want auto, linear, pairwise or bruck"},
+		{args: []string{"alltoall", "--procs", "70000"}, want: "at most 65536"},
+		{args: []string{"alltoall", "--procs", "4096", "--sizes", "64M"}, want: "give smaller --sizes or --end, or fewer ranks"},
+		{args: []string{"alltoall", "--procs", over}, want: hostFix},
+		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("--procs %s: %s", over, hostFix)},
+		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("MaxProducers): run %d or fewer (run `mxbench", host)},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("%s ranks on one host (openmpi): %s", over, hostFix), env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
+			"OMPI_COMM_WORLD_SIZE": over, "OMPI_COMM_WORLD_LOCAL_SIZE": over}},
+		// Several nodes, one of them running too many.
+		{args: []string{"alltoall"}, want: fmt.Sprintf("%s of the %s ranks on one host (openmpi): %s", over, size, hostFix), env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
+			"OMPI_COMM_WORLD_SIZE": size, "OMPI_COMM_WORLD_LOCAL_SIZE": over}},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("(mpirun --npernode %d)", host), env: map[string]string{"OMPI_COMM_WORLD_RANK": "0",
+			"OMPI_COMM_WORLD_SIZE": size, "OMPI_COMM_WORLD_LOCAL_SIZE": over}},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("(srun --ntasks-per-node %d)", host), env: map[string]string{"SLURM_PROCID": "0",
+			"SLURM_NTASKS": size, "SLURM_STEP_NUM_NODES": "3", "SLURM_STEP_TASKS_PER_NODE": fmt.Sprintf("%d(x2),%s", host-1, over)}},
+		{args: []string{"alltoall"}, want: fmt.Sprintf("(mpiexec -ppn %d)", host), env: map[string]string{"PMI_RANK": "0",
+			"PMI_SIZE": size, "MPI_LOCALNRANKS": over}},
 	} {
+		jobEnv = func(k string) string { return c.env[k] }
 		var out, errb bytes.Buffer
 		err := run(&out, &errb, c.args)
+		jobEnv = os.Getenv
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("mxbench %s: %v, want an error saying %q", strings.Join(c.args, " "), err, c.want)
+			t.Errorf("mxbench %s (env %v): %v, want an error saying %q", strings.Join(c.args, " "), c.env, err, c.want)
+		}
+	}
+}
+
+// TestAlltoallTagsPastRanks256: alltoall's matches keep every rank apart,
+// and every Bruck step of a rank's, up to the largest job mxbench runs
+// (maxRanks): no two (rank, step) share a match, none is another job
+// message's (collectives), and the rank reads back from its match (a
+// rank of 8 bits, as the issue found, made rank 256 rank 0's twin).
+func TestAlltoallTagsPastRanks256(t *testing.T) {
+	steps := bits.Len(uint(maxRanks - 1)) // Bruck's ceil(log2 n) steps, numbered from 1
+	seen := make(map[uint64][2]int, maxRanks*(steps+1))
+	for src := range maxRanks {
+		for step := 0; step <= steps; step++ {
+			tag := a2aTag(src, step)
+			if old, dup := seen[tag]; dup {
+				t.Fatalf("rank %d step %d and rank %d step %d share match %#x", src, step, old[0], old[1], tag)
+			}
+			seen[tag] = [2]int{src, step}
+			if tag>>48 != tagA2A>>48 || int(uint32(tag)) != src || int(tag>>32&0xffff) != step {
+				t.Fatalf("rank %d step %d: match %#x does not read back (or leaves alltoall's tags)", src, step, tag)
+			}
 		}
 	}
 }

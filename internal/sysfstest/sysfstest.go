@@ -1,15 +1,18 @@
-// Package sysfstest builds fake sysfs trees for tests from a plain-text
-// description, so tests of PCI enumeration and driver binding run without
-// the real /sys.
+// Package sysfstest builds fake sysfs and procfs trees for tests from a
+// plain-text description, so tests of PCI enumeration, driver binding and
+// interrupt affinity run without the real /sys and /proc.
 //
 // Each line of the description is one entry, relative to the tree's root:
 //
 //	dir  bus/pci/drivers/vfio-pci
 //	file bus/pci/devices/0000:00:04.0/vendor 0x8086
 //	link bus/pci/devices/0000:00:04.0/driver ../../../bus/pci/drivers/ioatdma
+//	line interrupts 41: 0 12 PCI-MSIX-0000:01:00.0 1-edge ens5-TxRx-0
 //
-// Blank lines and lines starting with # are ignored. Real sysfs uses
-// symlinks for drivers and IOMMU groups; the tree has them too.
+// A file holds its content and a newline; line appends its content and a
+// newline to a file, creating it, for files of several lines (procfs
+// tables). Blank lines and lines starting with # are ignored. Real sysfs
+// uses symlinks for drivers and IOMMU groups; the tree has them too.
 package sysfstest
 
 import (
@@ -53,6 +56,8 @@ func Build(t testing.TB, desc string) string {
 				content = strings.Join(fields[2:], " ") + "\n"
 			}
 			err = os.WriteFile(p, []byte(content), 0o644)
+		case "line":
+			err = appendLine(p, strings.Join(fields[2:], " "))
 		case "link":
 			if len(fields) != 3 {
 				t.Fatalf("%s:%d: link needs a target", desc, n)
@@ -69,4 +74,17 @@ func Build(t testing.TB, desc string) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// appendLine appends line and a newline to the file at p, creating it.
+func appendLine(p, line string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(line + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

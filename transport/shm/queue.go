@@ -83,11 +83,19 @@ const (
 	qFull    = 2
 
 	qMaxK  = 1<<16 - 1
-	qMaxID = 1<<14 - 1
+	qMaxID = MaxProducers
 
 	// DefaultQueueSize is Options.QueueSize's default: 4096 cells.
 	DefaultQueueSize = 256 << 10
 )
+
+// MaxProducers is the most boards of other processes that one board's
+// receive queue takes at once: a cell's word names its producer in 14
+// bits, and id 0 is never given. The receiver refuses the connection of
+// one more (its dial fails with transport.ErrUnreachable; mx then sends to
+// that peer over its board's own transport), so at most MaxProducers+1
+// processes of a host can all reach each other through shared memory.
+const MaxProducers = 1<<14 - 1
 
 // qWord is the cell word of cursor c in state st, for a record of k cells
 // claimed by producer id.

@@ -546,3 +546,68 @@ func TestLaneMadeOffTheSendPath(t *testing.T) {
 		t.Errorf("%d frames waited in a backlog, want 0", n)
 	}
 }
+
+// TestQueueTakesMaxProducers: a receive queue takes MaxProducers
+// producers and refuses the next one: its dial fails with
+// transport.ErrUnreachable, the receiver counts the refused connection,
+// and the producers already in go on; once an id is free again, a
+// producer gets it. Placeholders hold all ids but the last, so the test
+// opens three boards rather than 16,384.
+func TestQueueTakesMaxProducers(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	c, err := Open(Options{Dir: a.opts.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+		c.Close()
+	})
+	placeholder := &inRing{}
+	a.inMu.Lock()
+	for id := uint32(1); id < MaxProducers; id++ {
+		a.qProd[id] = placeholder
+	}
+	a.inMu.Unlock()
+	t.Cleanup(func() {
+		a.inMu.Lock()
+		for id, r := range a.qProd {
+			if r == placeholder {
+				delete(a.qProd, id)
+			}
+		}
+		a.inMu.Unlock()
+	})
+	send := func(p *Transport, msg string) error {
+		_, err := p.Send([]transport.Frame{{Peer: a.Addr(), Data: []byte(msg)}})
+		return err
+	}
+	if err := send(b, "last id"); err != nil {
+		t.Fatalf("producer %d of %d: %v", MaxProducers, MaxProducers, err)
+	}
+	if got := recvFrom(t, a, b.Addr()); string(got) != "last id" {
+		t.Fatalf("got %q from the last producer", got)
+	}
+	if err := send(c, "one too many"); !errors.Is(err, transport.ErrUnreachable) {
+		t.Fatalf("producer %d of %d: %v, want transport.ErrUnreachable", MaxProducers+1, MaxProducers, err)
+	}
+	if n := counter(a, "shm connections refused"); n != 1 {
+		t.Fatalf("the receiver counted %d refused connections, want 1", n)
+	}
+	if err := send(b, "still in"); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvFrom(t, a, b.Addr()); string(got) != "still in" {
+		t.Fatalf("got %q from the last producer after the refusal", got)
+	}
+	a.inMu.Lock()
+	delete(a.qProd, 77)
+	a.inMu.Unlock()
+	if err := send(c, "freed id"); err != nil {
+		t.Fatalf("with id 77 free: %v", err)
+	}
+	if got := recvFrom(t, a, c.Addr()); string(got) != "freed id" {
+		t.Fatalf("got %q from the producer that took the freed id", got)
+	}
+}

@@ -765,7 +765,7 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	if !t.newProducerID(r) {
 		t.inMu.Unlock()
 		unix.Close(r.room)
-		return errors.New("shm: no free producer id in the receive queue")
+		return fmt.Errorf("shm: no free producer id in the receive queue (it takes at most %d producers, MaxProducers)", MaxProducers)
 	}
 	old := *t.in.Load()
 	t.setIn(append(append(make([]*inRing, 0, len(old)+1), old...), r))

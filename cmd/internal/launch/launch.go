@@ -90,6 +90,12 @@ type Job struct {
 	// (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's SLURM_STEP_NUM_NODES
 	// or SLURM_NNODES, MPICH's MPI_LOCALNRANKS).
 	OneNode bool
+	// NodeRanks is the most ranks the launcher says share a node: Size
+	// when OneNode, else this node's (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE,
+	// MPICH's MPI_LOCALNRANKS) or, under Slurm, the most any node of the
+	// step runs (SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE); 0
+	// when the launcher does not say.
+	NodeRanks int
 	// ID names the job for the launcher (Open MPI's job id, Slurm's job
 	// and step, PMIx's namespace), or is empty when it gives none.
 	ID string
@@ -175,6 +181,10 @@ func FromEnv(getenv func(string) string) (Job, error) {
 		}
 		j := Job{Rank: rank, Size: size, Launcher: l.name}
 		j.OneNode, j.ID = placement(l.name, size, getenv)
+		j.NodeRanks = nodeRanks(l.name, getenv)
+		if j.OneNode {
+			j.NodeRanks = size
+		}
 		if l.name == "slurm" && !j.OneNode {
 			j.NodeList, j.NodeID, j.NumNodes = slurmNodes(getenv)
 		}
@@ -215,6 +225,45 @@ func placement(launcher string, size int, getenv func(string) string) (oneNode b
 		id = getenv("PMIX_NAMESPACE")
 	}
 	return oneNode, id
+}
+
+// nodeRanks reads the most ranks that share a node from the launcher's
+// environment (Job.NodeRanks), 0 when it does not say.
+func nodeRanks(launcher string, getenv func(string) string) int {
+	switch launcher {
+	case "openmpi":
+		n, _ := strconv.Atoi(getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+		return max(n, 0)
+	case "slurm":
+		tpn := getenv("SLURM_STEP_TASKS_PER_NODE")
+		if tpn == "" {
+			tpn = getenv("SLURM_TASKS_PER_NODE")
+		}
+		return mostTasks(tpn)
+	}
+	n, _ := strconv.Atoi(getenv("MPI_LOCALNRANKS"))
+	return max(n, 0)
+}
+
+// mostTasks returns the largest count of Slurm's tasks-per-node list,
+// "4(x2),3" (4 tasks on each of 2 nodes, then 3 on one), or 0 for a list
+// it cannot read.
+func mostTasks(list string) int {
+	most := 0
+	for _, e := range strings.Split(list, ",") {
+		count, rep, repeated := strings.Cut(e, "(x")
+		n, err := strconv.Atoi(count)
+		if err != nil || n < 0 {
+			return 0
+		}
+		if repeated {
+			if r, err := strconv.Atoi(strings.TrimSuffix(rep, ")")); err != nil || r < 1 || !strings.HasSuffix(rep, ")") {
+				return 0
+			}
+		}
+		most = max(most, n)
+	}
+	return most
 }
 
 // slurmNodes reads a Slurm step's nodes: the hostlist, this process's

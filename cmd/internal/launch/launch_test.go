@@ -32,6 +32,12 @@ func TestFromEnv(t *testing.T) {
 		{map[string]string{"PMIX_RANK": "1", "PMI_SIZE": "2"}, Job{Rank: 1, Size: 2, Launcher: "pmix"}, ""},
 		// Open MPI wins over a Slurm allocation it runs inside.
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Job{Rank: 1, Size: 2, Launcher: "openmpi"}, ""},
+		// The most ranks on a node, as each launcher says it (Size on one node).
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, Job{Rank: 1, Size: 8, Launcher: "openmpi", NodeRanks: 3}, ""},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_MCA_orte_num_nodes": "1"}, Job{Rank: 1, Size: 8, Launcher: "openmpi", OneNode: true, NodeRanks: 8}, ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "11", "SLURM_STEP_TASKS_PER_NODE": "3(x2),5", "SLURM_TASKS_PER_NODE": "9,2"}, Job{Rank: 0, Size: 11, Launcher: "slurm", NodeRanks: 5}, ""},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "11", "SLURM_TASKS_PER_NODE": "9,2"}, Job{Rank: 0, Size: 11, Launcher: "slurm", NodeRanks: 9}, ""},
+		{map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8", "MPI_LOCALNRANKS": "4"}, Job{Rank: 3, Size: 8, Launcher: "pmi", NodeRanks: 4}, ""},
 		{map[string]string{"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, Job{}, "want 0 <= rank < size"},
 		{map[string]string{"PMI_RANK": "x", "PMI_SIZE": "2"}, Job{}, "want 0 <= rank < size"},
 		{map[string]string{}, Job{}, "mpirun, srun"},
@@ -55,6 +61,18 @@ func TestFromEnv(t *testing.T) {
 	}
 	if _, err := BootstrapAddr(envOf(map[string]string{"GOMX_BOOTSTRAP": "nohost"})); err == nil {
 		t.Error("BootstrapAddr took an address without a port")
+	}
+}
+
+// Slurm's tasks-per-node lists: the largest count, 0 for what is not one.
+func TestMostTasks(t *testing.T) {
+	for list, want := range map[string]int{
+		"4": 4, "2(x3)": 2, "2(x3),7,1(x2)": 7, "16385(x1)": 16385,
+		"": 0, "x": 0, "4(x": 0, "4(x0)": 0, "4(xa)": 0, "4(x2": 0, "-1": 0, "3,": 0,
+	} {
+		if got := mostTasks(list); got != want {
+			t.Errorf("mostTasks(%q) = %d, want %d", list, got, want)
+		}
 	}
 }
 
