@@ -36,13 +36,14 @@ func (b *Board) startProgress() error {
 	return <-errc
 }
 
-// progressCPU is the CPU time the board's progress thread has used, the
+// ProgressCPU is the CPU time the board's progress thread has used, the
 // Go runtime's work on it included (its hand-offs of the processor, its
 // parking), by the thread's CPU clock (CLOCK_THREAD_CPUTIME_ID read from
 // another thread: clock_getcpuclockid's clock for the thread's id); 0 when
 // the progress goroutine is not locked to a thread (ProgressThread) or its
-// thread has ended.
-func (b *Board) progressCPU() time.Duration {
+// thread has ended. A benchmark reads it to tell the board's own work from
+// whatever else shares the host (mxbench overlap's own_availability).
+func (b *Board) ProgressCPU() time.Duration {
 	tid := b.progressTID.Load()
 	if tid == 0 {
 		return 0

@@ -116,6 +116,10 @@ type alltoallFlags struct {
 type overlapFlags struct {
 	// progressCPU is --progress-cpu (progress.go), read only when given.
 	progressCPU int
+	// ownThread: side a's board runs its progress goroutine on a thread
+	// of its own (mx.BoardOptions.ProgressThread), whose CPU clock
+	// overlap over --transport reads (own_availability).
+	ownThread bool
 }
 
 // faultFlags configure the seeded fault model (package transport/fault):

@@ -317,6 +317,9 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 		res.ProgressCPU = w.progressCPU
 	}
 	var busy, quiet time.Duration
+	// Rank 0's host threads' CPU time in each run (ownCPU): its computing
+	// thread's, and its board's progress thread's where it has one.
+	var busyCPU, quietCPU, busyProgress, busyRest time.Duration
 	for _, answer := range []bool{true, false} {
 		if err := w.barrier(ctx); err != nil {
 			return res, err
@@ -328,12 +331,20 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 			continue
 		}
 		clear(rbuf)
-		preempted, runQueue := threadSched()
+		preempted, onCPU, runQueue := threadSched()
+		progress, all := ep.Board().ProgressCPU(), cpuTime()
 		el, n, err := pingWhileComputing(ctx, ep, peer, sbuf, rbuf, work, slice, answer)
 		if err != nil {
 			return res, err
 		}
-		nowPreempted, nowRunQueue := threadSched()
+		nowPreempted, nowOnCPU, nowRunQueue := threadSched()
+		progress, all = ep.Board().ProgressCPU()-progress, cpuTime()-all
+		computing := nowOnCPU - onCPU
+		if answer {
+			busyCPU, busyProgress, busyRest = computing, progress, all-computing-progress
+		} else {
+			quietCPU = computing
+		}
 		waited := 0.0
 		if runQueue >= 0 && nowRunQueue >= 0 {
 			waited = (nowRunQueue - runQueue).Seconds() * 1e3
@@ -359,6 +370,13 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 	if w.job.Rank == 0 && busy > 0 {
 		res.Availability = quiet.Seconds() / busy.Seconds()
 		res.LatencyUS = busy.Seconds() * 1e6 / float64(max(res.Iterations, 1)) / 2
+		if busyProgress > 0 && quietCPU > 0 && busyCPU > 0 {
+			// As RMPP's hosts of one CPU each: the computation alone,
+			// over the computation with the rank's own communication.
+			res.OwnAvailability = quietCPU.Seconds() / (busyCPU + busyProgress).Seconds()
+			res.OwnCPUMS = (busyCPU + busyProgress - quietCPU).Seconds() * 1e3
+			res.RestCPUMS = busyRest.Seconds() * 1e3
+		}
 	}
 	return res, nil
 }

@@ -55,6 +55,7 @@ type board struct {
 // their count, so both sides' busiest queues, queue 0, run apart.
 func (f *benchFlags) openBoard(tr transport.Transport, side int) (*board, error) {
 	opts := f.boardOptions()
+	opts.ProgressThread = side == 0 && f.ownThread
 	if f.queues == 0 {
 		b, err := mx.NewBoard(tr, opts)
 		if err != nil {

@@ -51,6 +51,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	f.nic.sleepWhenBlocking(f.wait, f.job.given["nic-interrupts"])
 	if isJob && f.interleave {
 		return usagef(cmd, "--interleave runs both sides in this process: drop --procs (or the launcher)")
 	}
@@ -142,6 +143,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		}
 		defer closeBeside()
 	}
+	f.ownThread = cmd == "overlap"
 	p, err := f.newPair(ctx)
 	if err != nil {
 		return fmt.Errorf("%s over %s: %w", cmd, f.transport, err)
