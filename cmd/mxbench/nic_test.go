@@ -150,8 +150,13 @@ func TestNICOverlap(t *testing.T) {
 		if r.Size != 1<<20 || r.Availability <= 0 || r.Procs != 0 || r.Strategy != "network" || c == nil || r.Recovery == nil {
 			t.Fatalf("place %v: availability %+v, want a 1 MiB row over the network with copies and recovery", place, r)
 		}
-		t.Logf("place %v: availability %.3f, %d exchanges, copies a %+v b %+v, %d pull frames asked again",
-			place, r.Availability, r.Iterations, c.A, c.B, r.Recovery.PullFramesRerequested)
+		t.Logf("place %v: availability %.3f (own %.3f, CPU ms own %.1f rest %.1f), %d exchanges, copies a %+v b %+v, %d pull frames asked again",
+			place, r.Availability, r.OwnAvailability, r.OwnCPUMS, r.RestCPUMS, r.Iterations, c.A, c.B, r.Recovery.PullFramesRerequested)
+		// Rank 0's progress thread and rank 1 worked during the
+		// answered run: both are counted, apart.
+		if r.OwnAvailability <= 0 || r.RestCPUMS <= 0 {
+			t.Errorf("place %v: own availability %.3f, rest of the process %.1f ms: want both counted", place, r.OwnAvailability, r.RestCPUMS)
+		}
 		// Rank 0 sends 1 MiB and rank 1 answers: both send the large
 		// messages in place; rank 0 copies only its 8-byte count, eager.
 		for side, s := range map[string]copySide{"a": c.A, "b": c.B} {
@@ -181,6 +186,27 @@ func TestNICOverlap(t *testing.T) {
 // last reply, shorter than a span (1454 bytes at most).
 func copiedAtMost(s copySide) uint64 {
 	return 64 + s.RecvBytes/(1<<20)*1454
+}
+
+// A blocking run sleeps the NICs on their vectors unless
+// --nic-interrupts says otherwise; a busy-polling one polls them.
+func TestNICInterruptsFollowWait(t *testing.T) {
+	for _, tc := range []struct {
+		wait        string
+		given, want bool
+		flag        bool
+	}{
+		{wait: "block", want: true},
+		{wait: "block", given: true, flag: false, want: false},
+		{wait: "spin", want: false},
+		{wait: "spin", given: true, flag: true, want: true},
+	} {
+		n := nicFlags{interrupts: tc.flag}
+		n.sleepWhenBlocking(tc.wait, tc.given)
+		if n.interrupts != tc.want {
+			t.Errorf("--wait %s, --nic-interrupts given %v (%v): interrupts %v, want %v", tc.wait, tc.given, tc.flag, n.interrupts, tc.want)
+		}
+	}
 }
 
 func TestNICUsageErrors(t *testing.T) {

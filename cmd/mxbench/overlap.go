@@ -48,7 +48,15 @@ large messages from the sender's buffer and write them into the
 receiver's. Rank 1, both boards' progress and the model's DMA then run on
 the host's CPUs beside rank 0's computation, and the availability rows add
 the copies both sides' CPUs made per payload byte (a cp/s, a cp/r: rank 0
-sending, receiving; b: rank 1) and the pull frames asked for again.
+sending, receiving; b: rank 1) and the pull frames asked for again. They
+also add own, the availability counted on rank 0's host threads only, by
+their CPU clocks: its computing thread's CPU time in the quiet run over
+that thread's and its board's progress thread's in the answered run, what
+a host of one CPU would keep with its NIC and peer elsewhere; cpu_ms
+own/rest is that communication's CPU time and the rest of the process's
+(rank 1, its board, the models' DMA, the runtime's other threads) in the
+answered run. --wait block then sleeps the NICs' receive waits on their
+MSI-X vectors (--nic-interrupts) as it does the boards.
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
