@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/internal/cpuclock"
 )
 
 // maxCPU bounds the CPU numbers ProgressCPUs may name: the kernel's
@@ -48,13 +50,7 @@ func (b *Board) ProgressCPU() time.Duration {
 	if tid == 0 {
 		return 0
 	}
-	// The kernel's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED).
-	const perThread, sched = 4, 2
-	var ts unix.Timespec
-	if unix.ClockGettime(int32(^tid<<3|perThread|sched), &ts) != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
+	return cpuclock.OfThread(tid)
 }
 
 // bindCPUs binds the calling thread to the options' ProgressCPUs.
