@@ -188,27 +188,6 @@ func copiedAtMost(s copySide) uint64 {
 	return 64 + s.RecvBytes/(1<<20)*1454
 }
 
-// A blocking run sleeps the NICs on their vectors unless
-// --nic-interrupts says otherwise; a busy-polling one polls them.
-func TestNICInterruptsFollowWait(t *testing.T) {
-	for _, tc := range []struct {
-		wait        string
-		given, want bool
-		flag        bool
-	}{
-		{wait: "block", want: true},
-		{wait: "block", given: true, flag: false, want: false},
-		{wait: "spin", want: false},
-		{wait: "spin", given: true, flag: true, want: true},
-	} {
-		n := nicFlags{interrupts: tc.flag}
-		n.sleepWhenBlocking(tc.wait, tc.given)
-		if n.interrupts != tc.want {
-			t.Errorf("--wait %s, --nic-interrupts given %v (%v): interrupts %v, want %v", tc.wait, tc.given, tc.flag, n.interrupts, tc.want)
-		}
-	}
-}
-
 func TestNICUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

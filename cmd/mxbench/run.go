@@ -42,6 +42,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if f.pairInProcess(cmd) {
 		f.chooseTransport(fs, stderr)
 		f.faults.noteGiven(fs)
+		f.sleepWhenBlocking(cmd, fs)
 	}
 	sizes, err := f.validate(cmd)
 	if err != nil {
@@ -51,7 +52,6 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	f.nic.sleepWhenBlocking(f.wait, f.job.given["nic-interrupts"])
 	if isJob && f.interleave {
 		return usagef(cmd, "--interleave runs both sides in this process: drop --procs (or the launcher)")
 	}
