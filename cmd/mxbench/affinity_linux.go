@@ -168,11 +168,11 @@ func confineOthers(cpu int) (undo func() error, err error) {
 
 // threadSched is what the kernel's scheduler did to the calling thread so
 // far: how many times it preempted it (getrusage's ru_nivcsw for the
-// thread), how long the thread ran (the first field of
-// /proc/thread-self/schedstat) and how long it waited on a run queue,
-// runnable but not running (the second); -1 when the kernel does not say.
-func threadSched() (preempted int64, onCPU, runQueue time.Duration) {
-	preempted, onCPU, runQueue = -1, -1, -1
+// thread) and how long the thread waited on a run queue, runnable but not
+// running (the second field of /proc/thread-self/schedstat); -1 when the
+// kernel does not say.
+func threadSched() (preempted int64, runQueue time.Duration) {
+	preempted, runQueue = -1, -1
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) == nil {
 		preempted = ru.Nivcsw
@@ -180,17 +180,14 @@ func threadSched() (preempted int64, onCPU, runQueue time.Duration) {
 	var buf [128]byte
 	fd, err := unix.Open("/proc/thread-self/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return preempted, onCPU, runQueue
+		return preempted, runQueue
 	}
 	n, err := unix.Read(fd, buf[:])
 	unix.Close(fd)
 	if f := strings.Fields(string(buf[:max(n, 0)])); err == nil && len(f) >= 2 {
-		if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-			onCPU = time.Duration(ns)
-		}
 		if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
 			runQueue = time.Duration(ns)
 		}
 	}
-	return preempted, onCPU, runQueue
+	return preempted, runQueue
 }
