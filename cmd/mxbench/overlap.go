@@ -51,11 +51,11 @@ the host's CPUs beside rank 0's computation, and the availability rows add
 the copies both sides' CPUs made per payload byte (a cp/s, a cp/r: rank 0
 sending, receiving; b: rank 1) and the pull frames asked for again. With
 --wait block they also add own, the availability counted on rank 0's host
-threads only, by their CPU clocks: its computing thread's and its boards'
-progress threads' (each kept on a thread of its own; every queue's with
---queues) CPU time in the quiet run over theirs in the answered run, what
-a host of one CPU would keep with its NIC and peer elsewhere (above 1 when
-noise outweighs the communication); cpu_ms own/rest is the difference,
+threads only, by their CPU clocks: its computing thread's and its board's
+progress thread's (kept on a thread of its own) CPU time in the quiet run
+over theirs in the answered run, what a host of one CPU would keep with
+its NIC and peer elsewhere (above 1 when noise outweighs the
+communication); cpu_ms own/rest is the difference,
 and the rest of the process's CPU (rank 1, its board, the models' DMA, the
 runtime's other threads) in the answered run. Polling (--wait spin), a
 progress goroutine kept on one thread would hand its processor to another

@@ -31,10 +31,10 @@ import (
 // The rows carry both sides' copies per payload byte (copies.a: rank 0,
 // which starts each exchange; copies.b: rank 1) and the recovery counters
 // over each availability run, as pingpong's rows do. With --wait block
-// they carry own_availability too: rank 0's board (each of its queues'
-// boards with --queues) runs its progress goroutine on a thread of its own
-// (flags.go, ownThread), whose CPU clock availability reads beside the
-// computing thread's.
+// they carry own_availability too: rank 0's board runs its progress
+// goroutine on a thread of its own (flags.go, ownThread), whose CPU clock
+// availability reads beside the computing thread's (summed over side a's
+// boards, should a side ever have more than one).
 func overlapLocal(ctx context.Context, f *benchFlags, p *pair, sizes []int, rep reporter) error {
 	progressCPU, err := f.chooseProgressCPU("overlap")
 	if err != nil {
