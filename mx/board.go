@@ -282,7 +282,7 @@ type Board struct {
 	handlers   atomic.Bool
 	// progressTID is the OS thread of a progress goroutine locked to one
 	// (ProgressThread), 0 before it starts or when it is not locked: a
-	// benchmark reads that thread's CPU clock (progressCPU).
+	// benchmark reads that thread's CPU clock (ProgressCPU).
 	progressTID atomic.Int32
 	// waitServed counts the sends whose look took frames (serveSource).
 	waitServed atomic.Uint64

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/internal/cpuclock"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -38,24 +39,19 @@ func (b *Board) startProgress() error {
 	return <-errc
 }
 
-// progressCPU is the CPU time the board's progress thread has used, the
+// ProgressCPU is the CPU time the board's progress thread has used, the
 // Go runtime's work on it included (its hand-offs of the processor, its
 // parking), by the thread's CPU clock (CLOCK_THREAD_CPUTIME_ID read from
 // another thread: clock_getcpuclockid's clock for the thread's id); 0 when
 // the progress goroutine is not locked to a thread (ProgressThread) or its
-// thread has ended.
-func (b *Board) progressCPU() time.Duration {
+// thread has ended. A benchmark reads it to tell the board's own work from
+// whatever else shares the host (mxbench overlap's own_availability).
+func (b *Board) ProgressCPU() time.Duration {
 	tid := b.progressTID.Load()
 	if tid == 0 {
 		return 0
 	}
-	// The kernel's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED).
-	const perThread, sched = 4, 2
-	var ts unix.Timespec
-	if unix.ClockGettime(int32(^tid<<3|perThread|sched), &ts) != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
+	return cpuclock.OfThread(tid)
 }
 
 // bindCPUs binds the calling thread to the options' ProgressCPUs.

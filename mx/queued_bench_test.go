@@ -137,7 +137,7 @@ func (r queuedRate) threadsPerMsg() float64 {
 func threadsCPU(bds []*Board) time.Duration {
 	var sum time.Duration
 	for _, bd := range bds {
-		sum += bd.progressCPU()
+		sum += bd.ProgressCPU()
 	}
 	return sum
 }

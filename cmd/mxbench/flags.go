@@ -116,6 +116,13 @@ type alltoallFlags struct {
 type overlapFlags struct {
 	// progressCPU is --progress-cpu (progress.go), read only when given.
 	progressCPU int
+	// ownThread: side a's board runs its progress goroutine on a thread
+	// of its own (mx.BoardOptions.ProgressThread), whose CPU clock
+	// overlap over --transport reads (own_availability). Only with --wait
+	// block: a busy-polling or yielding goroutine locked to a thread hands
+	// its processor to another thread and back on every yield, which
+	// would change what the run measures.
+	ownThread bool
 }
 
 // faultFlags configure the seeded fault model (package transport/fault):

@@ -66,6 +66,10 @@ type world struct {
 	// rows report.
 	inProcess bool
 	local     *pair
+	// own are rank 0's boards whose progress threads' CPU clocks overlap
+	// reads for own_availability (mx.BoardOptions.ProgressThread): all of
+	// side a's boards, with --wait block; nil otherwise.
+	own []*mx.Board
 	// bound: --procs bound this rank's process to one CPU (bindRanks).
 	bound bool
 }

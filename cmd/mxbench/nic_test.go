@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -138,9 +140,13 @@ func TestNICOverlap(t *testing.T) {
 		if place {
 			args = append(args, "--nic-place")
 		}
-		rows := jsonRows(t, runOK(t, args...))
+		out := runOK(t, args...)
+		rows := jsonRows(t, out)
 		if len(rows) != 2 || rows[0].Kind != "timings" || rows[1].Kind != "availability" {
 			t.Fatalf("place %v: rows %+v, want EMP's timings and one availability", place, rows)
+		}
+		if s := setupOf(t, out); !strings.Contains(s, "MSI-X interrupts") {
+			t.Errorf("place %v: setup %q: want --wait block to sleep the NICs on MSI-X interrupts", place, s)
 		}
 		if r := rows[0]; r.Procs != 0 || r.Size != empSize || r.PostSendUS <= 0 || r.WaitUS <= 0 {
 			t.Errorf("place %v: EMP timings %+v", place, r)
@@ -150,8 +156,13 @@ func TestNICOverlap(t *testing.T) {
 		if r.Size != 1<<20 || r.Availability <= 0 || r.Procs != 0 || r.Strategy != "network" || c == nil || r.Recovery == nil {
 			t.Fatalf("place %v: availability %+v, want a 1 MiB row over the network with copies and recovery", place, r)
 		}
-		t.Logf("place %v: availability %.3f, %d exchanges, copies a %+v b %+v, %d pull frames asked again",
-			place, r.Availability, r.Iterations, c.A, c.B, r.Recovery.PullFramesRerequested)
+		t.Logf("place %v: availability %.3f (own %.3f, CPU ms own %.1f rest %.1f), %d exchanges, copies a %+v b %+v, %d pull frames asked again",
+			place, r.Availability, r.OwnAvailability, r.OwnCPUMS, r.RestCPUMS, r.Iterations, c.A, c.B, r.Recovery.PullFramesRerequested)
+		// Rank 0's progress thread and rank 1 worked during the
+		// answered run: both are counted, apart.
+		if r.OwnAvailability <= 0 || r.RestCPUMS <= 0 {
+			t.Errorf("place %v: own availability %.3f, rest of the process %.1f ms: want both counted", place, r.OwnAvailability, r.RestCPUMS)
+		}
 		// Rank 0 sends 1 MiB and rank 1 answers: both send the large
 		// messages in place; rank 0 copies only its 8-byte count, eager.
 		for side, s := range map[string]copySide{"a": c.A, "b": c.B} {
@@ -181,6 +192,82 @@ func TestNICOverlap(t *testing.T) {
 // last reply, shorter than a span (1454 bytes at most).
 func copiedAtMost(s copySide) uint64 {
 	return 64 + s.RecvBytes/(1<<20)*1454
+}
+
+// setupOf is the setup (the header's description) of a --json run's first
+// row.
+func setupOf(t *testing.T, out string) string {
+	t.Helper()
+	var rec struct {
+		Setup string `json:"setup"`
+	}
+	line, _, _ := strings.Cut(out, "\n")
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatalf("bad JSON line %q: %v", line, err)
+	}
+	return rec.Setup
+}
+
+// overlap over the NICs with --wait block sleeps them on MSI-X interrupts
+// unless --nic-interrupts=false, and reports own availability from its
+// locked progress thread; polling (--wait spin) it does neither, and
+// pingpong with --wait block polls the NICs as it always did.
+func TestNICOverlapWaits(t *testing.T) {
+	base := []string{"--transport", "nic", "--nic", "model", "--sizes", "64K", "--iterations", "2", "--warmup", "1", "--json"}
+	for _, tc := range []struct {
+		args      []string
+		msix, own bool
+	}{
+		{[]string{"overlap", "--wait", "block"}, true, true},
+		{[]string{"overlap", "--wait", "block", "--nic-interrupts=false"}, false, true},
+		{[]string{"overlap", "--wait", "spin"}, false, false},
+		{[]string{"overlap", "--wait", "spin", "--nic-interrupts"}, true, false},
+		{[]string{"pingpong", "--wait", "block"}, false, false},
+	} {
+		name := strings.Join(tc.args, " ")
+		out := runOK(t, append(tc.args, base...)...)
+		if s := setupOf(t, out); strings.Contains(s, "MSI-X interrupts") != tc.msix {
+			t.Errorf("%s: setup %q: MSI-X interrupts %v, want %v", name, s, !tc.msix, tc.msix)
+		}
+		if tc.args[0] != "overlap" {
+			continue
+		}
+		rows := jsonRows(t, out)
+		if len(rows) != 2 || rows[1].Kind != "availability" || rows[1].Availability <= 0 {
+			t.Fatalf("%s: rows %+v, want EMP's timings and one availability", name, rows)
+		}
+		if r := rows[1]; (r.OwnAvailability > 0) != tc.own || (r.RestCPUMS > 0) != tc.own {
+			t.Errorf("%s: own availability %.3f, rest of the process %.1f ms: want them reported %v", name, r.OwnAvailability, r.RestCPUMS, tc.own)
+		}
+	}
+	// The table's own columns follow the run, so header and rows align.
+	for _, wait := range []string{"block", "spin"} {
+		out := runOK(t, "overlap", "--wait", wait, "--transport", "nic", "--nic", "model", "--sizes", "64K,128K", "--iterations", "2", "--warmup", "1")
+		// Before the copies (after "|"): a row's words, one more than
+		// the header's ("64 KiB"), one fewer with own ("cpu_ms
+		// own/rest" heads one value).
+		var head []string
+		rows := 0
+		for _, l := range strings.Split(out, "\n") {
+			before, _, _ := strings.Cut(l, "|")
+			switch f := strings.Fields(before); {
+			case len(f) > 2 && f[0] == "size" && f[2] == "availability":
+				head = f
+			case head != nil && len(f) > 0 && !strings.HasPrefix(l, "#"):
+				rows++
+				want := len(head) + 1
+				if slices.Contains(head, "own") {
+					want--
+				}
+				if len(f) != want {
+					t.Errorf("--wait %s: row %q has %d columns under header %q", wait, l, len(f), head)
+				}
+			}
+		}
+		if hasOwn := slices.Contains(head, "own"); rows != 2 || hasOwn != (wait == "block") {
+			t.Errorf("--wait %s: %d rows under %q: want 2, with own %v\n%s", wait, rows, head, wait == "block", out)
+		}
+	}
 }
 
 func TestNICUsageErrors(t *testing.T) {

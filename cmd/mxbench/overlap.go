@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/cpuclock"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/mx"
 )
@@ -48,7 +49,19 @@ large messages from the sender's buffer and write them into the
 receiver's. Rank 1, both boards' progress and the model's DMA then run on
 the host's CPUs beside rank 0's computation, and the availability rows add
 the copies both sides' CPUs made per payload byte (a cp/s, a cp/r: rank 0
-sending, receiving; b: rank 1) and the pull frames asked for again.
+sending, receiving; b: rank 1) and the pull frames asked for again. With
+--wait block they also add own, the availability counted on rank 0's host
+threads only, by their CPU clocks: its computing thread's and its board's
+progress thread's (kept on a thread of its own) CPU time in the quiet run
+over theirs in the answered run, what a host of one CPU would keep with
+its NIC and peer elsewhere (above 1 when noise outweighs the
+communication); cpu_ms own/rest is the difference,
+and the rest of the process's CPU (rank 1, its board, the models' DMA, the
+runtime's other threads) in the answered run. Polling (--wait spin), a
+progress goroutine kept on one thread would hand its processor to another
+thread and back on every yield, so own is not measured. Over --transport
+nic, --wait block also sleeps the NICs' receive waits on their MSI-X
+vectors (--nic-interrupts, unless given).
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
@@ -317,6 +330,11 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 		res.ProgressCPU = w.progressCPU
 	}
 	var busy, quiet time.Duration
+	// Rank 0's host threads' CPU time in each run, by their clocks: its
+	// computing thread's and its boards' progress threads' (w.own), and
+	// the rest of the process's in the answered run.
+	var own [2]struct{ computing, progress time.Duration }
+	var busyRest time.Duration
 	for _, answer := range []bool{true, false} {
 		if err := w.barrier(ctx); err != nil {
 			return res, err
@@ -329,11 +347,22 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 		}
 		clear(rbuf)
 		preempted, runQueue := threadSched()
+		// computeAlone locked this goroutine to its thread: its clock
+		// is the computation's.
+		computing, progress, all := cpuclock.Thread(), progressCPU(w.own), cpuTime()
 		el, n, err := pingWhileComputing(ctx, ep, peer, sbuf, rbuf, work, slice, answer)
 		if err != nil {
 			return res, err
 		}
 		nowPreempted, nowRunQueue := threadSched()
+		o := &own[0] // quiet
+		if answer {
+			o = &own[1]
+		}
+		o.computing, o.progress = cpuclock.Thread()-computing, progressCPU(w.own)-progress
+		if answer {
+			busyRest = cpuTime() - all - o.computing - o.progress
+		}
 		waited := 0.0
 		if runQueue >= 0 && nowRunQueue >= 0 {
 			waited = (nowRunQueue - runQueue).Seconds() * 1e3
@@ -359,8 +388,28 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 	if w.job.Rank == 0 && busy > 0 {
 		res.Availability = quiet.Seconds() / busy.Seconds()
 		res.LatencyUS = busy.Seconds() * 1e6 / float64(max(res.Iterations, 1)) / 2
+		quietOwn, busyOwn := own[0].computing+own[0].progress, own[1].computing+own[1].progress
+		if len(w.own) > 0 && own[1].progress > 0 && own[0].computing > 0 && own[1].computing > 0 {
+			// As RMPP's hosts of one CPU each: rank 0's threads' CPU
+			// in the quiet run over theirs in the answered one. Not
+			// clamped: above 1 when the quiet run's threads ran
+			// longer, noise larger than the communication.
+			res.OwnAvailability = quietOwn.Seconds() / busyOwn.Seconds()
+			res.OwnCPUMS = (busyOwn - quietOwn).Seconds() * 1e3
+			res.RestCPUMS = busyRest.Seconds() * 1e3
+		}
 	}
 	return res, nil
+}
+
+// progressCPU is the CPU time of boards' progress threads so far
+// (mx.Board.ProgressCPU), summed.
+func progressCPU(boards []*mx.Board) time.Duration {
+	var sum time.Duration
+	for _, b := range boards {
+		sum += b.ProgressCPU()
+	}
+	return sum
 }
 
 // pingWhileComputing is rank 0's loop: it returns how long work units

@@ -30,7 +30,11 @@ import (
 //
 // The rows carry both sides' copies per payload byte (copies.a: rank 0,
 // which starts each exchange; copies.b: rank 1) and the recovery counters
-// over each availability run, as pingpong's rows do.
+// over each availability run, as pingpong's rows do. With --wait block
+// they carry own_availability too: rank 0's board runs its progress
+// goroutine on a thread of its own (flags.go, ownThread), whose CPU clock
+// availability reads beside the computing thread's (summed over side a's
+// boards, should a side ever have more than one).
 func overlapLocal(ctx context.Context, f *benchFlags, p *pair, sizes []int, rep reporter) error {
 	progressCPU, err := f.chooseProgressCPU("overlap")
 	if err != nil {
@@ -47,6 +51,9 @@ func overlapLocal(ctx context.Context, f *benchFlags, p *pair, sizes []int, rep 
 			nics: [][]transport.NICID{nics}, progressCPU: progressCPU, inProcess: true, local: p},
 		{job: job(1), boards: []*mx.Board{p.b.Board()}, eps: []*mx.Endpoint{p.b}, peers: [][]mx.Addr{{p.bAddr, {}}},
 			nics: [][]transport.NICID{nics}, inProcess: true},
+	}
+	if f.ownThread {
+		worlds[0].own = p.aBoards
 	}
 	// A rank that fails cancels the other's waits, which would otherwise
 	// last until --timeout for a barrier that cannot come.

@@ -25,6 +25,8 @@ type pair struct {
 	// wire counts what the fault model did to the frames of both boards
 	// so far; nil when no fault flag was given.
 	wire func() fault.Counts
+	// aBoards are side a's mx boards: a's, or each of its queues'.
+	aBoards []*mx.Board
 }
 
 // boardOptions returns the board options the flags ask for.
@@ -121,6 +123,7 @@ func (f *benchFlags) newPair(ctx context.Context) (*pair, error) {
 		return nil, err
 	}
 	closers = append(closers, ba.close)
+	p.aBoards = ba.boards
 	bb, err := f.openBoard(tb, 1)
 	if err != nil {
 		p.close()

@@ -47,6 +47,8 @@ type board struct {
 	open  func(id int, key uint32) (*mx.Endpoint, error)
 	close func() error
 	note  string
+	// boards are its mx boards: the one, or each queue's.
+	boards []*mx.Board
 }
 
 // openBoard opens side's board (0 or 1) over tr, which it owns from then
@@ -55,13 +57,14 @@ type board struct {
 // their count, so both sides' busiest queues, queue 0, run apart.
 func (f *benchFlags) openBoard(tr transport.Transport, side int) (*board, error) {
 	opts := f.boardOptions()
+	opts.ProgressThread = side == 0 && f.ownThread
 	if f.queues == 0 {
 		b, err := mx.NewBoard(tr, opts)
 		if err != nil {
 			tr.Close()
 			return nil, err
 		}
-		return &board{open: b.OpenEndpoint, close: b.Close}, nil
+		return &board{open: b.OpenEndpoint, close: b.Close, boards: []*mx.Board{b}}, nil
 	}
 	qo := mx.QueuedOptions{Board: opts, Queues: f.queues}
 	note := ", progress threads unbound"
@@ -85,7 +88,7 @@ func (f *benchFlags) openBoard(tr transport.Transport, side int) (*board, error)
 		}
 		return nil, fmt.Errorf("--queues %d: %w%s", f.queues, err, fix)
 	}
-	return &board{open: qb.OpenEndpoint, close: qb.Close, note: note}, nil
+	return &board{open: qb.OpenEndpoint, close: qb.Close, note: note, boards: qb.Boards()}, nil
 }
 
 // place puts the calling goroutine where side s's work belongs: with

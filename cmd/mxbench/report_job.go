@@ -16,6 +16,9 @@ type jobTable struct {
 	w        io.Writer
 	cmd      string
 	lastKind string
+	// own: overlap's availability rows carry the own and cpu_ms columns
+	// (both ranks in this process, --wait block), every row alike.
+	own bool
 }
 
 func (t *jobTable) header(what string) {
@@ -54,6 +57,9 @@ func (t *jobTable) row(r result) {
 			} else {
 				fmt.Fprintf(t.w, "# RMPP processor availability: computation time alone / while every message is answered\n")
 				fmt.Fprintf(t.w, "%10s %8s %12s %10s %10s %10s %10s %10s %11s", "size", "msgs", "availability", "MB/s", "asked", "strategy", "fallbacks", "preempted", "runq_ms")
+				if t.own {
+					fmt.Fprintf(t.w, " %9s %15s", "own", "cpu_ms own/rest")
+				}
 				if r.Copies != nil {
 					// Both ranks in this process: what each copied.
 					fmt.Fprintf(t.w, " | %6s %6s %6s %6s %7s", "a cp/s", "a cp/r", "b cp/s", "b cp/r", "pull rq")
@@ -67,6 +73,12 @@ func (t *jobTable) row(r result) {
 		} else {
 			fmt.Fprintf(t.w, "%10s %8d %12.3f %10.1f %10s %10s %10d %10d %11s", units.Format(int64(r.Size)), r.Iterations,
 				r.Availability, r.MBPerS, asked, r.Strategy, r.Fallbacks, r.Preempted, fmt.Sprintf("%.0f/%.0f", r.RunQueueMS, r.QuietRunQueueMS))
+			switch {
+			case t.own && r.OwnAvailability > 0:
+				fmt.Fprintf(t.w, " %9.3f %15s", r.OwnAvailability, fmt.Sprintf("%.0f/%.0f", r.OwnCPUMS, r.RestCPUMS))
+			case t.own:
+				fmt.Fprintf(t.w, " %9s %15s", "-", "-") // the kernel gave no thread clock
+			}
 			if c := r.Copies; c != nil {
 				rq := uint64(0)
 				if r.Recovery != nil {

@@ -42,6 +42,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if f.pairInProcess(cmd) {
 		f.chooseTransport(fs, stderr)
 		f.faults.noteGiven(fs)
+		f.sleepWhenBlocking(cmd, fs)
 	}
 	sizes, err := f.validate(cmd)
 	if err != nil {
@@ -75,7 +76,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && (f.baseline || f.interleave)}
 	}
 	if (isJob || cmd == "overlap") && !f.jsonOut {
-		rep = &jobTable{w: stdout, cmd: cmd}
+		rep = &jobTable{w: stdout, cmd: cmd, own: cmd == "overlap" && !isJob && !f.spin()}
 	}
 	prog := cli.NewProgress(stderr, "mxbench")
 	defer prog.Stop()
@@ -142,6 +143,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		}
 		defer closeBeside()
 	}
+	f.ownThread = cmd == "overlap" && !f.spin()
 	p, err := f.newPair(ctx)
 	if err != nil {
 		return fmt.Errorf("%s over %s: %w", cmd, f.transport, err)

@@ -182,6 +182,20 @@ type jobResult struct {
 	// in the quiet one: other work on the host, when they are large.
 	RunQueueMS      float64 `json:"run_queue_ms,omitempty"`
 	QuietRunQueueMS float64 `json:"quiet_run_queue_ms,omitempty"`
+	// OwnAvailability is overlap's availability counted on rank 0's host
+	// threads only, by their CPU clocks: its computing thread's and its
+	// boards' progress threads' CPU time in the quiet run over theirs in
+	// the answered run, what a host of one CPU would keep if its NIC and
+	// its peer were elsewhere; above 1 when the quiet run's threads ran
+	// longer (noise). OwnCPUMS is the answered run's minus the quiet run's
+	// (ms, negative then); RestCPUMS the rest of the process's in the
+	// answered run: rank 1, its board, the NIC models' DMA, the Go
+	// runtime's other threads. Set when ranks 0 and 1 are two boards of
+	// this process with --wait block (overlapLocal locks rank 0's progress
+	// goroutines to threads then, and only then).
+	OwnAvailability float64 `json:"own_availability,omitempty"`
+	OwnCPUMS        float64 `json:"own_cpu_ms,omitempty"`
+	RestCPUMS       float64 `json:"rest_cpu_ms,omitempty"`
 	// ProgressCPU is the CPU rank 0's other threads ran on while it
 	// computed (--progress-cpu); nil when they shared its CPU.
 	ProgressCPU *int `json:"progress_cpu,omitempty"`

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/internal/cpuclock"
 	"github.com/gomx-dev/gomx/nicdrv"
-	"github.com/gomx-dev/gomx/nicdrv/internal/drvtest"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
@@ -486,21 +486,21 @@ func BenchmarkModelPair(b *testing.B) {
 	n := openOn(b, p, ixgbe.DefaultOptions())
 	stream(b, n[0], n[1], 1024, nil)
 	const calls = 1000
-	k0 := drvtest.ThreadCPU()
+	k0 := cpuclock.Thread()
 	for range calls {
-		drvtest.ThreadCPU()
+		cpuclock.Thread()
 	}
-	clock := float64(drvtest.ThreadCPU()-k0) / calls
+	clock := float64(cpuclock.Thread()-k0) / calls
 	p.ResetAccesses(0)
 	p.ResetAccesses(1)
 	m0 := p.Stats(0).ModelTime + p.Stats(1).ModelTime
-	c0 := drvtest.ThreadCPU()
+	c0 := cpuclock.Thread()
 	b.ReportAllocs()
 	b.ResetTimer()
 	stream(b, n[0], n[1], b.N, nil)
 	b.StopTimer()
 	f := float64(b.N)
-	cpu := float64(drvtest.ThreadCPU()-c0) / f
+	cpu := float64(cpuclock.Thread()-c0) / f
 	model := float64((p.Stats(0).ModelTime + p.Stats(1).ModelTime - m0).Nanoseconds()) / f
 	a0, a1 := p.Accesses(0), p.Accesses(1)
 	acc := float64(a0.TotalReads()+a0.TotalWrites()+a1.TotalReads()+a1.TotalWrites()) / f

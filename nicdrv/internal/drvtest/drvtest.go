@@ -11,10 +11,8 @@ package drvtest
 import (
 	"runtime"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/gomx-dev/gomx/internal/cpuclock"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/internal/drv"
 	"github.com/gomx-dev/gomx/pci"
@@ -146,21 +144,12 @@ func PerFrame(b *testing.B, batch int, round func()) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0 := ThreadCPU()
+	c0 := cpuclock.Thread()
 	for i := 0; i < b.N; i += batch {
 		round()
 	}
-	cpu := ThreadCPU() - c0
+	cpu := cpuclock.Thread() - c0
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/frame")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/frame")
-}
-
-// ThreadCPU is the calling thread's CPU time.
-func ThreadCPU() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }
