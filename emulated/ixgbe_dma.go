@@ -256,7 +256,10 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 				return
 			default:
 			}
-			t0 := n.clockNS()
+			var t0 int64
+			if n.cpuTime {
+				t0 = threadCPUNanos()
+			}
 			if rx {
 				n.receiveWire()
 			}
@@ -267,7 +270,9 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 				}
 				n.txMu.Unlock()
 			}
-			n.modelNS.Add(n.clockNS() - t0)
+			if n.cpuTime {
+				n.modelTimeSince(t0)
+			}
 		}
 	}
 }
