@@ -312,7 +312,8 @@ func TestRxWaiterSpin(t *testing.T) {
 // with the ring where it was: a receive loop whose every wait is shorter
 // than the looks take still arms its vector and sleeps, on the wait after
 // Spin looks in all. A frame taken from the ring (its position
-// moves) starts the count again.
+// moves) starts the count again. A queue marked Served skips the looks
+// once.
 func TestRxWaiterCarriesLooks(t *testing.T) {
 	const spin = 8
 	irq, err := pci.NewLocalInterrupt()
@@ -382,6 +383,20 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 	waits(1, 0, 1)
 	if arms != 3 {
 		t.Errorf("a first wait on queues 0 and 1: %d arms, want none", arms-3)
+	}
+	// A queue its caller served (Served) arms at the first look of its
+	// next wait, wherever its ring stands, and only that wait skips the
+	// looks: a frame taken after it starts the count again.
+	pos++
+	w.Served(1)
+	waits(1, 1)
+	if arms != 4 {
+		t.Errorf("the first wait after Served: %d arms, want 1", arms-3)
+	}
+	pos++
+	waits(1, 1)
+	if arms != 4 {
+		t.Errorf("a short wait after a frame was taken since the served one: %d arms, want none", arms-4)
 	}
 }
 

@@ -48,6 +48,20 @@ type RxWaiter struct {
 	// Wait to the next (the ring position of the last look in the upper
 	// 32 bits, the looks in the lower).
 	quiet [maxWait]atomic.Uint64
+	// served marks the queues whose next Wait arms after its first look
+	// (Served).
+	served [maxWait]atomic.Bool
+}
+
+// Served says that queue q's frames were taken by looks of the caller's
+// own until now (an application that serves its queue, with the waiting
+// thread away): its next Wait, in interrupt mode, arms the vector after
+// its first look instead of looking Spin times first, since those looks
+// were taken already. Without interrupts it does nothing.
+func (w *RxWaiter) Served(q int) {
+	if w.IRQs != nil && q >= 0 && q < w.Queues && q < maxWait {
+		w.served[q].Store(true)
+	}
 }
 
 // The looks before arming count across waits. A receive loop that wakes
@@ -163,10 +177,15 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 
 // carried is how many looks at queues found them empty before this wait,
 // at the positions pos its first look found them: the fewest that any of
-// them carries (0 for a queue a frame was taken from since).
+// them carries (0 for a queue a frame was taken from since, Spin for one
+// marked Served).
 func (w *RxWaiter) carried(queues []int, pos []uint32) int {
 	n := uint32(1<<32 - 1)
 	for k, q := range queues {
+		if w.served[q].Swap(false) {
+			n = min(n, uint32(w.Spin))
+			continue
+		}
 		v := w.quiet[q].Load()
 		if uint32(v>>32) != pos[k] {
 			return 0
