@@ -254,17 +254,18 @@ type ixgbeNIC struct {
 	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
 	async   bool // IXGBEOptions.AsyncDMA
 
-	// The walks' IOMMU hints, one for each kind of access, as an IOTLB
-	// keeps the translations of the rings and of the buffers at once:
-	// one hint for all would miss at every access where they alternate
-	// (a descriptor, then its buffer in another mapping), and each miss
-	// costs a search of the mappings. Under txMu, the transmit walk's:
-	// the ring, a frame's first buffer (the driver's packet buffer) and
-	// its others (memory attached in place). Under mu, the receive
-	// path's: the ring, the header buffer and the packet buffer (a pool
-	// buffer, or a placement in the receiver's memory).
-	txHint [3]int
+	// The receive path's IOMMU hints, under mu, one for each kind of
+	// access, as an IOTLB keeps the translations of the rings and of the
+	// buffers at once: one hint for all would miss at every access where
+	// they alternate (a descriptor, then its buffer in another mapping),
+	// and each miss costs a search of the mappings: the ring, the header
+	// buffer and the packet buffer (a pool buffer, or a placement in the
+	// receiver's memory). The transmit walks keep theirs in txw.
 	rxHint [3]int
+
+	// txw is each TX queue's walk state, under its own lock (and txMu
+	// for reading, or for writing with AsyncDMA's engine).
+	txw [hw.MaxQueuePairs]txWalk
 
 	// Under mu.
 	regs    []uint32

@@ -43,12 +43,10 @@ import (
 //
 // # One engine per NIC
 //
-// The engine is one goroutine per NIC, not one per TX queue. The walk of
-// a ring holds the NIC's txMu (the frame buffers, the context descriptors
-// and the order in which frames reach the wire are the NIC's, not a
-// queue's), so engines of two queues of one NIC would take turns on it and
-// gain nothing over one; the 82599 itself has one transmit DMA that
-// arbitrates between its queues. Within a queue frames leave in ring
+// The engine is one goroutine per NIC, not one per TX queue, as the 82599
+// has one transmit DMA that arbitrates between its queues: a pass holds
+// the NIC's txMu for writing and walks the marked queues one after the
+// other (each under its own walk lock, ixgbe_tx.go). Within a queue frames leave in ring
 // order, as synchronously; across queues the engine serves the marked
 // queues lowest first on each pass, where the synchronous path follows the
 // order of the tail writes (the 82599 arbitrates round robin: no order
