@@ -2,10 +2,12 @@ package mx
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/nic"
 )
@@ -228,4 +230,66 @@ func queuedConnect(t *testing.T, ctx context.Context, qbs [2]*QueuedBoard) (a, b
 		t.Fatal(err)
 	}
 	return a, b, to
+}
+
+// servedQueues opens its queues as servedQueue transports, counting the
+// Served calls of all of them.
+type servedQueues struct {
+	*nic.Transport
+	served atomic.Uint64
+}
+
+func (s *servedQueues) OpenQueue(q int) (transport.Transport, error) {
+	x, err := s.Transport.OpenQueue(q)
+	if err != nil {
+		return nil, err
+	}
+	return &servedQueue{Transport: x, served: &s.served}, nil
+}
+
+// servedQueue is a queue transport that counts its Served calls.
+type servedQueue struct {
+	transport.Transport
+	served *atomic.Uint64
+}
+
+func (q *servedQueue) SpinCheap() bool { return q.Transport.(transport.Spinner).SpinCheap() }
+func (q *servedQueue) Wake()           { q.Transport.(transport.Waker).Wake() }
+func (q *servedQueue) Served() {
+	q.served.Add(1)
+	q.Transport.(transport.Served).Served()
+}
+
+// A queue's receive loop that stayed away while its application served
+// the queue tells its transport so as it goes back into Recv (its driver's
+// next wait then arms the vector at its first look): after messages whose
+// sends and waits served the queue, the loop takes Recv back once the
+// linger is over, and says the queue was served.
+func TestQueuedLoopTellsServed(t *testing.T) {
+	o := ixgbe.DefaultOptions()
+	o.Queues, o.RxRing, o.TxRing = 1, 128, 128
+	o.Interrupts, o.NoModeration = true, true
+	ts, _ := queuedNICsWith(t, o, emulated.CableOptions{})
+	sq := &servedQueues{Transport: ts[0]}
+	var qbs [2]*QueuedBoard
+	for i, tr := range []transport.Transport{sq, ts[1]} {
+		qb, err := NewQueuedBoard(tr, QueuedOptions{Board: overNIC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { qb.Close() })
+		qbs[i] = qb
+	}
+	ctx := testCtx(t, 60*time.Second)
+	a, b, to := queuedConnect(t, ctx, qbs)
+	msg, got := pattern(64, 3), make([]byte, 64)
+	for i := range 20 {
+		exchange(t, ctx, a, to, b, uint64(i), ^uint64(0), [][]byte{msg}, [][]byte{got})
+	}
+	for sq.served.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if sq.served.Load() == 0 {
+		t.Fatalf("the loop of a queue its application served never told the transport (%v)", ctx.Err())
+	}
 }
