@@ -510,9 +510,10 @@ func (r Rule) Check() error {
 type RuleID uint32
 
 // RxServer is implemented by drivers whose interrupt-mode WaitRx looks at
-// a queue's ring a number of times before it arms the queue's vector (both
-// PCI drivers here): a frame that comes within the looks costs no register
-// write, interrupt or wake-up.
+// a queue's ring a number of times before it arms the queue's vector
+// (ixgbe; e1000e arms after its first look, with no looks to skip): a
+// frame that comes within the looks costs no register write, interrupt or
+// wake-up.
 type RxServer interface {
 	// RxServed says that queue q's frames were taken until now by looks
 	// of the caller's own, outside WaitRx (an application serving its
