@@ -26,7 +26,7 @@ func TestQueuedPingPongModel(t *testing.T) {
 			args = append(args, c.irq)
 		}
 		out := runOK(t, args...)
-		cmd := strings.Join(append([]string{c.cmd}, c.irq), " ")
+		cmd := strings.TrimSpace(c.cmd + " " + c.irq)
 		if !strings.Contains(out, "queued boards of 2 queues") || !strings.Contains(out, "bound to one CPU") {
 			t.Errorf("%s: the header does not say the boards are queued and bound:\n%s", cmd, out)
 		}
