@@ -276,12 +276,12 @@ type ixgbeNIC struct {
 	fdirHit uint32
 	fdirMis uint32
 	vecMask uint64 // EIMS: vectors enabled
+	vecCaus uint64 // EICR: vector causes pending
 	// ftqfOn has bit i set while FTQF(i) has QUEUE_EN: the receive
 	// path compares a frame with those filters alone, where the chip
 	// compares all 128 at once and a loop over every one cost the
 	// model about half a microsecond per frame.
-	ftqfOn  [hw.FiveTupleEntries / 64]uint64
-	vecCaus uint64 // EICR: vector causes pending
+	ftqfOn [hw.FiveTupleEntries / 64]uint64
 
 	dma *dmaEngine // the running DMA engine (AsyncDMA), or nil
 

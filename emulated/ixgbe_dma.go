@@ -46,12 +46,12 @@ import (
 // The engine is one goroutine per NIC, not one per TX queue, as the 82599
 // has one transmit DMA that arbitrates between its queues: a pass holds
 // the NIC's txMu for writing and walks the marked queues one after the
-// other (each under its own walk lock, ixgbe_tx.go). Within a queue frames leave in ring
-// order, as synchronously; across queues the engine serves the marked
-// queues lowest first on each pass, where the synchronous path follows the
-// order of the tail writes (the 82599 arbitrates round robin: no order
-// across queues is promised either way). Frames off the wire are received
-// in the order they came.
+// other (each under its own walk lock, ixgbe_tx.go). Within a queue frames
+// leave in ring order, as synchronously; across queues the engine serves
+// the marked queues lowest first on each pass, where the synchronous path
+// follows the order of the tail writes (the 82599 arbitrates round robin:
+// no order across queues is promised either way). Frames off the wire are
+// received in the order they came.
 //
 // # Waking, stopping
 //
