@@ -519,7 +519,8 @@ type RxServer interface {
 	// of the caller's own, outside WaitRx (an application serving its
 	// queue while its receive thread stayed away): the next WaitRx on q
 	// arms q's vector after its first look, as those looks were taken
-	// already. Without interrupts it does nothing.
+	// already, unless a frame is taken from q first. Without interrupts
+	// it does nothing.
 	RxServed(q int)
 }
 

@@ -293,8 +293,9 @@ type Waker interface {
 // again: that wait sleeps at its first empty look, as the looks it would
 // take were taken already.
 type Served interface {
-	// Served makes the next Recv wait sleep at its first empty look. It
-	// may be called from any goroutine.
+	// Served makes the next Recv wait sleep at its first empty look,
+	// unless a frame is taken before it. It may be called from any
+	// goroutine.
 	Served()
 }
 
