@@ -39,10 +39,12 @@ type IXGBEOptions struct {
 	// the wall clock.
 	Clock Clock
 	// ThreadCPUTime makes IXGBEStats.ModelTime count the CPU time of the
-	// thread that makes each register access (CLOCK_THREAD_CPUTIME_ID)
-	// instead of wall time, for a benchmark that locks its goroutine to
-	// its thread: on a loaded machine the figure then leaves out the time
-	// the thread waited for a CPU.
+	// thread that makes each register access (CLOCK_THREAD_CPUTIME_ID),
+	// for a benchmark that locks its goroutine to its thread: on a loaded
+	// machine the figure then leaves out the time the thread waited for a
+	// CPU. Without it the model reads no clock around an access (two
+	// clock reads per tail write cost about a fifth of a microsecond per
+	// message of mx over a model pair) and ModelTime stays zero.
 	ThreadCPUTime bool
 	// AsyncDMA gives each NIC a DMA engine of its own, as a NIC has: a
 	// TDT write records the tail and returns, and a goroutine of the
@@ -157,11 +159,11 @@ type IXGBEStats struct {
 	Interrupts uint64
 	// TailWrites counts RDT and TDT writes.
 	TailWrites uint64
-	// ModelTime is the time spent in the model's register accesses (which
-	// includes the transmission and reception a TDT or RDT write causes)
-	// and, with IXGBEOptions.AsyncDMA, in its DMA engine's passes: the
-	// model's share of a run on the same cores as the driver. Wall time,
-	// or thread CPU time with IXGBEOptions.ThreadCPUTime.
+	// ModelTime is the thread CPU time spent in the model's register
+	// accesses (which includes the transmission and reception a TDT or
+	// RDT write causes) and, with IXGBEOptions.AsyncDMA, in its DMA
+	// engine's passes: the model's share of a run on the same cores as
+	// the driver. Counted only with IXGBEOptions.ThreadCPUTime.
 	ModelTime time.Duration
 	// Violations counts programming errors (see IXGBE); LastViolation
 	// describes the latest.
@@ -252,17 +254,18 @@ type ixgbeNIC struct {
 	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
 	async   bool // IXGBEOptions.AsyncDMA
 
-	// The walks' IOMMU hints, one for each kind of access, as an IOTLB
-	// keeps the translations of the rings and of the buffers at once:
-	// one hint for all would miss at every access where they alternate
-	// (a descriptor, then its buffer in another mapping), and each miss
-	// costs a search of the mappings. Under txMu, the transmit walk's:
-	// the ring, a frame's first buffer (the driver's packet buffer) and
-	// its others (memory attached in place). Under mu, the receive
-	// path's: the ring, the header buffer and the packet buffer (a pool
-	// buffer, or a placement in the receiver's memory).
-	txHint [3]int
+	// The receive path's IOMMU hints, under mu, one for each kind of
+	// access, as an IOTLB keeps the translations of the rings and of the
+	// buffers at once: one hint for all would miss at every access where
+	// they alternate (a descriptor, then its buffer in another mapping),
+	// and each miss costs a search of the mappings: the ring, the header
+	// buffer and the packet buffer (a pool buffer, or a placement in the
+	// receiver's memory). The transmit walks keep theirs in txw.
 	rxHint [3]int
+
+	// txw is each TX queue's walk state, under its own lock (and txMu
+	// for reading, or for writing with AsyncDMA's engine).
+	txw [hw.MaxQueuePairs]txWalk
 
 	// Under mu.
 	regs    []uint32
@@ -274,6 +277,11 @@ type ixgbeNIC struct {
 	fdirMis uint32
 	vecMask uint64 // EIMS: vectors enabled
 	vecCaus uint64 // EICR: vector causes pending
+	// ftqfOn has bit i set while FTQF(i) has QUEUE_EN: the receive
+	// path compares a frame with those filters alone, where the chip
+	// compares all 128 at once and a loop over every one cost the
+	// model about half a microsecond per frame.
+	ftqfOn [hw.FiveTupleEntries / 64]uint64
 
 	dma *dmaEngine // the running DMA engine (AsyncDMA), or nil
 

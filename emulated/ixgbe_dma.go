@@ -43,17 +43,15 @@ import (
 //
 // # One engine per NIC
 //
-// The engine is one goroutine per NIC, not one per TX queue. The walk of
-// a ring holds the NIC's txMu (the frame buffers, the context descriptors
-// and the order in which frames reach the wire are the NIC's, not a
-// queue's), so engines of two queues of one NIC would take turns on it and
-// gain nothing over one; the 82599 itself has one transmit DMA that
-// arbitrates between its queues. Within a queue frames leave in ring
-// order, as synchronously; across queues the engine serves the marked
-// queues lowest first on each pass, where the synchronous path follows the
-// order of the tail writes (the 82599 arbitrates round robin: no order
-// across queues is promised either way). Frames off the wire are received
-// in the order they came.
+// The engine is one goroutine per NIC, not one per TX queue, as the 82599
+// has one transmit DMA that arbitrates between its queues: a pass holds
+// the NIC's txMu for writing and walks the marked queues one after the
+// other (each under its own walk lock, ixgbe_tx.go). Within a queue frames
+// leave in ring order, as synchronously; across queues the engine serves
+// the marked queues lowest first on each pass, where the synchronous path
+// follows the order of the tail writes (the 82599 arbitrates round robin:
+// no order across queues is promised either way). Frames off the wire are
+// received in the order they came.
 //
 // # Waking, stopping
 //
@@ -256,7 +254,10 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 				return
 			default:
 			}
-			t0 := n.clockNS()
+			var t0 int64
+			if n.cpuTime {
+				t0 = threadCPUNanos()
+			}
 			if rx {
 				n.receiveWire()
 			}
@@ -267,7 +268,9 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 				}
 				n.txMu.Unlock()
 			}
-			n.modelNS.Add(n.clockNS() - t0)
+			if n.cpuTime {
+				n.modelTimeSince(t0)
+			}
 		}
 	}
 }

@@ -38,6 +38,7 @@ func (n *ixgbeNIC) powerOn() {
 	n.macLink = false
 	n.fdir, n.fdirN, n.fdirHit, n.fdirMis = nil, 0, 0, 0
 	n.vecMask, n.vecCaus = 0, 0
+	n.ftqfOn = [hw.FiveTupleEntries / 64]uint64{}
 	n.txCtx = [hw.MaxQueuePairs][2]hw.TxDesc{}
 	n.lastLU = n.linkUp()
 }
@@ -58,17 +59,14 @@ func (n *ixgbeNIC) linkUp() bool {
 
 func (n *ixgbeNIC) lscLocked() { n.otherCauseLocked(hw.EicrLSC) }
 
-// clockNS is the model's own clock for ModelTime, in nanoseconds.
-func (n *ixgbeNIC) clockNS() int64 {
-	if n.cpuTime {
-		return threadCPUNanos()
-	}
-	return time.Now().UnixNano()
-}
+// modelTimeSince adds the thread CPU time since t0 (threadCPUNanos) to
+// ModelTime.
+func (n *ixgbeNIC) modelTimeSince(t0 int64) { n.modelNS.Add(threadCPUNanos() - t0) }
 
 func (n *ixgbeNIC) read(off, w int) uint64 {
-	t0 := n.clockNS()
-	defer func() { n.modelNS.Add(n.clockNS() - t0) }()
+	if n.cpuTime {
+		defer n.modelTimeSince(threadCPUNanos())
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.acc.count(&n.acc.reads, off)
@@ -141,8 +139,9 @@ func isIXGBEStat(off int) bool {
 }
 
 func (n *ixgbeNIC) write(off, w int, v64 uint64) {
-	t0 := n.clockNS()
-	defer func() { n.modelNS.Add(n.clockNS() - t0) }()
+	if n.cpuTime {
+		defer n.modelTimeSince(threadCPUNanos())
+	}
 	if w == 8 && off == hw.FDIRHASH {
 		// Linux writes FDIRHASH and FDIRCMD with one 64-bit store.
 		n.write32(off, uint32(v64))
@@ -281,6 +280,12 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 			n.violation("FTQF%d compares the pool (bit 30 clear) without VMDq: set the pool mask bit", (off-hw.FTQF(0))/4)
 		}
 		n.set(off, v)
+		i := (off - hw.FTQF(0)) / 4
+		if v&hw.FtqfQueueEn != 0 {
+			n.ftqfOn[i/64] |= 1 << (i % 64)
+		} else {
+			n.ftqfOn[i/64] &^= 1 << (i % 64)
+		}
 	case off == hw.FDIRCTRL:
 		n.writeFdirctrl(v)
 	case off == hw.FDIRCMD:

@@ -2,6 +2,7 @@ package emulated
 
 import (
 	"encoding/binary"
+	"math/bits"
 
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 )
@@ -220,35 +221,36 @@ func (n *ixgbeNIC) classifyLocked(fr []byte) rxClass {
 	}
 	// 2. 5-tuple filters: the highest priority wins, then the lowest index.
 	best, bestPrio := -1, uint32(0)
-	for i := 0; i < hw.FiveTupleEntries; i++ {
-		f := n.reg(hw.FTQF(i))
-		if f&hw.FtqfQueueEn == 0 {
-			continue
-		}
-		if f&hw.FtqfMaskProto == 0 {
-			want := ftqfProto(f & hw.FtqfProtoMask)
-			if f&hw.FtqfProtoMask == hw.FtqfProtoOther || want != proto {
+	// The filters with QUEUE_EN (ftqfOn), lowest first.
+	for w, on := range n.ftqfOn {
+		for ; on != 0; on &= on - 1 {
+			i := w*64 + bits.TrailingZeros64(on)
+			f := n.reg(hw.FTQF(i))
+			if f&hw.FtqfMaskProto == 0 {
+				want := ftqfProto(f & hw.FtqfProtoMask)
+				if f&hw.FtqfProtoMask == hw.FtqfProtoOther || want != proto {
+					continue
+				}
+			}
+			if f&hw.FtqfMaskSrcAddr == 0 && n.reg(hw.SAQF(i)) != binary.LittleEndian.Uint32(ip[12:]) {
 				continue
 			}
-		}
-		if f&hw.FtqfMaskSrcAddr == 0 && n.reg(hw.SAQF(i)) != binary.LittleEndian.Uint32(ip[12:]) {
-			continue
-		}
-		if f&hw.FtqfMaskDstAddr == 0 && n.reg(hw.DAQF(i)) != binary.LittleEndian.Uint32(ip[16:]) {
-			continue
-		}
-		if (f&hw.FtqfMaskSrcPort == 0 || f&hw.FtqfMaskDstPort == 0) && l4 == nil {
-			continue
-		}
-		ports := n.reg(hw.SDPQF(i))
-		if f&hw.FtqfMaskSrcPort == 0 && uint16(ports) != sport {
-			continue
-		}
-		if f&hw.FtqfMaskDstPort == 0 && uint16(ports>>hw.SdpqfDstPortShift) != dport {
-			continue
-		}
-		if prio := f & hw.FtqfPriorityMask >> hw.FtqfPriorityShift; best < 0 || prio > bestPrio {
-			best, bestPrio = i, prio
+			if f&hw.FtqfMaskDstAddr == 0 && n.reg(hw.DAQF(i)) != binary.LittleEndian.Uint32(ip[16:]) {
+				continue
+			}
+			if (f&hw.FtqfMaskSrcPort == 0 || f&hw.FtqfMaskDstPort == 0) && l4 == nil {
+				continue
+			}
+			ports := n.reg(hw.SDPQF(i))
+			if f&hw.FtqfMaskSrcPort == 0 && uint16(ports) != sport {
+				continue
+			}
+			if f&hw.FtqfMaskDstPort == 0 && uint16(ports>>hw.SdpqfDstPortShift) != dport {
+				continue
+			}
+			if prio := f & hw.FtqfPriorityMask >> hw.FtqfPriorityShift; best < 0 || prio > bestPrio {
+				best, bestPrio = i, prio
+			}
 		}
 	}
 	if best >= 0 {

@@ -2,6 +2,7 @@ package emulated
 
 import (
 	"encoding/binary"
+	"sync"
 
 	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
@@ -19,12 +20,29 @@ import (
 // the descriptors, the write-backs, the counters and the violations are
 // the same. Registers are in ixgbe_regs.go, receive in ixgbe_rx.go.
 //
-// The walk of a ring holds txMu, not mu: it reads the registers it needs
-// under mu first (txSnap), moves the bytes with mu free, so the driver's
-// register accesses (another queue's tail, RDT, statistics) proceed during
-// a long DMA, and takes mu again to move TDH and add what it counted
-// (txTally). Everything the walk touches outside mu (txCtx, the frame
-// buffers, txHint) belongs to txMu.
+// The walk of a ring holds txMu for reading and its queue's lock (txWalk),
+// not mu: it reads the registers it needs under mu first (txSnap), moves
+// the bytes with mu free, so the driver's register accesses (another
+// queue's tail, RDT, statistics) proceed during a long DMA, and takes mu
+// again to move TDH and add what it counted (txTally). Everything the
+// walk touches outside mu (txCtx[q], the frame buffers, the IOMMU hints)
+// is its queue's, so two queues' synchronous walks run at once on their
+// writers' goroutines: the chip's one DMA interleaves its queues' fetches,
+// and a tail write costs the host's CPU nothing while another queue sends,
+// where a walk holding the NIC's whole transmit side made steered queues'
+// senders wait for each other's walks and deliveries. What stops or
+// reprograms transmission takes txMu for writing and so waits out every
+// walk.
+
+// txWalk is one TX queue's walk state.
+type txWalk struct {
+	mu    sync.Mutex
+	out   [][]byte // frames of the walk under way, to deliver
+	spare [][]byte // free frame buffers
+	// The walk's IOMMU hints: the ring, a frame's first buffer (the
+	// driver's packet buffer) and its others (memory attached in place).
+	hint [3]int
+}
 
 // transmit is a TDT write. Synchronous, every frame between TDH and the
 // new TDT is on the wire when the write returns; with AsyncDMA the write
@@ -42,8 +60,8 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 		}
 		return
 	}
-	n.txMu.Lock()
-	defer n.txMu.Unlock()
+	n.txMu.RLock()
+	defer n.txMu.RUnlock()
 	n.mu.Lock()
 	ok := n.tailWriteLocked(q, tdt)
 	n.mu.Unlock()
@@ -97,8 +115,12 @@ type txTally struct {
 }
 
 // txQueue transmits what TX queue q holds between TDH and TDT, if the
-// queue may still transmit, and delivers the frames. Under txMu.
+// queue may still transmit, and delivers the frames. Under txMu (for
+// reading, at least); it takes the queue's walk lock.
 func (n *ixgbeNIC) txQueue(q int) {
+	w := &n.txw[q]
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	n.mu.Lock()
 	l := n.reg(hw.TDLEN(q)) / hw.DescSize
 	tdt := n.reg(hw.TDT(q))
@@ -118,9 +140,9 @@ func (n *ixgbeNIC) txQueue(q int) {
 	}
 	n.mu.Unlock()
 
-	n.out = n.out[:0]
+	w.out = w.out[:0]
 	var t txTally
-	head := n.txRing(q, &s, &t)
+	head := n.txRing(q, w, &s, &t)
 
 	n.mu.Lock()
 	if n.reg(hw.TDH(q)) == s.head {
@@ -138,7 +160,7 @@ func (n *ixgbeNIC) txQueue(q int) {
 	loop := n.loopback()
 	lu := n.linkUp()
 	n.mu.Unlock()
-	for _, fr := range n.out {
+	for _, fr := range w.out {
 		switch {
 		case loop:
 			n.receive(fr)
@@ -151,16 +173,16 @@ func (n *ixgbeNIC) txQueue(q int) {
 		// the first k frames are in the peer's hands.
 		n.nTx.Add(1)
 		if cap(fr) >= txFrameCap {
-			n.spare = append(n.spare, fr[:0])
+			w.spare = append(w.spare, fr[:0])
 		}
 	}
-	n.out = n.out[:0]
+	w.out = w.out[:0]
 }
 
-func (n *ixgbeNIC) frameBuf() []byte {
-	if k := len(n.spare); k > 0 {
-		b := n.spare[k-1]
-		n.spare = n.spare[:k-1]
+func (w *txWalk) frameBuf() []byte {
+	if k := len(w.spare); k > 0 {
+		b := w.spare[k-1]
+		w.spare = w.spare[:k-1]
 		return b[:0]
 	}
 	return make([]byte, 0, txFrameCap)
@@ -172,21 +194,21 @@ func (n *ixgbeNIC) frameBuf() []byte {
 const txFrameCap = 16384
 
 // txRing walks TX ring q from the snapshot's head to its tail, gathering
-// frames into n.out, and returns the new head. Under txMu, not mu.
-func (n *ixgbeNIC) txRing(q int, s *txSnap, t *txTally) uint32 {
+// frames into w.out, and returns the new head. Under w.mu, not mu.
+func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *txTally) uint32 {
 	dom := n.f.dom
 	l, head := s.l, s.head
 	if head >= l {
 		n.violation("TDH%d = %d outside a ring of %d descriptors", q, head, l)
 		return head
 	}
-	frame := n.frameBuf()
+	frame := w.frameBuf()
 	var first hw.TxDesc
 	inFrame, faulted := false, false
 	dom.rlock()
 	defer dom.runlock()
 	for head != s.tdt {
-		raw, ok := dom.translate(s.base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.txHint[0])
+		raw, ok := dom.translate(s.base+uint64(head)*hw.DescSize, hw.DescSize, true, &w.hint[0])
 		if !ok {
 			n.violation("TX descriptor %d of queue %d at an unmapped IOVA", head, q)
 			break
@@ -208,9 +230,9 @@ func (n *ixgbeNIC) txRing(q int, s *txSnap, t *txTally) uint32 {
 				}
 			}
 			if ln := d.Len(); ln > 0 {
-				hint := &n.txHint[1]
+				hint := &w.hint[1]
 				if len(frame) > 0 {
-					hint = &n.txHint[2]
+					hint = &w.hint[2]
 				}
 				buf, ok := dom.translate(d.Addr, ln, false, hint)
 				switch {
@@ -225,7 +247,7 @@ func (n *ixgbeNIC) txRing(q int, s *txSnap, t *txTally) uint32 {
 				if faulted {
 					frame = frame[:0]
 				} else {
-					n.finishFrame(&frame, q, first, s, t)
+					n.finishFrame(w, &frame, q, first, s, t)
 				}
 				inFrame, faulted = false, false
 			}
@@ -240,16 +262,16 @@ func (n *ixgbeNIC) txRing(q int, s *txSnap, t *txTally) uint32 {
 	if inFrame {
 		n.violation("TX queue %d: descriptors up to TDT end without EOP", q)
 	}
-	n.spare = append(n.spare, frame[:0])
+	w.spare = append(w.spare, frame[:0])
 	return head
 }
 
 // finishFrame checks, pads, checksums and counts a complete frame and
-// queues it for the wire. Under txMu.
-func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap, t *txTally) {
+// queues it for the wire. Under w.mu.
+func (n *ixgbeNIC) finishFrame(w *txWalk, frame *[]byte, q int, first hw.TxDesc, s *txSnap, t *txTally) {
 	fr := *frame
-	*frame = n.frameBuf()
-	drop := func() { n.spare = append(n.spare, fr[:0]) }
+	*frame = w.frameBuf()
+	drop := func() { w.spare = append(w.spare, fr[:0]) }
 	if paylen := int(first.Olinfo >> hw.TxPaylenShift); paylen != len(fr) {
 		n.violation("TX frame of %d bytes with PAYLEN %d in its first descriptor: PAYLEN is the frame's length", len(fr), paylen)
 	}
@@ -280,7 +302,7 @@ func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap,
 			t.mcast++
 		}
 	}
-	n.out = append(n.out, fr)
+	w.out = append(w.out, fr)
 }
 
 // maxFrameLocked is the largest untagged frame without FCS the MAC

@@ -187,7 +187,10 @@ type nicHooks interface {
 // frames its packet buffer took off the wire), and hands frames to
 // the wire after releasing mu, so two cabled NICs transmitting at
 // each other cannot deadlock (lock order: txMu, then mu or a peer's mu,
-// never two mu at once).
+// never two mu at once). The 82574L's transmission holds txMu; the
+// 82599's holds it for reading and its queue's own lock, so its queues
+// transmit at once, as the chip's do (ixgbe_tx.go); what stops or
+// reprograms transmission holds it for writing.
 type nicCore struct {
 	m    nicHooks
 	f    *Function
@@ -199,9 +202,9 @@ type nicCore struct {
 	// on (nicPlatform.HoldGIOMaster).
 	holdGIO atomic.Bool
 
-	txMu  sync.Mutex
-	out   [][]byte // frames of the TDT write being processed, to deliver
-	spare [][]byte // free frame buffers
+	txMu  sync.RWMutex
+	out   [][]byte // frames of the TDT write being processed, to deliver (82574L)
+	spare [][]byte // free frame buffers (82574L)
 
 	mu      sync.Mutex
 	closed  bool

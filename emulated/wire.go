@@ -76,9 +76,9 @@ type CableOptions struct {
 	// Ethernet frame without its FCS, the caller's only for the call)
 	// before the fault model, and the wire loses each one it returns
 	// true for: a loss at a frame picked by its contents, where Faults
-	// draws at random. It is called on the transmitting goroutine,
-	// which may hold a model's transmit lock: it must not call into a
-	// model.
+	// draws at random. It is called on the transmitting goroutine, which
+	// may hold a model's transmit lock, by two queues' walks at once: it
+	// must be safe for concurrent use and not call into a model.
 	Lose func(frame []byte) bool
 }
 

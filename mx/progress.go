@@ -399,6 +399,7 @@ func (b *Board) progress() {
 	timer := time.NewTimer(b.tick)
 	defer timer.Stop()
 	s := b.src
+	wasAway := false
 	for {
 		select {
 		case <-b.quit:
@@ -406,6 +407,7 @@ func (b *Board) progress() {
 		default:
 		}
 		if away, d := b.stayAway(s); away {
+			wasAway = true
 			// Waiters poll the transport, or did a moment ago and
 			// probably will again (poll.go): keep only the timers
 			// running, so that the next waiter finds Recv free. While
@@ -442,6 +444,12 @@ func (b *Board) progress() {
 			b.armLapsed()
 			b.unlock()
 		}
+		if wasAway && s.served != nil {
+			// Waiters or sends took the frames while the loop stayed
+			// away: its wait sleeps at its first empty look.
+			s.served()
+		}
+		wasAway = false
 		s.mu.Lock()
 		t0 := b.clock()
 		wait := time.Duration(b.nextTick.Load() - t0)

@@ -2,10 +2,12 @@ package mx
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/nic"
 )
@@ -228,4 +230,73 @@ func queuedConnect(t *testing.T, ctx context.Context, qbs [2]*QueuedBoard) (a, b
 		t.Fatal(err)
 	}
 	return a, b, to
+}
+
+// servedQueues opens its queues as servedQueue transports, counting the
+// Served calls of all of them and noting the EIMS writes of model port 0
+// (whose NIC it is) at the first.
+type servedQueues struct {
+	*nic.Transport
+	p      *emulated.IXGBE
+	served atomic.Uint64
+	armed  atomic.Uint64 // EIMS_EX0 writes when Served was first called
+}
+
+func (s *servedQueues) OpenQueue(q int) (transport.Transport, error) {
+	x, err := s.Transport.OpenQueue(q)
+	if err != nil {
+		return nil, err
+	}
+	return &servedQueue{Transport: x.(*nic.Transport), s: s}, nil
+}
+
+// servedQueue is a queue transport that counts its Served calls; every
+// other method, optional interfaces too, is the queue's own, so the board
+// is configured as over the queue itself.
+type servedQueue struct {
+	*nic.Transport
+	s *servedQueues
+}
+
+func (q *servedQueue) Served() {
+	if q.s.served.Add(1) == 1 {
+		q.s.armed.Store(q.s.p.Accesses(0).Writes["EIMS_EX0"])
+	}
+	q.Transport.Served()
+}
+
+// A queue's receive loop that stayed away while its application served
+// the queue tells its transport so as it goes back into Recv, and the
+// driver's wait then arms the queue's vector (an EIMS write): after
+// messages whose sends and waits served the queue, the loop takes Recv
+// back once the linger is over, says the queue was served, and sleeps.
+func TestQueuedLoopTellsServed(t *testing.T) {
+	o := ixgbe.DefaultOptions()
+	o.Queues, o.RxRing, o.TxRing = 1, 128, 128
+	o.Interrupts, o.NoModeration = true, true
+	ts, p := queuedNICsWith(t, o, emulated.CableOptions{})
+	sq := &servedQueues{Transport: ts[0], p: p}
+	var qbs [2]*QueuedBoard
+	for i, tr := range []transport.Transport{sq, ts[1]} {
+		qb, err := NewQueuedBoard(tr, QueuedOptions{Board: overNIC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { qb.Close() })
+		qbs[i] = qb
+	}
+	ctx := testCtx(t, 10*time.Second)
+	a, b, to := queuedConnect(t, ctx, qbs)
+	msg, got := pattern(64, 3), make([]byte, 64)
+	for i := range 20 {
+		exchange(t, ctx, a, to, b, uint64(i), ^uint64(0), [][]byte{msg}, [][]byte{got})
+	}
+	armed := func() bool { return sq.served.Load() > 0 && p.Accesses(0).Writes["EIMS_EX0"] > sq.armed.Load() }
+	for !armed() && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if !armed() {
+		t.Fatalf("the loop of a queue its application served: %d Served calls, vector armed %d times since (%v)",
+			sq.served.Load(), p.Accesses(0).Writes["EIMS_EX0"]-sq.armed.Load(), ctx.Err())
+	}
 }

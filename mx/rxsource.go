@@ -71,6 +71,10 @@ type rxSource struct {
 	// (a Sleeper is one), so the loop may wait there as long as the
 	// board's next tick, however stretched, and Close need not wait for it.
 	waker transport.Waker
+	// served, when not nil, tells the transport that frames were taken
+	// by others' looks while the receive loop stayed away, so its next
+	// Recv wait sleeps at its first empty look (transport.Served).
+	served func()
 }
 
 func newRxSource(tr transport.Transport) *rxSource {
@@ -78,6 +82,9 @@ func newRxSource(tr transport.Transport) *rxSource {
 	s.idle.Store(idleNever)
 	s.sleeper, _ = tr.(transport.Sleeper)
 	s.waker, _ = tr.(transport.Waker)
+	if sv, ok := tr.(transport.Served); ok {
+		s.served = sv.Served
+	}
 	if rw, ok := tr.(interface{ RecvWaker() transport.Waker }); ok && s.waker == nil {
 		s.waker = rw.RecvWaker() // a fault wrapper whose Recv passes through
 	}

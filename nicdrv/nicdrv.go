@@ -509,6 +509,21 @@ func (r Rule) Check() error {
 // zero RuleID names no rule.
 type RuleID uint32
 
+// RxServer is implemented by drivers whose interrupt-mode WaitRx looks at
+// a queue's ring a number of times before it arms the queue's vector
+// (ixgbe; e1000e arms after its first look, with no looks to skip): a
+// frame that comes within the looks costs no register write, interrupt or
+// wake-up.
+type RxServer interface {
+	// RxServed says that queue q's frames were taken until now by looks
+	// of the caller's own, outside WaitRx (an application serving its
+	// queue while its receive thread stayed away): the next WaitRx on q
+	// arms q's vector after its first look, as those looks were taken
+	// already, unless a frame is taken from q first. Without interrupts
+	// it does nothing.
+	RxServed(q int)
+}
+
 // NIC is an open NIC, as every driver of this package family offers it.
 //
 // RxBatch and TxBatch of one queue must be called by one goroutine at a

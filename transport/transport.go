@@ -284,6 +284,21 @@ type Waker interface {
 	Wake()
 }
 
+// Served is implemented by transports whose Recv wait looks for frames a
+// while before it sleeps on an interrupt (transport/nic's queues over a
+// NIC in interrupt mode): a frame that comes within the looks costs no
+// interrupt and no wake-up. A receiver whose frames were taken by looks of
+// its own while its receive loop stayed out of Recv (mx's application
+// serving its queue) says so with Served before the loop waits in Recv
+// again: that wait sleeps at its first empty look, as the looks it would
+// take were taken already.
+type Served interface {
+	// Served makes the next Recv wait sleep at its first empty look,
+	// unless a frame is taken before it. It may be called from any
+	// goroutine.
+	Served()
+}
+
 // Spinner is implemented by transports whose Recv with a zero timeout
 // looks for frames in memory that the kernel or the peer writes (an AF_XDP
 // socket's RX ring, shared-memory rings) and makes no system call when

@@ -60,9 +60,10 @@ bounds every wait: connecting and each size.
 
 --queues N opens each side as a queued board of N NIC queues (mx.NewQueuedBoard,
 UDP framing; --transport nic or xdp): a progress thread per queue, each
-endpoint's port steered to its queue. --bind-app binds each queue's thread to
-a CPU and runs each side's goroutine on the CPU serving its endpoint
-(docs/nics.md).
+endpoint's port steered to its queue; over 82599s the threads sleep on
+unmoderated MSI-X interrupts (--nic-interrupts=false polls). --bind-app binds
+each queue's thread to a CPU and runs each side's goroutine on the CPU
+serving its endpoint (docs/nics.md).
 
 --loss, --reorder, --dup and --corrupt make the wire lossy with one seeded
 fault model on every transport: the loopback wire injects the faults itself,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -28,8 +29,10 @@ import (
 // nicdrv/e1000e for an 82574L, chosen by the PCI device ID), or on two
 // emulated 82574Ls ("model") or 82599s ("model-82599") cabled in memory.
 type nicFlags struct {
-	nics       string
-	interrupts bool
+	nics string
+	// interrupts is --nic-interrupts; unset, an 82599 with --queues
+	// sleeps on unmoderated interrupts and every other NIC polls.
+	interrupts optBool
 	// queues is --queues: the NICs then run that many queue pairs and
 	// the transports UDP framing, for queued boards.
 	queues int
@@ -46,7 +49,7 @@ type nicFlags struct {
 
 func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
-	fs.BoolVar(&n.interrupts, "nic-interrupts", false, "nic: sleep on MSI-X interrupts instead of polling the RX ring (on by default for overlap with --wait block; --nic-interrupts=false polls)")
+	fs.Var(&n.interrupts, "nic-interrupts", "nic: sleep on MSI-X interrupts instead of polling the RX ring (on by default for overlap with --wait block; 82599s with --queues: the default, and unmoderated, given or not; --nic-interrupts=false polls)")
 	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the goroutine that writes a NIC's transmit tail do that NIC's transmit DMA and the peer's receive DMA (reading the sender's memory, writing the receiver's) before the write returns, as the model's tests do; by default each emulated NIC does its own transmit and receive DMA on an engine goroutine of its own, as a NIC does beside the CPU, and the run gets one more GOMAXPROCS per NIC for them (docs/zero-copy.md)")
 	fs.IntVar(&n.mtu, "nic-mtu", 1500, "nic: the link MTU, 1500 or, on 82599s, jumbo frames up to 9000: the NICs are opened for frames of MTU + 18 bytes in receive buffers of the next power of two (SRRCTL.BSIZEPACKET up to 16 KiB), so each frame, placed or not, takes one descriptor (a VLAN-tagged one too, 4 bytes longer); each queue's pool then holds 3413 such buffers, per NIC 13 MiB up to MTU 4074, 27 MiB to 8170, 53 MiB above (85 MiB with --nic-place's 4 placing queues of 512 more), and mx cuts pull replies and medium fragments for the larger frames (a pull reply carries MTU - 18 bytes of payload, MTU - 50 when placed; docs/zero-copy.md)")
 	fs.BoolVar(&n.place, "nic-place", false, "nic: open the NICs (82599s: header split; 82574Ls: packet split) with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
@@ -61,14 +64,12 @@ func (n *nicFlags) register(fs *flag.FlagSet) {
 // CPU per 4 MiB exchange (docs/zero-copy.md, Measuring). pingpong and
 // stream keep polling unless asked, as their figures were measured. It
 // runs before the flags are validated, which then see what the run uses.
-func (f *benchFlags) sleepWhenBlocking(cmd string, fs *flag.FlagSet) {
+func (f *benchFlags) sleepWhenBlocking(cmd string) {
 	if cmd != "overlap" || f.transport != "nic" || f.wait != "block" {
 		return
 	}
-	given := false
-	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "nic-interrupts" })
-	if !given {
-		f.nic.interrupts = true
+	if !f.nic.interrupts.set {
+		f.nic.interrupts.v = true
 	}
 }
 
@@ -104,7 +105,7 @@ func parsePair[T comparable](flag, val, want, noun string, parse func(string) (T
 
 func (n *nicFlags) validate(cmd, tr, peer string) error {
 	if tr != "nic" {
-		if n.nics != "" || n.interrupts || n.place || n.syncDMA || n.mtu != 1500 {
+		if n.nics != "" || n.interrupts.set || n.place || n.syncDMA || n.mtu != 1500 {
 			return usagef(cmd, "--nic, --nic-interrupts, --nic-place, --nic-sync-dma and --nic-mtu need --transport nic")
 		}
 		return nil
@@ -214,8 +215,12 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 		return err
 	}
 	var ts [2]transport.Transport
+	irq := false
 	for i, d := range devs {
 		drv, err := openDriver(d, n.interrupts, n.queues, n.place, n.mtu, addrs == nil)
+		if err == nil {
+			irq = drv.Info().Interrupts
+		}
 		if err == nil {
 			var t *nic.Transport
 			o := nic.Options{}
@@ -240,7 +245,10 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 		}
 		return nil, nil, "", nil, fmt.Errorf("nic %v: %w", d.Address(), err)
 	}
-	if n.interrupts {
+	switch {
+	case irq && n.queues > 0 && is82599(devs[0]):
+		what += ", unmoderated MSI-X interrupts"
+	case irq:
 		what += ", MSI-X interrupts"
 	}
 	if n.queues > 0 {
@@ -291,11 +299,17 @@ const maxMTU = 9000
 // what is not an 82574L; placing payloads on its one receive queue with
 // place), with queues queue pairs (the driver's default when 0). model
 // says d is an emulated NIC, whose large pools then take base pages
-// rather than the host's hugepages.
-func openDriver(d pci.Device, interrupts bool, queues int, place bool, mtu int, model bool) (nicdrv.NIC, error) {
+// rather than the host's hugepages. With interrupts (irq, or irq unset
+// on an 82599 with queues) WaitRx sleeps on MSI-X vectors, unmoderated on
+// an 82599 with queues (ixgbe.Options.NoModeration) so that a frame wakes
+// its queue's thread at once: mx's queues' threads then sleep where
+// polling handed a locked thread's processor back and forth at every look
+// (docs/nics.md).
+func openDriver(d pci.Device, irq optBool, queues int, place bool, mtu int, model bool) (nicdrv.NIC, error) {
 	if is82599(d) {
 		o := ixgbe.DefaultOptions()
-		o.Interrupts = interrupts
+		o.Interrupts = irq.v || !irq.set && queues > 0
+		o.NoModeration = o.Interrupts && queues > 0
 		o.Placement = place
 		o.TxRing = txRing82599
 		if mtu > 1500 {
@@ -320,13 +334,19 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool, mtu int, 
 			// many as pulls run at once with mx's defaults.
 			o.Queues, o.PlaceOnly = 1+placeLanes, placeLanes
 		}
-		return ixgbe.Open(d, o)
+		nic, err := ixgbe.Open(d, o)
+		if err != nil && o.Interrupts && errors.Is(err, nicdrv.ErrNotSupported) {
+			// Its MSI-X vectors would not open (the only thing Open
+			// refuses so): --queues asked for them without the flag.
+			err = fmt.Errorf("%w, or --nic-interrupts=false", err)
+		}
+		return nic, err
 	}
 	if mtu > 1500 {
 		return nil, fmt.Errorf("--nic-mtu %d: gomx's 82574L driver takes 1500-byte frames only; use 82599s or --nic-mtu 1500", mtu)
 	}
 	o := e1000e.DefaultOptions()
-	o.Interrupts = interrupts
+	o.Interrupts = irq.v
 	o.Placement = place
 	if queues > 0 {
 		o.Queues = queues
@@ -346,3 +366,25 @@ func (t *nicTransport) Close() error {
 	t.closed.Do(func() { err = errors.Join(err, t.done()) })
 	return err
 }
+
+// optBool is a boolean flag that knows whether it was given.
+type optBool struct{ v, set bool }
+
+func (b *optBool) String() string {
+	if b == nil {
+		return "false"
+	}
+	return strconv.FormatBool(b.v)
+}
+
+func (b *optBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.v, b.set = v, true
+	return nil
+}
+
+// IsBoolFlag lets the flag be given without a value (flag.boolFlag).
+func (b *optBool) IsBoolFlag() bool { return true }

@@ -286,6 +286,7 @@ func TestNICUsageErrors(t *testing.T) {
 		{[]string{"overlap", "--transport", "nic", "--nic", "model", "--procs", "2"}, "drop --transport"},
 		{[]string{"overlap", "--nic", "model"}, "need --transport nic"},
 		{[]string{"stream", "--transport", "loopback", "--nic-mtu", "9000"}, "need --transport nic"},
+		{[]string{"stream", "--transport", "loopback", "--nic-interrupts=false"}, "need --transport nic"},
 		{[]string{"stream", "--transport", "nic", "--nic", "model-82599", "--nic-mtu", "9001"}, "want 1500..9000"},
 		{[]string{"stream", "--transport", "nic", "--nic", "model-82599", "--nic-mtu", "1400"}, "want 1500..9000"},
 		{[]string{"stream", "--transport", "nic", "--nic", "model", "--nic-mtu", "9000"}, "82574L driver takes 1500-byte frames only"},

@@ -12,13 +12,26 @@ import (
 
 // Queued boards over the emulated 82599 pair, each side's goroutine on
 // the CPU of its endpoint's queue: every byte arrives, and the header says
-// how the queues are placed.
+// how the queues are placed and that their threads sleep on unmoderated
+// interrupts, or poll with --nic-interrupts=false.
 func TestQueuedPingPongModel(t *testing.T) {
-	for _, cmd := range []string{"pingpong", "stream"} {
-		out := runOK(t, cmd, "--transport", "nic", "--nic", "model-82599", "--queues", "2", "--bind-app",
-			"--sizes", "0,32,40K", "--iterations", "20", "--warmup", "2", "--verify", "--baseline=false")
+	for _, c := range []struct{ cmd, irq, want string }{
+		{"pingpong", "", "unmoderated MSI-X interrupts"},
+		{"stream", "", "unmoderated MSI-X interrupts"},
+		{"pingpong", "--nic-interrupts=false", ""},
+	} {
+		args := []string{c.cmd, "--transport", "nic", "--nic", "model-82599", "--queues", "2", "--bind-app",
+			"--sizes", "0,32,40K", "--iterations", "20", "--warmup", "2", "--verify", "--baseline=false"}
+		if c.irq != "" {
+			args = append(args, c.irq)
+		}
+		out := runOK(t, args...)
+		cmd := strings.TrimSpace(c.cmd + " " + c.irq)
 		if !strings.Contains(out, "queued boards of 2 queues") || !strings.Contains(out, "bound to one CPU") {
 			t.Errorf("%s: the header does not say the boards are queued and bound:\n%s", cmd, out)
+		}
+		if got := strings.Contains(out, "interrupts"); got != (c.want != "") || c.want != "" && !strings.Contains(out, c.want) {
+			t.Errorf("%s: the header does not say %q (interrupts named: %v):\n%s", cmd, c.want, got, out)
 		}
 		for _, l := range strings.Split(out, "\n") {
 			if f := strings.Fields(l); len(f) > 5 && (f[1] == "B" || f[1] == "KiB") && f[5] != "0" {

@@ -42,7 +42,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if f.pairInProcess(cmd) {
 		f.chooseTransport(fs, stderr)
 		f.faults.noteGiven(fs)
-		f.sleepWhenBlocking(cmd, fs)
+		f.sleepWhenBlocking(cmd)
 	}
 	sizes, err := f.validate(cmd)
 	if err != nil {

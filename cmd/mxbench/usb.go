@@ -145,7 +145,7 @@ func (u *usbFlags) transports() (a, b transport.Transport, what string, nw *loop
 					return fail(fmt.Errorf("nic %v: %w (is it bound to vfio-pci?)", e.nic, err))
 				}
 				closers = append(closers, d.Close)
-				if nics[i], err = openDriver(d, false, 0, false, 1500, false); err != nil {
+				if nics[i], err = openDriver(d, optBool{}, 0, false, 1500, false); err != nil {
 					return fail(fmt.Errorf("nic %v: %w", e.nic, err))
 				}
 				names[i] = fmt.Sprintf("gomx's %s driver on %v (VFIO)", driverName(d), e.nic)

@@ -651,6 +651,12 @@ func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
 	return n.waiter.Wait(ctx, queues)
 }
 
+var _ nicdrv.RxServer = (*NIC)(nil)
+
+// RxServed implements nicdrv.RxServer: with interrupts, the next WaitRx on
+// queue q arms its vector after its first look.
+func (n *NIC) RxServed(q int) { n.waiter.Served(q) }
+
 // RxBatch implements nicdrv.NIC.
 func (n *NIC) RxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 	if err := n.d.CheckQueue("RX", q, len(n.rx)); err != nil {

@@ -162,6 +162,17 @@ func (w *Transport) RecvWaker() transport.Waker {
 	return nil
 }
 
+var _ transport.Served = (*Transport)(nil)
+
+// Served implements [transport.Served]: it forwards to the wrapped
+// transport when Recv passes straight through to it (no receive faults),
+// and does nothing otherwise (the wrapper's Recv then waits on its own).
+func (w *Transport) Served() {
+	if sv, ok := w.inner.(transport.Served); ok && w.recv == nil {
+		sv.Served()
+	}
+}
+
 // LostPeers forwards to the wrapped transport's [transport.PeerWatcher], and
 // returns dst unchanged when it has none.
 func (w *Transport) LostPeers(dst []transport.NICID) []transport.NICID {

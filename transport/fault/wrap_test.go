@@ -181,10 +181,14 @@ type poolTransport struct {
 	hostU   bool
 	lost    []transport.NICID
 	maxUsed int
+	served  int
 }
 
 // SpinCheap says the pool's Recv makes no system call (it makes none).
 func (p *poolTransport) SpinCheap() bool { return true }
+
+// Served counts the calls (transport.Served).
+func (p *poolTransport) Served() { p.served++ }
 
 func newPool(addr transport.NICID, bufs int) *poolTransport {
 	p := &poolTransport{addr: addr, hostU: true}
@@ -351,6 +355,15 @@ func TestCapabilities(t *testing.T) {
 	}
 	if r := wrap(t, newPool(0x0a0000010002, 1), fault.WrapOptions{Recv: fault.Options{Loss: 0.5}}); r.SpinCheap() {
 		t.Error("a wrapper with receive faults, whose Recv waits for held frames, says a waiter may poll it")
+	}
+	w.Served()
+	if p := w.Unwrap().(*poolTransport); p.served != 1 {
+		t.Errorf("Served of a wrapper with send faults only reached the wrapped transport %d times, want 1", p.served)
+	}
+	rp := newPool(0x0a0000010002, 1)
+	wrap(t, rp, fault.WrapOptions{Recv: fault.Options{Loss: 0.5}}).Served()
+	if rp.served != 0 {
+		t.Error("Served of a wrapper with receive faults, whose Recv waits on its own, reached the wrapped transport")
 	}
 
 	a, _ := loopPair(t) // no HostUnique, no PeerWatcher, no Spinner

@@ -649,6 +649,18 @@ var _ transport.Spinner = (*Transport)(nil)
 // wait). A board transport's look sweeps every queue: it reports false.
 func (t *Transport) SpinCheap() bool { return t.queue != nil }
 
+var _ transport.Served = (*Transport)(nil)
+
+// Served implements transport.Served: a queue transport's next Recv wait
+// arms the queue's MSI-X vector after its first look, over a driver that
+// spins before it arms (nicdrv.RxServer) in interrupt mode. A board
+// transport's waits, on every queue, are left as they are.
+func (t *Transport) Served() {
+	if s, ok := t.nic.(nicdrv.RxServer); ok && t.queue != nil {
+		s.RxServed(t.rxq)
+	}
+}
+
 var _ transport.Waker = (*Transport)(nil)
 
 // Wake implements transport.Waker: a Recv waiting for frames (on the NIC's

@@ -312,7 +312,8 @@ func TestRxWaiterSpin(t *testing.T) {
 // with the ring where it was: a receive loop whose every wait is shorter
 // than the looks take still arms its vector and sleeps, on the wait after
 // Spin looks in all. A frame taken from the ring (its position
-// moves) starts the count again.
+// moves) starts the count again. A queue marked Served skips the looks
+// once.
 func TestRxWaiterCarriesLooks(t *testing.T) {
 	const spin = 8
 	irq, err := pci.NewLocalInterrupt()
@@ -323,19 +324,21 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 	// Each wait's context ends at its second look at queue 1's ring, as a
 	// short timeout would, or at the arming: Wait runs the hooks on the
 	// caller's goroutine, so the waits are the same every run.
-	var looks, arms int
+	var looks, looks0, arms int
 	var pos uint32
+	var frame bool
 	var end context.CancelFunc
 	var count atomic.Uint64
 	w := drv.RxWaiter{Queues: 2, Closed: func() bool { return false },
 		Ready: func(q int) (bool, uint32) {
 			if q != 1 {
+				looks0++
 				return false, 0
 			}
 			if looks++; looks == 2 {
 				end()
 			}
-			return false, pos
+			return frame, pos
 		},
 		Arm:   func(int) { arms++; end() },
 		IRQs:  []*pci.Interrupt{irq, irq},
@@ -382,6 +385,44 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 	waits(1, 0, 1)
 	if arms != 3 {
 		t.Errorf("a first wait on queues 0 and 1: %d arms, want none", arms-3)
+	}
+	// A queue its caller served (Served) arms at the first look of its
+	// next wait, wherever its ring stands, and only that wait skips the
+	// looks: a frame taken after it starts the count again.
+	pos++
+	w.Served(1)
+	waits(1, 1)
+	if arms != 4 {
+		t.Errorf("the first wait after Served: %d arms, want 1", arms-3)
+	}
+	pos++
+	waits(1, 1)
+	if arms != 4 {
+		t.Errorf("a short wait after a frame was taken since the served one: %d arms, want none", arms-4)
+	}
+	// A mark whose next wait finds a frame is void once the frame is
+	// taken: busy receiving, then idle, the queue looks before it arms.
+	w.Served(1)
+	frame = true
+	if q, err := w.Wait(context.Background(), []int{1}); q != 1 || err != nil {
+		t.Fatalf("a wait on a ring holding a frame: queue %d, %v", q, err)
+	}
+	frame = false
+	pos++
+	waits(1, 1)
+	if arms != 4 {
+		t.Errorf("the first idle wait after a served queue took a frame: %d arms, want none", arms-4)
+	}
+	// A wait on two queues consumes both marks, whichever it checks
+	// first, even when one was taken from since (queue 1 here).
+	w.Served(0)
+	w.Served(1)
+	pos++
+	waits(1, 1, 0)
+	looks0 = 0
+	waits(1, 0)
+	if arms != 5 || looks0 <= 2 {
+		t.Errorf("a wait on queue 0 after its mark was consumed: %d arms after %d looks, want 1 after more than 2", arms-4, looks0)
 	}
 }
 

@@ -48,6 +48,26 @@ type RxWaiter struct {
 	// Wait to the next (the ring position of the last look in the upper
 	// 32 bits, the looks in the lower).
 	quiet [maxWait]atomic.Uint64
+	// served marks the queues whose next Wait arms after its first look
+	// (Served): the ring position Served found in the lower 32 bits, bit
+	// 32 set; 0 when unmarked.
+	served [maxWait]atomic.Uint64
+}
+
+// Served says that queue q's frames were taken by looks of the caller's
+// own until now (an application that serves its queue, with the waiting
+// thread away): its next Wait, in interrupt mode, arms the vector after
+// its first look instead of looking Spin times first, since those looks
+// were taken already. The mark holds only while the ring stays where
+// Served found it: a frame taken before that Wait looks voids it. Without
+// interrupts it does nothing.
+func (w *RxWaiter) Served(q int) {
+	if w.IRQs == nil || q < 0 || q >= w.Queues || q >= maxWait {
+		return
+	}
+	if ready, p := w.Ready(q); !ready {
+		w.served[q].Store(1<<32 | uint64(p))
+	}
 }
 
 // The looks before arming count across waits. A receive loop that wakes
@@ -163,15 +183,27 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 
 // carried is how many looks at queues found them empty before this wait,
 // at the positions pos its first look found them: the fewest that any of
-// them carries (0 for a queue a frame was taken from since).
+// them carries (0 for a queue a frame was taken from since, Spin for one
+// marked Served at pos). It consumes every queue's mark.
 func (w *RxWaiter) carried(queues []int, pos []uint32) int {
 	n := uint32(1<<32 - 1)
+	var marks [maxWait]uint64
 	for k, q := range queues {
+		marks[k] = w.served[q].Load()
 		v := w.quiet[q].Load()
-		if uint32(v>>32) != pos[k] {
-			return 0
+		switch {
+		case marks[k] != 0 && uint32(marks[k]) == pos[k]:
+			n = min(n, uint32(w.Spin))
+		case uint32(v>>32) != pos[k]:
+			n = 0
+		default:
+			n = min(n, uint32(v))
 		}
-		n = min(n, uint32(v))
+	}
+	for k, q := range queues {
+		if marks[k] != 0 {
+			w.served[q].CompareAndSwap(marks[k], 0)
+		}
 	}
 	return int(n)
 }

@@ -1,0 +1,182 @@
+package emulated_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
+	"github.com/gomx-dev/gomx/nicdrv/nictest"
+)
+
+// txQueuesPair is two emulated 82599s with synchronous transmit DMA, two
+// queues each, on a cable that asks lose about every frame.
+func txQueuesPair(t *testing.T, lose func([]byte) bool) (*emulated.IXGBE, [2]*ixgbe.NIC) {
+	t.Helper()
+	o := ixgbe.DefaultOptions()
+	o.Queues = 2
+	p, n := ixgbePairOn(t, emulated.DefaultIXGBEOptions(), o)
+	if err := emulated.Connect(emulated.CableOptions{Lose: lose}, p.Port(0), p.Port(1)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := n[i].WaitLink(true, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, n
+}
+
+// txSeq is the sequence number of test frame i of TX queue q.
+func txSeq(q, i int) uint64 { return uint64(q)<<32 | uint64(i) }
+
+// sendQueue sends count test frames of 100 bytes on TX queue q of a, to
+// b, one TxBatch each, retrying a full ring at most a million times.
+func sendQueue(t *testing.T, a, b *ixgbe.NIC, q, count int) {
+	for i := range count {
+		buf, err := a.Pool(q).Get()
+		if err != nil {
+			t.Errorf("queue %d frame %d: %v", q, i, err)
+			return
+		}
+		nictest.Frame(buf.SetLen(2048), b.MAC(), a.MAC(), txSeq(q, i), 100)
+		buf.SetLen(100)
+		k := 0
+		for try := 0; k == 0 && try < 1e6; try++ {
+			if k, err = a.TxBatch(q, []*nicdrv.Buffer{buf}); err != nil {
+				t.Errorf("queue %d frame %d: %v", q, i, err)
+				return
+			}
+		}
+		if k == 0 {
+			t.Errorf("queue %d frame %d: the ring stayed full", q, i)
+			return
+		}
+	}
+}
+
+// Two queues' senders transmit at once, each walking its own ring on its
+// own goroutine, with the cable's Lose asked by both and the counters read
+// alongside: every frame Lose leaves arrives whole, each queue's frames in
+// the order they were sent, and the model records no violation.
+func TestIXGBEQueuesTransmitAtOnce(t *testing.T) {
+	const perQueue = 600
+	lost := func(seq uint64) bool { return seq%7 == 3 }
+	var asked atomic.Uint64
+	p, n := txQueuesPair(t, func(fr []byte) bool {
+		asked.Add(1)
+		return len(fr) >= 22 && lost(binary.BigEndian.Uint64(fr[14:]))
+	})
+	want := 0
+	for q := range 2 {
+		for i := range perQueue {
+			if !lost(txSeq(q, i)) {
+				want++
+			}
+		}
+	}
+	var senders, reader sync.WaitGroup
+	for q := range 2 {
+		senders.Go(func() { sendQueue(t, n[0], n[1], q, perQueue) })
+	}
+	stop := make(chan struct{})
+	reader.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = p.Stats(0)
+			_ = p.Stats(1)
+			_ = p.Accesses(0)
+			if _, err := n[0].Stats(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() { close(stop); reader.Wait() }()
+
+	next := [2]uint64{txSeq(0, 0), txSeq(1, 0)} // the least each queue may send next
+	got := 0
+	rx := make([]*nicdrv.Buffer, 64)
+	for deadline := time.Now().Add(30 * time.Second); got < want && time.Now().Before(deadline); {
+		for q := range 2 {
+			k, err := n[1].RxBatch(q, rx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range rx[:k] {
+				seq := binary.BigEndian.Uint64(b.Data[14:])
+				from := int(seq >> 32)
+				switch {
+				case from > 1 || seq < next[from]:
+					t.Errorf("frame %#x after %#x from its queue: out of order", seq, next[from&1])
+				case lost(seq):
+					t.Errorf("frame %#x arrived, which Lose lost", seq)
+				case !bytes.Equal(b.Data, nictest.Frame(make([]byte, 100), n[1].MAC(), n[0].MAC(), seq, 100)):
+					t.Errorf("frame %#x arrived changed", seq)
+				default:
+					next[from] = seq + 1
+				}
+			}
+			got += k
+			_ = n[1].Pool(q).Free(rx[:k]...)
+		}
+	}
+	senders.Wait()
+	if got != want || asked.Load() != 2*perQueue {
+		t.Errorf("%d frames sent on 2 queues, Lose asked about %d, %d received, want %d", 2*perQueue, asked.Load(), got, want)
+	}
+	for i := range 2 {
+		if s := p.Stats(i); s.Violations != 0 {
+			t.Errorf("model %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)
+		}
+	}
+}
+
+// A TXDCTL write that disables a queue while the queue's ring walk is
+// under way waits the walk out: TDH reads TDT after it, every frame the
+// walk began with on the wire.
+func TestIXGBETxdctlWaitsOutWalk(t *testing.T) {
+	const frames = 64
+	inWalk := make(chan struct{})
+	var once sync.Once
+	p, n := txQueuesPair(t, func([]byte) bool {
+		once.Do(func() { close(inWalk) })
+		return false
+	})
+	bufs := make([]*nicdrv.Buffer, frames)
+	for i := range bufs {
+		b, err := n[0].Pool(1).Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nictest.Frame(b.SetLen(2048), n[1].MAC(), n[0].MAC(), uint64(i), 100)
+		b.SetLen(100)
+		bufs[i] = b
+	}
+	var sender sync.WaitGroup
+	sender.Go(func() {
+		if k, err := n[0].TxBatch(1, bufs); k != frames || err != nil {
+			t.Errorf("TxBatch of %d frames: %d, %v", frames, k, err)
+		}
+	})
+	<-inWalk
+	regs, _ := p.Functions()[0].BAR(0)
+	regs.Write32(hw.TXDCTL(1), regs.Read32(hw.TXDCTL(1))&^hw.TxdctlEnable)
+	if tdh, tdt := regs.Read32(hw.TDH(1)), regs.Read32(hw.TDT(1)); tdh != tdt {
+		t.Errorf("TDH %d, TDT %d after the disable", tdh, tdt)
+	}
+	sender.Wait()
+	if s := p.Stats(0); s.TxFrames != frames {
+		t.Errorf("%d frames on the wire, want the walk's %d", s.TxFrames, frames)
+	}
+}
