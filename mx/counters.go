@@ -286,3 +286,35 @@ func (c Counters) NonZero(fn func(k Counter, v uint64)) {
 		}
 	}
 }
+
+// laneTally holds the counts an 8-byte message through a lane or the lean
+// path adds to (lean.go, lane.go, partner.piggyback), on one cache line of
+// its endpoint (TestHotLines) where Counters' slots for them lie on five:
+// Endpoint.Counters adds them in. A lane message is some 130 lines on a
+// CPU whose other ranks' turns evict them (docs/alltoall.md).
+type laneTally struct {
+	// lean are the lean sends by class (tiny, small, medium), counted
+	// as those sends and as LeanSends; lanes those that went as lane
+	// records (LaneSends).
+	lean  [3]uint64
+	lanes uint64
+	// recv are the lane records laneFast delivered, by class, counted
+	// as receives of the class and as LaneRecvs.
+	recv [3]uint64
+	// piggybacked: AcksPiggybacked.
+	piggybacked uint64
+}
+
+// addTo adds t's counts to c.
+func (t *laneTally) addTo(c *Counters) {
+	for i, k := range [3]Counter{SendTiny, SendSmall, SendMediumFrag} {
+		c[k] += t.lean[i]
+		c[LeanSends] += t.lean[i]
+	}
+	c[LaneSends] += t.lanes
+	for i, k := range [3]Counter{RecvTiny, RecvSmall, RecvMediumFrag} {
+		c[k] += t.recv[i]
+		c[LaneRecvs] += t.recv[i]
+	}
+	c[AcksPiggybacked] += t.piggybacked
+}

@@ -184,8 +184,7 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	if r == nil {
 		return b.laneUnexp(e, p, &h, payload)
 	}
-	e.cnt[laneClass(h.Length)]++
-	e.cnt[LaneRecvs]++
+	e.lanes.recv[laneClass(h.Length)-RecvTiny]++ // and LaneRecvs (laneTally)
 	p.applyAck(h.Ack)
 	n := scatterAt(r.segs, 0, payload)
 	if w != nil && r == w.r && r.userHeld && !r.forgotten && r.waiters == 0 {

@@ -112,10 +112,9 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	}
 	p.piggyback() // the frame carried the ack
 	p.sendSeq = seqNext(p.sendSeq)
-	e.cnt[leanSendCounter(class)]++
-	e.cnt[LeanSends]++
+	e.lanes.lean[class]++ // tiny, small or medium (laneTally)
 	if lane {
-		e.cnt[LaneSends]++
+		e.lanes.lanes++
 	}
 	if b.quietRuns != 0 {
 		// A lean send times nothing and its acks call nothing: a board
@@ -125,19 +124,6 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 		b.wakeTicks()
 	}
 	return true
-}
-
-// leanSendCounter is the send counter of a lean message of class (tiny,
-// small or a medium of one fragment), whether it went as an Open-MX frame
-// or as a lane record.
-func leanSendCounter(class msgClass) Counter {
-	switch class {
-	case classTiny:
-		return SendTiny
-	case classSmall:
-		return SendSmall
-	}
-	return SendMediumFrag
 }
 
 // leanFrame writes the lean path's Open-MX frame of class (tiny, small
