@@ -290,7 +290,7 @@ func (c Counters) NonZero(fn func(k Counter, v uint64)) {
 // laneTally holds the counts an 8-byte message through a lane or the lean
 // path adds to (lean.go, lane.go, partner.piggyback), on one cache line of
 // its endpoint (TestHotLines) where Counters' slots for them lie on five:
-// Endpoint.Counters adds them in. A lane message is some 130 lines on a
+// Endpoint.Counters adds them in. A lane message is some 100 lines on a
 // CPU whose other ranks' turns evict them (docs/alltoall.md).
 type laneTally struct {
 	// lean are the lean sends by class (tiny, small, medium), counted
