@@ -63,7 +63,7 @@ func HotLines(t testing.TB, v any, at uintptr, lines uintptr, fields ...string) 
 		t.Errorf("%v.%s at %#x (offset %d), %d bytes into its cache line, want %d (%s): lay the fields out again for where %v (%d bytes) now starts, and set the test's want",
 			typ, fields[0], a, base, a%Line, at, HeaderNote, typ, typ.Size())
 	}
-	end := base - at + Line*lines
+	end := base + Line*lines - at
 	for _, name := range fields[1:] {
 		f, ok := typ.FieldByName(name)
 		if !ok {
