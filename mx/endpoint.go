@@ -16,14 +16,15 @@ import (
 // session id. All its methods are safe for concurrent use.
 type Endpoint struct {
 	// The fields an 8-byte message reads and writes come first, on four
-	// cache lines with lanes on one of its own (TestHotLines).
+	// cache lines with lanes' fast-path counts on one of their own
+	// (TestHotLines). b, session, key and id are set once at open.
 	b       *Board
 	session uint32
+	key     uint32
 	id      uint8
 	// Guarded by b.mu, down to the end but engCopies, wakeGen,
 	// closedAtom and the atomic copy counts.
 	closed bool
-	key    uint32
 	// engCopies counts the copy-engine copies in flight that fill its
 	// requests: a wait for any of them steps aside (poll.go).
 	engCopies  atomic.Int32

@@ -54,7 +54,7 @@ func isBehindOrEqual(a, b uint16) bool { return !seqBefore(b, a) }
 type partner struct {
 	// The fields an 8-byte message through a lane or the lean path
 	// touches, send side and receive side, come first, on four cache
-	// lines (TestPartnerHotLines); spread over the struct, as a reader
+	// lines (TestHotLines); spread over the struct, as a reader
 	// would group them, they took seven.
 	ep       *Endpoint
 	nic      transport.NICID
@@ -63,7 +63,7 @@ type partner struct {
 	rknown   bool
 	dead     bool // reset after unreachable: sends fail until a new connect
 	// What the connect exchange said about the peer's board (the rest
-	// below: crc, sack, stride, ...).
+	// below, with crc).
 	lean    bool // eager messages of one frame through the rings take the lean path (lean.go)
 	lane    bool // and tiny and small ones go as lane records (lane.go)
 	laneMed bool // and mediums of one fragment too
@@ -99,7 +99,7 @@ type partner struct {
 	held     []byte // a lean frame that could not be taken yet (lean.go)
 	rttSkip  int    // acks since the last one that gave a round-trip sample (sampleRTT)
 	probeAt  int64  // when the tail-loss probe went out; 0: none since the ack last moved
-	stride   int    // the medium fragment stride (below: what the connect exchange said)
+	stride   int    // the medium fragment stride, from the connect exchange
 
 	myIdx uint16 // our board's index of the peer (sent in CONNECT)
 	// The lost peers (Board.lost) of generation lostGen that were known
