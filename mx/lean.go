@@ -90,7 +90,7 @@ func (p *partner) setSendSeq(s uint16) {
 func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]byte, n int) bool {
 	b := e.b
 	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.Len() > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow ||
-		class == classLarge || (class == classMedium && n > p.stride) {
+		class > classMedium || (class == classMedium && n > p.stride) {
 		return false
 	}
 	tr := p.rings()
@@ -112,7 +112,7 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	}
 	p.piggyback() // the frame carried the ack
 	p.sendSeq = seqNext(p.sendSeq)
-	e.lanes.lean[class]++ // tiny, small or medium (laneTally)
+	e.lanes.lean[class]++ // tiny, small or medium: see laneTally's order check
 	if lane {
 		e.lanes.lanes++
 	}
