@@ -86,19 +86,12 @@ type Board struct {
 	// state of the board.
 	mu     sync.Mutex
 	closed bool
-	eps    [MaxEndpoints]*Endpoint
-	// epl lists the open endpoints of eps, in the order they opened: the
-	// timers walk it, where a walk of eps copied and scanned all
-	// MaxEndpoints slots at every timer run.
-	epl      []*Endpoint
-	wasOpen  [MaxEndpoints]bool
-	peers    []peerInfo
-	peerIdx  map[transport.NICID]uint16
+	// The fields an 8-byte message touches on the lane path, together
+	// (TestHotLines): spread over the struct they cost a cache line each.
 	freeReqs []*Request
 	late     *Request // freed, to be recycled at the next getReq (freeLater)
-	cnt      Counters
-	nowv     int64 // the board's clock as last read (now, setNow)
-	nowOK    bool  // nowv was read since the batch in hand began
+	nowv     int64    // the board's clock as last read (now, setNow)
+	nowOK    bool     // nowv was read since the batch in hand began
 	// seen is the clock as the polling waiter whose batch is in hand last
 	// read it, before the look that took the batch (lookLocked); 0: none
 	// (see ackClock).
@@ -109,6 +102,44 @@ type Board struct {
 	// without completing it, and lookLocked consumes it, as takeLane
 	// does for a lane record.
 	rxWaiter, rxTook *Request
+	// readWants: the next reading has work waiting for it (useReading):
+	// round-trip samples in rttPend, or ack deadlines in toStamp.
+	readWants bool
+	// rxRings: the batch being handled came from shared-memory rings,
+	// whose frames carry no trailer (see sendFrame).
+	rxRings bool
+	// laneRec: the frame in hand is a lane record rebuilt as the frame
+	// it stands for (recvLane), whose ack is a lane record's (ackLane);
+	// recvSequenced takes it for that frame alone.
+	laneRec  bool
+	draining bool
+	selfq    [][]byte
+	lout     []localDone // other boards' local sends to complete (local.go)
+	cmaq     []*cmaCopy  // single copies to run when mu is released (cma.go)
+	// ackOwed: partners on the rings that reached NotAckedMax unacked
+	// messages, acked once a receive finds its source drained
+	// (ack.go); each at most once (partner.owed).
+	ackOwed []*partner
+	// toStamp: partners whose ack deadline waits for the next clock
+	// reading (stampAcks).
+	toStamp []*partner
+	laneHdr [wire.LaneLen]byte // a lane record's header (lane.go)
+	// pcopies: pull replies the copy engine is copying out of held
+	// frames (pulloffload.go), oldest first.
+	pcopies []*pullCopy
+	// shortOff sends and receives every message on the general paths,
+	// never on the short path (short.go): for the tests that compare the two.
+	shortOff bool
+	host     *hostPath // peers of this host through shared memory (host.go)
+	eps      [MaxEndpoints]*Endpoint
+	// epl lists the open endpoints of eps, in the order they opened: the
+	// timers walk it, where a walk of eps copied and scanned all
+	// MaxEndpoints slots at every timer run.
+	epl     []*Endpoint
+	wasOpen [MaxEndpoints]bool
+	peers   []peerInfo
+	peerIdx map[transport.NICID]uint16
+	cnt     Counters
 	// rxRead is the clock as the receive loop read it when its Recv
 	// returned frames, for the batch's handling and the timer run after
 	// it (progress); 0: none, the batch reads when a frame needs it.
@@ -122,9 +153,6 @@ type Board struct {
 	// deadline to the next one (noteReceived, stampAcks); read without mu
 	// by polling waiters, which then read the clock soon (runDue).
 	unstamped atomic.Bool
-	// readWants: the next reading has work waiting for it (useReading):
-	// round-trip samples in rttPend, or ack deadlines in toStamp.
-	readWants bool
 	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
 	due       atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
 	armed     int64        // when the fine timer's timerfd fires, 0: not set
@@ -133,19 +161,15 @@ type Board struct {
 	// mu by the receive loop.
 	fineLapsed atomic.Bool
 	txbuf      []byte
-	laneHdr    [wire.LaneLen]byte // a lane record's header (lane.go)
-	frameMax   int                // the largest frame Data on any path: the MTU, or the host path's (host.go)
+	frameMax   int // the largest frame Data on any path: the MTU, or the host path's (host.go)
 	tx1        [1]transport.Frame
 	txFrames   []transport.Frame
 	txBufs     [][]byte
 	lens       []int
-	selfq      [][]byte
 	freeBufs   [][]byte
-	draining   bool
 	pool       pools
 	hostWait   map[transport.NICID][]chan struct{} // QueryHostname waiters
 	rawq       []rawFrame
-	lout       []localDone       // other boards' local sends to complete (local.go)
 	lost       []transport.NICID // lost peers not yet acted on (peerloss.go)
 	lostGen    uint64            // bumped whenever lost is acted on and emptied
 	live       liveClock         // the board's own stalls, not a peer's silence (liveness.go)
@@ -159,7 +183,6 @@ type Board struct {
 	rxOwned           *rxSource
 	vMarks            map[*rxSource]vMark // busy sources, when a verdict came due
 	drainGen, vFrom   uint64
-	host              *hostPath // peers of this host through shared memory (host.go)
 	hostErr           error
 	closeOnce         sync.Once
 
@@ -173,7 +196,6 @@ type Board struct {
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
 	copies     sync.WaitGroup         // single copies queued or running without mu (cma.go)
-	cmaq       []*cmaCopy             // single copies to run when mu is released (cma.go)
 	cmaQueued  atomic.Int32           // len(cmaq), read without mu
 	cmaFree    []*cmaCopy             // recycled copies
 	cmaTabAt   map[cmaKey]*cmaSender  // senders' endpoint tables and last entries (cma.go)
@@ -222,16 +244,11 @@ type Board struct {
 	// completion without waiting.
 	reaper *engineReaper
 
-	// Pull replies the copy engine is copying out of held frames
-	// (pulloffload.go), oldest first, under mu; pcopyN mirrors their
-	// count for the receive loop, which reads it without mu. curFrame is
-	// the frame of the board's transport being handled, for Hold.
-	pcopies  []*pullCopy
+	// pcopyN mirrors len(pcopies) for the receive loop, which reads it
+	// without mu. curFrame is the frame of the board's transport being
+	// handled, for Hold.
 	pcopyN   atomic.Int32
 	curFrame *transport.Frame
-	// rxRings: the batch being handled came from shared-memory rings,
-	// whose frames carry no trailer (see sendFrame).
-	rxRings bool
 	// rxLeft counts the frames received and not yet handled, in the
 	// batches being handled (one nests in another when a verdict
 	// drains a source): frames the NIC delivered before a span posted
@@ -242,20 +259,6 @@ type Board struct {
 	// what was posted on it, so only its own frames come before a span
 	// posted there.
 	rxLeftLane [transport.MaxLanes + 1]int
-	// ackOwed: partners on the rings that reached NotAckedMax unacked
-	// messages, acked once a receive finds its source drained
-	// (ack.go); each at most once (partner.owed).
-	ackOwed []*partner
-	// toStamp: partners whose ack deadline waits for the next clock
-	// reading (stampAcks).
-	toStamp []*partner
-	// laneRec: the frame in hand is a lane record rebuilt as the frame
-	// it stands for (recvLane), whose ack is a lane record's (ackLane);
-	// recvSequenced takes it for that frame alone.
-	laneRec bool
-	// shortOff sends and receives every message on the general paths,
-	// never on the short path (short.go): for the tests that compare the two.
-	shortOff bool
 	// anyHeld: some partner holds a lean frame it could not take yet
 	// (lean.go), offered again after each timer run.
 	anyHeld bool

@@ -286,3 +286,51 @@ func (c Counters) NonZero(fn func(k Counter, v uint64)) {
 		}
 	}
 }
+
+// laneTally holds the counts an 8-byte message through a lane or the lean
+// path adds to (lean.go, lane.go, partner.piggyback), on one cache line of
+// its endpoint (TestHotLines) where Counters' slots for them lie on five,
+// and those of lane records queued as unexpected (laneUnexp) on the next,
+// with the endpoint's unexpected handler: Endpoint.Counters adds them in.
+type laneTally struct {
+	// lean are the lean sends by class (tiny, small, medium), counted
+	// as those sends and as LeanSends; lanes those that went as lane
+	// records (LaneSends).
+	lean  [3]uint64
+	lanes uint64
+	// recv are the lane records laneFast delivered, by class, counted
+	// as receives of the class and as LaneRecvs.
+	recv [3]uint64
+	// piggybacked: AcksPiggybacked.
+	piggybacked uint64
+	// unexp are the lane records laneUnexp queued, by class, counted as
+	// receives of the class only (the general path delivers them).
+	unexp [3]uint64
+}
+
+// laneTally's arrays are indexed by msgClass (lean) and by a receive
+// counter less RecvTiny (recv, unexp): this fails to compile unless
+// those run tiny, small, medium from 0 and RecvTiny, RecvSmall,
+// RecvMediumFrag one after another.
+func _() {
+	var x [1]struct{}
+	_ = x[classTiny-0]
+	_ = x[classSmall-1]
+	_ = x[classMedium-2]
+	_ = x[RecvSmall-RecvTiny-1]
+	_ = x[RecvMediumFrag-RecvTiny-2]
+}
+
+// addTo adds t's counts to c.
+func (t *laneTally) addTo(c *Counters) {
+	for i, k := range [3]Counter{SendTiny, SendSmall, SendMediumFrag} {
+		c[k] += t.lean[i]
+		c[LeanSends] += t.lean[i]
+	}
+	c[LaneSends] += t.lanes
+	for i, k := range [3]Counter{RecvTiny, RecvSmall, RecvMediumFrag} {
+		c[k] += t.recv[i] + t.unexp[i]
+		c[LaneRecvs] += t.recv[i]
+	}
+	c[AcksPiggybacked] += t.piggybacked
+}

@@ -184,8 +184,7 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	if r == nil {
 		return b.laneUnexp(e, p, &h, payload)
 	}
-	e.cnt[laneClass(h.Length)]++
-	e.cnt[LaneRecvs]++
+	e.lanes.recv[laneClass(h.Length)-RecvTiny]++ // and LaneRecvs: see laneTally
 	p.applyAck(h.Ack)
 	n := scatterAt(r.segs, 0, payload)
 	if w != nil && r == w.r && r.userHeld && !r.forgotten && r.waiters == 0 {
@@ -217,7 +216,7 @@ func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte)
 	if e.handler != nil || !e.unexpRoom(len(payload)) {
 		return false
 	}
-	e.cnt[laneClass(h.Length)]++
+	e.lanes.unexp[laneClass(h.Length)-RecvTiny]++ // laneTally
 	p.applyAck(h.Ack)
 	u := b.getUnexp()
 	u.p, u.match, u.length, u.complete, u.bytes = p, h.Match, uint32(h.Length), true, len(payload)

@@ -90,7 +90,7 @@ func (p *partner) setSendSeq(s uint16) {
 func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]byte, n int) bool {
 	b := e.b
 	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.Len() > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow ||
-		class == classLarge || (class == classMedium && n > p.stride) {
+		class > classMedium || (class == classMedium && n > p.stride) {
 		return false
 	}
 	tr := p.rings()
@@ -112,10 +112,9 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	}
 	p.piggyback() // the frame carried the ack
 	p.sendSeq = seqNext(p.sendSeq)
-	e.cnt[leanSendCounter(class)]++
-	e.cnt[LeanSends]++
+	e.lanes.lean[class]++ // tiny, small or medium: see laneTally's order check
 	if lane {
-		e.cnt[LaneSends]++
+		e.lanes.lanes++
 	}
 	if b.quietRuns != 0 {
 		// A lean send times nothing and its acks call nothing: a board
@@ -125,19 +124,6 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 		b.wakeTicks()
 	}
 	return true
-}
-
-// leanSendCounter is the send counter of a lean message of class (tiny,
-// small or a medium of one fragment), whether it went as an Open-MX frame
-// or as a lane record.
-func leanSendCounter(class msgClass) Counter {
-	switch class {
-	case classTiny:
-		return SendTiny
-	case classSmall:
-		return SendSmall
-	}
-	return SendMediumFrag
 }
 
 // leanFrame writes the lean path's Open-MX frame of class (tiny, small

@@ -52,67 +52,76 @@ func isBehindOrEqual(a, b uint16) bool { return !seqBefore(b, a) }
 // partner is an endpoint's record of one remote endpoint: both directions of
 // the sequenced stream between them.
 type partner struct {
-	ep      *Endpoint
-	nic     transport.NICID
-	epID    uint8
-	peerIdx uint16 // what to put in the head of frames to this peer
-	myIdx   uint16 // our board's index of the peer (sent in CONNECT)
-
+	// The fields an 8-byte message through a lane or the lean path
+	// touches, send side and receive side, come first, on four cache
+	// lines (TestHotLines); spread over the struct, as a reader
+	// would group them, they took seven.
+	ep       *Endpoint
+	nic      transport.NICID
 	rsession uint32 // the remote endpoint's session
+	epID     uint8
 	rknown   bool
 	dead     bool // reset after unreachable: sends fail until a new connect
+	// What the connect exchange said about the peer's board (the rest
+	// below, with crc).
+	lean    bool // eager messages of one frame through the rings take the lean path (lean.go)
+	lane    bool // and tiny and small ones go as lane records (lane.go)
+	laneMed bool // and mediums of one fragment too
+	// receive side's flags
+	inHandler bool
+	ackStale  bool   // an obsolete duplicate asked for a (delayed) ack
+	owed      bool   // in Board.ackOwed: acked when the rings run dry
+	ackLazy   bool   // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
+	stampQ    bool   // in Board.toStamp: its ack deadline waits for a time
+	sackOpen  bool   // selective acks: see oooFrames
+	peerIdx   uint16 // what to put in the head of frames to this peer
+	// send side
+	sendSeq  uint16
+	ackPoint uint16 // the peer acked everything below (lean.go's window)
+	// receive side
+	recvSeq     uint16 // next to match
+	fullSeq     uint16 // everything below is fully received: the ack value
+	notAcked    int
+	ackDeadline int64
+	// selective acks (sack.go), receive side: frames that arrived past
+	// a hole since the last ack or SACK went out, and (sackOpen) whether
+	// a SACK reported a hole that the ack point has not passed yet.
+	oooFrames int
+	// The rings frames to the peer take, as of the host path's generation
+	// ringsGen-1 (rings).
+	ringsTr  *shm.Transport
+	ringsGen uint64
+	local    localPeer // which endpoint of this process it is (local.go)
+	unacked  reqList
+	waitq    reqList
+	early    []earlyPkt
+	partials []*partial
+	held     []byte // a lean frame that could not be taken yet (lean.go)
+	rttSkip  int    // acks since the last one that gave a round-trip sample (sampleRTT)
+	probeAt  int64  // when the tail-loss probe went out; 0: none since the ack last moved
+	stride   int    // the medium fragment stride, from the connect exchange
+
+	myIdx uint16 // our board's index of the peer (sent in CONNECT)
 	// The lost peers (Board.lost) of generation lostGen that were known
 	// when this session began: the first lostSkip (peerloss.go).
 	lostSkip int
 	lostGen  uint64
 	// What the connect exchange said about the peer's board: whether
-	// frames carry the trailer, the medium fragment stride and the pull
-	// reply length both sides use (Open-MX's build-time sizes for an
-	// Open-MX peer).
+	// frames carry the trailer, the medium fragment stride (above) and
+	// the pull reply length both sides use (Open-MX's build-time sizes
+	// for an Open-MX peer).
 	crc       bool
 	sack      bool // selective acks both ways (sack.go)
-	lean      bool // eager messages of one frame through the rings take the lean path (lean.go)
-	lane      bool // and tiny and small ones go as lane records (lane.go)
-	laneMed   bool // and mediums of one fragment too
 	replyPad  bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
 	replyLane bool // the peer sends the pull replies a PULL asks for to a lane (placerecv.go)
-	stride    int
 	replyLen  int
-	context   any       // Endpoint.SetAddrContext
-	local     localPeer // which endpoint of this process it is (local.go)
-	// The rings frames to the peer take, as of the host path's generation
-	// ringsGen-1 (rings).
-	ringsTr  *shm.Transport
-	ringsGen uint64
+	context   any // Endpoint.SetAddrContext
 
-	// send side
-	sendSeq    uint16
-	ackPoint   uint16 // the peer acked everything below (lean.go's window)
-	unacked    reqList
-	waitq      reqList
-	ackNumRecv uint32
-
-	// receive side
-	recvSeq     uint16 // next to match
-	fullSeq     uint16 // everything below is fully received: the ack value
-	early       []earlyPkt
-	partials    []*partial
-	notAcked    int
-	ackStale    bool // an obsolete duplicate asked for a (delayed) ack
-	owed        bool // in Board.ackOwed: acked when the rings run dry
-	ackLazy     bool // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
-	stampQ      bool // in Board.toStamp: its ack deadline waits for a time
-	rttSkip     int  // acks since the last one that gave a round-trip sample (sampleRTT)
-	ackDeadline int64
+	ackNumRecv  uint32 // send side
 	ackNumSent  uint32
-	inHandler   bool
 	draining    bool
-	held        []byte // a lean frame that could not be taken yet (lean.go)
-
 	connecting  reqList
 	connAttempt uint8
-
-	probeAt int64 // when the tail-loss probe went out; 0: none since the ack last moved
 
 	// asking a late peer (ask.go): whether it announced ExtAsk, when the
 	// newest question went out while its answer has not come (0: none),
@@ -137,13 +146,8 @@ type partner struct {
 	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
 
-	// selective acks (sack.go), receive side: frames that arrived past
-	// a hole since the last ack or SACK went out, and whether a SACK
-	// reported a hole that the ack point has not passed yet.
-	oooFrames int
-	sackOpen  bool
-	// Send side: whether a request in unacked may have a sackHeld that
-	// the next TRUC must confirm or forget (onSack).
+	// Send side of selective acks: whether a request in unacked may have
+	// a sackHeld that the next TRUC must confirm or forget (onSack).
 	sackKnown bool
 
 	rtt  rtt // round-trip estimate of the sequenced stream (rtt.go)
@@ -255,7 +259,7 @@ func (p *partner) flushWait() {
 // piggyback returns the ack to carry on an outgoing sequenced packet.
 func (p *partner) piggyback() uint16 {
 	if p.notAcked > 0 {
-		p.ep.cnt[AcksPiggybacked]++
+		p.ep.lanes.piggybacked++
 	}
 	p.notAcked = 0
 	p.ackStale = false

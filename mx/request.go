@@ -101,41 +101,46 @@ type reqState struct {
 	// it is then finished by the Tests (enginereap.go).
 	tested atomic.Bool
 
-	ep   *Endpoint
-	kind reqKind
-
+	kind      reqKind
 	userHeld  bool // the application may still Test/Wait it
 	protoHeld bool // the protocol still references it (unacked, region, pull)
 	// kickHeld: isend still holds it between its kick and its clock
 	// reading (stampAfterKick), when another goroutine may ack, complete
 	// and consume it; maybeFree leaves it to stampAfterKick.
-	kickHeld  bool
+	kickHeld bool
+	ep       *Endpoint
+	// The one-byte fields together (the struct has no padding: a
+	// Request is 368 bytes, six whole cache lines of its size class).
 	forgotten bool
-	zombie    bool // an eager send completed before its ack
+	zombie    bool     // an eager send completed before its ack
+	signaled  bool     // complete sent on ch (maybeFree drains it)
+	class     msgClass // send
+	acked     bool     // send
+	bulk      bool     // a large send over the transport, not rings (sleep.go)
+	nacked    bool     // a NACK_LIB came; the next one (after the resend it caused) fails it
+	attempt   uint8    // connect
 	waiters   int
-	signaled  bool  // complete sent on ch (maybeFree drains it)
 	wokeAt    int64 // when complete woke a sleeping waiter (board clock): its wake-up is timed (descheduled.go)
-	status    Status
 
 	// send
-	p         *partner
-	class     msgClass
-	seq       uint16
-	match     uint64
-	length    uint32
-	bulk      bool // a large send over the transport, not rings (sleep.go)
+	p      *partner
+	match  uint64
+	length uint32
+	seq    uint16
+	// toldRecv (connect) is the NextRecvSeq the latest attempt
+	// announced: the peer numbers its sends from it once it replies.
+	toldRecv  uint16
 	segs      [][]byte
 	lastSend  int64
 	firstSend int64 // when the request first went out: the unreachable verdict counts from it
 	resends   int
-	resendMax int  // SetRequestTimeout: resends before failure; 0: the endpoint's
-	nacked    bool // a NACK_LIB came; the next one (after the resend it caused) fails it
+	resendMax int // SetRequestTimeout: resends before failure; 0: the endpoint's
+	status    Status
 	// What the receiver's latest selective ack said of it (sack.go): the
 	// fragments it holds, and those it shows lost (sent before a frame
 	// the receiver holds, and missing: the holes to resend).
 	sackHeld uint32
 	sackLost uint32
-	acked    bool
 	region   int // -1: none
 	// notify (internal)
 	pulled               uint32
@@ -146,11 +151,7 @@ type reqState struct {
 	pl   *pull
 	rref rndvRef // a matched large receive waiting for a pull handle
 	// connect
-	key     uint32
-	attempt uint8
-	// toldRecv is the NextRecvSeq the latest attempt announced: the peer
-	// numbers its sends from it once it replies.
-	toldRecv uint16
+	key uint32
 }
 
 // reqList is a queue of requests linked through their q node: an

@@ -4,22 +4,17 @@ import (
 	"reflect"
 	"testing"
 	"unsafe"
+
+	"github.com/gomx-dev/gomx/internal/layouttest"
 )
 
 // fieldOffset is the offset of the field name (perhaps promoted from an
 // embedded struct) in struct type t.
 func fieldOffset(t *testing.T, typ reflect.Type, name string) uintptr {
 	t.Helper()
-	f, ok := typ.FieldByName(name)
+	off, ok := layouttest.Offset(typ, name)
 	if !ok {
 		t.Fatalf("%v has no field %s", typ, name)
-	}
-	var off uintptr
-	ty := typ
-	for _, i := range f.Index {
-		sf := ty.Field(i)
-		off += sf.Offset
-		ty = sf.Type
 	}
 	return off
 }
@@ -34,34 +29,14 @@ func TestHotLines(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("the hot lines are laid out for 64-bit pointers")
 	}
-	cases := []struct {
-		v      any
-		fields []string
-		lines  uintptr
-	}{
-		{new(outRing), []string{"data", "cur", "clear", "lap", "headSeen", "peer", "mtu", "dead", "blOn", "retireAsk", "shut",
-			"sent", "notify", "sum", "slp", "mu"}, 2},
-		{new(Transport), []string{"hot", "rr", "peeked", "peekedAt", "peekedLen", "toCommit", "peekedQ", "recvd",
-			"peekedQR", "peekedQN", "mtu", "nLanes", "fullScan", "q"}, 2},
-		{new(inRing), []string{"wordAt", "dead", "gone", "data", "cur", "pos", "peer"}, 1},
-		{new(inRing), []string{"wordAt", "pubHead", "pubEvery", "head"}, 2},
-	}
-	for _, c := range cases {
-		// Allocated as the transport allocates them.
-		v := reflect.ValueOf(c.v).Elem()
-		typ := v.Type()
-		first := v.FieldByName(c.fields[0]).UnsafeAddr()
-		if first%64 != 0 {
-			t.Errorf("%v.%s at %#x (offset %d), not at the start of a cache line: move the fields before it (the runtime puts an 8-byte header before an object of more than 512 bytes with pointers), or pad %v (%d bytes) to a size class that is a multiple of 64 bytes",
-				typ, c.fields[0], first, fieldOffset(t, typ, c.fields[0]), typ, typ.Size())
-		}
-		base := fieldOffset(t, typ, c.fields[0])
-		for _, name := range c.fields[1:] {
-			if off := fieldOffset(t, typ, name); off < base || off >= base+64*c.lines {
-				t.Errorf("%v.%s at offset %d: want it in [%d, %d), with the fields of the path it serves", typ, name, off, base, base+64*c.lines)
-			}
-		}
-	}
+	// Allocated as the transport allocates them, each group's first
+	// field at the start of a line.
+	layouttest.HotLines(t, new(outRing), 0, 2, "data", "cur", "clear", "lap", "headSeen", "peer", "mtu", "dead", "blOn",
+		"retireAsk", "shut", "sent", "notify", "sum", "slp", "mu")
+	layouttest.HotLines(t, new(Transport), 0, 2, "hot", "rr", "peeked", "peekedAt", "peekedLen", "toCommit", "peekedQ",
+		"recvd", "peekedQR", "peekedQN", "mtu", "nLanes", "fullScan") // and q's cursor, below
+	layouttest.HotLines(t, new(inRing), 0, 1, "wordAt", "dead", "gone", "data", "cur", "pos", "peer")
+	layouttest.HotLines(t, new(inRing), 0, 2, "wordAt", "pubHead", "pubEvery", "head")
 	// The receive queue's cursor, its word and broken: on Transport's
 	// second hot line, with q.
 	q := reflect.TypeOf(qConsumer{})
