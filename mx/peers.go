@@ -28,6 +28,7 @@ type peerInfo struct {
 	laneMed   bool   // and ExtRingLaneMedium
 	replyPad  bool   // it announced ExtReplyPad: it pads the replies a PULL asks it to (placerecv.go)
 	replyLane bool   // it announced ExtPlaceLane: it sends the replies a PULL asks for to the lane it names (placerecv.go)
+	pullAlign bool   // it announced ExtPullAlign: it cuts a pull from its end when a PULL asks (placerecv.go)
 	maxFrame  int    // its largest frame Data, when gomx
 	yourIdx   uint16 // our index in its peer table: the head of frames to it
 	hostname  string // from its HOST_REPLY
@@ -107,6 +108,7 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.laneMed = pi.lane && h.Ext.Flags&wire.ExtRingLaneMedium != 0
 	pi.replyPad = pi.gomx && h.Ext.Flags&wire.ExtReplyPad != 0
 	pi.replyLane = pi.gomx && h.Ext.More&wire.ExtPlaceLane != 0
+	pi.pullAlign = pi.gomx && h.Ext.More&wire.ExtPullAlign != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

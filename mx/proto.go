@@ -370,6 +370,9 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.replyLane {
 			more = wire.ExtPlaceLane
 		}
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.pullAlign {
+			more |= wire.ExtPullAlign
+		}
 		m, err := wire.DecodePull(h, b.ord, ext, more)
 		if err != nil {
 			b.cnt[DropBadPull]++

@@ -297,8 +297,12 @@ func openDriver(d pci.Device, interrupts bool, queues int, place bool, mtu int, 
 			o.Queues = queues
 		} else if place {
 			// Queue 0 and a lane a pull (transport/nic place.go): as
-			// many as pulls run at once with mx's defaults.
+			// many as pulls run at once with mx's defaults. Frames of
+			// the MTU untagged (the lanes strip tags), so a lane's
+			// spans are a full reply's payload and the last reply of a
+			// message is placed too (docs/zero-copy.md).
 			o.Queues, o.PlaceOnly = 1+placeLanes, placeLanes
+			o.MaxFrame = mtu + 14
 		}
 		return ixgbe.Open(d, o)
 	}
