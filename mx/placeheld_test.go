@@ -97,7 +97,7 @@ func TestPlaceSpanOfAShorterFrame(t *testing.T) {
 	geo := wire.PullFrames{Total: 20*L - 300, L: L, Skew: 300}
 	b := &Board{plc: &placeRecv{min: 1458, lanes: 1}}
 	pl := &pull{e: &Endpoint{b: b}, geo: geo, nframes: geo.Count()}
-	pl.pp = &pullPlace{seg: make([]byte, geo.Total), lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, 1)}
+	pl.pp = &pullPlace{seg: make([]byte, geo.Total), min: 1458, lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, 1)}
 	for i := range pl.nframes - 1 {
 		pl.pp.post[i] = uint64(1 + i)
 	}
