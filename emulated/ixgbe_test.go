@@ -454,3 +454,44 @@ func TestIXGBEAlwaysHeaderFrameFitsBSizePacket(t *testing.T) {
 		_ = got[0].Pool().Free(got[0])
 	})
 }
+
+// TestIXGBEJumboEnOff: the driver sets HLREG0.JUMBOEN with MAXFRS.MFS =
+// MaxFrame + 4 (the FCS), as Linux's ixgbe does; with JUMBOEN cleared the
+// model passes the standard frame only, 1514 bytes without FCS untagged
+// and 1518 tagged, and drops a longer one, counting it in ROC.
+func TestIXGBEJumboEnOff(t *testing.T) {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+		regs, _ := p.Functions()[1].BAR(0)
+		if hl, mfs := regs.Read32(hw.HLREG0), regs.Read32(hw.MAXFRS)>>hw.MaxfrsShift; hl&hw.Hlreg0JumboEn == 0 || mfs != hw.MaxFrame+4 {
+			t.Fatalf("HLREG0 %#x, MAXFRS.MFS %d: want JUMBOEN and %d", hl, mfs, hw.MaxFrame+4)
+		}
+		regs.Write32(hw.HLREG0, regs.Read32(hw.HLREG0)&^hw.Hlreg0JumboEn)
+		tag := func(fr []byte) []byte {
+			return append(append(append([]byte(nil), fr[:12]...), 0x81, 0x00, 0x00, 0x05), fr[12:]...)
+		}
+		frames := [][]byte{
+			nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 0, hw.StdFrame),
+			nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 1, hw.StdFrame+1),
+			nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 2, hw.MaxFrame),
+			tag(nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 3, hw.StdFrame)),
+			tag(nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 4, hw.StdFrame+1)),
+		}
+		regs.Read32(hw.ROC)
+		nictest.SendFrames(t, n[0], frames)
+		waitIXGBESent(t, p, 0, uint64(len(frames)))
+		got := nictest.RecvFrames(t, n[1], 2)
+		for i, want := range []int{hw.StdFrame, hw.StdFrame + 4} {
+			if got[i].FrameLen() != want {
+				t.Errorf("frame %d received: %d bytes, want %d", i, got[i].FrameLen(), want)
+			}
+			_ = got[i].Pool().Free(got[i])
+		}
+		if v := regs.Read32(hw.ROC); v != 3 {
+			t.Errorf("ROC %d, want 3 (the frames past 1514 untagged, 1518 tagged)", v)
+		}
+		if k := received(t, n[1]); k != 0 {
+			t.Errorf("%d more frames received, want none", k)
+		}
+	})
+}

@@ -284,18 +284,19 @@ func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap,
 }
 
 // maxFrameLocked is the largest untagged frame without FCS the MAC
-// passes (MAXFRS.MFS less the FCS; see frameLimit for a tagged one).
+// passes (MAXFRS.MFS less the FCS with HLREG0.JUMBOEN, 1514 without; see
+// frameLimit for a tagged one). RX drops a longer one and counts it in ROC.
 func (n *ixgbeNIC) maxFrameLocked() int {
 	if n.has(hw.HLREG0, hw.Hlreg0JumboEn) {
 		return int(n.reg(hw.MAXFRS)>>hw.MaxfrsShift) - 4
 	}
-	return hw.MaxFrame
+	return hw.StdFrame
 }
 
 // frameLimit is the largest length without FCS of a frame like fr when
 // the largest untagged one is untagged: a frame with a VLAN tag (EtherType
 // 0x8100 at offset 12) may be 4 bytes longer, as the 82599 admits one of
-// MFS+4 bytes (MAXFRS; the hard-wired 1518 likewise admits 1522 tagged).
+// MFS+4 bytes (MAXFRS; without JUMBOEN, 1518 tagged).
 func frameLimit(fr []byte, untagged int) int {
 	if len(fr) >= 14 && fr[12] == 0x81 && fr[13] == 0x00 {
 		return untagged + 4

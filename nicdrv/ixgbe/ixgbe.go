@@ -249,8 +249,8 @@ const maxJumbo = 9018
 const minFrame = 1514
 
 // vlanTag is how much longer than MaxFrame a frame the 82599 admits may
-// be: a VLAN-tagged one may be MAXFRS.MFS+4 bytes (and 1522 with
-// HLREG0.JUMBOEN off), so a placement and a placing queue's pool buffer
+// be: a VLAN-tagged one may be MAXFRS.MFS+4 bytes (HLREG0.JUMBOEN is
+// always set), so a placement and a placing queue's pool buffer
 // hold MaxFrame+vlanTag bytes.
 const vlanTag = 4
 
@@ -527,13 +527,10 @@ func (n *NIC) setupRx() error {
 		n.w32(hw.RXPBSIZE(i), 0)
 	}
 	hl := n.r32(hw.HLREG0) | hw.Hlreg0RxCRCStrp
-	if o.MaxFrame != hw.MaxFrame {
-		// MAXFRS.MFS bounds the frames only with JUMBOEN (Linux's
-		// ixgbe sets it always): jumbo frames, or fewer than 1518.
-		hl |= hw.Hlreg0JumboEn
-	} else {
-		hl &^= hw.Hlreg0JumboEn
-	}
+	// JUMBOEN always, as Linux's ixgbe: MAXFRS.MFS (FCS included) then
+	// bounds the frames at MaxFrame untagged, MaxFrame+4 tagged; without
+	// it the MAC drops an untagged frame past 1514 (hw.StdFrame).
+	hl |= hw.Hlreg0JumboEn
 	n.w32(hw.HLREG0, hl&^hw.Hlreg0Lpbk)
 	n.w32(hw.MAXFRS, uint32(o.MaxFrame+4)<<hw.MaxfrsShift)
 	n.set32(hw.RDRXCTL, hw.RdrxctlCRCStrip)

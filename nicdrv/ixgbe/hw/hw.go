@@ -43,8 +43,13 @@ const (
 	RETAEntries = 128
 	// RSSKeyLen is the length of the Toeplitz key in bytes.
 	RSSKeyLen = 40
-	// MaxFrame is the largest standard frame without FCS.
+	// MaxFrame is the driver's default largest frame without FCS: a
+	// 1500-byte MTU with a VLAN tag.
 	MaxFrame = 1518
+	// StdFrame is the largest untagged frame without FCS the MAC passes
+	// with HLREG0.JUMBOEN off (4 more tagged): MAXFRS.MFS resets to 1518
+	// and counts the FCS, as Linux's ixgbe (MFS = MTU + 14 + 4) reads it.
+	StdFrame = 1514
 	// MaxJumbo is the largest frame MAXFRS may allow (without FCS).
 	MaxJumbo = 15872 - 4
 	// MinFrame is the shortest frame without FCS: HLREG0.TXPADEN pads to
