@@ -807,8 +807,8 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	L := uint64(p.replyLen - pad)
 	skew := uint64(h.RegionOffset) % L
 	if h.AlignEnd {
-		// Cut from the pull's end (wire.ExtPullAlign, read only from a
-		// peer we announced it to): the last frame full.
+		// Cut from the pull's end (wire.ExtPullAlign, read only when
+		// both boards announced it): the last frame full.
 		skew = uint64(wire.AlignEnd(int(h.TotalLength), int(L)))
 	}
 	ffo, bl := uint64(h.FirstFrameOffset), uint64(h.BlockLength)
