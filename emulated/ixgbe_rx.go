@@ -86,7 +86,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		n.nDrop.Add(1)
 		return rxDropped
 	}
-	if len(fr) > frameLimit(fr, n.maxFrameLocked()) {
+	if len(fr) > frameLimit(fr, n.maxFrameLocked(), n.vetLocked()) {
 		n.regs[hw.ROC/4]++
 		n.nDrop.Add(1)
 		return rxDropped
@@ -120,9 +120,10 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		data = binary.LittleEndian.AppendUint32(append([]byte(nil), fr...), c)
 	}
 	var tci uint16
-	if n.has(hw.RXDCTL(q), hw.RxdctlVME) && len(fr) >= 18 && fr[12] == 0x81 && fr[13] == 0x00 {
-		// RXDCTL.VME (per queue on the 82599): the 802.1Q tag leaves
-		// the frame for the write-back's VLAN field, status VP.
+	if n.has(hw.RXDCTL(q), hw.RxdctlVME) && len(fr) >= 18 && binary.BigEndian.Uint16(fr[12:]) == n.vetLocked() {
+		// RXDCTL.VME (per queue on the 82599): a tag of VLNCTRL.VET's
+		// EtherType leaves the frame for the write-back's VLAN field,
+		// status VP.
 		tci = binary.BigEndian.Uint16(fr[14:])
 		data = append(append(make([]byte, 0, len(data)-4), data[:12]...), data[16:]...)
 		c.status |= hw.RxStatVP

@@ -1,6 +1,7 @@
 package emulated_test
 
 import (
+	"bytes"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -492,6 +493,31 @@ func TestIXGBEJumboEnOff(t *testing.T) {
 		}
 		if k := received(t, n[1]); k != 0 {
 			t.Errorf("%d more frames received, want none", k)
+		}
+	})
+}
+
+// TestIXGBEStripsVET: a queue with RXDCTL.VME strips a tag of the
+// EtherType VLNCTRL.VET holds, whatever it is (0x88A8 here), and leaves
+// a frame tagged 0x8100 whole.
+func TestIXGBEStripsVET(t *testing.T) {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+		regs, _ := p.Functions()[1].BAR(0)
+		regs.Write32(hw.VLNCTRL, regs.Read32(hw.VLNCTRL)&^hw.VlnctrlVETMask|0x88A8)
+		regs.Write32(hw.RXDCTL(0), regs.Read32(hw.RXDCTL(0))|hw.RxdctlVME)
+		plain := nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 0, 200)
+		tag := func(hi, lo byte) []byte {
+			return append(append(append([]byte(nil), plain[:12]...), hi, lo, 0x00, 0x05), plain[12:]...)
+		}
+		nictest.SendFrames(t, n[0], [][]byte{tag(0x88, 0xA8), tag(0x81, 0x00)})
+		waitIXGBESent(t, p, 0, 2)
+		got := nictest.RecvFrames(t, n[1], 2)
+		for i, want := range [][]byte{plain, tag(0x81, 0x00)} {
+			if b := got[i].AppendFrame(nil); !bytes.Equal(b, want) {
+				t.Errorf("frame %d: %d bytes, want %d: %x", i, len(b), len(want), b[:16])
+			}
+			_ = got[i].Pool().Free(got[i])
 		}
 	})
 }

@@ -85,6 +85,7 @@ type txSnap struct {
 	base         uint64
 	l, head, tdt uint32
 	maxFrame     int
+	vet          uint16 // VLNCTRL.VET
 	pad          bool
 }
 
@@ -114,6 +115,7 @@ func (n *ixgbeNIC) txQueue(q int) {
 		head:     n.reg(hw.TDH(q)),
 		tdt:      tdt,
 		maxFrame: n.maxFrameLocked(),
+		vet:      n.vetLocked(),
 		pad:      n.has(hw.HLREG0, hw.Hlreg0TxPadEn),
 	}
 	n.mu.Unlock()
@@ -258,7 +260,7 @@ func (n *ixgbeNIC) finishFrame(frame *[]byte, q int, first hw.TxDesc, s *txSnap,
 		drop()
 		return
 	}
-	if lim := frameLimit(fr, s.maxFrame); len(fr) > lim {
+	if lim := frameLimit(fr, s.maxFrame, s.vet); len(fr) > lim {
 		n.violation("TX frame of %d bytes: longer than %d (HLREG0.JUMBOEN, MAXFRS; 4 more with a VLAN tag)", len(fr), lim)
 		drop()
 		return
@@ -293,12 +295,15 @@ func (n *ixgbeNIC) maxFrameLocked() int {
 	return hw.StdFrame
 }
 
+// vetLocked is the EtherType of a VLAN tag (VLNCTRL.VET).
+func (n *ixgbeNIC) vetLocked() uint16 { return uint16(n.reg(hw.VLNCTRL) & hw.VlnctrlVETMask) }
+
 // frameLimit is the largest length without FCS of a frame like fr when
 // the largest untagged one is untagged: a frame with a VLAN tag (EtherType
-// 0x8100 at offset 12) may be 4 bytes longer, as the 82599 admits one of
-// MFS+4 bytes (MAXFRS; without JUMBOEN, 1518 tagged).
-func frameLimit(fr []byte, untagged int) int {
-	if len(fr) >= 14 && fr[12] == 0x81 && fr[13] == 0x00 {
+// vet, VLNCTRL.VET, at offset 12) may be 4 bytes longer, as the 82599
+// admits one of MFS+4 bytes (MAXFRS; without JUMBOEN, 1518 tagged).
+func frameLimit(fr []byte, untagged int, vet uint16) int {
+	if len(fr) >= 14 && binary.BigEndian.Uint16(fr[12:]) == vet {
 		return untagged + 4
 	}
 	return untagged

@@ -93,6 +93,7 @@ const (
 	RXCTRL   = 0x03000
 	RXCSUM   = 0x05000
 	FCTRL    = 0x05080
+	VLNCTRL  = 0x05088
 	MCSTCTRL = 0x05090
 	MTA      = 0x05200
 	MRQC     = 0x05818
@@ -383,6 +384,9 @@ const (
 	Hlreg0TxPadEn   = 1 << 10
 	Hlreg0Lpbk      = 1 << 15
 )
+
+// VLNCTRL: VET, the EtherType of a VLAN tag (resets to 0x8100).
+const VlnctrlVETMask = 0xFFFF
 
 // MAXFRS: the largest frame (FCS included) in bits 31:16.
 const MaxfrsShift = 16
