@@ -200,6 +200,12 @@ func FuzzDecode(f *testing.F) {
 			if y, err := DecodePull(q, o, ExtReplyPad, ExtPlaceLane|ExtPullAlign); err != nil || y != x {
 				t.Fatalf("byte 19's bits 1..7 changed the decode: %+v %v vs %+v", y, err, x)
 			}
+			// ExtPullAlign without ExtPlaceLane: byte 19's bit 0 is
+			// AlignEnd, byte 18 a pad.
+			want.Lane = 0
+			if y, err := DecodePull(p, o, ExtReplyPad, ExtPullAlign); err != nil || y != want {
+				t.Fatalf("PULL with ExtPullAlign only: %+v %v, want %+v", y, err, want)
+			}
 		}
 		// The frame length never exceeds the data.
 		d := append([]byte{0, 0}, p...)
