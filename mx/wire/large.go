@@ -96,8 +96,8 @@ type Pull struct {
 	// to a queue of their own; 0 for none.
 	Lane uint8
 	// AlignEnd asks for the pull's frames cut from its end
-	// ([AlignEnd]: the geometry's skew is L - TotalLength%L,
-	// not RegionOffset%L), so that its last frame is full; the puller
+	// ([AlignEnd]: the geometry's skew is (L - TotalLength%L) % L,
+	// 0 for a multiple of L, not RegionOffset%L), so that its last frame is full; the puller
 	// sets it in every PULL of the pull, or in none. The bytes still
 	// come from RegionOffset on.
 	AlignEnd bool
@@ -176,7 +176,7 @@ func DecodePull(p []byte, o Order, ext, more uint8) (Pull, error) {
 type PullFrames struct {
 	Total int // bytes pulled
 	L     int // pull reply payload length
-	Skew  int // region offset modulo L
+	Skew  int // region offset modulo L, or [AlignEnd]'s for a pull cut from its end
 }
 
 // Count returns the number of frames.
