@@ -83,3 +83,66 @@ func TestPlacedLaneEveryByte(t *testing.T) {
 		})
 	}
 }
+
+// TestPlacedLaneOlderPeer: a peer that sends to lanes but did not announce
+// ExtPullAlign (an older gomx) is asked for no aligned pull: the frames
+// are cut from the region offset, each lane span a full reply's payload
+// (1450 bytes, MaxFrame 1514), so a short last frame has no span at the
+// end of the receive buffer and is copied, exactly its bytes, and every
+// other byte is placed. Byte-exact, nothing asked for again.
+func TestPlacedLaneOlderPeer(t *testing.T) {
+	checkLeaks(t)
+	o := zcOptions("on")
+	o.PullTimeout, o.RTOMin, o.RTOMax = 10*time.Second, 10*time.Second, 10*time.Second
+	pr := newPairOn(t, zcWire(t, zcModels[3], nil, nil), o)
+	ctx := testCtx(t, 2*time.Minute)
+	xfer := func(size int, tag uint64) {
+		t.Helper()
+		src, dst := pattern(size, tag), make([]byte, size)
+		r, err := pr.b.IRecv([][]byte{dst}, tag, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.a.ISend([][]byte{src}, pr.atob, tag, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatalf("%d bytes: %v (counters %v)", size, err, nonZero(pr.b.Counters()))
+		}
+		if _, err := s.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(src, dst) {
+			t.Fatalf("%d bytes: arrived changed at %s", size, firstDiff(src, dst, pullGeometry(pr, size)))
+		}
+	}
+	xfer(64, 1) // connects the boards
+	for _, side := range []struct {
+		b    *Board
+		e    *Endpoint
+		peer *Board
+		to   uint8
+	}{{pr.ba, pr.a, pr.bb, pr.b.id}, {pr.bb, pr.b, pr.ba, pr.a.id}} {
+		side.b.mu.Lock()
+		pi, p := side.b.peer(side.peer.NICID(), side.b.peerIndex(side.peer.NICID())), side.e.partnerAt(side.peer.NICID(), side.to)
+		if pi == nil || p == nil || !pi.pullAlign || !p.pullAlign || !p.replyLane {
+			side.b.mu.Unlock()
+			t.Fatalf("peer %+v, partner %+v: want both announcing ExtPlaceLane and ExtPullAlign", pi, p)
+		}
+		pi.pullAlign, p.pullAlign = false, false
+		side.b.mu.Unlock()
+	}
+	const L = 1450
+	for i, size := range []int{1 << 20, 1<<20 + 1, 40 * L, 3<<20 + 517} {
+		before, asked := pr.b.CopyStats(), pr.b.Counters().Get(PullFramesRerequested)
+		xfer(size, uint64(10+i))
+		got := pr.b.CopyStats().Sub(before)
+		if n := pr.b.Counters().Get(PullFramesRerequested); n != asked {
+			t.Errorf("%d bytes: %d frames asked for again on a lossless wire", size, n-asked)
+		}
+		if got.RecvScatter != uint64(size%L) || got.RecvPlaced != uint64(size-size%L) {
+			t.Errorf("%d bytes: %d copied, %d placed: want the short last frame's %d copied, the rest placed", size, got.RecvScatter, got.RecvPlaced, size%L)
+		}
+	}
+}
