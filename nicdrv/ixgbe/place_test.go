@@ -259,9 +259,10 @@ func TestPlaceOnlyStripsVLAN(t *testing.T) {
 					frames, want = append(frames, fr), append(want, w)
 				}
 				nictest.SendFrames(t, a, frames)
+				waitSent(t, p, 0, uint64(len(frames))) // every frame written back
 				var got []*nicdrv.Buffer
 				buf := make([]*nicdrv.Buffer, 8)
-				for tries := 0; len(got) < placed && tries < 100000; tries++ {
+				for tries := 0; len(got) < placed && tries < 100; tries++ {
 					k, err := b.RxBatch(1, buf)
 					if err != nil {
 						t.Fatal(err)
