@@ -54,7 +54,7 @@ func (n *e1000eNIC) deliverLocked(fr []byte) rxResult {
 		return rxDropped
 	}
 	rctl := n.reg(hw.RCTL)
-	max := hw.MaxFrame + 4
+	max := hw.MaxFrame // without RCTL.LPE: 1522 bytes with the FCS, tagged or not
 	if rctl&hw.RctlLPE != 0 {
 		max = 16128
 	}

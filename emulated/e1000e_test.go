@@ -364,3 +364,25 @@ func TestMatchRAR(t *testing.T) {
 		t.Error("another address matched")
 	}
 }
+
+// TestE1000ELongPacket: without RCTL.LPE the 82574L discards a frame
+// longer than 1522 bytes with its FCS, tagged or not: 1518 without
+// (hw.MaxFrame) arrives, 1519 is dropped and counted in ROC.
+func TestE1000ELongPacket(t *testing.T) {
+	r := newNICRig(t)
+	r.startRx(1)
+	r.regs[1].Write32(hw.CTRL, hw.CtrlSLU)
+	r.regs[0].Write32(hw.RCTL, hw.RctlLPE) // the sender may send long ones
+	r.send(0, testFrame(hw.MaxFrame))
+	r.send(1, testFrame(hw.MaxFrame+1))
+	r.send(2, testFrame(100))
+	if got := r.received(1, 0); !bytes.Equal(got, testFrame(hw.MaxFrame)) {
+		t.Errorf("a %d-byte frame: received %d bytes", hw.MaxFrame, len(got))
+	}
+	if got := r.received(1, 1); !bytes.Equal(got, testFrame(100)) {
+		t.Errorf("after a %d-byte frame: received %d bytes, want the next, 100", hw.MaxFrame+1, len(got))
+	}
+	if v := r.regs[1].Read32(hw.ROC); v != 1 {
+		t.Errorf("ROC %d, want 1", v)
+	}
+}

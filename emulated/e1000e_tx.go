@@ -169,7 +169,7 @@ func (n *e1000eNIC) finishFrameLocked(frame *[]byte, popts uint8) {
 		n.spare = append(n.spare, fr[:0])
 		return
 	}
-	max := hw.MaxFrame + 4
+	max := hw.MaxFrame // without RCTL.LPE: 1522 bytes with the FCS, tagged or not
 	if n.has(hw.RCTL, hw.RctlLPE) {
 		max = 16128
 	}

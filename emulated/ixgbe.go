@@ -102,8 +102,9 @@ func DefaultIXGBEOptions() IXGBEOptions {
 //     (DESCTYPE 101) a frame the parser does not split (not IP, or
 //     PSRTYPE naming no header) puts its first BSIZEHEADER bytes in the
 //     header buffer and the rest in the packet buffer, so every frame
-//     longer than the header buffer arrives in two; HLREG0.JUMBOEN and MAXFRS bound the frame size, and
-//     HLREG0.RXCRCSTRP must agree with RDRXCTL.CRCSTRIP;
+//     longer than the header buffer arrives in two; HLREG0.JUMBOEN and MAXFRS bound the frame size (an
+//     802.1Q-tagged one may be 4 bytes longer), a queue with RXDCTL.VME strips the tag (its TCI in the
+//     write-back's VLAN field, status VP), and HLREG0.RXCRCSTRP must agree with RDRXCTL.CRCSTRIP;
 //   - TX uses advanced data and context descriptors only, with IFCS set and
 //     PAYLEN equal to the frame's length, and writes DD back where RS asks;
 //   - frames are steered in the 82599's order: EtherType filters

@@ -26,7 +26,8 @@ func (n *ixgbeNIC) powerOn() {
 	n.set(hw.EEC, hw.EECPres|hw.EECAutoRd)
 	n.set(hw.RDRXCTL, hw.RdrxctlDMAIDone)
 	n.set(hw.HLREG0, hw.Hlreg0TxCRCEn|hw.Hlreg0RxCRCStrp|hw.Hlreg0TxPadEn)
-	n.set(hw.MAXFRS, (hw.MaxFrame+4)<<hw.MaxfrsShift)
+	n.set(hw.VLNCTRL, 0x8100)                         // VET
+	n.set(hw.MAXFRS, (hw.StdFrame+4)<<hw.MaxfrsShift) // 0x5EE
 	n.set(hw.RXPBSIZE(0), 512<<10)
 	n.set(hw.TXPBSIZE(0), 160<<10)
 	for q := 0; q < hw.Queues; q++ {

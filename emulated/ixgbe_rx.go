@@ -86,7 +86,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		n.nDrop.Add(1)
 		return rxDropped
 	}
-	if len(fr) > frameLimit(fr, n.maxFrameLocked()) {
+	if len(fr) > frameLimit(fr, n.maxFrameLocked(), n.vetLocked()) {
 		n.regs[hw.ROC/4]++
 		n.nDrop.Add(1)
 		return rxDropped
@@ -119,10 +119,19 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		c := crc32.ChecksumIEEE(fr)
 		data = binary.LittleEndian.AppendUint32(append([]byte(nil), fr...), c)
 	}
+	var tci uint16
+	if n.has(hw.RXDCTL(q), hw.RxdctlVME) && len(fr) >= 18 && binary.BigEndian.Uint16(fr[12:]) == n.vetLocked() {
+		// RXDCTL.VME (per queue on the 82599): a tag of VLNCTRL.VET's
+		// EtherType leaves the frame for the write-back's VLAN field,
+		// status VP.
+		tci = binary.BigEndian.Uint16(fr[14:])
+		data = append(append(make([]byte, 0, len(data)-4), data[:12]...), data[16:]...)
+		c.status |= hw.RxStatVP
+	}
 	hdr := 0
 	dt := srrctl & hw.SrrctlDescTypeMask
 	if (dt == hw.SrrctlDescAdvHdrSplit || dt == hw.SrrctlDescAdvHdrAlways) && n.reg(hw.PSRTYPE(0))&(hw.PsrtypeTCPHdr|hw.PsrtypeUDPHdr|hw.PsrtypeIPv4Hdr|hw.PsrtypeIPv6Hdr) != 0 {
-		if h, ok := psHeaderLen(fr, false, 1<<20); ok {
+		if h, ok := psHeaderLen(data, false, 1<<20); ok {
 			if h > hdrBuf {
 				c.status |= hw.RxErrHBO
 			} else {
@@ -179,7 +188,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		n.acc.rxFetch++
 		pktAddr := binary.LittleEndian.Uint64(raw)
 		hdrAddr := binary.LittleEndian.Uint64(raw[8:])
-		wb := hw.RxWriteBack{PktInfo: c.pktInfo, Hash: c.hash, Status: hw.RxStatDD}
+		wb := hw.RxWriteBack{PktInfo: c.pktInfo, Hash: c.hash, Status: hw.RxStatDD, VLAN: tci}
 		if i == 0 && hdr > 0 {
 			if hdrAddr&1 != 0 {
 				n.violation("RX descriptor %d of queue %d: header buffer address %#x has bit 0 set (it must be even: DD sits there)", head, q, hdrAddr)
@@ -190,7 +199,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 				n.nDrop.Add(1)
 				return rxDropped
 			}
-			copy(hb, fr[:hdr])
+			copy(hb, data[:hdr])
 			wb.HdrInfo = hw.HdrInfoSPH | uint16(hdr)<<hw.HdrInfoLenShift
 		}
 		k := min(pktBuf, len(data)-off)

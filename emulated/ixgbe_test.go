@@ -1,6 +1,7 @@
 package emulated_test
 
 import (
+	"bytes"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -452,5 +453,71 @@ func TestIXGBEAlwaysHeaderFrameFitsBSizePacket(t *testing.T) {
 			t.Errorf("the frame that fits: %d bytes received, want 2000", got[0].FrameLen())
 		}
 		_ = got[0].Pool().Free(got[0])
+	})
+}
+
+// TestIXGBEJumboEnOff: the driver sets HLREG0.JUMBOEN with MAXFRS.MFS =
+// MaxFrame + 4 (the FCS), as Linux's ixgbe does; with JUMBOEN cleared the
+// model passes the standard frame only, 1514 bytes without FCS untagged
+// and 1518 tagged, and drops a longer one, counting it in ROC.
+func TestIXGBEJumboEnOff(t *testing.T) {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+		regs, _ := p.Functions()[1].BAR(0)
+		if hl, mfs := regs.Read32(hw.HLREG0), regs.Read32(hw.MAXFRS)>>hw.MaxfrsShift; hl&hw.Hlreg0JumboEn == 0 || mfs != hw.MaxFrame+4 {
+			t.Fatalf("HLREG0 %#x, MAXFRS.MFS %d: want JUMBOEN and %d", hl, mfs, hw.MaxFrame+4)
+		}
+		regs.Write32(hw.HLREG0, regs.Read32(hw.HLREG0)&^hw.Hlreg0JumboEn)
+		tag := func(fr []byte) []byte {
+			return append(append(append([]byte(nil), fr[:12]...), 0x81, 0x00, 0x00, 0x05), fr[12:]...)
+		}
+		frames := [][]byte{
+			nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 0, hw.StdFrame),
+			nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 1, hw.StdFrame+1),
+			nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 2, hw.MaxFrame),
+			tag(nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 3, hw.StdFrame)),
+			tag(nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 4, hw.StdFrame+1)),
+		}
+		regs.Read32(hw.ROC)
+		nictest.SendFrames(t, n[0], frames)
+		waitIXGBESent(t, p, 0, uint64(len(frames)))
+		got := nictest.RecvFrames(t, n[1], 2)
+		for i, want := range []int{hw.StdFrame, hw.StdFrame + 4} {
+			if got[i].FrameLen() != want {
+				t.Errorf("frame %d received: %d bytes, want %d", i, got[i].FrameLen(), want)
+			}
+			_ = got[i].Pool().Free(got[i])
+		}
+		if v := regs.Read32(hw.ROC); v != 3 {
+			t.Errorf("ROC %d, want 3 (the frames past 1514 untagged, 1518 tagged)", v)
+		}
+		if k := received(t, n[1]); k != 0 {
+			t.Errorf("%d more frames received, want none", k)
+		}
+	})
+}
+
+// TestIXGBEStripsVET: a queue with RXDCTL.VME strips a tag of the
+// EtherType VLNCTRL.VET holds, whatever it is (0x88A8 here), and leaves
+// a frame tagged 0x8100 whole.
+func TestIXGBEStripsVET(t *testing.T) {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+		regs, _ := p.Functions()[1].BAR(0)
+		regs.Write32(hw.VLNCTRL, regs.Read32(hw.VLNCTRL)&^hw.VlnctrlVETMask|0x88A8)
+		regs.Write32(hw.RXDCTL(0), regs.Read32(hw.RXDCTL(0))|hw.RxdctlVME)
+		plain := nictest.PlaceFrame(n[1].MAC(), n[0].MAC(), 0, 200)
+		tag := func(hi, lo byte) []byte {
+			return append(append(append([]byte(nil), plain[:12]...), hi, lo, 0x00, 0x05), plain[12:]...)
+		}
+		nictest.SendFrames(t, n[0], [][]byte{tag(0x88, 0xA8), tag(0x81, 0x00)})
+		waitIXGBESent(t, p, 0, 2)
+		got := nictest.RecvFrames(t, n[1], 2)
+		for i, want := range [][]byte{plain, tag(0x81, 0x00)} {
+			if b := got[i].AppendFrame(nil); !bytes.Equal(b, want) {
+				t.Errorf("frame %d: %d bytes, want %d: %x", i, len(b), len(want), b[:16])
+			}
+			_ = got[i].Pool().Free(got[i])
+		}
 	})
 }

@@ -103,6 +103,7 @@ type txSnap struct {
 	base         uint64
 	l, head, tdt uint32
 	maxFrame     int
+	vet          uint16 // VLNCTRL.VET
 	pad          bool
 }
 
@@ -136,6 +137,7 @@ func (n *ixgbeNIC) txQueue(q int) {
 		head:     n.reg(hw.TDH(q)),
 		tdt:      tdt,
 		maxFrame: n.maxFrameLocked(),
+		vet:      n.vetLocked(),
 		pad:      n.has(hw.HLREG0, hw.Hlreg0TxPadEn),
 	}
 	n.mu.Unlock()
@@ -280,7 +282,7 @@ func (n *ixgbeNIC) finishFrame(w *txWalk, frame *[]byte, q int, first hw.TxDesc,
 		drop()
 		return
 	}
-	if lim := frameLimit(fr, s.maxFrame); len(fr) > lim {
+	if lim := frameLimit(fr, s.maxFrame, s.vet); len(fr) > lim {
 		n.violation("TX frame of %d bytes: longer than %d (HLREG0.JUMBOEN, MAXFRS; 4 more with a VLAN tag)", len(fr), lim)
 		drop()
 		return
@@ -306,20 +308,24 @@ func (n *ixgbeNIC) finishFrame(w *txWalk, frame *[]byte, q int, first hw.TxDesc,
 }
 
 // maxFrameLocked is the largest untagged frame without FCS the MAC
-// passes (MAXFRS.MFS less the FCS; see frameLimit for a tagged one).
+// passes (MAXFRS.MFS less the FCS with HLREG0.JUMBOEN, 1514 without; see
+// frameLimit for a tagged one). RX drops a longer one and counts it in ROC.
 func (n *ixgbeNIC) maxFrameLocked() int {
 	if n.has(hw.HLREG0, hw.Hlreg0JumboEn) {
 		return int(n.reg(hw.MAXFRS)>>hw.MaxfrsShift) - 4
 	}
-	return hw.MaxFrame
+	return hw.StdFrame
 }
+
+// vetLocked is the EtherType of a VLAN tag (VLNCTRL.VET).
+func (n *ixgbeNIC) vetLocked() uint16 { return uint16(n.reg(hw.VLNCTRL) & hw.VlnctrlVETMask) }
 
 // frameLimit is the largest length without FCS of a frame like fr when
 // the largest untagged one is untagged: a frame with a VLAN tag (EtherType
-// 0x8100 at offset 12) may be 4 bytes longer, as the 82599 admits one of
-// MFS+4 bytes (MAXFRS; the hard-wired 1518 likewise admits 1522 tagged).
-func frameLimit(fr []byte, untagged int) int {
-	if len(fr) >= 14 && fr[12] == 0x81 && fr[13] == 0x00 {
+// vet, VLNCTRL.VET, at offset 12) may be 4 bytes longer, as the 82599
+// admits one of MFS+4 bytes (MAXFRS; without JUMBOEN, 1518 tagged).
+func frameLimit(fr []byte, untagged int, vet uint16) int {
+	if len(fr) >= 14 && binary.BigEndian.Uint16(fr[12:]) == vet {
 		return untagged + 4
 	}
 	return untagged

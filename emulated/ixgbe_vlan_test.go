@@ -17,11 +17,15 @@ func TestFrameLimitVLAN(t *testing.T) {
 		{[2]byte{0x88, 0xA8}, 9018, 9018},
 	} {
 		fr[12], fr[13] = c.etype[0], c.etype[1]
-		if got := frameLimit(fr, c.mfs); got != c.limit {
+		if got := frameLimit(fr, c.mfs, 0x8100); got != c.limit {
 			t.Errorf("EtherType %#x with MFS %d: limit %d, want %d", c.etype, c.mfs, got, c.limit)
 		}
 	}
-	if got := frameLimit(fr[:12], 1518); got != 1518 {
+	fr[12], fr[13] = 0x88, 0xA8
+	if got := frameLimit(fr, 1518, 0x88A8); got != 1522 {
+		t.Errorf("EtherType 0x88a8 with VLNCTRL.VET 0x88a8: limit %d, want 1522", got)
+	}
+	if got := frameLimit(fr[:12], 1518, 0x8100); got != 1518 {
 		t.Errorf("12-byte frame: limit %d, want 1518", got)
 	}
 }

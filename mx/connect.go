@@ -37,7 +37,9 @@ func (b *Board) connectExt(nic transport.NICID) wire.ConnectExt {
 		x.Flags |= wire.ExtRingLane | wire.ExtRingLaneMedium // lane.go
 	}
 	if p, ok := b.tr.(transport.Placer); ok && p.PlaceInfo().SendsLanes {
-		x.More |= wire.ExtPlaceLane // large.go: pull replies go to the lane a PULL names
+		// large.go: pull replies go to the lane a PULL names, cut from
+		// the pull's end when it asks (placerecv.go)
+		x.More |= wire.ExtPlaceLane | wire.ExtPullAlign
 	}
 	return x
 }

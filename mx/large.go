@@ -165,8 +165,11 @@ type pull struct {
 	expect int
 	// pad is the zero bytes each reply carries between its header and
 	// its payload (wire.Pull.ReplyPad), asked for by a pull that places
-	// its replies; geo's reply length is the peer's less pad.
-	pad int
+	// its replies; geo's reply length is the peer's less pad. alignEnd
+	// says its PULLs ask for frames cut from its end (wire.Pull.AlignEnd;
+	// geo's skew then wire.AlignEnd's), so that its last is full.
+	pad      int
+	alignEnd bool
 	// Questions to the region's owner about late replies (ask.go):
 	// whether one is outstanding, its number (partner.asked), the
 	// number of the last PULL sent before it (askReq), when the last one
@@ -378,7 +381,7 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 	h := wire.Pull{DstEP: p.epID, SrcEP: e.id, Session: p.rsession, TotalLength: pl.total,
 		RegionID: uint32(pl.ref.id), RegionSeq: pl.ref.seq, RegionOffset: uint32(pl.ref.off),
 		Handle: pl.handle, Magic: pl.magic, FirstFrameOffset: uint32(ffo),
-		BlockLength: uint32(end - start), FirstFrame: uint32(first), ReplyPad: uint8(pl.pad)}
+		BlockLength: uint32(end - start), FirstFrame: uint32(first), ReplyPad: uint8(pl.pad), AlignEnd: pl.alignEnd}
 	if !again {
 		h.Lane = uint8(pl.lane()) // placerecv.go: a frame asked again comes on lane 0
 	}
@@ -803,6 +806,11 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	}
 	L := uint64(p.replyLen - pad)
 	skew := uint64(h.RegionOffset) % L
+	if h.AlignEnd {
+		// Cut from the pull's end (wire.ExtPullAlign, read only when
+		// both boards announced it): the last frame full.
+		skew = uint64(wire.AlignEnd(int(h.TotalLength), int(L)))
+	}
 	ffo, bl := uint64(h.FirstFrameOffset), uint64(h.BlockLength)
 	start := uint64(h.FirstFrame)*L + ffo
 	if ffo >= L || start < skew || (ffo+bl+L-1)/L > maxBlockFrames {

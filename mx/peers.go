@@ -26,8 +26,9 @@ type peerInfo struct {
 	lean      bool   // both sides announced ExtRingLean (lean.go)
 	lane      bool   // and ExtRingLane (lane.go)
 	laneMed   bool   // and ExtRingLaneMedium
-	replyPad  bool   // it announced ExtReplyPad: it pads the replies a PULL asks it to (placerecv.go)
-	replyLane bool   // it announced ExtPlaceLane: it sends the replies a PULL asks for to the lane it names (placerecv.go)
+	replyPad  bool   // both announced ExtReplyPad: it pads the replies a PULL asks it to (placerecv.go)
+	replyLane bool   // both announced ExtPlaceLane: it sends the replies a PULL asks for to the lane it names (placerecv.go)
+	pullAlign bool   // both announced ExtPullAlign: it cuts a pull from its end when a PULL asks (placerecv.go)
 	maxFrame  int    // its largest frame Data, when gomx
 	yourIdx   uint16 // our index in its peer table: the head of frames to it
 	hostname  string // from its HOST_REPLY
@@ -105,8 +106,12 @@ func (b *Board) learnPeer(nic transport.NICID, h *wire.Connect) *peerInfo {
 	pi.lean = pi.gomx && h.Ext.Flags&wire.ExtRingLean != 0
 	pi.lane = pi.lean && !b.opts.Local.NoLane && h.Ext.Flags&wire.ExtRingLane != 0
 	pi.laneMed = pi.lane && h.Ext.Flags&wire.ExtRingLaneMedium != 0
-	pi.replyPad = pi.gomx && h.Ext.Flags&wire.ExtReplyPad != 0
-	pi.replyLane = pi.gomx && h.Ext.More&wire.ExtPlaceLane != 0
+	// A PULL's bytes 17-19 mean what these say only when both boards
+	// announced them (wire.DecodePull): ours, then the peer's.
+	our := b.connectExt(nic)
+	pi.replyPad = pi.gomx && our.Flags&h.Ext.Flags&wire.ExtReplyPad != 0
+	pi.replyLane = pi.gomx && our.More&h.Ext.More&wire.ExtPlaceLane != 0
+	pi.pullAlign = pi.gomx && our.More&h.Ext.More&wire.ExtPullAlign != 0
 	pi.maxFrame = b.omx
 	if pi.gomx && int(h.Ext.MaxFrame) >= minMTU {
 		pi.maxFrame = min(int(h.Ext.MaxFrame), b.pathMTU(nic))

@@ -97,7 +97,7 @@ func TestPlaceSpanOfAShorterFrame(t *testing.T) {
 	geo := wire.PullFrames{Total: 20*L - 300, L: L, Skew: 300}
 	b := &Board{plc: &placeRecv{min: 1458, lanes: 1}}
 	pl := &pull{e: &Endpoint{b: b}, geo: geo, nframes: geo.Count()}
-	pl.pp = &pullPlace{seg: make([]byte, geo.Total), lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, 1)}
+	pl.pp = &pullPlace{seg: make([]byte, geo.Total), min: 1458, lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, 1)}
 	for i := range pl.nframes - 1 {
 		pl.pp.post[i] = uint64(1 + i)
 	}
@@ -161,63 +161,67 @@ func (c *cancelFails) Cancel(lane int) error {
 
 // TestPlacedLaneCancelFailsKeepsReceive: the last reply of a pull placing
 // on a lane, which has a buffer of the transport's posted there (no room
-// for a span), is lost before the NIC; its copy comes on lane 0, so that
-// posting is left when the pull finishes, and the transport fails to take
-// it back. The receive does not complete while the lane still has it
+// for a span at MaxFrame 1518; its span at 1514, the copy then held until
+// the NIC can write no more there), is lost before the NIC; its copy comes
+// on lane 0, so that posting is left when the pull finishes, and the
+// transport fails to take it back. The receive does not complete while
+// the lane still has it
 // posted, nor does another pull take the lane: it waits in the drain
 // list, the cancel is tried again on the timers, and once one succeeds
 // the receive completes, whole, and the lane is free. (Before, the
 // receive completed at once and was completed again from the drain list,
 // a request the application may have reused by then.)
 func TestPlacedLaneCancelFailsKeepsReceive(t *testing.T) {
-	const size = 100 << 10 // 71 frames
-	checkLeaks(t)
-	var frames atomic.Int64
-	w := zcWire(t, laneLossModel(func(seq int) bool { return seq == int(frames.Load())-1 }), nil, nil)
-	cf := &cancelFails{Transport: w.b.(*nic.Transport)}
-	cf.fail.Store(true)
-	w.b = cf
-	pr := newPairOn(t, w, zcOptions("on"))
-	frames.Store(int64(pullGeometry(pr, size).Count()))
-	src, dst := pattern(size, 59), make([]byte, size)
-	ctx := testCtx(t, time.Minute)
-	r, err := pr.b.IRecv([][]byte{dst}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := pr.a.ISend([][]byte{src}, pr.atob, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Wait(ctx); err != nil { // the receiver's NOTIFY: every frame in
-		t.Fatal(err)
-	}
-	waitCond(t, "a cancel failed", func() bool { return pr.b.Counters().Get(PlaceCancelErrors) >= 2 })
-	b := pr.bb
-	held := func() int {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		n := 0
-		for k := 1; k <= b.plc.lanes; k++ {
-			if b.plc.busy[k] != nil {
-				n++
-			}
+	laneFrames(t, func(t *testing.T, mf int) {
+		const size = 100 << 10 // 71 frames
+		checkLeaks(t)
+		var frames atomic.Int64
+		w := zcWire(t, laneLossModel(mf, func(seq int) bool { return seq == int(frames.Load())-1 }), nil, nil)
+		cf := &cancelFails{Transport: w.b.(*nic.Transport)}
+		cf.fail.Store(true)
+		w.b = cf
+		pr := newPairOn(t, w, zcOptions("on"))
+		frames.Store(int64(pullGeometry(pr, size).Count()))
+		src, dst := pattern(size, 59), make([]byte, size)
+		ctx := testCtx(t, time.Minute)
+		r, err := pr.b.IRecv([][]byte{dst}, 7, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return n
-	}
-	if _, done := r.Test(); done || held() != 1 {
-		t.Fatalf("with a posting left on its lane: receive complete %v, %d lanes held; want it waiting, its lane held (counters %v)", done, held(), nonZero(pr.b.Counters()))
-	}
-	cf.fail.Store(false)
-	if _, err := r.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(src, dst) {
-		t.Fatal("the message arrived changed")
-	}
-	if n := held(); n != 0 || pr.b.Counters().Get(PlaceLaneCancels) == 0 {
-		t.Errorf("after the cancel: %d lanes held, counters %v", n, nonZero(pr.b.Counters()))
-	}
+		s, err := pr.a.ISend([][]byte{src}, pr.atob, 7, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitCond(t, "a cancel failed", func() bool { return pr.b.Counters().Get(PlaceCancelErrors) >= 2 })
+		b := pr.bb
+		held := func() int {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			n := 0
+			for k := 1; k <= b.plc.lanes; k++ {
+				if b.plc.busy[k] != nil {
+					n++
+				}
+			}
+			return n
+		}
+		if _, done := r.Test(); done || held() != 1 {
+			t.Fatalf("with a posting left on its lane: receive complete %v, %d lanes held; want it waiting, its lane held (counters %v)", done, held(), nonZero(pr.b.Counters()))
+		}
+		cf.fail.Store(false)
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Wait(ctx); err != nil { // the receiver's NOTIFY
+			t.Fatalf("%v (receiver's counters %v)", err, nonZero(pr.b.Counters()))
+		}
+		if !bytes.Equal(src, dst) {
+			t.Fatal("the message arrived changed")
+		}
+		if n := held(); n != 0 || pr.b.Counters().Get(PlaceLaneCancels) == 0 {
+			t.Errorf("after the cancel: %d lanes held, counters %v", n, nonZero(pr.b.Counters()))
+		}
+	})
 }
 
 // TestPlaceHeldCycle: lane replies swapped before the NIC, no loss. The

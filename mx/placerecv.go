@@ -71,8 +71,15 @@ import (
 //     answer received and not yet handled is counted both in Ahead or
 //     rxLeft and here, which cancel). A question the peer asks arrives
 //     when it does; it is realigned as any stray.
-//     A span must hold the most the NIC may write (PlaceInfo's min), so
-//     the last frames of a receive buffer get none. A pull posts only
+//     A span must hold the most the NIC may write (PlaceInfo's Min, or
+//     LaneMin on a lane), so the last frames of a receive buffer get
+//     none, unless a lane's span is no longer than a full reply's
+//     payload (the 82599's lanes strip VLAN tags, and a NIC opened for
+//     frames of its MTU writes no more there) and the peer announced
+//     wire.ExtPullAlign: the pull then asks for its frames cut from its
+//     end (wire.Pull.AlignEnd), the short frame first, where its span
+//     has room, and the last one full, its span ending with the buffer,
+//     so every frame gets its span. A pull posts only
 //     when its receive lies in one segment, zero copy is on and the peer
 //     sends no CRC-32C trailer (it would land after the payload).
 //   - Checking. A reply that took its own span is done. Anything that
@@ -176,10 +183,15 @@ import (
 
 // placeRecv is a board's in-place receive state (b.mu held).
 type placeRecv struct {
-	tr   transport.Placer
-	hd   int // payload bytes an unpadded placed reply brings in its header buffer: the pad asked for
-	min  int // the least span
-	head int // Data bytes of a placed frame
+	tr  transport.Placer
+	hd  int // payload bytes an unpadded placed reply brings in its header buffer: the pad asked for
+	min int // the least span
+	// laneMin is the least span on a lane (transport.PlaceInfo.LaneMin):
+	// the 82599's lanes strip VLAN tags, so a NIC opened for frames of
+	// its MTU (ixgbe MaxFrame = MTU + 14) writes no more than a full
+	// padded reply's payload there.
+	laneMin int
+	head    int // Data bytes of a placed frame
 	// expect counts the frames of pulls over the transport asked for
 	// on lane 0 and not yet received: they take the descriptors the NIC
 	// holds before a span posted now.
@@ -237,6 +249,7 @@ type pullPlace struct {
 	seg   []byte
 	hd    int // payload bytes a reply brings in the header buffer: 0 when padded
 	lane  int // the transport's lane its spans are posted on
+	min   int // the least span there (placeRecv.min or laneMin)
 	ent   *regcache.Entry[*transport.Region]
 	post  []uint64 // by frame: the span's number among the transport's postings (1-based), 0 for none
 	last  uint64   // the number of its last span
@@ -274,7 +287,11 @@ func newPlaceRecv(tr transport.Transport, zc *zeroCopy) *placeRecv {
 	if pi.Head <= replyHeadLen || pi.Min <= 0 {
 		return nil
 	}
-	return &placeRecv{tr: p, hd: pi.Head - replyHeadLen, min: pi.Min, head: pi.Head, lanes: min(pi.Lanes, transport.MaxLanes)}
+	laneMin := pi.LaneMin
+	if laneMin <= 0 || laneMin > pi.Min {
+		laneMin = pi.Min
+	}
+	return &placeRecv{tr: p, hd: pi.Head - replyHeadLen, min: pi.Min, laneMin: laneMin, head: pi.Head, lanes: min(pi.Lanes, transport.MaxLanes)}
 }
 
 // lane is the transport's lane pl's replies come on: 0 when it places on
@@ -324,16 +341,27 @@ func (b *Board) placeStart(pl *pull) {
 		b.zc.cache.Put(ent)
 		return
 	}
-	hd := b.plc.hd
+	hd, span := b.plc.hd, b.plc.min
+	if lane > 0 {
+		span = b.plc.laneMin
+	}
 	if p := pl.p; p.replyPad && hd <= 255 && hd < p.replyLen {
 		// Replies padded to begin their payload at the split, cut
 		// with the reply length less the pad (wire.Pull.ReplyPad).
 		pl.pad, hd = hd, 0
 		L := p.replyLen - pl.pad
-		pl.geo = wire.PullFrames{Total: int(pl.total), L: L, Skew: int(pl.ref.off) % L}
+		skew := int(pl.ref.off) % L
+		if lane > 0 && p.pullAlign && span <= L {
+			// A span of a full reply's payload fits the last frame
+			// at the buffer's end: cut from the end (wire.Pull.AlignEnd),
+			// the last frame is full and every frame has its span,
+			// the first, short one included.
+			pl.alignEnd, skew = true, wire.AlignEnd(int(pl.total), L)
+		}
+		pl.geo = wire.PullFrames{Total: int(pl.total), L: L, Skew: skew}
 		pl.nframes = pl.geo.Count()
 	}
-	pl.pp = &pullPlace{seg: seg, hd: hd, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	pl.pp = &pullPlace{seg: seg, hd: hd, min: span, ent: ent, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
 	if lane == 0 {
 		pl.pp.asked = pl.p.asked
 	}
@@ -403,14 +431,14 @@ func (pl *pull) placeBlock(first, n int) {
 	var to int
 	for to = from; to < first+n; to++ {
 		at := pl.geo.Start(to) + pp.hd
-		if pl.geo.End(to)-pl.geo.Start(to) <= pp.hd || at+pc.min > len(pp.seg) {
+		if pl.geo.End(to)-pl.geo.Start(to) <= pp.hd || at+pp.min > len(pp.seg) {
 			if lane == 0 {
 				break // the last frames: no room for a span
 			}
 			spans = append(spans, nil) // a lane's: a buffer of the transport's
 			continue
 		}
-		spans = append(spans, pp.seg[at:at+pc.min])
+		spans = append(spans, pp.seg[at:at+pp.min])
 	}
 	if len(spans) == spare {
 		clear(spans)
@@ -469,7 +497,7 @@ func (pl *pull) ownSpan(i int, placed []byte) bool {
 // of 1450) reach past the frames after them, the last frames' unposted
 // ones among them.
 func (pl *pull) spansOver(i int) int {
-	pp, span := pl.pp, pl.e.b.plc.min
+	pp, span := pl.pp, pl.pp.min
 	j := i
 	for j > 0 && pl.geo.Start(j-1)+pp.hd+span > pl.geo.Start(i) {
 		j--

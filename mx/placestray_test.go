@@ -222,9 +222,9 @@ func TestOwnSpanIsTheOffsets(t *testing.T) {
 // the transport's, 0 in post.
 func laneSpans(n, L, hd, span int) *pull {
 	geo := wire.PullFrames{Total: n * L, L: L}
-	b := &Board{plc: &placeRecv{min: span, hd: hd}}
+	b := &Board{plc: &placeRecv{min: span, laneMin: span, hd: hd}}
 	pl := &pull{e: &Endpoint{b: b}, geo: geo, nframes: geo.Count()}
-	pl.pp = &pullPlace{seg: make([]byte, geo.Total), hd: hd, lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
+	pl.pp = &pullPlace{seg: make([]byte, geo.Total), hd: hd, min: span, lane: 1, post: make([]uint64, pl.nframes), taken: make([]uint64, (pl.nframes+63)/64)}
 	for i := range pl.nframes {
 		if geo.Start(i)+hd+span <= geo.Total {
 			pl.pp.post[i] = uint64(1 + i)

@@ -363,12 +363,18 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 		}
 		b.handleNackLib(nic, &m)
 	case wire.TypePull:
+		// Bytes 17-19 as negotiated: what both boards announced.
 		var ext, more uint8
-		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.replyPad {
-			ext = wire.ExtReplyPad
-		}
-		if pi := b.peer(nic, u16(data, b.ord)); pi != nil && pi.replyLane {
-			more = wire.ExtPlaceLane
+		if pi := b.peer(nic, u16(data, b.ord)); pi != nil {
+			if pi.replyPad {
+				ext = wire.ExtReplyPad
+			}
+			if pi.replyLane {
+				more = wire.ExtPlaceLane
+			}
+			if pi.pullAlign {
+				more |= wire.ExtPullAlign
+			}
 		}
 		m, err := wire.DecodePull(h, b.ord, ext, more)
 		if err != nil {

@@ -114,6 +114,7 @@ type partner struct {
 	sack      bool // selective acks both ways (sack.go)
 	replyPad  bool // the peer pads the pull replies a PULL asks it to (placerecv.go)
 	replyLane bool // the peer sends the pull replies a PULL asks for to a lane (placerecv.go)
+	pullAlign bool // the peer cuts a pull from its end when a PULL asks (placerecv.go)
 	replyLen  int
 	context   any // Endpoint.SetAddrContext
 
@@ -222,11 +223,12 @@ func (p *partner) sizes() {
 	pi := b.peer(p.nic, wire.NoPeerIndex)
 	if pi == nil || !pi.gomx {
 		p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask, p.replyLane = false, false, false, false, false, false, false, false
+		p.pullAlign = false
 		p.stride, p.replyLen = fragStride(b.omx, false), replyLen(b.omx, false)
 		return
 	}
 	p.crc, p.sack, p.lean, p.lane, p.laneMed, p.replyPad, p.ask = pi.crc, pi.sack, pi.lean, pi.lane, pi.laneMed, pi.replyPad, pi.ask
-	p.replyLane = pi.replyLane
+	p.replyLane, p.pullAlign = pi.replyLane, pi.pullAlign
 	p.stride, p.replyLen = fragStride(pi.maxFrame, p.crc), replyLen(pi.maxFrame, p.crc)
 }
 

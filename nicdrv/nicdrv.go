@@ -302,6 +302,10 @@ type Info struct {
 	// and a frame that finds nothing posted is dropped. A caller steers
 	// to each such queue (a rule) only the frames it posts for.
 	PlaceOnly int
+	// PlaceOnlyMin is PlaceMin on the PlaceOnly queues, when the NIC
+	// writes less there (the 82599 strips their VLAN tags); 0 when it is
+	// PlaceMin.
+	PlaceOnlyMin int
 }
 
 // Placement is memory of the caller's posted to receive the payload of one

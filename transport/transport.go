@@ -407,6 +407,10 @@ type PlaceInfo struct {
 	Head int
 	// Min is the least span: the most the NIC may write into one.
 	Min int
+	// LaneMin is Min on lanes 1..Lanes, which may take less (the 82599's
+	// strip VLAN tags): a lane of MTU-sized frames can then take spans
+	// exactly one full frame's payload long.
+	LaneMin int
 	// Lanes is how many lanes, 1..Lanes, receive only what their peers
 	// send to them (0: none). A transport with lanes places nothing on
 	// lane 0, which keeps its receive ring full of the transport's own

@@ -109,6 +109,12 @@ const (
 	// lanes; a puller sets a nonzero Lane only in PULLs to a board that
 	// announced it.
 	ExtPlaceLane = 1 << 0
+	// ExtPullAlign: the sender, as the owner of a region, honours
+	// Pull.AlignEnd: it cuts the replies of such a PULL's pull from its
+	// end (AlignEnd), so that its last frame is a full one
+	// and its first the short one. A puller sets AlignEnd only in PULLs
+	// to a board that announced it.
+	ExtPullAlign = 1 << 1
 )
 
 // The TRUC probe flags (Truc.Probe), between boards that both set

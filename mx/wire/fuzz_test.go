@@ -185,6 +185,28 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("NOTIFY with ExtPullStatus: %+v %v, want %+v", x, err, want)
 			}
 		}
+		if Type(p[0]) == TypePull && err == nil {
+			// Between boards that negotiated ExtPlaceLane and
+			// ExtPullAlign, byte 18 is the lane and bit 0 of byte 19
+			// AlignEnd; byte 19's other bits stay a pad.
+			x, err := DecodePull(p, o, ExtReplyPad, ExtPlaceLane|ExtPullAlign)
+			want := h.(Pull)
+			want.Lane, want.AlignEnd = p[18], p[19]&1 != 0
+			if err != nil || x != want {
+				t.Fatalf("PULL with ExtPlaceLane|ExtPullAlign: %+v %v, want %+v", x, err, want)
+			}
+			q := append([]byte(nil), p...)
+			q[19] ^= 0xFE
+			if y, err := DecodePull(q, o, ExtReplyPad, ExtPlaceLane|ExtPullAlign); err != nil || y != x {
+				t.Fatalf("byte 19's bits 1..7 changed the decode: %+v %v vs %+v", y, err, x)
+			}
+			// ExtPullAlign without ExtPlaceLane: byte 19's bit 0 is
+			// AlignEnd, byte 18 a pad.
+			want.Lane = 0
+			if y, err := DecodePull(p, o, ExtReplyPad, ExtPullAlign); err != nil || y != want {
+				t.Fatalf("PULL with ExtPullAlign only: %+v %v, want %+v", y, err, want)
+			}
+		}
 		// The frame length never exceeds the data.
 		d := append([]byte{0, 0}, p...)
 		if n, err := FrameLen(d, o); err == nil && n > len(d) {

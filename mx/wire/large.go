@@ -62,7 +62,7 @@ func DecodeRndv(p []byte, o Order) (Rndv, error) {
 //
 //	0 type | 1 dst endpoint | 2 src endpoint | 3 src generation
 //	4 session of the region owner (4) | 8 total pull length (4)
-//	12 region id (4) | 16 region seqnum | 17 reply pad (gomx) | 18 reply lane (gomx) | 19 pad
+//	12 region id (4) | 16 region seqnum | 17 reply pad (gomx) | 18 reply lane (gomx) | 19 flags (gomx)
 //	20 region offset (4) | 24 puller handle (4) | 28 puller magic (4)
 //	32 offset in the first frame (4) | 36 block length (4) | 40 first frame index (4)
 //
@@ -70,8 +70,9 @@ func DecodeRndv(p []byte, o Order) (Rndv, error) {
 // which the header does not carry: both sides derive it from the MTU, less
 // ReplyPad. Byte 17 is padding in Open-MX, which neither writes nor reads
 // it: it is ReplyPad only between boards that both announced
-// [ExtReplyPad] (see DecodePull), and byte 18 is Lane only between boards
-// that both announced [ExtPlaceLane].
+// [ExtReplyPad] (see DecodePull), byte 18 is Lane only between boards
+// that both announced [ExtPlaceLane], and bit 0 of byte 19 (PullAlignEnd)
+// is AlignEnd only between boards that both announced [ExtPullAlign].
 type Pull struct {
 	DstEP, SrcEP, Gen uint8
 	Session           uint32
@@ -94,7 +95,16 @@ type Pull struct {
 	// replies go to (transport.Frame.Lane), so that its NIC steers them
 	// to a queue of their own; 0 for none.
 	Lane uint8
+	// AlignEnd asks for the pull's frames cut from its end
+	// ([AlignEnd]: the geometry's skew is (L - TotalLength%L) % L,
+	// 0 for a multiple of L, not RegionOffset%L), so that its last frame is full; the puller
+	// sets it in every PULL of the pull, or in none. The bytes still
+	// come from RegionOffset on.
+	AlignEnd bool
 }
+
+// PullAlignEnd is the bit of a PULL's byte 19 that says Pull.AlignEnd.
+const PullAlignEnd = 1 << 0
 
 // Put writes the header.
 func (h *Pull) Put(p []byte, o Order) {
@@ -104,6 +114,9 @@ func (h *Pull) Put(p []byte, o Order) {
 	o.put32(p[8:], h.TotalLength)
 	o.put32(p[12:], h.RegionID)
 	p[16], p[17], p[18], p[19] = h.RegionSeq, h.ReplyPad, h.Lane, 0
+	if h.AlignEnd {
+		p[19] = PullAlignEnd
+	}
 	o.put32(p[20:], h.RegionOffset)
 	o.put32(p[24:], h.Handle)
 	o.put32(p[28:], h.Magic)
@@ -117,7 +130,9 @@ func (h *Pull) Put(p []byte, o Order) {
 // one not connected yet) was negotiated: byte 17 is read as ReplyPad only
 // when ext has ExtReplyPad; otherwise it is Open-MX's pad, whatever it
 // holds, and ReplyPad is 0. Byte 18 is read as Lane only when more (the
-// negotiated ConnectExt.More flags) has ExtPlaceLane. It checks only that
+// negotiated ConnectExt.More flags) has ExtPlaceLane, and bit 0 of byte 19
+// as AlignEnd only when more has ExtPullAlign (its other bits are
+// ignored). It checks only that
 // the block is not empty;
 // the region owner checks the rest against its region and the frame
 // geometry.
@@ -136,6 +151,9 @@ func DecodePull(p []byte, o Order, ext, more uint8) (Pull, error) {
 	}
 	if more&ExtPlaceLane != 0 {
 		h.Lane = p[18]
+	}
+	if more&ExtPullAlign != 0 {
+		h.AlignEnd = p[19]&PullAlignEnd != 0
 	}
 	h.RegionOffset = o.u32(p[20:])
 	h.Handle = o.u32(p[24:])
@@ -158,7 +176,7 @@ func DecodePull(p []byte, o Order, ext, more uint8) (Pull, error) {
 type PullFrames struct {
 	Total int // bytes pulled
 	L     int // pull reply payload length
-	Skew  int // region offset modulo L
+	Skew  int // region offset modulo L, or [AlignEnd]'s for a pull cut from its end
 }
 
 // Count returns the number of frames.
@@ -179,6 +197,16 @@ func (g PullFrames) Start(k int) int {
 
 // End returns where frame k ends in the message.
 func (g PullFrames) End(k int) int { return min((k+1)*g.L-g.Skew, g.Total) }
+
+// AlignEnd returns the skew that cuts total bytes into frames of L from
+// their end: the first frame holds total%L bytes (all L when total is a
+// multiple of L) and every later one L, so the last frame is full.
+func AlignEnd(total, L int) int {
+	if L <= 0 {
+		return 0
+	}
+	return (L - total%L) % L
+}
 
 // Index returns the frame that starts at message offset off, or -1.
 func (g PullFrames) Index(off int) int {

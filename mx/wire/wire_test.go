@@ -164,6 +164,34 @@ func TestPullLane(t *testing.T) {
 	}
 }
 
+// TestPullAlignEnd: a PULL's AlignEnd is bit 0 of byte 19, read only
+// between boards that negotiated ExtPullAlign (a pad of Open-MX's
+// otherwise), and AlignEnd's geometry ends on a full frame.
+func TestPullAlignEnd(t *testing.T) {
+	for _, o := range []Order{BigEndian, LittleEndian} {
+		h := Pull{DstEP: 1, SrcEP: 2, BlockLength: 100, ReplyPad: 32, Lane: 3, AlignEnd: true}
+		p := make([]byte, PullLen)
+		h.Put(p, o)
+		if p[17] != 32 || p[18] != 3 || p[19] != 1 {
+			t.Fatalf("bytes 17..19 = % x, want 20 03 01", p[17:20])
+		}
+		if g, err := DecodePull(p, o, ExtReplyPad, ExtPlaceLane|ExtPullAlign); err != nil || g != h {
+			t.Errorf("negotiated: got %+v %v, want %+v", g, err, h)
+		}
+		if g, err := DecodePull(p, o, ExtReplyPad, ExtPlaceLane); err != nil || g.AlignEnd {
+			t.Errorf("not negotiated: got AlignEnd %v %v, want false", g.AlignEnd, err)
+		}
+	}
+	for _, c := range []struct{ total, L, first int }{{1 << 20, 1450, 226}, {1<<20 + 1, 1450, 227}, {2900, 1450, 1450}, {100, 1450, 100}} {
+		g := PullFrames{Total: c.total, L: c.L, Skew: AlignEnd(c.total, c.L)}
+		n := g.Count()
+		if g.End(0) != c.first || g.Start(n-1) != c.total-c.L && n > 1 || g.End(n-1) != c.total || n != (c.total+c.L-1)/c.L {
+			t.Errorf("%d bytes in frames of %d: %d frames, the first [0,%d), the last [%d,%d); want %d frames, the first %d bytes, the last full",
+				c.total, c.L, n, g.End(0), g.Start(n-1), g.End(n-1), (c.total+c.L-1)/c.L, c.first)
+		}
+	}
+}
+
 // TestConnectExtMore: the second block of the connect extension is
 // written only with More flags (so a board without them sends the 24 data
 // bytes an older gomx board reads), and read only when the data length

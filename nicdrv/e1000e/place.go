@@ -46,8 +46,8 @@ const (
 	// placeSplitMin is the shortest header the NIC splits a frame at:
 	// Ethernet (14) and IPv4 (20).
 	placeSplitMin = 14 + 20
-	// placeLargest is the largest frame the NIC receives without
-	// RCTL.LPE: a VLAN-tagged standard frame.
+	// placeLargest bounds the frame the NIC writes without RCTL.LPE:
+	// hw.MaxFrame (1522 bytes with the FCS), with 4 bytes to spare.
 	placeLargest = hw.MaxFrame + 4
 	// placePoolAhead bounds the pool descriptors handed to the NIC at
 	// once: the frames that arrive before a placement posted on an idle

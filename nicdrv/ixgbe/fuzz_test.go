@@ -25,6 +25,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 	one := make([]byte, 16)
 	one[8], one[12] = 3, 60 // DD EOP, 60 bytes
 	f.Add(one, false, uint16(1518))
+	f.Add(one, false, uint16(0)) // MaxFrame 1514, the least
 	two := make([]byte, 48)
 	two[8], two[12], two[13] = 1, 0, 8 // DD, 2048 bytes, no EOP
 	two[16+8], two[16+12] = 3, 100
@@ -41,7 +42,7 @@ func FuzzRxWriteBacks(f *testing.F) {
 	pool, pools := fuzzPools(f, 512)
 	f.Fuzz(func(t *testing.T, raw []byte, split bool, maxFrame uint16) {
 		const size = 32
-		mf := int(maxFrame)%(maxJumbo-1518+1) + 1518
+		mf := int(maxFrame)%(maxJumbo-minFrame+1) + minFrame
 		n := &NIC{d: drv.Device{Regs: drvtest.TailRegs{}}, pools: pools, opts: Options{MaxFrame: mf, HeaderSplit: split, Queues: 1}}
 		ring := make([]byte, size*16)
 		r := newRxQueue(n, 0, ring, 0)

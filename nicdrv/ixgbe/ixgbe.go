@@ -54,8 +54,10 @@
 // until RxBatch hands it more: leave DropWhenFull off. The last
 // Options.PlaceOnly queues get no pool descriptor at all: each takes only
 // what is posted (a pool buffer may be posted too), drops a frame that
-// finds nothing (SRRCTL.DROP_EN), and CancelRx stops it (RXDCTL.ENABLE),
-// drops what it holds and starts it again empty.
+// finds nothing (SRRCTL.DROP_EN), strips VLAN tags (RXDCTL.VME: a
+// placement there holds Info.PlaceOnlyMin = MaxFrame-64 bytes, 4 fewer
+// than PlaceMin), and CancelRx stops it (RXDCTL.ENABLE), drops what it
+// holds and starts it again empty.
 //
 // TX uses advanced data descriptors, and a context descriptor per queue
 // when a frame asks for checksum offload (each 82599 queue has its own
@@ -173,10 +175,13 @@ type Options struct {
 	// pool buffer of at least MaxFrame bytes receives every frame whole
 	// in one descriptor; with Placement it must be (see Placement).
 	BufferSize int
-	// MaxFrame is the largest frame without FCS (default 1518; up to 9018
-	// for jumbo frames, which arrive as chains of Buffers when they are
-	// longer than BufferSize, and are sent from one buffer or with
-	// Buffer.Attach).
+	// MaxFrame is the largest frame without FCS (default 1518, at least
+	// 1514; up to 9018 for jumbo frames, which arrive as chains of
+	// Buffers when they are longer than BufferSize, and are sent from one
+	// buffer or with Buffer.Attach). A frame with a VLAN tag may be 4
+	// bytes longer, but not on a PlaceOnly queue, which strips the tag:
+	// MaxFrame = MTU + 14 lets a placement there be exactly a full
+	// frame's payload (Info.PlaceOnlyMin).
 	MaxFrame int
 	// Interrupts enables MSI-X interrupt mode for WaitRx.
 	Interrupts bool
@@ -238,9 +243,14 @@ func DefaultOptions() Options {
 // maxJumbo is the largest MaxFrame the driver takes: a 9000-byte MTU.
 const maxJumbo = 9018
 
+// minFrame is the least MaxFrame the driver takes: an untagged frame of a
+// 1500-byte MTU, so that a PlaceOnly queue, stripping VLAN tags, writes at
+// most 1450 bytes after the 64-byte header buffer.
+const minFrame = 1514
+
 // vlanTag is how much longer than MaxFrame a frame the 82599 admits may
-// be: a VLAN-tagged one may be MAXFRS.MFS+4 bytes (and 1522 with
-// HLREG0.JUMBOEN off), so a placement and a placing queue's pool buffer
+// be: a VLAN-tagged one may be MAXFRS.MFS+4 bytes (HLREG0.JUMBOEN is
+// always set), so a placement and a placing queue's pool buffer
 // hold MaxFrame+vlanTag bytes.
 const vlanTag = 4
 
@@ -268,8 +278,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("ixgbe: RX ring of %d descriptors: want a multiple of 8 from 32 to 8192", o.RxRing)
 	case o.TxRing < 32 || o.TxRing > 8192 || o.TxRing%8 != 0:
 		return fmt.Errorf("ixgbe: TX ring of %d descriptors: want a multiple of 8 from 32 to 8192", o.TxRing)
-	case o.MaxFrame < hw.MaxFrame || o.MaxFrame > maxJumbo:
-		return fmt.Errorf("ixgbe: MaxFrame %d: want %d..%d (a 9000-byte MTU at most)", o.MaxFrame, hw.MaxFrame, maxJumbo)
+	case o.MaxFrame < minFrame || o.MaxFrame > maxJumbo:
+		return fmt.Errorf("ixgbe: MaxFrame %d: want %d..%d (a 1500-byte MTU untagged at least, a 9000-byte one at most)", o.MaxFrame, minFrame, maxJumbo)
 	case o.InterruptInterval < 0 || o.InterruptInterval > time.Duration(hw.EitrIntervalMask>>hw.EitrIntervalShift)*hw.EitrUnitNanos:
 		return fmt.Errorf("ixgbe: interrupt interval %v: want 0..1022µs", o.InterruptInterval)
 	case o.NoModeration && !o.Interrupts:
@@ -406,6 +416,9 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
 		n.info.PlaceHeader, n.info.PlaceMin, n.info.PlaceOnly = placeHeader, o.MaxFrame+vlanTag-placeHeader, o.PlaceOnly
+		if o.PlaceOnly > 0 {
+			n.info.PlaceOnlyMin = o.MaxFrame - placeHeader // RXDCTL.VME strips the tag (rxQueue.start)
+		}
 	}
 	_, _ = n.WaitLink(true, o.LinkTimeout)
 	return n, nil
@@ -514,11 +527,10 @@ func (n *NIC) setupRx() error {
 		n.w32(hw.RXPBSIZE(i), 0)
 	}
 	hl := n.r32(hw.HLREG0) | hw.Hlreg0RxCRCStrp
-	if o.MaxFrame > hw.MaxFrame {
-		hl |= hw.Hlreg0JumboEn
-	} else {
-		hl &^= hw.Hlreg0JumboEn
-	}
+	// JUMBOEN always, as Linux's ixgbe: MAXFRS.MFS (FCS included) then
+	// bounds the frames at MaxFrame untagged, MaxFrame+4 tagged; without
+	// it the MAC drops an untagged frame past 1514 (hw.StdFrame).
+	hl |= hw.Hlreg0JumboEn
 	n.w32(hw.HLREG0, hl&^hw.Hlreg0Lpbk)
 	n.w32(hw.MAXFRS, uint32(o.MaxFrame+4)<<hw.MaxfrsShift)
 	n.set32(hw.RDRXCTL, hw.RdrxctlCRCStrip)

@@ -40,6 +40,10 @@ const (
 // placeMinWhy says why a placement is at least Info.PlaceMin long.
 var placeMinWhy = fmt.Sprintf("the largest frame (MaxFrame, %d more with a VLAN tag) less the %d-byte header", vlanTag, placeHeader)
 
+// placeOnlyMinWhy says why a placement on a PlaceOnly queue is at least
+// Info.PlaceOnlyMin long.
+var placeOnlyMinWhy = fmt.Sprintf("the largest frame (MaxFrame; the queue strips a VLAN tag) less the %d-byte header", placeHeader)
+
 // placeState is a placing queue's placements, by slot, and their counts.
 type placeState struct {
 	drv.Placements      // Pooled: the pool descriptors the caller posted
@@ -197,6 +201,9 @@ func (r *rxQueue) post(ps []nicdrv.Placement) (int, error) {
 	from := r.tail
 	slots := drv.PostSlots{Size: r.size, Tail: r.tail, Stop: (r.next + r.size - 1) % r.size, Pkt: r.pkt, Hdr: r.hdr, Placed: r.Placed, Pooled: r.Pooled,
 		Fill: r.fill, Pool: r.pool, Hdrs: r.hdrs, NoBuf: &r.cnt.NoBuf, Min: n.info.PlaceMin, Why: placeMinWhy}
+	if r.only {
+		slots.Min, slots.Why = n.info.PlaceOnlyMin, placeOnlyMinWhy
+	}
 	took, err := slots.Post(&n.d, ps)
 	for s := from; s != slots.Tail; s = (s + 1) % r.size {
 		r.encode(s)

@@ -200,3 +200,96 @@ func TestPlacementVLAN(t *testing.T) {
 		})
 	}
 }
+
+// TestPlaceOnlyStripsVLAN: a PlaceOnly queue strips VLAN tags
+// (RXDCTL.VME), so on a NIC opened for untagged frames of MaxFrame bytes
+// (1514: a 1500-byte MTU; 9014 jumbo) a tagged frame of MaxFrame+4 bytes
+// lands there as MaxFrame bytes, and a placement of Info.PlaceOnlyMin =
+// MaxFrame-64 bytes holds any frame: each lands whole, its tag gone, and
+// no byte after a placement is written. A shorter placement is refused
+// on that queue, and an untagged frame past MaxFrame is dropped before it
+// takes one.
+func TestPlaceOnlyStripsVLAN(t *testing.T) {
+	for _, g := range []struct {
+		name              string
+		maxFrame, bufSize int
+	}{{"1514", 1514, 2048}, {"jumbo", 9014, 16384}} {
+		t.Run(g.name, func(t *testing.T) {
+			dmaModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+				p := newPlatform(t, m)
+				a, b := nictest.OpenPair(t, func(i int) (*ixgbe.NIC, error) {
+					o := ixgbe.DefaultOptions()
+					// a sends frames up to 4 bytes longer.
+					o.MaxFrame, o.BufferSize = g.maxFrame+4*(1-i), g.bufSize
+					if i == 1 {
+						o.Placement, o.Queues, o.PlaceOnly = true, 2, 1
+					}
+					return ixgbe.Open(p.Functions()[i], o)
+				})
+				info := b.Info()
+				if info.PlaceOnlyMin != g.maxFrame-info.PlaceHeader || info.PlaceMin != g.maxFrame+4-info.PlaceHeader {
+					t.Fatalf("PlaceOnlyMin %d, PlaceMin %d: want %d and %d", info.PlaceOnlyMin, info.PlaceMin, g.maxFrame-info.PlaceHeader, g.maxFrame+4-info.PlaceHeader)
+				}
+				for _, et := range []uint16{0x8100, 0x88B5} {
+					if _, err := b.AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: et, Queue: 1}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				const placed, guard = 4, 64
+				stride := info.PlaceOnlyMin + guard
+				mem := bytes.Repeat([]byte{0xEE}, placed*stride)
+				ps, unmap := nictest.Placements(t, b, mem, placed, stride)
+				defer unmap()
+				short := []nicdrv.Placement{{Mem: ps[0].Mem[:info.PlaceOnlyMin-1], IOVA: ps[0].IOVA}}
+				if k, err := b.PostRx(1, short); k != 0 || !errors.Is(err, nicdrv.ErrFrameSize) {
+					t.Fatalf("PostRx of %d bytes on the PlaceOnly queue: %d taken, %v: want ErrFrameSize", info.PlaceOnlyMin-1, k, err)
+				}
+				if k, err := b.PostRx(1, ps); k != placed || err != nil {
+					t.Fatalf("PostRx: %d of %d taken: %v", k, placed, err)
+				}
+				// An untagged frame one byte too long first: dropped.
+				frames := [][]byte{nictest.PlaceFrame(b.MAC(), a.MAC(), 9, g.maxFrame+1)}
+				var want [][]byte
+				for i := range placed {
+					fr := nictest.PlaceFrame(b.MAC(), a.MAC(), i, g.maxFrame)
+					w := fr
+					if i%2 == 0 {
+						fr = append(append(append([]byte(nil), fr[:12]...), 0x81, 0x00, 0x00, byte(i)), fr[12:]...)
+					}
+					frames, want = append(frames, fr), append(want, w)
+				}
+				nictest.SendFrames(t, a, frames)
+				waitSent(t, p, 0, uint64(len(frames))) // every frame written back
+				var got []*nicdrv.Buffer
+				buf := make([]*nicdrv.Buffer, 8)
+				for tries := 0; len(got) < placed && tries < 100; tries++ {
+					k, err := b.RxBatch(1, buf)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, buf[:k]...)
+				}
+				if len(got) != placed {
+					t.Fatalf("received %d of %d frames on the PlaceOnly queue", len(got), placed)
+				}
+				for i, f := range got {
+					ext, _ := f.Attached()
+					if !bytes.Equal(f.Data, want[i][:info.PlaceHeader]) || !bytes.Equal(ext, want[i][info.PlaceHeader:]) {
+						t.Errorf("frame %d: %d + %d bytes, want the %d-byte frame without its tag", i, len(f.Data), len(ext), len(want[i]))
+					}
+					if g := mem[i*stride+info.PlaceOnlyMin : (i+1)*stride]; !bytes.Equal(g, bytes.Repeat([]byte{0xEE}, guard)) {
+						t.Errorf("placement %d: the %d bytes after it were written", i, guard)
+					}
+					if err := f.Pool().Free(f); err != nil {
+						t.Error(err)
+					}
+				}
+				for _, n := range []*ixgbe.NIC{b, a} {
+					if err := n.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -135,7 +135,14 @@ func (r *rxQueue) start() error {
 	n.w32(hw.SRRCTL(r.q), r.srrctl())
 	n.w32(hw.RDH(r.q), 0)
 	n.w32(hw.RDT(r.q), 0)
-	n.set32(hw.RXDCTL(r.q), hw.RxdctlEnable)
+	en := uint32(hw.RxdctlEnable)
+	if r.only {
+		// A PlaceOnly queue strips a VLAN tag (RXDCTL.VME, per queue on
+		// the 82599): the NIC writes at most MaxFrame bytes of a frame
+		// there, tagged or not (Info.PlaceOnlyMin).
+		en |= hw.RxdctlVME
+	}
+	n.set32(hw.RXDCTL(r.q), en)
 	if err := n.waitReg(fmt.Sprintf("RXDCTL%d.ENABLE", r.q), hw.RXDCTL(r.q), func(v uint32) bool { return v&hw.RxdctlEnable != 0 }); err != nil {
 		return err
 	}

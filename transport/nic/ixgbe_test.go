@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
+	"github.com/gomx-dev/gomx/nicdrv/e1000e"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
 	"github.com/gomx-dev/gomx/transport"
@@ -96,6 +97,34 @@ func TestMTU(t *testing.T) {
 	}
 	u[0].Close()
 	u[1].Close()
+
+	// The bound: MaxFrame less the Ethernet header, on either NIC (the
+	// 82599 with JUMBOEN passes MaxFrame untagged; the 82574L, without
+	// RCTL.LPE, frames of 1522 bytes with FCS), byte-exact; 1 more is
+	// refused.
+	for _, c := range []struct {
+		name string
+		ns   func() [2]nicdrv.NIC
+	}{
+		{"82599", func() [2]nicdrv.NIC { return nicpair.IXGBE(t, ixgbe.DefaultOptions()) }},
+		{"82574L", func() [2]nicdrv.NIC { return nicpair.E1000E(t, e1000e.DefaultOptions()) }},
+	} {
+		ns := c.ns()
+		max := ns[0].Info().MaxFrame - 14
+		if _, err := nic.New(ns[0], nic.Options{MTU: max + 1}); err == nil || !strings.Contains(err.Error(), "MTU") {
+			t.Errorf("%s, MTU %d: %v, want it refused", c.name, max+1, err)
+		}
+		ts := nicpair.Transports(t, ns, func(int) nic.Options { return nic.Options{MTU: max} })
+		data := bytes.Repeat([]byte{0x5A, 0xC3, 0x17}, max/3+1)[:max]
+		if _, err := ts[0].Send([]transport.Frame{{Peer: ts[1].Addr(), Data: data}}); err != nil {
+			t.Fatalf("%s, MTU %d: %v", c.name, max, err)
+		}
+		if got := recvN(t, ts[1], 1); !bytes.Equal(got[0].whole, data) {
+			t.Errorf("%s: a %d-byte frame (MTU %d) arrived as %d bytes, not byte-exact", c.name, max, max, len(got[0].whole))
+		}
+		ts[0].Close()
+		ts[1].Close()
+	}
 
 	for _, c := range []struct {
 		name string

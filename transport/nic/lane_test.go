@@ -52,13 +52,14 @@ func recvN(t *testing.T, tr transport.Transport, n int) []gotFrame {
 func TestPlaceLanes(t *testing.T) {
 	o := ixgbe.DefaultOptions()
 	o.Placement, o.Queues, o.PlaceOnly = true, 3, 2
+	o.MaxFrame = 1514 // frames of the MTU untagged: the lanes strip tags
 	ns, p := nicpair.IXGBEOn(t, emulated.CableOptions{}, o)
 	ts := nicpair.Transports(t, ns, nicpair.Raw)
 	a, b := ts[0], ts[1]
 	defer a.Close()
 	pi := b.PlaceInfo()
-	if pi.Head != 64-14 || pi.Lanes != 2 || !pi.SendsLanes || pi.Min != o.MaxFrame+4-64 {
-		t.Fatalf("PlaceInfo %+v: want head 50, 2 lanes, sends lanes", pi)
+	if pi.Head != 64-14 || pi.Lanes != 2 || !pi.SendsLanes || pi.Min != o.MaxFrame+4-64 || pi.LaneMin != o.MaxFrame-64 || b.MTU() != 1500 {
+		t.Fatalf("PlaceInfo %+v, MTU %d: want head 50, 2 lanes, sends lanes, spans of %d (%d on a lane), MTU 1500", pi, b.MTU(), o.MaxFrame+4-64, o.MaxFrame-64)
 	}
 	regs, _ := p.Functions()[1].BAR(0)
 	rules := func() int {

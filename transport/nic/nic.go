@@ -192,8 +192,9 @@ type Options struct {
 	QueueAddrs netip.Prefix
 	// MTU is the most bytes a frame carries after its Ethernet header
 	// (the link MTU: the IP MTU for FramingUDP): 1500 when zero, and no
-	// more than the NIC's largest frame less 18 bytes (Ethernet header
-	// and a VLAN tag) nor than one of its pool buffers less the Ethernet
+	// more than the NIC's largest frame less the Ethernet header (18
+	// bytes less leaves room for a peer's VLAN tag; the 82599's placing
+	// lanes strip it) nor than one of its pool buffers less the Ethernet
 	// header, since Send copies a frame into one buffer and Recv takes
 	// one buffer a frame. Jumbo frames (up to 9000) need a NIC opened for
 	// them: the 82599 with ixgbe.Options MaxFrame and BufferSize.
@@ -359,9 +360,9 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 	// payload.
 	mtu := min(info.MaxFrame, headerLen+1500) - hdr
 	if o.MTU != 0 {
-		if o.MTU < minFrame || o.MTU+headerLen+4 > info.MaxFrame || o.MTU+headerLen > n.Pool(0).BufferSize() {
+		if o.MTU < minFrame || o.MTU+headerLen > info.MaxFrame || o.MTU+headerLen > n.Pool(0).BufferSize() {
 			return nil, fmt.Errorf("transport/nic: MTU %d over a %s NIC whose largest frame is %d bytes and pool buffers %d: want %d..%d (open the NIC for larger frames and buffers)",
-				o.MTU, info.Driver, info.MaxFrame, n.Pool(0).BufferSize(), minFrame, min(info.MaxFrame-headerLen-4, n.Pool(0).BufferSize()-headerLen))
+				o.MTU, info.Driver, info.MaxFrame, n.Pool(0).BufferSize(), minFrame, min(info.MaxFrame-headerLen, n.Pool(0).BufferSize()-headerLen))
 		}
 		mtu = headerLen + o.MTU - hdr
 	}

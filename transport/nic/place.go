@@ -98,6 +98,10 @@ func (t *Transport) PlaceInfo() transport.PlaceInfo {
 	}
 	info := t.nic.Info()
 	pi.Head, pi.Min, pi.Lanes = info.PlaceHeader-t.hdr, info.PlaceMin, len(t.laneRules)
+	pi.LaneMin = pi.Min
+	if info.PlaceOnlyMin > 0 && pi.Lanes > 0 {
+		pi.LaneMin = info.PlaceOnlyMin
+	}
 	return pi
 }
 

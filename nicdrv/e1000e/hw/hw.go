@@ -29,8 +29,8 @@ const (
 	RAREntries = 16
 	// MTAEntries is the number of 32-bit multicast table registers.
 	MTAEntries = 128
-	// MaxFrame is the largest standard frame without FCS (VLAN-tagged:
-	// 1518 with FCS plus 4).
+	// MaxFrame is the largest frame without FCS the MAC passes without
+	// RCTL.LPE: it drops one past 1522 bytes with the FCS, tagged or not.
 	MaxFrame = 1518
 	// MinFrame is the shortest frame without FCS: TCTL.PSP pads to it.
 	MinFrame = 60

@@ -43,8 +43,13 @@ const (
 	RETAEntries = 128
 	// RSSKeyLen is the length of the Toeplitz key in bytes.
 	RSSKeyLen = 40
-	// MaxFrame is the largest standard frame without FCS.
+	// MaxFrame is the driver's default largest frame without FCS: a
+	// 1500-byte MTU with a VLAN tag.
 	MaxFrame = 1518
+	// StdFrame is the largest untagged frame without FCS the MAC passes
+	// with HLREG0.JUMBOEN off (4 more tagged): MAXFRS.MFS resets to 1518
+	// and counts the FCS, as Linux's ixgbe (MFS = MTU + 14 + 4) reads it.
+	StdFrame = 1514
 	// MaxJumbo is the largest frame MAXFRS may allow (without FCS).
 	MaxJumbo = 15872 - 4
 	// MinFrame is the shortest frame without FCS: HLREG0.TXPADEN pads to
@@ -88,6 +93,7 @@ const (
 	RXCTRL   = 0x03000
 	RXCSUM   = 0x05000
 	FCTRL    = 0x05080
+	VLNCTRL  = 0x05088
 	MCSTCTRL = 0x05090
 	MTA      = 0x05200
 	MRQC     = 0x05818
@@ -378,6 +384,9 @@ const (
 	Hlreg0TxPadEn   = 1 << 10
 	Hlreg0Lpbk      = 1 << 15
 )
+
+// VLNCTRL: VET, the EtherType of a VLAN tag (resets to 0x8100).
+const VlnctrlVETMask = 0xFFFF
 
 // MAXFRS: the largest frame (FCS included) in bits 31:16.
 const MaxfrsShift = 16
