@@ -451,18 +451,26 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 			cancel()
 			return err
 		}
+		// yielded: whether the rank's waiters yielded in any timed round.
+		// After the last one the count can have changed already: ranks
+		// done first sleep in the gather, and --yield auto counts them
+		// out.
+		yielded := false
 		start := time.Now()
 		for i := range iters {
 			if err := a.round(sctx, sched, size, f.warmup+i); err != nil {
 				cancel()
 				return fmt.Errorf("alltoall of %s, round %d: %w", units.Format(int64(size)), i, err)
 			}
+			if !yielded {
+				yielded, _, _ = w.boards[k].Oversubscribed()
+			}
 		}
 		perRound := time.Since(start).Seconds() * 1e6 / float64(max(iters, 1))
 		m := strategyOf(countersSince(before, ep.Counters()), strategy, w.boards[k].HostPath(w.nics[k][(w.job.Rank+1)%n]), size)
 		m.Mapped, m.Owned, m.Rings, m.Retired, m.AskedBack = shmFootprint(w.boards[k])
 		m.RSS = peakRSS()
-		m.Yield, _, _ = w.boards[k].Oversubscribed()
+		m.Yield = yielded
 		m.Bound = w.bound
 		times, err := w.gather(sctx, binary.BigEndian.AppendUint64(nil, math.Float64bits(perRound)))
 		if err == nil {
