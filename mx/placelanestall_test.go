@@ -170,25 +170,9 @@ func TestPlacedLaneSpanWrittenOver(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				waitCond(t, "b has the RNDV", func() bool { return pr.b.Counters().Get(RecvRndv) > 0 })
 				b := pr.bb
-				ownSource(t, b.src) // nothing handles what b receives but the test
-				owned := true
-				defer func() {
-					if owned {
-						b.src.mu.Unlock()
-					}
-				}()
-				r, err := pr.b.IRecv([][]byte{dst}, 4, ^uint64(0), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.mu.Lock()
+				r, release := ownedLanePull(t, pr, dst, 4) // nothing handles what b receives but the test
 				pl := r.pl
-				if pl == nil || pl.pp == nil || pl.pp.lane == 0 || len(pl.blocks) != 1 {
-					b.mu.Unlock()
-					t.Fatalf("the receive does not pull one block on a lane: %+v", pl)
-				}
 				n := pl.nframes
 				b.mu.Unlock()
 				sent := func(k int) func() bool {
@@ -248,8 +232,7 @@ func TestPlacedLaneSpanWrittenOver(t *testing.T) {
 				// frames dropped.
 				b.opts.PullTimeout, b.opts.RTOMin, b.opts.RTOMax = 4*time.Millisecond, fastOptions().RTOMin, fastOptions().RTOMax
 				b.mu.Unlock()
-				owned = false
-				b.src.mu.Unlock()
+				release()
 				waitDone(t, ctx, r, s)
 				if !bytes.Equal(src, dst) {
 					t.Fatalf("the message arrived changed: %s", firstDiff(src, dst, pl.geo))
@@ -296,25 +279,9 @@ func TestPlacedLaneAnswerKeepsOriginalsOwed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitCond(t, "b has the RNDV", func() bool { return pr.b.Counters().Get(RecvRndv) > 0 })
 		b := pr.bb
-		ownSource(t, b.src) // the replies wait unread while the test asks again
-		owned := true
-		defer func() {
-			if owned {
-				b.src.mu.Unlock()
-			}
-		}()
-		r, err := pr.b.IRecv([][]byte{dst}, 6, ^uint64(0), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.mu.Lock()
+		r, release := ownedLanePull(t, pr, dst, 6) // the replies wait unread while the test asks again
 		pl := r.pl
-		if pl == nil || pl.pp == nil || pl.pp.lane == 0 || len(pl.blocks) != 1 {
-			b.mu.Unlock()
-			t.Fatalf("the receive does not pull one block on a lane: %+v", pl)
-		}
 		n := pl.nframes
 		pl.rerequest(&pl.blocks[0], 0b1100, AskRetransmits)
 		asked := pl.laneOwed(1)
@@ -324,8 +291,7 @@ func TestPlacedLaneAnswerKeepsOriginalsOwed(t *testing.T) {
 		if asked != n || evidence != n-2 {
 			t.Errorf("frames owed on the lane: %d after an answer asked for 2 again, %d after evidence asked for 2 more; want %d and %d", asked, evidence, n, n-2)
 		}
-		owned = false
-		b.src.mu.Unlock()
+		release()
 		waitDone(t, ctx, r, s)
 		if !bytes.Equal(src, dst) {
 			t.Fatalf("the message arrived changed: %s", firstDiff(src, dst, pl.geo))
@@ -534,4 +500,35 @@ func isHeld(pl *pull, i int) bool {
 		}
 	}
 	return false
+}
+
+// ownedLanePull posts the receive of dst matching match on pr's board b
+// once b has the RNDV, with b's receive source owned by the test, so that
+// nothing but the test handles what b receives, and checks that the
+// receive pulls one block on a lane. It returns the receive with b.mu
+// held, and release, which gives the source back (once; the test's
+// cleanup calls it too).
+func ownedLanePull(t *testing.T, pr *pair, dst []byte, match uint64) (r *Request, release func()) {
+	t.Helper()
+	waitCond(t, "b has the RNDV", func() bool { return pr.b.Counters().Get(RecvRndv) > 0 })
+	b := pr.bb
+	ownSource(t, b.src)
+	owned := true
+	release = func() {
+		if owned {
+			owned = false
+			b.src.mu.Unlock()
+		}
+	}
+	t.Cleanup(release)
+	r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	if pl := r.pl; pl == nil || pl.pp == nil || pl.pp.lane == 0 || len(pl.blocks) != 1 {
+		b.mu.Unlock()
+		t.Fatalf("the receive does not pull one block on a lane: %+v", pl)
+	}
+	return r, release
 }
