@@ -90,23 +90,22 @@ func (i *Interrupt) Signal() error {
 // Poll consumes pending signals without blocking and returns how many there
 // were (0 when none).
 func (i *Interrupt) Poll() uint64 {
-	// Through the file, never the bare number: once Close has run, the
-	// number may name another descriptor of the process (a socket, another
-	// eventfd), and a read of it would take that one's data. The file's
-	// Control fails once it is closed and keeps the descriptor open while
-	// the read runs.
-	rc, err := i.f.SyscallConn()
-	if err != nil {
+	// Under mu, which Close holds while it closes the descriptor: once
+	// Close has run, the number may name another descriptor of the
+	// process (a socket, another eventfd), and a read of it would take
+	// that one's data. The read does not block (EFD_NONBLOCK), and the
+	// bare number spares each look the file's SyscallConn allocation and
+	// reference count (a receive loop's every sleep looks).
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
 		return 0
 	}
-	var v uint64
-	_ = rc.Control(func(fd uintptr) {
-		var b [8]byte
-		if n, err := unix.Read(int(fd), b[:]); err == nil && n == 8 {
-			v = binary.LittleEndian.Uint64(b[:])
-		}
-	})
-	return v
+	var b [8]byte
+	if n, err := unix.Read(i.fd, b[:]); err == nil && n == 8 {
+		return binary.LittleEndian.Uint64(b[:])
+	}
+	return 0
 }
 
 // Wait blocks until the interrupt fires, ctx is done, or the Interrupt is
@@ -269,9 +268,6 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 			if i.isClosed() {
 				return k, 0, ErrClosed
 			}
-			if n := i.Poll(); n > 0 {
-				return k, n, nil
-			}
 			// The bare number: if Close races this, poll(2) looks at a
 			// closed or reused descriptor, which only ends the sleep
 			// early; the data is read through the file (Poll).
@@ -285,8 +281,21 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 			slice = min(slice, time.Until(dl))
 		}
 		ms := int((slice + time.Millisecond - 1) / time.Millisecond)
-		if _, err := unix.Poll(fds[:len(irqs)], max(ms, 1)); err != nil && err != unix.EINTR {
+		// poll(2) returns at once when a signal is pending, so the
+		// counts are read only where it reports one: a read of every
+		// eventfd before each sleep cost a system call per vector.
+		n, err := unix.Poll(fds[:len(irqs)], max(ms, 1))
+		if err != nil && err != unix.EINTR {
 			return 0, 0, &OpError{Op: "poll eventfds", Err: err}
+		}
+		for k := 0; n > 0 && k < len(irqs); k++ {
+			if fds[k].Revents == 0 {
+				continue
+			}
+			n--
+			if c := irqs[k].Poll(); c > 0 {
+				return k, c, nil
+			}
 		}
 	}
 }
