@@ -411,7 +411,7 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.set32(hw.CTRLEXT, hw.CtrlExtDrvLoad)
 	n.w32(hw.RXCTRL, hw.RxctrlRXEN)
 	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) (bool, uint32) { return n.rx[q].ready() },
-		Arm: func(q int) { n.w32(hw.EIMSEx(q/32), 1<<(q%32)) }, IRQs: n.irqs, Spin: armSpin, Count: &n.d.Intr, Errorf: n.errorf}
+		Arm: n.arm, IRQs: n.irqs, Spin: armSpin, Count: &n.d.Intr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "ixgbe", Model: "82599", Addr: n.addr, Queues: o.Queues, RxRing: o.RxRing,
 		TxRing: o.TxRing, MaxFrame: o.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit}
 	if o.Placement {
@@ -611,6 +611,16 @@ func (n *NIC) setupTx() error {
 		}
 	}
 	return nil
+}
+
+// arm unmasks the vectors of the queues in mask (drv.RxWaiter.Arm): one
+// EIMS_EX write per register that holds one of them.
+func (n *NIC) arm(mask uint64) {
+	for r := range 2 {
+		if bits := uint32(mask >> (32 * r)); bits != 0 {
+			n.w32(hw.EIMSEx(r), bits)
+		}
+	}
 }
 
 // armSpin is how many looks at its rings WaitRx takes, in interrupt mode,

@@ -259,7 +259,7 @@ func TestRxWaiterSpin(t *testing.T) {
 			k := looks.Add(1)
 			return frame.Load() || k == readyAt.Load(), 0
 		},
-		Arm:   func(int) { arms.Add(1) },
+		Arm:   func(uint64) { arms.Add(1) },
 		IRQs:  []*pci.Interrupt{irq},
 		Spin:  spin,
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
@@ -308,6 +308,52 @@ func TestRxWaiterSpin(t *testing.T) {
 	}
 }
 
+// A wait on several queues spends about Spin looks at rings before it arms,
+// as a wait on one does: each look at them all counts as many looks as
+// there are queues.
+func TestRxWaiterSpinSharedByQueues(t *testing.T) {
+	const spin = 8
+	for _, queues := range []int{1, 2, 4, 5, 16} {
+		irqs := make([]*pci.Interrupt, queues)
+		for q := range irqs {
+			irq, err := pci.NewLocalInterrupt()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer irq.Close()
+			irqs[q] = irq
+		}
+		var looks, lookedBeforeArm atomic.Int64
+		var armed atomic.Bool
+		var count atomic.Uint64
+		w := drv.RxWaiter{Queues: queues, Closed: func() bool { return false },
+			Ready: func(int) (bool, uint32) {
+				looks.Add(1)
+				return armed.Load(), 0 // a frame comes as the vectors are armed
+			},
+			Arm: func(uint64) {
+				if !armed.Swap(true) {
+					lookedBeforeArm.Store(looks.Load())
+				}
+			},
+			IRQs:  irqs,
+			Spin:  spin,
+			Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		q, err := w.Wait(ctx, nil)
+		cancel()
+		if err != nil || q != 0 {
+			t.Fatalf("%d queues: Wait = %d, %v; want queue 0", queues, q, err)
+		}
+		// The looks at them all: Spin / queues (at least one) before the
+		// last, which arms.
+		want := (max(spin/queues, 1) + 1) * queues
+		if got := lookedBeforeArm.Load(); got != int64(want) {
+			t.Errorf("%d queues: %d looks at rings before arming, want %d", queues, got, want)
+		}
+	}
+}
+
 // The looks before arming add up over waits that end at their deadline
 // with the ring where it was: a receive loop whose every wait is shorter
 // than the looks take still arms its vector and sleeps, on the wait after
@@ -340,7 +386,7 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 			}
 			return frame, pos
 		},
-		Arm:   func(int) { arms++; end() },
+		Arm:   func(uint64) { arms++; end() },
 		IRQs:  []*pci.Interrupt{irq, irq},
 		Spin:  spin,
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}

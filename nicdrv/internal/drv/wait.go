@@ -25,18 +25,25 @@ type RxWaiter struct {
 	// its ring the next frame will be taken from (the position moves
 	// whenever the driver takes frames; see quiet).
 	Ready func(q int) (bool, uint32)
-	// Arm unmasks queue q's interrupt (interrupt mode only).
-	Arm func(q int)
+	// Arm unmasks the interrupts of the queues set in mask, bit q for
+	// queue q (interrupt mode only), in as few register writes as the NIC
+	// allows: a wait arms every queue it sleeps on at once.
+	Arm func(mask uint64)
 	// IRQs are the queues' vectors by queue; nil in polling mode.
 	IRQs []*pci.Interrupt
-	// Spin is how many looks at the rings interrupt mode takes before it
+	// Spin is how many looks at a ring interrupt mode takes before it
 	// arms the vectors and sleeps: a frame that comes within them costs no
-	// interrupt and no register write. The looks do not yield: the caller
-	// that waits is typically a progress goroutine locked to its OS thread,
-	// for which runtime.Gosched hands the Go processor to another thread
-	// and back (two futex calls and two context switches a look); the
-	// looks hold the processor for a few microseconds instead, and the
-	// sleep that ends them gives it up once. 0: arm after the first look.
+	// interrupt and no register write. A wait on several queues looks at
+	// each in turn and so takes Spin / queues looks at them all (at least
+	// one): the spin costs about the same whatever it waits on, where a
+	// wait on a board's five queues spun five times a queue's CPU (mxbench
+	// overlap's progress thread, docs/zero-copy.md). The looks do not
+	// yield: the caller that waits is typically a progress goroutine
+	// locked to its OS thread, for which runtime.Gosched hands the Go
+	// processor to another thread and back (two futex calls and two
+	// context switches a look); the looks hold the processor for a few
+	// microseconds instead, and the sleep that ends them gives it up
+	// once. 0: arm after the first look.
 	Spin int
 	// Count counts the interrupts consumed.
 	Count *atomic.Uint64
@@ -119,6 +126,7 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 	}
 	var irqs [maxWait]*pci.Interrupt
 	var pos [maxWait]uint32
+	spin := w.spinFor(len(queues))
 	for i := 0; ; i++ {
 		if w.Closed() {
 			return 0, w.Errorf("wait for RX", nicdrv.ErrClosed)
@@ -147,15 +155,17 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 			}
 			continue
 		}
-		if i < w.Spin {
+		if i < spin {
 			continue
 		}
 		// Arm the queues' vectors, look again, then sleep: a frame that
 		// came between the first look and the arming raises a vector.
+		var mask uint64
 		for k, q := range queues {
-			w.Arm(q)
+			mask |= 1 << q
 			irqs[k] = w.IRQs[q]
 		}
+		w.Arm(mask)
 		for _, q := range queues {
 			if ready, _ := w.Ready(q); ready {
 				return q, nil
@@ -179,6 +189,15 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		}
 		w.Count.Add(c)
 	}
+}
+
+// spinFor is how many looks at n queues at once the wait takes before it
+// arms (see Spin).
+func (w *RxWaiter) spinFor(n int) int {
+	if w.Spin <= 0 || n <= 1 {
+		return w.Spin
+	}
+	return max(w.Spin/n, 1)
 }
 
 // carried is how many looks at queues found them empty before this wait,
