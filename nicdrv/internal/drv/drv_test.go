@@ -308,13 +308,17 @@ func TestRxWaiterSpin(t *testing.T) {
 	}
 }
 
-// A wait on several queues spends about Spin looks at rings before it arms,
-// as a wait on one does: each look at them all counts as many looks as
-// there are queues.
+// A wait on several queues spends about Spin looks at rings before it
+// arms, as a wait on one does: each look at them all counts as many looks
+// as there are queues. It arms them all with one Arm call whose mask holds
+// their bits and no other.
 func TestRxWaiterSpinSharedByQueues(t *testing.T) {
 	const spin = 8
-	for _, queues := range []int{1, 2, 4, 5, 16} {
-		irqs := make([]*pci.Interrupt, queues)
+	for _, c := range []struct {
+		queues int
+		wait   []int // nil: all of them
+	}{{1, nil}, {2, nil}, {4, nil}, {5, nil}, {16, nil}, {5, []int{1, 3}}} {
+		irqs := make([]*pci.Interrupt, c.queues)
 		for q := range irqs {
 			irq, err := pci.NewLocalInterrupt()
 			if err != nil {
@@ -326,12 +330,14 @@ func TestRxWaiterSpinSharedByQueues(t *testing.T) {
 		var looks, lookedBeforeArm atomic.Int64
 		var armed atomic.Bool
 		var count atomic.Uint64
-		w := drv.RxWaiter{Queues: queues, Closed: func() bool { return false },
+		var masks []uint64 // Wait calls the hooks on this goroutine
+		w := drv.RxWaiter{Queues: c.queues, Closed: func() bool { return false },
 			Ready: func(int) (bool, uint32) {
 				looks.Add(1)
 				return armed.Load(), 0 // a frame comes as the vectors are armed
 			},
-			Arm: func(uint64) {
+			Arm: func(mask uint64) {
+				masks = append(masks, mask)
 				if !armed.Swap(true) {
 					lookedBeforeArm.Store(looks.Load())
 				}
@@ -339,18 +345,92 @@ func TestRxWaiterSpinSharedByQueues(t *testing.T) {
 			IRQs:  irqs,
 			Spin:  spin,
 			Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+		waited, wantMask := c.wait, uint64(0)
+		if waited == nil {
+			for q := range c.queues {
+				waited = append(waited, q)
+			}
+		}
+		for _, q := range waited {
+			wantMask |= 1 << q
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		q, err := w.Wait(ctx, nil)
+		q, err := w.Wait(ctx, c.wait)
 		cancel()
-		if err != nil || q != 0 {
-			t.Fatalf("%d queues: Wait = %d, %v; want queue 0", queues, q, err)
+		if err != nil || q != waited[0] {
+			t.Fatalf("wait on %v of %d queues: Wait = %d, %v; want queue %d", waited, c.queues, q, err, waited[0])
 		}
 		// The looks at them all: Spin / queues (at least one) before the
 		// last, which arms.
-		want := (max(spin/queues, 1) + 1) * queues
+		want := (max(spin/len(waited), 1) + 1) * len(waited)
 		if got := lookedBeforeArm.Load(); got != int64(want) {
-			t.Errorf("%d queues: %d looks at rings before arming, want %d", queues, got, want)
+			t.Errorf("wait on %v of %d queues: %d looks at rings before arming, want %d", waited, c.queues, got, want)
 		}
+		if len(masks) != 1 || masks[0] != wantMask {
+			t.Errorf("wait on %v of %d queues: Arm calls with masks %b, want one with %b", waited, c.queues, masks, wantMask)
+		}
+	}
+}
+
+// A wait on several queues that armed them leaves each with its spin
+// taken: the next wait on fewer of them, whose spin is longer, arms after
+// its first look, as the next wait on the same queues does.
+func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
+	const spin = 8
+	irqs := make([]*pci.Interrupt, 4)
+	for q := range irqs {
+		irq, err := pci.NewLocalInterrupt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer irq.Close()
+		irqs[q] = irq
+	}
+	// Each wait's context ends at the arming; the hooks run on the
+	// caller's goroutine.
+	var looks, arms, armedAfter int
+	var end context.CancelFunc
+	var count atomic.Uint64
+	w := drv.RxWaiter{Queues: 4, Closed: func() bool { return false },
+		Ready: func(int) (bool, uint32) { looks++; return false, 0 },
+		Arm:   func(uint64) { arms++; armedAfter = looks; end() },
+		IRQs:  irqs,
+		Spin:  spin,
+		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+	for _, c := range []struct {
+		queues []int
+		looks  int // at rings before the arming
+	}{
+		{[]int{0, 1, 2, 3}, (spin/4 + 1) * 4},
+		{[]int{1, 3}, 2}, // one look at each
+		{[]int{2}, 1},
+	} {
+		var ctx context.Context
+		ctx, end = context.WithCancel(context.Background())
+		looks, arms = 0, 0
+		if _, err := w.Wait(ctx, c.queues); !errors.Is(err, context.Canceled) {
+			t.Fatalf("wait on %v, cancelled as it arms: %v", c.queues, err)
+		}
+		end()
+		if arms != 1 || armedAfter != c.looks {
+			t.Errorf("wait on %v: armed %d times, after %d looks at rings; want once, after %d", c.queues, arms, armedAfter, c.looks)
+		}
+	}
+}
+
+// Arm's mask has a bit for each of the first 64 queues: a wait on a queue
+// past them is refused, not armed without its bit.
+func TestRxWaiterRefusesQueuesPast64(t *testing.T) {
+	var count atomic.Uint64
+	w := drv.RxWaiter{Queues: 65, Closed: func() bool { return false },
+		Ready: func(int) (bool, uint32) { return true, 0 },
+		Arm:   func(uint64) {}, IRQs: make([]*pci.Interrupt, 65),
+		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+	if _, err := w.Wait(context.Background(), []int{1, 64}); !errors.Is(err, nicdrv.ErrNotSupported) {
+		t.Errorf("a wait on queues 1 and 64: %v, want ErrNotSupported", err)
+	}
+	if q, err := w.Wait(context.Background(), []int{63}); q != 63 || err != nil {
+		t.Errorf("a wait on queue 63: queue %d, %v", q, err)
 	}
 }
 

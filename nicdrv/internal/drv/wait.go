@@ -17,7 +17,9 @@ import (
 // to look at and, in interrupt mode, an MSI-X vector of their own. The
 // driver fills it in once, at Open.
 type RxWaiter struct {
-	// Queues is the number of RX queues.
+	// Queues is the number of RX queues. Only the first 64 can be
+	// waited on (Arm's mask has a bit for each): Wait refuses a queue
+	// numbered 64 or above with nicdrv.ErrNotSupported.
 	Queues int
 	// Closed reports whether the NIC is closed.
 	Closed func() bool
@@ -123,6 +125,11 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		if q < 0 || q >= w.Queues {
 			return 0, w.Errorf(fmt.Sprintf("wait on RX queue %d", q), nicdrv.ErrBadQueue)
 		}
+		if q >= maxWait {
+			// Arm's mask has a bit for each of the first 64 only.
+			return 0, w.Errorf(fmt.Sprintf("wait on RX queue %d", q),
+				fmt.Errorf("only queues below %d can be waited on: %w", maxWait, nicdrv.ErrNotSupported))
+		}
 	}
 	var irqs [maxWait]*pci.Interrupt
 	var pos [maxWait]uint32
@@ -143,7 +150,7 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		}
 		if err := ctx.Err(); err != nil {
 			if w.IRQs != nil {
-				w.carry(queues, pos[:len(queues)], i+1)
+				w.carry(queues, pos[:len(queues)], i, spin)
 			}
 			return 0, err
 		}
@@ -173,7 +180,7 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		}
 		_, c, err := pci.WaitAny(ctx, irqs[:len(queues)]...)
 		if err != nil {
-			w.carry(queues, pos[:len(queues)], i+1)
+			w.carry(queues, pos[:len(queues)], i, spin)
 			if errors.Is(err, pci.ErrClosed) || w.Closed() {
 				return 0, w.Errorf("wait for RX", nicdrv.ErrClosed)
 			}
@@ -227,10 +234,18 @@ func (w *RxWaiter) carried(queues []int, pos []uint32) int {
 	return int(n)
 }
 
-// carry records, as a wait ends empty, that queues were found empty at
-// pos looks times in a row (kept no higher than the arming needs).
-func (w *RxWaiter) carry(queues []int, pos []uint32, looks int) {
-	looks = min(looks, w.Spin)
+// carry records, as a wait ends empty after its look i (counted from 0)
+// at them all, that queues were found empty at pos (kept no higher than
+// the arming needs). A wait whose looks reached its spin (i >= spin, its
+// spinFor: it armed, or was about to) records Spin whatever it
+// waited on: its queues had their spin, so the next wait on any of them,
+// even on fewer queues, whose spin is longer, arms after its first look.
+// One that stopped short records its looks at them all.
+func (w *RxWaiter) carry(queues []int, pos []uint32, i, spin int) {
+	looks := min(i+1, w.Spin)
+	if i >= spin {
+		looks = w.Spin
+	}
 	for k, q := range queues {
 		w.quiet[q].Store(uint64(pos[k])<<32 | uint64(looks))
 	}
