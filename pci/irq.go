@@ -241,7 +241,10 @@ const waitAnySlice = 10 * time.Millisecond
 // WaitAny blocks until one of irqs fires, ctx is done, or one of them is
 // closed (ErrClosed). It returns the index in irqs of one that fired and the
 // signals it consumed from it; others that fired keep their count for the
-// next wait. With one Interrupt it is that Interrupt's Wait.
+// next wait. With one Interrupt it is that Interrupt's Wait. Either way a
+// signal pending when it is called is returned even if ctx is done
+// already: it looks at the counts once, without sleeping, before it
+// returns ctx's error.
 //
 // With several it sleeps in poll(2) on their eventfds, which every signal
 // (the kernel's, or a local Signal) makes readable, so the sleeping
@@ -270,22 +273,29 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 			}
 			// The bare number: if Close races this, poll(2) looks at a
 			// closed or reused descriptor, which only ends the sleep
-			// early; the data is read through the file (Poll).
+			// early; Poll reads the count under the Interrupt's lock,
+			// once it saw the Interrupt open.
 			fds[k] = unix.PollFd{Fd: int32(i.fd), Events: unix.POLLIN}
 		}
-		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+		// A done context still gets one look, without sleeping: a signal
+		// pending then is returned, as the one-Interrupt Wait does.
+		cerr := ctx.Err()
+		ms := 0
+		if cerr == nil {
+			slice := waitAnySlice
+			if dl, ok := ctx.Deadline(); ok {
+				slice = min(slice, time.Until(dl))
+			}
+			ms = max(int((slice+time.Millisecond-1)/time.Millisecond), 1)
 		}
-		slice := waitAnySlice
-		if dl, ok := ctx.Deadline(); ok {
-			slice = min(slice, time.Until(dl))
-		}
-		ms := int((slice + time.Millisecond - 1) / time.Millisecond)
 		// poll(2) returns at once when a signal is pending, so the
 		// counts are read only where it reports one: a read of every
 		// eventfd before each sleep cost a system call per vector.
-		n, err := unix.Poll(fds[:len(irqs)], max(ms, 1))
-		if err != nil && err != unix.EINTR {
+		n, err := unix.Poll(fds[:len(irqs)], ms)
+		if err == unix.EINTR {
+			continue // looked at nothing: look again
+		}
+		if err != nil {
 			return 0, 0, &OpError{Op: "poll eventfds", Err: err}
 		}
 		for k := 0; n > 0 && k < len(irqs); k++ {
@@ -296,6 +306,9 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 			if c := irqs[k].Poll(); c > 0 {
 				return k, c, nil
 			}
+		}
+		if cerr != nil {
+			return 0, 0, cerr
 		}
 	}
 }

@@ -208,3 +208,55 @@ func TestWaitAny(t *testing.T) {
 		}
 	}
 }
+
+// A signal pending when WaitAny is called is returned, and the others that
+// fired keep their counts for the next wait. A context already done still
+// gets it, with one Interrupt or several alike; with none pending it gets
+// the context's error.
+func TestWaitAnyPending(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		irqs := make([]*Interrupt, 3)
+		for i := range irqs {
+			var err error
+			if local {
+				irqs[i], err = NewLocalInterrupt()
+			} else {
+				irqs[i], err = NewInterrupt()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer irqs[i].Close()
+		}
+		a, b := irqs[0], irqs[1]
+		for _, err := range []error{a.Signal(), b.Signal(), b.Signal()} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got, n, err := WaitAny(ctx, irqs...)
+		cancel()
+		if err != nil || got != 0 || n != 1 {
+			t.Errorf("local %v: a signalled once, b twice: WaitAny = %d, %d, %v; want a's 1", local, got, n, err)
+		}
+		if n := b.Poll(); n != 2 {
+			t.Errorf("local %v: b holds %d signals after WaitAny returned a's, want 2", local, n)
+		}
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		for _, waited := range [][]*Interrupt{irqs[:1], irqs} {
+			if err := a.Signal(); err != nil {
+				t.Fatal(err)
+			}
+			if got, n, err := WaitAny(done, waited...); err != nil || got != 0 || n != 1 {
+				t.Errorf("local %v: %d interrupts, a signalled, the context done: WaitAny = %d, %d, %v; want a's 1",
+					local, len(waited), got, n, err)
+			}
+			if _, _, err := WaitAny(done, waited...); !errors.Is(err, context.Canceled) {
+				t.Errorf("local %v: %d interrupts, none signalled, the context done: %v, want context.Canceled",
+					local, len(waited), err)
+			}
+		}
+	}
+}
