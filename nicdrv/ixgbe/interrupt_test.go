@@ -2,6 +2,7 @@ package ixgbe_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -142,4 +143,41 @@ func TestWakeOnFrame(t *testing.T) {
 			t.Error("WaitRx consumed no interrupt: it never slept on the vector")
 		}
 	})
+}
+
+// A WaitRx on queues of both halves of the 64 (two in each) arms them
+// with one EIMS_EX write per register, EIMS_EX0 and EIMS_EX1 once each,
+// and no other register write, before it sleeps.
+func TestWaitRxArmsOneWritePerRegister(t *testing.T) {
+	p := newPlatform(t, emulated.DefaultIXGBEOptions())
+	opts := ixgbe.DefaultOptions()
+	opts.Queues = 64
+	opts.Interrupts, opts.NoModeration = true, true
+	opts.RxRing, opts.TxRing = 64, 64
+	opts.PoolBuffers = 6144 // 64 rings of 63 buffers, and some to send
+	b := openOn(t, p, opts)[1]
+	p.ResetAccesses(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.WaitRx(ctx, 3, 5, 40, 41)
+		done <- err
+	}()
+	// Bounded wait for the second arming write: the waiter first looks
+	// at the rings a while.
+	for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["EIMS_EX1"] == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("WaitRx on queues 3, 5, 40 and 41 did not arm queue 40's vector (no EIMS_EX1 write)")
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitRx cancelled: %v, want context.Canceled", err)
+	}
+	w := p.Accesses(1).Writes
+	if w["EIMS_EX0"] != 1 || w["EIMS_EX1"] != 1 || len(w) != 2 {
+		t.Errorf("a WaitRx on queues 3, 5, 40 and 41 wrote %v, want EIMS_EX0 and EIMS_EX1 once each", w)
+	}
 }

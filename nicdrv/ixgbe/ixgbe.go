@@ -113,16 +113,20 @@
 // (EIAC) and auto-mask (GPIE.EIAME, EIAM); EITR throttles each vector to one
 // message per Options.InterruptInterval, or not at all with
 // Options.NoModeration, so that a frame wakes its queue's sleeping thread
-// at once. WaitRx looks at the ring a few times without yielding, then
-// with yields as the polling wait does (a frame that follows closely costs
-// no interrupt), then arms its queue's vector (EIMS_EX), looks at the
-// ring again, and only then sleeps on the eventfd. The looks count across
-// waits that end at their timeout while the ring stays as it was, so a
-// receive loop whose waits are shorter than the looks still sleeps:
-// a frame that lands between the last look and the arming finds the
-// vector armed and raises it. A WaitRx that finds a frame waiting returns
-// at once and writes no register, so a busy receiver's fast path stays
-// free of register accesses.
+// at once. WaitRx on one queue looks at its ring 164 times without
+// yielding (a frame that follows closely costs no interrupt and no
+// register write), then arms its vector (EIMS_EX), looks at the ring
+// again, and only then sleeps on the eventfd; a frame that lands between
+// the last look and the arming finds the vector armed and raises it. A
+// WaitRx on several queues looks at each in turn, 164 / queues times (at
+// least once), arms them all with one EIMS_EX write per register that
+// holds one of them (queues 0-31 in EIMS_EX0, 32-63 in EIMS_EX1), looks
+// again, and sleeps on their eventfds together (pci.WaitAny). The looks
+// count across waits that end at their timeout while the rings stay as
+// they were, so a receive loop whose waits are shorter than the looks
+// still sleeps. A WaitRx that finds a frame waiting returns at once and
+// writes no register, so a busy receiver's fast path stays free of
+// register accesses.
 //
 // # Close
 //
