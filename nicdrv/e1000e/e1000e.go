@@ -337,8 +337,11 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	}
 	n.clr32(hw.CTRL, hw.CtrlGIOMasterDis)
 	n.w32(hw.RCTL, n.rctl())
+	// Arm: one IMS write for both queues. Queue q's cause is IMS bit
+	// 20+q (hw.IntRXQ0, hw.IntRXQ1), so the mask's two low bits, one per
+	// queue, move up by 20.
 	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) (bool, uint32) { return n.rx[q].ready() },
-		Arm: func(mask uint64) { n.w32(hw.IMS, hw.IntRXQ0*uint32(mask&(1<<o.Queues-1))) }, IRQs: n.irqs, Count: &n.d.Intr, Errorf: n.errorf}
+		Arm: func(mask uint64) { n.w32(hw.IMS, uint32(mask&3)<<20) }, IRQs: n.irqs, Count: &n.d.Intr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
 		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit,
 		RSS: rssInfo(o)}
