@@ -78,6 +78,23 @@ func (p *partner) noteReceived(c ackClass) {
 	b := p.ep.b
 	b.wakeTicks() // progress.go
 	p.notAcked++
+	if c == ackLane && (p.ackLazy || p.ackDeadline == 0) && p.rings() != nil {
+		// Only lane records wait for this ack: what the general case
+		// below does for them, without working out what the other
+		// classes ask. Most of a collective's records come so, each
+		// the first since the sender's last piggyback or behind one
+		// that set the lazy deadline.
+		if p.notAcked >= b.ringAcks() {
+			p.ep.cnt[AcksImmediate]++
+			p.sendAck()
+			return
+		}
+		p.ackLazy = true
+		if p.ackDeadline == 0 {
+			p.armAck(int64(b.opts.AckDelay), true)
+		}
+		return
+	}
 	every, delay := b.opts.NotAckedMax, b.tailAckDelay()
 	rings := c != ackSeq && p.rings() != nil
 	lazy := rings && c == ackLane
@@ -90,7 +107,7 @@ func (p *partner) noteReceived(c ackClass) {
 		return
 	}
 	if lazy && (p.ackDeadline == 0 || p.ackLazy) {
-		// Only lane records wait for this ack.
+		// Only lane records wait for this ack (taken above).
 		p.ackLazy = true
 		delay = int64(b.opts.AckDelay)
 	} else if p.ackLazy {
@@ -106,35 +123,43 @@ func (p *partner) noteReceived(c ackClass) {
 		b.ackOwed = append(b.ackOwed, p)
 	}
 	if p.ackDeadline == 0 {
-		if !b.nowOK && (rings || b.seen == 0) {
-			// No clock read for this batch yet, and no waiter's reading
-			// to take (ackClock): the deadline waits for the next one
-			// (stampAcks). In a ping-pong every message starts a
-			// deadline that the reply's piggyback clears, and the
-			// reading stood between the message and the reply: a tenth
-			// of such a message's cost on the rings, a system call
-			// where the vDSO cannot read the clock.
-			p.ackDeadline = ackUnstamped
-			if !p.stampQ {
-				p.stampQ = true
-				b.toStamp = append(b.toStamp, p)
-			}
-			// Stamped at the board's next reading (useReading): the
-			// reply's send, else the waiter's next look (pollWait),
-			// else a timer check. A ring peer's waits for no early
-			// reading (unstamped), but takes the next one made: a
-			// busy-polling board on a loaded machine may check its
-			// timers seconds apart, and a ring peer whose ack waited
-			// for that was probed (the rings' FullWait).
-			b.readWants = true
-			if !rings && !b.unstamped.Load() {
-				b.unstamped.Store(true)
-			}
-			return
-		}
-		p.ackDeadline = b.ackClock() + delay
-		b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
+		p.armAck(delay, rings)
 	}
+}
+
+// armAck gives p, which has no ack deadline, one delay from now, or from
+// the board's next clock reading when it has none at hand; rings: p is a
+// peer on the rings (noteReceived).
+func (p *partner) armAck(delay int64, rings bool) {
+	b := p.ep.b
+	if !b.nowOK && (rings || b.seen == 0) {
+		// No clock read for this batch yet, and no waiter's reading
+		// to take (ackClock): the deadline waits for the next one
+		// (stampAcks). In a ping-pong every message starts a
+		// deadline that the reply's piggyback clears, and the
+		// reading stood between the message and the reply: a tenth
+		// of such a message's cost on the rings, a system call
+		// where the vDSO cannot read the clock.
+		p.ackDeadline = ackUnstamped
+		if !p.stampQ {
+			p.stampQ = true
+			b.toStamp = append(b.toStamp, p)
+		}
+		// Stamped at the board's next reading (useReading): the
+		// reply's send, else the waiter's next look (pollWait),
+		// else a timer check. A ring peer's waits for no early
+		// reading (unstamped), but takes the next one made: a
+		// busy-polling board on a loaded machine may check its
+		// timers seconds apart, and a ring peer whose ack waited
+		// for that was probed (the rings' FullWait).
+		b.readWants = true
+		if !rings && !b.unstamped.Load() {
+			b.unstamped.Store(true)
+		}
+		return
+	}
+	p.ackDeadline = b.ackClock() + delay
+	b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
 }
 
 // tailAckDelay is how long a receiver on a wire waits for a reply to carry

@@ -47,6 +47,7 @@ func (e *Endpoint) SetRequestTimeout(r *Request, d time.Duration) error {
 		return e.opErr("set request timeout", ErrBadRequest)
 	}
 	r.resendMax = n
+	r.narrow = false // resendMax is reqCold's
 	return nil
 }
 

@@ -535,10 +535,10 @@ func (b *Board) getReq(e *Endpoint, kind reqKind) *Request {
 		b.freeReqs = b.freeReqs[:n-1]
 	} else {
 		r = &Request{ch: make(chan struct{}, 1)}
+		r.region = -1 // as recycle leaves it
 	}
 	r.ep = e
 	r.kind = kind
-	r.region = -1
 	return r
 }
 
@@ -584,12 +584,19 @@ func (b *Board) recycle(r *Request) {
 		// makes a call of memclrHasPointers: there are one or two.
 		segsBuf[:cap(segsBuf)][i] = nil
 	}
-	r.buf, r.segsBuf = r.buf[:0], segsBuf
+	r.segsBuf = segsBuf
 	// Only the use's state: the links are off every list (cleared by
 	// their Remove), and the buffers and channel are kept. Cleared in
 	// place: a composite literal would be built on the stack and copied
-	// over it, twice the stores.
-	r.reqState = reqState{}
+	// over it, twice the stores. The cold part only when this use may
+	// have set it: a lean send's or a lane record's request touches
+	// four lines of the six.
+	if !r.narrow {
+		r.buf = r.buf[:0]
+		r.reqCold = reqCold{}
+		r.region = -1
+	}
+	r.reqHot = reqHot{}
 	if len(b.freeReqs) < 8192 {
 		b.freeReqs = append(b.freeReqs, r)
 	}

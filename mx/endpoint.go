@@ -198,6 +198,7 @@ func (e *Endpoint) complete(r *Request, code error) {
 		case r.ch <- struct{}{}:
 			r.signaled = true
 			r.wokeAt = e.b.clock() // descheduled.go
+			r.narrow = false       // wokeAt is reqCold's
 			e.b.wokeOne()
 		default:
 		}
@@ -340,6 +341,7 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		// once the frame is on its way, and completes at once.
 		r := e.newSend(p, match, n, ctx, class)
 		r.status.XferLength = uint32(n)
+		r.narrow = true // nothing of reqCold: recycle clears reqHot alone
 		e.complete(r, nil)
 		b.unlock()
 		return r, nil

@@ -187,6 +187,9 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 	e.lanes.recv[laneClass(h.Length)-RecvTiny]++ // and LaneRecvs: see laneTally
 	p.applyAck(h.Ack)
 	n := scatterAt(r.segs, 0, payload)
+	// Posted by IRecv and filled here: nothing of reqCold was set (a
+	// complete that times a woken waiter says otherwise).
+	r.narrow = true
 	if w != nil && r == w.r && r.userHeld && !r.forgotten && r.waiters == 0 {
 		// Its waiter's only: consumed as consumeLocked would, right after.
 		w.st.Code = w.st.setRecv(p, h.Match, uint32(h.Length), uint32(n))

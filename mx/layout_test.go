@@ -44,9 +44,12 @@ func TestHotLines(t *testing.T) {
 			t.Errorf("laneTally.%s at offset %d (%d bytes): want it on the tally's first line", name, f.Offset, f.Type.Size())
 		}
 	}
-	// A Request is cleared whole for each use (reqState) and touched
-	// whole by a message: its size class must be whole lines, no more
-	// than six.
+	// What an eager message's request touches (reqHot, cleared for
+	// each use, its links, buffers and channel) on its first four lines,
+	// reqCold after them: a lean send's or a lane record's request
+	// leaves reqCold alone (narrow). Its size class must be whole lines,
+	// no more than six.
+	layouttest.HotLines(t, new(Request), 0, 4, "reqHot", "q", "d", "segsBuf", "ch")
 	if s := unsafe.Sizeof(Request{}); s > 384 {
 		t.Errorf("Request is %d bytes, want at most 384 (six lines; its next size class, 416, is not 64-byte aligned)", s)
 	}

@@ -71,28 +71,36 @@ const (
 //
 // One goroutine at a time may wait on a given request.
 type Request struct {
-	// reqState is what a use of the request leaves behind, cleared for
-	// the next (Board.recycle); the fields below it outlive the use.
-	reqState
+	// reqHot is what a use of the request leaves behind on the paths of
+	// an eager message (a lean send, a receive a lane record fills),
+	// cleared for the next use (Board.recycle); reqCold the rest, cleared
+	// only after a use that may have set it (narrow false).
+	reqHot
 
 	// Links for the lists a request is on (package ilist): q for one
 	// reqList (posted, unacked, waitq, connecting, resq, pullq), d for the
 	// endpoint's doneList. A request is on no list when it is recycled,
 	// and a list's Remove clears the node: nothing to clear.
 	q, d ilist.Node[Request]
-	// Kept for the next use, emptied: the eager payload's copy (buf), the
-	// backing array of segs (segsBuf, its pointers cleared), and the
-	// completion channel (ch, drained).
-	buf     []byte
+	// Kept for the next use, emptied: the backing array of segs
+	// (segsBuf, its pointers cleared), the completion channel (ch,
+	// drained), and a sequenced send's copy of its payload (buf, with
+	// reqCold: a narrow use sets neither).
 	segsBuf [][]byte
 	ch      chan struct{}
+	buf     []byte
+
+	reqCold
 }
 
-// reqState is a Request's state for one use: a recycled request is
-// cleared by one store of its zero value, which is as long as this
-// struct (the links, buffers and channel Request keeps beside it are not
-// cleared). Each field a use may set belongs here.
-type reqState struct {
+// reqHot is the part of a Request's state for one use that every use
+// may set: a recycled request is cleared by one store of its zero value.
+// With the links, segsBuf and ch that follow it in Request it takes the
+// request's first four cache lines (TestHotLines), all an eager
+// message's request touches: spread over the six, they cost an 8-byte
+// message through a lane two more lines each side, on a CPU that other
+// ranks' turns share (an oversubscribed alltoall), where each is a miss.
+type reqHot struct {
 	done atomic.Bool // completed: status is final
 	// engine counts the copy-engine copies in flight that fill it
 	// (offload.go, pulloffload.go): its waiters step aside (poll.go).
@@ -107,47 +115,55 @@ type reqState struct {
 	// kickHeld: isend still holds it between its kick and its clock
 	// reading (stampAfterKick), when another goroutine may ack, complete
 	// and consume it; maybeFree leaves it to stampAfterKick.
-	kickHeld bool
-	ep       *Endpoint
-	// The one-byte fields together (the struct has no padding: a
-	// Request is 368 bytes, six whole cache lines of its size class).
+	kickHeld  bool
 	forgotten bool
-	zombie    bool     // an eager send completed before its ack
 	signaled  bool     // complete sent on ch (maybeFree drains it)
 	class     msgClass // send
-	acked     bool     // send
 	bulk      bool     // a large send over the transport, not rings (sleep.go)
-	nacked    bool     // a NACK_LIB came; the next one (after the resend it caused) fails it
-	attempt   uint8    // connect
-	waiters   int
-	wokeAt    int64 // when complete woke a sleeping waiter (board clock): its wake-up is timed (descheduled.go)
+	// narrow: nothing of reqCold was set in this use, so recycle clears
+	// reqHot alone. Set by the two paths whose uses are known to stay
+	// here: a lean send (isend) and a receive a lane record filled
+	// (laneFast); cleared by what could set reqCold after them
+	// (complete's wokeAt, SetRequestTimeout).
+	narrow  bool
+	ep      *Endpoint
+	length  uint32 // send
+	waiters int32
+	p       *partner // send
+	match   uint64
+	mask    uint64 // recv
+	segs    [][]byte
+	status  Status
+}
 
-	// send
-	p      *partner
-	match  uint64
-	length uint32
-	seq    uint16
+// reqCold is the rest of a Request's state for one use: sequenced,
+// large, notify and connect requests set it. recycle clears it after
+// every use not marked narrow, and leaves region at -1 (none).
+type reqCold struct {
+	zombie  bool  // an eager send completed before its ack
+	acked   bool  // send
+	nacked  bool  // a NACK_LIB came; the next one (after the resend it caused) fails it
+	attempt uint8 // connect
+	// notify (internal)
+	nRegionID, nRegionSq uint8
+	nFailed              uint8 // wire.NotifyPullFailed: the pull failed (largefail.go)
+	seq                  uint16
 	// toldRecv (connect) is the NextRecvSeq the latest attempt
 	// announced: the peer numbers its sends from it once it replies.
 	toldRecv  uint16
-	segs      [][]byte
+	pulled    uint32
+	wokeAt    int64 // when complete woke a sleeping waiter (board clock): its wake-up is timed (descheduled.go)
 	lastSend  int64
 	firstSend int64 // when the request first went out: the unreachable verdict counts from it
 	resends   int
 	resendMax int // SetRequestTimeout: resends before failure; 0: the endpoint's
-	status    Status
 	// What the receiver's latest selective ack said of it (sack.go): the
 	// fragments it holds, and those it shows lost (sent before a frame
 	// the receiver holds, and missing: the holes to resend).
 	sackHeld uint32
 	sackLost uint32
 	region   int // -1: none
-	// notify (internal)
-	pulled               uint32
-	nRegionID, nRegionSq uint8
-	nFailed              uint8 // wire.NotifyPullFailed: the pull failed (largefail.go)
 	// recv
-	mask uint64
 	pl   *pull
 	rref rndvRef // a matched large receive waiting for a pull handle
 	// connect

@@ -1,0 +1,94 @@
+package mx
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+// TestRecycledRequestsStartClear: a request taken from a board's pool
+// carries nothing of its last use, however that use went, although
+// recycle clears only reqHot after a lean send and after a receive a
+// lane record filled (narrow). Lane messages, mediums of one fragment and
+// of several, and large ones go both ways, with receives posted before
+// and after them, one lean send given a timeout (SetRequestTimeout sets
+// reqCold's resendMax), and waiters that poll or (Spin negative) sleep on
+// their request's channel, which complete times (reqCold's wokeAt). A
+// field left set would reach a later request: a resend budget, a region,
+// a wake-up time.
+func TestRecycledRequestsStartClear(t *testing.T) {
+	for _, spin := range []time.Duration{DefaultSpin, -1} {
+		t.Run(fmt.Sprintf("spin %v", spin), func(t *testing.T) {
+			o := DefaultBoardOptions()
+			o.Spin = spin
+			pr := newPair(t, shmFactory, o, loopback.Faults{})
+			const n = 4 * 8
+			for round := range 3 {
+				ends := []struct {
+					from, to *Endpoint
+					addr     Addr
+				}{{pr.a, pr.b, pr.atob}, {pr.b, pr.a, pr.btoa}}
+				for _, d := range ends {
+					base := uint64(round * n)
+					rs, bufs := make([]*Request, n), make([][]byte, n)
+					post := func(i int) {
+						bufs[i] = make([]byte, 65536)
+						r, err := d.to.IRecv([][]byte{bufs[i]}, base+uint64(i), ^uint64(0), nil)
+						if err != nil {
+							t.Fatal(err)
+						}
+						rs[i] = r
+					}
+					for i := range n / 2 {
+						post(i)
+					}
+					sends := sendMixed(t, d.from, d.addr, n, base)
+					if err := d.from.SetRequestTimeout(sends[0], time.Hour); err != nil {
+						t.Fatal(err)
+					}
+					for i := n / 2; i < n; i++ {
+						post(i)
+					}
+					for i, r := range rs {
+						checkMixed(t, r, bufs[i], i)
+					}
+					waitSends(t, sends)
+				}
+			}
+			for _, bd := range []*Board{pr.ba, pr.bb} {
+				checkPoolClear(t, bd)
+			}
+		})
+	}
+}
+
+// checkPoolClear fails t when a request in b's pool has a field of a
+// past use set: all of reqHot and reqCold zero, but region -1 (none).
+func checkPoolClear(t *testing.T, b *Board) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.freeReqs) == 0 {
+		t.Fatal("no request in the pool")
+	}
+	for i, r := range b.freeReqs {
+		if !reflect.ValueOf(&r.reqHot).Elem().IsZero() {
+			t.Errorf("pooled request %d: reqHot %+v, want zero", i, &r.reqHot)
+		}
+		if len(r.buf) != 0 {
+			t.Errorf("pooled request %d: %d bytes of a payload copy, want none", i, len(r.buf))
+		}
+		if r.region != -1 {
+			t.Errorf("pooled request %d: region %d, want -1", i, r.region)
+		}
+		c := reflect.ValueOf(&r.reqCold).Elem()
+		for f := range c.NumField() {
+			if name := c.Type().Field(f).Name; name != "region" && !c.Field(f).IsZero() {
+				t.Errorf("pooled request %d: reqCold.%s is %v, want zero", i, name, c.Field(f))
+			}
+		}
+	}
+}
