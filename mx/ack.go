@@ -107,7 +107,9 @@ func (p *partner) noteReceived(c ackClass) {
 		return
 	}
 	if lazy && (p.ackDeadline == 0 || p.ackLazy) {
-		// Only lane records wait for this ack (taken above).
+		// Only lane records wait for this ack. The shortcut above
+		// takes this case whenever rings() answers; this branch is
+		// kept as its safety net, and the two must decide alike.
 		p.ackLazy = true
 		delay = int64(b.opts.AckDelay)
 	} else if p.ackLazy {

@@ -137,8 +137,10 @@ type reqHot struct {
 }
 
 // reqCold is the rest of a Request's state for one use: sequenced,
-// large, notify and connect requests set it. recycle clears it after
-// every use not marked narrow, and leaves region at -1 (none).
+// large, notify and connect requests set it, as do complete (wokeAt,
+// for a request with a sleeping waiter) and SetRequestTimeout on any
+// send, both of which clear narrow. recycle clears it after every use
+// not marked narrow, and leaves region at -1 (none).
 type reqCold struct {
 	zombie  bool  // an eager send completed before its ack
 	acked   bool  // send
