@@ -92,3 +92,24 @@ func checkPoolClear(t *testing.T, b *Board) {
 		}
 	}
 }
+
+// TestCompleteWakeClearsNarrow: complete writes wokeAt, a reqCold field,
+// when it wakes a sleeping waiter, so it must take a narrow request's
+// flag away, or recycle would leave the wake-up time for the request's
+// next use. TestRecycledRequestsStartClear cannot see a missing clear: the
+// woken Wait zeroes wokeAt itself before the request is freed.
+func TestCompleteWakeClearsNarrow(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	b := pr.a.b
+	b.mu.Lock()
+	r := b.getReq(pr.a, kindRecv)
+	r.narrow = true
+	r.waiters = 1
+	pr.a.complete(r, nil)
+	narrow, woke := r.narrow, r.wokeAt
+	b.mu.Unlock()
+	<-r.ch
+	if woke == 0 || narrow {
+		t.Fatalf("complete woke a waiter (wokeAt %d) and left narrow %v: recycle would keep wokeAt for the next use", woke, narrow)
+	}
+}
