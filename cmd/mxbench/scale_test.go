@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
 
@@ -148,9 +148,14 @@ func TestAlltoallTagsPastRanks256(t *testing.T) {
 // rank's shared memory, as its transport counts it, stays within 64 MiB:
 // its own receive queue and the queue of each peer it sends to (so at
 // least one queue per rank of the job), and no more lanes than the
-// transport allows each way (transport/shm Options.Lanes). Under the race
-// detector only the 32-rank job runs (every rank is several times slower
-// and larger); make test-scale runs all three without it.
+// transport allows each way (transport/shm Options.Lanes). Once a job has
+// ended it has left nothing behind: no file in its endpoint directory, no
+// rank unreaped, and rank 0 (this process) holds the mappings and
+// descriptors it held before (leaktest.WaitClean: its board, the ranks'
+// pipes and pidfds, every peer's connections and eventfds, all closed).
+// Under the race detector only the 32-rank job runs (every rank is
+// several times slower and larger); make test-scale runs all three
+// without it.
 func TestAlltoallAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts up to 128 processes: run without -short (make test-scale)")
@@ -161,6 +166,8 @@ func TestAlltoallAtScale(t *testing.T) {
 			if raceEnabled && n > 32 {
 				t.Skipf("%d processes under the race detector: make test-scale runs it without", n)
 			}
+			dir := shmDir(t)
+			before := leaktest.Now(t)
 			rows := jsonRows(t, runJob(t, "alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,4K", "--iterations", "2", "--warmup", "1",
 				"--wait", "block", "--verify", "--json", "--timeout", "5m"))
 			if len(rows) != 2 {
@@ -180,6 +187,7 @@ func TestAlltoallAtScale(t *testing.T) {
 					t.Errorf("the node holds %d bytes, outside %d..%d", r.ShmNodeBytes, r.ShmMappedMax, int64(n)*(64<<20))
 				}
 			}
+			leaktest.WaitClean(t, before, dir, time.Minute)
 		})
 	}
 }
@@ -197,12 +205,7 @@ func TestAlltoallKilledPeer(t *testing.T) {
 	if raceEnabled {
 		t.Skip("64 processes under the race detector: make test-scale runs it without")
 	}
-	dir, err := os.MkdirTemp("/dev/shm", "gomx-killed-peer-")
-	if err != nil {
-		t.Skipf("no /dev/shm: %v", err)
-	}
-	defer os.RemoveAll(dir)
-	t.Setenv("GOMX_SHM_DIR", dir)
+	dir := shmDir(t)
 	const limit = 4 * time.Minute // the job's --timeout: ending near it means a rank waited for the dead one
 	ctx, cancel := context.WithTimeout(context.Background(), limit+time.Minute)
 	defer cancel()
@@ -225,7 +228,7 @@ func TestAlltoallKilledPeer(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	children := childPIDs(t, cmd.Process.Pid)
+	children := leaktest.Children(t, cmd.Process.Pid)
 	if len(children) != 63 {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -235,7 +238,7 @@ func TestAlltoallKilledPeer(t *testing.T) {
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	took := time.Since(start)
 	if ctx.Err() != nil || took >= limit {
 		t.Fatalf("the job ended %v after its start, at its --timeout: the ranks waited for the killed one\nstderr:\n%s", took.Round(time.Second), errb.String())
@@ -271,12 +274,7 @@ func TestProcsDieWithRankZero(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 4 processes: run without -short")
 	}
-	dir, err := os.MkdirTemp("/dev/shm", "gomx-rank0-")
-	if err != nil {
-		t.Skipf("no /dev/shm: %v", err)
-	}
-	defer os.RemoveAll(dir)
-	t.Setenv("GOMX_SHM_DIR", dir)
+	dir := shmDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "pingpong", "--procs", "4", "--sizes", "8", "--iterations", "100000000",
@@ -295,7 +293,7 @@ func TestProcsDieWithRankZero(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	children := childPIDs(t, cmd.Process.Pid)
+	children := leaktest.Children(t, cmd.Process.Pid)
 	if len(children) != 3 {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -334,24 +332,14 @@ func firstLines(s string, n int) string {
 	return strings.Join(l[:min(n, len(l))], "\n")
 }
 
-// childPIDs lists the processes pid started that still run.
-func childPIDs(t *testing.T, pid int) []int {
-	t.Helper()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+// shmDir gives the test an endpoint directory of its own (GOMX_SHM_DIR,
+// for this process and the ranks it starts), removed when it ends.
+func shmDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("/dev/shm", "gomx-"+strings.NewReplacer("/", "-", "=", "-").Replace(t.Name())+"-")
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("no /dev/shm: %v", err)
 	}
-	var out []int
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Setenv("GOMX_SHM_DIR", dir)
+	return dir
 }
