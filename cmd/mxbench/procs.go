@@ -35,6 +35,21 @@ const (
 	maxHostRanks = shm.MaxProducers + 1
 )
 
+// The descriptors a rank holds, as /proc/<pid>/fd counted them in
+// alltoall jobs of 8 to 32 ranks (docs/intranode-scale.md): for each
+// other rank of its host, the pair's two unix connections (the one it
+// dialled to send, the one it accepted to receive) and the eventfd each
+// brought (the peer's doorbell, the peer's room bell); at rank 0 of
+// --procs, for each rank it started, the rank's pidfd and its stdout and
+// stderr pipes; and 16 or 17 whatever the job's size (the runtime's, the
+// board's, the output's), fdsBase leaving room for what a command or a
+// strategy adds (memfds held while they are mapped, an engine's).
+const (
+	fdsPerPeer    = 4
+	fdsPerStarted = 3
+	fdsBase       = 64
+)
+
 // jobFlags are the flags of a run as N processes, which every measuring
 // subcommand has (commonFlags).
 type jobFlags struct {
@@ -146,7 +161,10 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	}
 	if job.NodeRanks > maxHostRanks {
 		return job, false, usagef(cmd, "%s: at most %d processes a host reach each other through shared memory (each one's receive queue takes %d peers, transport/shm MaxProducers): %s",
-			hostRanks(job), maxHostRanks, shm.MaxProducers, hostFix(job.Launcher))
+			hostRanks(job), maxHostRanks, shm.MaxProducers, hostFix(job.Launcher, maxHostRanks))
+	}
+	if err := fdsFit(cmd, job); err != nil {
+		return job, false, err
 	}
 	if f.schedule != "" && !slices.Contains(schedules, f.schedule) {
 		return job, false, usagef(cmd, "--schedule %q: want %s", f.schedule, joinOr(schedules))
@@ -175,11 +193,10 @@ func hostRanks(job launch.Job) string {
 	return fmt.Sprintf("%d of the %d ranks on one host (%s)", job.NodeRanks, job.Size, job.Launcher)
 }
 
-// hostFix says how to run at most maxHostRanks ranks a host under
-// launcher.
-func hostFix(launcher string) string {
+// hostFix says how to run at most most ranks a host under launcher.
+func hostFix(launcher string, most int) string {
 	if launcher == procsLauncher {
-		return fmt.Sprintf("run %d or fewer", maxHostRanks)
+		return fmt.Sprintf("run %d or fewer", most)
 	}
 	opt := map[string]string{
 		"openmpi": "mpirun --npernode %d",
@@ -190,7 +207,37 @@ func hostFix(launcher string) string {
 	if opt == "" {
 		opt = "%d a node"
 	}
-	return fmt.Sprintf("run fewer ranks, or spread them over more hosts, %d or fewer on each (%s)", maxHostRanks, fmt.Sprintf(opt, maxHostRanks))
+	return fmt.Sprintf("run fewer ranks, or spread them over more hosts, %d or fewer on each (%s)", most, fmt.Sprintf(opt, most))
+}
+
+// fdsFit refuses a job whose ranks on this host would hold more
+// descriptors than RLIMIT_NOFILE lets a process open: past it a rank
+// fails to dial or accept a peer in the middle of the job, far from the
+// cause. The soft limit is the one that binds, and it is already as high
+// as this process can make it: Go's runtime raises it to the hard limit
+// (less one) when the program starts (package syscall's init,
+// go.dev/issue/46279), so only the hard limit, `ulimit -n` where the job
+// starts, raises it further.
+func fdsFit(cmd string, job launch.Job) error {
+	if job.NodeRanks < 2 {
+		return nil // alone on its host, or the launcher does not say
+	}
+	per, started := fdsPerPeer, ""
+	if job.Launcher == procsLauncher {
+		per += fdsPerStarted
+		started = fmt.Sprintf(" and, at rank 0, %d for each rank it starts", fdsPerStarted)
+	}
+	need := fdsBase + per*(job.NodeRanks-1)
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur >= uint64(need) {
+		return nil
+	}
+	fix := fmt.Sprintf("raise it (`ulimit -n %d` in the shell that starts the job; past the hard limit as root or in /etc/security/limits.conf)", need)
+	if most := (int(rl.Cur)-fdsBase)/per + 1; most >= 2 {
+		fix += " or " + hostFix(job.Launcher, most)
+	}
+	return usagef(cmd, "%s: a rank holds %d descriptors for each other rank of its host%s, %d in all, more than this process may open (RLIMIT_NOFILE %d, the hard limit: Go raises the soft one to it): %s",
+		hostRanks(job), fdsPerPeer, started, need, rl.Cur, fix)
 }
 
 // jobRun is this process's part in starting a job: the context its work

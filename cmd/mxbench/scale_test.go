@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,7 +84,10 @@ func TestAlltoallSchedules(t *testing.T) {
 // with a message naming the limit and the fix, before any process
 // starts. The host's limit holds for pingpong's idle ranks, and under a
 // launcher for the ranks it says share a node, on one node or several,
-// each launcher's message naming its own option.
+// each launcher's message naming its own option. So is a job whose ranks
+// on a host would hold more descriptors than RLIMIT_NOFILE allows (in a
+// child whose limit is lowered), the message naming `ulimit -n` and the
+// count, and how many ranks fit.
 func TestAlltoallUsage(t *testing.T) {
 	const host = shm.MaxProducers + 1
 	hostFix := fmt.Sprintf("at most %d processes a host reach each other through shared memory", host)
@@ -95,7 +99,7 @@ func TestAlltoallUsage(t *testing.T) {
 	}{
 		{args: []string{"alltoall", "--procs", "4", "--schedule", "ring"}, want: "want auto, linear, pairwise or bruck"},
 		{args: []string{"alltoall", "--procs", "70000"}, want: "at most 65536"},
-		{args: []string{"alltoall", "--procs", "4096", "--sizes", "64M"}, want: "give smaller --sizes or --end, or fewer ranks"},
+		{args: []string{"alltoall", "--procs", "64", "--sizes", "64M"}, want: "give smaller --sizes or --end, or fewer ranks"},
 		{args: []string{"alltoall", "--procs", over}, want: hostFix},
 		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("--procs %s: %s", over, hostFix)},
 		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("MaxProducers): run %d or fewer (run `mxbench", host)},
@@ -118,6 +122,80 @@ func TestAlltoallUsage(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("mxbench %s (env %v): %v, want an error saying %q", strings.Join(c.args, " "), c.env, err, c.want)
 		}
+	}
+	// More descriptors than RLIMIT_NOFILE allows, in a child whose limit
+	// is lowered (Go raises only the soft limit, to the hard one): rank 0
+	// of --procs holds 7 a rank, a launcher's rank 4 a rank of its host.
+	const limit = 256
+	for _, c := range []struct {
+		args, env []string
+		want      []string
+	}{
+		{args: []string{"alltoall", "--procs", "64"}, want: []string{fmt.Sprintf("`ulimit -n %d`", fdsBase+7*63), fmt.Sprintf("run %d or fewer", (limit-fdsBase)/7+1)}},
+		{args: []string{"alltoall"}, env: []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=128", "OMPI_COMM_WORLD_LOCAL_SIZE=64"},
+			want: []string{fmt.Sprintf("`ulimit -n %d`", fdsBase+4*63), fmt.Sprintf("(mpirun --npernode %d)", (limit-fdsBase)/4+1)}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], c.args...)
+		cmd.Env = append(os.Environ(), append(c.env, asMainEnv+"=1", fmt.Sprintf("%s=%d", fdLimitEnv, limit))...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		cancel()
+		if err == nil {
+			t.Errorf("mxbench %s (env %v) under a limit of %d descriptors ran", strings.Join(c.args, " "), c.env, limit)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errb.String(), w) {
+				t.Errorf("mxbench %s (env %v) under a limit of %d descriptors: want an error saying %q, stderr:\n%s", strings.Join(c.args, " "), c.env, limit, w, errb.String())
+			}
+		}
+	}
+}
+
+// TestAlltoallWithinDescriptorLimit: a job the descriptor check lets
+// through runs at that limit: with RLIMIT_NOFILE just what rank 0 of
+// --procs 32 needs by the check's count, every rank connects to every
+// other (linear: each pair both ways), 64 KiB blocks take lanes, every
+// block is verified and the job succeeds. The count's slack (fdsBase) is
+// some 7 ranks' worth at rank 0, so a count per rank short by 2 fails.
+func TestAlltoallWithinDescriptorLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 32 processes: run without -short")
+	}
+	shmDir(t)
+	const n = 32
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,4K,64K", "--iterations", "3", "--warmup", "1",
+		"--wait", "block", "--verify", "--schedule", "linear", "--timeout", "4m")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1", fmt.Sprintf("%s=%d", fdLimitEnv, fdsBase+(fdsPerPeer+fdsPerStarted)*(n-1)))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+}
+
+// fdLimitEnv asks the test binary run as mxbench to set its RLIMIT_NOFILE,
+// soft and hard, to its value first (limitFDsAsAsked), as `ulimit -n`
+// would for a shell's children.
+const fdLimitEnv = "GOMX_TEST_NOFILE"
+
+// limitFDsAsAsked sets RLIMIT_NOFILE as fdLimitEnv asks; it exits when
+// it cannot, or the test would run with a limit it did not ask for.
+func limitFDsAsAsked() {
+	v := os.Getenv(fdLimitEnv)
+	if v == "" {
+		return
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err == nil {
+		err = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n})
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%s: %v\n", fdLimitEnv, v, err)
+		os.Exit(2)
 	}
 }
 
