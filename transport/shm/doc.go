@@ -25,8 +25,10 @@
 // with SCM_RIGHTS, with the memfd of its doorbell, which holds its receive
 // queue, and its eventfd (see Sleeping and waking), and gives the producer
 // an id in the queue. The memfds are closed once mapped, so a live
-// transport holds mappings and, besides its sockets, one descriptor per
-// peer it sends to (the peer's eventfd) and its own eventfd.
+// transport holds mappings and descriptors: its own eventfd and, per peer
+// both ways, two sockets (the connection it dialled to send, the one it
+// accepted to receive) and two eventfds (the peer's doorbell, and the
+// room bell the peer passed with its hello).
 //
 // The receive queue (queue.go) is one per receiver, written by every
 // producer: 64-byte cells, each with a word that names its lap, claimed
