@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
 	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
@@ -123,15 +124,25 @@ func TestAlltoallUsage(t *testing.T) {
 			t.Errorf("mxbench %s (env %v): %v, want an error saying %q", strings.Join(c.args, " "), c.env, err, c.want)
 		}
 	}
-	// More descriptors than RLIMIT_NOFILE allows, in a child whose limit
-	// is lowered (Go raises only the soft limit, to the hard one): rank 0
-	// of --procs holds 7 a rank, a launcher's rank 4 a rank of its host.
+	// More descriptors than RLIMIT_NOFILE's hard limit allows, in a
+	// child whose limits are lowered: rank 0 of --procs holds 7 a rank
+	// on one board, 4 more a rank on each board --strategy adds and 1
+	// more for each pool --verify fills; a launcher's rank 4 a rank of
+	// its host.
 	const limit = 256
+	all, err := jobStrategies("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allNeed, allPer, _ := fdsNeed("alltoall", launch.Job{Launcher: procsLauncher, NodeRanks: 16}, all, true)
 	for _, c := range []struct {
 		args, env []string
 		want      []string
 	}{
-		{args: []string{"alltoall", "--procs", "64"}, want: []string{fmt.Sprintf("`ulimit -n %d`", fdsBase+7*63), fmt.Sprintf("run %d or fewer", (limit-fdsBase)/7+1)}},
+		{args: []string{"alltoall", "--procs", "64"}, want: []string{fmt.Sprintf("`ulimit -n %d`", fdsBase+7*63), fmt.Sprintf("run %d or fewer", (limit-fdsBase)/7+1),
+			fmt.Sprintf("the hard limit of RLIMIT_NOFILE, %d,", limit)}},
+		{args: []string{"alltoall", "--procs", "16", "--strategy", "all", "--verify"}, want: []string{fmt.Sprintf("`ulimit -n %d`", allNeed),
+			fmt.Sprintf("on each of its %d boards", len(all)), fmt.Sprintf("run %d or fewer", (limit-(allNeed-allPer*15))/allPer+1)}},
 		{args: []string{"alltoall"}, env: []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=128", "OMPI_COMM_WORLD_LOCAL_SIZE=64"},
 			want: []string{fmt.Sprintf("`ulimit -n %d`", fdsBase+4*63), fmt.Sprintf("(mpirun --npernode %d)", (limit-fdsBase)/4+1)}},
 	} {
@@ -154,44 +165,87 @@ func TestAlltoallUsage(t *testing.T) {
 }
 
 // TestAlltoallWithinDescriptorLimit: a job the descriptor check lets
-// through runs at that limit: with RLIMIT_NOFILE just what rank 0 of
-// --procs 32 needs by the check's count, every rank connects to every
-// other (linear: each pair both ways), 64 KiB blocks take lanes, every
-// block is verified and the job succeeds. The count's slack (fdsBase) is
-// some 7 ranks' worth at rank 0, so a count per rank short by 2 fails.
+// through runs at that limit: with RLIMIT_NOFILE, soft and hard, just
+// what rank 0 needs by the check's count (fdsNeed), for one board and for
+// one a strategy, with and without the pool segments of --verify, every
+// rank connects to every other (linear: each pair both ways), 64 KiB
+// blocks take lanes, every block is verified and the job succeeds. With
+// the soft limit below the count and the hard one above, mxbench raises
+// the soft one and the job succeeds too.
 func TestAlltoallWithinDescriptorLimit(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts 32 processes: run without -short")
+		t.Skip("starts 8 processes a job: run without -short")
 	}
 	shmDir(t)
-	const n = 32
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,4K,64K", "--iterations", "3", "--warmup", "1",
-		"--wait", "block", "--verify", "--schedule", "linear", "--timeout", "4m")
-	cmd.Env = append(os.Environ(), asMainEnv+"=1", fmt.Sprintf("%s=%d", fdLimitEnv, fdsBase+(fdsPerPeer+fdsPerStarted)*(n-1)))
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	const n = 8
+	job := launch.Job{Size: n, Launcher: procsLauncher, OneNode: true, NodeRanks: n}
+	for _, c := range []struct {
+		strategy string
+		verify   bool
+		soft     int // 0: the count
+	}{
+		{verify: true},
+		{strategy: "rings,cma,shared"},
+		{strategy: "shared", verify: true},
+		{strategy: "all"},
+		{strategy: "all", verify: true},
+		{strategy: "shared", verify: true, soft: 32},
+	} {
+		strategies, err := jobStrategies(c.strategy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		need, _, _ := fdsNeed("alltoall", job, strategies, c.verify)
+		limit := fmt.Sprint(need)
+		if c.soft != 0 {
+			limit = fmt.Sprintf("%d:%d", c.soft, need+64)
+		}
+		args := []string{"alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,64K", "--iterations", "3", "--warmup", "1",
+			"--wait", "block", "--schedule", "linear", "--timeout", "2m"}
+		if c.strategy != "" {
+			args = append(args, "--strategy", c.strategy)
+		}
+		if c.verify {
+			args = append(args, "--verify")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], args...)
+		cmd.Env = append(os.Environ(), asMainEnv+"=1", fdLimitEnv+"="+limit)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err = cmd.Run()
+		cancel()
+		if err != nil {
+			t.Errorf("mxbench %s with RLIMIT_NOFILE %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), limit, err, out.String(), errb.String())
+		}
 	}
 }
 
-// fdLimitEnv asks the test binary run as mxbench to set its RLIMIT_NOFILE,
-// soft and hard, to its value first (limitFDsAsAsked), as `ulimit -n`
-// would for a shell's children.
+// fdLimitEnv asks the test binary run as mxbench to set its RLIMIT_NOFILE
+// first (limitFDsAsAsked): to its value, soft and hard, as `ulimit -n`
+// would for a shell's children, or, given as soft:hard, to each.
 const fdLimitEnv = "GOMX_TEST_NOFILE"
 
 // limitFDsAsAsked sets RLIMIT_NOFILE as fdLimitEnv asks; it exits when
-// it cannot, or the test would run with a limit it did not ask for.
+// it cannot, or the test would run with a limit it did not ask for. The
+// ranks --procs starts inherit rank 0's limit, as they would from a
+// shell's `ulimit -n`, so they leave it.
 func limitFDsAsAsked() {
 	v := os.Getenv(fdLimitEnv)
-	if v == "" {
+	if v == "" || os.Getenv("MXBENCH_PROCS_CHILD") != "" {
 		return
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
+	soft, hard, two := strings.Cut(v, ":")
+	if !two {
+		hard = soft
+	}
+	cur, err := strconv.ParseUint(soft, 10, 64)
+	var hi uint64
 	if err == nil {
-		err = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n})
+		hi, err = strconv.ParseUint(hard, 10, 64)
+	}
+	if err == nil {
+		err = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: cur, Max: hi})
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s=%s: %v\n", fdLimitEnv, v, err)
