@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/ioat"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/transport/loopback"
@@ -33,18 +34,6 @@ func waitCond(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// gomxFDs counts this process's descriptors of gomx memfds.
-func gomxFDs() int {
-	n := 0
-	ents, _ := os.ReadDir("/proc/self/fd")
-	for _, e := range ents {
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.Contains(l, "memfd:gomx-") {
-			n++
-		}
-	}
-	return n
 }
 
 // sharedEchoChild echoes messages from a buffer of its shared pool until
@@ -87,7 +76,7 @@ func TestSharedProcesses(t *testing.T) {
 	}
 	checkLeaks(t)
 	dir := shmDir(t)
-	maps0, fds0 := gomxMaps(t), gomxFDs()
+	before := leaktest.Now(t)
 	ctx := testCtx(t, 60*time.Second)
 	cmd, sc := startTestChild(t, ctx, "TestSharedProcesses", sharedChildEnv+"="+dir+" 41", "GOMX_SHM_LARGE=shared")
 	if !sc.Scan() || sc.Text() != "ready" {
@@ -149,9 +138,7 @@ func TestSharedProcesses(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if m, f := gomxMaps(t), gomxFDs(); m != maps0 || f != fds0 {
-		t.Errorf("left behind: %d gomx memfd mappings, %d descriptors", m-maps0, f-fds0)
-	}
+	leaktest.WaitClean(t, before, "", 10*time.Second)
 }
 
 // engineRig is two shm boards of this process (the in-process shortcut
@@ -175,7 +162,7 @@ func newEngineRigOn(t testing.TB, po emulated.CBDMAOptions, large LargeStrategy,
 	t.Helper()
 	checkLeaks(t)
 	dir := shmDir(t)
-	maps0, fds0 := gomxMaps(t), gomxFDs()
+	before := leaktest.Now(t)
 	plat, err := emulated.NewCBDMA(po)
 	if err != nil {
 		t.Fatal(err)
@@ -198,9 +185,7 @@ func newEngineRigOn(t testing.TB, po emulated.CBDMAOptions, large LargeStrategy,
 			t.Errorf("%d DMA mappings left behind", n)
 		}
 		plat.Close()
-		if m, f := gomxMaps(t), gomxFDs(); m != maps0 || f != fds0 {
-			t.Errorf("left behind: %d gomx memfd mappings, %d descriptors", m-maps0, f-fds0)
-		}
+		leaktest.WaitClean(t, before, "", 10*time.Second)
 	})
 	open := func(o BoardOptions) (*Board, *Endpoint) {
 		tr, err := shm.Open(shm.Options{Dir: dir})
@@ -415,7 +400,7 @@ func TestSharedNeedsShm(t *testing.T) {
 func TestSharedPeerKilled(t *testing.T) {
 	checkLeaks(t)
 	dir := shmDir(t)
-	maps0, fds0 := gomxMaps(t), gomxFDs()
+	leaktest.Check(t, "") // once the child is reaped, in startTestChild's cleanup
 	ctx := testCtx(t, 60*time.Second)
 	cmd, sc := startTestChild(t, ctx, "TestSharedProcesses", sharedChildEnv+"="+dir+" 42")
 	if !sc.Scan() || sc.Text() != "ready" {
@@ -436,9 +421,6 @@ func TestSharedPeerKilled(t *testing.T) {
 	waitCond(t, "the killed child's segments are unmapped", func() bool { _, p := b.SharedSegments(); return p == 0 })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
-	}
-	if m, f := gomxMaps(t), gomxFDs(); m != maps0 || f != fds0 {
-		t.Errorf("left behind: %d gomx memfd mappings, %d descriptors", m-maps0, f-fds0)
 	}
 }
 

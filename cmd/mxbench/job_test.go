@@ -31,6 +31,7 @@ const asMainEnv = "GOMX_MXBENCH_AS_MAIN"
 func TestMain(m *testing.M) {
 	if os.Getenv(asMainEnv) == "1" {
 		failAsAsked()
+		limitFDsAsAsked()
 		os.Exit(code(run(os.Stdout, os.Stderr, os.Args[1:])))
 	}
 	os.Exit(m.Run())

@@ -35,6 +35,28 @@ const (
 	maxHostRanks = shm.MaxProducers + 1
 )
 
+// The descriptors a rank holds, as /proc/<pid>/fd counted them in
+// alltoall jobs of 6 to 32 ranks (docs/intranode-scale.md). A rank opens
+// a board for each --strategy (openWorld), and each board connects to
+// every other rank of the host: for each, the pair's two unix
+// connections (the one it dialled to send, the one it accepted to
+// receive) and the eventfd each brought (the peer's doorbell, the peer's
+// room bell). A board holds some 12 more of its own (its UDP socket, its
+// endpoint's listening socket, its doorbell memfd and eventfds, spare
+// lanes' memfds), fdsPerBoard leaving room. alltoall --verify sends each
+// peer its own block, which --strategy shared and engine take from the
+// board's pool: a segment, and its memfd, a peer. Rank 0 of --procs holds,
+// for each rank it started, the rank's pidfd and its stdout and stderr
+// pipes. fdsBase covers the runtime's and the output's and one board's
+// own, and leaves room for what a command adds.
+const (
+	fdsPerPeer    = 4
+	fdsPerPooled  = 1
+	fdsPerStarted = 3
+	fdsPerBoard   = 16
+	fdsBase       = 64
+)
+
 // jobFlags are the flags of a run as N processes, which every measuring
 // subcommand has (commonFlags).
 type jobFlags struct {
@@ -146,7 +168,14 @@ func (f *benchFlags) jobMode(cmd string, fs *flag.FlagSet) (launch.Job, bool, er
 	}
 	if job.NodeRanks > maxHostRanks {
 		return job, false, usagef(cmd, "%s: at most %d processes a host reach each other through shared memory (each one's receive queue takes %d peers, transport/shm MaxProducers): %s",
-			hostRanks(job), maxHostRanks, shm.MaxProducers, hostFix(job.Launcher))
+			hostRanks(job), maxHostRanks, shm.MaxProducers, hostFix(job.Launcher, maxHostRanks))
+	}
+	strategies, err := jobStrategies(f.job.strategy)
+	if err != nil {
+		return job, false, usagef(cmd, "%v", err)
+	}
+	if err := fdsFit(cmd, job, strategies, f.verify); err != nil {
+		return job, false, err
 	}
 	if f.schedule != "" && !slices.Contains(schedules, f.schedule) {
 		return job, false, usagef(cmd, "--schedule %q: want %s", f.schedule, joinOr(schedules))
@@ -175,11 +204,11 @@ func hostRanks(job launch.Job) string {
 	return fmt.Sprintf("%d of the %d ranks on one host (%s)", job.NodeRanks, job.Size, job.Launcher)
 }
 
-// hostFix says how to run at most maxHostRanks ranks a host under
+// hostFix says how to run no more than most ranks on a host under
 // launcher.
-func hostFix(launcher string) string {
+func hostFix(launcher string, most int) string {
 	if launcher == procsLauncher {
-		return fmt.Sprintf("run %d or fewer", maxHostRanks)
+		return fmt.Sprintf("run %d or fewer", most)
 	}
 	opt := map[string]string{
 		"openmpi": "mpirun --npernode %d",
@@ -190,7 +219,72 @@ func hostFix(launcher string) string {
 	if opt == "" {
 		opt = "%d a node"
 	}
-	return fmt.Sprintf("run fewer ranks, or spread them over more hosts, %d or fewer on each (%s)", maxHostRanks, fmt.Sprintf(opt, maxHostRanks))
+	return fmt.Sprintf("run fewer ranks, or spread them over more hosts, %d or fewer on each (%s)", most, fmt.Sprintf(opt, most))
+}
+
+// fdsNeed is the descriptors rank 0 of job on its host holds (the
+// counts above) when cmd runs strategies, verify as --verify says, and
+// how many of them each other rank of its host adds, in words.
+func fdsNeed(cmd string, job launch.Job, strategies []string, verify bool) (need, per int, what string) {
+	boards := len(strategies)
+	per = fdsPerPeer * boards
+	what = fmt.Sprintf("%d descriptors for each other rank of its host", fdsPerPeer)
+	if boards > 1 {
+		what += fmt.Sprintf(" on each of its %d boards (one a --strategy)", boards)
+	}
+	if verify && cmd == "alltoall" {
+		pooled := 0
+		for _, s := range strategies {
+			if sendsShared(s) {
+				pooled++
+			}
+		}
+		if pooled > 0 {
+			per += fdsPerPooled * pooled
+			what += fmt.Sprintf(", %d more a rank for the pool segment of its --verify block", fdsPerPooled)
+			if pooled > 1 {
+				what += fmt.Sprintf(" on each of the %d boards sending from shared buffers", pooled)
+			}
+		}
+	}
+	if job.Launcher == procsLauncher {
+		per += fdsPerStarted
+		what += fmt.Sprintf(", and, at rank 0, %d for each rank it starts", fdsPerStarted)
+	}
+	return fdsBase + fdsPerBoard*(boards-1) + per*(job.NodeRanks-1), per, what
+}
+
+// fdsFit makes sure the ranks of job on this host may open the
+// descriptors they will hold (fdsNeed): past RLIMIT_NOFILE a rank fails
+// to dial or accept a peer in the middle of the job, far from the cause,
+// or waits for a connection its peer could not make. Go's runtime raises
+// the soft limit to the hard one less one when the program starts
+// (package syscall's init, go.dev/issue/46279); when that is short and
+// the hard limit is not, fdsFit raises the soft limit to what the job
+// needs (the ranks --procs starts inherit it). Past the hard limit it
+// refuses the job, saying how to raise it or how many ranks fit.
+func fdsFit(cmd string, job launch.Job, strategies []string, verify bool) error {
+	if job.NodeRanks < 2 {
+		return nil // alone on its host, or the launcher does not say
+	}
+	need, per, what := fdsNeed(cmd, job, strategies, verify)
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur >= uint64(need) {
+		return nil
+	}
+	if rl.Max >= uint64(need) {
+		raised := rl
+		raised.Cur = uint64(need)
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err == nil {
+			return nil
+		}
+	}
+	fix := fmt.Sprintf("raise it (`ulimit -n %d` in the shell that starts the job; a hard limit that high may take root or /etc/security/limits.conf)", need)
+	if most := (int(rl.Max)-(need-per*(job.NodeRanks-1)))/per + 1; most >= 2 {
+		fix += " or " + hostFix(job.Launcher, most)
+	}
+	return usagef(cmd, "%s: a rank holds %s, %d in all, more than the hard limit of RLIMIT_NOFILE, %d, lets a process open: %s",
+		hostRanks(job), what, need, rl.Max, fix)
 }
 
 // jobRun is this process's part in starting a job: the context its work

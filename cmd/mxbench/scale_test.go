@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
 
@@ -83,7 +85,10 @@ func TestAlltoallSchedules(t *testing.T) {
 // with a message naming the limit and the fix, before any process
 // starts. The host's limit holds for pingpong's idle ranks, and under a
 // launcher for the ranks it says share a node, on one node or several,
-// each launcher's message naming its own option.
+// each launcher's message naming its own option. So is a job whose ranks
+// on a host would hold more descriptors than RLIMIT_NOFILE allows (in a
+// child whose limit is lowered), the message naming `ulimit -n` and the
+// count, and how many ranks fit.
 func TestAlltoallUsage(t *testing.T) {
 	const host = shm.MaxProducers + 1
 	hostFix := fmt.Sprintf("at most %d processes a host reach each other through shared memory", host)
@@ -95,7 +100,7 @@ func TestAlltoallUsage(t *testing.T) {
 	}{
 		{args: []string{"alltoall", "--procs", "4", "--schedule", "ring"}, want: "want auto, linear, pairwise or bruck"},
 		{args: []string{"alltoall", "--procs", "70000"}, want: "at most 65536"},
-		{args: []string{"alltoall", "--procs", "4096", "--sizes", "64M"}, want: "give smaller --sizes or --end, or fewer ranks"},
+		{args: []string{"alltoall", "--procs", "64", "--sizes", "64M"}, want: "give smaller --sizes or --end, or fewer ranks"},
 		{args: []string{"alltoall", "--procs", over}, want: hostFix},
 		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("--procs %s: %s", over, hostFix)},
 		{args: []string{"pingpong", "--procs", over}, want: fmt.Sprintf("MaxProducers): run %d or fewer (run `mxbench", host)},
@@ -118,6 +123,133 @@ func TestAlltoallUsage(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("mxbench %s (env %v): %v, want an error saying %q", strings.Join(c.args, " "), c.env, err, c.want)
 		}
+	}
+	// More descriptors than RLIMIT_NOFILE's hard limit allows, in a
+	// child whose limits are lowered: rank 0 of --procs holds 7 a rank
+	// on one board, 4 more a rank on each board --strategy adds and 1
+	// more for each pool --verify fills; a launcher's rank 4 a rank of
+	// its host.
+	const limit = 256
+	all, err := jobStrategies("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allNeed, allPer, _ := fdsNeed("alltoall", launch.Job{Launcher: procsLauncher, NodeRanks: 16}, all, true)
+	for _, c := range []struct {
+		args, env []string
+		want      []string
+	}{
+		{args: []string{"alltoall", "--procs", "64"}, want: []string{fmt.Sprintf("`ulimit -n %d`", fdsBase+7*63), fmt.Sprintf("run %d or fewer", (limit-fdsBase)/7+1),
+			fmt.Sprintf("the hard limit of RLIMIT_NOFILE, %d,", limit)}},
+		{args: []string{"alltoall", "--procs", "16", "--strategy", "all", "--verify"}, want: []string{fmt.Sprintf("`ulimit -n %d`", allNeed),
+			fmt.Sprintf("on each of its %d boards", len(all)), fmt.Sprintf("run %d or fewer", (limit-(allNeed-allPer*15))/allPer+1)}},
+		{args: []string{"alltoall"}, env: []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=128", "OMPI_COMM_WORLD_LOCAL_SIZE=64"},
+			want: []string{fmt.Sprintf("`ulimit -n %d`", fdsBase+4*63), fmt.Sprintf("(mpirun --npernode %d)", (limit-fdsBase)/4+1)}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], c.args...)
+		cmd.Env = append(os.Environ(), append(c.env, asMainEnv+"=1", fmt.Sprintf("%s=%d", fdLimitEnv, limit))...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		cancel()
+		if err == nil {
+			t.Errorf("mxbench %s (env %v) under a limit of %d descriptors ran", strings.Join(c.args, " "), c.env, limit)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errb.String(), w) {
+				t.Errorf("mxbench %s (env %v) under a limit of %d descriptors: want an error saying %q, stderr:\n%s", strings.Join(c.args, " "), c.env, limit, w, errb.String())
+			}
+		}
+	}
+}
+
+// TestAlltoallWithinDescriptorLimit: a job the descriptor check lets
+// through runs at that limit: with RLIMIT_NOFILE, soft and hard, just
+// what rank 0 needs by the check's count (fdsNeed), for one board and for
+// one a strategy, with and without the pool segments of --verify, every
+// rank connects to every other (linear: each pair both ways), 64 KiB
+// blocks take lanes, every block is verified and the job succeeds. With
+// the soft limit below the count and the hard one above, mxbench raises
+// the soft one and the job succeeds too.
+func TestAlltoallWithinDescriptorLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 8 processes a job: run without -short")
+	}
+	shmDir(t)
+	const n = 8
+	job := launch.Job{Size: n, Launcher: procsLauncher, OneNode: true, NodeRanks: n}
+	for _, c := range []struct {
+		strategy string
+		verify   bool
+		soft     int // 0: the count
+	}{
+		{verify: true},
+		{strategy: "rings,cma,shared"},
+		{strategy: "shared", verify: true},
+		{strategy: "all"},
+		{strategy: "all", verify: true},
+		{strategy: "shared", verify: true, soft: 32},
+	} {
+		strategies, err := jobStrategies(c.strategy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		need, _, _ := fdsNeed("alltoall", job, strategies, c.verify)
+		limit := fmt.Sprint(need)
+		if c.soft != 0 {
+			limit = fmt.Sprintf("%d:%d", c.soft, need+64)
+		}
+		args := []string{"alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,64K", "--iterations", "3", "--warmup", "1",
+			"--wait", "block", "--schedule", "linear", "--timeout", "2m"}
+		if c.strategy != "" {
+			args = append(args, "--strategy", c.strategy)
+		}
+		if c.verify {
+			args = append(args, "--verify")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], args...)
+		cmd.Env = append(os.Environ(), asMainEnv+"=1", fdLimitEnv+"="+limit)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err = cmd.Run()
+		cancel()
+		if err != nil {
+			t.Errorf("mxbench %s with RLIMIT_NOFILE %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), limit, err, out.String(), errb.String())
+		}
+	}
+}
+
+// fdLimitEnv asks the test binary run as mxbench to set its RLIMIT_NOFILE
+// first (limitFDsAsAsked): to its value, soft and hard, as `ulimit -n`
+// would for a shell's children, or, given as soft:hard, to each.
+const fdLimitEnv = "GOMX_TEST_NOFILE"
+
+// limitFDsAsAsked sets RLIMIT_NOFILE as fdLimitEnv asks; it exits when
+// it cannot, or the test would run with a limit it did not ask for. The
+// ranks --procs starts inherit rank 0's limit, as they would from a
+// shell's `ulimit -n`, so they leave it.
+func limitFDsAsAsked() {
+	v := os.Getenv(fdLimitEnv)
+	if v == "" || os.Getenv("MXBENCH_PROCS_CHILD") != "" {
+		return
+	}
+	soft, hard, two := strings.Cut(v, ":")
+	if !two {
+		hard = soft
+	}
+	cur, err := strconv.ParseUint(soft, 10, 64)
+	var hi uint64
+	if err == nil {
+		hi, err = strconv.ParseUint(hard, 10, 64)
+	}
+	if err == nil {
+		err = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: cur, Max: hi})
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%s: %v\n", fdLimitEnv, v, err)
+		os.Exit(2)
 	}
 }
 
@@ -148,9 +280,14 @@ func TestAlltoallTagsPastRanks256(t *testing.T) {
 // rank's shared memory, as its transport counts it, stays within 64 MiB:
 // its own receive queue and the queue of each peer it sends to (so at
 // least one queue per rank of the job), and no more lanes than the
-// transport allows each way (transport/shm Options.Lanes). Under the race
-// detector only the 32-rank job runs (every rank is several times slower
-// and larger); make test-scale runs all three without it.
+// transport allows each way (transport/shm Options.Lanes). Once a job has
+// ended it has left nothing behind: no file in its endpoint directory, no
+// rank unreaped, and rank 0 (this process) holds the mappings and
+// descriptors it held before (leaktest.WaitClean: its board, the ranks'
+// pipes and pidfds, every peer's connections and eventfds, all closed).
+// Under the race detector only the 32-rank job runs (every rank is
+// several times slower and larger); make test-scale runs all three
+// without it.
 func TestAlltoallAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts up to 128 processes: run without -short (make test-scale)")
@@ -161,6 +298,8 @@ func TestAlltoallAtScale(t *testing.T) {
 			if raceEnabled && n > 32 {
 				t.Skipf("%d processes under the race detector: make test-scale runs it without", n)
 			}
+			dir := shmDir(t)
+			before := leaktest.Now(t)
 			rows := jsonRows(t, runJob(t, "alltoall", "--procs", fmt.Sprint(n), "--sizes", "8,4K", "--iterations", "2", "--warmup", "1",
 				"--wait", "block", "--verify", "--json", "--timeout", "5m"))
 			if len(rows) != 2 {
@@ -180,6 +319,7 @@ func TestAlltoallAtScale(t *testing.T) {
 					t.Errorf("the node holds %d bytes, outside %d..%d", r.ShmNodeBytes, r.ShmMappedMax, int64(n)*(64<<20))
 				}
 			}
+			leaktest.WaitClean(t, before, dir, time.Minute)
 		})
 	}
 }
@@ -197,12 +337,7 @@ func TestAlltoallKilledPeer(t *testing.T) {
 	if raceEnabled {
 		t.Skip("64 processes under the race detector: make test-scale runs it without")
 	}
-	dir, err := os.MkdirTemp("/dev/shm", "gomx-killed-peer-")
-	if err != nil {
-		t.Skipf("no /dev/shm: %v", err)
-	}
-	defer os.RemoveAll(dir)
-	t.Setenv("GOMX_SHM_DIR", dir)
+	dir := shmDir(t)
 	const limit = 4 * time.Minute // the job's --timeout: ending near it means a rank waited for the dead one
 	ctx, cancel := context.WithTimeout(context.Background(), limit+time.Minute)
 	defer cancel()
@@ -225,7 +360,7 @@ func TestAlltoallKilledPeer(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	children := childPIDs(t, cmd.Process.Pid)
+	children := leaktest.Children(t, cmd.Process.Pid)
 	if len(children) != 63 {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -235,7 +370,7 @@ func TestAlltoallKilledPeer(t *testing.T) {
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	took := time.Since(start)
 	if ctx.Err() != nil || took >= limit {
 		t.Fatalf("the job ended %v after its start, at its --timeout: the ranks waited for the killed one\nstderr:\n%s", took.Round(time.Second), errb.String())
@@ -271,12 +406,7 @@ func TestProcsDieWithRankZero(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 4 processes: run without -short")
 	}
-	dir, err := os.MkdirTemp("/dev/shm", "gomx-rank0-")
-	if err != nil {
-		t.Skipf("no /dev/shm: %v", err)
-	}
-	defer os.RemoveAll(dir)
-	t.Setenv("GOMX_SHM_DIR", dir)
+	dir := shmDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "pingpong", "--procs", "4", "--sizes", "8", "--iterations", "100000000",
@@ -295,7 +425,7 @@ func TestProcsDieWithRankZero(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	children := childPIDs(t, cmd.Process.Pid)
+	children := leaktest.Children(t, cmd.Process.Pid)
 	if len(children) != 3 {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -334,24 +464,14 @@ func firstLines(s string, n int) string {
 	return strings.Join(l[:min(n, len(l))], "\n")
 }
 
-// childPIDs lists the processes pid started that still run.
-func childPIDs(t *testing.T, pid int) []int {
-	t.Helper()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+// shmDir gives the test an endpoint directory of its own (GOMX_SHM_DIR,
+// for this process and the ranks it starts), removed when it ends.
+func shmDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("/dev/shm", "gomx-"+strings.NewReplacer("/", "-", "=", "-").Replace(t.Name())+"-")
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("no /dev/shm: %v", err)
 	}
-	var out []int
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Setenv("GOMX_SHM_DIR", dir)
+	return dir
 }

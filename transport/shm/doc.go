@@ -24,9 +24,14 @@
 // The first frame to a peer connects to its socket; the receiver answers,
 // with SCM_RIGHTS, with the memfd of its doorbell, which holds its receive
 // queue, and its eventfd (see Sleeping and waking), and gives the producer
-// an id in the queue. The memfds are closed once mapped, so a live
-// transport holds mappings and, besides its sockets, one descriptor per
-// peer it sends to (the peer's eventfd) and its own eventfd.
+// an id in the queue. A peer's memfd is closed once mapped; a transport
+// keeps its own doorbell's memfd open until Close, to pass it to each
+// peer. So a live transport holds, besides mappings, its doorbell memfd,
+// its two eventfds (doorbell and room bell) and, per peer both ways, two
+// sockets (the connection it dialled to send, the one it accepted to
+// receive) and two eventfds (the peer's doorbell, and the room bell the
+// peer passed with its hello); its pool's segments and its spare lanes
+// keep a memfd each while they last.
 //
 // The receive queue (queue.go) is one per receiver, written by every
 // producer: 64-byte cells, each with a word that names its lap, claimed

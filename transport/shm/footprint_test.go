@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -74,7 +75,7 @@ func allToAll(t *testing.T, boards []*Transport) {
 // other; after Close, nothing is counted and nothing is mapped.
 func TestFootprintMatchesMappings(t *testing.T) {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	base := mappedGomx(t)
 	const n = 5
 	var boards []*Transport

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -13,7 +14,7 @@ import (
 // ends, and checks that nothing is left behind.
 func openMany(t *testing.T, n int, o Options) []*Transport {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	o.Dir = dir
 	var boards []*Transport
 	for range n {
@@ -200,7 +201,9 @@ func TestLanesShareTheBudget(t *testing.T) {
 		}
 		o.Dir = boards[0].opts.Dir
 		tr := &Transport{opts: o}
-		if got := tr.ringSize(); got != c.want {
+		got := tr.ringSize()
+		tr.closeDirList() // the directory descriptor ringSize opened
+		if got != c.want {
 			t.Errorf("MTU %d, budget %d, %d boards: a ring of %d bytes, want %d", c.o.MTU, c.o.RingBudget, n, got, c.want)
 		}
 	}

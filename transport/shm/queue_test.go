@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -336,7 +337,7 @@ func TestQueueProducerKilledMidEnqueue(t *testing.T) {
 		t.Fatalf("%d claims skipped, want 1", c)
 	}
 	// The killed child left only its socket file: the next Open of the
-	// directory removes it (checkNoLeaks then finds nothing).
+	// directory removes it (leaktest.Check then finds nothing).
 	c, err := Open(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -425,7 +426,7 @@ func TestLaneHandOverKeepsOrder(t *testing.T) {
 // counts it and as the kernel lists it.
 func TestFootprintQueues(t *testing.T) {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	base := mappedGomx(t)
 	const n = 6
 	var boards []*Transport

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/transporttest"
 )
@@ -210,43 +211,11 @@ func testDir(t testing.TB) string {
 	return filepath.Join(d, "ep")
 }
 
-// gomxMappings counts this process's mappings and descriptors of gomx
-// memfds, and its eventfds (doorbells: the runtime keeps one of its own,
-// so only a change in the count says something).
-func gomxMappings(t testing.TB) (maps, fds int) {
-	b, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps = bytes.Count(b, []byte("memfd:gomx-"))
-	ents, _ := os.ReadDir("/proc/self/fd")
-	for _, e := range ents {
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && (strings.Contains(l, "memfd:gomx-") || l == "anon_inode:[eventfd]") {
-			fds++
-		}
-	}
-	return maps, fds
-}
-
-// checkNoLeaks fails the test if it leaves a gomx mapping, memfd or
-// eventfd descriptor behind, or files in the endpoint directory.
-func checkNoLeaks(t *testing.T, dir string) {
-	m0, f0 := gomxMappings(t)
-	t.Cleanup(func() {
-		if m, f := gomxMappings(t); m != m0 || f != f0 {
-			t.Errorf("left behind: %d mappings and %d descriptors of gomx memfds or eventfds (had %d, %d)", m-m0, f-f0, m0, f0)
-		}
-		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-			t.Errorf("left behind in %s: %v", dir, ents)
-		}
-	})
-}
-
 // openChecked opens a board in a directory of its own, closed when the
 // test ends, and checks that the test leaves nothing behind.
 func openChecked(t *testing.T) (*Transport, string) {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	a, err := Open(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +226,7 @@ func openChecked(t *testing.T) (*Transport, string) {
 
 func newTestPair(t *testing.T, o Options) (a, b *Transport) {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	o.Dir = dir
 	a, err := Open(o)
 	if err != nil {
@@ -454,7 +423,7 @@ func TestKilledPeer(t *testing.T) {
 	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("hi")}}); err != nil {
 		t.Fatal(err)
 	}
-	m1, _ := gomxMappings(t)
+	m1 := leaktest.Now(t).Maps
 	cmd.Process.Kill()
 	cmd.Wait()
 	frames := make([]transport.Frame, 8)
@@ -462,7 +431,7 @@ func TestKilledPeer(t *testing.T) {
 	for {
 		a.Recv(frames, 10*time.Millisecond)
 		if c := counter(a, "shm peers gone"); c >= 2 && len(a.PeerPids(nil)) == 0 {
-			if m, _ := gomxMappings(t); m == m1 {
+			if leaktest.Now(t).Maps == m1 {
 				break
 			}
 		}
@@ -672,7 +641,7 @@ func TestOtherUserCannotAttach(t *testing.T) {
 // reached by that id, and Reaches tells which peers listen.
 func TestNamedByNIC(t *testing.T) {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	const udpNIC = transport.NICID(0x7F0000019C40) // 127.0.0.1:40000
 	if _, err := Open(Options{Dir: dir, NIC: udpNIC, Board: 3}); err == nil {
 		t.Fatal("NIC and Board together were accepted")

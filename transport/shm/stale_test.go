@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -32,7 +33,7 @@ func sockets(t *testing.T, dir string) []string {
 // a live process's socket stays and its board keeps working.
 func TestStaleSocketsSwept(t *testing.T) {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	killed, kout := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 51))
 	waitReady(t, kout)
 	live, lout := spawn(t, os.Args[0], nil, fmt.Sprintf("echo %s %d", dir, 52))

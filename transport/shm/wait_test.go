@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/internal/leaktest"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -305,7 +306,7 @@ func TestRecvTimeoutEndsTheSpin(t *testing.T) {
 // descriptor (the eventfds included) is left behind.
 func TestSleepersWakeAcrossProcesses(t *testing.T) {
 	dir := testDir(t)
-	checkNoLeaks(t, dir)
+	leaktest.Check(t, dir)
 	a, err := Open(Options{Dir: dir, Spin: time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
