@@ -530,21 +530,10 @@ func TestZeroCopyPlaceLanes(t *testing.T) {
 	const window = 16
 	ctx := testCtx(t, 2*time.Minute)
 	before, resent := pr.b.CopyStats(), retransmits(pr)
-	var rs, ss []*Request
-	var srcs, dsts [][]byte
-	for k := range window {
+	rs, ss, srcs, dsts := postWindow(t, pr, window, func(k int) (uint64, []byte, []byte) {
 		size := sizes[k%len(sizes)]
-		src, dst := pattern(size, uint64(70+k)), make([]byte, size)
-		r, err := pr.b.IRecv([][]byte{dst}, uint64(k), ^uint64(0), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := pr.a.ISend([][]byte{src}, pr.atob, uint64(k), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
-	}
+		return uint64(k), pattern(size, uint64(70+k)), make([]byte, size)
+	})
 	for k := range window {
 		if _, err := ss[k].Wait(ctx); err != nil {
 			pr.b.Counters().NonZero(func(k Counter, v uint64) { t.Logf("b %v %d", k, v) })
@@ -636,6 +625,27 @@ func modelClose(close func() error, viols func(i int) (uint64, string)) error {
 	return errors.Join(append(errs, close())...)
 }
 
+// postWindow puts n messages from pr.a to pr.b in flight at once, each
+// receive posted before its send: msg(k) gives message k's match, its
+// bytes and the buffer that receives them. It returns the requests and
+// the buffers, in order.
+func postWindow(t *testing.T, pr *pair, n int, msg func(k int) (match uint64, src, dst []byte)) (rs, ss []*Request, srcs, dsts [][]byte) {
+	t.Helper()
+	for k := range n {
+		match, src, dst := msg(k)
+		r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
+	}
+	return rs, ss, srcs, dsts
+}
+
 // windowedRounds sends 6 rounds of 4 messages in flight from pr.a to
 // pr.b, their sizes taken in turn from sizes, and fails the test unless
 // every send and receive completes and every message arrives byte-exact.
@@ -645,22 +655,10 @@ func windowedRounds(t *testing.T, pr *pair, sizes []int, where func(src, dst []b
 	const window, rounds = 4, 6
 	for round := range rounds {
 		ctx := testCtx(t, time.Minute) // per round
-		var rs, ss []*Request
-		var srcs, dsts [][]byte
-		for k := range window {
-			size := sizes[(round+k)%len(sizes)]
-			match := uint64(round*window + k)
-			src, dst := pattern(size, match), make([]byte, size)
-			r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
-		}
+		rs, ss, srcs, dsts := postWindow(t, pr, window, func(k int) (uint64, []byte, []byte) {
+			size, match := sizes[(round+k)%len(sizes)], uint64(round*window+k)
+			return match, pattern(size, match), make([]byte, size)
+		})
 		for k := range window {
 			if _, err := rs[k].Wait(ctx); err != nil {
 				t.Fatalf("round %d message %d: %v (counters %v)", round, k, err, nonZero(pr.b.Counters()))
