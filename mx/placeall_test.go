@@ -41,21 +41,13 @@ func TestPlacedLaneEveryByte(t *testing.T) {
 				ctx := testCtx(t, 2*time.Minute)
 				for first := 0; first < len(sizes); first += c.window {
 					before, asked := pr.b.CopyStats(), pr.b.Counters().Get(PullFramesRerequested)
-					var rs, ss []*Request
-					var srcs, dsts [][]byte
+					n := min(c.window, len(sizes)-first)
+					rs, ss, srcs, dsts := postWindow(t, pr, n, func(j int) (uint64, []byte, []byte) {
+						k := first + j
+						return uint64(k), pattern(sizes[k], uint64(90+k)), make([]byte, sizes[k]-c.short)
+					})
 					want := 0
-					for k := first; k < min(first+c.window, len(sizes)); k++ {
-						size := sizes[k]
-						src, dst := pattern(size, uint64(90+k)), make([]byte, size-c.short)
-						r, err := pr.b.IRecv([][]byte{dst}, uint64(k), ^uint64(0), nil)
-						if err != nil {
-							t.Fatal(err)
-						}
-						s, err := pr.a.ISend([][]byte{src}, pr.atob, uint64(k), nil)
-						if err != nil {
-							t.Fatal(err)
-						}
-						rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
+					for _, dst := range dsts {
 						want += len(dst)
 					}
 					for k := range rs {

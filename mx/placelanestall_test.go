@@ -347,7 +347,7 @@ func TestPlacedLaneLossyCable(t *testing.T) {
 			place: true}
 		checkLeaks(t)
 		pr := newPairOn(t, zcWire(t, m, nil, nil), zcOptions("on"))
-		windowedRounds(t, pr, []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}, func(src, dst []byte) string {
+		windowedRounds(t, pr, []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}, 6, func(src, dst []byte) string {
 			return firstDiff(src, dst, pullGeometry(pr, len(src)))
 		})
 		rc, cnt := pr.b.CopyStats(), pr.b.Counters()
@@ -385,7 +385,7 @@ func TestPlacedLaneReorderedCable(t *testing.T) {
 					place: true}
 				checkLeaks(t)
 				pr := newPairOn(t, zcWire(t, m, nil, nil), zcOptions("on"))
-				windowedRounds(t, pr, []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}, func(src, dst []byte) string {
+				windowedRounds(t, pr, []int{1 << 20, 256 << 10, 1<<20 + 4097, 100 << 10}, 6, func(src, dst []byte) string {
 					return firstDiff(src, dst, pullGeometry(pr, len(src)))
 				})
 				rc, cnt := pr.b.CopyStats(), pr.b.Counters()

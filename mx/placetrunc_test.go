@@ -4,17 +4,19 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
 
 // TestPlacedPullTruncated: a large message pulled into a receive buffer
 // shorter than it, on every pair whose receiving NIC places payloads (lane
-// 0, lanes, jumbo lanes, the 82574L): the buffer short by one byte, by half
-// a reply, by half the message, one byte longer and one shorter than a
-// reply, and one byte. The receive completes with ErrTruncated, its status
-// saying the sender's length (MsgLength) and the bytes delivered
-// (XferLength, the buffer's), as MX reports a truncation; the send reports
+// 0, lanes, jumbo lanes, the 82574L, QEMU's through VFIO): the buffer
+// short by one byte, by half a reply, by half the message, one byte longer
+// and one shorter than a reply, and one byte. The receive completes with
+// ErrTruncated, its status saying the sender's length (MsgLength) and the
+// bytes delivered (XferLength, the buffer's), as MX reports a
+// truncation; the send reports
 // the bytes the receiver took. The buffer holds the message's first bytes,
 // exactly; the NIC wrote nothing past its end (the guard bytes after it,
 // in the same allocation and so perhaps in the same registered page, are
@@ -30,7 +32,7 @@ import (
 func TestPlacedPullTruncated(t *testing.T) {
 	const size = 256<<10 + 7 // 181 replies of 1,450 bytes and a short one
 	const guard, canary = 4096, 0xA5
-	for _, m := range zcModels {
+	for _, m := range slices.Concat(zcModels, zcVFIOModels) {
 		if !m.place {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +24,9 @@ import (
 
 // The zero-copy tests run over the nic transport on both emulated NIC
 // pairs: 82574Ls (whose model shows a test where each TX descriptor
-// pointed) and 82599s, each also opened to place received payloads.
+// pointed) and 82599s, each also opened to place received payloads. Those
+// of them `make qemu-test` runs also take QEMU's 82574L pair through VFIO
+// (zcVFIOModels), and skip it elsewhere.
 
 // zcModel is an emulated NIC pair for the zero-copy tests.
 type zcModel struct {
@@ -40,6 +43,14 @@ type zcModel struct {
 	placedCopies float64
 	// mtu is the transport's MTU (nic.Options.MTU; 0 for 1500).
 	mtu int
+	// slow says the pair moves each frame slowly (QEMU without KVM
+	// emulates every one): the tests send fewer messages over it.
+	slow bool
+	// physical, when set, reports that the pair's DMA addresses are
+	// physical (VFIO without an IOMMU): a registration of Go memory
+	// breaks where physical memory does, and a frame whose payload
+	// straddles a break is copied.
+	physical func() bool
 }
 
 var zcModels = []zcModel{
@@ -96,7 +107,8 @@ var zcModels = []zcModel{
 
 // zcWire puts two boards on the nic transport over m, the receiving side
 // (b) behind a fault wrapper when faults are given. Its close checks that
-// no DMA mapping outlived the transports.
+// no DMA mapping outlived the transports and the IOMMU refused no access
+// (the model's; a VFIO pair's open returns no IOMMU and checks its own).
 func zcWire(t testing.TB, m zcModel, tx func(int, uint64, []byte), faults *fault.Options) *wire2 {
 	devs, iommu, closeModel := m.open(t, tx)
 	var trs [2]transport.Transport
@@ -124,11 +136,13 @@ func zcWire(t testing.TB, m zcModel, tx func(int, uint64, []byte), faults *fault
 	return &wire2{a: trs[0], b: trs[1],
 		third: func() transport.Transport { t.Fatal("the zero-copy wire has two ends"); return nil },
 		close: func() {
-			if n := iommu.Live(); n != 0 {
-				t.Errorf("%s: %d DMA mappings left after both boards closed", m.name, n)
-			}
-			if n, last := iommu.Faults(); n != 0 {
-				t.Errorf("%s: %d DMA faults, the last %+v", m.name, n, last)
+			if iommu != nil {
+				if n := iommu.Live(); n != 0 {
+					t.Errorf("%s: %d DMA mappings left after both boards closed", m.name, n)
+				}
+				if n, last := iommu.Faults(); n != 0 {
+					t.Errorf("%s: %d DMA faults, the last %+v", m.name, n, last)
+				}
 			}
 			if err := closeModel(); err != nil {
 				t.Errorf("%s: %v", m.name, err)
@@ -155,16 +169,20 @@ func zcOptions(mode string) BoardOptions {
 
 // zcSizes is a message of every size class: tiny, small, medium, and
 // large ones of one frame, one block, several blocks and a megabyte and
-// more (not a multiple of the reply length or the page).
-var zcSizes = []int{0, 17, 100, 5000, 32 << 10, 40 << 10, 100<<10 + 3, 1 << 20, 1<<20 + 4097}
+// more (not a multiple of the reply length or the page). zcSizesFew is
+// one of each class, for a slow pair.
+var (
+	zcSizes    = []int{0, 17, 100, 5000, 32 << 10, 40 << 10, 100<<10 + 3, 1 << 20, 1<<20 + 4097}
+	zcSizesFew = []int{0, 17, 5000, 40 << 10, 100<<10 + 3, 1<<20 + 4097}
+)
 
 // TestZeroCopyByteExact sends messages of every size class, from one
-// segment, several segments and an offset into a buffer, over both NIC
-// pairs with zero copy on, forced off and negotiated away: every byte
-// arrives, and the copy accounting says how: a large message sent in
-// place costs its sender no copy, the others two per byte.
+// segment, several segments and an offset into a buffer, over every NIC
+// pair (VFIO's too) with zero copy on, forced off and negotiated away:
+// every byte arrives, and the copy accounting says how: a large message
+// sent in place costs its sender no copy, the others two per byte.
 func TestZeroCopyByteExact(t *testing.T) {
-	for _, m := range zcModels {
+	for _, m := range slices.Concat(zcModels, zcVFIOModels) {
 		modes := []string{"on", "off", "negotiated"}
 		if m.place {
 			modes = append(modes, "unpadded")
@@ -182,11 +200,16 @@ func TestZeroCopyByteExact(t *testing.T) {
 					pr.bb.mu.Unlock()
 				}
 				on := mode == "on" || mode == "unpadded"
+				broken := m.physical != nil && m.physical()
 				thr := pr.ba.RendezvousThreshold()
 				var placedAll uint64
-				for i, size := range zcSizes {
+				sizes, shapes := zcSizes, []string{"one", "offset", "segments"}
+				if m.slow {
+					sizes, shapes = zcSizesFew, []string{"one", "segments"}
+				}
+				for i, size := range sizes {
 					src := pattern(size+64, uint64(i+1))
-					for _, shape := range []string{"one", "offset", "segments"} {
+					for _, shape := range shapes {
 						var segs [][]byte
 						switch shape {
 						case "one":
@@ -221,7 +244,7 @@ func TestZeroCopyByteExact(t *testing.T) {
 							t.Errorf("%d bytes (%s, zero copy %s): %d bytes received in place", size, shape, mode, rc.RecvPlaced)
 						}
 						switch {
-						case on && large && shape != "segments":
+						case on && large && shape != "segments" && !broken:
 							// At least the message: a reply asked for again
 							// goes out in place again.
 							// An earlier eager message resent late is
@@ -231,7 +254,7 @@ func TestZeroCopyByteExact(t *testing.T) {
 							}
 						case on && large:
 							// Only the frames that straddle two segments
-							// are copied.
+							// (or a break in physical memory) are copied.
 							if c.SendInPlace == 0 || c.SendInPlace+c.SendTransport < uint64(size) {
 								t.Errorf("%d bytes (%s): %d sent in place, %d copied: want most in place", size, shape, c.SendInPlace, c.SendCopied())
 							}
@@ -260,10 +283,17 @@ func TestZeroCopyByteExact(t *testing.T) {
 // TestZeroCopyGuard: a sender that writes a guard pattern into its buffer
 // as soon as its send completes never has it read again: the 82574L
 // model sees no TX descriptor point into the buffer after completion, and
-// the receiver gets the message as it was. The wire loses, reorders and
-// duplicates frames, so re-requested replies are in flight as sends
-// complete.
+// the receiver gets the message as it was (over VFIO, where nothing sees
+// the descriptors, the receiver's bytes are the check). The wire loses,
+// reorders and duplicates frames, so re-requested replies are in flight
+// as sends complete.
 func TestZeroCopyGuard(t *testing.T) {
+	for _, m := range []zcModel{zcModels[0], zcVFIOModels[0]} {
+		t.Run(m.name, func(t *testing.T) { zeroCopyGuard(t, m) })
+	}
+}
+
+func zeroCopyGuard(t *testing.T, m zcModel) {
 	const size = 600 << 10
 	var buf atomic.Pointer[[]byte]
 	var done atomic.Bool
@@ -280,8 +310,12 @@ func TestZeroCopyGuard(t *testing.T) {
 	}
 	fo := fault.Options{Loss: 0.02, Reorder: 0.02, Duplicate: 0.02, Seed: 7}
 	checkLeaks(t)
-	pr := newPairOn(t, zcWire(t, zcModels[0], tx, &fo), zcOptions("on"))
-	for i := range 20 {
+	pr := newPairOn(t, zcWire(t, m, tx, &fo), zcOptions("on"))
+	n := 20
+	if m.slow {
+		n = 3
+	}
+	for i := range n {
 		ctx := testCtx(t, time.Minute) // per message: the model is slow on a loaded host under -race
 		src := pattern(size, uint64(100+i))
 		want := append([]byte(nil), src...)
@@ -319,22 +353,29 @@ func TestZeroCopyGuard(t *testing.T) {
 }
 
 // TestZeroCopyFaults: loss, reordering and duplication on the wire with
-// zero copy on, over both NIC pairs: every message arrives whole, several
-// in flight at once.
+// zero copy on, over every NIC pair: every message arrives whole, several
+// in flight at once. A placing model places some; over QEMU's pair under
+// TCG, with frames asked for again, nearly every reply lands outside its
+// span and is copied (none, or under 1 % of the bytes, placed): there the
+// test checks only that nothing is lost.
 func TestZeroCopyFaults(t *testing.T) {
-	for _, m := range zcModels {
+	for _, m := range slices.Concat(zcModels, zcVFIOModels) {
 		t.Run(m.name, func(t *testing.T) {
 			fo := fault.Options{Loss: 0.03, Reorder: 0.03, Duplicate: 0.03, Seed: 11}
 			checkLeaks(t)
 			pr := newPairOn(t, zcWire(t, m, nil, &fo), zcOptions("on"))
-			windowedRounds(t, pr, []int{64 << 10, 200<<10 + 1, 1 << 20, 50 << 10}, nil)
+			rounds := 6
+			if m.slow {
+				rounds = 2
+			}
+			windowedRounds(t, pr, []int{64 << 10, 200<<10 + 1, 1 << 20, 50 << 10}, rounds, nil)
 			c := pr.a.CopyStats()
 			if c.SendInPlace == 0 {
 				t.Errorf("nothing was sent in place: %+v", c)
 			}
 			if rc := pr.b.CopyStats(); m.place {
 				t.Logf("received %d bytes, %d in place, %.3f copied per byte", rc.RecvBytes, rc.RecvPlaced, rc.RecvPerByte())
-				if rc.RecvPlaced == 0 {
+				if rc.RecvPlaced == 0 && !m.slow {
 					t.Errorf("nothing was received in place: %+v", rc)
 				}
 			}
@@ -349,12 +390,18 @@ func TestZeroCopyFaults(t *testing.T) {
 // message from the same memory, or part of it, maps nothing new), evicted
 // past CacheBytes, and dropped by Invalidate, after which memory mapped
 // again at the same address is registered afresh and its new bytes are
-// sent, never the old pages'.
+// sent, never the old pages'. Over the 82599 model and VFIO.
 func TestZeroCopyCache(t *testing.T) {
+	for _, m := range []zcModel{zcModels[1], zcVFIOModels[0]} {
+		t.Run(m.name, func(t *testing.T) { zeroCopyCache(t, m) })
+	}
+}
+
+func zeroCopyCache(t *testing.T, m zcModel) {
 	o := zcOptions("on")
 	o.ZeroCopy.CacheBytes = 3 << 20
 	checkLeaks(t)
-	pr := newPairOn(t, zcWire(t, zcModels[1], nil, nil), o)
+	pr := newPairOn(t, zcWire(t, m, nil, nil), o)
 	send := func(src []byte) {
 		t.Helper()
 		dst := make([]byte, len(src))
@@ -530,21 +577,10 @@ func TestZeroCopyPlaceLanes(t *testing.T) {
 	const window = 16
 	ctx := testCtx(t, 2*time.Minute)
 	before, resent := pr.b.CopyStats(), retransmits(pr)
-	var rs, ss []*Request
-	var srcs, dsts [][]byte
-	for k := range window {
+	rs, ss, srcs, dsts := postWindow(t, pr, window, func(k int) (uint64, []byte, []byte) {
 		size := sizes[k%len(sizes)]
-		src, dst := pattern(size, uint64(70+k)), make([]byte, size)
-		r, err := pr.b.IRecv([][]byte{dst}, uint64(k), ^uint64(0), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := pr.a.ISend([][]byte{src}, pr.atob, uint64(k), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
-	}
+		return uint64(k), pattern(size, uint64(70+k)), make([]byte, size)
+	})
 	for k := range window {
 		if _, err := ss[k].Wait(ctx); err != nil {
 			pr.b.Counters().NonZero(func(k Counter, v uint64) { t.Logf("b %v %d", k, v) })
@@ -636,31 +672,40 @@ func modelClose(close func() error, viols func(i int) (uint64, string)) error {
 	return errors.Join(append(errs, close())...)
 }
 
-// windowedRounds sends 6 rounds of 4 messages in flight from pr.a to
-// pr.b, their sizes taken in turn from sizes, and fails the test unless
-// every send and receive completes and every message arrives byte-exact.
-// where, if not nil, says where a changed message first differs.
-func windowedRounds(t *testing.T, pr *pair, sizes []int, where func(src, dst []byte) string) {
+// postWindow puts n messages from pr.a to pr.b in flight at once, each
+// receive posted before its send: msg(k) gives message k's match, its
+// bytes and the buffer that receives them. It returns the requests and
+// the buffers, in order.
+func postWindow(t *testing.T, pr *pair, n int, msg func(k int) (match uint64, src, dst []byte)) (rs, ss []*Request, srcs, dsts [][]byte) {
 	t.Helper()
-	const window, rounds = 4, 6
+	for k := range n {
+		match, src, dst := msg(k)
+		r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
+	}
+	return rs, ss, srcs, dsts
+}
+
+// windowedRounds sends rounds of 4 messages in flight from pr.a to pr.b,
+// their sizes taken in turn from sizes, and fails the test unless every
+// send and receive completes and every message arrives byte-exact.
+// where, if not nil, says where a changed message first differs.
+func windowedRounds(t *testing.T, pr *pair, sizes []int, rounds int, where func(src, dst []byte) string) {
+	t.Helper()
+	const window = 4
 	for round := range rounds {
 		ctx := testCtx(t, time.Minute) // per round
-		var rs, ss []*Request
-		var srcs, dsts [][]byte
-		for k := range window {
-			size := sizes[(round+k)%len(sizes)]
-			match := uint64(round*window + k)
-			src, dst := pattern(size, match), make([]byte, size)
-			r, err := pr.b.IRecv([][]byte{dst}, match, ^uint64(0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := pr.a.ISend([][]byte{src}, pr.atob, match, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs, ss, srcs, dsts = append(rs, r), append(ss, s), append(srcs, src), append(dsts, dst)
-		}
+		rs, ss, srcs, dsts := postWindow(t, pr, window, func(k int) (uint64, []byte, []byte) {
+			size, match := sizes[(round+k)%len(sizes)], uint64(round*window+k)
+			return match, pattern(size, match), make([]byte, size)
+		})
 		for k := range window {
 			if _, err := rs[k].Wait(ctx); err != nil {
 				t.Fatalf("round %d message %d: %v (counters %v)", round, k, err, nonZero(pr.b.Counters()))

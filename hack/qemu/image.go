@@ -308,11 +308,12 @@ var (
 	// package written PATH@PATTERN runs only its tests that match
 	// -test.run=PATTERN there (transport/nic: its tests over the VFIO
 	// NICs, as its model tests need no device and take minutes under TCG;
-	// mx: the forged-frame attack over the VFIO NICs and endpoints of
-	// queued boards steered by the 82574's RSS; the rest of its tests need
-	// no device and run on the host).
+	// mx: the forged-frame attack over the VFIO NICs, endpoints of queued
+	// boards steered by the 82574's RSS, and the zero-copy tests' subtests
+	// over the VFIO pair, whose other subtests use the models and run on
+	// the host).
 	DefaultPackages = []string{"./pci", "./hugepage", "./vfio", "./nicdrv/e1000e",
-		"./transport/nic@^(TestConformanceVFIO|TestMXSizeClasses)$", "./mx@^(TestForgedFramesVFIO|TestQueuedRSSVFIO|TestZeroCopyReceiveInPlaceVFIO)$"}
+		"./transport/nic@^(TestConformanceVFIO|TestMXSizeClasses)$", "./mx@" + mxVFIOTests}
 
 	// GuestModules are the kernel modules the guest's init loads, by name;
 	// u-root's kmodule loads their dependencies first, from modules.dep.
@@ -335,6 +336,13 @@ var (
 	// USBPackages needs on the host.
 	USBBuildPackages = []string{"libusb-1.0-0-dev", "pkg-config", "gcc"}
 )
+
+// mxVFIOTests is the -test.run pattern of mx's tests in the guest: the
+// tests over the VFIO NICs, and the VFIO subtests (zcVFIOModels) of the
+// zero-copy tests that loop over NIC pairs. A test without subtests runs
+// whole when its name matches.
+const mxVFIOTests = "^(TestForgedFramesVFIO|TestQueuedRSSVFIO|TestZeroCopyReceiveInPlaceVFIO|" +
+	"TestZeroCopyByteExact|TestZeroCopyGuard|TestZeroCopyCache|TestZeroCopyFaults|TestPlacedPullTruncated)$/VFIO"
 
 // USBTestDir is the guest directory of the USBPackages test binaries; the
 // usb configuration's init runs the binaries there (-tests), and the other

@@ -55,9 +55,7 @@ func FindVFIO(t testing.TB, w VFIOWant) (vfio.Options, []pci.Address) {
 	if _, err := os.Stat("/dev/vfio/vfio"); err != nil {
 		skip("no VFIO (" + err.Error() + ")")
 	}
-	if m, _ := filepath.Glob("/dev/vfio/noiommu-*"); len(m) > 0 {
-		o.NoIOMMU = true
-	}
+	o.NoIOMMU = NoIOMMU()
 	var addrs []pci.Address
 	if env := os.Getenv(w.DevicesEnv); env != "" {
 		for _, s := range strings.Split(env, ",") {
@@ -82,6 +80,14 @@ func FindVFIO(t testing.TB, w VFIOWant) (vfio.Options, []pci.Address) {
 		skip(fmt.Sprintf("%d %s functions bound to vfio-pci, the test needs %d", len(addrs), w.Driver, w.Count))
 	}
 	return o, addrs[:w.Count]
+}
+
+// NoIOMMU tells whether VFIO runs here in its no-IOMMU mode (a noiommu
+// group exists): the DMA addresses of a mapping are then physical, and
+// it breaks where physical memory does.
+func NoIOMMU() bool {
+	m, _ := filepath.Glob("/dev/vfio/noiommu-*")
+	return len(m) > 0
 }
 
 // OpenVFIO finds the NICs w asks for (skipping or failing as FindVFIO
