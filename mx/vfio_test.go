@@ -119,7 +119,7 @@ var zcVFIOModels = []zcModel{
 			o.Placement = true
 			return e1000e.Open(d, o)
 		},
-		place: true, placedCopies: 0.09},
+		place: true, placedCopies: 0.09, fewPlacedUnderFaults: true},
 }
 
 // openVFIOPair returns zcModel.open over the first two VFIO 82574Ls. No
@@ -131,10 +131,10 @@ var zcVFIOModels = []zcModel{
 // (TestZeroCopyReceiveInPlaceVFIO checks that it is copied once).
 func openVFIOPair(place bool) func(testing.TB, func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
 	return func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
-		v := openE1000EVFIO(t, 2)
-		if place && v.NoIOMMU {
+		if place && nictest.NoIOMMU() {
 			t.Skip("no IOMMU: the receiving NIC cannot place into the Go heap")
 		}
+		v := openE1000EVFIO(t, 2)
 		faults, before := v.Faults(), uint64(0)
 		if faults != nil {
 			before = faults()
@@ -143,8 +143,9 @@ func openVFIOPair(place bool) func(testing.TB, func(int, uint64, []byte)) ([2]pc
 			if faults == nil {
 				return nil
 			}
-			if n := faults() - before; n != 0 {
-				return fmt.Errorf("the IOMMU logged %d DMA faults", n)
+			// The kernel's log may wrap, and its count then fall.
+			if after := faults(); after > before {
+				return fmt.Errorf("the IOMMU logged %d DMA faults", after-before)
 			}
 			return nil
 		}

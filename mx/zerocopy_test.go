@@ -28,7 +28,8 @@ import (
 // of them `make qemu-test` runs also take QEMU's 82574L pair through VFIO
 // (zcVFIOModels), and skip it elsewhere.
 
-// zcModel is an emulated NIC pair for the zero-copy tests.
+// zcModel is a NIC pair for the zero-copy tests: an emulated one, or
+// two 82574Ls through VFIO (zcVFIOModels).
 type zcModel struct {
 	name string
 	// open returns the pair's two functions, the platform's IOMMU and
@@ -46,6 +47,10 @@ type zcModel struct {
 	// slow says the pair moves each frame slowly (QEMU without KVM
 	// emulates every one): the tests send fewer messages over it.
 	slow bool
+	// fewPlacedUnderFaults says a placing pair may place nothing under
+	// TestZeroCopyFaults' faults: QEMU's 82574L under TCG copies nearly
+	// every re-requested reply, so only no loss is checked there.
+	fewPlacedUnderFaults bool
 	// physical, when set, reports that the pair's DMA addresses are
 	// physical (VFIO without an IOMMU): a registration of Go memory
 	// breaks where physical memory does, and a frame whose payload
@@ -375,7 +380,7 @@ func TestZeroCopyFaults(t *testing.T) {
 			}
 			if rc := pr.b.CopyStats(); m.place {
 				t.Logf("received %d bytes, %d in place, %.3f copied per byte", rc.RecvBytes, rc.RecvPlaced, rc.RecvPerByte())
-				if rc.RecvPlaced == 0 && !m.slow {
+				if rc.RecvPlaced == 0 && !m.fewPlacedUnderFaults {
 					t.Errorf("nothing was received in place: %+v", rc)
 				}
 			}
