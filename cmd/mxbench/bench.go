@@ -183,6 +183,9 @@ type recovery struct {
 	Asks                  uint64 `json:"asks"`
 	PullAsks              uint64 `json:"pull_asks"`
 	AskRetransmits        uint64 `json:"ask_retransmits"`
+	// EarlyStored is the frames received past a hole and held
+	// (mx.EarlyStored): the wire lost or reordered something.
+	EarlyStored uint64 `json:"early_stored"`
 }
 
 // recoveryBetween sums, over the endpoints, how the loss-recovery counters
@@ -204,6 +207,7 @@ func recoveryBetween(before, after []mx.Counters) *recovery {
 		Asks:                  d(mx.TailAsks),
 		PullAsks:              d(mx.PullAsks),
 		AskRetransmits:        d(mx.AskRetransmits),
+		EarlyStored:           d(mx.EarlyStored),
 	}
 }
 
