@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -190,4 +191,48 @@ func threadSched() (preempted int64, runQueue time.Duration) {
 		}
 	}
 	return preempted, runQueue
+}
+
+// pinnedThread is the thread a busy-polling goroutine is locked to (pin)
+// and the CPU it is bound to.
+type pinnedThread struct {
+	cpu int
+	tid int
+}
+
+// pinnedHere describes the calling thread, which pin(cpu) pinned.
+func pinnedHere(cpu int) *pinnedThread {
+	return &pinnedThread{cpu: cpu % runtime.NumCPU(), tid: unix.Gettid()}
+}
+
+// rescheduleEvery is how many messages a pinned busy-poller handles
+// between two passes through the Go scheduler (reschedule): at 1-10 µs a
+// round trip, every 0.25-2.5 ms, inside sysmon's 10 ms.
+const rescheduleEvery = 256
+
+// reschedule passes the goroutine through the Go scheduler every
+// rescheduleEvery-th message n, on its own thread. The runtime preempts a
+// goroutine that ran 10 ms without a pass (sysmon), and a goroutine locked
+// to its thread, as a pinned spinner is, is then rescheduled by handing
+// its P to another thread and back: two futex wake-ups, each waiting for
+// a CPU the spinners and the host's other processes hold, milliseconds on
+// a loaded host while the peer spins in vain. Unlocked for the pass, the
+// goroutine is a runnable goroutine like any other: its thread picks it
+// up again at once (or after a runnable receive loop, whose stay-away
+// timer fired), no other thread involved. Should another thread pick it
+// up all the same, reschedule binds that one to the CPU. A nil
+// pinnedThread does nothing.
+func (t *pinnedThread) reschedule(n int) {
+	if t == nil || n%rescheduleEvery != 0 {
+		return
+	}
+	runtime.UnlockOSThread()
+	runtime.Gosched()
+	runtime.LockOSThread()
+	if tid := unix.Gettid(); tid != t.tid {
+		t.tid = tid
+		if runtime.NumCPU() > 1 {
+			setAffinity(t.cpu)
+		}
+	}
 }

@@ -231,6 +231,9 @@ type side struct {
 	rbufs  [][]byte
 	ssegs  [][]byte
 	rsegs  [][]byte
+	// pinned is the thread a busy-polling side is pinned to (place),
+	// nil when it is not.
+	pinned *pinnedThread
 }
 
 func newSide(ep *mx.Endpoint, peer mx.Addr, maxSize, window int, f *benchFlags) *side {
@@ -379,6 +382,7 @@ func (s *side) pingpong(ctx context.Context, size, reply, iterations, warmup, tr
 				return res, fmt.Errorf("round trip %d of %d bytes: %w", msg, size, err)
 			}
 			msg++
+			s.pinned.reschedule(msg)
 			if timed {
 				now := time.Since(start)
 				rtts = append(rtts, now-t0)
@@ -463,6 +467,7 @@ func (s *side) pong(ctx context.Context, size, reply, n int) error {
 		if _, err := sr.Wait(ctx); err != nil {
 			return fmt.Errorf("reply %d: %w", i, err)
 		}
+		s.pinned.reschedule(i)
 	}
 	return nil
 }

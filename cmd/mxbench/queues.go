@@ -103,6 +103,7 @@ func (f *benchFlags) place(s *side, cpu int) {
 	}
 	if f.spin() {
 		pin(cpu)
+		s.pinned = pinnedHere(cpu)
 	}
 }
 
