@@ -123,6 +123,10 @@ type Board struct {
 	// toStamp: partners whose ack deadline waits for the next clock
 	// reading (stampAcks).
 	toStamp []*partner
+	// ackHeld: the partner whose message a polling waiter took last and
+	// whose ack waits for the reply that carries it (holdAck), nil for
+	// none.
+	ackHeld *partner
 	laneHdr [wire.LaneLen]byte // a lane record's header (lane.go)
 	// pcopies: pull replies the copy engine is copying out of held
 	// frames (pulloffload.go), oldest first.
