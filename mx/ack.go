@@ -163,7 +163,7 @@ func (p *partner) holdAck() bool {
 		p.sackOpen || p.rings() != nil {
 		return false
 	}
-	b.wakeTicks() // progress.go
+	b.wakeTicks()         // progress.go
 	p.fullSeq = p.recvSeq // recvShort: no partial message
 	p.oooFrames = 0       // as fullMoved
 	p.notAcked++
