@@ -146,9 +146,12 @@ func (p *partner) noteReceived(c ackClass) {
 // polling waiter moves the full-receive point and counts as not acked,
 // as noteReceived would, but leaves its deadline to the board's next
 // clock reading (holdAck): the reply's send, whose piggyback has cleared
-// it by then, else the waiter's next look, else the receive loop's next
-// timer check, which give it the deadline noteReceived would have (from
-// that reading, as an unstamped one: stampAcks). One partner at a time
+// it by then, else the next reading a polling waiter makes as it polls
+// (pollWait), else the receive loop's next timer check, which give it the
+// deadline noteReceived would have (from that reading, as an unstamped
+// one: stampAcks). A waiter asleep on the sources makes no reading soon,
+// nor does the loop while it sleeps: its look reads the clock at once
+// (lookLocked). One partner at a time
 // (Board.ackHeld); a message that would be acked at once (NotAckedMax),
 // one whose partner has a deadline already or a SACK to send, and one
 // from the rings take noteReceived.
