@@ -193,16 +193,26 @@ func threadSched() (preempted int64, runQueue time.Duration) {
 	return preempted, runQueue
 }
 
-// pinnedThread is the thread a busy-polling goroutine is locked to (pin)
-// and the CPU it is bound to.
+// pinnedThread is a busy-polling goroutine's pinning (pinThread): the
+// CPU its thread is bound to, and the CPUs the thread might run on before.
 type pinnedThread struct {
-	cpu int
-	tid int
+	cpu  int
+	orig unix.CPUSet
+	// unlocks: orig was read, so reschedule may hand the thread back to
+	// the runtime as it was.
+	unlocks bool
 }
 
-// pinnedHere describes the calling thread, which pin(cpu) pinned.
-func pinnedHere(cpu int) *pinnedThread {
-	return &pinnedThread{cpu: cpu % runtime.NumCPU(), tid: unix.Gettid()}
+// pinThread does pin's work and keeps the thread's CPUs as they were, so
+// that reschedule can unlock it.
+func pinThread(cpu int) *pinnedThread {
+	runtime.LockOSThread()
+	t := &pinnedThread{cpu: cpu % runtime.NumCPU()}
+	t.unlocks = unix.SchedGetaffinity(0, &t.orig) == nil
+	if runtime.NumCPU() > 1 {
+		setAffinity(t.cpu)
+	}
+	return t
 }
 
 // rescheduleEvery is how many messages a pinned busy-poller handles
@@ -219,20 +229,24 @@ const rescheduleEvery = 256
 // a loaded host while the peer spins in vain. Unlocked for the pass, the
 // goroutine is a runnable goroutine like any other: its thread picks it
 // up again at once (or after a runnable receive loop, whose stay-away
-// timer fired), no other thread involved. Should another thread pick it
-// up all the same, reschedule binds that one to the CPU. A nil
-// pinnedThread does nothing.
+// timer fired), no other thread involved. The thread is unlocked with
+// the CPUs it had before pinThread bound it, so that whatever the runtime
+// runs on it next, and any thread it starts meanwhile, is not bound to
+// the spinner's CPU; the thread the goroutine is locked to again, the
+// same or another, is bound to it again. A nil pinnedThread does nothing,
+// and so does one whose CPUs could not be read or restored: it stays
+// locked.
 func (t *pinnedThread) reschedule(n int) {
-	if t == nil || n%rescheduleEvery != 0 {
+	if t == nil || n%rescheduleEvery != 0 || !t.unlocks {
+		return
+	}
+	if unix.SchedSetaffinity(0, &t.orig) != nil {
 		return
 	}
 	runtime.UnlockOSThread()
 	runtime.Gosched()
 	runtime.LockOSThread()
-	if tid := unix.Gettid(); tid != t.tid {
-		t.tid = tid
-		if runtime.NumCPU() > 1 {
-			setAffinity(t.cpu)
-		}
+	if runtime.NumCPU() > 1 {
+		setAffinity(t.cpu)
 	}
 }
