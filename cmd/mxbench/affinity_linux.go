@@ -233,15 +233,15 @@ const rescheduleEvery = 256
 // the CPUs it had before pinThread bound it, so that whatever the runtime
 // runs on it next, and any thread it starts meanwhile, is not bound to
 // the spinner's CPU; the thread the goroutine is locked to again, the
-// same or another, is bound to it again. A nil pinnedThread does nothing,
-// and so does one whose CPUs could not be read or restored: it stays
-// locked.
-func (t *pinnedThread) reschedule(n int) {
+// same or another, is bound to it again. It reports whether it passed. A
+// nil pinnedThread does nothing, and so does one whose CPUs could not be
+// read or restored: it stays locked.
+func (t *pinnedThread) reschedule(n int) bool {
 	if t == nil || n%rescheduleEvery != 0 || !t.unlocks {
-		return
+		return false
 	}
 	if unix.SchedSetaffinity(0, &t.orig) != nil {
-		return
+		return false
 	}
 	runtime.UnlockOSThread()
 	runtime.Gosched()
@@ -249,4 +249,5 @@ func (t *pinnedThread) reschedule(n int) {
 	if runtime.NumCPU() > 1 {
 		setAffinity(t.cpu)
 	}
+	return true
 }
