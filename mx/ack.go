@@ -164,6 +164,57 @@ func (p *partner) armAck(delay int64, rings bool) {
 	b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
 }
 
+// The ack of a message a polling waiter took.
+//
+// In a ping-pong the waiter whose look took a message replies to it, and
+// the reply carries the ack (piggyback): the delayed-ack deadline the
+// message starts (noteReceived) is cleared by the next send, unused. So
+// a short message from a peer on a wire that recvShort hands to its
+// polling waiter moves the full-receive point and counts as not acked,
+// as noteReceived would, but leaves its deadline to the board's next
+// clock reading (holdAck): the reply's send, whose piggyback has cleared
+// it by then, else the next reading a polling waiter makes as it polls
+// (pollWait), else the receive loop's next timer check, which give it the
+// deadline noteReceived would have (from that reading, as an unstamped
+// one: stampAcks). A waiter asleep on the sources makes no reading soon,
+// nor does the loop while it sleeps: its look reads the clock at once
+// (lookLocked). One partner at a time
+// (Board.ackHeld); a message that would be acked at once (NotAckedMax),
+// one whose partner has a deadline already or a SACK to send, and one
+// from the rings take noteReceived.
+
+// holdAck moves p's full-receive point past the message recvShort just
+// handed to its polling waiter and leaves its ack to the reply or the
+// board's next reading, when it may (see above); false: it did nothing,
+// and the caller takes updateFull. b.mu held.
+func (p *partner) holdAck() bool {
+	b := p.ep.b
+	if b.ackHeld != nil || p.ackDeadline != 0 || p.notAcked+1 >= b.opts.NotAckedMax ||
+		p.sackOpen || p.rings() != nil {
+		return false
+	}
+	b.wakeTicks()         // progress.go
+	p.fullSeq = p.recvSeq // recvShort: no partial message
+	p.oooFrames = 0       // as fullMoved
+	p.notAcked++
+	b.ackHeld = p
+	b.readWants = true
+	return true
+}
+
+// releaseHeldAck gives the ack holdAck left, unless a frame carried it
+// meanwhile, the deadline noteReceived would have, counted from now. b.mu
+// held.
+func (b *Board) releaseHeldAck(now int64) {
+	p := b.ackHeld
+	b.ackHeld = nil
+	if p.notAcked == 0 || p.ackDeadline != 0 || p.ep.closed {
+		return
+	}
+	p.ackDeadline = now + b.tailAckDelay()
+	b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
+}
+
 // tailAckDelay is how long a receiver on a wire waits for a reply to carry
 // its ack before it sends one (the sender's tail-loss probe waits at least
 // that long past the round trip, pto): a quarter of RTOMin, at most
@@ -191,6 +242,9 @@ const ackUnstamped = math.MaxInt64
 // delay (ringAckDelay, tailAckDelay) after the message. Called with b.mu
 // held.
 func (b *Board) stampAcks(now int64) {
+	if b.ackHeld != nil {
+		b.releaseHeldAck(now)
+	}
 	if len(b.toStamp) == 0 {
 		return
 	}

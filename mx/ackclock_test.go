@@ -307,6 +307,9 @@ func TestAckWithoutTick(t *testing.T) {
 					// channel, by the loop, which stamps after its batch).
 					t.Fatalf("message %d: the waiter asleep on its sources left its ack deadline without a time", i)
 				}
+				if pr.bb.WaitStats().Kernel > k0 && pr.bb.heldAck() {
+					t.Fatalf("message %d: the waiter asleep on its sources left its ack to the next reading (holdAck)", i)
+				}
 				if _, err := waitAMinute(ctx, s); err != nil {
 					t.Fatalf("send %d: %v", i, err)
 				}
@@ -322,6 +325,66 @@ func TestAckWithoutTick(t *testing.T) {
 				t.Errorf("%d delayed acks for %d unanswered messages", d, n)
 			}
 		})
+	}
+}
+
+// heldAck reports whether b holds a message's ack for the next reading
+// (holdAck).
+func (b *Board) heldAck() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ackHeld != nil
+}
+
+// TestOneWayAsleepAcks: a one-way stream of small messages over UDP whose
+// receiver waits asleep on its sources (after its 200 µs spin) and then
+// computes 3 ms without replying or waiting is acked at the delayed-ack
+// deadline each message starts, not at the receiver's next tick: no
+// receive the waiter made asleep leaves its ack held for the next reading
+// (holdAck), which it would not make before the tick (8 ms on a board not
+// busy; the sender then asked 61-173 times in 100 messages, against 7-25
+// with every deadline set at once). The asks are logged, not judged: a
+// loaded host delays the receiver's fine timer too (2-34 at load 13-22
+// with -race either way, 72 once with both CPUs kept busy).
+func TestOneWayAsleepAcks(t *testing.T) {
+	needSleepers(t)
+	oa := DefaultBoardOptions()
+	oa.Local.Off = true
+	ob := oa
+	ob.SleepOnSources, ob.Spin = true, 200*time.Microsecond
+	pr := newPair(t, factoryNamed(t, "udp"), oa, loopback.Faults{}, ob)
+	ctx := testCtx(t, 5*time.Minute)
+	const n = 100
+	asks0 := pr.a.Counters().Get(TailAsks)
+	buf, sbuf := make([]byte, 8), make([]byte, 8)
+	for i := range n {
+		r, err := pr.b.IRecv([][]byte{buf}, uint64(i), ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k0 := pr.bb.WaitStats().Kernel
+		errc := asleepOn(t, pr.bb, func() error { _, err := waitAMinute(ctx, r); return err })
+		s, err := pr.a.ISend([][]byte{sbuf}, pr.atob, uint64(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("receive %d: %v", i, err)
+		}
+		if pr.bb.WaitStats().Kernel > k0 && pr.bb.heldAck() {
+			t.Fatalf("message %d: the waiter asleep on its sources left its ack to the next reading", i)
+		}
+		for start := time.Now(); time.Since(start) < 3*time.Millisecond; { // computes, neither replies nor waits
+		}
+		if _, err := waitAMinute(ctx, s); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	asks := pr.a.Counters().Get(TailAsks) - asks0
+	kernel := pr.bb.WaitStats().Kernel
+	t.Logf("%d one-way messages: %d asks, %d received asleep on the sources", n, asks, kernel)
+	if kernel == 0 {
+		t.Errorf("none of %d waits received asleep on the sources", n)
 	}
 }
 

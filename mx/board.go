@@ -113,6 +113,9 @@ type Board struct {
 	// recvSequenced takes it for that frame alone.
 	laneRec  bool
 	draining bool
+	// shortOff sends and receives every message on the general paths,
+	// never on the short path (short.go): for the tests that compare the two.
+	shortOff bool
 	selfq    [][]byte
 	lout     []localDone // other boards' local sends to complete (local.go)
 	cmaq     []*cmaCopy  // single copies to run when mu is released (cma.go)
@@ -123,15 +126,16 @@ type Board struct {
 	// toStamp: partners whose ack deadline waits for the next clock
 	// reading (stampAcks).
 	toStamp []*partner
+	// ackHeld: the partner whose message a polling waiter took last and
+	// whose ack waits for the reply that carries it (holdAck), nil for
+	// none.
+	ackHeld *partner
 	laneHdr [wire.LaneLen]byte // a lane record's header (lane.go)
 	// pcopies: pull replies the copy engine is copying out of held
 	// frames (pulloffload.go), oldest first.
 	pcopies []*pullCopy
-	// shortOff sends and receives every message on the general paths,
-	// never on the short path (short.go): for the tests that compare the two.
-	shortOff bool
-	host     *hostPath // peers of this host through shared memory (host.go)
-	eps      [MaxEndpoints]*Endpoint
+	host    *hostPath // peers of this host through shared memory (host.go)
+	eps     [MaxEndpoints]*Endpoint
 	// epl lists the open endpoints of eps, in the order they opened: the
 	// timers walk it, where a walk of eps copied and scanned all
 	// MaxEndpoints slots at every timer run.

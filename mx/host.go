@@ -255,7 +255,7 @@ func (b *Board) hostProgress() {
 		if n > 0 {
 			b.mu.Lock()
 			b.handleBatchLocked(s, s.rx[:n])
-			if len(b.toStamp) > 0 {
+			if len(b.toStamp) > 0 || b.ackHeld != nil {
 				b.stampAcks(b.setNow()) // this loop keeps no timers (ack.go)
 			}
 			b.release(false)

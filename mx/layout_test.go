@@ -26,7 +26,7 @@ func TestHotLines(t *testing.T) {
 	// Board: from mu (every look and send takes it), 544 bytes in and so
 	// 40 into a line, to the first endpoints.
 	layouttest.HotLines(t, new(Board), 40, 5, "mu", "closed", "freeReqs", "late", "nowv", "nowOK", "seen", "rxWaiter", "rxTook",
-		"readWants", "rxRings", "laneRec", "draining", "selfq", "lout", "cmaq", "ackOwed", "toStamp", "laneHdr", "pcopies",
+		"readWants", "rxRings", "laneRec", "draining", "selfq", "lout", "cmaq", "ackOwed", "toStamp", "ackHeld", "laneHdr", "pcopies",
 		"shortOff", "host")
 	layouttest.HotLines(t, new(partner), 8, 4, "ep", "nic", "rsession", "epID", "rknown", "dead", "lean", "lane", "laneMed",
 		"inHandler", "ackStale", "owed", "ackLazy", "stampQ", "sackOpen", "peerIdx", "sendSeq", "ackPoint", "recvSeq",

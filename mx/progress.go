@@ -301,7 +301,7 @@ func (b *Board) timersAt(force bool, read int64) {
 // flight, owed or waiting that a timer run would act on (b.mu held).
 func (b *Board) quietLocked() bool {
 	if b.due.Load() != 0 || len(b.pcopies) > 0 || len(b.toStamp) > 0 || len(b.ackOwed) > 0 ||
-		len(b.lost) > 0 || b.anyHeld || (b.zc != nil && len(b.zc.drain) > 0) {
+		len(b.lost) > 0 || b.anyHeld || b.ackHeld != nil || (b.zc != nil && len(b.zc.drain) > 0) {
 		return false
 	}
 	for _, e := range b.epl {

@@ -313,6 +313,14 @@ func (b *Board) lookLocked(s *rxSource, seen, ack int64, w *waiterReq) bool {
 			b.rxWaiter = w.r
 		}
 		b.handleBatchLocked(s, s.rx[:n]) // reads the clock only if a frame needs it
+		if b.ackHeld != nil && w != nil && w.asleep {
+			// A waiter asleep on the sources reads no clock until it
+			// sleeps again, and the loop stays away meanwhile: the ack
+			// holdAck left takes its deadline now, as noteReceived's.
+			if now := b.now(); b.ackHeld != nil {
+				b.releaseHeldAck(now)
+			}
+		}
 		b.rxWaiter = nil
 		b.seen = 0
 		if r := b.rxTook; r != nil && w != nil && r == w.r {

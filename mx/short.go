@@ -192,16 +192,19 @@ func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
 	st.Match = m.Match
 	st.MsgLength = uint32(len(payload))
 	st.XferLength = uint32(k)
+	p.recvSeq = seqNext(p.recvSeq)
 	if r == b.rxWaiter && b.rxTook == nil && r.userHeld && !r.forgotten && r.waiters == 0 {
 		// The polling waiter's own (lookLocked): handed to it, which
 		// consumes it right after, as consumeLocked would, without the
 		// completion's done list and events (takeLane does the same).
 		r.userHeld = false
 		b.rxTook = r
+		if p.holdAck() { // ack.go
+			return true
+		}
 	} else {
 		e.complete(r, nil)
 	}
-	p.recvSeq = seqNext(p.recvSeq)
 	p.updateFull(ackSmall)
 	return true
 }

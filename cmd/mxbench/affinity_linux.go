@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -190,4 +191,63 @@ func threadSched() (preempted int64, runQueue time.Duration) {
 		}
 	}
 	return preempted, runQueue
+}
+
+// pinnedThread is a busy-polling goroutine's pinning (pinThread): the
+// CPU its thread is bound to, and the CPUs the thread might run on before.
+type pinnedThread struct {
+	cpu  int
+	orig unix.CPUSet
+	// unlocks: orig was read, so reschedule may hand the thread back to
+	// the runtime as it was.
+	unlocks bool
+}
+
+// pinThread does pin's work and keeps the thread's CPUs as they were, so
+// that reschedule can unlock it.
+func pinThread(cpu int) *pinnedThread {
+	runtime.LockOSThread()
+	t := &pinnedThread{cpu: cpu % runtime.NumCPU()}
+	t.unlocks = unix.SchedGetaffinity(0, &t.orig) == nil
+	if runtime.NumCPU() > 1 {
+		setAffinity(t.cpu)
+	}
+	return t
+}
+
+// rescheduleEvery is how many messages a pinned busy-poller handles
+// between two passes through the Go scheduler (reschedule): at 1-10 µs a
+// round trip, every 0.25-2.5 ms, inside sysmon's 10 ms.
+const rescheduleEvery = 256
+
+// reschedule passes the goroutine through the Go scheduler every
+// rescheduleEvery-th message n, on its own thread. The runtime preempts a
+// goroutine that ran 10 ms without a pass (sysmon), and a goroutine locked
+// to its thread, as a pinned spinner is, is then rescheduled by handing
+// its P to another thread and back: two futex wake-ups, each waiting for
+// a CPU the spinners and the host's other processes hold, milliseconds on
+// a loaded host while the peer spins in vain. Unlocked for the pass, the
+// goroutine is a runnable goroutine like any other: its thread picks it
+// up again at once (or after a runnable receive loop, whose stay-away
+// timer fired), no other thread involved. The thread is unlocked with
+// the CPUs it had before pinThread bound it, so that whatever the runtime
+// runs on it next, and any thread it starts meanwhile, is not bound to
+// the spinner's CPU; the thread the goroutine is locked to again, the
+// same or another, is bound to it again. It reports whether it passed. A
+// nil pinnedThread does nothing, and so does one whose CPUs could not be
+// read or restored: it stays locked.
+func (t *pinnedThread) reschedule(n int) bool {
+	if t == nil || n%rescheduleEvery != 0 || !t.unlocks {
+		return false
+	}
+	if unix.SchedSetaffinity(0, &t.orig) != nil {
+		return false
+	}
+	runtime.UnlockOSThread()
+	runtime.Gosched()
+	runtime.LockOSThread()
+	if runtime.NumCPU() > 1 {
+		setAffinity(t.cpu)
+	}
+	return true
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -511,13 +510,11 @@ func (f *benchFlags) describeWait() string {
 }
 
 // pin locks the calling goroutine to its thread and, when the machine has
-// another CPU, binds the thread to cpu. The goroutine must not unlock: when
-// it exits, the runtime retires the pinned thread instead of reusing it.
+// another CPU, binds the thread to cpu. The goroutine must not unlock (only
+// pinnedThread.reschedule does, with the thread's CPUs restored): when it
+// exits, the runtime retires the pinned thread instead of reusing it.
 func pin(cpu int) {
-	runtime.LockOSThread()
-	if runtime.NumCPU() > 1 {
-		setAffinity(cpu % runtime.NumCPU())
-	}
+	pinThread(cpu) // affinity_linux.go
 }
 
 // trimZeros prints a float without trailing zeros, for the report header.

@@ -93,8 +93,9 @@ func (f *benchFlags) openBoard(tr transport.Transport, side int) (*board, error)
 
 // place puts the calling goroutine where side s's work belongs: with
 // --bind-app on the CPU serving its endpoint (locked to its thread and
-// bound there), else, when busy-polling, on CPU cpu (pin). It does not
-// unlock: the pinned thread retires with the goroutine.
+// bound there), else, when busy-polling, on CPU cpu (pinThread). It does
+// not unlock but for the pinned side's passes through the scheduler
+// (reschedule): the pinned thread retires with the goroutine.
 func (f *benchFlags) place(s *side, cpu int) {
 	if f.bindApp {
 		if cpus := s.ep.CPUs(); len(cpus) > 0 && mx.BindThread(cpus) == nil {
@@ -102,7 +103,7 @@ func (f *benchFlags) place(s *side, cpu int) {
 		}
 	}
 	if f.spin() {
-		pin(cpu)
+		s.pinned = pinThread(cpu)
 	}
 }
 
