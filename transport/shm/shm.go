@@ -926,6 +926,10 @@ type PeerSleep struct {
 	// sleep, even one called off): a receiver seen Asleep at two looks
 	// with Slept unchanged slept from the first to the second.
 	Slept time.Duration
+	// Since is when the sleep going on began, by the receiver's wall
+	// clock (the host's), when Asleep: that sleep is in no Slept yet.
+	// Zero when not Asleep, or from a receiver that does not write it.
+	Since time.Time
 }
 
 // PeerSleeps appends the sleep state of the boards this transport sends
@@ -946,12 +950,20 @@ func (t *Transport) PeerSleeps(dst []PeerSleep) []PeerSleep {
 			// The total before and after the flag: a receiver that woke
 			// (flag down, then the total) and slept again between the
 			// loads is not taken for one that slept throughout.
+			// The start of the sleep is written before the flag goes
+			// up, so one read after the flag is this sleep's when the
+			// totals around them agree.
 			a := o.slept.Load()
 			sleeping := o.slp.Load() != 0
+			since := u64At(o.bell.mem, bellSinceOff).Load()
 			blocked := o.blocked.Load() != 0
 			b := o.slept.Load()
-			dst = append(dst, PeerSleep{Peer: o.peer, Pid: o.pid, Sleeping: sleeping,
-				Asleep: sleeping && blocked && a == b, Slept: time.Duration(b)})
+			ps := PeerSleep{Peer: o.peer, Pid: o.pid, Sleeping: sleeping,
+				Asleep: sleeping && blocked && a == b, Slept: time.Duration(b)}
+			if ps.Asleep && since != 0 {
+				ps.Since = time.Unix(0, int64(since))
+			}
+			dst = append(dst, ps)
 		}
 		o.mu.Unlock()
 	}

@@ -12,7 +12,7 @@ import (
 // it with its own Recv calls, as for Pending.
 func (t *Transport) ArmSleep() (fd int, sleep bool) {
 	t.sleepFrom, t.sleepHeld = time.Now(), t.blocked.Load() != 0
-	t.slp.Store(1)
+	t.announceSleep(t.sleepFrom)
 	if t.Pending() || t.wakeReq.Load() {
 		return t.ev.fd, false
 	}
@@ -27,6 +27,15 @@ func (t *Transport) EndSleep(readable bool) {
 		var b [8]byte
 		_, _ = unix.Read(t.ev.fd, b[:])
 	}
+}
+
+// announceSleep raises the doorbell's sleeping flag for a sleep that
+// begins at from, written first (bellSinceOff), so that a producer that
+// sees the flag up sees when this sleep began: a sleep still going on is
+// in no total yet (PeerSleeps).
+func (t *Transport) announceSleep(from time.Time) {
+	u64At(t.bell.mem, bellSinceOff).Store(uint64(from.UnixNano()))
+	t.slp.Store(1)
 }
 
 // awake ends a sleep announced in the doorbell: it lowers the flag, then
