@@ -203,6 +203,33 @@ func TestOversubIgnoresSleepers(t *testing.T) {
 			}
 		})
 	}
+	// A rank that fell asleep just after the last look: its doorbell
+	// shows when that sleep began (Since), so it counts for the hundredth
+	// of the interval it was awake, where without it, it counts whole
+	// once more and the next look comes doorEvery later (fell).
+	t.Run("a rank that fell asleep after the last look", func(t *testing.T) {
+		masks := map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1)}
+		getaff := func(pid int, set *unix.CPUSet) error { *set = masks[pid]; return nil }
+		pids := []int{101, 102}
+		first := int64(time.Second)
+		for _, known := range []bool{true, false} {
+			var o oversubState
+			o.share(first, []shm.PeerSleep{{Peer: 101, Pid: 101}, {Peer: 102, Pid: 102}})
+			o.count(self, pids, getaff)
+			fell := shm.PeerSleep{Peer: 102, Pid: 102, Asleep: true}
+			if known {
+				fell.Since = o.base.Add(time.Duration(first) + span/100)
+			}
+			o.share(first+int64(span), []shm.PeerSleep{{Peer: 101, Pid: 101}, fell})
+			procs, n, _ := o.count(self, pids, getaff)
+			if known && (procs != 2 || oversubscribed(procs, n)) {
+				t.Fatalf("%d processes on %d CPUs: want 2 (self and the one awake), the sleeper out", procs, n)
+			}
+			if !known && (procs != 3 || !o.fell) {
+				t.Fatalf("%d processes on %d CPUs, next look at doorEvery %v: want 3, true (when it fell asleep is not known)", procs, n, o.fell)
+			}
+		}
+	})
 	// Looks a stretched tick apart (idleTickMax): a peer that woke a
 	// millisecond ago after a second asleep counts whole, as it would
 	// over looks a tick apart, not for the thousandth of the interval
