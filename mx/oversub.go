@@ -33,11 +33,16 @@ import (
 // to YieldAlways) does the same: a polling waiter calls sched_yield after
 // every empty look from the first, and a blocking waiter polls so, giving
 // the CPU away between looks, for at least BoardOptions.SpinMax before it
-// sleeps (its poll window, tuned as before, may be longer). The bound
-// keeps a waiter whose message is far away (a peer computing) from
-// burning a CPU that no one else wants, at a cost of one wake-up per
-// SpinMax of waiting, which is small beside the wait. A busy-polling
-// waiter, which never sleeps, yields after every empty look too.
+// sleeps (its poll window, tuned as before, may be longer) once its
+// endpoint's window grew past Spin: its messages come soon. An endpoint
+// whose window did not (an idle rank's, whose messages come later than
+// SpinMax) looks once and sleeps: its yields would be context switches
+// on CPUs the busy ranks need, and sysmon's every 20 µs while it held its
+// P (waitBudget, spin.go). The bound keeps a waiter whose message is far
+// away (a peer computing) from burning a CPU that no one else wants, at
+// a cost of one wake-up per SpinMax of waiting, which is small beside the
+// wait. A busy-polling waiter, which never sleeps, yields after every
+// empty look too.
 //
 // The board finds out by itself (YieldAuto, the default): whenever a ring
 // comes or goes, and every oversubEvery, its timers count the processes

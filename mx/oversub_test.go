@@ -372,6 +372,38 @@ func TestYieldPolicyEnv(t *testing.T) {
 	}
 }
 
+// receiveWhile posts an 8-byte receive on pr.a and waits for it on
+// another goroutine until cond holds (what names it), runs whileWaiting,
+// then sends the message from pr.b and checks that the wait completed
+// with its bytes.
+func receiveWhile(t *testing.T, pr *pair, what string, cond func() bool, whileWaiting func()) {
+	t.Helper()
+	ctx := testCtx(t, time.Minute)
+	buf := make([]byte, 8)
+	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(ctx)
+		errc <- err
+	}()
+	waitUntil(t, what, cond)
+	whileWaiting()
+	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "8 bytes!" {
+		t.Fatalf("received %q", buf)
+	}
+}
+
 // TestYieldingWaiterYields: a waiter on a board whose waiters yield
 // gives its CPU away from its first empty looks and, its message coming
 // while it does, completes it by polling: it neither spins a window first
@@ -385,36 +417,15 @@ func TestYieldingWaiterYields(t *testing.T) {
 	if y, _, _ := pr.ba.Oversubscribed(); !y {
 		t.Fatal("YieldAlways: the board's waiters do not yield")
 	}
+	pr.a.spin.window.Store(int64(2 * pr.ba.opts.Spin)) // its messages came soon
 	if w := pr.a.SpinWindow(); w != o.SpinMax {
 		t.Fatalf("SpinWindow %v: a yielding waiter polls for SpinMax, %v", w, o.SpinMax)
 	}
 	st0 := pr.ba.WaitStats() // the connects
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
 	// Spin's 5 ms window at first would make no system call; this waiter
 	// yields at once, many times over before the message is sent.
 	const yields = 200
-	waitUntil(t, "the waiter to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields })
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
-	}
+	receiveWhile(t, pr, "the waiter to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, func() {})
 	st := pr.ba.WaitStats()
 	if st.Polled != st0.Polled+1 || st.Slept != st0.Slept || st.Yields < st0.Yields+yields {
 		t.Fatalf("wait stats %+v (before %+v): want one wait completed while yielding", st, st0)
@@ -432,32 +443,47 @@ func TestYieldingWaiterSleepsAfterSpinMax(t *testing.T) {
 	o.Spin = time.Microsecond
 	o.SpinMax = time.Millisecond
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	pr.a.spin.window.Store(int64(2 * o.Spin)) // its messages came soon: it yields for SpinMax
 	st0 := pr.ba.WaitStats()
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
+	receiveWhile(t, pr, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 }, func() {
+		if st := pr.ba.WaitStats(); st.Yields == st0.Yields {
+			t.Fatalf("wait stats %+v: slept without yielding first", st)
+		}
+	})
+}
+
+// TestYieldingWaiterOfLateMessagesSleeps: on a board whose waiters yield,
+// an endpoint whose messages came later than SpinMax (its window below
+// Spin, as an idle rank's after the pair's run) does not yield for
+// SpinMax: its wait looks and sleeps without a single yield, each of
+// which is a context switch on a node the job's ranks share and keeps the
+// runtime's sysmon polling. Two waits that slept and got their messages
+// within SpinMax grow the window past Spin, and the next wait yields for
+// SpinMax again. Counted in waits and yields.
+func TestYieldingWaiterOfLateMessagesSleeps(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Yield = YieldAlways
+	o.SpinMax = time.Hour // every message comes within it
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	spin := pr.ba.opts.Spin
+	pr.a.spin.window.Store(int64(spin / 2)) // as after a message later than SpinMax
+	for round := range 2 {
+		if w := pr.a.SpinWindow(); w >= o.SpinMax {
+			t.Fatalf("round %d: SpinWindow %v with the window at %v: want it unlifted", round, w, time.Duration(pr.a.spin.window.Load()))
+		}
+		st0 := pr.ba.WaitStats()
+		receiveWhile(t, pr, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 }, func() {
+			if st := pr.ba.WaitStats(); st.Yields != st0.Yields {
+				t.Errorf("round %d: %d yields before the waiter slept, want none", round, st.Yields-st0.Yields)
+			}
+		})
 	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
-	waitUntil(t, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 })
-	if st := pr.ba.WaitStats(); st.Yields == st0.Yields {
-		t.Fatalf("wait stats %+v: slept without yielding first", st)
+	if w := time.Duration(pr.a.spin.window.Load()); w <= spin {
+		t.Fatalf("window %v after two waits whose messages came within SpinMax: want past Spin (%v)", w, spin)
 	}
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v: want SpinMax (%v) once the window grew past Spin", w, o.SpinMax)
 	}
 }
 

@@ -64,7 +64,8 @@ import (
 // way, and yields only when told the node is oversubscribed. A board that
 // finds its node oversubscribed (oversub.go) yields after every empty
 // look from the first, and polls so for at least SpinMax before it
-// sleeps.
+// sleeps, or, when its endpoint's messages come late (a window not grown
+// past Spin), looks once and sleeps (waitBudget).
 //
 // # The poll window
 //
@@ -275,6 +276,12 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// away after every empty look from the first, and read the clock
 	// every yieldClockEvery looks (see there).
 	yieldAll := b.oversub.yield.Load()
+	// late: a yielding waiter whose budget is its window, below SpinMax
+	// (waitBudget: its messages came late), sleeps after one pass
+	// without a yield: on a CPU the job's other ranks share, the yield
+	// puts it behind all of them, holding its P, for as long as sysmon
+	// then wakes every 20 µs.
+	late := yieldAll && budget >= 0 && budget < b.opts.SpinMax
 	kicked, yield := false, yieldAll
 	var seen int64  // the clock as this waiter last read it (every every+1 looks), 0: not yet
 	var fresh int64 // seen, or 0 once the waiter yielded after reading it (pollSource's ack)
@@ -330,6 +337,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 						return pollHeld, start, nil
 					}
 					b.waitHandOver.Add(1)
+					if start < 0 {
+						start = b.clock() // the window's tuning times the wait (Request.Wait)
+					}
 					return pollHandOver, start, nil
 				}
 			}
@@ -347,7 +357,16 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 			runtime.Gosched()
 		}
-		if i&every == every || yieldAll && i&(yieldClockEvery-1) == yieldClockEvery-1 || (early && seen == 0) {
+		if late {
+			spent = true
+			return pollSpent, b.clock(), nil
+		}
+		// A waiter that yields for its reply's lateness (past
+		// yieldAfter, not oversubscribed) reads the clock after every
+		// yield, as dear as a clock reading or dearer: looking at its
+		// budget every+1 yields apart, it made a dozen of them, each a
+		// context switch on a loaded node, in a window of 50 µs.
+		if i&every == every || yieldAll && i&(yieldClockEvery-1) == yieldClockEvery-1 || yield && !yieldAll || (early && seen == 0) {
 			now := b.clock()
 			// floor scales schedFloor to the looks between readings
 			// (busyClockEvery): a gap over it was not spent looking.
@@ -355,7 +374,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// over schedFloor is the scheduler's, whichever yield of
 			// the few since the last reading took it.)
 			floor := int64(schedFloor) * int64(every+1) / clockEvery
-			if yieldAll {
+			if yield {
 				floor = int64(schedFloor)
 			}
 			if seen != 0 && !worked && now-seen >= floor {

@@ -71,15 +71,45 @@ func (g *spinGovernor) observe(b *Board, blocked int64) {
 	}
 }
 
+// tune tunes the window after a wait that started counting its budget at
+// start (-1: it read no clock) and slept: one that polled its window
+// (polled) by when its message came (observe); one handed over to the
+// receive loop at once (handed, pollHandOver) only when its message came
+// later than SpinMax, which polling would not have caught.
+func (g *spinGovernor) tune(b *Board, start int64, polled, handed bool) {
+	if start < 0 || !polled && !handed {
+		return
+	}
+	blocked := b.clock() - start
+	if polled || blocked >= int64(b.opts.SpinMax) {
+		g.observe(b, blocked)
+	}
+}
+
 // waitBudget is how long a wait on e polls before sleeping: -1 (no limit)
 // in busy-poll mode, else the endpoint's poll window, and at least
-// SpinMax while waiters yield (oversub.go).
+// SpinMax while waiters yield (oversub.go) once the window grew past
+// Spin, where it starts.
+//
+// While waiters yield, a wait polls SpinMax only on the governor's word
+// that its messages come soon: a wait that slept and whose message came
+// within SpinMax doubled the window past its start since a late one last
+// halved it. A window at its start or below says nothing of the kind, or
+// that the endpoint waits for messages far away (an idle rank of a job,
+// in a barrier while two ranks talk). Yielding for SpinMax there caught
+// nothing and cost the most: each yield is a context switch on a node
+// whose CPUs the job's other ranks share, and for as long as the waiter
+// holds its P the runtime's sysmon wakes every 20 µs (some 40 of an idle
+// rank's 60 switches after each barrier of a 16-rank pingpong). Such a
+// waiter looks once more and sleeps (pollWait), and an endpoint whose
+// messages come soon (an alltoall's) yields for SpinMax from its next
+// wait on.
 func (b *Board) waitBudget(e *Endpoint) time.Duration {
 	if b.opts.BusyPoll {
 		return -1
 	}
 	w := time.Duration(e.spin.window.Load())
-	if b.oversub.yield.Load() {
+	if b.oversub.yield.Load() && w > b.opts.Spin {
 		w = max(w, b.opts.SpinMax)
 	}
 	return w
