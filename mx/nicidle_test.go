@@ -112,8 +112,8 @@ func idleNICBoards(t *testing.T, ts [2]*nic.Transport, queues int) {
 					w := measureIdle(t, bd)
 					t.Logf("%d timer runs, %d wake-ups (%d with nothing to do), %d returns from the driver's wait",
 						w.runs, w.looks, w.empty, w.nicWakes)
-					// The tick brought back and a quiet tick, a
-					// third if a tick was due as it was brought back; a
+					// The tick brought back and two quiet ticks, a
+					// fourth if a tick was due as it was brought back; a
 					// wake-up each, and slack for a hand-over at the start.
 					if w.runs > 4 || w.looks > 8 || w.empty > 8 || w.nicWakes > 8 {
 						t.Errorf("idle: %d timer runs, %d progress wake-ups, %d of them empty, %d returns from the driver's wait until its tick stretched to the longest; want at most 4, 8, 8, 8",

@@ -212,14 +212,12 @@ const busyLinger = 100 * time.Millisecond
 // saw go. A board with none of these has nothing to time, and on a node
 // running a rank per core (or more) its ticks, each a wake-up of the
 // progress goroutine, of a sleeping waiter and of the Go runtime's
-// sysmon, came out of the CPUs the busy ranks need. So once a tick
-// found nothing to time (quietLocked) and nothing started timed work
-// since (each calls wakeTicks), the board waits idleTickMax for its next
-// tick (idleTick): an idle rank of a job makes one timer run after its
-// last message and the ack it owed, where doubling the period from the
-// fifth quiet tick made a dozen over the next second, and waiting for a
-// second quiet tick one more (each some four context switches: the
-// poller's thread, sysmon woken and asleep again). A board that writes lanes
+// sysmon, came out of the CPUs the busy ranks need. So once two ticks
+// in a row found nothing to time (quietLocked) and no message came
+// between them (each calls wakeTicks), the board waits idleTickMax for
+// its next tick (idleTick): an idle rank of a job makes two timer runs
+// after its last message, where doubling the period from the fifth quiet
+// tick made a dozen over the next second. A board that writes lanes
 // (shm.Transport.LanesOut) waits their LaneIdle instead, at most
 // idleTickMax: a lane retires at the first timer run (RetireIdle) LaneIdle
 // after the one that found it idle, so it still retires within about
@@ -241,7 +239,7 @@ const busyLinger = 100 * time.Millisecond
 // The liveness clock (liveness.go) does not take a stretched tick for a
 // stall of the board. Without a fine timer the ticks never stretch.
 const (
-	idleAfter   = 0
+	idleAfter   = 1
 	idleTickMax = time.Second
 )
 
