@@ -277,10 +277,11 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// every yieldClockEvery looks (see there).
 	yieldAll := b.oversub.yield.Load()
 	// late: a yielding waiter whose budget is its window, below SpinMax
-	// (waitBudget: its messages came late), sleeps after one pass
-	// without a yield: on a CPU the job's other ranks share, the yield
-	// puts it behind all of them, holding its P, for as long as sysmon
-	// then wakes every 20 µs.
+	// (waitBudget: its messages came late), sleeps after its first empty
+	// pass without a yield: on a CPU the job's other ranks share, the
+	// yield puts it behind all of them, holding its P, for as long as
+	// sysmon then wakes every 20 µs. (Looked at where the waiter would
+	// yield, off the path of a reply on time.)
 	late := yieldAll && budget >= 0 && budget < b.opts.SpinMax
 	kicked, yield := false, yieldAll
 	var seen int64  // the clock as this waiter last read it (every every+1 looks), 0: not yet
@@ -357,16 +358,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 			runtime.Gosched()
 		}
-		if late {
-			spent = true
-			return pollSpent, b.clock(), nil
-		}
-		// A waiter that yields for its reply's lateness (past
-		// yieldAfter, not oversubscribed) reads the clock after every
-		// yield, as dear as a clock reading or dearer: looking at its
-		// budget every+1 yields apart, it made a dozen of them, each a
-		// context switch on a loaded node, in a window of 50 µs.
-		if i&every == every || yieldAll && i&(yieldClockEvery-1) == yieldClockEvery-1 || yield && !yieldAll || (early && seen == 0) {
+		if i&every == every || yieldAll && i&(yieldClockEvery-1) == yieldClockEvery-1 || (early && seen == 0) {
 			now := b.clock()
 			// floor scales schedFloor to the looks between readings
 			// (busyClockEvery): a gap over it was not spent looking.
@@ -408,6 +400,14 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				return pollSpent, start, nil
 			}
 			yield = yieldAll || el >= yieldAfter
+			if yield && !yieldAll {
+				// Yielding for its reply's lateness: a reading after
+				// every yield, which is as dear or dearer. Looking at
+				// its budget every+1 yields apart, a waiter made a
+				// dozen of them, each a context switch on a loaded
+				// node, in a window of 50 µs.
+				every = 0
+			}
 			if err := ctx.Err(); err != nil {
 				if holds() {
 					ok = true
@@ -420,6 +420,11 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 		}
 		if yield && !took {
+			if late {
+				// One empty pass, no yield (waitBudget).
+				spent = true
+				return pollSpent, b.clock(), nil
+			}
 			// The reply is late: let another process (the peer,
 			// perhaps) have this CPU. Not runtime.Gosched: that wakes
 			// another thread to run this goroutine, a futex call per
