@@ -452,13 +452,33 @@ func TestYieldingWaiterSleepsAfterSpinMax(t *testing.T) {
 	})
 }
 
+// TestBusyPollerKeepsItsClockStride: a busy-polling waiter whose message
+// is late yields between looks, as a waiter yielding for a late reply
+// does, but has no budget to overrun: it reads the clock (and runs the
+// due timers) once every busyClockEvery passes, not after every yield.
+// Counted in readings and yields.
+func TestBusyPollerKeepsItsClockStride(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.BusyPoll = true
+	o.Yield = YieldNever
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	const yields = 2000
+	st0, r0 := pr.ba.WaitStats(), pr.ba.waitReadings.Load()
+	receiveWhile(t, pr, "the busy poller to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, func() {})
+	y, r := pr.ba.WaitStats().Yields-st0.Yields, pr.ba.waitReadings.Load()-r0
+	if r == 0 || r > y/4 {
+		t.Fatalf("%d clock readings in %d yields: want one every %d passes or so, not one a yield", r, y, busyClockEvery())
+	}
+}
+
 // TestYieldingWaiterOfLateMessagesSleeps: on a board whose waiters yield,
 // an endpoint whose messages came later than SpinMax (its window below
 // Spin, as an idle rank's after the pair's run) does not yield for
 // SpinMax: its wait looks and sleeps without a single yield, each of
 // which is a context switch on a node the job's ranks share and keeps the
-// runtime's sysmon polling. Two waits that slept and got their messages
-// within SpinMax grow the window past Spin, and the next wait yields for
+// runtime's sysmon polling. A wait that slept and got its message within
+// SpinMax brings the window back to Spin, and the next wait yields for
 // SpinMax again. Counted in waits and yields.
 func TestYieldingWaiterOfLateMessagesSleeps(t *testing.T) {
 	t.Setenv("GOMX_YIELD", "")
