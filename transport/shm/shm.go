@@ -926,10 +926,12 @@ type PeerSleep struct {
 	// sleep, even one called off): a receiver seen Asleep at two looks
 	// with Slept unchanged slept from the first to the second.
 	Slept time.Duration
-	// Since is when the sleep going on began, by the receiver's wall
-	// clock (the host's), when Asleep: that sleep is in no Slept yet.
-	// Zero when not Asleep, or from a receiver that does not write it.
-	Since time.Time
+	// Since is when the sleep going on began, by the host's
+	// CLOCK_MONOTONIC (MonoNow), when Asleep: that sleep is in no Slept
+	// yet. Zero when not Asleep, for a sleep that began with no waiter
+	// blocked (one Slept will not count: a loop asleep while its
+	// application computes), or from a receiver that does not write it.
+	Since time.Duration
 }
 
 // PeerSleeps appends the sleep state of the boards this transport sends
@@ -961,7 +963,7 @@ func (t *Transport) PeerSleeps(dst []PeerSleep) []PeerSleep {
 			ps := PeerSleep{Peer: o.peer, Pid: o.pid, Sleeping: sleeping,
 				Asleep: sleeping && blocked && a == b, Slept: time.Duration(b)}
 			if ps.Asleep && since != 0 {
-				ps.Since = time.Unix(0, int64(since))
+				ps.Since = time.Duration(since)
 			}
 			dst = append(dst, ps)
 		}
