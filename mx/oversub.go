@@ -191,10 +191,12 @@ type oversubState struct {
 	// rings is shmTransport's answer, whose doorbell shows the board's
 	// waiters blocked (blocked).
 	rings *shm.Transport
-	// base is the board's clock's origin: a look at now (board clock)
-	// is at base + now by the wall clock, which a peer's doorbell gives
-	// the start of its sleep in (shm.PeerSleep.Since).
-	base time.Time
+	// mono is the board's clock's origin on CLOCK_MONOTONIC: a look at
+	// now (board clock) is at mono + now on the clock a peer's doorbell
+	// gives the start of its sleep in (shm.PeerSleep.Since). Both are
+	// monotonic (the runtime's is CLOCK_MONOTONIC), so no wall-clock
+	// step moves one against the other.
+	mono time.Duration
 	// all and one are count's masks: getaff, a function value, takes
 	// their addresses, so locals would move to the heap at every count.
 	all, one unix.CPUSet
@@ -218,7 +220,7 @@ type doorLook struct {
 // initOversub sets the policy's fixed answers at NewBoard.
 func (b *Board) initOversub() {
 	b.oversub.rings = b.shmTransport()
-	b.oversub.base = b.base
+	b.oversub.mono = shm.MonoNow() - time.Duration(b.clock())
 	b.oversub.yield.Store(b.opts.Yield == YieldAlways)
 	b.oversub.checked = -int64(oversubEvery)
 }
@@ -302,10 +304,10 @@ func (o *oversubState) share(now int64, sleeps []shm.PeerSleep) {
 			}
 		} else if last, ok := o.doors[s.Peer]; ok && last.seen == o.looks-1 && span > 0 {
 			slept := s.Slept - last.slept
-			if s.Asleep && !s.Since.IsZero() {
+			if s.Asleep && s.Since != 0 {
 				// The sleep going on, in no total yet: from its
 				// start, or from the last look if it began before.
-				slept += min(max(o.base.Add(time.Duration(now)).Sub(s.Since), 0), span)
+				slept += min(max(o.mono+time.Duration(now)-s.Since, 0), span)
 			}
 			switch {
 			case s.Asleep && last.asleep && s.Slept == last.slept:

@@ -218,7 +218,7 @@ func TestOversubIgnoresSleepers(t *testing.T) {
 			o.count(self, pids, getaff)
 			fell := shm.PeerSleep{Peer: 102, Pid: 102, Asleep: true}
 			if known {
-				fell.Since = o.base.Add(time.Duration(first) + span/100)
+				fell.Since = o.mono + time.Duration(first) + span/100
 			}
 			o.share(first+int64(span), []shm.PeerSleep{{Peer: 101, Pid: 101}, fell})
 			procs, n, _ := o.count(self, pids, getaff)
