@@ -34,9 +34,9 @@ import (
 // every empty look from the first, and a blocking waiter polls so, giving
 // the CPU away between looks, for at least BoardOptions.SpinMax before it
 // sleeps (its poll window, tuned as before, may be longer) once its
-// endpoint's window grew past Spin: its messages come soon. An endpoint
-// whose window did not (an idle rank's, whose messages come later than
-// SpinMax) looks once and sleeps: its yields would be context switches
+// endpoint's window is at Spin, where it starts, or above: its messages
+// come soon. An endpoint whose window a message later than SpinMax halved
+// below Spin (an idle rank's) looks once and sleeps: its yields would be context switches
 // on CPUs the busy ranks need, and sysmon's every 20 µs while it held its
 // P (waitBudget, spin.go). The bound keeps a waiter whose message is far
 // away (a peer computing) from burning a CPU that no one else wants, at

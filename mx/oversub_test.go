@@ -488,22 +488,20 @@ func TestYieldingWaiterOfLateMessagesSleeps(t *testing.T) {
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
 	spin := pr.ba.opts.Spin
 	pr.a.spin.window.Store(int64(spin / 2)) // as after a message later than SpinMax
-	for round := range 2 {
-		if w := pr.a.SpinWindow(); w >= o.SpinMax {
-			t.Fatalf("round %d: SpinWindow %v with the window at %v: want it unlifted", round, w, time.Duration(pr.a.spin.window.Load()))
-		}
-		st0 := pr.ba.WaitStats()
-		receiveWhile(t, pr, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 }, func() {
-			if st := pr.ba.WaitStats(); st.Yields != st0.Yields {
-				t.Errorf("round %d: %d yields before the waiter slept, want none", round, st.Yields-st0.Yields)
-			}
-		})
+	if w := pr.a.SpinWindow(); w >= o.SpinMax {
+		t.Fatalf("SpinWindow %v with the window at %v: want it unlifted", w, time.Duration(pr.a.spin.window.Load()))
 	}
-	if w := time.Duration(pr.a.spin.window.Load()); w <= spin {
-		t.Fatalf("window %v after two waits whose messages came within SpinMax: want past Spin (%v)", w, spin)
+	st0 := pr.ba.WaitStats()
+	receiveWhile(t, pr, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 }, func() {
+		if st := pr.ba.WaitStats(); st.Yields != st0.Yields {
+			t.Errorf("%d yields before the waiter slept, want none", st.Yields-st0.Yields)
+		}
+	})
+	if w := time.Duration(pr.a.spin.window.Load()); w < spin {
+		t.Fatalf("window %v after a wait whose message came within SpinMax: want Spin (%v) or more", w, spin)
 	}
 	if w := pr.a.SpinWindow(); w != o.SpinMax {
-		t.Fatalf("SpinWindow %v: want SpinMax (%v) once the window grew past Spin", w, o.SpinMax)
+		t.Fatalf("SpinWindow %v: want SpinMax (%v) once the window is back at Spin", w, o.SpinMax)
 	}
 }
 
