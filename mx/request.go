@@ -284,9 +284,10 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		// A wait handed over to the receive loop (pollHandOver) did not
 		// poll, but a message later than SpinMax says that polling would
 		// not have caught it either: it halves the window
-		// (spinGovernor.tune). An idle rank of a job whose ranks have one P each
-		// hands over at most of its waits, and its window stayed at
-		// Spin, which a yielding board lifts to SpinMax (waitBudget).
+		// (spinGovernor.tune). An idle rank of a job whose ranks have
+		// one P each hands over most of its waits, and its window
+		// stayed at Spin, which a yielding board lifts to SpinMax
+		// (waitBudget).
 		start, polled, handed = t, out == pollSpent, out == pollHandOver
 		kernel = kernel && polled
 	}
