@@ -8,6 +8,24 @@ import (
 	"github.com/gomx-dev/gomx/transport"
 )
 
+// sleepPair is a producer a and its consumer b, connected by a first
+// frame, and look, which reads b's doorbell as a sees it (PeerSleeps).
+func sleepPair(t *testing.T) (a, b *Transport, look func() PeerSleep) {
+	a, b = newTestPair(t, Options{Spin: time.Microsecond})
+	if _, err := a.Send([]transport.Frame{{Peer: b.nic, Data: []byte("hello")}}); err != nil {
+		t.Fatal(err)
+	}
+	recvFrom(t, b, a.nic)
+	return a, b, func() PeerSleep {
+		t.Helper()
+		s := a.PeerSleeps(nil)
+		if len(s) != 1 || s[0].Peer != b.nic || s[0].Pid != os.Getpid() {
+			t.Fatalf("PeerSleeps %+v, want board %v of process %d", s, b.nic, os.Getpid())
+		}
+		return s[0]
+	}
+}
+
 // TestPeerSleepsShowTheReceiver: a producer reads in the consumer's
 // doorbell whether its receiver sleeps (a Recv out of spin, or ArmSleep),
 // whether it does so while a waiter of the layer above is blocked
@@ -18,21 +36,9 @@ import (
 // not Asleep, and adds a nanosecond a sleep. A ring whose consumer closed
 // is left out.
 func TestPeerSleepsShowTheReceiver(t *testing.T) {
-	a, b := newTestPair(t, Options{Spin: time.Microsecond})
+	a, b, look := sleepPair(t)
 	defer a.Close()
 	peer := b.nic
-	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("hello")}}); err != nil {
-		t.Fatal(err)
-	}
-	recvFrom(t, b, a.nic)
-	look := func() PeerSleep {
-		t.Helper()
-		s := a.PeerSleeps(nil)
-		if len(s) != 1 || s[0].Peer != peer || s[0].Pid != os.Getpid() {
-			t.Fatalf("PeerSleeps %+v, want board %v of process %d", s, peer, os.Getpid())
-		}
-		return s[0]
-	}
 	if s := look(); s.Asleep || s.Sleeping {
 		t.Fatal("a receiver that is not in Recv shows asleep")
 	}
@@ -122,22 +128,10 @@ func TestPeerSleepsShowTheReceiver(t *testing.T) {
 // the layer above counts as competing for a CPU), and none from a
 // receiver whose build writes no start (the word left 0).
 func TestPeerSleepsShowWhenTheSleepBegan(t *testing.T) {
-	a, b := newTestPair(t, Options{Spin: time.Microsecond})
+	a, b, look := sleepPair(t)
 	defer a.Close()
 	defer b.Close()
 	peer := b.nic
-	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("hello")}}); err != nil {
-		t.Fatal(err)
-	}
-	recvFrom(t, b, a.nic)
-	look := func() PeerSleep {
-		t.Helper()
-		s := a.PeerSleeps(nil)
-		if len(s) != 1 {
-			t.Fatalf("PeerSleeps %+v, want one board", s)
-		}
-		return s[0]
-	}
 	frames := make([]transport.Frame, 4)
 	b.AddBlocked(1)
 	before := MonoNow()
