@@ -226,11 +226,14 @@ type Board struct {
 
 	waitSlept  atomic.Uint64
 	waitYields atomic.Uint64 // sched_yield calls of polling waiters
-	waitEngine atomic.Uint64 // waits that slept because engine copies ran (poll.go)
-	spinGrew   atomic.Uint64 // poll windows grown (spinGovernor)
-	spinShrank atomic.Uint64 // and shrunk
-	loopRecvs  atomic.Uint64 // Recv calls of the progress goroutine
-	loopOut    atomic.Uint64 // and returns from them
+	// waitReadings: clock readings of polling waiters' loops (pollWait),
+	// added as each wait's polling ends; for tests.
+	waitReadings atomic.Uint64
+	waitEngine   atomic.Uint64 // waits that slept because engine copies ran (poll.go)
+	spinGrew     atomic.Uint64 // poll windows grown (spinGovernor)
+	spinShrank   atomic.Uint64 // and shrunk
+	loopRecvs    atomic.Uint64 // Recv calls of the progress goroutine
+	loopOut      atomic.Uint64 // and returns from them
 	// sleepsEmpty counts the board's sleeps that timed out with nothing
 	// to do (counter SleepsEmpty): read without mu by Counters.
 	sleepsEmpty atomic.Uint64

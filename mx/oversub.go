@@ -33,11 +33,16 @@ import (
 // to YieldAlways) does the same: a polling waiter calls sched_yield after
 // every empty look from the first, and a blocking waiter polls so, giving
 // the CPU away between looks, for at least BoardOptions.SpinMax before it
-// sleeps (its poll window, tuned as before, may be longer). The bound
-// keeps a waiter whose message is far away (a peer computing) from
-// burning a CPU that no one else wants, at a cost of one wake-up per
-// SpinMax of waiting, which is small beside the wait. A busy-polling
-// waiter, which never sleeps, yields after every empty look too.
+// sleeps (its poll window, tuned as before, may be longer) once its
+// endpoint's window is at Spin, where it starts, or above: its messages
+// come soon. An endpoint whose window a message later than SpinMax halved
+// below Spin (an idle rank's) looks once and sleeps: its yields would be context switches
+// on CPUs the busy ranks need, and sysmon's every 20 µs while it held its
+// P (waitBudget, spin.go). The bound keeps a waiter whose message is far
+// away (a peer computing) from burning a CPU that no one else wants, at
+// a cost of one wake-up per SpinMax of waiting, which is small beside the
+// wait. A busy-polling waiter, which never sleeps, yields after every
+// empty look too.
 //
 // The board finds out by itself (YieldAuto, the default): whenever a ring
 // comes or goes, and every oversubEvery, its timers count the processes
@@ -62,8 +67,12 @@ import (
 // share of the time since the last look it was not asleep: nothing when it
 // was asleep at both looks and slept no more in between (asleep
 // throughout), 1 - slept/interval when it woke in between, all of it when
-// it is new or its doorbell could not be read (looks are doorEvery apart
-// while some are left out); a share of awakeWhole or more counts whole.
+// it is new or its doorbell could not be read; a share of awakeWhole or
+// more counts whole. A process asleep now that was awake at the last look
+// fell asleep at a time its doorbell does not show, so it counts whole
+// once more; looks are doorEvery apart while some are left out or one fell
+// asleep, so ranks that go idle (a job's ranks that wait while two of them
+// talk) are left out a doorEvery later, not an oversubEvery.
 // Looks more than 2*oversubEvery apart (an idle board's stretched tick)
 // count a process as its doorbell shows it now, asleep or awake whole.
 // The shares are summed and rounded, so the brief wake-ups of idle ranks
@@ -171,12 +180,23 @@ type oversubState struct {
 	looked   int64
 	looks    uint32
 	sleepers bool // the last count left some out (or in part): see doorEvery
-	doors    map[transport.NICID]doorLook
-	shares   map[int]float64
-	sleeps   []shm.PeerSleep
+	// fell: the last look found a process asleep that it counted awake
+	// for some of the interval (it fell asleep since the look before, at
+	// a time its doorbell does not show): the next look, doorEvery
+	// later, sees it asleep throughout and leaves it out.
+	fell   bool
+	doors  map[transport.NICID]doorLook
+	shares map[int]float64
+	sleeps []shm.PeerSleep
 	// rings is shmTransport's answer, whose doorbell shows the board's
 	// waiters blocked (blocked).
 	rings *shm.Transport
+	// mono is the board's clock's origin on CLOCK_MONOTONIC: a look at
+	// now (board clock) is at mono + now on the clock a peer's doorbell
+	// gives the start of its sleep in (shm.PeerSleep.Since). Both are
+	// monotonic (the runtime's is CLOCK_MONOTONIC), so no wall-clock
+	// step moves one against the other.
+	mono time.Duration
 	// all and one are count's masks: getaff, a function value, takes
 	// their addresses, so locals would move to the heap at every count.
 	all, one unix.CPUSet
@@ -200,6 +220,7 @@ type doorLook struct {
 // initOversub sets the policy's fixed answers at NewBoard.
 func (b *Board) initOversub() {
 	b.oversub.rings = b.shmTransport()
+	b.oversub.mono = shm.MonoNow() - time.Duration(b.clock())
 	b.oversub.yield.Store(b.opts.Yield == YieldAlways)
 	b.oversub.checked = -int64(oversubEvery)
 }
@@ -229,7 +250,7 @@ func (b *Board) blocked(n int32) {
 // awake and the CPUs they may run on, and sets whether its waiters yield
 // (b.mu held; from the timers): when a ring came or went since the last
 // count, every oversubEvery, and from doorEvery while it leaves sleepers
-// out.
+// out or saw a process fall asleep (oversubState.fell).
 func (b *Board) countOversub(now int64) {
 	o := &b.oversub
 	if b.opts.Yield != YieldAuto {
@@ -241,7 +262,7 @@ func (b *Board) countOversub(now int64) {
 	}
 	rings := len(o.pids)
 	o.pids = tr.PeerPids(o.pids[:0])
-	if len(o.pids) == rings && now-o.checked < int64(oversubEvery) && (now-o.looked < int64(doorEvery) || !o.sleepers) {
+	if len(o.pids) == rings && now-o.checked < int64(oversubEvery) && (now-o.looked < int64(doorEvery) || !o.sleepers && !o.fell) {
 		return
 	}
 	o.checked = now
@@ -268,6 +289,7 @@ func (o *oversubState) share(now int64, sleeps []shm.PeerSleep) {
 		o.doors, o.shares = make(map[transport.NICID]doorLook), make(map[int]float64)
 	}
 	clear(o.shares)
+	o.fell = false
 	o.looks++
 	span := time.Duration(now - o.looked)
 	stale := o.looks > 1 && span > 2*oversubEvery // a stretched tick, or a stall
@@ -281,14 +303,23 @@ func (o *oversubState) share(now int64, sleeps []shm.PeerSleep) {
 				awake = 0
 			}
 		} else if last, ok := o.doors[s.Peer]; ok && last.seen == o.looks-1 && span > 0 {
-			switch slept := s.Slept - last.slept; {
-			case s.Asleep && last.asleep && slept == 0:
+			slept := s.Slept - last.slept
+			if s.Asleep && s.Since != 0 {
+				// The sleep going on, in no total yet: from its
+				// start, or from the last look if it began before.
+				slept += min(max(o.mono+time.Duration(now)-s.Since, 0), span)
+			}
+			switch {
+			case s.Asleep && last.asleep && s.Slept == last.slept:
 				awake = 0 // asleep throughout
 			case slept >= span:
 				awake = 0
 			default:
 				awake = 1 - float64(slept)/float64(span)
 			}
+		}
+		if s.Asleep && awake > 0 {
+			o.fell = true
 		}
 		o.doors[s.Peer] = doorLook{asleep: s.Asleep, slept: s.Slept, seen: o.looks}
 		if a, ok := o.shares[s.Pid]; !ok || awake > a {

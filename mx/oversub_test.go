@@ -203,6 +203,33 @@ func TestOversubIgnoresSleepers(t *testing.T) {
 			}
 		})
 	}
+	// A rank that fell asleep just after the last look: its doorbell
+	// shows when that sleep began (Since), so it counts for the hundredth
+	// of the interval it was awake, where without it, it counts whole
+	// once more and the next look comes doorEvery later (fell).
+	t.Run("a rank that fell asleep after the last look", func(t *testing.T) {
+		masks := map[int]unix.CPUSet{self: cpus(0, 1), 101: cpus(0, 1), 102: cpus(0, 1)}
+		getaff := func(pid int, set *unix.CPUSet) error { *set = masks[pid]; return nil }
+		pids := []int{101, 102}
+		first := int64(time.Second)
+		for _, known := range []bool{true, false} {
+			var o oversubState
+			o.share(first, []shm.PeerSleep{{Peer: 101, Pid: 101}, {Peer: 102, Pid: 102}})
+			o.count(self, pids, getaff)
+			fell := shm.PeerSleep{Peer: 102, Pid: 102, Asleep: true}
+			if known {
+				fell.Since = o.mono + time.Duration(first) + span/100
+			}
+			o.share(first+int64(span), []shm.PeerSleep{{Peer: 101, Pid: 101}, fell})
+			procs, n, _ := o.count(self, pids, getaff)
+			if known && (procs != 2 || oversubscribed(procs, n)) {
+				t.Fatalf("%d processes on %d CPUs: want 2 (self and the one awake), the sleeper out", procs, n)
+			}
+			if !known && (procs != 3 || !o.fell) {
+				t.Fatalf("%d processes on %d CPUs, next look at doorEvery %v: want 3, true (when it fell asleep is not known)", procs, n, o.fell)
+			}
+		}
+	})
 	// Looks a stretched tick apart (idleTickMax): a peer that woke a
 	// millisecond ago after a second asleep counts whole, as it would
 	// over looks a tick apart, not for the thousandth of the interval
@@ -345,6 +372,38 @@ func TestYieldPolicyEnv(t *testing.T) {
 	}
 }
 
+// receiveWhile posts an 8-byte receive on pr.a and waits for it on
+// another goroutine until cond holds (what names it), runs whileWaiting,
+// then sends the message from pr.b and checks that the wait completed
+// with its bytes.
+func receiveWhile(t *testing.T, pr *pair, what string, cond func() bool, whileWaiting func()) {
+	t.Helper()
+	ctx := testCtx(t, time.Minute)
+	buf := make([]byte, 8)
+	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(ctx)
+		errc <- err
+	}()
+	waitUntil(t, what, cond)
+	whileWaiting()
+	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "8 bytes!" {
+		t.Fatalf("received %q", buf)
+	}
+}
+
 // TestYieldingWaiterYields: a waiter on a board whose waiters yield
 // gives its CPU away from its first empty looks and, its message coming
 // while it does, completes it by polling: it neither spins a window first
@@ -358,36 +417,15 @@ func TestYieldingWaiterYields(t *testing.T) {
 	if y, _, _ := pr.ba.Oversubscribed(); !y {
 		t.Fatal("YieldAlways: the board's waiters do not yield")
 	}
+	pr.a.spin.window.Store(int64(2 * pr.ba.opts.Spin)) // its messages came soon
 	if w := pr.a.SpinWindow(); w != o.SpinMax {
 		t.Fatalf("SpinWindow %v: a yielding waiter polls for SpinMax, %v", w, o.SpinMax)
 	}
 	st0 := pr.ba.WaitStats() // the connects
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
 	// Spin's 5 ms window at first would make no system call; this waiter
 	// yields at once, many times over before the message is sent.
 	const yields = 200
-	waitUntil(t, "the waiter to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields })
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
-	}
+	receiveWhile(t, pr, "the waiter to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, func() {})
 	st := pr.ba.WaitStats()
 	if st.Polled != st0.Polled+1 || st.Slept != st0.Slept || st.Yields < st0.Yields+yields {
 		t.Fatalf("wait stats %+v (before %+v): want one wait completed while yielding", st, st0)
@@ -405,32 +443,65 @@ func TestYieldingWaiterSleepsAfterSpinMax(t *testing.T) {
 	o.Spin = time.Microsecond
 	o.SpinMax = time.Millisecond
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	pr.a.spin.window.Store(int64(2 * o.Spin)) // its messages came soon: it yields for SpinMax
 	st0 := pr.ba.WaitStats()
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
+	receiveWhile(t, pr, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 }, func() {
+		if st := pr.ba.WaitStats(); st.Yields == st0.Yields {
+			t.Fatalf("wait stats %+v: slept without yielding first", st)
+		}
+	})
+}
+
+// TestBusyPollerKeepsItsClockStride: a busy-polling waiter whose message
+// is late yields between looks, as a waiter yielding for a late reply
+// does, but has no budget to overrun: it reads the clock (and runs the
+// due timers) once every busyClockEvery passes, not after every yield.
+// Counted in readings and yields.
+func TestBusyPollerKeepsItsClockStride(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.BusyPoll = true
+	o.Yield = YieldNever
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	const yields = 2000
+	st0, r0 := pr.ba.WaitStats(), pr.ba.waitReadings.Load()
+	receiveWhile(t, pr, "the busy poller to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, func() {})
+	y, r := pr.ba.WaitStats().Yields-st0.Yields, pr.ba.waitReadings.Load()-r0
+	if r == 0 || r > y/4 {
+		t.Fatalf("%d clock readings in %d yields: want one every %d passes or so, not one a yield", r, y, busyClockEvery())
 	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
-	waitUntil(t, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 })
-	if st := pr.ba.WaitStats(); st.Yields == st0.Yields {
-		t.Fatalf("wait stats %+v: slept without yielding first", st)
+}
+
+// TestYieldingWaiterOfLateMessagesSleeps: on a board whose waiters yield,
+// an endpoint whose messages came later than SpinMax (its window below
+// Spin, as an idle rank's after the pair's run) does not yield for
+// SpinMax: its wait looks and sleeps without a single yield, each of
+// which is a context switch on a node the job's ranks share and keeps the
+// runtime's sysmon polling. A wait that slept and got its message within
+// SpinMax brings the window back to Spin, and the next wait yields for
+// SpinMax again. Counted in waits and yields.
+func TestYieldingWaiterOfLateMessagesSleeps(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Yield = YieldAlways
+	o.SpinMax = time.Hour // every message comes within it
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	spin := pr.ba.opts.Spin
+	pr.a.spin.window.Store(int64(spin / 2)) // as after a message later than SpinMax
+	if w := pr.a.SpinWindow(); w >= o.SpinMax {
+		t.Fatalf("SpinWindow %v with the window at %v: want it unlifted", w, time.Duration(pr.a.spin.window.Load()))
 	}
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
+	st0 := pr.ba.WaitStats()
+	receiveWhile(t, pr, "the waiter to sleep", func() bool { return pr.ba.WaitStats().Slept == st0.Slept+1 }, func() {
+		if st := pr.ba.WaitStats(); st.Yields != st0.Yields {
+			t.Errorf("%d yields before the waiter slept, want none", st.Yields-st0.Yields)
+		}
+	})
+	if w := time.Duration(pr.a.spin.window.Load()); w < spin {
+		t.Fatalf("window %v after a wait whose message came within SpinMax: want Spin (%v) or more", w, spin)
 	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v: want SpinMax (%v) once the window is back at Spin", w, o.SpinMax)
 	}
 }
 

@@ -64,7 +64,8 @@ import (
 // way, and yields only when told the node is oversubscribed. A board that
 // finds its node oversubscribed (oversub.go) yields after every empty
 // look from the first, and polls so for at least SpinMax before it
-// sleeps.
+// sleeps, or, when its endpoint's messages come late (a window halved
+// below Spin), looks once and sleeps (waitBudget).
 //
 // # The poll window
 //
@@ -242,7 +243,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		w.polling = true
 	}
 	ok, spent := false, false
+	var readings uint64 // clock readings of the loop below (Board.waitReadings)
 	defer func() {
+		b.waitReadings.Add(readings)
 		for _, s := range srcs {
 			if w != nil && w.doneAt == s {
 				continue // gone from its pollers already (lookSource)
@@ -275,6 +278,13 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// away after every empty look from the first, and read the clock
 	// every yieldClockEvery looks (see there).
 	yieldAll := b.oversub.yield.Load()
+	// sleepFirst: a yielding waiter whose budget is its window, below SpinMax
+	// (waitBudget: its messages came late), sleeps after its first empty
+	// pass without a yield: on a CPU the job's other ranks share, the
+	// yield puts it behind all of them, holding its P, for as long as
+	// sysmon then wakes every 20 µs. (Looked at where the waiter would
+	// yield, off the path of a reply on time.)
+	sleepFirst := yieldAll && budget >= 0 && budget < b.opts.SpinMax
 	kicked, yield := false, yieldAll
 	var seen int64  // the clock as this waiter last read it (every every+1 looks), 0: not yet
 	var fresh int64 // seen, or 0 once the waiter yielded after reading it (pollSource's ack)
@@ -330,6 +340,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 						return pollHeld, start, nil
 					}
 					b.waitHandOver.Add(1)
+					if start < 0 {
+						start = b.clock() // the window's tuning times the wait (Request.Wait)
+					}
 					return pollHandOver, start, nil
 				}
 			}
@@ -349,13 +362,14 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		}
 		if i&every == every || yieldAll && i&(yieldClockEvery-1) == yieldClockEvery-1 || (early && seen == 0) {
 			now := b.clock()
+			readings++
 			// floor scales schedFloor to the looks between readings
 			// (busyClockEvery): a gap over it was not spent looking.
 			// (A yielding waiter's looks are each a yield too: a gap
 			// over schedFloor is the scheduler's, whichever yield of
 			// the few since the last reading took it.)
 			floor := int64(schedFloor) * int64(every+1) / clockEvery
-			if yieldAll {
+			if yield {
 				floor = int64(schedFloor)
 			}
 			if seen != 0 && !worked && now-seen >= floor {
@@ -389,6 +403,15 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 				return pollSpent, start, nil
 			}
 			yield = yieldAll || el >= yieldAfter
+			if yield && !yieldAll && budget >= 0 {
+				// Yielding for its reply's lateness: a reading after
+				// every yield, which is as dear or dearer. Looking at
+				// its budget every+1 yields apart, a waiter made a
+				// dozen of them, each a context switch on a loaded
+				// node, in a window of 50 µs. A busy-polling waiter
+				// has no budget to overrun: it keeps its stride.
+				every = 0
+			}
 			if err := ctx.Err(); err != nil {
 				if holds() {
 					ok = true
@@ -401,6 +424,11 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 		}
 		if yield && !took {
+			if sleepFirst {
+				// One empty pass, no yield (waitBudget).
+				spent = true
+				return pollSpent, b.clock(), nil
+			}
 			// The reply is late: let another process (the peer,
 			// perhaps) have this CPU. Not runtime.Gosched: that wakes
 			// another thread to run this goroutine, a futex call per

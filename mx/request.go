@@ -256,7 +256,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		err = r.finish(&st) // not in the return: st could be read before the call
 		return st, err
 	}
-	start, polled := int64(-1), false
+	start, polled, handed := int64(-1), false, false
 	gen := e.wakeGen.Load()
 	srcs := b.waitSources()
 	var w waiterReq
@@ -299,7 +299,14 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 			err = r.finish(&st)
 			return st, err
 		}
-		start, polled = t, out == pollSpent
+		// A wait handed over to the receive loop (pollHandOver) did not
+		// poll, but a message later than SpinMax says that polling would
+		// not have caught it either: it halves the window
+		// (spinGovernor.tune). An idle rank of a job whose ranks have
+		// one P each hands over most of its waits, and its window
+		// stayed at Spin, which a yielding board lifts to SpinMax
+		// (waitBudget).
+		start, polled, handed = t, out == pollSpent, out == pollHandOver
 		kernel = kernel && polled
 	}
 	if kernel {
@@ -310,16 +317,12 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		switch {
 		case w.ok:
 			w.st.copyTo(&st)
-			if polled && start >= 0 {
-				e.spin.observe(b, b.clock()-start)
-			}
+			e.spin.tune(b, start, polled, handed)
 			return st, st.Code
 		case out == sleepErr:
 			return Status{}, err
 		case out == sleepHeld:
-			if polled && start >= 0 {
-				e.spin.observe(b, b.clock()-start)
-			}
+			e.spin.tune(b, start, polled, handed)
 			err = r.finish(&st)
 			return st, err
 		}
@@ -358,12 +361,10 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 			return Status{}, err
 		}
 	}
-	if polled && start >= 0 {
-		// It polled its window in vain and slept: when the message came
-		// tells the endpoint's window how long to poll next time (as
-		// haltpoll's block_ns, the time includes the wake-up).
-		e.spin.observe(b, b.clock()-start)
-	}
+	// It polled its window in vain and slept: when the message came
+	// tells the endpoint's window how long to poll next time (as
+	// haltpoll's block_ns, the time includes the wake-up).
+	e.spin.tune(b, start, polled, handed)
 	ok := r.consumeLocked(&st)
 	b.unlockKick()
 	if !ok {

@@ -71,15 +71,49 @@ func (g *spinGovernor) observe(b *Board, blocked int64) {
 	}
 }
 
+// tune tunes the window after a wait that started counting its budget at
+// start (-1: it read no clock) and slept: one that polled its window
+// (polled) by when its message came (observe); one handed over to the
+// receive loop at once (handed, pollHandOver) only when its message came
+// later than SpinMax, which polling would not have caught.
+func (g *spinGovernor) tune(b *Board, start int64, polled, handed bool) {
+	if start < 0 || !polled && !handed {
+		return
+	}
+	blocked := b.clock() - start
+	if polled || blocked >= int64(b.opts.SpinMax) {
+		g.observe(b, blocked)
+	}
+}
+
 // waitBudget is how long a wait on e polls before sleeping: -1 (no limit)
 // in busy-poll mode, else the endpoint's poll window, and at least
-// SpinMax while waiters yield (oversub.go).
+// SpinMax while waiters yield (oversub.go) and the window is at Spin,
+// where it starts, or above.
+//
+// While waiters yield, a wait polls SpinMax unless the governor says its
+// messages come late: a wait whose message came after SpinMax halved the
+// window below Spin, and none since brought it back (a message within
+// SpinMax doubles it, to Spin at least). Such an endpoint waits for
+// messages far away (an idle rank of a job,
+// in a barrier while two ranks talk). Yielding for SpinMax there caught
+// nothing and cost the most: each yield is a context switch on a node
+// whose CPUs the job's other ranks share, and for as long as the waiter
+// holds its P the runtime's sysmon wakes every 20 µs (some 40 of an idle
+// rank's 60 switches after each barrier of a 16-rank pingpong). Such a
+// waiter looks once more and sleeps (pollWait), and an endpoint whose
+// messages come soon (an alltoall's) yields for SpinMax from its first
+// wait on: one whose window had to grow past Spin first looked once and
+// slept (an eventfd write and a wake-up through the netpoller) on about
+// every other wait of an 8 B alltoall, some 17% of its time. With Spin 0
+// (GOMX_SPIN=0) the window stays 0 and every wait of a yielding board
+// polls SpinMax.
 func (b *Board) waitBudget(e *Endpoint) time.Duration {
 	if b.opts.BusyPoll {
 		return -1
 	}
 	w := time.Duration(e.spin.window.Load())
-	if b.oversub.yield.Load() {
+	if b.oversub.yield.Load() && w >= b.opts.Spin {
 		w = max(w, b.opts.SpinMax)
 	}
 	return w

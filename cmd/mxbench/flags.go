@@ -213,7 +213,7 @@ func (f *commonFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noZeroCopy, "no-zero-copy", false, "copy every pull reply, even where the transport could send it in place (the copying path, to compare)")
 	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
 	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll the transport) or block (sleep until woken)")
-	fs.StringVar(&f.yield, "yield", "auto", "when a waiter gives its CPU away with sched_yield from its first empty look, and a blocking one polls so for the board's SpinMax (1ms) before it sleeps, as Open MPI's ranks do when oversubscribed: auto (when the processes sharing rings that are not blocked in a wait outnumber the CPUs they may run on), always or never (spin first; $GOMX_YIELD sets the same)")
+	fs.StringVar(&f.yield, "yield", "auto", "when a waiter gives its CPU away with sched_yield from its first empty look, and a blocking one polls so for the board's SpinMax (1ms) before it sleeps (one whose messages came later than that looks once and sleeps), as Open MPI's ranks do when oversubscribed: auto (when the processes sharing rings that are not blocked in a wait outnumber the CPUs they may run on), always or never (spin first; $GOMX_YIELD sets the same)")
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")
 	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on every wait: connecting (and resolving --peer), and each size")

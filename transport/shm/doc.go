@@ -139,10 +139,13 @@
 // too. The counters say how often the receiver slept and how many wake-ups
 // the producers sent. Beside the flag the layer above counts its waiters
 // blocked in a wait (AddBlocked), and as it wakes the receiver adds to a
-// total the time it slept while one was; PeerSleeps reads all three, which
-// tells a producer whether its consumer's process waited throughout since
-// its last look (mx counts only the processes that did not as competing
-// for a CPU; a receive loop asleep while its application computes does).
+// total the time it slept while one was, and it writes when such a sleep
+// began (CLOCK_MONOTONIC ns, before the flag goes up; 0 for a sleep with
+// no waiter blocked); PeerSleeps reads them, which tells a producer how
+// much of the time since its last look its consumer's process waited, a
+// sleep still going on included (mx counts only the processes that did
+// not as competing for a CPU; a receive loop asleep while its application
+// computes does).
 //
 // The eventfd, not a futex in the doorbell, because of where the sleeper
 // waits: the eventfd is non-blocking and read through the runtime's poller

@@ -46,3 +46,41 @@ func TestHotLines(t *testing.T) {
 		}
 	}
 }
+
+// TestDoorbellLayout checks the doorbell's words at the offsets its
+// comment (ring.go) gives, which other processes' builds read: the flag,
+// the waiters blocked and the total slept at 64, 68, 72, the start of a
+// sleep going on at 80, each aligned for its atomic and none overlapping,
+// all before the summary word's line (128), and the receive queue's
+// header from 192.
+func TestDoorbellLayout(t *testing.T) {
+	words := []struct {
+		name      string
+		off, want int
+		size      int
+	}{
+		{"sleeping", bellSleepOff, 64, 4},
+		{"blocked", bellBlockOff, 68, 4},
+		{"slept", bellSleptOff, 72, 8},
+		{"since", bellSinceOff, 80, 8},
+		{"summary", bellSumOff, 128, 8},
+		{"queue tail", qTailOff, 192, 8},
+	}
+	for i, w := range words {
+		if w.off != w.want {
+			t.Errorf("doorbell %s at %d, want %d", w.name, w.off, w.want)
+		}
+		if w.off%w.size != 0 {
+			t.Errorf("doorbell %s at %d: not aligned for a %d-byte atomic", w.name, w.off, w.size)
+		}
+		if i > 0 && words[i-1].off+words[i-1].size > w.off {
+			t.Errorf("doorbell %s at %d overlaps %s", w.name, w.off, words[i-1].name)
+		}
+	}
+	if bellSinceOff+8 > bellSumOff {
+		t.Errorf("since ends at %d, past the summary's line at %d", bellSinceOff+8, bellSumOff)
+	}
+	if qTailOff < bellSumOff+64 {
+		t.Errorf("the queue header at %d is not past the summary's line", qTailOff)
+	}
+}

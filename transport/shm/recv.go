@@ -120,7 +120,7 @@ func (t *Transport) recv(frames []transport.Frame, timeout time.Duration) (int, 
 		// The sleep is counted from before it is announced, as ArmSleep
 		// counts it: a look that saw the flag saw a sleep already counting.
 		from, held := time.Now(), t.blocked.Load() != 0
-		t.slp.Store(1)
+		t.announceSleep(held)
 		if n := t.poll(frames); n > 0 {
 			t.awake(0, false)
 			return n, nil

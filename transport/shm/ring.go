@@ -65,11 +65,13 @@ const (
 //	offset 64  sleeping  uint32  1 while the receiver may sleep on its eventfd
 //	offset 68  blocked   uint32  waiters of the layer above blocked in a wait on this transport (AddBlocked)
 //	offset 72  slept     uint64  ns the receiver slept with a waiter blocked, added as each sleep ends (PeerSleeps)
+//	offset 80  since     uint64  when the receiver's latest sleep with a waiter blocked began, CLOCK_MONOTONIC ns, else 0: written before sleeping goes up (PeerSleeps)
 //	offset 128 summary   uint64  the bits of cold rings with news (notify.go)
 const (
 	bellSleepOff = 64
 	bellBlockOff = 68
 	bellSleptOff = 72
+	bellSinceOff = 80
 	bellLen      = 4096
 )
 

@@ -926,6 +926,12 @@ type PeerSleep struct {
 	// sleep, even one called off): a receiver seen Asleep at two looks
 	// with Slept unchanged slept from the first to the second.
 	Slept time.Duration
+	// Since is when the sleep going on began, by the host's
+	// CLOCK_MONOTONIC (MonoNow), when Asleep: that sleep is in no Slept
+	// yet. Zero when not Asleep, for a sleep that began with no waiter
+	// blocked (one Slept will not count: a loop asleep while its
+	// application computes), or from a receiver that does not write it.
+	Since time.Duration
 }
 
 // PeerSleeps appends the sleep state of the boards this transport sends
@@ -946,12 +952,20 @@ func (t *Transport) PeerSleeps(dst []PeerSleep) []PeerSleep {
 			// The total before and after the flag: a receiver that woke
 			// (flag down, then the total) and slept again between the
 			// loads is not taken for one that slept throughout.
+			// The start of the sleep is written before the flag goes
+			// up, so one read after the flag is this sleep's when the
+			// totals around them agree.
 			a := o.slept.Load()
 			sleeping := o.slp.Load() != 0
+			since := u64At(o.bell.mem, bellSinceOff).Load()
 			blocked := o.blocked.Load() != 0
 			b := o.slept.Load()
-			dst = append(dst, PeerSleep{Peer: o.peer, Pid: o.pid, Sleeping: sleeping,
-				Asleep: sleeping && blocked && a == b, Slept: time.Duration(b)})
+			ps := PeerSleep{Peer: o.peer, Pid: o.pid, Sleeping: sleeping,
+				Asleep: sleeping && blocked && a == b, Slept: time.Duration(b)}
+			if ps.Asleep && since != 0 {
+				ps.Since = time.Duration(since)
+			}
+			dst = append(dst, ps)
 		}
 		o.mu.Unlock()
 	}

@@ -8,6 +8,24 @@ import (
 	"github.com/gomx-dev/gomx/transport"
 )
 
+// sleepPair is a producer a and its consumer b, connected by a first
+// frame, and look, which reads b's doorbell as a sees it (PeerSleeps).
+func sleepPair(t *testing.T) (a, b *Transport, look func() PeerSleep) {
+	a, b = newTestPair(t, Options{Spin: time.Microsecond})
+	if _, err := a.Send([]transport.Frame{{Peer: b.nic, Data: []byte("hello")}}); err != nil {
+		t.Fatal(err)
+	}
+	recvFrom(t, b, a.nic)
+	return a, b, func() PeerSleep {
+		t.Helper()
+		s := a.PeerSleeps(nil)
+		if len(s) != 1 || s[0].Peer != b.nic || s[0].Pid != os.Getpid() {
+			t.Fatalf("PeerSleeps %+v, want board %v of process %d", s, b.nic, os.Getpid())
+		}
+		return s[0]
+	}
+}
+
 // TestPeerSleepsShowTheReceiver: a producer reads in the consumer's
 // doorbell whether its receiver sleeps (a Recv out of spin, or ArmSleep),
 // whether it does so while a waiter of the layer above is blocked
@@ -18,21 +36,9 @@ import (
 // not Asleep, and adds a nanosecond a sleep. A ring whose consumer closed
 // is left out.
 func TestPeerSleepsShowTheReceiver(t *testing.T) {
-	a, b := newTestPair(t, Options{Spin: time.Microsecond})
+	a, b, look := sleepPair(t)
 	defer a.Close()
 	peer := b.nic
-	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("hello")}}); err != nil {
-		t.Fatal(err)
-	}
-	recvFrom(t, b, a.nic)
-	look := func() PeerSleep {
-		t.Helper()
-		s := a.PeerSleeps(nil)
-		if len(s) != 1 || s[0].Peer != peer || s[0].Pid != os.Getpid() {
-			t.Fatalf("PeerSleeps %+v, want board %v of process %d", s, peer, os.Getpid())
-		}
-		return s[0]
-	}
 	if s := look(); s.Asleep || s.Sleeping {
 		t.Fatal("a receiver that is not in Recv shows asleep")
 	}
@@ -113,4 +119,54 @@ func TestPeerSleepsShowTheReceiver(t *testing.T) {
 	b.EndSleep(false)
 	b.Close()
 	waitFor(t, "the closed consumer's ring to go", func() bool { return len(a.PeerSleeps(nil)) == 0 })
+}
+
+// TestPeerSleepsShowWhenTheSleepBegan: a receiver asleep with a waiter
+// blocked shows when its sleep began (Since, on CLOCK_MONOTONIC: between
+// the Recv's call and the look), none once awake, none for a sleep with
+// no waiter blocked (a receive loop while its application computes, which
+// the layer above counts as competing for a CPU), and none from a
+// receiver whose build writes no start (the word left 0).
+func TestPeerSleepsShowWhenTheSleepBegan(t *testing.T) {
+	a, b, look := sleepPair(t)
+	defer a.Close()
+	defer b.Close()
+	peer := b.nic
+	frames := make([]transport.Frame, 4)
+	b.AddBlocked(1)
+	before := MonoNow()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Recv(frames, -1)
+		done <- err
+	}()
+	var s PeerSleep
+	waitFor(t, "the receiver asleep", func() bool { s = look(); return s.Asleep })
+	if now := MonoNow(); s.Since == 0 || s.Since < before || s.Since > now {
+		t.Fatalf("asleep since %v: want within [%v, %v] (the Recv's call, the look)", s.Since, before, now)
+	}
+	if _, err := a.Send([]transport.Frame{{Peer: peer, Data: []byte("wake")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := look(); s.Asleep || s.Since != 0 {
+		t.Fatalf("woken: %+v, want not Asleep and no Since", s)
+	}
+	// A receiver whose build writes no start (the word 0): Asleep, no
+	// Since.
+	b.ArmSleep()
+	u64At(b.bell.mem, bellSinceOff).Store(0)
+	if s := look(); !s.Asleep || s.Since != 0 {
+		t.Fatalf("asleep with the word 0: %+v, want Asleep and no Since", s)
+	}
+	b.EndSleep(false)
+	// No waiter blocked: sleeping, not Asleep, and the word 0.
+	b.AddBlocked(-1)
+	b.ArmSleep()
+	if s := look(); !s.Sleeping || s.Asleep || s.Since != 0 || u64At(b.bell.mem, bellSinceOff).Load() != 0 {
+		t.Fatalf("armed with no waiter blocked: %+v, word %d: want Sleeping, no Since, the word 0", s, u64At(b.bell.mem, bellSinceOff).Load())
+	}
+	b.EndSleep(false)
 }
