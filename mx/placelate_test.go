@@ -61,10 +61,16 @@ func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 				thaw(pr.bb)
 			}
 		}()
+		rx := p.rxFrames(t)
 		thaw(pr.ba)
 		window := blocks * uint64(pr.bb.opts.PullBlockFrames)
 		waitCond(t, "a sent the first window of replies", func() bool {
 			return pr.a.Counters().Get(SendPullReply) >= window
+		})
+		// The model's DMA engines carry them to b's rings after a
+		// sent them: the timers below must find them there.
+		waitCond(t, "b's NIC received the first window of replies", func() bool {
+			return p.rxFrames(t)-rx >= window
 		})
 		// The pull has been silent for twice its timeout, as if b
 		// had been held back that long.
@@ -105,4 +111,16 @@ func TestPlacedPullTimerWaitsForQueuedReplies(t *testing.T) {
 			}
 		}
 	})
+}
+
+// rxFrames is the good frames b's NIC has received (nic_rx_frames).
+func (p *placedPull) rxFrames(t *testing.T) uint64 {
+	t.Helper()
+	for _, c := range p.inner.(transport.Stats).Counters() {
+		if c.Name == "nic_rx_frames" {
+			return c.Value
+		}
+	}
+	t.Fatal("b's transport counts no nic_rx_frames")
+	return 0
 }
