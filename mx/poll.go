@@ -245,7 +245,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	ok, spent := false, false
 	var readings uint64 // clock readings of the loop below (Board.waitReadings)
 	defer func() {
-		b.waitReadings.Add(readings)
+		if readings != 0 { // most waits of a ping-pong read none: no atomic add
+			b.waitReadings.Add(readings)
+		}
 		for _, s := range srcs {
 			if w != nil && w.doneAt == s {
 				continue // gone from its pollers already (lookSource)
