@@ -165,19 +165,7 @@ func TestPollAfterClose(t *testing.T) {
 // reports an interrupt closed under it.
 func TestWaitAny(t *testing.T) {
 	for _, local := range []bool{false, true} {
-		irqs := make([]*Interrupt, 3)
-		for i := range irqs {
-			var err error
-			if local {
-				irqs[i], err = NewLocalInterrupt()
-			} else {
-				irqs[i], err = NewInterrupt()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer irqs[i].Close()
-		}
+		irqs := newInterrupts(t, local, 3)
 		for want := range irqs {
 			go func() { _ = irqs[want].Signal() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -215,19 +203,7 @@ func TestWaitAny(t *testing.T) {
 // the context's error.
 func TestWaitAnyPending(t *testing.T) {
 	for _, local := range []bool{false, true} {
-		irqs := make([]*Interrupt, 3)
-		for i := range irqs {
-			var err error
-			if local {
-				irqs[i], err = NewLocalInterrupt()
-			} else {
-				irqs[i], err = NewInterrupt()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer irqs[i].Close()
-		}
+		irqs := newInterrupts(t, local, 3)
 		a, b := irqs[0], irqs[1]
 		for _, err := range []error{a.Signal(), b.Signal(), b.Signal()} {
 			if err != nil {
@@ -259,4 +235,24 @@ func TestWaitAnyPending(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newInterrupts returns n interrupts, local or kernel ones, closed as the
+// test ends.
+func newInterrupts(t *testing.T, local bool, n int) []*Interrupt {
+	t.Helper()
+	irqs := make([]*Interrupt, n)
+	for i := range irqs {
+		var err error
+		if local {
+			irqs[i], err = NewLocalInterrupt()
+		} else {
+			irqs[i], err = NewInterrupt()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { irqs[i].Close() })
+	}
+	return irqs
 }

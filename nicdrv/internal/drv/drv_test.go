@@ -318,15 +318,7 @@ func TestRxWaiterSpinSharedByQueues(t *testing.T) {
 		queues int
 		wait   []int // nil: all of them
 	}{{1, nil}, {2, nil}, {4, nil}, {5, nil}, {16, nil}, {5, []int{1, 3}}} {
-		irqs := make([]*pci.Interrupt, c.queues)
-		for q := range irqs {
-			irq, err := pci.NewLocalInterrupt()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer irq.Close()
-			irqs[q] = irq
-		}
+		irqs := localIRQs(t, c.queues)
 		var looks, lookedBeforeArm atomic.Int64
 		var armed atomic.Bool
 		var count atomic.Uint64
@@ -377,15 +369,7 @@ func TestRxWaiterSpinSharedByQueues(t *testing.T) {
 // its first look, as the next wait on the same queues does.
 func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
 	const spin = 8
-	irqs := make([]*pci.Interrupt, 4)
-	for q := range irqs {
-		irq, err := pci.NewLocalInterrupt()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer irq.Close()
-		irqs[q] = irq
-	}
+	irqs := localIRQs(t, 4)
 	// Each wait's context ends at the arming; the hooks run on the
 	// caller's goroutine.
 	var looks, arms, armedAfter int
@@ -591,4 +575,19 @@ func TestRings(t *testing.T) {
 	if m := plat.IOMMU().Live(); m != live {
 		t.Errorf("%d mappings after Release, %d before the rings", m, live)
 	}
+}
+
+// localIRQs returns n local interrupts, closed as the test ends.
+func localIRQs(t *testing.T, n int) []*pci.Interrupt {
+	t.Helper()
+	irqs := make([]*pci.Interrupt, n)
+	for q := range irqs {
+		irq, err := pci.NewLocalInterrupt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { irq.Close() })
+		irqs[q] = irq
+	}
+	return irqs
 }
