@@ -60,12 +60,22 @@ func (h *Msg) Put(p []byte, o Order) {
 // DecodeMsg decodes a TINY or SMALL header and returns it with its payload.
 func DecodeMsg(p []byte, o Order) (Msg, []byte, error) {
 	var h Msg
+	payload, err := h.Decode(p, o)
+	return h, payload, err
+}
+
+// Decode decodes a TINY or SMALL header into h, as DecodeMsg does, and
+// returns its payload; on an error h may be partly written. The receive
+// of every small message decodes one: the header returned by value with
+// the payload and the error does not fit in the result registers and was
+// copied twice through memory, some 50 instructions a message.
+func (h *Msg) Decode(p []byte, o Order) ([]byte, error) {
 	if len(p) < MsgLen {
-		return h, nil, derr(TypeTiny, "header", ErrShort)
+		return nil, derr(TypeTiny, "header", ErrShort)
 	}
 	h.Type = Type(p[0])
 	if h.Type != TypeTiny && h.Type != TypeSmall {
-		return h, nil, derr(h.Type, "type", ErrUnknownType)
+		return nil, derr(h.Type, "type", ErrUnknownType)
 	}
 	// The byte order chosen once for the whole header (see Put).
 	q := p[:MsgLen]
@@ -86,12 +96,12 @@ func DecodeMsg(p []byte, o Order) (Msg, []byte, error) {
 		max = SmallMax
 	}
 	if h.Length > max {
-		return h, nil, derr(h.Type, "length", ErrBadLength)
+		return nil, derr(h.Type, "length", ErrBadLength)
 	}
 	if len(p) < MsgLen+int(h.Length) {
-		return h, nil, derr(h.Type, "payload", ErrShort)
+		return nil, derr(h.Type, "payload", ErrShort)
 	}
-	return h, p[MsgLen : MsgLen+int(h.Length)], nil
+	return p[MsgLen : MsgLen+int(h.Length)], nil
 }
 
 // Medium is the 32-byte header of one MEDIUM fragment
