@@ -68,7 +68,7 @@ func DecodeMsg(p []byte, o Order) (Msg, []byte, error) {
 // returns its payload; on an error h may be partly written. The receive
 // of every small message decodes one: the header returned by value with
 // the payload and the error does not fit in the result registers and was
-// copied twice through memory, some 50 instructions a message.
+// copied twice through memory, some 40 instructions a message.
 func (h *Msg) Decode(p []byte, o Order) ([]byte, error) {
 	if len(p) < MsgLen {
 		return nil, derr(TypeTiny, "header", ErrShort)
