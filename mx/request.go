@@ -73,9 +73,9 @@ const (
 type Request struct {
 	// reqHot is what a use of the request leaves behind on the paths of
 	// an eager message (a lean send, a receive a lane record or the
-	// short path fills),
-	// cleared for the next use (Board.recycle); reqCold the rest, cleared
-	// only after a use that may have set it (narrow false).
+	// short path fills), cleared for the next use (Board.recycle);
+	// reqCold the rest, cleared only after a use that may have set it
+	// (narrow false).
 	reqHot
 
 	// Links for the lists a request is on (package ilist): q for one
