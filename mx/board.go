@@ -586,11 +586,11 @@ func (b *Board) recycle(r *Request) {
 		}
 	}
 	// The segments this use wrote: r.segs is segsBuf as the use's
-	// append left it (IRecv, isend, isendLocal), and every use's
-	// recycle clears what it wrote, so the rest of the array holds no
-	// pointer. A send on the short or lean path wrote none. (Not
-	// "for i := range segs { segs[i] = nil }", which the compiler makes
-	// a call of memclrHasPointers: there are one or two.)
+	// append left it (IRecv, Message.IRecv, isend, isendLocal), and
+	// every use's recycle clears what it wrote, so the rest of the
+	// array holds no pointer. A send on the short or lean path wrote
+	// none. (Not "for i := range segs { segs[i] = nil }", which the
+	// compiler makes a call of memclrHasPointers: there are one or two.)
 	for i, segs := 0, r.segs; i < len(segs); i++ {
 		segs[i] = nil
 	}

@@ -64,11 +64,9 @@ func DecodeMsg(p []byte, o Order) (Msg, []byte, error) {
 	return h, payload, err
 }
 
-// Decode decodes a TINY or SMALL header into h, as DecodeMsg does, and
-// returns its payload; on an error h may be partly written. The receive
-// of every small message decodes one: the header returned by value with
-// the payload and the error does not fit in the result registers and was
-// copied twice through memory, some 40 instructions a message.
+// Decode is DecodeMsg into h, for receive paths that keep the header in a
+// variable of their own: it decodes a TINY or SMALL header into h and
+// returns its payload. On an error h may be partly written.
 func (h *Msg) Decode(p []byte, o Order) ([]byte, error) {
 	if len(p) < MsgLen {
 		return nil, derr(TypeTiny, "header", ErrShort)
