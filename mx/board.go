@@ -585,13 +585,15 @@ func (b *Board) recycle(r *Request) {
 		default:
 		}
 	}
-	segsBuf := r.segsBuf[:0]
-	for i := range segsBuf[:cap(segsBuf)] {
-		// Not "for i := range s { s[i] = nil }", which the compiler
-		// makes a call of memclrHasPointers: there are one or two.
-		segsBuf[:cap(segsBuf)][i] = nil
+	// The segments this use wrote: r.segs is segsBuf as the use's
+	// append left it (IRecv, Message.IRecv, isend, isendLocal), and
+	// every use's recycle clears what it wrote, so the rest of the
+	// array holds no pointer. A send on the short or lean path wrote
+	// none. (Not "for i := range segs { segs[i] = nil }", which the
+	// compiler makes a call of memclrHasPointers: there are one or two.)
+	for i, segs := 0, r.segs; i < len(segs); i++ {
+		segs[i] = nil
 	}
-	r.segsBuf = segsBuf
 	// Only the use's state: the links are off every list (cleared by
 	// their Remove), and the buffers and channel are kept. Cleared in
 	// place: a composite literal would be built on the stack and copied

@@ -167,9 +167,18 @@ func (e *Endpoint) wakeupLocked() {
 	e.b.ringSleeper() // sleep.go
 }
 
-// signalEvent wakes WaitAny, Peek and Probe waiters.
+// signalEvent wakes WaitAny, Peek and Probe waiters, and the owner asleep
+// on the sources (sleep.go: it may wait for r, or for an event). Inlined
+// into every completion (complete): most find nobody to wake.
 func (e *Endpoint) signalEvent() {
-	e.b.ringSleeper() // sleep.go: its owner may wait for r, or for an event
+	if e.b.sleep.armed.Load() || e.evWaiters > 0 {
+		e.wakeEvents()
+	}
+}
+
+// wakeEvents is signalEvent's work when someone may wait.
+func (e *Endpoint) wakeEvents() {
+	e.b.ringSleeper()
 	if e.evWaiters > 0 {
 		e.b.wokeOne()
 		close(e.ev)

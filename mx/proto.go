@@ -314,7 +314,8 @@ func (b *Board) handleFrame(nic transport.NICID, data []byte) {
 	}
 	switch typ {
 	case wire.TypeTiny, wire.TypeSmall:
-		m, _, err := wire.DecodeMsg(h, b.ord)
+		var m wire.Msg
+		_, err := m.Decode(h, b.ord)
 		if err != nil {
 			b.cnt[DropBadHeader]++
 			return

@@ -72,9 +72,10 @@ const (
 // One goroutine at a time may wait on a given request.
 type Request struct {
 	// reqHot is what a use of the request leaves behind on the paths of
-	// an eager message (a lean send, a receive a lane record fills),
-	// cleared for the next use (Board.recycle); reqCold the rest, cleared
-	// only after a use that may have set it (narrow false).
+	// an eager message (a lean send, a receive a lane record or the
+	// short path fills), cleared for the next use (Board.recycle);
+	// reqCold the rest, cleared only after a use that may have set it
+	// (narrow false).
 	reqHot
 
 	// Links for the lists a request is on (package ilist): q for one
@@ -121,10 +122,10 @@ type reqHot struct {
 	class     msgClass // send
 	bulk      bool     // a large send over the transport, not rings (sleep.go)
 	// narrow: nothing of reqCold was set in this use, so recycle clears
-	// reqHot alone. Set by the two paths whose uses are known to stay
-	// here: a lean send (isend) and a receive a lane record filled
-	// (laneFast); cleared by what could set reqCold after them
-	// (complete's wokeAt, SetRequestTimeout).
+	// reqHot alone. Set by the paths whose uses are known to stay here:
+	// a lean send (isend) and a receive a lane record or a short frame
+	// filled (laneFast, recvShort); cleared by what could set reqCold
+	// after them (complete's wokeAt, SetRequestTimeout).
 	narrow  bool
 	ep      *Endpoint
 	length  uint32 // send

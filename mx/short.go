@@ -150,9 +150,10 @@ func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
 		return false
 	}
 	if t := wire.Type(data[wire.HeadLen]); t != wire.TypeTiny && t != wire.TypeSmall {
-		return false // before DecodeMsg, whose error would be an allocation
+		return false // before Decode, whose error would be an allocation
 	}
-	m, payload, err := wire.DecodeMsg(data[wire.HeadLen:], b.ord)
+	var m wire.Msg
+	payload, err := m.Decode(data[wire.HeadLen:], b.ord)
 	if err != nil {
 		return false
 	}
@@ -193,6 +194,9 @@ func (b *Board) recvShort(nic transport.NICID, data []byte) bool {
 	st.MsgLength = uint32(len(payload))
 	st.XferLength = uint32(k)
 	p.recvSeq = seqNext(p.recvSeq)
+	// Posted by IRecv and filled here: nothing of reqCold was set (a
+	// complete that times a woken waiter says otherwise), as laneFast's.
+	r.narrow = true
 	if r == b.rxWaiter && b.rxTook == nil && r.userHeld && !r.forgotten && r.waiters == 0 {
 		// The polling waiter's own (lookLocked): handed to it, which
 		// consumes it right after, as consumeLocked would, without the

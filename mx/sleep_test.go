@@ -21,6 +21,17 @@ func needSleepers(t *testing.T) {
 	}
 }
 
+// sleeperPair makes a pair over UDP whose waiters sleep at once on the
+// board's sources (skipping as needSleepers does).
+func sleeperPair(t *testing.T) *pair {
+	t.Helper()
+	needSleepers(t)
+	o := fastOptions()
+	o.Spin = -1
+	o.SleepOnSources = true
+	return newPair(t, factoryNamed(t, "udp"), o, loopback.Faults{})
+}
+
 // asleepOn starts a wait on its own goroutine and returns its result
 // channel once the waiter sleeps: on b's sources, or on its channel when it
 // could not take them (a loop that did not step aside within takeGrace, on
@@ -115,11 +126,7 @@ func TestSleeperReceives(t *testing.T) {
 // for a request wait and an event wait (WaitAny) alike; and it hands the
 // sources back, so a message that comes next still arrives.
 func TestSleeperEnds(t *testing.T) {
-	needSleepers(t)
-	o := fastOptions()
-	o.Spin = -1
-	o.SleepOnSources = true
-	pr := newPair(t, factoryNamed(t, "udp"), o, loopback.Faults{})
+	pr := sleeperPair(t)
 	buf := make([]byte, 8)
 	r, err := pr.a.IRecv([][]byte{buf}, 5, ^uint64(0), nil)
 	if err != nil {
@@ -180,6 +187,47 @@ func TestSleeperEnds(t *testing.T) {
 			t.Fatalf("ended with %v, want %v", err, ErrEndpointClosed)
 		}
 	})
+}
+
+// TestSleeperWokenByCompletion: a completion wakes the waiter asleep on
+// the sources at once (complete finds the sleep armed and writes the
+// board's eventfd), not at the sleep's timeout: an IRecv cancelled on
+// another goroutine ends its Wait with ErrCancelled, and no sleep of the
+// board timed out meanwhile. A tick's timeout may still fall between the
+// counts under load, so an attempt may repeat; without the wake every
+// attempt would count its sleeper's own timeout.
+func TestSleeperWokenByCompletion(t *testing.T) {
+	pr := sleeperPair(t)
+	const attempts = 20
+	for i := range attempts {
+		r, err := pr.a.IRecv([][]byte{make([]byte, 8)}, uint64(200+i), ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := asleepOn(t, pr.ba, func() error { _, err := r.Wait(context.Background()); return err })
+		if pr.ba.WaitStats().Sleeping != 1 {
+			// On its channel (see asleepOn): not the sleep this
+			// test is about.
+			if _, err := pr.a.Cancel(r); err != nil {
+				t.Fatal(err)
+			}
+			<-errc
+			continue
+		}
+		waitUntil(t, "the sleep to be armed", func() bool { return pr.ba.sleep.armed.Load() })
+		empty := pr.ba.sleepsEmpty.Load()
+		if ok, err := pr.a.Cancel(r); !ok || err != nil {
+			t.Fatalf("cancel: %v, %v", ok, err)
+		}
+		if err := <-errc; !errors.Is(err, ErrCancelled) {
+			t.Fatalf("ended with %v, want %v", err, ErrCancelled)
+		}
+		if pr.ba.sleepsEmpty.Load() == empty {
+			t.Logf("attempt %d: woken with no sleep timed out", i+1)
+			return
+		}
+	}
+	t.Fatalf("in each of %d attempts a sleep of the board timed out before the cancelled wait ended: the completion did not wake its sleeper", attempts)
 }
 
 // TestSleepEnv: GOMX_SLEEP chooses where a blocking waiter sleeps, and a

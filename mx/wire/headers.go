@@ -60,12 +60,20 @@ func (h *Msg) Put(p []byte, o Order) {
 // DecodeMsg decodes a TINY or SMALL header and returns it with its payload.
 func DecodeMsg(p []byte, o Order) (Msg, []byte, error) {
 	var h Msg
+	payload, err := h.Decode(p, o)
+	return h, payload, err
+}
+
+// Decode is DecodeMsg into h, for receive paths that keep the header in a
+// variable of their own: it decodes a TINY or SMALL header into h and
+// returns its payload. On an error h may be partly written.
+func (h *Msg) Decode(p []byte, o Order) ([]byte, error) {
 	if len(p) < MsgLen {
-		return h, nil, derr(TypeTiny, "header", ErrShort)
+		return nil, derr(TypeTiny, "header", ErrShort)
 	}
 	h.Type = Type(p[0])
 	if h.Type != TypeTiny && h.Type != TypeSmall {
-		return h, nil, derr(h.Type, "type", ErrUnknownType)
+		return nil, derr(h.Type, "type", ErrUnknownType)
 	}
 	// The byte order chosen once for the whole header (see Put).
 	q := p[:MsgLen]
@@ -86,12 +94,12 @@ func DecodeMsg(p []byte, o Order) (Msg, []byte, error) {
 		max = SmallMax
 	}
 	if h.Length > max {
-		return h, nil, derr(h.Type, "length", ErrBadLength)
+		return nil, derr(h.Type, "length", ErrBadLength)
 	}
 	if len(p) < MsgLen+int(h.Length) {
-		return h, nil, derr(h.Type, "payload", ErrShort)
+		return nil, derr(h.Type, "payload", ErrShort)
 	}
-	return h, p[MsgLen : MsgLen+int(h.Length)], nil
+	return p[MsgLen : MsgLen+int(h.Length)], nil
 }
 
 // Medium is the 32-byte header of one MEDIUM fragment
