@@ -201,6 +201,8 @@ type pinnedThread struct {
 	// unlocks: orig was read, so reschedule may hand the thread back to
 	// the runtime as it was.
 	unlocks bool
+	// passes counts reschedule's passes through the scheduler.
+	passes int
 }
 
 // pinThread does pin's work and keeps the thread's CPUs as they were, so
@@ -249,5 +251,6 @@ func (t *pinnedThread) reschedule(n int) bool {
 	if runtime.NumCPU() > 1 {
 		setAffinity(t.cpu)
 	}
+	t.passes++
 	return true
 }

@@ -140,7 +140,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 		}
 	}()
 	if f.spin() && !waitsOnly && !boundToOne() {
-		pin(job.Rank)
+		w.pinned = pinThread(job.Rank)
 	}
 	cctx, cancel = context.WithTimeout(ctx, f.timeout)
 	paths, err := w.paths(cctx)
@@ -193,6 +193,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		s = newSide(w.eps[k], w.peers[k][0], maxSize, max(f.window, 1), f)
 	}
 	if s != nil {
+		s.pinned = w.pinned // passes through the scheduler as an in-process side does
 		if err := sharedBuffers(w.eps[k], strategy, s.sbufs); err != nil {
 			return err
 		}
