@@ -11,11 +11,11 @@ import (
 // TestPingPongMMIOBoards counts the register accesses of an mx ping-pong
 // of 64 B messages between two busy-polling boards over the nic transport
 // on emulated 82574Ls, as mxbench runs it over QEMU's (make peers-e1000e),
-// where every access is a VM exit: per message sent, no register read and
-// one TDT write, plus one RDT write per 32 received, as the raw ping
-// through the same driver makes (transport/nic's TestPingPongMMIO): mx's
-// acks ride on the replies, and its waits and timers touch no register.
-// Exact counts, not times.
+// where every access is a VM exit: no register read, and one TDT write per
+// frame sent plus one RDT write per 32 received, as the raw ping through
+// the same driver makes (transport/nic's TestPingPongMMIO): mx's waits and
+// timers touch no register. (Its acks ride on the replies: on a quiet
+// host a frame per message.) Exact counts, not times.
 func TestPingPongMMIOBoards(t *testing.T) {
 	p, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 3})
 	if err != nil {
@@ -41,19 +41,25 @@ func TestPingPongMMIOBoards(t *testing.T) {
 	}
 	p.ResetAccesses(0)
 	p.ResetAccesses(1)
+	before := [2]emulated.E1000EStats{p.Stats(0), p.Stats(1)}
 	const rounds = 2000
 	for range rounds {
 		round()
 	}
 	for i := range 2 {
-		a := p.Accesses(i)
-		reads, writes := float64(a.TotalReads())/rounds, float64(a.TotalWrites())/rounds
-		t.Logf("NIC %d per message sent and received: %.3f register reads %v, %.3f writes %v", i, reads, a.Reads, writes, a.Writes)
-		if reads != 0 {
-			t.Errorf("NIC %d: %.3f register reads per message (%v), want none", i, reads, a.Reads)
+		a, st := p.Accesses(i), p.Stats(i)
+		sent, got := st.TxFrames-before[i].TxFrames, st.RxFrames-before[i].RxFrames
+		t.Logf("NIC %d, %d messages each way: %d frames sent, %d received; %d register reads %v, %d writes %v",
+			i, rounds, sent, got, a.TotalReads(), a.Reads, a.TotalWrites(), a.Writes)
+		if a.TotalReads() != 0 {
+			t.Errorf("NIC %d: %d register reads (%v), want none", i, a.TotalReads(), a.Reads)
 		}
-		if max := 1 + 1.0/32 + 1.0/rounds; writes > max {
-			t.Errorf("NIC %d: %.3f register writes per message (%v), want at most %.3f: TDT per frame sent, RDT per 32 received", i, writes, a.Writes, max)
+		// A frame an ack timer sends (a loaded host can make one fire
+		// before the reply that would carry the ack) is a frame like any
+		// other: the count is per frame, not per message.
+		if max := sent + got/32 + 1; a.TotalWrites() > max {
+			t.Errorf("NIC %d: %d register writes (%v) for %d frames sent and %d received, want at most %d: TDT per frame sent, RDT per 32 received",
+				i, a.TotalWrites(), a.Writes, sent, got, max)
 		}
 	}
 }
