@@ -33,16 +33,16 @@ func TestRescheduleKeepsPinning(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("one CPU: nothing is pinned")
 	}
-	cpu := runtime.NumCPU() - 1
 	before := boundToOneThreads(t)
 	type seen struct {
+		cpu   int // the poller's (pinThread)
 		own   unix.CPUSet
 		bound int // threads bound to one CPU, the poller's included
 		err   error
 	}
 	done := make(chan seen)
 	go func() {
-		th := pinThread(cpu)
+		th := pinThread(runtime.NumCPU() - 1)
 		// Whatever happens, the thread this goroutine exits on (and the
 		// runtime retires) is handed back as it was.
 		defer func() { _ = unix.SchedSetaffinity(0, &th.orig) }()
@@ -63,7 +63,7 @@ func TestRescheduleKeepsPinning(t *testing.T) {
 			th.reschedule(n)
 		}
 		close(stop)
-		var s seen
+		s := seen{cpu: th.cpu}
 		s.err = unix.SchedGetaffinity(0, &s.own)
 		s.bound = boundToOneThreads(t)
 		done <- s
@@ -72,8 +72,11 @@ func TestRescheduleKeepsPinning(t *testing.T) {
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
-	if got := cpuList(s.own); len(got) != 1 || got[0] != cpu {
-		t.Errorf("after 200 passes through the scheduler the poller may run on CPUs %v, want only %d", got, cpu)
+	if s.cpu < 0 {
+		t.Fatal("with two CPUs or more the poller was not bound to one (pinThread)")
+	}
+	if got := cpuList(s.own); len(got) != 1 || got[0] != s.cpu {
+		t.Errorf("after 200 passes through the scheduler the poller may run on CPUs %v, want only %d", got, s.cpu)
 	}
 	if s.bound > before+1 {
 		t.Errorf("after 200 passes through the scheduler %d threads are bound to one CPU, %d before: the poller left %d behind",
