@@ -93,7 +93,7 @@ func TestRescheduleKeepsPinning(t *testing.T) {
 }
 
 // TestJobRankReschedules: the busy-polling ranks 0 and 1 of a job, each
-// pinned (runJobCommand), pass through the scheduler in a pingpong every
+// pinned as runJobCommand pins it (world.pinSpinner), pass through the scheduler in a pingpong every
 // rescheduleEvery messages, as an in-process run's sides do, and each
 // still runs on a thread bound to its one CPU afterwards, leaving no
 // other thread of the process bound to one: the ranks here are the two
@@ -131,9 +131,14 @@ func TestJobRankReschedules(t *testing.T) {
 	done := make(chan seen, 2)
 	for rank, w := range localWorlds(p) {
 		go func() {
-			w.pinned = pinThread(rank)
-			defer func() { _ = unix.SchedSetaffinity(0, &w.pinned.orig) }()
+			w.pinSpinner(&f, false)
 			var s seen
+			if w.pinned == nil {
+				s.err = fmt.Errorf("rank %d busy-polls but was not pinned", rank)
+				done <- s
+				return
+			}
+			defer func() { _ = unix.SchedSetaffinity(0, &w.pinned.orig) }()
 			if s.err = w.pairBench(ctx, "pingpong", &f, 0, "", sizes, silent{}); s.err != nil {
 				cancel() // the other rank's waits end too
 			} else {
@@ -161,5 +166,13 @@ func TestJobRankReschedules(t *testing.T) {
 	}
 	if bound > before+2 {
 		t.Errorf("with both ranks done %d threads are bound to one CPU, %d before: the passes left %d behind", bound, before, bound-before-2)
+	}
+	// The ranks' threads retire with them; no other stays bound.
+	deadline := time.Now().Add(time.Minute)
+	for boundToOneThreads(t) > before && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if n := boundToOneThreads(t); n > before {
+		t.Errorf("after the ranks exited %d threads are bound to one CPU, %d before", n, before)
 	}
 }

@@ -139,9 +139,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 			w.printCounters(stderr)
 		}
 	}()
-	if f.spin() && !waitsOnly && !boundToOne() {
-		w.pinned = pinThread(job.Rank)
-	}
+	w.pinSpinner(f, waitsOnly)
 	cctx, cancel = context.WithTimeout(ctx, f.timeout)
 	paths, err := w.paths(cctx)
 	cancel()
@@ -396,6 +394,18 @@ func runAlltoall(stdout, stderr io.Writer, args []string) error {
 
 func runOverlap(stdout, stderr io.Writer, args []string) error {
 	return runBench("overlap", stdout, stderr, args)
+}
+
+// pinSpinner pins the calling goroutine, the rank's, to its thread and
+// the thread to the rank's CPU (pinThread) when the rank busy-polls for
+// the pair: not when its waits only wait (waitsOnly: ranks 2 and up of a
+// pingpong or stream), nor when its process may run on one CPU only
+// (--procs bound it there). The rank's pingpong sides pass through the
+// scheduler on that thread (world.pinned).
+func (w *world) pinSpinner(f *benchFlags, waitsOnly bool) {
+	if f.spin() && !waitsOnly && !boundToOne() {
+		w.pinned = pinThread(w.job.Rank)
+	}
 }
 
 // boundToOne reports whether this process may run on one CPU only: bound
