@@ -242,14 +242,16 @@ func bindPair(b *testing.B, pid int) func() {
 // a loaded machine, which deschedules the benchmark, stretches ns/msg but
 // hardly cpu-ns/msg.
 //
-// Over the in-process wire and AF_XDP, a raw sub-benchmark does the same
-// with bare transport frames of the same size and no message layer (one
-// Send, and Recv until the frame is there, each way; frames as long as
-// mx's tiny message): mx's own cost is the difference.
+// Over the in-process wire, AF_XDP and the nic transport on emulated
+// 82574Ls (gomx's e1000e driver, as make peers-e1000e runs it on QEMU's),
+// a raw sub-benchmark does the same with bare transport frames of the
+// same size and no message layer (one Send, and Recv until the frame is
+// there, each way; frames as long as mx's tiny message): mx's own cost is
+// the difference.
 func BenchmarkMessageCost(b *testing.B) {
 	b.Run("shm", func(b *testing.B) { messageCost(b, shmFactory, 0) })
 	b.Run("shm/evict", func(b *testing.B) { messageCost(b, shmFactory, evictBytes) })
-	for _, tf := range []transportFactory{{name: "loopback", new: newLoopbackWire}, {name: "xdp", new: newXDPWire}} {
+	for _, tf := range []transportFactory{{name: "loopback", new: newLoopbackWire}, {name: "xdp", new: newXDPWire}, {name: "nic", new: newNICWire}} {
 		b.Run(tf.name+"/mx", func(b *testing.B) { messageCost(b, tf, 0) })
 		b.Run(tf.name+"/raw", func(b *testing.B) { rawMessageCost(b, tf) })
 	}

@@ -128,15 +128,25 @@ func fastOptions() BoardOptions {
 // nic, raw Ethernet framing) over emulated 82574Ls on one hub; third()
 // opens the third port's NIC, so a test can forge frames from it.
 func newNICWire(t testing.TB, _ loopback.Faults) *wire2 {
+	_, w := nicModelWire(t)
+	return w
+}
+
+// nicModelWire is newNICWire's wire and the model of its three NICs
+// (ports 0, 1 and 2: a, b and third), whose counters a test may read;
+// closing the wire fails the test if the driver broke the model's rules
+// (Violations).
+func nicModelWire(t testing.TB) (*emulated.E1000E, *wire2) {
 	p, err := emulated.NewE1000E(emulated.E1000EOptions{Ports: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Hub(0, 1, 2); err != nil {
+		p.Close()
 		t.Fatal(err)
 	}
 	f := p.Functions()
-	return e1000eWire(t, "nic", [3]pci.Device{f[0], f[1], f[2]}, func() {
+	return p, e1000eWire(t, "nic", [3]pci.Device{f[0], f[1], f[2]}, func() {
 		for i := range 3 {
 			if s := p.Stats(i); s.Violations != 0 {
 				t.Errorf("model NIC %d: %d violations, the last: %s", i, s.Violations, s.LastViolation)

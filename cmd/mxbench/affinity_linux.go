@@ -196,20 +196,27 @@ func threadSched() (preempted int64, runQueue time.Duration) {
 // pinnedThread is a busy-polling goroutine's pinning (pinThread): the
 // CPU its thread is bound to, and the CPUs the thread might run on before.
 type pinnedThread struct {
+	// cpu is the CPU the thread is bound to, -1 when it is only locked
+	// (the thread may run on one CPU only, or its CPUs could not be read).
 	cpu  int
 	orig unix.CPUSet
 	// unlocks: orig was read, so reschedule may hand the thread back to
 	// the runtime as it was.
 	unlocks bool
+	// passes counts reschedule's passes through the scheduler.
+	passes int
 }
 
 // pinThread does pin's work and keeps the thread's CPUs as they were, so
-// that reschedule can unlock it.
-func pinThread(cpu int) *pinnedThread {
+// that reschedule can unlock it. The CPU is the n-th of those the thread
+// may run on (n modulo their count, as bindProcess picks one), so that a
+// process confined to some CPUs (taskset, a cpuset) pins inside them.
+func pinThread(n int) *pinnedThread {
 	runtime.LockOSThread()
-	t := &pinnedThread{cpu: cpu % runtime.NumCPU()}
+	t := &pinnedThread{cpu: -1}
 	t.unlocks = unix.SchedGetaffinity(0, &t.orig) == nil
-	if runtime.NumCPU() > 1 {
+	if cpus := cpuList(t.orig); t.unlocks && len(cpus) > 1 {
+		t.cpu = cpus[n%len(cpus)]
 		setAffinity(t.cpu)
 	}
 	return t
@@ -246,8 +253,9 @@ func (t *pinnedThread) reschedule(n int) bool {
 	runtime.UnlockOSThread()
 	runtime.Gosched()
 	runtime.LockOSThread()
-	if runtime.NumCPU() > 1 {
+	if t.cpu >= 0 {
 		setAffinity(t.cpu)
 	}
+	t.passes++
 	return true
 }

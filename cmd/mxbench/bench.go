@@ -235,8 +235,8 @@ type side struct {
 	rbufs  [][]byte
 	ssegs  [][]byte
 	rsegs  [][]byte
-	// pinned is the thread a busy-polling side is pinned to (place),
-	// nil when it is not.
+	// pinned is the thread a busy-polling side is pinned to (place, or a
+	// job rank's world.pinned), nil when it is not.
 	pinned *pinnedThread
 }
 

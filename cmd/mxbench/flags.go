@@ -509,12 +509,13 @@ func (f *benchFlags) describeWait() string {
 	return "blocking waits"
 }
 
-// pin locks the calling goroutine to its thread and, when the machine has
-// another CPU, binds the thread to cpu. The goroutine must not unlock (only
-// pinnedThread.reschedule does, with the thread's CPUs restored): when it
-// exits, the runtime retires the pinned thread instead of reusing it.
-func pin(cpu int) {
-	pinThread(cpu) // affinity_linux.go
+// pin locks the calling goroutine to its thread and, when the thread may
+// run on another CPU, binds it to the n-th of its CPUs (pinThread). The
+// goroutine must not unlock (only pinnedThread.reschedule does, with the
+// thread's CPUs restored): when it exits, the runtime retires the pinned
+// thread instead of reusing it.
+func pin(n int) {
+	pinThread(n) // affinity_linux.go
 }
 
 // trimZeros prints a float without trailing zeros, for the report header.

@@ -72,6 +72,11 @@ type world struct {
 	own []*mx.Board
 	// bound: --procs bound this rank's process to one CPU (bindRanks).
 	bound bool
+	// pinned is the thread this rank's goroutine busy-polls on, pinned
+	// to a CPU (runJobCommand); its pingpong's sides pass through the
+	// scheduler on it (pinnedThread.reschedule). nil when the rank does
+	// not pin.
+	pinned *pinnedThread
 }
 
 // jobStrategies returns the large-message strategies a job measures, as mx

@@ -139,9 +139,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 			w.printCounters(stderr)
 		}
 	}()
-	if f.spin() && !waitsOnly && !boundToOne() {
-		pin(job.Rank)
-	}
+	w.pinSpinner(f, waitsOnly)
 	cctx, cancel = context.WithTimeout(ctx, f.timeout)
 	paths, err := w.paths(cctx)
 	cancel()
@@ -193,6 +191,7 @@ func (w *world) pairBench(ctx context.Context, cmd string, f *benchFlags, k int,
 		s = newSide(w.eps[k], w.peers[k][0], maxSize, max(f.window, 1), f)
 	}
 	if s != nil {
+		s.pinned = w.pinned // passes through the scheduler as an in-process side does
 		if err := sharedBuffers(w.eps[k], strategy, s.sbufs); err != nil {
 			return err
 		}
@@ -395,6 +394,18 @@ func runAlltoall(stdout, stderr io.Writer, args []string) error {
 
 func runOverlap(stdout, stderr io.Writer, args []string) error {
 	return runBench("overlap", stdout, stderr, args)
+}
+
+// pinSpinner pins the calling goroutine, the rank's, to its thread and
+// the thread to the rank's CPU (pinThread) when the rank busy-polls for
+// the pair: not when its waits only wait (waitsOnly: ranks 2 and up of a
+// pingpong or stream), nor when its process may run on one CPU only
+// (--procs bound it there). The rank's pingpong sides pass through the
+// scheduler on that thread (world.pinned).
+func (w *world) pinSpinner(f *benchFlags, waitsOnly bool) {
+	if f.spin() && !waitsOnly && !boundToOne() {
+		w.pinned = pinThread(w.job.Rank)
+	}
 }
 
 // boundToOne reports whether this process may run on one CPU only: bound

@@ -42,16 +42,8 @@ func overlapLocal(ctx context.Context, f *benchFlags, p *pair, sizes []int, rep 
 	}
 	rep.header(fmt.Sprintf("mxbench overlap: %s, ranks 0 and 1 as two boards of this process, %s%s",
 		p.what, f.describeWait(), progressNote(progressCPU)))
-	nics := []transport.NICID{p.a.Addr().NIC, p.b.Addr().NIC}
-	job := func(rank int) launch.Job {
-		return launch.Job{Rank: rank, Size: 2, Launcher: "this process", OneNode: true}
-	}
-	worlds := [2]*world{
-		{job: job(0), boards: []*mx.Board{p.a.Board()}, eps: []*mx.Endpoint{p.a}, peers: [][]mx.Addr{{{}, p.aAddr}},
-			nics: [][]transport.NICID{nics}, progressCPU: progressCPU, inProcess: true, local: p},
-		{job: job(1), boards: []*mx.Board{p.b.Board()}, eps: []*mx.Endpoint{p.b}, peers: [][]mx.Addr{{p.bAddr, {}}},
-			nics: [][]transport.NICID{nics}, inProcess: true},
-	}
+	worlds := localWorlds(p)
+	worlds[0].progressCPU = progressCPU
 	if f.ownThread {
 		worlds[0].own = p.aBoards
 	}
@@ -86,4 +78,19 @@ func overlapLocal(ctx context.Context, f *benchFlags, p *pair, sizes []int, rep 
 		}
 	}
 	return first
+}
+
+// localWorlds is the world of each of ranks 0 and 1 when they are the two
+// boards of pair p, on board 0.
+func localWorlds(p *pair) [2]*world {
+	nics := []transport.NICID{p.a.Addr().NIC, p.b.Addr().NIC}
+	job := func(rank int) launch.Job {
+		return launch.Job{Rank: rank, Size: 2, Launcher: "this process", OneNode: true}
+	}
+	return [2]*world{
+		{job: job(0), boards: []*mx.Board{p.a.Board()}, eps: []*mx.Endpoint{p.a}, peers: [][]mx.Addr{{{}, p.aAddr}},
+			nics: [][]transport.NICID{nics}, inProcess: true, local: p},
+		{job: job(1), boards: []*mx.Board{p.b.Board()}, eps: []*mx.Endpoint{p.b}, peers: [][]mx.Addr{{p.bAddr, {}}},
+			nics: [][]transport.NICID{nics}, inProcess: true},
+	}
 }

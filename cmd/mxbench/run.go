@@ -272,7 +272,7 @@ func verifiedNote(f *benchFlags) string {
 func settleLocal(ctx context.Context, f *benchFlags, sa, sb *side) error {
 	errc := make(chan error, 1)
 	go func() {
-		f.place(sb, 1) // never unlocked: the pinned thread retires with the goroutine
+		f.place(sb, 1) // unlocked only for its passes (reschedule): the pinned thread retires with the goroutine
 		errc <- sb.settleReply(ctx)
 	}()
 	errA := make(chan error, 1)
@@ -305,7 +305,7 @@ func measureLocal(ctx context.Context, cmd string, f *benchFlags, sa, sb *side, 
 		reply = 0
 	}
 	go func() {
-		f.place(sb, 1) // never unlocked: the pinned thread retires with the goroutine
+		f.place(sb, 1) // unlocked only for its passes (reschedule): the pinned thread retires with the goroutine
 		if cmd == "stream" {
 			errc <- sb.sink(ctx, size, warmup+iters, f.window)
 		} else {
