@@ -1,0 +1,4 @@
+package drv
+
+// PollSpin is pollSpin, for the polling wait's test.
+const PollSpin = pollSpin
