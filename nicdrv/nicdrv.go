@@ -567,8 +567,8 @@ type NIC interface {
 	// WaitRx waits until one of the given RX queues (every queue when
 	// none is given) has a frame and returns it; or until ctx ends (its
 	// error) or the NIC closes (ErrClosed). With interrupts it sleeps on
-	// the queues' vectors; without, it polls: a few looks back to back,
-	// then short sleeps between looks.
+	// the queues' vectors; without, it polls, yielding the processor
+	// between looks.
 	WaitRx(ctx context.Context, queues ...int) (int, error)
 	// Link reads the link state now.
 	Link() Link

@@ -536,48 +536,6 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 	}
 }
 
-// The polling wait (no IRQs) takes its first PollSpin looks back to back,
-// without giving its processor to another goroutine: with GOMAXPROCS 1, a
-// goroutine that puts the frame in the ring runs only once the wait
-// sleeps, and the wait finds the frame at the look after its spin. A wait
-// that yielded between looks (runtime.Gosched) let it run after the
-// first. The runtime may still preempt the waiter (a thread the machine
-// descheduled for 10 ms), so the wait is tried up to three times; a wait
-// that yields does so every time.
-func TestRxWaiterPollsWithoutYielding(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	var looks atomic.Int64
-	var frame atomic.Bool
-	w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
-		Ready: func(int) (bool, uint32) {
-			looks.Add(1)
-			return frame.Load(), 0
-		},
-		Count: new(atomic.Uint64), Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var got []int64
-	for range 3 {
-		looks.Store(0)
-		frame.Store(false)
-		put := make(chan struct{})
-		go func() {
-			frame.Store(true)
-			close(put)
-		}()
-		if q, err := w.Wait(ctx, nil); q != 0 || err != nil {
-			t.Fatalf("polling wait: queue %d, %v; want queue 0", q, err)
-		}
-		<-put
-		n := looks.Load()
-		if n > drv.PollSpin {
-			return
-		}
-		got = append(got, n)
-	}
-	t.Errorf("the frame's goroutine ran after looks %v of the polling wait, want after its %d back-to-back looks", got, drv.PollSpin)
-}
-
 // TestRings cuts two rings from ring memory on a model's IOMMU: each is
 // the bytes asked for, the second after the first in IOVA space; an IOVA
 // that is not a multiple of the alignment asked for is refused, naming it;

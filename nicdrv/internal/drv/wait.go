@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -96,23 +97,14 @@ func (w *RxWaiter) Served(q int) {
 // and the 82599's 64 queue pairs).
 const maxWait = 64
 
-// pollSpin is how many looks the polling wait takes back to back before
-// it sleeps pollSleep between looks. The looks do not yield, for the
-// reason the interrupt wait's Spin looks do not: the caller is typically a
-// progress goroutine locked to its OS thread, for which runtime.Gosched
-// hands the Go processor to another thread and back, and puts the
-// goroutine on the global run queue, which a processor's scheduler takes
-// from before it steals from another processor. With a locked thread per
-// queue polling so (steered queues, one thread per queue and side, two
-// cores), a processor passed from locked thread to locked thread, about
-// 10 µs of hand-off a look, while an application goroutine made runnable
-// on the other processor waited there for milliseconds: both pairs'
-// goroutines of a steered N = 2 benchmark ran at once 17 % of the time
-// (docs/nics.md). A look is a load of a descriptor's status word, so the
-// spin holds the processor for a few microseconds; the sleep that follows
-// gives it up without queueing the goroutine anywhere until it is due.
+// pollYield is how many looks the polling wait takes with a
+// runtime.Gosched between them before it sleeps pollSleep between looks.
+// Unlike the interrupt wait it yields: a polling thread that spun and then
+// slept answered a frame nobody waited for up to a sleep later (a Go sleep
+// this short lasts about a millisecond on an idle process), measured in
+// docs/nics.md.
 const (
-	pollSpin  = 64
+	pollYield = 100
 	pollSleep = 20 * time.Microsecond
 )
 
@@ -163,7 +155,9 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 			return 0, err
 		}
 		if w.IRQs == nil {
-			if i >= pollSpin {
+			if i < pollYield {
+				runtime.Gosched()
+			} else {
 				time.Sleep(pollSleep)
 			}
 			continue

@@ -1,4 +1,0 @@
-package drv
-
-// PollSpin is pollSpin, for the polling wait's test.
-const PollSpin = pollSpin
