@@ -141,7 +141,9 @@ func run(args []string) error {
 	step(fmt.Sprintf("reserve %d hugepages", o.hugepages), reserveHugepages(o.hugepages))
 	bindDevices(o, step)
 	for _, w := range o.waitUSB {
-		step("wait for USB device "+w.String(), w.Wait(context.Background(), "/sys", "/dev", qemu.USBReadyTimeout))
+		t := time.Now()
+		err := w.Wait(context.Background(), "/sys", "/dev", qemu.USBReadyTimeout)
+		step(fmt.Sprintf("wait for USB device %s (%v)", w, time.Since(t).Round(time.Millisecond)), err)
 	}
 	fmt.Printf("init: setup took %v\n", time.Since(start).Round(time.Millisecond))
 
