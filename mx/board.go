@@ -189,6 +189,9 @@ type Board struct {
 	drainGen, vFrom   uint64
 	hostErr           error
 	closeOnce         sync.Once
+	// fdLimited: the peers a connection to failed for lack of
+	// descriptors since the last timer pass (fdlimit.go; under mu).
+	fdLimited map[transport.NICID]error
 
 	// holdUntil: no retransmission before this (board clock), the grace
 	// a late timer run gives the peer (finetimer.go).

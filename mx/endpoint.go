@@ -237,7 +237,10 @@ func segLen(segs [][]byte) (int, error) {
 // returns the peer's address. It blocks until the peer answers, ctx is done
 // (ErrTimeout), or the resend limit is hit (ErrUnreachable). A wrong key
 // fails with ErrBadKey, a missing endpoint with ErrBadEndpoint or
-// ErrEndpointClosed.
+// ErrEndpointClosed. Over shared-memory rings, a connection that this
+// process's or the peer's RLIMIT_NOFILE stops fails it at the next timer
+// run with ErrNoResources wrapping shm.ErrFDLimit, naming the process
+// (fdlimit.go).
 func (e *Endpoint) Connect(ctx context.Context, nic transport.NICID, epID uint8, key uint32) (Addr, error) {
 	r, err := e.IConnect(nic, epID, key, 0, nil)
 	if err != nil {

@@ -47,7 +47,8 @@ var (
 	ErrBadRDMAWindow = errors.New("mx: bad remote RDMA window")
 	// ErrBusy: the requested endpoint id is already open.
 	ErrBusy = errors.New("mx: endpoint busy")
-	// ErrNoResources: no free endpoint id, region or handle.
+	// ErrNoResources: no free endpoint id, region or handle, or no file
+	// descriptor for a connection over shared memory (Connect).
 	ErrNoResources = errors.New("mx: no resources")
 	// ErrBoardClosed: the board is closed.
 	ErrBoardClosed = errors.New("mx: board closed")

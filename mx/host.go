@@ -196,10 +196,15 @@ func (p *partner) rtoMin() int64 {
 	return int64(b.opts.RTOMin)
 }
 
-// sendFailed notes that a frame to nic could not be sent on tr: a peer
-// that left the host path is sent to through the transport for a while.
-func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID) {
+// sendFailed notes that a frame to nic could not be sent on tr (err): a
+// peer that left the host path is sent to through the transport for a
+// while, and one the rings cannot reach for lack of descriptors fails the
+// connects to it (fdlimit.go).
+func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID, err error) {
 	b.cnt[SendErrors]++
+	if b.isFDLimit(tr, err) {
+		b.noteFDLimit(nic, err)
+	}
 	if h := b.host; h != nil && tr == transport.Transport(h.tr) {
 		h.reach[nic] = hostReach{ok: false, checked: b.now()}
 		h.gen++

@@ -107,7 +107,7 @@ func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]b
 	if err != nil {
 		// Not in the ring (a dead one, or shm.ErrRingFull): the
 		// sequenced path sends it again.
-		b.sendFailed(tr, p.nic)
+		b.sendFailed(tr, p.nic, err)
 		return false
 	}
 	p.piggyback() // the frame carried the ack

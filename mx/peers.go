@@ -153,7 +153,7 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
 	// send): storing those two skips a whole Frame's stores and barriers.
 	b.tx1[0].Peer, b.tx1[0].Data = nic, buf[:n]
 	if _, err := b.send(tr, b.tx1[:]); err != nil {
-		b.sendFailed(tr, nic)
+		b.sendFailed(tr, nic, err)
 	}
 	b.tx1[0].Data = nil
 }
@@ -236,7 +236,7 @@ func (b *Board) sendBatch(nic transport.NICID, lens []int, crc bool) {
 	for len(fr) > 0 {
 		k, err := b.send(tr, fr)
 		if err != nil {
-			b.sendFailed(tr, nic)
+			b.sendFailed(tr, nic, err)
 			break
 		}
 		if k == 0 {

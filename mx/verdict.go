@@ -163,6 +163,7 @@ func (b *Board) clearMarks() {
 // timerPass runs the lost-peer check and every endpoint's duties once.
 func (b *Board) timerPass() bool {
 	b.checkLostPeers() // peerloss.go
+	b.failFDLimited()  // fdlimit.go
 	busy := false
 	for _, e := range b.epl {
 		if e.timers() {

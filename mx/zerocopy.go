@@ -224,7 +224,7 @@ func (b *Board) sendReplies(e *Endpoint, nic transport.NICID, lens []int, inplac
 	for len(fr) > 0 {
 		k, err := b.tr.Send(fr)
 		if err != nil {
-			b.sendFailed(b.tr, nic)
+			b.sendFailed(b.tr, nic, err)
 			break
 		}
 		if k == 0 {

@@ -1,5 +1,3 @@
-//go:build cabi && cgo
-
 // Command libmyriexpress is gomx behind MX's C API: built with
 // -buildmode=c-shared (make libmyriexpress), it is the shared library
 // libopen-mx.so.0 (also libmyriexpress.so) that C, C++ and Fortran programs
@@ -73,4 +71,15 @@
 // mx_init opens the boards and options the environment names (package
 // cmd/internal/mxenv: GOMX_BOARDS and Open-MX's OMX_* variables), the same
 // ones cmd/omx_info lists.
+//
+// # Building and testing
+//
+// The library's files are built only with the cabi tag and cgo, so that a
+// plain `go build ./...` or `go test ./...` needs no C compiler; without
+// them the package holds this documentation and a main (nocabi.go) that
+// says how to build the library. `make
+// libmyriexpress` builds the library (go build -tags cabi
+// -buildmode=c-shared, with the version script); `make test-cabi` runs
+// its Go tests (go test -tags cabi -race ./cmd/libmyriexpress/) and the C
+// programs against it (testdata/run.sh).
 package main

@@ -41,9 +41,10 @@ const (
 // every other rank of the host: for each, the pair's two unix
 // connections (the one it dialled to send, the one it accepted to
 // receive) and the eventfd each brought (the peer's doorbell, the peer's
-// room bell). A board holds some 12 more of its own (its UDP socket, its
+// room bell). A board holds some 13 more of its own (its UDP socket, its
 // endpoint's listening socket, its doorbell memfd and eventfds, spare
-// lanes' memfds), fdsPerBoard leaving room. alltoall --verify sends each
+// lanes' memfds, the spare descriptor that lets it refuse a connection
+// at the limit), fdsPerBoard leaving room. alltoall --verify sends each
 // peer its own block, which --strategy shared and engine take from the
 // board's pool: a segment, and its memfd, a peer. Rank 0 of --procs holds,
 // for each rank it started, the rank's pidfd and its stdout and stderr

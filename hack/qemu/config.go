@@ -182,6 +182,9 @@ func (c Config) InitArgs() []string {
 	if c.USB {
 		args = append(args,
 			"-env="+USBNetEnv+"="+USBNetSelector,
+			// The tests start once the usb-net has enumerated and
+			// cdc_ether holds it, as they expect.
+			"-wait-usb="+USBNetSelector+"/cdc_ether",
 			"-env="+DeviceDelEnv+"="+USBNetID,
 			"-env=GOMX_E1000E_DEVICES="+NICBAddr,
 			"-tests="+USBTestDir,

@@ -61,7 +61,11 @@
 // the usb tag, into [USBTestDir], and the shared libraries and the dynamic
 // loader that u-root's ldd names for them go into the image at their host
 // paths. The guest loads [USBGuestModules] (the xHCI driver and the
-// kernel's cdc_ether, which the driver detaches and gives back). A test
+// kernel's cdc_ether, which the driver detaches and gives back) and, since
+// loading xhci_pci does not wait for the controller to enumerate its
+// ports, waits up to [USBReadyTimeout] for the usb-net to be configured,
+// its node in /dev/bus/usb and cdc_ether bound to it ([USBWait]) before
+// any test opens it. A test
 // unplugs the usb-net mid-run by printing "GOMX-QEMU-DEVICE-DEL usb0"
 // (the devices it may name are in GOMX_QEMU_DEVICE_DEL); the host runs
 // device_del on the monitor, as it runs set_link. Under TCG the usb-net

@@ -177,10 +177,6 @@ func (d *direction) step(t *testing.T, window int) bool {
 	return moved || n > 0
 }
 
-// TestQEMUFrames sends 100 000 frames (or GOMX_USBNET_FRAMES) of mixed
-// sizes (60 to 1514 bytes)
-// each way at once between the USB function and the 82574L, every frame
-// checked byte for byte and in order, with progress and rate on the log.
 // clocksource is the guest kernel's current clocksource: under TCG, tsc
 // reads cost nothing, while hpet (which the kernel's watchdog falls back
 // to when it finds the TSC skewed, as it may on a loaded host) makes every
@@ -193,6 +189,10 @@ func clocksource() string {
 	return strings.TrimSpace(string(b))
 }
 
+// TestQEMUFrames sends 100 000 frames (or GOMX_USBNET_FRAMES) of mixed
+// sizes (60 to 1514 bytes) each way at once between the USB function and
+// the 82574L, every frame checked byte for byte and in order, with
+// progress and rate on the log.
 func TestQEMUFrames(t *testing.T) {
 	sel := usbSelector(t)
 	v := nictest.OpenVFIO(t, e1000eWant)

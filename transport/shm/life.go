@@ -53,6 +53,7 @@ func (t *Transport) Close() error {
 	}
 	t.inMu.Unlock()
 	t.wg.Wait()
+	t.spareFD.give() // fdlimit.go: accept has returned
 	t.dropSpares()   // spare.go: no goroutine makes one any more
 	t.closeDirList() // footprint.go
 	t.rmu.Lock()

@@ -443,6 +443,11 @@ func (o *outRing) control(msg []byte, fds []int) {
 		o.offered.Store(true) // the pair's next frame asks (laneReady)
 		return
 	}
+	if ok && m.kind == ctlFDLimit && o.fdRefused != nil {
+		// The consumer cannot dial us back (fdlimit.go).
+		o.fdRefused.note(o.peer, fmt.Errorf("%w: %w", transport.ErrUnreachable, peerFDLimit(o.peer, o.pid, "cannot connect back to answer")))
+		return
+	}
 	if !ok || m.kind != ctlAck {
 		return
 	}

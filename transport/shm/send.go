@@ -417,6 +417,10 @@ func (t *Transport) snapOut() {
 func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 	path := t.peerPath(peer)
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil && isFDLimit(err) {
+		t.tellFDLimit(peer) // fdlimit.go
+		return nil, fmt.Errorf("%w: board %v: %w", transport.ErrUnreachable, peer, ownFDLimit(err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: board %v: %v", transport.ErrUnreachable, peer, err)
 	}
@@ -442,6 +446,13 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		return fail(fmt.Errorf("%w: board %v: handshake: %v", transport.ErrUnreachable, peer, err))
 	}
 	w, fds, err := recvFD(c, welcomeLen, 2)
+	if reason, ok := refuseReason(w); ok && reason == refuseFDLimit {
+		return fail(fmt.Errorf("%w: %w", transport.ErrUnreachable, peerFDLimit(peer, pid, "refused the connection"))) // fdlimit.go
+	}
+	if errors.Is(err, ErrFDLimit) {
+		t.tellFDLimit(peer)
+		return fail(fmt.Errorf("%w: board %v: %w", transport.ErrUnreachable, peer, err))
+	}
 	if err != nil {
 		return fail(fmt.Errorf("%w: board %v refused the connection: %v", transport.ErrUnreachable, peer, err))
 	}
@@ -475,7 +486,8 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		mtu:         mtu, wakes: &t.cnt.wakes, blBytes: &t.blBytes, dropped: &t.cnt.dropFull,
 		lanesCnt: &t.cnt.lanes, refusedCnt: &t.cnt.lanesRefused, asked: &t.asked, epochOf: &t.epoch,
 		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
-		noLane: t.opts.Lanes == 0}
+		fdRefused: &t.fdRefused,
+		noLane:    t.opts.Lanes == 0}
 	return o, nil
 }
 

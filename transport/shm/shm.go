@@ -330,6 +330,10 @@ type Transport struct {
 	// laneSeg makes a lane's segment (newSegment; a test's replacement
 	// holds it back to show that senders do not wait for it).
 	laneSeg func(name string, n int, huge bool) (segment, int, error)
+	// spareFD is given up to refuse a connection at the descriptor limit,
+	// and fdRefused notes the peers so refused (fdlimit.go).
+	spareFD   fdSpare
+	fdRefused fdRefusals
 	// The backlogs (lane.go): the rings that have one (under blMu, as
 	// is flushing: the flusher runs), and the bytes they hold.
 	blMu     sync.Mutex
@@ -570,6 +574,9 @@ type outRing struct {
 	idleSent     uint64
 	idleSince    time.Time
 	refs         []refPending // reference records the consumer has not passed (inplace.go)
+	// fdRefused is the transport's note of peers that cannot be reached
+	// for lack of descriptors, where a ctlFDLimit goes (fdlimit.go).
+	fdRefused *fdRefusals
 }
 
 // Open creates the board's doorbell and listens on its socket in the
@@ -613,7 +620,13 @@ func Open(opts Options) (*Transport, error) {
 	t.slept = u64At(bell.mem, bellSleptOff)
 	t.sum = u64At(bell.mem, bellSumOff)
 	t.setIn(nil)
-	if err := t.listen(); err != nil {
+	err = t.spareFD.take() // fdlimit.go
+	if err != nil {
+		err = fmt.Errorf("shm: open a spare descriptor: %w", err)
+	} else if err = t.listen(); err != nil {
+		t.spareFD.give()
+	}
+	if err != nil {
 		bell.unmap()
 		unix.Close(bfd)
 		ev.close()
@@ -718,7 +731,10 @@ func (t *Transport) accept() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			time.Sleep(time.Millisecond) // EMFILE and the like: back off
+			if isFDLimit(err) && t.refuseAtLimit() { // fdlimit.go
+				continue
+			}
+			time.Sleep(time.Millisecond) // EMFILE without a spare, and the like: back off
 			continue
 		}
 		if err := t.welcome(c); err != nil {
@@ -742,6 +758,10 @@ func (t *Transport) welcome(c *net.UnixConn) error {
 	}
 	c.SetDeadline(time.Now().Add(handshakeTTL))
 	msg, fds, err := recvFD(c, helloLen, 1)
+	if errors.Is(err, ErrFDLimit) {
+		t.refuse(c, msg) // the hello's room bell did not fit: fdlimit.go
+		return err
+	}
 	if err != nil {
 		return err
 	}

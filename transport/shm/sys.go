@@ -199,32 +199,46 @@ func sendFD(c *net.UnixConn, msg []byte, fds ...int) error {
 }
 
 // recvFD reads one message of exactly n bytes carrying exactly nfd
-// descriptors. On error every descriptor received is closed.
+// descriptors. On error every descriptor received is closed, and the
+// message, if one came, is returned with the error (a refusal, fdlimit.go,
+// carries none); descriptors the kernel dropped because this process is at
+// its descriptor limit fail it with ErrFDLimit.
 func recvFD(c *net.UnixConn, n, nfd int) ([]byte, []int, error) {
+	msg, fds, err := recvMsg(c, n)
+	if err != nil {
+		return msg, nil, err
+	}
+	if len(msg) != n || len(fds) != nfd {
+		closeAll(fds)
+		return msg, nil, fmt.Errorf("shm: bad handshake message (%d bytes, %d descriptors; want %d and %d)", len(msg), len(fds), n, nfd)
+	}
+	return msg, fds, nil
+}
+
+// recvMsg reads one message of up to n bytes (one more, when it was
+// longer) and the descriptors it carries. When the kernel dropped
+// descriptors (MSG_CTRUNC) it closes those it got and fails, with
+// ErrFDLimit and the message when this process is at its descriptor limit
+// (fdlimit.go).
+func recvMsg(c *net.UnixConn, n int) ([]byte, []int, error) {
 	buf := make([]byte, n+1)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	k, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, nil, err
 	}
-	var fds []int
-	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err == nil {
-			for _, m := range msgs {
-				if f, err := unix.ParseUnixRights(&m); err == nil {
-					fds = append(fds, f...)
-				}
-			}
+	fds := parseRights(oob[:oobn])
+	if flags&unix.MSG_CTRUNC != 0 {
+		// Looked at before the descriptors that came are closed: the
+		// kernel installs what fits and drops the rest.
+		limit := fdLimitHere()
+		closeAll(fds)
+		if limit != nil {
+			return buf[:k], nil, limit
 		}
+		return nil, nil, errors.New("shm: a handshake message carried more descriptors than it may")
 	}
-	if k != n || len(fds) != nfd || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		for _, f := range fds {
-			unix.Close(f)
-		}
-		return nil, nil, fmt.Errorf("shm: bad handshake message (%d bytes, %d descriptors; want %d and %d)", k, len(fds), n, nfd)
-	}
-	return buf[:n], fds, nil
+	return buf[:k], fds, nil
 }
 
 // checkDir makes sure dir exists, is a directory (not a link), belongs to

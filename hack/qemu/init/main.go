@@ -8,8 +8,9 @@
 // modules.dep the host put in /lib/modules/RELEASE), reserves hugepages,
 // binds QEMU's edu and e1000e devices to vfio-pci with the project's own
 // vfio.Sysfs.Bind (and, with -nonviable, one edu behind the PCIe-to-PCI
-// bridge to uio_pci_generic, so that its IOMMU group is not viable), then
-// runs every /tests/PKG/PKG.test with -test.v in the directory of its
+// bridge to uio_pci_generic, so that its IOMMU group is not viable), waits
+// (bounded) for each -wait-usb device to finish enumerating, since loading
+// xhci_pci does not wait for that, then runs every /tests/PKG/PKG.test with -test.v in the directory of its
 // package's testdata (or, with -run, that one program instead). Each binary is killed after -test-timeout. Output goes to the serial console; at the end the
 // init prints one summary line (hack/qemu.SummaryMarker followed by JSON)
 // and powers the machine off. Every step is bounded, and a panic in the
@@ -65,6 +66,7 @@ type options struct {
 	testTimeout time.Duration
 	env         []string
 	run         []string
+	waitUSB     []qemu.USBWait
 }
 
 func parseFlags(args []string) (options, error) {
@@ -90,6 +92,11 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.env = append(o.env, s)
 		return nil
+	})
+	fs.Func("wait-usb", "`VID:PID[/DRIVER]` of a USB device to wait for (configured, its node in /dev, DRIVER holding an interface) before running anything (repeatable)", func(s string) error {
+		w, err := qemu.ParseUSBWait(s)
+		o.waitUSB = append(o.waitUSB, w)
+		return err
 	})
 	fs.Func("run", "`PROG[,ARG...]` to run instead of the test binaries (bounded by -test-timeout)", func(s string) error {
 		o.run = strings.Split(s, ",")
@@ -133,6 +140,11 @@ func run(args []string) error {
 	loadModules(o, step)
 	step(fmt.Sprintf("reserve %d hugepages", o.hugepages), reserveHugepages(o.hugepages))
 	bindDevices(o, step)
+	for _, w := range o.waitUSB {
+		t := time.Now()
+		err := w.Wait(context.Background(), "/sys", "/dev", qemu.USBReadyTimeout)
+		step(fmt.Sprintf("wait for USB device %s (%v)", w, time.Since(t).Round(time.Millisecond)), err)
+	}
 	fmt.Printf("init: setup took %v\n", time.Since(start).Round(time.Millisecond))
 
 	if len(o.run) > 0 {

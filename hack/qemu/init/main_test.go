@@ -32,12 +32,18 @@ func TestParseFlagsFromConfigs(t *testing.T) {
 		if c.NoIOMMU != (len(o.insmod) == 1 && strings.HasPrefix(o.insmod[0], qemu.NoIOMMUVfioPath+":")) {
 			t.Errorf("%s: -insmod %q: the rebuilt vfio.ko must come first exactly when there is no IOMMU", c.Name, o.insmod)
 		}
+		if want := []qemu.USBWait{{Vendor: 0x0525, Product: 0xa4a2, Driver: "cdc_ether"}}; c.USB != slices.Equal(o.waitUSB, want) {
+			t.Errorf("%s: -wait-usb %v; the usb configurations must wait for %v", c.Name, o.waitUSB, want)
+		}
 		if o.testTimeout <= 10*time.Second {
 			t.Errorf("%s: test timeout %v leaves no room for -test.timeout", c.Name, o.testTimeout)
 		}
 	}
 	if _, err := parseFlags([]string{"-env=NOEQUALS"}); err == nil {
 		t.Error("-env without = accepted")
+	}
+	if _, err := parseFlags([]string{"-wait-usb=0525"}); err == nil {
+		t.Error("-wait-usb without a product ID accepted")
 	}
 	if _, err := parseFlags([]string{"-insmod=mods/vfio.ko"}); err == nil {
 		t.Error("-insmod with a relative path accepted")

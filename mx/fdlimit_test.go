@@ -1,0 +1,141 @@
+package mx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gomx-dev/gomx/internal/leaktest"
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// fdLimitChildEnv makes the test binary a shm board at its descriptor
+// limit: "DIR MODE FREE", MODE dial (it connects to board 88 of DIR and
+// prints the outcome) or accept (it waits to be connected to), with FREE
+// descriptors left under its RLIMIT_NOFILE.
+const fdLimitChildEnv = "GOMX_MX_FDLIMIT_CHILD"
+
+// TestConnectAtFDLimit: a connect over the rings that a process's
+// RLIMIT_NOFILE stops fails at once with ErrNoResources, naming the
+// process at its limit and `ulimit -n`, instead of resending until the
+// resend limit (here over an hour): when the connecting process is at
+// its limit (it cannot dial, cannot take the welcome's descriptors, or
+// cannot take the peer's connection back), and when the process
+// connected to is (it refuses the connection and says why). The limit is
+// lowered in the child processes only.
+func TestConnectAtFDLimit(t *testing.T) {
+	if arg := os.Getenv(fdLimitChildEnv); arg != "" {
+		if err := fdLimitChild(arg); err != nil {
+			fmt.Println("child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	checkLeaks(t)
+	for _, c := range []struct {
+		mode string
+		free int
+	}{
+		{"dial", 0}, {"dial", 1}, {"dial", 2}, {"dial", 3}, {"dial", 4},
+		{"accept", 0}, {"accept", 1}, {"accept", 2}, {"accept", 3},
+	} {
+		t.Run(fmt.Sprintf("%s/free=%d", c.mode, c.free), func(t *testing.T) {
+			dir := shmDir(t)
+			leaktest.Check(t, "") // once the child is reaped
+			ctx := testCtx(t, 2*time.Minute)
+			tr, err := shm.Open(shm.Options{Dir: dir, Board: 88})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := NewBoard(tr, shmTestOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			e, err := b.OpenEndpoint(0, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sc := startTestChild(t, ctx, "TestConnectAtFDLimit", fmt.Sprintf("%s=%s %s %d", fdLimitChildEnv, dir, c.mode, c.free))
+			if !sc.Scan() || sc.Text() != "ready" {
+				t.Fatalf("child did not start: %q", sc.Text())
+			}
+			var got string
+			if c.mode == "dial" {
+				if !sc.Scan() {
+					t.Fatal("the child said nothing of its connect")
+				}
+				got = sc.Text()
+			} else {
+				_, err := e.Connect(ctx, shm.NICBase|77, 0, testKey)
+				if !errors.Is(err, ErrNoResources) || !errors.Is(err, shm.ErrFDLimit) {
+					t.Fatalf("connect to a process at its descriptor limit: %v; want ErrNoResources wrapping shm.ErrFDLimit", err)
+				}
+				got = "connect: " + err.Error()
+			}
+			for _, want := range []string{"connect: ", "no resources", "RLIMIT_NOFILE", "ulimit -n"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("%s", got)
+					t.Fatalf("the connect's error does not say %q", want)
+				}
+			}
+			t.Log(got)
+		})
+	}
+}
+
+// fdLimitChild is TestConnectAtFDLimit's child (fdLimitChildEnv).
+func fdLimitChild(arg string) error {
+	var dir, mode string
+	var free int
+	if _, err := fmt.Sscan(arg, &dir, &mode, &free); err != nil {
+		return err
+	}
+	b, e, err := openShmChild(dir, 77, shmTestOptions())
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	// Lower the limit to a little above what the process holds, take
+	// what is left but free, and give the rest back when done.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	lim := uint64(len(ents) + 32)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: lim, Max: lim}); err != nil {
+		return err
+	}
+	var held []int
+	defer func() { closeFDs(held) }()
+	for range lim {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		held = append(held, fd)
+	}
+	closeFDs(held[len(held)-free:])
+	held = held[:len(held)-free]
+	fmt.Println("ready")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if mode == "dial" {
+		_, err := e.Connect(ctx, shm.NICBase|88, 0, testKey)
+		fmt.Printf("connect: %v\n", err)
+	}
+	<-ctx.Done() // the parent kills us first
+	return nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
