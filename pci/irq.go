@@ -233,11 +233,10 @@ func (i *Interrupt) Close() error {
 	return nil
 }
 
-// waitAnySlice bounds one sleep of WaitAny, so that an Interrupt closed
-// under the sleep (which does not wake a poll(2) on it) is noticed within
-// this time. A variable, so that a test can lengthen it and see that a
-// cancelled context does not wait for it.
-var waitAnySlice = 10 * time.Millisecond
+// waitAnySlice bounds one sleep of WaitAny, so that a context without a
+// deadline, or an Interrupt closed under the sleep (which does not wake a
+// poll(2) on it), is noticed within this time.
+const waitAnySlice = 10 * time.Millisecond
 
 // WaitAny blocks until one of irqs fires, ctx is done, or one of them is
 // closed (ErrClosed). It returns the index in irqs of one that fired and the
@@ -249,13 +248,9 @@ var waitAnySlice = 10 * time.Millisecond
 //
 // With several it sleeps in poll(2) on their eventfds, which every signal
 // (the kernel's, or a local Signal) makes readable, so the sleeping
-// goroutine holds an OS thread, not a processor. A ctx that can be
-// cancelled gets an eventfd of its own in the poll set, which
-// context.AfterFunc writes to, so a cancel wakes the sleep at once; the
-// eventfd lives for the call (an eventfd(2) and a close(2) per call, next
-// to the sleep they serve). A sleep lasts at most 10 ms before WaitAny
-// looks at Close again; that bound is the longest an Interrupt closed
-// under it goes unnoticed.
+// goroutine holds an OS thread, not a processor. A sleep lasts at most
+// 10 ms before WaitAny looks at ctx and at Close again; that bound is the
+// longest an Interrupt closed under it goes unnoticed.
 func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 	switch len(irqs) {
 	case 0:
@@ -267,19 +262,9 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 		}
 		return 0, n, err
 	}
-	var fds [maxWaitAny + 1]unix.PollFd
-	if len(irqs) > maxWaitAny {
-		return 0, 0, fmt.Errorf("pci: WaitAny on %d interrupts: at most %d", len(irqs), maxWaitAny)
-	}
-	nfds := len(irqs)
-	if ctx.Done() != nil && ctx.Err() == nil {
-		wake, err := wakeOnDone(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
-		defer wake.close()
-		fds[nfds] = unix.PollFd{Fd: int32(wake.fd), Events: unix.POLLIN}
-		nfds++
+	var fds [64]unix.PollFd
+	if len(irqs) > len(fds) {
+		return 0, 0, fmt.Errorf("pci: WaitAny on %d interrupts: at most %d", len(irqs), len(fds))
 	}
 	for {
 		for k, i := range irqs {
@@ -305,10 +290,8 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 		}
 		// poll(2) returns at once when a signal is pending, so the
 		// counts are read only where it reports one: a read of every
-		// eventfd before each sleep cost a system call per vector. The
-		// wake eventfd, once written, stays readable: it only ends the
-		// sleep, and the next turn finds ctx done.
-		n, err := unix.Poll(fds[:nfds], ms)
+		// eventfd before each sleep cost a system call per vector.
+		n, err := unix.Poll(fds[:len(irqs)], ms)
 		if err == unix.EINTR {
 			continue // looked at nothing: look again
 		}
@@ -328,40 +311,4 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 			return 0, 0, cerr
 		}
 	}
-}
-
-// maxWaitAny is the most interrupts one WaitAny sleeps on.
-const maxWaitAny = 64
-
-// wake is the eventfd that wakes a WaitAny when its context is done.
-type wake struct {
-	fd    int
-	stop  func() bool
-	wrote chan struct{} // closed once the AfterFunc has written
-}
-
-// wakeOnDone makes a wake whose eventfd becomes readable when ctx is done.
-func wakeOnDone(ctx context.Context) (*wake, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, &OpError{Op: "eventfd", Err: err}
-	}
-	w := &wake{fd: fd, wrote: make(chan struct{})}
-	w.stop = context.AfterFunc(ctx, func() {
-		defer close(w.wrote)
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], 1)
-		_, _ = unix.Write(fd, b[:])
-	})
-	return w, nil
-}
-
-// close closes the eventfd once nothing can write to it: an AfterFunc
-// already started finishes its write first, as the number may be reused
-// the moment it is closed.
-func (w *wake) close() {
-	if !w.stop() {
-		<-w.wrote
-	}
-	_ = unix.Close(w.fd)
 }

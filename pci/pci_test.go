@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/gomx-dev/gomx/internal/leaktest"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -234,47 +232,6 @@ func TestWaitAnyPending(t *testing.T) {
 			if _, _, err := WaitAny(done, waited...); !errors.Is(err, context.Canceled) {
 				t.Errorf("local %v: %d interrupts, none signalled, the context done: %v, want context.Canceled",
 					local, len(waited), err)
-			}
-		}
-	}
-}
-
-// A WaitAny asleep with no deadline returns the context's error once the
-// context is cancelled, without waiting for the slice that bounds its
-// sleep (lengthened here past the test's own bound), and gives back the
-// descriptor it woke on.
-func TestWaitAnyCancel(t *testing.T) {
-	defer func(d time.Duration) { waitAnySlice = d }(waitAnySlice)
-	waitAnySlice = time.Hour
-	for _, local := range []bool{false, true} {
-		irqs := newInterrupts(t, local, 3)
-		before := leaktest.Now(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, _, err := WaitAny(ctx, irqs...)
-			done <- err
-		}()
-		// Cancel once WaitAny holds its wake eventfd: it is then past its
-		// look at the context and about to sleep, or asleep.
-		for deadline := time.Now().Add(10 * time.Second); leaktest.Now(t).GomxFDs == before.GomxFDs; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("local %v: WaitAny made no eventfd to wake on", local)
-			}
-		}
-		cancel()
-		select {
-		case err := <-done:
-			if !errors.Is(err, context.Canceled) {
-				t.Errorf("local %v: WaitAny after cancel: %v, want context.Canceled", local, err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("local %v: WaitAny did not return after its context was cancelled", local)
-		}
-		leaktest.WaitClean(t, before, "", 10*time.Second)
-		for k, i := range irqs {
-			if n := i.Poll(); n != 0 {
-				t.Errorf("local %v: interrupt %d holds %d signals; none was raised", local, k, n)
 			}
 		}
 	}
