@@ -29,9 +29,16 @@ each pairwise step costs every rank a wake-up, and among fewer than 16
 ranks at any size, as Open MPI does: each step a rank waits for costs it
 a context switch there. The schedule that
 ran is in the table and the JSON. With --verify every rank sends every
-other its own bytes, checked on arrival. Per size, after a barrier, every
-rank times its rounds; t_avg_us is the mean over ranks of each rank's mean
-time per round, t_min_us and t_max_us the fastest and slowest rank's, as
+other its own bytes, checked on arrival. Per size, every rank first runs
+untimed rounds: --warmup's, or by default as many as the size's timed
+rounds (1000, fewer when a rank would send more than 256 MiB), at least
+20, since a job's first rounds are slower than the rest (its ranks' Go
+runtimes start polling every 20 µs after the set-up, and the first large
+rounds set up lanes and copies: among 4 ranks on 2 CPUs mx's first
+400-1,000 rounds of 8 B took twice the later ones). warmup in the table
+and the JSON says how many ran. Then, after a barrier, every rank times
+its rounds; t_avg_us is the mean over ranks of each rank's mean time per
+round, t_min_us and t_max_us the fastest and slowest rank's, as
 IMB reports them. MB/s is the bytes one rank sends per round, (N-1) x SIZE,
 over t_avg. strategy says how rank 0's large messages moved (eager, rings,
 cma, or the name mx gives a strategy; see pingpong -h). shm_MiB is the
@@ -440,9 +447,10 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	for _, size := range sizes {
 		sched := chooseSchedule(f.schedule, size, n, !f.spin())
 		iters := f.iterationsFor(size * max(n-1, 1))
+		warmup := f.alltoallWarmup(size * max(n-1, 1))
 		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		before := ep.Counters()
-		for i := range f.warmup {
+		for i := range warmup {
 			if err := a.round(sctx, sched, size, i); err != nil {
 				cancel()
 				return fmt.Errorf("alltoall of %s, warmup round %d: %w", units.Format(int64(size)), i, err)
@@ -459,7 +467,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		yielded := false
 		start := time.Now()
 		for i := range iters {
-			if err := a.round(sctx, sched, size, f.warmup+i); err != nil {
+			if err := a.round(sctx, sched, size, warmup+i); err != nil {
 				cancel()
 				return fmt.Errorf("alltoall of %s, round %d: %w", units.Format(int64(size)), i, err)
 			}
@@ -478,7 +486,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 			var all []moved
 			if all, err = w.gatherMoved(sctx, m); err == nil && w.job.Rank == 0 {
 				res := result{Size: size, Iterations: iters}
-				res.Schedule = sched
+				res.Schedule, res.Warmup = sched, &warmup
 				res.Procs, res.Strategy, res.StrategyAsked, res.Engine, res.EngineCPU = n, all[0].Strategy, strategy, w.engineName, w.engineCPU
 				lo, hi, sum := math.Inf(1), 0.0, 0.0
 				for r, t := range times {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -434,6 +435,9 @@ func TestJobAlltoallOverlap(t *testing.T) {
 		if r.Procs != 3 || !(r.TMinUS > 0 && r.TMinUS <= r.TAvgUS && r.TAvgUS <= r.TMaxUS) || r.Strategy == "" {
 			t.Errorf("alltoall row %+v", r)
 		}
+		if r.Warmup == nil || *r.Warmup != 1 {
+			t.Errorf("alltoall row of %d B: warmup %v, want --warmup's 1", r.Size, r.Warmup)
+		}
 	}
 	rows = jsonRows(t, runJob(t, "overlap", "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--json"))
 	if len(rows) != 3 || rows[0].Kind != "timings" || rows[1].Kind != "availability" || rows[2].Kind != "availability" {
@@ -446,6 +450,29 @@ func TestJobAlltoallOverlap(t *testing.T) {
 		if r.Availability <= 0 { // no exchange may complete during the computation on a loaded machine
 			t.Errorf("availability %+v", r)
 		}
+	}
+}
+
+// TestJobAlltoallWarmupBySize: without --warmup, alltoall warms each size
+// up for as many rounds as its default timed rounds, at least 20 (many for
+// small blocks, a few for large ones, whatever --iterations says), and
+// reports them in the table and the JSON.
+func TestJobAlltoallWarmupBySize(t *testing.T) {
+	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "3", "--sizes", "8,4M,16M", "--iterations", "3", "--wait", "block", "--json"))
+	// 4 MiB to 2 peers is 8 MiB a round, 32 rounds in 256 MiB; 16 MiB
+	// would be 8 rounds, so the floor of 20.
+	want := map[int]int{8: 1000, 4 << 20: 32, 16 << 20: alltoallMinWarmup}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
+	}
+	for _, r := range rows {
+		if r.Warmup == nil || *r.Warmup != want[r.Size] || r.Iterations != 3 {
+			t.Errorf("row of %d B: warmup %v and %d timed rounds, want %d and 3", r.Size, r.Warmup, r.Iterations, want[r.Size])
+		}
+	}
+	out := runJob(t, "alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "7", "--wait", "block")
+	if !regexp.MustCompile(`(?m)^\s+8 B\s+3\s+7\s`).MatchString(out) {
+		t.Errorf("the table does not show --warmup's 7 rounds:\n%s", out)
 	}
 }
 
