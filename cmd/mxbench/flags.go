@@ -275,7 +275,9 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 func (f *alltoallFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
 		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear but for 256 B or less among 16 ranks or more, as Open MPI chooses)")
-	fs.Lookup("warmup").Usage = fmt.Sprintf("untimed rounds before each size's timed ones, the same for every size (default: as many as the size's default timed rounds, at least %d; see NOTES)", alltoallMinWarmup)
+	if w := fs.Lookup("warmup"); w != nil {
+		w.Usage = fmt.Sprintf("untimed rounds before each size's timed ones, the same for every size (default: as many as the size's default timed rounds, at least %d; see NOTES)", alltoallMinWarmup)
+	}
 }
 
 // noteWarmup records whether --warmup was on the command line: without
@@ -302,8 +304,8 @@ const alltoallMinWarmup = 20
 // the rest (the Go runtime's monitor polls every 20 µs until it has found
 // nothing to do 50 times, which on a shared CPU takes milliseconds; the
 // first large rounds set up lanes and copies): among 4 ranks on 2 shared
-// CPUs, 400-1,000 rounds of 8 B, 100-200 of 4 KiB, 30-40 of 64 KiB and 10
-// of 1 MiB (docs/alltoall.md).
+// CPUs, 400-1,200 rounds of 8 B, 100 of 4 KiB, 30-40 of 64 KiB and 10 of
+// 1 MiB (docs/alltoall.md).
 func (f *benchFlags) alltoallWarmup(bytes int) int {
 	if !f.warmupBySize {
 		return f.warmup
