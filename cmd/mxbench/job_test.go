@@ -436,7 +436,7 @@ func TestJobAlltoallOverlap(t *testing.T) {
 			t.Errorf("alltoall row %+v", r)
 		}
 		if r.Warmup == nil || *r.Warmup != 1 {
-			t.Errorf("alltoall row of %d B: warmup %v, want --warmup's 1", r.Size, r.Warmup)
+			t.Errorf("alltoall row of %d B: warmup %s, want --warmup's 1", r.Size, intOrNone(r.Warmup))
 		}
 	}
 	rows = jsonRows(t, runJob(t, "overlap", "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--json"))
@@ -455,25 +455,61 @@ func TestJobAlltoallOverlap(t *testing.T) {
 
 // TestJobAlltoallWarmupBySize: without --warmup, alltoall warms each size
 // up for as many rounds as its default timed rounds, at least 20 (many for
-// small blocks, a few for large ones, whatever --iterations says), and
-// reports them in the table and the JSON.
+// small blocks, a few for large ones, whatever --iterations says), runs
+// them, and reports them in the table and the JSON.
 func TestJobAlltoallWarmupBySize(t *testing.T) {
-	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "3", "--sizes", "8,4M,16M", "--iterations", "3", "--wait", "block", "--json"))
-	// 4 MiB to 2 peers is 8 MiB a round, 32 rounds in 256 MiB; 16 MiB
-	// would be 8 rounds, so the floor of 20.
-	want := map[int]int{8: 1000, 4 << 20: 32, 16 << 20: alltoallMinWarmup}
+	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "3", "--sizes", "8,4M,8M", "--iterations", "3", "--wait", "block", "--json"))
+	// 4 MiB to 2 peers is 8 MiB a round, 32 rounds in 256 MiB; 8 MiB
+	// would be 16 rounds, so the floor of 20.
+	want := map[int]int{8: 1000, 4 << 20: 32, 8 << 20: alltoallMinWarmup}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
 	}
 	for _, r := range rows {
 		if r.Warmup == nil || *r.Warmup != want[r.Size] || r.Iterations != 3 {
-			t.Errorf("row of %d B: warmup %v and %d timed rounds, want %d and 3", r.Size, r.Warmup, r.Iterations, want[r.Size])
+			t.Errorf("row of %d B: warmup %s and %d timed rounds, want %d and 3", r.Size, intOrNone(r.Warmup), r.Iterations, want[r.Size])
 		}
 	}
-	out := runJob(t, "alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "7", "--wait", "block")
-	if !regexp.MustCompile(`(?m)^\s+8 B\s+3\s+7\s`).MatchString(out) {
-		t.Errorf("the table does not show --warmup's 7 rounds:\n%s", out)
+	// The rounds ran: rank 0 of 2 sent its peer one tiny message a
+	// round, 1000 untimed and 3 timed.
+	keepBinding(t)
+	t.Setenv(asMainEnv, "1")
+	args := []string{"alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--wait", "block", "--counters"}
+	var out, errb bytes.Buffer
+	err := run(&out, &errb, args)
+	os.Unsetenv(asMainEnv)
+	if err != nil {
+		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
 	}
+	if !strings.Contains(errb.String(), "send tiny: 1003;") {
+		t.Errorf("mxbench %s: rank 0's counters do not show 1003 tiny sends:\n%s", strings.Join(args, " "), errb.String())
+	}
+	tab := runJob(t, "alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "7", "--wait", "block")
+	if !regexp.MustCompile(`(?m)^\s+8 B\s+3\s+7\s`).MatchString(tab) {
+		t.Errorf("the table does not show --warmup's 7 rounds:\n%s", tab)
+	}
+}
+
+// TestJobAlltoallWarmupTimeout: a warm-up that outlasts --timeout fails
+// with an error that says how to fit it in.
+func TestJobAlltoallWarmupTimeout(t *testing.T) {
+	keepBinding(t)
+	t.Setenv(asMainEnv, "1")
+	args := []string{"alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "1000000000", "--wait", "block", "--timeout", "5s"}
+	var out, errb bytes.Buffer
+	err := run(&out, &errb, args)
+	os.Unsetenv(asMainEnv)
+	if err == nil || !strings.Contains(err.Error(), "give --warmup N or a longer --timeout") {
+		t.Errorf("mxbench %s: error %v, want one naming --warmup and --timeout\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
+	}
+}
+
+// intOrNone prints an optional count.
+func intOrNone(p *int) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.Itoa(*p)
 }
 
 // TestJobSlurmEnv: two processes started as srun starts them (SLURM_PROCID,
