@@ -129,7 +129,7 @@ func run(stdout, stderr io.Writer, args []string) error {
 			}
 			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: mxbench, %d ranks, %s waits\n", k, *rounds, n, w)
 			for _, j := range jobs {
-				pts, err := retryOnce(stderr, func() ([]alltoall.Point, error) { return mxAlltoall(ctx, mxbench, n, j, w, *timeout) })
+				pts, err := retryOnce(stderr, func() ([]alltoall.Point, error) { return mxAlltoall(ctx, mxbench, n, j, w) })
 				if err != nil {
 					return err
 				}
@@ -227,17 +227,16 @@ func ompiArgs(prog string, n int, j alltoall.Job) []string {
 }
 
 // mxArgs is mxbench's command line for job j among n processes it
-// starts, with wait's waits, each size bounded by timeout (as the MPI
-// program is only by the whole run's bound: a size's warm-up and timed
-// rounds among 16 ranks on 2 CPUs under a load of 50 outlasted mxbench's
-// default of 2 minutes).
-func mxArgs(n int, j alltoall.Job, wait string, timeout time.Duration) []string {
+// starts, with wait's waits. mxbench's default --timeout bounds its
+// connecting, each size's warm-up and then its timed rounds, so a stuck
+// job fails in minutes and retryOnce can run it again.
+func mxArgs(n int, j alltoall.Job, wait string) []string {
 	var list []string
 	for _, s := range j.Sizes {
 		list = append(list, strconv.Itoa(s))
 	}
 	return []string{"alltoall", "--procs", strconv.Itoa(n), "--sizes", strings.Join(list, ","),
-		"--wait", wait, "--warmup", strconv.Itoa(j.Warmup), "--timeout", timeout.String(), "--json"}
+		"--wait", wait, "--warmup", strconv.Itoa(j.Warmup), "--json"}
 }
 
 // ompi runs job j of the MPI program among n processes of this host.
@@ -276,9 +275,9 @@ type mxRow struct {
 }
 
 // mxAlltoall runs job j of mxbench alltoall among n processes it starts.
-func mxAlltoall(ctx context.Context, mxbench string, n int, j alltoall.Job, wait string, timeout time.Duration) ([]alltoall.Point, error) {
+func mxAlltoall(ctx context.Context, mxbench string, n int, j alltoall.Job, wait string) ([]alltoall.Point, error) {
 	sizes := j.Sizes
-	c := exec.CommandContext(ctx, mxbench, mxArgs(n, j, wait, timeout)...)
+	c := exec.CommandContext(ctx, mxbench, mxArgs(n, j, wait)...)
 	var errb bytes.Buffer
 	c.Stderr = &errb
 	out, err := c.Output()
@@ -296,7 +295,11 @@ func mxAlltoall(ctx context.Context, mxbench string, n int, j alltoall.Job, wait
 		// An mxbench that reports another warm-up than it was given
 		// would compare unlike rounds.
 		if r.Warmup == nil || *r.Warmup != j.Warmup {
-			return nil, fmt.Errorf("%s: the row of %d B reports warm-up %v, not the %d rounds asked", strings.Join(c.Args, " "), r.Size, r.Warmup, j.Warmup)
+			got := "none"
+			if r.Warmup != nil {
+				got = strconv.Itoa(*r.Warmup)
+			}
+			return nil, fmt.Errorf("%s: the row of %d B reports warm-up %s, not the %d rounds asked", strings.Join(c.Args, " "), r.Size, got, j.Warmup)
 		}
 		pts = append(pts, alltoall.Point{Ranks: n, Size: r.Size, Iters: r.Iterations, Warmup: *r.Warmup, TMinUS: r.TMinUS, TAvgUS: r.TAvgUS, TMaxUS: r.TMaxUS, Schedule: r.Schedule})
 	}
