@@ -51,7 +51,7 @@ func run(stdout, stderr io.Writer, args []string) error {
 	wait := fs.String("wait", "auto", "mxbench's waits: spin (busy-poll, as Open MPI does), block, or auto: spin when the host has a core per rank, block when the job oversubscribes it")
 	install := fs.Bool("install", true, "as root, apt-get install Open MPI and its compiler wrapper when missing")
 	warmup := fs.Int("warmup", -1, fmt.Sprintf("untimed rounds before every size's timed ones, on both sides alike; -1: as many as the size's timed rounds, at least %d (alltoall.Warmup)", alltoall.MinWarmup))
-	rounds := fs.Int("rounds", 1, "measure every point this many times, interleaved (Open MPI, then mx, per job size), and keep each point's best")
+	rounds := fs.Int("rounds", 1, "measure every point this many times, interleaved (Open MPI, then mx, per job), and keep each point's best")
 	timeout := fs.Duration("timeout", time.Hour, "bound on the whole run")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -118,18 +118,16 @@ func run(stdout, stderr io.Writer, args []string) error {
 				}
 			}
 			waits[n] = w
-			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: Open MPI, %d ranks\n", k, *rounds, n)
-			jobs := plan(sz, n, *warmup)
-			for _, j := range jobs {
+			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: %d ranks, each job by Open MPI, then by mxbench with %s waits\n", k, *rounds, n, w)
+			// Each job runs on both sides back to back, so a change of
+			// the host's load between jobs falls on both alike.
+			for _, j := range plan(sz, n, *warmup) {
 				pts, err := retryOnce(stderr, func() ([]alltoall.Point, error) { return ompi(ctx, dir, prog, n, j) })
 				if err != nil {
 					return err
 				}
 				o = append(o, pts...)
-			}
-			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: mxbench, %d ranks, %s waits\n", k, *rounds, n, w)
-			for _, j := range jobs {
-				pts, err := retryOnce(stderr, func() ([]alltoall.Point, error) { return mxAlltoall(ctx, mxbench, n, j, w) })
+				pts, err = retryOnce(stderr, func() ([]alltoall.Point, error) { return mxAlltoall(ctx, mxbench, n, j, w) })
 				if err != nil {
 					return err
 				}
