@@ -61,9 +61,14 @@ var Source []byte
 
 // Point is one library's time per round at one job size and message size.
 type Point struct {
+	// Ranks is the job's processes, Size a block's bytes, Iters the
+	// timed rounds.
+	Ranks, Size, Iters int
 	// Warmup is the untimed rounds run before the Iters timed ones.
-	Ranks, Size, Iters, Warmup int
-	TMinUS, TAvgUS, TMaxUS     float64
+	Warmup int
+	// TMinUS, TAvgUS and TMaxUS are the fastest, mean and slowest rank's
+	// time per round, in µs.
+	TMinUS, TAvgUS, TMaxUS float64
 	// Schedule is the schedule mxbench ran (linear, pairwise, bruck);
 	// empty for Open MPI, which picks its own inside MPI_Alltoall.
 	Schedule string
