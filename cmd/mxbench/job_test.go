@@ -47,19 +47,27 @@ func TestMain(m *testing.M) {
 // running print theirs when rank 0 stops them (tracebackAll).
 func runJob(t *testing.T, args ...string) string {
 	t.Helper()
+	t.Setenv("GOTRACEBACK", "all")
+	out, errb, err := runRank0(t, args...)
+	if err != nil {
+		t.Fatalf("mxbench %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errb)
+	}
+	if errb != "" {
+		t.Errorf("mxbench %s: stderr not empty:\n%s", strings.Join(args, " "), errb)
+	}
+	return out
+}
+
+// runRank0 runs mxbench with args in this process, as rank 0 of the
+// processes it starts, and returns what it printed and its error.
+func runRank0(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	keepBinding(t)
 	t.Setenv(asMainEnv, "1")
-	t.Setenv("GOTRACEBACK", "all")
 	var out, errb bytes.Buffer
-	err := run(&out, &errb, args)
+	err = run(&out, &errb, args)
 	os.Unsetenv(asMainEnv)
-	if err != nil {
-		t.Fatalf("mxbench %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
-	}
-	if errb.Len() != 0 {
-		t.Errorf("mxbench %s: stderr not empty:\n%s", strings.Join(args, " "), errb.String())
-	}
-	return out.String()
+	return out.String(), errb.String(), err
 }
 
 // keepBinding gives this process back, when the test ends, the CPUs and
@@ -472,17 +480,13 @@ func TestJobAlltoallWarmupBySize(t *testing.T) {
 	}
 	// The rounds ran: rank 0 of 2 sent its peer one tiny message a
 	// round, 1000 untimed and 3 timed.
-	keepBinding(t)
-	t.Setenv(asMainEnv, "1")
 	args := []string{"alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--wait", "block", "--counters"}
-	var out, errb bytes.Buffer
-	err := run(&out, &errb, args)
-	os.Unsetenv(asMainEnv)
+	_, errb, err := runRank0(t, args...)
 	if err != nil {
-		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
+		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb)
 	}
-	if !strings.Contains(errb.String(), "send tiny: 1003;") {
-		t.Errorf("mxbench %s: rank 0's counters do not show 1003 tiny sends:\n%s", strings.Join(args, " "), errb.String())
+	if !strings.Contains(errb, "send tiny: 1003;") {
+		t.Errorf("mxbench %s: rank 0's counters do not show 1003 tiny sends:\n%s", strings.Join(args, " "), errb)
 	}
 	tab := runJob(t, "alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "7", "--wait", "block")
 	if !regexp.MustCompile(`(?m)^\s+8 B\s+3\s+7\s`).MatchString(tab) {
@@ -493,14 +497,10 @@ func TestJobAlltoallWarmupBySize(t *testing.T) {
 // TestJobAlltoallWarmupTimeout: a warm-up that outlasts --timeout fails
 // with an error that says how to fit it in.
 func TestJobAlltoallWarmupTimeout(t *testing.T) {
-	keepBinding(t)
-	t.Setenv(asMainEnv, "1")
 	args := []string{"alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "1000000000", "--wait", "block", "--timeout", "5s"}
-	var out, errb bytes.Buffer
-	err := run(&out, &errb, args)
-	os.Unsetenv(asMainEnv)
+	_, errb, err := runRank0(t, args...)
 	if err == nil || !strings.Contains(err.Error(), "give --warmup N or a longer --timeout") {
-		t.Errorf("mxbench %s: error %v, want one naming --warmup and --timeout\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
+		t.Errorf("mxbench %s: error %v, want one naming --warmup and --timeout\nstderr:\n%s", strings.Join(args, " "), err, errb)
 	}
 }
 
@@ -705,17 +705,13 @@ func TestPrintCounters(t *testing.T) {
 // counted over the job, once it ended: an alltoall among 4 ranks sent
 // tiny messages, and it says how many.
 func TestJobCounters(t *testing.T) {
-	keepBinding(t)
-	t.Setenv(asMainEnv, "1")
 	args := []string{"alltoall", "--procs", "4", "--sizes", "8", "--iterations", "50", "--warmup", "2", "--wait", "block", "--verify", "--counters"}
-	var out, errb bytes.Buffer
-	err := run(&out, &errb, args)
-	os.Unsetenv(asMainEnv)
+	_, errb, err := runRank0(t, args...)
 	if err != nil {
-		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
+		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb)
 	}
-	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(errb), "\n")
 	if len(lines) != 1 || !strings.HasPrefix(lines[0], "mxbench: rank 0 of 4: board 0 counted: ") || !strings.Contains(lines[0], "send tiny: ") {
-		t.Fatalf("stderr of %s: want one line of rank 0's counters, with its tiny sends; got:\n%s", strings.Join(args, " "), errb.String())
+		t.Fatalf("stderr of %s: want one line of rank 0's counters, with its tiny sends; got:\n%s", strings.Join(args, " "), errb)
 	}
 }
