@@ -29,10 +29,18 @@ each pairwise step costs every rank a wake-up, and among fewer than 16
 ranks at any size, as Open MPI does: each step a rank waits for costs it
 a context switch there. The schedule that
 ran is in the table and the JSON. With --verify every rank sends every
-other its own bytes, checked on arrival. Per size, after a barrier, every
-rank times its rounds; t_avg_us is the mean over ranks of each rank's mean
-time per round, t_min_us and t_max_us the fastest and slowest rank's, as
-IMB reports them. MB/s is the bytes one rank sends per round, (N-1) x SIZE,
+other its own bytes, checked on arrival. Per size, every rank first runs
+untimed rounds: --warmup's, or by default as many as the size's timed
+rounds (1000, fewer when a rank would send more than 256 MiB), at least
+20, since a job's first rounds are slower than the rest (its ranks' Go
+runtimes start polling every 20 µs after the set-up, and the first large
+rounds set up lanes and copies: among 4 ranks on 2 CPUs mx's first
+400-1,200 rounds of 8 B took twice the later ones). warmup in the table
+and the JSON says how many ran; --timeout bounds them with the barrier
+after them, and then, on its own, the timed rounds. Then, after that
+barrier, every rank times its rounds; t_avg_us is the mean over ranks of
+each rank's mean time per round, t_min_us and t_max_us the fastest and
+slowest rank's, as IMB reports them. MB/s is the bytes one rank sends per round, (N-1) x SIZE,
 over t_avg. strategy says how rank 0's large messages moved (eager, rings,
 cma, or the name mx gives a strategy; see pingpong -h). shm_MiB is the
 most shared memory one rank's host path mapped (its own receive queue and
@@ -424,6 +432,25 @@ func memAvailable() (int64, bool) {
 	return 0, false
 }
 
+// warmUp runs the untimed rounds of one size and the barrier after them,
+// together bounded by timeout: a timeout there says how to fit them in.
+func (a *a2a) warmUp(ctx context.Context, w *world, sched string, size, rounds int, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	hint := func(err error) error {
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w: %d warm-up rounds of %s took longer than --timeout %v: give --warmup N or a longer --timeout", err, rounds, units.Format(int64(size)), timeout)
+		}
+		return err
+	}
+	for i := range rounds {
+		if err := a.round(wctx, sched, size, i); err != nil {
+			return hint(fmt.Errorf("alltoall of %s, warmup round %d: %w", units.Format(int64(size)), i, err))
+		}
+	}
+	return hint(w.barrier(wctx))
+}
+
 // alltoall runs every size on board k.
 func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy string, sizes []int, rep reporter) error {
 	n := w.job.Size
@@ -440,18 +467,14 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	for _, size := range sizes {
 		sched := chooseSchedule(f.schedule, size, n, !f.spin())
 		iters := f.iterationsFor(size * max(n-1, 1))
-		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		warmup := f.alltoallWarmup(size * max(n-1, 1))
 		before := ep.Counters()
-		for i := range f.warmup {
-			if err := a.round(sctx, sched, size, i); err != nil {
-				cancel()
-				return fmt.Errorf("alltoall of %s, warmup round %d: %w", units.Format(int64(size)), i, err)
-			}
-		}
-		if err := w.barrier(sctx); err != nil {
-			cancel()
+		if err := a.warmUp(ctx, w, sched, size, warmup, f.timeout); err != nil {
 			return err
 		}
+		// The timed rounds get a --timeout of their own, after the
+		// warm-up's.
+		sctx, cancel := context.WithTimeout(ctx, f.timeout)
 		// yielded: whether the rank's waiters yielded in any timed round.
 		// After the last one the count can have changed already: ranks
 		// done first sleep in the gather, and --yield auto counts them
@@ -459,7 +482,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 		yielded := false
 		start := time.Now()
 		for i := range iters {
-			if err := a.round(sctx, sched, size, f.warmup+i); err != nil {
+			if err := a.round(sctx, sched, size, warmup+i); err != nil {
 				cancel()
 				return fmt.Errorf("alltoall of %s, round %d: %w", units.Format(int64(size)), i, err)
 			}
@@ -478,7 +501,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 			var all []moved
 			if all, err = w.gatherMoved(sctx, m); err == nil && w.job.Rank == 0 {
 				res := result{Size: size, Iterations: iters}
-				res.Schedule = sched
+				res.Schedule, res.Warmup = sched, &warmup
 				res.Procs, res.Strategy, res.StrategyAsked, res.Engine, res.EngineCPU = n, all[0].Strategy, strategy, w.engineName, w.engineCPU
 				lo, hi, sum := math.Inf(1), 0.0, 0.0
 				for r, t := range times {

@@ -109,6 +109,9 @@ type streamFlags struct {
 // alltoallFlags are alltoall's own flags.
 type alltoallFlags struct {
 	schedule string
+	// warmupBySize: --warmup was not given, so each size warms up for
+	// alltoallWarmup's rounds rather than --warmup's 10.
+	warmupBySize bool
 }
 
 // overlapFlags are overlap's own flags.
@@ -272,6 +275,42 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 func (f *alltoallFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
 		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear but for 256 B or less among 16 ranks or more, as Open MPI chooses)")
+	if w := fs.Lookup("warmup"); w != nil {
+		w.Usage = fmt.Sprintf("untimed rounds before each size's timed ones, the same for every size (default: as many as the size's default timed rounds, at least %d; see NOTES)", alltoallMinWarmup)
+	}
+}
+
+// noteWarmup records whether --warmup was on the command line: without
+// it each size warms up by alltoallWarmup.
+func (f *alltoallFlags) noteWarmup(fs *flag.FlagSet) {
+	f.warmupBySize = true
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "warmup" {
+			f.warmupBySize = false
+		}
+	})
+}
+
+// alltoallMinWarmup is the fewest untimed rounds alltoall runs before a
+// size's timed ones when --warmup is not given.
+const alltoallMinWarmup = 20
+
+// alltoallWarmup is the untimed rounds before the timed rounds of an
+// alltoall whose ranks each send bytes per round: --warmup when given,
+// else as many as the default timed rounds (defaultRounds), at least
+// alltoallMinWarmup: many rounds for small blocks, a few for large ones,
+// as the OSU latency test skips 100 iterations of small messages and 10
+// above 8 KiB. mx's first rounds after the job's set-up are slower than
+// the rest (the Go runtime's monitor polls every 20 µs until it has found
+// nothing to do 50 times, which on a shared CPU takes milliseconds; the
+// first large rounds set up lanes and copies): among 4 ranks on 2 shared
+// CPUs, 400-1,200 rounds of 8 B, 100 of 4 KiB, 30-40 of 64 KiB and 10 of
+// 1 MiB (docs/alltoall.md).
+func (f *benchFlags) alltoallWarmup(bytes int) int {
+	if !f.warmupBySize {
+		return f.warmup
+	}
+	return max(alltoallMinWarmup, defaultRounds(bytes))
 }
 
 func (f *overlapFlags) register(fs *flag.FlagSet) {
@@ -485,6 +524,13 @@ func (f *benchFlags) iterationsFor(size int) int {
 	if f.iterations > 0 {
 		return f.iterations
 	}
+	return defaultRounds(size)
+}
+
+// defaultRounds is the measured iterations of size bytes without
+// --iterations: defaultIterations, fewer (at least 10) when they would
+// move more than maxBytesPerSize.
+func defaultRounds(size int) int {
 	if size > 0 && size*defaultIterations > maxBytesPerSize {
 		return max(10, maxBytesPerSize/size)
 	}

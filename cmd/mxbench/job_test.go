@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -46,19 +47,27 @@ func TestMain(m *testing.M) {
 // running print theirs when rank 0 stops them (tracebackAll).
 func runJob(t *testing.T, args ...string) string {
 	t.Helper()
+	t.Setenv("GOTRACEBACK", "all")
+	out, errb, err := runRank0(t, args...)
+	if err != nil {
+		t.Fatalf("mxbench %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errb)
+	}
+	if errb != "" {
+		t.Errorf("mxbench %s: stderr not empty:\n%s", strings.Join(args, " "), errb)
+	}
+	return out
+}
+
+// runRank0 runs mxbench with args in this process, as rank 0 of the
+// processes it starts, and returns what it printed and its error.
+func runRank0(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	keepBinding(t)
 	t.Setenv(asMainEnv, "1")
-	t.Setenv("GOTRACEBACK", "all")
 	var out, errb bytes.Buffer
-	err := run(&out, &errb, args)
+	err = run(&out, &errb, args)
 	os.Unsetenv(asMainEnv)
-	if err != nil {
-		t.Fatalf("mxbench %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
-	}
-	if errb.Len() != 0 {
-		t.Errorf("mxbench %s: stderr not empty:\n%s", strings.Join(args, " "), errb.String())
-	}
-	return out.String()
+	return out.String(), errb.String(), err
 }
 
 // keepBinding gives this process back, when the test ends, the CPUs and
@@ -434,6 +443,9 @@ func TestJobAlltoallOverlap(t *testing.T) {
 		if r.Procs != 3 || !(r.TMinUS > 0 && r.TMinUS <= r.TAvgUS && r.TAvgUS <= r.TMaxUS) || r.Strategy == "" {
 			t.Errorf("alltoall row %+v", r)
 		}
+		if r.Warmup == nil || *r.Warmup != 1 {
+			t.Errorf("alltoall row of %d B: warmup %s, want --warmup's 1", r.Size, intOrNone(r.Warmup))
+		}
 	}
 	rows = jsonRows(t, runJob(t, "overlap", "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--json"))
 	if len(rows) != 3 || rows[0].Kind != "timings" || rows[1].Kind != "availability" || rows[2].Kind != "availability" {
@@ -447,6 +459,57 @@ func TestJobAlltoallOverlap(t *testing.T) {
 			t.Errorf("availability %+v", r)
 		}
 	}
+}
+
+// TestJobAlltoallWarmupBySize: without --warmup, alltoall warms each size
+// up for as many rounds as its default timed rounds, at least 20 (many for
+// small blocks, a few for large ones, whatever --iterations says), runs
+// them, and reports them in the table and the JSON.
+func TestJobAlltoallWarmupBySize(t *testing.T) {
+	rows := jsonRows(t, runJob(t, "alltoall", "--procs", "3", "--sizes", "8,4M,8M", "--iterations", "3", "--wait", "block", "--json"))
+	// 4 MiB to 2 peers is 8 MiB a round, 32 rounds in 256 MiB; 8 MiB
+	// would be 16 rounds, so the floor of 20.
+	want := map[int]int{8: 1000, 4 << 20: 32, 8 << 20: alltoallMinWarmup}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
+	}
+	for _, r := range rows {
+		if r.Warmup == nil || *r.Warmup != want[r.Size] || r.Iterations != 3 {
+			t.Errorf("row of %d B: warmup %s and %d timed rounds, want %d and 3", r.Size, intOrNone(r.Warmup), r.Iterations, want[r.Size])
+		}
+	}
+	// The rounds ran: rank 0 of 2 sent its peer one tiny message a
+	// round, 1000 untimed and 3 timed.
+	args := []string{"alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--wait", "block", "--counters"}
+	_, errb, err := runRank0(t, args...)
+	if err != nil {
+		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb)
+	}
+	if !strings.Contains(errb, "send tiny: 1003;") {
+		t.Errorf("mxbench %s: rank 0's counters do not show 1003 tiny sends:\n%s", strings.Join(args, " "), errb)
+	}
+	tab := runJob(t, "alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "7", "--wait", "block")
+	if !regexp.MustCompile(`(?m)^\s+8 B\s+3\s+7\s`).MatchString(tab) {
+		t.Errorf("the table does not show --warmup's 7 rounds:\n%s", tab)
+	}
+}
+
+// TestJobAlltoallWarmupTimeout: a warm-up that outlasts --timeout fails
+// with an error that says how to fit it in.
+func TestJobAlltoallWarmupTimeout(t *testing.T) {
+	args := []string{"alltoall", "--procs", "2", "--sizes", "8", "--iterations", "3", "--warmup", "1000000000", "--wait", "block", "--timeout", "5s"}
+	_, errb, err := runRank0(t, args...)
+	if err == nil || !strings.Contains(err.Error(), "give --warmup N or a longer --timeout") {
+		t.Errorf("mxbench %s: error %v, want one naming --warmup and --timeout\nstderr:\n%s", strings.Join(args, " "), err, errb)
+	}
+}
+
+// intOrNone prints an optional count.
+func intOrNone(p *int) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.Itoa(*p)
 }
 
 // TestJobSlurmEnv: two processes started as srun starts them (SLURM_PROCID,
@@ -642,17 +705,13 @@ func TestPrintCounters(t *testing.T) {
 // counted over the job, once it ended: an alltoall among 4 ranks sent
 // tiny messages, and it says how many.
 func TestJobCounters(t *testing.T) {
-	keepBinding(t)
-	t.Setenv(asMainEnv, "1")
 	args := []string{"alltoall", "--procs", "4", "--sizes", "8", "--iterations", "50", "--warmup", "2", "--wait", "block", "--verify", "--counters"}
-	var out, errb bytes.Buffer
-	err := run(&out, &errb, args)
-	os.Unsetenv(asMainEnv)
+	_, errb, err := runRank0(t, args...)
 	if err != nil {
-		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
+		t.Fatalf("mxbench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb)
 	}
-	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(errb), "\n")
 	if len(lines) != 1 || !strings.HasPrefix(lines[0], "mxbench: rank 0 of 4: board 0 counted: ") || !strings.Contains(lines[0], "send tiny: ") {
-		t.Fatalf("stderr of %s: want one line of rank 0's counters, with its tiny sends; got:\n%s", strings.Join(args, " "), errb.String())
+		t.Fatalf("stderr of %s: want one line of rank 0's counters, with its tiny sends; got:\n%s", strings.Join(args, " "), errb)
 	}
 }

@@ -49,7 +49,7 @@ func TestMpirunAlltoall(t *testing.T) {
 	mpirun := mpirunOrSkip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := mpirunCmd(ctx, mpirun, 4, []string{asMainEnv + "=1"}, "alltoall", "--sizes", "8,64K", "--iterations", "10", "--wait", "block", "--verify", "--json")
+	cmd := mpirunCmd(ctx, mpirun, 4, []string{asMainEnv + "=1"}, "alltoall", "--sizes", "8,64K", "--iterations", "10", "--warmup", "10", "--wait", "block", "--verify", "--json")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -97,7 +97,7 @@ func twoNodeJob(t *testing.T, env []string, args ...string) []string {
 // found rank 0 without GOMX_BOOTSTRAP, and says that ranks of one node
 // use shared memory and ranks of different nodes udp.
 func TestTwoNodesAlltoall(t *testing.T) {
-	outs := twoNodeJob(t, []string{asMainEnv + "=1"}, "alltoall", "--sizes", "8,4K,64K,1M", "--iterations", "5", "--wait", "block", "--verify", "--json")
+	outs := twoNodeJob(t, []string{asMainEnv + "=1"}, "alltoall", "--sizes", "8,4K,64K,1M", "--iterations", "5", "--warmup", "10", "--wait", "block", "--verify", "--json")
 	rows := jsonRows(t, outs[0])
 	if len(rows) != 4 {
 		t.Fatalf("%d rows from rank 0, want 4:\n%s", len(rows), outs[0])
@@ -174,7 +174,7 @@ func launcherJob(t *testing.T, launcher string, command func(p *netnstest.Pair, 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	args := append([]string{"netns", "exec", p.NSA}, command(p, agent)...)
-	args = append(args, os.Args[0], "alltoall", "--sizes", "8,64K,1M", "--iterations", "5", "--wait", "block", "--verify", "--json")
+	args = append(args, os.Args[0], "alltoall", "--sizes", "8,64K,1M", "--iterations", "5", "--warmup", "10", "--wait", "block", "--verify", "--json")
 	cmd := exec.CommandContext(ctx, "ip", args...)
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "GOMX_BOOTSTRAP=") && !strings.HasPrefix(e, "GOMX_SHM_DIR=") && !strings.HasPrefix(e, "PMI") && !strings.HasPrefix(e, "MPIR_CVAR_") {

@@ -27,7 +27,7 @@ func (t *jobTable) header(what string) {
 	switch t.cmd {
 	case "alltoall":
 		fmt.Fprintf(t.w, "# shm_MiB: the most shared memory a rank mapped; node_MiB: the node's, each segment once; rings: the most rings (both ways) of a rank; rss_MiB: the largest peak resident memory of a rank\n")
-		fmt.Fprintf(t.w, "%10s %8s %10s %10s %10s %10s %9s %10s %10s %8s %9s %6s %8s\n", "size", "rounds", "t_min_us", "t_avg_us", "t_max_us", "MB/s", "schedule", "strategy", "fallbacks", "shm_MiB", "node_MiB", "rings", "rss_MiB")
+		fmt.Fprintf(t.w, "%10s %8s %8s %10s %10s %10s %10s %9s %10s %10s %8s %9s %6s %8s\n", "size", "rounds", "warmup", "t_min_us", "t_avg_us", "t_max_us", "MB/s", "schedule", "strategy", "fallbacks", "shm_MiB", "node_MiB", "rings", "rss_MiB")
 	case "overlap":
 	default:
 		lat := "latency_us"
@@ -46,7 +46,11 @@ func (t *jobTable) row(r result) {
 	}
 	switch t.cmd {
 	case "alltoall":
-		fmt.Fprintf(t.w, "%10s %8d %10.2f %10.2f %10.2f %10.1f %9s %10s %10d %8.1f %9.1f %6d %8.1f\n", units.Format(int64(r.Size)), r.Iterations,
+		warmup := 0
+		if r.Warmup != nil {
+			warmup = *r.Warmup
+		}
+		fmt.Fprintf(t.w, "%10s %8d %8d %10.2f %10.2f %10.2f %10.1f %9s %10s %10d %8.1f %9.1f %6d %8.1f\n", units.Format(int64(r.Size)), r.Iterations, warmup,
 			r.TMinUS, r.TAvgUS, r.TMaxUS, r.MBPerS, r.Schedule, r.Strategy, r.Fallbacks, float64(r.ShmMappedMax)/(1<<20), float64(r.ShmNodeBytes)/(1<<20), r.ShmRingsMax, float64(r.RSSMax)/(1<<20))
 	case "overlap":
 		if r.Kind != t.lastKind {

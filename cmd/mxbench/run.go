@@ -44,6 +44,9 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 		f.faults.noteGiven(fs)
 		f.sleepWhenBlocking(cmd)
 	}
+	if cmd == "alltoall" {
+		f.alltoallFlags.noteWarmup(fs)
+	}
 	sizes, err := f.validate(cmd)
 	if err != nil {
 		return err

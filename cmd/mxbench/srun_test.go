@@ -64,7 +64,7 @@ func TestSrunJobs(t *testing.T) {
 		args []string
 		rows int
 	}{
-		{4, []string{"alltoall", "--sizes", "8,64K,1M", "--iterations", "10", "--wait", "block", "--verify", "--json"}, 3},
+		{4, []string{"alltoall", "--sizes", "8,64K,1M", "--iterations", "10", "--warmup", "10", "--wait", "block", "--verify", "--json"}, 3},
 		{2, []string{"pingpong", "--sizes", "8,4K,1M", "--iterations", "50", "--wait", "block", "--verify", "--json"}, 3},
 	} {
 		t.Run(fmt.Sprintf("%s-%d", c.args[0], c.n), func(t *testing.T) {

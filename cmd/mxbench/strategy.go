@@ -122,6 +122,9 @@ type jobResult struct {
 	TMaxUS float64 `json:"t_max_us,omitempty"`
 	// alltoall: the schedule that ran (linear, pairwise or bruck).
 	Schedule string `json:"schedule,omitempty"`
+	// alltoall: the untimed rounds before the timed ones (--warmup, or
+	// the size's default); nil for the other commands.
+	Warmup *int `json:"warmup,omitempty"`
 	// alltoall: the shared memory of the host path after the size ran
 	// (transport/shm's Footprint): the largest any rank mapped, the
 	// most rings (both ways) any rank had, and the node's total, each

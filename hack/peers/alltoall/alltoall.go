@@ -13,6 +13,19 @@
 // and rank 0 prints the fastest, mean and slowest rank's time per round. The
 // mean over ranks, t_avg, is IMB's figure and the one compared.
 //
+// # The warm-up
+//
+// Both libraries run the same untimed rounds before a size's timed ones,
+// Warmup's count by default: as many as the timed rounds, at least 20, so
+// many for small blocks and a few for large ones, as the OSU
+// micro-benchmarks skip many iterations of small messages and a few of
+// large ones. A job's first rounds are not its steady state (mx's ranks
+// start with the Go runtime's monitor polling every 20 µs, and its first
+// large rounds set up lanes and copies; docs/alltoall.md): 10 rounds of
+// 8 B left them in mx's figure. One job runs the sizes that share a
+// warm-up (Jobs), on either side, so the MPI program's single WARMUP
+// argument and mxbench's --warmup carry the same count.
+//
 // # The table
 //
 // One row per (ranks, size): Open MPI's t_avg, mx's t_avg and the schedule
@@ -48,7 +61,13 @@ var Source []byte
 
 // Point is one library's time per round at one job size and message size.
 type Point struct {
-	Ranks, Size, Iters     int
+	// Ranks is the job's processes, Size a block's bytes, Iters the
+	// timed rounds.
+	Ranks, Size, Iters int
+	// Warmup is the untimed rounds run before the Iters timed ones.
+	Warmup int
+	// TMinUS, TAvgUS and TMaxUS are the fastest, mean and slowest rank's
+	// time per round, in µs.
 	TMinUS, TAvgUS, TMaxUS float64
 	// Schedule is the schedule mxbench ran (linear, pairwise, bruck);
 	// empty for Open MPI, which picks its own inside MPI_Alltoall.
@@ -57,6 +76,47 @@ type Point struct {
 
 // Key names a point of the table.
 type Key struct{ Ranks, Size int }
+
+// MinWarmup is the fewest untimed rounds Warmup gives a size.
+const MinWarmup = 20
+
+// Warmup is the untimed rounds both libraries run before the timed rounds
+// of blocks of size bytes among ranks processes: as many as the timed
+// rounds (mxbench's rule, as in mpi/alltoall.c: 1000, fewer when a rank
+// would send more than 256 MiB), at least MinWarmup; mxbench alltoall's
+// own default without --warmup is the same. Among 4 ranks on 2 shared
+// CPUs mx's first 400-1,000 rounds of 8 B, 100-200 of 4 KiB, 30-40 of
+// 64 KiB and some 10 of 1 MiB took longer than the rest; Open MPI's were
+// level after 10 (docs/alltoall.md).
+func Warmup(size, ranks int) int {
+	perRound := size * max(ranks-1, 1)
+	if perRound > 0 && perRound*1000 > 256<<20 {
+		return max(MinWarmup, (256<<20)/perRound)
+	}
+	return 1000
+}
+
+// Job is one run of a library: its sizes, in order, each timed after the
+// same Warmup rounds.
+type Job struct {
+	Warmup int
+	Sizes  []int
+}
+
+// Jobs splits sizes, kept in their order, into runs of consecutive sizes
+// that warm up for as many rounds, warmup's count for each.
+func Jobs(sizes []int, warmup func(size int) int) []Job {
+	var out []Job
+	for _, s := range sizes {
+		w := warmup(s)
+		if n := len(out); n > 0 && out[n-1].Warmup == w {
+			out[n-1].Sizes = append(out[n-1].Sizes, s)
+			continue
+		}
+		out = append(out, Job{Warmup: w, Sizes: []int{s}})
+	}
+	return out
+}
 
 // Parse reads the MPI program's output for a job of ranks processes:
 // lines of "size iters t_min_us t_avg_us t_max_us". Anything else is
@@ -120,7 +180,8 @@ func Target(size int) float64 {
 type Verdict struct{ Points, Met int }
 
 // WriteTable prints one row per (ranks, size) that both libraries
-// measured, in ascending order, and the summary line.
+// measured, in ascending order, with the warm-up rounds before it (both
+// sides', or Open MPI's/mx's when they differ), and the summary line.
 func WriteTable(w io.Writer, ompi, mx map[Key]Point) Verdict {
 	var keys []Key
 	for k := range mx {
@@ -135,7 +196,7 @@ func WriteTable(w io.Writer, ompi, mx map[Key]Point) Verdict {
 		return keys[i].Size < keys[j].Size
 	})
 	var v Verdict
-	fmt.Fprintf(w, "%5s %8s %14s %14s %9s %7s %8s  %s\n", "ranks", "size", "Open MPI us", "mx us", "schedule", "mx/OMPI", "target", "")
+	fmt.Fprintf(w, "%5s %8s %7s %14s %14s %9s %7s %8s  %s\n", "ranks", "size", "warmup", "Open MPI us", "mx us", "schedule", "mx/OMPI", "target", "")
 	for _, k := range keys {
 		o, m := ompi[k], mx[k]
 		ratio := math.Inf(1)
@@ -149,7 +210,13 @@ func WriteTable(w io.Writer, ompi, mx map[Key]Point) Verdict {
 			v.Met++
 			verdict = "met"
 		}
-		fmt.Fprintf(w, "%5d %8s %14.1f %14.1f %9s %6.2fx %7s  %s\n", k.Ranks, units.Format(int64(k.Size)),
+		// Both sides run the same warm-up; a table of points that did
+		// not says so in the column.
+		warm := strconv.Itoa(o.Warmup)
+		if m.Warmup != o.Warmup {
+			warm = fmt.Sprintf("%d/%d", o.Warmup, m.Warmup)
+		}
+		fmt.Fprintf(w, "%5d %8s %7s %14.1f %14.1f %9s %6.2fx %7s  %s\n", k.Ranks, units.Format(int64(k.Size)), warm,
 			o.TAvgUS, m.TAvgUS, m.Schedule, ratio, fmt.Sprintf("<=%.1fx", Target(k.Size)), verdict)
 	}
 	fmt.Fprintf(w, "targets met at %d of %d points\n", v.Met, v.Points)
@@ -157,8 +224,9 @@ func WriteTable(w io.Writer, ompi, mx map[Key]Point) Verdict {
 }
 
 // Plot draws t_avg against ranks, one line per message size and library,
-// into path; cores names the host's CPU count in the title.
-func Plot(ompi, mx map[Key]Point, cores int, path string) error {
+// into path; the title names the host's CPU count, cores, and the
+// warm-up, warmup (e.g. "as many untimed rounds as timed").
+func Plot(ompi, mx map[Key]Point, cores int, warmup, path string) error {
 	var series []chart.Series
 	add := func(lib string, pts map[Key]Point) {
 		bySize := map[int][]Point{}
@@ -182,6 +250,6 @@ func Plot(ompi, mx map[Key]Point, cores int, path string) error {
 	}
 	add("Open MPI", ompi)
 	add("mx", mx)
-	return chart.Chart{Title: fmt.Sprintf("alltoall on one host of %d cores: time per round", cores),
+	return chart.Chart{Title: fmt.Sprintf("alltoall on one host of %d cores: time per round after %s", cores, warmup),
 		XLabel: "ranks", YLabel: "t_avg (us)", LogX: true, LogY: true, Series: series}.Save(path)
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,10 +36,10 @@ func TestParse(t *testing.T) {
 // TestTable: each point is held to its size's target, only points both
 // libraries measured are compared, and the best round is the one kept.
 func TestTable(t *testing.T) {
-	ompi := Best([]Point{{Ranks: 4, Size: 8, TAvgUS: 10}, {Ranks: 4, Size: 1 << 20, TAvgUS: 1000}, {Ranks: 8, Size: 8, TAvgUS: 20}})
+	ompi := Best([]Point{{Ranks: 4, Size: 8, TAvgUS: 10, Warmup: 1000}, {Ranks: 4, Size: 1 << 20, TAvgUS: 1000, Warmup: 85}, {Ranks: 8, Size: 8, TAvgUS: 20}})
 	mx := Best(
-		[]Point{{Ranks: 4, Size: 8, TAvgUS: 12, Schedule: "linear"}, {Ranks: 4, Size: 1 << 20, TAvgUS: 400, Schedule: "pairwise"}},
-		[]Point{{Ranks: 4, Size: 8, TAvgUS: 9, Schedule: "bruck"}, {Ranks: 16, Size: 8, TAvgUS: 1}},
+		[]Point{{Ranks: 4, Size: 8, TAvgUS: 12, Schedule: "linear", Warmup: 1000}, {Ranks: 4, Size: 1 << 20, TAvgUS: 400, Schedule: "pairwise", Warmup: 10}},
+		[]Point{{Ranks: 4, Size: 8, TAvgUS: 9, Schedule: "bruck", Warmup: 1000}, {Ranks: 16, Size: 8, TAvgUS: 1}},
 	)
 	var b bytes.Buffer
 	v := WriteTable(&b, ompi, mx)
@@ -46,7 +47,7 @@ func TestTable(t *testing.T) {
 		t.Errorf("verdict %+v, want 2 of 2 met:\n%s", v, b.String())
 	}
 	out := b.String()
-	for _, want := range []string{"bruck", "0.90x", "0.40x", "<=0.5x", "targets met at 2 of 2 points"} {
+	for _, want := range []string{"bruck", "0.90x", "0.40x", "<=0.5x", "targets met at 2 of 2 points", "   1000 ", " 85/10 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
@@ -60,11 +61,42 @@ func TestTable(t *testing.T) {
 		t.Errorf("0.6x at 1 MiB passed its 0.5x target: %+v\n%s", v, b.String())
 	}
 	path := filepath.Join(t.TempDir(), "a2a.svg")
-	if err := Plot(ompi, mx, 2, path); err != nil {
+	if err := Plot(ompi, mx, 2, "as many untimed rounds as timed", path); err != nil {
 		t.Fatal(err)
 	}
-	if svg, _ := os.ReadFile(path); !bytes.Contains(svg, []byte("2 cores")) {
+	svg, _ := os.ReadFile(path)
+	if !bytes.Contains(svg, []byte("2 cores")) {
 		t.Error("the plot's title does not name the core count")
+	}
+	if !bytes.Contains(svg, []byte("as many untimed rounds as timed")) {
+		t.Error("the plot's title does not name the warm-up")
+	}
+}
+
+// TestJobs: small sizes warm up for as many rounds as they are timed and
+// large ones for fewer, never under MinWarmup; sizes that share a warm-up
+// share a job, and the sizes keep their order.
+func TestJobs(t *testing.T) {
+	for _, c := range []struct{ size, ranks, want int }{
+		{8, 4, 1000}, {4 << 10, 16, 1000}, {64 << 10, 4, 1000}, {64 << 10, 16, 273}, {1 << 20, 4, 85}, {1 << 20, 32, MinWarmup},
+	} {
+		if got := Warmup(c.size, c.ranks); got != c.want {
+			t.Errorf("Warmup(%d, %d ranks) = %d, want %d", c.size, c.ranks, got, c.want)
+		}
+	}
+	w := func(size int) int { return Warmup(size, 16) }
+	jobs := Jobs([]int{8, 4 << 10, 64 << 10, 1 << 20, 16}, w)
+	want := []Job{{1000, []int{8, 4 << 10}}, {273, []int{64 << 10}}, {MinWarmup, []int{1 << 20}}, {1000, []int{16}}}
+	if len(jobs) != len(want) {
+		t.Fatalf("Jobs = %+v, want %+v", jobs, want)
+	}
+	for i := range want {
+		if jobs[i].Warmup != want[i].Warmup || !slices.Equal(jobs[i].Sizes, want[i].Sizes) {
+			t.Errorf("job %d: %+v, want %+v", i, jobs[i], want[i])
+		}
+	}
+	if one := Jobs([]int{8, 1 << 20}, func(int) int { return 10 }); len(one) != 1 || one[0].Warmup != 10 {
+		t.Errorf("one warm-up for every size gave %+v, want one job of 10 rounds", one)
 	}
 }
 

@@ -41,9 +41,6 @@ func main() {
 	}
 }
 
-// warmup is both sides' untimed rounds per size (mxbench's default).
-const warmup = 10
-
 func run(stdout, stderr io.Writer, args []string) error {
 	fs := flag.NewFlagSet("peers-alltoall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -53,7 +50,8 @@ func run(stdout, stderr io.Writer, args []string) error {
 	plot := fs.String("plot", "peers-alltoall.svg", "the chart of time per round against ranks (`FILE`.svg or .png)")
 	wait := fs.String("wait", "auto", "mxbench's waits: spin (busy-poll, as Open MPI does), block, or auto: spin when the host has a core per rank, block when the job oversubscribes it")
 	install := fs.Bool("install", true, "as root, apt-get install Open MPI and its compiler wrapper when missing")
-	rounds := fs.Int("rounds", 1, "measure every point this many times, interleaved (Open MPI, then mx, per job size), and keep each point's best")
+	warmup := fs.Int("warmup", -1, fmt.Sprintf("untimed rounds before every size's timed ones, on both sides alike; -1: as many as the size's timed rounds, at least %d (alltoall.Warmup)", alltoall.MinWarmup))
+	rounds := fs.Int("rounds", 1, "measure every point this many times, interleaved (Open MPI, then mx, per job), and keep each point's best")
 	timeout := fs.Duration("timeout", time.Hour, "bound on the whole run")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -63,6 +61,9 @@ func run(stdout, stderr io.Writer, args []string) error {
 	}
 	if *rounds < 1 {
 		return fmt.Errorf("-rounds %d: give 1 or more", *rounds)
+	}
+	if *warmup < -1 {
+		return fmt.Errorf("-warmup %d: give 0 or more rounds, or -1 for the rounds by size", *warmup)
 	}
 	switch *wait {
 	case "spin", "block", "auto":
@@ -117,17 +118,21 @@ func run(stdout, stderr io.Writer, args []string) error {
 				}
 			}
 			waits[n] = w
-			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: Open MPI, %d ranks\n", k, *rounds, n)
-			pts, err := retryOnce(stderr, func() ([]alltoall.Point, error) { return ompi(ctx, dir, prog, n, sz) })
-			if err != nil {
-				return err
+			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: %d ranks, each job by Open MPI, then by mxbench with %s waits\n", k, *rounds, n, w)
+			// Each job runs on both sides back to back, so a change of
+			// the host's load between jobs falls on both alike.
+			for _, j := range plan(sz, n, *warmup) {
+				pts, err := retryOnce(stderr, func() ([]alltoall.Point, error) { return ompi(ctx, dir, prog, n, j) })
+				if err != nil {
+					return err
+				}
+				o = append(o, pts...)
+				pts, err = retryOnce(stderr, func() ([]alltoall.Point, error) { return mxAlltoall(ctx, mxbench, n, j, w) })
+				if err != nil {
+					return err
+				}
+				m = append(m, pts...)
 			}
-			o = append(o, pts...)
-			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: mxbench, %d ranks, %s waits\n", k, *rounds, n, w)
-			if pts, err = retryOnce(stderr, func() ([]alltoall.Point, error) { return mxAlltoall(ctx, mxbench, n, sz, w) }); err != nil {
-				return err
-			}
-			m = append(m, pts...)
 		}
 		ompiRounds, mxRounds = append(ompiRounds, o), append(mxRounds, m)
 	}
@@ -136,10 +141,14 @@ func run(stdout, stderr io.Writer, args []string) error {
 	for _, n := range nr {
 		wl = append(wl, fmt.Sprintf("%d:%s", n, waits[n]))
 	}
-	fmt.Fprintf(stdout, "# alltoall among the processes of one host of %d cores, %s; t_avg per round (IMB's mean over ranks), best of %d round(s); Open MPI %s with its defaults (--oversubscribe); mx waits by ranks: %s\n",
-		cores, time.Now().UTC().Format(time.RFC3339), *rounds, ompiVersion(ctx), strings.Join(wl, " "))
+	warm := fmt.Sprintf("as many untimed rounds as timed (at least %d)", alltoall.MinWarmup)
+	if *warmup >= 0 {
+		warm = fmt.Sprintf("%d untimed rounds", *warmup)
+	}
+	fmt.Fprintf(stdout, "# alltoall among the processes of one host of %d cores, %s; t_avg per round (IMB's mean over ranks), best of %d round(s), each after %s on both sides; Open MPI %s with its defaults (--oversubscribe); mx waits by ranks: %s\n",
+		cores, time.Now().UTC().Format(time.RFC3339), *rounds, warm, ompiVersion(ctx), strings.Join(wl, " "))
 	alltoall.WriteTable(stdout, bo, bm)
-	if err := alltoall.Plot(bo, bm, cores, *plot); err != nil {
+	if err := alltoall.Plot(bo, bm, cores, warm, *plot); err != nil {
 		return fmt.Errorf("-plot %s: %w", *plot, err)
 	}
 	fmt.Fprintf(stdout, "# plot: %s\n", *plot)
@@ -195,13 +204,43 @@ func build(ctx context.Context, dir string) (prog, mxbench string, err error) {
 	return prog, mxbench, nil
 }
 
-// ompi runs the MPI program among n processes of this host.
-func ompi(ctx context.Context, dir, prog string, n int, sizes []int) ([]alltoall.Point, error) {
-	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(n), prog, strconv.Itoa(warmup)}
-	for _, s := range sizes {
+// plan is the jobs each library runs among n ranks: the sizes with
+// alltoall.Warmup's rounds, or with warmup rounds every one when it is 0
+// or more (-warmup).
+func plan(sizes []int, n, warmup int) []alltoall.Job {
+	if warmup >= 0 {
+		return alltoall.Jobs(sizes, func(int) int { return warmup })
+	}
+	return alltoall.Jobs(sizes, func(size int) int { return alltoall.Warmup(size, n) })
+}
+
+// ompiArgs is mpirun's command line for job j of the MPI program prog
+// among n processes: the program takes the warm-up, then the sizes.
+func ompiArgs(prog string, n int, j alltoall.Job) []string {
+	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(n), prog, strconv.Itoa(j.Warmup)}
+	for _, s := range j.Sizes {
 		args = append(args, strconv.Itoa(s))
 	}
-	c := exec.CommandContext(ctx, "mpirun.openmpi", args...)
+	return args
+}
+
+// mxArgs is mxbench's command line for job j among n processes it
+// starts, with wait's waits. mxbench's default --timeout bounds its
+// connecting, each size's warm-up and then its timed rounds, so a stuck
+// job fails in minutes and retryOnce can run it again.
+func mxArgs(n int, j alltoall.Job, wait string) []string {
+	var list []string
+	for _, s := range j.Sizes {
+		list = append(list, strconv.Itoa(s))
+	}
+	return []string{"alltoall", "--procs", strconv.Itoa(n), "--sizes", strings.Join(list, ","),
+		"--wait", wait, "--warmup", strconv.Itoa(j.Warmup), "--json"}
+}
+
+// ompi runs job j of the MPI program among n processes of this host.
+func ompi(ctx context.Context, dir, prog string, n int, j alltoall.Job) ([]alltoall.Point, error) {
+	sizes := j.Sizes
+	c := exec.CommandContext(ctx, "mpirun.openmpi", ompiArgs(prog, n, j)...)
 	c.Dir = dir
 	var errb bytes.Buffer
 	c.Stderr = &errb
@@ -212,6 +251,9 @@ func ompi(ctx context.Context, dir, prog string, n int, sizes []int) ([]alltoall
 	pts, err := alltoall.Parse(out, n)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", strings.Join(c.Args, " "), err)
+	}
+	for i := range pts {
+		pts[i].Warmup = j.Warmup
 	}
 	if len(pts) != len(sizes) {
 		return nil, fmt.Errorf("%s printed %d sizes of %d:\n%s", strings.Join(c.Args, " "), len(pts), len(sizes), out)
@@ -227,16 +269,13 @@ type mxRow struct {
 	TAvgUS     float64 `json:"t_avg_us"`
 	TMaxUS     float64 `json:"t_max_us"`
 	Schedule   string  `json:"schedule"`
+	Warmup     *int    `json:"warmup"`
 }
 
-// mxAlltoall runs mxbench alltoall among n processes it starts.
-func mxAlltoall(ctx context.Context, mxbench string, n int, sizes []int, wait string) ([]alltoall.Point, error) {
-	var list []string
-	for _, s := range sizes {
-		list = append(list, strconv.Itoa(s))
-	}
-	c := exec.CommandContext(ctx, mxbench, "alltoall", "--procs", strconv.Itoa(n), "--sizes", strings.Join(list, ","),
-		"--wait", wait, "--warmup", strconv.Itoa(warmup), "--json")
+// mxAlltoall runs job j of mxbench alltoall among n processes it starts.
+func mxAlltoall(ctx context.Context, mxbench string, n int, j alltoall.Job, wait string) ([]alltoall.Point, error) {
+	sizes := j.Sizes
+	c := exec.CommandContext(ctx, mxbench, mxArgs(n, j, wait)...)
 	var errb bytes.Buffer
 	c.Stderr = &errb
 	out, err := c.Output()
@@ -251,7 +290,16 @@ func mxAlltoall(ctx context.Context, mxbench string, n int, sizes []int, wait st
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("mxbench alltoall: %v in %q", err, sc.Text())
 		}
-		pts = append(pts, alltoall.Point{Ranks: n, Size: r.Size, Iters: r.Iterations, TMinUS: r.TMinUS, TAvgUS: r.TAvgUS, TMaxUS: r.TMaxUS, Schedule: r.Schedule})
+		// An mxbench that reports another warm-up than it was given
+		// would compare unlike rounds.
+		if r.Warmup == nil || *r.Warmup != j.Warmup {
+			got := "none"
+			if r.Warmup != nil {
+				got = strconv.Itoa(*r.Warmup)
+			}
+			return nil, fmt.Errorf("%s: the row of %d B reports warm-up %s, not the %d rounds asked", strings.Join(c.Args, " "), r.Size, got, j.Warmup)
+		}
+		pts = append(pts, alltoall.Point{Ranks: n, Size: r.Size, Iters: r.Iterations, Warmup: *r.Warmup, TMinUS: r.TMinUS, TAvgUS: r.TAvgUS, TMaxUS: r.TMaxUS, Schedule: r.Schedule})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
