@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,10 +65,30 @@ func runRank0(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	keepBinding(t)
 	t.Setenv(asMainEnv, "1")
-	var out, errb bytes.Buffer
+	var out, errb syncBuffer
 	err = run(&out, &errb, args)
 	os.Unsetenv(asMainEnv)
 	return out.String(), errb.String(), err
+}
+
+// syncBuffer is a bytes.Buffer for several writers: rank 0 writes its
+// own lines (a failed job's counters, say) while the goroutines copying
+// its ranks' output write theirs, each under a lock of its own.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // keepBinding gives this process back, when the test ends, the CPUs and
