@@ -69,7 +69,7 @@ func isFDLimit(err error) bool {
 // it cannot open a descriptor now, and nil when it can: what a message
 // whose descriptors the kernel dropped (MSG_CTRUNC) is checked against.
 func fdLimitHere() error {
-	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err == nil {
 		unix.Close(fd)
 		return nil
@@ -86,18 +86,23 @@ func ownFDLimit(cause error) error {
 		return fmt.Errorf("%w: the system's open files reached fs.file-max (%v): raise it (sysctl fs.file-max)", ErrFDLimit, cause)
 	}
 	var rl unix.Rlimit
-	limit := "its limit"
+	limit, raise := "its limit", "raise it with `ulimit -n` in the shell that starts it"
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
 		limit = fmt.Sprintf("its limit of %d", rl.Cur)
+		if rl.Cur >= rl.Max {
+			// The Go runtime raises the soft limit to the hard one at
+			// start-up: only the hard limit can move.
+			raise += " after raising the hard limit (`ulimit -Hn` as root, LimitNOFILE= of a systemd unit, or /etc/security/limits.conf)"
+		}
 	}
-	return fmt.Errorf("%w: this process (pid %d) holds %s open files (RLIMIT_NOFILE): raise it with `ulimit -n` in the shell that starts it (or run fewer processes a host)",
-		ErrFDLimit, os.Getpid(), limit)
+	return fmt.Errorf("%w: this process (pid %d) holds %s open files (RLIMIT_NOFILE): %s (or run fewer processes per host)",
+		ErrFDLimit, os.Getpid(), limit, raise)
 }
 
 // peerFDLimit is ErrFDLimit for a peer at its limit, which did what
 // ("refused the connection").
 func peerFDLimit(peer transport.NICID, pid int, what string) error {
-	return fmt.Errorf("%w: board %v's process (pid %d) is at its limit of open files (RLIMIT_NOFILE) and %s: raise its `ulimit -n` (or run fewer processes a host)",
+	return fmt.Errorf("%w: board %v's process (pid %d) is at its limit of open files (RLIMIT_NOFILE) and %s: raise its limit (`ulimit -n`, or the hard limit, `ulimit -Hn` as root or LimitNOFILE=; or run fewer processes per host)",
 		ErrFDLimit, peer, pid, what)
 }
 
@@ -129,9 +134,10 @@ type fdSpare struct {
 	held bool // false: none (taken by someone else when it was given up)
 }
 
-// take opens the spare descriptor.
+// take opens the spare descriptor: an eventfd, which needs no file (a
+// chroot or sandbox may have no /dev/null).
 func (s *fdSpare) take() error {
-	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
 		return err
 	}
