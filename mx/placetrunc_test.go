@@ -39,8 +39,12 @@ func TestPlacedPullTruncated(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			checkLeaks(t)
 			o := zcOptions("on")
-			// No re-request of a late frame, however slow the host.
+			// No re-request of a late frame, however slow the host, and a
+			// give-up budget (ResendDelay × ResendMax, 8 s by zcOptions)
+			// past those timers: a frame lost under a loaded TCG guest is
+			// resent at the RTO, not given up on before it.
 			o.PullTimeout, o.RTOMin, o.RTOMax = 10*time.Second, 10*time.Second, 10*time.Second
+			o.ResendMax = int(time.Minute / o.ResendDelay)
 			pr := newPairOn(t, zcWire(t, m, nil, nil), o)
 			pc := pr.bb.plc
 			if pc == nil {
