@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,30 +64,18 @@ func runRank0(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	keepBinding(t)
 	t.Setenv(asMainEnv, "1")
-	var out, errb syncBuffer
-	err = run(&out, &errb, args)
+	// Rank 0 writes its own lines (a failed job's counters, say) while
+	// the goroutines copying its ranks' output write theirs: both reach
+	// the buffers through one lock.
+	var out, errb bytes.Buffer
+	o, e := &lockedWriter{w: &out}, &lockedWriter{w: &errb}
+	err = run(o, e, args)
 	os.Unsetenv(asMainEnv)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return out.String(), errb.String(), err
-}
-
-// syncBuffer is a bytes.Buffer for several writers: rank 0 writes its
-// own lines (a failed job's counters, say) while the goroutines copying
-// its ranks' output write theirs, each under a lock of its own.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // keepBinding gives this process back, when the test ends, the CPUs and
