@@ -43,9 +43,10 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // messages all go unanswered is given up on by time (giveup.go). Messages
 // sent before a question do not time the round trip when their ack comes
 // (Karn's rule): it may have waited for an earlier message's recovery.
-// Toward an Open-MX peer, a peer reached through the rings (they lose
-// nothing while the peer lives, host.go), and before a round trip was
-// measured, the probe and the RTO act.
+// Toward an Open-MX peer and a peer reached through the rings (they lose
+// nothing while the peer lives, host.go) the probe and the RTO act. A
+// gomx peer is asked before a round trip was measured too, after the
+// RTO's fallback (askWait).
 //
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it
@@ -106,10 +107,11 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // anyway) so the count cannot wrap.
 const askBackoffMax = 32
 
-// askable reports whether p may be asked: a gomx peer that announced
-// ExtAsk, a measured round trip, and a network path (not the rings).
+// askable reports whether p may be asked, its messages' and its pulls'
+// late answers alike: a gomx peer that announced ExtAsk, reached over a
+// network path (not the rings), measured round trip or not.
 func (p *partner) askable() bool {
-	return p.ask && p.rtt.ok && p.rtoMin() <= int64(p.ep.b.opts.RTOMin)
+	return p.ask && p.rtoMin() <= int64(p.ep.b.opts.RTOMin)
 }
 
 // askWait is how long the newest unacked message waits before an ask,
@@ -118,10 +120,25 @@ func (p *partner) askable() bool {
 // default) for the clock reads of a polling waiter and the peer's
 // handling. A sleeping board's fine timer fires at the deadline of every
 // message sent (finetimer.go), most of them answered already: the margin
-// also keeps those wake-ups from coming every few round trips.
+// also keeps those wake-ups from coming every few round trips. Before a
+// round trip was measured it is the RTO's fallback (ResendDelay plus the
+// descheduling allowance: unmeasured); at most RTOMax either way.
+//
+// A partner may never measure one: an RNDV's ack gives no sample (it may
+// wait for the receive to be posted), so a sender of large messages alone
+// measures nothing after its first small message, and when that one's
+// round trip came too late to give a sample (a loaded machine, a probe
+// that overtook it) the probe and the RTO had kept acting for the whole
+// stream, resending RNDVs a descheduled receiver held (a lossless 1 MiB
+// UDP stream at load 20-30: a probe and 8-24 timer resends).
 func (p *partner) askWait(backoff int) int64 {
 	b := p.ep.b
-	t := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
+	var t int64
+	if p.rtt.ok {
+		t = max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
+	} else {
+		t = p.rto(b.opts.ResendDelay, 0)
+	}
 	for i := 0; i < backoff && t < int64(b.opts.RTOMax); i++ {
 		t *= 2
 	}
@@ -344,19 +361,13 @@ func (p *partner) onAnswer() {
 	}
 }
 
-// pullAskable reports whether p's pulls ask instead of re-requesting on a
-// timer: a gomx peer that announced ExtAsk, reached over a network path.
-func (p *partner) pullAskable() bool {
-	return p.ask && p.rtoMin() <= int64(p.ep.b.opts.RTOMin)
-}
-
 // askable reports whether pl asks its partner about late replies instead
-// of re-requesting on its timer: toward a peer that answers (pullAskable),
+// of re-requesting on its timer: toward a peer that answers (askable),
 // unless the NIC places its replies on lane 0, where every answer would
 // take a descriptor ahead of its spans (placerecv.go) and move each reply
 // after it off its own.
 func (pl *pull) askable() bool {
-	return pl.p.pullAskable() && (pl.pp == nil || pl.pp.lane > 0)
+	return pl.p.askable() && (pl.pp == nil || pl.pp.lane > 0)
 }
 
 // pullAskWait is how long a pull block's silence lasts before a question

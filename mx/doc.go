@@ -130,7 +130,8 @@
 // of a burst RTOMin/4 after it (not AckDelay), so a paused stream's tail
 // is acked before the sender would probe it. Between two gomx boards (ExtAsk), the newest
 // request unacked for twice the smoothed round trip (or srtt + 4*rttvar)
-// plus RTOMin/8 (half a tail's ack delay), with no allowance, first makes the sender ask the peer
+// plus RTOMin/8 (half a tail's ack delay), with no allowance (before the first sample ResendDelay
+// plus the allowance, at most RTOMax), first makes the sender ask the peer
 // what it holds (a TRUC flagged TrucAsk, answered at once): what the answer
 // shows lost is resent then, so a lost ping or pong costs that wait and a
 // round trip, while a peer that is only late answers when it runs and
