@@ -20,7 +20,9 @@ type BoardOptions struct {
 	NotAckedMax int
 	// ResendDelay is the retransmission period of connects, and of
 	// unacked messages to a partner whose round trip is not measured yet
-	// (then the RTO, RTOMin..RTOMax, applies). Default 500 ms.
+	// (then the RTO, RTOMin..RTOMax, applies); for a gomx peer that takes
+	// questions it is instead the wait before the first question.
+	// Default 500 ms.
 	ResendDelay time.Duration
 	// ResendMax is how many resends make a peer unreachable. Default 1000
 	// (OMX_RESENDS_MAX): about 500 s with the default delay, counted on

@@ -103,6 +103,11 @@ func TestNoSpuriousRecovery(t *testing.T) {
 					opts.BusyPoll = busy
 					if c.unmeasured != 0 {
 						opts.ResendDelay, opts.PullTimeout = c.unmeasured, c.unmeasured
+						// Keep the give-up budget (ResendDelay × ResendMax,
+						// and a pull's without progress) at the default's
+						// 500 s: a loaded host must not turn a slow pass into
+						// ErrUnreachable.
+						opts.ResendMax = int(500 * time.Second / c.unmeasured)
 					}
 					checkNoSpurious(t, tf, opts, m, c.warm, c.run)
 				})
