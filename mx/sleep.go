@@ -56,7 +56,7 @@ import (
 // producer writes the eventfd only to a consumer that said it sleeps), so
 // large messages there stay the owner's.
 //
-// One waiter of a board at a time owns its sources so (sleepOwner); the
+// One waiter of a board at a time owns its sources so (sleepState.owner); the
 // others sleep on their channels, and are completed by the
 // owner's receives. A waiter takes a source whose loop is inside Recv by
 // asking the loop to step aside (the transport's Wake) and waiting a

@@ -3,7 +3,7 @@ package xdp
 // This file is the only place that spells kernel UAPI names: the AF_XDP
 // socket ABI of linux/if_xdp.h, the XDP program context of linux/bpf.h, and
 // the ethtool ioctl ABI of linux/ethtool.h. Everything else in the package
-// uses the Go names defined here. abi_test.go checks sizes and offsets.
+// uses the Go names defined here. abi_unsafe_test.go checks sizes and offsets.
 
 // AF_XDP socket level, options and bind flags (linux/if_xdp.h).
 const (

@@ -222,8 +222,8 @@ func (q *queue) waiterWord(id uint32) *atomic.Uint64 {
 // waits for room: its bit in the waiters' bitmap, then the wait flag, so
 // that the consumer publishes its head as soon as it frees cells (release)
 // rather than every eighth of the queue, and then writes the producer's
-// room bell (Transport.wakeWaiters). The caller looks for room again
-// after this (claim loads the head): the stores here and the consumer's
+// room bell (takeWaiters, Transport.wakeProducer). The caller looks for
+// room again after this (claim loads the head): the stores here and the consumer's
 // store of its head and load of the flag after it are sequentially
 // consistent (Dekker), so either the producer finds the room or the
 // consumer finds the flag and the bit. Loads first: a producer that waits
@@ -371,7 +371,8 @@ func (q *qConsumer) advance(k uint64) {
 // consumed since it last was, or at once when a producer said it found the
 // queue full (wantRoom), or always, with force. Called when no frame of
 // those cells is lent out any more. It reports whether producers wait for
-// the room it published: the caller wakes them (Transport.wakeWaiters).
+// the room it published: the caller wakes them (takeWaiters,
+// Transport.wakeProducer).
 func (q *qConsumer) release(force bool) (wake bool) {
 	n := q.n()
 	for c := q.freed; c < q.cur; c++ {

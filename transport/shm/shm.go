@@ -312,7 +312,7 @@ type Transport struct {
 	qDead    []*inRing
 	qSeen    []*inRing // the Recv side's copy of qProd's entries it used, by id
 	qNextID  uint32
-	qHigh    atomic.Uint32 // the highest producer id given (qWaiters)
+	qHigh    atomic.Uint32 // the highest producer id given: takeWaiters' bound
 	lanesIn  int
 	lanesOut atomic.Int32
 	// Spare lanes (spare.go): segments made ahead of an ask (under

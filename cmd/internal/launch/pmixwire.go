@@ -135,7 +135,7 @@ func (p *pmixPacker) boolInfo(key string, v bool) {
 	p.rawValue(pmixBool, []byte{b})
 }
 
-// byteObjectKval appends, unframed, a kval whose value is a byte object:
+// appendByteObjectKval appends, unframed, a kval whose value is a byte object:
 // the contents of a buffer a commit carries.
 func appendByteObjectKval(b []byte, key string, v []byte) []byte {
 	q := pmixPacker{b: b}
