@@ -101,12 +101,14 @@ func (o *Options) fill() error {
 
 // Info describes an open channel or DSA work queue.
 type Info struct {
+	// Addr is the PCI function the channel or work queue belongs to.
 	Addr pci.Address
 	// Index is the channel's number within its function; Channels is the
 	// function's CHANCNT. For a DSA work queue: the WQ's number, and how
 	// many WQs the device was configured with.
 	Index, Channels int
-	Device          uint16
+	// Device is the function's PCI device ID.
+	Device uint16
 	// Platform names the CBDMA generation, or the DSA ("DSA (Sapphire
 	// Rapids)").
 	Platform hw.Platform
@@ -116,12 +118,18 @@ type Info struct {
 	Version, Effective uint8
 	// MaxTransfer is the largest transfer per descriptor (2^XFERCAP).
 	MaxTransfer int
-	Fill        bool
+	// Fill says whether the engine can fill memory with a pattern
+	// (DMACAP's fill bit; a DSA's OPCAP).
+	Fill bool
 	// Compare and CRC say whether the queue offers memory compare and
 	// CRC generation (a DSA whose OPCAP has them; never CBDMA).
 	Compare, CRC bool
-	RingSize     int
-	Interrupts   bool
+	// RingSize is the descriptor ring's length in descriptors
+	// (Options.RingSize).
+	RingSize int
+	// Interrupts says whether completions can be waited for on an
+	// interrupt (Options.Interrupts, and the device gave one).
+	Interrupts bool
 	// WasInUse is set when CHANCTRL.IN_USE was already claimed at open
 	// and Options.TakeOver took the channel over: a previous owner did not
 	// release it (it crashed, or another driver holds it).
@@ -150,7 +158,7 @@ type Stats struct {
 	Failed      uint64 // requests failed
 	Retried     uint64 // descriptors re-queued after a recovery
 	Recoveries  uint64 // channel resets after an error
-	Doorbells   uint64
+	Doorbells   uint64 // doorbell (descriptor count or portal) writes
 	Interrupts  uint64 // interrupt waits that woke on a signal
 	StallChecks uint64 // CHANSTS MMIO reads after the write-back did not move
 	Watchdogs   uint64 // requests failed because the channel stopped completing
@@ -158,7 +166,7 @@ type Stats struct {
 	// PageFaults the descriptors resumed after a page fault (the kernel
 	// path, whose addresses are the process's).
 	EnqRetries uint64
-	PageFaults uint64
+	PageFaults uint64 // descriptors resumed after a page fault
 	// SpunWaits counts Engine.Wait calls that polled a request of this
 	// channel (for up to EngineOptions.SpinWait) because it was not
 	// complete at their first look. Engine.ChannelStats fills it;

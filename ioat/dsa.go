@@ -500,6 +500,7 @@ type DSAError struct {
 	Touch error
 }
 
+// Error describes the failure in one line: the operation and its cause.
 func (e *DSAError) Error() string {
 	switch {
 	case e.Stalled && e.Kernel:

@@ -54,6 +54,7 @@ const (
 
 var policyNames = [...]string{"round-robin", "least-loaded", "stripe", "dedicated", "adaptive"}
 
+// String gives the policy's name ("round-robin", "stripe", ...).
 func (p Policy) String() string {
 	if int(p) < len(policyNames) {
 		return policyNames[p]

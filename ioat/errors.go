@@ -69,6 +69,8 @@ type ChanError struct {
 	Waited  time.Duration
 }
 
+// Error describes the failure in one line: the channel, the operation and
+// its cause.
 func (e *ChanError) Error() string {
 	if e.Stalled {
 		return fmt.Sprintf("ioat %s: %s failed: the channel made no progress for %v with the request outstanding (CHANSTS state %v, no CHANERR bits); the watchdog reset the channel", e.Addr, e.Op, e.Waited, e.State)

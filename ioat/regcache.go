@@ -81,8 +81,8 @@ type CacheStats struct {
 	Hits, Misses, Evictions uint64
 	// Invalidations counts entries dropped by Engine.Invalidate.
 	Invalidations uint64
-	Entries       int
-	Bytes         int64
+	Entries       int   // mappings held now
+	Bytes         int64 // bytes those mappings cover
 }
 
 func (r *regCache) stats() CacheStats {

@@ -796,9 +796,9 @@ const (
 
 // UnexpectedMessage describes a message that matched no posted receive.
 type UnexpectedMessage struct {
-	Source Addr
-	Match  uint64
-	Length uint32
+	Source Addr   // the sending endpoint
+	Match  uint64 // the sender's match information
+	Length uint32 // the whole message's length in bytes
 	// Data is the whole payload when it arrived in one frame (tiny, small
 	// or a one-fragment medium), else nil. It is valid only during the call.
 	Data []byte

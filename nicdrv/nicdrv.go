@@ -233,6 +233,7 @@ type Error struct {
 	Err error
 }
 
+// Error gives the device, the operation and the cause.
 func (e *Error) Error() string {
 	return "nicdrv " + e.Addr.String() + ": " + e.Op + ": " + e.Err.Error()
 }

@@ -82,6 +82,8 @@ type OpError struct {
 	Err error
 }
 
+// Error gives the operation, the device's address when known, and the
+// cause.
 func (e *OpError) Error() string {
 	if e.Addr == (Address{}) {
 		return e.Op + ": " + e.Err.Error()

@@ -150,8 +150,8 @@ func (id NICID) String() string {
 // Frame is one frame on its way out or in. On Send, Peer is the destination
 // board; on Recv, Peer is the board that sent it.
 type Frame struct {
-	Peer NICID
-	Data []byte
+	Peer NICID  // the destination on Send, the sender on Recv
+	Data []byte // what follows the Ethernet header: peer index, packet header, payload
 	// Ref is set by Recv: it names the transport's buffer holding Data,
 	// for Hold. Hold changes it to name the hold, for Release. It is
 	// ignored on Send.

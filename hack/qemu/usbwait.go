@@ -38,6 +38,8 @@ func ParseUSBWait(s string) (USBWait, error) {
 	return USBWait{Vendor: uint16(vv), Product: uint16(pp), Driver: drv}, nil
 }
 
+// String writes w as ParseUSBWait reads it: VENDOR:PRODUCT in hex, then
+// /DRIVER when one is set.
 func (w USBWait) String() string {
 	s := fmt.Sprintf("%04x:%04x", w.Vendor, w.Product)
 	if w.Driver != "" {

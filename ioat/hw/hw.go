@@ -216,6 +216,7 @@ const (
 	StateArmed     State = 4
 )
 
+// String gives the channel state's name.
 func (s State) String() string {
 	switch s {
 	case StateActive:

@@ -107,6 +107,7 @@ type Error struct {
 	Err error
 }
 
+// Error gives the device, the operation and the cause.
 func (e *Error) Error() string { return "usbnet " + e.Dev + ": " + e.Op + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.
