@@ -33,6 +33,11 @@ func TestLossRecovery(t *testing.T) {
 				n /= 4
 			}
 			opts := fastOptions()
+			// A give-up budget (ResendDelay × ResendMax) of a minute, not
+			// fastOptions' 8 s: on a loaded host a frame lost at 20% can
+			// wait out several backed-off resends, and the stream must be
+			// resent, not declared unreachable.
+			opts.ResendMax = int(time.Minute / opts.ResendDelay)
 			optsB := opts
 			optsB.NoSack = !c.sack
 			pr := newPair(t, loopbackOnly, opts, loopback.Faults{}, optsB)
