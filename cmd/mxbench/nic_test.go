@@ -213,7 +213,10 @@ func setupOf(t *testing.T, out string) string {
 // locked progress thread; polling (--wait spin) it does neither, and
 // pingpong with --wait block polls the NICs as it always did.
 func TestNICOverlapWaits(t *testing.T) {
-	base := []string{"--transport", "nic", "--nic", "model", "--sizes", "64K", "--iterations", "2", "--warmup", "1", "--json"}
+	// A --timeout past mxbench's default 2 m: on a loaded host the
+	// emulated NIC's connect and copies can take longer than that.
+	long := []string{"--timeout", "10m"}
+	base := append([]string{"--transport", "nic", "--nic", "model", "--sizes", "64K", "--iterations", "2", "--warmup", "1", "--json"}, long...)
 	for _, tc := range []struct {
 		args      []string
 		msix, own bool
@@ -242,7 +245,7 @@ func TestNICOverlapWaits(t *testing.T) {
 	}
 	// The table's own columns follow the run, so header and rows align.
 	for _, wait := range []string{"block", "spin"} {
-		out := runOK(t, "overlap", "--wait", wait, "--transport", "nic", "--nic", "model", "--sizes", "64K,128K", "--iterations", "2", "--warmup", "1")
+		out := runOK(t, "overlap", "--wait", wait, "--transport", "nic", "--nic", "model", "--sizes", "64K,128K", "--iterations", "2", "--warmup", "1", long[0], long[1])
 		// Before the copies (after "|"): a row's words, one more than
 		// the header's ("64 KiB"), one fewer with own ("cpu_ms
 		// own/rest" heads one value).
