@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gomx-dev/gomx/internal/porttable"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -84,7 +82,7 @@ func (s *PortSteering) Remove() error {
 	if s.removed.Swap(true) {
 		return nil
 	}
-	s.t.queues.soft.Delete(s.Port)
+	s.t.queues.Soft.Delete(s.Port)
 	if !s.Hardware() {
 		return nil
 	}
@@ -94,20 +92,6 @@ func (s *PortSteering) Remove() error {
 		return opErr(fmt.Sprintf("ETHTOOL_SRXCLSRLDEL rule %d (port %d)", s.Rule, s.Port), s.t.opts.Interface, s.RxQueue, err)
 	}
 	return nil
-}
-
-// queueSet is a transport's queues: the queue transports open and the
-// ports steered, as a copy-on-write table read by every queue's receive
-// path without a lock.
-type queueSet struct {
-	mu    sync.Mutex // opening and closing queues
-	open  []atomic.Pointer[Transport]
-	nopen atomic.Int32
-	soft  porttable.Table // port to queue
-}
-
-func newQueueSet(n int) *queueSet {
-	return &queueSet{open: make([]atomic.Pointer[Transport], n)}
 }
 
 // queueLink is what a queue transport has beyond a transport's: its
@@ -186,17 +170,17 @@ func (t *Transport) openQueue(q int) (_ *Transport, err error) {
 			Fix: fmt.Sprintf("the transport serves %d queues: open 0 to %d", len(t.socks), len(t.socks)-1)}
 	}
 	s := t.queues
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.open[q].Load() != nil {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if s.Open[q].Load() != nil {
 		return nil, &OpError{Op: "open queue", Iface: iface, Queue: q, Err: ErrBusy, Fix: "the queue is open already: close its transport first"}
 	}
 	// The transport's Send and Recv must be idle and stay out: nopen
 	// makes them refuse, the locks say none is under way.
-	s.nopen.Add(1)
+	s.NOpen.Add(1)
 	defer func() {
 		if err != nil {
-			s.nopen.Add(-1)
+			s.NOpen.Add(-1)
 		}
 	}()
 	if !t.rxMu.TryLock() {
@@ -273,7 +257,7 @@ func (t *Transport) openQueue(q int) (_ *Transport, err error) {
 	sock.u.mu.Lock()
 	sock.u.regionDone = x.regionDone
 	sock.u.mu.Unlock()
-	s.open[q].Store(x)
+	s.Open[q].Store(x)
 	return x, nil
 }
 
@@ -311,14 +295,14 @@ func (t *Transport) Steer(port uint16, q int) (*PortSteering, error) {
 	default:
 		return nil, err
 	}
-	t.queues.soft.Set(port, q)
+	t.queues.Soft.Set(port, q)
 	return st, nil
 }
 
 // queuesOpen fails a transport's Send, Recv and RegionMemory while its
 // queues are open.
 func (t *Transport) queuesOpen() error {
-	if t.queues != nil && t.queues.nopen.Load() > 0 {
+	if t.queues.AnyOpen() {
 		return ErrQueuesOpen
 	}
 	return nil
@@ -330,11 +314,11 @@ func (t *Transport) queuesOpen() error {
 // dropped, and counted either way).
 func (t *Transport) handOver(h UDPHeader, data []byte) bool {
 	b := t.queue.board
-	k, ok := b.queues.soft.Lookup(h.DstPort)
+	k, ok := b.queues.Soft.Lookup(h.DstPort)
 	if !ok || k == t.queue.index {
 		return false
 	}
-	if o := b.queues.open[k].Load(); o != nil {
+	if o := b.queues.Open[k].Load(); o != nil {
 		// Announce the push before looking at closed: Close sets closed,
 		// then waits for pushers to leave before it empties the inbox.
 		dst := o.queue
@@ -422,10 +406,10 @@ func (t *Transport) closeQueue() error {
 	defer t.txMu.Unlock()
 	q := t.queue
 	b := q.board
-	b.queues.mu.Lock()
-	defer b.queues.mu.Unlock()
+	b.queues.Mu.Lock()
+	defer b.queues.Mu.Unlock()
 	err := q.steer.Remove()
-	b.queues.open[q.index].CompareAndSwap(t, nil)
+	b.queues.Open[q.index].CompareAndSwap(t, nil)
 	// A hand-over takes no longer than two channel operations and a write.
 	for i := 0; q.pushers.Load() > 0 && i < 1_000_000; i++ {
 		runtime.Gosched()
@@ -470,7 +454,7 @@ func (t *Transport) closeQueue() error {
 	t.wakeShut = true
 	t.wakeMu.Unlock()
 	err = errors.Join(err, unix.Close(t.wake), unix.Close(q.efd))
-	b.queues.nopen.Add(-1)
+	b.queues.NOpen.Add(-1)
 	return err
 }
 
@@ -488,13 +472,7 @@ func (t *Transport) inflight() int64 {
 
 // closeQueues closes the transport's open queue transports.
 func (t *Transport) closeQueues() error {
-	var err error
-	for q := range t.queues.open {
-		if x := t.queues.open[q].Load(); x != nil {
-			err = errors.Join(err, x.closeQueue())
-		}
-	}
-	return err
+	return t.queues.CloseAll((*Transport).closeQueue)
 }
 
 // queueCounters appends a queue transport's hand-over counters.

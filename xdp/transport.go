@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/internal/owned"
+	"github.com/gomx-dev/gomx/internal/queueset"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -129,7 +130,7 @@ type Transport struct {
 
 	// queues are the transport's queue transports (queued.go); queue is
 	// set on a queue transport instead.
-	queues *queueSet
+	queues *queueset.Set[Transport]
 	queue  *queueLink
 }
 
@@ -238,7 +239,7 @@ func NewTransport(o TransportOptions) (_ *Transport, err error) {
 	u.mu.Lock()
 	u.regionDone = t.regionDone
 	u.mu.Unlock()
-	t.queues = newQueueSet(len(t.socks))
+	t.queues = queueset.New[Transport](len(t.socks))
 	return t, nil
 }
 

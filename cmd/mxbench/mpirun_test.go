@@ -79,14 +79,26 @@ func TestMpirunAlltoallAtScale(t *testing.T) {
 	if raceEnabled {
 		t.Skip("64 ranks under the race detector: make test-mpirun runs it without")
 	}
+	checkAlltoallAtScale(t, "mpirun", func(ctx context.Context, np int, env []string, args ...string) *exec.Cmd {
+		return mpirunCmd(ctx, mpirun, np, env, args...)
+	})
+}
+
+// checkAlltoallAtScale runs `mxbench alltoall --verify` as 64 ranks of the
+// command start builds (a launcher, named name in messages: mpirunCmd or
+// srunCmd), oversubscribed with blocking waits, and checks that they finish
+// byte-exact and that rank 0 reports the job's start-up time and the
+// ranks' resident memory and at most 64 MiB of shared memory a rank.
+func checkAlltoallAtScale(t *testing.T, name string, start func(ctx context.Context, np int, env []string, args ...string) *exec.Cmd) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := mpirunCmd(ctx, mpirun, 64, []string{asMainEnv + "=1"}, "alltoall", "--sizes", "8,4K", "--iterations", "2", "--warmup", "1",
+	cmd := start(ctx, 64, []string{asMainEnv + "=1"}, "alltoall", "--sizes", "8,4K", "--iterations", "2", "--warmup", "1",
 		"--wait", "block", "--verify", "--json", "--timeout", "4m")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("mpirun -np 64: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+		t.Fatalf("%s with 64 ranks: %v\nstdout:\n%s\nstderr:\n%s", name, err, out.String(), errb.String())
 	}
 	rows := jsonRows(t, out.String())
 	if len(rows) != 2 {
@@ -97,8 +109,8 @@ func TestMpirunAlltoallAtScale(t *testing.T) {
 			t.Errorf("row %+v: want 64 procs, a start-up time, resident memory and at most 64 MiB of shared memory a rank", r)
 		}
 	}
-	t.Logf("64 ranks under mpirun: up and connected within %.0f ms, peak RSS of a rank %.1f MiB, shared memory of a rank %.1f MiB",
-		rows[0].StartupMS, float64(rows[1].RSSMax)/(1<<20), float64(rows[1].ShmMappedMax)/(1<<20))
+	t.Logf("64 ranks under %s: up and connected within %.0f ms, peak RSS of a rank %.1f MiB, shared memory of a rank %.1f MiB",
+		name, rows[0].StartupMS, float64(rows[1].RSSMax)/(1<<20), float64(rows[1].ShmMappedMax)/(1<<20))
 }
 
 // mixedEnv makes the test binary one rank of TestMpirunMixedMessages.

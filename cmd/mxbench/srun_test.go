@@ -102,26 +102,9 @@ func TestSrunAlltoallAtScale(t *testing.T) {
 	if raceEnabled {
 		t.Skip("64 ranks under the race detector: make test-srun runs it without")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := srunCmd(ctx, srun, 64, []string{asMainEnv + "=1"}, "alltoall", "--sizes", "8,4K", "--iterations", "2", "--warmup", "1",
-		"--wait", "block", "--verify", "--json", "--timeout", "4m")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("srun -n 64: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
-	}
-	rows := jsonRows(t, out.String())
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want 2:\n%s", len(rows), out.String())
-	}
-	for _, r := range rows {
-		if r.Procs != 64 || r.StartupMS <= 0 || r.RSSMax <= 0 || r.ShmMappedMax <= 0 || r.ShmMappedMax > 64<<20 {
-			t.Errorf("row %+v: want 64 procs, a start-up time, resident memory and at most 64 MiB of shared memory a rank", r)
-		}
-	}
-	t.Logf("64 ranks under srun: up and connected within %.0f ms, peak RSS of a rank %.1f MiB, shared memory of a rank %.1f MiB",
-		rows[0].StartupMS, float64(rows[1].RSSMax)/(1<<20), float64(rows[1].ShmMappedMax)/(1<<20))
+	checkAlltoallAtScale(t, "srun", func(ctx context.Context, np int, env []string, args ...string) *exec.Cmd {
+		return srunCmd(ctx, srun, np, env, args...)
+	})
 }
 
 // TestSrunMixedMessages: the mixed messages of TestMpirunMixedMessages

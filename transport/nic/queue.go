@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomx-dev/gomx/internal/porttable"
+	"github.com/gomx-dev/gomx/internal/queueset"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/framing"
@@ -80,19 +80,17 @@ func (s *Steering) Remove() error {
 		}
 		return nil
 	}
-	s.t.queues.soft.Delete(s.Port)
+	s.t.queues.Soft.Delete(s.Port)
 	return nil
 }
 
-// queueSet is a board transport's queues: the queue transports open, and
-// the ports steered in software.
+// queueSet is a board transport's queues: the queue transports open, the
+// ports steered in software, and what the board keeps of its queues
+// beyond a queued transport's.
 type queueSet struct {
-	mu      sync.Mutex                  // opening and closing queues
-	open    []atomic.Pointer[Transport] // by queue
-	nopen   atomic.Int32
-	soft    porttable.Table     // port to queue, steered in software
+	*queueset.Set[Transport]
 	addrMu  sync.Mutex          // orders addrs
-	orphans []*region           // mappings of closed queues, unmapped at the board's Close
+	orphans []*region           // mappings of closed queues (under Mu), unmapped at the board's Close
 	addrs   map[netip.Addr]bool // queue addresses in use (RSS steering), under addrMu
 }
 
@@ -148,14 +146,14 @@ func (s *queueSet) release(a netip.Addr) {
 }
 
 func newQueueSet(n int) *queueSet {
-	return &queueSet{open: make([]atomic.Pointer[Transport], n)}
+	return &queueSet{Set: queueset.New[Transport](n)}
 }
 
 // unmapOrphans unmaps the regions of queue transports closed while the NIC
 // could still read them; the board's Close calls it after closing the NIC.
 func (s *queueSet) unmapOrphans() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	var err error
 	for _, x := range s.orphans {
 		err = errors.Join(err, x.t.pool.DMA().Unmap(x.m))
@@ -229,23 +227,23 @@ func (t *Transport) openQueue(q int) (*Transport, error) {
 		return nil, fmt.Errorf("transport/nic: queue %d's port %d+%d is past 65535: choose a lower Options.UDP port", q, t.ip.port, q)
 	}
 	s := t.queues
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.open[q].Load() != nil {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if s.Open[q].Load() != nil {
 		return nil, fmt.Errorf("transport/nic: queue %d is open already", q)
 	}
 	// From here on the board's Send and Recv refuse; one under way now
 	// would overlap the queue's on its rings, so the queue is not opened.
-	s.nopen.Add(1)
+	s.NOpen.Add(1)
 	if !t.idle() {
-		s.nopen.Add(-1)
+		s.NOpen.Add(-1)
 		return nil, errors.New("transport/nic: OpenQueue while a Send or Recv of the board is under way: open the queues before using the board")
 	}
 	ip := t.ip
 	ip.port, ip.c = uint16(port), &ipCounters{}
 	st, err := t.steerQueue(uint16(port), q)
 	if err != nil {
-		s.nopen.Add(-1)
+		s.NOpen.Add(-1)
 		return nil, err
 	}
 	id := t.id&^0xFFFF | transport.NICID(port)
@@ -264,7 +262,7 @@ func (t *Transport) openQueue(q int) (*Transport, error) {
 	}
 	x.ctx, x.cancel = context.WithCancel(t.ctx)
 	x.queue.steer = st
-	s.open[q].Store(x)
+	s.Open[q].Store(x)
 	return x, nil
 }
 
@@ -301,7 +299,7 @@ func (t *Transport) Steer(port uint16, q int) (*Steering, error) {
 	case err == nil:
 		s.Rule = id
 	case errors.Is(err, nicdrv.ErrNotSupported), errors.Is(err, nicdrv.ErrTableFull):
-		t.queues.soft.Set(port, q)
+		t.queues.Soft.Set(port, q)
 	default:
 		return nil, fmt.Errorf("transport/nic: steer port %d to queue %d: %w", port, q, err)
 	}
@@ -327,7 +325,7 @@ func (t *Transport) steerQueue(port uint16, q int) (*Steering, error) {
 // queuesOpen fails a board transport's Send and Recv while its queues are
 // open.
 func (t *Transport) queuesOpen() error {
-	if t.queue == nil && t.queues.nopen.Load() > 0 {
+	if t.queue == nil && t.queues.AnyOpen() {
 		return ErrQueuesOpen
 	}
 	return nil
@@ -336,7 +334,7 @@ func (t *Transport) queuesOpen() error {
 // forward hands b, received on this queue, to the queue its UDP port is
 // steered to in software, and reports whether it did (or dropped it).
 func (t *Transport) forward(b *nicdrv.Buffer) bool {
-	soft := t.queue.board.queues.soft.Load()
+	soft := t.queue.board.queues.Soft.Load()
 	if len(soft) == 0 {
 		return false
 	}
@@ -348,7 +346,7 @@ func (t *Transport) forward(b *nicdrv.Buffer) bool {
 	if !ok || q == t.rxq {
 		return false
 	}
-	if o := t.queue.board.queues.open[q].Load(); o != nil {
+	if o := t.queue.board.queues.Open[q].Load(); o != nil {
 		// Announce the push before looking at closed: closeQueue sets
 		// closed, then waits for pushers to leave before it empties
 		// the inbox, so no buffer is left in a closed queue's inbox.
@@ -417,11 +415,11 @@ func (t *Transport) closeQueue() error {
 	}
 	b := t.queue.board
 	s := b.queues
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	t.cancel()
 	err := t.queue.steer.Remove()
-	s.open[t.rxq].CompareAndSwap(t, nil)
+	s.Open[t.rxq].CompareAndSwap(t, nil)
 	for t.queue.pushers.Load() > 0 { // a push takes no longer than a channel send
 		runtime.Gosched()
 	}
@@ -443,7 +441,7 @@ func (t *Transport) closeQueue() error {
 		t.forget(x)
 	}
 	t.regMu.Unlock()
-	s.nopen.Add(-1)
+	s.NOpen.Add(-1)
 	return err
 }
 
@@ -469,13 +467,7 @@ func (t *Transport) releaseBuffers() error {
 // closeQueues closes the board's open queue transports, before the board
 // closes the NIC: their regions are unmapped after it (unmapOrphans).
 func (t *Transport) closeQueues() error {
-	var err error
-	for q := range t.queues.open {
-		if x := t.queues.open[q].Load(); x != nil {
-			err = errors.Join(err, x.closeQueue())
-		}
-	}
-	return err
+	return t.queues.CloseAll((*Transport).closeQueue)
 }
 
 // queueCounters appends a queue transport's software steering counters.

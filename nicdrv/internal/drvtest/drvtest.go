@@ -4,7 +4,7 @@
 // writes, the pools the receive fuzzers take their buffers from and the
 // placements they post, the fuzzers' checks of what a placing queue
 // delivered and of buffers that did not come back, and the loop of the
-// per-frame benchmarks with their figures. The conformance suite every NIC passes is nicdrv/nictest; this
+// per-frame benchmarks with their figures (BenchDriver's the drivers' own). The conformance suite every NIC passes is nicdrv/nictest; this
 // package is for the tests that reach into a driver.
 package drvtest
 
@@ -127,6 +127,65 @@ func CheckReturned(t testing.TB, pool *nicdrv.Pool, pools *drv.Pools) {
 	if h := pools.Header[0]; h.Available() != h.Len() {
 		t.Fatalf("%d of %d header buffers back in their pool", h.Available(), h.Len())
 	}
+}
+
+// DriverRing is queue 0 of a driver's NIC as a BenchDriver hook sets it
+// up over TailRegs: one TX and one RX ring, with no NIC behind them.
+type DriverRing struct {
+	// NIC is the driver's, for its TxBatch and RxBatch on queue 0.
+	NIC nicdrv.NIC
+	// TxTail is the send ring's tail: where the next sent frame goes.
+	TxTail func() uint32
+	// Wire stands in for the NIC: it sets DD in each send descriptor from
+	// from up to the tail, and writes back n received 60-byte frames (DD
+	// and EOP) from the receive ring's next descriptor on, each write-back
+	// as whole words, as a NIC writes it.
+	Wire func(from uint32, n int)
+	// Release gives back what the rings hold.
+	Release func()
+}
+
+// BenchRing is how many descriptors each ring of BenchDriver has.
+const BenchRing = 512
+
+// BenchDriver is the drivers' BenchmarkDriver: the driver alone, with no
+// model. setup builds dev's NIC over TailRegs and pools with one TX and
+// one RX ring of BenchRing descriptors; a frame is what BenchmarkModelPair's
+// loop does to it, in batches of 32: Alloc, TxBatch, (the NIC, Wire),
+// RxBatch, Free, the batches through the NIC's own TxBatch and RxBatch as
+// a caller makes them. The figures are PerFrame's: the driver's cost per
+// frame with the pool's, and not a model's.
+func BenchDriver(b *testing.B, dev pci.Device, setup func(pools *drv.Pools) DriverRing) {
+	const batch, size = 32, BenchRing
+	pools, err := drv.NewPools(dev.DMA(), drv.PoolsOptions{Queues: 1, Buffers: 4 * size, Name: "gomx-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pools.Close()
+	r := setup(pools)
+	defer r.Release()
+	pool := pools.Packet[0]
+	bufs := make([]*nicdrv.Buffer, batch)
+	out := make([]*nicdrv.Buffer, batch)
+	PerFrame(b, batch, func() {
+		if _, err := pool.Alloc(bufs); err != nil {
+			b.Fatal(err)
+		}
+		for _, bf := range bufs {
+			bf.SetLen(60)
+		}
+		from := r.TxTail()
+		if k, err := r.NIC.TxBatch(0, bufs); k != batch || err != nil {
+			b.Fatalf("TxBatch took %d: %v", k, err)
+		}
+		r.Wire(from, batch)
+		if k, err := r.NIC.RxBatch(0, out); k != batch || err != nil {
+			b.Fatalf("RxBatch got %d: %v", k, err)
+		}
+		if err := pool.Free(out...); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 // PerFrame runs a per-frame benchmark whose round handles batch frames:
