@@ -629,16 +629,24 @@ func (n *NIC) setupTx() error {
 // before it slept. On mxbench overlap's 4 MiB exchanges that was 16 of
 // the 37 sleeps of an exchange (docs/nics.md). A frame that lands after
 // the clear sets its cause again and raises the vector once unmasked; one
-// that landed before is found by the wait's look after arming. Queues 16
-// and up have no cause bit in EICR, and keep the extra wake.
+// that landed before is found by the wait's look after arming: a read of
+// STATUS after the writes makes sure of that on a real NIC, whose posted
+// writes may reach it after the look (a frame written back between the
+// look and the clear would lose its cause and its wake-up); the read
+// returns only once they have, and after the NIC's earlier write-backs.
+// Queues 16 and up have no cause bit in EICR, and keep the extra wake.
 func (n *NIC) arm(mask uint64) {
-	if c := uint32(mask) & hw.EicrRTxQMask; c != 0 {
+	c := uint32(mask) & hw.EicrRTxQMask
+	if c != 0 {
 		n.w32(hw.EICR, c) // write 1 to clear, queue causes of vectors 0-15 (IVAR maps queue q to vector q)
 	}
 	for r := range 2 {
 		if bits := uint32(mask >> (32 * r)); bits != 0 {
 			n.w32(hw.EIMSEx(r), bits)
 		}
+	}
+	if c != 0 {
+		n.r32(hw.STATUS) // flush the posted writes before the look
 	}
 }
 
