@@ -31,22 +31,7 @@ func TestInterruptModeration(t *testing.T) {
 	o := emulated.DefaultE1000EOptions()
 	o.Clock = clk
 	p := newModel(t, o)
-	a, err := e1000e.Open(p.Functions()[0], e1000e.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	bo := e1000e.DefaultOptions()
-	bo.Interrupts = true
-	bo.InterruptInterval = interval
-	b, err := e1000e.Open(p.Functions()[1], bo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if _, err := b.WaitLink(true, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	a, b := openIRQPair(t, p, interval)
 	// The link-up interrupt (the "other" vector) came before: count from
 	// here, when only the RX vector is armed.
 	base := p.Stats(1).Interrupts
@@ -158,23 +143,9 @@ func TestInterruptModeration(t *testing.T) {
 // cause at the IMS write: one interrupt, for frames already taken.
 func TestArmClearsLatchedCause(t *testing.T) {
 	p := newModel(t, emulated.DefaultE1000EOptions())
-	a, err := e1000e.Open(p.Functions()[0], e1000e.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	bo := e1000e.DefaultOptions()
 	// The shortest throttle (one 256 ns unit): without the clear, the
 	// latched cause's message is not held back past the wait.
-	bo.Interrupts, bo.InterruptInterval = true, 256*time.Nanosecond
-	b, err := e1000e.Open(p.Functions()[1], bo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if _, err := b.WaitLink(true, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	a, b := openIRQPair(t, p, 256*time.Nanosecond)
 	send := func(i int) {
 		f, err := a.Pool(0).Get()
 		if err != nil {
@@ -255,6 +226,28 @@ func TestArmClearsLatchedCause(t *testing.T) {
 	if got := driverStats(t, b).Interrupts - st.Interrupts; got != 0 {
 		t.Errorf("WaitRx on the emptied ring consumed %d interrupts, want 0", got)
 	}
+}
+
+// openIRQPair opens p's two NICs, the second in interrupt mode with the
+// given EITR interval, closes them when the test ends, and waits for the
+// link.
+func openIRQPair(t *testing.T, p *emulated.E1000E, interval time.Duration) (a, b *e1000e.NIC) {
+	t.Helper()
+	a, err := e1000e.Open(p.Functions()[0], e1000e.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	bo := e1000e.DefaultOptions()
+	bo.Interrupts, bo.InterruptInterval = true, interval
+	if b, err = e1000e.Open(p.Functions()[1], bo); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if _, err := b.WaitLink(true, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
 
 func driverStats(t *testing.T, n *e1000e.NIC) nicdrv.Stats {
