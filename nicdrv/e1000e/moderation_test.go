@@ -3,7 +3,9 @@ package e1000e_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -232,6 +234,28 @@ func TestArmClearsLatchedCause(t *testing.T) {
 	}
 	if got := driverStats(t, b).Interrupts - st.Interrupts; got != 0 {
 		t.Errorf("WaitRx on the emptied ring consumed %d interrupts, want 0", got)
+	}
+}
+
+// A WaitRx on both queues arms them with one ICR write that clears the
+// causes they latched (bits 20 and 21, and no other cause), then one IMS
+// write, then one STATUS read that flushes those posted writes, and makes
+// no other register access, before it sleeps.
+func TestWaitRxArmsInOrder(t *testing.T) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	o := e1000e.DefaultOptions()
+	o.Queues, o.Interrupts = 2, true
+	rec := &nictest.RegLog{Device: p.Functions()[1], Name: regName}
+	b, err := e1000e.Open(rec, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	got := rec.WaitRxAccesses(t, b, "read STATUS", 0, 1)
+	causes := fmt.Sprintf("%#x", hw.IntRXQ0|hw.IntRXQ1)
+	want := []string{"write ICR = " + causes, "write IMS = " + causes, "read STATUS"}
+	if !slices.Equal(got, want) {
+		t.Errorf("a WaitRx on queues 0 and 1 made the register accesses %q, want %q", got, want)
 	}
 }
 

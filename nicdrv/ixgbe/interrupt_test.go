@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
-	"github.com/gomx-dev/gomx/pci"
 )
 
 // Every one of 64 queues has its own MSI-X vector: a frame steered to
@@ -162,106 +160,22 @@ func TestWaitRxArmsOneWritePerRegister(t *testing.T) {
 	opts.Interrupts, opts.NoModeration = true, true
 	opts.RxRing, opts.TxRing = 64, 64
 	opts.PoolBuffers = 6144 // 64 rings of 63 buffers, and some to send
-	rec := &regLog{Device: p.Functions()[1]}
+	rec := &nictest.RegLog{Device: p.Functions()[1], Name: hw.RegName}
 	b, err := ixgbe.Open(rec, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	rec.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.WaitRx(ctx, 3, 5, 40, 41)
-		done <- err
-	}()
-	// Bounded wait for the flushing read: the waiter first looks at the
-	// rings a while.
-	for deadline := time.Now().Add(20 * time.Second); !slices.Contains(rec.accesses(), "read STATUS"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("WaitRx on queues 3, 5, 40 and 41 did not arm them and read STATUS; register accesses: %q", rec.accesses())
-		}
-		runtime.Gosched()
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("WaitRx cancelled: %v, want context.Canceled", err)
-	}
+	got := rec.WaitRxAccesses(t, b, "read STATUS", 3, 5, 40, 41)
 	want := []string{
 		fmt.Sprintf("write EICR = %#x", 1<<3|1<<5),
 		fmt.Sprintf("write EIMS_EX0 = %#x", 1<<3|1<<5),
 		fmt.Sprintf("write EIMS_EX1 = %#x", 1<<(40-32)|1<<(41-32)),
 		"read STATUS",
 	}
-	if got := rec.accesses(); !slices.Equal(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("a WaitRx on queues 3, 5, 40 and 41 made the register accesses %q, want %q", got, want)
 	}
-}
-
-// regLog is a pci.Device whose BAR register accesses, once started, are
-// logged in order as the NIC sees them ("write EICR = 0x28", "read
-// STATUS").
-type regLog struct {
-	pci.Device
-	mu  sync.Mutex
-	on  bool
-	log []string
-}
-
-type regLogRegs struct {
-	pci.Registers
-	l *regLog
-}
-
-func (l *regLog) BAR(i int) (pci.Registers, error) {
-	regs, err := l.Device.BAR(i)
-	if err != nil {
-		return nil, err
-	}
-	return regLogRegs{Registers: regs, l: l}, nil
-}
-
-// start begins the log.
-func (l *regLog) start() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.on, l.log = true, nil
-}
-
-// accesses returns the log so far.
-func (l *regLog) accesses() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.log)
-}
-
-func (l *regLog) add(format string, a ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.on {
-		l.log = append(l.log, fmt.Sprintf(format, a...))
-	}
-}
-
-func (g regLogRegs) Read32(off int) uint32 {
-	g.l.add("read %s", hw.RegName(off))
-	return g.Registers.Read32(off)
-}
-
-func (g regLogRegs) Read64(off int) uint64 {
-	g.l.add("read64 %s", hw.RegName(off))
-	return g.Registers.Read64(off)
-}
-
-func (g regLogRegs) Write32(off int, v uint32) {
-	g.l.add("write %s = %#x", hw.RegName(off), v)
-	g.Registers.Write32(off, v)
-}
-
-func (g regLogRegs) Write64(off int, v uint64) {
-	g.l.add("write64 %s = %#x", hw.RegName(off), v)
-	g.Registers.Write64(off, v)
 }
 
 // Frames taken while a queue's vector was masked (it fired, and masked
