@@ -569,7 +569,12 @@ type NIC interface {
 	// none is given) has a frame and returns it; or until ctx ends (its
 	// error) or the NIC closes (ErrClosed). With interrupts it sleeps on
 	// the queues' vectors; without, it polls, yielding the processor
-	// between looks.
+	// between looks. At most one WaitRx may wait on a queue at a time:
+	// with interrupts, arming a queue clears its latched interrupt cause,
+	// and on a real NIC a cause stays latched until the throttle (EITR)
+	// lets its message out, so a second waiter's arming could clear the
+	// cause of a frame whose message would have woken the first, which
+	// then sleeps on.
 	WaitRx(ctx context.Context, queues ...int) (int, error)
 	// Link reads the link state now.
 	Link() Link

@@ -75,9 +75,11 @@
 //
 // With Options.Interrupts the driver enables three MSI-X vectors: RX queue
 // 0, RX queue 1, and "other" (link changes). RX causes auto-clear (EIAC) and
-// auto-mask (IAM with CTRL_EXT.EIAME); WaitRx re-arms its queue's cause,
-// checks the ring again, and only then sleeps on the eventfd, so no
-// interrupt is lost between the check and the sleep. EITR throttles each
+// auto-mask (IAM with CTRL_EXT.EIAME); WaitRx clears its queue's cause
+// (ICR, which the frames taken while the vector was masked set: unmasked,
+// it would fire at once for them), re-arms it (IMS), checks the ring
+// again, and only then sleeps on the eventfd, so no interrupt is lost
+// between the check and the sleep. EITR throttles each
 // vector to one message per Options.InterruptInterval.
 package e1000e
 
@@ -339,9 +341,18 @@ func Open(dev pci.Device, o Options) (_ *NIC, err error) {
 	n.w32(hw.RCTL, n.rctl())
 	// Arm: one IMS write for both queues. Queue q's cause is IMS bit
 	// 20+q (hw.IntRXQ0, hw.IntRXQ1), so the mask's two low bits, one per
-	// queue, move up by 20.
+	// queue, move up by 20. An ICR write (write 1 to clear) before it
+	// clears the causes the frames taken since the vector last fired
+	// latched while it was masked: unmasking a latched cause sends it at
+	// once, a wake-up to frames already taken. A STATUS read after them
+	// flushes the posted writes before the wait's look (the 82599's arm
+	// says why).
 	n.waiter = drv.RxWaiter{Queues: o.Queues, Closed: n.d.Closed.Load, Ready: func(q int) (bool, uint32) { return n.rx[q].ready() },
-		Arm: func(mask uint64) { n.w32(hw.IMS, uint32(mask&3)<<20) }, IRQs: n.irqs, Count: &n.d.Intr, Errorf: n.errorf}
+		Arm: func(mask uint64) {
+			n.w32(hw.ICR, uint32(mask&3)<<20)
+			n.w32(hw.IMS, uint32(mask&3)<<20)
+			n.r32(hw.STATUS)
+		}, IRQs: n.irqs, Count: &n.d.Intr, Errorf: n.errorf}
 	n.info = nicdrv.Info{Driver: "e1000e", Model: "82574L", Addr: n.addr, Queues: o.Queues,
 		RxRing: o.RxRing, TxRing: o.TxRing, MaxFrame: hw.MaxFrame, Interrupts: o.Interrupts, HeaderSplit: o.HeaderSplit,
 		RSS: rssInfo(o)}

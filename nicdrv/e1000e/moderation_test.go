@@ -3,6 +3,9 @@ package e1000e_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,22 +34,7 @@ func TestInterruptModeration(t *testing.T) {
 	o := emulated.DefaultE1000EOptions()
 	o.Clock = clk
 	p := newModel(t, o)
-	a, err := e1000e.Open(p.Functions()[0], e1000e.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	bo := e1000e.DefaultOptions()
-	bo.Interrupts = true
-	bo.InterruptInterval = interval
-	b, err := e1000e.Open(p.Functions()[1], bo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if _, err := b.WaitLink(true, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	a, b := openIRQPair(t, p, interval)
 	// The link-up interrupt (the "other" vector) came before: count from
 	// here, when only the RX vector is armed.
 	base := p.Stats(1).Interrupts
@@ -95,9 +83,15 @@ func TestInterruptModeration(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := 0
-	deadline := time.Now().Add(20 * time.Second)
+	// stall bounds one wait with no frame received, not the flood: on a
+	// loaded host the 400 bursts together take longer than that.
+	const stall = 20 * time.Second
 	waitUntil := func(what string, cond func() bool, tick bool) {
+		deadline, got := time.Now().Add(stall), received.Load()
 		for !cond() {
+			if n := received.Load(); n != got {
+				deadline, got = time.Now().Add(stall), n
+			}
 			if time.Now().After(deadline) {
 				st, _ := b.Stats()
 				t.Fatalf("%s: %d of %d frames received (model %+v, driver %+v)", what, received.Load(), sent, p.Stats(1), st)
@@ -149,4 +143,149 @@ func TestInterruptModeration(t *testing.T) {
 	if st, err := b.Stats(); err != nil || st.Interrupts == 0 || st.Interrupts > irqs {
 		t.Errorf("driver counted %d interrupts (%v); the model raised %d", st.Interrupts, err, irqs)
 	}
+}
+
+// Frames taken while the RX vector was masked (it fired, and masked
+// itself, for the first of them) latch the queue's cause; the WaitRx that
+// next sleeps on the emptied ring clears it as it arms, so the arming
+// raises no interrupt. Without the clear the model sends the latched
+// cause at the IMS write: one interrupt, for frames already taken.
+func TestArmClearsLatchedCause(t *testing.T) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	// The shortest throttle (one 256 ns unit): without the clear, the
+	// latched cause's message is not held back past the wait.
+	a, b := openIRQPair(t, p, 256*time.Nanosecond)
+	send := func(i int) {
+		f, err := a.Pool(0).Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nictest.Frame(f.SetLen(2048), b.MAC(), a.MAC(), uint64(i), 60)
+		f.SetLen(60)
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if n, err := a.TxBatch(0, []*nicdrv.Buffer{f}); err != nil || n == 1 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("TX ring stayed full")
+			}
+		}
+	}
+	// take waits (bounded) for count frames and frees them.
+	take := func(count int) {
+		bufs := make([]*nicdrv.Buffer, 8)
+		for got, deadline := 0, time.Now().Add(10*time.Second); got < count; {
+			n, err := b.RxBatch(0, bufs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Pool(0).Free(bufs[:n]...)
+			got += n
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d frames arrived", got, count)
+			}
+		}
+	}
+	// armed waits (bounded) for WaitRx's arming write past count.
+	armed := func(count uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["IMS"] <= count; {
+			if time.Now().After(deadline) {
+				t.Fatal("WaitRx did not arm the queue's vector (no IMS write)")
+			}
+			runtime.Gosched()
+		}
+	}
+	wait := func(ctx context.Context) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.WaitRx(ctx, 0)
+			done <- err
+		}()
+		return done
+	}
+	// The first frame wakes a sleeping WaitRx: the vector fires and masks
+	// itself; three more come while it is masked.
+	count := p.Accesses(1).Writes["IMS"]
+	done := wait(context.Background())
+	armed(count)
+	send(0)
+	if err := <-done; err != nil {
+		t.Fatalf("WaitRx for the first frame: %v", err)
+	}
+	for i := 1; i < 4; i++ {
+		send(i)
+	}
+	take(4) // every frame in the ring, its cause latched, and taken
+	before, st := p.Stats(1).Interrupts, driverStats(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	count = p.Accesses(1).Writes["IMS"]
+	done = wait(ctx)
+	armed(count)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitRx on the emptied ring, cancelled: %v, want context.Canceled", err)
+	}
+	if got := p.Stats(1).Interrupts - before; got != 0 {
+		t.Errorf("arming the queue for a sleep on its emptied ring raised %d interrupts, want 0: the cause the frames taken while it was masked latched was not cleared", got)
+	}
+	if got := driverStats(t, b).Interrupts - st.Interrupts; got != 0 {
+		t.Errorf("WaitRx on the emptied ring consumed %d interrupts, want 0", got)
+	}
+}
+
+// A WaitRx on both queues arms them with one ICR write that clears the
+// causes they latched (bits 20 and 21, and no other cause), then one IMS
+// write, then one STATUS read that flushes those posted writes, and makes
+// no other register access, before it sleeps.
+func TestWaitRxArmsInOrder(t *testing.T) {
+	p := newModel(t, emulated.DefaultE1000EOptions())
+	o := e1000e.DefaultOptions()
+	o.Queues, o.Interrupts = 2, true
+	rec := &nictest.RegLog{Device: p.Functions()[1], Name: regName}
+	b, err := e1000e.Open(rec, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	got := rec.WaitRxAccesses(t, b, "read STATUS", 0, 1)
+	causes := fmt.Sprintf("%#x", hw.IntRXQ0|hw.IntRXQ1)
+	want := []string{"write ICR = " + causes, "write IMS = " + causes, "read STATUS"}
+	if !slices.Equal(got, want) {
+		t.Errorf("a WaitRx on queues 0 and 1 made the register accesses %q, want %q", got, want)
+	}
+}
+
+// openIRQPair opens p's two NICs, the second in interrupt mode with the
+// given EITR interval, closes them when the test ends, and waits for the
+// link.
+func openIRQPair(t *testing.T, p *emulated.E1000E, interval time.Duration) (a, b *e1000e.NIC) {
+	t.Helper()
+	a, err := e1000e.Open(p.Functions()[0], e1000e.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	bo := e1000e.DefaultOptions()
+	bo.Interrupts, bo.InterruptInterval = true, interval
+	if b, err = e1000e.Open(p.Functions()[1], bo); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if _, err := b.WaitLink(true, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+func driverStats(t *testing.T, n *e1000e.NIC) nicdrv.Stats {
+	t.Helper()
+	s, err := n.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -29,7 +29,15 @@ type RxWaiter struct {
 	Ready func(q int) (bool, uint32)
 	// Arm unmasks the interrupts of the queues set in mask, bit q for
 	// queue q (interrupt mode only), in as few register writes as the NIC
-	// allows: a wait arms every queue it sleeps on at once.
+	// allows: a wait arms every queue it sleeps on at once. It clears
+	// those queues' latched causes first (the frames taken since a
+	// vector fired latched them), so the arming does not fire at once for
+	// frames already taken. That is why at most one Wait may wait on a
+	// queue at a time: on a real NIC a cause stays latched until the
+	// throttle (EITR) lets its message out, and a second waiter's Arm in
+	// that window would clear it, taking the wake-up of the first waiter,
+	// which sleeps on. The second's look after arming finds the frame, the
+	// first does not look again.
 	Arm func(mask uint64)
 	// IRQs are the queues' vectors by queue; nil in polling mode.
 	IRQs []*pci.Interrupt
