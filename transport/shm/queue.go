@@ -39,12 +39,13 @@ import (
 // once it has consumed the record and the frame is no longer lent out
 // (commit), before it publishes its head past it.
 //
-// Claiming. A producer loads the tail c and the word of cell c. Empty for
-// c's lap, and the consumer's head leaves room for k cells: it takes the
-// cell with a compare-and-swap from that empty word to "claimed, k, by
-// me", then moves the tail from c to c+k (a compare-and-swap that may
-// fail: someone helped). A claimed or full word for c's lap means another
-// producer won c: it helps the tail on by that record's k and tries again.
+// Claiming. A producer loads the tail c. When the consumer's head leaves
+// room for k cells, it takes the cell with a compare-and-swap from c's
+// empty word (empty, for c's lap) to "claimed, k, by me", then moves the
+// tail from c to c+k (a compare-and-swap that may fail: someone helped).
+// Only a swap that failed makes it load the word: a claimed or full word
+// for c's lap means another producer won c, and it helps the tail on by
+// that record's k and tries again.
 // A word of an earlier lap means the consumer has not freed c yet: the
 // queue is full. The claim is on the cell, not on the tail, and the
 // expected value names c's lap, so a producer that stalled between its
@@ -176,9 +177,36 @@ type qProducer struct {
 
 // claim takes k cells at the tail for a record (see above) and returns the
 // first one's cursor, or false when the queue has no room for them now.
+//
+// It tries the compare-and-swap from c's empty word first and loads the
+// word only when that fails: the cell's line was last written by the
+// consumer (it wrote the word empty) or by another producer, and a load
+// before the swap fetched it once to read and the swap again to own it,
+// two waits for the other CPU on every frame through the queue where the
+// swap alone is one. A failed swap changes nothing. The room the
+// consumer's head leaves is checked first, on the cached head: the
+// consumer writes the words below its head empty before it publishes the
+// head, so a cell the head leaves room for holds its empty word for c's
+// lap, or a record of another producer, never an earlier lap's word.
 func (p *qProducer) claim(k uint64) (uint64, bool) {
 	for range 1 << 12 {
 		c := p.tail.Load()
+		if c+k > p.headSeen+p.n() {
+			// The load acquires: the consumer wrote the words of the
+			// cells below its head empty before it stored the head.
+			p.headSeen = p.head.Load()
+			if c+k > p.headSeen+p.n() {
+				if p.tail.Load() != c {
+					continue // the tail moved: look again
+				}
+				return 0, false
+			}
+		}
+		if p.word(c).CompareAndSwap(qWord(c, qEmpty, 0, 0), qWord(c, qClaimed, uint32(k), p.id)) {
+			p.tail.CompareAndSwap(c, c+k)
+			p.end = c + k
+			return c, true
+		}
 		w := p.word(c).Load()
 		if uint32(w) != uint32(c) {
 			// An earlier lap's word: the consumer has not freed c. Full,
@@ -188,22 +216,7 @@ func (p *qProducer) claim(k uint64) (uint64, bool) {
 			}
 			continue
 		}
-		switch qState(w) {
-		case qEmpty:
-			if c+k > p.headSeen+p.n() {
-				// The load acquires: the consumer wrote the words of the
-				// cells below its head empty before it stored the head.
-				p.headSeen = p.head.Load()
-				if c+k > p.headSeen+p.n() {
-					return 0, false
-				}
-			}
-			if p.word(c).CompareAndSwap(w, qWord(c, qClaimed, uint32(k), p.id)) {
-				p.tail.CompareAndSwap(c, c+k)
-				p.end = c + k
-				return c, true
-			}
-		default:
+		if qState(w) != qEmpty {
 			// Another producer's record at c: help the tail past it.
 			if k := qK(w); k != 0 {
 				p.tail.CompareAndSwap(c, c+k)
