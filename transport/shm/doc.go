@@ -243,15 +243,10 @@
 // Zeroing the next header just before a record's word would put a line last
 // touched a lap ago, often out of cache, in front of that store, which made
 // the floor ping-pong slower than the tail design (0.42 against 0.37 us
-// one-way p50). The producer therefore keeps the words of the next 16 to 32
-// lines zeroed (clearAhead, after a batch is published, within the room the
+// one-way p50). The producer therefore keeps the words of the next 16 lines
+// zeroed (clearAhead, after a batch is published, within the room the
 // consumer has freed, with plain stores: no load races with them), and a
-// small record finds its successor's word already 0. It zeroes 16 lines at
-// a time, not one a record: each zeroed line must come into the producer's
-// cache first, and the next locked instruction (the next record's word,
-// the layer above's lock) waits for it; sixteen come together for about
-// the wait of one (an 8-rank 8 B alltoall: 240-290 -> 190 ns of sender's CPU
-// per message, perf-sampled).
+// small record finds its successor's word already 0.
 //
 // The floor ping-pong (BenchmarkFloorPingPong, two processes bound to a CPU
 // each, 200 000 round trips, 8 runs alternated with the tail design on a

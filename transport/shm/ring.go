@@ -162,12 +162,7 @@ func (p *producer) reserve(head uint64, rl int) (at uint64, ok bool) {
 // words at line starts 0, so that publishing a small record does not wait
 // for the line of the next header (a line last touched a lap ago) before
 // its own record word can be stored.
-const clearAheadLen = 32 * ringAlign
-
-// clearAheadLow is how few lines cleared ahead of the cursor make
-// clearAhead clear up to clearAheadLen again: it zeroes lines in bursts,
-// not one a record (see clearAhead).
-const clearAheadLow = clearAheadLen / 2
+const clearAheadLen = 16 * ringAlign
 
 // producer is the producer's private view of a ring. It keeps the start
 // of the lap its cursor is in, so that finding a cursor's place in the data
@@ -277,19 +272,7 @@ func copyLine(line *[ringAlign]byte, k int, b []byte) int {
 // start) and at limit, the first cursor whose line the consumer may still
 // read (its head plus the ring size). Called after a batch is published, it
 // moves those lines into the producer's cache off the latency path.
-//
-// It clears only once fewer than clearAheadLow lines ahead are clear, and
-// then up to clearAheadLen: sixteen lines or more at once. A zeroed line was last touched a lap
-// ago, by the consumer too, so its store waits in the CPU's store buffer
-// for the line to come; the caller's next locked instruction (the next
-// record's word, a lock of the layer above) waits for every such store.
-// Zeroed one a record, each small message waited once for a line of its
-// own; zeroed in bursts, the lines come together, and sixteen messages
-// wait about once.
 func (p *producer) clearAhead(limit uint64) {
-	if p.clear >= p.cur+clearAheadLow {
-		return
-	}
 	stop := min(p.cur+clearAheadLen, p.lap+uint64(len(p.data)), limit)
 	for ; p.clear+ringAlign <= stop; p.clear += ringAlign {
 		p.zero(p.clear)
