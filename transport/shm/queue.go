@@ -62,8 +62,9 @@ import (
 // or claimed (a producer is writing it: wait). A producer killed between
 // its claim and its publish leaves a claimed cell: once its connection
 // has closed (the process is gone, so it will never write again) the
-// consumer skips the record's k cells and counts them (the producer's id
-// says whose claim it is). Any other word is a producer that broke the
+// consumer skips the record's k cells, moving the tail past them if the
+// producer died before it did, and counts them (the producer's id says
+// whose claim it is). Any other word is a producer that broke the
 // protocol: the queue stops delivering and the break is counted.
 const (
 	qTailOff  = 192
@@ -371,6 +372,16 @@ func (q *qConsumer) parse(mtu int, buf *[]byte) (f []byte, k uint64, id uint32, 
 		return b, k, id, recFrame, nil
 	}
 	return nil, 0, 0, recNone, fmt.Errorf("%w: queue word %#x at cursor %d", errCorrupt, w, q.cur)
+}
+
+// skip moves the cursor past the claim of k cells of a producer that went
+// away, and the tail past it too when the tail is still at the claim: a
+// producer killed between its swap on the cell's word and its move of the
+// tail left the tail there, and once release writes those cells empty for
+// their next lap no claim at that tail could succeed again.
+func (q *qConsumer) skip(k uint64) {
+	q.tail.CompareAndSwap(q.cur, q.cur+k)
+	q.advance(k)
 }
 
 // advance moves the cursor past a record of k cells.
