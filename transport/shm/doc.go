@@ -246,7 +246,13 @@
 // one-way p50). The producer therefore keeps the words of the next 16 lines
 // zeroed (clearAhead, after a batch is published, within the room the
 // consumer has freed, with plain stores: no load races with them), and a
-// small record finds its successor's word already 0.
+// small record finds its successor's word already 0. It prefetches each
+// such line 16 records before it zeroes it: a zero store to a line not in
+// the cache made the next locked instruction of the layer above wait for
+// memory (an 8-rank 8 B alltoall, perf-sampled: the sender's CPU per
+// message 247-301 -> 108-243 ns in 4 of 5 pairs alternated with the zero
+// without a prefetch, 2026-11-30 18:15-18:22 UTC, load 40-46; the command
+// and table in docs/intranode-scale.md, "Cache lines a message waits for").
 //
 // The floor ping-pong (BenchmarkFloorPingPong, two processes bound to a CPU
 // each, 200 000 round trips, 8 runs alternated with the tail design on a

@@ -1164,7 +1164,7 @@ func (t *Transport) pollQueue(frames []transport.Frame, n int) int {
 			if !t.claimDead(id) {
 				return n
 			}
-			q.advance(k)
+			q.skip(k)
 			t.cnt.qSkipped.Add(1)
 			continue
 		}
@@ -1296,7 +1296,7 @@ func (t *Transport) peekQueue() (peer transport.NICID, f []byte, ok, empty bool)
 			if !t.claimDead(id) {
 				return 0, nil, false, false
 			}
-			q.advance(k)
+			q.skip(k)
 			t.toCommit = true
 			t.cnt.qSkipped.Add(1)
 			continue

@@ -39,21 +39,26 @@ import (
 // once it has consumed the record and the frame is no longer lent out
 // (commit), before it publishes its head past it.
 //
-// Claiming. A producer loads the tail c and the word of cell c. Empty for
-// c's lap, and the consumer's head leaves room for k cells: it takes the
-// cell with a compare-and-swap from that empty word to "claimed, k, by
-// me", then moves the tail from c to c+k (a compare-and-swap that may
-// fail: someone helped). A claimed or full word for c's lap means another
-// producer won c: it helps the tail on by that record's k and tries again.
-// A word of an earlier lap means the consumer has not freed c yet: the
-// queue is full. The claim is on the cell, not on the tail, and the
-// expected value names c's lap, so a producer that stalled between its
-// loads and its compare-and-swap cannot take a cell of a later lap (its
-// word is another lap's, or a record's) nor a cell inside another's record
-// (the tail never stops there, and its word is that cell's own empty
-// word, not c's). The producer then writes the frame and publishes the
-// record by storing "full, k, me" into the first cell's word, atomically:
-// the consumer's load of that word acquires the frame.
+// Claiming. A producer loads the tail c. The room the consumer's head
+// leaves for k cells decides whether the queue is full; when there is
+// room, it takes the cell with a compare-and-swap from c's empty word
+// (empty, for c's lap) to "claimed, k, by me", then moves the tail from c
+// to c+k (a compare-and-swap that may fail: someone helped). Only a swap
+// that failed makes it load the word: a claimed or full word for c's lap
+// means another producer won c, and it helps the tail on by that record's
+// k and tries again. The consumer wrote c's empty word before it published
+// the head that left room for c, so a word of another lap is a later
+// lap's: the tail it loaded was stale (c was claimed, consumed and freed
+// since), and it loads the tail again. The claim is on the cell, not on
+// the tail, and the expected value names c's lap (its cursor modulo 2^32),
+// so a producer that stalled between its loads and its compare-and-swap
+// cannot take a cell of a later lap unless 2^32 cells went through the
+// queue meanwhile (the word is another lap's, or a record's), nor a cell
+// inside another's record (the tail never stops there, and its word is
+// that cell's own empty word, not c's). The producer then writes the
+// frame and publishes the record by storing "full, k, me" into the first
+// cell's word, atomically: the consumer's load of that word acquires the
+// frame.
 //
 // Consuming. The consumer keeps its own cursor and looks at that cell's
 // word: empty (nothing claimed there yet: the queue is empty, since a
@@ -61,8 +66,9 @@ import (
 // or claimed (a producer is writing it: wait). A producer killed between
 // its claim and its publish leaves a claimed cell: once its connection
 // has closed (the process is gone, so it will never write again) the
-// consumer skips the record's k cells and counts them (the producer's id
-// says whose claim it is). Any other word is a producer that broke the
+// consumer skips the record's k cells, moving the tail past them if the
+// producer died before it did, and counts them (the producer's id says
+// whose claim it is). Any other word is a producer that broke the
 // protocol: the queue stops delivering and the break is counted.
 const (
 	qTailOff  = 192
@@ -176,34 +182,46 @@ type qProducer struct {
 
 // claim takes k cells at the tail for a record (see above) and returns the
 // first one's cursor, or false when the queue has no room for them now.
+//
+// It tries the compare-and-swap from c's empty word first and loads the
+// word only when that fails: the cell's line was last written by the
+// consumer (it wrote the word empty) or by another producer, and a load
+// before the swap fetched it once to read and the swap again to own it,
+// two waits for the other CPU on every frame through the queue where the
+// swap alone is one. A failed swap changes nothing. The room the
+// consumer's head leaves is checked first, on the cached head, and alone
+// says the queue is full: the consumer writes the words below its head
+// empty for their next lap before it publishes the head, so a cell the
+// head leaves room for holds c's empty word, a record of another producer
+// at c, or a later lap's word (the tail moved on), never an earlier lap's.
 func (p *qProducer) claim(k uint64) (uint64, bool) {
 	for range 1 << 12 {
 		c := p.tail.Load()
+		if c+k > p.headSeen+p.n() {
+			// The load acquires: the consumer wrote the words of the
+			// cells below its head empty before it stored the head.
+			p.headSeen = p.head.Load()
+			if c+k > p.headSeen+p.n() {
+				return 0, false // a tail that moved since only needs more room
+			}
+		}
+		if p.word(c).CompareAndSwap(qWord(c, qEmpty, 0, 0), qWord(c, qClaimed, uint32(k), p.id)) {
+			p.tail.CompareAndSwap(c, c+k)
+			p.end = c + k
+			return c, true
+		}
 		w := p.word(c).Load()
 		if uint32(w) != uint32(c) {
-			// An earlier lap's word: the consumer has not freed c. Full,
-			// unless the tail moved since we loaded it.
+			// A later lap's word: c was claimed, consumed and freed since
+			// the tail was loaded, so the tail moved on. A tail still at c
+			// under such a word would be stuck (the consumer moves it past
+			// a dead producer's claim before it frees the cells: skip).
 			if p.tail.Load() == c {
 				return 0, false
 			}
 			continue
 		}
-		switch qState(w) {
-		case qEmpty:
-			if c+k > p.headSeen+p.n() {
-				// The load acquires: the consumer wrote the words of the
-				// cells below its head empty before it stored the head.
-				p.headSeen = p.head.Load()
-				if c+k > p.headSeen+p.n() {
-					return 0, false
-				}
-			}
-			if p.word(c).CompareAndSwap(w, qWord(c, qClaimed, uint32(k), p.id)) {
-				p.tail.CompareAndSwap(c, c+k)
-				p.end = c + k
-				return c, true
-			}
-		default:
+		if qState(w) != qEmpty {
 			// Another producer's record at c: help the tail past it.
 			if k := qK(w); k != 0 {
 				p.tail.CompareAndSwap(c, c+k)
@@ -358,6 +376,16 @@ func (q *qConsumer) parse(mtu int, buf *[]byte) (f []byte, k uint64, id uint32, 
 		return b, k, id, recFrame, nil
 	}
 	return nil, 0, 0, recNone, fmt.Errorf("%w: queue word %#x at cursor %d", errCorrupt, w, q.cur)
+}
+
+// skip moves the cursor past the claim of k cells of a producer that went
+// away, and the tail past it too when the tail is still at the claim: a
+// producer killed between its swap on the cell's word and its move of the
+// tail left the tail there, and once release writes those cells empty for
+// their next lap no claim at that tail could succeed again.
+func (q *qConsumer) skip(k uint64) {
+	q.tail.CompareAndSwap(q.cur, q.cur+k)
+	q.advance(k)
 }
 
 // advance moves the cursor past a record of k cells.

@@ -136,10 +136,49 @@ func TestQueueClaimedCellSkipped(t *testing.T) {
 	if err != nil || kind != recClaimed || id != 7 || k != 3 {
 		t.Fatalf("claimed record: kind %d id %d k %d, %v", kind, id, k, err)
 	}
-	cons.advance(k) // its producer is dead: skip
+	cons.skip(k) // its producer is dead
 	f, _, _, kind, err = cons.parse(1024, new([]byte))
 	if err != nil || kind != recFrame || !bytes.Equal(f, testFrame(8, 1)) {
 		t.Fatalf("record after the skipped one: kind %d, %v", kind, err)
+	}
+}
+
+// TestQueueDeadClaimBeforeTailMoved: a producer killed between its swap on
+// a cell's word and its move of the tail leaves the tail at its claim; when
+// no other producer claims before the consumer skips that claim and frees
+// its cells, the queue still takes claims after it (the consumer moved the
+// tail), rather than looking full for good.
+func TestQueueDeadClaimBeforeTailMoved(t *testing.T) {
+	seg := newTestQueue(t, queueSizeFor(0, 1024))
+	cons := newQConsumer(seg)
+	dead := qProducer{queue: newQueue(seg), id: 7}
+	live := qProducer{queue: newQueue(seg), id: 8}
+	c := dead.tail.Load()
+	// The dead producer's claim, up to the move of the tail it never made.
+	if !dead.word(c).CompareAndSwap(qWord(c, qEmpty, 0, 0), qWord(c, qClaimed, 3, dead.id)) {
+		t.Fatal("the claim's swap failed on a fresh queue")
+	}
+	_, k, id, kind, err := cons.parse(1024, new([]byte))
+	if err != nil || kind != recClaimed || id != dead.id || k != 3 {
+		t.Fatalf("claimed record: kind %d id %d k %d, %v", kind, id, k, err)
+	}
+	cons.skip(k)
+	cons.release(true)
+	for i := range 3 {
+		f := testFrame(8, i)
+		c, ok := live.claim(uint64(cellsFor(len(f))))
+		if !ok {
+			t.Fatalf("claim %d after the skipped one: the queue looks full (tail %d, head %d, word %#x)",
+				i, live.tail.Load(), live.head.Load(), live.word(live.tail.Load()).Load())
+		}
+		live.put(c, len(f), f, nil)
+	}
+	for i := range 3 {
+		f, k, _, kind, err := cons.parse(1024, new([]byte))
+		if err != nil || kind != recFrame || !bytes.Equal(f, testFrame(8, i)) {
+			t.Fatalf("record %d after the skipped claim: kind %d, %v", i, kind, err)
+		}
+		cons.advance(k)
 	}
 }
 
