@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -250,23 +251,37 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 
 // ixgbeNIC is one 82599: the state every NIC model keeps (nicCore, with
 // its locks) and the 82599's own.
+//
+// # Locks
+//
+// The 82599's queues share no lock on the chip, and the model's data path
+// takes none that another queue's takes for long: a TDT write and its ring
+// walk (ixgbe_tx.go) hold mu for reading and the TX queue's walk lock; an
+// RDT write, and a frame's delivery into its RX ring (ixgbe_rx.go), hold
+// mu for reading and the RX queue's lock (rxq). The registers shared by
+// all queues (control, filters, interrupt routing, the rings' base, length
+// and enable bits) are written only under mu held for writing, which so
+// waits out every queue's access in flight; a queue's head and tail are
+// written under mu for reading with the queue's lock, or under mu for
+// writing. The statistics and access counts the data path adds to are
+// atomics (fast), which foldLocked adds to the registers and acc under mu
+// for writing before they are read; frames waiting for descriptors (hold)
+// are under holdMu, the vectors' state (vecMask, vecCaus and nicCore's
+// vecNext, vecTmr) under irqMu. Lock order: txMu, a walk lock, mu, then
+// holdMu, an RX queue's lock, irqMu.
 type ixgbeNIC struct {
 	nicCore
 	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
 	async   bool // IXGBEOptions.AsyncDMA
 
-	// The receive path's IOMMU hints, under mu, one for each kind of
-	// access, as an IOTLB keeps the translations of the rings and of the
-	// buffers at once: one hint for all would miss at every access where
-	// they alternate (a descriptor, then its buffer in another mapping),
-	// and each miss costs a search of the mappings: the ring, the header
-	// buffer and the packet buffer (a pool buffer, or a placement in the
-	// receiver's memory). The transmit walks keep theirs in txw.
-	rxHint [3]int
+	// rxq is each RX queue's lock and receive state.
+	rxq [hw.MaxQueuePairs]rxQueue
 
 	// txw is each TX queue's walk state, under its own lock (and txMu
 	// for reading, or for writing with AsyncDMA's engine).
 	txw [hw.MaxQueuePairs]txWalk
+
+	fast fastCounts
 
 	// Under mu.
 	regs    []uint32
@@ -274,10 +289,10 @@ type ixgbeNIC struct {
 	txCtx   [hw.MaxQueuePairs][2]hw.TxDesc
 	fdir    map[uint32][]fdirFilter // by bucket
 	fdirN   int
-	fdirHit uint32
-	fdirMis uint32
-	vecMask uint64 // EIMS: vectors enabled
-	vecCaus uint64 // EICR: vector causes pending
+	fdirHit atomic.Uint32 // FDIRMATCH, counted by the data path
+	fdirMis atomic.Uint32 // FDIRMISS, counted by the data path
+	vecMask uint64        // EIMS: vectors enabled (and irqMu)
+	vecCaus uint64        // EICR: vector causes pending (and irqMu)
 	// ftqfOn has bit i set while FTQF(i) has QUEUE_EN: the receive
 	// path compares a frame with those filters alone, where the chip
 	// compares all 128 at once and a loop over every one cost the
@@ -290,4 +305,99 @@ type ixgbeNIC struct {
 
 	nTail   atomic.Uint64
 	modelNS atomic.Int64
+}
+
+// rxQueue is one RX queue's lock and what its deliveries use besides the
+// registers: the IOMMU hints, one for each kind of access, as an IOTLB
+// keeps the translations of the rings and of the buffers at once (one
+// hint for all would miss at every access where they alternate, a
+// descriptor and then its buffer in another mapping, and each miss costs
+// a search of the mappings): the ring, the header buffer and the packet
+// buffer (a pool buffer, or a placement in the receiver's memory).
+type rxQueue struct {
+	mu   sync.Mutex
+	hint [3]int
+	_    [64 - 8 - 24]byte // a cache line of its own
+}
+
+// The statistics registers the data path counts (fastCounts.stat).
+const (
+	statGPRC = iota
+	statTPR
+	statBPRC
+	statMPRC
+	statGORC // 64 bits, GORCL/GORCH
+	statTOR  // 64 bits, TORL/TORH
+	statRUC
+	statROC
+	statMPC
+	statGPTC
+	statTPT
+	statBPTC
+	statMPTC
+	statGOTC // 64 bits, GOTCL/GOTCH
+	statQPRDC
+	nStats = statQPRDC + hw.QueueStats
+)
+
+// statRegs is each counted statistic's register (the low half of a
+// 64-bit one) and whether it is 64 bits wide.
+var statRegs = func() (r [nStats]struct {
+	off  int
+	wide bool
+}) {
+	for i, off := range [...]int{statGPRC: hw.GPRC, statTPR: hw.TPR, statBPRC: hw.BPRC, statMPRC: hw.MPRC,
+		statGORC: hw.GORCL, statTOR: hw.TORL, statRUC: hw.RUC, statROC: hw.ROC, statMPC: hw.MPC(0),
+		statGPTC: hw.GPTC, statTPT: hw.TPT, statBPTC: hw.BPTC, statMPTC: hw.MPTC, statGOTC: hw.GOTCL} {
+		r[i].off, r[i].wide = off, i == statGORC || i == statTOR || i == statGOTC
+	}
+	for q := range hw.QueueStats {
+		r[statQPRDC+q].off = hw.QPRDC(q)
+	}
+	return r
+}()
+
+// fastCounts is what the data path counts without mu held for writing:
+// statistics (cleared by a reset) and register and descriptor accesses
+// (not), until foldLocked adds them to the registers and acc.
+type fastCounts struct {
+	stat                         [nStats]atomic.Uint64
+	rdt, tdt                     [hw.MaxQueuePairs]atomic.Uint64
+	rxFetch, rxWB, txFetch, txWB atomic.Uint64
+}
+
+// foldLocked implements nicHooks.
+func (n *ixgbeNIC) foldLocked() {
+	f := &n.fast
+	for i := range f.stat {
+		v := f.stat[i].Swap(0)
+		if v == 0 {
+			continue
+		}
+		if r := statRegs[i]; r.wide {
+			n.count64(r.off, v)
+		} else {
+			n.regs[r.off/4] += uint32(v)
+		}
+	}
+	for q := range f.rdt {
+		if v := f.rdt[q].Swap(0); v != 0 {
+			n.acc.add(&n.acc.writes, hw.RDT(q), v)
+		}
+		if v := f.tdt[q].Swap(0); v != 0 {
+			n.acc.add(&n.acc.writes, hw.TDT(q), v)
+		}
+	}
+	n.acc.rxFetch += f.rxFetch.Swap(0)
+	n.acc.rxWB += f.rxWB.Swap(0)
+	n.acc.txFetch += f.txFetch.Swap(0)
+	n.acc.txWB += f.txWB.Swap(0)
+}
+
+// clearStats forgets the statistics counted since the last fold (a
+// reset). Under mu.
+func (n *ixgbeNIC) clearStats() {
+	for i := range n.fast.stat {
+		n.fast.stat[i].Store(0)
+	}
 }

@@ -37,7 +37,10 @@ func (n *ixgbeNIC) powerOn() {
 	n.loadMAC()
 	n.hold.drop()
 	n.macLink = false
-	n.fdir, n.fdirN, n.fdirHit, n.fdirMis = nil, 0, 0, 0
+	n.fdir, n.fdirN = nil, 0
+	n.fdirHit.Store(0)
+	n.fdirMis.Store(0)
+	n.clearStats()
 	n.vecMask, n.vecCaus = 0, 0
 	n.ftqfOn = [hw.FiveTupleEntries / 64]uint64{}
 	n.txCtx = [hw.MaxQueuePairs][2]hw.TxDesc{}
@@ -104,14 +107,11 @@ func (n *ixgbeNIC) read(off, w int) uint64 {
 	case off == hw.FDIRFREE:
 		return uint64(n.fdirCapLocked() - n.fdirN)
 	case off == hw.FDIRMATCH:
-		v := n.fdirHit
-		n.fdirHit = 0
-		return uint64(v)
+		return uint64(n.fdirHit.Swap(0))
 	case off == hw.FDIRMISS:
-		v := n.fdirMis
-		n.fdirMis = 0
-		return uint64(v)
+		return uint64(n.fdirMis.Swap(0))
 	case isIXGBEStat(off):
+		n.foldLocked()
 		v := n.reg(off)
 		switch off {
 		case hw.GORCH, hw.GOTCH, hw.TORH:
@@ -181,8 +181,11 @@ func ringReg(off int) (q, reg int, rx, ok bool) {
 }
 
 func (n *ixgbeNIC) write32(off int, v uint32) {
-	if q, reg, _, ok := ringReg(off); ok && reg == hw.TDT(0) {
+	if q, reg, rx, ok := ringReg(off); ok && reg == hw.TDT(0) {
 		n.transmit(q, v)
+		return
+	} else if ok && rx && reg == hw.RDT(0) {
+		n.refill(q, off, v)
 		return
 	}
 	if off == hw.CTRL && v&hw.CtrlRst != 0 {
@@ -359,15 +362,6 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 			off = hw.SRRCTL(q)
 		}
 		n.set(off, v)
-	case hw.RDT(0):
-		n.nTail.Add(1)
-		l := n.reg(hw.RDLEN(q)) / hw.DescSize
-		if v >= l && !(l == 0 && v == 0) {
-			n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
-			return
-		}
-		n.set(off, v)
-		n.flushPendingLocked()
 	case hw.RXDCTL(0):
 		if v&hw.RxdctlEnable != 0 && !enabled {
 			l := n.reg(hw.RDLEN(q))
@@ -401,6 +395,36 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 	default:
 		n.set(off, v)
 	}
+}
+
+// refill is a write of v to RDT(q) (at off): it gives the NIC the
+// descriptors up to v, and lets frames held for want of them in. It holds
+// mu for reading and the queue's lock, so it waits for no other queue.
+func (n *ixgbeNIC) refill(q, off int, v uint32) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.fast.rdt[q].Add(1)
+	if n.closed {
+		return
+	}
+	n.nTail.Add(1)
+	l := n.reg(hw.RDLEN(q)) / hw.DescSize
+	if v >= l && !(l == 0 && v == 0) {
+		n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
+		return
+	}
+	r := &n.rxq[q]
+	r.mu.Lock()
+	n.set(off, v)
+	r.mu.Unlock()
+	// After the tail moved: a frame offered to the hold since is either
+	// counted here or found the room (rxHold).
+	if n.hold.waiting() == 0 || n.closed || !n.rxOnLocked() || !n.lastLU {
+		return
+	}
+	n.holdMu.Lock()
+	n.hold.flush(n.deliverQueue)
+	n.holdMu.Unlock()
 }
 
 func (n *ixgbeNIC) writeTxRing(q, reg, off int, v uint32) {
@@ -445,7 +469,9 @@ func (n *ixgbeNIC) queueCauseLocked(q int) {
 	if e&hw.IVARValid == 0 {
 		return
 	}
+	n.irqMu.Lock()
 	n.vectorCauseLocked(int(e & 0x3F))
+	n.irqMu.Unlock()
 }
 
 // otherCauseLocked raises causes of EICR's upper half (LSC ...), delivered

@@ -20,17 +20,17 @@ import (
 // the descriptors, the write-backs, the counters and the violations are
 // the same. Registers are in ixgbe_regs.go, receive in ixgbe_rx.go.
 //
-// The walk of a ring holds txMu for reading and its queue's lock (txWalk),
-// not mu: it reads the registers it needs under mu first (txSnap), moves
-// the bytes with mu free, so the driver's register accesses (another
-// queue's tail, RDT, statistics) proceed during a long DMA, and takes mu
-// again to move TDH and add what it counted (txTally). Everything the
-// walk touches outside mu (txCtx[q], the frame buffers, the IOMMU hints)
-// is its queue's, so two queues' synchronous walks run at once on their
-// writers' goroutines: the chip's one DMA interleaves its queues' fetches,
-// and a tail write costs the host's CPU nothing while another queue sends,
-// where a walk holding the NIC's whole transmit side made steered queues'
-// senders wait for each other's walks and deliveries. What stops or
+// A ring walk holds txMu for reading and its queue's lock (txWalk), and
+// mu only for reading: the tail write and the registers it needs are read
+// first (txSnap), the bytes move with mu free, so the driver's register
+// accesses (statistics, a reset) proceed during a long DMA, and the walk
+// takes mu for reading again to move TDH and count (txTally, into the
+// atomic counters). Everything the walk touches outside mu (txCtx[q], the
+// frame buffers, the IOMMU hints) is its queue's, and a queue's TDT and
+// TDH are written under its walk lock, so two queues' synchronous walks,
+// and their tail writes, run at once on their writers' goroutines: the
+// chip's one DMA interleaves its queues' fetches, and a tail write costs
+// the host's CPU nothing while another queue sends. What stops or
 // reprograms transmission takes txMu for writing and so waits out every
 // walk.
 
@@ -62,19 +62,15 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 	}
 	n.txMu.RLock()
 	defer n.txMu.RUnlock()
-	n.mu.Lock()
-	ok := n.tailWriteLocked(q, tdt)
-	n.mu.Unlock()
-	if ok {
-		n.txQueue(q)
-	}
+	n.txQueue(q, &tdt)
 }
 
 // tailWriteLocked records a write of tdt to TDT(q) and checks it as the
 // 82599 does when the write arrives. It reports whether the queue has
-// descriptors for the DMA to fetch.
+// descriptors for the DMA to fetch. Under mu held for writing, or for
+// reading with the queue's walk lock.
 func (n *ixgbeNIC) tailWriteLocked(q int, tdt uint32) bool {
-	n.acc.count(&n.acc.writes, hw.TDT(q))
+	n.fast.tdt[q].Add(1)
 	n.nTail.Add(1)
 	if n.closed {
 		return false
@@ -116,19 +112,24 @@ type txTally struct {
 }
 
 // txQueue transmits what TX queue q holds between TDH and TDT, if the
-// queue may still transmit, and delivers the frames. Under txMu (for
-// reading, at least); it takes the queue's walk lock.
-func (n *ixgbeNIC) txQueue(q int) {
+// queue may still transmit, and delivers the frames; with tail, it first
+// takes the write of *tail to TDT. Under txMu (for reading, at least); it
+// takes the queue's walk lock, and mu for reading.
+func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	w := &n.txw[q]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n.mu.Lock()
+	n.mu.RLock()
+	if tail != nil && !n.tailWriteLocked(q, *tail) {
+		n.mu.RUnlock()
+		return
+	}
 	l := n.reg(hw.TDLEN(q)) / hw.DescSize
 	tdt := n.reg(hw.TDT(q))
 	if n.closed || !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE) || !n.f.busMaster() || tdt >= l {
 		// The tail write recorded what was wrong with it; a queue
 		// stopped since fetches nothing more.
-		n.mu.Unlock()
+		n.mu.RUnlock()
 		return
 	}
 	s := txSnap{
@@ -140,28 +141,29 @@ func (n *ixgbeNIC) txQueue(q int) {
 		vet:      n.vetLocked(),
 		pad:      n.has(hw.HLREG0, hw.Hlreg0TxPadEn),
 	}
-	n.mu.Unlock()
+	n.mu.RUnlock()
 
 	w.out = w.out[:0]
 	var t txTally
 	head := n.txRing(q, w, &s, &t)
 
-	n.mu.Lock()
+	n.mu.RLock()
 	if n.reg(hw.TDH(q)) == s.head {
 		// Unless the driver stopped the queue and set its head
 		// during the walk, which the next walk then starts from.
 		n.set(hw.TDH(q), head)
 	}
-	n.acc.txFetch += t.fetch
-	n.acc.txWB += t.wb
-	n.count64(hw.GOTCL, t.octets)
-	n.regs[hw.GPTC/4] += uint32(t.frames)
-	n.regs[hw.TPT/4] += uint32(t.frames)
-	n.regs[hw.BPTC/4] += t.bcast
-	n.regs[hw.MPTC/4] += t.mcast
+	n.fast.txFetch.Add(t.fetch)
+	n.fast.txWB.Add(t.wb)
+	st := &n.fast.stat
+	st[statGOTC].Add(t.octets)
+	st[statGPTC].Add(t.frames)
+	st[statTPT].Add(t.frames)
+	st[statBPTC].Add(uint64(t.bcast))
+	st[statMPTC].Add(uint64(t.mcast))
 	loop := n.loopback()
 	lu := n.linkUp()
-	n.mu.Unlock()
+	n.mu.RUnlock()
 	for _, fr := range w.out {
 		switch {
 		case loop:
