@@ -263,6 +263,7 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 // and enable bits) are written only under mu held for writing, which so
 // waits out every queue's access in flight; a queue's head and tail are
 // written under mu for reading with the queue's lock, or under mu for
+// writing; EIMS is written under mu for reading with irqMu, or under mu for
 // writing. The statistics and access counts the data path adds to are
 // atomics (fast), which foldLocked adds to the registers and acc under mu
 // for writing before they are read; frames waiting for descriptors (hold)
@@ -363,6 +364,7 @@ var statRegs = func() (r [nStats]struct {
 type fastCounts struct {
 	stat                         [nStats]atomic.Uint64
 	rdt, tdt                     [hw.MaxQueuePairs]atomic.Uint64
+	mask                         [len(maskRegs)]atomic.Uint64 // writes of maskRegs
 	rxFetch, rxWB, txFetch, txWB atomic.Uint64
 }
 
@@ -386,6 +388,11 @@ func (n *ixgbeNIC) foldLocked() {
 		}
 		if v := f.tdt[q].Swap(0); v != 0 {
 			n.acc.add(&n.acc.writes, hw.TDT(q), v)
+		}
+	}
+	for i, off := range maskRegs {
+		if v := f.mask[i].Swap(0); v != 0 {
+			n.acc.add(&n.acc.writes, off, v)
 		}
 	}
 	n.acc.rxFetch += f.rxFetch.Swap(0)

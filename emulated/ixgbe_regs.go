@@ -188,6 +188,10 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 		n.refill(q, off, v)
 		return
 	}
+	if i := maskReg(off); i >= 0 {
+		n.writeMask(i, off, v)
+		return
+	}
 	if off == hw.CTRL && v&hw.CtrlRst != 0 {
 		// A software reset stops the DMA engine and waits out a
 		// transmission in flight: powerOn runs under txMu and mu.
@@ -250,16 +254,6 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 		if o := v &^ hw.EicrRTxQMask; o != 0 {
 			n.otherCauseLocked(o)
 		}
-	case off == hw.EIMS:
-		n.set(hw.EIMS, n.reg(hw.EIMS)|v&^hw.EicrRTxQMask)
-		n.unmaskLocked(uint64(v & hw.EicrRTxQMask))
-	case off == hw.EIMC:
-		n.set(hw.EIMS, n.reg(hw.EIMS)&^(v&^hw.EicrRTxQMask))
-		n.vecMask &^= uint64(v & hw.EicrRTxQMask)
-	case off == hw.EIMSEx(0) || off == hw.EIMSEx(1):
-		n.unmaskLocked(uint64(v) << (32 * ((off - hw.EIMSEx(0)) / 4)))
-	case off == hw.EIMCEx(0) || off == hw.EIMCEx(1):
-		n.vecMask &^= uint64(v) << (32 * ((off - hw.EIMCEx(0)) / 4))
 	case off >= hw.IVAR(0) && off <= hw.IVAR(63):
 		for _, sh := range []int{0, 8, 16, 24} {
 			if e := v >> sh & 0xFF; e&hw.IVARValid != 0 && e&0x7F >= hw.MSIXVectors {
@@ -394,6 +388,46 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 		}
 	default:
 		n.set(off, v)
+	}
+}
+
+// maskRegs are the interrupt mask registers, which a driver that sleeps
+// on its queues' vectors writes to arm them (EIMS_EX) while other queues
+// move frames; maskReg is off's index among them, or -1.
+var maskRegs = [...]int{hw.EIMS, hw.EIMC, hw.EIMSEx(0), hw.EIMSEx(1), hw.EIMCEx(0), hw.EIMCEx(1)}
+
+func maskReg(off int) int {
+	for i, r := range maskRegs {
+		if r == off {
+			return i
+		}
+	}
+	return -1
+}
+
+// writeMask is a write of v to maskRegs[i] (at off). It changes only the
+// vectors' state, so it holds mu for reading and irqMu, as a delivery that
+// raises a cause does: an arming waits for no queue's frames.
+func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.irqMu.Lock()
+	defer n.irqMu.Unlock()
+	n.fast.mask[i].Add(1)
+	if n.closed {
+		return
+	}
+	switch off {
+	case hw.EIMS:
+		n.set(hw.EIMS, n.reg(hw.EIMS)|v&^hw.EicrRTxQMask)
+		n.unmaskLocked(uint64(v & hw.EicrRTxQMask))
+	case hw.EIMC:
+		n.set(hw.EIMS, n.reg(hw.EIMS)&^(v&^hw.EicrRTxQMask))
+		n.vecMask &^= uint64(v & hw.EicrRTxQMask)
+	case hw.EIMSEx(0), hw.EIMSEx(1):
+		n.unmaskLocked(uint64(v) << (32 * ((off - hw.EIMSEx(0)) / 4)))
+	default: // EIMC_EX
+		n.vecMask &^= uint64(v) << (32 * ((off - hw.EIMCEx(0)) / 4))
 	}
 }
 
