@@ -264,9 +264,10 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 // waits out every queue's access in flight; a queue's head and tail are
 // written under mu for reading with the queue's lock, or under mu for
 // writing; EIMS is written under mu for reading with irqMu, or under mu for
-// writing. The statistics and access counts the data path adds to are
-// atomics (fast), which foldLocked adds to the registers and acc under mu
-// for writing before they are read; frames waiting for descriptors (hold)
+// writing. What a queue's DMA counts (frames, octets, descriptors) is its
+// queue's (queueTally, under the queue's lock), what the data path counts
+// outside a queue's lock is atomic (fast), and foldLocked adds both to the
+// registers and acc under mu for writing before they are read; frames waiting for descriptors (hold)
 // are under holdMu, the vectors' state (vecMask, vecCaus and nicCore's
 // vecNext, vecTmr) under irqMu. Lock order: txMu, a walk lock, mu, then
 // holdMu, an RX queue's lock, irqMu.
@@ -318,54 +319,37 @@ type ixgbeNIC struct {
 type rxQueue struct {
 	mu   sync.Mutex
 	hint [3]int
-	_    [64 - 8 - 24]byte // a cache line of its own
+	sum  queueTally // what its deliveries counted
+	_    [64]byte   // apart from the next queue's
 }
 
 // The statistics registers the data path counts (fastCounts.stat).
+// (What a queue counts for every frame it moves is in its queueTally.)
 const (
-	statGPRC = iota
-	statTPR
-	statBPRC
-	statMPRC
-	statGORC // 64 bits, GORCL/GORCH
-	statTOR  // 64 bits, TORL/TORH
-	statRUC
+	statRUC = iota
 	statROC
 	statMPC
-	statGPTC
-	statTPT
-	statBPTC
-	statMPTC
-	statGOTC // 64 bits, GOTCL/GOTCH
 	statQPRDC
 	nStats = statQPRDC + hw.QueueStats
 )
 
-// statRegs is each counted statistic's register (the low half of a
-// 64-bit one) and whether it is 64 bits wide.
-var statRegs = func() (r [nStats]struct {
-	off  int
-	wide bool
-}) {
-	for i, off := range [...]int{statGPRC: hw.GPRC, statTPR: hw.TPR, statBPRC: hw.BPRC, statMPRC: hw.MPRC,
-		statGORC: hw.GORCL, statTOR: hw.TORL, statRUC: hw.RUC, statROC: hw.ROC, statMPC: hw.MPC(0),
-		statGPTC: hw.GPTC, statTPT: hw.TPT, statBPTC: hw.BPTC, statMPTC: hw.MPTC, statGOTC: hw.GOTCL} {
-		r[i].off, r[i].wide = off, i == statGORC || i == statTOR || i == statGOTC
-	}
+// statRegs is each counted statistic's register.
+var statRegs = func() (r [nStats]int) {
+	r[statRUC], r[statROC], r[statMPC] = hw.RUC, hw.ROC, hw.MPC(0)
 	for q := range hw.QueueStats {
-		r[statQPRDC+q].off = hw.QPRDC(q)
+		r[statQPRDC+q] = hw.QPRDC(q)
 	}
 	return r
 }()
 
-// fastCounts is what the data path counts without mu held for writing:
-// statistics (cleared by a reset) and register and descriptor accesses
-// (not), until foldLocked adds them to the registers and acc.
+// fastCounts is what the data path counts without mu held for writing and
+// outside a queue's lock: statistics of frames dropped (cleared by a
+// reset) and register accesses (not), until foldLocked adds them to the
+// registers and acc.
 type fastCounts struct {
-	stat                         [nStats]atomic.Uint64
-	rdt, tdt                     [hw.MaxQueuePairs]atomic.Uint64
-	mask                         [len(maskRegs)]atomic.Uint64 // writes of maskRegs
-	rxFetch, rxWB, txFetch, txWB atomic.Uint64
+	stat     [nStats]atomic.Uint64
+	rdt, tdt [hw.MaxQueuePairs]atomic.Uint64
+	mask     [len(maskRegs)]atomic.Uint64 // writes of maskRegs
 }
 
 // foldLocked implements nicHooks.
@@ -376,11 +360,7 @@ func (n *ixgbeNIC) foldLocked() {
 		if v == 0 {
 			continue
 		}
-		if r := statRegs[i]; r.wide {
-			n.count64(r.off, v)
-		} else {
-			n.regs[r.off/4] += uint32(v)
-		}
+		n.regs[statRegs[i]/4] += uint32(v)
 	}
 	for q := range f.rdt {
 		if v := f.rdt[q].Swap(0); v != 0 {
@@ -395,16 +375,43 @@ func (n *ixgbeNIC) foldLocked() {
 			n.acc.add(&n.acc.writes, off, v)
 		}
 	}
-	n.acc.rxFetch += f.rxFetch.Swap(0)
-	n.acc.rxWB += f.rxWB.Swap(0)
-	n.acc.txFetch += f.txFetch.Swap(0)
-	n.acc.txWB += f.txWB.Swap(0)
+	for q := range n.rxq {
+		t := &n.rxq[q].sum
+		n.acc.rxFetch += t.fetch
+		n.acc.rxWB += t.wb
+		n.regs[hw.GPRC/4] += uint32(t.frames)
+		n.regs[hw.TPR/4] += uint32(t.frames)
+		n.regs[hw.BPRC/4] += uint32(t.bcast)
+		n.regs[hw.MPRC/4] += uint32(t.mcast)
+		n.count64(hw.GORCL, t.octets)
+		n.count64(hw.TORL, t.octets)
+		*t = queueTally{}
+	}
+	for q := range n.txw {
+		t := &n.txw[q].sum
+		n.acc.txFetch += t.fetch
+		n.acc.txWB += t.wb
+		n.regs[hw.GPTC/4] += uint32(t.frames)
+		n.regs[hw.TPT/4] += uint32(t.frames)
+		n.regs[hw.BPTC/4] += uint32(t.bcast)
+		n.regs[hw.MPTC/4] += uint32(t.mcast)
+		n.count64(hw.GOTCL, t.octets)
+		*t = queueTally{}
+	}
 }
 
 // clearStats forgets the statistics counted since the last fold (a
-// reset). Under mu.
+// reset), keeping the access counts. Under mu.
 func (n *ixgbeNIC) clearStats() {
 	for i := range n.fast.stat {
 		n.fast.stat[i].Store(0)
+	}
+	for q := range n.rxq {
+		t := &n.rxq[q].sum
+		*t = queueTally{fetch: t.fetch, wb: t.wb}
+	}
+	for q := range n.txw {
+		t := &n.txw[q].sum
+		*t = queueTally{fetch: t.fetch, wb: t.wb}
 	}
 }

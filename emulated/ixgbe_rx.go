@@ -184,7 +184,8 @@ func (n *ixgbeNIC) steerLocked(fr []byte) (rxClass, rxResult) {
 // reading with the queue's lock.
 func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 	q := c.queue
-	hint := &n.rxq[q].hint
+	rq := &n.rxq[q]
+	hint := &rq.hint
 	srrctl := n.reg(hw.SRRCTL(q))
 	pktBuf := int(srrctl&hw.SrrctlBSizePktMask) << 10
 	hdrBuf := int(srrctl&hw.SrrctlBSizeHdrMask>>hw.SrrctlBSizeHdrShift) * 64
@@ -259,7 +260,7 @@ func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 			n.nDrop.Add(1)
 			return rxDropped
 		}
-		n.fast.rxFetch.Add(1)
+		rq.sum.fetch++
 		pktAddr := binary.LittleEndian.Uint64(raw)
 		hdrAddr := binary.LittleEndian.Uint64(raw[8:])
 		wb := hw.RxWriteBack{PktInfo: c.pktInfo, Hash: c.hash, Status: hw.RxStatDD, VLAN: tci}
@@ -296,21 +297,18 @@ func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 		store64(raw[0:8], binary.LittleEndian.Uint64(tmp[0:]))
 		dmasync.Publish()
 		store64(raw[8:16], binary.LittleEndian.Uint64(tmp[8:]))
-		n.fast.rxWB.Add(1)
+		rq.sum.wb++
 		head = (head + 1) % l
 	}
 	n.set(hw.RDH(q), head)
 	n.nRx.Add(1)
-	st := &n.fast.stat
-	st[statGPRC].Add(1)
-	st[statTPR].Add(1)
-	st[statGORC].Add(uint64(len(fr) + 4))
-	st[statTOR].Add(uint64(len(fr) + 4))
+	rq.sum.frames++
+	rq.sum.octets += uint64(len(fr) + 4)
 	if fr[0]&1 != 0 {
 		if isBroadcast(fr) {
-			st[statBPRC].Add(1)
+			rq.sum.bcast++
 		} else {
-			st[statMPRC].Add(1)
+			rq.sum.mcast++
 		}
 	}
 	n.queueCauseLocked(q)

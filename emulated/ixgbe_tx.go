@@ -24,7 +24,7 @@ import (
 // mu only for reading: the tail write and the registers it needs are read
 // first (txSnap), the bytes move with mu free, so the driver's register
 // accesses (statistics, a reset) proceed during a long DMA, and the walk
-// takes mu for reading again to move TDH and count (txTally, into the
+// takes mu for reading again to move TDH and count (queueTally, into the
 // atomic counters). Everything the walk touches outside mu (txCtx[q], the
 // frame buffers, the IOMMU hints) is its queue's, and a queue's TDT and
 // TDH are written under its walk lock, so two queues' synchronous walks,
@@ -37,8 +37,9 @@ import (
 // txWalk is one TX queue's walk state.
 type txWalk struct {
 	mu    sync.Mutex
-	out   [][]byte // frames of the walk under way, to deliver
-	spare [][]byte // free frame buffers
+	sum   queueTally // what its walks counted, under mu and the NIC's mu
+	out   [][]byte   // frames of the walk under way, to deliver
+	spare [][]byte   // free frame buffers
 	// The walk's IOMMU hints: the ring, a frame's first buffer (the
 	// driver's packet buffer) and its others (memory attached in place).
 	hint [3]int
@@ -103,12 +104,25 @@ type txSnap struct {
 	pad          bool
 }
 
-// txTally is what a ring walk counted, added to the registers and access
-// counts under mu when it ends.
-type txTally struct {
+// queueTally is what a queue's DMA counted: descriptors fetched and
+// written back, and the frames for the statistics registers. A ring walk
+// counts into one of its own and adds it to its queue's (txWalk.sum) when
+// it ends; a delivery counts into its RX queue's (rxQueue.sum). foldLocked
+// adds a queue's to the registers and access counts.
+type queueTally struct {
 	fetch, wb      uint64
 	frames, octets uint64
-	bcast, mcast   uint32
+	bcast, mcast   uint64
+}
+
+// add adds t to q.
+func (q *queueTally) add(t *queueTally) {
+	q.fetch += t.fetch
+	q.wb += t.wb
+	q.frames += t.frames
+	q.octets += t.octets
+	q.bcast += t.bcast
+	q.mcast += t.mcast
 }
 
 // txQueue transmits what TX queue q holds between TDH and TDT, if the
@@ -144,7 +158,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	n.mu.RUnlock()
 
 	w.out = w.out[:0]
-	var t txTally
+	var t queueTally
 	head := n.txRing(q, w, &s, &t)
 
 	n.mu.RLock()
@@ -153,14 +167,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 		// during the walk, which the next walk then starts from.
 		n.set(hw.TDH(q), head)
 	}
-	n.fast.txFetch.Add(t.fetch)
-	n.fast.txWB.Add(t.wb)
-	st := &n.fast.stat
-	st[statGOTC].Add(t.octets)
-	st[statGPTC].Add(t.frames)
-	st[statTPT].Add(t.frames)
-	st[statBPTC].Add(uint64(t.bcast))
-	st[statMPTC].Add(uint64(t.mcast))
+	w.sum.add(&t)
 	loop := n.loopback()
 	lu := n.linkUp()
 	n.mu.RUnlock()
@@ -199,7 +206,7 @@ const txFrameCap = 16384
 
 // txRing walks TX ring q from the snapshot's head to its tail, gathering
 // frames into w.out, and returns the new head. Under w.mu, not mu.
-func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *txTally) uint32 {
+func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *queueTally) uint32 {
 	dom := n.f.dom
 	l, head := s.l, s.head
 	if head >= l {
@@ -272,7 +279,7 @@ func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *txTally) uint32 {
 
 // finishFrame checks, pads, checksums and counts a complete frame and
 // queues it for the wire. Under w.mu.
-func (n *ixgbeNIC) finishFrame(w *txWalk, frame *[]byte, q int, first hw.TxDesc, s *txSnap, t *txTally) {
+func (n *ixgbeNIC) finishFrame(w *txWalk, frame *[]byte, q int, first hw.TxDesc, s *txSnap, t *queueTally) {
 	fr := *frame
 	*frame = w.frameBuf()
 	drop := func() { w.spare = append(w.spare, fr[:0]) }
