@@ -376,28 +376,41 @@ func (n *ixgbeNIC) foldLocked() {
 		}
 	}
 	for q := range n.rxq {
-		t := &n.rxq[q].sum
-		n.acc.rxFetch += t.fetch
-		n.acc.rxWB += t.wb
-		n.regs[hw.GPRC/4] += uint32(t.frames)
-		n.regs[hw.TPR/4] += uint32(t.frames)
-		n.regs[hw.BPRC/4] += uint32(t.bcast)
-		n.regs[hw.MPRC/4] += uint32(t.mcast)
-		n.count64(hw.GORCL, t.octets)
-		n.count64(hw.TORL, t.octets)
-		*t = queueTally{}
+		n.foldTally(&n.rxq[q].sum, &rxTallyRegs, &n.acc.rxFetch, &n.acc.rxWB)
 	}
 	for q := range n.txw {
-		t := &n.txw[q].sum
-		n.acc.txFetch += t.fetch
-		n.acc.txWB += t.wb
-		n.regs[hw.GPTC/4] += uint32(t.frames)
-		n.regs[hw.TPT/4] += uint32(t.frames)
-		n.regs[hw.BPTC/4] += uint32(t.bcast)
-		n.regs[hw.MPTC/4] += uint32(t.mcast)
-		n.count64(hw.GOTCL, t.octets)
-		*t = queueTally{}
+		n.foldTally(&n.txw[q].sum, &txTallyRegs, &n.acc.txFetch, &n.acc.txWB)
 	}
+}
+
+// tallyRegs are the statistics registers a direction's queueTally goes
+// to: frames to each of frames, broadcast and multicast frames to bcast
+// and mcast, octets to each 64-bit register (its low half) of octets.
+type tallyRegs struct {
+	frames       [2]int
+	bcast, mcast int
+	octets       []int
+}
+
+var (
+	rxTallyRegs = tallyRegs{[2]int{hw.GPRC, hw.TPR}, hw.BPRC, hw.MPRC, []int{hw.GORCL, hw.TORL}}
+	txTallyRegs = tallyRegs{[2]int{hw.GPTC, hw.TPT}, hw.BPTC, hw.MPTC, []int{hw.GOTCL}}
+)
+
+// foldTally adds t to the registers r names and to the descriptor counts
+// fetch and wb, and zeroes it. Under mu.
+func (n *ixgbeNIC) foldTally(t *queueTally, r *tallyRegs, fetch, wb *uint64) {
+	*fetch += t.fetch
+	*wb += t.wb
+	for _, off := range r.frames {
+		n.regs[off/4] += uint32(t.frames)
+	}
+	n.regs[r.bcast/4] += uint32(t.bcast)
+	n.regs[r.mcast/4] += uint32(t.mcast)
+	for _, off := range r.octets {
+		n.count64(off, t.octets)
+	}
+	*t = queueTally{}
 }
 
 // clearStats forgets the statistics counted since the last fold (a
