@@ -181,10 +181,12 @@ func ringReg(off int) (q, reg int, rx, ok bool) {
 }
 
 func (n *ixgbeNIC) write32(off int, v uint32) {
-	if q, reg, rx, ok := ringReg(off); ok && reg == hw.TDT(0) {
+	// The tails of the queues the model runs take their queue's path; a
+	// tail of queues 64-127 is only a register, written under mu below.
+	if q, reg, rx, ok := ringReg(off); ok && q < hw.MaxQueuePairs && reg == hw.TDT(0) {
 		n.transmit(q, v)
 		return
-	} else if ok && rx && reg == hw.RDT(0) {
+	} else if ok && rx && q < hw.MaxQueuePairs && reg == hw.RDT(0) {
 		n.refill(q, off, v)
 		return
 	}
@@ -356,6 +358,11 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 			off = hw.SRRCTL(q)
 		}
 		n.set(off, v)
+	case hw.RDT(0): // of a queue the model does not run (refill takes the others)
+		n.nTail.Add(1)
+		if n.rdtInRing(q, v) {
+			n.set(off, v)
+		}
 	case hw.RXDCTL(0):
 		if v&hw.RxdctlEnable != 0 && !enabled {
 			l := n.reg(hw.RDLEN(q))
@@ -442,9 +449,7 @@ func (n *ixgbeNIC) refill(q, off int, v uint32) {
 		return
 	}
 	n.nTail.Add(1)
-	l := n.reg(hw.RDLEN(q)) / hw.DescSize
-	if v >= l && !(l == 0 && v == 0) {
-		n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
+	if !n.rdtInRing(q, v) {
 		return
 	}
 	r := &n.rxq[q]
@@ -461,6 +466,17 @@ func (n *ixgbeNIC) refill(q, off int, v uint32) {
 	n.holdMu.Unlock()
 }
 
+// rdtInRing tells whether v may be written to RDT(q), and records a
+// violation if it may not. Under mu, for reading at least.
+func (n *ixgbeNIC) rdtInRing(q int, v uint32) bool {
+	l := n.reg(hw.RDLEN(q)) / hw.DescSize
+	if v >= l && !(l == 0 && v == 0) {
+		n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
+		return false
+	}
+	return true
+}
+
 func (n *ixgbeNIC) writeTxRing(q, reg, off int, v uint32) {
 	enabled := n.txEnabledQ(q)
 	switch reg {
@@ -472,6 +488,8 @@ func (n *ixgbeNIC) writeTxRing(q, reg, off int, v uint32) {
 			n.violation("TDLEN%d = %d: must be a multiple of 128 bytes below 1 MiB", q, v)
 		}
 		n.set(off, v)
+	case hw.TDT(0): // of a queue the model does not run (transmit takes the others)
+		n.tailWriteLocked(q, v)
 	case hw.TXDCTL(0):
 		if v&hw.TxdctlEnable != 0 && !enabled {
 			base := uint64(n.reg(hw.TDBAH(q)))<<32 | uint64(n.reg(hw.TDBAL(q)))

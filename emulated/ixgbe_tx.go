@@ -52,6 +52,7 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 	if n.async {
 		var e *dmaEngine
 		n.mu.Lock()
+		n.fast.tdt[q].Add(1)
 		if n.tailWriteLocked(q, tdt) {
 			e = n.engineLocked()
 		}
@@ -69,9 +70,8 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 // tailWriteLocked records a write of tdt to TDT(q) and checks it as the
 // 82599 does when the write arrives. It reports whether the queue has
 // descriptors for the DMA to fetch. Under mu held for writing, or for
-// reading with the queue's walk lock.
+// reading with the queue's walk lock; the caller counts the access.
 func (n *ixgbeNIC) tailWriteLocked(q int, tdt uint32) bool {
-	n.fast.tdt[q].Add(1)
 	n.nTail.Add(1)
 	if n.closed {
 		return false
@@ -134,6 +134,9 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n.mu.RLock()
+	if tail != nil {
+		n.fast.tdt[q].Add(1)
+	}
 	if tail != nil && !n.tailWriteLocked(q, *tail) {
 		n.mu.RUnlock()
 		return
