@@ -285,6 +285,10 @@ type ixgbeNIC struct {
 
 	fast fastCounts
 
+	// holdHook, when a test sets it (before frames flow), runs at each
+	// holdStage a receive or a refill passes.
+	holdHook func(holdStage)
+
 	// Under mu.
 	regs    []uint32
 	macLink bool // the driver set up the MAC link (AUTOC.AN_RESTART)

@@ -456,6 +456,9 @@ func (n *ixgbeNIC) refill(q, off int, v uint32) {
 	r.mu.Lock()
 	n.set(off, v)
 	r.mu.Unlock()
+	if n.holdHook != nil {
+		n.holdHook(holdTailMoved)
+	}
 	// After the tail moved: a frame offered to the hold since is either
 	// counted here or found the room (rxHold).
 	if n.hold.waiting() == 0 || n.closed || !n.rxOnLocked() || !n.lastLU {

@@ -50,13 +50,35 @@ func (n *ixgbeNIC) receive(fr []byte) {
 	if n.hold.waiting() == 0 && n.deliverQueue(fr) != rxNoRoom {
 		return
 	}
+	deliver := n.deliverQueue
+	if n.holdHook != nil {
+		n.holdHook(holdNoRoom)
+		deliver = func(fr []byte) rxResult {
+			r := n.deliverQueue(fr)
+			if r == rxNoRoom {
+				n.holdHook(holdOfferNoRoom)
+			}
+			return r
+		}
+	}
 	n.holdMu.Lock()
 	defer n.holdMu.Unlock()
-	if !n.hold.offer(fr, n.deliverQueue) {
+	if !n.hold.offer(fr, deliver) {
 		n.nDrop.Add(1)
 		n.missedLocked()
 	}
 }
+
+// A holdStage is a point where a frame that found its ring full and a
+// refill that makes room can cross; a test stops a goroutine at one
+// (holdHook) to make them cross there.
+type holdStage int
+
+const (
+	holdNoRoom      holdStage = iota + 1 // receive: the ring had no room, the hold is not yet locked
+	holdOfferNoRoom                      // offer: the ring still had no room, the frame is not yet held
+	holdTailMoved                        // refill: RDT moved, the hold is not yet looked at
+)
 
 // acceptLocked is the L2 filter: receive addresses, promiscuous modes,
 // broadcast, the multicast table.
