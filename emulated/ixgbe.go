@@ -295,10 +295,11 @@ type ixgbeNIC struct {
 	txCtx   [hw.MaxQueuePairs][2]hw.TxDesc
 	fdir    map[uint32][]fdirFilter // by bucket
 	fdirN   int
-	fdirHit atomic.Uint32 // FDIRMATCH, counted by the data path
-	fdirMis atomic.Uint32 // FDIRMISS, counted by the data path
-	vecMask uint64        // EIMS: vectors enabled (and irqMu)
-	vecCaus uint64        // EICR: vector causes pending (and irqMu)
+	octets  [len(octetRegs)]octetLatch // what each octet counter's low half read
+	fdirHit atomic.Uint32              // FDIRMATCH, counted by the data path
+	fdirMis atomic.Uint32              // FDIRMISS, counted by the data path
+	vecMask uint64                     // EIMS: vectors enabled (and irqMu)
+	vecCaus uint64                     // EICR: vector causes pending (and irqMu)
 	// ftqfOn has bit i set while FTQF(i) has QUEUE_EN: the receive
 	// path compares a frame with those filters alone, where the chip
 	// compares all 128 at once and a loop over every one cost the
@@ -400,6 +401,12 @@ var (
 	rxTallyRegs = tallyRegs{[2]int{hw.GPRC, hw.TPR}, hw.BPRC, hw.MPRC, []int{hw.GORCL, hw.TORL}}
 	txTallyRegs = tallyRegs{[2]int{hw.GPTC, hw.TPT}, hw.BPTC, hw.MPTC, []int{hw.GOTCL}}
 )
+
+// octetLatch is a 64-bit octet counter as its low half's read found it.
+type octetLatch struct {
+	v   uint64
+	set bool // the low half was read, and the high half not since
+}
 
 // foldTally adds t to the registers r names and to the descriptor counts
 // fetch and wb, and zeroes it. Under mu.

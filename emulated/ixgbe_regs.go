@@ -41,6 +41,7 @@ func (n *ixgbeNIC) powerOn() {
 	n.fdirHit.Store(0)
 	n.fdirMis.Store(0)
 	n.clearStats()
+	n.octets = [len(octetRegs)]octetLatch{}
 	n.vecMask, n.vecCaus = 0, 0
 	n.ftqfOn = [hw.FiveTupleEntries / 64]uint64{}
 	n.txCtx = [hw.MaxQueuePairs][2]hw.TxDesc{}
@@ -112,15 +113,43 @@ func (n *ixgbeNIC) read(off, w int) uint64 {
 		return uint64(n.fdirMis.Swap(0))
 	case isIXGBEStat(off):
 		n.foldLocked()
-		v := n.reg(off)
-		switch off {
-		case hw.GORCH, hw.GOTCH, hw.TORH:
-			n.set(off-4, 0)
+		for i, lo := range octetRegs {
+			if off == lo || off == lo+4 {
+				return uint64(n.readOctets(i, off == lo+4))
+			}
 		}
+		v := n.reg(off)
 		n.set(off, 0)
 		return uint64(v)
 	}
 	return uint64(n.reg(off))
+}
+
+// octetRegs are the low halves of the 64-bit octet counters.
+var octetRegs = [...]int{hw.GORCL, hw.GOTCL, hw.TORL}
+
+// readOctets is a read of the high (hi) or low half of octet counter
+// octetRegs[i]. The low half's read latches the count and returns its low
+// half; the high half's returns the latch's high half and takes the latch
+// off the count, which so reads as cleared if nothing was counted between
+// the two reads, and keeps what was for the next. A high half read with no
+// low half read before it latches the count itself. Under mu.
+func (n *ixgbeNIC) readOctets(i int, hi bool) uint32 {
+	lo := octetRegs[i]
+	c := uint64(n.regs[lo/4+1])<<32 | uint64(n.regs[lo/4])
+	l := &n.octets[i]
+	if !hi {
+		*l = octetLatch{c, true}
+		return uint32(c)
+	}
+	if !l.set {
+		l.v = c
+	}
+	c -= l.v
+	n.regs[lo/4], n.regs[lo/4+1] = uint32(c), uint32(c>>32)
+	v := l.v
+	*l = octetLatch{}
+	return uint32(v >> 32)
 }
 
 // isIXGBEStat tells whether off is a clear-on-read statistics register.

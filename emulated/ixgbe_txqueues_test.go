@@ -13,6 +13,7 @@ import (
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
 	"github.com/gomx-dev/gomx/nicdrv/nictest"
+	"github.com/gomx-dev/gomx/pci"
 )
 
 // txQueuesPair is two emulated 82599s with synchronous transmit DMA, two
@@ -187,6 +188,32 @@ func TestIXGBETxdctlWaitsOutWalk(t *testing.T) {
 	}
 }
 
+// steeredPair is two emulated 82599s with two queues each, RX rings of
+// rxRing descriptors, the link up, and the receiver's queue 1 taking the
+// frames steer marks for it.
+func steeredPair(t *testing.T, rxRing int) (*emulated.IXGBE, [2]*ixgbe.NIC) {
+	t.Helper()
+	o := ixgbe.DefaultOptions()
+	o.Queues, o.RxRing = 2, rxRing
+	p, n := ixgbePairOn(t, emulated.DefaultIXGBEOptions(), o)
+	for i := range n {
+		if _, err := n[i].WaitLink(true, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n[1].AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: nictest.EtherType + 1, Queue: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return p, n
+}
+
+// steer marks test frame b for queue q of a steeredPair: its EtherType is
+// the test's plus q.
+func steer(b []byte, q int) []byte {
+	binary.BigEndian.PutUint16(b[12:], nictest.EtherType+uint16(q))
+	return b
+}
+
 // Two queues receive at once (the second's frames steered to it by their
 // EtherType), each drained and refilled by its own goroutine, through
 // rings too short for the frames, so that frames wait in the NIC's hold
@@ -196,25 +223,10 @@ func TestIXGBETxdctlWaitsOutWalk(t *testing.T) {
 // TestIXGBEHeldFrameMeetsRefill makes the two cross.)
 func TestIXGBEQueuesReceiveAtOnce(t *testing.T) {
 	const perQueue = 400 // both queues' frames fit the hold (Pending)
-	o := ixgbe.DefaultOptions()
-	o.Queues, o.RxRing = 2, 64
-	p, n := ixgbePairOn(t, emulated.DefaultIXGBEOptions(), o)
-	for i := range n {
-		if _, err := n[i].WaitLink(true, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Queue 1's frames carry the next EtherType, which a rule steers.
-	if _, err := n[1].AddRule(nicdrv.Rule{Kind: nicdrv.RuleEtherType, EtherType: nictest.EtherType + 1, Queue: 1}); err != nil {
-		t.Fatal(err)
-	}
-	frame := func(b []byte, q int) []byte {
-		binary.BigEndian.PutUint16(b[12:], nictest.EtherType+uint16(q))
-		return b
-	}
+	p, n := steeredPair(t, 64)
 	var wg sync.WaitGroup
 	for q := range 2 {
-		wg.Go(func() { sendQueueFrames(t, n[0], n[1], q, perQueue, func(b []byte) { frame(b, q) }) })
+		wg.Go(func() { sendQueueFrames(t, n[0], n[1], q, perQueue, func(b []byte) { steer(b, q) }) })
 		wg.Go(func() {
 			rx := make([]*nicdrv.Buffer, 16)
 			next := 0
@@ -225,7 +237,7 @@ func TestIXGBEQueuesReceiveAtOnce(t *testing.T) {
 					return
 				}
 				for _, b := range rx[:k] {
-					if want := frame(nictest.Frame(make([]byte, 100), n[1].MAC(), n[0].MAC(), txSeq(q, next), 100), q); !bytes.Equal(b.Data, want) {
+					if want := steer(nictest.Frame(make([]byte, 100), n[1].MAC(), n[0].MAC(), txSeq(q, next), 100), q); !bytes.Equal(b.Data, want) {
 						t.Errorf("queue %d: frame %#x where %#x was due, or changed", q, binary.BigEndian.Uint64(b.Data[14:]), txSeq(q, next))
 					}
 					next++
@@ -240,6 +252,84 @@ func TestIXGBEQueuesReceiveAtOnce(t *testing.T) {
 	wg.Wait()
 	if s := p.Stats(1); s.Violations != 0 || s.RxDropped != 0 {
 		t.Errorf("receiver: %d violations (the last: %s), %d frames dropped", s.Violations, s.LastViolation, s.RxDropped)
+	}
+}
+
+// Statistics read while two queues move frames add up to the frames
+// moved, none lost and none counted twice: the frame counters, and the
+// 64-bit octet counters, whose halves are two reads with frames counted
+// between them.
+func TestIXGBEStatsWhileMoving(t *testing.T) {
+	const perQueue, octets = 400, 104 // 100-byte frames and their FCS
+	p, n := steeredPair(t, ixgbe.DefaultOptions().RxRing)
+	rx, _ := p.Functions()[1].BAR(0)
+	tx, _ := p.Functions()[0].BAR(0)
+	regs := []struct {
+		name  string
+		regs  pci.Registers
+		lo    int
+		hi    bool // lo is a 64-bit counter's low half
+		total uint64
+		want  uint64
+	}{
+		{"GPRC", rx, hw.GPRC, false, 0, 2 * perQueue},
+		{"GPTC", tx, hw.GPTC, false, 0, 2 * perQueue},
+		{"GORC", rx, hw.GORCL, true, 0, 2 * perQueue * octets},
+		{"TOR", rx, hw.TORL, true, 0, 2 * perQueue * octets},
+		{"GOTC", tx, hw.GOTCL, true, 0, 2 * perQueue * octets},
+	}
+	read := func() {
+		for i := range regs {
+			r := &regs[i]
+			v := uint64(r.regs.Read32(r.lo))
+			if r.hi {
+				v |= uint64(r.regs.Read32(r.lo+4)) << 32
+			}
+			r.total += v
+		}
+	}
+	stop := make(chan struct{})
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		for i := 0; i < 1e6; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				read()
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for q := range 2 {
+		wg.Go(func() {
+			sendQueueFrames(t, n[0], n[1], q, perQueue, func(b []byte) { steer(b, q) })
+		})
+		wg.Go(func() {
+			bufs := make([]*nicdrv.Buffer, 16)
+			got := 0
+			for deadline := time.Now().Add(30 * time.Second); got < perQueue && time.Now().Before(deadline); {
+				k, err := n[1].RxBatch(q, bufs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got += k
+				_ = n[1].Pool(q).Free(bufs[:k]...)
+			}
+			if got != perQueue {
+				t.Errorf("queue %d: %d of %d frames arrived", q, got, perQueue)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	reader.Wait()
+	read()
+	for _, r := range regs {
+		if r.total != r.want {
+			t.Errorf("%s summed %d over its reads, want %d", r.name, r.total, r.want)
+		}
 	}
 }
 
