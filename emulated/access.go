@@ -38,11 +38,14 @@ type regAccesses struct {
 	rxFetch, rxWB, txFetch, txWB uint64
 }
 
-func (a *regAccesses) count(m *map[int]uint64, off int) {
+func (a *regAccesses) count(m *map[int]uint64, off int) { a.add(m, off, 1) }
+
+// add counts k accesses at off.
+func (a *regAccesses) add(m *map[int]uint64, off int, k uint64) {
 	if *m == nil {
 		*m = map[int]uint64{}
 	}
-	(*m)[off]++
+	(*m)[off] += k
 }
 
 // named turns the counts into NICAccesses, naming registers with name.

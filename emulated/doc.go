@@ -194,7 +194,11 @@
 // Director perfect filters with the software-computed bucket hash checked,
 // RSS), MSI-X per queue with EITR, clear-on-read statistics. Unlike QEMU's
 // e1000e, CTRL.RST resets the registers. The IXGBE type lists what it
-// checks.
+// checks. As on the chip, its queues share no lock on the data path: a
+// queue's tail write and ring walk, its refill and a frame's delivery into
+// it take the NIC's register lock only for reading, with the queue's own
+// lock, so steered queues on different cores do not wait for each other
+// (the locks are described on ixgbeNIC in ixgbe.go).
 //
 // Its DMA runs in one of two places. By default the goroutine that
 // writes TDT does the transmit DMA, and a cabled peer's receive DMA,

@@ -398,3 +398,6 @@ func (n *e1000eNIC) causeLocked(c uint32) {
 func (n *e1000eNIC) eitrLocked(vec int) time.Duration {
 	return time.Duration(n.reg(hw.EITR(vec))&0xFFFF) * 256 * time.Nanosecond
 }
+
+// foldLocked implements nicHooks: the 82574L counts everything under mu.
+func (n *e1000eNIC) foldLocked() {}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -250,23 +251,43 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 
 // ixgbeNIC is one 82599: the state every NIC model keeps (nicCore, with
 // its locks) and the 82599's own.
+//
+// # Locks
+//
+// The 82599's queues share no lock on the chip, and the model's data path
+// takes none that another queue's takes for long: a TDT write and its ring
+// walk (ixgbe_tx.go) hold mu for reading and the TX queue's walk lock; an
+// RDT write, and a frame's delivery into its RX ring (ixgbe_rx.go), hold
+// mu for reading and the RX queue's lock (rxq). The registers shared by
+// all queues (control, filters, interrupt routing, the rings' base, length
+// and enable bits) are written only under mu held for writing, which so
+// waits out every queue's access in flight; a queue's head and tail are
+// written under mu for reading with the queue's lock, or under mu for
+// writing; EIMS is written under mu for reading with irqMu, or under mu for
+// writing. What a queue's DMA counts (frames, octets, descriptors) is its
+// queue's (queueTally, under the queue's lock), what the data path counts
+// outside a queue's lock is atomic (fast), and foldLocked adds both to the
+// registers and acc under mu for writing before they are read; frames waiting for descriptors (hold)
+// are under holdMu, the vectors' state (vecMask, vecCaus and nicCore's
+// vecNext, vecTmr) under irqMu. Lock order: txMu, a walk lock, mu, then
+// holdMu, an RX queue's lock, irqMu.
 type ixgbeNIC struct {
 	nicCore
 	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
 	async   bool // IXGBEOptions.AsyncDMA
 
-	// The receive path's IOMMU hints, under mu, one for each kind of
-	// access, as an IOTLB keeps the translations of the rings and of the
-	// buffers at once: one hint for all would miss at every access where
-	// they alternate (a descriptor, then its buffer in another mapping),
-	// and each miss costs a search of the mappings: the ring, the header
-	// buffer and the packet buffer (a pool buffer, or a placement in the
-	// receiver's memory). The transmit walks keep theirs in txw.
-	rxHint [3]int
+	// rxq is each RX queue's lock and receive state.
+	rxq [hw.MaxQueuePairs]rxQueue
 
 	// txw is each TX queue's walk state, under its own lock (and txMu
 	// for reading, or for writing with AsyncDMA's engine).
 	txw [hw.MaxQueuePairs]txWalk
+
+	fast fastCounts
+
+	// holdHook, when a test sets it (before frames flow), runs at each
+	// holdStage a receive or a refill passes.
+	holdHook func(holdStage)
 
 	// Under mu.
 	regs    []uint32
@@ -274,10 +295,11 @@ type ixgbeNIC struct {
 	txCtx   [hw.MaxQueuePairs][2]hw.TxDesc
 	fdir    map[uint32][]fdirFilter // by bucket
 	fdirN   int
-	fdirHit uint32
-	fdirMis uint32
-	vecMask uint64 // EIMS: vectors enabled
-	vecCaus uint64 // EICR: vector causes pending
+	octets  [len(octetRegs)]octetLatch // what each octet counter's low half read
+	fdirHit atomic.Uint32              // FDIRMATCH, counted by the data path
+	fdirMis atomic.Uint32              // FDIRMISS, counted by the data path
+	vecMask uint64                     // EIMS: vectors enabled (and irqMu)
+	vecCaus uint64                     // EICR: vector causes pending (and irqMu)
 	// ftqfOn has bit i set while FTQF(i) has QUEUE_EN: the receive
 	// path compares a frame with those filters alone, where the chip
 	// compares all 128 at once and a loop over every one cost the
@@ -290,4 +312,130 @@ type ixgbeNIC struct {
 
 	nTail   atomic.Uint64
 	modelNS atomic.Int64
+}
+
+// rxQueue is one RX queue's lock and what its deliveries use besides the
+// registers: the IOMMU hints, one for each kind of access, as an IOTLB
+// keeps the translations of the rings and of the buffers at once (one
+// hint for all would miss at every access where they alternate, a
+// descriptor and then its buffer in another mapping, and each miss costs
+// a search of the mappings): the ring, the header buffer and the packet
+// buffer (a pool buffer, or a placement in the receiver's memory).
+type rxQueue struct {
+	mu   sync.Mutex
+	hint [3]int
+	sum  queueTally // what its deliveries counted
+	_    [64]byte   // apart from the next queue's
+}
+
+// The statistics registers the data path counts (fastCounts.stat).
+// (What a queue counts for every frame it moves is in its queueTally.)
+const (
+	statRUC = iota
+	statROC
+	statMPC
+	statQPRDC
+	nStats = statQPRDC + hw.QueueStats
+)
+
+// statRegs is each counted statistic's register.
+var statRegs = func() (r [nStats]int) {
+	r[statRUC], r[statROC], r[statMPC] = hw.RUC, hw.ROC, hw.MPC(0)
+	for q := range hw.QueueStats {
+		r[statQPRDC+q] = hw.QPRDC(q)
+	}
+	return r
+}()
+
+// fastCounts is what the data path counts without mu held for writing and
+// outside a queue's lock: statistics of frames dropped (cleared by a
+// reset) and register accesses (not), until foldLocked adds them to the
+// registers and acc.
+type fastCounts struct {
+	stat     [nStats]atomic.Uint64
+	rdt, tdt [hw.MaxQueuePairs]atomic.Uint64
+	mask     [len(maskRegs)]atomic.Uint64 // writes of maskRegs
+}
+
+// foldLocked implements nicHooks.
+func (n *ixgbeNIC) foldLocked() {
+	f := &n.fast
+	for i := range f.stat {
+		v := f.stat[i].Swap(0)
+		if v == 0 {
+			continue
+		}
+		n.regs[statRegs[i]/4] += uint32(v)
+	}
+	for q := range f.rdt {
+		if v := f.rdt[q].Swap(0); v != 0 {
+			n.acc.add(&n.acc.writes, hw.RDT(q), v)
+		}
+		if v := f.tdt[q].Swap(0); v != 0 {
+			n.acc.add(&n.acc.writes, hw.TDT(q), v)
+		}
+	}
+	for i, off := range maskRegs {
+		if v := f.mask[i].Swap(0); v != 0 {
+			n.acc.add(&n.acc.writes, off, v)
+		}
+	}
+	for q := range n.rxq {
+		n.foldTally(&n.rxq[q].sum, &rxTallyRegs, &n.acc.rxFetch, &n.acc.rxWB)
+	}
+	for q := range n.txw {
+		n.foldTally(&n.txw[q].sum, &txTallyRegs, &n.acc.txFetch, &n.acc.txWB)
+	}
+}
+
+// tallyRegs are the statistics registers a direction's queueTally goes
+// to: frames to each of frames, broadcast and multicast frames to bcast
+// and mcast, octets to each 64-bit register (its low half) of octets.
+type tallyRegs struct {
+	frames       [2]int
+	bcast, mcast int
+	octets       []int
+}
+
+var (
+	rxTallyRegs = tallyRegs{[2]int{hw.GPRC, hw.TPR}, hw.BPRC, hw.MPRC, []int{hw.GORCL, hw.TORL}}
+	txTallyRegs = tallyRegs{[2]int{hw.GPTC, hw.TPT}, hw.BPTC, hw.MPTC, []int{hw.GOTCL}}
+)
+
+// octetLatch is a 64-bit octet counter as its low half's read found it.
+type octetLatch struct {
+	v   uint64
+	set bool // the low half was read, and the high half not since
+}
+
+// foldTally adds t to the registers r names and to the descriptor counts
+// fetch and wb, and zeroes it. Under mu.
+func (n *ixgbeNIC) foldTally(t *queueTally, r *tallyRegs, fetch, wb *uint64) {
+	*fetch += t.fetch
+	*wb += t.wb
+	for _, off := range r.frames {
+		n.regs[off/4] += uint32(t.frames)
+	}
+	n.regs[r.bcast/4] += uint32(t.bcast)
+	n.regs[r.mcast/4] += uint32(t.mcast)
+	for _, off := range r.octets {
+		n.count64(off, t.octets)
+	}
+	*t = queueTally{}
+}
+
+// clearStats forgets the statistics counted since the last fold (a
+// reset), keeping the access counts. Under mu.
+func (n *ixgbeNIC) clearStats() {
+	for i := range n.fast.stat {
+		n.fast.stat[i].Store(0)
+	}
+	for q := range n.rxq {
+		t := &n.rxq[q].sum
+		*t = queueTally{fetch: t.fetch, wb: t.wb}
+	}
+	for q := range n.txw {
+		t := &n.txw[q].sum
+		*t = queueTally{fetch: t.fetch, wb: t.wb}
+	}
 }

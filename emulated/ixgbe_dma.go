@@ -127,7 +127,7 @@ type wireFrame struct {
 // the engine.
 func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
 	if !n.async {
-		n.nicCore.fromWire(fr, badFCS)
+		n.fromFrame(fr, badFCS)
 		return
 	}
 	w := &n.in
@@ -202,7 +202,7 @@ func (n *ixgbeNIC) receiveWire() {
 	w.spare = nil
 	w.mu.Unlock()
 	for _, f := range batch {
-		n.nicCore.fromWire(f.b, f.badFCS)
+		n.fromFrame(f.b, f.badFCS)
 	}
 	w.mu.Lock()
 	for i := range batch {
@@ -264,7 +264,7 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 			if p != 0 {
 				n.txMu.Lock()
 				for ; p != 0; p &= p - 1 {
-					n.txQueue(bits.TrailingZeros64(p))
+					n.txQueue(bits.TrailingZeros64(p), nil)
 				}
 				n.txMu.Unlock()
 			}

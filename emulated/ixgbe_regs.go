@@ -37,7 +37,11 @@ func (n *ixgbeNIC) powerOn() {
 	n.loadMAC()
 	n.hold.drop()
 	n.macLink = false
-	n.fdir, n.fdirN, n.fdirHit, n.fdirMis = nil, 0, 0, 0
+	n.fdir, n.fdirN = nil, 0
+	n.fdirHit.Store(0)
+	n.fdirMis.Store(0)
+	n.clearStats()
+	n.octets = [len(octetRegs)]octetLatch{}
 	n.vecMask, n.vecCaus = 0, 0
 	n.ftqfOn = [hw.FiveTupleEntries / 64]uint64{}
 	n.txCtx = [hw.MaxQueuePairs][2]hw.TxDesc{}
@@ -104,23 +108,48 @@ func (n *ixgbeNIC) read(off, w int) uint64 {
 	case off == hw.FDIRFREE:
 		return uint64(n.fdirCapLocked() - n.fdirN)
 	case off == hw.FDIRMATCH:
-		v := n.fdirHit
-		n.fdirHit = 0
-		return uint64(v)
+		return uint64(n.fdirHit.Swap(0))
 	case off == hw.FDIRMISS:
-		v := n.fdirMis
-		n.fdirMis = 0
-		return uint64(v)
+		return uint64(n.fdirMis.Swap(0))
 	case isIXGBEStat(off):
-		v := n.reg(off)
-		switch off {
-		case hw.GORCH, hw.GOTCH, hw.TORH:
-			n.set(off-4, 0)
+		n.foldLocked()
+		for i, lo := range octetRegs {
+			if off == lo || off == lo+4 {
+				return uint64(n.readOctets(i, off == lo+4))
+			}
 		}
+		v := n.reg(off)
 		n.set(off, 0)
 		return uint64(v)
 	}
 	return uint64(n.reg(off))
+}
+
+// octetRegs are the low halves of the 64-bit octet counters.
+var octetRegs = [...]int{hw.GORCL, hw.GOTCL, hw.TORL}
+
+// readOctets is a read of the high (hi) or low half of octet counter
+// octetRegs[i]. The low half's read latches the count and returns its low
+// half; the high half's returns the latch's high half and takes the latch
+// off the count, which so reads as cleared if nothing was counted between
+// the two reads, and keeps what was for the next. A high half read with no
+// low half read before it latches the count itself. Under mu.
+func (n *ixgbeNIC) readOctets(i int, hi bool) uint32 {
+	lo := octetRegs[i]
+	c := uint64(n.regs[lo/4+1])<<32 | uint64(n.regs[lo/4])
+	l := &n.octets[i]
+	if !hi {
+		*l = octetLatch{c, true}
+		return uint32(c)
+	}
+	if !l.set {
+		l.v = c
+	}
+	c -= l.v
+	n.regs[lo/4], n.regs[lo/4+1] = uint32(c), uint32(c>>32)
+	v := l.v
+	*l = octetLatch{}
+	return uint32(v >> 32)
 }
 
 // isIXGBEStat tells whether off is a clear-on-read statistics register.
@@ -181,8 +210,17 @@ func ringReg(off int) (q, reg int, rx, ok bool) {
 }
 
 func (n *ixgbeNIC) write32(off int, v uint32) {
-	if q, reg, _, ok := ringReg(off); ok && reg == hw.TDT(0) {
+	// The tails of the queues the model runs take their queue's path; a
+	// tail of queues 64-127 is only a register, written under mu below.
+	if q, reg, rx, ok := ringReg(off); ok && q < hw.MaxQueuePairs && reg == hw.TDT(0) {
 		n.transmit(q, v)
+		return
+	} else if ok && rx && q < hw.MaxQueuePairs && reg == hw.RDT(0) {
+		n.refill(q, off, v)
+		return
+	}
+	if i := maskReg(off); i >= 0 {
+		n.writeMask(i, off, v)
 		return
 	}
 	if off == hw.CTRL && v&hw.CtrlRst != 0 {
@@ -247,16 +285,6 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 		if o := v &^ hw.EicrRTxQMask; o != 0 {
 			n.otherCauseLocked(o)
 		}
-	case off == hw.EIMS:
-		n.set(hw.EIMS, n.reg(hw.EIMS)|v&^hw.EicrRTxQMask)
-		n.unmaskLocked(uint64(v & hw.EicrRTxQMask))
-	case off == hw.EIMC:
-		n.set(hw.EIMS, n.reg(hw.EIMS)&^(v&^hw.EicrRTxQMask))
-		n.vecMask &^= uint64(v & hw.EicrRTxQMask)
-	case off == hw.EIMSEx(0) || off == hw.EIMSEx(1):
-		n.unmaskLocked(uint64(v) << (32 * ((off - hw.EIMSEx(0)) / 4)))
-	case off == hw.EIMCEx(0) || off == hw.EIMCEx(1):
-		n.vecMask &^= uint64(v) << (32 * ((off - hw.EIMCEx(0)) / 4))
 	case off >= hw.IVAR(0) && off <= hw.IVAR(63):
 		for _, sh := range []int{0, 8, 16, 24} {
 			if e := v >> sh & 0xFF; e&hw.IVARValid != 0 && e&0x7F >= hw.MSIXVectors {
@@ -359,15 +387,11 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 			off = hw.SRRCTL(q)
 		}
 		n.set(off, v)
-	case hw.RDT(0):
+	case hw.RDT(0): // of a queue the model does not run (refill takes the others)
 		n.nTail.Add(1)
-		l := n.reg(hw.RDLEN(q)) / hw.DescSize
-		if v >= l && !(l == 0 && v == 0) {
-			n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
-			return
+		if n.rdtInRing(q, v) {
+			n.set(off, v)
 		}
-		n.set(off, v)
-		n.flushPendingLocked()
 	case hw.RXDCTL(0):
 		if v&hw.RxdctlEnable != 0 && !enabled {
 			l := n.reg(hw.RDLEN(q))
@@ -403,6 +427,88 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 	}
 }
 
+// maskRegs are the interrupt mask registers, which a driver that sleeps
+// on its queues' vectors writes to arm them (EIMS_EX) while other queues
+// move frames; maskReg is off's index among them, or -1.
+var maskRegs = [...]int{hw.EIMS, hw.EIMC, hw.EIMSEx(0), hw.EIMSEx(1), hw.EIMCEx(0), hw.EIMCEx(1)}
+
+func maskReg(off int) int {
+	for i, r := range maskRegs {
+		if r == off {
+			return i
+		}
+	}
+	return -1
+}
+
+// writeMask is a write of v to maskRegs[i] (at off). It changes only the
+// vectors' state, so it holds mu for reading and irqMu, as a delivery that
+// raises a cause does: an arming waits for no queue's frames.
+func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.irqMu.Lock()
+	defer n.irqMu.Unlock()
+	n.fast.mask[i].Add(1)
+	if n.closed {
+		return
+	}
+	switch off {
+	case hw.EIMS:
+		n.set(hw.EIMS, n.reg(hw.EIMS)|v&^hw.EicrRTxQMask)
+		n.unmaskLocked(uint64(v & hw.EicrRTxQMask))
+	case hw.EIMC:
+		n.set(hw.EIMS, n.reg(hw.EIMS)&^(v&^hw.EicrRTxQMask))
+		n.vecMask &^= uint64(v & hw.EicrRTxQMask)
+	case hw.EIMSEx(0), hw.EIMSEx(1):
+		n.unmaskLocked(uint64(v) << (32 * ((off - hw.EIMSEx(0)) / 4)))
+	default: // EIMC_EX
+		n.vecMask &^= uint64(v) << (32 * ((off - hw.EIMCEx(0)) / 4))
+	}
+}
+
+// refill is a write of v to RDT(q) (at off): it gives the NIC the
+// descriptors up to v, and lets frames held for want of them in. It holds
+// mu for reading and the queue's lock, so it waits for no other queue.
+func (n *ixgbeNIC) refill(q, off int, v uint32) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.fast.rdt[q].Add(1)
+	if n.closed {
+		return
+	}
+	n.nTail.Add(1)
+	if !n.rdtInRing(q, v) {
+		return
+	}
+	r := &n.rxq[q]
+	r.mu.Lock()
+	n.set(off, v)
+	r.mu.Unlock()
+	if n.holdHook != nil {
+		n.holdHook(holdTailMoved)
+	}
+	// After the tail moved: a frame offered to the hold since is either
+	// counted here or found the room (rxHold).
+	if n.hold.waiting() == 0 || n.closed || !n.rxOnLocked() || !n.lastLU {
+		return
+	}
+	n.holdMu.Lock()
+	n.hold.flush(n.deliverQueue)
+	n.holdMu.Unlock()
+}
+
+// rdtInRing tells whether v may be written to RDT(q), and records a
+// violation if it may not. Under mu, for reading at least.
+func (n *ixgbeNIC) rdtInRing(q int, v uint32) bool {
+	l := n.reg(hw.RDLEN(q)) / hw.DescSize
+	if v >= l && !(l == 0 && v == 0) {
+		n.violation("RDT%d = %d outside a ring of %d descriptors", q, v, l)
+		return false
+	}
+	return true
+}
+
 func (n *ixgbeNIC) writeTxRing(q, reg, off int, v uint32) {
 	enabled := n.txEnabledQ(q)
 	switch reg {
@@ -414,6 +520,8 @@ func (n *ixgbeNIC) writeTxRing(q, reg, off int, v uint32) {
 			n.violation("TDLEN%d = %d: must be a multiple of 128 bytes below 1 MiB", q, v)
 		}
 		n.set(off, v)
+	case hw.TDT(0): // of a queue the model does not run (transmit takes the others)
+		n.tailWriteLocked(q, v)
 	case hw.TXDCTL(0):
 		if v&hw.TxdctlEnable != 0 && !enabled {
 			base := uint64(n.reg(hw.TDBAH(q)))<<32 | uint64(n.reg(hw.TDBAL(q)))
@@ -445,7 +553,9 @@ func (n *ixgbeNIC) queueCauseLocked(q int) {
 	if e&hw.IVARValid == 0 {
 		return
 	}
+	n.irqMu.Lock()
 	n.vectorCauseLocked(int(e & 0x3F))
+	n.irqMu.Unlock()
 }
 
 // otherCauseLocked raises causes of EICR's upper half (LSC ...), delivered

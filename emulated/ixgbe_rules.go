@@ -281,7 +281,7 @@ func (n *ixgbeNIC) classifyLocked(fr []byte) rxClass {
 			if f.in != in {
 				continue
 			}
-			n.fdirHit++
+			n.fdirHit.Add(1)
 			c.status |= hw.RxStatFLM
 			c.hash = uint32(f.swIdx) | bucket<<16
 			switch {
@@ -294,7 +294,7 @@ func (n *ixgbeNIC) classifyLocked(fr []byte) rxClass {
 			}
 			return c
 		}
-		n.fdirMis++
+		n.fdirMis.Add(1)
 	}
 	// 4. RSS, 5. queue 0.
 	return n.rssLocked(fr, c, ip, l4, proto)

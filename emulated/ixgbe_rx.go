@@ -17,13 +17,74 @@ import (
 
 func (n *ixgbeNIC) rxOnLocked() bool { return n.has(hw.RXCTRL, hw.RxctrlRXEN) }
 func (n *ixgbeNIC) crcErrorLocked()  { n.regs[hw.CRCERRS/4]++ }
-func (n *ixgbeNIC) missedLocked()    { n.regs[hw.MPC(0)/4]++ }
+
+// missedLocked implements nicHooks; also under mu held for reading.
+func (n *ixgbeNIC) missedLocked() { n.fast.stat[statMPC].Add(1) }
+
+// fromFrame takes a frame off the wire: one with a bad FCS is counted and
+// dropped, as the MAC drops it; another is received.
+func (n *ixgbeNIC) fromFrame(fr []byte, badFCS bool) {
+	if badFCS {
+		n.nicCore.fromWire(fr, true)
+		return
+	}
+	n.receive(fr)
+}
+
+// receive takes a frame from the wire or the loopback into the ring of
+// the queue it is steered to, or into the hold behind the frames that
+// wait there. It holds mu for reading, and the queue's lock while it
+// writes the ring (deliverQueue), so frames for different queues are
+// received at once; the hold is taken only while frames wait in it or
+// the ring has no room. The frame buffer is the caller's.
+func (n *ixgbeNIC) receive(fr []byte) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed || !n.rxOnLocked() || !n.lastLU {
+		n.nDrop.Add(1)
+		return
+	}
+	if !n.acceptLocked(fr) {
+		return
+	}
+	if n.hold.waiting() == 0 && n.deliverQueue(fr) != rxNoRoom {
+		return
+	}
+	deliver := n.deliverQueue
+	if n.holdHook != nil {
+		n.holdHook(holdNoRoom)
+		deliver = func(fr []byte) rxResult {
+			r := n.deliverQueue(fr)
+			if r == rxNoRoom {
+				n.holdHook(holdOfferNoRoom)
+			}
+			return r
+		}
+	}
+	n.holdMu.Lock()
+	defer n.holdMu.Unlock()
+	if !n.hold.offer(fr, deliver) {
+		n.nDrop.Add(1)
+		n.missedLocked()
+	}
+}
+
+// A holdStage is a point where a frame that found its ring full and a
+// refill that makes room can cross; a test stops a goroutine at one
+// (holdHook) to make them cross there.
+type holdStage int
+
+const (
+	holdNoRoom      holdStage = iota + 1 // receive: the ring had no room, the hold is not yet locked
+	holdOfferNoRoom                      // offer: the ring still had no room, the frame is not yet held
+	holdTailMoved                        // refill: RDT moved, the hold is not yet looked at
+)
 
 // acceptLocked is the L2 filter: receive addresses, promiscuous modes,
 // broadcast, the multicast table.
 func (n *ixgbeNIC) acceptLocked(fr []byte) bool {
 	if len(fr) < 14 {
-		n.regs[hw.RUC/4]++
+		n.fast.stat[statRUC].Add(1)
 		n.nDrop.Add(1)
 		return false
 	}
@@ -75,42 +136,78 @@ func (n *ixgbeNIC) rxChecksumLocked(ip, l4 []byte, proto byte) uint32 {
 	return st
 }
 
-// deliverLocked steers one frame and writes it into its RX ring.
+// deliverLocked implements nicHooks: it steers one frame and writes it
+// into its RX ring, under mu held for writing.
 func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
+	c, res := n.steerLocked(fr)
+	if res != rxDone {
+		return res
+	}
+	return n.writeRxLocked(fr, c)
+}
+
+// deliverQueue is deliverLocked under mu held for reading: it writes the
+// ring holding the lock of the queue the frame is steered to.
+func (n *ixgbeNIC) deliverQueue(fr []byte) rxResult {
+	c, res := n.steerLocked(fr)
+	if res != rxDone {
+		return res
+	}
+	r := &n.rxq[c.queue]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return n.writeRxLocked(fr, c)
+}
+
+// steerLocked checks a frame's length, steers it and checks its queue: it
+// returns rxDone with an enabled queue in c.queue, or the frame dropped.
+// It changes nothing but atomic counters.
+func (n *ixgbeNIC) steerLocked(fr []byte) (rxClass, rxResult) {
+	var none rxClass
 	if !n.f.busMaster() {
 		n.nDrop.Add(1)
-		return rxDropped
+		return none, rxDropped
 	}
 	if len(fr)+4 < 64 {
-		n.regs[hw.RUC/4]++
+		n.fast.stat[statRUC].Add(1)
 		n.nDrop.Add(1)
-		return rxDropped
+		return none, rxDropped
 	}
 	if len(fr) > frameLimit(fr, n.maxFrameLocked(), n.vetLocked()) {
-		n.regs[hw.ROC/4]++
+		n.fast.stat[statROC].Add(1)
 		n.nDrop.Add(1)
-		return rxDropped
+		return none, rxDropped
 	}
 	c := n.classifyLocked(fr)
 	if c.drop {
 		n.nDrop.Add(1)
-		return rxDropped
+		return none, rxDropped
 	}
 	q := c.queue
 	if q < hw.MaxQueuePairs && !n.rxEnabled(q) && n.reg(hw.SRRCTL(q))&hw.SrrctlDropEn != 0 && n.reg(hw.RDLEN(q)) != 0 {
 		// A queue stopped for a moment (a driver taking its
 		// descriptors back) that drops when it has none: dropped.
 		if q < hw.QueueStats {
-			n.regs[hw.QPRDC(q)/4]++
+			n.fast.stat[statQPRDC+q].Add(1)
 		}
 		n.nDrop.Add(1)
-		return rxDropped
+		return none, rxDropped
 	}
 	if q >= hw.MaxQueuePairs || !n.rxEnabled(q) {
 		n.violation("frame steered to RX queue %d, which is not enabled", q)
 		n.nDrop.Add(1)
-		return rxDropped
+		return none, rxDropped
 	}
+	return c, rxDone
+}
+
+// writeRxLocked writes a frame steered to c.queue into that queue's ring
+// (or drops it, or finds no room), under mu held for writing, or for
+// reading with the queue's lock.
+func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
+	q := c.queue
+	rq := &n.rxq[q]
+	hint := &rq.hint
 	srrctl := n.reg(hw.SRRCTL(q))
 	pktBuf := int(srrctl&hw.SrrctlBSizePktMask) << 10
 	hdrBuf := int(srrctl&hw.SrrctlBSizeHdrMask>>hw.SrrctlBSizeHdrShift) * 64
@@ -166,7 +263,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 	if (tail+l-head)%l < need {
 		if srrctl&hw.SrrctlDropEn != 0 {
 			if q < hw.QueueStats {
-				n.regs[hw.QPRDC(q)/4]++
+				n.fast.stat[statQPRDC+q].Add(1)
 			}
 			n.nDrop.Add(1)
 			return rxDropped
@@ -179,13 +276,13 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 	defer dom.runlock()
 	off := hdr
 	for i := uint32(0); i < need; i++ {
-		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &n.rxHint[0])
+		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &hint[0])
 		if !ok {
 			n.violation("RX descriptor %d of queue %d at an unmapped IOVA", head, q)
 			n.nDrop.Add(1)
 			return rxDropped
 		}
-		n.acc.rxFetch++
+		rq.sum.fetch++
 		pktAddr := binary.LittleEndian.Uint64(raw)
 		hdrAddr := binary.LittleEndian.Uint64(raw[8:])
 		wb := hw.RxWriteBack{PktInfo: c.pktInfo, Hash: c.hash, Status: hw.RxStatDD, VLAN: tci}
@@ -193,7 +290,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 			if hdrAddr&1 != 0 {
 				n.violation("RX descriptor %d of queue %d: header buffer address %#x has bit 0 set (it must be even: DD sits there)", head, q, hdrAddr)
 			}
-			hb, ok := dom.translate(hdrAddr, hdr, true, &n.rxHint[1])
+			hb, ok := dom.translate(hdrAddr, hdr, true, &hint[1])
 			if !ok {
 				n.violation("RX header buffer at IOVA %#x (%d bytes) is not mapped", hdrAddr, hdr)
 				n.nDrop.Add(1)
@@ -204,7 +301,7 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		}
 		k := min(pktBuf, len(data)-off)
 		if k > 0 {
-			buf, ok := dom.translate(pktAddr, k, true, &n.rxHint[2])
+			buf, ok := dom.translate(pktAddr, k, true, &hint[2])
 			if !ok {
 				n.violation("RX buffer at IOVA %#x (%d bytes) is not mapped", pktAddr, k)
 				n.nDrop.Add(1)
@@ -222,20 +319,18 @@ func (n *ixgbeNIC) deliverLocked(fr []byte) rxResult {
 		store64(raw[0:8], binary.LittleEndian.Uint64(tmp[0:]))
 		dmasync.Publish()
 		store64(raw[8:16], binary.LittleEndian.Uint64(tmp[8:]))
-		n.acc.rxWB++
+		rq.sum.wb++
 		head = (head + 1) % l
 	}
 	n.set(hw.RDH(q), head)
 	n.nRx.Add(1)
-	n.regs[hw.GPRC/4]++
-	n.regs[hw.TPR/4]++
-	n.count64(hw.GORCL, uint64(len(fr)+4))
-	n.count64(hw.TORL, uint64(len(fr)+4))
+	rq.sum.frames++
+	rq.sum.octets += uint64(len(fr) + 4)
 	if fr[0]&1 != 0 {
 		if isBroadcast(fr) {
-			n.regs[hw.BPRC/4]++
+			rq.sum.bcast++
 		} else {
-			n.regs[hw.MPRC/4]++
+			rq.sum.mcast++
 		}
 	}
 	n.queueCauseLocked(q)

@@ -181,6 +181,9 @@ func TestIXGBEStrictness(t *testing.T) {
 			regs.Write32(hw.SRRCTL(3), 17|hw.SrrctlDescAdvOneBuf)
 			regs.Write32(hw.RXDCTL(3), hw.RxdctlEnable)
 		}},
+		// Queues 64-127 have registers but the model runs 0..63.
+		{"RDT of queue 64 outside its ring", "RDT64 = 5 outside", func() { regs.Write32(hw.RDT(64), 5) }},
+		{"TDT of queue 64 while it is not enabled", "TDT64 moved", func() { regs.Write32(hw.TDT(64), 5) }},
 		{"an EtherType filter on IPv4", "IPv4", func() { regs.Write32(hw.ETQF(0), hw.EtqfFilterEn|0x0800) }},
 		{"FDIRCTRL without room in the packet buffer", "RXPBSIZE0", func() {
 			regs.Write32(hw.FDIRCTRL, hw.FdirctrlPBAlloc64K|hw.FdirctrlPerfectMatch)

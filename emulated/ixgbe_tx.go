@@ -20,25 +20,26 @@ import (
 // the descriptors, the write-backs, the counters and the violations are
 // the same. Registers are in ixgbe_regs.go, receive in ixgbe_rx.go.
 //
-// The walk of a ring holds txMu for reading and its queue's lock (txWalk),
-// not mu: it reads the registers it needs under mu first (txSnap), moves
-// the bytes with mu free, so the driver's register accesses (another
-// queue's tail, RDT, statistics) proceed during a long DMA, and takes mu
-// again to move TDH and add what it counted (txTally). Everything the
-// walk touches outside mu (txCtx[q], the frame buffers, the IOMMU hints)
-// is its queue's, so two queues' synchronous walks run at once on their
-// writers' goroutines: the chip's one DMA interleaves its queues' fetches,
-// and a tail write costs the host's CPU nothing while another queue sends,
-// where a walk holding the NIC's whole transmit side made steered queues'
-// senders wait for each other's walks and deliveries. What stops or
+// A ring walk holds txMu for reading and its queue's lock (txWalk), and
+// mu only for reading: the tail write and the registers it needs are read
+// first (txSnap), the bytes move with mu free, so the driver's register
+// accesses (statistics, a reset) proceed during a long DMA, and the walk
+// takes mu for reading again to move TDH and count (queueTally, into the
+// atomic counters). Everything the walk touches outside mu (txCtx[q], the
+// frame buffers, the IOMMU hints) is its queue's, and a queue's TDT and
+// TDH are written under its walk lock, so two queues' synchronous walks,
+// and their tail writes, run at once on their writers' goroutines: the
+// chip's one DMA interleaves its queues' fetches, and a tail write costs
+// the host's CPU nothing while another queue sends. What stops or
 // reprograms transmission takes txMu for writing and so waits out every
 // walk.
 
 // txWalk is one TX queue's walk state.
 type txWalk struct {
 	mu    sync.Mutex
-	out   [][]byte // frames of the walk under way, to deliver
-	spare [][]byte // free frame buffers
+	sum   queueTally // what its walks counted, under mu and the NIC's mu
+	out   [][]byte   // frames of the walk under way, to deliver
+	spare [][]byte   // free frame buffers
 	// The walk's IOMMU hints: the ring, a frame's first buffer (the
 	// driver's packet buffer) and its others (memory attached in place).
 	hint [3]int
@@ -51,6 +52,7 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 	if n.async {
 		var e *dmaEngine
 		n.mu.Lock()
+		n.fast.tdt[q].Add(1)
 		if n.tailWriteLocked(q, tdt) {
 			e = n.engineLocked()
 		}
@@ -62,19 +64,14 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 	}
 	n.txMu.RLock()
 	defer n.txMu.RUnlock()
-	n.mu.Lock()
-	ok := n.tailWriteLocked(q, tdt)
-	n.mu.Unlock()
-	if ok {
-		n.txQueue(q)
-	}
+	n.txQueue(q, &tdt)
 }
 
 // tailWriteLocked records a write of tdt to TDT(q) and checks it as the
 // 82599 does when the write arrives. It reports whether the queue has
-// descriptors for the DMA to fetch.
+// descriptors for the DMA to fetch. Under mu held for writing, or for
+// reading with the queue's walk lock; the caller counts the access.
 func (n *ixgbeNIC) tailWriteLocked(q int, tdt uint32) bool {
-	n.acc.count(&n.acc.writes, hw.TDT(q))
 	n.nTail.Add(1)
 	if n.closed {
 		return false
@@ -107,28 +104,49 @@ type txSnap struct {
 	pad          bool
 }
 
-// txTally is what a ring walk counted, added to the registers and access
-// counts under mu when it ends.
-type txTally struct {
+// queueTally is what a queue's DMA counted: descriptors fetched and
+// written back, and the frames for the statistics registers. A ring walk
+// counts into one of its own and adds it to its queue's (txWalk.sum) when
+// it ends; a delivery counts into its RX queue's (rxQueue.sum). foldLocked
+// adds a queue's to the registers and access counts.
+type queueTally struct {
 	fetch, wb      uint64
 	frames, octets uint64
-	bcast, mcast   uint32
+	bcast, mcast   uint64
+}
+
+// add adds t to q.
+func (q *queueTally) add(t *queueTally) {
+	q.fetch += t.fetch
+	q.wb += t.wb
+	q.frames += t.frames
+	q.octets += t.octets
+	q.bcast += t.bcast
+	q.mcast += t.mcast
 }
 
 // txQueue transmits what TX queue q holds between TDH and TDT, if the
-// queue may still transmit, and delivers the frames. Under txMu (for
-// reading, at least); it takes the queue's walk lock.
-func (n *ixgbeNIC) txQueue(q int) {
+// queue may still transmit, and delivers the frames; with tail, it first
+// takes the write of *tail to TDT. Under txMu (for reading, at least); it
+// takes the queue's walk lock, and mu for reading.
+func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	w := &n.txw[q]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n.mu.Lock()
+	n.mu.RLock()
+	if tail != nil {
+		n.fast.tdt[q].Add(1)
+	}
+	if tail != nil && !n.tailWriteLocked(q, *tail) {
+		n.mu.RUnlock()
+		return
+	}
 	l := n.reg(hw.TDLEN(q)) / hw.DescSize
 	tdt := n.reg(hw.TDT(q))
 	if n.closed || !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE) || !n.f.busMaster() || tdt >= l {
 		// The tail write recorded what was wrong with it; a queue
 		// stopped since fetches nothing more.
-		n.mu.Unlock()
+		n.mu.RUnlock()
 		return
 	}
 	s := txSnap{
@@ -140,28 +158,22 @@ func (n *ixgbeNIC) txQueue(q int) {
 		vet:      n.vetLocked(),
 		pad:      n.has(hw.HLREG0, hw.Hlreg0TxPadEn),
 	}
-	n.mu.Unlock()
+	n.mu.RUnlock()
 
 	w.out = w.out[:0]
-	var t txTally
+	var t queueTally
 	head := n.txRing(q, w, &s, &t)
 
-	n.mu.Lock()
+	n.mu.RLock()
 	if n.reg(hw.TDH(q)) == s.head {
 		// Unless the driver stopped the queue and set its head
 		// during the walk, which the next walk then starts from.
 		n.set(hw.TDH(q), head)
 	}
-	n.acc.txFetch += t.fetch
-	n.acc.txWB += t.wb
-	n.count64(hw.GOTCL, t.octets)
-	n.regs[hw.GPTC/4] += uint32(t.frames)
-	n.regs[hw.TPT/4] += uint32(t.frames)
-	n.regs[hw.BPTC/4] += t.bcast
-	n.regs[hw.MPTC/4] += t.mcast
+	w.sum.add(&t)
 	loop := n.loopback()
 	lu := n.linkUp()
-	n.mu.Unlock()
+	n.mu.RUnlock()
 	for _, fr := range w.out {
 		switch {
 		case loop:
@@ -197,7 +209,7 @@ const txFrameCap = 16384
 
 // txRing walks TX ring q from the snapshot's head to its tail, gathering
 // frames into w.out, and returns the new head. Under w.mu, not mu.
-func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *txTally) uint32 {
+func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *queueTally) uint32 {
 	dom := n.f.dom
 	l, head := s.l, s.head
 	if head >= l {
@@ -270,7 +282,7 @@ func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *txTally) uint32 {
 
 // finishFrame checks, pads, checksums and counts a complete frame and
 // queues it for the wire. Under w.mu.
-func (n *ixgbeNIC) finishFrame(w *txWalk, frame *[]byte, q int, first hw.TxDesc, s *txSnap, t *txTally) {
+func (n *ixgbeNIC) finishFrame(w *txWalk, frame *[]byte, q int, first hw.TxDesc, s *txSnap, t *queueTally) {
 	fr := *frame
 	*frame = w.frameBuf()
 	drop := func() { w.spare = append(w.spare, fr[:0]) }

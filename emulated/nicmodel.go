@@ -117,6 +117,7 @@ func (p *nicPlatform[N]) Accesses(i int) NICAccesses {
 	c := p.nics[i].core()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.m.foldLocked()
 	return c.acc.named(p.regName)
 }
 
@@ -125,6 +126,7 @@ func (p *nicPlatform[N]) Accesses(i int) NICAccesses {
 func (p *nicPlatform[N]) ResetAccesses(i int) {
 	c := p.nics[i].core()
 	c.mu.Lock()
+	c.m.foldLocked()
 	c.acc = regAccesses{}
 	c.mu.Unlock()
 }
@@ -157,7 +159,8 @@ func (p *nicPlatform[N]) Close() error {
 }
 
 // nicHooks is what a NIC model defines for the shared core. The Locked
-// methods run under nicCore.mu.
+// methods run under nicCore.mu (held for writing, unless the model says
+// otherwise).
 type nicHooks interface {
 	// powerOn sets the registers' power-on values; under txMu and mu.
 	powerOn()
@@ -178,6 +181,9 @@ type nicHooks interface {
 	// eitrLocked is the shortest time between two messages of vector
 	// vec (its EITR interval).
 	eitrLocked(vec int) time.Duration
+	// foldLocked adds what the model counted outside mu (statistics,
+	// register accesses) to the registers and acc.
+	foldLocked()
 }
 
 // nicCore is the state both NIC models keep the same way. Register
@@ -191,6 +197,15 @@ type nicHooks interface {
 // 82599's holds it for reading and its queue's own lock, so its queues
 // transmit at once, as the chip's do (ixgbe_tx.go); what stops or
 // reprograms transmission holds it for writing.
+//
+// mu is held for writing by every access of the 82574L and by the
+// 82599's control path. The 82599's data path (a queue's tail write and
+// ring walk, its RDT write, a frame's delivery into its ring) holds it for
+// reading and the queue's own lock, so its queues do not wait for each
+// other (ixgbe.go says what each lock guards); what such a holder changes
+// besides its queue's state is atomic (the counters, the hold's length)
+// or under holdMu (the hold) or irqMu (the vectors' state: vecNext,
+// vecTmr), and foldLocked gathers it under mu for writing.
 type nicCore struct {
 	m    nicHooks
 	f    *Function
@@ -206,7 +221,9 @@ type nicCore struct {
 	out   [][]byte // frames of the TDT write being processed, to deliver (82574L)
 	spare [][]byte // free frame buffers (82574L)
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
+	holdMu  sync.Mutex // hold, under mu held for reading
+	irqMu   sync.Mutex // vecNext and vecTmr, under mu held for reading
 	closed  bool
 	hold    rxHold // frames waiting for RX descriptors
 	lastLU  bool
@@ -297,13 +314,16 @@ func (c *nicCore) flushPendingLocked() {
 }
 
 // messageLocked sends MSI-X vector vec, no sooner than its EITR allows.
+// Under mu held for writing, or for reading with irqMu.
 func (c *nicCore) messageLocked(vec int) {
 	now := c.clock.Now()
 	if now.Before(c.vecNext[vec]) {
 		if c.vecTmr[vec] == nil {
 			c.vecTmr[vec] = c.clock.AfterFunc(c.vecNext[vec].Sub(now), func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
+				c.mu.RLock()
+				defer c.mu.RUnlock()
+				c.irqMu.Lock()
+				defer c.irqMu.Unlock()
 				c.vecTmr[vec] = nil
 				if !c.closed {
 					c.sendLocked(vec, c.clock.Now())
