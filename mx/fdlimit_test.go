@@ -82,7 +82,9 @@ func TestConnectAtFDLimit(t *testing.T) {
 				got = connectAtFDLimit(t, ctx, e)
 			}
 			if c.mode == "refill" {
-				cmd.Process.Signal(syscall.SIGUSR1)
+				if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+					t.Fatal(err)
+				}
 				if !sc.Scan() {
 					t.Fatal("the child said nothing of its open")
 				}
@@ -101,7 +103,7 @@ func TestConnectAtFDLimit(t *testing.T) {
 }
 
 // connectAtFDLimit connects e to the child, board 77, which is at its
-// descriptor limit, and returns the error's text after "connect: ".
+// descriptor limit, and returns its error's text after "connect: ".
 func connectAtFDLimit(t *testing.T, ctx context.Context, e *Endpoint) string {
 	t.Helper()
 	_, err := e.Connect(ctx, shm.NICBase|77, 0, testKey)
