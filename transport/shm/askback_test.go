@@ -178,14 +178,26 @@ func TestAskBackRacesSends(t *testing.T) {
 					rnd := rand.New(rand.NewPCG(uint64(k), 2))
 					i := 0
 					send := func(n int) bool { return race.send(k, p, &i, n) }
+					// A cycle lasts as long as the others' work needs:
+					// a holder that trickles may keep its lane while the
+					// other lane goes from busy pair to busy pair. So
+					// what fails a cycle is the test's clock stopped (no
+					// look for a minute, which no load explains), not
+					// the cycle's length.
+					look, lookAt := looks.Load(), time.Now()
+					stalled := func() bool {
+						if l := looks.Load(); l != look {
+							look, lookAt = l, time.Now()
+						}
+						return time.Since(lookAt) > time.Minute
+					}
 					for c := range cycles {
-						deadline := time.Now().Add(60 * time.Second)
 						for !laneTaken(p, rx.Addr()) {
 							if !send(1 + rnd.IntN(16)) {
 								return
 							}
-							if time.Now().After(deadline) {
-								errs <- fmt.Errorf("producer %d cycle %d: no lane in 60s: %v", k+1, c, p.Counters())
+							if stalled() {
+								errs <- fmt.Errorf("producer %d cycle %d: no lane, and no look for a minute: %v", k+1, c, p.Counters())
 								return
 							}
 						}
@@ -206,8 +218,8 @@ func TestAskBackRacesSends(t *testing.T) {
 							} else {
 								runtime.Gosched()
 							}
-							if time.Now().After(deadline) {
-								errs <- fmt.Errorf("producer %d cycle %d: its lane was neither asked back nor retired in 60s", k+1, c)
+							if stalled() {
+								errs <- fmt.Errorf("producer %d cycle %d: its lane was neither asked back nor retired, and no look for a minute", k+1, c)
 								return
 							}
 						}
