@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	ossignal "os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,8 +21,8 @@ import (
 // fdLimitChildEnv makes the test binary a shm board at its descriptor
 // limit: "DIR MODE FREE", MODE dial (it connects to board 88 of DIR and
 // prints the outcome), accept (it waits to be connected to) or refill (as
-// accept, and at each SIGUSR1 it opens a descriptor if it can and prints
-// the outcome), with FREE descriptors left under its RLIMIT_NOFILE.
+// accept, and at each SIGUSR1, once its transport has refused a
+// connection, it opens a descriptor if it can and prints the outcome), with FREE descriptors left under its RLIMIT_NOFILE.
 const fdLimitChildEnv = "GOMX_MX_FDLIMIT_CHILD"
 
 // TestConnectAtFDLimit: a connect over the rings that a process's
@@ -87,6 +88,9 @@ func TestConnectAtFDLimit(t *testing.T) {
 				}
 				if !sc.Scan() {
 					t.Fatal("the child said nothing of its open")
+				}
+				if !strings.Contains(sc.Text(), "too many open files") {
+					t.Fatalf("the child opened a descriptor at its limit, in the slot of its transport's spare: %s", sc.Text())
 				}
 				t.Log(sc.Text())
 				got = connectAtFDLimit(t, ctx, e)
@@ -158,6 +162,11 @@ func fdLimitChild(arg string) error {
 	for mode == "refill" {
 		select {
 		case <-usr1:
+			// The first connect is refused once the parent's Connect
+			// returned, but the spare is taken back after: wait for it.
+			for refusedConns(b) == 0 && ctx.Err() == nil {
+				runtime.Gosched()
+			}
 			fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err == nil {
 				held = append(held, fd)
@@ -169,6 +178,17 @@ func fdLimitChild(arg string) error {
 	}
 	<-ctx.Done() // the parent kills us first
 	return nil
+}
+
+// refusedConns is b's shm transport's count of connections refused, each
+// counted once the spare descriptor it was refused with is back.
+func refusedConns(b *Board) uint64 {
+	for _, c := range b.TransportCounters() {
+		if c.Name == "shm connections refused" {
+			return c.Value
+		}
+	}
+	return 0
 }
 
 func closeFDs(fds []int) {

@@ -244,11 +244,13 @@ func (t *Transport) refuseAtLimit() bool {
 	if fd < 0 {
 		return true
 	}
-	t.cnt.refused.Add(1)
 	t.refuseFD(fd)
 	s.mu.Lock()
 	unix.Close(fd)
 	_ = s.take() // failing, the next accept tries again (retake)
+	// Counted once the spare is back: whoever waits on the count to open
+	// a descriptor cannot take the spare's slot.
+	t.cnt.refused.Add(1)
 	s.mu.Unlock()
 	return true
 }
