@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -199,8 +200,8 @@ type fdRefusals struct {
 // connection waits it accepts it with the spare descriptor and refuses it
 // (see the top of the file); when none does it waits for one, holding the
 // spare, and returns for the caller to accept again (the process may be
-// below its limit by then). It returns false when it holds no spare (the
-// caller backs off) or the transport is closing.
+// below its limit by then). It returns false when it holds no spare or
+// poll(2) failed (the caller backs off), or the transport is closing.
 //
 // accept(2) fails with EMFILE at the limit whether or not a connection
 // waits (it allocates the descriptor first), so the spare is given up
@@ -223,11 +224,14 @@ func (t *Transport) refuseAtLimit() bool {
 	if err != nil {
 		return false
 	}
-	fd, aerr := -1, error(nil)
+	fd, aerr, perr := -1, error(nil), error(nil)
 	err = rc.Control(func(lfd uintptr) {
 		p := []unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}, {Fd: int32(spare), Events: unix.POLLIN}}
-		if pollFDs(p, 0); p[0].Revents == 0 || p[1].Revents != 0 {
-			pollFDs(p, -1) // none waits: wait for one, or for Close (wake)
+		if perr = pollFDs(p, 0); perr != nil {
+			return
+		}
+		if p[0].Revents == 0 || p[1].Revents != 0 {
+			perr = pollFDs(p, -1) // none waits: wait for one, or for Close (wake)
 			return
 		}
 		s.mu.Lock()
@@ -238,8 +242,8 @@ func (t *Transport) refuseAtLimit() bool {
 		}
 		s.mu.Unlock()
 	})
-	if err != nil || aerr != nil {
-		return false // closed, or the slot was taken meanwhile: the caller backs off
+	if err != nil || aerr != nil || perr != nil {
+		return false // closed, the slot was taken meanwhile, or poll failed: the caller backs off
 	}
 	if fd < 0 {
 		return true
@@ -255,12 +259,19 @@ func (t *Transport) refuseAtLimit() bool {
 	return true
 }
 
-// pollFDs is poll(2) of p for up to ms milliseconds (-1: no bound), again
-// when a signal interrupts it.
-func pollFDs(p []unix.PollFd, ms int) {
+// pollFDs is poll(2) of p for up to ms milliseconds in all (-1: no
+// bound), polled again for what is left when a signal interrupts it. It
+// returns poll's other errors.
+func pollFDs(p []unix.PollFd, ms int) error {
+	end := time.Now().Add(time.Duration(ms) * time.Millisecond)
 	for {
-		if _, err := unix.Poll(p, ms); !errors.Is(err, unix.EINTR) {
-			return
+		_, err := unix.Poll(p, ms)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		if ms > 0 {
+			left := time.Until(end)
+			ms = int(max(0, (left+time.Millisecond-1)/time.Millisecond)) // rounded up
 		}
 	}
 }
@@ -270,7 +281,7 @@ func pollFDs(p []unix.PollFd, ms int) {
 // itself: a *net.UnixConn would take a second one (net.FileConn dups).
 func (t *Transport) refuseFD(fd int) {
 	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	if pollFDs(p, int(handshakeTTL.Milliseconds())); p[0].Revents == 0 {
+	if err := pollFDs(p, int(handshakeTTL.Milliseconds())); err != nil || p[0].Revents == 0 {
 		return // no hello within the handshake's time
 	}
 	var b [helloLen + 1]byte
