@@ -142,7 +142,8 @@ func run(args []string) error {
 	bindDevices(o, step)
 	for _, w := range o.waitUSB {
 		// The step's name is fixed, for a failure to read the same in
-		// every run's summary; the time it took is printed beside it.
+		// every run's summary; the time it took is a console line of
+		// its own, printed just before the step's ok or FAIL line.
 		t := time.Now()
 		err := w.Wait(context.Background(), "/sys", "/dev", qemu.USBReadyTimeout)
 		fmt.Printf("init: waited %v for USB device %s\n", time.Since(t).Round(time.Millisecond), w)
