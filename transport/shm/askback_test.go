@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -157,6 +158,7 @@ func TestAskBackRacesSends(t *testing.T) {
 	}{{"busy-poll", time.Millisecond}, {"blocking", -1}} {
 		t.Run(mode.name, func(t *testing.T) {
 			const producers, cycles, window, idle = 4, 6, 64, time.Second
+			const cycleLooks = 2000 // ten times the longest seen (116, in 220 looks in all)
 			opts := Options{MTU: 4096, LaneAfter: 8, Lanes: 2, Spin: mode.spin, LaneIdle: idle, QueueSize: 32 << 10}
 			boards := openMany(t, producers+1, opts)
 			rx, tx := boards[0], boards[1:]
@@ -164,6 +166,7 @@ func TestAskBackRacesSends(t *testing.T) {
 			var stop atomic.Bool
 			defer stop.Store(true)
 			var looks atomic.Int64
+			var longest [producers]int64 // the most looks a cycle of producer k took (its goroutine's)
 			// trickled[k]: 1 + the look producer k sent its trickle
 			// frame of, while it trickles; 0 while it does not.
 			var trickled [producers]atomic.Int64
@@ -178,14 +181,35 @@ func TestAskBackRacesSends(t *testing.T) {
 					rnd := rand.New(rand.NewPCG(uint64(k), 2))
 					i := 0
 					send := func(n int) bool { return race.send(k, p, &i, n) }
+					// A cycle lasts as long as the others' work needs:
+					// a holder that trickles may keep its lane while the
+					// other lane goes from busy pair to busy pair. So
+					// what fails a cycle is the test's clock stopped (no
+					// look for a minute, which no load explains), not
+					// the cycle's length.
+					look, lookAt := looks.Load(), time.Now()
+					stalled := func() bool {
+						if l := looks.Load(); l != look {
+							look, lookAt = l, time.Now()
+						}
+						return time.Since(lookAt) > time.Minute
+					}
+					// And a cycle that looks advance in but that never
+					// ends (a livelock: frames flow, lanes do not move)
+					// fails after cycleLooks looks.
 					for c := range cycles {
-						deadline := time.Now().Add(60 * time.Second)
+						start := looks.Load()
+						overdue := func() bool { return looks.Load()-start > cycleLooks }
 						for !laneTaken(p, rx.Addr()) {
 							if !send(1 + rnd.IntN(16)) {
 								return
 							}
-							if time.Now().After(deadline) {
-								errs <- fmt.Errorf("producer %d cycle %d: no lane in 60s: %v", k+1, c, p.Counters())
+							if stalled() {
+								errs <- fmt.Errorf("producer %d cycle %d: no lane, and no look for a minute: %v", k+1, c, p.Counters())
+								return
+							}
+							if overdue() {
+								errs <- fmt.Errorf("producer %d cycle %d: no lane after %d looks: %v", k+1, c, cycleLooks, p.Counters())
 								return
 							}
 						}
@@ -206,11 +230,16 @@ func TestAskBackRacesSends(t *testing.T) {
 							} else {
 								runtime.Gosched()
 							}
-							if time.Now().After(deadline) {
-								errs <- fmt.Errorf("producer %d cycle %d: its lane was neither asked back nor retired in 60s", k+1, c)
+							if stalled() {
+								errs <- fmt.Errorf("producer %d cycle %d: its lane was neither asked back nor retired, and no look for a minute", k+1, c)
+								return
+							}
+							if overdue() {
+								errs <- fmt.Errorf("producer %d cycle %d: its lane was neither asked back nor retired after %d looks", k+1, c, cycleLooks)
 								return
 							}
 						}
+						longest[k] = max(longest[k], looks.Load()-start)
 					}
 				}()
 			}
@@ -258,8 +287,8 @@ func TestAskBackRacesSends(t *testing.T) {
 					t.Errorf("%d frames dropped", n)
 				}
 			}
-			t.Logf("%d frames; %d asked back, %d kept and taken, %d lapsed, %d retired at the ask, %d retired in all",
-				chk.got, asked, kept, counter(rx, cntAskLapsed), atAsk, sumCounter(tx, CounterLanesRetired))
+			t.Logf("%d frames, %d looks, the longest cycle %d; %d asked back, %d kept and taken, %d lapsed, %d retired at the ask, %d retired in all",
+				chk.got, looks.Load(), slices.Max(longest[:]), asked, kept, counter(rx, cntAskLapsed), atAsk, sumCounter(tx, CounterLanesRetired))
 		})
 	}
 }

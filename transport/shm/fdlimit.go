@@ -27,9 +27,11 @@ import (
 //   - accepting: accept(2) fails with EMFILE and leaves the connection in
 //     the listen backlog, where the dialler would wait for its welcome until
 //     the handshake's timeout, again at every resend of the layer above.
-//     So the transport keeps one spare descriptor: it closes it, accepts,
-//     reads the hello (to learn who asked), answers with a refusal that
-//     says why, closes the connection and takes the spare again. The
+//     So the transport keeps one spare descriptor: when a connection
+//     waits, it closes it, accepts without blocking, reads the hello (to
+//     learn who asked), answers with a refusal that says why, closes the
+//     connection and takes the spare again (and after any later accept, if
+//     a descriptor opened meanwhile took its slot). The
 //     dialler's dial fails with ErrFDLimit naming the peer's limit, and the
 //     refusal is kept for TakeFDRefusals, since the peer may have been
 //     answering a connect of ours, which then cannot complete either;
@@ -127,17 +129,24 @@ func refuseReason(msg []byte) (uint32, bool) {
 }
 
 // fdSpare is the descriptor the consumer gives up to accept a connection
-// it will refuse, when accept(2) finds the process at its limit.
+// it will refuse, when accept(2) finds the process at its limit. It is an
+// eventfd, which needs no file (a chroot or sandbox may have no
+// /dev/null), and doubles as Close's wake-up of an accept loop waiting at
+// the limit (refuseAtLimit): Close writes it.
 type fdSpare struct {
-	mu   sync.Mutex
-	fd   int
-	held bool // false: none (taken by someone else when it was given up)
+	mu    sync.Mutex // between the accept loop and Close (wake)
+	fd    int
+	held  bool // false: none (taken by someone else when it was given up)
+	woken bool // Close has begun: the spare is made readable
 }
 
-// take opens the spare descriptor: an eventfd, which needs no file (a
-// chroot or sandbox may have no /dev/null).
+// take opens the spare descriptor (s.mu held, or no accept loop yet).
 func (s *fdSpare) take() error {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	var v uint
+	if s.woken {
+		v = 1
+	}
+	fd, err := unix.Eventfd(v, unix.EFD_CLOEXEC)
 	if err != nil {
 		return err
 	}
@@ -145,12 +154,38 @@ func (s *fdSpare) take() error {
 	return nil
 }
 
-// give closes the spare descriptor, if held.
+// give closes the spare descriptor, if held (s.mu held, or the accept
+// loop has returned).
 func (s *fdSpare) give() {
 	if s.held {
 		unix.Close(s.fd)
 		s.held = false
 	}
+}
+
+// retake takes the spare descriptor again if another descriptor took its
+// slot while it was given up and has been closed since: the accept loop
+// calls it after each accept.
+func (s *fdSpare) retake() {
+	s.mu.Lock()
+	if !s.held {
+		_ = s.take() // still at the limit: the next accept tries again
+	}
+	s.mu.Unlock()
+}
+
+// wake makes the spare readable for good, now and when it is taken again,
+// so that an accept loop waiting on it at the limit returns; Close calls
+// it before it closes the listener.
+func (s *fdSpare) wake() {
+	s.mu.Lock()
+	s.woken = true
+	if s.held {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1) // the counter, in host order
+		_, _ = unix.Write(s.fd, one[:])
+	}
+	s.mu.Unlock()
 }
 
 // fdRefusals are the peers refused at the descriptor limit since the last
@@ -161,43 +196,114 @@ type fdRefusals struct {
 	err map[transport.NICID]error
 }
 
-// refuseAtLimit accepts one connection with the spare descriptor, when
-// there is one, and refuses it (see the top of the file). It reports
-// whether it took one.
+// refuseAtLimit runs when accept(2) failed for lack of descriptors. When a
+// connection waits it accepts it with the spare descriptor and refuses it
+// (see the top of the file); when none does it waits for one, holding the
+// spare, and returns for the caller to accept again (the process may be
+// below its limit by then). It returns false when it holds no spare or
+// poll(2) failed (the caller backs off), or the transport is closing.
+//
+// accept(2) fails with EMFILE at the limit whether or not a connection
+// waits (it allocates the descriptor first), so the spare is given up
+// only once poll(2) saw one waiting, for an accept that does not block:
+// an accept that blocked with the spare given up would leave its slot
+// free for any descriptor the process opens meanwhile, and the spare lost
+// with it.
 func (t *Transport) refuseAtLimit() bool {
 	s := &t.spareFD
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.held {
+		_ = s.take()
+	}
+	spare, held := s.fd, s.held
+	s.mu.Unlock()
+	if !held || t.closed.Load() {
 		return false
 	}
-	s.give()
-	c, err := t.ln.AcceptUnix()
-	if err == nil {
-		t.cnt.refused.Add(1)
-		t.refuse(c, nil)
-		c.Close()
+	rc, err := t.ln.SyscallConn()
+	if err != nil {
+		return false
 	}
-	_ = s.take() // failing, the next accept at the limit backs off instead
-	return err == nil
-}
-
-// refuse reads the producer's hello (unless the caller read it: hello) and
-// answers it with a refusal for lack of descriptors, noting the peer for
-// TakeFDRefusals.
-func (t *Transport) refuse(c *net.UnixConn, hello []byte) {
-	if hello == nil {
-		c.SetDeadline(time.Now().Add(handshakeTTL))
-		var b [helloLen + 1]byte
-		oob := make([]byte, unix.CmsgSpace(4*4))
-		n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
-		if err != nil {
+	fd, aerr, perr := -1, error(nil), error(nil)
+	err = rc.Control(func(lfd uintptr) {
+		p := []unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}, {Fd: int32(spare), Events: unix.POLLIN}}
+		if perr = pollFDs(p, 0); perr != nil {
 			return
 		}
-		closeAll(parseRights(oob[:oobn]))
-		hello = b[:n]
+		if p[0].Revents == 0 || p[1].Revents != 0 {
+			perr = pollFDs(p, -1) // none waits: wait for one, or for Close (wake)
+			return
+		}
+		s.mu.Lock()
+		s.give()
+		fd, _, aerr = unix.Accept4(int(lfd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if aerr != nil {
+			_ = s.take()
+		}
+		s.mu.Unlock()
+	})
+	if err != nil || aerr != nil || perr != nil {
+		return false // closed, the slot was taken meanwhile, or poll failed: the caller backs off
 	}
+	if fd < 0 {
+		return true
+	}
+	t.refuseFD(fd)
+	s.mu.Lock()
+	unix.Close(fd)
+	_ = s.take() // failing, the next accept tries again (retake)
+	// Counted once the spare is back: whoever waits on the count to open
+	// a descriptor cannot take the spare's slot.
+	t.cnt.refused.Add(1)
+	s.mu.Unlock()
+	return true
+}
+
+// pollFDs is poll(2) of p for up to ms milliseconds in all (-1: no
+// bound), polled again for what is left when a signal interrupts it. It
+// returns poll's other errors.
+func pollFDs(p []unix.PollFd, ms int) error {
+	end := time.Now().Add(time.Duration(ms) * time.Millisecond)
+	for {
+		_, err := unix.Poll(p, ms)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		if ms > 0 {
+			left := time.Until(end)
+			ms = int(max(0, (left+time.Millisecond-1)/time.Millisecond)) // rounded up
+		}
+	}
+}
+
+// refuseFD reads the hello on fd, a connection accepted with the spare
+// descriptor, and answers it with a refusal. It works on the descriptor
+// itself: a *net.UnixConn would take a second one (net.FileConn dups).
+func (t *Transport) refuseFD(fd int) {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if err := pollFDs(p, int(handshakeTTL.Milliseconds())); err != nil || p[0].Revents == 0 {
+		return // no hello within the handshake's time
+	}
+	var b [helloLen + 1]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := unix.Recvmsg(fd, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return
+	}
+	closeAll(parseRights(oob[:oobn]))
+	_ = unix.Sendmsg(fd, refusal(refuseFDLimit), nil, nil, 0) // a fresh socket has room
+	t.noteRefusal(b[:n])
+}
+
+// refuse answers hello, read on c, with a refusal for lack of descriptors.
+func (t *Transport) refuse(c *net.UnixConn, hello []byte) {
 	_, _, _ = c.WriteMsgUnix(refusal(refuseFDLimit), nil, nil)
+	t.noteRefusal(hello)
+}
+
+// noteRefusal notes the producer of hello, refused for lack of
+// descriptors, for TakeFDRefusals.
+func (t *Transport) noteRefusal(hello []byte) {
 	le := binary.LittleEndian
 	if len(hello) != helloLen || le.Uint32(hello) != helloMagic {
 		return

@@ -30,6 +30,7 @@ func (t *Transport) Close() error {
 	t.blMu.Lock()
 	//lint:ignore SA2001 the section is empty: taking the lock is the point (see above)
 	t.blMu.Unlock()
+	t.spareFD.wake() // fdlimit.go: an accept loop waiting at the limit returns
 	err := t.ln.Close()
 	t.outMu.Lock()
 	p := t.pool

@@ -741,6 +741,7 @@ func (t *Transport) accept() {
 			t.cnt.refused.Add(1)
 			c.Close()
 		}
+		t.spareFD.retake() // fdlimit.go
 	}
 }
 

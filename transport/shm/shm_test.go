@@ -24,8 +24,9 @@ import (
 // childEnv makes the test binary a child process playing a role (see
 // TestMain): "echo DIR BOARD [spin|poll]", "dial DIR BOARD" (report
 // whether attaching to BOARD works), "hold DIR BOARD PEER" (connect to
-// PEER, send a frame, then wait to be killed) or "idle DIR BOARD A E"
-// (connect to A and E, then sleep until a peer goes away).
+// PEER, send a frame, then wait to be killed), "idle DIR BOARD A E"
+// (connect to A and E, then sleep until a peer goes away) or "atlimit
+// DIR 0" (see atLimitChild).
 const childEnv = "GOMX_SHM_TEST_CHILD"
 
 func TestMain(m *testing.M) {
@@ -39,6 +40,8 @@ func child(args []string) int {
 	dir := args[1]
 	board, _ := strconv.Atoi(args[2])
 	switch args[0] {
+	case "atlimit":
+		return atLimitChild(dir) // fdlimit_test.go
 	case "dial":
 		// Another user: neither the directory nor the board may be usable.
 		if _, err := Open(Options{Dir: dir}); err == nil {

@@ -141,9 +141,13 @@ func run(args []string) error {
 	step(fmt.Sprintf("reserve %d hugepages", o.hugepages), reserveHugepages(o.hugepages))
 	bindDevices(o, step)
 	for _, w := range o.waitUSB {
+		// The step's name is fixed, for a failure to read the same in
+		// every run's summary; the time it took is a console line of
+		// its own, printed just before the step's ok or FAIL line.
 		t := time.Now()
 		err := w.Wait(context.Background(), "/sys", "/dev", qemu.USBReadyTimeout)
-		step(fmt.Sprintf("wait for USB device %s (%v)", w, time.Since(t).Round(time.Millisecond)), err)
+		fmt.Printf("init: waited %v for USB device %s\n", time.Since(t).Round(time.Millisecond), w)
+		step("wait for USB device "+w.String(), err)
 	}
 	fmt.Printf("init: setup took %v\n", time.Since(start).Round(time.Millisecond))
 
