@@ -433,7 +433,9 @@ func (b *Board) progress() {
 				b.drainServed(s) // rxsource.go
 			}
 			b.mu.Lock()
+			b.uncapped = s.polling() == 0
 			b.timersLocked(false)
+			b.uncapped = false
 			b.unlock()
 			continue
 		}
@@ -490,7 +492,9 @@ func (b *Board) progress() {
 		b.handleBatchLocked(s, s.rx[:n])
 		b.rxRead = 0
 		b.rxOwned = s // its verdicts may drain s (verdict.go)
+		b.uncapped = s.polling() == 0
 		b.timersAt(false, read)
+		b.uncapped = false
 		b.rxOwned = nil
 		b.release(false)
 		if n < len(s.rx) {
