@@ -14,8 +14,9 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // boards that both announce ExtAsk, a sender whose newest unacked message
 // has waited askWait (twice the round trip, or srtt + 4·rttvar, plus a
 // margin; a busy-polling board's first question about it, at most eight
-// of its fastest round trips and one; no allowance for descheduling) sends a TRUC with TrucAsk and
-// a tag (wire.TrucTagMask): its own ack, and a question. The receiver
+// of its fastest round trips and one; no allowance for descheduling)
+// sends a TRUC with TrucAsk and a tag (wire.TrucTagMask): its own ack,
+// and a question. The receiver
 // answers every question at once with a TRUC flagged TrucAnswer that
 // carries the tag back: its ack and, with SACK, what it holds past it.
 // Every transport delivers one sender's frames in order, and a board
@@ -209,10 +210,10 @@ func (p *partner) askMargin() int64 {
 // a waiter, which yields once the reply is late; the other runs (the
 // fine timer's, the progress goroutine's, a waiter's for its own send's
 // completion) come while the peer's reply may only be late, its own
-// application descheduled or elsewhere. A lossless busy-poll ping-pong
-// over emulated 82574Ls (TestPingPongMMIOBoards) asked about a message in
-// about half its runs, from those runs: a question and its answer, a
-// frame more than one a message on each NIC. b.mu held.
+// application descheduled or elsewhere, and a question there is two
+// frames that repair nothing (a lossless busy-poll ping-pong over
+// emulated 82574Ls, TestPingPongMMIOBoards, asked in about half its runs
+// from them). b.mu held.
 func (b *Board) capsAsks() bool { return b.opts.BusyPoll && !b.uncapped }
 
 // noteTail notes for the fine timer the deadline of r, which just went
