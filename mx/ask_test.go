@@ -211,3 +211,34 @@ func TestAskWaitForgetsOutlier(t *testing.T) {
 		})
 	}
 }
+
+// TestAskWaitAfterStampPastReading: a request sent and acked within one
+// receive batch may carry a send stamp past the batch's reading, a sample
+// of zero or less. It is no round trip, and a clock reading that came out
+// a few nanoseconds short is none either: neither may bring a
+// busy-polling board's first question down to some nanoseconds after
+// the message (nine of the fastest round trips).
+func TestAskWaitAfterStampPastReading(t *testing.T) {
+	const us = int64(time.Microsecond)
+	opts := DefaultBoardOptions()
+	opts.BusyPoll = true
+	pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+	b, p := pr.a.b, pr.atob.p
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p.rtt = rtt{}
+	for range 8 {
+		p.rtt.sample(us)
+	}
+	floor := p.askWait(0)
+	now := b.now()
+	p.rtt.sampleSince(now, now)   // stamped at the reading
+	p.rtt.sampleSince(now, now+5) // stamped after it
+	if w := p.askWait(0); w < floor {
+		t.Errorf("after 1 µs round trips and samples of a stamp at or past the reading: first question after %v, want at least %v", time.Duration(w), time.Duration(floor))
+	}
+	p.rtt.sample(3) // a reading that came out short
+	if p.rtt.lo < rttLoMin {
+		t.Errorf("after a 3 ns sample the fastest round trip is taken as %v, want at least %v", time.Duration(p.rtt.lo), time.Duration(rttLoMin))
+	}
+}
