@@ -265,7 +265,9 @@ func (p *partner) askDue(now int64, t *Request) {
 	}
 	num, fresh := p.askNumber(own)
 	if fresh {
-		p.askAt, p.askNum = now, num
+		p.askAt, p.askNum, p.askAgain = now, num, false
+	} else if num != 0 {
+		p.askAgain = true
 	}
 	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
 	if num == 0 {
@@ -426,12 +428,14 @@ func (p *partner) onAnswer() {
 		return // answered already (a duplicate of the answer)
 	}
 	p.askAt = 0
-	if d := p.ep.b.now() - at; d > p.rtt.lo && p.asks <= 1 {
+	if d := p.ep.b.now() - at; d > p.rtt.lo && !p.askAgain {
 		// The peer answers at once: a question asked too soon (every
 		// message's, were the round trip to grow past askWait for good)
 		// lifts the envelope, where the messages it covers give no
-		// sample (Karn). A question asked again is left out: its first
-		// copy's time includes the backoff the loss of that copy cost.
+		// sample (Karn). A question asked again under its number is
+		// left out: askAt is its first copy's, and the time includes
+		// the backoff the loss of that copy cost. (p.asks cannot tell:
+		// the answer's ack, applied first, zeroes it.)
 		p.rtt.noteLo(d)
 	}
 	k := 0

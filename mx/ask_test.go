@@ -248,3 +248,37 @@ func TestAskWaitAfterStampPastReading(t *testing.T) {
 		t.Errorf("after a 3 ns sample the fastest round trip is taken as %v, want at least %v", time.Duration(p.rtt.lo), time.Duration(rttLoMin))
 	}
 }
+
+// TestAnswerToQuestionAskedAgain: a question asked again under its number
+// (every tag taken by questions still unanswered) keeps its first copy's
+// time, so its answer's round trip includes the backoff the loss of that
+// copy cost. It must not lift the round trips' lower envelope, even though
+// the answer's ack, applied first, cleared the count of questions.
+func TestAnswerToQuestionAskedAgain(t *testing.T) {
+	const us = int64(time.Microsecond)
+	opts := DefaultBoardOptions()
+	opts.BusyPoll = true
+	pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+	b, p := pr.a.b, pr.atob.p
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p.rtt = rtt{}
+	for range 8 {
+		p.rtt.sample(us)
+	}
+	now := b.now()
+	first := now - 500*us
+	p.asked, p.answered = 5+askWindow, 5 // every tag outstanding
+	p.askNum, p.askAt, p.lastAsk, p.asks = p.asked, first, first, 1
+	r := &Request{}
+	r.lastSend = first - us
+	p.askDue(now, r)
+	if p.askAt != first {
+		t.Fatalf("the question was not asked again under its number (asked at %d, want %d): the test shows nothing", p.askAt, first)
+	}
+	p.asks = 0 // as the answer's ack clears it (applyAck)
+	p.onAnswer()
+	if p.rtt.lo != us {
+		t.Errorf("the answer to a question asked again made the fastest round trip %v, want it left at %v", time.Duration(p.rtt.lo), time.Duration(us))
+	}
+}
