@@ -219,7 +219,8 @@ func (p *partner) askMargin() int64 {
 // application descheduled or elsewhere, and a question there is two
 // frames that repair nothing (a lossless busy-poll ping-pong over
 // emulated 82574Ls, TestPingPongMMIOBoards, asked in about half its runs
-// from them). b.mu held.
+// from them). Outside a timer run (a send noting its deadline for the
+// fine timer, noteTail) the cap holds too. b.mu held.
 func (b *Board) capsAsks() bool { return b.opts.BusyPoll && !b.uncapped }
 
 // noteTail notes for the fine timer the deadline of r, which just went

@@ -65,6 +65,12 @@ func TestPingPongMMIOBoards(t *testing.T) {
 			t.Errorf("NIC %d: %d frames sent besides %d questions and answers for %d messages, want one a message",
 				i, sent-questions, questions, rounds)
 		}
+		if questions > rounds/10 {
+			// A lossless ping-pong's replies come within the wait
+			// but on a descheduled peer's rounds: a question on most
+			// messages is a wait that no longer holds.
+			t.Errorf("NIC %d: %d questions and answers for %d messages, want at most %d", i, questions, rounds, rounds/10)
+		}
 		if a.TotalReads() != 0 {
 			t.Errorf("NIC %d: %d register reads (%v), want none", i, a.TotalReads(), a.Reads)
 		}
