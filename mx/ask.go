@@ -19,10 +19,9 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // and a question. The receiver
 // answers every question at once with a TRUC flagged TrucAnswer that
 // carries the tag back: its ack and, with SACK, what it holds past it.
-// A board handles one sender's frames in the order they come, and a
-// question waits at least as long as a frame may come after one sent
-// later (reorderAfter: a transport may reorder, UDP on loopback does), so
-// the answer reflects every frame the asker sent before the question: a message last sent before it that the
+// A board handles one sender's frames in the order they come, so on a
+// wire that keeps them in order (a transport may reorder: askWait) the
+// answer reflects every frame the asker sent before the question: a message last sent before it that the
 // answer neither acks nor lists as held was lost, and it is resent at
 // once (counter AskRetransmits; only the oldest without SACK, which
 // cannot say what is held past the ack point). A loss so costs askWait
@@ -122,13 +121,12 @@ func (p *partner) askable() bool {
 // receiver's delay of a tail's ack (tailAckDelay/2: 31 µs by default).
 // On a busy-polling board the first question about a message (backoff 0)
 // waits at most askSpread times the round trips' lower envelope (rtt.lo)
-// plus a margin (askMargin), but no less than a frame may be reordered
-// by (reorderAfter of the envelope, not of srtt, which holds the outlier
-// the cap forgets: past the cap, that is the descheduling allowance,
-// nothing on a machine that keeps its goroutines running). No transport
-// says whether it reorders, so the floor holds on all: a question that
-// overtook its message would have it resent for nothing. Before a round
-// trip was measured it is the RTO's fallback (ResendDelay plus the descheduling allowance:
+// plus a margin (askMargin). A transport may reorder (UDP on loopback
+// can), and a question that overtakes its message has it resent for
+// nothing; no transport says whether it reorders, and a floor for all of
+// them (reorderAfter, with the descheduling allowance) made the in-process
+// wire's p99 milliseconds. Before a round trip was measured it is the
+// RTO's fallback (ResendDelay plus the descheduling allowance:
 // unmeasured); at most RTOMax either way.
 //
 // A question resends nothing, so its wait needs no allowance for a peer
@@ -163,7 +161,7 @@ func (p *partner) askWait(backoff int) int64 {
 	if p.rtt.ok {
 		t = max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar)
 		if backoff == 0 && b.capsAsks() {
-			t = max(min(t, askSpread*p.rtt.lo)+p.askMargin(), reorderAfter(p.rtt.lo))
+			t = min(t, askSpread*p.rtt.lo) + p.askMargin()
 		} else {
 			t += b.tailAckDelay() / 2
 		}

@@ -187,18 +187,12 @@ func TestAskWaitForgetsOutlier(t *testing.T) {
 					time.Duration(p.rtt.srtt), time.Duration(p.rtt.rttvar))
 			}
 			est := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
-			lo, hi := min(est, int64(b.opts.RTOMax)), min(est, int64(b.opts.RTOMax))
-			s0 := descheduling.slack()
-			w := p.askWait(0)
+			want := min(est, int64(b.opts.RTOMax))
 			if busy {
-				// At most askSpread round trips, and one for the
-				// margin; or, on a machine that deschedules
-				// goroutines, as long as a frame may be reordered by.
-				lo = askSpread*us + us
-				hi = max(lo, us+us/4+max(s0, descheduling.slack()))
+				want = askSpread*us + us // at most askSpread round trips, and one for the margin
 			}
-			if w < lo || w > hi {
-				t.Errorf("after an 18 ms sample and four of 1 µs: ask after %v, want %v-%v", time.Duration(w), time.Duration(lo), time.Duration(hi))
+			if w := p.askWait(0); w != want {
+				t.Errorf("after an 18 ms sample and four of 1 µs: ask after %v, want %v", time.Duration(w), time.Duration(want))
 			}
 			if w := p.askWait(1); w != min(2*est, int64(b.opts.RTOMax)) {
 				t.Errorf("asked once: next ask after %v, want twice the estimate and margin, %v", time.Duration(w), time.Duration(min(2*est, int64(b.opts.RTOMax))))

@@ -227,14 +227,7 @@ func (p *partner) reorderWait() int64 {
 	if !p.rtt.ok {
 		return p.rto(p.ep.b.opts.ResendDelay, 0)
 	}
-	return reorderAfter(p.rtt.srtt)
-}
-
-// reorderAfter is how long a frame may come after one sent later, on a
-// path whose round trip is rt: a quarter more, and the machine's
-// descheduling allowance.
-func reorderAfter(rt int64) int64 {
-	return rt + rt/4 + descheduling.slack()
+	return p.rtt.srtt + p.rtt.srtt/4 + descheduling.slack()
 }
 
 // sackResend resends the SACK holes that are due (fast retransmits) and
