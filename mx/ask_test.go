@@ -220,16 +220,7 @@ func TestAskWaitForgetsOutlier(t *testing.T) {
 // the message (nine of the fastest round trips).
 func TestAskWaitAfterStampPastReading(t *testing.T) {
 	const us = int64(time.Microsecond)
-	opts := DefaultBoardOptions()
-	opts.BusyPoll = true
-	pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
-	b, p := pr.a.b, pr.atob.p
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p.rtt = rtt{}
-	for range 8 {
-		p.rtt.sample(us)
-	}
+	b, p := busyPartnerOf(t, us)
 	const floor = 3 * us // twice the round trip, and one for the margin
 	now := b.now()
 	p.rtt.sampleSince(now, now)   // stamped at the reading
@@ -250,16 +241,7 @@ func TestAskWaitAfterStampPastReading(t *testing.T) {
 // the answer's ack, applied first, cleared the count of questions.
 func TestAnswerToQuestionAskedAgain(t *testing.T) {
 	const us = int64(time.Microsecond)
-	opts := DefaultBoardOptions()
-	opts.BusyPoll = true
-	pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
-	b, p := pr.a.b, pr.atob.p
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p.rtt = rtt{}
-	for range 8 {
-		p.rtt.sample(us)
-	}
+	b, p := busyPartnerOf(t, us)
 	now := b.now()
 	first := now - 500*us
 	p.asked, p.answered = 5+askWindow, 5 // every tag outstanding
@@ -275,4 +257,21 @@ func TestAnswerToQuestionAskedAgain(t *testing.T) {
 	if p.rtt.lo != us {
 		t.Errorf("the answer to a question asked again made the fastest round trip %v, want it left at %v", time.Duration(p.rtt.lo), time.Duration(us))
 	}
+}
+
+// busyPartnerOf returns a busy-polling board, with its lock held until the
+// test ends, and its partner over the in-process wire, whose round trips
+// were eight samples of rt.
+func busyPartnerOf(t *testing.T, rt int64) (*Board, *partner) {
+	opts := DefaultBoardOptions()
+	opts.BusyPoll = true
+	pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+	b, p := pr.a.b, pr.atob.p
+	b.mu.Lock()
+	t.Cleanup(b.mu.Unlock)
+	p.rtt = rtt{}
+	for range 8 {
+		p.rtt.sample(rt)
+	}
+	return b, p
 }
