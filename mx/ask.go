@@ -12,14 +12,16 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // milliseconds late on a wire that lost nothing, and a resend on such a
 // guess is spurious recovery. A question needs no guess. Between two
 // boards that both announce ExtAsk, a sender whose newest unacked message
-// has waited askWait (twice the round trip, or srtt + 4·rttvar, plus
-// RTOMin/8; no allowance for descheduling) sends a TRUC with TrucAsk and
-// a tag (wire.TrucTagMask): its own ack, and a question. The receiver
+// has waited askWait (twice the round trip, or srtt + 4·rttvar, plus a
+// margin; a busy-polling board's first question about it, at most eight
+// of its fastest round trips and one; no allowance for descheduling)
+// sends a TRUC with TrucAsk and a tag (wire.TrucTagMask): its own ack,
+// and a question. The receiver
 // answers every question at once with a TRUC flagged TrucAnswer that
 // carries the tag back: its ack and, with SACK, what it holds past it.
-// Every transport delivers one sender's frames in order, and a board
-// handles them in that order, so the answer reflects every frame the
-// asker sent before the question: a message last sent before it that the
+// A board handles one sender's frames in the order they come, so on a
+// wire that keeps them in order (a transport may reorder: askWait) the
+// answer reflects every frame the asker sent before the question: a message last sent before it that the
 // answer neither acks nor lists as held was lost, and it is resent at
 // once (counter AskRetransmits; only the oldest without SACK, which
 // cannot say what is held past the ack point). A loss so costs askWait
@@ -116,13 +118,35 @@ func (p *partner) askable() bool {
 
 // askWait is how long the newest unacked message waits before an ask,
 // after backoff doublings: max(2·srtt, srtt + 4·rttvar) plus half the
-// receiver's delay of a tail's ack (tailAckDelay/2: 31 µs by
-// default) for the clock reads of a polling waiter and the peer's
-// handling. A sleeping board's fine timer fires at the deadline of every
-// message sent (finetimer.go), most of them answered already: the margin
-// also keeps those wake-ups from coming every few round trips. Before a
-// round trip was measured it is the RTO's fallback (ResendDelay plus the
-// descheduling allowance: unmeasured); at most RTOMax either way.
+// receiver's delay of a tail's ack (tailAckDelay/2: 31 µs by default).
+// On a busy-polling board the first question about a message (backoff 0)
+// waits at most askSpread times the round trips' lower envelope (rtt.lo)
+// plus a margin (askMargin). A transport may reorder (UDP on loopback
+// can), and a question that overtakes its message has it resent for
+// nothing; no transport says whether it reorders, and a floor for all of
+// them (reorderAfter, with the descheduling allowance) made the in-process
+// wire's p99 milliseconds. Before a round trip was measured it is the
+// RTO's fallback (ResendDelay plus the descheduling allowance:
+// unmeasured); at most RTOMax either way.
+//
+// A question resends nothing, so its wait needs no allowance for a peer
+// the machine deschedules, and the estimate's variance is no reason to
+// wait either: one sample of a descheduled peer (the first one, of the
+// connect's exchanges, was 14-19 ms in an in-process busy-poll run at
+// load 1-4) made srtt + 4·rttvar milliseconds for some hundred messages
+// (one ack in eight gives a sample), and every loss among them cost that
+// (an 8 B ping-pong at 1 % loss: round trips of 0.3-20 ms where 2 µs were
+// due, each one an ask that waited so long, none a late timer). The
+// envelope forgets such a sample at the next round trip. A question asked
+// again waits the estimate, doubled: a lost message is found by the first
+// question's answer, and only a peer that is late (or a question or
+// answer lost, some hundredths of the losses) draws a second one; doubling
+// from the cap, a peer descheduled for milliseconds drew a dozen questions
+// where a sleeping board asks half a dozen.
+// A board whose waiters sleep keeps the estimate: its round trips include
+// wake-ups, some times its fastest (caught by polling), and a question
+// wakes a sleeping peer; capped, lossless UDP ping-pongs asked about 6 % of
+// their messages, where 1-5 % were asked before.
 //
 // A partner may never measure one: an RNDV's ack gives no sample (it may
 // wait for the receive to be posted), so a sender of large messages alone
@@ -135,7 +159,12 @@ func (p *partner) askWait(backoff int) int64 {
 	b := p.ep.b
 	var t int64
 	if p.rtt.ok {
-		t = max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
+		t = max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar)
+		if backoff == 0 && b.capsAsks() {
+			t = min(t, askSpread*p.rtt.lo) + p.askMargin()
+		} else {
+			t += b.tailAckDelay() / 2
+		}
 	} else {
 		t = p.rto(b.opts.ResendDelay, 0)
 	}
@@ -145,16 +174,64 @@ func (p *partner) askWait(backoff int) int64 {
 	return min(t, int64(b.opts.RTOMax))
 }
 
+// askSpread bounds askWait's estimate by the round trips' lower envelope:
+// a question goes out at most this many of the peer's fastest round trips
+// (plus the margin) after the message. Where the round trips vary
+// several-fold with the machine's load (UDP on loopback, busy-polling:
+// a lossless run's p99 5-90 µs from one run to the next), four of the
+// fastest asked about up to a quarter of a lossless run's messages
+// (87-757 questions over 3000 round trips, main's build 59-105); eight,
+// 129-260 (2026-11-30 15:48 UTC, load 4.5-5.6).
+const askSpread = 8
+
+// askMargin is what a question waits past the estimate: half the
+// receiver's delay of a tail's ack (tailAckDelay/2: 31 µs by default),
+// for a sleeping board's fine timer, which fires at the deadline of every
+// message sent (finetimer.go), most of them answered already: the margin
+// keeps those wake-ups from coming every few round trips. A busy-polling
+// board's waiters look at the deadlines themselves and arm no timer
+// (finetimer.go, watched), so there it is the round trips' lower
+// envelope (at most tailAckDelay/2): the waiter's clock readings, some
+// looks apart, and the peer's handling. Spinning waiters give their CPU
+// away once a reply is yieldAfter (20 µs) late (poll.go), and on a
+// machine with other work a yield can cost another process's time slice,
+// milliseconds: a loss asked about after 31 µs had both waiters yielding
+// before the answer, one asked about after a few round trips is repaired
+// before either yields. It is also the least askWait can be, whatever the
+// estimate (noteTail).
+func (p *partner) askMargin() int64 {
+	b := p.ep.b
+	m := b.tailAckDelay() / 2
+	if b.capsAsks() && p.rtt.ok {
+		m = min(m, p.rtt.lo)
+	}
+	return m
+}
+
+// capsAsks reports whether a question's wait is capped by the round
+// trips' envelope: on a busy-polling board, but not in a timer run made
+// for no waiter spinning on a reply (Board.uncapped). The cap is for such
+// a waiter, which yields once the reply is late; the other runs (the
+// fine timer's, the progress goroutine's, a waiter's for its own send's
+// completion) come while the peer's reply may only be late, its own
+// application descheduled or elsewhere, and a question there is two
+// frames that repair nothing (a lossless busy-poll ping-pong over
+// emulated 82574Ls, TestPingPongMMIOBoards, asked in about half its runs
+// from them). Outside a timer run (a send noting its deadline for the
+// fine timer, noteTail) the cap holds too. b.mu held.
+func (b *Board) capsAsks() bool { return b.opts.BusyPoll && !b.uncapped }
+
 // noteTail notes for the fine timer the deadline of r, which just went
 // out (tailDue), unless the board has an earlier one noted already: its
-// wait is at least tailAckDelay/2 (or RTOMax, if shorter) whatever the
-// round-trip estimate, so a deadline noted before that bound past r's
-// send stands, and noteDue would have kept it. In a ping-pong it nearly
-// always does (the previous message's deadline, answered but not yet
-// passed), so most sends skip the estimate's arithmetic. b.mu held.
+// wait is at least askMargin (or RTOMax, if shorter) whatever the
+// round-trip estimate (a probe's, toward a peer not asked, more), so a
+// deadline noted before that bound past r's send stands, and noteDue
+// would have kept it. In a ping-pong it nearly always does (the previous
+// message's deadline, answered but not yet passed), so most sends skip
+// the estimate's arithmetic. b.mu held.
 func (p *partner) noteTail(r *Request) {
 	b := p.ep.b
-	if d := b.due.Load(); d != 0 && d <= r.lastSend+min(b.tailAckDelay()/2, int64(b.opts.RTOMax)) {
+	if d := b.due.Load(); d != 0 && d <= r.lastSend+min(p.askMargin(), int64(b.opts.RTOMax)) {
 		return
 	}
 	b.noteDue(p.tailDue(r))
@@ -187,7 +264,9 @@ func (p *partner) askDue(now int64, t *Request) {
 	}
 	num, fresh := p.askNumber(own)
 	if fresh {
-		p.askAt, p.askNum = now, num
+		p.askAt, p.askNum, p.askAgain = now, num, false
+	} else if num != 0 {
+		p.askAgain = true
 	}
 	p.ep.b.noteDue(now + p.askWait(int(p.asks)))
 	if num == 0 {
@@ -348,6 +427,16 @@ func (p *partner) onAnswer() {
 		return // answered already (a duplicate of the answer)
 	}
 	p.askAt = 0
+	if d := p.ep.b.now() - at; d > p.rtt.lo && !p.askAgain {
+		// The peer answers at once: a question asked too soon (every
+		// message's, were the round trip to grow past askWait for good)
+		// lifts the envelope, where the messages it covers give no
+		// sample (Karn). A question asked again under its number is
+		// left out: askAt is its first copy's, and the time includes
+		// the backoff the loss of that copy cost. (p.asks cannot tell:
+		// the answer's ack, applied first, zeroes it.)
+		p.rtt.noteLo(d)
+	}
 	k := 0
 	for r := p.unacked.Front(); r != nil && k < resendBurst; r = r.q.Next() {
 		if r.lastSend >= at || p.sackedWhole(r) {
@@ -371,8 +460,9 @@ func (pl *pull) askable() bool {
 }
 
 // pullAskWait is how long a pull block's silence lasts before a question
-// to p, after backoff doublings: as askWait, from the pull path's round
-// trip (a PULL to its first reply), or the pull RTO before one was
+// to p, after backoff doublings: as askWait on a sleeping board (no cap
+// by the fastest round trips, the tail-ack margin), from the pull path's
+// round trip (a PULL to its first reply), or the pull RTO before one was
 // measured; at most RTOMax.
 func (p *partner) pullAskWait(backoff int) int64 {
 	b := p.ep.b

@@ -148,3 +148,130 @@ func TestAnswerAfterDroppedHeldMessage(t *testing.T) {
 		})
 	}
 }
+
+// TestAskWaitForgetsOutlier: a question resends nothing, so one round trip
+// of a descheduled peer (the first sample, of a connect's exchanges, was
+// 14-19 ms on a loaded machine) must not make the questions that follow
+// wait milliseconds: srtt + 4·rttvar stays that high for a hundred
+// samples, and every loss among them cost that long. After the outlier
+// and a few round trips of a microsecond, a busy-polling board's first
+// question about a message waits a few microseconds (its margin the round
+// trips' lower envelope), while a sleeping board keeps the estimate and
+// the usual margin (tailAckDelay/2): its round trips include wake-ups.
+// A question asked again (its peer late, or it or its answer lost) waits
+// the estimate doubled in both modes, so a peer descheduled for
+// milliseconds draws one question more than a sleeping board's, not a
+// dozen. A path that becomes slower for good lifts the envelope (a sample
+// a time), so the wait follows it. The probe's timeout, which resends, is
+// left as the estimate and the allowance make it.
+func TestAskWaitForgetsOutlier(t *testing.T) {
+	const us = int64(time.Microsecond)
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			opts := DefaultBoardOptions()
+			opts.BusyPoll = busy
+			pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+			b, p := pr.a.b, pr.atob.p
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if !p.askable() {
+				t.Fatal("a gomx peer over the in-process wire is not asked")
+			}
+			p.rtt = rtt{}
+			p.rtt.sample(18000 * us) // the outlier, first
+			for range 4 {
+				p.rtt.sample(us)
+			}
+			if est := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar); est < 10000*us {
+				t.Fatalf("srtt %v, rttvar %v: the outlier no longer shows in the estimate; the test shows nothing",
+					time.Duration(p.rtt.srtt), time.Duration(p.rtt.rttvar))
+			}
+			est := max(2*p.rtt.srtt, p.rtt.srtt+4*p.rtt.rttvar) + b.tailAckDelay()/2
+			want := min(est, int64(b.opts.RTOMax))
+			if busy {
+				want = askSpread*us + us // at most askSpread round trips, and one for the margin
+			}
+			if w := p.askWait(0); w != want {
+				t.Errorf("after an 18 ms sample and four of 1 µs: ask after %v, want %v", time.Duration(w), time.Duration(want))
+			}
+			if w := p.askWait(1); w != min(2*est, int64(b.opts.RTOMax)) {
+				t.Errorf("asked once: next ask after %v, want twice the estimate and margin, %v", time.Duration(w), time.Duration(min(2*est, int64(b.opts.RTOMax))))
+			}
+			if pto := p.pto(0); pto < 2*us*askSpread+b.tailAckDelay() {
+				t.Errorf("probe timeout %v: the probe resends, and keeps the estimate and the allowance", time.Duration(pto))
+			}
+			// The path becomes 50 µs for good: within 40 samples the
+			// envelope, and with it the wait, follows.
+			for range 40 {
+				p.rtt.sample(50 * us)
+			}
+			if p.rtt.lo < 40*us || p.rtt.lo > 50*us {
+				t.Errorf("after 40 samples of 50 µs the envelope is %v, want 40-50 µs", time.Duration(p.rtt.lo))
+			}
+		})
+	}
+}
+
+// TestAskWaitAfterStampPastReading: a request sent and acked within one
+// receive batch may carry a send stamp past the batch's reading, a sample
+// of zero or less. It is no round trip, and a clock reading that came out
+// a few nanoseconds short is none either: neither may bring a
+// busy-polling board's first question down to some nanoseconds after
+// the message (nine of the fastest round trips).
+func TestAskWaitAfterStampPastReading(t *testing.T) {
+	const us = int64(time.Microsecond)
+	b, p := busyPartnerOf(t, us)
+	const floor = 3 * us // twice the round trip, and one for the margin
+	now := b.now()
+	p.rtt.sampleSince(now, now)   // stamped at the reading
+	p.rtt.sampleSince(now, now+5) // stamped after it
+	if w := p.askWait(0); w < floor {
+		t.Errorf("after 1 µs round trips and samples of a stamp at or past the reading: first question after %v, want at least %v", time.Duration(w), time.Duration(floor))
+	}
+	p.rtt.sample(3) // a reading that came out short
+	if p.rtt.lo < rttLoMin {
+		t.Errorf("after a 3 ns sample the fastest round trip is taken as %v, want at least %v", time.Duration(p.rtt.lo), time.Duration(rttLoMin))
+	}
+}
+
+// TestAnswerToQuestionAskedAgain: a question asked again under its number
+// (every tag taken by questions still unanswered) keeps its first copy's
+// time, so its answer's round trip includes the backoff the loss of that
+// copy cost. It must not lift the round trips' lower envelope, even though
+// the answer's ack, applied first, cleared the count of questions.
+func TestAnswerToQuestionAskedAgain(t *testing.T) {
+	const us = int64(time.Microsecond)
+	b, p := busyPartnerOf(t, us)
+	now := b.now()
+	first := now - 500*us
+	p.asked, p.answered = 5+askWindow, 5 // every tag outstanding
+	p.askNum, p.askAt, p.lastAsk, p.asks = p.asked, first, first, 1
+	r := &Request{}
+	r.lastSend = first - us
+	p.askDue(now, r)
+	if p.askAt != first {
+		t.Fatalf("the question was not asked again under its number (asked at %d, want %d): the test shows nothing", p.askAt, first)
+	}
+	p.asks = 0 // as the answer's ack clears it (applyAck)
+	p.onAnswer()
+	if p.rtt.lo != us {
+		t.Errorf("the answer to a question asked again made the fastest round trip %v, want it left at %v", time.Duration(p.rtt.lo), time.Duration(us))
+	}
+}
+
+// busyPartnerOf returns a busy-polling board, with its lock held until the
+// test ends, and its partner over the in-process wire, whose round trips
+// were eight samples of rt.
+func busyPartnerOf(t *testing.T, rt int64) (*Board, *partner) {
+	opts := DefaultBoardOptions()
+	opts.BusyPoll = true
+	pr := newPair(t, loopbackOnly, opts, loopback.Faults{})
+	b, p := pr.a.b, pr.atob.p
+	b.mu.Lock()
+	t.Cleanup(b.mu.Unlock)
+	p.rtt = rtt{}
+	for range 8 {
+		p.rtt.sample(rt)
+	}
+	return b, p
+}

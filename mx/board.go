@@ -196,6 +196,12 @@ type Board struct {
 	// holdUntil: no retransmission before this (board clock), the grace
 	// a late timer run gives the peer (finetimer.go).
 	holdUntil int64
+	// uncapped: the timers run for no waiter spinning on a reply (under
+	// mu): the fine timer's or the progress goroutine's run while no
+	// waiter polls the board's source, or a polling waiter's for a send.
+	// A busy-polling board's questions then wait the round-trip
+	// estimate, not the envelope's cap (askWait, capsAsks).
+	uncapped bool
 
 	// cmaEps holds each endpoint's table of large-send buffers for
 	// processes that copy from them; its address is published (cma.go).

@@ -129,8 +129,9 @@
 // (descheduled.go), nothing on an idle machine. A receiver acks the tail
 // of a burst RTOMin/4 after it (not AckDelay), so a paused stream's tail
 // is acked before the sender would probe it. Between two gomx boards (ExtAsk), the newest
-// request unacked for twice the smoothed round trip (or srtt + 4*rttvar)
-// plus RTOMin/8 (half a tail's ack delay), with no allowance (before the first sample ResendDelay
+// request unacked for twice the smoothed round trip (or srtt + 4*rttvar; a busy-polling
+// board's first question at most eight of its fastest round trips) plus RTOMin/8 (half a tail's
+// ack delay; there its fastest round trip, if shorter), with no allowance (before the first sample ResendDelay
 // plus the allowance, at most RTOMax), first makes the sender ask the peer
 // what it holds (a TRUC flagged TrucAsk, answered at once): what the answer
 // shows lost is resent then, so a lost ping or pong costs that wait and a

@@ -166,6 +166,7 @@ func (b *Board) fineTimer() {
 		}
 		b.armed = 0
 		b.cnt[FineFirings]++
+		b.uncapped = true // armed only while no waiter polls (watched)
 		if b.fineTicks && b.clock() >= b.nextTick.Load() {
 			b.timersLocked(false) // the tick of a board that was idle (progress.go)
 		} else if d := b.due.Load(); d != 0 && b.clock() >= d {
@@ -173,6 +174,7 @@ func (b *Board) fineTimer() {
 		} else {
 			b.cnt[FineIdle]++
 		}
+		b.uncapped = false
 		if b.fineTicks {
 			if b.idleTick != 0 || b.looks.Load() != b.fineMark {
 				b.fineTicks = false // the progress goroutine keeps them again
@@ -226,13 +228,15 @@ func (b *Board) deadline() int64 {
 // runDue runs the board's timers when now, a clock reading of a polling
 // goroutine that holds no lock, is past their deadline, or ack deadlines
 // wait for a reading (Board.unstamped), and nobody holds the
-// board's lock.
-func (b *Board) runDue(now int64) (ran bool) {
+// board's lock. uncapped: the waiter spins on no reply (Board.uncapped).
+func (b *Board) runDue(now int64, uncapped bool) (ran bool) {
 	if now < b.deadline() && !b.unstamped.Load() || !b.mu.TryLock() {
 		return false
 	}
 	if !b.closed {
+		b.uncapped = uncapped
 		b.timersAt(false, now) // the reading that found it due
+		b.uncapped = false
 	}
 	b.unlock()
 	return true

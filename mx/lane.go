@@ -273,7 +273,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		// Its wait ends polled (firstLook, pollWait): counted here.
 		b.waitPolledLocked.Inc()
 	}
-	b.polledLocked(s, seen) // rxsource.go
+	b.polledLocked(s, seen, w) // rxsource.go
 	return laneTaken
 }
 

@@ -394,7 +394,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			// waiters hold every P (finetimer.go).
 			worked = false
 			if !late {
-				worked = b.runDue(now)
+				worked = b.runDue(now, r != nil && r.kind == kindSend)
 			}
 			if start < 0 {
 				start = now - 1 // the first looks: well under a microsecond

@@ -152,7 +152,7 @@ func (p *partner) sampleRTT(sent int64) {
 	b := p.ep.b
 	switch {
 	case b.nowOK:
-		p.rtt.sample(b.nowv - sent)
+		p.rtt.sampleSince(b.nowv, sent)
 	case b.seen != 0 && len(b.rttPend) < maxRTTPend:
 		if len(b.rttPend) == 0 {
 			b.rttSeen = b.seen
@@ -160,7 +160,7 @@ func (p *partner) sampleRTT(sent int64) {
 		b.rttPend = append(b.rttPend, rttPending{p: p, sent: sent})
 		b.readWants = true
 	default:
-		p.rtt.sample(b.now() - sent)
+		p.rtt.sampleSince(b.now(), sent)
 	}
 }
 
@@ -178,7 +178,7 @@ const rttEvery = 8
 func (b *Board) foldRTT() {
 	if gap := b.nowv - b.rttSeen; gap >= 0 && gap <= rttFoldGap {
 		for _, x := range b.rttPend {
-			x.p.rtt.sample(b.nowv - x.sent)
+			x.p.rtt.sampleSince(b.nowv, x.sent)
 		}
 	}
 	clear(b.rttPend)
@@ -433,7 +433,9 @@ func (b *Board) progress() {
 				b.drainServed(s) // rxsource.go
 			}
 			b.mu.Lock()
+			b.uncapped = s.polling() == 0
 			b.timersLocked(false)
+			b.uncapped = false
 			b.unlock()
 			continue
 		}
@@ -490,7 +492,9 @@ func (b *Board) progress() {
 		b.handleBatchLocked(s, s.rx[:n])
 		b.rxRead = 0
 		b.rxOwned = s // its verdicts may drain s (verdict.go)
+		b.uncapped = s.polling() == 0
 		b.timersAt(false, read)
+		b.uncapped = false
 		b.rxOwned = nil
 		b.release(false)
 		if n < len(s.rx) {

@@ -127,9 +127,12 @@ type partner struct {
 	// asking a late peer (ask.go): whether it announced ExtAsk, when the
 	// newest question went out while its answer has not come (0: none),
 	// and how many questions went out since the ack point last moved.
-	ask   bool
-	askAt int64
-	asks  uint8
+	// askAgain: the outstanding question's number was asked before
+	// (askNumber gave no fresh one), so askAt is its first copy's time.
+	ask      bool
+	askAt    int64
+	asks     uint8
+	askAgain bool
 	// asked numbers the questions to the peer (ask.go), its pulls' too:
 	// the last one's; a question's tag is its number's low four bits.
 	// answered is the number of the last question known answered (or

@@ -348,7 +348,7 @@ func (b *Board) lookLocked(s *rxSource, seen, ack int64, w *waiterReq) bool {
 			// rather than delay that send by a run.
 			b.release(false)
 		} else {
-			b.polledLocked(s, seen)
+			b.polledLocked(s, seen, w)
 		}
 	}
 	if n < len(s.rx) {
@@ -368,15 +368,19 @@ func (b *Board) lookLocked(s *rxSource, seen, ack int64, w *waiterReq) bool {
 // polledLocked ends a waiter's handling of what it took from s: it runs
 // the timers when their deadline (finetimer.go) has passed by the clock
 // the handling read or, when it read none, by seen (see pollSource), and
-// releases b.mu (held).
-func (b *Board) polledLocked(s *rxSource, seen int64) {
+// releases b.mu (held). w is the waiter's request (nil: none); a
+// waiter for its own send's completion spins on no reply, and its run
+// keeps the questions' estimate (Board.uncapped), as runDue's does.
+func (b *Board) polledLocked(s *rxSource, seen int64, w *waiterReq) {
 	read := int64(0) // the handling's reading, a moment old (timersAt)
 	if b.nowOK {
 		seen, read = b.nowv, b.nowv
 	}
 	if seen != 0 && seen >= b.deadline() { // finetimer.go
 		b.rxOwned = s // verdict.go
+		b.uncapped = w != nil && w.r.kind == kindSend
 		b.timersAt(false, read)
+		b.uncapped = false
 		b.rxOwned = nil
 	}
 	b.release(false)

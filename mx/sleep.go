@@ -285,7 +285,7 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 			// once it took what arrived meanwhile (an answer to what
 			// they would resend).
 			woke = false
-			b.runDue(seen)
+			b.runDue(seen, false)
 		}
 		b.runCopies() // cma.go
 		if holds() {
@@ -309,7 +309,7 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 				} else if time.Duration(now-found) >= burstSpin {
 					found = -1
 				}
-				b.runDue(now)
+				b.runDue(now, false)
 			}
 			if found >= 0 {
 				continue
