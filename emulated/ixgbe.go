@@ -355,6 +355,7 @@ type fastCounts struct {
 	stat     [nStats]atomic.Uint64
 	rdt, tdt [hw.MaxQueuePairs]atomic.Uint64
 	mask     [len(maskRegs)]atomic.Uint64 // writes of maskRegs
+	status   atomic.Uint64                // reads of STATUS
 }
 
 // foldLocked implements nicHooks.
@@ -379,6 +380,9 @@ func (n *ixgbeNIC) foldLocked() {
 		if v := f.mask[i].Swap(0); v != 0 {
 			n.acc.add(&n.acc.writes, off, v)
 		}
+	}
+	if v := f.status.Swap(0); v != 0 {
+		n.acc.add(&n.acc.reads, hw.STATUS, v)
 	}
 	for q := range n.rxq {
 		n.foldTally(&n.rxq[q].sum, &rxTallyRegs, &n.acc.rxFetch, &n.acc.rxWB)

@@ -72,6 +72,9 @@ func (n *ixgbeNIC) read(off, w int) uint64 {
 	if n.cpuTime {
 		defer n.modelTimeSince(threadCPUNanos())
 	}
+	if w == 4 && off == hw.STATUS {
+		return uint64(n.readStatus())
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.acc.count(&n.acc.reads, off)
@@ -80,15 +83,6 @@ func (n *ixgbeNIC) read(off, w int) uint64 {
 		return 0
 	}
 	switch {
-	case off == hw.STATUS:
-		s := uint32(0)
-		if n.linkUp() {
-			s |= hw.StatusLinkUp
-		}
-		if n.f.busMaster() && (!n.has(hw.CTRL, hw.CtrlGIODis) || n.holdGIO.Load()) {
-			s |= hw.StatusGIO
-		}
-		return uint64(s)
 	case off == hw.LINKS:
 		if n.linkUp() {
 			return hw.LinksUp | hw.LinksSpeed10G
@@ -166,6 +160,24 @@ func isIXGBEStat(off int) bool {
 		}
 	}
 	return false
+}
+
+// readStatus is a read of STATUS: link and GIO master state, which only
+// mu held for writing changes. A driver reads it after every arming to
+// flush its posted writes, so it holds mu for reading, as the arming's
+// writes do, and waits for no queue's frames.
+func (n *ixgbeNIC) readStatus() uint32 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.fast.status.Add(1)
+	s := uint32(0)
+	if n.linkUp() {
+		s |= hw.StatusLinkUp
+	}
+	if n.f.busMaster() && (!n.has(hw.CTRL, hw.CtrlGIODis) || n.holdGIO.Load()) {
+		s |= hw.StatusGIO
+	}
+	return s
 }
 
 func (n *ixgbeNIC) write(off, w int, v64 uint64) {
@@ -273,9 +285,6 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 	case off == hw.HLREG0:
 		n.set(off, v)
 		n.linkChangedLocked()
-	case off == hw.EICR:
-		n.set(hw.EICR, n.reg(hw.EICR)&^(v&^hw.EicrRTxQMask))
-		n.vecCaus &^= uint64(v & hw.EicrRTxQMask)
 	case off == hw.EICS:
 		for vec := 0; vec < 16; vec++ {
 			if v&(1<<vec) != 0 {
@@ -427,10 +436,11 @@ func (n *ixgbeNIC) writeRxRing(q, reg, off int, v uint32) {
 	}
 }
 
-// maskRegs are the interrupt mask registers, which a driver that sleeps
-// on its queues' vectors writes to arm them (EIMS_EX) while other queues
+// maskRegs are the interrupt mask registers, and EICR, which a driver that
+// sleeps on its queues' vectors writes to arm them (EICR to clear the
+// causes latched while they were masked, then EIMS_EX) while other queues
 // move frames; maskReg is off's index among them, or -1.
-var maskRegs = [...]int{hw.EIMS, hw.EIMC, hw.EIMSEx(0), hw.EIMSEx(1), hw.EIMCEx(0), hw.EIMCEx(1)}
+var maskRegs = [...]int{hw.EIMS, hw.EIMC, hw.EIMSEx(0), hw.EIMSEx(1), hw.EIMCEx(0), hw.EIMCEx(1), hw.EICR}
 
 func maskReg(off int) int {
 	for i, r := range maskRegs {
@@ -442,7 +452,8 @@ func maskReg(off int) int {
 }
 
 // writeMask is a write of v to maskRegs[i] (at off). It changes only the
-// vectors' state, so it holds mu for reading and irqMu, as a delivery that
+// vectors' state (EICR's other causes are raised under mu held for
+// writing), so it holds mu for reading and irqMu, as a delivery that
 // raises a cause does: an arming waits for no queue's frames.
 func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
 	n.mu.RLock()
@@ -460,6 +471,9 @@ func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
 	case hw.EIMC:
 		n.set(hw.EIMS, n.reg(hw.EIMS)&^(v&^hw.EicrRTxQMask))
 		n.vecMask &^= uint64(v & hw.EicrRTxQMask)
+	case hw.EICR: // write 1 to clear
+		n.set(hw.EICR, n.reg(hw.EICR)&^(v&^hw.EicrRTxQMask))
+		n.vecCaus &^= uint64(v & hw.EicrRTxQMask)
 	case hw.EIMSEx(0), hw.EIMSEx(1):
 		n.unmaskLocked(uint64(v) << (32 * ((off - hw.EIMSEx(0)) / 4)))
 	default: // EIMC_EX
