@@ -418,7 +418,7 @@ func (w *world) pinSpinner(f *benchFlags, waitsOnly bool) {
 // which runs what else is runnable (mx's receive loop, its timers) and
 // hands the P back, two futex wake-ups on the rank's one CPU, where an
 // unlocked goroutine's preemption is a goroutine switch on its own thread
-// (docs/message-cost.md, "Busy-poll stalls").
+// (docs/message-cost.md, "The mean, the median and the host's two states").
 func boundToOne() bool {
 	cpus, err := allowedCPUs()
 	return err == nil && len(cpus) == 1
