@@ -103,7 +103,7 @@ test-queued-faults:
 # and 500 1 MiB messages over the network wires, with no loss: not one timer
 # resend, probe, fast retransmit, answer resend or pull re-request on either
 # side; without the race detector (make test runs 20 000 mixed). About 2.5
-# minutes at load 20-26 (docs/loss-recovery.md).
+# minutes at load 19-26 (docs/loss-recovery.md).
 test-no-spurious:
 	$(GO) test -count=1 -timeout 30m -run '^TestNoSpuriousRecovery$$' -v ./mx/
 
