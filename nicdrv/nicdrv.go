@@ -159,7 +159,9 @@
 // way WaitRx arms a vector only once it found the rings empty, so a busy
 // receiver touches no interrupt register. A goroutine serving one queue
 // waits on it alone; one serving several waits on them together with one
-// call.
+// call. A caller that waits with a timeout many times a millisecond gives
+// it as a deadline ([RxUntil]) rather than in a context of its own per
+// wait.
 //
 // # Close
 //
@@ -527,6 +529,18 @@ type RxServer interface {
 	// already, unless a frame is taken from q first. Without interrupts
 	// it does nothing.
 	RxServed(q int)
+}
+
+// RxUntil is implemented by drivers whose WaitRx can take its timeout as
+// a deadline beside its context (ixgbe, e1000e): a receive loop that waits
+// until its next tick, many times a millisecond while messages move,
+// spares the context and the timer context.WithTimeout makes per wait.
+type RxUntil interface {
+	// WaitRxUntil is WaitRx that also returns context.DeadlineExceeded
+	// once deadline passes (the zero Time: never), after a last look at
+	// the queues. The contract of WaitRx holds: at most one wait on a
+	// queue at a time, by either method.
+	WaitRxUntil(ctx context.Context, deadline time.Time, queues ...int) (int, error)
 }
 
 // NIC is an open NIC, as every driver of this package family offers it.

@@ -719,6 +719,13 @@ func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
 	return n.waiter.Wait(ctx, queues)
 }
 
+var _ nicdrv.RxUntil = (*NIC)(nil)
+
+// WaitRxUntil implements nicdrv.RxUntil: WaitRx ending at deadline too.
+func (n *NIC) WaitRxUntil(ctx context.Context, deadline time.Time, queues ...int) (int, error) {
+	return n.waiter.WaitUntil(ctx, deadline, queues)
+}
+
 // RxBatch implements nicdrv.NIC.
 func (n *NIC) RxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 	if err := n.d.CheckQueue("RX", q, len(n.rx)); err != nil {

@@ -700,6 +700,13 @@ func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
 	return n.waiter.Wait(ctx, queues)
 }
 
+var _ nicdrv.RxUntil = (*NIC)(nil)
+
+// WaitRxUntil implements nicdrv.RxUntil: WaitRx ending at deadline too.
+func (n *NIC) WaitRxUntil(ctx context.Context, deadline time.Time, queues ...int) (int, error) {
+	return n.waiter.WaitUntil(ctx, deadline, queues)
+}
+
 var _ nicdrv.RxServer = (*NIC)(nil)
 
 // RxServed implements nicdrv.RxServer: with interrupts, the next WaitRx on

@@ -402,6 +402,45 @@ func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
 	}
 }
 
+// WaitUntil ends at its deadline as Wait at its context's: a frame at
+// its first look is returned even when the deadline has passed; none,
+// with the deadline passed, ends the wait with context.DeadlineExceeded
+// before it arms, its looks carried to the next wait; and a deadline to
+// come ends the sleep on an armed vector nothing fires, after one arming.
+func TestRxWaiterUntil(t *testing.T) {
+	const spin = 8
+	irq, err := pci.NewLocalInterrupt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer irq.Close()
+	var looks, arms int
+	var frame bool
+	var count atomic.Uint64
+	w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
+		Ready: func(int) (bool, uint32) { looks++; return frame, 0 },
+		Arm:   func(uint64) { arms++ },
+		IRQs:  []*pci.Interrupt{irq},
+		Spin:  spin,
+		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+	past := time.Now().Add(-time.Second)
+	frame = true
+	if q, err := w.WaitUntil(context.Background(), past, nil); q != 0 || err != nil || looks != 1 {
+		t.Errorf("a frame, the deadline passed: queue %d, %v after %d looks; want queue 0 after 1", q, err, looks)
+	}
+	frame = false
+	for i := range 3 {
+		looks = 0
+		if _, err := w.WaitUntil(context.Background(), past, nil); !errors.Is(err, context.DeadlineExceeded) || arms != 0 || looks > spin {
+			t.Errorf("wait %d, no frame, the deadline passed: %v after %d looks, %d arms; want context.DeadlineExceeded within %d looks, no arm", i, err, looks, arms, spin)
+		}
+	}
+	looks = 0
+	if _, err := w.WaitUntil(context.Background(), time.Now().Add(300*time.Millisecond), nil); !errors.Is(err, context.DeadlineExceeded) || arms != 1 || looks != 2 {
+		t.Errorf("no frame before a deadline to come, the spin carried: %v after %d looks, %d arms; want context.DeadlineExceeded after 2 looks (one before arming, one after), 1 arm", err, looks, arms)
+	}
+}
+
 // Arm's mask has a bit for each of the first 64 queues: a wait on a queue
 // past them is refused, not armed without its bit.
 func TestRxWaiterRefusesQueuesPast64(t *testing.T) {

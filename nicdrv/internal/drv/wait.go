@@ -116,9 +116,21 @@ const (
 	pollSleep = 20 * time.Microsecond
 )
 
+// clockEvery is how many looks the wait takes between readings of the
+// clock for its deadline (WaitUntil): a reading costs about as much as a
+// look at a few rings, and a deadline noticed some looks late is a few
+// hundred nanoseconds late.
+const clockEvery = 8
+
 // Wait waits until one of queues (every queue when empty) has a frame and
 // returns it, as nicdrv.NIC.WaitRx says.
 func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
+	return w.WaitUntil(ctx, time.Time{}, queues)
+}
+
+// WaitUntil is Wait that also ends at deadline (the zero Time: never),
+// with context.DeadlineExceeded, as nicdrv.RxUntil says.
+func (w *RxWaiter) WaitUntil(ctx context.Context, deadline time.Time, queues []int) (int, error) {
 	var all [maxWait]int
 	if len(queues) == 0 {
 		for q := 0; q < w.Queues && q < maxWait; q++ {
@@ -156,7 +168,11 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		if i == 0 && w.IRQs != nil {
 			i = w.carried(queues, pos[:len(queues)])
 		}
-		if err := ctx.Err(); err != nil {
+		err := ctx.Err()
+		if err == nil && !deadline.IsZero() && (i%clockEvery == 0 || i >= spin) && time.Until(deadline) <= 0 {
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
 			if w.IRQs != nil {
 				w.carry(queues, pos[:len(queues)], i, spin)
 			}
@@ -186,7 +202,7 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 				return q, nil
 			}
 		}
-		_, c, err := pci.WaitAny(ctx, irqs[:len(queues)]...)
+		_, c, err := pci.WaitAnyUntil(ctx, deadline, irqs[:len(queues)]...)
 		if err != nil {
 			w.carry(queues, pos[:len(queues)], i, spin)
 			if errors.Is(err, pci.ErrClosed) || w.Closed() {
