@@ -127,13 +127,12 @@
 // eventfd in interrupt mode, by polling otherwise. Wake (transport.Waker)
 // ends such a wait at once, so a receiver with nothing to do may wait as
 // long as it likes (an idle mx board, until its stretched tick) and still
-// hand Recv over or close the transport without waiting. Over a driver
-// that takes a wait's timeout as a deadline (nicdrv.RxUntil: ixgbe,
-// e1000e) the waits share one context, which only a Wake, a nudge or
-// Close ends and replaces: a receive loop that waits until its next tick,
-// many times a millisecond, makes no context and starts no timer per
-// wait. A Send that
-// finds the TX ring full or the pool empty retries for a bounded time
+// hand Recv over or close the transport without waiting. A wait passes
+// its timeout to WaitRx as a deadline, and the waits share one context,
+// which only a Wake, a frame another queue handed over or Close cancels
+// and the next wait then replaces: a receive loop that waits until its
+// next tick, many times a millisecond, makes no context per wait. A Send
+// that finds the TX ring full or the pool empty retries for a bounded time
 // (the NIC drains the ring and Recv's next call frees buffers) and then
 // fails rather than hang. Close makes a waiting Recv return transport.ErrClosed, gives every
 // buffer back and closes the NIC.
@@ -242,12 +241,9 @@ type Transport struct {
 	wakeMu   sync.Mutex
 	wakeWait context.CancelFunc
 	woken    bool
-	// waitCtx is the context of Recv's waits over a driver that takes
-	// their timeout as a deadline (nicdrv.RxUntil; until is then set),
-	// kept from wait to wait under rxMu until a Wake or a nudge cancels
-	// it: a wait costs no context and no timer. Without RxUntil each
-	// wait makes a context with its timeout.
-	until      nicdrv.RxUntil
+	// waitCtx is the context of Recv's waits, kept from wait to wait
+	// under rxMu until a Wake, a frame another queue handed over or
+	// Close cancels it (waitCancel): a wait costs no context.
 	waitCtx    context.Context
 	waitCancel context.CancelFunc
 
@@ -391,7 +387,6 @@ func New(n nicdrv.NIC, o Options) (*Transport, error) {
 		regions: map[*transport.Region]*region{},
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.until, _ = n.(nicdrv.RxUntil)
 	t.setupLanes()
 	return t, nil
 }
@@ -622,26 +617,15 @@ func (t *Transport) recvLocked(frames []transport.Frame, timeout time.Duration) 
 // recvWait waits up to timeout (forever if negative) for frames, after a
 // poll found none. rxMu is held.
 func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (int, error) {
-	var ctx context.Context
-	var cancel context.CancelFunc
+	if t.waitCtx == nil || t.waitCtx.Err() != nil {
+		// The first wait, or the last one's context was ended (Wake,
+		// a frame another queue handed over, Close): a fresh one.
+		t.waitCtx, t.waitCancel = context.WithCancel(t.ctx)
+	}
+	ctx, cancel := t.waitCtx, t.waitCancel
 	var deadline time.Time
-	switch {
-	case t.until != nil:
-		if t.waitCtx == nil || t.waitCtx.Err() != nil {
-			// The first wait, or the last one's context was ended
-			// (Wake, nudge, Close): a fresh one.
-			t.waitCtx, t.waitCancel = context.WithCancel(t.ctx)
-		}
-		ctx, cancel = t.waitCtx, t.waitCancel
-		if timeout > 0 {
-			deadline = time.Now().Add(timeout)
-		}
-	case timeout > 0:
-		ctx, cancel = context.WithTimeout(t.ctx, timeout)
-		defer cancel()
-	default:
-		ctx, cancel = context.WithCancel(t.ctx)
-		defer cancel()
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
 	}
 	if !t.armWake(cancel) {
 		return 0, nil // woken before the wait
@@ -739,17 +723,12 @@ func (t *Transport) disarmWake() {
 
 // waitAny waits for a frame on any RX queue, with one WaitRx on them all,
 // or for a queue transport on its queue (queue.go), until ctx ends or
-// deadline (the zero Time: none; set only over an RxUntil driver) passes.
+// deadline (the zero Time: none) passes.
 func (t *Transport) waitAny(ctx context.Context, deadline time.Time) error {
 	if t.queue != nil {
 		return t.waitQueue(ctx, deadline)
 	}
-	var err error
-	if t.until != nil {
-		_, err = t.until.WaitRxUntil(ctx, deadline)
-	} else {
-		_, err = t.nic.WaitRx(ctx)
-	}
+	_, err := t.nic.WaitRx(ctx, deadline)
 	t.rxWakes.Add(1)
 	return err
 }

@@ -253,7 +253,7 @@ func (t *Transport) openQueue(q int) (*Transport, error) {
 	}
 	x := &Transport{
 		nic: t.nic, pool: t.nic.Pool(q), mac: t.mac, id: id, opts: t.opts, mtu: t.mtu, ip: ip, hdr: t.hdr,
-		txq: q, rxq: q, nq: t.nq, until: t.until,
+		txq: q, rxq: q, nq: t.nq,
 		queue:   &queueState{board: t, inbox: make(chan *nicdrv.Buffer, 4*t.opts.Batch)},
 		txb:     make([]*nicdrv.Buffer, 0, 64),
 		rxb:     make([]*nicdrv.Buffer, t.opts.Batch),
@@ -400,12 +400,7 @@ func (t *Transport) waitQueue(ctx context.Context, deadline time.Time) error {
 	if len(t.queue.inbox) > 0 {
 		return nil
 	}
-	var err error
-	if t.until != nil {
-		_, err = t.until.WaitRxUntil(ctx, deadline, t.rxq)
-	} else {
-		_, err = t.nic.WaitRx(ctx, t.rxq)
-	}
+	_, err := t.nic.WaitRx(ctx, deadline, t.rxq)
 	t.rxWakes.Add(1)
 	return err
 }

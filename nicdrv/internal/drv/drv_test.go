@@ -274,12 +274,12 @@ func TestRxWaiterSpin(t *testing.T) {
 
 	// A frame at the seventh look: taken while spinning, nothing armed.
 	reset(7)
-	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 7 {
+	if q, err := w.Wait(ctx, time.Time{}, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 7 {
 		t.Errorf("frame at look 7: queue %d, %v, %d arms, %d looks; want queue 0 after 7 looks, no arm", q, err, arms.Load(), looks.Load())
 	}
 	// A frame at the look right after arming: no sleep.
 	reset(spin + 2)
-	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 1 || count.Load() != 0 {
+	if q, err := w.Wait(ctx, time.Time{}, nil); q != 0 || err != nil || arms.Load() != 1 || count.Load() != 0 {
 		t.Errorf("frame after arming: queue %d, %v, %d arms, %d interrupts; want 1 arm, no interrupt", q, err, arms.Load(), count.Load())
 	}
 	// No frame until the vector is armed: the waiter sleeps, and the
@@ -287,7 +287,7 @@ func TestRxWaiterSpin(t *testing.T) {
 	reset(-1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.Wait(ctx, nil)
+		_, err := w.Wait(ctx, time.Time{}, nil)
 		done <- err
 	}()
 	for arms.Load() == 0 {
@@ -347,7 +347,7 @@ func TestRxWaiterSpinSharedByQueues(t *testing.T) {
 			wantMask |= 1 << q
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		q, err := w.Wait(ctx, c.wait)
+		q, err := w.Wait(ctx, time.Time{}, c.wait)
 		cancel()
 		if err != nil || q != waited[0] {
 			t.Fatalf("wait on %v of %d queues: Wait = %d, %v; want queue %d", waited, c.queues, q, err, waited[0])
@@ -392,7 +392,7 @@ func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
 		var ctx context.Context
 		ctx, end = context.WithCancel(context.Background())
 		looks, arms = 0, 0
-		if _, err := w.Wait(ctx, c.queues); !errors.Is(err, context.Canceled) {
+		if _, err := w.Wait(ctx, time.Time{}, c.queues); !errors.Is(err, context.Canceled) {
 			t.Fatalf("wait on %v, cancelled as it arms: %v", c.queues, err)
 		}
 		end()
@@ -402,7 +402,7 @@ func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
 	}
 }
 
-// WaitUntil ends at its deadline as Wait at its context's: a frame at
+// Wait ends at its deadline as Wait at its context's: a frame at
 // its first look is returned even when the deadline has passed; none,
 // with the deadline passed, ends the wait with context.DeadlineExceeded
 // before it arms, its looks carried to the next wait; and a deadline to
@@ -425,18 +425,18 @@ func TestRxWaiterUntil(t *testing.T) {
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
 	past := time.Now().Add(-time.Second)
 	frame = true
-	if q, err := w.WaitUntil(context.Background(), past, nil); q != 0 || err != nil || looks != 1 {
+	if q, err := w.Wait(context.Background(), past, nil); q != 0 || err != nil || looks != 1 {
 		t.Errorf("a frame, the deadline passed: queue %d, %v after %d looks; want queue 0 after 1", q, err, looks)
 	}
 	frame = false
 	for i := range 3 {
 		looks = 0
-		if _, err := w.WaitUntil(context.Background(), past, nil); !errors.Is(err, context.DeadlineExceeded) || arms != 0 || looks > spin {
+		if _, err := w.Wait(context.Background(), past, nil); !errors.Is(err, context.DeadlineExceeded) || arms != 0 || looks > spin {
 			t.Errorf("wait %d, no frame, the deadline passed: %v after %d looks, %d arms; want context.DeadlineExceeded within %d looks, no arm", i, err, looks, arms, spin)
 		}
 	}
 	looks = 0
-	if _, err := w.WaitUntil(context.Background(), time.Now().Add(300*time.Millisecond), nil); !errors.Is(err, context.DeadlineExceeded) || arms != 1 || looks != 2 {
+	if _, err := w.Wait(context.Background(), time.Now().Add(300*time.Millisecond), nil); !errors.Is(err, context.DeadlineExceeded) || arms != 1 || looks != 2 {
 		t.Errorf("no frame before a deadline to come, the spin carried: %v after %d looks, %d arms; want context.DeadlineExceeded after 2 looks (one before arming, one after), 1 arm", err, looks, arms)
 	}
 }
@@ -449,10 +449,10 @@ func TestRxWaiterRefusesQueuesPast64(t *testing.T) {
 		Ready: func(int) (bool, uint32) { return true, 0 },
 		Arm:   func(uint64) {}, IRQs: make([]*pci.Interrupt, 65),
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
-	if _, err := w.Wait(context.Background(), []int{1, 64}); !errors.Is(err, nicdrv.ErrNotSupported) {
+	if _, err := w.Wait(context.Background(), time.Time{}, []int{1, 64}); !errors.Is(err, nicdrv.ErrNotSupported) {
 		t.Errorf("a wait on queues 1 and 64: %v, want ErrNotSupported", err)
 	}
-	if q, err := w.Wait(context.Background(), []int{63}); q != 63 || err != nil {
+	if q, err := w.Wait(context.Background(), time.Time{}, []int{63}); q != 63 || err != nil {
 		t.Errorf("a wait on queue 63: queue %d, %v", q, err)
 	}
 }
@@ -499,7 +499,7 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 			var ctx context.Context
 			ctx, end = context.WithCancel(context.Background())
 			looks = 0
-			if _, err := w.Wait(ctx, queues); !errors.Is(err, context.Canceled) {
+			if _, err := w.Wait(ctx, time.Time{}, queues); !errors.Is(err, context.Canceled) {
 				t.Fatalf("a wait whose context ends: %v", err)
 			}
 			end()
@@ -553,7 +553,7 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 	// taken: busy receiving, then idle, the queue looks before it arms.
 	w.Served(1)
 	frame = true
-	if q, err := w.Wait(context.Background(), []int{1}); q != 1 || err != nil {
+	if q, err := w.Wait(context.Background(), time.Time{}, []int{1}); q != 1 || err != nil {
 		t.Fatalf("a wait on a ring holding a frame: queue %d, %v", q, err)
 	}
 	frame = false

@@ -117,20 +117,15 @@ const (
 )
 
 // clockEvery is how many looks the wait takes between readings of the
-// clock for its deadline (WaitUntil): a reading costs about as much as a
+// clock for its deadline: a reading costs about as much as a
 // look at a few rings, and a deadline noticed some looks late is a few
 // hundred nanoseconds late.
 const clockEvery = 8
 
 // Wait waits until one of queues (every queue when empty) has a frame and
-// returns it, as nicdrv.NIC.WaitRx says.
-func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
-	return w.WaitUntil(ctx, time.Time{}, queues)
-}
-
-// WaitUntil is Wait that also ends at deadline (the zero Time: never),
-// with context.DeadlineExceeded, as nicdrv.RxUntil says.
-func (w *RxWaiter) WaitUntil(ctx context.Context, deadline time.Time, queues []int) (int, error) {
+// returns it, or until ctx ends or deadline (the zero Time: never)
+// passes, as nicdrv.NIC.WaitRx says.
+func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (int, error) {
 	var all [maxWait]int
 	if len(queues) == 0 {
 		for q := 0; q < w.Queues && q < maxWait; q++ {
