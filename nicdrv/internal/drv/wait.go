@@ -117,9 +117,12 @@ const (
 )
 
 // clockEvery is how many looks the wait takes between readings of the
-// clock for its deadline: a reading costs about as much as a
-// look at a few rings, and a deadline noticed some looks late is a few
-// hundred nanoseconds late.
+// clock for its deadline while it looks without sleeping: a reading costs
+// about as much as a look at a few rings, and a deadline noticed a few
+// such looks late is a few hundred nanoseconds late. A look that a sleep
+// follows (polling past pollYield, whose 20 µs sleeps last about a
+// millisecond, or the arming before an interrupt wait) reads it every
+// time, so a deadline is never noticed a sleep late.
 const clockEvery = 8
 
 // Wait waits until one of queues (every queue when empty) has a frame and
@@ -164,7 +167,8 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 			i = w.carried(queues, pos[:len(queues)])
 		}
 		err := ctx.Err()
-		if err == nil && !deadline.IsZero() && (i%clockEvery == 0 || i >= spin) && time.Until(deadline) <= 0 {
+		sleeps := (w.IRQs != nil && i >= spin) || (w.IRQs == nil && i >= pollYield)
+		if err == nil && !deadline.IsZero() && (i%clockEvery == 0 || sleeps) && time.Until(deadline) <= 0 {
 			err = context.DeadlineExceeded
 		}
 		if err != nil {
