@@ -402,42 +402,69 @@ func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
 	}
 }
 
-// Wait ends at its deadline as Wait at its context's: a frame at
-// its first look is returned even when the deadline has passed; none,
-// with the deadline passed, ends the wait with context.DeadlineExceeded
-// before it arms, its looks carried to the next wait; and a deadline to
-// come ends the sleep on an armed vector nothing fires, after one arming.
-func TestRxWaiterUntil(t *testing.T) {
-	const spin = 8
-	irq, err := pci.NewLocalInterrupt()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer irq.Close()
-	var looks, arms int
-	var frame bool
-	var count atomic.Uint64
-	w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
-		Ready: func(int) (bool, uint32) { looks++; return frame, 0 },
-		Arm:   func(uint64) { arms++ },
-		IRQs:  []*pci.Interrupt{irq},
-		Spin:  spin,
-		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
-	past := time.Now().Add(-time.Second)
-	frame = true
-	if q, err := w.Wait(context.Background(), past, nil); q != 0 || err != nil || looks != 1 {
-		t.Errorf("a frame, the deadline passed: queue %d, %v after %d looks; want queue 0 after 1", q, err, looks)
-	}
-	frame = false
-	for i := range 3 {
-		looks = 0
-		if _, err := w.Wait(context.Background(), past, nil); !errors.Is(err, context.DeadlineExceeded) || arms != 0 || looks > spin {
-			t.Errorf("wait %d, no frame, the deadline passed: %v after %d looks, %d arms; want context.DeadlineExceeded within %d looks, no arm", i, err, looks, arms, spin)
-		}
-	}
-	looks = 0
-	if _, err := w.Wait(context.Background(), time.Now().Add(300*time.Millisecond), nil); !errors.Is(err, context.DeadlineExceeded) || arms != 1 || looks != 2 {
-		t.Errorf("no frame before a deadline to come, the spin carried: %v after %d looks, %d arms; want context.DeadlineExceeded after 2 looks (one before arming, one after), 1 arm", err, looks, arms)
+// A deadline that passes while a wait sleeps between looks (polling past
+// the looks that yield, or on an armed vector) ends the wait with
+// context.DeadlineExceeded within one look after the sleep, whatever the
+// looks before it; and a frame waiting when the deadline has passed is
+// still returned (the last look). The deadline is read on a clock the
+// test moves (RxWaiter.Now).
+func TestRxWaiterDeadline(t *testing.T) {
+	for _, irqMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interrupts=%v", irqMode), func(t *testing.T) {
+			// An hour ahead, so that the real clock pci.WaitAnyUntil
+			// sleeps on never reaches the deadline.
+			clock := time.Now().Add(time.Hour)
+			deadline := clock.Add(time.Second)
+			var looks, passedAt int
+			var frame bool
+			var count atomic.Uint64
+			w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
+				Ready: func(int) (bool, uint32) { looks++; return frame, 0 },
+				Arm:   func(uint64) {},
+				Now:   func() time.Time { return clock },
+				Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+			if irqMode {
+				irq, err := pci.NewLocalInterrupt()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer irq.Close()
+				w.IRQs, w.Spin = []*pci.Interrupt{irq}, 4
+				// The deadline passes as the wait arms, and a spurious
+				// interrupt ends its sleep.
+				w.Arm = func(uint64) {
+					passedAt, clock = looks, deadline
+					if err := irq.Signal(); err != nil {
+						t.Error(err)
+					}
+				}
+			} else {
+				// The deadline passes during a look past the yielding
+				// ones: a sleep follows it.
+				w.Ready = func(int) (bool, uint32) {
+					looks++
+					if looks == drv.PollYield+10 {
+						passedAt, clock = looks, deadline
+					}
+					return frame, 0
+				}
+			}
+			if _, err := w.Wait(context.Background(), deadline, nil); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("no frame until the deadline: %v, want context.DeadlineExceeded", err)
+			}
+			// Interrupt mode looks once after arming, before its sleep.
+			after := looks - passedAt
+			if irqMode {
+				after--
+			}
+			if passedAt == 0 || after > 1 {
+				t.Errorf("the deadline passed before a sleep (after look %d): the wait took %d more looks after it, want at most 1", passedAt, after)
+			}
+			frame = true
+			if q, err := w.Wait(context.Background(), deadline, nil); q != 0 || err != nil {
+				t.Errorf("a frame waiting, the deadline passed: queue %d, %v; want queue 0, nil", q, err)
+			}
+		})
 	}
 }
 

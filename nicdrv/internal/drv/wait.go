@@ -59,6 +59,9 @@ type RxWaiter struct {
 	Count *atomic.Uint64
 	// Errorf wraps an error with the NIC and the operation.
 	Errorf func(op string, err error) error
+	// Now reads the clock a wait's deadline is checked on; nil:
+	// time.Now. (pci.WaitAnyUntil's sleep ends on the real clock.)
+	Now func() time.Time
 
 	// quiet holds, for each queue, the looks at its ring that found it
 	// empty since the driver last took a frame from it, carried from one
@@ -168,7 +171,7 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 		}
 		err := ctx.Err()
 		sleeps := (w.IRQs != nil && i >= spin) || (w.IRQs == nil && i >= pollYield)
-		if err == nil && !deadline.IsZero() && (i%clockEvery == 0 || sleeps) && time.Until(deadline) <= 0 {
+		if err == nil && !deadline.IsZero() && (i%clockEvery == 0 || sleeps) && !w.now().Before(deadline) {
 			err = context.DeadlineExceeded
 		}
 		if err != nil {
@@ -219,6 +222,14 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 		}
 		w.Count.Add(c)
 	}
+}
+
+// now reads Now, or time.Now without it.
+func (w *RxWaiter) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
 }
 
 // spinFor is how many looks at n queues at once the wait takes before it
