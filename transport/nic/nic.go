@@ -131,8 +131,10 @@
 // its timeout to WaitRx as a deadline, and the waits share one context,
 // which only a Wake, a frame another queue handed over or Close cancels
 // and the next wait then replaces: a receive loop that waits until its
-// next tick, many times a millisecond, makes no context per wait. A Send
-// that finds the TX ring full or the pool empty retries for a bounded time
+// next tick, many times a millisecond, makes no context per wait, and on
+// emulated (local) interrupts allocates nothing (a wait on one VFIO
+// interrupt still allocates in pci: the eventfd's SyscallConn and a
+// context.AfterFunc). A Send that finds the TX ring full or the pool empty retries for a bounded time
 // (the NIC drains the ring and Recv's next call frees buffers) and then
 // fails rather than hang. Close makes a waiting Recv return transport.ErrClosed, gives every
 // buffer back and closes the NIC.
