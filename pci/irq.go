@@ -220,8 +220,7 @@ func (i *Interrupt) waitLocal(ctx context.Context, deadline time.Time) (uint64, 
 
 // takeTimer returns a timer that fires in d: the Interrupt's own (own)
 // when no other waiter has it, a new one otherwise. putTimer stops it and
-// gives the own one back. (Since Go 1.23 a stopped or reset timer's
-// channel holds no stale value, so the next waiter's Reset starts clean.)
+// gives the own one back.
 func (i *Interrupt) takeTimer(d time.Duration) (t *time.Timer, own bool) {
 	if !i.timerBusy.CompareAndSwap(false, true) {
 		return time.NewTimer(d), false
@@ -234,9 +233,18 @@ func (i *Interrupt) takeTimer(d time.Duration) (t *time.Timer, own bool) {
 	return i.timer, true
 }
 
-// putTimer stops t, a timer of takeTimer, and gives it back if own.
+// putTimer stops t, a timer of takeTimer, and gives it back if own. A
+// value the timer sent before Stop is drained, so that the next waiter's
+// Reset starts clean where a timer's channel is buffered too
+// (GODEBUG=asynctimerchan=1); since Go 1.23 it holds none and the drain
+// finds nothing.
 func (i *Interrupt) putTimer(t *time.Timer, own bool) {
-	t.Stop()
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
 	if own {
 		i.timerBusy.Store(false)
 	}
