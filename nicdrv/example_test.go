@@ -59,7 +59,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rx := make([]*nicdrv.Buffer, 32)
-	if _, err := b.WaitRx(ctx, 0); err != nil {
+	if _, err := b.WaitRx(ctx, time.Time{}, 0); err != nil {
 		fmt.Println(err)
 		return
 	}

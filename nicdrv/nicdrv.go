@@ -159,7 +159,8 @@
 // way WaitRx arms a vector only once it found the rings empty, so a busy
 // receiver touches no interrupt register. A goroutine serving one queue
 // waits on it alone; one serving several waits on them together with one
-// call.
+// call. A caller that waits with a timeout many times a millisecond gives
+// it as WaitRx's deadline rather than in a context of its own per wait.
 //
 // # Close
 //
@@ -567,7 +568,11 @@ type NIC interface {
 	TxBatch(q int, bufs []*Buffer) (int, error)
 	// WaitRx waits until one of the given RX queues (every queue when
 	// none is given) has a frame and returns it; or until ctx ends (its
-	// error) or the NIC closes (ErrClosed). With interrupts it sleeps on
+	// error), deadline passes (context.DeadlineExceeded, after a last
+	// look at the queues; the zero Time: no deadline) or the NIC closes
+	// (ErrClosed). A caller that waits with a timeout many times a
+	// millisecond passes it as deadline, which costs no context and no
+	// timer of its own per wait. With interrupts it sleeps on
 	// the queues' vectors; without, it polls, yielding the processor
 	// between looks. At most one WaitRx may wait on a queue at a time:
 	// with interrupts, arming a queue clears its latched interrupt cause,
@@ -575,7 +580,7 @@ type NIC interface {
 	// lets its message out, so a second waiter's arming could clear the
 	// cause of a frame whose message would have woken the first, which
 	// then sleeps on.
-	WaitRx(ctx context.Context, queues ...int) (int, error)
+	WaitRx(ctx context.Context, deadline time.Time, queues ...int) (int, error)
 	// Link reads the link state now.
 	Link() Link
 	// WaitLink waits at most timeout for the link to be up (want true) or

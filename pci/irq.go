@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,6 +37,11 @@ type Interrupt struct {
 	// yet woken a waiter (nil otherwise); done is closed by Close.
 	rung chan struct{}
 	done chan struct{}
+	// timer is a local interrupt's timeout, reused by one waiter at a
+	// time (the one that set timerBusy) so that a wait with a deadline
+	// allocates no timer; a second waiter meanwhile makes its own.
+	timer     *time.Timer
+	timerBusy atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -185,8 +191,8 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 func (i *Interrupt) waitLocal(ctx context.Context, deadline time.Time) (uint64, error) {
 	var timeout <-chan time.Time
 	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
+		t, own := i.takeTimer(time.Until(deadline))
+		defer i.putTimer(t, own)
 		timeout = t.C
 	}
 	for {
@@ -209,6 +215,38 @@ func (i *Interrupt) waitLocal(ctx context.Context, deadline time.Time) (uint64, 
 			}
 			return 0, os.ErrDeadlineExceeded
 		}
+	}
+}
+
+// takeTimer returns a timer that fires in d: the Interrupt's own (own)
+// when no other waiter has it, a new one otherwise. putTimer stops it and
+// gives the own one back.
+func (i *Interrupt) takeTimer(d time.Duration) (t *time.Timer, own bool) {
+	if !i.timerBusy.CompareAndSwap(false, true) {
+		return time.NewTimer(d), false
+	}
+	if i.timer == nil {
+		i.timer = time.NewTimer(d)
+	} else {
+		i.timer.Reset(d)
+	}
+	return i.timer, true
+}
+
+// putTimer stops t, a timer of takeTimer, and gives it back if own. A
+// value the timer sent before Stop is drained, so that the next waiter's
+// Reset starts clean where a timer's channel is buffered too
+// (GODEBUG=asynctimerchan=1); since Go 1.23 it holds none and the drain
+// finds nothing.
+func (i *Interrupt) putTimer(t *time.Timer, own bool) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	if own {
+		i.timerBusy.Store(false)
 	}
 }
 
@@ -252,11 +290,24 @@ const waitAnySlice = 10 * time.Millisecond
 // 10 ms before WaitAny looks at ctx and at Close again; that bound is the
 // longest an Interrupt closed under it goes unnoticed.
 func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
+	return WaitAnyUntil(ctx, time.Time{}, irqs...)
+}
+
+// WaitAnyUntil is WaitAny that also ends at deadline (the zero Time: at
+// ctx's alone), with context.DeadlineExceeded after its one look. A
+// caller that waits many times a millisecond with a timeout (a receive
+// loop, until its next tick) passes the timeout here rather than in a
+// context of its own per wait, which context.WithTimeout allocates with a
+// timer it starts and stops.
+func WaitAnyUntil(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, uint64, error) {
+	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
+		deadline = dl
+	}
 	switch len(irqs) {
 	case 0:
 		return 0, 0, errors.New("pci: WaitAny on no interrupt")
 	case 1:
-		n, err := irqs[0].Wait(ctx)
+		n, err := irqs[0].wait(ctx, deadline)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			err = context.DeadlineExceeded
 		}
@@ -277,16 +328,21 @@ func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
 			// once it saw the Interrupt open.
 			fds[k] = unix.PollFd{Fd: int32(i.fd), Events: unix.POLLIN}
 		}
-		// A done context still gets one look, without sleeping: a signal
-		// pending then is returned, as the one-Interrupt Wait does.
+		// A done context or a passed deadline still gets one look,
+		// without sleeping: a signal pending then is returned, as the
+		// one-Interrupt Wait does.
 		cerr := ctx.Err()
 		ms := 0
 		if cerr == nil {
 			slice := waitAnySlice
-			if dl, ok := ctx.Deadline(); ok {
-				slice = min(slice, time.Until(dl))
+			if !deadline.IsZero() {
+				slice = min(slice, time.Until(deadline))
 			}
-			ms = max(int((slice+time.Millisecond-1)/time.Millisecond), 1)
+			if slice <= 0 {
+				cerr = context.DeadlineExceeded
+			} else {
+				ms = int((slice + time.Millisecond - 1) / time.Millisecond)
+			}
 		}
 		// poll(2) returns at once when a signal is pending, so the
 		// counts are read only where it reports one: a read of every

@@ -237,6 +237,45 @@ func TestWaitAnyPending(t *testing.T) {
 	}
 }
 
+// WaitAnyUntil ends at its deadline as at a context's: a signal pending
+// is returned even when the deadline has passed, none pending then gives
+// context.DeadlineExceeded without a sleep, a deadline to come ends a wait
+// nothing signals, and a signal before it is returned. A local interrupt's
+// waits reuse one timer: after the first, a wait with a deadline
+// allocates nothing.
+func TestWaitAnyUntil(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		for _, k := range []int{1, 3} {
+			irqs := newInterrupts(t, local, k)
+			past := time.Now().Add(-time.Second)
+			if err := irqs[k-1].Signal(); err != nil {
+				t.Fatal(err)
+			}
+			if got, n, err := WaitAnyUntil(context.Background(), past, irqs...); err != nil || got != k-1 || n != 1 {
+				t.Errorf("local %v, %d interrupts: one pending, the deadline passed: %d, %d, %v; want %d, 1, nil", local, k, got, n, err, k-1)
+			}
+			if _, _, err := WaitAnyUntil(context.Background(), past, irqs...); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("local %v, %d interrupts: none pending, the deadline passed: %v, want context.DeadlineExceeded", local, k, err)
+			}
+			if _, _, err := WaitAnyUntil(context.Background(), time.Now().Add(5*time.Millisecond), irqs...); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("local %v, %d interrupts: none signalled before the deadline: %v, want context.DeadlineExceeded", local, k, err)
+			}
+			go func() { _ = irqs[0].Signal() }()
+			if got, n, err := WaitAnyUntil(context.Background(), time.Now().Add(time.Hour), irqs...); err != nil || got != 0 || n != 1 {
+				t.Errorf("local %v, %d interrupts: signalled before the deadline: %d, %d, %v; want 0, 1, nil", local, k, got, n, err)
+			}
+			if !local || k != 1 || raceEnabled {
+				continue
+			}
+			wait := func() { _, _, _ = WaitAnyUntil(context.Background(), time.Now().Add(-time.Millisecond), irqs...) }
+			wait()
+			if n := testing.AllocsPerRun(50, wait); n != 0 {
+				t.Errorf("a local interrupt's wait with a deadline: %v allocations, want 0", n)
+			}
+		}
+	}
+}
+
 // newInterrupts returns n interrupts, local or kernel ones, closed as the
 // test ends.
 func newInterrupts(t *testing.T, local bool, n int) []*Interrupt {

@@ -715,8 +715,8 @@ func (n *NIC) setupInterrupts() error {
 // WaitRx implements nicdrv.NIC: with interrupts it arms the queues'
 // causes, looks at their rings again, and only then sleeps on their
 // vectors.
-func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
-	return n.waiter.Wait(ctx, queues)
+func (n *NIC) WaitRx(ctx context.Context, deadline time.Time, queues ...int) (int, error) {
+	return n.waiter.Wait(ctx, deadline, queues)
 }
 
 // RxBatch implements nicdrv.NIC.

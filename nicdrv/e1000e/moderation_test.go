@@ -48,7 +48,7 @@ func TestInterruptModeration(t *testing.T) {
 	go func() {
 		bufs := make([]*nicdrv.Buffer, 64)
 		for {
-			if _, err := b.WaitRx(ctx, 0); err != nil {
+			if _, err := b.WaitRx(ctx, time.Time{}, 0); err != nil {
 				if errors.Is(err, context.Canceled) {
 					err = nil
 				}
@@ -202,7 +202,7 @@ func TestArmClearsLatchedCause(t *testing.T) {
 	wait := func(ctx context.Context) chan error {
 		done := make(chan error, 1)
 		go func() {
-			_, err := b.WaitRx(ctx, 0)
+			_, err := b.WaitRx(ctx, time.Time{}, 0)
 			done <- err
 		}()
 		return done

@@ -45,7 +45,7 @@ func TestPerQueueInterrupts(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				_, err := b.WaitRx(ctx, q)
+				_, err := b.WaitRx(ctx, time.Time{}, q)
 				woke <- err
 			}()
 			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, uint16(9000+q), uint64(q)) })
@@ -65,7 +65,7 @@ func TestPerQueueInterrupts(t *testing.T) {
 		before, sent := p.Stats(1).Interrupts, p.Stats(0).TxFrames
 		for i := range 20 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-			_, _ = b.WaitRx(ctx, 5) // arms the vector
+			_, _ = b.WaitRx(ctx, time.Time{}, 5) // arms the vector
 			cancel()
 			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9005, uint64(i)) })
 			if q, _ := arrival(t, b); q != 5 {
@@ -112,7 +112,7 @@ func TestWakeOnFrame(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				got, err := b.WaitRx(ctx, q)
+				got, err := b.WaitRx(ctx, time.Time{}, q)
 				if err == nil && got != q {
 					err = fmt.Errorf("WaitRx returned queue %d, want %d", got, q)
 				}
@@ -207,7 +207,7 @@ func TestArmClearsLatchedCause(t *testing.T) {
 		wait := func(ctx context.Context) chan error {
 			done := make(chan error, 1)
 			go func() {
-				_, err := b.WaitRx(ctx)
+				_, err := b.WaitRx(ctx, time.Time{})
 				done <- err
 			}()
 			return done

@@ -696,8 +696,8 @@ func (n *NIC) setupInterrupts() error {
 // WaitRx implements nicdrv.NIC: with interrupts it arms the queues'
 // vectors, looks at their rings again, and only then sleeps on their
 // eventfds.
-func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
-	return n.waiter.Wait(ctx, queues)
+func (n *NIC) WaitRx(ctx context.Context, deadline time.Time, queues ...int) (int, error) {
+	return n.waiter.Wait(ctx, deadline, queues)
 }
 
 var _ nicdrv.RxServer = (*NIC)(nil)

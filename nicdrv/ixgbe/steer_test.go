@@ -450,7 +450,7 @@ func stream(tb testing.TB, a, b *ixgbe.NIC, count int, tick func()) {
 			if b.Info().Interrupts {
 				// The frames wait already: WaitRx returns at its first
 				// look, as a busy receiver's does.
-				if _, err := b.WaitRx(context.Background(), 0); err != nil {
+				if _, err := b.WaitRx(context.Background(), time.Time{}, 0); err != nil {
 					tb.Fatal(err)
 				}
 			}

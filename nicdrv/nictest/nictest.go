@@ -138,6 +138,7 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("Filters", s.filters)
 	t.Run("Interrupts", s.interrupts)
 	t.Run("WaitSeveral", s.waitSeveral)
+	t.Run("WaitDeadline", s.waitDeadline)
 	t.Run("HeaderSplit", s.headerSplit)
 	t.Run("Attached", s.attached)
 	t.Run("AttachedAcrossPages", s.attachedAcrossPages)
@@ -534,7 +535,7 @@ func (s *suite) waitSeveral(t *testing.T) {
 				bufs[0].SetLen(80)
 				sendAll(t, a, 0, bufs)
 				ctx, cancel := context.WithTimeout(context.Background(), hang)
-				q, err := b.WaitRx(ctx)
+				q, err := b.WaitRx(ctx, time.Time{})
 				cancel()
 				if err != nil {
 					t.Fatalf("WaitRx on every queue: %v", err)
@@ -551,10 +552,10 @@ func (s *suite) waitSeveral(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			defer cancel()
-			if _, err := b.WaitRx(ctx, 0, 1); !errors.Is(err, context.DeadlineExceeded) {
+			if _, err := b.WaitRx(ctx, time.Time{}, 0, 1); !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("WaitRx on idle queues: %v, want the context's deadline", err)
 			}
-			if _, err := b.WaitRx(ctx, 2); !errors.Is(err, nicdrv.ErrBadQueue) {
+			if _, err := b.WaitRx(ctx, time.Time{}, 2); !errors.Is(err, nicdrv.ErrBadQueue) {
 				t.Errorf("WaitRx on queue 2 of 2: %v, want ErrBadQueue", err)
 			}
 		})
@@ -686,6 +687,49 @@ func (s *suite) noDMAAfterClose(t *testing.T) {
 	}
 }
 
+// waitDeadline checks WaitRx's deadline, polling and with interrupts: the
+// zero Time is no deadline (a wait on an idle queue ends with its
+// context, cancelled), one to come ends a wait on an idle queue with
+// context.DeadlineExceeded, and a passed one still gets a last look at
+// the queue: a frame waiting there is returned, none ends the wait with
+// context.DeadlineExceeded.
+func (s *suite) waitDeadline(t *testing.T) {
+	for _, intr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interrupts=%v", intr), func(t *testing.T) {
+			r := s.rig(t, Config{Queues: 1, Interrupts: intr})
+			a, b := r.NICs[0], r.NICs[1]
+			ctx, cancel := context.WithCancel(context.Background())
+			stop := time.AfterFunc(20*time.Millisecond, cancel)
+			defer stop.Stop()
+			if _, err := b.WaitRx(ctx, time.Time{}, 0); !errors.Is(err, context.Canceled) {
+				t.Errorf("WaitRx on an idle queue, no deadline, cancelled: %v, want context.Canceled", err)
+			}
+			if _, err := b.WaitRx(context.Background(), time.Now().Add(20*time.Millisecond), 0); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("WaitRx on an idle queue until a deadline: %v, want context.DeadlineExceeded", err)
+			}
+			past := time.Now().Add(-time.Second)
+			if _, err := b.WaitRx(context.Background(), past, 0); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("WaitRx on an idle queue, the deadline passed: %v, want context.DeadlineExceeded", err)
+			}
+			bufs := alloc(t, a, 1)
+			Frame(bufs[0].SetLen(2048), b.MAC(), a.MAC(), 1, 100)
+			bufs[0].SetLen(100)
+			sendAll(t, a, 0, bufs)
+			wctx, wcancel := context.WithTimeout(context.Background(), hang)
+			defer wcancel()
+			if q, err := b.WaitRx(wctx, time.Time{}, 0); q != 0 || err != nil {
+				t.Fatalf("WaitRx for a frame sent, no deadline: queue %d, %v", q, err)
+			}
+			if q, err := b.WaitRx(context.Background(), past, 0); q != 0 || err != nil {
+				t.Errorf("WaitRx with a frame waiting, the deadline passed: queue %d, %v; want queue 0, nil (the last look)", q, err)
+			}
+			if got := recvOne(t, b); got == nil {
+				t.Fatal("WaitRx returned but no frame")
+			}
+		})
+	}
+}
+
 // recvOne waits for one frame on queue 0 and returns a copy (nil on
 // timeout).
 func recvOne(t *testing.T, n nicdrv.NIC) []byte {
@@ -775,7 +819,7 @@ func (s *suite) interrupts(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), hang)
 			defer cancel()
-			_, err := b.WaitRx(ctx, 0)
+			_, err := b.WaitRx(ctx, time.Time{}, 0)
 			woke <- err
 		}()
 		bufs := alloc(t, a, 1)
@@ -792,13 +836,13 @@ func (s *suite) interrupts(t *testing.T) {
 	// An idle queue: WaitRx ends with the context, not before.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := b.WaitRx(ctx, 0); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.WaitRx(ctx, time.Time{}, 0); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitRx on an idle queue: %v, want the context's deadline", err)
 	}
 	// Close wakes a sleeper.
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.WaitRx(context.Background(), 0)
+		_, err := b.WaitRx(context.Background(), time.Time{}, 0)
 		done <- err
 	}()
 	if err := b.Close(); err != nil {

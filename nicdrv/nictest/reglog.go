@@ -68,7 +68,7 @@ func (l *RegLog) WaitRxAccesses(t testing.TB, n nicdrv.NIC, last string, queues 
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := n.WaitRx(ctx, queues...)
+		_, err := n.WaitRx(ctx, time.Time{}, queues...)
 		done <- err
 	}()
 	for !slices.Contains(l.Accesses(), last) && ctx.Err() == nil {

@@ -117,7 +117,7 @@ func TestUnplug(t *testing.T) {
 			a, b := nics[0], nics[1]
 			waiting := make(chan error, 1)
 			go func() {
-				_, err := b.WaitRx(context.Background(), 0)
+				_, err := b.WaitRx(context.Background(), time.Time{}, 0)
 				waiting <- err
 			}()
 			// Frames flow, then the device goes.
@@ -151,7 +151,7 @@ func TestUnplug(t *testing.T) {
 			t.Log(err)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if _, err := b.WaitRx(ctx, 0); !errors.Is(err, usbnet.ErrGone) {
+			if _, err := b.WaitRx(ctx, time.Time{}, 0); !errors.Is(err, usbnet.ErrGone) {
 				t.Errorf("WaitRx after the unplug: %v, want ErrGone", err)
 			}
 			if _, err := b.TxBatch(0, nil); !errors.Is(err, usbnet.ErrGone) {

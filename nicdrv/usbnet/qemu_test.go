@@ -523,7 +523,7 @@ func TestQEMUUnplug(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := u.WaitRx(ctx, 0); !errors.Is(err, usbnet.ErrGone) {
+	if _, err := u.WaitRx(ctx, time.Time{}, 0); !errors.Is(err, usbnet.ErrGone) {
 		t.Errorf("WaitRx after device_del: %v, want ErrGone at once", err)
 	}
 	if _, err := u.TxBatch(0, nil); !errors.Is(err, usbnet.ErrGone) {

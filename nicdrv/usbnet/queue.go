@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/gomx-dev/gomx/nicdrv"
 )
@@ -386,9 +387,10 @@ func (n *NIC) TxBatch(q int, bufs []*nicdrv.Buffer) (int, error) {
 }
 
 // WaitRx implements nicdrv.NIC (queue 0 is the only one): it sleeps
-// until the receive goroutine delivers a frame, ctx ends, the NIC closes
+// until the receive goroutine delivers a frame, ctx ends, deadline passes
+// (one timer, made when the first look finds no frame), the NIC closes
 // or its device fails.
-func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
+func (n *NIC) WaitRx(ctx context.Context, deadline time.Time, queues ...int) (int, error) {
 	for _, q := range queues {
 		if err := n.check(q, "WaitRx"); err != nil {
 			return 0, err
@@ -397,6 +399,7 @@ func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
 	if err := n.check(0, "WaitRx"); err != nil {
 		return 0, err
 	}
+	var timeout <-chan time.Time
 	for {
 		n.rx.mu.Lock()
 		ready := n.rx.n > 0
@@ -407,9 +410,20 @@ func (n *NIC) WaitRx(ctx context.Context, queues ...int) (int, error) {
 		if f := n.fault.Load(); f != nil {
 			return 0, f
 		}
+		if !deadline.IsZero() && timeout == nil {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return 0, context.DeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-n.rx.kick:
 			n.st.wakeups.Add(1)
+		case <-timeout:
+			return 0, context.DeadlineExceeded
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-n.closedCh:

@@ -127,8 +127,14 @@
 // eventfd in interrupt mode, by polling otherwise. Wake (transport.Waker)
 // ends such a wait at once, so a receiver with nothing to do may wait as
 // long as it likes (an idle mx board, until its stretched tick) and still
-// hand Recv over or close the transport without waiting. A Send that
-// finds the TX ring full or the pool empty retries for a bounded time
+// hand Recv over or close the transport without waiting. A wait passes
+// its timeout to WaitRx as a deadline, and the waits share one context,
+// which only a Wake, a frame another queue handed over or Close cancels
+// and the next wait then replaces: a receive loop that waits until its
+// next tick, many times a millisecond, makes no context per wait, and on
+// emulated (local) interrupts allocates nothing (a wait on one VFIO
+// interrupt still allocates in pci: the eventfd's SyscallConn and a
+// context.AfterFunc). A Send that finds the TX ring full or the pool empty retries for a bounded time
 // (the NIC drains the ring and Recv's next call frees buffers) and then
 // fails rather than hang. Close makes a waiting Recv return transport.ErrClosed, gives every
 // buffer back and closes the NIC.
@@ -237,6 +243,11 @@ type Transport struct {
 	wakeMu   sync.Mutex
 	wakeWait context.CancelFunc
 	woken    bool
+	// waitCtx is the context of Recv's waits, kept from wait to wait
+	// under rxMu until a Wake, a frame another queue handed over or
+	// Close cancels it (waitCancel): a wait costs no context.
+	waitCtx    context.Context
+	waitCancel context.CancelFunc
 
 	txMu sync.Mutex
 	txb  []*nicdrv.Buffer
@@ -608,20 +619,22 @@ func (t *Transport) recvLocked(frames []transport.Frame, timeout time.Duration) 
 // recvWait waits up to timeout (forever if negative) for frames, after a
 // poll found none. rxMu is held.
 func (t *Transport) recvWait(frames []transport.Frame, timeout time.Duration) (int, error) {
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(t.ctx, timeout)
-	} else {
-		ctx, cancel = context.WithCancel(t.ctx)
+	if t.waitCtx == nil || t.waitCtx.Err() != nil {
+		// The first wait, or the last one's context was ended (Wake,
+		// a frame another queue handed over, Close): a fresh one.
+		t.waitCtx, t.waitCancel = context.WithCancel(t.ctx)
 	}
-	defer cancel()
+	ctx, cancel := t.waitCtx, t.waitCancel
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
 	if !t.armWake(cancel) {
 		return 0, nil // woken before the wait
 	}
 	defer t.disarmWake()
 	for {
-		if err := t.waitAny(ctx); err != nil {
+		if err := t.waitAny(ctx, deadline); err != nil {
 			if t.closed.Load() || errors.Is(err, nicdrv.ErrClosed) {
 				return 0, errClosed
 			}
@@ -711,12 +724,13 @@ func (t *Transport) disarmWake() {
 }
 
 // waitAny waits for a frame on any RX queue, with one WaitRx on them all,
-// or for a queue transport on its queue (queue.go).
-func (t *Transport) waitAny(ctx context.Context) error {
+// or for a queue transport on its queue (queue.go), until ctx ends or
+// deadline (the zero Time: none) passes.
+func (t *Transport) waitAny(ctx context.Context, deadline time.Time) error {
 	if t.queue != nil {
-		return t.waitQueue(ctx)
+		return t.waitQueue(ctx, deadline)
 	}
-	_, err := t.nic.WaitRx(ctx)
+	_, err := t.nic.WaitRx(ctx, deadline)
 	t.rxWakes.Add(1)
 	return err
 }

@@ -396,11 +396,11 @@ func (t *Transport) fromInbox(frames []transport.Frame) int {
 // (forward), which ends the wait (nudge). recvWait armed the wait's
 // cancel before this looks at the inbox, so a frame handed over before
 // the look is seen by it, and one handed over after ends the wait.
-func (t *Transport) waitQueue(ctx context.Context) error {
+func (t *Transport) waitQueue(ctx context.Context, deadline time.Time) error {
 	if len(t.queue.inbox) > 0 {
 		return nil
 	}
-	_, err := t.nic.WaitRx(ctx, t.rxq)
+	_, err := t.nic.WaitRx(ctx, deadline, t.rxq)
 	t.rxWakes.Add(1)
 	return err
 }

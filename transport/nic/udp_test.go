@@ -123,7 +123,7 @@ func (r rawPeer) recv(t testing.TB) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for {
-		q, err := r.n.WaitRx(ctx)
+		q, err := r.n.WaitRx(ctx, time.Time{})
 		if err != nil {
 			t.Fatalf("no frame reached the raw peer: %v", err)
 		}

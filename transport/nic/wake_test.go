@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/emulated/nicpair"
+	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/nicdrv/e1000e"
+	"github.com/gomx-dev/gomx/nicdrv/ixgbe"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -79,6 +82,79 @@ func TestWake(t *testing.T) {
 			r := recvBounded(t, a, frames, send, 30*time.Second)
 			if r.err != nil || r.n != 1 || string(frames[0].Data) != string(data) {
 				t.Fatalf("Recv after the wake-ups: %d frames, %v; want the frame sent", r.n, r.err)
+			}
+		})
+	}
+}
+
+// A Recv that waits with a timeout, as a receive loop does until its next
+// tick many times a millisecond, makes no context and no timer per wait
+// (it passes the timeout to WaitRx as a deadline): once the first wait
+// made them, the waits that end at their timeout, on one queue's
+// interrupt or several, and the wait a Wake ends, allocate nothing, and a
+// frame is still received after them.
+func TestRecvWaitAllocates(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	for _, c := range []struct {
+		name string
+		nics func(t *testing.T) [2]nicdrv.NIC
+	}{
+		{"82574L", func(t *testing.T) [2]nicdrv.NIC {
+			o := e1000e.DefaultOptions()
+			o.Interrupts = true
+			return nicpair.E1000E(t, o)
+		}},
+		{"82574L/two-queues", func(t *testing.T) [2]nicdrv.NIC {
+			o := e1000e.DefaultOptions()
+			o.Interrupts, o.Queues = true, 2
+			return nicpair.E1000E(t, o)
+		}},
+		{"82599/four-queues", func(t *testing.T) [2]nicdrv.NIC {
+			o := ixgbe.DefaultOptions()
+			o.Interrupts, o.Queues = true, 4
+			return nicpair.IXGBE(t, o)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts := nicpair.Transports(t, c.nics(t), nicpair.Raw)
+			a, b := ts[0], ts[1]
+			t.Cleanup(func() {
+				for _, tr := range ts {
+					if err := tr.Close(); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			frames := make([]transport.Frame, 4)
+			wait := func() {
+				if n, err := a.Recv(frames, 20*time.Microsecond); n != 0 || err != nil {
+					t.Fatalf("Recv on an idle link: %d frames, %v; want 0, nil", n, err)
+				}
+			}
+			wait()
+			if n := testing.AllocsPerRun(50, wait); n != 0 {
+				t.Errorf("a Recv that waits out its timeout: %v allocations, want 0", n)
+			}
+			woken := func() {
+				a.Wake()
+				wait()
+			}
+			woken() // the Wake ended the context: the next wait makes one
+			wait()
+			if n := testing.AllocsPerRun(50, wait); n != 0 {
+				t.Errorf("a Recv that waits out its timeout after a Wake: %v allocations, want 0", n)
+			}
+			data := []byte("a frame after the waits, long enough for the minimum")
+			send := func() {
+				if _, err := b.Send([]transport.Frame{{Peer: a.Addr(), Data: data}}); err != nil {
+					t.Error(err)
+				}
+			}
+			r := recvBounded(t, a, frames, send, 30*time.Second)
+			if r.err != nil || r.n != 1 || string(frames[0].Data) != string(data) {
+				t.Fatalf("Recv after the waits: %d frames, %v; want the frame sent", r.n, r.err)
 			}
 		})
 	}

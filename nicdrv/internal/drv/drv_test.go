@@ -274,12 +274,12 @@ func TestRxWaiterSpin(t *testing.T) {
 
 	// A frame at the seventh look: taken while spinning, nothing armed.
 	reset(7)
-	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 7 {
+	if q, err := w.Wait(ctx, time.Time{}, nil); q != 0 || err != nil || arms.Load() != 0 || looks.Load() != 7 {
 		t.Errorf("frame at look 7: queue %d, %v, %d arms, %d looks; want queue 0 after 7 looks, no arm", q, err, arms.Load(), looks.Load())
 	}
 	// A frame at the look right after arming: no sleep.
 	reset(spin + 2)
-	if q, err := w.Wait(ctx, nil); q != 0 || err != nil || arms.Load() != 1 || count.Load() != 0 {
+	if q, err := w.Wait(ctx, time.Time{}, nil); q != 0 || err != nil || arms.Load() != 1 || count.Load() != 0 {
 		t.Errorf("frame after arming: queue %d, %v, %d arms, %d interrupts; want 1 arm, no interrupt", q, err, arms.Load(), count.Load())
 	}
 	// No frame until the vector is armed: the waiter sleeps, and the
@@ -287,7 +287,7 @@ func TestRxWaiterSpin(t *testing.T) {
 	reset(-1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.Wait(ctx, nil)
+		_, err := w.Wait(ctx, time.Time{}, nil)
 		done <- err
 	}()
 	for arms.Load() == 0 {
@@ -347,7 +347,7 @@ func TestRxWaiterSpinSharedByQueues(t *testing.T) {
 			wantMask |= 1 << q
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		q, err := w.Wait(ctx, c.wait)
+		q, err := w.Wait(ctx, time.Time{}, c.wait)
 		cancel()
 		if err != nil || q != waited[0] {
 			t.Fatalf("wait on %v of %d queues: Wait = %d, %v; want queue %d", waited, c.queues, q, err, waited[0])
@@ -392,13 +392,79 @@ func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
 		var ctx context.Context
 		ctx, end = context.WithCancel(context.Background())
 		looks, arms = 0, 0
-		if _, err := w.Wait(ctx, c.queues); !errors.Is(err, context.Canceled) {
+		if _, err := w.Wait(ctx, time.Time{}, c.queues); !errors.Is(err, context.Canceled) {
 			t.Fatalf("wait on %v, cancelled as it arms: %v", c.queues, err)
 		}
 		end()
 		if arms != 1 || armedAfter != c.looks {
 			t.Errorf("wait on %v: armed %d times, after %d looks at rings; want once, after %d", c.queues, arms, armedAfter, c.looks)
 		}
+	}
+}
+
+// A deadline that passes while a wait sleeps between looks (polling past
+// the looks that yield, or on an armed vector) ends the wait with
+// context.DeadlineExceeded within one look after the sleep, whatever the
+// looks before it; and a frame waiting when the deadline has passed is
+// still returned (the last look). The deadline is read on a clock the
+// test moves (RxWaiter.Now).
+func TestRxWaiterDeadline(t *testing.T) {
+	for _, irqMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interrupts=%v", irqMode), func(t *testing.T) {
+			// An hour ahead, so that the real clock pci.WaitAnyUntil
+			// sleeps on never reaches the deadline.
+			clock := time.Now().Add(time.Hour)
+			deadline := clock.Add(time.Second)
+			var looks, passedAt int
+			var frame bool
+			var count atomic.Uint64
+			w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
+				Ready: func(int) (bool, uint32) { looks++; return frame, 0 },
+				Arm:   func(uint64) {},
+				Now:   func() time.Time { return clock },
+				Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+			if irqMode {
+				irq, err := pci.NewLocalInterrupt()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer irq.Close()
+				w.IRQs, w.Spin = []*pci.Interrupt{irq}, 4
+				// The deadline passes as the wait arms, and a spurious
+				// interrupt ends its sleep.
+				w.Arm = func(uint64) {
+					passedAt, clock = looks, deadline
+					if err := irq.Signal(); err != nil {
+						t.Error(err)
+					}
+				}
+			} else {
+				// The deadline passes during a look past the yielding
+				// ones: a sleep follows it.
+				w.Ready = func(int) (bool, uint32) {
+					looks++
+					if looks == drv.PollYield+10 {
+						passedAt, clock = looks, deadline
+					}
+					return frame, 0
+				}
+			}
+			if _, err := w.Wait(context.Background(), deadline, nil); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("no frame until the deadline: %v, want context.DeadlineExceeded", err)
+			}
+			// Interrupt mode looks once after arming, before its sleep.
+			after := looks - passedAt
+			if irqMode {
+				after--
+			}
+			if passedAt == 0 || after > 1 {
+				t.Errorf("the deadline passed before a sleep (after look %d): the wait took %d more looks after it, want at most 1", passedAt, after)
+			}
+			frame = true
+			if q, err := w.Wait(context.Background(), deadline, nil); q != 0 || err != nil {
+				t.Errorf("a frame waiting, the deadline passed: queue %d, %v; want queue 0, nil", q, err)
+			}
+		})
 	}
 }
 
@@ -410,10 +476,10 @@ func TestRxWaiterRefusesQueuesPast64(t *testing.T) {
 		Ready: func(int) (bool, uint32) { return true, 0 },
 		Arm:   func(uint64) {}, IRQs: make([]*pci.Interrupt, 65),
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
-	if _, err := w.Wait(context.Background(), []int{1, 64}); !errors.Is(err, nicdrv.ErrNotSupported) {
+	if _, err := w.Wait(context.Background(), time.Time{}, []int{1, 64}); !errors.Is(err, nicdrv.ErrNotSupported) {
 		t.Errorf("a wait on queues 1 and 64: %v, want ErrNotSupported", err)
 	}
-	if q, err := w.Wait(context.Background(), []int{63}); q != 63 || err != nil {
+	if q, err := w.Wait(context.Background(), time.Time{}, []int{63}); q != 63 || err != nil {
 		t.Errorf("a wait on queue 63: queue %d, %v", q, err)
 	}
 }
@@ -460,7 +526,7 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 			var ctx context.Context
 			ctx, end = context.WithCancel(context.Background())
 			looks = 0
-			if _, err := w.Wait(ctx, queues); !errors.Is(err, context.Canceled) {
+			if _, err := w.Wait(ctx, time.Time{}, queues); !errors.Is(err, context.Canceled) {
 				t.Fatalf("a wait whose context ends: %v", err)
 			}
 			end()
@@ -514,7 +580,7 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 	// taken: busy receiving, then idle, the queue looks before it arms.
 	w.Served(1)
 	frame = true
-	if q, err := w.Wait(context.Background(), []int{1}); q != 1 || err != nil {
+	if q, err := w.Wait(context.Background(), time.Time{}, []int{1}); q != 1 || err != nil {
 		t.Fatalf("a wait on a ring holding a frame: queue %d, %v", q, err)
 	}
 	frame = false

@@ -59,6 +59,9 @@ type RxWaiter struct {
 	Count *atomic.Uint64
 	// Errorf wraps an error with the NIC and the operation.
 	Errorf func(op string, err error) error
+	// Now reads the clock a wait's deadline is checked on; nil:
+	// time.Now. (pci.WaitAnyUntil's sleep ends on the real clock.)
+	Now func() time.Time
 
 	// quiet holds, for each queue, the looks at its ring that found it
 	// empty since the driver last took a frame from it, carried from one
@@ -116,9 +119,19 @@ const (
 	pollSleep = 20 * time.Microsecond
 )
 
+// clockEvery is how many looks the wait takes between readings of the
+// clock for its deadline while it looks without sleeping: a reading costs
+// about as much as a look at a few rings, and a deadline noticed a few
+// such looks late is a few hundred nanoseconds late. A look that a sleep
+// follows (polling past pollYield, whose 20 µs sleeps last about a
+// millisecond, or the arming before an interrupt wait) reads it every
+// time, so a deadline is never noticed a sleep late.
+const clockEvery = 8
+
 // Wait waits until one of queues (every queue when empty) has a frame and
-// returns it, as nicdrv.NIC.WaitRx says.
-func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
+// returns it, or until ctx ends or deadline (the zero Time: never)
+// passes, as nicdrv.NIC.WaitRx says.
+func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (int, error) {
 	var all [maxWait]int
 	if len(queues) == 0 {
 		for q := 0; q < w.Queues && q < maxWait; q++ {
@@ -156,7 +169,12 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		if i == 0 && w.IRQs != nil {
 			i = w.carried(queues, pos[:len(queues)])
 		}
-		if err := ctx.Err(); err != nil {
+		err := ctx.Err()
+		sleeps := (w.IRQs != nil && i >= spin) || (w.IRQs == nil && i >= pollYield)
+		if err == nil && !deadline.IsZero() && (i%clockEvery == 0 || sleeps) && !w.now().Before(deadline) {
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
 			if w.IRQs != nil {
 				w.carry(queues, pos[:len(queues)], i, spin)
 			}
@@ -186,7 +204,7 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 				return q, nil
 			}
 		}
-		_, c, err := pci.WaitAny(ctx, irqs[:len(queues)]...)
+		_, c, err := pci.WaitAnyUntil(ctx, deadline, irqs[:len(queues)]...)
 		if err != nil {
 			w.carry(queues, pos[:len(queues)], i, spin)
 			if errors.Is(err, pci.ErrClosed) || w.Closed() {
@@ -204,6 +222,14 @@ func (w *RxWaiter) Wait(ctx context.Context, queues []int) (int, error) {
 		}
 		w.Count.Add(c)
 	}
+}
+
+// now reads Now, or time.Now without it.
+func (w *RxWaiter) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
 }
 
 // spinFor is how many looks at n queues at once the wait takes before it

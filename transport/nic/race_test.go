@@ -1,0 +1,7 @@
+//go:build race
+
+package nic_test
+
+// raceEnabled is set when the tests run with the race detector, which
+// allocates on its own.
+const raceEnabled = true
