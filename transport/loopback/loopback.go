@@ -45,10 +45,18 @@
 // and delayed, with the fractions given. Decisions come from a PRNG seeded by
 // Faults.Seed, and are drawn in send order under one network-wide lock, so the
 // same seed and the same sequence of Send calls give the same fault pattern
-// (which frames are lost, corrupted, ...) from run to run. Delayed and held
-// frames are released by one timer goroutine per network, started when a
-// fault needs it and stopped by [Network.Close]. With every fault at zero the
-// wire takes the fast path above. The model itself lives in package [fault],
+// (which frames are lost, corrupted, ...) from run to run. The lock is
+// held for the draws: the frames of a Send that the model lets through are
+// then delivered as the fast path delivers them, each run to one port with
+// one enqueue, and after the lock is released unless the model may hold
+// frames back (reorder, delay), whose release must keep its order with
+// theirs. So a polling receiver takes a sender's batch as one batch, and a
+// sender's copies (or its wait for room in a full queue) hold up no other
+// port's sends: with faults on and nothing lost, the wire costs what it
+// costs without. Delayed and held frames are released by one timer
+// goroutine per network, started when a fault needs it and stopped by
+// [Network.Close]. With every fault at zero the wire takes the fast path
+// above. The model itself lives in package [fault],
 // whose wrapper applies the same faults, with the same seeds, to any other
 // transport.
 package loopback
