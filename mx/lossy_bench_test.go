@@ -54,21 +54,7 @@ func lossyPingPong(b *testing.B, o BoardOptions, f loopback.Faults, size int) {
 	done := make(chan error, 1)
 	go func() {
 		for i := 0; i < iters; i++ {
-			r, err := pr.b.IRecv([][]byte{pbuf}, 0, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := r.Wait(ctx); err != nil {
-				done <- err
-				return
-			}
-			s, err := pr.b.ISend([][]byte{pbuf}, pr.btoa, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := s.Wait(ctx); err != nil {
+			if err := pongOnce(ctx, pr, pbuf); err != nil {
 				done <- err
 				return
 			}

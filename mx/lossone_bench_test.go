@@ -1,0 +1,254 @@
+package mx
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
+	"github.com/gomx-dev/gomx/transport/loopback"
+)
+
+// dropOne wraps a board's transport and drops the first copy of every
+// frame of one kind it sends (dropKind), noting when; the next copy of
+// the same frame it sends is the loss's repair, and the time between the
+// two is noted too. Only frames of the kind take its lock.
+type dropOne struct {
+	transport.Transport
+	kind     dropKind
+	ord      wire.Order
+	mu       sync.Mutex
+	on       bool
+	dropped  map[dropKey]int64 // first copy dropped, when
+	repaired map[dropKey]bool
+	repairs  []time.Duration // from each loss to its repair's send
+	start    time.Time
+}
+
+// dropKind says which frame of a 1 MiB message dropOne drops: a pull
+// reply (frame index frame, or the pull's last with last), a PULL (the
+// one whose first frame is frame), the RNDV or the NOTIFY.
+type dropKind struct {
+	typ   wire.Type
+	frame int
+	last  bool
+	total int // the message's length, for last
+}
+
+// dropKey names one frame and its copies: the type, a handle or sequence
+// number, and a frame index.
+type dropKey struct {
+	typ   wire.Type
+	id    uint32
+	frame int
+}
+
+// key returns the key of frame p (after the peer index) when it is of
+// d's kind.
+func (d *dropOne) key(p []byte) (dropKey, bool) {
+	t := wire.Type(p[0])
+	if t != d.kind.typ {
+		return dropKey{}, false
+	}
+	switch t {
+	case wire.TypePullReply:
+		h, err := wire.DecodePullReplyHeader(p, d.ord)
+		if err != nil {
+			return dropKey{}, false
+		}
+		if d.kind.last && int(h.Offset)+int(h.FrameLength) != d.kind.total || !d.kind.last && int(h.FrameSeq) != d.kind.frame {
+			return dropKey{}, false
+		}
+		return dropKey{t, h.Handle, int(h.FrameSeq)}, true
+	case wire.TypePull:
+		h, err := wire.DecodePull(p, d.ord, 0, 0)
+		if err != nil || int(h.FirstFrame) != d.kind.frame {
+			return dropKey{}, false
+		}
+		return dropKey{t, h.Handle, int(h.FirstFrame)}, true
+	case wire.TypeRndv:
+		h, err := wire.DecodeRndv(p, d.ord)
+		return dropKey{t, uint32(h.Seq), 0}, err == nil
+	case wire.TypeNotify:
+		h, err := wire.DecodeNotify(p, d.ord, 0)
+		return dropKey{t, uint32(h.Seq), 0}, err == nil
+	}
+	return dropKey{}, false
+}
+
+func (d *dropOne) Send(frames []transport.Frame) (int, error) {
+	from := 0
+	for i := range frames {
+		k, ok := d.key(frames[i].Data[wire.HeadLen:])
+		if !ok {
+			continue
+		}
+		d.mu.Lock()
+		now := time.Since(d.start).Nanoseconds()
+		at, was := d.dropped[k]
+		drop := d.on && !was
+		if drop {
+			d.dropped[k] = now
+		} else if was && !d.repaired[k] {
+			d.repaired[k] = true
+			d.repairs = append(d.repairs, time.Duration(now-at))
+		}
+		d.mu.Unlock()
+		if !drop {
+			continue
+		}
+		if i > from {
+			if _, err := d.Transport.Send(frames[from:i]); err != nil {
+				return 0, err
+			}
+		}
+		from = i + 1
+	}
+	if from < len(frames) {
+		if _, err := d.Transport.Send(frames[from:]); err != nil {
+			return 0, err
+		}
+	}
+	return len(frames), nil
+}
+
+// BenchmarkLossOneFrame measures what one lost frame of each kind costs a
+// 1 MiB ping-pong over the loopback wire (docs/loss-recovery.md): both
+// boards lose the first copy of one chosen frame of every message they
+// send or pull (a reply in mid-message, the pull's last reply, its last
+// PULL, the RNDV, the NOTIFY), and the benchmark reports the one-way
+// time, the median and 90th percentile time from each loss to its
+// repair's send (repair-us, repair-p90-us), and per loss the re-requests
+// on evidence, those on a question's answer and the questions asked.
+//
+//	go test -run '^$' -bench LossOneFrame -benchtime 300x ./mx/
+//
+// drop=none is the like-for-like lossless run. Every transport delivers
+// one sender's frames in order, so a loss that a later frame reveals (a
+// reply in mid-message, a PULL other than the last, a NOTIFY followed by
+// the next RNDV) is repaired at once or on the SACK; one that nothing
+// follows waits for a question.
+func BenchmarkLossOneFrame(b *testing.B) {
+	const size = 1 << 20
+	for _, wait := range []string{"spin", "block"} {
+		for _, k := range []struct {
+			name string
+			kind dropKind
+		}{
+			{"none", dropKind{}},
+			{"reply-mid", dropKind{typ: wire.TypePullReply, frame: 60}},
+			{"reply-last", dropKind{typ: wire.TypePullReply, last: true, total: size}},
+			{"pull-first", dropKind{typ: wire.TypePull, frame: 0}},
+			{"pull-last", dropKind{typ: wire.TypePull, frame: -1}},
+			{"rndv", dropKind{typ: wire.TypeRndv}},
+			{"notify", dropKind{typ: wire.TypeNotify}},
+		} {
+			b.Run(fmt.Sprintf("wait=%s/drop=%s", wait, k.name), func(b *testing.B) {
+				o := lossyOptions()
+				o.BusyPoll = wait == "spin"
+				lossOneFrame(b, o, k.kind, size)
+			})
+		}
+	}
+}
+
+func lossOneFrame(b *testing.B, o BoardOptions, kind dropKind, size int) {
+	w := newLoopbackWire(b, loopback.Faults{})
+	now := time.Now()
+	da := &dropOne{Transport: w.a, dropped: map[dropKey]int64{}, repaired: map[dropKey]bool{}, start: now}
+	db := &dropOne{Transport: w.b, dropped: map[dropKey]int64{}, repaired: map[dropKey]bool{}, start: now}
+	w.a, w.b = da, db
+	pr := newPairOn(b, w, o)
+	ctx := testCtx(b, 10*time.Minute)
+	sbuf, rbuf, pbuf := pattern(size, 1), make([]byte, size), make([]byte, size)
+	round := func() { exchange(b, ctx, pr.a, pr.atob, pr.a, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
+	const warm = 10
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < warm+b.N; i++ {
+			if err := pongOnce(ctx, pr, pbuf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < warm; i++ {
+		round()
+	}
+	if kind.typ == wire.TypePull && kind.frame < 0 {
+		// The last PULL asks for the last block.
+		pr.ba.mu.Lock()
+		L := pr.a.partnerOf(pr.atob).replyLen
+		pr.ba.mu.Unlock()
+		kind.frame = (size + L - 1) / L
+		kind.frame = (kind.frame - 1) / o.PullBlockFrames * o.PullBlockFrames
+	}
+	for _, d := range []*dropOne{da, db} {
+		d.mu.Lock()
+		d.kind, d.ord, d.on = kind, pr.ba.ord, kind.typ != 0
+		d.mu.Unlock()
+	}
+	ca0, cb0 := pr.a.Counters(), pr.b.Counters()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		round()
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	for _, d := range []*dropOne{da, db} {
+		d.mu.Lock()
+		d.on = false
+		d.mu.Unlock()
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	if string(rbuf) != string(sbuf) {
+		b.Fatal("the echoed message differs from the one sent")
+	}
+	ca, cb := pr.a.Counters(), pr.b.Counters()
+	delta := func(k Counter) float64 { return float64(ca[k] - ca0[k] + cb[k] - cb0[k]) }
+	b.ReportMetric(float64(el.Nanoseconds())/1e3/float64(2*b.N), "us/oneway")
+	da.mu.Lock()
+	db.mu.Lock()
+	rep := append(slices.Clone(da.repairs), db.repairs...)
+	losses := len(da.dropped) + len(db.dropped)
+	db.mu.Unlock()
+	da.mu.Unlock()
+	if losses == 0 {
+		return
+	}
+	slices.Sort(rep)
+	if len(rep) > 0 {
+		b.ReportMetric(float64(rep[len(rep)/2].Nanoseconds())/1e3, "repair-us")
+		b.ReportMetric(float64(rep[len(rep)*9/10].Nanoseconds())/1e3, "repair-p90-us")
+	}
+	n := float64(losses)
+	b.ReportMetric(n/float64(b.N), "losses/op")
+	b.ReportMetric(delta(FastRetransmits)/n, "fast/loss")
+	b.ReportMetric(delta(AskRetransmits)/n, "on-answer/loss")
+	b.ReportMetric((delta(TailAsks)+delta(PullAsks))/n, "questions/loss")
+}
+
+// pongOnce receives one message into buf on pr.b and sends it back.
+func pongOnce(ctx context.Context, pr *pair, buf []byte) error {
+	r, err := pr.b.IRecv([][]byte{buf}, 0, 0, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		return err
+	}
+	s, err := pr.b.ISend([][]byte{buf}, pr.btoa, 0, nil)
+	if err != nil {
+		return err
+	}
+	_, err = s.Wait(ctx)
+	return err
+}
