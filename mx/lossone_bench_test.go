@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 // two is noted too. Only frames of the kind take its lock.
 type dropOne struct {
 	transport.Transport
-	kind     dropKind
-	ord      wire.Order
+	// what every Send reads; stored while traffic flows (acks are sent
+	// from the timer goroutine), so swapped whole
+	what     atomic.Pointer[dropWhat]
 	mu       sync.Mutex
 	on       bool
 	dropped  map[dropKey]int64 // first copy dropped, when
@@ -39,6 +41,13 @@ type dropKind struct {
 	total int // the message's length, for last
 }
 
+// dropWhat is the kind of frame a dropOne drops and the byte order to
+// decode frames in.
+type dropWhat struct {
+	kind dropKind
+	ord  wire.Order
+}
+
 // dropKey names one frame and its copies: the type, a handle or sequence
 // number, and a frame index.
 type dropKey struct {
@@ -48,42 +57,46 @@ type dropKey struct {
 }
 
 // key returns the key of frame p (after the peer index) when it is of
-// d's kind.
-func (d *dropOne) key(p []byte) (dropKey, bool) {
+// w's kind.
+func (w *dropWhat) key(p []byte) (dropKey, bool) {
 	t := wire.Type(p[0])
-	if t != d.kind.typ {
+	if t != w.kind.typ {
 		return dropKey{}, false
 	}
 	switch t {
 	case wire.TypePullReply:
-		h, err := wire.DecodePullReplyHeader(p, d.ord)
+		h, err := wire.DecodePullReplyHeader(p, w.ord)
 		if err != nil {
 			return dropKey{}, false
 		}
-		if d.kind.last && int(h.Offset)+int(h.FrameLength) != d.kind.total || !d.kind.last && int(h.FrameSeq) != d.kind.frame {
+		if w.kind.last && int(h.Offset)+int(h.FrameLength) != w.kind.total || !w.kind.last && int(h.FrameSeq) != w.kind.frame {
 			return dropKey{}, false
 		}
 		return dropKey{t, h.Handle, int(h.FrameSeq)}, true
 	case wire.TypePull:
-		h, err := wire.DecodePull(p, d.ord, 0, 0)
-		if err != nil || int(h.FirstFrame) != d.kind.frame {
+		h, err := wire.DecodePull(p, w.ord, 0, 0)
+		if err != nil || int(h.FirstFrame) != w.kind.frame {
 			return dropKey{}, false
 		}
 		return dropKey{t, h.Handle, int(h.FirstFrame)}, true
 	case wire.TypeRndv:
-		h, err := wire.DecodeRndv(p, d.ord)
+		h, err := wire.DecodeRndv(p, w.ord)
 		return dropKey{t, uint32(h.Seq), 0}, err == nil
 	case wire.TypeNotify:
-		h, err := wire.DecodeNotify(p, d.ord, 0)
+		h, err := wire.DecodeNotify(p, w.ord, 0)
 		return dropKey{t, uint32(h.Seq), 0}, err == nil
 	}
 	return dropKey{}, false
 }
 
 func (d *dropOne) Send(frames []transport.Frame) (int, error) {
+	w := d.what.Load()
+	if w == nil {
+		return d.Transport.Send(frames)
+	}
 	from := 0
 	for i := range frames {
-		k, ok := d.key(frames[i].Data[wire.HeadLen:])
+		k, ok := w.key(frames[i].Data[wire.HeadLen:])
 		if !ok {
 			continue
 		}
@@ -102,15 +115,15 @@ func (d *dropOne) Send(frames []transport.Frame) (int, error) {
 			continue
 		}
 		if i > from {
-			if _, err := d.Transport.Send(frames[from:i]); err != nil {
-				return 0, err
+			if n, err := d.Transport.Send(frames[from:i]); err != nil {
+				return from + n, err
 			}
 		}
 		from = i + 1
 	}
 	if from < len(frames) {
-		if _, err := d.Transport.Send(frames[from:]); err != nil {
-			return 0, err
+		if n, err := d.Transport.Send(frames[from:]); err != nil {
+			return from + n, err
 		}
 	}
 	return len(frames), nil
@@ -189,8 +202,9 @@ func lossOneFrame(b *testing.B, o BoardOptions, kind dropKind, size int) {
 		kind.frame = (kind.frame - 1) / o.PullBlockFrames * o.PullBlockFrames
 	}
 	for _, d := range []*dropOne{da, db} {
+		d.what.Store(&dropWhat{kind, pr.ba.ord})
 		d.mu.Lock()
-		d.kind, d.ord, d.on = kind, pr.ba.ord, kind.typ != 0
+		d.on = kind.typ != 0
 		d.mu.Unlock()
 	}
 	ca0, cb0 := pr.a.Counters(), pr.b.Counters()
