@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -116,4 +117,21 @@ func queueDrops(pr *pair) uint64 {
 		}
 	}
 	return d
+}
+
+// pongOnce receives one message into buf on pr.b and sends it back.
+func pongOnce(ctx context.Context, pr *pair, buf []byte) error {
+	r, err := pr.b.IRecv([][]byte{buf}, 0, 0, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		return err
+	}
+	s, err := pr.b.ISend([][]byte{buf}, pr.btoa, 0, nil)
+	if err != nil {
+		return err
+	}
+	_, err = s.Wait(ctx)
+	return err
 }
