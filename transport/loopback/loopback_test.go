@@ -737,10 +737,11 @@ func TestPingPongReusesFirstSlot(t *testing.T) {
 }
 
 // TestLossyBatchArrivesWhole: with faults on (a loss too small to drop
-// anything), a Send of 8 frames reaches a receiver that polls as one
+// anything), a Send of 64 frames reaches a receiver that polls as one
 // batch, as without faults: the fault line delivers the frames it lets
 // through as one run (one publish, one wake-up), not a frame at a time,
-// so a poller does not take a sender's batch in pieces.
+// so a poller does not take a sender's batch in pieces. The send starts
+// once the poller is polling.
 func TestLossyBatchArrivesWhole(t *testing.T) {
 	n := newNet(t, Options{Faults: Faults{Loss: 1e-12, Seed: 1}})
 	a := attach(t, n, 1)
@@ -749,9 +750,11 @@ func TestLossyBatchArrivesWhole(t *testing.T) {
 		res := make(chan int, 1)
 		ready := make(chan struct{})
 		go func() {
-			got := make([]transport.Frame, 16)
-			close(ready)
-			for range 10_000_000 {
+			got := make([]transport.Frame, 128)
+			for i := range 10_000_000 {
+				if i == 100 {
+					close(ready)
+				}
 				if k, _ := b.Recv(got, 0); k > 0 {
 					res <- k
 					return
@@ -761,11 +764,11 @@ func TestLossyBatchArrivesWhole(t *testing.T) {
 			res <- 0
 		}()
 		<-ready
-		if k, err := a.Send(seqFrames(8, 8000)); k != 8 || err != nil {
+		if k, err := a.Send(seqFrames(64, 8000)); k != 64 || err != nil {
 			t.Fatalf("Send = %d, %v", k, err)
 		}
-		if k := <-res; k != 8 {
-			t.Fatalf("round %d: the poller's first take was %d frames of the batch of 8", round, k)
+		if k := <-res; k != 64 {
+			t.Fatalf("round %d: the poller's first take was %d frames of the batch of 64", round, k)
 		}
 	}
 }
