@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -54,21 +55,7 @@ func lossyPingPong(b *testing.B, o BoardOptions, f loopback.Faults, size int) {
 	done := make(chan error, 1)
 	go func() {
 		for i := 0; i < iters; i++ {
-			r, err := pr.b.IRecv([][]byte{pbuf}, 0, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := r.Wait(ctx); err != nil {
-				done <- err
-				return
-			}
-			s, err := pr.b.ISend([][]byte{pbuf}, pr.btoa, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := s.Wait(ctx); err != nil {
+			if err := pongOnce(ctx, pr, pbuf); err != nil {
 				done <- err
 				return
 			}
@@ -130,4 +117,21 @@ func queueDrops(pr *pair) uint64 {
 		}
 	}
 	return d
+}
+
+// pongOnce receives one message into buf on pr.b and sends it back.
+func pongOnce(ctx context.Context, pr *pair, buf []byte) error {
+	r, err := pr.b.IRecv([][]byte{buf}, 0, 0, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		return err
+	}
+	s, err := pr.b.ISend([][]byte{buf}, pr.btoa, 0, nil)
+	if err != nil {
+		return err
+	}
+	_, err = s.Wait(ctx)
+	return err
 }

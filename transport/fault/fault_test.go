@@ -291,4 +291,39 @@ func TestLineDeliversLate(t *testing.T) {
 	}
 }
 
+// TestLineHoldsBack checks HoldsBack: true while reorder or delay is on,
+// and while a frame is still held after the options turn to loss only;
+// false with loss only and nothing held.
+func TestLineHoldsBack(t *testing.T) {
+	holds := func(l *fault.Line[int]) bool {
+		l.Lock()
+		defer l.Unlock()
+		return l.HoldsBack()
+	}
+	for _, c := range []struct {
+		name string
+		o    fault.Options
+		want bool
+	}{
+		{"loss", fault.Options{Loss: 0.5}, false},
+		{"reorder", fault.Options{Reorder: 0.5}, true},
+		{"delay", fault.Options{Delay: time.Hour}, true},
+	} {
+		l := fault.NewLine(c.o, func(fault.Item[int]) {})
+		if got := holds(l); got != c.want {
+			t.Errorf("%s: HoldsBack = %v, want %v", c.name, got, c.want)
+		}
+		l.Close()
+	}
+	l := fault.NewLine(fault.Options{Delay: time.Hour}, func(fault.Item[int]) {})
+	defer l.Close()
+	l.Lock()
+	l.Frame(time.Now(), 1, 2, []byte{1}, func(fault.Item[int]) { t.Error("a delayed frame was delivered at once") })
+	l.Unlock()
+	l.SetOptions(fault.Options{Loss: 0.5})
+	if !holds(l) {
+		t.Error("HoldsBack = false with a delayed frame still held under loss only")
+	}
+}
+
 var _ transport.Transport = (*fault.Transport)(nil)

@@ -58,6 +58,17 @@ func (l *Line[T]) Frame(now time.Time, tag T, peer transport.NICID, data []byte,
 	}
 }
 
+// HoldsBack reports, for a caller holding the lock, whether the line may
+// hold frames back: the options in force reorder or delay, or frames it
+// held are still due. Frames its Frame calls let through must then be
+// delivered before the lock is released, so they keep their order with
+// those the timer goroutine releases; otherwise they may be delivered
+// after it, by a caller that keeps its own order.
+func (l *Line[T]) HoldsBack() bool {
+	_, held := l.in.Next()
+	return held || l.in.o.needsTimer()
+}
+
 // SetOptions applies o (clamped) to frames offered from now on and
 // reseeds the PRNG; frames already held or delayed are still delivered.
 func (l *Line[T]) SetOptions(o Options) {

@@ -45,10 +45,21 @@
 // and delayed, with the fractions given. Decisions come from a PRNG seeded by
 // Faults.Seed, and are drawn in send order under one network-wide lock, so the
 // same seed and the same sequence of Send calls give the same fault pattern
-// (which frames are lost, corrupted, ...) from run to run. Delayed and held
-// frames are released by one timer goroutine per network, started when a
-// fault needs it and stopped by [Network.Close]. With every fault at zero the
-// wire takes the fast path above. The model itself lives in package [fault],
+// (which frames are lost, corrupted, ...) from run to run. The lock is
+// held for the draws: the frames of a Send that the model lets through are
+// then delivered as the fast path delivers them, each run to one port with
+// one enqueue, and after the lock is released unless the model may hold
+// frames back (reorder or delay on, or a frame still held), whose release
+// must keep its order with theirs. So a polling receiver takes a sender's
+// batch as one batch, and a sender's copies (or its wait for room in a
+// full queue) hold up no send to another port unless reorder or delay is
+// on: with faults on and nothing lost, the wire costs what it costs
+// without. The frames of one Send keep their order, save those the model
+// reorders; two concurrent Sends from one port to one destination may
+// arrive in either order, as on the fast path. Delayed and held frames are
+// released by one timer goroutine per network, started when a fault needs
+// it and stopped by [Network.Close]. With every fault at zero the wire
+// takes the fast path above. The model itself lives in package [fault],
 // whose wrapper applies the same faults, with the same seeds, to any other
 // transport.
 package loopback

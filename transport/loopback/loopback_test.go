@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -733,4 +734,100 @@ func TestPingPongReusesFirstSlot(t *testing.T) {
 		t.Fatalf("held %v, received %v", held.Data, in[0].Data)
 	}
 	b.Release(&held)
+}
+
+// TestLossyBatchArrivesWhole: with faults on (a loss too small to drop
+// anything), a Send of 64 frames reaches a receiver that polls as one
+// batch, as without faults: the fault line delivers the frames it lets
+// through as one run (one publish, one wake-up), not a frame at a time,
+// so a poller does not take a sender's batch in pieces. The send starts
+// once the poller is polling.
+func TestLossyBatchArrivesWhole(t *testing.T) {
+	n := newNet(t, Options{Faults: Faults{Loss: 1e-12, Seed: 1}})
+	a := attach(t, n, 1)
+	b := attach(t, n, 2)
+	for round := range 200 {
+		res := make(chan int, 1)
+		ready := make(chan struct{})
+		go func() {
+			got := make([]transport.Frame, 128)
+			for i := range 10_000_000 {
+				if i == 100 {
+					close(ready)
+				}
+				if k, _ := b.Recv(got, 0); k > 0 {
+					res <- k
+					return
+				}
+				runtime.Gosched()
+			}
+			res <- 0
+		}()
+		<-ready
+		if k, err := a.Send(seqFrames(64, 8000)); k != 64 || err != nil {
+			t.Fatalf("Send = %d, %v", k, err)
+		}
+		if k := <-res; k != 64 {
+			t.Fatalf("round %d: the poller's first take was %d frames of the batch of 64", round, k)
+		}
+	}
+}
+
+// TestLossyWaitForRoomHoldsNoOtherPort: with faults on, a sender waiting
+// for room in a full queue (its receiver reads nothing) does not hold up
+// another port's send to another receiver: the fault line's lock is held
+// for its draws only, not across the copies and the wait for room.
+func TestLossyWaitForRoomHoldsNoOtherPort(t *testing.T) {
+	n := newNet(t, Options{QueueLen: 4, FullWait: hangGuard, Faults: Faults{Loss: 1e-12, Seed: 1}})
+	a := attach(t, n, 1)
+	b := attach(t, n, 2)
+	c := attach(t, n, 3)
+	d := attach(t, n, 4)
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := a.Send(seqFrames(8, 16)) // 4 fit; the rest wait for b
+		blocked <- err
+	}()
+	deadline := time.Now().Add(hangGuard)
+	for counter(b, "queue_waits") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sender never waited for room")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := c.Send([]transport.Frame{{Peer: 4, Data: []byte{7}}})
+		sent <- err
+	}()
+	select {
+	case err := <-sent:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-blocked:
+		t.Fatal("the other port's send waited for the full queue to drain")
+	case <-time.After(hangGuard):
+		t.Fatal("the other port's send did not return while a sender waited for room")
+	}
+	select {
+	case <-blocked:
+		t.Fatal("the waiting send returned before its receiver took anything")
+	default:
+	}
+	if got := recvAll(t, d, 0); len(got) != 1 || got[0].Data[0] != 7 {
+		t.Fatalf("the other receiver got %v", got)
+	}
+	got := make([]transport.Frame, 8)
+	total := 0
+	for total < 8 {
+		k, err := b.Recv(got, hangGuard)
+		if err != nil || k == 0 {
+			t.Fatalf("after %d of 8 frames: Recv = %d, %v", total, k, err)
+		}
+		total += k
+	}
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
 }
