@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -190,15 +189,8 @@ func TestArmClearsLatchedCause(t *testing.T) {
 		}
 	}
 	// armed waits (bounded) for WaitRx's arming write past count.
-	armed := func(count uint64) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["IMS"] <= count; {
-			if time.Now().After(deadline) {
-				t.Fatal("WaitRx did not arm the queue's vector (no IMS write)")
-			}
-			runtime.Gosched()
-		}
-	}
+	accesses := func() emulated.NICAccesses { return p.Accesses(1) }
+	armed := func(count uint64) { nictest.WaitArmed(t, accesses, "IMS", count) }
 	wait := func(ctx context.Context) chan error {
 		done := make(chan error, 1)
 		go func() {

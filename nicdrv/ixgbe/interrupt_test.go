@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -120,12 +119,7 @@ func TestWakeOnFrame(t *testing.T) {
 			}()
 			// Bounded wait for the arming write: the waiter first looks at
 			// the ring a while, spinning and then yielding.
-			for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["EIMS_EX0"] == armed; {
-				if time.Now().After(deadline) {
-					t.Fatalf("frame %d: WaitRx did not arm queue %d's vector (no EIMS_EX0 write)", i, q)
-				}
-				runtime.Gosched()
-			}
+			nictest.WaitArmed(t, func() emulated.NICAccesses { return p.Accesses(1) }, "EIMS_EX0", armed)
 			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9002, uint64(i)) })
 			if err := <-woke; err != nil {
 				t.Fatalf("frame %d: %v", i, err)
@@ -195,15 +189,8 @@ func TestArmClearsLatchedCause(t *testing.T) {
 			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9000, uint64(i)) })
 		}
 		// armed waits (bounded) for WaitRx's arming write past count.
-		armed := func(count uint64) {
-			t.Helper()
-			for deadline := time.Now().Add(20 * time.Second); p.Accesses(1).Writes["EIMS_EX0"] <= count; {
-				if time.Now().After(deadline) {
-					t.Fatal("WaitRx did not arm queue 0's vector (no EIMS_EX0 write)")
-				}
-				runtime.Gosched()
-			}
-		}
+		accesses := func() emulated.NICAccesses { return p.Accesses(1) }
+		armed := func(count uint64) { nictest.WaitArmed(t, accesses, "EIMS_EX0", count) }
 		wait := func(ctx context.Context) chan error {
 			done := make(chan error, 1)
 			go func() {
