@@ -80,6 +80,44 @@ func mustWait(t testing.TB, r *Request, d time.Duration) Status {
 	return st
 }
 
+// requestReply sends msg from a to b (match 1) and, once it has arrived,
+// an empty reply from b to a (match 2), then waits for the reply and for
+// both sends, d at most each: the request's ack may ride on the reply, so
+// a test that delays its acks still round-trips at once, and the boards
+// measure the round trip from it. It fails the test if msg arrives
+// changed. A nil msg is sent and received with no segment at all.
+func (pr *pair) requestReply(t testing.TB, msg []byte, d time.Duration) {
+	t.Helper()
+	var ssegs, rsegs [][]byte
+	buf := make([]byte, len(msg))
+	if msg != nil {
+		ssegs, rsegs = [][]byte{msg}, [][]byte{buf}
+	}
+	r, err := pr.b.IRecv(rsegs, 1, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pr.a.ISend(ssegs, pr.atob, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, r, d)
+	back, err := pr.b.ISend(nil, pr.btoa, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := pr.a.IRecv(nil, 2, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, r2, d)
+	mustWait(t, s, d)
+	mustWait(t, back, d)
+	if !bytes.Equal(buf, msg) {
+		t.Fatalf("got %q, want %q", buf, msg)
+	}
+}
+
 // exchange posts a receive into rsegs on dst for match (under mask),
 // sends ssegs from src to to with that match, and waits for both; it
 // fails the test on any error. It allocates nothing beyond the two
