@@ -549,17 +549,9 @@ func (e *Endpoint) Wait(ctx context.Context, r *Request) (Status, error) { retur
 // TestAny completes and returns the status of the oldest completed request
 // whose match info m satisfies m&mask == match.
 func (e *Endpoint) TestAny(match, mask uint64) (Status, bool) {
-	b := e.b
-	b.mu.Lock()
-	defer b.unlockKick()
-	for r := e.doneq.Front(); r != nil; r = r.d.Next() {
-		if r.status.Match&mask == match {
-			var st Status
-			r.consumeLocked(&st)
-			return st, true
-		}
-	}
-	return Status{}, false
+	e.b.mu.Lock()
+	defer e.b.unlockKick()
+	return e.testAnyLocked(match, mask)
 }
 
 // WaitAny blocks until TestAny(match, mask) succeeds, ctx is done
