@@ -750,18 +750,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 		e.evWaiters++
 		ev, wake := e.ev, e.wake
 		b.unlockKick()
-		b.sleep.chanSleepers.Add(1) // sleep.go
-		b.blocked(1)                // oversub.go
-		var err error
-		select {
-		case <-ev:
-		case <-ctx.Done():
-			err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		case <-wake:
-			err = ErrWokenUp
-		}
-		b.sleep.chanSleepers.Add(-1)
-		b.blocked(-1)
+		err := b.sleepOnChan(ctx, ev, wake)
 		b.mu.Lock()
 		e.evWaiters--
 		if err != nil {
