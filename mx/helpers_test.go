@@ -118,6 +118,37 @@ func (pr *pair) requestReply(t testing.TB, msg []byte, d time.Duration) {
 	}
 }
 
+// echoB starts pr.b answering n messages from pr.a on a goroutine: each
+// received (any match) into rsegs and answered with ssegs (match 0),
+// every request waited for under ctx. The channel gets the first error,
+// or nil once all n are answered. Benchmarks pass segments made once, so
+// the echo allocates only its requests.
+func (pr *pair) echoB(ctx context.Context, n int, rsegs, ssegs [][]byte) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			for range n {
+				r, err := pr.b.IRecv(rsegs, 0, 0, nil)
+				if err != nil {
+					return err
+				}
+				if _, err := r.Wait(ctx); err != nil {
+					return err
+				}
+				s, err := pr.b.ISend(ssegs, pr.btoa, 0, nil)
+				if err != nil {
+					return err
+				}
+				if _, err := s.Wait(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	return done
+}
+
 // exchange posts a receive into rsegs on dst for match (under mask),
 // sends ssegs from src to to with that match, and waits for both; it
 // fails the test on any error. It allocates nothing beyond the two

@@ -50,31 +50,7 @@ func lossyPingPong(b *testing.B, o BoardOptions, f loopback.Faults, size int) {
 	sbuf, rbuf := pattern(size, 1), make([]byte, size)
 	pbuf := make([]byte, size)
 	const warm = 10
-	iters := b.N + warm
-	done := make(chan error, 1)
-	go func() {
-		for i := 0; i < iters; i++ {
-			r, err := pr.b.IRecv([][]byte{pbuf}, 0, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := r.Wait(ctx); err != nil {
-				done <- err
-				return
-			}
-			s, err := pr.b.ISend([][]byte{pbuf}, pr.btoa, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := s.Wait(ctx); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	done := pr.echoB(ctx, b.N+warm, [][]byte{pbuf}, [][]byte{pbuf})
 	round := func() { exchange(b, ctx, pr.a, pr.atob, pr.a, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
 	for i := 0; i < warm; i++ {
 		round()
