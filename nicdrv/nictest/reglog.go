@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 	"github.com/gomx-dev/gomx/pci"
 )
@@ -84,23 +83,6 @@ func (l *RegLog) WaitRxAccesses(t testing.TB, n nicdrv.NIC, last string, queues 
 		t.Fatalf("WaitRx on queues %v made no %q in 20 s; register accesses: %q", queues, last, got)
 	}
 	return got
-}
-
-// WaitArmed waits, 20 s at most, until register reg has been written more
-// than past times by the counts accesses returns (an emulated platform's
-// Accesses for the port under test), yielding between looks. A test counts
-// the writes to a queue's mask register, starts a WaitRx, and waits here
-// for the write that arms the queue's vector before it sends a frame or
-// cancels: what comes next then meets a sleeping waiter. It fails t,
-// naming the register, if the write does not come.
-func WaitArmed(t testing.TB, accesses func() emulated.NICAccesses, reg string, past uint64) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); accesses().Writes[reg] <= past; {
-		if time.Now().After(deadline) {
-			t.Fatalf("WaitRx did not arm its vector: no %s write past the %d counted in 20 s", reg, past)
-		}
-		runtime.Gosched()
-	}
 }
 
 func (l *RegLog) add(format string, a ...any) {

@@ -1,0 +1,101 @@
+package nictest
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/emulated"
+	"github.com/gomx-dev/gomx/nicdrv"
+)
+
+// WaitArmed waits, 20 s at most, until register reg has been written more
+// than past times by the counts accesses returns (an emulated platform's
+// Accesses for the port under test), yielding between looks. A test counts
+// the writes to a queue's mask register, starts a WaitRx, and waits here
+// for the write that arms the queue's vector before it sends a frame or
+// cancels: what comes next then meets a sleeping waiter. It fails t,
+// naming the register, if the write does not come.
+func WaitArmed(t testing.TB, accesses func() emulated.NICAccesses, reg string, past uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); accesses().Writes[reg] <= past; {
+		if time.Now().After(deadline) {
+			t.Fatalf("WaitRx did not arm its vector: no %s write past the %d counted in 20 s", reg, past)
+		}
+		runtime.Gosched()
+	}
+}
+
+// LatchedCause is a NIC under test, opened with interrupts on, and what
+// CheckArmClearsLatchedCause needs of its driver's test to drive it.
+type LatchedCause struct {
+	// NIC receives, on queue 0.
+	NIC nicdrv.NIC
+	// Accesses returns the model's access counts for NIC's port, Mask
+	// names the register whose write arms queue 0's vector (IMS,
+	// EIMS_EX0) and Interrupts returns how many interrupts the model
+	// raised on NIC's port.
+	Accesses   func() emulated.NICAccesses
+	Mask       string
+	Interrupts func() uint64
+	// Send sends frame i to NIC's queue 0; Take waits (bounded) until
+	// count frames sent have come in on queue 0, and frees them.
+	Send func(i int)
+	Take func(count int)
+}
+
+// CheckArmClearsLatchedCause checks that frames taken while queue 0's
+// vector was masked (it fired, and masked itself, for the first of them)
+// leave no interrupt behind: the WaitRx that next sleeps on the emptied
+// ring clears the cause they latched as it arms, so the arming raises no
+// interrupt and the sleep ends only at its cancellation. Without the
+// clear the model sends the latched cause at the arming write: one
+// interrupt, for frames already taken.
+func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
+	t.Helper()
+	wait := func(ctx context.Context) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.NIC.WaitRx(ctx, 0)
+			done <- err
+		}()
+		return done
+	}
+	interrupts := func() uint64 {
+		s, err := c.NIC.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Interrupts
+	}
+	// The first frame wakes a sleeping WaitRx: the vector fires and masks
+	// itself; three more come while it is masked.
+	count := c.Accesses().Writes[c.Mask]
+	done := wait(context.Background())
+	WaitArmed(t, c.Accesses, c.Mask, count)
+	c.Send(0)
+	if err := <-done; err != nil {
+		t.Fatalf("WaitRx for the first frame: %v", err)
+	}
+	for i := 1; i < 4; i++ {
+		c.Send(i)
+	}
+	c.Take(4) // every frame in the ring, its cause latched, and taken
+	before, consumed := c.Interrupts(), interrupts()
+	ctx, cancel := context.WithCancel(context.Background())
+	count = c.Accesses().Writes[c.Mask]
+	done = wait(ctx)
+	WaitArmed(t, c.Accesses, c.Mask, count)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitRx on the emptied ring, cancelled: %v, want context.Canceled", err)
+	}
+	if got := c.Interrupts() - before; got != 0 {
+		t.Errorf("arming queue 0 for a sleep on its emptied ring raised %d interrupts, want 0: the cause the frames taken while it was masked latched was not cleared", got)
+	}
+	if got := interrupts() - consumed; got != 0 {
+		t.Errorf("WaitRx on the emptied ring consumed %d interrupts, want 0", got)
+	}
+}
