@@ -188,7 +188,7 @@ func TestArmClearsLatchedCause(t *testing.T) {
 	}
 	nictest.CheckArmClearsLatchedCause(t, nictest.LatchedCause{
 		NIC:        b,
-		Accesses:   func() emulated.NICAccesses { return p.Accesses(1) },
+		Writes:     func(reg string) uint64 { return p.Accesses(1).Writes[reg] },
 		Mask:       "IMS",
 		Interrupts: func() uint64 { return p.Stats(1).Interrupts },
 		Send:       send,

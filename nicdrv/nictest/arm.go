@@ -7,20 +7,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/nicdrv"
 )
 
 // WaitArmed waits, 20 s at most, until register reg has been written more
-// than past times by the counts accesses returns (an emulated platform's
-// Accesses for the port under test), yielding between looks. A test counts
+// than past times, as writes counts them (a model's count of the writes to
+// a register of the port under test: emulated's Accesses), yielding
+// between looks. A test counts
 // the writes to a queue's mask register, starts a WaitRx, and waits here
 // for the write that arms the queue's vector before it sends a frame or
 // cancels: what comes next then meets a sleeping waiter. It fails t,
 // naming the register, if the write does not come.
-func WaitArmed(t testing.TB, accesses func() emulated.NICAccesses, reg string, past uint64) {
+func WaitArmed(t testing.TB, writes func(reg string) uint64, reg string, past uint64) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); accesses().Writes[reg] <= past; {
+	for deadline := time.Now().Add(20 * time.Second); writes(reg) <= past; {
 		if time.Now().After(deadline) {
 			t.Fatalf("WaitRx did not arm its vector: no %s write past the %d counted in 20 s", reg, past)
 		}
@@ -33,11 +33,11 @@ func WaitArmed(t testing.TB, accesses func() emulated.NICAccesses, reg string, p
 type LatchedCause struct {
 	// NIC receives, on queue 0.
 	NIC nicdrv.NIC
-	// Accesses returns the model's access counts for NIC's port, Mask
-	// names the register whose write arms queue 0's vector (IMS,
-	// EIMS_EX0) and Interrupts returns how many interrupts the model
-	// raised on NIC's port.
-	Accesses   func() emulated.NICAccesses
+	// Writes returns the model's count of writes to a register of
+	// NIC's port, Mask names the register whose write arms queue 0's
+	// vector (IMS, EIMS_EX0) and Interrupts returns how many interrupts
+	// the model raised on NIC's port.
+	Writes     func(reg string) uint64
 	Mask       string
 	Interrupts func() uint64
 	// Send sends frame i to NIC's queue 0; Take waits (bounded) until
@@ -72,9 +72,9 @@ func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
 	}
 	// The first frame wakes a sleeping WaitRx: the vector fires and masks
 	// itself; three more come while it is masked.
-	count := c.Accesses().Writes[c.Mask]
+	count := c.Writes(c.Mask)
 	done := wait(context.Background())
-	WaitArmed(t, c.Accesses, c.Mask, count)
+	WaitArmed(t, c.Writes, c.Mask, count)
 	c.Send(0)
 	if err := <-done; err != nil {
 		t.Fatalf("WaitRx for the first frame: %v", err)
@@ -85,9 +85,9 @@ func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
 	c.Take(4) // every frame in the ring, its cause latched, and taken
 	before, consumed := c.Interrupts(), interrupts()
 	ctx, cancel := context.WithCancel(context.Background())
-	count = c.Accesses().Writes[c.Mask]
+	count = c.Writes(c.Mask)
 	done = wait(ctx)
-	WaitArmed(t, c.Accesses, c.Mask, count)
+	WaitArmed(t, c.Writes, c.Mask, count)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("WaitRx on the emptied ring, cancelled: %v, want context.Canceled", err)
