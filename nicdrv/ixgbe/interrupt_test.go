@@ -118,7 +118,7 @@ func TestWakeOnFrame(t *testing.T) {
 			}()
 			// Bounded wait for the arming write: the waiter first looks at
 			// the ring a while, spinning and then yielding.
-			nictest.WaitArmed(t, func(reg string) uint64 { return p.Accesses(1).Writes[reg] }, "EIMS_EX0", armed)
+			nictest.WaitArmed(t, fmt.Sprintf("frame %d on queue %d", i, q), func(reg string) uint64 { return p.Accesses(1).Writes[reg] }, "EIMS_EX0", armed)
 			send(t, a, func(fr []byte) []byte { return udpFrame(fr, b.MAC(), a.MAC(), 1, 9002, uint64(i)) })
 			if err := <-woke; err != nil {
 				t.Fatalf("frame %d: %v", i, err)

@@ -13,16 +13,17 @@ import (
 // WaitArmed waits, 20 s at most, until register reg has been written more
 // than past times, as writes counts them (a model's count of the writes to
 // a register of the port under test: emulated's Accesses), yielding
-// between looks. A test counts
-// the writes to a queue's mask register, starts a WaitRx, and waits here
-// for the write that arms the queue's vector before it sends a frame or
-// cancels: what comes next then meets a sleeping waiter. It fails t,
-// naming the register, if the write does not come.
-func WaitArmed(t testing.TB, writes func(reg string) uint64, reg string, past uint64) {
+// between looks. A test counts the writes to a queue's mask register,
+// starts a WaitRx, and waits here for the write that arms the queue's
+// vector before it sends a frame or cancels: what comes next then meets a
+// sleeping waiter. If the write does not come it fails t with a message
+// that begins with what (which wait: "frame 3 on queue 2") and names the
+// register.
+func WaitArmed(t testing.TB, what string, writes func(reg string) uint64, reg string, past uint64) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); writes(reg) <= past; {
 		if time.Now().After(deadline) {
-			t.Fatalf("WaitRx did not arm its vector: no %s write past the %d counted in 20 s", reg, past)
+			t.Fatalf("%s: WaitRx did not arm its vector: no %s write past the %d counted in 20 s", what, reg, past)
 		}
 		runtime.Gosched()
 	}
@@ -33,16 +34,19 @@ func WaitArmed(t testing.TB, writes func(reg string) uint64, reg string, past ui
 type LatchedCause struct {
 	// NIC receives, on queue 0.
 	NIC nicdrv.NIC
-	// Writes returns the model's count of writes to a register of
-	// NIC's port, Mask names the register whose write arms queue 0's
-	// vector (IMS, EIMS_EX0) and Interrupts returns how many interrupts
-	// the model raised on NIC's port.
-	Writes     func(reg string) uint64
-	Mask       string
+	// Writes returns the model's count of writes to a register of NIC's
+	// port.
+	Writes func(reg string) uint64
+	// Mask names the register whose write arms queue 0's vector (IMS,
+	// EIMS_EX0).
+	Mask string
+	// Interrupts returns how many interrupts the model raised on NIC's
+	// port.
 	Interrupts func() uint64
-	// Send sends frame i to NIC's queue 0; Take waits (bounded) until
-	// count frames sent have come in on queue 0, and frees them.
+	// Send sends frame i to NIC's queue 0.
 	Send func(i int)
+	// Take waits (bounded) until the count frames sent since the check
+	// began have come in on queue 0, and frees them.
 	Take func(count int)
 }
 
@@ -64,6 +68,7 @@ func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
 		return done
 	}
 	interrupts := func() uint64 {
+		t.Helper()
 		s, err := c.NIC.Stats()
 		if err != nil {
 			t.Fatal(err)
@@ -72,12 +77,15 @@ func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
 	}
 	// The first frame wakes a sleeping WaitRx: the vector fires and masks
 	// itself; three more come while it is masked.
+	// Bounded, so a driver that never takes the interrupt fails here.
+	first, cancelFirst := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelFirst()
 	count := c.Writes(c.Mask)
-	done := wait(context.Background())
-	WaitArmed(t, c.Writes, c.Mask, count)
+	done := wait(first)
+	WaitArmed(t, "the first frame", c.Writes, c.Mask, count)
 	c.Send(0)
 	if err := <-done; err != nil {
-		t.Fatalf("WaitRx for the first frame: %v", err)
+		t.Fatalf("WaitRx for the first frame (20 s at most): %v", err)
 	}
 	for i := 1; i < 4; i++ {
 		c.Send(i)
@@ -87,7 +95,7 @@ func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
 	ctx, cancel := context.WithCancel(context.Background())
 	count = c.Writes(c.Mask)
 	done = wait(ctx)
-	WaitArmed(t, c.Writes, c.Mask, count)
+	WaitArmed(t, "the emptied ring", c.Writes, c.Mask, count)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("WaitRx on the emptied ring, cancelled: %v, want context.Canceled", err)
