@@ -399,7 +399,6 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	}
 	fail := func(op string, e error) *OpError { return opErr(op, iface, queue, e) }
 
-	// Setup is a stack of undo steps, run in reverse if a later step fails.
 	var undo rollback.Stack
 	defer func() {
 		if err != nil {
