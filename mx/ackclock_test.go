@@ -144,7 +144,7 @@ func checkRoundTripSamples(t *testing.T, busy bool) {
 	ctx := testCtx(t, 10*time.Minute)
 	const rounds = 400
 	buf := make([]byte, 8)
-	done := pr.echoB(ctx, rounds, [][]byte{buf}, [][]byte{buf})
+	ctx, done := pr.echoB(ctx, rounds, [][]byte{buf}, [][]byte{buf})
 	sbuf, rbuf := make([]byte, 8), make([]byte, 8)
 	for range rounds {
 		pingOnce(t, ctx, pr.a, pr.atob, pr.a, 0, 0, [][]byte{sbuf}, [][]byte{rbuf})

@@ -28,10 +28,9 @@ func BenchmarkPingPong(b *testing.B) {
 
 func pingPong(b *testing.B, tf transportFactory, opts BoardOptions, size int) {
 	pr := newPair(b, tf, opts, loopback.Faults{})
-	ctx := context.Background()
 	sbuf, rbuf := make([]byte, size), make([]byte, size)
 	pbuf, qbuf := make([]byte, size), make([]byte, size)
-	done := pr.echoB(ctx, b.N+10, [][]byte{pbuf}, [][]byte{qbuf})
+	ctx, done := pr.echoB(testCtx(b, time.Minute), b.N+10, [][]byte{pbuf}, [][]byte{qbuf})
 	segs, rsegs := [][]byte{sbuf}, [][]byte{rbuf}
 	round := func() { pingOnce(b, ctx, pr.a, pr.atob, pr.a, 0, 0, segs, rsegs) }
 	for i := 0; i < 10; i++ {

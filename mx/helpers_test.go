@@ -121,12 +121,17 @@ func (pr *pair) requestReply(t testing.TB, msg []byte, d time.Duration) {
 // echoB starts pr.b answering n messages from pr.a on a goroutine: each
 // received (any match) into rsegs and answered with ssegs (match 0),
 // every request waited for under ctx. The channel gets the first error,
-// or nil once all n are answered. Benchmarks pass segments made once, so
-// the echo allocates only its requests.
-func (pr *pair) echoB(ctx context.Context, n int, rsegs, ssegs [][]byte) <-chan error {
+// or nil once all n are answered. The context returned is ctx, cancelled
+// with the echo's error as its cause if the echo fails: the pinging side
+// waits under it, so an echo that fails early stops the pinging at once
+// with the echo's error (pingOnce reports the cause) instead of leaving
+// it to ctx's deadline. Benchmarks pass segments made once, so the echo
+// allocates only its requests.
+func (pr *pair) echoB(ctx context.Context, n int, rsegs, ssegs [][]byte) (context.Context, <-chan error) {
+	pinging, cancel := context.WithCancelCause(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- func() error {
+		err := func() error {
 			for range n {
 				r, err := pr.b.IRecv(rsegs, 0, 0, nil)
 				if err != nil {
@@ -145,8 +150,12 @@ func (pr *pair) echoB(ctx context.Context, n int, rsegs, ssegs [][]byte) <-chan 
 			}
 			return nil
 		}()
+		if err != nil {
+			cancel(fmt.Errorf("echo: %w", err))
+		}
+		done <- err
 	}()
-	return done
+	return pinging, done
 }
 
 // exchange posts a receive into rsegs on dst for match (under mask),
@@ -172,11 +181,20 @@ func pingOnce(t testing.TB, ctx context.Context, src *Endpoint, to Addr, dst *En
 		t.Fatal(err)
 	}
 	if _, err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatal(causeOf(ctx, err))
 	}
 	if _, err := r.Wait(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatal(causeOf(ctx, err))
 	}
+}
+
+// causeOf is err, a wait's under ctx, with the cause ctx was cancelled
+// with when that is more than ctx's own error (echoB's echo failing).
+func causeOf(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && c != ctx.Err() {
+		return fmt.Errorf("%w (%v)", err, c)
+	}
+	return err
 }
 
 // openConnected opens endpoint 0 of b and connects it to endpoint 0 of
