@@ -27,7 +27,7 @@ import (
 func TestCMAMessageCost(t *testing.T) {
 	for _, s := range []LargeStrategy{LargeCMA, LargeAuto, LargeRings} {
 		t.Run(s.String(), func(t *testing.T) {
-			ctx, e, addr := largeEchoTo(t, s)
+			ctx, b, e, addr := largeEchoTo(t, s)
 			first := true
 			sizes := []int{DefaultShmEager + 1, 64 << 10, 4 << 20}
 			if s == LargeRings {
@@ -59,7 +59,7 @@ func TestCMAMessageCost(t *testing.T) {
 				}
 				if s == LargeRings {
 					replies := d.Get(RecvPullReply)
-					pb := uint64(shmTestOptions().PullBlockFrames) // the board's: largeEchoTo opens it with these
+					pb := uint64(b.Options().PullBlockFrames)
 					blocks := (replies/n + pb - 1) / pb
 					wants = append(wants, want{RecvCMA, 0}, want{CMAReads, 0}, want{SendPull, n * blocks})
 				} else {
