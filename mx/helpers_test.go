@@ -80,6 +80,40 @@ func mustWait(t testing.TB, r *Request, d time.Duration) Status {
 	return st
 }
 
+// receiveWhile posts an 8-byte receive on pr.a and waits for it on
+// another goroutine until cond holds (what names it), runs whileWaiting
+// (if not nil), then sends the message from pr.b and checks that the wait
+// completed with its bytes.
+func receiveWhile(t *testing.T, pr *pair, what string, cond func() bool, whileWaiting func()) {
+	t.Helper()
+	ctx := testCtx(t, time.Minute)
+	buf := make([]byte, 8)
+	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(ctx)
+		errc <- err
+	}()
+	waitUntil(t, what, cond)
+	if whileWaiting != nil {
+		whileWaiting()
+	}
+	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "8 bytes!" {
+		t.Fatalf("received %q", buf)
+	}
+}
+
 // requestReply sends msg from a to b (match 1) and, once it has arrived,
 // an empty reply from b to a (match 2), then waits for the reply and for
 // both sends, d at most each: the request's ack may ride on the reply, so

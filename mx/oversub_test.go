@@ -372,40 +372,6 @@ func TestYieldPolicyEnv(t *testing.T) {
 	}
 }
 
-// receiveWhile posts an 8-byte receive on pr.a and waits for it on
-// another goroutine until cond holds (what names it), runs whileWaiting
-// (if not nil), then sends the message from pr.b and checks that the wait
-// completed with its bytes.
-func receiveWhile(t *testing.T, pr *pair, what string, cond func() bool, whileWaiting func()) {
-	t.Helper()
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
-	waitUntil(t, what, cond)
-	if whileWaiting != nil {
-		whileWaiting()
-	}
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
-	}
-}
-
 // TestYieldingWaiterYields: a waiter on a board whose waiters yield
 // gives its CPU away from its first empty looks and, its message coming
 // while it does, completes it by polling: it neither spins a window first
