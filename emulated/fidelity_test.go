@@ -23,6 +23,16 @@ func (r *rig) noViolations() {
 	}
 }
 
+// wantHalt waits, bounded, for the channel to halt and fails the test
+// unless CHANERR then holds bit (what names it).
+func (r *rig) wantHalt(bit uint32, what string) {
+	r.t.Helper()
+	r.waitState(hw.StateHalted)
+	if e := r.regs.Read32(r.ch(hw.ChanErr)); e&bit == 0 {
+		r.t.Fatalf("CHANERR %s, want %s", hw.ErrString(e), what)
+	}
+}
+
 func (r *rig) wantViolation(what string) {
 	r.t.Helper()
 	if s := r.p.Stats(0); s.Violations == 0 {
@@ -186,10 +196,7 @@ func TestDoorbellMisuse(t *testing.T) {
 		r.regs.Write16(r.ch(hw.ChanDMACount), 3)
 		r.waitState(hw.StateIdle)
 		r.regs.Write16(r.ch(hw.ChanDMACount), 2)
-		r.waitState(hw.StateHalted)
-		if e := r.regs.Read32(r.ch(hw.ChanErr)); e&hw.ErrDescCount == 0 {
-			t.Fatalf("CHANERR %s, want descriptor count", hw.ErrString(e))
-		}
+		r.wantHalt(hw.ErrDescCount, "descriptor count")
 		if n := r.p.Stats(0).Descriptors; n > 16 {
 			t.Fatalf("%d descriptors ran", n)
 		}
@@ -202,10 +209,7 @@ func TestDoorbellMisuse(t *testing.T) {
 		}
 		r.start()
 		r.regs.Write16(r.ch(hw.ChanDMACount), 100) // the ring has 16
-		r.waitState(hw.StateHalted)
-		if e := r.regs.Read32(r.ch(hw.ChanErr)); e&hw.ErrDescCount == 0 {
-			t.Fatalf("CHANERR %s, want descriptor count", hw.ErrString(e))
-		}
+		r.wantHalt(hw.ErrDescCount, "descriptor count")
 		if n := r.p.Stats(0).Descriptors; n > 16 {
 			t.Fatalf("%d descriptors ran from a 16-entry ring", n)
 		}
@@ -226,10 +230,7 @@ func TestFillHintReserved(t *testing.T) {
 	r.desc(0, hw.Descriptor{Size: 64, Ctl: hw.OpFill<<hw.CtlOpShift | hw.CtlHint, Dst: r.iova(rigData)})
 	r.start()
 	r.regs.Write16(r.ch(hw.ChanDMACount), 1)
-	r.waitState(hw.StateHalted)
-	if e := r.regs.Read32(r.ch(hw.ChanErr)); e&hw.ErrDescCtrl == 0 {
-		t.Fatalf("CHANERR %s, want descriptor control", hw.ErrString(e))
-	}
+	r.wantHalt(hw.ErrDescCtrl, "descriptor control")
 }
 
 // TestPrefetch: with DMACAP.DPS (3.4) descriptors are fetched when the
@@ -439,10 +440,7 @@ func TestAddr40(t *testing.T) {
 	r.desc(0, hw.Descriptor{Size: 8, Src: 1 << 40, Dst: r.iova(rigData)})
 	r.start()
 	r.regs.Write16(r.ch(hw.ChanDMACount), 1)
-	r.waitState(hw.StateHalted)
-	if e := r.regs.Read32(r.ch(hw.ChanErr)); e&hw.ErrSrcAddr == 0 {
-		t.Fatalf("CHANERR %s, want source address", hw.ErrString(e))
-	}
+	r.wantHalt(hw.ErrSrcAddr, "source address")
 }
 
 // TestInjectHang: an injected hang stops the channel without completing

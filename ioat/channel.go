@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/rollback"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
 )
@@ -306,12 +307,10 @@ func Open(dev pci.Device, o Options) (_ *Channel, err error) {
 		return nil, opErr(addr, "BAR0", fmt.Errorf("%w: BAR0 is %d bytes, want at least 512", ErrNotCBDMA, regs.Len()))
 	}
 	c := &Channel{dev: dev, regs: regs, base: hw.ChannelBase(o.Index), quirk: model.Quirks, opts: o, addr40: model.Quirks&hw.QuirkAddr40 != 0}
-	var undo []func()
+	var undo rollback.Stack
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			undo.Run()
 		}
 	}()
 	if err := pci.SetCommand(dev, pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/rollback"
 	"github.com/gomx-dev/gomx/ioat/dsahw"
 	"github.com/gomx-dev/gomx/ioat/hw"
 	"github.com/gomx-dev/gomx/pci"
@@ -106,12 +107,10 @@ func OpenDSA(dev pci.Device, nWQ int, o Options) (_ []*WQ, err error) {
 		return nil, fmt.Errorf("ioat: %s: DSA portals (BAR2): %w", addr, err)
 	}
 	d := &dsaDevice{dev: dev, addr: addr, regs: regs, portal: portal, name: name, cmdTO: o.ResetTimeout}
-	var undo []func()
+	var undo rollback.Stack
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			undo.Run()
 		}
 	}()
 	if err := pci.SetCommand(dev, pci.CommandMemory|pci.CommandBusMaster|pci.CommandINTxDisable); err != nil {

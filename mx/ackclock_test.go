@@ -143,29 +143,8 @@ func checkRoundTripSamples(t *testing.T, busy bool) {
 	pr := newPair(t, factoryNamed(t, "loopback"), opts, loopback.Faults{})
 	ctx := testCtx(t, 10*time.Minute)
 	const rounds = 400
-	done := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 8)
-		for range rounds {
-			r, err := pr.b.IRecv([][]byte{buf}, 0, 0, nil)
-			if err == nil {
-				_, err = r.Wait(ctx)
-			}
-			if err != nil {
-				done <- err
-				return
-			}
-			s, err := pr.b.ISend([][]byte{buf}, pr.btoa, 0, nil)
-			if err == nil {
-				_, err = s.Wait(ctx)
-			}
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	buf := make([]byte, 8)
+	ctx, done := pr.echoB(ctx, rounds, [][]byte{buf}, [][]byte{buf})
 	sbuf, rbuf := make([]byte, 8), make([]byte, 8)
 	for range rounds {
 		pingOnce(t, ctx, pr.a, pr.atob, pr.a, 0, 0, [][]byte{sbuf}, [][]byte{rbuf})

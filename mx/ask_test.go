@@ -38,27 +38,13 @@ func TestAskRevealsLoss(t *testing.T) {
 					opts.AckDelay = 200 * time.Millisecond
 					opts.ZombieSends = -1
 					pr := newPairOn(t, w, opts, opts)
-					exchange := func(msg []byte) {
-						buf := make([]byte, len(msg))
-						r, _ := pr.b.IRecv([][]byte{buf}, 1, ^uint64(0), nil)
-						s, _ := pr.a.ISend([][]byte{msg}, pr.atob, 1, nil)
-						mustWait(t, r, 30*time.Second)
-						back, _ := pr.b.ISend(nil, pr.btoa, 2, nil)
-						r2, _ := pr.a.IRecv(nil, 2, ^uint64(0), nil)
-						mustWait(t, r2, 30*time.Second)
-						mustWait(t, s, 30*time.Second)
-						mustWait(t, back, 30*time.Second)
-						if !bytes.Equal(buf, msg) {
-							t.Fatalf("got %q, want %q", buf, msg)
-						}
-					}
 					if measured {
 						for range 20 { // round trips to measure
-							exchange([]byte("ping"))
+							pr.requestReply(t, []byte("ping"), 30*time.Second)
 						}
 					}
 					ca0, cb0 := pr.a.Counters(), pr.b.Counters()
-					exchange(marker)
+					pr.requestReply(t, marker, 30*time.Second)
 					if !d.dropped.Load() {
 						t.Fatal("the wire dropped nothing")
 					}

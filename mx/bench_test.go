@@ -28,35 +28,9 @@ func BenchmarkPingPong(b *testing.B) {
 
 func pingPong(b *testing.B, tf transportFactory, opts BoardOptions, size int) {
 	pr := newPair(b, tf, opts, loopback.Faults{})
-	ctx := context.Background()
 	sbuf, rbuf := make([]byte, size), make([]byte, size)
 	pbuf, qbuf := make([]byte, size), make([]byte, size)
-	done := make(chan error, 1)
-	iters := b.N + 10
-	go func() {
-		segs, rsegs := [][]byte{qbuf}, [][]byte{pbuf}
-		for i := 0; i < iters; i++ {
-			r, err := pr.b.IRecv(rsegs, 0, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := r.Wait(ctx); err != nil {
-				done <- err
-				return
-			}
-			s, err := pr.b.ISend(segs, pr.btoa, 0, nil)
-			if err != nil {
-				done <- err
-				return
-			}
-			if _, err := s.Wait(ctx); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	ctx, done := pr.echoB(testCtx(b, time.Minute), b.N+10, [][]byte{pbuf}, [][]byte{qbuf})
 	segs, rsegs := [][]byte{sbuf}, [][]byte{rbuf}
 	round := func() { pingOnce(b, ctx, pr.a, pr.atob, pr.a, 0, 0, segs, rsegs) }
 	for i := 0; i < 10; i++ {

@@ -14,6 +14,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// largeEchoTo starts an echo child in another process whose large
+// messages take strategy s, and a board here that takes s too; it returns
+// a context that ends with the test (a minute at most), the board (its
+// Options are what a test computes expected counts from) and an endpoint
+// of that board connected to the child's at addr.
+func largeEchoTo(t *testing.T, s LargeStrategy) (ctx context.Context, b *Board, e *Endpoint, addr Addr) {
+	t.Helper()
+	dir := shmDir(t)
+	ctx = testCtx(t, 60*time.Second)
+	startShmChild(t, ctx, dir+" 7", "GOMX_SHM_LARGE="+s.String())
+	o := shmTestOptions()
+	o.Local.Large = s
+	b, e, addr = shmBoardTo(t, ctx, dir, o, 7)
+	return ctx, b, e, addr
+}
+
 // TestLargeStrategies echoes every size class, with one or several
 // segments on each side, through an mx endpoint in a child process, once
 // with each large-message strategy forced on both sides: every message
@@ -22,12 +38,7 @@ import (
 func TestLargeStrategies(t *testing.T) {
 	for _, s := range []LargeStrategy{LargeRings, LargeCMA, LargeAuto} {
 		t.Run(s.String(), func(t *testing.T) {
-			dir := shmDir(t)
-			ctx := testCtx(t, 60*time.Second)
-			startShmChild(t, ctx, dir+" 7", "GOMX_SHM_LARGE="+s.String())
-			o := shmTestOptions()
-			o.Local.Large = s
-			_, e, addr := shmBoardTo(t, ctx, dir, o, 7)
+			ctx, _, e, addr := largeEchoTo(t, s)
 			sizes := []int{0, 1, 32, 128, 4096, 4097, 32768, 32769, 1 << 20, 4<<20 + 1}
 			large := 0
 			for i, size := range sizes {

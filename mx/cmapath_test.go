@@ -27,12 +27,7 @@ import (
 func TestCMAMessageCost(t *testing.T) {
 	for _, s := range []LargeStrategy{LargeCMA, LargeAuto, LargeRings} {
 		t.Run(s.String(), func(t *testing.T) {
-			dir := shmDir(t)
-			ctx := testCtx(t, 60*time.Second)
-			startShmChild(t, ctx, dir+" 7", "GOMX_SHM_LARGE="+s.String())
-			o := shmTestOptions()
-			o.Local.Large = s
-			_, e, addr := shmBoardTo(t, ctx, dir, o, 7)
+			ctx, b, e, addr := largeEchoTo(t, s)
 			first := true
 			sizes := []int{DefaultShmEager + 1, 64 << 10, 4 << 20}
 			if s == LargeRings {
@@ -64,7 +59,8 @@ func TestCMAMessageCost(t *testing.T) {
 				}
 				if s == LargeRings {
 					replies := d.Get(RecvPullReply)
-					blocks := (replies/n + uint64(o.PullBlockFrames) - 1) / uint64(o.PullBlockFrames)
+					pb := uint64(b.Options().PullBlockFrames)
+					blocks := (replies/n + pb - 1) / pb
 					wants = append(wants, want{RecvCMA, 0}, want{CMAReads, 0}, want{SendPull, n * blocks})
 				} else {
 					// One call a message (its entry and its data), one

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -63,6 +64,22 @@ func echoLoop(ctx context.Context, e *Endpoint, buf []byte) error {
 			return err
 		}
 	}
+}
+
+// runChild makes this test binary the child a test started with
+// startTestChild, when env is set in its environment: it runs child on
+// env's value and exits, 0 if child returned nil, else 1 with the error
+// on stderr (which the parent passes on). Without env it returns.
+func runChild(env string, child func(arg string) error) {
+	arg := os.Getenv(env)
+	if arg == "" {
+		return
+	}
+	if err := child(arg); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // startTestChild re-runs this test binary as a child that runs only the

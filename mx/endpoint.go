@@ -549,17 +549,9 @@ func (e *Endpoint) Wait(ctx context.Context, r *Request) (Status, error) { retur
 // TestAny completes and returns the status of the oldest completed request
 // whose match info m satisfies m&mask == match.
 func (e *Endpoint) TestAny(match, mask uint64) (Status, bool) {
-	b := e.b
-	b.mu.Lock()
-	defer b.unlockKick()
-	for r := e.doneq.Front(); r != nil; r = r.d.Next() {
-		if r.status.Match&mask == match {
-			var st Status
-			r.consumeLocked(&st)
-			return st, true
-		}
-	}
-	return Status{}, false
+	e.b.mu.Lock()
+	defer e.b.unlockKick()
+	return e.testAnyLocked(match, mask)
 }
 
 // WaitAny blocks until TestAny(match, mask) succeeds, ctx is done
@@ -758,18 +750,7 @@ func (e *Endpoint) waitEvent(ctx context.Context, cond func() bool) error {
 		e.evWaiters++
 		ev, wake := e.ev, e.wake
 		b.unlockKick()
-		b.sleep.chanSleepers.Add(1) // sleep.go
-		b.blocked(1)                // oversub.go
-		var err error
-		select {
-		case <-ev:
-		case <-ctx.Done():
-			err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		case <-wake:
-			err = ErrWokenUp
-		}
-		b.sleep.chanSleepers.Add(-1)
-		b.blocked(-1)
+		err := b.sleepOnChan(ctx, ev, wake)
 		b.mu.Lock()
 		e.evWaiters--
 		if err != nil {

@@ -80,6 +80,118 @@ func mustWait(t testing.TB, r *Request, d time.Duration) Status {
 	return st
 }
 
+// receiveWhile posts an 8-byte receive on pr.a and waits for it on
+// another goroutine until cond holds (what names it), runs whileWaiting
+// (if not nil), then sends the message from pr.b and checks that the wait
+// completed with its bytes.
+func receiveWhile(t *testing.T, pr *pair, what string, cond func() bool, whileWaiting func()) {
+	t.Helper()
+	ctx := testCtx(t, time.Minute)
+	buf := make([]byte, 8)
+	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(ctx)
+		errc <- err
+	}()
+	waitUntil(t, what, cond)
+	if whileWaiting != nil {
+		whileWaiting()
+	}
+	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, s, time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "8 bytes!" {
+		t.Fatalf("received %q", buf)
+	}
+}
+
+// requestReply sends msg from a to b (match 1) and, once it has arrived,
+// an empty reply from b to a (match 2), then waits for the reply and for
+// both sends, d at most each: the request's ack may ride on the reply, so
+// a test that delays its acks still round-trips at once, and the boards
+// measure the round trip from it. It fails the test if msg arrives
+// changed. A nil msg is sent and received with no segment at all.
+func (pr *pair) requestReply(t testing.TB, msg []byte, d time.Duration) {
+	t.Helper()
+	var ssegs, rsegs [][]byte
+	buf := make([]byte, len(msg))
+	if msg != nil {
+		ssegs, rsegs = [][]byte{msg}, [][]byte{buf}
+	}
+	r, err := pr.b.IRecv(rsegs, 1, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pr.a.ISend(ssegs, pr.atob, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, r, d)
+	back, err := pr.b.ISend(nil, pr.btoa, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := pr.a.IRecv(nil, 2, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, r2, d)
+	mustWait(t, s, d)
+	mustWait(t, back, d)
+	if !bytes.Equal(buf, msg) {
+		t.Fatalf("got %q, want %q", buf, msg)
+	}
+}
+
+// echoB starts pr.b answering n messages from pr.a on a goroutine: each
+// received (any match) into rsegs and answered with ssegs (match 0),
+// every request waited for under ctx. The channel gets the first error,
+// or nil once all n are answered. The context returned is ctx, cancelled
+// with the echo's error as its cause if the echo fails: the pinging side
+// waits under it, so an echo that fails early stops the pinging at once
+// with the echo's error (pingOnce reports the cause) instead of leaving
+// it to ctx's deadline. Benchmarks pass segments made once, so the echo
+// allocates only its requests.
+func (pr *pair) echoB(ctx context.Context, n int, rsegs, ssegs [][]byte) (context.Context, <-chan error) {
+	pinging, cancel := context.WithCancelCause(ctx)
+	done := make(chan error, 1)
+	go func() {
+		err := func() error {
+			for range n {
+				r, err := pr.b.IRecv(rsegs, 0, 0, nil)
+				if err != nil {
+					return err
+				}
+				if _, err := r.Wait(ctx); err != nil {
+					return err
+				}
+				s, err := pr.b.ISend(ssegs, pr.btoa, 0, nil)
+				if err != nil {
+					return err
+				}
+				if _, err := s.Wait(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+		if err != nil {
+			cancel(fmt.Errorf("echo: %w", err))
+		}
+		done <- err
+	}()
+	return pinging, done
+}
+
 // exchange posts a receive into rsegs on dst for match (under mask),
 // sends ssegs from src to to with that match, and waits for both; it
 // fails the test on any error. It allocates nothing beyond the two
@@ -103,11 +215,20 @@ func pingOnce(t testing.TB, ctx context.Context, src *Endpoint, to Addr, dst *En
 		t.Fatal(err)
 	}
 	if _, err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatal(causeOf(ctx, err))
 	}
 	if _, err := r.Wait(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatal(causeOf(ctx, err))
 	}
+}
+
+// causeOf is err, a wait's under ctx, with the cause ctx was cancelled
+// with when that is more than ctx's own error (echoB's echo failing).
+func causeOf(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && c != ctx.Err() {
+		return fmt.Errorf("%w (%v)", err, c)
+	}
+	return err
 }
 
 // openConnected opens endpoint 0 of b and connects it to endpoint 0 of

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -37,13 +36,7 @@ func hostOptions(dir string) BoardOptions {
 // in the endpoint directory and exchange every size class through shared
 // memory, without configuration beyond turning the host path on.
 func TestHostPath(t *testing.T) {
-	if dir := os.Getenv(hostChildEnv); dir != "" {
-		if err := hostEchoChild(dir); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	runChild(hostChildEnv, hostEchoChild)
 	checkLeaks(t)
 	dir := shmDir(t)
 	ctx := testCtx(t, 60*time.Second)

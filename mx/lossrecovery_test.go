@@ -122,15 +122,8 @@ func TestUnreachableKeepsTotalTime(t *testing.T) {
 	opts.ZombieSends = -1 // the send completes on its ack, or fails
 	pr := newPairOn(t, w, opts)
 	// Round trips to measure: ping-pongs with the partner.
-	for i := 0; i < 20; i++ {
-		r, _ := pr.b.IRecv([][]byte{make([]byte, 4)}, 1, ^uint64(0), nil)
-		s, _ := pr.a.ISend([][]byte{[]byte("ping")}, pr.atob, 1, nil)
-		mustWait(t, r, 10*time.Second)
-		back, _ := pr.b.ISend(nil, pr.btoa, 2, nil)
-		r2, _ := pr.a.IRecv(nil, 2, ^uint64(0), nil)
-		mustWait(t, r2, 10*time.Second)
-		mustWait(t, s, 10*time.Second)
-		mustWait(t, back, 10*time.Second)
+	for range 20 {
+		pr.requestReply(t, []byte("ping"), 10*time.Second)
 	}
 	before := pr.a.Counters()
 	start := time.Now()
@@ -244,15 +237,8 @@ func TestSackMediumFragment(t *testing.T) {
 			optsB := opts
 			optsB.NoSack = !sack
 			pr := newPairOn(t, w, opts, optsB)
-			for i := 0; i < 10; i++ { // round trips to measure
-				r, _ := pr.b.IRecv(nil, 1, ^uint64(0), nil)
-				s, _ := pr.a.ISend(nil, pr.atob, 1, nil)
-				mustWait(t, r, 10*time.Second)
-				back, _ := pr.b.ISend(nil, pr.btoa, 2, nil)
-				r2, _ := pr.a.IRecv(nil, 2, ^uint64(0), nil)
-				mustWait(t, r2, 10*time.Second)
-				mustWait(t, s, 10*time.Second)
-				mustWait(t, back, 10*time.Second)
+			for range 10 { // round trips to measure
+				pr.requestReply(t, nil, 10*time.Second)
 			}
 			pr.ba.mu.Lock()
 			stride := pr.a.partner(pr.bb.NICID(), 2, false).stride

@@ -51,17 +51,7 @@ func lossyPingPong(b *testing.B, o BoardOptions, f loopback.Faults, size int) {
 	sbuf, rbuf := pattern(size, 1), make([]byte, size)
 	pbuf := make([]byte, size)
 	const warm = 10
-	iters := b.N + warm
-	done := make(chan error, 1)
-	go func() {
-		for i := 0; i < iters; i++ {
-			if err := pongOnce(ctx, pr, pbuf); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	ctx, done := pr.echoB(ctx, b.N+warm, [][]byte{pbuf}, [][]byte{pbuf})
 	round := func() { exchange(b, ctx, pr.a, pr.atob, pr.a, 0, 0, [][]byte{sbuf}, [][]byte{rbuf}) }
 	for i := 0; i < warm; i++ {
 		round()

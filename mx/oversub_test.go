@@ -372,38 +372,6 @@ func TestYieldPolicyEnv(t *testing.T) {
 	}
 }
 
-// receiveWhile posts an 8-byte receive on pr.a and waits for it on
-// another goroutine until cond holds (what names it), runs whileWaiting,
-// then sends the message from pr.b and checks that the wait completed
-// with its bytes.
-func receiveWhile(t *testing.T, pr *pair, what string, cond func() bool, whileWaiting func()) {
-	t.Helper()
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
-	waitUntil(t, what, cond)
-	whileWaiting()
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
-	}
-}
-
 // TestYieldingWaiterYields: a waiter on a board whose waiters yield
 // gives its CPU away from its first empty looks and, its message coming
 // while it does, completes it by polling: it neither spins a window first
@@ -425,7 +393,7 @@ func TestYieldingWaiterYields(t *testing.T) {
 	// Spin's 5 ms window at first would make no system call; this waiter
 	// yields at once, many times over before the message is sent.
 	const yields = 200
-	receiveWhile(t, pr, "the waiter to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, func() {})
+	receiveWhile(t, pr, "the waiter to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, nil)
 	st := pr.ba.WaitStats()
 	if st.Polled != st0.Polled+1 || st.Slept != st0.Slept || st.Yields < st0.Yields+yields {
 		t.Fatalf("wait stats %+v (before %+v): want one wait completed while yielding", st, st0)
@@ -465,7 +433,7 @@ func TestBusyPollerKeepsItsClockStride(t *testing.T) {
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
 	const yields = 2000
 	st0, r0 := pr.ba.WaitStats(), pr.ba.waitReadings.Load()
-	receiveWhile(t, pr, "the busy poller to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, func() {})
+	receiveWhile(t, pr, "the busy poller to yield", func() bool { return pr.ba.WaitStats().Yields >= st0.Yields+yields }, nil)
 	y, r := pr.ba.WaitStats().Yields-st0.Yields, pr.ba.waitReadings.Load()-r0
 	if r == 0 || r > y/4 {
 		t.Fatalf("%d clock readings in %d yields: want one every %d passes or so, not one a yield", r, y, busyClockEvery())

@@ -75,32 +75,7 @@ func TestWaitPollsAFXDP(t *testing.T) {
 func waitCompletesWhilePolling(t *testing.T, pr *pair, whilePolling func()) {
 	t.Helper()
 	st0 := pr.ba.WaitStats() // the connects
-	ctx := testCtx(t, time.Minute)
-	buf := make([]byte, 8)
-	r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Wait(ctx)
-		errc <- err
-	}()
-	waitUntil(t, "the waiter to poll", func() bool { return pr.ba.WaitStats().Spinning == 1 })
-	if whilePolling != nil {
-		whilePolling()
-	}
-	s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, s, time.Minute)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if string(buf) != "8 bytes!" {
-		t.Fatalf("received %q", buf)
-	}
+	receiveWhile(t, pr, "the waiter to poll", func() bool { return pr.ba.WaitStats().Spinning == 1 }, whilePolling)
 	st := pr.ba.WaitStats()
 	if st.Polled != st0.Polled+1 || st.Slept != st0.Slept || st.Spinning != 0 {
 		t.Fatalf("wait stats %+v: want one wait completed while polling", st)
@@ -373,30 +348,11 @@ func TestSpinWindowTracksWaits(t *testing.T) {
 			// The connects' waits have tuned it already: start over.
 			pr.a.spin.window.Store(int64(c.spin))
 			st0 := pr.ba.WaitStats()
-			ctx := testCtx(t, time.Minute)
-			buf := make([]byte, 8)
-			r, err := pr.a.IRecv([][]byte{buf}, 7, ^uint64(0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			errc := make(chan error, 1)
-			go func() {
-				_, err := r.Wait(ctx)
-				errc <- err
-			}()
 			// The message comes only once the waiter gave up polling.
-			waitUntil(t, "the waiter to give up polling", func() bool {
+			receiveWhile(t, pr, "the waiter to give up polling", func() bool {
 				st := pr.ba.WaitStats()
 				return st.Slept == st0.Slept+1 && st.Spinning == 0
-			})
-			s, err := pr.b.ISend([][]byte{[]byte("8 bytes!")}, pr.btoa, 7, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustWait(t, s, time.Minute)
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
+			}, nil)
 			st := pr.ba.WaitStats()
 			if w := pr.a.SpinWindow(); w != c.want || st.Grew-st0.Grew != c.grew || st.Shrank-st0.Shrank != c.shrank {
 				t.Fatalf("window %v (want %v), grew %d shrank %d (want %d, %d)", w, c.want,

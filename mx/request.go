@@ -337,18 +337,7 @@ func (r *Request) Wait(ctx context.Context) (st Status, err error) {
 		r.waiters++
 		wake := e.wake
 		b.unlockKick()
-		b.sleep.chanSleepers.Add(1) // sleep.go: an owner hands the sources back at once
-		b.blocked(1)                // oversub.go
-		var err error
-		select {
-		case <-r.ch:
-		case <-ctx.Done():
-			err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		case <-wake:
-			err = ErrWokenUp
-		}
-		b.sleep.chanSleepers.Add(-1)
-		b.blocked(-1)
+		err := b.sleepOnChan(ctx, r.ch, wake)
 		b.mu.Lock()
 		r.waiters--
 		if r.wokeAt != 0 {

@@ -77,13 +77,7 @@ const shmChildEnv = "GOMX_MX_SHM_CHILD"
 // the loss of the one before is seen) and killed, and nothing is left
 // behind.
 func TestShmProcesses(t *testing.T) {
-	if arg := os.Getenv(shmChildEnv); arg != "" {
-		if err := shmEchoChild(arg); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	runChild(shmChildEnv, shmEchoChild)
 	checkLeaks(t)
 	dir := shmDir(t)
 	leaktest.Check(t, "") // once the child is reaped, in startShmChild's cleanup

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,13 +66,7 @@ func sharedEchoChild(arg string) error {
 // on both sides (no CMA, no pull), and when the child exits, every segment
 // it passed us is unmapped and no descriptor or mapping is left.
 func TestSharedProcesses(t *testing.T) {
-	if arg := os.Getenv(sharedChildEnv); arg != "" {
-		if err := sharedEchoChild(arg); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	runChild(sharedChildEnv, sharedEchoChild)
 	checkLeaks(t)
 	dir := shmDir(t)
 	before := leaktest.Now(t)

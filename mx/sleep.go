@@ -335,6 +335,28 @@ func (b *Board) sleepOnSources(ctx context.Context, w *waiterReq, cond func() bo
 	}
 }
 
+// sleepOnChan sleeps a waiter on its channel ch (its request's, or its
+// endpoint's event channel), b.mu not held, until ch or wake (its
+// endpoint's) is closed or ctx is done. Meanwhile the waiter counts as
+// asleep on its channel (chanSleepers: an owner of the sources hands them
+// back at once) and as blocked (oversub.go). It returns nil for ch,
+// ErrTimeout wrapping ctx's error, or ErrWokenUp.
+func (b *Board) sleepOnChan(ctx context.Context, ch, wake <-chan struct{}) error {
+	b.sleep.chanSleepers.Add(1)
+	b.blocked(1)
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	case <-wake:
+		err = ErrWokenUp
+	}
+	b.sleep.chanSleepers.Add(-1)
+	b.blocked(-1)
+	return err
+}
+
 // takeSources takes the board's sources for the owner, each counted among
 // its pollers first, so that a loop that looks sees it and stays away. A
 // source whose loop is inside Recv is asked out (Wake) and waited for for

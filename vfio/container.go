@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/rollback"
 	"github.com/gomx-dev/gomx/pci"
 )
 
@@ -248,12 +249,7 @@ func (c *Container) Open(a pci.Address) (*Device, error) {
 			"%w: the function is bound to %s, not vfio-pci; bind it to vfio-pci first (Sysfs.Bind)", pci.ErrBusy, f.Driver)}
 	}
 
-	var undo []func()
-	rollback := func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
+	var undo rollback.Stack
 	g, ok := c.groups[f.IOMMUGroup]
 	if !ok {
 		if g, err = c.attachGroup(a, f.IOMMUGroup); err != nil {
@@ -263,13 +259,13 @@ func (c *Container) Open(a pci.Address) (*Device, error) {
 	}
 	devfd, err := groupGetDeviceFD(g.fd, a.String())
 	if err != nil {
-		rollback()
+		undo.Run()
 		return nil, &pci.OpError{Op: "VFIO_GROUP_GET_DEVICE_FD", Addr: a, Err: err}
 	}
 	undo = append(undo, func() { _ = unix.Close(devfd) })
 	d, err := newDevice(c, a, devfd)
 	if err != nil {
-		rollback()
+		undo.Run()
 		return nil, err
 	}
 	c.devices[a] = d

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gomx-dev/gomx/hugepage"
+	"github.com/gomx-dev/gomx/internal/rollback"
 )
 
 // CopyMode says how frames move between the NIC and the UMEM.
@@ -398,13 +399,10 @@ func open(iface string, queue int, o Options, share *Socket) (_ *Socket, err err
 	}
 	fail := func(op string, e error) *OpError { return opErr(op, iface, queue, e) }
 
-	// Setup is a stack of undo steps, run in reverse if a later step fails.
-	var undo []func()
+	var undo rollback.Stack
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			undo.Run()
 		}
 	}()
 

@@ -45,6 +45,13 @@
 // Waits are on conditions, bounded by generous deadlines that only keep a
 // broken driver from hanging the test; nothing asserts wall time.
 //
+// Two helpers serve the drivers' own interrupt tests on the model:
+// [WaitArmed] waits until a WaitRx has written the mask register that arms
+// its vector, so that a frame sent or a cancellation next meets a
+// sleeping waiter; [CheckArmClearsLatchedCause] checks that frames taken
+// while the vector was masked leave no interrupt behind, the arming write
+// having cleared the cause they latched.
+//
 // [MacSwap] is gomx's macswap reflector (testpmd's forwarding mode of the
 // same name), one loop shared by the peers VM (hack/peers), which times it
 // against DPDK's testpmd, and the drivers' tests, which count its register

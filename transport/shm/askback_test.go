@@ -301,9 +301,7 @@ func heard(rx *Transport, tx []*Transport) bool {
 	kept := rx.reserved
 	rx.inMu.Unlock()
 	for _, p := range tx {
-		p.outMu.Lock()
-		o := p.out[rx.Addr()]
-		p.outMu.Unlock()
+		o := outTo(p, rx.Addr())
 		if o == nil {
 			continue
 		}
@@ -324,9 +322,7 @@ func heard(rx *Transport, tx []*Transport) bool {
 // answer yet: the test's clock waits for it, as a lane takes
 // milliseconds to make, which are a few looks in real time at most.
 func lanePending(a *Transport, peer transport.NICID) bool {
-	a.outMu.Lock()
-	o := a.out[peer]
-	a.outMu.Unlock()
+	o := outTo(a, peer)
 	if o == nil {
 		return false
 	}

@@ -123,15 +123,21 @@ func (c *inOrder) pumpUntil(t *testing.T, rx *Transport, peek bool, what string,
 
 // laneTaken reports whether a writes its frames to peer into a lane.
 func laneTaken(a *Transport, peer transport.NICID) bool {
-	a.outMu.Lock()
-	o := a.out[peer]
-	a.outMu.Unlock()
+	o := outTo(a, peer)
 	if o == nil {
 		return false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.data != nil
+}
+
+// outTo returns a's ring toward peer, or nil before a first sends there,
+// read under a's lock as the send path does.
+func outTo(a *Transport, peer transport.NICID) *outRing {
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	return a.out[peer]
 }
 
 // sendOne sends producer p's frame i from a to peer.

@@ -139,13 +139,7 @@ const mpiChildEnv = "GOMX_LAUNCH_TEST_CHILD"
 // once at a GOMX_BOOTSTRAP address and once without one (the job is on one
 // node: a unix socket named after the job).
 func TestMpirun(t *testing.T) {
-	if os.Getenv(mpiChildEnv) != "" {
-		if err := mpiChild(); err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	rankIfChild(mpiChildEnv)
 	mpirun, err := exec.LookPath("mpirun.openmpi")
 	if err != nil {
 		t.Skip("mpirun.openmpi not installed (apt-get install openmpi-bin)")
@@ -199,6 +193,20 @@ func mpirunRanks(t *testing.T, np int, env []string, mpirun ...string) string {
 		t.Fatalf("ranks said:\n%s\nwant:\n%s\n(all output:\n%s)", strings.Join(lines, "\n"), strings.Join(want, "\n"), out)
 	}
 	return string(out)
+}
+
+// rankIfChild makes the test binary one rank, running mpiChild and
+// exiting with its outcome, when a launcher started it with env set (the
+// test that names env starts the launcher); else it returns.
+func rankIfChild(env string) {
+	if os.Getenv(env) == "" {
+		return
+	}
+	if err := mpiChild(); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 func mpiChild() error {

@@ -196,13 +196,7 @@ const hydraChildEnv = "GOMX_LAUNCH_HYDRA_CHILD"
 // each a PMI_FD and no GOMX_BOOTSTRAP: they trade records through hydra's
 // PMI key-value space.
 func TestHydra(t *testing.T) {
-	if os.Getenv(hydraChildEnv) != "" {
-		if err := mpiChild(); err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	rankIfChild(hydraChildEnv)
 	if testing.Short() {
 		t.Skip("-short: starts a job")
 	}
