@@ -34,7 +34,7 @@ func allowedCPUs() ([]int, error) {
 // starts them before it binds itself).
 func oversubscribes(n int) bool {
 	cpus, err := allowedCPUs()
-	return err == nil && n > len(cpus)
+	return err == nil && oversubscribed(n, len(cpus))
 }
 
 // cpuList lists the CPUs of a set, in order.

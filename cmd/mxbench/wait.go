@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gomx-dev/gomx/cmd/internal/launch"
+)
+
+// The waits --wait names.
+const (
+	// waitSpin busy-polls the transport (mx.BoardOptions.BusyPoll).
+	waitSpin = "spin"
+	// waitBlock sleeps until woken.
+	waitBlock = "block"
+	// waitAuto, the default, is chooseWait's choice.
+	waitAuto = "auto"
+)
+
+// chooseWait resolves --wait auto into the wait that runs, and notes why
+// in f.waitWhy; a wait given on the command line is kept. In a job (isJob)
+// the choice is autoWait's for the ranks of this host that poll: every
+// rank of an alltoall or an overlap, ranks 0 and 1 of a pingpong or a
+// stream (the others block whatever --wait says, runJobCommand), against
+// the CPUs this process may run on. A rank that an outside launcher bound
+// to one CPU was given a core of its own: mpirun binds ranks only when
+// they do not oversubscribe the host (its binding policy is none when
+// they do), and srun gives each task CPUs of its own. Both sides of a
+// pair in this process, and a client of mxbench serve, spin.
+func (f *benchFlags) chooseWait(cmd string, job launch.Job, isJob bool) {
+	if f.wait != waitAuto {
+		f.waitWhy = "--wait " + f.wait
+		return
+	}
+	if !isJob {
+		f.wait, f.waitWhy = waitSpin, "auto: both sides in one process"
+		if f.peer != "" {
+			f.waitWhy = "auto: one side, against mxbench serve"
+		}
+		return
+	}
+	ranks := job.NodeRanks
+	if ranks <= 0 {
+		ranks = job.Size // the launcher does not say: as if on one host
+	}
+	if cmd == "pingpong" || cmd == "stream" {
+		ranks = min(ranks, 2)
+	}
+	cpus, err := allowedCPUs()
+	n := len(cpus)
+	if err != nil {
+		n = 0
+	}
+	outside := job.Launcher != procsLauncher && os.Getenv("MXBENCH_PROCS_CHILD") == ""
+	if outside && n == 1 && ranks > 1 {
+		f.wait, f.waitWhy = waitSpin, fmt.Sprintf("auto: %s bound this rank to one CPU of its own", job.Launcher)
+		return
+	}
+	f.wait, f.waitWhy = autoWait(ranks, n)
+}
+
+// autoWait is the wait of a job whose ranks on this host that poll for
+// messages are ranks, on a host (or a share of one) of cpus CPUs, and why:
+// block when the ranks outnumber the CPUs, since a busy-polling rank then
+// holds a CPU that the rank it waits for needs (16 ranks on 2 CPUs, 8 B
+// alltoall: 9-221 ms a round busy-polling, 6.7 ms blocking), spin when
+// each may have a CPU of its own, as Open MPI's ranks then poll.
+// peers-alltoall's -wait auto leaves the choice to this rule.
+func autoWait(ranks, cpus int) (wait, why string) {
+	if oversubscribed(ranks, cpus) {
+		return waitBlock, fmt.Sprintf("auto: %d polling ranks on %d CPUs", ranks, cpus)
+	}
+	if cpus <= 0 {
+		return waitSpin, fmt.Sprintf("auto: %d polling ranks, the CPUs unknown", ranks)
+	}
+	return waitSpin, fmt.Sprintf("auto: %d polling ranks, a CPU each of %d", ranks, cpus)
+}
+
+// oversubscribed reports whether ranks processes on this host outnumber
+// the cpus they may run on (none known: not).
+func oversubscribed(ranks, cpus int) bool { return cpus > 0 && ranks > cpus }
