@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/gomx-dev/gomx/cmd/internal/launch"
 )
@@ -23,10 +25,11 @@ const (
 // rank of an alltoall or an overlap, ranks 0 and 1 of a pingpong or a
 // stream (the others block whatever --wait says, runJobCommand), against
 // the CPUs this process may run on. A rank that an outside launcher bound
-// to one CPU was given a core of its own: mpirun binds ranks only when
-// they do not oversubscribe the host (its binding policy is none when
-// they do), and srun gives each task CPUs of its own. Both sides of a
-// pair in this process, and a client of mxbench serve, spin.
+// to one CPU of a host of several was given a core of its own: mpirun
+// binds ranks only when they do not oversubscribe the host (its binding
+// policy is none when they do), and srun gives each task CPUs of its own.
+// Both sides of a pair in this process, and a client of mxbench serve,
+// spin.
 func (f *benchFlags) chooseWait(cmd string, job launch.Job, isJob bool) {
 	if f.wait != waitAuto {
 		f.waitWhy = "--wait " + f.wait
@@ -52,7 +55,7 @@ func (f *benchFlags) chooseWait(cmd string, job launch.Job, isJob bool) {
 		n = 0
 	}
 	outside := job.Launcher != procsLauncher && os.Getenv("MXBENCH_PROCS_CHILD") == ""
-	if outside && n == 1 && ranks > 1 {
+	if outside && n == 1 && ranks > 1 && onlineCPUs() > 1 {
 		f.wait, f.waitWhy = waitSpin, fmt.Sprintf("auto: %s bound this rank to one CPU of its own", job.Launcher)
 		return
 	}
@@ -62,10 +65,11 @@ func (f *benchFlags) chooseWait(cmd string, job launch.Job, isJob bool) {
 // autoWait is the wait of a job whose ranks on this host that poll for
 // messages are ranks, on a host (or a share of one) of cpus CPUs, and why:
 // block when the ranks outnumber the CPUs, since a busy-polling rank then
-// holds a CPU that the rank it waits for needs (16 ranks on 2 CPUs, 8 B
-// alltoall: 9-221 ms a round busy-polling, 6.7 ms blocking), spin when
-// each may have a CPU of its own, as Open MPI's ranks then poll.
-// peers-alltoall's -wait auto leaves the choice to this rule.
+// holds a CPU that the rank it waits for needs (16 ranks on 2 CPUs, 64 KiB
+// alltoall at load 58-68: 9-221 ms a round busy-polling, 6.7 ms blocking;
+// docs/alltoall.md), spin when each may have a CPU of its own, as Open
+// MPI's ranks then poll. peers-alltoall's -wait auto leaves the choice to
+// this rule.
 func autoWait(ranks, cpus int) (wait, why string) {
 	if oversubscribed(ranks, cpus) {
 		return waitBlock, fmt.Sprintf("auto: %d polling ranks on %d CPUs", ranks, cpus)
@@ -79,3 +83,33 @@ func autoWait(ranks, cpus int) (wait, why string) {
 // oversubscribed reports whether ranks processes on this host outnumber
 // the cpus they may run on (none known: not).
 func oversubscribed(ranks, cpus int) bool { return cpus > 0 && ranks > cpus }
+
+// onlineCPUs is how many CPUs this host has online
+// (/sys/devices/system/cpu/online, a list of ranges such as 0-3,8-11),
+// whatever this process may run on; 0 when it cannot be read.
+func onlineCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return 0
+	}
+	return countCPUList(strings.TrimSpace(string(b)))
+}
+
+// countCPUList counts the CPUs of a kernel CPU list (0-3,8,10-11); 0 for
+// one it cannot read.
+func countCPUList(s string) int {
+	n := 0
+	for _, r := range strings.Split(s, ",") {
+		lo, hi, ok := strings.Cut(r, "-")
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := a, err1
+		if ok {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || b < a {
+			return 0
+		}
+		n += b - a + 1
+	}
+	return n
+}

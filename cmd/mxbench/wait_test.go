@@ -111,3 +111,16 @@ func TestAlltoallWaitAuto(t *testing.T) {
 		}
 	}
 }
+
+// TestCountCPUList: the kernel's CPU lists count as many CPUs as they
+// name, and what is not one counts none.
+func TestCountCPUList(t *testing.T) {
+	for s, want := range map[string]int{"0": 1, "0-1": 2, "0-3,8-11": 8, "0,2,4-5": 4, "": 0, "3-1": 0, "x": 0} {
+		if got := countCPUList(s); got != want {
+			t.Errorf("countCPUList(%q) = %d, want %d", s, got, want)
+		}
+	}
+	if n := onlineCPUs(); n < 1 {
+		t.Errorf("onlineCPUs() = %d on a running host", n)
+	}
+}

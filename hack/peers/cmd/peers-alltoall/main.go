@@ -110,7 +110,7 @@ func run(stdout, stderr io.Writer, args []string) error {
 	for k := 1; k <= *rounds; k++ {
 		var o, m []alltoall.Point
 		for _, n := range nr {
-			w := *wait
+			w := *wait // auto: mxbench's own choice, which its JSON reports
 			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: %d ranks, each job by Open MPI, then by mxbench with --wait %s\n", k, *rounds, n, w)
 			// Each job runs on both sides back to back, so a change of
 			// the host's load between jobs falls on both alike.
