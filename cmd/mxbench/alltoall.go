@@ -47,9 +47,8 @@ most shared memory one rank's host path mapped (its own receive queue and
 the queue of each peer it sends to, its lanes both ways, pool segments),
 node_MiB the node's (each segment once), rings the most lanes one rank
 had: a pair that keeps sending gets a lane (a ring of its own), at most 4
-a rank each way (transport/shm Options.Lanes), or one for every pair of a
-job of up to 9 ranks, within the same 8 MiB each way, so a rank of a
-128-rank job maps some 50 MiB.
+a rank each way (transport/shm Options.Lanes), so a rank of a 128-rank
+job maps some 50 MiB.
 rss_MiB is the largest peak resident memory of a rank so far (VmHWM,
 rss_max_bytes in the JSON). The header says how long after its process
 started the slowest rank had its board open and every peer connected
@@ -62,10 +61,9 @@ process_vm_readv that other buffers take.
 --wait auto, the default, blocks when the job has more ranks on this host
 than the CPUs they may run on and busy-polls when each has a CPU, as
 peers-alltoall compares with Open MPI: busy-polling ranks that outnumber
-the CPUs hold the CPU the rank they wait for needs (16 ranks of 64 KiB on 2
-CPUs at load 58-68: 9-221 ms a round against 6.7 blocking). The header and
-wait_why in the JSON say which wait ran and why; --wait spin or block is
-kept as given.
+the CPUs hold the CPU the rank they wait for needs (16 ranks on 2 CPUs, 8 B:
+9-221 ms a round against 6.7 blocking). The header and wait_why in the
+JSON say which wait ran and why; --wait spin or block is kept as given.
 With more ranks than the CPUs they may run on (this host oversubscribed,
 as mpirun --oversubscribe runs MPI ranks), a rank's waiters give their CPU
 away with sched_yield from their first empty look, as Open MPI's ranks do

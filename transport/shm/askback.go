@@ -130,7 +130,7 @@ func (t *Transport) lookAtLanes(tick uint32) {
 		t.noteLanesIn()
 		t.cnt.askLapsed.Add(1)
 	}
-	full := t.lanesIn >= t.lanes() && t.reserved == nil
+	full := t.lanesIn >= t.opts.Lanes && t.reserved == nil
 	t.inMu.Unlock()
 	if !full || t.askV != nil || busy == nil || victim == nil || busy.load <= 2*victim.load {
 		return
@@ -149,7 +149,7 @@ func (t *Transport) lookAtLanes(tick uint32) {
 // Recv side, inMu held; the caller notes the queue's header after.
 func (t *Transport) keepLane() *inRing {
 	g := t.grantTo
-	if g == nil || t.reserved != nil || t.lanesIn >= t.lanes() {
+	if g == nil || t.reserved != nil || t.lanesIn >= t.opts.Lanes {
 		return nil
 	}
 	t.grantTo, t.askV = nil, nil

@@ -41,9 +41,7 @@
 // has closed. A pair's first frames go through it. A pair that keeps
 // sending (Options.LaneAfter frames within Options.LaneIdle) gets a lane:
 // a ring of its own (below), passed over the pair's connection, at most
-// Options.Lanes written and read by each transport (by default four, or
-// one for every pair of a job small enough that the ring budget gives
-// each 1 MiB: laneBound). The producer waits neither for the ring
+// Options.Lanes written and read by each transport. The producer waits neither for the ring
 // (mapping it populated is milliseconds of zeroing on a loaded host: a
 // transport makes spare rings when it dials its peers, spare.go, and
 // without one a goroutine makes it), nor for the answer: its frames go on
@@ -62,8 +60,7 @@
 // used least recently to retire it, and keeps the lane freed for the busy
 // pair (askback.go). A receiver thus polls its
 // queue and its few lanes, and a process maps its own queue, the queues of
-// the peers it sends to and at most 2·Lanes rings (within twice
-// Options.RingBudget), however large the job.
+// the peers it sends to and at most 2·Lanes rings, however large the job.
 //
 // A queue is far smaller than one frame of every peer at once (64 peers
 // of a 4 KiB frame each fill 4,096 cells), so it fills; a sender that

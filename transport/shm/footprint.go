@@ -3,7 +3,6 @@ package shm
 import (
 	"bytes"
 	"encoding/binary"
-	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -13,54 +12,6 @@ import (
 // most this in lanes and reads at most as much, at any size of the job
 // (with the default Lanes, each lane is 2 MiB, a hugepage).
 const DefaultRingBudget = 8 << 20
-
-// minLaneShare is the least of RingBudget a lane gets when the default
-// Lanes is raised so that every pair of a small job has a lane
-// (laneBound).
-const minLaneShare = 1 << 20
-
-// laneBound is the lanes a transport writes and reads at most, given
-// Options.Lanes (lanes), whether it was left at its default (byJob), the
-// boards the endpoint directory lists and Options.RingBudget: lanes, but
-// by default one for every other board when those are more and the
-// budget still gives each lane minLaneShare (8 boards with the default
-// budget: every pair on a lane of 1.1 MiB). A pair past the bound sends
-// through the receive queue, whose claim of a cell reads two lines other
-// CPUs wrote (the tail, the cell's word) where a lane's record writes
-// one: among 8 ranks on 2 CPUs, every pair on a lane made the 8 B
-// alltoall's round 5-8 % shorter (docs/alltoall.md). A larger job keeps
-// the default's lanes of a hugepage or more.
-func laneBound(lanes int, byJob bool, boards, budget int) int {
-	others := boards - 1
-	if !byJob || others <= lanes || budget <= 0 || others*minLaneShare > budget {
-		return lanes
-	}
-	return others
-}
-
-// noteBoards sets the lanes the transport takes (lanesMax) for boards
-// listed in the endpoint directory (laneBound).
-func (t *Transport) noteBoards(boards int) {
-	t.lanesMax.Store(int32(laneBound(t.opts.Lanes, t.opts.lanesByJob, boards, t.opts.RingBudget)))
-}
-
-// refreshLanes counts the directory's boards again and reports whether
-// that raised the lanes the transport takes: by default, where a lane is
-// about to be refused (or the queue's header to say that no more are
-// taken), since boards that opened after the last count may make the job
-// one whose every pair gets a lane. A count is a read of the directory,
-// at most a few per pair and job.
-func (t *Transport) refreshLanes() bool {
-	if !t.opts.lanesByJob {
-		return false
-	}
-	was := t.lanes()
-	t.noteBoards(t.boardsListed())
-	return t.lanes() > was
-}
-
-// lanes is the lanes the transport writes and reads at most (lanesMax).
-func (t *Transport) lanes() int { return int(t.lanesMax.Load()) }
 
 // minFrames is how many frames of the MTU the smallest ring holds. The
 // rings stay live with a record of up to 7/16 of the ring (see commit);
@@ -80,9 +31,7 @@ func (t *Transport) ringSize() int {
 	if t.opts.RingBudget <= 0 {
 		return size
 	}
-	boards := t.boardsListed()
-	t.noteBoards(boards)
-	peers := min(boards-1, max(t.lanes(), 1))
+	peers := min(t.boardsListed()-1, max(t.opts.Lanes, 1))
 	if peers < 1 {
 		return size
 	}
@@ -90,9 +39,6 @@ func (t *Transport) ringSize() int {
 	if !t.opts.NoHugepages {
 		share = hugeShare(share)
 	}
-	// Whole pages, as the kernel maps them: a segment's mapping is what
-	// the transport counts (Footprint).
-	share &^= os.Getpagesize() - 1
 	share = (share - dataOff) &^ (ringAlign - 1)
 	return max(min(size, share), minFrames*recordLen(t.opts.MTU), minRingLen)
 }

@@ -132,13 +132,9 @@ func (t *Transport) wantLane(o *outRing) bool {
 // another lane, so that they do not ask (each question costs a round trip
 // over the pair's connection, which a sender waits for). inMu held.
 func (t *Transport) noteLanesIn() {
-	taken := func() bool { // a lane kept for a busier pair (askback.go) is taken
-		return t.lanesIn >= t.lanes() || t.reserved != nil && t.lanesIn+1 >= t.lanes()
-	}
 	full := uint32(0)
-	// Before saying so, whether the job's boards allow more (laneBound).
-	if taken() && (!t.refreshLanes() || taken()) {
-		full = 1
+	if t.lanesIn >= t.opts.Lanes || t.reserved != nil && t.lanesIn+1 >= t.opts.Lanes {
+		full = 1 // a lane kept for a busier pair (askback.go) is taken
 	}
 	if t.q.lanesFull.Load() != full {
 		t.q.lanesFull.Store(full)
@@ -309,10 +305,7 @@ func (t *Transport) askLane(o *outRing, wait bool) {
 			o.noLane = true
 			return
 		}
-		if int(n) >= t.lanes() {
-			if t.refreshLanes() {
-				continue // the job's boards allow more (laneBound)
-			}
+		if int(n) >= t.opts.Lanes {
 			// We write as many lanes as we may: RetireIdle retires
 			// the idlest for this pair, which asks again after
 			// another LaneAfter frames.
@@ -1005,11 +998,10 @@ func (t *Transport) mapLane(r *inRing, m ctlMsg, fds []int) uint32 {
 		closeAll(fds)
 		return 2
 	}
-	t.refreshLanes()
 	t.inMu.Lock()
 	// The last lane to spare may be kept for a busier pair (askback.go).
-	kept := t.reserved != nil && t.reserved != r && t.lanesIn+1 >= t.lanes()
-	if t.lanesIn >= t.lanes() || kept || r.data != nil || t.closed.Load() || r.dead.Load() {
+	kept := t.reserved != nil && t.reserved != r && t.lanesIn+1 >= t.opts.Lanes
+	if t.lanesIn >= t.opts.Lanes || kept || r.data != nil || t.closed.Load() || r.dead.Load() {
 		t.inMu.Unlock()
 		closeAll(fds)
 		return 1

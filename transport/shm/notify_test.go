@@ -3,7 +3,6 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -194,7 +193,7 @@ func TestLanesShareTheBudget(t *testing.T) {
 		// Three lanes of 8 MiB: 2.7 MiB each, rounded down to a
 		// hugepage (hugeShare), or kept on ordinary pages.
 		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3}, 2<<20 - dataOff},
-		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3, NoHugepages: true}, (8<<20/3)&^(os.Getpagesize()-1) - dataOff},
+		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3, NoHugepages: true}, (8<<20/3 - dataOff) &^ (ringAlign - 1)},
 	} {
 		o, err := c.o.withDefaults()
 		if err != nil {

@@ -461,8 +461,7 @@ func TestLaneHandOverKeepsOrder(t *testing.T) {
 
 // TestFootprintQueues: boards that each send a few frames to every other
 // map their own queue, one queue per peer and their spare lanes (one per
-// peer dialed, at most the lanes they take, one per peer in so small a
-// job: spare.go, laneBound), and no ring, as the transport
+// peer dialed, at most Lanes: spare.go), and no ring, as the transport
 // counts it and as the kernel lists it.
 func TestFootprintQueues(t *testing.T) {
 	dir := testDir(t)
@@ -489,8 +488,8 @@ func TestFootprintQueues(t *testing.T) {
 			sb += int64(len(s.seg.mem))
 		}
 		b.spareMu.Unlock()
-		if spares != min(b.lanes(), n-1) || b.lanes() != n-1 {
-			t.Errorf("board %d holds %d spare lanes and takes %d, want %d each (a lane for every pair of a small job)", i, spares, b.lanes(), n-1)
+		if spares != min(b.opts.Lanes, n-1) {
+			t.Errorf("board %d holds %d spare lanes, want %d", i, spares, min(b.opts.Lanes, n-1))
 		}
 		if f.RingsOut != 0 || f.RingsIn != 0 || f.Peers != n-1 || f.MappedBytes != n*q+sb || f.OwnedBytes != q+sb || f.SpareBytes != sb {
 			t.Errorf("board %d: %+v; want no lane, %d peers, %d bytes mapped and %d owned", i, f, n-1, n*q+sb, q+sb)

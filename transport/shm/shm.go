@@ -71,15 +71,9 @@ type Options struct {
 	// accepts from its peers: the pairs past the bound keep the queue,
 	// but for a pair busy on the queue, for which a transport at its
 	// bound asks the producer of its lane used least recently to retire
-	// it (askback.go). Default 4, or one for every other board the
-	// endpoint directory lists when they are more and RingBudget gives
-	// each of their lanes 1 MiB or more (up to 9 boards with the default
-	// budget), so that every pair of a small job has a lane; negative:
-	// no lanes (every frame through the queue).
+	// it (askback.go). Default 4; negative: no lanes (every frame
+	// through the queue).
 	Lanes int
-	// lanesByJob: Lanes was left at its default, which laneBound raises
-	// for a small job.
-	lanesByJob bool
 	// LaneIdle is how long a lane may go without a frame from its
 	// producer before RetireIdle retires it, unmapping it on both sides
 	// (the pair goes back to the queue, and gets a lane again once it is
@@ -135,7 +129,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.LaneAfter = defaultLaneAfter
 	}
 	if o.Lanes == 0 {
-		o.Lanes, o.lanesByJob = defaultLanes, true
+		o.Lanes = defaultLanes
 	}
 	if o.Lanes < 0 {
 		o.Lanes = 0
@@ -321,10 +315,6 @@ type Transport struct {
 	qHigh    atomic.Uint32 // the highest producer id given: takeWaiters' bound
 	lanesIn  int
 	lanesOut atomic.Int32
-	// lanesMax is the lanes the transport writes and reads at most:
-	// opts.Lanes, or laneBound's answer at the last count of the
-	// directory's boards (noteBoards).
-	lanesMax atomic.Int32
 	// Spare lanes (spare.go): segments made ahead of an ask (under
 	// spareMu).
 	spareMu sync.Mutex
@@ -621,7 +611,6 @@ func Open(opts Options) (*Transport, error) {
 	t := &Transport{opts: o, mtu: o.MTU, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
-	t.lanesMax.Store(int32(o.Lanes))
 	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
 	if o.Lanes == 0 {
 		t.q.lanesFull.Store(1) // it takes none

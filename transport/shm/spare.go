@@ -77,13 +77,7 @@ const spareIdles = 8
 func (t *Transport) makeSpare(peers int) {
 	// Without LaneIdle (negative) RetireIdle never looks, and a spare no
 	// pair takes would stay until Close: make none.
-	if t.opts.NoSpareLanes || t.opts.LaneIdle < 0 {
-		return
-	}
-	if t.opts.lanesByJob {
-		t.noteBoards(t.boardsListed()) // a job's boards are listed by the time its ranks dial
-	}
-	if int(t.lanesOut.Load()) >= min(t.lanes(), peers) {
+	if t.opts.NoSpareLanes || t.opts.LaneIdle < 0 || int(t.lanesOut.Load()) >= min(t.opts.Lanes, peers) {
 		return
 	}
 	seg, fd, err := t.newLane()
@@ -96,7 +90,7 @@ func (t *Transport) makeSpare(peers int) {
 	defer t.spareMu.Unlock()
 	for !t.closed.Load() {
 		n := t.lanesOut.Load()
-		if int(n) >= min(t.lanes(), peers) {
+		if int(n) >= min(t.opts.Lanes, peers) {
 			break
 		}
 		if t.lanesOut.CompareAndSwap(n, n+1) {
