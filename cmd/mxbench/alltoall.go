@@ -61,9 +61,10 @@ process_vm_readv that other buffers take.
 --wait auto, the default, blocks when the job has more ranks on this host
 than the CPUs they may run on and busy-polls when each has a CPU, as
 peers-alltoall compares with Open MPI: busy-polling ranks that outnumber
-the CPUs hold the CPU the rank they wait for needs (16 ranks on 2 CPUs, 8 B:
-9-221 ms a round against 6.7 blocking). The header and wait_why in the
-JSON say which wait ran and why; --wait spin or block is kept as given.
+the CPUs hold the CPU the rank they wait for needs (16 ranks of 64 KiB on 2
+CPUs at load 58-68: 9-221 ms a round against 6.7 blocking). The header
+and wait_why in the JSON say which wait ran and why; --wait spin or block
+is kept as given.
 With more ranks than the CPUs they may run on (this host oversubscribed,
 as mpirun --oversubscribe runs MPI ranks), a rank's waiters give their CPU
 away with sched_yield from their first empty look, as Open MPI's ranks do
