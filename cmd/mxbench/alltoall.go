@@ -129,7 +129,9 @@ const (
 var schedules = []string{schedAuto, schedLinear, schedPairwise, schedBruck}
 
 // chooseSchedule is the schedule auto runs for size bytes among n ranks
-// that wait by busy-polling, or by blocking when blocking is set. Polling
+// that wait by busy-polling, or by blocking when blocking is set; every
+// rank must pass the same blocking (benchFlags.schedBlocking), or ranks
+// run different schedules and wait for each other for ever. Polling
 // ranks get MPICH's choice (its defaults MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE
 // 256 and MEDIUM_MSG_SIZE 32768): Bruck for blocks of 256 bytes or less
 // among 8 ranks or more, where the number of messages dominates; linear
@@ -464,7 +466,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	maxSize := slices.Max(sizes)
 	bruck := false
 	for _, size := range sizes {
-		bruck = bruck || chooseSchedule(f.schedule, size, n, !f.spin()) == schedBruck
+		bruck = bruck || chooseSchedule(f.schedule, size, n, f.schedBlocking) == schedBruck
 	}
 	a, err := newA2A(w, f, k, strategy, maxSize, bruck)
 	if err != nil {
@@ -472,7 +474,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	}
 	ep := w.eps[k]
 	for _, size := range sizes {
-		sched := chooseSchedule(f.schedule, size, n, !f.spin())
+		sched := chooseSchedule(f.schedule, size, n, f.schedBlocking)
 		iters := f.iterationsFor(size * max(n-1, 1))
 		warmup := f.alltoallWarmup(size * max(n-1, 1))
 		before := ep.Counters()

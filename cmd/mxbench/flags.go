@@ -50,6 +50,9 @@ type commonFlags struct {
 	// wait is --wait: spin or block once chooseWait has resolved auto,
 	// and waitWhy says why that one runs (the header and the JSON).
 	wait, waitWhy string
+	// schedBlocking is whether alltoall's auto schedule follows the
+	// rule of blocking ranks, alike on every rank (agreedBlocking).
+	schedBlocking bool
 	// yield is the board's yield policy (mx.BoardOptions.Yield), by name.
 	yield   string
 	jsonOut bool
@@ -276,7 +279,7 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 
 func (f *alltoallFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
-		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear but for 256 B or less among 16 ranks or more, as Open MPI chooses)")
+		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses, when every rank spins; linear but for 256 B or less among 16 ranks or more, as Open MPI chooses, when they block or when an outside launcher's ranks each choose their --wait auto, so that all run the same schedule)")
 	if w := fs.Lookup("warmup"); w != nil {
 		w.Usage = fmt.Sprintf("untimed rounds before each size's timed ones, the same for every size (default: as many as the size's default timed rounds, at least %d; see NOTES)", alltoallMinWarmup)
 	}

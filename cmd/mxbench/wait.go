@@ -19,29 +19,66 @@ const (
 	waitAuto = "auto"
 )
 
+// The environment through which rank 0 of a job that --procs starts
+// hands its --wait auto choice to the ranks it starts, so that every
+// rank waits alike and runs the same schedule (chooseSchedule).
+const (
+	procsWaitEnv    = "MXBENCH_PROCS_WAIT"
+	procsWaitWhyEnv = "MXBENCH_PROCS_WAIT_WHY"
+)
+
 // chooseWait resolves --wait auto into the wait that runs, and notes why
-// in f.waitWhy; a wait given on the command line is kept. In a job (isJob)
-// the choice is autoWait's for the ranks of this host that poll: every
-// rank of an alltoall or an overlap, ranks 0 and 1 of a pingpong or a
-// stream (the others block whatever --wait says, runJobCommand), against
-// the CPUs this process may run on. A rank that an outside launcher bound
-// to one CPU of a host of several was given a core of its own: mpirun
-// binds ranks only when they do not oversubscribe the host (its binding
-// policy is none when they do), and srun gives each task CPUs of its own.
+// in f.waitWhy; a wait given on the command line is kept. The ranks that
+// --procs starts take rank 0's choice ($MXBENCH_PROCS_WAIT). Otherwise,
+// in a job (isJob) the choice is decideWait's from this host's facts.
 // Both sides of a pair in this process, and a client of mxbench serve,
-// spin.
+// spin. It also sets f.schedBlocking, the wait alltoall's schedule goes
+// by, which every rank of the job must see alike (agreedBlocking).
 func (f *benchFlags) chooseWait(cmd string, job launch.Job, isJob bool) {
-	if f.wait != waitAuto {
+	given := f.wait != waitAuto
+	shared := job.Launcher == procsLauncher
+	switch {
+	case given:
 		f.waitWhy = "--wait " + f.wait
-		return
-	}
-	if !isJob {
+	case !isJob:
 		f.wait, f.waitWhy = waitSpin, "auto: both sides in one process"
 		if f.peer != "" {
 			f.waitWhy = "auto: one side, against mxbench serve"
 		}
-		return
+	case os.Getenv("MXBENCH_PROCS_CHILD") != "" && os.Getenv(procsWaitEnv) != "":
+		f.wait, f.waitWhy = os.Getenv(procsWaitEnv), os.Getenv(procsWaitWhyEnv)
+		shared = true
+	default:
+		f.wait, f.waitWhy = hostWait(cmd, job)
 	}
+	f.schedBlocking = agreedBlocking(given || shared, f.wait)
+}
+
+// agreedBlocking is whether alltoall's schedule follows the rule of
+// blocking ranks (chooseSchedule). Ranks that disagree on the schedule
+// wait for messages that never come, so it follows the wait only when
+// every rank has the same one (shared): given by a flag every rank gets,
+// or rank 0's choice under --procs. Ranks that an outside launcher
+// started choose their waits alone, on CPU sets that may differ, and all
+// go by the blocking rule, Open MPI's.
+func agreedBlocking(shared bool, wait string) bool {
+	return !shared || wait == waitBlock
+}
+
+// procsWaitEnviron is the environment through which rank 0 of a --procs
+// job gives the ranks it starts its wait.
+func (f *benchFlags) procsWaitEnviron() []string {
+	return []string{procsWaitEnv + "=" + f.wait, procsWaitWhyEnv + "=" + f.waitWhy}
+}
+
+// hostWait is --wait auto's wait in job, and why: autoWait's for the
+// ranks of this host that poll (every rank of an alltoall or an overlap,
+// ranks 0 and 1 of a pingpong or a stream: the others block whatever
+// --wait says, runJobCommand), against the CPUs this process may run on.
+// A rank that an outside launcher bound to one CPU of a host of several
+// was given a core of its own: mpirun binds ranks only when they do not
+// oversubscribe the host, and srun gives each task CPUs of its own.
+func hostWait(cmd string, job launch.Job) (wait, why string) {
 	ranks := job.NodeRanks
 	if ranks <= 0 {
 		ranks = job.Size // the launcher does not say: as if on one host
@@ -56,10 +93,9 @@ func (f *benchFlags) chooseWait(cmd string, job launch.Job, isJob bool) {
 	}
 	outside := job.Launcher != procsLauncher && os.Getenv("MXBENCH_PROCS_CHILD") == ""
 	if outside && n == 1 && ranks > 1 && onlineCPUs() > 1 {
-		f.wait, f.waitWhy = waitSpin, fmt.Sprintf("auto: %s bound this rank to one CPU of its own", job.Launcher)
-		return
+		return waitSpin, fmt.Sprintf("auto: %s bound this rank to one CPU of its own", job.Launcher)
 	}
-	f.wait, f.waitWhy = autoWait(ranks, n)
+	return autoWait(ranks, n)
 }
 
 // autoWait is the wait of a job whose ranks on this host that poll for

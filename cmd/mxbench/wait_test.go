@@ -72,6 +72,42 @@ func TestChooseWait(t *testing.T) {
 		if tc.given == waitAuto && !strings.HasPrefix(f.waitWhy, "auto: ") {
 			t.Errorf("%s, --wait auto: why %q does not say auto", tc.cmd, f.waitWhy)
 		}
+		if tc.isJob && f.schedBlocking != (f.wait == waitBlock) {
+			t.Errorf("%s, --wait %s: schedule by blocking %v, want by the wait %s every rank has", tc.cmd, tc.given, f.schedBlocking, f.wait)
+		}
+	}
+}
+
+// TestScheduleAgreed: ranks an outside launcher started with --wait auto,
+// one that chose to spin and one that chose to block (CPU sets of
+// different sizes), run the same alltoall schedule at every size and job
+// size; a rank --procs started takes rank 0's wait, whatever its own CPUs
+// say, and so its schedule.
+func TestScheduleAgreed(t *testing.T) {
+	for _, n := range []int{2, 8, 12, 15, 16, 64} {
+		for _, size := range []int{8, 256, 4 << 10, 64 << 10, 1 << 20} {
+			a := chooseSchedule(schedAuto, size, n, agreedBlocking(false, waitSpin))
+			b := chooseSchedule(schedAuto, size, n, agreedBlocking(false, waitBlock))
+			if a != b {
+				t.Errorf("%d ranks, %d B: a spinning rank runs %s, a blocking one %s", n, size, a, b)
+			}
+		}
+	}
+
+	var parent benchFlags
+	parent.wait = waitAuto
+	parent.chooseWait("alltoall", launch.Job{Size: 2, Launcher: procsLauncher, OneNode: true, NodeRanks: 2}, true)
+	parent.wait, parent.waitWhy = waitSpin, "auto: 2 polling ranks, a CPU each of 2" // as on a host of 2 CPUs or more
+	for _, kv := range parent.procsWaitEnviron() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("MXBENCH_PROCS_CHILD", "1")
+	var child benchFlags
+	child.wait = waitAuto
+	child.chooseWait("alltoall", launch.Job{Size: 4096, Launcher: "pmi", NodeRanks: 4096}, true) // its own CPUs would make it block
+	if child.wait != waitSpin || child.waitWhy != parent.waitWhy || child.schedBlocking {
+		t.Errorf("a started rank waits %s (%q, schedule by blocking %v), want rank 0's %s (%q)", child.wait, child.waitWhy, child.schedBlocking, parent.wait, parent.waitWhy)
 	}
 }
 
