@@ -259,3 +259,13 @@ func (t *pinnedThread) reschedule(n int) bool {
 	t.passes++
 	return true
 }
+
+// processCPUs is how many CPUs process pid may run on, 0 when it cannot
+// be read.
+func processCPUs(pid int) int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(pid, &set); err != nil {
+		return 0
+	}
+	return set.Count()
+}

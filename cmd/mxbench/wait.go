@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -27,6 +28,14 @@ const (
 	procsWaitWhyEnv = "MXBENCH_PROCS_WAIT_WHY"
 )
 
+// startProcs is the runtime's GOMAXPROCS when this process started,
+// before mxbench sets it: the CPUs of its affinity mask capped by the
+// cgroup's CPU quota (cpu.max, or cpu.cfs_quota_us of cgroup v1), as Go
+// 1.25 and later choose it, or $GOMAXPROCS. The runtime rounds a quota up
+// and reads one under 2 CPUs as 2 (Go 1.26.8: quotas of 0.5, 1 and 1.5
+// CPUs gave 2 on a host of 2), so it caps only quotas of 2 CPUs or more.
+var startProcs = runtime.GOMAXPROCS(0)
+
 // chooseWait resolves --wait auto into the wait that runs, and notes why
 // in f.waitWhy; a wait given on the command line is kept. The ranks that
 // --procs starts take rank 0's choice ($MXBENCH_PROCS_WAIT). Otherwise,
@@ -49,7 +58,7 @@ func (f *benchFlags) chooseWait(cmd string, job launch.Job, isJob bool) {
 		f.wait, f.waitWhy = os.Getenv(procsWaitEnv), os.Getenv(procsWaitWhyEnv)
 		shared = true
 	default:
-		f.wait, f.waitWhy = hostWait(cmd, job)
+		f.wait, f.waitWhy = decideWait(hostFacts(cmd, job))
 	}
 	f.schedBlocking = agreedBlocking(given || shared, f.wait)
 }
@@ -71,41 +80,77 @@ func (f *benchFlags) procsWaitEnviron() []string {
 	return []string{procsWaitEnv + "=" + f.wait, procsWaitWhyEnv + "=" + f.waitWhy}
 }
 
-// hostWait is --wait auto's wait in job, and why: autoWait's for the
-// ranks of this host that poll (every rank of an alltoall or an overlap,
-// ranks 0 and 1 of a pingpong or a stream: the others block whatever
-// --wait says, runJobCommand), against the CPUs this process may run on.
-// A rank that an outside launcher bound to one CPU of a host of several
-// was given a core of its own: mpirun binds ranks only when they do not
-// oversubscribe the host, and srun gives each task CPUs of its own.
-func hostWait(cmd string, job launch.Job) (wait, why string) {
-	ranks := job.NodeRanks
-	if ranks <= 0 {
-		ranks = job.Size // the launcher does not say: as if on one host
-	}
-	if cmd == "pingpong" || cmd == "stream" {
-		ranks = min(ranks, 2)
-	}
-	cpus, err := allowedCPUs()
-	n := len(cpus)
-	if err != nil {
-		n = 0
-	}
-	outside := job.Launcher != procsLauncher && os.Getenv("MXBENCH_PROCS_CHILD") == ""
-	if outside && n == 1 && ranks > 1 && onlineCPUs() > 1 {
-		return waitSpin, fmt.Sprintf("auto: %s bound this rank to one CPU of its own", job.Launcher)
-	}
-	return autoWait(ranks, n)
+// waitHost is what --wait auto goes by on this host.
+type waitHost struct {
+	// launcher is the job's launcher, outside whether it is not
+	// mxbench --procs.
+	launcher string
+	outside  bool
+	// size is the job's ranks that poll (pingpong and stream: 2), and
+	// local how many of them are on this host, 0 when the launcher does
+	// not say.
+	size, local int
+	// allowed is the CPUs this process may run on (sched_getaffinity),
+	// 0 when unknown; quota the CPUs the cgroup's quota gives it
+	// (startProcs), 0 when unknown.
+	allowed, quota int
+	// given is the CPUs the launcher gave the job on this host (its own
+	// affinity, the parent process's), 0 when unknown.
+	given int
 }
 
-// autoWait is the wait of a job whose ranks on this host that poll for
-// messages are ranks, on a host (or a share of one) of cpus CPUs, and why:
-// block when the ranks outnumber the CPUs, since a busy-polling rank then
-// holds a CPU that the rank it waits for needs (16 ranks on 2 CPUs, 64 KiB
-// alltoall at load 58-68: 9-221 ms a round busy-polling, 6.7 ms blocking;
-// docs/alltoall.md), spin when each may have a CPU of its own, as Open
-// MPI's ranks then poll. peers-alltoall's -wait auto leaves the choice to
-// this rule.
+// hostFacts gathers this host's waitHost for cmd in job.
+var hostFacts = func(cmd string, job launch.Job) waitHost {
+	h := waitHost{launcher: job.Launcher, size: job.Size, local: job.NodeRanks, quota: startProcs}
+	h.outside = job.Launcher != procsLauncher && os.Getenv("MXBENCH_PROCS_CHILD") == ""
+	if cmd == "pingpong" || cmd == "stream" {
+		h.size = min(h.size, 2)
+		if h.local > 0 {
+			h.local = min(h.local, 2)
+		}
+	}
+	if cpus, err := allowedCPUs(); err == nil {
+		h.allowed = len(cpus)
+	}
+	if h.outside {
+		h.given = processCPUs(os.Getppid())
+	}
+	return h
+}
+
+// decideWait is --wait auto's wait on host h, and why: block when the
+// ranks of this host that poll outnumber the CPUs they may run on (the
+// affinity mask capped by the quota), since a busy-polling rank then
+// holds a CPU that the rank it waits for needs (16 ranks on 2 CPUs, 64
+// KiB alltoall at load 58-68: 9-221 ms a round busy-polling, 6.7 ms
+// blocking; docs/alltoall.md), spin when each may have a CPU of its
+// own, as Open MPI's ranks then poll. A rank that an outside launcher
+// bound to one CPU of the several it gave the job has a core of its own
+// (mpirun binds ranks only when they do not oversubscribe the host, srun
+// gives each task CPUs of its own), and spins. With no count of the
+// ranks on this host, the job's ranks stand for them, and why says so.
+// peers-alltoall's -wait auto leaves the choice to this rule.
+func decideWait(h waitHost) (wait, why string) {
+	cpus := h.allowed
+	if h.quota > 0 && (cpus <= 0 || h.quota < cpus) {
+		cpus = h.quota
+	}
+	if h.outside && h.allowed == 1 && h.given > 1 && h.size > 1 {
+		return waitSpin, fmt.Sprintf("auto: %s bound this rank to one CPU of the %d it gave", h.launcher, h.given)
+	}
+	ranks, who := h.local, ""
+	if ranks <= 0 {
+		ranks, who = h.size, fmt.Sprintf("local ranks unknown, the job's %d", h.size)
+	}
+	wait, why = autoWait(ranks, cpus)
+	if who != "" {
+		why = strings.Replace(why, "auto: "+strconv.Itoa(ranks), "auto: "+who, 1)
+	}
+	return wait, why
+}
+
+// autoWait is the wait of ranks polling ranks on cpus CPUs (0: unknown),
+// and why (decideWait).
 func autoWait(ranks, cpus int) (wait, why string) {
 	if oversubscribed(ranks, cpus) {
 		return waitBlock, fmt.Sprintf("auto: %d polling ranks on %d CPUs", ranks, cpus)
@@ -119,33 +164,3 @@ func autoWait(ranks, cpus int) (wait, why string) {
 // oversubscribed reports whether ranks processes on this host outnumber
 // the cpus they may run on (none known: not).
 func oversubscribed(ranks, cpus int) bool { return cpus > 0 && ranks > cpus }
-
-// onlineCPUs is how many CPUs this host has online
-// (/sys/devices/system/cpu/online, a list of ranges such as 0-3,8-11),
-// whatever this process may run on; 0 when it cannot be read.
-func onlineCPUs() int {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return 0
-	}
-	return countCPUList(strings.TrimSpace(string(b)))
-}
-
-// countCPUList counts the CPUs of a kernel CPU list (0-3,8,10-11); 0 for
-// one it cannot read.
-func countCPUList(s string) int {
-	n := 0
-	for _, r := range strings.Split(s, ",") {
-		lo, hi, ok := strings.Cut(r, "-")
-		a, err1 := strconv.Atoi(lo)
-		b, err2 := a, err1
-		if ok {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || b < a {
-			return 0
-		}
-		n += b - a + 1
-	}
-	return n
-}

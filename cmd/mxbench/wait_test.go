@@ -29,19 +29,55 @@ func TestAutoWait(t *testing.T) {
 	}
 }
 
+// TestDecideWait: --wait auto's choice from this host's facts: the
+// CPUs allowed capped by the quota, the ranks on this host or, when the
+// launcher does not say, the job's (and why says so), and an outside
+// launcher's binding to one CPU of the several it gave.
+func TestDecideWait(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		h         waitHost
+		want, why string
+	}{
+		{"procs oversubscribed", waitHost{launcher: procsLauncher, size: 16, local: 16, allowed: 2, quota: 2}, waitBlock, "auto: 16 polling ranks on 2 CPUs"},
+		{"procs a CPU each", waitHost{launcher: procsLauncher, size: 4, local: 4, allowed: 8, quota: 8}, waitSpin, "auto: 4 polling ranks, a CPU each of 8"},
+		{"quota caps the mask", waitHost{launcher: procsLauncher, size: 4, local: 4, allowed: 8, quota: 2}, waitBlock, "auto: 4 polling ranks on 2 CPUs"},
+		{"mask caps the quota", waitHost{launcher: procsLauncher, size: 4, local: 4, allowed: 2, quota: 8}, waitBlock, "auto: 4 polling ranks on 2 CPUs"},
+		{"quota unknown", waitHost{launcher: procsLauncher, size: 2, local: 2, allowed: 2}, waitSpin, "auto: 2 polling ranks, a CPU each of 2"},
+		{"nothing known", waitHost{launcher: procsLauncher, size: 8, local: 8}, waitSpin, "auto: 8 polling ranks, the CPUs unknown"},
+		{"outside, bound to one of several", waitHost{launcher: "openmpi", outside: true, size: 8, local: 8, allowed: 1, quota: 1, given: 8}, waitSpin, "auto: openmpi bound this rank to one CPU of the 8 it gave"},
+		{"outside, the job given one CPU", waitHost{launcher: "openmpi", outside: true, size: 8, local: 8, allowed: 1, quota: 1, given: 1}, waitBlock, "auto: 8 polling ranks on 1 CPUs"},
+		{"outside, what it gave unknown", waitHost{launcher: "slurm", outside: true, size: 4, local: 4, allowed: 1, quota: 1}, waitBlock, "auto: 4 polling ranks on 1 CPUs"},
+		{"outside, one rank", waitHost{launcher: "slurm", outside: true, size: 1, local: 1, allowed: 1, given: 4}, waitSpin, "auto: 1 polling ranks, a CPU each of 1"},
+		{"outside, unbound", waitHost{launcher: "slurm", outside: true, size: 4, local: 4, allowed: 4, quota: 4, given: 4}, waitSpin, "auto: 4 polling ranks, a CPU each of 4"},
+		{"outside, local ranks unknown, block", waitHost{launcher: "pmi", outside: true, size: 16, allowed: 4, quota: 4, given: 4}, waitBlock, "auto: local ranks unknown, the job's 16 polling ranks on 4 CPUs"},
+		{"outside, local ranks unknown, spin", waitHost{launcher: "pmi", outside: true, size: 4, allowed: 8, quota: 8, given: 8}, waitSpin, "auto: local ranks unknown, the job's 4 polling ranks, a CPU each of 8"},
+	} {
+		wait, why := decideWait(tc.h)
+		if wait != tc.want || why != tc.why {
+			t.Errorf("%s: %s (%q), want %s (%q)", tc.name, wait, why, tc.want, tc.why)
+		}
+	}
+}
+
+// fakeHost makes hostFacts report allowed CPUs, as many of quota, for
+// the rest of t.
+func fakeHost(t *testing.T, allowed int) {
+	real := hostFacts
+	t.Cleanup(func() { hostFacts = real })
+	hostFacts = func(cmd string, job launch.Job) waitHost {
+		h := real(cmd, job)
+		h.allowed, h.quota = allowed, allowed
+		return h
+	}
+}
+
 // TestChooseWait: a job that --procs starts gets a blocking wait when it
 // has more ranks than this host's CPUs and busy-polls when it has no more;
 // a pingpong's waiting ranks do not count; a --wait given is kept.
 func TestChooseWait(t *testing.T) {
-	cpus, err := allowedCPUs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := len(cpus)
-	fits := waitSpin // two ranks, each a CPU
-	if c < 2 {
-		fits = waitBlock
-	}
+	const c = 4
+	fakeHost(t, c)
 	job := func(n int) launch.Job {
 		return launch.Job{Size: n, Launcher: procsLauncher, OneNode: true, NodeRanks: n}
 	}
@@ -53,9 +89,9 @@ func TestChooseWait(t *testing.T) {
 	}{
 		{"alltoall", waitAuto, job(c + 1), true, waitBlock},
 		{"alltoall", waitAuto, job(4 * c), true, waitBlock},
-		{"alltoall", waitAuto, job(max(c, 2)), true, fits},
+		{"alltoall", waitAuto, job(c), true, waitSpin},
 		{"overlap", waitAuto, job(c + 1), true, waitBlock},
-		{"pingpong", waitAuto, job(c + 1), true, fits},
+		{"pingpong", waitAuto, job(c + 1), true, waitSpin},
 		{"pingpong", waitAuto, launch.Job{}, false, waitSpin},
 		{"alltoall", waitSpin, job(4 * c), true, waitSpin},
 		{"alltoall", waitBlock, job(2), true, waitBlock},
@@ -84,10 +120,21 @@ func TestChooseWait(t *testing.T) {
 // size; a rank --procs started takes rank 0's wait, whatever its own CPUs
 // say, and so its schedule.
 func TestScheduleAgreed(t *testing.T) {
+	t.Setenv("MXBENCH_PROCS_CHILD", "")
+	job := launch.Job{Size: 12, Launcher: "openmpi", NodeRanks: 12}
+	var ranks [2]benchFlags
+	for i, cpus := range []int{64, 2} {
+		fakeHost(t, cpus)
+		ranks[i].wait = waitAuto
+		ranks[i].chooseWait("alltoall", job, true)
+	}
+	if ranks[0].wait == ranks[1].wait {
+		t.Fatalf("both ranks chose %s: want one spinning, one blocking", ranks[0].wait)
+	}
 	for _, n := range []int{2, 8, 12, 15, 16, 64} {
 		for _, size := range []int{8, 256, 4 << 10, 64 << 10, 1 << 20} {
-			a := chooseSchedule(schedAuto, size, n, agreedBlocking(false, waitSpin))
-			b := chooseSchedule(schedAuto, size, n, agreedBlocking(false, waitBlock))
+			a := chooseSchedule(schedAuto, size, n, ranks[0].schedBlocking)
+			b := chooseSchedule(schedAuto, size, n, ranks[1].schedBlocking)
 			if a != b {
 				t.Errorf("%d ranks, %d B: a spinning rank runs %s, a blocking one %s", n, size, a, b)
 			}
@@ -96,18 +143,21 @@ func TestScheduleAgreed(t *testing.T) {
 
 	var parent benchFlags
 	parent.wait = waitAuto
-	parent.chooseWait("alltoall", launch.Job{Size: 2, Launcher: procsLauncher, OneNode: true, NodeRanks: 2}, true)
-	parent.wait, parent.waitWhy = waitSpin, "auto: 2 polling ranks, a CPU each of 2" // as on a host of 2 CPUs or more
+	fakeHost(t, 64)
+	procs := launch.Job{Size: 12, Launcher: procsLauncher, OneNode: true, NodeRanks: 12}
+	parent.chooseWait("alltoall", procs, true)
 	for _, kv := range parent.procsWaitEnviron() {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
 	t.Setenv("MXBENCH_PROCS_CHILD", "1")
+	fakeHost(t, 1) // the child's own CPUs would make it block
 	var child benchFlags
 	child.wait = waitAuto
-	child.chooseWait("alltoall", launch.Job{Size: 4096, Launcher: "pmi", NodeRanks: 4096}, true) // its own CPUs would make it block
-	if child.wait != waitSpin || child.waitWhy != parent.waitWhy || child.schedBlocking {
-		t.Errorf("a started rank waits %s (%q, schedule by blocking %v), want rank 0's %s (%q)", child.wait, child.waitWhy, child.schedBlocking, parent.wait, parent.waitWhy)
+	child.chooseWait("alltoall", launch.Job{Size: 12, Launcher: "pmi", NodeRanks: 12}, true)
+	if child.wait != parent.wait || child.waitWhy != parent.waitWhy || child.schedBlocking != parent.schedBlocking {
+		t.Errorf("a started rank waits %s (%q, schedule by blocking %v), rank 0 %s (%q, %v)",
+			child.wait, child.waitWhy, child.schedBlocking, parent.wait, parent.waitWhy, parent.schedBlocking)
 	}
 }
 
@@ -145,18 +195,5 @@ func TestAlltoallWaitAuto(t *testing.T) {
 		if tc.args == nil && rec.WaitWhy != "auto: "+strconv.Itoa(n)+" polling ranks on "+strconv.Itoa(len(cpus))+" CPUs" {
 			t.Errorf("%v: wait_why %q, want the ranks and the CPUs", args, rec.WaitWhy)
 		}
-	}
-}
-
-// TestCountCPUList: the kernel's CPU lists count as many CPUs as they
-// name, and what is not one counts none.
-func TestCountCPUList(t *testing.T) {
-	for s, want := range map[string]int{"0": 1, "0-1": 2, "0-3,8-11": 8, "0,2,4-5": 4, "": 0, "3-1": 0, "x": 0} {
-		if got := countCPUList(s); got != want {
-			t.Errorf("countCPUList(%q) = %d, want %d", s, got, want)
-		}
-	}
-	if n := onlineCPUs(); n < 1 {
-		t.Errorf("onlineCPUs() = %d on a running host", n)
 	}
 }
