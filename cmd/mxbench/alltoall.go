@@ -59,10 +59,12 @@ choice too; --strategy shared shows that path, cma the copy by
 process_vm_readv that other buffers take.
 
 --wait auto, the default, blocks when the job has more ranks on this host
-than the CPUs they may run on and busy-polls when each has a CPU, as
-peers-alltoall compares with Open MPI: busy-polling ranks that outnumber
-the CPUs hold the CPU the rank they wait for needs (16 ranks of 64 KiB on 2
-CPUs at load 58-68: 9-221 ms a round against 6.7 blocking). The header
+than the CPUs rank 0 may run on (its affinity mask capped by its cgroup's
+CPU quota) and busy-polls when each has a CPU, as peers-alltoall compares
+with Open MPI: busy-polling ranks that outnumber the CPUs hold the CPU the
+rank they wait for needs (16 ranks of 64 KiB on 2 CPUs at load 58-68:
+9-221 ms a round against 6.7 blocking). The ranks --procs starts take
+rank 0's choice, so that every rank runs the same schedule. The header
 and wait_why in the JSON say which wait ran and why; --wait spin or block
 is kept as given.
 With more ranks than the CPUs they may run on (this host oversubscribed,
