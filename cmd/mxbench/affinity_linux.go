@@ -34,7 +34,7 @@ func allowedCPUs() ([]int, error) {
 // starts them before it binds itself).
 func oversubscribes(n int) bool {
 	cpus, err := allowedCPUs()
-	return err == nil && n > len(cpus)
+	return err == nil && oversubscribed(n, len(cpus))
 }
 
 // cpuList lists the CPUs of a set, in order.
@@ -258,4 +258,14 @@ func (t *pinnedThread) reschedule(n int) bool {
 	}
 	t.passes++
 	return true
+}
+
+// processCPUs is how many CPUs process pid may run on, 0 when it cannot
+// be read.
+func processCPUs(pid int) int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(pid, &set); err != nil {
+		return 0
+	}
+	return set.Count()
 }

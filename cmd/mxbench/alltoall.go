@@ -58,6 +58,15 @@ places one) is copied once straight out of shared memory, with mx's own
 choice too; --strategy shared shows that path, cma the copy by
 process_vm_readv that other buffers take.
 
+--wait auto, the default, blocks when the job has more ranks on this host
+than the CPUs rank 0 may run on (its affinity mask capped by its cgroup's
+CPU quota) and busy-polls when each has a CPU, as peers-alltoall compares
+with Open MPI: busy-polling ranks that outnumber the CPUs hold the CPU the
+rank they wait for needs (16 ranks of 64 KiB on 2 CPUs at load 58-68:
+9-221 ms a round against 6.7 blocking). The ranks --procs starts take
+rank 0's choice, so that every rank runs the same schedule. The header
+and wait_why in the JSON say which wait ran and why; --wait spin or block
+is kept as given.
 With more ranks than the CPUs they may run on (this host oversubscribed,
 as mpirun --oversubscribe runs MPI ranks), a rank's waiters give their CPU
 away with sched_yield from their first empty look, as Open MPI's ranks do
@@ -122,7 +131,9 @@ const (
 var schedules = []string{schedAuto, schedLinear, schedPairwise, schedBruck}
 
 // chooseSchedule is the schedule auto runs for size bytes among n ranks
-// that wait by busy-polling, or by blocking when blocking is set. Polling
+// that wait by busy-polling, or by blocking when blocking is set; every
+// rank must pass the same blocking (benchFlags.schedBlocking), or ranks
+// run different schedules and wait for each other for ever. Polling
 // ranks get MPICH's choice (its defaults MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE
 // 256 and MEDIUM_MSG_SIZE 32768): Bruck for blocks of 256 bytes or less
 // among 8 ranks or more, where the number of messages dominates; linear
@@ -457,7 +468,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	maxSize := slices.Max(sizes)
 	bruck := false
 	for _, size := range sizes {
-		bruck = bruck || chooseSchedule(f.schedule, size, n, !f.spin()) == schedBruck
+		bruck = bruck || chooseSchedule(f.schedule, size, n, f.schedBlocking) == schedBruck
 	}
 	a, err := newA2A(w, f, k, strategy, maxSize, bruck)
 	if err != nil {
@@ -465,7 +476,7 @@ func (w *world) alltoall(ctx context.Context, f *benchFlags, k int, strategy str
 	}
 	ep := w.eps[k]
 	for _, size := range sizes {
-		sched := chooseSchedule(f.schedule, size, n, !f.spin())
+		sched := chooseSchedule(f.schedule, size, n, f.schedBlocking)
 		iters := f.iterationsFor(size * max(n-1, 1))
 		warmup := f.alltoallWarmup(size * max(n-1, 1))
 		before := ep.Counters()

@@ -47,7 +47,12 @@ type commonFlags struct {
 	// (docs/zero-copy.md).
 	noChecksum, noZeroCopy bool
 	verify                 bool
-	wait                   string
+	// wait is --wait: spin or block once chooseWait has resolved auto,
+	// and waitWhy says why that one runs (the header and the JSON).
+	wait, waitWhy string
+	// schedBlocking is whether alltoall's auto schedule follows the
+	// rule of blocking ranks, alike on every rank (agreedBlocking).
+	schedBlocking bool
 	// yield is the board's yield policy (mx.BoardOptions.Yield), by name.
 	yield   string
 	jsonOut bool
@@ -215,7 +220,7 @@ func (f *commonFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noChecksum, "no-checksum", false, "no CRC-32C frame trailer (for wires that check frames themselves, as an Ethernet NIC's FCS does): large messages then go out in place over --transport nic")
 	fs.BoolVar(&f.noZeroCopy, "no-zero-copy", false, "copy every pull reply, even where the transport could send it in place (the copying path, to compare)")
 	fs.BoolVar(&f.verify, "verify", false, "fill every message with a pattern and check every byte received")
-	fs.StringVar(&f.wait, "wait", "spin", "spin (busy-poll the transport) or block (sleep until woken)")
+	fs.StringVar(&f.wait, "wait", waitAuto, "spin (busy-poll the transport), block (sleep until woken), or auto: block in a job whose polling ranks on this host outnumber the CPUs this process may run on, its affinity mask capped by its cgroup's CPU quota (alltoall's and overlap's ranks all poll, a pingpong's or stream's ranks 0 and 1), spin otherwise (the ranks --procs starts take rank 0's choice); the header and the JSON's wait_why say which ran and why")
 	fs.StringVar(&f.yield, "yield", "auto", "when a waiter gives its CPU away with sched_yield from its first empty look, and a blocking one polls so for the board's SpinMax (1ms) before it sleeps (one whose messages came later than that looks once and sleeps), as Open MPI's ranks do when oversubscribed: auto (when the processes sharing rings that are not blocked in a wait outnumber the CPUs they may run on), always or never (spin first; $GOMX_YIELD sets the same)")
 	fs.BoolVar(&f.jsonOut, "json", false, "one JSON object per size instead of a table")
 	fs.Var(&f.rndv, "rndv-threshold", "largest eagerly sent message (default: the board's, 32K)")
@@ -274,7 +279,7 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 
 func (f *alltoallFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.schedule, "schedule", schedAuto, "alltoall's schedule: "+joinOr(schedules)+
-		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses; with --wait block, linear but for 256 B or less among 16 ranks or more, as Open MPI chooses)")
+		" (auto: bruck for 256 B or less among 8 ranks or more, linear up to 32 KiB, pairwise above, as MPICH chooses, when every rank spins; linear but for 256 B or less among 16 ranks or more, as Open MPI chooses, when they block or when an outside launcher's ranks each choose their --wait auto, so that all run the same schedule)")
 	if w := fs.Lookup("warmup"); w != nil {
 		w.Usage = fmt.Sprintf("untimed rounds before each size's timed ones, the same for every size (default: as many as the size's default timed rounds, at least %d; see NOTES)", alltoallMinWarmup)
 	}
@@ -468,8 +473,8 @@ func (f *commonFlags) validate(cmd string) ([]int, error) {
 			return nil, usagef(cmd, "--plot %v", err)
 		}
 	}
-	if f.wait != "spin" && f.wait != "block" {
-		return nil, usagef(cmd, "--wait %q: want spin or block", f.wait)
+	if f.wait != waitSpin && f.wait != waitBlock && f.wait != waitAuto {
+		return nil, usagef(cmd, "--wait %q: want spin, block or auto", f.wait)
 	}
 	if _, err := mx.ParseYieldPolicy(f.yield); err != nil {
 		return nil, usagef(cmd, "--yield %q: want auto, always or never", f.yield)
@@ -545,14 +550,15 @@ func (f *commonFlags) yieldPolicy() mx.YieldPolicy {
 }
 
 // spin reports whether waits busy-poll.
-func (f *benchFlags) spin() bool { return f.wait == "spin" }
+func (f *benchFlags) spin() bool { return f.wait == waitSpin }
 
-// describeWait names the wait mode for the report header.
+// describeWait names the wait mode for the report header, and why it runs.
 func (f *benchFlags) describeWait() string {
+	how := "blocking waits"
 	if f.spin() {
-		return "busy-poll"
+		how = "busy-poll"
 	}
-	return "blocking waits"
+	return how + " (" + f.waitWhy + ")"
 }
 
 // pin locks the calling goroutine to its thread and, when the thread may

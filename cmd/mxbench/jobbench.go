@@ -37,7 +37,7 @@ func runJobCommand(cmd string, f *benchFlags, job launch.Job, sizes []int, args 
 	if err != nil {
 		return err
 	}
-	jr, err := startJob(context.Background(), job, args, stderr)
+	jr, err := startJob(context.Background(), job, args, f.procsWaitEnviron(), stderr)
 	if err != nil {
 		return rankError(job, err)
 	}

@@ -71,7 +71,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--loss", "1.5"}, "want a fraction"},
 		{[]string{"pingpong", "--sizes", "4KB"}, "ambiguous"},
 		{[]string{"pingpong", "--start", "8K", "--end", "4K"}, "above --end"},
-		{[]string{"pingpong", "--wait", "sometimes"}, "want spin or block"},
+		{[]string{"pingpong", "--wait", "sometimes"}, "want spin, block or auto"},
 		{[]string{"alltoall", "--yield", "sometimes"}, "--yield \"sometimes\": want auto, always or never"},
 		{[]string{"stream", "--window", "0"}, "want at least 1"},
 		{[]string{"pingpong", "--settle", "-1ms"}, "--settle must not be negative"},

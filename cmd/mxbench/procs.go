@@ -364,10 +364,10 @@ const stderrTail = 3
 // startJob brings this process into the job: under a launcher it finds
 // the bootstrap address; with --procs it listens, then starts the other
 // ranks as copies of itself with the launcher environment a PMI launcher
-// would give them. Their stdout and stderr are copied to stderr as they
+// would give them, and env (rank 0's wait). Their stdout and stderr are copied to stderr as they
 // come (they print only their failures), and wait reports every rank that
 // failed; the job's context is cancelled when one does.
-func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writer) (*jobRun, error) {
+func startJob(ctx context.Context, job launch.Job, args, env []string, stderr io.Writer) (*jobRun, error) {
 	if job.Launcher != procsLauncher {
 		addr, err := launch.Bootstrap(job, jobEnv)
 		return &jobRun{ctx: ctx, addr: addr, job: job, out: stderr, stacks: tracebackAll()}, err
@@ -394,6 +394,7 @@ func startJob(ctx context.Context, job launch.Job, args []string, stderr io.Writ
 		c := exec.Command(exe, args...)
 		c.Env = append(os.Environ(), "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(job.Size),
 			"GOMX_BOOTSTRAP="+j.addr, "MXBENCH_PROCS_CHILD=1")
+		c.Env = append(c.Env, env...)
 		// A rank dies with rank 0, which started it: killed (SIGKILL,
 		// a crash), rank 0 cannot stop the others, and they would wait
 		// for it until their --timeout.

@@ -58,7 +58,7 @@ func startFailing(t *testing.T, size int, fails string) (*jobRun, func() string)
 	t.Setenv(failEnv, fails)
 	var buf bytes.Buffer
 	lw := &lockedWriter{w: &buf}
-	jr, err := startJob(context.Background(), launch.Job{Size: size, Launcher: "mxbench --procs"}, []string{"pingpong"}, lw)
+	jr, err := startJob(context.Background(), launch.Job{Size: size, Launcher: "mxbench --procs"}, []string{"pingpong"}, nil, lw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,11 +29,13 @@ type jsonRecord struct {
 	Command   string   `json:"command"`
 	Transport string   `json:"transport"`
 	// Setup is the header's description of the wire and both sides.
-	Setup  string `json:"setup"`
-	Peer   string `json:"peer,omitempty"`
-	Wait   string `json:"wait"`
-	Sync   bool   `json:"sync"`
-	Verify bool   `json:"verify"`
+	Setup string `json:"setup"`
+	Peer  string `json:"peer,omitempty"`
+	Wait  string `json:"wait"`
+	// WaitWhy says why Wait runs: given, or --wait auto's choice.
+	WaitWhy string `json:"wait_why"`
+	Sync    bool   `json:"sync"`
+	Verify  bool   `json:"verify"`
 	result
 }
 

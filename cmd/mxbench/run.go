@@ -55,6 +55,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	f.chooseWait(cmd, job, isJob)
 	if isJob && f.interleave {
 		return usagef(cmd, "--interleave runs both sides in this process: drop --procs (or the launcher)")
 	}
@@ -74,7 +75,7 @@ func runBench(cmd string, stdout, stderr io.Writer, args []string) (err error) {
 	var rep reporter
 	if f.jsonOut {
 		rep = &jsonReporter{enc: json.NewEncoder(stdout), rec: jsonRecord{Schema: schemaFor(cmd), Run: cli.NewMeta("mxbench"),
-			Command: cmd, Transport: f.transport, Peer: f.peer, Wait: f.wait, Sync: f.sync, Verify: f.verify}}
+			Command: cmd, Transport: f.transport, Peer: f.peer, Wait: f.wait, WaitWhy: f.waitWhy, Sync: f.sync, Verify: f.verify}}
 	} else {
 		rep = &tableReporter{w: stdout, cmd: cmd, raw: w.raw != nil && (f.baseline || f.interleave)}
 	}

@@ -69,9 +69,10 @@ type Point struct {
 	// TMinUS, TAvgUS and TMaxUS are the fastest, mean and slowest rank's
 	// time per round, in µs.
 	TMinUS, TAvgUS, TMaxUS float64
-	// Schedule is the schedule mxbench ran (linear, pairwise, bruck);
-	// empty for Open MPI, which picks its own inside MPI_Alltoall.
-	Schedule string
+	// Schedule is the schedule mxbench ran (linear, pairwise, bruck)
+	// and Wait how its ranks waited (spin, block); both empty for Open
+	// MPI, which picks its own schedule inside MPI_Alltoall.
+	Schedule, Wait string
 }
 
 // Key names a point of the table.

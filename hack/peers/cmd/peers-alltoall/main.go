@@ -48,7 +48,7 @@ func run(stdout, stderr io.Writer, args []string) error {
 	fs.Var(&sizes, "sizes", "message sizes (default 8,4K,64K,1M)")
 	fs.Var(&ranks, "ranks", "job sizes, in processes of this host (default 4,8,16,32)")
 	plot := fs.String("plot", "peers-alltoall.svg", "the chart of time per round against ranks (`FILE`.svg or .png)")
-	wait := fs.String("wait", "auto", "mxbench's waits: spin (busy-poll, as Open MPI does), block, or auto: spin when the host has a core per rank, block when the job oversubscribes it")
+	wait := fs.String("wait", "auto", "mxbench's waits: spin (busy-poll, as Open MPI does), block, or auto: mxbench's own choice (spin when the host has a core per rank, block when the job oversubscribes it)")
 	install := fs.Bool("install", true, "as root, apt-get install Open MPI and its compiler wrapper when missing")
 	warmup := fs.Int("warmup", -1, fmt.Sprintf("untimed rounds before every size's timed ones, on both sides alike; -1: as many as the size's timed rounds, at least %d (alltoall.Warmup)", alltoall.MinWarmup))
 	rounds := fs.Int("rounds", 1, "measure every point this many times, interleaved (Open MPI, then mx, per job), and keep each point's best")
@@ -110,15 +110,8 @@ func run(stdout, stderr io.Writer, args []string) error {
 	for k := 1; k <= *rounds; k++ {
 		var o, m []alltoall.Point
 		for _, n := range nr {
-			w := *wait
-			if w == "auto" {
-				w = "block"
-				if n <= cores {
-					w = "spin"
-				}
-			}
-			waits[n] = w
-			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: %d ranks, each job by Open MPI, then by mxbench with %s waits\n", k, *rounds, n, w)
+			w := *wait // auto: mxbench's own choice, which its JSON reports
+			fmt.Fprintf(stderr, "peers-alltoall: round %d of %d: %d ranks, each job by Open MPI, then by mxbench with --wait %s\n", k, *rounds, n, w)
 			// Each job runs on both sides back to back, so a change of
 			// the host's load between jobs falls on both alike.
 			for _, j := range plan(sz, n, *warmup) {
@@ -132,6 +125,11 @@ func run(stdout, stderr io.Writer, args []string) error {
 					return err
 				}
 				m = append(m, pts...)
+				// The wait mxbench ran: its own choice under
+				// auto, whose rule is mxbench's --wait auto.
+				for _, p := range pts {
+					waits[n] = p.Wait
+				}
 			}
 		}
 		ompiRounds, mxRounds = append(ompiRounds, o), append(mxRounds, m)
@@ -269,6 +267,7 @@ type mxRow struct {
 	TAvgUS     float64 `json:"t_avg_us"`
 	TMaxUS     float64 `json:"t_max_us"`
 	Schedule   string  `json:"schedule"`
+	Wait       string  `json:"wait"`
 	Warmup     *int    `json:"warmup"`
 }
 
@@ -299,7 +298,7 @@ func mxAlltoall(ctx context.Context, mxbench string, n int, j alltoall.Job, wait
 			}
 			return nil, fmt.Errorf("%s: the row of %d B reports warm-up %s, not the %d rounds asked", strings.Join(c.Args, " "), r.Size, got, j.Warmup)
 		}
-		pts = append(pts, alltoall.Point{Ranks: n, Size: r.Size, Iters: r.Iterations, Warmup: *r.Warmup, TMinUS: r.TMinUS, TAvgUS: r.TAvgUS, TMaxUS: r.TMaxUS, Schedule: r.Schedule})
+		pts = append(pts, alltoall.Point{Ranks: n, Size: r.Size, Iters: r.Iterations, Warmup: *r.Warmup, TMinUS: r.TMinUS, TAvgUS: r.TAvgUS, TMaxUS: r.TMaxUS, Schedule: r.Schedule, Wait: r.Wait})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
