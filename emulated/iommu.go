@@ -3,7 +3,6 @@ package emulated
 import (
 	"fmt"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,8 +20,8 @@ import (
 // using an IOVA after Unmap, or runs past the end of a buffer, faults instead
 // of silently touching someone else's memory.
 type IOMMU struct {
-	mu      sync.RWMutex
-	entries []entry // sorted by iova, non-overlapping
+	mu      queueLock // one shard, or the queues' for an 82599 platform's (NewIXGBE)
+	entries []entry   // sorted by iova, non-overlapping
 	next    uint64
 	scatter bool
 	live    int
@@ -57,7 +56,7 @@ func newIOMMU(base uint64, scatter bool) *IOMMU {
 	if base == 0 {
 		base = 1 << 32
 	}
-	return &IOMMU{next: base, scatter: scatter}
+	return &IOMMU{next: base, scatter: scatter, mu: newQueueLock(1)}
 }
 
 // Map implements pci.DMA. In scatter mode every 4 KiB page of buf gets its
@@ -176,9 +175,12 @@ func (u *IOMMU) Faults() (n uint64, last Fault) {
 	return u.faults.Load(), Fault{IOVA: v &^ 1, Write: v&1 == 1}
 }
 
-// rlock holds off Unmap while the caller accesses translated memory.
-func (u *IOMMU) rlock()   { u.mu.RLock() }
-func (u *IOMMU) runlock() { u.mu.RUnlock() }
+// rlock holds off Unmap while the caller accesses translated memory;
+// rlockQ(q) does for queue q's DMA (queueLock).
+func (u *IOMMU) rlock()         { u.mu.RLock() }
+func (u *IOMMU) runlock()       { u.mu.RUnlock() }
+func (u *IOMMU) rlockQ(q int)   { u.mu.RLockQ(q) }
+func (u *IOMMU) runlockQ(q int) { u.mu.RUnlockQ(q) }
 
 // translate returns the memory behind [iova, iova+n), which must lie in one
 // mapping segment. The caller holds rlock. On a miss it records a fault.

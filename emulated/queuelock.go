@@ -1,0 +1,70 @@
+package emulated
+
+import "sync"
+
+// queueLock is a reader-writer lock whose read side is split by queue,
+// for state that a NIC's queues all read on their data path and only the
+// control path writes (an 82599's registers, the IOMMU's mappings). A
+// sync.RWMutex's readers all write its one reader count, so two queues
+// moving frames at once on two CPUs passed that cache line back and forth
+// at every tail write, ring walk and delivery, where the chip's queues
+// share nothing. Here a reader takes one shard, a sync.RWMutex on cache
+// lines of its own: queue q's readers take shard q mod queueShards (so
+// queues q and q+queueShards share one), readers that are no queue's (a
+// STATUS read, an arming) the last. A writer takes every shard, in order,
+// and so waits out every reader, as the RWMutex's writer does.
+//
+// A lock made with one shard (newQueueLock(1), for a model whose data path
+// takes the lock for writing, or a platform without queues) is that one
+// RWMutex: its writers pay nothing for the split.
+type queueLock struct {
+	shards []lockShard
+}
+
+// lockShard is one shard, alone on its cache lines (a line, and the one
+// an adjacent-line prefetch pairs it with).
+type lockShard struct {
+	sync.RWMutex
+	_ [128 - 24]byte // 24: a sync.RWMutex
+}
+
+// queueShards is how many shards the queues of a queueLock made with
+// queue shards spread over.
+const queueShards = 8
+
+// newQueueLock makes a lock of n shards: 1, or queueShards+1 (the
+// queues' and the others').
+func newQueueLock(n int) queueLock { return queueLock{shards: make([]lockShard, n)} }
+
+// Lock takes every shard for writing.
+func (l *queueLock) Lock() {
+	for i := range l.shards {
+		l.shards[i].Lock()
+	}
+}
+
+// Unlock releases what Lock took.
+func (l *queueLock) Unlock() {
+	for i := len(l.shards) - 1; i >= 0; i-- {
+		l.shards[i].Unlock()
+	}
+}
+
+// RLock takes the shard of readers that are no queue's.
+func (l *queueLock) RLock() { l.shards[len(l.shards)-1].RLock() }
+
+// RUnlock releases what RLock took.
+func (l *queueLock) RUnlock() { l.shards[len(l.shards)-1].RUnlock() }
+
+// RLockQ takes queue q's shard for reading.
+func (l *queueLock) RLockQ(q int) { l.shards[l.shard(q)].RLock() }
+
+// RUnlockQ releases what RLockQ(q) took.
+func (l *queueLock) RUnlockQ(q int) { l.shards[l.shard(q)].RUnlock() }
+
+func (l *queueLock) shard(q int) int {
+	if len(l.shards) == 1 {
+		return 0
+	}
+	return int(uint(q) % queueShards)
+}
