@@ -180,10 +180,18 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 	}
 	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
 	p.iommu.mu = newQueueLock(queueShards + 1) // its queues' ring walks and deliveries read it
+	// The queues read txMu and mu in shards of their own (queueLock),
+	// but with AsyncDMA a tail write, a frame off the wire and an engine
+	// pass take them for writing, which a shard per queue would make
+	// dearer and no queue faster.
+	shards := queueShards + 1
+	if o.AsyncDMA {
+		shards = 1
+	}
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(0x10+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initIXGBEConfig)
 		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
-		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, queueShards+1, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
+		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, shards, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
 		n.powerOn()
 		p.add(f, n)
 	}

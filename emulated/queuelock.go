@@ -15,8 +15,9 @@ import "sync"
 // and so waits out every reader, as the RWMutex's writer does.
 //
 // A lock made with one shard (newQueueLock(1), for a model whose data path
-// takes the lock for writing, or a platform without queues) is that one
-// RWMutex: its writers pay nothing for the split.
+// takes the lock for writing, the 82574L's or an 82599's with AsyncDMA, or
+// a platform without queues) is that one RWMutex: its writers pay nothing
+// for the split.
 type queueLock struct {
 	shards []lockShard
 }
