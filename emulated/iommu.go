@@ -175,12 +175,10 @@ func (u *IOMMU) Faults() (n uint64, last Fault) {
 	return u.faults.Load(), Fault{IOVA: v &^ 1, Write: v&1 == 1}
 }
 
-// rlock holds off Unmap while the caller accesses translated memory;
-// rlockQ(q) does for queue q's DMA (queueLock).
-func (u *IOMMU) rlock()         { u.mu.RLock() }
-func (u *IOMMU) runlock()       { u.mu.RUnlock() }
-func (u *IOMMU) rlockQ(q int)   { u.mu.RLockQ(q) }
-func (u *IOMMU) runlockQ(q int) { u.mu.RUnlockQ(q) }
+// rlock holds off Unmap while the caller accesses translated memory; a
+// queue's DMA reads mu.queue(q) instead (queueLock).
+func (u *IOMMU) rlock()   { u.mu.RLock() }
+func (u *IOMMU) runlock() { u.mu.RUnlock() }
 
 // translate returns the memory behind [iova, iova+n), which must lie in one
 // mapping segment. The caller holds rlock. On a miss it records a fault.

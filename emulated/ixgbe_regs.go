@@ -485,8 +485,8 @@ func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
 // descriptors up to v, and lets frames held for want of them in. It holds
 // mu for reading and the queue's lock, so it waits for no other queue.
 func (n *ixgbeNIC) refill(q, off int, v uint32) {
-	n.mu.RLockQ(q)
-	defer n.mu.RUnlockQ(q)
+	n.mu.queue(q).RLock()
+	defer n.mu.queue(q).RUnlock()
 	r := &n.rxq[q]
 	r.rdt.Add(1)
 	if n.closed {

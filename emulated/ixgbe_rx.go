@@ -41,9 +41,12 @@ func (n *ixgbeNIC) fromFrame(fr []byte, badFCS bool) {
 // shard its flow picks (flowShard): frames of flows that queues receive
 // apart pass through shards apart.
 func (n *ixgbeNIC) receive(fr []byte) {
-	s := flowShard(fr)
-	n.mu.RLockQ(s)
-	defer n.mu.RUnlockQ(s)
+	s := 0
+	if n.mu.mask != 0 {
+		s = flowShard(fr)
+	}
+	n.mu.queue(s).RLock()
+	defer n.mu.queue(s).RUnlock()
 	if n.closed || !n.rxOnLocked() || !n.lastLU {
 		n.nDrop.Add(1)
 		return
@@ -276,8 +279,8 @@ func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 	}
 	dom := n.f.dom
 	base := uint64(n.reg(hw.RDBAH(q)))<<32 | uint64(n.reg(hw.RDBAL(q)))
-	dom.rlockQ(q)
-	defer dom.runlockQ(q)
+	dom.mu.queue(q).RLock()
+	defer dom.mu.queue(q).RUnlock()
 	off := hdr
 	for i := uint32(0); i < need; i++ {
 		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &hint[0])

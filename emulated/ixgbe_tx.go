@@ -69,8 +69,8 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 		}
 		return
 	}
-	n.txMu.RLockQ(q)
-	defer n.txMu.RUnlockQ(q)
+	n.txMu.queue(q).RLock()
+	defer n.txMu.queue(q).RUnlock()
 	n.txQueue(q, &tdt)
 }
 
@@ -144,12 +144,12 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	w := &n.txw[q]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n.mu.RLockQ(q)
+	n.mu.queue(q).RLock()
 	if tail != nil {
 		w.tdt.Add(1)
 	}
 	if tail != nil && !n.tailWriteLocked(q, *tail) {
-		n.mu.RUnlockQ(q)
+		n.mu.queue(q).RUnlock()
 		return
 	}
 	l := n.reg(hw.TDLEN(q)) / hw.DescSize
@@ -157,7 +157,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	if n.closed || !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE) || !n.f.busMaster() || tdt >= l {
 		// The tail write recorded what was wrong with it; a queue
 		// stopped since fetches nothing more.
-		n.mu.RUnlockQ(q)
+		n.mu.queue(q).RUnlock()
 		return
 	}
 	s := txSnap{
@@ -169,13 +169,13 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 		vet:      n.vetLocked(),
 		pad:      n.has(hw.HLREG0, hw.Hlreg0TxPadEn),
 	}
-	n.mu.RUnlockQ(q)
+	n.mu.queue(q).RUnlock()
 
 	w.out = w.out[:0]
 	var t queueTally
 	head := n.txRing(q, w, &s, &t)
 
-	n.mu.RLockQ(q)
+	n.mu.queue(q).RLock()
 	if n.reg(hw.TDH(q)) == s.head {
 		// Unless the driver stopped the queue and set its head
 		// during the walk, which the next walk then starts from.
@@ -184,7 +184,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	w.sum.add(&t)
 	loop := n.loopback()
 	lu := n.linkUp()
-	n.mu.RUnlockQ(q)
+	n.mu.queue(q).RUnlock()
 	for _, fr := range w.out {
 		switch {
 		case loop:
@@ -230,8 +230,8 @@ func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *queueTally) uint32 {
 	frame := w.frameBuf()
 	var first hw.TxDesc
 	inFrame, faulted := false, false
-	dom.rlockQ(q)
-	defer dom.runlockQ(q)
+	dom.mu.queue(q).RLock()
+	defer dom.mu.queue(q).RUnlock()
 	for head != s.tdt {
 		raw, ok := dom.translate(s.base+uint64(head)*hw.DescSize, hw.DescSize, true, &w.hint[0])
 		if !ok {

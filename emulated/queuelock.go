@@ -20,6 +20,7 @@ import "sync"
 // for the split.
 type queueLock struct {
 	shards []lockShard
+	mask   int // queue q reads shards[q&mask]: queueShards-1, or 0 for one shard
 }
 
 // lockShard is one shard, alone on its cache lines (a line, and the one
@@ -35,7 +36,13 @@ const queueShards = 8
 
 // newQueueLock makes a lock of n shards: 1, or queueShards+1 (the
 // queues' and the others').
-func newQueueLock(n int) queueLock { return queueLock{shards: make([]lockShard, n)} }
+func newQueueLock(n int) queueLock {
+	mask := 0
+	if n > 1 {
+		mask = queueShards - 1
+	}
+	return queueLock{shards: make([]lockShard, n), mask: mask}
+}
 
 // Lock takes every shard for writing.
 func (l *queueLock) Lock() {
@@ -57,15 +64,8 @@ func (l *queueLock) RLock() { l.shards[len(l.shards)-1].RLock() }
 // RUnlock releases what RLock took.
 func (l *queueLock) RUnlock() { l.shards[len(l.shards)-1].RUnlock() }
 
-// RLockQ takes queue q's shard for reading.
-func (l *queueLock) RLockQ(q int) { l.shards[l.shard(q)].RLock() }
-
-// RUnlockQ releases what RLockQ(q) took.
-func (l *queueLock) RUnlockQ(q int) { l.shards[l.shard(q)].RUnlock() }
-
-func (l *queueLock) shard(q int) int {
-	if len(l.shards) == 1 {
-		return 0
-	}
-	return int(uint(q) % queueShards)
-}
+// queue returns queue q's shard (q >= 0), which its readers read:
+// l.queue(q).RLock() and RUnlock(). (A method that took the shard's read
+// lock itself would be a call on every tail write and delivery, where
+// RWMutex's RLock is inlined.)
+func (l *queueLock) queue(q int) *sync.RWMutex { return &l.shards[q&l.mask].RWMutex }

@@ -27,11 +27,11 @@ func TestQueueLockShards(t *testing.T) {
 	}
 	l := newQueueLock(queueShards + 1)
 	for q := range 2*queueShards + 1 {
-		l.RLockQ(q)
+		l.queue(q).RLock()
 		if got, want := held(&l), only(queueShards+1, q%queueShards); !slices.Equal(got, want) {
 			t.Errorf("queue %d's reader holds shards %v, want %v", q, got, want)
 		}
-		l.RUnlockQ(q)
+		l.queue(q).RUnlock()
 	}
 	l.RLock()
 	if got, want := held(&l), only(queueShards+1, queueShards); !slices.Equal(got, want) {
@@ -51,13 +51,13 @@ func TestQueueLockShards(t *testing.T) {
 	}
 
 	one := newQueueLock(1)
-	one.RLockQ(5)
+	one.queue(5).RLock()
 	one.RLock()
 	if got := held(&one); !slices.Equal(got, []bool{true}) {
 		t.Errorf("a one-shard lock's readers hold %v", got)
 	}
 	one.RUnlock()
-	one.RUnlockQ(5)
+	one.queue(5).RUnlock()
 }
 
 // A writer excludes the readers of every queue: readers of many queues
@@ -73,7 +73,7 @@ func TestQueueLockWriterExcludesEveryQueue(t *testing.T) {
 				if q == 2*queueShards {
 					l.RLock()
 				} else {
-					l.RLockQ(q)
+					l.queue(q).RLock()
 				}
 				if v[0] != v[1] || v[1] != v[2] || v[2] != v[3] {
 					t.Errorf("queue %d read a write half done: %v", q, v)
@@ -81,7 +81,7 @@ func TestQueueLockWriterExcludesEveryQueue(t *testing.T) {
 				if q == 2*queueShards {
 					l.RUnlock()
 				} else {
-					l.RUnlockQ(q)
+					l.queue(q).RUnlock()
 				}
 			}
 		})
