@@ -179,15 +179,16 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 		return nil, err
 	}
 	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
-	p.iommu.mu = newQueueLock(queueShards + 1) // its queues' ring walks and deliveries read it
-	// The queues read txMu and mu in shards of their own (queueLock),
-	// but with AsyncDMA a tail write, a frame off the wire and an engine
-	// pass take them for writing, which a shard per queue would make
-	// dearer and no queue faster.
+	// The queues read txMu, mu and the IOMMU in shards of their own
+	// (queueLock), but with AsyncDMA a tail write, a frame off the wire
+	// and an engine pass take the NIC's locks for writing, which a shard
+	// per queue would make dearer and no queue faster; the platform's
+	// IOMMU then keeps one shard too.
 	shards := queueShards + 1
 	if o.AsyncDMA {
 		shards = 1
 	}
+	p.iommu.mu = newQueueLock(shards)
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(0x10+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initIXGBEConfig)
 		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
