@@ -274,9 +274,12 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 // lock; an RDT write, and a frame's delivery into its RX ring
 // (ixgbe_rx.go), hold mu for reading and the RX queue's lock (rxq). They
 // read txMu, mu and the IOMMU in their queue's shard (queueLock; a
-// delivery reads mu in its flow's), and count into their queue's own
-// lines (txWalk, rxQueue), so two queues moving frames at once on two
-// CPUs write no cache line in common. The registers shared by
+// delivery reads mu in the shard its destination port picks), and count
+// into their queue's own lines (txWalk, rxQueue), so two queues moving
+// frames at once on two CPUs write no cache line in common, as long as
+// each delivery's port picks its queue's shard (transport/nic's UDP ports
+// 40000+q do; Ethernet-framed and non-IPv4 frames all read shard 0). The
+// registers shared by
 // all queues (control, filters, interrupt routing, the rings' base, length
 // and enable bits) are written only under mu held for writing, which so
 // waits out every queue's access in flight; a queue's head and tail are

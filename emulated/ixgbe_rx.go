@@ -38,8 +38,12 @@ func (n *ixgbeNIC) fromFrame(fr []byte, badFCS bool) {
 // received at once; the hold is taken only while frames wait in it or
 // the ring has no room. The frame buffer is the caller's. Its queue is
 // known only once the filters have steered it, so it reads mu in the
-// shard its flow picks (flowShard): frames of flows that queues receive
-// apart pass through shards apart.
+// shard its flow's destination port picks (flowShard). Frames for two
+// queues pass through shards apart only where that pick equals the queue
+// (as transport/nic's ports 40000+q do, 40000 being a multiple of
+// queueShards); Ethernet-framed messages, frames an EtherType filter
+// steers and frames other than IPv4 all read shard 0, whatever queue they
+// reach, and share its lock word with queue 0's (and queue 8's) readers.
 func (n *ixgbeNIC) receive(fr []byte) {
 	s := 0
 	if n.mu.mask != 0 {

@@ -11,8 +11,21 @@ import "sync"
 // share nothing. Here a reader takes one shard, a sync.RWMutex on cache
 // lines of its own: queue q's readers take shard q mod queueShards (so
 // queues q and q+queueShards share one), readers that are no queue's (a
-// STATUS read, an arming) the last. A writer takes every shard, in order,
-// and so waits out every reader, as the RWMutex's writer does.
+// STATUS read, an arming) the last. A writer takes every shard, in
+// ascending order, and so waits out every reader, as the RWMutex's writer
+// does; a reader never holds two shards of one lock, so a reader and a
+// writer never wait on each other in a cycle. Two queues' readers write
+// no cache line in common only while they read shards apart: a caller
+// that picks a shard by something other than its queue (an 82599's
+// delivery, by its destination port) keeps them apart only where that
+// pick equals the queue.
+//
+// The 82599 model's writers are its control path: a register read other
+// than STATUS, and a register write other than a tail (TDT, RDT) or an
+// arming's (EICR and the interrupt mask registers), take every shard of
+// its register lock; a write that reprograms a TX ring or stops transmit
+// DMA (TXDCTL, TDBAL/H, TDLEN, TDH, DMATXCTL, CTRL) takes every shard of
+// txMu as well.
 //
 // A lock made with one shard (newQueueLock(1), for a model whose data path
 // takes the lock for writing, the 82574L's or an 82599's with AsyncDMA, or
@@ -23,8 +36,11 @@ type queueLock struct {
 	mask   int // queue q reads shards[q&mask]: queueShards-1, or 0 for one shard
 }
 
-// lockShard is one shard, alone on its cache lines (a line, and the one
-// an adjacent-line prefetch pairs it with).
+// lockShard is one shard, 128 bytes: two cache lines' worth, so no two
+// shards' mutexes share a 64-byte line. (The slice is not 128-byte
+// aligned, so a shard need not fill the pair of lines an adjacent-line
+// prefetch fetches together; such a prefetch may still bring a
+// neighbour's line.)
 type lockShard struct {
 	sync.RWMutex
 	_ [128 - 24]byte // 24: a sync.RWMutex
