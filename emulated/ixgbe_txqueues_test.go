@@ -255,11 +255,13 @@ func TestIXGBEQueuesReceiveAtOnce(t *testing.T) {
 	}
 }
 
-// Statistics read while two queues move frames add up to the frames
-// moved, none lost and none counted twice: the frame counters, and the
-// 64-bit octet counters, whose halves are two reads with frames counted
-// between them; and IXGBEStats' frame counts, which each queue keeps on a
-// line of its own.
+// Statistics read over and over while two queues move frames add up,
+// summed over those reads and one more after the traffic stops, to the
+// frames moved, none lost and none counted twice: the frame counters, and
+// the 64-bit octet counters, whose halves are two reads with frames
+// counted between them; and IXGBEStats' frame counts, which each queue
+// keeps on a line of its own. The test checks the sums once the traffic
+// has stopped, not any one read's value.
 func TestIXGBEStatsWhileMoving(t *testing.T) {
 	const perQueue, octets = 400, 104 // 100-byte frames and their FCS
 	p, n := steeredPair(t, ixgbe.DefaultOptions().RxRing)
