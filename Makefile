@@ -216,6 +216,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNotifications$$' -fuzztime 20000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMACString$$' -fuzztime 20000x ./nicdrv/usbnet/
 	$(GO) test -run '^$$' -fuzz '^FuzzDSARegisters$$' -fuzztime 2000x ./emulated/
+	$(GO) test -run '^$$' -fuzz '^FuzzFlowShard$$' -fuzztime 20000x ./emulated/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCompletion$$' -fuzztime 5000x ./ioat/dsahw/
 
 lint: fmt-check vet staticcheck

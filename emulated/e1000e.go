@@ -136,7 +136,7 @@ func NewE1000E(o E1000EOptions) (*E1000E, error) {
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(1+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initE1000EConfig)
 		n := &e1000eNIC{txHook: o.TxBuffer}
-		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)})
+		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, 1, o.Clock, [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(i)})
 		n.powerOn()
 		p.add(f, n)
 	}

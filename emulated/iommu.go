@@ -3,7 +3,6 @@ package emulated
 import (
 	"fmt"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,8 +20,8 @@ import (
 // using an IOVA after Unmap, or runs past the end of a buffer, faults instead
 // of silently touching someone else's memory.
 type IOMMU struct {
-	mu      sync.RWMutex
-	entries []entry // sorted by iova, non-overlapping
+	mu      queueLock // one shard, or the queues' for an 82599 platform's (NewIXGBE)
+	entries []entry   // sorted by iova, non-overlapping
 	next    uint64
 	scatter bool
 	live    int
@@ -57,7 +56,7 @@ func newIOMMU(base uint64, scatter bool) *IOMMU {
 	if base == 0 {
 		base = 1 << 32
 	}
-	return &IOMMU{next: base, scatter: scatter}
+	return &IOMMU{next: base, scatter: scatter, mu: newQueueLock(1)}
 }
 
 // Map implements pci.DMA. In scatter mode every 4 KiB page of buf gets its
@@ -176,7 +175,8 @@ func (u *IOMMU) Faults() (n uint64, last Fault) {
 	return u.faults.Load(), Fault{IOVA: v &^ 1, Write: v&1 == 1}
 }
 
-// rlock holds off Unmap while the caller accesses translated memory.
+// rlock holds off Unmap while the caller accesses translated memory; a
+// queue's DMA reads mu.queue(q) instead (queueLock).
 func (u *IOMMU) rlock()   { u.mu.RLock() }
 func (u *IOMMU) runlock() { u.mu.RUnlock() }
 

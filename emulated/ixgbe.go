@@ -179,10 +179,20 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 		return nil, err
 	}
 	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
+	// The queues read txMu, mu and the IOMMU in shards of their own
+	// (queueLock), but with AsyncDMA a tail write, a frame off the wire
+	// and an engine pass take the NIC's locks for writing, which a shard
+	// per queue would make dearer and no queue faster; the platform's
+	// IOMMU then keeps one shard too.
+	shards := queueShards + 1
+	if o.AsyncDMA {
+		shards = 1
+	}
+	p.iommu.mu = newQueueLock(shards)
 	for i := 0; i < o.Ports; i++ {
 		f := newNICFunction(0x10+uint8(i), p.iommu, hw.MSIXVectors, hw.BAR0Size, initIXGBEConfig)
 		n := &ixgbeNIC{cpuTime: o.ThreadCPUTime, async: o.AsyncDMA, regs: make([]uint32, hw.BAR0Size/4)}
-		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
+		n.nicCore = newNICCore(n, f, i, hw.MSIXVectors, o.Pending, shards, o.Clock, [6]byte{0x02, 0x1B, 0x21, 0x00, 0x00, byte(i)})
 		n.powerOn()
 		p.add(f, n)
 	}
@@ -226,9 +236,9 @@ func (p *IXGBE) WaitSent(i int, count uint64, timeout time.Duration) error {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(timeout); p.nics[i].nTx.Load() < count || queued() != 0; runtime.Gosched() {
+	for deadline := time.Now().Add(timeout); p.nics[i].txFrames() < count || queued() != 0; runtime.Gosched() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("model 82599 %d sent %d frames in %v (want %d), %d frames wait for an engine", i, p.nics[i].nTx.Load(), timeout, count, queued())
+			return fmt.Errorf("model 82599 %d sent %d frames in %v (want %d), %d frames wait for an engine", i, p.nics[i].txFrames(), timeout, count, queued())
 		}
 	}
 	return nil
@@ -237,8 +247,12 @@ func (p *IXGBE) WaitSent(i int, count uint64, timeout time.Duration) error {
 // Stats returns port i's counters.
 func (p *IXGBE) Stats(i int) IXGBEStats {
 	n := p.nics[i]
-	s := IXGBEStats{TxFrames: n.nTx.Load(), RxFrames: n.nRx.Load(), RxDropped: n.nDrop.Load(), RxBadFCS: n.nBadFCS.Load(),
+	s := IXGBEStats{TxFrames: n.txFrames(), RxDropped: n.nDrop.Load(), RxBadFCS: n.nBadFCS.Load(),
 		Interrupts: n.nIRQ.Load(), Violations: n.nViol.Load(), TailWrites: n.nTail.Load(), ModelTime: time.Duration(n.modelNS.Load())}
+	for q := range n.rxq {
+		s.RxFrames += n.rxq[q].recv.Load()
+		s.TailWrites += n.rxq[q].tails.Load() + n.txw[q].tails.Load()
+	}
 	if v := n.lastViol.Load(); v != nil {
 		s.LastViolation = *v
 	}
@@ -256,9 +270,16 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 //
 // The 82599's queues share no lock on the chip, and the model's data path
 // takes none that another queue's takes for long: a TDT write and its ring
-// walk (ixgbe_tx.go) hold mu for reading and the TX queue's walk lock; an
-// RDT write, and a frame's delivery into its RX ring (ixgbe_rx.go), hold
-// mu for reading and the RX queue's lock (rxq). The registers shared by
+// walk (ixgbe_tx.go) hold txMu and mu for reading and the TX queue's walk
+// lock; an RDT write, and a frame's delivery into its RX ring
+// (ixgbe_rx.go), hold mu for reading and the RX queue's lock (rxq). They
+// read txMu, mu and the IOMMU in their queue's shard (queueLock; a
+// delivery reads mu in the shard its destination port picks), and count
+// into their queue's own lines (txWalk, rxQueue), so two queues moving
+// frames at once on two CPUs write no cache line in common, as long as
+// each delivery's port picks its queue's shard (transport/nic's UDP ports
+// 40000+q do; Ethernet-framed and non-IPv4 frames all read shard 0). The
+// registers shared by
 // all queues (control, filters, interrupt routing, the rings' base, length
 // and enable bits) are written only under mu held for writing, which so
 // waits out every queue's access in flight; a queue's head and tail are
@@ -310,8 +331,19 @@ type ixgbeNIC struct {
 
 	in wireIn // frames off the wire waiting for the engine (AsyncDMA)
 
+	// nTail counts the tail writes of the queues the model does not run
+	// (the others count their own: txWalk, rxQueue).
 	nTail   atomic.Uint64
 	modelNS atomic.Int64
+}
+
+// txFrames is the frames sent to the wire: what the queues handed on.
+func (n *ixgbeNIC) txFrames() uint64 {
+	var s uint64
+	for q := range n.txw {
+		s += n.txw[q].sent.Load()
+	}
+	return s
 }
 
 // rxQueue is one RX queue's lock and what its deliveries use besides the
@@ -325,7 +357,12 @@ type rxQueue struct {
 	mu   sync.Mutex
 	hint [3]int
 	sum  queueTally // what its deliveries counted
-	_    [64]byte   // apart from the next queue's
+	// What the queue counts outside its tally, on a line no other
+	// queue writes: RDT writes not yet folded into the access counts
+	// (rdt), RDT writes taken (tails: IXGBEStats.TailWrites) and frames
+	// written into the ring (recv: IXGBEStats.RxFrames).
+	rdt, tails, recv atomic.Uint64
+	_                [64]byte // apart from the next queue's
 }
 
 // The statistics registers the data path counts (fastCounts.stat).
@@ -352,10 +389,9 @@ var statRegs = func() (r [nStats]int) {
 // reset) and register accesses (not), until foldLocked adds them to the
 // registers and acc.
 type fastCounts struct {
-	stat     [nStats]atomic.Uint64
-	rdt, tdt [hw.MaxQueuePairs]atomic.Uint64
-	mask     [len(maskRegs)]atomic.Uint64 // writes of maskRegs
-	status   atomic.Uint64                // reads of STATUS
+	stat   [nStats]atomic.Uint64
+	mask   [len(maskRegs)]atomic.Uint64 // writes of maskRegs
+	status atomic.Uint64                // reads of STATUS
 }
 
 // foldLocked implements nicHooks.
@@ -368,11 +404,11 @@ func (n *ixgbeNIC) foldLocked() {
 		}
 		n.regs[statRegs[i]/4] += uint32(v)
 	}
-	for q := range f.rdt {
-		if v := f.rdt[q].Swap(0); v != 0 {
+	for q := range n.rxq {
+		if v := n.rxq[q].rdt.Swap(0); v != 0 {
 			n.acc.add(&n.acc.writes, hw.RDT(q), v)
 		}
-		if v := f.tdt[q].Swap(0); v != 0 {
+		if v := n.txw[q].tdt.Swap(0); v != 0 {
 			n.acc.add(&n.acc.writes, hw.TDT(q), v)
 		}
 	}

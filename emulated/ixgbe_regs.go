@@ -485,17 +485,17 @@ func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
 // descriptors up to v, and lets frames held for want of them in. It holds
 // mu for reading and the queue's lock, so it waits for no other queue.
 func (n *ixgbeNIC) refill(q, off int, v uint32) {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	n.fast.rdt[q].Add(1)
+	n.mu.queue(q).RLock()
+	defer n.mu.queue(q).RUnlock()
+	r := &n.rxq[q]
+	r.rdt.Add(1)
 	if n.closed {
 		return
 	}
-	n.nTail.Add(1)
+	r.tails.Add(1)
 	if !n.rdtInRing(q, v) {
 		return
 	}
-	r := &n.rxq[q]
 	r.mu.Lock()
 	n.set(off, v)
 	r.mu.Unlock()

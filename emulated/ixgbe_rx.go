@@ -36,10 +36,21 @@ func (n *ixgbeNIC) fromFrame(fr []byte, badFCS bool) {
 // wait there. It holds mu for reading, and the queue's lock while it
 // writes the ring (deliverQueue), so frames for different queues are
 // received at once; the hold is taken only while frames wait in it or
-// the ring has no room. The frame buffer is the caller's.
+// the ring has no room. The frame buffer is the caller's. Its queue is
+// known only once the filters have steered it, so it reads mu in the
+// shard its flow's destination port picks (flowShard). Frames for two
+// queues pass through shards apart only where that pick equals the queue
+// (as transport/nic's ports 40000+q do, 40000 being a multiple of
+// queueShards); Ethernet-framed messages, frames an EtherType filter
+// steers and frames other than IPv4 all read shard 0, whatever queue they
+// reach, and share its lock word with queue 0's (and queue 8's) readers.
 func (n *ixgbeNIC) receive(fr []byte) {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	s := 0
+	if n.mu.mask != 0 {
+		s = flowShard(fr)
+	}
+	n.mu.queue(s).RLock()
+	defer n.mu.queue(s).RUnlock()
 	if n.closed || !n.rxOnLocked() || !n.lastLU {
 		n.nDrop.Add(1)
 		return
@@ -272,8 +283,8 @@ func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 	}
 	dom := n.f.dom
 	base := uint64(n.reg(hw.RDBAH(q)))<<32 | uint64(n.reg(hw.RDBAL(q)))
-	dom.rlock()
-	defer dom.runlock()
+	dom.mu.queue(q).RLock()
+	defer dom.mu.queue(q).RUnlock()
 	off := hdr
 	for i := uint32(0); i < need; i++ {
 		raw, ok := dom.translate(base+uint64(head)*hw.DescSize, hw.DescSize, true, &hint[0])
@@ -323,7 +334,7 @@ func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 		head = (head + 1) % l
 	}
 	n.set(hw.RDH(q), head)
-	n.nRx.Add(1)
+	rq.recv.Add(1)
 	rq.sum.frames++
 	rq.sum.octets += uint64(len(fr) + 4)
 	if fr[0]&1 != 0 {
@@ -335,4 +346,22 @@ func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 	}
 	n.queueCauseLocked(q)
 	return rxDone
+}
+
+// flowShard picks the shard of mu a received frame reads (queueLock): its
+// UDP or TCP destination port for an IPv4 datagram that is not a
+// fragment's tail, the port by which filters and Flow Director steer a
+// flow to its queue, else 0.
+func flowShard(fr []byte) int {
+	if len(fr) < 14+20 || fr[12] != 0x08 || fr[13] != 0x00 || fr[14]>>4 != 4 {
+		return 0
+	}
+	if p := fr[14+9]; p != 6 && p != 17 || binary.BigEndian.Uint16(fr[14+6:])&0x1FFF != 0 {
+		return 0
+	}
+	at := 14 + int(fr[14]&0xF)*4 + 2
+	if len(fr) < at+2 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(fr[at:]))
 }

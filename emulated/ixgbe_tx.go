@@ -3,6 +3,7 @@ package emulated
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
@@ -43,6 +44,12 @@ type txWalk struct {
 	// The walk's IOMMU hints: the ring, a frame's first buffer (the
 	// driver's packet buffer) and its others (memory attached in place).
 	hint [3]int
+	// What the queue counts outside its tally, on a line no other
+	// queue writes: TDT writes not yet folded into the access counts
+	// (tdt), TDT writes taken (tails: IXGBEStats.TailWrites) and frames
+	// handed on (sent: IXGBEStats.TxFrames).
+	tdt, tails, sent atomic.Uint64
+	_                [64]byte // apart from the next queue's
 }
 
 // transmit is a TDT write. Synchronous, every frame between TDH and the
@@ -52,7 +59,7 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 	if n.async {
 		var e *dmaEngine
 		n.mu.Lock()
-		n.fast.tdt[q].Add(1)
+		n.txw[q].tdt.Add(1)
 		if n.tailWriteLocked(q, tdt) {
 			e = n.engineLocked()
 		}
@@ -62,8 +69,8 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 		}
 		return
 	}
-	n.txMu.RLock()
-	defer n.txMu.RUnlock()
+	n.txMu.queue(q).RLock()
+	defer n.txMu.queue(q).RUnlock()
 	n.txQueue(q, &tdt)
 }
 
@@ -72,7 +79,11 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 // descriptors for the DMA to fetch. Under mu held for writing, or for
 // reading with the queue's walk lock; the caller counts the access.
 func (n *ixgbeNIC) tailWriteLocked(q int, tdt uint32) bool {
-	n.nTail.Add(1)
+	if q < hw.MaxQueuePairs {
+		n.txw[q].tails.Add(1)
+	} else {
+		n.nTail.Add(1)
+	}
 	if n.closed {
 		return false
 	}
@@ -133,12 +144,12 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	w := &n.txw[q]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n.mu.RLock()
+	n.mu.queue(q).RLock()
 	if tail != nil {
-		n.fast.tdt[q].Add(1)
+		w.tdt.Add(1)
 	}
 	if tail != nil && !n.tailWriteLocked(q, *tail) {
-		n.mu.RUnlock()
+		n.mu.queue(q).RUnlock()
 		return
 	}
 	l := n.reg(hw.TDLEN(q)) / hw.DescSize
@@ -146,7 +157,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	if n.closed || !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE) || !n.f.busMaster() || tdt >= l {
 		// The tail write recorded what was wrong with it; a queue
 		// stopped since fetches nothing more.
-		n.mu.RUnlock()
+		n.mu.queue(q).RUnlock()
 		return
 	}
 	s := txSnap{
@@ -158,13 +169,13 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 		vet:      n.vetLocked(),
 		pad:      n.has(hw.HLREG0, hw.Hlreg0TxPadEn),
 	}
-	n.mu.RUnlock()
+	n.mu.queue(q).RUnlock()
 
 	w.out = w.out[:0]
 	var t queueTally
 	head := n.txRing(q, w, &s, &t)
 
-	n.mu.RLock()
+	n.mu.queue(q).RLock()
 	if n.reg(hw.TDH(q)) == s.head {
 		// Unless the driver stopped the queue and set its head
 		// during the walk, which the next walk then starts from.
@@ -173,7 +184,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	w.sum.add(&t)
 	loop := n.loopback()
 	lu := n.linkUp()
-	n.mu.RUnlock()
+	n.mu.queue(q).RUnlock()
 	for _, fr := range w.out {
 		switch {
 		case loop:
@@ -185,7 +196,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 		}
 		// Counted once handed on, so a TxFrames that reached k says
 		// the first k frames are in the peer's hands.
-		n.nTx.Add(1)
+		w.sent.Add(1)
 		if cap(fr) >= txFrameCap {
 			w.spare = append(w.spare, fr[:0])
 		}
@@ -219,8 +230,8 @@ func (n *ixgbeNIC) txRing(q int, w *txWalk, s *txSnap, t *queueTally) uint32 {
 	frame := w.frameBuf()
 	var first hw.TxDesc
 	inFrame, faulted := false, false
-	dom.rlock()
-	defer dom.runlock()
+	dom.mu.queue(q).RLock()
+	defer dom.mu.queue(q).RUnlock()
 	for head != s.tdt {
 		raw, ok := dom.translate(s.base+uint64(head)*hw.DescSize, hw.DescSize, true, &w.hint[0])
 		if !ok {

@@ -255,13 +255,17 @@ func TestIXGBEQueuesReceiveAtOnce(t *testing.T) {
 	}
 }
 
-// Statistics read while two queues move frames add up to the frames
-// moved, none lost and none counted twice: the frame counters, and the
-// 64-bit octet counters, whose halves are two reads with frames counted
-// between them.
+// Statistics read over and over while two queues move frames add up,
+// summed over those reads and one more after the traffic stops, to the
+// frames moved, none lost and none counted twice: the frame counters, and
+// the 64-bit octet counters, whose halves are two reads with frames
+// counted between them; and IXGBEStats' frame counts, which each queue
+// keeps on a line of its own. The test checks the sums once the traffic
+// has stopped, not any one read's value.
 func TestIXGBEStatsWhileMoving(t *testing.T) {
 	const perQueue, octets = 400, 104 // 100-byte frames and their FCS
 	p, n := steeredPair(t, ixgbe.DefaultOptions().RxRing)
+	sent0, recv0 := p.Stats(0).TxFrames, p.Stats(1).RxFrames
 	rx, _ := p.Functions()[1].BAR(0)
 	tx, _ := p.Functions()[0].BAR(0)
 	regs := []struct {
@@ -330,6 +334,9 @@ func TestIXGBEStatsWhileMoving(t *testing.T) {
 		if r.total != r.want {
 			t.Errorf("%s summed %d over its reads, want %d", r.name, r.total, r.want)
 		}
+	}
+	if sent, recv := p.Stats(0).TxFrames-sent0, p.Stats(1).RxFrames-recv0; sent != 2*perQueue || recv != 2*perQueue {
+		t.Errorf("TxFrames counted %d and RxFrames %d frames, want %d each", sent, recv, 2*perQueue)
 	}
 }
 

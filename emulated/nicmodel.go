@@ -217,11 +217,11 @@ type nicCore struct {
 	// on (nicPlatform.HoldGIOMaster).
 	holdGIO atomic.Bool
 
-	txMu  sync.RWMutex
-	out   [][]byte // frames of the TDT write being processed, to deliver (82574L)
-	spare [][]byte // free frame buffers (82574L)
+	txMu  queueLock // one shard, or the queues' (newNICCore)
+	out   [][]byte  // frames of the TDT write being processed, to deliver (82574L)
+	spare [][]byte  // free frame buffers (82574L)
 
-	mu      sync.RWMutex
+	mu      queueLock  // one shard, or the queues' (newNICCore)
 	holdMu  sync.Mutex // hold, under mu held for reading
 	irqMu   sync.Mutex // vecNext and vecTmr, under mu held for reading
 	closed  bool
@@ -233,13 +233,15 @@ type nicCore struct {
 	hint    int
 	acc     regAccesses
 
-	nTx, nRx, nDrop, nBadFCS, nIRQ, nViol atomic.Uint64
+	nTx, nRx, nDrop, nBadFCS, nIRQ, nViol atomic.Uint64 // nTx, nRx: the 82574L's (an 82599's queues count their own)
 	lastViol                              atomic.Pointer[string]
 }
 
-// newNICCore is the core of port of a model with vectors MSI-X vectors.
-func newNICCore(m nicHooks, f *Function, port, vectors, pending int, clock Clock, mac [6]byte) nicCore {
+// newNICCore is the core of port of a model with vectors MSI-X vectors,
+// whose txMu and mu have shards shards (queueLock).
+func newNICCore(m nicHooks, f *Function, port, vectors, pending, shards int, clock Clock, mac [6]byte) nicCore {
 	return nicCore{m: m, f: f, port: port, mac: mac, clock: clock, hold: rxHold{max: pending},
+		txMu: newQueueLock(shards), mu: newQueueLock(shards),
 		vecNext: make([]time.Time, vectors), vecTmr: make([]func() bool, vectors)}
 }
 
