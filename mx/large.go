@@ -219,9 +219,10 @@ type pblock struct {
 	// what orders it against the others (holes).
 	fast uint64
 	fseq [maxBlockFrames]uint32
-	// amb marks the fast frames last asked for by the timer, or, on a
-	// placing lane, by a question's answer, whose earlier copy may only
-	// be late (a responder descheduled, a sender's queue): a copy of one
+	// amb marks the fast frames last asked for by the timer, or by a
+	// question's answer, whose earlier copy may only be late (a
+	// responder descheduled, a sender's queue, a wire that reorders the
+	// question and a PULL, or the answer and a reply): a copy of one
 	// that arrives may answer the block's first PULL (seq), so it reveals
 	// only what that one would.
 	amb uint64
@@ -345,9 +346,11 @@ func (pl *pull) fill() {
 // which counter the retransmission goes to (FastRetransmits or
 // TimerRetransmits).
 func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
-	// A pull placing on a lane asks again on lane 0; what a question's
-	// answer asks again for whose original was only asked for on the
-	// lane may still come there, late (placerecv.go, laneOwed).
+	// What a question's answer asks again for whose original was asked
+	// for once may still come, late: on a wire that reorders, the
+	// question may have overtaken its PULL, or the answer its replies;
+	// and a pull placing on a lane, which asks again on lane 0, may
+	// still have it come on the lane (placerecv.go, laneOwed).
 	lost := bl.fast &^ bl.amb
 	for lo := 0; mask>>lo != 0; {
 		if mask&(1<<lo) == 0 {
@@ -367,7 +370,7 @@ func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
 		switch {
 		case why == TimerRetransmits:
 			bl.amb |= run
-		case why == AskRetransmits && pl.lane() > 0:
+		case why == AskRetransmits:
 			bl.amb = bl.amb&^run | run&^lost
 		default:
 			bl.amb &^= run
