@@ -554,12 +554,15 @@ func (pl *pull) finish() {
 // A block none of whose frames came is taken for lost only on evidence
 // from a PULL two after its own (lostBefore): its PULL may have been
 // overtaken by the next one, whose replies then all come first. The last
-// frame asked for can be overtaken by nothing, so its arrival shows every
-// hole before it lost at once (TCP's early retransmit). A hole is asked
-// for again each time evidence asked for after that request arrives while
-// it is still missing: once per round trip of the pull path, and never on
-// a wire that loses nothing. A frame asked for again on evidence had its
-// earlier copy lost, so a copy that arrives answers the re-request; one
+// frame of the last PULL, when that PULL asked for a block the first
+// time, can be overtaken by nothing, so its arrival shows every hole
+// before it lost at once (TCP's early retransmit); a frame asked for
+// again proves nothing so, as its arrival may be its late original. A
+// hole is asked for again each time evidence asked for after that
+// request arrives while it is still missing: once per round trip of the
+// pull path, and never on a wire that loses nothing. A frame asked for
+// again on evidence was overtaken by pullReorder replies, so its earlier
+// copy is taken for lost and a copy that arrives answers the re-request; one
 // the timer asked for again may answer either PULL, and counts as an
 // answer to the first (amb). A pull placing on a lane has its frames come
 // on two queues, which the board reads in turn, not in the order the wire
