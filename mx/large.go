@@ -192,6 +192,11 @@ type pull struct {
 	recent    [pullReorder]evidence
 	nrecent   int
 	lastAsked int
+	// blockSeq is the number of the newest PULL that asked for a block
+	// the first time (fill), blockLast the last frame it asked for: that
+	// frame's arrival shows the holes before it lost (lossEvidence).
+	blockSeq  uint32
+	blockLast int
 }
 
 // evidence is where a reply stands in the order the PULLs asked for the
@@ -338,6 +343,7 @@ func (pl *pull) fill() {
 		pl.placeBlock(bl.first, n) // placerecv.go: spans before the PULL
 		bl.lastReq = pl.e.b.now()
 		bl.seq = pl.requestSpan(bl, 0, n-1, false, 0)
+		pl.blockSeq, pl.blockLast = bl.seq, bl.first+n-1
 	}
 }
 
@@ -554,10 +560,12 @@ func (pl *pull) finish() {
 // A block none of whose frames came is taken for lost only on evidence
 // from a PULL two after its own (lostBefore): its PULL may have been
 // overtaken by the next one, whose replies then all come first. The last
-// frame of the last PULL, when that PULL asked for a block the first
-// time, can be overtaken by nothing, so its arrival shows every hole
-// before it lost at once (TCP's early retransmit); a frame asked for
-// again proves nothing so, as its arrival may be its late original. A
+// frame a PULL asked for can be overtaken by nothing that PULL or an
+// earlier one asked for, so its arrival shows every such hole lost at
+// once (TCP's early retransmit), when that PULL is the newest that asked
+// for a block the first time (blockSeq, blockLast: re-requests sent after
+// it do not turn this off), or is the last PULL and the frame is not amb;
+// an amb frame's arrival may be its late original, so it proves nothing. A
 // hole is asked for again each time evidence asked for after that
 // request arrives while it is still missing: once per round trip of the
 // pull path, and never on a wire that loses nothing. A frame asked for
@@ -592,7 +600,8 @@ func (pl *pull) lossEvidence(k, x int, onLane bool) {
 		}
 	}
 	if pl.lane() == 0 {
-		if te == ev.seq && te == pl.reqs && ev.first+x == pl.lastAsked {
+		if te == ev.seq && te == pl.blockSeq && ev.first+x == pl.blockLast ||
+			te == pl.reqs && ev.first+x == pl.lastAsked && ev.amb&(1<<x) == 0 {
 			x++ // the last frame asked for: every hole before it is lost
 		} else if te, x = pl.settled(evidence{te, x}); x < 0 {
 			return
