@@ -185,11 +185,12 @@ type pull struct {
 	// after answerGen, the board's drainGen when it came (pull.timer).
 	answered  bool
 	answerGen uint64
-	// recent is the evidence of the last pullReorder replies that came
-	// to a pull on lane 0, in the order they came (lossEvidence), nrecent
-	// how many of them there are; lastAsked is the frame the last PULL
-	// (number reqs) asked for last.
-	recent    [pullReorder]evidence
+	// recent is where the last pullReorder replies that came to a pull on
+	// lane 0 were asked for, newest first (lossEvidence, settled); a
+	// reply acted on by early retransmit is not recorded. nrecent is how
+	// many there are; lastAsked is the frame the last PULL (number reqs)
+	// asked for last.
+	recent    [pullReorder]askedAt
 	nrecent   int
 	lastAsked int
 	// blockSeq is the number of the newest PULL that asked for a block
@@ -199,14 +200,14 @@ type pull struct {
 	blockLast int
 }
 
-// evidence is where a reply stands in the order the PULLs asked for the
+// askedAt is where a reply stands in the order the PULLs asked for the
 // frames: the number of the PULL it answers and its frame in its block.
-type evidence struct {
+type askedAt struct {
 	te uint32
 	x  int
 }
 
-func (a evidence) before(b evidence) bool { return a.te < b.te || a.te == b.te && a.x < b.x }
+func (a askedAt) before(b askedAt) bool { return a.te < b.te || a.te == b.te && a.x < b.x }
 
 type pblock struct {
 	first, n int
@@ -553,19 +554,21 @@ func (pl *pull) finish() {
 // re-request: the rest of the window. So on lane 0 a hole is taken for
 // lost, as TCP takes a segment after three duplicate acks, only once
 // pullReorder replies asked for after it have come: the evidence acted on
-// is the earliest of the last pullReorder replies (recent). A reply
-// overtaken by up to pullReorder-1 others then costs nothing, a loss is
-// asked for again pullReorder replies later, and a late original taken
-// for a copy is evidence only together with the replies that follow it.
-// A block none of whose frames came is taken for lost only on evidence
-// from a PULL two after its own (lostBefore): its PULL may have been
-// overtaken by the next one, whose replies then all come first. The last
-// frame a PULL asked for can be overtaken by nothing that PULL or an
-// earlier one asked for, so its arrival shows every such hole lost at
-// once (TCP's early retransmit), when that PULL is the newest that asked
-// for a block the first time (blockSeq, blockLast: re-requests sent after
-// it do not turn this off), or is the last PULL and the frame is not amb;
-// an amb frame's arrival may be its late original, so it proves nothing. A
+// is the earliest (in the order asked for) of the last pullReorder
+// replies to come (recent). A reply overtaken by up to pullReorder-1
+// others then costs nothing, a loss is asked for again pullReorder
+// replies later (or at once by early retransmit, below), and a late
+// original taken for a copy is evidence only together with the replies
+// that follow it. A block none of whose frames came is taken for lost
+// only on evidence from a PULL two after its own (lostBefore), early
+// retransmit included: its PULL may have been overtaken by the next one,
+// whose replies then all come first. The last frame a PULL asked for can
+// be overtaken by no frame that PULL or an earlier one asked for, so its
+// arrival shows every other hole asked for before it lost at once (TCP's
+// early retransmit), when that PULL is the newest that asked for a block
+// the first time (blockSeq, blockLast: re-requests sent after it do not
+// turn this off), or is the last PULL and the frame is not amb; an amb
+// frame's arrival may be its late original, so it proves nothing. A
 // hole is asked for again each time evidence asked for after that
 // request arrives while it is still missing: once per round trip of the
 // pull path, and never on a wire that loses nothing. A frame asked for
@@ -603,7 +606,7 @@ func (pl *pull) lossEvidence(k, x int, onLane bool) {
 		if te == ev.seq && te == pl.blockSeq && ev.first+x == pl.blockLast ||
 			te == pl.reqs && ev.first+x == pl.lastAsked && ev.amb&(1<<x) == 0 {
 			x++ // the last frame asked for: every hole before it is lost
-		} else if te, x = pl.settled(evidence{te, x}); x < 0 {
+		} else if te, x = pl.settled(askedAt{te, x}); x < 0 {
 			return
 		}
 	}
@@ -618,7 +621,7 @@ const pullReorder = 3
 // settled records ev, the evidence of the reply that just came to a pull
 // on lane 0, and returns the earliest of the last pullReorder replies'
 // (x -1 while fewer came): what pullReorder replies in a row show.
-func (pl *pull) settled(ev evidence) (uint32, int) {
+func (pl *pull) settled(ev askedAt) (uint32, int) {
 	copy(pl.recent[1:], pl.recent[:pullReorder-1])
 	pl.recent[0] = ev
 	if pl.nrecent < pullReorder {
@@ -687,7 +690,12 @@ const (
 // lost. why is the counter the re-requests go to. Evidence from a reply
 // (FastRetransmits) shows a block none of whose frames came lost only
 // from a PULL two after the block's own (lossEvidence: its PULL may have
-// been overtaken).
+// been overtaken; taking it for lost at once cost whole blocks asked for
+// twice on a wire that reorders). The cost: a lost PULL of the
+// second-to-last block (or of the last, which nothing follows), or any
+// lost PULL while PullBlocks <= 2 (the window moves on only once the
+// block completes), waits for a question's answer, or toward a peer that
+// answers none for the pull timer.
 func (pl *pull) lostBefore(te uint32, x int, why Counter, on int) {
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
@@ -732,8 +740,11 @@ func (pl *pull) lostBefore(te uint32, x int, why Counter, on int) {
 // re-request of it. The replies are evidence for the later blocks
 // (lossEvidence), and a silence that was only a slow peer costs one block
 // of duplicates, not the window. A timer re-request is needed only where
-// no later reply comes to reveal a hole: the last frames of a pull, or a
-// re-request lost again with nothing asked for after it. Toward a peer
+// no later reply comes to reveal a hole (lossEvidence, lostBefore): the
+// last frame of a pull and the holes only it would reveal, a lost PULL of
+// one of the last two blocks or of any block while PullBlocks <= 2, or a
+// re-request sent after the last block's PULL and lost, with fewer than
+// pullReorder replies asked for after it to come. Toward a peer
 // that answers questions (ExtAsk) the timer never re-requests: it asks
 // the region's owner instead, and only the answer re-requests what it
 // shows lost (ask.go); a pull placing on a lane acts on its answer here,
