@@ -3,7 +3,6 @@ package mx
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/gomx-dev/gomx/mx/wire"
 	"github.com/gomx-dev/gomx/transport/loopback"
@@ -81,14 +80,7 @@ func TestPullReorderCostsLittle(t *testing.T) {
 func TestPullTailLossAfterReRequest(t *testing.T) {
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
-			w := newLoopbackWire(t, loopback.Faults{})
-			d := &dropReplies{Transport: w.a, sent: map[[5]byte]int{}, drops: map[uint8]int{}}
-			w.a = d
-			opts := fastOptions()
-			opts.BusyPoll = busy
-			opts.RTOMin = 200 * time.Millisecond
-			opts.PullTimeout = time.Second
-			pr := newPairOn(t, w, opts)
+			pr, d, opts := dropRepliesPair(t, busy, map[uint8]int{})
 			msg := pattern(1<<20, 5)
 			buf := make([]byte, len(msg))
 			exchangeWhole(t, pr, msg, buf, 0) // the pull round trip is measured
