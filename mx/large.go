@@ -185,7 +185,29 @@ type pull struct {
 	// after answerGen, the board's drainGen when it came (pull.timer).
 	answered  bool
 	answerGen uint64
+	// recent is where the last pullReorder replies that came to a pull on
+	// lane 0 were asked for, newest first (lossEvidence, settled); a
+	// reply acted on by early retransmit is not recorded. nrecent is how
+	// many there are; lastAsked is the frame the last PULL (number reqs)
+	// asked for last.
+	recent    [pullReorder]askedAt
+	nrecent   int
+	lastAsked int
+	// blockSeq is the number of the newest PULL that asked for a block
+	// the first time (fill), blockLast the last frame it asked for: that
+	// frame's arrival shows the holes before it lost (lossEvidence).
+	blockSeq  uint32
+	blockLast int
 }
+
+// askedAt is where a reply stands in the order the PULLs asked for the
+// frames: the number of the PULL it answers and its frame in its block.
+type askedAt struct {
+	te uint32
+	x  int
+}
+
+func (a askedAt) before(b askedAt) bool { return a.te < b.te || a.te == b.te && a.x < b.x }
 
 type pblock struct {
 	first, n int
@@ -203,9 +225,10 @@ type pblock struct {
 	// what orders it against the others (holes).
 	fast uint64
 	fseq [maxBlockFrames]uint32
-	// amb marks the fast frames last asked for by the timer, or, on a
-	// placing lane, by a question's answer, whose earlier copy may only
-	// be late (a responder descheduled, a sender's queue): a copy of one
+	// amb marks the fast frames last asked for by the timer, or by a
+	// question's answer, whose earlier copy may only be late (a
+	// responder descheduled, a sender's queue, a wire that reorders the
+	// question and a PULL, or the answer and a reply): a copy of one
 	// that arrives may answer the block's first PULL (seq), so it reveals
 	// only what that one would.
 	amb uint64
@@ -321,6 +344,7 @@ func (pl *pull) fill() {
 		pl.placeBlock(bl.first, n) // placerecv.go: spans before the PULL
 		bl.lastReq = pl.e.b.now()
 		bl.seq = pl.requestSpan(bl, 0, n-1, false, 0)
+		pl.blockSeq, pl.blockLast = bl.seq, bl.first+n-1
 	}
 }
 
@@ -329,9 +353,11 @@ func (pl *pull) fill() {
 // which counter the retransmission goes to (FastRetransmits or
 // TimerRetransmits).
 func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
-	// A pull placing on a lane asks again on lane 0; what a question's
-	// answer asks again for whose original was only asked for on the
-	// lane may still come there, late (placerecv.go, laneOwed).
+	// What a question's answer asks again for whose original was asked
+	// for once may still come, late: on a wire that reorders, the
+	// question may have overtaken its PULL, or the answer its replies;
+	// and a pull placing on a lane, which asks again on lane 0, may
+	// still have it come on the lane (placerecv.go, laneOwed).
 	lost := bl.fast &^ bl.amb
 	for lo := 0; mask>>lo != 0; {
 		if mask&(1<<lo) == 0 {
@@ -351,7 +377,7 @@ func (pl *pull) rerequest(bl *pblock, mask uint64, why Counter) {
 		switch {
 		case why == TimerRetransmits:
 			bl.amb |= run
-		case why == AskRetransmits && pl.lane() > 0:
+		case why == AskRetransmits:
 			bl.amb = bl.amb&^run | run&^lost
 		default:
 			bl.amb &^= run
@@ -371,6 +397,7 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 		e.cnt[PullFramesRerequested] += uint64(hi - lo + 1)
 	}
 	pl.reqs++
+	pl.lastAsked = bl.first + hi
 	first := bl.first + lo
 	start, end := pl.geo.Start(first), pl.geo.End(bl.first+hi)
 	ffo := 0
@@ -513,29 +540,50 @@ func (pl *pull) finish() {
 	}
 }
 
-// lossEvidence asks again, at once, for the frames that frame x of block
-// k shows lost. A responder (gomx's or Open-MX's) answers the PULLs in the
-// order they come and sends each one's frames in order, and every
-// transport delivers one sender's frames in order, so a frame that arrives
-// says that every frame asked for by an earlier PULL, and every earlier
-// frame of its own PULL, has arrived or is lost. Each frame knows the
-// number of the PULL that last asked for it (pblock.seq, pblock.fseq), so
-// a hole is asked for again at once when a reply asked for after it
-// arrives, and again each time a reply asked for after that request
-// arrives while it is still missing: once per round trip of the pull
-// path, and never on a wire that loses nothing. A frame asked for again on
-// evidence had its earlier copy lost, so a copy that arrives answers the
-// re-request; one the timer asked for again may answer either PULL, and
-// counts as an answer to the first (amb). A wire that reorders frames
-// costs a duplicate per reordered frame. A pull placing on a lane has its
-// frames come on two queues, which the board reads in turn, not in the
-// order the wire brought them: those asked for once on the lane, those
-// asked for again on lane 0 (placerecv.go). A frame there is evidence
-// only for the frames that come on its own queue; one asked for again may
-// come on either (its original may only have been late), and the queue
-// it came on says which (onLane); one asked for on the lane only is its
-// original wherever it came (a fault wrapper delivers the copies it makes
-// on lane 0). On the lane a reordered frame costs nothing (laneEvidence).
+// lossEvidence asks again for the frames that frame x of block k shows
+// lost. A responder (gomx's or Open-MX's) answers the PULLs in the order
+// they come and sends each one's frames in order, so on a wire that keeps
+// one sender's frames in order a frame that arrives says that every frame
+// asked for by an earlier PULL, and every earlier frame of its own PULL,
+// has arrived or is lost. Each frame knows the number of the PULL that
+// last asked for it (pblock.seq, pblock.fseq): its evidence. A wire may
+// also reorder frames (UDP read by two CPUs, a NIC's several queues, the
+// fault model's swaps), and a frame taken for lost that was only late
+// costs a duplicate, and worse, its late original is then taken for the
+// re-request's answer, evidence against every frame asked for before the
+// re-request: the rest of the window. So on lane 0 a hole is taken for
+// lost, as TCP takes a segment after three duplicate acks, only once
+// pullReorder replies asked for after it have come: the evidence acted on
+// is the earliest (in the order asked for) of the last pullReorder
+// replies to come (recent). A reply overtaken by up to pullReorder-1
+// others then costs nothing, a loss is asked for again pullReorder
+// replies later (or at once by early retransmit, below), and a late
+// original taken for a copy is evidence only together with the replies
+// that follow it. A block none of whose frames came is taken for lost
+// only on evidence from a PULL two after its own (lostBefore), early
+// retransmit included: its PULL may have been overtaken by the next one,
+// whose replies then all come first. The last frame a PULL asked for can
+// be overtaken by no frame that PULL or an earlier one asked for, so its
+// arrival shows every other hole asked for before it lost at once (TCP's
+// early retransmit), when that PULL is the newest that asked for a block
+// the first time (blockSeq, blockLast: re-requests sent after it do not
+// turn this off), or is the last PULL and the frame is not amb; an amb
+// frame's arrival may be its late original, so it proves nothing. A
+// hole is asked for again each time evidence asked for after that
+// request arrives while it is still missing: once per round trip of the
+// pull path, and never on a wire that loses nothing. A frame asked for
+// again on evidence was overtaken by pullReorder replies, so its earlier
+// copy is taken for lost and a copy that arrives answers the re-request; one
+// the timer asked for again may answer either PULL, and counts as an
+// answer to the first (amb). A pull placing on a lane has its frames come
+// on two queues, which the board reads in turn, not in the order the wire
+// brought them: those asked for once on the lane, those asked for again
+// on lane 0 (placerecv.go). A frame there is evidence only for the frames
+// that come on its own queue; one asked for again may come on either (its
+// original may only have been late), and the queue it came on says which
+// (onLane); one asked for on the lane only is its original wherever it
+// came (a fault wrapper delivers the copies it makes on lane 0). On the
+// lane a reordered frame costs nothing either (laneEvidence).
 func (pl *pull) lossEvidence(k, x int, onLane bool) {
 	ev := &pl.blocks[k]
 	te := ev.seq
@@ -554,12 +602,41 @@ func (pl *pull) lossEvidence(k, x int, onLane bool) {
 			on = evidenceAgain
 		}
 	}
+	if pl.lane() == 0 {
+		if te == ev.seq && te == pl.blockSeq && ev.first+x == pl.blockLast ||
+			te == pl.reqs && ev.first+x == pl.lastAsked && ev.amb&(1<<x) == 0 {
+			x++ // the last frame asked for: every hole before it is lost
+		} else if te, x = pl.settled(askedAt{te, x}); x < 0 {
+			return
+		}
+	}
 	pl.lostBefore(te, x, FastRetransmits, on)
 }
 
-// laneReorder is how many frames a reply on a placing lane may be
-// overtaken by before it is taken for lost (TCP's duplicate threshold).
-const laneReorder = 3
+// pullReorder is how many replies may overtake a reply on its way before
+// it is taken for lost (TCP's duplicate threshold): on lane 0
+// (lossEvidence), and on a placing lane (laneEvidence).
+const pullReorder = 3
+
+// settled records ev, the evidence of the reply that just came to a pull
+// on lane 0, and returns the earliest of the last pullReorder replies'
+// (x -1 while fewer came): what pullReorder replies in a row show.
+func (pl *pull) settled(ev askedAt) (uint32, int) {
+	copy(pl.recent[1:], pl.recent[:pullReorder-1])
+	pl.recent[0] = ev
+	if pl.nrecent < pullReorder {
+		pl.nrecent++
+		if pl.nrecent < pullReorder {
+			return 0, -1
+		}
+	}
+	for _, r := range pl.recent[1:] {
+		if r.before(ev) {
+			ev = r
+		}
+	}
+	return ev.te, ev.x
+}
 
 // laneEvidence asks again, at once, for the frames asked for once on pl's
 // lane that the arrival there of frame i, in block k, shows lost. The
@@ -568,7 +645,7 @@ const laneReorder = 3
 // loses nothing but reorders them puts a reply at most a few frames
 // late, and the spans hold it whole (Holding in placerecv.go: a reordered
 // reply is held where it landed and copied into place, not asked for
-// again). A hole is taken for lost only once a frame laneReorder frames
+// again). A hole is taken for lost only once a frame pullReorder frames
 // after it has come; a block none of whose frames came, once a frame two
 // blocks after it has: its PULL may have been overtaken by the next one,
 // whose replies then all come first. A loss so costs its frame asked for
@@ -580,7 +657,7 @@ const laneReorder = 3
 // again when the last reply comes, not only after the question's answer
 // (ask.go), which still shows a loss of the last reply itself.
 func (pl *pull) laneEvidence(k, i int) {
-	cut := i - laneReorder + 1 // the frames before it are lost
+	cut := i - pullReorder + 1 // the frames before it are lost
 	last := i+1 == pl.nextFrame
 	if last {
 		cut = i
@@ -610,10 +687,21 @@ const (
 // lostBefore asks again for every missing frame last asked for by a PULL
 // numbered before te, or by PULL te itself before its frame x, among the
 // frames on says: the frames that evidence arriving after them shows
-// lost. why is the counter the re-requests go to.
+// lost. why is the counter the re-requests go to. Evidence from a reply
+// (FastRetransmits) shows a block none of whose frames came lost only
+// from a PULL two after the block's own (lossEvidence: its PULL may have
+// been overtaken; taking it for lost at once cost whole blocks asked for
+// twice on a wire that reorders). The cost: a lost PULL of the
+// second-to-last block (or of the last, which nothing follows), or any
+// lost PULL while PullBlocks <= 2 (the window moves on only once the
+// block completes), waits for a question's answer, or toward a peer that
+// answers none for the pull timer.
 func (pl *pull) lostBefore(te uint32, x int, why Counter, on int) {
 	for j := range pl.blocks {
 		bl := &pl.blocks[j]
+		if why == FastRetransmits && bl.arrived|bl.fast == 0 && te <= bl.seq+1 {
+			continue
+		}
 		missing := ^bl.got & (uint64(1)<<bl.n - 1)
 		switch on {
 		case evidenceOnce:
@@ -652,8 +740,11 @@ func (pl *pull) lostBefore(te uint32, x int, why Counter, on int) {
 // re-request of it. The replies are evidence for the later blocks
 // (lossEvidence), and a silence that was only a slow peer costs one block
 // of duplicates, not the window. A timer re-request is needed only where
-// no later reply comes to reveal a hole: the last frames of a pull, or a
-// re-request lost again with nothing asked for after it. Toward a peer
+// no later reply comes to reveal a hole (lossEvidence, lostBefore): the
+// last frame of a pull and the holes only it would reveal, a lost PULL of
+// one of the last two blocks or of any block while PullBlocks <= 2, or a
+// re-request sent after the last block's PULL and lost, with fewer than
+// pullReorder replies asked for after it to come. Toward a peer
 // that answers questions (ExtAsk) the timer never re-requests: it asks
 // the region's owner instead, and only the answer re-requests what it
 // shows lost (ask.go); a pull placing on a lane acts on its answer here,

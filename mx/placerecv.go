@@ -146,7 +146,7 @@ import (
 //     at once, its end, whose own place is not final, copied aside
 //     (placeVacate, counter PlaceAside: one second copy); a copy whose
 //     place is not final is held aside whole. The loss's own frame is
-//     asked for again on evidence from a reply of the lane, laneReorder
+//     asked for again on evidence from a reply of the lane, pullReorder
 //     frames after it (laneEvidence: a reply or a PULL the wire only
 //     reordered is held so, not asked for again), and the next
 //     block posted skips the descriptors the lost replies left

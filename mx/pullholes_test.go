@@ -22,6 +22,20 @@ type dropReplies struct {
 	sent  map[[5]byte]int // handle bytes and frame index: copies seen
 }
 
+// dropRepliesPair makes a pair on the in-process wire whose responder
+// (pr.a) drops the replies drops names, with the pull timer far above a
+// message's time (RTOMin 200 ms, PullTimeout 1 s), busy-polling or not.
+func dropRepliesPair(t *testing.T, busy bool, drops map[uint8]int) (*pair, *dropReplies, BoardOptions) {
+	w := newLoopbackWire(t, loopback.Faults{})
+	d := &dropReplies{Transport: w.a, sent: map[[5]byte]int{}, drops: drops}
+	w.a = d
+	opts := fastOptions()
+	opts.BusyPoll = busy
+	opts.RTOMin = 200 * time.Millisecond
+	opts.PullTimeout = time.Second
+	return newPairOn(t, w, opts), d, opts
+}
+
 func (d *dropReplies) Send(frames []transport.Frame) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -51,15 +65,7 @@ func TestPullHolesAtOnce(t *testing.T) {
 	}
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
-			w := newLoopbackWire(t, loopback.Faults{})
-			d := &dropReplies{Transport: w.a, sent: map[[5]byte]int{},
-				drops: map[uint8]int{0: 1, 5: 1, 6: 1, 10: 2, 31: 1, 32: 1, 60: 1}}
-			w.a = d
-			opts := fastOptions()
-			opts.BusyPoll = busy
-			opts.RTOMin = 200 * time.Millisecond
-			opts.PullTimeout = time.Second
-			pr := newPairOn(t, w, opts)
+			pr, _, _ := dropRepliesPair(t, busy, map[uint8]int{0: 1, 5: 1, 6: 1, 10: 2, 31: 1, 32: 1, 60: 1})
 			msg := pattern(1<<20, 3)
 			buf := make([]byte, len(msg))
 			cb0 := pr.b.Counters()
@@ -303,14 +309,7 @@ func TestPullLateRepliesAsked(t *testing.T) {
 func TestPullAskRevealsLostReplies(t *testing.T) {
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
-			w := newLoopbackWire(t, loopback.Faults{})
-			d := &dropReplies{Transport: w.a, sent: map[[5]byte]int{}, drops: map[uint8]int{}}
-			w.a = d
-			opts := fastOptions()
-			opts.BusyPoll = busy
-			opts.RTOMin = 200 * time.Millisecond
-			opts.PullTimeout = time.Second
-			pr := newPairOn(t, w, opts)
+			pr, d, _ := dropRepliesPair(t, busy, map[uint8]int{})
 			msg := pattern(1<<20, 9)
 			buf := make([]byte, len(msg))
 			send := func(tag uint64) { exchangeWhole(t, pr, msg, buf, tag) }
