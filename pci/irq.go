@@ -276,30 +276,26 @@ func (i *Interrupt) Close() error {
 // poll(2) on it), is noticed within this time.
 const waitAnySlice = 10 * time.Millisecond
 
-// WaitAny blocks until one of irqs fires, ctx is done, or one of them is
+// WaitAny blocks until one of irqs fires, ctx is done, deadline passes
+// (the zero Time: none; context.DeadlineExceeded), or one of them is
 // closed (ErrClosed). It returns the index in irqs of one that fired and the
 // signals it consumed from it; others that fired keep their count for the
 // next wait. With one Interrupt it is that Interrupt's Wait. Either way a
-// signal pending when it is called is returned even if ctx is done
-// already: it looks at the counts once, without sleeping, before it
-// returns ctx's error.
+// signal pending when it is called is returned even if ctx is done or
+// deadline passed already: it looks at the counts once, without sleeping,
+// before it returns the error.
+//
+// A caller that waits many times a millisecond with a timeout (a receive
+// loop, until its next tick) passes the timeout as deadline rather than in
+// a context of its own per wait, which context.WithTimeout allocates with
+// a timer it starts and stops.
 //
 // With several it sleeps in poll(2) on their eventfds, which every signal
 // (the kernel's, or a local Signal) makes readable, so the sleeping
 // goroutine holds an OS thread, not a processor. A sleep lasts at most
 // 10 ms before WaitAny looks at ctx and at Close again; that bound is the
 // longest an Interrupt closed under it goes unnoticed.
-func WaitAny(ctx context.Context, irqs ...*Interrupt) (int, uint64, error) {
-	return WaitAnyUntil(ctx, time.Time{}, irqs...)
-}
-
-// WaitAnyUntil is WaitAny that also ends at deadline (the zero Time: at
-// ctx's alone), with context.DeadlineExceeded after its one look. A
-// caller that waits many times a millisecond with a timeout (a receive
-// loop, until its next tick) passes the timeout here rather than in a
-// context of its own per wait, which context.WithTimeout allocates with a
-// timer it starts and stops.
-func WaitAnyUntil(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, uint64, error) {
+func WaitAny(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, uint64, error) {
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
 	}

@@ -169,20 +169,20 @@ func TestWaitAny(t *testing.T) {
 		for want := range irqs {
 			go func() { _ = irqs[want].Signal() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			got, n, err := WaitAny(ctx, irqs...)
+			got, n, err := WaitAny(ctx, time.Time{}, irqs...)
 			cancel()
 			if err != nil || got != want || n != 1 {
 				t.Errorf("local %v: signal %d: WaitAny = %d, %d, %v", local, want, got, n, err)
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Millisecond)
-		if _, _, err := WaitAny(ctx, irqs...); !errors.Is(err, context.DeadlineExceeded) {
+		if _, _, err := WaitAny(ctx, time.Time{}, irqs...); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("local %v: WaitAny with none signalled: %v, want the deadline", local, err)
 		}
 		cancel()
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := WaitAny(context.Background(), irqs...)
+			_, _, err := WaitAny(context.Background(), time.Time{}, irqs...)
 			done <- err
 		}()
 		_ = irqs[1].Close()
@@ -211,7 +211,7 @@ func TestWaitAnyPending(t *testing.T) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		got, n, err := WaitAny(ctx, irqs...)
+		got, n, err := WaitAny(ctx, time.Time{}, irqs...)
 		cancel()
 		if err != nil || got != 0 || n != 1 {
 			t.Errorf("local %v: a signalled once, b twice: WaitAny = %d, %d, %v; want a's 1", local, got, n, err)
@@ -225,11 +225,11 @@ func TestWaitAnyPending(t *testing.T) {
 			if err := a.Signal(); err != nil {
 				t.Fatal(err)
 			}
-			if got, n, err := WaitAny(done, waited...); err != nil || got != 0 || n != 1 {
+			if got, n, err := WaitAny(done, time.Time{}, waited...); err != nil || got != 0 || n != 1 {
 				t.Errorf("local %v: %d interrupts, a signalled, the context done: WaitAny = %d, %d, %v; want a's 1",
 					local, len(waited), got, n, err)
 			}
-			if _, _, err := WaitAny(done, waited...); !errors.Is(err, context.Canceled) {
+			if _, _, err := WaitAny(done, time.Time{}, waited...); !errors.Is(err, context.Canceled) {
 				t.Errorf("local %v: %d interrupts, none signalled, the context done: %v, want context.Canceled",
 					local, len(waited), err)
 			}
@@ -237,13 +237,13 @@ func TestWaitAnyPending(t *testing.T) {
 	}
 }
 
-// WaitAnyUntil ends at its deadline as at a context's: a signal pending
+// WaitAny ends at its deadline as at a context's: a signal pending
 // is returned even when the deadline has passed, none pending then gives
 // context.DeadlineExceeded without a sleep, a deadline to come ends a wait
 // nothing signals, and a signal before it is returned. A local interrupt's
 // waits reuse one timer: after the first, a wait with a deadline
 // allocates nothing.
-func TestWaitAnyUntil(t *testing.T) {
+func TestWaitAnyDeadline(t *testing.T) {
 	for _, local := range []bool{false, true} {
 		for _, k := range []int{1, 3} {
 			irqs := newInterrupts(t, local, k)
@@ -251,23 +251,23 @@ func TestWaitAnyUntil(t *testing.T) {
 			if err := irqs[k-1].Signal(); err != nil {
 				t.Fatal(err)
 			}
-			if got, n, err := WaitAnyUntil(context.Background(), past, irqs...); err != nil || got != k-1 || n != 1 {
+			if got, n, err := WaitAny(context.Background(), past, irqs...); err != nil || got != k-1 || n != 1 {
 				t.Errorf("local %v, %d interrupts: one pending, the deadline passed: %d, %d, %v; want %d, 1, nil", local, k, got, n, err, k-1)
 			}
-			if _, _, err := WaitAnyUntil(context.Background(), past, irqs...); !errors.Is(err, context.DeadlineExceeded) {
+			if _, _, err := WaitAny(context.Background(), past, irqs...); !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("local %v, %d interrupts: none pending, the deadline passed: %v, want context.DeadlineExceeded", local, k, err)
 			}
-			if _, _, err := WaitAnyUntil(context.Background(), time.Now().Add(5*time.Millisecond), irqs...); !errors.Is(err, context.DeadlineExceeded) {
+			if _, _, err := WaitAny(context.Background(), time.Now().Add(5*time.Millisecond), irqs...); !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("local %v, %d interrupts: none signalled before the deadline: %v, want context.DeadlineExceeded", local, k, err)
 			}
 			go func() { _ = irqs[0].Signal() }()
-			if got, n, err := WaitAnyUntil(context.Background(), time.Now().Add(time.Hour), irqs...); err != nil || got != 0 || n != 1 {
+			if got, n, err := WaitAny(context.Background(), time.Now().Add(time.Hour), irqs...); err != nil || got != 0 || n != 1 {
 				t.Errorf("local %v, %d interrupts: signalled before the deadline: %d, %d, %v; want 0, 1, nil", local, k, got, n, err)
 			}
 			if !local || k != 1 || raceEnabled {
 				continue
 			}
-			wait := func() { _, _, _ = WaitAnyUntil(context.Background(), time.Now().Add(-time.Millisecond), irqs...) }
+			wait := func() { _, _, _ = WaitAny(context.Background(), time.Now().Add(-time.Millisecond), irqs...) }
 			wait()
 			if n := testing.AllocsPerRun(50, wait); n != 0 {
 				t.Errorf("a local interrupt's wait with a deadline: %v allocations, want 0", n)

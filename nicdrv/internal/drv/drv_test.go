@@ -411,7 +411,7 @@ func TestRxWaiterArmedWaitCarriesToSubsets(t *testing.T) {
 func TestRxWaiterDeadline(t *testing.T) {
 	for _, irqMode := range []bool{false, true} {
 		t.Run(fmt.Sprintf("interrupts=%v", irqMode), func(t *testing.T) {
-			// An hour ahead, so that the real clock pci.WaitAnyUntil
+			// An hour ahead, so that the real clock pci.WaitAny
 			// sleeps on never reaches the deadline.
 			clock := time.Now().Add(time.Hour)
 			deadline := clock.Add(time.Second)

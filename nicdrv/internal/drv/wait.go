@@ -60,7 +60,7 @@ type RxWaiter struct {
 	// Errorf wraps an error with the NIC and the operation.
 	Errorf func(op string, err error) error
 	// Now reads the clock a wait's deadline is checked on; nil:
-	// time.Now. (pci.WaitAnyUntil's sleep ends on the real clock.)
+	// time.Now. (pci.WaitAny's sleep ends on the real clock.)
 	Now func() time.Time
 
 	// quiet holds, for each queue, the looks at its ring that found it
@@ -204,7 +204,7 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 				return q, nil
 			}
 		}
-		_, c, err := pci.WaitAnyUntil(ctx, deadline, irqs[:len(queues)]...)
+		_, c, err := pci.WaitAny(ctx, deadline, irqs[:len(queues)]...)
 		if err != nil {
 			w.carry(queues, pos[:len(queues)], i, spin)
 			if errors.Is(err, pci.ErrClosed) || w.Closed() {
