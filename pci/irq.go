@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,8 +44,28 @@ type Interrupt struct {
 	timer     *time.Timer
 	timerBusy atomic.Bool
 
+	// rc is the eventfd's raw connection and readFn its read (ready),
+	// made once, so that a wait on a kernel interrupt allocates neither:
+	// readFn adds the signals it reads to got, which the waiter takes,
+	// and leaves a read's errno in readErr.
+	rc      syscall.RawConn
+	readFn  func(fd uintptr) bool
+	got     atomic.Uint64
+	readErr atomic.Uintptr
+	// watch ends the reads under way when a waiter's context ends (it
+	// calls expire, made once), kept from one wait to the next: see
+	// ctxWatch. watchUsers counts the waits under way that rely on it.
+	watchMu    sync.Mutex
+	watch      ctxWatch
+	watchUsers int
+	expire     func()
+
+	// polls counts WaitAny's sleeps in poll(2) on the eventfd under way:
+	// Close leaves the closing of the descriptor to the last of them, so
+	// that none sleeps on a closed or reused descriptor number.
 	mu     sync.Mutex
 	closed bool
+	polls  int
 }
 
 // NewInterrupt makes an Interrupt around a fresh non-blocking eventfd, for
@@ -54,7 +75,14 @@ func NewInterrupt() (*Interrupt, error) {
 	if err != nil {
 		return nil, &OpError{Op: "eventfd", Err: err}
 	}
-	return &Interrupt{f: os.NewFile(uintptr(fd), "eventfd"), fd: fd, done: make(chan struct{})}, nil
+	i := &Interrupt{f: os.NewFile(uintptr(fd), "eventfd"), fd: fd, done: make(chan struct{})}
+	if i.rc, err = i.f.SyscallConn(); err != nil {
+		_ = i.f.Close()
+		return nil, &OpError{Op: "eventfd", Err: err}
+	}
+	i.readFn = i.ready
+	i.expire = func() { _ = i.f.SetReadDeadline(time.Unix(1, 0)) }
+	return i, nil
 }
 
 // NewLocalInterrupt makes an Interrupt that only Signal, in this process,
@@ -107,11 +135,29 @@ func (i *Interrupt) Poll() uint64 {
 	if i.closed {
 		return 0
 	}
+	c := i.got.Swap(0) // read by a waiter's readFn, not taken yet
 	var b [8]byte
 	if n, err := unix.Read(i.fd, b[:]); err == nil && n == 8 {
-		return binary.LittleEndian.Uint64(b[:])
+		c += binary.LittleEndian.Uint64(b[:])
 	}
-	return 0
+	return c
+}
+
+// ready is readFn: it reads the eventfd, which the runtime's poller found
+// readable (or which is looked at before it sleeps), and reports whether
+// the read ended the wait (anything but EAGAIN).
+func (i *Interrupt) ready(fd uintptr) bool {
+	var b [8]byte
+	n, err := unix.Read(int(fd), b[:])
+	switch {
+	case err == unix.EAGAIN:
+		return false
+	case err != nil:
+		i.readErr.Store(uintptr(err.(unix.Errno)))
+	case n == 8:
+		i.got.Add(binary.LittleEndian.Uint64(b[:]))
+	}
+	return true
 }
 
 // Wait blocks until the interrupt fires, ctx is done, or the Interrupt is
@@ -137,14 +183,12 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 	if i.rung != nil {
 		return i.waitLocal(ctx, deadline)
 	}
-	rc, err := i.f.SyscallConn()
-	if err != nil {
-		return 0, ErrClosed
-	}
 	// The read deadline is per file, shared by concurrent waiters: a waiter
 	// woken by someone else's deadline goes back to sleep with its own.
-	stop := context.AfterFunc(ctx, func() { _ = i.f.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
+	if ctx.Done() != nil && ctx.Err() == nil {
+		stop := i.watchCtx(ctx)
+		defer i.unwatchCtx(ctx, stop)
+	}
 	for {
 		if n := i.Poll(); n > 0 {
 			return n, nil
@@ -156,26 +200,19 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 			return 0, os.ErrDeadlineExceeded
 		}
 		_ = i.f.SetReadDeadline(deadline)
-		var n uint64
-		var rerr error
-		err = rc.Read(func(fd uintptr) bool {
-			var b [8]byte
-			m, e := unix.Read(int(fd), b[:])
-			if e == unix.EAGAIN {
-				return false
-			}
-			if e != nil {
-				rerr = e
-			} else if m == 8 {
-				n = binary.LittleEndian.Uint64(b[:])
-			}
-			return true
-		})
+		err := i.rc.Read(i.readFn)
 		switch {
-		case err == nil && rerr == nil:
-			return n, nil
 		case err == nil:
-			return 0, &OpError{Op: "eventfd read", Err: rerr}
+			if i.isClosed() {
+				return 0, ErrClosed // the signal Close writes
+			}
+			if e := i.readErr.Swap(0); e != 0 {
+				return 0, &OpError{Op: "eventfd read", Err: unix.Errno(e)}
+			}
+			if n := i.got.Swap(0); n > 0 {
+				return n, nil
+			}
+			// Another waiter's Poll took the count: look again.
 		case errors.Is(err, os.ErrClosed) || i.isClosed():
 			return 0, ErrClosed
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -184,6 +221,72 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 			return 0, &OpError{Op: "eventfd read", Err: err}
 		}
 	}
+}
+
+// watchCtx makes ctx's end end the reads on the eventfd under way. It uses
+// the kept registration (i.watch) when it is ctx's, or when no wait under
+// way relies on it, and returns nil; otherwise it makes one for this wait
+// alone and returns its stop, for unwatchCtx.
+func (i *Interrupt) watchCtx(ctx context.Context) func() bool {
+	i.watchMu.Lock()
+	defer i.watchMu.Unlock()
+	switch {
+	case i.watch.is(ctx):
+	case i.watchUsers == 0:
+		i.watch.set(ctx, i.expire)
+	default:
+		return context.AfterFunc(ctx, i.expire)
+	}
+	i.watchUsers++
+	return nil
+}
+
+// unwatchCtx ends what watchCtx(ctx) made for a wait: a registration of
+// its own (stop), or its use of the kept one, which it drops once no wait
+// uses it and ctx has ended (nothing will wait on ctx again).
+func (i *Interrupt) unwatchCtx(ctx context.Context, stop func() bool) {
+	if stop != nil {
+		stop()
+		return
+	}
+	i.watchMu.Lock()
+	defer i.watchMu.Unlock()
+	if i.watchUsers--; i.watchUsers == 0 && ctx.Err() != nil {
+		i.watch.clear()
+	}
+}
+
+// ctxWatch is a context.AfterFunc registration kept from one wait to the
+// next. A receive loop waits many times a millisecond on one context
+// (transport/nic's waits share one until a Wake ends it), and a
+// registration per wait would allocate each time (AfterFunc's context
+// and stop function); the kept one is made once per context. It is keyed
+// by the context's Done channel, which is the same for every call and
+// whose closing is what the registration waits for. A registration that
+// fires after it was replaced (its context ended as it was being
+// replaced) only ends one sleep early: the waiter looks and sleeps again.
+type ctxWatch struct {
+	done <-chan struct{}
+	stop func() bool
+}
+
+// is reports whether w is registered on ctx.
+func (w *ctxWatch) is(ctx context.Context) bool {
+	return w.stop != nil && w.done == ctx.Done()
+}
+
+// set registers f on ctx in place of w's registration.
+func (w *ctxWatch) set(ctx context.Context, f func()) {
+	w.clear()
+	w.done, w.stop = ctx.Done(), context.AfterFunc(ctx, f)
+}
+
+// clear stops w's registration, if any.
+func (w *ctxWatch) clear() {
+	if w.stop != nil {
+		w.stop()
+	}
+	*w = ctxWatch{}
 }
 
 // waitLocal is wait for a local interrupt: it sleeps on Signal's token
@@ -265,16 +368,50 @@ func (i *Interrupt) Close() error {
 	}
 	i.closed = true
 	close(i.done)
+	// A signal ends a poll(2) sleeping on the eventfd (WaitAny), which
+	// its closing would not; the last such sleep closes it.
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], 1)
+	_, _ = unix.Write(i.fd, b[:])
+	if i.polls > 0 {
+		return nil
+	}
 	if err := i.f.Close(); err != nil {
 		return fmt.Errorf("pci: close eventfd: %w", err)
 	}
 	return nil
 }
 
-// waitAnySlice bounds one sleep of WaitAny, so that a context without a
-// deadline, or an Interrupt closed under the sleep (which does not wake a
-// poll(2) on it), is noticed within this time.
-const waitAnySlice = 10 * time.Millisecond
+// enterPoll counts a poll(2) sleep on the eventfd about to start, unless
+// the Interrupt is closed (false).
+func (i *Interrupt) enterPoll() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return false
+	}
+	i.polls++
+	return true
+}
+
+// leavePoll counts a poll(2) sleep on the eventfd ended, and closes the
+// descriptor if Close left that to it.
+func (i *Interrupt) leavePoll() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.polls--; i.polls == 0 && i.closed {
+		_ = i.f.Close()
+	}
+}
+
+// waitAnySlice bounds one sleep of WaitAny on several interrupts, well
+// within poll(2)'s timeout in milliseconds; a longer wait sleeps again.
+const waitAnySlice = 24 * time.Hour
+
+// sleeps counts WaitAny's sleeps in poll(2), and sleepsTimedOut those that
+// ended at their timeout, for tests: a sleep that a signal, its context or
+// Close ends does not time out.
+var sleeps, sleepsTimedOut atomic.Uint64
 
 // WaitAny blocks until one of irqs fires, ctx is done, deadline passes
 // (the zero Time: none; context.DeadlineExceeded), or one of them is
@@ -288,13 +425,19 @@ const waitAnySlice = 10 * time.Millisecond
 // A caller that waits many times a millisecond with a timeout (a receive
 // loop, until its next tick) passes the timeout as deadline rather than in
 // a context of its own per wait, which context.WithTimeout allocates with
-// a timer it starts and stops.
+// a timer it starts and stops. A wait registers on ctx (context.AfterFunc)
+// once per context, not per wait: waits on one context, and on kernel
+// interrupts or several, allocate nothing after the first.
 //
 // With several it sleeps in poll(2) on their eventfds, which every signal
 // (the kernel's, or a local Signal) makes readable, so the sleeping
-// goroutine holds an OS thread, not a processor. A sleep lasts at most
-// 10 ms before WaitAny looks at ctx and at Close again; that bound is the
-// longest an Interrupt closed under it goes unnoticed.
+// goroutine holds an OS thread, not a processor. The poll set holds one
+// more eventfd, the waiter's own wake-up, which ctx's end makes readable:
+// a cancel (transport/nic's Wake) ends the sleep at once. Each waiter has
+// its own, taken from a free list for the wait, so a context that ends
+// wakes only the waits on it, and one that ended before the wait is seen
+// by the look before the sleep. Close signals the eventfd it closes, which
+// ends the sleeps on it, and leaves the closing to the last of them.
 func WaitAny(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, uint64, error) {
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
@@ -309,19 +452,30 @@ func WaitAny(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, 
 		}
 		return 0, n, err
 	}
-	var fds [64]unix.PollFd
-	if len(irqs) > len(fds) {
-		return 0, 0, fmt.Errorf("pci: WaitAny on %d interrupts: at most %d", len(irqs), len(fds))
+	var fds [maxWaitAny + 1]unix.PollFd
+	if len(irqs) > maxWaitAny {
+		return 0, 0, fmt.Errorf("pci: WaitAny on %d interrupts: at most %d", len(irqs), maxWaitAny)
+	}
+	nfds := len(irqs)
+	if ctx.Done() != nil && ctx.Err() == nil {
+		// Registered before the look below: a ctx that ends after it
+		// rings w, which the sleep then sees.
+		w, err := takeWaker(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer putWaker(ctx, w)
+		fds[nfds] = unix.PollFd{Fd: int32(w.fd), Events: unix.POLLIN}
+		nfds++
 	}
 	for {
 		for k, i := range irqs {
-			if i.isClosed() {
+			if !i.enterPoll() {
+				for _, j := range irqs[:k] {
+					j.leavePoll()
+				}
 				return k, 0, ErrClosed
 			}
-			// The bare number: if Close races this, poll(2) looks at a
-			// closed or reused descriptor, which only ends the sleep
-			// early; Poll reads the count under the Interrupt's lock,
-			// once it saw the Interrupt open.
 			fds[k] = unix.PollFd{Fd: int32(i.fd), Events: unix.POLLIN}
 		}
 		// A done context or a passed deadline still gets one look,
@@ -343,7 +497,16 @@ func WaitAny(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, 
 		// poll(2) returns at once when a signal is pending, so the
 		// counts are read only where it reports one: a read of every
 		// eventfd before each sleep cost a system call per vector.
-		n, err := unix.Poll(fds[:len(irqs)], ms)
+		if ms > 0 {
+			sleeps.Add(1)
+		}
+		n, err := unix.Poll(fds[:nfds], ms)
+		for _, i := range irqs {
+			i.leavePoll()
+		}
+		if n == 0 && err == nil && ms > 0 {
+			sleepsTimedOut.Add(1)
+		}
 		if err == unix.EINTR {
 			continue // looked at nothing: look again
 		}
@@ -362,5 +525,90 @@ func WaitAny(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, 
 		if cerr != nil {
 			return 0, 0, cerr
 		}
+		if n > 0 {
+			// The wake-up rang: ctx ended, which the next look sees,
+			// or a registration it had before this wait fired late,
+			// and the wait sleeps again.
+			wakeDrain(int(fds[len(irqs)].Fd))
+		}
 	}
+}
+
+// maxWaitAny is the most interrupts WaitAny waits on at once.
+const maxWaitAny = 64
+
+// A waker is the eventfd a WaitAny on several interrupts adds to its poll
+// set, and the registration on the wait's context that signals it
+// (ring). It serves one wait at a time; between waits it stays in the free
+// list wakers with its registration, so that the next wait on the same
+// context (a receive loop's) registers nothing. Its eventfd is never
+// closed, since a registration that fires late writes to it.
+type waker struct {
+	fd    int
+	watch ctxWatch
+	ring  func()
+}
+
+// wakers is the free list of wakers: as many as WaitAny ever had waits
+// on several interrupts under way at once.
+var wakers struct {
+	mu   sync.Mutex
+	free []*waker
+}
+
+// takeWaker takes a waker from the free list, the one registered on ctx
+// if there is one, and registers it on ctx; it makes one when the list is
+// empty.
+func takeWaker(ctx context.Context) (*waker, error) {
+	wakers.mu.Lock()
+	var w *waker
+	if n := len(wakers.free); n > 0 {
+		k := n - 1
+		for j := range wakers.free {
+			if wakers.free[j].watch.is(ctx) {
+				k = j
+				break
+			}
+		}
+		w = wakers.free[k]
+		wakers.free[k] = wakers.free[n-1]
+		wakers.free[n-1] = nil
+		wakers.free = wakers.free[:n-1]
+	}
+	wakers.mu.Unlock()
+	if w == nil {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return nil, &OpError{Op: "eventfd", Err: err}
+		}
+		w = &waker{fd: fd}
+		w.ring = func() {
+			var b [8]byte
+			binary.LittleEndian.PutUint64(b[:], 1)
+			_, _ = unix.Write(fd, b[:])
+		}
+	}
+	if !w.watch.is(ctx) {
+		w.watch.set(ctx, w.ring)
+	}
+	return w, nil
+}
+
+// putWaker gives w, taken for a wait on ctx, back to the free list. Once
+// ctx has ended its registration goes (nothing waits on ctx again); the
+// eventfd may be left readable, which the next wait's first sleep finds
+// and clears.
+func putWaker(ctx context.Context, w *waker) {
+	if ctx.Err() != nil {
+		w.watch.clear()
+	}
+	wakers.mu.Lock()
+	wakers.free = append(wakers.free, w)
+	wakers.mu.Unlock()
+}
+
+// wakeDrain clears a waker's eventfd.
+func wakeDrain(fd int) {
+	var b [8]byte
+	_, _ = unix.Read(fd, b[:])
 }

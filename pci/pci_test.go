@@ -3,6 +3,7 @@ package pci
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -294,4 +295,125 @@ func newInterrupts(t *testing.T, local bool, n int) []*Interrupt {
 		t.Cleanup(func() { irqs[i].Close() })
 	}
 	return irqs
+}
+
+// A context's end ends WaitAny's sleep on several interrupts at once,
+// whatever its deadline: waits on different sets of interrupts at once,
+// each with a deadline an hour away and its own context, end one by one
+// as their contexts are cancelled, each with context.Canceled, and none
+// of their sleeps ends at its timeout. A cancel meant for one waiter
+// wakes no other: each sleeps about once (its wake-up's eventfd may hold
+// one ring a registration made before the wait left, which costs one more
+// sleep), where a shared wake-up still readable would make the others
+// spin. A context cancelled before the wait ends it at its first look.
+func TestWaitAnyCancelWakes(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		irqs := newInterrupts(t, local, 6)
+		sets := [][]*Interrupt{irqs[0:2], irqs[2:5], irqs[4:6]}
+		timedOut, slept := sleepsTimedOut.Load(), sleeps.Load()
+		type waiter struct {
+			cancel context.CancelFunc
+			done   chan error
+		}
+		ws := make([]waiter, len(sets))
+		for k, set := range sets {
+			ctx, cancel := context.WithCancel(context.Background())
+			ws[k] = waiter{cancel, make(chan error, 1)}
+			go func() {
+				_, _, err := WaitAny(ctx, time.Now().Add(time.Hour), set...)
+				ws[k].done <- err
+			}()
+		}
+		// Cancel each once every waiter is asleep, so that the cancels
+		// come during the sleeps.
+		for i := 0; sleeps.Load()-slept < uint64(len(sets)); i++ {
+			if i == 1e6 {
+				t.Fatalf("local %v: %d of %d waiters asleep", local, sleeps.Load()-slept, len(sets))
+			}
+			runtime.Gosched()
+		}
+		for k, w := range ws {
+			w.cancel()
+			select {
+			case err := <-w.done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("local %v: waiter %d, its context cancelled: %v, want context.Canceled", local, k, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("local %v: waiter %d still waits after its context was cancelled", local, k)
+			}
+			for _, o := range ws[k+1:] {
+				select {
+				case err := <-o.done:
+					t.Fatalf("local %v: waiter %d's cancel ended another wait: %v", local, k, err)
+				default:
+				}
+			}
+		}
+		if n := sleepsTimedOut.Load() - timedOut; n != 0 {
+			t.Errorf("local %v: %d sleeps ended at their timeout, want 0: a cancel ends the sleep", local, n)
+		}
+		if n := sleeps.Load() - slept; n > uint64(2*len(sets)) {
+			t.Errorf("local %v: %d sleeps for %d waits cancelled once each, want at most %d", local, n, len(sets), 2*len(sets))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, _, err := WaitAny(ctx, time.Now().Add(time.Hour), sets[1]...); !errors.Is(err, context.Canceled) {
+			t.Errorf("local %v: a wait on a context cancelled before it: %v, want context.Canceled", local, err)
+		}
+	}
+}
+
+// Waits on one context allocate nothing after the first, on one
+// Interrupt or several, kernel or local: one that a signal pending
+// satisfies, one that a signal during its sleep does, and one that times
+// out, with a deadline passed or while it sleeps.
+func TestWaitAllocates(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	for _, local := range []bool{false, true} {
+		for _, k := range []int{1, 3} {
+			irqs := newInterrupts(t, local, k)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			kick := make(chan struct{})
+			defer close(kick)
+			go func() {
+				for range kick {
+					_ = irqs[k-1].Signal()
+				}
+			}()
+			check := func(what string, want error, wait func() error) {
+				t.Helper()
+				run := func() {
+					if err := wait(); !errors.Is(err, want) {
+						t.Fatalf("local %v, %d interrupts: %s: %v, want %v", local, k, what, err, want)
+					}
+				}
+				run()
+				if n := testing.AllocsPerRun(50, run); n != 0 {
+					t.Errorf("local %v, %d interrupts: %s: %v allocations, want 0", local, k, what, n)
+				}
+			}
+			wait := func(deadline time.Time) error {
+				_, _, err := WaitAny(ctx, deadline, irqs...)
+				return err
+			}
+			check("a signal pending", nil, func() error {
+				_ = irqs[k-1].Signal()
+				return wait(time.Now().Add(time.Hour))
+			})
+			check("a signal while it sleeps", nil, func() error {
+				kick <- struct{}{}
+				return wait(time.Now().Add(time.Hour))
+			})
+			check("the deadline passed", context.DeadlineExceeded, func() error {
+				return wait(time.Now().Add(-time.Millisecond))
+			})
+			check("the deadline passes while it sleeps", context.DeadlineExceeded, func() error {
+				return wait(time.Now().Add(100 * time.Microsecond))
+			})
+		}
+	}
 }
