@@ -146,6 +146,7 @@ func Run(t *testing.T, newRig NewRig) {
 	t.Run("Interrupts", s.interrupts)
 	t.Run("WaitSeveral", s.waitSeveral)
 	t.Run("WaitDeadline", s.waitDeadline)
+	t.Run("WaitCancel", s.waitCancel)
 	t.Run("HeaderSplit", s.headerSplit)
 	t.Run("Attached", s.attached)
 	t.Run("AttachedAcrossPages", s.attachedAcrossPages)
@@ -718,10 +719,7 @@ func (s *suite) waitDeadline(t *testing.T) {
 			if _, err := b.WaitRx(context.Background(), past, 0); !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("WaitRx on an idle queue, the deadline passed: %v, want context.DeadlineExceeded", err)
 			}
-			bufs := alloc(t, a, 1)
-			Frame(bufs[0].SetLen(2048), b.MAC(), a.MAC(), 1, 100)
-			bufs[0].SetLen(100)
-			sendAll(t, a, 0, bufs)
+			sendFrame(t, a, func(f []byte) []byte { return Frame(f, b.MAC(), a.MAC(), 1, 100) })
 			wctx, wcancel := context.WithTimeout(context.Background(), hang)
 			defer wcancel()
 			if q, err := b.WaitRx(wctx, time.Time{}, 0); q != 0 || err != nil {
@@ -733,6 +731,56 @@ func (s *suite) waitDeadline(t *testing.T) {
 			if got := recvOne(t, b); got == nil {
 				t.Fatal("WaitRx returned but no frame")
 			}
+		})
+	}
+}
+
+// waitCancel: a WaitRx on several queues, with a deadline an hour away,
+// ends with context.Canceled when its context is cancelled while it waits
+// (an interrupt wait sleeps on its queues' vectors, which no frame
+// raises), and so does one whose context was cancelled before it; the
+// cancel is not left behind: the next WaitRx returns a frame's queue.
+func (s *suite) waitCancel(t *testing.T) {
+	for _, intr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interrupts=%v", intr), func(t *testing.T) {
+			r := s.rig(t, Config{Queues: 2, Interrupts: intr})
+			a, b := r.NICs[0], r.NICs[1]
+			queues := []int{0, 1}[:min(2, b.Info().Queues)]
+			far := time.Now().Add(time.Hour)
+			for round := range 5 {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					_, err := b.WaitRx(ctx, far, queues...)
+					done <- err
+				}()
+				cancel()
+				select {
+				case err := <-done:
+					if !errors.Is(err, context.Canceled) {
+						t.Fatalf("round %d: WaitRx on queues %v, cancelled: %v, want context.Canceled", round, queues, err)
+					}
+				case <-time.After(hang):
+					t.Fatalf("round %d: WaitRx on queues %v still waits %v after its context was cancelled", round, queues, hang)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := b.WaitRx(ctx, far, queues...); !errors.Is(err, context.Canceled) {
+				t.Errorf("WaitRx on queues %v, its context cancelled before: %v, want context.Canceled", queues, err)
+			}
+			sendFrame(t, a, func(f []byte) []byte { return Frame(f, b.MAC(), a.MAC(), 1, 100) })
+			wctx, wcancel := context.WithTimeout(context.Background(), hang)
+			defer wcancel()
+			q, err := b.WaitRx(wctx, far, queues...)
+			if err != nil {
+				t.Fatalf("WaitRx for a frame sent after the cancels: %v", err)
+			}
+			rx := make([]*nicdrv.Buffer, 1)
+			if k, err := b.RxBatch(q, rx); err != nil || k != 1 {
+				t.Fatalf("WaitRx said queue %d, whose RxBatch gives %d frames (%v)", q, k, err)
+			}
+			_ = b.Pool(q).Free(rx[0])
 		})
 	}
 }
@@ -829,10 +877,7 @@ func (s *suite) interrupts(t *testing.T) {
 			_, err := b.WaitRx(ctx, time.Time{}, 0)
 			woke <- err
 		}()
-		bufs := alloc(t, a, 1)
-		Frame(bufs[0].SetLen(2048), b.MAC(), a.MAC(), uint64(round), 100)
-		bufs[0].SetLen(100)
-		sendAll(t, a, 0, bufs)
+		sendFrame(t, a, func(f []byte) []byte { return Frame(f, b.MAC(), a.MAC(), uint64(round), 100) })
 		if err := <-woke; err != nil {
 			t.Fatalf("round %d: WaitRx: %v", round, err)
 		}
