@@ -37,19 +37,44 @@ func recvBounded(t *testing.T, tr transport.Transport, frames []transport.Frame,
 	}
 }
 
-// TestWake checks transport.Waker over the NIC, polling and on interrupts:
-// a Wake ends a Recv that waits for frames with 0, nil, one that came while
-// no Recv waited ends the next wait, and a frame is received as usual after
-// both.
+// irqPair names a pair of model NICs and opens it.
+type irqPair struct {
+	name string
+	nics func(t *testing.T) [2]nicdrv.NIC
+}
+
+// irqPairs are model NIC pairs in interrupt mode: a transport on one
+// queue's vector, on two, and on four (a sleep in poll(2) on their
+// eventfds).
+var irqPairs = []irqPair{
+	{"82574L", func(t *testing.T) [2]nicdrv.NIC {
+		o := e1000e.DefaultOptions()
+		o.Interrupts = true
+		return nicpair.E1000E(t, o)
+	}},
+	{"82574L/two-queues", func(t *testing.T) [2]nicdrv.NIC {
+		o := e1000e.DefaultOptions()
+		o.Interrupts, o.Queues = true, 2
+		return nicpair.E1000E(t, o)
+	}},
+	{"82599/four-queues", func(t *testing.T) [2]nicdrv.NIC {
+		o := ixgbe.DefaultOptions()
+		o.Interrupts, o.Queues = true, 4
+		return nicpair.IXGBE(t, o)
+	}},
+}
+
+// TestWake checks transport.Waker over the NIC, polling and on interrupts,
+// on one queue's vector and on a board's four (a sleep in poll(2) on their
+// eventfds): a Wake ends a Recv that waits for frames with 0, nil, one
+// that came while no Recv waited ends the next wait, and a frame is
+// received as usual after both.
 func TestWake(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		irq  bool
-	}{{"polling", false}, {"interrupts", true}} {
+	polling := irqPair{"polling", func(t *testing.T) [2]nicdrv.NIC { return nicpair.E1000E(t, e1000e.DefaultOptions()) }}
+	for _, c := range []irqPair{polling, irqPairs[0], irqPairs[2]} {
 		t.Run(c.name, func(t *testing.T) {
-			o := e1000e.DefaultOptions()
-			o.Interrupts = c.irq
-			a, b := modelPair(t, o)
+			ts := nicpair.Transports(t, c.nics(t), nicpair.Raw)
+			a, b := ts[0], ts[1]
 			t.Cleanup(func() {
 				for _, tr := range []transport.Transport{a, b} {
 					if err := tr.Close(); err != nil {
@@ -57,10 +82,7 @@ func TestWake(t *testing.T) {
 					}
 				}
 			})
-			w, ok := a.(transport.Waker)
-			if !ok {
-				t.Fatalf("a %T is not a transport.Waker", a)
-			}
+			var w transport.Waker = a
 			frames := make([]transport.Frame, 4)
 			// A Wake while Recv waits (or before it waits: it then
 			// returns at once).
@@ -97,26 +119,7 @@ func TestRecvWaitAllocates(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
 	}
-	for _, c := range []struct {
-		name string
-		nics func(t *testing.T) [2]nicdrv.NIC
-	}{
-		{"82574L", func(t *testing.T) [2]nicdrv.NIC {
-			o := e1000e.DefaultOptions()
-			o.Interrupts = true
-			return nicpair.E1000E(t, o)
-		}},
-		{"82574L/two-queues", func(t *testing.T) [2]nicdrv.NIC {
-			o := e1000e.DefaultOptions()
-			o.Interrupts, o.Queues = true, 2
-			return nicpair.E1000E(t, o)
-		}},
-		{"82599/four-queues", func(t *testing.T) [2]nicdrv.NIC {
-			o := ixgbe.DefaultOptions()
-			o.Interrupts, o.Queues = true, 4
-			return nicpair.IXGBE(t, o)
-		}},
-	} {
+	for _, c := range irqPairs {
 		t.Run(c.name, func(t *testing.T) {
 			ts := nicpair.Transports(t, c.nics(t), nicpair.Raw)
 			a, b := ts[0], ts[1]
