@@ -200,6 +200,11 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 			return 0, os.ErrDeadlineExceeded
 		}
 		_ = i.f.SetReadDeadline(deadline)
+		if ctx.Err() != nil {
+			// ctx ended between the look and the deadline just set,
+			// which may have replaced the one its end set.
+			continue
+		}
 		err := i.rc.Read(i.readFn)
 		switch {
 		case err == nil:
