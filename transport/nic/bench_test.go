@@ -3,7 +3,9 @@ package nic_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/gomx-dev/gomx/emulated/nicpair"
 	"github.com/gomx-dev/gomx/transport"
 )
 
@@ -58,6 +60,48 @@ func BenchmarkSendInPlace(b *testing.B) {
 			if inPlace && r.InPlaceSends() != uint64(b.N*batch) {
 				b.Errorf("%d in place of %d", r.InPlaceSends(), b.N*batch)
 			}
+		})
+	}
+}
+
+// BenchmarkWake measures how long a Wake takes to end a Recv that sleeps
+// on its NIC's interrupts, over the interrupt pairs of TestWake: one
+// queue's vector, and a board's four 82599 vectors (a poll(2) sleep).
+// Each round lets the Recv reach its sleep (a millisecond, then the
+// Wake), so ns/op is mostly that pause; wake-us is the time from the
+// Wake to Recv's return, the figure to read.
+func BenchmarkWake(b *testing.B) {
+	for _, c := range irqPairs {
+		b.Run(c.name, func(b *testing.B) {
+			ts := nicpair.Transports(b, c.nics(b), nicpair.Raw)
+			defer func() {
+				for _, tr := range ts {
+					_ = tr.Close()
+				}
+			}()
+			a := ts[0]
+			back := make(chan error)
+			start := make(chan struct{})
+			go func() {
+				frames := make([]transport.Frame, 4)
+				for range start {
+					_, err := a.Recv(frames, time.Hour)
+					back <- err
+				}
+			}()
+			defer close(start)
+			var woken time.Duration
+			for range b.N {
+				start <- struct{}{}
+				time.Sleep(time.Millisecond)
+				t0 := time.Now()
+				a.Wake()
+				if err := <-back; err != nil {
+					b.Fatal(err)
+				}
+				woken += time.Since(t0)
+			}
+			b.ReportMetric(float64(woken.Microseconds())/float64(b.N), "wake-us")
 		})
 	}
 }

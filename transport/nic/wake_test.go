@@ -40,24 +40,24 @@ func recvBounded(t *testing.T, tr transport.Transport, frames []transport.Frame,
 // irqPair names a pair of model NICs and opens it.
 type irqPair struct {
 	name string
-	nics func(t *testing.T) [2]nicdrv.NIC
+	nics func(t testing.TB) [2]nicdrv.NIC
 }
 
 // irqPairs are model NIC pairs in interrupt mode: a transport on one
 // queue's vector, on two, and on four (a sleep in poll(2) on their
 // eventfds).
 var irqPairs = []irqPair{
-	{"82574L", func(t *testing.T) [2]nicdrv.NIC {
+	{"82574L", func(t testing.TB) [2]nicdrv.NIC {
 		o := e1000e.DefaultOptions()
 		o.Interrupts = true
 		return nicpair.E1000E(t, o)
 	}},
-	{"82574L/two-queues", func(t *testing.T) [2]nicdrv.NIC {
+	{"82574L/two-queues", func(t testing.TB) [2]nicdrv.NIC {
 		o := e1000e.DefaultOptions()
 		o.Interrupts, o.Queues = true, 2
 		return nicpair.E1000E(t, o)
 	}},
-	{"82599/four-queues", func(t *testing.T) [2]nicdrv.NIC {
+	{"82599/four-queues", func(t testing.TB) [2]nicdrv.NIC {
 		o := ixgbe.DefaultOptions()
 		o.Interrupts, o.Queues = true, 4
 		return nicpair.IXGBE(t, o)
@@ -70,7 +70,7 @@ var irqPairs = []irqPair{
 // that came while no Recv waited ends the next wait, and a frame is
 // received as usual after both.
 func TestWake(t *testing.T) {
-	polling := irqPair{"polling", func(t *testing.T) [2]nicdrv.NIC { return nicpair.E1000E(t, e1000e.DefaultOptions()) }}
+	polling := irqPair{"polling", func(t testing.TB) [2]nicdrv.NIC { return nicpair.E1000E(t, e1000e.DefaultOptions()) }}
 	for _, c := range []irqPair{polling, irqPairs[0], irqPairs[2]} {
 		t.Run(c.name, func(t *testing.T) {
 			ts := nicpair.Transports(t, c.nics(t), nicpair.Raw)
