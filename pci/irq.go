@@ -30,7 +30,12 @@ import (
 // it signals.
 //
 // Several goroutines may Wait at once; each signal wakes at least one of
-// them and every waiter wakes when the Interrupt is closed.
+// them and every waiter wakes when the Interrupt is closed. On an interrupt
+// the kernel signals, concurrent Waits share the eventfd's read deadline
+// and queue for its read (one sleeps in it at a time): a second waiter's
+// context or deadline may only take effect once the first's wait ends or a
+// signal comes. One waiter per Interrupt is the use this serves at its
+// best (a driver's WaitRx allows one waiter per queue).
 type Interrupt struct {
 	f  *os.File
 	fd int
@@ -53,8 +58,9 @@ type Interrupt struct {
 	got     atomic.Uint64
 	readErr atomic.Uintptr
 	// watch ends the reads under way when a waiter's context ends (it
-	// calls expire, made once), kept from one wait to the next: see
-	// ctxWatch. watchUsers counts the waits under way that rely on it.
+	// calls expire, made once), kept from one wait to the next once two
+	// waits in a row were on the same context: see ctxWatch. watchUsers
+	// counts the waits under way that rely on it.
 	watchMu    sync.Mutex
 	watch      ctxWatch
 	watchUsers int
@@ -101,16 +107,22 @@ func NewLocalInterrupt() (*Interrupt, error) {
 // FD is the eventfd, for handing to VFIO_DEVICE_SET_IRQS.
 func (i *Interrupt) FD() int { return i.fd }
 
-// Signal raises the interrupt (adds one to the eventfd counter).
+// Signal raises the interrupt (adds one to the eventfd counter). It
+// returns ErrClosed once Close has been called.
 func (i *Interrupt) Signal() error {
+	// Under mu, as Poll: once closed, the descriptor may be closed later
+	// (see Close), and its number may then name another.
+	i.mu.Lock()
+	if i.closed {
+		i.mu.Unlock()
+		return ErrClosed
+	}
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], 1)
-	_, err := i.f.Write(b[:])
-	if err != nil && !errors.Is(err, os.ErrClosed) {
-		return &OpError{Op: "eventfd write", Err: err}
-	}
+	_, err := unix.Write(i.fd, b[:])
+	i.mu.Unlock()
 	if err != nil {
-		return ErrClosed
+		return &OpError{Op: "eventfd write", Err: err}
 	}
 	if i.rung != nil {
 		select {
@@ -124,6 +136,13 @@ func (i *Interrupt) Signal() error {
 // Poll consumes pending signals without blocking and returns how many there
 // were (0 when none).
 func (i *Interrupt) Poll() uint64 {
+	n, _ := i.take()
+	return n
+}
+
+// take is Poll that also reports whether the Interrupt is closed (then
+// it consumes nothing).
+func (i *Interrupt) take() (uint64, bool) {
 	// Under mu, which Close holds while it closes the descriptor: once
 	// Close has run, the number may name another descriptor of the
 	// process (a socket, another eventfd), and a read of it would take
@@ -133,14 +152,14 @@ func (i *Interrupt) Poll() uint64 {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.closed {
-		return 0
+		return 0, true
 	}
 	c := i.got.Swap(0) // read by a waiter's readFn, not taken yet
 	var b [8]byte
 	if n, err := unix.Read(i.fd, b[:]); err == nil && n == 8 {
 		c += binary.LittleEndian.Uint64(b[:])
 	}
-	return c
+	return c, false
 }
 
 // ready is readFn: it reads the eventfd, which the runtime's poller found
@@ -184,13 +203,18 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 		return i.waitLocal(ctx, deadline)
 	}
 	// The read deadline is per file, shared by concurrent waiters: a waiter
-	// woken by someone else's deadline goes back to sleep with its own.
+	// woken by another's deadline goes back to sleep with its own, which
+	// may replace the other's (see Interrupt).
 	if ctx.Done() != nil && ctx.Err() == nil {
 		stop := i.watchCtx(ctx)
 		defer i.unwatchCtx(ctx, stop)
 	}
 	for {
-		if n := i.Poll(); n > 0 {
+		n, closed := i.take()
+		if closed {
+			return 0, ErrClosed
+		}
+		if n > 0 {
 			return n, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -209,7 +233,8 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 		switch {
 		case err == nil:
 			if i.isClosed() {
-				return 0, ErrClosed // the signal Close writes
+				i.passOnClose()
+				return 0, ErrClosed
 			}
 			if e := i.readErr.Swap(0); e != 0 {
 				return 0, &OpError{Op: "eventfd read", Err: unix.Errno(e)}
@@ -228,18 +253,28 @@ func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error
 	}
 }
 
+// passOnClose writes back the signal Close wrote, which this waiter's read
+// took, while a WaitAny still sleeps on the eventfd in poll(2): that
+// signal is what wakes it, and the descriptor stays open until it leaves.
+func (i *Interrupt) passOnClose() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.polls > 0 {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], 1)
+		_, _ = unix.Write(i.fd, b[:])
+	}
+}
+
 // watchCtx makes ctx's end end the reads on the eventfd under way. It uses
-// the kept registration (i.watch) when it is ctx's, or when no wait under
-// way relies on it, and returns nil; otherwise it makes one for this wait
-// alone and returns its stop, for unwatchCtx.
+// the kept registration (i.watch) when it is ctx's, or makes it ctx's when
+// no wait under way relies on it and ctx's is the second wait in a row
+// (see ctxWatch.keep), and returns nil; otherwise it makes one for this
+// wait alone and returns its stop, for unwatchCtx.
 func (i *Interrupt) watchCtx(ctx context.Context) func() bool {
 	i.watchMu.Lock()
 	defer i.watchMu.Unlock()
-	switch {
-	case i.watch.is(ctx):
-	case i.watchUsers == 0:
-		i.watch.set(ctx, i.expire)
-	default:
+	if !i.watch.is(ctx) && (i.watchUsers > 0 || !i.watch.keep(ctx, i.expire)) {
 		return context.AfterFunc(ctx, i.expire)
 	}
 	i.watchUsers++
@@ -247,17 +282,20 @@ func (i *Interrupt) watchCtx(ctx context.Context) func() bool {
 }
 
 // unwatchCtx ends what watchCtx(ctx) made for a wait: a registration of
-// its own (stop), or its use of the kept one, which it drops once no wait
-// uses it and ctx has ended (nothing will wait on ctx again).
+// its own (stop), or its use of the kept one. Once ctx has ended (nothing
+// will wait on it again), or the Interrupt is closed, it drops what it
+// keeps of ctx when no wait uses it.
 func (i *Interrupt) unwatchCtx(ctx context.Context, stop func() bool) {
 	if stop != nil {
 		stop()
-		return
 	}
 	i.watchMu.Lock()
 	defer i.watchMu.Unlock()
-	if i.watchUsers--; i.watchUsers == 0 && ctx.Err() != nil {
-		i.watch.clear()
+	if stop == nil {
+		i.watchUsers--
+	}
+	if i.watchUsers == 0 && (ctx.Err() != nil || i.isClosed()) {
+		i.watch.forget(ctx)
 	}
 }
 
@@ -267,12 +305,18 @@ func (i *Interrupt) unwatchCtx(ctx context.Context, stop func() bool) {
 // registration per wait would allocate each time (AfterFunc's context
 // and stop function); the kept one is made once per context. It is keyed
 // by the context's Done channel, which is the same for every call and
-// whose closing is what the registration waits for. A registration that
-// fires after it was replaced (its context ended as it was being
-// replaced) only ends one sleep early: the waiter looks and sleeps again.
+// whose closing is what the registration waits for. It is kept only for a
+// context that two waits in a row were on (last remembers the previous
+// wait's Done channel): a caller with a fresh context per wait (ioat's
+// requests) registers per wait instead, so that its cancel, after the
+// wait, finds nothing left to run and the context is not held. A
+// registration that fires after it was replaced (its context ended as it
+// was being replaced) only ends one sleep early: the waiter looks and
+// sleeps again.
 type ctxWatch struct {
 	done <-chan struct{}
 	stop func() bool
+	last <-chan struct{}
 }
 
 // is reports whether w is registered on ctx.
@@ -280,13 +324,32 @@ func (w *ctxWatch) is(ctx context.Context) bool {
 	return w.stop != nil && w.done == ctx.Done()
 }
 
-// set registers f on ctx in place of w's registration.
-func (w *ctxWatch) set(ctx context.Context, f func()) {
+// keep is called for a wait on ctx, on which w is not registered: when
+// the previous wait was on ctx too, it registers f on ctx in place of w's
+// registration and reports true; otherwise it drops w's registration,
+// remembers ctx's Done channel for the next wait and reports false (the
+// wait registers for itself).
+func (w *ctxWatch) keep(ctx context.Context, f func()) bool {
+	d := ctx.Done()
+	if w.last == d {
+		w.clear()
+		w.done, w.stop, w.last = d, context.AfterFunc(ctx, f), d
+		return true
+	}
 	w.clear()
-	w.done, w.stop = ctx.Done(), context.AfterFunc(ctx, f)
+	w.last = d
+	return false
 }
 
-// clear stops w's registration, if any.
+// forget drops what w keeps of ctx: its registration and its Done channel.
+func (w *ctxWatch) forget(ctx context.Context) {
+	if w.last == ctx.Done() || w.is(ctx) {
+		w.clear()
+	}
+}
+
+// clear stops w's registration, if any, and forgets the last wait's
+// context.
 func (w *ctxWatch) clear() {
 	if w.stop != nil {
 		w.stop()
@@ -364,8 +427,20 @@ func (i *Interrupt) isClosed() bool {
 	return i.closed
 }
 
-// Close closes the eventfd and wakes every waiter with ErrClosed.
+// Close wakes every waiter with ErrClosed and closes the eventfd: at once,
+// or, while a WaitAny sleeps on it, once the last such sleep has left
+// (an error closing it then is not reported). It drops the registration
+// on a waiter's context kept for the next wait. Signal, Poll and waits
+// after Close see the Interrupt closed.
 func (i *Interrupt) Close() error {
+	err := i.close()
+	i.watchMu.Lock()
+	i.watch.clear()
+	i.watchMu.Unlock()
+	return err
+}
+
+func (i *Interrupt) close() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.closed {
@@ -374,7 +449,8 @@ func (i *Interrupt) Close() error {
 	i.closed = true
 	close(i.done)
 	// A signal ends a poll(2) sleeping on the eventfd (WaitAny), which
-	// its closing would not; the last such sleep closes it.
+	// its closing would not; the last such sleep closes it. A Wait that
+	// reads the signal first passes it on (passOnClose).
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], 1)
 	_, _ = unix.Write(i.fd, b[:])
@@ -431,8 +507,9 @@ var sleeps, sleepsTimedOut atomic.Uint64
 // loop, until its next tick) passes the timeout as deadline rather than in
 // a context of its own per wait, which context.WithTimeout allocates with
 // a timer it starts and stops. A wait registers on ctx (context.AfterFunc)
-// once per context, not per wait: waits on one context, and on kernel
-// interrupts or several, allocate nothing after the first.
+// for itself, and from the second wait in a row on ctx keeps the
+// registration for the next (see ctxWatch): waits on one context, and on
+// kernel interrupts or several, allocate nothing after the second.
 //
 // With several it sleeps in poll(2) on their eventfds, which every signal
 // (the kernel's, or a local Signal) makes readable, so the sleeping
@@ -442,7 +519,8 @@ var sleeps, sleepsTimedOut atomic.Uint64
 // its own, taken from a free list for the wait, so a context that ends
 // wakes only the waits on it, and one that ended before the wait is seen
 // by the look before the sleep. Close signals the eventfd it closes, which
-// ends the sleeps on it, and leaves the closing to the last of them.
+// ends the sleeps on it (a one-interrupt Wait that reads the signal passes
+// it on), and leaves the closing to the last of them.
 func WaitAny(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, uint64, error) {
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
@@ -530,7 +608,7 @@ func WaitAny(ctx context.Context, deadline time.Time, irqs ...*Interrupt) (int, 
 		if cerr != nil {
 			return 0, 0, cerr
 		}
-		if n > 0 {
+		if n > 0 && nfds > len(irqs) {
 			// The wake-up rang: ctx ended, which the next look sees,
 			// or a registration it had before this wait fired late,
 			// and the wait sleeps again.
@@ -545,12 +623,15 @@ const maxWaitAny = 64
 // A waker is the eventfd a WaitAny on several interrupts adds to its poll
 // set, and the registration on the wait's context that signals it
 // (ring). It serves one wait at a time; between waits it stays in the free
-// list wakers with its registration, so that the next wait on the same
-// context (a receive loop's) registers nothing. Its eventfd is never
-// closed, since a registration that fires late writes to it.
+// list wakers with the registration it keeps (watch: from the second wait
+// in a row on a context), so that the next wait on the same context (a
+// receive loop's) registers nothing; stop is the registration of a wait
+// that registers for itself. Its eventfd is never closed, since a
+// registration that fires late writes to it.
 type waker struct {
 	fd    int
 	watch ctxWatch
+	stop  func() bool
 	ring  func()
 }
 
@@ -562,15 +643,15 @@ var wakers struct {
 }
 
 // takeWaker takes a waker from the free list, the one registered on ctx
-// if there is one, and registers it on ctx; it makes one when the list is
-// empty.
+// or last used on it if there is one, and registers it on ctx; it makes
+// one when the list is empty.
 func takeWaker(ctx context.Context) (*waker, error) {
 	wakers.mu.Lock()
 	var w *waker
 	if n := len(wakers.free); n > 0 {
 		k := n - 1
 		for j := range wakers.free {
-			if wakers.free[j].watch.is(ctx) {
+			if fw := &wakers.free[j].watch; fw.is(ctx) || fw.last == ctx.Done() {
 				k = j
 				break
 			}
@@ -593,19 +674,23 @@ func takeWaker(ctx context.Context) (*waker, error) {
 			_, _ = unix.Write(fd, b[:])
 		}
 	}
-	if !w.watch.is(ctx) {
-		w.watch.set(ctx, w.ring)
+	if !w.watch.is(ctx) && !w.watch.keep(ctx, w.ring) {
+		w.stop = context.AfterFunc(ctx, w.ring)
 	}
 	return w, nil
 }
 
-// putWaker gives w, taken for a wait on ctx, back to the free list. Once
-// ctx has ended its registration goes (nothing waits on ctx again); the
-// eventfd may be left readable, which the next wait's first sleep finds
-// and clears.
+// putWaker gives w, taken for a wait on ctx, back to the free list. The
+// wait's own registration goes, and once ctx has ended so does what w
+// keeps of it (nothing waits on ctx again); the eventfd may be left
+// readable, which the next wait's first sleep finds and clears.
 func putWaker(ctx context.Context, w *waker) {
+	if w.stop != nil {
+		w.stop()
+		w.stop = nil
+	}
 	if ctx.Err() != nil {
-		w.watch.clear()
+		w.watch.forget(ctx)
 	}
 	wakers.mu.Lock()
 	wakers.free = append(wakers.free, w)

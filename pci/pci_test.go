@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -364,7 +366,7 @@ func TestWaitAnyCancelWakes(t *testing.T) {
 	}
 }
 
-// Waits on one context allocate nothing after the first, on one
+// Waits on one context allocate nothing after the second, on one
 // Interrupt or several, kernel or local: one that a signal pending
 // satisfies, one that a signal during its sleep does, and one that times
 // out, with a deadline passed or while it sleeps.
@@ -414,6 +416,118 @@ func TestWaitAllocates(t *testing.T) {
 			check("the deadline passes while it sleeps", context.DeadlineExceeded, func() error {
 				return wait(time.Now().Add(100 * time.Microsecond))
 			})
+		}
+	}
+}
+
+// Close ends every wait on the Interrupt with ErrClosed, a one-interrupt
+// Wait and a WaitAny on it and another at once, on kernel and local
+// interrupts alike: the Wait may read the signal Close writes to end the
+// WaitAny's poll(2), and must pass it on. Once the last has left, the
+// eventfd is closed, and Signal reports the Interrupt closed.
+func TestCloseWakesEveryWaiter(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		for round := range 100 {
+			irqs := newInterrupts(t, local, 2)
+			a := irqs[0]
+			fd := a.FD()
+			slept := sleeps.Load()
+			done := make(chan error, 2)
+			go func() {
+				_, err := a.Wait(context.Background())
+				done <- err
+			}()
+			go func() {
+				_, _, err := WaitAny(context.Background(), time.Time{}, irqs...)
+				done <- err
+			}()
+			// Close once the WaitAny sleeps, and likely the Wait too.
+			for i := 0; sleeps.Load() == slept; i++ {
+				if i == 1e6 {
+					t.Fatalf("local %v, round %d: the WaitAny never slept", local, round)
+				}
+				runtime.Gosched()
+			}
+			runtime.Gosched()
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for k := range 2 {
+				select {
+				case err := <-done:
+					if !errors.Is(err, ErrClosed) {
+						t.Fatalf("local %v, round %d: a wait on the closed Interrupt: %v, want ErrClosed", local, round, err)
+					}
+				case <-time.After(30 * time.Second): // a hang guard only
+					t.Fatalf("local %v, round %d: %d of 2 waits still wait after Close", local, round, 2-k)
+				}
+			}
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+				t.Fatalf("local %v, round %d: the closed Interrupt's eventfd %d, every waiter gone: F_GETFD gives %v, want EBADF", local, round, fd, err)
+			}
+			if err := a.Signal(); !errors.Is(err, ErrClosed) {
+				t.Fatalf("local %v, round %d: Signal after Close: %v, want ErrClosed", local, round, err)
+			}
+			_ = irqs[1].Close()
+		}
+	}
+}
+
+// A wait keeps its registration on its context for the next wait only
+// when two waits in a row were on that context (a receive loop's), and
+// Close drops it: a caller with a fresh context per wait leaves nothing
+// behind that its cancel would run or that would hold the context, and a
+// closed Interrupt is not reachable from the context it last waited on.
+func TestWaitKeepsContext(t *testing.T) {
+	for _, k := range []int{1, 3} {
+		irqs := newInterrupts(t, false, k)
+		wait := func(ctx context.Context) {
+			t.Helper()
+			_ = irqs[k-1].Signal()
+			if _, _, err := WaitAny(ctx, time.Time{}, irqs...); err != nil {
+				t.Fatalf("%d interrupts: %v", k, err)
+			}
+		}
+		// kept reports whether a registration on ctx is kept: by the
+		// Interrupt (one) or by a free waker (several).
+		kept := func(ctx context.Context) bool {
+			if k == 1 {
+				irqs[0].watchMu.Lock()
+				defer irqs[0].watchMu.Unlock()
+				return irqs[0].watch.is(ctx)
+			}
+			wakers.mu.Lock()
+			defer wakers.mu.Unlock()
+			for _, w := range wakers.free {
+				if w.stop != nil {
+					t.Fatalf("%d interrupts: a free waker holds a wait's own registration", k)
+				}
+				if w.watch.is(ctx) {
+					return true
+				}
+			}
+			return false
+		}
+		for round := range 3 {
+			ctx, cancel := context.WithCancel(context.Background())
+			wait(ctx)
+			cancel()
+			if kept(ctx) {
+				t.Fatalf("%d interrupts, round %d: a wait on a fresh context left a registration on it", k, round)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		wait(ctx)
+		wait(ctx)
+		if !kept(ctx) {
+			t.Fatalf("%d interrupts: two waits on one context kept no registration for the next", k)
+		}
+		if k == 1 {
+			_ = irqs[0].Close()
+			if kept(ctx) {
+				t.Fatalf("the closed Interrupt still holds a registration on its last context")
+			}
 		}
 	}
 }
