@@ -736,10 +736,12 @@ func (s *suite) waitDeadline(t *testing.T) {
 }
 
 // waitCancel: a WaitRx on several queues, with a deadline an hour away,
-// ends with context.Canceled when its context is cancelled while it waits
-// (an interrupt wait sleeps on its queues' vectors, which no frame
-// raises), and so does one whose context was cancelled before it; the
-// cancel is not left behind: the next WaitRx returns a frame's queue.
+// ends with context.Canceled when its context is cancelled as it starts
+// (the cancel races the waiter's goroutine: in one round it comes before
+// the sleep, in another during it; no driver tells when its waiter
+// sleeps, and pci's TestWaitAnyCancelWakes cancels sleeps for sure), and
+// so does one whose context was cancelled before it; the cancel is not
+// left behind: the next WaitRx returns a frame's queue.
 func (s *suite) waitCancel(t *testing.T) {
 	for _, intr := range []bool{false, true} {
 		t.Run(fmt.Sprintf("interrupts=%v", intr), func(t *testing.T) {
