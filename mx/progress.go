@@ -432,7 +432,7 @@ func (b *Board) progress() {
 			if b.serveSends.Load() && !b.opts.BusyPoll && s.polling() == 0 {
 				b.drainServed(s) // rxsource.go
 			}
-			b.lockLoop()
+			b.mu.Lock()
 			b.uncapped = s.polling() == 0
 			b.timersLocked(false)
 			b.uncapped = false
@@ -442,7 +442,7 @@ func (b *Board) progress() {
 		if b.fineLapsed.Load() {
 			// Back from staying away: nobody watches the deadlines
 			// now (finetimer.go).
-			b.lockLoop()
+			b.mu.Lock()
 			b.armLapsed()
 			b.unlock()
 		}
@@ -487,7 +487,7 @@ func (b *Board) progress() {
 		if n > 0 {
 			read = b.clock()
 		}
-		b.lockLoop()
+		b.mu.Lock()
 		b.rxRead = read
 		b.handleBatchLocked(s, s.rx[:n])
 		b.rxRead = 0
@@ -514,49 +514,6 @@ func (b *Board) progress() {
 			}
 		}
 	}
-}
-
-// The receive loop spins for the board's lock.
-//
-// An application goroutine that posts and waits without pause (a stream
-// of sends and receives served on its own goroutine, as steered queues
-// run) holds its Go processor until it blocks or the runtime preempts it,
-// every 10 ms. A receive loop that parked on the board's lock behind such
-// a goroutine is made runnable on that goroutine's processor when the
-// lock is released, and, as it is locked to its own thread, runs only
-// when that processor is handed to it: with every processor held by such
-// goroutines, up to the preemption later, and the lock it then finds
-// taken again. Meanwhile it holds its queue (rxSource.mu, inside or
-// after Recv), so the application's looks at the queue fail: its acks
-// stay in the ring, its sends reach ZombieSends and its Wait sleeps until
-// the loop gets through. In a steered run of two endpoint pairs the
-// waits behind a pair's send took 4-48 ms each on average, against
-// 0.1 ms with both pairs on one queue, whose waiters there are mostly
-// the other pair (mutex profiles, docs/nics.md, "Two pairs, one CPU").
-// The application's holds are short (a send, a batch), so the
-// loop spins for the lock instead (lockLoop): it keeps its thread and
-// processor and takes the lock as it is released, yielding its CPU to
-// another thread every few tries (sched_yield: a holder descheduled by
-// the kernel may need it), and parks only after loopLockSpins tries.
-
-// loopLockSpins bounds lockLoop's tries before it parks on the lock;
-// every loopLockYield-th failed try yields the CPU.
-const (
-	loopLockSpins = 512
-	loopLockYield = 32
-)
-
-// lockLoop takes b.mu for the receive loop (see above).
-func (b *Board) lockLoop() {
-	for i := 1; i <= loopLockSpins; i++ {
-		if b.mu.TryLock() {
-			return
-		}
-		if i%loopLockYield == 0 {
-			osYield()
-		}
-	}
-	b.mu.Lock()
 }
 
 // handleBatchLocked handles the frames s returned (b.mu held).
