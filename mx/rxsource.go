@@ -445,8 +445,8 @@ func (b *Board) waitSources() []*rxSource {
 // switches); with a thread per queue and side, those hand-offs grow with
 // the queues, not with the frames, and on two cores shared with the
 // application's goroutines and the NIC models they took the CPU that
-// steering was meant to win (docs/nics.md, "Why steering does not win
-// here"). So a send on a queue's board ends with one look at its queue
+// steering was meant to win (docs/nics.md, "Two pairs, one CPU"). So a
+// send on a queue's board ends with one look at its queue
 // (serveSource), as Open-MX's isend calls its progression and a DPDK
 // lcore reaps its own receive queue, and a look that could take the
 // queue counts as a poller's success does: the loop stays away spinGrace
