@@ -61,8 +61,9 @@ import (
 // for a Recv, so an empty look is one look at each ring) and,
 // when it is a lane record that goes straight into a posted receive (or
 // into the unexpected queue), delivers it under b.mu and consumes it
-// (Take): no batch, no frame lending, no generic dispatch, one lock of
-// the board. When the record
+// (Take), and so the records behind it until the waiter's own request is
+// done (at most laneBatch): no batch, no frame lending, no generic
+// dispatch, one lock of the board for them all. When the record
 // fills the waiter's own receive, that receive is consumed there and then,
 // its status written straight for the waiter: it is never marked done nor
 // listed as completed, as no one else could have seen it before its Wait
@@ -235,7 +236,9 @@ func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte)
 // takeLane is a polling waiter's look at ring source s (s.mu held) for a
 // lane record that laneFast delivers: the transport's next frame, seen
 // with Peek, taken with Take, without a Recv, its batch and the general
-// frame path. It reports laneTaken when it took one, laneEmpty, having
+// frame path, and the records behind it under the same hold of the lock
+// until w's request is done (at most laneBatch). It reports laneTaken
+// when it took one or more, laneEmpty, having
 // taken nothing, when a Recv would find nothing to do (as s.pending
 // reporting false: this one look at the rings serves both), and
 // laneOther, having taken nothing, when the next frame is anything else
@@ -261,6 +264,21 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		return laneOther
 	}
 	s.lane.Take()
+	// The records behind it, under the same hold of the lock, until the
+	// waiter's own request is done: a rank that gave its CPU away finds
+	// the records its peers left meanwhile (up to one from each in an
+	// oversubscribed alltoall), and a look of its own for each would
+	// lock the source and the board again for every one.
+	for range laneBatch - 1 {
+		if w != nil && (w.ok || w.r.done.Load()) || len(b.pcopies) > 0 {
+			break
+		}
+		nic, data, ok, _ = s.lane.Peek()
+		if !ok || len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane || !b.laneFast(nic, data, w) {
+			break // left for the next look
+		}
+		s.lane.Take()
+	}
 	if len(b.ackOwed) > 0 && !s.pending() {
 		b.ackDrained() // the rings ran dry, as a Recv that drains them
 	}
@@ -276,6 +294,11 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	b.polledLocked(s, seen, w) // rxsource.go
 	return laneTaken
 }
+
+// laneBatch bounds the lane records one look delivers under one hold of
+// the board's lock (takeLane), so that a waiter of another goroutine
+// waits for the lock no longer than that many deliveries.
+const laneBatch = 16
 
 // laneLook is what takeLane found.
 type laneLook uint8

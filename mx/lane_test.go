@@ -417,6 +417,23 @@ func ownSource(t *testing.T, s *rxSource) {
 	}
 }
 
+// sendBehindOwnedSource owns pr's receiving board's ring source (its
+// receive loop kept away: ownSource) and sends n messages of 8 bytes from
+// pr.a, message i with match i and pattern(8, i), into it. The caller
+// unlocks the source's mu.
+func sendBehindOwnedSource(t *testing.T, pr *pair, n int) *rxSource {
+	t.Helper()
+	s := pr.bb.spinSrcs[0]
+	ownSource(t, s)
+	for i := range n {
+		if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, uint64(i), nil); err != nil {
+			s.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
 // TestLaneUnexpectedTakenByWaiter: lane records that come before their
 // receive is posted (in an oversubscribed alltoall, half the messages)
 // are taken by a polling waiter's look itself, into the unexpected queue,
@@ -441,14 +458,7 @@ func TestLaneUnexpectedTakenByWaiter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := pr.bb.spinSrcs[0]
-			ownSource(t, s)
-			for i := range n {
-				if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, uint64(i), nil); err != nil {
-					s.mu.Unlock()
-					t.Fatal(err)
-				}
-			}
+			s := sendBehindOwnedSource(t, pr, n)
 			var looks []laneLook
 			for range n + 1 {
 				looks = append(looks, pr.bb.takeLane(s, 0, nil))
@@ -460,13 +470,14 @@ func TestLaneUnexpectedTakenByWaiter(t *testing.T) {
 				}
 				waitUntil(t, "the handler to see the messages", func() bool { return handled.Load() == n-1 })
 			} else {
-				for i, l := range looks[:n] {
-					if l != laneTaken {
-						t.Fatalf("look %d: %v, want laneTaken (looks %v)", i, l, looks)
-					}
+				// One look takes every record (takeLane's batch).
+				if looks[0] != laneTaken {
+					t.Fatalf("first look: %v, want laneTaken (looks %v)", looks[0], looks)
 				}
-				if looks[n] != laneEmpty {
-					t.Fatalf("look after the records: %v, want laneEmpty", looks[n])
+				for i, l := range looks[1:] {
+					if l != laneEmpty {
+						t.Fatalf("look %d after the first: %v, want laneEmpty (looks %v)", i+1, l, looks)
+					}
 				}
 				if got := pr.b.Counters().Get(UnexpectedQueued); got != n-1 {
 					t.Fatalf("%d messages queued unexpected, want %d", got, n-1)
@@ -492,5 +503,54 @@ func TestLaneUnexpectedTakenByWaiter(t *testing.T) {
 				t.Fatalf("%d tiny receives counted, want %d", got, n)
 			}
 		})
+	}
+}
+
+// TestLaneLookTakesTheRecordsBehind: one look of a polling waiter takes
+// the lane records waiting for it, one after another under one hold of the
+// board's lock, until its own receive is filled (it then returns to the
+// application, leaving the rest to the next look), at most laneBatch of
+// them; each record goes where it would have gone alone (the unexpected
+// queue, or the waiter's receive), in order and intact.
+func TestLaneLookTakesTheRecordsBehind(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	const n, own = laneBatch + 5, 2
+	buf := make([]byte, 8)
+	r, err := pr.b.IRecv([][]byte{buf}, own, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sendBehindOwnedSource(t, pr, n)
+	unexp := func() uint64 { return pr.b.Counters().Get(UnexpectedQueued) }
+	w := &waiterReq{r: r}
+	var looks []laneLook
+	var queued []uint64
+	looks = append(looks, pr.bb.takeLane(s, 0, w))
+	queued = append(queued, unexp())
+	for range 3 {
+		looks = append(looks, pr.bb.takeLane(s, 0, nil))
+		queued = append(queued, unexp())
+	}
+	s.mu.Unlock()
+	want := []laneLook{laneTaken, laneTaken, laneTaken, laneEmpty}
+	wantQueued := []uint64{own, own + laneBatch, n - 1, n - 1}
+	if fmt.Sprint(looks) != fmt.Sprint(want) || fmt.Sprint(queued) != fmt.Sprint(wantQueued) {
+		t.Fatalf("looks %v with %v unexpected after each, want %v and %v", looks, queued, want, wantQueued)
+	}
+	if !w.ok || w.st.Code != nil || w.st.Match != own || string(buf) != string(pattern(8, own)) {
+		t.Fatalf("the waiter's receive: done %v, %v, match %d, bytes intact %v", w.ok, w.st.Code, w.st.Match, string(buf) == string(pattern(8, own)))
+	}
+	for i := range n {
+		if i == own {
+			continue
+		}
+		b := make([]byte, 8)
+		r, err := pr.b.IRecv([][]byte{b}, uint64(i), ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := mustWait(t, r, 30*time.Second); st.Code != nil || string(b) != string(pattern(8, uint64(i))) {
+			t.Fatalf("message %d: %v, bytes intact %v", i, st.Code, string(b) == string(pattern(8, uint64(i))))
+		}
 	}
 }

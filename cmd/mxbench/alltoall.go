@@ -46,7 +46,7 @@ cma, or the name mx gives a strategy; see pingpong -h). shm_MiB is the
 most shared memory one rank's host path mapped (its own receive queue and
 the queue of each peer it sends to, its lanes both ways, pool segments),
 node_MiB the node's (each segment once), rings the most lanes one rank
-had: a pair that keeps sending gets a lane (a ring of its own), at most 4
+had: a pair that keeps sending gets a lane (a ring of its own), at most 8
 a rank each way (transport/shm Options.Lanes), so a rank of a 128-rank
 job maps some 50 MiB.
 rss_MiB is the largest peak resident memory of a rank so far (VmHWM,

@@ -41,10 +41,11 @@ const (
 // every other rank of the host: for each, the pair's two unix
 // connections (the one it dialled to send, the one it accepted to
 // receive) and the eventfd each brought (the peer's doorbell, the peer's
-// room bell). A board holds some 13 more of its own (its UDP socket, its
-// endpoint's listening socket, its doorbell memfd and eventfds, spare
-// lanes' memfds, the spare descriptor that lets it refuse a connection
-// at the limit), fdsPerBoard leaving room. alltoall --verify sends each
+// room bell). A board holds some 9 more of its own (its UDP socket, its
+// endpoint's listening socket, its doorbell memfd and eventfds, the spare
+// descriptor that lets it refuse a connection at the limit) and the
+// memfds of its spare lanes (up to 8, transport/shm Options.Lanes, until
+// pairs take them), fdsPerBoard leaving room. alltoall --verify sends each
 // peer its own block, which --strategy shared and engine take from the
 // board's pool: a segment, and its memfd, a peer. Rank 0 of --procs holds,
 // for each rank it started, the rank's pidfd and its stdout and stderr
@@ -54,7 +55,7 @@ const (
 	fdsPerPeer    = 4
 	fdsPerPooled  = 1
 	fdsPerStarted = 3
-	fdsPerBoard   = 16
+	fdsPerBoard   = 20
 	fdsBase       = 64
 )
 

@@ -292,7 +292,7 @@ func TestAlltoallAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts up to 128 processes: run without -short (make test-scale)")
 	}
-	const lanes = 4 // transport/shm's default Options.Lanes, each way
+	const lanes = 8 // transport/shm's default Options.Lanes, each way
 	for _, n := range []int{32, 64, 128} {
 		t.Run(fmt.Sprintf("procs=%d", n), func(t *testing.T) {
 			if raceEnabled && n > 32 {

@@ -10,7 +10,8 @@ import (
 
 // DefaultRingBudget is Options.RingBudget's default: a process writes at
 // most this in lanes and reads at most as much, at any size of the job
-// (with the default Lanes, each lane is 2 MiB, a hugepage).
+// (with the default Lanes, each lane of a job of nine processes or more
+// is 1 MiB).
 const DefaultRingBudget = 8 << 20
 
 // minFrames is how many frames of the MTU the smallest ring holds. The
@@ -22,7 +23,7 @@ const minFrames = 3
 // Options.RingSize, or when Options.RingBudget does not give that to each
 // of the lanes it may write (Options.Lanes, or the other boards the
 // endpoint directory lists when they are fewer), the budget shared among
-// them (segment headers included) on a cache-line multiple, but never
+// them (segment headers included) in whole pages, but never
 // less than minFrames frames of the MTU nor minRingLen. A share of more
 // than a hugepage is rounded down to whole hugepages, unless
 // Options.NoHugepages: see hugeShare.
@@ -39,7 +40,9 @@ func (t *Transport) ringSize() int {
 	if !t.opts.NoHugepages {
 		share = hugeShare(share)
 	}
-	share = (share - dataOff) &^ (ringAlign - 1)
+	// Whole pages, so that the segment is all the kernel maps for it
+	// (Footprint counts segments; /proc/self/maps lists pages).
+	share = share&^(page-1) - dataOff
 	return max(min(size, share), minFrames*recordLen(t.opts.MTU), minRingLen)
 }
 
@@ -51,10 +54,11 @@ func (t *Transport) ringSize() int {
 // its pair's messages flow, on CPUs that on an oversubscribed node the
 // ranks share. On hugepages that is a fault and a 2 MiB clear per
 // hugepage; on ordinary pages a fault, an allocation and a clear per
-// 4 KiB. Among four boards the default budget gave each of the three
+// 4 KiB. Among four boards the default budget gives each of the three
 // lanes a third of 8 MiB, 2.7 MiB: not a hugepage multiple, so 683
-// ordinary pages, where two, three, five and more boards got whole
-// hugepages (4 MiB, 4 MiB, 2 MiB). Four ranks on 2 CPUs spent a quarter
+// ordinary pages, where two, three and five boards get whole hugepages
+// (4 MiB, 4 MiB, 2 MiB), and from six boards a share below one hugepage
+// (1 MiB from nine) stays on ordinary pages. Four ranks on 2 CPUs spent a quarter
 // of the CPU of an 8 B alltoall's first 1,000 rounds making their twelve
 // lanes, and those rounds took 30-36 µs against 7-10 µs once they were
 // made (docs/intranode-scale.md, "The first thousand rounds"). Rounded

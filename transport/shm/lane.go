@@ -81,7 +81,7 @@ const (
 	ctlLaneFree = 6 // consumer → producer: the lane was read to its closing record and unmapped
 
 	defaultLaneAfter = 64
-	defaultLanes     = 4
+	defaultLanes     = 8
 	maxQueueSize     = 64 << 20
 )
 

@@ -186,14 +186,14 @@ func TestLanesShareTheBudget(t *testing.T) {
 		want int
 	}{
 		{Options{MTU: mtu, RingBudget: 64 << 10}, max(minFrames*recordLen(mtu), minRingLen)},
-		{Options{MTU: 65535, RingBudget: 1 << 20}, (1<<20/defaultLanes - dataOff) &^ (ringAlign - 1)},
+		{Options{MTU: 65535, RingBudget: 2 << 20}, 2<<20/defaultLanes - dataOff},
 		{Options{MTU: 65535, RingBudget: 512 << 10}, minFrames * recordLen(65535)},
 		{Options{MTU: mtu, RingBudget: 1 << 30}, 4<<20 - dataOff},
 		{Options{MTU: mtu, RingBudget: -1}, 4<<20 - dataOff},
 		// Three lanes of 8 MiB: 2.7 MiB each, rounded down to a
 		// hugepage (hugeShare), or kept on ordinary pages.
 		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3}, 2<<20 - dataOff},
-		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3, NoHugepages: true}, (8<<20/3 - dataOff) &^ (ringAlign - 1)},
+		{Options{MTU: mtu, RingBudget: 8 << 20, Lanes: 3, NoHugepages: true}, 8<<20/3&^(page-1) - dataOff},
 	} {
 		o, err := c.o.withDefaults()
 		if err != nil {

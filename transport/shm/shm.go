@@ -71,7 +71,7 @@ type Options struct {
 	// accepts from its peers: the pairs past the bound keep the queue,
 	// but for a pair busy on the queue, for which a transport at its
 	// bound asks the producer of its lane used least recently to retire
-	// it (askback.go). Default 4; negative: no lanes (every frame
+	// it (askback.go). Default 8; negative: no lanes (every frame
 	// through the queue).
 	Lanes int
 	// LaneIdle is how long a lane may go without a frame from its

@@ -29,7 +29,11 @@ func (s *segment) unmap() error {
 	return err
 }
 
-const hugePage = 2 << 20
+const (
+	hugePage = 2 << 20
+	// page is the ordinary page: the kernel maps a segment in whole ones.
+	page = 4 << 10
+)
 
 // newSegment creates a memfd of at least n bytes, on 2 MiB hugepages when
 // allowed and available, else on ordinary pages, maps it shared and returns
