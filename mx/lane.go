@@ -62,8 +62,12 @@ import (
 // when it is a lane record that goes straight into a posted receive (or
 // into the unexpected queue), delivers it under b.mu and consumes it
 // (Take), and so the records behind it until the waiter's own request is
-// done (at most laneBatch): no batch, no frame lending, no generic
-// dispatch, one lock of the board for them all. When the record
+// done, at most laneBatch, up to the first that must take the general
+// path: no batch, no frame lending, no generic dispatch, one lock of the
+// board for them all. The looks made for no waiter's request
+// (Request.Test's testSource, ISend's serveSource, the receive loop's
+// drainServed, a wait for a condition) have no request to stop at: each
+// delivers up to laneBatch records under one hold of b.mu. When the record
 // fills the waiter's own receive, that receive is consumed there and then,
 // its status written straight for the waiter: it is never marked done nor
 // listed as completed, as no one else could have seen it before its Wait
@@ -233,19 +237,22 @@ func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte)
 	return true
 }
 
-// takeLane is a polling waiter's look at ring source s (s.mu held) for a
-// lane record that laneFast delivers: the transport's next frame, seen
-// with Peek, taken with Take, without a Recv, its batch and the general
-// frame path, and the records behind it under the same hold of the lock
-// until w's request is done (at most laneBatch). It reports laneTaken
-// when it took one or more, laneEmpty, having
-// taken nothing, when a Recv would find nothing to do (as s.pending
-// reporting false: this one look at the rings serves both), and
-// laneOther, having taken nothing, when the next frame is anything else
-// or must take the general path: the waiter's Recv then takes it. seen is
-// the waiter's latest clock reading, for the timers (as pollSource); w,
-// when not nil, is the waiter's request, which it consumes once done (see
-// waiterReq).
+// takeLane is a look at ring source s (s.mu held), a polling waiter's or
+// one for no request, for lane records that laneFast delivers: the
+// transport's next frame, seen with Peek, taken with Take, without a
+// Recv, its batch and the general frame path, then the records behind it
+// under the same hold of b.mu, until one must take the general path, the
+// waiter's request is done, or laneBatch were taken. With w nil
+// (Request.Test's testSource, ISend's serveSource, drainServed, a wait
+// for a condition) there is no request to stop at: the look delivers up
+// to laneBatch records. It reports laneTaken when it took one or more,
+// laneEmpty, having taken nothing, when a Recv would find nothing to do
+// (as s.pending reporting false: this one look at the rings serves both),
+// and laneOther, having taken nothing, when the next frame is anything
+// else or must take the general path: the waiter's Recv then takes it.
+// seen is the waiter's latest clock reading, for the timers (as
+// pollSource); w, when not nil, is the waiter's request, which it
+// consumes once done (see waiterReq).
 func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	nic, data, ok, empty := s.lane.Peek()
 	if !ok {
@@ -270,7 +277,9 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	// oversubscribed alltoall), and a look of its own for each would
 	// lock the source and the board again for every one.
 	for range laneBatch - 1 {
-		if w != nil && (w.ok || w.r.done.Load()) || len(b.pcopies) > 0 {
+		// (No pull copy can have come since the first record's check:
+		// b.mu is held, and laneFast starts none.)
+		if w != nil && (w.ok || w.r.done.Load()) {
 			break
 		}
 		nic, data, ok, _ = s.lane.Peek()
@@ -297,7 +306,10 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 
 // laneBatch bounds the lane records one look delivers under one hold of
 // the board's lock (takeLane), so that a waiter of another goroutine
-// waits for the lock no longer than that many deliveries.
+// waits for the lock no longer than that many deliveries. A waiter's look
+// stops sooner, at its own request; a look for no request (w nil:
+// Request.Test, ISend's serveSource, drainServed, a condition wait) takes
+// this many when they are there.
 const laneBatch = 16
 
 // laneLook is what takeLane found.

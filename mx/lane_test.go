@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gomx-dev/gomx/mx/wire"
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
@@ -417,21 +418,64 @@ func ownSource(t *testing.T, s *rxSource) {
 	}
 }
 
-// sendBehindOwnedSource owns pr's receiving board's ring source (its
-// receive loop kept away: ownSource) and sends n messages of 8 bytes from
-// pr.a, message i with match i and pattern(8, i), into it. The caller
-// unlocks the source's mu.
-func sendBehindOwnedSource(t *testing.T, pr *pair, n int) *rxSource {
+// laneSender is a sender of sendBehindOwnedSource: endpoint e, to the
+// receiver at to, message i with match base+i.
+type laneSender struct {
+	e    *Endpoint
+	to   Addr
+	base uint64
+}
+
+// sendBehindOwnedSource owns board b's ring source (its receive loop
+// kept away: ownSource) and sends n messages of 8 bytes from each of
+// from into it, interleaved (message i of each sender in turn, then
+// message i+1), message i of a sender with match base+i and
+// pattern(8, base+i). The caller unlocks the source's mu.
+func sendBehindOwnedSource(t *testing.T, b *Board, n int, from ...laneSender) *rxSource {
 	t.Helper()
-	s := pr.bb.spinSrcs[0]
+	s := b.spinSrcs[0]
 	ownSource(t, s)
 	for i := range n {
-		if _, err := pr.a.ISend([][]byte{pattern(8, uint64(i))}, pr.atob, uint64(i), nil); err != nil {
-			s.mu.Unlock()
-			t.Fatal(err)
+		for _, f := range from {
+			m := f.base + uint64(i)
+			if _, err := f.e.ISend([][]byte{pattern(8, m)}, f.to, m, nil); err != nil {
+				s.mu.Unlock()
+				t.Fatal(err)
+			}
 		}
 	}
 	return s
+}
+
+// laneLookWires are the two ways lane records reach a look: through the
+// receiving transport's queue, which carries a pair's first frames (the
+// default options, for the few frames of these tests), or through a lane
+// ring of the pair's own, which pairs get at their first frame
+// (LaneAfter < 0) and keep (LaneIdle < 0): Peek and Take on a ring, its
+// cursor and published head, and the round robin between rings. lanes
+// says which.
+var laneLookWires = []struct {
+	name  string
+	tf    transportFactory
+	lanes bool
+}{
+	{"queue", shmFactory, false},
+	{"lanes", transportFactory{name: "shm lanes", new: shmWireWith(shm.Options{LaneAfter: -1, LaneIdle: -1})}, true},
+}
+
+// checkRingsRead fails the test unless board b reads senders lane rings
+// when lanes, and none otherwise: the records came the way the case says.
+func checkRingsRead(t *testing.T, b *Board, lanes bool, senders int) {
+	t.Helper()
+	want := 0
+	if lanes {
+		want = senders
+	}
+	for _, c := range b.TransportCounters() {
+		if c.Name == shm.CounterRingsRead && c.Value != uint64(want) {
+			t.Fatalf("the receiver reads %d lane rings, want %d", c.Value, want)
+		}
+	}
 }
 
 // TestLaneUnexpectedTakenByWaiter: lane records that come before their
@@ -458,7 +502,7 @@ func TestLaneUnexpectedTakenByWaiter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := sendBehindOwnedSource(t, pr, n)
+			s := sendBehindOwnedSource(t, pr.bb, n, laneSender{pr.a, pr.atob, 0})
 			var looks []laneLook
 			for range n + 1 {
 				looks = append(looks, pr.bb.takeLane(s, 0, nil))
@@ -511,46 +555,190 @@ func TestLaneUnexpectedTakenByWaiter(t *testing.T) {
 // board's lock, until its own receive is filled (it then returns to the
 // application, leaving the rest to the next look), at most laneBatch of
 // them; each record goes where it would have gone alone (the unexpected
-// queue, or the waiter's receive), in order and intact.
+// queue, or the waiter's receive), in order and intact. So through the
+// receive queue and through a lane ring.
 func TestLaneLookTakesTheRecordsBehind(t *testing.T) {
-	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
-	const n, own = laneBatch + 5, 2
-	buf := make([]byte, 8)
-	r, err := pr.b.IRecv([][]byte{buf}, own, ^uint64(0), nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, lw := range laneLookWires {
+		t.Run(lw.name, func(t *testing.T) {
+			pr := newPair(t, lw.tf, DefaultBoardOptions(), loopback.Faults{})
+			const n, own = laneBatch + 5, 2
+			buf := make([]byte, 8)
+			r, err := pr.b.IRecv([][]byte{buf}, own, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sendBehindOwnedSource(t, pr.bb, n, laneSender{pr.a, pr.atob, 0})
+			unexp := func() uint64 { return pr.b.Counters().Get(UnexpectedQueued) }
+			w := &waiterReq{r: r}
+			var looks []laneLook
+			var queued []uint64
+			looks = append(looks, pr.bb.takeLane(s, 0, w))
+			queued = append(queued, unexp())
+			for range 3 {
+				looks = append(looks, pr.bb.takeLane(s, 0, nil))
+				queued = append(queued, unexp())
+			}
+			s.mu.Unlock()
+			checkRingsRead(t, pr.bb, lw.lanes, 1)
+			want := []laneLook{laneTaken, laneTaken, laneTaken, laneEmpty}
+			wantQueued := []uint64{own, own + laneBatch, n - 1, n - 1}
+			if fmt.Sprint(looks) != fmt.Sprint(want) || fmt.Sprint(queued) != fmt.Sprint(wantQueued) {
+				t.Fatalf("looks %v with %v unexpected after each, want %v and %v", looks, queued, want, wantQueued)
+			}
+			if !w.ok || w.st.Code != nil || w.st.Match != own || string(buf) != string(pattern(8, own)) {
+				t.Fatalf("the waiter's receive: done %v, %v, match %d, bytes intact %v", w.ok, w.st.Code, w.st.Match, string(buf) == string(pattern(8, own)))
+			}
+			for i := range n {
+				if i == own {
+					continue
+				}
+				b := make([]byte, 8)
+				r, err := pr.b.IRecv([][]byte{b}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st := mustWait(t, r, 30*time.Second); st.Code != nil || string(b) != string(pattern(8, uint64(i))) {
+					t.Fatalf("message %d: %v, bytes intact %v", i, st.Code, string(b) == string(pattern(8, uint64(i))))
+				}
+			}
+		})
 	}
-	s := sendBehindOwnedSource(t, pr, n)
-	unexp := func() uint64 { return pr.b.Counters().Get(UnexpectedQueued) }
-	w := &waiterReq{r: r}
-	var looks []laneLook
-	var queued []uint64
-	looks = append(looks, pr.bb.takeLane(s, 0, w))
-	queued = append(queued, unexp())
-	for range 3 {
-		looks = append(looks, pr.bb.takeLane(s, 0, nil))
-		queued = append(queued, unexp())
+}
+
+// TestLaneLookTwoSenders: a look takes the records of two senders, sent
+// interleaved, until its own receive, which the second sender's third
+// message fills. Through lanes, Peek goes from one sender's ring to the
+// other's in an order of its own (round robin among the hot rings, the
+// cold ones after): whatever it is, each sender's messages come out in
+// the order it sent them, and each goes where it would have gone alone
+// (the waiter's receive, a receive posted for it, the unexpected queue),
+// intact.
+func TestLaneLookTwoSenders(t *testing.T) {
+	for _, lw := range laneLookWires {
+		t.Run(lw.name, func(t *testing.T) {
+			pr := newPair(t, lw.tf, DefaultBoardOptions(), loopback.Faults{})
+			o := DefaultBoardOptions()
+			o.Local.Off = true // as newPairOn: every message crosses the rings
+			bc, err := NewBoard(pr.w.third(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { bc.Close() })
+			c, err := bc.OpenEndpoint(3, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctob, err := c.Connect(testCtx(t, 20*time.Second), pr.bb.NICID(), 2, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 6
+			senders := []laneSender{{pr.a, pr.atob, 0x100}, {c, ctob, 0x200}}
+			nics := []transport.NICID{pr.ba.NICID(), bc.NICID()}
+			own, posted := uint64(0x200+2), uint64(0x100+4)
+			ownBuf, postedBuf := make([]byte, 8), make([]byte, 8)
+			r, err := pr.b.IRecv([][]byte{ownBuf}, own, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp, err := pr.b.IRecv([][]byte{postedBuf}, posted, ^uint64(0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sendBehindOwnedSource(t, pr.bb, n, senders...)
+			unexp := func() uint64 { return pr.b.Counters().Get(UnexpectedQueued) }
+			w := &waiterReq{r: r}
+			looks := []laneLook{pr.bb.takeLane(s, 0, w)}
+			first := unexp()
+			for range 2 * n {
+				if looks = append(looks, pr.bb.takeLane(s, 0, nil)); looks[len(looks)-1] != laneTaken {
+					break
+				}
+			}
+			all := unexp()
+			s.mu.Unlock()
+			checkRingsRead(t, pr.bb, lw.lanes, 2)
+			// The first look took at least the second sender's two
+			// messages before its own, and stopped there.
+			if last := len(looks) - 1; looks[0] != laneTaken || looks[last] != laneEmpty || first < 2 || first >= all {
+				t.Fatalf("looks %v, %d unexpected after the first and %d in all: want laneTaken first, laneEmpty last, 2 or more after the first and more in all",
+					looks, first, all)
+			}
+			for _, l := range looks[1 : len(looks)-1] {
+				if l != laneTaken {
+					t.Fatalf("looks %v: want laneTaken until laneEmpty", looks)
+				}
+			}
+			if all != 2*n-2 {
+				t.Fatalf("%d messages unexpected, want %d (all but the waiter's and the posted one)", all, 2*n-2)
+			}
+			if !w.ok || w.st.Code != nil || w.st.Match != own || w.st.Source.NIC != bc.NICID() || string(ownBuf) != string(pattern(8, own)) {
+				t.Fatalf("the waiter's receive: done %v, %v, match %#x from %v, bytes intact %v", w.ok, w.st.Code, w.st.Match, w.st.Source.NIC,
+					string(ownBuf) == string(pattern(8, own)))
+			}
+			if st := mustWait(t, rp, 30*time.Second); st.Code != nil || st.Match != posted || string(postedBuf) != string(pattern(8, posted)) {
+				t.Fatalf("the posted receive: %v, match %#x, bytes intact %v", st.Code, st.Match, string(postedBuf) == string(pattern(8, posted)))
+			}
+			// Each sender's next unexpected message is its next one sent.
+			for k, f := range senders {
+				for i := range n {
+					m := f.base + uint64(i)
+					if m == own || m == posted {
+						continue
+					}
+					b := make([]byte, 8)
+					r, err := pr.b.IRecv([][]byte{b}, f.base, ^uint64(0xff), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st := mustWait(t, r, 30*time.Second); st.Code != nil || st.Match != m || st.Source.NIC != nics[k] || string(b) != string(pattern(8, m)) {
+						t.Fatalf("sender %d's next message: %v, match %#x from %v (want %#x from %v), bytes intact %v", k, st.Code, st.Match,
+							st.Source.NIC, m, nics[k], string(b) == string(pattern(8, st.Match)))
+					}
+				}
+			}
+		})
 	}
-	s.mu.Unlock()
-	want := []laneLook{laneTaken, laneTaken, laneTaken, laneEmpty}
-	wantQueued := []uint64{own, own + laneBatch, n - 1, n - 1}
-	if fmt.Sprint(looks) != fmt.Sprint(want) || fmt.Sprint(queued) != fmt.Sprint(wantQueued) {
-		t.Fatalf("looks %v with %v unexpected after each, want %v and %v", looks, queued, want, wantQueued)
-	}
-	if !w.ok || w.st.Code != nil || w.st.Match != own || string(buf) != string(pattern(8, own)) {
-		t.Fatalf("the waiter's receive: done %v, %v, match %d, bytes intact %v", w.ok, w.st.Code, w.st.Match, string(buf) == string(pattern(8, own)))
-	}
-	for i := range n {
-		if i == own {
-			continue
-		}
-		b := make([]byte, 8)
-		r, err := pr.b.IRecv([][]byte{b}, uint64(i), ^uint64(0), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st := mustWait(t, r, 30*time.Second); st.Code != nil || string(b) != string(pattern(8, uint64(i))) {
-			t.Fatalf("message %d: %v, bytes intact %v", i, st.Code, string(b) == string(pattern(8, uint64(i))))
-		}
+}
+
+// TestLaneLookStopsMidBatch: a look whose batch meets a record laneFast
+// does not deliver (here the unexpected queue, bounded at three
+// messages, is full) stops there, having delivered those before it: it
+// reports laneTaken, the next look laneOther, and the record it left in
+// place goes to the general path through Recv (held, as a lean message
+// that finds the queue full is), which delivers it intact and in order
+// once the receives are posted; nothing is lost nor resent.
+func TestLaneLookStopsMidBatch(t *testing.T) {
+	for _, lw := range laneLookWires {
+		t.Run(lw.name, func(t *testing.T) {
+			o := DefaultBoardOptions()
+			o.UnexpectedMaxMessages = 3
+			pr := newPair(t, lw.tf, o, loopback.Faults{})
+			const n = 5
+			s := sendBehindOwnedSource(t, pr.bb, n, laneSender{pr.a, pr.atob, 0})
+			looks := []laneLook{pr.bb.takeLane(s, 0, nil)}
+			queued := pr.b.Counters().Get(UnexpectedQueued)
+			looks = append(looks, pr.bb.takeLane(s, 0, nil))
+			s.mu.Unlock()
+			checkRingsRead(t, pr.bb, lw.lanes, 1)
+			if fmt.Sprint(looks) != fmt.Sprint([]laneLook{laneTaken, laneOther}) || queued != 3 {
+				t.Fatalf("looks %v, %d unexpected after the first: want [laneTaken laneOther] and 3", looks, queued)
+			}
+			waitUntil(t, "Recv to hold the record left", func() bool { return pr.b.Counters().Get(LeanHeld) > 0 })
+			for i := range n {
+				b := make([]byte, 8)
+				r, err := pr.b.IRecv([][]byte{b}, uint64(i), ^uint64(0), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st := mustWait(t, r, 30*time.Second); st.Code != nil || st.Match != uint64(i) || string(b) != string(pattern(8, uint64(i))) {
+					t.Fatalf("message %d: %v, match %d, bytes intact %v", i, st.Code, st.Match, string(b) == string(pattern(8, uint64(i))))
+				}
+			}
+			ca, cb := pr.a.Counters(), pr.b.Counters()
+			if cb.Get(DropUnexpectedFull) != 0 || cb.Get(DropBadHeader) != 0 || ca.Get(Resends) != 0 {
+				t.Fatalf("%d dropped for a full queue, %d bad headers, %d resends", cb.Get(DropUnexpectedFull), cb.Get(DropBadHeader), ca.Get(Resends))
+			}
+		})
 	}
 }

@@ -34,16 +34,25 @@ func shmDir(t testing.TB) string {
 // newShmWire puts the two boards on shared-memory transports of one
 // endpoint directory (in this process, with the in-process shortcut off, so
 // every message crosses the rings).
-func newShmWire(t testing.TB, _ loopback.Faults) *wire2 {
-	dir := shmDir(t)
-	open := func() transport.Transport {
-		tr, err := shm.Open(shm.Options{Dir: dir})
-		if err != nil {
-			t.Fatal(err)
+func newShmWire(t testing.TB, f loopback.Faults) *wire2 {
+	return shmWireWith(shm.Options{})(t, f)
+}
+
+// shmWireWith is newShmWire on transports opened with o (its Dir a fresh
+// one of the test's), the third one too.
+func shmWireWith(o shm.Options) func(testing.TB, loopback.Faults) *wire2 {
+	return func(t testing.TB, _ loopback.Faults) *wire2 {
+		o := o
+		o.Dir = shmDir(t)
+		open := func() transport.Transport {
+			tr, err := shm.Open(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tr
 		}
-		return tr
+		return &wire2{a: open(), b: open(), third: open, close: func() {}}
 	}
-	return &wire2{a: open(), b: open(), third: open, close: func() {}}
 }
 
 // shmBoardTo opens a shm board in dir with options o and its endpoint 0,

@@ -160,14 +160,15 @@ func TestColdRingOfAGoneProducer(t *testing.T) {
 // TestLanesShareTheBudget checks that a lane's size is the budget shared
 // among the lanes a transport may write (Lanes, or the other boards of the
 // directory when fewer), within RingSize and the floor of three frames of
-// the MTU (a share above a hugepage rounded down to whole hugepages), and
+// the MTU (a share rounded down to whole pages, one above a hugepage to
+// whole hugepages), and
 // that a job of every board talking to every other stays
 // within twice the budget and the receive queues per process, as the
 // transport counts it.
 func TestLanesShareTheBudget(t *testing.T) {
 	const n, budget, mtu = 12, 1 << 20, 4096
 	boards := openMany(t, n, Options{MTU: mtu, RingBudget: budget, LaneAfter: -1})
-	want := (budget/defaultLanes - dataOff) &^ (ringAlign - 1)
+	want := budget/defaultLanes&^(page-1) - dataOff
 	if got := boards[0].ringSize(); got != want {
 		t.Errorf("a ring of %d bytes with %d boards and a budget of %d, want %d", got, n, budget, want)
 	}

@@ -48,10 +48,11 @@ type Options struct {
 	// RingBudget bounds the lanes (per-pair rings) a transport writes,
 	// together: a new lane gets RingSize, or RingBudget divided among
 	// the lanes it may have (Lanes, or the other boards the endpoint
-	// directory lists when they are fewer) when that is less, but never
-	// less than three frames of the MTU, and a share of more than a 2 MiB
-	// hugepage rounded down to whole hugepages unless NoHugepages
-	// (ringSize). Since a process also
+	// directory lists when they are fewer) when that is less: that share,
+	// segment header included, rounded down to whole 4 KiB pages (a share
+	// of more than a 2 MiB hugepage to whole hugepages, unless
+	// NoHugepages), but never less than three frames of the MTU, a floor
+	// that may end in part of a page (ringSize). Since a process also
 	// maps the lanes its peers write to it, at most Lanes of them, it
 	// maps at most about twice RingBudget in lanes. Default 8 MiB;
 	// negative: every lane is RingSize.

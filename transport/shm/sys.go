@@ -31,7 +31,12 @@ func (s *segment) unmap() error {
 
 const (
 	hugePage = 2 << 20
-	// page is the ordinary page: the kernel maps a segment in whole ones.
+	// page is the ordinary page, taken to be 4 KiB: a lane's share of
+	// the budget is rounded down to whole ones (ringSize), so that its
+	// segment ends where the kernel's mapping of it does. A kernel of
+	// larger pages (64 KiB on some arm64 and ppc64 builds) rounds each
+	// mapping up further, and a lane at the floor of three frames of the
+	// MTU may end in part of a page on any.
 	page = 4 << 10
 )
 
