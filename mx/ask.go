@@ -1,6 +1,10 @@
 package mx
 
-import "github.com/gomx-dev/gomx/mx/wire"
+import (
+	"math/bits"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+)
 
 // Asking a late peer what it holds (a gomx extension: wire.ExtAsk, the
 // TRUC's probe flags).
@@ -476,13 +480,78 @@ func (p *partner) pullAskWait(backoff int) int64 {
 	return min(t, int64(b.opts.RTOMax))
 }
 
+// frameSeq is the number of the PULL that last asked for frame x of bl:
+// the one that asked for it again, if any (an earlier copy of an amb
+// frame may come too, but taking the later number errs toward asking).
+func (pl *pull) frameSeq(bl *pblock, x int) uint32 {
+	if bl.fast&(1<<x) != 0 {
+		return bl.fseq[x]
+	}
+	return bl.seq
+}
+
+// expectsSeveral reports whether pl still expects replies that could
+// each come though the others were lost: at least two frames asked for
+// after the newest reply to come (pull.top), a PULL none of whose frames
+// came counting as one (it may be the PULL that was lost). Frames asked
+// for before that reply and still missing are holes, lost more likely
+// than late, and count for nothing. With independent losses a silence
+// of the pull is then every one of them lost, as likely as two losses
+// in a row (1e-4 at 1 % loss), or its owner late: on a loaded machine,
+// nearly always the owner.
+func (pl *pull) expectsSeveral() bool {
+	n := 0
+	var other uint32 // a later PULL counted already
+	for j := range pl.blocks {
+		bl := &pl.blocks[j]
+		for m := ^bl.got & (uint64(1)<<bl.n - 1); m != 0; m &= m - 1 {
+			x := bits.TrailingZeros64(m)
+			a := askedAt{pl.frameSeq(bl, x), bl.first + x}
+			switch {
+			case !pl.top.before(a): // a hole
+				continue
+			case a.te == pl.top.te: // its PULL reached the owner
+			case other == 0:
+				other = a.te
+			case a.te == other:
+				continue
+			}
+			if n++; n >= 2 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // askDue sends the pull's question when bl, its oldest unfinished block,
 // has been silent for pullAskWait since it was last asked for, the pull
-// last progressed and the last question went out.
+// last progressed and the last question went out; while the pull still
+// expects several replies (expectsSeveral), for an allowance more (at
+// most RTOMax in all): three times the longest silence that a reply
+// asked for once ended lately (partner.plate), or the descheduling
+// allowance (descheduled.go) if longer. A question resends nothing, but a lossless
+// wire on a loaded machine asked several per 1 MiB message about an
+// owner kept off its CPU (or a veth's softirq kept from running) for
+// milliseconds, where the pull round trip is a tenth of one; the owner's
+// own silences tell how late it is better than this process's gaps,
+// which were shorter than them several-fold. A single loss only the
+// question reveals (the last frame, a lost PULL of one of the last two
+// blocks) leaves one reply due or none, and is asked about after
+// pullAskWait as before; what waits the allowance longer is a silence
+// that only losing every reply still due explains, such as a receive
+// queue that overflowed and dropped the rest of a burst.
 func (pl *pull) askDue(now int64, bl *pblock) {
 	p := pl.p
-	if now < max(bl.lastReq, pl.lastProgress, pl.askAt)+p.pullAskWait(pl.asks) {
+	from := max(bl.lastReq, pl.lastProgress, pl.askAt)
+	wait := p.pullAskWait(pl.asks)
+	if now < from+wait {
 		return
+	}
+	p.plate.rotate()
+	allow := max(descheduling.slack(), p.plate.slack())
+	if now < from+min(wait+allow, int64(p.ep.b.opts.RTOMax)) && pl.expectsSeveral() {
+		return // the owner is more likely late than every reply due lost
 	}
 	own := uint64(0)
 	if pl.asking {

@@ -58,7 +58,8 @@ const schedFloor = 20 * time.Microsecond
 
 // schedDelay is an estimate of how long the machine deschedules a
 // runnable goroutine: the longest gap of the current window and of the
-// previous one. Pollers record (observe) and timer runs move the window
+// previous one. A partner keeps one of how late its pulls' owner is
+// (partner.plate, ask.go) the same way. Pollers record (observe) and timer runs move the window
 // (rotate) without a lock.
 type schedDelay struct {
 	cur, prev atomic.Int64 // ns
