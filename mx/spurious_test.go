@@ -175,8 +175,8 @@ func checkNoSpurious(t *testing.T, tf transportFactory, opts BoardOptions, n int
 // pull that still expects several replies waits the descheduling
 // allowance before it asks, so a loaded machine does not turn the
 // owner's lateness into questions: at most one per maxPullAsksPer
-// messages (main asked up to a dozen per message over AF_XDP at load
-// 13-25, and one in three or more in-process).
+// pulls and a few more (main asked up to a dozen per message over
+// AF_XDP at load 13-25, and one in three or more in-process).
 func TestNoSpuriousRecoveryLarge(t *testing.T) {
 	n := 150
 	if testing.Short() || raceEnabled {
@@ -212,7 +212,7 @@ func TestNoSpuriousRecoveryLarge(t *testing.T) {
 					asks += c.Get(PullAsks) - before[i].Get(PullAsks)
 				}
 				t.Logf("%d round trips: a: %v; b: %v", n, recoveryDelta(before[0], pr.a.Counters()), recoveryDelta(before[1], pr.b.Counters()))
-				if limit := uint64(2 * n / maxPullAsksPer); asks > limit {
+				if limit := uint64(2*n/maxPullAsksPer + pullAsksLearning); asks > limit {
 					t.Errorf("%d pull questions in %d 1 MiB round trips (%d pulls) on a lossless wire, want at most %d", asks, n, 2*n, limit)
 				}
 			})
@@ -221,8 +221,13 @@ func TestNoSpuriousRecoveryLarge(t *testing.T) {
 }
 
 // maxPullAsksPer is how many lossless pulls TestNoSpuriousRecoveryLarge
-// allows a question for.
-const maxPullAsksPer = 10
+// allows a question for, beside pullAsksLearning: the questions of the
+// first stalls, before the pair saw how late its owner can be (under
+// -race, 8 over 30 round trips at load 25).
+const (
+	maxPullAsksPer   = 10
+	pullAsksLearning = 10
+)
 
 // pingPongLarge sends n messages of size bytes from a to b, each sent
 // back by b, and checks every byte of both.
