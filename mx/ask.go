@@ -61,7 +61,8 @@ import (
 // answered after every reply to them has been sent, and when the answer
 // arrives, a frame asked for by one of those PULLs that has not arrived
 // was lost. A pull (large.go) whose oldest unfinished block has been
-// silent for pullAskWait sends a TRUC flagged TrucAsk and TrucPulls, with
+// silent for pullAskWait (longer while several replies are still due:
+// askDue) sends a TRUC flagged TrucAsk and TrucPulls, with
 // a tag (wire.TrucTagMask) from its partner's numbering (below), and
 // notes the number of the last PULL sent before it. The owner answers
 // every such question at once, whatever its ack state, with TrucAnswer,
@@ -532,8 +533,7 @@ func (pl *pull) expectsSeveral() bool {
 // asked for once ended lately (partner.plate), or the descheduling
 // allowance (descheduled.go) if longer. A question resends nothing, but a lossless
 // wire on a loaded machine asked several per 1 MiB message about an
-// owner kept off its CPU (or a veth's softirq kept from running) for
-// milliseconds, where the pull round trip is a tenth of one; the owner's
+// owner kept from sending for milliseconds, where the pull round trip is a tenth of one; the owner's
 // own silences tell how late it is better than this process's gaps,
 // which were shorter than them several-fold. A single loss only the
 // question reveals (the last frame, a lost PULL of one of the last two
