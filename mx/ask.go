@@ -481,6 +481,11 @@ func (p *partner) pullAskWait(backoff int) int64 {
 	return min(t, int64(b.opts.RTOMax))
 }
 
+// plateRTTs caps the lateness askDue allows for, in pull round trips
+// (partner.prtt's srtt): a run of lost replies at a pull's tail costs
+// at most this more than one lost reply.
+const plateRTTs = 8
+
 // frameSeq is the number of the PULL that last asked for frame x of bl:
 // the one that asked for it again, if any (an earlier copy of an amb
 // frame may come too, but taking the later number errs toward asking).
@@ -528,19 +533,21 @@ func (pl *pull) expectsSeveral() bool {
 // askDue sends the pull's question when bl, its oldest unfinished block,
 // has been silent for pullAskWait since it was last asked for, the pull
 // last progressed and the last question went out; while the pull still
-// expects several replies (expectsSeveral), for an allowance more (at
-// most RTOMax in all): three times the longest silence that a reply
-// asked for once ended lately (partner.plate), or the descheduling
-// allowance (descheduled.go) if longer. A question resends nothing, but a lossless
-// wire on a loaded machine asked several per 1 MiB message about an
-// owner kept from sending for milliseconds, where the pull round trip is a tenth of one; the owner's
-// own silences tell how late it is better than this process's gaps,
-// which were shorter than them several-fold. A single loss only the
+// expects several replies (expectsSeveral), for an allowance more: three
+// times the longest silence amid one PULL's replies that a reply asked
+// for once ended lately (partner.plate), or the descheduling allowance
+// (descheduled.go) if longer, at most plateRTTs pull round trips (and
+// RTOMax in all). A question resends nothing, but a lossless wire on a
+// loaded machine asked several per 1 MiB message about an owner kept
+// from sending for a millisecond or more; the owner's own silences tell
+// how late it is better than this process's gaps, which were shorter
+// than them several-fold. The cap keeps a run of replies lost at the
+// tail (a receive queue that overflowed and dropped the rest of a
+// burst), which only the question reveals, from waiting out a stall
+// or pulls queued behind each other at one owner. A single loss only the
 // question reveals (the last frame, a lost PULL of one of the last two
 // blocks) leaves one reply due or none, and is asked about after
-// pullAskWait as before; what waits the allowance longer is a silence
-// that only losing every reply still due explains, such as a receive
-// queue that overflowed and dropped the rest of a burst.
+// pullAskWait alone.
 func (pl *pull) askDue(now int64, bl *pblock) {
 	p := pl.p
 	from := max(bl.lastReq, pl.lastProgress, pl.askAt)
@@ -549,7 +556,7 @@ func (pl *pull) askDue(now int64, bl *pblock) {
 		return
 	}
 	p.plate.rotate()
-	allow := max(descheduling.slack(), p.plate.slack())
+	allow := min(max(descheduling.slack(), p.plate.slack()), plateRTTs*p.prtt.srtt)
 	if now < from+min(wait+allow, int64(p.ep.b.opts.RTOMax)) && pl.expectsSeveral() {
 		return // the owner is more likely late than every reply due lost
 	}

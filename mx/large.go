@@ -461,7 +461,9 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 		bl.arrived |= bit
 		pl.placeGot() // it took a descriptor, whether kept or asked for again
 	}
-	if a := (askedAt{pl.frameSeq(bl, i-bl.first), i}); pl.top.before(a) {
+	a := askedAt{pl.frameSeq(bl, i-bl.first), i}
+	streamed := pl.top.te == a.te // the newest reply before it came for its PULL
+	if pl.top.before(a) {
 		pl.top = a
 	}
 	if spoiled {
@@ -502,8 +504,10 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, off, payload))) // the one pull-reply copy
 	}
 	pl.e.b.copyClocked(t0)
-	if d := now - pl.lastProgress; d >= int64(schedFloor) && bl.fast&bit == 0 {
-		// A silence the owner ended, with nothing lost (ask.go, askDue).
+	if d := now - pl.lastProgress; d >= int64(schedFloor) && streamed && bl.fast&bit == 0 && pl.askable() {
+		// A silence the owner ended amid one PULL's replies, with
+		// nothing lost (ask.go, askDue). The first reply to a PULL
+		// ends a round trip, its wake-up included, and is not counted.
 		pl.p.plate.rotate()
 		pl.p.plate.observe(d)
 	}
