@@ -337,3 +337,51 @@ func TestPullAskRevealsLostReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestPullAskTailLoss loses the first copies of the last two replies of
+// every 1 MiB pull, in both wait modes, as a receive queue that
+// overflowed at the end of a burst would: no later reply reveals them,
+// and the pull timer is slow (RTOMin 200 ms, PullTimeout 1 s). The pull
+// still expects two replies when it falls silent, so its question waits
+// for a late owner first (askDue), and then the answer re-requests both:
+// no pull timeout, no duplicate, and every byte arrives.
+func TestPullAskTailLoss(t *testing.T) {
+	n := 20
+	if testing.Short() || raceEnabled {
+		n = 5
+	}
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			pr, d, _ := dropRepliesPair(t, busy, map[uint8]int{})
+			msg := pattern(1<<20, 11)
+			buf := make([]byte, len(msg))
+			exchangeWhole(t, pr, msg, buf, 0) // the pull round trip is measured
+			pr.ba.mu.Lock()
+			last := wire.PullFrames{Total: len(msg), L: pr.atob.p.replyLen}.Count() - 1 // nothing placed: no header room
+			pr.ba.mu.Unlock()
+			d.mu.Lock()
+			d.drops[uint8(last-1)], d.drops[uint8(last)] = 1, 1
+			d.mu.Unlock()
+			cb0 := pr.b.Counters()
+			for i := 1; i <= n; i++ {
+				exchangeWhole(t, pr, msg, buf, uint64(i))
+			}
+			cb := pr.b.Counters()
+			delta := func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
+			t.Logf("%d messages: pull asks %d, resent on an answer %d, frames again %d, pull timeouts %d, duplicates %d",
+				n, delta(PullAsks), delta(AskRetransmits), delta(PullFramesRerequested), delta(PullTimeouts), delta(DupPullReplies))
+			if delta(PullAsks) == 0 || delta(AskRetransmits) == 0 {
+				t.Errorf("%d pull asks, %d re-requests on an answer: want the answers to reveal the lost tails",
+					delta(PullAsks), delta(AskRetransmits))
+			}
+			if got, want := delta(PullFramesRerequested), uint64(2*n); got != want {
+				t.Errorf("%d frames asked for again, want %d (the two lost of each message)", got, want)
+			}
+			for _, k := range []Counter{PullTimeouts, TimerRetransmits, DupPullReplies} {
+				if got := delta(k); got != 0 {
+					t.Errorf("%v: %d, want 0", k, got)
+				}
+			}
+		})
+	}
+}
