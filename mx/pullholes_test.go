@@ -25,7 +25,7 @@ type dropReplies struct {
 // dropRepliesPair makes a pair on the in-process wire whose responder
 // (pr.a) drops the replies drops names, with the pull timer far above a
 // message's time (RTOMin 200 ms, PullTimeout 1 s), busy-polling or not.
-func dropRepliesPair(t *testing.T, busy bool, drops map[uint8]int) (*pair, *dropReplies, BoardOptions) {
+func dropRepliesPair(t testing.TB, busy bool, drops map[uint8]int) (*pair, *dropReplies, BoardOptions) {
 	w := newLoopbackWire(t, loopback.Faults{})
 	d := &dropReplies{Transport: w.a, sent: map[[5]byte]int{}, drops: drops}
 	w.a = d
@@ -383,5 +383,43 @@ func TestPullAskTailLoss(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkPullTailLoss times a 1 MiB message (one pull) that loses
+// the first copies of its last 2 or 8 replies, in both wait modes: only
+// the pull's question reveals them, after its wait for a late owner
+// (askDue), so this is what that wait costs.
+func BenchmarkPullTailLoss(b *testing.B) {
+	for _, k := range []int{2, 8} {
+		for _, busy := range []bool{false, true} {
+			b.Run(fmt.Sprintf("last=%d/busypoll=%v", k, busy), func(b *testing.B) {
+				pr, d, _ := dropRepliesPair(b, busy, map[uint8]int{})
+				msg := pattern(1<<20, 11)
+				buf := make([]byte, len(msg))
+				ctx := testCtx(b, time.Hour)
+				for i := range 20 { // the round trips are measured
+					exchange(b, ctx, pr.a, pr.atob, pr.b, uint64(i), ^uint64(0), [][]byte{msg}, [][]byte{buf})
+				}
+				pr.ba.mu.Lock()
+				last := wire.PullFrames{Total: len(msg), L: pr.atob.p.replyLen}.Count() - 1
+				pr.ba.mu.Unlock()
+				d.mu.Lock()
+				for j := range k {
+					d.drops[uint8(last-j)] = 1
+				}
+				d.mu.Unlock()
+				cb0 := pr.b.Counters()
+				b.SetBytes(1 << 20)
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					exchange(b, ctx, pr.a, pr.atob, pr.b, uint64(100+i), ^uint64(0), [][]byte{msg}, [][]byte{buf})
+				}
+				b.StopTimer()
+				cb := pr.b.Counters()
+				b.ReportMetric(float64(cb.Get(PullAsks)-cb0.Get(PullAsks))/float64(b.N), "asks/op")
+				b.ReportMetric(float64(cb.Get(PullTimeouts)-cb0.Get(PullTimeouts))/float64(b.N), "timeouts/op")
+			})
+		}
 	}
 }
