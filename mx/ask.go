@@ -1,6 +1,10 @@
 package mx
 
-import "github.com/gomx-dev/gomx/mx/wire"
+import (
+	"math/bits"
+
+	"github.com/gomx-dev/gomx/mx/wire"
+)
 
 // Asking a late peer what it holds (a gomx extension: wire.ExtAsk, the
 // TRUC's probe flags).
@@ -57,7 +61,8 @@ import "github.com/gomx-dev/gomx/mx/wire"
 // answered after every reply to them has been sent, and when the answer
 // arrives, a frame asked for by one of those PULLs that has not arrived
 // was lost. A pull (large.go) whose oldest unfinished block has been
-// silent for pullAskWait sends a TRUC flagged TrucAsk and TrucPulls, with
+// silent for pullAskWait (longer while several replies are still due:
+// askDue) sends a TRUC flagged TrucAsk and TrucPulls, with
 // a tag (wire.TrucTagMask) from its partner's numbering (below), and
 // notes the number of the last PULL sent before it. The owner answers
 // every such question at once, whatever its ack state, with TrucAnswer,
@@ -476,13 +481,84 @@ func (p *partner) pullAskWait(backoff int) int64 {
 	return min(t, int64(b.opts.RTOMax))
 }
 
+// plateRTTs caps the lateness askDue allows for, in pull round trips
+// (partner.prtt's srtt): a run of lost replies at a pull's tail costs
+// at most this more than one lost reply.
+const plateRTTs = 8
+
+// frameSeq is the number of the PULL that last asked for frame x of bl:
+// the one that asked for it again, if any (an earlier copy of an amb
+// frame may come too, but taking the later number errs toward asking).
+func (pl *pull) frameSeq(bl *pblock, x int) uint32 {
+	if bl.fast&(1<<x) != 0 {
+		return bl.fseq[x]
+	}
+	return bl.seq
+}
+
+// expectsSeveral reports whether pl still expects replies that could
+// each come though the others were lost: at least two frames asked for
+// after the newest reply to come (pull.top), a PULL none of whose frames
+// came counting as one (it may be the PULL that was lost). Frames asked
+// for before that reply and still missing are holes, lost more likely
+// than late, and count for nothing. With independent losses a silence
+// of the pull is then every one of them lost, as likely as two losses
+// in a row (1e-4 at 1 % loss), or its owner late: on a loaded machine,
+// nearly always the owner.
+func (pl *pull) expectsSeveral() bool {
+	n := 0
+	var other uint32 // a later PULL counted already
+	for j := range pl.blocks {
+		bl := &pl.blocks[j]
+		for m := ^bl.got & (uint64(1)<<bl.n - 1); m != 0; m &= m - 1 {
+			x := bits.TrailingZeros64(m)
+			a := askedAt{pl.frameSeq(bl, x), bl.first + x}
+			switch {
+			case !pl.top.before(a): // a hole
+				continue
+			case a.te == pl.top.te: // its PULL reached the owner
+			case other == 0:
+				other = a.te
+			case a.te == other:
+				continue
+			}
+			if n++; n >= 2 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // askDue sends the pull's question when bl, its oldest unfinished block,
 // has been silent for pullAskWait since it was last asked for, the pull
-// last progressed and the last question went out.
+// last progressed and the last question went out; while the pull still
+// expects several replies (expectsSeveral), for an allowance more: three
+// times the longest silence amid one PULL's replies that a reply asked
+// for once ended lately (partner.plate), or the descheduling allowance
+// (descheduled.go) if longer, at most plateRTTs pull round trips (and
+// RTOMax in all). A question resends nothing, but a lossless wire on a
+// loaded machine asked several per 1 MiB message about an owner kept
+// from sending for a millisecond or more; the owner's own silences tell
+// how late it is better than this process's gaps, which were shorter
+// than them several-fold. The cap keeps a run of replies lost at the
+// tail (a receive queue that overflowed and dropped the rest of a
+// burst), which only the question reveals, from waiting out a stall
+// or pulls queued behind each other at one owner. A single loss only the
+// question reveals (the last frame, a lost PULL of one of the last two
+// blocks) leaves one reply due or none, and is asked about after
+// pullAskWait alone.
 func (pl *pull) askDue(now int64, bl *pblock) {
 	p := pl.p
-	if now < max(bl.lastReq, pl.lastProgress, pl.askAt)+p.pullAskWait(pl.asks) {
+	from := max(bl.lastReq, pl.lastProgress, pl.askAt)
+	wait := p.pullAskWait(pl.asks)
+	if now < from+wait {
 		return
+	}
+	p.plate.rotate()
+	allow := min(max(descheduling.slack(), p.plate.slack()), plateRTTs*p.prtt.srtt)
+	if now < from+min(wait+allow, int64(p.ep.b.opts.RTOMax)) && pl.expectsSeveral() {
+		return // the owner is more likely late than every reply due lost
 	}
 	own := uint64(0)
 	if pl.asking {

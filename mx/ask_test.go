@@ -261,3 +261,44 @@ func busyPartnerOf(t *testing.T, rt int64) (*Board, *partner) {
 	}
 	return b, p
 }
+
+// TestExpectsSeveral checks which pulls a silence leaves expecting two
+// or more replies (pull.expectsSeveral): frames asked for after the
+// newest reply that came (pull.top), a PULL none of whose frames came
+// counting as one, and holes before it counting for nothing.
+func TestExpectsSeveral(t *testing.T) {
+	blk := func(first, n int, seq uint32, got uint64) pblock {
+		return pblock{first: first, n: n, seq: seq, got: got}
+	}
+	again := func(bl pblock, x int, seq uint32) pblock { // frame x asked again in PULL seq
+		bl.fast |= 1 << x
+		bl.fseq[x] = seq
+		return bl
+	}
+	for _, c := range []struct {
+		name   string
+		blocks []pblock
+		top    askedAt
+		want   bool
+	}{
+		{"nothing came, one PULL", []pblock{blk(0, 4, 1, 0)}, askedAt{}, false},
+		{"nothing came, two PULLs", []pblock{blk(0, 4, 1, 0), blk(4, 4, 2, 0)}, askedAt{}, true},
+		{"the last two of a PULL that came", []pblock{blk(0, 4, 1, 0b0011)}, askedAt{1, 1}, true},
+		{"the last one of a PULL that came", []pblock{blk(0, 4, 1, 0b0111)}, askedAt{1, 2}, false},
+		{"a hole before the newest reply", []pblock{blk(0, 4, 1, 0b1011)}, askedAt{1, 3}, false},
+		{"holes, then one PULL none of whose replies came", []pblock{blk(0, 4, 1, 0b1001), blk(4, 4, 2, 0)}, askedAt{1, 3}, false},
+		{"a hole, then two PULLs silent", []pblock{blk(0, 4, 1, 0b1011), blk(4, 4, 2, 0), blk(8, 4, 3, 0)}, askedAt{1, 3}, true},
+		{"a hole asked again, alone", []pblock{again(blk(0, 4, 1, 0b1011), 2, 2)}, askedAt{1, 3}, false},
+		{"a hole asked again, and one due of the PULL that came",
+			[]pblock{again(blk(0, 4, 1, 0b0001), 1, 2), blk(4, 2, 2, 0b01)}, askedAt{2, 4}, false},
+		{"a hole asked again after the newest reply, and one due of its PULL",
+			[]pblock{again(blk(0, 4, 1, 0b1101), 1, 3), blk(4, 2, 2, 0b01)}, askedAt{2, 4}, true},
+		{"the rest of the PULL that came",
+			[]pblock{blk(0, 4, 1, 0b1111), blk(4, 4, 2, 0b0001)}, askedAt{2, 4}, true},
+	} {
+		pl := &pull{blocks: c.blocks, top: c.top}
+		if got := pl.expectsSeveral(); got != c.want {
+			t.Errorf("%s: expectsSeveral %v, want %v", c.name, got, c.want)
+		}
+	}
+}

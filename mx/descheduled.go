@@ -58,8 +58,11 @@ const schedFloor = 20 * time.Microsecond
 
 // schedDelay is an estimate of how long the machine deschedules a
 // runnable goroutine: the longest gap of the current window and of the
-// previous one. Pollers record (observe) and timer runs move the window
-// (rotate) without a lock.
+// previous one; a window without a rotation is forgotten with the one
+// before it. A partner keeps one of how late its pulls' owner is
+// (partner.plate: moved and recorded by pull.reply, moved by askDue).
+// Pollers record (observe) and timer runs move the window (rotate)
+// without a lock.
 type schedDelay struct {
 	cur, prev atomic.Int64 // ns
 	start     atomic.Int64 // when the current window began (time.Now, ns since the Unix epoch)
@@ -80,13 +83,17 @@ func (s *schedDelay) observe(d int64) {
 }
 
 // rotate moves the window when schedWindow has passed since it began
-// (called on every timer run of every board); at most one
-// of the boards that come at once moves it.
+// (called on every timer run of every board), and forgets both windows
+// when two have; at most one of the boards that come at once moves it.
 func (s *schedDelay) rotate() {
 	st := s.start.Load()
 	now := time.Now().UnixNano()
 	if now-st >= int64(schedWindow) && s.start.CompareAndSwap(st, now) {
-		s.prev.Store(s.cur.Swap(0))
+		c := s.cur.Swap(0)
+		if now-st >= 2*int64(schedWindow) {
+			c = 0 // no rotation for a window: nothing it held is recent
+		}
+		s.prev.Store(c)
 	}
 }
 

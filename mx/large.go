@@ -198,6 +198,11 @@ type pull struct {
 	// frame's arrival shows the holes before it lost (lossEvidence).
 	blockSeq  uint32
 	blockLast int
+	// top is where the newest reply to come was asked for: the PULL
+	// that last asked for it and its frame (askedAt.x the pull's frame
+	// index); zero before any came. The question's wait (ask.go,
+	// expectsSeveral) counts the replies still due after it.
+	top askedAt
 }
 
 // askedAt is where a reply stands in the order the PULLs asked for the
@@ -456,6 +461,11 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 		bl.arrived |= bit
 		pl.placeGot() // it took a descriptor, whether kept or asked for again
 	}
+	a := askedAt{pl.frameSeq(bl, i-bl.first), i}
+	streamed := pl.top.te == a.te // the newest reply before it came for its PULL
+	if pl.top.before(a) {
+		pl.top = a
+	}
 	if spoiled {
 		e.cnt[PlaceSpoiled]++
 		return // its bytes are not sure: asked for again (placerecv.go)
@@ -494,6 +504,13 @@ func (pl *pull) reply(h *wire.PullReply, payload, placed []byte, own, spoiled bo
 		e.copies.scatter.Add(uint64(scatterAt(pl.r.segs, off, payload))) // the one pull-reply copy
 	}
 	pl.e.b.copyClocked(t0)
+	if d := now - pl.lastProgress; d >= int64(schedFloor) && streamed && bl.fast&bit == 0 && pl.askable() {
+		// A silence the owner ended amid one PULL's replies, with
+		// nothing lost (ask.go, askDue). The first reply to a PULL
+		// ends a round trip, its wake-up included, and is not counted.
+		pl.p.plate.rotate()
+		pl.p.plate.observe(d)
+	}
 	pl.lastProgress = now
 	pl.lossEvidence(k, i-bl.first, onLane)
 	pl.placeFlush(false) // placerecv.go: held replies whose place is safe now

@@ -25,7 +25,7 @@ type dropReplies struct {
 // dropRepliesPair makes a pair on the in-process wire whose responder
 // (pr.a) drops the replies drops names, with the pull timer far above a
 // message's time (RTOMin 200 ms, PullTimeout 1 s), busy-polling or not.
-func dropRepliesPair(t *testing.T, busy bool, drops map[uint8]int) (*pair, *dropReplies, BoardOptions) {
+func dropRepliesPair(t testing.TB, busy bool, drops map[uint8]int) (*pair, *dropReplies, BoardOptions) {
 	w := newLoopbackWire(t, loopback.Faults{})
 	d := &dropReplies{Transport: w.a, sent: map[[5]byte]int{}, drops: drops}
 	w.a = d
@@ -335,5 +335,91 @@ func TestPullAskRevealsLostReplies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPullAskTailLoss loses the first copies of the last two replies of
+// every 1 MiB pull, in both wait modes, as a receive queue that
+// overflowed at the end of a burst would: no later reply reveals them,
+// and the pull timer is slow (RTOMin 200 ms, PullTimeout 1 s). The pull
+// still expects two replies when it falls silent, so its question waits
+// for a late owner first (askDue), and then the answer re-requests both:
+// no pull timeout, no duplicate, and every byte arrives.
+func TestPullAskTailLoss(t *testing.T) {
+	n := 20
+	if testing.Short() || raceEnabled {
+		n = 5
+	}
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busypoll=%v", busy), func(t *testing.T) {
+			pr, d, _ := dropRepliesPair(t, busy, map[uint8]int{})
+			msg := pattern(1<<20, 11)
+			buf := make([]byte, len(msg))
+			exchangeWhole(t, pr, msg, buf, 0) // the pull round trip is measured
+			pr.ba.mu.Lock()
+			last := wire.PullFrames{Total: len(msg), L: pr.atob.p.replyLen}.Count() - 1 // nothing placed: no header room
+			pr.ba.mu.Unlock()
+			d.mu.Lock()
+			d.drops[uint8(last-1)], d.drops[uint8(last)] = 1, 1
+			d.mu.Unlock()
+			cb0 := pr.b.Counters()
+			for i := 1; i <= n; i++ {
+				exchangeWhole(t, pr, msg, buf, uint64(i))
+			}
+			cb := pr.b.Counters()
+			delta := func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
+			t.Logf("%d messages: pull asks %d, resent on an answer %d, frames again %d, pull timeouts %d, duplicates %d",
+				n, delta(PullAsks), delta(AskRetransmits), delta(PullFramesRerequested), delta(PullTimeouts), delta(DupPullReplies))
+			if delta(PullAsks) == 0 || delta(AskRetransmits) == 0 {
+				t.Errorf("%d pull asks, %d re-requests on an answer: want the answers to reveal the lost tails",
+					delta(PullAsks), delta(AskRetransmits))
+			}
+			if got, want := delta(PullFramesRerequested), uint64(2*n); got != want {
+				t.Errorf("%d frames asked for again, want %d (the two lost of each message)", got, want)
+			}
+			for _, k := range []Counter{PullTimeouts, TimerRetransmits, DupPullReplies} {
+				if got := delta(k); got != 0 {
+					t.Errorf("%v: %d, want 0", k, got)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPullTailLoss times a 1 MiB message (one pull) that loses
+// the first copies of its last 2 or 8 replies, in both wait modes: only
+// the pull's question reveals them, after its wait for a late owner
+// (askDue), so this is what that wait costs.
+func BenchmarkPullTailLoss(b *testing.B) {
+	for _, k := range []int{2, 8} {
+		for _, busy := range []bool{false, true} {
+			b.Run(fmt.Sprintf("last=%d/busypoll=%v", k, busy), func(b *testing.B) {
+				pr, d, _ := dropRepliesPair(b, busy, map[uint8]int{})
+				msg := pattern(1<<20, 11)
+				buf := make([]byte, len(msg))
+				ctx := testCtx(b, time.Hour)
+				for i := range 20 { // the round trips are measured
+					exchange(b, ctx, pr.a, pr.atob, pr.b, uint64(i), ^uint64(0), [][]byte{msg}, [][]byte{buf})
+				}
+				pr.ba.mu.Lock()
+				last := wire.PullFrames{Total: len(msg), L: pr.atob.p.replyLen}.Count() - 1
+				pr.ba.mu.Unlock()
+				d.mu.Lock()
+				for j := range k {
+					d.drops[uint8(last-j)] = 1
+				}
+				d.mu.Unlock()
+				cb0 := pr.b.Counters()
+				b.SetBytes(1 << 20)
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					exchange(b, ctx, pr.a, pr.atob, pr.b, uint64(100+i), ^uint64(0), [][]byte{msg}, [][]byte{buf})
+				}
+				b.StopTimer()
+				cb := pr.b.Counters()
+				b.ReportMetric(float64(cb.Get(PullAsks)-cb0.Get(PullAsks))/float64(b.N), "asks/op")
+				b.ReportMetric(float64(cb.Get(PullTimeouts)-cb0.Get(PullTimeouts))/float64(b.N), "timeouts/op")
+			})
+		}
 	}
 }

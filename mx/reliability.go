@@ -156,6 +156,12 @@ type partner struct {
 
 	rtt  rtt // round-trip estimate of the sequenced stream (rtt.go)
 	prtt rtt // and of pulls to the peer: PULL to first PULL_REPLY
+	// plate is how late the peer's pull replies have come lately
+	// (ask.go, askDue): the longest silences of its pulls that a reply
+	// asked for once ended, which lost nothing (one asked for again
+	// ends a silence a loss made, and is not counted, so the waits it
+	// sets do not feed on themselves).
+	plate schedDelay
 }
 
 type earlyPkt struct {
