@@ -426,6 +426,17 @@ func (n *NIC) restoreResetState() {
 	}
 }
 
+// throttleDrain is how long Close waits, with every cause masked, before
+// it turns MSI-X off: twice the longer of the vectors' interrupt interval
+// (EITR) and QEMU 7.2's least one (E1000E_MIN_XITR, 500 units of 256 ns),
+// so that no vector's throttling timer is still running then. QEMU 7.2's
+// e1000e asserts that MSI-X is on when such a timer fires and aborts the
+// whole machine otherwise (e1000e_intrmgr_on_msix_throttling_timer); a
+// real 82574L only waits.
+func throttleDrain(interval time.Duration) time.Duration {
+	return 2 * max(interval, 500*256*time.Nanosecond)
+}
+
 // Fixed waits of the reset sequence (Linux e1000_reset_hw_82571): let
 // transactions in flight finish after RX and TX stop, and let the PHY load
 // its NVM configuration after the reset.
@@ -746,6 +757,11 @@ func (n *NIC) teardown() error {
 	quiesce := func() error {
 		err := n.quiesce()
 		n.restoreResetState()
+		if n.irqs != nil {
+			// MSI-X goes off next (DisableInterrupts): let every
+			// vector's throttling timer expire first (throttleDrain).
+			time.Sleep(throttleDrain(n.opts.InterruptInterval))
+		}
 		return err
 	}
 	return drv.Teardown(&n.d, quiesce, n.irqs != nil, n.rx, n.tx, n.rings, n.pools)
