@@ -117,9 +117,7 @@ func (i *Interrupt) Signal() error {
 		i.mu.Unlock()
 		return ErrClosed
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], 1)
-	_, err := unix.Write(i.fd, b[:])
+	err := addOne(i.fd)
 	i.mu.Unlock()
 	if err != nil {
 		return &OpError{Op: "eventfd write", Err: err}
@@ -260,9 +258,7 @@ func (i *Interrupt) passOnClose() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.polls > 0 {
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], 1)
-		_, _ = unix.Write(i.fd, b[:])
+		_ = addOne(i.fd)
 	}
 }
 
@@ -451,9 +447,7 @@ func (i *Interrupt) close() error {
 	// A signal ends a poll(2) sleeping on the eventfd (WaitAny), which
 	// its closing would not; the last such sleep closes it. A Wait that
 	// reads the signal first passes it on (passOnClose).
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], 1)
-	_, _ = unix.Write(i.fd, b[:])
+	_ = addOne(i.fd)
 	if i.polls > 0 {
 		return nil
 	}
@@ -668,11 +662,7 @@ func takeWaker(ctx context.Context) (*waker, error) {
 			return nil, &OpError{Op: "eventfd", Err: err}
 		}
 		w = &waker{fd: fd}
-		w.ring = func() {
-			var b [8]byte
-			binary.LittleEndian.PutUint64(b[:], 1)
-			_, _ = unix.Write(fd, b[:])
-		}
+		w.ring = func() { _ = addOne(fd) }
 	}
 	if !w.watch.is(ctx) && !w.watch.keep(ctx, w.ring) {
 		w.stop = context.AfterFunc(ctx, w.ring)
@@ -695,6 +685,15 @@ func putWaker(ctx context.Context, w *waker) {
 	wakers.mu.Lock()
 	wakers.free = append(wakers.free, w)
 	wakers.mu.Unlock()
+}
+
+// addOne adds one to the counter of the eventfd fd, which makes it
+// readable: a signal (Signal, Close's, a waker's ring).
+func addOne(fd int) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], 1)
+	_, err := unix.Write(fd, b[:])
+	return err
 }
 
 // wakeDrain clears a waker's eventfd.
