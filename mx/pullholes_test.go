@@ -235,6 +235,19 @@ func TestPullLateRepliesNoCascade(t *testing.T) {
 	}
 }
 
+// exchangeCounted sends msg from a to b n times (tags 1 to n), each
+// checked whole as exchangeWhole does, and returns what b's counters
+// moved by over them.
+func exchangeCounted(t *testing.T, pr *pair, msg, buf []byte, n int) func(Counter) uint64 {
+	t.Helper()
+	cb0 := pr.b.Counters()
+	for i := 1; i <= n; i++ {
+		exchangeWhole(t, pr, msg, buf, uint64(i))
+	}
+	cb := pr.b.Counters()
+	return func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
+}
+
 // exchangeWhole sends msg from pr.a to pr.b with tag, into buf, and fails
 // the test unless it arrives whole within 30 s.
 func exchangeWhole(t *testing.T, pr *pair, msg, buf []byte, tag uint64) {
@@ -362,12 +375,7 @@ func TestPullAskTailLoss(t *testing.T) {
 			d.mu.Lock()
 			d.drops[uint8(last-1)], d.drops[uint8(last)] = 1, 1
 			d.mu.Unlock()
-			cb0 := pr.b.Counters()
-			for i := 1; i <= n; i++ {
-				exchangeWhole(t, pr, msg, buf, uint64(i))
-			}
-			cb := pr.b.Counters()
-			delta := func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
+			delta := exchangeCounted(t, pr, msg, buf, n)
 			t.Logf("%d messages: pull asks %d, resent on an answer %d, frames again %d, pull timeouts %d, duplicates %d",
 				n, delta(PullAsks), delta(AskRetransmits), delta(PullFramesRerequested), delta(PullTimeouts), delta(DupPullReplies))
 			if delta(PullAsks) == 0 || delta(AskRetransmits) == 0 {

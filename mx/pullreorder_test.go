@@ -95,18 +95,13 @@ func TestPullTailLossAfterReRequest(t *testing.T) {
 			d.drops[70], d.drops[uint8(nf-2)] = 1, 1
 			d.mu.Unlock()
 			const n = 4
-			cb0 := pr.b.Counters()
-			for i := 1; i <= n; i++ {
-				exchangeWhole(t, pr, msg, buf, uint64(i))
-			}
-			cb := pr.b.Counters()
-			delta := func(k Counter) uint64 { return cb.Get(k) - cb0.Get(k) }
+			delta := exchangeCounted(t, pr, msg, buf, n)
 			t.Logf("%d messages of %d frames: fast %d, timer %d, pull timeouts %d, pull asks %d, frames again %d",
 				n, nf, delta(FastRetransmits), delta(TimerRetransmits), delta(PullTimeouts), delta(PullAsks),
 				delta(PullFramesRerequested))
 			if got := delta(TimerRetransmits) + delta(PullTimeouts) + delta(PullAsks); got != 0 {
 				t.Errorf("%d timer re-requests, pull timeouts and questions: want both holes revealed by a later reply (counters %v)",
-					got, nonZero(cb))
+					got, nonZero(pr.b.Counters()))
 			}
 			if got, want := delta(FastRetransmits), uint64(2*n); got != want {
 				t.Errorf("%d re-requests on evidence, want %d (2 per message)", got, want)
