@@ -261,7 +261,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		}
 		return laneOther
 	}
-	if len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane {
+	if !isLaneFrame(data) {
 		return laneOther
 	}
 	b.mu.Lock()
@@ -283,7 +283,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 			break
 		}
 		nic, data, ok, _ = s.lane.Peek()
-		if !ok || len(data) <= wire.HeadLen || wire.Type(data[wire.HeadLen]) != wire.TypeLane || !b.laneFast(nic, data, w) {
+		if !ok || !isLaneFrame(data) || !b.laneFast(nic, data, w) {
 			break // left for the next look
 		}
 		s.lane.Take()
@@ -302,6 +302,12 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	}
 	b.polledLocked(s, seen, w) // rxsource.go
 	return laneTaken
+}
+
+// isLaneFrame reports whether data, a received frame, is a lane record
+// (its type byte, after the frame header, is wire.TypeLane).
+func isLaneFrame(data []byte) bool {
+	return len(data) > wire.HeadLen && wire.Type(data[wire.HeadLen]) == wire.TypeLane
 }
 
 // laneBatch bounds the lane records one look delivers under one hold of

@@ -269,7 +269,7 @@ func (st *Status) setRecv(p *partner, match uint64, msgLen, xfer uint32) error {
 // when the sending board and this one agreed on it at connect (see
 // package wire); a CONNECT says so itself.
 func (b *Board) handleFrame(nic transport.NICID, data []byte) {
-	if len(data) > wire.HeadLen && wire.Type(data[wire.HeadLen]) == wire.TypeLane {
+	if isLaneFrame(data) {
 		b.recvLane(nic, data) // lane.go
 		return
 	}
