@@ -160,6 +160,10 @@ type Board struct {
 	nextTick  atomic.Int64 // written under mu; read without it by the receive loop
 	due       atomic.Int64 // earliest noted retransmission deadline, 0: none (finetimer.go); written under mu, read without it by pollers
 	armed     int64        // when the fine timer's timerfd fires, 0: not set
+	// fineAwake: the fine timer's goroutine has fired and sets the
+	// timerfd itself before it sleeps again, so armFine leaves it alone
+	// (finetimer.go, "Setting the timerfd off the recovery's path").
+	fineAwake bool
 	// fineLapsed: a deadline was noted without setting the timerfd while
 	// busy-polling waiters watched the board (finetimer.go); read without
 	// mu by the receive loop.

@@ -2,6 +2,7 @@ package mx
 
 import (
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,24 @@ import (
 // timer only ever makes a timer fire sooner; where no timerfd can be had
 // (a seccomp filter, say), the ticks alone remain. A board whose waiters
 // spin is not woken by it: they look at its deadlines themselves (below).
+//
+// # Setting the timerfd off the recovery's path
+//
+// A timerfd_settime whose expiry is the CPU's next timer event reprograms
+// the local APIC timer, which a virtual machine's guest cannot do without
+// an exit to its hypervisor: on this project's VM one took 11 µs (p50 of
+// 5000 set 40 µs ahead; 0.5 µs set 1 ms ahead, behind the tick; a plain
+// system call 0.14 µs). A lost small frame's repair set it two or three
+// times on its path: the firing goroutine for its next deadline before it
+// let the goroutines its question readied run, and the receive loops and
+// senders for the deadlines of the answer and the resend, each holding
+// b.mu and its P meanwhile. So the goroutine, once it has run the
+// timers, first yields its P to what they readied (the peer's receive
+// loop, on the in-process wire), and while it is up (fired, not yet set
+// again: fineAwake) a noted deadline only lowers b.due: the goroutine
+// sets the timerfd once, for the earliest of them, as it goes back to
+// sleep (rearmFine). A blocking in-process 8 B ping-pong at 1% loss kept
+// a p99 one-way of 33-39 µs where it had 41-48 (docs/loss-recovery.md).
 
 // openFineTimer creates the board's timerfd: the file the goroutine reads
 // and the descriptor to set it with (never File.Fd, which would make the
@@ -50,7 +69,7 @@ func openFineTimer() (*os.File, int) {
 // sixth of a small-message ping-pong's CPU. Firing early costs a wakeup
 // that sets it again. Called with b.mu held.
 func (b *Board) armFine(t int64) {
-	if b.fine == nil || b.closed { // closed: the descriptor may be closed and reused
+	if b.fine == nil || b.closed || b.fineAwake { // closed: the descriptor may be closed and reused
 		return
 	}
 	if b.armed != 0 && b.armed <= t {
@@ -165,31 +184,57 @@ func (b *Board) fineTimer() {
 			return
 		}
 		b.armed = 0
+		b.fineAwake = true
 		b.cnt[FineFirings]++
 		b.uncapped = true // armed only while no waiter polls (watched)
+		ran := true
 		if b.fineTicks && b.clock() >= b.nextTick.Load() {
 			b.timersLocked(false) // the tick of a board that was idle (progress.go)
 		} else if d := b.due.Load(); d != 0 && b.clock() >= d {
 			b.runTimersLocked()
 		} else {
 			b.cnt[FineIdle]++
+			ran = false
 		}
 		b.uncapped = false
-		if b.fineTicks {
-			if b.idleTick != 0 || b.looks.Load() != b.fineMark {
-				b.fineTicks = false // the progress goroutine keeps them again
-			} else {
-				b.armFine(b.nextTick.Load())
+		if ran {
+			// What the run sent (a question, a resend) readied
+			// goroutines on this P: they go first, and the deadlines
+			// they note are set by rearmFine, with one
+			// timerfd_settime off their path (see above).
+			b.unlock()
+			runtime.Gosched()
+			b.mu.Lock()
+			if b.closed {
+				b.fineAwake = false
+				b.unlockKick()
+				return
 			}
 		}
-		if d := b.due.Load(); d != 0 {
-			if b.watched() {
-				b.fineLapsed.Store(true)
-			} else {
-				b.armFine(d)
-			}
-		}
+		b.rearmFine()
 		b.unlock()
+	}
+}
+
+// rearmFine is the fine timer's goroutine going back to sleep: it sets the
+// timerfd for the idle board's next tick and for the earliest deadline
+// noted, including those noted since it fired, which armFine left to it
+// (fineAwake). Called with b.mu held.
+func (b *Board) rearmFine() {
+	b.fineAwake = false
+	if b.fineTicks {
+		if b.idleTick != 0 || b.looks.Load() != b.fineMark {
+			b.fineTicks = false // the progress goroutine keeps them again
+		} else {
+			b.armFine(b.nextTick.Load())
+		}
+	}
+	if d := b.due.Load(); d != 0 {
+		if b.watched() {
+			b.fineLapsed.Store(true)
+		} else {
+			b.armFine(d)
+		}
 	}
 }
 

@@ -124,3 +124,38 @@ func TestFineTimerUnarmedWhileWatched(t *testing.T) {
 		})
 	}
 }
+
+// A deadline noted while the fine timer's goroutine is up (it fired and
+// has not set the timerfd again) costs its noter no timerfd_settime: the
+// goroutine sets the timerfd for it as it goes back to sleep (rearmFine).
+func TestFineArmLeftToFiredTimer(t *testing.T) {
+	o := fastOptions()
+	pr := newPair(t, transportFactory{name: "loopback", new: newLoopbackWire}, o, loopback.Faults{})
+	b := pr.ba
+	if b.fine == nil {
+		t.Skip("no timerfd on this system: the board keeps its ticks alone")
+	}
+	b.mu.Lock()
+	b.runTimersLocked() // nothing pending now: due is 0
+	if d := b.due.Load(); d != 0 {
+		b.unlock()
+		t.Skipf("a deadline %d is pending on an idle board", d)
+	}
+	due := b.clock() + int64(time.Hour)
+	arms := b.cnt[FineArms]
+	b.armed = 0         // it fired
+	b.fineTicks = false // the progress goroutine keeps the ticks
+	b.fineAwake = true
+	b.noteDue(due)
+	if b.cnt[FineArms] != arms || b.armed != 0 {
+		b.unlock()
+		t.Fatalf("noted while the timer's goroutine was up: %d arms, armed for %d; want none", b.cnt[FineArms]-arms, b.armed)
+	}
+	// Back to sleep, the goroutine sets the timerfd for it.
+	b.rearmFine()
+	n, armed := b.cnt[FineArms]-arms, b.armed
+	b.unlock()
+	if n != 1 || armed != due {
+		t.Errorf("back to sleep: %d arms, armed for %d; want 1, for the deadline noted meanwhile %d", n, armed, due)
+	}
+}
