@@ -162,8 +162,11 @@ type Board struct {
 	armed     int64        // when the fine timer's timerfd fires, 0: not set
 	// fineAwake: the fine timer's goroutine has fired and sets the
 	// timerfd itself before it sleeps again, so armFine leaves it alone
-	// (finetimer.go, "Setting the timerfd off the recovery's path").
+	// (finetimer.go, "Setting the timerfd off the recovery's path"; b.mu).
 	fineAwake bool
+	// sends counts the board's sends (Board.send; b.mu): the fine timer's
+	// goroutine yields after a run that sent frames.
+	sends uint64
 	// fineLapsed: a deadline was noted without setting the timerfd while
 	// busy-polling waiters watched the board (finetimer.go); read without
 	// mu by the receive loop.

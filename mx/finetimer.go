@@ -3,6 +3,7 @@ package mx
 import (
 	"os"
 	"runtime"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,19 +40,21 @@ import (
 //
 // A timerfd_settime whose expiry is the CPU's next timer event reprograms
 // the local APIC timer, which a virtual machine's guest cannot do without
-// an exit to its hypervisor: on this project's VM one took 11 µs (p50 of
-// 5000 set 40 µs ahead; 0.5 µs set 1 ms ahead, behind the tick; a plain
-// system call 0.14 µs). A lost small frame's repair set it two or three
-// times on its path: the firing goroutine for its next deadline before it
-// let the goroutines its question readied run, and the receive loops and
-// senders for the deadlines of the answer and the resend, each holding
-// b.mu and its P meanwhile. So the goroutine, once it has run the
-// timers, first yields its P to what they readied (the peer's receive
-// loop, on the in-process wire), and while it is up (fired, not yet set
-// again: fineAwake) a noted deadline only lowers b.due: the goroutine
-// sets the timerfd once, for the earliest of them, as it goes back to
-// sleep (rearmFine). A blocking in-process 8 B ping-pong at 1% loss kept
-// a p99 one-way of 33-39 µs where it had 41-48 (docs/loss-recovery.md).
+// an exit to its hypervisor: on this project's VM one took 9-11 µs set
+// 40 µs ahead, 0.5-1.7 µs set 1 ms ahead (behind the tick), where a plain
+// system call takes 0.12-0.14 µs (BenchmarkTimerfdSettime). A lost small
+// frame's repair set it on its path: the firing goroutine for its next
+// deadline before the goroutines its question readied could run on its
+// P, and, seeing the timerfd unset, the receive loop and the sender for
+// the deadlines of the answer and the resend, each holding b.mu and its
+// P meanwhile. So a firing whose run sent frames first yields its P
+// (runtime.Gosched: it goes behind what it readied, on the global run
+// queue, though an idle P may take it at once), and while the goroutine
+// is up (fired, not yet set again: fineAwake) armFine leaves the timerfd
+// alone and a noted deadline only lowers b.due: the goroutine sets the
+// timerfd once, for the earliest, as it goes back to sleep (rearmFine).
+// This covers the board whose timer fired; its peer sets its own timerfd
+// as before. Figures: docs/loss-recovery.md, "What is not done".
 
 // openFineTimer creates the board's timerfd: the file the goroutine reads
 // and the descriptor to set it with (never File.Fd, which would make the
@@ -187,26 +190,31 @@ func (b *Board) fineTimer() {
 		b.fineAwake = true
 		b.cnt[FineFirings]++
 		b.uncapped = true // armed only while no waiter polls (watched)
-		ran := true
+		sent := b.sends
 		if b.fineTicks && b.clock() >= b.nextTick.Load() {
 			b.timersLocked(false) // the tick of a board that was idle (progress.go)
 		} else if d := b.due.Load(); d != 0 && b.clock() >= d {
 			b.runTimersLocked()
 		} else {
 			b.cnt[FineIdle]++
-			ran = false
 		}
 		b.uncapped = false
-		if ran {
-			// What the run sent (a question, a resend) readied
-			// goroutines on this P: they go first, and the deadlines
-			// they note are set by rearmFine, with one
-			// timerfd_settime off their path (see above).
-			b.unlock()
+		if b.sends != sent {
+			// What the run sent (a question, a resend, an ack)
+			// readied the receiver's goroutines, on the in-process
+			// wire on this P: they go first (this goroutine goes
+			// behind them, on the global run queue, though a P that
+			// is idle may take it at once), and the deadlines they
+			// note are set by rearmFine (see above). Queued copies
+			// (cma.go) wait for the unlock after it.
+			b.release(false)
+			if h := fineYieldHook.Load(); h != nil {
+				(*h)(b)
+			}
 			runtime.Gosched()
 			b.mu.Lock()
 			if b.closed {
-				b.fineAwake = false
+				b.fineAwake = false // armFine does nothing on a closed board anyway
 				b.unlockKick()
 				return
 			}
@@ -215,6 +223,10 @@ func (b *Board) fineTimer() {
 		b.unlock()
 	}
 }
+
+// fineYieldHook, when set by a test, runs in the fine timer goroutine's
+// yield after a run that sent frames, without b.mu.
+var fineYieldHook atomic.Pointer[func(b *Board)]
 
 // rearmFine is the fine timer's goroutine going back to sleep: it sets the
 // timerfd for the idle board's next tick and for the earliest deadline

@@ -178,6 +178,7 @@ func (b *Board) sendFrame(nic transport.NICID, buf []byte, n int, crc bool) {
 // send hands frames to tr: queued for the kick after mu when tr is the
 // board's kicker (b.mu held).
 func (b *Board) send(tr transport.Transport, frames []transport.Frame) (int, error) {
+	b.sends++
 	if b.kicker != nil && tr == b.tr {
 		b.kickOwed = true
 		return b.kicker.Queue(frames)
