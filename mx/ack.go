@@ -69,7 +69,25 @@ const (
 	// receiver's rings run dry. Once the messages waiting for an ack
 	// include one of another class, they are acked as that one asks.
 	ackLane
+	// ackPull: a rendezvous whose pull started as it was delivered, its
+	// first PULLs sent to its sender: acked at once, beside them (see
+	// below).
+	ackPull
 )
+
+// The ack of a rendezvous that starts a pull.
+//
+// A PULL carries no ack, and a pull of a few megabytes lasts far longer
+// than tailAckDelay: the rendezvous that started it was acked on a frame
+// of its own from the fine timer's goroutine, in the middle of the pull
+// (a timerfd_settime to note the deadline, the timer's firing and a TRUC
+// with a doorbell of its own), and its sender took that ack as a wake-up
+// of its own between the PULLs. So the receiver acks it at once, after
+// the PULLs its delivery sent (ackPull): the TRUC goes out in the same
+// handling as they do, no deadline is noted, and it reaches the sender
+// with the first PULL, which wakes it anyway. A rendezvous that waits for
+// its receive, or whose pull waits for room (PullsQueued), sends no PULL
+// yet and is acked as any other message.
 
 // noteReceived records that the full-receive point moved by a message of
 // class c: ack now, or when the rings run dry, or after a delay, as c asks
@@ -93,6 +111,11 @@ func (p *partner) noteReceived(c ackClass) {
 		if p.ackDeadline == 0 {
 			p.armAck(int64(b.opts.AckDelay), true)
 		}
+		return
+	}
+	if c == ackPull {
+		p.ep.cnt[AcksImmediate]++
+		p.sendAck()
 		return
 	}
 	every, delay := b.opts.NotAckedMax, b.tailAckDelay()

@@ -442,3 +442,25 @@ func TestUnmeasuredTimeoutsAllowDescheduledPeer(t *testing.T) {
 	want("probe timeout", pto, opts.ResendDelay)
 	want("pull RTO", pull, opts.PullTimeout)
 }
+
+// TestRendezvousAckedBesidePull: a receiver whose receive is posted acks
+// a large message's rendezvous at once, beside the PULLs it starts, not
+// on a frame of its own once the ack delay has passed in the middle of
+// the pull (4 MiB, far longer than the delay), and the messages arrive
+// whole.
+func TestRendezvousAckedBesidePull(t *testing.T) {
+	n := 8
+	if testing.Short() || raceEnabled {
+		n = 3
+	}
+	pr := newPair(t, loopbackOnly, DefaultBoardOptions(), loopback.Faults{})
+	msg := pattern(4<<20, 5)
+	buf := make([]byte, len(msg))
+	delta := exchangeCounted(t, pr, msg, buf, n)
+	if got := delta(SendPull); got < uint64(n) {
+		t.Fatalf("%d PULLs for %d large messages: not pulled", got, n)
+	}
+	if imm, del := delta(AcksImmediate), delta(AcksDelayed); imm < uint64(n) || del != 0 {
+		t.Errorf("receiver of %d rendezvous: %d acks at once, %d after the delay; want %d or more at once, none delayed", n, imm, del, n)
+	}
+}

@@ -422,6 +422,7 @@ func (pl *pull) requestSpan(bl *pblock, lo, hi int, again bool, why Counter) uin
 	h.Put(buf[wire.HeadLen:], b.ord)
 	e.cnt[SendPull]++
 	b.sendFrame(p.nic, buf, wire.HeadLen+wire.PullLen, p.crc)
+	p.pulled = true // ack.go's ackPull
 	return pl.reqs
 }
 

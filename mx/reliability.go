@@ -74,6 +74,7 @@ type partner struct {
 	ackLazy   bool   // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
 	stampQ    bool   // in Board.toStamp: its ack deadline waits for a time
 	sackOpen  bool   // selective acks: see oooFrames
+	pulled    bool   // a PULL went to it while a message of its was delivered (ackPull)
 	peerIdx   uint16 // what to put in the head of frames to this peer
 	// send side
 	sendSeq  uint16
@@ -474,6 +475,7 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 			e.cnt[DupReceived]++
 			return
 		}
+		p.pulled = false
 		if !p.deliver(f, lean, msg) {
 			if lean {
 				p.hold(f)
@@ -483,6 +485,8 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 		p.recvSeq = seqNext(p.recvSeq)
 		c := ackSeq
 		switch {
+		case p.pulled:
+			c = ackPull // a RNDV whose pull started: acked beside its PULLs
 		case laneRec:
 			c = ackLane // recvLane: a lane record, rebuilt as its frame
 		case lean || typ == wire.TypeTiny || typ == wire.TypeSmall:
