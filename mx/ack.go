@@ -184,7 +184,35 @@ func (p *partner) armAck(delay int64, rings bool) {
 		return
 	}
 	p.ackDeadline = b.ackClock() + delay
+	if b.batchDepth > 0 {
+		b.ackArms = append(b.ackArms, p) // noted as the batch ends (noteAckArms)
+		return
+	}
 	b.noteDue(p.ackDeadline) // the fine timer keeps it (finetimer.go)
+}
+
+// An ack deadline started in a batch is noted as the batch ends.
+//
+// A frame later in the same batch often sends the ack the deadline was
+// for: the rendezvous that follows a notify (ackPull: a large message's
+// reply to a large message, whose notify and rendezvous come together),
+// or NotAckedMax messages. The deadline noted for the fine timer at once
+// set the timerfd (a timerfd_settime, 11 µs on a VM) for a firing that
+// then found nothing due. So a deadline armAck starts while a batch is
+// handled waits for the batch's end (noteAckArms), and is noted only if
+// its ack is still owed then: a few frames' handling later, well inside
+// tailAckDelay.
+
+// noteAckArms notes for the fine timer the ack deadlines the batch just
+// handled started and left owed (b.mu held).
+func (b *Board) noteAckArms() {
+	for i, p := range b.ackArms {
+		b.ackArms[i] = nil
+		if d := p.ackDeadline; d != 0 && d != ackUnstamped {
+			b.noteDue(d) // the fine timer keeps it (finetimer.go)
+		}
+	}
+	b.ackArms = b.ackArms[:0]
 }
 
 // The ack of a message a polling waiter took.

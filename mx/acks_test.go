@@ -464,3 +464,48 @@ func TestRendezvousAckedBesidePull(t *testing.T) {
 		t.Errorf("receiver of %d rendezvous: %d acks at once, %d after the delay; want %d or more at once, none delayed", n, imm, del, n)
 	}
 }
+
+// TestAckDeadlineNotedAtBatchEnd: an ack deadline a frame starts in the
+// middle of a batch is noted for the fine timer as the batch ends, and
+// only if the ack is still owed then: a later frame of the batch that
+// sent it (the rendezvous beside whose PULLs the ack goes) leaves the
+// timerfd unset, and one that did not leaves it set once, for that
+// deadline.
+func TestAckDeadlineNotedAtBatchEnd(t *testing.T) {
+	pr := newPair(t, transportFactory{name: "loopback", new: newLoopbackWire}, fastOptions(), loopback.Faults{})
+	b, p := pr.a.b, pr.atob.p
+	if b.fine == nil {
+		t.Skip("no timerfd on this system: the board keeps its ticks alone")
+	}
+	b.mu.Lock()
+	defer b.unlock()
+	b.runTimersLocked() // nothing pending now: due is 0
+	if d := b.due.Load(); d != 0 || p.ackDeadline != 0 {
+		t.Skipf("a deadline %d (ack %d) is pending on an idle board", d, p.ackDeadline)
+	}
+	for _, sent := range []bool{true, false} {
+		arms := b.cnt[FineArms]
+		b.armed = 0
+		b.setNow()
+		b.batchDepth++ // a batch being handled (handleBatchLocked)
+		p.notAcked++
+		p.armAck(int64(time.Hour), false)
+		if b.cnt[FineArms] != arms {
+			t.Fatalf("ack deadline set the timerfd in the middle of the batch")
+		}
+		if sent {
+			p.sendAck() // a later frame's handling acked
+		}
+		b.batchDepth--
+		b.noteAckArms()
+		want, due := uint64(0), int64(0)
+		if !sent {
+			want, due = 1, p.ackDeadline
+		}
+		if got := b.cnt[FineArms] - arms; got != want || b.armed != due {
+			t.Errorf("ack sent in the batch %v: %d arms, armed for %d; want %d, for %d", sent, got, b.armed, want, due)
+		}
+		p.sendAck()
+		b.runTimersLocked()
+	}
+}

@@ -282,6 +282,11 @@ type Board struct {
 	// what was posted on it, so only its own frames come before a span
 	// posted there.
 	rxLeftLane [transport.MaxLanes + 1]int
+	// ackArms: partners whose ack deadline a frame of the batches being
+	// handled started, noted for the fine timer once the outermost ends
+	// (batchDepth deep; ack.go's armAck).
+	ackArms    []*partner
+	batchDepth int
 	// anyHeld: some partner holds a lean frame it could not take yet
 	// (lean.go), offered again after each timer run.
 	anyHeld bool

@@ -536,6 +536,7 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		b.nowOK = false // read when a frame needs it (now)
 	}
 	tr := b.batchFrom(rx)
+	b.batchDepth++     // ack deadlines wait for its end (ack.go's noteAckArms)
 	outer := b.rxRings // a verdict's drain may nest one batch in another
 	b.rxRings = s.rings
 	outerLeft := b.rxLeft
@@ -575,6 +576,9 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		b.rxLeftLane = outerLane
 	}
 	b.rxRings = outer
+	if b.batchDepth--; b.batchDepth == 0 && len(b.ackArms) > 0 {
+		b.noteAckArms() // ack.go
+	}
 	if len(rx) < len(s.rx) {
 		b.ackDrained() // ack.go
 	}
