@@ -483,6 +483,12 @@ func TestAckDeadlineNotedAtBatchEnd(t *testing.T) {
 	if d := b.due.Load(); d != 0 || p.ackDeadline != 0 {
 		t.Skipf("a deadline %d (ack %d) is pending on an idle board", d, p.ackDeadline)
 	}
+	// The fine timer's goroutine, if it fired a moment ago and yields
+	// (finetimer.go), would set the timerfd itself: this test is noteDue's
+	// caller's side, as though it were asleep.
+	awake := b.fineAwake
+	b.fineAwake = false
+	defer func() { b.fineAwake = awake }()
 	for _, sent := range []bool{true, false} {
 		arms := b.cnt[FineArms]
 		b.armed = 0

@@ -576,11 +576,11 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 		b.rxLeftLane = outerLane
 	}
 	b.rxRings = outer
+	if len(rx) < len(s.rx) {
+		b.ackDrained() // ack.go: its acks go before their deadlines are noted
+	}
 	if b.batchDepth--; b.batchDepth == 0 && len(b.ackArms) > 0 {
 		b.noteAckArms() // ack.go
-	}
-	if len(rx) < len(s.rx) {
-		b.ackDrained() // ack.go
 	}
 	if n := int32(len(b.pcopies)); b.pcopyN.Load() != n {
 		// Stored only when it moved: an atomic store is a locked
