@@ -255,6 +255,13 @@ func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte)
 // consumes once done (see waiterReq).
 func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	nic, data, ok, empty := s.lane.Peek()
+	if w != nil {
+		// A polling waiter's look watches the empty rings a while
+		// (lookPeeks) before it lets go of the source.
+		for k := w.peeks; k > 0 && !ok && empty; k-- {
+			nic, data, ok, empty = s.lane.Peek()
+		}
+	}
 	if !ok {
 		if empty {
 			return laneEmpty
