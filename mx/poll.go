@@ -91,7 +91,8 @@ import (
 // BoardOptions.BusyPoll is the same poll without a budget, on every source
 // (the transport too, at the price of a system call per look; beside the
 // host path's rings, only every syscallEvery looks, so the rings' messages
-// do not wait behind the socket).
+// do not wait behind the socket, and from that first look on it counts
+// among the socket's pollers, whose receive loop steps aside for it).
 //
 // # Waiting on a copy engine
 //
@@ -253,8 +254,16 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		}
 		firstIdle = idle
 	}
+	// slowIn: the waiter counts among the pollers of the sources it looks
+	// at only every syscallEvery looks (mixed), which it joins at its
+	// first look at them: most waits of a ping-pong end sooner, and
+	// joining and leaving were two locked instructions, the leaving one
+	// between the message and the application's reply.
+	slowIn := !mixed
 	for _, s := range srcs {
-		s.pollIn.Add(1)
+		if slowIn || s.spin {
+			s.pollIn.Add(1)
+		}
 	}
 	if w != nil {
 		w.polling = true
@@ -272,7 +281,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			if ok && s.idle.Load() != idleFresh {
 				s.idle.Store(idleFresh) // the loop times it (stayAway)
 			}
-			s.pollLeft.Add(1)
+			if slowIn || s.spin {
+				s.pollLeft.Add(1)
+			}
 			if !ok && !(stay && spent) && s.polling() == 0 {
 				// Hand Recv back at once: this waiter is going to
 				// sleep and its message must find an owner.
@@ -333,6 +344,14 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 		for _, s := range srcs {
 			if mixed && !s.spin && i%syscallEvery != syscallEvery-1 || i == 0 && firstIdle {
 				continue
+			}
+			if !slowIn && !s.spin {
+				slowIn = true
+				for _, s := range srcs {
+					if !s.spin {
+						s.pollIn.Add(1)
+					}
+				}
 			}
 			if w != nil {
 				w.peeks = 0
