@@ -246,7 +246,7 @@ func (p *partner) holdAck() bool {
 	}
 	b.wakeTicks()         // progress.go
 	p.fullSeq = p.recvSeq // recvShort: no partial message
-	p.oooFrames = 0       // as fullMoved
+	p.oooFrames = 0       // as updateFull
 	p.notAcked++
 	b.ackHeld = p
 	b.readWants = true
@@ -385,9 +385,20 @@ func (p *partner) updateFull(c ackClass) {
 	} else {
 		p.fullSeq = p.recvSeq
 	}
-	if p.fullSeq != old && !p.fullMoved() {
-		p.noteReceived(c)
+	if p.fullSeq == old {
+		return
 	}
+	// The ack point moved: the hole a SACK reported is (at least partly)
+	// repaired, so ack at once. (Written here, not in a function of
+	// its own: one call less on the path of every message in sequence.)
+	p.oooFrames = 0
+	if p.sackOpen {
+		p.sackOpen = false
+		p.ep.cnt[AcksImmediate]++
+		p.sendAck()
+		return
+	}
+	p.noteReceived(c)
 }
 
 func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc, raw []byte) {

@@ -339,23 +339,26 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 	}
 	class := b.sendClass(p, n, sync)
 	wait := e.resq.Len() > 0 // keep per-peer order behind waiting sends
-	if e.shortSend(p, class, d, wait) {
+	// A peer on the rings may take the lean path, one through the
+	// transport the short path: asked once here, not by each.
+	if rings := p.rings(); rings != nil {
+		if !p.dead && d == nil && !wait && e.sendLean(p, rings, class, match, segs, n) {
+			// In the peer's ring (lean.go): the request is made only
+			// now, once the frame is on its way, and completes at once.
+			r := e.newSend(p, match, n, ctx, class)
+			r.status.XferLength = uint32(n)
+			r.narrow = true // nothing of reqCold: recycle clears reqHot alone
+			e.complete(r, nil)
+			b.unlock()
+			return r, nil
+		}
+	} else if e.shortSend(p, class, d, wait) {
 		r := e.sendShort(p, class, match, segs, n, ctx) // short.go
 		late := r.kickHeld
 		b.unlock()
 		if late {
 			b.stampAfterKick(r) // short.go
 		}
-		return r, nil
-	}
-	if !p.dead && d == nil && !wait && e.sendLean(p, class, match, segs, n) {
-		// In the peer's ring (lean.go): the request is made only now,
-		// once the frame is on its way, and completes at once.
-		r := e.newSend(p, match, n, ctx, class)
-		r.status.XferLength = uint32(n)
-		r.narrow = true // nothing of reqCold: recycle clears reqHot alone
-		e.complete(r, nil)
-		b.unlock()
 		return r, nil
 	}
 	r := e.newSend(p, match, n, ctx, class)

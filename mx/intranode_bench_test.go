@@ -403,3 +403,41 @@ func messageCost(b *testing.B, tf transportFactory, evict int) {
 	b.ReportMetric(float64(f1-f0)*1000/float64(2*b.N), "fine-firings/1k-msg")
 	b.ReportMetric(float64(l1-l0)*1000/float64(2*b.N), "loop-recvs/1k-msg")
 }
+
+// BenchmarkEmptyLook measures a polling waiter's look at empty rings
+// (poll.go's lookPeeks): "once" is a look that peeks once (the source's
+// TryLock, one shm.Transport.Peek, the unlock), as a waiter that yields
+// between looks makes; "peeks" is the look of a waiter in its polling
+// loop, which peeks lookPeeks more times under the same hold of the lock,
+// and reports ns/peek. The board's receive loop is kept away as a polling
+// waiter keeps it (counted among the source's pollers).
+func BenchmarkEmptyLook(b *testing.B) {
+	o := DefaultBoardOptions()
+	o.BusyPoll = true
+	pr := newPair(b, shmFactory, o, loopback.Faults{})
+	bd := pr.ba
+	s := bd.spinSrcs[0]
+	s.pollIn.Add(1) // for the whole benchmark
+	defer s.pollLeft.Add(1)
+	ownSource(b, s)
+	s.mu.Unlock()
+	r, err := pr.a.IRecv([][]byte{make([]byte, 8)}, 1, ^uint64(0), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pr.a.Cancel(r)
+	for _, c := range []struct {
+		name  string
+		peeks int
+	}{{"once", 0}, {"peeks", lookPeeks}} {
+		b.Run(c.name, func(b *testing.B) {
+			w := &waiterReq{r: r, peeks: c.peeks}
+			for range b.N {
+				if looked, found := bd.pollSource(s, 0, 0, w); !looked || found {
+					b.Fatalf("looked %v, found %v: want an empty look", looked, found)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(c.peeks+1)), "ns/peek")
+		})
+	}
+}

@@ -251,10 +251,18 @@ func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte)
 // and laneOther, having taken nothing, when the next frame is anything
 // else or must take the general path: the waiter's Recv then takes it.
 // seen is the waiter's latest clock reading, for the timers (as
-// pollSource); w, when not nil, is the waiter's request, which it
-// consumes once done (see waiterReq).
+// pollSource), which a look that completes the waiter's request leaves to
+// the next; w, when not nil, is the waiter's request, which it consumes
+// once done (see waiterReq).
 func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	nic, data, ok, empty := s.lane.Peek()
+	if w != nil {
+		// A polling waiter's look watches the empty rings a while
+		// (lookPeeks) before it lets go of the source.
+		for k := w.peeks; k > 0 && !ok && empty; k-- {
+			nic, data, ok, empty = s.lane.Peek()
+		}
+	}
 	if !ok {
 		if empty {
 			return laneEmpty
@@ -296,9 +304,16 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		// consumed here, under the lock its Wait would take again.
 		w.ok = w.r.consumeLocked(&w.st)
 	}
-	if w != nil && w.ok && !w.asleep {
-		// Its wait ends polled (firstLook, pollWait): counted here.
-		b.waitPolledLocked.Inc()
+	if w != nil && w.ok {
+		if !w.asleep {
+			// Its wait ends polled (firstLook, pollWait): counted here.
+			b.waitPolledLocked.Inc()
+		}
+		// Its waiter returns to the application, which likely sends at
+		// once: the timers wait for its next look, or whoever runs
+		// next, as after a batch that completed it (lookLocked).
+		b.release(false)
+		return laneTaken
 	}
 	b.polledLocked(s, seen, w) // rxsource.go
 	return laneTaken

@@ -402,7 +402,7 @@ func TestLaneMedium(t *testing.T) {
 // counted among its pollers, so that its receive loop stays away, which
 // is asked out of Recv if inside, until s.mu is free. The caller unlocks
 // s.mu.
-func ownSource(t *testing.T, s *rxSource) {
+func ownSource(t testing.TB, s *rxSource) {
 	t.Helper()
 	s.pollIn.Add(1)
 	defer s.pollLeft.Add(1)

@@ -79,22 +79,19 @@ func (p *partner) setSendSeq(s uint16) {
 }
 
 // sendLean sends an eager message of class (tiny, small, or a medium of
-// one fragment) with match, segs and n bytes to p on the lean path, when
-// p is on it and nothing waits before it; the caller then completes its
+// one fragment) with match, segs and n bytes to p on the lean path, through
+// tr, p's rings (isend asked p.rings()), when p is on the lean path and
+// nothing waits before it; the caller then completes its
 // request, made only after the frame went (isend), so that the peer, which
 // may be waiting for this very frame, gets it sooner.
 // It reports false when the message must take the sequenced path: p is
 // not on the lean path, or the ring refused the frame (then, as for any
 // frame, the send error is counted and a host-path peer is sent to through
 // the transport for a while). Called with b.mu held.
-func (e *Endpoint) sendLean(p *partner, class msgClass, match uint64, segs [][]byte, n int) bool {
+func (e *Endpoint) sendLean(p *partner, tr *shm.Transport, class msgClass, match uint64, segs [][]byte, n int) bool {
 	b := e.b
 	if !p.lean || b.opts.ZombieSends == 0 || p.waitq.Len() > 0 || p.nic == b.nic || seqDiff(p.sendSeq, p.ackPoint) >= leanWindow ||
 		class > classMedium || (class == classMedium && n > p.stride) {
-		return false
-	}
-	tr := p.rings()
-	if tr == nil {
 		return false
 	}
 	var err error

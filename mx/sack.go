@@ -118,19 +118,6 @@ func sackInsert(s *wire.Sack, seq uint16, held uint32, base uint16) {
 	s.N++
 }
 
-// fullMoved is called when the ack point moved: the hole a SACK reported
-// is (at least partly) repaired, so ack at once.
-func (p *partner) fullMoved() bool {
-	p.oooFrames = 0
-	if !p.sackOpen {
-		return false
-	}
-	p.sackOpen = false
-	p.ep.cnt[AcksImmediate]++
-	p.sendAck()
-	return true
-}
-
 // ---- send side ----
 
 // fragMask is the Held bits that mean r is held whole.

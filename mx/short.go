@@ -46,13 +46,14 @@ import (
 // BoardOptions has no switch for it: both paths have the same effect, and
 // the tests that compare them turn it off on a board (Board.shortOff).
 
-// shortSend reports whether a send of class to p may take sendShort (b.mu
-// held); d is the endpoint of this process that p is, wait whether sends
-// of e wait for a region.
+// shortSend reports whether a send of class to p, which is not on the
+// rings (isend asked p.rings()), may take sendShort (b.mu held); d is the
+// endpoint of this process that p is, wait whether sends of e wait for a
+// region.
 func (e *Endpoint) shortSend(p *partner, class msgClass, d *Endpoint, wait bool) bool {
 	b := e.b
 	return class <= classSmall && !wait && d == nil && !p.dead && !b.shortOff &&
-		p.waitq.Len() == 0 && p.unacked.Len() < b.opts.MaxUnacked && p.rings() == nil
+		p.waitq.Len() == 0 && p.unacked.Len() < b.opts.MaxUnacked
 }
 
 // sendShort sends a tiny or small message (class) of n bytes from segs to

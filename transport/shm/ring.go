@@ -249,24 +249,6 @@ func (p *producer) putLine(headSeen uint64, n int, head, part []byte) bool {
 	return true
 }
 
-// copyLine copies b into line at k, which it fits, 8 bytes at a time and
-// then byte by byte, and returns the offset past it. Not copy: a call of
-// memmove for a few bytes costs more than the copy (the caller's registers
-// are saved around it), and its wider loads of a header just written with
-// 8-byte stores would stall (see copyWords).
-func copyLine(line *[ringAlign]byte, k int, b []byte) int {
-	le := binary.LittleEndian
-	for len(b) >= 8 {
-		le.PutUint64(line[k:], le.Uint64(b))
-		b, k = b[8:], k+8
-	}
-	for _, c := range b {
-		line[k] = c
-		k++
-	}
-	return k
-}
-
 // clearAhead zeroes the record words of the lines up to clearAheadLen past
 // the cursor, stopping at the end of the data area (a pad record zeroes the
 // start) and at limit, the first cursor whose line the consumer may still

@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The only unsafe code of the package: typed atomics over the shared
-// mapping.
+// The package's unsafe code: typed atomics over the shared mapping here,
+// and a small record's copy into its ring line (copyline_unsafe.go).
 
 // u64At returns the atomic uint64 at off in mem (8-byte aligned: offsets are
 // constants and mappings are page aligned).
