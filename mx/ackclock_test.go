@@ -234,6 +234,7 @@ func TestAckWithoutTick(t *testing.T) {
 		sleeper bool
 	}{
 		{"busypoll", "loopback", true, false},
+		{"block", "loopback", false, false},
 		{"sleeper", "udp", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -66,9 +66,18 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	h := e.handler
 	p.inHandler = true
 	e.handlerBusy++
+	// The batch's ack deadlines are noted now: the handler runs without
+	// b.mu, for as long as it likes, and the deadlines other goroutines
+	// start meanwhile are theirs to note (ack.go's noteAckArms).
+	depth := b.batchDepth
+	b.batchDepth = 0
+	if len(b.ackArms) > 0 {
+		b.noteAckArms()
+	}
 	b.unlockKick()
 	res := h(UnexpectedMessage{Source: p.addr(), Match: match, Length: length, Data: data})
 	b.mu.Lock()
+	b.batchDepth = depth
 	e.handlerBusy--
 	p.inHandler = false
 	if res == Finished || e.closed {

@@ -74,7 +74,7 @@ type partner struct {
 	ackLazy   bool   // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
 	stampQ    bool   // in Board.toStamp: its ack deadline waits for a time
 	sackOpen  bool   // selective acks: see oooFrames
-	pulled    bool   // a PULL went to it while a message of its was delivered (ackPull)
+	pulled    bool   // a PULL went to it while a message of its was delivered (ackPull, for a RNDV's)
 	peerIdx   uint16 // what to put in the head of frames to this peer
 	// send side
 	sendSeq  uint16
@@ -485,7 +485,7 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 		p.recvSeq = seqNext(p.recvSeq)
 		c := ackSeq
 		switch {
-		case p.pulled:
+		case p.pulled && typ == wire.TypeRndv:
 			c = ackPull // a RNDV whose pull started: acked beside its PULLs
 		case laneRec:
 			c = ackLane // recvLane: a lane record, rebuilt as its frame
