@@ -368,7 +368,10 @@ func (b *Board) ackDrained() {
 // receiver ack at once: ringAcksMax, less when the board's own windows
 // (MaxUnacked, ZombieSends; a peer's are mostly the same) are smaller, so
 // a sender never waits for a full window's ack; at least NotAckedMax.
-func (b *Board) ringAcks() int {
+func (b *Board) ringAcks() int { return b.ringEvery }
+
+// workRingAcks works out ringAcks from the options (NewBoard).
+func (b *Board) workRingAcks() int {
 	n := min(ringAcksMax, b.opts.MaxUnacked/2)
 	if b.opts.ZombieSends > 0 {
 		n = min(n, b.opts.ZombieSends/2)
