@@ -368,7 +368,10 @@ func (b *Board) ackDrained() {
 // receiver ack at once: ringAcksMax, less when the board's own windows
 // (MaxUnacked, ZombieSends; a peer's are mostly the same) are smaller, so
 // a sender never waits for a full window's ack; at least NotAckedMax.
-func (b *Board) ringAcks() int {
+func (b *Board) ringAcks() int { return b.ringEvery }
+
+// workRingAcks works out ringAcks from the options (NewBoard).
+func (b *Board) workRingAcks() int {
 	n := min(ringAcksMax, b.opts.MaxUnacked/2)
 	if b.opts.ZombieSends > 0 {
 		n = min(n, b.opts.ZombieSends/2)
@@ -399,6 +402,37 @@ func (p *partner) updateFull(c ackClass) {
 		return
 	}
 	p.noteReceived(c)
+}
+
+// laneReceived is updateFull(ackLane) for the lane record laneFast just
+// delivered or queued (p.recvSeq moved past it, nothing of p partial), in
+// the case a ping-pong and a collective take on every record: the point
+// moves, no SACK is open, only lane records wait for the ack, it is not
+// due yet, and no clock reading is at hand. It does what updateFull,
+// noteReceived's lane shortcut and armAck do then, without their three
+// calls; any other case takes updateFull. TestLaneReceivedAsUpdateFull
+// keeps the two alike.
+func (p *partner) laneReceived() {
+	b := p.ep.b
+	if p.fullSeq == p.recvSeq || len(p.partials) != 0 || p.sackOpen || b.nowOK || !(p.ackLazy || p.ackDeadline == 0) ||
+		p.notAcked+1 >= b.ringEvery || p.rings() == nil {
+		p.updateFull(ackLane)
+		return
+	}
+	p.fullSeq = p.recvSeq
+	p.oooFrames = 0
+	b.wakeTicks() // progress.go
+	p.notAcked++
+	p.ackLazy = true
+	if p.ackDeadline == 0 {
+		// armAck without a reading: stamped at the next (stampAcks).
+		p.ackDeadline = ackUnstamped
+		if !p.stampQ {
+			p.stampQ = true
+			b.toStamp = append(b.toStamp, p)
+		}
+		b.readWants = true
+	}
 }
 
 func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc, raw []byte) {

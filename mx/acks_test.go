@@ -1,6 +1,7 @@
 package mx
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -514,4 +515,74 @@ func TestAckDeadlineNotedAtBatchEnd(t *testing.T) {
 		p.sendAck()
 		b.runTimersLocked()
 	}
+}
+
+// TestLaneReceivedAsUpdateFull: what a lane record's receiver notes for
+// its ack (laneReceived, laneFast's shortcut) is what updateFull(ackLane)
+// notes, in every state of the partner's acks that the shortcut decides
+// on: a SACK open or not, a clock reading at hand or not, no deadline, an
+// unstamped or a stamped one, lane records waiting or another class, the
+// count short of ringAcks, one short and at it. An ack sent counts.
+func TestLaneReceivedAsUpdateFull(t *testing.T) {
+	pr := newPair(t, shmFactory, DefaultBoardOptions(), loopback.Faults{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	roundTrip(t, ctx, pr) // the partners know each other
+	b := pr.bb
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := pr.b.partnerAt(pr.ba.NICID(), pr.a.id)
+	if p == nil || p.rings() == nil {
+		t.Fatalf("partner %v: want one on the rings", p)
+	}
+	every := b.ringAcks()
+	type state struct {
+		fullSeq, recvSeq          uint16
+		oooFrames, notAcked       int
+		ackDeadline               int64
+		sackOpen, ackLazy, stampQ bool
+		nowOK, readWants          bool
+		toStamp                   int
+		acks                      uint64
+	}
+	get := func(acks uint64) state { // acks: AcksImmediate before
+		return state{p.fullSeq, p.recvSeq, p.oooFrames, p.notAcked, p.ackDeadline,
+			p.sackOpen, p.ackLazy, p.stampQ, b.nowOK, b.readWants, len(b.toStamp), pr.b.cnt[AcksImmediate] - acks}
+	}
+	cases := 0
+	for _, sack := range []bool{false, true} {
+		for _, nowOK := range []bool{false, true} {
+			for _, dl := range []int64{0, ackUnstamped, b.clock() + int64(time.Hour)} {
+				for _, lazy := range []bool{false, true} {
+					for _, waiting := range []int{0, every - 2, every - 1} {
+						set := func() {
+							p.fullSeq = p.recvSeq
+							p.recvSeq = seqNext(p.recvSeq) // the record just taken
+							p.sackOpen, p.ackDeadline, p.ackLazy, p.notAcked, p.oooFrames = sack, dl, lazy, waiting, 1
+							p.stampQ = dl == ackUnstamped
+							b.nowOK, b.readWants = nowOK, false
+							b.toStamp = b.toStamp[:0]
+							if p.stampQ {
+								b.toStamp = append(b.toStamp, p)
+							}
+						}
+						seq, acked, acks := p.recvSeq, p.ackNumSent, pr.b.cnt[AcksImmediate]
+						set()
+						p.updateFull(ackLane)
+						want := get(acks)
+						p.recvSeq, p.ackNumSent, acks = seq, acked, pr.b.cnt[AcksImmediate]
+						set()
+						p.laneReceived()
+						if got := get(acks); got != want {
+							t.Errorf("sack %v, reading %v, deadline %d, lazy %v, %d waiting: laneReceived %+v, updateFull %+v",
+								sack, nowOK, dl, lazy, waiting, got, want)
+						}
+						cases++
+					}
+				}
+			}
+		}
+	}
+	p.ackDeadline, p.ackLazy, p.sackOpen, p.stampQ, b.toStamp = 0, false, false, false, b.toStamp[:0]
+	t.Logf("%d cases", cases)
 }

@@ -135,7 +135,13 @@ type Board struct {
 	// frames (pulloffload.go), oldest first.
 	pcopies []*pullCopy
 	host    *hostPath // peers of this host through shared memory (host.go)
-	eps     [MaxEndpoints]*Endpoint
+	// reachGen moves at every change of where frames to a peer go
+	// (host.go: the host path opened, a peer found on it or off it); a
+	// partner's rings answer holds while it stays (partner.rings).
+	reachGen uint64
+	// ringEvery is ringAcks, worked out once from the options.
+	ringEvery int
+	eps       [MaxEndpoints]*Endpoint
 	// epl lists the open endpoints of eps, in the order they opened: the
 	// timers walk it, where a walk of eps copied and scanned all
 	// MaxEndpoints slots at every timer run.
@@ -379,6 +385,8 @@ func NewBoard(tr transport.Transport, opts BoardOptions) (*Board, error) {
 		fineExited: make(chan struct{}),
 	}
 	b.kicker, _ = tr.(transport.Kicker)
+	b.reachGen = 1 // a new partner's rings (ringsGen 0) are looked up
+	b.ringEvery = b.workRingAcks()
 	if o.LittleEndian {
 		b.ord = wire.LittleEndian
 	}

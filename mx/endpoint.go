@@ -432,7 +432,8 @@ func (e *Endpoint) newSend(p *partner, match uint64, n int, ctx any, class msgCl
 // go eagerly, else tiny, small or medium by its length.
 func (b *Board) sendClass(p *partner, n int, sync bool) msgClass {
 	switch {
-	case sync || n > b.opts.RendezvousThreshold || n > p.stride*wire.MaxMediumFrag || b.shmRendezvous(p, n):
+	case sync || n > b.opts.RendezvousThreshold || n > p.stride*wire.MaxMediumFrag ||
+		n > b.opts.Local.ShmEager && b.shmRendezvous(p, n): // (its first test, without a call per small send)
 		return classLarge
 	case n <= 32:
 		return classTiny

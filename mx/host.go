@@ -38,7 +38,6 @@ type hostPath struct {
 	tr     *shm.Transport
 	src    *rxSource                     // the rings as a receive source (rxsource.go)
 	reach  map[transport.NICID]hostReach // guarded by b.mu
-	gen    uint64                        // bumped at every change of reach (b.mu held; partner.rings)
 	quit   chan struct{}
 	exited chan struct{}
 }
@@ -77,6 +76,7 @@ func (b *Board) openHost() {
 	}
 	b.host = &hostPath{tr: tr, src: newRxSource(tr), reach: make(map[transport.NICID]hostReach),
 		quit: make(chan struct{}), exited: make(chan struct{})}
+	b.reachGen++
 	b.allSrcs = append(b.allSrcs, b.host.src)
 	b.frameMax = max(b.frameMax, min(tr.MTU(), 65535))
 }
@@ -119,7 +119,7 @@ func (b *Board) txFor(nic transport.NICID) transport.Transport {
 	if !ok || (!r.ok && b.now()-r.checked > int64(hostRecheck)) {
 		r = hostReach{ok: h.tr.Reaches(nic), checked: b.now()}
 		h.reach[nic] = r
-		h.gen++
+		b.reachGen++
 	}
 	if r.ok {
 		return h.tr
@@ -137,7 +137,7 @@ func (b *Board) hostLookAgain(nic transport.NICID) {
 	if h := b.host; h != nil {
 		if r, ok := h.reach[nic]; ok && !r.ok {
 			delete(h.reach, nic)
-			h.gen++
+			b.reachGen++
 		}
 	}
 }
@@ -148,20 +148,22 @@ func (b *Board) hostLookAgain(nic transport.NICID) {
 // frame that does not take the rings goes through txFor, which looks the
 // peer up again when it is due, so a peer found later is not missed.
 func (p *partner) rings() *shm.Transport {
-	if b := p.ep.b; b.host == nil {
-		return b.rings // inlined: asked several times per message
+	if p.ringsGen == p.ep.b.reachGen {
+		return p.ringsTr // inlined: asked several times per message
 	}
-	return p.hostRings()
+	return p.ringsAgain()
 }
 
-// hostRings is rings on a board with a host path.
-func (p *partner) hostRings() *shm.Transport {
+// ringsAgain is rings for a partner that has not asked since the board's
+// reach last changed (reachGen; b.mu held).
+func (p *partner) ringsAgain() *shm.Transport {
 	b := p.ep.b
-	h := b.host
-	if p.ringsGen != h.gen+1 {
-		p.ringsTr = b.shmTo(p.nic) // may move h.gen
-		p.ringsGen = h.gen + 1
+	if b.host == nil {
+		p.ringsTr = b.rings
+	} else {
+		p.ringsTr = b.shmTo(p.nic) // may move reachGen
 	}
+	p.ringsGen = b.reachGen
 	return p.ringsTr
 }
 
@@ -207,7 +209,7 @@ func (b *Board) sendFailed(tr transport.Transport, nic transport.NICID, err erro
 	}
 	if h := b.host; h != nil && tr == transport.Transport(h.tr) {
 		h.reach[nic] = hostReach{ok: false, checked: b.now()}
-		h.gen++
+		b.reachGen++
 	}
 }
 

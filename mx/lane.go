@@ -206,7 +206,7 @@ func (b *Board) laneFast(nic transport.NICID, data []byte, w *waiterReq) bool {
 		e.finishRecv(r, p, h.Match, uint32(h.Length), uint32(n))
 	}
 	p.recvSeq = seqNext(p.recvSeq)
-	p.updateFull(ackLane)
+	p.laneReceived() // updateFull(ackLane)
 	return true
 }
 
@@ -233,7 +233,7 @@ func (b *Board) laneUnexp(e *Endpoint, p *partner, h *wire.Lane, payload []byte)
 	e.copies.locked.scatter += uint64(len(payload))
 	e.queueUnexp(u)
 	p.recvSeq = seqNext(p.recvSeq)
-	p.updateFull(ackLane)
+	p.laneReceived() // updateFull(ackLane)
 	return true
 }
 

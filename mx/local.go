@@ -240,11 +240,17 @@ type localResult struct {
 // localPeer returns the endpoint of this process that p is, or nil. Called
 // with b.mu held.
 func (e *Endpoint) localPeer(p *partner) *Endpoint {
+	if lp := &p.local; lp.known && lp.session == p.rsession {
+		return lp.ep // inlined: asked by every send (never known with Local.Off)
+	}
+	return e.findLocalPeer(p)
+}
+
+// findLocalPeer is localPeer for a partner not looked up yet in its
+// session.
+func (e *Endpoint) findLocalPeer(p *partner) *Endpoint {
 	if e.b.opts.Local.Off {
 		return nil
-	}
-	if lp := &p.local; lp.known && lp.session == p.rsession {
-		return lp.ep
 	}
 	if p.unacked.Len() > 0 || p.sendSeq != p.ackPoint || p.waitq.Len() > 0 || e.resq.Len() > 0 {
 		// Wire messages are in flight (lean ones, lean.go, are in no

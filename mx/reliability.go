@@ -88,8 +88,8 @@ type partner struct {
 	// a hole since the last ack or SACK went out, and (sackOpen) whether
 	// a SACK reported a hole that the ack point has not passed yet.
 	oooFrames int
-	// The rings frames to the peer take, as of the host path's generation
-	// ringsGen-1 (rings).
+	// The rings frames to the peer take, as of the board's reachGen
+	// ringsGen (rings).
 	ringsTr  *shm.Transport
 	ringsGen uint64
 	local    localPeer // which endpoint of this process it is (local.go)
