@@ -92,6 +92,14 @@ func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
 	}
 	c.Take(4) // every frame in the ring, its cause latched, and taken
 	before, consumed := c.Interrupts(), interrupts()
+	// An interrupt the vector raised before it masked itself (a frame
+	// right behind the first, which a slow machine, QEMU's TCG, lets
+	// through) may still wait in its eventfd: the next wait takes it,
+	// and it is no cause the arming left latched.
+	pending := uint64(0)
+	if before > consumed {
+		pending = before - consumed
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	count = c.Writes(c.Mask)
 	done = wait(ctx)
@@ -103,7 +111,7 @@ func CheckArmClearsLatchedCause(t testing.TB, c LatchedCause) {
 	if got := c.Interrupts() - before; got != 0 {
 		t.Errorf("arming queue 0 for a sleep on its emptied ring raised %d interrupts, want 0: the cause the frames taken while it was masked latched was not cleared", got)
 	}
-	if got := interrupts() - consumed; got != 0 {
-		t.Errorf("WaitRx on the emptied ring consumed %d interrupts, want 0", got)
+	if got := interrupts() - consumed; got > pending {
+		t.Errorf("WaitRx on the emptied ring consumed %d interrupts, want at most the %d raised before it and not yet taken", got, pending)
 	}
 }
