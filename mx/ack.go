@@ -165,11 +165,6 @@ func (p *partner) armAck(delay int64, rings bool) {
 		// reading stood between the message and the reply: a tenth
 		// of such a message's cost on the rings, a system call
 		// where the vDSO cannot read the clock.
-		p.ackDeadline = ackUnstamped
-		if !p.stampQ {
-			p.stampQ = true
-			b.toStamp = append(b.toStamp, p)
-		}
 		// Stamped at the board's next reading (useReading): the
 		// reply's send, else the waiter's next look (pollWait),
 		// else a timer check. A ring peer's waits for no early
@@ -177,7 +172,7 @@ func (p *partner) armAck(delay int64, rings bool) {
 		// busy-polling board on a loaded machine may check its
 		// timers seconds apart, and a ring peer whose ack waited
 		// for that was probed (the rings' FullWait).
-		b.readWants = true
+		p.stampLater()
 		if !rings && !b.unstamped.Load() {
 			b.unstamped.Store(true)
 		}
@@ -425,14 +420,20 @@ func (p *partner) laneReceived() {
 	p.notAcked++
 	p.ackLazy = true
 	if p.ackDeadline == 0 {
-		// armAck without a reading: stamped at the next (stampAcks).
-		p.ackDeadline = ackUnstamped
-		if !p.stampQ {
-			p.stampQ = true
-			b.toStamp = append(b.toStamp, p)
-		}
-		b.readWants = true
+		p.stampLater() // armAck without a reading
 	}
+}
+
+// stampLater leaves p's ack deadline to the board's next clock reading
+// (stampAcks), which it asks for (b.mu held).
+func (p *partner) stampLater() {
+	b := p.ep.b
+	p.ackDeadline = ackUnstamped
+	if !p.stampQ {
+		p.stampQ = true
+		b.toStamp = append(b.toStamp, p)
+	}
+	b.readWants = true
 }
 
 func (b *Board) handleTruc(nic transport.NICID, h *wire.Truc, raw []byte) {
