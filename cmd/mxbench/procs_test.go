@@ -33,16 +33,25 @@ func failAsAsked() {
 			continue
 		}
 		status, _ := strconv.Atoi(f[1])
-		// Bounded: the test creates the file or ends, and rank 0 kills
-		// this process when the test is gone.
 		if f[2] != "" {
 			os.WriteFile(f[2]+".waiting", nil, 0o600)
-		}
-		for i := 0; f[2] != "" && i < 12000; i++ {
-			if _, err := os.Stat(f[2]); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+			// This goroutine waits parked, never running, for another
+			// that looks for the file: when SIGQUIT lands, the runtime
+			// prints no stack for a goroutine running on another
+			// thread, and the tests look for this function in the
+			// stacks. Bounded: the test creates the file or ends, and
+			// rank 0 kills this process when the test is gone.
+			found := make(chan struct{})
+			go func() {
+				defer close(found)
+				for range 12000 {
+					if _, err := os.Stat(f[2]); err == nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+			<-found
 		}
 		fmt.Fprintf(os.Stderr, "log line 1\nlog line 2\nlog line 3\n%s\n", f[3])
 		os.Exit(status)
@@ -245,7 +254,9 @@ func TestProcsStacksOnTimeout(t *testing.T) {
 		t.Errorf("the job's error %v, want only rank 0's %v", err, own)
 	}
 	out := stderr()
-	if n := strings.Count(out, "failAsAsked"); !strings.Contains(out, "rank 0 of 3 timed out") || n < 2 {
+	// One frame of failAsAsked for each of ranks 1 and 2 (its looking
+	// goroutine's frames are failAsAsked.func1()).
+	if n := strings.Count(out, ".failAsAsked()"); !strings.Contains(out, "rank 0 of 3 timed out") || n < 2 {
 		t.Errorf("rank 0's stderr lacks rank 0's goroutines or those of ranks 1 and 2 (%d stacks in failAsAsked):\n%s", n, out)
 	}
 	if strings.Contains(out, "it should have been stopped") {
