@@ -350,6 +350,7 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 		// computeAlone locked this goroutine to its thread: its clock
 		// is the computation's.
 		computing, progress, all := cpuclock.Thread(), progressCPU(w.own), cpuTime()
+		woke := wakeups(w.own)
 		el, n, err := pingWhileComputing(ctx, ep, peer, sbuf, rbuf, work, slice, answer)
 		if err != nil {
 			return res, err
@@ -362,6 +363,9 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 		o.computing, o.progress = cpuclock.Thread()-computing, progressCPU(w.own)-progress
 		if answer {
 			busyRest = cpuTime() - all - o.computing - o.progress
+			if n > 0 {
+				res.OwnWakeups = float64(wakeups(w.own)-woke) / float64(n)
+			}
 		}
 		waited := 0.0
 		if runQueue >= 0 && nowRunQueue >= 0 {
@@ -408,6 +412,23 @@ func progressCPU(boards []*mx.Board) time.Duration {
 	var sum time.Duration
 	for _, b := range boards {
 		sum += b.ProgressCPU()
+	}
+	return sum
+}
+
+// wakeups is how many times boards' progress threads have woken from a
+// sleep so far, summed: the NIC interrupts their transports' receive
+// waits consumed (counter nic_rx_interrupts) and their sleeps that ended
+// with nothing to do (mx.SleepsEmpty).
+func wakeups(boards []*mx.Board) uint64 {
+	var sum uint64
+	for _, b := range boards {
+		sum += b.Counters()[mx.SleepsEmpty]
+		for _, c := range b.TransportCounters() {
+			if c.Name == "nic_rx_interrupts" {
+				sum += c.Value
+			}
+		}
 	}
 	return sum
 }
