@@ -61,7 +61,9 @@ runtime's other threads) in the answered run. Polling (--wait spin), a
 progress goroutine kept on one thread would hand its processor to another
 thread and back on every yield, so own is not measured. Over --transport
 nic, --wait block also sleeps the NICs' receive waits on their MSI-X
-vectors (--nic-interrupts, unless given).
+vectors (--nic-interrupts, unless given), and wakes is how many times an
+answered exchange woke rank 0's progress thread from a sleep (interrupts
+its receive waits consumed and sleeps that ended with nothing to do).
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
