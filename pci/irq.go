@@ -26,8 +26,8 @@ import (
 // is read (eventfd reads report it writable), though no goroutine waits
 // on it, and a driver that sleeps on its queues with WaitAny (poll(2))
 // and reads each vector it woke for would pay such a wake-up, a thread
-// woken on another CPU, at every sleep (docs/nics.md). One signalled in this process (NewLocalInterrupt: an
-// emulated device's) is also woken by Signal itself, through the Go
+// woken on another CPU, at every sleep (docs/nics.md). One signalled in
+// this process (NewLocalInterrupt: an emulated device's) is also woken by Signal itself, through the Go
 // scheduler: the network poller is looked at only when a processor has
 // nothing else to run (or by the runtime's monitor, every 10 ms at worst),
 // so a goroutine that keeps a processor busy, such as an emulated engine
@@ -102,19 +102,21 @@ func (i *Interrupt) poller() error {
 	if i.closed {
 		return ErrClosed
 	}
-	if i.f != nil {
+	if i.rc != nil {
 		return nil
 	}
-	f := os.NewFile(uintptr(i.fd), "eventfd") // non-blocking: it joins the poller
-	rc, err := f.SyscallConn()
+	if i.f == nil {
+		// Non-blocking, it joins the poller; the file owns the
+		// descriptor from now on (closeFD).
+		i.f = os.NewFile(uintptr(i.fd), "eventfd")
+	}
+	rc, err := i.f.SyscallConn()
 	if err != nil {
-		// The file owns the descriptor now: keep it, for Close.
-		i.f = f
 		return &OpError{Op: "eventfd", Err: err}
 	}
+	f := i.f
 	i.rc, i.readFn = rc, i.ready
 	i.expire = func() { _ = f.SetReadDeadline(time.Unix(1, 0)) }
-	i.f = f
 	return nil
 }
 

@@ -54,7 +54,7 @@ type RxWaiter struct {
 	// context switches a look); the looks hold the processor for a few
 	// microseconds instead, and the sleep that ends them gives it up
 	// once. 0: arm after the first look. The looks a queue gets adapt
-	// to whether they pay (see spinPays), unless FixedSpin.
+	// to whether they pay (see spinProbe), unless FixedSpin.
 	Spin int
 	// FixedSpin keeps every wait's looks at Spin.
 	FixedSpin bool
@@ -76,12 +76,15 @@ type RxWaiter struct {
 	// 32 set; 0 when unmarked.
 	served [maxWait]atomic.Uint64
 	// spin holds, for each queue, the looks its waits take before they
-	// arm while its spins catch nothing (spinPays): the number in the
+	// arm while its spins catch nothing (spinProbe): the number in the
 	// lower 32 bits, 0 for Spin; the armings since its last full spin
 	// in the upper 32.
 	spin [maxWait]atomic.Uint64
 }
 
+// spinProbe is how many armings a queue whose spin was cut takes between
+// two full spins.
+//
 // A spin pays when a frame comes within it. One that comes sooner than
 // the looks take is taken at no cost but the looks; one that comes later
 // costs the looks, the arming and a sleep. So each queue keeps how many
@@ -94,12 +97,10 @@ type RxWaiter struct {
 // queues spins as long as the one of them that looks longest. A receive
 // loop whose frames come in bursts a round trip apart (a pull's blocks
 // over the emulated 82599s: 0.02-0.05 of 20 armings an exchange caught
-// a frame in the spin, docs/nics.md) thus looks about Spin / spinProbe
-// times a wait instead of Spin, and one whose next frame follows within
+// a frame in the spin, docs/nics.md) thus looks about Spin / 8 times
+// a wait on average (each cut spin halving down from the probe) instead
+// of Spin, and one whose next frame follows within
 // the looks keeps them all.
-
-// spinProbe is how many armings a queue whose spin was cut takes between
-// two full spins (see above).
 const spinProbe = 16
 
 // Served says that queue q's frames were taken by looks of the caller's
@@ -270,7 +271,7 @@ func (w *RxWaiter) now() time.Time {
 }
 
 // spinFor is how many looks at queues at once the wait takes before it
-// arms (see Spin and spinPays): the looks of the queue that looks
+// arms (see Spin and spinProbe): the looks of the queue that looks
 // longest, shared among them all.
 func (w *RxWaiter) spinFor(queues []int) int {
 	if w.Spin <= 0 {
@@ -297,7 +298,7 @@ func (w *RxWaiter) looksOf(q int) int {
 
 // spinMissed notes that a wait on queues armed after spin looks at them
 // all, catching no frame: each queue's looks are halved (from the looks
-// it took, down to one), and its probe count moves on (spinPays).
+// it took, down to one), and its probe count moves on (spinProbe).
 func (w *RxWaiter) spinMissed(queues []int, spin int) {
 	if w.FixedSpin {
 		return
