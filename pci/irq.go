@@ -20,8 +20,14 @@ import (
 // no CPU.
 //
 // A waiter on an interrupt the kernel signals (NewInterrupt) parks in Go's
-// network poller. One signalled in this process (NewLocalInterrupt: an
-// emulated device's) is also woken by Signal itself, through the Go
+// network poller. The eventfd joins the poller only when a Wait first
+// needs it: a descriptor in the poller's epoll set wakes the runtime's
+// thread asleep in epoll_wait whenever it is signalled, and whenever it
+// is read (eventfd reads report it writable), though no goroutine waits
+// on it, and a driver that sleeps on its queues with WaitAny (poll(2))
+// and reads each vector it woke for would pay such a wake-up, a thread
+// woken on another CPU, at every sleep (docs/nics.md). One signalled in
+// this process (NewLocalInterrupt: an emulated device's) is also woken by Signal itself, through the Go
 // scheduler: the network poller is looked at only when a processor has
 // nothing else to run (or by the runtime's monitor, every 10 ms at worst),
 // so a goroutine that keeps a processor busy, such as an emulated engine
@@ -37,6 +43,9 @@ import (
 // signal comes. One waiter per Interrupt is the use this serves at its
 // best (a driver's WaitRx allows one waiter per queue).
 type Interrupt struct {
+	// f is the eventfd as a file in Go's network poller, made by the
+	// first Wait that parks there (poller); nil until then, and always
+	// for a local interrupt. fd is the descriptor.
 	f  *os.File
 	fd int
 	// rung, for a local interrupt, holds a token while a Signal has not
@@ -50,7 +59,8 @@ type Interrupt struct {
 	timerBusy atomic.Bool
 
 	// rc is the eventfd's raw connection and readFn its read (ready),
-	// made once, so that a wait on a kernel interrupt allocates neither:
+	// made once, with f, so that a wait on a kernel interrupt allocates
+	// neither:
 	// readFn adds the signals it reads to got, which the waiter takes,
 	// and leaves a read's errno in readErr.
 	rc      syscall.RawConn
@@ -81,14 +91,42 @@ func NewInterrupt() (*Interrupt, error) {
 	if err != nil {
 		return nil, &OpError{Op: "eventfd", Err: err}
 	}
-	i := &Interrupt{f: os.NewFile(uintptr(fd), "eventfd"), fd: fd, done: make(chan struct{})}
-	if i.rc, err = i.f.SyscallConn(); err != nil {
-		_ = i.f.Close()
-		return nil, &OpError{Op: "eventfd", Err: err}
+	return &Interrupt{fd: fd, done: make(chan struct{})}, nil
+}
+
+// poller puts the eventfd in Go's network poller for wait, once: it makes
+// f, rc, readFn and expire. It fails with ErrClosed once Close has run.
+func (i *Interrupt) poller() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return ErrClosed
 	}
-	i.readFn = i.ready
-	i.expire = func() { _ = i.f.SetReadDeadline(time.Unix(1, 0)) }
-	return i, nil
+	if i.rc != nil {
+		return nil
+	}
+	if i.f == nil {
+		// Non-blocking, it joins the poller; the file owns the
+		// descriptor from now on (closeFD).
+		i.f = os.NewFile(uintptr(i.fd), "eventfd")
+	}
+	rc, err := i.f.SyscallConn()
+	if err != nil {
+		return &OpError{Op: "eventfd", Err: err}
+	}
+	f := i.f
+	i.rc, i.readFn = rc, i.ready
+	i.expire = func() { _ = f.SetReadDeadline(time.Unix(1, 0)) }
+	return nil
+}
+
+// closeFD closes the eventfd (i.mu held): through f when it is in the
+// poller, else the bare descriptor.
+func (i *Interrupt) closeFD() error {
+	if i.f != nil {
+		return i.f.Close()
+	}
+	return unix.Close(i.fd)
 }
 
 // NewLocalInterrupt makes an Interrupt that only Signal, in this process,
@@ -199,6 +237,9 @@ func (i *Interrupt) WaitTimeout(d time.Duration) (uint64, error) {
 func (i *Interrupt) wait(ctx context.Context, deadline time.Time) (uint64, error) {
 	if i.rung != nil {
 		return i.waitLocal(ctx, deadline)
+	}
+	if err := i.poller(); err != nil {
+		return 0, err
 	}
 	// The read deadline is per file, shared by concurrent waiters: a waiter
 	// woken by another's deadline goes back to sleep with its own, which
@@ -451,7 +492,7 @@ func (i *Interrupt) close() error {
 	if i.polls > 0 {
 		return nil
 	}
-	if err := i.f.Close(); err != nil {
+	if err := i.closeFD(); err != nil {
 		return fmt.Errorf("pci: close eventfd: %w", err)
 	}
 	return nil
@@ -475,7 +516,7 @@ func (i *Interrupt) leavePoll() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.polls--; i.polls == 0 && i.closed {
-		_ = i.f.Close()
+		_ = i.closeFD()
 	}
 }
 

@@ -61,7 +61,9 @@ runtime's other threads) in the answered run. Polling (--wait spin), a
 progress goroutine kept on one thread would hand its processor to another
 thread and back on every yield, so own is not measured. Over --transport
 nic, --wait block also sleeps the NICs' receive waits on their MSI-X
-vectors (--nic-interrupts, unless given).
+vectors (--nic-interrupts, unless given), and wakes is how many times an
+answered exchange woke rank 0's progress thread from a sleep (interrupts
+its receive waits consumed and sleeps that ended with nothing to do).
 `
 
 // empSize and empBatch are EMP's Table 2 setting.
@@ -350,6 +352,7 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 		// computeAlone locked this goroutine to its thread: its clock
 		// is the computation's.
 		computing, progress, all := cpuclock.Thread(), progressCPU(w.own), cpuTime()
+		woke := wakeups(w.own)
 		el, n, err := pingWhileComputing(ctx, ep, peer, sbuf, rbuf, work, slice, answer)
 		if err != nil {
 			return res, err
@@ -362,6 +365,9 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 		o.computing, o.progress = cpuclock.Thread()-computing, progressCPU(w.own)-progress
 		if answer {
 			busyRest = cpuTime() - all - o.computing - o.progress
+			if n > 0 {
+				res.OwnWakeups = float64(wakeups(w.own)-woke) / float64(n)
+			}
 		}
 		waited := 0.0
 		if runQueue >= 0 && nowRunQueue >= 0 {
@@ -408,6 +414,23 @@ func progressCPU(boards []*mx.Board) time.Duration {
 	var sum time.Duration
 	for _, b := range boards {
 		sum += b.ProgressCPU()
+	}
+	return sum
+}
+
+// wakeups is how many times boards' progress threads have woken from a
+// sleep so far, summed: the NIC interrupts their transports' receive
+// waits consumed (counter nic_rx_interrupts) and their sleeps that ended
+// with nothing to do (mx.SleepsEmpty).
+func wakeups(boards []*mx.Board) uint64 {
+	var sum uint64
+	for _, b := range boards {
+		sum += b.Counters()[mx.SleepsEmpty]
+		for _, c := range b.TransportCounters() {
+			if c.Name == "nic_rx_interrupts" {
+				sum += c.Value
+			}
+		}
 	}
 	return sum
 }

@@ -62,7 +62,7 @@ func (t *jobTable) row(r result) {
 				fmt.Fprintf(t.w, "# RMPP processor availability: computation time alone / while every message is answered\n")
 				fmt.Fprintf(t.w, "%10s %8s %12s %10s %10s %10s %10s %10s %11s", "size", "msgs", "availability", "MB/s", "asked", "strategy", "fallbacks", "preempted", "runq_ms")
 				if t.own {
-					fmt.Fprintf(t.w, " %9s %15s", "own", "cpu_ms own/rest")
+					fmt.Fprintf(t.w, " %9s %15s %7s", "own", "cpu_ms own/rest", "wakes")
 				}
 				if r.Copies != nil {
 					// Both ranks in this process: what each copied.
@@ -79,9 +79,9 @@ func (t *jobTable) row(r result) {
 				r.Availability, r.MBPerS, asked, r.Strategy, r.Fallbacks, r.Preempted, fmt.Sprintf("%.0f/%.0f", r.RunQueueMS, r.QuietRunQueueMS))
 			switch {
 			case t.own && r.OwnAvailability > 0:
-				fmt.Fprintf(t.w, " %9.3f %15s", r.OwnAvailability, fmt.Sprintf("%.0f/%.0f", r.OwnCPUMS, r.RestCPUMS))
+				fmt.Fprintf(t.w, " %9.3f %15s %7.1f", r.OwnAvailability, fmt.Sprintf("%.0f/%.0f", r.OwnCPUMS, r.RestCPUMS), r.OwnWakeups)
 			case t.own:
-				fmt.Fprintf(t.w, " %9s %15s", "-", "-") // the kernel gave no thread clock
+				fmt.Fprintf(t.w, " %9s %15s %7s", "-", "-", "-") // the kernel gave no thread clock
 			}
 			if c := r.Copies; c != nil {
 				rq := uint64(0)

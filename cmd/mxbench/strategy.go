@@ -199,6 +199,11 @@ type jobResult struct {
 	OwnAvailability float64 `json:"own_availability,omitempty"`
 	OwnCPUMS        float64 `json:"own_cpu_ms,omitempty"`
 	RestCPUMS       float64 `json:"rest_cpu_ms,omitempty"`
+	// OwnWakeups is, with OwnAvailability over --transport nic, how many
+	// times an answered exchange woke rank 0's progress threads from a
+	// sleep: the NIC's interrupts their receive waits consumed and their
+	// sleeps that ended with nothing to do (mx counter SleepsEmpty).
+	OwnWakeups float64 `json:"own_wakeups,omitempty"`
 	// ProgressCPU is the CPU rank 0's other threads ran on while it
 	// computed (--progress-cpu); nil when they shared its CPU.
 	ProgressCPU *int `json:"progress_cpu,omitempty"`

@@ -113,15 +113,17 @@
 // (EIAC) and auto-mask (GPIE.EIAME, EIAM); EITR throttles each vector to one
 // message per Options.InterruptInterval, or not at all with
 // Options.NoModeration, so that a frame wakes its queue's sleeping thread
-// at once. WaitRx on one queue looks at its ring 164 times without
+// at once. WaitRx on one queue looks at its ring up to 164 times without
 // yielding (a frame that follows closely costs no interrupt and no
-// register write), then arms its vector (EIMS_EX, after an EICR write
+// register write; while the looks catch none, each arming halves them,
+// down to one, with all of them again every 16th arming or once they
+// catch a frame), then arms its vector (EIMS_EX, after an EICR write
 // that clears the cause the frames it took latched, so that the arming
 // does not fire at once for them), looks at the ring again, and only
 // then sleeps on the eventfd; a frame that lands between the last look
 // and the arming finds the vector armed and raises it. A
-// WaitRx on several queues looks at each in turn, 164 / queues times (at
-// least once), arms them all with one EIMS_EX write per register that
+// WaitRx on several queues looks at each in turn, as many times over
+// them all as the queue that looks longest takes (at least once), arms them all with one EIMS_EX write per register that
 // holds one of them (queues 0-31 in EIMS_EX0, 32-63 in EIMS_EX1), looks
 // again, and sleeps on their eventfds together (pci.WaitAny). The looks
 // count across waits that end at their timeout while the rings stay as
@@ -650,8 +652,9 @@ func (n *NIC) arm(mask uint64) {
 	}
 }
 
-// armSpin is how many looks at its rings WaitRx takes, in interrupt mode,
-// before it arms the vectors, without yielding (drv.RxWaiter.Spin). A
+// armSpin is how many looks at its rings WaitRx takes at most, in
+// interrupt mode, before it arms the vectors, without yielding
+// (drv.RxWaiter.Spin: fewer while they catch no frame). A
 // frame that follows the last one closely is taken without the register
 // write that arms, the interrupt and the wake-up. The looks do not yield:
 // a progress thread locked to its OS thread paid two context switches for

@@ -918,6 +918,7 @@ func (t *Transport) Counters() []transport.Counter {
 		transport.Counter{Name: "nic_rx_no_buffer", Value: s.RxNoBuffer},
 		transport.Counter{Name: "nic_rx_dropped", Value: s.RxDropped},
 		transport.Counter{Name: "nic_tx_ring_full", Value: s.TxRingFull},
+		transport.Counter{Name: "nic_rx_interrupts", Value: s.Interrupts},
 	)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -516,9 +517,9 @@ func TestRxWaiterCarriesLooks(t *testing.T) {
 			}
 			return frame, pos
 		},
-		Arm:   func(uint64) { arms++; end() },
-		IRQs:  []*pci.Interrupt{irq, irq},
-		Spin:  spin,
+		Arm:  func(uint64) { arms++; end() },
+		IRQs: []*pci.Interrupt{irq, irq},
+		Spin: spin, FixedSpin: true, // the carrying alone
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
 	waits := func(n int, queues ...int) {
 		t.Helper()
@@ -656,4 +657,75 @@ func localIRQs(t *testing.T, n int) []*pci.Interrupt {
 		irqs[q] = irq
 	}
 	return irqs
+}
+
+// A queue whose spins catch no frame takes fewer looks before it arms:
+// half as many at each arming, down to one look past the first, with a
+// full spin every 16th arming; a frame caught in the spin, or found by the
+// look right after the arming, gives it the full spin again. FixedSpin
+// keeps it.
+func TestRxWaiterSpinAdapts(t *testing.T) {
+	const spin = 64
+	irq, err := pci.NewLocalInterrupt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer irq.Close()
+	// Wait runs the hooks on the caller's goroutine. Each wait's context
+	// ends at its arming, and a frame is taken after it (the ring moves
+	// on), as one whose sleep an interrupt ends; or Ready finds a frame
+	// at look frameAt of the wait (counted from 1).
+	var looks, armedAfter, frameAt int
+	var pos uint32
+	var end context.CancelFunc
+	var count atomic.Uint64
+	w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
+		Ready: func(int) (bool, uint32) {
+			looks++
+			return looks == frameAt, pos
+		},
+		Arm:   func(uint64) { armedAfter = looks; end() },
+		IRQs:  []*pci.Interrupt{irq},
+		Spin:  spin,
+		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
+	// wait returns the looks before the arming (0: it did not arm).
+	wait := func() int {
+		t.Helper()
+		var ctx context.Context
+		ctx, end = context.WithCancel(context.Background())
+		defer end()
+		looks, armedAfter = 0, 0
+		q, err := w.Wait(ctx, time.Time{}, nil)
+		if err != nil && !errors.Is(err, context.Canceled) || err == nil && q != 0 {
+			t.Fatalf("Wait = %d, %v", q, err)
+		}
+		pos++
+		return armedAfter
+	}
+	missed := func(want ...int) {
+		t.Helper()
+		var got []int
+		for range want {
+			got = append(got, wait())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("looks before arming, wait after wait: %v, want %v", got, want)
+		}
+	}
+	cut := []int{65, 33, 17, 9, 5, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}
+	missed(append(cut, 65, 33)...)
+	frameAt = 3 // caught in the spin
+	if got := wait(); got != 0 {
+		t.Errorf("a frame at look 3 armed after %d looks", got)
+	}
+	frameAt = 0
+	missed(65, 33, 17)
+	frameAt = 9 + 1 // the look after the arming
+	if got := wait(); got != 9 {
+		t.Errorf("a frame just after the arming: armed after %d looks, want 9", got)
+	}
+	frameAt = 0
+	missed(65, 33)
+	w.FixedSpin = true
+	missed(65, 65, 65)
 }
