@@ -180,10 +180,10 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 	}
 	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
 	// The queues read txMu, mu and the IOMMU in shards of their own
-	// (queueLock), but with AsyncDMA a tail write, a frame off the wire
-	// and an engine pass take the NIC's locks for writing, which a shard
-	// per queue would make dearer and no queue faster; the platform's
-	// IOMMU then keeps one shard too.
+	// (queueLock), but with AsyncDMA an engine pass takes txMu for
+	// writing and serves every queue itself, which a shard per queue
+	// would make dearer and no queue faster; the NIC's locks and the
+	// platform's IOMMU then keep one shard.
 	shards := queueShards + 1
 	if o.AsyncDMA {
 		shards = 1
@@ -327,7 +327,10 @@ type ixgbeNIC struct {
 	// model about half a microsecond per frame.
 	ftqfOn [hw.FiveTupleEntries / 64]uint64
 
-	dma *dmaEngine // the running DMA engine (AsyncDMA), or nil
+	// dma is the running DMA engine (AsyncDMA), or nil: stored under mu
+	// held for writing, loaded without it by a frame off the wire
+	// (kickAfterWire).
+	dma atomic.Pointer[dmaEngine]
 
 	in wireIn // frames off the wire waiting for the engine (AsyncDMA)
 

@@ -78,12 +78,13 @@ type dmaEngine struct {
 // engineLocked returns the NIC's DMA engine, started if it was not
 // running. Under mu.
 func (n *ixgbeNIC) engineLocked() *dmaEngine {
-	if n.dma == nil {
-		e := &dmaEngine{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-		n.dma = e
+	e := n.dma.Load()
+	if e == nil {
+		e = &dmaEngine{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		n.dma.Store(e)
 		go n.runEngine(e)
 	}
-	return n.dma
+	return e
 }
 
 // kick marks TX queue q as having descriptors to fetch and wakes the
@@ -96,9 +97,13 @@ func (e *dmaEngine) kick(q int) {
 	}
 }
 
-// kickRx wakes the engine for frames in the packet buffer.
+// kickRx wakes the engine for frames in the packet buffer. Only the
+// frame that raises rx wakes it: rx already up means a wake is in the
+// slot, or the pass to come has yet to lower rx and will take this frame.
 func (e *dmaEngine) kickRx() {
-	e.rx.Store(true)
+	if e.rx.Swap(true) {
+		return
+	}
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -181,15 +186,33 @@ func (n *ixgbeNIC) takeFromWire(fr []byte) ([]byte, bool) {
 
 // kickAfterWire wakes the engine for a frame put in the packet buffer.
 func (n *ixgbeNIC) kickAfterWire() {
-	n.mu.Lock()
-	var e *dmaEngine
-	if !n.closed {
-		e = n.engineLocked()
-	}
-	n.mu.Unlock()
-	if e != nil {
+	if e := n.engine(); e != nil {
 		e.kickRx()
 	}
+}
+
+// engine returns the NIC's DMA engine, started if it was not running, or
+// nil after Close. It takes mu only to start one: a frame off the wire
+// comes from the peer's engine, once a frame, and a tail write from the
+// driver, and mu held for writing there would wait for this NIC's
+// receive, which holds mu for reading while it writes a frame into the
+// host's memory, so the two engines would take turns at every frame
+// where two NICs' DMA run at once. An engine loaded
+// before stopEngine cleared it is one stopEngine then stops: what the
+// caller did before the load (a frame put in the packet buffer, a tail
+// write) came before stopEngine's reset, which drops that frame and
+// aborts that DMA, as a reset does; what comes after the reset loads nil
+// and starts the next engine here (none after Close).
+func (n *ixgbeNIC) engine() *dmaEngine {
+	if e := n.dma.Load(); e != nil {
+		return e
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	return n.engineLocked()
 }
 
 // receiveWire takes the frames in the packet buffer through the receive
@@ -280,8 +303,7 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 // must be called holding neither txMu nor mu (the engine takes both).
 func (n *ixgbeNIC) stopEngine() {
 	n.mu.Lock()
-	e := n.dma
-	n.dma = nil
+	e := n.dma.Swap(nil)
 	n.mu.Unlock()
 	if e != nil {
 		close(e.stop)
