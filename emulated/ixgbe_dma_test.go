@@ -206,10 +206,11 @@ func TestIXGBEDMAEngineStops(t *testing.T) {
 	}
 }
 
-// With AsyncDMA the receiving NIC's own engine writes a frame off the wire
-// into its ring: sending from one NIC of a cabled pair starts both
-// engines, every frame arrives, nothing waits in a packet buffer once the
-// sender counted it sent, and Close stops both engines.
+// With AsyncDMA the receiving NIC's own receive engine writes a frame off
+// the wire into its ring: sending from one NIC of a cabled pair starts the
+// sender's transmit engine and the receiver's receive engine, every frame
+// arrives, nothing waits in a packet buffer once the sender counted it
+// sent, and Close stops both engines.
 func TestIXGBEReceiveOnOwnEngine(t *testing.T) {
 	base := engines()
 	m := emulated.DefaultIXGBEOptions()
@@ -221,7 +222,7 @@ func TestIXGBEReceiveOnOwnEngine(t *testing.T) {
 		t.Errorf("%d of 10 frames arrived", got)
 	}
 	if e := engines() - base; e != 2 {
-		t.Errorf("%d DMA engines run, want 2 (the sender's, the receiver's)", e)
+		t.Errorf("%d DMA engines run, want 2 (the sender's transmit, the receiver's receive)", e)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -299,11 +300,13 @@ func TestIXGBEFramesCrossTheCableWhole(t *testing.T) {
 	}
 }
 
-// With AsyncDMA a NIC's engine held in the middle of a receive (a frame
-// that found its ring full, stopped in the hold hook) stalls neither its
-// driver's TDT write, which returns as a posted write does, nor the peer's
-// engine, whose frames wait in this NIC's packet buffer as in the MAC's
-// FIFO; once the receive goes on, every frame of both arrives.
+// With AsyncDMA a NIC's receive engine held in the middle of a receive (a
+// frame that found its ring full, stopped in the hold hook) stalls
+// neither the NIC's transmit DMA, as the chip's receive and transmit DMA
+// run at once (its driver's TDT write returns, as a posted write does, and
+// the frame reaches the peer), nor the peer's engine, whose frames wait in
+// this NIC's packet buffer as in the MAC's FIFO; once the receive goes on,
+// every frame arrives.
 func TestIXGBEEngineStallsNoOtherDMA(t *testing.T) {
 	m := emulated.DefaultIXGBEOptions()
 	m.AsyncDMA = true
@@ -359,9 +362,9 @@ func TestIXGBEEngineStallsNoOtherDMA(t *testing.T) {
 	if txErr != nil {
 		t.Fatal(txErr)
 	}
-	free.Do(func() { close(release) })
 	got := 0
-	within("b's frame did not reach a", func() bool { got += received(t, a); return got == 1 })
+	within("b's frame waited for b's receive", func() bool { got += received(t, a); return got == 1 })
+	free.Do(func() { close(release) })
 	got = 0
 	within(fmt.Sprint("b did not receive all ", total, " frames"), func() bool { got += received(t, b); return got == total })
 	for i := range 2 {

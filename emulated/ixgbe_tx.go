@@ -75,7 +75,7 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 		if !ok {
 			return
 		}
-		if e := n.engine(); e != nil {
+		if e := n.engine(txEngine); e != nil {
 			e.kick(q)
 		}
 		return
