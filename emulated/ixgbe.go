@@ -272,8 +272,9 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 // The 82599's queues share no lock on the chip, and the model's data path
 // takes none that another queue's takes for long: a TDT write and its ring
 // walk (ixgbe_tx.go) hold txMu and mu for reading and the TX queue's walk
-// lock; an RDT write, and a frame's delivery into its RX ring
-// (ixgbe_rx.go), hold mu for reading and the RX queue's lock (rxq). They
+// lock; a frame's delivery into its RX ring (ixgbe_rx.go) holds mu for
+// reading and the RX queue's lock (rxq), and an RDT write mu for reading
+// alone (it stores RDT atomically, so it waits for no delivery). They
 // read txMu, mu and the IOMMU in their queue's shard (queueLock; a
 // delivery reads mu in the shard its destination port picks), and count
 // into their queue's own lines (txWalk, rxQueue), so two queues moving
