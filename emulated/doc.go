@@ -204,21 +204,23 @@
 // writes TDT does the transmit DMA, and a cabled peer's receive DMA,
 // before the write returns: every frame is in the
 // peer's RX ring when TxBatch returns, which is what a test that looks
-// for a frame at once wants. With IXGBEOptions.AsyncDMA each NIC has a DMA
-// engine of its own, one goroutine per NIC (not per queue: the walk of a
-// ring holds the NIC's transmit lock, so engines of two queues would take
-// turns, and the 82599 has one transmit DMA arbitrating between its
-// queues). A TDT write then records the tail, checks it and wakes the
-// engine through a one-slot channel; the engine fetches the descriptors,
-// reads the frames through the IOMMU, puts them on the cable and writes
-// the descriptors back, running the same walk as the synchronous path, so
-// the order, the DD bits, the counters and the violations are the same.
-// The engine is the NIC's receive DMA too: a frame off the wire waits in
-// the NIC's packet buffer until its engine writes it into the RX rings,
-// so each NIC writes its own host's memory. Close, FLR and
-// CTRL.RST stop the engine and wait for it; a benchmark that measures the
-// driver's and mx's CPU rather than the model's wants the engine
-// (ixgbe_dma.go explains the rest).
+// for a frame at once wants. With IXGBEOptions.AsyncDMA each NIC has DMA
+// engines of its own, a transmit and a receive goroutine, as the chip's
+// transmit and receive DMA run at once (one transmit engine per NIC, not
+// per queue: the walk of a ring holds the NIC's transmit lock, so engines
+// of two queues would take turns, and the 82599 has one transmit DMA
+// arbitrating between its queues). A TDT write then records the tail,
+// checks it and wakes the transmit engine through a one-slot channel; the
+// engine fetches the descriptors, reads the frames through the IOMMU, puts
+// them on the cable and writes the descriptors back, running the same
+// walk as the synchronous path, so the order, the DD bits, the counters
+// and the violations are the same. A frame off the wire waits in the NIC's
+// packet buffer until its receive engine writes it into the RX rings, so
+// each NIC writes its own host's memory. A tail write and a frame off the
+// wire take the register lock only for reading, so neither waits for a
+// delivery under way. Close, FLR and CTRL.RST stop the engines and wait
+// for them; a benchmark that measures the driver's and mx's CPU rather
+// than the model's wants the engines (ixgbe_dma.go explains the rest).
 //
 // # The wire
 //

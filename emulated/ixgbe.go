@@ -47,21 +47,22 @@ type IXGBEOptions struct {
 	// clock reads per tail write cost about a fifth of a microsecond per
 	// message of mx over a model pair) and ModelTime stays zero.
 	ThreadCPUTime bool
-	// AsyncDMA gives each NIC a DMA engine of its own, as a NIC has: a
-	// TDT write records the tail and returns, and a goroutine of the
-	// NIC's (one per NIC, started by the first tail write with work for
-	// it) fetches the descriptors, reads the frames through the IOMMU,
-	// puts them on the cable and writes the descriptors back, in the
-	// order and with the checks of the synchronous path; it also takes
-	// the frames that came off the wire into the NIC's packet buffer
-	// through the receive path (the RX ring writes, their write-backs
-	// and interrupts), so each NIC writes its own host's memory. Without it the goroutine that
+	// AsyncDMA gives each NIC DMA engines of its own, as a NIC has: a
+	// TDT write records the tail and returns, and the NIC's transmit
+	// goroutine (started by the first tail write with work for it)
+	// fetches the descriptors, reads the frames through the IOMMU, puts
+	// them on the cable and writes the descriptors back, in the order and
+	// with the checks of the synchronous path; its receive goroutine
+	// (started by the first frame off the wire) takes the frames that
+	// came off the wire into the NIC's packet buffer through the receive
+	// path (the RX ring writes, their write-backs and interrupts), so
+	// each NIC writes its own host's memory. Without it the goroutine that
 	// writes TDT does all of that before the write returns, so every
 	// frame is on the wire (and in a cabled peer's RX ring) when it
 	// does: tests that look for a frame right after sending it want
 	// that; a benchmark of the driver's or mx's own CPU time wants the
-	// engine, whose time is not the driver's. Close and resets stop the
-	// engine and wait for it (ixgbe_dma.go).
+	// engines, whose time is not the driver's. Close and resets stop the
+	// engines and wait for them (ixgbe_dma.go).
 	AsyncDMA bool
 }
 
@@ -130,7 +131,7 @@ func DefaultIXGBEOptions() IXGBEOptions {
 // Ports are joined by a cable (Cable), or through Port to ports of any
 // other platform (the package's Cable, Hub, Connect), an 82574L model's
 // included. A frame is delivered synchronously on the TDT write, or by
-// the NIC's own DMA engine after it with IXGBEOptions.AsyncDMA. A frame
+// the NICs' own DMA engines after it with IXGBEOptions.AsyncDMA. A frame
 // corrupted on the wire is counted in CRCERRS and dropped.
 type IXGBE struct {
 	nicPlatform[*ixgbeNIC]
@@ -153,7 +154,7 @@ type IXGBEStats struct {
 	// descriptors now.
 	Pending int
 	// RxQueued is the number of frames off the wire waiting for the
-	// NIC's DMA engine (IXGBEOptions.AsyncDMA) now, or being received
+	// NIC's receive engine (IXGBEOptions.AsyncDMA) now, or being received
 	// by it: zero, once the sender's TxFrames counted a frame, says the
 	// frame was received (written, held or dropped).
 	RxQueued int
@@ -164,7 +165,7 @@ type IXGBEStats struct {
 	// ModelTime is the thread CPU time spent in the model's register
 	// accesses (which includes the transmission and reception a TDT or
 	// RDT write causes) and, with IXGBEOptions.AsyncDMA, in its DMA
-	// engine's passes: the model's share of a run on the same cores as
+	// engines' passes: the model's share of a run on the same cores as
 	// the driver. Counted only with IXGBEOptions.ThreadCPUTime.
 	ModelTime time.Duration
 	// Violations counts programming errors (see IXGBE); LastViolation
@@ -180,10 +181,10 @@ func NewIXGBE(o IXGBEOptions) (*IXGBE, error) {
 	}
 	p := &IXGBE{nicPlatform[*ixgbeNIC]{platform: platform{iommu: newIOMMU(o.IOVABase, o.Scatter)}, regName: hw.RegName}}
 	// The queues read txMu, mu and the IOMMU in shards of their own
-	// (queueLock), but with AsyncDMA a tail write, a frame off the wire
-	// and an engine pass take the NIC's locks for writing, which a shard
-	// per queue would make dearer and no queue faster; the platform's
-	// IOMMU then keeps one shard too.
+	// (queueLock), but with AsyncDMA an engine pass takes txMu for
+	// writing and serves every queue itself, which a shard per queue
+	// would make dearer and no queue faster; the NIC's locks and the
+	// platform's IOMMU then keep one shard.
 	shards := queueShards + 1
 	if o.AsyncDMA {
 		shards = 1
@@ -271,8 +272,9 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 // The 82599's queues share no lock on the chip, and the model's data path
 // takes none that another queue's takes for long: a TDT write and its ring
 // walk (ixgbe_tx.go) hold txMu and mu for reading and the TX queue's walk
-// lock; an RDT write, and a frame's delivery into its RX ring
-// (ixgbe_rx.go), hold mu for reading and the RX queue's lock (rxq). They
+// lock; a frame's delivery into its RX ring (ixgbe_rx.go) holds mu for
+// reading and the RX queue's lock (rxq), and an RDT write mu for reading
+// alone (it stores RDT atomically, so it waits for no delivery). They
 // read txMu, mu and the IOMMU in their queue's shard (queueLock; a
 // delivery reads mu in the shard its destination port picks), and count
 // into their queue's own lines (txWalk, rxQueue), so two queues moving
@@ -301,7 +303,7 @@ type ixgbeNIC struct {
 	rxq [hw.MaxQueuePairs]rxQueue
 
 	// txw is each TX queue's walk state, under its own lock (and txMu
-	// for reading, or for writing with AsyncDMA's engine).
+	// for reading, or for writing with AsyncDMA's transmit engine).
 	txw [hw.MaxQueuePairs]txWalk
 
 	fast fastCounts
@@ -327,7 +329,11 @@ type ixgbeNIC struct {
 	// model about half a microsecond per frame.
 	ftqfOn [hw.FiveTupleEntries / 64]uint64
 
-	dma *dmaEngine // the running DMA engine (AsyncDMA), or nil
+	// dma holds the running DMA engines (AsyncDMA), txEngine's and
+	// rxEngine's, or nil: set under mu held for reading (engine, which
+	// loads it without mu first), cleared under mu held for writing
+	// (stopEngine).
+	dma [2]atomic.Pointer[dmaEngine]
 
 	in wireIn // frames off the wire waiting for the engine (AsyncDMA)
 

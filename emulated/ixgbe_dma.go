@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// The 82599 model's DMA engine (IXGBEOptions.AsyncDMA): the goroutine
-// that does a NIC's transmit DMA when the goroutine writing TDT should not.
+// The 82599 model's DMA engines (IXGBEOptions.AsyncDMA): the goroutines
+// that do a NIC's transmit and receive DMA when the goroutine writing TDT
+// should not.
 //
 // A real NIC's DMA runs beside the CPU: a TDT write is a posted write the
 // CPU forgets at once, and the NIC fetches the descriptors, reads the
@@ -16,74 +17,76 @@ import (
 // its own. With AsyncDMA the model does the same. The TDT write records
 // the tail and checks it (a tail outside the ring, a queue not enabled,
 // bus mastering off: the same violations as the synchronous path), marks
-// the queue in the engine's pending set and wakes the engine; the engine
-// then runs txQueue, the same walk the synchronous path runs, for every
-// queue marked, until none is. The descriptor fetches, the IOMMU
+// the queue in the transmit engine's pending set and wakes that engine;
+// the engine then runs txQueue, the same walk the synchronous path runs,
+// for every queue marked, until none is. The descriptor fetches, the IOMMU
 // translations, the write-backs with their DD bits and their order, the
 // counters and the violations are therefore the synchronous path's; what
 // differs is only which goroutine runs them and when: the driver learns
 // that a frame went out from the write-back, as from a NIC.
 //
-// The engine is also the NIC's receive DMA. A frame coming off the wire
+// A second engine is the NIC's receive DMA. A frame coming off the wire
 // goes into the NIC's packet buffer (wireIn, as the MAC stores it): from
 // a peer 82599 on a perfect cable the buffer the sender's engine gathered
 // it in, which the packet buffer keeps, giving a spent one back
 // (takeFromWire; the copy a cable makes costs nothing the chips do), from
-// anything else a copy,
-// and the engine, woken as for a tail, takes it through the receive path
-// the synchronous mode runs on the sender's goroutine: the address filter,
-// the steering, the RX ring writes (header buffer, packet buffer or the
-// caller's placement), the write-back and the interrupt. So each NIC
-// writes its own host's memory on its own engine, as two NICs on a cable
-// do: the sender's engine reads the sender's memory, the receiver's
-// writes the receiver's, and a frame crosses on neither driver's
-// goroutine. The packet buffer holds up to IXGBEOptions.Pending frames
-// waiting for the engine (beyond it a frame is missed: MPC) besides those
-// waiting for descriptors (rxHold).
+// anything else a copy, and the receive engine, woken as the transmit
+// engine is for a tail, takes it through the receive path the synchronous
+// mode runs on the sender's goroutine: the address filter, the steering,
+// the RX ring writes (header buffer, packet buffer or the caller's
+// placement), the write-back and the interrupt. So each NIC writes its
+// own host's memory on its own engine, as two NICs on a cable do: the
+// sender's engine reads the sender's memory, the receiver's writes the
+// receiver's, and a frame crosses on neither driver's goroutine. The
+// packet buffer holds up to IXGBEOptions.Pending frames waiting for the
+// engine (beyond it a frame is missed: MPC) besides those waiting for
+// descriptors (rxHold).
 //
-// # One engine per NIC
+// # Two engines per NIC
 //
-// The engine is one goroutine per NIC, not one per TX queue, as the 82599
-// has one transmit DMA that arbitrates between its queues: a pass holds
-// the NIC's txMu for writing and walks the marked queues one after the
-// other (each under its own walk lock, ixgbe_tx.go). Within a queue frames
-// leave in ring order, as synchronously; across queues the engine serves
-// the marked queues lowest first on each pass, where the synchronous path
-// follows the order of the tail writes (the 82599 arbitrates round robin:
-// no order across queues is promised either way). Frames off the wire are
-// received in the order they came.
+// The 82599's transmit and receive DMA are separate units that run at
+// once, so a NIC has a transmit engine and a receive engine: a frame that
+// arrives while the NIC sends a long burst (a PULL while the replies to
+// the last one leave) is received at once, not after the burst, and a
+// frame to send waits for no delivery. Each is one goroutine, not one per
+// queue, as the 82599 has one transmit DMA that arbitrates between its
+// queues: a transmit pass holds the NIC's txMu for writing and walks the
+// marked queues one after the other (each under its own walk lock,
+// ixgbe_tx.go). Within a queue frames leave in ring order, as
+// synchronously; across queues the engine serves the marked queues lowest
+// first on each pass, where the synchronous path follows the order of the
+// tail writes (the 82599 arbitrates round robin: no order across queues is
+// promised either way). Frames off the wire are received in the order they
+// came. The two engines share the locks a synchronous sender's walk and a
+// peer's delivery into the same NIC share.
 //
 // # Waking, stopping
 //
-// The engine sleeps on a channel of one slot (kick), never polls: a tail
+// An engine sleeps on a channel of one slot (kick), never polls: a tail
 // write that finds the slot full has its queue's bit in pending already
-// seen by the pass to come. It is started by the first tail write that
-// has work for it, or the first frame off the wire, and stopped, and waited for, by Close, a function-level
-// reset and CTRL.RST (stopEngine): the pass in flight ends first (it holds
-// txMu, which those take), then the goroutine returns, and a queue marked
-// but not yet served is forgotten, its descriptors unread, as a reset
-// aborts a NIC's DMA; so are the frames in the packet buffer. A reset's
-// next tail write or frame starts a new engine; after Close none starts,
-// so no DMA happens after Close returns.
+// seen by the pass to come. The transmit engine is started by the first
+// tail write that has work for it, the receive engine by the first frame
+// off the wire, and both are stopped, and waited for, by Close, a
+// function-level reset and CTRL.RST (stopEngine): the pass in flight ends
+// first, then the goroutine returns, and a queue marked but not yet served
+// is forgotten, its descriptors unread, as a reset aborts a NIC's DMA; so
+// are the frames in the packet buffer. A reset's next tail write or frame
+// starts a new engine; after Close none starts, so no DMA happens after
+// Close returns.
 
-// dmaEngine is a NIC's transmit DMA goroutine.
+// The engines of a NIC (ixgbeNIC.dma).
+const (
+	txEngine = iota // transmit DMA: TDT writes (kick)
+	rxEngine        // receive DMA: frames off the wire (kickRx)
+)
+
+// dmaEngine is one of a NIC's DMA goroutines.
 type dmaEngine struct {
 	pending atomic.Uint64 // TX queues whose tail moved, bit q for queue q
 	rx      atomic.Bool   // frames wait in the packet buffer (wireIn)
 	wake    chan struct{} // one slot: a pass is due
 	stop    chan struct{} // closed by stopEngine
 	done    chan struct{} // closed when the goroutine returns
-}
-
-// engineLocked returns the NIC's DMA engine, started if it was not
-// running. Under mu.
-func (n *ixgbeNIC) engineLocked() *dmaEngine {
-	if n.dma == nil {
-		e := &dmaEngine{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-		n.dma = e
-		go n.runEngine(e)
-	}
-	return n.dma
 }
 
 // kick marks TX queue q as having descriptors to fetch and wakes the
@@ -96,9 +99,13 @@ func (e *dmaEngine) kick(q int) {
 	}
 }
 
-// kickRx wakes the engine for frames in the packet buffer.
+// kickRx wakes the engine for frames in the packet buffer. Only the
+// frame that raises rx wakes it: rx already up means a wake is in the
+// slot, or the pass to come has yet to lower rx and will take this frame.
 func (e *dmaEngine) kickRx() {
-	e.rx.Store(true)
+	if e.rx.Swap(true) {
+		return
+	}
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -181,15 +188,41 @@ func (n *ixgbeNIC) takeFromWire(fr []byte) ([]byte, bool) {
 
 // kickAfterWire wakes the engine for a frame put in the packet buffer.
 func (n *ixgbeNIC) kickAfterWire() {
-	n.mu.Lock()
-	var e *dmaEngine
-	if !n.closed {
-		e = n.engineLocked()
-	}
-	n.mu.Unlock()
-	if e != nil {
+	if e := n.engine(rxEngine); e != nil {
 		e.kickRx()
 	}
+}
+
+// engine returns the NIC's DMA engine k (txEngine, rxEngine), started if
+// it was not running, or nil after Close. It takes mu only for reading,
+// and only to start one: a frame off the wire comes from the peer's
+// engine, once a frame, and a tail write from the driver, and mu held for
+// writing there would wait for this NIC's receive, which holds mu for
+// reading while it writes a frame into the host's memory, so the two
+// NICs' engines would take turns at every frame where two NICs' DMA run
+// at once. An engine loaded before stopEngine cleared it is one
+// stopEngine then stops: what the caller did before the load (a frame put
+// in the packet buffer, a tail write) came before stopEngine's reset,
+// which drops that frame and aborts that DMA, as a reset does; what comes
+// after the reset loads nil and starts the next engine here (none after
+// Close).
+func (n *ixgbeNIC) engine(k int) *dmaEngine {
+	if e := n.dma[k].Load(); e != nil {
+		return e
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed {
+		return nil
+	}
+	// stopEngine clears dma under mu held for writing, so here starters
+	// race only with each other, and the one whose store lands starts it.
+	e := &dmaEngine{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if !n.dma[k].CompareAndSwap(nil, e) {
+		return n.dma[k].Load()
+	}
+	go n.runEngine(e)
+	return e
 }
 
 // receiveWire takes the frames in the packet buffer through the receive
@@ -275,17 +308,26 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 	}
 }
 
-// stopEngine stops the NIC's DMA engine, if one runs, and waits for its
-// goroutine to return. It takes mu and then no lock while it waits, so it
-// must be called holding neither txMu nor mu (the engine takes both).
+// stopEngine stops the NIC's DMA engines, those that run, and waits for
+// their goroutines to return. It takes mu and then no lock while it
+// waits, so it must be called holding neither txMu nor mu (the engines
+// take both).
 func (n *ixgbeNIC) stopEngine() {
+	var es [len(n.dma)]*dmaEngine
 	n.mu.Lock()
-	e := n.dma
-	n.dma = nil
+	for k := range n.dma {
+		es[k] = n.dma[k].Swap(nil)
+	}
 	n.mu.Unlock()
-	if e != nil {
-		close(e.stop)
-		<-e.done
+	for _, e := range es {
+		if e != nil {
+			close(e.stop)
+		}
+	}
+	for _, e := range es {
+		if e != nil {
+			<-e.done
+		}
 	}
 	n.dropWire()
 }

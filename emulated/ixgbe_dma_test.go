@@ -3,8 +3,10 @@ package emulated_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,10 +206,11 @@ func TestIXGBEDMAEngineStops(t *testing.T) {
 	}
 }
 
-// With AsyncDMA the receiving NIC's own engine writes a frame off the wire
-// into its ring: sending from one NIC of a cabled pair starts both
-// engines, every frame arrives, nothing waits in a packet buffer once the
-// sender counted it sent, and Close stops both engines.
+// With AsyncDMA the receiving NIC's own receive engine writes a frame off
+// the wire into its ring: sending from one NIC of a cabled pair starts the
+// sender's transmit engine and the receiver's receive engine, every frame
+// arrives, nothing waits in a packet buffer once the sender counted it
+// sent, and Close stops both engines.
 func TestIXGBEReceiveOnOwnEngine(t *testing.T) {
 	base := engines()
 	m := emulated.DefaultIXGBEOptions()
@@ -219,7 +222,7 @@ func TestIXGBEReceiveOnOwnEngine(t *testing.T) {
 		t.Errorf("%d of 10 frames arrived", got)
 	}
 	if e := engines() - base; e != 2 {
-		t.Errorf("%d DMA engines run, want 2 (the sender's, the receiver's)", e)
+		t.Errorf("%d DMA engines run, want 2 (the sender's transmit, the receiver's receive)", e)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -290,6 +293,80 @@ func TestIXGBEFramesCrossTheCableWhole(t *testing.T) {
 			t.Fatalf("%d of %d frames arrived after 10 s", next, total)
 		}
 	}
+	for i := range 2 {
+		if s := p.Stats(i); s.Violations != 0 || s.RxDropped != 0 {
+			t.Errorf("NIC %d: %d violations (the last %q), %d frames dropped", i, s.Violations, s.LastViolation, s.RxDropped)
+		}
+	}
+}
+
+// With AsyncDMA a NIC's receive engine held in the middle of a receive (a
+// frame that found its ring full, stopped in the hold hook) stalls
+// neither the NIC's transmit DMA, as the chip's receive and transmit DMA
+// run at once (its driver's TDT write returns, as a posted write does, and
+// the frame reaches the peer), nor the peer's engine, whose frames wait in
+// this NIC's packet buffer as in the MAC's FIFO; once the receive goes on,
+// every frame arrives.
+func TestIXGBEEngineStallsNoOtherDMA(t *testing.T) {
+	m := emulated.DefaultIXGBEOptions()
+	m.AsyncDMA = true
+	p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+	a, b := n[0], n[1]
+	held, release := make(chan struct{}), make(chan struct{})
+	var hold, free sync.Once
+	emulated.SetHoldHook(p, 1, func(stage int) {
+		if stage == 1 { // under the receive's lock, on b's engine
+			hold.Do(func() { close(held); <-release })
+		}
+	})
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	within := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !done(); runtime.Gosched() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10 s: %s", what)
+			}
+		}
+	}
+	// b's ring holds fewer than 512 frames: the rest find it full.
+	const total = 520
+	sendFrames(t, a, b, total)
+	within("no frame found b's ring full", func() bool {
+		select {
+		case <-held:
+			return true
+		default:
+			return false
+		}
+	})
+	within("a's engine stalled behind b's receive", func() bool { return p.Stats(0).TxFrames == total })
+	sent := make(chan error, 1)
+	go func() {
+		buf, err := b.Pool(0).Get()
+		if err == nil {
+			nictest.Frame(buf.SetLen(2048), a.MAC(), b.MAC(), 0, 100)
+			buf.SetLen(100)
+			_, err = b.TxBatch(0, []*nicdrv.Buffer{buf})
+		}
+		sent <- err
+	}()
+	var txErr error
+	within("b's TDT write waited for its engine's receive", func() bool {
+		select {
+		case txErr = <-sent:
+			return true
+		default:
+			return false
+		}
+	})
+	if txErr != nil {
+		t.Fatal(txErr)
+	}
+	got := 0
+	within("b's frame waited for b's receive", func() bool { got += received(t, a); return got == 1 })
+	free.Do(func() { close(release) })
+	got = 0
+	within(fmt.Sprint("b did not receive all ", total, " frames"), func() bool { got += received(t, b); return got == total })
 	for i := range 2 {
 		if s := p.Stats(i); s.Violations != 0 || s.RxDropped != 0 {
 			t.Errorf("NIC %d: %d violations (the last %q), %d frames dropped", i, s.Violations, s.LastViolation, s.RxDropped)

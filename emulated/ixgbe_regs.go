@@ -3,6 +3,7 @@ package emulated
 import (
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomx-dev/gomx/nicdrv/ixgbe/hw"
@@ -483,7 +484,7 @@ func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
 
 // refill is a write of v to RDT(q) (at off): it gives the NIC the
 // descriptors up to v, and lets frames held for want of them in. It holds
-// mu for reading and the queue's lock, so it waits for no other queue.
+// mu for reading and stores RDT atomically, so it waits for no delivery.
 func (n *ixgbeNIC) refill(q, off int, v uint32) {
 	n.mu.queue(q).RLock()
 	defer n.mu.queue(q).RUnlock()
@@ -496,9 +497,12 @@ func (n *ixgbeNIC) refill(q, off int, v uint32) {
 	if !n.rdtInRing(q, v) {
 		return
 	}
-	r.mu.Lock()
-	n.set(off, v)
-	r.mu.Unlock()
+	// Stored atomically rather than under the queue's lock, which a
+	// delivery holds while it writes a frame into the host's memory: the
+	// chip takes the posted write at once, where the lock would make the
+	// driver wait out that frame (and, parked, a wake-up after it). The
+	// delivery loads it atomically (writeRxLocked).
+	atomic.StoreUint32(&n.regs[off/4], v)
 	if n.holdHook != nil {
 		n.holdHook(holdTailMoved)
 	}

@@ -3,6 +3,7 @@ package emulated
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"sync/atomic"
 
 	"github.com/gomx-dev/gomx/internal/csum"
 	"github.com/gomx-dev/gomx/internal/dmasync"
@@ -266,7 +267,7 @@ func (n *ixgbeNIC) writeRxLocked(fr []byte, c rxClass) rxResult {
 		return rxDropped
 	}
 	l := n.reg(hw.RDLEN(q)) / hw.DescSize
-	head, tail := n.reg(hw.RDH(q)), n.reg(hw.RDT(q))
+	head, tail := n.reg(hw.RDH(q)), atomic.LoadUint32(&n.regs[hw.RDT(q)/4]) // refill stores RDT without the queue's lock
 	if head >= l || tail >= l {
 		n.nDrop.Add(1)
 		return rxDropped

@@ -37,7 +37,11 @@ import (
 
 // txWalk is one TX queue's walk state.
 type txWalk struct {
-	mu    sync.Mutex
+	mu sync.Mutex
+	// tail guards TDT(q) and TDH(q) among holders of the NIC's mu for
+	// reading: an AsyncDMA tail write takes it alone, so it waits for
+	// neither the walk under way (mu) nor a delivery (mu for reading).
+	tail  sync.Mutex
 	sum   queueTally // what its walks counted, under mu and the NIC's mu
 	out   [][]byte   // frames of the walk under way, to deliver
 	spare [][]byte   // free frame buffers
@@ -57,14 +61,21 @@ type txWalk struct {
 // records the tail and wakes the NIC's DMA engine.
 func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 	if n.async {
-		var e *dmaEngine
-		n.mu.Lock()
-		n.txw[q].tdt.Add(1)
-		if n.tailWriteLocked(q, tdt) {
-			e = n.engineLocked()
+		// mu for reading, as a delivery holds it, and TDT under the
+		// queue's tail lock: the chip takes a posted write at once, and
+		// mu for writing would wait for the frame the engine is writing
+		// into the host's memory and hold up the frames behind it.
+		w := &n.txw[q]
+		n.mu.queue(q).RLock()
+		w.tdt.Add(1)
+		w.tail.Lock()
+		ok := n.tailWriteLocked(q, tdt)
+		w.tail.Unlock()
+		n.mu.queue(q).RUnlock()
+		if !ok {
+			return
 		}
-		n.mu.Unlock()
-		if e != nil {
+		if e := n.engine(txEngine); e != nil {
 			e.kick(q)
 		}
 		return
@@ -77,7 +88,8 @@ func (n *ixgbeNIC) transmit(q int, tdt uint32) {
 // tailWriteLocked records a write of tdt to TDT(q) and checks it as the
 // 82599 does when the write arrives. It reports whether the queue has
 // descriptors for the DMA to fetch. Under mu held for writing, or for
-// reading with the queue's walk lock; the caller counts the access.
+// reading with the queue's tail lock (txWalk.tail); the caller counts the
+// access.
 func (n *ixgbeNIC) tailWriteLocked(q int, tdt uint32) bool {
 	if q < hw.MaxQueuePairs {
 		n.txw[q].tails.Add(1)
@@ -148,12 +160,15 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	if tail != nil {
 		w.tdt.Add(1)
 	}
+	w.tail.Lock()
 	if tail != nil && !n.tailWriteLocked(q, *tail) {
+		w.tail.Unlock()
 		n.mu.queue(q).RUnlock()
 		return
 	}
 	l := n.reg(hw.TDLEN(q)) / hw.DescSize
-	tdt := n.reg(hw.TDT(q))
+	tdt, head := n.reg(hw.TDT(q)), n.reg(hw.TDH(q))
+	w.tail.Unlock()
 	if n.closed || !n.txEnabledQ(q) || !n.has(hw.DMATXCTL, hw.DmatxctlTE) || !n.f.busMaster() || tdt >= l {
 		// The tail write recorded what was wrong with it; a queue
 		// stopped since fetches nothing more.
@@ -163,7 +178,7 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 	s := txSnap{
 		base:     uint64(n.reg(hw.TDBAH(q)))<<32 | uint64(n.reg(hw.TDBAL(q))),
 		l:        l,
-		head:     n.reg(hw.TDH(q)),
+		head:     head,
 		tdt:      tdt,
 		maxFrame: n.maxFrameLocked(),
 		vet:      n.vetLocked(),
@@ -173,14 +188,16 @@ func (n *ixgbeNIC) txQueue(q int, tail *uint32) {
 
 	w.out = w.out[:0]
 	var t queueTally
-	head := n.txRing(q, w, &s, &t)
+	head = n.txRing(q, w, &s, &t)
 
 	n.mu.queue(q).RLock()
+	w.tail.Lock()
 	if n.reg(hw.TDH(q)) == s.head {
 		// Unless the driver stopped the queue and set its head
 		// during the walk, which the next walk then starts from.
 		n.set(hw.TDH(q), head)
 	}
+	w.tail.Unlock()
 	w.sum.add(&t)
 	loop := n.loopback()
 	lu := n.linkUp()

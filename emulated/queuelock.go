@@ -28,9 +28,9 @@ import "sync"
 // txMu as well.
 //
 // A lock made with one shard (newQueueLock(1), for a model whose data path
-// takes the lock for writing, the 82574L's or an 82599's with AsyncDMA, or
-// a platform without queues) is that one RWMutex: its writers pay nothing
-// for the split.
+// takes the lock for writing, the 82574L's, an 82599's with AsyncDMA, whose
+// one engine takes txMu for writing, or a platform without queues) is that
+// one RWMutex: its writers pay nothing for the split.
 type queueLock struct {
 	shards []lockShard
 	mask   int // queue q reads shards[q&mask]: queueShards-1, or 0 for one shard

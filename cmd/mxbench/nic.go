@@ -50,7 +50,7 @@ type nicFlags struct {
 func (n *nicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nics, "nic", envOr("MXBENCH_NIC", ""), "nic: two cabled 82574Ls or 82599s bound to vfio-pci as PCI addresses A,B (e.g. 0000:00:01.0,0000:00:02.0), or \"model\" for two emulated 82574Ls, \"model-82599\" for two emulated 82599s (env MXBENCH_NIC)")
 	fs.Var(&n.interrupts, "nic-interrupts", "nic: sleep on MSI-X interrupts instead of polling the RX ring (on by default for overlap with --wait block; 82599s with --queues: the default, and unmoderated, given or not; --nic-interrupts=false polls)")
-	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the goroutine that writes a NIC's transmit tail do that NIC's transmit DMA and the peer's receive DMA (reading the sender's memory, writing the receiver's) before the write returns, as the model's tests do; by default each emulated NIC does its own transmit and receive DMA on an engine goroutine of its own, as a NIC does beside the CPU, and the run gets one more GOMAXPROCS per NIC for them (docs/zero-copy.md)")
+	fs.BoolVar(&n.syncDMA, "nic-sync-dma", false, "nic model-82599: have the goroutine that writes a NIC's transmit tail do that NIC's transmit DMA and the peer's receive DMA (reading the sender's memory, writing the receiver's) before the write returns, as the model's tests do; by default each emulated NIC does its own transmit and receive DMA on engine goroutines of its own (a transmit and a receive engine), as a NIC does beside the CPU, and the run gets one more GOMAXPROCS per NIC for them (docs/zero-copy.md)")
 	fs.IntVar(&n.mtu, "nic-mtu", 1500, "nic: the link MTU, 1500 or, on 82599s, jumbo frames up to 9000: the NICs are opened for frames of MTU + 18 bytes (MTU + 14 with --nic-place and no --nic-queues: its lanes strip VLAN tags) in receive buffers of the next power of two (SRRCTL.BSIZEPACKET up to 16 KiB), so each frame, placed or not, takes one descriptor (a VLAN-tagged one too, 4 bytes longer); each queue's pool then holds 3413 such buffers, per NIC 13 MiB up to MTU 4074, 27 MiB to 8170, 53 MiB above (85 MiB with --nic-place's 4 placing queues of 512 more), and mx cuts pull replies and medium fragments for the larger frames (a pull reply carries MTU - 18 bytes of payload, MTU - 50 when placed; docs/zero-copy.md)")
 	fs.BoolVar(&n.place, "nic-place", false, "nic: open the NICs (82599s: header split; 82574Ls: packet split) with payload placement, so a large message's pull replies land in the receive buffer, written by the NIC (docs/zero-copy.md); needs zero copy and --no-checksum to take effect")
 }
@@ -152,12 +152,16 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 		release = p.Close
 		what = "nic: gomx's ixgbe driver on two emulated 82599s, DMA on the transmit tail's writer"
 		if !n.syncDMA {
-			// A processor for each NIC's DMA engine: busy-polling
-			// boards hold a P each and yield their thread, not their
-			// P (mx's sched_yield), so without one of its own an
-			// engine would wait for the runtime's preemption (10 ms)
-			// between passes. The engines' threads then share the
-			// host's CPUs with the boards', as the OS schedules them.
+			// A processor for each NIC's busy DMA engine (in a
+			// one-way exchange the sender's transmit engine and the
+			// receiver's receive engine; the other two move only
+			// PULLs and acks): busy-polling boards hold a P each and
+			// yield their thread, not their P (mx's sched_yield), so
+			// without one of its own an engine would wait for the
+			// runtime's preemption (10 ms) between passes. A P per
+			// engine, four, moved nothing measurable. The engines'
+			// threads then share the host's CPUs with the boards', as
+			// the OS schedules them.
 			procs := runtime.GOMAXPROCS(0)
 			runtime.GOMAXPROCS(procs + 2)
 			release = func() error {
@@ -165,7 +169,7 @@ func (n *nicFlags) transports() (a, b transport.Transport, what string, nw *loop
 				runtime.GOMAXPROCS(procs)
 				return err
 			}
-			what = "nic: gomx's ixgbe driver on two emulated 82599s, DMA on an engine of each NIC's own (one more P each)"
+			what = "nic: gomx's ixgbe driver on two emulated 82599s, DMA on engines of each NIC's own (one more P each)"
 		}
 	case addrs == nil:
 		p, err := emulated.NewE1000E(emulated.DefaultE1000EOptions())
