@@ -96,6 +96,8 @@ func NewInterrupt() (*Interrupt, error) {
 
 // poller puts the eventfd in Go's network poller for wait, once: it makes
 // f, rc, readFn and expire. It fails with ErrClosed once Close has run.
+// Nothing may call f.Fd(): it would make the descriptor blocking, and the
+// raw reads taken under mu (take) would then block with mu held.
 func (i *Interrupt) poller() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()

@@ -678,13 +678,21 @@ func TestRxWaiterSpinAdapts(t *testing.T) {
 	var looks, armedAfter, frameAt int
 	var pos uint32
 	var end context.CancelFunc
+	var onArm func() // what an arming does besides noting the looks: end, by default
 	var count atomic.Uint64
 	w := drv.RxWaiter{Queues: 1, Closed: func() bool { return false },
 		Ready: func(int) (bool, uint32) {
 			looks++
 			return looks == frameAt, pos
 		},
-		Arm:   func(uint64) { armedAfter = looks; end() },
+		Arm: func(uint64) {
+			armedAfter = looks
+			if onArm != nil {
+				onArm()
+				return
+			}
+			end()
+		},
 		IRQs:  []*pci.Interrupt{irq},
 		Spin:  spin,
 		Count: &count, Errorf: func(op string, err error) error { return fmt.Errorf("%s: %w", op, err) }}
@@ -726,6 +734,20 @@ func TestRxWaiterSpinAdapts(t *testing.T) {
 	}
 	frameAt = 0
 	missed(65, 33)
+	// A frame found just after the arming that follows a wake-up came
+	// after a sleep, not just after the spin: the looks stay cut. The
+	// first arming is woken at once; 17 looks, the arming, its look,
+	// one look after the wake-up, the second arming, and its look (20).
+	arms := 0
+	onArm = func() {
+		if arms++; arms == 1 {
+			irq.Signal()
+		}
+	}
+	frameAt = 17 + 3
+	wait()
+	onArm, frameAt = nil, 0
+	missed(9, 5)
 	w.FixedSpin = true
 	missed(65, 65, 65)
 }

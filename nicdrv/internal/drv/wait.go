@@ -192,7 +192,7 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 		for k, q := range queues {
 			ready, p := w.Ready(q)
 			if ready {
-				if i > 0 && !armed && w.IRQs != nil {
+				if i > 0 && !armed && w.IRQs != nil && w.Spin > 0 {
 					w.spin[q].Store(0) // caught in the spin
 				}
 				return q, nil
@@ -232,13 +232,16 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 			irqs[k] = w.IRQs[q]
 		}
 		w.Arm(mask)
-		if !armed {
+		first := !armed
+		if first {
 			armed = true
 			w.spinMissed(queues, spin)
 		}
 		for _, q := range queues {
 			if ready, _ := w.Ready(q); ready {
-				w.spin[q].Store(0) // just after the spin: it was short
+				if first && w.Spin > 0 {
+					w.spin[q].Store(0) // just after the spin: it was short
+				}
 				return q, nil
 			}
 		}
@@ -300,7 +303,7 @@ func (w *RxWaiter) looksOf(q int) int {
 // all, catching no frame: each queue's looks are halved (from the looks
 // it took, down to one), and its probe count moves on (spinProbe).
 func (w *RxWaiter) spinMissed(queues []int, spin int) {
-	if w.FixedSpin {
+	if w.FixedSpin || w.Spin <= 0 {
 		return
 	}
 	for _, q := range queues {
