@@ -57,9 +57,10 @@ import (
 // a shorter wait. The look that finds the rings empty costs three times
 // its Peek in the source's lock and unlock (15 ns against 3 here), and a
 // record that lands during them waits for the next Peek: so a waiter's
-// look in its polling loop, finding them empty, peeks again, up to
-// lookPeeks times, under the same hold of the lock, and a record is seen
-// within a Peek of its landing most of the time.
+// look in its polling loop, finding them empty, looks again under the
+// same hold of the lock, for as long as lookPeeks Peeks, most of those
+// looks at the hot rings' record words alone (peekEvery), so a record on
+// a lane is seen within a few loads of its landing most of the time.
 //
 // A polling waiter makes no system call while its reply is on time: it
 // spins on the rings for yieldAfter, and only a reply later than that
@@ -158,10 +159,10 @@ func engineBusy(r *Request, e *Endpoint) bool {
 // of up to lookPeeks peeks each), little beside the kernel's own path.
 const syscallEvery = 64
 
-// lookPeeks is how many more times a polling waiter's look at the rings
-// peeks while they stay empty (see "A waiter's look" above), under the
-// one hold of the source's lock: some 100 ns, during which another
-// goroutine's look finds the rings taken (as it finds them during any
+// lookPeeks is how many more Peeks' time a polling waiter's look at the
+// rings lasts while they stay empty (see "A waiter's look" above, and
+// peekEvery), under the one hold of the source's lock: some 140 ns,
+// during which another goroutine's look finds the rings taken (as it finds them during any
 // look) and the waiter's other sources, its request and the clock wait.
 // A waiter that yields between looks peeks once.
 const lookPeeks = 32
