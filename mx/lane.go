@@ -265,9 +265,8 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		// at the queue and at the cold rings' summary, some three
 		// times as long, and a record that lands meanwhile waits for
 		// the next look at its word.
-		for k := w.peeks * peekEvery / 2; k > 0 && !ok && empty; k-- {
-			if k%peekEvery != 1 && s.lane.HotStill() {
-				continue
+		for k := w.peeks / 2; k > 0 && !ok && empty; k-- {
+			for i := 1; i < peekEvery && s.lane.HotStill(); i++ {
 			}
 			nic, data, ok, empty = s.lane.Peek()
 		}

@@ -268,7 +268,11 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 // only that a Peek now finds something to report.
 func (t *Transport) HotStill() bool {
 	for _, h := range t.hot {
-		if r := h.r; !r.gone && (r.wordAt.Load() != 0 || r.dead.Load()) {
+		r := h.r
+		if r.gone {
+			continue
+		}
+		if r.wordAt.Load() != 0 || r.dead.Load() {
 			return false
 		}
 	}
