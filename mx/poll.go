@@ -159,6 +159,23 @@ func engineBusy(r *Request, e *Endpoint) bool {
 // of up to lookPeeks peeks each), little beside the kernel's own path.
 const syscallEvery = 64
 
+// handBack hands Recv back at once to the receive loop of each of srcs
+// that no waiter polls any more, for a waiter that leaves them to sleep:
+// its message must find an owner. (Apart from pollWait's deferred
+// leaving, whose loop then makes no call: a waiter whose look took its
+// message leaves without saving its registers around one.)
+func handBack(srcs []*rxSource) {
+	for _, s := range srcs {
+		if s.polling() == 0 {
+			s.idle.Store(idleNever)
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // lookPeeks is how many more Peeks' time a polling waiter's look at the
 // rings lasts while they stay empty (see "A waiter's look" above, and
 // peekEvery), under the one hold of the source's lock: some 140 ns,
@@ -285,15 +302,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			if slowIn || s.spin {
 				s.pollLeft.Add(1)
 			}
-			if !ok && !(stay && spent) && s.polling() == 0 {
-				// Hand Recv back at once: this waiter is going to
-				// sleep and its message must find an owner.
-				s.idle.Store(idleNever)
-				select {
-				case s.wake <- struct{}{}:
-				default:
-				}
-			}
+		}
+		if !ok && !(stay && spent) {
+			handBack(srcs)
 		}
 		if ok {
 			if w == nil || !w.ok {
