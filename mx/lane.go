@@ -262,7 +262,7 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 		// peekEvery looks one is a whole peek, the last among them,
 		// the others check the hot rings' record words alone
 		// (HotStill), where a lane's record lands: a peek also looks
-		// at the queue and at the cold rings' summary, some three
+		// at the queue and at the cold rings' summary, some four
 		// times as long, and a record that lands meanwhile waits for
 		// the next look at its word.
 		for k := w.peeks / 2; k > 0 && !ok && empty; k-- {
@@ -335,9 +335,9 @@ func isLaneFrame(data []byte) bool {
 
 // peekEvery is how many of a polling waiter's looks at the empty rings
 // (takeLane) make one whole peek: the others check only the hot rings'
-// record words (shm.Transport.HotStill), a few loads against a peek's
-// three times as many. So a waiter's look of lookPeeks peeks' time makes
-// twice as many looks at a lane's record word.
+// record words (shm.Transport.HotStill), a quarter of a peek's
+// instructions. So a waiter's look of lookPeeks peeks' time makes twice
+// as many looks at a lane's record word.
 const peekEvery = 4
 
 // laneBatch bounds the lane records one look delivers under one hold of

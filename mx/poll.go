@@ -161,9 +161,9 @@ const syscallEvery = 64
 
 // handBack hands Recv back at once to the receive loop of each of srcs
 // that no waiter polls any more, for a waiter that leaves them to sleep:
-// its message must find an owner. (Apart from pollWait's deferred
-// leaving, whose loop then makes no call: a waiter whose look took its
-// message leaves without saving its registers around one.)
+// its message must find an owner. A loop of its own, apart from
+// pollWait's deferred leaving, so that one makes no call: a waiter whose
+// look took its message leaves without saving its registers around one.
 func handBack(srcs []*rxSource) {
 	for _, s := range srcs {
 		if s.polling() == 0 {
@@ -179,8 +179,9 @@ func handBack(srcs []*rxSource) {
 // lookPeeks is how many more Peeks' time a polling waiter's look at the
 // rings lasts while they stay empty (see "A waiter's look" above, and
 // peekEvery), under the one hold of the source's lock: some 140 ns,
-// during which another goroutine's look finds the rings taken (as it finds them during any
-// look) and the waiter's other sources, its request and the clock wait.
+// during which another goroutine's look finds the rings taken (as it
+// finds them during any look) and the waiter's other sources, its
+// request and the clock wait.
 // A waiter that yields between looks peeks once.
 const lookPeeks = 32
 
