@@ -360,11 +360,17 @@ func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total u
 }
 
 // runCopies runs the queued single copies, if any, each without the lock
-// (no lock held).
+// (no lock held). It is inlined where it is called, a look at the rings
+// after every message among them, and the lock is taken out of line
+// (runQueued).
 func (b *Board) runCopies() {
-	if b.cmaQueued.Load() == 0 {
-		return
+	if b.cmaQueued.Load() != 0 {
+		b.runQueued()
 	}
+}
+
+// runQueued is runCopies once copies are queued.
+func (b *Board) runQueued() {
 	b.mu.Lock()
 	b.unlock()
 }

@@ -408,9 +408,12 @@ func messageCost(b *testing.B, tf transportFactory, evict int) {
 // (poll.go's lookPeeks): "once" is a look that peeks once (the source's
 // TryLock, one shm.Transport.Peek, the unlock), as a waiter that yields
 // between looks makes; "peeks" is the look of a waiter in its polling
-// loop, which peeks lookPeeks more times under the same hold of the lock,
-// and reports ns/peek. The board's receive loop is kept away as a polling
-// waiter keeps it (counted among the source's pollers).
+// loop, which looks lookPeeks*peekEvery/2 more times under the same hold
+// of the lock (a whole peek every peekEvery, the hot rings' record words
+// alone between), and reports ns/look: how long a record that lands on a
+// lane waits, at most, before a look sees it. The board's receive loop is
+// kept away as a polling waiter keeps it (counted among the source's
+// pollers).
 func BenchmarkEmptyLook(b *testing.B) {
 	o := DefaultBoardOptions()
 	o.BusyPoll = true
@@ -437,7 +440,8 @@ func BenchmarkEmptyLook(b *testing.B) {
 					b.Fatalf("looked %v, found %v: want an empty look", looked, found)
 				}
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(c.peeks+1)), "ns/peek")
+			looks := 1 + c.peeks*peekEvery/2
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*looks), "ns/look")
 		})
 	}
 }

@@ -258,8 +258,16 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 	nic, data, ok, empty := s.lane.Peek()
 	if w != nil {
 		// A polling waiter's look watches the empty rings a while
-		// (lookPeeks) before it lets go of the source.
-		for k := w.peeks; k > 0 && !ok && empty; k-- {
+		// (lookPeeks) before it lets go of the source. Of every
+		// peekEvery looks one is a whole peek, the last among them,
+		// the others check the hot rings' record words alone
+		// (HotStill), where a lane's record lands: a peek also looks
+		// at the queue and at the cold rings' summary, some four
+		// times as long, and a record that lands meanwhile waits for
+		// the next look at its word.
+		for k := w.peeks / 2; k > 0 && !ok && empty; k-- {
+			for i := 1; i < peekEvery && s.lane.HotStill(); i++ {
+			}
 			nic, data, ok, empty = s.lane.Peek()
 		}
 	}
@@ -324,6 +332,13 @@ func (b *Board) takeLane(s *rxSource, seen int64, w *waiterReq) laneLook {
 func isLaneFrame(data []byte) bool {
 	return len(data) > wire.HeadLen && wire.Type(data[wire.HeadLen]) == wire.TypeLane
 }
+
+// peekEvery is how many of a polling waiter's looks at the empty rings
+// (takeLane) make one whole peek: the others check only the hot rings'
+// record words (shm.Transport.HotStill), a quarter of a peek's
+// instructions. So a waiter's look of lookPeeks peeks' time makes twice
+// as many looks at a lane's record word.
+const peekEvery = 4
 
 // laneBatch bounds the lane records one look delivers under one hold of
 // the board's lock (takeLane), so that a waiter of another goroutine

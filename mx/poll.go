@@ -57,9 +57,10 @@ import (
 // a shorter wait. The look that finds the rings empty costs three times
 // its Peek in the source's lock and unlock (15 ns against 3 here), and a
 // record that lands during them waits for the next Peek: so a waiter's
-// look in its polling loop, finding them empty, peeks again, up to
-// lookPeeks times, under the same hold of the lock, and a record is seen
-// within a Peek of its landing most of the time.
+// look in its polling loop, finding them empty, looks again under the
+// same hold of the lock, for as long as lookPeeks Peeks, most of those
+// looks at the hot rings' record words alone (peekEvery), so a record on
+// a lane is seen within a few loads of its landing most of the time.
 //
 // A polling waiter makes no system call while its reply is on time: it
 // spins on the rings for yieldAfter, and only a reply later than that
@@ -158,11 +159,29 @@ func engineBusy(r *Request, e *Endpoint) bool {
 // of up to lookPeeks peeks each), little beside the kernel's own path.
 const syscallEvery = 64
 
-// lookPeeks is how many more times a polling waiter's look at the rings
-// peeks while they stay empty (see "A waiter's look" above), under the
-// one hold of the source's lock: some 100 ns, during which another
-// goroutine's look finds the rings taken (as it finds them during any
-// look) and the waiter's other sources, its request and the clock wait.
+// handBack hands Recv back at once to the receive loop of each of srcs
+// that no waiter polls any more, for a waiter that leaves them to sleep:
+// its message must find an owner. A loop of its own, apart from
+// pollWait's deferred leaving, so that one makes no call: a waiter whose
+// look took its message leaves without saving its registers around one.
+func handBack(srcs []*rxSource) {
+	for _, s := range srcs {
+		if s.polling() == 0 {
+			s.idle.Store(idleNever)
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// lookPeeks is how many more Peeks' time a polling waiter's look at the
+// rings lasts while they stay empty (see "A waiter's look" above, and
+// peekEvery), under the one hold of the source's lock: some 140 ns,
+// during which another goroutine's look finds the rings taken (as it
+// finds them during any look) and the waiter's other sources, its
+// request and the clock wait.
 // A waiter that yields between looks peeks once.
 const lookPeeks = 32
 
@@ -284,15 +303,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			if slowIn || s.spin {
 				s.pollLeft.Add(1)
 			}
-			if !ok && !(stay && spent) && s.polling() == 0 {
-				// Hand Recv back at once: this waiter is going to
-				// sleep and its message must find an owner.
-				s.idle.Store(idleNever)
-				select {
-				case s.wake <- struct{}{}:
-				default:
-				}
-			}
+		}
+		if !ok && !(stay && spent) {
+			handBack(srcs)
 		}
 		if ok {
 			if w == nil || !w.ok {

@@ -262,7 +262,17 @@ func (p *partner) transmitNew(r *Request) {
 	p.noteTail(r) // ask.go
 }
 
+// flushWait transmits the sends waiting for room in p's window while
+// there is room. Inlined where an ack is applied, with the loop out of line
+// (flushWaiting): there is mostly nothing waiting.
 func (p *partner) flushWait() {
+	if p.waitq.Len() > 0 {
+		p.flushWaiting()
+	}
+}
+
+// flushWaiting is flushWait once sends wait.
+func (p *partner) flushWaiting() {
 	for p.waitq.Len() > 0 && p.unacked.Len() < p.ep.b.opts.MaxUnacked {
 		p.transmitNew(p.waitq.pop())
 	}

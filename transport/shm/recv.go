@@ -259,6 +259,26 @@ func (t *Transport) Peek() (peer transport.NICID, data []byte, ok, empty bool) {
 	return r.peer, f, true, false
 }
 
+// HotStill reports whether every hot ring's record word is 0 and none of
+// them lost its producer: the first of Peek's checks alone, without the
+// queue and the cold rings' summary. It is for a poller that spins on the
+// rings between its Peeks, under the same lock as Peek: a hot ring's record
+// is then seen within a few loads of landing rather than within a whole
+// Peek (a pair with a lane keeps every record on it). A false answer says
+// only that a Peek now finds something to report.
+func (t *Transport) HotStill() bool {
+	for _, h := range t.hot {
+		r := h.r
+		if r.gone {
+			continue
+		}
+		if r.wordAt.Load() != 0 || r.dead.Load() {
+			return false
+		}
+	}
+	return true
+}
+
 // Take consumes the frame Peek returned, as a Recv that returned it would
 // have, and gives its space back to the producer as commit does (the head
 // is published once pubEvery bytes were consumed). Called under the same

@@ -115,15 +115,33 @@ const (
 // pos+recHdr <= len(data) and the cursor is not checked again here: the
 // consumer calls this once per look at a ring.
 func parseRecord(data []byte, head, pos uint64, mtu int) (rec []byte, rl uint64, kind int, err error) {
-	size := uint64(len(data))
 	w := u32At(data, int(pos)+recWordOff).Load()
 	if w == 0 {
 		return nil, 0, recNone, nil
 	}
+	// A frame's record, every small message's, is parsed here; marks
+	// and errors in parseOther, whose calls of fmt would otherwise give
+	// this one a large frame to set up at every record.
+	n := binary.LittleEndian.Uint32(data[pos:])
+	if w != recWord(head) || n >= 1<<31 || int64(n) > int64(mtu) {
+		return parseOther(data, head, pos, mtu, w, n)
+	}
+	rl = uint64(recordLen(int(n)))
+	if rl > uint64(len(data))-pos {
+		return parseOther(data, head, pos, mtu, w, n)
+	}
+	start := pos + recHdr
+	return data[start : start+uint64(n) : start+uint64(n)], rl, recFrame, nil
+}
+
+// parseOther is parseRecord for a record with word w and length word n
+// that is not a plain frame's: a pad, a closing or a reference record, or
+// a broken one.
+func parseOther(data []byte, head, pos uint64, mtu int, w, n uint32) (rec []byte, rl uint64, kind int, err error) {
+	size := uint64(len(data))
 	if w != recWord(head) {
 		return nil, 0, recNone, fmt.Errorf("%w: record word %#x at cursor %d (want 0 or %#x)", errCorrupt, w, head, recWord(head))
 	}
-	n := binary.LittleEndian.Uint32(data[pos:])
 	kind = recFrame
 	switch {
 	case n == padMark:

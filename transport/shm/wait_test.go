@@ -462,6 +462,65 @@ func TestSerialSends(t *testing.T) {
 	}
 }
 
+// TestHotStill: HotStill, the look at the hot rings' record words that a
+// polling waiter makes between its Peeks, reports them still exactly while
+// a Peek finds nothing on them: from a record's landing until it is taken
+// it reports otherwise, and so once the ring's producer closed.
+func TestHotStill(t *testing.T) {
+	a, b := newTestPair(t, ringOpts(Options{MTU: 8000, RingSize: minRingLen, NoHugepages: true, FullWait: 10 * time.Second}))
+	defer a.Close()
+	defer b.Close()
+	send := func(i int) []byte {
+		f := bytes.Repeat([]byte{byte(i)}, 8)
+		if _, err := a.SendStrict([]transport.Frame{{Peer: b.Addr(), Data: f}}); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		return f
+	}
+	waitStirred := func(what string) {
+		for k := 0; k < 1e6; k++ {
+			if !b.HotStill() {
+				return
+			}
+		}
+		t.Fatalf("HotStill still true %s", what)
+	}
+	for i := range 4 {
+		f := send(i)
+		if i > 0 {
+			// Hot since the first frame was taken: a record lands
+			// where HotStill looks.
+			waitStirred("after a record landed")
+		}
+		var data []byte
+		for k := 0; k < 1e6 && data == nil; k++ {
+			_, data, _, _ = b.Peek()
+		}
+		if !bytes.Equal(data, f) {
+			t.Fatalf("frame %d: Peek shows %d bytes, want %d", i, len(data), len(f))
+		}
+		if i > 0 && b.HotStill() {
+			t.Fatalf("frame %d: HotStill true with a record peeked, not taken", i)
+		}
+		b.Take()
+		if len(b.hot) != 1 || !b.HotStill() {
+			t.Fatalf("frame %d taken: %d hot rings, HotStill %v; want 1 and true", i, len(b.hot), b.HotStill())
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for b.HotStill() {
+		if time.Now().After(deadline) {
+			t.Fatal("HotStill true a minute after the producer closed")
+		}
+	}
+	if _, _, ok, empty := b.Peek(); ok || empty {
+		t.Fatalf("Peek where HotStill saw the producer close: ok %v, empty %v; want a miss for Recv", ok, empty)
+	}
+}
+
 // TestPeekTake: Peek shows the next frame without taking it (Recv then
 // returns it), Take consumes it, and a consumer that takes every frame
 // with Peek and Take through many laps of a small ring gives the space
