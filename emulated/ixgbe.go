@@ -274,7 +274,9 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 // walk (ixgbe_tx.go) hold txMu and mu for reading and the TX queue's walk
 // lock; a frame's delivery into its RX ring (ixgbe_rx.go) holds mu for
 // reading and the RX queue's lock (rxq), and an RDT write mu for reading
-// alone (it stores RDT atomically, so it waits for no delivery). They
+// alone (it stores RDT atomically, so it waits for no delivery, unless a
+// writer of mu waits for one: a register read or Stats, whom an RWMutex
+// lets no later reader pass). They
 // read txMu, mu and the IOMMU in their queue's shard (queueLock; a
 // delivery reads mu in the shard its destination port picks), and count
 // into their queue's own lines (txWalk, rxQueue), so two queues moving

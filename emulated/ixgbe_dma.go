@@ -141,9 +141,11 @@ func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
 	w.mu.Lock()
 	if len(w.frames) >= n.hold.max {
 		w.mu.Unlock()
-		n.mu.Lock()
+		// For reading: a writer would wait out the delivery in
+		// progress, and hold up the tail writes behind it.
+		n.mu.RLock()
 		n.missedLocked()
-		n.mu.Unlock()
+		n.mu.RUnlock()
 		n.nDrop.Add(1)
 		return
 	}

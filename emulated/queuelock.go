@@ -29,7 +29,7 @@ import "sync"
 //
 // A lock made with one shard (newQueueLock(1), for a model whose data path
 // takes the lock for writing, the 82574L's, an 82599's with AsyncDMA, whose
-// one engine takes txMu for writing, or a platform without queues) is that
+// transmit engine takes txMu for writing, or a platform without queues) is that
 // one RWMutex: its writers pay nothing for the split.
 type queueLock struct {
 	shards []lockShard
