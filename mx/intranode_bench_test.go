@@ -410,8 +410,9 @@ func messageCost(b *testing.B, tf transportFactory, evict int) {
 // between looks makes; "peeks" is the look of a waiter in its polling
 // loop, which looks lookPeeks*peekEvery/2 more times under the same hold
 // of the lock (a whole peek every peekEvery, the hot rings' record words
-// alone between), and reports ns/look: how long a record that lands on a
-// lane waits, at most, before a look sees it. The board's receive loop is
+// alone between), and reports ns/look: how long, on average, a record
+// that lands on a lane waits before a look sees it (at most about a
+// whole peek, for one that lands just after a peek looked at its ring). The board's receive loop is
 // kept away as a polling waiter keeps it (counted among the source's
 // pollers).
 func BenchmarkEmptyLook(b *testing.B) {

@@ -159,23 +159,6 @@ func engineBusy(r *Request, e *Endpoint) bool {
 // of up to lookPeeks peeks each), little beside the kernel's own path.
 const syscallEvery = 64
 
-// handBack hands Recv back at once to the receive loop of each of srcs
-// that no waiter polls any more, for a waiter that leaves them to sleep:
-// its message must find an owner. A loop of its own, apart from
-// pollWait's deferred leaving, so that one makes no call: a waiter whose
-// look took its message leaves without saving its registers around one.
-func handBack(srcs []*rxSource) {
-	for _, s := range srcs {
-		if s.polling() == 0 {
-			s.idle.Store(idleNever)
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
 // lookPeeks is how many more Peeks' time a polling waiter's look at the
 // rings lasts while they stay empty (see "A waiter's look" above, and
 // peekEvery), under the one hold of the source's lock: some 140 ns,
@@ -214,9 +197,11 @@ type waiterReq struct {
 	// Request.Wait), which did not find the request done; idle is what
 	// that look said of the sources.
 	looked, idle bool
-	// peeks: how many more looks at the rings a look of its may make
-	// while they stay empty, under the one hold of the source's lock
-	// (lookPeeks; 0 for firstLook and for a waiter that yields).
+	// peeks: how many more Peeks' time a look of its may spend at the
+	// rings while they stay empty, under the one hold of the source's
+	// lock (lookPeeks; takeLane makes peeks/2 whole Peeks, each after up
+	// to peekEvery-1 looks at the hot rings' words; 0 for firstLook and
+	// for a waiter that yields).
 	peeks int
 }
 
@@ -305,7 +290,10 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			}
 		}
 		if !ok && !(stay && spent) {
-			handBack(srcs)
+			// Its message must find an owner: Recv goes back to the
+			// loops (a test once, so that a waiter whose look took its
+			// message saves no registers around a call).
+			b.handBack(srcs)
 		}
 		if ok {
 			if w == nil || !w.ok {

@@ -403,8 +403,9 @@ func (b *Board) takeSources() []*rxSource {
 	return srcs
 }
 
-// handBack gives sources a waiter polled and kept (pollWait's stay) back
-// to their loops.
+// handBack gives sources no waiter polls any more back to their loops at
+// once: those a waiter polled and kept (pollWait's stay), or those a
+// waiter leaves without its message.
 func (b *Board) handBack(srcs []*rxSource) {
 	for _, s := range srcs {
 		if s.polling() == 0 {
