@@ -219,8 +219,9 @@
 // each NIC writes its own host's memory. A tail write and a frame off the
 // wire take the register lock only for reading, so neither waits for a
 // delivery under way. Close, FLR and CTRL.RST stop the engines and wait
-// for them; a benchmark that measures the driver's and mx's CPU rather
-// than the model's wants the engines (ixgbe_dma.go explains the rest).
+// for them, and a NIC in reset or closed takes no frame off the wire; a
+// benchmark that measures the driver's and mx's CPU rather than the
+// model's wants the engines (ixgbe_dma.go explains the rest).
 //
 // # The wire
 //

@@ -70,9 +70,14 @@ import (
 // function-level reset and CTRL.RST (stopEngine): the pass in flight ends
 // first, then the goroutine returns, and a queue marked but not yet served
 // is forgotten, its descriptors unread, as a reset aborts a NIC's DMA; so
-// are the frames in the packet buffer. A reset's next tail write or frame
-// starts a new engine; after Close none starts, so no DMA happens after
-// Close returns.
+// are the frames in the packet buffer. From the start of the reset to its
+// end (powerOn) the NIC takes no frame off the wire, as a chip in reset
+// receives nothing (counted in RxDropped, as the reset clears MPC), and no
+// engine starts, so the receive engine of before the reset delivers the
+// rest of its batch alone, and one engine per NIC delivers at any time.
+// After the reset the next tail write or frame starts a new engine; after
+// Close none starts and no frame is taken (a cable to a port powered
+// off), so no DMA happens after Close returns.
 
 // The engines of a NIC (ixgbeNIC.dma).
 const (
@@ -122,6 +127,11 @@ type wireIn struct {
 	spare  []wireFrame  // the engine's batch, emptied, to swap back in
 	free   [][]byte     // frame buffers to reuse
 	queued atomic.Int64 // frames in frames or in the engine's batch
+	// off is set while the NIC is in reset (from stopEngine to powerOn)
+	// and after Close: the packet buffer takes no frame, and no engine
+	// starts (engine), so the engine of before the reset, which
+	// stopEngine waits out, is the only one that delivers until it ends.
+	off atomic.Bool
 }
 
 type wireFrame struct {
@@ -139,6 +149,14 @@ func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
 	}
 	w := &n.in
 	w.mu.Lock()
+	if w.off.Load() {
+		// A port in reset or powered off (Close) takes nothing off
+		// the wire: the frame is lost, as on a real cable, and
+		// counted nowhere but here (the reset clears MPC).
+		w.mu.Unlock()
+		n.nDrop.Add(1)
+		return
+	}
 	if len(w.frames) >= n.hold.max {
 		w.mu.Unlock()
 		// For reading: a writer would wait out the delivery in
@@ -163,15 +181,16 @@ func (n *ixgbeNIC) fromWire(fr []byte, badFCS bool) {
 // takeFromWire implements wireTaker: with AsyncDMA the packet buffer
 // keeps fr itself, and the sender gets a spent frame buffer of this NIC's
 // in its place, so a frame crosses the cable without a copy. A full
-// packet buffer, or the synchronous model, takes nothing (fromWire then
-// counts the miss, or receives the frame at once).
+// packet buffer, a NIC in reset or closed, or the synchronous model,
+// takes nothing (fromWire then counts the miss or the drop, or receives
+// the frame at once).
 func (n *ixgbeNIC) takeFromWire(fr []byte) ([]byte, bool) {
 	if !n.async {
 		return nil, false
 	}
 	w := &n.in
 	w.mu.Lock()
-	if len(w.frames) >= n.hold.max {
+	if w.off.Load() || len(w.frames) >= n.hold.max {
 		w.mu.Unlock()
 		return nil, false
 	}
@@ -196,29 +215,32 @@ func (n *ixgbeNIC) kickAfterWire() {
 }
 
 // engine returns the NIC's DMA engine k (txEngine, rxEngine), started if
-// it was not running, or nil after Close. It takes mu only for reading,
-// and only to start one: a frame off the wire comes from the peer's
-// engine, once a frame, and a tail write from the driver, and mu held for
-// writing there would wait for this NIC's receive, which holds mu for
-// reading while it writes a frame into the host's memory, so the two
-// NICs' engines would take turns at every frame where two NICs' DMA run
-// at once. An engine loaded before stopEngine cleared it is one
+// it was not running, or nil during a reset and after Close. It takes mu
+// only for reading, and only to start one: a frame off the wire comes
+// from the peer's engine, once a frame, and a tail write from the driver,
+// and mu held for writing there would wait for this NIC's receive, which
+// holds mu for reading while it writes a frame into the host's memory, so
+// the two NICs' engines would take turns at every frame where two NICs'
+// DMA run at once. An engine loaded before stopEngine cleared it is one
 // stopEngine then stops: what the caller did before the load (a frame put
 // in the packet buffer, a tail write) came before stopEngine's reset,
 // which drops that frame and aborts that DMA, as a reset does; what comes
-// after the reset loads nil and starts the next engine here (none after
-// Close).
+// after stopEngine cleared it loads nil and starts no engine until the
+// reset is over (in.off), so the engine stopEngine waits out is the NIC's
+// only deliverer until it returns, and frames stay in the order they
+// came; after the reset the next engine starts here (none after Close).
 func (n *ixgbeNIC) engine(k int) *dmaEngine {
 	if e := n.dma[k].Load(); e != nil {
 		return e
 	}
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	if n.closed {
+	if n.closed || n.in.off.Load() {
 		return nil
 	}
-	// stopEngine clears dma under mu held for writing, so here starters
-	// race only with each other, and the one whose store lands starts it.
+	// stopEngine sets in.off and then clears dma under mu held for
+	// writing, so here starters race only with each other, and the one
+	// whose store lands starts it.
 	e := &dmaEngine{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if !n.dma[k].CompareAndSwap(nil, e) {
 		return n.dma[k].Load()
@@ -237,6 +259,9 @@ func (n *ixgbeNIC) receiveWire() {
 	w.spare = nil
 	w.mu.Unlock()
 	for _, f := range batch {
+		if n.holdHook != nil {
+			n.holdHook(holdWireFrame)
+		}
 		n.fromFrame(f.b, f.badFCS)
 	}
 	w.mu.Lock()
@@ -310,12 +335,15 @@ func (n *ixgbeNIC) runEngine(e *dmaEngine) {
 	}
 }
 
-// stopEngine stops the NIC's DMA engines, those that run, and waits for
-// their goroutines to return. It takes mu and then no lock while it
-// waits, so it must be called holding neither txMu nor mu (the engines
-// take both).
+// stopEngine puts the NIC in reset (in.off: the packet buffer takes no
+// frame and no engine starts until powerOn ends the reset), stops the
+// NIC's DMA engines, those that run, waits for their goroutines to
+// return and empties the packet buffer. It takes mu and then no lock
+// while it waits, so it must be called holding neither txMu nor mu (the
+// engines take both).
 func (n *ixgbeNIC) stopEngine() {
 	var es [len(n.dma)]*dmaEngine
+	n.in.off.Store(true)
 	n.mu.Lock()
 	for k := range n.dma {
 		es[k] = n.dma[k].Swap(nil)

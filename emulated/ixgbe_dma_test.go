@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,6 +137,16 @@ func engines() int {
 	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "(*ixgbeNIC).runEngine(")
 }
 
+// settledEngines waits, at most 10 s, until the engines of the tests
+// before have returned (their Close waited for them, but a goroutine that
+// closed its done channel may not have returned yet) and returns how many
+// run then: 0, as no test here runs in parallel.
+func settledEngines(t *testing.T) int {
+	t.Helper()
+	waitEngines(t, 0, "the tests before")
+	return 0
+}
+
 // waitEngines waits, at most 10 s, for want DMA engines to run.
 func waitEngines(t *testing.T, want int, after string) {
 	t.Helper()
@@ -151,7 +162,7 @@ func waitEngines(t *testing.T, want int, after string) {
 // stop it and wait for it: none is left running, and none starts after
 // Close.
 func TestIXGBEDMAEngineStops(t *testing.T) {
-	base := engines()
+	base := settledEngines(t)
 	m := emulated.DefaultIXGBEOptions()
 	m.AsyncDMA = true
 	q := newRawTxQueue(t, m)
@@ -212,7 +223,7 @@ func TestIXGBEDMAEngineStops(t *testing.T) {
 // arrives, nothing waits in a packet buffer once the sender counted it
 // sent, and Close stops both engines.
 func TestIXGBEReceiveOnOwnEngine(t *testing.T) {
-	base := engines()
+	base := settledEngines(t)
 	m := emulated.DefaultIXGBEOptions()
 	m.AsyncDMA = true
 	p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
@@ -300,6 +311,31 @@ func TestIXGBEFramesCrossTheCableWhole(t *testing.T) {
 	}
 }
 
+// within fails the test unless done reports true within 10 s.
+func within(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !done(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %s", what)
+		}
+	}
+}
+
+// errWithin waits, at most 10 s, for an error from ch and returns it.
+func errWithin(t *testing.T, what string, ch <-chan error) error {
+	t.Helper()
+	var err error
+	within(t, what, func() bool {
+		select {
+		case err = <-ch:
+			return true
+		default:
+			return false
+		}
+	})
+	return err
+}
+
 // With AsyncDMA a NIC's receive engine held in the middle of a receive (a
 // frame that found its ring full, stopped in the hold hook) stalls
 // neither the NIC's transmit DMA, as the chip's receive and transmit DMA
@@ -310,7 +346,14 @@ func TestIXGBEFramesCrossTheCableWhole(t *testing.T) {
 func TestIXGBEEngineStallsNoOtherDMA(t *testing.T) {
 	m := emulated.DefaultIXGBEOptions()
 	m.AsyncDMA = true
-	p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+	o := ixgbe.DefaultOptions()
+	// b's ring holds fewer than o.RxRing frames: the rest, which wait in
+	// b's packet buffer, find it full.
+	total := o.RxRing + 8
+	if total-o.RxRing > m.Pending {
+		t.Fatalf("%d frames beyond the ring, more than the packet buffer's %d", total-o.RxRing, m.Pending)
+	}
+	p, n := ixgbePairOn(t, m, o)
 	a, b := n[0], n[1]
 	held, release := make(chan struct{}), make(chan struct{})
 	var hold, free sync.Once
@@ -320,18 +363,8 @@ func TestIXGBEEngineStallsNoOtherDMA(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { free.Do(func() { close(release) }) })
-	within := func(what string, done func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !done(); runtime.Gosched() {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 10 s: %s", what)
-			}
-		}
-	}
-	// b's ring holds fewer than 512 frames: the rest find it full.
-	const total = 520
 	sendFrames(t, a, b, total)
-	within("no frame found b's ring full", func() bool {
+	within(t, "no frame found b's ring full", func() bool {
 		select {
 		case <-held:
 			return true
@@ -339,7 +372,7 @@ func TestIXGBEEngineStallsNoOtherDMA(t *testing.T) {
 			return false
 		}
 	})
-	within("a's engine stalled behind b's receive", func() bool { return p.Stats(0).TxFrames == total })
+	within(t, "a's engine stalled behind b's receive", func() bool { return p.Stats(0).TxFrames == uint64(total) })
 	sent := make(chan error, 1)
 	go func() {
 		buf, err := b.Pool(0).Get()
@@ -350,26 +383,166 @@ func TestIXGBEEngineStallsNoOtherDMA(t *testing.T) {
 		}
 		sent <- err
 	}()
-	var txErr error
-	within("b's TDT write waited for its engine's receive", func() bool {
-		select {
-		case txErr = <-sent:
-			return true
-		default:
-			return false
-		}
-	})
-	if txErr != nil {
-		t.Fatal(txErr)
+	if err := errWithin(t, "b's TDT write waited for its engine's receive", sent); err != nil {
+		t.Fatal(err)
 	}
 	got := 0
-	within("b's frame waited for b's receive", func() bool { got += received(t, a); return got == 1 })
+	within(t, "b's frame waited for b's receive", func() bool { got += received(t, a); return got == 1 })
 	free.Do(func() { close(release) })
 	got = 0
-	within(fmt.Sprint("b did not receive all ", total, " frames"), func() bool { got += received(t, b); return got == total })
+	within(t, fmt.Sprint("b did not receive all ", total, " frames"), func() bool { got += received(t, b); return got == total })
 	for i := range 2 {
 		if s := p.Stats(i); s.Violations != 0 || s.RxDropped != 0 {
 			t.Errorf("NIC %d: %d violations (the last %q), %d frames dropped", i, s.Violations, s.LastViolation, s.RxDropped)
 		}
 	}
+}
+
+// stopEngineWaits reports whether a goroutine is in a reset's stopEngine
+// waiting for an engine to return.
+func stopEngineWaits() bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "[chan receive") && strings.Contains(g, "(*ixgbeNIC).stopEngine(") {
+			return true
+		}
+	}
+	return false
+}
+
+// With AsyncDMA a reset (CTRL.RST, FLR) that finds the receive engine in
+// the middle of a batch, with more frames in the packet buffer, waits for
+// that engine and empties the buffer; a frame that comes off the wire
+// while it waits is lost, as a chip in reset receives nothing, and starts
+// no second engine, which would deliver it while the first still
+// delivers the frames before it. After the reset the next frame starts
+// one engine.
+func TestIXGBEResetStopsReceiveEngine(t *testing.T) {
+	for _, c := range []struct {
+		what  string
+		reset func(f *emulated.Function) error
+	}{
+		{"CTRL.RST", func(f *emulated.Function) error {
+			regs, err := f.BAR(0)
+			if err == nil {
+				regs.Write32(hw.CTRL, hw.CtrlRst|hw.CtrlGIODis)
+			}
+			return err
+		}},
+		{"function-level reset", func(f *emulated.Function) error {
+			if err := f.Reset(); err != nil {
+				return err
+			}
+			// Memory decoding back on, so the driver's Close reads
+			// the registers, not all ones.
+			return pci.SetCommand(f, pci.CommandMemory)
+		}},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			base := settledEngines(t)
+			m := emulated.DefaultIXGBEOptions()
+			m.AsyncDMA = true
+			p, n := ixgbePairOn(t, m, ixgbe.DefaultOptions())
+			a, b := n[0], n[1]
+			held, release := make(chan struct{}), make(chan struct{})
+			var first, twice atomic.Bool
+			var inside atomic.Int32
+			emulated.SetHoldHook(p, 1, func(stage int) {
+				if stage != 4 { // before a frame of b's engine's batch
+					return
+				}
+				if inside.Add(1) > 1 {
+					twice.Store(true)
+				}
+				defer inside.Add(-1)
+				if first.CompareAndSwap(false, true) {
+					close(held)
+					<-release
+				}
+			})
+			var free sync.Once
+			t.Cleanup(func() { free.Do(func() { close(release) }) })
+			const queued = 4
+			sendFrames(t, a, b, queued)
+			<-held // sendFrames's first frame reached b's engine
+			within(t, "a sent the frames", func() bool { return p.Stats(0).TxFrames == queued })
+			if q := p.Stats(1).RxQueued; q != queued {
+				t.Fatalf("%d frames in b's packet buffer and its engine's batch, want %d", q, queued)
+			}
+			reset := make(chan error, 1)
+			go func() { reset <- c.reset(p.Functions()[1]) }()
+			within(t, "the reset waited for b's engine", stopEngineWaits)
+			sendFrames(t, a, b, 1)
+			within(t, "the frame sent during the reset neither dropped nor delivered", func() bool {
+				return twice.Load() || p.Stats(1).RxDropped != 0
+			})
+			if twice.Load() {
+				t.Errorf("a second receive engine delivered a frame while the reset waited for the first")
+			}
+			if s := p.Stats(1); s.RxDropped != 1 {
+				t.Errorf("%d frames dropped during the reset, want 1", s.RxDropped)
+			}
+			free.Do(func() { close(release) })
+			if err := errWithin(t, "the reset did not return", reset); err != nil {
+				t.Fatal(err)
+			}
+			if q := p.Stats(1).RxQueued; q != 0 {
+				t.Errorf("%d frames left in b's packet buffer after the reset", q)
+			}
+			waitEngines(t, base+1, c.what+": a's transmit engine alone") // b's receive engine stopped
+			// After the reset b takes frames again; its receive is not
+			// enabled, so the frame is dropped there.
+			sendFrames(t, a, b, 1)
+			within(t, "the frame after the reset not dropped", func() bool {
+				s := p.Stats(1)
+				return s.RxDropped == 2 && s.RxQueued == 0
+			})
+			waitEngines(t, base+2, c.what+": a frame after the reset")
+		})
+	}
+}
+
+// A closed 82599 function whose port is still cabled takes no frame off
+// the wire, as a port powered off: the peer's frame is dropped and
+// counted, and none waits for an engine, so WaitSent returns.
+func TestIXGBEClosedPortTakesNoFrame(t *testing.T) {
+	ixgbeDMAModes(t, func(t *testing.T, m emulated.IXGBEOptions) {
+		m.Ports, m.Cabled = 1, false
+		var p [2]*emulated.IXGBE
+		for i := range p {
+			var err error
+			if p[i], err = emulated.NewIXGBE(m); err != nil {
+				t.Fatal(err)
+			}
+			pi := p[i]
+			t.Cleanup(func() { pi.Close() })
+		}
+		if err := emulated.Cable(p[0].Port(0), p[1].Port(0)); err != nil {
+			t.Fatal(err)
+		}
+		var n [2]*ixgbe.NIC
+		for i := range n {
+			var err error
+			if n[i], err = ixgbe.Open(p[i].Functions()[0], ixgbe.DefaultOptions()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { n[0].Close() })
+		// The receiver's driver and function close; its port stays on
+		// the cable.
+		if err := n[1].Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p[1].Functions()[0].Close(); err != nil {
+			t.Fatal(err)
+		}
+		sendFrames(t, n[0], n[1], 1)
+		waitIXGBESent(t, p[0], 0, 1)
+		if s := p[1].Stats(0); s.RxQueued != 0 || s.RxDropped != 1 {
+			t.Errorf("closed port: %d frames wait for an engine, %d dropped; want 0 and 1", s.RxQueued, s.RxDropped)
+		}
+		if err := p[1].WaitSent(0, 0, time.Second); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -47,6 +47,9 @@ func (n *ixgbeNIC) powerOn() {
 	n.ftqfOn = [hw.FiveTupleEntries / 64]uint64{}
 	n.txCtx = [hw.MaxQueuePairs][2]hw.TxDesc{}
 	n.lastLU = n.linkUp()
+	// The reset is over: the packet buffer takes frames again
+	// (stopEngine put it off), unless the NIC is closed.
+	n.in.off.Store(n.closed)
 }
 
 func (n *ixgbeNIC) loadMAC() {
@@ -237,8 +240,9 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 		return
 	}
 	if off == hw.CTRL && v&hw.CtrlRst != 0 {
-		// A software reset stops the DMA engine and waits out a
-		// transmission in flight: powerOn runs under txMu and mu.
+		// A software reset stops the DMA engines and waits out a
+		// transmission or delivery in flight (the NIC takes no frame
+		// until powerOn ends the reset): powerOn runs under txMu and mu.
 		n.stopEngine()
 		n.txMu.Lock()
 		defer n.txMu.Unlock()

@@ -90,6 +90,7 @@ const (
 	holdNoRoom      holdStage = iota + 1 // receive: the ring had no room, the hold is not yet locked
 	holdOfferNoRoom                      // offer: the ring still had no room, the frame is not yet held
 	holdTailMoved                        // refill: RDT moved, the hold is not yet looked at
+	holdWireFrame                        // receive engine: a frame of its batch off the wire is not yet received (no lock held)
 )
 
 // acceptLocked is the L2 filter: receive addresses, promiscuous modes,
