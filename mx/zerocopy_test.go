@@ -486,7 +486,9 @@ func TestZeroCopyLoopbackCopies(t *testing.T) {
 // its replies (wire.ExtReplyPad) the replies in place cost the CPU
 // nothing; from one that does not (as Open-MX), the payload bytes of each
 // that came in the header buffer (32 on the 82599, 96 on the 82574L) are
-// copied. Where frames were resent, at most one byte per byte.
+// copied. A frame no pull counted (a question, an ack of a resend) costs
+// at most the rest of a window each. Where frames were resent, at most
+// one byte per byte.
 func TestZeroCopyReceiveInPlace(t *testing.T) {
 	inHeader := map[string]int{"82599-place": 32, "82599-lanes": 32, "82599-jumbo-lanes": 32, "82574L-place": 96}
 	for _, m := range zcModels {
@@ -505,6 +507,14 @@ func TestZeroCopyReceiveInPlace(t *testing.T) {
 					pr.bb.mu.Lock()
 					pr.btoa.p.replyPad = false
 					pr.bb.mu.Unlock()
+				}
+				// A window: the replies of the blocks a pull keeps asked
+				// for at once, each at most a reply's length.
+				pr.bb.mu.Lock()
+				window := uint64(pr.bb.opts.PullBlocks * pr.bb.opts.PullBlockFrames * pr.btoa.p.replyLen)
+				pr.bb.mu.Unlock()
+				if window == 0 {
+					t.Fatalf("no reply length learnt at connect")
 				}
 				const size = 1 << 20
 				frames := size / (cmp.Or(m.mtu, 1500) - 100) // more than there are
@@ -525,6 +535,14 @@ func TestZeroCopyReceiveInPlace(t *testing.T) {
 						t.Errorf("message %d: %.4f copied per byte: want at most one", i, c.RecvPerByte())
 					}
 					prevQuiet := i == 0 || resent == resentPrev && asked == askedPrev
+					// The frames no pull counted that may have crossed
+					// this one: its questions, and the previous
+					// message's resends and questions (their acks and
+					// answers come when they do).
+					strays := questions(pr) - asked
+					if i > 0 {
+						strays += resent - resentPrev + asked - askedPrev
+					}
 					resentPrev, askedPrev = resent, asked
 					if retransmits(pr) != resent {
 						continue
@@ -538,10 +556,15 @@ func TestZeroCopyReceiveInPlace(t *testing.T) {
 						// of a frame the receiver resent, arrives when it
 						// does, and takes a descriptor of the spans posted
 						// then: the rest of that window lands late, and
-						// the next block is realigned (placerecv.go). At
-						// most a window is copied.
-						if c.RecvPlaced < size*7/10 {
-							t.Errorf("message %d: %d bytes in place after a question or a resend: want all but a window's", i, c.RecvPlaced)
+						// the next block is realigned (placerecv.go). Each
+						// such stray costs at most a window, not the
+						// message; the sender asks again each askWait,
+						// doubled, so a host that keeps it late for long
+						// asks two or more in a message (two cost 224 of
+						// 724 replies at load 14). So: what a quiet
+						// message places, less a window a stray.
+						if lost := strays * window; c.RecvPlaced+lost < size*9/10 {
+							t.Errorf("message %d: %d bytes in place after %d questions or resends: want all but a window's (%d bytes) each, over 90%% less %d", i, c.RecvPlaced, strays, window, lost)
 						}
 						continue
 					}
