@@ -10,6 +10,7 @@ import (
 	"github.com/gomx-dev/gomx/internal/cpuclock"
 	"github.com/gomx-dev/gomx/internal/units"
 	"github.com/gomx-dev/gomx/mx"
+	"github.com/gomx-dev/gomx/transport/nic"
 )
 
 // overlapNotes is the help of overlap.
@@ -420,14 +421,14 @@ func progressCPU(boards []*mx.Board) time.Duration {
 
 // wakeups is how many times boards' progress threads have woken from a
 // sleep so far, summed: the NIC interrupts their transports' receive
-// waits consumed (counter nic_rx_interrupts) and their sleeps that ended
+// waits consumed (nic.CounterRxInterrupts) and their sleeps that ended
 // with nothing to do (mx.SleepsEmpty).
 func wakeups(boards []*mx.Board) uint64 {
 	var sum uint64
 	for _, b := range boards {
 		sum += b.Counters()[mx.SleepsEmpty]
 		for _, c := range b.TransportCounters() {
-			if c.Name == "nic_rx_interrupts" {
+			if c.Name == nic.CounterRxInterrupts {
 				sum += c.Value
 			}
 		}

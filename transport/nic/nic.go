@@ -918,9 +918,14 @@ func (t *Transport) Counters() []transport.Counter {
 		transport.Counter{Name: "nic_rx_no_buffer", Value: s.RxNoBuffer},
 		transport.Counter{Name: "nic_rx_dropped", Value: s.RxDropped},
 		transport.Counter{Name: "nic_tx_ring_full", Value: s.TxRingFull},
-		transport.Counter{Name: "nic_rx_interrupts", Value: s.Interrupts},
+		transport.Counter{Name: CounterRxInterrupts, Value: s.Interrupts},
 	)
 }
+
+// CounterRxInterrupts names the counter of the NIC interrupts the
+// transport's receive waits consumed (nicdrv.Stats.Interrupts), which a
+// report reads to count a progress thread's wake-ups.
+const CounterRxInterrupts = "nic_rx_interrupts"
 
 // Close implements transport.Transport: it wakes a waiting Recv, gives
 // back the buffers Recv handed out, closes the NIC (which completes the
