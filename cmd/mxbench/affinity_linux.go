@@ -89,9 +89,9 @@ func bindProcess(n int) int {
 	return cpu
 }
 
-// confinePasses bounds confineOthers' passes over the process's threads:
-// a pass that meets no new thread ends the loop, and only a thread started
-// by one not yet moved (which inherits the old binding) makes another.
+// confinePasses bounds confineOthers' passes over the process's threads,
+// and its undo's: a pass that meets no new thread ends the loop, and only
+// a thread started during the last pass makes another.
 const confinePasses = 8
 
 // confineOthers binds every other thread of this process that may run
@@ -125,19 +125,30 @@ func confineOthers(cpu int) (undo func() error, err error) {
 		for _, tid := range moved {
 			back(tid)
 		}
-		tids, err := threads()
-		if err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		for _, tid := range tids {
-			var set unix.CPUSet
-			if !seen[tid] && unix.SchedGetaffinity(tid, &set) == nil && set == to {
-				back(tid) // started meanwhile: it inherited cpu
+		// Threads started meanwhile inherited cpu: bring them back too,
+		// pass after pass, as one of them may start another before it
+		// is moved.
+		for range confinePasses {
+			tids, err := threads()
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			fresh := false
+			for _, tid := range tids {
+				var set unix.CPUSet
+				if !seen[tid] && unix.SchedGetaffinity(tid, &set) == nil && set == to {
+					back(tid)
+					fresh = true
+				}
+				seen[tid] = true
+			}
+			if !fresh {
+				break
 			}
 		}
 		return errors.Join(errs...)
 	}
-	for range confinePasses {
+	for pass := range confinePasses {
 		tids, err := threads()
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("--progress-cpu %d: listing this process's threads: %w", cpu, err), undo())
@@ -149,8 +160,17 @@ func confineOthers(cpu int) (undo func() error, err error) {
 			}
 			seen[tid], fresh = true, true
 			var had unix.CPUSet
-			if unix.SchedGetaffinity(tid, &had) != nil || had != home {
-				continue // gone, or bound elsewhere on purpose
+			if unix.SchedGetaffinity(tid, &had) != nil {
+				continue // gone
+			}
+			if pass > 0 && had == to {
+				// Started by a thread already moved: it inherited cpu,
+				// and the undo must bring it back.
+				moved = append(moved, tid)
+				continue
+			}
+			if had != home {
+				continue // bound elsewhere on purpose
 			}
 			if err := unix.SchedSetaffinity(tid, &to); err != nil {
 				if errors.Is(err, unix.ESRCH) {

@@ -28,14 +28,27 @@ func threadCPUs(t *testing.T) map[int]unix.CPUSet {
 	return m
 }
 
-// bindAll binds every thread of this process to set.
+// bindAll binds every thread of this process to set, pass after pass
+// until a pass meets none bound otherwise: a thread started by one not
+// yet bound inherits that one's CPUs.
 func bindAll(t *testing.T, set unix.CPUSet) {
 	t.Helper()
-	for tid := range threadCPUs(t) {
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-			t.Fatalf("binding thread %d to %v: %v", tid, cpuList(set), err)
+	for range 100 {
+		stray := false
+		for tid, had := range threadCPUs(t) {
+			if had == set {
+				continue
+			}
+			stray = true
+			if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+				t.Fatalf("binding thread %d to %v: %v", tid, cpuList(set), err)
+			}
+		}
+		if !stray {
+			return
 		}
 	}
+	t.Fatalf("threads kept starting bound to other CPUs than %v", cpuList(set))
 }
 
 // TestConfineOthers: in a process bound to one CPU as --bind binds a rank,
@@ -70,8 +83,9 @@ func TestConfineOthers(t *testing.T) {
 	bindAll(t, home)
 	defer bindAll(t, all)
 	// A thread bound elsewhere on purpose, as an emulated engine's channel.
-	pinned, stop := make(chan int), make(chan struct{})
+	pinned, stop, exited := make(chan int), make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		defer func() { _ = unix.SchedSetaffinity(0, &home) }()
@@ -83,7 +97,10 @@ func TestConfineOthers(t *testing.T) {
 		<-stop
 	}()
 	pinnedTid := <-pinned
-	defer close(stop)
+	defer func() {
+		close(stop)
+		<-exited // its thread bound back before the next test
+	}()
 	if pinnedTid < 0 {
 		t.Fatal("binding the pinned thread failed")
 	}
@@ -94,10 +111,16 @@ func TestConfineOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Threads started now inherit the progress CPU; undo brings them back.
-	done := make(chan struct{})
+	// They stay until the listing is done, and then go back to the
+	// runtime's idle threads: a thread exiting while /proc lists the
+	// others may hide one from the listing.
+	done, release := make(chan struct{}), make(chan struct{})
 	for range 4 {
 		go func() {
-			runtime.LockOSThread() // a thread of its own, which exits with it
+			runtime.LockOSThread() // a thread of its own
+			done <- struct{}{}
+			<-release
+			runtime.UnlockOSThread()
 			done <- struct{}{}
 		}()
 	}
@@ -105,6 +128,10 @@ func TestConfineOthers(t *testing.T) {
 		<-done
 	}
 	during := threadCPUs(t)
+	close(release)
+	for range 4 {
+		<-done
+	}
 	if during[me] != home {
 		t.Errorf("the calling thread moved: %v, want %v", cpuList(during[me]), cpuList(home))
 	}
