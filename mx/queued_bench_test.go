@@ -3,7 +3,11 @@ package mx
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +44,13 @@ import (
 // boards, progress threads, driver and the model NICs, which run on the
 // same cores, so the figure is the machine's, not a NIC's). The wall
 // figure swings with the machine's load; CPU time per message much less.
+// Two more say how much of the machine the run got: cpus, the process's
+// CPU time over the wall time (the CPUs it used on average), and
+// runq-threads, the time its threads waited on a run queue, runnable but
+// given no CPU, over the wall time (how many waited on average: the
+// kernel's schedstat). A run short of CPUs with runq-threads near zero
+// was held back by the process itself (threads blocked on each other);
+// with runq-threads near one or more, by a machine whose CPUs were busy.
 // At the end the benchmark logs, for its last run of each configuration,
 // the rate of N pairs over one pair's in the same placement, and of
 // steered queues over one queue that waits the same way: ratios taken
@@ -62,6 +73,8 @@ func BenchmarkQueuedRate(b *testing.B) {
 				b.ReportMetric(r.perSecond(), "msgs/s")
 				b.ReportMetric(r.cpuPerMsg(), "cpu-us/msg")
 				b.ReportMetric(r.threadsPerMsg(), "queue-cpu-us/msg")
+				b.ReportMetric(r.cpus(), "cpus")
+				b.ReportMetric(r.runqThreads(), "runq-threads")
 				b.ReportMetric(float64(r.resends), "resends")
 				if r.wakes.waits > 0 {
 					// The progress threads' waits that a timeout, not a
@@ -114,6 +127,9 @@ func BenchmarkQueuedRate(b *testing.B) {
 type queuedRate struct {
 	msgs      int
 	wall, cpu time.Duration
+	// runq is how long the process's threads waited on a run queue,
+	// runnable but given no CPU, all of them added up (procSched).
+	runq time.Duration
 	// threads is the CPU time of both sides' progress threads (a queue
 	// each), by their thread CPU clocks: what the queues cost of their
 	// own, apart from the application goroutines that serve them.
@@ -131,6 +147,65 @@ func (r queuedRate) cpuPerMsg() float64 {
 }
 func (r queuedRate) threadsPerMsg() float64 {
 	return float64(r.threads.Microseconds()) / float64(max(r.msgs, 1))
+}
+
+// cpus is the CPUs the run used on average: CPU time over wall time.
+func (r queuedRate) cpus() float64 { return r.cpu.Seconds() / r.wall.Seconds() }
+
+// runqThreads is how many of the process's threads waited for a CPU on
+// average during the run.
+func (r queuedRate) runqThreads() float64 { return r.runq.Seconds() / r.wall.Seconds() }
+
+// procSched reads, for every thread of the process, how long it waited on
+// a run queue so far (the second field of /proc/self/task/TID/schedstat,
+// in ns), by thread id. A thread that exits between two readings drops
+// out; runqSince counts one that appeared from zero.
+func procSched(tb testing.TB) map[int]int64 {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		tb.Fatalf("threads' scheduler statistics: %v (needs Linux's /proc)", err)
+	}
+	m := make(map[int]int64, len(tasks))
+	for _, d := range tasks {
+		tid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", d.Name(), "schedstat"))
+		if err != nil {
+			continue // exited since the listing
+		}
+		wait, err := parseSchedstat(string(b))
+		if err != nil {
+			tb.Fatalf("thread %d: %v", tid, err)
+		}
+		m[tid] = wait
+	}
+	return m
+}
+
+// parseSchedstat returns the run-queue wait (ns) of a schedstat line:
+// "time on CPU, time waiting on a run queue, time slices".
+func parseSchedstat(s string) (int64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("schedstat %q: want three fields (kernel built without CONFIG_SCHEDSTATS?)", s)
+	}
+	w, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("schedstat %q: run-queue wait: %w", s, err)
+	}
+	return w, nil
+}
+
+// runqSince is how long the process's threads waited on a run queue
+// since before (procSched), all of them added up.
+func runqSince(tb testing.TB, before map[int]int64) time.Duration {
+	var sum int64
+	for tid, w := range procSched(tb) {
+		sum += w - before[tid]
+	}
+	return time.Duration(sum)
 }
 
 // threadsCPU adds up the CPU time of the boards' progress threads.
@@ -268,10 +343,12 @@ func runQueuedRate(b *testing.B, n, queues int, bind, irq bool, msgs int) queued
 	res0 := resends()
 	boards := append(qbs[0].Boards(), qbs[1].Boards()...)
 	w0 := takeWakes(boards...)
+	rq0 := procSched(b)
 	th0, cpu0, t0 := threadsCPU(boards), processCPU(b), time.Now()
 	close(start)
 	wg.Wait()
 	r := queuedRate{msgs: per * n, wall: time.Since(t0), cpu: processCPU(b) - cpu0, resends: resends() - res0}
+	r.runq = runqSince(b, rq0)
 	r.threads = threadsCPU(boards) - th0
 	r.wakes = takeWakes(boards...).sub(w0)
 	b.StopTimer()
@@ -293,7 +370,10 @@ func runQueuedRate(b *testing.B, n, queues int, bind, irq bool, msgs int) queued
 // median one-pair steered rate of the same wait ("steered-x1", N > 1),
 // and the medians of each placement's CPU time per message (as
 // BenchmarkQueuedRate's cpu-us/msg), which the machine's load moves less
-// than the rates. Its ns/op is the last measurement's alone.
+// than the rates, and the medians of each placement's cpus and
+// runq-threads (as BenchmarkQueuedRate's: the CPUs the run used, and how
+// many of its threads waited for one). Its ns/op is the last
+// measurement's alone.
 func BenchmarkQueuedRateInterleaved(b *testing.B) {
 	const rounds = 5
 	median := func(v []float64) float64 {
@@ -310,6 +390,7 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("endpoints=%d/wait=%s", n, wait), func(b *testing.B) {
 				var steered, oneQueue, ratio, steeredCPU, oneQueueCPU, steeredQ, oneQueueQ []float64
+				var steeredCPUs, oneQueueCPUs, steeredRunq, oneQueueRunq []float64
 				for range rounds {
 					s := runQueuedRate(b, n, n, false, irq, b.N)
 					q := runQueuedRate(b, n, 1, false, irq, b.N)
@@ -317,6 +398,8 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 					ratio = append(ratio, s.perSecond()/q.perSecond())
 					steeredCPU, oneQueueCPU = append(steeredCPU, s.cpuPerMsg()), append(oneQueueCPU, q.cpuPerMsg())
 					steeredQ, oneQueueQ = append(steeredQ, s.threadsPerMsg()), append(oneQueueQ, q.threadsPerMsg())
+					steeredCPUs, oneQueueCPUs = append(steeredCPUs, s.cpus()), append(oneQueueCPUs, q.cpus())
+					steeredRunq, oneQueueRunq = append(steeredRunq, s.runqThreads()), append(oneQueueRunq, q.runqThreads())
 				}
 				b.ReportMetric(median(steered), "steered-msgs/s")
 				b.ReportMetric(median(oneQueue), "1q-msgs/s")
@@ -325,6 +408,10 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 				b.ReportMetric(median(oneQueueCPU), "1q-cpu-us/msg")
 				b.ReportMetric(median(steeredQ), "steered-queue-cpu-us/msg")
 				b.ReportMetric(median(oneQueueQ), "1q-queue-cpu-us/msg")
+				b.ReportMetric(median(steeredCPUs), "steered-cpus")
+				b.ReportMetric(median(oneQueueCPUs), "1q-cpus")
+				b.ReportMetric(median(steeredRunq), "steered-runq-threads")
+				b.ReportMetric(median(oneQueueRunq), "1q-runq-threads")
 				if n == 1 {
 					one[irq] = median(steered)
 				} else if one[irq] > 0 {
@@ -332,5 +419,32 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// The benchmarks' run-queue figure reads the kernel's schedstat lines:
+// the second of three fields, and an error that names the line otherwise;
+// procSched has a reading for the calling thread.
+func TestProcSched(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want int64
+		ok   bool
+	}{
+		{"1523476 98321 17\n", 98321, true},
+		{"0 0 0", 0, true},
+		{"1523476 98321", 0, false},
+		{"", 0, false},
+		{"1 x 2", 0, false},
+	} {
+		got, err := parseSchedstat(c.line)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parseSchedstat(%q) = %d, %v; want %d, ok %v", c.line, got, err, c.want, c.ok)
+		}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if _, ok := procSched(t)[unix.Gettid()]; !ok {
+		t.Fatalf("no schedstat reading for the calling thread %d", unix.Gettid())
 	}
 }
