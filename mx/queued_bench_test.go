@@ -363,17 +363,18 @@ func runQueuedRate(b *testing.B, n, queues int, bind, irq bool, msgs int) queued
 // ratios ask, in a way a machine whose load drifts affects less: for each
 // N (1, 2, 4, 8) and each way of waiting (wait=poll: the progress threads
 // poll their rings; wait=irq: they sleep on their queues' unmoderated
-// MSI-X vectors once their rings are empty) it alternates N steered
-// queues and one queue for five rounds of b.N messages each and reports
-// the medians of each placement's msgs/s and of the per-round ratio
-// steered/one-queue ("steered/1q"), and the median steered rate over the
-// median one-pair steered rate of the same wait ("steered-x1", N > 1),
-// and the medians of each placement's CPU time per message (as
-// BenchmarkQueuedRate's cpu-us/msg), which the machine's load moves less
-// than the rates, and the medians of each placement's cpus and
-// runq-threads (as BenchmarkQueuedRate's: the CPUs the run used, and how
-// many of its threads waited for one). Its ns/op is the last
-// measurement's alone.
+// MSI-X vectors once their rings are empty) it alternates three
+// placements for five rounds of b.N messages each: N steered queues
+// ("steered"), the same with each queue's thread and each pair's
+// goroutine bound to a CPU ("bound", BenchmarkQueuedRate's steered-bound)
+// and one queue ("1q"). It reports the medians of each placement's msgs/s,
+// of its CPU time per message (as BenchmarkQueuedRate's cpu-us/msg, which
+// the machine's load moves less than the rates) and its progress threads'
+// own, of its cpus and runq-threads (as BenchmarkQueuedRate's: the CPUs
+// the run used, and how many of its threads waited for one), and of the
+// per-round ratios steered/1q and bound/1q; and the median steered rate
+// over the median one-pair steered rate of the same wait ("steered-x1",
+// N > 1). Its ns/op is the last measurement's alone.
 func BenchmarkQueuedRateInterleaved(b *testing.B) {
 	const rounds = 5
 	median := func(v []float64) float64 {
@@ -381,6 +382,11 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 		slices.Sort(v)
 		return v[len(v)/2]
 	}
+	type place struct {
+		name         string
+		steered, bnd bool
+	}
+	places := []place{{"steered", true, false}, {"bound", true, true}, {"1q", false, false}}
 	one := map[bool]float64{} // median steered rate of one pair, by wait
 	for _, n := range []int{1, 2, 4, 8} {
 		for _, irq := range []bool{false, true} {
@@ -389,33 +395,44 @@ func BenchmarkQueuedRateInterleaved(b *testing.B) {
 				wait = "irq"
 			}
 			b.Run(fmt.Sprintf("endpoints=%d/wait=%s", n, wait), func(b *testing.B) {
-				var steered, oneQueue, ratio, steeredCPU, oneQueueCPU, steeredQ, oneQueueQ []float64
-				var steeredCPUs, oneQueueCPUs, steeredRunq, oneQueueRunq []float64
+				got := make([][]queuedRate, len(places))
 				for range rounds {
-					s := runQueuedRate(b, n, n, false, irq, b.N)
-					q := runQueuedRate(b, n, 1, false, irq, b.N)
-					steered, oneQueue = append(steered, s.perSecond()), append(oneQueue, q.perSecond())
-					ratio = append(ratio, s.perSecond()/q.perSecond())
-					steeredCPU, oneQueueCPU = append(steeredCPU, s.cpuPerMsg()), append(oneQueueCPU, q.cpuPerMsg())
-					steeredQ, oneQueueQ = append(steeredQ, s.threadsPerMsg()), append(oneQueueQ, q.threadsPerMsg())
-					steeredCPUs, oneQueueCPUs = append(steeredCPUs, s.cpus()), append(oneQueueCPUs, q.cpus())
-					steeredRunq, oneQueueRunq = append(steeredRunq, s.runqThreads()), append(oneQueueRunq, q.runqThreads())
+					for i, p := range places {
+						queues := 1
+						if p.steered {
+							queues = n
+						}
+						got[i] = append(got[i], runQueuedRate(b, n, queues, p.bnd, irq, b.N))
+					}
 				}
-				b.ReportMetric(median(steered), "steered-msgs/s")
-				b.ReportMetric(median(oneQueue), "1q-msgs/s")
-				b.ReportMetric(median(ratio), "steered/1q")
-				b.ReportMetric(median(steeredCPU), "steered-cpu-us/msg")
-				b.ReportMetric(median(oneQueueCPU), "1q-cpu-us/msg")
-				b.ReportMetric(median(steeredQ), "steered-queue-cpu-us/msg")
-				b.ReportMetric(median(oneQueueQ), "1q-queue-cpu-us/msg")
-				b.ReportMetric(median(steeredCPUs), "steered-cpus")
-				b.ReportMetric(median(oneQueueCPUs), "1q-cpus")
-				b.ReportMetric(median(steeredRunq), "steered-runq-threads")
-				b.ReportMetric(median(oneQueueRunq), "1q-runq-threads")
+				of := func(i int, f func(queuedRate) float64) float64 {
+					v := make([]float64, rounds)
+					for k, r := range got[i] {
+						v[k] = f(r)
+					}
+					return median(v)
+				}
+				oneQueue := len(places) - 1
+				for i, p := range places {
+					b.ReportMetric(of(i, queuedRate.perSecond), p.name+"-msgs/s")
+					b.ReportMetric(of(i, queuedRate.cpuPerMsg), p.name+"-cpu-us/msg")
+					b.ReportMetric(of(i, queuedRate.threadsPerMsg), p.name+"-queue-cpu-us/msg")
+					b.ReportMetric(of(i, queuedRate.cpus), p.name+"-cpus")
+					b.ReportMetric(of(i, queuedRate.runqThreads), p.name+"-runq-threads")
+					if i == oneQueue {
+						continue
+					}
+					ratio := make([]float64, rounds)
+					for k := range rounds {
+						ratio[k] = got[i][k].perSecond() / got[oneQueue][k].perSecond()
+					}
+					b.ReportMetric(median(ratio), p.name+"/1q")
+				}
+				steered := of(0, queuedRate.perSecond)
 				if n == 1 {
-					one[irq] = median(steered)
+					one[irq] = steered
 				} else if one[irq] > 0 {
-					b.ReportMetric(median(steered)/one[irq], "steered-x1")
+					b.ReportMetric(steered/one[irq], "steered-x1")
 				}
 			})
 		}
