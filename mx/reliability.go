@@ -355,6 +355,62 @@ func (p *partner) applyAck(ack uint16) {
 	p.flushWait()
 }
 
+// The ack a PULL gives a rendezvous.
+//
+// A receiver pulls a region only once it delivered the RNDV that named
+// it, and it delivers one sender's messages in sequence order: a message
+// is delivered when its turn comes (recvSeq reaches it) or not at all
+// (dropped, and resent later), and once delivered it is never dropped.
+// So a PULL for a region of r, a large send of p's whose RNDV is still
+// unacked, proves the receiver holds that RNDV, and every message sent
+// before it, for good: each of one frame whole, a medium of several
+// fragments at least in part (its first fragment delivered it; the rest
+// may still be missing). The cumulative ack point cannot move on that:
+// it would release a medium the receiver holds in part, whose missing
+// fragments then never come. What a PULL gives is less: r, and the
+// messages of one frame sent before it, leave the unacked list as an ack
+// would release them (pulledAck), so no question, tail-loss probe or
+// timer resends them; a medium of several fragments sent before r stays
+// until the cumulative ack passes it. The ack the receiver owes still
+// comes (the NOTIFY that ends the pull carries it, as every sequenced
+// frame does) and releases nothing more, and a sender that never hears
+// it completes on the NOTIFY. This is the sender's own bookkeeping,
+// whatever the peer (an Open-MX one too): nothing it sends changes, but
+// that the frames it would have resent for r are not sent. A NOTIFY
+// proves the same (gotNotify).
+//
+// Where it counts: an RNDV's ack may come late (a receiver that acked it
+// beside its first PULLs, ackPull, and lost that TRUC, or one that is
+// descheduled), and the sender, seeing its newest unacked message wait
+// past askWait, asked the receiver about it in the middle of the pull; on
+// a receiver that places the replies on lane 0 (placerecv.go) each such
+// question takes a descriptor ahead of the spans posted, and a window of
+// replies lands a span late.
+
+// pulledAck releases r, a large send whose region p's receiver pulled
+// (or notified), and the unacked requests of one frame sent before it
+// (see above); nothing when r is not unacked (acked already, or a
+// duplicate PULL). Counted as PulledAcks, one per request released.
+func (p *partner) pulledAck(r *Request) {
+	if !p.unacked.has(r) {
+		return
+	}
+	for q := p.unacked.Front(); q != nil; {
+		next := q.q.Next()
+		if q == r || p.fragMask(q) == 1 { // one frame: delivered whole
+			p.probeAt, p.asks = 0, 0 // as applyAck: the peer progressed
+			p.unacked.remove(q)
+			p.ep.cnt[PulledAcks]++
+			p.acked(q)
+		}
+		if q == r {
+			break
+		}
+		q = next
+	}
+	p.flushWait()
+}
+
 func (p *partner) acked(r *Request) {
 	e := p.ep
 	r.acked = true
