@@ -59,9 +59,9 @@ import (
 // and every message sent before it, delivered in order (reliability.go,
 // pulledAck). So the RNDV, and the messages of one frame sent before it,
 // leave the unacked list as the first PULL arrives, however late the ack
-// (lost, or the peer descheduled): no question goes out about them in
-// the middle of the pull, where on a receiver that places on lane 0 each
-// one took a descriptor ahead of the spans (placerecv.go).
+// (lost, or due after the first PULLs): no question goes out about them
+// in the middle of the pull, where on a receiver that places on lane 0
+// each one would take a descriptor ahead of the spans (placerecv.go).
 //
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it

@@ -372,20 +372,22 @@ func (p *partner) applyAck(ack uint16) {
 // would release them (pulledAck), so no question, tail-loss probe or
 // timer resends them; a medium of several fragments sent before r stays
 // until the cumulative ack passes it. The ack the receiver owes still
-// comes (the NOTIFY that ends the pull carries it, as every sequenced
-// frame does) and releases nothing more, and a sender that never hears
-// it completes on the NOTIFY. This is the sender's own bookkeeping,
-// whatever the peer (an Open-MX one too): nothing it sends changes, but
-// that the frames it would have resent for r are not sent. A NOTIFY
-// proves the same (gotNotify).
+// comes, on a TRUC or on the NOTIFY that ends the pull (every sequenced
+// frame carries it), and releases the rest. This is the sender's own
+// bookkeeping, whatever the peer (an Open-MX one too): no frame it sends
+// changes; only the questions, probes and resends it would have sent for
+// these messages are not sent. A NOTIFY proves the same (gotNotify).
 //
-// Where it counts: an RNDV's ack may come late (a receiver that acked it
-// beside its first PULLs, ackPull, and lost that TRUC, or one that is
-// descheduled), and the sender, seeing its newest unacked message wait
-// past askWait, asked the receiver about it in the middle of the pull; on
-// a receiver that places the replies on lane 0 (placerecv.go) each such
-// question takes a descriptor ahead of the spans posted, and a window of
-// replies lands a span late.
+// Where it counts: a PULL can come ahead of the RNDV's ack (the TRUC
+// that acked it beside the first PULLs, ackPull, was lost; or the RNDV's
+// pull waited for room, and its ack is the delayed one, due after the
+// first PULLs went out). The sender would otherwise ask about the RNDV,
+// its newest unacked message, once askWait passed, and again at each
+// doubled wait until an answer came; on a receiver that places on lane 0
+// (placerecv.go) each question takes a descriptor ahead of the spans
+// posted, and a window of replies lands a span late. A question that went
+// out before the first PULL came is not saved: nothing had shown the RNDV
+// held yet.
 
 // pulledAck releases r, a large send whose region p's receiver pulled
 // (or notified), and the unacked requests of one frame sent before it
