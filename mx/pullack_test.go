@@ -99,7 +99,7 @@ func TestPullAcksRndv(t *testing.T) {
 		if p.unacked.Len() != 1 {
 			t.Fatalf("a holds %d unacked requests: want the RNDV, its ack lost", p.unacked.Len())
 		}
-		before := pr.a.cnt
+		served, acked := pr.a.cnt[RecvPull], pr.a.cnt[PulledAcks]
 		pulls := pr.b.Counters().Get(SendPull)
 		r, err := pr.b.IRecv([][]byte{dst}, 7, ^uint64(0), nil)
 		if err != nil {
@@ -112,10 +112,23 @@ func TestPullAcksRndv(t *testing.T) {
 		freeze(pr.bb)
 		frozenB = true
 		window := pr.b.cnt[SendPull] - pulls
-		due := max(s.lastSend, p.lastAsk) + p.askWait(int(p.asks))
 		frozenA = false
 		thaw(pr.ba)
-		waitCond(t, "a served the PULLs", func() bool { return pr.a.Counters().Get(RecvPull) >= before[RecvPull]+window })
+		// From the moment a served them: a timer run that found the
+		// question due before a read the PULLs waiting for it asked
+		// before anything showed the RNDV held.
+		var before Counters
+		var due int64
+		waitCond(t, "a served the PULLs", func() bool {
+			pr.ba.mu.Lock()
+			defer pr.ba.mu.Unlock()
+			if pr.a.cnt[RecvPull] < served+window {
+				return false
+			}
+			before = pr.a.cnt
+			due = max(s.lastSend, p.lastAsk) + p.askWait(int(p.asks))
+			return true
+		})
 		// a's timers run twice past the deadline of its next question
 		// about the RNDV.
 		var ticks uint64
@@ -141,13 +154,13 @@ func TestPullAcksRndv(t *testing.T) {
 		if d.dropped.Load() == 0 {
 			t.Fatal("the cable lost no TRUC of b's")
 		}
-		t.Logf("a, from its first PULL to its timers past the deadline: %s", recoveryDelta(before, after))
+		t.Logf("a, from serving the PULLs to its timers past the deadline: %s", recoveryDelta(before, after))
 		for _, k := range []Counter{TailAsks, TailProbes, Resends} {
 			if n := after.Get(k) - before[k]; n != 0 {
 				t.Errorf("a sent %d %q after the receiver pulled the RNDV: want none", n, k)
 			}
 		}
-		if n := after.Get(PulledAcks) - before[PulledAcks]; n != 1 {
+		if n := after.Get(PulledAcks) - acked; n != 1 {
 			t.Errorf("%d sends taken as acked by the PULLs: want the RNDV", n)
 		}
 		if c := pr.b.CopyStats(); c.RecvPlaced == 0 {
@@ -224,5 +237,75 @@ func TestStaleAndDuplicatePull(t *testing.T) {
 	waitDone(t, ctx, r, s)
 	if !bytes.Equal(src, dst) {
 		t.Fatal("the second message arrived changed")
+	}
+}
+
+// TestPullReleasesWholeMessagesOnly: with the receiver stopped, a sends
+// a tiny message, a medium of three fragments and a large one, all
+// unacked. A PULL for the large one's region shows the receiver holds
+// all three in sequence, but the medium perhaps only in part: the tiny
+// send completes and the RNDV leaves the unacked list, the medium stays
+// until the cumulative ack passes it. All three then arrive byte-exact.
+func TestPullReleasesWholeMessagesOnly(t *testing.T) {
+	o := fastOptions()
+	o.ZombieSends = -1 // a tiny send completes on its ack
+	pr := newPair(t, loopbackOnly, o, loopback.Faults{})
+	ctx := testCtx(t, 20*time.Second)
+	pr.requestReply(t, []byte("connect"), 10*time.Second)
+	var frozenA, frozenB bool
+	defer func() {
+		if frozenA {
+			thaw(pr.ba)
+		}
+		if frozenB {
+			thaw(pr.bb)
+		}
+	}()
+	freeze(pr.bb)
+	frozenB = true
+	pr.ba.mu.Lock()
+	stride := pr.atob.p.stride
+	pr.ba.mu.Unlock()
+	msgs := [][]byte{[]byte("tiny"), pattern(2*stride+100, 8), pattern(200<<10, 9)}
+	var ss []*Request
+	for i, m := range msgs {
+		s, err := pr.a.ISend([][]byte{m}, pr.atob, uint64(20+i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	freeze(pr.ba)
+	frozenA = true
+	p, large := pr.atob.p, ss[2]
+	if p.unacked.Len() != 3 || large.region < 0 {
+		t.Fatalf("a holds %d unacked requests: want the three messages", p.unacked.Len())
+	}
+	reg := &pr.a.regions[large.region]
+	pull := wire.Pull{DstEP: pr.a.id, SrcEP: pr.b.id, Session: pr.a.session, TotalLength: uint32(len(msgs[2])),
+		RegionID: uint32(large.region), RegionSeq: reg.seq, BlockLength: 1000,
+		Handle: 1, Magic: wire.PullMagicXor ^ MaxEndpoints} // no endpoint of b's: its replies are dropped
+	before := pr.a.cnt
+	pr.ba.handlePull(pr.bb.NICID(), &pull)
+	if n := pr.a.cnt[PulledAcks] - before[PulledAcks]; n != 2 || p.unacked.Len() != 1 || p.unacked.Front() != ss[1] {
+		t.Errorf("after a PULL of the large message: %d sends taken as acked, %d unacked; want the tiny one and the RNDV, the medium left", n, p.unacked.Len())
+	}
+	if !ss[0].Done() || ss[1].Done() || ss[2].Done() {
+		t.Errorf("sends done: tiny %v, medium %v, large %v; want the tiny one only", ss[0].Done(), ss[1].Done(), ss[2].Done())
+	}
+	frozenA = false
+	thaw(pr.ba)
+	frozenB = false
+	thaw(pr.bb)
+	for i, m := range msgs {
+		dst := make([]byte, len(m))
+		r, err := pr.b.IRecv([][]byte{dst}, uint64(20+i), ^uint64(0), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, ctx, r, ss[i])
+		if !bytes.Equal(dst, m) {
+			t.Fatalf("message %d arrived changed", i)
+		}
 	}
 }
