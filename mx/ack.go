@@ -87,7 +87,10 @@ const (
 // handling as they do, no deadline is noted, and it reaches the sender
 // with the first PULL, which wakes it anyway. A rendezvous that waits for
 // its receive, or whose pull waits for room (PullsQueued), sends no PULL
-// yet and is acked as any other message.
+// yet and is acked as any other message. The sender takes the PULL itself as
+// the RNDV's ack (reliability.go, pulledAck); the TRUC still moves its
+// cumulative ack point, which a PULL cannot (a medium sent before the
+// RNDV may be held only in part).
 
 // noteReceived records that the full-receive point moved by a message of
 // class c: ack now, or when the rings run dry, or after a delay, as c asks

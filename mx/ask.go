@@ -54,6 +54,15 @@ import (
 // gomx peer is asked before a round trip was measured too, after the
 // RTO's fallback (askWait).
 //
+// A question is about a message the peer may not hold, and a PULL shows
+// which it holds: a peer that pulls a large send's region holds its RNDV
+// and every message sent before it, delivered in order (reliability.go,
+// pulledAck). So the RNDV, and the messages of one frame sent before it,
+// leave the unacked list as the first PULL arrives, however late the ack
+// (lost, or due after the first PULLs): no question goes out about them
+// in the middle of the pull, where on a receiver that places on lane 0
+// each one would take a descriptor ahead of the spans (placerecv.go).
+//
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it
 // handles the next frame, and every transport delivers one sender's

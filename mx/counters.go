@@ -209,6 +209,12 @@ const (
 	// reply moved out of the way of a copy that could not wait.
 	PlaceHeld
 	PlaceAside
+	// PulledAcks counts the sent messages taken as acked because the
+	// receiver pulled (or notified) a large send's region before their
+	// ack came: the RNDV, and the messages of one frame sent before it
+	// (reliability.go, pulledAck). No question, probe or resend goes out
+	// for them afterwards.
+	PulledAcks
 	numCounters
 )
 
@@ -259,6 +265,7 @@ var counterNames = [numCounters]string{
 	"placing lanes cancelled (postings taken back)", "placed frames dropped: a copy may have written over their span",
 	"placing lane cancels failed",
 	"placed replies held until their place was safe", "held replies copied aside",
+	"sends taken as acked by a pull of their region",
 }
 
 // String returns the counter's label.

@@ -121,9 +121,7 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 		return
 	}
 	r := reg.r
-	if p.unacked.has(r) { // the NOTIFY also proves the RNDV arrived
-		p.unacked.remove(r)
-	}
+	p.pulledAck(r) // the NOTIFY also proves the RNDV arrived (reliability.go)
 	zs := e.freeRegion(int(h.RegionID))
 	r.region = -1
 	r.status.XferLength = min(h.PulledLength, r.length)
@@ -989,6 +987,9 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 	}
 	send(lens)
 	b.lens = lens[:0]
+	// The PULL proves the receiver holds the RNDV (reliability.go): no
+	// question or resend about it, however late its ack.
+	p.pulledAck(r)
 }
 
 // pullFor finds the live pull a PULL_REPLY or NACK_MCP is for: the magic

@@ -355,6 +355,64 @@ func (p *partner) applyAck(ack uint16) {
 	p.flushWait()
 }
 
+// The ack a PULL gives a rendezvous.
+//
+// A receiver pulls a region only once it delivered the RNDV that named
+// it, and it delivers one sender's messages in sequence order: a message
+// is delivered when its turn comes (recvSeq reaches it) or not at all
+// (dropped, and resent later), and once delivered it is never dropped.
+// So a PULL for a region of r, a large send of p's whose RNDV is still
+// unacked, proves the receiver holds that RNDV, and every message sent
+// before it, for good: each of one frame whole, a medium of several
+// fragments at least in part (its first fragment delivered it; the rest
+// may still be missing). The cumulative ack point cannot move on that:
+// it would release a medium the receiver holds in part, whose missing
+// fragments then never come. What a PULL gives is less: r, and the
+// messages of one frame sent before it, leave the unacked list as an ack
+// would release them (pulledAck), so no question, tail-loss probe or
+// timer resends them; a medium of several fragments sent before r stays
+// until the cumulative ack passes it. The ack the receiver owes still
+// comes, on a TRUC or on the NOTIFY that ends the pull (every sequenced
+// frame carries it), and releases the rest. This is the sender's own
+// bookkeeping, whatever the peer (an Open-MX one too): no frame it sends
+// changes; only the questions, probes and resends it would have sent for
+// these messages are not sent. A NOTIFY proves the same (gotNotify).
+//
+// Where it counts: a PULL can come ahead of the RNDV's ack (the TRUC
+// that acked it beside the first PULLs, ackPull, was lost; or the RNDV's
+// pull waited for room, and its ack is the delayed one, due after the
+// first PULLs went out). The sender would otherwise ask about the RNDV,
+// its newest unacked message, once askWait passed, and again at each
+// doubled wait until an answer came; on a receiver that places on lane 0
+// (placerecv.go) each question takes a descriptor ahead of the spans
+// posted, and a window of replies lands a span late. A question that went
+// out before the first PULL came is not saved: nothing had shown the RNDV
+// held yet.
+
+// pulledAck releases r, a large send whose region p's receiver pulled
+// (or notified), and the unacked requests of one frame sent before it
+// (see above); nothing when r is not unacked (acked already, or a
+// duplicate PULL). Counted as PulledAcks, one per request released.
+func (p *partner) pulledAck(r *Request) {
+	if !p.unacked.has(r) {
+		return
+	}
+	for q := p.unacked.Front(); q != nil; {
+		next := q.q.Next()
+		if q == r || p.fragMask(q) == 1 { // one frame: delivered whole
+			p.probeAt, p.asks = 0, 0 // as applyAck: the peer progressed
+			p.unacked.remove(q)
+			p.ep.cnt[PulledAcks]++
+			p.acked(q)
+		}
+		if q == r {
+			break
+		}
+		q = next
+	}
+	p.flushWait()
+}
+
 func (p *partner) acked(r *Request) {
 	e := p.ep
 	r.acked = true

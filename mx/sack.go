@@ -39,7 +39,8 @@ import (
 // one. A receiver may still drop what it reported: an early packet it
 // cannot deliver when its turn comes (the unexpected queue is full) is
 // dropped then, as Open-MX drops it. So no request is ever completed on a
-// SACK alone (only the cumulative ack completes sends), every TRUC's SACK
+// SACK alone (only the cumulative ack completes sends, or a PULL or NOTIFY
+// that shows the messages before it delivered: pulledAck), every TRUC's SACK
 // (or its absence) replaces what the last one said (onSack), the oldest
 // unacked request is always under the retransmission timer or, toward a
 // peer that answers questions, resent on an answer that neither acks nor
