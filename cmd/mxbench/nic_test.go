@@ -163,6 +163,11 @@ func TestNICOverlap(t *testing.T) {
 		if r.OwnAvailability <= 0 || r.RestCPUMS <= 0 {
 			t.Errorf("place %v: own availability %.3f, rest of the process %.1f ms: want both counted", place, r.OwnAvailability, r.RestCPUMS)
 		}
+		// The progress threads served every exchange of the answered
+		// run and none of the quiet one: their part of own is CPU spent.
+		if r.OwnCPUMS-r.OwnComputeMS <= 0 {
+			t.Errorf("place %v: own %.1f ms, of which the computing thread's %.1f ms: want the progress threads' part above 0", place, r.OwnCPUMS, r.OwnComputeMS)
+		}
 		// Rank 0 sends 1 MiB and rank 1 answers: both send the large
 		// messages in place; rank 0 copies only its 8-byte count, eager.
 		for side, s := range map[string]copySide{"a": c.A, "b": c.B} {

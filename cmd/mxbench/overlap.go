@@ -56,7 +56,8 @@ threads only, by their CPU clocks: its computing thread's and its board's
 progress thread's (kept on a thread of its own) CPU time in the quiet run
 over theirs in the answered run, what a host of one CPU would keep with
 its NIC and peer elsewhere (above 1 when noise outweighs the
-communication); cpu_ms own/rest is the difference,
+communication); cpu_ms own/rest is the difference (--json splits off
+the computing thread's part as own_compute_ms),
 and the rest of the process's CPU (rank 1, its board, the models' DMA, the
 runtime's other threads) in the answered run. Polling (--wait spin), a
 progress goroutine kept on one thread would hand its processor to another
@@ -403,6 +404,7 @@ func (w *world) availability(ctx context.Context, ep *mx.Endpoint, peer mx.Addr,
 			// longer, noise larger than the communication.
 			res.OwnAvailability = quietOwn.Seconds() / busyOwn.Seconds()
 			res.OwnCPUMS = (busyOwn - quietOwn).Seconds() * 1e3
+			res.OwnComputeMS = (own[1].computing - own[0].computing).Seconds() * 1e3
 			res.RestCPUMS = busyRest.Seconds() * 1e3
 		}
 	}

@@ -198,7 +198,13 @@ type jobResult struct {
 	// goroutines to threads then, and only then).
 	OwnAvailability float64 `json:"own_availability,omitempty"`
 	OwnCPUMS        float64 `json:"own_cpu_ms,omitempty"`
-	RestCPUMS       float64 `json:"rest_cpu_ms,omitempty"`
+	// OwnComputeMS is the computing thread's part of OwnCPUMS: the same
+	// work's CPU in the answered run minus the quiet run's (ms), what the
+	// communication beside it cost the computation (caches, interrupts
+	// taken on its CPU, the switches to the progress threads); the rest
+	// of OwnCPUMS is the progress threads'.
+	OwnComputeMS float64 `json:"own_compute_ms,omitempty"`
+	RestCPUMS    float64 `json:"rest_cpu_ms,omitempty"`
 	// OwnWakeups is, with OwnAvailability over --transport nic, how many
 	// times an answered exchange woke rank 0's progress threads from a
 	// sleep: the NIC's interrupts their receive waits consumed and their
