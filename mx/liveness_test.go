@@ -20,6 +20,20 @@ func thaw(b *Board) {
 	b.src.mu.Unlock()
 }
 
+// frozenBoards are the boards a test froze and has not thawed yet; a
+// deferred thawAll thaws them when the test ends early.
+type frozenBoards map[*Board]bool
+
+func (f frozenBoards) freeze(b *Board) { freeze(b); f[b] = true }
+
+func (f frozenBoards) thaw(b *Board) { delete(f, b); thaw(b) }
+
+func (f frozenBoards) thawAll() {
+	for b := range f {
+		f.thaw(b)
+	}
+}
+
 // TestStalledBoardsKeepLivePeers: two boards of one process stall together
 // (the process descheduled on a loaded node) for three times the budget of
 // a send that was on the wire when the stall began. The sender runs first

@@ -47,18 +47,7 @@ func laneLossModel(maxFrame int, lose func(seq int) bool) zcModel {
 		return true
 	}}
 	return zcModel{name: "82599-lanes-losing",
-		open: func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
-			p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := emulated.Connect(cable, p.Port(0), p.Port(1)); err != nil {
-				p.Close()
-				t.Fatal(err)
-			}
-			f := p.Functions()
-			return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
-		},
+		open: ixgbeOnCable(cable),
 		drv: func(d pci.Device) (nicdrv.NIC, error) {
 			o := ixgbe.DefaultOptions()
 			o.Placement, o.Queues, o.PlaceOnly = true, 5, 4
@@ -330,19 +319,7 @@ func firstDiff(want, got []byte, geo wire.PullFrames) string {
 func TestPlacedLaneLossyCable(t *testing.T) {
 	laneFrames(t, func(t *testing.T, mf int) {
 		m := zcModel{name: "82599-lanes-lossy-cable",
-			open: func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
-				p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-				if err != nil {
-					t.Fatal(err)
-				}
-				cable := emulated.CableOptions{Faults: fault.Options{Loss: 0.02, Seed: 5}}
-				if err := emulated.Connect(cable, p.Port(0), p.Port(1)); err != nil {
-					p.Close()
-					t.Fatal(err)
-				}
-				f := p.Functions()
-				return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
-			},
+			open:  ixgbeOnCable(emulated.CableOptions{Faults: fault.Options{Loss: 0.02, Seed: 5}}),
 			drv:   laneLossModel(mf, nil).drv,
 			place: true}
 		checkLeaks(t)
@@ -531,4 +508,21 @@ func ownedLanePull(t *testing.T, pr *pair, dst []byte, match uint64) (r *Request
 		t.Fatalf("the receive does not pull one block on a lane: %+v", pl)
 	}
 	return r, release
+}
+
+// ixgbeOnCable opens an emulated 82599 whose two ports are joined by a
+// cable of the given options, as zcModel.open does.
+func ixgbeOnCable(cable emulated.CableOptions) func(testing.TB, func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
+	return func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
+		p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := emulated.Connect(cable, p.Port(0), p.Port(1)); err != nil {
+			p.Close()
+			t.Fatal(err)
+		}
+		f := p.Functions()
+		return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
+	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gomx-dev/gomx/emulated"
 	"github.com/gomx-dev/gomx/mx/wire"
-	"github.com/gomx-dev/gomx/pci"
 	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/loopback"
 )
@@ -38,18 +37,7 @@ func (d *trucDrop) model() zcModel {
 		panic("zcModels[2] is " + m.name)
 	}
 	m.name += "-losing-trucs"
-	m.open = func(t testing.TB, _ func(int, uint64, []byte)) ([2]pci.Device, *emulated.IOMMU, func() error) {
-		p, err := emulated.NewIXGBE(emulated.DefaultIXGBEOptions())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := emulated.Connect(cable, p.Port(0), p.Port(1)); err != nil {
-			p.Close()
-			t.Fatal(err)
-		}
-		f := p.Functions()
-		return [2]pci.Device{f[0], f[1]}, p.IOMMU(), p.Close
-	}
+	m.open = ixgbeOnCable(cable)
 	return m
 }
 
@@ -84,17 +72,9 @@ func TestPullAcksRndv(t *testing.T) {
 		waitCond(t, "b has the RNDV", func() bool { return pr.b.Counters().Get(RecvRndv) > 0 })
 		// a stops before b pulls: what it asked until then (b's ack and
 		// answers lost) is not the PULLs' business.
-		var frozenA, frozenB bool
-		defer func() {
-			if frozenA {
-				thaw(pr.ba)
-			}
-			if frozenB {
-				thaw(pr.bb)
-			}
-		}()
-		freeze(pr.ba)
-		frozenA = true
+		frozen := frozenBoards{}
+		defer frozen.thawAll()
+		frozen.freeze(pr.ba)
 		p := pr.atob.p
 		if p.unacked.Len() != 1 {
 			t.Fatalf("a holds %d unacked requests: want the RNDV, its ack lost", p.unacked.Len())
@@ -109,11 +89,9 @@ func TestPullAcksRndv(t *testing.T) {
 			return pr.b.Counters().Get(SendPull) >= pulls+uint64(pr.bb.opts.PullBlocks)
 		})
 		// b stops with its pull under way; a runs and serves the PULLs.
-		freeze(pr.bb)
-		frozenB = true
+		frozen.freeze(pr.bb)
 		window := pr.b.cnt[SendPull] - pulls
-		frozenA = false
-		thaw(pr.ba)
+		frozen.thaw(pr.ba)
 		// From the moment a served them: a timer run that found the
 		// question due before a read the PULLs waiting for it asked
 		// before anything showed the RNDV held.
@@ -145,8 +123,7 @@ func TestPullAcksRndv(t *testing.T) {
 			return false
 		})
 		after := pr.a.Counters()
-		frozenB = false
-		thaw(pr.bb)
+		frozen.thaw(pr.bb)
 		waitDone(t, ctx, r, s)
 		if !bytes.Equal(src, dst) {
 			t.Fatal("the message arrived changed")
@@ -189,24 +166,15 @@ func TestStaleAndDuplicatePull(t *testing.T) {
 	oldSeq := pr.a.regions[0].seq // the first message's region
 	pr.ba.mu.Unlock()
 
-	var frozenA, frozenB bool
-	defer func() {
-		if frozenA {
-			thaw(pr.ba)
-		}
-		if frozenB {
-			thaw(pr.bb)
-		}
-	}()
-	freeze(pr.bb) // the next RNDV waits unacked
-	frozenB = true
+	frozen := frozenBoards{}
+	defer frozen.thawAll()
+	frozen.freeze(pr.bb) // the next RNDV waits unacked
 	src, dst = pattern(size, 6), make([]byte, size)
 	s, err := pr.a.ISend([][]byte{src}, pr.atob, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	freeze(pr.ba)
-	frozenA = true
+	frozen.freeze(pr.ba)
 	a, p := pr.ba, pr.atob.p
 	if p.unacked.Len() != 1 || !a.eps[pr.a.id].regions[0].used {
 		t.Fatalf("a holds %d unacked requests: want the second RNDV, in region 0", p.unacked.Len())
@@ -226,10 +194,8 @@ func TestStaleAndDuplicatePull(t *testing.T) {
 			t.Errorf("PULL %d for the second message's region: %d sends taken as acked, %d unacked; want the RNDV, once", i+1, n, p.unacked.Len())
 		}
 	}
-	frozenA = false
-	thaw(pr.ba)
-	frozenB = false
-	thaw(pr.bb)
+	frozen.thaw(pr.ba)
+	frozen.thaw(pr.bb)
 	r, err := pr.b.IRecv([][]byte{dst}, 4, ^uint64(0), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -252,17 +218,9 @@ func TestPullReleasesWholeMessagesOnly(t *testing.T) {
 	pr := newPair(t, loopbackOnly, o, loopback.Faults{})
 	ctx := testCtx(t, 20*time.Second)
 	pr.requestReply(t, []byte("connect"), 10*time.Second)
-	var frozenA, frozenB bool
-	defer func() {
-		if frozenA {
-			thaw(pr.ba)
-		}
-		if frozenB {
-			thaw(pr.bb)
-		}
-	}()
-	freeze(pr.bb)
-	frozenB = true
+	frozen := frozenBoards{}
+	defer frozen.thawAll()
+	frozen.freeze(pr.bb)
 	pr.ba.mu.Lock()
 	stride := pr.atob.p.stride
 	pr.ba.mu.Unlock()
@@ -275,8 +233,7 @@ func TestPullReleasesWholeMessagesOnly(t *testing.T) {
 		}
 		ss = append(ss, s)
 	}
-	freeze(pr.ba)
-	frozenA = true
+	frozen.freeze(pr.ba)
 	p, large := pr.atob.p, ss[2]
 	if p.unacked.Len() != 3 || large.region < 0 {
 		t.Fatalf("a holds %d unacked requests: want the three messages", p.unacked.Len())
@@ -293,10 +250,8 @@ func TestPullReleasesWholeMessagesOnly(t *testing.T) {
 	if !ss[0].Done() || ss[1].Done() || ss[2].Done() {
 		t.Errorf("sends done: tiny %v, medium %v, large %v; want the tiny one only", ss[0].Done(), ss[1].Done(), ss[2].Done())
 	}
-	frozenA = false
-	thaw(pr.ba)
-	frozenB = false
-	thaw(pr.bb)
+	frozen.thaw(pr.ba)
+	frozen.thaw(pr.bb)
 	for i, m := range msgs {
 		dst := make([]byte, len(m))
 		r, err := pr.b.IRecv([][]byte{dst}, uint64(20+i), ^uint64(0), nil)
