@@ -258,10 +258,10 @@ type irqVector struct {
 	// mask bit (the 82599's EIMS bit); a model whose causes are not per
 	// vector (the 82574L) leaves both false.
 	cause, enabled bool
-	next           time.Time   // when the vector may send again (EITR)
-	tmr            func() bool // stops its deferred message
-	sent           atomic.Uint64
-	_              [64]byte // apart from the next vector's
+	next           time.Time     // when the vector may send again (EITR)
+	tmr            func() bool   // stops its deferred message
+	sent           atomic.Uint64 // messages delivered (the Stats' Interrupts)
+	_              [64]byte      // apart from the next vector's
 }
 
 // interrupts is the MSI-X messages the vectors delivered.
