@@ -107,8 +107,13 @@ type Function struct {
 	bar  *bar
 	bar2 *bar // BAR2 (DSA portals), nil when the model has none
 
+	// irqMu serialises enabling and disabling the vectors; irqs is the
+	// enabled ones, which raise loads without a lock, so two queues
+	// raising their vectors at once share no lock (a vector closed under a
+	// raise in flight reports pci.ErrClosed to it, and the message is
+	// lost, as one sent to a disabled vector is).
 	irqMu  sync.Mutex
-	irqs   []*pci.Interrupt
+	irqs   atomic.Pointer[[]*pci.Interrupt]
 	nIRQ   int // vectors the function offers
 	closed atomic.Bool
 }
@@ -223,7 +228,7 @@ func (f *Function) EnableInterrupts(n int) ([]*pci.Interrupt, error) {
 		}
 		irqs[i] = irq
 	}
-	f.irqs = irqs
+	f.irqs.Store(&irqs)
 	return append([]*pci.Interrupt(nil), irqs...), nil
 }
 
@@ -236,20 +241,20 @@ func (f *Function) DisableInterrupts() error {
 }
 
 func (f *Function) disableLocked() {
-	for _, q := range f.irqs {
-		q.Close()
+	if irqs := f.irqs.Swap(nil); irqs != nil {
+		for _, q := range *irqs {
+			q.Close()
+		}
 	}
-	f.irqs = nil
 }
 
 // raise signals vector v; it reports whether an interrupt was delivered.
 func (f *Function) raise(v int) bool {
-	f.irqMu.Lock()
-	defer f.irqMu.Unlock()
-	if v >= len(f.irqs) {
+	irqs := f.irqs.Load()
+	if irqs == nil || v >= len(*irqs) {
 		return false
 	}
-	return f.irqs[v].Signal() == nil
+	return (*irqs)[v].Signal() == nil
 }
 
 // wipeInterrupts models a reset that clears the MSI-X table: the vectors

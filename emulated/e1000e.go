@@ -181,7 +181,7 @@ func (p *E1000E) Hub(ports ...int) error {
 // Stats returns port i's counters.
 func (p *E1000E) Stats(i int) E1000EStats {
 	n := p.nics[i]
-	s := E1000EStats{TxFrames: n.nTx.Load(), RxFrames: n.nRx.Load(), RxDropped: n.nDrop.Load(), Interrupts: n.nIRQ.Load(), Violations: n.nViol.Load()}
+	s := E1000EStats{TxFrames: n.nTx.Load(), RxFrames: n.nRx.Load(), RxDropped: n.nDrop.Load(), Interrupts: n.interrupts(), Violations: n.nViol.Load()}
 	if v := n.lastViol.Load(); v != nil {
 		s.LastViolation = *v
 	}

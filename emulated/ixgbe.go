@@ -249,7 +249,7 @@ func (p *IXGBE) WaitSent(i int, count uint64, timeout time.Duration) error {
 func (p *IXGBE) Stats(i int) IXGBEStats {
 	n := p.nics[i]
 	s := IXGBEStats{TxFrames: n.txFrames(), RxDropped: n.nDrop.Load(), RxBadFCS: n.nBadFCS.Load(),
-		Interrupts: n.nIRQ.Load(), Violations: n.nViol.Load(), TailWrites: n.nTail.Load(), ModelTime: time.Duration(n.modelNS.Load())}
+		Interrupts: n.interrupts(), Violations: n.nViol.Load(), TailWrites: n.nTail.Load(), ModelTime: time.Duration(n.modelNS.Load())}
 	for q := range n.rxq {
 		s.RxFrames += n.rxq[q].recv.Load()
 		s.TailWrites += n.rxq[q].tails.Load() + n.txw[q].tails.Load()
@@ -288,14 +288,20 @@ func (p *IXGBE) Stats(i int) IXGBEStats {
 // and enable bits) are written only under mu held for writing, which so
 // waits out every queue's access in flight; a queue's head and tail are
 // written under mu for reading with the queue's lock, or under mu for
-// writing; EIMS is written under mu for reading with irqMu, or under mu for
-// writing. What a queue's DMA counts (frames, octets, descriptors) is its
-// queue's (queueTally, under the queue's lock), what the data path counts
-// outside a queue's lock is atomic (fast), and foldLocked adds both to the
-// registers and acc under mu for writing before they are read; frames waiting for descriptors (hold)
-// are under holdMu, the vectors' state (vecMask, vecCaus and nicCore's
-// vecNext, vecTmr) under irqMu. Lock order: txMu, a walk lock, mu, then
-// holdMu, an RX queue's lock, irqMu.
+// writing. Each MSI-X vector's cause and mask bits (its bits of EICR and
+// EIMS), its EITR deadline and deferred message are its own (nicCore's
+// irqVector), under its own lock with mu for reading, or under mu for
+// writing: a delivery raises its queue's vector, and an arming masks and
+// unmasks it, under that vector's lock alone, in the queue's shard of mu
+// (where vector and queue match, as transport/nic maps them), so two
+// queues' interrupts share no lock; EICR's other causes and EIMS's other
+// bits are the control path's, under mu for writing. What a queue's DMA
+// counts (frames, octets, descriptors) is its queue's (queueTally, under
+// the queue's lock), what the data path counts outside a queue's lock is
+// atomic (fast), and foldLocked adds both to the registers and acc under
+// mu for writing before they are read; frames waiting for descriptors
+// (hold) are under holdMu. Lock order: txMu, a walk lock, mu, then holdMu, an
+// RX queue's lock, a vector's lock.
 type ixgbeNIC struct {
 	nicCore
 	cpuTime bool // ModelTime in thread CPU time (IXGBEOptions.ThreadCPUTime)
@@ -323,8 +329,6 @@ type ixgbeNIC struct {
 	octets  [len(octetRegs)]octetLatch // what each octet counter's low half read
 	fdirHit atomic.Uint32              // FDIRMATCH, counted by the data path
 	fdirMis atomic.Uint32              // FDIRMISS, counted by the data path
-	vecMask uint64                     // EIMS: vectors enabled (and irqMu)
-	vecCaus uint64                     // EICR: vector causes pending (and irqMu)
 	// ftqfOn has bit i set while FTQF(i) has QUEUE_EN: the receive
 	// path compares a frame with those filters alone, where the chip
 	// compares all 128 at once and a loop over every one cost the
@@ -398,8 +402,15 @@ var statRegs = func() (r [nStats]int) {
 // registers and acc.
 type fastCounts struct {
 	stat   [nStats]atomic.Uint64
-	mask   [len(maskRegs)]atomic.Uint64 // writes of maskRegs
-	status atomic.Uint64                // reads of STATUS
+	mask   [queueShards + 1]maskCounts // writes of maskRegs, by mu's shard
+	status atomic.Uint64               // reads of STATUS
+}
+
+// maskCounts is the writes of each of maskRegs that held one shard of mu
+// (writeMask), on a line of its own.
+type maskCounts struct {
+	n [len(maskRegs)]atomic.Uint64
+	_ [64 - 8*len(maskRegs)%64]byte
 }
 
 // foldLocked implements nicHooks.
@@ -420,9 +431,11 @@ func (n *ixgbeNIC) foldLocked() {
 			n.acc.add(&n.acc.writes, hw.TDT(q), v)
 		}
 	}
-	for i, off := range maskRegs {
-		if v := f.mask[i].Swap(0); v != 0 {
-			n.acc.add(&n.acc.writes, off, v)
+	for s := range f.mask {
+		for i, off := range maskRegs {
+			if v := f.mask[s].n[i].Swap(0); v != 0 {
+				n.acc.add(&n.acc.writes, off, v)
+			}
 		}
 	}
 	if v := f.status.Swap(0); v != 0 {

@@ -43,7 +43,9 @@ func (n *ixgbeNIC) powerOn() {
 	n.fdirMis.Store(0)
 	n.clearStats()
 	n.octets = [len(octetRegs)]octetLatch{}
-	n.vecMask, n.vecCaus = 0, 0
+	for i := range n.vecs {
+		n.vecs[i].cause, n.vecs[i].enabled = false, false
+	}
 	n.ftqfOn = [hw.FiveTupleEntries / 64]uint64{}
 	n.txCtx = [hw.MaxQueuePairs][2]hw.TxDesc{}
 	n.lastLU = n.linkUp()
@@ -93,14 +95,14 @@ func (n *ixgbeNIC) read(off, w int) uint64 {
 		}
 		return 0
 	case off == hw.EICR:
-		v := n.reg(hw.EICR)&^hw.EicrRTxQMask | uint32(n.vecCaus)&hw.EicrRTxQMask
+		// Read to clear: the other causes and every vector's.
+		v := n.reg(hw.EICR)&^hw.EicrRTxQMask | uint32(n.vectorBitsLocked(true, true))&hw.EicrRTxQMask
 		n.set(hw.EICR, 0)
-		n.vecCaus = 0
 		return uint64(v)
 	case off == hw.EIMS:
-		return uint64(n.reg(hw.EIMS)&^hw.EicrRTxQMask | uint32(n.vecMask)&hw.EicrRTxQMask)
+		return uint64(n.reg(hw.EIMS)&^hw.EicrRTxQMask | uint32(n.vectorBitsLocked(false, false))&hw.EicrRTxQMask)
 	case off == hw.EIMSEx(0) || off == hw.EIMSEx(1):
-		return n.vecMask >> (32 * ((off - hw.EIMSEx(0)) / 4)) & 0xFFFFFFFF
+		return n.vectorBitsLocked(false, false) >> (32 * ((off - hw.EIMSEx(0)) / 4)) & 0xFFFFFFFF
 	case off == hw.EICS || off == hw.EIMC || off == hw.EIMCEx(0) || off == hw.EIMCEx(1):
 		return 0
 	case off == hw.FDIRFREE:
@@ -290,7 +292,7 @@ func (n *ixgbeNIC) write32(off int, v uint32) {
 	case off == hw.HLREG0:
 		n.set(off, v)
 		n.linkChangedLocked()
-	case off == hw.EICS:
+	case off == hw.EICS: // under mu for writing: no vector's lock
 		for vec := 0; vec < 16; vec++ {
 			if v&(1<<vec) != 0 {
 				n.vectorCauseLocked(vec)
@@ -456,34 +458,100 @@ func maskReg(off int) int {
 	return -1
 }
 
-// writeMask is a write of v to maskRegs[i] (at off). It changes only the
-// vectors' state (EICR's other causes are raised under mu held for
-// writing), so it holds mu for reading and irqMu, as a delivery that
-// raises a cause does: an arming waits for no queue's frames.
+// maskBits splits a write of v to the mask register or EICR at off into
+// the vectors it names (bit i: vector i) and EICR's other causes.
+func maskBits(off int, v uint32) (vecs uint64, other uint32) {
+	switch off {
+	case hw.EIMS, hw.EIMC, hw.EICR:
+		return uint64(v & hw.EicrRTxQMask), v &^ hw.EicrRTxQMask
+	case hw.EIMSEx(1), hw.EIMCEx(1):
+		return uint64(v) << 32, 0
+	}
+	return uint64(v), 0 // EIMS_EX(0), EIMC_EX(0)
+}
+
+// writeMask is a write of v to maskRegs[i] (at off). A write that names
+// vectors alone (an arming: EICR to clear the causes its vectors latched
+// while masked, then EIMS_EX; or EIMC_EX) changes only those vectors'
+// state, so it holds mu for reading, in the shard of the lowest vector it
+// names (a queue's own, where vector and queue match), and each vector's
+// lock in turn, as a delivery that raises a cause does: an arming waits
+// for no queue's frames and shares no line with another queue's arming. A
+// write that names EICR's other causes (LSC ...), which are raised under
+// mu held for writing, holds mu for writing.
 func (n *ixgbeNIC) writeMask(i, off int, v uint32) {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	n.irqMu.Lock()
-	defer n.irqMu.Unlock()
-	n.fast.mask[i].Add(1)
+	vecs, other := maskBits(off, v)
+	if other != 0 {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.fast.mask[queueShards].n[i].Add(1)
+		if n.closed {
+			return
+		}
+		switch off {
+		case hw.EIMS:
+			n.set(hw.EIMS, n.reg(hw.EIMS)|other)
+		case hw.EIMC:
+			n.set(hw.EIMS, n.reg(hw.EIMS)&^other)
+		default: // EICR: write 1 to clear
+			n.set(hw.EICR, n.reg(hw.EICR)&^other)
+		}
+		n.maskVectors(off, vecs)
+		return
+	}
+	sh, c := n.mu.others(), &n.fast.mask[queueShards]
+	if vecs != 0 {
+		v := bits.TrailingZeros64(vecs)
+		sh, c = n.mu.queue(v), &n.fast.mask[v%queueShards]
+	}
+	sh.RLock()
+	defer sh.RUnlock()
+	c.n[i].Add(1)
 	if n.closed {
 		return
 	}
-	switch off {
-	case hw.EIMS:
-		n.set(hw.EIMS, n.reg(hw.EIMS)|v&^hw.EicrRTxQMask)
-		n.unmaskLocked(uint64(v & hw.EicrRTxQMask))
-	case hw.EIMC:
-		n.set(hw.EIMS, n.reg(hw.EIMS)&^(v&^hw.EicrRTxQMask))
-		n.vecMask &^= uint64(v & hw.EicrRTxQMask)
-	case hw.EICR: // write 1 to clear
-		n.set(hw.EICR, n.reg(hw.EICR)&^(v&^hw.EicrRTxQMask))
-		n.vecCaus &^= uint64(v & hw.EicrRTxQMask)
-	case hw.EIMSEx(0), hw.EIMSEx(1):
-		n.unmaskLocked(uint64(v) << (32 * ((off - hw.EIMSEx(0)) / 4)))
-	default: // EIMC_EX
-		n.vecMask &^= uint64(v) << (32 * ((off - hw.EIMCEx(0)) / 4))
+	n.maskVectors(off, vecs)
+}
+
+// maskVectors applies a write to the mask register or EICR at off to the
+// vectors vecs, each under its own lock: EIMS sets their mask bits (a
+// cause already pending fires), EIMC clears them, EICR clears their
+// causes. Under mu, for reading at least.
+func (n *ixgbeNIC) maskVectors(off int, vecs uint64) {
+	for ; vecs != 0; vecs &= vecs - 1 {
+		v := bits.TrailingZeros64(vecs)
+		iv := &n.vecs[v]
+		iv.mu.Lock()
+		switch off {
+		case hw.EIMS, hw.EIMSEx(0), hw.EIMSEx(1):
+			iv.enabled = true
+			if iv.cause {
+				n.fireLocked(v)
+			}
+		case hw.EIMC, hw.EIMCEx(0), hw.EIMCEx(1):
+			iv.enabled = false
+		default: // EICR
+			iv.cause = false
+		}
+		iv.mu.Unlock()
 	}
+}
+
+// vectorBitsLocked returns the vectors' causes (cause), or their mask bits,
+// as a mask (bit i: vector i), and clears the causes if clear is set. Under
+// mu held for writing, which excludes every holder of a vector's lock.
+func (n *ixgbeNIC) vectorBitsLocked(cause, clear bool) uint64 {
+	var m uint64
+	for i := range n.vecs {
+		iv := &n.vecs[i]
+		if cause && iv.cause || !cause && iv.enabled {
+			m |= 1 << i
+		}
+		if clear {
+			iv.cause = false
+		}
+	}
+	return m
 }
 
 // refill is a write of v to RDT(q) (at off): it gives the NIC the
@@ -575,9 +643,10 @@ func (n *ixgbeNIC) queueCauseLocked(q int) {
 	if e&hw.IVARValid == 0 {
 		return
 	}
-	n.irqMu.Lock()
+	iv := &n.vecs[e&0x3F]
+	iv.mu.Lock()
 	n.vectorCauseLocked(int(e & 0x3F))
-	n.irqMu.Unlock()
+	iv.mu.Unlock()
 }
 
 // otherCauseLocked raises causes of EICR's upper half (LSC ...), delivered
@@ -594,22 +663,19 @@ func (n *ixgbeNIC) otherCauseLocked(c uint32) {
 	n.messageLocked(int(e & 0x3F))
 }
 
-// vectorCauseLocked sets vector v's cause and sends it if unmasked.
+// vectorCauseLocked sets vector v's cause and sends it if unmasked. Under
+// mu held for writing, or for reading with the vector's lock.
 func (n *ixgbeNIC) vectorCauseLocked(v int) {
-	n.vecCaus |= 1 << v
+	n.vecs[v].cause = true
 	n.fireLocked(v)
 }
 
-// unmaskLocked sets EIMS bits: causes already pending fire.
-func (n *ixgbeNIC) unmaskLocked(m uint64) {
-	n.vecMask |= m
-	for p := m & n.vecCaus; p != 0; p &= p - 1 {
-		n.fireLocked(bits.TrailingZeros64(p))
-	}
-}
-
+// fireLocked sends vector v's pending cause if its mask bit is set, and
+// auto-masks and auto-clears it as GPIE, EIAM and EIAC say. Under mu held
+// for writing, or for reading with the vector's lock.
 func (n *ixgbeNIC) fireLocked(v int) {
-	if n.vecMask&(1<<v) == 0 || !n.has(hw.GPIE, hw.GpieMSIXMode) {
+	iv := &n.vecs[v]
+	if !iv.enabled || !n.has(hw.GPIE, hw.GpieMSIXMode) {
 		return
 	}
 	// Auto-mask (GPIE.EIAME with EIAM) and auto-clear (EIAC) on sending.
@@ -619,10 +685,10 @@ func (n *ixgbeNIC) fireLocked(v int) {
 	}
 	eiam |= uint64(n.reg(hw.EIAMEx(0))) | uint64(n.reg(hw.EIAMEx(1)))<<32
 	if n.has(hw.GPIE, hw.GpieEIAME) && eiam&(1<<v) != 0 {
-		n.vecMask &^= 1 << v
+		iv.enabled = false
 	}
 	if v >= 16 || n.reg(hw.EIAC)&(1<<v) != 0 {
-		n.vecCaus &^= 1 << v
+		iv.cause = false
 	}
 	n.messageLocked(v)
 }

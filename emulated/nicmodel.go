@@ -204,8 +204,9 @@ type nicHooks interface {
 // reading and the queue's own lock, so its queues do not wait for each
 // other (ixgbe.go says what each lock guards); what such a holder changes
 // besides its queue's state is atomic (the counters, the hold's length)
-// or under holdMu (the hold) or irqMu (the vectors' state: vecNext,
-// vecTmr), and foldLocked gathers it under mu for writing.
+// or under holdMu (the hold) or the lock of the vector it raises (that
+// vector's state: irqVector), and foldLocked gathers it under mu for
+// writing.
 type nicCore struct {
 	m    nicHooks
 	f    *Function
@@ -221,20 +222,18 @@ type nicCore struct {
 	out   [][]byte  // frames of the TDT write being processed, to deliver (82574L)
 	spare [][]byte  // free frame buffers (82574L)
 
-	mu      queueLock  // one shard, or the queues' (newNICCore)
-	holdMu  sync.Mutex // hold, under mu held for reading
-	irqMu   sync.Mutex // vecNext and vecTmr, under mu held for reading
-	closed  bool
-	hold    rxHold // frames waiting for RX descriptors
-	lastLU  bool
-	vecNext []time.Time   // when each vector may send again (EITR)
-	vecTmr  []func() bool // stops each vector's deferred message
-	clock   Clock
-	hint    int
-	acc     regAccesses
+	mu     queueLock  // one shard, or the queues' (newNICCore)
+	holdMu sync.Mutex // hold, under mu held for reading
+	closed bool
+	hold   rxHold // frames waiting for RX descriptors
+	lastLU bool
+	vecs   []irqVector // each MSI-X vector's state
+	clock  Clock
+	hint   int
+	acc    regAccesses
 
-	nTx, nRx, nDrop, nBadFCS, nIRQ, nViol atomic.Uint64 // nTx, nRx: the 82574L's (an 82599's queues count their own)
-	lastViol                              atomic.Pointer[string]
+	nTx, nRx, nDrop, nBadFCS, nViol atomic.Uint64 // nTx, nRx: the 82574L's (an 82599's queues count their own)
+	lastViol                        atomic.Pointer[string]
 }
 
 // newNICCore is the core of port of a model with vectors MSI-X vectors,
@@ -242,7 +241,36 @@ type nicCore struct {
 func newNICCore(m nicHooks, f *Function, port, vectors, pending, shards int, clock Clock, mac [6]byte) nicCore {
 	return nicCore{m: m, f: f, port: port, mac: mac, clock: clock, hold: rxHold{max: pending},
 		txMu: newQueueLock(shards), mu: newQueueLock(shards),
-		vecNext: make([]time.Time, vectors), vecTmr: make([]func() bool, vectors)}
+		vecs: make([]irqVector, vectors)}
+}
+
+// irqVector is one MSI-X vector's state, on cache lines no other vector's
+// shares, so that two queues raising their own vectors at once on two
+// CPUs take no lock and write no line in common, as the chip's queues
+// signal their vectors apart. Its mu guards the rest, taken with mu (the
+// register lock) held for reading; mu held for writing excludes every
+// holder of a vector's lock as well, so the control path may also read
+// and change a vector's state under mu for writing alone.
+type irqVector struct {
+	mu sync.Mutex
+	// cause is the vector's interrupt cause, pending until read or
+	// cleared (the 82599's EICR bit of the vector), and enabled its
+	// mask bit (the 82599's EIMS bit); a model whose causes are not per
+	// vector (the 82574L) leaves both false.
+	cause, enabled bool
+	next           time.Time     // when the vector may send again (EITR)
+	tmr            func() bool   // stops its deferred message
+	sent           atomic.Uint64 // messages delivered (the Stats' Interrupts)
+	_              [64]byte      // apart from the next vector's
+}
+
+// interrupts is the MSI-X messages the vectors delivered.
+func (c *nicCore) interrupts() uint64 {
+	var s uint64
+	for i := range c.vecs {
+		s += c.vecs[i].sent.Load()
+	}
+	return s
 }
 
 func (c *nicCore) core() *nicCore { return c }
@@ -316,17 +344,18 @@ func (c *nicCore) flushPendingLocked() {
 }
 
 // messageLocked sends MSI-X vector vec, no sooner than its EITR allows.
-// Under mu held for writing, or for reading with irqMu.
+// Under mu held for writing, or for reading with the vector's lock.
 func (c *nicCore) messageLocked(vec int) {
+	iv := &c.vecs[vec]
 	now := c.clock.Now()
-	if now.Before(c.vecNext[vec]) {
-		if c.vecTmr[vec] == nil {
-			c.vecTmr[vec] = c.clock.AfterFunc(c.vecNext[vec].Sub(now), func() {
-				c.mu.RLock()
-				defer c.mu.RUnlock()
-				c.irqMu.Lock()
-				defer c.irqMu.Unlock()
-				c.vecTmr[vec] = nil
+	if now.Before(iv.next) {
+		if iv.tmr == nil {
+			iv.tmr = c.clock.AfterFunc(iv.next.Sub(now), func() {
+				c.mu.queue(vec).RLock()
+				defer c.mu.queue(vec).RUnlock()
+				iv.mu.Lock()
+				defer iv.mu.Unlock()
+				iv.tmr = nil
 				if !c.closed {
 					c.sendLocked(vec, c.clock.Now())
 				}
@@ -338,9 +367,10 @@ func (c *nicCore) messageLocked(vec int) {
 }
 
 func (c *nicCore) sendLocked(vec int, now time.Time) {
-	c.vecNext[vec] = now.Add(c.m.eitrLocked(vec))
+	iv := &c.vecs[vec]
+	iv.next = now.Add(c.m.eitrLocked(vec))
 	if c.f.raise(vec) {
-		c.nIRQ.Add(1)
+		iv.sent.Add(1)
 	}
 }
 
@@ -365,10 +395,10 @@ func (c *nicCore) flr() {
 }
 
 func (c *nicCore) stopTimersLocked() {
-	for i, stop := range c.vecTmr {
-		if stop != nil {
-			stop()
-			c.vecTmr[i] = nil
+	for i := range c.vecs {
+		if iv := &c.vecs[i]; iv.tmr != nil {
+			iv.tmr()
+			iv.tmr = nil
 		}
 	}
 }

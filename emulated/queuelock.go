@@ -11,7 +11,7 @@ import "sync"
 // share nothing. Here a reader takes one shard, a sync.RWMutex on cache
 // lines of its own: queue q's readers take shard q mod queueShards (so
 // queues q and q+queueShards share one), readers that are no queue's (a
-// STATUS read, an arming) the last. A writer takes every shard, in
+// STATUS read, a mask write that names no vector) the last. A writer takes every shard, in
 // ascending order, and so waits out every reader, as the RWMutex's writer
 // does; a reader never holds two shards of one lock, so a reader and a
 // writer never wait on each other in a cycle. Two queues' readers write
@@ -22,7 +22,8 @@ import "sync"
 //
 // The 82599 model's writers are its control path: a register read other
 // than STATUS, and a register write other than a tail (TDT, RDT) or an
-// arming's (EICR and the interrupt mask registers), take every shard of
+// arming's (a write of EICR or an interrupt mask register that names
+// vectors alone, which reads the shard of the lowest), take every shard of
 // its register lock; a write that reprograms a TX ring or stops transmit
 // DMA (TXDCTL, TDBAL/H, TDLEN, TDH, DMATXCTL, CTRL) takes every shard of
 // txMu as well.
@@ -75,10 +76,13 @@ func (l *queueLock) Unlock() {
 }
 
 // RLock takes the shard of readers that are no queue's.
-func (l *queueLock) RLock() { l.shards[len(l.shards)-1].RLock() }
+func (l *queueLock) RLock() { l.others().RLock() }
 
 // RUnlock releases what RLock took.
-func (l *queueLock) RUnlock() { l.shards[len(l.shards)-1].RUnlock() }
+func (l *queueLock) RUnlock() { l.others().RUnlock() }
+
+// others returns the shard of readers that are no queue's.
+func (l *queueLock) others() *sync.RWMutex { return &l.shards[len(l.shards)-1].RWMutex }
 
 // queue returns queue q's shard (q >= 0), which its readers read:
 // l.queue(q).RLock() and RUnlock(). (A method that took the shard's read

@@ -66,20 +66,27 @@ type RxWaiter struct {
 	// time.Now. (pci.WaitAny's sleep ends on the real clock.)
 	Now func() time.Time
 
-	// quiet holds, for each queue, the looks at its ring that found it
-	// empty since the driver last took a frame from it, carried from one
-	// Wait to the next (the ring position of the last look in the upper
-	// 32 bits, the looks in the lower).
-	quiet [maxWait]atomic.Uint64
-	// served marks the queues whose next Wait arms after its first look
-	// (Served): the ring position Served found in the lower 32 bits, bit
-	// 32 set; 0 when unmarked.
-	served [maxWait]atomic.Uint64
-	// spin holds, for each queue, the looks its waits take before they
-	// arm while its spins catch nothing (spinProbe): the number in the
-	// lower 32 bits, 0 for Spin; the armings since its last full spin
-	// in the upper 32.
-	spin [maxWait]atomic.Uint64
+	// q is each queue's wait state, on a line of its own: two queues'
+	// waiters on two CPUs write no line in common.
+	q [maxWait]waitQueue
+}
+
+// waitQueue is one queue's wait state, carried from one Wait to the next.
+type waitQueue struct {
+	// quiet holds the looks at the queue's ring that found it empty
+	// since the driver last took a frame from it (the ring position of
+	// the last look in the upper 32 bits, the looks in the lower).
+	quiet atomic.Uint64
+	// served marks the queue as one whose next Wait arms after its
+	// first look (Served): the ring position Served found in the lower
+	// 32 bits, bit 32 set; 0 when unmarked.
+	served atomic.Uint64
+	// spin holds the looks the queue's waits take before they arm while
+	// its spins catch nothing (spinProbe): the number in the lower 32
+	// bits, 0 for Spin; the armings since its last full spin in the
+	// upper 32.
+	spin atomic.Uint64
+	_    [64 - 3*8]byte
 }
 
 // spinProbe is how many armings a queue whose spin was cut takes between
@@ -115,7 +122,7 @@ func (w *RxWaiter) Served(q int) {
 		return
 	}
 	if ready, p := w.Ready(q); !ready {
-		w.served[q].Store(1<<32 | uint64(p))
+		w.q[q].served.Store(1<<32 | uint64(p))
 	}
 }
 
@@ -193,7 +200,7 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 			ready, p := w.Ready(q)
 			if ready {
 				if i > 0 && !armed && w.IRQs != nil && w.Spin > 0 {
-					w.spin[q].Store(0) // caught in the spin
+					w.q[q].spin.Store(0) // caught in the spin
 				}
 				return q, nil
 			}
@@ -240,7 +247,7 @@ func (w *RxWaiter) Wait(ctx context.Context, deadline time.Time, queues []int) (
 		for _, q := range queues {
 			if ready, _ := w.Ready(q); ready {
 				if first && w.Spin > 0 {
-					w.spin[q].Store(0) // just after the spin: it was short
+					w.q[q].spin.Store(0) // just after the spin: it was short
 				}
 				return q, nil
 			}
@@ -292,7 +299,7 @@ func (w *RxWaiter) looksOf(q int) int {
 	if w.FixedSpin {
 		return w.Spin
 	}
-	v := w.spin[q].Load()
+	v := w.q[q].spin.Load()
 	if n := int(uint32(v)); n != 0 && v>>32 != spinProbe-1 {
 		return n
 	}
@@ -307,13 +314,13 @@ func (w *RxWaiter) spinMissed(queues []int, spin int) {
 		return
 	}
 	for _, q := range queues {
-		v := w.spin[q].Load()
+		v := w.q[q].spin.Load()
 		n, probes := uint32(v), v>>32+1
 		if n == 0 || probes >= spinProbe {
 			n, probes = uint32(w.Spin), 0 // a full spin, missed
 		}
 		n = max(min(n, uint32(spin*len(queues)))/2, 1)
-		w.spin[q].Store(probes<<32 | uint64(n))
+		w.q[q].spin.Store(probes<<32 | uint64(n))
 	}
 }
 
@@ -325,8 +332,8 @@ func (w *RxWaiter) carried(queues []int, pos []uint32) int {
 	n := uint32(1<<32 - 1)
 	var marks [maxWait]uint64
 	for k, q := range queues {
-		marks[k] = w.served[q].Load()
-		v := w.quiet[q].Load()
+		marks[k] = w.q[q].served.Load()
+		v := w.q[q].quiet.Load()
 		switch {
 		case marks[k] != 0 && uint32(marks[k]) == pos[k]:
 			n = min(n, uint32(w.Spin))
@@ -338,7 +345,7 @@ func (w *RxWaiter) carried(queues []int, pos []uint32) int {
 	}
 	for k, q := range queues {
 		if marks[k] != 0 {
-			w.served[q].CompareAndSwap(marks[k], 0)
+			w.q[q].served.CompareAndSwap(marks[k], 0)
 		}
 	}
 	return int(n)
@@ -357,6 +364,6 @@ func (w *RxWaiter) carry(queues []int, pos []uint32, i, spin int) {
 		looks = w.Spin
 	}
 	for k, q := range queues {
-		w.quiet[q].Store(uint64(pos[k])<<32 | uint64(looks))
+		w.q[q].quiet.Store(uint64(pos[k])<<32 | uint64(looks))
 	}
 }
