@@ -305,30 +305,61 @@ func TestStagedGuard(t *testing.T) {
 
 // TestStagedPeerKilled: a staged send whose receiver process is killed
 // fails with ErrUnreachable instead of hanging, and its staging buffer
-// is free again.
+// is free again; a staged receive whose sender is killed before it is
+// matched completes, with the message (staged before the kill) or
+// ErrUnreachable, never hanging.
 func TestStagedPeerKilled(t *testing.T) {
-	dir := shmDir(t)
-	ctx := testCtx(t, 60*time.Second)
-	cmd := startShmChild(t, ctx, dir+" 8 compute", "GOMX_SHM_LARGE=staged")
-	o := shmTestOptions()
-	o.Local.Large = LargeStaged
-	b, e, addr := shmBoardTo(t, ctx, dir, o, 8)
-	// One echo first: the child knows us, we know it (and its capability).
-	echo(t, ctx, e, addr, pattern(64, 1), make([]byte, 64), 1)
-	// The child now computes: our staged send waits for a receive
-	// that never comes, until the child dies.
-	s, err := e.ISend([][]byte{pattern(1<<20, 2)}, addr, 2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := e.Counters(); c.Get(StagedSends) != 1 {
-		t.Fatalf("%d staged sends, want 1", c.Get(StagedSends))
-	}
-	cmd.Process.Kill()
-	if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("send to a killed peer: %v, want ErrUnreachable", err)
-	}
-	waitCond(t, "the staging buffer is free", func() bool { return stageBufsFree(b) })
+	t.Run("receiver", func(t *testing.T) {
+		dir := shmDir(t)
+		ctx := testCtx(t, 60*time.Second)
+		cmd := startShmChild(t, ctx, dir+" 8 compute", "GOMX_SHM_LARGE=staged")
+		o := shmTestOptions()
+		o.Local.Large = LargeStaged
+		b, e, addr := shmBoardTo(t, ctx, dir, o, 8)
+		// One echo first: the child knows us, we know it (and its capability).
+		echo(t, ctx, e, addr, pattern(64, 1), make([]byte, 64), 1)
+		// The child now computes: our staged send waits for a receive
+		// that never comes, until the child dies.
+		s, err := e.ISend([][]byte{pattern(1<<20, 2)}, addr, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := e.Counters(); c.Get(StagedSends) != 1 {
+			t.Fatalf("%d staged sends, want 1", c.Get(StagedSends))
+		}
+		cmd.Process.Kill()
+		if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("send to a killed peer: %v, want ErrUnreachable", err)
+		}
+		waitCond(t, "the staging buffer is free", func() bool { return stageBufsFree(b) })
+	})
+	t.Run("sender", func(t *testing.T) {
+		dir := shmDir(t)
+		ctx := testCtx(t, 60*time.Second)
+		cmd := startShmChild(t, ctx, dir+" 9", "GOMX_SHM_LARGE=staged")
+		o := shmTestOptions()
+		o.Local.Large = LargeStaged
+		_, e, addr := shmBoardTo(t, ctx, dir, o, 9)
+		echo(t, ctx, e, addr, pattern(64, 1), make([]byte, 64), 1)
+		// Match 1<<62: the child answers with an unexpected 1 MiB
+		// message, staged, whose send never completes.
+		s, _ := e.ISend(nil, addr, 1<<62, nil)
+		if _, err := e.Probe(ctx, 1<<62, ^uint64(0)); err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, s, 30*time.Second)
+		cmd.Process.Kill()
+		cmd.Wait()
+		buf := make([]byte, 1<<20)
+		r, _ := e.IRecv([][]byte{buf}, 1<<62, ^uint64(0), nil)
+		_, err := r.Wait(ctx)
+		switch {
+		case err == nil && !bytes.Equal(buf, pattern(1<<20, 62)):
+			t.Fatal("a message from a killed sender completed with the wrong bytes")
+		case err != nil && !errors.Is(err, ErrUnreachable):
+			t.Fatalf("receive from a killed sender: %v, want the message or ErrUnreachable", err)
+		}
+	})
 }
 
 // TestStagedClose: closing the boards with staged messages in flight (a
