@@ -58,7 +58,6 @@ type Board struct {
 	mtu      int
 	crc      bool // this board wants the CRC-32C trailer (announced at connect)
 	ord      wire.Order
-	omx      int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick     time.Duration
 	// tickBusy is the timer period while a retransmission timer may be
 	// pending (an unacked send or a pull) or was within busyLinger: a
@@ -228,6 +227,10 @@ type Board struct {
 	cmaTabAt   map[cmaKey]*cmaSender  // senders' endpoint tables and last entries (cma.go)
 	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
 	stage      stageState             // staged large messages (stage.go)
+	// omx is the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less
+	// the Ethernet header). (Here, not among the settings before mu,
+	// so that mu keeps its place in its cache line: TestHotLines.)
+	omx int
 	zc         *zeroCopy              // zero-copy sends (zerocopy.go); nil when off
 	plc        *placeRecv             // receiving in place (placerecv.go); nil when the transport cannot
 
