@@ -231,8 +231,8 @@ type Board struct {
 	// the Ethernet header). (Here, not among the settings before mu,
 	// so that mu keeps its place in its cache line: TestHotLines.)
 	omx int
-	zc         *zeroCopy              // zero-copy sends (zerocopy.go); nil when off
-	plc        *placeRecv             // receiving in place (placerecv.go); nil when the transport cannot
+	zc  *zeroCopy  // zero-copy sends (zerocopy.go); nil when off
+	plc *placeRecv // receiving in place (placerecv.go); nil when the transport cannot
 
 	// src is the transport as a receive source: its owner is the
 	// progress goroutine or a polling waiter (poll.go). allSrcs and
