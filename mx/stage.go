@@ -149,6 +149,7 @@ type stageSend struct {
 var (
 	stageClaimHook func() bool
 	stageCopyHook  func(i int)
+	stageReadHook  func(i int)
 )
 
 // stageEnv applies GOMX_SHM_STAGE_MIN and checks StageMin.
@@ -255,6 +256,14 @@ func (b *Board) stageAlloc() error {
 		return err
 	}
 	b.mu.Lock()
+	if b.closed {
+		// Closed while the buffers were allocated: they go back.
+		b.unlockKick()
+		for _, sb := range bufs {
+			sp.pool.Free(sb.mem)
+		}
+		return ErrBoardClosed
+	}
 	b.stage.bufs = bufs
 	b.unlockKick()
 	b.stage.ready.Store(true)
@@ -304,6 +313,11 @@ func (e *Endpoint) stageRegion(i int, r *Request) bool {
 	}
 	sb.busy = true
 	b.stage.gen++
+	if uint32(b.stage.gen) == 0 {
+		// The claim word holds the low half: never 0, which a buffer
+		// no message holds reads as (stageEnd).
+		b.stage.gen++
+	}
 	gen := b.stage.gen
 	n := (len(src) + stageChunk - 1) / stageChunk
 	// The header before the entry: the receiver reads it only after the
@@ -441,7 +455,8 @@ func (b *Board) stageEnd(e *Endpoint, j *stageSend) {
 	for j.active.Load() != 0 {
 		runtime.Gosched()
 	}
-	// A receiver still at it (its send failed) sees another generation.
+	// A receiver still at it (its send failed) sees another generation,
+	// in the claim word too: one whose low half no message has.
 	stageWord(j.buf.mem, stageWordClaim).Store(0)
 	stageWord(j.buf.mem, stageWordGen).Store(0)
 	e.cnt[StagedChunks] += uint64(j.copied.Load())
@@ -540,7 +555,7 @@ func (st *stageRecv) run() {
 				lo := i * stageChunk
 				hi := min(lo+stageChunk, st.total)
 				copyAt(st.dst, lo, m[stageHdr+lo:stageHdr+hi])
-				if stageWord(m, stageWordGen).Load() != gen {
+				if !stageHeld(m, gen) {
 					st.err = errStageGone
 					return
 				}
@@ -558,7 +573,7 @@ func (st *stageRecv) run() {
 		case i >= need:
 			continue // past a truncated receive's end
 		case i >= 0:
-			if !st.read(i, addr) {
+			if !st.read(m, i, addr) {
 				return
 			}
 			handled |= 1 << i
@@ -574,7 +589,7 @@ func (st *stageRecv) run() {
 				since[i] = now
 			} else if now.Sub(since[i]) >= stageTakeover {
 				// The sender stalls on it: read it from its buffer.
-				if !st.read(i, addr) {
+				if !st.read(m, i, addr) {
 					return
 				}
 				handled |= 1 << i
@@ -585,15 +600,18 @@ func (st *stageRecv) run() {
 }
 
 // read copies chunk i from the sender's buffer at addr with
-// process_vm_readv; false when it failed: the sender went away (st.err
-// set), or the kernel refused (st.refused set: the rings carry the
+// process_vm_readv; false when it failed: the sender went away or
+// withdrew the message (st.err set), or the kernel refused (st.refused set: the rings carry the
 // message, over what was copied).
-func (st *stageRecv) read(i int, addr uint64) bool {
+func (st *stageRecv) read(m []byte, i int, addr uint64) bool {
 	lo := i * stageChunk
 	hi := min(lo+stageChunk, st.total)
 	var local [MaxSegments]unix.Iovec
 	nl := iovecsAt(local[:], st.dst, lo, hi-lo)
 	remote := [1]unix.RemoteIovec{{Base: uintptr(addr) + uintptr(lo), Len: hi - lo}}
+	if stageReadHook != nil {
+		stageReadHook(i)
+	}
 	got, err := unix.ProcessVMReadv(st.pid, local[:nl], remote[:], 0)
 	if err == nil && got != hi-lo {
 		err = errCMAShort
@@ -606,8 +624,24 @@ func (st *stageRecv) read(i int, addr uint64) bool {
 		st.err = err
 		return false
 	}
+	// The send may have completed (failed, or its endpoint closed) while
+	// the read ran, and its buffer been written again since: the bytes
+	// count only if the message was still staged after they were read.
+	if !stageHeld(m, st.gen) {
+		st.err = errStageGone
+		return false
+	}
 	st.cmaChunks++
 	return true
+}
+
+// stageHeld reports whether the staging buffer whose header is at the
+// start of m still holds the message of generation gen, after every
+// load before it: a compare-and-swap, whose release half keeps the
+// loads of the data copied before it from completing after it on any
+// CPU (a plain atomic load would order them only on x86).
+func stageHeld(m []byte, gen uint64) bool {
+	return stageWord(m, stageWordGen).CompareAndSwap(gen, gen)
 }
 
 // finishStaged completes a staged receive (b.mu held): with the NOTIFY

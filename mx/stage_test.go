@@ -417,3 +417,65 @@ func TestStageMinOption(t *testing.T) {
 		t.Fatalf("staged parses as %v, %v", s, err)
 	}
 }
+
+// TestStagedReadAfterSendFailed: a receiver reading a staged message by
+// process_vm_readv while its send fails (the sender's endpoint closes) and
+// the application writes its buffer again never completes holding those
+// later bytes: the read counts only if the message was still staged after
+// it.
+func TestStagedReadAfterSendFailed(t *testing.T) {
+	g := newStageRig(t, LargeStaged, false, nil)
+	setStageHooks(t, func() bool { return false }, nil) // the sender copies nothing: the receiver reads every chunk
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	stageReadHook = func(i int) {
+		if i == 0 { // the last chunk the receiver claims from the top
+			once.Do(func() { close(entered); <-release })
+		}
+	}
+	t.Cleanup(func() { stageReadHook = nil })
+	msg := pattern(1<<20, 5)
+	want := bytes.Clone(msg)
+	buf := make([]byte, len(msg))
+	s, err := g.a.ISend([][]byte{msg}, g.atob, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := make(chan error, 1)
+	go func() {
+		r, err := g.b.IRecv([][]byte{buf}, 5, ^uint64(0), nil)
+		if err != nil {
+			rc <- err
+			return
+		}
+		_, err = r.Wait(testCtx(t, 30*time.Second))
+		rc <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the receiver never reached the last chunk")
+	}
+	cl := make(chan error, 1)
+	go func() { cl <- g.a.Close() }()
+	if _, err := s.Wait(testCtx(t, 30*time.Second)); err == nil {
+		t.Fatal("the send completed without error although its endpoint closed under it")
+	}
+	// The application owns its buffer again: it writes a guard.
+	copy(msg, bytes.Repeat([]byte{0xA5}, len(msg)))
+	close(release)
+	rerr := <-rc
+	if err := <-cl; err != nil {
+		t.Fatal(err)
+	}
+	if rerr == nil {
+		n := 0
+		for k := range buf {
+			if buf[k] == 0xA5 {
+				n++
+			}
+		}
+		t.Fatalf("the receive completed without error, holding %d guard bytes written after its send completed (equal to the message: %v)", n, bytes.Equal(buf, want))
+	}
+}
