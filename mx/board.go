@@ -58,7 +58,6 @@ type Board struct {
 	mtu      int
 	crc      bool // this board wants the CRC-32C trailer (announced at connect)
 	ord      wire.Order
-	omx      int // the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less the Ethernet header)
 	tick     time.Duration
 	// tickBusy is the timer period while a retransmission timer may be
 	// pending (an unacked send or a pull) or was within busyLinger: a
@@ -218,7 +217,8 @@ type Board struct {
 
 	// cmaEps holds each endpoint's table of large-send buffers for
 	// processes that copy from them; its address is published (cma.go).
-	cmaEps     [MaxEndpoints]uint64
+	// (The word after them is the staging capability: stage.go.)
+	cmaEps     [MaxEndpoints + 1]uint64
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
 	copies     sync.WaitGroup         // single copies queued or running without mu (cma.go)
@@ -226,8 +226,13 @@ type Board struct {
 	cmaFree    []*cmaCopy             // recycled copies
 	cmaTabAt   map[cmaKey]*cmaSender  // senders' endpoint tables and last entries (cma.go)
 	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
-	zc         *zeroCopy              // zero-copy sends (zerocopy.go); nil when off
-	plc        *placeRecv             // receiving in place (placerecv.go); nil when the transport cannot
+	stage      stageState             // staged large messages (stage.go)
+	// omx is the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less
+	// the Ethernet header). (Here, not among the settings before mu,
+	// so that mu keeps its place in its cache line: TestHotLines.)
+	omx int
+	zc  *zeroCopy  // zero-copy sends (zerocopy.go); nil when off
+	plc *placeRecv // receiving in place (placerecv.go); nil when the transport cannot
 
 	// src is the transport as a receive source: its owner is the
 	// progress goroutine or a polling waiter (poll.go). allSrcs and
@@ -471,7 +476,8 @@ func (b *Board) Close() error {
 		b.reapPullCopies(true) // none is left: every pull ended above
 		b.unpinDMA()           // before the transport frees that memory
 		out := b.takeLocalOut()
-		b.takeCopy() // the endpoints are closed: every queued copy completes, none is returned
+		b.takeCopy()  // the endpoints are closed: every queued copy completes, none is returned
+		b.stageStop() // stage.go: every staged send was withdrawn above
 		b.unlockKick()
 		runLocalOut(out)
 		b.copies.Wait() // those running complete their receives (cma.go)

@@ -88,6 +88,12 @@ const (
 	// threshold (offload.go); other buffers go as with LargeAuto. The
 	// board refuses it without an engine.
 	LargeEngine
+	// LargeStaged stages every large message that fits a staging buffer
+	// through the sender's staging buffers (stage.go), whatever
+	// LocalOptions.StageMin says, to peers that receive staged messages;
+	// other messages go as with LargeAuto. LargeAuto stages messages of
+	// StageMin bytes and more.
+	LargeStaged
 )
 
 // String names the strategy as GOMX_SHM_LARGE spells it.
@@ -103,11 +109,13 @@ func (s LargeStrategy) String() string {
 		return "shared"
 	case LargeEngine:
 		return "engine"
+	case LargeStaged:
+		return "staged"
 	}
 	return fmt.Sprintf("LargeStrategy(%d)", int(s))
 }
 
-// ParseLargeStrategy parses auto, rings, cma, shared or engine.
+// ParseLargeStrategy parses auto, rings, cma, shared, engine or staged.
 func ParseLargeStrategy(s string) (LargeStrategy, error) {
 	switch strings.ToLower(s) {
 	case "auto", "":
@@ -120,8 +128,10 @@ func ParseLargeStrategy(s string) (LargeStrategy, error) {
 		return LargeShared, nil
 	case "engine", "ioat":
 		return LargeEngine, nil
+	case "staged", "stage":
+		return LargeStaged, nil
 	}
-	return 0, fmt.Errorf("%w: large-message strategy %q: want auto, rings, cma, shared or engine", ErrBadOptions, s)
+	return 0, fmt.Errorf("%w: large-message strategy %q: want auto, rings, cma, shared, engine or staged", ErrBadOptions, s)
 }
 
 // DefaultShmEager is the default of LocalOptions.ShmEager: a message of
@@ -143,7 +153,7 @@ const (
 	cmaEntryBytes = cmaEntryWords * 8
 )
 
-// largeEnv applies GOMX_SHM_LARGE and GOMX_SHM_EAGER.
+// largeEnv applies GOMX_SHM_LARGE, GOMX_SHM_EAGER and GOMX_SHM_STAGE_MIN.
 func (o *LocalOptions) largeEnv() error {
 	if v := os.Getenv("GOMX_SHM_LARGE"); v != "" {
 		s, err := ParseLargeStrategy(v)
@@ -159,10 +169,13 @@ func (o *LocalOptions) largeEnv() error {
 		}
 		o.ShmEager = n
 	}
-	if o.Large < LargeAuto || o.Large > LargeEngine {
-		return fmt.Errorf("%w: Local.Large %d: want LargeAuto, LargeRings, LargeCMA, LargeShared or LargeEngine", ErrBadOptions, int(o.Large))
+	if o.Large < LargeAuto || o.Large > LargeStaged {
+		return fmt.Errorf("%w: Local.Large %d: want LargeAuto, LargeRings, LargeCMA, LargeShared, LargeEngine or LargeStaged", ErrBadOptions, int(o.Large))
 	}
 	if err := o.engineEnv(); err != nil { // offload.go
+		return err
+	}
+	if err := o.stageEnv(); err != nil { // stage.go
 		return err
 	}
 	if o.ShmEager < 0 {
@@ -178,6 +191,9 @@ func (o *LocalOptions) largeEnv() error {
 // shared-memory transports (from NewBoard, before any frame is sent).
 func (b *Board) cmaPublish() {
 	addr := uint64(uintptr(unsafe.Pointer(&b.cmaEps[0])))
+	if b.stages() {
+		b.cmaEps[MaxEndpoints] = stageMagic // stage.go: this board receives staged messages
+	}
 	if tr, ok := b.tr.(*shm.Transport); ok {
 		tr.Publish(addr)
 	}
@@ -217,7 +233,9 @@ func (b *Board) cmaClose(e *Endpoint) {
 // set). A send with too many segments gets an entry without any, which
 // sends its receiver to the rings.
 func (e *Endpoint) publishRegion(i int, r *Request) {
-	e.publishShared(i, r) // shmpool.go
+	if !e.publishShared(i, r) { // shmpool.go
+		e.stageRegion(i, r) // stage.go
+	}
 	if e.cmaTab == nil {
 		return
 	}
@@ -258,7 +276,7 @@ func (b *Board) cmaUsable(nic transport.NICID) bool {
 	switch b.opts.Local.Large {
 	case LargeRings:
 		return false
-	case LargeAuto, LargeShared, LargeEngine:
+	case LargeAuto, LargeShared, LargeEngine, LargeStaged:
 		if b.cmaRefused {
 			return false
 		}
@@ -290,10 +308,15 @@ var errCMAShort = errors.New("short process_vm_readv")
 // the kernel fails, or whose entry does not describe the message, falls
 // back to a pull through the rings. b.mu held.
 func (e *Endpoint) pullCMA(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) bool {
-	b := e.b
-	if e.pullShared(r, p, match, msgLen, total, ref) { // shmpool.go: out of the sender's shared segment
+	if e.pullShared(r, p, match, msgLen, total, ref) { // shmpool.go: out of the sender's shared segment (or staged)
 		return true
 	}
+	return e.pullCMAData(r, p, match, msgLen, total, ref)
+}
+
+// pullCMAData is pullCMA without the look at the sender's shared pool.
+func (e *Endpoint) pullCMAData(r *Request, p *partner, match uint64, msgLen, total uint32, ref rndvRef) bool {
+	b := e.b
 	if !b.cmaUsable(p.nic) {
 		return false
 	}
@@ -467,6 +490,7 @@ type cmaCopy struct {
 	remote        [1 + cmaMaxSegs]unix.RemoteIovec
 	ent           [cmaEntryWords]uint64
 	err           error
+	st            *stageRecv // a staged receive (stage.go), run in place of the copy
 }
 
 // newCopy returns a cleared copy from the board's free list (b.mu held).
@@ -541,6 +565,10 @@ func (c *cmaCopy) copyData() {
 	if cmaCopyHook != nil {
 		cmaCopyHook()
 	}
+	if c.st != nil {
+		c.st.run()
+		return
+	}
 	lo := 0
 	if c.exact {
 		lo = 1 // local[0] and remote[0] are the entry, read already
@@ -587,6 +615,10 @@ func rawProcessVMReadv(pid int, local []unix.Iovec, remote []unix.RemoteIovec) (
 func (c *cmaCopy) finish() {
 	e, b := c.e, c.e.b
 	b.setNow()
+	if c.st != nil {
+		c.finishStaged() // stage.go
+		return
+	}
 	e.cnt[CMAReads]++
 	if !e.closed && c.err == nil && !c.exact {
 		switch c.checkEntry() {

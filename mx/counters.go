@@ -215,6 +215,16 @@ const (
 	// (reliability.go, pulledAck). No question, probe or resend goes out
 	// for them afterwards.
 	PulledAcks
+	// Staged large messages between processes of this host (stage.go):
+	// sends that went through a staging buffer, the chunks the sender
+	// copied into one (its stager goroutine and its waiters), receives
+	// completed from a staging buffer, and the chunks such a receive read
+	// with process_vm_readv straight from the sender's buffer instead
+	// (claimed from the top, or taken over from a sender that stalled).
+	StagedSends
+	StagedChunks
+	StagedRecvs
+	StagedCMAChunks
 	numCounters
 )
 
@@ -266,6 +276,8 @@ var counterNames = [numCounters]string{
 	"placing lane cancels failed",
 	"placed replies held until their place was safe", "held replies copied aside",
 	"sends taken as acked by a pull of their region",
+	"large sends staged", "chunks copied into a staging buffer by the sender",
+	"recv large through a staging buffer", "staged chunks read by process_vm_readv",
 }
 
 // String returns the counter's label.

@@ -53,6 +53,8 @@ type region struct {
 	// zc is what the send registered to be sent from in place
 	// (zerocopy.go), nil when none of it was.
 	zc *zcSend
+	// st is the send's staged copy (stage.go), nil when it is not staged.
+	st *stageSend
 }
 
 func (e *Endpoint) allocRegion(r *Request) (int, bool) {
@@ -81,7 +83,10 @@ func (e *Endpoint) freeRegion(i int) *zcSend {
 	if reg.used {
 		e.regionsUsed--
 	}
-	reg.used, reg.r, reg.zc = false, nil, nil
+	if reg.st != nil {
+		e.b.stageEnd(e, reg.st) // stage.go: its copiers are done before the send completes
+	}
+	reg.used, reg.r, reg.zc, reg.st = false, nil, nil, nil
 	return zs
 }
 

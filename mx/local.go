@@ -74,10 +74,19 @@ type LocalOptions struct {
 	// (100 ms); negative: lanes stay until their peer goes away.
 	LaneIdle time.Duration
 	// Large is how large messages move between processes of this host
-	// (cma.go): LargeAuto (default) copies once with process_vm_readv where
-	// the kernel permits it, else pulls through the rings. GOMX_SHM_LARGE
-	// (auto, rings or cma) sets it.
+	// (cma.go): LargeAuto (default) stages messages of StageMin bytes and
+	// more (stage.go) and copies the others once with process_vm_readv
+	// where the kernel permits it, else pulls through the rings.
+	// GOMX_SHM_LARGE (auto, rings, cma, shared, engine or staged) sets it.
 	Large LargeStrategy
+	// StageMin is the smallest message LargeAuto sends staged: from a
+	// heap send buffer, up to a staging buffer's 4 MiB, to a peer process
+	// that receives staged messages, the sender copies the message into a
+	// staging buffer of its shared pool, 256 KiB at a time, while the
+	// receiver copies it out (and reads chunks the sender has not started
+	// with process_vm_readv). Default DefaultStageMin (1 MiB);
+	// GOMX_SHM_STAGE_MIN sets it. LargeStaged ignores it.
+	StageMin int
 	// ShmEager is the largest message sent eagerly to a process of this
 	// host when the single copy is in use; larger ones go by rendezvous
 	// and are copied once by the receiver. Default DefaultShmEager (8 KiB);

@@ -396,6 +396,9 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 			ok = true
 			return pollHeld, start, nil
 		}
+		if b.stage.pending.Load() != 0 {
+			b.stageHelp() // stage.go: a chunk of a staged send, between looks
+		}
 		if engineBusy(r, e) {
 			// The message waits for the engine: leave it the CPU.
 			b.nudge() // enginereap.go: no Test will finish its copy

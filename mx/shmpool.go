@@ -153,18 +153,19 @@ func (b *Board) sharedUsable(nic transport.NICID) bool {
 }
 
 // publishShared writes region i's entry in the pool's table when r's
-// buffer lies in the pool, after passing the pool's segments to r's peer
-// (b.mu held; r.segs and r.p set). Otherwise the entry is cleared.
-func (e *Endpoint) publishShared(i int, r *Request) {
+// buffer lies in the pool, after passing the pool's segments to r's peer,
+// and reports whether it did (b.mu held; r.segs and r.p set). Otherwise
+// the entry is cleared.
+func (e *Endpoint) publishShared(i int, r *Request) bool {
 	b := e.b
 	sp := b.shared
 	if sp == nil {
-		return
+		return false
 	}
 	idx := sharedIndex(e.id, uint8(i))
 	sp.pool.StoreWord(idx, 0)
 	if r.p == nil || !b.sharedUsable(r.p.nic) || b.shmTo(r.p.nic) != sp.tr {
-		return
+		return false
 	}
 	var buf []byte
 	for _, s := range r.segs {
@@ -172,17 +173,17 @@ func (e *Endpoint) publishShared(i int, r *Request) {
 			continue
 		}
 		if buf != nil {
-			return // several segments: CMA or the rings
+			return false // several segments: CMA or the rings
 		}
 		buf = s
 	}
 	seg, off, ok := sp.pool.Locate(buf)
 	if !ok {
-		return
+		return false
 	}
 	if err := sp.tr.ShareSegments(r.p.nic); err != nil {
 		e.cnt[SharedNotPassed]++
-		return
+		return false
 	}
 	sp.pool.StoreWord(idx+1, uint64(seg))
 	sp.pool.StoreWord(idx+2, uint64(off))
@@ -190,6 +191,7 @@ func (e *Endpoint) publishShared(i int, r *Request) {
 	// Last: the entry is valid once every word is in (the RNDV that
 	// follows through the ring orders it for the receiver).
 	sp.pool.StoreWord(idx, uint64(e.regions[i].seq)<<1|1)
+	return true
 }
 
 // pullShared completes a matched large receive by copying the message out
@@ -209,6 +211,9 @@ func (e *Endpoint) pullShared(r *Request, p *partner, match uint64, msgLen, tota
 	// (only by a stale duplicate RNDV) shows a different first word.
 	if !tr.PeerWords(p.nic, idx, ent[:]) || ent[0] != valid || !tr.PeerWords(p.nic, idx, again[:]) || again[0] != valid {
 		return false
+	}
+	if ent[1]&stageFlag != 0 && ent[1]&^stageFlag <= 1<<32-1 {
+		return e.pullStaged(r, p, match, msgLen, total, ref, tr, &ent) // stage.go
 	}
 	seg, off, n := ent[1], ent[2], ent[3]
 	if seg > 1<<32-1 {

@@ -23,7 +23,7 @@ type jobTable struct {
 
 func (t *jobTable) header(what string) {
 	fmt.Fprintf(t.w, "# %s\n# %s, GOMAXPROCS %d\n", what, runtime.Version(), runtime.GOMAXPROCS(0))
-	fmt.Fprintf(t.w, "# strategy: how the messages moved between the processes (eager, rings, cma, or mx's name for it); fallbacks: single copies refused, sent through the rings. `mxbench %s -h` explains every column.\n", t.cmd)
+	fmt.Fprintf(t.w, "# strategy: how the messages moved between the processes (eager, rings, cma, staged, or mx's name for it); fallbacks: single copies refused, sent through the rings. `mxbench %s -h` explains every column.\n", t.cmd)
 	switch t.cmd {
 	case "alltoall":
 		fmt.Fprintf(t.w, "# shm_MiB: the most shared memory a rank mapped; node_MiB: the node's, each segment once; rings: the most rings (both ways) of a rank; rss_MiB: the largest peak resident memory of a rank\n")

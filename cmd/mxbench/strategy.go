@@ -11,7 +11,9 @@ import (
 // How a size's messages moved between two processes, read from the
 // receiving endpoint's counters over the size (warmup included): "eager"
 // when no message went by rendezvous; "cma" when the receiver copied them
-// once from the sender with process_vm_readv; "rings" when it pulled them
+// once from the sender with process_vm_readv; "staged" when they went
+// through the sender's staging buffers (mx.LargeStaged, which LargeAuto
+// takes from mx.LocalOptions.StageMin); "rings" when it pulled them
 // through the shared-memory rings; "cma+rings" when both happened (a
 // refused single copy falls back to the rings); otherwise the name of the
 // strategy the board was given, as mx spells it, so a strategy mx adds (a
@@ -62,6 +64,7 @@ func strategyOf(d mx.Counters, configured string, hostPath bool, size int) moved
 	m := moved{Fallbacks: d.Get(mx.CMARefused) + d.Get(mx.CMAFailed) + d.Get(mx.EngineFallbacks)}
 	cma, pulls := d.Get(mx.RecvCMA) > 0, d.Get(mx.SendPull) > 0
 	shared, engine := d.Get(mx.RecvShared) > 0, d.Get(mx.RecvEngine)+d.Get(mx.EngineFallbacks) > 0
+	staged := d.Get(mx.StagedRecvs) > 0
 	eager := mx.DefaultShmEager
 	if n, err := strconv.Atoi(os.Getenv("GOMX_SHM_EAGER")); err == nil && n > 0 {
 		eager = n
@@ -69,19 +72,21 @@ func strategyOf(d mx.Counters, configured string, hostPath bool, size int) moved
 	switch {
 	case !hostPath:
 		m.Strategy = "network"
-	case !cma && !pulls && !shared && !engine && (d.Get(mx.RecvRndv) == 0 || size <= eager):
+	case !cma && !pulls && !shared && !engine && !staged && (d.Get(mx.RecvRndv) == 0 || size <= eager):
 		m.Strategy = "eager"
+	case staged && !cma && !pulls && !shared && !engine:
+		m.Strategy = mx.LargeStaged.String()
 	case engine && !cma && !pulls && !shared:
 		m.Strategy = mx.LargeEngine.String()
 	case shared && !cma && !pulls && !engine:
 		m.Strategy = mx.LargeShared.String()
-	case engine || shared:
+	case engine || shared || staged:
 		// Some messages by one single copy, some by another.
 		var parts []string
 		for _, p := range []struct {
 			on   bool
 			name string
-		}{{engine, "engine"}, {shared, "shared"}, {cma, "cma"}, {pulls, "rings"}} {
+		}{{engine, "engine"}, {shared, "shared"}, {staged, "staged"}, {cma, "cma"}, {pulls, "rings"}} {
 			if p.on {
 				parts = append(parts, p.name)
 			}

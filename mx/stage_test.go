@@ -1,0 +1,481 @@
+package mx
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomx-dev/gomx/transport/shm"
+)
+
+// stageRig is two shm boards of this process, a sending a and receiving b,
+// connected both ways (the single copy and staging work between boards of
+// one process as between processes).
+type stageRig struct {
+	ba, bb     *Board
+	a, b       *Endpoint
+	atob, btoa Addr
+}
+
+// newStageRig opens the rig; receiver, when not nil, edits b's board
+// before a connects (before it learns b's capability).
+func newStageRig(t *testing.T, large LargeStrategy, busy bool, receiver func(*Board)) *stageRig {
+	t.Helper()
+	checkLeaks(t)
+	dir := shmDir(t)
+	open := func() (*Board, *Endpoint) {
+		tr, err := shm.Open(shm.Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := shmTestOptions()
+		o.Local.Large = large
+		o.BusyPoll = busy
+		b, err := NewBoard(tr, o)
+		if err != nil {
+			tr.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		e, err := b.OpenEndpoint(0, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, e
+	}
+	g := &stageRig{}
+	g.ba, g.a = open()
+	g.bb, g.b = open()
+	if receiver != nil {
+		receiver(g.bb)
+	}
+	ctx := testCtx(t, 30*time.Second)
+	var err error
+	if g.atob, err = g.a.Connect(ctx, g.bb.NICID(), 0, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if g.btoa, err = g.b.Connect(ctx, g.ba.NICID(), 0, testKey); err != nil {
+		t.Fatal(err)
+	}
+	// A message each way, so that each board's transport knows the
+	// other's process (staging starts once the peer connected back).
+	for _, d := range []struct {
+		from, to *Endpoint
+		addr     Addr
+	}{{g.a, g.b, g.atob}, {g.b, g.a, g.btoa}} {
+		buf := make([]byte, 8)
+		r, _ := d.to.IRecv([][]byte{buf}, 1<<60, ^uint64(0), nil)
+		s, err := d.from.ISend([][]byte{make([]byte, 8)}, d.addr, 1<<60, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, s, 30*time.Second)
+		mustWait(t, r, 30*time.Second)
+	}
+	return g
+}
+
+// setStageHooks installs the sender's test hooks for the test's duration.
+func setStageHooks(t *testing.T, claim func() bool, cp func(int)) {
+	stageClaimHook, stageCopyHook = claim, cp
+	t.Cleanup(func() { stageClaimHook, stageCopyHook = nil, nil })
+}
+
+// stageBufsFree reports whether none of b's staging buffers is in use.
+func stageBufsFree(b *Board) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, sb := range b.stage.bufs {
+		if sb.busy {
+			return false
+		}
+	}
+	return true
+}
+
+// TestStaged echoes messages of many sizes, around the chunk and staging
+// buffer boundaries, through an mx endpoint in a child process with the
+// staged strategy on both sides, with busy-polling and blocking waits:
+// every message comes back byte-exact, and the counters show each one
+// that fits a staging buffer and comes from one segment went staged both
+// ways (the larger ones by the single copy).
+func TestStaged(t *testing.T) {
+	for _, busy := range []bool{true, false} {
+		name := "block"
+		if busy {
+			name = "busy"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := shmDir(t)
+			ctx := testCtx(t, 60*time.Second)
+			startShmChild(t, ctx, dir+" 7", "GOMX_SHM_LARGE=staged")
+			o := shmTestOptions()
+			o.Local.Large = LargeStaged
+			o.BusyPoll = busy
+			_, e, addr := shmBoardTo(t, ctx, dir, o, 7)
+			sizes := []int{DefaultShmEager + 1, stageChunk - 1, stageChunk, stageChunk + 1, 1 << 20,
+				3*stageChunk + 5, stageBufSize - 1, stageBufSize, stageBufSize + 1}
+			staged := 0
+			for i, size := range sizes {
+				for _, nseg := range []int{1, 3} {
+					msg := pattern(size, uint64(i*7+nseg))
+					buf := make([]byte, size)
+					r, _ := e.IRecv(split(buf, nseg), uint64(i), ^uint64(0), nil)
+					sd, err := e.ISend(split(msg, nseg), addr, uint64(i), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := sd.Wait(ctx); err != nil {
+						t.Fatalf("send %d: %v", size, err)
+					}
+					st, err := r.Wait(ctx)
+					if err != nil {
+						t.Fatalf("echo %d: %v", size, err)
+					}
+					if !bytes.Equal(buf, msg) || int(st.XferLength) != size {
+						t.Fatalf("echo of %d bytes in %d segments differs (%d received)", size, nseg, st.XferLength)
+					}
+					if size <= stageBufSize && nseg == 1 {
+						staged++
+					}
+				}
+			}
+			c := e.Counters()
+			if c.Get(StagedSends) != uint64(staged) {
+				t.Errorf("%d sends staged, want %d", c.Get(StagedSends), staged)
+			}
+			// The child echoes from one buffer: every message that fits went staged.
+			if want := uint64(2 * (len(sizes) - 1)); c.Get(StagedRecvs) != want {
+				t.Errorf("%d receives staged, want %d (cma %d, refused %d, failed %d)", c.Get(StagedRecvs), want,
+					c.Get(RecvCMA), c.Get(CMARefused), c.Get(CMAFailed))
+			}
+			if c.Get(SendPull) != 0 {
+				t.Errorf("%d pulls through the rings, want none", c.Get(SendPull))
+			}
+		})
+	}
+}
+
+// stagedOnce sends msg from g.a to g.b, received into nseg segments, and
+// checks it arrived byte-exact; it returns b's counters.
+func (g *stageRig) stagedOnce(t *testing.T, msg []byte, nseg int, match uint64) Counters {
+	t.Helper()
+	buf := make([]byte, len(msg))
+	r, err := g.b.IRecv(split(buf, nseg), match, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.a.ISend([][]byte{msg}, g.atob, match, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := mustWait(t, r, 30*time.Second); int(st.XferLength) != len(msg) || !bytes.Equal(buf, msg) {
+		t.Fatalf("%d bytes arrived wrong (%d received)", len(msg), st.XferLength)
+	}
+	mustWait(t, s, 30*time.Second)
+	return g.b.Counters()
+}
+
+// TestStagedSenderAbsent: a sender that never copies (no copier claims a
+// chunk) leaves the receiver to read every chunk from the sender's buffer
+// with process_vm_readv, and the message still arrives whole.
+func TestStagedSenderAbsent(t *testing.T) {
+	g := newStageRig(t, LargeStaged, true, nil)
+	setStageHooks(t, func() bool { return false }, nil)
+	for i, size := range []int{stageChunk, 3*stageChunk + 1, stageBufSize} {
+		before := g.b.Counters()
+		after := g.stagedOnce(t, pattern(size, uint64(i)), 2, uint64(i))
+		d := countersSince(before, after)
+		want := uint64((size + stageChunk - 1) / stageChunk)
+		if d.Get(StagedRecvs) != 1 || d.Get(StagedCMAChunks) != want {
+			t.Fatalf("%d bytes: %d staged receives, %d chunks read by CMA; want 1 and %d", size,
+				d.Get(StagedRecvs), d.Get(StagedCMAChunks), want)
+		}
+	}
+	if c := g.a.Counters(); c.Get(StagedChunks) != 0 {
+		t.Fatalf("the absent sender copied %d chunks", c.Get(StagedChunks))
+	}
+	waitCond(t, "the staging buffers are free", func() bool { return stageBufsFree(g.ba) })
+}
+
+// TestStagedSlowEnds: a sender descheduled on a chunk it claimed has it
+// taken over by the receiver (read from the sender's buffer), and a
+// receiver that comes late finds the whole message staged; both arrive
+// whole, and the stalled copier finishes before the send completes.
+func TestStagedSlowEnds(t *testing.T) {
+	t.Run("sender", func(t *testing.T) {
+		g := newStageRig(t, LargeStaged, false, nil)
+		release := make(chan struct{})
+		var stalled atomic.Bool
+		setStageHooks(t, nil, func(i int) {
+			if i == 0 && stalled.CompareAndSwap(false, true) {
+				<-release
+			}
+		})
+		msg := pattern(stageBufSize, 3)
+		buf := make([]byte, len(msg))
+		s, err := g.a.ISend([][]byte{msg}, g.atob, 3, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitCond(t, "the stager stalls on chunk 0", stalled.Load)
+		r, _ := g.b.IRecv([][]byte{buf}, 3, ^uint64(0), nil)
+		mustWait(t, r, 30*time.Second)
+		if !bytes.Equal(buf, msg) {
+			t.Fatal("the message arrived wrong")
+		}
+		if c := g.b.Counters(); c.Get(StagedRecvs) != 1 || c.Get(StagedCMAChunks) == 0 {
+			t.Fatalf("%d staged receives with %d chunks by CMA; want 1 with the stalled chunk among them",
+				c.Get(StagedRecvs), c.Get(StagedCMAChunks))
+		}
+		close(release) // the send completes once its copier is done
+		mustWait(t, s, 30*time.Second)
+	})
+	t.Run("receiver", func(t *testing.T) {
+		g := newStageRig(t, LargeStaged, true, nil)
+		msg := pattern(stageBufSize-7, 4)
+		s, err := g.a.ISend([][]byte{msg}, g.atob, 4, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitCond(t, "the sender claimed every chunk", func() bool { return g.ba.stage.pending.Load() == 0 })
+		buf := make([]byte, len(msg))
+		r, _ := g.b.IRecv([][]byte{buf}, 4, ^uint64(0), nil)
+		mustWait(t, r, 30*time.Second)
+		mustWait(t, s, 30*time.Second)
+		if !bytes.Equal(buf, msg) {
+			t.Fatal("the message arrived wrong")
+		}
+		if c := g.b.Counters(); c.Get(StagedRecvs) != 1 {
+			t.Fatalf("%d staged receives, want 1", c.Get(StagedRecvs))
+		}
+	})
+}
+
+// TestStagedGuard: once a staged send completed, nothing of its buffer
+// reaches any receiver: a guard pattern written into it right after the
+// completion, while a copier had stalled on one of its chunks, appears
+// neither in that message nor in the next one through the same staging
+// buffers.
+func TestStagedGuard(t *testing.T) {
+	g := newStageRig(t, LargeStaged, false, nil)
+	release := make(chan struct{})
+	var stalled atomic.Bool
+	setStageHooks(t, nil, func(i int) {
+		if stalled.CompareAndSwap(false, true) {
+			<-release
+		}
+	})
+	msg := pattern(stageBufSize, 5)
+	want := bytes.Clone(msg)
+	buf := make([]byte, len(msg))
+	s, err := g.a.ISend([][]byte{msg}, g.atob, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "the stager stalls on a chunk", stalled.Load)
+	r, _ := g.b.IRecv([][]byte{buf}, 5, ^uint64(0), nil)
+	mustWait(t, r, 30*time.Second)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the send waits for the stalled copier
+		defer wg.Done()
+		close(release)
+	}()
+	mustWait(t, s, 30*time.Second)
+	wg.Wait()
+	guard := bytes.Repeat([]byte{0xA5}, len(msg))
+	copy(msg, guard)
+	if !bytes.Equal(buf, want) {
+		t.Fatal("the first message arrived wrong")
+	}
+	for k := range 3 {
+		next := pattern(stageBufSize-k, uint64(6+k))
+		g.stagedOnce(t, next, 1, uint64(6+k))
+	}
+	if !bytes.Equal(buf, want) {
+		t.Fatal("the first receive changed after it completed")
+	}
+	waitCond(t, "the staging buffers are free", func() bool { return stageBufsFree(g.ba) })
+}
+
+// TestStagedPeerKilled: a staged send whose receiver process is killed
+// fails with ErrUnreachable instead of hanging, and its staging buffer
+// is free again; a staged receive whose sender is killed before it is
+// matched completes, with the message (staged before the kill) or
+// ErrUnreachable, never hanging.
+func TestStagedPeerKilled(t *testing.T) {
+	t.Run("receiver", func(t *testing.T) {
+		dir := shmDir(t)
+		ctx := testCtx(t, 60*time.Second)
+		cmd := startShmChild(t, ctx, dir+" 8 compute", "GOMX_SHM_LARGE=staged")
+		o := shmTestOptions()
+		o.Local.Large = LargeStaged
+		b, e, addr := shmBoardTo(t, ctx, dir, o, 8)
+		// One echo first: the child knows us, we know it (and its capability).
+		echo(t, ctx, e, addr, pattern(64, 1), make([]byte, 64), 1)
+		// The child now computes: our staged send waits for a receive
+		// that never comes, until the child dies.
+		s, err := e.ISend([][]byte{pattern(1<<20, 2)}, addr, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := e.Counters(); c.Get(StagedSends) != 1 {
+			t.Fatalf("%d staged sends, want 1", c.Get(StagedSends))
+		}
+		cmd.Process.Kill()
+		if _, err := s.Wait(ctx); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("send to a killed peer: %v, want ErrUnreachable", err)
+		}
+		waitCond(t, "the staging buffer is free", func() bool { return stageBufsFree(b) })
+	})
+	t.Run("sender", func(t *testing.T) {
+		dir := shmDir(t)
+		ctx := testCtx(t, 60*time.Second)
+		cmd := startShmChild(t, ctx, dir+" 9", "GOMX_SHM_LARGE=staged")
+		o := shmTestOptions()
+		o.Local.Large = LargeStaged
+		_, e, addr := shmBoardTo(t, ctx, dir, o, 9)
+		echo(t, ctx, e, addr, pattern(64, 1), make([]byte, 64), 1)
+		// Match 1<<62: the child answers with an unexpected 1 MiB
+		// message, staged, whose send never completes.
+		s, _ := e.ISend(nil, addr, 1<<62, nil)
+		if _, err := e.Probe(ctx, 1<<62, ^uint64(0)); err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, s, 30*time.Second)
+		cmd.Process.Kill()
+		cmd.Wait()
+		buf := make([]byte, 1<<20)
+		r, _ := e.IRecv([][]byte{buf}, 1<<62, ^uint64(0), nil)
+		_, err := r.Wait(ctx)
+		switch {
+		case err == nil && !bytes.Equal(buf, pattern(1<<20, 62)):
+			t.Fatal("a message from a killed sender completed with the wrong bytes")
+		case err != nil && !errors.Is(err, ErrUnreachable):
+			t.Fatalf("receive from a killed sender: %v, want the message or ErrUnreachable", err)
+		}
+	})
+}
+
+// TestStagedClose: closing the boards with staged messages in flight (a
+// send whose receive is not posted, a receive whose sender never
+// copies) completes them, and leaves no goroutine behind.
+func TestStagedClose(t *testing.T) {
+	g := newStageRig(t, LargeStaged, true, nil)
+	s, err := g.a.ISend([][]byte{pattern(2<<20, 9)}, g.atob, 9, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.ba.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(testCtx(t, 30*time.Second)); err == nil {
+		t.Fatal("a staged send in flight completed without error when its board closed")
+	}
+	if err := g.bb.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStagedOldPeer: a peer that does not advertise staging (no magic
+// word after its endpoint tables, as an older gomx) gets the single copy.
+func TestStagedOldPeer(t *testing.T) {
+	g := newStageRig(t, LargeStaged, true, func(b *Board) {
+		b.mu.Lock()
+		b.cmaEps[MaxEndpoints] = 0
+		b.mu.Unlock()
+	})
+	c := g.stagedOnce(t, pattern(2<<20, 10), 1, 10)
+	if c.Get(StagedRecvs) != 0 || c.Get(RecvCMA) != 1 || g.a.Counters().Get(StagedSends) != 0 {
+		t.Fatalf("to an old peer: %d staged sends, %d staged receives, %d single copies; want 0, 0, 1",
+			g.a.Counters().Get(StagedSends), c.Get(StagedRecvs), c.Get(RecvCMA))
+	}
+}
+
+// TestStageMinOption: GOMX_SHM_STAGE_MIN sets StageMin, and a bad value
+// is refused with the fix.
+func TestStageMinOption(t *testing.T) {
+	t.Setenv("GOMX_SHM_STAGE_MIN", "")
+	o := LocalOptions{}
+	if err := o.largeEnv(); err != nil || o.StageMin != DefaultStageMin {
+		t.Fatalf("default: %v, StageMin %d", err, o.StageMin)
+	}
+	t.Setenv("GOMX_SHM_STAGE_MIN", "2097152")
+	o = LocalOptions{}
+	if err := o.largeEnv(); err != nil || o.StageMin != 2<<20 {
+		t.Fatalf("2 MiB: %v, StageMin %d", err, o.StageMin)
+	}
+	t.Setenv("GOMX_SHM_STAGE_MIN", "1M")
+	if err := (&LocalOptions{}).largeEnv(); !errors.Is(err, ErrBadOptions) {
+		t.Fatalf("GOMX_SHM_STAGE_MIN=1M: %v, want ErrBadOptions", err)
+	}
+	if s, err := ParseLargeStrategy("staged"); err != nil || s != LargeStaged || s.String() != "staged" {
+		t.Fatalf("staged parses as %v, %v", s, err)
+	}
+}
+
+// TestStagedReadAfterSendFailed: a receiver reading a staged message by
+// process_vm_readv while its send fails (the sender's endpoint closes) and
+// the application writes its buffer again never completes holding those
+// later bytes: the read counts only if the message was still staged after
+// it.
+func TestStagedReadAfterSendFailed(t *testing.T) {
+	g := newStageRig(t, LargeStaged, false, nil)
+	setStageHooks(t, func() bool { return false }, nil) // the sender copies nothing: the receiver reads every chunk
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	stageReadHook = func(i int) {
+		if i == 0 { // the last chunk the receiver claims from the top
+			once.Do(func() { close(entered); <-release })
+		}
+	}
+	t.Cleanup(func() { stageReadHook = nil })
+	msg := pattern(1<<20, 5)
+	want := bytes.Clone(msg)
+	buf := make([]byte, len(msg))
+	s, err := g.a.ISend([][]byte{msg}, g.atob, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := make(chan error, 1)
+	go func() {
+		r, err := g.b.IRecv([][]byte{buf}, 5, ^uint64(0), nil)
+		if err != nil {
+			rc <- err
+			return
+		}
+		_, err = r.Wait(testCtx(t, 30*time.Second))
+		rc <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the receiver never reached the last chunk")
+	}
+	cl := make(chan error, 1)
+	go func() { cl <- g.a.Close() }()
+	if _, err := s.Wait(testCtx(t, 30*time.Second)); err == nil {
+		t.Fatal("the send completed without error although its endpoint closed under it")
+	}
+	// The application owns its buffer again: it writes a guard.
+	copy(msg, bytes.Repeat([]byte{0xA5}, len(msg)))
+	close(release)
+	rerr := <-rc
+	if err := <-cl; err != nil {
+		t.Fatal(err)
+	}
+	if rerr == nil {
+		n := 0
+		for k := range buf {
+			if buf[k] == 0xA5 {
+				n++
+			}
+		}
+		t.Fatalf("the receive completed without error, holding %d guard bytes written after its send completed (equal to the message: %v)", n, bytes.Equal(buf, want))
+	}
+}
