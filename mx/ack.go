@@ -73,7 +73,45 @@ const (
 	// first PULLs sent to its sender: acked at once, beside them (see
 	// below).
 	ackPull
+	// ackRndv: a rendezvous delivered with no pull started (no receive
+	// matched it yet, or its pull waits for room), from a peer on a
+	// network path: acked as the batch that delivered it ends (see
+	// below). From a peer on the rings: as ackSeq.
+	ackRndv
 )
+
+// The ack of a rendezvous delivered unpulled.
+//
+// A RNDV that no receive takes yet, or whose pull waits for room
+// (PullsQueued), sends no PULL, and was acked as ackSeq: after
+// tailAckDelay. Its sender, which keeps nothing of the message but the
+// RNDV frame and waits for the NOTIFY anyway, meanwhile had it as its
+// newest unacked message: on a busy-polling board its first question
+// waits at most askSpread of the fastest round trips (askWait), less
+// than tailAckDelay on a fast wire, so most such RNDVs drew a question
+// and its answer, two frames and a wake-up on each side, to learn what
+// the ack would have said a few tens of microseconds later (a stream of
+// large messages: the RNDVs past the one being pulled). So the receiver
+// acks it as the batch that delivered it ends (Board.sendBatchAcks), one
+// TRUC for every RNDV of the batch and whatever else it holds unacked,
+// or at once outside a batch. A reply sent in the batch still carries
+// the ack, and sends none then. Between peers of one host (the rings)
+// a RNDV keeps ackSeq: no question goes that way (askable), and the
+// ack only releases the RNDV frame.
+
+// sendBatchAcks sends the acks ackRndv left for the batch's end, unless a
+// frame carried them meanwhile. Called with b.mu held, as the outermost
+// batch ends (or a handler runs without b.mu mid-batch: proto.go).
+func (b *Board) sendBatchAcks() {
+	for i, p := range b.ackEnds {
+		b.ackEnds[i], p.endAck = nil, false
+		if p.notAcked > 0 && !p.ep.closed {
+			p.ep.cnt[AcksImmediate]++
+			p.sendAck()
+		}
+	}
+	b.ackEnds = b.ackEnds[:0]
+}
 
 // The ack of a rendezvous that starts a pull.
 //
@@ -116,10 +154,20 @@ func (p *partner) noteReceived(c ackClass) {
 		}
 		return
 	}
-	if c == ackPull {
+	if c == ackPull || c == ackRndv && b.batchDepth == 0 && p.rings() == nil {
 		p.ep.cnt[AcksImmediate]++
 		p.sendAck()
 		return
+	}
+	if c == ackRndv {
+		if p.rings() == nil {
+			if !p.endAck {
+				p.endAck = true
+				b.ackEnds = append(b.ackEnds, p) // sendBatchAcks
+			}
+			return
+		}
+		c = ackSeq
 	}
 	every, delay := b.opts.NotAckedMax, b.tailAckDelay()
 	rings := c != ackSeq && p.rings() != nil

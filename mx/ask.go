@@ -63,6 +63,16 @@ import (
 // in the middle of the pull, where on a receiver that places on lane 0
 // each one would take a descriptor ahead of the spans (placerecv.go).
 //
+// A peer that pulls is alive and taking our frames: while PULLs for a
+// send of ours keep coming, no question about the stream goes out (the
+// messages still unacked are those sent after the RNDV being pulled, most
+// of them RNDVs its receiver acks as the batch that delivered them ends:
+// ack.go's ackRndv). The question's wait counts from the last PULL served
+// (partner.lastPulled) as from the last send, so once the pulls stop, or
+// while they pause for longer than askWait, asking resumes; a message
+// lost meanwhile is found by that question, or sooner by a SACK's hole.
+// This too is the sender's own bookkeeping: no frame changes.
+//
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it
 // handles the next frame, and every transport delivers one sender's
@@ -261,12 +271,13 @@ func (p *partner) tailDue(r *Request) int64 {
 }
 
 // askDue sends a question when t, the newest unacked request the peer
-// does not hold whole, has waited askWait since its last send and since
-// the last question (answered or not; askWait doubled for every question
-// since the ack point last moved), and notes the deadline of the next one
-// for the fine timer.
+// does not hold whole, has waited askWait since its last send, since the
+// last question (answered or not; askWait doubled for every question
+// since the ack point last moved) and since the peer last pulled a send
+// of ours (partner.lastPulled: see the package text above), and notes the
+// deadline of the next one for the fine timer.
 func (p *partner) askDue(now int64, t *Request) {
-	if due := max(t.lastSend, p.lastAsk) + p.askWait(int(p.asks)); now < due {
+	if due := max(t.lastSend, p.lastAsk, p.lastPulled) + p.askWait(int(p.asks)); now < due {
 		p.ep.b.noteDue(due)
 		return
 	}
