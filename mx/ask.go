@@ -67,7 +67,7 @@ import (
 // send of ours keep coming, no question about the stream goes out (the
 // messages still unacked are those sent after the RNDV being pulled, most
 // of them RNDVs its receiver acks as the batch that delivered them ends:
-// ack.go's ackRndv). The question's wait counts from the last PULL served
+// ack.go's ackLarge). The question's wait counts from the last PULL served
 // (partner.lastPulled) as from the last send, so once the pulls stop, or
 // while they pause for longer than askWait, asking resumes; a message
 // lost meanwhile is found by that question, or sooner by a SACK's hole.

@@ -67,7 +67,7 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	p.inHandler = true
 	e.handlerBusy++
 	// The batch's ack deadlines are noted now, and the acks owed at its
-	// end (ackRndv) sent: the handler runs without b.mu, for as long as
+	// end (ackLarge) sent: the handler runs without b.mu, for as long as
 	// it likes, and the deadlines other goroutines start meanwhile are
 	// theirs to note (ack.go's noteAckArms, sendBatchAcks).
 	depth := b.batchDepth

@@ -71,7 +71,7 @@ type partner struct {
 	inHandler bool
 	ackStale  bool   // an obsolete duplicate asked for a (delayed) ack
 	owed      bool   // in Board.ackOwed: acked when the rings run dry
-	endAck    bool   // in Board.ackEnds: acked as the batch ends (ackRndv)
+	endAck    bool   // in Board.ackEnds: acked as the batch ends (ackLarge)
 	ackLazy   bool   // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
 	stampQ    bool   // in Board.toStamp: its ack deadline waits for a time
 	sackOpen  bool   // selective acks: see oooFrames
@@ -560,8 +560,8 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 		switch {
 		case p.pulled && typ == wire.TypeRndv:
 			c = ackPull // a RNDV whose pull started: acked beside its PULLs
-		case typ == wire.TypeRndv:
-			c = ackRndv // a RNDV delivered unpulled: acked as the batch ends
+		case typ == wire.TypeRndv || typ == wire.TypeNotify:
+			c = ackLarge // a RNDV delivered unpulled, a NOTIFY: acked as the batch ends
 		case laneRec:
 			c = ackLane // recvLane: a lane record, rebuilt as its frame
 		case lean || typ == wire.TypeTiny || typ == wire.TypeSmall:
