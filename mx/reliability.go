@@ -152,8 +152,9 @@ type partner struct {
 	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
 	// lastPulled is when the peer last pulled a region of a send of
-	// ours (a PULL served): no question about the stream goes out
-	// sooner than askWait after it (ask.go's askDue).
+	// ours (a PULL served; 0: never): no question about the stream goes
+	// out sooner than the stream's RTO, or askWait if longer, after it
+	// (ask.go's askDue).
 	lastPulled int64
 
 	// Send side of selective acks: whether a request in unacked may have
