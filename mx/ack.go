@@ -95,9 +95,9 @@ const (
 // (askWait), less than tailAckDelay on a fast wire, so many of them drew
 // a question and its answer, two frames and a wake-up on each side, to
 // learn what the ack would have said some tens of microseconds later
-// (on the emulated 82599 pair, main asked 15-23 questions about the
-// RNDVs and 15-35 about the NOTIFYs of a 200 × 1 MiB stream, and 16-266
-// about the NOTIFYs of 100 exchanges of 4 MiB). So the receiver acks
+// (on the emulated 82599 pair, acked after the delay, the RNDVs of a
+// 200 × 1 MiB stream drew 15-23 questions and its NOTIFYs 15-35, and
+// 100 exchanges of 4 MiB 16-266). So the receiver acks
 // such a frame as the batch that delivered it ends (Board.sendBatchAcks):
 // one TRUC for every one of them in the batch and whatever else it holds
 // unacked, at once outside a batch. A frame sent in the batch (a PULL's
