@@ -63,6 +63,20 @@ import (
 // in the middle of the pull, where on a receiver that places on lane 0
 // each one would take a descriptor ahead of the spans (placerecv.go).
 //
+// A peer that pulls a send of ours is alive and taking our frames: while
+// its PULLs keep coming, no question about the stream goes out. The
+// messages still unacked then are those sent after the RNDV being pulled,
+// most of them RNDVs its receiver acks as the batch that delivered them
+// ends (ack.go's ackLarge). The PULLs of a pull come a window at a time,
+// each window a round trip of the puller's after the last (75-390 µs on
+// the emulated 82599 pair), often longer than askWait; so a question
+// waits, past the last PULL served (partner.lastPulled), the stream's RTO
+// (rto: at least RTOMin, with the descheduling allowance) or askWait if
+// longer, as well as askWait past the message's send. Once the pulls stop
+// (or pause longer than that), asking resumes; a message lost meanwhile
+// is found by that question, or sooner by a SACK's hole. This too is the
+// sender's own bookkeeping: no frame changes.
+//
 // A pull asks the same way. A responder (the region's owner) answers the
 // PULLs in the order they come and sends each one's replies before it
 // handles the next frame, and every transport delivers one sender's
@@ -261,12 +275,21 @@ func (p *partner) tailDue(r *Request) int64 {
 }
 
 // askDue sends a question when t, the newest unacked request the peer
-// does not hold whole, has waited askWait since its last send and since
-// the last question (answered or not; askWait doubled for every question
-// since the ack point last moved), and notes the deadline of the next one
-// for the fine timer.
+// does not hold whole, has waited askWait since its last send, since the
+// last question (answered or not; askWait doubled for every question
+// since the ack point last moved), and, once the peer pulled a send of
+// ours, the stream's RTO (or askWait if longer) since the last PULL
+// served (partner.lastPulled: see the package text above), and notes the
+// deadline of the next one for the fine timer.
 func (p *partner) askDue(now int64, t *Request) {
-	if due := max(t.lastSend, p.lastAsk) + p.askWait(int(p.asks)); now < due {
+	wait := p.askWait(int(p.asks))
+	due := max(t.lastSend, p.lastAsk) + wait
+	if p.lastPulled != 0 {
+		// The peer pulls a send of ours: no question while its PULLs
+		// come less than the stream's RTO apart (see above).
+		due = max(due, p.lastPulled+max(wait, p.rto(p.ep.b.opts.ResendDelay, 0)))
+	}
+	if now < due {
 		p.ep.b.noteDue(due)
 		return
 	}

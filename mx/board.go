@@ -298,6 +298,10 @@ type Board struct {
 	// (batchDepth deep; ack.go's armAck).
 	ackArms    []*partner
 	batchDepth int
+	// ackEnds: partners a RNDV delivered unpulled in the batches being
+	// handled left owing an ack, sent once the outermost ends (ack.go's
+	// ackLarge, sendBatchAcks).
+	ackEnds []*partner
 	// anyHeld: some partner holds a lean frame it could not take yet
 	// (lean.go), offered again after each timer run.
 	anyHeld bool

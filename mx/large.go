@@ -935,7 +935,8 @@ func (b *Board) handlePull(nic transport.NICID, h *wire.Pull) {
 		return
 	}
 	reg.lastPull = b.now()
-	b.wakeTicks() // progress.go: the NOTIFY is timed (largefail.go)
+	p.lastPulled = reg.lastPull // no question about the stream meanwhile (ask.go)
+	b.wakeTicks()               // progress.go: the NOTIFY is timed (largefail.go)
 	off, end := int(start), int(start+bl)
 	roff := int(h.RegionOffset)
 	// In place where the transport can (zerocopy.go): the header in the

@@ -579,8 +579,13 @@ func (b *Board) handleBatchLocked(s *rxSource, rx []transport.Frame) {
 	if len(rx) < len(s.rx) {
 		b.ackDrained() // ack.go: its acks go before their deadlines are noted
 	}
-	if b.batchDepth--; b.batchDepth == 0 && len(b.ackArms) > 0 {
-		b.noteAckArms() // ack.go
+	if b.batchDepth--; b.batchDepth == 0 {
+		if len(b.ackEnds) > 0 {
+			b.sendBatchAcks() // ack.go: before the deadlines they clear are noted
+		}
+		if len(b.ackArms) > 0 {
+			b.noteAckArms() // ack.go
+		}
 	}
 	if n := int32(len(b.pcopies)); b.pcopyN.Load() != n {
 		// Stored only when it moved: an atomic store is a locked

@@ -66,11 +66,15 @@ func (p *partner) matchOrHandle(match uint64, length uint32, data []byte) (r *Re
 	h := e.handler
 	p.inHandler = true
 	e.handlerBusy++
-	// The batch's ack deadlines are noted now: the handler runs without
-	// b.mu, for as long as it likes, and the deadlines other goroutines
-	// start meanwhile are theirs to note (ack.go's noteAckArms).
+	// The batch's ack deadlines are noted now, and the acks owed at its
+	// end (ackLarge) sent: the handler runs without b.mu, for as long as
+	// it likes, and the deadlines other goroutines start meanwhile are
+	// theirs to note (ack.go's noteAckArms, sendBatchAcks).
 	depth := b.batchDepth
 	b.batchDepth = 0
+	if len(b.ackEnds) > 0 {
+		b.sendBatchAcks()
+	}
 	if len(b.ackArms) > 0 {
 		b.noteAckArms()
 	}

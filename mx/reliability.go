@@ -71,6 +71,7 @@ type partner struct {
 	inHandler bool
 	ackStale  bool   // an obsolete duplicate asked for a (delayed) ack
 	owed      bool   // in Board.ackOwed: acked when the rings run dry
+	endAck    bool   // in Board.ackEnds: acked as the batch ends (ackLarge)
 	ackLazy   bool   // only lane records wait for the ack: its deadline is AckDelay's (ackLane)
 	stampQ    bool   // in Board.toStamp: its ack deadline waits for a time
 	sackOpen  bool   // selective acks: see oooFrames
@@ -150,6 +151,11 @@ type partner struct {
 	refused int
 	// lastAsk is when the last question about the stream went out.
 	lastAsk int64
+	// lastPulled is when the peer last pulled a region of a send of
+	// ours (a PULL served; 0: never): no question about the stream goes
+	// out sooner than the stream's RTO, or askWait if longer, after it
+	// (ask.go's askDue).
+	lastPulled int64
 
 	// Send side of selective acks: whether a request in unacked may have
 	// a sackHeld that the next TRUC must confirm or forget (onSack).
@@ -555,6 +561,8 @@ func (p *partner) recvSequenced(f []byte, lean bool, msg *wire.Msg) {
 		switch {
 		case p.pulled && typ == wire.TypeRndv:
 			c = ackPull // a RNDV whose pull started: acked beside its PULLs
+		case typ == wire.TypeRndv || typ == wire.TypeNotify:
+			c = ackLarge // a RNDV delivered unpulled, a NOTIFY: acked as the batch ends
 		case laneRec:
 			c = ackLane // recvLane: a lane record, rebuilt as its frame
 		case lean || typ == wire.TypeTiny || typ == wire.TypeSmall:
