@@ -72,7 +72,8 @@ import (
 // the emulated 82599 pair), often longer than askWait; so a question
 // waits, past the last PULL served (partner.lastPulled), the stream's RTO
 // (rto: at least RTOMin, with the descheduling allowance) or askWait if
-// longer, as well as askWait past the message's send. Once the pulls stop
+// longer, as well as askWait past the message's send, though never more
+// than RTOMax past that wait after the message's send. Once the pulls stop
 // (or pause longer than that), asking resumes; a message lost meanwhile
 // is found by that question, or sooner by a SACK's hole. This too is the
 // sender's own bookkeeping: no frame changes.
@@ -286,8 +287,12 @@ func (p *partner) askDue(now int64, t *Request) {
 	due := max(t.lastSend, p.lastAsk) + wait
 	if p.lastPulled != 0 {
 		// The peer pulls a send of ours: no question while its PULLs
-		// come less than the stream's RTO apart (see above).
-		due = max(due, p.lastPulled+max(wait, p.rto(p.ep.b.opts.ResendDelay, 0)))
+		// come less than the stream's RTO apart (see above), but none
+		// held back past RTOMax beyond that wait after t's own send, so
+		// that a frame lost during a long pull is still asked about
+		// before the request's give-up time.
+		hold := max(wait, p.rto(p.ep.b.opts.ResendDelay, 0))
+		due = max(due, min(p.lastPulled+hold, t.lastSend+hold+int64(p.ep.b.opts.RTOMax)))
 	}
 	if now < due {
 		p.ep.b.noteDue(due)

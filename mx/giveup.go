@@ -112,6 +112,7 @@ func (p *partner) failAll(code error) {
 // session, and sends fail until the application connects again.
 func (p *partner) reset(code error) {
 	p.failAll(code)
+	p.lastPulled = 0 // the PULLs were of the old session's sends
 	p.setSendSeq(bumpSess(p.sendSeq))
 	p.recvSeq = bumpSess(p.recvSeq)
 	p.fullSeq = p.recvSeq

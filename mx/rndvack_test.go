@@ -10,8 +10,8 @@ import (
 
 // TestHeldRndvAckedInBatch: a RNDV that no receive takes yet is acked as
 // the batch that delivered it ends (ack.go's ackLarge), not after the
-// delayed-ack deadline, here made longer than the test waits (AckDelay
-// 20 s). The sender's RNDV leaves its unacked list while the receiver
+// delayed-ack deadline, here later than the first question's (AckDelay
+// 4 s). The sender's RNDV leaves its unacked list while the receiver
 // still holds the message, the receiver counts no delayed ack, and the
 // sender, its timers run past its first question's deadline, asked
 // nothing about the held message (before, it asked, and its answer
@@ -20,7 +20,9 @@ func TestHeldRndvAckedInBatch(t *testing.T) {
 	bothWaitModes(t, func(t *testing.T, busy bool) {
 		o := fastOptions()
 		o.BusyPoll = busy
-		o.AckDelay = 20 * time.Second
+		// The delayed ack later than the first question (askWait about
+		// AckDelay/2 in blocking mode), both well inside waitCond's bound.
+		o.AckDelay = 4 * time.Second
 		o.RTOMin, o.RTOMax = 80*time.Second, 80*time.Second // tailAckDelay: AckDelay
 		pr := newPair(t, loopbackOnly, o, loopback.Faults{})
 		p := pr.atob.p
@@ -92,8 +94,9 @@ func rttMeasured(b *Board, p *partner) bool {
 }
 
 // TestNoQuestionWhilePulled: every TRUC the receiver sends is lost, so the
-// RNDV of a second message, held by the receiver (no receive for it yet),
-// stays unacked at the sender while the receiver pulls the first, 4 MiB.
+// RNDV of a second message, sent after the first and held by the receiver
+// (no receive for it yet), stays unacked at the sender while the receiver
+// pulls the first, 4 MiB.
 // The PULLs show the receiver alive and taking the sender's frames: the
 // sender asks no question about the stream while they come (ask.go).
 // The first message's NOTIFY then acks the held RNDV, and the second
@@ -120,11 +123,9 @@ func TestNoQuestionWhilePulled(t *testing.T) {
 		src1, dst1 := pattern(size, 11), make([]byte, size)
 		src2, dst2 := pattern(1<<20, 12), make([]byte, 1<<20)
 		ctx := testCtx(t, time.Minute)
-		s2, err := pr.a.ISend([][]byte{src2}, pr.atob, 2, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitCond(t, "b holds the second message's RNDV", func() bool { return pr.b.Counters().Get(RecvRndv) > 0 })
+		// The second message's RNDV follows the first's: a PULL of the
+		// first acks only what was sent before it (reliability.go), so the
+		// held RNDV stays unacked while the first is pulled.
 		r1, err := pr.b.IRecv([][]byte{dst1}, 1, ^uint64(0), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -133,11 +134,23 @@ func TestNoQuestionWhilePulled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		s2, err := pr.a.ISend([][]byte{src2}, pr.atob, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := -1
 		waitCond(t, "a served the first PULL", func() bool {
 			pr.ba.mu.Lock()
 			defer pr.ba.mu.Unlock()
-			return p.lastPulled != 0
+			if p.lastPulled == 0 {
+				return false
+			}
+			held = p.unacked.Len()
+			return true
 		})
+		if _, done := s1.Test(); held == 0 && !done {
+			t.Fatal("the second message's RNDV was acked while the first was pulled: nothing left to ask about")
+		}
 		before := pr.a.Counters()
 		waitDone(t, ctx, r1, s1)
 		during := pr.a.Counters()
