@@ -88,18 +88,8 @@ const (
 
 // engineEnv applies GOMX_SHM_ENGINE_MIN and checks the engine options.
 func (o *LocalOptions) engineEnv() error {
-	if v := os.Getenv("GOMX_SHM_ENGINE_MIN"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%w: GOMX_SHM_ENGINE_MIN=%q: want a byte count (0 keeps the default %d)", ErrBadOptions, v, DefaultEngineMin)
-		}
-		o.EngineMin = n
-	}
-	if o.EngineMin < 0 {
-		return fmt.Errorf("%w: Local.EngineMin %d is negative", ErrBadOptions, o.EngineMin)
-	}
-	if o.EngineMin == 0 {
-		o.EngineMin = DefaultEngineMin
+	if err := sizeOption(&o.EngineMin, "GOMX_SHM_ENGINE_MIN", "Local.EngineMin", DefaultEngineMin); err != nil {
+		return err
 	}
 	if o.Large == LargeEngine && o.Engine == nil {
 		return fmt.Errorf("%w: large-message strategy engine without a copy engine: set LocalOptions.Engine (an ioat.Engine) or choose another GOMX_SHM_LARGE", ErrBadOptions)
@@ -343,4 +333,23 @@ func (c *engineCopy) finish(copied bool, err error) {
 		c.p.sendNotify(c.total, c.ref.id, c.ref.seq)
 		e.finishRecv(c.r, c.p, c.match, c.msgLen, c.total)
 	}
+}
+
+// sizeOption applies the byte count in the environment variable env to
+// *v, checks it (field names it in the error) and puts def in place of 0.
+func sizeOption(v *int, env, field string, def int) error {
+	if s := os.Getenv(env); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: %s=%q: want a byte count (0 keeps the default %d)", ErrBadOptions, env, s, def)
+		}
+		*v = n
+	}
+	if *v < 0 {
+		return fmt.Errorf("%w: %s %d is negative", ErrBadOptions, field, *v)
+	}
+	if *v == 0 {
+		*v = def
+	}
+	return nil
 }

@@ -2,10 +2,7 @@ package mx
 
 import (
 	"errors"
-	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,20 +151,7 @@ var (
 
 // stageEnv applies GOMX_SHM_STAGE_MIN and checks StageMin.
 func (o *LocalOptions) stageEnv() error {
-	if v := os.Getenv("GOMX_SHM_STAGE_MIN"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%w: GOMX_SHM_STAGE_MIN=%q: want a byte count (0 keeps the default %d)", ErrBadOptions, v, DefaultStageMin)
-		}
-		o.StageMin = n
-	}
-	if o.StageMin < 0 {
-		return fmt.Errorf("%w: Local.StageMin %d is negative", ErrBadOptions, o.StageMin)
-	}
-	if o.StageMin == 0 {
-		o.StageMin = DefaultStageMin
-	}
-	return nil
+	return sizeOption(&o.StageMin, "GOMX_SHM_STAGE_MIN", "Local.StageMin", DefaultStageMin)
 }
 
 // stages reports whether the board stages messages and advertises that
