@@ -86,18 +86,18 @@ const (
 // A RNDV that no receive takes yet, or whose pull waits for room
 // (PullsQueued), sends no PULL, and a NOTIFY ends a pull: neither is
 // followed by a frame of its receiver's that would carry the ack soon
-// (a reply comes, if at all, once the application has run), and both
-// were acked as ackSeq: after tailAckDelay. Their sender meanwhile had
-// the frame as its newest unacked message (the RNDV's sender keeps
-// nothing else of the message and waits for the NOTIFY anyway; the
-// NOTIFY's sender, the puller, is done): on a busy-polling board its
-// first question waits at most askSpread of the fastest round trips
-// (askWait), less than tailAckDelay on a fast wire, so many of them drew
-// a question and its answer, two frames and a wake-up on each side, to
-// learn what the ack would have said some tens of microseconds later
-// (on the emulated 82599 pair, acked after the delay, the RNDVs of a
-// 200 × 1 MiB stream drew 15-23 questions and its NOTIFYs 15-35, and
-// 100 exchanges of 4 MiB 16-266). So the receiver acks
+// (a reply comes, if at all, once the application has run). Acked as
+// ackSeq, after tailAckDelay, each would stay its sender's newest
+// unacked message meanwhile (the RNDV's sender keeps nothing else of the
+// message and waits for the NOTIFY anyway; the NOTIFY's sender, the
+// puller, is done): on a busy-polling board the first question waits at
+// most askSpread of the fastest round trips (askWait), less than
+// tailAckDelay on a fast wire, so many of them would draw a question and
+// its answer, two frames and a wake-up on each side, to learn what the
+// ack says some tens of microseconds later (on the emulated 82599 pair,
+// acked after the delay, the RNDVs of a 200 × 1 MiB stream draw 15-23
+// questions and its NOTIFYs 15-35, and 100 exchanges of 4 MiB 16-266).
+// So the receiver acks
 // such a frame as the batch that delivered it ends (Board.sendBatchAcks):
 // one TRUC for every one of them in the batch and whatever else it holds
 // unacked, at once outside a batch. A frame sent in the batch (a PULL's
