@@ -43,23 +43,7 @@ func TestLargeStrategies(t *testing.T) {
 			large := 0
 			for i, size := range sizes {
 				for _, nseg := range []int{1, 3} {
-					msg := pattern(size, uint64(i))
-					buf := make([]byte, size)
-					r, _ := e.IRecv(split(buf, nseg), uint64(i), ^uint64(0), nil)
-					sd, err := e.ISend(split(msg, nseg), addr, uint64(i), nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := sd.Wait(ctx); err != nil {
-						t.Fatalf("send %d: %v", size, err)
-					}
-					st, err := r.Wait(ctx)
-					if err != nil {
-						t.Fatalf("echo %d: %v", size, err)
-					}
-					if !bytes.Equal(buf, msg) || int(st.XferLength) != size {
-						t.Fatalf("echo of %d bytes in %d segments differs (%d received)", size, nseg, st.XferLength)
-					}
+					echoSplit(t, ctx, e, addr, pattern(size, uint64(i)), nseg, uint64(i))
 					if size > DefaultShmEager {
 						large++
 					}

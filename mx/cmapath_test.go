@@ -110,6 +110,29 @@ func echo(t *testing.T, ctx context.Context, e *Endpoint, addr Addr, msg, buf []
 	}
 }
 
+// echoSplit sends msg in nseg segments to the echo server at addr and
+// receives its echo into nseg segments: the echo must come back whole and
+// byte-exact.
+func echoSplit(t *testing.T, ctx context.Context, e *Endpoint, addr Addr, msg []byte, nseg int, match uint64) {
+	t.Helper()
+	buf := make([]byte, len(msg))
+	r, _ := e.IRecv(split(buf, nseg), match, ^uint64(0), nil)
+	sd, err := e.ISend(split(msg, nseg), addr, match, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sd.Wait(ctx); err != nil {
+		t.Fatalf("send %d: %v", len(msg), err)
+	}
+	st, err := r.Wait(ctx)
+	if err != nil {
+		t.Fatalf("echo %d: %v", len(msg), err)
+	}
+	if !bytes.Equal(buf, msg) || int(st.XferLength) != len(msg) {
+		t.Fatalf("echo of %d bytes in %d segments differs (%d received)", len(msg), nseg, st.XferLength)
+	}
+}
+
 // countersSince returns after - before.
 func countersSince(before, after Counters) Counters {
 	var d Counters

@@ -26,12 +26,7 @@ func TestHeldRndvAckedInBatch(t *testing.T) {
 		o.RTOMin, o.RTOMax = 80*time.Second, 80*time.Second // tailAckDelay: AckDelay
 		pr := newPair(t, loopbackOnly, o, loopback.Faults{})
 		p := pr.atob.p
-		for i := 0; i < 64 && !rttMeasured(pr.ba, p); i++ {
-			pr.requestReply(t, []byte("warm"), time.Minute) // a round trip measured: askWait from it
-		}
-		if !rttMeasured(pr.ba, p) {
-			t.Fatal("64 round trips measured no round trip")
-		}
+		pr.warmRTT(t) // askWait from a measured round trip
 		const size = 1 << 20
 		src, dst := pattern(size, 5), make([]byte, size)
 		ctx := testCtx(t, time.Minute)
@@ -86,11 +81,21 @@ func TestHeldRndvAckedInBatch(t *testing.T) {
 	})
 }
 
-// rttMeasured reports whether b measured p's round trip.
-func rttMeasured(b *Board, p *partner) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return p.rtt.ok
+// warmRTT exchanges requests and replies, at most 64, until a's board
+// has measured its round trip to b.
+func (pr *pair) warmRTT(t *testing.T) {
+	t.Helper()
+	measured := func() bool {
+		pr.ba.mu.Lock()
+		defer pr.ba.mu.Unlock()
+		return pr.atob.p.rtt.ok
+	}
+	for i := 0; i < 64 && !measured(); i++ {
+		pr.requestReply(t, []byte("warm"), time.Minute)
+	}
+	if !measured() {
+		t.Fatal("64 round trips measured no round trip")
+	}
 }
 
 // TestNoQuestionWhilePulled: every TRUC the receiver sends is lost, so the
@@ -113,12 +118,7 @@ func TestNoQuestionWhilePulled(t *testing.T) {
 		o.RTOMin, o.RTOMax = time.Second, 10*time.Second
 		pr := newPairOn(t, zcWire(t, d.model(), nil, nil), o)
 		p := pr.atob.p
-		for i := 0; i < 64 && !rttMeasured(pr.ba, p); i++ {
-			pr.requestReply(t, []byte("warm"), time.Minute) // askWait from a measured round trip
-		}
-		if !rttMeasured(pr.ba, p) {
-			t.Fatal("64 round trips measured no round trip")
-		}
+		pr.warmRTT(t) // askWait from a measured round trip
 		d.from.Store(uint64(pr.bb.NICID()))
 		d.on.Store(true)
 		const size = 4 << 20
