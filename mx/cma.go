@@ -376,10 +376,30 @@ func (e *Endpoint) pullCMAData(r *Request, p *partner, match uint64, msgLen, tot
 	}
 	c.src = src
 	c.e, c.r, c.p, c.match, c.msgLen, c.total, c.ref, c.pid = e, r, p, match, msgLen, total, ref, pid
+	b.queueCopy(c)
+	return true
+}
+
+// queueCopy queues c for runCopies, counted in b.copies until it finishes
+// (b.mu held).
+func (b *Board) queueCopy(c *cmaCopy) {
 	b.copies.Add(1)
 	b.cmaq = append(b.cmaq, c)
 	b.cmaQueued.Add(1)
-	return true
+}
+
+// cutSegs appends to d the receive segments segs cut to their first total
+// bytes, and returns it.
+func cutSegs(d, segs [][]byte, total int) [][]byte {
+	for _, s := range segs {
+		if total == 0 {
+			break
+		}
+		k := min(len(s), total)
+		d = append(d, s[:k])
+		total -= k
+	}
+	return d
 }
 
 // runCopies runs the queued single copies, if any, each without the lock

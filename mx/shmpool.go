@@ -220,16 +220,7 @@ func (e *Endpoint) pullShared(r *Request, p *partner, match uint64, msgLen, tota
 		return false
 	}
 	var dst [MaxSegments][]byte
-	d := dst[:0]
-	need := int(total)
-	for _, s := range r.segs {
-		if need == 0 {
-			break
-		}
-		k := min(len(s), need)
-		d = append(d, s[:k])
-		need -= k
-	}
+	d := cutSegs(dst[:0], r.segs, int(total))
 	copied, engine := false, false
 	tr.PeerSegment(p.nic, uint32(seg), func(mem []byte) {
 		start, end, ok := sharedSource(off, n, ref.off, total, len(mem))

@@ -490,21 +490,11 @@ func (e *Endpoint) pullStaged(r *Request, p *partner, match uint64, msgLen, tota
 		return false
 	}
 	st := &stageRecv{tr: tr, nic: p.nic, pid: pid, seg: uint32(ent[1]), off: ent[2], gen: ent[3], total: int(total)}
-	need := int(total)
-	for _, s := range r.segs {
-		if need == 0 {
-			break
-		}
-		k := min(len(s), need)
-		st.dst = append(st.dst, s[:k])
-		need -= k
-	}
+	st.dst = cutSegs(nil, r.segs, int(total))
 	c := b.newCopy()
 	c.st = st
 	c.e, c.r, c.p, c.match, c.msgLen, c.total, c.ref, c.pid = e, r, p, match, msgLen, total, ref, pid
-	b.copies.Add(1)
-	b.cmaq = append(b.cmaq, c)
-	b.cmaQueued.Add(1)
+	b.queueCopy(c)
 	return true
 }
 
