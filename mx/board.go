@@ -221,7 +221,7 @@ type Board struct {
 	cmaEps     [MaxEndpoints + 1]uint64
 	cmaTabs    [MaxEndpoints][]uint64 // the tables, kept while the board lives
 	cmaRefused bool                   // the kernel refused process_vm_readv (cma.go)
-	copies     sync.WaitGroup         // single copies queued or running without mu (cma.go)
+	copies     sync.WaitGroup         // copies queued or running without mu (cma.go, offload.go), staged sends whose copiers are still at work (stage.go)
 	cmaQueued  atomic.Int32           // len(cmaq), read without mu
 	cmaFree    []*cmaCopy             // recycled copies
 	cmaTabAt   map[cmaKey]*cmaSender  // senders' endpoint tables and last entries (cma.go)

@@ -38,9 +38,11 @@ func (p *partner) unreachable(now int64) bool {
 func (p *partner) failSend(r *Request, code error) {
 	e := p.ep
 	if r.region >= 0 {
-		zs := e.freeRegion(r.region)
+		zs, st := e.freeRegion(r.region)
 		r.region = -1
-		if e.b.zcHold(e, r, zs, code) { // zerocopy.go: it completes once the NIC is done with its memory
+		// stage.go: it completes once its copiers left the staging
+		// buffer; zerocopy.go: once the NIC is done with its memory.
+		if e.b.stageHold(st, r, zs, code) || e.b.zcHold(e, r, zs, code) {
 			return
 		}
 	}

@@ -76,18 +76,20 @@ func (e *Endpoint) allocRegion(r *Request) (int, bool) {
 }
 
 // freeRegion frees region i and returns what its send registered to be
-// sent from in place (zerocopy.go), for zcHold.
-func (e *Endpoint) freeRegion(i int) *zcSend {
+// sent from in place (zerocopy.go), for zcHold, and its staged message
+// when copiers are still at work on it (stage.go), for stageHold.
+func (e *Endpoint) freeRegion(i int) (*zcSend, *stageSend) {
 	reg := &e.regions[i]
 	zs := reg.zc
 	if reg.used {
 		e.regionsUsed--
 	}
+	var st *stageSend
 	if reg.st != nil {
-		e.b.stageEnd(e, reg.st) // stage.go: its copiers are done before the send completes
+		st = e.b.stageEnd(reg.st) // stage.go
 	}
 	reg.used, reg.r, reg.zc, reg.st = false, nil, nil, nil
-	return zs
+	return zs, st
 }
 
 // queueSend makes a send wait for resources: a region for a large send, or
@@ -127,11 +129,13 @@ func (e *Endpoint) gotNotify(p *partner, h *wire.Notify) {
 	}
 	r := reg.r
 	p.pulledAck(r) // the NOTIFY also proves the RNDV arrived (reliability.go)
-	zs := e.freeRegion(int(h.RegionID))
+	zs, st := e.freeRegion(int(h.RegionID))
 	r.region = -1
 	r.status.XferLength = min(h.PulledLength, r.length)
-	code := e.pullOutcome(h)         // largefail.go
-	if !e.b.zcHold(e, r, zs, code) { // zerocopy.go: else it completes once the NIC is done with its memory
+	code := e.pullOutcome(h) // largefail.go
+	// stage.go: else it completes once its copiers left the staging
+	// buffer; zerocopy.go: once the NIC is done with its memory.
+	if !e.b.stageHold(st, r, zs, code) && !e.b.zcHold(e, r, zs, code) {
 		r.protoHeld = false
 		e.complete(r, code)
 		e.b.maybeFree(r)

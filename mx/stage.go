@@ -58,12 +58,17 @@ import (
 // have some unclaimed, and so does every waiter of the board polling in
 // Wait or Test between its looks (poll.go), so a waiting application
 // thread moves its own message. A send completes only once its region is
-// freed (the NOTIFY, a failure, Close): the message is withdrawn, and the
-// completion waits for its copiers still at work, each on at most one
-// chunk, so neither the staging buffer nor the send buffer is touched
-// once the request completed. That wait runs under the board lock;
-// copiers hold no lock while they copy, and the receiver holds only its
-// mapping of the sender's segment (never while it takes the board lock).
+// freed (the NOTIFY, a failure, Close) and no copier is at work on it:
+// freeing the region withdraws the message (no copier starts on it any
+// more) and completes the send at once when none is at work; otherwise
+// the last copier to leave, each on at most one chunk, completes it and
+// gives the staging buffer back, taking the board lock to do so. Nobody
+// waits for a copier under the board lock, and copiers hold no lock while
+// they copy: neither the staging buffer nor the send buffer is touched
+// once the request completed, and a descheduled copier delays its own
+// send alone (Board.Close waits for it with the other copies). The
+// receiver holds only its mapping of the sender's segment (never while it
+// takes the board lock).
 //
 // The sender stages only to a peer that advertised it can receive staged:
 // the word after the endpoint tables (cmaEps) holds stageMagic, read once
@@ -131,13 +136,27 @@ type stageBuf struct {
 
 // stageSend is a message being staged.
 type stageSend struct {
-	buf       *stageBuf
-	gen       uint64
-	src       []byte
-	active    atomic.Int32 // copiers at work on it
-	withdrawn atomic.Bool  // its region was freed: copy nothing more
-	copied    atomic.Int32 // chunks the sender copied
+	e   *Endpoint // its sender
+	buf *stageBuf
+	gen uint64
+	src []byte
+	// state counts the copiers at work on it, plus stageWithdrawn once its
+	// region was freed (copy nothing more). A copier joins only while the
+	// message is listed in stageState.jobs (under its mu), and stageEnd
+	// unlists it before it adds stageWithdrawn: from then on the count
+	// only falls, and whoever brings state to exactly stageWithdrawn (the
+	// withdrawal itself, or the last copier to leave) releases it.
+	state  atomic.Int64
+	copied atomic.Int32 // chunks the sender copied
+	// How the send completes once the last copier left (stageHold; b.mu).
+	r    *Request
+	zs   *zcSend
+	code error
 }
+
+// stageWithdrawn is stageSend.state's withdrawn mark, above any count of
+// copiers.
+const stageWithdrawn = 1 << 32
 
 // Test hooks: stageClaimHook, when set, runs before a copier of the
 // sender claims a chunk, and false makes it claim none (a sender that
@@ -310,7 +329,7 @@ func (e *Endpoint) stageRegion(i int, r *Request) bool {
 	stageWord(sb.mem, stageWordAddr).Store(addrOf(src))
 	stageWord(sb.mem, stageWordLen).Store(uint64(len(src)))
 	stageWord(sb.mem, stageWordClaim).Store(uint64(uint32(gen))<<32 | uint64(n))
-	j := &stageSend{buf: sb, gen: gen, src: src}
+	j := &stageSend{e: e, buf: sb, gen: gen, src: src}
 	e.regions[i].st = j
 	idx := sharedIndex(e.id, uint8(i))
 	sp.pool.StoreWord(idx+1, uint64(sb.seg)|stageFlag)
@@ -364,10 +383,10 @@ func (b *Board) stageHelp() bool {
 		return false
 	}
 	j := s.jobs[0]
-	j.active.Add(1) // before withdrawn is looked at: stageEnd waits for it
+	j.state.Add(1) // while j is listed: a withdrawal unlists it first (stageEnd)
 	s.mu.Unlock()
-	defer j.active.Add(-1)
-	if j.withdrawn.Load() {
+	defer b.stageLeave(j)
+	if j.state.Load() >= stageWithdrawn {
 		s.drop(j)
 		return true
 	}
@@ -430,20 +449,61 @@ func stageClaim(mem []byte, gen uint64, top bool) int {
 }
 
 // stageEnd withdraws the staged message j as its region is freed (b.mu
-// held): no copier starts on it any more, and the call waits for those
-// at work, each on at most one chunk, before the staging buffer goes back
-// and the request may complete.
-func (b *Board) stageEnd(e *Endpoint, j *stageSend) {
-	j.withdrawn.Store(true)
+// held): no copier starts on it any more, and a receiver still at it (its
+// send failed) sees another generation, in the claim word too (one whose
+// low half no message has). It returns j when copiers are still at work
+// on it, each on at most one chunk, for stageHold: the last of them
+// releases it (stageLeave). Otherwise j is released already and it
+// returns nil.
+func (b *Board) stageEnd(j *stageSend) *stageSend {
 	b.stage.drop(j)
-	for j.active.Load() != 0 {
-		runtime.Gosched()
-	}
-	// A receiver still at it (its send failed) sees another generation,
-	// in the claim word too: one whose low half no message has.
 	stageWord(j.buf.mem, stageWordClaim).Store(0)
 	stageWord(j.buf.mem, stageWordGen).Store(0)
-	e.cnt[StagedChunks] += uint64(j.copied.Load())
+	if j.state.Add(stageWithdrawn) != stageWithdrawn {
+		b.copies.Add(1) // Board.Close waits for the release (stageLeave)
+		return j
+	}
+	b.stageFree(j)
+	return nil
+}
+
+// stageHold is called as a large send r ends with code, its region freed
+// (zs is what it registered, for zcHold): it reports false when r may
+// complete now, and true when j, its staged message, still has copiers at
+// work (stageEnd returned it), r then completing as the last one leaves
+// (b.mu held, as since stageEnd).
+func (b *Board) stageHold(j *stageSend, r *Request, zs *zcSend, code error) bool {
+	if j == nil {
+		return false
+	}
+	j.r, j.zs, j.code = r, zs, code
+	return true
+}
+
+// stageLeave ends a copier's work on j (no lock held). The last copier of
+// a withdrawn message releases it: its staging buffer goes back and its
+// send completes, as freeing the region would have done (stageHold).
+func (b *Board) stageLeave(j *stageSend) {
+	if j.state.Add(-1) != stageWithdrawn {
+		return
+	}
+	b.mu.Lock()
+	b.stageFree(j)
+	e, r := j.e, j.r
+	if r != nil && !b.zcHold(e, r, j.zs, j.code) { // zerocopy.go
+		r.protoHeld = false
+		e.complete(r, j.code)
+		b.maybeFree(r)
+	}
+	j.r, j.zs = nil, nil
+	b.copies.Done()
+	b.unlock()
+}
+
+// stageFree gives j's staging buffer back once no copier writes it (b.mu
+// held).
+func (b *Board) stageFree(j *stageSend) {
+	j.e.cnt[StagedChunks] += uint64(j.copied.Load())
 	j.buf.busy = false
 }
 

@@ -463,3 +463,73 @@ func TestStagedReadAfterSendFailed(t *testing.T) {
 		t.Fatalf("the receive completed without error, holding %d guard bytes written after its send completed (equal to the message: %v)", n, bytes.Equal(buf, want))
 	}
 }
+
+// TestStagedCopierHoldsNoBoard: a copier of the sender descheduled inside
+// a chunk holds up nothing but its own send: once the receiver has the
+// whole message (it read the stalled chunk itself) and the sending board
+// has its NOTIFY, another endpoint of that board exchanges a message with
+// the receiver while the copier is still held, and the staged send
+// completes only after the copier left its chunk.
+func TestStagedCopierHoldsNoBoard(t *testing.T) {
+	g := newStageRig(t, LargeStaged, false, nil)
+	ctx := testCtx(t, 30*time.Second)
+	other, err := g.ba.OpenEndpoint(1, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toB, err := other.Connect(ctx, g.bb.NICID(), 0, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var stalled atomic.Bool
+	setStageHooks(t, nil, func(i int) {
+		if stalled.CompareAndSwap(false, true) {
+			<-release
+		}
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failing test lets the copier go before the boards close
+	msg := pattern(stageBufSize, 11)
+	buf := make([]byte, len(msg))
+	s, err := g.a.ISend([][]byte{msg}, g.atob, 11, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "a copier stalls inside a chunk", stalled.Load)
+	r, _ := g.b.IRecv([][]byte{buf}, 11, ^uint64(0), nil)
+	mustWait(t, r, 30*time.Second)
+	if !bytes.Equal(buf, msg) {
+		t.Fatal("the message arrived wrong")
+	}
+	small := make([]byte, 8)
+	r2, _ := g.b.IRecv([][]byte{small}, 12, ^uint64(0), nil)
+	var done atomic.Bool
+	errc := make(chan error, 1)
+	go func() {
+		// The sending board takes the NOTIFY, then serves its other endpoint.
+		for g.a.Counters().Get(RecvNotify) == 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		s2, err := other.ISend([][]byte{pattern(8, 12)}, toB, 12, nil)
+		if err == nil {
+			_, err = s2.Wait(ctx)
+		}
+		if err == nil {
+			_, err = r2.Wait(ctx)
+		}
+		errc <- err
+		done.Store(true)
+	}()
+	waitCond(t, "another endpoint of the sending board exchanges a message while a copier is held", done.Load)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if s.Done() {
+		t.Fatal("the staged send completed while a copier was still inside its chunk")
+	}
+	free()
+	mustWait(t, s, 30*time.Second)
+	waitCond(t, "the staging buffers are free", func() bool { return stageBufsFree(g.ba) })
+}
