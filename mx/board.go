@@ -226,6 +226,7 @@ type Board struct {
 	cmaFree    []*cmaCopy             // recycled copies
 	cmaTabAt   map[cmaKey]*cmaSender  // senders' endpoint tables and last entries (cma.go)
 	shared     *sharedPool            // the shared pool, made on first use (shmpool.go)
+	poolMu     sync.Mutex             // held by whoever makes the shared pool, before mu (shmpool.go)
 	stage      stageState             // staged large messages (stage.go)
 	// omx is the Data MTU of Open-MX peers (BoardOptions.OpenMXMTU less
 	// the Ethernet header). (Here, not among the settings before mu,

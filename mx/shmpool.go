@@ -78,10 +78,7 @@ func (b *Board) sharedTransport() *shm.Transport {
 // fails with ErrNoSharedMemory on a board without shared memory (turn the
 // host path on: LocalOptions.Shm, GOMX_SHM=on).
 func (e *Endpoint) AllocShared(n int) ([]byte, error) {
-	b := e.b
-	b.mu.Lock()
-	sp, err := b.sharedPoolLocked()
-	b.unlockKick()
+	sp, err := e.b.sharedPool()
 	if err != nil {
 		return nil, e.opErr("alloc shared", err)
 	}
@@ -124,19 +121,47 @@ func (b *Board) SharedSegments() (own, peers int) {
 	return own, peers
 }
 
-// sharedPoolLocked returns the board's pool, making it on first use (b.mu
-// held).
-func (b *Board) sharedPoolLocked() (*sharedPool, error) {
-	if b.shared != nil {
-		return b.shared, nil
-	}
-	tr := b.sharedTransport()
-	if tr == nil {
+// sharedPoolHook, when set by a test, runs as the board's pool is made.
+var sharedPoolHook func()
+
+// sharedPool returns the board's pool, making it on first use (no lock
+// held). The pool's first segment is made without b.mu, under b.poolMu,
+// which one maker at a time holds: the board's other work goes on
+// meanwhile, and a second caller finds the first one's pool.
+func (b *Board) sharedPool() (*sharedPool, error) {
+	b.mu.Lock()
+	sp, tr, closed := b.shared, b.sharedTransport(), b.closed
+	b.unlockKick()
+	switch {
+	case sp != nil:
+		return sp, nil
+	case closed:
+		return nil, ErrBoardClosed
+	case tr == nil:
 		return nil, ErrNoSharedMemory
+	}
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
+	b.mu.Lock()
+	sp = b.shared
+	b.unlockKick()
+	if sp != nil {
+		return sp, nil // made while this caller waited for poolMu
+	}
+	if sharedPoolHook != nil {
+		sharedPoolHook()
 	}
 	p, err := tr.NewPool(shm.PoolOptions{TableWords: sharedTableWords, Keep: b.opts.Local.PoolKeep})
 	if err != nil {
 		return nil, err
+	}
+	b.mu.Lock()
+	defer b.unlockKick()
+	if b.closed {
+		// Closed meanwhile: the pool goes (the transport's Close may
+		// have closed it already).
+		_ = p.Close()
+		return nil, ErrBoardClosed
 	}
 	b.shared = &sharedPool{tr: tr, pool: p}
 	return b.shared, nil

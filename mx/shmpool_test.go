@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -517,5 +518,75 @@ func TestEngineCopyOutsideLock(t *testing.T) {
 	}
 	if c := g.b.Counters(); c.Get(RecvEngine) != 1 || c.Get(EngineFallbacks) != 0 {
 		t.Fatalf("engine copies %d, fallbacks %d; want 1, 0", c.Get(RecvEngine), c.Get(EngineFallbacks))
+	}
+}
+
+// TestSharedPoolMadeOutsideLock: while a board's shared pool is being made
+// (its first AllocShared, held up inside), the board goes on with other
+// work (its counters, a message from another endpoint), and two callers
+// racing to make it get buffers of the same one pool.
+func TestSharedPoolMadeOutsideLock(t *testing.T) {
+	g := newStageRig(t, LargeAuto, false, nil)
+	entered := make(chan struct{}, 2)
+	release := make(chan struct{})
+	sharedPoolHook = func() {
+		entered <- struct{}{}
+		<-release
+	}
+	t.Cleanup(func() { sharedPoolHook = nil })
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	bufs := make(chan []byte, 2)
+	errc := make(chan error, 2)
+	for range 2 {
+		go func() {
+			buf, err := g.a.AllocShared(64 << 10)
+			errc <- err
+			bufs <- buf
+		}()
+	}
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no AllocShared began making the pool")
+	}
+	ctx := testCtx(t, 30*time.Second)
+	var done atomic.Bool
+	sent := make(chan error, 1)
+	go func() {
+		g.ba.Counters()
+		r, err := g.b.IRecv([][]byte{make([]byte, 4096)}, 13, ^uint64(0), nil)
+		if err == nil {
+			var s *Request
+			if s, err = g.a.ISend([][]byte{pattern(4096, 13)}, g.atob, 13, nil); err == nil {
+				if _, err = s.Wait(ctx); err == nil {
+					_, err = r.Wait(ctx)
+				}
+			}
+		}
+		sent <- err
+		done.Store(true)
+	}()
+	waitCond(t, "the board exchanges a message while its pool is made", done.Load)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	free()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, _, ok := g.ba.shared.pool.Locate(<-bufs); !ok {
+			t.Fatal("a buffer AllocShared returned lies outside the board's pool")
+		}
+	}
+	if len(entered) != 0 {
+		t.Fatal("the pool was made twice")
+	}
+	if own, _ := g.ba.SharedSegments(); own != 3 {
+		t.Fatalf("the pool holds %d segments, want 3 (its table and two buffers)", own)
 	}
 }

@@ -236,9 +236,7 @@ func (b *Board) stagePrepare(nic transport.NICID, n int) {
 // stageAlloc allocates the board's staging buffers in its shared pool
 // (s.prepMu held, b.mu not).
 func (b *Board) stageAlloc() error {
-	b.mu.Lock()
-	sp, err := b.sharedPoolLocked()
-	b.unlockKick()
+	sp, err := b.sharedPool()
 	if err != nil {
 		return err
 	}
