@@ -67,8 +67,11 @@ import (
 // they copy: neither the staging buffer nor the send buffer is touched
 // once the request completed, and a descheduled copier delays its own
 // send alone (Board.Close waits for it with the other copies). The
-// receiver holds only its mapping of the sender's segment (never while it
-// takes the board lock).
+// receiver holds its mapping of the sender's segment for a step at a
+// time (a chunk copied out, a claim, the check after a read), never while
+// it waits for the sender's chunks or reads the sender's buffer, and
+// never while it takes the board lock: the peer's segment table changes
+// meanwhile, and each step checks the buffer still holds the message.
 //
 // The sender stages only to a peer that advertised it can receive staged:
 // the word after the endpoint tables (cmaEps) holds stageMagic, read once
@@ -556,23 +559,35 @@ func (e *Endpoint) pullStaged(r *Request, p *partner, match uint64, msgLen, tota
 	return true
 }
 
-// run receives the staged message (no lock held but the hold of the
-// sender's segment, released before it returns).
+// What a step of a staged receive did, or leaves to do (stageRecv.step).
+const (
+	stepCopied = iota // it copied a chunk the sender staged
+	stepRead          // it claimed a chunk to read from the sender's buffer
+	stepSkip          // it claimed a chunk past a truncated receive's end
+	stepWait          // every chunk left is the sender's and not in yet
+	stepGone          // the buffer no longer holds the message
+)
+
+// run receives the staged message (no lock held). It holds the sender's
+// segment (shm.Transport.PeerSegment) for one step at a time — a chunk
+// copied out of the staging buffer, a claim, the check after a read —
+// and never while it waits for the sender's chunks or reads the sender's
+// buffer, so the peer's segment table may change meanwhile (a segment
+// passed or released); every hold checks that the buffer still holds the
+// message.
 func (st *stageRecv) run() {
-	mem, release, ok := st.tr.HoldPeerSegment(st.nic, st.seg)
-	if !ok {
-		st.fallback = true
-		return
-	}
-	defer release()
-	if st.off > uint64(len(mem)) || uint64(len(mem))-st.off < stageHdr+stageBufSize {
-		st.fallback = true
-		return
-	}
-	m := mem[st.off : st.off+stageHdr+stageBufSize]
-	gen := st.gen
-	addr, n := stageWord(m, stageWordAddr).Load(), int(stageWord(m, stageWordLen).Load())
-	if stageWord(m, stageWordGen).Load() != gen || n < st.total || n > stageBufSize {
+	var addr uint64
+	ok := false
+	held := st.tr.PeerSegment(st.nic, st.seg, func(mem []byte) {
+		m, fits := stageView(mem, st.off)
+		if !fits || stageWord(m, stageWordGen).Load() != st.gen {
+			return
+		}
+		addr = stageWord(m, stageWordAddr).Load()
+		n := int(stageWord(m, stageWordLen).Load())
+		ok = n >= st.total && n <= stageBufSize
+	})
+	if !held || !ok {
 		st.fallback = true
 		return
 	}
@@ -581,31 +596,19 @@ func (st *stageRecv) run() {
 	all := uint32(1)<<need - 1
 	var since [stageChunks]time.Time
 	for handled != all {
-		progress := false
-		for i := range need {
-			if handled&(1<<i) == 0 && stageWord(m, stageWordDone+i).Load() == gen {
-				lo := i * stageChunk
-				hi := min(lo+stageChunk, st.total)
-				copyAt(st.dst, lo, m[stageHdr+lo:stageHdr+hi])
-				if !stageHeld(m, gen) {
-					st.err = errStageGone
-					return
-				}
-				handled |= 1 << i
-				progress = true
-			}
-		}
-		if progress {
-			continue
-		}
-		switch i := stageClaim(m, gen, true); {
-		case i == -2:
+		what, i := stepGone, 0
+		st.tr.PeerSegment(st.nic, st.seg, func(mem []byte) { what, i = st.step(mem, handled, need) })
+		switch what {
+		case stepGone:
 			st.err = errStageGone
 			return
-		case i >= need:
-			continue // past a truncated receive's end
-		case i >= 0:
-			if !st.read(m, i, addr) {
+		case stepCopied:
+			handled |= 1 << i
+			continue
+		case stepSkip:
+			continue
+		case stepRead:
+			if !st.read(i, addr) {
 				return
 			}
 			handled |= 1 << i
@@ -621,7 +624,7 @@ func (st *stageRecv) run() {
 				since[i] = now
 			} else if now.Sub(since[i]) >= stageTakeover {
 				// The sender stalls on it: read it from its buffer.
-				if !st.read(m, i, addr) {
+				if !st.read(i, addr) {
 					return
 				}
 				handled |= 1 << i
@@ -631,11 +634,55 @@ func (st *stageRecv) run() {
 	}
 }
 
+// stageView returns the staging buffer at offset off of the sender's
+// segment mem, header and data, and whether the segment holds it.
+func stageView(mem []byte, off uint64) ([]byte, bool) {
+	if off > uint64(len(mem)) || uint64(len(mem))-off < stageHdr+stageBufSize {
+		return nil, false
+	}
+	return mem[off : off+stageHdr+stageBufSize], true
+}
+
+// step takes the receive one step on, with the sender's segment mem held
+// (handled: the chunks in the receive buffer, need: the chunks it takes):
+// it copies out one chunk the sender staged, or claims one from the top,
+// and reports which (stepCopied, stepRead, stepSkip) and the chunk;
+// stepWait when every chunk left is the sender's and not in yet, stepGone
+// when the buffer no longer holds the message.
+func (st *stageRecv) step(mem []byte, handled uint32, need int) (what, chunk int) {
+	m, ok := stageView(mem, st.off)
+	gen := st.gen
+	if !ok || stageWord(m, stageWordGen).Load() != gen {
+		return stepGone, 0
+	}
+	for i := range need {
+		if handled&(1<<i) == 0 && stageWord(m, stageWordDone+i).Load() == gen {
+			lo := i * stageChunk
+			hi := min(lo+stageChunk, st.total)
+			copyAt(st.dst, lo, m[stageHdr+lo:stageHdr+hi])
+			if !stageHeld(m, gen) {
+				return stepGone, 0
+			}
+			return stepCopied, i
+		}
+	}
+	switch i := stageClaim(m, gen, true); {
+	case i == -2:
+		return stepGone, 0
+	case i >= need:
+		return stepSkip, 0
+	case i >= 0:
+		return stepRead, i
+	}
+	return stepWait, 0
+}
+
 // read copies chunk i from the sender's buffer at addr with
-// process_vm_readv; false when it failed: the sender went away or
-// withdrew the message (st.err set), or the kernel refused (st.refused set: the rings carry the
-// message, over what was copied).
-func (st *stageRecv) read(m []byte, i int, addr uint64) bool {
+// process_vm_readv (the sender's segment not held); false when it failed:
+// the sender went away or withdrew the message (st.err set), or the kernel
+// refused (st.refused set: the rings carry the message, over what was
+// copied).
+func (st *stageRecv) read(i int, addr uint64) bool {
 	lo := i * stageChunk
 	hi := min(lo+stageChunk, st.total)
 	var local [MaxSegments]unix.Iovec
@@ -659,7 +706,12 @@ func (st *stageRecv) read(m []byte, i int, addr uint64) bool {
 	// The send may have completed (failed, or its endpoint closed) while
 	// the read ran, and its buffer been written again since: the bytes
 	// count only if the message was still staged after they were read.
-	if !stageHeld(m, st.gen) {
+	held := false
+	st.tr.PeerSegment(st.nic, st.seg, func(mem []byte) {
+		m, ok := stageView(mem, st.off)
+		held = ok && stageHeld(m, st.gen)
+	})
+	if !held {
 		st.err = errStageGone
 		return false
 	}

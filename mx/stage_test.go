@@ -533,3 +533,64 @@ func TestStagedCopierHoldsNoBoard(t *testing.T) {
 	mustWait(t, s, 30*time.Second)
 	waitCond(t, "the staging buffers are free", func() bool { return stageBufsFree(g.ba) })
 }
+
+// TestStagedRecvLeavesSegmentTable: a staged receive holds the sender's
+// segment only for a step at a time, never while it waits: while it is
+// held up reading a chunk from the sender's buffer, the sender passes it
+// a new pool segment (which the receiving transport maps under its
+// segment table's lock) without waiting for the message, and the message
+// still arrives whole.
+func TestStagedRecvLeavesSegmentTable(t *testing.T) {
+	g := newStageRig(t, LargeStaged, false, nil)
+	setStageHooks(t, func() bool { return false }, nil) // the receiver reads every chunk
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once, freed sync.Once
+	stageReadHook = func(int) {
+		once.Do(func() { close(entered); <-release })
+	}
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(func() { stageReadHook = nil })
+	t.Cleanup(free)
+	msg := pattern(stageBufSize, 14)
+	buf := make([]byte, len(msg))
+	r, err := g.b.IRecv([][]byte{buf}, 14, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.a.ISend([][]byte{msg}, g.atob, 14, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the receiver never read a chunk from the sender's buffer")
+	}
+	before := g.bb.sharedTransport().PeerSegments()
+	if _, err := g.a.AllocShared(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Bool
+	shared := make(chan error, 1)
+	go func() {
+		shared <- g.ba.sharedTransport().ShareSegments(g.bb.NICID())
+		done.Store(true)
+	}()
+	waitCond(t, "a new segment is passed while the staged receive is held", done.Load)
+	if err := <-shared; err != nil {
+		t.Fatal(err)
+	}
+	if after := g.bb.sharedTransport().PeerSegments(); after != before+1 {
+		t.Fatalf("the receiver maps %d segments of its peer, want %d", after, before+1)
+	}
+	free()
+	mustWait(t, r, 30*time.Second)
+	mustWait(t, s, 30*time.Second)
+	if !bytes.Equal(buf, msg) {
+		t.Fatal("the message arrived wrong")
+	}
+	if c := g.b.Counters(); c.Get(StagedRecvs) != 1 {
+		t.Fatalf("%d staged receives, want 1", c.Get(StagedRecvs))
+	}
+}
