@@ -23,6 +23,7 @@ func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
+	close(t.closing)  // a ShareSegments waiting for acknowledgements returns
 	t.ring()          // a sleeping Recv returns ErrClosed
 	t.roomBell.ring() // a sleeping flusher returns
 	// A flusher starts only under blMu with closed unset (listBacklog):

@@ -292,7 +292,8 @@ func (p *Pool) Close() error {
 // ShareSegments makes sure the board peer has mapped every segment of the
 // transport's pool: segments it has not received yet are passed over the
 // ring's connection (connecting first if needed), and ShareSegments waits
-// for the peer's acknowledgements, at most handshakeTTL.
+// for the peer's acknowledgements, at most handshakeTTL, and no longer
+// than until the transport closes (transport.ErrClosed).
 func (t *Transport) ShareSegments(peer transport.NICID) error {
 	o, err := t.outFor(peer)
 	if err != nil {
@@ -340,6 +341,8 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 			}
 		case <-o.gone:
 			return fmt.Errorf("%w: board %v went away while mapping pool segments", transport.ErrUnreachable, peer)
+		case <-t.closing:
+			return fmt.Errorf("shm: pass pool segments to board %v: %w", peer, transport.ErrClosed)
 		case <-timer.C:
 			return fmt.Errorf("%w: board %v did not acknowledge pool segments within %v", transport.ErrUnreachable, peer, handshakeTTL)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gomx-dev/gomx/transport"
 )
 
 // TestPoolShare: buffers of a pool reach a peer as its own mappings of the
@@ -97,6 +99,61 @@ func TestPoolShare(t *testing.T) {
 	if unmapped.Load() != 3 {
 		t.Fatalf("unmap hook ran %d times, want 3", unmapped.Load())
 	}
+}
+
+// TestShareSegmentsEndsAtClose: a ShareSegments waiting for a peer that
+// does not acknowledge (its segment table is held: it cannot map) returns
+// transport.ErrClosed as the transport closes, and the Close that
+// releases the pool goes on, instead of both waiting out the handshake
+// time.
+func TestShareSegmentsEndsAtClose(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			a.Close()
+		}
+	}()
+	p, err := a.NewPool(PoolOptions{TableWords: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	_, release, ok := b.HoldPeerSegment(a.Addr(), 0)
+	if !ok {
+		t.Fatal("the peer has no mapping of the pool's table")
+	}
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	if _, err := p.Alloc(100000); err != nil {
+		t.Fatal(err)
+	}
+	shared := make(chan error, 1)
+	go func() { shared <- a.ShareSegments(b.Addr()) }()
+	a.outMu.Lock()
+	o := a.out[b.Addr()]
+	a.outMu.Unlock()
+	waitFor(t, "the share waits for the peer", func() bool {
+		if o.shareMu.TryLock() { // held by the share from its start to its end
+			o.shareMu.Unlock()
+			return false
+		}
+		return true
+	})
+	a.Close()
+	closed = true
+	if err := <-shared; !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("ShareSegments as its transport closed: %v, want transport.ErrClosed", err)
+	}
+	release()
+	released = true
 }
 
 // FuzzControl checks the decoder of control messages from a peer against a

@@ -279,6 +279,10 @@ type Transport struct {
 	closed atomic.Bool
 	serial atomic.Bool
 	sendTo [sendToLen]*outRing
+	// closing is closed as Close begins: a ShareSegments waiting for a
+	// peer's acknowledgements returns (its wait holds the ring's shareMu,
+	// which Close's release of the pool takes).
+	closing chan struct{}
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
@@ -609,7 +613,8 @@ func Open(opts Options) (*Transport, error) {
 		ev.close()
 		return nil, err
 	}
-	t := &Transport{opts: o, mtu: o.MTU, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0)}
+	t := &Transport{opts: o, mtu: o.MTU, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0),
+		closing: make(chan struct{})}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
 	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
