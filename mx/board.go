@@ -506,8 +506,9 @@ func (b *Board) Close() error {
 		}
 		<-b.fineExited
 		b.closeHost()
-		b.zcClose()     // zerocopy.go: after the transport completed its in-place sends
-		b.src.mu.Lock() // no waiter sleeps on the sources any more
+		b.stage.prep.Wait() // stage.go: the transports' Close ended their waits
+		b.zcClose()         // zerocopy.go: after the transport completed its in-place sends
+		b.src.mu.Lock()     // no waiter sleeps on the sources any more
 		b.closeSleep()
 		b.src.mu.Unlock()
 		if b.opts.Names != nil && b.opts.Hostname != "" {

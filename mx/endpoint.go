@@ -316,9 +316,6 @@ func (e *Endpoint) isend(segs [][]byte, dest Addr, match uint64, ctx any, sync b
 		return nil, e.opErr("isend", err)
 	}
 	b := e.b
-	if n > b.opts.Local.ShmEager {
-		b.stagePrepare(dest.NIC, n) // stage.go: before the lock, which it must not hold
-	}
 	b.mu.Lock()
 	if e.closed {
 		b.unlockKick()

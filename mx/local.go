@@ -84,7 +84,10 @@ type LocalOptions struct {
 	// that receives staged messages, the sender copies the message into a
 	// staging buffer of its shared pool, 256 KiB at a time, while the
 	// receiver copies it out (and reads chunks the sender has not started
-	// with process_vm_readv). Default DefaultStageMin (1 MiB);
+	// with process_vm_readv). The first such send to a peer process
+	// readies staging to it in the background and goes by the single
+	// copy, as do those that follow until staging is ready (milliseconds;
+	// ISend never waits for it). Default DefaultStageMin (1 MiB);
 	// GOMX_SHM_STAGE_MIN sets it. LargeStaged ignores it.
 	StageMin int
 	// ShmEager is the largest message sent eagerly to a process of this

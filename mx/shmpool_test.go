@@ -526,7 +526,7 @@ func TestEngineCopyOutsideLock(t *testing.T) {
 // work (its counters, a message from another endpoint), and two callers
 // racing to make it get buffers of the same one pool.
 func TestSharedPoolMadeOutsideLock(t *testing.T) {
-	g := newStageRig(t, LargeAuto, false, nil)
+	g := openStageRig(t, LargeAuto, false, nil)
 	entered := make(chan struct{}, 2)
 	release := make(chan struct{})
 	sharedPoolHook = func() {

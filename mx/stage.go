@@ -26,11 +26,18 @@ import (
 // chunk is in.
 //
 // Every board that stages has stageBufs staging buffers of stageBufSize
-// bytes (after a header of stageHdr bytes), allocated in its shared pool
-// before its first staged send and passed to the peer as pool segments
-// are (shm.Transport.ShareSegments), outside the board lock; a message
+// bytes (after a header of stageHdr bytes) in its shared pool; a message
 // uses one. A message larger than one, from several segments, or a send
-// that finds both in use, goes by the single copy as before. The region's
+// that finds both in use, goes by the single copy. The first large send
+// to a peer process that would be staged starts readying staging to it
+// in the background (stageStart, a stagePrepare goroutine per peer): the
+// buffers are allocated (with the pool, if the board has none yet), the
+// peer's capability is read, and the pool's segments are passed to it
+// (shm.Transport.ShareSegments, which waits for the peer's
+// acknowledgement). That send, and every send to that peer until it is
+// done, goes by the single copy; none waits for it. Board.Close waits for
+// the preparations after closing the transports, which ends their waits
+// for a peer. The region's
 // entry in the pool's table (shmpool.go) names the staging buffer instead
 // of the send buffer, with stageFlag in its segment word and the
 // message's generation in its length word: a receiver that does not know
@@ -75,8 +82,9 @@ import (
 //
 // The sender stages only to a peer that advertised it can receive staged:
 // the word after the endpoint tables (cmaEps) holds stageMagic, read once
-// per peer process with process_vm_readv, so a peer that has not
-// connected back yet, or an older one, gets the single copy. A receiver
+// per peer process with process_vm_readv as staging to it is readied, so
+// a peer that has not connected back yet, or an older one, gets the
+// single copy. A receiver
 // whose sender goes away fails the receive with ErrUnreachable when a
 // read of the sender's buffer fails or the sender withdrew the message; a
 // sender whose receiver goes away fails the send as every large send
@@ -108,17 +116,19 @@ const (
 // staged, and what it learned of its peers. mu guards jobs and is taken
 // after b.mu, never before it; copiers hold it only to pick a message.
 type stageState struct {
-	mu      sync.Mutex
-	jobs    []*stageSend // messages with chunks left to claim
-	pending atomic.Int32 // len(jobs), read by waiters without mu
-	bufs    []*stageBuf  // under b.mu
-	gen     uint64       // the last generation given (b.mu)
-	started bool         // the stager goroutine runs (b.mu)
-	kick    chan struct{}
-	stop    chan struct{}
-	caps    sync.Map   // transport.NICID -> stageCap
-	prepMu  sync.Mutex // one stagePrepare at a time
-	ready   atomic.Bool
+	mu       sync.Mutex
+	jobs     []*stageSend // messages with chunks left to claim
+	pending  atomic.Int32 // len(jobs), read by waiters without mu
+	bufs     []*stageBuf  // under b.mu
+	gen      uint64       // the last generation given (b.mu)
+	started  bool         // the stager goroutine runs (b.mu)
+	kick     chan struct{}
+	stop     chan struct{}
+	caps     sync.Map                 // transport.NICID -> stageCap
+	prepping map[transport.NICID]bool // peers a stagePrepare runs for (b.mu)
+	prep     sync.WaitGroup           // the stagePrepare goroutines (Board.Close waits)
+	allocMu  sync.Mutex               // one stageAlloc at a time
+	ready    atomic.Bool              // the staging buffers are allocated
 }
 
 // stageCap is what a board learned of a peer process: whether it
@@ -164,11 +174,14 @@ const stageWithdrawn = 1 << 32
 // Test hooks: stageClaimHook, when set, runs before a copier of the
 // sender claims a chunk, and false makes it claim none (a sender that
 // never copies); stageCopyHook runs after it claimed chunk i, before it
-// copies it (a sender descheduled there).
+// copies it (a sender descheduled there); stageReadHook runs before the
+// receiver reads chunk i from the sender's buffer; stagePrepHook runs as
+// a stagePrepare begins (a preparation that takes long).
 var (
 	stageClaimHook func() bool
 	stageCopyHook  func(i int)
 	stageReadHook  func(i int)
+	stagePrepHook  func()
 )
 
 // stageEnv applies GOMX_SHM_STAGE_MIN and checks StageMin.
@@ -198,29 +211,45 @@ func (b *Board) stageWanted(n int) bool {
 	return false
 }
 
-// stagePrepare readies staging to the board at nic before an n-byte send
-// (no lock held): it allocates the staging buffers, learns whether the
-// peer receives staged messages, and passes it the pool's segments. It
-// does nothing once it knows the peer process, and nothing until the peer
-// connected back (its process is known from its ring).
-func (b *Board) stagePrepare(nic transport.NICID, n int) {
-	if !b.stageWanted(n) || !b.stages() {
-		return
-	}
+// stageStart starts readying staging to the board at nic, whose process
+// pid published its endpoint tables at tab, in the background (b.mu
+// held): a stagePrepare goroutine, unless one runs for nic already. Sends
+// meanwhile take the single copy.
+func (b *Board) stageStart(nic transport.NICID, tr *shm.Transport, pid int, tab uint64) {
 	s := &b.stage
-	tr := b.sharedTransport()
-	pid, tab, ok := tr.PeerProcess(nic)
-	if !ok || tab == 0 {
+	if b.closed || tab == 0 || s.prepping[nic] {
 		return
 	}
-	if v, ok := s.caps.Load(nic); ok && v.(stageCap).pid == pid {
-		return
+	if s.prepping == nil {
+		s.prepping = make(map[transport.NICID]bool)
 	}
-	s.prepMu.Lock()
-	defer s.prepMu.Unlock()
+	s.prepping[nic] = true
+	s.prep.Add(1)
+	go b.stagePrepare(nic, tr, pid, tab)
+}
+
+// stagePrepare readies staging to the board at nic (no lock held): it
+// allocates the staging buffers if the board has none yet, learns whether
+// the peer process pid receives staged messages (the word after its
+// endpoint tables at tab), and passes it the pool's segments, which may
+// wait for the peer's acknowledgement (shm.Transport.ShareSegments: until
+// the transport closes, at most its handshake time). It records what it
+// learned in s.caps.
+func (b *Board) stagePrepare(nic transport.NICID, tr *shm.Transport, pid int, tab uint64) {
+	s := &b.stage
+	defer s.prep.Done()
+	capable := false
+	defer func() {
+		s.caps.Store(nic, stageCap{pid: pid, ok: capable})
+		b.mu.Lock()
+		delete(s.prepping, nic)
+		b.unlockKick()
+	}()
+	if stagePrepHook != nil {
+		stagePrepHook()
+	}
 	if !s.ready.Load() {
-		if err := b.stageAlloc(); err != nil {
-			s.caps.Store(nic, stageCap{pid: pid})
+		if b.stageAlloc() != nil {
 			return
 		}
 	}
@@ -229,16 +258,17 @@ func (b *Board) stagePrepare(nic transport.NICID, n int) {
 	local[0].SetLen(8)
 	remote := [1]unix.RemoteIovec{{Base: uintptr(tab) + MaxEndpoints*8, Len: 8}}
 	got, err := unix.ProcessVMReadv(pid, local[:], remote[:], 0)
-	capable := err == nil && got == 8 && w[0] == stageMagic
-	if capable && tr.ShareSegments(nic) != nil {
-		capable = false
-	}
-	s.caps.Store(nic, stageCap{pid: pid, ok: capable})
+	capable = err == nil && got == 8 && w[0] == stageMagic && tr.ShareSegments(nic) == nil
 }
 
-// stageAlloc allocates the board's staging buffers in its shared pool
-// (s.prepMu held, b.mu not).
+// stageAlloc allocates the board's staging buffers in its shared pool,
+// unless they are already (no lock held).
 func (b *Board) stageAlloc() error {
+	b.stage.allocMu.Lock()
+	defer b.stage.allocMu.Unlock()
+	if b.stage.ready.Load() {
+		return nil
+	}
 	sp, err := b.sharedPool()
 	if err != nil {
 		return err
@@ -278,11 +308,28 @@ func (b *Board) stageAlloc() error {
 // stage, the peer receives staged messages and a staging buffer is free:
 // it writes the header and the region's pool entry, and hands the copies
 // to the stager goroutine and the board's waiters. It reports whether it
-// did (b.mu held; r.segs set).
+// did (b.mu held; r.segs set). A send to a peer process staging is not
+// ready for yet starts readying it (stageStart) and takes the single copy.
 func (e *Endpoint) stageRegion(i int, r *Request) bool {
 	b := e.b
+	if r.p == nil || !b.stageWanted(int(r.length)) || !b.stages() {
+		return false
+	}
+	tr := b.shmTo(r.p.nic)
+	if tr == nil || tr != b.sharedTransport() {
+		return false
+	}
+	pid, tab, ok := tr.PeerProcess(r.p.nic)
+	if !ok {
+		return false
+	}
+	v, ok := b.stage.caps.Load(r.p.nic)
+	if !ok || v.(stageCap).pid != pid {
+		b.stageStart(r.p.nic, tr, pid, tab)
+		return false
+	}
 	sp := b.shared
-	if sp == nil || r.p == nil || !b.stage.ready.Load() || !b.stageWanted(int(r.length)) || b.shmTo(r.p.nic) != sp.tr {
+	if !v.(stageCap).ok || sp == nil || !b.stage.ready.Load() {
 		return false
 	}
 	var src []byte
@@ -296,13 +343,6 @@ func (e *Endpoint) stageRegion(i int, r *Request) bool {
 		src = s
 	}
 	if src == nil {
-		return false
-	}
-	v, ok := b.stage.caps.Load(r.p.nic)
-	if !ok || !v.(stageCap).ok {
-		return false
-	}
-	if pid, _, ok := sp.tr.PeerProcess(r.p.nic); !ok || pid != v.(stageCap).pid {
 		return false
 	}
 	var sb *stageBuf

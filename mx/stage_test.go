@@ -2,12 +2,14 @@ package mx
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gomx-dev/gomx/transport"
 	"github.com/gomx-dev/gomx/transport/shm"
 )
 
@@ -20,9 +22,39 @@ type stageRig struct {
 	atob, btoa Addr
 }
 
-// newStageRig opens the rig; receiver, when not nil, edits b's board
-// before a connects (before it learns b's capability).
+// newStageRig opens the rig and readies staging both ways (prepare);
+// receiver, when not nil, edits b's board before a connects (before it
+// learns b's capability).
 func newStageRig(t *testing.T, large LargeStrategy, busy bool, receiver func(*Board)) *stageRig {
+	t.Helper()
+	g := openStageRig(t, large, busy, receiver)
+	g.prepare(t)
+	return g
+}
+
+// prepare readies staging both ways as the first large sends do (they go
+// by the single copy), and waits until each board knows whether the other
+// receives staged messages.
+func (g *stageRig) prepare(t *testing.T) {
+	t.Helper()
+	g.exchange(t, 1<<20)
+	waitStagePrepared(t, g.ba, g.bb.NICID())
+	waitStagePrepared(t, g.bb, g.ba.NICID())
+}
+
+// waitStagePrepared waits until b knows whether the board at nic receives
+// staged messages (stagePrepare ran).
+func waitStagePrepared(t *testing.T, b *Board, nic transport.NICID) {
+	t.Helper()
+	waitCond(t, "staging to the peer is prepared", func() bool {
+		_, ok := b.stage.caps.Load(nic)
+		return ok
+	})
+}
+
+// openStageRig opens the rig, connected both ways, without readying
+// staging.
+func openStageRig(t *testing.T, large LargeStrategy, busy bool, receiver func(*Board)) *stageRig {
 	t.Helper()
 	checkLeaks(t)
 	dir := shmDir(t)
@@ -62,20 +94,26 @@ func newStageRig(t *testing.T, large LargeStrategy, busy bool, receiver func(*Bo
 	}
 	// A message each way, so that each board's transport knows the
 	// other's process (staging starts once the peer connected back).
+	g.exchange(t, 8)
+	return g
+}
+
+// exchange sends an n-byte message each way.
+func (g *stageRig) exchange(t *testing.T, n int) {
+	t.Helper()
 	for _, d := range []struct {
 		from, to *Endpoint
 		addr     Addr
 	}{{g.a, g.b, g.atob}, {g.b, g.a, g.btoa}} {
-		buf := make([]byte, 8)
+		buf := make([]byte, n)
 		r, _ := d.to.IRecv([][]byte{buf}, 1<<60, ^uint64(0), nil)
-		s, err := d.from.ISend([][]byte{make([]byte, 8)}, d.addr, 1<<60, nil)
+		s, err := d.from.ISend([][]byte{make([]byte, n)}, d.addr, 1<<60, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustWait(t, s, 30*time.Second)
 		mustWait(t, r, 30*time.Second)
 	}
-	return g
 }
 
 // setStageHooks installs the sender's test hooks for the test's duration.
@@ -116,6 +154,8 @@ func TestStaged(t *testing.T) {
 			o.Local.Large = LargeStaged
 			o.BusyPoll = busy
 			_, e, addr := shmBoardTo(t, ctx, dir, o, 7)
+			stagedBothWays(t, ctx, e, addr)
+			base := e.Counters()
 			sizes := []int{DefaultShmEager + 1, stageChunk - 1, stageChunk, stageChunk + 1, 1 << 20,
 				3*stageChunk + 5, stageBufSize - 1, stageBufSize, stageBufSize + 1}
 			staged := 0
@@ -127,7 +167,7 @@ func TestStaged(t *testing.T) {
 					}
 				}
 			}
-			c := e.Counters()
+			c := countersSince(base, e.Counters())
 			if c.Get(StagedSends) != uint64(staged) {
 				t.Errorf("%d sends staged, want %d", c.Get(StagedSends), staged)
 			}
@@ -141,6 +181,20 @@ func TestStaged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stagedBothWays echoes 1 MiB messages with the echo server at addr until
+// one goes staged both ways: the first large sends each way start readying
+// staging (and go by the single copy).
+func stagedBothWays(t *testing.T, ctx context.Context, e *Endpoint, addr Addr) {
+	t.Helper()
+	msg := pattern(1<<20, 98)
+	waitCond(t, "large messages go staged both ways", func() bool {
+		before := e.Counters()
+		echoSplit(t, ctx, e, addr, msg, 1, 1<<59)
+		d := countersSince(before, e.Counters())
+		return d.Get(StagedSends) == 1 && d.Get(StagedRecvs) == 1
+	})
 }
 
 // stagedOnce sends msg from g.a to g.b, received into nseg segments, and
@@ -299,8 +353,10 @@ func TestStagedPeerKilled(t *testing.T) {
 		o := shmTestOptions()
 		o.Local.Large = LargeStaged
 		b, e, addr := shmBoardTo(t, ctx, dir, o, 8)
-		// One echo first: the child knows us, we know it (and its capability).
-		echo(t, ctx, e, addr, pattern(64, 1), make([]byte, 64), 1)
+		// One large echo first: the child knows us, we know it, and
+		// our send starts readying staging to it.
+		echo(t, ctx, e, addr, pattern(1<<20, 1), make([]byte, 1<<20), 1)
+		waitStagePrepared(t, b, addr.NIC)
 		// The child now computes: our staged send waits for a receive
 		// that never comes, until the child dies.
 		s, err := e.ISend([][]byte{pattern(1<<20, 2)}, addr, 2, nil)
@@ -323,7 +379,7 @@ func TestStagedPeerKilled(t *testing.T) {
 		o := shmTestOptions()
 		o.Local.Large = LargeStaged
 		_, e, addr := shmBoardTo(t, ctx, dir, o, 9)
-		echo(t, ctx, e, addr, pattern(64, 1), make([]byte, 64), 1)
+		stagedBothWays(t, ctx, e, addr) // the child's answer below goes staged
 		// Match 1<<62: the child answers with an unexpected 1 MiB
 		// message, staged, whose send never completes.
 		s, _ := e.ISend(nil, addr, 1<<62, nil)
@@ -373,7 +429,8 @@ func TestStagedOldPeer(t *testing.T) {
 		b.cmaEps[MaxEndpoints] = 0
 		b.mu.Unlock()
 	})
-	c := g.stagedOnce(t, pattern(2<<20, 10), 1, 10)
+	before := g.b.Counters()
+	c := countersSince(before, g.stagedOnce(t, pattern(2<<20, 10), 1, 10))
 	if c.Get(StagedRecvs) != 0 || c.Get(RecvCMA) != 1 || g.a.Counters().Get(StagedSends) != 0 {
 		t.Fatalf("to an old peer: %d staged sends, %d staged receives, %d single copies; want 0, 0, 1",
 			g.a.Counters().Get(StagedSends), c.Get(StagedRecvs), c.Get(RecvCMA))
@@ -592,5 +649,98 @@ func TestStagedRecvLeavesSegmentTable(t *testing.T) {
 	}
 	if c := g.b.Counters(); c.Get(StagedRecvs) != 1 {
 		t.Fatalf("%d staged receives, want 1", c.Get(StagedRecvs))
+	}
+}
+
+// TestStagePreparedOffSend: readying staging to a peer (allocating the
+// staging buffers, passing them, which may wait for the peer) never runs
+// in ISend: while it is held up, the first large send to the peer, which
+// started it, goes by the single copy and completes; once it is done, the
+// next large send goes staged.
+func TestStagePreparedOffSend(t *testing.T) {
+	g := openStageRig(t, LargeStaged, false, nil)
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	stagePrepHook = func() {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() { stagePrepHook = nil })
+	t.Cleanup(free)
+	ctx := testCtx(t, 30*time.Second)
+	msg := pattern(1<<20, 15)
+	buf := make([]byte, len(msg))
+	r, err := g.b.IRecv([][]byte{buf}, 15, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Bool
+	sent := make(chan error, 1)
+	go func() {
+		s, err := g.a.ISend([][]byte{msg}, g.atob, 15, nil)
+		if err == nil {
+			_, err = s.Wait(ctx)
+		}
+		sent <- err
+		done.Store(true)
+	}()
+	waitCond(t, "the first large send completes while staging to its peer is being readied", done.Load)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, r, 30*time.Second)
+	if !bytes.Equal(buf, msg) {
+		t.Fatal("the message arrived wrong")
+	}
+	if c := g.b.Counters(); c.Get(RecvCMA) != 1 || g.a.Counters().Get(StagedSends) != 0 {
+		t.Fatalf("the first large send: %d single copies, %d staged; want 1 and 0", c.Get(RecvCMA), g.a.Counters().Get(StagedSends))
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the first large send did not start readying staging")
+	}
+	free()
+	waitStagePrepared(t, g.ba, g.bb.NICID())
+	g.stagedOnce(t, pattern(1<<20, 16), 1, 16)
+	if n := g.a.Counters().Get(StagedSends); n != 1 {
+		t.Fatalf("%d staged sends once staging was ready, want 1", n)
+	}
+}
+
+// TestStagePrepareClose: a board closes while it readies staging to a peer
+// (held up until the board closes, as a peer that never acknowledges
+// holds up the passing of segments until the transport closes): Close
+// returns, and the preparation has ended by then.
+func TestStagePrepareClose(t *testing.T) {
+	g := openStageRig(t, LargeStaged, false, nil)
+	entered := make(chan struct{}, 1)
+	stagePrepHook = func() {
+		entered <- struct{}{}
+		<-g.ba.quit
+	}
+	t.Cleanup(func() { stagePrepHook = nil })
+	s, err := g.a.ISend([][]byte{pattern(1<<20, 17)}, g.atob, 17, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the large send did not start readying staging")
+	}
+	if err := g.ba.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.ba.stage.caps.Load(g.bb.NICID()); !ok {
+		t.Fatal("Close returned before the preparation ended")
+	}
+	if _, err := s.Wait(testCtx(t, 30*time.Second)); err == nil {
+		t.Fatal("a send in flight completed without error when its board closed")
 	}
 }
