@@ -61,7 +61,7 @@ func (g *spinGovernor) next(window, blocked, start, limit int64) (w int64, grew,
 // observe tunes the window after a wait that polled its window, slept,
 // and completed blocked ns after it started.
 func (g *spinGovernor) observe(b *Board, blocked int64) {
-	w, grew, shrank := g.next(g.window.Load(), blocked, int64(max(b.opts.Spin, 0)), int64(b.opts.SpinMax))
+	w, grew, shrank := g.next(g.window.Load(), blocked, int64(max(b.opts.Spin, 0)), int64(b.spinCap()))
 	g.window.Store(w)
 	switch {
 	case grew:
@@ -81,7 +81,7 @@ func (g *spinGovernor) tune(b *Board, start int64, polled, handed bool) {
 		return
 	}
 	blocked := b.clock() - start
-	if polled || blocked >= int64(b.opts.SpinMax) {
+	if polled || blocked >= int64(b.spinCap()) {
 		g.observe(b, blocked)
 	}
 }
@@ -112,9 +112,12 @@ func (b *Board) waitBudget(e *Endpoint) time.Duration {
 	if b.opts.BusyPoll {
 		return -1
 	}
-	w := time.Duration(e.spin.window.Load())
+	// A window grown while the node was oversubscribed (spinCap) is
+	// capped again by SpinMax once it is not.
+	limit := b.spinCap()
+	w := min(time.Duration(e.spin.window.Load()), limit)
 	if b.oversub.yield.Load() && w >= b.opts.Spin {
-		w = max(w, b.opts.SpinMax)
+		w = limit
 	}
 	return w
 }
