@@ -32,9 +32,9 @@ import (
 // A board whose waiters yield (oversubscribed, or BoardOptions.Yield set
 // to YieldAlways) does the same: a polling waiter calls sched_yield after
 // every empty look from the first, and a blocking waiter polls so, giving
-// the CPU away between looks, for at least BoardOptions.SpinMax times the
-// processes each CPU has (stretchSpin: the answer waits behind them) before it
-// sleeps (its poll window, tuned as before, may be longer) once its
+// the CPU away between looks, for at least BoardOptions.SpinMax (its poll
+// window, which may grow up to SpinMax times the processes each CPU has:
+// stretchSpin, as the answer waits behind them) before it sleeps (its poll window, tuned as before, may be longer) once its
 // endpoint's window is at Spin, where it starts, or above: its messages
 // come soon. An endpoint whose window a message later than SpinMax halved
 // below Spin (an idle rank's) looks once and sleeps: its yields would be context switches
@@ -300,8 +300,14 @@ func (b *Board) countOversub(now int64) {
 // lanes, which a pair keeps while it sends LaneAfter frames a LaneIdle,
 // go back to the queue. That job took 12-14 ms a round with SpinMax and
 // 2.2-2.6 ms with 8 times it (Open MPI, whose waiters never sleep: 2.2;
-// docs/alltoall.md). Waiters of ranks that sleep in a wait (idle ranks)
-// are not counted in procs, so an idle rank's budget stays short.
+// docs/alltoall.md). The stretch is the cap of the poll window, which the
+// waits earn (waitBudget): a yielding waiter polls SpinMax at first, as
+// anywhere, and a wait that slept and got its message within the cap
+// doubles its endpoint's window towards it. An idle rank's first wait
+// (its message far away) costs no more than elsewhere, and halves its
+// window: with the whole cap at once, the 14 idle ranks of a 16-rank
+// pingpong yielded for 8 ms after the barrier, and its 8 B latency rose
+// from 2.1-16.4 µs to 3.1-29.3.
 func stretchSpin(spinMax time.Duration, procs, cpus int) time.Duration {
 	if !oversubscribed(procs, cpus) {
 		return spinMax

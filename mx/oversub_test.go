@@ -491,10 +491,12 @@ func TestStretchSpin(t *testing.T) {
 	}
 }
 
-// TestSpinWindowStretchesWithProcessesPerCPU: a board that counted 16
-// processes on 2 CPUs has its waiters yield for 8 times SpinMax before
-// they sleep, and its endpoints' windows grow up to that; once the count
-// finds a CPU per process again, a window grown so is capped at SpinMax.
+// TestSpinWindowStretchesWithProcessesPerCPU: on a board that counted 16
+// processes on 2 CPUs, a yielding waiter first polls for SpinMax, as
+// anywhere (an idle rank's first wait costs no more); waits that slept and
+// got their message within 8 times SpinMax grow the window up to that, and
+// one whose message came later halves it. Once the count finds a CPU per
+// process again, a window grown so is capped at SpinMax.
 func TestSpinWindowStretchesWithProcessesPerCPU(t *testing.T) {
 	t.Setenv("GOMX_YIELD", "")
 	o := fastOptions()
@@ -508,14 +510,19 @@ func TestSpinWindowStretchesWithProcessesPerCPU(t *testing.T) {
 	}
 	count(16, 2)
 	pr.a.spin.window.Store(int64(o.Spin))
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v at the start with 16 processes on 2 CPUs, want SpinMax (%v)", w, o.SpinMax)
+	}
+	for range 20 { // each a wait that slept, its message 3 ms after it began
+		pr.a.spin.observe(b, int64(3*o.SpinMax))
+	}
 	if w := pr.a.SpinWindow(); w != 8*o.SpinMax {
-		t.Fatalf("SpinWindow %v with 16 processes on 2 CPUs, want %v", w, 8*o.SpinMax)
+		t.Fatalf("SpinWindow %v after waits whose messages came 3 ms late, with 16 processes on 2 CPUs: want %v", w, 8*o.SpinMax)
 	}
-	pr.a.spin.observe(b, int64(3*o.SpinMax)) // slept, and its message came 3 ms after the wait began
-	if w := time.Duration(pr.a.spin.window.Load()); w < 2*o.Spin {
-		t.Fatalf("window %v after a message 3 SpinMax late on a stretched board: want it grown", w)
+	pr.a.spin.observe(b, int64(9*o.SpinMax))
+	if w := pr.a.SpinWindow(); w != 4*o.SpinMax {
+		t.Fatalf("SpinWindow %v after a message past 8 SpinMax: want it halved, %v", w, 4*o.SpinMax)
 	}
-	pr.a.spin.window.Store(int64(8 * o.SpinMax))
 	count(2, 2)
 	if w := pr.a.SpinWindow(); w != o.SpinMax {
 		t.Fatalf("SpinWindow %v with a CPU per process, want SpinMax (%v)", w, o.SpinMax)

@@ -69,8 +69,9 @@ import (
 // waiting for this very CPU). Open MPI spins in opal_progress the same
 // way, and yields only when told the node is oversubscribed. A board that
 // finds its node oversubscribed (oversub.go) yields after every empty
-// look from the first, and polls so for at least SpinMax times the
-// processes each CPU has (stretchSpin, oversub.go) before it sleeps, or, when its endpoint's messages come late (a window halved
+// look from the first, and polls so for at least SpinMax (its window,
+// which may grow up to SpinMax times the processes each CPU has:
+// stretchSpin, oversub.go) before it sleeps, or, when its endpoint's messages come late (a window halved
 // below Spin), looks once and sleeps (waitBudget).
 //
 // # The poll window

@@ -107,17 +107,19 @@ func (g *spinGovernor) tune(b *Board, start int64, polled, handed bool) {
 // slept (an eventfd write and a wake-up through the netpoller) on about
 // every other wait of an 8 B alltoall, some 17% of its time. With Spin 0
 // (GOMX_SPIN=0) the window stays 0 and every wait of a yielding board
-// polls SpinMax.
+// polls SpinMax. On an oversubscribed node the window may grow past
+// SpinMax, up to the stretched cap (spinCap, oversub.go), by waits that
+// slept and whose messages came within it: the budget is the window
+// then.
 func (b *Board) waitBudget(e *Endpoint) time.Duration {
 	if b.opts.BusyPoll {
 		return -1
 	}
 	// A window grown while the node was oversubscribed (spinCap) is
 	// capped again by SpinMax once it is not.
-	limit := b.spinCap()
-	w := min(time.Duration(e.spin.window.Load()), limit)
+	w := min(time.Duration(e.spin.window.Load()), b.spinCap())
 	if b.oversub.yield.Load() && w >= b.opts.Spin {
-		w = limit
+		w = max(w, b.opts.SpinMax)
 	}
 	return w
 }
