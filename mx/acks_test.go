@@ -399,6 +399,37 @@ func TestLaneAckJoinedBySequenced(t *testing.T) {
 	}
 }
 
+// TestLargeFramesOnRingsAckedLazily: a RNDV delivered unpulled or a
+// NOTIFY from a peer on the rings, whose ack only releases a frame, waits
+// AckDelay for a frame to carry it, as lane records do, not tailAckDelay:
+// a 16-rank 64 KiB alltoall's ranks otherwise sent an ack frame of their
+// own, with a timer armed for it and often a wake-up, for one NOTIFY in
+// ten (docs/alltoall.md).
+func TestLargeFramesOnRingsAckedLazily(t *testing.T) {
+	o := DefaultBoardOptions()
+	o.AckDelay = time.Hour
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	b := pr.b.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer func() { b.nowOK = false }() // the readings below are this test's
+	p := pr.btoa.p
+	if p.rings() == nil {
+		t.Fatal("the pair is not on the rings")
+	}
+	p.sendAck() // nothing owed from the connection
+	sent := pr.b.cnt[SendTruc]
+	p.noteReceived(ackLarge)
+	p.noteReceived(ackLarge)
+	now := b.setNow()
+	if p.ackDeadline == ackUnstamped {
+		b.stampAcks(now)
+	}
+	if d := p.ackDeadline - now; d < int64(time.Hour)-int64(time.Minute) || !p.ackLazy || pr.b.cnt[SendTruc] != sent {
+		t.Fatalf("two large frames: ack due in %v (lazy %v, %d ack frames), want AckDelay (%v) and no frame yet", time.Duration(d), p.ackLazy, pr.b.cnt[SendTruc]-sent, o.AckDelay)
+	}
+}
+
 // TestUnmeasuredTimeoutsAllowDescheduledPeer: before the first round-trip
 // sample, the probe, the RTO and the pull RTO toward a network peer wait
 // their configured fallback (ResendDelay, PullTimeout) plus the

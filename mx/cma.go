@@ -593,14 +593,10 @@ func (c *cmaCopy) copyData() {
 	if c.exact {
 		lo = 1 // local[0] and remote[0] are the entry, read already
 	}
-	if c.total > cmaRawMax {
-		c.n, c.err = unix.ProcessVMReadv(c.pid, c.local[lo:c.nl], c.remote[lo:c.nr], 0)
-		return
-	}
-	c.n, c.err = rawProcessVMReadv(c.pid, c.local[lo:c.nl], c.remote[lo:c.nr])
+	c.n, c.err = cmaReadv(c.pid, c.local[lo:c.nl], c.remote[lo:c.nr])
 }
 
-// cmaRawMax is the largest copy made as a raw system call. A
+// cmaRawMax is the most a single raw system call copies. A
 // process_vm_readv copies without waiting for anything but the CPU when
 // the sender's pages are resident (it has just written them) and the
 // receive buffer is faulted in, so up to 256 KiB, some tens of µs, it
@@ -609,12 +605,92 @@ func (c *cmaCopy) copyData() {
 // (as a 64 KiB copy on an oversubscribed CPU often is) had its P taken by
 // the runtime's monitor thread and handed to another thread, which looked
 // for work and went back to sleep, and kept the monitor polling every
-// 20 µs (docs/intranode-scale.md, "What a 64 KiB message costs"). Larger
-// copies, and any copy that faults in a fresh receive buffer or waits for
-// the sender's memory map, may take milliseconds: those go through
-// Syscall, so that the runtime (a stop-the-world collection among it)
-// runs the process's other goroutines meanwhile.
+// 20 µs (docs/intranode-scale.md, "What a 64 KiB message costs"); a
+// 1 MiB message, copied so, took 2.7-3.3 ms a round of a 4-rank alltoall
+// on 2 CPUs against 1.0-1.3 in raw calls (docs/alltoall.md). So a larger
+// copy runs as raw calls of cmaRawMax each (cmaReadv): between them the
+// goroutine can be preempted and a stop-the-world collection can start,
+// so no call holds the P longer than a 256 KiB copy, even one that faults
+// in a fresh receive buffer.
 const cmaRawMax = 256 << 10
+
+// cmaReadv reads the remote vectors of process pid into the local ones
+// as one process_vm_readv would, in raw system calls of at most cmaRawMax
+// bytes each (see there). A call that copies less than it asked for (the
+// sender's mapping ends there, or the receive buffer does) ends the copy,
+// and an error is returned only when nothing was copied: the kernel
+// reports a partial copy so.
+func cmaReadv(pid int, local []unix.Iovec, remote []unix.RemoteIovec) (int, error) {
+	total := 0
+	for _, v := range remote {
+		total += v.Len
+	}
+	if total <= cmaRawMax {
+		return rawProcessVMReadv(pid, local, remote)
+	}
+	var l [1 + MaxSegments]unix.Iovec
+	var r [1 + cmaMaxSegs]unix.RemoteIovec
+	done := 0
+	for done < total {
+		nl, lb := cutLocal(l[:], local, done, cmaRawMax)
+		nr, rb := cutRemote(r[:], remote, done, cmaRawMax)
+		if nl == 0 || nr == 0 {
+			break
+		}
+		n, err := rawProcessVMReadv(pid, l[:nl], r[:nr])
+		if err != nil {
+			if done == 0 {
+				return 0, err
+			}
+			break
+		}
+		done += n
+		if n < min(lb, rb) {
+			break
+		}
+	}
+	return done, nil
+}
+
+// cutLocal writes into dst the part of the vectors src that lies n bytes
+// from off on (less where they end), and returns how many vectors it
+// wrote and their bytes.
+func cutLocal(dst, src []unix.Iovec, off, n int) (k, bytes int) {
+	for _, v := range src {
+		l := int(v.Len)
+		if n == 0 || k == len(dst) {
+			break
+		}
+		if off >= l {
+			off -= l
+			continue
+		}
+		m := min(l-off, n)
+		dst[k] = unix.Iovec{Base: (*byte)(unsafe.Add(unsafe.Pointer(v.Base), off))}
+		dst[k].SetLen(m)
+		k, bytes = k+1, bytes+m
+		off, n = 0, n-m
+	}
+	return k, bytes
+}
+
+// cutRemote is cutLocal for the remote vectors.
+func cutRemote(dst, src []unix.RemoteIovec, off, n int) (k, bytes int) {
+	for _, v := range src {
+		if n == 0 || k == len(dst) {
+			break
+		}
+		if off >= v.Len {
+			off -= v.Len
+			continue
+		}
+		m := min(v.Len-off, n)
+		dst[k] = unix.RemoteIovec{Base: v.Base + uintptr(off), Len: m}
+		k, bytes = k+1, bytes+m
+		off, n = 0, n-m
+	}
+	return k, bytes
+}
 
 // rawProcessVMReadv is unix.ProcessVMReadv without telling the Go runtime
 // that the goroutine enters a system call (see cmaRawMax).

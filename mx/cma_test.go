@@ -243,6 +243,75 @@ func TestCopyOutlasts(t *testing.T) {
 	}
 }
 
+// TestCMAReadvInPieces: a copy larger than cmaRawMax, from several remote
+// vectors into several local ones whose bounds fall elsewhere, arrives
+// byte-exact in raw calls of cmaRawMax at most; one whose receive is
+// shorter than the message copies what fits; one whose remote vector
+// ends in unmapped memory copies up to there; and one that copies nothing
+// fails as process_vm_readv does.
+func TestCMAReadvInPieces(t *testing.T) {
+	pid := os.Getpid()
+	src := make([]byte, 3*cmaRawMax+1234)
+	for i := range src {
+		src[i] = byte(i*7 + i>>9)
+	}
+	remoteOf := func(cuts ...int) []unix.RemoteIovec {
+		var r []unix.RemoteIovec
+		lo := 0
+		for _, hi := range append(cuts, len(src)) {
+			r = append(r, unix.RemoteIovec{Base: uintptr(unsafe.Pointer(&src[lo])), Len: hi - lo})
+			lo = hi
+		}
+		return r
+	}
+	localOf := func(sizes ...int) ([]unix.Iovec, [][]byte) {
+		var l []unix.Iovec
+		var bufs [][]byte
+		for _, n := range sizes {
+			b := make([]byte, n)
+			v := unix.Iovec{Base: &b[0]}
+			v.SetLen(n)
+			l, bufs = append(l, v), append(bufs, b)
+		}
+		return l, bufs
+	}
+	remote := remoteOf(1000, cmaRawMax+77, 2*cmaRawMax)
+	local, bufs := localOf(cmaRawMax-5, 10, 2*cmaRawMax, len(src)-3*cmaRawMax-5)
+	n, err := cmaReadv(pid, local, remote)
+	if err != nil || n != len(src) {
+		t.Fatalf("cmaReadv of %d B = %d, %v", len(src), n, err)
+	}
+	if got := bytes.Join(bufs, nil); !bytes.Equal(got, src) {
+		t.Fatal("the bytes copied in pieces differ from the source")
+	}
+	short := cmaRawMax + 99
+	local, bufs = localOf(short)
+	if n, err := cmaReadv(pid, local, remote); err != nil || n != short || !bytes.Equal(bufs[0], src[:short]) {
+		t.Fatalf("cmaReadv into %d B = %d, %v (bytes equal: %v)", short, n, err, bytes.Equal(bufs[0], src[:short]))
+	}
+	// A page that stays mapped, before one no longer mapped.
+	page := os.Getpagesize()
+	at, err := unix.MmapPtr(-1, 0, nil, uintptr(2*page), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.MunmapPtr(at, uintptr(page))
+	if err := unix.MunmapPtr(unsafe.Add(at, page), uintptr(page)); err != nil {
+		t.Fatal(err)
+	}
+	mem := unsafe.Slice((*byte)(at), page)
+	copy(mem, src[:page])
+	local, _ = localOf(cmaRawMax + page)
+	gap := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&mem[0])), Len: cmaRawMax + page}}
+	if n, err := cmaReadv(pid, local, gap); err != nil || n != page {
+		t.Fatalf("cmaReadv up to unmapped memory = %d, %v, want %d bytes", n, err, page)
+	}
+	gap[0].Base += uintptr(page)
+	if n, err := cmaReadv(pid, local, gap); err == nil {
+		t.Fatalf("cmaReadv of unmapped memory = %d, no error", n)
+	}
+}
+
 // TestCMAReadsWhereTheLastEntrySaid: a single copy reads the region's
 // entry and the message in one process_vm_readv, the message from where
 // the sender endpoint's last entry put its buffer, once two entries in a

@@ -99,8 +99,10 @@ type BoardOptions struct {
 	SleepOnSources bool
 	// Yield says when waiters give their CPU away with sched_yield from
 	// their first empty look instead of spinning first, and poll so, a
-	// blocking waiter for at least SpinMax while its endpoint's window
-	// is at Spin or above (else it sleeps at once), before they sleep: on a node
+	// blocking waiter for at least SpinMax (its window, which may grow up
+	// to SpinMax times the processes a CPU has: stretchSpin) while its
+	// endpoint's window is at Spin or above (else it sleeps at once),
+	// before they sleep: on a node
 	// with more processes than CPUs, the process a waiter waits for
 	// usually needs the waiter's CPU (see oversub.go). YieldAuto, the
 	// default, does so when the processes the board shares rings with

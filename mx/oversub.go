@@ -32,8 +32,9 @@ import (
 // A board whose waiters yield (oversubscribed, or BoardOptions.Yield set
 // to YieldAlways) does the same: a polling waiter calls sched_yield after
 // every empty look from the first, and a blocking waiter polls so, giving
-// the CPU away between looks, for at least BoardOptions.SpinMax before it
-// sleeps (its poll window, tuned as before, may be longer) once its
+// the CPU away between looks, for at least BoardOptions.SpinMax (its poll
+// window, which may grow up to SpinMax times the processes each CPU has:
+// stretchSpin, as the answer waits behind them) before it sleeps (its poll window, tuned as before, may be longer) once its
 // endpoint's window is at Spin, where it starts, or above: its messages
 // come soon. An endpoint whose window a message later than SpinMax halved
 // below Spin (an idle rank's) looks once and sleeps: its yields would be context switches
@@ -168,6 +169,9 @@ type oversubState struct {
 	yield atomic.Bool
 	// procs and cpus are the last count (WaitStats).
 	procs, cpus atomic.Int32
+	// spinMax is SpinMax stretched by the last count (spinCap), ns; 0
+	// before the first count and under YieldAlways and YieldNever.
+	spinMax atomic.Int64
 	// Under b.mu: when the count was last made, the affinity of every
 	// peer process seen, and scratch for the pids.
 	checked int64
@@ -275,6 +279,53 @@ func (b *Board) countOversub(now int64) {
 	o.procs.Store(int32(procs))
 	o.cpus.Store(int32(cpus))
 	o.yield.Store(oversubscribed(procs, cpus))
+	o.spinMax.Store(int64(stretchSpin(b.opts.SpinMax, procs, cpus)))
+}
+
+// stretchSpin is SpinMax on a node where procs processes share cpus CPUs:
+// as many times SpinMax as each CPU has processes, rounded up, when they
+// outnumber the CPUs.
+//
+// A yielding waiter's message comes from a process that waits, with the
+// others sharing its CPU, for its turn: each yield of the waiter hands
+// the CPU to one of them, which may hold it for a whole copy or a slice
+// before the answer is sent. So on a node with k processes a CPU, an
+// answer that would come within SpinMax on a CPU of its own comes within
+// about k times that. A budget that does not grow so sends the waiters
+// to sleep in every round of a job whose rounds last longer than SpinMax
+// (16 ranks of a 64 KiB alltoall on 2 CPUs, 2-3 ms a round): every
+// message then costs the sender an eventfd write and the receiver a
+// wake-up through the netpoller, its window halves past Spin until its
+// waits sleep at once (waitBudget), rounds grow longer still, and the
+// lanes, which a pair keeps while it sends LaneAfter frames a LaneIdle,
+// go back to the queue. That job took 12-14 ms a round with SpinMax and
+// 2.2-2.6 ms with 8 times it (Open MPI, whose waiters never sleep: 2.2;
+// docs/alltoall.md). The stretch is the cap of the poll window, which the
+// waits earn (waitBudget): a yielding waiter polls SpinMax at first, as
+// anywhere, and a wait that slept and got its message within the cap
+// doubles its endpoint's window towards it. An idle rank's first wait
+// (its message far away) costs no more than elsewhere, and halves its
+// window: with the whole cap at once, the 14 idle ranks of a 16-rank
+// pingpong yielded for 8 ms after the barrier, and its 8 B latency rose
+// from 2.1-16.4 µs to 3.1-29.3.
+func stretchSpin(spinMax time.Duration, procs, cpus int) time.Duration {
+	if !oversubscribed(procs, cpus) {
+		return spinMax
+	}
+	return spinMax * time.Duration((procs+cpus-1)/cpus)
+}
+
+// spinCap is the board's SpinMax as its waiters and its endpoints' poll
+// windows use it: stretched by the last count of processes and CPUs
+// (stretchSpin) while that count has the board's waiters yield, else
+// BoardOptions.SpinMax.
+func (b *Board) spinCap() time.Duration {
+	if b.oversub.yield.Load() {
+		if m := time.Duration(b.oversub.spinMax.Load()); m > b.opts.SpinMax {
+			return m
+		}
+	}
+	return b.opts.SpinMax
 }
 
 // share sets each process's share of the time since the last look (at

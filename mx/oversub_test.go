@@ -473,6 +473,62 @@ func TestYieldingWaiterOfLateMessagesSleeps(t *testing.T) {
 	}
 }
 
+// TestStretchSpin: on an oversubscribed node a yielding waiter polls for
+// SpinMax times the processes each CPU has, rounded up; elsewhere for
+// SpinMax.
+func TestStretchSpin(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		procs, cpus int
+		want        time.Duration
+	}{
+		{1, 2, ms}, {2, 2, ms}, {0, 0, ms}, {3, 2, 2 * ms}, {4, 2, 2 * ms},
+		{16, 2, 8 * ms}, {17, 2, 9 * ms}, {128, 2, 64 * ms}, {64, 64, ms},
+	} {
+		if got := stretchSpin(ms, c.procs, c.cpus); got != c.want {
+			t.Errorf("stretchSpin(1ms, %d processes, %d CPUs) = %v, want %v", c.procs, c.cpus, got, c.want)
+		}
+	}
+}
+
+// TestSpinWindowStretchesWithProcessesPerCPU: on a board that counted 16
+// processes on 2 CPUs, a yielding waiter first polls for SpinMax, as
+// anywhere (an idle rank's first wait costs no more); waits that slept and
+// got their message within 8 times SpinMax grow the window up to that, and
+// one whose message came later halves it. Once the count finds a CPU per
+// process again, a window grown so is capped at SpinMax.
+func TestSpinWindowStretchesWithProcessesPerCPU(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Spin = 50 * time.Microsecond
+	o.SpinMax = time.Millisecond
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	b := pr.ba
+	count := func(procs, cpus int) {
+		b.oversub.yield.Store(oversubscribed(procs, cpus))
+		b.oversub.spinMax.Store(int64(stretchSpin(b.opts.SpinMax, procs, cpus)))
+	}
+	count(16, 2)
+	pr.a.spin.window.Store(int64(o.Spin))
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v at the start with 16 processes on 2 CPUs, want SpinMax (%v)", w, o.SpinMax)
+	}
+	for range 20 { // each a wait that slept, its message 3 ms after it began
+		pr.a.spin.observe(b, int64(3*o.SpinMax))
+	}
+	if w := pr.a.SpinWindow(); w != 8*o.SpinMax {
+		t.Fatalf("SpinWindow %v after waits whose messages came 3 ms late, with 16 processes on 2 CPUs: want %v", w, 8*o.SpinMax)
+	}
+	pr.a.spin.observe(b, int64(9*o.SpinMax))
+	if w := pr.a.SpinWindow(); w != 4*o.SpinMax {
+		t.Fatalf("SpinWindow %v after a message past 8 SpinMax: want it halved, %v", w, 4*o.SpinMax)
+	}
+	count(2, 2)
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v with a CPU per process, want SpinMax (%v)", w, o.SpinMax)
+	}
+}
+
 // TestOversubAutoInOneProcess: boards of one process are one process,
 // however many there are: auto never finds them oversubscribed.
 func TestOversubAutoInOneProcess(t *testing.T) {

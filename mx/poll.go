@@ -69,8 +69,9 @@ import (
 // waiting for this very CPU). Open MPI spins in opal_progress the same
 // way, and yields only when told the node is oversubscribed. A board that
 // finds its node oversubscribed (oversub.go) yields after every empty
-// look from the first, and polls so for at least SpinMax before it
-// sleeps, or, when its endpoint's messages come late (a window halved
+// look from the first, and polls so for at least SpinMax (its window,
+// which may grow up to SpinMax times the processes each CPU has:
+// stretchSpin, oversub.go) before it sleeps, or, when its endpoint's messages come late (a window halved
 // below Spin), looks once and sleeps (waitBudget).
 //
 // # The poll window
@@ -315,7 +316,7 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// yield puts it behind all of them, holding its P, for as long as
 	// sysmon then wakes every 20 µs. (Looked at where the waiter would
 	// yield, off the path of a reply on time.)
-	sleepFirst := yieldAll && budget >= 0 && budget < b.opts.SpinMax
+	sleepFirst := yieldAll && budget >= 0 && budget < b.spinCap()
 	kicked, yield := false, yieldAll
 	var seen int64  // the clock as this waiter last read it (every every+1 looks), 0: not yet
 	var fresh int64 // seen, or 0 once the waiter yielded after reading it (pollSource's ack)

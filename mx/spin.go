@@ -61,7 +61,7 @@ func (g *spinGovernor) next(window, blocked, start, limit int64) (w int64, grew,
 // observe tunes the window after a wait that polled its window, slept,
 // and completed blocked ns after it started.
 func (g *spinGovernor) observe(b *Board, blocked int64) {
-	w, grew, shrank := g.next(g.window.Load(), blocked, int64(max(b.opts.Spin, 0)), int64(b.opts.SpinMax))
+	w, grew, shrank := g.next(g.window.Load(), blocked, int64(max(b.opts.Spin, 0)), int64(b.spinCap()))
 	g.window.Store(w)
 	switch {
 	case grew:
@@ -81,7 +81,7 @@ func (g *spinGovernor) tune(b *Board, start int64, polled, handed bool) {
 		return
 	}
 	blocked := b.clock() - start
-	if polled || blocked >= int64(b.opts.SpinMax) {
+	if polled || blocked >= int64(b.spinCap()) {
 		g.observe(b, blocked)
 	}
 }
@@ -107,12 +107,17 @@ func (g *spinGovernor) tune(b *Board, start int64, polled, handed bool) {
 // slept (an eventfd write and a wake-up through the netpoller) on about
 // every other wait of an 8 B alltoall, some 17% of its time. With Spin 0
 // (GOMX_SPIN=0) the window stays 0 and every wait of a yielding board
-// polls SpinMax.
+// polls SpinMax. On an oversubscribed node the window may grow past
+// SpinMax, up to the stretched cap (spinCap, oversub.go), by waits that
+// slept and whose messages came within it: the budget is the window
+// then.
 func (b *Board) waitBudget(e *Endpoint) time.Duration {
 	if b.opts.BusyPoll {
 		return -1
 	}
-	w := time.Duration(e.spin.window.Load())
+	// A window grown while the node was oversubscribed (spinCap) is
+	// capped again by SpinMax once it is not.
+	w := min(time.Duration(e.spin.window.Load()), b.spinCap())
 	if b.oversub.yield.Load() && w >= b.opts.Spin {
 		w = max(w, b.opts.SpinMax)
 	}

@@ -731,7 +731,7 @@ func (st *stageRecv) read(i int, addr uint64) bool {
 	if stageReadHook != nil {
 		stageReadHook(i)
 	}
-	got, err := unix.ProcessVMReadv(st.pid, local[:nl], remote[:], 0)
+	got, err := cmaReadv(st.pid, local[:nl], remote[:])
 	if err == nil && got != hi-lo {
 		err = errCMAShort
 	}

@@ -70,9 +70,11 @@ is kept as given.
 With more ranks than the CPUs they may run on (this host oversubscribed,
 as mpirun --oversubscribe runs MPI ranks), a rank's waiters give their CPU
 away with sched_yield from their first empty look, as Open MPI's ranks do
-there, and a blocking wait polls so for 1 ms before it sleeps (one whose
-messages came later than that looks once and sleeps): the rank that must
-answer usually waits for that very CPU. mx counts the processes
+there, and a blocking wait polls so for 1 ms before it sleeps, longer
+once its waits show that their messages come later, up to 1 ms times the
+ranks a CPU has (8 ms among 16 ranks on 2 CPUs; one whose messages came
+later than that looks once and sleeps): the rank that must answer usually
+waits for that very CPU, behind the others that share it. mx counts the processes
 it shares rings with and their CPUs by itself (--yield auto); --yield
 always or never overrides it. yielding_ranks in the JSON says how many
 ranks yielded. --procs binds its ranks one to a CPU when the job has no
