@@ -352,10 +352,18 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 }
 
 // announceRelease tells every peer that received segment id to unmap it.
+// It takes each ring's shareMu after releasing outMu, which ShareSegments
+// takes while it holds its shareMu. A ring the copy of the table misses,
+// connected meanwhile, cannot have the segment: the pool forgot it before
+// its release, and ShareSegments passes only the segments the pool holds.
 func (t *Transport) announceRelease(id uint32) {
 	t.outMu.Lock()
-	defer t.outMu.Unlock()
+	rings := make([]*outRing, 0, len(t.out))
 	for _, o := range t.out {
+		rings = append(rings, o)
+	}
+	t.outMu.Unlock()
+	for _, o := range rings {
 		o.shareMu.Lock()
 		if o.shared[id] {
 			delete(o.shared, id)
