@@ -107,9 +107,8 @@ func TestPoolShare(t *testing.T) {
 
 // TestShareSegmentsEndsAtClose: a ShareSegments waiting for a peer that
 // does not acknowledge (its segment table is held: it cannot map) returns
-// transport.ErrClosed as the transport closes, and the Close that
-// releases the pool goes on, instead of both waiting out the handshake
-// time.
+// transport.ErrClosed as the transport closes, instead of waiting out
+// the handshake time.
 func TestShareSegmentsEndsAtClose(t *testing.T) {
 	a, b := newTestPair(t, Options{})
 	defer b.Close()
@@ -145,8 +144,8 @@ func TestShareSegmentsEndsAtClose(t *testing.T) {
 	o := a.out[b.Addr()]
 	a.outMu.Unlock()
 	waitFor(t, "the share waits for the peer", func() bool {
-		if o.shareMu.TryLock() { // held by the share from its start to its end
-			o.shareMu.Unlock()
+		if o.shareWait.TryLock() { // held by the share from its start to its end
+			o.shareWait.Unlock()
 			return false
 		}
 		return true
@@ -298,5 +297,67 @@ func TestReleaseLeavesRingTable(t *testing.T) {
 	}
 	if !free {
 		t.Fatal("a release waiting for a ring's share lock holds the table of rings: a ShareSegments to that ring waits for it, and it for the ShareSegments")
+	}
+}
+
+// TestReleaseWhileShareWaits: while a ShareSegments waits for a peer that
+// does not acknowledge (its segment table is held: it cannot map), a Free
+// that releases a segment the peer has, and a look-up of the ring to the
+// peer, return at once; the share ends well once the peer maps.
+func TestReleaseWhileShareWaits(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	defer a.Close()
+	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	_, release, ok := b.HoldPeerSegment(a.Addr(), 0)
+	if !ok {
+		t.Fatal("the peer has no mapping of the pool's table")
+	}
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	if _, err := p.Alloc(100000); err != nil {
+		t.Fatal(err)
+	}
+	shared := make(chan error, 1)
+	go func() { shared <- a.ShareSegments(b.Addr()) }()
+	a.outMu.Lock()
+	o := a.out[b.Addr()]
+	a.outMu.Unlock()
+	waitFor(t, "the share waits for the peer", func() bool {
+		if o.shareWait.TryLock() { // held by the share from its start to its end
+			o.shareWait.Unlock()
+			return false
+		}
+		return true
+	})
+	if err := p.Free(old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.outFor(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-shared:
+		t.Fatalf("the share ended (%v) before the peer could map: Free waited for it", err)
+	default:
+	}
+	release()
+	released = true
+	if err := <-shared; err != nil {
+		t.Fatalf("ShareSegments once the peer mapped: %v", err)
 	}
 }
