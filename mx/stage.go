@@ -73,7 +73,8 @@ import (
 // waits for a copier under the board lock, and copiers hold no lock while
 // they copy: neither the staging buffer nor the send buffer is touched
 // once the request completed, and a descheduled copier delays its own
-// send alone (Board.Close waits for it with the other copies). The
+// send alone (Board.Close waits for it with the other copies, and
+// Endpoint.Close for those of its endpoint's sends). The
 // receiver holds its mapping of the sender's segment for a step at a
 // time (a chunk copied out, a claim, the check after a read), never while
 // it waits for the sender's chunks or reads the sender's buffer, and
@@ -501,7 +502,13 @@ func (b *Board) stageEnd(j *stageSend) *stageSend {
 	stageWord(j.buf.mem, stageWordClaim).Store(0)
 	stageWord(j.buf.mem, stageWordGen).Store(0)
 	if j.state.Add(stageWithdrawn) != stageWithdrawn {
-		b.copies.Add(1) // Board.Close waits for the release (stageLeave)
+		// Board.Close and Endpoint.Close wait for the release
+		// (stageLeave).
+		b.copies.Add(1)
+		if j.e.stageHeld == 0 {
+			j.e.stageIdle = make(chan struct{})
+		}
+		j.e.stageHeld++
 		return j
 	}
 	b.stageFree(j)
@@ -537,6 +544,10 @@ func (b *Board) stageLeave(j *stageSend) {
 		b.maybeFree(r)
 	}
 	j.r, j.zs = nil, nil
+	if e.stageHeld--; e.stageHeld == 0 {
+		close(e.stageIdle) // a waiting Endpoint.Close returns
+		e.stageIdle = nil
+	}
 	b.copies.Done()
 	b.unlock()
 }

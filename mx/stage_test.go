@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -743,4 +745,58 @@ func TestStagePrepareClose(t *testing.T) {
 	if _, err := s.Wait(testCtx(t, 30*time.Second)); err == nil {
 		t.Fatal("a send in flight completed without error when its board closed")
 	}
+}
+
+// TestStagedEndpointCloseWaitsForCopier: closing an endpoint whose staged
+// send a copier is inside a chunk of (held there) does not return before
+// that send completed with ErrEndpointClosed, which it does as the copier
+// leaves the chunk; Close returns then.
+func TestStagedEndpointCloseWaitsForCopier(t *testing.T) {
+	g := newStageRig(t, LargeStaged, false, nil)
+	release := make(chan struct{})
+	var stalled atomic.Bool
+	setStageHooks(t, nil, func(i int) {
+		if stalled.CompareAndSwap(false, true) {
+			<-release
+		}
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failing test lets the copier go before the boards close
+	s, err := g.a.ISend([][]byte{pattern(stageBufSize, 13)}, g.atob, 13, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "a copier stalls inside a chunk", stalled.Load)
+	var returned atomic.Bool
+	doneAtReturn := make(chan bool, 1)
+	go func() {
+		g.a.Close()
+		d := s.Done()
+		returned.Store(true)
+		doneAtReturn <- d
+	}()
+	waitCond(t, "Close returns or waits", func() bool { return returned.Load() || closeWaits() })
+	if returned.Load() {
+		t.Fatalf("Endpoint.Close returned while a copier was inside a chunk of its staged send (the send done: %v)", <-doneAtReturn)
+	}
+	free()
+	if !<-doneAtReturn {
+		t.Fatal("Endpoint.Close returned before its staged send completed")
+	}
+	if _, err := s.Wait(testCtx(t, 30*time.Second)); !errors.Is(err, ErrEndpointClosed) {
+		t.Fatalf("the staged send of a closed endpoint: %v, want ErrEndpointClosed", err)
+	}
+	waitCond(t, "the staging buffers are free", func() bool { return stageBufsFree(g.ba) })
+}
+
+// closeWaits reports whether a goroutine waits in Endpoint.Close.
+func closeWaits() bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "[chan receive") && strings.Contains(g, ".(*Endpoint).Close(") {
+			return true
+		}
+	}
+	return false
 }
