@@ -548,8 +548,10 @@ func (b *Board) stageLeave(j *stageSend) {
 		close(e.stageIdle) // a waiting Endpoint.Close returns
 		e.stageIdle = nil
 	}
-	b.copies.Done()
 	b.unlock()
+	// After the unlock, which runs the frames and copies it queued:
+	// Board.Close goes on only once they ran.
+	b.copies.Done()
 }
 
 // stageFree gives j's staging buffer back once no copier writes it (b.mu
