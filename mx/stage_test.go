@@ -564,13 +564,11 @@ func TestStagedCopierHoldsNoBoard(t *testing.T) {
 	}
 	small := make([]byte, 8)
 	r2, _ := g.b.IRecv([][]byte{small}, 12, ^uint64(0), nil)
+	waitCond(t, "the sending board takes the NOTIFY", func() bool { return g.a.Counters().Get(RecvNotify) > 0 })
 	var done atomic.Bool
 	errc := make(chan error, 1)
 	go func() {
-		// The sending board takes the NOTIFY, then serves its other endpoint.
-		for g.a.Counters().Get(RecvNotify) == 0 && ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
-		}
+		// The sending board serves its other endpoint.
 		s2, err := other.ISend([][]byte{pattern(8, 12)}, toB, 12, nil)
 		if err == nil {
 			_, err = s2.Wait(ctx)
