@@ -2,6 +2,7 @@ package mx
 
 import (
 	"errors"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,9 @@ import (
 // the sender's CMA entry still allows.
 //
 // The header holds, in words: the message's 64-bit generation (a counter
-// of the sending board), the claim word, the address and length of the
+// of the sending board from a random base, so a board that takes over
+// the NIC id of one that went away gives none that board gave), the
+// claim word, the address and length of the
 // sender's buffer, and one done word per chunk (stageChunk bytes). The
 // claim word packs the generation's low 32 bits with lo and hi, the bounds
 // of the chunks nobody claimed yet: the sender claims chunks from the
@@ -121,7 +124,7 @@ type stageState struct {
 	jobs     []*stageSend // messages with chunks left to claim
 	pending  atomic.Int32 // len(jobs), read by waiters without mu
 	bufs     []*stageBuf  // under b.mu
-	gen      uint64       // the last generation given (b.mu)
+	gen      uint64       // the last generation given, from a random base (b.mu)
 	started  bool         // the stager goroutine runs (b.mu)
 	kick     chan struct{}
 	stop     chan struct{}
@@ -357,6 +360,12 @@ func (e *Endpoint) stageRegion(i int, r *Request) bool {
 		return false
 	}
 	sb.busy = true
+	if b.stage.gen == 0 {
+		// A random base: a board that took over a NIC id from one that
+		// went away does not give the generations it gave, which a
+		// stale receive of the old board's message may still compare.
+		b.stage.gen = rand.Uint64()
+	}
 	b.stage.gen++
 	if uint32(b.stage.gen) == 0 {
 		// The claim word holds the low half: never 0, which a buffer

@@ -798,3 +798,24 @@ func closeWaits() bool {
 	}
 	return false
 }
+
+// TestStageGenerationBase: two boards number their staged messages from
+// different bases, so a board that takes over the NIC id of one that went
+// away does not present the generations that board gave to a receive of
+// its messages still under way.
+func TestStageGenerationBase(t *testing.T) {
+	g := newStageRig(t, LargeStaged, true, nil)
+	g.exchange(t, 2<<20)
+	if n := g.a.Counters().Get(StagedSends) + g.b.Counters().Get(StagedSends); n != 2 {
+		t.Fatalf("%d staged sends, want 2", n)
+	}
+	g.ba.mu.Lock()
+	ga := g.ba.stage.gen
+	g.ba.mu.Unlock()
+	g.bb.mu.Lock()
+	gb := g.bb.stage.gen
+	g.bb.mu.Unlock()
+	if ga == gb {
+		t.Fatalf("both boards gave their first staged message generation %d", ga)
+	}
+}
