@@ -43,7 +43,12 @@ type Endpoint struct {
 	pcache      [pcacheLen]*partner // partners found before (partnerAt)
 	plist       []*partner
 	regions     [256]region
-	regionsUsed int      // regions with used set: the timers scan regions only when some are (largefail.go)
+	regionsUsed int // regions with used set: the timers scan regions only when some are (largefail.go)
+	// stageHeld counts the staged sends withdrawn while copiers were at
+	// work on them (stage.go); stageIdle, made as it leaves 0, is closed
+	// as it comes back to 0, for Close to wait on.
+	stageHeld   int
+	stageIdle   chan struct{}
 	cmaTab      []uint64 // large-send buffers, read by processes that copy them (cma.go)
 	regionHint  int
 	pulls       []*pull
@@ -101,14 +106,22 @@ func (e *Endpoint) Counters() Counters {
 // Close closes the endpoint: pending requests complete with
 // ErrEndpointClosed, blocked waits return, and peers that send to it get
 // ErrEndpointClosed. It must not be called from the unexpected handler.
+// A staged send (stage.go) that a copier is copying a chunk of completes
+// as the copier leaves that chunk: Close waits for it, without the board
+// lock, so no send buffer is read after Close returns.
 func (e *Endpoint) Close() error {
 	b := e.b
 	b.mu.Lock()
-	defer b.unlock()
 	if e.handlerBusy > 0 {
+		b.unlock()
 		return &OpError{Op: "close endpoint", Endpoint: e.id, Err: ErrNotInHandler}
 	}
 	e.closeLocked()
+	idle := e.stageIdle // nil when no copier is at work on a withdrawn send
+	b.unlock()
+	if idle != nil {
+		<-idle // each copier is on at most one chunk (stageLeave)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package mx
 
 import (
 	"errors"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,9 @@ import (
 // the sender's CMA entry still allows.
 //
 // The header holds, in words: the message's 64-bit generation (a counter
-// of the sending board), the claim word, the address and length of the
+// of the sending board from a random base, so a board that takes over
+// the NIC id of one that went away gives none that board gave), the
+// claim word, the address and length of the
 // sender's buffer, and one done word per chunk (stageChunk bytes). The
 // claim word packs the generation's low 32 bits with lo and hi, the bounds
 // of the chunks nobody claimed yet: the sender claims chunks from the
@@ -73,7 +76,8 @@ import (
 // waits for a copier under the board lock, and copiers hold no lock while
 // they copy: neither the staging buffer nor the send buffer is touched
 // once the request completed, and a descheduled copier delays its own
-// send alone (Board.Close waits for it with the other copies). The
+// send alone (Board.Close waits for it with the other copies, and
+// Endpoint.Close for those of its endpoint's sends). The
 // receiver holds its mapping of the sender's segment for a step at a
 // time (a chunk copied out, a claim, the check after a read), never while
 // it waits for the sender's chunks or reads the sender's buffer, and
@@ -120,7 +124,7 @@ type stageState struct {
 	jobs     []*stageSend // messages with chunks left to claim
 	pending  atomic.Int32 // len(jobs), read by waiters without mu
 	bufs     []*stageBuf  // under b.mu
-	gen      uint64       // the last generation given (b.mu)
+	gen      uint64       // the last generation given, from a random base (b.mu)
 	started  bool         // the stager goroutine runs (b.mu)
 	kick     chan struct{}
 	stop     chan struct{}
@@ -356,6 +360,12 @@ func (e *Endpoint) stageRegion(i int, r *Request) bool {
 		return false
 	}
 	sb.busy = true
+	if b.stage.gen == 0 {
+		// A random base: a board that took over a NIC id from one that
+		// went away does not give the generations it gave, which a
+		// stale receive of the old board's message may still compare.
+		b.stage.gen = rand.Uint64()
+	}
 	b.stage.gen++
 	if uint32(b.stage.gen) == 0 {
 		// The claim word holds the low half: never 0, which a buffer
@@ -501,7 +511,13 @@ func (b *Board) stageEnd(j *stageSend) *stageSend {
 	stageWord(j.buf.mem, stageWordClaim).Store(0)
 	stageWord(j.buf.mem, stageWordGen).Store(0)
 	if j.state.Add(stageWithdrawn) != stageWithdrawn {
-		b.copies.Add(1) // Board.Close waits for the release (stageLeave)
+		// Board.Close and Endpoint.Close wait for the release
+		// (stageLeave).
+		b.copies.Add(1)
+		if j.e.stageHeld == 0 {
+			j.e.stageIdle = make(chan struct{})
+		}
+		j.e.stageHeld++
 		return j
 	}
 	b.stageFree(j)
@@ -537,8 +553,14 @@ func (b *Board) stageLeave(j *stageSend) {
 		b.maybeFree(r)
 	}
 	j.r, j.zs = nil, nil
-	b.copies.Done()
+	if e.stageHeld--; e.stageHeld == 0 {
+		close(e.stageIdle) // a waiting Endpoint.Close returns
+		e.stageIdle = nil
+	}
 	b.unlock()
+	// After the unlock, which runs the frames and copies it queued:
+	// Board.Close goes on only once they ran.
+	b.copies.Done()
 }
 
 // stageFree gives j's staging buffer back once no copier writes it (b.mu

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -562,13 +564,11 @@ func TestStagedCopierHoldsNoBoard(t *testing.T) {
 	}
 	small := make([]byte, 8)
 	r2, _ := g.b.IRecv([][]byte{small}, 12, ^uint64(0), nil)
+	waitCond(t, "the sending board takes the NOTIFY", func() bool { return g.a.Counters().Get(RecvNotify) > 0 })
 	var done atomic.Bool
 	errc := make(chan error, 1)
 	go func() {
-		// The sending board takes the NOTIFY, then serves its other endpoint.
-		for g.a.Counters().Get(RecvNotify) == 0 && ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
-		}
+		// The sending board serves its other endpoint.
 		s2, err := other.ISend([][]byte{pattern(8, 12)}, toB, 12, nil)
 		if err == nil {
 			_, err = s2.Wait(ctx)
@@ -742,5 +742,80 @@ func TestStagePrepareClose(t *testing.T) {
 	}
 	if _, err := s.Wait(testCtx(t, 30*time.Second)); err == nil {
 		t.Fatal("a send in flight completed without error when its board closed")
+	}
+}
+
+// TestStagedEndpointCloseWaitsForCopier: closing an endpoint whose staged
+// send a copier is inside a chunk of (held there) does not return before
+// that send completed with ErrEndpointClosed, which it does as the copier
+// leaves the chunk; Close returns then.
+func TestStagedEndpointCloseWaitsForCopier(t *testing.T) {
+	g := newStageRig(t, LargeStaged, false, nil)
+	release := make(chan struct{})
+	var stalled atomic.Bool
+	setStageHooks(t, nil, func(i int) {
+		if stalled.CompareAndSwap(false, true) {
+			<-release
+		}
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failing test lets the copier go before the boards close
+	s, err := g.a.ISend([][]byte{pattern(stageBufSize, 13)}, g.atob, 13, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "a copier stalls inside a chunk", stalled.Load)
+	var returned atomic.Bool
+	doneAtReturn := make(chan bool, 1)
+	go func() {
+		g.a.Close()
+		d := s.Done()
+		returned.Store(true)
+		doneAtReturn <- d
+	}()
+	waitCond(t, "Close returns or waits", func() bool { return returned.Load() || closeWaits() })
+	if returned.Load() {
+		t.Fatalf("Endpoint.Close returned while a copier was inside a chunk of its staged send (the send done: %v)", <-doneAtReturn)
+	}
+	free()
+	if !<-doneAtReturn {
+		t.Fatal("Endpoint.Close returned before its staged send completed")
+	}
+	if _, err := s.Wait(testCtx(t, 30*time.Second)); !errors.Is(err, ErrEndpointClosed) {
+		t.Fatalf("the staged send of a closed endpoint: %v, want ErrEndpointClosed", err)
+	}
+	waitCond(t, "the staging buffers are free", func() bool { return stageBufsFree(g.ba) })
+}
+
+// closeWaits reports whether a goroutine waits in Endpoint.Close.
+func closeWaits() bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "[chan receive") && strings.Contains(g, ".(*Endpoint).Close(") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStageGenerationBase: two boards number their staged messages from
+// different bases, so a board that takes over the NIC id of one that went
+// away does not present the generations that board gave to a receive of
+// its messages still under way.
+func TestStageGenerationBase(t *testing.T) {
+	g := newStageRig(t, LargeStaged, true, nil)
+	g.exchange(t, 2<<20)
+	if n := g.a.Counters().Get(StagedSends) + g.b.Counters().Get(StagedSends); n != 2 {
+		t.Fatalf("%d staged sends, want 2", n)
+	}
+	g.ba.mu.Lock()
+	ga := g.ba.stage.gen
+	g.ba.mu.Unlock()
+	g.bb.mu.Lock()
+	gb := g.bb.stage.gen
+	g.bb.mu.Unlock()
+	if ga == gb {
+		t.Fatalf("both boards gave their first staged message generation %d", ga)
 	}
 }

@@ -183,7 +183,8 @@
 // (PeerWords). A released segment is unmapped by the peers that had it, and
 // a peer that goes away takes the segments it passed with it, after a hook
 // (OnSegmentUnmap) lets a copy engine drop its mappings of that memory.
-// See pool.go.
+// Shares to one peer take turns; their wait for the acknowledgements holds
+// no lock a release or a connection to another peer takes. See pool.go.
 //
 // # Sending in place
 //

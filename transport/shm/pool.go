@@ -294,15 +294,16 @@ func (p *Pool) Close() error {
 // ring's connection (connecting first if needed), and ShareSegments waits
 // for the peer's acknowledgements, at most handshakeTTL, and no longer
 // than until the transport closes (transport.ErrClosed).
+//
+// Shares to one ring take turns (its shareWait), so each counts its own
+// acknowledgements; the ring's shareMu, which a release (Free, Close) and
+// the fast path take, guards only what the ring was passed and is not
+// held across the wait. A share that finds every segment acknowledged
+// returns at once, without waiting for one that passes newer segments.
 func (t *Transport) ShareSegments(peer transport.NICID) error {
 	o, err := t.outFor(peer)
 	if err != nil {
 		return err
-	}
-	o.shareMu.Lock()
-	defer o.shareMu.Unlock()
-	for len(o.acks) > 0 { // late answers to a share that timed out
-		<-o.acks
 	}
 	t.outMu.Lock()
 	p := t.pool
@@ -310,9 +311,19 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 	if p == nil {
 		return errors.New("shm: no pool to share: NewPool first")
 	}
-	gen := p.gen.Load()
-	if o.sharedGen == gen {
+	if o.sharedAll(p.gen.Load()) {
 		return nil // the fast path: no segment made since the last share
+	}
+	o.shareWait.Lock()
+	defer o.shareWait.Unlock()
+	for len(o.acks) > 0 { // late answers to a share that timed out
+		<-o.acks
+	}
+	gen := p.gen.Load()
+	o.shareMu.Lock()
+	if o.sharedGen == gen {
+		o.shareMu.Unlock()
+		return nil // the share before this one passed them
 	}
 	p.mu.Lock()
 	var sent []uint32
@@ -327,6 +338,7 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 		sent = append(sent, id)
 	}
 	p.mu.Unlock()
+	o.shareMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("%w: board %v: pass a pool segment: %v", transport.ErrUnreachable, peer, err)
 	}
@@ -336,7 +348,9 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 		select {
 		case a := <-o.acks:
 			if a.status != 0 {
+				o.shareMu.Lock()
 				delete(o.shared, a.id)
+				o.shareMu.Unlock()
 				return fmt.Errorf("shm: board %v could not map pool segment %d (status %d)", peer, a.id, a.status)
 			}
 		case <-o.gone:
@@ -347,15 +361,33 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 			return fmt.Errorf("%w: board %v did not acknowledge pool segments within %v", transport.ErrUnreachable, peer, handshakeTTL)
 		}
 	}
+	o.shareMu.Lock()
 	o.sharedGen = gen
+	o.shareMu.Unlock()
 	return nil
 }
 
+// sharedAll reports whether the peer acknowledged every segment of the
+// pool's first gen.
+func (o *outRing) sharedAll(gen uint64) bool {
+	o.shareMu.Lock()
+	defer o.shareMu.Unlock()
+	return o.sharedGen == gen
+}
+
 // announceRelease tells every peer that received segment id to unmap it.
+// It takes each ring's shareMu after releasing outMu, which ShareSegments
+// takes while it holds its shareMu. A ring the copy of the table misses,
+// connected meanwhile, cannot have the segment: the pool forgot it before
+// its release, and ShareSegments passes only the segments the pool holds.
 func (t *Transport) announceRelease(id uint32) {
 	t.outMu.Lock()
-	defer t.outMu.Unlock()
+	rings := make([]*outRing, 0, len(t.out))
 	for _, o := range t.out {
+		rings = append(rings, o)
+	}
+	t.outMu.Unlock()
+	for _, o := range rings {
 		o.shareMu.Lock()
 		if o.shared[id] {
 			delete(o.shared, id)

@@ -2,9 +2,13 @@ package shm
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gomx-dev/gomx/transport"
 )
@@ -103,9 +107,8 @@ func TestPoolShare(t *testing.T) {
 
 // TestShareSegmentsEndsAtClose: a ShareSegments waiting for a peer that
 // does not acknowledge (its segment table is held: it cannot map) returns
-// transport.ErrClosed as the transport closes, and the Close that
-// releases the pool goes on, instead of both waiting out the handshake
-// time.
+// transport.ErrClosed as the transport closes, instead of waiting out
+// the handshake time.
 func TestShareSegmentsEndsAtClose(t *testing.T) {
 	a, b := newTestPair(t, Options{})
 	defer b.Close()
@@ -141,8 +144,8 @@ func TestShareSegmentsEndsAtClose(t *testing.T) {
 	o := a.out[b.Addr()]
 	a.outMu.Unlock()
 	waitFor(t, "the share waits for the peer", func() bool {
-		if o.shareMu.TryLock() { // held by the share from its start to its end
-			o.shareMu.Unlock()
+		if o.shareWait.TryLock() { // held by the share from its start to its end
+			o.shareWait.Unlock()
 			return false
 		}
 		return true
@@ -187,4 +190,174 @@ func FuzzControl(f *testing.F) {
 			t.Fatalf("decodeCtl(%x) = %+v", b, got)
 		}
 	})
+}
+
+// TestShareWhileReleasing: ShareSegments to a peer in a loop while
+// another goroutine allocates and frees segments that are released at
+// once (Keep < 0), each release announced to the peers, neither waits for
+// the other for ever, and the transport closes after.
+func TestShareWhileReleasing(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 20000
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	shared := make(chan error, 1)
+	freed := make(chan error, 1)
+	go func() {
+		for range rounds {
+			if err := a.ShareSegments(b.Addr()); err != nil {
+				shared <- err
+				return
+			}
+		}
+		shared <- nil
+	}()
+	go func() {
+		for range rounds {
+			buf, err := p.Alloc(4096)
+			if err == nil {
+				err = p.Free(buf)
+			}
+			if err != nil {
+				freed <- err
+				return
+			}
+		}
+		freed <- nil
+	}()
+	for _, c := range []chan error{shared, freed} {
+		select {
+		case err := <-c:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			// Deadlocked: Close would wait for ever too.
+			t.Fatalf("ShareSegments and Free still running after %d rounds' time: deadlocked", rounds)
+		}
+	}
+	closed := make(chan struct{})
+	go func() {
+		a.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close still running: deadlocked")
+	}
+}
+
+// TestReleaseLeavesRingTable: a release (Free of a segment the pool does
+// not keep) that waits for a ring's share lock, held by a ShareSegments
+// to that ring, does not hold the table of rings meanwhile, which that
+// ShareSegments takes next: the two would wait for each other for ever.
+func TestReleaseLeavesRingTable(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	defer a.Close()
+	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	a.outMu.Lock()
+	o := a.out[b.Addr()]
+	a.outMu.Unlock()
+	o.shareMu.Lock() // as a ShareSegments to b holds it
+	freed := make(chan error, 1)
+	go func() { freed <- p.Free(buf) }()
+	waitFor(t, "the release to wait for the ring's share lock", func() bool {
+		st := make([]byte, 1<<20)
+		for _, g := range strings.Split(string(st[:runtime.Stack(st, true)]), "\n\n") {
+			if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, "announceRelease(") {
+				return true
+			}
+		}
+		return false
+	})
+	free := a.outMu.TryLock() // what the ShareSegments takes next
+	if free {
+		a.outMu.Unlock()
+	}
+	o.shareMu.Unlock()
+	if err := <-freed; err != nil {
+		t.Fatal(err)
+	}
+	if !free {
+		t.Fatal("a release waiting for a ring's share lock holds the table of rings: a ShareSegments to that ring waits for it, and it for the ShareSegments")
+	}
+}
+
+// TestReleaseWhileShareWaits: while a ShareSegments waits for a peer that
+// does not acknowledge (its segment table is held: it cannot map), a Free
+// that releases a segment the peer has, and a look-up of the ring to the
+// peer, return at once; the share ends well once the peer maps.
+func TestReleaseWhileShareWaits(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	defer a.Close()
+	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	_, release, ok := b.HoldPeerSegment(a.Addr(), 0)
+	if !ok {
+		t.Fatal("the peer has no mapping of the pool's table")
+	}
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	if _, err := p.Alloc(100000); err != nil {
+		t.Fatal(err)
+	}
+	shared := make(chan error, 1)
+	go func() { shared <- a.ShareSegments(b.Addr()) }()
+	a.outMu.Lock()
+	o := a.out[b.Addr()]
+	a.outMu.Unlock()
+	waitFor(t, "the share waits for the peer", func() bool {
+		if o.shareWait.TryLock() { // held by the share from its start to its end
+			o.shareWait.Unlock()
+			return false
+		}
+		return true
+	})
+	if err := p.Free(old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.outFor(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-shared:
+		t.Fatalf("the share ended (%v) before the peer could map: Free waited for it", err)
+	default:
+	}
+	release()
+	released = true
+	if err := <-shared; err != nil {
+		t.Fatalf("ShareSegments once the peer mapped: %v", err)
+	}
 }

@@ -280,8 +280,8 @@ type Transport struct {
 	serial atomic.Bool
 	sendTo [sendToLen]*outRing
 	// closing is closed as Close begins: a ShareSegments waiting for a
-	// peer's acknowledgements returns (its wait holds the ring's shareMu,
-	// which Close's release of the pool takes).
+	// peer's acknowledgements returns, rather than wait out the handshake
+	// time behind a peer that does not answer.
 	closing chan struct{}
 
 	lostMu sync.Mutex
@@ -515,11 +515,15 @@ type outRing struct {
 	slp *atomic.Uint32
 	mu  sync.Mutex
 
-	bell      segment
-	ev        int // the consumer's eventfd (see kick); closed by close
-	conn      *net.UnixConn
-	pid       int            // the consumer's process (SO_PEERCRED)
-	wakes     *atomic.Uint64 // the transport's count of wake-ups sent
+	bell  segment
+	ev    int // the consumer's eventfd (see kick); closed by close
+	conn  *net.UnixConn
+	pid   int            // the consumer's process (SO_PEERCRED)
+	wakes *atomic.Uint64 // the transport's count of wake-ups sent
+	// shareWait: one ShareSegments at a time waits for the consumer's
+	// acks; shareMu guards shared and sharedGen, never held across a
+	// wait (pool.go).
+	shareWait sync.Mutex
 	shareMu   sync.Mutex
 	shared    map[uint32]bool // pool segments the consumer has (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
