@@ -400,6 +400,36 @@ func TestYieldingWaiterYields(t *testing.T) {
 	}
 }
 
+// TestStretchedWaiterYieldsBeforeSleeping: on an oversubscribed board
+// whose SpinMax is stretched (stretchSpin), a waiter whose messages came
+// soon polls, yielding, for SpinMax before it sleeps, although its
+// budget (SpinMax) is below the stretched cap: the cap bounds how far a
+// window may grow, not the budget under which a waiter sleeps at once.
+func TestStretchedWaiterYieldsBeforeSleeping(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Yield = YieldAlways // the board's count leaves spinMax as stored
+	o.SpinMax = time.Hour // the message comes whenever the machine lets it
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	pr.ba.oversub.spinMax.Store(int64(8 * o.SpinMax)) // 8 processes a CPU
+	if c := pr.ba.spinCap(); c != 8*o.SpinMax {
+		t.Fatalf("spinCap %v, want the stored %v", c, 8*o.SpinMax)
+	}
+	pr.a.spin.window.Store(int64(2 * pr.ba.opts.Spin)) // its messages came soon
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v: a yielding waiter polls for SpinMax, %v", w, o.SpinMax)
+	}
+	st0 := pr.ba.WaitStats()
+	receiveWhile(t, pr, "the waiter to yield or sleep", func() bool {
+		st := pr.ba.WaitStats()
+		return st.Yields > st0.Yields || st.Slept > st0.Slept
+	}, func() {
+		if st := pr.ba.WaitStats(); st.Slept != st0.Slept || st.Yields == st0.Yields {
+			t.Fatalf("wait stats %+v (before %+v): want yields and no sleep before the message", st, st0)
+		}
+	})
+}
+
 // TestYieldingWaiterSleepsAfterSpinMax: a yielding waiter whose message
 // does not come sleeps once SpinMax is spent, so an idle rank of an
 // oversubscribed job does not keep a CPU busy; the message still
