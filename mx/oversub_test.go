@@ -532,9 +532,12 @@ func TestSpinWindowStretchesWithProcessesPerCPU(t *testing.T) {
 	o := fastOptions()
 	o.Spin = 50 * time.Microsecond
 	o.SpinMax = time.Millisecond
+	// YieldAlways: the board's own count (countOversub, every
+	// oversubscribed tick under YieldAuto) leaves what count stores alone.
+	o.Yield = YieldAlways
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
 	b := pr.ba
-	count := func(procs, cpus int) {
+	count := func(procs, cpus int) { // as countOversub stores a count
 		b.oversub.yield.Store(oversubscribed(procs, cpus))
 		b.oversub.spinMax.Store(int64(stretchSpin(b.opts.SpinMax, procs, cpus)))
 	}
