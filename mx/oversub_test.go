@@ -504,8 +504,8 @@ func TestYieldingWaiterOfLateMessagesSleeps(t *testing.T) {
 }
 
 // TestStretchSpin: on an oversubscribed node a yielding waiter polls for
-// SpinMax times the processes each CPU has, rounded up; elsewhere for
-// SpinMax.
+// SpinMax times the processes each CPU has, rounded up, up to 16 ms
+// (maxStretchedSpin); elsewhere for SpinMax.
 func TestStretchSpin(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
@@ -513,11 +513,18 @@ func TestStretchSpin(t *testing.T) {
 		want        time.Duration
 	}{
 		{1, 2, ms}, {2, 2, ms}, {0, 0, ms}, {3, 2, 2 * ms}, {4, 2, 2 * ms},
-		{16, 2, 8 * ms}, {17, 2, 9 * ms}, {128, 2, 64 * ms}, {64, 64, ms},
+		{16, 2, 8 * ms}, {17, 2, 9 * ms}, {32, 2, 16 * ms}, {64, 64, ms},
+		// bounded by maxStretchedSpin: 16 ms, not 64 or 512
+		{128, 2, 16 * ms}, {1024, 2, 16 * ms},
 	} {
 		if got := stretchSpin(ms, c.procs, c.cpus); got != c.want {
 			t.Errorf("stretchSpin(1ms, %d processes, %d CPUs) = %v, want %v", c.procs, c.cpus, got, c.want)
 		}
+	}
+	// A SpinMax above the bound is the user's own: the stretch does not
+	// lower it, nor grow it.
+	if got := stretchSpin(time.Hour, 128, 2); got != time.Hour {
+		t.Errorf("stretchSpin(1h, 128 processes, 2 CPUs) = %v, want 1h", got)
 	}
 }
 
