@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -608,34 +609,58 @@ func (c *cmaCopy) copyData() {
 // 20 µs (docs/intranode-scale.md, "What a 64 KiB message costs"); a
 // 1 MiB message, copied so, took 2.7-3.3 ms a round of a 4-rank alltoall
 // on 2 CPUs against 1.0-1.3 in raw calls (docs/alltoall.md). So a larger
-// copy runs as raw calls of cmaRawMax each (cmaReadv): between them the
-// goroutine can be preempted and a stop-the-world collection can start,
-// so no call holds the P longer than a 256 KiB copy, even one that faults
-// in a fresh receive buffer.
+// copy runs as raw calls of cmaRawMax each (cmaReadv): no call holds the P
+// longer than a 256 KiB copy, even one that faults in a fresh receive
+// buffer, and between two calls a preemption the runtime asked for (the
+// monitor's, after 10 ms, or a stop-the-world collection's) takes effect.
+// Nothing asks for one sooner, so the copy also yields its P every
+// cmaYieldEvery bytes (runtime.Gosched).
 const cmaRawMax = 256 << 10
+
+// cmaYieldEvery is how many bytes a copy in raw calls copies between two
+// yields of its P: where the process has one P (GOMAXPROCS=1), a 4-64 MiB
+// copy would otherwise hold it for milliseconds while the receive loop,
+// the timers (acks, retransmissions) and the application's goroutines
+// wait. A yield costs well under a µs against the 100 µs or so a MiB
+// takes to copy.
+const cmaYieldEvery = 1 << 20
+
+// cmaPieceHook, when set by a test, runs before each raw call of
+// cmaReadv with the bytes it asks for.
+var cmaPieceHook func(n int)
 
 // cmaReadv reads the remote vectors of process pid into the local ones
 // as one process_vm_readv would, in raw system calls of at most cmaRawMax
-// bytes each (see there). A call that copies less than it asked for (the
-// sender's mapping ends there, or the receive buffer does) ends the copy,
-// and an error is returned only when nothing was copied: the kernel
-// reports a partial copy so.
+// bytes each, yielding the P every cmaYieldEvery bytes (see there). A call
+// that copies less than it asked for (the sender's mapping ends there, or
+// the receive buffer does) ends the copy, and an error is returned only
+// when nothing was copied: the kernel reports a partial copy so.
 func cmaReadv(pid int, local []unix.Iovec, remote []unix.RemoteIovec) (int, error) {
 	total := 0
 	for _, v := range remote {
 		total += v.Len
 	}
 	if total <= cmaRawMax {
+		if cmaPieceHook != nil {
+			cmaPieceHook(total)
+		}
 		return rawProcessVMReadv(pid, local, remote)
 	}
 	var l [1 + MaxSegments]unix.Iovec
 	var r [1 + cmaMaxSegs]unix.RemoteIovec
-	done := 0
+	done, yielded := 0, 0
 	for done < total {
 		nl, lb := cutLocal(l[:], local, done, cmaRawMax)
 		nr, rb := cutRemote(r[:], remote, done, cmaRawMax)
 		if nl == 0 || nr == 0 {
 			break
+		}
+		if done-yielded >= cmaYieldEvery {
+			runtime.Gosched()
+			yielded = done
+		}
+		if cmaPieceHook != nil {
+			cmaPieceHook(min(lb, rb))
 		}
 		n, err := rawProcessVMReadv(pid, l[:nl], r[:nr])
 		if err != nil {

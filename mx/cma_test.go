@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,9 +246,11 @@ func TestCopyOutlasts(t *testing.T) {
 
 // TestCMAReadvInPieces: a copy larger than cmaRawMax, from several remote
 // vectors into several local ones whose bounds fall elsewhere, arrives
-// byte-exact in raw calls of cmaRawMax at most; one whose receive is
-// shorter than the message copies what fits; one whose remote vector
-// ends in unmapped memory copies up to there; and one that copies nothing
+// byte-exact in raw calls of cmaRawMax at most (counted by cmaPieceHook);
+// one whose receive is shorter than the message copies what fits, as does
+// one whose message is shorter than the receive; one whose remote vector
+// ends in unmapped memory copies up to there (the count tells its caller,
+// which pulls the message through the rings); and one that copies nothing
 // fails as process_vm_readv does.
 func TestCMAReadvInPieces(t *testing.T) {
 	pid := os.Getpid()
@@ -255,7 +258,7 @@ func TestCMAReadvInPieces(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*7 + i>>9)
 	}
-	remoteOf := func(cuts ...int) []unix.RemoteIovec {
+	remoteOf := func(src []byte, cuts ...int) []unix.RemoteIovec {
 		var r []unix.RemoteIovec
 		lo := 0
 		for _, hi := range append(cuts, len(src)) {
@@ -275,7 +278,10 @@ func TestCMAReadvInPieces(t *testing.T) {
 		}
 		return l, bufs
 	}
-	remote := remoteOf(1000, cmaRawMax+77, 2*cmaRawMax)
+	var pieces []int
+	cmaPieceHook = func(n int) { pieces = append(pieces, n) }
+	defer func() { cmaPieceHook = nil }()
+	remote := remoteOf(src, 1000, cmaRawMax+77, 2*cmaRawMax)
 	local, bufs := localOf(cmaRawMax-5, 10, 2*cmaRawMax, len(src)-3*cmaRawMax-5)
 	n, err := cmaReadv(pid, local, remote)
 	if err != nil || n != len(src) {
@@ -283,6 +289,22 @@ func TestCMAReadvInPieces(t *testing.T) {
 	}
 	if got := bytes.Join(bufs, nil); !bytes.Equal(got, src) {
 		t.Fatal("the bytes copied in pieces differ from the source")
+	}
+	sum := 0
+	for _, p := range pieces {
+		if p > cmaRawMax {
+			t.Errorf("a raw call of %d B, over cmaRawMax (%d)", p, cmaRawMax)
+		}
+		sum += p
+	}
+	if want := (len(src) + cmaRawMax - 1) / cmaRawMax; len(pieces) != want || sum != len(src) {
+		t.Fatalf("%d B copied in raw calls of %v B, want %d calls for %d B", len(src), pieces, want, len(src))
+	}
+	// The message shorter than the receive.
+	msg := src[:2*cmaRawMax+99]
+	local, bufs = localOf(len(src))
+	if n, err := cmaReadv(pid, local, remoteOf(msg, 500)); err != nil || n != len(msg) || !bytes.Equal(bufs[0][:n], msg) {
+		t.Fatalf("cmaReadv of %d B into %d B = %d, %v", len(msg), len(src), n, err)
 	}
 	short := cmaRawMax + 99
 	local, bufs = localOf(short)
@@ -309,6 +331,37 @@ func TestCMAReadvInPieces(t *testing.T) {
 	gap[0].Base += uintptr(page)
 	if n, err := cmaReadv(pid, local, gap); err == nil {
 		t.Fatalf("cmaReadv of unmapped memory = %d, no error", n)
+	}
+}
+
+// TestCMAReadvYieldsItsP: with one P (GOMAXPROCS=1), a goroutine made
+// runnable when a large copy starts runs before the copy has gone
+// cmaYieldEvery bytes past its start, not only once the whole copy is done:
+// the receive loop and the timers run during a 4-64 MiB copy.
+func TestCMAReadvYieldsItsP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	src := make([]byte, cmaYieldEvery+3*cmaRawMax)
+	dst := make([]byte, len(src))
+	local := []unix.Iovec{{Base: &dst[0]}}
+	local[0].SetLen(len(dst))
+	remote := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&src[0])), Len: len(src)}}
+	var ran atomic.Bool
+	copied, ranAt := 0, -1
+	cmaPieceHook = func(n int) {
+		if copied == 0 {
+			go ran.Store(true) // runnable, on the only P, behind the copy
+		}
+		if ranAt < 0 && ran.Load() {
+			ranAt = copied
+		}
+		copied += n
+	}
+	defer func() { cmaPieceHook = nil }()
+	if n, err := cmaReadv(os.Getpid(), local, remote); err != nil || n != len(src) {
+		t.Fatalf("cmaReadv of %d B = %d, %v", len(src), n, err)
+	}
+	if ranAt < 0 || ranAt > cmaYieldEvery {
+		t.Fatalf("a goroutine runnable at the start of a %d B copy ran after %d B (-1: after the copy), want within %d", len(src), ranAt, cmaYieldEvery)
 	}
 }
 

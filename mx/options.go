@@ -79,15 +79,21 @@ type BoardOptions struct {
 	// sleeps, at first: a
 	// message found meanwhile completes its request with no futex and no
 	// goroutine hand-off (see poll.go). Each endpoint then tunes its own
-	// window between 0 and SpinMax from how its waits end
+	// window between 0 and SpinMax (on an oversubscribed node, SpinMax
+	// stretched by the processes each CPU has: see SpinMax) from how its
+	// waits end
 	// (Endpoint.SpinWindow), and Spin is where it starts and how far it
 	// jumps when it grows from 0. Default $GOMX_SPIN (a Go duration),
 	// else DefaultSpin; negative (or GOMX_SPIN=0): never spin.
 	Spin time.Duration
 	// SpinMax caps the poll window: a wait whose message comes within
 	// SpinMax of its start grows its endpoint's window so the next such
-	// message is caught by polling; one that comes later shrinks it.
-	// Default $GOMX_SPIN_MAX, else DefaultSpinMax (or Spin, if larger).
+	// message is caught by polling; one that comes later shrinks it. On a
+	// node the board finds oversubscribed (see Yield) the cap is SpinMax
+	// times the processes each CPU has, up to 16 ms (or SpinMax, if
+	// larger), and a waiter whose messages come soon polls for SpinMax at
+	// least. Default $GOMX_SPIN_MAX, else DefaultSpinMax (or Spin, if
+	// larger).
 	SpinMax time.Duration
 	// SleepOnSources makes a blocking waiter whose poll window is spent
 	// take the board's sources and sleep in the kernel on them itself, on

@@ -308,12 +308,26 @@ func (b *Board) countOversub(now int64) {
 // window: with the whole cap at once, the 14 idle ranks of a 16-rank
 // pingpong yielded for 8 ms after the barrier, and its 8 B latency rose
 // from 2.1-16.4 µs to 3.1-29.3.
+//
+// The stretch stops at maxStretchedSpin, or at SpinMax where that is
+// larger (a SpinMax set so is the user's own bound).
 func stretchSpin(spinMax time.Duration, procs, cpus int) time.Duration {
 	if !oversubscribed(procs, cpus) {
 		return spinMax
 	}
-	return spinMax * time.Duration((procs+cpus-1)/cpus)
+	k := time.Duration((procs + cpus - 1) / cpus)
+	return max(spinMax, min(spinMax*k, maxStretchedSpin))
 }
+
+// maxStretchedSpin bounds stretchSpin: 16 times the default SpinMax (32
+// ranks on 2 CPUs stretch it so far). A wait past it costs its waiter one
+// sleep and wake-up (an eventfd write and the netpoller, some tens of µs),
+// a fraction of a percent of the wait, so polling longer saves nothing a
+// job would notice, while every yielding waiter keeps its CPU's run queue
+// one longer for the ranks whose work it waits for: with no bound, 128
+// ranks on 2 CPUs would yield for 64 ms and 1024 for half a second before
+// they sleep.
+const maxStretchedSpin = 16 * time.Millisecond
 
 // spinCap is the board's SpinMax as its waiters and its endpoints' poll
 // windows use it: stretched by the last count of processes and CPUs

@@ -400,6 +400,36 @@ func TestYieldingWaiterYields(t *testing.T) {
 	}
 }
 
+// TestStretchedWaiterYieldsBeforeSleeping: on an oversubscribed board
+// whose SpinMax is stretched (stretchSpin), a waiter whose messages came
+// soon polls, yielding, for SpinMax before it sleeps, although its
+// budget (SpinMax) is below the stretched cap: the cap bounds how far a
+// window may grow, not the budget under which a waiter sleeps at once.
+func TestStretchedWaiterYieldsBeforeSleeping(t *testing.T) {
+	t.Setenv("GOMX_YIELD", "")
+	o := fastOptions()
+	o.Yield = YieldAlways // the board's count leaves spinMax as stored
+	o.SpinMax = time.Hour // the message comes whenever the machine lets it
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	pr.ba.oversub.spinMax.Store(int64(8 * o.SpinMax)) // 8 processes a CPU
+	if c := pr.ba.spinCap(); c != 8*o.SpinMax {
+		t.Fatalf("spinCap %v, want the stored %v", c, 8*o.SpinMax)
+	}
+	pr.a.spin.window.Store(int64(2 * pr.ba.opts.Spin)) // its messages came soon
+	if w := pr.a.SpinWindow(); w != o.SpinMax {
+		t.Fatalf("SpinWindow %v: a yielding waiter polls for SpinMax, %v", w, o.SpinMax)
+	}
+	st0 := pr.ba.WaitStats()
+	receiveWhile(t, pr, "the waiter to yield or sleep", func() bool {
+		st := pr.ba.WaitStats()
+		return st.Yields > st0.Yields || st.Slept > st0.Slept
+	}, func() {
+		if st := pr.ba.WaitStats(); st.Slept != st0.Slept || st.Yields == st0.Yields {
+			t.Fatalf("wait stats %+v (before %+v): want yields and no sleep before the message", st, st0)
+		}
+	})
+}
+
 // TestYieldingWaiterSleepsAfterSpinMax: a yielding waiter whose message
 // does not come sleeps once SpinMax is spent, so an idle rank of an
 // oversubscribed job does not keep a CPU busy; the message still
@@ -474,8 +504,8 @@ func TestYieldingWaiterOfLateMessagesSleeps(t *testing.T) {
 }
 
 // TestStretchSpin: on an oversubscribed node a yielding waiter polls for
-// SpinMax times the processes each CPU has, rounded up; elsewhere for
-// SpinMax.
+// SpinMax times the processes each CPU has, rounded up, up to 16 ms
+// (maxStretchedSpin); elsewhere for SpinMax.
 func TestStretchSpin(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
@@ -483,11 +513,18 @@ func TestStretchSpin(t *testing.T) {
 		want        time.Duration
 	}{
 		{1, 2, ms}, {2, 2, ms}, {0, 0, ms}, {3, 2, 2 * ms}, {4, 2, 2 * ms},
-		{16, 2, 8 * ms}, {17, 2, 9 * ms}, {128, 2, 64 * ms}, {64, 64, ms},
+		{16, 2, 8 * ms}, {17, 2, 9 * ms}, {32, 2, 16 * ms}, {64, 64, ms},
+		// bounded by maxStretchedSpin: 16 ms, not 64 or 512
+		{128, 2, 16 * ms}, {1024, 2, 16 * ms},
 	} {
 		if got := stretchSpin(ms, c.procs, c.cpus); got != c.want {
 			t.Errorf("stretchSpin(1ms, %d processes, %d CPUs) = %v, want %v", c.procs, c.cpus, got, c.want)
 		}
+	}
+	// A SpinMax above the bound is the user's own: the stretch does not
+	// lower it, nor grow it.
+	if got := stretchSpin(time.Hour, 128, 2); got != time.Hour {
+		t.Errorf("stretchSpin(1h, 128 processes, 2 CPUs) = %v, want 1h", got)
 	}
 }
 
@@ -502,9 +539,12 @@ func TestSpinWindowStretchesWithProcessesPerCPU(t *testing.T) {
 	o := fastOptions()
 	o.Spin = 50 * time.Microsecond
 	o.SpinMax = time.Millisecond
+	// YieldAlways: the board's own count (countOversub, every
+	// oversubscribed tick under YieldAuto) leaves what count stores alone.
+	o.Yield = YieldAlways
 	pr := newPair(t, shmFactory, o, loopback.Faults{})
 	b := pr.ba
-	count := func(procs, cpus int) {
+	count := func(procs, cpus int) { // as countOversub stores a count
 		b.oversub.yield.Store(oversubscribed(procs, cpus))
 		b.oversub.spinMax.Store(int64(stretchSpin(b.opts.SpinMax, procs, cpus)))
 	}

@@ -315,8 +315,10 @@ func (b *Board) pollWait(ctx context.Context, w *waiterReq, cond func() bool, bu
 	// pass without a yield: on a CPU the job's other ranks share, the
 	// yield puts it behind all of them, holding its P, for as long as
 	// sysmon then wakes every 20 µs. (Looked at where the waiter would
-	// yield, off the path of a reply on time.)
-	sleepFirst := yieldAll && budget >= 0 && budget < b.spinCap()
+	// yield, off the path of a reply on time.) SpinMax itself, not the
+	// stretched cap (spinCap): a waiter whose messages came soon has
+	// SpinMax at least, and yields for it.
+	sleepFirst := yieldAll && budget >= 0 && budget < b.opts.SpinMax
 	kicked, yield := false, yieldAll
 	var seen int64  // the clock as this waiter last read it (every every+1 looks), 0: not yet
 	var fresh int64 // seen, or 0 once the waiter yielded after reading it (pollSource's ack)

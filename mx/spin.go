@@ -25,7 +25,9 @@ const DefaultSpin = 50 * time.Microsecond
 // DefaultSpinMax is the default BoardOptions.SpinMax: a few scheduler
 // time slices of a loaded machine short, so a reply from a peer that was
 // descheduled briefly is still caught by polling, and an endpoint whose
-// messages come later gives the CPU back after at most this long.
+// messages come later gives the CPU back after at most this long where
+// each process has a CPU (on an oversubscribed node, after at most the
+// stretched cap, 16 ms at most: BoardOptions.SpinMax).
 const DefaultSpinMax = time.Millisecond
 
 // yieldAfter is how long a waiter polls without a system call before it
