@@ -292,14 +292,20 @@ func (p *Pool) Close() error {
 // ShareSegments makes sure the board peer has mapped every segment of the
 // transport's pool: segments it has not received yet are passed over the
 // ring's connection (connecting first if needed), and ShareSegments waits
-// for the peer's acknowledgements, at most handshakeTTL, and no longer
-// than until the transport closes (transport.ErrClosed).
+// for the peer's acknowledgements of every segment not yet acknowledged,
+// at most handshakeTTL, and no longer than until the transport closes
+// (transport.ErrClosed).
 //
-// Shares to one ring take turns (its shareWait), so each counts its own
-// acknowledgements; the ring's shareMu, which a release (Free, Close) and
-// the fast path take, guards only what the ring was passed and is not
-// held across the wait. A share that finds every segment acknowledged
-// returns at once, without waiting for one that passes newer segments.
+// Shares to one ring take turns (its shareWait). Each waits for the
+// acknowledgements of the segments it passed and of those a share that
+// gave up passed and the peer has not answered yet (they are not passed
+// twice); the answers are kept per ring and per segment (shareAnswers),
+// so an answer to another share is never counted, nor lost, and a
+// segment the peer could not map is passed again by the next share. The
+// ring's shareMu, which a release (Free, Close) and the fast path take,
+// guards only what the ring was passed and is not held across the wait.
+// A share that finds every segment acknowledged returns at once, without
+// waiting for one that passes newer segments.
 func (t *Transport) ShareSegments(peer transport.NICID) error {
 	o, err := t.outFor(peer)
 	if err != nil {
@@ -316,55 +322,162 @@ func (t *Transport) ShareSegments(peer transport.NICID) error {
 	}
 	o.shareWait.Lock()
 	defer o.shareWait.Unlock()
-	for len(o.acks) > 0 { // late answers to a share that timed out
-		<-o.acks
-	}
 	gen := p.gen.Load()
 	o.shareMu.Lock()
 	if o.sharedGen == gen {
 		o.shareMu.Unlock()
 		return nil // the share before this one passed them
 	}
+	o.forgetRefused()
 	p.mu.Lock()
-	var sent []uint32
+	var wait []uint32
 	for id, s := range p.segs {
 		if o.shared[id] {
+			if o.answers.owed(id) {
+				wait = append(wait, id) // passed by a share that gave up
+			}
 			continue
 		}
+		o.answers.expect(id) // before the send: the answer may come first
 		if err = o.sendCtl(ctlShare, id, uint64(s.size), s.fd); err != nil {
+			o.answers.unexpect(id)
 			break
 		}
 		o.shared[id] = true
-		sent = append(sent, id)
+		wait = append(wait, id)
 	}
 	p.mu.Unlock()
 	o.shareMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("%w: board %v: pass a pool segment: %v", transport.ErrUnreachable, peer, err)
 	}
-	timer := time.NewTimer(handshakeTTL)
+	timer := time.NewTimer(t.shareTTL)
 	defer timer.Stop()
-	for range sent {
+	for {
+		var id, status uint32
+		wait, id, status = o.answers.take(wait)
+		if status != 0 {
+			o.shareMu.Lock()
+			o.forgetRefused()
+			o.shareMu.Unlock()
+			return fmt.Errorf("shm: board %v could not map pool segment %d (status %d)", peer, id, status)
+		}
+		if len(wait) == 0 {
+			break
+		}
 		select {
-		case a := <-o.acks:
-			if a.status != 0 {
-				o.shareMu.Lock()
-				delete(o.shared, a.id)
-				o.shareMu.Unlock()
-				return fmt.Errorf("shm: board %v could not map pool segment %d (status %d)", peer, a.id, a.status)
-			}
+		case <-o.answers.came:
 		case <-o.gone:
 			return fmt.Errorf("%w: board %v went away while mapping pool segments", transport.ErrUnreachable, peer)
 		case <-t.closing:
 			return fmt.Errorf("shm: pass pool segments to board %v: %w", peer, transport.ErrClosed)
 		case <-timer.C:
-			return fmt.Errorf("%w: board %v did not acknowledge pool segments within %v", transport.ErrUnreachable, peer, handshakeTTL)
+			return fmt.Errorf("%w: board %v did not acknowledge pool segments within %v", transport.ErrUnreachable, peer, t.shareTTL)
 		}
 	}
 	o.shareMu.Lock()
 	o.sharedGen = gen
 	o.shareMu.Unlock()
 	return nil
+}
+
+// forgetRefused forgets, as passed, the segments the consumer answered
+// it could not map, so the next share passes them again (o.shareMu held).
+func (o *outRing) forgetRefused() {
+	o.answers.mu.Lock()
+	for id := range o.answers.refused {
+		delete(o.shared, id)
+		delete(o.answers.refused, id)
+	}
+	o.answers.mu.Unlock()
+}
+
+// shareAnswers is what a ring's consumer answered to the pool segments
+// passed to it. The consumer answers every pass of a segment, in the
+// order of the passes, so a segment whose passes all have their answer
+// is mapped, unless the last answer said it could not be (refused). The
+// connection's watcher records the answers (control) under mu, a leaf
+// lock it never waits long for: it is held only to read or write these
+// maps, never across a send, so the watcher never waits for a share that
+// writes to the connection (which the consumer, answering, may not read
+// meanwhile).
+type shareAnswers struct {
+	mu      sync.Mutex
+	passes  map[uint32]int    // passes of a segment not answered yet
+	refused map[uint32]uint32 // the status of a segment whose last pass failed
+	// came holds a signal when an answer came since the share that
+	// waits (one at a time: shareWait) last looked.
+	came chan struct{}
+}
+
+func newShareAnswers() shareAnswers {
+	return shareAnswers{passes: make(map[uint32]int), refused: make(map[uint32]uint32), came: make(chan struct{}, 1)}
+}
+
+// owed reports whether a pass of segment id has no answer yet.
+func (a *shareAnswers) owed(id uint32) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.passes[id] > 0
+}
+
+// expect notes a pass of segment id about to be sent; unexpect takes it
+// back when the send failed.
+func (a *shareAnswers) expect(id uint32) {
+	a.mu.Lock()
+	a.passes[id]++
+	delete(a.refused, id)
+	a.mu.Unlock()
+}
+
+func (a *shareAnswers) unexpect(id uint32) {
+	a.mu.Lock()
+	if a.passes[id]--; a.passes[id] <= 0 {
+		delete(a.passes, id)
+	}
+	a.mu.Unlock()
+}
+
+// answer records the consumer's answer to the oldest unanswered pass of
+// segment id; an answer to no pass (a confused peer) is dropped.
+func (a *shareAnswers) answer(id, status uint32) {
+	a.mu.Lock()
+	n, ok := a.passes[id]
+	if ok {
+		if n > 1 {
+			a.passes[id] = n - 1 // an earlier pass's answer: the last one counts
+		} else {
+			delete(a.passes, id)
+			if status != 0 {
+				a.refused[id] = status
+			}
+		}
+	}
+	a.mu.Unlock()
+	if ok {
+		select {
+		case a.came <- struct{}{}:
+		default: // a signal is there already
+		}
+	}
+}
+
+// take removes from wait the segments whose passes all have their answer
+// and returns the rest, or a segment the consumer refused and the status
+// it answered.
+func (a *shareAnswers) take(wait []uint32) (rest []uint32, id, status uint32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rest = wait[:0]
+	for _, id := range wait {
+		if st, ok := a.refused[id]; ok {
+			return rest, id, st
+		}
+		if a.passes[id] > 0 {
+			rest = append(rest, id)
+		}
+	}
+	return rest, 0, 0
 }
 
 // sharedAll reports whether the peer acknowledged every segment of the
@@ -376,8 +489,9 @@ func (o *outRing) sharedAll(gen uint64) bool {
 }
 
 // announceRelease tells every peer that received segment id to unmap it.
-// It takes each ring's shareMu after releasing outMu, which ShareSegments
-// takes while it holds its shareMu. A ring the copy of the table misses,
+// It takes each ring's shareMu after releasing outMu: a release waiting
+// for a ring whose share is passing segments (a send that may block) does
+// not keep every sender from looking up its ring (outFor). A ring the copy of the table misses,
 // connected meanwhile, cannot have the segment: the pool forgot it before
 // its release, and ShareSegments passes only the segments the pool holds.
 func (t *Transport) announceRelease(id uint32) {
@@ -396,8 +510,6 @@ func (t *Transport) announceRelease(id uint32) {
 		o.shareMu.Unlock()
 	}
 }
-
-type ctlAnswer struct{ id, status uint32 }
 
 // sendCtl writes a control message, with fd attached when fd >= 0.
 func (o *outRing) sendCtl(kind, id uint32, size uint64, fd int) error {
@@ -486,10 +598,7 @@ func (o *outRing) control(msg []byte, fds []int) {
 	if !ok || m.kind != ctlAck {
 		return
 	}
-	select {
-	case o.acks <- ctlAnswer{id: m.id, status: m.status}:
-	default: // nobody asked: a confused peer
-	}
+	o.answers.answer(m.id, m.status)
 }
 
 // parseRights returns the descriptors an SCM_RIGHTS message carried.

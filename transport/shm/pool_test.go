@@ -144,7 +144,7 @@ func TestShareSegmentsEndsAtClose(t *testing.T) {
 	o := a.out[b.Addr()]
 	a.outMu.Unlock()
 	waitFor(t, "the share waits for the peer", func() bool {
-		if o.shareWait.TryLock() { // held by the share from its start to its end
+		if o.shareWait.TryLock() { // held by the share past its fast path, until it returns
 			o.shareWait.Unlock()
 			return false
 		}
@@ -255,8 +255,9 @@ func TestShareWhileReleasing(t *testing.T) {
 
 // TestReleaseLeavesRingTable: a release (Free of a segment the pool does
 // not keep) that waits for a ring's share lock, held by a ShareSegments
-// to that ring, does not hold the table of rings meanwhile, which that
-// ShareSegments takes next: the two would wait for each other for ever.
+// passing segments to that ring (sends that may block), does not hold the
+// table of rings meanwhile: every look-up of a ring (outFor, each send's)
+// would wait behind that share.
 func TestReleaseLeavesRingTable(t *testing.T) {
 	a, b := newTestPair(t, Options{})
 	defer b.Close()
@@ -287,7 +288,7 @@ func TestReleaseLeavesRingTable(t *testing.T) {
 		}
 		return false
 	})
-	free := a.outMu.TryLock() // what the ShareSegments takes next
+	free := a.outMu.TryLock() // what every look-up of a ring takes
 	if free {
 		a.outMu.Unlock()
 	}
@@ -296,7 +297,7 @@ func TestReleaseLeavesRingTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !free {
-		t.Fatal("a release waiting for a ring's share lock holds the table of rings: a ShareSegments to that ring waits for it, and it for the ShareSegments")
+		t.Fatal("a release waiting for a ring's share lock holds the table of rings: every look-up of a ring waits behind that ring's share")
 	}
 }
 
@@ -329,20 +330,20 @@ func TestReleaseWhileShareWaits(t *testing.T) {
 			release()
 		}
 	}()
-	if _, err := p.Alloc(100000); err != nil {
+	fresh, err := p.Alloc(100000)
+	if err != nil {
 		t.Fatal(err)
 	}
+	newID, _, _ := p.Locate(fresh)
 	shared := make(chan error, 1)
 	go func() { shared <- a.ShareSegments(b.Addr()) }()
 	a.outMu.Lock()
 	o := a.out[b.Addr()]
 	a.outMu.Unlock()
-	waitFor(t, "the share waits for the peer", func() bool {
-		if o.shareWait.TryLock() { // held by the share from its start to its end
-			o.shareWait.Unlock()
-			return false
-		}
-		return true
+	waitFor(t, "the share to pass the new segment", func() bool {
+		o.shareMu.Lock()
+		defer o.shareMu.Unlock()
+		return o.shared[newID]
 	})
 	if err := p.Free(old); err != nil {
 		t.Fatal(err)
@@ -359,5 +360,169 @@ func TestReleaseWhileShareWaits(t *testing.T) {
 	released = true
 	if err := <-shared; err != nil {
 		t.Fatalf("ShareSegments once the peer mapped: %v", err)
+	}
+}
+
+// TestShareManySegments: a pool of 40 segments made before the first
+// share reaches the peer in one ShareSegments, every segment acknowledged.
+func TestShareManySegments(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	defer a.Close()
+	p, err := a.NewPool(PoolOptions{TableWords: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for range n - 1 { // and the table
+		if _, err := p.Alloc(4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.Segments(); got != n {
+		t.Fatalf("the pool holds %d segments, want %d", got, n)
+	}
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatalf("ShareSegments of %d segments: %v", n, err)
+	}
+	if got := b.PeerSegments(); got != n {
+		t.Fatalf("the peer maps %d segments after the share, want %d", got, n)
+	}
+}
+
+// TestShareAfterShareGaveUp: a share that gave up on a peer that could
+// not map (its segment table is held) leaves its segment x unanswered; a
+// later share that passes segment y does not take x's answer for y's: it
+// returns only once the peer mapped y, though x's answer came before.
+// The peer is held between the two (by its unmap hook, in the release of
+// a third segment z passed between x and y).
+func TestShareAfterShareGaveUp(t *testing.T) {
+	a, b := newTestPair(t, Options{})
+	defer b.Close()
+	defer a.Close()
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	opened, released := false, false
+	var release func()
+	defer func() {
+		if !released && release != nil {
+			release()
+		}
+		if !opened {
+			close(gate)
+		}
+	}()
+	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	b.OnSegmentUnmap(func([]byte) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-gate
+	})
+	_, release, ok := b.HoldPeerSegment(a.Addr(), 0)
+	if !ok {
+		t.Fatal("the peer has no mapping of the pool's table")
+	}
+	x, err := p.Alloc(100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xID, _, _ := p.Locate(x)
+	a.shareTTL = time.Millisecond // the share of x gives up
+	if err := a.ShareSegments(b.Addr()); !errors.Is(err, transport.ErrUnreachable) {
+		t.Fatalf("ShareSegments to a peer that cannot map: %v, want transport.ErrUnreachable", err)
+	}
+	a.shareTTL = handshakeTTL
+	if err := p.Free(z); err != nil { // its release goes after x's pass
+		t.Fatal(err)
+	}
+	y, err := p.Alloc(200000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yID, _, _ := p.Locate(y)
+	a.outMu.Lock()
+	o := a.out[b.Addr()]
+	a.outMu.Unlock()
+	shared := make(chan error, 1)
+	go func() { shared <- a.ShareSegments(b.Addr()) }()
+	waitFor(t, "the second share to pass y", func() bool {
+		o.shareMu.Lock()
+		defer o.shareMu.Unlock()
+		return o.shared[yID]
+	})
+	release() // the peer maps x, answers, and stops in z's release
+	released = true
+	waitFor(t, "the peer to answer x and stop before y", func() bool { return len(entered) > 0 })
+	waitFor(t, "x's answer to come", func() bool { return !o.answers.owed(xID) })
+	waitFor(t, "the second share to look at x's answer and wait on, or return", func() bool {
+		if len(shared) > 0 {
+			return true
+		}
+		if len(o.answers.came) > 0 {
+			return false
+		}
+		st := make([]byte, 1<<20)
+		for _, g := range strings.Split(string(st[:runtime.Stack(st, true)]), "\n\n") {
+			if strings.Contains(g, "[select") && strings.Contains(g, ").ShareSegments(") {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case err := <-shared:
+		t.Fatalf("the second share returned (%v) with the peer's answer to x, before the peer could map y", err)
+	default:
+	}
+	close(gate)
+	opened = true
+	if err := <-shared; err != nil {
+		t.Fatalf("the second share once the peer mapped y: %v", err)
+	}
+	if !b.PeerSegment(a.Addr(), yID, func([]byte) {}) {
+		t.Fatal("the second share returned and the peer has no mapping of y")
+	}
+}
+
+// TestShareAnswers: the answers to the passes of one segment count in
+// the order of the passes (only the last pass's answer says whether the
+// segment is mapped), an answer to no pass is dropped, and a refused
+// segment is forgotten as passed, so the next share passes it again.
+func TestShareAnswers(t *testing.T) {
+	o := &outRing{shared: map[uint32]bool{}, answers: newShareAnswers()}
+	o.answers.answer(7, 0) // no pass: dropped
+	if len(o.answers.came) != 0 || o.answers.owed(7) {
+		t.Fatal("an answer to no pass was counted")
+	}
+	o.shared[7] = true
+	o.answers.expect(7)
+	o.answers.expect(7)
+	o.answers.answer(7, 2) // the first pass's: refused, but a pass follows
+	if rest, id, st := o.answers.take([]uint32{7}); len(rest) != 1 || st != 0 {
+		t.Fatalf("after the first of two answers: waiting for %v, refused %d (status %d); want 7, none", rest, id, st)
+	}
+	o.answers.answer(7, 3)
+	if _, id, st := o.answers.take([]uint32{7}); id != 7 || st != 3 {
+		t.Fatalf("after the last answer, refused: segment %d, status %d; want 7, 3", id, st)
+	}
+	o.forgetRefused()
+	if o.shared[7] {
+		t.Fatal("a refused segment stays passed: no share passes it again")
+	}
+	o.answers.expect(8)
+	o.answers.answer(8, 0)
+	if rest, _, st := o.answers.take([]uint32{8}); len(rest) != 0 || st != 0 {
+		t.Fatalf("after a good answer: waiting for %v, status %d", rest, st)
 	}
 }

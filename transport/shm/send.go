@@ -485,7 +485,7 @@ func (t *Transport) dial(peer transport.NICID) (*outRing, error) {
 		q:           qProducer{queue: newQueue(bell.mem), id: qid},
 		mtu:         mtu, wakes: &t.cnt.wakes, blBytes: &t.blBytes, dropped: &t.cnt.dropFull,
 		lanesCnt: &t.cnt.lanes, refusedCnt: &t.cnt.lanesRefused, asked: &t.asked, epochOf: &t.epoch,
-		shared: make(map[uint32]bool), acks: make(chan ctlAnswer, 16), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
+		shared: make(map[uint32]bool), answers: newShareAnswers(), laneAns: make(chan uint32, 1), gone: make(chan struct{}),
 		fdRefused: &t.fdRefused,
 		noLane:    t.opts.Lanes == 0}
 	return o, nil

@@ -283,6 +283,9 @@ type Transport struct {
 	// peer's acknowledgements returns, rather than wait out the handshake
 	// time behind a peer that does not answer.
 	closing chan struct{}
+	// shareTTL bounds ShareSegments' wait for acknowledgements:
+	// handshakeTTL (tests shorten it between shares).
+	shareTTL time.Duration
 
 	lostMu sync.Mutex
 	lost   map[transport.NICID]struct{} // peers gone since the last LostPeers
@@ -522,12 +525,12 @@ type outRing struct {
 	wakes *atomic.Uint64 // the transport's count of wake-ups sent
 	// shareWait: one ShareSegments at a time waits for the consumer's
 	// acks; shareMu guards shared and sharedGen, never held across a
-	// wait (pool.go).
+	// wait; answers holds the acks (pool.go).
 	shareWait sync.Mutex
 	shareMu   sync.Mutex
-	shared    map[uint32]bool // pool segments the consumer has (pool.go)
+	shared    map[uint32]bool // pool segments passed to the consumer (pool.go)
 	sharedGen uint64          // the pool's gen when it last had them all
-	acks      chan ctlAnswer
+	answers   shareAnswers
 	laneAns   chan uint32   // the consumer's answer to a lane (lane.go)
 	gone      chan struct{} // closed when the connection closes
 	// q is the consumer's receive queue, which frames go through while
@@ -618,7 +621,7 @@ func Open(opts Options) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{opts: o, mtu: o.MTU, bell: bell, bellFd: bfd, ev: ev, roomBell: room, out: make(map[transport.NICID]*outRing), lends: transport.NewLends[struct{}](0),
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), shareTTL: handshakeTTL}
 	t.cnt.stale.Store(uint64(stale))
 	t.spin.Store(int64(o.Spin))
 	t.q, t.qProd, t.qNextID = newQConsumer(bell.mem), make(map[uint32]*inRing), 1
