@@ -140,9 +140,7 @@ func TestShareSegmentsEndsAtClose(t *testing.T) {
 	}
 	shared := make(chan error, 1)
 	go func() { shared <- a.ShareSegments(b.Addr()) }()
-	a.outMu.Lock()
-	o := a.out[b.Addr()]
-	a.outMu.Unlock()
+	o := ringTo(a, b)
 	waitFor(t, "the share waits for the peer", func() bool {
 		if o.shareWait.TryLock() { // held by the share past its fast path, until it returns
 			o.shareWait.Unlock()
@@ -262,20 +260,8 @@ func TestReleaseLeavesRingTable(t *testing.T) {
 	a, b := newTestPair(t, Options{})
 	defer b.Close()
 	defer a.Close()
-	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := p.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.ShareSegments(b.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	a.outMu.Lock()
-	o := a.out[b.Addr()]
-	a.outMu.Unlock()
+	p, buf := sharedReleasingPool(t, a, b)
+	o := ringTo(a, b)
 	o.shareMu.Lock() // as a ShareSegments to b holds it
 	freed := make(chan error, 1)
 	go func() { freed <- p.Free(buf) }()
@@ -309,17 +295,7 @@ func TestReleaseWhileShareWaits(t *testing.T) {
 	a, b := newTestPair(t, Options{})
 	defer b.Close()
 	defer a.Close()
-	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := p.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.ShareSegments(b.Addr()); err != nil {
-		t.Fatal(err)
-	}
+	p, old := sharedReleasingPool(t, a, b)
 	_, release, ok := b.HoldPeerSegment(a.Addr(), 0)
 	if !ok {
 		t.Fatal("the peer has no mapping of the pool's table")
@@ -337,9 +313,7 @@ func TestReleaseWhileShareWaits(t *testing.T) {
 	newID, _, _ := p.Locate(fresh)
 	shared := make(chan error, 1)
 	go func() { shared <- a.ShareSegments(b.Addr()) }()
-	a.outMu.Lock()
-	o := a.out[b.Addr()]
-	a.outMu.Unlock()
+	o := ringTo(a, b)
 	waitFor(t, "the share to pass the new segment", func() bool {
 		o.shareMu.Lock()
 		defer o.shareMu.Unlock()
@@ -411,17 +385,7 @@ func TestShareAfterShareGaveUp(t *testing.T) {
 			close(gate)
 		}
 	}()
-	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	z, err := p.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.ShareSegments(b.Addr()); err != nil {
-		t.Fatal(err)
-	}
+	p, z := sharedReleasingPool(t, a, b)
 	b.OnSegmentUnmap(func([]byte) {
 		select {
 		case entered <- struct{}{}:
@@ -451,9 +415,7 @@ func TestShareAfterShareGaveUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	yID, _, _ := p.Locate(y)
-	a.outMu.Lock()
-	o := a.out[b.Addr()]
-	a.outMu.Unlock()
+	o := ringTo(a, b)
 	shared := make(chan error, 1)
 	go func() { shared <- a.ShareSegments(b.Addr()) }()
 	waitFor(t, "the second share to pass y", func() bool {
@@ -525,4 +487,30 @@ func TestShareAnswers(t *testing.T) {
 	if rest, _, st := o.answers.take([]uint32{8}); len(rest) != 0 || st != 0 {
 		t.Fatalf("after a good answer: waiting for %v, status %d", rest, st)
 	}
+}
+
+// sharedReleasingPool opens on a a pool that releases a freed segment at
+// once (Keep < 0), allocates a 4 KiB buffer in it, and shares the pool's
+// segments with b.
+func sharedReleasingPool(t *testing.T, a, b *Transport) (*Pool, []byte) {
+	t.Helper()
+	p, err := a.NewPool(PoolOptions{TableWords: 16, Keep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ShareSegments(b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	return p, buf
+}
+
+// ringTo is a's ring to b.
+func ringTo(a, b *Transport) *outRing {
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	return a.out[b.Addr()]
 }
