@@ -357,18 +357,7 @@ func TestLaneAcksOneWay(t *testing.T) {
 // joins them (its sender may wait for the ack) brings the deadline forward
 // to ringAckDelay and is owed one at NotAckedMax.
 func TestLaneAckJoinedBySequenced(t *testing.T) {
-	o := DefaultBoardOptions()
-	o.AckDelay = time.Hour
-	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	b := pr.b.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	defer func() { b.nowOK = false }() // the readings below are this test's
-	p := pr.btoa.p
-	if p.rings() == nil {
-		t.Fatal("the pair is not on the rings")
-	}
-	p.sendAck() // nothing owed from the connection
+	pr, b, p, o := lockedRingPartner(t)
 	deadline := func() int64 {
 		if p.ackDeadline == ackUnstamped {
 			b.stampAcks(b.setNow())
@@ -406,18 +395,7 @@ func TestLaneAckJoinedBySequenced(t *testing.T) {
 // own, with a timer armed for it and often a wake-up, for one NOTIFY in
 // ten (docs/alltoall.md).
 func TestLargeFramesOnRingsAckedLazily(t *testing.T) {
-	o := DefaultBoardOptions()
-	o.AckDelay = time.Hour
-	pr := newPair(t, shmFactory, o, loopback.Faults{})
-	b := pr.b.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	defer func() { b.nowOK = false }() // the readings below are this test's
-	p := pr.btoa.p
-	if p.rings() == nil {
-		t.Fatal("the pair is not on the rings")
-	}
-	p.sendAck() // nothing owed from the connection
+	pr, b, p, o := lockedRingPartner(t)
 	sent := pr.b.cnt[SendTruc]
 	p.noteReceived(ackLarge)
 	p.noteReceived(ackLarge)
@@ -616,4 +594,27 @@ func TestLaneReceivedAsUpdateFull(t *testing.T) {
 	}
 	p.ackDeadline, p.ackLazy, p.sackOpen, p.stampQ, b.toStamp = 0, false, false, false, b.toStamp[:0]
 	t.Logf("%d cases", cases)
+}
+
+// lockedRingPartner opens a pair on the rings whose AckDelay is an hour
+// and returns it, its board b, locked until the test ends, b's partner
+// for a, owed no ack, and the pair's options. The clock readings the
+// test makes (setNow) are its own until it ends.
+func lockedRingPartner(t *testing.T) (*pair, *Board, *partner, BoardOptions) {
+	t.Helper()
+	o := DefaultBoardOptions()
+	o.AckDelay = time.Hour
+	pr := newPair(t, shmFactory, o, loopback.Faults{})
+	b := pr.b.b
+	b.mu.Lock()
+	t.Cleanup(func() {
+		b.nowOK = false
+		b.mu.Unlock()
+	})
+	p := pr.btoa.p
+	if p.rings() == nil {
+		t.Fatal("the pair is not on the rings")
+	}
+	p.sendAck() // nothing owed from the connection
+	return pr, b, p, o
 }
