@@ -100,6 +100,20 @@ func openStageRig(t *testing.T, large LargeStrategy, busy bool, receiver func(*B
 	return g
 }
 
+// endStaged waits for the receive r into buf and the send s of msg, and
+// checks that msg arrived whole, as b's one staged receive.
+func (g *stageRig) endStaged(t *testing.T, r, s *Request, buf, msg []byte) {
+	t.Helper()
+	mustWait(t, r, 30*time.Second)
+	mustWait(t, s, 30*time.Second)
+	if !bytes.Equal(buf, msg) {
+		t.Fatal("the message arrived wrong")
+	}
+	if c := g.b.Counters(); c.Get(StagedRecvs) != 1 {
+		t.Fatalf("%d staged receives, want 1", c.Get(StagedRecvs))
+	}
+}
+
 // exchange sends an n-byte message each way.
 func (g *stageRig) exchange(t *testing.T, n int) {
 	t.Helper()
@@ -284,14 +298,7 @@ func TestStagedSlowEnds(t *testing.T) {
 		waitCond(t, "the sender claimed every chunk", func() bool { return g.ba.stage.pending.Load() == 0 })
 		buf := make([]byte, len(msg))
 		r, _ := g.b.IRecv([][]byte{buf}, 4, ^uint64(0), nil)
-		mustWait(t, r, 30*time.Second)
-		mustWait(t, s, 30*time.Second)
-		if !bytes.Equal(buf, msg) {
-			t.Fatal("the message arrived wrong")
-		}
-		if c := g.b.Counters(); c.Get(StagedRecvs) != 1 {
-			t.Fatalf("%d staged receives, want 1", c.Get(StagedRecvs))
-		}
+		g.endStaged(t, r, s, buf, msg)
 	})
 }
 
@@ -642,14 +649,7 @@ func TestStagedRecvLeavesSegmentTable(t *testing.T) {
 		t.Fatalf("the receiver maps %d segments of its peer, want %d", after, before+1)
 	}
 	free()
-	mustWait(t, r, 30*time.Second)
-	mustWait(t, s, 30*time.Second)
-	if !bytes.Equal(buf, msg) {
-		t.Fatal("the message arrived wrong")
-	}
-	if c := g.b.Counters(); c.Get(StagedRecvs) != 1 {
-		t.Fatalf("%d staged receives, want 1", c.Get(StagedRecvs))
-	}
+	g.endStaged(t, r, s, buf, msg)
 }
 
 // TestStagePreparedOffSend: readying staging to a peer (allocating the
